@@ -1,0 +1,72 @@
+// Engine: config in, RunRecord + image out, observer callbacks with value structs, and a
+// per-instance cancel flag. Implemented by the CPU tiled sampler (core/TiledSampler.h) and
+// the CUDA engine (kernels/CudaEngine.h). Qt-free; callbacks run on the engine's thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/RunConfig.h"
+#include "core/RunRecord.h"
+
+namespace tessera {
+
+// Float32 NCHW image, values in model space ([-1, 1] nominal).
+struct ImageTensor {
+    int channels = 0, height = 0, width = 0;
+    std::vector<float> data;
+};
+
+struct StepEvent {
+    int step = 0, steps = 0;   // 0-based step index and total
+    float timestep = 0;
+    StepTiming timing;
+};
+
+struct TileBatchEvent {
+    int step = 0, steps = 0;
+    int batchIndex = 0, batches = 0;   // batch j of M within the step
+    std::vector<int> tileIds;
+    TileBatchTiming timing;
+};
+
+struct PreviewEvent {
+    int step = 0;
+    ImageTensor image;          // current estimate of the image (x0 prediction blended, or x_t)
+};
+
+class RunObserver {
+public:
+    virtual ~RunObserver() = default;
+    virtual void onStarted(const RunRecord&) {}
+    virtual void onTileBatch(const TileBatchEvent&) {}
+    virtual void onStep(const StepEvent&) {}
+    virtual void onPreview(const PreviewEvent&) {}
+    virtual void onMemory(const MemorySample&) {}
+    virtual void onMessage(const std::string&) {}
+};
+
+struct RunResult {
+    RunRecord record;
+    ImageTensor image;          // final image, model space
+    ImageTensor seamMap;        // 1 x H x W per-pixel disagreement between overlapping tiles at the last step
+};
+
+class Engine {
+public:
+    virtual ~Engine() = default;
+    // Runs to completion, cancellation (record.status = "cancelled") or failure (throws).
+    virtual RunResult run(const RunConfig&, RunObserver&) = 0;
+    // Thread-safe; checked between tile batches.
+    void requestCancel() { cancel_.store(true); }
+    void resetCancel() { cancel_.store(false); }
+    bool cancelRequested() const { return cancel_.load(); }
+
+private:
+    std::atomic<bool> cancel_{false};
+};
+
+}  // namespace tessera

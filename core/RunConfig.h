@@ -1,0 +1,137 @@
+// RunConfig: everything that defines one tiled generation, and its validation.
+// Qt-free. Every rejection names the field, the value and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace tessera {
+
+// Thrown (or returned) for bad user input. `field` is the RunConfig field name
+// as spelled on the CLI (e.g. "tile", "overlap"); what() is the full message.
+class ValidationError : public std::runtime_error {
+public:
+    ValidationError(std::string field, const std::string& message)
+        : std::runtime_error(message), field_(std::move(field)) {}
+    const std::string& field() const noexcept { return field_; }
+
+private:
+    std::string field_;
+};
+
+enum class SchedulerKind { DDPM, DDIM, Euler };
+enum class BetaSchedule { Linear, ScaledLinear, SquaredCosCapV2 };
+enum class TimestepSpacing { Leading, Trailing, Linspace };
+enum class VarianceType { FixedSmall, FixedLarge };
+enum class PredictionType { Epsilon, Sample, VPrediction };
+enum class BlendWindowKind { None, Linear, Hann, Gaussian };
+// Sample: MultiDiffusion, average the per-tile x(t-1).
+// Noise: Mixture of Diffusers, average the per-tile noise prediction, then one scheduler step.
+enum class FusionRule { Sample, Noise };
+enum class GraphMode { Off, Tile, Step };
+enum class Precision { FP32, FP16, BF16 };
+enum class BackendKind { Auto, CPU, CUDA };
+
+// Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...).
+std::string_view toString(SchedulerKind);
+std::string_view toString(BetaSchedule);
+std::string_view toString(TimestepSpacing);
+std::string_view toString(VarianceType);
+std::string_view toString(PredictionType);
+std::string_view toString(BlendWindowKind);
+std::string_view toString(FusionRule);
+std::string_view toString(GraphMode);
+std::string_view toString(Precision);
+std::string_view toString(BackendKind);
+// parseX throws ValidationError(field, "... 'x' is not one of a, b, c") on an unknown name.
+SchedulerKind parseScheduler(std::string_view, std::string_view field = "scheduler");
+BetaSchedule parseBetaSchedule(std::string_view, std::string_view field = "beta_schedule");
+TimestepSpacing parseTimestepSpacing(std::string_view, std::string_view field = "timestep_spacing");
+VarianceType parseVarianceType(std::string_view, std::string_view field = "variance_type");
+PredictionType parsePredictionType(std::string_view, std::string_view field = "prediction_type");
+BlendWindowKind parseBlendWindow(std::string_view, std::string_view field = "window");
+FusionRule parseFusionRule(std::string_view, std::string_view field = "fusion");
+GraphMode parseGraphMode(std::string_view, std::string_view field = "graphs");
+Precision parsePrecision(std::string_view, std::string_view field = "precision");
+BackendKind parseBackend(std::string_view, std::string_view field = "backend");
+
+// Scheduler options, with diffusers' names and defaults (shared/spec/unet2d.md §5).
+struct SchedulerOptions {
+    int numTrainTimesteps = 1000;
+    float betaStart = 1e-4f;
+    float betaEnd = 0.02f;
+    BetaSchedule betaSchedule = BetaSchedule::Linear;
+    TimestepSpacing timestepSpacing = TimestepSpacing::Leading;
+    int stepsOffset = 0;
+    bool clipSample = true;
+    float clipSampleRange = 1.0f;
+    bool setAlphaToOne = true;               // DDIM
+    float eta = 0.0f;                         // DDIM
+    VarianceType varianceType = VarianceType::FixedSmall;  // DDPM
+    PredictionType predictionType = PredictionType::Epsilon;
+    bool karrasSigmas = true;                 // Euler
+};
+
+struct RunConfig {
+    int width = 256;
+    int height = 256;
+    std::uint64_t seed = 0;
+    int steps = 20;
+    SchedulerKind scheduler = SchedulerKind::DDIM;
+    SchedulerOptions schedulerOptions;
+
+    int tile = 64;                 // tile edge in pixels (tiles are square unless the image is smaller)
+    int overlapPx = 16;            // used when overlapFraction is not set
+    std::optional<double> overlapFraction;  // 0 <= f < 1, of the tile; wins over overlapPx when set
+    BlendWindowKind window = BlendWindowKind::Hann;
+    FusionRule fusion = FusionRule::Sample;
+    int tileBatch = 1;             // tiles evaluated per UNet call
+    GraphMode graphs = GraphMode::Off;
+    int graphWarmup = 2;
+    int graphCacheSize = 16;
+    Precision precision = Precision::FP16;
+    BackendKind backend = BackendKind::Auto;
+    std::string model;             // model folder; empty = the default model
+    int previewEvery = 1;          // observer preview every N steps (0 = never)
+
+    // Image-to-image (SDEdit): empty = from noise.
+    std::string initImage;
+    double strength = 0.5;
+    bool preserveColor = false;
+
+    std::string label;             // free text shown in the run history
+
+    // Overlap in pixels after resolving the fraction (rounded to nearest pixel).
+    int overlapPixels() const;
+};
+
+// What the model allows, for validation. downsampleFactor = 2^(levels-1).
+struct ModelLimits {
+    int downsampleFactor = 8;
+    int numTrainTimesteps = 1000;
+    int inChannels = 3;
+};
+
+// Throws ValidationError naming the first bad field. Messages look like:
+//   "tile: 0 is not allowed; the tile size must be a positive multiple of 8 (e.g. 64)"
+void validate(const RunConfig&, const ModelLimits& = {});
+// Same, but returns every problem (for the GUI, which marks each field).
+std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = {});
+
+// JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
+// tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
+// graph_warmup, graph_cache, precision, backend, model, preview_every, init, strength,
+// preserve_color, label. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
+nlohmann::json toJson(const RunConfig&);
+RunConfig runConfigFromJson(const nlohmann::json&);
+
+// A1111-style one-line parameter summary for the PNG tEXt "parameters" chunk.
+std::string parametersLine(const RunConfig&);
+
+}  // namespace tessera

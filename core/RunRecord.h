@@ -1,0 +1,84 @@
+// RunRecord: everything a finished (or cancelled/failed) run leaves behind; what every
+// exporter and chart reads. Plain data, Qt-free. Writers in core/RunRecordIO.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/RunConfig.h"
+
+namespace tessera {
+
+struct TileBatchTiming {
+    int step = 0;              // 0-based step index
+    float timestep = 0;        // the UNet timestep of that step
+    int batchIndex = 0;        // 0-based tile batch within the step
+    std::vector<int> tileIds;  // tiles in this batch (TilePlan ids)
+    double gpuMs = -1;         // device time (CUDA events); -1 where not measured (CPU)
+    double hostMs = 0;         // wall time on the host for this batch (CPU: compute; CUDA: enqueue)
+    double deviceMiB = -1;     // device memory in use after the batch; -1 on CPU
+};
+
+struct StepTiming {
+    int step = 0;
+    float timestep = 0;
+    double gpuMs = -1;         // whole step on the device; -1 on CPU
+    double hostEnqueueMs = 0;  // host time to enqueue the step (CPU: wall time of the step)
+    double wallMs = 0;         // wall time of the step, host clock
+};
+
+struct MemorySample {
+    double tMs = 0;            // since run start
+    double usedMiB = 0;        // device memory in use (cudaMemGetInfo); host RSS for CPU
+    double arenaMiB = 0;       // arena high-water mark (CUDA)
+};
+
+struct GraphStats {
+    std::string mode = "off";  // effective mode ("off" after a fallback)
+    std::string fallbackReason;  // why capture failed, empty when it did not
+    int captures = 0, hits = 0, misses = 0, evictions = 0, updates = 0, instantiations = 0;
+    int nodes = 0;
+    double captureMs = 0, instantiateMs = 0;
+    double graphMemMiB = 0;
+};
+
+struct EnvironmentInfo {
+    std::string tesseraVersion;
+    std::string backend;       // "cpu" / "cuda"
+    std::string device;        // CPU model / GPU name
+    std::string driver;        // CUDA driver/runtime, cuDNN versions; BLAS on CPU
+    std::string host;
+    int threads = 0;
+};
+
+struct MemoryPlanInfo {
+    double weightsMiB = 0, activationsMiB = 0, workspaceMiB = 0, canvasMiB = 0, totalMiB = 0;
+};
+
+struct RunRecord {
+    static constexpr int kSchemaVersion = 1;
+    std::string runId;                 // unique, e.g. "20261122-061500-3f2a"
+    std::string startedAt;             // ISO 8601 UTC
+    RunConfig config;                  // as run (overlap resolved)
+    std::string modelName;             // folder name or "default"
+    std::string modelHash;             // hash of the weights file
+    EnvironmentInfo environment;
+    int tileCount = 0, tileW = 0, tileH = 0;
+    int stepsRun = 0;
+    std::vector<float> timesteps;
+    std::vector<StepTiming> steps;
+    std::vector<TileBatchTiming> batches;
+    std::vector<MemorySample> memory;
+    GraphStats graphs;
+    MemoryPlanInfo memoryPlan;
+    double prepareMs = 0;              // load + prepare (+ capture for the first run)
+    double totalMs = 0;                // sampling wall time, prepare excluded
+    double peakDeviceMiB = -1;
+    std::string status = "finished";   // finished / cancelled / failed
+    std::string error;                 // for failed
+    std::string imageSha256;           // of the 8-bit RGB image, row-major
+    std::vector<std::string> messages; // warnings shown to the user (fallbacks, etc.)
+};
+
+}  // namespace tessera

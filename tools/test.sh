@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build everything with warnings as
+# errors (the CUDA backend too when /usr/local/cuda has the toolkit and cuDNN), run
+# every Qt Test suite under CTest, then build the core library and its tests again
+# with AddressSanitizer + UndefinedBehaviorSanitizer and run those.
+# GPU suites skip (QSKIP) with a message where no CUDA device is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh
+jobs="$(nproc)"
+
+cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON
+cmake --build build-test --parallel "$jobs"
+(cd build-test && ctest --output-on-failure --timeout 900 -j "$jobs")
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CORE_ONLY=ON \
+  -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DCMAKE_CXX_FLAGS="-O1"
+cmake --build build-asan --parallel "$jobs"
+(cd build-asan && ctest --output-on-failure --timeout 900 -j "$jobs")
