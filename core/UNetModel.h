@@ -1,0 +1,72 @@
+// UNetModel: a diffusers UNet2DModel folder (config.json, scheduler_config.json,
+// diffusion_pytorch_model.safetensors) loaded and bound to float32 host tensors by
+// diffusers parameter name. Qt-free. See shared/spec/unet2d.md §1-§4.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/ModelConfig.h"
+#include "core/RunConfig.h"
+
+namespace tessera {
+
+struct HostTensor {
+    std::vector<std::int64_t> shape;  // PyTorch layout: conv [O,I,kh,kw], linear [out,in], norm [C]
+    std::vector<float> data;          // row-major float32 (F16/BF16 files are upcast)
+    std::int64_t numel() const;
+};
+
+// Thrown for a model folder/file that cannot be used. what() names the file and, where it
+// applies, the tensor ("down_blocks.1.attentions.0.to_q.weight: expected [256, 256], found [256, 128]").
+class ModelError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class UNetModel {
+public:
+    // Loads dir/config.json, dir/scheduler_config.json (optional: defaults) and
+    // dir/diffusion_pytorch_model.safetensors. Validates every expected tensor's presence and
+    // shape against the config (first missing or mis-shaped one named, with expected and found
+    // shapes), rejects NaN/Inf, maps legacy attention names (query/key/value/proj_attn).
+    static UNetModel load(const std::string& dir);
+    // Builds a model from a config and tensors already in memory (tests, random-weight benchmarks).
+    static UNetModel fromTensors(ModelConfig, std::map<std::string, HostTensor>, SchedulerOptions = {});
+    // Random weights for a config (deterministic in `seed`; PyTorch-like default init scales).
+    static UNetModel random(const ModelConfig&, std::uint64_t seed);
+
+    const ModelConfig& config() const { return config_; }
+    const SchedulerOptions& schedulerOptions() const { return scheduler_; }
+    const std::string& schedulerClass() const { return schedulerClass_; }  // e.g. "DDPMScheduler"
+    const std::string& directory() const { return dir_; }
+    std::string name() const;   // folder name, or "random" / "in-memory"
+
+    // Canonical diffusers names (to_q/to_k/to_v/to_out.0). Throws ModelError naming a missing one.
+    const HostTensor& tensor(const std::string& name) const;
+    bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+    const std::map<std::string, HostTensor>& tensors() const { return tensors_; }
+    // Tensors present in the file that the config does not use (reported, not fatal).
+    const std::vector<std::string>& extraTensors() const { return extra_; }
+
+    std::int64_t parameterCount() const;
+    // Multiply-adds x2 for one UNet evaluation of a single tile of h x w.
+    double flopsPerEvaluation(int h, int w) const;
+    std::string weightsSha256() const;  // of the safetensors file, or of the data for in-memory models
+
+    // The full list of (name, shape) the config requires, in a stable order.
+    static std::vector<std::pair<std::string, std::vector<std::int64_t>>> expectedTensors(const ModelConfig&);
+
+private:
+    ModelConfig config_;
+    SchedulerOptions scheduler_;
+    std::string schedulerClass_ = "DDPMScheduler";
+    std::string dir_;
+    std::map<std::string, HostTensor> tensors_;
+    std::vector<std::string> extra_;
+    std::string sha256_;
+};
+
+}  // namespace tessera
