@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,15 @@ public:
     const std::vector<std::string>& extraTensors() const { return extra_; }
 
     std::int64_t parameterCount() const;
-    // Multiply-adds x2 for one UNet evaluation of a single tile of h x w.
+    // Multiply-adds x2 for one UNet evaluation of a single tile of h x w (h, w multiples of
+    // config().downsampleFactor()). Counted: every convolution (incl. 1x1 shortcuts and
+    // resamplers), every linear layer (time MLP, per-resnet time projections, attention
+    // q/k/v/out), and the two attention matmuls (QK^T and AV, 2*N*N*C each). Not counted:
+    // bias adds, GroupNorm, activations, softmax, residual adds, upsampling copies.
     double flopsPerEvaluation(int h, int w) const;
-    std::string weightsSha256() const;  // of the safetensors file, or of the data for in-memory models
+    // Of the safetensors file (of the shards' bytes in index order when sharded); for in-memory
+    // models of the names, shapes and float32 data; for random models of (config, seed).
+    std::string weightsSha256() const;
 
     // The full list of (name, shape) the config requires, in a stable order.
     static std::vector<std::pair<std::string, std::vector<std::int64_t>>> expectedTensors(const ModelConfig&);
@@ -64,6 +71,7 @@ private:
     SchedulerOptions scheduler_;
     std::string schedulerClass_ = "DDPMScheduler";
     std::string dir_;
+    std::string origin_ = "in-memory";  // name() when there is no folder
     std::map<std::string, HostTensor> tensors_;
     std::vector<std::string> extra_;
     std::string sha256_;

@@ -1,0 +1,299 @@
+#include "app/CliOptions.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& field, const std::string& message) {
+    throw ValidationError(field, field + ": " + message);
+}
+
+long long parseInteger(const std::string& field, const std::string& text, long long lo, long long hi) {
+    long long value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
+        fail(field, "'" + text + "' is not a whole number");
+    if (ec == std::errc::result_out_of_range || value < lo || value > hi)
+        fail(field, "'" + text + "' is out of range; allowed " + std::to_string(lo) + " to " + std::to_string(hi));
+    return value;
+}
+
+int parseInt(const std::string& field, const std::string& text) {
+    return static_cast<int>(parseInteger(field, text, -1000000000LL, 1000000000LL));
+}
+
+double parseReal(const std::string& field, const std::string& text) {
+    double value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
+        fail(field, "'" + text + "' is not a number");
+    return value;
+}
+
+std::uint64_t parseSeed(const std::string& text) {
+    std::uint64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        fail("seed", "'" + text + "' is not a whole number from 0 to 18446744073709551615");
+    return value;
+}
+
+// "16" = pixels; "25%" or "0.25" = a fraction of the tile.
+void applyOverlap(RunConfig& config, const std::string& text) {
+    if (!text.empty() && text.back() == '%') {
+        const double percent = parseReal("overlap", text.substr(0, text.size() - 1));
+        if (percent < 0 || percent >= 100) fail("overlap", "'" + text + "' is not allowed; a percentage must be 0% to below 100%");
+        config.overlapFraction = percent / 100.0;
+    } else if (text.find_first_of(".eE") != std::string::npos) {
+        const double fraction = parseReal("overlap", text);
+        if (fraction < 0 || fraction >= 1)
+            fail("overlap", "'" + text + "' is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
+        config.overlapFraction = fraction;
+    } else {
+        config.overlapPx = parseInt("overlap", text);
+        config.overlapFraction.reset();
+    }
+}
+
+struct OptionSpec {
+    std::string field;   // RunConfig field name (CLI spelling), or "" for non-config options
+    bool takesValue = true;
+    std::function<void(CliOptions&, const std::string&)> apply;
+};
+
+const std::map<std::string, OptionSpec>& optionTable() {
+    static const std::map<std::string, OptionSpec> table = {
+        {"width", {"width", true, [](CliOptions& o, const std::string& v) { o.config.width = parseInt("width", v); }}},
+        {"height", {"height", true, [](CliOptions& o, const std::string& v) { o.config.height = parseInt("height", v); }}},
+        {"seed", {"seed", true, [](CliOptions& o, const std::string& v) { o.config.seed = parseSeed(v); }}},
+        {"steps", {"steps", true, [](CliOptions& o, const std::string& v) { o.config.steps = parseInt("steps", v); }}},
+        {"scheduler", {"scheduler", true, [](CliOptions& o, const std::string& v) { o.config.scheduler = parseScheduler(v); }}},
+        {"tile", {"tile", true, [](CliOptions& o, const std::string& v) { o.config.tile = parseInt("tile", v); }}},
+        {"overlap", {"overlap", true, [](CliOptions& o, const std::string& v) { applyOverlap(o.config, v); }}},
+        {"window", {"window", true, [](CliOptions& o, const std::string& v) { o.config.window = parseBlendWindow(v); }}},
+        {"fusion", {"fusion", true, [](CliOptions& o, const std::string& v) { o.config.fusion = parseFusionRule(v); }}},
+        {"batch", {"batch", true, [](CliOptions& o, const std::string& v) { o.config.tileBatch = parseInt("batch", v); }}},
+        {"graphs", {"graphs", true, [](CliOptions& o, const std::string& v) { o.config.graphs = parseGraphMode(v); }}},
+        {"graph-warmup", {"graph_warmup", true,
+                          [](CliOptions& o, const std::string& v) { o.config.graphWarmup = parseInt("graph_warmup", v); }}},
+        {"graph-cache", {"graph_cache", true,
+                         [](CliOptions& o, const std::string& v) { o.config.graphCacheSize = parseInt("graph_cache", v); }}},
+        {"precision", {"precision", true, [](CliOptions& o, const std::string& v) { o.config.precision = parsePrecision(v); }}},
+        {"backend", {"backend", true, [](CliOptions& o, const std::string& v) { o.config.backend = parseBackend(v); }}},
+        {"model", {"model", true, [](CliOptions& o, const std::string& v) { o.config.model = v; }}},
+        {"eta", {"eta", true, [](CliOptions& o, const std::string& v) { o.config.schedulerOptions.eta = static_cast<float>(parseReal("eta", v)); }}},
+        {"timestep-spacing", {"timestep_spacing", true, [](CliOptions& o, const std::string& v) {
+                                  o.config.schedulerOptions.timestepSpacing = parseTimestepSpacing(v);
+                              }}},
+        {"preview-every", {"preview_every", true,
+                           [](CliOptions& o, const std::string& v) { o.config.previewEvery = parseInt("preview_every", v); }}},
+        {"label", {"label", true, [](CliOptions& o, const std::string& v) { o.config.label = v; }}},
+        {"init", {"init", true, [](CliOptions& o, const std::string& v) { o.config.initImage = v; }}},
+        {"strength", {"strength", true, [](CliOptions& o, const std::string& v) { o.config.strength = parseReal("strength", v); }}},
+        {"preserve-color", {"preserve_color", false, [](CliOptions& o, const std::string&) { o.config.preserveColor = true; }}},
+        {"out", {"", true, [](CliOptions& o, const std::string& v) {
+                     if (v.empty()) fail("out", "an output folder is needed");
+                     o.outDir = v;
+                 }}},
+        {"preset", {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }}},
+        {"help", {"", false, [](CliOptions& o, const std::string&) { o.help = true; }}},
+    };
+    return table;
+}
+
+void loadPreset(CliOptions& options) {
+    std::ifstream in(options.presetPath, std::ios::binary);
+    if (!in) fail("preset", "cannot read '" + options.presetPath + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json json;
+    try {
+        json = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::exception& e) {
+        fail("preset", "'" + options.presetPath + "' is not valid JSON: " + e.what());
+    }
+    if (!json.is_object()) fail("preset", "'" + options.presetPath + "' must hold a JSON object of run settings");
+    try {
+        options.config = runConfigFromJson(json);
+    } catch (const ValidationError& e) {
+        // Keep the field so the user sees which setting; say that it came from the preset.
+        throw ValidationError(e.field(), std::string(e.what()) + " (in preset '" + options.presetPath + "')");
+    }
+    for (const auto& item : json.items()) options.fieldsGiven.insert(item.key());
+}
+
+}  // namespace
+
+std::string_view toString(CliCommand command) {
+    switch (command) {
+        case CliCommand::Help: return "help";
+        case CliCommand::Version: return "--version";
+        case CliCommand::Plan: return "plan";
+        case CliCommand::Render: return "render";
+        case CliCommand::Info: return "info";
+    }
+    return "help";
+}
+
+CliOptions parseCliOptions(const std::vector<std::string>& args) {
+    CliOptions options;
+    if (args.empty()) return options;  // Help
+    const std::string& first = args.front();
+    if (first == "--help" || first == "-h" || first == "help") {
+        options.help = true;
+        return options;
+    }
+    if (first == "--version" || first == "-V") {
+        options.command = CliCommand::Version;
+        return options;
+    }
+    if (first == "plan") options.command = CliCommand::Plan;
+    else if (first == "render") options.command = CliCommand::Render;
+    else if (first == "info") options.command = CliCommand::Info;
+    else if (first.rfind("-", 0) == 0)
+        fail("command", "expected a subcommand (plan, render, info) before '" + first + "'");
+    else
+        fail("command", "'" + first + "' is not one of plan, render, info");
+
+    // First pass: collect (option, value) pairs so a preset can be applied before the
+    // flags whatever their order on the line.
+    std::vector<std::pair<std::string, std::string>> given;
+    std::vector<std::string> positional;
+    const auto& table = optionTable();
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        if (arg == "-h") {
+            options.help = true;
+            continue;
+        }
+        if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+            positional.push_back(arg);
+            continue;
+        }
+        std::string name = arg.substr(2), value;
+        bool inlineValue = false;
+        if (const auto eq = name.find('='); eq != std::string::npos) {
+            value = name.substr(eq + 1);
+            name = name.substr(0, eq);
+            inlineValue = true;
+        }
+        const auto spec = table.find(name);
+        if (spec == table.end())
+            fail("option", "unknown option '--" + name + "'; see 'tessera-cli " + std::string(toString(options.command)) + " --help'");
+        if (spec->second.takesValue && !inlineValue) {
+            if (i + 1 >= args.size()) fail(spec->second.field.empty() ? name : spec->second.field,
+                                           "option '--" + name + "' needs a value");
+            value = args[++i];
+        } else if (!spec->second.takesValue && inlineValue) {
+            fail("option", "option '--" + name + "' takes no value");
+        }
+        given.emplace_back(name, value);
+    }
+    if (options.help) return options;
+
+    for (const auto& [name, value] : given)
+        if (name == "preset") options.presetPath = value;
+    if (!options.presetPath.empty()) loadPreset(options);
+
+    for (const auto& [name, value] : given) {
+        const OptionSpec& spec = table.at(name);
+        spec.apply(options, value);
+        if (!spec.field.empty()) options.fieldsGiven.insert(spec.field);
+    }
+
+    if (options.command == CliCommand::Info) {
+        if (positional.size() > 1) fail("option", "info takes one model folder, got '" + positional[1] + "' as well");
+        options.infoDir = positional.empty() ? options.config.model : positional.front();
+    } else if (!positional.empty()) {
+        fail("option", "unexpected argument '" + positional.front() + "'; options start with --");
+    }
+    return options;
+}
+
+std::vector<std::string> defaultModelCandidates(const std::string& executableDir) {
+    std::vector<std::string> candidates;
+#ifdef TESSERA_RESOURCE_DIR
+    candidates.push_back(std::string(TESSERA_RESOURCE_DIR) + "/models/default");
+#endif
+    if (!executableDir.empty())
+        candidates.push_back((std::filesystem::path(executableDir) / ".." / "share" / "tessera" / "models" / "default")
+                                 .lexically_normal()
+                                 .string());
+    return candidates;
+}
+
+std::string cliUsage(CliCommand command) {
+    static const char* kRunOptions =
+        "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
+        "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json)\n"
+        "  --model DIR            diffusers UNet2DModel folder (default: the bundled default model)\n"
+        "  --width PX             image width in pixels (default 256)\n"
+        "  --height PX            image height in pixels (default 256)\n"
+        "  --seed N               noise seed (default 0)\n"
+        "  --steps N              sampling steps (default 20)\n"
+        "  --scheduler NAME       ddpm, ddim or euler (default ddim)\n"
+        "  --eta X                DDIM eta (default 0)\n"
+        "  --timestep-spacing S   leading, trailing or linspace (default leading)\n"
+        "  --tile PX              tile edge in pixels (default 64)\n"
+        "  --overlap PX|NN%       tile overlap in pixels, or a percentage of the tile (default 16)\n"
+        "  --window NAME          blend window: none, linear, hann or gaussian (default hann)\n"
+        "  --fusion NAME          sample (MultiDiffusion) or noise (Mixture of Diffusers) (default sample)\n"
+        "  --batch N              tiles per UNet call (default 1)\n"
+        "  --graphs MODE          CUDA graphs: off, tile or step (default off)\n"
+        "  --graph-warmup N       warm-up launches before graph capture (default 2)\n"
+        "  --graph-cache N        graphs kept per run (default 16)\n"
+        "  --precision NAME       fp32, fp16 or bf16 (default fp16; the CPU always computes fp32)\n"
+        "  --backend NAME         auto, cpu or cuda (default auto = cpu)\n"
+        "  --preview-every N      preview every N steps, 0 = never (default 1)\n"
+        "  --init PNG             start from this image (image-to-image)\n"
+        "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"
+        "  --preserve-color       keep the init image's colours\n"
+        "  --label TEXT           free text stored with the run\n"
+        "  --out DIR              output folder (render; default .)\n"
+        "  --help, -h             this text\n";
+    std::string text;
+    switch (command) {
+        case CliCommand::Help:
+        case CliCommand::Version:
+            return "Usage: tessera-cli <command> [options]\n"
+                   "Tiled high-resolution diffusion, headless.\n\n"
+                   "Commands:\n"
+                   "  plan      print the tile grid, tile count, redundancy and work per step\n"
+                   "  render    run a generation and write <out>/<run-id>.png, .csv and .json\n"
+                   "  info DIR  describe a model folder (config, scheduler, tensors, FLOPs per tile)\n\n"
+                   "  --version print the version\n"
+                   "  --help    this text; 'tessera-cli <command> --help' for a command's options\n\n"
+                   "Exit status: 0 success, 2 invalid input (the message names the field), 1 failure while running.\n";
+        case CliCommand::Plan:
+            text = "Usage: tessera-cli plan [options]\n"
+                   "Prints the tile grid (columns x rows, tile size, stride, overlap), the tile count,\n"
+                   "redundancy, UNet evaluations per step and in total, and FLOPs per step when --model is given.\n\n";
+            break;
+        case CliCommand::Render:
+            text = "Usage: tessera-cli render [options]\n"
+                   "Runs a generation and writes <out>/<run-id>.png (with 'parameters' and 'tessera-manifest'\n"
+                   "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest).\n\n";
+            break;
+        case CliCommand::Info:
+            text = "Usage: tessera-cli info DIR [--tile PX] [options]\n"
+                   "Prints a model folder's configuration, scheduler, tensor and parameter counts and the\n"
+                   "FLOPs of one UNet evaluation at the tile size (--tile, default 64). DIR may also be given as --model.\n\n";
+            break;
+    }
+    return text + kRunOptions;
+}
+
+}  // namespace tessera

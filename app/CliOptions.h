@@ -1,0 +1,45 @@
+// Command-line options of tessera-cli: a small hand-written parser (no dependency), kept
+// apart from cli_main.cpp so tests can call it. Options are named after RunConfig's fields
+// and mean the same in every subcommand. Qt-free, although it lives in the app layer.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/RunConfig.h"
+
+namespace tessera {
+
+enum class CliCommand { Help, Version, Plan, Render, Info };
+
+struct CliOptions {
+    CliCommand command = CliCommand::Help;
+    bool help = false;             // --help / -h after a subcommand: print its usage
+    RunConfig config;              // preset (if any) with the flags applied on top
+    std::string presetPath;        // --preset, empty when none
+    std::string outDir = ".";      // --out
+    std::string infoDir;           // `info DIR` (also taken from --model)
+    // RunConfig fields given on the command line or in the preset, by CLI name ("tile", "model").
+    std::set<std::string> fieldsGiven;
+};
+
+// Parses argv[1..] (without the program name). The first word is the subcommand
+// (plan, render, info), or --version / --help. Throws ValidationError whose field() is the
+// option's field name ("width", "overlap") for a bad value, "option" for an unknown or
+// incomplete option, "command" for an unknown subcommand, "preset" for an unreadable preset.
+// Does not validate the resulting RunConfig as a whole (that needs the model's limits).
+CliOptions parseCliOptions(const std::vector<std::string>& args);
+
+// Usage text for a subcommand (Help: the overview).
+std::string cliUsage(CliCommand command);
+
+// The subcommand's name as typed ("plan", ...).
+std::string_view toString(CliCommand command);
+
+// Where the default model is looked for, in order: the source tree's resources
+// (TESSERA_RESOURCE_DIR, development builds) and, for installs, <exeDir>/../share/tessera.
+std::vector<std::string> defaultModelCandidates(const std::string& executableDir);
+
+}  // namespace tessera

@@ -1,0 +1,197 @@
+#include "app/PngIO.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <png.h>
+
+#include "core/RunRecordIO.h"
+
+namespace tessera {
+
+namespace {
+
+// libpng reports errors by longjmp. The functions below that call setjmp keep every
+// object with a destructor outside the jump's reach (created before setjmp, never
+// re-created after), and report through this POD buffer.
+struct PngErrorSink {
+    char message[256] = {};
+};
+
+void onPngError(png_structp png, png_const_charp message) {
+    auto* sink = static_cast<PngErrorSink*>(png_get_error_ptr(png));
+    if (sink) std::snprintf(sink->message, sizeof sink->message, "%s", message ? message : "unknown libpng error");
+    png_longjmp(png, 1);
+}
+
+void onPngWarning(png_structp, png_const_charp) {}  // warnings (e.g. bad sRGB profile) are not fatal
+
+void appendBytes(png_structp png, png_bytep data, png_size_t length) {
+    auto* out = static_cast<std::vector<unsigned char>*>(png_get_io_ptr(png));
+    out->insert(out->end(), data, data + length);
+}
+
+void flushNothing(png_structp) {}
+
+bool isAscii(const std::string& s) {
+    for (unsigned char c : s)
+        if (c >= 0x80) return false;
+    return true;
+}
+
+// Encodes into `out`; returns false with sink->message set on failure.
+bool encode(const Rgb8Image& image, std::vector<png_text>& texts, std::vector<png_bytep>& rows,
+            std::vector<unsigned char>& out, PngErrorSink& sink) {
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &sink, onPngError, onPngWarning);
+    if (!png) {
+        std::snprintf(sink.message, sizeof sink.message, "out of memory");
+        return false;
+    }
+    png_infop info = png_create_info_struct(png);
+    if (!info || setjmp(png_jmpbuf(png))) {
+        if (!info) std::snprintf(sink.message, sizeof sink.message, "out of memory");
+        png_destroy_write_struct(&png, info ? &info : nullptr);
+        return false;
+    }
+    png_set_write_fn(png, &out, appendBytes, flushNothing);
+    png_set_IHDR(png, info, static_cast<png_uint_32>(image.width), static_cast<png_uint_32>(image.height), 8,
+                 PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (!texts.empty()) png_set_text(png, info, texts.data(), static_cast<int>(texts.size()));
+    png_write_info(png, info);
+    png_write_image(png, rows.data());
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+    return true;
+}
+
+struct FileCloser {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+struct DecodeState {
+    png_uint_32 width = 0, height = 0;
+};
+
+bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png_bytep>& rows,
+            std::vector<PngTextChunk>& texts, DecodeState& state, PngErrorSink& sink) {
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &sink, onPngError, onPngWarning);
+    if (!png) {
+        std::snprintf(sink.message, sizeof sink.message, "out of memory");
+        return false;
+    }
+    png_infop info = png_create_info_struct(png);
+    png_infop endInfo = info ? png_create_info_struct(png) : nullptr;
+    if (!info || !endInfo || setjmp(png_jmpbuf(png))) {
+        if (!info || !endInfo) std::snprintf(sink.message, sizeof sink.message, "out of memory");
+        png_destroy_read_struct(&png, info ? &info : nullptr, endInfo ? &endInfo : nullptr);
+        return false;
+    }
+    png_init_io(png, file);
+    png_read_info(png, info);
+    png_set_expand(png);        // palette -> RGB, grey < 8 bit -> 8 bit, tRNS -> alpha
+    png_set_strip_16(png);
+    png_set_strip_alpha(png);
+    png_set_gray_to_rgb(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    state.width = png_get_image_width(png, info);
+    state.height = png_get_image_height(png, info);
+    if (png_get_rowbytes(png, info) != static_cast<png_size_t>(state.width) * 3) {
+        std::snprintf(sink.message, sizeof sink.message, "unexpected row layout after conversion to RGB8");
+        png_destroy_read_struct(&png, &info, &endInfo);
+        return false;
+    }
+    pixels.resize(static_cast<std::size_t>(state.width) * state.height * 3);
+    rows.resize(state.height);
+    for (png_uint_32 y = 0; y < state.height; ++y) rows[y] = pixels.data() + static_cast<std::size_t>(y) * state.width * 3;
+    png_read_image(png, rows.data());
+    png_read_end(png, endInfo);
+    for (png_infop source : {info, endInfo}) {
+        png_textp chunks = nullptr;
+        const int count = png_get_text(png, source, &chunks, nullptr);
+        for (int i = 0; i < count; ++i) {
+            const bool international = chunks[i].compression >= PNG_ITXT_COMPRESSION_NONE;
+            const std::size_t length = international ? chunks[i].itxt_length : chunks[i].text_length;
+            texts.push_back(PngTextChunk{chunks[i].key ? chunks[i].key : "",
+                                         chunks[i].text ? std::string(chunks[i].text, length) : std::string(),
+                                         international});
+        }
+    }
+    png_destroy_read_struct(&png, &info, &endInfo);
+    return true;
+}
+
+}  // namespace
+
+std::string PngFile::text(const std::string& keyword) const {
+    for (const auto& chunk : texts)
+        if (chunk.keyword == keyword) return chunk.text;
+    return {};
+}
+
+void writePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts) {
+    if (image.width <= 0 || image.height <= 0 ||
+        image.pixels.size() != static_cast<std::size_t>(image.width) * image.height * 3)
+        throw PngError(path + ": the image buffer does not match " + std::to_string(image.width) + "x" +
+                       std::to_string(image.height) + " RGB");
+    std::vector<png_text> chunks;
+    chunks.reserve(texts.size());
+    for (const auto& t : texts) {
+        if (t.keyword.empty() || t.keyword.size() > 79)
+            throw PngError(path + ": text keyword '" + t.keyword + "' must be 1 to 79 characters");
+        png_text chunk{};
+        chunk.key = const_cast<char*>(t.keyword.c_str());
+        chunk.text = const_cast<char*>(t.text.c_str());
+        // tEXt is Latin-1: UTF-8 text (a label, a path) goes into iTXt so it survives.
+        if (t.international || !isAscii(t.text)) {
+            chunk.compression = t.text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt : PNG_ITXT_COMPRESSION_NONE;
+            chunk.itxt_length = t.text.size();
+            chunk.lang = const_cast<char*>("");
+            chunk.lang_key = const_cast<char*>("");
+        } else {
+            chunk.compression = PNG_TEXT_COMPRESSION_NONE;
+            chunk.text_length = t.text.size();
+        }
+        chunks.push_back(chunk);
+    }
+    std::vector<png_bytep> rows(static_cast<std::size_t>(image.height));
+    for (int y = 0; y < image.height; ++y)
+        rows[y] = const_cast<png_bytep>(image.pixels.data()) + static_cast<std::size_t>(y) * image.width * 3;
+    std::vector<unsigned char> bytes;
+    PngErrorSink sink;
+    if (!encode(image, chunks, rows, bytes, sink)) throw PngError(path + ": cannot encode PNG: " + sink.message);
+    try {
+        writeFileAtomically(path, std::string(bytes.begin(), bytes.end()));
+    } catch (const std::runtime_error& e) {
+        throw PngError(e.what());
+    }
+}
+
+void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
+                 const std::string& manifestJson) {
+    writePng(path, image,
+             {PngTextChunk{"parameters", parametersLine(config), false},
+              PngTextChunk{"tessera-manifest", manifestJson, true}});
+}
+
+PngFile readPng(const std::string& path) {
+    std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+    if (!file) throw PngError(path + ": cannot open: " + std::strerror(errno));
+    unsigned char signature[8] = {};
+    if (std::fread(signature, 1, 8, file.get()) != 8 || png_sig_cmp(signature, 0, 8) != 0)
+        throw PngError(path + ": not a PNG file");
+    std::rewind(file.get());
+    PngFile result;
+    std::vector<png_bytep> rows;
+    DecodeState state;
+    PngErrorSink sink;
+    if (!decode(file.get(), result.image.pixels, rows, result.texts, state, sink))
+        throw PngError(path + ": cannot decode PNG: " + sink.message);
+    result.image.width = static_cast<int>(state.width);
+    result.image.height = static_cast<int>(state.height);
+    return result;
+}
+
+}  // namespace tessera

@@ -1,0 +1,101 @@
+// RunWorker: runs the engine on its own thread and reports in queued Qt signals.
+//
+// Usage: create it without a parent, moveToThread(thread), connect QThread::finished to
+// deleteLater (so the engine, and any CUDA context it holds, dies on the worker thread), and
+// call start() through a queued invocation (QMetaObject::invokeMethod or a signal). Every
+// signal carries the run id given to start(); receivers drop signals of any run other than
+// the one they are waiting for (a Stop followed by a new Run can leave a few in flight).
+//
+// Threads: start() and probeDevices() run on the worker thread and block it for the whole
+// run. cancel() is the one member that may be called from any thread, directly (it must be:
+// the worker's event loop is busy inside Engine::run). The GUI thread never touches the
+// engine, and so never makes a CUDA call.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include <QImage>
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+
+#include "app/EngineFactory.h"
+#include "core/Engine.h"
+#include "core/RunConfig.h"
+#include "core/RunRecord.h"
+
+namespace tessera {
+
+// A finished (or cancelled) run as the window needs it. The result is shared, not copied,
+// on its way through the event queue: a 4K image is hundreds of MB of floats.
+struct FinishedRun {
+    std::shared_ptr<const RunResult> result;
+    QImage image;    // 8-bit RGB of result->image
+    QImage seamMap;  // grey heat map of result->seamMap; null when the engine gave none
+};
+
+// Registers every type the worker's signals carry (idempotent; the worker's constructor calls it).
+void registerRunMetaTypes();
+
+// Model-space image -> QImage (RGB888), as ImageOps' toRgb8. Null for an empty tensor.
+QImage toQImage(const ImageTensor& image);
+// A 1 x H x W map -> grey QImage scaled by its maximum. Null for an empty tensor.
+QImage heatmapToQImage(const ImageTensor& map);
+
+class RunWorker : public QObject {
+    Q_OBJECT
+public:
+    explicit RunWorker(QObject* parent = nullptr);
+    ~RunWorker() override;
+
+    // Thread-safe. Asks run `runId` to stop at the next tile-batch boundary; also marks a run
+    // not started yet (queued behind another) as cancelled, so it finishes at once.
+    void cancel(quint64 runId);
+
+    // Tile-batch events closer together than this (ms) are not all forwarded (the last batch
+    // of each step always is); the RunRecord keeps every timing.
+    static constexpr int kTileBatchSignalIntervalMs = 15;
+
+public slots:
+    // Runs `config` to the end on the calling (worker) thread. Creates or reuses the engine for
+    // config.backend. Emits runStarted, then stepFinished/tileBatchFinished/previewReady/
+    // memorySampled as the engine reports, then exactly one of runFinished or runFailed.
+    void start(const tessera::RunConfig& config, quint64 runId);
+    // Looks for devices on the worker thread; answers with devicesProbed.
+    void probeDevices();
+
+signals:
+    void runStarted(quint64 runId, const tessera::RunRecord& record);
+    void tileBatchFinished(quint64 runId, const tessera::TileBatchEvent& event);
+    void stepFinished(quint64 runId, const tessera::StepEvent& event);
+    void previewReady(quint64 runId, int step, const QImage& image);
+    void memorySampled(quint64 runId, const tessera::MemorySample& sample);
+    void message(quint64 runId, const QString& text);  // fallbacks and warnings worth showing
+    void runFinished(quint64 runId, const tessera::FinishedRun& run);
+    void runFailed(quint64 runId, const QString& error);
+    void devicesProbed(const tessera::DeviceReport& report);
+
+private:
+    class Observer;
+
+    Engine& engineFor(BackendKind backend, quint64 runId);
+
+    // Guards engine_ and activeRunId_ against cancel() from other threads.
+    std::mutex engineMutex_;
+    std::unique_ptr<Engine> engine_;
+    BackendKind engineBackend_ = BackendKind::Auto;
+    quint64 activeRunId_ = 0;
+    std::atomic<quint64> cancelledUpTo_{0};  // every run id <= this is cancelled
+};
+
+}  // namespace tessera
+
+Q_DECLARE_METATYPE(tessera::RunConfig)
+Q_DECLARE_METATYPE(tessera::RunRecord)
+Q_DECLARE_METATYPE(tessera::StepEvent)
+Q_DECLARE_METATYPE(tessera::TileBatchEvent)
+Q_DECLARE_METATYPE(tessera::MemorySample)
+Q_DECLARE_METATYPE(tessera::FinishedRun)
+Q_DECLARE_METATYPE(tessera::DeviceReport)

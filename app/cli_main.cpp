@@ -1,0 +1,288 @@
+// tessera-cli: plan, render and info, headless. Exit status: 0 success, 2 invalid input
+// (the message names the field), 1 failure while running.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/CliOptions.h"
+#include "app/PngIO.h"
+#include "core/CpuBackend.h"
+#include "core/ImageOps.h"
+#include "core/RunRecordIO.h"
+#include "core/Scheduler.h"
+#include "core/TilePlan.h"
+#include "core/TiledSampler.h"
+#include "core/UNetModel.h"
+
+#if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/CudaEngine.h")
+#include "kernels/CudaEngine.h"
+#define TESSERA_CLI_CUDA 1
+#else
+#define TESSERA_CLI_CUDA 0
+#endif
+
+namespace fs = std::filesystem;
+using namespace tessera;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitInvalid = 2;
+
+// Thrown for invalid input detected here rather than by the core (no default model, ...).
+struct InputError {
+    std::string message;
+};
+
+std::string executableDir() {
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string() : self.parent_path().string();
+}
+
+// Resolves config.model to an absolute folder: the given one, or the default model.
+std::string resolveModel(const std::string& given) {
+    if (!given.empty()) {
+        const fs::path dir = fs::absolute(given);
+        if (!fs::is_directory(dir)) throw InputError{"model: '" + given + "' is not a folder"};
+        return dir.lexically_normal().string();
+    }
+    const auto candidates = defaultModelCandidates(executableDir());
+    for (const auto& candidate : candidates)
+        if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
+    std::string looked;
+    for (const auto& candidate : candidates) looked += "\n  " + candidate;
+    throw InputError{"model: no default model is installed (looked in:" + looked +
+                     ")\nGive a diffusers UNet2DModel folder with --model DIR."};
+}
+
+// The model's input channels from its config.json alone (the engine loads the weights later).
+int modelInputChannels(const std::string& dir) {
+    std::ifstream in(fs::path(dir) / "config.json");
+    if (!in) throw InputError{"model: cannot read '" + dir + "/config.json'"};
+    try {
+        return modelConfigFromJson(nlohmann::json::parse(in)).inChannels;
+    } catch (const std::exception& e) {
+        throw InputError{"model: " + dir + "/config.json: " + e.what()};
+    }
+}
+
+std::string fixed(double value, int decimals) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+std::string humanFlops(double flops) {
+    const char* units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+    int unit = 0;
+    while (flops >= 1000.0 && unit < 5) {
+        flops /= 1000.0;
+        ++unit;
+    }
+    return fixed(flops, 2) + " " + units[unit];
+}
+
+std::string withThousands(std::int64_t n) {
+    std::string digits = std::to_string(n), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+int cmdPlan(const CliOptions& options) {
+    RunConfig config = options.config;
+    std::unique_ptr<UNetModel> model;
+    ModelLimits limits;
+    if (!config.model.empty()) {
+        config.model = resolveModel(config.model);
+        model = std::make_unique<UNetModel>(UNetModel::load(config.model));
+        limits = model->config().limits(model->schedulerOptions().numTrainTimesteps);
+    }
+    validate(config, limits);
+    const TilePlan plan = TilePlan::fromConfig(config);
+    const int tiles = plan.count();
+    const int stepsRun = config.initImage.empty() ? config.steps : static_cast<int>(config.steps * config.strength);
+    std::cout << "image        " << config.width << " x " << config.height << " px\n"
+              << "tile grid    " << plan.cols() << " cols x " << plan.rows() << " rows\n"
+              << "tile         " << plan.tileW() << " x " << plan.tileH() << " px\n"
+              << "stride       " << plan.stride() << " px\n"
+              << "overlap      " << config.overlapPixels() << " px\n"
+              << "tiles        " << tiles << "\n"
+              << "redundancy   " << fixed(plan.redundancy(), 3) << " (tile area / image area)\n"
+              << "batch        " << config.tileBatch << " tiles per UNet call, "
+              << (tiles + config.tileBatch - 1) / config.tileBatch << " calls per step\n"
+              << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun
+              << " total (" << stepsRun << " steps)\n";
+    if (model) {
+        const double perEval = model->flopsPerEvaluation(plan.tileH(), plan.tileW());
+        std::cout << "FLOPs        " << humanFlops(perEval * tiles) << " per step, "
+                  << humanFlops(perEval * tiles * stepsRun) << " total (" << humanFlops(perEval)
+                  << " per tile evaluation)\n";
+    }
+    return kExitOk;
+}
+
+int cmdInfo(const CliOptions& options) {
+    if (options.infoDir.empty()) throw InputError{"model: info needs a model folder: tessera-cli info DIR"};
+    const std::string dir = resolveModel(options.infoDir);
+    const UNetModel model = UNetModel::load(dir);
+    const int tile = options.fieldsGiven.count("tile") ? options.config.tile : 64;
+    if (tile <= 0 || tile % model.config().downsampleFactor() != 0)
+        throw InputError{"tile: " + std::to_string(tile) + " is not allowed; this model needs a positive multiple of " +
+                         std::to_string(model.config().downsampleFactor())};
+    const ModelConfig& c = model.config();
+    std::string channels;
+    for (int ch : c.blockOutChannels) channels += (channels.empty() ? "" : ", ") + std::to_string(ch);
+    std::string blocks;
+    for (auto b : c.downBlocks) blocks += (blocks.empty() ? "" : ", ") + std::string(b == DownBlockType::AttnDown ? "AttnDown" : "Down");
+    const SchedulerOptions& s = model.schedulerOptions();
+    std::cout << "model        " << model.name() << " (" << dir << ")\n"
+              << "sample size  " << (c.sampleSize > 0 ? std::to_string(c.sampleSize) : std::string("not given")) << "\n"
+              << "channels     in " << c.inChannels << ", out " << c.outChannels << "\n"
+              << "blocks       " << blocks << "\n"
+              << "block width  " << channels << " (" << c.layersPerBlock << " layers per block)\n"
+              << "downsample   x" << c.downsampleFactor() << " (tile sizes must be multiples of it)\n"
+              << "scheduler    " << model.schedulerClass() << ": " << s.numTrainTimesteps << " train steps, beta "
+              << toString(s.betaSchedule) << " " << s.betaStart << " .. " << s.betaEnd << ", variance "
+              << toString(s.varianceType) << ", prediction " << toString(s.predictionType) << ", clip "
+              << (s.clipSample ? "on" : "off") << "\n"
+              << "tensors      " << model.tensors().size() << "\n"
+              << "parameters   " << withThousands(model.parameterCount()) << "\n"
+              << "FLOPs        " << humanFlops(model.flopsPerEvaluation(tile, tile)) << " per evaluation of a "
+              << tile << " x " << tile << " tile\n"
+              << "weights      sha256 " << model.weightsSha256() << "\n";
+    if (!model.extraTensors().empty())
+        std::cout << "unused       " << model.extraTensors().size() << " tensors in the file are not used by the config\n";
+    return kExitOk;
+}
+
+// Progress on stderr: one line per step, rewritten in place on a terminal.
+class ConsoleObserver : public RunObserver {
+public:
+    void onStarted(const RunRecord& record) override {
+        std::cerr << "run " << record.runId << ": " << record.tileCount << " tiles of " << record.tileW << "x"
+                  << record.tileH << ", " << record.config.steps << " steps on " << record.environment.backend
+                  << " (" << record.environment.device << ")\n";
+    }
+    void onStep(const StepEvent& e) override {
+        std::cerr << "step " << (e.step + 1) << "/" << e.steps << "  t=" << e.timestep << "  "
+                  << fixed(e.timing.wallMs, 1) << " ms\n";
+    }
+    void onMessage(const std::string& message) override { std::cerr << message << "\n"; }
+};
+
+std::unique_ptr<Engine> makeEngine(BackendKind kind) {
+    if (kind == BackendKind::CUDA) {
+#if TESSERA_CLI_CUDA
+        return tessera::makeCudaEngine();
+#else
+        throw InputError{"backend cuda: this build has no CUDA backend"};
+#endif
+    }
+    return std::make_unique<TiledSampler>(std::make_unique<CpuBackend>());
+}
+
+int cmdRender(const CliOptions& options) {
+    RunConfig config = options.config;
+    std::unique_ptr<Engine> engine = makeEngine(config.backend);  // first: a missing backend says so
+    config.model = resolveModel(config.model);
+
+    if (!config.initImage.empty()) {
+        PngFile init;
+        try {
+            init = readPng(config.initImage);
+        } catch (const PngError& e) {
+            throw InputError{std::string("init: ") + e.what()};
+        }
+        if (init.image.width != config.width || init.image.height != config.height)
+            throw InputError{"init: '" + config.initImage + "' is " + std::to_string(init.image.width) + "x" +
+                             std::to_string(init.image.height) + "; the run is " + std::to_string(config.width) + "x" +
+                             std::to_string(config.height) + " (give the same --width/--height)"};
+        auto* sampler = dynamic_cast<TiledSampler*>(engine.get());
+        if (!sampler) throw InputError{"init: image-to-image runs on the cpu backend only in this build"};
+        sampler->setInitImage(fromRgb8(init.image, modelInputChannels(config.model)));
+    }
+
+    std::error_code ec;
+    fs::create_directories(options.outDir, ec);
+    if (!fs::is_directory(options.outDir)) throw InputError{"out: cannot create the folder '" + options.outDir + "'"};
+
+    ConsoleObserver observer;
+    const RunResult result = engine->run(config, observer);
+    const RunRecord& record = result.record;
+
+    const fs::path base = fs::path(options.outDir) / record.runId;
+    const std::string manifest = manifestJson(record).dump(2);
+    writeRunPng(base.string() + ".png", toRgb8(result.image), record.config, manifest);
+    writeFileAtomically(base.string() + ".csv", timingsCsv(record));
+    writeFileAtomically(base.string() + ".json", manifest);
+
+    const double seconds = record.totalMs / 1000.0;
+    long long evaluations = 0;
+    for (const auto& batch : record.batches) evaluations += static_cast<long long>(batch.tileIds.size());
+    std::cout << record.status << ": " << record.stepsRun << " steps in " << fixed(seconds, 2) << " s (prepare "
+              << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations << " tile evaluations, "
+              << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
+              << "image     " << base.string() << ".png\n"
+              << "timings   " << base.string() << ".csv\n"
+              << "manifest  " << base.string() << ".json\n";
+    for (const auto& message : record.messages) std::cerr << "note: " << message << "\n";
+    return record.status == "cancelled" ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    CliOptions options;
+    try {
+        options = parseCliOptions(args);
+    } catch (const ValidationError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    }
+    if (options.command == CliCommand::Version) {
+        std::cout << "tessera-cli " << TESSERA_VERSION << "\n";
+        return kExitOk;
+    }
+    if (options.help || options.command == CliCommand::Help) {
+        std::cout << cliUsage(options.command);
+        return kExitOk;
+    }
+    try {
+        switch (options.command) {
+            case CliCommand::Plan: return cmdPlan(options);
+            case CliCommand::Render: return cmdRender(options);
+            case CliCommand::Info: return cmdInfo(options);
+            default: return kExitOk;
+        }
+    } catch (const InputError& e) {
+        std::cerr << "tessera-cli: " << e.message << "\n";
+        return kExitInvalid;
+    } catch (const ValidationError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const ModelError& e) {
+        std::cerr << "tessera-cli: model: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const PngError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitFailure;
+    } catch (const std::exception& e) {
+        std::cerr << "tessera-cli: failed: " << e.what() << "\n";
+        return kExitFailure;
+    }
+}

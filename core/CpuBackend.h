@@ -1,0 +1,156 @@
+// CpuBackend: the float32 reference evaluation of the UNet on the host, walking UNetGraph.
+// Convolutions are im2col + OpenBLAS sgemm per image, GroupNorm statistics in double,
+// attention as GEMMs with a max-subtracted float softmax. Qt-free.
+//
+// Threads: OpenBLAS threads run the GEMMs; a small worker pool runs im2col, GroupNorm,
+// softmax and elementwise loops. Every output element is computed by exactly one thread in a
+// fixed order, so results do not depend on the thread count.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/Backend.h"
+#include "core/UNetGraph.h"
+
+namespace tessera {
+
+namespace cpu {
+
+// A fixed set of worker threads running parallelFor. The calling thread takes part, so a
+// pool of 1 runs everything inline. Not reentrant: call parallelFor from one thread at a time.
+class WorkerPool {
+public:
+    explicit WorkerPool(int threads);  // threads <= 0: std::thread::hardware_concurrency()
+    ~WorkerPool();
+    WorkerPool(const WorkerPool&) = delete;
+    WorkerPool& operator=(const WorkerPool&) = delete;
+
+    int threads() const { return static_cast<int>(workers_.size()) + 1; }
+    // Calls body(i) for i in [0, n); contiguous index ranges per thread; blocks until done.
+    template <class F>
+    void parallelFor(std::int64_t n, F&& body) {
+        run(n, [](void* ctx, std::int64_t i) { (*static_cast<F*>(ctx))(i); }, &body);
+    }
+
+private:
+    using Task = void (*)(void*, std::int64_t);
+    void run(std::int64_t n, Task task, void* ctx);
+    void workerLoop(int index);
+    void runShare(int index, int parts);
+
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable wake_, done_;
+    std::uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+    Task task_ = nullptr;
+    void* ctx_ = nullptr;
+    std::int64_t n_ = 0;
+};
+
+// The primitives CpuBackend composes; float32 NCHW, exposed for the unit tests.
+
+struct ConvShape {
+    int cin = 0, cout = 0, h = 0, w = 0;  // input
+    int kernel = 3, stride = 1;
+    int padTop = 1, padLeft = 1;          // zeros beyond the input on the other sides as needed
+    int hout = 0, wout = 0;
+    // kernel x kernel, stride 1, symmetric padding kernel/2.
+    static ConvShape same(int cin, int cout, int h, int w, int kernel);
+    // 3x3 stride 2 (§2.7): padding 0 pads one row/column at the bottom/right, padding p
+    // pads p on every side.
+    static ConvShape downsample(int channels, int h, int w, int padding);
+    std::int64_t colRows() const { return std::int64_t(cin) * kernel * kernel; }
+};
+
+// Output rows per im2col band so that the column buffer stays below maxColFloats.
+int convBandRows(const ConvShape&, std::int64_t maxColFloats);
+std::size_t convScratchFloats(const ConvShape&, int bandRows);
+
+// y = (conv(x) + bias + residual) * outScale for one image. residual may be null; y must not
+// alias x. col: convScratchFloats() floats (unused for 1x1 stride-1 convolutions).
+void conv2d(WorkerPool&, const ConvShape&, const float* x, const float* weight, const float* bias,
+            const float* residual, float outScale, float* y, float* col, int bandRows);
+
+// GroupNorm over [batch, channels, pixels] with statistics (mean, biased variance) in double:
+//   v = x + preAdd[b, c]  (preAdd [batch, channels] or null)
+//   y = (v - mean) / sqrt(var + eps) * gamma[c] + beta[c]
+//   y = y * (1 + scaleShift[b, c]) + scaleShift[b, channels + c]  (scaleShift [batch, 2*channels] or null)
+//   y = silu(y) when silu.  y may alias x.
+void groupNorm(WorkerPool&, int batch, int channels, std::int64_t pixels, int groups, float eps, const float* x,
+               const float* gamma, const float* beta, const float* preAdd, const float* scaleShift, bool silu,
+               float* y);
+
+// y[b, :] = x[b, :] W^T + bias (W [out, in]), then SiLU when silu.
+void linear(int batch, int in, int out, const float* x, const float* weight, const float* bias, bool silu, float* y);
+
+// §2.2 sinusoid, float32 in diffusers' order of operations; out [batch, dim].
+void timestepEmbedding(const float* timesteps, int batch, int dim, int freqShift, bool flipSinToCos, float* out);
+
+// Nearest x2 over `planes` planes of h x w.
+void upsampleNearest2x(WorkerPool&, std::int64_t planes, int h, int w, const float* x, float* y);
+
+struct AttentionWeights {
+    const float* normGamma = nullptr;  // null: no GroupNorm
+    const float* normBeta = nullptr;
+    int groups = 0;
+    float eps = 1e-5f;
+    const float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
+    const float *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
+};
+// Query rows per score block so the score buffer stays below maxScoreFloats.
+int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats);
+std::size_t attentionScratchFloats(int channels, std::int64_t pixels, int queryBlock);
+// §2.6 for one image x [channels, pixels]: y = (to_out(softmax(Q K^T / sqrt(d)) V) + x) * outScale,
+// heads of d = channels / heads channels. y must not alias x.
+void attention(WorkerPool&, int channels, std::int64_t pixels, int heads, const AttentionWeights&, const float* x,
+               float outScale, float* y, float* scratch, int queryBlock);
+
+}  // namespace cpu
+
+class CpuBackend : public Backend {
+public:
+    // threads <= 0: all hardware threads. Sets OpenBLAS's thread count to the same number
+    // (a process-wide setting) in prepare().
+    explicit CpuBackend(int threads = 0);
+    ~CpuBackend() override;
+
+    BackendInfo info() const override;
+    // Throws std::invalid_argument for a bad shape, ModelError for a missing/mis-shaped weight.
+    void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
+    void forward(const float* x, const float* timesteps, int batch, float* out) override;
+
+    const UNetGraph& graph() const { return graph_; }
+    // Floats held by activation buffers and scratch after prepare() (for memory reports).
+    std::size_t preparedFloats() const;
+
+private:
+    struct OpWeights {
+        const float* weight = nullptr;
+        const float* bias = nullptr;
+        cpu::AttentionWeights attn;
+        cpu::ConvShape conv;
+        int bandRows = 1;
+    };
+    void runOp(std::size_t index, int batch);
+
+    cpu::WorkerPool pool_;
+    std::string cpuName_;
+    const UNetModel* model_ = nullptr;
+    UNetGraph graph_;
+    int batch_ = 0, tileH_ = 0, tileW_ = 0;
+    int queryBlock_ = 1;
+    std::vector<OpWeights> weights_;         // per op
+    std::vector<std::vector<float>> buffers_;  // pooled activation storage
+    std::vector<int> bufferOf_;              // value -> buffer index
+    std::vector<float> scratch_;             // im2col columns / attention work space
+};
+
+}  // namespace tessera

@@ -1,0 +1,451 @@
+#include "core/RunRecordIO.h"
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+namespace tessera {
+
+namespace {
+
+// Locale-independent fixed-point text (std::to_chars ignores the C locale, which Qt
+// applications set from the environment, e.g. a decimal comma).
+std::string fixed(double v, int decimals) {
+    if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
+    return std::string(buf, r.ptr);
+}
+
+std::string shortest(float v) {
+    if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+}
+
+std::string csvField(const std::string& s) {
+    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (const char c : s) {
+        if (c == '"') q += '"';
+        q += c;
+    }
+    return q + '"';
+}
+
+std::string joinIds(const std::vector<int>& ids, char sep) {
+    std::string s;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (i) s += sep;
+        s += std::to_string(ids[i]);
+    }
+    return s;
+}
+
+// nlohmann writes NaN/inf as null; read null back as NaN rather than failing.
+class ManifestReader {
+public:
+    explicit ManifestReader(std::string path) : path_(std::move(path)) {}
+
+    template <typename T>
+    void read(const nlohmann::json& obj, const char* key, T& out) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return;
+        const std::string where = path_.empty() ? key : path_ + "." + key;
+        if constexpr (std::is_same_v<T, std::string>) {
+            if (!it->is_string()) fail(where, "a string");
+            out = it->template get<std::string>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+            if (!it->is_boolean()) fail(where, "true or false");
+            out = it->template get<bool>();
+        } else if constexpr (std::is_integral_v<T>) {
+            if (!it->is_number_integer()) fail(where, "an integer");
+            out = it->template get<T>();
+        } else {
+            if (it->is_null()) {
+                out = std::numeric_limits<T>::quiet_NaN();
+                return;
+            }
+            if (!it->is_number()) fail(where, "a number");
+            out = it->template get<T>();
+        }
+    }
+
+    // An array of objects: calls fn(element, elementPath) for each.
+    template <typename Fn>
+    void readArray(const nlohmann::json& obj, const char* key, Fn&& fn) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return;
+        const std::string where = path_.empty() ? key : path_ + "." + key;
+        if (!it->is_array()) fail(where, "an array");
+        for (std::size_t i = 0; i < it->size(); ++i) fn((*it)[i], ManifestReader(where + "[" + std::to_string(i) + "]"));
+    }
+
+    const nlohmann::json& object(const nlohmann::json& obj, const char* key, const nlohmann::json& empty) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return empty;
+        if (!it->is_object()) fail(path_.empty() ? key : path_ + "." + key, "an object");
+        return *it;
+    }
+
+    void requireObject(const nlohmann::json& j) const {
+        if (!j.is_object()) fail(path_.empty() ? "manifest" : path_, "an object");
+    }
+
+    [[noreturn]] static void fail(const std::string& where, const char* what) {
+        throw std::runtime_error("manifest: '" + where + "' must be " + what);
+    }
+
+private:
+    std::string path_;
+};
+
+std::string randomHex32() {
+    std::random_device device;
+    const std::uint32_t bits = device();
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", bits);
+    return buf;
+}
+
+std::string systemError(int error) {
+    return std::strerror(error);
+}
+
+}  // namespace
+
+std::string timingsCsv(const RunRecord& record) {
+    std::string out = "run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib\n";
+    const std::string runId = csvField(record.runId);
+    for (const TileBatchTiming& b : record.batches) {
+        out += runId;
+        out += ',' + std::to_string(b.step);
+        out += ',' + shortest(b.timestep);
+        out += ',' + std::to_string(b.batchIndex);
+        out += ',' + joinIds(b.tileIds, ';');
+        out += ',' + (b.gpuMs >= 0 ? fixed(b.gpuMs, 4) : std::string());
+        out += ',' + fixed(b.hostMs, 4);
+        out += ',' + (b.deviceMiB >= 0 ? fixed(b.deviceMiB, 2) : std::string());
+        out += '\n';
+    }
+    return out;
+}
+
+nlohmann::json manifestJson(const RunRecord& r) {
+    using nlohmann::json;
+    json steps = json::array();
+    for (const StepTiming& s : r.steps)
+        steps.push_back({{"step", s.step},
+                         {"timestep", s.timestep},
+                         {"gpu_ms", s.gpuMs},
+                         {"host_enqueue_ms", s.hostEnqueueMs},
+                         {"wall_ms", s.wallMs}});
+    json batches = json::array();
+    for (const TileBatchTiming& b : r.batches)
+        batches.push_back({{"step", b.step},
+                           {"timestep", b.timestep},
+                           {"batch", b.batchIndex},
+                           {"tile_ids", b.tileIds},
+                           {"gpu_ms", b.gpuMs},
+                           {"host_ms", b.hostMs},
+                           {"device_mib", b.deviceMiB}});
+    json memory = json::array();
+    for (const MemorySample& m : r.memory)
+        memory.push_back({{"t_ms", m.tMs}, {"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}});
+
+    json j;
+    j["schema_version"] = RunRecord::kSchemaVersion;
+    j["run_id"] = r.runId;
+    j["started_at"] = r.startedAt;
+    j["status"] = r.status;
+    j["error"] = r.error;
+    j["config"] = toJson(r.config);
+    j["model_name"] = r.modelName;
+    j["model_hash"] = r.modelHash;
+    j["environment"] = {{"tessera_version", r.environment.tesseraVersion},
+                        {"backend", r.environment.backend},
+                        {"device", r.environment.device},
+                        {"driver", r.environment.driver},
+                        {"host", r.environment.host},
+                        {"threads", r.environment.threads}};
+    j["tile_count"] = r.tileCount;
+    j["tile_w"] = r.tileW;
+    j["tile_h"] = r.tileH;
+    j["steps_run"] = r.stepsRun;
+    j["timesteps"] = r.timesteps;
+    j["steps"] = std::move(steps);
+    j["batches"] = std::move(batches);
+    j["memory"] = std::move(memory);
+    j["graphs"] = {{"mode", r.graphs.mode},
+                   {"fallback_reason", r.graphs.fallbackReason},
+                   {"captures", r.graphs.captures},
+                   {"hits", r.graphs.hits},
+                   {"misses", r.graphs.misses},
+                   {"evictions", r.graphs.evictions},
+                   {"updates", r.graphs.updates},
+                   {"instantiations", r.graphs.instantiations},
+                   {"nodes", r.graphs.nodes},
+                   {"capture_ms", r.graphs.captureMs},
+                   {"instantiate_ms", r.graphs.instantiateMs},
+                   {"graph_mem_mib", r.graphs.graphMemMiB}};
+    j["memory_plan"] = {{"weights_mib", r.memoryPlan.weightsMiB},
+                        {"activations_mib", r.memoryPlan.activationsMiB},
+                        {"workspace_mib", r.memoryPlan.workspaceMiB},
+                        {"canvas_mib", r.memoryPlan.canvasMiB},
+                        {"total_mib", r.memoryPlan.totalMiB}};
+    j["prepare_ms"] = r.prepareMs;
+    j["total_ms"] = r.totalMs;
+    j["peak_device_mib"] = r.peakDeviceMiB;
+    j["image_sha256"] = r.imageSha256;
+    j["messages"] = r.messages;
+    return j;
+}
+
+RunRecord runRecordFromManifest(const nlohmann::json& j) {
+    const ManifestReader top("");
+    top.requireObject(j);
+    int version = 0;
+    if (!j.contains("schema_version")) throw std::runtime_error("manifest: 'schema_version' is missing");
+    top.read(j, "schema_version", version);
+    if (version < 1 || version > RunRecord::kSchemaVersion)
+        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) + " is not supported (this build reads 1 to " +
+                                 std::to_string(RunRecord::kSchemaVersion) + ")");
+
+    const nlohmann::json empty = nlohmann::json::object();
+    RunRecord r;
+    top.read(j, "run_id", r.runId);
+    top.read(j, "started_at", r.startedAt);
+    top.read(j, "status", r.status);
+    top.read(j, "error", r.error);
+    if (j.contains("config")) r.config = runConfigFromJson(top.object(j, "config", empty));
+    top.read(j, "model_name", r.modelName);
+    top.read(j, "model_hash", r.modelHash);
+
+    const nlohmann::json& env = top.object(j, "environment", empty);
+    const ManifestReader envReader("environment");
+    envReader.read(env, "tessera_version", r.environment.tesseraVersion);
+    envReader.read(env, "backend", r.environment.backend);
+    envReader.read(env, "device", r.environment.device);
+    envReader.read(env, "driver", r.environment.driver);
+    envReader.read(env, "host", r.environment.host);
+    envReader.read(env, "threads", r.environment.threads);
+
+    top.read(j, "tile_count", r.tileCount);
+    top.read(j, "tile_w", r.tileW);
+    top.read(j, "tile_h", r.tileH);
+    top.read(j, "steps_run", r.stepsRun);
+    if (const auto it = j.find("timesteps"); it != j.end()) {
+        if (!it->is_array()) ManifestReader::fail("timesteps", "an array of numbers");
+        for (const auto& t : *it) {
+            if (!t.is_number()) ManifestReader::fail("timesteps", "an array of numbers");
+            r.timesteps.push_back(t.get<float>());
+        }
+    }
+    top.readArray(j, "steps", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        StepTiming s;
+        in.read(e, "step", s.step);
+        in.read(e, "timestep", s.timestep);
+        in.read(e, "gpu_ms", s.gpuMs);
+        in.read(e, "host_enqueue_ms", s.hostEnqueueMs);
+        in.read(e, "wall_ms", s.wallMs);
+        r.steps.push_back(s);
+    });
+    top.readArray(j, "batches", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        TileBatchTiming b;
+        in.read(e, "step", b.step);
+        in.read(e, "timestep", b.timestep);
+        in.read(e, "batch", b.batchIndex);
+        if (const auto it = e.find("tile_ids"); it != e.end()) {
+            if (!it->is_array()) ManifestReader::fail("batches[].tile_ids", "an array of integers");
+            for (const auto& id : *it) {
+                if (!id.is_number_integer()) ManifestReader::fail("batches[].tile_ids", "an array of integers");
+                b.tileIds.push_back(id.get<int>());
+            }
+        }
+        in.read(e, "gpu_ms", b.gpuMs);
+        in.read(e, "host_ms", b.hostMs);
+        in.read(e, "device_mib", b.deviceMiB);
+        r.batches.push_back(std::move(b));
+    });
+    top.readArray(j, "memory", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        MemorySample m;
+        in.read(e, "t_ms", m.tMs);
+        in.read(e, "used_mib", m.usedMiB);
+        in.read(e, "arena_mib", m.arenaMiB);
+        r.memory.push_back(m);
+    });
+
+    const nlohmann::json& g = top.object(j, "graphs", empty);
+    const ManifestReader gr("graphs");
+    gr.read(g, "mode", r.graphs.mode);
+    gr.read(g, "fallback_reason", r.graphs.fallbackReason);
+    gr.read(g, "captures", r.graphs.captures);
+    gr.read(g, "hits", r.graphs.hits);
+    gr.read(g, "misses", r.graphs.misses);
+    gr.read(g, "evictions", r.graphs.evictions);
+    gr.read(g, "updates", r.graphs.updates);
+    gr.read(g, "instantiations", r.graphs.instantiations);
+    gr.read(g, "nodes", r.graphs.nodes);
+    gr.read(g, "capture_ms", r.graphs.captureMs);
+    gr.read(g, "instantiate_ms", r.graphs.instantiateMs);
+    gr.read(g, "graph_mem_mib", r.graphs.graphMemMiB);
+
+    const nlohmann::json& mp = top.object(j, "memory_plan", empty);
+    const ManifestReader mr("memory_plan");
+    mr.read(mp, "weights_mib", r.memoryPlan.weightsMiB);
+    mr.read(mp, "activations_mib", r.memoryPlan.activationsMiB);
+    mr.read(mp, "workspace_mib", r.memoryPlan.workspaceMiB);
+    mr.read(mp, "canvas_mib", r.memoryPlan.canvasMiB);
+    mr.read(mp, "total_mib", r.memoryPlan.totalMiB);
+
+    top.read(j, "prepare_ms", r.prepareMs);
+    top.read(j, "total_ms", r.totalMs);
+    top.read(j, "peak_device_mib", r.peakDeviceMiB);
+    top.read(j, "image_sha256", r.imageSha256);
+    if (const auto it = j.find("messages"); it != j.end()) {
+        if (!it->is_array()) ManifestReader::fail("messages", "an array of strings");
+        for (const auto& m : *it) {
+            if (!m.is_string()) ManifestReader::fail("messages", "an array of strings");
+            r.messages.push_back(m.get<std::string>());
+        }
+    }
+    return r;
+}
+
+nlohmann::json chromeTrace(const std::vector<const RunRecord*>& runs) {
+    using nlohmann::json;
+    constexpr int kStepThread = 1, kBatchThread = 2;
+    json events = json::array();
+    int pid = 0;
+    for (const RunRecord* run : runs) {
+        ++pid;
+        if (!run) continue;
+        const std::string name = run->config.label.empty() ? run->runId : run->runId + " " + run->config.label;
+        events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
+        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kStepThread}, {"args", {{"name", "steps"}}}});
+        events.push_back(
+            {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kBatchThread}, {"args", {{"name", "tile batches"}}}});
+
+        const double prepareUs = std::max(run->prepareMs, 0.0) * 1000.0;
+        events.push_back({{"name", "prepare"}, {"cat", "run"}, {"ph", "X"}, {"pid", pid}, {"tid", kStepThread},
+                          {"ts", 0.0}, {"dur", prepareUs}});
+        double stepStartUs = prepareUs;
+        for (const StepTiming& s : run->steps) {
+            const double durUs = std::max(s.wallMs, 0.0) * 1000.0;
+            events.push_back({{"name", "step " + std::to_string(s.step)},
+                              {"cat", "step"},
+                              {"ph", "X"},
+                              {"pid", pid},
+                              {"tid", kStepThread},
+                              {"ts", stepStartUs},
+                              {"dur", durUs},
+                              {"args",
+                               {{"step", s.step},
+                                {"timestep", s.timestep},
+                                {"gpu_ms", s.gpuMs},
+                                {"host_enqueue_ms", s.hostEnqueueMs},
+                                {"wall_ms", s.wallMs}}}});
+            double batchStartUs = stepStartUs;
+            for (const TileBatchTiming& b : run->batches) {
+                if (b.step != s.step) continue;
+                const double batchUs = std::max(b.gpuMs >= 0 ? b.gpuMs : b.hostMs, 0.0) * 1000.0;
+                events.push_back({{"name", "batch " + std::to_string(b.batchIndex)},
+                                  {"cat", "tile_batch"},
+                                  {"ph", "X"},
+                                  {"pid", pid},
+                                  {"tid", kBatchThread},
+                                  {"ts", batchStartUs},
+                                  {"dur", batchUs},
+                                  {"args",
+                                   {{"step", b.step},
+                                    {"batch", b.batchIndex},
+                                    {"tiles", joinIds(b.tileIds, ';')},
+                                    {"gpu_ms", b.gpuMs},
+                                    {"host_ms", b.hostMs},
+                                    {"device_mib", b.deviceMiB}}}});
+                batchStartUs += batchUs;
+            }
+            stepStartUs += durUs;
+        }
+        for (const MemorySample& m : run->memory)
+            events.push_back({{"name", "memory"},
+                              {"ph", "C"},
+                              {"pid", pid},
+                              {"ts", prepareUs + m.tMs * 1000.0},
+                              {"args", {{"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}}}});
+    }
+    return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
+void writeFileAtomically(const std::string& path, const std::string& bytes) {
+    auto fail = [&path](const std::string& what, int error) {
+        throw std::runtime_error("cannot write '" + path + "': " + what + (error ? ": " + systemError(error) : std::string()));
+    };
+    std::string tmp;
+    std::FILE* file = nullptr;
+    // "x": fail if the name exists, so two writers never share a temporary file.
+    for (int attempt = 0; attempt < 16 && !file; ++attempt) {
+        tmp = path + ".tmp-" + randomHex32();
+        errno = 0;
+        file = std::fopen(tmp.c_str(), "wbx");
+        if (!file && errno != EEXIST) fail("cannot create '" + tmp + "'", errno);
+    }
+    if (!file) fail("cannot create a temporary file next to it", EEXIST);
+
+    bool ok = bytes.empty() || std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
+    int error = ok ? 0 : errno;
+    if (ok && std::fflush(file) != 0) {
+        ok = false;
+        error = errno;
+    }
+#if defined(__unix__) || defined(__APPLE__)
+    // The data must be on disk before the rename makes it visible, or a crash can leave an empty file.
+    if (ok && ::fsync(::fileno(file)) != 0) {
+        ok = false;
+        error = errno;
+    }
+#endif
+    if (std::fclose(file) != 0 && ok) {
+        ok = false;
+        error = errno;
+    }
+    if (!ok) {
+        std::remove(tmp.c_str());
+        fail("writing '" + tmp + "' failed", error);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        error = errno;
+        std::remove(tmp.c_str());
+        fail("renaming '" + tmp + "' failed", error);
+    }
+}
+
+std::string newRunId() {
+    const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm utc{};
+#if defined(_WIN32)
+    gmtime_s(&utc, &now);
+#else
+    gmtime_r(&now, &utc);
+#endif
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+    return std::string(stamp) + "-" + randomHex32();
+}
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+// Writers (and the manifest reader) for core/RunRecord.h: the per-batch timings CSV, the
+// JSON manifest, a Chrome trace (chrome://tracing, Perfetto) and an atomic file write.
+// Qt-free; numbers are written locale-independently.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/RunRecord.h"
+#include "core/Sha256.h"
+
+namespace tessera {
+
+// One row per (step, tile batch), in record order, with the header
+//   run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib
+// tile_ids joined with ';'. gpu_ms and device_mib are empty where not measured (< 0).
+// Lines end in "\n".
+std::string timingsCsv(const RunRecord& record);
+
+// Everything in the record, with "schema_version": RunRecord::kSchemaVersion and the
+// config as tessera::toJson(RunConfig). Keys are snake_case.
+nlohmann::json manifestJson(const RunRecord& record);
+
+// Reads manifestJson's output back. Missing keys keep RunRecord's defaults; a wrong type,
+// or a schema_version newer than this build's, throws std::runtime_error naming the key.
+// The config is read with runConfigFromJson (ValidationError on bad config fields).
+RunRecord runRecordFromManifest(const nlohmann::json& manifest);
+
+// Chrome trace-event JSON ({"traceEvents": [...], "displayTimeUnit": "ms"}). Run i is
+// process pid i + 1 (named after its run id and label). Its timeline, in microseconds from
+// 0: "prepare" [0, prepareMs), then the steps back to back (duration wallMs) on thread 1;
+// on thread 2 each step's tile batches back to back from the step's start (duration
+// gpuMs where measured, else hostMs); memory samples as counter events ("ph": "C") at
+// prepareMs + tMs. Null pointers are skipped.
+nlohmann::json chromeTrace(const std::vector<const RunRecord*>& runs);
+
+// Writes bytes to path + ".tmp-XXXXXXXX" in the same folder, flushes it, then renames it
+// over path, so readers see the old file or the whole new one. On any failure the temporary
+// file is removed, an existing file at path is left untouched, and std::runtime_error
+// names the path and the system's error text.
+void writeFileAtomically(const std::string& path, const std::string& bytes);
+
+// "YYYYMMDD-HHMMSS-xxxxxxxx": UTC time and 32 random bits (hex), unique per run.
+std::string newRunId();
+
+}  // namespace tessera

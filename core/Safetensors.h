@@ -1,0 +1,121 @@
+// safetensors files (shared/spec/unet2d.md §4): a validating, memory-mapped reader and a
+// small writer for tests and tools. Qt-free.
+//
+// The reader checks everything a hostile or damaged file could get wrong before any tensor
+// is touched: the header length is bounded and inside the file, the header is a JSON object,
+// every tensor has a known dtype, a valid shape and data_offsets whose length equals
+// numel * sizeof(dtype), and the ranges, sorted by their start, tile the data buffer exactly
+// (no gap, no overlap, nothing after the last one). Only the header's padding and key order
+// are taken as they come (older writers do not pad; the spec says not to rely on order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+// Every dtype the format defines (spec §4). Only F32, F16 and BF16 can be read as float32.
+enum class SafetensorsDtype {
+    BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64,
+    F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F4, F6_E2M3, F6_E3M2
+};
+
+std::string_view toString(SafetensorsDtype);
+// Throws SafetensorsError for a name the format does not define.
+SafetensorsDtype parseSafetensorsDtype(std::string_view);
+// Bits per element (4 and 6 for the sub-byte float formats, 8..64 otherwise).
+int bitsPerElement(SafetensorsDtype);
+
+// A file that is not valid safetensors, or a tensor that cannot be read as asked.
+// what() names the file and, where it applies, the tensor.
+class SafetensorsError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct SafetensorsTensorInfo {
+    std::string name;
+    SafetensorsDtype dtype = SafetensorsDtype::F32;
+    std::vector<std::int64_t> shape;  // [] = scalar
+    std::uint64_t begin = 0;          // byte offsets inside the data buffer, end exclusive
+    std::uint64_t end = 0;
+    std::int64_t numel() const;
+    std::uint64_t byteSize() const { return end - begin; }
+};
+
+// A read-only memory map of one safetensors file. Move-only; unmaps on destruction.
+class SafetensorsFile {
+public:
+    static constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+    // Maps and validates `path`. Throws SafetensorsError ("<path>: ...") on any defect.
+    explicit SafetensorsFile(const std::string& path);
+    ~SafetensorsFile();
+    SafetensorsFile(SafetensorsFile&&) noexcept;
+    SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+    SafetensorsFile(const SafetensorsFile&) = delete;
+    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    // The optional "__metadata__" string map (typically {"format": "pt"}).
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
+    // All tensors, ordered by their position in the data buffer.
+    const std::vector<SafetensorsTensorInfo>& tensors() const { return tensors_; }
+    // nullptr when absent.
+    const SafetensorsTensorInfo* find(const std::string& name) const;
+    bool has(const std::string& name) const { return find(name) != nullptr; }
+
+    // Raw little-endian bytes of a tensor (may be unaligned: copy, do not reinterpret).
+    std::span<const std::byte> bytes(const SafetensorsTensorInfo&) const;
+    // The whole file, e.g. for hashing.
+    std::span<const std::byte> fileBytes() const;
+
+    // The tensor upcast to float32 (F32, F16, BF16). Throws SafetensorsError naming the
+    // file, the tensor and its dtype for a missing tensor or any other dtype.
+    std::vector<float> readFloat32(const std::string& name) const;
+    std::vector<float> readFloat32(const SafetensorsTensorInfo&) const;
+
+private:
+    void unmap() noexcept;
+
+    std::string path_;
+    const std::byte* map_ = nullptr;
+    std::size_t mapSize_ = 0;
+    std::size_t dataOffset_ = 0;  // 8 + header length
+    std::map<std::string, std::string> metadata_;
+    std::vector<SafetensorsTensorInfo> tensors_;
+    std::map<std::string, std::size_t, std::less<>> index_;
+};
+
+// One tensor to write: bytes must hold exactly numel * sizeof(dtype) little-endian bytes.
+struct SafetensorsTensorData {
+    SafetensorsDtype dtype = SafetensorsDtype::F32;
+    std::vector<std::int64_t> shape;
+    std::vector<std::byte> bytes;
+};
+
+// Writes a safetensors file the way the reference writer does: header padded with spaces
+// to a multiple of 8, tensors laid out by descending dtype alignment, then name.
+// Throws SafetensorsError naming the tensor whose byte count does not match its shape,
+// or the file when it cannot be written.
+void writeSafetensors(const std::string& path, const std::map<std::string, SafetensorsTensorData>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// float32 values encoded as F32, F16 (round to nearest even) or BF16 (round to nearest even)
+// bytes; throws SafetensorsError for other dtypes. For tests and tools.
+std::vector<std::byte> encodeFloats(SafetensorsDtype, std::span<const float>);
+float halfToFloat(std::uint16_t bits);
+std::uint16_t floatToHalf(float value);
+float bfloat16ToFloat(std::uint16_t bits);
+std::uint16_t floatToBfloat16(float value);
+
+// "[256, 128, 3, 3]" — the format used in every shape message.
+std::string shapeToString(std::span<const std::int64_t>);
+
+}  // namespace tessera

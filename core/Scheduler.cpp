@@ -1,0 +1,444 @@
+#include "core/Scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+namespace {
+
+// NumPy's np.round / np.rint: half to even (the default FE_TONEAREST mode of nearbyint).
+double roundHalfEven(double v) { return std::nearbyint(v); }
+
+// numpy.linspace(0, stop, n) in float64: i * (stop / (n - 1)), the last value exactly stop.
+std::vector<double> numpyLinspaceFromZero(double stop, int n) {
+    std::vector<double> y(static_cast<std::size_t>(n), 0.0);
+    if (n < 2) return y;
+    const double step = stop / (n - 1);
+    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = i * step;
+    y.back() = stop;
+    return y;
+}
+
+// numpy.arange(Tn, 0, -Tn/n) rounded half-to-even, first n values. NumPy fills
+// arange as start + i * delta with delta = (start + step) - start.
+std::vector<double> trailingValues(int numTrainTimesteps, int n) {
+    const double start = numTrainTimesteps;
+    const double ratio = start / n;
+    const double delta = (start - ratio) - start;
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = roundHalfEven(start + i * delta);
+    return v;
+}
+
+std::string str(double v) {
+    std::string s = std::to_string(v);
+    // to_string prints 6 decimals; trim trailing zeros for readable messages.
+    if (s.find('.') != std::string::npos) {
+        s.erase(s.find_last_not_of('0') + 1);
+        if (s.back() == '.') s.pop_back();
+    }
+    return s;
+}
+
+void checkOptions(const SchedulerOptions& o) {
+    if (o.numTrainTimesteps < 1 || o.numTrainTimesteps > 100000)
+        throw ValidationError("num_train_timesteps", "num_train_timesteps: " + std::to_string(o.numTrainTimesteps) +
+                                                         " is not allowed; it must be between 1 and 100000");
+    if (o.betaSchedule != BetaSchedule::SquaredCosCapV2) {
+        if (!(o.betaStart >= 0.0f && o.betaStart < 1.0f))
+            throw ValidationError("beta_start", "beta_start: " + str(o.betaStart) + " is not allowed; it must be in [0, 1)");
+        if (!(o.betaEnd >= 0.0f && o.betaEnd < 1.0f))
+            throw ValidationError("beta_end", "beta_end: " + str(o.betaEnd) + " is not allowed; it must be in [0, 1)");
+    }
+    if (o.clipSample && !(o.clipSampleRange > 0.0f))
+        throw ValidationError("clip_sample_range", "clip_sample_range: " + str(o.clipSampleRange) +
+                                                       " is not allowed; it must be positive when clip_sample is on");
+    if (!(o.eta >= 0.0f) || !std::isfinite(o.eta))
+        throw ValidationError("eta", "eta: " + str(o.eta) + " is not allowed; it must be a finite number >= 0 (0 = deterministic DDIM)");
+}
+
+// x0 = ax * x + ae * out for DDPM/DDIM (ᾱ_t, 1 - ᾱ_t in double).
+void setX0(StepCoefficients& k, PredictionType type, double abarT, double betaT) {
+    switch (type) {
+    case PredictionType::Epsilon:
+        k.ax = static_cast<float>(1.0 / std::sqrt(abarT));
+        k.ae = static_cast<float>(-std::sqrt(betaT) / std::sqrt(abarT));
+        break;
+    case PredictionType::Sample:
+        k.ax = 0.0f;
+        k.ae = 1.0f;
+        break;
+    case PredictionType::VPrediction:
+        k.ax = static_cast<float>(std::sqrt(abarT));
+        k.ae = static_cast<float>(-std::sqrt(betaT));
+        break;
+    }
+}
+
+void setClip(StepCoefficients& k, const SchedulerOptions& o) {
+    k.clip = o.clipSample ? 1.0f : 0.0f;
+    k.clipRange = o.clipSampleRange;
+}
+
+// DDPMScheduler.step (spec §5.2): x_prev = μ(x0, x) + σ z, σ = 0 at t = 0.
+class DdpmScheduler final : public Scheduler {
+public:
+    explicit DdpmScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::DDPM, o) {}
+
+    void setTimesteps(int n) override {
+        checkSteps(n);
+        const std::vector<int> ts = spacedTimesteps(options_.numTrainTimesteps, n, options_.timestepSpacing, options_.stepsOffset);
+        std::vector<StepCoefficients> coeffs(ts.size());
+        for (std::size_t k = 0; k < ts.size(); ++k) {
+            const int t = ts[k];
+            const int prev = k + 1 < ts.size() ? ts[k + 1] : -1;  // the next entry, -1 after the last
+            const double abarT = alphasCumprod_[static_cast<std::size_t>(t)];
+            const double abarP = prev >= 0 ? static_cast<double>(alphasCumprod_[static_cast<std::size_t>(prev)]) : 1.0;
+            const double betaT = 1.0 - abarT, betaP = 1.0 - abarP;
+            const double alphaT = abarT / abarP, betaStepT = 1.0 - alphaT;  // a'_t, β'_t
+
+            StepCoefficients& c = coeffs[k];
+            setX0(c, options_.predictionType, abarT, betaT);
+            setClip(c, options_);
+            c.cx0 = static_cast<float>(std::sqrt(abarP) * betaStepT / betaT);
+            c.cx = static_cast<float>(std::sqrt(alphaT) * betaP / betaT);
+            if (t > 0) {
+                const double variance = std::max(betaP / betaT * betaStepT, 1e-20);
+                c.sigma = static_cast<float>(options_.varianceType == VarianceType::FixedLarge ? std::sqrt(betaStepT)
+                                                                                              : std::sqrt(variance));
+            }
+            c.timestep = static_cast<float>(t);
+        }
+        timesteps_.assign(ts.begin(), ts.end());
+        coefficients_ = std::move(coeffs);
+    }
+};
+
+// DDIMScheduler.step (spec §5.3); prev = t - Tn // N whatever the spacing.
+class DdimScheduler final : public Scheduler {
+public:
+    explicit DdimScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::DDIM, o) {}
+
+    void setTimesteps(int n) override {
+        checkSteps(n);
+        const std::vector<int> ts = spacedTimesteps(options_.numTrainTimesteps, n, options_.timestepSpacing, options_.stepsOffset);
+        const int ratio = options_.numTrainTimesteps / n;
+        const double finalAbar = options_.setAlphaToOne ? 1.0 : static_cast<double>(alphasCumprod_[0]);
+        const double eta = options_.eta;
+        std::vector<StepCoefficients> coeffs(ts.size());
+        for (std::size_t k = 0; k < ts.size(); ++k) {
+            const int t = ts[k];
+            const int prev = t - ratio;
+            const double abarT = alphasCumprod_[static_cast<std::size_t>(t)];
+            const double abarP = prev >= 0 ? static_cast<double>(alphasCumprod_[static_cast<std::size_t>(prev)]) : finalAbar;
+            const double betaT = 1.0 - abarT, betaP = 1.0 - abarP;
+
+            StepCoefficients& c = coeffs[k];
+            setX0(c, options_.predictionType, abarT, betaT);
+            setClip(c, options_);
+            // ε̂ from the unclipped prediction (use_clipped_model_output = false).
+            switch (options_.predictionType) {
+            case PredictionType::Epsilon:
+                c.ee = 1.0f;
+                break;
+            case PredictionType::Sample:  // ε̂ = (x - √ᾱ_t · out) / √b_t
+                c.ee = static_cast<float>(-std::sqrt(abarT) / std::sqrt(betaT));
+                c.ex = static_cast<float>(1.0 / std::sqrt(betaT));
+                break;
+            case PredictionType::VPrediction:  // ε̂ = √ᾱ_t · v + √b_t · x
+                c.ee = static_cast<float>(std::sqrt(abarT));
+                c.ex = static_cast<float>(std::sqrt(betaT));
+                break;
+            }
+            const double variance = betaP / betaT * (1.0 - abarT / abarP);
+            const double stdDev = eta * std::sqrt(std::max(variance, 0.0));
+            c.cx0 = static_cast<float>(std::sqrt(abarP));
+            c.ceps = static_cast<float>(std::sqrt(std::max(1.0 - abarP - stdDev * stdDev, 0.0)));
+            c.sigma = eta > 0.0 ? static_cast<float>(stdDev) : 0.0f;
+            c.timestep = static_cast<float>(t);
+        }
+        timesteps_.assign(ts.begin(), ts.end());
+        coefficients_ = std::move(coeffs);
+    }
+};
+
+// EulerDiscreteScheduler (spec §5.4), s_churn = 0: x_next = x + (x - x0)/σ · (σ_next - σ).
+class EulerScheduler final : public Scheduler {
+public:
+    explicit EulerScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::Euler, o) {
+        // σ_train = ((1 - ᾱ) / ᾱ) ** 0.5 in float32 tensors, as diffusers computes it.
+        trainSigmas_.reserve(alphasCumprod_.size());
+        logTrainSigmas_.reserve(alphasCumprod_.size());
+        for (const float a : alphasCumprod_) {
+            const float s = std::sqrt((1.0f - a) / a);
+            trainSigmas_.push_back(s);
+            logTrainSigmas_.push_back(std::log(s));
+        }
+    }
+
+    void setTimesteps(int n) override {
+        checkSteps(n);
+        const int tn = options_.numTrainTimesteps;
+        std::vector<float> ts;
+        if (options_.timestepSpacing == TimestepSpacing::Linspace) {
+            const std::vector<double> y = numpyLinspaceFromZero(tn - 1, n);
+            for (auto it = y.rbegin(); it != y.rend(); ++it) ts.push_back(static_cast<float>(*it));
+        } else {
+            // Leading adds steps_offset in float32, trailing subtracts 1: same integers as DDIM.
+            const std::vector<int> ints = spacedTimesteps(tn, n, options_.timestepSpacing, options_.stepsOffset);
+            ts.assign(ints.begin(), ints.end());
+        }
+
+        std::vector<double> sig(ts.size());
+        for (std::size_t k = 0; k < ts.size(); ++k) sig[k] = interpSigma(ts[k]);
+        if (options_.karrasSigmas) {
+            // _convert_to_karras (rho = 7), then t_k recovered from σ_k (_sigma_to_t).
+            const double sigmaMax = sig.front(), sigmaMin = sig.back(), rho = 7.0;
+            const double maxInv = std::pow(sigmaMax, 1.0 / rho), minInv = std::pow(sigmaMin, 1.0 / rho);
+            const std::vector<double> ramp = numpyLinspaceFromZero(1.0, n);
+            for (std::size_t k = 0; k < sig.size(); ++k) {
+                sig[k] = std::pow(maxInv + ramp[k] * (minInv - maxInv), rho);
+                ts[k] = static_cast<float>(sigmaToT(sig[k]));
+            }
+        }
+
+        sigmas_.assign(sig.begin(), sig.end());  // float32, as diffusers stores them
+        sigmas_.push_back(0.0f);                 // final_sigmas_type "zero"
+        const float maxSigma = *std::max_element(sigmas_.begin(), sigmas_.end());
+        initNoiseSigma_ = options_.timestepSpacing == TimestepSpacing::Leading ? std::sqrt(maxSigma * maxSigma + 1.0f)
+                                                                               : maxSigma;
+
+        std::vector<StepCoefficients> coeffs(ts.size());
+        for (std::size_t k = 0; k < ts.size(); ++k) {
+            const double s = sigmas_[k], sNext = sigmas_[k + 1];
+            StepCoefficients& c = coeffs[k];
+            switch (options_.predictionType) {
+            case PredictionType::Epsilon:  // x0 = x - σ ε, and (x - x0)/σ is ε itself
+                c.ax = 1.0f;
+                c.ae = static_cast<float>(-s);
+                c.ee = 1.0f;
+                break;
+            case PredictionType::Sample:
+            case PredictionType::VPrediction:
+                if (!(s > 0.0))
+                    throw ValidationError("prediction_type", "prediction_type: Euler with '" +
+                                                                 std::string(toString(options_.predictionType)) +
+                                                                 "' needs sigma > 0 at every step; step " + std::to_string(k) +
+                                                                 " has sigma 0 (beta_start 0?)");
+                if (options_.predictionType == PredictionType::Sample) {
+                    c.ax = 0.0f;
+                    c.ae = 1.0f;
+                } else {  // x0 = out · (-σ / √(σ²+1)) + x / (σ²+1)
+                    c.ax = static_cast<float>(1.0 / (s * s + 1.0));
+                    c.ae = static_cast<float>(-s / std::sqrt(s * s + 1.0));
+                }
+                c.ex = static_cast<float>(1.0 / s);
+                c.e0 = static_cast<float>(-1.0 / s);
+                break;
+            }
+            c.cx = 1.0f;
+            c.ceps = static_cast<float>(sNext - s);
+            c.modelInputScale = static_cast<float>(1.0 / std::sqrt(s * s + 1.0));
+            c.timestep = ts[k];
+        }
+        timesteps_ = std::move(ts);
+        coefficients_ = std::move(coeffs);
+    }
+
+private:
+    // np.interp(t, arange(Tn), σ_train) in float64.
+    double interpSigma(double t) const {
+        const std::size_t last = trainSigmas_.size() - 1;
+        if (!(t > 0.0)) return trainSigmas_.front();
+        if (t >= static_cast<double>(last)) return trainSigmas_.back();
+        const auto j = static_cast<std::size_t>(std::floor(t));
+        const double y0 = trainSigmas_[j], y1 = trainSigmas_[j + 1];
+        const double slope = (y1 - y0) / 1.0;
+        return slope * (t - static_cast<double>(j)) + y0;
+    }
+
+    // EulerDiscreteScheduler._sigma_to_t: piecewise-linear in ln σ_train, clamped.
+    double sigmaToT(double sigma) const {
+        const double logSigma = std::log(std::max(sigma, 1e-10));
+        const std::size_t count = logTrainSigmas_.size();
+        if (count < 2) return 0.0;
+        // low = the last index with log σ_train <= log σ (0 if none), at most count - 2.
+        std::size_t low = 0;
+        for (std::size_t i = 0; i < count; ++i)
+            if (logSigma - static_cast<double>(logTrainSigmas_[i]) >= 0.0) low = i;
+        low = std::min(low, count - 2);
+        const float lowLog = logTrainSigmas_[low], highLog = logTrainSigmas_[low + 1];
+        const double denominator = static_cast<float>(lowLog - highLog);  // float32 in NumPy
+        double w = (static_cast<double>(lowLog) - logSigma) / denominator;
+        w = std::clamp(w, 0.0, 1.0);
+        return (1.0 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1);
+    }
+
+    std::vector<float> trainSigmas_, logTrainSigmas_;
+};
+
+}  // namespace
+
+std::vector<float> torchLinspace(float start, float end, int n) {
+    std::vector<float> out(static_cast<std::size_t>(std::max(n, 0)));
+    if (n <= 0) return out;
+    if (n == 1) {
+        out[0] = start;
+        return out;
+    }
+    // Built with -std=c++20 (no GNU extensions) GCC does not contract these into FMAs,
+    // so each product and sum is rounded to float32 exactly as PyTorch's scalar loop.
+    const float step = (end - start) / static_cast<float>(n - 1);
+    const int halfway = n / 2;
+    for (int i = 0; i < n; ++i) {
+        const float v = i < halfway ? start + step * static_cast<float>(i)
+                                    : end - step * static_cast<float>(n - 1 - i);
+        out[static_cast<std::size_t>(i)] = v;
+    }
+    return out;
+}
+
+std::vector<float> betaSchedule(const SchedulerOptions& o) {
+    checkOptions(o);
+    const int tn = o.numTrainTimesteps;
+    switch (o.betaSchedule) {
+    case BetaSchedule::Linear:
+        return torchLinspace(o.betaStart, o.betaEnd, tn);
+    case BetaSchedule::ScaledLinear: {
+        // Python takes beta ** 0.5 in double, torch.linspace then squares in float32.
+        std::vector<float> b = torchLinspace(static_cast<float>(std::sqrt(static_cast<double>(o.betaStart))),
+                                             static_cast<float>(std::sqrt(static_cast<double>(o.betaEnd))), tn);
+        for (float& v : b) v = v * v;
+        return b;
+    }
+    case BetaSchedule::SquaredCosCapV2: {
+        // betas_for_alpha_bar(cosine), max_beta 0.999, all in double, stored float32.
+        const double pi = 3.141592653589793;
+        auto alphaBar = [pi](double t) {
+            const double c = std::cos((t + 0.008) / 1.008 * pi / 2);
+            return c * c;
+        };
+        std::vector<float> b(static_cast<std::size_t>(tn));
+        for (int i = 0; i < tn; ++i) {
+            const double t1 = static_cast<double>(i) / tn, t2 = static_cast<double>(i + 1) / tn;
+            b[static_cast<std::size_t>(i)] = static_cast<float>(std::min(1.0 - alphaBar(t2) / alphaBar(t1), 0.999));
+        }
+        return b;
+    }
+    }
+    throw std::logic_error("betaSchedule: unknown BetaSchedule value");
+}
+
+std::vector<float> alphasCumprodFromBetas(const std::vector<float>& betas) {
+    std::vector<float> out(betas.size());
+    double product = 1.0;  // torch.cumprod's CPU accumulator for float32 is double
+    for (std::size_t i = 0; i < betas.size(); ++i) {
+        const float alpha = 1.0f - betas[i];
+        product *= static_cast<double>(alpha);
+        out[i] = static_cast<float>(product);
+    }
+    return out;
+}
+
+std::vector<int> spacedTimesteps(int numTrainTimesteps, int n, TimestepSpacing spacing, int stepsOffset) {
+    if (n < 1 || n > numTrainTimesteps)
+        throw ValidationError("steps", "steps: " + std::to_string(n) + " is not allowed; the scheduler needs between 1 and " +
+                                           std::to_string(numTrainTimesteps) + " steps (num_train_timesteps)");
+    std::vector<int> ts(static_cast<std::size_t>(n));
+    switch (spacing) {
+    case TimestepSpacing::Leading: {
+        const int ratio = numTrainTimesteps / n;
+        for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - 1 - k) * ratio + stepsOffset;
+        break;
+    }
+    case TimestepSpacing::Trailing: {
+        const std::vector<double> v = trailingValues(numTrainTimesteps, n);
+        for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = static_cast<int>(v[static_cast<std::size_t>(k)]) - 1;
+        break;
+    }
+    case TimestepSpacing::Linspace: {
+        const std::vector<double> y = numpyLinspaceFromZero(numTrainTimesteps - 1, n);
+        for (int k = 0; k < n; ++k)
+            ts[static_cast<std::size_t>(k)] = static_cast<int>(roundHalfEven(y[static_cast<std::size_t>(n - 1 - k)]));
+        break;
+    }
+    }
+    for (const int t : ts)
+        if (t < 0 || t >= numTrainTimesteps)
+            throw ValidationError("steps_offset", "steps_offset: " + std::to_string(stepsOffset) + " with " + std::to_string(n) +
+                                                      " steps gives timestep " + std::to_string(t) + ", outside [0, " +
+                                                      std::to_string(numTrainTimesteps - 1) + "]");
+    return ts;
+}
+
+Scheduler::Scheduler(SchedulerKind kind, const SchedulerOptions& options)
+    : kind_(kind), options_(options), betas_(betaSchedule(options)), alphasCumprod_(alphasCumprodFromBetas(betas_)) {
+    if (!(alphasCumprod_.back() > 0.0f))
+        throw ValidationError("beta_end", "beta_end: the noise schedule reaches alphas_cumprod = 0 (beta_start " +
+                                              str(options.betaStart) + ", beta_end " + str(options.betaEnd) +
+                                              "); every beta must stay below 1");
+}
+
+std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const SchedulerOptions& options) {
+    switch (kind) {
+    case SchedulerKind::DDPM:
+        return std::make_unique<DdpmScheduler>(options);
+    case SchedulerKind::DDIM:
+        return std::make_unique<DdimScheduler>(options);
+    case SchedulerKind::Euler:
+        return std::make_unique<EulerScheduler>(options);
+    }
+    throw std::invalid_argument("Scheduler::create: unknown SchedulerKind value");
+}
+
+void Scheduler::checkSteps(int n) const {
+    if (n < 1 || n > options_.numTrainTimesteps)
+        throw ValidationError("steps", "steps: " + std::to_string(n) + " is not allowed; the scheduler needs between 1 and " +
+                                           std::to_string(options_.numTrainTimesteps) + " steps (num_train_timesteps)");
+}
+
+void Scheduler::setTimesteps(int n) { checkSteps(n); }
+
+StepCoefficients Scheduler::coefficients(int stepIndex) const {
+    if (coefficients_.empty()) throw std::logic_error("Scheduler::coefficients: setTimesteps was not called");
+    if (stepIndex < 0 || stepIndex >= numSteps())
+        throw std::out_of_range("Scheduler::coefficients: step " + std::to_string(stepIndex) + " is outside [0, " +
+                                std::to_string(numSteps()) + ")");
+    return coefficients_[static_cast<std::size_t>(stepIndex)];
+}
+
+void Scheduler::step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n) const {
+    const StepCoefficients k = coefficients(stepIndex);
+    if (k.sigma != 0.0f && z == nullptr)
+        throw std::invalid_argument("Scheduler::step: step " + std::to_string(stepIndex) + " adds noise but z is null");
+    for (std::size_t i = 0; i < n; ++i) out[i] = applyStep(k, x[i], eps[i], z ? z[i] : 0.0f);
+}
+
+float Scheduler::alphaCumprodAt(float t) const {
+    if (std::isnan(t)) throw std::invalid_argument("Scheduler::alphaCumprodAt: timestep is NaN");
+    const double last = static_cast<double>(alphasCumprod_.size() - 1);
+    const double tc = std::clamp(static_cast<double>(t), 0.0, last);
+    const double j = std::floor(tc);
+    const auto i = static_cast<std::size_t>(j);
+    if (tc == j) return alphasCumprod_[i];
+    auto sigma = [this](std::size_t s) {
+        const float a = alphasCumprod_[s];
+        return static_cast<double>(std::sqrt((1.0f - a) / a));
+    };
+    const double s = sigma(i) + (tc - j) * (sigma(i + 1) - sigma(i));
+    return static_cast<float>(1.0 / (1.0 + s * s));
+}
+
+float Scheduler::alphaCumprodForStep(int stepIndex) const {
+    const StepCoefficients k = coefficients(stepIndex);  // validates the index
+    if (kind_ == SchedulerKind::Euler) {
+        const double s = sigmas_[static_cast<std::size_t>(stepIndex)];
+        return static_cast<float>(1.0 / (1.0 + s * s));
+    }
+    return alphaCumprodAt(k.timestep);
+}
+
+}  // namespace tessera

@@ -1,0 +1,102 @@
+// Scheduler: diffusers' noise schedules and the DDPM, DDIM and Euler samplers
+// (shared/spec/unet2d.md §5), each step reduced to the per-step scalars of
+// core/StepUpdate.h so that every backend applies the same arithmetic.
+//
+// Usage: create(kind, options), setTimesteps(N), then for k = 0 … N-1 feed the UNet
+// x * coefficients(k).modelInputScale with timestep coefficients(k).timestep and
+// update x with applyStep(coefficients(k), x, eps, z) (or step()). The initial noise
+// is N(0, 1) * initNoiseSigma().
+//
+// Precision: betas, alphas and ᾱ are float32 computed as PyTorch does on the CPU
+// (torch.linspace's float32 rule; torch.cumprod accumulates float32 input in double and
+// rounds each element). The per-step coefficients are derived in double from those
+// float32 tables and rounded to float once.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/RunConfig.h"
+#include "core/StepUpdate.h"
+
+namespace tessera {
+
+// torch.linspace(start, end, n, dtype=float32) on the CPU: step = (end - start) / (n - 1)
+// in float32; value i = start + step * i for i < n / 2, else end - step * (n - 1 - i).
+std::vector<float> torchLinspace(float start, float end, int n);
+
+// The training noise schedule β_0 … β_{Tn-1} (float32) for options.betaSchedule.
+// Throws ValidationError("num_train_timesteps" / "beta_start" / "beta_end") on bad values.
+std::vector<float> betaSchedule(const SchedulerOptions& options);
+
+// ᾱ_t = Π_{s ≤ t} (1 - β_s), as torch.cumprod on float32 (double accumulator, float results).
+std::vector<float> alphasCumprodFromBetas(const std::vector<float>& betas);
+
+// Integer timesteps of set_timesteps(n) for DDPM/DDIM (descending). Leading adds stepsOffset,
+// trailing and linspace do not (as diffusers). Rounding is NumPy's half-to-even.
+// Trailing returns exactly n values (NumPy's arange can yield one more, ending at t = -1,
+// for some n such as 61 of 1000; that extra entry is an upstream artefact and is dropped).
+// Throws ValidationError("steps") unless 1 <= n <= numTrainTimesteps, and
+// ValidationError("steps_offset") if a timestep would leave [0, Tn - 1].
+std::vector<int> spacedTimesteps(int numTrainTimesteps, int n, TimestepSpacing spacing, int stepsOffset);
+
+class Scheduler {
+public:
+    static std::unique_ptr<Scheduler> create(SchedulerKind kind, const SchedulerOptions& options);
+    virtual ~Scheduler() = default;
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Plans n sampling steps. Throws ValidationError("steps") unless 1 <= n <= numTrainTimesteps.
+    virtual void setTimesteps(int n);
+
+    SchedulerKind kind() const { return kind_; }
+    const SchedulerOptions& options() const { return options_; }
+    int numTrainTimesteps() const { return options_.numTrainTimesteps; }
+
+    // The UNet timestep of each step, descending (integers for DDPM/DDIM, floats for Euler).
+    const std::vector<float>& timesteps() const { return timesteps_; }
+    int numSteps() const { return static_cast<int>(timesteps_.size()); }
+    // Scale of the initial N(0, 1) noise: 1 for DDPM/DDIM, the largest σ for Euler.
+    float initNoiseSigma() const { return initNoiseSigma_; }
+    // Euler: σ_0 … σ_{N-1}, 0 (N + 1 values); empty for DDPM/DDIM.
+    const std::vector<float>& sigmas() const { return sigmas_; }
+
+    // Per-step scalars for step k (0-based). Throws std::logic_error before setTimesteps,
+    // std::out_of_range for k outside [0, numSteps()).
+    StepCoefficients coefficients(int stepIndex) const;
+    // Whether step k draws fresh noise z (sigma != 0): DDPM for t > 0, DDIM with eta > 0.
+    bool addsNoise(int stepIndex) const { return coefficients(stepIndex).sigma != 0.0f; }
+
+    // out[i] = applyStep(coefficients(k), x[i], eps[i], z[i]); z may be null when the step
+    // adds no noise (std::invalid_argument otherwise). out may alias x or eps.
+    void step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n) const;
+
+    const std::vector<float>& betas() const { return betas_; }
+    const std::vector<float>& alphasCumprod() const { return alphasCumprod_; }
+
+    // ᾱ at a (possibly fractional) training timestep t, clamped to [0, Tn - 1]. Integer t
+    // gives ᾱ[t] exactly; between integers σ = sqrt((1-ᾱ)/ᾱ) is interpolated linearly in t
+    // (as Euler's np.interp does) and ᾱ = 1 / (1 + σ²).
+    float alphaCumprodAt(float t) const;
+    // ᾱ of the noise level that step k starts from, for image-to-image: ᾱ[t_k] for DDPM/DDIM,
+    // 1 / (1 + σ_k²) for Euler (whose Karras σ_k need not equal σ_train(t_k)). Use this, not
+    // alphaCumprodAt(k): that one takes a timestep, not a step index.
+    float alphaCumprodForStep(int stepIndex) const;
+
+protected:
+    Scheduler(SchedulerKind kind, const SchedulerOptions& options);
+    void checkSteps(int n) const;
+
+    SchedulerKind kind_;
+    SchedulerOptions options_;
+    std::vector<float> betas_;
+    std::vector<float> alphasCumprod_;
+    std::vector<float> timesteps_;
+    std::vector<float> sigmas_;
+    std::vector<StepCoefficients> coefficients_;
+    float initNoiseSigma_ = 1.0f;
+};
+
+}  // namespace tessera

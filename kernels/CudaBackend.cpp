@@ -1,0 +1,930 @@
+#include "kernels/CudaBackend.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/ModelConfig.h"
+#include "core/UNetModel.h"
+#include "kernels/BiasResidual.cuh"
+#include "kernels/Concat.cuh"
+#include "kernels/CudaCheck.h"
+#include "kernels/DeviceResources.h"
+#include "kernels/GroupNorm.cuh"
+#include "kernels/LayoutConvert.cuh"
+#include "kernels/PadRightBottom.cuh"
+#include "kernels/Softmax.cuh"
+#include "kernels/TimestepEmbedding.cuh"
+#include "kernels/Upsample.cuh"
+
+namespace tessera {
+
+bool cudaDeviceAvailable(std::string* why) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (count == 0) {
+        if (why) *why = "no CUDA device: the driver reports 0 devices";
+        return false;
+    }
+    if (why) why->clear();
+    return true;
+}
+
+namespace {
+
+constexpr std::size_t kAlign = 256;
+constexpr std::size_t kCublasWorkspace = 32u << 20;   // cuBLAS' recommendation for Hopper
+constexpr std::size_t kAttentionScoreBudget = 256u << 20;
+
+DType dtypeFor(Precision p) {
+    return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16);
+}
+
+std::size_t alignUp(std::size_t v, std::size_t a = kAlign) { return (v + a - 1) / a * a; }
+double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+std::uint16_t floatToBf16(float f) {
+    std::uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+    x += 0x7FFFu + ((x >> 16) & 1u);
+    return static_cast<std::uint16_t>(x >> 16);
+}
+
+std::uint16_t floatToHalf(float f) {
+    std::uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const std::uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7FFFFFFFu;
+    if (x >= 0x7F800000u) return static_cast<std::uint16_t>(sign | (x > 0x7F800000u ? 0x7E00u : 0x7C00u));
+    if (x >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);   // rounds to infinity
+    if (x <= 0x33000000u) return static_cast<std::uint16_t>(sign);            // <= 2^-25: rounds to zero
+    const int e = static_cast<int>(x >> 23);
+    if (e < 113) {  // half subnormal
+        const std::uint32_t m = (x & 0x7FFFFFu) | 0x800000u;
+        const int shift = 126 - e;
+        std::uint32_t h = m >> shift;
+        const std::uint32_t rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1u))) ++h;
+        return static_cast<std::uint16_t>(sign | h);
+    }
+    const std::uint32_t mant = x & 0x7FFFFFu;
+    std::uint32_t h = (static_cast<std::uint32_t>(e - 112) << 10) | (mant >> 13);
+    const std::uint32_t rem = mant & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+    return static_cast<std::uint16_t>(sign | h);
+}
+
+cudnnDataType_t cudnnType(DType t) {
+    return t == DType::F32 ? CUDNN_DATA_FLOAT : (t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
+}
+cudaDataType_t cublasType(DType t) { return t == DType::F32 ? CUDA_R_32F : (t == DType::F16 ? CUDA_R_16F : CUDA_R_16BF); }
+
+const char* algoName(cudnnConvolutionFwdAlgo_t a) {
+    switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "implicit_gemm";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "implicit_precomp_gemm";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "gemm";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "direct";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "fft";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "fft_tiling";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "winograd";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "winograd_nonfused";
+    default: return "?";
+    }
+}
+
+// An NHWC activation: buffer id in the plan and its shape per sample.
+struct Act {
+    int buf = -1;
+    int c = 0, h = 0, w = 0;
+};
+
+// Weights, biases and norms packed on the host, uploaded once into the arena.
+class WeightBlob {
+public:
+    std::size_t add(const void* p, std::size_t n) {
+        const std::size_t off = alignUp(bytes_.size());
+        bytes_.resize(off + n);
+        std::memcpy(bytes_.data() + off, p, n);
+        return off;
+    }
+    std::size_t addFloats(const std::vector<float>& v) { return add(v.data(), v.size() * sizeof(float)); }
+    std::size_t addTyped(const std::vector<float>& v, DType t) {
+        if (t == DType::F32) return addFloats(v);
+        std::vector<std::uint16_t> h(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) h[i] = t == DType::F16 ? floatToHalf(v[i]) : floatToBf16(v[i]);
+        return add(h.data(), h.size() * 2);
+    }
+    std::size_t size() const { return alignUp(bytes_.size()); }
+    const unsigned char* data() const { return bytes_.data(); }
+
+private:
+    std::vector<unsigned char> bytes_;
+};
+
+struct PlanBuffer {
+    std::size_t bytes = 0;
+    int first = INT_MAX, last = -1;
+    bool wholeRun = false;
+    std::size_t offset = 0;
+    std::string name;
+};
+
+struct ConvLayer {
+    std::string name;
+    int cin = 0, cout = 0, k = 3, stride = 1, pad = 1;
+    int h = 0, w = 0, ho = 0, wo = 0;   // input and output size
+    std::size_t weight = 0;             // offset in the weight blob: [cout][k][k][cin]
+    TensorDescriptor xDesc, yDesc;
+    FilterDescriptor wDesc;
+    ConvDescriptor convDesc;
+    std::vector<cudnnConvolutionFwdAlgo_t> algo;   // per batch size (index = batch)
+    std::vector<cudnnMathType_t> math;
+    int descBatch = -1;
+    std::string key() const {
+        std::ostringstream s;
+        s << cin << ',' << cout << ',' << k << ',' << stride << ',' << pad << ',' << h << ',' << w;
+        return s.str();
+    }
+};
+
+struct Op {
+    std::string name;
+    std::vector<int> buffers;
+    std::function<void(int batch)> run;
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+    Precision precision;
+    DType dtype;
+    int device = 0;
+    cudaDeviceProp props{};
+    CudaStream stream;
+    CudnnHandle cudnn;
+    CublasHandle cublas;
+
+    // Plan
+    ModelConfig cfg;
+    int maxBatch = 0, tileH = 0, tileW = 0;
+    int inPad = 0, outPad = 0;
+    WeightBlob blob;
+    std::vector<PlanBuffer> buffers;
+    std::vector<Op> ops;
+    std::vector<ConvLayer> convs;
+    int inputBuf = -1, outputBuf = -1, timestepBuf = -1, stageInBuf = -1, stageOutBuf = -1;
+    int tprojBuf = -1, tprojWidth = 0;
+    std::size_t activationBytes = 0, unsharedBytes = 0, convWorkspace = 0;
+    DeviceBuffer arena;
+    char* weightsBase = nullptr;
+    char* actBase = nullptr;
+    char* workspace = nullptr;
+    bool prepared = false;
+    CudaMemoryPlan plan;
+    std::string summary;
+
+    // Time-embedding projections of every resnet, concatenated into one GEMM.
+    std::vector<float> projW, projB;
+
+    Impl(Precision p, int dev) : precision(p), dtype(dtypeFor(p)), device(dev) {
+        std::string why;
+        if (!cudaDeviceAvailable(&why)) throw std::runtime_error(why);
+        int count = 0;
+        TESSERA_CHECK(cudaGetDeviceCount(&count));
+        if (dev < 0 || dev >= count)
+            throw std::runtime_error("CUDA device " + std::to_string(dev) + " does not exist (" +
+                                     std::to_string(count) + " present)");
+        TESSERA_CHECK(cudaSetDevice(dev));
+        TESSERA_CHECK(cudaGetDeviceProperties(&props, dev));
+        if (p == Precision::BF16 && props.major < 8)
+            throw std::runtime_error(std::string("bf16 needs compute capability 8.0 or newer; ") + props.name +
+                                     " has " + std::to_string(props.major) + "." + std::to_string(props.minor));
+        stream = makeStream();
+        cudnn = makeCudnn();
+        cublas = makeCublas();
+        TESSERA_CHECK(cudnnSetStream(cudnn.get(), stream.get()));
+        TESSERA_CHECK(cublasSetStream(cublas.get(), stream.get()));
+        // fp32 means fp32: no TF32 anywhere (the CPU comparison is at 1e-5).
+        TESSERA_CHECK(cublasSetMathMode(cublas.get(), p == Precision::FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+    }
+
+    // ---- plan building -------------------------------------------------------------------
+    int newBuffer(std::size_t bytes, std::string name) {
+        PlanBuffer b;
+        b.bytes = alignUp(bytes);
+        b.name = std::move(name);
+        buffers.push_back(b);
+        return static_cast<int>(buffers.size()) - 1;
+    }
+    Act newAct(int c, int h, int w, const std::string& name) {
+        Act a;
+        a.c = c;
+        a.h = h;
+        a.w = w;
+        a.buf = newBuffer(static_cast<std::size_t>(maxBatch) * h * w * c * dtypeSize(dtype), name);
+        return a;
+    }
+    void addOp(std::string name, std::vector<int> bufs, std::function<void(int)> run) {
+        ops.push_back(Op{std::move(name), std::move(bufs), std::move(run)});
+    }
+    char* ptr(int buf) const { return actBase + buffers[static_cast<std::size_t>(buf)].offset; }
+    const float* wf(std::size_t off) const { return reinterpret_cast<const float*>(weightsBase + off); }
+    const void* wt(std::size_t off) const { return weightsBase + off; }
+
+    const HostTensor& tensor(const UNetModel& m, const std::string& name) const { return m.tensor(name); }
+
+    std::size_t floats(const UNetModel& m, const std::string& name) { return blob.addFloats(tensor(m, name).data); }
+
+    // Conv weight [O, I, k, k] -> [Opad][k][k][Ipad] in the activation type.
+    std::size_t convWeight(const UNetModel& m, const std::string& name, int ipad, int opad) {
+        const HostTensor& t = tensor(m, name);
+        const int o = static_cast<int>(t.shape.at(0)), i = static_cast<int>(t.shape.at(1));
+        const int kh = static_cast<int>(t.shape.at(2)), kw = static_cast<int>(t.shape.at(3));
+        std::vector<float> out(static_cast<std::size_t>(opad) * kh * kw * ipad, 0.0f);
+        for (int a = 0; a < o; ++a)
+            for (int b = 0; b < i; ++b)
+                for (int y = 0; y < kh; ++y)
+                    for (int x = 0; x < kw; ++x)
+                        out[((static_cast<std::size_t>(a) * kh + y) * kw + x) * ipad + b] =
+                            t.data[((static_cast<std::size_t>(a) * i + b) * kh + y) * kw + x];
+        return blob.addTyped(out, dtype);
+    }
+
+    std::vector<float> padded(const std::vector<float>& v, std::size_t n) {
+        std::vector<float> r(v);
+        r.resize(n, 0.0f);
+        return r;
+    }
+
+    int addConv(const std::string& name, int cin, int cout, int k, int stride, int pad, int h, int w,
+                std::size_t weight) {
+        ConvLayer c;
+        c.name = name;
+        c.cin = cin;
+        c.cout = cout;
+        c.k = k;
+        c.stride = stride;
+        c.pad = pad;
+        c.h = h;
+        c.w = w;
+        c.ho = (h + 2 * pad - k) / stride + 1;
+        c.wo = (w + 2 * pad - k) / stride + 1;
+        c.weight = weight;
+        c.xDesc = makeTensorDescriptor();
+        c.yDesc = makeTensorDescriptor();
+        c.wDesc = makeFilterDescriptor();
+        c.convDesc = makeConvDescriptor();
+        TESSERA_CHECK(cudnnSetFilter4dDescriptor(c.wDesc.get(), cudnnType(dtype), CUDNN_TENSOR_NHWC, cout, cin, k, k));
+        TESSERA_CHECK(cudnnSetConvolution2dDescriptor(c.convDesc.get(), pad, pad, stride, stride, 1, 1,
+                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        TESSERA_CHECK(cudnnSetConvolutionMathType(c.convDesc.get(),
+                                                  dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+        c.algo.assign(static_cast<std::size_t>(maxBatch) + 1, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+        c.math.assign(static_cast<std::size_t>(maxBatch) + 1, dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+        convs.push_back(std::move(c));
+        return static_cast<int>(convs.size()) - 1;
+    }
+
+    void setConvBatch(ConvLayer& c, int batch) {
+        if (c.descBatch == batch) return;
+        TESSERA_CHECK(cudnnSetTensor4dDescriptor(c.xDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cin, c.h, c.w));
+        TESSERA_CHECK(cudnnSetTensor4dDescriptor(c.yDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cout, c.ho, c.wo));
+        TESSERA_CHECK(cudnnSetConvolutionMathType(c.convDesc.get(), c.math[static_cast<std::size_t>(batch)]));
+        c.descBatch = batch;
+    }
+
+    void runConv(int layer, const void* x, void* y, float alpha, float beta, int batch) {
+        ConvLayer& c = convs[static_cast<std::size_t>(layer)];
+        setConvBatch(c, batch);
+        TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &alpha, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
+                                              c.convDesc.get(), c.algo[static_cast<std::size_t>(batch)], workspace,
+                                              convWorkspace, &beta, c.yDesc.get(), y));
+    }
+
+    // y[rows, nOut] = alpha * x[rows, k] W^T + beta * y, W [nOut, k] row-major, all in `t`.
+    void gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha, float beta) {
+        const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+        TESSERA_CHECK(cublasGemmEx(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k,
+                                   x, cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
+    }
+
+    // Conv with bias and optional residual fused by accumulating onto an initialised output:
+    // out = scale * (conv(x) + bias + residual).
+    Act convLayer(const UNetModel& m, const std::string& prefix, const Act& x, int cout, int k, int stride, int pad,
+                  const Act* residual, float scale, int ipad = 0, int opad = 0) {
+        const int cin = ipad ? ipad : x.c;
+        const int co = opad ? opad : cout;
+        const std::size_t w = convWeight(m, prefix + ".weight", cin, co);
+        const std::size_t b = blob.addFloats(padded(tensor(m, prefix + ".bias").data, static_cast<std::size_t>(co)));
+        const int layer = addConv(prefix, cin, co, k, stride, pad, x.h, x.w, w);
+        const ConvLayer& c = convs.back();
+        Act y = newAct(co, c.ho, c.wo, prefix);
+        const int rb = residual ? residual->buf : -1;
+        std::vector<int> bufs{x.buf, y.buf};
+        if (residual) bufs.push_back(rb);
+        const long long pix = static_cast<long long>(c.ho) * c.wo;
+        addOp(prefix, bufs, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
+            launchBiasResidual(dtype, ptr(y.buf), wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
+                               stream.get());
+            runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
+        });
+        return y;
+    }
+
+    Act groupNorm(const std::string& name, const Act& x, int groups, float eps, bool silu, std::size_t gamma,
+                  std::size_t beta, std::function<void(GroupNormParams&)> extra = {}) {
+        Act y = newAct(x.c, x.h, x.w, name);
+        const int pixels = x.h * x.w;
+        const int chunks = groupNormChunks(pixels, maxBatch, props.multiProcessorCount);
+        const int scratch = newBuffer(groupNormScratchFloats(maxBatch, chunks, groups) * sizeof(float), name + ".stats");
+        std::vector<int> bufs{x.buf, y.buf, scratch};
+        if (extra) bufs.push_back(tprojBuf);
+        addOp(name, bufs, [=, this](int batch) {
+            GroupNormParams p;
+            p.dtype = dtype;
+            p.x = ptr(x.buf);
+            p.y = ptr(y.buf);
+            p.batch = batch;
+            p.pixels = pixels;
+            p.channels = x.c;
+            p.groups = groups;
+            p.eps = eps;
+            p.gamma = wf(gamma);
+            p.beta = wf(beta);
+            p.silu = silu;
+            p.chunks = chunks;
+            p.scratch = reinterpret_cast<float*>(ptr(scratch));
+            if (extra) extra(p);
+            launchGroupNorm(p, stream.get());
+        });
+        return y;
+    }
+
+    Act resnet(const UNetModel& m, const std::string& P, const Act& x, int cout, float outputScale) {
+        const int groups = cfg.normNumGroups;
+        const float eps = cfg.normEps;
+        const bool scaleShift = cfg.resnetTimeScaleShift == TimeScaleShift::ScaleShift;
+        Act h1 = groupNorm(P + ".norm1", x, groups, eps, true, floats(m, P + ".norm1.weight"),
+                           floats(m, P + ".norm1.bias"));
+        // conv1 without bias: the bias joins the time embedding in norm2's pre-add.
+        const std::size_t w1 = convWeight(m, P + ".conv1.weight", x.c, cout);
+        const int conv1 = addConv(P + ".conv1", x.c, cout, 3, 1, 1, x.h, x.w, w1);
+        Act c1 = newAct(cout, x.h, x.w, P + ".conv1");
+        addOp(P + ".conv1", {h1.buf, c1.buf},
+              [this, conv1, h1, c1](int batch) { runConv(conv1, ptr(h1.buf), ptr(c1.buf), 1.0f, 0.0f, batch); });
+
+        // Time projection slice in the shared GEMM.
+        const HostTensor& tw = tensor(m, P + ".time_emb_proj.weight");
+        const HostTensor& tb = tensor(m, P + ".time_emb_proj.bias");
+        const std::vector<float>& b1 = tensor(m, P + ".conv1.bias").data;
+        const int width = scaleShift ? 2 * cout : cout;
+        const int offset = tprojWidth;
+        projW.insert(projW.end(), tw.data.begin(), tw.data.end());
+        for (int c = 0; c < width; ++c)
+            projB.push_back(tb.data[static_cast<std::size_t>(c)] + (scaleShift ? 0.0f : b1[static_cast<std::size_t>(c)]));
+        tprojWidth += width;
+        const std::size_t conv1Bias = blob.addFloats(b1);
+
+        Act h2 = groupNorm(P + ".norm2", c1, groups, eps, true, floats(m, P + ".norm2.weight"),
+                           floats(m, P + ".norm2.bias"), [this, offset, scaleShift, conv1Bias, cout](GroupNormParams& p) {
+                               float* tp = reinterpret_cast<float*>(ptr(tprojBuf));
+                               if (scaleShift) {
+                                   p.preAdd = wf(conv1Bias);
+                                   p.preAddBatchStride = 0;
+                                   p.scale = tp + offset;
+                                   p.shift = tp + offset + cout;
+                                   p.filmBatchStride = tprojWidth;
+                               } else {
+                                   p.preAdd = tp + offset;
+                                   p.preAddBatchStride = tprojWidth;
+                               }
+                           });
+
+        const float s = 1.0f / outputScale;
+        const std::size_t w2 = convWeight(m, P + ".conv2.weight", cout, cout);
+        const int conv2 = addConv(P + ".conv2", cout, cout, 3, 1, 1, x.h, x.w, w2);
+        Act out = newAct(cout, x.h, x.w, P + ".out");
+        const long long pix = static_cast<long long>(x.h) * x.w;
+        const std::vector<float>& b2 = tensor(m, P + ".conv2.bias").data;
+        if (x.c != cout) {
+            std::vector<float> bias(b2);
+            const std::vector<float>& bs = tensor(m, P + ".conv_shortcut.bias").data;
+            for (std::size_t c = 0; c < bias.size(); ++c) bias[c] += bs[c];
+            const std::size_t bOff = blob.addFloats(bias);
+            const std::size_t ws = convWeight(m, P + ".conv_shortcut.weight", x.c, cout);
+            const int sc = addConv(P + ".conv_shortcut", x.c, cout, 1, 1, 0, x.h, x.w, ws);
+            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, [=, this](int batch) {
+                launchBiasResidual(dtype, ptr(out.buf), wf(bOff), nullptr, batch * pix, cout, s, stream.get());
+                runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
+                runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
+            });
+        } else {
+            const std::size_t bOff = blob.addFloats(b2);
+            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, [=, this](int batch) {
+                launchBiasResidual(dtype, ptr(out.buf), wf(bOff), ptr(x.buf), batch * pix, cout, s, stream.get());
+                runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
+            });
+        }
+        return out;
+    }
+
+    Act attention(const UNetModel& m, const std::string& A, const Act& x, int groups, bool hasNorm, float rescale) {
+        const int C = x.c;
+        const int N = x.h * x.w;
+        const int heads = cfg.headsFor(C);
+        if (heads <= 0 || C % heads != 0)
+            throw std::invalid_argument(A + ": " + std::to_string(C) + " channels cannot be split into heads of " +
+                                        std::to_string(cfg.attentionHeadDim.value_or(C)));
+        const int d = C / heads;
+        Act xn = x;
+        if (hasNorm)
+            xn = groupNorm(A + ".group_norm", x, groups, cfg.normEps, false, floats(m, A + ".group_norm.weight"),
+                           floats(m, A + ".group_norm.bias"));
+        std::vector<float> wqkv, bqkv;
+        for (const char* n : {".to_q", ".to_k", ".to_v"}) {
+            const HostTensor& w = tensor(m, A + n + ".weight");
+            const HostTensor& b = tensor(m, A + n + ".bias");
+            wqkv.insert(wqkv.end(), w.data.begin(), w.data.end());
+            bqkv.insert(bqkv.end(), b.data.begin(), b.data.end());
+        }
+        const std::size_t wq = blob.addTyped(wqkv, dtype), bq = blob.addFloats(bqkv);
+        const std::size_t wo = blob.addTyped(tensor(m, A + ".to_out.0.weight").data, dtype);
+        const std::size_t bo = floats(m, A + ".to_out.0.bias");
+
+        const int qkv = newBuffer(static_cast<std::size_t>(maxBatch) * N * 3 * C * dtypeSize(dtype), A + ".qkv");
+        // Scores for as many images per pass as fit the budget (one image when heads > 1).
+        const std::size_t perImage = static_cast<std::size_t>(heads) * N * N;
+        const int imagesPerPass = heads == 1
+            ? std::max(1, std::min(maxBatch, static_cast<int>(kAttentionScoreBudget / (perImage * sizeof(float)))))
+            : 1;
+        const int scores = newBuffer(perImage * imagesPerPass * sizeof(float), A + ".scores");
+        const int probs = newBuffer(perImage * imagesPerPass * dtypeSize(dtype), A + ".probs");
+        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * dtypeSize(dtype), A + ".heads");
+        Act out = newAct(C, x.h, x.w, A + ".out");
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        const float s = 1.0f / rescale;
+        addOp(A, {x.buf, xn.buf, qkv, scores, probs, o, out.buf}, [=, this](int batch) {
+            const DType t = dtype;
+            const cudaDataType_t ct = cublasType(t);
+            const std::size_t es = dtypeSize(t);
+            launchBiasResidual(t, ptr(qkv), wf(bq), nullptr, static_cast<long long>(batch) * N, 3 * C, 1.0f,
+                               stream.get());
+            gemmRows(t, wt(wq), ptr(xn.buf), ptr(qkv), batch * N, C, 3 * C, 1.0f, 1.0f);
+            const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+            const float one = 1.0f, zero = 0.0f;
+            for (int b0 = 0; b0 < batch; b0 += imagesPerPass) {
+                const int nb = std::min(imagesPerPass, batch - b0);
+                char* qkvB = ptr(qkv) + static_cast<std::size_t>(b0) * N * 3 * C * es;
+                char* oB = ptr(o) + static_cast<std::size_t>(b0) * N * C * es;
+                // Batched over heads (one image) or over images (one head).
+                const int count = heads == 1 ? nb : heads;
+                const long long qkStride = heads == 1 ? static_cast<long long>(N) * 3 * C : d;
+                const long long oStride = heads == 1 ? static_cast<long long>(N) * C : d;
+                const long long sStride = static_cast<long long>(N) * N;
+                // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
+                TESSERA_CHECK(cublasGemmStridedBatchedEx(
+                    cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, N, N, d, &scale, qkvB + static_cast<std::size_t>(C) * es, ct,
+                    3 * C, qkStride, qkvB, ct, 3 * C, qkStride, &zero, ptr(scores), CUDA_R_32F, N, sStride, count,
+                    compute, CUBLAS_GEMM_DEFAULT));
+                launchSoftmaxRows(t, reinterpret_cast<const float*>(ptr(scores)), ptr(probs),
+                                  static_cast<long long>(count) * N, N, stream.get());
+                // O_h^T (d x queries) = V_h^T-view x P^T-view.
+                TESSERA_CHECK(cublasGemmStridedBatchedEx(
+                    cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, d, N, N, &one, qkvB + static_cast<std::size_t>(2 * C) * es,
+                    ct, 3 * C, qkStride, ptr(probs), ct, N, sStride, &zero, oB, ct, C, oStride, count, compute,
+                    CUBLAS_GEMM_DEFAULT));
+            }
+            launchBiasResidual(t, ptr(out.buf), wf(bo), ptr(x.buf), static_cast<long long>(batch) * N, C, s,
+                               stream.get());
+            gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 1.0f);
+        });
+        return out;
+    }
+
+    void build(const UNetModel& model) {
+        cfg = model.config();
+        const ModelConfig& c = cfg;
+        const int L = c.levels();
+        if (L < 1) throw std::invalid_argument("model config: block_out_channels is empty");
+        if (tileH % c.downsampleFactor() != 0 || tileW % c.downsampleFactor() != 0)
+            throw std::invalid_argument("tile " + std::to_string(tileW) + "x" + std::to_string(tileH) +
+                                        " is not a multiple of the model's downsample factor " +
+                                        std::to_string(c.downsampleFactor()));
+        const int C0 = c.blockOutChannels[0];
+        const int T = c.timeEmbedDim();
+        inPad = (c.inChannels + 7) / 8 * 8;
+        outPad = (c.outChannels + 7) / 8 * 8;
+
+        // Host-facing staging and the persistent input/output/timestep buffers.
+        stageInBuf = newBuffer(static_cast<std::size_t>(maxBatch) * c.inChannels * tileH * tileW * 4, "stage.in");
+        stageOutBuf = newBuffer(static_cast<std::size_t>(maxBatch) * c.outChannels * tileH * tileW * 4, "stage.out");
+        timestepBuf = newBuffer(static_cast<std::size_t>(maxBatch) * 4, "timesteps");
+        Act input = newAct(inPad, tileH, tileW, "input");
+        inputBuf = input.buf;
+
+        // Time embedding (float32): sinusoid -> linear_1 -> SiLU -> linear_2 -> (SiLU) -> all projections.
+        const int tsin = newBuffer(static_cast<std::size_t>(maxBatch) * C0 * 4, "temb.sinusoid");
+        const int th = newBuffer(static_cast<std::size_t>(maxBatch) * T * 4, "temb.hidden");
+        const int temb = newBuffer(static_cast<std::size_t>(maxBatch) * T * 4, "temb");
+        const int tact = newBuffer(static_cast<std::size_t>(maxBatch) * T * 4, "temb.silu");
+        tprojBuf = newBuffer(0, "temb.proj");   // sized after the walk
+        const std::size_t l1w = floats(model, "time_embedding.linear_1.weight");
+        const std::size_t l1b = floats(model, "time_embedding.linear_1.bias");
+        const std::size_t l2w = floats(model, "time_embedding.linear_2.weight");
+        const std::size_t l2b = floats(model, "time_embedding.linear_2.bias");
+        const int timeOp = static_cast<int>(ops.size());
+        addOp("time_embedding", {timestepBuf, tsin, th, temb, tact, tprojBuf}, {});   // body set after the walk
+
+        Act h = convLayer(model, "conv_in", input, C0, 3, 1, 1, nullptr, 1.0f, inPad, 0);
+        std::vector<Act> skips{h};
+        for (int i = 0; i < L; ++i) {
+            const int out = c.blockOutChannels[static_cast<std::size_t>(i)];
+            const bool attn = c.downBlocks.at(static_cast<std::size_t>(i)) == DownBlockType::AttnDown;
+            const std::string D = "down_blocks." + std::to_string(i);
+            for (int j = 0; j < c.layersPerBlock; ++j) {
+                h = resnet(model, D + ".resnets." + std::to_string(j), h, out, 1.0f);
+                if (attn) h = attention(model, D + ".attentions." + std::to_string(j), h, c.normNumGroups, true, 1.0f);
+                skips.push_back(h);
+            }
+            if (i < L - 1) {
+                const std::string name = D + ".downsamplers.0.conv";
+                if (c.downsamplePadding == 0) {
+                    Act padded = newAct(h.c, h.h + 1, h.w + 1, name + ".pad");
+                    const Act src = h;
+                    addOp(name + ".pad", {src.buf, padded.buf}, [this, src, padded](int batch) {
+                        launchPadRightBottom(dtype, ptr(src.buf), ptr(padded.buf), batch, src.h, src.w, src.c,
+                                             stream.get());
+                    });
+                    h = convLayer(model, name, padded, out, 3, 2, 0, nullptr, 1.0f);
+                } else {
+                    h = convLayer(model, name, h, out, 3, 2, c.downsamplePadding, nullptr, 1.0f);
+                }
+                skips.push_back(h);
+            }
+        }
+        if (c.hasMidBlock) {
+            const int C = c.blockOutChannels.back();
+            h = resnet(model, "mid_block.resnets.0", h, C, c.midBlockScaleFactor);
+            if (c.addAttention) {
+                const bool norm = c.attnNormNumGroups.has_value() || c.resnetTimeScaleShift == TimeScaleShift::Default;
+                h = attention(model, "mid_block.attentions.0", h, c.attnNormNumGroups.value_or(c.normNumGroups), norm,
+                              c.midBlockScaleFactor);
+            }
+            h = resnet(model, "mid_block.resnets.1", h, C, c.midBlockScaleFactor);
+        }
+        for (int i = 0; i < L; ++i) {
+            const int out = c.blockOutChannels[static_cast<std::size_t>(L - 1 - i)];
+            const bool attn = c.upBlocks.at(static_cast<std::size_t>(i)) == UpBlockType::AttnUp;
+            const std::string U = "up_blocks." + std::to_string(i);
+            for (int j = 0; j <= c.layersPerBlock; ++j) {
+                const Act s = skips.back();
+                skips.pop_back();
+                Act cat = newAct(h.c + s.c, h.h, h.w, U + ".cat" + std::to_string(j));
+                const Act a = h;
+                addOp(U + ".cat" + std::to_string(j), {a.buf, s.buf, cat.buf}, [this, a, s, cat](int batch) {
+                    launchConcatChannels(dtype, ptr(a.buf), a.c, ptr(s.buf), s.c, ptr(cat.buf),
+                                         static_cast<long long>(batch) * a.h * a.w, stream.get());
+                });
+                h = resnet(model, U + ".resnets." + std::to_string(j), cat, out, 1.0f);
+                if (attn) h = attention(model, U + ".attentions." + std::to_string(j), h, c.normNumGroups, true, 1.0f);
+            }
+            if (i < L - 1) {
+                Act up = newAct(h.c, h.h * 2, h.w * 2, U + ".upsample");
+                const Act src = h;
+                addOp(U + ".upsample", {src.buf, up.buf}, [this, src, up](int batch) {
+                    launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, stream.get());
+                });
+                h = convLayer(model, U + ".upsamplers.0.conv", up, out, 3, 1, 1, nullptr, 1.0f);
+            }
+        }
+        Act g = groupNorm("conv_norm_out", h, c.normNumGroups, c.normEps, true, floats(model, "conv_norm_out.weight"),
+                          floats(model, "conv_norm_out.bias"));
+        Act y = convLayer(model, "conv_out", g, c.outChannels, 3, 1, 1, nullptr, 1.0f, 0, outPad);
+        outputBuf = y.buf;
+
+        // Now the projections are known: size their buffer and give the time op its body.
+        buffers[static_cast<std::size_t>(tprojBuf)].bytes = alignUp(static_cast<std::size_t>(maxBatch) * tprojWidth * 4);
+        const std::size_t pw = blob.addFloats(projW), pb = blob.addFloats(projB);
+        const int P = tprojWidth;
+        const bool flip = c.flipSinToCos;
+        const int shift = c.freqShift;
+        ops[static_cast<std::size_t>(timeOp)].run = [=, this](int batch) {
+            float* ts = reinterpret_cast<float*>(ptr(timestepBuf));
+            launchTimestepEmbedding(ts, reinterpret_cast<float*>(ptr(tsin)), batch, C0, shift, flip, stream.get());
+            gemmRows(DType::F32, wf(l1w), ptr(tsin), ptr(th), batch, C0, T, 1.0f, 0.0f);
+            launchBiasActivationF32(reinterpret_cast<float*>(ptr(th)), wf(l1b), batch, T, true, nullptr, stream.get());
+            gemmRows(DType::F32, wf(l2w), ptr(th), ptr(temb), batch, T, T, 1.0f, 0.0f);
+            launchBiasActivationF32(reinterpret_cast<float*>(ptr(temb)), wf(l2b), batch, T, false,
+                                    reinterpret_cast<float*>(ptr(tact)), stream.get());
+            gemmRows(DType::F32, wf(pw), ptr(tact), ptr(tprojBuf), batch, T, P, 1.0f, 0.0f);
+            launchBiasActivationF32(reinterpret_cast<float*>(ptr(tprojBuf)), wf(pb), batch, P, false, nullptr,
+                                    stream.get());
+        };
+        // Buffers the host or the engine touches between calls live for the whole run.
+        for (int b : {stageInBuf, stageOutBuf, timestepBuf, inputBuf, outputBuf})
+            buffers[static_cast<std::size_t>(b)].wholeRun = true;
+    }
+
+    // Greedy by size: each buffer at the lowest offset that does not overlap, in address and
+    // in lifetime, a buffer already placed.
+    void planArena() {
+        const int n = static_cast<int>(buffers.size());
+        const int last = static_cast<int>(ops.size());
+        for (std::size_t i = 0; i < ops.size(); ++i)
+            for (int b : ops[i].buffers) {
+                PlanBuffer& pb = buffers[static_cast<std::size_t>(b)];
+                pb.first = std::min(pb.first, static_cast<int>(i));
+                pb.last = std::max(pb.last, static_cast<int>(i));
+            }
+        for (PlanBuffer& b : buffers)
+            if (b.wholeRun || b.last < 0) {
+                b.first = 0;
+                b.last = last;
+            }
+        std::vector<int> order(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+            return buffers[static_cast<std::size_t>(a)].bytes > buffers[static_cast<std::size_t>(b)].bytes;
+        });
+        std::vector<int> placed;
+        activationBytes = 0;
+        unsharedBytes = 0;
+        for (int id : order) {
+            PlanBuffer& b = buffers[static_cast<std::size_t>(id)];
+            unsharedBytes += b.bytes;
+            std::vector<std::pair<std::size_t, std::size_t>> busy;
+            for (int p : placed) {
+                const PlanBuffer& q = buffers[static_cast<std::size_t>(p)];
+                if (q.first <= b.last && b.first <= q.last) busy.emplace_back(q.offset, q.offset + q.bytes);
+            }
+            std::sort(busy.begin(), busy.end());
+            std::size_t off = 0;
+            for (const auto& [lo, hi] : busy) {
+                if (off + b.bytes <= lo) break;
+                off = std::max(off, hi);
+            }
+            b.offset = off;
+            activationBytes = std::max(activationBytes, off + b.bytes);
+            placed.push_back(id);
+        }
+    }
+
+    // Picks each convolution's algorithm (benchmarked once per distinct shape at the
+    // prepared batch; deterministic algorithms only; fp32 restricted to FMA kernels) and
+    // checks it for every smaller batch, returning the workspace all of them need.
+    std::size_t chooseAlgorithms(void* ws, std::size_t wsCap) {
+        std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> chosen;
+        std::size_t need = 0;
+        const cudnnMathType_t wantMath = dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+        for (ConvLayer& c : convs) {
+            const std::string key = c.key();
+            auto it = chosen.find(key);
+            if (it == chosen.end()) {
+                c.descBatch = -1;
+                c.math[static_cast<std::size_t>(maxBatch)] = wantMath;
+                setConvBatch(c, maxBatch);
+                // Real buffers for the benchmark: any activation region of the right size will do.
+                cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+                int returned = 0;
+                const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+                const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
+                if (xBytes + yBytes > activationBytes) throw std::logic_error("conv benchmark buffers exceed the arena");
+                TESSERA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+                    cudnn.get(), c.xDesc.get(), actBase, c.wDesc.get(), wt(c.weight), c.convDesc.get(), c.yDesc.get(),
+                    actBase + alignUp(xBytes), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, wsCap));
+                bool found = false;
+                for (int i = 0; i < returned && !found; ++i) {
+                    const cudnnConvolutionFwdAlgoPerf_t& p = perf[i];
+                    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
+                    if (dtype == DType::F32 && p.mathType != CUDNN_FMA_MATH) continue;
+                    it = chosen.emplace(key, std::make_pair(p.algo, p.mathType)).first;
+                    found = true;
+                }
+                if (!found)
+                    throw std::runtime_error("cuDNN offers no deterministic forward algorithm for " + c.name + " (" +
+                                             key + ", " + dtypeName(dtype) + ")");
+            }
+            for (int b = 1; b <= maxBatch; ++b) {
+                c.algo[static_cast<std::size_t>(b)] = it->second.first;
+                c.math[static_cast<std::size_t>(b)] = it->second.second;
+                c.descBatch = -1;
+                setConvBatch(c, b);
+                std::size_t bytes = 0;
+                cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                          c.convDesc.get(), c.yDesc.get(),
+                                                                          it->second.first, &bytes);
+                if (s != CUDNN_STATUS_SUCCESS) {
+                    // Not usable at this batch: take the heuristics' first deterministic choice.
+                    c.math[static_cast<std::size_t>(b)] = wantMath;
+                    c.descBatch = -1;
+                    setConvBatch(c, b);
+                    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+                    int returned = 0;
+                    TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                         c.convDesc.get(), c.yDesc.get(),
+                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+                    bool ok = false;
+                    for (int i = 0; i < returned && !ok; ++i) {
+                        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
+                            perf[i].memory > wsCap)
+                            continue;
+                        if (dtype == DType::F32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+                        c.algo[static_cast<std::size_t>(b)] = perf[i].algo;
+                        c.math[static_cast<std::size_t>(b)] = perf[i].mathType;
+                        c.descBatch = -1;
+                        setConvBatch(c, b);
+                        s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                    c.convDesc.get(), c.yDesc.get(), perf[i].algo, &bytes);
+                        ok = s == CUDNN_STATUS_SUCCESS;
+                    }
+                    if (!ok) TESSERA_CHECK(s);
+                }
+                need = std::max(need, bytes);
+            }
+            c.descBatch = -1;
+        }
+        return alignUp(need);
+    }
+
+    std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest) const {
+        const double perSample = static_cast<double>(activationBytes) / std::max(1, maxBatch);
+        const double room = static_cast<double>(freeBytes) - static_cast<double>(fixedBytes);
+        int fit = room > perSample ? static_cast<int>(room / perSample) : 0;
+        fit = std::min(fit, maxBatch - 1);
+        *largest = std::max(0, fit);
+        std::ostringstream s;
+        s.setf(std::ios::fixed);
+        s.precision(0);
+        s << "not enough GPU memory for tile batch " << maxBatch << " of " << tileW << "x" << tileH << " ("
+          << dtypeName(dtype) << "): needs " << mib(needed) << " MiB, " << mib(freeBytes) << " MiB free on "
+          << props.name << "; ";
+        if (*largest > 0)
+            s << "the largest tile batch that fits is about " << *largest;
+        else
+            s << "not even one tile fits: use a smaller tile or fp16";
+        return s.str();
+    }
+
+    void prepare(const UNetModel& model, int batch, int h, int w) {
+        if (batch < 1) throw std::invalid_argument("tile batch must be at least 1, got " + std::to_string(batch));
+        if (h < 1 || w < 1) throw std::invalid_argument("tile size must be positive");
+        TESSERA_CHECK(cudaSetDevice(device));
+        prepared = false;
+        arena.reset();
+        buffers.clear();
+        ops.clear();
+        convs.clear();
+        projW.clear();
+        projB.clear();
+        tprojWidth = 0;
+        blob = WeightBlob();
+        maxBatch = batch;
+        tileH = h;
+        tileW = w;
+        build(model);
+        planArena();
+
+        std::size_t freeBytes = 0, totalBytes = 0;
+        TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+        const std::size_t weights = blob.size();
+        const std::size_t base = weights + activationBytes + kCublasWorkspace;
+        int largest = 0;
+        if (base > freeBytes) throw CudaOutOfMemory(oomMessage(base, freeBytes, weights + kCublasWorkspace, &largest),
+                                                    mib(base), mib(freeBytes), largest);
+        // Benchmark arena: weights + activations + a generous workspace, given back afterwards.
+        const std::size_t findCap = std::min<std::size_t>(std::size_t(1) << 30, (freeBytes - base) / 2);
+        std::size_t wsNeed = 0;
+        {
+            DeviceBuffer temp(weights + activationBytes + findCap);
+            weightsBase = temp.as<char>();
+            actBase = weightsBase + weights;
+            TESSERA_CHECK(cudaMemcpy(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice));
+            launchFillUniform(dtype, actBase, static_cast<long long>(activationBytes / dtypeSize(dtype)), 1234u, 1.0f,
+                              stream.get());
+            wsNeed = chooseAlgorithms(findCap ? actBase + activationBytes : nullptr, findCap);
+            TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
+        }
+        convWorkspace = wsNeed;
+        const std::size_t total = weights + activationBytes + convWorkspace + kCublasWorkspace;
+        TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+        if (total > freeBytes)
+            throw CudaOutOfMemory(oomMessage(total, freeBytes, weights + convWorkspace + kCublasWorkspace, &largest),
+                                  mib(total), mib(freeBytes), largest);
+        try {
+            arena = DeviceBuffer(total);
+        } catch (const CudaError& e) {
+            if (!e.outOfMemory()) throw;
+            (void)cudaGetLastError();
+            throw CudaOutOfMemory(oomMessage(total, freeBytes, weights + convWorkspace + kCublasWorkspace, &largest),
+                                  mib(total), mib(freeBytes), largest);
+        }
+        weightsBase = arena.as<char>();
+        actBase = weightsBase + weights;
+        workspace = actBase + activationBytes;
+        TESSERA_CHECK(cudaMemcpy(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice));
+        TESSERA_CHECK(cublasSetWorkspace(cublas.get(), workspace + convWorkspace, kCublasWorkspace));
+        TESSERA_CHECK(cudaMemsetAsync(actBase, 0, activationBytes, stream.get()));
+        TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
+
+        plan.weightsBytes = weights;
+        plan.activationsBytes = activationBytes;
+        plan.unsharedActivationsBytes = unsharedBytes;
+        plan.workspaceBytes = convWorkspace + kCublasWorkspace;
+        plan.totalBytes = total;
+        plan.tensors = static_cast<int>(buffers.size());
+
+        std::ostringstream s;
+        s.setf(std::ios::fixed);
+        s.precision(1);
+        s << "CudaBackend " << dtypeName(dtype) << " on " << props.name << ": batch " << maxBatch << " of " << tileW
+          << "x" << tileH << ", " << ops.size() << " layers, " << convs.size() << " convolutions, " << buffers.size()
+          << " tensors; arena " << mib(total) << " MiB = weights " << mib(weights) << " + activations "
+          << mib(activationBytes) << " (unshared " << mib(unsharedBytes) << ") + workspace "
+          << mib(convWorkspace + kCublasWorkspace) << "\n";
+        for (const ConvLayer& c : convs)
+            s << "  " << c.name << " " << c.key() << ": " << algoName(c.algo[static_cast<std::size_t>(maxBatch)])
+              << (c.math[static_cast<std::size_t>(maxBatch)] == CUDNN_FMA_MATH ? " (fma)" : "") << "\n";
+        summary = s.str();
+        prepared = true;
+    }
+
+    void enqueue(int batch) {
+        if (!prepared) throw std::logic_error("CudaBackend: enqueue before prepare");
+        if (batch < 1 || batch > maxBatch)
+            throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
+                                        std::to_string(maxBatch) + " (the prepared tile batch)");
+        for (Op& op : ops) op.run(batch);
+    }
+
+    void forward(const float* x, const float* timesteps, int batch, float* out) {
+        if (!prepared) throw std::logic_error("CudaBackend: forward before prepare");
+        if (batch < 1 || batch > maxBatch)
+            throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
+                                        std::to_string(maxBatch) + " (the prepared tile batch)");
+        TESSERA_CHECK(cudaSetDevice(device));
+        cudaStream_t s = stream.get();
+        const std::size_t inCount = static_cast<std::size_t>(batch) * cfg.inChannels * tileH * tileW;
+        const std::size_t outCount = static_cast<std::size_t>(batch) * cfg.outChannels * tileH * tileW;
+        TESSERA_CHECK(cudaMemcpyAsync(ptr(stageInBuf), x, inCount * 4, cudaMemcpyHostToDevice, s));
+        TESSERA_CHECK(cudaMemcpyAsync(ptr(timestepBuf), timesteps, static_cast<std::size_t>(batch) * 4,
+                                      cudaMemcpyHostToDevice, s));
+        launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageInBuf)), dtype, ptr(inputBuf), batch, cfg.inChannels,
+                         tileH, tileW, inPad, 1.0f, s);
+        enqueue(batch);
+        launchNhwcToNchw(dtype, ptr(outputBuf), reinterpret_cast<float*>(ptr(stageOutBuf)), batch, cfg.outChannels,
+                         tileH, tileW, outPad, s);
+        TESSERA_CHECK(cudaMemcpyAsync(out, ptr(stageOutBuf), outCount * 4, cudaMemcpyDeviceToHost, s));
+        TESSERA_CHECK(cudaStreamSynchronize(s));
+    }
+};
+
+CudaBackend::CudaBackend(Precision precision, int device) : impl_(std::make_unique<Impl>(precision, device)) {}
+CudaBackend::~CudaBackend() = default;
+
+BackendInfo CudaBackend::info() const {
+    int runtime = 0, driver = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaDriverGetVersion(&driver);
+    BackendInfo i;
+    i.name = "cuda";
+    i.device = std::string(impl_->props.name) + " (sm_" + std::to_string(impl_->props.major) +
+               std::to_string(impl_->props.minor) + ", " + dtypeName(impl_->dtype) + ", CUDA runtime " +
+               std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + ", driver " +
+               std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) + ", cuDNN " +
+               std::to_string(cudnnGetVersion()) + ")";
+    return i;
+}
+
+void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW) {
+    impl_->prepare(model, batch, tileH, tileW);
+}
+void CudaBackend::forward(const float* x, const float* timesteps, int batch, float* out) {
+    impl_->forward(x, timesteps, batch, out);
+}
+Precision CudaBackend::precision() const { return impl_->precision; }
+int CudaBackend::preparedBatch() const { return impl_->prepared ? impl_->maxBatch : 0; }
+CudaMemoryPlan CudaBackend::memoryPlan() const { return impl_->plan; }
+std::string CudaBackend::planSummary() const { return impl_->summary; }
+CUstream_st* CudaBackend::stream() const { return impl_->stream.get(); }
+void* CudaBackend::deviceInput() const { return impl_->ptr(impl_->inputBuf); }
+const void* CudaBackend::deviceOutput() const { return impl_->ptr(impl_->outputBuf); }
+float* CudaBackend::deviceTimesteps() const { return reinterpret_cast<float*>(impl_->ptr(impl_->timestepBuf)); }
+int CudaBackend::inputChannelsPadded() const { return impl_->inPad; }
+int CudaBackend::outputChannelsPadded() const { return impl_->outPad; }
+void CudaBackend::enqueue(int batch) { impl_->enqueue(batch); }
+
+}  // namespace tessera

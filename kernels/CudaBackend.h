@@ -1,0 +1,84 @@
+// CudaBackend: the UNet2D forward on an NVIDIA GPU. NHWC activations in float32, float16
+// or bfloat16 with float32 accumulation; convolutions through cuDNN (algorithms benchmarked
+// once in prepare), GroupNorm(+time embedding, +SiLU) and attention softmax as own kernels,
+// linear layers through cuBLAS. prepare() plans every buffer from tensor lifetimes into one
+// device arena (weights + activations + workspace); nothing allocates after it.
+//
+// This header includes no CUDA header, so Qt-side code can hold a CudaBackend.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "core/Backend.h"
+#include "core/RunConfig.h"
+
+struct CUstream_st;
+
+namespace tessera {
+
+// True when a CUDA device can be used; otherwise `why` (if given) says why
+// ("no CUDA device: <cudaGetErrorString>").
+bool cudaDeviceAvailable(std::string* why = nullptr);
+
+// prepare() could not fit the plan into device memory.
+class CudaOutOfMemory : public std::runtime_error {
+public:
+    CudaOutOfMemory(const std::string& message, double neededMiB, double freeMiB, int largestBatch)
+        : std::runtime_error(message), neededMiB_(neededMiB), freeMiB_(freeMiB), largestBatch_(largestBatch) {}
+    double neededMiB() const noexcept { return neededMiB_; }
+    double freeMiB() const noexcept { return freeMiB_; }
+    int largestBatch() const noexcept { return largestBatch_; }   // 0 when not even one tile fits
+
+private:
+    double neededMiB_, freeMiB_;
+    int largestBatch_;
+};
+
+struct CudaMemoryPlan {
+    std::size_t weightsBytes = 0;
+    std::size_t activationsBytes = 0;      // planned (shared) activation region
+    std::size_t unsharedActivationsBytes = 0;  // what one buffer per tensor would need
+    std::size_t workspaceBytes = 0;        // cuDNN + cuBLAS workspace
+    std::size_t totalBytes = 0;            // the one arena
+    int tensors = 0;
+};
+
+class CudaBackend final : public Backend {
+public:
+    // Throws (std::runtime_error / CudaError) when the device cannot be used.
+    explicit CudaBackend(Precision precision = Precision::FP16, int device = 0);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    BackendInfo info() const override;
+    // Throws CudaOutOfMemory (needed/free MiB and the largest batch that fits) when the plan
+    // does not fit, std::invalid_argument for shapes the model cannot take.
+    void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
+    // Host float32 NCHW in and out (copies through the device); synchronises.
+    void forward(const float* x, const float* timesteps, int batch, float* out) override;
+
+    Precision precision() const;
+    int preparedBatch() const;
+    CudaMemoryPlan memoryPlan() const;
+    std::string planSummary() const;   // layers, chosen cuDNN algorithms, buffer counts
+
+    // Device-side interface for the CUDA engine; all work is ordered on stream().
+    CUstream_st* stream() const;
+    void* deviceInput() const;          // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
+    const void* deviceOutput() const;   // NHWC [batch, tileH, tileW, outputChannelsPadded()], activation type
+    float* deviceTimesteps() const;     // [batch] float32
+    int inputChannelsPadded() const;
+    int outputChannelsPadded() const;
+    // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.
+    void enqueue(int batch);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,278 @@
+// tessera-cli as a user runs it (through QProcess), its option parser, and PNG IO.
+#include <QtTest/QtTest>
+
+#include <QDir>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include "app/CliOptions.h"
+#include "app/PngIO.h"
+
+using namespace tessera;
+
+namespace {
+
+struct CliRun {
+    int exitCode = -1;
+    QString out, err;
+};
+
+CliRun runCli(const QStringList& args, int timeoutMs = 120000) {
+    QProcess process;
+    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
+    CliRun run;
+    if (!process.waitForFinished(timeoutMs)) {
+        process.kill();
+        process.waitForFinished();
+        run.err = QStringLiteral("timed out: ") + process.errorString();
+        return run;
+    }
+    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
+    run.out = QString::fromUtf8(process.readAllStandardOutput());
+    run.err = QString::fromUtf8(process.readAllStandardError());
+    return run;
+}
+
+QString describe(const CliRun& r) {
+    return QStringLiteral("exit %1\nstdout:\n%2\nstderr:\n%3").arg(r.exitCode).arg(r.out, r.err);
+}
+
+QString presetPath(const char* name) {
+    return QStringLiteral(TESSERA_SOURCE_DIR "/resources/presets/") + QLatin1String(name);
+}
+
+}  // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+
+private slots:
+    void binaryExists() {
+        QVERIFY2(QFileInfo::exists(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli")),
+                 "build the tessera-cli target first");
+    }
+
+    void version() {
+        const CliRun r = runCli({"--version"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.startsWith(QStringLiteral("tessera-cli " TESSERA_VERSION)), qPrintable(describe(r)));
+    }
+
+    void helpForEverySubcommand_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("usage");
+        QTest::newRow("none") << QStringList{} << "Usage: tessera-cli <command>";
+        QTest::newRow("--help") << QStringList{"--help"} << "Usage: tessera-cli <command>";
+        QTest::newRow("plan") << QStringList{"plan", "--help"} << "Usage: tessera-cli plan";
+        QTest::newRow("render") << QStringList{"render", "--help"} << "Usage: tessera-cli render";
+        QTest::newRow("info") << QStringList{"info", "-h"} << "Usage: tessera-cli info";
+    }
+    void helpForEverySubcommand() {
+        QFETCH(QStringList, args);
+        QFETCH(QString, usage);
+        const CliRun r = runCli(args);
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.startsWith(usage), qPrintable(describe(r)));
+        if (!args.isEmpty() && args.front() != "--help")
+            for (const char* option : {"--width", "--overlap", "--window", "--fusion", "--batch", "--graphs",
+                                       "--preset", "--model", "--out", "--backend", "--strength"})
+                QVERIFY2(r.out.contains(QLatin1String(option)), option);
+    }
+
+    void planPrintsTheGrid() {
+        const CliRun r = runCli({"plan", "--width", "1024", "--height", "1024", "--tile", "64", "--overlap", "16"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        // 1 + ceil((1024 - 64) / 48) = 21 tiles per axis.
+        QVERIFY2(r.out.contains("21 cols x 21 rows"), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("tile\\s+64 x 64 px")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("stride\\s+48 px")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("overlap\\s+16 px")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("tiles\\s+441\\n")), qPrintable(r.out));
+        // 441 * 64^2 / 1024^2
+        QVERIFY2(r.out.contains(QRegularExpression("redundancy\\s+1\\.723")), qPrintable(r.out));
+        QVERIFY2(r.out.contains("441 per step, 8820 total (20 steps)"), qPrintable(r.out));
+    }
+
+    void planWithPercentOverlapAndPreset() {
+        CliRun r = runCli({"plan", "--tile", "128", "--overlap", "25%", "--width", "512", "--height", "256"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains(QRegularExpression("overlap\\s+32 px")), qPrintable(r.out));
+        QVERIFY2(r.out.contains("5 cols x 3 rows"), qPrintable(r.out));
+
+        // The preset sets 256x256 / tile 64 / batch 4; a flag after it overrides the width.
+        r = runCli({"plan", "--preset", presetPath("quick-cpu.json"), "--width", "320"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("320 x 256 px"), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("batch\\s+4 tiles")), qPrintable(r.out));
+        // Flags win over the preset whatever their order.
+        r = runCli({"plan", "--steps", "3", "--preset", presetPath("quick-cpu.json")});
+        QVERIFY2(r.out.contains("(3 steps)"), qPrintable(describe(r)));
+    }
+
+    void everyPresetParses() {
+        for (const char* name : {"quick-cpu.json", "2k-gpu.json", "4k-gpu-lowmem.json"}) {
+            const CliRun r = runCli({"plan", "--preset", presetPath(name)});
+            QVERIFY2(r.exitCode == 0, qPrintable(QLatin1String(name) + "\n" + describe(r)));
+        }
+    }
+
+    void badInputExitsTwoNamingTheField_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("field");
+        QTest::newRow("tile 0") << QStringList{"plan", "--tile", "0"} << "tile:";
+        QTest::newRow("tile not multiple") << QStringList{"plan", "--tile", "60"} << "tile:";
+        QTest::newRow("width text") << QStringList{"plan", "--width", "abc"} << "width:";
+        QTest::newRow("height negative") << QStringList{"plan", "--height", "-5"} << "height:";
+        QTest::newRow("overlap too big") << QStringList{"plan", "--tile", "64", "--overlap", "64"} << "overlap:";
+        QTest::newRow("overlap percent") << QStringList{"plan", "--overlap", "150%"} << "overlap:";
+        QTest::newRow("scheduler") << QStringList{"plan", "--scheduler", "heun"} << "scheduler:";
+        QTest::newRow("window") << QStringList{"render", "--window", "cosine"} << "window:";
+        QTest::newRow("fusion") << QStringList{"plan", "--fusion", "latent"} << "fusion:";
+        QTest::newRow("batch") << QStringList{"plan", "--batch", "0"} << "batch:";
+        QTest::newRow("graphs") << QStringList{"plan", "--graphs", "always"} << "graphs:";
+        QTest::newRow("precision") << QStringList{"plan", "--precision", "int8"} << "precision:";
+        QTest::newRow("backend") << QStringList{"plan", "--backend", "metal"} << "backend:";
+        QTest::newRow("seed") << QStringList{"plan", "--seed", "-1"} << "seed:";
+        QTest::newRow("steps") << QStringList{"plan", "--steps", "0"} << "steps:";
+        QTest::newRow("missing value") << QStringList{"plan", "--width"} << "width:";
+        QTest::newRow("unknown option") << QStringList{"plan", "--colour", "red"} << "option:";
+        QTest::newRow("unknown command") << QStringList{"paint"} << "command:";
+        QTest::newRow("preset missing") << QStringList{"plan", "--preset", "/nonexistent/p.json"} << "preset:";
+        QTest::newRow("model missing") << QStringList{"info", "/nonexistent/model-dir"} << "model:";
+    }
+    void badInputExitsTwoNamingTheField() {
+        QFETCH(QStringList, args);
+        QFETCH(QString, field);
+        const CliRun r = runCli(args);
+        QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
+        QVERIFY2(r.err.contains(field), qPrintable(describe(r)));
+        QVERIFY2(r.out.isEmpty(), qPrintable(describe(r)));
+    }
+
+    void cudaBackendWithoutCuda() {
+#if TESSERA_HAVE_CUDA
+        QSKIP("this build has the CUDA backend");
+#else
+        const CliRun r = runCli({"render", "--backend", "cuda"});
+        QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
+        QVERIFY2(r.err.contains("backend cuda: this build has no CUDA backend"), qPrintable(describe(r)));
+#endif
+    }
+
+    void optionParserDirectly() {
+        CliOptions o = parseCliOptions({"render", "--width=512", "--overlap", "0.25", "--batch", "8", "--eta", "0.5",
+                                        "--label", "a b", "--preview-every", "0", "--out", "/tmp/x"});
+        QCOMPARE(o.command, CliCommand::Render);
+        QCOMPARE(o.config.width, 512);
+        QVERIFY(o.config.overlapFraction.has_value());
+        QCOMPARE(*o.config.overlapFraction, 0.25);
+        QCOMPARE(o.config.overlapPixels(), 16);   // of the default 64 tile
+        QCOMPARE(o.config.tileBatch, 8);
+        QCOMPARE(o.config.schedulerOptions.eta, 0.5f);
+        QCOMPARE(o.config.label, std::string("a b"));
+        QCOMPARE(o.config.previewEvery, 0);
+        QCOMPARE(o.outDir, std::string("/tmp/x"));
+        QVERIFY(o.fieldsGiven.count("width") && o.fieldsGiven.count("batch") && !o.fieldsGiven.count("tile"));
+
+        o = parseCliOptions({"info", "/some/model", "--tile", "32"});
+        QCOMPARE(o.command, CliCommand::Info);
+        QCOMPARE(o.infoDir, std::string("/some/model"));
+        QCOMPARE(o.config.tile, 32);
+
+        try {
+            parseCliOptions({"plan", "--strength", "lots"});
+            QFAIL("a bad number was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("strength"));
+        }
+        QVERIFY(!defaultModelCandidates("/opt/tessera/bin").empty());
+        QCOMPARE(defaultModelCandidates("/opt/tessera/bin").back(), std::string("/opt/tessera/share/tessera/models/default"));
+    }
+
+    void pngRoundTripWithTextChunks() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        Rgb8Image image;
+        image.width = 5;
+        image.height = 3;
+        for (int i = 0; i < 5 * 3 * 3; ++i) image.pixels.push_back(static_cast<std::uint8_t>(i * 5));
+        const std::string path = dir.filePath("a.png").toStdString();
+        const std::string manifest = R"({"label":"caf\u00e9 ☕","runId":"x"})";
+        writePng(path, image, {{"parameters", "Steps: 20, Sampler: ddim", false},
+                               {"tessera-manifest", manifest, true},
+                               {"Comment", "naïve UTF-8 in tEXt goes to iTXt", false}});
+        // Written atomically: no temporary file left behind.
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 1);
+        const PngFile back = readPng(path);
+        QCOMPARE(back.image.width, 5);
+        QCOMPARE(back.image.height, 3);
+        QVERIFY(back.image.pixels == image.pixels);
+        QCOMPARE(back.text("parameters"), std::string("Steps: 20, Sampler: ddim"));
+        QCOMPARE(back.text("tessera-manifest"), manifest);
+        QCOMPARE(back.text("Comment"), std::string("naïve UTF-8 in tEXt goes to iTXt"));
+        QCOMPARE(back.text("missing"), std::string());
+
+        QVERIFY_THROWS_EXCEPTION(PngError, readPng(dir.filePath("none.png").toStdString()));
+        QFile notPng(dir.filePath("bad.png"));
+        QVERIFY(notPng.open(QIODevice::WriteOnly));
+        notPng.write("not a png at all");
+        notPng.close();
+        QVERIFY_THROWS_EXCEPTION(PngError, readPng(notPng.fileName().toStdString()));
+        QVERIFY_THROWS_EXCEPTION(PngError, writePng(dir.filePath("nodir/x.png").toStdString(), image, {}));
+        Rgb8Image wrong = image;
+        wrong.pixels.pop_back();
+        QVERIFY_THROWS_EXCEPTION(PngError, writePng(path, wrong, {}));
+    }
+
+    void infoOnFixture() {
+        const QString model = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+        if (!QFileInfo::exists(model + "/config.json"))
+            QSKIP("tests/data/models/cifar_like is not there yet (written by tools/reference)");
+        const CliRun r = runCli({"info", model, "--tile", "32"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains(QRegularExpression("tensors\\s+\\d+")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("parameters\\s+[\\d,]+")), qPrintable(r.out));
+        QVERIFY2(r.out.contains("per evaluation of a 32 x 32 tile"), qPrintable(r.out));
+    }
+
+    void renderOnFixture() {
+        const QString model = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+        if (!QFileInfo::exists(model + "/config.json"))
+            QSKIP("tests/data/models/cifar_like is not there yet (written by tools/reference)");
+        QTemporaryDir out;
+        QVERIFY(out.isValid());
+        const CliRun r = runCli({"render", "--model", model, "--width", "48", "--height", "40", "--tile", "32",
+                                 "--overlap", "16", "--steps", "2", "--batch", "2", "--backend", "cpu", "--seed",
+                                 "3", "--label", "cli test", "--out", out.path()},
+                                600000);
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("tile evals/s"), qPrintable(r.out));
+        const QStringList pngs = QDir(out.path()).entryList({"*.png"}, QDir::Files);
+        QCOMPARE(pngs.size(), 1);
+        const QString runId = QFileInfo(pngs.front()).completeBaseName();
+        QVERIFY(QFileInfo::exists(out.filePath(runId + ".csv")));
+        QVERIFY(QFileInfo::exists(out.filePath(runId + ".json")));
+        QVERIFY(QFileInfo(out.filePath(runId + ".csv")).size() > 0);
+
+        const PngFile png = readPng(out.filePath(runId + ".png").toStdString());
+        QCOMPARE(png.image.width, 48);
+        QCOMPARE(png.image.height, 40);
+        const QString parameters = QString::fromStdString(png.text("parameters"));
+        QVERIFY2(parameters.contains("Seed: 3"), qPrintable(parameters));
+        const QByteArray manifestText = QByteArray::fromStdString(png.text("tessera-manifest"));
+        QJsonParseError error;
+        const QJsonDocument manifest = QJsonDocument::fromJson(manifestText, &error);
+        QVERIFY2(error.error == QJsonParseError::NoError, qPrintable(error.errorString()));
+        QVERIFY(manifest.isObject());
+        QVERIFY2(manifestText.contains(runId.toUtf8()), manifestText.constData());
+        QFile json(out.filePath(runId + ".json"));
+        QVERIFY(json.open(QIODevice::ReadOnly));
+        QCOMPARE(json.readAll(), manifestText);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

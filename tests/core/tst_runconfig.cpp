@@ -1,0 +1,492 @@
+// RunConfig: enum names, validation (every rule names its field), JSON and the parameters line.
+#include <QtTest/QtTest>
+
+#include <functional>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/RunConfig.h"
+
+using namespace tessera;
+
+namespace {
+
+// The first problem validate() finds, or an empty field when the config is accepted.
+struct Rejection {
+    std::string field;
+    std::string message;
+};
+
+Rejection rejectionOf(const RunConfig& config, const ModelLimits& limits = {}) {
+    try {
+        validate(config, limits);
+    } catch (const ValidationError& e) {
+        return {e.field(), e.what()};
+    }
+    return {};
+}
+
+// Enums are compared by value: QTest's own toString would find tessera::toString by ADL.
+template <typename E>
+int n(E value) {
+    return static_cast<int>(value);
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+Rejection jsonRejection(const std::string& text) {
+    try {
+        (void)runConfigFromJson(nlohmann::json::parse(text));
+    } catch (const ValidationError& e) {
+        return {e.field(), e.what()};
+    }
+    return {};
+}
+
+}  // namespace
+
+class TestRunConfig : public QObject {
+    Q_OBJECT
+
+private slots:
+    void enumNamesRoundTrip() {
+        for (auto k : {SchedulerKind::DDPM, SchedulerKind::DDIM, SchedulerKind::Euler})
+            QCOMPARE(n(parseScheduler(toString(k))), n(k));
+        for (auto k : {BetaSchedule::Linear, BetaSchedule::ScaledLinear, BetaSchedule::SquaredCosCapV2})
+            QCOMPARE(n(parseBetaSchedule(toString(k))), n(k));
+        for (auto k : {TimestepSpacing::Leading, TimestepSpacing::Trailing, TimestepSpacing::Linspace})
+            QCOMPARE(n(parseTimestepSpacing(toString(k))), n(k));
+        for (auto k : {VarianceType::FixedSmall, VarianceType::FixedLarge}) QCOMPARE(n(parseVarianceType(toString(k))), n(k));
+        for (auto k : {PredictionType::Epsilon, PredictionType::Sample, PredictionType::VPrediction})
+            QCOMPARE(n(parsePredictionType(toString(k))), n(k));
+        for (auto k : {BlendWindowKind::None, BlendWindowKind::Linear, BlendWindowKind::Hann, BlendWindowKind::Gaussian})
+            QCOMPARE(n(parseBlendWindow(toString(k))), n(k));
+        for (auto k : {FusionRule::Sample, FusionRule::Noise}) QCOMPARE(n(parseFusionRule(toString(k))), n(k));
+        for (auto k : {GraphMode::Off, GraphMode::Tile, GraphMode::Step}) QCOMPARE(n(parseGraphMode(toString(k))), n(k));
+        for (auto k : {Precision::FP32, Precision::FP16, Precision::BF16}) QCOMPARE(n(parsePrecision(toString(k))), n(k));
+        for (auto k : {BackendKind::Auto, BackendKind::CPU, BackendKind::CUDA}) QCOMPARE(n(parseBackend(toString(k))), n(k));
+    }
+
+    void enumNamesAreTheDocumentedOnes() {
+        QCOMPARE(toString(SchedulerKind::DDIM), std::string_view("ddim"));
+        QCOMPARE(toString(BetaSchedule::SquaredCosCapV2), std::string_view("squaredcos_cap_v2"));
+        QCOMPARE(toString(PredictionType::VPrediction), std::string_view("v_prediction"));
+        QCOMPARE(toString(VarianceType::FixedLarge), std::string_view("fixed_large"));
+        QCOMPARE(toString(BlendWindowKind::Hann), std::string_view("hann"));
+        QCOMPARE(toString(GraphMode::Step), std::string_view("step"));
+        QCOMPARE(toString(Precision::FP16), std::string_view("fp16"));
+        QCOMPARE(toString(BackendKind::CUDA), std::string_view("cuda"));
+        QCOMPARE(n(parseScheduler("DDIM")), n(SchedulerKind::DDIM));  // case does not matter
+    }
+
+    void unknownEnumNameNamesFieldAndChoices() {
+        try {
+            (void)parseBlendWindow("cosine");
+            QFAIL("parseBlendWindow accepted 'cosine'");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("window"));
+            const std::string m = e.what();
+            QVERIFY2(contains(m, "window: 'cosine' is not one of none, linear, hann or gaussian"), m.c_str());
+        }
+        try {
+            (void)parseTimestepSpacing("even", "spacing");
+            QFAIL("parseTimestepSpacing accepted 'even'");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("spacing"));
+            QVERIFY(contains(e.what(), "'even'"));
+        }
+    }
+
+    void defaultsAreValid() {
+        QVERIFY(validateAll(RunConfig{}).empty());
+        validate(RunConfig{});
+    }
+
+    void rejections_data() {
+        QTest::addColumn<QString>("expectedField");
+        QTest::addColumn<QString>("messagePart");
+        QTest::addColumn<int>("caseIndex");
+        int i = 0;
+        const char* cases[][2] = {
+            {"width", "width: 0 is not allowed; the width must be 1 to 16384 pixels"},
+            {"width", "width: 16385 is not allowed; the width must be 1 to 16384"},
+            {"height", "height: -5 is not allowed"},
+            {"height", "height: 60 is smaller than the tile (64) and not a multiple of 8"},
+            {"width", "use 8 (or any size from 64 up)"},
+            {"tile", "tile: 0 is not allowed; the tile size must be a positive multiple of 8 (e.g. 64)"},
+            {"tile", "tile: 60 is not a multiple of 8"},
+            {"tile", "tile: 5000 is too large; the tile size must be at most 4096"},
+            {"overlap", "overlap: -1 is not allowed"},
+            {"overlap", "overlap: 64 is not allowed; the overlap must be 0 to 63 pixels"},
+            {"overlap", "overlap: 1 (a fraction of the tile) is not allowed"},
+            {"overlap", "overlap: -0.25 (a fraction of the tile) is not allowed"},
+            {"steps", "steps: 0 is not allowed"},
+            {"steps", "steps: 1001 is not allowed"},
+            {"batch", "batch: 0 is not allowed; the tile batch must be 1 to 1024"},
+            {"batch", "batch: 1025 is not allowed"},
+            {"graph_warmup", "graph_warmup: -1 is not allowed; the graph warm-up count must be 0 to 100"},
+            {"graph_warmup", "graph_warmup: 101 is not allowed"},
+            {"graph_cache", "graph_cache: 0 is not allowed; the graph cache size must be 1 to 1024"},
+            {"graph_cache", "graph_cache: 1025 is not allowed"},
+            {"preview_every", "preview_every: -1 is not allowed"},
+            {"strength", "strength: 0 is not allowed; with an init image the strength must be above 0 and at most 1"},
+            {"strength", "strength: 1.5 is not allowed"},
+            {"eta", "eta: -0.5 is not allowed; eta must be 0 or more"},
+            {"beta_start", "beta_start: 0 is not allowed; beta_start must be above 0"},
+            {"beta_end", "beta_end: 0.0001 is not allowed; beta_end must be above beta_start (0.0001)"},
+            {"prediction_type", "prediction_type: 'sample' is not allowed with the euler scheduler"},
+            {"num_train_timesteps", "num_train_timesteps: 0 is not allowed"},
+            {"steps_offset", "steps_offset: -1 is not allowed"},
+            {"clip_sample_range", "clip_sample_range: 0 is not allowed"},
+        };
+        for (const auto& c : cases) {
+            QTest::newRow(c[1]) << QString::fromUtf8(c[0]) << QString::fromUtf8(c[1]) << i;
+            ++i;
+        }
+    }
+
+    void rejections() {
+        QFETCH(QString, expectedField);
+        QFETCH(QString, messagePart);
+        QFETCH(int, caseIndex);
+        const std::vector<std::function<void(RunConfig&)>> edits = {
+            [](RunConfig& c) { c.width = 0; },
+            [](RunConfig& c) { c.width = 16385; },
+            [](RunConfig& c) { c.height = -5; },
+            [](RunConfig& c) { c.height = 60; },
+            [](RunConfig& c) { c.width = 5; },
+            [](RunConfig& c) { c.tile = 0; },
+            [](RunConfig& c) { c.tile = 60; c.width = c.height = 240; },
+            [](RunConfig& c) { c.tile = 5000; c.width = c.height = 8192; },
+            [](RunConfig& c) { c.overlapPx = -1; },
+            [](RunConfig& c) { c.overlapPx = 64; },
+            [](RunConfig& c) { c.overlapFraction = 1.0; },
+            [](RunConfig& c) { c.overlapFraction = -0.25; },
+            [](RunConfig& c) { c.steps = 0; },
+            [](RunConfig& c) { c.steps = 1001; },
+            [](RunConfig& c) { c.tileBatch = 0; },
+            [](RunConfig& c) { c.tileBatch = 1025; },
+            [](RunConfig& c) { c.graphWarmup = -1; },
+            [](RunConfig& c) { c.graphWarmup = 101; },
+            [](RunConfig& c) { c.graphCacheSize = 0; },
+            [](RunConfig& c) { c.graphCacheSize = 1025; },
+            [](RunConfig& c) { c.previewEvery = -1; },
+            [](RunConfig& c) { c.initImage = "in.png"; c.strength = 0.0; },
+            [](RunConfig& c) { c.initImage = "in.png"; c.strength = 1.5; },
+            [](RunConfig& c) { c.schedulerOptions.eta = -0.5f; },
+            [](RunConfig& c) { c.schedulerOptions.betaStart = 0.0f; },
+            [](RunConfig& c) { c.schedulerOptions.betaEnd = 1e-4f; },
+            [](RunConfig& c) { c.scheduler = SchedulerKind::Euler; c.schedulerOptions.predictionType = PredictionType::Sample; },
+            [](RunConfig& c) { c.schedulerOptions.numTrainTimesteps = 0; c.steps = 1; },
+            [](RunConfig& c) { c.schedulerOptions.stepsOffset = -1; },
+            [](RunConfig& c) { c.schedulerOptions.clipSampleRange = 0.0f; },
+        };
+        QCOMPARE(edits.size(), static_cast<std::size_t>(30));
+        RunConfig config;
+        edits.at(static_cast<std::size_t>(caseIndex))(config);
+        const Rejection r = rejectionOf(config);
+        QCOMPARE(QString::fromStdString(r.field), expectedField);
+        QVERIFY2(contains(r.message, messagePart.toStdString()), r.message.c_str());
+        // validateAll reports the same problem (and only it: each edit breaks one rule).
+        const auto all = validateAll(config);
+        QCOMPARE(all.size(), static_cast<std::size_t>(1));
+        QCOMPARE(QString::fromStdString(all.front().field()), expectedField);
+    }
+
+    void nearestValidSizesAreNamed() {
+        RunConfig c;
+        c.height = 60;
+        QVERIFY2(contains(rejectionOf(c).message, "use 56 or 64"), rejectionOf(c).message.c_str());
+        c = RunConfig{};
+        c.tile = 60;
+        QVERIFY2(contains(rejectionOf(c).message, "use 56 or 64"), rejectionOf(c).message.c_str());
+        c = RunConfig{};
+        c.tile = 100;
+        c.width = c.height = 512;
+        QVERIFY2(contains(rejectionOf(c).message, "use 96 or 104"), rejectionOf(c).message.c_str());
+    }
+
+    void smallImageRule() {
+        RunConfig c;  // tile 64, model downsamples 8x
+        c.width = 40;  // smaller than the tile, multiple of 8: one 40-wide tile
+        c.height = 8;
+        QVERIFY(validateAll(c).empty());
+        c.width = 100;  // at least the tile: any size, tiles snap inside
+        c.height = 71;
+        QVERIFY(validateAll(c).empty());
+        c.width = 64;
+        c.height = 63;
+        QCOMPARE(rejectionOf(c).field, std::string("height"));
+        QVERIFY(contains(rejectionOf(c).message, "use 56 or 64"));
+        // With a model that downsamples 4x, 60 is fine as a small side and as a tile.
+        ModelLimits shallow;
+        shallow.downsampleFactor = 4;
+        c.height = 60;
+        QVERIFY(validateAll(c, shallow).empty());
+        c.tile = 60;
+        c.height = 256;
+        QVERIFY(validateAll(c, shallow).empty());
+    }
+
+    void stepsLimitFollowsModel() {
+        RunConfig c;
+        c.steps = 500;
+        ModelLimits limits;
+        limits.numTrainTimesteps = 400;
+        const Rejection r = rejectionOf(c, limits);
+        QCOMPARE(r.field, std::string("steps"));
+        QVERIFY2(contains(r.message, "must be 1 to 400"), r.message.c_str());
+        c.steps = 1000;
+        QVERIFY(validateAll(c).empty());
+    }
+
+    void optionalRulesOnlyApplyWhenRelevant() {
+        RunConfig c;
+        c.strength = 0.0;  // no init image: strength is unused
+        QVERIFY(validateAll(c).empty());
+        c.scheduler = SchedulerKind::Euler;
+        c.schedulerOptions.predictionType = PredictionType::VPrediction;
+        QVERIFY(validateAll(c).empty());
+        c.schedulerOptions.predictionType = PredictionType::Epsilon;
+        QVERIFY(validateAll(c).empty());
+        c.overlapFraction = 0.0;
+        QVERIFY(validateAll(c).empty());
+        c.overlapFraction = 0.99;  // 63.36 -> 63 px, still below the tile
+        QCOMPARE(c.overlapPixels(), 63);
+        QVERIFY(validateAll(c).empty());
+        c.overlapFraction = 0.995;  // rounds to 64 px = the tile
+        QCOMPARE(rejectionOf(c).field, std::string("overlap"));
+        c = RunConfig{};
+        c.seed = std::numeric_limits<std::uint64_t>::max();
+        QVERIFY(validateAll(c).empty());
+    }
+
+    void validateAllCollectsEveryProblem() {
+        RunConfig c;
+        c.width = 0;
+        c.tile = 0;
+        c.steps = 0;
+        c.tileBatch = 0;
+        c.schedulerOptions.eta = -1.0f;
+        const auto all = validateAll(c);
+        QStringList fields;
+        for (const auto& e : all) fields << QString::fromStdString(e.field());
+        QCOMPARE(fields, (QStringList{"width", "tile", "steps", "batch", "eta"}));
+        // validate() throws the first one.
+        QCOMPARE(rejectionOf(c).field, std::string("width"));
+    }
+
+    void overlapPixelsResolvesFraction() {
+        RunConfig c;
+        QCOMPARE(c.overlapPixels(), 16);
+        c.overlapFraction = 0.25;
+        QCOMPARE(c.overlapPixels(), 16);
+        c.tile = 96;
+        c.overlapFraction = 1.0 / 3.0;
+        QCOMPARE(c.overlapPixels(), 32);
+        c.overlapFraction = 0.2;  // 19.2 -> 19
+        QCOMPARE(c.overlapPixels(), 19);
+    }
+
+    void jsonRoundTrip() {
+        RunConfig c;
+        c.width = 1000;
+        c.height = 744;
+        c.seed = 18446744073709551615ULL;
+        c.steps = 37;
+        c.scheduler = SchedulerKind::Euler;
+        c.schedulerOptions.numTrainTimesteps = 900;
+        c.schedulerOptions.betaStart = 0.00085f;
+        c.schedulerOptions.betaEnd = 0.012f;
+        c.schedulerOptions.betaSchedule = BetaSchedule::ScaledLinear;
+        c.schedulerOptions.timestepSpacing = TimestepSpacing::Trailing;
+        c.schedulerOptions.stepsOffset = 1;
+        c.schedulerOptions.clipSample = false;
+        c.schedulerOptions.clipSampleRange = 2.5f;
+        c.schedulerOptions.setAlphaToOne = false;
+        c.schedulerOptions.eta = 0.3f;
+        c.schedulerOptions.varianceType = VarianceType::FixedLarge;
+        c.schedulerOptions.predictionType = PredictionType::VPrediction;
+        c.schedulerOptions.karrasSigmas = false;
+        c.tile = 128;
+        c.overlapFraction = 0.3;
+        c.window = BlendWindowKind::Gaussian;
+        c.fusion = FusionRule::Noise;
+        c.tileBatch = 12;
+        c.graphs = GraphMode::Tile;
+        c.graphWarmup = 5;
+        c.graphCacheSize = 3;
+        c.precision = Precision::BF16;
+        c.backend = BackendKind::CPU;
+        c.model = "/models/ddpm-church-256";
+        c.previewEvery = 4;
+        c.initImage = "start.png";
+        c.strength = 0.65;
+        c.preserveColor = true;
+        c.label = "church \"wide\"";
+
+        const nlohmann::json j = toJson(c);
+        // Through text, as a file would carry it.
+        const RunConfig back = runConfigFromJson(nlohmann::json::parse(j.dump(2)));
+        QCOMPARE(back.width, c.width);
+        QCOMPARE(back.height, c.height);
+        QCOMPARE(back.seed, c.seed);
+        QCOMPARE(back.steps, c.steps);
+        QCOMPARE(n(back.scheduler), n(c.scheduler));
+        QCOMPARE(back.schedulerOptions.numTrainTimesteps, 900);
+        QCOMPARE(back.schedulerOptions.betaStart, 0.00085f);
+        QCOMPARE(back.schedulerOptions.betaEnd, 0.012f);
+        QCOMPARE(n(back.schedulerOptions.betaSchedule), n(BetaSchedule::ScaledLinear));
+        QCOMPARE(n(back.schedulerOptions.timestepSpacing), n(TimestepSpacing::Trailing));
+        QCOMPARE(back.schedulerOptions.stepsOffset, 1);
+        QCOMPARE(back.schedulerOptions.clipSample, false);
+        QCOMPARE(back.schedulerOptions.clipSampleRange, 2.5f);
+        QCOMPARE(back.schedulerOptions.setAlphaToOne, false);
+        QCOMPARE(back.schedulerOptions.eta, 0.3f);
+        QCOMPARE(n(back.schedulerOptions.varianceType), n(VarianceType::FixedLarge));
+        QCOMPARE(n(back.schedulerOptions.predictionType), n(PredictionType::VPrediction));
+        QCOMPARE(back.schedulerOptions.karrasSigmas, false);
+        QCOMPARE(back.tile, 128);
+        QVERIFY(back.overlapFraction.has_value());
+        QCOMPARE(*back.overlapFraction, 0.3);
+        QCOMPARE(n(back.window), n(BlendWindowKind::Gaussian));
+        QCOMPARE(n(back.fusion), n(FusionRule::Noise));
+        QCOMPARE(back.tileBatch, 12);
+        QCOMPARE(n(back.graphs), n(GraphMode::Tile));
+        QCOMPARE(back.graphWarmup, 5);
+        QCOMPARE(back.graphCacheSize, 3);
+        QCOMPARE(n(back.precision), n(Precision::BF16));
+        QCOMPARE(n(back.backend), n(BackendKind::CPU));
+        QCOMPARE(back.model, c.model);
+        QCOMPARE(back.previewEvery, 4);
+        QCOMPARE(back.initImage, c.initImage);
+        QCOMPARE(back.strength, 0.65);
+        QCOMPARE(back.preserveColor, true);
+        QCOMPARE(back.label, c.label);
+        QCOMPARE(toJson(back), j);
+
+        // Field names are the CLI's; floats are written in their short form.
+        QCOMPARE(j.at("batch").get<int>(), 12);
+        QCOMPARE(j.at("graph_cache").get<int>(), 3);
+        QCOMPARE(j.at("init").get<std::string>(), std::string("start.png"));
+        QCOMPARE(j.at("scheduler_options").at("use_karras_sigmas").get<bool>(), false);
+        QVERIFY2(contains(toJson(RunConfig{}).dump(), "\"beta_start\":0.0001"), toJson(RunConfig{}).dump().c_str());
+        QCOMPARE(toJson(RunConfig{}).at("overlap"), nlohmann::json(16));
+    }
+
+    void jsonMissingKeysKeepDefaults() {
+        const RunConfig c = runConfigFromJson(nlohmann::json::parse(R"({"width": 512, "scheduler_options": {"eta": 0.5}})"));
+        QCOMPARE(c.width, 512);
+        QCOMPARE(c.height, RunConfig{}.height);
+        QCOMPARE(c.schedulerOptions.eta, 0.5f);
+        QCOMPARE(c.schedulerOptions.betaEnd, SchedulerOptions{}.betaEnd);
+        QCOMPARE(c.tile, 64);
+        const RunConfig empty = runConfigFromJson(nlohmann::json::object());
+        QCOMPARE(toJson(empty), toJson(RunConfig{}));
+    }
+
+    void jsonUnknownKeyIsNamed() {
+        Rejection r = jsonRejection(R"({"width": 512, "tiles": 64})");
+        QCOMPARE(r.field, std::string("tiles"));
+        QVERIFY2(contains(r.message, "tiles: unknown key"), r.message.c_str());
+        QVERIFY2(contains(r.message, "tile"), r.message.c_str());
+        r = jsonRejection(R"({"scheduler_options": {"etaa": 0}})");
+        QCOMPARE(r.field, std::string("scheduler_options.etaa"));
+        QVERIFY2(contains(r.message, "scheduler_options.etaa: unknown key"), r.message.c_str());
+    }
+
+    void jsonWrongTypesAreNamed() {
+        Rejection r = jsonRejection(R"({"steps": "twenty"})");
+        QCOMPARE(r.field, std::string("steps"));
+        QVERIFY2(contains(r.message, "steps: expected a whole number, got \"twenty\""), r.message.c_str());
+        r = jsonRejection(R"({"steps": 2.5})");
+        QCOMPARE(r.field, std::string("steps"));
+        r = jsonRejection(R"({"seed": -1})");
+        QCOMPARE(r.field, std::string("seed"));
+        r = jsonRejection(R"({"preserve_color": 1})");
+        QCOMPARE(r.field, std::string("preserve_color"));
+        r = jsonRejection(R"({"window": "cosine"})");
+        QCOMPARE(r.field, std::string("window"));
+        QVERIFY(contains(r.message, "not one of"));
+        r = jsonRejection(R"({"scheduler_options": {"beta_schedule": "cubic"}})");
+        QCOMPARE(r.field, std::string("beta_schedule"));
+        r = jsonRejection(R"({"scheduler_options": 3})");
+        QCOMPARE(r.field, std::string("scheduler_options"));
+        r = jsonRejection(R"([1, 2])");
+        QCOMPARE(r.field, std::string("config"));
+        // A seed as a decimal string is read exactly.
+        QCOMPARE(runConfigFromJson(nlohmann::json::parse(R"({"seed": "18446744073709551615"})")).seed,
+                 std::numeric_limits<std::uint64_t>::max());
+    }
+
+    void jsonOverlapForms_data() {
+        QTest::addColumn<QString>("json");
+        QTest::addColumn<bool>("isFraction");
+        QTest::addColumn<double>("value");
+        QTest::addColumn<int>("pixelsAtTile64");
+        QTest::newRow("int px") << R"({"overlap": 24})" << false << 24.0 << 24;
+        QTest::newRow("percent") << R"({"overlap": "25%"})" << true << 0.25 << 16;
+        QTest::newRow("fraction") << R"({"overlap": 0.5})" << true << 0.5 << 32;
+        QTest::newRow("zero fraction") << R"({"overlap": 0.0})" << true << 0.0 << 0;
+        QTest::newRow("whole float px") << R"({"overlap": 12.0})" << false << 12.0 << 12;
+        QTest::newRow("px string") << R"({"overlap": "8"})" << false << 8.0 << 8;
+        QTest::newRow("fraction string") << R"({"overlap": "0.125"})" << true << 0.125 << 8;
+        QTest::newRow("int zero") << R"({"overlap": 0})" << false << 0.0 << 0;
+    }
+
+    void jsonOverlapForms() {
+        QFETCH(QString, json);
+        QFETCH(bool, isFraction);
+        QFETCH(double, value);
+        QFETCH(int, pixelsAtTile64);
+        const RunConfig c = runConfigFromJson(nlohmann::json::parse(json.toStdString()));
+        QCOMPARE(c.overlapFraction.has_value(), isFraction);
+        if (isFraction) QCOMPARE(*c.overlapFraction, value);
+        else QCOMPARE(c.overlapPx, static_cast<int>(value));
+        QCOMPARE(c.overlapPixels(), pixelsAtTile64);
+        // Round trip keeps the form.
+        const RunConfig back = runConfigFromJson(nlohmann::json::parse(toJson(c).dump()));
+        QCOMPARE(back.overlapFraction.has_value(), isFraction);
+        QCOMPARE(back.overlapPixels(), pixelsAtTile64);
+    }
+
+    void jsonOverlapBadForms() {
+        for (const char* text : {R"({"overlap": 1.5})", R"({"overlap": "abc"})", R"({"overlap": "x%"})",
+                                 R"({"overlap": true})", R"({"overlap": [16]})"}) {
+            const Rejection r = jsonRejection(text);
+            QCOMPARE(r.field, std::string("overlap"));
+            QVERIFY2(contains(r.message, "a percentage (\"25%\")"), r.message.c_str());
+        }
+        // A percentage of 100 or more reads, then validate() rejects it by field.
+        const RunConfig c = runConfigFromJson(nlohmann::json::parse(R"({"overlap": "100%"})"));
+        QCOMPARE(rejectionOf(c).field, std::string("overlap"));
+    }
+
+    void parametersLineFormat() {
+        RunConfig c;
+        c.width = c.height = 1024;
+        c.seed = 42;
+        c.tileBatch = 8;
+        c.graphs = GraphMode::Step;
+        c.backend = BackendKind::CUDA;
+        QCOMPARE(parametersLine(c),
+                 std::string("Steps: 20, Sampler: DDIM, Seed: 42, Size: 1024x1024, Tile: 64, Overlap: 16, "
+                             "Window: hann, Fusion: sample, Batch: 8, Graphs: step, Precision: fp16, "
+                             "Backend: cuda, Model: default"));
+        c.width = 768;
+        c.scheduler = SchedulerKind::Euler;
+        c.overlapFraction = 0.25;
+        c.model = "/home/me/models/ddpm-church-256/";
+        c.initImage = "in.png";
+        c.strength = 0.4;
+        QCOMPARE(parametersLine(c),
+                 std::string("Steps: 20, Sampler: Euler, Seed: 42, Size: 768x1024, Tile: 64, Overlap: 16, "
+                             "Window: hann, Fusion: sample, Batch: 8, Graphs: step, Precision: fp16, "
+                             "Backend: cuda, Model: ddpm-church-256, Denoising strength: 0.4"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestRunConfig)
+#include "tst_runconfig.moc"

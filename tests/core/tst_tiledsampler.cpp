@@ -1,0 +1,404 @@
+// The tiled sampler against docs/ENGINE_SEMANTICS.md, on a tiny random UNet and the CPU backend.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <memory>
+
+#include "core/CpuBackend.h"
+#include "core/ImageOps.h"
+#include "core/Philox.h"
+#include "core/Scheduler.h"
+#include "core/StepUpdate.h"
+#include "core/TiledSampler.h"
+#include "core/UNetModel.h"
+
+using namespace tessera;
+
+namespace {
+
+// Two levels (downsample factor 2), narrow channels: a forward pass on a 16x16 tile takes
+// well under a millisecond, yet every block type (resnet, attention, down/up) is exercised.
+ModelConfig tinyConfig() {
+    ModelConfig c;
+    c.sampleSize = 16;
+    c.inChannels = 3;
+    c.outChannels = 3;
+    c.blockOutChannels = {8, 16};
+    c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown};
+    c.upBlocks = {UpBlockType::AttnUp, UpBlockType::Up};
+    c.layersPerBlock = 1;
+    c.normNumGroups = 4;
+    c.attentionHeadDim = 8;
+    return c;
+}
+
+std::shared_ptr<const UNetModel> tinyModel() {
+    return std::make_shared<const UNetModel>(UNetModel::random(tinyConfig(), 1234));
+}
+
+RunConfig baseConfig() {
+    RunConfig c;
+    c.width = 32;
+    c.height = 24;
+    c.seed = 7;
+    c.steps = 4;
+    c.scheduler = SchedulerKind::DDIM;
+    c.tile = 16;
+    c.overlapPx = 8;     // 3 columns x 2 rows = 6 tiles
+    c.window = BlendWindowKind::Hann;
+    c.tileBatch = 1;
+    c.backend = BackendKind::CPU;
+    c.precision = Precision::FP32;
+    c.previewEvery = 0;
+    return c;
+}
+
+std::unique_ptr<TiledSampler> makeSampler(std::shared_ptr<const UNetModel> model) {
+    auto sampler = std::make_unique<TiledSampler>(std::make_unique<CpuBackend>());
+    sampler->setModel(std::move(model));
+    return sampler;
+}
+
+// Counts events; optionally cancels its engine after `cancelAfterBatches` tile batches.
+class CountingObserver : public RunObserver {
+public:
+    Engine* engine = nullptr;
+    int cancelAfterBatches = -1;
+    int started = 0, batches = 0, steps = 0, previews = 0, memory = 0;
+    std::vector<int> tileOrder;
+    std::vector<int> batchSizes;
+    std::vector<int> previewSteps;
+
+    void onStarted(const RunRecord&) override { ++started; }
+    void onTileBatch(const TileBatchEvent& e) override {
+        ++batches;
+        batchSizes.push_back(static_cast<int>(e.tileIds.size()));
+        tileOrder.insert(tileOrder.end(), e.tileIds.begin(), e.tileIds.end());
+        QVERIFY(e.timing.hostMs >= 0.0);
+        if (engine && batches == cancelAfterBatches) engine->requestCancel();
+    }
+    void onStep(const StepEvent&) override { ++steps; }
+    void onPreview(const PreviewEvent& e) override {
+        ++previews;
+        previewSteps.push_back(e.step);
+    }
+    void onMemory(const MemorySample&) override { ++memory; }
+};
+
+// The untiled sampler written out independently: the whole canvas through the UNet each step.
+std::vector<float> untiledSample(const UNetModel& model, const RunConfig& config) {
+    SchedulerOptions options = model.schedulerOptions();
+    options.eta = config.schedulerOptions.eta;
+    options.timestepSpacing = config.schedulerOptions.timestepSpacing;
+    auto scheduler = Scheduler::create(config.scheduler, options);
+    scheduler->setTimesteps(config.steps);
+    const int C = model.config().inChannels, H = config.height, W = config.width;
+    const std::size_t n = static_cast<std::size_t>(C) * H * W;
+    std::vector<float> x(n), in(n), eps(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = philoxNormal(config.seed, 0, i) * scheduler->initNoiseSigma();
+    CpuBackend backend;
+    backend.prepare(model, 1, H, W);
+    for (int k = 0; k < config.steps; ++k) {
+        const StepCoefficients K = scheduler->coefficients(k);
+        for (std::size_t i = 0; i < n; ++i) in[i] = x[i] * K.modelInputScale;
+        const float t = K.timestep;
+        backend.forward(in.data(), &t, 1, eps.data());
+        for (std::size_t i = 0; i < n; ++i)
+            x[i] = applyStep(K, x[i], eps[i], philoxNormal(config.seed, static_cast<std::uint32_t>(k + 1), i));
+    }
+    return x;
+}
+
+float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    float m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+}  // namespace
+
+class TestTiledSampler : public QObject {
+    Q_OBJECT
+
+private:
+    std::shared_ptr<const UNetModel> model_ = tinyModel();
+
+private slots:
+    void imageOpsConvertLikeDiffusers() {
+        ImageTensor t{3, 1, 2, {-1.0f, 1.0f, 0.0f, 2.0f, -3.0f, 0.003f}};
+        const Rgb8Image rgb = toRgb8(t);
+        QCOMPARE(rgb.width, 2);
+        QCOMPARE(rgb.height, 1);
+        // clamp(x/2 + 0.5) then round(255 v); planar -> interleaved.
+        const std::vector<std::uint8_t> expected{0, 128, 255, 255, 0, 128};
+        QCOMPARE(rgb.pixels, expected);
+        const ImageTensor back = fromRgb8(rgb);
+        QCOMPARE(back.channels, 3);
+        QCOMPARE(back.data[0], -1.0f);
+        QCOMPARE(back.data[1], 1.0f);
+        QVERIFY(std::fabs(back.data[4] - (128.0f / 255.0f * 2.0f - 1.0f)) < 1e-7f);
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, fromRgb8(rgb, 2));
+        ImageTensor bad{3, 2, 2, {0.0f}};
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, toRgb8(bad));
+        QCOMPARE(imageSha256(rgb).size(), std::size_t(64));
+    }
+
+    void oneTileEqualsUntiled_data() {
+        QTest::addColumn<int>("scheduler");
+        QTest::addColumn<int>("fusion");
+        QTest::newRow("ddim-sample") << int(SchedulerKind::DDIM) << int(FusionRule::Sample);
+        QTest::newRow("ddim-noise") << int(SchedulerKind::DDIM) << int(FusionRule::Noise);
+        QTest::newRow("ddpm-sample") << int(SchedulerKind::DDPM) << int(FusionRule::Sample);
+        QTest::newRow("ddpm-noise") << int(SchedulerKind::DDPM) << int(FusionRule::Noise);
+        QTest::newRow("euler-sample") << int(SchedulerKind::Euler) << int(FusionRule::Sample);
+    }
+    void oneTileEqualsUntiled() {
+        QFETCH(int, scheduler);
+        QFETCH(int, fusion);
+        RunConfig config = baseConfig();
+        config.width = config.height = 16;   // one 16x16 tile covers the image
+        config.scheduler = static_cast<SchedulerKind>(scheduler);
+        config.fusion = static_cast<FusionRule>(fusion);
+        auto sampler = makeSampler(model_);
+        CountingObserver observer;
+        const RunResult result = sampler->run(config, observer);
+        QCOMPARE(result.record.tileCount, 1);
+        QCOMPARE(result.record.status, std::string("finished"));
+        const std::vector<float> reference = untiledSample(*model_, config);
+        QCOMPARE(result.image.data.size(), reference.size());
+        // x = (w x') / w differs from x' by at most one rounding per step.
+        const float diff = maxAbsDiff(result.image.data, reference);
+        QVERIFY2(diff < 1e-4f, qPrintable(QStringLiteral("max |tiled - untiled| = %1").arg(diff)));
+    }
+
+    void tileBatchDoesNotChangeTheImage_data() {
+        QTest::addColumn<int>("fusion");
+        QTest::newRow("sample") << int(FusionRule::Sample);
+        QTest::newRow("noise") << int(FusionRule::Noise);
+    }
+    void tileBatchDoesNotChangeTheImage() {
+        QFETCH(int, fusion);
+        RunConfig config = baseConfig();
+        config.fusion = static_cast<FusionRule>(fusion);
+        config.scheduler = SchedulerKind::DDPM;  // noise added each step: exercises the canvas-keyed draws
+        CountingObserver o1, o3;
+        config.tileBatch = 1;
+        const RunResult one = makeSampler(model_)->run(config, o1);
+        config.tileBatch = 3;
+        const RunResult three = makeSampler(model_)->run(config, o3);
+        QCOMPARE(one.record.tileCount, 6);
+        QVERIFY(one.image.data == three.image.data);  // bit-identical
+        QCOMPARE(one.record.imageSha256, three.record.imageSha256);
+        QVERIFY(one.seamMap.data == three.seamMap.data);
+    }
+
+    void sameSeedSameImageOtherSeedOther() {
+        RunConfig config = baseConfig();
+        auto sampler = makeSampler(model_);
+        CountingObserver o;
+        const RunResult a = sampler->run(config, o);
+        const RunResult b = sampler->run(config, o);   // reuses the prepared backend
+        QVERIFY(a.image.data == b.image.data);
+        QVERIFY(a.record.runId != b.record.runId);
+        config.seed = 8;
+        const RunResult c = sampler->run(config, o);
+        QVERIFY(a.image.data != c.image.data);
+    }
+
+    void observerEventCounts_data() {
+        QTest::addColumn<int>("batch");
+        QTest::addColumn<int>("expectedBatchesPerStep");
+        QTest::newRow("batch 1") << 1 << 6;
+        QTest::newRow("batch 4") << 4 << 2;
+        QTest::newRow("batch 6") << 6 << 1;
+        QTest::newRow("batch 10") << 10 << 1;
+    }
+    void observerEventCounts() {
+        QFETCH(int, batch);
+        QFETCH(int, expectedBatchesPerStep);
+        RunConfig config = baseConfig();
+        config.steps = 5;
+        config.tileBatch = batch;
+        config.previewEvery = 2;
+        CountingObserver observer;
+        const RunResult result = makeSampler(model_)->run(config, observer);
+        QCOMPARE(observer.started, 1);
+        QCOMPARE(observer.steps, 5);
+        QCOMPARE(observer.batches, 5 * expectedBatchesPerStep);
+        QCOMPARE(observer.memory, 5);
+        // Previews after steps 2 and 4 (1-based) and the final image.
+        QCOMPARE(observer.previewSteps, (std::vector<int>{1, 3, 4}));
+        // Tiles in id order within every step, all batches full except possibly the last.
+        QCOMPARE(static_cast<int>(observer.tileOrder.size()), 5 * 6);
+        for (std::size_t i = 0; i < observer.tileOrder.size(); ++i) QCOMPARE(observer.tileOrder[i], int(i % 6));
+        for (std::size_t i = 0; i < observer.batchSizes.size(); ++i)
+            if (i % expectedBatchesPerStep != std::size_t(expectedBatchesPerStep - 1))
+                QCOMPARE(observer.batchSizes[i], std::min(batch, 6));
+        QCOMPARE(result.record.stepsRun, 5);
+        QCOMPARE(result.record.steps.size(), std::size_t(5));
+        QCOMPARE(result.record.batches.size(), std::size_t(5 * expectedBatchesPerStep));
+        QCOMPARE(result.record.timesteps.size(), std::size_t(5));
+        QVERIFY(result.record.totalMs > 0);
+        QCOMPARE(result.record.environment.backend, std::string("cpu"));
+        QCOMPARE(result.record.imageSha256.size(), std::size_t(64));
+        QCOMPARE(result.record.tileW, 16);
+        QCOMPARE(result.record.tileH, 16);
+    }
+
+    void cancelBetweenTileBatches() {
+        RunConfig config = baseConfig();
+        config.steps = 4;
+        config.tileBatch = 2;   // 3 batches per step
+        auto sampler = makeSampler(model_);
+        CountingObserver observer;
+        observer.engine = sampler.get();
+        observer.cancelAfterBatches = 4;   // during step 2 (index 1)
+        const RunResult result = sampler->run(config, observer);
+        QCOMPARE(result.record.status, std::string("cancelled"));
+        QCOMPARE(observer.batches, 4);
+        QCOMPARE(result.record.stepsRun, 1);
+        QCOMPARE(observer.steps, 1);
+        QCOMPARE(result.image.data.size(), std::size_t(3 * 24 * 32));
+        for (float v : result.image.data) QVERIFY(std::isfinite(v));
+        // The flag stays set until reset: the next run is cancelled before its first batch.
+        CountingObserver second;
+        QCOMPARE(sampler->run(config, second).record.stepsRun, 0);
+        sampler->resetCancel();
+        CountingObserver third;
+        QCOMPARE(sampler->run(config, third).record.status, std::string("finished"));
+    }
+
+    void bothFusionRulesRun() {
+        RunConfig config = baseConfig();
+        CountingObserver o;
+        config.fusion = FusionRule::Sample;
+        const RunResult sample = makeSampler(model_)->run(config, o);
+        config.fusion = FusionRule::Noise;
+        const RunResult noise = makeSampler(model_)->run(config, o);
+        for (float v : sample.image.data) QVERIFY(std::isfinite(v));
+        for (float v : noise.image.data) QVERIFY(std::isfinite(v));
+        // With DDIM (eta 0, clipping) the two rules differ where tiles overlap.
+        QVERIFY(maxAbsDiff(sample.image.data, noise.image.data) > 0.0f);
+        QCOMPARE(toString(noise.record.config.fusion), std::string_view("noise"));
+    }
+
+    void seamMap() {
+        RunConfig config = baseConfig();
+        CountingObserver o;
+        {
+            RunConfig single = config;
+            single.width = single.height = 16;
+            const RunResult r = makeSampler(model_)->run(single, o);
+            QCOMPARE(r.seamMap.channels, 1);
+            QCOMPARE(r.seamMap.data.size(), std::size_t(16 * 16));
+            for (float v : r.seamMap.data) QCOMPARE(v, 0.0f);
+        }
+        for (FusionRule rule : {FusionRule::Sample, FusionRule::Noise}) {
+            config.fusion = rule;
+            const RunResult r = makeSampler(model_)->run(config, o);
+            QCOMPARE(r.seamMap.height, 24);
+            QCOMPARE(r.seamMap.width, 32);
+            float maxSeam = 0;
+            for (float v : r.seamMap.data) {
+                QVERIFY(v >= 0.0f);
+                maxSeam = std::max(maxSeam, v);
+            }
+            QVERIFY(maxSeam > 0.0f);
+            // Pixel (0,0) lies in tile 0 only; pixel (12, 12) in tiles 0, 1, 3 and 4.
+            QCOMPARE(r.seamMap.data[0], 0.0f);
+            QVERIFY(r.seamMap.data[12 * 32 + 12] > 0.0f);
+        }
+    }
+
+    void windowNoneMatchesOwnership() {
+        // Hard boundaries: every pixel has one owner, so the seam map is zero everywhere.
+        RunConfig config = baseConfig();
+        config.window = BlendWindowKind::None;
+        CountingObserver o;
+        const RunResult r = makeSampler(model_)->run(config, o);
+        for (float v : r.seamMap.data) QCOMPARE(v, 0.0f);
+    }
+
+    void badConfigRejected_data() {
+        QTest::addColumn<QString>("field");
+        QTest::newRow("tile 0") << "tile";
+        QTest::newRow("tile odd") << "tile";
+        QTest::newRow("overlap >= tile") << "overlap";
+        QTest::newRow("width 0") << "width";
+        QTest::newRow("batch 0") << "batch";
+        QTest::newRow("steps 0") << "steps";
+    }
+    void badConfigRejected() {
+        QFETCH(QString, field);
+        RunConfig config = baseConfig();
+        const QString row = QString::fromLatin1(QTest::currentDataTag());
+        if (row == "tile 0") config.tile = 0;
+        if (row == "tile odd") config.tile = 15;   // the tiny model halves once: multiples of 2
+        if (row == "overlap >= tile") config.overlapPx = 16;
+        if (row == "width 0") config.width = 0;
+        if (row == "batch 0") config.tileBatch = 0;
+        if (row == "steps 0") config.steps = 0;
+        auto sampler = makeSampler(model_);
+        CountingObserver observer;
+        try {
+            sampler->run(config, observer);
+            QFAIL("run() accepted a bad configuration");
+        } catch (const ValidationError& e) {
+            QCOMPARE(QString::fromStdString(e.field()), field);
+            QVERIFY2(QString::fromUtf8(e.what()).startsWith(field + ":"), e.what());
+        }
+        QCOMPARE(observer.started, 0);
+    }
+
+    void missingModelFolderNamed() {
+        TiledSampler sampler(std::make_unique<CpuBackend>());
+        RunConfig config = baseConfig();
+        config.model = "/nonexistent/tessera-model";
+        CountingObserver observer;
+        try {
+            sampler.run(config, observer);
+            QFAIL("run() accepted a missing model folder");
+        } catch (const std::exception& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains("tessera-model"), e.what());
+        }
+    }
+
+    void imageToImage() {
+        RunConfig config = baseConfig();
+        config.steps = 6;
+        config.initImage = "in-memory";
+        config.strength = 0.5;
+        ImageTensor init{3, 24, 32, std::vector<float>(3 * 24 * 32)};
+        for (std::size_t i = 0; i < init.data.size(); ++i) init.data[i] = std::sin(0.01f * float(i));
+        auto sampler = makeSampler(model_);
+        CountingObserver observer;
+        QVERIFY_THROWS_EXCEPTION(ValidationError, sampler->run(config, observer));  // not loaded yet
+        sampler->setInitImage(init);
+        const RunResult r = sampler->run(config, observer);
+        QCOMPARE(r.record.stepsRun, 3);   // starts at step index 6 - int(6 * 0.5) = 3
+        QCOMPARE(observer.steps, 3);
+        for (float v : r.image.data) QVERIFY(std::isfinite(v));
+        // Deterministic, and not the same as a run from pure noise.
+        QVERIFY(sampler->run(config, observer).image.data == r.image.data);
+        RunConfig fromNoise = config;
+        fromNoise.initImage.clear();
+        auto plain = makeSampler(model_);
+        QVERIFY(plain->run(fromNoise, observer).image.data != r.image.data);
+        // int(6 * 0.1) = 0 steps to run: the start image comes back unchanged.
+        config.strength = 0.1;
+        const RunResult none = sampler->run(config, observer);
+        QCOMPARE(none.record.stepsRun, 0);
+        QVERIFY(none.image.data == init.data);
+        // A start image of the wrong size is named.
+        sampler->setInitImage(ImageTensor{3, 16, 16, std::vector<float>(3 * 16 * 16)});
+        try {
+            sampler->run(config, observer);
+            QFAIL("a mis-sized init image was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("init"));
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTiledSampler)
+#include "tst_tiledsampler.moc"

@@ -1,0 +1,542 @@
+#include "ui/ConfigPanel.h"
+
+#include <cmath>
+#include <exception>
+
+#include <QComboBox>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLineEdit>
+#include <QPainter>
+#include <QRandomGenerator>
+#include <QRegularExpressionValidator>
+#include <QSpinBox>
+#include <QStyle>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "app/ModelLocator.h"
+#include "core/TilePlan.h"
+
+namespace tessera {
+
+namespace {
+
+// Wide enough that every value a person might type stays in the box, so validateAll (not the
+// spin box clamping silently) decides and says what is wrong.
+constexpr int kMaxSpin = 1 << 16;
+
+QSpinBox* makeSpin(int lo, int hi, const QString& suffix = {}) {
+    auto* spin = new QSpinBox;
+    spin->setRange(lo, hi);
+    spin->setSuffix(suffix);
+    spin->setAccelerated(true);
+    return spin;
+}
+
+template <typename Enum>
+QComboBox* makeCombo(std::initializer_list<std::pair<Enum, QString>> items) {
+    auto* combo = new QComboBox;
+    for (const auto& [value, text] : items) combo->addItem(text, QString::fromUtf8(toString(value).data(), static_cast<qsizetype>(toString(value).size())));
+    return combo;
+}
+
+template <typename Enum>
+void selectIn(QComboBox* combo, Enum value) {
+    const QString name = QString::fromUtf8(toString(value).data(), static_cast<qsizetype>(toString(value).size()));
+    const int index = combo->findData(name);
+    if (index >= 0) combo->setCurrentIndex(index);
+}
+
+std::string selectedName(const QComboBox* combo) { return combo->currentData().toString().toStdString(); }
+
+// A die showing five: an icon that needs no theme and no emoji font.
+QIcon diceIcon() {
+    QPixmap pixmap(32, 32);
+    pixmap.fill(Qt::transparent);
+    QPainter painter(&pixmap);
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.setPen(QPen(QColor(70, 70, 70), 2));
+    painter.setBrush(QColor(250, 250, 250));
+    painter.drawRoundedRect(QRectF(3, 3, 26, 26), 6, 6);
+    painter.setPen(Qt::NoPen);
+    painter.setBrush(QColor(40, 40, 40));
+    for (const QPointF& pip : {QPointF(10, 10), QPointF(22, 10), QPointF(16, 16), QPointF(10, 22), QPointF(22, 22)})
+        painter.drawEllipse(pip, 2.6, 2.6);
+    return QIcon(pixmap);
+}
+
+// validateAll's messages start with "field: "; beside the field that prefix is noise.
+QString withoutFieldPrefix(const QString& field, const QString& message) {
+    const QString prefix = field + QStringLiteral(": ");
+    return message.startsWith(prefix) ? message.mid(prefix.size()) : message;
+}
+
+}  // namespace
+
+ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("configPanel"));
+    // Invalid editors get a red frame; the reason sits right under them.
+    setStyleSheet(QStringLiteral(
+        "QSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"], QComboBox[invalid=\"true\"] {"
+        " border: 1px solid #d64541; border-radius: 3px; padding: 1px 2px; }"
+        "QLabel[role=\"error\"] { color: #c0392b; }"
+        "QLabel[role=\"hint\"] { color: palette(mid); }"));
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(6, 6, 6, 6);
+    layout->addWidget(buildImageGroup());
+    layout->addWidget(buildModelGroup());
+    layout->addWidget(buildTilingGroup());
+    layout->addWidget(buildGraphsGroup());
+    layout->addWidget(buildCostGroup());
+    otherProblems_ = new QLabel;
+    otherProblems_->setObjectName(QStringLiteral("otherProblems"));
+    otherProblems_->setProperty("role", QStringLiteral("error"));
+    otherProblems_->setWordWrap(true);
+    otherProblems_->hide();
+    layout->addWidget(otherProblems_);
+    layout->addStretch(1);
+
+    setConfig(RunConfig{});
+}
+
+QLabel* ConfigPanel::addErrorLabel(const QString& field, QWidget* editor) {
+    auto* label = new QLabel;
+    label->setObjectName(field + QStringLiteral("Error"));
+    label->setProperty("role", QStringLiteral("error"));
+    label->setWordWrap(true);
+    label->hide();
+    fields_[field] = FieldView{editor, label};
+    return label;
+}
+
+QGroupBox* ConfigPanel::buildImageGroup() {
+    auto* group = new QGroupBox(tr("Image"));
+    auto* form = new QFormLayout(group);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    width_ = makeSpin(0, kMaxSpin, tr(" px"));
+    width_->setObjectName(QStringLiteral("widthSpin"));
+    width_->setSingleStep(64);
+    height_ = makeSpin(0, kMaxSpin, tr(" px"));
+    height_->setObjectName(QStringLiteral("heightSpin"));
+    height_->setSingleStep(64);
+    form->addRow(tr("Width"), width_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("width"), width_));
+    form->addRow(tr("Height"), height_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("height"), height_));
+
+    seed_ = new QLineEdit;
+    seed_->setObjectName(QStringLiteral("seedEdit"));
+    seed_->setValidator(new QRegularExpressionValidator(QRegularExpression(QStringLiteral("[0-9]{1,20}")), seed_));
+    dice_ = new QToolButton;
+    dice_->setObjectName(QStringLiteral("diceButton"));
+    dice_->setIcon(diceIcon());
+    dice_->setToolTip(tr("New random seed"));
+    auto* seedRow = new QHBoxLayout;
+    seedRow->setContentsMargins(0, 0, 0, 0);
+    seedRow->addWidget(seed_, 1);
+    seedRow->addWidget(dice_);
+    form->addRow(tr("Seed"), seedRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("seed"), seed_));
+
+    steps_ = makeSpin(0, 100000);
+    steps_->setObjectName(QStringLiteral("stepsSpin"));
+    form->addRow(tr("Steps"), steps_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("steps"), steps_));
+
+    scheduler_ = makeCombo<SchedulerKind>(
+        {{SchedulerKind::DDIM, tr("DDIM")}, {SchedulerKind::DDPM, tr("DDPM")}, {SchedulerKind::Euler, tr("Euler")}});
+    scheduler_->setObjectName(QStringLiteral("schedulerCombo"));
+    form->addRow(tr("Scheduler"), scheduler_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("scheduler"), scheduler_));
+
+    for (QSpinBox* spin : {width_, height_, steps_})
+        connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    connect(seed_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
+    connect(dice_, &QToolButton::clicked, this, &ConfigPanel::rollSeed);
+    connect(scheduler_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
+    return group;
+}
+
+QGroupBox* ConfigPanel::buildModelGroup() {
+    auto* group = new QGroupBox(tr("Model"));
+    auto* form = new QFormLayout(group);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    model_ = new QLineEdit;
+    model_->setObjectName(QStringLiteral("modelEdit"));
+    model_->setClearButtonEnabled(true);
+    auto* browse = new QToolButton;
+    browse->setObjectName(QStringLiteral("modelBrowse"));
+    browse->setIcon(style()->standardIcon(QStyle::SP_DirOpenIcon));
+    browse->setToolTip(tr("Choose a diffusers UNet2DModel folder"));
+    auto* modelRow = new QHBoxLayout;
+    modelRow->setContentsMargins(0, 0, 0, 0);
+    modelRow->addWidget(model_, 1);
+    modelRow->addWidget(browse);
+    form->addRow(tr("Folder"), modelRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("model"), model_));
+    modelInfo_ = new QLabel;
+    modelInfo_->setObjectName(QStringLiteral("modelInfo"));
+    modelInfo_->setProperty("role", QStringLiteral("hint"));
+    modelInfo_->setWordWrap(true);
+    form->addRow(QString(), modelInfo_);
+
+    precision_ = makeCombo<Precision>(
+        {{Precision::FP16, tr("FP16")}, {Precision::BF16, tr("BF16")}, {Precision::FP32, tr("FP32")}});
+    precision_->setObjectName(QStringLiteral("precisionCombo"));
+    precision_->setToolTip(tr("Device arithmetic; the CPU reference engine always computes in FP32"));
+    form->addRow(tr("Precision"), precision_);
+    backend_ = makeCombo<BackendKind>(
+        {{BackendKind::Auto, tr("Auto")}, {BackendKind::CUDA, tr("CUDA")}, {BackendKind::CPU, tr("CPU")}});
+    backend_->setObjectName(QStringLiteral("backendCombo"));
+    form->addRow(tr("Backend"), backend_);
+
+    connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
+    connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
+    connect(precision_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
+    connect(backend_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
+    return group;
+}
+
+QGroupBox* ConfigPanel::buildTilingGroup() {
+    auto* group = new QGroupBox(tr("Tiling"));
+    auto* form = new QFormLayout(group);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    tile_ = makeSpin(0, kMaxSpin, tr(" px"));
+    tile_->setObjectName(QStringLiteral("tileSpin"));
+    tile_->setSingleStep(8);
+    form->addRow(tr("Tile"), tile_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("tile"), tile_));
+
+    overlap_ = makeSpin(0, kMaxSpin);
+    overlap_->setObjectName(QStringLiteral("overlapSpin"));
+    overlapUnit_ = new QComboBox;
+    overlapUnit_->setObjectName(QStringLiteral("overlapUnitCombo"));
+    overlapUnit_->addItem(tr("px"));
+    overlapUnit_->addItem(tr("% of tile"));
+    auto* overlapRow = new QHBoxLayout;
+    overlapRow->setContentsMargins(0, 0, 0, 0);
+    overlapRow->addWidget(overlap_, 1);
+    overlapRow->addWidget(overlapUnit_);
+    form->addRow(tr("Overlap"), overlapRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("overlap"), overlap_));
+    stride_ = new QLabel;
+    stride_->setObjectName(QStringLiteral("strideLabel"));
+    stride_->setProperty("role", QStringLiteral("hint"));
+    form->addRow(tr("Stride"), stride_);
+
+    window_ = makeCombo<BlendWindowKind>({{BlendWindowKind::Hann, tr("Hann")},
+                                          {BlendWindowKind::Gaussian, tr("Gaussian")},
+                                          {BlendWindowKind::Linear, tr("Linear ramp")},
+                                          {BlendWindowKind::None, tr("None (hard seams)")}});
+    window_->setObjectName(QStringLiteral("windowCombo"));
+    form->addRow(tr("Blend window"), window_);
+    fusion_ = makeCombo<FusionRule>({{FusionRule::Sample, tr("Sample (MultiDiffusion)")},
+                                     {FusionRule::Noise, tr("Noise (Mixture of Diffusers)")}});
+    fusion_->setObjectName(QStringLiteral("fusionCombo"));
+    form->addRow(tr("Fusion"), fusion_);
+    tileBatch_ = makeSpin(0, 4096);
+    tileBatch_->setObjectName(QStringLiteral("tileBatchSpin"));
+    tileBatch_->setToolTip(tr("Tiles evaluated per UNet call"));
+    form->addRow(tr("Tile batch"), tileBatch_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("batch"), tileBatch_));
+
+    for (QSpinBox* spin : {tile_, overlap_, tileBatch_})
+        connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    for (QComboBox* combo : {window_, fusion_})
+        connect(combo, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
+    connect(overlapUnit_, &QComboBox::currentIndexChanged, this, [this](int unit) {
+        // Keep the overlap the same number of pixels when switching units.
+        if (applying_) return;
+        const int tile = std::max(1, tile_->value());
+        const QSignalBlocker block(overlap_);
+        if (unit == 1) {
+            overlap_->setRange(0, 99);
+            overlap_->setSuffix(tr(" %"));
+            overlap_->setValue(static_cast<int>(std::lround(100.0 * base_.overlapPixels() / tile)));
+        } else {
+            overlap_->setRange(0, kMaxSpin);
+            overlap_->setSuffix(tr(" px"));
+            overlap_->setValue(base_.overlapPixels());
+        }
+        onEdited();
+    });
+    return group;
+}
+
+QGroupBox* ConfigPanel::buildGraphsGroup() {
+    // The group box stays enabled so its reason label stays readable; the editors do not.
+    graphsGroup_ = new QGroupBox(tr("CUDA graphs"));
+    graphsGroup_->setObjectName(QStringLiteral("graphsGroup"));
+    auto* form = new QFormLayout(graphsGroup_);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    graphMode_ = makeCombo<GraphMode>(
+        {{GraphMode::Off, tr("Off")}, {GraphMode::Tile, tr("Per tile batch")}, {GraphMode::Step, tr("Whole step")}});
+    graphMode_->setObjectName(QStringLiteral("graphModeCombo"));
+    form->addRow(tr("Mode"), graphMode_);
+    graphWarmup_ = makeSpin(0, 1000);
+    graphWarmup_->setObjectName(QStringLiteral("graphWarmupSpin"));
+    form->addRow(tr("Warm-up"), graphWarmup_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("graph_warmup"), graphWarmup_));
+    graphCache_ = makeSpin(0, 100000);
+    graphCache_->setObjectName(QStringLiteral("graphCacheSpin"));
+    form->addRow(tr("Cache size"), graphCache_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("graph_cache"), graphCache_));
+    graphsReason_ = new QLabel(tr("Looking for a CUDA device…"));
+    graphsReason_->setObjectName(QStringLiteral("graphsReason"));
+    graphsReason_->setProperty("role", QStringLiteral("hint"));
+    graphsReason_->setWordWrap(true);
+    form->addRow(graphsReason_);
+
+    connect(graphMode_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
+    for (QSpinBox* spin : {graphWarmup_, graphCache_})
+        connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    return graphsGroup_;
+}
+
+QGroupBox* ConfigPanel::buildCostGroup() {
+    auto* group = new QGroupBox(tr("Cost preview"));
+    auto* form = new QFormLayout(group);
+    auto value = [](const char* name) {
+        auto* label = new QLabel;
+        label->setObjectName(QString::fromLatin1(name));
+        label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        return label;
+    };
+    costTiles_ = value("costTiles");
+    costRedundancy_ = value("costRedundancy");
+    costEvaluations_ = value("costEvaluations");
+    costBatches_ = value("costBatches");
+    costRedundancy_->setToolTip(tr("Pixels computed per image pixel: the sum of tile areas over the image area"));
+    form->addRow(tr("Tiles"), costTiles_);
+    form->addRow(tr("Redundancy"), costRedundancy_);
+    form->addRow(tr("UNet evaluations"), costEvaluations_);
+    form->addRow(tr("Batches / step"), costBatches_);
+    return group;
+}
+
+RunConfig ConfigPanel::config() const {
+    RunConfig c = base_;
+    c.width = width_->value();
+    c.height = height_->value();
+    c.seed = seed_->text().toULongLong();
+    c.steps = steps_->value();
+    c.scheduler = parseScheduler(selectedName(scheduler_));
+    c.model = QDir::cleanPath(model_->text().trimmed()).toStdString();
+    if (model_->text().trimmed().isEmpty()) c.model.clear();
+    c.precision = parsePrecision(selectedName(precision_));
+    c.backend = parseBackend(selectedName(backend_));
+    c.tile = tile_->value();
+    if (overlapUnit_->currentIndex() == 1) {
+        c.overlapFraction = overlap_->value() / 100.0;
+    } else {
+        c.overlapFraction.reset();
+        c.overlapPx = overlap_->value();
+    }
+    c.window = parseBlendWindow(selectedName(window_));
+    c.fusion = parseFusionRule(selectedName(fusion_));
+    c.tileBatch = tileBatch_->value();
+    c.graphs = parseGraphMode(selectedName(graphMode_));
+    c.graphWarmup = graphWarmup_->value();
+    c.graphCacheSize = graphCache_->value();
+    return c;
+}
+
+void ConfigPanel::setConfig(const RunConfig& config) {
+    applying_ = true;
+    base_ = config;
+    width_->setValue(config.width);
+    height_->setValue(config.height);
+    seed_->setText(QString::number(config.seed));
+    steps_->setValue(config.steps);
+    selectIn(scheduler_, config.scheduler);
+    model_->setText(QString::fromStdString(config.model));
+    selectIn(precision_, config.precision);
+    selectIn(backend_, config.backend);
+    tile_->setValue(config.tile);
+    if (config.overlapFraction) {
+        overlapUnit_->setCurrentIndex(1);
+        overlap_->setRange(0, 99);
+        overlap_->setSuffix(tr(" %"));
+        overlap_->setValue(static_cast<int>(std::lround(*config.overlapFraction * 100.0)));
+    } else {
+        overlapUnit_->setCurrentIndex(0);
+        overlap_->setRange(0, kMaxSpin);
+        overlap_->setSuffix(tr(" px"));
+        overlap_->setValue(config.overlapPx);
+    }
+    selectIn(window_, config.window);
+    selectIn(fusion_, config.fusion);
+    tileBatch_->setValue(config.tileBatch);
+    selectIn(graphMode_, config.graphs);
+    graphWarmup_->setValue(config.graphWarmup);
+    graphCache_->setValue(config.graphCacheSize);
+    applying_ = false;
+    onEdited();
+}
+
+QStringList ConfigPanel::problems() const {
+    QStringList list;
+    for (const QString& field : problemOrder_) list << field + QStringLiteral(": ") + problems_.at(field);
+    return list;
+}
+
+QString ConfigPanel::problemFor(const QString& field) const {
+    const auto it = problems_.find(field);
+    return it == problems_.end() ? QString() : it->second;
+}
+
+void ConfigPanel::setDefaultModelFolder(const QString& folder) {
+    defaultModelFolder_ = folder;
+    model_->setPlaceholderText(folder.isEmpty() ? tr("no default model installed; choose a folder")
+                                                : tr("default: %1").arg(QFileInfo(folder).fileName()));
+    model_->setToolTip(folder.isEmpty() ? QString() : tr("Empty: the default model in %1").arg(folder));
+    revalidate();
+}
+
+void ConfigPanel::setDeviceReport(const DeviceReport& report) {
+    devices_ = report;
+    updateGraphsAvailability();
+}
+
+void ConfigPanel::updateGraphsAvailability() {
+    QString reason;
+    if (!devices_) reason = tr("Looking for a CUDA device…");
+    else if (!devices_->cudaAvailable)
+        reason = tr("Disabled: %1. Runs use the CPU engine, which has no CUDA graphs.")
+                     .arg(QString::fromStdString(devices_->cudaReason));
+    else if (parseBackend(selectedName(backend_)) == BackendKind::CPU)
+        reason = tr("Disabled: the CPU backend is selected; graphs need the CUDA backend.");
+    const bool available = reason.isEmpty();
+    for (QWidget* editor : {static_cast<QWidget*>(graphMode_), static_cast<QWidget*>(graphWarmup_),
+                            static_cast<QWidget*>(graphCache_)})
+        editor->setEnabled(available);
+    graphsReason_->setText(reason);
+    graphsReason_->setVisible(!available);
+}
+
+void ConfigPanel::onEdited() {
+    if (applying_) return;
+    // Remember every value, so switching overlap units and setConfig round trips keep them.
+    base_ = config();
+    updateGraphsAvailability();
+    revalidate();
+    emit configChanged();
+}
+
+void ConfigPanel::revalidate() {
+    const bool wasValid = problems_.empty();
+    const RunConfig c = config();
+    problems_.clear();
+    problemOrder_.clear();
+    auto addProblem = [this](const QString& field, const QString& reason) {
+        if (problems_.count(field) != 0) return;  // the first reason per field is the one to fix first
+        problems_[field] = reason;
+        problemOrder_ << field;
+    };
+
+    // The model folder decides the limits (downsampling factor, training timesteps).
+    ModelLimits limits;
+    const QString modelFolder = c.model.empty() ? defaultModelFolder_ : QString::fromStdString(c.model);
+    if (modelFolder.isEmpty()) {
+        addProblem(QStringLiteral("model"), tr("no default model is installed; choose a model folder"));
+        modelInfo_->clear();
+    } else if (!QFileInfo(modelFolder).isDir()) {
+        addProblem(QStringLiteral("model"), tr("'%1' is not a folder").arg(modelFolder));
+        modelInfo_->clear();
+    } else {
+        QString error;
+        if (auto read = ModelLocator::readLimits(modelFolder, &error)) {
+            limits = *read;
+            modelInfo_->setText(tr("%1: %2 input channels, tiles in multiples of %3")
+                                    .arg(QFileInfo(modelFolder).fileName())
+                                    .arg(limits.inChannels)
+                                    .arg(limits.downsampleFactor));
+        } else {
+            addProblem(QStringLiteral("model"), error);
+            modelInfo_->clear();
+        }
+    }
+    modelInfo_->setVisible(!modelInfo_->text().isEmpty());
+
+    for (const ValidationError& problem : validateAll(c, limits)) {
+        const QString field = QString::fromStdString(problem.field());
+        addProblem(field, withoutFieldPrefix(field, QString::fromUtf8(problem.what())));
+    }
+
+    QStringList unplaced;
+    for (auto& [field, view] : fields_) {
+        const QString reason = problemFor(field);
+        view.error->setText(reason);
+        view.error->setVisible(!reason.isEmpty());
+        if (view.editor->property("invalid").toBool() != !reason.isEmpty()) {
+            view.editor->setProperty("invalid", !reason.isEmpty());
+            // Re-polish so the style sheet sees the property change.
+            view.editor->style()->unpolish(view.editor);
+            view.editor->style()->polish(view.editor);
+        }
+    }
+    for (const QString& field : problemOrder_)
+        if (fields_.count(field) == 0) unplaced << field + QStringLiteral(": ") + problems_.at(field);
+    otherProblems_->setText(unplaced.join(QLatin1Char('\n')));
+    otherProblems_->setVisible(!unplaced.isEmpty());
+
+    updateCostPreview(c);
+    if (wasValid != problems_.empty()) emit validityChanged(problems_.empty());
+}
+
+void ConfigPanel::updateCostPreview(const RunConfig& c) {
+    const int overlapPx = c.overlapPixels();
+    stride_->setText(c.tile > overlapPx && overlapPx >= 0
+                         ? tr("%1 px (tile %2 − overlap %3)").arg(c.tile - overlapPx).arg(c.tile).arg(overlapPx)
+                         : tr("—"));
+    const bool planOk = problems_.count(QStringLiteral("width")) == 0 && problems_.count(QStringLiteral("height")) == 0 &&
+                        problems_.count(QStringLiteral("tile")) == 0 && problems_.count(QStringLiteral("overlap")) == 0;
+    if (planOk) {
+        try {
+            const TilePlan plan = TilePlan::fromConfig(c);
+            const int batch = std::max(1, std::min(c.tileBatch, plan.count()));
+            costTiles_->setText(tr("%1 (%2 × %3) of %4×%5 px")
+                                    .arg(plan.count())
+                                    .arg(plan.cols())
+                                    .arg(plan.rows())
+                                    .arg(plan.tileW())
+                                    .arg(plan.tileH()));
+            costRedundancy_->setText(tr("%1×").arg(plan.redundancy(), 0, 'f', 2));
+            costEvaluations_->setText(tr("%1 per step, %2 total")
+                                          .arg(plan.evaluationsPerStep())
+                                          .arg(QLocale().toString(static_cast<qlonglong>(plan.totalEvaluations(std::max(0, c.steps))))));
+            costBatches_->setText(tr("%1 (batch %2)").arg((plan.count() + batch - 1) / batch).arg(batch));
+            return;
+        } catch (const std::exception& e) {
+            costTiles_->setText(QString::fromUtf8(e.what()));
+        }
+    } else {
+        costTiles_->setText(tr("— (fix the marked fields)"));
+    }
+    costRedundancy_->setText(tr("—"));
+    costEvaluations_->setText(tr("—"));
+    costBatches_->setText(tr("—"));
+}
+
+void ConfigPanel::chooseModelFolder() {
+    QString start = model_->text().trimmed();
+    if (start.isEmpty()) start = defaultModelFolder_;
+    const QString folder = QFileDialog::getExistingDirectory(this, tr("Choose a UNet2DModel folder"), start);
+    if (!folder.isEmpty()) model_->setText(folder);
+}
+
+void ConfigPanel::rollSeed() {
+    // 32 bits: easy to read back, type and share.
+    seed_->setText(QString::number(QRandomGenerator::global()->generate()));
+}
+
+}  // namespace tessera
