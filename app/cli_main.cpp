@@ -181,7 +181,7 @@ public:
         std::cerr << "step " << (e.step + 1) << "/" << e.steps << "  t=" << e.timestep << "  "
                   << fixed(e.timing.wallMs, 1) << " ms\n";
     }
-    void onMessage(const std::string& message) override { std::cerr << message << "\n"; }
+    void onMessage(const std::string& message) override { std::cerr << "note: " << message << "\n"; }
 };
 
 std::unique_ptr<Engine> makeEngine(BackendKind kind) {
@@ -239,7 +239,6 @@ int cmdRender(const CliOptions& options) {
               << "image     " << base.string() << ".png\n"
               << "timings   " << base.string() << ".csv\n"
               << "manifest  " << base.string() << ".json\n";
-    for (const auto& message : record.messages) std::cerr << "note: " << message << "\n";
     return record.status == "cancelled" ? kExitFailure : kExitOk;
 }
 

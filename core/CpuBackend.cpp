@@ -1,6 +1,7 @@
 #include "core/CpuBackend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -511,6 +512,7 @@ void CpuBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW
     buffers_ = std::move(buffers);
     scratch_.assign(scratchFloats, 0.0f);
     queryBlock_ = queryBlock;
+    opMs_.assign(graph_.ops().size(), 0.0);
     batch_ = batch;
     tileH_ = tileH;
     tileW_ = tileW;
@@ -526,7 +528,15 @@ void CpuBackend::forward(const float* x, const float* timesteps, int batch, floa
     const std::int64_t inCount = graph_.elements(graph_.sampleInput(), batch, tileH_, tileW_);
     std::copy(x, x + inCount, data(graph_.sampleInput()));
     std::copy(timesteps, timesteps + batch, data(graph_.timestepInput()));
-    for (std::size_t i = 0; i < graph_.ops().size(); ++i) runOp(i, batch);
+    for (std::size_t i = 0; i < graph_.ops().size(); ++i) {
+        if (!profiling_) {
+            runOp(i, batch);
+            continue;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        runOp(i, batch);
+        opMs_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
     const std::int64_t outCount = graph_.elements(graph_.output(), batch, tileH_, tileW_);
     const float* y = data(graph_.output());
     std::copy(y, y + outCount, out);

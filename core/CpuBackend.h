@@ -130,6 +130,10 @@ public:
     const UNetGraph& graph() const { return graph_; }
     // Floats held by activation buffers and scratch after prepare() (for memory reports).
     std::size_t preparedFloats() const;
+    // When on, forward() records the wall time of each op (index = graph().ops() index) of the
+    // latest call, for "where did the time go" reports. Off by default.
+    void setProfiling(bool on) { profiling_ = on; }
+    const std::vector<double>& opMilliseconds() const { return opMs_; }
 
 private:
     struct OpWeights {
@@ -147,6 +151,8 @@ private:
     UNetGraph graph_;
     int batch_ = 0, tileH_ = 0, tileW_ = 0;
     int queryBlock_ = 1;
+    bool profiling_ = false;
+    std::vector<double> opMs_;  // per op, sized in prepare()
     std::vector<OpWeights> weights_;         // per op
     std::vector<std::vector<float>> buffers_;  // pooled activation storage
     std::vector<int> bufferOf_;              // value -> buffer index

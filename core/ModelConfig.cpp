@@ -152,9 +152,7 @@ ModelConfig modelConfigFromJson(const nlohmann::json& j) {
         else if (key == "up_block_types") c.upBlocks = readUpBlocks(value, key);
         else if (key == "mid_block_type") {
             if (value.is_null()) c.hasMidBlock = false;
-            else if (stripUNetRes(readString(value, key)) == "UNetMidBlock2D" ||
-                     readString(value, key) == "UNetMidBlock2D")
-                c.hasMidBlock = true;
+            else if (readString(value, key) == "UNetMidBlock2D") c.hasMidBlock = true;
             else reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
         } else if (key == "block_out_channels") {
             if (!value.is_array() || value.empty()) reject(key, value, "expected a non-empty array of channel counts");

@@ -73,7 +73,14 @@ bool byteSizeOf(SafetensorsDtype dtype, std::uint64_t numel, std::uint64_t& byte
     return true;
 }
 
-std::string inQuotes(std::string_view name) { return "'" + std::string(name) + "'"; }
+std::string inQuotes(std::string_view name) {
+    std::string quoted;
+    quoted.reserve(name.size() + 2);
+    quoted.push_back('\'');
+    quoted.append(name);
+    quoted.push_back('\'');
+    return quoted;
+}
 
 }  // namespace
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <stdexcept>
@@ -14,7 +13,7 @@
 #include "core/BlendWindow.h"
 #include "core/ImageOps.h"
 #include "core/Philox.h"
-#include "core/RunRecordIO.h"
+#include "core/RunRecordIO.h"  // newRunId
 #include "core/Scheduler.h"
 #include "core/StepUpdate.h"
 #include "core/TilePlan.h"
@@ -70,6 +69,31 @@ struct Canvas {
 
 void fillNoise(std::vector<float>& z, std::uint64_t seed, std::uint32_t draw) {
     for (std::size_t i = 0; i < z.size(); ++i) z[i] = philoxNormal(seed, draw, i);
+}
+
+// Image-to-image "preserve colour": give each channel of `image` the mean and standard
+// deviation it has in `reference`, so the result keeps the start image's palette.
+void matchColour(ImageTensor& image, const ImageTensor& reference) {
+    const std::size_t plane = static_cast<std::size_t>(image.height) * image.width;
+    for (int c = 0; c < image.channels; ++c) {
+        auto stats = [&](const std::vector<float>& data) {
+            double sum = 0, sumSq = 0;
+            for (std::size_t p = 0; p < plane; ++p) {
+                const double v = data[c * plane + p];
+                sum += v;
+                sumSq += v * v;
+            }
+            const double mean = sum / plane;
+            return std::pair<double, double>{mean, std::sqrt(std::max(0.0, sumSq / plane - mean * mean))};
+        };
+        const auto [mean, sd] = stats(image.data);
+        const auto [refMean, refSd] = stats(reference.data);
+        const double gain = sd > 1e-8 ? refSd / sd : 1.0;
+        for (std::size_t p = 0; p < plane; ++p) {
+            float& v = image.data[c * plane + p];
+            v = static_cast<float>((v - mean) * gain + refMean);
+        }
+    }
 }
 
 }  // namespace
@@ -163,6 +187,8 @@ RunResult TiledSampler::run(const RunConfig& config, RunObserver& observer) {
     record.graphs.mode = "off";
     if (config.graphs != GraphMode::Off)
         record.messages.push_back("graphs: the " + backendInfo.name + " backend has no CUDA graphs; ran with graphs off");
+    if (config.preserveColor && !imageToImage)
+        record.messages.push_back("preserve_color: ignored without an init image");
 
     const PreparedShape shape{modelGeneration_, batchSize, tileH, tileW};
     if (!prepared_ || !(*prepared_ == shape)) {
@@ -172,6 +198,7 @@ RunResult TiledSampler::run(const RunConfig& config, RunObserver& observer) {
     }
     record.prepareMs = msSince(prepareStart);
     observer.onStarted(record);
+    for (const auto& message : record.messages) observer.onMessage(message);
 
     const auto runStart = Clock::now();
     const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
@@ -339,6 +366,7 @@ RunResult TiledSampler::run(const RunConfig& config, RunObserver& observer) {
                 result.seamMap.data[pix] = std::max(result.seamMap.data[pix], sd);
             }
     }
+    if (imageToImage && config.preserveColor && !cancelled) matchColour(result.image, initImage_);
     record.imageSha256 = imageSha256(toRgb8(result.image));
     return result;
 }

@@ -34,7 +34,9 @@ public:
     // Image-to-image (SDEdit): the start image in model space, channels x height x width equal
     // to the model's input channels and the run's size (checked in run(), field "init").
     // Sampling then starts at step index steps - int(steps * strength) from
-    // x = sqrt(abar_t) * init + sqrt(1 - abar_t) * z(kInitNoiseDraw). An empty tensor clears it.
+    // x = sqrt(abar_t) * init + sqrt(1 - abar_t) * z(kInitNoiseDraw) (Euler: divided by
+    // sqrt(abar_t), its sigma parameterisation). config.preserveColor then matches each channel's
+    // mean and standard deviation to the start image's. An empty tensor clears it.
     void setInitImage(ImageTensor image);
     bool hasInitImage() const { return !initImage_.data.empty(); }
 

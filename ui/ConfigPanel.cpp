@@ -126,9 +126,15 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     height_ = makeSpin(0, kMaxSpin, tr(" px"));
     height_->setObjectName(QStringLiteral("heightSpin"));
     height_->setSingleStep(64);
-    form->addRow(tr("Width"), width_);
+    width_->setToolTip(tr("Image width"));
+    height_->setToolTip(tr("Image height"));
+    auto* sizeRow = new QHBoxLayout;
+    sizeRow->setContentsMargins(0, 0, 0, 0);
+    sizeRow->addWidget(width_, 1);
+    sizeRow->addWidget(new QLabel(QStringLiteral("×")));
+    sizeRow->addWidget(height_, 1);
+    form->addRow(tr("Size"), sizeRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("width"), width_));
-    form->addRow(tr("Height"), height_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("height"), height_));
 
     seed_ = new QLineEdit;
@@ -192,11 +198,16 @@ QGroupBox* ConfigPanel::buildModelGroup() {
         {{Precision::FP16, tr("FP16")}, {Precision::BF16, tr("BF16")}, {Precision::FP32, tr("FP32")}});
     precision_->setObjectName(QStringLiteral("precisionCombo"));
     precision_->setToolTip(tr("Device arithmetic; the CPU reference engine always computes in FP32"));
-    form->addRow(tr("Precision"), precision_);
     backend_ = makeCombo<BackendKind>(
         {{BackendKind::Auto, tr("Auto")}, {BackendKind::CUDA, tr("CUDA")}, {BackendKind::CPU, tr("CPU")}});
     backend_->setObjectName(QStringLiteral("backendCombo"));
-    form->addRow(tr("Backend"), backend_);
+    backend_->setToolTip(tr("Auto: CUDA when a device is usable, else the CPU reference engine"));
+    auto* computeRow = new QHBoxLayout;
+    computeRow->setContentsMargins(0, 0, 0, 0);
+    computeRow->addWidget(precision_, 1);
+    computeRow->addWidget(new QLabel(tr("on")));
+    computeRow->addWidget(backend_, 1);
+    form->addRow(tr("Precision"), computeRow);
 
     connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
@@ -284,11 +295,17 @@ QGroupBox* ConfigPanel::buildGraphsGroup() {
     form->addRow(tr("Mode"), graphMode_);
     graphWarmup_ = makeSpin(0, 1000);
     graphWarmup_->setObjectName(QStringLiteral("graphWarmupSpin"));
-    form->addRow(tr("Warm-up"), graphWarmup_);
-    form->addRow(QString(), addErrorLabel(QStringLiteral("graph_warmup"), graphWarmup_));
+    graphWarmup_->setToolTip(tr("Eager runs before capture (cuDNN/cuBLAS pick their algorithms)"));
     graphCache_ = makeSpin(0, 100000);
     graphCache_->setObjectName(QStringLiteral("graphCacheSpin"));
-    form->addRow(tr("Cache size"), graphCache_);
+    graphCache_->setToolTip(tr("Captured graphs kept, one per tile-batch shape"));
+    auto* graphRow = new QHBoxLayout;
+    graphRow->setContentsMargins(0, 0, 0, 0);
+    graphRow->addWidget(graphWarmup_, 1);
+    graphRow->addWidget(new QLabel(tr("cache")));
+    graphRow->addWidget(graphCache_, 1);
+    form->addRow(tr("Warm-up"), graphRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("graph_warmup"), graphWarmup_));
     form->addRow(QString(), addErrorLabel(QStringLiteral("graph_cache"), graphCache_));
     graphsReason_ = new QLabel(tr("Looking for a CUDA device…"));
     graphsReason_->setObjectName(QStringLiteral("graphsReason"));

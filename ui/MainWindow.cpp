@@ -338,6 +338,7 @@ void MainWindow::startRun() {
         canvas_->setPlan(std::nullopt);
     }
     canvas_->setImage({});
+    canvas_->setPlaceholderText(tr("Preparing…"));
     charts_->clear();
     runClock_.start();
     setStatusText(tr("Loading the model and preparing the backend…"));
@@ -365,19 +366,17 @@ void MainWindow::refreshProgress() {
     if (!progressDirty_ && !running_) return;
     progressDirty_ = false;
     const Progress& p = progress_;
+    // While running, the step in progress (1-based); afterwards, the steps completed.
     stepBar_->setRange(0, std::max(1, p.steps));
-    stepBar_->setValue(std::min(p.step, std::max(1, p.steps)));
+    stepBar_->setValue(std::min(running_ && p.started ? p.step + 1 : p.step, std::max(1, p.steps)));
     tileBar_->setRange(0, std::max(1, p.tiles));
     tileBar_->setValue(std::min(p.tilesDone, std::max(1, p.tiles)));
     if (!running_) return;
 
     const double elapsed = runClock_.isValid() ? runClock_.elapsed() / 1000.0 : 0.0;
-    QString text = tr("step %1/%2 · tile %3/%4 · %5 elapsed")
-                       .arg(std::min(p.step + 1, std::max(1, p.steps)))
-                       .arg(p.steps)
-                       .arg(p.tilesDone)
-                       .arg(p.tiles)
-                       .arg(formatDuration(elapsed));
+    // The bars show step k/N and tile j/M; the text adds time.
+    QString text = tr("%1 elapsed").arg(formatDuration(elapsed));
+    if (!p.started) text = tr("preparing · ") + text;
     if (p.started && p.steps > 0 && p.tiles > 0) {
         const double done = (p.step + static_cast<double>(p.tilesDone) / p.tiles) / p.steps;
         const double sampling = samplingClock_.elapsed() / 1000.0;
@@ -392,6 +391,7 @@ void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
     progress_.tiles = record.tileCount;
     progress_.steps = record.config.steps;
     samplingClock_.start();
+    canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(record.config.steps));
     QString text = tr("Running on %1 — %2 (prepared in %3 s)")
                        .arg(QString::fromStdString(record.environment.backend).toUpper(),
                             QString::fromStdString(record.environment.device))
@@ -437,6 +437,7 @@ void MainWindow::onMessage(quint64 runId, const QString& text) {
 void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
     if (runId != currentRunId_) return;
     running_ = false;
+    canvas_->setPlaceholderText({});
     stopping_ = false;
     progressTimer_.stop();
     lastRun_ = run;
@@ -469,6 +470,7 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
 void MainWindow::onRunFailed(quint64 runId, const QString& error) {
     if (runId != currentRunId_) return;
     running_ = false;
+    canvas_->setPlaceholderText({});
     stopping_ = false;
     progressTimer_.stop();
     canvas_->setActiveTiles({});

@@ -10,6 +10,7 @@
 
 #include <QElapsedTimer>
 #include <QMainWindow>
+#include <QSettings>
 #include <QThread>
 #include <QTimer>
 
@@ -21,7 +22,6 @@ class QAction;
 class QDockWidget;
 class QLabel;
 class QProgressBar;
-class QSettings;
 
 namespace tessera {
 

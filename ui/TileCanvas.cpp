@@ -17,8 +17,9 @@ constexpr int kFitMargin = 12;
 
 const QColor kBackground(0x26, 0x28, 0x2b);
 const QColor kEmptyImage(0x3a, 0x3d, 0x42);
-const QColor kGridLine(255, 255, 255, 110);
-const QColor kOverlapBand(90, 170, 255, 48);
+const QColor kGridLine(255, 255, 255, 170);
+const QColor kGridHalo(0, 0, 0, 90);
+const QColor kOverlapBand(90, 170, 255, 56);
 const QColor kActiveFill(255, 160, 40, 70);
 const QColor kActiveEdge(255, 170, 50);
 
@@ -50,6 +51,11 @@ void TileCanvas::setImage(const QImage& image) {
 
 void TileCanvas::setActiveTiles(std::vector<int> ids) {
     active_ = std::move(ids);
+    update();
+}
+
+void TileCanvas::setPlaceholderText(const QString& text) {
+    placeholder_ = text;
     update();
 }
 
@@ -142,20 +148,24 @@ void TileCanvas::paintEvent(QPaintEvent*) {
             const int from = ys[r + 1], to = ys[r] + th;
             if (to > from) painter.fillRect(QRectF(0, from, content.width(), to - from), kOverlapBand);
         }
-        // Tile edges, as lines across the image (cheap for thousands of tiles).
-        QPen gridPen(kGridLine, 0);  // cosmetic: one screen pixel at any zoom
-        painter.setPen(gridPen);
+        // Tile edges, as lines across the image (cheap for thousands of tiles): a dark halo
+        // under a light line, so the grid reads over bright, dark and noisy images alike.
+        QVector<QLineF> edges;
         for (int x : xs) {
-            painter.drawLine(QLineF(x, 0, x, content.height()));
-            painter.drawLine(QLineF(x + tw, 0, x + tw, content.height()));
+            edges << QLineF(x, 0, x, content.height()) << QLineF(x + tw, 0, x + tw, content.height());
         }
         for (int y : ys) {
-            painter.drawLine(QLineF(0, y, content.width(), y));
-            painter.drawLine(QLineF(0, y + th, content.width(), y + th));
+            edges << QLineF(0, y, content.width(), y) << QLineF(0, y + th, content.width(), y + th);
         }
+        QPen halo(kGridHalo, 3.0);
+        halo.setCosmetic(true);
+        painter.setPen(halo);
+        painter.drawLines(edges);
+        painter.setPen(QPen(kGridLine, 0));  // cosmetic: one screen pixel at any zoom
+        painter.drawLines(edges);
     }
     if (plan_ && !active_.empty()) {
-        QPen edge(kActiveEdge, 2.0);
+        QPen edge(kActiveEdge, 3.0);
         edge.setCosmetic(true);
         painter.setPen(edge);
         painter.setBrush(kActiveFill);
@@ -170,7 +180,9 @@ void TileCanvas::paintEvent(QPaintEvent*) {
         painter.setPen(QColor(200, 200, 200));
         const QRectF shown(offset_, QSizeF(content) * zoom_);
         painter.drawText(shown.intersected(QRectF(rect())), Qt::AlignCenter | Qt::TextWordWrap,
-                         tr("%1 × %2 px — press Run").arg(content.width()).arg(content.height()));
+                         placeholder_.isEmpty()
+                             ? tr("%1 × %2 px — press Run").arg(content.width()).arg(content.height())
+                             : placeholder_);
     }
     // Zoom readout in the corner.
     const QString zoomText = QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0));

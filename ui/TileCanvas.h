@@ -28,6 +28,9 @@ public:
     void setActiveTiles(std::vector<int> ids);
     const std::vector<int>& activeTiles() const { return active_; }
 
+    // Text over the empty canvas; empty: the image size and "press Run".
+    void setPlaceholderText(const QString& text);
+
     bool overlayVisible() const { return overlay_; }
     double zoom() const { return zoom_; }
     QSize sizeHint() const override { return {720, 640}; }
@@ -57,6 +60,7 @@ private:
     std::optional<TilePlan> plan_;
     QImage image_;
     std::vector<int> active_;
+    QString placeholder_;
     bool overlay_ = true;
     bool fitting_ = true;   // re-fit on resize until the user zooms or pans
     double zoom_ = 1.0;

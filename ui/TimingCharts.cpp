@@ -52,6 +52,10 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("timingCharts"));
     stepPlot_ = makePlot(tr("step"), tr("ms"));
     stepPlot_->setObjectName(QStringLiteral("stepPlot"));
+    auto stepTicker = QSharedPointer<QCPAxisTickerFixed>::create();
+    stepTicker->setTickStep(1.0);  // steps are whole numbers; more than ~10 ticks use multiples
+    stepTicker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    stepPlot_->xAxis->setTicker(stepTicker);
     hostGraph_ = addSeries(stepPlot_, tr("wall (host)"), QColor(0x1f, 0x77, 0xb4), true);
     enqueueGraph_ = addSeries(stepPlot_, tr("host enqueue"), QColor(0x7f, 0x7f, 0x7f), false);
     gpuGraph_ = addSeries(stepPlot_, tr("GPU"), QColor(0x2c, 0xa0, 0x2c), true);

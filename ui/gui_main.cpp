@@ -3,7 +3,8 @@
 // Hidden options for documentation and smoke tests (they work with QT_QPA_PLATFORM=offscreen):
 //   --screenshot PATH   save a picture of the window to PATH, then quit
 //   --delay MS          wait this long after showing the window before the picture (default 1500)
-//   --run               press Run at start; the picture is taken when the run ends
+//   --run               press Run at start; without --delay the picture is taken when the run
+//                       ends, with it after MS (mid-run: progress, highlight, live charts)
 //   --preset FILE       load a preset at start
 //   --fresh             ignore (and do not change) the saved settings
 #include <cstdio>
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
                 QApplication::exit(saved ? 0 : 1);
             });
         };
-        if (parser.isSet(runAtStart)) {
+        if (parser.isSet(runAtStart) && !parser.isSet(delay)) {
             QObject::connect(&window, &tessera::MainWindow::runEnded, &window,
                              [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
         } else {

@@ -129,14 +129,14 @@ private slots:
         const Rgb8Image rgb = toRgb8(t);
         QCOMPARE(rgb.width, 2);
         QCOMPARE(rgb.height, 1);
-        // clamp(x/2 + 0.5) then round(255 v); planar -> interleaved.
-        const std::vector<std::uint8_t> expected{0, 128, 255, 255, 0, 128};
+        // clamp(x/2 + 0.5) then round(255 v); planar R(-1, 1) G(0, 2) B(-3, 0.003) -> interleaved.
+        const std::vector<std::uint8_t> expected{0, 128, 0, 255, 255, 128};
         QCOMPARE(rgb.pixels, expected);
         const ImageTensor back = fromRgb8(rgb);
         QCOMPARE(back.channels, 3);
         QCOMPARE(back.data[0], -1.0f);
         QCOMPARE(back.data[1], 1.0f);
-        QVERIFY(std::fabs(back.data[4] - (128.0f / 255.0f * 2.0f - 1.0f)) < 1e-7f);
+        QVERIFY(std::fabs(back.data[2] - (128.0f / 255.0f * 2.0f - 1.0f)) < 1e-7f);
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, fromRgb8(rgb, 2));
         ImageTensor bad{3, 2, 2, {0.0f}};
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, toRgb8(bad));
@@ -389,6 +389,21 @@ private slots:
         const RunResult none = sampler->run(config, observer);
         QCOMPARE(none.record.stepsRun, 0);
         QVERIFY(none.image.data == init.data);
+        // preserve_color: each channel keeps the start image's mean.
+        config.strength = 0.5;
+        config.preserveColor = true;
+        const RunResult kept = sampler->run(config, observer);
+        const std::size_t plane = 24 * 32;
+        for (int c = 0; c < 3; ++c) {
+            double a = 0, b = 0;
+            for (std::size_t p = 0; p < plane; ++p) {
+                a += kept.image.data[c * plane + p];
+                b += init.data[c * plane + p];
+            }
+            QVERIFY2(std::fabs(a - b) / plane < 1e-4, qPrintable(QString::number((a - b) / plane)));
+        }
+        QVERIFY(kept.image.data != r.image.data);
+        config.preserveColor = false;
         // A start image of the wrong size is named.
         sampler->setInitImage(ImageTensor{3, 16, 16, std::vector<float>(3 * 16 * 16)});
         try {

@@ -66,8 +66,11 @@ UNTILED_TILE = 96  # one tile of 64 x 96 covers the canvas
 
 
 # Weight gains (std * sqrt(fan_in)) per kind of tensor; see random_weights.
-GAINS = {"default": 1.0, "conv_in": 1.0, "qk": 2.0, "conv_out": 2.0, "bias": 0.1, "norm_gamma": 0.2,
-         "norm_beta": 0.2}
+# With larger gains (1.0, or sharper attention) the random net makes DDIM sampling chaotic: a float32
+# engine's rounding grows to O(1) differences over 20 steps (measured at 64x96 untiled). These keep
+# a float32-UNet run within ~1e-4 of the float64 golden (make_fixtures.py --check prints it).
+GAINS = {"default": 0.25, "conv_in": 0.5, "qk": 1.0, "conv_out": 2.0, "temb": 1.0, "bias": 0.1, "conv_in_bias": 0.1,
+         "norm_gamma": 0.2, "norm_beta": 0.2}
 
 
 def random_weights(cfg, seed, gains=None):
@@ -83,7 +86,7 @@ def random_weights(cfg, seed, gains=None):
         elif is_norm:
             a = g["norm_beta"] * rng.standard_normal(shape)
         elif name.endswith(".bias"):
-            a = g["bias"] * rng.standard_normal(shape)
+            a = g["conv_in_bias" if name.startswith("conv_in") else "bias"] * rng.standard_normal(shape)
         else:
             fan_in = int(np.prod(shape[1:]))
             if name.startswith("conv_in"):
@@ -92,6 +95,8 @@ def random_weights(cfg, seed, gains=None):
                 gain = g["conv_out"]
             elif ".to_q." in name or ".to_k." in name:
                 gain = g["qk"]
+            elif name.startswith("time_embedding.") or ".time_emb_proj." in name:
+                gain = g["temb"]  # the timestep must visibly change the output
             else:
                 gain = g["default"]
             a = gain * rng.standard_normal(shape) / math.sqrt(fan_in)
@@ -141,6 +146,9 @@ def forward_golden(name, model):
     # The two batch entries must differ in more than their inputs: check the timestep matters.
     y_swap = model(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(t[::-1].copy())).numpy()
     assert norm(y - y_swap) > 1e-2 * norm(y), "timestep has no visible effect"
+    y32 = R.UNet2DRef(model.cfg, {k: v.numpy().astype(np.float32) for k, v in model.w.items()},
+                      torch.float32)(torch.from_numpy(x), torch.from_numpy(t)).numpy()
+    print(f"    float32 forward vs golden: max |diff| {np.abs(y32 - y).max():.2e}")
     R.write_safetensors(os.path.join(GOLDEN, f"forward_{name}.safetensors"),
                         {"input": x, "timesteps": f32(t), "output": f32(y)}, {"format": "pt"})
     return y
@@ -209,7 +217,7 @@ def tileplan_golden():
     return plan
 
 
-def self_checks(sched_list, models):
+def self_checks(sched_list):
     rng = np.random.default_rng(99)
     for s in sched_list:
         for k in range(s.steps):
@@ -217,11 +225,10 @@ def self_checks(sched_list, models):
             a = R.apply_step(s.coefficients(k), x, e, z)
             b = s.step_direct(e, k, x, z)
             assert np.abs(a - b).max() < 1e-12, (s.kind, k, np.abs(a - b).max())
-    # One tile covering the canvas gives the untiled sampler (both fusion rules).
     print("  applyStep coefficients == spec formulas (DDIM, DDPM): ok")
 
 
-def run_sampling(model, ddim, ddpm):
+def run_sampling(model, ddim, ddpm, model32=None):
     runs = []
     for sched, tag in ((ddim, "ddim20"), (ddpm, "ddpm10")):
         for mode, tile, fusion in (("untiled", None, "sample"), ("tiled_sample", TILE, "sample"),
@@ -238,6 +245,13 @@ def run_sampling(model, ddim, ddpm):
                 "x_final": f32(x), "x_step0": f32(rec["x_after_step"][0][None]),
                 "timesteps": f32(sched.timesteps)}, {"format": "pt"})
             runs.append((name, x))
+            if model32 is not None:
+                # Calibration: the same run with the UNet in float32 (what a float32 engine can reach).
+                x32 = R.sample(model32, sched, SAMPLE_SEED, SAMPLE_H, SAMPLE_W, tile=tile,
+                               overlap=OVERLAP if tile else 0, window="hann", fusion=fusion)
+                d = np.abs(x32 - x)
+                print(f"    float32-UNet run vs golden: max |diff| {d.max():.2e}  rms {np.sqrt(np.mean(d * d)):.2e}",
+                      flush=True)
     return dict(runs)
 
 
@@ -270,11 +284,12 @@ def main():
     ddim, ddpm = schedules_golden()
     tileplan_golden()
     self_checks([ddim, ddpm, R.Scheduler("ddim", SCHEDULER_CONFIG, 20, eta=0.7),
-                 R.Scheduler("ddpm", dict(SCHEDULER_CONFIG, variance_type="fixed_large"), 10)], models)
+                 R.Scheduler("ddpm", dict(SCHEDULER_CONFIG, variance_type="fixed_large"), 10)])
 
     if not args.models_only:
         print("sampling (cifar_like, 64x96, seed 1234):")
-        runs = run_sampling(models["cifar_like"], ddim, ddpm)
+        m32 = R.UNet2DRef.from_folder(os.path.join(MODELS, "cifar_like"), torch.float32) if args.check else None
+        runs = run_sampling(models["cifar_like"], ddim, ddpm, m32)
         for tag in ("ddim20", "ddpm10"):
             u = runs[f"sample_cifar_like_{tag}_untiled"]
             for mode in ("tiled_sample", "tiled_noise"):
@@ -289,7 +304,7 @@ def main():
             for lab, xx in (("sample", x1), ("noise", x2)):
                 dd = np.abs(xx - runs["sample_cifar_like_ddim20_untiled"]).max()
                 print(f"  one tile of 64x96 ({lab}) vs untiled: max |diff| {dd:.2e}")
-                assert dd < 1e-10
+                assert dd < 1e-9
 
     print(f"done in {time.time() - t_start:.1f} s")
 

@@ -1,0 +1,319 @@
+// RunRecord writers: timings CSV, manifest round trip, Chrome trace layout, atomic
+// file writes, SHA-256 (FIPS 180-4 vectors) and run ids.
+#include <QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+
+#include <clocale>
+#include <string>
+#include <vector>
+
+#include "core/RunRecordIO.h"
+#include "core/Sha256.h"
+
+using namespace tessera;
+
+namespace {
+
+RunRecord sampleRecord() {
+    RunRecord r;
+    r.runId = "20261122-061500-3f2a9c1d";
+    r.startedAt = "2026-11-22T06:15:00Z";
+    r.config.width = 320;
+    r.config.steps = 2;
+    r.config.label = "seam test";
+    r.modelName = "ddpm-cifar10-32";
+    r.modelHash = std::string(64, 'a');
+    r.environment = {"0.1.0", "cuda", "NVIDIA H100", "CUDA 12.4, cuDNN 9", "box", 16};
+    r.tileCount = 3;
+    r.tileW = 64;
+    r.tileH = 48;
+    r.stepsRun = 2;
+    r.timesteps = {980.0f, 498.25f};
+    r.steps = {{0, 980.0f, 4.5, 0.25, 5.0}, {1, 498.25f, 3.0, 0.5, 4.0}};
+    // Step 0: batches {0,1} and {2}; step 1: one batch of all three.
+    r.batches = {{0, 980.0f, 0, {0, 1}, 2.5, 0.125, 812.5},
+                 {0, 980.0f, 1, {2}, 1.5, 0.0625, 815.0},
+                 {1, 498.25f, 0, {0, 1, 2}, -1, 3.75, -1}};
+    r.memory = {{1.0, 800.0, 512.0}, {6.0, 816.0, 512.0}};
+    r.graphs.mode = "step";
+    r.graphs.fallbackReason = "";
+    r.graphs.captures = 1;
+    r.graphs.hits = 1;
+    r.graphs.nodes = 321;
+    r.graphs.captureMs = 12.5;
+    r.memoryPlan = {100.0, 200.0, 50.0, 1.5, 351.5};
+    r.prepareMs = 10.0;
+    r.totalMs = 9.0;
+    r.peakDeviceMiB = 816.0;
+    r.status = "finished";
+    r.imageSha256 = std::string(64, 'b');
+    r.messages = {"graphs: fell back, \"quoted\"", "second"};
+    return r;
+}
+
+QStringList lines(const std::string& text) {
+    QStringList l = QString::fromStdString(text).split('\n');
+    if (!l.isEmpty() && l.last().isEmpty()) l.removeLast();
+    return l;
+}
+
+QByteArray readAll(const QString& path) {
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    return f.readAll();
+}
+
+}  // namespace
+
+class TestRunRecordIO : public QObject {
+    Q_OBJECT
+
+private slots:
+    void csvRowsAndColumns() {
+        const RunRecord r = sampleRecord();
+        const QStringList rows = lines(timingsCsv(r));
+        QCOMPARE(rows.size(), 4);  // header + one row per step x tile batch
+        QCOMPARE(rows[0], QString("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib"));
+        for (const QString& row : rows) QCOMPARE(row.split(',').size(), 8);
+        const QStringList first = rows[1].split(',');
+        QCOMPARE(first[0], QString::fromStdString(r.runId));
+        QCOMPARE(first[1], QString("0"));
+        QCOMPARE(first[2].toDouble(), 980.0);
+        QCOMPARE(first[3], QString("0"));
+        QCOMPARE(first[4], QString("0;1"));
+        QCOMPARE(first[5].toDouble(), 2.5);
+        QCOMPARE(first[6].toDouble(), 0.125);
+        QCOMPARE(first[7].toDouble(), 812.5);
+        const QStringList last = rows[3].split(',');
+        QCOMPARE(last[1], QString("1"));
+        QCOMPARE(last[2].toDouble(), 498.25);
+        QCOMPARE(last[4], QString("0;1;2"));
+        QCOMPARE(last[5], QString());  // not measured
+        QCOMPARE(last[6].toDouble(), 3.75);
+        QCOMPARE(last[7], QString());
+
+        RunRecord empty;
+        QCOMPARE(lines(timingsCsv(empty)).size(), 1);
+    }
+
+    void csvIsLocaleIndependent() {
+        const char* previous = std::setlocale(LC_NUMERIC, nullptr);
+        const std::string saved = previous ? previous : "C";
+        // A decimal-comma locale, if the system has one; the CSV must not change.
+        const bool switched = std::setlocale(LC_NUMERIC, "de_DE.UTF-8") != nullptr;
+        const std::string csv = timingsCsv(sampleRecord());
+        std::setlocale(LC_NUMERIC, saved.c_str());
+        QVERIFY(QString::fromStdString(csv).contains(",2.5000,"));
+        if (!switched) qInfo("de_DE.UTF-8 is not installed; checked in the current locale only");
+    }
+
+    void manifestRoundTrip() {
+        const RunRecord r = sampleRecord();
+        const nlohmann::json j = manifestJson(r);
+        QCOMPARE(j.at("schema_version").get<int>(), RunRecord::kSchemaVersion);
+        QCOMPARE(j.at("config"), toJson(r.config));
+        QCOMPARE(j.at("batches").size(), std::size_t(3));
+        QCOMPARE(j.at("batches")[2].at("tile_ids"), nlohmann::json({0, 1, 2}));
+
+        // Through text, as a manifest file is read back.
+        const RunRecord back = runRecordFromManifest(nlohmann::json::parse(j.dump(2)));
+        QCOMPARE(back.runId, r.runId);
+        QCOMPARE(back.startedAt, r.startedAt);
+        QCOMPARE(toJson(back.config), toJson(r.config));
+        QCOMPARE(back.config.label, r.config.label);
+        QCOMPARE(back.modelName, r.modelName);
+        QCOMPARE(back.modelHash, r.modelHash);
+        QCOMPARE(back.environment.device, r.environment.device);
+        QCOMPARE(back.environment.driver, r.environment.driver);
+        QCOMPARE(back.environment.threads, 16);
+        QCOMPARE(back.tileCount, 3);
+        QCOMPARE(back.tileW, 64);
+        QCOMPARE(back.tileH, 48);
+        QCOMPARE(back.stepsRun, 2);
+        QCOMPARE(back.timesteps, r.timesteps);
+        QCOMPARE(back.steps.size(), r.steps.size());
+        QCOMPARE(back.steps[1].timestep, 498.25f);
+        QCOMPARE(back.steps[1].gpuMs, 3.0);
+        QCOMPARE(back.steps[1].hostEnqueueMs, 0.5);
+        QCOMPARE(back.steps[1].wallMs, 4.0);
+        QCOMPARE(back.batches.size(), r.batches.size());
+        QCOMPARE(back.batches[0].tileIds, (std::vector<int>{0, 1}));
+        QCOMPARE(back.batches[1].batchIndex, 1);
+        QCOMPARE(back.batches[1].deviceMiB, 815.0);
+        QCOMPARE(back.batches[2].gpuMs, -1.0);
+        QCOMPARE(back.memory.size(), std::size_t(2));
+        QCOMPARE(back.memory[1].usedMiB, 816.0);
+        QCOMPARE(back.memory[1].arenaMiB, 512.0);
+        QCOMPARE(back.graphs.mode, std::string("step"));
+        QCOMPARE(back.graphs.nodes, 321);
+        QCOMPARE(back.graphs.captureMs, 12.5);
+        QCOMPARE(back.memoryPlan.totalMiB, 351.5);
+        QCOMPARE(back.prepareMs, 10.0);
+        QCOMPARE(back.totalMs, 9.0);
+        QCOMPARE(back.peakDeviceMiB, 816.0);
+        QCOMPARE(back.status, r.status);
+        QCOMPARE(back.imageSha256, r.imageSha256);
+        QCOMPARE(back.messages, r.messages);
+        QCOMPARE(manifestJson(back), j);  // nothing lost either way
+    }
+
+    void manifestRejectsBadInput() {
+        nlohmann::json j = manifestJson(sampleRecord());
+        j["schema_version"] = RunRecord::kSchemaVersion + 1;
+        try {
+            runRecordFromManifest(j);
+            QFAIL("a newer schema_version was accepted");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains("schema_version"), e.what());
+        }
+        j = manifestJson(sampleRecord());
+        j["batches"][1]["gpu_ms"] = "fast";
+        try {
+            runRecordFromManifest(j);
+            QFAIL("a string gpu_ms was accepted");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains("batches[1].gpu_ms"), e.what());
+        }
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::array()));
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::object()));
+    }
+
+    void traceStructure() {
+        const RunRecord a = sampleRecord();
+        RunRecord b = sampleRecord();
+        b.runId = "other";
+        b.config.label.clear();
+        const nlohmann::json trace = chromeTrace({&a, nullptr, &b});
+        QVERIFY(trace.at("traceEvents").is_array());
+        QCOMPARE(trace.at("displayTimeUnit").get<std::string>(), std::string("ms"));
+
+        int steps = 0, batches = 0, counters = 0, prepares = 0;
+        std::vector<double> stepTs, batchTs, batchDur;
+        QStringList processNames;
+        for (const auto& e : trace.at("traceEvents")) {
+            const std::string ph = e.at("ph").get<std::string>();
+            const int pid = e.at("pid").get<int>();
+            QVERIFY(pid == 1 || pid == 3);  // run i is pid i + 1; the null entry is skipped
+            if (ph == "M" && e.at("name") == "process_name")
+                processNames << QString::fromStdString(e.at("args").at("name").get<std::string>());
+            if (pid != 1) continue;
+            if (ph == "X") {
+                QVERIFY(e.at("dur").get<double>() >= 0);
+                const std::string cat = e.at("cat").get<std::string>();
+                if (cat == "step") {
+                    ++steps;
+                    stepTs.push_back(e.at("ts").get<double>());
+                } else if (cat == "tile_batch") {
+                    ++batches;
+                    batchTs.push_back(e.at("ts").get<double>());
+                    batchDur.push_back(e.at("dur").get<double>());
+                } else if (cat == "run") {
+                    ++prepares;
+                    QCOMPARE(e.at("dur").get<double>(), 10000.0);
+                }
+            } else if (ph == "C") {
+                ++counters;
+                QVERIFY(e.at("args").contains("used_mib"));
+            }
+        }
+        QCOMPARE(processNames, (QStringList{"20261122-061500-3f2a9c1d seam test", "other"}));
+        QCOMPARE(prepares, 1);
+        QCOMPARE(steps, 2);
+        QCOMPARE(batches, 3);
+        QCOMPARE(counters, 2);
+        // Steps back to back after prepare (10 ms); microseconds.
+        QCOMPARE(stepTs, (std::vector<double>{10000.0, 15000.0}));
+        // Batches back to back from their step's start; gpu time where measured, else host time.
+        QCOMPARE(batchTs, (std::vector<double>{10000.0, 12500.0, 15000.0}));
+        QCOMPARE(batchDur, (std::vector<double>{2500.0, 1500.0, 3750.0}));
+        // The whole trace survives a text round trip (valid JSON).
+        QCOMPARE(nlohmann::json::parse(trace.dump()), trace);
+    }
+
+    void atomicWrite() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString path = dir.filePath("out.json");
+        writeFileAtomically(path.toStdString(), "first");
+        QCOMPARE(readAll(path), QByteArray("first"));
+        writeFileAtomically(path.toStdString(), std::string("second\0bytes", 12));
+        QCOMPARE(readAll(path), QByteArray("second\0bytes", 12));
+        writeFileAtomically(path.toStdString(), "");
+        QCOMPARE(readAll(path), QByteArray());
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden), QStringList{"out.json"});  // no temp left
+    }
+
+    void atomicWriteFailures() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        // A folder that does not exist.
+        const std::string missing = dir.filePath("no/such/folder/run.csv").toStdString();
+        try {
+            writeFileAtomically(missing, "x");
+            QFAIL("writing into a missing folder succeeded");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains(QString::fromStdString(missing)), e.what());
+            QVERIFY2(QString(e.what()).contains("No such file or directory"), e.what());
+        }
+        // The target exists but cannot be replaced (a non-empty folder): it stays as it was.
+        QVERIFY(QDir(dir.path()).mkpath("busy"));
+        const QString keep = dir.filePath("busy/keep.txt");
+        writeFileAtomically(keep.toStdString(), "kept");
+        const std::string busy = dir.filePath("busy").toStdString();
+        try {
+            writeFileAtomically(busy, "x");
+            QFAIL("replacing a folder succeeded");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains(QString::fromStdString(busy)), e.what());
+        }
+        QCOMPARE(readAll(keep), QByteArray("kept"));
+        QVERIFY(QFileInfo(QString::fromStdString(busy)).isDir());
+        QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot), QStringList{"busy"});
+    }
+
+    void sha256Vectors() {
+        QCOMPARE(sha256Hex("abc", 3), std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+        const std::string m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+        QCOMPARE(m448.size() * 8, std::size_t(448));
+        QCOMPARE(sha256Hex(m448.data(), m448.size()),
+                 std::string("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+        QCOMPARE(sha256Hex("", 0), std::string("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+        const std::string m896 =
+            "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+        QCOMPARE(sha256Hex(m896.data(), m896.size()),
+                 std::string("cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"));
+        const std::string million(1000000, 'a');
+        QCOMPARE(sha256Hex(million.data(), million.size()),
+                 std::string("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
+        // Streaming in uneven pieces (crossing block boundaries) gives the same digest.
+        Sha256 h;
+        std::size_t pos = 0, piece = 1;
+        while (pos < million.size()) {
+            const std::size_t take = std::min(piece, million.size() - pos);
+            h.update(million.data() + pos, take);
+            pos += take;
+            piece = piece * 3 % 1000 + 1;
+        }
+        QCOMPARE(h.hexDigest(), std::string("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
+        QVERIFY_THROWS_EXCEPTION(std::logic_error, h.update("x", 1));
+        // Padding edge: 55 and 56 bytes (the length does / does not fit in the first block).
+        QCOMPARE(sha256Hex(std::string(55, 'a').data(), 55),
+                 std::string("9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"));
+        QCOMPARE(sha256Hex(std::string(56, 'a').data(), 56),
+                 std::string("b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"));
+    }
+
+    void runIds() {
+        const QString a = QString::fromStdString(newRunId()), b = QString::fromStdString(newRunId());
+        const QRegularExpression pattern("^\\d{8}-\\d{6}-[0-9a-f]{8}$");
+        QVERIFY2(pattern.match(a).hasMatch(), qPrintable(a));
+        QVERIFY(a != b);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestRunRecordIO)
+#include "tst_runrecordio.moc"

@@ -1,0 +1,275 @@
+// The workbench window: opens, marks invalid settings and blocks Run, previews the cost of a
+// tiling, and drives a real (tiny) CPU render through the RunWorker on its own thread.
+#include <QAction>
+#include <QComboBox>
+#include <QDir>
+#include <QLabel>
+#include <QMenuBar>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QThread>
+#include <QtTest>
+
+#include "app/RunWorker.h"
+#include "ui/ConfigPanel.h"
+#include "ui/MainWindow.h"
+#include "ui/TileCanvas.h"
+#include "ui/TimingCharts.h"
+
+using namespace tessera;
+
+namespace {
+
+const QString kModel = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+
+bool haveTestModel() { return QFileInfo(kModel + QStringLiteral("/diffusion_pytorch_model.safetensors")).isFile(); }
+
+// A run small enough for a test: 64 x 64, 2 steps, 9 tiles of 32 px.
+RunConfig tinyConfig() {
+    RunConfig c;
+    c.width = 64;
+    c.height = 64;
+    c.seed = 7;
+    c.steps = 2;
+    c.tile = 32;
+    c.overlapPx = 8;
+    c.tileBatch = 2;
+    c.model = kModel.toStdString();
+    c.backend = BackendKind::CPU;
+    c.precision = Precision::FP32;
+    return c;
+}
+
+}  // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir scratch_;
+    std::unique_ptr<QSettings> freshSettings() {
+        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("tessera-%1.ini").arg(++settingsCount_)),
+                                           QSettings::IniFormat);
+    }
+    int settingsCount_ = 0;
+
+    template <typename T>
+    static T* child(QObject* parent, const char* name) {
+        T* found = parent->findChild<T*>(QString::fromLatin1(name));
+        if (!found) qFatal("no child named %s", name);
+        return found;
+    }
+
+private slots:
+    void initTestCase() { QVERIFY(scratch_.isValid()); }
+
+    void windowOpensWithMenusAndAbout() {
+        MainWindow window(freshSettings());
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QStringList menus;
+        for (QAction* action : window.menuBar()->actions()) menus << action->text().remove(QLatin1Char('&'));
+        QCOMPARE(menus, QStringList({"File", "Run", "View", "Help"}));
+        auto* about = window.findChild<QAction*>(QStringLiteral("actionAbout"));
+        QVERIFY(about);
+        QCOMPARE(about->text().remove(QLatin1Char('&')), QStringLiteral("About Tessera"));
+        for (const char* name : {"actionOpenPreset", "actionSavePreset", "actionExportImage", "actionQuit",
+                                 "actionToggleConfig", "actionToggleCharts", "actionTileOverlay", "actionFit",
+                                 "actionActualSize"})
+            QVERIFY2(window.findChild<QAction*>(QString::fromLatin1(name)), name);
+        // Nothing rendered yet: nothing to export, nothing to stop.
+        QVERIFY(!child<QAction>(&window, "actionExportImage")->isEnabled());
+        QVERIFY(!window.stopAction()->isEnabled());
+    }
+
+    void invalidTileMarksFieldAndDisablesRun() {
+        if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing: the model field would be invalid anyway");
+        MainWindow window(freshSettings());
+        ConfigPanel* panel = window.configPanel();
+        RunConfig config = tinyConfig();
+        config.tile = 64;
+        config.overlapPx = 16;
+        config.width = config.height = 256;
+        panel->setConfig(config);
+        QVERIFY2(panel->isValid(), qPrintable(panel->problems().join('\n')));
+        QVERIFY(window.runAction()->isEnabled());
+
+        auto* tile = child<QSpinBox>(panel, "tileSpin");
+        auto* tileError = child<QLabel>(panel, "tileError");
+        QSignalSpy validity(panel, &ConfigPanel::validityChanged);
+        tile->setValue(0);
+        QVERIFY(!panel->isValid());
+        QCOMPARE(validity.count(), 1);
+        QCOMPARE(validity.at(0).at(0).toBool(), false);
+        QVERIFY2(panel->problemFor("tile").startsWith("0 is not allowed"), qPrintable(panel->problemFor("tile")));
+        QCOMPARE(tileError->text(), panel->problemFor("tile"));
+        QVERIFY(tileError->isVisibleTo(panel));
+        QVERIFY(tile->property("invalid").toBool());
+        QVERIFY(!window.runAction()->isEnabled());
+        QVERIFY(window.runAction()->toolTip().contains("tile: 0 is not allowed"));
+
+        // Overlap as large as the tile: the overlap field is the one marked now.
+        tile->setValue(64);
+        auto* overlap = child<QSpinBox>(panel, "overlapSpin");
+        overlap->setValue(64);
+        QVERIFY(panel->problemFor("tile").isEmpty());
+        QVERIFY(!tileError->isVisibleTo(panel));
+        QVERIFY(!tile->property("invalid").toBool());
+        QVERIFY2(panel->problemFor("overlap").contains("must be 0 to 63"), qPrintable(panel->problemFor("overlap")));
+        QVERIFY(child<QLabel>(panel, "overlapError")->isVisibleTo(panel));
+        QVERIFY(!window.runAction()->isEnabled());
+
+        overlap->setValue(16);
+        QVERIFY(panel->isValid());
+        QVERIFY(window.runAction()->isEnabled());
+        QCOMPARE(validity.last().at(0).toBool(), true);
+        QCOMPARE(child<QLabel>(panel, "strideLabel")->text().left(5), QStringLiteral("48 px"));
+    }
+
+    void missingModelFolderIsMarked() {
+        MainWindow window(freshSettings());
+        ConfigPanel* panel = window.configPanel();
+        RunConfig config = tinyConfig();
+        config.model = scratch_.filePath(QStringLiteral("no-such-model")).toStdString();
+        panel->setConfig(config);
+        QVERIFY(!panel->isValid());
+        QVERIFY2(panel->problemFor("model").contains("is not a folder"), qPrintable(panel->problemFor("model")));
+        QVERIFY(!window.runAction()->isEnabled());
+    }
+
+    void costPreviewCountsTiles() {
+        if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
+        MainWindow window(freshSettings());
+        ConfigPanel* panel = window.configPanel();
+        RunConfig config = tinyConfig();
+        config.width = config.height = 256;
+        config.tile = 64;
+        config.overlapPx = 16;
+        config.steps = 20;
+        config.tileBatch = 4;
+        panel->setConfig(config);
+        // Stride 48: columns at 0, 48, 96, 144, 192 -> 5 x 5 tiles; 25 * 64^2 / 256^2 = 1.5625.
+        QCOMPARE(child<QLabel>(panel, "costTiles")->text(), QStringLiteral("25 (5 × 5) of 64×64 px"));
+        QCOMPARE(child<QLabel>(panel, "costRedundancy")->text(), QStringLiteral("1.56×"));
+        QCOMPARE(child<QLabel>(panel, "costEvaluations")->text(), QStringLiteral("25 per step, 500 total"));
+        QCOMPARE(child<QLabel>(panel, "costBatches")->text(), QStringLiteral("7 (batch 4)"));
+
+        // The same overlap as a percentage of the tile gives the same plan.
+        child<QComboBox>(panel, "overlapUnitCombo")->setCurrentIndex(1);
+        QCOMPARE(child<QSpinBox>(panel, "overlapSpin")->value(), 25);
+        QVERIFY(panel->config().overlapFraction.has_value());
+        QCOMPARE(panel->config().overlapPixels(), 16);
+        QCOMPARE(child<QLabel>(panel, "costTiles")->text(), QStringLiteral("25 (5 × 5) of 64×64 px"));
+
+        // No overlap: 4 x 4 tiles, no redundancy.
+        child<QComboBox>(panel, "overlapUnitCombo")->setCurrentIndex(0);
+        child<QSpinBox>(panel, "overlapSpin")->setValue(0);
+        QCOMPARE(child<QLabel>(panel, "costTiles")->text(), QStringLiteral("16 (4 × 4) of 64×64 px"));
+        QCOMPARE(child<QLabel>(panel, "costRedundancy")->text(), QStringLiteral("1.00×"));
+
+        // The canvas shows the same plan.
+        QCOMPARE(window.canvas()->size().isEmpty(), false);
+    }
+
+    void settingsPersistLastConfig() {
+        const QString path = scratch_.filePath(QStringLiteral("persist.ini"));
+        RunConfig config = tinyConfig();
+        config.seed = 123456789;
+        config.tile = 48;
+        {
+            MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
+            window.configPanel()->setConfig(config);
+            window.close();
+        }
+        MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
+        QCOMPARE(again.configPanel()->config().seed, config.seed);
+        QCOMPARE(again.configPanel()->config().tile, 48);
+    }
+
+    void workerRendersTinyImage() {
+        if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
+        QThread thread;
+        auto* worker = new RunWorker;
+        worker->moveToThread(&thread);
+        connect(&thread, &QThread::finished, worker, &QObject::deleteLater);
+        thread.start();
+
+        QSignalSpy started(worker, &RunWorker::runStarted);
+        QSignalSpy steps(worker, &RunWorker::stepFinished);
+        QSignalSpy batches(worker, &RunWorker::tileBatchFinished);
+        QSignalSpy previews(worker, &RunWorker::previewReady);
+        QSignalSpy finished(worker, &RunWorker::runFinished);
+        QSignalSpy failed(worker, &RunWorker::runFailed);
+
+        const RunConfig config = tinyConfig();
+        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 41); }, Qt::QueuedConnection);
+        QVERIFY(QTest::qWaitFor([&] { return !finished.isEmpty() || !failed.isEmpty(); }, 300000));
+        if (!failed.isEmpty()) QFAIL(qPrintable("runFailed: " + failed.at(0).at(1).toString()));
+
+        QCOMPARE(started.count(), 1);
+        QCOMPARE(started.at(0).at(0).value<quint64>(), quint64(41));
+        QCOMPARE(started.at(0).at(1).value<RunRecord>().tileCount, 9);  // 0, 24, 32 per axis
+        QCOMPARE(steps.count(), 2);
+        const auto lastStep = steps.at(1).at(1).value<StepEvent>();
+        QCOMPARE(lastStep.step, 1);
+        QCOMPARE(lastStep.steps, 2);
+        QVERIFY(lastStep.timing.wallMs > 0);
+        // 9 tiles in batches of 2 = 5 batches a step; the last of each step is always forwarded.
+        QVERIFY2(batches.count() >= 2, qPrintable(QString::number(batches.count())));
+        QCOMPARE(batches.last().at(1).value<TileBatchEvent>().batchIndex, 4);
+        QCOMPARE(batches.last().at(1).value<TileBatchEvent>().tileIds, std::vector<int>({8}));
+        QVERIFY(previews.count() >= 1);
+        QCOMPARE(previews.last().at(2).value<QImage>().size(), QSize(64, 64));
+
+        QCOMPARE(finished.at(0).at(0).value<quint64>(), quint64(41));
+        const auto run = finished.at(0).at(1).value<FinishedRun>();
+        QVERIFY(run.result);
+        QCOMPARE(QString::fromStdString(run.result->record.status), QStringLiteral("finished"));
+        QCOMPARE(run.result->record.stepsRun, 2);
+        QCOMPARE(run.image.size(), QSize(64, 64));
+        QVERIFY(!run.seamMap.isNull());
+
+        // A run cancelled before it starts ends at once, as cancelled, without any step.
+        steps.clear();
+        finished.clear();
+        worker->cancel(42);
+        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 42); }, Qt::QueuedConnection);
+        QVERIFY(QTest::qWaitFor([&] { return !finished.isEmpty() || failed.count() > 0; }, 300000));
+        QVERIFY(failed.isEmpty());
+        const auto cancelled = finished.at(0).at(1).value<FinishedRun>();
+        QCOMPARE(QString::fromStdString(cancelled.result->record.status), QStringLiteral("cancelled"));
+        QCOMPARE(cancelled.result->record.stepsRun, 0);
+        QCOMPARE(steps.count(), 0);
+
+        thread.quit();
+        QVERIFY(thread.wait(30000));
+    }
+
+    void windowRunsAndShowsResult() {
+        if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
+        MainWindow window(freshSettings());
+        window.show();
+        window.configPanel()->setConfig(tinyConfig());
+        QVERIFY(window.runAction()->isEnabled());
+        QSignalSpy ended(&window, &MainWindow::runEnded);
+        window.runAction()->trigger();
+        QVERIFY(window.isRunning());
+        QVERIFY(!window.runAction()->isEnabled());  // one run at a time
+        QVERIFY(window.stopAction()->isEnabled());
+        QVERIFY(ended.wait(300000));
+        QCOMPARE(ended.at(0).at(0).toBool(), true);
+        QVERIFY(!window.isRunning());
+        QVERIFY(window.lastRun());
+        QCOMPARE(window.canvas()->image().size(), QSize(64, 64));
+        QVERIFY(window.canvas()->activeTiles().empty());
+        QCOMPARE(window.charts()->stepCount(), 2);
+        QVERIFY(child<QAction>(&window, "actionExportImage")->isEnabled());
+        QVERIFY(window.runAction()->isEnabled());
+        QVERIFY2(child<QLabel>(&window, "statusText")->text().startsWith("Finished 2 steps, 9 tiles"),
+                 qPrintable(child<QLabel>(&window, "statusText")->text()));
+    }
+};
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_mainwindow.moc"
