@@ -256,7 +256,7 @@ std::string cliUsage(CliCommand command) {
         "  --graph-warmup N       warm-up launches before graph capture (default 2)\n"
         "  --graph-cache N        graphs kept per run (default 16)\n"
         "  --precision NAME       fp32, fp16 or bf16 (default fp16; the CPU always computes fp32)\n"
-        "  --backend NAME         auto, cpu or cuda (default auto = cpu)\n"
+        "  --backend NAME         auto (CUDA when built and a device is usable, else cpu), cpu or cuda\n"
         "  --preview-every N      preview every N steps, 0 = never (default 1)\n"
         "  --init PNG             start from this image (image-to-image)\n"
         "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"

@@ -14,21 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "app/CliOptions.h"
+#include "app/EngineFactory.h"
 #include "app/PngIO.h"
-#include "core/CpuBackend.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
 #include "core/TilePlan.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
-
-#if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/CudaEngine.h")
-#include "kernels/CudaEngine.h"
-#define TESSERA_CLI_CUDA 1
-#else
-#define TESSERA_CLI_CUDA 0
-#endif
 
 namespace fs = std::filesystem;
 using namespace tessera;
@@ -184,15 +177,19 @@ public:
     void onMessage(const std::string& message) override { std::cerr << "note: " << message << "\n"; }
 };
 
+// The engine for the requested backend (app/EngineFactory.h: auto = CUDA when built and a
+// device is usable, else the CPU). An explicit `cuda` that cannot be honoured is an error
+// here rather than the GUI's quiet fallback: a script asking for the GPU should not time the CPU.
 std::unique_ptr<Engine> makeEngine(BackendKind kind) {
     if (kind == BackendKind::CUDA) {
-#if TESSERA_CLI_CUDA
-        return tessera::makeCudaEngine();
-#else
-        throw InputError{"backend cuda: this build has no CUDA backend"};
-#endif
+        if (!cudaBackendBuilt()) throw InputError{"backend cuda: this build has no CUDA backend"};
+        const DeviceReport report = probeDevices();
+        if (!report.cudaAvailable) throw InputError{"backend cuda: " + report.cudaReason};
     }
-    return std::make_unique<TiledSampler>(std::make_unique<CpuBackend>());
+    std::string note;
+    std::unique_ptr<Engine> engine = createEngine(kind, &note);
+    if (!note.empty()) std::cerr << "note: " << note << "\n";
+    return engine;
 }
 
 int cmdRender(const CliOptions& options) {

@@ -85,7 +85,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         "QSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"], QComboBox[invalid=\"true\"] {"
         " border: 1px solid #d64541; border-radius: 3px; padding: 1px 2px; }"
         "QLabel[role=\"error\"] { color: #c0392b; }"
-        "QLabel[role=\"hint\"] { color: palette(mid); }"));
+        "QLabel[role=\"hint\"] { color: #5a6270; }"));
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);

@@ -8,7 +8,6 @@
 #include <string>
 
 #include <QLabel>
-#include <QPointer>
 #include <QStringList>
 #include <QWidget>
 

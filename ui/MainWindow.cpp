@@ -291,8 +291,8 @@ void MainWindow::updateActions() {
                                  : tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
     stopAction_->setEnabled(running_ && !stopping_);
     exportAction_->setEnabled(lastRun_.has_value() && !lastRun_->image.isNull());
-    panel_->setEnabled(!running_);
-    openPresetAction_->setEnabled(!running_);
+    // The panel stays editable during a run: the run took a copy of the settings, and the
+    // next Run uses whatever is shown.
 }
 
 void MainWindow::refreshPlan() {
@@ -527,12 +527,22 @@ void MainWindow::exportImage() {
     const QString path = QFileDialog::getSaveFileName(this, tr("Export image"), suggested, tr("PNG images (*.png)"));
     if (path.isEmpty()) return;
     settings_->setValue(kExportDirKey, QFileInfo(path).absolutePath());
+    QString error;
+    if (exportImageTo(path, &error)) setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
+    else QMessageBox::warning(this, tr("Export image"), error);
+}
+
+bool MainWindow::exportImageTo(const QString& path, QString* error) {
     try {
+        if (!lastRun_ || !lastRun_->result || lastRun_->result->image.data.empty())
+            throw std::runtime_error("there is no finished image to export yet");
+        const RunRecord& record = lastRun_->result->record;
         // The PNG carries the A1111 "parameters" line and the full run manifest.
         writeRunPng(path.toStdString(), toRgb8(lastRun_->result->image), record.config, manifestJson(record).dump());
-        setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
+        return true;
     } catch (const std::exception& e) {
-        QMessageBox::warning(this, tr("Export image"), QString::fromUtf8(e.what()));
+        if (error) *error = QDir::toNativeSeparators(path) + QStringLiteral(": ") + QString::fromUtf8(e.what());
+        return false;
     }
 }
 

@@ -46,6 +46,10 @@ public:
     // The last finished run (null before the first).
     const FinishedRun* lastRun() const { return lastRun_ ? &*lastRun_ : nullptr; }
 
+    // Writes the last finished image as PNG with the "parameters" line and the run manifest.
+    // False with *error set (naming the path) when there is no image or it cannot be written.
+    bool exportImageTo(const QString& path, QString* error = nullptr);
+
 public slots:
     void startRun();
     void stopRun();

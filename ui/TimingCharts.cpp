@@ -68,7 +68,7 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     memoryPlot_ = makePlot(tr("time (s)"), tr("MiB"));
     memoryPlot_->setObjectName(QStringLiteral("memoryPlot"));
     memoryGraph_ = addSeries(memoryPlot_, tr("host RSS"), QColor(0xd6, 0x27, 0x28), false);
-    memoryGraph_->setBrush(QColor(0xd6, 0x27, 0x28, 40));
+    memoryGraph_->setBrush(QColor(0xd6, 0x27, 0x28, 22));
 
     summary_ = new QLabel(tr("No run yet"));
     summary_->setObjectName(QStringLiteral("chartSummary"));

@@ -11,6 +11,7 @@
 #include <QThread>
 #include <QtTest>
 
+#include "app/PngIO.h"
 #include "app/RunWorker.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
@@ -268,6 +269,18 @@ private slots:
         QVERIFY(window.runAction()->isEnabled());
         QVERIFY2(child<QLabel>(&window, "statusText")->text().startsWith("Finished 2 steps, 9 tiles"),
                  qPrintable(child<QLabel>(&window, "statusText")->text()));
+
+        // Export: the PNG holds the image and the A1111 parameters line of this run.
+        const QString png = scratch_.filePath(QStringLiteral("export.png"));
+        QString error;
+        QVERIFY2(window.exportImageTo(png, &error), qPrintable(error));
+        const PngFile file = readPng(png.toStdString());
+        QCOMPARE(file.image.width, 64);
+        QCOMPARE(file.image.height, 64);
+        QVERIFY2(QString::fromStdString(file.text("parameters")).contains("Seed: 7"), file.text("parameters").c_str());
+        QVERIFY(!file.text("tessera-manifest").empty());
+        QVERIFY(!window.exportImageTo(scratch_.filePath(QStringLiteral("no-such-dir/x.png")), &error));
+        QVERIFY2(error.contains("no-such-dir"), qPrintable(error));
     }
 };
 

@@ -114,9 +114,11 @@ def covering_stanza(stanzas, relpath):
     found = None
     for st in stanzas:  # DEP-5: the last matching stanza wins
         for pat in st[0]:
-            if pat != "*" and "/" not in pat and "*" not in pat and pat not in parts[-1]:
-                continue
-            if any(fnmatch.fnmatchcase(t, pat) for t in tails):
+            last = pat.rsplit("/", 1)[-1]
+            # A pattern that names one file exactly also matches when packaging moved the file to
+            # another folder (lomiri-wallpapers installs upstream 16.04/X.jpg as backgrounds/X.jpg).
+            named = not any(c in last for c in "*?[") and last == parts[-1]
+            if named or any(fnmatch.fnmatchcase(t, pat) for t in tails):
                 found = st
     return found
 
@@ -137,7 +139,7 @@ def author_of(copyright_field, root, path):
 
 
 def pick_files(root, pattern):
-    files = sorted(glob.glob(os.path.join(root, pattern)))
+    files = sorted(f for f in glob.glob(os.path.join(root, pattern)) if not os.path.islink(f))
     if "/contents/images/" in pattern:  # Plasma: the largest landscape variant only
         def area(f):
             w, h = Image.open(f).size

@@ -26,7 +26,7 @@ DEFAULT_CONFIG = {
     "down_block_types": ["DownBlock2D", "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"],
     "up_block_types": ["UpBlock2D", "AttnUpBlock2D", "UpBlock2D", "UpBlock2D"],
     "block_out_channels": [32, 64, 128, 128],
-    "layers_per_block": 2,
+    "layers_per_block": 1,
     "mid_block_scale_factor": 1,
     "downsample_padding": 0,
     "act_fn": "silu",
@@ -271,9 +271,10 @@ if __name__ == "__main__":
 
     ap = argparse.ArgumentParser(description="print parameter count and FLOPs per tile of a config")
     ap.add_argument("--channels", default="32,64,128,128")
+    ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--tile", type=int, default=64)
     a = ap.parse_args()
-    m = UNet2DModel({"block_out_channels": [int(c) for c in a.channels.split(",")]})
+    m = UNet2DModel({"block_out_channels": [int(c) for c in a.channels.split(",")], "layers_per_block": a.layers})
     p = sum(x.numel() for x in m.parameters())
     print(json.dumps({"channels": a.channels, "params": p, "fp16_MB": round(2 * p / 1e6, 2),
                       "gflop_per_tile": round(unet_flops(m, a.tile) / 1e9, 3), "tensors": len(m.state_dict())}))

@@ -1,0 +1,65 @@
+#include "kernels/CanvasUpdate.cuh"
+
+#include "core/Philox.h"
+#include "kernels/CudaCheck.h"
+#include "kernels/DeviceTypes.cuh"
+
+namespace tessera {
+namespace {
+
+__global__ void canvasInit(std::uint64_t seed, long long total, float* __restrict__ x, const float* __restrict__ init,
+                           unsigned draw, float sigma, float a, float b, float scale) {
+    for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
+         p += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float z = philoxNormal(seed, draw, static_cast<std::uint64_t>(p));
+        x[p] = init ? (a * init[p] + b * z) * scale : z * sigma;
+    }
+}
+
+__global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict__ x, float* __restrict__ acc,
+                           float* __restrict__ accEps, float* __restrict__ preview,
+                           const StepCoefficients* __restrict__ step, unsigned draw, bool sampleFusion) {
+    const StepCoefficients K = *step;
+    const long long plane = static_cast<long long>(g.height) * g.width;
+    for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
+         p += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float n = g.normalizer[p % plane];
+        const float xOld = x[p];
+        float e = 0.0f;
+        if (accEps) {
+            e = accEps[p] / n;
+            accEps[p] = 0.0f;
+        }
+        if (preview) {
+            float x0 = K.ax * xOld + K.ae * e;
+            if (K.clip != 0.0f) x0 = fminf(fmaxf(x0, -K.clipRange), K.clipRange);
+            preview[p] = x0;
+        }
+        if (sampleFusion) {
+            x[p] = acc[p] / n;
+            acc[p] = 0.0f;
+        } else {
+            const float z = K.sigma != 0.0f ? philoxNormal(g.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
+            x[p] = applyStep(K, xOld, e, z);
+        }
+    }
+}
+
+}  // namespace
+
+void launchCanvasInit(const CanvasGeometry& g, float* x, const float* init, unsigned draw, float sigma, float a,
+                      float b, float scale, cudaStream_t stream) {
+    const long long total = static_cast<long long>(g.channels) * g.height * g.width;
+    canvasInit<<<gridFor(total, 256), 256, 0, stream>>>(g.seed, total, x, init, draw, sigma, a, b, scale);
+    TESSERA_CHECK_LAUNCH();
+}
+
+void launchCanvasFuse(const CanvasGeometry& g, float* x, float* acc, float* accEps, float* preview,
+                      const StepCoefficients* step, int stepIndex, bool sampleFusion, cudaStream_t stream) {
+    const long long total = static_cast<long long>(g.channels) * g.height * g.width;
+    canvasFuse<<<gridFor(total, 256), 256, 0, stream>>>(g, total, x, acc, accEps, preview, step,
+                                                        static_cast<unsigned>(stepIndex + 1), sampleFusion);
+    TESSERA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera

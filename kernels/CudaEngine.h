@@ -1,0 +1,52 @@
+// CudaEngine: the tiled sampler of docs/ENGINE_SEMANTICS.md with everything on the GPU:
+// the canvas and its accumulators live in device memory, tiles are gathered into the
+// backend's NHWC input, the scheduler update is fused into the window-weighted scatter
+// (fusion "sample") or applied after the normalise (fusion "noise"), and noise is Philox
+// drawn on the device. Timings come from CUDA events (per tile batch and per step), with
+// NVTX ranges run / step / tile batch for Nsight.
+//
+// Observer calls: onTileBatch events of a step are delivered when that step has finished on
+// the device (their gpuMs is known then), just before its onStep.
+//
+// This header includes no CUDA header.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/Engine.h"
+
+namespace tessera {
+
+class UNetModel;
+class CudaBackend;
+
+class CudaEngine final : public Engine {
+public:
+    // Throws std::runtime_error ("no CUDA device: ...") when no device can be used; the app
+    // then falls back to the CPU engine.
+    explicit CudaEngine(int device = 0);
+    ~CudaEngine() override;
+    CudaEngine(const CudaEngine&) = delete;
+    CudaEngine& operator=(const CudaEngine&) = delete;
+
+    // As TiledSampler::run. The backend is prepared once per (model, precision, batch, tile
+    // shape); an out-of-memory plan throws CudaOutOfMemory (needed/free MiB, largest batch).
+    RunResult run(const RunConfig& config, RunObserver& observer) override;
+
+    // As TiledSampler: pin an in-memory model (config.model is then ignored); nullptr unpins.
+    void setModel(std::shared_ptr<const UNetModel> model);
+    // As TiledSampler: start image in model space (C x H x W of the run); empty clears it.
+    void setInitImage(ImageTensor image);
+
+    // The backend of the last run (nullptr before the first run).
+    const CudaBackend* backend() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+std::unique_ptr<Engine> makeCudaEngine(int device = 0);
+
+}  // namespace tessera
