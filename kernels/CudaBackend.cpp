@@ -87,6 +87,21 @@ std::uint16_t floatToHalf(float f) {
     return static_cast<std::uint16_t>(sign | h);
 }
 
+// IEEE half bits -> float bits (diagnostics only).
+std::uint32_t halfBits(std::uint16_t h) {
+    const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+    std::uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1Fu) return sign | 0x7F800000u | (m << 13);
+    if (e == 0) {
+        if (m == 0) return sign;
+        e = 113;
+        while (!(m & 0x400u)) { m <<= 1; --e; }
+        m &= 0x3FFu;
+        return sign | (e << 23) | (m << 13);
+    }
+    return sign | ((e + 112) << 23) | (m << 13);
+}
+
 cudnnDataType_t cudnnType(DType t) {
     return t == DType::F32 ? CUDNN_DATA_FLOAT : (t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
 }
@@ -165,6 +180,7 @@ struct Op {
     std::string name;
     std::vector<int> buffers;
     std::function<void(int batch)> run;
+    Act out;
 };
 
 }  // namespace
@@ -238,8 +254,9 @@ struct CudaBackend::Impl {
         a.buf = newBuffer(static_cast<std::size_t>(maxBatch) * h * w * c * dtypeSize(dtype), name);
         return a;
     }
-    void addOp(std::string name, std::vector<int> bufs, std::function<void(int)> run) {
-        ops.push_back(Op{std::move(name), std::move(bufs), std::move(run)});
+    // `out` is the tensor the op produces (for traceForward); buf -1 for none.
+    void addOp(std::string name, std::vector<int> bufs, Act out, std::function<void(int)> run) {
+        ops.push_back(Op{std::move(name), std::move(bufs), std::move(run), out});
     }
     char* ptr(int buf) const { return actBase + buffers[static_cast<std::size_t>(buf)].offset; }
     const float* wf(std::size_t off) const { return reinterpret_cast<const float*>(weightsBase + off); }
@@ -337,7 +354,7 @@ struct CudaBackend::Impl {
         std::vector<int> bufs{x.buf, y.buf};
         if (residual) bufs.push_back(rb);
         const long long pix = static_cast<long long>(c.ho) * c.wo;
-        addOp(prefix, bufs, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
+        addOp(prefix, bufs, y, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
             launchBiasResidual(dtype, ptr(y.buf), wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
                                stream.get());
             runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
@@ -353,7 +370,7 @@ struct CudaBackend::Impl {
         const int scratch = newBuffer(groupNormScratchFloats(maxBatch, chunks, groups) * sizeof(float), name + ".stats");
         std::vector<int> bufs{x.buf, y.buf, scratch};
         if (extra) bufs.push_back(tprojBuf);
-        addOp(name, bufs, [=, this](int batch) {
+        addOp(name, bufs, y, [=, this](int batch) {
             GroupNormParams p;
             p.dtype = dtype;
             p.x = ptr(x.buf);
@@ -384,7 +401,7 @@ struct CudaBackend::Impl {
         const std::size_t w1 = convWeight(m, P + ".conv1.weight", x.c, cout);
         const int conv1 = addConv(P + ".conv1", x.c, cout, 3, 1, 1, x.h, x.w, w1);
         Act c1 = newAct(cout, x.h, x.w, P + ".conv1");
-        addOp(P + ".conv1", {h1.buf, c1.buf},
+        addOp(P + ".conv1", {h1.buf, c1.buf}, c1,
               [this, conv1, h1, c1](int batch) { runConv(conv1, ptr(h1.buf), ptr(c1.buf), 1.0f, 0.0f, batch); });
 
         // Time projection slice in the shared GEMM.
@@ -427,14 +444,14 @@ struct CudaBackend::Impl {
             const std::size_t bOff = blob.addFloats(bias);
             const std::size_t ws = convWeight(m, P + ".conv_shortcut.weight", x.c, cout);
             const int sc = addConv(P + ".conv_shortcut", x.c, cout, 1, 1, 0, x.h, x.w, ws);
-            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, [=, this](int batch) {
+            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
                 launchBiasResidual(dtype, ptr(out.buf), wf(bOff), nullptr, batch * pix, cout, s, stream.get());
                 runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
                 runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
             });
         } else {
             const std::size_t bOff = blob.addFloats(b2);
-            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, [=, this](int batch) {
+            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
                 launchBiasResidual(dtype, ptr(out.buf), wf(bOff), ptr(x.buf), batch * pix, cout, s, stream.get());
                 runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
             });
@@ -477,7 +494,7 @@ struct CudaBackend::Impl {
         Act out = newAct(C, x.h, x.w, A + ".out");
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
         const float s = 1.0f / rescale;
-        addOp(A, {x.buf, xn.buf, qkv, scores, probs, o, out.buf}, [=, this](int batch) {
+        addOp(A, {x.buf, xn.buf, qkv, scores, probs, o, out.buf}, out, [=, this](int batch) {
             const DType t = dtype;
             const cudaDataType_t ct = cublasType(t);
             const std::size_t es = dtypeSize(t);
@@ -547,7 +564,7 @@ struct CudaBackend::Impl {
         const std::size_t l2w = floats(model, "time_embedding.linear_2.weight");
         const std::size_t l2b = floats(model, "time_embedding.linear_2.bias");
         const int timeOp = static_cast<int>(ops.size());
-        addOp("time_embedding", {timestepBuf, tsin, th, temb, tact, tprojBuf}, {});   // body set after the walk
+        addOp("time_embedding", {timestepBuf, tsin, th, temb, tact, tprojBuf}, Act{}, {});   // body set after the walk
 
         Act h = convLayer(model, "conv_in", input, C0, 3, 1, 1, nullptr, 1.0f, inPad, 0);
         std::vector<Act> skips{h};
@@ -565,7 +582,7 @@ struct CudaBackend::Impl {
                 if (c.downsamplePadding == 0) {
                     Act padded = newAct(h.c, h.h + 1, h.w + 1, name + ".pad");
                     const Act src = h;
-                    addOp(name + ".pad", {src.buf, padded.buf}, [this, src, padded](int batch) {
+                    addOp(name + ".pad", {src.buf, padded.buf}, padded, [this, src, padded](int batch) {
                         launchPadRightBottom(dtype, ptr(src.buf), ptr(padded.buf), batch, src.h, src.w, src.c,
                                              stream.get());
                     });
@@ -595,7 +612,7 @@ struct CudaBackend::Impl {
                 skips.pop_back();
                 Act cat = newAct(h.c + s.c, h.h, h.w, U + ".cat" + std::to_string(j));
                 const Act a = h;
-                addOp(U + ".cat" + std::to_string(j), {a.buf, s.buf, cat.buf}, [this, a, s, cat](int batch) {
+                addOp(U + ".cat" + std::to_string(j), {a.buf, s.buf, cat.buf}, cat, [this, a, s, cat](int batch) {
                     launchConcatChannels(dtype, ptr(a.buf), a.c, ptr(s.buf), s.c, ptr(cat.buf),
                                          static_cast<long long>(batch) * a.h * a.w, stream.get());
                 });
@@ -605,7 +622,7 @@ struct CudaBackend::Impl {
             if (i < L - 1) {
                 Act up = newAct(h.c, h.h * 2, h.w * 2, U + ".upsample");
                 const Act src = h;
-                addOp(U + ".upsample", {src.buf, up.buf}, [this, src, up](int batch) {
+                addOp(U + ".upsample", {src.buf, up.buf}, up, [this, src, up](int batch) {
                     launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, stream.get());
                 });
                 h = convLayer(model, U + ".upsamplers.0.conv", up, out, 3, 1, 1, nullptr, 1.0f);
@@ -890,6 +907,39 @@ struct CudaBackend::Impl {
         TESSERA_CHECK(cudaMemcpyAsync(out, ptr(stageOutBuf), outCount * 4, cudaMemcpyDeviceToHost, s));
         TESSERA_CHECK(cudaStreamSynchronize(s));
     }
+
+    std::vector<CudaBackend::LayerTrace> traceForward(const float* x, const float* timesteps, int batch) {
+        if (!prepared) throw std::logic_error("CudaBackend: traceForward before prepare");
+        cudaStream_t s = stream.get();
+        const std::size_t inCount = static_cast<std::size_t>(batch) * cfg.inChannels * tileH * tileW;
+        TESSERA_CHECK(cudaMemcpyAsync(ptr(stageInBuf), x, inCount * 4, cudaMemcpyHostToDevice, s));
+        TESSERA_CHECK(cudaMemcpyAsync(ptr(timestepBuf), timesteps, static_cast<std::size_t>(batch) * 4,
+                                      cudaMemcpyHostToDevice, s));
+        launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageInBuf)), dtype, ptr(inputBuf), batch, cfg.inChannels,
+                         tileH, tileW, inPad, 1.0f, s);
+        std::vector<CudaBackend::LayerTrace> trace;
+        for (Op& op : ops) {
+            op.run(batch);
+            CudaBackend::LayerTrace t;
+            t.name = op.name;
+            if (op.out.buf >= 0) {
+                const std::size_t n = static_cast<std::size_t>(batch) * op.out.c * op.out.h * op.out.w;
+                t.values.resize(n);
+                std::vector<std::uint16_t> raw(dtype == DType::F32 ? 0 : n);
+                void* dst = dtype == DType::F32 ? static_cast<void*>(t.values.data()) : static_cast<void*>(raw.data());
+                TESSERA_CHECK(cudaMemcpyAsync(dst, ptr(op.out.buf), n * dtypeSize(dtype), cudaMemcpyDeviceToHost, s));
+                TESSERA_CHECK(cudaStreamSynchronize(s));
+                for (std::size_t i = 0; i < raw.size(); ++i) {
+                    std::uint32_t bits = dtype == DType::BF16 ? static_cast<std::uint32_t>(raw[i]) << 16 : halfBits(raw[i]);
+                    std::memcpy(&t.values[i], &bits, 4);
+                }
+            } else {
+                TESSERA_CHECK(cudaStreamSynchronize(s));
+            }
+            trace.push_back(std::move(t));
+        }
+        return trace;
+    }
 };
 
 CudaBackend::CudaBackend(Precision precision, int device) : impl_(std::make_unique<Impl>(precision, device)) {}
@@ -926,5 +976,8 @@ float* CudaBackend::deviceTimesteps() const { return reinterpret_cast<float*>(im
 int CudaBackend::inputChannelsPadded() const { return impl_->inPad; }
 int CudaBackend::outputChannelsPadded() const { return impl_->outPad; }
 void CudaBackend::enqueue(int batch) { impl_->enqueue(batch); }
+std::vector<CudaBackend::LayerTrace> CudaBackend::traceForward(const float* x, const float* timesteps, int batch) {
+    return impl_->traceForward(x, timesteps, batch);
+}
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/Backend.h"
 #include "core/RunConfig.h"
@@ -75,6 +76,14 @@ public:
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.
     void enqueue(int batch);
+
+    // Diagnostics: runs forward layer by layer, synchronising after each, and returns every
+    // layer's output (NHWC, as float32; empty for layers without one) for the first `batch` tiles.
+    struct LayerTrace {
+        std::string name;
+        std::vector<float> values;
+    };
+    std::vector<LayerTrace> traceForward(const float* x, const float* timesteps, int batch);
 
 private:
     struct Impl;

@@ -89,6 +89,34 @@ Comparison compare(const std::vector<float>& got, const std::vector<float>& ref)
 
 const char* precisionName(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
 
+// Relative L2 difference of two layer traces over the first `count` values (all when 0).
+double relDiff(const std::vector<float>& a, const std::vector<float>& b, std::size_t count = 0) {
+    const std::size_t n = count ? std::min(count, a.size()) : a.size();
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(a[i]) - b[i];
+        num += std::isfinite(d) ? d * d : 1e30;
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Prints the first layers where two traces differ by more than `limit` (diagnostics).
+void reportTraceDifferences(const std::vector<CudaBackend::LayerTrace>& a, const std::vector<CudaBackend::LayerTrace>& b,
+                            double limit, const char* what, int batchA = 1, int batchB = 1) {
+    int shown = 0;
+    for (std::size_t i = 0; i < a.size() && i < b.size() && shown < 6; ++i) {
+        if (a[i].values.empty()) continue;
+        const std::size_t per = std::min(a[i].values.size() / batchA, b[i].values.size() / batchB);
+        const double r = relDiff(a[i].values, b[i].values, per);
+        if (r > limit) {
+            qInfo("%s: layer %zu %s differs by %.3e", what, i, a[i].name.c_str(), r);
+            ++shown;
+        }
+    }
+    if (shown == 0) qInfo("%s: no layer differs by more than %.1e", what, limit);
+}
+
 double tolerance(Precision p) { return p == Precision::FP32 ? 1e-5 : (p == Precision::FP16 ? 2e-3 : 1e-2); }
 
 }  // namespace
@@ -171,6 +199,11 @@ private slots:
         std::vector<float> a(n, std::numeric_limits<float>::quiet_NaN()), b(n, std::numeric_limits<float>::quiet_NaN());
         gpu.forward(x.data(), t.data(), batch, a.data());
         gpu.forward(x.data(), t.data(), batch, b.data());
+        if (std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0) {
+            const auto ta = gpu.traceForward(x.data(), t.data(), batch);
+            const auto tb = gpu.traceForward(x.data(), t.data(), batch);
+            reportTraceDifferences(ta, tb, 0.0, "repeat", batch, batch);
+        }
         QVERIFY2(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0, "two identical forwards differ");
         QCOMPARE(compare(a, a).nonFinite, 0LL);
     }
@@ -198,9 +231,69 @@ private slots:
             const std::vector<float> slice(four.begin() + i * per, four.begin() + (i + 1) * per);
             const Comparison c = compare(one, slice);
             qInfo("%s sample %d: batch 1 vs batch 4 rel %.3e", precisionName(prec), i, c.rel);
+            if (i == 0 && c.rel >= tolerance(prec) / 4) {
+                const auto t4 = gpu.traceForward(x.data(), t.data(), 4);
+                const auto t1 = gpu.traceForward(x.data(), t.data(), 1);
+                reportTraceDifferences(t1, t4, tolerance(prec) / 4, "batch 1 vs 4", 1, 4);
+            }
             QCOMPARE(c.nonFinite, 0LL);
             QVERIFY2(c.rel < tolerance(prec) / 4, qPrintable(QString("sample %1: batch 1 vs 4 differ by %2").arg(i).arg(c.rel)));
         }
+    }
+
+    // One feature of the variant model at a time on the DDPM-like base, so that a failure
+    // names the branch that is wrong.
+    void features_data() {
+        QTest::addColumn<int>("feature");
+        QTest::addColumn<int>("precision");
+        const char* names[] = {"heads8", "pad1", "scaleshift", "midscale", "tembdim", "groups16", "nonsquare", "allattn"};
+        for (int p : {0, 1})
+            for (int f = 0; f < 8; ++f)
+                QTest::newRow((std::string(names[f]) + " " + precisionName(static_cast<Precision>(p))).c_str()) << f << p;
+    }
+
+    void features() {
+        QFETCH(int, feature);
+        QFETCH(int, precision);
+        const Precision prec = static_cast<Precision>(precision);
+        ModelConfig c = ddpmLike();
+        int tileH = 32, tileW = 32;
+        switch (feature) {
+        case 0: c.attentionHeadDim = 8; break;
+        case 1: c.downsamplePadding = 1; break;
+        case 2: c.resnetTimeScaleShift = TimeScaleShift::ScaleShift; break;
+        case 3: c.midBlockScaleFactor = 1.41421356f; break;
+        case 4: c.timeEmbeddingDim = 96; break;
+        case 5: c.normNumGroups = 16; c.blockOutChannels = {32, 48, 48}; break;
+        case 6: tileH = 16; tileW = 24; break;
+        case 7:
+            c.downBlocks = {DownBlockType::AttnDown, DownBlockType::AttnDown, DownBlockType::AttnDown};
+            c.upBlocks = {UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::AttnUp};
+            break;
+        }
+        const UNetModel m = UNetModel::random(c, 21);
+        const int batch = 2;
+        const std::size_t n = static_cast<std::size_t>(batch) * 3 * tileH * tileW;
+        const std::vector<float> x = randomInput(n, 3);
+        const std::vector<float> t{999.0f, 37.5f};
+        CpuBackend cpu(2);
+        cpu.prepare(m, batch, tileH, tileW);
+        std::vector<float> ref(n);
+        cpu.forward(x.data(), t.data(), batch, ref.data());
+        CudaBackend gpu(prec);
+        gpu.prepare(m, batch, tileH, tileW);
+        std::vector<float> out(n, std::numeric_limits<float>::quiet_NaN());
+        gpu.forward(x.data(), t.data(), batch, out.data());
+        const Comparison r = compare(out, ref);
+        qInfo("feature %d %s: rel %.3e", feature, precisionName(prec), r.rel);
+        if (prec == Precision::FP16 && r.rel >= tolerance(prec)) {
+            CudaBackend exact(Precision::FP32);
+            exact.prepare(m, batch, tileH, tileW);
+            reportTraceDifferences(gpu.traceForward(x.data(), t.data(), batch),
+                                   exact.traceForward(x.data(), t.data(), batch), 1e-2, "fp16 vs fp32");
+        }
+        QCOMPARE(r.nonFinite, 0LL);
+        QVERIFY2(r.rel < tolerance(prec), qPrintable(QString("relative error %1").arg(r.rel)));
     }
 
     void rejectsBadShapes() {

@@ -1,0 +1,161 @@
+// CudaEngine against the CPU tiled sampler (docs/ENGINE_SEMANTICS.md) on a small random UNet:
+// same image and seam map for both fusion rules and noisy schedulers, repeatable runs,
+// per-batch/per-step device timings, cancellation. Skips where no CUDA device is present.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/CpuBackend.h"
+#include "core/TiledSampler.h"
+#include "core/UNetModel.h"
+#include "kernels/CudaBackend.h"
+#include "kernels/CudaEngine.h"
+
+using namespace tessera;
+
+namespace {
+
+ModelConfig smallConfig() {
+    ModelConfig c;
+    c.blockOutChannels = {32, 64};
+    c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown};
+    c.upBlocks = {UpBlockType::AttnUp, UpBlockType::Up};
+    c.layersPerBlock = 1;
+    c.normNumGroups = 8;
+    c.attentionHeadDim = std::nullopt;
+    c.downsamplePadding = 0;
+    c.freqShift = 1;
+    c.flipSinToCos = false;
+    return c;
+}
+
+RunConfig runConfig(SchedulerKind scheduler, FusionRule fusion, Precision precision) {
+    RunConfig r;
+    r.width = 56;
+    r.height = 40;
+    r.seed = 42;
+    r.steps = 4;
+    r.scheduler = scheduler;
+    r.schedulerOptions.eta = 0.5f;   // DDIM adds noise too
+    r.tile = 32;
+    r.overlapPx = 12;
+    r.window = BlendWindowKind::Hann;
+    r.fusion = fusion;
+    r.tileBatch = 3;
+    r.precision = precision;
+    r.previewEvery = 2;
+    return r;
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double d = static_cast<double>(a[i]) - b[i];
+        num += std::isfinite(d) ? d * d : 1e30;
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Counting : RunObserver {
+    int batches = 0, steps = 0, previews = 0;
+    double gpuMs = 0;
+    Engine* cancelAfterFirstStep = nullptr;
+    void onTileBatch(const TileBatchEvent& e) override {
+        ++batches;
+        gpuMs += e.timing.gpuMs;
+    }
+    void onStep(const StepEvent&) override {
+        ++steps;
+        if (cancelAfterFirstStep) cancelAfterFirstStep->requestCancel();
+    }
+    void onPreview(const PreviewEvent&) override { ++previews; }
+};
+
+}  // namespace
+
+class TestCudaEngine : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase() {
+        std::string why;
+        if (!cudaDeviceAvailable(&why)) QSKIP(why.c_str());
+    }
+
+    void matchesCpuSampler_data() {
+        QTest::addColumn<int>("scheduler");
+        QTest::addColumn<int>("fusion");
+        QTest::addColumn<int>("precision");
+        QTest::newRow("ddim sample fp32") << int(SchedulerKind::DDIM) << int(FusionRule::Sample) << 0;
+        QTest::newRow("ddpm noise fp32") << int(SchedulerKind::DDPM) << int(FusionRule::Noise) << 0;
+        QTest::newRow("euler sample fp32") << int(SchedulerKind::Euler) << int(FusionRule::Sample) << 0;
+        QTest::newRow("ddim sample fp16") << int(SchedulerKind::DDIM) << int(FusionRule::Sample) << 1;
+    }
+
+    void matchesCpuSampler() {
+        QFETCH(int, scheduler);
+        QFETCH(int, fusion);
+        QFETCH(int, precision);
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 77));
+        const RunConfig cfg = runConfig(static_cast<SchedulerKind>(scheduler), static_cast<FusionRule>(fusion),
+                                        static_cast<Precision>(precision));
+        TiledSampler cpu(std::make_unique<CpuBackend>(2));
+        cpu.setModel(model);
+        RunObserver quiet;
+        const RunResult ref = cpu.run(cfg, quiet);
+
+        CudaEngine gpu;
+        gpu.setModel(model);
+        Counting seen;
+        const RunResult got = gpu.run(cfg, seen);
+        const double imageRel = rel(got.image.data, ref.image.data);
+        const double seamRel = rel(got.seamMap.data, ref.seamMap.data);
+        qInfo("image rel %.3e, seam map rel %.3e, %d tiles, gpu %.3f ms over %d batches", imageRel, seamRel,
+              got.record.tileCount, seen.gpuMs, seen.batches);
+        const double tol = precision == 0 ? 1e-4 : 2e-2;
+        QVERIFY2(imageRel < tol, qPrintable(QString("image differs from the CPU sampler by %1").arg(imageRel)));
+        QVERIFY2(seamRel < 20 * tol, qPrintable(QString("seam map differs by %1").arg(seamRel)));
+        QCOMPARE(got.record.status, std::string("finished"));
+        QCOMPARE(got.record.stepsRun, cfg.steps);
+        const int batches = (got.record.tileCount + cfg.tileBatch - 1) / cfg.tileBatch;
+        QCOMPARE(seen.batches, cfg.steps * batches);
+        QCOMPARE(static_cast<int>(got.record.batches.size()), cfg.steps * batches);
+        QVERIFY(seen.gpuMs > 0);
+        for (const StepTiming& s : got.record.steps) QVERIFY(s.gpuMs > 0);
+        QCOMPARE(seen.previews, 2);   // step 2 (x0 preview) and the last step
+        QVERIFY(got.record.memoryPlan.totalMiB > 0);
+        QVERIFY(got.record.peakDeviceMiB > 0);
+    }
+
+    void repeatable() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 5));
+        const RunConfig cfg = runConfig(SchedulerKind::DDPM, FusionRule::Sample, Precision::FP16);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        RunObserver quiet;
+        const RunResult a = gpu.run(cfg, quiet);
+        const RunResult b = gpu.run(cfg, quiet);
+        QCOMPARE(a.record.imageSha256, b.record.imageSha256);
+        QVERIFY(a.image.data == b.image.data);
+    }
+
+    void cancels() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 5));
+        RunConfig cfg = runConfig(SchedulerKind::DDIM, FusionRule::Sample, Precision::FP16);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        Counting seen;
+        seen.cancelAfterFirstStep = &gpu;
+        const RunResult r = gpu.run(cfg, seen);
+        QCOMPARE(r.record.status, std::string("cancelled"));
+        QCOMPARE(r.record.stepsRun, 1);
+        QCOMPARE(static_cast<int>(r.image.data.size()), 3 * cfg.width * cfg.height);
+        gpu.resetCancel();
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCudaEngine)
+#include "tst_cudaengine.moc"
