@@ -1,9 +1,11 @@
 #include "kernels/CudaBackend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -47,6 +49,11 @@ namespace {
 constexpr std::size_t kAlign = 256;
 constexpr std::size_t kCublasWorkspace = 32u << 20;   // cuBLAS' recommendation for Hopper
 constexpr std::size_t kAttentionScoreBudget = 256u << 20;
+
+bool envIs(const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, value) == 0;
+}
 
 DType dtypeFor(Precision p) {
     return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16);
@@ -211,6 +218,18 @@ struct CudaBackend::Impl {
     char* workspace = nullptr;
     bool prepared = false;
     CudaMemoryPlan plan;
+    // Diagnostics (environment): TESSERA_CUDA_BETA=1 accumulates onto a bias-initialised
+    // output (beta = 1) instead of the epilogue; TESSERA_CUDA_SYNC=op synchronises after
+    // every layer; TESSERA_CUDA_STREAM=nonblocking makes the stream not order against the
+    // legacy default stream.
+    bool betaAccumulate = envIs("TESSERA_CUDA_BETA", "1");
+    bool syncEveryOp = envIs("TESSERA_CUDA_SYNC", "op");
+
+    // CUDA graphs of the whole forward, one per batch size, captured on first use.
+    bool graphsWanted = false;
+    bool graphsFailed = false;
+    std::map<int, CudaGraphExec> graphs;
+    GraphStats graphStats;
     std::string summary;
 
     // Time-embedding projections of every resnet, concatenated into one GEMM.
@@ -229,7 +248,7 @@ struct CudaBackend::Impl {
         if (p == Precision::BF16 && props.major < 8)
             throw std::runtime_error(std::string("bf16 needs compute capability 8.0 or newer; ") + props.name +
                                      " has " + std::to_string(props.major) + "." + std::to_string(props.minor));
-        stream = makeStream();
+        stream = makeStream(!envIs("TESSERA_CUDA_STREAM", "nonblocking"));
         cudnn = makeCudnn();
         cublas = makeCublas();
         TESSERA_CHECK(cudnnSetStream(cudnn.get(), stream.get()));
@@ -355,9 +374,14 @@ struct CudaBackend::Impl {
         if (residual) bufs.push_back(rb);
         const long long pix = static_cast<long long>(c.ho) * c.wo;
         addOp(prefix, bufs, y, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
-            launchBiasResidual(dtype, ptr(y.buf), wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
-                               stream.get());
-            runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
+            const void* r = rb >= 0 ? ptr(rb) : nullptr;
+            if (betaAccumulate) {
+                launchBiasResidual(dtype, ptr(y.buf), false, wf(b), r, batch * pix, co, scale, stream.get());
+                runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
+            } else {
+                runConv(layer, ptr(x.buf), ptr(y.buf), scale, 0.0f, batch);
+                launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, stream.get());
+            }
         });
         return y;
     }
@@ -444,16 +468,32 @@ struct CudaBackend::Impl {
             const std::size_t bOff = blob.addFloats(bias);
             const std::size_t ws = convWeight(m, P + ".conv_shortcut.weight", x.c, cout);
             const int sc = addConv(P + ".conv_shortcut", x.c, cout, 1, 1, 0, x.h, x.w, ws);
-            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
-                launchBiasResidual(dtype, ptr(out.buf), wf(bOff), nullptr, batch * pix, cout, s, stream.get());
-                runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
-                runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
+            const int shortcut = newBuffer(static_cast<std::size_t>(maxBatch) * x.h * x.w * cout * dtypeSize(dtype),
+                                           P + ".conv_shortcut");
+            addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
+                if (betaAccumulate) {
+                    launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), nullptr, batch * pix, cout, s, stream.get());
+                    runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
+                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
+                } else {
+                    runConv(sc, ptr(x.buf), ptr(shortcut), 1.0f, 0.0f, batch);
+                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
+                    launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(shortcut), batch * pix, cout, s,
+                                       stream.get());
+                }
             });
         } else {
             const std::size_t bOff = blob.addFloats(b2);
             addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
-                launchBiasResidual(dtype, ptr(out.buf), wf(bOff), ptr(x.buf), batch * pix, cout, s, stream.get());
-                runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
+                if (betaAccumulate) {
+                    launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), ptr(x.buf), batch * pix, cout, s,
+                                       stream.get());
+                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
+                } else {
+                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
+                    launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(x.buf), batch * pix, cout, s,
+                                       stream.get());
+                }
             });
         }
         return out;
@@ -498,9 +538,9 @@ struct CudaBackend::Impl {
             const DType t = dtype;
             const cudaDataType_t ct = cublasType(t);
             const std::size_t es = dtypeSize(t);
-            launchBiasResidual(t, ptr(qkv), wf(bq), nullptr, static_cast<long long>(batch) * N, 3 * C, 1.0f,
+            gemmRows(t, wt(wq), ptr(xn.buf), ptr(qkv), batch * N, C, 3 * C, 1.0f, 0.0f);
+            launchBiasResidual(t, ptr(qkv), true, wf(bq), nullptr, static_cast<long long>(batch) * N, 3 * C, 1.0f,
                                stream.get());
-            gemmRows(t, wt(wq), ptr(xn.buf), ptr(qkv), batch * N, C, 3 * C, 1.0f, 1.0f);
             const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
             const float one = 1.0f, zero = 0.0f;
             for (int b0 = 0; b0 < batch; b0 += imagesPerPass) {
@@ -525,9 +565,9 @@ struct CudaBackend::Impl {
                     ct, 3 * C, qkStride, ptr(probs), ct, N, sStride, &zero, oB, ct, C, oStride, count, compute,
                     CUBLAS_GEMM_DEFAULT));
             }
-            launchBiasResidual(t, ptr(out.buf), wf(bo), ptr(x.buf), static_cast<long long>(batch) * N, C, s,
+            gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
+            launchBiasResidual(t, ptr(out.buf), true, wf(bo), ptr(x.buf), static_cast<long long>(batch) * N, C, s,
                                stream.get());
-            gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 1.0f);
         });
         return out;
     }
@@ -720,9 +760,20 @@ struct CudaBackend::Impl {
                 const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
                 const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
                 if (xBytes + yBytes > activationBytes) throw std::logic_error("conv benchmark buffers exceed the arena");
-                TESSERA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-                    cudnn.get(), c.xDesc.get(), actBase, c.wDesc.get(), wt(c.weight), c.convDesc.get(), c.yDesc.get(),
-                    actBase + alignUp(xBytes), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, wsCap));
+                // TESSERA_CUDNN_FIND=0: heuristics instead of benchmarks (diagnostics, faster prepare).
+                const char* find = std::getenv("TESSERA_CUDNN_FIND");
+                if (find && std::string(find) == "0") {
+                    TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                         c.convDesc.get(), c.yDesc.get(),
+                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+                    for (int i = 0; i < returned; ++i)
+                        if (perf[i].memory > wsCap) perf[i].status = CUDNN_STATUS_NOT_SUPPORTED;
+                } else {
+                    TESSERA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+                        cudnn.get(), c.xDesc.get(), actBase, c.wDesc.get(), wt(c.weight), c.convDesc.get(),
+                        c.yDesc.get(), actBase + alignUp(xBytes), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws,
+                        wsCap));
+                }
                 bool found = false;
                 for (int i = 0; i < returned && !found; ++i) {
                     const cudnnConvolutionFwdAlgoPerf_t& p = perf[i];
@@ -801,6 +852,10 @@ struct CudaBackend::Impl {
         if (h < 1 || w < 1) throw std::invalid_argument("tile size must be positive");
         TESSERA_CHECK(cudaSetDevice(device));
         prepared = false;
+        graphs.clear();
+        graphsFailed = false;
+        graphStats = GraphStats{};
+        graphStats.mode = graphsWanted ? "tile" : "off";
         arena.reset();
         buffers.clear();
         ops.clear();
@@ -879,12 +934,74 @@ struct CudaBackend::Impl {
         prepared = true;
     }
 
+    void runOps(int batch) {
+        for (Op& op : ops) {
+            op.run(batch);
+            if (syncEveryOp) TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
+        }
+    }
+
+    // Captures runOps(batch) into a graph; on failure records why and returns nullptr.
+    cudaGraphExec_t capture(int batch) {
+        const auto t0 = std::chrono::steady_clock::now();
+        cudaGraph_t raw = nullptr;
+        TESSERA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+        try {
+            runOps(batch);
+        } catch (const std::exception& e) {
+            (void)cudaStreamEndCapture(stream.get(), &raw);
+            if (raw) (void)cudaGraphDestroy(raw);
+            (void)cudaGetLastError();
+            graphsFailed = true;
+            graphStats.mode = "off";
+            graphStats.fallbackReason = std::string("capture failed: ") + e.what();
+            return nullptr;
+        }
+        const cudaError_t end = cudaStreamEndCapture(stream.get(), &raw);
+        if (end != cudaSuccess || !raw) {
+            (void)cudaGetLastError();
+            graphsFailed = true;
+            graphStats.mode = "off";
+            graphStats.fallbackReason = std::string("capture failed: ") + cudaGetErrorString(end);
+            return nullptr;
+        }
+        CudaGraph graph(raw);
+        const auto t1 = std::chrono::steady_clock::now();
+        cudaGraphExec_t exec = nullptr;
+        TESSERA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+        const auto t2 = std::chrono::steady_clock::now();
+        std::size_t nodes = 0;
+        TESSERA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes));
+        graphStats.captures += 1;
+        graphStats.instantiations += 1;
+        graphStats.nodes = static_cast<int>(nodes);
+        graphStats.captureMs += std::chrono::duration<double, std::milli>(t1 - t0).count();
+        graphStats.instantiateMs += std::chrono::duration<double, std::milli>(t2 - t1).count();
+        graphs[batch] = CudaGraphExec(exec);
+        return exec;
+    }
+
     void enqueue(int batch) {
         if (!prepared) throw std::logic_error("CudaBackend: enqueue before prepare");
         if (batch < 1 || batch > maxBatch)
             throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
                                         std::to_string(maxBatch) + " (the prepared tile batch)");
-        for (Op& op : ops) op.run(batch);
+        if (graphsWanted && !graphsFailed && !syncEveryOp) {
+            auto it = graphs.find(batch);
+            cudaGraphExec_t exec = nullptr;
+            if (it != graphs.end()) {
+                exec = it->second.get();
+                graphStats.hits += 1;
+            } else {
+                graphStats.misses += 1;
+                exec = capture(batch);
+            }
+            if (exec) {
+                TESSERA_CHECK(cudaGraphLaunch(exec, stream.get()));
+                return;
+            }
+        }
+        runOps(batch);
     }
 
     void forward(const float* x, const float* timesteps, int batch, float* out) {
@@ -976,6 +1093,11 @@ float* CudaBackend::deviceTimesteps() const { return reinterpret_cast<float*>(im
 int CudaBackend::inputChannelsPadded() const { return impl_->inPad; }
 int CudaBackend::outputChannelsPadded() const { return impl_->outPad; }
 void CudaBackend::enqueue(int batch) { impl_->enqueue(batch); }
+void CudaBackend::setGraphs(bool enabled) {
+    impl_->graphsWanted = enabled;
+    if (!impl_->graphsFailed) impl_->graphStats.mode = enabled ? "tile" : "off";
+}
+GraphStats CudaBackend::graphStats() const { return impl_->graphStats; }
 std::vector<CudaBackend::LayerTrace> CudaBackend::traceForward(const float* x, const float* timesteps, int batch) {
     return impl_->traceForward(x, timesteps, batch);
 }

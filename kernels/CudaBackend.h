@@ -15,6 +15,7 @@
 
 #include "core/Backend.h"
 #include "core/RunConfig.h"
+#include "core/RunRecord.h"
 
 struct CUstream_st;
 
@@ -76,6 +77,13 @@ public:
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.
     void enqueue(int batch);
+
+    // CUDA graphs: with graphs on, enqueue() replays one captured graph of the whole forward
+    // per batch size (captured on first use; prepare() drops them). A failed capture turns
+    // graphs off for this plan; graphStats().fallbackReason says why. Same kernels, same
+    // memory, so results are bit-identical either way.
+    void setGraphs(bool enabled);
+    GraphStats graphStats() const;
 
     // Diagnostics: runs forward layer by layer, synchronising after each, and returns every
     // layer's output (NHWC, as float32; empty for layers without one) for the first `batch` tiles.

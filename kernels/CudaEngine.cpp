@@ -220,12 +220,11 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     record.tileW = tileW;
     record.tileH = tileH;
     record.timesteps = scheduler->timesteps();
-    record.graphs.mode = "off";
-    if (config.graphs != GraphMode::Off) {
-        record.graphs.fallbackReason = "CUDA graph capture is not implemented in this build of the CUDA engine";
-        record.messages.push_back("graphs: " + std::string(toString(config.graphs)) +
-                                  " requested; ran with graphs off (capture not implemented yet)");
-    }
+    // Graphs: "tile" replays one captured UNet forward per tile batch; "step" (one graph per
+    // step) is not implemented yet and runs as "tile".
+    backend.setGraphs(config.graphs != GraphMode::Off);
+    if (config.graphs == GraphMode::Step)
+        record.messages.push_back("graphs: step graphs are not implemented yet; ran with tile graphs");
     if (config.preserveColor && !imageToImage) record.messages.push_back("preserve_color: ignored without an init image");
 
     const Impl::Shape shape{s.generation, config.precision, batchSize, tileH, tileW};
@@ -450,6 +449,9 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     }
 
     record.totalMs = msSince(runStart);
+    record.graphs = backend.graphStats();
+    if (!record.graphs.fallbackReason.empty())
+        record.messages.push_back("graphs: " + record.graphs.fallbackReason + "; ran with graphs off");
     record.peakDeviceMiB = peak;
     result.image = ImageTensor{C, H, W, std::vector<float>(canvasSize)};
     TESSERA_CHECK(cudaMemcpyAsync(result.image.data.data(), x, canvasSize * sizeof(float), cudaMemcpyDeviceToHost, stream));

@@ -15,11 +15,11 @@
 #include <string>
 
 #include "core/Engine.h"
+#include "kernels/CudaBackend.h"   // cudaDeviceAvailable, CudaOutOfMemory
 
 namespace tessera {
 
 class UNetModel;
-class CudaBackend;
 
 class CudaEngine final : public Engine {
 public:

@@ -73,9 +73,11 @@ using TensorDescriptor = DeviceResource<cudnnTensorDescriptor_t, detail::TensorD
 using FilterDescriptor = DeviceResource<cudnnFilterDescriptor_t, detail::FilterDescTraits>;
 using ConvDescriptor = DeviceResource<cudnnConvolutionDescriptor_t, detail::ConvDescTraits>;
 
-inline CudaStream makeStream() {
+// blocking = true: ordered against the legacy default stream, so that work a library puts
+// there (or a plain cudaMemcpy) cannot overlap ours.
+inline CudaStream makeStream(bool blocking = true) {
     cudaStream_t s = nullptr;
-    TESSERA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    TESSERA_CHECK(cudaStreamCreateWithFlags(&s, blocking ? cudaStreamDefault : cudaStreamNonBlocking));
     return CudaStream(s);
 }
 inline CudaEvent makeEvent(bool timing = true) {

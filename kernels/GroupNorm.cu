@@ -10,70 +10,103 @@
 namespace tessera {
 namespace {
 
+// Chan et al.'s pairwise update of (count, mean, M2): numerically stable where the mean is
+// large against the spread (E[x^2] - mean^2 in float32 is not).
+template <typename F>
+__device__ __forceinline__ void chanMerge(F& n, F& mean, F& m2, F nb, F meanb, F m2b) {
+    if (nb == F(0)) return;
+    if (n == F(0)) {
+        n = nb;
+        mean = meanb;
+        m2 = m2b;
+        return;
+    }
+    const F total = n + nb;
+    const F d = meanb - mean;
+    mean += d * (nb / total);
+    m2 += m2b + d * d * (n * nb / total);
+    n = total;
+}
+
 // grid (chunks, batch); block (channels/VEC, rows). Each thread owns one channel vector and
-// walks the chunk's pixels; partial (sum, sum of squares) per group go to `partials`.
+// walks the chunk's pixels, summing (x - K) and (x - K)^2 per lane around the lane's first
+// value K; lanes, rows and the group's vectors are then merged in a fixed order into one
+// (count, mean, M2) per group and chunk.
 template <typename T, int VEC>
 __global__ void groupNormPartials(const T* __restrict__ x, int pixels, int channels, int groups, int chunkPixels,
                                   const float* __restrict__ preAdd, long long preStride, float* __restrict__ partials) {
-    extern __shared__ float shared[];  // [rows][vecs][2]
+    extern __shared__ float shared[];  // [rows][vecs][3]
     const int b = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
     const int vecs = blockDim.x, tx = threadIdx.x, ty = threadIdx.y;
     const int c0 = tx * VEC;
-    float add[VEC];
+    float add[VEC], shift[VEC], s[VEC], ss[VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) add[i] = preAdd ? preAdd[b * preStride + c0 + i] : 0.0f;
+    for (int i = 0; i < VEC; ++i) {
+        add[i] = preAdd ? preAdd[b * preStride + c0 + i] : 0.0f;
+        shift[i] = s[i] = ss[i] = 0.0f;
+    }
     const T* xb = x + static_cast<long long>(b) * pixels * channels;
     const int p0 = chunk * chunkPixels, p1 = min(pixels, p0 + chunkPixels);
-    float s = 0.0f, ss = 0.0f;
+    int count = 0;
     for (int p = p0 + ty; p < p1; p += blockDim.y) {
         float v[VEC];
         loadVec<T, VEC>(xb + static_cast<long long>(p) * channels + c0, v);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
             const float a = v[i] + add[i];
-            s += a;
-            ss += a * a;
+            if (count == 0) shift[i] = a;
+            const float d = a - shift[i];
+            s[i] += d;
+            ss[i] += d * d;
         }
+        ++count;
     }
-    shared[(ty * vecs + tx) * 2] = s;
-    shared[(ty * vecs + tx) * 2 + 1] = ss;
+    float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+    if (count > 0) {
+        const float c = static_cast<float>(count);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+            chanMerge(n, mean, m2, c, shift[i] + s[i] / c, fmaxf(ss[i] - s[i] * s[i] / c, 0.0f));
+    }
+    float* mine = shared + (ty * vecs + tx) * 3;
+    mine[0] = n;
+    mine[1] = mean;
+    mine[2] = m2;
     __syncthreads();
     if (ty == 0) {
         for (int r = 1; r < static_cast<int>(blockDim.y); ++r) {
-            s += shared[(r * vecs + tx) * 2];
-            ss += shared[(r * vecs + tx) * 2 + 1];
+            const float* o = shared + (r * vecs + tx) * 3;
+            chanMerge(n, mean, m2, o[0], o[1], o[2]);
         }
-        shared[tx * 2] = s;
-        shared[tx * 2 + 1] = ss;
+        mine[0] = n;
+        mine[1] = mean;
+        mine[2] = m2;
     }
     __syncthreads();
     const int vecsPerGroup = channels / groups / VEC;
     const int flat = ty * vecs + tx;
     for (int g = flat; g < groups; g += vecs * blockDim.y) {
-        float gs = 0.0f, gss = 0.0f;
-        for (int k = g * vecsPerGroup; k < (g + 1) * vecsPerGroup; ++k) {
-            gs += shared[k * 2];
-            gss += shared[k * 2 + 1];
-        }
-        float* out = partials + ((static_cast<long long>(b) * chunks + chunk) * groups + g) * 2;
-        out[0] = gs;
-        out[1] = gss;
+        float gn = 0.0f, gmean = 0.0f, gm2 = 0.0f;
+        for (int k = g * vecsPerGroup; k < (g + 1) * vecsPerGroup; ++k)
+            chanMerge(gn, gmean, gm2, shared[k * 3], shared[k * 3 + 1], shared[k * 3 + 2]);
+        float* out = partials + ((static_cast<long long>(b) * chunks + chunk) * groups + g) * 3;
+        out[0] = gn;
+        out[1] = gmean;
+        out[2] = gm2;
     }
 }
 
-__global__ void groupNormFinalize(const float* __restrict__ partials, int batch, int chunks, int groups, double count,
-                                  float eps, float* __restrict__ stats) {
+__global__ void groupNormFinalize(const float* __restrict__ partials, int batch, int chunks, int groups, float eps,
+                                  float* __restrict__ stats) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= batch * groups) return;
     const int b = i / groups, g = i % groups;
-    double s = 0.0, ss = 0.0;
+    double n = 0.0, mean = 0.0, m2 = 0.0;
     for (int k = 0; k < chunks; ++k) {
-        const float* p = partials + ((static_cast<long long>(b) * chunks + k) * groups + g) * 2;
-        s += p[0];
-        ss += p[1];
+        const float* p = partials + ((static_cast<long long>(b) * chunks + k) * groups + g) * 3;
+        chanMerge<double>(n, mean, m2, p[0], p[1], p[2]);
     }
-    const double mean = s / count;
-    const double var = fmax(ss / count - mean * mean, 0.0);
+    const double var = n > 0.0 ? fmax(m2 / n, 0.0) : 0.0;
     stats[i * 2] = static_cast<float>(mean);
     stats[i * 2 + 1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
 }
@@ -116,7 +149,7 @@ int groupNormChunks(int pixels, int batch, int multiprocessors) {
 }
 
 std::size_t groupNormScratchFloats(int batch, int chunks, int groups) {
-    return static_cast<std::size_t>(batch) * chunks * groups * 2 + static_cast<std::size_t>(batch) * groups * 2;
+    return static_cast<std::size_t>(batch) * chunks * groups * 3 + static_cast<std::size_t>(batch) * groups * 2;
 }
 
 void launchGroupNorm(const GroupNormParams& p, cudaStream_t stream) {
@@ -133,17 +166,17 @@ void launchGroupNorm(const GroupNormParams& p, cudaStream_t stream) {
     const int chunkPixels = (p.pixels + chunks - 1) / chunks;
     const int rows = std::max(1, std::min(256 / vecs, chunkPixels));
     float* partials = p.scratch;
-    float* stats = p.scratch + static_cast<std::size_t>(p.batch) * chunks * p.groups * 2;
+    float* stats = p.scratch + static_cast<std::size_t>(p.batch) * chunks * p.groups * 3;
     const long long totalVecs = static_cast<long long>(p.batch) * p.pixels * vecs;
     TESSERA_DISPATCH_DTYPE(p.dtype, TESSERA_DISPATCH_VEC(vec, {
         const dim3 block(vecs, rows);
-        const std::size_t shared = static_cast<std::size_t>(vecs) * rows * 2 * sizeof(float);
+        const std::size_t shared = static_cast<std::size_t>(vecs) * rows * 3 * sizeof(float);
         groupNormPartials<T, VEC><<<dim3(chunks, p.batch), block, shared, stream>>>(
             static_cast<const T*>(p.x), p.pixels, p.channels, p.groups, chunkPixels, p.preAdd, p.preAddBatchStride,
             partials);
         TESSERA_CHECK_LAUNCH();
         groupNormFinalize<<<gridFor(p.batch * p.groups, 128), 128, 0, stream>>>(
-            partials, p.batch, chunks, p.groups, static_cast<double>(p.pixels) * cpg, p.eps, stats);
+            partials, p.batch, chunks, p.groups, p.eps, stats);
         TESSERA_CHECK_LAUNCH();
         groupNormApply<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
             static_cast<const T*>(p.x), static_cast<T*>(p.y), totalVecs, p.pixels, p.channels, p.groups, stats,

@@ -5,8 +5,8 @@
 //   y = (v - mean_bg) * rstd_bg * gamma[c] + beta[c]
 //   y = y * (1 + scale[b, c]) + shift[b, c]       (when scale != nullptr)
 //   y = silu(y)                                    (when silu)
-// Statistics are reduced deterministically (fixed order, no atomics): per-chunk partial
-// sums, then a finalize in float64.
+// Statistics are reduced deterministically (fixed order, no atomics) with Chan's pairwise
+// (count, mean, M2) merge: per-chunk partials in float32, then a finalize in float64.
 #pragma once
 
 #include <cstddef>

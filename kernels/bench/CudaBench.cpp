@@ -16,6 +16,7 @@
 #include "core/UNetModel.h"
 #include "kernels/CudaBackend.h"
 #include "kernels/CudaCheck.h"
+#include "kernels/CudaEngine.h"
 
 using namespace tessera;
 
@@ -46,9 +47,10 @@ ModelConfig lsun256() {
 
 const char* name(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
 
-void runCase(const char* modelName, const UNetModel& m, Precision p, int tile, int batch, int iters) {
+void runCase(const char* modelName, const UNetModel& m, Precision p, int tile, int batch, int iters, bool graphs = false) {
     const auto t0 = std::chrono::steady_clock::now();
     CudaBackend gpu(p);
+    gpu.setGraphs(graphs);
     try {
         gpu.prepare(m, batch, tile, tile);
     } catch (const CudaOutOfMemory& e) {
@@ -87,12 +89,49 @@ void runCase(const char* modelName, const UNetModel& m, Precision p, int tile, i
     const double med = ms[ms.size() / 2];
     const double flops = m.flopsPerEvaluation(tile, tile) * batch;
     const CudaMemoryPlan plan = gpu.memoryPlan();
-    std::printf("%-8s %s tile %3d batch %2d | prepare %7.0f ms | forward median %8.3f min %8.3f ms | enqueue %6.3f ms | "
+    const GraphStats gs = gpu.graphStats();
+    std::printf("%-8s %s %-5s tile %3d batch %2d | prepare %7.0f ms | forward median %8.3f min %8.3f ms | enqueue %6.3f ms | "
                 "%8.1f tiles/s | %6.1f TFLOP/s | arena %7.1f MiB (w %.1f a %.1f/%.1f ws %.1f)\n",
-                modelName, name(p), tile, batch, prepMs, med, ms.front(), hostMs / iters, batch * 1000.0 / med,
+                modelName, name(p), graphs ? (gs.fallbackReason.empty() ? "graph" : "FAIL") : "eager", tile, batch, prepMs, med, ms.front(), hostMs / iters, batch * 1000.0 / med,
                 flops / med * 1e-9, plan.totalBytes / 1048576.0, plan.weightsBytes / 1048576.0,
                 plan.activationsBytes / 1048576.0, plan.unsharedActivationsBytes / 1048576.0,
                 plan.workspaceBytes / 1048576.0);
+    if (!gs.fallbackReason.empty()) std::printf("  graph fallback: %s\n", gs.fallbackReason.c_str());
+    std::fflush(stdout);
+}
+
+// A whole tiled run on the device engine: image, tile, batch, steps, graphs.
+void runEngine(const char* modelName, std::shared_ptr<const UNetModel> m, int size, int tile, int overlap, int batch,
+               int steps, GraphMode graphs) {
+    RunConfig r;
+    r.width = r.height = size;
+    r.tile = tile;
+    r.overlapPx = overlap;
+    r.tileBatch = batch;
+    r.steps = steps;
+    r.scheduler = SchedulerKind::DDIM;
+    r.precision = Precision::FP16;
+    r.graphs = graphs;
+    r.previewEvery = 0;
+    CudaEngine engine;
+    engine.setModel(m);
+    RunObserver quiet;
+    engine.run(r, quiet);   // warm-up: prepare, algorithm search, graph capture
+    const RunResult res = engine.run(r, quiet);
+    std::vector<double> stepGpu;
+    double enqueue = 0;
+    for (const StepTiming& s : res.record.steps) {
+        stepGpu.push_back(s.gpuMs);
+        enqueue += s.hostEnqueueMs;
+    }
+    std::sort(stepGpu.begin(), stepGpu.end());
+    std::printf("engine %-8s %dx%d tile %d overlap %d batch %d, %d tiles, %d steps, graphs %-4s | total %8.1f ms | step gpu "
+                "median %7.3f ms | enqueue %7.3f ms/step | %.0f tiles/s | peak %.0f MiB%s%s\n",
+                modelName, size, size, tile, overlap, batch, res.record.tileCount, steps, res.record.graphs.mode.c_str(),
+                res.record.totalMs, stepGpu[stepGpu.size() / 2], enqueue / steps,
+                res.record.tileCount * steps * 1000.0 / res.record.totalMs, res.record.peakDeviceMiB,
+                res.record.graphs.fallbackReason.empty() ? "" : " fallback: ",
+                res.record.graphs.fallbackReason.c_str());
     std::fflush(stdout);
 }
 
@@ -113,18 +152,31 @@ int main(int argc, char** argv) {
             std::printf("%s\n", probe.info().device.c_str());
         }
         const int iters = quick ? 10 : 30;
-        for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32}) runCase("cifar10", c, p, 64, 8, iters);
-        runCase("cifar10", c, Precision::FP16, 32, 1, iters);
-        runCase("cifar10", c, Precision::FP16, 32, 16, iters);
-        runCase("cifar10", c, Precision::FP16, 128, 4, iters);
-        runCase("lsun256", l, Precision::FP16, 128, 4, iters);
-        runCase("lsun256", l, Precision::FP16, 256, 1, iters);
-        runCase("lsun256", l, Precision::FP16, 256, 4, iters);
-        runCase("lsun256", l, Precision::BF16, 256, 4, iters);
+        for (bool g : {false, true}) {
+            for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32}) runCase("cifar10", c, p, 64, 8, iters, g);
+            runCase("cifar10", c, Precision::FP16, 32, 1, iters, g);
+            runCase("cifar10", c, Precision::FP16, 32, 16, iters, g);
+            runCase("cifar10", c, Precision::FP16, 64, 32, iters, g);
+            runCase("cifar10", c, Precision::FP16, 128, 4, iters, g);
+            runCase("lsun256", l, Precision::FP16, 64, 16, iters, g);
+            runCase("lsun256", l, Precision::FP16, 128, 4, iters, g);
+            runCase("lsun256", l, Precision::FP16, 256, 1, iters, g);
+            runCase("lsun256", l, Precision::FP16, 256, 4, iters, g);
+            runCase("lsun256", l, Precision::BF16, 256, 4, iters, g);
+        }
+        {
+            auto cm = std::make_shared<const UNetModel>(UNetModel::random(cifar(), 2));
+            auto lm = std::make_shared<const UNetModel>(UNetModel::random(lsun256(), 2));
+            for (GraphMode g : {GraphMode::Off, GraphMode::Tile}) {
+                runEngine("cifar10", cm, 512, 64, 16, 8, 10, g);
+                runEngine("cifar10", cm, 256, 32, 8, 16, 10, g);
+                runEngine("lsun256", lm, 1024, 256, 64, 4, 5, g);
+            }
+        }
         {
             CudaBackend gpu(Precision::FP16);
             gpu.prepare(c, 2, 64, 64);
-            std::printf("%s", gpu.planSummary().c_str());
+            std::printf("%s", gpu.planSummary().substr(0, gpu.planSummary().find('\n') + 1).c_str());
         }
     } catch (const std::exception& e) {
         std::printf("FAILED: %s\n", e.what());

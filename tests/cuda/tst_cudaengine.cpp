@@ -45,7 +45,7 @@ RunConfig runConfig(SchedulerKind scheduler, FusionRule fusion, Precision precis
     r.fusion = fusion;
     r.tileBatch = 3;
     r.precision = precision;
-    r.previewEvery = 2;
+    r.previewEvery = 1;   // every step: per-step images to compare
     return r;
 }
 
@@ -61,6 +61,7 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
 
 struct Counting : RunObserver {
     int batches = 0, steps = 0, previews = 0;
+    std::vector<std::vector<float>> images;
     double gpuMs = 0;
     Engine* cancelAfterFirstStep = nullptr;
     void onTileBatch(const TileBatchEvent& e) override {
@@ -71,7 +72,10 @@ struct Counting : RunObserver {
         ++steps;
         if (cancelAfterFirstStep) cancelAfterFirstStep->requestCancel();
     }
-    void onPreview(const PreviewEvent&) override { ++previews; }
+    void onPreview(const PreviewEvent& e) override {
+        ++previews;
+        images.push_back(e.image.data);
+    }
 };
 
 }  // namespace
@@ -104,8 +108,8 @@ private slots:
                                         static_cast<Precision>(precision));
         TiledSampler cpu(std::make_unique<CpuBackend>(2));
         cpu.setModel(model);
-        RunObserver quiet;
-        const RunResult ref = cpu.run(cfg, quiet);
+        Counting cpuSeen;
+        const RunResult ref = cpu.run(cfg, cpuSeen);
 
         CudaEngine gpu;
         gpu.setModel(model);
@@ -116,6 +120,8 @@ private slots:
         qInfo("image rel %.3e, seam map rel %.3e, %d tiles, gpu %.3f ms over %d batches", imageRel, seamRel,
               got.record.tileCount, seen.gpuMs, seen.batches);
         const double tol = precision == 0 ? 1e-4 : 2e-2;
+        for (std::size_t k = 0; k < seen.images.size() && k < cpuSeen.images.size(); ++k)
+            qInfo("  step %zu: preview rel %.3e", k, rel(seen.images[k], cpuSeen.images[k]));
         QVERIFY2(imageRel < tol, qPrintable(QString("image differs from the CPU sampler by %1").arg(imageRel)));
         QVERIFY2(seamRel < 20 * tol, qPrintable(QString("seam map differs by %1").arg(seamRel)));
         QCOMPARE(got.record.status, std::string("finished"));
@@ -125,7 +131,7 @@ private slots:
         QCOMPARE(static_cast<int>(got.record.batches.size()), cfg.steps * batches);
         QVERIFY(seen.gpuMs > 0);
         for (const StepTiming& s : got.record.steps) QVERIFY(s.gpuMs > 0);
-        QCOMPARE(seen.previews, 2);   // step 2 (x0 preview) and the last step
+        QCOMPARE(seen.previews, cfg.steps);   // x0 previews, then the final canvas
         QVERIFY(got.record.memoryPlan.totalMiB > 0);
         QVERIFY(got.record.peakDeviceMiB > 0);
     }
@@ -140,6 +146,24 @@ private slots:
         const RunResult b = gpu.run(cfg, quiet);
         QCOMPARE(a.record.imageSha256, b.record.imageSha256);
         QVERIFY(a.image.data == b.image.data);
+    }
+
+    void tileGraphsMatchEager() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 8));
+        RunConfig cfg = runConfig(SchedulerKind::DDIM, FusionRule::Sample, Precision::FP16);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        RunObserver quiet;
+        const RunResult eager = gpu.run(cfg, quiet);
+        cfg.graphs = GraphMode::Tile;
+        const RunResult graphed = gpu.run(cfg, quiet);
+        const GraphStats& g = graphed.record.graphs;
+        qInfo("tile graphs: mode %s captures %d hits %d nodes %d %s", g.mode.c_str(), g.captures, g.hits, g.nodes,
+              g.fallbackReason.c_str());
+        QVERIFY2(g.fallbackReason.empty(), g.fallbackReason.c_str());
+        QCOMPARE(g.mode, std::string("tile"));
+        QVERIFY(g.hits > 0);
+        QVERIFY2(eager.image.data == graphed.image.data, "tile graphs changed the image");
     }
 
     void cancels() {
