@@ -1,4 +1,4 @@
-// tessera-cli: plan, render and info, headless. Exit status: 0 success, 2 invalid input
+// tessera-cli: plan, render, info and bench, headless. Exit status: 0 success, 2 invalid input
 // (the message names the field), 1 failure while running.
 #include <chrono>
 #include <cmath>
@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/BenchCommand.h"
 #include "app/CliOptions.h"
 #include "app/EngineFactory.h"
 #include "app/PngIO.h"
@@ -243,6 +244,15 @@ int cmdRender(const CliOptions& options) {
 
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
+    // bench has its own options (lists of batches, precisions, graph modes): app/BenchCommand.h.
+    if (!args.empty() && args.front() == "bench") {
+        try {
+            return runBenchCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+        } catch (const std::exception& e) {
+            std::cerr << "tessera-cli: bench failed: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
     CliOptions options;
     try {
         options = parseCliOptions(args);
@@ -256,6 +266,8 @@ int main(int argc, char** argv) {
     }
     if (options.help || options.command == CliCommand::Help) {
         std::cout << cliUsage(options.command);
+        if (options.command == CliCommand::Help)
+            std::cout << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n";
         return kExitOk;
     }
     try {

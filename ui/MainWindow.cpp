@@ -7,6 +7,9 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -20,6 +23,7 @@
 #include <QStatusBar>
 #include <QStyle>
 #include <QToolBar>
+#include <QUrl>
 
 #include <nlohmann/json.hpp>
 
@@ -28,7 +32,9 @@
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
 #include "core/TilePlan.h"
+#include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
+#include "ui/HistoryPanel.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
 
@@ -46,6 +52,14 @@ const QString kExportDirKey = QStringLiteral("paths/export");
 const QString kGeometryKey = QStringLiteral("window/geometry");
 const QString kStateKey = QStringLiteral("window/state");
 const QString kOverlayKey = QStringLiteral("view/tileOverlay");
+const QString kBlendOverlayKey = QStringLiteral("view/blendOverlay");
+const QString kSeamOverlayKey = QStringLiteral("view/seamOverlay");
+
+// Files whose configuration the window can take: run PNGs, manifests, presets.
+bool isConfigurationFile(const QString& path) {
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    return suffix == QStringLiteral("png") || suffix == QStringLiteral("json");
+}
 
 QString formatDuration(double seconds) {
     if (seconds < 0) return QStringLiteral("—");
@@ -68,10 +82,13 @@ QString presetsFolder() {
 
 }  // namespace
 
-MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
-    : QMainWindow(parent), settings_(settings ? std::move(settings) : std::make_unique<QSettings>()) {
+MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& historyFolder, QWidget* parent)
+    : QMainWindow(parent),
+      settings_(settings ? std::move(settings) : std::make_unique<QSettings>()),
+      history_(std::make_unique<RunHistory>(historyFolder)) {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("Tessera"));
+    setAcceptDrops(true);
     setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks);
 
     canvas_ = new TileCanvas;
@@ -93,10 +110,15 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
     connect(&progressTimer_, &QTimer::timeout, this, &MainWindow::refreshProgress);
 
     restoreSettings();
+    refreshHistory();
+    if (!history_->problems().isEmpty())
+        setStatusText(tr("Some runs of the history could not be read: %1").arg(history_->problems().join(QStringLiteral("; "))), true);
     startWorker();
     refreshPlan();
     updateActions();
     resize(1500, 920);
+    // The history is a strip under the canvas, a few rows high.
+    resizeDocks({historyDock_}, {190}, Qt::Vertical);
     if (settings_->contains(kGeometryKey)) restoreGeometry(settings_->value(kGeometryKey).toByteArray());
     if (settings_->contains(kStateKey)) restoreState(settings_->value(kStateKey).toByteArray());
 }
@@ -139,6 +161,9 @@ void MainWindow::buildActions() {
     openPresetAction_ = make(tr("&Open preset…"), "actionOpenPreset", QKeySequence::Open);
     savePresetAction_ = make(tr("&Save preset…"), "actionSavePreset", QKeySequence::Save);
     exportAction_ = make(tr("&Export image…"), "actionExportImage", QKeySequence(tr("Ctrl+E")));
+    exportCsvAction_ = make(tr("Export &timings (CSV)…"), "actionExportTimings");
+    exportManifestAction_ = make(tr("Export &manifest (JSON)…"), "actionExportManifest");
+    exportTraceAction_ = make(tr("Export Chrome t&race (JSON)…"), "actionExportTrace");
     quitAction_ = make(tr("&Quit"), "actionQuit", QKeySequence::Quit);
     runAction_ = make(tr("Run"), "actionRun", QKeySequence(tr("Ctrl+R")));
     runAction_->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
@@ -151,18 +176,31 @@ void MainWindow::buildActions() {
     overlayAction_ = make(tr("&Tile grid overlay"), "actionTileOverlay", QKeySequence(tr("Ctrl+G")));
     overlayAction_->setCheckable(true);
     overlayAction_->setChecked(true);
+    overlayAction_->setToolTip(tr("Tile edges and the overlap bands where tiles are blended (Ctrl+G)"));
+    blendOverlayAction_ = make(tr("&Blend weights"), "actionBlendOverlay", QKeySequence(tr("Ctrl+B")));
+    blendOverlayAction_->setCheckable(true);
+    blendOverlayAction_->setToolTip(tr("Normalised blend weight of the tile under the cursor; "
+                                       "elsewhere the normaliser N (Ctrl+B)"));
+    seamOverlayAction_ = make(tr("&Seam map"), "actionSeamOverlay", QKeySequence(tr("Ctrl+M")));
+    seamOverlayAction_->setCheckable(true);
+    seamOverlayAction_->setToolTip(tr("Where overlapping tiles disagreed at the last step (Ctrl+M)"));
     aboutAction_ = make(tr("&About Tessera"), "actionAbout");
     aboutAction_->setMenuRole(QAction::AboutRole);
 
     connect(openPresetAction_, &QAction::triggered, this, &MainWindow::openPreset);
     connect(savePresetAction_, &QAction::triggered, this, &MainWindow::savePreset);
-    connect(exportAction_, &QAction::triggered, this, &MainWindow::exportImage);
+    connect(exportAction_, &QAction::triggered, this, [this] { exportInteractively(ExportFormat::ImagePng); });
+    connect(exportCsvAction_, &QAction::triggered, this, [this] { exportInteractively(ExportFormat::TimingsCsv); });
+    connect(exportManifestAction_, &QAction::triggered, this, [this] { exportInteractively(ExportFormat::ManifestJson); });
+    connect(exportTraceAction_, &QAction::triggered, this, [this] { exportInteractively(ExportFormat::ChromeTrace); });
     connect(quitAction_, &QAction::triggered, this, &QWidget::close);
     connect(runAction_, &QAction::triggered, this, &MainWindow::startRun);
     connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
     connect(fitAction_, &QAction::triggered, canvas_, &TileCanvas::fitToView);
     connect(actualSizeAction_, &QAction::triggered, canvas_, &TileCanvas::showActualSize);
     connect(overlayAction_, &QAction::toggled, canvas_, &TileCanvas::setOverlayVisible);
+    connect(blendOverlayAction_, &QAction::toggled, canvas_, &TileCanvas::setBlendOverlayVisible);
+    connect(seamOverlayAction_, &QAction::toggled, canvas_, &TileCanvas::setSeamOverlayVisible);
     connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
 }
 
@@ -187,6 +225,18 @@ void MainWindow::buildDocks() {
     chartsDock_->setWidget(charts_);
     charts_->setMinimumWidth(380);
     addDockWidget(Qt::RightDockWidgetArea, chartsDock_);
+
+    historyPanel_ = new HistoryPanel;
+    historyDock_ = new QDockWidget(tr("History"), this);
+    historyDock_->setObjectName(QStringLiteral("historyDock"));
+    historyDock_->setWidget(historyPanel_);
+    addDockWidget(Qt::BottomDockWidgetArea, historyDock_);
+    connect(historyPanel_, &HistoryPanel::compareRequested, this, [this](const QString& a, const QString& b) {
+        QString error;
+        if (!compareRuns(a, b, &error)) QMessageBox::warning(this, tr("Compare runs"), error);
+    });
+    connect(historyPanel_, &HistoryPanel::restoreRequested, this, &MainWindow::restoreFromHistory);
+    connect(historyPanel_, &HistoryPanel::removeRequested, this, &MainWindow::removeFromHistory);
 }
 
 void MainWindow::buildMenus() {
@@ -195,6 +245,9 @@ void MainWindow::buildMenus() {
     file->addAction(savePresetAction_);
     file->addSeparator();
     file->addAction(exportAction_);
+    file->addAction(exportCsvAction_);
+    file->addAction(exportManifestAction_);
+    file->addAction(exportTraceAction_);
     file->addSeparator();
     file->addAction(quitAction_);
 
@@ -209,8 +262,13 @@ void MainWindow::buildMenus() {
     chartsToggle->setObjectName(QStringLiteral("actionToggleCharts"));
     view->addAction(configToggle);
     view->addAction(chartsToggle);
+    QAction* historyToggle = historyDock_->toggleViewAction();
+    historyToggle->setObjectName(QStringLiteral("actionToggleHistory"));
+    view->addAction(historyToggle);
     view->addSeparator();
     view->addAction(overlayAction_);
+    view->addAction(blendOverlayAction_);
+    view->addAction(seamOverlayAction_);
     view->addAction(fitAction_);
     view->addAction(actualSizeAction_);
 
@@ -229,6 +287,8 @@ void MainWindow::buildToolBar() {
     bar->addAction(fitAction_);
     bar->addAction(actualSizeAction_);
     bar->addAction(overlayAction_);
+    bar->addAction(blendOverlayAction_);
+    bar->addAction(seamOverlayAction_);
 }
 
 void MainWindow::buildStatusBar() {
@@ -269,6 +329,8 @@ void MainWindow::restoreSettings() {
     }
     panel_->setConfig(config);
     overlayAction_->setChecked(settings_->value(kOverlayKey, true).toBool());
+    blendOverlayAction_->setChecked(settings_->value(kBlendOverlayKey, false).toBool());
+    seamOverlayAction_->setChecked(settings_->value(kSeamOverlayKey, false).toBool());
 }
 
 void MainWindow::saveSettings() {
@@ -276,6 +338,8 @@ void MainWindow::saveSettings() {
     settings_->setValue(kGeometryKey, saveGeometry());
     settings_->setValue(kStateKey, saveState());
     settings_->setValue(kOverlayKey, overlayAction_->isChecked());
+    settings_->setValue(kBlendOverlayKey, blendOverlayAction_->isChecked());
+    settings_->setValue(kSeamOverlayKey, seamOverlayAction_->isChecked());
     settings_->sync();
 }
 
@@ -291,6 +355,8 @@ void MainWindow::updateActions() {
                                  : tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
     stopAction_->setEnabled(running_ && !stopping_);
     exportAction_->setEnabled(lastRun_.has_value() && !lastRun_->image.isNull());
+    for (QAction* action : {exportCsvAction_, exportManifestAction_, exportTraceAction_})
+        action->setEnabled(lastRun_.has_value() && lastRun_->result);
     // The panel stays editable during a run: the run took a copy of the settings, and the
     // next Run uses whatever is shown.
 }
@@ -307,6 +373,11 @@ void MainWindow::refreshPlan() {
     }
     // Keep the last image only while it still matches the planned size.
     if (!plan || canvas_->image().size() != QSize(plan->width(), plan->height())) canvas_->setImage({});
+    // The seam map belongs to the last run's plan; keep it only while the settings still match.
+    if (!lastRun_ || !lastRun_->result || !plan || lastRun_->result->record.config.tile != config.tile ||
+        lastRun_->result->record.config.overlapPixels() != config.overlapPixels())
+        canvas_->setSeamMap({});
+    canvas_->setBlendWindow(config.window);
     canvas_->setPlan(std::move(plan));
 }
 
@@ -338,6 +409,8 @@ void MainWindow::startRun() {
         canvas_->setPlan(std::nullopt);
     }
     canvas_->setImage({});
+    canvas_->setSeamMap({});
+    canvas_->setBlendWindow(config.window);
     canvas_->setPlaceholderText(tr("Preparing…"));
     charts_->clear();
     runClock_.start();
@@ -443,6 +516,10 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
     lastRun_ = run;
     const RunRecord& record = run.result->record;
     if (!run.image.isNull()) canvas_->setImage(run.image);
+    if (run.result) {
+        canvas_->setSeamMap(run.result->seamMap);
+        charts_->showTileTimes(run.result->record);
+    }
     canvas_->setActiveTiles({});
     progress_.step = record.stepsRun;
     progress_.tilesDone = record.status == "finished" ? progress_.tiles : progress_.tilesDone;
@@ -462,6 +539,15 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
                                .arg(record.config.width)
                                .arg(record.config.height)
                                .arg(record.config.seed));
+    // Finished runs with an image go into the history (cancelled ones are partial).
+    if (!cancelled && run.result && !run.result->image.data.empty()) {
+        try {
+            history_->add(*run.result);
+            refreshHistory();
+        } catch (const std::exception& e) {
+            statusBar()->showMessage(tr("The run could not be kept in the history: %1").arg(QString::fromUtf8(e.what())), 10000);
+        }
+    }
     updateActions();
     refreshPlan();
     emit runEnded(!cancelled);
@@ -488,17 +574,46 @@ void MainWindow::onDevicesProbed(const DeviceReport& report) {
 void MainWindow::openPreset() {
     const QString path = QFileDialog::getOpenFileName(this, tr("Open preset"),
                                                       settings_->value(kPresetDirKey, presetsFolder()).toString(),
-                                                      tr("Tessera presets (*.json);;All files (*)"));
+                                                      tr("Presets, manifests and run images (*.json *.png);;All files (*)"));
     if (path.isEmpty()) return;
     settings_->setValue(kPresetDirKey, QFileInfo(path).absolutePath());
+    QString error;
+    if (!restoreConfigurationFrom(path, &error))
+        QMessageBox::warning(this, tr("Open preset"), tr("This is not a usable preset:\n%1").arg(error));
+}
+
+bool MainWindow::restoreConfigurationFrom(const QString& path, QString* error) {
     try {
-        std::ifstream file(path.toStdString());
-        if (!file) throw std::runtime_error("the file cannot be opened");
-        panel_->setConfig(runConfigFromJson(nlohmann::json::parse(file)));
-        setStatusText(tr("Loaded preset %1").arg(QFileInfo(path).fileName()));
+        const RestoredConfig restored = configurationFromFile(path.toStdString());
+        panel_->setConfig(restored.config);
+        const QString name = QFileInfo(path).fileName();
+        switch (restored.source) {
+        case ConfigSource::RunPng: setStatusText(tr("Settings of run %1 restored from the image %2").arg(QString::fromStdString(restored.runId), name)); break;
+        case ConfigSource::Manifest: setStatusText(tr("Settings of run %1 restored from the manifest %2").arg(QString::fromStdString(restored.runId), name)); break;
+        case ConfigSource::Preset: setStatusText(tr("Loaded preset %1").arg(name)); break;
+        }
+        return true;
     } catch (const std::exception& e) {
-        QMessageBox::warning(this, tr("Open preset"),
-                             tr("%1 is not a usable preset:\n%2").arg(QDir::toNativeSeparators(path), QString::fromUtf8(e.what())));
+        if (error) *error = QString::fromUtf8(e.what());
+        return false;
+    }
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    const QList<QUrl> urls = event->mimeData()->urls();
+    if (urls.size() == 1 && urls.front().isLocalFile() && isConfigurationFile(urls.front().toLocalFile()))
+        event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+    const QList<QUrl> urls = event->mimeData()->urls();
+    if (urls.size() != 1 || !urls.front().isLocalFile()) return;
+    const QString path = urls.front().toLocalFile();
+    QString error;
+    if (restoreConfigurationFrom(path, &error)) {
+        event->acceptProposedAction();
+    } else {
+        setStatusText(tr("Nothing restored: %1").arg(error), true);
     }
 }
 
@@ -506,9 +621,12 @@ void MainWindow::savePreset() {
     const QString path = QFileDialog::getSaveFileName(this, tr("Save preset"),
                                                       settings_->value(kPresetDirKey, QDir::homePath()).toString() +
                                                           QStringLiteral("/preset.json"),
-                                                      tr("Tessera presets (*.json)"));
+                                                      tr("Tessera presets (*.json)"), nullptr,
+                                                      QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty()) return;
     settings_->setValue(kPresetDirKey, QFileInfo(path).absolutePath());
+    QString refused;
+    if (!confirmOverwrite(path, Overwrite::Ask, &refused)) return;
     try {
         writeFileAtomically(path.toStdString(), toJson(panel_->config()).dump(2) + "\n");
         setStatusText(tr("Saved preset %1").arg(QFileInfo(path).fileName()));
@@ -517,33 +635,105 @@ void MainWindow::savePreset() {
     }
 }
 
-void MainWindow::exportImage() {
-    if (!lastRun_ || !lastRun_->result) return;
-    const RunRecord& record = lastRun_->result->record;
-    const QString suggested = QStringLiteral("%1/tessera-%2-seed%3.png")
-                                  .arg(settings_->value(kExportDirKey, QDir::homePath()).toString(),
-                                       QString::fromStdString(record.runId))
-                                  .arg(record.config.seed);
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export image"), suggested, tr("PNG images (*.png)"));
-    if (path.isEmpty()) return;
-    settings_->setValue(kExportDirKey, QFileInfo(path).absolutePath());
-    QString error;
-    if (exportImageTo(path, &error)) setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
-    else QMessageBox::warning(this, tr("Export image"), error);
+bool MainWindow::confirmOverwrite(const QString& path, Overwrite overwrite, QString* error) {
+    if (!QFileInfo::exists(path) || overwrite == Overwrite::Replace) return true;
+    if (overwrite == Overwrite::Ask &&
+        QMessageBox::question(this, tr("Replace file?"),
+                              tr("%1 already exists.\nDo you want to replace it?").arg(QDir::toNativeSeparators(path)),
+                              QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes)
+        return true;
+    if (error) *error = tr("%1: the file exists and was not replaced").arg(QDir::toNativeSeparators(path));
+    return false;
 }
 
-bool MainWindow::exportImageTo(const QString& path, QString* error) {
+void MainWindow::exportInteractively(ExportFormat format) {
+    if (!lastRun_ || !lastRun_->result) return;
+    const RunRecord& record = lastRun_->result->record;
+    const QString suggested = settings_->value(kExportDirKey, QDir::homePath()).toString() + QLatin1Char('/') +
+                              suggestedExportName(record, format);
+    const QString filter = QStringLiteral("%1 (*.%2)").arg(exportTitle(format), exportSuffix(format));
+    // The overwrite question is ours (confirmOverwrite), the same for every way of exporting.
+    QString path = QFileDialog::getSaveFileName(this, tr("Export %1").arg(exportTitle(format)), suggested, filter,
+                                                nullptr, QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty()) return;
+    if (QFileInfo(path).suffix().isEmpty()) path += QLatin1Char('.') + exportSuffix(format);
+    settings_->setValue(kExportDirKey, QFileInfo(path).absolutePath());
+    QString error;
+    if (exportTo(format, path, Overwrite::Ask, &error)) setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
+    else if (!error.isEmpty()) QMessageBox::warning(this, tr("Export %1").arg(exportTitle(format)), error);
+}
+
+bool MainWindow::exportImageTo(const QString& path, QString* error, Overwrite overwrite) {
+    return exportTo(ExportFormat::ImagePng, path, overwrite, error);
+}
+
+bool MainWindow::exportTo(ExportFormat format, const QString& path, Overwrite overwrite, QString* error) {
     try {
-        if (!lastRun_ || !lastRun_->result || lastRun_->result->image.data.empty())
+        if (!lastRun_ || !lastRun_->result) throw std::runtime_error("there is no finished run to export yet");
+        if (format == ExportFormat::ImagePng && lastRun_->result->image.data.empty())
             throw std::runtime_error("there is no finished image to export yet");
-        const RunRecord& record = lastRun_->result->record;
-        // The PNG carries the A1111 "parameters" line and the full run manifest.
-        writeRunPng(path.toStdString(), toRgb8(lastRun_->result->image), record.config, manifestJson(record).dump());
+        if (!confirmOverwrite(path, overwrite, error)) return false;
+        exportRun(*lastRun_->result, format, path.toStdString());
         return true;
     } catch (const std::exception& e) {
-        if (error) *error = QDir::toNativeSeparators(path) + QStringLiteral(": ") + QString::fromUtf8(e.what());
+        QString what = QString::fromUtf8(e.what());
+        if (!what.contains(path)) what = QDir::toNativeSeparators(path) + QStringLiteral(": ") + what;
+        if (error) *error = what;
         return false;
     }
+}
+
+QAction* MainWindow::overlayAction(CanvasOverlay which) const {
+    switch (which) {
+    case CanvasOverlay::TileGrid: return overlayAction_;
+    case CanvasOverlay::BlendWeights: return blendOverlayAction_;
+    case CanvasOverlay::SeamMap: return seamOverlayAction_;
+    }
+    return nullptr;
+}
+
+void MainWindow::refreshHistory() {
+    historyPanel_->setEntries(history_->entries());
+    // The few most recent runs other than the one shown, in grey behind it.
+    constexpr int kEarlierRuns = 5;
+    const std::string current = lastRun_ && lastRun_->result ? lastRun_->result->record.runId : std::string();
+    std::vector<const RunRecord*> earlier;
+    const std::vector<HistoryEntry>& entries = history_->entries();
+    for (auto it = entries.rbegin(); it != entries.rend() && static_cast<int>(earlier.size()) < kEarlierRuns; ++it)
+        if (it->record.runId != current) earlier.push_back(&it->record);
+    charts_->setEarlierRuns(earlier);
+}
+
+void MainWindow::restoreFromHistory(const QString& id) {
+    const HistoryEntry* entry = history_->find(id);
+    if (!entry) return;
+    panel_->setConfig(entry->record.config);
+    charts_->showRecord(entry->record);
+    setStatusText(tr("Settings of run %1 restored from the history").arg(id));
+}
+
+void MainWindow::removeFromHistory(const QString& id) {
+    history_->remove(id);
+    refreshHistory();
+}
+
+CompareView* MainWindow::compareRuns(const QString& idA, const QString& idB, QString* error) {
+    const HistoryEntry* a = history_->find(idA);
+    const HistoryEntry* b = history_->find(idB);
+    if (!a || !b) {
+        if (error) *error = tr("Run %1 is not in the history").arg(a ? idB : idA);
+        return nullptr;
+    }
+    // Older run as A, so "speedup" and the deltas read as "what changed since".
+    if (a->record.startedAt > b->record.startedAt) std::swap(a, b);
+    CompareSide sideA{a->record, a->loadImage(), a->seamMean};
+    CompareSide sideB{b->record, b->loadImage(), b->seamMean};
+    if (compareView_) compareView_->close();
+    compareView_ = new CompareView(sideA, sideB, this);
+    compareView_->setWindowFlag(Qt::Window);
+    compareView_->setAttribute(Qt::WA_DeleteOnClose);
+    compareView_->show();
+    return compareView_;
 }
 
 void MainWindow::showAbout() {

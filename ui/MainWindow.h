@@ -3,6 +3,11 @@
 // bar. The engine runs in a RunWorker on its own QThread; this window only reacts to the
 // worker's queued signals (dropping those of any run but the current one) and refreshes the
 // progress display from a short coalescing timer.
+//
+// Finished runs go into the run history (app/RunHistory.h; a dock with a table), from which two
+// runs open in a CompareView. Exports (File menu) write through app/Exporters.h and never
+// replace an existing file without asking. Dropping a run PNG, a manifest or a preset on the
+// window restores its configuration.
 #pragma once
 
 #include <memory>
@@ -14,9 +19,15 @@
 #include <QThread>
 #include <QTimer>
 
+#include <QPointer>
+
 #include "app/EngineFactory.h"
+#include "app/Exporters.h"
+#include "app/RunHistory.h"
 #include "app/RunWorker.h"
 #include "core/RunConfig.h"
+#include "ui/CompareView.h"
+#include "ui/TileCanvas.h"
 
 class QAction;
 class QDockWidget;
@@ -26,7 +37,7 @@ class QProgressBar;
 namespace tessera {
 
 class ConfigPanel;
-class TileCanvas;
+class HistoryPanel;
 class TimingCharts;
 
 class MainWindow : public QMainWindow {
@@ -34,12 +45,23 @@ class MainWindow : public QMainWindow {
 public:
     // `settings`: where the window keeps its geometry and last configuration; null uses the
     // application's default QSettings. Tests pass a throw-away INI file.
-    explicit MainWindow(std::unique_ptr<QSettings> settings = nullptr, QWidget* parent = nullptr);
+    // `historyFolder`: where finished runs are kept; empty: RunHistory's default
+    // (QStandardPaths::AppDataLocation/history).
+    explicit MainWindow(std::unique_ptr<QSettings> settings = nullptr, const QString& historyFolder = {},
+                        QWidget* parent = nullptr);
+
+    // What to do when an export's target file exists already.
+    enum class Overwrite { Ask, Replace, Refuse };
     ~MainWindow() override;
 
     ConfigPanel* configPanel() const { return panel_; }
     TileCanvas* canvas() const { return canvas_; }
     TimingCharts* charts() const { return charts_; }
+    HistoryPanel* historyPanel() const { return historyPanel_; }
+    const RunHistory& history() const { return *history_; }
+    // The compare window opened last (null when none is open).
+    CompareView* compareView() const { return compareView_; }
+    QAction* overlayAction(CanvasOverlay which) const;
     QAction* runAction() const { return runAction_; }
     QAction* stopAction() const { return stopAction_; }
     bool isRunning() const { return running_; }
@@ -48,7 +70,16 @@ public:
 
     // Writes the last finished image as PNG with the "parameters" line and the run manifest.
     // False with *error set (naming the path) when there is no image or it cannot be written.
-    bool exportImageTo(const QString& path, QString* error = nullptr);
+    bool exportImageTo(const QString& path, QString* error = nullptr, Overwrite overwrite = Overwrite::Ask);
+    // Writes the last finished run in `format` to `path`. An existing file is replaced only
+    // after the user agrees (Ask), always (Replace) or never (Refuse: false, *error says so).
+    bool exportTo(ExportFormat format, const QString& path, Overwrite overwrite = Overwrite::Ask,
+                  QString* error = nullptr);
+    // Puts the configuration stored in a run PNG, a manifest JSON or a preset JSON in the
+    // settings panel (what dropping the file on the window does). False with *error set.
+    bool restoreConfigurationFrom(const QString& path, QString* error = nullptr);
+    // Opens the compare window for two runs of the history; null (with *error) when either is unknown.
+    CompareView* compareRuns(const QString& idA, const QString& idB, QString* error = nullptr);
 
 public slots:
     void startRun();
@@ -60,6 +91,8 @@ signals:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
 
 private:
     void buildActions();
@@ -78,7 +111,11 @@ private:
 
     void openPreset();
     void savePreset();
-    void exportImage();
+    void exportInteractively(ExportFormat format);
+    bool confirmOverwrite(const QString& path, Overwrite overwrite, QString* error);
+    void refreshHistory();
+    void restoreFromHistory(const QString& id);
+    void removeFromHistory(const QString& id);
     void showAbout();
 
     // Worker signals (queued).
@@ -98,16 +135,25 @@ private:
     TimingCharts* charts_ = nullptr;
     QDockWidget* configDock_ = nullptr;
     QDockWidget* chartsDock_ = nullptr;
+    QDockWidget* historyDock_ = nullptr;
+    HistoryPanel* historyPanel_ = nullptr;
+    std::unique_ptr<RunHistory> history_;
+    QPointer<CompareView> compareView_;
 
     QAction* openPresetAction_ = nullptr;
     QAction* savePresetAction_ = nullptr;
     QAction* exportAction_ = nullptr;
+    QAction* exportCsvAction_ = nullptr;
+    QAction* exportManifestAction_ = nullptr;
+    QAction* exportTraceAction_ = nullptr;
     QAction* quitAction_ = nullptr;
     QAction* runAction_ = nullptr;
     QAction* stopAction_ = nullptr;
     QAction* fitAction_ = nullptr;
     QAction* actualSizeAction_ = nullptr;
     QAction* overlayAction_ = nullptr;
+    QAction* blendOverlayAction_ = nullptr;
+    QAction* seamOverlayAction_ = nullptr;
     QAction* aboutAction_ = nullptr;
 
     QLabel* statusText_ = nullptr;

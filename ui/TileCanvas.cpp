@@ -7,6 +7,8 @@
 #include <QPainter>
 #include <QWheelEvent>
 
+#include "ui/HeatMap.h"
+
 namespace tessera {
 
 namespace {
@@ -27,7 +29,7 @@ const QColor kActiveEdge(255, 170, 50);
 
 TileCanvas::TileCanvas(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("tileCanvas"));
-    setMouseTracking(false);
+    setMouseTracking(true);  // the blend overlay follows the cursor
     setFocusPolicy(Qt::WheelFocus);
     setAttribute(Qt::WA_OpaquePaintEvent);
     setMinimumSize(240, 200);
@@ -38,6 +40,10 @@ void TileCanvas::setPlan(std::optional<TilePlan> plan) {
     const QSize before = contentSize();
     plan_ = std::move(plan);
     active_.clear();
+    hovered_ = -1;
+    invalidateBlend();
+    // A seam map of another size belongs to another plan.
+    if (!seamImage_.isNull() && seamImage_.size() != contentSize()) setSeamMap({});
     if (fitting_ || contentSize() != before) applyFit();
     update();
 }
@@ -62,6 +68,123 @@ void TileCanvas::setPlaceholderText(const QString& text) {
 void TileCanvas::setOverlayVisible(bool visible) {
     overlay_ = visible;
     update();
+}
+
+void TileCanvas::setBlendOverlayVisible(bool visible) {
+    blendOverlay_ = visible;
+    update();
+}
+
+void TileCanvas::setSeamOverlayVisible(bool visible) {
+    seamOverlay_ = visible;
+    update();
+}
+
+bool TileCanvas::isOverlayEnabled(CanvasOverlay overlay) const {
+    switch (overlay) {
+    case CanvasOverlay::TileGrid: return overlay_;
+    case CanvasOverlay::BlendWeights: return blendOverlay_;
+    case CanvasOverlay::SeamMap: return seamOverlay_;
+    }
+    return false;
+}
+
+void TileCanvas::setOverlayEnabled(CanvasOverlay overlay, bool enabled) {
+    switch (overlay) {
+    case CanvasOverlay::TileGrid: setOverlayVisible(enabled); break;
+    case CanvasOverlay::BlendWeights: setBlendOverlayVisible(enabled); break;
+    case CanvasOverlay::SeamMap: setSeamOverlayVisible(enabled); break;
+    }
+}
+
+void TileCanvas::setBlendWindow(BlendWindowKind kind) {
+    if (kind == window_) return;
+    window_ = kind;
+    invalidateBlend();
+    update();
+}
+
+void TileCanvas::invalidateBlend() {
+    weights_.reset();
+    blendImage_ = {};
+    blendImageTile_ = -2;
+}
+
+void TileCanvas::setSeamMap(const ImageTensor& map) {
+    seamImage_ = {};
+    seamMax_ = 0;
+    if (!map.data.empty() && map.channels == 1 &&
+        map.data.size() == static_cast<std::size_t>(map.width) * static_cast<std::size_t>(map.height)) {
+        for (float v : map.data) seamMax_ = std::max(seamMax_, static_cast<double>(v));
+        // Low disagreement stays see-through, so the image shows where tiles agree.
+        seamImage_ = heatImage(map.data.data(), map.width, map.height, 0.0, seamMax_, 70);
+    }
+    update();
+}
+
+void TileCanvas::setHoveredTile(int id) {
+    if (!plan_ || id < 0 || id >= plan_->count()) id = -1;
+    if (id == hovered_) return;
+    hovered_ = id;
+    if (blendOverlay_) update();
+}
+
+const BlendWeights* TileCanvas::blendWeights() const {
+    if (!plan_) return nullptr;
+    if (!weights_) {
+        try {
+            weights_ = std::make_unique<BlendWeights>(*plan_, window_, plan_->overlap());
+        } catch (const std::exception&) {
+            return nullptr;  // a plan the window cannot weigh: no overlay rather than a crash
+        }
+    }
+    return weights_.get();
+}
+
+int TileCanvas::tileAt(QPointF p) const {
+    if (!plan_) return -1;
+    const int x = static_cast<int>(std::floor(p.x())), y = static_cast<int>(std::floor(p.y()));
+    if (x < 0 || y < 0 || x >= plan_->width() || y >= plan_->height()) return -1;
+    const BlendWeights* weights = blendOverlay_ ? blendWeights() : nullptr;
+    int best = -1;
+    double bestScore = -1;
+    for (const TileRect& t : plan_->tiles()) {
+        if (x < t.x || x >= t.x + t.w || y < t.y || y >= t.y + t.h) continue;
+        // With weights: the tile that contributes most here. Without: nearest centre.
+        const double dx = x + 0.5 - (t.x + t.w / 2.0), dy = y + 0.5 - (t.y + t.h / 2.0);
+        double score = 1.0 / (1.0 + dx * dx + dy * dy);
+        if (weights) score = weights->weight(t.id, y - t.y, x - t.x) + 1e-9 * score;
+        if (score > bestScore) {
+            bestScore = score;
+            best = t.id;
+        }
+    }
+    return best;
+}
+
+const QImage& TileCanvas::blendImage() const {
+    if (blendImageTile_ == hovered_ && !blendImage_.isNull()) return blendImage_;
+    blendImage_ = {};
+    blendImageTile_ = hovered_;
+    const BlendWeights* weights = blendWeights();
+    if (!weights) return blendImage_;
+    const std::vector<float>& n = weights->normalizer();
+    const auto [lo, hi] = std::minmax_element(n.begin(), n.end());
+    normalizerMin_ = *lo;
+    normalizerMax_ = *hi;
+    if (hovered_ < 0) {
+        // N from 0, so "1" (one tile, full weight) and the overlap peaks read on one scale.
+        blendImage_ = heatImage(n.data(), weights->width(), weights->height(), 0.0, normalizerMax_);
+        return blendImage_;
+    }
+    const TileRect& t = plan_->tile(hovered_);
+    std::vector<float> normalised(static_cast<std::size_t>(t.w) * static_cast<std::size_t>(t.h));
+    for (int y = 0; y < t.h; ++y)
+        for (int x = 0; x < t.w; ++x)
+            normalised[static_cast<std::size_t>(y) * t.w + x] =
+                weights->weight(t.id, y, x) / weights->normalizerAt(t.y + y, t.x + x);
+    blendImage_ = heatImage(normalised.data(), t.w, t.h, 0.0, 1.0);
+    return blendImage_;
 }
 
 QSize TileCanvas::contentSize() const {
@@ -135,6 +258,29 @@ void TileCanvas::paintEvent(QPaintEvent*) {
         painter.drawImage(imageRect, image_);
     }
 
+    if (seamOverlay_ && !seamImage_.isNull()) {
+        painter.setRenderHint(QPainter::SmoothPixmapTransform, false);
+        painter.drawImage(QRectF(QPointF(0, 0), QSizeF(seamImage_.size())), seamImage_);
+    }
+    if (blendOverlay_ && plan_) {
+        const QImage& heat = blendImage();
+        if (!heat.isNull()) {
+            painter.save();
+            painter.setOpacity(0.78);
+            painter.setRenderHint(QPainter::SmoothPixmapTransform, false);
+            const QRectF target = hovered_ >= 0 ? tileRect(hovered_) : QRectF(QPointF(0, 0), QSizeF(heat.size()));
+            painter.drawImage(target, heat);
+            painter.restore();
+            if (hovered_ >= 0) {
+                QPen edge(QColor(120, 220, 255), 2.0);
+                edge.setCosmetic(true);
+                painter.setPen(edge);
+                painter.setBrush(Qt::NoBrush);
+                painter.drawRect(tileRect(hovered_));
+            }
+        }
+    }
+
     if (overlay_ && plan_) {
         const std::vector<int>& xs = plan_->columnPositions();
         const std::vector<int>& ys = plan_->rowPositions();
@@ -184,11 +330,36 @@ void TileCanvas::paintEvent(QPaintEvent*) {
                              ? tr("%1 × %2 px — press Run").arg(content.width()).arg(content.height())
                              : placeholder_);
     }
+    paintLegend(painter);
     // Zoom readout in the corner.
     const QString zoomText = QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0));
     painter.setPen(QColor(220, 220, 220));
     painter.drawText(rect().adjusted(8, 6, -8, -6), Qt::AlignRight | Qt::AlignBottom, zoomText);
 }
+
+void TileCanvas::paintLegend(QPainter& painter) {
+    legendRange_ = {0, 0};
+    QPoint anchor(10, height() - 10);
+    if (seamOverlay_ && !seamImage_.isNull()) {
+        const QRect box = drawHeatLegend(painter, anchor, tr("Seam map: tile disagreement (std. dev.)"), 0.0, seamMax_);
+        anchor.setY(box.top() - 6);
+        legendRange_ = {0.0, seamMax_};
+    }
+    if (blendOverlay_ && plan_ && !blendImage_.isNull()) {
+        if (hovered_ >= 0) {
+            drawHeatLegend(painter, anchor, tr("Normalised weight w/N of tile %1").arg(hovered_), 0.0, 1.0);
+            legendRange_ = {0.0, 1.0};
+        } else {
+            drawHeatLegend(painter, anchor,
+                           tr("Normaliser N (sum of weights; %1 … %2)")
+                               .arg(formatScaleValue(normalizerMin_), formatScaleValue(normalizerMax_)),
+                           0.0, normalizerMax_);
+            legendRange_ = {0.0, normalizerMax_};
+        }
+    }
+}
+
+void TileCanvas::leaveEvent(QEvent*) { setHoveredTile(-1); }
 
 void TileCanvas::wheelEvent(QWheelEvent* event) {
     const double notches = event->angleDelta().y() / 120.0;
@@ -206,7 +377,10 @@ void TileCanvas::mousePressEvent(QMouseEvent* event) {
 }
 
 void TileCanvas::mouseMoveEvent(QMouseEvent* event) {
-    if (!dragFrom_) return;
+    if (!dragFrom_) {
+        if (blendOverlay_) setHoveredTile(tileAt((event->position() - offset_) / zoom_));
+        return;
+    }
     offset_ += event->position() - *dragFrom_;
     dragFrom_ = event->position();
     fitting_ = false;

@@ -1,18 +1,30 @@
 // TileCanvas: the image as it forms, with the tile grid, the overlap bands where tiles are
 // blended, and the tile batch being computed highlighted. Wheel zooms about the cursor,
 // dragging pans; fitToView / showActualSize reset the view. Paints only; no run state.
+//
+// Overlays, each toggled on its own (a legend in the lower-left corner gives the scale):
+//  - TileGrid: tile edges and overlap bands;
+//  - BlendWeights: the normalised blend weight w_t / N of the tile under the cursor over that
+//    tile, or, with no tile hovered, the normaliser N over the whole image (core/BlendWindow.h);
+//  - SeamMap: the run's seam map (per-pixel disagreement of overlapping tiles), as heat.
 #pragma once
 
+#include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <QImage>
 #include <QPointF>
 #include <QWidget>
 
+#include "core/BlendWindow.h"
+#include "core/Engine.h"
 #include "core/TilePlan.h"
 
 namespace tessera {
+
+enum class CanvasOverlay { TileGrid, BlendWeights, SeamMap };
 
 class TileCanvas : public QWidget {
     Q_OBJECT
@@ -31,12 +43,33 @@ public:
     // Text over the empty canvas; empty: the image size and "press Run".
     void setPlaceholderText(const QString& text);
 
+    // The blend window of the plan shown (for the BlendWeights overlay).
+    void setBlendWindow(BlendWindowKind kind);
+    BlendWindowKind blendWindow() const { return window_; }
+    // The seam map (1 x H x W) of the image shown; an empty tensor clears it.
+    void setSeamMap(const ImageTensor& map);
+    bool hasSeamMap() const { return !seamImage_.isNull(); }
+    double seamMax() const { return seamMax_; }
+
     bool overlayVisible() const { return overlay_; }
+    bool isOverlayEnabled(CanvasOverlay overlay) const;
+    void setOverlayEnabled(CanvasOverlay overlay, bool enabled);
+    // The tile whose normalised weight the BlendWeights overlay shows; -1: none (N is shown).
+    // Normally follows the cursor; tests and screenshots set it directly.
+    int hoveredTile() const { return hovered_; }
+    void setHoveredTile(int id);
+    // The tile that "owns" image pixel (x, y): the covering tile with the largest weight
+    // there (the one whose centre is nearest for `none`); -1 outside the plan.
+    int tileAt(QPointF imagePoint) const;
+    // The scale the legend currently shows (low, high), for tests; both 0 without a legend.
+    std::pair<double, double> legendRange() const { return legendRange_; }
     double zoom() const { return zoom_; }
     QSize sizeHint() const override { return {720, 640}; }
 
 public slots:
     void setOverlayVisible(bool visible);
+    void setBlendOverlayVisible(bool visible);
+    void setSeamOverlayVisible(bool visible);
     // Scales the image to fit the widget and keeps fitting it as the widget resizes.
     void fitToView();
     // One image pixel per screen pixel, centred.
@@ -50,18 +83,34 @@ protected:
     void mouseReleaseEvent(QMouseEvent* event) override;
     void mouseDoubleClickEvent(QMouseEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
+    void leaveEvent(QEvent* event) override;
 
 private:
     QSize contentSize() const;  // image pixels being shown (the plan's size, else the image's)
     void zoomAbout(double factor, QPointF anchor);
     void applyFit();
     QRectF tileRect(int id) const;
+    const BlendWeights* blendWeights() const;  // built on first use for plan_ and window_
+    const QImage& blendImage() const;          // the heat image for hovered_ (or N), cached
+    void invalidateBlend();
+    void paintLegend(QPainter& painter);
 
     std::optional<TilePlan> plan_;
     QImage image_;
     std::vector<int> active_;
     QString placeholder_;
     bool overlay_ = true;
+    bool blendOverlay_ = false;
+    bool seamOverlay_ = false;
+    BlendWindowKind window_ = BlendWindowKind::Hann;
+    mutable std::unique_ptr<BlendWeights> weights_;
+    mutable QImage blendImage_;
+    mutable int blendImageTile_ = -2;  // which tile blendImage_ shows (-1: N); -2: stale
+    mutable double normalizerMin_ = 0, normalizerMax_ = 0;
+    int hovered_ = -1;
+    QImage seamImage_;
+    double seamMax_ = 0;
+    std::pair<double, double> legendRange_{0, 0};
     bool fitting_ = true;   // re-fit on resize until the user zooms or pans
     double zoom_ = 1.0;
     QPointF offset_;        // widget position of image pixel (0, 0)

@@ -1,9 +1,20 @@
 #include "ui/TimingCharts.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
 
+#include <QFileDialog>
+#include <QFileInfo>
 #include <QLabel>
+#include <QMenu>
+#include <QMessageBox>
+#include <QToolTip>
 #include <QVBoxLayout>
+
+#include "core/TilePlan.h"
+#include "ui/HeatMap.h"
 
 #include <qcustomplot.h>
 
@@ -70,6 +81,34 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     memoryGraph_ = addSeries(memoryPlot_, tr("host RSS"), QColor(0xd6, 0x27, 0x28), false);
     memoryGraph_->setBrush(QColor(0xd6, 0x27, 0x28, 22));
 
+    // Per-tile time over the tile grid; row 0 at the top, as on the canvas.
+    tilePlot_ = new QCustomPlot;
+    tilePlot_->setObjectName(QStringLiteral("tilePlot"));
+    tilePlot_->setMinimumHeight(150);
+    tilePlot_->xAxis->setLabel(tr("tile column"));
+    tilePlot_->yAxis->setLabel(tr("tile row"));
+    tilePlot_->yAxis->setRangeReversed(true);
+    tileMap_ = new QCPColorMap(tilePlot_->xAxis, tilePlot_->yAxis);
+    tileMap_->setInterpolate(false);
+    tileMap_->setTightBoundary(false);  // cells centred on whole columns and rows
+    tileScale_ = new QCPColorScale(tilePlot_);
+    tilePlot_->plotLayout()->addElement(0, 1, tileScale_);
+    tileScale_->setType(QCPAxis::atRight);
+    tileScale_->axis()->setLabel(tr("ms per tile and step"));
+    tileMap_->setColorScale(tileScale_);
+    QCPColorGradient gradient;
+    gradient.clearColorStops();
+    for (int i = 0; i <= 8; ++i) gradient.setColorStopAt(i / 8.0, heatColor(i / 8.0));
+    tileMap_->setGradient(gradient);
+    auto* marginGroup = new QCPMarginGroup(tilePlot_);
+    tilePlot_->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
+    tileScale_->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
+    auto intTicker = QSharedPointer<QCPAxisTickerFixed>::create();
+    intTicker->setTickStep(1.0);
+    intTicker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    tilePlot_->xAxis->setTicker(intTicker);
+    tilePlot_->yAxis->setTicker(intTicker);
+
     summary_ = new QLabel(tr("No run yet"));
     summary_->setObjectName(QStringLiteral("chartSummary"));
 
@@ -78,11 +117,164 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     layout->addWidget(summary_);
     layout->addWidget(stepPlot_, 3);
     layout->addWidget(memoryPlot_, 2);
+    layout->addWidget(tilePlot_, 2);
+
+    // Hover: the value under the mouse. Right click: save the chart.
+    const std::pair<Chart, QCustomPlot*> charts[] = {{Chart::Steps, stepPlot_}, {Chart::Memory, memoryPlot_}, {Chart::Tiles, tilePlot_}};
+    for (const auto& [chart, plotWidget] : charts) {
+        QCustomPlot* widget = plotWidget;
+        const Chart which = chart;
+        widget->setMouseTracking(true);
+        connect(widget, &QCustomPlot::mouseMove, this, [this, widget, which](QMouseEvent* event) {
+            const QString text = hoverText(which, event->position());
+            if (text.isEmpty()) QToolTip::hideText();
+            else QToolTip::showText(widget->mapToGlobal(event->position().toPoint()), text, widget);
+        });
+        widget->setContextMenuPolicy(Qt::CustomContextMenu);
+        connect(widget, &QWidget::customContextMenuRequested, this,
+                [this, which](const QPoint& pos) { showContextMenu(which, pos); });
+    }
 
     replotTimer_.setSingleShot(true);
     replotTimer_.setInterval(kReplotIntervalMs);
     connect(&replotTimer_, &QTimer::timeout, this, &TimingCharts::replotNow);
     clear();
+}
+
+QCustomPlot* TimingCharts::plot(Chart chart) const {
+    switch (chart) {
+    case Chart::Steps: return stepPlot_;
+    case Chart::Memory: return memoryPlot_;
+    case Chart::Tiles: return tilePlot_;
+    }
+    return nullptr;
+}
+
+bool TimingCharts::saveChart(Chart chart, const QString& path) {
+    QCustomPlot* widget = plot(chart);
+    widget->replot(QCustomPlot::rpImmediateRefresh);
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    if (suffix == QStringLiteral("pdf")) return widget->savePdf(path);
+    // Twice the on-screen size, so the picture stays sharp in documents.
+    return widget->savePng(path, 0, 0, 2.0);
+}
+
+void TimingCharts::showContextMenu(Chart chart, const QPoint& pos) {
+    QMenu menu(this);
+    menu.addAction(tr("Save chart as PNG…"));
+    QAction* pdf = menu.addAction(tr("Save chart as PDF…"));
+    QAction* chosen = menu.exec(plot(chart)->mapToGlobal(pos));
+    if (!chosen) return;
+    const bool asPdf = chosen == pdf;
+    const QString name = plot(chart)->objectName() + (asPdf ? QStringLiteral(".pdf") : QStringLiteral(".png"));
+    const QString path = QFileDialog::getSaveFileName(this, chosen->text().remove(QStringLiteral("…")), name,
+                                                      asPdf ? tr("PDF (*.pdf)") : tr("PNG images (*.png)"));
+    if (path.isEmpty()) return;
+    if (!saveChart(chart, path)) QMessageBox::warning(this, tr("Save chart"), tr("%1 could not be written").arg(path));
+}
+
+QString TimingCharts::hoverText(Chart chart, QPointF pixel) const {
+    if (chart == Chart::Tiles) {
+        if (tileCols_ <= 0 || tileRows_ <= 0) return {};
+        const double key = tilePlot_->xAxis->pixelToCoord(pixel.x());
+        const double value = tilePlot_->yAxis->pixelToCoord(pixel.y());
+        const int col = static_cast<int>(std::lround(key)), row = static_cast<int>(std::lround(value));
+        if (col < 0 || row < 0 || col >= tileCols_ || row >= tileRows_) return {};
+        const int id = row * tileCols_ + col;
+        return tr("tile %1 (column %2, row %3): %4 ms per step").arg(id).arg(col).arg(row).arg(tileMs_[static_cast<std::size_t>(id)], 0, 'f', 2);
+    }
+    // The nearest data point (in pixels) of any visible graph, within a small radius.
+    QCustomPlot* widget = plot(chart);
+    constexpr double kRadius = 12.0;
+    double best = kRadius * kRadius;
+    QString text;
+    for (int g = 0; g < widget->graphCount(); ++g) {
+        QCPGraph* graph = widget->graph(g);
+        if (!graph->visible()) continue;
+        for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) {
+            const double dx = widget->xAxis->coordToPixel(it->key) - pixel.x();
+            const double dy = widget->yAxis->coordToPixel(it->value) - pixel.y();
+            if (dx * dx + dy * dy >= best) continue;
+            best = dx * dx + dy * dy;
+            const QVariant runName = graph->property("runName");
+            const QString series = runName.isValid() ? tr("earlier run %1").arg(runName.toString()) : graph->name();
+            text = chart == Chart::Steps
+                       ? tr("%1 — step %2: %3 ms").arg(series).arg(it->key, 0, 'f', 0).arg(it->value, 0, 'f', 2)
+                       : tr("%1 — %2 s: %3 MiB").arg(graph->name()).arg(it->key, 0, 'f', 2).arg(it->value, 0, 'f', 1);
+        }
+    }
+    return text;
+}
+
+double TimingCharts::tileTimeMs(int id) const {
+    if (id < 0 || id >= static_cast<int>(tileMs_.size())) return -1;
+    return tileMs_[static_cast<std::size_t>(id)];
+}
+
+void TimingCharts::showTileTimes(const RunRecord& record) {
+    tileMs_.clear();
+    tileCols_ = tileRows_ = 0;
+    tileMap_->data()->clear();
+    std::optional<TilePlan> plan;
+    try {
+        if (record.tileCount > 0) plan = TilePlan::fromConfig(record.config);
+    } catch (const std::exception&) {
+        plan.reset();
+    }
+    if (!plan || plan->count() != record.tileCount) {
+        tilePlot_->replot(QCustomPlot::rpQueuedReplot);
+        return;
+    }
+    tileCols_ = plan->cols();
+    tileRows_ = plan->rows();
+    std::vector<double> sum(static_cast<std::size_t>(plan->count()), 0.0);
+    std::vector<int> samples(static_cast<std::size_t>(plan->count()), 0);
+    for (const TileBatchTiming& batch : record.batches) {
+        if (batch.tileIds.empty()) continue;
+        const double ms = (batch.gpuMs >= 0 ? batch.gpuMs : batch.hostMs) / static_cast<double>(batch.tileIds.size());
+        for (int id : batch.tileIds) {
+            if (id < 0 || id >= plan->count()) continue;
+            sum[static_cast<std::size_t>(id)] += ms;
+            ++samples[static_cast<std::size_t>(id)];
+        }
+    }
+    tileMs_.assign(sum.size(), -1.0);
+    for (std::size_t i = 0; i < sum.size(); ++i)
+        if (samples[i] > 0) tileMs_[i] = sum[i] / samples[i];
+    tileMap_->data()->setSize(tileCols_, tileRows_);
+    tileMap_->data()->setRange(QCPRange(0, std::max(tileCols_ - 1, 1)), QCPRange(0, std::max(tileRows_ - 1, 1)));
+    for (int row = 0; row < tileRows_; ++row)
+        for (int col = 0; col < tileCols_; ++col)
+            tileMap_->data()->setCell(col, row, std::max(0.0, tileMs_[static_cast<std::size_t>(row * tileCols_ + col)]));
+    tileMap_->rescaleDataRange(true);
+    tilePlot_->xAxis->setRange(-0.5, tileCols_ - 0.5);
+    tilePlot_->yAxis->setRange(-0.5, tileRows_ - 0.5);
+    tilePlot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimingCharts::setEarlierRuns(const std::vector<const RunRecord*>& runs) {
+    for (QCPGraph* graph : earlierGraphs_) stepPlot_->removeGraph(graph);
+    earlierGraphs_.clear();
+    earlierNames_.clear();
+    bool first = true;
+    for (const RunRecord* run : runs) {
+        if (!run || run->steps.empty()) continue;
+        QCPGraph* graph = stepPlot_->addGraph();
+        const std::string name = run->config.label.empty() ? run->runId : run->config.label;
+        graph->setName(tr("earlier: %1").arg(QString::fromStdString(name)));
+        graph->setPen(QPen(QColor(150, 150, 150, 150), 1.0));
+        for (const StepTiming& step : run->steps) graph->addData(step.step + 1, step.wallMs);
+        // One legend entry for all of them; the tooltip names each.
+        if (first) graph->setName(tr("earlier runs"));
+        else graph->removeFromLegend();
+        // Behind the current run's series.
+        graph->setLayer(stepPlot_->layer(QStringLiteral("grid")));
+        graph->setProperty("runName", QString::fromStdString(name));
+        first = false;
+        earlierGraphs_.push_back(graph);
+        earlierNames_.push_back(name);
+    }
+    scheduleReplot();
 }
 
 void TimingCharts::clear() {
@@ -138,6 +330,7 @@ void TimingCharts::showRecord(const RunRecord& record) {
     const bool device = record.environment.backend != "cpu";
     for (const StepTiming& step : record.steps) addStep(step);
     for (const MemorySample& sample : record.memory) addMemory(sample, device);
+    showTileTimes(record);
 }
 
 void TimingCharts::scheduleReplot() {
@@ -150,14 +343,22 @@ void TimingCharts::flush() {
 }
 
 void TimingCharts::replotNow() {
-    stepPlot_->xAxis->setRange(0.5, std::max(steps_, 1) + 0.5);
+    int shownSteps = std::max(steps_, 1);
+    for (QCPGraph* graph : earlierGraphs_) shownSteps = std::max(shownSteps, graph->dataCount());
+    stepPlot_->xAxis->setRange(0.5, shownSteps + 0.5);
     fitValueAxis(stepPlot_->yAxis, {hostGraph_, enqueueGraph_, gpuGraph_});
+    for (QCPGraph* graph : earlierGraphs_) {
+        bool found = false;
+        const QCPRange range = graph->getValueRange(found);
+        if (found && range.upper * 1.12 > stepPlot_->yAxis->range().upper) stepPlot_->yAxis->setRangeUpper(range.upper * 1.12);
+    }
     bool found = false;
     const QCPRange keys = memoryGraph_->getKeyRange(found);
     memoryPlot_->xAxis->setRange(0, found && keys.upper > 0 ? keys.upper * 1.05 : 1.0);
     fitValueAxis(memoryPlot_->yAxis, {memoryGraph_});
     stepPlot_->replot(QCustomPlot::rpQueuedReplot);
     memoryPlot_->replot(QCustomPlot::rpQueuedReplot);
+    tilePlot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include <QMenuBar>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QThread>
 #include <QtTest>
@@ -63,7 +64,15 @@ private:
     }
 
 private slots:
-    void initTestCase() { QVERIFY(scratch_.isValid()); }
+    void initTestCase() {
+        QVERIFY(scratch_.isValid());
+        // Finished runs go into the run history: keep it out of the user's folder.
+        QStandardPaths::setTestModeEnabled(true);
+    }
+
+    void cleanupTestCase() {
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+    }
 
     void windowOpensWithMenusAndAbout() {
         MainWindow window(freshSettings());

@@ -1,0 +1,63 @@
+// `tessera-cli bench`: runs a matrix of (batch x precision x graph mode) tiled DDIM
+// generations on one model and image shape, and reports per row seconds per image, tile
+// evaluations per second, achieved TFLOP/s and its fraction of the GPU's dense fp16/bf16
+// tensor peak, peak device MiB, host enqueue ms per step and the first (warm-up) run apart.
+// Writes CSV (column names shared with bench/torch_tiled_ddim.py where they overlap) and a
+// printed table. The model is a folder (--model) or a random-weight network of a diffusers
+// google/ddpm shape (--shape cifar|church), so benchmarks need no download. Qt-free.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/ModelConfig.h"
+#include "core/RunConfig.h"
+
+namespace tessera {
+
+struct BenchOptions {
+    std::string shape;                 // "cifar" / "church"; empty when --model is given
+    std::string model;                 // model folder; empty when --shape is given
+    int width = 1024, height = 1024;
+    int tile = 64;
+    int overlap = 16;                  // pixels
+    std::vector<int> batches{1, 8, 32};
+    std::vector<Precision> precisions{Precision::FP16};
+    std::vector<GraphMode> graphs{GraphMode::Off};
+    int steps = 20;
+    int repeats = 3;                   // measured runs per row; the median is reported
+    int warmupSteps = 3;               // steps of the warm-up run (0 = as many as --steps)
+    BackendKind backend = BackendKind::Auto;
+    std::uint64_t seed = 0;            // noise seed, and the random weights' seed
+    std::optional<double> peakTflops;  // overrides the table of known GPUs
+    std::string csvPath;               // empty: CSV only on stdout's table
+    bool help = false;
+};
+
+// Parses the words after "bench". Throws ValidationError naming the option ("batch",
+// "shape", ...) for a bad value, "option" for an unknown one.
+BenchOptions parseBenchOptions(const std::vector<std::string>& args);
+std::string benchUsage();
+
+// The exact diffusers google/ddpm-cifar10-32 and google/ddpm-church-256 UNet2DModel configs
+// (block_out_channels, block types, norm_eps 1e-6, freq_shift 1, flip_sin_to_cos false,
+// downsample_padding 0, attention_head_dim null, 32 norm groups, 2 layers per block).
+// Throws ValidationError("shape") for another name.
+ModelConfig benchShapeConfig(std::string_view shape);
+
+// Dense fp16/bf16 tensor-core peak in TFLOP/s for a GPU name (e.g. "NVIDIA H100 80GB HBM3"
+// -> 989), or nullopt when the name is not one we know.
+std::optional<double> denseTensorPeakTflops(std::string_view deviceName);
+
+// The CSV header line (no newline); the first 15 names are bench/torch_tiled_ddim.py's.
+std::string benchCsvHeader();
+
+// Runs the whole matrix. Progress and notes go to `err`, the table to `out`.
+// Returns the exit status: 0, 1 when a row failed (the row is still written, with the
+// error in its note), 2 for invalid input.
+int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace tessera

@@ -1,0 +1,126 @@
+#include "app/Exporters.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "app/PngIO.h"
+#include "core/ImageOps.h"
+#include "core/RunRecordIO.h"
+
+namespace tessera {
+
+QString exportSuffix(ExportFormat format) {
+    switch (format) {
+    case ExportFormat::ImagePng: return QStringLiteral("png");
+    case ExportFormat::TimingsCsv: return QStringLiteral("csv");
+    case ExportFormat::ManifestJson:
+    case ExportFormat::ChromeTrace: return QStringLiteral("json");
+    }
+    return {};
+}
+
+QString exportTitle(ExportFormat format) {
+    switch (format) {
+    case ExportFormat::ImagePng: return QStringLiteral("Image (PNG)");
+    case ExportFormat::TimingsCsv: return QStringLiteral("Timings (CSV)");
+    case ExportFormat::ManifestJson: return QStringLiteral("Manifest (JSON)");
+    case ExportFormat::ChromeTrace: return QStringLiteral("Chrome trace (JSON)");
+    }
+    return {};
+}
+
+QString suggestedExportName(const RunRecord& record, ExportFormat format) {
+    const QString id = QString::fromStdString(record.runId.empty() ? std::string("run") : record.runId);
+    switch (format) {
+    case ExportFormat::ImagePng: return QStringLiteral("tessera-%1-seed%2.png").arg(id).arg(record.config.seed);
+    case ExportFormat::TimingsCsv: return QStringLiteral("tessera-%1-timings.csv").arg(id);
+    case ExportFormat::ManifestJson: return QStringLiteral("tessera-%1-manifest.json").arg(id);
+    case ExportFormat::ChromeTrace: return QStringLiteral("tessera-%1-trace.json").arg(id);
+    }
+    return {};
+}
+
+void exportRun(const RunResult& result, ExportFormat format, const std::string& path,
+               const std::vector<const RunRecord*>& earlier) {
+    const RunRecord& record = result.record;
+    switch (format) {
+    case ExportFormat::ImagePng:
+        if (result.image.data.empty()) throw std::runtime_error(path + ": the run has no image to export");
+        // The A1111 "parameters" line and the whole manifest travel inside the PNG.
+        writeRunPng(path, toRgb8(result.image), record.config, manifestJson(record).dump());
+        return;
+    case ExportFormat::TimingsCsv: writeFileAtomically(path, timingsCsv(record)); return;
+    case ExportFormat::ManifestJson: writeFileAtomically(path, manifestJson(record).dump(2) + "\n"); return;
+    case ExportFormat::ChromeTrace: {
+        std::vector<const RunRecord*> runs{&record};
+        runs.insert(runs.end(), earlier.begin(), earlier.end());
+        writeFileAtomically(path, chromeTrace(runs).dump() + "\n");
+        return;
+    }
+    }
+    throw std::logic_error("exportRun: unknown format");
+}
+
+RestoredConfig configurationFromFile(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw std::runtime_error(path + ": the file cannot be opened");
+    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    static const std::string kPngSignature("\x89PNG\r\n\x1a\n", 8);
+    RestoredConfig restored;
+    try {
+        if (bytes.compare(0, kPngSignature.size(), kPngSignature) == 0) {
+            const PngFile png = readPng(path);
+            const std::string manifest = png.text("tessera-manifest");
+            if (manifest.empty())
+                throw std::runtime_error("the PNG has no tessera-manifest chunk (it was not written by Tessera)");
+            const RunRecord record = runRecordFromManifest(nlohmann::json::parse(manifest));
+            restored.config = record.config;
+            restored.source = ConfigSource::RunPng;
+            restored.runId = record.runId;
+            return restored;
+        }
+        const nlohmann::json json = nlohmann::json::parse(bytes);
+        if (json.is_object() && json.contains("schema_version")) {
+            const RunRecord record = runRecordFromManifest(json);
+            restored.config = record.config;
+            restored.source = ConfigSource::Manifest;
+            restored.runId = record.runId;
+            return restored;
+        }
+        restored.config = runConfigFromJson(json);
+        restored.source = ConfigSource::Preset;
+        return restored;
+    } catch (const ValidationError& e) {
+        throw ValidationError(e.field(), path + ": " + e.what());
+    } catch (const std::exception& e) {
+        const std::string what = e.what();
+        // PngIO's messages already name the path.
+        if (what.find(path) != std::string::npos) throw;
+        throw std::runtime_error(path + ": " + what);
+    }
+}
+
+double peakMemoryMiB(const RunRecord& record) {
+    if (record.peakDeviceMiB >= 0) return record.peakDeviceMiB;
+    double peak = -1;
+    for (const MemorySample& sample : record.memory) peak = std::max(peak, sample.usedMiB);
+    return peak;
+}
+
+SeamStats seamStats(const ImageTensor& seamMap) {
+    SeamStats stats;
+    if (seamMap.data.empty()) return stats;
+    double sum = 0;
+    for (float v : seamMap.data) {
+        sum += v;
+        stats.max = std::max(stats.max, static_cast<double>(v));
+    }
+    stats.mean = sum / static_cast<double>(seamMap.data.size());
+    return stats;
+}
+
+}  // namespace tessera

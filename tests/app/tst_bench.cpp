@@ -1,0 +1,232 @@
+// tessera-cli bench: option parsing, the random-weight diffusers shapes, the GPU peak table,
+// and a real (tiny, CPU) run whose CSV is read back and checked column by column.
+#include <QtTest/QtTest>
+
+#include <QFile>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+
+#include "app/BenchCommand.h"
+#include "core/UNetModel.h"
+
+using namespace tessera;
+
+namespace {
+
+struct CliRun {
+    int exitCode = -1;
+    QString out, err;
+};
+
+CliRun runCli(const QStringList& args, int timeoutMs = 300000) {
+    QProcess process;
+    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
+    CliRun run;
+    if (!process.waitForFinished(timeoutMs)) {
+        process.kill();
+        process.waitForFinished();
+        run.err = QStringLiteral("timed out: ") + process.errorString();
+        return run;
+    }
+    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
+    run.out = QString::fromUtf8(process.readAllStandardOutput());
+    run.err = QString::fromUtf8(process.readAllStandardError());
+    return run;
+}
+
+QString describe(const CliRun& r) {
+    return QStringLiteral("exit %1\nstdout:\n%2\nstderr:\n%3").arg(r.exitCode).arg(r.out, r.err);
+}
+
+// One CSV record with RFC 4180 quoting.
+QStringList splitCsv(const QString& line) {
+    QStringList fields;
+    QString field;
+    bool quoted = false;
+    for (int i = 0; i < line.size(); ++i) {
+        const QChar c = line[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+                field += '"';
+                ++i;
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                field += c;
+            }
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            fields << field;
+            field.clear();
+        } else {
+            field += c;
+        }
+    }
+    fields << field;
+    return fields;
+}
+
+std::string expectValidationField(const std::vector<std::string>& args) {
+    try {
+        parseBenchOptions(args);
+    } catch (const ValidationError& e) {
+        return e.field();
+    }
+    return "(no error)";
+}
+
+}  // namespace
+
+class TestBench : public QObject {
+    Q_OBJECT
+
+private slots:
+    void parsesLists() {
+        const BenchOptions o = parseBenchOptions({"--shape", "church", "--size", "512", "--tile", "256", "--overlap", "32",
+                                                  "--batch", "1,4,16", "--precision", "fp16,bf16", "--graphs",
+                                                  "off,tile,step", "--steps", "5", "--repeats", "2", "--csv", "x.csv"});
+        QCOMPARE(o.shape, std::string("church"));
+        QCOMPARE(o.width, 512);
+        QCOMPARE(o.height, 512);
+        QCOMPARE(o.tile, 256);
+        QCOMPARE(o.overlap, 32);
+        QCOMPARE(o.batches, (std::vector<int>{1, 4, 16}));
+        QCOMPARE(o.precisions, (std::vector<Precision>{Precision::FP16, Precision::BF16}));
+        QCOMPARE(o.graphs, (std::vector<GraphMode>{GraphMode::Off, GraphMode::Tile, GraphMode::Step}));
+        QCOMPARE(o.steps, 5);
+        QCOMPARE(o.repeats, 2);
+        QCOMPARE(o.csvPath, std::string("x.csv"));
+    }
+
+    void rejectsBadOptionsNamingTheField() {
+        QCOMPARE(expectValidationField({"--shape", "imagenet"}), std::string("shape"));
+        QCOMPARE(expectValidationField({"--tile", "64"}), std::string("shape"));  // neither --shape nor --model
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--model", "m"}), std::string("shape"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--batch", "1,x"}), std::string("batch"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--batch", "0"}), std::string("batch"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--graphs", "always"}), std::string("graphs"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--precision", "fp8"}), std::string("precision"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--repeats", "0"}), std::string("repeats"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--size", "64", "--width", "64"}), std::string("size"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--frobnicate", "1"}), std::string("option"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--steps"}), std::string("steps"));
+    }
+
+    // The diffusers google/ddpm models: 35,746,307 and 113,673,219 parameters.
+    void shapesMatchDiffusers() {
+        const UNetModel cifar = UNetModel::random(benchShapeConfig("cifar"), 0);
+        QCOMPARE(cifar.parameterCount(), std::int64_t{35746307});
+        const double gflop = cifar.flopsPerEvaluation(64, 64) / 1e9;
+        QVERIFY2(gflop > 50 && gflop < 58, qPrintable(QString::number(gflop)));
+        const ModelConfig church = benchShapeConfig("church");
+        QCOMPARE(church.blockOutChannels, (std::vector<int>{128, 128, 256, 256, 512, 512}));
+        QCOMPARE(church.downBlocks[4], DownBlockType::AttnDown);
+        QCOMPARE(church.upBlocks[1], UpBlockType::AttnUp);
+        QCOMPARE(church.normEps, 1e-6f);
+        QCOMPARE(church.freqShift, 1);
+        QVERIFY(!church.flipSinToCos);
+        QCOMPARE(church.downsamplePadding, 0);
+        QVERIFY(!church.attentionHeadDim.has_value());
+        std::int64_t params = 0;
+        for (const auto& [name, shape] : UNetModel::expectedTensors(church)) {
+            std::int64_t n = 1;
+            for (auto d : shape) n *= d;
+            params += n;
+        }
+        QCOMPARE(params, std::int64_t{113673219});
+    }
+
+    void peakTable() {
+        QCOMPARE(denseTensorPeakTflops("NVIDIA H100 80GB HBM3").value_or(0), 989.0);
+        QCOMPARE(denseTensorPeakTflops("NVIDIA H100 PCIe").value_or(0), 756.0);
+        QCOMPARE(denseTensorPeakTflops("NVIDIA H200").value_or(0), 989.0);
+        QVERIFY(!denseTensorPeakTflops("AMD EPYC 7B13").has_value());
+    }
+
+    // The first columns are the PyTorch script's, in its order.
+    void csvHeaderSharesThePyTorchColumns() {
+        QFile script(QStringLiteral(TESSERA_SOURCE_DIR "/bench/torch_tiled_ddim.py"));
+        QVERIFY(script.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(script.readAll());
+        const auto match = QRegularExpression(QStringLiteral("cols = \\[([^\\]]*)\\]")).match(text);
+        QVERIFY2(match.hasMatch(), "cols = [...] not found in bench/torch_tiled_ddim.py");
+        QStringList torchCols;
+        auto names = QRegularExpression(QStringLiteral("\"([a-z_]+)\"")).globalMatch(match.captured(1));
+        while (names.hasNext()) torchCols << names.next().captured(1);
+        QCOMPARE(torchCols.size(), 16);
+        const QStringList ours = QString::fromStdString(benchCsvHeader()).split(',');
+        QCOMPARE(ours.mid(0, torchCols.size()), torchCols);
+        for (const char* extra : {"graphs", "fraction_of_peak", "first_run_s"})
+            QVERIFY2(ours.contains(QLatin1String(extra)), extra);
+    }
+
+    // A real run of the CLI on the CPU: 64x64, tile 32, overlap 8 -> 3 x 3 = 9 tiles, 1 step.
+    void cpuRunWritesCsv() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString csvPath = dir.filePath(QStringLiteral("bench.csv"));
+        const CliRun r = runCli({"bench", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu", "--size",
+                                 "64", "--tile", "32", "--overlap", "8", "--batch", "1,4", "--steps", "1", "--repeats",
+                                 "2", "--csv", csvPath});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains(QStringLiteral("s/image")) && r.out.contains(QStringLiteral("tessera-cpu")),
+                 qPrintable(describe(r)));
+        QVERIFY2(r.out.contains(QStringLiteral("peak: unknown")), qPrintable(r.out));
+
+        QFile file(csvPath);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QStringList lines = QString::fromUtf8(file.readAll()).split('\n', Qt::SkipEmptyParts);
+        QCOMPARE(lines.size(), 3);
+        const QStringList header = lines[0].split(',');
+        QCOMPARE(lines[0], QString::fromStdString(benchCsvHeader()));
+        const int batchesExpected[] = {1, 4};
+        for (int i = 1; i < 3; ++i) {
+            const QStringList f = splitCsv(lines[i]);
+            QCOMPARE(f.size(), header.size());
+            auto col = [&](const char* name) {
+                const int c = header.indexOf(QLatin1String(name));
+                return c >= 0 ? f[c] : QStringLiteral("<no column %1>").arg(QLatin1String(name));
+            };
+            QCOMPARE(col("engine"), QStringLiteral("tessera-cpu"));
+            QCOMPARE(col("shape"), QStringLiteral("cifar_like"));
+            QCOMPARE(col("size"), QStringLiteral("64"));
+            QCOMPARE(col("tile"), QStringLiteral("32"));
+            QCOMPARE(col("overlap"), QStringLiteral("8"));
+            QCOMPARE(col("batch").toInt(), batchesExpected[i - 1]);
+            QCOMPARE(col("precision"), QStringLiteral("fp16"));
+            QCOMPARE(col("steps"), QStringLiteral("1"));
+            QCOMPARE(col("tiles"), QStringLiteral("9"));
+            QCOMPARE(col("graphs"), QStringLiteral("off"));
+            QCOMPARE(col("repeats"), QStringLiteral("2"));
+            bool ok = false;
+            const double seconds = col("seconds_per_image").toDouble(&ok);
+            QVERIFY2(ok && seconds > 0, qPrintable(lines[i]));
+            const double evalsPerS = col("tile_evals_per_s").toDouble(&ok);
+            QVERIFY2(ok, qPrintable(lines[i]));
+            QVERIFY2(std::abs(evalsPerS * seconds - 9.0) < 0.01, qPrintable(lines[i]));  // 9 tiles x 1 step
+            const double gflop = col("gflop_per_eval").toDouble(&ok);
+            QVERIFY2(ok && gflop > 0, qPrintable(lines[i]));
+            const double tflops = col("tflops").toDouble(&ok);
+            QVERIFY2(ok && std::abs(tflops - gflop * 9 / seconds / 1000) <= 0.002 * tflops + 1e-6, qPrintable(lines[i]));
+            QVERIFY2(col("host_enqueue_ms_per_step").toDouble(&ok) > 0 && ok, qPrintable(lines[i]));
+            QVERIFY2(col("first_run_s").toDouble(&ok) > 0 && ok, qPrintable(lines[i]));
+            QVERIFY2(col("prepare_s").toDouble(&ok) >= 0 && ok, qPrintable(lines[i]));
+            QCOMPARE(col("fraction_of_peak"), QString());  // no GPU peak on the CPU
+            QCOMPARE(col("peak_mib"), QString());          // no device memory on the CPU
+        }
+    }
+
+    void badInputExitsWithTwo() {
+        const CliRun r = runCli({"bench", "--shape", "cifar", "--size", "100", "--tile", "64"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("bench:")), qPrintable(describe(r)));
+        const CliRun missing = runCli({"bench", "--model", "/nonexistent/model"});
+        QCOMPARE(missing.exitCode, 2);
+        QVERIFY2(missing.err.contains(QStringLiteral("model")), qPrintable(describe(missing)));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBench)
+#include "tst_bench.moc"

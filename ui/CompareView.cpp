@@ -1,0 +1,279 @@
+#include "ui/CompareView.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <QWheelEvent>
+
+#include "app/Exporters.h"
+#include "app/RunHistory.h"
+#include "ui/HeatMap.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr double kMinZoom = 1.0 / 32.0;
+constexpr double kMaxZoom = 64.0;
+
+QString runName(const RunRecord& record) {
+    if (!record.config.label.empty()) return QString::fromStdString(record.config.label);
+    return QString::fromStdString(record.runId);
+}
+
+QString number(double value, int decimals) { return value < 0 ? QStringLiteral("—") : QString::number(value, 'f', decimals); }
+
+QString signedNumber(double value, int decimals) {
+    return (value > 0 ? QStringLiteral("+") : QString()) + QString::number(value, 'f', decimals);
+}
+
+}  // namespace
+
+CompareDeltas compareRuns(const CompareSide& a, const CompareSide& b) {
+    CompareDeltas d;
+    d.totalMsA = a.record.totalMs;
+    d.totalMsB = b.record.totalMs;
+    d.speedup = d.totalMsA > 0 && d.totalMsB > 0 ? d.totalMsA / d.totalMsB : 0.0;
+    d.peakMiBA = peakMemoryMiB(a.record);
+    d.peakMiBB = peakMemoryMiB(b.record);
+    d.seamMeanA = a.seamMean;
+    d.seamMeanB = b.seamMean;
+    if (!a.image.isNull() && !b.image.isNull() && a.image.size() == b.image.size()) {
+        const QImage ia = a.image.convertToFormat(QImage::Format_RGB888);
+        const QImage ib = b.image.convertToFormat(QImage::Format_RGB888);
+        int maxDiff = 0;
+        double sum = 0;
+        for (int y = 0; y < ia.height(); ++y) {
+            const uchar* pa = ia.constScanLine(y);
+            const uchar* pb = ib.constScanLine(y);
+            for (int x = 0; x < ia.width(); ++x) {
+                int pixel = 0;
+                for (int c = 0; c < 3; ++c) pixel = std::max(pixel, std::abs(int(pa[3 * x + c]) - int(pb[3 * x + c])));
+                maxDiff = std::max(maxDiff, pixel);
+                sum += pixel;
+            }
+        }
+        d.maxPixelDiff = maxDiff;
+        d.meanPixelDiff = sum / (static_cast<double>(ia.width()) * ia.height());
+    }
+    return d;
+}
+
+QImage differenceImage(const QImage& a, const QImage& b, int scaleMax) {
+    if (a.isNull() || b.isNull() || a.size() != b.size()) return {};
+    const QImage ia = a.convertToFormat(QImage::Format_RGB888);
+    const QImage ib = b.convertToFormat(QImage::Format_RGB888);
+    std::vector<float> diff(static_cast<std::size_t>(ia.width()) * static_cast<std::size_t>(ia.height()));
+    int maxDiff = 0;
+    for (int y = 0; y < ia.height(); ++y) {
+        const uchar* pa = ia.constScanLine(y);
+        const uchar* pb = ib.constScanLine(y);
+        for (int x = 0; x < ia.width(); ++x) {
+            int pixel = 0;
+            for (int c = 0; c < 3; ++c) pixel = std::max(pixel, std::abs(int(pa[3 * x + c]) - int(pb[3 * x + c])));
+            diff[static_cast<std::size_t>(y) * ia.width() + x] = static_cast<float>(pixel);
+            maxDiff = std::max(maxDiff, pixel);
+        }
+    }
+    const double top = scaleMax > 0 ? scaleMax : std::max(maxDiff, 1);
+    return heatImage(diff.data(), ia.width(), ia.height(), 0.0, top);
+}
+
+// --- CompareImagePane ---
+
+CompareImagePane::CompareImagePane(QString title, QWidget* parent) : QWidget(parent), title_(std::move(title)) {
+    setMinimumSize(160, 160);
+    setCursor(Qt::OpenHandCursor);
+    setAttribute(Qt::WA_OpaquePaintEvent);
+}
+
+void CompareImagePane::setImage(const QImage& image) {
+    image_ = image;
+    if (fitting_) fitToView();
+    update();
+}
+
+void CompareImagePane::setLegend(const QString& title, double low, double high) {
+    legendTitle_ = title;
+    legendLow_ = low;
+    legendHigh_ = high;
+    hasLegend_ = true;
+    update();
+}
+
+double CompareImagePane::fitZoom() const {
+    if (image_.isNull()) return 1.0;
+    const double sx = (width() - 16.0) / image_.width();
+    const double sy = (height() - 40.0) / image_.height();
+    return std::clamp(std::min(sx, sy), kMinZoom, kMaxZoom);
+}
+
+void CompareImagePane::fitToView() {
+    fitting_ = true;
+    zoom_ = fitZoom();
+    centre_ = image_.isNull() ? QPointF() : QPointF(image_.width() / 2.0, image_.height() / 2.0);
+    update();
+}
+
+void CompareImagePane::setView(double zoom, QPointF centre) {
+    zoom_ = std::clamp(zoom, kMinZoom, kMaxZoom);
+    centre_ = centre;
+    fitting_ = false;
+    update();
+}
+
+void CompareImagePane::paintEvent(QPaintEvent*) {
+    QPainter painter(this);
+    painter.fillRect(rect(), QColor(0x26, 0x28, 0x2b));
+    if (!image_.isNull()) {
+        painter.save();
+        const QPointF widgetCentre(width() / 2.0, height() / 2.0);
+        painter.translate(widgetCentre - centre_ * zoom_);
+        painter.scale(zoom_, zoom_);
+        painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom_ < 2.0);
+        painter.drawImage(QPointF(0, 0), image_);
+        painter.restore();
+    } else {
+        painter.setPen(QColor(200, 200, 200));
+        painter.drawText(rect(), Qt::AlignCenter | Qt::TextWordWrap, tr("No image (missing, or sizes differ)"));
+    }
+    // Title strip at the top.
+    const QRect strip(0, 0, width(), painter.fontMetrics().height() + 8);
+    painter.fillRect(strip, QColor(20, 20, 24, 200));
+    painter.setPen(QColor(235, 235, 235));
+    painter.drawText(strip.adjusted(8, 0, -8, 0), Qt::AlignLeft | Qt::AlignVCenter,
+                     painter.fontMetrics().elidedText(title_, Qt::ElideMiddle, width() - 70));
+    painter.drawText(strip.adjusted(8, 0, -8, 0), Qt::AlignRight | Qt::AlignVCenter,
+                     QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0)));
+    if (hasLegend_) drawHeatLegend(painter, QPoint(8, height() - 8), legendTitle_, legendLow_, legendHigh_);
+}
+
+void CompareImagePane::wheelEvent(QWheelEvent* event) {
+    const double notches = event->angleDelta().y() / 120.0;
+    if (notches == 0.0 || image_.isNull()) return;
+    // Zoom about the cursor: the image point under it stays put.
+    const QPointF widgetCentre(width() / 2.0, height() / 2.0);
+    const QPointF anchor = event->position();
+    const QPointF imagePoint = centre_ + (anchor - widgetCentre) / zoom_;
+    const double next = std::clamp(zoom_ * std::pow(1.25, notches), kMinZoom, kMaxZoom);
+    setView(next, imagePoint - (anchor - widgetCentre) / next);
+    emit viewChanged(zoom_, centre_);
+    event->accept();
+}
+
+void CompareImagePane::mousePressEvent(QMouseEvent* event) {
+    if (event->button() != Qt::LeftButton && event->button() != Qt::MiddleButton) return;
+    dragging_ = true;
+    dragFrom_ = event->position();
+    setCursor(Qt::ClosedHandCursor);
+}
+
+void CompareImagePane::mouseMoveEvent(QMouseEvent* event) {
+    if (!dragging_) return;
+    setView(zoom_, centre_ - (event->position() - dragFrom_) / zoom_);
+    dragFrom_ = event->position();
+    emit viewChanged(zoom_, centre_);
+}
+
+void CompareImagePane::mouseReleaseEvent(QMouseEvent*) {
+    dragging_ = false;
+    setCursor(Qt::OpenHandCursor);
+}
+
+void CompareImagePane::mouseDoubleClickEvent(QMouseEvent*) {
+    fitToView();
+    emit viewChanged(zoom_, centre_);
+}
+
+void CompareImagePane::resizeEvent(QResizeEvent*) {
+    if (fitting_) fitToView();
+}
+
+// --- CompareView ---
+
+CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("compareView"));
+    setWindowTitle(tr("Compare %1 and %2").arg(runName(a.record), runName(b.record)));
+    deltas_ = compareRuns(a, b);
+
+    paneA_ = new CompareImagePane(tr("A: %1").arg(runName(a.record)));
+    paneB_ = new CompareImagePane(tr("B: %1").arg(runName(b.record)));
+    paneDiff_ = new CompareImagePane(tr("|A − B| (max over R, G, B)"));
+    paneA_->setObjectName(QStringLiteral("comparePaneA"));
+    paneB_->setObjectName(QStringLiteral("comparePaneB"));
+    paneDiff_->setObjectName(QStringLiteral("comparePaneDiff"));
+    paneA_->setImage(a.image);
+    paneB_->setImage(b.image);
+    const int scale = std::max(deltas_.maxPixelDiff, 1);
+    paneDiff_->setImage(differenceImage(a.image, b.image, scale));
+    if (deltas_.maxPixelDiff >= 0) paneDiff_->setLegend(tr("|A − B| in 8-bit levels"), 0, scale);
+
+    // One view for all three panes.
+    for (CompareImagePane* source : {paneA_, paneB_, paneDiff_}) {
+        connect(source, &CompareImagePane::viewChanged, this, [this, source](double zoom, QPointF centre) {
+            if (syncing_) return;
+            syncing_ = true;
+            for (CompareImagePane* other : {paneA_, paneB_, paneDiff_})
+                if (other != source) other->setView(zoom, centre);
+            syncing_ = false;
+        });
+    }
+
+    table_ = new QTableWidget(6, 3);
+    table_->setObjectName(QStringLiteral("compareTable"));
+    table_->setHorizontalHeaderLabels({tr("A"), tr("B"), tr("B − A")});
+    table_->setVerticalHeaderLabels({tr("Total time (s)"), tr("Speedup (A time / B time)"), tr("Peak memory (MiB)"),
+                                     tr("Max pixel difference"), tr("Mean pixel difference"), tr("Mean seam score")});
+    table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    table_->setMaximumHeight(table_->verticalHeader()->length() + table_->horizontalHeader()->height() + 6);
+    fillTable(a, b);
+
+    auto* panes = new QHBoxLayout;
+    panes->addWidget(paneA_);
+    panes->addWidget(paneB_);
+    panes->addWidget(paneDiff_);
+    auto* layout = new QVBoxLayout(this);
+    auto* caption = new QLabel(tr("A: %1 — %2<br>B: %3 — %4")
+                                   .arg(runName(a.record).toHtmlEscaped(), configSummary(a.record.config).toHtmlEscaped(),
+                                        runName(b.record).toHtmlEscaped(), configSummary(b.record.config).toHtmlEscaped()));
+    caption->setTextFormat(Qt::RichText);
+    layout->addWidget(caption);
+    layout->addLayout(panes, 1);
+    layout->addWidget(table_);
+    resize(1200, 640);
+}
+
+void CompareView::fillTable(const CompareSide&, const CompareSide&) {
+    const CompareDeltas& d = deltas_;
+    auto set = [this](int row, int col, const QString& text) {
+        auto* item = new QTableWidgetItem(text);
+        item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+        table_->setItem(row, col, item);
+    };
+    set(0, 0, number(d.totalMsA / 1000.0, 2));
+    set(0, 1, number(d.totalMsB / 1000.0, 2));
+    set(0, 2, signedNumber((d.totalMsB - d.totalMsA) / 1000.0, 2));
+    set(1, 0, QStringLiteral("1.00×"));
+    set(1, 1, d.speedup > 0 ? QStringLiteral("%1×").arg(d.speedup, 0, 'f', 2) : QStringLiteral("—"));
+    set(1, 2, QString());
+    set(2, 0, number(d.peakMiBA, 1));
+    set(2, 1, number(d.peakMiBB, 1));
+    set(2, 2, d.peakMiBA >= 0 && d.peakMiBB >= 0 ? signedNumber(d.peakMiBB - d.peakMiBA, 1) : QStringLiteral("—"));
+    set(3, 2, d.maxPixelDiff >= 0 ? QString::number(d.maxPixelDiff) : tr("— (sizes differ)"));
+    set(4, 2, d.meanPixelDiff >= 0 ? QString::number(d.meanPixelDiff, 'f', 3) : QStringLiteral("—"));
+    set(5, 0, number(d.seamMeanA, 5));
+    set(5, 1, number(d.seamMeanB, 5));
+    set(5, 2, d.seamMeanA >= 0 && d.seamMeanB >= 0 ? signedNumber(d.seamMeanB - d.seamMeanA, 5) : QStringLiteral("—"));
+}
+
+}  // namespace tessera

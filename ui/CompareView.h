@@ -1,0 +1,105 @@
+// CompareView: two runs side by side. Run A, run B and their difference image share one view
+// (zoom with the wheel, drag to pan, double-click to fit: every pane follows), and a table
+// gives the deltas: total time, speedup, peak memory, max pixel difference, mean seam score.
+#pragma once
+
+#include <QImage>
+#include <QPointF>
+#include <QString>
+#include <QWidget>
+
+#include "core/RunRecord.h"
+
+class QTableWidget;
+
+namespace tessera {
+
+// One side of a comparison.
+struct CompareSide {
+    RunRecord record;
+    QImage image;            // the run's image; may be null (then no pixel difference)
+    double seamMean = -1;    // mean of its seam map; < 0: unknown
+};
+
+struct CompareDeltas {
+    double totalMsA = 0, totalMsB = 0;
+    double speedup = 0;              // totalMsA / totalMsB (> 1: B is faster); 0 when unknown
+    double peakMiBA = -1, peakMiBB = -1;
+    int maxPixelDiff = -1;           // 0..255 over R, G, B; -1 when the sizes differ or an image is missing
+    double meanPixelDiff = -1;
+    double seamMeanA = -1, seamMeanB = -1;
+};
+
+// The numbers in the table (pure; no widgets).
+CompareDeltas compareRuns(const CompareSide& a, const CompareSide& b);
+// |A - B| per pixel (max over R, G, B) as heat, scaled so `scaleMax` is the top of the ramp
+// (scaleMax <= 0: the largest difference). Null when the sizes differ or an image is null.
+QImage differenceImage(const QImage& a, const QImage& b, int scaleMax = 0);
+
+// A zoomable image shared view: emits viewChanged when the user zooms or pans.
+class CompareImagePane : public QWidget {
+    Q_OBJECT
+public:
+    explicit CompareImagePane(QString title, QWidget* parent = nullptr);
+    void setImage(const QImage& image);
+    const QImage& image() const { return image_; }
+    // Legend under the image: the difference pane shows its scale (max value), others none.
+    void setLegend(const QString& title, double low, double high);
+    double zoom() const { return zoom_; }
+    QPointF centre() const { return centre_; }
+    QSize sizeHint() const override { return {360, 360}; }
+
+public slots:
+    // The view as zoom and the image point shown at the pane's centre.
+    void setView(double zoom, QPointF centre);
+    void fitToView();
+
+signals:
+    void viewChanged(double zoom, QPointF centre);
+
+protected:
+    void paintEvent(QPaintEvent* event) override;
+    void wheelEvent(QWheelEvent* event) override;
+    void mousePressEvent(QMouseEvent* event) override;
+    void mouseMoveEvent(QMouseEvent* event) override;
+    void mouseReleaseEvent(QMouseEvent* event) override;
+    void mouseDoubleClickEvent(QMouseEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
+
+private:
+    double fitZoom() const;
+    QString title_;
+    QImage image_;
+    QString legendTitle_;
+    double legendLow_ = 0, legendHigh_ = 0;
+    bool hasLegend_ = false;
+    bool fitting_ = true;
+    double zoom_ = 1.0;
+    QPointF centre_;
+    QPointF dragFrom_;
+    bool dragging_ = false;
+};
+
+class CompareView : public QWidget {
+    Q_OBJECT
+public:
+    CompareView(const CompareSide& a, const CompareSide& b, QWidget* parent = nullptr);
+
+    const CompareDeltas& deltas() const { return deltas_; }
+    QTableWidget* deltaTable() const { return table_; }
+    CompareImagePane* paneA() const { return paneA_; }
+    CompareImagePane* paneB() const { return paneB_; }
+    CompareImagePane* differencePane() const { return paneDiff_; }
+
+private:
+    void fillTable(const CompareSide& a, const CompareSide& b);
+
+    CompareDeltas deltas_;
+    CompareImagePane* paneA_ = nullptr;
+    CompareImagePane* paneB_ = nullptr;
+    CompareImagePane* paneDiff_ = nullptr;
+    QTableWidget* table_ = nullptr;
+    bool syncing_ = false;
+};
+
+}  // namespace tessera
