@@ -51,10 +51,16 @@ void setupBundledEnvironment(const char* argv0) {
 
     const QDir platformsDir(prefix + QStringLiteral("/plugins/platforms"));
     if (platformsDir.exists()) {
-        // The bundle's Qt libraries must load the bundle's plugins: plugins from a system Qt of
-        // another version refuse to load or, for private-API plugins, abort.
-        qputenv("QT_PLUGIN_PATH", QFile::encodeName(prefix + QStringLiteral("/plugins")));
-        qputenv("QT_QPA_PLATFORM_PLUGIN_PATH", QFile::encodeName(platformsDir.absolutePath()));
+        // The bundle's Qt libraries must load the bundle's plugins: plugins of a system Qt of
+        // another version refuse to load or, for private-API ones (xcb), abort. Set for this
+        // process only, not through QT_PLUGIN_PATH, which programs started from the window
+        // (xdg-open, a file manager built on the system's Qt) would inherit and then load these
+        // plugins into the wrong Qt. Qt keeps paths set before QApplication and adds the
+        // executable's folder. A QT_PLUGIN_PATH or QT_QPA_PLATFORM_PLUGIN_PATH already set
+        // points at another Qt's plugins: it is dropped for the same reason.
+        qunsetenv("QT_PLUGIN_PATH");
+        qunsetenv("QT_QPA_PLATFORM_PLUGIN_PATH");
+        QCoreApplication::setLibraryPaths({prefix + QStringLiteral("/plugins")});
         // The bundle has xcb and offscreen only. A session that asks for another platform
         // (QT_QPA_PLATFORM=wayland, or Qt's own pick on a KDE Wayland session) would stop with
         // "no Qt platform plugin could be initialized"; XWayland serves xcb there.

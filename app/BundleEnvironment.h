@@ -13,8 +13,9 @@
 namespace tessera {
 
 // Call first thing in main(), before QApplication exists: Qt reads these variables while it
-// starts. In a bundle it points QT_PLUGIN_PATH and QT_QPA_PLATFORM_PLUGIN_PATH at the bundle's
-// plugins (a system Qt's plugins would not match the bundled Qt libraries), falls back to xcb
+// starts. In a bundle it makes the bundle's plugins folder Qt's only plugin path for this
+// process (QCoreApplication::setLibraryPaths; QT_PLUGIN_PATH and QT_QPA_PLATFORM_PLUGIN_PATH are
+// unset: a system Qt's plugins would not match the bundled Qt libraries), falls back to xcb
 // where the session asks for a platform the bundle lacks (Wayland), sets QT_QPA_FONTDIR to the
 // bundled fonts (read by Qt builds without fontconfig), and, when the machine has no fontconfig
 // configuration (/etc/fonts/fonts.conf) and FONTCONFIG_FILE is unset, sets FONTCONFIG_FILE to

@@ -8,6 +8,7 @@ packages=(
   qt6-base-dev qt6-base-dev-tools libqcustomplot-dev
   libspdlog-dev nlohmann-json3-dev libopenblas-dev libpng-dev
   xvfb xauth fonts-dejavu-core
+  patchelf appstream desktop-file-utils
 )
 missing=()
 for p in "${packages[@]}"; do

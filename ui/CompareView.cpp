@@ -235,7 +235,13 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
                                      tr("Max pixel difference"), tr("Mean pixel difference"), tr("Mean seam score")});
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
     table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-    table_->setMaximumHeight(table_->verticalHeader()->length() + table_->horizontalHeader()->height() + 6);
+    table_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    table_->setFocusPolicy(Qt::NoFocus);  // a read-only table: no focus frame on the first cell
+    table_->setSelectionMode(QAbstractItemView::NoSelection);
+    // Every row visible: the header sizes are not final before the table is shown, so use hints.
+    const int tableHeight = table_->verticalHeader()->defaultSectionSize() * table_->rowCount() +
+                            table_->horizontalHeader()->sizeHint().height() + 2 * table_->frameWidth() + 2;
+    table_->setFixedHeight(tableHeight);
     fillTable(a, b);
 
     auto* panes = new QHBoxLayout;
@@ -269,6 +275,8 @@ void CompareView::fillTable(const CompareSide&, const CompareSide&) {
     set(2, 0, number(d.peakMiBA, 1));
     set(2, 1, number(d.peakMiBB, 1));
     set(2, 2, d.peakMiBA >= 0 && d.peakMiBB >= 0 ? signedNumber(d.peakMiBB - d.peakMiBA, 1) : QStringLiteral("—"));
+    for (int row : {3, 4})
+        for (int col : {0, 1}) set(row, col, QStringLiteral("·"));
     set(3, 2, d.maxPixelDiff >= 0 ? QString::number(d.maxPixelDiff) : tr("— (sizes differ)"));
     set(4, 2, d.meanPixelDiff >= 0 ? QString::number(d.meanPixelDiff, 'f', 3) : QStringLiteral("—"));
     set(5, 0, number(d.seamMeanA, 5));

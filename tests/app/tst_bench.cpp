@@ -219,9 +219,11 @@ private slots:
     }
 
     void badInputExitsWithTwo() {
-        const CliRun r = runCli({"bench", "--shape", "cifar", "--size", "100", "--tile", "64"});
+        // The fixture has 3 levels: tiles must be multiples of 4.
+        const CliRun r = runCli({"bench", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu",
+                                 "--size", "64", "--tile", "30", "--steps", "1"});
         QCOMPARE(r.exitCode, 2);
-        QVERIFY2(r.err.contains(QStringLiteral("bench:")), qPrintable(describe(r)));
+        QVERIFY2(r.err.contains(QStringLiteral("bench: tile")), qPrintable(describe(r)));
         const CliRun missing = runCli({"bench", "--model", "/nonexistent/model"});
         QCOMPARE(missing.exitCode, 2);
         QVERIFY2(missing.err.contains(QStringLiteral("model")), qPrintable(describe(missing)));

@@ -11,6 +11,7 @@
 #include <QDropEvent>
 #include <QFile>
 #include <QMimeData>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTableWidget>
@@ -344,11 +345,23 @@ private slots:
         QCOMPARE(view->paneB()->zoom(), view->paneA()->zoom());
         QCOMPARE(view->differencePane()->centre(), view->paneA()->centre());
 
+        // The history's Compare button opens the same comparison.
+        view->close();
+        HistoryPanel* panel = window_->historyPanel();
+        panel->selectIds(runIds_);
+        auto* compareButton = panel->findChild<QPushButton*>(QStringLiteral("historyCompare"));
+        QVERIFY(compareButton && compareButton->isEnabled());
+        QVERIFY(!panel->findChild<QPushButton*>(QStringLiteral("historyRestore"))->isEnabled());
+        compareButton->click();
+        QVERIFY(window_->compareView());
+        QCOMPARE(window_->compareView()->deltas().maxPixelDiff, maxDiff);
+        window_->compareView()->close();
+        panel->selectIds({});
+
         // A run against itself: no difference.
         const CompareDeltas same = compareRuns({a.record, a.loadImage(), a.seamMean}, {a.record, a.loadImage(), a.seamMean});
         QCOMPARE(same.maxPixelDiff, 0);
         QCOMPARE(same.speedup, 1.0);
-        view->close();
     }
 
     void overlayTogglesChangeWhatIsPainted() {
@@ -378,7 +391,11 @@ private slots:
         // A hovered tile shows its normalised weight (0..1) instead.
         QCOMPARE(canvas->tileAt(QPointF(1, 1)), 0);
         QCOMPARE(canvas->tileAt(QPointF(63, 63)), 8);
-        canvas->setHoveredTile(4);
+        // The cursor picks the tile: move over the image centre (pixel 32, 32: tile 4 of 3 x 3).
+        const QPointF centre = canvas->rect().center();
+        QMouseEvent move(QEvent::MouseMove, centre, canvas->mapToGlobal(centre), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
+        QApplication::sendEvent(canvas, &move);
+        QCOMPARE(canvas->hoveredTile(), 4);
         const QImage tile = canvas->grab().toImage();
         QVERIFY(changedFraction(normaliser, tile) > 0.05);
         QCOMPARE(canvas->legendRange(), std::make_pair(0.0, 1.0));

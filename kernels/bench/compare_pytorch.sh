@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Tessera (`tessera-cli bench`) beside the PyTorch script a user would write
+# (bench/torch_tiled_ddim.py: eager, whole-step CUDA graph, torch.compile + graph), on the
+# GPU machine, for the cases of docs/PERFORMANCE.md:
+#   cifar-shaped (35.7 M parameters) 1024x1024, tile 64, overlap 16 (441 tiles), 20 DDIM steps, B = 1, 8, 32
+#   church-shaped (113.7 M)          1024x1024, tile 256, overlap 32 (25 tiles),  20 DDIM steps, B = 1, 4, 16
+# fp16 throughout; Tessera with graphs off and tile (and step, which the engine runs as tile).
+#
+# The matrix does not fit one 10-minute device call, so it is split:
+#   part 1: every Tessera row, then PyTorch eager for the cifar shape
+#   part 2: PyTorch graph and compile for the cifar shape, eager and graph for the church shape
+# `all` runs both. Rows that do not fit the time left (DEADLINE_S, default 560 s from the
+# start) are skipped and the log says so.
+#
+# Repeats: 3 measured runs per row (median), except PyTorch eager and Tessera graphs-off at
+# B = 1 for the cifar shape (~134 s and ~40 s per image): 1 run each. torch.compile (about a
+# minute of compilation per batch size) runs for B = 8 and 32 only.
+#
+# Expects in .carry/bench/: tessera-cli (Release, stripped) and rtlibs.tgz (its non-system
+# host libraries: Qt Core/Gui, ICU, PNG, ...; the CUDA libraries cuDNN 9 and cuBLAS 13 are
+# the machine's; tessera-cli links no Qt library). Results under $OUT: tessera.csv, pytorch.csv, compare.log.
+set -u
+part="${1:-all}"
+out="${OUT:-/tmp/compare-out}"
+mkdir -p "$out" /tmp/compare
+log="$out/compare.log"
+deadline=$((SECONDS + ${DEADLINE_S:-560}))
+export PYTHONUNBUFFERED=1
+
+tar xzf .carry/bench/rtlibs.tgz -C /tmp
+cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
+cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
+# Only for tessera-cli: PyTorch must keep the machine's own libstdc++ and CUDA libraries.
+cli_path="/tmp/rtlibs:$cudnn:$cublas:${LD_LIBRARY_PATH:-}"
+
+{
+  date -u +"%Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+  echo "cudnn: $cudnn"; echo "cublas: $cublas"
+  LD_LIBRARY_PATH="$cli_path" ldd .carry/bench/tessera-cli | grep "not found"
+} 2>&1 | tee -a "$log"
+
+
+# run_row NAME MIN_SECONDS COMMAND...: runs when at least MIN_SECONDS are left, with a timeout
+# at the deadline; CSV rows (stdout of the PyTorch script, --csv of tessera-cli) are appended.
+append_csv() {  # FILE TARGET
+  [ -s "$1" ] || return
+  [ -s "$2" ] || head -1 "$1" >"$2"
+  tail -n +2 "$1" >>"$2"
+}
+tessera() {  # MIN_SECONDS ARGS...
+  local need=$1; shift
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt "$need" ]; then echo "SKIPPED (only ${left}s left): tessera-cli bench $*" | tee -a "$log"; return; fi
+  echo "== tessera-cli bench $*" | tee -a "$log"
+  rm -f /tmp/compare/t.csv
+  timeout "$left" env LD_LIBRARY_PATH="$cli_path" .carry/bench/tessera-cli bench --backend cuda "$@" --csv /tmp/compare/t.csv 2>&1 | tee -a "$log"
+  append_csv /tmp/compare/t.csv "$out/tessera.csv"
+}
+pytorch() {  # MIN_SECONDS ARGS...
+  local need=$1; shift
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt "$need" ]; then echo "SKIPPED (only ${left}s left): torch_tiled_ddim.py $*" | tee -a "$log"; return; fi
+  echo "== python3 bench/torch_tiled_ddim.py $*" | tee -a "$log"
+  timeout "$left" python3 bench/torch_tiled_ddim.py "$@" 2>>"$log" | tee /tmp/compare/p.csv | tee -a "$log"
+  append_csv /tmp/compare/p.csv "$out/pytorch.csv"
+}
+
+cifar=(--shape cifar --size 1024 --tile 64 --overlap 16 --steps 20)
+church=(--shape church --size 1024 --tile 256 --overlap 32 --steps 20)
+
+if [ "$part" = 1 ] || [ "$part" = all ]; then
+  tessera 60 "${cifar[@]}" --batch 8,32 --graphs off,tile --repeats 3
+  tessera 20 "${cifar[@]}" --batch 32 --graphs step --repeats 3
+  tessera 40 "${church[@]}" --batch 1,4,16 --graphs off,tile --repeats 3
+  tessera 90 "${cifar[@]}" --batch 1 --graphs tile,off --repeats 1
+  pytorch 120 "${cifar[@]}" --batch 8,32 --modes eager --repeats 3
+  pytorch 160 "${cifar[@]}" --batch 1 --modes eager --repeats 1
+fi
+if [ "$part" = 2 ] || [ "$part" = all ]; then
+  pytorch 60 "${church[@]}" --batch 1,4,16 --modes eager,graph --repeats 3
+  pytorch 100 "${cifar[@]}" --batch 1,8,32 --modes graph --repeats 3
+  pytorch 150 "${cifar[@]}" --batch 8,32 --modes compile --repeats 3
+fi
+
+echo "== results (part $part, $SECONDS s)" | tee -a "$log"
+for f in "$out/tessera.csv" "$out/pytorch.csv"; do
+  [ -s "$f" ] || continue
+  if command -v column >/dev/null; then column -s, -t <"$f" | cut -c1-200; else cut -d, -f1-15 "$f"; fi | tee -a "$log"
+done
