@@ -73,6 +73,9 @@ QString formatDuration(double seconds) {
 }
 
 QString presetsFolder() {
+    // Installed (.deb) and bundled copies keep the presets beside the binaries.
+    const QString installed = QCoreApplication::applicationDirPath() + QStringLiteral("/../share/tessera/presets");
+    if (QFileInfo(installed).isDir()) return QDir::cleanPath(installed);
 #ifdef TESSERA_RESOURCE_DIR
     const QString resources = QStringLiteral(TESSERA_RESOURCE_DIR "/presets");
     if (QFileInfo(resources).isDir()) return resources;

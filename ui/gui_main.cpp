@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     QApplication::setApplicationName(QStringLiteral("tessera"));
     QApplication::setApplicationDisplayName(QStringLiteral("Tessera"));
     QApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
-    QApplication::setDesktopFileName(QStringLiteral("tessera"));
+    QApplication::setDesktopFileName(QStringLiteral("io.github.tessera.Tessera"));
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Tiled high-resolution diffusion workbench"));
