@@ -5,7 +5,9 @@ Same network shape (diffusers UNet2DModel names and semantics, random weights), 
 (tile, overlap, Hann window, MultiDiffusion fusion), same DDIM schedule as `tessera-cli bench`:
   eager          fp16, channels_last, cudnn.benchmark
   graph          the whole denoising step captured once with torch.cuda.CUDAGraph, replayed per step
-  compile+graph  torch.compile (inductor, max-autotune-no-cudagraphs) of the UNet, then the same capture
+  compile+graph  torch.compile (inductor, default mode, dynamic=False) of the UNet, then the same capture
+                 (max-autotune spent minutes per batch size autotuning; the default mode compiles in
+                 about a minute per distinct batch shape)
 Prints CSV with the same columns as tessera-cli bench. Times with CUDA events after warm-up.
 
   python3 bench/torch_tiled_ddim.py --shape cifar --size 1024 --tile 64 --overlap 16 --batch 1,8,32 \
@@ -197,8 +199,9 @@ def ddim_coefficients(steps, tn=1000):
 
 
 class TiledDDIM:
-    def __init__(self, model, size, tile, overlap, batch, steps, device):
+    def __init__(self, model, size, tile, overlap, batch, steps, device, dtype=torch.float16):
         self.model, self.size, self.tile, self.batch, self.steps = model, size, tile, batch, steps
+        self.dtype = dtype
         ys, xs = tile_positions(size, tile, overlap), tile_positions(size, tile, overlap)
         self.rects = [(y, x) for y in ys for x in xs]
         w1 = hann(tile, device)
@@ -222,16 +225,21 @@ class TiledDDIM:
         self.wflat = self.w.expand(1, 3, tile, tile).reshape(-1)
 
     def step(self):
-        """One denoising step; every per-step scalar read from device memory (capturable)."""
-        cf = self.coef[self.k]
+        """One denoising step; every per-step scalar read from device memory (capturable).
+
+        No host synchronisation may happen here: `coef[k]` with a 0-d device tensor k copies k to
+        the host (illegal while a stream captures), so the row is picked with index_select and its
+        entries used as 0-d device tensors; gathers use index_select, not Python indexing."""
+        cf = self.coef.index_select(0, self.k.view(1)).view(-1)  # [5] on the device
+        t, a_x, a_eps, b_x0, b_eps = cf[0], cf[1], cf[2], cf[3], cf[4]  # 0-d views, no copy to host
         self.acc.zero_()
         for idx in self.batches:
             n = idx.numel() // (3 * self.tile * self.tile)
-            xt = self.x[idx]
-            inp = xt.view(n, 3, self.tile, self.tile).half().contiguous(memory_format=torch.channels_last)
-            eps = self.model(inp, cf[0].expand(n)).float().contiguous().view(-1)
-            x0 = (cf[1] * xt + cf[2] * eps).clamp_(-1, 1)
-            xprev = cf[3] * x0 + cf[4] * eps
+            xt = self.x.index_select(0, idx)
+            inp = xt.view(n, 3, self.tile, self.tile).to(self.dtype).contiguous(memory_format=torch.channels_last)
+            eps = self.model(inp, t.expand(n)).float().contiguous().view(-1)
+            x0 = (a_x * xt + a_eps * eps).clamp_(-1, 1)
+            xprev = b_x0 * x0 + b_eps * eps
             self.acc.index_add_(0, idx, xprev * self.wflat.repeat(n))
         self.x.copy_(self.acc * self.inv_norm.expand(1, 3, self.size, self.size).reshape(-1))
         self.k.add_(1)
@@ -239,20 +247,29 @@ class TiledDDIM:
 
 def run(args, shape, batch, mode, device):
     torch.manual_seed(0)
+    cuda = device.startswith("cuda")
+    # fp16 on the GPU; the CPU path (a smoke test of the step's code, eager only) runs fp32,
+    # since CPU convolutions have no fp16 kernels in older PyTorch.
+    dtype = torch.float16 if cuda else torch.float32
+    if not cuda and mode != "eager":
+        raise SystemExit(f"mode {mode} needs CUDA (--device cuda)")
     cfg = SHAPES[shape]
     model = UNet2D(cfg["ch"], cfg["down"], cfg["up"])
     flops = unet_flops(model, args.tile)
-    model = model.to(device).half().to(memory_format=torch.channels_last).eval()
+    model = model.to(device).to(dtype).to(memory_format=torch.channels_last).eval()
     net = model
     if mode == "compile":
-        net = torch.compile(model, mode="max-autotune-no-cudagraphs", dynamic=False)
-    torch.cuda.reset_peak_memory_stats()
-    s = TiledDDIM(net, args.size, args.tile, args.overlap, batch, args.steps, device)
+        # Default inductor mode: max-autotune(-no-cudagraphs) autotuned for minutes per batch size.
+        net = torch.compile(model, dynamic=False)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    s = TiledDDIM(net, args.size, args.tile, args.overlap, batch, args.steps, device, dtype)
     tiles = len(s.rects)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     with torch.no_grad():
         t0 = time.perf_counter()
         # warm-up: compile / cudnn.benchmark / capture, outside the timed region
-        for _ in range(2):
+        for _ in range(args.warmup):
             s.k.zero_()
             s.step()
         graph = None
@@ -266,14 +283,16 @@ def run(args, shape, batch, mode, device):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 s.step()
-        torch.cuda.synchronize()
+        sync()
         prepare_s = time.perf_counter() - t0
         totals, enqueue = [], []
         for rep in range(args.repeats):
             s.k.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
+            sync()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+            w0 = time.perf_counter()
             for _ in range(args.steps):
                 h0 = time.perf_counter()
                 if graph is not None:
@@ -281,15 +300,21 @@ def run(args, shape, batch, mode, device):
                 else:
                     s.step()
                 enqueue.append((time.perf_counter() - h0) * 1e3)
-            end.record()
-            torch.cuda.synchronize()
-            totals.append(start.elapsed_time(end) / 1e3)
+            if cuda:
+                end.record()
+                torch.cuda.synchronize()
+                totals.append(start.elapsed_time(end) / 1e3)
+            else:
+                totals.append(time.perf_counter() - w0)
+    if not torch.isfinite(s.x).all():
+        print(f"warning: non-finite values in the final canvas ({mode}, B={batch})", file=sys.stderr)
     sec = statistics.median(totals)
     evals = tiles * args.steps
     tflops = flops * evals / sec / 1e12
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0
     return dict(engine="pytorch-" + mode, shape=shape, size=args.size, tile=args.tile, overlap=args.overlap,
-                batch=batch, precision="fp16", steps=args.steps, tiles=tiles, seconds_per_image=sec,
-                tile_evals_per_s=evals / sec, tflops=tflops, peak_mib=torch.cuda.max_memory_allocated() / 2**20,
+                batch=batch, precision="fp16" if cuda else "fp32", steps=args.steps, tiles=tiles,
+                seconds_per_image=sec, tile_evals_per_s=evals / sec, tflops=tflops, peak_mib=peak,
                 host_enqueue_ms_per_step=statistics.median(enqueue), prepare_s=prepare_s,
                 gflop_per_eval=flops / 1e9)
 
@@ -304,9 +329,11 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--modes", default="eager,graph,compile")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2, help="eager warm-up steps before capture/timing")
+    p.add_argument("--device", default="cuda", help="cuda (fp16, all modes) or cpu (fp32 smoke test, eager)")
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
-    device = "cuda"
+    device = args.device
     cols = ["engine", "shape", "size", "tile", "overlap", "batch", "precision", "steps", "tiles",
             "seconds_per_image", "tile_evals_per_s", "tflops", "peak_mib", "host_enqueue_ms_per_step",
             "prepare_s", "gflop_per_eval"]
@@ -315,7 +342,8 @@ def main():
         for b in [int(v) for v in args.batch.split(",")]:
             r = run(args, args.shape, b, mode, device)
             print(",".join(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols), flush=True)
-            torch.cuda.empty_cache()
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
