@@ -14,6 +14,8 @@
 
 namespace tessera {
 
+class UNetModel;
+
 // Float32 NCHW image, values in model space ([-1, 1] nominal).
 struct ImageTensor {
     int channels = 0, height = 0, width = 0;
@@ -60,6 +62,11 @@ public:
     virtual ~Engine() = default;
     // Runs to completion, cancellation (record.status = "cancelled") or failure (throws).
     virtual RunResult run(const RunConfig&, RunObserver&) = 0;
+    // Image-to-image start image in model space (C x H x W of the next runs, values in
+    // [-1, 1]); an empty tensor clears it. The front end decodes and resizes the file.
+    virtual void setInitImage(ImageTensor image) = 0;
+    // Pins an in-memory model (RunConfig::model is then ignored); nullptr unpins.
+    virtual void setModel(std::shared_ptr<const UNetModel> model) = 0;
     // Thread-safe; checked between tile batches.
     void requestCancel() { cancel_.store(true); }
     void resetCancel() { cancel_.store(false); }

@@ -37,12 +37,12 @@ public:
     // x = sqrt(abar_t) * init + sqrt(1 - abar_t) * z(kInitNoiseDraw) (Euler: divided by
     // sqrt(abar_t), its sigma parameterisation). config.preserveColor then matches each channel's
     // mean and standard deviation to the start image's. An empty tensor clears it.
-    void setInitImage(ImageTensor image);
+    void setInitImage(ImageTensor image) override;
     bool hasInitImage() const { return !initImage_.data.empty(); }
 
     // Pins an in-memory model (tests, random-weight benchmarks); config.model is then ignored.
     // nullptr returns to loading config.model.
-    void setModel(std::shared_ptr<const UNetModel> model);
+    void setModel(std::shared_ptr<const UNetModel> model) override;
 
     // The model used by the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return model_; }

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <tuple>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "kernels/BiasResidual.cuh"
 #include "kernels/Concat.cuh"
 #include "kernels/CudaCheck.h"
+#include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
 #include "kernels/GroupNorm.cuh"
 #include "kernels/LayoutConvert.cuh"
@@ -173,6 +176,11 @@ struct ConvLayer {
     TensorDescriptor xDesc, yDesc;
     FilterDescriptor wDesc;
     ConvDescriptor convDesc;
+    float alpha = 1.0f;                 // the scale every call of this layer uses
+    // At the prepared batch: cuDNN graph-API plan when it benchmarked faster than the legacy
+    // algorithm (shared between layers of one shape), else null.
+    std::shared_ptr<GraphConv> graph;
+    double legacyMs = 0, graphMs = 0;
     std::vector<cudnnConvolutionFwdAlgo_t> algo;   // per batch size (index = batch)
     std::vector<cudnnMathType_t> math;
     int descBatch = -1;
@@ -345,6 +353,10 @@ struct CudaBackend::Impl {
 
     void runConv(int layer, const void* x, void* y, float alpha, float beta, int batch) {
         ConvLayer& c = convs[static_cast<std::size_t>(layer)];
+        if (c.graph && batch == maxBatch && beta == 0.0f && alpha == c.alpha) {
+            c.graph->run(x, wt(c.weight), y, nullptr, nullptr, workspace);
+            return;
+        }
         setConvBatch(c, batch);
         TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &alpha, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
                                               c.convDesc.get(), c.algo[static_cast<std::size_t>(batch)], workspace,
@@ -367,21 +379,27 @@ struct CudaBackend::Impl {
         const std::size_t w = convWeight(m, prefix + ".weight", cin, co);
         const std::size_t b = blob.addFloats(padded(tensor(m, prefix + ".bias").data, static_cast<std::size_t>(co)));
         const int layer = addConv(prefix, cin, co, k, stride, pad, x.h, x.w, w);
+        convs.back().alpha = scale;
         const ConvLayer& c = convs.back();
         Act y = newAct(co, c.ho, c.wo, prefix);
         const int rb = residual ? residual->buf : -1;
         std::vector<int> bufs{x.buf, y.buf};
         if (residual) bufs.push_back(rb);
         const long long pix = static_cast<long long>(c.ho) * c.wo;
-        addOp(prefix, bufs, y, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
-            const void* r = rb >= 0 ? ptr(rb) : nullptr;
-            if (betaAccumulate) {
+        if (betaAccumulate) {
+            addOp(prefix, bufs, y, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
+                const void* r = rb >= 0 ? ptr(rb) : nullptr;
                 launchBiasResidual(dtype, ptr(y.buf), false, wf(b), r, batch * pix, co, scale, stream.get());
                 runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
-            } else {
-                runConv(layer, ptr(x.buf), ptr(y.buf), scale, 0.0f, batch);
-                launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, stream.get());
-            }
+            });
+            return y;
+        }
+        // Two ops (same launches) so that profiles show the convolution and its epilogue apart.
+        addOp(prefix, {x.buf, y.buf}, y,
+              [this, layer, x, y, scale](int batch) { runConv(layer, ptr(x.buf), ptr(y.buf), scale, 0.0f, batch); });
+        addOp(prefix + ".epilogue", bufs, y, [this, y, b, rb, scale, pix, co](int batch) {
+            const void* r = rb >= 0 ? ptr(rb) : nullptr;
+            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, stream.get());
         });
         return y;
     }
@@ -458,6 +476,7 @@ struct CudaBackend::Impl {
         const float s = 1.0f / outputScale;
         const std::size_t w2 = convWeight(m, P + ".conv2.weight", cout, cout);
         const int conv2 = addConv(P + ".conv2", cout, cout, 3, 1, 1, x.h, x.w, w2);
+        convs.back().alpha = s;
         Act out = newAct(cout, x.h, x.w, P + ".out");
         const long long pix = static_cast<long long>(x.h) * x.w;
         const std::vector<float>& b2 = tensor(m, P + ".conv2.bias").data;
@@ -470,31 +489,38 @@ struct CudaBackend::Impl {
             const int sc = addConv(P + ".conv_shortcut", x.c, cout, 1, 1, 0, x.h, x.w, ws);
             const int shortcut = newBuffer(static_cast<std::size_t>(maxBatch) * x.h * x.w * cout * dtypeSize(dtype),
                                            P + ".conv_shortcut");
-            addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
-                if (betaAccumulate) {
+            if (betaAccumulate) {
+                addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
                     launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), nullptr, batch * pix, cout, s, stream.get());
                     runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
                     runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
-                } else {
-                    runConv(sc, ptr(x.buf), ptr(shortcut), 1.0f, 0.0f, batch);
-                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
+                });
+            } else {
+                addOp(P + ".conv_shortcut", {x.buf, shortcut}, out,
+                      [=, this](int batch) { runConv(sc, ptr(x.buf), ptr(shortcut), 1.0f, 0.0f, batch); });
+                addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out,
+                      [=, this](int batch) { runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch); });
+                addOp(P + ".conv2.epilogue", {x.buf, out.buf, shortcut}, out, [=, this](int batch) {
                     launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(shortcut), batch * pix, cout, s,
                                        stream.get());
-                }
-            });
+                });
+            }
         } else {
             const std::size_t bOff = blob.addFloats(b2);
-            addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
-                if (betaAccumulate) {
+            if (betaAccumulate) {
+                addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
                     launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), ptr(x.buf), batch * pix, cout, s,
                                        stream.get());
                     runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
-                } else {
-                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
+                });
+            } else {
+                addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out,
+                      [=, this](int batch) { runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch); });
+                addOp(P + ".conv2.epilogue", {x.buf, out.buf}, out, [=, this](int batch) {
                     launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(x.buf), batch * pix, cout, s,
                                        stream.get());
-                }
-            });
+                });
+            }
         }
         return out;
     }
@@ -828,6 +854,76 @@ struct CudaBackend::Impl {
         return alignUp(need);
     }
 
+    // fp16/bf16: for each distinct (shape, scale) at the prepared batch, benchmarks the cuDNN
+    // graph API's deterministic plans against the legacy algorithm chosen above and keeps the
+    // faster. TESSERA_CUDNN_API=legacy keeps the legacy path everywhere (diagnostics).
+    // Returns the workspace the chosen graph plans need.
+    std::size_t chooseGraphConvs(void* ws, std::size_t wsCap) {
+        if (dtype == DType::F32 || envIs("TESSERA_CUDNN_API", "legacy")) return 0;
+        std::map<std::string, std::tuple<std::shared_ptr<GraphConv>, double, double>> chosen;
+        std::size_t need = 0;
+        CudaEvent a = makeEvent(), b = makeEvent();
+        for (ConvLayer& c : convs) {
+            GraphConvShape shape;
+            shape.dtype = dtype;
+            shape.n = maxBatch;
+            shape.cin = c.cin;
+            shape.h = c.h;
+            shape.w = c.w;
+            shape.cout = c.cout;
+            shape.k = c.k;
+            shape.stride = c.stride;
+            shape.pad = c.pad;
+            shape.ho = c.ho;
+            shape.wo = c.wo;
+            shape.alpha = c.alpha;
+            const std::string key = shape.key();
+            auto it = chosen.find(key);
+            if (it == chosen.end()) {
+                const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+                void* x = actBase;
+                void* y = actBase + alignUp(xBytes);
+                // Legacy time with the algorithm chosen above.
+                std::vector<float> legacy;
+                for (int r = 0; r < 6; ++r) {
+                    TESSERA_CHECK(cudaEventRecord(a.get(), stream.get()));
+                    c.descBatch = -1;
+                    setConvBatch(c, maxBatch);
+                    const float one = c.alpha, zero = 0.0f;
+                    TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &one, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
+                                                          c.convDesc.get(), c.algo[static_cast<std::size_t>(maxBatch)],
+                                                          ws, wsCap, &zero, c.yDesc.get(), y));
+                    TESSERA_CHECK(cudaEventRecord(b.get(), stream.get()));
+                    TESSERA_CHECK(cudaEventSynchronize(b.get()));
+                    float ms = 0;
+                    TESSERA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+                    if (r > 0) legacy.push_back(ms);
+                }
+                std::sort(legacy.begin(), legacy.end());
+                const double legacyMs = legacy[legacy.size() / 2];
+                std::shared_ptr<GraphConv> graph;
+                double graphMs = -1;
+                try {
+                    graph = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap);
+                    graphMs = graph->benchmark(stream.get(), x, wt(c.weight), y, nullptr, nullptr, ws);
+                } catch (const std::exception& e) {
+                    graph.reset();
+                    (void)cudaGetLastError();
+                    graphNotes += "  " + c.name + ": legacy only (" + e.what() + ")\n";
+                }
+                if (graph && !(graphMs < legacyMs)) graph.reset();
+                it = chosen.emplace(key, std::make_tuple(graph, legacyMs, graphMs)).first;
+            }
+            c.graph = std::get<0>(it->second);
+            c.legacyMs = std::get<1>(it->second);
+            c.graphMs = std::get<2>(it->second);
+            c.descBatch = -1;
+            if (c.graph) need = std::max(need, c.graph->workspaceBytes());
+        }
+        return alignUp(need);
+    }
+    std::string graphNotes;
+
     std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest) const {
         const double perSample = static_cast<double>(activationBytes) / std::max(1, maxBatch);
         const double room = static_cast<double>(freeBytes) - static_cast<double>(fixedBytes);
@@ -860,6 +956,7 @@ struct CudaBackend::Impl {
         buffers.clear();
         ops.clear();
         convs.clear();
+        graphNotes.clear();
         projW.clear();
         projB.clear();
         tprojWidth = 0;
@@ -888,6 +985,7 @@ struct CudaBackend::Impl {
             launchFillUniform(dtype, actBase, static_cast<long long>(activationBytes / dtypeSize(dtype)), 1234u, 1.0f,
                               stream.get());
             wsNeed = chooseAlgorithms(findCap ? actBase + activationBytes : nullptr, findCap);
+            wsNeed = std::max(wsNeed, chooseGraphConvs(findCap ? actBase + activationBytes : nullptr, findCap));
             TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
         }
         convWorkspace = wsNeed;
@@ -927,9 +1025,18 @@ struct CudaBackend::Impl {
           << " tensors; arena " << mib(total) << " MiB = weights " << mib(weights) << " + activations "
           << mib(activationBytes) << " (unshared " << mib(unsharedBytes) << ") + workspace "
           << mib(convWorkspace + kCublasWorkspace) << "\n";
-        for (const ConvLayer& c : convs)
+        for (const ConvLayer& c : convs) {
             s << "  " << c.name << " " << c.key() << ": " << algoName(c.algo[static_cast<std::size_t>(maxBatch)])
-              << (c.math[static_cast<std::size_t>(maxBatch)] == CUDNN_FMA_MATH ? " (fma)" : "") << "\n";
+              << (c.math[static_cast<std::size_t>(maxBatch)] == CUDNN_FMA_MATH ? " (fma)" : "");
+            if (c.legacyMs > 0) {
+                s.precision(4);
+                s << " " << c.legacyMs << " ms; " << (c.graph ? c.graph->engineName() : std::string("graph API"))
+                  << " " << c.graphMs << " ms" << (c.graph ? " [graph]" : " [legacy]");
+                s.precision(1);
+            }
+            s << "\n";
+        }
+        s << graphNotes;
         summary = s.str();
         prepared = true;
     }
@@ -986,6 +1093,14 @@ struct CudaBackend::Impl {
         if (batch < 1 || batch > maxBatch)
             throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
                                         std::to_string(maxBatch) + " (the prepared tile batch)");
+        // Inside a capture of the caller's own (a step graph) the forward's kernels become
+        // nodes of that graph directly.
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        TESSERA_CHECK(cudaStreamIsCapturing(stream.get(), &capturing));
+        if (capturing != cudaStreamCaptureStatusNone) {
+            runOps(batch);
+            return;
+        }
         if (graphsWanted && !graphsFailed && !syncEveryOp) {
             auto it = graphs.find(batch);
             cudaGraphExec_t exec = nullptr;
@@ -1023,6 +1138,54 @@ struct CudaBackend::Impl {
                          tileH, tileW, outPad, s);
         TESSERA_CHECK(cudaMemcpyAsync(out, ptr(stageOutBuf), outCount * 4, cudaMemcpyDeviceToHost, s));
         TESSERA_CHECK(cudaStreamSynchronize(s));
+    }
+
+    std::vector<CudaBackend::OpTime> profileOps(int batch, int repeats, bool inGraph) {
+        if (!prepared) throw std::logic_error("CudaBackend: profileOps before prepare");
+        cudaStream_t s = stream.get();
+        std::vector<CudaEvent> marks;
+        for (std::size_t i = 0; i <= ops.size(); ++i) marks.push_back(makeEvent());
+        // Eager: events between ops on the stream. In a graph: event-record nodes between the
+        // ops' kernels (cudaEventRecordExternal), so times are free of host launch latency.
+        const unsigned flags = inGraph ? cudaEventRecordExternal : cudaEventRecordDefault;
+        auto enqueueMarked = [&] {
+            TESSERA_CHECK(cudaEventRecordWithFlags(marks[0].get(), s, flags));
+            for (std::size_t i = 0; i < ops.size(); ++i) {
+                ops[i].run(batch);
+                TESSERA_CHECK(cudaEventRecordWithFlags(marks[i + 1].get(), s, flags));
+            }
+        };
+        CudaGraphExec exec;
+        if (inGraph) {
+            cudaGraph_t raw = nullptr;
+            TESSERA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            enqueueMarked();
+            TESSERA_CHECK(cudaStreamEndCapture(s, &raw));
+            CudaGraph graph(raw);
+            cudaGraphExec_t e = nullptr;
+            TESSERA_CHECK(cudaGraphInstantiate(&e, graph.get(), 0));
+            exec = CudaGraphExec(e);
+        }
+        std::vector<std::vector<float>> samples(ops.size());
+        for (int r = 0; r < repeats + 1; ++r) {   // the first pass is a warm-up
+            if (inGraph)
+                TESSERA_CHECK(cudaGraphLaunch(exec.get(), s));
+            else
+                enqueueMarked();
+            TESSERA_CHECK(cudaStreamSynchronize(s));
+            if (r == 0) continue;
+            for (std::size_t i = 0; i < ops.size(); ++i) {
+                float ms = 0;
+                TESSERA_CHECK(cudaEventElapsedTime(&ms, marks[i].get(), marks[i + 1].get()));
+                samples[i].push_back(ms);
+            }
+        }
+        std::vector<CudaBackend::OpTime> times;
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+            std::sort(samples[i].begin(), samples[i].end());
+            times.push_back({ops[i].name, samples[i].empty() ? 0.0 : samples[i][samples[i].size() / 2]});
+        }
+        return times;
     }
 
     std::vector<CudaBackend::LayerTrace> traceForward(const float* x, const float* timesteps, int batch) {
@@ -1098,6 +1261,9 @@ void CudaBackend::setGraphs(bool enabled) {
     if (!impl_->graphsFailed) impl_->graphStats.mode = enabled ? "tile" : "off";
 }
 GraphStats CudaBackend::graphStats() const { return impl_->graphStats; }
+std::vector<CudaBackend::OpTime> CudaBackend::profileOps(int batch, int repeats, bool inGraph) {
+    return impl_->profileOps(batch, repeats, inGraph);
+}
 std::vector<CudaBackend::LayerTrace> CudaBackend::traceForward(const float* x, const float* timesteps, int batch) {
     return impl_->traceForward(x, timesteps, batch);
 }

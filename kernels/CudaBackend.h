@@ -76,6 +76,8 @@ public:
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.
+    // While stream() is being captured by the caller (step graphs), the kernels are enqueued
+    // directly (no nested tile graph), so they become nodes of the caller's graph.
     void enqueue(int batch);
 
     // CUDA graphs: with graphs on, enqueue() replays one captured graph of the whole forward
@@ -84,6 +86,15 @@ public:
     // memory, so results are bit-identical either way.
     void setGraphs(bool enabled);
     GraphStats graphStats() const;
+
+    // Diagnostics: GPU time of every op of the forward (CUDA events around each op; with
+    // inGraph, event-record nodes inside one captured graph of the forward, free of host
+    // launch latency), median of `repeats` forwards of the first `batch` tiles, plan order.
+    struct OpTime {
+        std::string name;
+        double ms = 0;
+    };
+    std::vector<OpTime> profileOps(int batch, int repeats, bool inGraph = true);
 
     // Diagnostics: runs forward layer by layer, synchronising after each, and returns every
     // layer's output (NHWC, as float32; empty for layers without one) for the first `batch` tiles.

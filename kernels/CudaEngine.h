@@ -35,9 +35,9 @@ public:
     RunResult run(const RunConfig& config, RunObserver& observer) override;
 
     // As TiledSampler: pin an in-memory model (config.model is then ignored); nullptr unpins.
-    void setModel(std::shared_ptr<const UNetModel> model);
+    void setModel(std::shared_ptr<const UNetModel> model) override;
     // As TiledSampler: start image in model space (C x H x W of the run); empty clears it.
-    void setInitImage(ImageTensor image);
+    void setInitImage(ImageTensor image) override;
 
     // The backend of the last run (nullptr before the first run).
     const CudaBackend* backend() const;

@@ -1,11 +1,13 @@
 // tessera-cuda-bench: times CudaBackend's UNet forward on random weights for the DDPM
 // architectures (no Qt, so it runs on a bare GPU machine). Prints one line per case:
 //   model precision tile batch | prepare ms | forward median/min ms | tiles/s | TFLOP/s | arena MiB
-// Usage: tessera-cuda-bench [--quick]
+// Usage: tessera-cuda-bench [--quick] | --profile cifar|church TILE BATCH
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -135,6 +137,40 @@ void runEngine(const char* modelName, std::shared_ptr<const UNetModel> m, int si
     std::fflush(stdout);
 }
 
+// Per-op GPU time of one forward (eager, events around every op), grouped by kind, beside
+// the forward as one captured graph: where a tile evaluation's time goes.
+void profile(const char* modelName, const UNetModel& m, int tile, int batch) {
+    CudaBackend gpu(Precision::FP16);
+    gpu.prepare(m, batch, tile, tile);
+    std::printf("%s", gpu.planSummary().c_str());
+    const std::vector<CudaBackend::OpTime> ops = gpu.profileOps(batch, 20, true);
+    double total = 0;
+    std::map<std::string, std::pair<double, int>> kinds;
+    for (const auto& op : ops) {
+        total += op.ms;
+        std::string kind = op.name.substr(op.name.rfind('.') + 1);
+        if (op.name.find("attentions") != std::string::npos || op.name.find("attn") != std::string::npos)
+            kind = op.name.find("group_norm") != std::string::npos ? "attention.group_norm" : "attention";
+        auto& k = kinds[kind];
+        k.first += op.ms;
+        k.second += 1;
+    }
+    const double flops = m.flopsPerEvaluation(tile, tile) * batch;
+    std::printf("profile (graph, event nodes) %s fp16 tile %d batch %d: %zu ops, sum of op times %.3f ms (%.1f TFLOP/s)\n", modelName, tile,
+                batch, ops.size(), total, flops / total * 1e-9);
+    std::vector<std::pair<std::string, std::pair<double, int>>> sorted(kinds.begin(), kinds.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    for (const auto& [kind, v] : sorted)
+        std::printf("  kind %-22s %3d ops %8.3f ms %5.1f%%\n", kind.c_str(), v.second, v.first, 100.0 * v.first / total);
+    std::vector<CudaBackend::OpTime> top(ops);
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+    for (std::size_t i = 0; i < std::min<std::size_t>(25, top.size()); ++i)
+        std::printf("  op %-45s %8.4f ms\n", top[i].name.c_str(), top[i].ms);
+    std::fflush(stdout);
+    runCase(modelName, m, Precision::FP16, tile, batch, 30, false);
+    runCase(modelName, m, Precision::FP16, tile, batch, 30, true);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +179,17 @@ int main(int argc, char** argv) {
     if (!cudaDeviceAvailable(&why)) {
         std::printf("%s\n", why.c_str());
         return 2;
+    }
+    if (argc == 5 && std::strcmp(argv[1], "--profile") == 0) {   // --profile cifar|church TILE BATCH
+        try {
+            const bool church = std::strcmp(argv[2], "church") == 0;
+            const UNetModel m = UNetModel::random(church ? lsun256() : cifar(), 1);
+            profile(argv[2], m, std::atoi(argv[3]), std::atoi(argv[4]));
+        } catch (const std::exception& e) {
+            std::printf("FAILED: %s\n", e.what());
+            return 1;
+        }
+        return 0;
     }
     try {
         const UNetModel c = UNetModel::random(cifar(), 1);
