@@ -181,6 +181,13 @@ struct ConvLayer {
     // algorithm (shared between layers of one shape), else null.
     std::shared_ptr<GraphConv> graph;
     double legacyMs = 0, graphMs = 0;
+    // Layers followed by a bias(+residual) epilogue: the epilogue's inputs, and at the
+    // prepared batch a graph plan with the epilogue fused when that benchmarked faster.
+    bool hasEpilogue = false;
+    std::size_t epilogueBias = 0;   // weight-blob offset of the float32 bias
+    bool epilogueResidual = false;
+    std::shared_ptr<GraphConv> fused;
+    double epilogueMs = 0, fusedMs = 0;
     std::vector<cudnnConvolutionFwdAlgo_t> algo;   // per batch size (index = batch)
     std::vector<cudnnMathType_t> math;
     int descBatch = -1;
@@ -363,6 +370,18 @@ struct CudaBackend::Impl {
                                               convWorkspace, &beta, c.yDesc.get(), y));
     }
 
+    // conv + bias (+ residual) in one cuDNN plan when chosen at prepare for this batch;
+    // returns false when the caller must run the conv and the epilogue apart.
+    bool runConvFused(int layer, const void* x, void* y, const void* residual, int batch) {
+        ConvLayer& c = convs[static_cast<std::size_t>(layer)];
+        if (!c.fused || batch != maxBatch) return false;
+        c.fused->run(x, wt(c.weight), y, wf(c.epilogueBias), residual, workspace);
+        return true;
+    }
+    bool fusedAt(int layer, int batch) const {
+        return convs[static_cast<std::size_t>(layer)].fused && batch == maxBatch;
+    }
+
     // y[rows, nOut] = alpha * x[rows, k] W^T + beta * y, W [nOut, k] row-major, all in `t`.
     void gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha, float beta) {
         const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
@@ -395,9 +414,16 @@ struct CudaBackend::Impl {
             return y;
         }
         // Two ops (same launches) so that profiles show the convolution and its epilogue apart.
-        addOp(prefix, {x.buf, y.buf}, y,
-              [this, layer, x, y, scale](int batch) { runConv(layer, ptr(x.buf), ptr(y.buf), scale, 0.0f, batch); });
-        addOp(prefix + ".epilogue", bufs, y, [this, y, b, rb, scale, pix, co](int batch) {
+        convs[static_cast<std::size_t>(layer)].hasEpilogue = scale == 1.0f;
+        convs[static_cast<std::size_t>(layer)].epilogueBias = b;
+        convs[static_cast<std::size_t>(layer)].epilogueResidual = residual != nullptr;
+        addOp(prefix, bufs, y, [this, layer, x, y, rb, scale](int batch) {
+            const void* r = rb >= 0 ? ptr(rb) : nullptr;
+            if (!runConvFused(layer, ptr(x.buf), ptr(y.buf), r, batch))
+                runConv(layer, ptr(x.buf), ptr(y.buf), scale, 0.0f, batch);
+        });
+        addOp(prefix + ".epilogue", bufs, y, [this, layer, y, b, rb, scale, pix, co](int batch) {
+            if (fusedAt(layer, batch)) return;
             const void* r = rb >= 0 ? ptr(rb) : nullptr;
             launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, stream.get());
         });
@@ -498,9 +524,15 @@ struct CudaBackend::Impl {
             } else {
                 addOp(P + ".conv_shortcut", {x.buf, shortcut}, out,
                       [=, this](int batch) { runConv(sc, ptr(x.buf), ptr(shortcut), 1.0f, 0.0f, batch); });
-                addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out,
-                      [=, this](int batch) { runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch); });
+                convs[static_cast<std::size_t>(conv2)].hasEpilogue = s == 1.0f;
+                convs[static_cast<std::size_t>(conv2)].epilogueBias = bOff;
+                convs[static_cast<std::size_t>(conv2)].epilogueResidual = true;
+                addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
+                    if (!runConvFused(conv2, ptr(h2.buf), ptr(out.buf), ptr(shortcut), batch))
+                        runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
+                });
                 addOp(P + ".conv2.epilogue", {x.buf, out.buf, shortcut}, out, [=, this](int batch) {
+                    if (fusedAt(conv2, batch)) return;
                     launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(shortcut), batch * pix, cout, s,
                                        stream.get());
                 });
@@ -514,9 +546,15 @@ struct CudaBackend::Impl {
                     runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
                 });
             } else {
-                addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out,
-                      [=, this](int batch) { runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch); });
+                convs[static_cast<std::size_t>(conv2)].hasEpilogue = s == 1.0f;
+                convs[static_cast<std::size_t>(conv2)].epilogueBias = bOff;
+                convs[static_cast<std::size_t>(conv2)].epilogueResidual = true;
+                addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
+                    if (!runConvFused(conv2, ptr(h2.buf), ptr(out.buf), ptr(x.buf), batch))
+                        runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
+                });
                 addOp(P + ".conv2.epilogue", {x.buf, out.buf}, out, [=, this](int batch) {
+                    if (fusedAt(conv2, batch)) return;
                     launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(x.buf), batch * pix, cout, s,
                                        stream.get());
                 });
@@ -919,9 +957,67 @@ struct CudaBackend::Impl {
             c.graphMs = std::get<2>(it->second);
             c.descBatch = -1;
             if (c.graph) need = std::max(need, c.graph->workspaceBytes());
+            if (c.hasEpilogue && !envIs("TESSERA_CUDNN_FUSE", "0")) {
+                // Fused conv + bias (+ residual) against the best unfused conv plus the
+                // epilogue kernel, on the same buffers (x, y, residual regions of the arena).
+                shape.bias = true;
+                shape.residual = c.epilogueResidual;
+                // cuDNN's fused conv+bias+add engines compile at prepare time (NVRTC): about
+                // 0.5 s per distinct shape, 4-10 s per prepare, for 2-4% faster forwards (H100,
+                // docs/PERFORMANCE.md). Opt-in for long renders and benchmarks.
+                shape.allowRuntimeCompiled = envIs("TESSERA_CUDNN_RUNTIME_FUSION", "1");
+                const std::string fkey = shape.key();
+                auto fit = fusedChosen.find(fkey);
+                if (fit == fusedChosen.end()) {
+                    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+                    const std::size_t yBytes =
+                        static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
+                    void* x = actBase;
+                    void* y = actBase + alignUp(xBytes);
+                    void* r = c.epilogueResidual && alignUp(xBytes) + 2 * alignUp(yBytes) <= activationBytes
+                                  ? actBase + alignUp(xBytes) + alignUp(yBytes)
+                                  : nullptr;
+                    std::vector<float> epi;
+                    for (int rep = 0; rep < 6; ++rep) {
+                        TESSERA_CHECK(cudaEventRecord(a.get(), stream.get()));
+                        launchBiasResidual(dtype, y, true, wf(c.epilogueBias), r,
+                                           static_cast<long long>(maxBatch) * c.ho * c.wo, c.cout, 1.0f, stream.get());
+                        TESSERA_CHECK(cudaEventRecord(b.get(), stream.get()));
+                        TESSERA_CHECK(cudaEventSynchronize(b.get()));
+                        float ms = 0;
+                        TESSERA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+                        if (rep > 0) epi.push_back(ms);
+                    }
+                    std::sort(epi.begin(), epi.end());
+                    const double epilogueMs = epi[epi.size() / 2];
+                    std::shared_ptr<GraphConv> fused;
+                    double fusedMs = -1;
+                    if (!c.epilogueResidual || r) {
+                        try {
+                            const auto t0 = std::chrono::steady_clock::now();
+                            fused = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap);
+                            fusedMs = fused->benchmark(stream.get(), x, wt(c.weight), y, wf(c.epilogueBias), r, ws);
+                            fusedBuildMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                        } catch (const std::exception& e) {
+                            fused.reset();
+                            (void)cudaGetLastError();
+                            graphNotes += "  " + c.name + ": no fused epilogue (" + e.what() + ")\n";
+                        }
+                    }
+                    const double unfused = (c.graph ? c.graphMs : c.legacyMs) + epilogueMs;
+                    if (fused && !(fusedMs < unfused)) fused.reset();
+                    fit = fusedChosen.emplace(fkey, std::make_tuple(fused, epilogueMs, fusedMs)).first;
+                }
+                c.fused = std::get<0>(fit->second);
+                c.epilogueMs = std::get<1>(fit->second);
+                c.fusedMs = std::get<2>(fit->second);
+                if (c.fused) need = std::max(need, c.fused->workspaceBytes());
+            }
         }
         return alignUp(need);
     }
+    std::map<std::string, std::tuple<std::shared_ptr<GraphConv>, double, double>> fusedChosen;
+    double fusedBuildMs = 0;
     std::string graphNotes;
 
     std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest) const {
@@ -957,6 +1053,8 @@ struct CudaBackend::Impl {
         ops.clear();
         convs.clear();
         graphNotes.clear();
+        fusedChosen.clear();
+        fusedBuildMs = 0;
         projW.clear();
         projB.clear();
         tprojWidth = 0;
@@ -1032,11 +1130,15 @@ struct CudaBackend::Impl {
                 s.precision(4);
                 s << " " << c.legacyMs << " ms; " << (c.graph ? c.graph->engineName() : std::string("graph API"))
                   << " " << c.graphMs << " ms" << (c.graph ? " [graph]" : " [legacy]");
+                if (c.hasEpilogue)
+                    s << "; epilogue " << c.epilogueMs << " ms, fused " << c.fusedMs << " ms"
+                      << (c.fused ? " [fused: " + c.fused->engineName() + "]" : std::string(" [apart]"));
                 s.precision(1);
             }
             s << "\n";
         }
         s << graphNotes;
+        s << "  fused-plan build + benchmark time " << fusedBuildMs << " ms\n";
         summary = s.str();
         prepared = true;
     }
