@@ -14,15 +14,7 @@
 
 #include "app/EngineFactory.h"
 #include "core/TilePlan.h"
-#include "core/TiledSampler.h"
 #include "core/UNetModel.h"
-
-#if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/CudaEngine.h")
-#include "kernels/CudaEngine.h"
-#define TESSERA_BENCH_CUDA 1
-#else
-#define TESSERA_BENCH_CUDA 0
-#endif
 
 namespace tessera {
 
@@ -148,20 +140,6 @@ void printTable(std::ostream& out, const std::vector<BenchRow>& rows) {
         for (std::size_t c = 0; c < row.size(); ++c) out << (c ? "  " : "") << pad(row[c], widths[c]);
         out << "\n";
     }
-}
-
-bool pinModel(Engine& engine, std::shared_ptr<const UNetModel> model) {
-    if (auto* sampler = dynamic_cast<TiledSampler*>(&engine)) {
-        sampler->setModel(std::move(model));
-        return true;
-    }
-#if TESSERA_BENCH_CUDA
-    if (auto* cuda = dynamic_cast<CudaEngine*>(&engine)) {
-        cuda->setModel(std::move(model));
-        return true;
-    }
-#endif
-    return false;
 }
 
 std::string today() {
@@ -440,7 +418,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                     // One engine per row: its first run pays prepare, algorithm search and capture.
                     std::unique_ptr<Engine> engine = createEngine(options.backend, &note);
                     if (!note.empty()) err << "\nnote: " << note << "\n";
-                    if (!pinModel(*engine, model)) throw std::runtime_error("this engine cannot take an in-memory model");
+                    engine->setModel(model);  // Engine interface: every engine takes an in-memory model
                     QuietObserver observer;
 
                     RunConfig warm = config;

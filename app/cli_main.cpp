@@ -16,6 +16,7 @@
 #include "app/BenchCommand.h"
 #include "app/CliOptions.h"
 #include "app/EngineFactory.h"
+#include "app/InitImage.h"
 #include "app/PngIO.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
@@ -199,19 +200,26 @@ int cmdRender(const CliOptions& options) {
     config.model = resolveModel(config.model);
 
     if (!config.initImage.empty()) {
-        PngFile init;
+        // Any PNG or JPEG, resampled to the run's size (app/InitImage.h); every engine takes it.
+        Rgb8Image decoded;
         try {
-            init = readPng(config.initImage);
-        } catch (const PngError& e) {
+            decoded = decodeImageFile(config.initImage);
+        } catch (const InitImageError& e) {
             throw InputError{std::string("init: ") + e.what()};
         }
-        if (init.image.width != config.width || init.image.height != config.height)
-            throw InputError{"init: '" + config.initImage + "' is " + std::to_string(init.image.width) + "x" +
-                             std::to_string(init.image.height) + "; the run is " + std::to_string(config.width) + "x" +
-                             std::to_string(config.height) + " (give the same --width/--height)"};
-        auto* sampler = dynamic_cast<TiledSampler*>(engine.get());
-        if (!sampler) throw InputError{"init: image-to-image runs on the cpu backend only in this build"};
-        sampler->setInitImage(fromRgb8(init.image, modelInputChannels(config.model)));
+        if (decoded.width != config.width || decoded.height != config.height) {
+            std::cerr << "note: init: '" << config.initImage << "' is " << decoded.width << "x" << decoded.height
+                      << ", resized to " << config.width << "x" << config.height;
+            const double inAspect = static_cast<double>(decoded.width) / decoded.height;
+            const double runAspect = static_cast<double>(config.width) / config.height;
+            if (std::abs(inAspect / runAspect - 1.0) > 0.01) std::cerr << " (stretched: the aspect ratios differ)";
+            std::cerr << "\n";
+        }
+        const int channels = modelInputChannels(config.model);
+        if (channels != 1 && channels != 3)
+            throw InputError{"init: image-to-image needs a model with 1 or 3 input channels; this one has " +
+                             std::to_string(channels)};
+        engine->setInitImage(resampleToModelSpace(decoded, config.width, config.height, channels));
     }
 
     std::error_code ec;

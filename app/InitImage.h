@@ -1,0 +1,46 @@
+// Image-to-image start images: a PNG or JPEG file decoded to 8-bit RGB and resampled to the
+// run's size in model space, ready for Engine::setInitImage. Qt-free (tessera-cli links no
+// Qt Gui), so the CLI and the window start from exactly the same pixels.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "core/Engine.h"
+#include "core/ImageOps.h"
+
+namespace tessera {
+
+// Thrown for a file that cannot be used as a start image; what() begins with the path in
+// quotes and says what is wrong (cannot be opened, empty, not PNG/JPEG, truncated, ...).
+class InitImageError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Decodes a PNG (libpng) or a JPEG (libjpeg-turbo), recognised by its first bytes rather
+// than its name, into 8-bit RGB:
+//   - grey and palette images become RGB; 16-bit samples are reduced to 8 bits;
+//   - transparency is composited over white (transparent pixels often hold black or junk
+//     colour that would otherwise leak into the run);
+//   - CMYK/YCCK JPEGs (Adobe's inverted convention when the Adobe marker says so) become RGB;
+//   - EXIF orientation is not applied: the pixels are used as stored.
+// Throws InitImageError. Images over kMaxInitImagePixels are refused before decoding.
+Rgb8Image decodeImageFile(const std::string& path);
+
+inline constexpr long long kMaxInitImagePixels = 150LL * 1000 * 1000;
+
+// Resamples `image` to width x height and converts it to model space ([-1, 1], C x H x W)
+// with `channels` channels (3: RGB; 1: the mean of R, G, B, as fromRgb8). Each axis on its
+// own: an axis that shrinks is area-averaged (every source pixel weighted by how much of it
+// the output pixel covers, so nothing aliases); an axis that grows uses Catmull-Rom cubic
+// interpolation (pixel centres aligned, edge pixels repeated outwards); an unchanged axis
+// is copied. The aspect ratio is not kept: the image is stretched to the run's size.
+// Cubic overshoot is clamped to [0, 255] before the conversion. Throws
+// std::invalid_argument for an empty image, a bad size or channels other than 1 or 3.
+ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, int channels);
+
+// decodeImageFile + resampleToModelSpace: what a front end passes to Engine::setInitImage.
+ImageTensor loadInitImage(const std::string& path, int width, int height, int channels);
+
+}  // namespace tessera
