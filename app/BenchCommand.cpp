@@ -89,6 +89,10 @@ struct BenchRow {
     int tile = 0, overlap = 0, batch = 0, steps = 0, tiles = 0, repeats = 0;
     double secondsPerImage = 0, tileEvalsPerS = 0, tflops = 0, peakMiB = -1, hostEnqueueMsPerStep = 0;
     double prepareS = 0, firstRunS = 0, gflopPerEval = 0;
+    // Graphs: device memory of the executable graphs, nodes, capture + instantiate time (all
+    // from the measured runs' records; zero with graphs off), and the median step GPU time.
+    double graphMiB = 0, captureMs = 0, stepGpuMs = 0;
+    int graphNodes = 0;
     std::optional<double> peakTflops;
     bool failed = false;
 };
@@ -104,7 +108,9 @@ std::string csvLine(const BenchRow& r) {
                        r.graphs + "," + r.graphsEffective + "," +
                        (ran && r.peakTflops ? sig4(r.tflops / *r.peakTflops) : "") + "," +
                        (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + num(r.firstRunS) + "," +
-                       std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note);
+                       std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note) + "," +
+                       (ran ? sig4(r.graphMiB) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
+                       (ran ? num(r.captureMs) : "") + "," + (ran ? num(r.stepGpuMs) : "");
     return line;
 }
 
@@ -200,7 +206,7 @@ std::optional<double> denseTensorPeakTflops(std::string_view name) {
 std::string benchCsvHeader() {
     return "engine,shape,size,tile,overlap,batch,precision,steps,tiles,seconds_per_image,tile_evals_per_s,tflops,"
            "peak_mib,host_enqueue_ms_per_step,prepare_s,gflop_per_eval,graphs,graphs_effective,fraction_of_peak,"
-           "peak_tflops_assumed,first_run_s,repeats,device,note";
+           "peak_tflops_assumed,first_run_s,repeats,device,note,graph_mib,graph_nodes,capture_ms,step_gpu_ms";
 }
 
 std::string benchUsage() {
@@ -431,7 +437,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                     row.engine = "tessera-" + first.record.environment.backend;
                     row.device = first.record.environment.device;
 
-                    std::vector<double> totals, enqueue;
+                    std::vector<double> totals, enqueue, stepGpu;
                     double peakMiB = first.record.peakDeviceMiB;
                     RunRecord last;
                     for (int r = 0; r < options.repeats; ++r) {
@@ -439,7 +445,10 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                         if (result.record.status != "finished")
                             throw std::runtime_error("run " + result.record.status + ": " + result.record.error);
                         totals.push_back(result.record.totalMs);
-                        for (const auto& step : result.record.steps) enqueue.push_back(step.hostEnqueueMs);
+                        for (const auto& step : result.record.steps) {
+                            enqueue.push_back(step.hostEnqueueMs);
+                            stepGpu.push_back(step.gpuMs);
+                        }
                         peakMiB = std::max(peakMiB, result.record.peakDeviceMiB);
                         last = std::move(result.record);
                     }
@@ -450,6 +459,10 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                     row.tflops = row.gflopPerEval * 1e9 * evaluations / row.secondsPerImage / 1e12;
                     row.peakMiB = peakMiB;
                     row.hostEnqueueMsPerStep = median(enqueue);
+                    row.stepGpuMs = median(stepGpu);
+                    row.graphMiB = std::max(first.record.graphs.graphMemMiB, last.graphs.graphMemMiB);
+                    row.graphNodes = std::max(first.record.graphs.nodes, last.graphs.nodes);
+                    row.captureMs = first.record.graphs.captureMs + first.record.graphs.instantiateMs;
                     row.peakTflops = options.peakTflops;
                     if (!row.peakTflops && last.environment.backend == "cuda") row.peakTflops = denseTensorPeakTflops(row.device);
                     // The engine's own words (e.g. "step graphs are not implemented yet; ran with tile graphs").

@@ -158,7 +158,7 @@ private slots:
         QCOMPARE(torchCols.size(), 16);
         const QStringList ours = QString::fromStdString(benchCsvHeader()).split(',');
         QCOMPARE(ours.mid(0, torchCols.size()), torchCols);
-        for (const char* extra : {"graphs", "fraction_of_peak", "first_run_s"})
+        for (const char* extra : {"graphs", "fraction_of_peak", "first_run_s", "graph_mib", "graph_nodes", "capture_ms", "step_gpu_ms"})
             QVERIFY2(ours.contains(QLatin1String(extra)), extra);
     }
 
