@@ -4,22 +4,22 @@
 # GPU machine, for the cases of docs/PERFORMANCE.md:
 #   cifar-shaped (35.7 M parameters) 1024x1024, tile 64, overlap 16 (441 tiles), 20 DDIM steps, B = 1, 8, 32
 #   church-shaped (113.7 M)          1024x1024, tile 256, overlap 32 (25 tiles),  20 DDIM steps, B = 1, 4, 16
-# fp16 throughout; Tessera with graphs off and tile (and step, which the engine runs as tile).
+# fp16 throughout; Tessera with graphs off, tile and step.
 #
 # The matrix does not fit one 10-minute device call, so it is split:
-#   part 1: every Tessera row, then PyTorch eager for the cifar shape
-#   part 2: PyTorch graph for the cifar shape, eager for the church shape, compile for the cifar
-#           shape, graph for the church shape (in this order of priority)
+#   part 1: every Tessera row, PyTorch graph (both shapes), PyTorch eager (church)
+#   part 2: PyTorch compile + graph (both shapes), PyTorch eager (cifar)
 # `all` runs both. Rows that do not fit the time left (DEADLINE_S, default 560 s from the
 # start) are skipped and the log says so.
 #
-# Repeats: 3 measured runs per row (median), except PyTorch eager and Tessera graphs-off at
-# B = 1 for the cifar shape (~134 s and ~40 s per image): 1 run each. torch.compile (about a
-# minute of compilation per batch size) runs for B = 8 and 32 only.
+# Repeats: 3 measured runs per row (median), except the cifar shape at B = 1 (PyTorch eager
+# ~120 s per image, Tessera ~20 s): 1 run each. torch.compile takes about a minute of
+# compilation per batch size. Set TESSERA_CUDNN_RUNTIME_FUSION=1 in the environment to let
+# Tessera's prepare build cuDNN's fused conv+bias+residual engines (NVRTC).
 #
 # Expects in .carry/bench/: tessera-cli (Release, stripped) and rtlibs.tgz (its non-system
-# host libraries: Qt Core/Gui, ICU, PNG, ...; the CUDA libraries cuDNN 9 and cuBLAS 13 are
-# the machine's; tessera-cli links no Qt library). Results under $OUT: tessera.csv, pytorch.csv, compare.log.
+# host libraries: Qt Core/Gui, ICU, PNG, JPEG, ...; the CUDA libraries cuDNN 9 and cuBLAS 13
+# are the machine's). Results under $OUT: tessera.csv, pytorch.csv, compare.log.
 set -u
 part="${1:-all}"
 out="${OUT:-/tmp/compare-out}"
@@ -72,18 +72,20 @@ cifar=(--shape cifar --size 1024 --tile 64 --overlap 16 --steps 20)
 church=(--shape church --size 1024 --tile 256 --overlap 32 --steps 20)
 
 if [ "$part" = 1 ] || [ "$part" = all ]; then
-  tessera 60 "${cifar[@]}" --batch 8,32 --graphs off,tile --repeats 3
-  tessera 20 "${cifar[@]}" --batch 32 --graphs step --repeats 3
-  tessera 40 "${church[@]}" --batch 1,4,16 --graphs off,tile --repeats 3
-  tessera 90 "${cifar[@]}" --batch 1 --graphs tile,off --repeats 1
-  pytorch 120 "${cifar[@]}" --batch 8,32 --modes eager --repeats 3
-  pytorch 160 "${cifar[@]}" --batch 1 --modes eager --repeats 1
+  # Every Tessera row (graphs off, tile, step), then PyTorch with the whole step captured.
+  tessera 60 "${cifar[@]}" --batch 8,32 --graphs off,tile,step --repeats 3
+  tessera 60 "${church[@]}" --batch 1,4,16 --graphs off,tile,step --repeats 3
+  tessera 90 "${cifar[@]}" --batch 1 --graphs step,tile,off --repeats 1
+  pytorch 100 "${cifar[@]}" --batch 1,8,32 --modes graph --repeats 3
+  pytorch 40 "${church[@]}" --batch 1,4,16 --modes graph --repeats 3
+  pytorch 40 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
 fi
 if [ "$part" = 2 ] || [ "$part" = all ]; then
-  pytorch 100 "${cifar[@]}" --batch 1,8,32 --modes graph --repeats 3
-  pytorch 60 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
-  pytorch 150 "${cifar[@]}" --batch 8,32 --modes compile --repeats 3
-  pytorch 40 "${church[@]}" --batch 1,4,16 --modes graph --repeats 3
+  # torch.compile (about a minute of compilation per batch size), then eager for the cifar shape.
+  pytorch 200 "${cifar[@]}" --batch 1,8,32 --modes compile --repeats 3
+  pytorch 200 "${church[@]}" --batch 1,4,16 --modes compile --repeats 3
+  pytorch 60 "${cifar[@]}" --batch 8,32 --modes eager --repeats 3
+  pytorch 130 "${cifar[@]}" --batch 1 --modes eager --repeats 1
 fi
 
 echo "== results (part $part, $SECONDS s)" | tee -a "$log"
