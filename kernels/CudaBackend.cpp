@@ -1079,7 +1079,10 @@ struct CudaBackend::Impl {
             DeviceBuffer temp(weights + activationBytes + findCap);
             weightsBase = temp.as<char>();
             actBase = weightsBase + weights;
-            TESSERA_CHECK(cudaMemcpy(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice));
+            // On the backend's stream, then waited for: a plain cudaMemcpy from pageable memory
+            // may return before its DMA lands, and a non-blocking stream would not wait for it.
+            TESSERA_CHECK(cudaMemcpyAsync(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice, stream.get()));
+            TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
             launchFillUniform(dtype, actBase, static_cast<long long>(activationBytes / dtypeSize(dtype)), 1234u, 1.0f,
                               stream.get());
             wsNeed = chooseAlgorithms(findCap ? actBase + activationBytes : nullptr, findCap);
@@ -1103,7 +1106,7 @@ struct CudaBackend::Impl {
         weightsBase = arena.as<char>();
         actBase = weightsBase + weights;
         workspace = actBase + activationBytes;
-        TESSERA_CHECK(cudaMemcpy(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice));
+        TESSERA_CHECK(cudaMemcpyAsync(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice, stream.get()));
         TESSERA_CHECK(cublasSetWorkspace(cublas.get(), workspace + convWorkspace, kCublasWorkspace));
         TESSERA_CHECK(cudaMemsetAsync(actBase, 0, activationBytes, stream.get()));
         TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
