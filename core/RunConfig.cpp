@@ -111,6 +111,7 @@ constexpr int kMaxTile = 4096;
 constexpr int kMaxTileBatch = 1024;
 constexpr int kMaxGraphWarmup = 100;
 constexpr int kMaxGraphCache = 1024;
+constexpr std::int64_t kMaxTiles = 65536;   // e.g. 16384x16384 with tile 64, overlap 0
 
 class Problems {
 public:
@@ -178,6 +179,23 @@ void checkOverlap(Problems& problems, const RunConfig& config) {
         problems.add("overlap", std::to_string(px) + " is not allowed; the overlap must be 0 to " +
                                     std::to_string(config.tile - 1) + " pixels (below the tile, " +
                                     std::to_string(config.tile) + ")");
+    } else if (config.tile > 0 && config.width > 0 && config.height > 0) {
+        // A huge overlap on a large image gives millions of tiles: hours per step and host
+        // tables of that size. Refuse before anything is planned (TilePlan's axis rule:
+        // about ceil((length - overlap) / stride) positions per axis).
+        const auto axis = [&](int length) -> std::int64_t {
+            const int effective = std::min(config.tile, length);
+            const int stride = config.tile - px;
+            if (length <= effective) return 1;
+            return 1 + (static_cast<std::int64_t>(length - effective) + stride - 1) / stride;
+        };
+        const std::int64_t tiles = axis(config.width) * axis(config.height);
+        if (tiles > kMaxTiles)
+            problems.add("overlap", "tile " + std::to_string(config.tile) + " with overlap " + std::to_string(px) +
+                                        " px gives " + std::to_string(tiles) + " tiles on " +
+                                        std::to_string(config.width) + "x" + std::to_string(config.height) +
+                                        "; at most " + std::to_string(kMaxTiles) +
+                                        " are allowed: use a larger tile or a smaller overlap");
     }
 }
 

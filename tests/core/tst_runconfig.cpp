@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/RunConfig.h"
+#include "core/TilePlan.h"
 
 using namespace tessera;
 
@@ -140,6 +141,7 @@ private slots:
             {"num_train_timesteps", "num_train_timesteps: 0 is not allowed"},
             {"steps_offset", "steps_offset: -1 is not allowed"},
             {"clip_sample_range", "clip_sample_range: 0 is not allowed"},
+            {"overlap", "overlap: tile 64 with overlap 56 px gives 4165681 tiles on 16384x16384; at most 65536 are allowed"},
         };
         for (const auto& c : cases) {
             QTest::newRow(c[1]) << QString::fromUtf8(c[0]) << QString::fromUtf8(c[1]) << i;
@@ -182,8 +184,9 @@ private slots:
             [](RunConfig& c) { c.schedulerOptions.numTrainTimesteps = 0; c.steps = 1; },
             [](RunConfig& c) { c.schedulerOptions.stepsOffset = -1; },
             [](RunConfig& c) { c.schedulerOptions.clipSampleRange = 0.0f; },
+            [](RunConfig& c) { c.width = c.height = 16384; c.tile = 64; c.overlapPx = 56; },
         };
-        QCOMPARE(edits.size(), static_cast<std::size_t>(30));
+        QCOMPARE(edits.size(), static_cast<std::size_t>(31));
         RunConfig config;
         edits.at(static_cast<std::size_t>(caseIndex))(config);
         const Rejection r = rejectionOf(config);
@@ -193,6 +196,22 @@ private slots:
         const auto all = validateAll(config);
         QCOMPARE(all.size(), static_cast<std::size_t>(1));
         QCOMPARE(QString::fromStdString(all.front().field()), expectedField);
+    }
+
+    // The cap counts tiles as TilePlan lays them out: at the limit accepted, one column more refused.
+    void tileCountCapMatchesThePlan() {
+        RunConfig c;
+        c.width = c.height = 4096;
+        c.tile = 16;
+        c.overlapPx = 0;
+        QVERIFY(validateAll(c).empty());
+        QCOMPARE(TilePlan::fromConfig(c).count(), 65536);
+        c.width = 4104;
+        const auto problems = validateAll(c);
+        QCOMPARE(problems.size(), static_cast<std::size_t>(1));
+        QCOMPARE(QString::fromStdString(problems.front().field()), QStringLiteral("overlap"));
+        const std::string expected = "gives " + std::to_string(TilePlan::fromConfig(c).count()) + " tiles";
+        QVERIFY2(contains(problems.front().what(), expected), problems.front().what());
     }
 
     void nearestValidSizesAreNamed() {
