@@ -258,7 +258,7 @@ std::string cliUsage(CliCommand command) {
         "  --precision NAME       fp32, fp16 or bf16 (default fp16; the CPU always computes fp32)\n"
         "  --backend NAME         auto (CUDA when built and a device is usable, else cpu), cpu or cuda\n"
         "  --preview-every N      preview every N steps, 0 = never (default 1)\n"
-        "  --init PNG             start from this image (image-to-image)\n"
+        "  --init FILE            start from this PNG or JPEG, resized to the run (image-to-image)\n"
         "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"
         "  --preserve-color       keep the init image's colours\n"
         "  --label TEXT           free text stored with the run\n"

@@ -1,7 +1,9 @@
 // tessera-cli: plan, render, info and bench, headless. Exit status: 0 success, 2 invalid input
 // (the message names the field), 1 failure while running.
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -194,6 +196,37 @@ std::unique_ptr<Engine> makeEngine(BackendKind kind) {
     return engine;
 }
 
+// While alive, SIGINT/SIGTERM ask the engine to cancel (checked between tile batches); the
+// run then returns "cancelled" and its outputs are written as such. A second signal ends
+// the program at once. The engine pointer lives in a file-static atomic because a signal
+// handler can reach nothing else.
+std::atomic<Engine*> interruptTarget{nullptr};
+
+extern "C" void onInterrupt(int signal) {
+    if (Engine* engine = interruptTarget.load()) engine->requestCancel();
+    std::signal(signal, SIG_DFL);
+}
+
+class InterruptCancels {
+public:
+    explicit InterruptCancels(Engine& engine) {
+        interruptTarget.store(&engine);
+        previousInt_ = std::signal(SIGINT, onInterrupt);
+        previousTerm_ = std::signal(SIGTERM, onInterrupt);
+    }
+    ~InterruptCancels() {
+        std::signal(SIGINT, previousInt_);
+        std::signal(SIGTERM, previousTerm_);
+        interruptTarget.store(nullptr);
+    }
+    InterruptCancels(const InterruptCancels&) = delete;
+    InterruptCancels& operator=(const InterruptCancels&) = delete;
+
+private:
+    void (*previousInt_)(int) = SIG_DFL;
+    void (*previousTerm_)(int) = SIG_DFL;
+};
+
 int cmdRender(const CliOptions& options) {
     RunConfig config = options.config;
     std::unique_ptr<Engine> engine = makeEngine(config.backend);  // first: a missing backend says so
@@ -227,7 +260,11 @@ int cmdRender(const CliOptions& options) {
     if (!fs::is_directory(options.outDir)) throw InputError{"out: cannot create the folder '" + options.outDir + "'"};
 
     ConsoleObserver observer;
-    const RunResult result = engine->run(config, observer);
+    RunResult result;
+    {
+        const InterruptCancels interrupt(*engine);   // Ctrl-C: finish the tile batch, keep what was made
+        result = engine->run(config, observer);
+    }
     const RunRecord& record = result.record;
 
     const fs::path base = fs::path(options.outDir) / record.runId;

@@ -6,6 +6,9 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <sys/types.h>
+#include <csignal>
+#include <QElapsedTimer>
 #include <QTemporaryDir>
 
 #include "app/CliOptions.h"
@@ -51,6 +54,37 @@ class TestCli : public QObject {
     Q_OBJECT
 
 private slots:
+    // Ctrl-C (here SIGINT) during a render: the run stops between tile batches, says
+    // "cancelled", still writes its (partial) outputs, and exits 1 — not killed mid-write.
+    void interruptCancelsRender() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        QProcess process;
+        process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"),
+                      {"render", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu", "--width", "256",
+                       "--height", "256", "--tile", "32", "--overlap", "8", "--batch", "1", "--steps", "50",
+                       "--precision", "fp32", "--out", dir.path()});
+        QVERIFY(process.waitForStarted());
+        QString err;
+        QElapsedTimer clock;
+        clock.start();
+        while (!err.contains(QStringLiteral("step 1/50")) && clock.elapsed() < 60000) {
+            process.waitForReadyRead(200);
+            err += QString::fromUtf8(process.readAllStandardError());
+        }
+        QVERIFY2(err.contains(QStringLiteral("step 1/50")), qPrintable(err));
+        ::kill(static_cast<pid_t>(process.processId()), SIGINT);
+        QVERIFY(process.waitForFinished(60000));
+        const QString out = QString::fromUtf8(process.readAllStandardOutput());
+        err += QString::fromUtf8(process.readAllStandardError());
+        QCOMPARE(process.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(process.exitCode() == 1, qPrintable(out + err));
+        QVERIFY2(out.startsWith(QStringLiteral("cancelled: ")), qPrintable(out));
+        QVERIFY2(!err.contains(QStringLiteral("step 50/50")), qPrintable(err));
+        QCOMPARE(QDir(dir.path()).entryList({QStringLiteral("*.png")}, QDir::Files).size(), 1);
+        QCOMPARE(QDir(dir.path()).entryList({QStringLiteral("*.json")}, QDir::Files).size(), 1);
+    }
+
     void binaryExists() {
         QVERIFY2(QFileInfo::exists(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli")),
                  "build the tessera-cli target first");
