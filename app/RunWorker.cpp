@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <exception>
+#include <optional>
 #include <utility>
 
+#include "app/InitImage.h"
 #include "core/ImageOps.h"
-#include "core/TiledSampler.h"
 #include "core/UNetModel.h"
 
 namespace tessera {
@@ -17,6 +17,7 @@ void registerRunMetaTypes() {
     qRegisterMetaType<tessera::RunRecord>();
     qRegisterMetaType<tessera::StepEvent>();
     qRegisterMetaType<tessera::TileBatchEvent>();
+    qRegisterMetaType<std::vector<tessera::TileBatchTiming>>();
     qRegisterMetaType<tessera::MemorySample>();
     qRegisterMetaType<tessera::FinishedRun>();
     qRegisterMetaType<tessera::DeviceReport>();
@@ -47,18 +48,24 @@ QImage heatmapToQImage(const ImageTensor& map) {
 // Turns engine callbacks (on the worker thread) into queued signals.
 class RunWorker::Observer : public RunObserver {
 public:
-    Observer(RunWorker& worker, quint64 runId) : worker_(worker), runId_(runId) {}
+    Observer(RunWorker& worker, quint64 runId)
+        : worker_(worker), runId_(runId), interval_(worker.tileBatchIntervalMs_.load()) {}
 
     void onStarted(const RunRecord& record) override { emit worker_.runStarted(runId_, record); }
 
     void onTileBatch(const TileBatchEvent& event) override {
         // A fast device finishes thousands of batches a second; the window only needs enough
-        // of them to move the highlight, and always the last one of a step.
+        // of them to move the highlight, and always the last one of a step. The timings of the
+        // batches not forwarded travel with the next one that is.
+        pendingTimings_.push_back(event.timing);
         const auto now = Clock::now();
         const bool lastOfStep = event.batchIndex + 1 >= event.batches;
-        if (!lastOfStep && lastBatchSignal_ && now - *lastBatchSignal_ < std::chrono::milliseconds(kTileBatchSignalIntervalMs))
+        if (!lastOfStep && lastBatchSignal_ && now - *lastBatchSignal_ < interval_)
             return;
         lastBatchSignal_ = now;
+        std::vector<TileBatchTiming> timings;
+        timings.swap(pendingTimings_);
+        emit worker_.tileBatchesTimed(runId_, timings);
         emit worker_.tileBatchFinished(runId_, event);
     }
 
@@ -77,7 +84,9 @@ private:
     using Clock = std::chrono::steady_clock;
     RunWorker& worker_;
     quint64 runId_;
+    std::chrono::milliseconds interval_;
     std::optional<Clock::time_point> lastBatchSignal_;
+    std::vector<TileBatchTiming> pendingTimings_;
 };
 
 RunWorker::RunWorker(QObject* parent) : QObject(parent) { registerRunMetaTypes(); }
@@ -89,7 +98,7 @@ void RunWorker::cancel(quint64 runId) {
     while (seen < runId && !cancelledUpTo_.compare_exchange_weak(seen, runId)) {
     }
     std::lock_guard lock(engineMutex_);
-    if (engine_ && activeRunId_ == runId) engine_->requestCancel();
+    if (engine_ && activeRunId_ != 0 && activeRunId_ <= runId) engine_->requestCancel();
 }
 
 Engine& RunWorker::engineFor(BackendKind backend, quint64 runId) {
@@ -107,7 +116,22 @@ Engine& RunWorker::engineFor(BackendKind backend, quint64 runId) {
     return *engine_;
 }
 
-void RunWorker::start(const RunConfig& config, quint64 runId) {
+void RunWorker::start(const RunConfig& config, quint64 runId) { runOne(config, runId); }
+
+void RunWorker::startSequence(const std::vector<RunConfig>& configs, quint64 firstRunId) {
+    int finished = 0;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+        const quint64 runId = firstRunId + i;
+        // Stop cancels the rest of the sequence: a run cancelled before it starts is skipped,
+        // not reported (the window is told by sequenceFinished).
+        if (runId <= cancelledUpTo_.load()) break;
+        if (!runOne(configs[i], runId)) break;
+        ++finished;
+    }
+    emit sequenceFinished(firstRunId, finished, finished == static_cast<int>(configs.size()));
+}
+
+bool RunWorker::runOne(const RunConfig& config, quint64 runId) {
     try {
         Engine& engine = engineFor(config.backend, runId);
         {
@@ -116,21 +140,18 @@ void RunWorker::start(const RunConfig& config, quint64 runId) {
             engine.resetCancel();
             if (runId <= cancelledUpTo_.load()) engine.requestCancel();
         }
-        if (auto* sampler = dynamic_cast<TiledSampler*>(&engine)) {
+        {
+            // Any PNG or JPEG, resampled to the run's size (app/InitImage.h); every engine takes
+            // it, and an empty tensor clears the last run's.
             ImageTensor init;
             if (!config.initImage.empty()) {
-                QImage picture(QString::fromStdString(config.initImage));
-                if (picture.isNull())
-                    throw ValidationError("init", "init: '" + config.initImage + "' is not a readable image");
-                picture = picture.convertToFormat(QImage::Format_RGB888)
-                              .scaled(config.width, config.height, Qt::IgnoreAspectRatio, Qt::SmoothTransformation);
-                Rgb8Image rgb{picture.width(), picture.height(), {}};
-                rgb.pixels.resize(static_cast<std::size_t>(rgb.width) * rgb.height * 3);
-                for (int y = 0; y < rgb.height; ++y)
-                    std::copy_n(picture.constScanLine(y), rgb.width * 3, rgb.pixels.data() + static_cast<std::size_t>(y) * rgb.width * 3);
-                init = fromRgb8(rgb, 3);
+                try {
+                    init = loadInitImage(config.initImage, config.width, config.height, 3);
+                } catch (const InitImageError& e) {
+                    throw ValidationError("init", std::string("init: ") + e.what());
+                }
             }
-            sampler->setInitImage(std::move(init));
+            engine.setInitImage(std::move(init));
         }
 
         Observer observer(*this, runId);
@@ -142,20 +163,24 @@ void RunWorker::start(const RunConfig& config, quint64 runId) {
         FinishedRun finished;
         finished.image = toQImage(result->image);
         finished.seamMap = heatmapToQImage(result->seamMap);
+        const bool completed = result->record.status == "finished";
         finished.result = std::move(result);
         emit runFinished(runId, finished);
+        return completed;
     } catch (const std::exception& e) {
         {
             std::lock_guard lock(engineMutex_);
             activeRunId_ = 0;
         }
         emit runFailed(runId, QString::fromUtf8(e.what()));
+        return false;
     } catch (...) {
         {
             std::lock_guard lock(engineMutex_);
             activeRunId_ = 0;
         }
         emit runFailed(runId, QStringLiteral("the engine failed with an unknown error"));
+        return false;
     }
 }
 

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include <QImage>
 #include <QMetaType>
@@ -50,25 +51,38 @@ public:
     explicit RunWorker(QObject* parent = nullptr);
     ~RunWorker() override;
 
-    // Thread-safe. Asks run `runId` to stop at the next tile-batch boundary; also marks a run
-    // not started yet (queued behind another) as cancelled, so it finishes at once.
+    // Thread-safe. Asks run `runId` (and every run with a smaller id) to stop at the next
+    // tile-batch boundary; also marks runs not started yet (queued behind another, or later in
+    // a sequence) as cancelled, so they finish at once or are skipped. Cancelling the last id of
+    // a sequence therefore stops the whole sequence.
     void cancel(quint64 runId);
 
     // Tile-batch events closer together than this (ms) are not all forwarded (the last batch
     // of each step always is); the RunRecord keeps every timing.
     static constexpr int kTileBatchSignalIntervalMs = 15;
+    // Thread-safe; applies from the next run. Tests widen it to see the thinning at work.
+    void setTileBatchSignalInterval(int ms) { tileBatchIntervalMs_.store(ms); }
 
 public slots:
     // Runs `config` to the end on the calling (worker) thread. Creates or reuses the engine for
     // config.backend. Emits runStarted, then stepFinished/tileBatchFinished/previewReady/
     // memorySampled as the engine reports, then exactly one of runFinished or runFailed.
     void start(const tessera::RunConfig& config, quint64 runId);
+    // Runs `configs` one after the other on the worker thread, run i with id firstRunId + i,
+    // each reported exactly as start() reports a run. The sequence stops early after a run
+    // that did not finish (cancelled or failed); the runs after it are not started. Ends with
+    // sequenceFinished. The engine (and its loaded model) is shared by the whole sequence.
+    void startSequence(const std::vector<tessera::RunConfig>& configs, quint64 firstRunId);
     // Looks for devices on the worker thread; answers with devicesProbed.
     void probeDevices();
 
 signals:
     void runStarted(quint64 runId, const tessera::RunRecord& record);
     void tileBatchFinished(quint64 runId, const tessera::TileBatchEvent& event);
+    // The timings of every tile batch finished since the last such signal, in order, sent just
+    // before each tileBatchFinished: tileBatchFinished is thinned out on fast devices, these
+    // are not, so a live per-tile chart sees every batch.
+    void tileBatchesTimed(quint64 runId, const std::vector<tessera::TileBatchTiming>& batches);
     void stepFinished(quint64 runId, const tessera::StepEvent& event);
     void previewReady(quint64 runId, int step, const QImage& image);
     void memorySampled(quint64 runId, const tessera::MemorySample& sample);
@@ -76,11 +90,16 @@ signals:
     void runFinished(quint64 runId, const tessera::FinishedRun& run);
     void runFailed(quint64 runId, const QString& error);
     void devicesProbed(const tessera::DeviceReport& report);
+    // A startSequence ended: `runsFinished` runs finished (status "finished"); `completed`
+    // when that is every run of the sequence.
+    void sequenceFinished(quint64 firstRunId, int runsFinished, bool completed);
 
 private:
     class Observer;
 
     Engine& engineFor(BackendKind backend, quint64 runId);
+    // One run, reported as start() says; true when it finished (not cancelled, not failed).
+    bool runOne(const RunConfig& config, quint64 runId);
 
     // Guards engine_ and activeRunId_ against cancel() from other threads.
     std::mutex engineMutex_;
@@ -88,6 +107,7 @@ private:
     BackendKind engineBackend_ = BackendKind::Auto;
     quint64 activeRunId_ = 0;
     std::atomic<quint64> cancelledUpTo_{0};  // every run id <= this is cancelled
+    std::atomic<int> tileBatchIntervalMs_{kTileBatchSignalIntervalMs};
 };
 
 }  // namespace tessera
@@ -96,6 +116,7 @@ Q_DECLARE_METATYPE(tessera::RunConfig)
 Q_DECLARE_METATYPE(tessera::RunRecord)
 Q_DECLARE_METATYPE(tessera::StepEvent)
 Q_DECLARE_METATYPE(tessera::TileBatchEvent)
+Q_DECLARE_METATYPE(std::vector<tessera::TileBatchTiming>)
 Q_DECLARE_METATYPE(tessera::MemorySample)
 Q_DECLARE_METATYPE(tessera::FinishedRun)
 Q_DECLARE_METATYPE(tessera::DeviceReport)

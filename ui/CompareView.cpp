@@ -215,7 +215,8 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     paneB_->setImage(b.image);
     const int scale = std::max(deltas_.maxPixelDiff, 1);
     paneDiff_->setImage(differenceImage(a.image, b.image, scale));
-    if (deltas_.maxPixelDiff >= 0) paneDiff_->setLegend(tr("|A − B| in 8-bit levels"), 0, scale);
+    if (deltas_.maxPixelDiff == 0) paneDiff_->setLegend(tr("|A − B|: identical images (no pixel differs)"), 0, scale);
+    else if (deltas_.maxPixelDiff > 0) paneDiff_->setLegend(tr("|A − B| in 8-bit levels"), 0, scale);
 
     // One view for all three panes.
     for (CompareImagePane* source : {paneA_, paneB_, paneDiff_}) {
@@ -254,10 +255,23 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
                                         runName(b.record).toHtmlEscaped(), configSummary(b.record.config).toHtmlEscaped()));
     caption->setTextFormat(Qt::RichText);
     layout->addWidget(caption);
+    note_ = new QLabel;
+    note_->setObjectName(QStringLiteral("compareNote"));
+    note_->setWordWrap(true);
+    note_->setTextFormat(Qt::PlainText);
+    note_->hide();
+    layout->addWidget(note_);
     layout->addLayout(panes, 1);
     layout->addWidget(table_);
     resize(1200, 640);
 }
+
+void CompareView::setNote(const QString& note) {
+    note_->setText(note);
+    note_->setVisible(!note.isEmpty());
+}
+
+QString CompareView::note() const { return note_->text(); }
 
 void CompareView::fillTable(const CompareSide&, const CompareSide&) {
     const CompareDeltas& d = deltas_;

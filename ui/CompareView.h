@@ -10,6 +10,7 @@
 
 #include "core/RunRecord.h"
 
+class QLabel;
 class QTableWidget;
 
 namespace tessera {
@@ -90,6 +91,10 @@ public:
     CompareImagePane* paneA() const { return paneA_; }
     CompareImagePane* paneB() const { return paneB_; }
     CompareImagePane* differencePane() const { return paneDiff_; }
+    // A line under the caption saying where the two runs come from (e.g. which runs of a
+    // graphs comparison are shown); empty hides it.
+    void setNote(const QString& note);
+    QString note() const;
 
 private:
     void fillTable(const CompareSide& a, const CompareSide& b);
@@ -99,6 +104,7 @@ private:
     CompareImagePane* paneB_ = nullptr;
     CompareImagePane* paneDiff_ = nullptr;
     QTableWidget* table_ = nullptr;
+    QLabel* note_ = nullptr;
     bool syncing_ = false;
 };
 

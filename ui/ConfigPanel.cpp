@@ -424,14 +424,18 @@ void ConfigPanel::setDeviceReport(const DeviceReport& report) {
     updateGraphsAvailability();
 }
 
+QString ConfigPanel::graphsUnavailableReason() const {
+    if (!devices_) return tr("Looking for a CUDA device…");
+    if (!devices_->cudaAvailable)
+        return tr("Disabled: %1. Runs use the CPU engine, which has no CUDA graphs.")
+            .arg(QString::fromStdString(devices_->cudaReason));
+    if (parseBackend(selectedName(backend_)) == BackendKind::CPU)
+        return tr("Disabled: the CPU backend is selected; graphs need the CUDA backend.");
+    return {};
+}
+
 void ConfigPanel::updateGraphsAvailability() {
-    QString reason;
-    if (!devices_) reason = tr("Looking for a CUDA device…");
-    else if (!devices_->cudaAvailable)
-        reason = tr("Disabled: %1. Runs use the CPU engine, which has no CUDA graphs.")
-                     .arg(QString::fromStdString(devices_->cudaReason));
-    else if (parseBackend(selectedName(backend_)) == BackendKind::CPU)
-        reason = tr("Disabled: the CPU backend is selected; graphs need the CUDA backend.");
+    const QString reason = graphsUnavailableReason();
     const bool available = reason.isEmpty();
     for (QWidget* editor : {static_cast<QWidget*>(graphMode_), static_cast<QWidget*>(graphWarmup_),
                             static_cast<QWidget*>(graphCache_)})

@@ -46,6 +46,9 @@ public:
 
     // What the worker found: enables the Graphs group only when a CUDA backend can run.
     void setDeviceReport(const DeviceReport& report);
+    // Why CUDA graphs cannot be used with the settings shown (no device yet, no CUDA, the CPU
+    // backend chosen), as shown under the Graphs group; empty when they can.
+    QString graphsUnavailableReason() const;
 
 signals:
     void configChanged();

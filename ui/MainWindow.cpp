@@ -1,5 +1,6 @@
 #include "ui/MainWindow.h"
 
+#include <algorithm>
 #include <exception>
 #include <fstream>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include <QSettings>
 #include <QStatusBar>
 #include <QStyle>
+#include <QTabWidget>
 #include <QToolBar>
 #include <QUrl>
 
@@ -34,6 +36,7 @@
 #include "core/TilePlan.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
+#include "ui/GraphsPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
@@ -106,6 +109,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     connect(panel_, &ConfigPanel::configChanged, this, [this] {
         refreshPlan();
         updateActions();
+        if (!running_) showReadyProgress();
     });
     connect(panel_, &ConfigPanel::validityChanged, this, &MainWindow::updateActions);
 
@@ -119,6 +123,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     startWorker();
     refreshPlan();
     updateActions();
+    showReadyProgress();
     resize(1500, 920);
     // The history is a strip under the canvas, a few rows high.
     resizeDocks({historyDock_}, {190}, Qt::Vertical);
@@ -129,7 +134,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
 MainWindow::~MainWindow() {
     // Stop a run in flight at the next tile batch, then let the thread finish; the worker
     // (and its engine) is deleted on its own thread through QThread::finished.
-    if (running_ && worker_) worker_->cancel(currentRunId_);
+    if (running_ && worker_) worker_->cancel(isComparingGraphs() ? comparison_->lastRunId() : currentRunId_);
     workerThread_.quit();
     workerThread_.wait();
 }
@@ -142,6 +147,8 @@ void MainWindow::startWorker() {
     connect(&workerThread_, &QThread::finished, worker_, &QObject::deleteLater);
     connect(worker_, &RunWorker::runStarted, this, &MainWindow::onRunStarted);
     connect(worker_, &RunWorker::tileBatchFinished, this, &MainWindow::onTileBatch);
+    connect(worker_, &RunWorker::tileBatchesTimed, this, &MainWindow::onTileBatchesTimed);
+    connect(worker_, &RunWorker::sequenceFinished, this, &MainWindow::onSequenceFinished);
     connect(worker_, &RunWorker::stepFinished, this, &MainWindow::onStep);
     connect(worker_, &RunWorker::previewReady, this, &MainWindow::onPreview);
     connect(worker_, &RunWorker::memorySampled, this, &MainWindow::onMemory);
@@ -174,6 +181,8 @@ void MainWindow::buildActions() {
     stopAction_ = make(tr("Stop"), "actionStop", QKeySequence(Qt::Key_Escape));
     stopAction_->setIcon(style()->standardIcon(QStyle::SP_MediaStop));
     stopAction_->setToolTip(tr("Stop after the tile batch in progress (Esc)"));
+    compareGraphsAction_ = make(tr("Compare &graphs"), "actionCompareGraphs", QKeySequence(tr("Ctrl+Shift+R")));
+    compareGraphsAction_->setIcon(style()->standardIcon(QStyle::SP_BrowserReload));
     fitAction_ = make(tr("&Fit"), "actionFit", QKeySequence(tr("Ctrl+0")));
     actualSizeAction_ = make(tr("&Actual size (1:1)"), "actionActualSize", QKeySequence(tr("Ctrl+1")));
     overlayAction_ = make(tr("&Tile grid overlay"), "actionTileOverlay", QKeySequence(tr("Ctrl+G")));
@@ -199,6 +208,7 @@ void MainWindow::buildActions() {
     connect(quitAction_, &QAction::triggered, this, &QWidget::close);
     connect(runAction_, &QAction::triggered, this, &MainWindow::startRun);
     connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
+    connect(compareGraphsAction_, &QAction::triggered, this, &MainWindow::startGraphComparison);
     connect(fitAction_, &QAction::triggered, canvas_, &TileCanvas::fitToView);
     connect(actualSizeAction_, &QAction::triggered, canvas_, &TileCanvas::showActualSize);
     connect(overlayAction_, &QAction::toggled, canvas_, &TileCanvas::setOverlayVisible);
@@ -223,9 +233,15 @@ void MainWindow::buildDocks() {
     addDockWidget(Qt::LeftDockWidgetArea, configDock_);
 
     charts_ = new TimingCharts;
-    chartsDock_ = new QDockWidget(tr("Timing"), this);
+    graphsPanel_ = new GraphsPanel;
+    chartTabs_ = new QTabWidget;
+    chartTabs_->setObjectName(QStringLiteral("chartTabs"));
+    chartTabs_->setDocumentMode(true);
+    chartTabs_->addTab(charts_, tr("Timing"));
+    chartTabs_->addTab(graphsPanel_, tr("Graphs vs eager"));
+    chartsDock_ = new QDockWidget(tr("Charts"), this);
     chartsDock_->setObjectName(QStringLiteral("chartsDock"));
-    chartsDock_->setWidget(charts_);
+    chartsDock_->setWidget(chartTabs_);
     charts_->setMinimumWidth(380);
     addDockWidget(Qt::RightDockWidgetArea, chartsDock_);
 
@@ -257,6 +273,8 @@ void MainWindow::buildMenus() {
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addAction(runAction_);
     run->addAction(stopAction_);
+    run->addSeparator();
+    run->addAction(compareGraphsAction_);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     QAction* configToggle = configDock_->toggleViewAction();
@@ -286,6 +304,7 @@ void MainWindow::buildToolBar() {
     bar->setMovable(false);
     bar->addAction(runAction_);
     bar->addAction(stopAction_);
+    bar->addAction(compareGraphsAction_);
     bar->addSeparator();
     bar->addAction(fitAction_);
     bar->addAction(actualSizeAction_);
@@ -357,6 +376,17 @@ void MainWindow::updateActions() {
     runAction_->setToolTip(valid ? tr("Generate the image with the current settings (Ctrl+R)")
                                  : tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
     stopAction_->setEnabled(running_ && !stopping_);
+    const QString blocker = panel_->graphsUnavailableReason();
+    compareGraphsAction_->setEnabled(valid && !running_ && blocker.isEmpty());
+    if (!blocker.isEmpty())
+        compareGraphsAction_->setToolTip(tr("Compare graphs is unavailable. %1").arg(blocker));
+    else if (!valid)
+        compareGraphsAction_->setToolTip(tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
+    else
+        compareGraphsAction_->setToolTip(tr("Run the settings with graphs off and with graphs %1, interleaved "
+                                            "(off, on, off, on); the first pair warms up and is discarded (Ctrl+Shift+R)")
+                                             .arg(QString::fromStdString(std::string(toString(
+                                                 panel_->config().graphs != GraphMode::Off ? panel_->config().graphs : GraphMode::Tile)))));
     exportAction_->setEnabled(lastRun_.has_value() && !lastRun_->image.isNull());
     for (QAction* action : {exportCsvAction_, exportManifestAction_, exportTraceAction_})
         action->setEnabled(lastRun_.has_value() && lastRun_->result);
@@ -381,6 +411,7 @@ void MainWindow::refreshPlan() {
         lastRun_->result->record.config.overlapPixels() != config.overlapPixels())
         canvas_->setSeamMap({});
     canvas_->setBlendWindow(config.window);
+    charts_->setTilePlan(plan);
     canvas_->setPlan(std::move(plan));
 }
 
@@ -390,25 +421,25 @@ void MainWindow::setStatusText(const QString& text, bool error) {
     statusText_->setStyleSheet(error ? QStringLiteral("color: #c0392b;") : QString());
 }
 
-void MainWindow::startRun() {
-    if (running_ || !panel_->isValid()) return;
+RunConfig MainWindow::runnableConfig() const {
     RunConfig config = panel_->config();
     // The engine loads models by absolute folder; the empty field means the default model.
     if (config.model.empty()) config.model = panel_->defaultModelFolder().toStdString();
     config.model = QFileInfo(QString::fromStdString(config.model)).absoluteFilePath().toStdString();
-    saveSettings();
+    return config;
+}
 
+void MainWindow::beginRunDisplay(const RunConfig& config) {
     runConfig_ = config;
-    currentRunId_ = nextRunId_++;
-    running_ = true;
-    stopping_ = false;
     progress_ = Progress{};
     progress_.steps = config.steps;
     try {
         TilePlan plan = TilePlan::fromConfig(config);
         progress_.tiles = plan.count();
+        charts_->startTileTimes(plan);
         canvas_->setPlan(std::move(plan));
     } catch (const std::exception&) {
+        charts_->setTilePlan(std::nullopt);
         canvas_->setPlan(std::nullopt);
     }
     canvas_->setImage({});
@@ -416,9 +447,22 @@ void MainWindow::startRun() {
     canvas_->setBlendWindow(config.window);
     canvas_->setPlaceholderText(tr("Preparing…"));
     charts_->clear();
+    stepBar_->show();
+    tileBar_->show();
     runClock_.start();
-    setStatusText(tr("Loading the model and preparing the backend…"));
     markProgressDirty();
+}
+
+void MainWindow::startRun() {
+    if (running_ || !panel_->isValid()) return;
+    const RunConfig config = runnableConfig();
+    saveSettings();
+
+    currentRunId_ = nextRunId_++;
+    running_ = true;
+    stopping_ = false;
+    beginRunDisplay(config);
+    setStatusText(tr("Loading the model and preparing the backend…"));
     progressTimer_.start();
     updateActions();
 
@@ -427,12 +471,72 @@ void MainWindow::startRun() {
     QMetaObject::invokeMethod(worker, [worker, config, runId] { worker->start(config, runId); }, Qt::QueuedConnection);
 }
 
+void MainWindow::setGraphComparisonPairs(int pairs) { graphPairs_ = std::clamp(pairs, 2, 9); }
+
+void MainWindow::startGraphComparison() {
+    if (running_ || !panel_->isValid()) return;
+    const RunConfig base = runnableConfig();
+    saveSettings();
+
+    GraphComparison comparison;
+    comparison.onMode = base.graphs != GraphMode::Off ? base.graphs : GraphMode::Tile;
+    comparison.firstRunId = nextRunId_;
+    const std::string onName(toString(comparison.onMode));
+    for (int pair = 1; pair <= graphPairs_; ++pair) {
+        for (const bool on : {false, true}) {
+            GraphComparison::Run run;
+            run.config = base;
+            run.config.graphs = on ? comparison.onMode : GraphMode::Off;
+            run.graphsOn = on;
+            run.pair = pair;
+            run.warmUp = pair == 1;
+            // The label says what the run was in the history and the exports.
+            std::string label = (base.label.empty() ? std::string() : base.label + " · ") + "graphs " +
+                                (on ? onName : std::string("off")) + " · pair " + std::to_string(pair);
+            if (run.warmUp) label += " (warm-up)";
+            run.config.label = label;
+            comparison.runs.push_back(std::move(run));
+        }
+    }
+    comparison.active = true;
+    nextRunId_ += comparison.runs.size();
+    comparison_ = std::move(comparison);
+
+    std::vector<RunConfig> configs;
+    for (const GraphComparison::Run& run : comparison_->runs) configs.push_back(run.config);
+    currentRunId_ = comparison_->firstRunId;
+    running_ = true;
+    stopping_ = false;
+    beginRunDisplay(configs.front());
+    setStatusText(graphComparisonStatus(0));
+    progressTimer_.start();
+    updateActions();
+    emit graphComparisonRunStarted(0, static_cast<int>(configs.size()));
+
+    const quint64 firstRunId = comparison_->firstRunId;
+    RunWorker* worker = worker_;
+    QMetaObject::invokeMethod(worker, [worker, configs, firstRunId] { worker->startSequence(configs, firstRunId); },
+                              Qt::QueuedConnection);
+}
+
+QString MainWindow::graphComparisonStatus(int index) const {
+    const GraphComparison::Run& run = comparison_->runs[static_cast<std::size_t>(index)];
+    return tr("Compare graphs: run %1 of %2 — graphs %3, pair %4%5")
+        .arg(index + 1)
+        .arg(comparison_->runs.size())
+        .arg(QString::fromStdString(std::string(toString(run.config.graphs))))
+        .arg(run.pair)
+        .arg(run.warmUp ? tr(" (warm-up, discarded)") : QString());
+}
+
 void MainWindow::stopRun() {
     if (!running_ || stopping_) return;
     stopping_ = true;
     // Direct call: the worker thread is busy inside the engine; cancel() is thread-safe.
-    worker_->cancel(currentRunId_);
-    setStatusText(tr("Stopping after the current tile batch…"));
+    // Cancelling the last id of a comparison stops its run in flight and every run after it.
+    worker_->cancel(isComparingGraphs() ? comparison_->lastRunId() : currentRunId_);
+    setStatusText(isComparingGraphs() ? tr("Stopping the comparison after the current tile batch…")
+                                      : tr("Stopping after the current tile batch…"));
     updateActions();
 }
 
@@ -453,12 +557,37 @@ void MainWindow::refreshProgress() {
     // The bars show step k/N and tile j/M; the text adds time.
     QString text = tr("%1 elapsed").arg(formatDuration(elapsed));
     if (!p.started) text = tr("preparing · ") + text;
+    if (isComparingGraphs())
+        text = tr("run %1/%2 · ").arg(currentRunId_ - comparison_->firstRunId + 1).arg(comparison_->runs.size()) + text;
     if (p.started && p.steps > 0 && p.tiles > 0) {
         const double done = (p.step + static_cast<double>(p.tilesDone) / p.tiles) / p.steps;
         const double sampling = samplingClock_.elapsed() / 1000.0;
         if (done > 0.0 && done < 1.0) text += tr(" · ETA %1").arg(formatDuration(sampling * (1.0 - done) / done));
     }
     progressText_->setText(text);
+}
+
+void MainWindow::showReadyProgress() {
+    // Before a run the bars would read "step 0/1": say what a run would do instead.
+    stepBar_->hide();
+    tileBar_->hide();
+    if (!panel_->isValid()) {
+        progressText_->setText(tr("not ready: fix the marked settings"));
+        return;
+    }
+    try {
+        const RunConfig config = panel_->config();
+        const TilePlan plan = TilePlan::fromConfig(config);
+        const int batch = std::max(1, config.tileBatch);
+        const int batches = (plan.count() + batch - 1) / batch;
+        progressText_->setText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4)")
+                                   .arg(config.steps)
+                                   .arg(batches)
+                                   .arg(plan.count())
+                                   .arg(batch));
+    } catch (const std::exception&) {
+        progressText_->setText(tr("not ready: fix the marked settings"));
+    }
 }
 
 void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
@@ -472,6 +601,8 @@ void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
                        .arg(QString::fromStdString(record.environment.backend).toUpper(),
                             QString::fromStdString(record.environment.device))
                        .arg(record.prepareMs / 1000.0, 0, 'f', 2);
+    if (isComparingGraphs())
+        text = graphComparisonStatus(static_cast<int>(currentRunId_ - comparison_->firstRunId)) + QStringLiteral(" · ") + text;
     if (stopping_) text = tr("Stopping after the current tile batch…");
     setStatusText(text);
     markProgressDirty();
@@ -510,24 +641,22 @@ void MainWindow::onMessage(quint64 runId, const QString& text) {
     statusBar()->showMessage(text, 8000);
 }
 
-void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
-    if (runId != currentRunId_) return;
-    running_ = false;
+void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
     canvas_->setPlaceholderText({});
-    stopping_ = false;
-    progressTimer_.stop();
     lastRun_ = run;
     const RunRecord& record = run.result->record;
     if (!run.image.isNull()) canvas_->setImage(run.image);
-    if (run.result) {
-        canvas_->setSeamMap(run.result->seamMap);
-        charts_->showTileTimes(run.result->record);
-    }
+    canvas_->setSeamMap(run.result->seamMap);
+    charts_->showTileTimes(record);
     canvas_->setActiveTiles({});
+    // The bars keep the run's end state: steps run, and all tiles of a finished run.
     progress_.step = record.stepsRun;
     progress_.tilesDone = record.status == "finished" ? progress_.tiles : progress_.tilesDone;
-    progressDirty_ = true;
-    refreshProgress();
+    stepBar_->setRange(0, std::max(1, progress_.steps));
+    stepBar_->setValue(std::min(progress_.step, std::max(1, progress_.steps)));
+    tileBar_->setRange(0, std::max(1, progress_.tiles));
+    tileBar_->setValue(std::min(progress_.tilesDone, std::max(1, progress_.tiles)));
+    progressDirty_ = false;
     const bool cancelled = record.status == "cancelled";
     QString text = cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(record.config.steps)
                              : tr("Finished %1 steps, %2 tiles in %3 s (%4 ms/step)")
@@ -543,7 +672,7 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
                                .arg(record.config.height)
                                .arg(record.config.seed));
     // Finished runs with an image go into the history (cancelled ones are partial).
-    if (!cancelled && run.result && !run.result->image.data.empty()) {
+    if (keepInHistory && !cancelled && !run.result->image.data.empty()) {
         try {
             history_->add(*run.result);
             refreshHistory();
@@ -551,13 +680,142 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
             statusBar()->showMessage(tr("The run could not be kept in the history: %1").arg(QString::fromUtf8(e.what())), 10000);
         }
     }
+}
+
+void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
+    if (runId != currentRunId_ || !run.result) return;
+    if (isComparingGraphs()) {
+        const auto index = static_cast<std::size_t>(runId - comparison_->firstRunId);
+        GraphComparison::Run& entry = comparison_->runs[index];
+        entry.result = run.result;
+        entry.image = run.image;
+        // Warm-up runs are shown but not kept: they measure the first-run costs on purpose.
+        showFinishedRun(run, !entry.warmUp);
+        if (run.result->record.status == "finished" && index + 1 < comparison_->runs.size() && !stopping_) {
+            // The worker goes straight on with the next run of the sequence.
+            currentRunId_ = runId + 1;
+            beginRunDisplay(comparison_->runs[index + 1].config);
+            setStatusText(graphComparisonStatus(static_cast<int>(index + 1)));
+            emit graphComparisonRunStarted(static_cast<int>(index + 1), static_cast<int>(comparison_->runs.size()));
+        }
+        return;  // the sequence ends with onSequenceFinished
+    }
+    running_ = false;
+    stopping_ = false;
+    progressTimer_.stop();
+    showFinishedRun(run, true);
+    const bool cancelled = run.result->record.status == "cancelled";
     updateActions();
     refreshPlan();
     emit runEnded(!cancelled);
 }
 
+void MainWindow::onTileBatchesTimed(quint64 runId, const std::vector<TileBatchTiming>& batches) {
+    if (runId != currentRunId_) return;
+    charts_->addTileBatches(batches);
+}
+
+void MainWindow::onSequenceFinished(quint64 firstRunId, int runsFinished, bool completed) {
+    if (!comparison_ || comparison_->firstRunId != firstRunId || !comparison_->active) return;
+    comparison_->active = false;
+    comparison_->completed = completed;
+    running_ = false;
+    stopping_ = false;
+    progressTimer_.stop();
+    canvas_->setActiveTiles({});
+    canvas_->setPlaceholderText({});
+    if (completed) {
+        finishGraphComparison();
+    } else if (!comparison_->error.isEmpty()) {
+        setStatusText(tr("Compare graphs failed at run %1 of %2: %3")
+                          .arg(runsFinished + 1)
+                          .arg(comparison_->runs.size())
+                          .arg(comparison_->error),
+                      true);
+    } else {
+        setStatusText(tr("Compare graphs stopped after %1 of %2 runs; nothing was compared")
+                          .arg(runsFinished)
+                          .arg(comparison_->runs.size()));
+    }
+    updateActions();
+    refreshPlan();
+    emit graphComparisonEnded(completed);
+}
+
+void MainWindow::finishGraphComparison() {
+    GraphComparison& c = *comparison_;
+    // Per mode, the kept runs (every pair but the warm-up); with one kept pair that pair is
+    // compared, with more the run of median total time of each mode.
+    std::vector<int> keptOff, keptOn;
+    for (std::size_t i = 0; i < c.runs.size(); ++i)
+        if (!c.runs[i].warmUp && c.runs[i].result) (c.runs[i].graphsOn ? keptOn : keptOff).push_back(static_cast<int>(i));
+    if (keptOff.empty() || keptOn.empty()) return;
+    auto median = [&c](std::vector<int> indices) {
+        std::sort(indices.begin(), indices.end(), [&c](int x, int y) {
+            return c.runs[static_cast<std::size_t>(x)].result->record.totalMs < c.runs[static_cast<std::size_t>(y)].result->record.totalMs;
+        });
+        return indices[(indices.size() - 1) / 2];  // the lower median: always a real run
+    };
+    c.shownA = median(keptOff);
+    c.shownB = median(keptOn);
+    const int pairs = c.runs.back().pair;
+    c.choice = keptOff.size() == 1
+                   ? tr("Compared: the last pair (pair %1 of %1); pair 1 was a warm-up and is discarded.").arg(pairs)
+                   : tr("Compared: the run of median total time of each mode over pairs 2–%1; pair 1 was a warm-up "
+                        "and is discarded.")
+                         .arg(pairs);
+    // Every run of the sequence, so the reader sees the spread and the warm-up.
+    QStringList order, lines;
+    for (const GraphComparison::Run& run : c.runs) order << QString::fromStdString(std::string(toString(run.config.graphs)));
+    for (int pair = 1; pair <= pairs; ++pair) {
+        QStringList times;
+        for (const GraphComparison::Run& run : c.runs)
+            if (run.pair == pair && run.result)
+                times << tr("%1 %2 s").arg(QString::fromStdString(std::string(toString(run.config.graphs))))
+                             .arg(run.result->record.totalMs / 1000.0, 0, 'f', 3);
+        lines << tr("pair %1%2: %3").arg(pair).arg(pair == 1 ? tr(" (warm-up, discarded)") : QString(), times.join(QStringLiteral(", ")));
+    }
+    QString note = tr("Compare graphs, interleaved %1 — %2. %3")
+                       .arg(order.join(QStringLiteral(", ")), lines.join(QStringLiteral("; ")), c.choice);
+
+    const GraphComparison::Run& a = c.runs[static_cast<std::size_t>(c.shownA)];
+    const GraphComparison::Run& b = c.runs[static_cast<std::size_t>(c.shownB)];
+    if (b.result->record.graphs.mode == "off")
+        note += tr(" Graphs %1 ran as off (%2), so both runs launched eagerly: the times differ only by run-to-run "
+                   "variation.")
+                    .arg(QString::fromStdString(std::string(toString(c.onMode))),
+                         b.result->record.environment.backend == "cpu"
+                             ? tr("the CPU engine has no CUDA graphs")
+                             : QString::fromStdString(b.result->record.graphs.fallbackReason));
+    // The panel gets the short story (the full one is in the compare view and the tooltip).
+    graphsPanel_->setRuns(a.result->record, b.result->record, c.choice);
+    graphsPanel_->caption()->setToolTip(note);
+    chartTabs_->setCurrentWidget(graphsPanel_);
+    chartsDock_->show();
+    // Grouped bars and a table need more room than the timing charts.
+    if (!chartsDock_->isFloating() && chartsDock_->width() < kGraphsDockWidth)
+        resizeDocks({chartsDock_}, {kGraphsDockWidth}, Qt::Horizontal);
+    CompareSide sideA{a.result->record, a.image, seamStats(a.result->seamMap).mean};
+    CompareSide sideB{b.result->record, b.image, seamStats(b.result->seamMap).mean};
+    openCompareView(sideA, sideB, note);
+    const double ta = a.result->record.totalMs, tb = b.result->record.totalMs;
+    setStatusText(tr("Compare graphs: graphs %1 took %2 s, graphs off %3 s (%4×); %5")
+                      .arg(QString::fromStdString(std::string(toString(c.onMode))))
+                      .arg(tb / 1000.0, 0, 'f', 3)
+                      .arg(ta / 1000.0, 0, 'f', 3)
+                      .arg(tb > 0 ? ta / tb : 0.0, 0, 'f', 2)
+                      .arg(c.choice));
+}
+
 void MainWindow::onRunFailed(quint64 runId, const QString& error) {
     if (runId != currentRunId_) return;
+    if (isComparingGraphs()) {
+        // The worker skips the rest of the sequence; onSequenceFinished ends it.
+        comparison_->error = error;
+        canvas_->setActiveTiles({});
+        setStatusText(tr("Run failed: %1").arg(error), true);
+        return;
+    }
     running_ = false;
     canvas_->setPlaceholderText({});
     stopping_ = false;
@@ -572,6 +830,7 @@ void MainWindow::onRunFailed(quint64 runId, const QString& error) {
 void MainWindow::onDevicesProbed(const DeviceReport& report) {
     devices_ = report;
     panel_->setDeviceReport(report);
+    updateActions();  // Compare graphs depends on the device
 }
 
 void MainWindow::openPreset() {
@@ -731,8 +990,14 @@ CompareView* MainWindow::compareRuns(const QString& idA, const QString& idB, QSt
     if (a->record.startedAt > b->record.startedAt) std::swap(a, b);
     CompareSide sideA{a->record, a->loadImage(), a->seamMean};
     CompareSide sideB{b->record, b->loadImage(), b->seamMean};
+    graphsPanel_->setRuns(a->record, b->record, tr("Two runs picked in the history (older as A)."));
+    return openCompareView(sideA, sideB, {});
+}
+
+CompareView* MainWindow::openCompareView(const CompareSide& a, const CompareSide& b, const QString& note) {
     if (compareView_) compareView_->close();
-    compareView_ = new CompareView(sideA, sideB, this);
+    compareView_ = new CompareView(a, b, this);
+    if (!note.isEmpty()) compareView_->setNote(note);
     compareView_->setWindowFlag(Qt::Window);
     compareView_->setAttribute(Qt::WA_DeleteOnClose);
     compareView_->show();

@@ -4,6 +4,10 @@
 // worker's queued signals (dropping those of any run but the current one) and refreshes the
 // progress display from a short coalescing timer.
 //
+// "Compare graphs" runs the settings with graphs off and on, interleaved (off, on, off, on...;
+// the first pair warms up and is discarded) as one sequence on the worker, then opens the
+// compare view and the graphs-versus-eager panel on the kept runs.
+//
 // Finished runs go into the run history (app/RunHistory.h; a dock with a table), from which two
 // runs open in a CompareView. Exports (File menu) write through app/Exporters.h and never
 // replace an existing file without asking. Dropping a run PNG, a manifest or a preset on the
@@ -12,6 +16,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <QElapsedTimer>
 #include <QMainWindow>
@@ -33,12 +38,35 @@ class QAction;
 class QDockWidget;
 class QLabel;
 class QProgressBar;
+class QTabWidget;
 
 namespace tessera {
 
 class ConfigPanel;
+class GraphsPanel;
 class HistoryPanel;
 class TimingCharts;
+
+// One "Compare graphs" sequence: its runs in the order they run, and which two were kept.
+struct GraphComparison {
+    struct Run {
+        RunConfig config;
+        bool graphsOn = false;       // config.graphs is the "on" mode (else off)
+        int pair = 0;                // 1-based; pair 1 is the warm-up
+        bool warmUp = false;         // discarded: not compared, not kept in the history
+        std::shared_ptr<const RunResult> result;  // null until it finished
+        QImage image;
+    };
+    quint64 firstRunId = 0;          // run i has id firstRunId + i
+    GraphMode onMode = GraphMode::Tile;
+    std::vector<Run> runs;
+    bool active = false;             // still running
+    bool completed = false;          // every run finished
+    int shownA = -1, shownB = -1;    // indices of the compared runs (A: off, B: on); -1 before
+    QString choice;                  // which runs were compared and why, as the views say it
+    QString error;                   // the failure that ended it, if one did
+    quint64 lastRunId() const { return firstRunId + runs.size() - 1; }
+};
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -57,6 +85,9 @@ public:
     ConfigPanel* configPanel() const { return panel_; }
     TileCanvas* canvas() const { return canvas_; }
     TimingCharts* charts() const { return charts_; }
+    GraphsPanel* graphsPanel() const { return graphsPanel_; }
+    // The tabs beside the canvas: the timing charts and the graphs-versus-eager panel.
+    QTabWidget* chartTabs() const { return chartTabs_; }
     HistoryPanel* historyPanel() const { return historyPanel_; }
     const RunHistory& history() const { return *history_; }
     // The compare window opened last (null when none is open).
@@ -64,6 +95,16 @@ public:
     QAction* overlayAction(CanvasOverlay which) const;
     QAction* runAction() const { return runAction_; }
     QAction* stopAction() const { return stopAction_; }
+    // Run ▸ Compare graphs (and its tool-bar button). Disabled, with the reason in its tooltip,
+    // where CUDA graphs cannot run (no CUDA device, or the CPU backend chosen).
+    QAction* compareGraphsAction() const { return compareGraphsAction_; }
+    // Pairs of runs a comparison makes (off + on each); the first pair is the warm-up. 2..9.
+    static constexpr int kDefaultGraphComparisonPairs = 2;
+    void setGraphComparisonPairs(int pairs);
+    int graphComparisonPairs() const { return graphPairs_; }
+    // The comparison in flight or the last one (nullopt before the first).
+    const std::optional<GraphComparison>& graphComparison() const { return comparison_; }
+    bool isComparingGraphs() const { return comparison_ && comparison_->active; }
     bool isRunning() const { return running_; }
     // The last finished run (null before the first).
     const FinishedRun* lastRun() const { return lastRun_ ? &*lastRun_ : nullptr; }
@@ -83,11 +124,23 @@ public:
 
 public slots:
     void startRun();
+    // Starts "Compare graphs" with the settings shown: graphs off, then the mode chosen in the
+    // Graphs group (tile when that is off), interleaved for graphComparisonPairs() pairs. The
+    // action is disabled where graphs cannot run; this slot runs the sequence regardless (the
+    // CPU engine then runs both eagerly and records the mode asked for in config.graphs and
+    // "off" in graphs.mode), which the tests use.
+    void startGraphComparison();
+    // Stops the run in flight, or the whole comparison sequence.
     void stopRun();
 
 signals:
     // The current run ended (finished, cancelled or failed); for tests and the screenshot mode.
+    // Not emitted for the runs of a comparison: graphComparisonEnded is.
     void runEnded(bool succeeded);
+    // Run `index` (0-based) of `count` of a comparison is starting.
+    void graphComparisonRunStarted(int index, int count);
+    // A comparison ended; `completed` when every run finished and the views were opened.
+    void graphComparisonEnded(bool completed);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -106,7 +159,16 @@ private:
     void updateActions();
     void refreshPlan();
     void refreshProgress();
+    void showReadyProgress();
     void markProgressDirty();
+    // The configuration to run: the settings shown with the model folder made absolute.
+    RunConfig runnableConfig() const;
+    // Resets the canvas, charts and progress for a run of `config` about to start.
+    void beginRunDisplay(const RunConfig& config);
+    void showFinishedRun(const FinishedRun& run, bool keepInHistory);
+    void finishGraphComparison();
+    QString graphComparisonStatus(int index) const;
+    CompareView* openCompareView(const CompareSide& a, const CompareSide& b, const QString& note);
     void setStatusText(const QString& text, bool error = false);
 
     void openPreset();
@@ -127,12 +189,16 @@ private:
     void onMessage(quint64 runId, const QString& text);
     void onRunFinished(quint64 runId, const FinishedRun& run);
     void onRunFailed(quint64 runId, const QString& error);
+    void onTileBatchesTimed(quint64 runId, const std::vector<TileBatchTiming>& batches);
+    void onSequenceFinished(quint64 firstRunId, int runsFinished, bool completed);
     void onDevicesProbed(const DeviceReport& report);
 
     std::unique_ptr<QSettings> settings_;
     ConfigPanel* panel_ = nullptr;
     TileCanvas* canvas_ = nullptr;
     TimingCharts* charts_ = nullptr;
+    GraphsPanel* graphsPanel_ = nullptr;
+    QTabWidget* chartTabs_ = nullptr;
     QDockWidget* configDock_ = nullptr;
     QDockWidget* chartsDock_ = nullptr;
     QDockWidget* historyDock_ = nullptr;
@@ -149,6 +215,7 @@ private:
     QAction* quitAction_ = nullptr;
     QAction* runAction_ = nullptr;
     QAction* stopAction_ = nullptr;
+    QAction* compareGraphsAction_ = nullptr;
     QAction* fitAction_ = nullptr;
     QAction* actualSizeAction_ = nullptr;
     QAction* overlayAction_ = nullptr;
@@ -172,9 +239,13 @@ private:
     bool stopping_ = false;
     RunConfig runConfig_;
     std::optional<FinishedRun> lastRun_;
+    std::optional<GraphComparison> comparison_;
+    int graphPairs_ = kDefaultGraphComparisonPairs;
 
     // Progress, refreshed on screen at most every kProgressIntervalMs.
     static constexpr int kProgressIntervalMs = 50;
+    // Width the charts dock grows to when the graphs panel is brought to front.
+    static constexpr int kGraphsDockWidth = 640;
     struct Progress {
         int step = 0, steps = 0;          // steps completed / total
         int tilesDone = 0, tiles = 0;     // tiles completed in the current step / per step

@@ -99,15 +99,26 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     QCPColorGradient gradient;
     gradient.clearColorStops();
     for (int i = 0; i <= 8; ++i) gradient.setColorStopAt(i / 8.0, heatColor(i / 8.0));
+    gradient.setNanHandling(QCPColorGradient::nhNanColor);
+    gradient.setNanColor(QColor(0xe4, 0xe6, 0xea));  // a tile without a time yet
     tileMap_->setGradient(gradient);
+    // Cell borders: the sub-grid (at half numbers) drawn over the cells in white.
+    for (QCPAxis* axis : {tilePlot_->xAxis, tilePlot_->yAxis}) {
+        axis->grid()->setLayer(QStringLiteral("axes"));
+        axis->grid()->setPen(Qt::NoPen);
+        axis->grid()->setZeroLinePen(Qt::NoPen);
+        axis->grid()->setSubGridPen(QPen(Qt::white, 1.5));
+    }
+    tilePlaceholder_ = new QCPItemText(tilePlot_);
+    tilePlaceholder_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    tilePlaceholder_->position->setCoords(0.5, 0.5);
+    tilePlaceholder_->setPositionAlignment(Qt::AlignCenter);
+    tilePlaceholder_->setColor(QColor(0x55, 0x5a, 0x60));
+    tilePlaceholder_->setBrush(QColor(255, 255, 255, 210));
+    tilePlaceholder_->setPadding(QMargins(6, 3, 6, 3));
     auto* marginGroup = new QCPMarginGroup(tilePlot_);
     tilePlot_->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
     tileScale_->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
-    auto intTicker = QSharedPointer<QCPAxisTickerFixed>::create();
-    intTicker->setTickStep(1.0);
-    intTicker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    tilePlot_->xAxis->setTicker(intTicker);
-    tilePlot_->yAxis->setTicker(intTicker);
 
     summary_ = new QLabel(tr("No run yet"));
     summary_->setObjectName(QStringLiteral("chartSummary"));
@@ -139,6 +150,7 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     replotTimer_.setInterval(kReplotIntervalMs);
     connect(&replotTimer_, &QTimer::timeout, this, &TimingCharts::replotNow);
     clear();
+    resetTileGrid(std::nullopt);
 }
 
 QCustomPlot* TimingCharts::plot(Chart chart) const {
@@ -181,7 +193,9 @@ QString TimingCharts::hoverText(Chart chart, QPointF pixel) const {
         const int col = static_cast<int>(std::lround(key)), row = static_cast<int>(std::lround(value));
         if (col < 0 || row < 0 || col >= tileCols_ || row >= tileRows_) return {};
         const int id = row * tileCols_ + col;
-        return tr("tile %1 (column %2, row %3): %4 ms per step").arg(id).arg(col).arg(row).arg(tileMs_[static_cast<std::size_t>(id)], 0, 'f', 2);
+        const double ms = tileMs_[static_cast<std::size_t>(id)];
+        if (ms < 0) return tr("tile %1 (column %2, row %3): no time yet").arg(id).arg(col).arg(row);
+        return tr("tile %1 (column %2, row %3): %4 ms per step").arg(id).arg(col).arg(row).arg(ms, 0, 'f', 2);
     }
     // The nearest data point (in pixels) of any visible graph, within a small radius.
     QCustomPlot* widget = plot(chart);
@@ -211,45 +225,122 @@ double TimingCharts::tileTimeMs(int id) const {
     return tileMs_[static_cast<std::size_t>(id)];
 }
 
-void TimingCharts::showTileTimes(const RunRecord& record) {
+void TimingCharts::resetTileGrid(const std::optional<TilePlan>& plan) {
     tileMs_.clear();
+    tileSum_.clear();
+    tileSamples_.clear();
     tileCols_ = tileRows_ = 0;
+    tilePlanWidth_ = tilePlanHeight_ = 0;
+    tilePlanTiles_.clear();
     tileMap_->data()->clear();
+    if (plan && plan->count() > 0) {
+        tileCols_ = plan->cols();
+        tileRows_ = plan->rows();
+        tilePlanWidth_ = plan->width();
+        tilePlanHeight_ = plan->height();
+        tilePlanTiles_ = plan->tiles();
+        const auto count = static_cast<std::size_t>(plan->count());
+        tileMs_.assign(count, -1.0);
+        tileSum_.assign(count, 0.0);
+        tileSamples_.assign(count, 0);
+        tileMap_->data()->setSize(tileCols_, tileRows_);
+        tileMap_->data()->setRange(QCPRange(0, std::max(tileCols_ - 1, 1)), QCPRange(0, std::max(tileRows_ - 1, 1)));
+        // NaN: no time yet (drawn in the gradient's "no data" grey).
+        for (int row = 0; row < tileRows_; ++row)
+            for (int col = 0; col < tileCols_; ++col) tileMap_->data()->setCell(col, row, std::nan(""));
+    }
+    // Whole-number ticks, and thin borders between the cells (the sub-grid at the half
+    // numbers) while the grid is small enough to label every tile.
+    auto setupAxis = [](QCPAxis* axis, int cells) {
+        auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+        const int step = std::max(1, (cells + 11) / 12);
+        for (int i = 0; i < std::max(cells, 1); i += step) ticker->addTick(i, QString::number(i));
+        ticker->setSubTickCount(step == 1 ? 1 : 0);
+        axis->setTicker(ticker);
+        axis->grid()->setSubGridVisible(step == 1 && cells > 1);
+        axis->setRange(-0.5, std::max(cells, 1) - 0.5);
+    };
+    setupAxis(tilePlot_->xAxis, tileCols_);
+    setupAxis(tilePlot_->yAxis, tileRows_);
+    refreshTileScale();
+    emit tileTimesChanged();
+}
+
+void TimingCharts::setTilePlan(const std::optional<TilePlan>& plan) {
+    if (plan && plan->width() == tilePlanWidth_ && plan->height() == tilePlanHeight_ && plan->tiles() == tilePlanTiles_)
+        return;  // the same tiles: their times still apply
+    if (!plan && tilePlanTiles_.empty()) return;
+    resetTileGrid(plan);
+}
+
+void TimingCharts::startTileTimes(const TilePlan& plan) { resetTileGrid(plan); }
+
+void TimingCharts::applyTileCell(int id) {
+    const auto i = static_cast<std::size_t>(id);
+    tileMs_[i] = tileSamples_[i] > 0 ? tileSum_[i] / tileSamples_[i] : -1.0;
+    tileMap_->data()->setCell(id % tileCols_, id / tileCols_, tileMs_[i] >= 0 ? tileMs_[i] : std::nan(""));
+}
+
+void TimingCharts::addTileBatches(const std::vector<TileBatchTiming>& batches) {
+    if (tileCols_ <= 0 || batches.empty()) return;
+    const int count = static_cast<int>(tileMs_.size());
+    for (const TileBatchTiming& batch : batches) {
+        if (batch.tileIds.empty()) continue;
+        // Device time where measured, else host time; a batch's time split evenly over its tiles.
+        const double ms = (batch.gpuMs >= 0 ? batch.gpuMs : batch.hostMs) / static_cast<double>(batch.tileIds.size());
+        for (int id : batch.tileIds) {
+            if (id < 0 || id >= count) continue;
+            tileSum_[static_cast<std::size_t>(id)] += ms;
+            ++tileSamples_[static_cast<std::size_t>(id)];
+            applyTileCell(id);
+        }
+    }
+    refreshTileScale();
+    emit tileTimesChanged();
+    scheduleReplot();
+}
+
+int TimingCharts::timedTileCount() const {
+    return static_cast<int>(std::count_if(tileMs_.begin(), tileMs_.end(), [](double ms) { return ms >= 0; }));
+}
+
+QString TimingCharts::tilePlaceholderText() const {
+    return tilePlaceholder_->visible() ? tilePlaceholder_->text() : QString();
+}
+
+void TimingCharts::refreshTileScale() {
+    // The colour range over the tiles with a time (NaN cells would poison QCustomPlot's own
+    // rescale).
+    double low = 0, high = 0;
+    bool any = false;
+    for (double ms : tileMs_) {
+        if (ms < 0) continue;
+        low = any ? std::min(low, ms) : ms;
+        high = any ? std::max(high, ms) : ms;
+        any = true;
+    }
+    if (any && high - low < 1e-9) {
+        low = std::max(0.0, low - 0.5);
+        high += 0.5;
+    }
+    tileMap_->setDataRange(any ? QCPRange(low, high) : QCPRange(0, 1));
+    if (tileCols_ <= 0) tilePlaceholder_->setText(tr("No valid tile plan"));
+    else
+        tilePlaceholder_->setText(tr("%1 × %2 tiles · no times yet").arg(tileCols_).arg(tileRows_));
+    tilePlaceholder_->setVisible(!any);
+    tilePlot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimingCharts::showTileTimes(const RunRecord& record) {
     std::optional<TilePlan> plan;
     try {
         if (record.tileCount > 0) plan = TilePlan::fromConfig(record.config);
     } catch (const std::exception&) {
         plan.reset();
     }
-    if (!plan || plan->count() != record.tileCount) {
-        tilePlot_->replot(QCustomPlot::rpQueuedReplot);
-        return;
-    }
-    tileCols_ = plan->cols();
-    tileRows_ = plan->rows();
-    std::vector<double> sum(static_cast<std::size_t>(plan->count()), 0.0);
-    std::vector<int> samples(static_cast<std::size_t>(plan->count()), 0);
-    for (const TileBatchTiming& batch : record.batches) {
-        if (batch.tileIds.empty()) continue;
-        const double ms = (batch.gpuMs >= 0 ? batch.gpuMs : batch.hostMs) / static_cast<double>(batch.tileIds.size());
-        for (int id : batch.tileIds) {
-            if (id < 0 || id >= plan->count()) continue;
-            sum[static_cast<std::size_t>(id)] += ms;
-            ++samples[static_cast<std::size_t>(id)];
-        }
-    }
-    tileMs_.assign(sum.size(), -1.0);
-    for (std::size_t i = 0; i < sum.size(); ++i)
-        if (samples[i] > 0) tileMs_[i] = sum[i] / samples[i];
-    tileMap_->data()->setSize(tileCols_, tileRows_);
-    tileMap_->data()->setRange(QCPRange(0, std::max(tileCols_ - 1, 1)), QCPRange(0, std::max(tileRows_ - 1, 1)));
-    for (int row = 0; row < tileRows_; ++row)
-        for (int col = 0; col < tileCols_; ++col)
-            tileMap_->data()->setCell(col, row, std::max(0.0, tileMs_[static_cast<std::size_t>(row * tileCols_ + col)]));
-    tileMap_->rescaleDataRange(true);
-    tilePlot_->xAxis->setRange(-0.5, tileCols_ - 0.5);
-    tilePlot_->yAxis->setRange(-0.5, tileRows_ - 0.5);
-    tilePlot_->replot(QCustomPlot::rpQueuedReplot);
+    if (plan && plan->count() != record.tileCount) plan.reset();
+    resetTileGrid(plan);
+    if (plan) addTileBatches(record.batches);
 }
 
 void TimingCharts::setEarlierRuns(const std::vector<const RunRecord*>& runs) {

@@ -5,12 +5,16 @@
 //                       picture paired in order with a --show VIEW (default "window")
 //   --show VIEW         what the matching --screenshot shows: window (the default overlays),
 //                       seam (the seam-map overlay), blend (blend weights of a middle tile) or
-//                       compare (the compare window of the two newest runs in the history)
+//                       compare (the compare window of the two newest runs in the history),
+//                       graphs (the window with the graphs-versus-eager tab in front) or
+//                       compare-graphs (the compare window that --compare-graphs opened)
 //   --history DIR       keep the run history in DIR (default: the user's; with --fresh, a
 //                       throw-away folder)
 //   --delay MS          wait this long after showing the window before the picture (default 1500)
 //   --run               press Run at start; without --delay the picture is taken when the run
 //                       ends, with it after MS (mid-run: progress, highlight, live charts)
+//   --compare-graphs    press Compare graphs at start; without --delay the picture is taken
+//                       when the comparison ends
 //   --preset FILE       load a preset at start
 //   --fresh             ignore (and do not change) the saved settings
 #include <cstdio>
@@ -21,6 +25,7 @@
 #include <QCommandLineParser>
 #include <QDir>
 #include <QSettings>
+#include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTimer>
 
@@ -29,6 +34,7 @@
 #include "app/RunHistory.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
+#include "ui/GraphsPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
@@ -47,11 +53,18 @@ namespace {
 // Sets the window up for one screenshot view; returns the widget to grab (null: unknown view).
 QWidget* prepareView(tessera::MainWindow& window, const QString& view) {
     using tessera::CanvasOverlay;
+    if (view == QLatin1String("compare-graphs")) {
+        // The compare window the comparison opened, with its note; nothing else changes.
+        if (!window.compareView()) std::fprintf(stderr, "tessera: --show compare-graphs needs --compare-graphs\n");
+        return window.compareView();
+    }
     if (tessera::CompareView* open = window.compareView()) open->close();
+    window.chartTabs()->setCurrentWidget(view == QLatin1String("graphs") ? static_cast<QWidget*>(window.graphsPanel())
+                                                                          : static_cast<QWidget*>(window.charts()));
     window.overlayAction(CanvasOverlay::TileGrid)->setChecked(view != QLatin1String("seam"));
     window.overlayAction(CanvasOverlay::BlendWeights)->setChecked(view == QLatin1String("blend"));
     window.overlayAction(CanvasOverlay::SeamMap)->setChecked(view == QLatin1String("seam"));
-    if (view == QLatin1String("window") || view == QLatin1String("seam")) return &window;
+    if (view == QLatin1String("window") || view == QLatin1String("seam") || view == QLatin1String("graphs")) return &window;
     if (view == QLatin1String("blend")) {
         const int tiles = window.lastRun() && window.lastRun()->result ? window.lastRun()->result->record.tileCount : 0;
         window.canvas()->setHoveredTile(tiles / 2);
@@ -68,7 +81,7 @@ QWidget* prepareView(tessera::MainWindow& window, const QString& view) {
         if (!compare) std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
         return compare;
     }
-    std::fprintf(stderr, "tessera: unknown --show view '%s' (window, seam, blend, compare)\n", qPrintable(view));
+    std::fprintf(stderr, "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs)\n", qPrintable(view));
     return nullptr;
 }
 
@@ -123,11 +136,12 @@ int main(int argc, char** argv) {
     QCommandLineOption delay(QStringLiteral("delay"), QStringLiteral("Milliseconds before the screenshot."),
                              QStringLiteral("MS"), QStringLiteral("1500"));
     QCommandLineOption runAtStart(QStringLiteral("run"), QStringLiteral("Start a run at once."));
+    QCommandLineOption compareAtStart(QStringLiteral("compare-graphs"), QStringLiteral("Start Compare graphs at once."));
     QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Load a preset at start."), QStringLiteral("FILE"));
     QCommandLineOption fresh(QStringLiteral("fresh"), QStringLiteral("Ignore the saved settings."));
     QCommandLineOption show(QStringLiteral("show"), QStringLiteral("What the matching screenshot shows."), QStringLiteral("VIEW"));
     QCommandLineOption historyDir(QStringLiteral("history"), QStringLiteral("Run history folder."), QStringLiteral("DIR"));
-    for (QCommandLineOption* option : {&screenshot, &delay, &runAtStart, &preset, &fresh, &show, &historyDir}) {
+    for (QCommandLineOption* option : {&screenshot, &delay, &runAtStart, &compareAtStart, &preset, &fresh, &show, &historyDir}) {
         option->setFlags(QCommandLineOption::HiddenFromHelp);
         parser.addOption(*option);
     }
@@ -160,7 +174,10 @@ int main(int argc, char** argv) {
         const QStringList views = parser.values(show);
         const int delayMs = parser.value(delay).toInt();
         auto grab = [&window, paths, views] { takeScreenshots(window, views, paths, 0); };
-        if (parser.isSet(runAtStart) && !parser.isSet(delay)) {
+        if (parser.isSet(compareAtStart) && !parser.isSet(delay)) {
+            QObject::connect(&window, &tessera::MainWindow::graphComparisonEnded, &window,
+                             [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
+        } else if (parser.isSet(runAtStart) && !parser.isSet(delay)) {
             QObject::connect(&window, &tessera::MainWindow::runEnded, &window,
                              [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
         } else {
@@ -168,5 +185,6 @@ int main(int argc, char** argv) {
         }
     }
     if (parser.isSet(runAtStart)) QTimer::singleShot(0, &window, &tessera::MainWindow::startRun);
+    else if (parser.isSet(compareAtStart)) QTimer::singleShot(0, &window, &tessera::MainWindow::startGraphComparison);
     return QApplication::exec();
 }
