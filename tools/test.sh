@@ -2,7 +2,8 @@
 # The whole test suite: install what is missing, build everything with warnings as
 # errors (the CUDA backend too when /usr/local/cuda has the toolkit and cuDNN), run
 # every Qt Test suite under CTest, then build the core library and its tests again
-# with AddressSanitizer + UndefinedBehaviorSanitizer and run those.
+# with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) and run
+# those, then the same for the window's suites (offscreen: settings, runs, cancel, export).
 # GPU suites skip (QSKIP) with a message where no CUDA device is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +18,10 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CORE_ONLY=O
   -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DCMAKE_CXX_FLAGS="-O1"
 cmake --build build-asan --parallel "$jobs"
 (cd build-asan && ctest --output-on-failure --timeout 900 -j "$jobs")
+
+cmake -S . -B build-asan-ui -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CUDA=OFF \
+  -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DCMAKE_CXX_FLAGS="-O1"
+ui_suites=$(for f in tests/ui/tst_*.cpp; do n="$(basename "$f" .cpp)"; echo "ui_${n}"; done)
+# shellcheck disable=SC2086 # one target per word
+cmake --build build-asan-ui --parallel "$jobs" --target $ui_suites
+(cd build-asan-ui && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900 -R '^ui\.')
