@@ -7,37 +7,16 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include "tests/app/CliRun.h"
 #include "app/BenchCommand.h"
 #include "core/UNetModel.h"
 
 using namespace tessera;
+using tessera::testing::CliRun;
+using tessera::testing::describe;
+using tessera::testing::runCli;
 
 namespace {
-
-struct CliRun {
-    int exitCode = -1;
-    QString out, err;
-};
-
-CliRun runCli(const QStringList& args, int timeoutMs = 300000) {
-    QProcess process;
-    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
-    CliRun run;
-    if (!process.waitForFinished(timeoutMs)) {
-        process.kill();
-        process.waitForFinished();
-        run.err = QStringLiteral("timed out: ") + process.errorString();
-        return run;
-    }
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
-}
-
-QString describe(const CliRun& r) {
-    return QStringLiteral("exit %1\nstdout:\n%2\nstderr:\n%3").arg(r.exitCode).arg(r.out, r.err);
-}
 
 // One CSV record with RFC 4180 quoting.
 QStringList splitCsv(const QString& line) {

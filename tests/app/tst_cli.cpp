@@ -11,38 +11,18 @@
 #include <QElapsedTimer>
 #include <QTemporaryDir>
 
+#include "tests/app/CliRun.h"
 #include "app/CliOptions.h"
 #include "app/EngineFactory.h"
 #include "app/PngIO.h"
 
 using namespace tessera;
+using tessera::testing::CliRun;
+using tessera::testing::describe;
 
 namespace {
 
-struct CliRun {
-    int exitCode = -1;
-    QString out, err;
-};
-
-CliRun runCli(const QStringList& args, int timeoutMs = 120000) {
-    QProcess process;
-    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
-    CliRun run;
-    if (!process.waitForFinished(timeoutMs)) {
-        process.kill();
-        process.waitForFinished();
-        run.err = QStringLiteral("timed out: ") + process.errorString();
-        return run;
-    }
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
-}
-
-QString describe(const CliRun& r) {
-    return QStringLiteral("exit %1\nstdout:\n%2\nstderr:\n%3").arg(r.exitCode).arg(r.out, r.err);
-}
+CliRun runCli(const QStringList& args, int timeoutMs = 120000) { return tessera::testing::runCli(args, timeoutMs); }
 
 QString presetPath(const char* name) {
     return QStringLiteral(TESSERA_SOURCE_DIR "/resources/presets/") + QLatin1String(name);

@@ -16,12 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/app/CliRun.h"
 #include "app/InitImage.h"
 #include "app/PngIO.h"
 
 using namespace tessera;
+using tessera::testing::CliRun;
+using tessera::testing::describe;
 
 namespace {
+
+CliRun runCli(const QStringList& args, int timeoutMs = 600000) { return tessera::testing::runCli(args, timeoutMs); }
 
 const QString kImages = QStringLiteral(TESSERA_TEST_DATA "/images/");
 
@@ -64,31 +69,6 @@ Rgb8Image makeImage(int width, int height, const std::function<std::array<int, 3
 // Model-space value of channel c at (x, y) back in 0..255 units.
 double level(const ImageTensor& t, int c, int x, int y) {
     return (t.data[(static_cast<std::size_t>(c) * t.height + y) * t.width + x] + 1.0) / 2.0 * 255.0;
-}
-
-struct CliRun {
-    int exitCode = -1;
-    QString out, err;
-};
-
-CliRun runCli(const QStringList& args) {
-    QProcess process;
-    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
-    CliRun run;
-    if (!process.waitForFinished(600000)) {
-        process.kill();
-        process.waitForFinished();
-        run.err = QStringLiteral("timed out: ") + process.errorString();
-        return run;
-    }
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
-}
-
-QString describe(const CliRun& r) {
-    return QStringLiteral("exit %1\nstdout:\n%2\nstderr:\n%3").arg(r.exitCode).arg(r.out, r.err);
 }
 
 // The one PNG a render wrote into `dir`.
