@@ -17,7 +17,8 @@
 # compilation per batch size. Set TESSERA_CUDNN_RUNTIME_FUSION=1 in the environment to let
 # Tessera's prepare build cuDNN's fused conv+bias+residual engines (NVRTC).
 #
-# Expects in .carry/bench/: tessera-cli (Release, stripped) and rtlibs.tgz (its non-system
+# Expects in $CARRY (default .carry/gpu/, as for gpu_session.sh): tessera-cli (Release,
+# stripped) and rtlibs.txz (`tar cJf` of a folder rtlibs/ with its non-system
 # host libraries: Qt Core/Gui, ICU, PNG, JPEG, ...; the CUDA libraries cuDNN 9 and cuBLAS 13
 # are the machine's). Results under $OUT: tessera.csv, pytorch.csv, compare.log.
 set -u
@@ -28,7 +29,8 @@ log="$out/compare.log"
 deadline=$((SECONDS + ${DEADLINE_S:-560}))
 export PYTHONUNBUFFERED=1
 
-tar xzf .carry/bench/rtlibs.tgz -C /tmp
+carry="${CARRY:-.carry/gpu}"
+tar xJf "$carry/rtlibs.txz" -C /tmp
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
 # Only for tessera-cli: PyTorch must keep the machine's own libstdc++ and CUDA libraries.
@@ -39,7 +41,7 @@ cli_path="/tmp/rtlibs:$cudnn:$cublas:${LD_LIBRARY_PATH:-}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
   echo "cudnn: $cudnn"; echo "cublas: $cublas"
-  LD_LIBRARY_PATH="$cli_path" ldd .carry/bench/tessera-cli | grep "not found"
+  LD_LIBRARY_PATH="$cli_path" ldd "$carry/tessera-cli" | grep "not found"
 } 2>&1 | tee -a "$log"
 
 
@@ -56,7 +58,7 @@ tessera() {  # MIN_SECONDS ARGS...
   if [ "$left" -lt "$need" ]; then echo "SKIPPED (only ${left}s left): tessera-cli bench $*" | tee -a "$log"; return; fi
   echo "== tessera-cli bench $*" | tee -a "$log"
   rm -f /tmp/compare/t.csv
-  timeout "$left" env LD_LIBRARY_PATH="$cli_path" .carry/bench/tessera-cli bench --backend cuda "$@" --csv /tmp/compare/t.csv 2>&1 | tee -a "$log"
+  timeout "$left" env LD_LIBRARY_PATH="$cli_path" "$carry/tessera-cli" bench --backend cuda "$@" --csv /tmp/compare/t.csv 2>&1 | tee -a "$log"
   append_csv /tmp/compare/t.csv "$out/tessera.csv"
 }
 pytorch() {  # MIN_SECONDS ARGS...
