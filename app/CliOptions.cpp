@@ -223,6 +223,13 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     return options;
 }
 
+std::optional<bool> cliOptionTakesValue(std::string_view name) {
+    const auto& table = optionTable();
+    const auto spec = table.find(std::string(name));
+    if (spec == table.end()) return std::nullopt;
+    return spec->second.takesValue;
+}
+
 std::vector<std::string> defaultModelCandidates(const std::string& executableDir) {
     std::vector<std::string> candidates;
 #ifdef TESSERA_RESOURCE_DIR

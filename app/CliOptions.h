@@ -35,6 +35,11 @@ CliOptions parseCliOptions(const std::vector<std::string>& args);
 // Usage text for a subcommand (Help: the overview).
 std::string cliUsage(CliCommand command);
 
+// Whether `--name` (without the dashes) is one of the run options above and takes a value:
+// true for "seed" or "model", false for a flag such as "preserve-color" or "help", nullopt
+// for a name that is no run option. Lets other subcommands (compare) pass these options on.
+std::optional<bool> cliOptionTakesValue(std::string_view name);
+
 // The subcommand's name as typed ("plan", ...).
 std::string_view toString(CliCommand command);
 

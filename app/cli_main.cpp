@@ -1,4 +1,4 @@
-// tessera-cli: plan, render, info and bench, headless. Exit status: 0 success, 2 invalid input
+// tessera-cli: plan, render, info, bench and compare, headless. Exit status: 0 success, 2 invalid input
 // (the message names the field), 1 failure while running.
 #include <atomic>
 #include <chrono>
@@ -17,6 +17,7 @@
 
 #include "app/BenchCommand.h"
 #include "app/CliOptions.h"
+#include "app/CompareCommand.h"
 #include "app/EngineFactory.h"
 #include "app/InitImage.h"
 #include "app/PngIO.h"
@@ -298,6 +299,15 @@ int main(int argc, char** argv) {
             return kExitFailure;
         }
     }
+    // compare takes two configurations (files, or render flags with --a/--b): app/CompareCommand.h.
+    if (!args.empty() && args.front() == "compare") {
+        try {
+            return runCompareCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+        } catch (const std::exception& e) {
+            std::cerr << "tessera-cli: compare failed: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
     CliOptions options;
     try {
         options = parseCliOptions(args);
@@ -312,7 +322,9 @@ int main(int argc, char** argv) {
     if (options.help || options.command == CliCommand::Help) {
         std::cout << cliUsage(options.command);
         if (options.command == CliCommand::Help)
-            std::cout << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n";
+            std::cout << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n"
+                      << "  compare   run two configurations interleaved: speedup, memory, pixel difference\n"
+                      << "            ('tessera-cli compare --help')\n";
         return kExitOk;
     }
     try {

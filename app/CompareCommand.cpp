@@ -1,0 +1,748 @@
+#include "app/CompareCommand.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/CliOptions.h"
+#include "app/EngineFactory.h"
+#include "app/InitImage.h"
+#include "core/ImageOps.h"
+#include "core/ModelConfig.h"
+#include "core/RunRecordIO.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitInvalid = 2;
+
+constexpr const char* kTimingNote = "RunRecord.totalMs, the sampling wall time (prepare excluded)";
+
+[[noreturn]] void fail(const std::string& field, const std::string& message) {
+    throw ValidationError(field, field + ": " + message);
+}
+
+int parseCount(const std::string& field, const std::string& text, int lo) {
+    int value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end) fail(field, "'" + text + "' is not a whole number");
+    if (value < lo) fail(field, "'" + text + "' is not allowed; it must be at least " + std::to_string(lo));
+    return value;
+}
+
+// "batch=8,graphs=tile" -> (batch, 8), (graphs, tile). A piece without '=' continues the
+// previous value, so a label or a path may hold commas ("label=a,b").
+void addOverrides(const std::string& option, const std::string& text,
+                  std::vector<std::pair<std::string, std::string>>& into) {
+    std::size_t added = 0;
+    std::string piece;
+    std::istringstream in(text);
+    while (std::getline(in, piece, ',')) {
+        const auto eq = piece.find('=');
+        if (eq == std::string::npos) {
+            if (added == 0)
+                fail(option, "'" + text + "' is not KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile,batch=8)");
+            into.back().second += "," + piece;
+            continue;
+        }
+        if (eq == 0) fail(option, "'" + piece + "' has no key; expected KEY=VALUE, KEY a run setting (e.g. batch=8)");
+        into.emplace_back(piece.substr(0, eq), piece.substr(eq + 1));
+        ++added;
+    }
+    if (added == 0) fail(option, "needs KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile)");
+}
+
+std::string fixed(double value, int decimals) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+std::string sig6(double value) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.6g", value);
+    return text;
+}
+
+double median(std::vector<double> values) {
+    if (values.empty()) return 0;
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// A run configuration file: RunConfig JSON, or a manifest (core/RunRecordIO.h) whose
+// "config" is one. `side` ("a" / "b") is the field of errors that concern the file itself.
+nlohmann::json readConfigFile(const std::string& path, const std::string& side) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(side, "cannot read '" + path + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json json;
+    try {
+        json = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::exception& e) {
+        fail(side, "'" + path + "' is not valid JSON: " + e.what());
+    }
+    if (!json.is_object()) fail(side, "'" + path + "' must hold a JSON object: run settings or a run manifest");
+    RunConfig config;
+    try {
+        if (json.contains("schema_version") && json.contains("config"))
+            config = runRecordFromManifest(json).config;
+        else
+            config = runConfigFromJson(json);
+    } catch (const ValidationError& e) {
+        throw ValidationError(e.field(), std::string(e.what()) + " (in '" + path + "')");
+    } catch (const std::exception& e) {
+        fail(side, "'" + path + "': " + e.what());
+    }
+    return toJson(config);
+}
+
+// Sets one KEY=VALUE on a RunConfig JSON object. The value is typed after the key's default:
+// a string key takes the text as it is; any other key takes it as JSON (8, 0.25, true), or
+// as text when it is not JSON, so that the loader names the key and what it expects.
+void applyOverride(nlohmann::json& config, std::string key, const std::string& value) {
+    std::replace(key.begin(), key.end(), '-', '_');
+    if (key == "eta" || key == "timestep_spacing") key = "scheduler_options." + key;  // as the CLI flags
+    static const nlohmann::json defaults = toJson(RunConfig{});
+    nlohmann::json* target = &config;
+    const nlohmann::json* fallback = &defaults;
+    std::string leaf = key;
+    if (const auto dot = key.find('.'); dot != std::string::npos) {
+        const std::string parent = key.substr(0, dot);
+        if (parent != "scheduler_options")
+            throw ValidationError(key, key + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
+        leaf = key.substr(dot + 1);
+        target = &config["scheduler_options"];
+        fallback = &defaults["scheduler_options"];
+    }
+    nlohmann::json typed = value;
+    const auto known = fallback->find(leaf);
+    if (known == fallback->end() || !known->is_string()) {
+        try {
+            typed = nlohmann::json::parse(value);
+        } catch (const nlohmann::json::exception&) {
+            typed = value;
+        }
+    }
+    (*target)[leaf] = std::move(typed);
+}
+
+std::string executableDir() {
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string() : self.parent_path().string();
+}
+
+// config.model as an absolute folder: the one given, or the default model (as render does).
+std::string resolveModel(const std::string& given) {
+    if (!given.empty()) {
+        const fs::path dir = fs::absolute(given);
+        if (!fs::is_directory(dir)) fail("model", "'" + given + "' is not a folder");
+        return dir.lexically_normal().string();
+    }
+    const auto candidates = defaultModelCandidates(executableDir());
+    for (const auto& candidate : candidates)
+        if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
+    std::string looked;
+    for (const auto& candidate : candidates) looked += "\n  " + candidate;
+    fail("model", "no default model is installed (looked in:" + looked + ")\nGive a model folder with --model DIR.");
+}
+
+// What the model folder allows, from its config.json (and scheduler_config.json) alone.
+ModelLimits readModelLimits(const std::string& dir) {
+    const fs::path configPath = fs::path(dir) / "config.json";
+    std::ifstream configFile(configPath);
+    if (!configFile) fail("model", "cannot read '" + configPath.string() + "'");
+    try {
+        const ModelConfig model = modelConfigFromJson(nlohmann::json::parse(configFile));
+        int trainTimesteps = 1000;
+        if (std::ifstream schedulerFile(fs::path(dir) / "scheduler_config.json"); schedulerFile)
+            trainTimesteps = schedulerOptionsFromJson(nlohmann::json::parse(schedulerFile)).numTrainTimesteps;
+        return model.limits(trainTimesteps);
+    } catch (const std::exception& e) {
+        fail("model", configPath.string() + ": " + e.what());
+    }
+}
+
+// Every leaf of a RunConfig JSON object, scheduler options as "scheduler_options.eta".
+std::map<std::string, nlohmann::json> flatten(const nlohmann::json& config) {
+    std::map<std::string, nlohmann::json> leaves;
+    for (const auto& [key, value] : config.items()) {
+        if (value.is_object())
+            for (const auto& [inner, innerValue] : value.items()) leaves[key + "." + inner] = innerValue;
+        else
+            leaves[key] = value;
+    }
+    return leaves;
+}
+
+std::string shown(const nlohmann::json& value) {
+    if (value.is_string()) return value.get<std::string>().empty() ? "\"\"" : value.get<std::string>();
+    return value.dump();
+}
+
+// Collects the engine's notes; the progress is one line per pair.
+class NoteObserver : public RunObserver {
+public:
+    void onMessage(const std::string& message) override { messages.push_back(message); }
+    std::vector<std::string> messages;
+};
+
+// One side of the comparison: its configuration, start image, and what its measured runs left.
+struct Side {
+    std::string name;                 // "A" / "B"
+    RunConfig config;
+    ImageTensor initImage;            // empty: from noise
+    std::vector<RunRecord> runs;      // measured runs, in order
+    ImageTensor firstImage, lastImage;
+    bool repeatable = true;           // every measured image bit-identical to the first
+    std::vector<std::string> notes;
+
+    void addNote(const std::string& note) {
+        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+    }
+    std::vector<double> seconds() const {
+        std::vector<double> s;
+        for (const auto& r : runs) s.push_back(r.totalMs / 1000.0);
+        return s;
+    }
+    std::vector<double> prepareMs() const {
+        std::vector<double> s;
+        for (const auto& r : runs) s.push_back(r.prepareMs);
+        return s;
+    }
+    // Median step GPU time over every step of every measured run; nullopt where not measured.
+    std::optional<double> stepGpuMs() const {
+        std::vector<double> s;
+        for (const auto& r : runs)
+            for (const auto& step : r.steps)
+                if (step.gpuMs >= 0) s.push_back(step.gpuMs);
+        if (s.empty()) return std::nullopt;
+        return median(s);
+    }
+    std::optional<double> peakMiB() const {
+        double peak = -1;
+        for (const auto& r : runs) peak = std::max(peak, r.peakDeviceMiB);
+        if (peak < 0) return std::nullopt;
+        return peak;
+    }
+    const RunRecord& last() const { return runs.back(); }
+};
+
+// Graph counters summed over the measured runs (each record holds its own run's share of the
+// engine's graph cache); the mode, nodes and graph memory as of the last measured run.
+GraphStats measuredGraphStats(const Side& side) {
+    GraphStats g = side.last().graphs;
+    g.captures = g.hits = g.misses = g.evictions = g.updates = g.instantiations = 0;
+    for (const auto& r : side.runs) {
+        g.captures += r.graphs.captures;
+        g.hits += r.graphs.hits;
+        g.misses += r.graphs.misses;
+        g.evictions += r.graphs.evictions;
+        g.updates += r.graphs.updates;
+        g.instantiations += r.graphs.instantiations;
+    }
+    return g;
+}
+
+std::string graphSummary(const Side& side) {
+    const RunConfig& c = side.config;
+    const GraphStats g = measuredGraphStats(side);
+    std::string text = "requested " + std::string(toString(c.graphs)) + ", ran " + (g.mode.empty() ? "off" : g.mode);
+    if (!g.fallbackReason.empty()) text += " (fallback: " + g.fallbackReason + ")";
+    text += ", " + std::to_string(g.captures) + " captures, " + std::to_string(g.hits) + " hits";
+    if (g.misses || g.evictions || g.updates) text += ", " + std::to_string(g.misses) + " misses, " +
+                                                      std::to_string(g.evictions) + " evictions, " +
+                                                      std::to_string(g.updates) + " updates";
+    if (g.nodes) text += ", " + std::to_string(g.nodes) + " nodes";
+    if (g.graphMemMiB > 0) text += ", " + fixed(g.graphMemMiB, 1) + " MiB of graphs";
+    return text;
+}
+
+nlohmann::json graphJson(const Side& side) {
+    const GraphStats g = measuredGraphStats(side);
+    return {{"requested", toString(side.config.graphs)},
+            {"mode", g.mode},
+            {"fallback_reason", g.fallbackReason},
+            {"captures", g.captures},
+            {"hits", g.hits},
+            {"misses", g.misses},
+            {"evictions", g.evictions},
+            {"updates", g.updates},
+            {"instantiations", g.instantiations},
+            {"nodes", g.nodes},
+            {"graph_mib", g.graphMemMiB}};
+}
+
+nlohmann::json optionalJson(const std::optional<double>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json sideJson(const Side& side) {
+    const RunRecord& r = side.last();
+    return {{"config", toJson(side.config)},
+            {"backend", r.environment.backend},
+            {"device", r.environment.device},
+            {"model", r.modelName},
+            {"tiles", r.tileCount},
+            {"median_s", median(side.seconds())},
+            {"median_prepare_ms", median(side.prepareMs())},
+            {"step_gpu_ms", optionalJson(side.stepGpuMs())},
+            {"peak_device_mib", optionalJson(side.peakMiB())},
+            {"graphs", graphJson(side)},
+            {"repeatable", side.repeatable},
+            {"image_sha256", r.imageSha256},
+            {"notes", side.notes}};
+}
+
+std::string csvField(const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) return text;
+    std::string quoted = "\"";
+    for (char c : text) {
+        if (c == '"') quoted += '"';
+        quoted += c == '\n' ? ' ' : c;
+    }
+    return quoted + "\"";
+}
+
+std::string csvText(const Side& a, const Side& b) {
+    std::string text =
+        "pair,side,run_id,seconds,prepare_ms,steps_run,step_gpu_ms,peak_device_mib,graphs_requested,graphs_effective,"
+        "graph_captures,graph_hits,backend,image_sha256\n";
+    for (std::size_t i = 0; i < a.runs.size(); ++i) {
+        for (const Side* side : {&a, &b}) {
+            const RunRecord& r = side->runs[i];
+            std::vector<double> gpu;
+            for (const auto& step : r.steps)
+                if (step.gpuMs >= 0) gpu.push_back(step.gpuMs);
+            text += std::to_string(i + 1) + "," + side->name + "," + csvField(r.runId) + "," + sig6(r.totalMs / 1000.0) +
+                    "," + sig6(r.prepareMs) + "," + std::to_string(r.stepsRun) + "," +
+                    (gpu.empty() ? "" : sig6(median(gpu))) + "," + (r.peakDeviceMiB >= 0 ? sig6(r.peakDeviceMiB) : "") +
+                    "," + std::string(toString(side->config.graphs)) + "," + csvField(r.graphs.mode) + "," +
+                    std::to_string(r.graphs.captures) + "," + std::to_string(r.graphs.hits) + "," +
+                    csvField(r.environment.backend) + "," + r.imageSha256 + "\n";
+        }
+    }
+    return text;
+}
+
+// The folder of an output file must exist, so a long comparison does not end in a write error.
+void checkWritable(const std::string& field, const std::string& path) {
+    if (path.empty()) return;
+    const fs::path parent = fs::absolute(path).parent_path();
+    if (!fs::is_directory(parent)) fail(field, "cannot write '" + path + "': the folder '" + parent.string() + "' does not exist");
+    if (fs::is_directory(path)) fail(field, "cannot write '" + path + "': it is a folder");
+}
+
+std::string padLeft(const std::string& text, std::size_t width) {
+    return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+}  // namespace
+
+std::string compareUsage() {
+    return "Usage: tessera-cli compare A.json B.json [options]\n"
+           "       tessera-cli compare [run options] --a KEY=VALUE[,KEY=VALUE...] --b KEY=VALUE[,...] [options]\n"
+           "Runs two configurations interleaved (A B A B ...) on one engine per backend and prints B's\n"
+           "speedup over A (the median of the per-pair ratios A time / B time, with min-max and the\n"
+           "interquartile range), the median seconds, the median step GPU ms where measured, the peak\n"
+           "device MiB and its delta, the graph statistics, and the largest pixel difference between\n"
+           "A's and B's final images (8-bit RGB and model-space floats) and whether they are bit-identical.\n"
+           "The time of a run is RunRecord.totalMs: the sampling wall time, prepare excluded. Previews are off.\n\n"
+           "A.json, B.json           run settings (as --preset takes) or run manifests (<run-id>.json of render);\n"
+           "                         run options given as well apply to both\n"
+           "  --a KEY=VALUE,...      A's settings: the run options' configuration with these JSON keys changed\n"
+           "  --b KEY=VALUE,...      B's (e.g. --a graphs=off --b graphs=tile, --a batch=1 --b batch=8);\n"
+           "                         KEY as in a preset: width, seed, batch, graphs, precision, backend, overlap,\n"
+           "                         scheduler_options.eta, ...; may be given more than once\n"
+           "  --warmup N             pairs run first and discarded (default 1)\n"
+           "  --repeats N            measured pairs (default 5)\n"
+           "  --csv FILE             every measured run as a row\n"
+           "  --json FILE            the summary as a JSON object\n"
+           "  --help, -h             this text\n\n" +
+           cliUsage(CliCommand::Render).substr(cliUsage(CliCommand::Render).find("Run options"));
+}
+
+CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
+    CompareOptions o;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        if (arg == "-h" || arg == "--help") {
+            o.help = true;
+            continue;
+        }
+        if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+            o.configFiles.push_back(arg);
+            continue;
+        }
+        std::string name = arg.substr(2), value;
+        bool inlineValue = false;
+        if (const auto eq = name.find('='); eq != std::string::npos) {
+            value = name.substr(eq + 1);
+            name = name.substr(0, eq);
+            inlineValue = true;
+        }
+        if (name == "a" || name == "b" || name == "repeats" || name == "warmup" || name == "csv" || name == "json") {
+            if (!inlineValue) {
+                if (i + 1 >= args.size()) fail(name, "option '--" + name + "' needs a value");
+                value = args[++i];
+            }
+            if (name == "a") addOverrides(name, value, o.overridesA);
+            else if (name == "b") addOverrides(name, value, o.overridesB);
+            else if (name == "repeats") o.repeats = parseCount(name, value, 1);
+            else if (name == "warmup") o.warmup = parseCount(name, value, 0);
+            else if (value.empty()) fail(name, "a file name is needed");
+            else if (name == "csv") o.csvPath = value;
+            else o.jsonPath = value;
+            continue;
+        }
+        const std::optional<bool> takesValue = cliOptionTakesValue(name);
+        if (!takesValue) fail("option", "unknown option '--" + name + "'; see 'tessera-cli compare --help'");
+        if (name == "out") fail("out", "compare writes no images; give --csv FILE or --json FILE for its results");
+        o.runFlags.push_back(arg);
+        if (*takesValue && !inlineValue) {
+            if (i + 1 >= args.size()) fail(name, "option '--" + name + "' needs a value");
+            o.runFlags.push_back(args[++i]);
+        }
+    }
+    if (!o.help && !o.configFiles.empty() && o.configFiles.size() != 2) {
+        std::string given;
+        for (const auto& f : o.configFiles) given += " '" + f + "'";
+        fail("option", "compare takes two configuration files (A.json B.json) or none; got " +
+                           std::to_string(o.configFiles.size()) + ":" + given);
+    }
+    return o;
+}
+
+ComparedConfigs compareConfigs(const CompareOptions& options) {
+    std::vector<std::string> renderArgs{"render"};
+    renderArgs.insert(renderArgs.end(), options.runFlags.begin(), options.runFlags.end());
+    const CliOptions common = parseCliOptions(renderArgs);
+    const nlohmann::json flags = toJson(common.config);
+
+    auto base = [&](std::size_t index, const std::string& side) {
+        if (options.configFiles.empty()) return flags;
+        nlohmann::json config = readConfigFile(options.configFiles.at(index), side);
+        // Run options on the line apply to both files.
+        for (const std::string& field : common.fieldsGiven) {
+            if (field == "eta" || field == "timestep_spacing")
+                config["scheduler_options"][field] = flags["scheduler_options"][field];
+            else if (flags.contains(field))
+                config[field] = flags[field];
+        }
+        return config;
+    };
+    auto build = [](nlohmann::json config, const std::vector<std::pair<std::string, std::string>>& overrides,
+                    const std::string& option) {
+        try {
+            for (const auto& [key, value] : overrides) applyOverride(config, key, value);
+            return runConfigFromJson(config);
+        } catch (const ValidationError& e) {
+            throw ValidationError(e.field(), "--" + option + ": " + e.what());
+        }
+    };
+    ComparedConfigs configs;
+    configs.a = build(base(0, "a"), options.overridesA, "a");
+    configs.b = build(base(1, "b"), options.overridesB, "b");
+    return configs;
+}
+
+RatioSpread ratioSpread(std::vector<double> ratios) {
+    RatioSpread s;
+    if (ratios.empty()) return s;
+    std::sort(ratios.begin(), ratios.end());
+    auto quantile = [&](double q) {
+        const double pos = q * static_cast<double>(ratios.size() - 1);
+        const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
+        const std::size_t hi = std::min(lo + 1, ratios.size() - 1);
+        const double frac = pos - static_cast<double>(lo);
+        return ratios[lo] + (ratios[hi] - ratios[lo]) * frac;
+    };
+    s.min = ratios.front();
+    s.max = ratios.back();
+    s.median = quantile(0.5);
+    s.q1 = quantile(0.25);
+    s.q3 = quantile(0.75);
+    return s;
+}
+
+ImageDifference imageDifference(const ImageTensor& a, const ImageTensor& b) {
+    ImageDifference d;
+    if (a.channels != b.channels || a.height != b.height || a.width != b.width || a.data.size() != b.data.size() ||
+        a.data.empty())
+        return d;
+    d.comparable = true;
+    d.bitIdentical = std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
+    for (std::size_t i = 0; i < a.data.size(); ++i) {
+        const double diff = std::abs(static_cast<double>(a.data[i]) - static_cast<double>(b.data[i]));
+        if (!(diff <= d.maxAbsModel)) d.maxAbsModel = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+    }
+    const Rgb8Image ra = toRgb8(a), rb = toRgb8(b);
+    for (std::size_t i = 0; i < ra.pixels.size(); ++i)
+        d.maxAbsRgb8 = std::max(d.maxAbsRgb8, std::abs(static_cast<int>(ra.pixels[i]) - static_cast<int>(rb.pixels[i])));
+    return d;
+}
+
+int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+    CompareOptions options;
+    Side a, b;
+    a.name = "A";
+    b.name = "B";
+    std::map<BackendKind, std::unique_ptr<Engine>> engines;
+    try {
+        options = parseCompareOptions(args);
+        if (options.help) {
+            out << compareUsage();
+            return kExitOk;
+        }
+        const ComparedConfigs configs = compareConfigs(options);
+        a.config = configs.a;
+        b.config = configs.b;
+        checkWritable("csv", options.csvPath);
+        checkWritable("json", options.jsonPath);
+        // Check both sides completely before the first (possibly long) run.
+        for (Side* side : {&a, &b}) {
+            try {
+                RunConfig& c = side->config;
+                c.previewEvery = 0;  // measure sampling, not preview copies
+                c.model = resolveModel(c.model);
+                const ModelLimits limits = readModelLimits(c.model);
+                validate(c, limits);
+                if (!c.initImage.empty()) {
+                    try {
+                        side->initImage = loadInitImage(c.initImage, c.width, c.height, limits.inChannels);
+                    } catch (const std::exception& e) {
+                        fail("init", e.what());
+                    }
+                }
+                if (c.backend == BackendKind::CUDA) {
+                    if (!cudaBackendBuilt()) fail("backend", "cuda: this build has no CUDA backend");
+                    const DeviceReport report = probeDevices();
+                    if (!report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
+                }
+            } catch (const ValidationError& e) {
+                throw ValidationError(e.field(), side->name + ": " + e.what());
+            }
+        }
+    } catch (const ValidationError& e) {
+        err << "tessera-cli compare: " << e.what() << "\n";
+        return kExitInvalid;
+    }
+
+    const nlohmann::json jsonA = toJson(a.config), jsonB = toJson(b.config);
+    std::vector<std::string> differences;
+    nlohmann::json differencesJson = nlohmann::json::object();
+    {
+        const auto leavesA = flatten(jsonA), leavesB = flatten(jsonB);
+        for (const auto& [key, valueA] : leavesA) {
+            // The engines take the noise schedule from the model; of scheduler_options only eta
+            // and timestep_spacing come from the run (a manifest holds the model's, resolved).
+            if (key.rfind("scheduler_options.", 0) == 0 && key != "scheduler_options.eta" &&
+                key != "scheduler_options.timestep_spacing")
+                continue;
+            const auto other = leavesB.find(key);
+            if (other == leavesB.end() || other->second == valueA) continue;
+            differences.push_back(key + " " + shown(valueA) + " -> " + shown(other->second));
+            differencesJson[key] = {valueA, other->second};
+        }
+    }
+
+    const bool sharedEngine = a.config.backend == b.config.backend;
+    const bool anyInit = !a.initImage.data.empty() || !b.initImage.data.empty();
+    try {
+        for (const Side* side : {&a, &b}) {
+            auto& engine = engines[side->config.backend];
+            if (engine) continue;
+            std::string note;
+            engine = createEngine(side->config.backend, &note);
+            if (!note.empty()) err << "note: " << note << "\n";
+        }
+        err << "compare: " << (sharedEngine ? "one engine for A and B" : "one engine for A, one for B") << "; "
+            << options.warmup << " warm-up pair(s) discarded, then " << options.repeats
+            << " measured pair(s), interleaved A B\n";
+        for (const std::string& d : differences) err << "compare: B differs from A in " << d << "\n";
+
+        const int pairs = options.warmup + options.repeats;
+        for (int pair = 0; pair < pairs; ++pair) {
+            const bool measured = pair >= options.warmup;
+            double seconds[2] = {0, 0};
+            int index = 0;
+            for (Side* side : {&a, &b}) {
+                Engine& engine = *engines.at(side->config.backend);
+                if (anyInit) engine.setInitImage(side->initImage);  // the other side may have changed it
+                NoteObserver observer;
+                RunResult result = engine.run(side->config, observer);
+                if (result.record.status != "finished")
+                    throw std::runtime_error(side->name + " run " + result.record.status +
+                                             (result.record.error.empty() ? "" : ": " + result.record.error));
+                seconds[index++] = result.record.totalMs / 1000.0;
+                for (const auto& m : result.record.messages) side->addNote(m);
+                for (const auto& m : observer.messages) side->addNote(m);
+                if (!measured) continue;
+                if (side->runs.empty()) side->firstImage = result.image;
+                else if (!imageDifference(side->firstImage, result.image).bitIdentical) side->repeatable = false;
+                side->lastImage = std::move(result.image);
+                side->runs.push_back(std::move(result.record));
+            }
+            err << "compare: " << (measured ? "pair " + std::to_string(pair - options.warmup + 1) + "/" +
+                                                  std::to_string(options.repeats)
+                                            : "warm-up pair " + std::to_string(pair + 1) + "/" +
+                                                  std::to_string(options.warmup) + " (discarded)")
+                << ": A " << fixed(seconds[0], 3) << " s, B " << fixed(seconds[1], 3) << " s\n";
+        }
+    } catch (const ValidationError& e) {
+        err << "tessera-cli compare: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const std::exception& e) {
+        err << "tessera-cli compare: run failed: " << e.what() << "\n";
+        return kExitFailure;
+    }
+
+    // ---- report ----
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < a.runs.size(); ++i)
+        ratios.push_back(b.runs[i].totalMs > 0 ? a.runs[i].totalMs / b.runs[i].totalMs : 0.0);
+    const RatioSpread speedup = ratioSpread(ratios);
+    const ImageDifference pixels = imageDifference(a.lastImage, b.lastImage);
+
+    auto describe = [](const Side& side) {
+        const RunRecord& r = side.last();
+        const RunConfig& c = side.config;
+        return r.environment.backend + " (" + r.environment.device + "), " + r.modelName + ", " + std::to_string(c.width) +
+               "x" + std::to_string(c.height) + ", " + std::to_string(r.tileCount) + " tiles of " +
+               std::to_string(r.tileW) + "x" + std::to_string(r.tileH) + ", batch " + std::to_string(c.tileBatch) + ", " +
+               std::to_string(r.stepsRun) + " " + std::string(toString(c.scheduler)) + " steps, " +
+               std::string(toString(c.precision)) + ", graphs " + std::string(toString(c.graphs)) + ", seed " +
+               std::to_string(c.seed);
+    };
+    out << "A  " << describe(a) << "\n"
+        << "B  " << describe(b) << "\n";
+    if (differences.empty()) {
+        out << "B differs from A in: nothing (the same configuration: this measures run-to-run noise)\n";
+    } else {
+        out << "B differs from A in: ";
+        for (std::size_t i = 0; i < differences.size(); ++i) out << (i ? "; " : "") << differences[i];
+        out << "\n";
+    }
+    out << "time per run: " << kTimingNote << "; " << options.warmup << " warm-up pair(s) discarded, "
+        << options.repeats << " measured pair(s), interleaved A B, previews off\n\n";
+
+    out << padLeft("pair", 4) << "  " << padLeft("A s", 9) << "  " << padLeft("B s", 9) << "  " << padLeft("A/B", 7)
+        << "\n";
+    for (std::size_t i = 0; i < a.runs.size(); ++i)
+        out << padLeft(std::to_string(i + 1), 4) << "  " << padLeft(fixed(a.runs[i].totalMs / 1000.0, 4), 9) << "  "
+            << padLeft(fixed(b.runs[i].totalMs / 1000.0, 4), 9) << "  " << padLeft(fixed(ratios[i], 3), 7) << "\n";
+    out << "\n";
+
+    out << "speedup B vs A   " << fixed(speedup.median, 3) << "x  (median of " << ratios.size()
+        << " per-pair ratios A time / B time; min " << fixed(speedup.min, 3) << ", max " << fixed(speedup.max, 3)
+        << "; interquartile " << fixed(speedup.q1, 3) << " - " << fixed(speedup.q3, 3) << "; above 1: B is faster)\n";
+    const double medA = median(a.seconds()), medB = median(b.seconds());
+    out << "median seconds   A " << fixed(medA, 4) << "   B " << fixed(medB, 4) << "\n";
+    out << "median prepare   A " << fixed(median(a.prepareMs()), 1) << " ms   B " << fixed(median(b.prepareMs()), 1)
+        << " ms  (not in the times above)\n";
+    const auto gpuA = a.stepGpuMs(), gpuB = b.stepGpuMs();
+    auto orNa = [](const std::optional<double>& v, int decimals, const Side& side) {
+        return v ? fixed(*v, decimals) : "n/a (not measured on " + side.last().environment.backend + ")";
+    };
+    out << "step GPU ms      A " << orNa(gpuA, 3, a) << "   B " << orNa(gpuB, 3, b) << "  (median over steps)\n";
+    const auto peakA = a.peakMiB(), peakB = b.peakMiB();
+    out << "peak device MiB  A " << orNa(peakA, 1, a) << "   B " << orNa(peakB, 1, b);
+    if (peakA && peakB) out << "   delta B - A " << (*peakB >= *peakA ? "+" : "") << fixed(*peakB - *peakA, 1);
+    out << "\n";
+    out << "graphs           A " << graphSummary(a) << "\n"
+        << "                 B " << graphSummary(b) << "\n"
+        << "                 (captures and hits summed over each side's measured runs)\n";
+    if (pixels.comparable) {
+        out << "pixels           max |A - B| " << pixels.maxAbsRgb8 << " of 255 (8-bit RGB), " << sig6(pixels.maxAbsModel)
+            << " (model space); bit-identical: " << (pixels.bitIdentical ? "yes" : "no") << "\n";
+    } else {
+        out << "pixels           max |A - B| n/a (sizes differ: A " << a.config.width << "x" << a.config.height << ", B "
+            << b.config.width << "x" << b.config.height << ")\n";
+    }
+    out << "repeatability    A " << (a.repeatable ? "bit-identical" : "NOT bit-identical") << " across its "
+        << a.runs.size() << " measured runs, B " << (b.repeatable ? "bit-identical" : "NOT bit-identical") << " across its "
+        << b.runs.size() << "\n";
+    for (const Side* side : {&a, &b})
+        for (const auto& note : side->notes) out << "note " << side->name << "           " << note << "\n";
+
+    try {
+        if (!options.csvPath.empty()) {
+            writeFileAtomically(options.csvPath, csvText(a, b));
+            out << "csv              " << options.csvPath << "\n";
+        }
+        if (!options.jsonPath.empty()) {
+            nlohmann::json runs = nlohmann::json::array();
+            for (std::size_t i = 0; i < a.runs.size(); ++i)
+                for (const Side* side : {&a, &b}) {
+                    const RunRecord& r = side->runs[i];
+                    runs.push_back({{"pair", i + 1},
+                                    {"side", side->name},
+                                    {"run_id", r.runId},
+                                    {"seconds", r.totalMs / 1000.0},
+                                    {"prepare_ms", r.prepareMs},
+                                    {"peak_device_mib", r.peakDeviceMiB >= 0 ? nlohmann::json(r.peakDeviceMiB) : nlohmann::json(nullptr)},
+                                    {"image_sha256", r.imageSha256}});
+                }
+            nlohmann::json pixelJson = {{"comparable", pixels.comparable}};
+            if (pixels.comparable) {
+                pixelJson["max_abs_diff_rgb8"] = pixels.maxAbsRgb8;
+                pixelJson["max_abs_diff_model"] = pixels.maxAbsModel;
+                pixelJson["bit_identical"] = pixels.bitIdentical;
+            } else {
+                pixelJson["max_abs_diff_rgb8"] = nullptr;
+                pixelJson["max_abs_diff_model"] = nullptr;
+                pixelJson["bit_identical"] = nullptr;
+                pixelJson["note"] = "n/a (sizes differ)";
+            }
+            const nlohmann::json summary = {
+                {"timing", kTimingNote},
+                {"order", "interleaved A B, warm-up pairs discarded, previews off"},
+                {"warmup", options.warmup},
+                {"repeats", options.repeats},
+                {"shared_engine", sharedEngine},
+                {"a", sideJson(a)},
+                {"b", sideJson(b)},
+                {"differences", differencesJson},
+                {"speedup_b_vs_a",
+                 {{"definition", "per pair: A seconds / B seconds; above 1 means B is faster"},
+                  {"median", speedup.median},
+                  {"min", speedup.min},
+                  {"max", speedup.max},
+                  {"q1", speedup.q1},
+                  {"q3", speedup.q3},
+                  {"ratios", ratios}}},
+                {"peak_device_mib_delta", peakA && peakB ? nlohmann::json(*peakB - *peakA) : nlohmann::json(nullptr)},
+                {"pixels", pixelJson},
+                {"runs", runs}};
+            writeFileAtomically(options.jsonPath, summary.dump(2) + "\n");
+            out << "json             " << options.jsonPath << "\n";
+        }
+    } catch (const std::exception& e) {
+        err << "tessera-cli compare: " << e.what() << "\n";
+        return kExitFailure;
+    }
+    return kExitOk;
+}
+
+}  // namespace tessera
