@@ -26,6 +26,11 @@ struct StepTiming {
     double gpuMs = -1;         // whole step on the device; -1 on CPU
     double hostEnqueueMs = 0;  // host time to enqueue the step (CPU: wall time of the step)
     double wallMs = 0;         // wall time of the step, host clock
+    // CUDA graphs: "eager" (kernels launched from the host: graphs off, warm-up, fallback),
+    // "capture" (a graph of this step was captured, or updated, before it ran: first-run
+    // cost), "replay" (cached graphs only: the steady state). Empty on CPU.
+    std::string graph{};
+    bool captured = false;     // graph == "capture"
 };
 
 struct MemorySample {
@@ -34,13 +39,33 @@ struct MemorySample {
     double arenaMiB = 0;       // arena high-water mark (CUDA)
 };
 
+// One executable graph of the engine's graph cache, as a run used it.
+struct GraphEntryStats {
+    std::string name;          // what it holds, e.g. "step normal 64x64 ..." or "tile forward x3 ..."
+    int nodes = 0;
+    double captureMs = 0;      // its (last) capture
+    double instantiateMs = 0;  // cudaGraphInstantiate + upload; 0 when the exec came from an update
+    double updateMs = 0;       // cudaGraphExecUpdate onto a cached exec; 0 when instantiated
+    double deviceMiB = 0;      // cudaMemGetInfo delta over instantiate + upload
+    int launches = 0;          // launches in this run
+    bool captured = false;     // captured (or updated) during this run
+    bool updated = false;      // the exec is a cached one updated with cudaGraphExecUpdate
+};
+
 struct GraphStats {
     std::string mode = "off";  // effective mode ("off" after a fallback)
     std::string fallbackReason;  // why capture failed, empty when it did not
+    // This run's share of the engine's graph cache (which lives across runs).
     int captures = 0, hits = 0, misses = 0, evictions = 0, updates = 0, instantiations = 0;
-    int nodes = 0;
-    double captureMs = 0, instantiateMs = 0;
-    double graphMemMiB = 0;
+    int nodes = 0;             // largest graph used by the run
+    double captureMs = 0, instantiateMs = 0;   // summed over this run's captures / instantiations
+    double graphMemMiB = 0;    // device memory held by every cached graph after the run
+    int cacheCapacity = 0;     // graph cache size limit in effect (graph_cache)
+    int cacheEntries = 0;      // graphs cached after the run
+    int invalidations = 0;     // cached graphs dropped because the UNet plan they bake in is gone
+    int failures = 0;          // failed captures (the run then continued with graphs off)
+    double updateMs = 0;       // summed over this run's cudaGraphExecUpdate calls
+    std::vector<GraphEntryStats> used{};    // the graphs this run launched
 };
 
 struct EnvironmentInfo {

@@ -151,7 +151,20 @@ nlohmann::json manifestJson(const RunRecord& r) {
                          {"timestep", s.timestep},
                          {"gpu_ms", s.gpuMs},
                          {"host_enqueue_ms", s.hostEnqueueMs},
-                         {"wall_ms", s.wallMs}});
+                         {"wall_ms", s.wallMs},
+                         {"graph", s.graph},
+                         {"captured", s.captured}});
+    json graphEntries = json::array();
+    for (const GraphEntryStats& g : r.graphs.used)
+        graphEntries.push_back({{"name", g.name},
+                                {"nodes", g.nodes},
+                                {"capture_ms", g.captureMs},
+                                {"instantiate_ms", g.instantiateMs},
+                                {"update_ms", g.updateMs},
+                                {"device_mib", g.deviceMiB},
+                                {"launches", g.launches},
+                                {"captured", g.captured},
+                                {"updated", g.updated}});
     json batches = json::array();
     for (const TileBatchTiming& b : r.batches)
         batches.push_back({{"step", b.step},
@@ -199,7 +212,13 @@ nlohmann::json manifestJson(const RunRecord& r) {
                    {"nodes", r.graphs.nodes},
                    {"capture_ms", r.graphs.captureMs},
                    {"instantiate_ms", r.graphs.instantiateMs},
-                   {"graph_mem_mib", r.graphs.graphMemMiB}};
+                   {"graph_mem_mib", r.graphs.graphMemMiB},
+                   {"cache_capacity", r.graphs.cacheCapacity},
+                   {"cache_entries", r.graphs.cacheEntries},
+                   {"invalidations", r.graphs.invalidations},
+                   {"failures", r.graphs.failures},
+                   {"update_ms", r.graphs.updateMs},
+                   {"used", std::move(graphEntries)}};
     j["memory_plan"] = {{"weights_mib", r.memoryPlan.weightsMiB},
                         {"activations_mib", r.memoryPlan.activationsMiB},
                         {"workspace_mib", r.memoryPlan.workspaceMiB},
@@ -261,6 +280,8 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
         in.read(e, "gpu_ms", s.gpuMs);
         in.read(e, "host_enqueue_ms", s.hostEnqueueMs);
         in.read(e, "wall_ms", s.wallMs);
+        in.read(e, "graph", s.graph);
+        in.read(e, "captured", s.captured);
         r.steps.push_back(s);
     });
     top.readArray(j, "batches", [&r](const nlohmann::json& e, const ManifestReader& in) {
@@ -304,6 +325,25 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     gr.read(g, "capture_ms", r.graphs.captureMs);
     gr.read(g, "instantiate_ms", r.graphs.instantiateMs);
     gr.read(g, "graph_mem_mib", r.graphs.graphMemMiB);
+    gr.read(g, "cache_capacity", r.graphs.cacheCapacity);
+    gr.read(g, "cache_entries", r.graphs.cacheEntries);
+    gr.read(g, "invalidations", r.graphs.invalidations);
+    gr.read(g, "failures", r.graphs.failures);
+    gr.read(g, "update_ms", r.graphs.updateMs);
+    gr.readArray(g, "used", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        GraphEntryStats entry;
+        in.read(e, "name", entry.name);
+        in.read(e, "nodes", entry.nodes);
+        in.read(e, "capture_ms", entry.captureMs);
+        in.read(e, "instantiate_ms", entry.instantiateMs);
+        in.read(e, "update_ms", entry.updateMs);
+        in.read(e, "device_mib", entry.deviceMiB);
+        in.read(e, "launches", entry.launches);
+        in.read(e, "captured", entry.captured);
+        in.read(e, "updated", entry.updated);
+        r.graphs.used.push_back(std::move(entry));
+    });
 
     const nlohmann::json& mp = top.object(j, "memory_plan", empty);
     const ManifestReader mr("memory_plan");

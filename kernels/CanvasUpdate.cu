@@ -7,6 +7,11 @@
 namespace tessera {
 namespace {
 
+__global__ void setStepState(StepState* state, std::uint64_t seed, int step) {
+    state->seed = seed;
+    state->step = step;
+}
+
 __global__ void canvasInit(std::uint64_t seed, long long total, float* __restrict__ x, const float* __restrict__ init,
                            unsigned draw, float sigma, float a, float b, float scale) {
     for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
@@ -18,8 +23,11 @@ __global__ void canvasInit(std::uint64_t seed, long long total, float* __restric
 
 __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict__ x, float* __restrict__ acc,
                            float* __restrict__ accEps, float* __restrict__ preview,
-                           const StepCoefficients* __restrict__ step, unsigned draw, bool sampleFusion) {
-    const StepCoefficients K = *step;
+                           const StepCoefficients* __restrict__ coeff, const StepState* __restrict__ state,
+                           bool sampleFusion) {
+    const StepState s = *state;
+    const StepCoefficients K = coeff[s.step];
+    const unsigned draw = static_cast<unsigned>(s.step + 1);
     const long long plane = static_cast<long long>(g.height) * g.width;
     for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
          p += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -39,13 +47,18 @@ __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict_
             x[p] = acc[p] / n;
             acc[p] = 0.0f;
         } else {
-            const float z = K.sigma != 0.0f ? philoxNormal(g.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
+            const float z = K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
             x[p] = applyStep(K, xOld, e, z);
         }
     }
 }
 
 }  // namespace
+
+void launchSetStepState(StepState* state, std::uint64_t seed, int step, cudaStream_t stream) {
+    setStepState<<<1, 1, 0, stream>>>(state, seed, step);
+    TESSERA_CHECK_LAUNCH();
+}
 
 void launchCanvasInit(const CanvasGeometry& g, float* x, const float* init, unsigned draw, float sigma, float a,
                       float b, float scale, cudaStream_t stream) {
@@ -55,10 +68,9 @@ void launchCanvasInit(const CanvasGeometry& g, float* x, const float* init, unsi
 }
 
 void launchCanvasFuse(const CanvasGeometry& g, float* x, float* acc, float* accEps, float* preview,
-                      const StepCoefficients* step, int stepIndex, bool sampleFusion, cudaStream_t stream) {
+                      const StepCoefficients* coeff, const StepState* state, bool sampleFusion, cudaStream_t stream) {
     const long long total = static_cast<long long>(g.channels) * g.height * g.width;
-    canvasFuse<<<gridFor(total, 256), 256, 0, stream>>>(g, total, x, acc, accEps, preview, step,
-                                                        static_cast<unsigned>(stepIndex + 1), sampleFusion);
+    canvasFuse<<<gridFor(total, 256), 256, 0, stream>>>(g, total, x, acc, accEps, preview, coeff, state, sampleFusion);
     TESSERA_CHECK_LAUNCH();
 }
 

@@ -1,8 +1,16 @@
 // Whole-canvas kernels of the tiled sampler: the initial x_T (Philox draw 0, or the
-// image-to-image forward noising) and the end-of-step fuse (normalise by N(p), then for
+// image-to-image forward noising), the end-of-step fuse (normalise by N(p), then for
 // fusion "noise" one scheduler step), which also resets the accumulators for the next step
-// and writes the blended x0 preview when asked.
+// and writes the blended x0 preview when asked, and the run's device-side step state.
+//
+// The per-step kernels (gather, scatter, fuse) read the step index and the seed from a
+// StepState in device memory and index the run's StepCoefficients table with it, so one
+// captured CUDA graph serves every step (and every seed) of a run; a one-thread kernel sets
+// the state before each step in every graph mode, so off / tile / step launch the same
+// kernels with the same arguments.
 #pragma once
+
+#include <cstdint>
 
 #include <cuda_runtime.h>
 
@@ -10,13 +18,24 @@
 
 namespace tessera {
 
-// x = init ? (a * init + b * z(draw)) * scale : z(draw) * sigma, over the whole canvas.
+struct StepState {
+    std::uint64_t seed = 0;   // Philox key of the run
+    int step = 0;             // 0-based step index k: coefficients coeff[k], noise draw k + 1
+    int pad_ = 0;
+};
+
+// state = {seed, step}; enqueued on the stream before the step's work.
+void launchSetStepState(StepState* state, std::uint64_t seed, int step, cudaStream_t);
+
+// x = init ? (a * init + b * z(draw)) * scale : z(draw) * sigma, over the whole canvas
+// (the seed is the geometry's).
 void launchCanvasInit(const CanvasGeometry&, float* x, const float* init, unsigned draw, float sigma, float a, float b,
                       float scale, cudaStream_t);
 
-// sample fusion: x = acc / N, acc = 0.  noise fusion: x = applyStep(K, x, accEps / N, z(k+1)).
+// With K = coeff[state->step] and z drawn with (state->seed, state->step + 1):
+// sample fusion: x = acc / N, acc = 0.  noise fusion: x = applyStep(K, x, accEps / N, z).
 // preview (nullptr: none): preview = clamp(K.ax x_old + K.ae accEps / N). accEps (when given) = 0.
 void launchCanvasFuse(const CanvasGeometry&, float* x, float* acc, float* accEps, float* preview,
-                      const StepCoefficients* step, int stepIndex, bool sampleFusion, cudaStream_t);
+                      const StepCoefficients* coeff, const StepState* state, bool sampleFusion, cudaStream_t);
 
 }  // namespace tessera

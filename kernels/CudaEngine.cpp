@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <map>
+#include <sstream>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -25,6 +28,7 @@
 #include "kernels/CudaBackend.h"
 #include "kernels/CudaCheck.h"
 #include "kernels/DeviceResources.h"
+#include "kernels/GraphCache.h"
 #include "kernels/TileGather.cuh"
 #include "kernels/TileScatter.cuh"
 
@@ -73,22 +77,73 @@ double deviceUsedMiB() {
     return mib(static_cast<double>(total - freeBytes));
 }
 
-// Per-run device memory: canvas, accumulators and the run's constant tables, carved out of
-// one allocation.
+// What decides the sizes of the run arena; equal plans reuse the arena (same pointers, so
+// captured graphs stay valid across runs).
+struct ArenaPlan {
+    int channels = 0, height = 0, width = 0;
+    int tileH = 0, tileW = 0, maps = 0, tiles = 0;
+    int stepsCapacity = 0;
+    bool operator==(const ArenaPlan&) const = default;
+};
+
+// The run's device memory: canvas, accumulators, constant tables and the step state,
+// carved out of one allocation that lives across runs of the same plan.
 class RunArena {
 public:
+    std::size_t x = 0, acc = 0, accEps = 0, preview = 0, seam = 0, seamSq = 0, norm = 0, maps = 0;
+    std::size_t tileX = 0, tileY = 0, tileMap = 0, coeff = 0, init = 0, state = 0;
+
+    // Returns true when the arena was (re)allocated.
+    bool ensure(const ArenaPlan& plan) {
+        if (buffer_.data() && plan_ && *plan_ == plan) return false;
+        buffer_.reset();   // free first: peak memory and a flat footprint across size changes
+        plan_.reset();
+        bytes_ = 0;
+        const std::size_t canvas = static_cast<std::size_t>(plan.channels) * plan.height * plan.width;
+        x = reserve<float>(canvas);
+        acc = reserve<float>(canvas);
+        accEps = reserve<float>(canvas);
+        preview = reserve<float>(canvas);
+        init = reserve<float>(canvas);
+        seam = reserve<double>(canvas);
+        seamSq = reserve<double>(canvas);
+        norm = reserve<float>(static_cast<std::size_t>(plan.height) * plan.width);
+        maps = reserve<float>(static_cast<std::size_t>(plan.maps) * plan.tileH * plan.tileW);
+        tileX = reserve<int>(static_cast<std::size_t>(plan.tiles));
+        tileY = reserve<int>(static_cast<std::size_t>(plan.tiles));
+        tileMap = reserve<int>(static_cast<std::size_t>(plan.tiles));
+        coeff = reserve<StepCoefficients>(static_cast<std::size_t>(plan.stepsCapacity));
+        state = reserve<StepState>(1);
+        buffer_ = DeviceBuffer(bytes_);
+        plan_ = plan;
+        return true;
+    }
+    template <typename T> T* at(std::size_t off) const { return reinterpret_cast<T*>(buffer_.as<char>() + off); }
+    const void* base() const { return buffer_.data(); }
+    std::size_t bytes() const { return bytes_; }
+
+private:
     template <typename T> std::size_t reserve(std::size_t count) {
         const std::size_t off = (bytes_ + 255) / 256 * 256;
         bytes_ = off + count * sizeof(T);
         return off;
     }
-    void allocate() { buffer_ = DeviceBuffer(bytes_); }
-    template <typename T> T* at(std::size_t off) const { return reinterpret_cast<T*>(buffer_.as<char>() + off); }
-    std::size_t bytes() const { return bytes_; }
-
-private:
+    std::optional<ArenaPlan> plan_;
     std::size_t bytes_ = 0;
     DeviceBuffer buffer_;
+};
+
+std::string hexPointer(const void* p) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%p", p);
+    return text;
+}
+
+// The tiles of one batch and the bounding box of their rectangles.
+struct BatchSpan {
+    int first = 0, count = 0;
+    int y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+    std::vector<int> tileIds;
 };
 
 }  // namespace
@@ -108,6 +163,21 @@ struct CudaEngine::Impl {
         bool operator==(const Shape&) const = default;
     };
     std::optional<Shape> prepared;
+    std::uint64_t planEpoch = 0;   // counts backend (re)plans: graphs bake in the plan's memory
+
+    // Live across runs, so that graphs captured in one run are replayed by the next:
+    // the arena (same plan, same pointers), the timing events (handles baked into step
+    // graphs; only ever added to) and the graph cache itself. Declared after the backend:
+    // destroyed before it.
+    RunArena arena;
+    std::vector<CudaEvent> batchEvents;
+    CudaEvent stepBegin, stepEnd;
+    GraphCache graphs{16};
+
+    // Drops every cached graph (they bake in the backend's memory) before a re-plan.
+    void dropGraphs() {
+        if (backend) graphs.clear(backend->stream());
+    }
 
     std::shared_ptr<const UNetModel> modelFor(const RunConfig& config) {
         if (pinned) return model;
@@ -155,6 +225,7 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     RunRecord& record = result.record;
     record.runId = newRunId();
     record.startedAt = isoUtcNow();
+    const GraphCacheCounters countersBefore = s.graphs.counters();
 
     const std::shared_ptr<const UNetModel> model = s.modelFor(config);
     const ModelConfig& modelConfig = model->config();
@@ -192,9 +263,11 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     const int steps = config.steps;
 
     if (!s.backend || s.backend->precision() != config.precision) {
+        s.dropGraphs();
         s.prepared.reset();
         s.backend.reset();
         s.backend = std::make_unique<CudaBackend>(config.precision, s.device);
+        ++s.planEpoch;
     }
     CudaBackend& backend = *s.backend;
     const BackendInfo backendInfo = backend.info();
@@ -220,39 +293,42 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     record.tileW = tileW;
     record.tileH = tileH;
     record.timesteps = scheduler->timesteps();
-    // Graphs: "tile" replays one captured UNet forward per tile batch; "step" (one graph per
-    // step) is not implemented yet and runs as "tile".
-    backend.setGraphs(config.graphs != GraphMode::Off);
-    if (config.graphs == GraphMode::Step)
-        record.messages.push_back("graphs: step graphs are not implemented yet; ran with tile graphs");
+    // Graphs are the engine's: "tile" captures the forward itself (around backend.enqueue,
+    // with the backend's own graphs off) so that both modes share one cache and one set of
+    // statistics; "step" captures whole steps.
+    backend.setGraphs(false);
+    GraphMode mode = config.graphs;
     if (config.preserveColor && !imageToImage) record.messages.push_back("preserve_color: ignored without an init image");
 
     const Impl::Shape shape{s.generation, config.precision, batchSize, tileH, tileW};
     if (!s.prepared || !(*s.prepared == shape)) {
+        s.dropGraphs();
         s.prepared.reset();
         NvtxRange prepareRange("prepare");
         backend.prepare(*model, batchSize, tileH, tileW);
         s.prepared = shape;
+        ++s.planEpoch;
     }
     cudaStream_t stream = backend.stream();
+    s.graphs.setCapacity(config.graphCacheSize, stream);
 
-    // Run arena: canvas, accumulators, constant tables.
-    RunArena arena;
-    const std::size_t xOff = arena.reserve<float>(canvasSize);
-    const std::size_t accOff = arena.reserve<float>(canvasSize);
-    const std::size_t accEpsOff = arena.reserve<float>(canvasSize);
-    const std::size_t previewOff = arena.reserve<float>(canvasSize);
-    const std::size_t seamOff = arena.reserve<double>(canvasSize);
-    const std::size_t seamSqOff = arena.reserve<double>(canvasSize);
-    const std::size_t normOff = arena.reserve<float>(static_cast<std::size_t>(H) * W);
-    const std::size_t mapsOff = arena.reserve<float>(static_cast<std::size_t>(weights.mapCount()) * tileH * tileW);
-    const std::size_t tileXOff = arena.reserve<int>(static_cast<std::size_t>(tileCount));
-    const std::size_t tileYOff = arena.reserve<int>(static_cast<std::size_t>(tileCount));
-    const std::size_t tileMapOff = arena.reserve<int>(static_cast<std::size_t>(tileCount));
-    const std::size_t coeffOff = arena.reserve<StepCoefficients>(static_cast<std::size_t>(steps));
-    const std::size_t initOff = imageToImage ? arena.reserve<float>(canvasSize) : 0;
+    // Run arena: canvas, accumulators, constant tables, step state; kept while the plan's
+    // sizes stay the same. The coefficient table is sized in powers of two so that runs of
+    // different step counts share it.
+    ArenaPlan arenaPlan;
+    arenaPlan.channels = C;
+    arenaPlan.height = H;
+    arenaPlan.width = W;
+    arenaPlan.tileH = tileH;
+    arenaPlan.tileW = tileW;
+    arenaPlan.maps = weights.mapCount();
+    arenaPlan.tiles = tileCount;
+    arenaPlan.stepsCapacity = 64;
+    while (arenaPlan.stepsCapacity < steps) arenaPlan.stepsCapacity *= 2;
+    RunArena& arena = s.arena;
     try {
-        arena.allocate();
+        TESSERA_CHECK(cudaStreamSynchronize(stream));   // the previous run's work is done with the old arena
+        arena.ensure(arenaPlan);
     } catch (const CudaError& e) {
         if (!e.outOfMemory()) throw;
         (void)cudaGetLastError();
@@ -279,17 +355,18 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         auto up = [&](std::size_t off, const void* src, std::size_t bytes) {
             TESSERA_CHECK(cudaMemcpyAsync(arena.at<char>(off), src, bytes, cudaMemcpyHostToDevice, stream));
         };
-        up(normOff, weights.normalizer().data(), weights.normalizer().size() * sizeof(float));
-        up(mapsOff, maps.data(), maps.size() * sizeof(float));
-        up(tileXOff, tx.data(), tx.size() * sizeof(int));
-        up(tileYOff, ty.data(), ty.size() * sizeof(int));
-        up(tileMapOff, tm.data(), tm.size() * sizeof(int));
-        up(coeffOff, coeffs.data(), coeffs.size() * sizeof(StepCoefficients));
-        if (imageToImage) up(initOff, s.init.data.data(), canvasSize * sizeof(float));
-        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(accOff), 0, canvasSize * sizeof(float), stream));
-        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(accEpsOff), 0, canvasSize * sizeof(float), stream));
-        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(seamOff), 0, canvasSize * sizeof(double), stream));
-        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(seamSqOff), 0, canvasSize * sizeof(double), stream));
+        up(arena.norm, weights.normalizer().data(), weights.normalizer().size() * sizeof(float));
+        up(arena.maps, maps.data(), maps.size() * sizeof(float));
+        up(arena.tileX, tx.data(), tx.size() * sizeof(int));
+        up(arena.tileY, ty.data(), ty.size() * sizeof(int));
+        up(arena.tileMap, tm.data(), tm.size() * sizeof(int));
+        up(arena.coeff, coeffs.data(), coeffs.size() * sizeof(StepCoefficients));
+        if (imageToImage) up(arena.init, s.init.data.data(), canvasSize * sizeof(float));
+        // Zeroed every run: a cancelled run leaves them dirty.
+        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.acc), 0, canvasSize * sizeof(float), stream));
+        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.accEps), 0, canvasSize * sizeof(float), stream));
+        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.seam), 0, canvasSize * sizeof(double), stream));
+        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.seamSq), 0, canvasSize * sizeof(double), stream));
         TESSERA_CHECK(cudaStreamSynchronize(stream));   // the host vectors die at this scope's end
     }
     CanvasGeometry geo;
@@ -298,18 +375,23 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     geo.width = W;
     geo.tileH = tileH;
     geo.tileW = tileW;
-    geo.tileX = arena.at<int>(tileXOff);
-    geo.tileY = arena.at<int>(tileYOff);
-    geo.tileMap = arena.at<int>(tileMapOff);
-    geo.weightMaps = arena.at<float>(mapsOff);
-    geo.normalizer = arena.at<float>(normOff);
+    geo.tileX = arena.at<int>(arena.tileX);
+    geo.tileY = arena.at<int>(arena.tileY);
+    geo.tileMap = arena.at<int>(arena.tileMap);
+    geo.weightMaps = arena.at<float>(arena.maps);
+    geo.normalizer = arena.at<float>(arena.norm);
     geo.seed = config.seed;
+    // The per-step kernels read the seed from the StepState; their geometry argument carries
+    // none, so that a captured step graph serves every seed with the same arguments.
+    CanvasGeometry stepGeo = geo;
+    stepGeo.seed = 0;
     const TileTensor io{dtypeOf(config.precision), 0};
     TileTensor inIo = io, outIo = io;
     inIo.paddedChannels = backend.inputChannelsPadded();
     outIo.paddedChannels = backend.outputChannelsPadded();
-    float* x = arena.at<float>(xOff);
-    const StepCoefficients* coeff = arena.at<StepCoefficients>(coeffOff);
+    float* x = arena.at<float>(arena.x);
+    const StepCoefficients* coeff = arena.at<StepCoefficients>(arena.coeff);
+    StepState* state = arena.at<StepState>(arena.state);
 
     const CudaMemoryPlan bplan = backend.memoryPlan();
     record.memoryPlan.weightsMiB = mib(static_cast<double>(bplan.weightsBytes));
@@ -317,6 +399,82 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     record.memoryPlan.workspaceMiB = mib(static_cast<double>(bplan.workspaceBytes));
     record.memoryPlan.canvasMiB = mib(static_cast<double>(arena.bytes()));
     record.memoryPlan.totalMiB = mib(static_cast<double>(bplan.totalBytes + arena.bytes()));
+
+    // Tile batches, and two timing events per batch (grown, never replaced: step graphs
+    // bake the handles in).
+    std::vector<BatchSpan> spans;
+    for (int j = 0; j < batches; ++j) {
+        BatchSpan b;
+        b.first = j * batchSize;
+        b.count = std::min(batchSize, tileCount - b.first);
+        b.y0 = H;
+        b.x0 = W;
+        for (int t = 0; t < b.count; ++t) {
+            const TileRect& r = plan.tile(b.first + t);
+            b.tileIds.push_back(r.id);
+            b.y0 = std::min(b.y0, r.y);
+            b.x0 = std::min(b.x0, r.x);
+            b.y1 = std::max(b.y1, r.y + tileH);
+            b.x1 = std::max(b.x1, r.x + tileW);
+        }
+        spans.push_back(std::move(b));
+    }
+    while (s.batchEvents.size() < static_cast<std::size_t>(2 * batches)) s.batchEvents.push_back(makeEvent());
+    if (!s.stepBegin) s.stepBegin = makeEvent();
+    if (!s.stepEnd) s.stepEnd = makeEvent();
+
+    // Graph keys. The family holds everything that fixes a graph's nodes and launch shapes,
+    // the pointers what it bakes in; see kernels/GraphCache.h.
+    std::string planFamily;
+    {
+        std::ostringstream f;
+        f << "model " << s.generation << " plan " << s.planEpoch << " " << toString(config.precision) << " tile "
+          << tileW << "x" << tileH << " batch " << batchSize;
+        planFamily = f.str();
+    }
+    const std::string backendPointers = hexPointer(backend.deviceInput()) + " " + hexPointer(backend.deviceOutput()) +
+                                        " " + hexPointer(backend.deviceTimesteps());
+    auto tileKey = [&](int count) {
+        return GraphKey{"tile forward x" + std::to_string(count) + " " + planFamily, backendPointers};
+    };
+    const bool sampleFusion = config.fusion == FusionRule::Sample;
+    auto stepKey = [&](const char* variant) {
+        std::ostringstream f;
+        f << "step " << variant << " " << W << "x" << H << "x" << C << " overlap " << plan.overlap() << " window "
+          << toString(config.window) << " maps " << weights.mapCount() << " fusion " << toString(config.fusion) << " tiles "
+          << tileCount << " batches " << batches << " steps<=" << arenaPlan.stepsCapacity << " " << planFamily;
+        std::string pointers = hexPointer(arena.base()) + " " + backendPointers;
+        for (int i = 0; i < 2 * batches; ++i) pointers += " " + hexPointer(s.batchEvents[static_cast<std::size_t>(i)].get());
+        return GraphKey{f.str(), pointers};
+    };
+
+    // The graphs this run launched, for record.graphs.used.
+    std::vector<std::string> usedOrder;
+    std::map<std::string, GraphEntryStats> usedGraphs;
+    auto noteUse = [&](const std::string& key, const GraphCache::Acquired& a) {
+        auto it = usedGraphs.find(key);
+        if (it == usedGraphs.end()) {
+            usedOrder.push_back(key);
+            it = usedGraphs.emplace(key, *a.stats).first;
+            it->second.launches = 0;
+            it->second.captured = false;
+        }
+        if (!a.hit) {
+            const int launches = it->second.launches;
+            it->second = *a.stats;   // the new capture's numbers
+            it->second.launches = launches;
+            it->second.captured = true;
+        }
+    };
+    auto noteLaunch = [&](const std::string& key) { usedGraphs[key].launches += 1; };
+    auto fallBack = [&](const std::string& why) {
+        mode = GraphMode::Off;
+        record.graphs.fallbackReason = why;
+        const std::string message = "graphs: " + why + "; ran with graphs off";
+        record.messages.push_back(message);
+        observer.onMessage(message);
+    };
+
     record.prepareMs = msSince(prepareStart);
     observer.onStarted(record);
     for (const auto& message : record.messages) observer.onMessage(message);
@@ -326,97 +484,162 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     if (imageToImage) {
         startStep = steps - static_cast<int>(steps * config.strength);
         if (startStep >= steps) {
-            TESSERA_CHECK(cudaMemcpyAsync(x, arena.at<float>(initOff), canvasSize * sizeof(float),
+            TESSERA_CHECK(cudaMemcpyAsync(x, arena.at<float>(arena.init), canvasSize * sizeof(float),
                                           cudaMemcpyDeviceToDevice, stream));
         } else {
             const double abar = scheduler->alphaCumprodForStep(startStep);
             const float a = static_cast<float>(std::sqrt(abar)), b = static_cast<float>(std::sqrt(1.0 - abar));
             const float scale = config.scheduler == SchedulerKind::Euler ? 1.0f / a : 1.0f;
-            launchCanvasInit(geo, x, arena.at<float>(initOff), kInitNoiseDraw, 1.0f, a, b, scale, stream);
+            launchCanvasInit(geo, x, arena.at<float>(arena.init), kInitNoiseDraw, 1.0f, a, b, scale, stream);
         }
     } else {
         launchCanvasInit(geo, x, nullptr, 0, scheduler->initNoiseSigma(), 0, 0, 0, stream);
     }
 
-    // Two events per tile batch plus the step's own, reused every step.
-    std::vector<CudaEvent> batchEvents;
-    for (int i = 0; i < 2 * batches; ++i) batchEvents.push_back(makeEvent());
-    CudaEvent stepBegin = makeEvent(), stepEnd = makeEvent();
     double peak = deviceUsedMiB();
     bool cancelled = false;
-    const bool sampleFusion = config.fusion == FusionRule::Sample;
+    int stepsDone = 0;   // steps run so far in this run: the warm-up before the first capture
+    std::vector<double> batchHostMs(static_cast<std::size_t>(batches), 0.0);
+    bool stepCaptured = false, stepReplayed = false;
 
-    for (int k = startStep; k < steps && !cancelled; ++k) {
+    // Tile mode: the forwards of this step's batch sizes as cached graphs, acquired (and
+    // on a miss captured) before the step's first event so that capture time stays out of
+    // the step's device timings. Warm-up steps and a failed capture leave it empty.
+    struct TileGraph {
+        cudaGraphExec_t exec = nullptr;
+        std::string key;
+    };
+    std::map<int, TileGraph> tileGraphs;
+    auto acquireTileGraphs = [&] {
+        tileGraphs.clear();
+        std::vector<std::string> keep;   // this step's graphs: not to be evicted by the next
+        for (const BatchSpan& b : spans) {
+            if (tileGraphs.count(b.count)) continue;
+            const GraphKey key = tileKey(b.count);
+            if (!s.graphs.contains(key) && stepsDone < config.graphWarmup) continue;
+            try {
+                const GraphCache::Acquired a = s.graphs.acquire(key, stream, [&] { backend.enqueue(b.count); }, keep);
+                keep.push_back(key.text());
+                noteUse(key.text(), a);
+                (a.hit ? stepReplayed : stepCaptured) = true;
+                tileGraphs[b.count] = TileGraph{a.exec, key.text()};
+            } catch (const GraphCaptureFailed& e) {
+                fallBack(e.what());
+                tileGraphs.clear();
+                return;
+            }
+        }
+    };
+
+    // One denoising step: every tile batch (gather, forward, scatter, between two timing
+    // events), then the fuse. The same kernels with the same arguments in every mode; while
+    // `capturing`, the events become event-record nodes of the step graph. Returns false
+    // when cancelled between batches (never while capturing).
+    auto enqueueStep = [&](const ScatterTargets& targets, float* previewOut, bool capturing) {
+        const unsigned eventFlags = capturing ? cudaEventRecordExternal : cudaEventRecordDefault;
+        for (int j = 0; j < batches; ++j) {
+            if (!capturing && cancelRequested()) return false;
+            const BatchSpan& b = spans[static_cast<std::size_t>(j)];
+            NvtxRange batchRange("tile batch " + std::to_string(j));
+            const auto batchStart = Clock::now();
+            TESSERA_CHECK(cudaEventRecordWithFlags(s.batchEvents[static_cast<std::size_t>(2 * j)].get(), stream, eventFlags));
+            launchTileGather(stepGeo, x, coeff, state, b.first, b.count, inIo, backend.deviceInput(),
+                             backend.deviceTimesteps(), stream);
+            const auto tileGraph = capturing ? tileGraphs.end() : tileGraphs.find(b.count);
+            if (tileGraph != tileGraphs.end()) {
+                TESSERA_CHECK(cudaGraphLaunch(tileGraph->second.exec, stream));
+                noteLaunch(tileGraph->second.key);
+            } else {
+                backend.enqueue(b.count);   // while capturing: the forward's kernels become nodes
+            }
+            launchTileScatter(stepGeo, x, coeff, state, sampleFusion, b.first, b.count, b.y0, b.y1, b.x0, b.x1, outIo,
+                              backend.deviceOutput(), targets, stream);
+            TESSERA_CHECK(
+                cudaEventRecordWithFlags(s.batchEvents[static_cast<std::size_t>(2 * j + 1)].get(), stream, eventFlags));
+            batchHostMs[static_cast<std::size_t>(j)] = msSince(batchStart);
+        }
+        launchCanvasFuse(stepGeo, x, arena.at<float>(arena.acc), targets.accEps, previewOut, coeff, state, sampleFusion,
+                         stream);
+        return true;
+    };
+
+    for (int k = startStep; k < steps; ++k) {
+        if (cancelRequested()) {
+            cancelled = true;
+            break;
+        }
         NvtxRange stepRange("step " + std::to_string(k));
         const auto stepStart = Clock::now();
         const float timestep = scheduler->timesteps()[static_cast<std::size_t>(k)];
         const bool lastStep = k == steps - 1;
         const bool preview = config.previewEvery > 0 && (k + 1) % config.previewEvery == 0 && !lastStep;
         ScatterTargets targets;
-        targets.acc = arena.at<float>(accOff);
-        targets.accEps = (!sampleFusion || preview) ? arena.at<float>(accEpsOff) : nullptr;
+        targets.acc = arena.at<float>(arena.acc);
+        targets.accEps = (!sampleFusion || preview) ? arena.at<float>(arena.accEps) : nullptr;
         if (lastStep) {
-            targets.seamSum = arena.at<double>(seamOff);
-            targets.seamSumSq = arena.at<double>(seamSqOff);
+            targets.seamSum = arena.at<double>(arena.seam);
+            targets.seamSumSq = arena.at<double>(arena.seamSq);
         }
-        const StepCoefficients* K = coeff + k;
-        TESSERA_CHECK(cudaEventRecord(stepBegin.get(), stream));
-        std::vector<TileBatchEvent> events;
-        for (int j = 0; j < batches; ++j) {
-            if (cancelRequested()) {
-                cancelled = true;
-                break;
+        float* previewOut = preview ? arena.at<float>(arena.preview) : nullptr;
+        stepCaptured = stepReplayed = false;
+        std::fill(batchHostMs.begin(), batchHostMs.end(), 0.0);
+
+        launchSetStepState(state, config.seed, k, stream);
+        if (mode == GraphMode::Tile) acquireTileGraphs();
+        cudaGraphExec_t stepGraph = nullptr;
+        std::string stepGraphKey;
+        if (mode == GraphMode::Step) {
+            const GraphKey key = stepKey(lastStep ? "last" : (preview ? "preview" : "normal"));
+            if (s.graphs.contains(key) || stepsDone >= config.graphWarmup) {
+                try {
+                    const GraphCache::Acquired a =
+                        s.graphs.acquire(key, stream, [&] { (void)enqueueStep(targets, previewOut, true); });
+                    stepGraphKey = key.text();
+                    noteUse(stepGraphKey, a);
+                    stepGraph = a.exec;
+                    (a.hit ? stepReplayed : stepCaptured) = true;
+                } catch (const GraphCaptureFailed& e) {
+                    fallBack(e.what());
+                }
             }
-            NvtxRange batchRange("tile batch " + std::to_string(j));
-            const auto batchStart = Clock::now();
-            const int first = j * batchSize;
-            const int count = std::min(batchSize, tileCount - first);
-            int y0 = H, y1 = 0, x0 = W, x1 = 0;
+        }
+        if (stepGraph) std::fill(batchHostMs.begin(), batchHostMs.end(), 0.0);   // nothing enqueued per batch
+        TESSERA_CHECK(cudaEventRecord(s.stepBegin.get(), stream));
+        if (stepGraph) {
+            TESSERA_CHECK(cudaGraphLaunch(stepGraph, stream));
+            noteLaunch(stepGraphKey);
+        } else if (!enqueueStep(targets, previewOut, false)) {
+            TESSERA_CHECK(cudaStreamSynchronize(stream));
+            cancelled = true;
+            break;
+        }
+        TESSERA_CHECK(cudaEventRecord(s.stepEnd.get(), stream));
+        const double enqueueMs = msSince(stepStart);
+        TESSERA_CHECK(cudaEventSynchronize(s.stepEnd.get()));
+        ++stepsDone;
+        const double used = deviceUsedMiB();
+        peak = std::max(peak, used);
+
+        for (int j = 0; j < batches; ++j) {
+            const BatchSpan& b = spans[static_cast<std::size_t>(j)];
             TileBatchEvent event;
             event.step = k;
             event.steps = steps;
             event.batchIndex = j;
             event.batches = batches;
-            for (int b = 0; b < count; ++b) {
-                const TileRect& r = plan.tile(first + b);
-                event.tileIds.push_back(r.id);
-                y0 = std::min(y0, r.y);
-                x0 = std::min(x0, r.x);
-                y1 = std::max(y1, r.y + tileH);
-                x1 = std::max(x1, r.x + tileW);
-            }
-            TESSERA_CHECK(cudaEventRecord(batchEvents[static_cast<std::size_t>(2 * j)].get(), stream));
-            launchTileGather(geo, x, K, first, count, inIo, backend.deviceInput(), backend.deviceTimesteps(), stream);
-            backend.enqueue(count);
-            launchTileScatter(geo, x, K, k, sampleFusion, first, count, y0, y1, x0, x1, outIo, backend.deviceOutput(),
-                              targets, stream);
-            TESSERA_CHECK(cudaEventRecord(batchEvents[static_cast<std::size_t>(2 * j + 1)].get(), stream));
+            event.tileIds = b.tileIds;
+            float ms = 0;
+            TESSERA_CHECK(cudaEventElapsedTime(&ms, s.batchEvents[static_cast<std::size_t>(2 * j)].get(),
+                                               s.batchEvents[static_cast<std::size_t>(2 * j + 1)].get()));
             event.timing.step = k;
             event.timing.timestep = timestep;
             event.timing.batchIndex = j;
-            event.timing.tileIds = event.tileIds;
-            event.timing.hostMs = msSince(batchStart);
-            events.push_back(std::move(event));
-        }
-        if (cancelled) {
-            TESSERA_CHECK(cudaStreamSynchronize(stream));
-            break;
-        }
-        launchCanvasFuse(geo, x, arena.at<float>(accOff), targets.accEps, preview ? arena.at<float>(previewOff) : nullptr,
-                         K, k, sampleFusion, stream);
-        TESSERA_CHECK(cudaEventRecord(stepEnd.get(), stream));
-        const double enqueueMs = msSince(stepStart);
-        TESSERA_CHECK(cudaEventSynchronize(stepEnd.get()));
-        const double used = deviceUsedMiB();
-        peak = std::max(peak, used);
-
-        for (std::size_t j = 0; j < events.size(); ++j) {
-            float ms = 0;
-            TESSERA_CHECK(cudaEventElapsedTime(&ms, batchEvents[2 * j].get(), batchEvents[2 * j + 1].get()));
-            events[j].timing.gpuMs = ms;
-            events[j].timing.deviceMiB = used;
-            record.batches.push_back(events[j].timing);
-            observer.onTileBatch(events[j]);
+            event.timing.tileIds = b.tileIds;
+            event.timing.gpuMs = ms;
+            event.timing.hostMs = batchHostMs[static_cast<std::size_t>(j)];
+            event.timing.deviceMiB = used;
+            record.batches.push_back(event.timing);
+            observer.onTileBatch(event);
         }
         StepEvent stepEvent;
         stepEvent.step = k;
@@ -425,10 +648,12 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         stepEvent.timing.step = k;
         stepEvent.timing.timestep = timestep;
         float stepMs = 0;
-        TESSERA_CHECK(cudaEventElapsedTime(&stepMs, stepBegin.get(), stepEnd.get()));
+        TESSERA_CHECK(cudaEventElapsedTime(&stepMs, s.stepBegin.get(), s.stepEnd.get()));
         stepEvent.timing.gpuMs = stepMs;
         stepEvent.timing.hostEnqueueMs = enqueueMs;
         stepEvent.timing.wallMs = msSince(stepStart);
+        stepEvent.timing.captured = stepCaptured;
+        stepEvent.timing.graph = stepCaptured ? "capture" : (stepReplayed ? "replay" : "eager");
         record.steps.push_back(stepEvent.timing);
         record.stepsRun = static_cast<int>(record.steps.size());
         observer.onStep(stepEvent);
@@ -441,7 +666,7 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
             PreviewEvent previewEvent;
             previewEvent.step = k;
             previewEvent.image = ImageTensor{C, H, W, std::vector<float>(canvasSize)};
-            TESSERA_CHECK(cudaMemcpyAsync(previewEvent.image.data.data(), preview ? arena.at<float>(previewOff) : x,
+            TESSERA_CHECK(cudaMemcpyAsync(previewEvent.image.data.data(), preview ? arena.at<float>(arena.preview) : x,
                                           canvasSize * sizeof(float), cudaMemcpyDeviceToHost, stream));
             TESSERA_CHECK(cudaStreamSynchronize(stream));
             observer.onPreview(previewEvent);
@@ -449,9 +674,29 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     }
 
     record.totalMs = msSince(runStart);
-    record.graphs = backend.graphStats();
-    if (!record.graphs.fallbackReason.empty())
-        record.messages.push_back("graphs: " + record.graphs.fallbackReason + "; ran with graphs off");
+    {
+        const GraphCacheCounters& c = s.graphs.counters();
+        GraphStats& g = record.graphs;
+        g.mode = std::string(toString(mode));
+        g.captures = static_cast<int>(c.captures - countersBefore.captures);
+        g.hits = static_cast<int>(c.hits - countersBefore.hits);
+        g.misses = static_cast<int>(c.misses - countersBefore.misses);
+        g.evictions = static_cast<int>(c.evictions - countersBefore.evictions);
+        g.updates = static_cast<int>(c.updates - countersBefore.updates);
+        g.instantiations = static_cast<int>(c.instantiations - countersBefore.instantiations);
+        g.invalidations = static_cast<int>(c.invalidations - countersBefore.invalidations);
+        g.failures = static_cast<int>(c.failures - countersBefore.failures);
+        g.captureMs = c.captureMs - countersBefore.captureMs;
+        g.instantiateMs = c.instantiateMs - countersBefore.instantiateMs;
+        g.updateMs = c.updateMs - countersBefore.updateMs;
+        g.graphMemMiB = s.graphs.deviceMiB();
+        g.cacheCapacity = s.graphs.capacity();
+        g.cacheEntries = s.graphs.size();
+        for (const std::string& key : usedOrder) {
+            g.used.push_back(usedGraphs[key]);
+            g.nodes = std::max(g.nodes, usedGraphs[key].nodes);
+        }
+    }
     record.peakDeviceMiB = peak;
     result.image = ImageTensor{C, H, W, std::vector<float>(canvasSize)};
     TESSERA_CHECK(cudaMemcpyAsync(result.image.data.data(), x, canvasSize * sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -460,9 +705,9 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     if (haveSeams) {
         seamSum.resize(canvasSize);
         seamSumSq.resize(canvasSize);
-        TESSERA_CHECK(cudaMemcpyAsync(seamSum.data(), arena.at<double>(seamOff), canvasSize * sizeof(double),
+        TESSERA_CHECK(cudaMemcpyAsync(seamSum.data(), arena.at<double>(arena.seam), canvasSize * sizeof(double),
                                       cudaMemcpyDeviceToHost, stream));
-        TESSERA_CHECK(cudaMemcpyAsync(seamSumSq.data(), arena.at<double>(seamSqOff), canvasSize * sizeof(double),
+        TESSERA_CHECK(cudaMemcpyAsync(seamSumSq.data(), arena.at<double>(arena.seamSq), canvasSize * sizeof(double),
                                       cudaMemcpyDeviceToHost, stream));
     }
     TESSERA_CHECK(cudaStreamSynchronize(stream));

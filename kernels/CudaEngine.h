@@ -8,6 +8,19 @@
 // Observer calls: onTileBatch events of a step are delivered when that step has finished on
 // the device (their gpuMs is known then), just before its onStep.
 //
+// CUDA graphs (RunConfig::graphs), all from one LRU graph cache (kernels/GraphCache.h) that
+// lives in the engine across runs, with the run arena (same sizes: same pointers):
+//   off  - every kernel launched from the host;
+//   tile - the UNet forward of each tile batch replayed from a captured graph;
+//   step - the whole step (every batch's gather / forward / scatter between event-record
+//          nodes, then the fuse) captured once per variant (normal, preview, last) and
+//          replayed; the kernels read the step index and seed from device memory, set by a
+//          one-thread kernel before each step in every mode.
+// graphWarmup steps run eagerly before the first capture of a run (cached graphs are
+// replayed at once). A capture that fails turns graphs off for the rest of the run; the
+// RunRecord (graphs.fallbackReason, messages) and onMessage say why. Same kernels, same
+// arguments, same order in every mode: the images are bit-identical.
+//
 // This header includes no CUDA header.
 #pragma once
 

@@ -8,10 +8,12 @@ namespace tessera {
 namespace {
 
 template <typename T>
-__global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, const StepCoefficients* __restrict__ step,
-                            unsigned draw, bool sampleFusion, int first, int count, int y0, int x0, int boxH, int boxW,
-                            int padded, const T* __restrict__ output, ScatterTargets out) {
-    const StepCoefficients K = *step;
+__global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, const StepCoefficients* __restrict__ coeff,
+                            const StepState* __restrict__ state, bool sampleFusion, int first, int count, int y0,
+                            int x0, int boxH, int boxW, int padded, const T* __restrict__ output, ScatterTargets out) {
+    const StepState s = *state;
+    const StepCoefficients K = coeff[s.step];
+    const unsigned draw = static_cast<unsigned>(s.step + 1);
     const long long total = static_cast<long long>(g.channels) * boxH * boxW;
     const int tileArea = g.tileH * g.tileW;
     for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
@@ -22,7 +24,7 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
         const long long pix = static_cast<long long>(y) * g.width + x;
         const long long p = static_cast<long long>(c) * g.height * g.width + pix;
         const float xp = canvas[p];
-        const float z = sampleFusion && K.sigma != 0.0f ? philoxNormal(g.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
+        const float z = sampleFusion && K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
         float acc = sampleFusion ? out.acc[p] : 0.0f;
         float accEps = out.accEps ? out.accEps[p] : 0.0f;
         double seamSum = out.seamSum ? out.seamSum[p] : 0.0, seamSumSq = out.seamSumSq ? out.seamSumSq[p] : 0.0;
@@ -58,14 +60,13 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
 
 }  // namespace
 
-void launchTileScatter(const CanvasGeometry& g, const float* canvas, const StepCoefficients* step, int stepIndex,
-                       bool sampleFusion, int first, int count, int y0, int y1, int x0, int x1, const TileTensor& io,
-                       const void* output, const ScatterTargets& targets, cudaStream_t stream) {
+void launchTileScatter(const CanvasGeometry& g, const float* canvas, const StepCoefficients* coeff,
+                       const StepState* state, bool sampleFusion, int first, int count, int y0, int y1, int x0,
+                       int x1, const TileTensor& io, const void* output, const ScatterTargets& targets, cudaStream_t stream) {
     const int boxH = y1 - y0, boxW = x1 - x0;
     const long long total = static_cast<long long>(g.channels) * boxH * boxW;
-    const unsigned draw = static_cast<unsigned>(stepIndex + 1);
     TESSERA_DISPATCH_DTYPE(io.dtype, {
-        tileScatter<T><<<gridFor(total, 256), 256, 0, stream>>>(g, canvas, step, draw, sampleFusion, first, count, y0,
+        tileScatter<T><<<gridFor(total, 256), 256, 0, stream>>>(g, canvas, coeff, state, sampleFusion, first, count, y0,
                                                                 x0, boxH, boxW, io.paddedChannels,
                                                                 static_cast<const T*>(output), targets);
         TESSERA_CHECK_LAUNCH();

@@ -2,6 +2,8 @@
 // One thread per canvas element of the batch's bounding box; it visits the batch's tiles in
 // id order, so the accumulation order (and the result) is the CPU sampler's and never
 // depends on scheduling (no atomics).
+// The step k = state->step and K = coeff[k] are read from device memory (z is drawn with
+// state->seed), so a captured graph serves every step and seed.
 //   fusion "sample": v = applyStep(K, x[p], eps, z(k+1, p)); acc[p] += w v   (update fused)
 //   fusion "noise":  v = eps;                                 accEps[p] += w eps
 //   accEps also when previewEps (the x0 preview of a sample-fusion step);
@@ -10,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/CanvasUpdate.cuh"
 #include "kernels/TiledCanvas.cuh"
 
 namespace tessera {
@@ -23,8 +26,8 @@ struct ScatterTargets {
 
 // Tiles [first, first + count); the bounding box of their rectangles is
 // rows [y0, y1) x columns [x0, x1) of the canvas.
-void launchTileScatter(const CanvasGeometry&, const float* canvas, const StepCoefficients* step, int stepIndex,
-                       bool sampleFusion, int first, int count, int y0, int y1, int x0, int x1, const TileTensor&,
-                       const void* output, const ScatterTargets&, cudaStream_t);
+void launchTileScatter(const CanvasGeometry&, const float* canvas, const StepCoefficients* coeff,
+                       const StepState* state, bool sampleFusion, int first, int count, int y0, int y1, int x0,
+                       int x1, const TileTensor&, const void* output, const ScatterTargets&, cudaStream_t);
 
 }  // namespace tessera

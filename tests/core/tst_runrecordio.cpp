@@ -45,6 +45,16 @@ RunRecord sampleRecord() {
     r.graphs.hits = 1;
     r.graphs.nodes = 321;
     r.graphs.captureMs = 12.5;
+    r.graphs.cacheCapacity = 4;
+    r.graphs.cacheEntries = 3;
+    r.graphs.invalidations = 2;
+    r.graphs.failures = 0;
+    r.graphs.updateMs = 0.75;
+    r.graphs.used = {{"step normal", 321, 12.5, 3.25, 0, 1.5, 1, true, false},
+                     {"step last", 321, 11.0, 0, 0.5, 0, 1, true, true}};
+    r.steps[0].graph = "capture";
+    r.steps[0].captured = true;
+    r.steps[1].graph = "replay";
     r.memoryPlan = {100.0, 200.0, 50.0, 1.5, 351.5};
     r.prepareMs = 10.0;
     r.totalMs = 9.0;
@@ -151,6 +161,19 @@ private slots:
         QCOMPARE(back.graphs.mode, std::string("step"));
         QCOMPARE(back.graphs.nodes, 321);
         QCOMPARE(back.graphs.captureMs, 12.5);
+        QCOMPARE(back.graphs.cacheCapacity, 4);
+        QCOMPARE(back.graphs.cacheEntries, 3);
+        QCOMPARE(back.graphs.invalidations, 2);
+        QCOMPARE(back.graphs.updateMs, 0.75);
+        QCOMPARE(back.graphs.used.size(), std::size_t(2));
+        QCOMPARE(back.graphs.used[0].name, std::string("step normal"));
+        QCOMPARE(back.graphs.used[0].instantiateMs, 3.25);
+        QCOMPARE(back.graphs.used[0].deviceMiB, 1.5);
+        QCOMPARE(back.graphs.used[1].updated, true);
+        QCOMPARE(back.graphs.used[1].updateMs, 0.5);
+        QCOMPARE(back.steps[0].graph, std::string("capture"));
+        QCOMPARE(back.steps[0].captured, true);
+        QCOMPARE(back.steps[1].captured, false);
         QCOMPARE(back.memoryPlan.totalMiB, 351.5);
         QCOMPARE(back.prepareMs, 10.0);
         QCOMPARE(back.totalMs, 9.0);

@@ -1,6 +1,8 @@
 // CudaEngine against the CPU tiled sampler (docs/ENGINE_SEMANTICS.md) on a small random UNet:
 // same image and seam map for both fusion rules and noisy schedulers, repeatable runs,
-// per-batch/per-step device timings, cancellation. Skips where no CUDA device is present.
+// per-batch/per-step device timings, cancellation; on the fixture model (tests/data/models,
+// or $TESSERA_TEST_DATA_DIR/models) a 256x256 tiled DDIM run against the CPU engine
+// (PSNR >= 40 dB) and tile batch 1 against 8. Skips where no CUDA device is present.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "core/CpuBackend.h"
+#include "core/ImageOps.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
 #include "kernels/CudaBackend.h"
@@ -57,6 +60,42 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
         den += static_cast<double>(b[i]) * b[i];
     }
     return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Test data: compiled-in path, or $TESSERA_TEST_DATA_DIR (the GPU machine has another tree).
+std::string testData() {
+    const QByteArray env = qgetenv("TESSERA_TEST_DATA_DIR");
+    return env.isEmpty() ? std::string(TESSERA_TEST_DATA) : env.toStdString();
+}
+
+// PSNR of two 8-bit RGB images in dB (99 when identical).
+double psnr8(const ImageTensor& a, const ImageTensor& b) {
+    const Rgb8Image x = toRgb8(a), y = toRgb8(b);
+    double se = 0;
+    for (std::size_t i = 0; i < x.pixels.size(); ++i) {
+        const double d = static_cast<double>(x.pixels[i]) - y.pixels[i];
+        se += d * d;
+    }
+    if (se == 0) return 99.0;
+    const double mse = se / static_cast<double>(x.pixels.size());
+    return 10.0 * std::log10(255.0 * 255.0 / mse);
+}
+
+RunConfig fixtureRun(int batch) {
+    RunConfig r;
+    r.width = 256;
+    r.height = 256;
+    r.seed = 7;
+    r.steps = 10;
+    r.scheduler = SchedulerKind::DDIM;
+    r.tile = 64;
+    r.overlapPx = 16;
+    r.window = BlendWindowKind::Hann;
+    r.fusion = FusionRule::Sample;
+    r.tileBatch = batch;
+    r.precision = Precision::FP16;
+    r.previewEvery = 0;
+    return r;
 }
 
 struct Counting : RunObserver {
@@ -164,6 +203,54 @@ private slots:
         QCOMPARE(g.mode, std::string("tile"));
         QVERIFY(g.hits > 0);
         QVERIFY2(eager.image.data == graphed.image.data, "tile graphs changed the image");
+    }
+
+    // Issue 4's bar: a 256x256 tiled DDIM sampling on the GPU (fp16, 25 tiles of 64, batch 4)
+    // against the float32 CPU engine on a fixture model.
+    void psnr256AgainstCpuEngine() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::load(testData() + "/models/cifar_like"));
+        const RunConfig cfg = fixtureRun(4);
+        TiledSampler cpu(std::make_unique<CpuBackend>(std::max(2, QThread::idealThreadCount())));
+        cpu.setModel(model);
+        RunObserver quiet;
+        const RunResult ref = cpu.run(cfg, quiet);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        const RunResult got = gpu.run(cfg, quiet);
+        const double db = psnr8(got.image, ref.image);
+        qInfo("256x256 DDIM, %d tiles, fp16 GPU vs fp32 CPU: PSNR %.2f dB, rel %.3e", got.record.tileCount, db,
+              rel(got.image.data, ref.image.data));
+        QCOMPARE(got.record.tileCount, 25);
+        QVERIFY2(db >= 40.0, qPrintable(QString("PSNR %1 dB against the CPU engine is below 40 dB").arg(db)));
+    }
+
+    // Tile batch 1 and 8 compute the same tiles in the same order; only cuDNN's algorithm
+    // choice per batch size differs, so the images agree within fp16 rounding: no further
+    // apart than either is from the float32 run (measured on an H100: rel 1.3e-2 between
+    // the two over 10 steps, as far as fp16 is from fp32; PSNR 47 dB).
+    void tileBatchOneAgreesWithEight() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::load(testData() + "/models/cifar_like"));
+        CudaEngine gpu;
+        gpu.setModel(model);
+        RunObserver quiet;
+        const RunResult one = gpu.run(fixtureRun(1), quiet);
+        const RunResult eight = gpu.run(fixtureRun(8), quiet);
+        RunConfig fp32 = fixtureRun(8);
+        fp32.precision = Precision::FP32;
+        CudaEngine exact;
+        exact.setModel(model);
+        const RunResult ref = exact.run(fp32, quiet);
+        double maxAbs = 0;
+        for (std::size_t i = 0; i < one.image.data.size(); ++i)
+            maxAbs = std::max(maxAbs, std::abs(static_cast<double>(one.image.data[i]) - eight.image.data[i]));
+        const double r = rel(one.image.data, eight.image.data), db = psnr8(one.image, eight.image);
+        const double fp16Error = std::max(rel(one.image.data, ref.image.data), rel(eight.image.data, ref.image.data));
+        qInfo("tile batch 1 vs 8: rel %.3e, max |diff| %.3e, PSNR %.2f dB; fp16 vs fp32: rel %.3e", r, maxAbs, db,
+              fp16Error);
+        QVERIFY2(r <= 2.0 * fp16Error,
+                 qPrintable(QString("batch 1 and 8 differ by rel %1, more than twice fp16's own error %2").arg(r).arg(fp16Error)));
+        QVERIFY2(r < 2e-2, qPrintable(QString("batch 1 and 8 differ by rel %1").arg(r)));
+        QVERIFY2(db >= 45.0, qPrintable(QString("batch 1 vs 8: PSNR %1 dB").arg(db)));
     }
 
     void cancels() {
