@@ -465,7 +465,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                     row.captureMs = first.record.graphs.captureMs + first.record.graphs.instantiateMs;
                     row.peakTflops = options.peakTflops;
                     if (!row.peakTflops && last.environment.backend == "cuda") row.peakTflops = denseTensorPeakTflops(row.device);
-                    // The engine's own words (e.g. "step graphs are not implemented yet; ran with tile graphs").
+                    // The engine's own words (e.g. why a graph capture fell back to graphs off).
                     std::vector<std::string> notes = last.messages;
                     for (const auto& m : observer.messages)
                         if (std::find(notes.begin(), notes.end(), m) == notes.end()) notes.push_back(m);
