@@ -96,19 +96,32 @@ __global__ void groupNormPartials(const T* __restrict__ x, int pixels, int chann
     }
 }
 
+// One warp per (sample, group): lane l merges chunks l, l + 32, ... in order, then the 32
+// lane results are merged by a fixed shuffle tree. The order depends only on the chunk
+// count, so results are deterministic; the work is spread over 32 lanes (a single thread
+// per group serialised hundreds of float64 merges: ~85 us at batch 1 on an H100).
 __global__ void groupNormFinalize(const float* __restrict__ partials, int batch, int chunks, int groups, float eps,
                                   float* __restrict__ stats) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= batch * groups) return;
-    const int b = i / groups, g = i % groups;
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (warp >= batch * groups) return;
+    const int b = warp / groups, g = warp % groups;
     double n = 0.0, mean = 0.0, m2 = 0.0;
-    for (int k = 0; k < chunks; ++k) {
+    for (int k = lane; k < chunks; k += 32) {
         const float* p = partials + ((static_cast<long long>(b) * chunks + k) * groups + g) * 3;
         chanMerge<double>(n, mean, m2, p[0], p[1], p[2]);
     }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        const double on = __shfl_down_sync(0xffffffffu, n, offset);
+        const double omean = __shfl_down_sync(0xffffffffu, mean, offset);
+        const double om2 = __shfl_down_sync(0xffffffffu, m2, offset);
+        chanMerge<double>(n, mean, m2, on, omean, om2);
+    }
+    if (lane != 0) return;
     const double var = n > 0.0 ? fmax(m2 / n, 0.0) : 0.0;
-    stats[i * 2] = static_cast<float>(mean);
-    stats[i * 2 + 1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    stats[warp * 2] = static_cast<float>(mean);
+    stats[warp * 2 + 1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
 }
 
 template <typename T, int VEC>
@@ -175,7 +188,7 @@ void launchGroupNorm(const GroupNormParams& p, cudaStream_t stream) {
             static_cast<const T*>(p.x), p.pixels, p.channels, p.groups, chunkPixels, p.preAdd, p.preAddBatchStride,
             partials);
         TESSERA_CHECK_LAUNCH();
-        groupNormFinalize<<<gridFor(p.batch * p.groups, 128), 128, 0, stream>>>(
+        groupNormFinalize<<<gridFor(static_cast<long long>(p.batch) * p.groups * 32, 128), 128, 0, stream>>>(
             partials, p.batch, chunks, p.groups, p.eps, stats);
         TESSERA_CHECK_LAUNCH();
         groupNormApply<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
