@@ -56,10 +56,14 @@ tessera() {  # MIN_SECONDS ARGS...
   local need=$1; shift
   local left=$((deadline - SECONDS))
   if [ "$left" -lt "$need" ]; then echo "SKIPPED (only ${left}s left): tessera-cli bench $*" | tee -a "$log"; return; fi
-  echo "== tessera-cli bench $*" | tee -a "$log"
+  # FUSED=1: cuDNN's runtime-compiled conv+bias+residual engines (longer prepare), own CSV.
+  local target="$out/tessera.csv" fusion=0
+  if [ "${FUSED:-0}" = 1 ]; then target="$out/tessera_fused.csv"; fusion=1; fi
+  echo "== tessera-cli bench $* (runtime fusion $fusion)" | tee -a "$log"
   rm -f /tmp/compare/t.csv
-  timeout "$left" env LD_LIBRARY_PATH="$cli_path" "$carry/tessera-cli" bench --backend cuda "$@" --csv /tmp/compare/t.csv 2>&1 | tee -a "$log"
-  append_csv /tmp/compare/t.csv "$out/tessera.csv"
+  timeout "$left" env LD_LIBRARY_PATH="$cli_path" TESSERA_CUDNN_RUNTIME_FUSION="$fusion" "$carry/tessera-cli" bench \
+    --backend cuda "$@" --csv /tmp/compare/t.csv 2>&1 | tee -a "$log"
+  append_csv /tmp/compare/t.csv "$target"
 }
 pytorch() {  # MIN_SECONDS ARGS...
   local need=$1; shift
@@ -81,6 +85,8 @@ if [ "$part" = 1 ] || [ "$part" = all ]; then
   pytorch 100 "${cifar[@]}" --batch 1,8,32 --modes graph --repeats 3
   pytorch 40 "${church[@]}" --batch 1,4,16 --modes graph --repeats 3
   pytorch 40 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
+  FUSED=1 tessera 60 "${cifar[@]}" --batch 32 --graphs step --repeats 3
+  FUSED=1 tessera 60 "${church[@]}" --batch 4,16 --graphs step --repeats 3
 fi
 if [ "$part" = 2 ] || [ "$part" = all ]; then
   # torch.compile (about a minute of compilation per batch size), then eager for the cifar shape.
@@ -91,7 +97,7 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
 fi
 
 echo "== results (part $part, $SECONDS s)" | tee -a "$log"
-for f in "$out/tessera.csv" "$out/pytorch.csv"; do
+for f in "$out/tessera.csv" "$out/tessera_fused.csv" "$out/pytorch.csv"; do
   [ -s "$f" ] || continue
   if command -v column >/dev/null; then column -s, -t <"$f" | cut -c1-200; else cut -d, -f1-15 "$f"; fi | tee -a "$log"
 done
