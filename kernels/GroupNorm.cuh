@@ -6,7 +6,10 @@
 //   y = y * (1 + scale[b, c]) + shift[b, c]       (when scale != nullptr)
 //   y = silu(y)                                    (when silu)
 // Statistics are reduced deterministically (fixed order, no atomics) with Chan's pairwise
-// (count, mean, M2) merge: per-chunk partials in float32, then a finalize in float64.
+// (count, mean, M2) merge. When a (sample, slab of groups) fits in one block's registers the
+// whole norm is one launch that reads x once; otherwise per-chunk partials in float32, a
+// finalize in float64 and an apply (x read twice). No allocation or host synchronisation:
+// launchGroupNorm is capturable in a CUDA graph.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +31,7 @@ struct GroupNormParams {
     const float* preAdd = nullptr;  long long preAddBatchStride = 0;    // floats between samples (0 = shared)
     const float* scale = nullptr;   const float* shift = nullptr;  long long filmBatchStride = 0;
     bool silu = false;
-    int chunks = 1;            // pixel chunks per sample for the partial sums
+    int chunks = 1;            // pixel chunks per sample for the partial sums (streaming scheme)
     float* scratch = nullptr;  // groupNormScratchFloats(batch, chunks, groups) floats
 };
 
