@@ -19,6 +19,7 @@
 #include "app/CliOptions.h"
 #include "app/EngineFactory.h"
 #include "app/InitImage.h"
+#include "app/InterruptCancels.h"
 #include "core/ImageOps.h"
 #include "core/ModelConfig.h"
 #include "core/RunRecordIO.h"
@@ -591,7 +592,11 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
                 Engine& engine = *engines.at(side->config.backend);
                 if (anyInit) engine.setInitImage(side->initImage);  // the other side may have changed it
                 NoteObserver observer;
-                RunResult result = engine.run(side->config, observer);
+                RunResult result;
+                {
+                    const InterruptCancels interrupt(engine);   // Ctrl-C: the run ends "cancelled", compare stops
+                    result = engine.run(side->config, observer);
+                }
                 if (result.record.status != "finished")
                     throw std::runtime_error(side->name + " run " + result.record.status +
                                              (result.record.error.empty() ? "" : ": " + result.record.error));

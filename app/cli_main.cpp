@@ -1,9 +1,7 @@
 // tessera-cli: plan, render, info, bench and compare, headless. Exit status: 0 success, 2 invalid input
 // (the message names the field), 1 failure while running.
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +18,7 @@
 #include "app/CompareCommand.h"
 #include "app/EngineFactory.h"
 #include "app/InitImage.h"
+#include "app/InterruptCancels.h"
 #include "app/PngIO.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
@@ -196,37 +195,6 @@ std::unique_ptr<Engine> makeEngine(BackendKind kind) {
     if (!note.empty()) std::cerr << "note: " << note << "\n";
     return engine;
 }
-
-// While alive, SIGINT/SIGTERM ask the engine to cancel (checked between tile batches); the
-// run then returns "cancelled" and its outputs are written as such. A second signal ends
-// the program at once. The engine pointer lives in a file-static atomic because a signal
-// handler can reach nothing else.
-std::atomic<Engine*> interruptTarget{nullptr};
-
-extern "C" void onInterrupt(int signal) {
-    if (Engine* engine = interruptTarget.load()) engine->requestCancel();
-    std::signal(signal, SIG_DFL);
-}
-
-class InterruptCancels {
-public:
-    explicit InterruptCancels(Engine& engine) {
-        interruptTarget.store(&engine);
-        previousInt_ = std::signal(SIGINT, onInterrupt);
-        previousTerm_ = std::signal(SIGTERM, onInterrupt);
-    }
-    ~InterruptCancels() {
-        std::signal(SIGINT, previousInt_);
-        std::signal(SIGTERM, previousTerm_);
-        interruptTarget.store(nullptr);
-    }
-    InterruptCancels(const InterruptCancels&) = delete;
-    InterruptCancels& operator=(const InterruptCancels&) = delete;
-
-private:
-    void (*previousInt_)(int) = SIG_DFL;
-    void (*previousTerm_)(int) = SIG_DFL;
-};
 
 int cmdRender(const CliOptions& options) {
     RunConfig config = options.config;
