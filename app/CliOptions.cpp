@@ -242,6 +242,22 @@ std::vector<std::string> defaultModelCandidates(const std::string& executableDir
     return candidates;
 }
 
+std::string resolveModelFolder(const std::string& given, const std::string& executableDir) {
+    namespace fs = std::filesystem;
+    if (!given.empty()) {
+        const fs::path dir = fs::absolute(given);
+        if (!fs::is_directory(dir)) throw ValidationError("model", "model: '" + given + "' is not a folder");
+        return dir.lexically_normal().string();
+    }
+    const auto candidates = defaultModelCandidates(executableDir);
+    for (const auto& candidate : candidates)
+        if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
+    std::string looked;
+    for (const auto& candidate : candidates) looked += "\n  " + candidate;
+    throw ValidationError("model", "model: no default model is installed (looked in:" + looked +
+                                       ")\nGive a diffusers UNet2DModel folder with --model DIR.");
+}
+
 std::string cliUsage(CliCommand command) {
     static const char* kRunOptions =
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"

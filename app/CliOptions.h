@@ -47,4 +47,9 @@ std::string_view toString(CliCommand command);
 // (TESSERA_RESOURCE_DIR, development builds) and, for installs, <exeDir>/../share/tessera.
 std::vector<std::string> defaultModelCandidates(const std::string& executableDir);
 
+// A run's model folder as an absolute path: `given` when it is a folder, else (empty) the
+// first default candidate holding a config.json. Throws ValidationError on field "model"
+// naming the folder, or every place looked in.
+std::string resolveModelFolder(const std::string& given, const std::string& executableDir);
+
 }  // namespace tessera

@@ -155,19 +155,7 @@ std::string executableDir() {
 }
 
 // config.model as an absolute folder: the one given, or the default model (as render does).
-std::string resolveModel(const std::string& given) {
-    if (!given.empty()) {
-        const fs::path dir = fs::absolute(given);
-        if (!fs::is_directory(dir)) fail("model", "'" + given + "' is not a folder");
-        return dir.lexically_normal().string();
-    }
-    const auto candidates = defaultModelCandidates(executableDir());
-    for (const auto& candidate : candidates)
-        if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
-    std::string looked;
-    for (const auto& candidate : candidates) looked += "\n  " + candidate;
-    fail("model", "no default model is installed (looked in:" + looked + ")\nGive a model folder with --model DIR.");
-}
+std::string resolveModel(const std::string& given) { return resolveModelFolder(given, executableDir()); }
 
 // What the model folder allows, from its config.json (and scheduler_config.json) alone.
 ModelLimits readModelLimits(const std::string& dir) {

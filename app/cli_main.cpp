@@ -49,18 +49,11 @@ std::string executableDir() {
 
 // Resolves config.model to an absolute folder: the given one, or the default model.
 std::string resolveModel(const std::string& given) {
-    if (!given.empty()) {
-        const fs::path dir = fs::absolute(given);
-        if (!fs::is_directory(dir)) throw InputError{"model: '" + given + "' is not a folder"};
-        return dir.lexically_normal().string();
+    try {
+        return resolveModelFolder(given, executableDir());
+    } catch (const ValidationError& e) {
+        throw InputError{e.what()};
     }
-    const auto candidates = defaultModelCandidates(executableDir());
-    for (const auto& candidate : candidates)
-        if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
-    std::string looked;
-    for (const auto& candidate : candidates) looked += "\n  " + candidate;
-    throw InputError{"model: no default model is installed (looked in:" + looked +
-                     ")\nGive a diffusers UNet2DModel folder with --model DIR."};
 }
 
 // The model's input channels from its config.json alone (the engine loads the weights later).
