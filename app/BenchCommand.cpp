@@ -87,6 +87,7 @@ public:
 struct BenchRow {
     std::string engine, shape, size, precision, graphs, graphsEffective, device, note;
     int tile = 0, overlap = 0, batch = 0, steps = 0, tiles = 0, repeats = 0;
+    int lanesRequested = 0, lanes = 0;   // config lanes (0 = auto) and the lanes the runs used
     double secondsPerImage = 0, tileEvalsPerS = 0, tflops = 0, peakMiB = -1, hostEnqueueMsPerStep = 0;
     double prepareS = 0, firstRunS = 0, gflopPerEval = 0;
     // Graphs: device memory of the executable graphs, nodes, capture + instantiate time (all
@@ -110,7 +111,8 @@ std::string csvLine(const BenchRow& r) {
                        (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + num(r.firstRunS) + "," +
                        std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note) + "," +
                        (ran ? sig4(r.graphMiB) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
-                       (ran ? num(r.captureMs) : "") + "," + (ran ? num(r.stepGpuMs) : "");
+                       (ran ? num(r.captureMs) : "") + "," + (ran ? num(r.stepGpuMs) : "") + "," +
+                       (ran ? std::to_string(r.lanes) : "") + "," + std::to_string(r.lanesRequested);
     return line;
 }
 
@@ -119,17 +121,20 @@ std::string pad(const std::string& text, std::size_t width) {
 }
 
 void printTable(std::ostream& out, const std::vector<BenchRow>& rows) {
-    const std::vector<std::string> head{"engine", "prec", "graphs", "B",       "tiles", "s/image", "evals/s",
+    const std::vector<std::string> head{"engine", "prec", "graphs", "B", "lanes", "tiles", "s/image", "evals/s",
                                         "TFLOP/s", "%peak", "peak MiB", "enq ms/step", "prep s", "1st run s"};
     std::vector<std::vector<std::string>> cells;
     for (const BenchRow& r : rows) {
         if (r.failed) {
-            cells.push_back({r.engine, r.precision, r.graphs, std::to_string(r.batch), std::to_string(r.tiles), "failed",
-                             "", "", "", "", "", "", ""});
+            cells.push_back({r.engine, r.precision, r.graphs, std::to_string(r.batch),
+                             r.lanesRequested ? std::to_string(r.lanesRequested) : "auto", std::to_string(r.tiles),
+                             "failed", "", "", "", "", "", "", ""});
             continue;
         }
         cells.push_back({r.engine, r.precision, r.graphsEffective == r.graphs ? r.graphs : r.graphs + ">" + r.graphsEffective,
-                         std::to_string(r.batch), std::to_string(r.tiles), fixed(r.secondsPerImage, 3),
+                         std::to_string(r.batch),
+                         std::to_string(r.lanes) + (r.lanesRequested ? "" : " (auto)"), std::to_string(r.tiles),
+                         fixed(r.secondsPerImage, 3),
                          fixed(r.tileEvalsPerS, 0), fixed(r.tflops, 1),
                          r.peakTflops ? fixed(100.0 * r.tflops / *r.peakTflops, 1) : "-",
                          r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.hostEnqueueMsPerStep, 2), fixed(r.prepareS, 2),
@@ -206,12 +211,13 @@ std::optional<double> denseTensorPeakTflops(std::string_view name) {
 std::string benchCsvHeader() {
     return "engine,shape,size,tile,overlap,batch,precision,steps,tiles,seconds_per_image,tile_evals_per_s,tflops,"
            "peak_mib,host_enqueue_ms_per_step,prepare_s,gflop_per_eval,graphs,graphs_effective,fraction_of_peak,"
-           "peak_tflops_assumed,first_run_s,repeats,device,note,graph_mib,graph_nodes,capture_ms,step_gpu_ms";
+           "peak_tflops_assumed,first_run_s,repeats,device,note,graph_mib,graph_nodes,capture_ms,step_gpu_ms,lanes,"
+           "lanes_requested";
 }
 
 std::string benchUsage() {
     return "Usage: tessera-cli bench (--shape cifar|church | --model DIR) [options]\n"
-           "Times tiled DDIM generations for every combination of --batch x --precision x --graphs.\n"
+           "Times tiled DDIM generations for every combination of --batch x --precision x --graphs x --lanes.\n"
            "Each row: a warm-up run (prepare, cuDNN algorithm search, graph capture), then --repeats\n"
            "measured runs on the same engine; the median is reported. Previews are off.\n\n"
            "  --shape NAME           random-weight network of a diffusers shape: cifar (google/ddpm-cifar10-32,\n"
@@ -224,6 +230,7 @@ std::string benchUsage() {
            "  --batch LIST           tiles per UNet call, e.g. 1,8,32 (default 1,8,32)\n"
            "  --precision LIST       fp16, bf16, fp32 (default fp16; the CPU always computes fp32)\n"
            "  --graphs LIST          off, tile, step (default off)\n"
+           "  --lanes LIST           CUDA: tile batches in flight at once, 0 = auto, 1..8 (default 0)\n"
            "  --steps N              DDIM steps (default 20)\n"
            "  --repeats N            measured runs per row (default 3; the median is reported)\n"
            "  --warmup-steps N       steps of the warm-up run (default 3, enough for every graph capture;\n"
@@ -281,6 +288,13 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         } else if (name == "graphs") {
             o.graphs.clear();
             for (const auto& item : splitList("graphs", value)) o.graphs.push_back(parseGraphMode(item));
+        } else if (name == "lanes") {
+            o.lanes.clear();
+            for (const auto& item : splitList("lanes", value)) {
+                const int lanes = parsePositive("lanes", item, 0);
+                if (lanes > 8) fail("lanes", "'" + item + "' is not allowed; lanes must be 0 (auto) to 8");
+                o.lanes.push_back(lanes);
+            }
         } else if (name == "steps") {
             o.steps = parsePositive("steps", value);
         } else if (name == "repeats") {
@@ -385,8 +399,10 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
     bool anyFailed = false;
     for (Precision precision : options.precisions) {
         for (GraphMode graphs : options.graphs) {
+            for (int lanes : options.lanes)
             for (int batch : options.batches) {
                 BenchRow row;
+                row.lanesRequested = lanes;
                 row.shape = shapeName;
                 row.size = size;
                 row.tile = options.tile;
@@ -409,6 +425,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                 config.scheduler = SchedulerKind::DDIM;
                 config.precision = precision;
                 config.graphs = graphs;
+                config.lanes = lanes;
                 config.backend = options.backend;
                 config.seed = options.seed;
                 config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
@@ -418,7 +435,8 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                     row.tiles = plan.count();
                     row.gflopPerEval = model->flopsPerEvaluation(plan.tileH(), plan.tileW()) / 1e9;
                 }
-                err << "bench: " << row.precision << ", graphs " << row.graphs << ", batch " << batch << " ..." << std::flush;
+                err << "bench: " << row.precision << ", graphs " << row.graphs << ", lanes "
+                    << (lanes ? std::to_string(lanes) : std::string("auto")) << ", batch " << batch << " ..." << std::flush;
                 try {
                     std::string note;
                     // One engine per row: its first run pays prepare, algorithm search and capture.
@@ -453,6 +471,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                         last = std::move(result.record);
                     }
                     row.graphsEffective = last.graphs.mode.empty() ? row.graphs : last.graphs.mode;
+                    row.lanes = last.graphs.lanes;
                     row.secondsPerImage = median(totals) / 1000.0;
                     const double evaluations = static_cast<double>(row.tiles) * options.steps;
                     row.tileEvalsPerS = evaluations / row.secondsPerImage;

@@ -27,6 +27,7 @@ struct BenchOptions {
     std::vector<int> batches{1, 8, 32};
     std::vector<Precision> precisions{Precision::FP16};
     std::vector<GraphMode> graphs{GraphMode::Off};
+    std::vector<int> lanes{0};         // CUDA lanes (tile batches in flight); 0 = auto
     int steps = 20;
     int repeats = 3;                   // measured runs per row; the median is reported
     int warmupSteps = 3;               // steps of the warm-up run (0 = as many as --steps)

@@ -91,6 +91,7 @@ const std::map<std::string, OptionSpec>& optionTable() {
                           [](CliOptions& o, const std::string& v) { o.config.graphWarmup = parseInt("graph_warmup", v); }}},
         {"graph-cache", {"graph_cache", true,
                          [](CliOptions& o, const std::string& v) { o.config.graphCacheSize = parseInt("graph_cache", v); }}},
+        {"lanes", {"lanes", true, [](CliOptions& o, const std::string& v) { o.config.lanes = parseInt("lanes", v); }}},
         {"precision", {"precision", true, [](CliOptions& o, const std::string& v) { o.config.precision = parsePrecision(v); }}},
         {"backend", {"backend", true, [](CliOptions& o, const std::string& v) { o.config.backend = parseBackend(v); }}},
         {"model", {"model", true, [](CliOptions& o, const std::string& v) { o.config.model = v; }}},
@@ -278,6 +279,8 @@ std::string cliUsage(CliCommand command) {
         "  --graphs MODE          CUDA graphs: off, tile or step (default off)\n"
         "  --graph-warmup N       warm-up launches before graph capture (default 2)\n"
         "  --graph-cache N        graphs kept per run (default 16)\n"
+        "  --lanes N              CUDA: tile batches in flight at once, each on its own stream with its\n"
+        "                         own activations (0 = auto, 1..8; default 0)\n"
         "  --precision NAME       fp32, fp16 or bf16 (default fp16; the CPU always computes fp32)\n"
         "  --backend NAME         auto (CUDA when built and a device is usable, else cpu), cpu or cuda\n"
         "  --preview-every N      preview every N steps, 0 = never (default 1)\n"

@@ -286,6 +286,7 @@ def run(args, shape, batch, mode, device):
         sync()
         prepare_s = time.perf_counter() - t0
         totals, enqueue = [], []
+        used = 0.0  # device memory in use by the process (context, cuDNN/cuBLAS, cache): as Tessera's peak
         for rep in range(args.repeats):
             s.k.zero_()
             sync()
@@ -304,6 +305,8 @@ def run(args, shape, batch, mode, device):
                 end.record()
                 torch.cuda.synchronize()
                 totals.append(start.elapsed_time(end) / 1e3)
+                free, total = torch.cuda.mem_get_info()
+                used = max(used, (total - free) / 2**20)
             else:
                 totals.append(time.perf_counter() - w0)
     if not torch.isfinite(s.x).all():
@@ -316,7 +319,7 @@ def run(args, shape, batch, mode, device):
                 batch=batch, precision="fp16" if cuda else "fp32", steps=args.steps, tiles=tiles,
                 seconds_per_image=sec, tile_evals_per_s=evals / sec, tflops=tflops, peak_mib=peak,
                 host_enqueue_ms_per_step=statistics.median(enqueue), prepare_s=prepare_s,
-                gflop_per_eval=flops / 1e9)
+                gflop_per_eval=flops / 1e9, device_used_mib=used)
 
 
 def main():
@@ -336,7 +339,7 @@ def main():
     device = args.device
     cols = ["engine", "shape", "size", "tile", "overlap", "batch", "precision", "steps", "tiles",
             "seconds_per_image", "tile_evals_per_s", "tflops", "peak_mib", "host_enqueue_ms_per_step",
-            "prepare_s", "gflop_per_eval"]
+            "prepare_s", "gflop_per_eval", "device_used_mib"]
     print(",".join(cols), flush=True)
     for mode in args.modes.split(","):
         for b in [int(v) for v in args.batch.split(",")]:

@@ -111,6 +111,7 @@ constexpr int kMaxTile = 4096;
 constexpr int kMaxTileBatch = 1024;
 constexpr int kMaxGraphWarmup = 100;
 constexpr int kMaxGraphCache = 1024;
+constexpr int kMaxLanes = 8;
 constexpr std::int64_t kMaxTiles = 65536;   // e.g. 16384x16384 with tile 64, overlap 0
 
 class Problems {
@@ -417,6 +418,7 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     checkIntRange(problems, "batch", config.tileBatch, 1, kMaxTileBatch, "the tile batch");
     checkIntRange(problems, "graph_warmup", config.graphWarmup, 0, kMaxGraphWarmup, "the graph warm-up count");
     checkIntRange(problems, "graph_cache", config.graphCacheSize, 1, kMaxGraphCache, "the graph cache size");
+    checkIntRange(problems, "lanes", config.lanes, 0, kMaxLanes, "the lane count (0 = auto)");
     if (config.previewEvery < 0)
         problems.add("preview_every", std::to_string(config.previewEvery) +
                                           " is not allowed; preview_every must be 0 (never) or more");
@@ -463,6 +465,7 @@ nlohmann::json toJson(const RunConfig& c) {
         {"graphs", toString(c.graphs)},
         {"graph_warmup", c.graphWarmup},
         {"graph_cache", c.graphCacheSize},
+        {"lanes", c.lanes},
         {"precision", toString(c.precision)},
         {"backend", toString(c.backend)},
         {"model", c.model},
@@ -497,6 +500,7 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
         else if (key == "graphs") c.graphs = parseGraphMode(readString(value, key), key);
         else if (key == "graph_warmup") c.graphWarmup = readInt(value, key);
         else if (key == "graph_cache") c.graphCacheSize = readInt(value, key);
+        else if (key == "lanes") c.lanes = readInt(value, key);
         else if (key == "precision") c.precision = parsePrecision(readString(value, key), key);
         else if (key == "backend") c.backend = parseBackend(readString(value, key), key);
         else if (key == "model") c.model = readString(value, key);

@@ -95,6 +95,7 @@ struct RunConfig {
     GraphMode graphs = GraphMode::Off;
     int graphWarmup = 2;
     int graphCacheSize = 16;
+    int lanes = 0;                 // tile batches in flight at once (CUDA engine; 0 = auto, 1..8)
     Precision precision = Precision::FP16;
     BackendKind backend = BackendKind::Auto;
     std::string model;             // model folder; empty = the default model

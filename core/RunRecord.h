@@ -61,6 +61,7 @@ struct GraphStats {
     double captureMs = 0, instantiateMs = 0;   // summed over this run's captures / instantiations
     double graphMemMiB = 0;    // device memory held by every cached graph after the run
     int cacheCapacity = 0;     // graph cache size limit in effect (graph_cache)
+    int lanes = 1;             // tile batches that were in flight at once (streams; config lanes resolved)
     int cacheEntries = 0;      // graphs cached after the run
     int invalidations = 0;     // cached graphs dropped because the UNet plan they bake in is gone
     int failures = 0;          // failed captures (the run then continued with graphs off)

@@ -214,6 +214,7 @@ nlohmann::json manifestJson(const RunRecord& r) {
                    {"instantiate_ms", r.graphs.instantiateMs},
                    {"graph_mem_mib", r.graphs.graphMemMiB},
                    {"cache_capacity", r.graphs.cacheCapacity},
+                   {"lanes", r.graphs.lanes},
                    {"cache_entries", r.graphs.cacheEntries},
                    {"invalidations", r.graphs.invalidations},
                    {"failures", r.graphs.failures},
@@ -326,6 +327,7 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     gr.read(g, "instantiate_ms", r.graphs.instantiateMs);
     gr.read(g, "graph_mem_mib", r.graphs.graphMemMiB);
     gr.read(g, "cache_capacity", r.graphs.cacheCapacity);
+    gr.read(g, "lanes", r.graphs.lanes);
     gr.read(g, "cache_entries", r.graphs.cacheEntries);
     gr.read(g, "invalidations", r.graphs.invalidations);
     gr.read(g, "failures", r.graphs.failures);

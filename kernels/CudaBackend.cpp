@@ -215,6 +215,15 @@ struct CudaBackend::Impl {
     CudaStream stream;
     CudnnHandle cudnn;
     CublasHandle cublas;
+    // Lanes: independent copies of the activation region and workspaces (weights shared), so
+    // that several tile batches can run at once on different streams (CudaEngine's lanes).
+    // The ops read the current lane's bases and stream; selectLane() switches them.
+    int lanes = 1;
+    std::size_t laneBytes = 0;             // activations + conv workspace + cuBLAS workspace
+    std::vector<char*> laneAct;            // [lanes]
+    std::vector<CublasHandle> laneCublas;  // lanes 1.. (lane 0 uses `cublas`)
+    cudaStream_t opStream = nullptr;       // where the ops enqueue (the lane's stream)
+    cublasHandle_t opCublas = nullptr;
 
     // Plan
     ModelConfig cfg;
@@ -270,7 +279,25 @@ struct CudaBackend::Impl {
         TESSERA_CHECK(cublasSetStream(cublas.get(), stream.get()));
         // fp32 means fp32: no TF32 anywhere (the CPU comparison is at 1e-5).
         TESSERA_CHECK(cublasSetMathMode(cublas.get(), p == Precision::FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+        opStream = stream.get();
+        opCublas = cublas.get();
     }
+
+    // Points the ops at lane `lane`'s activations and workspaces and enqueues them on `s`.
+    void selectLane(int lane, cudaStream_t s) {
+        if (lane < 0 || lane >= lanes)
+            throw std::invalid_argument("CudaBackend: lane " + std::to_string(lane) + " outside 0.." +
+                                        std::to_string(lanes - 1) + " (the prepared lanes)");
+        actBase = laneAct[static_cast<std::size_t>(lane)];
+        workspace = actBase + activationBytes;
+        opStream = s;
+        opCublas = lane == 0 ? cublas.get() : laneCublas[static_cast<std::size_t>(lane) - 1].get();
+        TESSERA_CHECK(cudnnSetStream(cudnn.get(), s));
+        // cublasSetStream resets the handle's workspace to cuBLAS' own pool: set ours again.
+        TESSERA_CHECK(cublasSetStream(opCublas, s));
+        TESSERA_CHECK(cublasSetWorkspace(opCublas, workspace + convWorkspace, kCublasWorkspace));
+    }
+    void selectOwnLane() { selectLane(0, stream.get()); }
 
     // ---- plan building -------------------------------------------------------------------
     int newBuffer(std::size_t bytes, std::string name) {
@@ -293,6 +320,11 @@ struct CudaBackend::Impl {
         ops.push_back(Op{std::move(name), std::move(bufs), std::move(run), out});
     }
     char* ptr(int buf) const { return actBase + buffers[static_cast<std::size_t>(buf)].offset; }
+    char* lanePtr(int lane, int buf) const {
+        if (lane < 0 || lane >= static_cast<int>(laneAct.size()) || !laneAct[static_cast<std::size_t>(lane)])
+            throw std::invalid_argument("CudaBackend: lane " + std::to_string(lane) + " is not prepared");
+        return laneAct[static_cast<std::size_t>(lane)] + buffers[static_cast<std::size_t>(buf)].offset;
+    }
     const float* wf(std::size_t off) const { return reinterpret_cast<const float*>(weightsBase + off); }
     const void* wt(std::size_t off) const { return weightsBase + off; }
 
@@ -385,7 +417,7 @@ struct CudaBackend::Impl {
     // y[rows, nOut] = alpha * x[rows, k] W^T + beta * y, W [nOut, k] row-major, all in `t`.
     void gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha, float beta) {
         const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-        TESSERA_CHECK(cublasGemmEx(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k,
+        TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k,
                                    x, cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
     }
 
@@ -408,7 +440,7 @@ struct CudaBackend::Impl {
         if (betaAccumulate) {
             addOp(prefix, bufs, y, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
                 const void* r = rb >= 0 ? ptr(rb) : nullptr;
-                launchBiasResidual(dtype, ptr(y.buf), false, wf(b), r, batch * pix, co, scale, stream.get());
+                launchBiasResidual(dtype, ptr(y.buf), false, wf(b), r, batch * pix, co, scale, opStream);
                 runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
             });
             return y;
@@ -425,7 +457,7 @@ struct CudaBackend::Impl {
         addOp(prefix + ".epilogue", bufs, y, [this, layer, y, b, rb, scale, pix, co](int batch) {
             if (fusedAt(layer, batch)) return;
             const void* r = rb >= 0 ? ptr(rb) : nullptr;
-            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, stream.get());
+            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, opStream);
         });
         return y;
     }
@@ -454,7 +486,7 @@ struct CudaBackend::Impl {
             p.chunks = chunks;
             p.scratch = reinterpret_cast<float*>(ptr(scratch));
             if (extra) extra(p);
-            launchGroupNorm(p, stream.get());
+            launchGroupNorm(p, opStream);
         });
         return y;
     }
@@ -517,7 +549,7 @@ struct CudaBackend::Impl {
                                            P + ".conv_shortcut");
             if (betaAccumulate) {
                 addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
-                    launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), nullptr, batch * pix, cout, s, stream.get());
+                    launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), nullptr, batch * pix, cout, s, opStream);
                     runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
                     runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
                 });
@@ -534,7 +566,7 @@ struct CudaBackend::Impl {
                 addOp(P + ".conv2.epilogue", {x.buf, out.buf, shortcut}, out, [=, this](int batch) {
                     if (fusedAt(conv2, batch)) return;
                     launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(shortcut), batch * pix, cout, s,
-                                       stream.get());
+                                       opStream);
                 });
             }
         } else {
@@ -542,7 +574,7 @@ struct CudaBackend::Impl {
             if (betaAccumulate) {
                 addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
                     launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), ptr(x.buf), batch * pix, cout, s,
-                                       stream.get());
+                                       opStream);
                     runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
                 });
             } else {
@@ -556,7 +588,7 @@ struct CudaBackend::Impl {
                 addOp(P + ".conv2.epilogue", {x.buf, out.buf}, out, [=, this](int batch) {
                     if (fusedAt(conv2, batch)) return;
                     launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(x.buf), batch * pix, cout, s,
-                                       stream.get());
+                                       opStream);
                 });
             }
         }
@@ -604,7 +636,7 @@ struct CudaBackend::Impl {
             const std::size_t es = dtypeSize(t);
             gemmRows(t, wt(wq), ptr(xn.buf), ptr(qkv), batch * N, C, 3 * C, 1.0f, 0.0f);
             launchBiasResidual(t, ptr(qkv), true, wf(bq), nullptr, static_cast<long long>(batch) * N, 3 * C, 1.0f,
-                               stream.get());
+                               opStream);
             const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
             const float one = 1.0f, zero = 0.0f;
             for (int b0 = 0; b0 < batch; b0 += imagesPerPass) {
@@ -618,20 +650,20 @@ struct CudaBackend::Impl {
                 const long long sStride = static_cast<long long>(N) * N;
                 // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
                 TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, N, N, d, &scale, qkvB + static_cast<std::size_t>(C) * es, ct,
+                    opCublas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, d, &scale, qkvB + static_cast<std::size_t>(C) * es, ct,
                     3 * C, qkStride, qkvB, ct, 3 * C, qkStride, &zero, ptr(scores), CUDA_R_32F, N, sStride, count,
                     compute, CUBLAS_GEMM_DEFAULT));
                 launchSoftmaxRows(t, reinterpret_cast<const float*>(ptr(scores)), ptr(probs),
-                                  static_cast<long long>(count) * N, N, stream.get());
+                                  static_cast<long long>(count) * N, N, opStream);
                 // O_h^T (d x queries) = V_h^T-view x P^T-view.
                 TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, d, N, N, &one, qkvB + static_cast<std::size_t>(2 * C) * es,
+                    opCublas, CUBLAS_OP_N, CUBLAS_OP_N, d, N, N, &one, qkvB + static_cast<std::size_t>(2 * C) * es,
                     ct, 3 * C, qkStride, ptr(probs), ct, N, sStride, &zero, oB, ct, C, oStride, count, compute,
                     CUBLAS_GEMM_DEFAULT));
             }
             gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
             launchBiasResidual(t, ptr(out.buf), true, wf(bo), ptr(x.buf), static_cast<long long>(batch) * N, C, s,
-                               stream.get());
+                               opStream);
         });
         return out;
     }
@@ -688,7 +720,7 @@ struct CudaBackend::Impl {
                     const Act src = h;
                     addOp(name + ".pad", {src.buf, padded.buf}, padded, [this, src, padded](int batch) {
                         launchPadRightBottom(dtype, ptr(src.buf), ptr(padded.buf), batch, src.h, src.w, src.c,
-                                             stream.get());
+                                             opStream);
                     });
                     h = convLayer(model, name, padded, out, 3, 2, 0, nullptr, 1.0f);
                 } else {
@@ -718,7 +750,7 @@ struct CudaBackend::Impl {
                 const Act a = h;
                 addOp(U + ".cat" + std::to_string(j), {a.buf, s.buf, cat.buf}, cat, [this, a, s, cat](int batch) {
                     launchConcatChannels(dtype, ptr(a.buf), a.c, ptr(s.buf), s.c, ptr(cat.buf),
-                                         static_cast<long long>(batch) * a.h * a.w, stream.get());
+                                         static_cast<long long>(batch) * a.h * a.w, opStream);
                 });
                 h = resnet(model, U + ".resnets." + std::to_string(j), cat, out, 1.0f);
                 if (attn) h = attention(model, U + ".attentions." + std::to_string(j), h, c.normNumGroups, true, 1.0f);
@@ -727,7 +759,7 @@ struct CudaBackend::Impl {
                 Act up = newAct(h.c, h.h * 2, h.w * 2, U + ".upsample");
                 const Act src = h;
                 addOp(U + ".upsample", {src.buf, up.buf}, up, [this, src, up](int batch) {
-                    launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, stream.get());
+                    launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, opStream);
                 });
                 h = convLayer(model, U + ".upsamplers.0.conv", up, out, 3, 1, 1, nullptr, 1.0f);
             }
@@ -745,15 +777,15 @@ struct CudaBackend::Impl {
         const int shift = c.freqShift;
         ops[static_cast<std::size_t>(timeOp)].run = [=, this](int batch) {
             float* ts = reinterpret_cast<float*>(ptr(timestepBuf));
-            launchTimestepEmbedding(ts, reinterpret_cast<float*>(ptr(tsin)), batch, C0, shift, flip, stream.get());
+            launchTimestepEmbedding(ts, reinterpret_cast<float*>(ptr(tsin)), batch, C0, shift, flip, opStream);
             gemmRows(DType::F32, wf(l1w), ptr(tsin), ptr(th), batch, C0, T, 1.0f, 0.0f);
-            launchBiasActivationF32(reinterpret_cast<float*>(ptr(th)), wf(l1b), batch, T, true, nullptr, stream.get());
+            launchBiasActivationF32(reinterpret_cast<float*>(ptr(th)), wf(l1b), batch, T, true, nullptr, opStream);
             gemmRows(DType::F32, wf(l2w), ptr(th), ptr(temb), batch, T, T, 1.0f, 0.0f);
             launchBiasActivationF32(reinterpret_cast<float*>(ptr(temb)), wf(l2b), batch, T, false,
-                                    reinterpret_cast<float*>(ptr(tact)), stream.get());
+                                    reinterpret_cast<float*>(ptr(tact)), opStream);
             gemmRows(DType::F32, wf(pw), ptr(tact), ptr(tprojBuf), batch, T, P, 1.0f, 0.0f);
             launchBiasActivationF32(reinterpret_cast<float*>(ptr(tprojBuf)), wf(pb), batch, P, false, nullptr,
-                                    stream.get());
+                                    opStream);
         };
         // Buffers the host or the engine touches between calls live for the whole run.
         for (int b : {stageInBuf, stageOutBuf, timestepBuf, inputBuf, outputBuf})
@@ -1020,8 +1052,9 @@ struct CudaBackend::Impl {
     double fusedBuildMs = 0;
     std::string graphNotes;
 
-    std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest) const {
-        const double perSample = static_cast<double>(activationBytes) / std::max(1, maxBatch);
+    std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest,
+                           int laneCount = 1) const {
+        const double perSample = static_cast<double>(activationBytes) * laneCount / std::max(1, maxBatch);
         const double room = static_cast<double>(freeBytes) - static_cast<double>(fixedBytes);
         int fit = room > perSample ? static_cast<int>(room / perSample) : 0;
         fit = std::min(fit, maxBatch - 1);
@@ -1036,14 +1069,25 @@ struct CudaBackend::Impl {
             s << "the largest tile batch that fits is about " << *largest;
         else
             s << "not even one tile fits: use a smaller tile or fp16";
+        if (laneCount > 1) s << " (with " << laneCount << " lanes, each a copy of the activations: or use fewer lanes)";
         return s.str();
     }
 
-    void prepare(const UNetModel& model, int batch, int h, int w) {
+    void prepare(const UNetModel& model, int batch, int h, int w, int laneCount) {
         if (batch < 1) throw std::invalid_argument("tile batch must be at least 1, got " + std::to_string(batch));
         if (h < 1 || w < 1) throw std::invalid_argument("tile size must be positive");
+        if (laneCount < 1 || laneCount > kMaxLanes)
+            throw std::invalid_argument("lanes must be 1.." + std::to_string(kMaxLanes) + ", got " +
+                                        std::to_string(laneCount));
         TESSERA_CHECK(cudaSetDevice(device));
         prepared = false;
+        lanes = 1;
+        laneAct.assign(1, nullptr);
+        laneCublas.clear();
+        opStream = stream.get();
+        opCublas = cublas.get();
+        TESSERA_CHECK(cudnnSetStream(cudnn.get(), stream.get()));
+        TESSERA_CHECK(cublasSetStream(cublas.get(), stream.get()));
         graphs.clear();
         graphsFailed = false;
         graphStats = GraphStats{};
@@ -1089,26 +1133,36 @@ struct CudaBackend::Impl {
             wsNeed = std::max(wsNeed, chooseGraphConvs(findCap ? actBase + activationBytes : nullptr, findCap));
             TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
         }
-        convWorkspace = wsNeed;
-        const std::size_t total = weights + activationBytes + convWorkspace + kCublasWorkspace;
+        convWorkspace = alignUp(wsNeed);
+        // One copy of the activations and workspaces per lane, after the shared weights.
+        laneBytes = alignUp(activationBytes + convWorkspace + kCublasWorkspace);
+        const std::size_t total = weights + static_cast<std::size_t>(laneCount) * laneBytes;
+        const std::size_t fixed = weights + static_cast<std::size_t>(laneCount) * (convWorkspace + kCublasWorkspace);
         TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
         if (total > freeBytes)
-            throw CudaOutOfMemory(oomMessage(total, freeBytes, weights + convWorkspace + kCublasWorkspace, &largest),
-                                  mib(total), mib(freeBytes), largest);
+            throw CudaOutOfMemory(oomMessage(total, freeBytes, fixed, &largest, laneCount), mib(total), mib(freeBytes),
+                                  largest);
         try {
             arena = DeviceBuffer(total);
         } catch (const CudaError& e) {
             if (!e.outOfMemory()) throw;
             (void)cudaGetLastError();
-            throw CudaOutOfMemory(oomMessage(total, freeBytes, weights + convWorkspace + kCublasWorkspace, &largest),
-                                  mib(total), mib(freeBytes), largest);
+            throw CudaOutOfMemory(oomMessage(total, freeBytes, fixed, &largest, laneCount), mib(total), mib(freeBytes),
+                                  largest);
         }
         weightsBase = arena.as<char>();
-        actBase = weightsBase + weights;
-        workspace = actBase + activationBytes;
+        lanes = laneCount;
+        laneAct.assign(static_cast<std::size_t>(lanes), nullptr);
+        for (int l = 0; l < lanes; ++l) laneAct[static_cast<std::size_t>(l)] = weightsBase + weights + l * laneBytes;
+        for (int l = 1; l < lanes; ++l) {
+            laneCublas.push_back(makeCublas());
+            TESSERA_CHECK(cublasSetMathMode(laneCublas.back().get(),
+                                            precision == Precision::FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+        }
         TESSERA_CHECK(cudaMemcpyAsync(weightsBase, blob.data(), weights, cudaMemcpyHostToDevice, stream.get()));
-        TESSERA_CHECK(cublasSetWorkspace(cublas.get(), workspace + convWorkspace, kCublasWorkspace));
-        TESSERA_CHECK(cudaMemsetAsync(actBase, 0, activationBytes, stream.get()));
+        for (int l = 0; l < lanes; ++l)
+            TESSERA_CHECK(cudaMemsetAsync(laneAct[static_cast<std::size_t>(l)], 0, activationBytes, stream.get()));
+        selectOwnLane();
         TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
 
         plan.weightsBytes = weights;
@@ -1116,6 +1170,7 @@ struct CudaBackend::Impl {
         plan.unsharedActivationsBytes = unsharedBytes;
         plan.workspaceBytes = convWorkspace + kCublasWorkspace;
         plan.totalBytes = total;
+        plan.lanes = lanes;
         plan.tensors = static_cast<int>(buffers.size());
 
         std::ostringstream s;
@@ -1123,9 +1178,9 @@ struct CudaBackend::Impl {
         s.precision(1);
         s << "CudaBackend " << dtypeName(dtype) << " on " << props.name << ": batch " << maxBatch << " of " << tileW
           << "x" << tileH << ", " << ops.size() << " layers, " << convs.size() << " convolutions, " << buffers.size()
-          << " tensors; arena " << mib(total) << " MiB = weights " << mib(weights) << " + activations "
-          << mib(activationBytes) << " (unshared " << mib(unsharedBytes) << ") + workspace "
-          << mib(convWorkspace + kCublasWorkspace) << "\n";
+          << " tensors; arena " << mib(total) << " MiB = weights " << mib(weights) << " + " << lanes
+          << (lanes == 1 ? " lane" : " lanes") << " x (activations " << mib(activationBytes) << " (unshared "
+          << mib(unsharedBytes) << ") + workspace " << mib(convWorkspace + kCublasWorkspace) << ")\n";
         for (const ConvLayer& c : convs) {
             s << "  " << c.name << " " << c.key() << ": " << algoName(c.algo[static_cast<std::size_t>(maxBatch)])
               << (c.math[static_cast<std::size_t>(maxBatch)] == CUDNN_FMA_MATH ? " (fma)" : "");
@@ -1149,7 +1204,7 @@ struct CudaBackend::Impl {
     void runOps(int batch) {
         for (Op& op : ops) {
             op.run(batch);
-            if (syncEveryOp) TESSERA_CHECK(cudaStreamSynchronize(stream.get()));
+            if (syncEveryOp) TESSERA_CHECK(cudaStreamSynchronize(opStream));
         }
     }
 
@@ -1193,16 +1248,18 @@ struct CudaBackend::Impl {
         return exec;
     }
 
-    void enqueue(int batch) {
+    void enqueue(int batch, int lane, cudaStream_t s) {
         if (!prepared) throw std::logic_error("CudaBackend: enqueue before prepare");
         if (batch < 1 || batch > maxBatch)
             throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
                                         std::to_string(maxBatch) + " (the prepared tile batch)");
+        if (!s) s = stream.get();
+        selectLane(lane, s);
         // Inside a capture of the caller's own (a step graph) the forward's kernels become
         // nodes of that graph directly.
         cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-        TESSERA_CHECK(cudaStreamIsCapturing(stream.get(), &capturing));
-        if (capturing != cudaStreamCaptureStatusNone) {
+        TESSERA_CHECK(cudaStreamIsCapturing(s, &capturing));
+        if (capturing != cudaStreamCaptureStatusNone || lane != 0 || s != stream.get()) {
             runOps(batch);
             return;
         }
@@ -1226,6 +1283,7 @@ struct CudaBackend::Impl {
 
     void forward(const float* x, const float* timesteps, int batch, float* out) {
         if (!prepared) throw std::logic_error("CudaBackend: forward before prepare");
+        selectOwnLane();
         if (batch < 1 || batch > maxBatch)
             throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
                                         std::to_string(maxBatch) + " (the prepared tile batch)");
@@ -1238,7 +1296,7 @@ struct CudaBackend::Impl {
                                       cudaMemcpyHostToDevice, s));
         launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageInBuf)), dtype, ptr(inputBuf), batch, cfg.inChannels,
                          tileH, tileW, inPad, 1.0f, s);
-        enqueue(batch);
+        enqueue(batch, 0, s);
         launchNhwcToNchw(dtype, ptr(outputBuf), reinterpret_cast<float*>(ptr(stageOutBuf)), batch, cfg.outChannels,
                          tileH, tileW, outPad, s);
         TESSERA_CHECK(cudaMemcpyAsync(out, ptr(stageOutBuf), outCount * 4, cudaMemcpyDeviceToHost, s));
@@ -1247,6 +1305,7 @@ struct CudaBackend::Impl {
 
     std::vector<CudaBackend::OpTime> profileOps(int batch, int repeats, bool inGraph) {
         if (!prepared) throw std::logic_error("CudaBackend: profileOps before prepare");
+        selectOwnLane();
         cudaStream_t s = stream.get();
         std::vector<CudaEvent> marks;
         for (std::size_t i = 0; i <= ops.size(); ++i) marks.push_back(makeEvent());
@@ -1295,6 +1354,7 @@ struct CudaBackend::Impl {
 
     std::vector<CudaBackend::LayerTrace> traceForward(const float* x, const float* timesteps, int batch) {
         if (!prepared) throw std::logic_error("CudaBackend: traceForward before prepare");
+        selectOwnLane();
         cudaStream_t s = stream.get();
         const std::size_t inCount = static_cast<std::size_t>(batch) * cfg.inChannels * tileH * tileW;
         TESSERA_CHECK(cudaMemcpyAsync(ptr(stageInBuf), x, inCount * 4, cudaMemcpyHostToDevice, s));
@@ -1345,8 +1405,12 @@ BackendInfo CudaBackend::info() const {
 }
 
 void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW) {
-    impl_->prepare(model, batch, tileH, tileW);
+    impl_->prepare(model, batch, tileH, tileW, 1);
 }
+void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes) {
+    impl_->prepare(model, batch, tileH, tileW, lanes);
+}
+int CudaBackend::lanes() const { return impl_->prepared ? impl_->lanes : 0; }
 void CudaBackend::forward(const float* x, const float* timesteps, int batch, float* out) {
     impl_->forward(x, timesteps, batch, out);
 }
@@ -1355,12 +1419,15 @@ int CudaBackend::preparedBatch() const { return impl_->prepared ? impl_->maxBatc
 CudaMemoryPlan CudaBackend::memoryPlan() const { return impl_->plan; }
 std::string CudaBackend::planSummary() const { return impl_->summary; }
 CUstream_st* CudaBackend::stream() const { return impl_->stream.get(); }
-void* CudaBackend::deviceInput() const { return impl_->ptr(impl_->inputBuf); }
-const void* CudaBackend::deviceOutput() const { return impl_->ptr(impl_->outputBuf); }
-float* CudaBackend::deviceTimesteps() const { return reinterpret_cast<float*>(impl_->ptr(impl_->timestepBuf)); }
+void* CudaBackend::deviceInput(int lane) const { return impl_->lanePtr(lane, impl_->inputBuf); }
+const void* CudaBackend::deviceOutput(int lane) const { return impl_->lanePtr(lane, impl_->outputBuf); }
+float* CudaBackend::deviceTimesteps(int lane) const {
+    return reinterpret_cast<float*>(impl_->lanePtr(lane, impl_->timestepBuf));
+}
 int CudaBackend::inputChannelsPadded() const { return impl_->inPad; }
 int CudaBackend::outputChannelsPadded() const { return impl_->outPad; }
-void CudaBackend::enqueue(int batch) { impl_->enqueue(batch); }
+void CudaBackend::enqueue(int batch) { impl_->enqueue(batch, 0, nullptr); }
+void CudaBackend::enqueue(int batch, int lane, CUstream_st* stream) { impl_->enqueue(batch, lane, stream); }
 void CudaBackend::setGraphs(bool enabled) {
     impl_->graphsWanted = enabled;
     if (!impl_->graphsFailed) impl_->graphStats.mode = enabled ? "tile" : "off";

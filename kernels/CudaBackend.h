@@ -46,6 +46,7 @@ struct CudaMemoryPlan {
     std::size_t workspaceBytes = 0;        // cuDNN + cuBLAS workspace
     std::size_t totalBytes = 0;            // the one arena
     int tensors = 0;
+    int lanes = 1;                         // copies of activations + workspace in the arena
 };
 
 class CudaBackend final : public Backend {
@@ -60,6 +61,11 @@ public:
     // Throws CudaOutOfMemory (needed/free MiB and the largest batch that fits) when the plan
     // does not fit, std::invalid_argument for shapes the model cannot take.
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
+    // With `lanes` copies of the activation region and workspaces (the weights shared), so
+    // that up to `lanes` forwards can run at once on different streams (1..kMaxLanes).
+    void prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes);
+    static constexpr int kMaxLanes = 8;
+    int lanes() const;   // prepared lanes (0 before prepare)
     // Host float32 NCHW in and out (copies through the device); synchronises.
     void forward(const float* x, const float* timesteps, int batch, float* out) override;
 
@@ -70,15 +76,20 @@ public:
 
     // Device-side interface for the CUDA engine; all work is ordered on stream().
     CUstream_st* stream() const;
-    void* deviceInput() const;          // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
-    const void* deviceOutput() const;   // NHWC [batch, tileH, tileW, outputChannelsPadded()], activation type
-    float* deviceTimesteps() const;     // [batch] float32
+    // Per lane (0..lanes()-1):
+    void* deviceInput(int lane = 0) const;          // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
+    const void* deviceOutput(int lane = 0) const;   // NHWC [batch, tileH, tileW, outputChannelsPadded()], activation type
+    float* deviceTimesteps(int lane = 0) const;     // [batch] float32
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.
     // While stream() is being captured by the caller (step graphs), the kernels are enqueued
     // directly (no nested tile graph), so they become nodes of the caller's graph.
     void enqueue(int batch);
+    // The same for lane `lane`'s buffers, enqueued on `stream` (nullptr: stream()). Other
+    // lanes' work may run concurrently; ordering between lanes is the caller's (events).
+    // The backend's own graphs (setGraphs) serve lane 0 on stream() only.
+    void enqueue(int batch, int lane, CUstream_st* stream);
 
     // CUDA graphs: with graphs on, enqueue() replays one captured graph of the whole forward
     // per batch size (captured on first use; prepare() drops them). A failed capture turns

@@ -42,6 +42,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Auto lanes: about this many tile pixels in flight, at most kAutoLanesMax lanes.
+constexpr int kAutoLanePixels = 1 << 17;
+constexpr int kAutoLanesMax = 4;
+
 double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
@@ -159,7 +163,7 @@ struct CudaEngine::Impl {
     struct Shape {
         std::uint64_t generation = 0;
         Precision precision = Precision::FP16;
-        int batch = 0, tileH = 0, tileW = 0;
+        int batch = 0, tileH = 0, tileW = 0, lanes = 1;
         bool operator==(const Shape&) const = default;
     };
     std::optional<Shape> prepared;
@@ -172,6 +176,12 @@ struct CudaEngine::Impl {
     RunArena arena;
     std::vector<CudaEvent> batchEvents;
     CudaEvent stepBegin, stepEnd;
+    // Lanes (when more than one): one stream per lane for gathers and forwards, the backend's
+    // stream for scatters and fuses, and the dependency events between them (no timing): the
+    // step's start, and per batch its forward's end and its scatter's end.
+    std::vector<CudaStream> laneStreams;
+    CudaEvent lanesGo;
+    std::vector<CudaEvent> forwardDone, scatterDone;
     GraphCache graphs{16};
 
     // Drops every cached graph (they bake in the backend's memory) before a re-plan.
@@ -300,15 +310,38 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     GraphMode mode = config.graphs;
     if (config.preserveColor && !imageToImage) record.messages.push_back("preserve_color: ignored without an init image");
 
-    const Impl::Shape shape{s.generation, config.precision, batchSize, tileH, tileW};
+    // Lanes: tile batches in flight at once, each with its own copy of the activations.
+    // Auto fills the GPU with about 128 Ki tile pixels in flight (a 64x64 tile batch of 32):
+    // small forwards leave most SMs idle between their short kernels.
+    const bool autoLanes = config.lanes == 0;
+    int lanes = autoLanes ? std::clamp(kAutoLanePixels / std::max(1, batchSize * tileH * tileW), 1, kAutoLanesMax)
+                          : config.lanes;
+    lanes = std::max(1, std::min(lanes, batches));
+    Impl::Shape shape{s.generation, config.precision, batchSize, tileH, tileW, lanes};
     if (!s.prepared || !(*s.prepared == shape)) {
         s.dropGraphs();
         s.prepared.reset();
         NvtxRange prepareRange("prepare");
-        backend.prepare(*model, batchSize, tileH, tileW);
+        try {
+            backend.prepare(*model, batchSize, tileH, tileW, lanes);
+        } catch (const CudaOutOfMemory& e) {
+            if (!autoLanes || lanes == 1) throw;
+            record.messages.push_back("lanes: " + std::to_string(lanes) + " lanes do not fit (" + e.what() +
+                                      "); running with 1");
+            lanes = 1;
+            shape.lanes = 1;
+            backend.prepare(*model, batchSize, tileH, tileW, 1);
+        }
         s.prepared = shape;
         ++s.planEpoch;
     }
+    while (lanes > 1 && static_cast<int>(s.laneStreams.size()) < lanes) s.laneStreams.push_back(makeStream(false));
+    if (!s.lanesGo) s.lanesGo = makeEvent(false);
+    while (s.forwardDone.size() < static_cast<std::size_t>(batches)) {
+        s.forwardDone.push_back(makeEvent(false));
+        s.scatterDone.push_back(makeEvent(false));
+    }
+    record.graphs.lanes = lanes;
     cudaStream_t stream = backend.stream();
     s.graphs.setCapacity(config.graphCacheSize, stream);
 
@@ -395,8 +428,8 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
 
     const CudaMemoryPlan bplan = backend.memoryPlan();
     record.memoryPlan.weightsMiB = mib(static_cast<double>(bplan.weightsBytes));
-    record.memoryPlan.activationsMiB = mib(static_cast<double>(bplan.activationsBytes));
-    record.memoryPlan.workspaceMiB = mib(static_cast<double>(bplan.workspaceBytes));
+    record.memoryPlan.activationsMiB = mib(static_cast<double>(bplan.activationsBytes) * bplan.lanes);
+    record.memoryPlan.workspaceMiB = mib(static_cast<double>(bplan.workspaceBytes) * bplan.lanes);
     record.memoryPlan.canvasMiB = mib(static_cast<double>(arena.bytes()));
     record.memoryPlan.totalMiB = mib(static_cast<double>(bplan.totalBytes + arena.bytes()));
 
@@ -429,13 +462,21 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     {
         std::ostringstream f;
         f << "model " << s.generation << " plan " << s.planEpoch << " " << toString(config.precision) << " tile "
-          << tileW << "x" << tileH << " batch " << batchSize;
+          << tileW << "x" << tileH << " batch " << batchSize << " lanes " << lanes;
         planFamily = f.str();
     }
-    const std::string backendPointers = hexPointer(backend.deviceInput()) + " " + hexPointer(backend.deviceOutput()) +
-                                        " " + hexPointer(backend.deviceTimesteps());
-    auto tileKey = [&](int count) {
-        return GraphKey{"tile forward x" + std::to_string(count) + " " + planFamily, backendPointers};
+    auto lanePointers = [&](int lane) {
+        return hexPointer(backend.deviceInput(lane)) + " " + hexPointer(backend.deviceOutput(lane)) + " " +
+               hexPointer(backend.deviceTimesteps(lane));
+    };
+    const std::string backendPointers = lanePointers(0);
+    auto tileKey = [&](int count, int lane) {
+        return GraphKey{"tile forward x" + std::to_string(count) + " lane " + std::to_string(lane) + " " + planFamily,
+                        lanePointers(lane)};
+    };
+    auto laneOf = [&](int batch) { return batch % lanes; };
+    auto laneStream = [&](int lane) -> cudaStream_t {
+        return lanes == 1 ? stream : s.laneStreams[static_cast<std::size_t>(lane)].get();
     };
     const bool sampleFusion = config.fusion == FusionRule::Sample;
     auto stepKey = [&](const char* variant) {
@@ -443,7 +484,8 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         f << "step " << variant << " " << W << "x" << H << "x" << C << " overlap " << plan.overlap() << " window "
           << toString(config.window) << " maps " << weights.mapCount() << " fusion " << toString(config.fusion) << " tiles "
           << tileCount << " batches " << batches << " steps<=" << arenaPlan.stepsCapacity << " " << planFamily;
-        std::string pointers = hexPointer(arena.base()) + " " + backendPointers;
+        std::string pointers = hexPointer(arena.base());
+        for (int l = 0; l < lanes; ++l) pointers += " " + lanePointers(l);
         for (int i = 0; i < 2 * batches; ++i) pointers += " " + hexPointer(s.batchEvents[static_cast<std::size_t>(i)].get());
         return GraphKey{f.str(), pointers};
     };
@@ -468,6 +510,17 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     };
     auto noteLaunch = [&](const std::string& key) { usedGraphs[key].launches += 1; };
     auto fallBack = [&](const std::string& why) {
+        // A capture that failed after forking onto the lane streams can leave them in an
+        // invalidated capture: replace any such stream (new streams, same lanes).
+        for (CudaStream& ls : s.laneStreams) {
+            cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+            const cudaError_t query = cudaStreamIsCapturing(ls.get(), &status);
+            if (query != cudaSuccess || status != cudaStreamCaptureStatusNone) {
+                (void)cudaGetLastError();
+                ls = makeStream(false);
+            }
+        }
+        (void)cudaGetLastError();
         mode = GraphMode::Off;
         record.graphs.fallbackReason = why;
         const std::string message = "graphs: " + why + "; ran with graphs off";
@@ -509,20 +562,25 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         cudaGraphExec_t exec = nullptr;
         std::string key;
     };
-    std::map<int, TileGraph> tileGraphs;
+    // Keyed by (batch size, lane): each lane's graph bakes in that lane's buffers. Captured
+    // on the backend's stream, launched on the lane's.
+    std::map<std::pair<int, int>, TileGraph> tileGraphs;
     auto acquireTileGraphs = [&] {
         tileGraphs.clear();
         std::vector<std::string> keep;   // this step's graphs: not to be evicted by the next
-        for (const BatchSpan& b : spans) {
-            if (tileGraphs.count(b.count)) continue;
-            const GraphKey key = tileKey(b.count);
+        for (int j = 0; j < batches; ++j) {
+            const BatchSpan& b = spans[static_cast<std::size_t>(j)];
+            const int lane = laneOf(j);
+            if (tileGraphs.count({b.count, lane})) continue;
+            const GraphKey key = tileKey(b.count, lane);
             if (!s.graphs.contains(key) && stepsDone < config.graphWarmup) continue;
             try {
-                const GraphCache::Acquired a = s.graphs.acquire(key, stream, [&] { backend.enqueue(b.count); }, keep);
+                const GraphCache::Acquired a =
+                    s.graphs.acquire(key, stream, [&] { backend.enqueue(b.count, lane, stream); }, keep);
                 keep.push_back(key.text());
                 noteUse(key.text(), a);
                 (a.hit ? stepReplayed : stepCaptured) = true;
-                tileGraphs[b.count] = TileGraph{a.exec, key.text()};
+                tileGraphs[{b.count, lane}] = TileGraph{a.exec, key.text()};
             } catch (const GraphCaptureFailed& e) {
                 fallBack(e.what());
                 tileGraphs.clear();
@@ -535,27 +593,50 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     // events), then the fuse. The same kernels with the same arguments in every mode; while
     // `capturing`, the events become event-record nodes of the step graph. Returns false
     // when cancelled between batches (never while capturing).
+    //
+    // With lanes > 1, batch j's gather and forward run on lane j % lanes (its own stream and
+    // buffers) and its scatter on the backend's stream in batch order (that stream then only
+    // scatters and fuses), so the accumulation
+    // order, and with it every bit of the image, is that of one lane. A lane starts the next
+    // step's batches after the step state is set, and reuses its buffers for batch j + lanes
+    // only after batch j's scatter has read them. Captured, this forks and joins the graph.
     auto enqueueStep = [&](const ScatterTargets& targets, float* previewOut, bool capturing) {
         const unsigned eventFlags = capturing ? cudaEventRecordExternal : cudaEventRecordDefault;
+        if (lanes > 1) {
+            TESSERA_CHECK(cudaEventRecord(s.lanesGo.get(), stream));
+            for (int l = 0; l < lanes; ++l) TESSERA_CHECK(cudaStreamWaitEvent(laneStream(l), s.lanesGo.get(), 0));
+        }
         for (int j = 0; j < batches; ++j) {
-            if (!capturing && cancelRequested()) return false;
+            if (!capturing && cancelRequested()) {
+                for (int l = 0; l < lanes; ++l) TESSERA_CHECK(cudaStreamSynchronize(laneStream(l)));
+                return false;
+            }
             const BatchSpan& b = spans[static_cast<std::size_t>(j)];
+            const int lane = laneOf(j);
+            cudaStream_t ls = laneStream(lane);
             NvtxRange batchRange("tile batch " + std::to_string(j));
             const auto batchStart = Clock::now();
-            TESSERA_CHECK(cudaEventRecordWithFlags(s.batchEvents[static_cast<std::size_t>(2 * j)].get(), stream, eventFlags));
-            launchTileGather(stepGeo, x, coeff, state, b.first, b.count, inIo, backend.deviceInput(),
-                             backend.deviceTimesteps(), stream);
-            const auto tileGraph = capturing ? tileGraphs.end() : tileGraphs.find(b.count);
+            if (lanes > 1 && j >= lanes)
+                TESSERA_CHECK(cudaStreamWaitEvent(ls, s.scatterDone[static_cast<std::size_t>(j - lanes)].get(), 0));
+            TESSERA_CHECK(cudaEventRecordWithFlags(s.batchEvents[static_cast<std::size_t>(2 * j)].get(), ls, eventFlags));
+            launchTileGather(stepGeo, x, coeff, state, b.first, b.count, inIo, backend.deviceInput(lane),
+                             backend.deviceTimesteps(lane), ls);
+            const auto tileGraph = capturing ? tileGraphs.end() : tileGraphs.find({b.count, lane});
             if (tileGraph != tileGraphs.end()) {
-                TESSERA_CHECK(cudaGraphLaunch(tileGraph->second.exec, stream));
+                TESSERA_CHECK(cudaGraphLaunch(tileGraph->second.exec, ls));
                 noteLaunch(tileGraph->second.key);
             } else {
-                backend.enqueue(b.count);   // while capturing: the forward's kernels become nodes
+                backend.enqueue(b.count, lane, ls);   // while capturing: the forward's kernels become nodes
+            }
+            if (lanes > 1) {
+                TESSERA_CHECK(cudaEventRecord(s.forwardDone[static_cast<std::size_t>(j)].get(), ls));
+                TESSERA_CHECK(cudaStreamWaitEvent(stream, s.forwardDone[static_cast<std::size_t>(j)].get(), 0));
             }
             launchTileScatter(stepGeo, x, coeff, state, sampleFusion, b.first, b.count, b.y0, b.y1, b.x0, b.x1, outIo,
-                              backend.deviceOutput(), targets, stream);
+                              backend.deviceOutput(lane), targets, stream);
             TESSERA_CHECK(
                 cudaEventRecordWithFlags(s.batchEvents[static_cast<std::size_t>(2 * j + 1)].get(), stream, eventFlags));
+            if (lanes > 1) TESSERA_CHECK(cudaEventRecord(s.scatterDone[static_cast<std::size_t>(j)].get(), stream));
             batchHostMs[static_cast<std::size_t>(j)] = msSince(batchStart);
         }
         launchCanvasFuse(stepGeo, x, arena.at<float>(arena.acc), targets.accEps, previewOut, coeff, state, sampleFusion,

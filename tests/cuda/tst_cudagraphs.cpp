@@ -58,6 +58,7 @@ RunConfig identityConfig(SchedulerKind scheduler, FusionRule fusion, GraphMode g
     r.previewEvery = 2;
     r.graphs = graphs;
     r.graphWarmup = 1;
+    r.lanes = 1;   // one tile batch in flight: the counts below are per lane (lanesAreBitIdentical: more)
     return r;
 }
 
@@ -182,6 +183,44 @@ private slots:
         for (const TileBatchTiming& b : replay.record.batches) QVERIFY(b.gpuMs > 0);
     }
 
+    // Lanes: batches gathered and evaluated on 2 or 3 streams with their own buffers, scattered
+    // in batch order on one: the same bits as one lane, in every graph mode, previews and seam
+    // map included; the record says how many lanes ran. Tile mode keeps one forward graph per
+    // (batch size, lane), step mode one forked graph per variant.
+    void lanesAreBitIdentical() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 24));
+        CudaEngine gpu;
+        gpu.setModel(model);
+        Seen refSeen;
+        const RunResult ref = gpu.run(identityConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Off), refSeen);
+        QCOMPARE(ref.record.graphs.lanes, 1);
+        for (int lanes : {2, 3, 0}) {
+            for (GraphMode mode : {GraphMode::Off, GraphMode::Tile, GraphMode::Step}) {
+                RunConfig cfg = identityConfig(SchedulerKind::DDIM, FusionRule::Sample, mode);
+                cfg.lanes = lanes;
+                Seen seen;
+                const RunResult r = gpu.run(cfg, seen);
+                const GraphStats& g = r.record.graphs;
+                const std::string what = "lanes " + std::to_string(lanes) + ", graphs " + std::string(toString(mode));
+                qInfo("%s: %s, lanes used %d, step GPU %.3f ms", what.c_str(), describe(g).c_str(), g.lanes,
+                      r.record.steps.back().gpuMs);
+                QVERIFY2(g.fallbackReason.empty(), (what + ": " + g.fallbackReason).c_str());
+                QCOMPARE(g.mode, std::string(toString(mode)));
+                QCOMPARE(g.lanes, lanes == 0 ? 3 : lanes);   // auto: 5 tiles of 32x32 are small; 3 batches
+                QVERIFY2(r.image.data == ref.image.data, (what + ": the image differs from one lane's").c_str());
+                QVERIFY2(r.seamMap.data == ref.seamMap.data, (what + ": the seam map differs").c_str());
+                QVERIFY2(seen.previews == refSeen.previews, (what + ": a preview differs").c_str());
+                QCOMPARE(seen.batches.size(), std::size_t(5 * 3));
+                for (const TileBatchTiming& b : r.record.batches) QVERIFY2(b.gpuMs > 0, what.c_str());
+                if (mode == GraphMode::Tile) {
+                    // Batches 0, 1, 2 (x5, x5, x2) on lanes 0, 1, 2 (with 3 lanes) or 0, 1, 0 (2).
+                    QCOMPARE(g.captures, 3);
+                }
+                if (mode == GraphMode::Step) QCOMPARE(g.captures, 3);   // preview, normal, last
+            }
+        }
+    }
+
     // A new seed is a new run of the same graphs (the seed is device data), bit-identical
     // to the eager run of that seed.
     void stepGraphsServeEverySeed() {
@@ -227,6 +266,7 @@ private slots:
                     r.graphs = GraphMode::Step;
                     r.graphWarmup = 1;
                     r.graphCacheSize = 4;
+                    r.lanes = 2;   // two tile batches in flight: streams, lane buffers, forked graphs
                     configs.push_back(r);
                 }
         QCOMPARE(configs.size(), std::size_t(20));
@@ -348,15 +388,24 @@ private slots:
     // TESSERA_CUDA_SYNC=op makes the backend synchronise after every op, which a stream
     // capture cannot contain: the first capture fails, the run goes on with graphs off, the
     // record and the observer say why, and the image is the eager one.
+    void failedCaptureFallsBackToOff_data() {
+        QTest::addColumn<int>("lanes");
+        QTest::newRow("1 lane") << 1;
+        QTest::newRow("3 lanes") << 3;   // the capture had forked onto the lane streams when it failed
+    }
     void failedCaptureFallsBackToOff() {
+        QFETCH(int, lanes);
         qputenv("TESSERA_CUDA_SYNC", "op");
         auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 23));
         CudaEngine gpu;   // its backend (created by the first run) reads the variable
         gpu.setModel(model);
         Seen seen;
-        const RunResult graphed = gpu.run(identityConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Step), seen);
+        RunConfig cfg = identityConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Step);
+        cfg.lanes = lanes;
+        const RunResult graphed = gpu.run(cfg, seen);
         RunObserver quiet;
-        const RunResult eager = gpu.run(identityConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Off), quiet);
+        cfg.graphs = GraphMode::Off;
+        const RunResult eager = gpu.run(cfg, quiet);
         qunsetenv("TESSERA_CUDA_SYNC");
         const GraphStats& g = graphed.record.graphs;
         qInfo("fallback: %s", describe(g).c_str());
