@@ -17,10 +17,9 @@
 # compilation per batch size. Set TESSERA_CUDNN_RUNTIME_FUSION=1 in the environment to let
 # Tessera's prepare build cuDNN's fused conv+bias+residual engines (NVRTC).
 #
-# Expects in $CARRY (default .carry/gpu/, as for gpu_session.sh): tessera-cli (Release,
-# stripped) and rtlibs.txz (`tar cJf` of a folder rtlibs/ with its non-system
-# host libraries: Qt Core/Gui, ICU, PNG, JPEG, ...; the CUDA libraries cuDNN 9 and cuBLAS 13
-# are the machine's). Results under $OUT: tessera.csv, pytorch.csv, compare.log.
+# Expects $CARRY/all.txz (default .carry/gpu/, from kernels/bench/pack_carry.sh): bin/ with
+# tessera-cli (Release, stripped) and rtlibs/ with its non-system host libraries (Qt Core/Gui,
+# ICU, PNG, JPEG, ...); the CUDA libraries cuDNN 9 and cuBLAS 13 are the machine's. Results under $OUT: tessera.csv, pytorch.csv, compare.log.
 set -u
 part="${1:-all}"
 out="${OUT:-/tmp/compare-out}"
@@ -29,8 +28,8 @@ log="$out/compare.log"
 deadline=$((SECONDS + ${DEADLINE_S:-560}))
 export PYTHONUNBUFFERED=1
 
-carry="${CARRY:-.carry/gpu}"
-tar xJf "$carry/rtlibs.txz" -C /tmp
+tar xJf "${CARRY:-.carry/gpu}/all.txz" -C /tmp
+carry=/tmp/bin
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
 # Only for tessera-cli: PyTorch must keep the machine's own libstdc++ and CUDA libraries.

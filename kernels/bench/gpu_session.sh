@@ -4,29 +4,30 @@
 # noise and from a photograph (image-to-image) on the CUDA backend, and the backend suite
 # again on a non-blocking stream. Logs and images go to $OUT (at most 8 files come back).
 #
-# Expects in .carry/gpu/: tessera-cli, cuda_tst_* (Release, stripped) and rtlibs.txz (their
-# non-system host libraries, packed with `tar cJf rtlibs.txz rtlibs/`). The CUDA libraries
+# Expects $bin/all.txz from kernels/bench/pack_carry.sh: bin/ (tessera-cli, cuda_tst_*,
+# Release, stripped) and rtlibs/ (their non-system host libraries). The CUDA libraries
 # (cuDNN 9, cuBLAS 13) are the machine's. Tests read tests/data through TESSERA_TEST_DATA_DIR.
 set -u
 out="${OUT:-/tmp/gpu-session}"
 mkdir -p "$out"
 log="$out/session.log"
-tar xJf .carry/gpu/rtlibs.txz -C /tmp
+tar xJf $bin/all.txz -C /tmp
+bin=/tmp/bin
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
 export LD_LIBRARY_PATH="/tmp/rtlibs:$cudnn:$cublas:${LD_LIBRARY_PATH:-}"
 export TESSERA_TEST_DATA_DIR="$PWD/tests/data" QT_QPA_PLATFORM=offscreen
-cli=.carry/gpu/tessera-cli
+cli=$bin/tessera-cli
 {
   date -u +"%Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  ldd "$cli" .carry/gpu/cuda_tst_* | grep "not found"
-  for t in .carry/gpu/cuda_tst_*; do
+  ldd "$cli" $bin/cuda_tst_* | grep "not found"
+  for t in $bin/cuda_tst_*; do
     echo "== $t"
     timeout 300 "$t" 2>&1 | grep -vE "^PASS|^QDEBUG|^QINFO" | tail -40
   done
   echo "== non-blocking stream (TESSERA_CUDA_STREAM=nonblocking)"
-  TESSERA_CUDA_STREAM=nonblocking timeout 200 .carry/gpu/cuda_tst_cudabackend 2>&1 | grep -E "FAIL|Totals" -A2
+  TESSERA_CUDA_STREAM=nonblocking timeout 200 $bin/cuda_tst_cudabackend 2>&1 | grep -E "FAIL|Totals" -A2
   small=(render --backend cuda --model tests/data/models/cifar_like --width 96 --height 64 --tile 32 --overlap 8
          --batch 3 --steps 3 --preview-every 0 --out /tmp/san)
   for tool in memcheck racecheck synccheck; do

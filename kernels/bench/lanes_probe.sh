@@ -7,19 +7,19 @@ set -u
 out="${OUT:-/tmp/lanes-probe}"
 mkdir -p "$out"
 log="$out/probe.log"
-tar xJf .carry/gpu/rtlibs.txz -C /tmp
+tar xJf .carry/gpu/all.txz -C /tmp
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
 export LD_LIBRARY_PATH="/tmp/rtlibs:$cudnn:$cublas:${LD_LIBRARY_PATH:-}"
 export TESSERA_TEST_DATA_DIR="$PWD/tests/data" QT_QPA_PLATFORM=offscreen
-cli=.carry/gpu/tessera-cli
+cli=/tmp/bin/tessera-cli
 deadline=$((SECONDS + ${DEADLINE_S:-570}))
 {
   date -u +"%Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   for t in cuda_tst_cudagraphs cuda_tst_cudaengine cuda_tst_cudabackend; do
     echo "== $t"
-    timeout 200 ".carry/gpu/$t" 2>&1 | grep -vE "^PASS|^QDEBUG" | grep -vE "^QINFO.*(run [0-9]+ |  step|  [a-z])" | tail -45
+    timeout 200 "/tmp/bin/$t" 2>&1 | grep -vE "^PASS|^QDEBUG" | grep -vE "^QINFO.*(run [0-9]+ |  step|  [a-z])" | tail -45
   done
   echo "== compute-sanitizer memcheck, 96x64 tile 32 batch 3 (4 batches: auto = 4 lanes), graphs off/step"
   for graphs in off step; do

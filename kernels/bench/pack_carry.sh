@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what a GPU-machine call needs from a Release CUDA build (GUI off is enough) into
-# .carry/gpu/: stripped tessera-cli and cuda_tst_* suites, and rtlibs.txz with every
+# .carry/gpu/all.txz (xz: the working tree plus carry must stay under 64 MiB): bin/ with the
+# stripped tessera-cli, tessera-cuda-bench and cuda_tst_* suites, and rtlibs/ with every
 # non-system library they load here (the GPU machine has no Qt, spdlog, OpenBLAS, libpng,
 # libjpeg). CUDA's own libraries stay behind: the GPU machine has cuDNN 9 and cuBLAS 13.
 #   bash kernels/bench/pack_carry.sh build-bench
@@ -8,12 +9,13 @@ set -euo pipefail
 build="${1:?usage: pack_carry.sh BUILD_DIR}"
 dest=.carry/gpu
 rm -rf "$dest" /tmp/pack-carry
-mkdir -p "$dest" /tmp/pack-carry/rtlibs
+mkdir -p "$dest" /tmp/pack-carry/rtlibs /tmp/pack-carry/bin
 bins=("$build/app/tessera-cli")
+[ -x "$build/kernels/tessera-cuda-bench" ] && bins+=("$build/kernels/tessera-cuda-bench")
 for t in "$build"/tests/cuda_tst_*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
-for b in "${bins[@]}"; do strip -o "$dest/$(basename "$b")" "$b"; done
+for b in "${bins[@]}"; do strip -o "/tmp/pack-carry/bin/$(basename "$b")" "$b"; done
 ldd "${bins[@]}" | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt)\.so|/usr/local/cuda|libcudnn|libcublas|libcuda\.so|libnvrtc' |
   while read -r lib; do cp -L "$lib" /tmp/pack-carry/rtlibs/; done
-tar cJf "$dest/rtlibs.txz" -C /tmp/pack-carry rtlibs
+tar cJf "$dest/all.txz" -C /tmp/pack-carry bin rtlibs
 du -sh "$dest"
