@@ -4,14 +4,14 @@
 # noise and from a photograph (image-to-image) on the CUDA backend, and the backend suite
 # again on a non-blocking stream. Logs and images go to $OUT (at most 8 files come back).
 #
-# Expects $bin/all.txz from kernels/bench/pack_carry.sh: bin/ (tessera-cli, cuda_tst_*,
+# Expects .carry/gpu/all.txz from kernels/bench/pack_carry.sh: bin/ (tessera-cli, cuda_tst_*,
 # Release, stripped) and rtlibs/ (their non-system host libraries). The CUDA libraries
 # (cuDNN 9, cuBLAS 13) are the machine's. Tests read tests/data through TESSERA_TEST_DATA_DIR.
 set -u
 out="${OUT:-/tmp/gpu-session}"
 mkdir -p "$out"
 log="$out/session.log"
-tar xJf $bin/all.txz -C /tmp
+tar xJf .carry/gpu/all.txz -C /tmp
 bin=/tmp/bin
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
