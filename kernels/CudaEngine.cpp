@@ -42,9 +42,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Auto lanes: about this many tile pixels in flight, at most kAutoLanesMax lanes.
-constexpr int kAutoLanePixels = 1 << 17;
-constexpr int kAutoLanesMax = 4;
+// Auto lanes from the tile pixels of one forward (batch x tile area): small forwards are
+// short kernels that leave most SMs idle, so more of them run at once. Measured on an H100
+// (docs/PERFORMANCE.md, lanes sweep): 64x64 x 1 best at 8 lanes, 64x64 x 8 and 256x256 x 1
+// at 4, 64x64 x 32 and 256x256 x 4..16 at 2; a second lane helped every shape measured.
+int autoLanes(long long forwardPixels) {
+    if (forwardPixels <= 8192) return 8;
+    if (forwardPixels <= 65536) return 4;
+    return 2;
+}
 
 double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
@@ -311,26 +317,30 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     if (config.preserveColor && !imageToImage) record.messages.push_back("preserve_color: ignored without an init image");
 
     // Lanes: tile batches in flight at once, each with its own copy of the activations.
-    // Auto fills the GPU with about 128 Ki tile pixels in flight (a 64x64 tile batch of 32):
-    // small forwards leave most SMs idle between their short kernels.
-    const bool autoLanes = config.lanes == 0;
-    int lanes = autoLanes ? std::clamp(kAutoLanePixels / std::max(1, batchSize * tileH * tileW), 1, kAutoLanesMax)
-                          : config.lanes;
+    const bool lanesAuto = config.lanes == 0;
+    int lanes = lanesAuto ? autoLanes(static_cast<long long>(batchSize) * tileH * tileW) : config.lanes;
     lanes = std::max(1, std::min(lanes, batches));
     Impl::Shape shape{s.generation, config.precision, batchSize, tileH, tileW, lanes};
-    if (!s.prepared || !(*s.prepared == shape)) {
+    // A plan with more lanes serves fewer (same algorithms, so the bits of a 1-lane run do
+    // not depend on the lanes of the run before it); only more lanes re-plan.
+    Impl::Shape fewer = shape;
+    if (s.prepared) fewer.lanes = s.prepared->lanes;
+    if (!s.prepared || !(*s.prepared == fewer) || s.prepared->lanes < lanes) {
         s.dropGraphs();
         s.prepared.reset();
         NvtxRange prepareRange("prepare");
-        try {
-            backend.prepare(*model, batchSize, tileH, tileW, lanes);
-        } catch (const CudaOutOfMemory& e) {
-            if (!autoLanes || lanes == 1) throw;
-            record.messages.push_back("lanes: " + std::to_string(lanes) + " lanes do not fit (" + e.what() +
-                                      "); running with 1");
-            lanes = 1;
-            shape.lanes = 1;
-            backend.prepare(*model, batchSize, tileH, tileW, 1);
+        for (;;) {
+            try {
+                backend.prepare(*model, batchSize, tileH, tileW, lanes);
+                break;
+            } catch (const CudaOutOfMemory& e) {
+                // Auto halves the lanes until the plan fits; asked-for lanes are the user's.
+                if (!lanesAuto || lanes == 1) throw;
+                record.messages.push_back("lanes: " + std::to_string(lanes) + " lanes do not fit (" + e.what() +
+                                          "); trying " + std::to_string(lanes / 2));
+                lanes /= 2;
+                shape.lanes = lanes;
+            }
         }
         s.prepared = shape;
         ++s.planEpoch;

@@ -7,12 +7,13 @@
 # fp16 throughout; Tessera with graphs off, tile and step.
 #
 # The matrix does not fit one 10-minute device call, so it is split:
-#   part 1: every Tessera row, PyTorch graph (both shapes), PyTorch eager (church)
-#   part 2: PyTorch compile + graph (both shapes), PyTorch eager (cifar)
-# `all` runs both. Rows that do not fit the time left (DEADLINE_S, default 560 s from the
+#   part 1: every Tessera row (lanes auto, and the best mode with 1 lane), PyTorch graph
+#   part 2: PyTorch compile + graph (both shapes)
+#   part 3: PyTorch eager (both shapes), Tessera with cuDNN's runtime-fused convolutions
+# `all` runs every part. Rows that do not fit the time left (DEADLINE_S, default 560 s from the
 # start) are skipped and the log says so.
 #
-# Repeats: 3 measured runs per row (median), except the cifar shape at B = 1 (PyTorch eager
+# Repeats: 3 measured runs per row (median), except the cifar shape at B = 1 where one run is long (PyTorch eager
 # ~120 s per image, Tessera ~20 s): 1 run each. torch.compile takes about a minute of
 # compilation per batch size. Set TESSERA_CUDNN_RUNTIME_FUSION=1 in the environment to let
 # Tessera's prepare build cuDNN's fused conv+bias+residual engines (NVRTC).
@@ -77,22 +78,29 @@ cifar=(--shape cifar --size 1024 --tile 64 --overlap 16 --steps 20)
 church=(--shape church --size 1024 --tile 256 --overlap 32 --steps 20)
 
 if [ "$part" = 1 ] || [ "$part" = all ]; then
-  # Every Tessera row (graphs off, tile, step), then PyTorch with the whole step captured.
+  # Every Tessera row (graphs off, tile, step; lanes auto), the best mode again with one lane,
+  # then PyTorch with the whole step captured.
   tessera 60 "${cifar[@]}" --batch 8,32 --graphs off,tile,step --repeats 3
   tessera 60 "${church[@]}" --batch 1,4,16 --graphs off,tile,step --repeats 3
-  tessera 90 "${cifar[@]}" --batch 1 --graphs step,tile,off --repeats 1
+  tessera 90 "${cifar[@]}" --batch 1 --graphs tile,step,off --repeats 3
+  tessera 40 "${church[@]}" --batch 1,4,16 --graphs tile,step --lanes 1 --repeats 3
+  tessera 40 "${cifar[@]}" --batch 8,32 --graphs step --lanes 1 --repeats 3
+  tessera 40 "${cifar[@]}" --batch 1 --graphs tile --lanes 1 --repeats 1
   pytorch 100 "${cifar[@]}" --batch 1,8,32 --modes graph --repeats 3
   pytorch 40 "${church[@]}" --batch 1,4,16 --modes graph --repeats 3
-  pytorch 40 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
-  FUSED=1 tessera 60 "${cifar[@]}" --batch 32 --graphs step --repeats 3
-  FUSED=1 tessera 60 "${church[@]}" --batch 4,16 --graphs step --repeats 3
 fi
 if [ "$part" = 2 ] || [ "$part" = all ]; then
-  # torch.compile (about a minute of compilation per batch size), then eager for the cifar shape.
+  # torch.compile (about a minute of compilation per batch size).
   pytorch 200 "${cifar[@]}" --batch 1,8,32 --modes compile --repeats 3
   pytorch 200 "${church[@]}" --batch 1,4,16 --modes compile --repeats 3
+fi
+if [ "$part" = 3 ] || [ "$part" = all ]; then
+  # PyTorch eager (cifar B = 1: about two minutes per image), cuDNN's fused conv engines.
+  pytorch 40 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
   pytorch 60 "${cifar[@]}" --batch 8,32 --modes eager --repeats 3
   pytorch 130 "${cifar[@]}" --batch 1 --modes eager --repeats 1
+  FUSED=1 tessera 60 "${cifar[@]}" --batch 32 --graphs step --repeats 3
+  FUSED=1 tessera 60 "${church[@]}" --batch 4,16 --graphs step --repeats 3
 fi
 
 echo "== results (part $part, $SECONDS s)" | tee -a "$log"
