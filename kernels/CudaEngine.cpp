@@ -43,14 +43,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Auto lanes from the tile pixels of one forward (batch x tile area): small forwards are
-// short kernels that leave most SMs idle, so more of them run at once. Measured on an H100
-// (docs/PERFORMANCE.md, lanes sweep): 64x64 x 1 best at 8 lanes, 64x64 x 8 and 256x256 x 1
-// at 4, 64x64 x 32 and 256x256 x 4..16 at 2; a second lane helped every shape measured.
-int autoLanes(long long forwardPixels) {
-    if (forwardPixels <= 8192) return 8;
-    if (forwardPixels <= 65536) return 4;
-    return 2;
-}
+// short kernels that leave most SMs idle, so several run at once. Each lane is a copy of the
+// activations and workspaces, so auto stays at the counts whose peak device memory measured
+// no higher than PyTorch's (torch.compile + graph) for the same work on an H100: 4 lanes for
+// forwards under 16 Ki pixels (64x64 x 1..3), 2 otherwise. More lanes are faster still on
+// small forwards (64x64 x 1: 8 lanes 3.6 s vs 4 lanes 4.8 s per 1024x1024 image) at more
+// memory; ask for them with lanes. docs/PERFORMANCE.md has the sweep.
+int autoLanes(long long forwardPixels) { return forwardPixels < 16384 ? 4 : 2; }
 
 double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }

@@ -95,12 +95,20 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
   pytorch 200 "${church[@]}" --batch 1,4,16 --modes compile --repeats 3
 fi
 if [ "$part" = 3 ] || [ "$part" = all ]; then
-  # PyTorch eager (cifar B = 1: about two minutes per image), cuDNN's fused conv engines.
+  # Tessera rows with the auto lanes of the final rule (4 lanes below 16 Ki pixels per
+  # forward, else 2) where part 1 ran other counts; PyTorch eager (cifar B = 1: about two
+  # minutes per image); per-op profiles (event-record nodes in one captured forward).
+  tessera 60 "${cifar[@]}" --batch 1 --graphs tile,step,off --repeats 3
+  tessera 40 "${cifar[@]}" --batch 8 --graphs off,tile,step --repeats 3
+  tessera 40 "${church[@]}" --batch 1 --graphs off,tile,step --repeats 3
   pytorch 40 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
   pytorch 60 "${cifar[@]}" --batch 8,32 --modes eager --repeats 3
   pytorch 130 "${cifar[@]}" --batch 1 --modes eager --repeats 1
-  FUSED=1 tessera 60 "${cifar[@]}" --batch 32 --graphs step --repeats 3
-  FUSED=1 tessera 60 "${church[@]}" --batch 4,16 --graphs step --repeats 3
+  for p in "cifar 64 32" "church 256 4"; do
+    [ $((deadline - SECONDS)) -gt 30 ] || break
+    echo "== tessera-cuda-bench --profile $p" | tee -a "$log"
+    timeout 60 env LD_LIBRARY_PATH="$cli_path" "$carry/tessera-cuda-bench" --profile $p 2>&1 | tail -45 | tee -a "$log"
+  done
 fi
 
 echo "== results (part $part, $SECONDS s)" | tee -a "$log"

@@ -214,7 +214,7 @@ private slots:
                       r.record.steps.back().gpuMs);
                 QVERIFY2(g.fallbackReason.empty(), (what + ": " + g.fallbackReason).c_str());
                 QCOMPARE(g.mode, std::string(toString(mode)));
-                QCOMPARE(g.lanes, lanes == 0 ? 3 : lanes);   // auto: 5 tiles of 32x32 are small; 3 batches
+                QCOMPARE(g.lanes, lanes == 0 ? 3 : lanes);   // auto: 5 tiles of 32x32 are small (4 lanes); 3 batches
                 QVERIFY2(r.image.data == ref.image.data, (what + ": the image differs from one lane's").c_str());
                 QVERIFY2(r.seamMap.data == ref.seamMap.data, (what + ": the seam map differs").c_str());
                 QVERIFY2(seen.previews == refSeen.previews, (what + ": a preview differs").c_str());
