@@ -307,6 +307,14 @@ QGroupBox* ConfigPanel::buildGraphsGroup() {
     form->addRow(tr("Warm-up"), graphRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("graph_warmup"), graphWarmup_));
     form->addRow(QString(), addErrorLabel(QStringLiteral("graph_cache"), graphCache_));
+    lanes_ = makeSpin(0, 99);
+    lanes_->setObjectName(QStringLiteral("lanesSpin"));
+    lanes_->setSpecialValueText(tr("auto"));
+    lanes_->setToolTip(tr("Tile batches in flight at once, each on its own CUDA stream with its own copy of the "
+                          "activations (0 = auto: 4 for small forwards, else 2). More lanes fill the GPU when "
+                          "one forward is small, at the cost of memory; the image is the same bits."));
+    form->addRow(tr("Lanes"), lanes_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("lanes"), lanes_));
     graphsReason_ = new QLabel(tr("Looking for a CUDA device…"));
     graphsReason_->setObjectName(QStringLiteral("graphsReason"));
     graphsReason_->setProperty("role", QStringLiteral("hint"));
@@ -314,7 +322,7 @@ QGroupBox* ConfigPanel::buildGraphsGroup() {
     form->addRow(graphsReason_);
 
     connect(graphMode_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
-    for (QSpinBox* spin : {graphWarmup_, graphCache_})
+    for (QSpinBox* spin : {graphWarmup_, graphCache_, lanes_})
         connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     return graphsGroup_;
 }
@@ -364,6 +372,7 @@ RunConfig ConfigPanel::config() const {
     c.graphs = parseGraphMode(selectedName(graphMode_));
     c.graphWarmup = graphWarmup_->value();
     c.graphCacheSize = graphCache_->value();
+    c.lanes = lanes_->value();
     return c;
 }
 
@@ -396,6 +405,7 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     selectIn(graphMode_, config.graphs);
     graphWarmup_->setValue(config.graphWarmup);
     graphCache_->setValue(config.graphCacheSize);
+    lanes_->setValue(config.lanes);
     applying_ = false;
     onEdited();
 }
@@ -438,7 +448,7 @@ void ConfigPanel::updateGraphsAvailability() {
     const QString reason = graphsUnavailableReason();
     const bool available = reason.isEmpty();
     for (QWidget* editor : {static_cast<QWidget*>(graphMode_), static_cast<QWidget*>(graphWarmup_),
-                            static_cast<QWidget*>(graphCache_)})
+                            static_cast<QWidget*>(graphCache_), static_cast<QWidget*>(lanes_)})
         editor->setEnabled(available);
     graphsReason_->setText(reason);
     graphsReason_->setVisible(!available);

@@ -103,6 +103,7 @@ private:
     QGroupBox* graphsGroup_ = nullptr;
     QComboBox* graphMode_ = nullptr;
     QSpinBox* graphWarmup_ = nullptr;
+    QSpinBox* lanes_ = nullptr;
     QSpinBox* graphCache_ = nullptr;
     QLabel* graphsReason_ = nullptr;
     // Cost preview

@@ -65,7 +65,8 @@ private slots:
     void parsesLists() {
         const BenchOptions o = parseBenchOptions({"--shape", "church", "--size", "512", "--tile", "256", "--overlap", "32",
                                                   "--batch", "1,4,16", "--precision", "fp16,bf16", "--graphs",
-                                                  "off,tile,step", "--steps", "5", "--repeats", "2", "--csv", "x.csv"});
+                                                  "off,tile,step", "--lanes", "0,1,8", "--steps", "5", "--repeats", "2",
+                                                  "--csv", "x.csv"});
         QCOMPARE(o.shape, std::string("church"));
         QCOMPARE(o.width, 512);
         QCOMPARE(o.height, 512);
@@ -74,6 +75,7 @@ private slots:
         QCOMPARE(o.batches, (std::vector<int>{1, 4, 16}));
         QCOMPARE(o.precisions, (std::vector<Precision>{Precision::FP16, Precision::BF16}));
         QCOMPARE(o.graphs, (std::vector<GraphMode>{GraphMode::Off, GraphMode::Tile, GraphMode::Step}));
+        QCOMPARE(o.lanes, (std::vector<int>{0, 1, 8}));
         QCOMPARE(o.steps, 5);
         QCOMPARE(o.repeats, 2);
         QCOMPARE(o.csvPath, std::string("x.csv"));
@@ -86,6 +88,8 @@ private slots:
         QCOMPARE(expectValidationField({"--shape", "cifar", "--batch", "1,x"}), std::string("batch"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--batch", "0"}), std::string("batch"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--graphs", "always"}), std::string("graphs"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--lanes", "9"}), std::string("lanes"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--lanes", "-1"}), std::string("lanes"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--precision", "fp8"}), std::string("precision"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--repeats", "0"}), std::string("repeats"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--size", "64", "--width", "64"}), std::string("size"));
@@ -134,10 +138,14 @@ private slots:
         QStringList torchCols;
         auto names = QRegularExpression(QStringLiteral("\"([a-z_]+)\"")).globalMatch(match.captured(1));
         while (names.hasNext()) torchCols << names.next().captured(1);
-        QCOMPARE(torchCols.size(), 16);
+        // The script's 17th column, device_used_mib (the process's device memory in use, as
+        // Tessera's peak_mib), has no twin: its peak_mib is PyTorch's max_memory_allocated.
+        QCOMPARE(torchCols.size(), 17);
+        QCOMPARE(torchCols.last(), QStringLiteral("device_used_mib"));
         const QStringList ours = QString::fromStdString(benchCsvHeader()).split(',');
-        QCOMPARE(ours.mid(0, torchCols.size()), torchCols);
-        for (const char* extra : {"graphs", "fraction_of_peak", "first_run_s", "graph_mib", "graph_nodes", "capture_ms", "step_gpu_ms"})
+        QCOMPARE(ours.mid(0, 16), torchCols.mid(0, 16));
+        for (const char* extra : {"graphs", "fraction_of_peak", "first_run_s", "graph_mib", "graph_nodes", "capture_ms",
+                                  "step_gpu_ms", "lanes", "lanes_requested"})
             QVERIFY2(ours.contains(QLatin1String(extra)), extra);
     }
 
@@ -178,6 +186,8 @@ private slots:
             QCOMPARE(col("steps"), QStringLiteral("1"));
             QCOMPARE(col("tiles"), QStringLiteral("9"));
             QCOMPARE(col("graphs"), QStringLiteral("off"));
+            QCOMPARE(col("lanes"), QStringLiteral("1"));            // the CPU engine runs one batch at a time
+            QCOMPARE(col("lanes_requested"), QStringLiteral("0"));  // auto
             QCOMPARE(col("repeats"), QStringLiteral("2"));
             bool ok = false;
             const double seconds = col("seconds_per_image").toDouble(&ok);

@@ -131,6 +131,8 @@ private slots:
             {"graph_warmup", "graph_warmup: 101 is not allowed"},
             {"graph_cache", "graph_cache: 0 is not allowed; the graph cache size must be 1 to 1024"},
             {"graph_cache", "graph_cache: 1025 is not allowed"},
+            {"lanes", "lanes: -1 is not allowed; the lane count (0 = auto) must be 0 to 8"},
+            {"lanes", "lanes: 9 is not allowed"},
             {"preview_every", "preview_every: -1 is not allowed"},
             {"strength", "strength: 0 is not allowed; with an init image the strength must be above 0 and at most 1"},
             {"strength", "strength: 1.5 is not allowed"},
@@ -174,6 +176,8 @@ private slots:
             [](RunConfig& c) { c.graphWarmup = 101; },
             [](RunConfig& c) { c.graphCacheSize = 0; },
             [](RunConfig& c) { c.graphCacheSize = 1025; },
+            [](RunConfig& c) { c.lanes = -1; },
+            [](RunConfig& c) { c.lanes = 9; },
             [](RunConfig& c) { c.previewEvery = -1; },
             [](RunConfig& c) { c.initImage = "in.png"; c.strength = 0.0; },
             [](RunConfig& c) { c.initImage = "in.png"; c.strength = 1.5; },
@@ -186,7 +190,7 @@ private slots:
             [](RunConfig& c) { c.schedulerOptions.clipSampleRange = 0.0f; },
             [](RunConfig& c) { c.width = c.height = 16384; c.tile = 64; c.overlapPx = 56; },
         };
-        QCOMPARE(edits.size(), static_cast<std::size_t>(31));
+        QCOMPARE(edits.size(), static_cast<std::size_t>(33));
         RunConfig config;
         edits.at(static_cast<std::size_t>(caseIndex))(config);
         const Rejection r = rejectionOf(config);
@@ -337,6 +341,7 @@ private slots:
         c.graphs = GraphMode::Tile;
         c.graphWarmup = 5;
         c.graphCacheSize = 3;
+        c.lanes = 6;
         c.precision = Precision::BF16;
         c.backend = BackendKind::CPU;
         c.model = "/models/ddpm-church-256";
@@ -376,6 +381,7 @@ private slots:
         QCOMPARE(n(back.graphs), n(GraphMode::Tile));
         QCOMPARE(back.graphWarmup, 5);
         QCOMPARE(back.graphCacheSize, 3);
+        QCOMPARE(back.lanes, 6);
         QCOMPARE(n(back.precision), n(Precision::BF16));
         QCOMPARE(n(back.backend), n(BackendKind::CPU));
         QCOMPARE(back.model, c.model);

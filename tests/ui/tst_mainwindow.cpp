@@ -135,6 +135,19 @@ private slots:
         QVERIFY(window.runAction()->isEnabled());
         QCOMPARE(validity.last().at(0).toBool(), true);
         QCOMPARE(child<QLabel>(panel, "strideLabel")->text().left(5), QStringLiteral("48 px"));
+
+        // Lanes: 0 reads "auto"; more than 8 is refused in the widget, naming the range.
+        auto* lanes = child<QSpinBox>(panel, "lanesSpin");
+        QCOMPARE(lanes->value(), 0);
+        QCOMPARE(lanes->text(), QStringLiteral("auto"));
+        lanes->setValue(9);
+        QVERIFY(!panel->isValid());
+        QVERIFY2(panel->problemFor("lanes").contains("must be 0 to 8"), qPrintable(panel->problemFor("lanes")));
+        QVERIFY(child<QLabel>(panel, "lanesError")->isVisibleTo(panel));
+        QVERIFY(!window.runAction()->isEnabled());
+        lanes->setValue(3);
+        QVERIFY(panel->isValid());
+        QCOMPARE(panel->config().lanes, 3);
     }
 
     void missingModelFolderIsMarked() {
@@ -187,6 +200,7 @@ private slots:
         RunConfig config = tinyConfig();
         config.seed = 123456789;
         config.tile = 48;
+        config.lanes = 3;
         {
             MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
             window.configPanel()->setConfig(config);
@@ -195,6 +209,7 @@ private slots:
         MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
         QCOMPARE(again.configPanel()->config().seed, config.seed);
         QCOMPARE(again.configPanel()->config().tile, 48);
+        QCOMPARE(again.configPanel()->config().lanes, 3);
     }
 
     void workerRendersTinyImage() {
