@@ -21,6 +21,16 @@
 // RunRecord (graphs.fallbackReason, messages) and onMessage say why. Same kernels, same
 // arguments, same order in every mode: the images are bit-identical.
 //
+// Lanes (RunConfig::lanes; 0 = auto: 4 below 16 Ki tile pixels per forward, else 2): batch j
+// is gathered and evaluated on lane j % lanes, i.e. its own stream and its own copy of the
+// backend's activations and workspaces (CudaBackend::prepare(..., lanes)), and scattered on
+// the backend's stream in batch order; lanes wait on events (step start, the scatter that
+// last read their buffers), so several small forwards overlap on the GPU while the
+// accumulation order, and every bit of the image, stays that of one lane. Step graphs then
+// fork and join; tile mode keeps one forward graph per (batch size, lane). A plan prepared
+// with more lanes serves runs with fewer; auto halves the lanes when a plan does not fit.
+// RunRecord::graphs.lanes says how many ran.
+//
 // This header includes no CUDA header.
 #pragma once
 
