@@ -30,10 +30,12 @@ cli=$bin/tessera-cli
   TESSERA_CUDA_STREAM=nonblocking timeout 200 $bin/cuda_tst_cudabackend 2>&1 | grep -E "FAIL|Totals" -A2
   small=(render --backend cuda --model tests/data/models/cifar_like --width 96 --height 64 --tile 32 --overlap 8
          --batch 3 --steps 3 --preview-every 0 --out /tmp/san)
+  # racecheck needs ~4 minutes here (prepare benchmarks every conv under it): 240 s cut it off
+  # before its summary line in sessions 2 and 3.
   for tool in memcheck racecheck synccheck; do
     for graphs in off step; do
       echo "== compute-sanitizer --tool $tool, graphs $graphs"
-      timeout 240 compute-sanitizer --tool "$tool" --print-limit 20 "$cli" "${small[@]}" --graphs "$graphs" 2>&1 |
+      timeout 420 compute-sanitizer --tool "$tool" --print-limit 20 "$cli" "${small[@]}" --graphs "$graphs" 2>&1 |
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|========= (Invalid|Race|Barrier|Error)|^finished|^cancelled" | head -12
     done
   done
