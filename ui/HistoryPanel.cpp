@@ -105,7 +105,10 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         const double peak = peakMemoryMiB(r);
         table_->setItem(row, MemoryColumn, textItem(peak >= 0 ? QStringLiteral("%1 MiB").arg(peak, 0, 'f', 0) : QStringLiteral("—"),
                                                     Qt::AlignRight | Qt::AlignVCenter));
-        table_->setItem(row, GraphsColumn, textItem(QString::fromStdString(r.graphs.mode)));
+        // Lanes beside the mode: how many tile batches were in flight (CUDA engine).
+        QString graphs = QString::fromStdString(r.graphs.mode);
+        if (r.graphs.lanes > 1) graphs += QStringLiteral(" · %1 lanes").arg(r.graphs.lanes);
+        table_->setItem(row, GraphsColumn, textItem(graphs));
     }
     selectIds(selected);
     updateButtons();

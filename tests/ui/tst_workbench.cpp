@@ -172,6 +172,18 @@ private slots:
         small.add(result);
         QCOMPARE(small.entries().size(), std::size_t(1));
         QCOMPARE(small.entries().front().id(), QStringLiteral("20260101-000001-bbbbbbbb"));
+        // The Graphs column names the lanes when more than one tile batch was in flight.
+        {
+            std::vector<HistoryEntry> entries = small.entries();
+            entries.front().record.graphs.mode = "step";
+            entries.front().record.graphs.lanes = 3;
+            HistoryPanel panel;
+            panel.setEntries(entries);
+            QCOMPARE(panel.table()->item(0, panel.table()->columnCount() - 1)->text(), QStringLiteral("step · 3 lanes"));
+            entries.front().record.graphs.lanes = 1;
+            panel.setEntries(entries);
+            QCOMPARE(panel.table()->item(0, panel.table()->columnCount() - 1)->text(), QStringLiteral("step"));
+        }
         QVERIFY(!QFileInfo(folder.filePath("20260101-000000-aaaaaaaa.json")).exists());
         // A broken manifest is reported by name, not fatal.
         QFile broken(folder.filePath("broken.json"));
