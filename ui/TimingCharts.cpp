@@ -116,6 +116,7 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     tilePlaceholder_->setColor(QColor(0x55, 0x5a, 0x60));
     tilePlaceholder_->setBrush(QColor(255, 255, 255, 210));
     tilePlaceholder_->setPadding(QMargins(6, 3, 6, 3));
+    tilePlaceholder_->setLayer(QStringLiteral("legend"));   // above the cell borders (layer "axes")
     auto* marginGroup = new QCPMarginGroup(tilePlot_);
     tilePlot_->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
     tileScale_->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
