@@ -44,5 +44,8 @@ void writeFileAtomically(const std::string& path, const std::string& bytes);
 
 // "YYYYMMDD-HHMMSS-xxxxxxxx": UTC time and 32 random bits (hex), unique per run.
 std::string newRunId();
+// The current UTC time as ISO 8601 with milliseconds ("2026-11-24T00:19:32.123Z"), for
+// RunRecord::startedAt: runs started within one second still order by it.
+std::string isoUtcNow();
 
 }  // namespace tessera

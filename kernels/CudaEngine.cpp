@@ -54,15 +54,6 @@ int autoLanes(long long forwardPixels) { return forwardPixels < 16384 ? 4 : 2; }
 double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-std::string isoUtcNow() {
-    const std::time_t now = std::time(nullptr);
-    std::tm utc{};
-    gmtime_r(&now, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    return text;
-}
-
 std::string hostName() {
     char name[256] = {};
     if (gethostname(name, sizeof name - 1) != 0) return {};

@@ -83,6 +83,16 @@ class TestRunRecordIO : public QObject {
     Q_OBJECT
 
 private slots:
+    // startedAt: ISO 8601 UTC with milliseconds, so runs started within one second order by it.
+    void startTimesHaveMilliseconds() {
+        const std::string first = isoUtcNow();
+        const QRegularExpression iso(QStringLiteral("^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$"));
+        QVERIFY2(iso.match(QString::fromStdString(first)).hasMatch(), first.c_str());
+        QTest::qSleep(5);
+        const std::string second = isoUtcNow();
+        QVERIFY2(first < second, (first + " then " + second).c_str());
+    }
+
     void csvRowsAndColumns() {
         const RunRecord r = sampleRecord();
         const QStringList rows = lines(timingsCsv(r));
