@@ -477,34 +477,30 @@ void writeFileAtomically(const std::string& path, const std::string& bytes) {
     }
 }
 
-std::string isoUtcNow() {
-    const auto now = std::chrono::system_clock::now();
-    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+namespace {
+// `when` (UTC) formatted by strftime's `format`.
+std::string utcText(std::chrono::system_clock::time_point when, const char* format) {
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(when);
     std::tm utc{};
 #if defined(_WIN32)
     gmtime_s(&utc, &seconds);
 #else
     gmtime_r(&seconds, &utc);
 #endif
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &utc);
-    char text[48];
-    std::snprintf(text, sizeof text, "%s.%03dZ", stamp, static_cast<int>(ms));
+    char text[64];
+    std::strftime(text, sizeof text, format, &utc);
     return text;
 }
+}  // namespace
 
-std::string newRunId() {
-    const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    std::tm utc{};
-#if defined(_WIN32)
-    gmtime_s(&utc, &now);
-#else
-    gmtime_r(&now, &utc);
-#endif
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
-    return std::string(stamp) + "-" + randomHex32();
+std::string isoUtcNow() {
+    const auto now = std::chrono::system_clock::now();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    char fraction[8];
+    std::snprintf(fraction, sizeof fraction, ".%03dZ", static_cast<int>(ms));
+    return utcText(now, "%Y-%m-%dT%H:%M:%S") + fraction;
 }
+
+std::string newRunId() { return utcText(std::chrono::system_clock::now(), "%Y%m%d-%H%M%S") + "-" + randomHex32(); }
 
 }  // namespace tessera
