@@ -292,7 +292,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.lanes.clear();
             for (const auto& item : splitList("lanes", value)) {
                 const int lanes = parsePositive("lanes", item, 0);
-                if (lanes > 8) fail("lanes", "'" + item + "' is not allowed; lanes must be 0 (auto) to 8");
+                if (lanes > kMaxLanes)
+                    fail("lanes", "'" + item + "' is not allowed; lanes must be 0 (auto) to " + std::to_string(kMaxLanes));
                 o.lanes.push_back(lanes);
             }
         } else if (name == "steps") {

@@ -111,7 +111,6 @@ constexpr int kMaxTile = 4096;
 constexpr int kMaxTileBatch = 1024;
 constexpr int kMaxGraphWarmup = 100;
 constexpr int kMaxGraphCache = 1024;
-constexpr int kMaxLanes = 8;
 constexpr std::int64_t kMaxTiles = 65536;   // e.g. 16384x16384 with tile 64, overlap 0
 
 class Problems {

@@ -78,6 +78,9 @@ struct SchedulerOptions {
     bool karrasSigmas = true;                 // Euler
 };
 
+// Most tile batches in flight at once (RunConfig::lanes, CudaBackend lanes).
+inline constexpr int kMaxLanes = 8;
+
 struct RunConfig {
     int width = 256;
     int height = 256;
@@ -95,7 +98,7 @@ struct RunConfig {
     GraphMode graphs = GraphMode::Off;
     int graphWarmup = 2;
     int graphCacheSize = 16;
-    int lanes = 0;                 // tile batches in flight at once (CUDA engine; 0 = auto, 1..8)
+    int lanes = 0;                 // tile batches in flight at once (CUDA engine; 0 = auto, 1..kMaxLanes)
     Precision precision = Precision::FP16;
     BackendKind backend = BackendKind::Auto;
     std::string model;             // model folder; empty = the default model

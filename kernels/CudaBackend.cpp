@@ -219,7 +219,6 @@ struct CudaBackend::Impl {
     // that several tile batches can run at once on different streams (CudaEngine's lanes).
     // The ops read the current lane's bases and stream; selectLane() switches them.
     int lanes = 1;
-    std::size_t laneBytes = 0;             // activations + conv workspace + cuBLAS workspace
     std::vector<char*> laneAct;            // [lanes]
     std::vector<CublasHandle> laneCublas;  // lanes 1.. (lane 0 uses `cublas`)
     cudaStream_t opStream = nullptr;       // where the ops enqueue (the lane's stream)
@@ -1135,7 +1134,7 @@ struct CudaBackend::Impl {
         }
         convWorkspace = alignUp(wsNeed);
         // One copy of the activations and workspaces per lane, after the shared weights.
-        laneBytes = alignUp(activationBytes + convWorkspace + kCublasWorkspace);
+        const std::size_t laneBytes = alignUp(activationBytes + convWorkspace + kCublasWorkspace);
         const std::size_t total = weights + static_cast<std::size_t>(laneCount) * laneBytes;
         const std::size_t fixed = weights + static_cast<std::size_t>(laneCount) * (convWorkspace + kCublasWorkspace);
         TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));

@@ -62,9 +62,8 @@ public:
     // does not fit, std::invalid_argument for shapes the model cannot take.
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
     // With `lanes` copies of the activation region and workspaces (the weights shared), so
-    // that up to `lanes` forwards can run at once on different streams (1..kMaxLanes).
+    // that up to `lanes` forwards can run at once on different streams (1..kMaxLanes, core/RunConfig.h).
     void prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes);
-    static constexpr int kMaxLanes = 8;
     int lanes() const;   // prepared lanes (0 before prepare)
     // Host float32 NCHW in and out (copies through the device); synchronises.
     void forward(const float* x, const float* timesteps, int batch, float* out) override;

@@ -469,7 +469,6 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         return hexPointer(backend.deviceInput(lane)) + " " + hexPointer(backend.deviceOutput(lane)) + " " +
                hexPointer(backend.deviceTimesteps(lane));
     };
-    const std::string backendPointers = lanePointers(0);
     auto tileKey = [&](int count, int lane) {
         return GraphKey{"tile forward x" + std::to_string(count) + " lane " + std::to_string(lane) + " " + planFamily,
                         lanePointers(lane)};
@@ -596,8 +595,8 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     //
     // With lanes > 1, batch j's gather and forward run on lane j % lanes (its own stream and
     // buffers) and its scatter on the backend's stream in batch order (that stream then only
-    // scatters and fuses), so the accumulation
-    // order, and with it every bit of the image, is that of one lane. A lane starts the next
+    // scatters and fuses), so the accumulation order, and with it every bit of the image, is
+    // that of one lane. A lane starts the next
     // step's batches after the step state is set, and reuses its buffers for batch j + lanes
     // only after batch j's scatter has read them. Captured, this forks and joins the graph.
     auto enqueueStep = [&](const ScatterTargets& targets, float* previewOut, bool capturing) {
