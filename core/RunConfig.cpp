@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/FormatNumber.h"
+
 namespace tessera {
 
 namespace {
@@ -77,16 +79,7 @@ E parseName(const NameTable<E, N>& table, std::string_view text, std::string_vie
 // ---------------------------------------------------------------------------
 // Number formatting for messages and the parameters line: shortest text that reads back exactly.
 
-// Plain notation in the everyday range (0.0001 rather than 1e-04), shortest digits either way.
-template <typename Real>
-std::string formatNumber(Real value) {
-    std::array<char, 128> buffer{};
-    const Real magnitude = std::abs(value);
-    const bool plain = std::isfinite(value) && (magnitude == 0 || (magnitude >= Real(1e-6) && magnitude < Real(1e9)));
-    const auto result = plain ? std::to_chars(buffer.data(), buffer.data() + buffer.size(), value, std::chars_format::fixed)
-                              : std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
-    return std::string(buffer.data(), result.ptr);
-}
+// formatNumber (core/FormatNumber.h): plain notation in the everyday range, shortest digits either way.
 
 // A float stored in JSON as the double whose shortest text equals the float's shortest text,
 // so 1e-4f is written as 0.0001 rather than 9.99999974737875e-05 (and still reads back exactly).
@@ -214,8 +207,9 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
     if (o.clipSample && !(o.clipSampleRange > 0.0f))
         problems.add("clip_sample_range",
                      formatNumber(o.clipSampleRange) + " is not allowed; it must be above 0 when clip_sample is on");
-    if (!(o.eta >= 0.0f))
-        problems.add("eta", formatNumber(o.eta) + " is not allowed; eta must be 0 or more (0 = deterministic DDIM)");
+    if (!(o.eta >= 0.0f && o.eta <= 1.0f))
+        problems.add("eta", formatNumber(o.eta) + " is not allowed; eta must be 0 or more and at most 1 (DDIM's "
+                                                  "noise weight: 0 deterministic, 1 as much noise as DDPM)");
     if (config.scheduler == SchedulerKind::Euler && o.predictionType == PredictionType::Sample)
         problems.add("prediction_type", "'sample' is not allowed with the euler scheduler; use epsilon or "
                                         "v_prediction, or the ddpm/ddim scheduler");

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
+
+#include "core/FormatNumber.h"
 
 namespace tessera {
 
@@ -33,31 +36,67 @@ std::vector<double> trailingValues(int numTrainTimesteps, int n) {
     return v;
 }
 
-std::string str(double v) {
-    std::string s = std::to_string(v);
-    // to_string prints 6 decimals; trim trailing zeros for readable messages.
-    if (s.find('.') != std::string::npos) {
-        s.erase(s.find_last_not_of('0') + 1);
-        if (s.back() == '.') s.pop_back();
+}  // namespace
+
+void checkSchedulerOptions(const SchedulerOptions& o) {
+    if (o.numTrainTimesteps < 1 || o.numTrainTimesteps > kMaxTrainTimesteps)
+        throw ValidationError("num_train_timesteps", "num_train_timesteps: " + std::to_string(o.numTrainTimesteps) +
+                                                         " is not allowed; it must be 1 to " +
+                                                         std::to_string(kMaxTrainTimesteps) +
+                                                         " (diffusers models use 1000; the schedule holds one entry per timestep)");
+    if (o.betaSchedule != BetaSchedule::SquaredCosCapV2) {
+        // beta is the variance of the noise added at one training timestep: 0 adds none (every
+        // alphas_cumprod 1, a division by zero in the update), 1 destroys the signal.
+        if (!(o.betaStart > 0.0f && o.betaStart < 1.0f))
+            throw ValidationError("beta_start", "beta_start: " + formatNumber(o.betaStart) +
+                                                    " is not allowed; it must be above 0 and below 1 (diffusers models use 0.0001 to 0.00085)");
+        if (!(o.betaEnd > 0.0f && o.betaEnd < 1.0f))
+            throw ValidationError("beta_end", "beta_end: " + formatNumber(o.betaEnd) +
+                                                  " is not allowed; it must be above 0 and below 1 (diffusers models use 0.012 to 0.02)");
+        if (!(o.betaStart <= o.betaEnd))
+            throw ValidationError("beta_end", "beta_end: " + formatNumber(o.betaEnd) + " is below beta_start (" + formatNumber(o.betaStart) +
+                                                  "); the noise schedule must not decrease, so beta_end must be at least beta_start");
     }
-    return s;
+    if (o.stepsOffset < 0 || o.stepsOffset >= o.numTrainTimesteps)
+        throw ValidationError("steps_offset", "steps_offset: " + std::to_string(o.stepsOffset) +
+                                                  " is not allowed; it must be 0 to num_train_timesteps - 1 (" +
+                                                  std::to_string(o.numTrainTimesteps - 1) + ")");
+    if (o.clipSample && !(o.clipSampleRange > 0.0f && std::isfinite(o.clipSampleRange)))
+        throw ValidationError("clip_sample_range", "clip_sample_range: " + formatNumber(o.clipSampleRange) +
+                                                       " is not allowed; it must be a finite number above 0 when clip_sample is on (1 for images in [-1, 1])");
+    if (!(o.eta >= 0.0f && o.eta <= 1.0f))
+        throw ValidationError("eta", "eta: " + formatNumber(o.eta) +
+                                         " is not allowed; it must be 0 to 1 (DDIM's noise weight: 0 deterministic, 1 as much noise as DDPM)");
 }
 
-void checkOptions(const SchedulerOptions& o) {
-    if (o.numTrainTimesteps < 1 || o.numTrainTimesteps > 100000)
-        throw ValidationError("num_train_timesteps", "num_train_timesteps: " + std::to_string(o.numTrainTimesteps) +
-                                                         " is not allowed; it must be between 1 and 100000");
-    if (o.betaSchedule != BetaSchedule::SquaredCosCapV2) {
-        if (!(o.betaStart >= 0.0f && o.betaStart < 1.0f))
-            throw ValidationError("beta_start", "beta_start: " + str(o.betaStart) + " is not allowed; it must be in [0, 1)");
-        if (!(o.betaEnd >= 0.0f && o.betaEnd < 1.0f))
-            throw ValidationError("beta_end", "beta_end: " + str(o.betaEnd) + " is not allowed; it must be in [0, 1)");
+namespace {
+
+// Every alphas_cumprod in (0, 1) and strictly decreasing (float32, as the tables are stored):
+// a value of 1 makes the update divide by 1 - alphas_cumprod = 0, a value of 0 (or one below
+// float32's normal range, where the products stop resolving) divides by sqrt(alphas_cumprod),
+// and a flat stretch makes two timesteps the same noise level.
+void checkAlphasCumprod(const std::vector<float>& abar, const SchedulerOptions& o) {
+    const bool cosine = o.betaSchedule == BetaSchedule::SquaredCosCapV2;
+    auto refuse = [&](const std::string& field, std::size_t t, const std::string& why) {
+        throw ValidationError(field, field + ": alphas_cumprod[" + std::to_string(t) + "] is " + formatNumber(abar[t]) +
+                                         " (" + std::string(toString(o.betaSchedule)) + " schedule, beta_start " +
+                                         formatNumber(o.betaStart) + ", beta_end " + formatNumber(o.betaEnd) +
+                                         ", num_train_timesteps " + std::to_string(o.numTrainTimesteps) + "): " + why);
+    };
+    for (std::size_t t = 0; t < abar.size(); ++t) {
+        if (!(abar[t] < 1.0f))
+            refuse(cosine ? "num_train_timesteps" : "beta_start", t,
+                   "1 - beta rounds to 1 in float32, so that timestep adds no noise; every alphas_cumprod must be "
+                   "below 1 (beta_start at least 1e-7)");
+        if (!(abar[t] >= std::numeric_limits<float>::min()))
+            refuse(cosine ? "num_train_timesteps" : "beta_end", t,
+                   "the signal is gone (below float32's normal range); every alphas_cumprod must be above 1.2e-38 "
+                   "(lower beta_end or num_train_timesteps)");
+        if (t > 0 && !(abar[t] < abar[t - 1]))
+            refuse(cosine ? "num_train_timesteps" : "beta_start", t,
+                   "equal to the one before it, as beta is below float32's resolution there; alphas_cumprod must "
+                   "strictly decrease (raise beta_start)");
     }
-    if (o.clipSample && !(o.clipSampleRange > 0.0f))
-        throw ValidationError("clip_sample_range", "clip_sample_range: " + str(o.clipSampleRange) +
-                                                       " is not allowed; it must be positive when clip_sample is on");
-    if (!(o.eta >= 0.0f) || !std::isfinite(o.eta))
-        throw ValidationError("eta", "eta: " + str(o.eta) + " is not allowed; it must be a finite number >= 0 (0 = deterministic DDIM)");
 }
 
 // x0 = ax * x + ae * out for DDPM/DDIM (ᾱ_t, 1 - ᾱ_t in double).
@@ -302,7 +341,7 @@ std::vector<float> torchLinspace(float start, float end, int n) {
 }
 
 std::vector<float> betaSchedule(const SchedulerOptions& o) {
-    checkOptions(o);
+    checkSchedulerOptions(o);
     const int tn = o.numTrainTimesteps;
     switch (o.betaSchedule) {
     case BetaSchedule::Linear:
@@ -376,10 +415,7 @@ std::vector<int> spacedTimesteps(int numTrainTimesteps, int n, TimestepSpacing s
 
 Scheduler::Scheduler(SchedulerKind kind, const SchedulerOptions& options)
     : kind_(kind), options_(options), betas_(betaSchedule(options)), alphasCumprod_(alphasCumprodFromBetas(betas_)) {
-    if (!(alphasCumprod_.back() > 0.0f))
-        throw ValidationError("beta_end", "beta_end: the noise schedule reaches alphas_cumprod = 0 (beta_start " +
-                                              str(options.betaStart) + ", beta_end " + str(options.betaEnd) +
-                                              "); every beta must stay below 1");
+    checkAlphasCumprod(alphasCumprod_, options_);
 }
 
 std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const SchedulerOptions& options) {

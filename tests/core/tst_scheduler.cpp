@@ -3,6 +3,9 @@
 #include <QtTest>
 
 #include <cmath>
+#include <functional>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -466,6 +469,120 @@ private slots:
         o = SchedulerOptions{};
         o.numTrainTimesteps = 0;
         QVERIFY_THROWS_EXCEPTION(ValidationError, Scheduler::create(SchedulerKind::DDIM, o));
+    }
+
+    // Issue 13, finding 10: a schedule with beta_start = beta_end = 0 rendered black with exit 0;
+    // eta 1e30 rendered noise. Every value outside its range is refused, naming the field.
+    void badValuesRefusedWithField_data() {
+        QTest::addColumn<int>("caseIndex");
+        QTest::addColumn<QString>("field");
+        QTest::addColumn<QString>("messagePart");
+        const char* cases[][2] = {
+            {"beta_start", "beta_start: 0 is not allowed; it must be above 0 and below 1"},
+            {"beta_start", "beta_start: -0.0001 is not allowed"},
+            {"beta_start", "beta_start: nan is not allowed"},
+            {"beta_end", "beta_end: 1 is not allowed; it must be above 0 and below 1"},
+            {"beta_end", "beta_end: 0.0001 is below beta_start (0.02)"},
+            {"num_train_timesteps", "num_train_timesteps: 0 is not allowed; it must be 1 to 100000"},
+            {"num_train_timesteps", "num_train_timesteps: 100001 is not allowed"},
+            {"steps_offset", "steps_offset: -1 is not allowed; it must be 0 to num_train_timesteps - 1 (999)"},
+            {"steps_offset", "steps_offset: 1000 is not allowed"},
+            {"clip_sample_range", "clip_sample_range: 0 is not allowed; it must be a finite number above 0"},
+            {"clip_sample_range", "clip_sample_range: inf is not allowed"},
+            {"eta", "eta: -0.5 is not allowed; it must be 0 to 1"},
+            {"eta", "eta: 1.5 is not allowed"},
+            {"eta", "eta: 1e+30 is not allowed"},
+            {"eta", "eta: nan is not allowed"},
+            // Inside (0, 1), yet 1 - beta rounds to 1 in float32: alphas_cumprod[0] = 1.
+            {"beta_start", "beta_start: alphas_cumprod[0] is 1 (linear schedule, beta_start 1e-09"},
+            // 100000 timesteps of beta ~0.5: alphas_cumprod underflows to 0.
+            {"beta_end", "beta_end: alphas_cumprod["},
+        };
+        for (int i = 0; i < int(std::size(cases)); ++i)
+            QTest::newRow(cases[i][1]) << i << QString(cases[i][0]) << QString(cases[i][1]);
+    }
+
+    void badValuesRefusedWithField() {
+        QFETCH(int, caseIndex);
+        QFETCH(QString, field);
+        QFETCH(QString, messagePart);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const std::vector<std::function<void(SchedulerOptions&)>> edits = {
+            [](SchedulerOptions& o) { o.betaStart = 0.0f; o.betaEnd = 0.0f; },
+            [](SchedulerOptions& o) { o.betaStart = -1e-4f; },
+            [nan](SchedulerOptions& o) { o.betaStart = nan; },
+            [](SchedulerOptions& o) { o.betaEnd = 1.0f; },
+            [](SchedulerOptions& o) { o.betaStart = 0.02f; o.betaEnd = 1e-4f; },
+            [](SchedulerOptions& o) { o.numTrainTimesteps = 0; },
+            [](SchedulerOptions& o) { o.numTrainTimesteps = 100001; },
+            [](SchedulerOptions& o) { o.stepsOffset = -1; },
+            [](SchedulerOptions& o) { o.stepsOffset = 1000; },
+            [](SchedulerOptions& o) { o.clipSampleRange = 0.0f; },
+            [](SchedulerOptions& o) { o.clipSampleRange = std::numeric_limits<float>::infinity(); },
+            [](SchedulerOptions& o) { o.eta = -0.5f; },
+            [](SchedulerOptions& o) { o.eta = 1.5f; },
+            [](SchedulerOptions& o) { o.eta = 1e30f; },
+            [nan](SchedulerOptions& o) { o.eta = nan; },
+            [](SchedulerOptions& o) { o.betaStart = 1e-9f; o.betaEnd = 1e-9f; },
+            [](SchedulerOptions& o) { o.numTrainTimesteps = 100000; o.betaEnd = 0.5f; },
+        };
+        QCOMPARE(int(edits.size()), 17);  // one edit per row of the _data table
+        SchedulerOptions o;
+        edits.at(static_cast<std::size_t>(caseIndex))(o);
+        for (const SchedulerKind kind : {SchedulerKind::DDPM, SchedulerKind::DDIM, SchedulerKind::Euler}) {
+            try {
+                Scheduler::create(kind, o);
+                QFAIL(qPrintable(QString("accepted: ") + QTest::currentDataTag()));
+            } catch (const ValidationError& e) {
+                QCOMPARE(QString::fromStdString(e.field()), field);
+                QVERIFY2(QString(e.what()).startsWith(messagePart), e.what());
+            }
+        }
+    }
+
+    // The limits themselves are allowed, and a constant schedule (beta_start = beta_end) too.
+    void boundaryValuesAccepted() {
+        SchedulerOptions o;
+        o.betaStart = o.betaEnd = 0.01f;
+        o.eta = 1.0f;
+        o.stepsOffset = 999;
+        o.clipSample = false;
+        o.clipSampleRange = 0.0f;  // unused without clipping
+        QVERIFY_THROWS_NO_EXCEPTION(checkSchedulerOptions(o));
+        auto s = Scheduler::create(SchedulerKind::DDIM, o);
+        s->setTimesteps(1);  // 0 + 999 stays in the table
+        QCOMPARE(s->timesteps().front(), 999.0f);
+        o = SchedulerOptions{};
+        o.eta = 0.0f;
+        o.numTrainTimesteps = 1;
+        QVERIFY_THROWS_NO_EXCEPTION(Scheduler::create(SchedulerKind::Euler, o));
+        o.numTrainTimesteps = kMaxTrainTimesteps;
+        o.betaEnd = 1e-4f;
+        QVERIFY_THROWS_NO_EXCEPTION(Scheduler::create(SchedulerKind::DDPM, o));
+    }
+
+    // The schedules real models ship: every alphas_cumprod strictly inside (0, 1) and decreasing.
+    void realSchedulesPassTheTableCheck_data() {
+        QTest::addColumn<int>("schedule");
+        QTest::addColumn<float>("betaStart");
+        QTest::addColumn<float>("betaEnd");
+        QTest::newRow("google/ddpm-* linear") << int(BetaSchedule::Linear) << 1e-4f << 0.02f;
+        QTest::newRow("stable diffusion scaled_linear") << int(BetaSchedule::ScaledLinear) << 0.00085f << 0.012f;
+        QTest::newRow("squaredcos_cap_v2") << int(BetaSchedule::SquaredCosCapV2) << 1e-4f << 0.02f;
+    }
+
+    void realSchedulesPassTheTableCheck() {
+        QFETCH(int, schedule);
+        QFETCH(float, betaStart);
+        QFETCH(float, betaEnd);
+        SchedulerOptions o;
+        o.betaSchedule = static_cast<BetaSchedule>(schedule);
+        o.betaStart = betaStart;
+        o.betaEnd = betaEnd;
+        const std::vector<float> abar = alphasCumprodFromBetas(betaSchedule(o));
+        QVERIFY(abar.front() < 1.0f && abar.back() > 0.0f);
+        for (std::size_t t = 1; t < abar.size(); ++t) QVERIFY2(abar[t] < abar[t - 1], qPrintable(QString::number(t)));
+        QVERIFY_THROWS_NO_EXCEPTION(Scheduler::create(SchedulerKind::Euler, o));
     }
 
     void linspaceRule() {
