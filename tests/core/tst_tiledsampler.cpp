@@ -2,13 +2,17 @@
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <limits>
+#include <map>
 #include <memory>
 
 #include "core/CpuBackend.h"
 #include "core/ImageOps.h"
+#include "core/NonFiniteError.h"
 #include "core/Philox.h"
 #include "core/Scheduler.h"
 #include "core/StepUpdate.h"
+#include "core/TilePlan.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
 
@@ -412,6 +416,108 @@ private slots:
         } catch (const ValidationError& e) {
             QCOMPARE(e.field(), std::string("init"));
         }
+    }
+
+    // Issue 13, finding 10: weights scaled by 1e30 rendered saturated noise with exit 0. Here the
+    // time embedding's second linear layer reaches ~1e59, past float32: the run stops at the
+    // first tile batch of the first step, and its record says it failed, and why.
+    void overflowingWeightsStopTheRun() {
+        std::map<std::string, HostTensor> tensors = model_->tensors();
+        for (auto& entry : tensors)
+            for (float& v : entry.second.data) v *= 1e30f;
+        auto sampler = makeSampler(std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors))));
+        CountingObserver observer;
+        try {
+            sampler->run(baseConfig(), observer);
+            QFAIL("a run whose UNet output is not finite finished");
+        } catch (const NonFiniteError& e) {
+            const QString what = QString::fromUtf8(e.what());
+            QVERIFY2(what.startsWith("non-finite values (NaN or infinity) in the UNet output at step 1/4 (timestep "
+                                     "750), tile batch 1/6 (tile 0); the UNet computed in fp32"),
+                     e.what());
+            QCOMPARE(e.site().step, 0);
+            QCOMPARE(e.site().batch, 0);
+            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(e.record().error, std::string(e.what()));
+            QCOMPARE(e.record().stepsRun, 0);
+            QVERIFY(!e.record().runId.empty());
+        }
+        QCOMPARE(observer.started, 1);
+        QCOMPARE(observer.steps, 0);
+        QCOMPARE(observer.batches, 0);
+    }
+
+    // A NaN in one pixel of the start image, covered by one tile only: the run stops at the first
+    // step it runs, in the tile batch holding that tile (the batches before it ran).
+    void poisonedLatentNamesStepAndTile_data() {
+        QTest::addColumn<int>("batch");
+        QTest::newRow("batch 1") << 1;
+        QTest::newRow("batch 4") << 4;
+    }
+
+    void poisonedLatentNamesStepAndTile() {
+        QFETCH(int, batch);
+        RunConfig config = baseConfig();
+        config.tileBatch = batch;
+        config.initImage = "in-memory";
+        config.strength = 0.5;  // starts at step index 4 - int(4 * 0.5) = 2
+        const int y = 23, x = 31;
+        ImageTensor init{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)};
+        init.data[(1 * 24 + y) * 32 + x] = std::numeric_limits<float>::quiet_NaN();
+        const TilePlan plan = TilePlan::fromConfig(config);
+        std::vector<int> covering;
+        for (const TileRect& r : plan.tiles())
+            if (y >= r.y && y < r.y + plan.tileH() && x >= r.x && x < r.x + plan.tileW()) covering.push_back(r.id);
+        QCOMPARE(covering.size(), std::size_t(1));
+        const int tile = covering.front(), batches = (plan.count() + batch - 1) / batch, j = tile / batch;
+        const int first = j * batch, last = std::min(plan.count(), first + batch) - 1;
+        const QString tiles = first == last ? QString("tile %1").arg(first) : QString("tiles %1-%2").arg(first).arg(last);
+
+        auto sampler = makeSampler(model_);
+        sampler->setInitImage(init);
+        CountingObserver observer;
+        try {
+            sampler->run(config, observer);
+            QFAIL("a run with a NaN in its latents finished");
+        } catch (const NonFiniteError& e) {
+            const QString want = QString("at step 3/4 (timestep 250), tile batch %1/%2 (%3);").arg(j + 1).arg(batches).arg(tiles);
+            QVERIFY2(QString::fromUtf8(e.what()).contains(want), qPrintable(QString(e.what()) + "\nwanted: " + want));
+            QCOMPARE(e.site().step, 2);
+            QCOMPARE(e.site().batch, j);
+            QCOMPARE(static_cast<int>(e.record().batches.size()), j);
+        }
+        QCOMPARE(observer.batches, j);
+        QCOMPARE(observer.steps, 0);
+        // The same engine runs a clean start image to the end afterwards.
+        sampler->setInitImage(ImageTensor{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)});
+        QCOMPARE(sampler->run(config, observer).record.status, std::string("finished"));
+    }
+
+    // Finite UNet outputs whose scheduler update overflows (conv_out predicts 1e38 everywhere and
+    // clipping is off, so x0 = ax x + ae eps passes float32's range): the check after the update
+    // names the step and the latents, not a tile.
+    void overflowingUpdateNamesTheLatents() {
+        std::map<std::string, HostTensor> tensors = model_->tensors();
+        std::fill(tensors.at("conv_out.weight").data.begin(), tensors.at("conv_out.weight").data.end(), 0.0f);
+        std::fill(tensors.at("conv_out.bias").data.begin(), tensors.at("conv_out.bias").data.end(), 1e38f);
+        SchedulerOptions noClip;
+        noClip.clipSample = false;
+        auto sampler = makeSampler(
+            std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors), noClip)));
+        CountingObserver observer;
+        try {
+            sampler->run(baseConfig(), observer);
+            QFAIL("a run whose latents overflowed finished");
+        } catch (const NonFiniteError& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).startsWith(
+                         "non-finite values (NaN or infinity) in the latents after the scheduler update of step 1/4 "
+                         "(timestep 750), although every tile's UNet output was finite"),
+                     e.what());
+            QCOMPARE(e.site().batch, -1);
+            QCOMPARE(e.record().status, std::string("failed"));
+        }
+        QCOMPARE(observer.batches, 6);  // every tile batch of the step ran
+        QCOMPARE(observer.steps, 0);
     }
 };
 
