@@ -36,9 +36,8 @@ std::vector<double> trailingValues(int numTrainTimesteps, int n) {
     return v;
 }
 
-}  // namespace
-
-void checkSchedulerOptions(const SchedulerOptions& o) {
+// The ranges of the option values themselves (checkSchedulerOptions adds the schedule's table).
+void checkOptionRanges(const SchedulerOptions& o) {
     if (o.numTrainTimesteps < 1 || o.numTrainTimesteps > kMaxTrainTimesteps)
         throw ValidationError("num_train_timesteps", "num_train_timesteps: " + std::to_string(o.numTrainTimesteps) +
                                                          " is not allowed; it must be 1 to " +
@@ -68,8 +67,6 @@ void checkSchedulerOptions(const SchedulerOptions& o) {
         throw ValidationError("eta", "eta: " + formatNumber(o.eta) +
                                          " is not allowed; it must be 0 to 1 (DDIM's noise weight: 0 deterministic, 1 as much noise as DDPM)");
 }
-
-namespace {
 
 // Every alphas_cumprod in (0, 1) and strictly decreasing (float32, as the tables are stored):
 // a value of 1 makes the update divide by 1 - alphas_cumprod = 0, a value of 0 (or one below
@@ -340,8 +337,12 @@ std::vector<float> torchLinspace(float start, float end, int n) {
     return out;
 }
 
+void checkSchedulerOptions(const SchedulerOptions& options) {
+    checkAlphasCumprod(alphasCumprodFromBetas(betaSchedule(options)), options);
+}
+
 std::vector<float> betaSchedule(const SchedulerOptions& o) {
-    checkSchedulerOptions(o);
+    checkOptionRanges(o);
     const int tn = o.numTrainTimesteps;
     switch (o.betaSchedule) {
     case BetaSchedule::Linear:

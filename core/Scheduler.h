@@ -30,8 +30,9 @@ inline constexpr int kMaxTrainTimesteps = 100000;
 // num_train_timesteps 1..kMaxTrainTimesteps; beta_start and beta_end in (0, 1) with
 // beta_start <= beta_end (linear and scaled_linear; squaredcos_cap_v2 ignores them);
 // steps_offset 0..num_train_timesteps - 1; clip_sample_range finite and > 0 when clip_sample;
-// eta in [0, 1]. Scheduler::create also checks the resulting alphas_cumprod: every value in
-// (0, 1) and strictly decreasing. Front ends call this to refuse a configuration before work.
+// eta in [0, 1]; then the schedule they give: every alphas_cumprod (float32) in (0, 1) and
+// strictly decreasing. Scheduler::create checks the same; front ends and model loaders call this
+// to refuse a configuration before any work (it builds the betas and alphas_cumprod tables only).
 void checkSchedulerOptions(const SchedulerOptions& options);
 
 // torch.linspace(start, end, n, dtype=float32) on the CPU: step = (end - start) / (n - 1)
@@ -39,7 +40,7 @@ void checkSchedulerOptions(const SchedulerOptions& options);
 std::vector<float> torchLinspace(float start, float end, int n);
 
 // The training noise schedule β_0 … β_{Tn-1} (float32) for options.betaSchedule.
-// Throws ValidationError as checkSchedulerOptions on bad values.
+// Throws ValidationError as checkSchedulerOptions on bad option values (not the table check).
 std::vector<float> betaSchedule(const SchedulerOptions& options);
 
 // ᾱ_t = Π_{s ≤ t} (1 - β_s), as torch.cumprod on float32 (double accumulator, float results).
@@ -55,8 +56,7 @@ std::vector<int> spacedTimesteps(int numTrainTimesteps, int n, TimestepSpacing s
 
 class Scheduler {
 public:
-    // Throws ValidationError (the field named) for options that checkSchedulerOptions refuses
-    // and for a schedule whose alphas_cumprod leave (0, 1) or stop decreasing in float32.
+    // Throws ValidationError (the field named) for options that checkSchedulerOptions refuses.
     static std::unique_ptr<Scheduler> create(SchedulerKind kind, const SchedulerOptions& options);
     virtual ~Scheduler() = default;
     Scheduler(const Scheduler&) = delete;
