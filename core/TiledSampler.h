@@ -28,7 +28,9 @@ public:
     // validates the config against the model's limits (ValidationError naming the field),
     // prepares the backend once per (batch, tile shape) and samples. Cancellation is checked
     // between tile batches: the result then holds the canvas after the last whole step and
-    // record.status == "cancelled". Other failures throw (ModelError, std::runtime_error).
+    // record.status == "cancelled". A NaN or infinity in a tile batch's UNet output, or in the
+    // latents after a step's update, stops the run with NonFiniteError (core/NonFiniteError.h:
+    // step, tile batch, record status "failed"). Other failures throw (ModelError, std::runtime_error).
     RunResult run(const RunConfig& config, RunObserver& observer) override;
 
     // Image-to-image (SDEdit): the start image in model space, channels x height x width equal

@@ -18,6 +18,7 @@
 
 #include "core/BlendWindow.h"
 #include "core/ImageOps.h"
+#include "core/NonFiniteError.h"
 #include "core/Philox.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
@@ -29,6 +30,7 @@
 #include "kernels/CudaCheck.h"
 #include "kernels/DeviceResources.h"
 #include "kernels/GraphCache.h"
+#include "kernels/NonFinite.cuh"
 #include "kernels/TileGather.cuh"
 #include "kernels/TileScatter.cuh"
 
@@ -92,6 +94,7 @@ class RunArena {
 public:
     std::size_t x = 0, acc = 0, accEps = 0, preview = 0, seam = 0, seamSq = 0, norm = 0, maps = 0;
     std::size_t tileX = 0, tileY = 0, tileMap = 0, coeff = 0, init = 0, state = 0;
+    std::size_t nonFinite = 0;   // the first (step, slot) with a NaN or infinity (kernels/NonFinite.cuh)
 
     // Returns true when the arena was (re)allocated.
     bool ensure(const ArenaPlan& plan) {
@@ -114,6 +117,7 @@ public:
         tileMap = reserve<int>(static_cast<std::size_t>(plan.tiles));
         coeff = reserve<StepCoefficients>(static_cast<std::size_t>(plan.stepsCapacity));
         state = reserve<StepState>(1);
+        nonFinite = reserve<unsigned long long>(1);
         buffer_ = DeviceBuffer(bytes_);
         plan_ = plan;
         return true;
@@ -146,6 +150,25 @@ struct BatchSpan {
     std::vector<int> tileIds;
 };
 
+// Where the device's non-finite word (kernels/NonFinite.cuh) says a NaN or infinity first appeared.
+NonFiniteSite nonFiniteSite(unsigned long long key, const RunConfig& config, const Scheduler& scheduler,
+                            const std::vector<BatchSpan>& spans) {
+    NonFiniteSite site;
+    site.step = static_cast<int>(key >> 32);
+    site.steps = config.steps;
+    site.timestep = scheduler.timesteps().at(static_cast<std::size_t>(site.step));
+    site.batches = static_cast<int>(spans.size());
+    site.precision = config.precision;
+    const auto slot = static_cast<unsigned>(key & 0xFFFFFFFFu);
+    if (slot != kNonFiniteLatents) {
+        const BatchSpan& b = spans.at(slot);
+        site.batch = static_cast<int>(slot);
+        site.firstTile = b.first;
+        site.tileCount = b.count;
+    }
+    return site;
+}
+
 }  // namespace
 
 struct CudaEngine::Impl {
@@ -172,6 +195,7 @@ struct CudaEngine::Impl {
     RunArena arena;
     std::vector<CudaEvent> batchEvents;
     CudaEvent stepBegin, stepEnd;
+    PinnedBuffer nonFiniteHost;   // the arena's non-finite word, copied back after each step
     // Lanes (when more than one): one stream per lane for gathers and forwards, the backend's
     // stream for scatters and fuses, and the dependency events between them (no timing): the
     // step's start, and per batch its forward's end and its scatter's end.
@@ -400,6 +424,7 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.accEps), 0, canvasSize * sizeof(float), stream));
         TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.seam), 0, canvasSize * sizeof(double), stream));
         TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.seamSq), 0, canvasSize * sizeof(double), stream));
+        TESSERA_CHECK(cudaMemsetAsync(arena.at<char>(arena.nonFinite), 0xFF, sizeof(unsigned long long), stream));
         TESSERA_CHECK(cudaStreamSynchronize(stream));   // the host vectors die at this scope's end
     }
     CanvasGeometry geo;
@@ -425,6 +450,8 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
     float* x = arena.at<float>(arena.x);
     const StepCoefficients* coeff = arena.at<StepCoefficients>(arena.coeff);
     StepState* state = arena.at<StepState>(arena.state);
+    unsigned long long* nonFinite = arena.at<unsigned long long>(arena.nonFinite);
+    if (!s.nonFiniteHost.data()) s.nonFiniteHost = PinnedBuffer(sizeof(unsigned long long));
 
     const CudaMemoryPlan bplan = backend.memoryPlan();
     record.memoryPlan.weightsMiB = mib(static_cast<double>(bplan.weightsBytes));
@@ -631,6 +658,9 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
                 TESSERA_CHECK(cudaEventRecord(s.forwardDone[static_cast<std::size_t>(j)].get(), ls));
                 TESSERA_CHECK(cudaStreamWaitEvent(stream, s.forwardDone[static_cast<std::size_t>(j)].get(), 0));
             }
+            launchNonFiniteCheck(outIo.dtype, backend.deviceOutput(lane),
+                                 static_cast<long long>(b.count) * tileH * tileW * outIo.paddedChannels, C,
+                                 outIo.paddedChannels, state, static_cast<unsigned>(j), nonFinite, stream);
             launchTileScatter(stepGeo, x, coeff, state, sampleFusion, b.first, b.count, b.y0, b.y1, b.x0, b.x1, outIo,
                               backend.deviceOutput(lane), targets, stream);
             TESSERA_CHECK(
@@ -640,6 +670,8 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         }
         launchCanvasFuse(stepGeo, x, arena.at<float>(arena.acc), targets.accEps, previewOut, coeff, state, sampleFusion,
                          stream);
+        launchNonFiniteCheck(DType::F32, x, static_cast<long long>(canvasSize), 1, 1, state, kNonFiniteLatents, nonFinite,
+                             stream);
         return true;
     };
 
@@ -695,7 +727,16 @@ RunResult CudaEngine::run(const RunConfig& config, RunObserver& observer) {
         }
         TESSERA_CHECK(cudaEventRecord(s.stepEnd.get(), stream));
         const double enqueueMs = msSince(stepStart);
-        TESSERA_CHECK(cudaEventSynchronize(s.stepEnd.get()));
+        // The non-finite word, read back with the step's own wait (after the graph launch in step mode).
+        TESSERA_CHECK(cudaMemcpyAsync(s.nonFiniteHost.data(), nonFinite, sizeof(unsigned long long),
+                                      cudaMemcpyDeviceToHost, stream));
+        TESSERA_CHECK(cudaStreamSynchronize(stream));
+        if (const unsigned long long found = *s.nonFiniteHost.as<unsigned long long>(); found != kNonFiniteClean) {
+            record.totalMs = msSince(runStart);
+            record.stepsRun = static_cast<int>(record.steps.size());
+            record.peakDeviceMiB = peak;
+            throw NonFiniteError(nonFiniteSite(found, config, *scheduler, spans), record);
+        }
         ++stepsDone;
         const double used = deviceUsedMiB();
         peak = std::max(peak, used);

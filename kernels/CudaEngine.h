@@ -31,6 +31,12 @@
 // with more lanes serves runs with fewer; auto halves the lanes when a plan does not fit.
 // RunRecord::graphs.lanes says how many ran.
 //
+// Non-finite values: each tile batch's UNet output and the canvas after each step's update are
+// checked on the device (kernels/NonFinite.cuh: same kernels in every graph mode, captured with
+// the step in step mode), which keeps the first (step, tile batch) holding a NaN or an infinity
+// in one word of the run arena; the host copies it back with the step's own wait and throws
+// NonFiniteError (core/NonFiniteError.h: step, tile batch, precision advice, record "failed").
+//
 // This header includes no CUDA header.
 #pragma once
 
@@ -54,7 +60,8 @@ public:
     CudaEngine& operator=(const CudaEngine&) = delete;
 
     // As TiledSampler::run. The backend is prepared once per (model, precision, batch, tile
-    // shape); an out-of-memory plan throws CudaOutOfMemory (needed/free MiB, largest batch).
+    // shape); an out-of-memory plan throws CudaOutOfMemory (needed/free MiB, largest batch);
+    // a NaN or infinity in a tile batch's output or in the latents throws NonFiniteError.
     RunResult run(const RunConfig& config, RunObserver& observer) override;
 
     // As TiledSampler: pin an in-memory model (config.model is then ignored); nullptr unpins.

@@ -2,15 +2,20 @@
 // same image and seam map for both fusion rules and noisy schedulers, repeatable runs,
 // per-batch/per-step device timings, cancellation; on the fixture model (tests/data/models,
 // or $TESSERA_TEST_DATA_DIR/models) a 256x256 tiled DDIM run against the CPU engine
-// (PSNR >= 40 dB) and tile batch 1 against 8. Skips where no CUDA device is present.
+// (PSNR >= 40 dB) and tile batch 1 against 8; a NaN or infinity (a poisoned latent, weights that
+// overflow fp16) stops the run naming the step and tile batch, in every graph mode. Skips where
+// no CUDA device is present.
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "core/CpuBackend.h"
 #include "core/ImageOps.h"
+#include "core/NonFiniteError.h"
+#include "core/TilePlan.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
 #include "kernels/CudaBackend.h"
@@ -251,6 +256,103 @@ private slots:
                  qPrintable(QString("batch 1 and 8 differ by rel %1, more than twice fp16's own error %2").arg(r).arg(fp16Error)));
         QVERIFY2(r < 2e-2, qPrintable(QString("batch 1 and 8 differ by rel %1").arg(r)));
         QVERIFY2(db >= 45.0, qPrintable(QString("batch 1 vs 8: PSNR %1 dB").arg(db)));
+    }
+
+    // Issue 13, finding 10 on the GPU, in every graph mode (lanes auto: several lanes here): a NaN
+    // in one pixel of the start image (a poisoned latent) stops the run at the first step it runs,
+    // in the tile batch holding the first tile that covers the pixel. The poisoned run follows a
+    // clean one that captured the graphs, so the flag is written by replayed graphs too; a clean
+    // run afterwards finishes with the first clean run's bits (the flag is reset per run).
+    void poisonedLatentStopsTheRun_data() {
+        QTest::addColumn<int>("graphs");
+        QTest::newRow("graphs off") << int(GraphMode::Off);
+        QTest::newRow("graphs tile") << int(GraphMode::Tile);
+        QTest::newRow("graphs step") << int(GraphMode::Step);
+    }
+
+    void poisonedLatentStopsTheRun() {
+        QFETCH(int, graphs);
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 11));
+        RunConfig cfg = runConfig(SchedulerKind::DDIM, FusionRule::Sample, Precision::FP16);
+        cfg.graphs = static_cast<GraphMode>(graphs);
+        cfg.graphWarmup = 0;
+        cfg.previewEvery = 0;
+        cfg.initImage = "in-memory";
+        cfg.strength = 0.5;   // starts at step index 4 - int(4 * 0.5) = 2
+        const ImageTensor clean{3, cfg.height, cfg.width, std::vector<float>(3 * cfg.height * cfg.width, 0.25f)};
+        ImageTensor poisoned = clean;
+        const int y = cfg.height - 1, x = cfg.width - 1;
+        poisoned.data[(static_cast<std::size_t>(1) * cfg.height + y) * cfg.width + x] = std::nanf("");
+        const TilePlan plan = TilePlan::fromConfig(cfg);
+        int tile = plan.count();
+        for (const TileRect& r : plan.tiles())
+            if (y >= r.y && y < r.y + plan.tileH() && x >= r.x && x < r.x + plan.tileW()) tile = std::min(tile, r.id);
+        QVERIFY(tile < plan.count());
+        const int batches = (plan.count() + cfg.tileBatch - 1) / cfg.tileBatch, j = tile / cfg.tileBatch;
+
+        CudaEngine gpu;
+        gpu.setModel(model);
+        RunObserver quiet;
+        gpu.setInitImage(clean);
+        const RunResult before = gpu.run(cfg, quiet);
+        QCOMPARE(before.record.status, std::string("finished"));
+        gpu.setInitImage(poisoned);
+        try {
+            gpu.run(cfg, quiet);
+            QFAIL("a run with a NaN in its latents finished");
+        } catch (const NonFiniteError& e) {
+            const QString want =
+                QString("in the UNet output at step 3/4 (timestep 250), tile batch %1/%2 (").arg(j + 1).arg(batches);
+            qInfo("%s", e.what());
+            QVERIFY2(QString::fromUtf8(e.what()).contains(want), qPrintable(QString(e.what()) + "\nwanted: " + want));
+            QVERIFY2(QString::fromUtf8(e.what()).contains("fp16"), e.what());
+            QCOMPARE(e.site().step, 2);
+            QCOMPARE(e.site().batch, j);
+            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(e.record().error, std::string(e.what()));
+        }
+        gpu.setInitImage(clean);
+        const RunResult after = gpu.run(cfg, quiet);
+        QCOMPARE(after.record.status, std::string("finished"));
+        QVERIFY2(after.image.data == before.image.data, "the run after the failed one differs from the one before it");
+    }
+
+    // Weights that overflow fp16 but not float32 (conv_out x 1e8): in fp16 the first tile batch of
+    // the first step stops the run and the message suggests bf16 or fp32; both then run the same
+    // model to the end. Every graph mode.
+    void fp16OverflowSuggestsWiderPrecision_data() { poisonedLatentStopsTheRun_data(); }
+
+    void fp16OverflowSuggestsWiderPrecision() {
+        QFETCH(int, graphs);
+        std::map<std::string, HostTensor> tensors = UNetModel::random(smallConfig(), 12).tensors();
+        for (float& v : tensors.at("conv_out.weight").data) v *= 1e8f;
+        auto model = std::make_shared<const UNetModel>(UNetModel::fromTensors(smallConfig(), std::move(tensors)));
+        RunConfig cfg = runConfig(SchedulerKind::DDIM, FusionRule::Sample, Precision::FP16);
+        cfg.graphs = static_cast<GraphMode>(graphs);
+        cfg.graphWarmup = 0;
+        cfg.previewEvery = 0;
+        CudaEngine gpu;
+        gpu.setModel(model);
+        RunObserver quiet;
+        try {
+            gpu.run(cfg, quiet);
+            QFAIL("an fp16 run whose UNet output overflowed finished");
+        } catch (const NonFiniteError& e) {
+            qInfo("%s", e.what());
+            QVERIFY2(QString::fromUtf8(e.what()).contains("in the UNet output at step 1/4 (timestep 750), tile batch 1/"),
+                     e.what());
+            QVERIFY2(QString::fromUtf8(e.what()).contains("fp16, which overflows above 65504: run again with precision "
+                                                          "bf16 or fp32"),
+                     e.what());
+            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(e.record().stepsRun, 0);
+        }
+        for (const Precision wider : {Precision::BF16, Precision::FP32}) {
+            cfg.precision = wider;
+            const RunResult r = gpu.run(cfg, quiet);
+            QCOMPARE(r.record.status, std::string("finished"));
+            for (const float v : r.image.data) QVERIFY(std::isfinite(v));
+        }
     }
 
     void cancels() {
