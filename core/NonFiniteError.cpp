@@ -1,6 +1,7 @@
 #include "core/NonFiniteError.h"
 
-#include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/FormatNumber.h"
 
@@ -49,9 +50,15 @@ NonFiniteError::NonFiniteError(const NonFiniteSite& site, RunRecord record)
 }
 
 bool allFinite(const float* data, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
-        if (!std::isfinite(data[i])) return false;
-    return true;
+    // An exponent of all ones is an infinity or a NaN. OR-reduced without branches, so the loop
+    // vectorises: a fraction of a nanosecond per value, next to a UNet forward's microseconds.
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, data + i, sizeof bits);
+        bad |= static_cast<std::uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
+    }
+    return bad == 0;
 }
 
 }  // namespace tessera
