@@ -493,6 +493,31 @@ private slots:
         QCOMPARE(sampler->run(config, observer).record.status, std::string("finished"));
     }
 
+    // The message both engines give: the tiles of the batch, and per precision what to change.
+    void nonFiniteMessageAndCheck() {
+        NonFiniteSite site{4, 20, 799.5f, 2, 9, 7, 1, Precision::FP16};
+        QCOMPARE(nonFiniteMessage(site),
+                 std::string("non-finite values (NaN or infinity) in the UNet output at step 5/20 (timestep 799.5), "
+                             "tile batch 3/9 (tile 7); the UNet computed in fp16, which overflows above 65504: run "
+                             "again with precision bf16 or fp32 (float32's range)"));
+        site.tileCount = 4;
+        site.precision = Precision::BF16;
+        QVERIFY2(nonFiniteMessage(site).find("(tiles 7-10); the UNet computed in bf16") != std::string::npos,
+                 nonFiniteMessage(site).c_str());
+        QVERIFY(nonFiniteMessage(site).find("run again with precision fp32") != std::string::npos);
+        site.precision = Precision::FP32;
+        QVERIFY(nonFiniteMessage(site).find("fp32, which overflows above 3.4e38") != std::string::npos);
+        const float values[] = {0.0f, -1.0f, std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()};
+        QVERIFY(allFinite(values, 4));
+        for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+            std::vector<float> v(37, 1.0f);
+            v[29] = bad;
+            QVERIFY(!allFinite(v.data(), v.size()));
+            QVERIFY(allFinite(v.data(), 29));
+        }
+    }
+
     // Finite UNet outputs whose scheduler update overflows (conv_out predicts 1e38 everywhere and
     // clipping is off, so x0 = ax x + ae eps passes float32's range): the check after the update
     // names the step and the latents, not a tile.
