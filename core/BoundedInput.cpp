@@ -133,6 +133,13 @@ BoundedFile openBoundedFile(const std::filesystem::path& path, std::string_view 
     return file;
 }
 
+std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {
+    // ASCII only, so cutting anywhere leaves valid text; invalid UTF-8 in a string is replaced.
+    std::string text = value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+    if (text.size() > maxChars) text = text.substr(0, maxChars) + "... (" + std::to_string(text.size()) + " bytes)";
+    return text;
+}
+
 std::string readBoundedFile(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes) {
     const BoundedFile file = openBoundedFile(path, field, maxBytes);
     std::string text(static_cast<std::size_t>(file.size()), '\0');

@@ -48,6 +48,10 @@ private:
 // control characters, quotes, backslashes and invalid UTF-8 escaped, for error messages.
 std::string excerpt(std::string_view text, std::size_t maxChars = input_limits::kExcerptChars);
 
+// A JSON value as compact JSON text (non-ASCII as \u escapes), shortened like excerpt()
+// but with its quotes kept as they are: for "key = value" in messages.
+std::string excerptJson(const nlohmann::json& value, std::size_t maxChars = input_limits::kExcerptChars);
+
 // `text` as valid UTF-8: well-formed sequences kept, every other byte written as the
 // three characters "\xNN". Idempotent on valid UTF-8 input.
 std::string toValidUtf8(std::string_view text);

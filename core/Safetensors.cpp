@@ -179,7 +179,7 @@ namespace {
 
 // A short, escaped rendering of a header value or name for messages (a hostile header can
 // hold a name or value megabytes long).
-std::string shown(const nlohmann::json& value) { return excerpt(value.dump()); }
+std::string shown(const nlohmann::json& value) { return excerptJson(value); }
 std::string quotedName(std::string_view name) { return inQuotes(excerpt(name)); }
 
 // One linear pass over the header text before it is parsed into a tree: bounds the nesting,
