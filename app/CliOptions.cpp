@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/BoundedInput.h"
+
 namespace tessera {
 
 namespace {
@@ -247,7 +249,10 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     namespace fs = std::filesystem;
     if (!given.empty()) {
         const fs::path dir = fs::absolute(given);
-        if (!fs::is_directory(dir)) throw ValidationError("model", "model: '" + given + "' is not a folder");
+        std::error_code ec;  // a link loop or an over-long path is invalid input, not a failure
+        if (!fs::is_directory(dir, ec))
+            throw ValidationError("model", "model: '" + excerpt(given, 200) + "' is not a folder" +
+                                               (ec ? " (" + ec.message() + ")" : std::string()));
         return dir.lexically_normal().string();
     }
     const auto candidates = defaultModelCandidates(executableDir);

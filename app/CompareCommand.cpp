@@ -21,8 +21,8 @@
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
 #include "core/ImageOps.h"
-#include "core/ModelConfig.h"
 #include "core/RunRecordIO.h"
+#include "core/UNetModel.h"
 
 namespace fs = std::filesystem;
 
@@ -159,17 +159,10 @@ std::string resolveModel(const std::string& given) { return resolveModelFolder(g
 
 // What the model folder allows, from its config.json (and scheduler_config.json) alone.
 ModelLimits readModelLimits(const std::string& dir) {
-    const fs::path configPath = fs::path(dir) / "config.json";
-    std::ifstream configFile(configPath);
-    if (!configFile) fail("model", "cannot read '" + configPath.string() + "'");
     try {
-        const ModelConfig model = modelConfigFromJson(nlohmann::json::parse(configFile));
-        int trainTimesteps = 1000;
-        if (std::ifstream schedulerFile(fs::path(dir) / "scheduler_config.json"); schedulerFile)
-            trainTimesteps = schedulerOptionsFromJson(nlohmann::json::parse(schedulerFile)).numTrainTimesteps;
-        return model.limits(trainTimesteps);
-    } catch (const std::exception& e) {
-        fail("model", configPath.string() + ": " + e.what());
+        return readModelFolderConfig(dir).limits();
+    } catch (const ModelError& e) {
+        fail("model", e.what());
     }
 }
 

@@ -1,15 +1,10 @@
 #include "app/ModelLocator.h"
 
-#include <exception>
-#include <fstream>
-
 #include <QDir>
 #include <QFileInfo>
 
-#include <nlohmann/json.hpp>
-
 #include "app/CliOptions.h"
-#include "core/ModelConfig.h"
+#include "core/UNetModel.h"
 
 namespace tessera {
 
@@ -34,22 +29,11 @@ bool ModelLocator::looksLikeModelFolder(const QString& dir) {
 }
 
 std::optional<ModelLimits> ModelLocator::readLimits(const QString& dir, QString* error) {
-    auto fail = [error](const QString& why) -> std::optional<ModelLimits> {
-        if (error) *error = why;
-        return std::nullopt;
-    };
-    const QString configPath = QDir(dir).filePath(QStringLiteral("config.json"));
-    std::ifstream configFile(configPath.toStdString());
-    if (!configFile) return fail(configPath + QStringLiteral(": cannot be opened"));
     try {
-        const ModelConfig config = modelConfigFromJson(nlohmann::json::parse(configFile));
-        int trainTimesteps = 1000;
-        const QString schedulerPath = QDir(dir).filePath(QStringLiteral("scheduler_config.json"));
-        if (std::ifstream schedulerFile(schedulerPath.toStdString()); schedulerFile)
-            trainTimesteps = schedulerOptionsFromJson(nlohmann::json::parse(schedulerFile)).numTrainTimesteps;
-        return config.limits(trainTimesteps);
-    } catch (const std::exception& e) {
-        return fail(configPath + QStringLiteral(": ") + QString::fromUtf8(e.what()));
+        return readModelFolderConfig(dir.toStdString()).limits();
+    } catch (const ModelError& e) {
+        if (error) *error = QString::fromUtf8(e.what());
+        return std::nullopt;
     }
 }
 

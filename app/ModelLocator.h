@@ -26,8 +26,9 @@ public:
     // True when `dir` holds config.json (the weights are checked only when a run loads them).
     static bool looksLikeModelFolder(const QString& dir);
     // The limits a model folder's config.json implies (downsample factor, input channels,
-    // training timesteps from scheduler_config.json when present). nullopt with *error set
-    // (naming the file) when it cannot be read or parsed.
+    // training timesteps from scheduler_config.json when present), read by the core's
+    // readModelFolderConfig. nullopt with *error set (naming the file) when it cannot be read
+    // or parsed.
     static std::optional<ModelLimits> readLimits(const QString& dir, QString* error = nullptr);
 
 private:

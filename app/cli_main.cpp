@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "app/BenchCommand.h"
 #include "app/CliOptions.h"
@@ -53,17 +55,6 @@ std::string resolveModel(const std::string& given) {
         return resolveModelFolder(given, executableDir());
     } catch (const ValidationError& e) {
         throw InputError{e.what()};
-    }
-}
-
-// The model's input channels from its config.json alone (the engine loads the weights later).
-int modelInputChannels(const std::string& dir) {
-    std::ifstream in(fs::path(dir) / "config.json");
-    if (!in) throw InputError{"model: cannot read '" + dir + "/config.json'"};
-    try {
-        return modelConfigFromJson(nlohmann::json::parse(in)).inChannels;
-    } catch (const std::exception& e) {
-        throw InputError{"model: " + dir + "/config.json: " + e.what()};
     }
 }
 
@@ -210,7 +201,7 @@ int cmdRender(const CliOptions& options) {
             if (std::abs(inAspect / runAspect - 1.0) > 0.01) std::cerr << " (stretched: the aspect ratios differ)";
             std::cerr << "\n";
         }
-        const int channels = modelInputChannels(config.model);
+        const int channels = readModelFolderConfig(config.model).config.inChannels;
         if (channels != 1 && channels != 3)
             throw InputError{"init: image-to-image needs a model with 1 or 3 input channels; this one has " +
                              std::to_string(channels)};
@@ -250,6 +241,8 @@ int cmdRender(const CliOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Warnings (unused tensors, unknown config keys) are diagnostics: stderr, never the report on stdout.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tessera-cli"));
     std::vector<std::string> args(argv + 1, argv + argc);
     // bench has its own options (lists of batches, precisions, graph modes): app/BenchCommand.h.
     if (!args.empty() && args.front() == "bench") {

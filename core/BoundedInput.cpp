@@ -102,7 +102,11 @@ std::string excerpt(std::string_view text, std::size_t maxChars) {
     return out;
 }
 
-std::string readBoundedFile(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes) {
+BoundedFile::~BoundedFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+BoundedFile openBoundedFile(const std::filesystem::path& path, std::string_view field, std::uint64_t maxBytes) {
     const std::string shown = "'" + excerpt(path.string(), 200) + "'";
     const auto fail = [&](const std::string& why) { throw InputFileError(std::string(field), std::string(field) + ": " + shown + ": " + why); };
     if (path.empty()) fail("no file named");
@@ -117,10 +121,7 @@ std::string readBoundedFile(const std::filesystem::path& path, std::string_view 
         if (error == ENAMETOOLONG) fail("a path component is too long");
         fail("cannot open: " + errnoText(error));
     }
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
+    BoundedFile file(fd, 0);  // closes fd when a check below throws
     struct stat info {};
     if (::fstat(fd, &info) != 0) fail("cannot stat: " + errnoText(errno));
     if (S_ISDIR(info.st_mode)) fail("is a folder; a regular file is needed");
@@ -128,12 +129,27 @@ std::string readBoundedFile(const std::filesystem::path& path, std::string_view 
     if (static_cast<std::uint64_t>(info.st_size) > maxBytes)
         fail("is " + std::to_string(info.st_size) + " bytes; at most " + std::to_string(maxBytes) +
              " bytes are allowed for this kind of file");
-    std::string text(static_cast<std::size_t>(info.st_size), '\0');
+    file.size_ = static_cast<std::uint64_t>(info.st_size);
+    return file;
+}
+
+std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {
+    // ASCII only, so cutting anywhere leaves valid text; invalid UTF-8 in a string is replaced.
+    std::string text = value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+    if (text.size() > maxChars) text = text.substr(0, maxChars) + "... (" + std::to_string(text.size()) + " bytes)";
+    return text;
+}
+
+std::string readBoundedFile(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes) {
+    const BoundedFile file = openBoundedFile(path, field, maxBytes);
+    std::string text(static_cast<std::size_t>(file.size()), '\0');
     std::size_t got = 0;
     while (got < text.size()) {
-        const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+        const ssize_t n = ::read(file.fd(), text.data() + got, text.size() - got);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) fail("read failed: " + errnoText(errno));
+        if (n < 0)
+            throw InputFileError(std::string(field), std::string(field) + ": '" + excerpt(path.string(), 200) +
+                                                         "': read failed: " + errnoText(errno));
         if (n == 0) break;  // the file shrank while being read: take what is there
         got += static_cast<std::size_t>(n);
     }

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -46,10 +48,39 @@ private:
 // control characters, quotes, backslashes and invalid UTF-8 escaped, for error messages.
 std::string excerpt(std::string_view text, std::size_t maxChars = input_limits::kExcerptChars);
 
+// A JSON value as compact JSON text (non-ASCII as \u escapes), shortened like excerpt()
+// but with its quotes kept as they are: for "key = value" in messages.
+std::string excerptJson(const nlohmann::json& value, std::size_t maxChars = input_limits::kExcerptChars);
+
 // `text` as valid UTF-8: well-formed sequences kept, every other byte written as the
 // three characters "\xNN". Idempotent on valid UTF-8 input.
 std::string toValidUtf8(std::string_view text);
 bool isValidUtf8(std::string_view text);
+
+// An open regular file whose size was checked against a bound: what readBoundedFile reads
+// from, and what callers that map a file (safetensors) start from. Move-only; closes the
+// descriptor on destruction.
+class BoundedFile {
+public:
+    ~BoundedFile();
+    BoundedFile(BoundedFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+    BoundedFile& operator=(BoundedFile&&) = delete;
+    BoundedFile(const BoundedFile&) = delete;
+    BoundedFile& operator=(const BoundedFile&) = delete;
+    int fd() const noexcept { return fd_; }
+    std::uint64_t size() const noexcept { return size_; }  // bytes, at open time
+
+private:
+    BoundedFile(int fd, std::uint64_t size) noexcept : fd_(fd), size_(size) {}
+    friend BoundedFile openBoundedFile(const std::filesystem::path&, std::string_view, std::uint64_t);
+    int fd_;
+    std::uint64_t size_;
+};
+
+// Opens `path` for reading under the same rules as readBoundedFile (never blocks; refuses
+// anything but a regular file of at most `maxBytes` bytes; path length and link loops
+// reported clearly) without reading it.
+BoundedFile openBoundedFile(const std::filesystem::path& path, std::string_view field, std::uint64_t maxBytes);
 
 // Reads the whole of `path`, which must name a regular file (after following symbolic
 // links; a FIFO, device, socket or directory is refused without blocking) of at most

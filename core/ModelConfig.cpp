@@ -2,14 +2,16 @@
 //
 // diffusers builds the model from UNet2DModel.__init__'s defaults overridden by the file's
 // keys, so the defaults below (in ModelConfig's member initialisers) must match __init__.
-// Keys starting with '_' are bookkeeping and ignored; unknown keys are ignored with a warning,
-// as diffusers does. Values Tessera cannot run are rejected, naming the key.
+// Keys starting with '_' are bookkeeping and ignored; unknown keys are ignored with one
+// summarised warning, as diffusers does. Values Tessera cannot run, or outside the ranges in
+// ModelConfig.h, are rejected naming the key, before anything is sized from them.
 #include "core/ModelConfig.h"
 
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string_view>
@@ -17,24 +19,52 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/BoundedInput.h"
+
 namespace tessera {
 
 namespace {
 
+namespace bounds = model_config_bounds;
+
 [[noreturn]] void reject(const std::string& key, const nlohmann::json& value, const std::string& why) {
-    throw std::runtime_error("config.json: " + key + " = " + value.dump() + ": " + why);
+    throw std::runtime_error("config.json: " + key + " = " + excerptJson(value) + ": " + why);
 }
 
-int readInt(const nlohmann::json& value, const std::string& key, int minimum) {
+// An allowed range of an integer key and why it is that.
+struct IntRange {
+    std::int64_t min, max;
+    const char* why;
+};
+
+constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels,
+                                   "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"};
+constexpr IntRange kBlockChannels{1, bounds::kMaxBlockChannels, "published UNets use 32 to 1280 per level"};
+constexpr IntRange kLayersPerBlock{1, bounds::kMaxLayersPerBlock, "2 in ddpm and SD, up to 4 in larger UNets"};
+constexpr IntRange kSampleSize{1, bounds::kMaxSampleSize, "32 to 256 in ddpm, 64 to 128 for SD latents"};
+constexpr IntRange kTimeEmbeddingDim{1, bounds::kMaxTimeEmbeddingDim, "4 x block_out_channels[0] by default"};
+constexpr IntRange kFreqShift{0, 1, "ddpm uses 1, SD 0"};
+constexpr IntRange kDownsamplePadding{0, 1,
+                                      "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"};
+constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
+constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
+constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
+
+int readInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
     if (!value.is_number_integer()) reject(key, value, "expected an integer");
-    const auto v = value.get<std::int64_t>();
-    if (v < minimum || v > 1'000'000'000) reject(key, value, "expected an integer of at least " + std::to_string(minimum));
+    // Above INT64_MAX is outside every range: clamp so the comparison below stays exact.
+    constexpr auto kLargest = std::numeric_limits<std::int64_t>::max();
+    const bool huge = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(kLargest);
+    const std::int64_t v = huge ? kLargest : value.get<std::int64_t>();
+    if (v < range.min || v > range.max)
+        reject(key, value, "expected an integer from " + std::to_string(range.min) + " to " +
+                               std::to_string(range.max) + " (" + range.why + ")");
     return static_cast<int>(v);
 }
 
-std::optional<int> readOptionalInt(const nlohmann::json& value, const std::string& key, int minimum) {
+std::optional<int> readOptionalInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
     if (value.is_null()) return std::nullopt;
-    return readInt(value, key, minimum);
+    return readInt(value, key, range);
 }
 
 bool readBool(const nlohmann::json& value, const std::string& key) {
@@ -42,16 +72,28 @@ bool readBool(const nlohmann::json& value, const std::string& key) {
     return value.get<bool>();
 }
 
-double readNumber(const nlohmann::json& value, const std::string& key) {
+// A finite number in [min, max].
+double readNumber(const nlohmann::json& value, const std::string& key, double min, double max, const char* why) {
     if (!value.is_number()) reject(key, value, "expected a number");
     const double v = value.get<double>();
-    if (!std::isfinite(v)) reject(key, value, "expected a finite number");
+    if (!std::isfinite(v) || v < min || v > max)
+        reject(key, value, "expected a number from " + nlohmann::json(min).dump() + " to " +
+                               nlohmann::json(max).dump() + " (" + why + ")");
     return v;
 }
 
 std::string readString(const nlohmann::json& value, const std::string& key) {
     if (!value.is_string()) reject(key, value, "expected a string");
     return value.get<std::string>();
+}
+
+// An array of at most kMaxLevels entries (one per resolution level).
+void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what) {
+    if (!value.is_array() || value.empty()) reject(key, value, std::string("expected a non-empty array of ") + what);
+    if (value.size() > static_cast<std::size_t>(bounds::kMaxLevels))
+        reject(key, value, "has " + std::to_string(value.size()) + " entries; at most " +
+                               std::to_string(bounds::kMaxLevels) +
+                               " levels are allowed (published UNets have 3 to 7)");
 }
 
 // diffusers' get_down_block/get_up_block strip this prefix before matching.
@@ -62,25 +104,25 @@ std::string stripUNetRes(std::string name) {
 }
 
 std::vector<DownBlockType> readDownBlocks(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_array() || value.empty()) reject(key, value, "expected a non-empty array of block names");
+    requireLevelArray(value, key, "block names");
     std::vector<DownBlockType> blocks;
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
         if (name == "DownBlock2D") blocks.push_back(DownBlockType::Down);
         else if (name == "AttnDownBlock2D") blocks.push_back(DownBlockType::AttnDown);
-        else reject(key, value, "'" + item.get<std::string>() + "' is not supported (DownBlock2D or AttnDownBlock2D)");
+        else reject(key, value, "'" + excerpt(item.get<std::string>()) + "' is not supported (DownBlock2D or AttnDownBlock2D)");
     }
     return blocks;
 }
 
 std::vector<UpBlockType> readUpBlocks(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_array() || value.empty()) reject(key, value, "expected a non-empty array of block names");
+    requireLevelArray(value, key, "block names");
     std::vector<UpBlockType> blocks;
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
         if (name == "UpBlock2D") blocks.push_back(UpBlockType::Up);
         else if (name == "AttnUpBlock2D") blocks.push_back(UpBlockType::AttnUp);
-        else reject(key, value, "'" + item.get<std::string>() + "' is not supported (UpBlock2D or AttnUpBlock2D)");
+        else reject(key, value, "'" + excerpt(item.get<std::string>()) + "' is not supported (UpBlock2D or AttnUpBlock2D)");
     }
     return blocks;
 }
@@ -112,115 +154,100 @@ double tidy(float value) {
     return std::strtod(std::string(buffer.data(), result.ptr).c_str(), nullptr);
 }
 
-}  // namespace
-
-ModelConfig modelConfigFromJson(const nlohmann::json& j) {
-    if (!j.is_object()) throw std::runtime_error("config.json: expected a JSON object, found " + std::string(j.type_name()));
-    ModelConfig c;
-    const std::set<std::string> defaults = forcedDefaults(j);
+// What the loop over the file's keys collects besides the config itself.
+struct KeyState {
     std::optional<std::pair<int, int>> sampleSize;
     std::string downsampleType = "conv";
     std::string upsampleType = "conv";
+    std::vector<std::string> unknownKeys;
+};
 
-    for (const auto& [key, value] : j.items()) {
-        if (key.empty() || key.front() == '_') continue;  // _class_name, _diffusers_version, ...
-        if (defaults.count(key) != 0) continue;
-        if (kModelKeys.count(key) == 0) {
-            spdlog::warn("config.json: ignoring unknown key '{}'", key);
-            continue;
+// Reads one known key into `c`.
+void readKey(ModelConfig& c, KeyState& s, const std::string& key, const nlohmann::json& value) {
+    if (key == "sample_size") {
+        if (value.is_null()) s.sampleSize.reset();
+        else if (value.is_number_integer()) {
+            const int size = readInt(value, key, kSampleSize);
+            s.sampleSize = std::pair{size, size};
+        } else if (value.is_array() && value.size() == 2) {
+            s.sampleSize = std::pair{readInt(value[0], key, kSampleSize), readInt(value[1], key, kSampleSize)};
+        } else {
+            reject(key, value, "expected null, an integer or [height, width]");
         }
-        if (key == "sample_size") {
-            if (value.is_null()) sampleSize.reset();
-            else if (value.is_number_integer()) {
-                const int s = readInt(value, key, 1);
-                sampleSize = std::pair{s, s};
-            } else if (value.is_array() && value.size() == 2) {
-                sampleSize = std::pair{readInt(value[0], key, 1), readInt(value[1], key, 1)};
-            } else {
-                reject(key, value, "expected null, an integer or [height, width]");
-            }
-        } else if (key == "in_channels") c.inChannels = readInt(value, key, 1);
-        else if (key == "out_channels") c.outChannels = readInt(value, key, 1);
-        else if (key == "center_input_sample") c.centerInputSample = readBool(value, key);
-        else if (key == "time_embedding_type") {
-            if (readString(value, key) != "positional")
-                reject(key, value, "only \"positional\" time embeddings are supported");
-        } else if (key == "time_embedding_dim") c.timeEmbeddingDim = readOptionalInt(value, key, 1);
-        else if (key == "freq_shift") c.freqShift = readInt(value, key, -1'000'000);
-        else if (key == "flip_sin_to_cos") c.flipSinToCos = readBool(value, key);
-        else if (key == "down_block_types") c.downBlocks = readDownBlocks(value, key);
-        else if (key == "up_block_types") c.upBlocks = readUpBlocks(value, key);
-        else if (key == "mid_block_type") {
-            if (value.is_null()) c.hasMidBlock = false;
-            else if (readString(value, key) == "UNetMidBlock2D") c.hasMidBlock = true;
-            else reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
-        } else if (key == "block_out_channels") {
-            if (!value.is_array() || value.empty()) reject(key, value, "expected a non-empty array of channel counts");
-            c.blockOutChannels.clear();
-            for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, 1));
-        } else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, 1);
-        else if (key == "mid_block_scale_factor") {
-            const double v = readNumber(value, key);
-            if (v == 0.0) reject(key, value, "must not be zero (outputs are divided by it)");
-            c.midBlockScaleFactor = static_cast<float>(v);
-        } else if (key == "downsample_padding") c.downsamplePadding = readInt(value, key, 0);
-        else if (key == "downsample_type") downsampleType = readString(value, key);
-        else if (key == "upsample_type") upsampleType = readString(value, key);
-        else if (key == "dropout") (void)readNumber(value, key);  // identity at inference
-        else if (key == "act_fn") {
-            const std::string act = readString(value, key);
-            if (act != "silu" && act != "swish") reject(key, value, "only \"silu\" (or \"swish\") is supported");
-        } else if (key == "attention_head_dim") c.attentionHeadDim = readOptionalInt(value, key, 1);
-        else if (key == "norm_num_groups") c.normNumGroups = readInt(value, key, 1);
-        else if (key == "attn_norm_num_groups") c.attnNormNumGroups = readOptionalInt(value, key, 1);
-        else if (key == "norm_eps") {
-            const double v = readNumber(value, key);
-            if (!(v > 0.0)) reject(key, value, "expected a positive number");
-            c.normEps = static_cast<float>(v);
-        } else if (key == "resnet_time_scale_shift") {
-            const std::string shift = readString(value, key);
-            if (shift == "default") c.resnetTimeScaleShift = TimeScaleShift::Default;
-            else if (shift == "scale_shift") c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
-            else reject(key, value, "expected \"default\" or \"scale_shift\"");
-        } else if (key == "add_attention") c.addAttention = readBool(value, key);
-        else if (key == "class_embed_type") {
-            if (!value.is_null()) reject(key, value, "class-conditional models are not supported");
-        } else if (key == "num_class_embeds") {
-            if (!value.is_null()) reject(key, value, "class-conditional models are not supported");
-        } else if (key == "num_train_timesteps") {
-            if (!value.is_null()) (void)readInt(value, key, 1);  // only used by "learned" embeddings
-        }
+    } else if (key == "in_channels") c.inChannels = readInt(value, key, kSampleChannels);
+    else if (key == "out_channels") c.outChannels = readInt(value, key, kSampleChannels);
+    else if (key == "center_input_sample") c.centerInputSample = readBool(value, key);
+    else if (key == "time_embedding_type") {
+        if (readString(value, key) != "positional") reject(key, value, "only \"positional\" time embeddings are supported");
+    } else if (key == "time_embedding_dim") c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
+    else if (key == "freq_shift") c.freqShift = readInt(value, key, kFreqShift);
+    else if (key == "flip_sin_to_cos") c.flipSinToCos = readBool(value, key);
+    else if (key == "down_block_types") c.downBlocks = readDownBlocks(value, key);
+    else if (key == "up_block_types") c.upBlocks = readUpBlocks(value, key);
+    else if (key == "mid_block_type") {
+        if (value.is_null()) c.hasMidBlock = false;
+        else if (readString(value, key) == "UNetMidBlock2D") c.hasMidBlock = true;
+        else reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
+    } else if (key == "block_out_channels") {
+        requireLevelArray(value, key, "channel counts");
+        c.blockOutChannels.clear();
+        for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
+    } else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
+    else if (key == "mid_block_scale_factor")
+        c.midBlockScaleFactor = static_cast<float>(readNumber(value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
+    else if (key == "downsample_padding") c.downsamplePadding = readInt(value, key, kDownsamplePadding);
+    else if (key == "downsample_type") s.downsampleType = readString(value, key);
+    else if (key == "upsample_type") s.upsampleType = readString(value, key);
+    else if (key == "dropout") (void)readNumber(value, key, 0.0, 1.0, "a probability; identity at inference");
+    else if (key == "act_fn") {
+        const std::string act = readString(value, key);
+        if (act != "silu" && act != "swish") reject(key, value, "only \"silu\" (or \"swish\") is supported");
+    } else if (key == "attention_head_dim") c.attentionHeadDim = readOptionalInt(value, key, kHeadDim);
+    else if (key == "norm_num_groups") c.normNumGroups = readInt(value, key, kGroups);
+    else if (key == "attn_norm_num_groups") c.attnNormNumGroups = readOptionalInt(value, key, kGroups);
+    else if (key == "norm_eps")
+        c.normEps = static_cast<float>(readNumber(value, key, 1e-12, 1.0, "1e-5 or 1e-6 in published UNets"));
+    else if (key == "resnet_time_scale_shift") {
+        const std::string shift = readString(value, key);
+        if (shift == "default") c.resnetTimeScaleShift = TimeScaleShift::Default;
+        else if (shift == "scale_shift") c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
+        else reject(key, value, "expected \"default\" or \"scale_shift\"");
+    } else if (key == "add_attention") c.addAttention = readBool(value, key);
+    else if (key == "class_embed_type" || key == "num_class_embeds") {
+        if (!value.is_null()) reject(key, value, "class-conditional models are not supported");
+    } else if (key == "num_train_timesteps") {
+        if (!value.is_null()) (void)readInt(value, key, kTrainTimesteps);  // only used by "learned" embeddings
     }
+}
 
-    // Cross-key checks (diffusers raises on the first three when building the model).
+// Checks between keys (diffusers raises on the block counts when building the model).
+void checkCrossKeys(ModelConfig& c, const KeyState& s, const nlohmann::json& j) {
     const int levels = c.levels();
-    auto blocksJson = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
+    auto given = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
     if (static_cast<int>(c.downBlocks.size()) != levels)
-        reject("down_block_types", blocksJson("down_block_types"),
+        reject("down_block_types", given("down_block_types"),
                "has " + std::to_string(c.downBlocks.size()) + " entries but block_out_channels has " +
                    std::to_string(levels));
     if (static_cast<int>(c.upBlocks.size()) != levels)
-        reject("up_block_types", blocksJson("up_block_types"),
+        reject("up_block_types", given("up_block_types"),
                "has " + std::to_string(c.upBlocks.size()) + " entries but block_out_channels has " +
                    std::to_string(levels));
-    if (levels > 12) reject("block_out_channels", blocksJson("block_out_channels"), "more than 12 levels");
     bool downAttention = false;
     bool upAttention = false;
     for (const auto b : c.downBlocks) downAttention |= b == DownBlockType::AttnDown;
     for (const auto b : c.upBlocks) upAttention |= b == UpBlockType::AttnUp;
-    if (downsampleType != "conv" && !(downsampleType == "resnet" && !downAttention))
-        reject("downsample_type", downsampleType,
-               downsampleType == "resnet" ? "resnet downsamplers are not supported" : "expected \"conv\"");
-    if (upsampleType != "conv" && !(upsampleType == "resnet" && !upAttention))
-        reject("upsample_type", upsampleType,
-               upsampleType == "resnet" ? "resnet upsamplers are not supported" : "expected \"conv\"");
+    if (s.downsampleType != "conv" && !(s.downsampleType == "resnet" && !downAttention))
+        reject("downsample_type", s.downsampleType,
+               s.downsampleType == "resnet" ? "resnet downsamplers are not supported" : "expected \"conv\"");
+    if (s.upsampleType != "conv" && !(s.upsampleType == "resnet" && !upAttention))
+        reject("upsample_type", s.upsampleType,
+               s.upsampleType == "resnet" ? "resnet upsamplers are not supported" : "expected \"conv\"");
     // Every GroupNorm normalises a sum of block channel counts, so this covers them all.
     for (const int channels : c.blockOutChannels)
         if (channels % c.normNumGroups != 0)
             reject("norm_num_groups", c.normNumGroups,
                    "does not divide block_out_channels entry " + std::to_string(channels));
-    if (c.attnNormNumGroups && c.hasMidBlock && c.addAttention &&
-        c.blockOutChannels.back() % *c.attnNormNumGroups != 0)
+    if (c.attnNormNumGroups && c.hasMidBlock && c.addAttention && c.blockOutChannels.back() % *c.attnNormNumGroups != 0)
         reject("attn_norm_num_groups", *c.attnNormNumGroups,
                "does not divide the mid-block channels " + std::to_string(c.blockOutChannels.back()));
     if (c.attentionHeadDim) {
@@ -234,15 +261,45 @@ ModelConfig modelConfigFromJson(const nlohmann::json& j) {
                        "does not divide the attention channels " + std::to_string(channels));
         }
     }
-    if (sampleSize) {
-        const auto [h, w] = *sampleSize;
+    // The sinusoidal embedding divides by (block_out_channels[0] / 2 - freq_shift).
+    if (c.freqShift > 0 && c.blockOutChannels.front() / 2 <= c.freqShift)
+        reject("freq_shift", c.freqShift,
+               "must be less than block_out_channels[0] / 2 = " + std::to_string(c.blockOutChannels.front() / 2));
+    if (s.sampleSize) {
+        const auto [h, w] = *s.sampleSize;
         if (h % c.downsampleFactor() != 0 || w % c.downsampleFactor() != 0)
             reject("sample_size", j.at("sample_size"),
                    "must be divisible by " + std::to_string(c.downsampleFactor()) + " (2^(levels-1))");
-        if (h != w)
-            spdlog::warn("config.json: sample_size [{}, {}] is not square; using the height {}", h, w, h);
+        if (h != w) spdlog::warn("config.json: sample_size [{}, {}] is not square; using the height {}", h, w, h);
         c.sampleSize = h;
     }
+}
+
+}  // namespace
+
+std::string excerptList(const std::vector<std::string>& names, std::size_t maxShown) {
+    std::string text;
+    for (std::size_t i = 0; i < names.size() && i < maxShown; ++i)
+        text += (i ? ", '" : "'") + excerpt(names[i]) + "'";
+    if (names.size() > maxShown) text += " and " + std::to_string(names.size() - maxShown) + " more";
+    return text;
+}
+
+ModelConfig modelConfigFromJson(const nlohmann::json& j) {
+    if (!j.is_object()) throw std::runtime_error("config.json: expected a JSON object, found " + std::string(j.type_name()));
+    ModelConfig c;
+    KeyState state;
+    const std::set<std::string> defaults = forcedDefaults(j);
+    for (const auto& [key, value] : j.items()) {
+        if (key.empty() || key.front() == '_') continue;  // _class_name, _diffusers_version, ...
+        if (defaults.count(key) != 0) continue;
+        if (kModelKeys.count(key) == 0) state.unknownKeys.push_back(key);
+        else readKey(c, state, key, value);
+    }
+    checkCrossKeys(c, state, j);
+    if (!state.unknownKeys.empty())
+        spdlog::warn("config.json: ignoring {} unknown key{}: {}", state.unknownKeys.size(),
+                     state.unknownKeys.size() == 1 ? "" : "s", excerptList(state.unknownKeys));
     return c;
 }
 
@@ -283,7 +340,7 @@ SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, std::string* 
     if (!j.is_object())
         throw std::runtime_error("scheduler_config.json: expected a JSON object, found " + std::string(j.type_name()));
     auto fail = [](const std::string& key, const nlohmann::json& value, const std::string& why) {
-        throw std::runtime_error("scheduler_config.json: " + key + " = " + value.dump() + ": " + why);
+        throw std::runtime_error("scheduler_config.json: " + key + " = " + excerptJson(value) + ": " + why);
     };
     auto number = [&](const std::string& key, const nlohmann::json& value) {
         if (!value.is_number() || !std::isfinite(value.get<double>())) fail(key, value, "expected a number");

@@ -12,6 +12,28 @@
 
 namespace tessera {
 
+// The config.json values Tessera accepts: what published UNets use (google/ddpm-*, and the
+// Stable Diffusion family that comes next), with room to spare. modelConfigFromJson checks
+// them before anything is sized from a config, so every count derived from one (tensor list,
+// channel sums, 4 x channels time embedding) stays small and fits an int.
+namespace model_config_bounds {
+// Resolution levels: SDXL has 3, SD 1.x/2.x 4, google/ddpm-*-256 6, ADM ImageNet-512 7.
+inline constexpr int kMaxLevels = 8;
+// Channels of one level: ddpm peaks at 512, SD and SDXL at 1280.
+inline constexpr int kMaxBlockChannels = 4096;
+// Resnets per down block: 2 in ddpm and SD, up to 4 in larger UNets.
+inline constexpr int kMaxLayersPerBlock = 8;
+// Image/latent channels in or out: 3 (pixels), 4 (SD latents), 6 (learned variance), 7 or 9
+// (upscaler, inpainting), 16 (newer latent spaces).
+inline constexpr int kMaxSampleChannels = 64;
+// sample_size: 32-256 for ddpm pixel models, 64-128 for SD latents.
+inline constexpr int kMaxSampleSize = 1024;
+// time_embedding_dim: 4 x block_out_channels[0] by default.
+inline constexpr int kMaxTimeEmbeddingDim = 4 * kMaxBlockChannels;
+// num_train_timesteps: 1000 in every published UNet (4000 in improved DDPM).
+inline constexpr int kMaxTrainTimesteps = 100'000;
+}  // namespace model_config_bounds
+
 enum class DownBlockType { Down, AttnDown };
 enum class UpBlockType { Up, AttnUp };
 enum class TimeScaleShift { Default, ScaleShift };
@@ -52,9 +74,16 @@ struct ModelConfig {
 
 // Parses config.json text. Unsupported values (time_embedding_type other than
 // "positional", class embeddings, unknown block types, act_fn other than silu,
-// downsample_type/upsample_type "resnet") throw std::runtime_error naming the key.
+// downsample_type/upsample_type "resnet") and values outside model_config_bounds throw
+// std::runtime_error naming the key, the allowed range and why. Unknown keys are ignored
+// with one spdlog warning (their count and the first few names). Callers parse the file
+// through BoundedInput (size and depth bounded) first.
 ModelConfig modelConfigFromJson(const nlohmann::json&);
 nlohmann::json toJson(const ModelConfig&);
+
+// "'a', 'b', 'c' and 4997 more": the first `maxShown` names, each a short escaped excerpt,
+// for messages about lists of any length.
+std::string excerptList(const std::vector<std::string>& names, std::size_t maxShown = 5);
 
 // Reads a diffusers scheduler_config.json into SchedulerOptions (unknown keys ignored,
 // missing keys keep diffusers' defaults). Also returns the class name

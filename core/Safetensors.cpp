@@ -1,9 +1,6 @@
 #include "core/Safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -13,10 +10,13 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <set>
+#include <optional>
+#include <unordered_set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "core/BoundedInput.h"
 
 namespace tessera {
 
@@ -175,32 +175,180 @@ std::vector<std::byte> encodeFloats(SafetensorsDtype dtype, std::span<const floa
 // ---------------------------------------------------------------------------
 // Reader
 
+namespace {
+
+// A short, escaped rendering of a header value or name for messages (a hostile header can
+// hold a name or value megabytes long).
+std::string shown(const nlohmann::json& value) { return excerptJson(value); }
+std::string quotedName(std::string_view name) { return inQuotes(excerpt(name)); }
+
+// One linear pass over the header text before it is parsed into a tree: bounds the nesting,
+// the number of tensors and metadata entries and every array's length, and finds a repeated
+// tensor name (the tree keeps only the last of duplicate keys). Stops at the first problem.
+// A syntax error is left to the parse that follows, which quotes an excerpt around it.
+class HeaderScan {
+public:
+    std::string problem;  // empty while the header is within bounds
+
+    bool null() { return value(); }
+    bool boolean(bool) { return value(); }
+    bool number_integer(std::int64_t) { return value(); }
+    bool number_unsigned(std::uint64_t) { return value(); }
+    bool number_float(double, const std::string&) { return value(); }
+    bool string(std::string&) { return value(); }
+    bool binary(nlohmann::json::binary_t&) { return value(); }
+    bool start_object(std::size_t) { return value() && enter(); }
+    bool start_array(std::size_t) { return value() && enter(); }
+    bool end_object() { return leave(); }
+    bool end_array() { return leave(); }
+    bool key(std::string& name) {
+        if (depth_ == 1) {
+            current_ = name;
+            const bool metadata = name == "__metadata__";
+            if (!metadata && ++tensors_ > SafetensorsFile::kMaxTensors)
+                return fail("more than " + std::to_string(SafetensorsFile::kMaxTensors) +
+                            " tensors; the largest real checkpoints have a few thousand");
+            if (!names_.insert(name).second)
+                return fail((metadata ? std::string("__metadata__") : "tensor " + quotedName(name)) +
+                            " appears twice in the header");
+        } else if (depth_ == 2 && current_ == "__metadata__" && ++metadata_ > SafetensorsFile::kMaxMetadataEntries) {
+            return fail("__metadata__ has more than " + std::to_string(SafetensorsFile::kMaxMetadataEntries) +
+                        " entries");
+        }
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) { return false; }
+
+private:
+    bool fail(std::string why) {
+        problem = std::move(why);
+        return false;
+    }
+    // Counts a value inside a shape/data_offsets array (depth 3).
+    bool value() {
+        if (depth_ == SafetensorsFile::kMaxHeaderDepth && ++elements_ > SafetensorsFile::kMaxRank)
+            return fail("tensor " + quotedName(current_) + ": an array of more than " +
+                        std::to_string(SafetensorsFile::kMaxRank) + " entries; shapes have at most " +
+                        std::to_string(SafetensorsFile::kMaxRank) + " dimensions");
+        return true;
+    }
+    bool enter() {
+        if (++depth_ > SafetensorsFile::kMaxHeaderDepth)
+            return fail("header nested deeper than " + std::to_string(SafetensorsFile::kMaxHeaderDepth) +
+                        " levels (header, tensor entry, shape); no valid file needs more");
+        elements_ = 0;
+        return true;
+    }
+    bool leave() {
+        --depth_;
+        return true;
+    }
+
+    int depth_ = 0;
+    std::size_t tensors_ = 0, metadata_ = 0, elements_ = 0;
+    std::string current_;
+    std::unordered_set<std::string> names_;
+};
+
+// One tensor entry, checked against the data buffer's size.
+SafetensorsTensorInfo parseEntry(const std::string& name, const nlohmann::json& entry, std::uint64_t dataSize,
+                                 const std::string& where) {
+    const std::string at = where + "tensor " + quotedName(name) + ": ";
+    if (!entry.is_object()) throw SafetensorsError(at + "entry is not an object");
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+        if (!entry.contains(field)) throw SafetensorsError(at + "no \"" + field + "\" field");
+
+    SafetensorsTensorInfo info;
+    info.name = name;
+    const auto& dtype = entry.at("dtype");
+    if (!dtype.is_string()) throw SafetensorsError(at + "dtype is not a string");
+    try {
+        info.dtype = parseSafetensorsDtype(dtype.get<std::string>());
+    } catch (const SafetensorsError&) {
+        throw SafetensorsError(at + "unknown dtype " + quotedName(dtype.get<std::string>()));
+    }
+
+    const auto& shape = entry.at("shape");
+    if (!shape.is_array()) throw SafetensorsError(at + "shape is not an array");
+    for (const auto& d : shape) {
+        if (!d.is_number_unsigned())
+            throw SafetensorsError(at + "shape " + shown(shape) + " has an entry that is not a non-negative integer");
+        if (d.get<std::uint64_t>() > SafetensorsFile::kMaxDimension)
+            throw SafetensorsError(at + "shape " + shown(shape) + " has a dimension above " +
+                                   std::to_string(SafetensorsFile::kMaxDimension));
+        info.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
+    }
+    const std::int64_t numel = productOf(info.shape);
+    std::uint64_t expectedBytes = 0;
+    if (numel < 0 || !byteSizeOf(info.dtype, static_cast<std::uint64_t>(numel), expectedBytes))
+        throw SafetensorsError(at + "shape " + shapeToString(info.shape) + " of dtype " +
+                               std::string(toString(info.dtype)) + " has no valid byte size");
+
+    const auto& offsets = entry.at("data_offsets");
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
+        throw SafetensorsError(at + "data_offsets " + shown(offsets) + " is not a pair of non-negative integers");
+    info.begin = offsets[0].get<std::uint64_t>();
+    info.end = offsets[1].get<std::uint64_t>();
+    const std::string range = "data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
+    if (info.end < info.begin) throw SafetensorsError(at + range + " end before begin");
+    if (info.end > dataSize)
+        throw SafetensorsError(at + range + " run past the end of the data buffer (" + std::to_string(dataSize) +
+                               " bytes; truncated file?)");
+    if (info.end - info.begin != expectedBytes)
+        throw SafetensorsError(at + range + " hold " + std::to_string(info.end - info.begin) + " bytes but shape " +
+                               shapeToString(info.shape) + " of " + std::string(toString(info.dtype)) + " needs " +
+                               std::to_string(expectedBytes));
+    return info;
+}
+
+// The ranges, sorted by begin, must tile the buffer: each starts where the previous ended.
+void checkTiling(std::vector<SafetensorsTensorInfo>& tensors, std::uint64_t dataSize, const std::string& where) {
+    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+        return a.begin != b.begin ? a.begin < b.begin : (a.end != b.end ? a.end < b.end : a.name < b.name);
+    });
+    std::uint64_t covered = 0;
+    const SafetensorsTensorInfo* previous = nullptr;
+    for (const auto& info : tensors) {
+        if (info.begin < covered)
+            throw SafetensorsError(where + "tensor " + quotedName(info.name) + " (bytes " + std::to_string(info.begin) +
+                                   ".." + std::to_string(info.end) + ") overlaps tensor " +
+                                   quotedName(previous->name) + " (bytes " + std::to_string(previous->begin) + ".." +
+                                   std::to_string(previous->end) + ")");
+        if (info.begin > covered)
+            throw SafetensorsError(where + "bytes " + std::to_string(covered) + ".." + std::to_string(info.begin) +
+                                   " of the data buffer before tensor " + quotedName(info.name) +
+                                   " belong to no tensor");
+        covered = info.end;
+        previous = &info;
+    }
+    if (covered != dataSize)
+        throw SafetensorsError(where + "the data buffer has " + std::to_string(dataSize) +
+                               " bytes but the tensors cover " + std::to_string(covered));
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-    const std::string where = path + ": ";
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw SafetensorsError(where + "cannot open: " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        const int error = errno;
-        ::close(fd);
-        throw SafetensorsError(where + "cannot stat: " + std::strerror(error));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        throw SafetensorsError(where + "not a regular file");
-    }
-    const auto fileSize = static_cast<std::uint64_t>(st.st_size);
-    if (fileSize < 8) {
-        ::close(fd);
-        throw SafetensorsError(where + "file is " + std::to_string(fileSize) +
-                               " bytes; a safetensors file starts with an 8-byte header length");
-    }
-    void* mapped = ::mmap(nullptr, static_cast<std::size_t>(fileSize), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int mapError = errno;
-    ::close(fd);  // the mapping keeps the file alive
-    if (mapped == MAP_FAILED) throw SafetensorsError(where + "cannot map: " + std::strerror(mapError));
-    map_ = static_cast<const std::byte*>(mapped);
-    mapSize_ = static_cast<std::size_t>(fileSize);
+    const std::string where = excerpt(path, 200) + ": ";
+    std::uint64_t fileSize = 0;
+    {
+        std::optional<BoundedFile> file;
+        try {
+            // Weights have no size bound; a FIFO or device is refused before anything is read.
+            file.emplace(openBoundedFile(path, "weights", std::numeric_limits<std::uint64_t>::max()));
+        } catch (const InputFileError& e) {
+            throw SafetensorsError(e.what());
+        }
+        fileSize = file->size();
+        if (fileSize < 8)
+            throw SafetensorsError(where + "file is " + std::to_string(fileSize) +
+                                   " bytes; a safetensors file starts with an 8-byte header length");
+        void* mapped = ::mmap(nullptr, static_cast<std::size_t>(fileSize), PROT_READ, MAP_PRIVATE, file->fd(), 0);
+        if (mapped == MAP_FAILED) throw SafetensorsError(where + "cannot map: " + std::strerror(errno));
+        map_ = static_cast<const std::byte*>(mapped);
+        mapSize_ = static_cast<std::size_t>(fileSize);
+    }  // the mapping keeps the file alive
 
     // From here on the destructor will not run if we throw, so unmap by hand.
     try {
@@ -215,116 +363,32 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                                    " bytes; truncated?)");
         dataOffset_ = static_cast<std::size_t>(8 + headerLength);
         const std::uint64_t dataSize = fileSize - dataOffset_;
+        const std::string_view text(reinterpret_cast<const char*>(map_ + 8), static_cast<std::size_t>(headerLength));
 
-        const auto* headerBegin = reinterpret_cast<const char*>(map_ + 8);
-        const auto* headerEnd = headerBegin + headerLength;
-        // nlohmann keeps the last of duplicate keys; a duplicated tensor name is a defect,
-        // so note any repeated top-level key while parsing.
-        std::set<std::string> seenKeys;
-        std::string duplicateKey;
-        const nlohmann::json::parser_callback_t noteDuplicates =
-            [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-                if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string()) {
-                    auto key = parsed.get<std::string>();
-                    if (!seenKeys.insert(key).second && duplicateKey.empty()) duplicateKey = std::move(key);
-                }
-                return true;
-            };
+        HeaderScan scan;
+        (void)nlohmann::json::sax_parse(text.begin(), text.end(), &scan);
+        if (!scan.problem.empty()) throw SafetensorsError(where + scan.problem);
         nlohmann::json header;
         try {
-            header = nlohmann::json::parse(headerBegin, headerEnd, noteDuplicates);
-        } catch (const nlohmann::json::exception& e) {
-            throw SafetensorsError(where + "header is not valid JSON: " + e.what());
+            header = parseBoundedJson(text, "weights", "'" + excerpt(path, 200) + "' header", kMaxHeaderDepth);
+        } catch (const InputFileError& e) {
+            throw SafetensorsError(e.what());
         }
         if (!header.is_object()) throw SafetensorsError(where + "header is not a JSON object");
-        if (!duplicateKey.empty())
-            throw SafetensorsError(where + "tensor " + inQuotes(duplicateKey) + " appears twice in the header");
 
         for (const auto& [name, entry] : header.items()) {
-            if (name == "__metadata__") {
-                if (!entry.is_object())
-                    throw SafetensorsError(where + "__metadata__ is not an object of strings");
-                for (const auto& [key, value] : entry.items()) {
-                    if (!value.is_string())
-                        throw SafetensorsError(where + "__metadata__ value for " + inQuotes(key) +
-                                               " is not a string");
-                    metadata_[key] = value.get<std::string>();
-                }
+            if (name != "__metadata__") {
+                tensors_.push_back(parseEntry(name, entry, dataSize, where));
                 continue;
             }
-            const std::string at = where + "tensor " + inQuotes(name) + ": ";
-            if (!entry.is_object()) throw SafetensorsError(at + "entry is not an object");
-            for (const char* field : {"dtype", "shape", "data_offsets"})
-                if (!entry.contains(field)) throw SafetensorsError(at + "no \"" + field + "\" field");
-
-            SafetensorsTensorInfo info;
-            info.name = name;
-            const auto& dtype = entry.at("dtype");
-            if (!dtype.is_string()) throw SafetensorsError(at + "dtype is not a string");
-            try {
-                info.dtype = parseSafetensorsDtype(dtype.get<std::string>());
-            } catch (const SafetensorsError& e) {
-                throw SafetensorsError(at + e.what());
+            if (!entry.is_object()) throw SafetensorsError(where + "__metadata__ is not an object of strings");
+            for (const auto& [key, value] : entry.items()) {
+                if (!value.is_string())
+                    throw SafetensorsError(where + "__metadata__ value for " + quotedName(key) + " is not a string");
+                metadata_[key] = value.get<std::string>();
             }
-
-            const auto& shape = entry.at("shape");
-            if (!shape.is_array()) throw SafetensorsError(at + "shape is not an array");
-            for (const auto& d : shape) {
-                if (!d.is_number_unsigned() ||
-                    d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-                    throw SafetensorsError(at + "shape " + shape.dump() +
-                                           " has an entry that is not a non-negative integer");
-                info.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
-            }
-            const std::int64_t numel = productOf(info.shape);
-            std::uint64_t expectedBytes = 0;
-            if (numel < 0 || !byteSizeOf(info.dtype, static_cast<std::uint64_t>(numel), expectedBytes))
-                throw SafetensorsError(at + "shape " + shapeToString(info.shape) + " of dtype " +
-                                       std::string(toString(info.dtype)) + " has no valid byte size");
-
-            const auto& offsets = entry.at("data_offsets");
-            if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-                !offsets[1].is_number_unsigned())
-                throw SafetensorsError(at + "data_offsets " + offsets.dump() +
-                                       " is not a pair of non-negative integers");
-            info.begin = offsets[0].get<std::uint64_t>();
-            info.end = offsets[1].get<std::uint64_t>();
-            const std::string range = "data_offsets [" + std::to_string(info.begin) + ", " +
-                                      std::to_string(info.end) + "]";
-            if (info.end < info.begin) throw SafetensorsError(at + range + " end before begin");
-            if (info.end > dataSize)
-                throw SafetensorsError(at + range + " run past the end of the data buffer (" +
-                                       std::to_string(dataSize) + " bytes; truncated file?)");
-            if (info.end - info.begin != expectedBytes)
-                throw SafetensorsError(at + range + " hold " + std::to_string(info.end - info.begin) +
-                                       " bytes but shape " + shapeToString(info.shape) + " of " +
-                                       std::string(toString(info.dtype)) + " needs " +
-                                       std::to_string(expectedBytes));
-            tensors_.push_back(std::move(info));
         }
-
-        // The ranges must tile the buffer: sorted by begin, each starts where the previous ended.
-        std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
-            return a.begin != b.begin ? a.begin < b.begin : (a.end != b.end ? a.end < b.end : a.name < b.name);
-        });
-        std::uint64_t covered = 0;
-        const SafetensorsTensorInfo* previous = nullptr;
-        for (const auto& info : tensors_) {
-            if (info.begin < covered)
-                throw SafetensorsError(where + "tensor " + inQuotes(info.name) + " (bytes " +
-                                       std::to_string(info.begin) + ".." + std::to_string(info.end) +
-                                       ") overlaps tensor " + inQuotes(previous->name) + " (bytes " +
-                                       std::to_string(previous->begin) + ".." + std::to_string(previous->end) + ")");
-            if (info.begin > covered)
-                throw SafetensorsError(where + "bytes " + std::to_string(covered) + ".." +
-                                       std::to_string(info.begin) + " of the data buffer before tensor " +
-                                       inQuotes(info.name) + " belong to no tensor");
-            covered = info.end;
-            previous = &info;
-        }
-        if (covered != dataSize)
-            throw SafetensorsError(where + "the data buffer has " + std::to_string(dataSize) +
-                                   " bytes but the tensors cover " + std::to_string(covered));
+        checkTiling(tensors_, dataSize, where);
         for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
     } catch (...) {
         unmap();

@@ -7,6 +7,9 @@
 // numel * sizeof(dtype), and the ranges, sorted by their start, tile the data buffer exactly
 // (no gap, no overlap, nothing after the last one). Only the header's padding and key order
 // are taken as they come (older writers do not pad; the spec says not to rely on order).
+// Opening never blocks (a FIFO or device is refused before it is read), and the header is
+// bounded (bytes, nesting, tensor count, rank, dimensions) before it is parsed, in time
+// linear in its length.
 #pragma once
 
 #include <cstddef>
@@ -52,9 +55,23 @@ struct SafetensorsTensorInfo {
 // A read-only memory map of one safetensors file. Move-only; unmaps on destruction.
 class SafetensorsFile {
 public:
+    // Bounds on what a header may hold, each far above what real files need.
+    // The reference implementation's header limit.
     static constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+    // An SDXL UNet file has ~2,500 tensors, a whole SD pipeline in one file up to ~3,000;
+    // 100,000 is 30x that and keeps the parsed header under ~100 MB of memory.
+    static constexpr std::size_t kMaxTensors = 100'000;
+    // Diffusion weights have rank <= 4 (5 for 3-D convolutions); 8 leaves room.
+    static constexpr std::size_t kMaxRank = 8;
+    // Every dimension fits a 32-bit int, as cuDNN and cuBLAS take them; the largest real one
+    // (a 256k-token embedding) is ~8,000x smaller.
+    static constexpr std::uint64_t kMaxDimension = 2'147'483'647;
+    // __metadata__ is a small string map ({"format": "pt"}; training tools write < 100 keys).
+    static constexpr std::size_t kMaxMetadataEntries = 10'000;
+    // header object > tensor entry > shape / data_offsets array.
+    static constexpr int kMaxHeaderDepth = 3;
 
-    // Maps and validates `path`. Throws SafetensorsError ("<path>: ...") on any defect.
+    // Maps and validates `path`. Throws SafetensorsError naming the file on any defect.
     explicit SafetensorsFile(const std::string& path);
     ~SafetensorsFile();
     SafetensorsFile(SafetensorsFile&&) noexcept;

@@ -3,17 +3,17 @@
 #include "core/UNetModel.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/BoundedInput.h"
 #include "core/Safetensors.h"
 #include "core/Sha256.h"
 
@@ -173,7 +173,8 @@ std::string legacyName(const std::string& canonical) {
     return {};
 }
 
-std::string inQuotes(const std::string& s) { return "'" + s + "'"; }
+// Names can come from a file: shown as a short escaped excerpt.
+std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
 
 // ---------------------------------------------------------------------------
 // Where tensors come from: safetensors files or an in-memory map.
@@ -312,26 +313,106 @@ Bound bindTensors(const ModelConfig& config, TensorSource& source) {
     return bound;
 }
 
-std::string readTextFile(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ModelError(path.string() + ": cannot read");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-nlohmann::json readJsonFile(const fs::path& path) {
-    try {
-        return nlohmann::json::parse(readTextFile(path));
-    } catch (const nlohmann::json::exception& e) {
-        throw ModelError(path.string() + ": not valid JSON: " + e.what());
-    }
-}
-
 // The config readers prefix messages with the bare file name; the loader has the full path.
 std::string withoutPrefix(const std::string& message, std::string_view prefix) {
     return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
+
+// An entry of that name exists in the folder (a link counts even when it leads nowhere, so
+// that reading it reports the loop or the missing target instead of "not found").
+bool present(const fs::path& path) {
+    std::error_code ec;
+    return fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec;
+}
+
+std::string shownPath(const fs::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
+
+// A JSON file of the model folder through BoundedInput, errors as ModelError.
+nlohmann::json readModelJson(const fs::path& path) {
+    try {
+        return readBoundedJson(path, "model");
+    } catch (const InputFileError& e) {
+        throw ModelError(withoutPrefix(e.what(), "model: "));
+    }
+}
+
+// `dir` must name an existing folder by a path of bounded length.
+void checkModelFolder(const std::string& dir) {
+    const std::string shown = shownPath(dir);
+    if (dir.empty()) throw ModelError("no model folder given");
+    if (dir.size() > input_limits::kPathChars)
+        throw ModelError(shown + ": the path is " + std::to_string(dir.size()) + " characters long; at most " +
+                         std::to_string(input_limits::kPathChars) + " are allowed");
+    std::error_code ec;
+    const fs::file_status status = fs::status(dir, ec);
+    if (ec.value() == ELOOP) throw ModelError(shown + ": too many levels of symbolic links (a link loop?)");
+    if (ec.value() == ENAMETOOLONG) throw ModelError(shown + ": a path component is too long");
+    if (status.type() == fs::file_type::not_found) throw ModelError(shown + ": not a model folder (no such folder)");
+    if (ec) throw ModelError(shown + ": cannot be read: " + ec.message());
+    if (!fs::is_directory(status))
+        throw ModelError(shown + ": not a folder; a model folder holds config.json and "
+                                 "diffusion_pytorch_model.safetensors");
+}
+
+// Sharded weights: the index's weight_map names each tensor's shard file in the folder.
+std::vector<SafetensorsFile> openShards(const fs::path& unetDir, const fs::path& index) {
+    // Sharded diffusers checkpoints have a handful of shards (5 GB each by default).
+    constexpr std::size_t kMaxShards = 1024;
+    const std::string indexPath = shownPath(index);
+    const nlohmann::json indexJson = readModelJson(index);
+    if (!indexJson.is_object() || !indexJson.contains("weight_map") || !indexJson["weight_map"].is_object())
+        throw ModelError(indexPath + ": no \"weight_map\" object");
+    const nlohmann::json& weightMap = indexJson["weight_map"];
+    if (weightMap.size() > SafetensorsFile::kMaxTensors)
+        throw ModelError(indexPath + ": weight_map lists " + std::to_string(weightMap.size()) +
+                         " tensors; at most " + std::to_string(SafetensorsFile::kMaxTensors) + " are allowed");
+    std::map<std::string, std::size_t> shards;  // file name -> index into the sorted list
+    for (const auto& [name, shard] : weightMap.items()) {
+        if (!shard.is_string() || shard.get<std::string>().find_first_of("/\\") != std::string::npos ||
+            shard.get<std::string>().empty() || shard.get<std::string>().front() == '.')
+            throw ModelError(indexPath + ": tensor " + inQuotes(name) + " maps to " + excerptJson(shard) +
+                             ", not a file name in the model folder");
+        shards.emplace(shard.get<std::string>(), 0);
+        if (shards.size() > kMaxShards)
+            throw ModelError(indexPath + ": more than " + std::to_string(kMaxShards) + " shard files");
+    }
+    std::vector<SafetensorsFile> files;
+    for (auto& [shard, at] : shards) {
+        at = files.size();
+        files.emplace_back((unetDir / shard).string());
+    }
+    for (const auto& [name, shard] : weightMap.items())
+        if (!files[shards.at(shard.get<std::string>())].has(name))
+            throw ModelError(indexPath + ": tensor " + inQuotes(name) + " is listed in shard " +
+                             excerpt(shard.get<std::string>()) + " but that file does not hold it");
+    return files;
+}
+
+// The weight files of a model folder: one safetensors file or the shards of an index.
+std::vector<SafetensorsFile> openWeights(const fs::path& unetDir, std::string& indexPath) {
+    const fs::path single = unetDir / "diffusion_pytorch_model.safetensors";
+    const fs::path index = unetDir / "diffusion_pytorch_model.safetensors.index.json";
+    const fs::path pickle = unetDir / "diffusion_pytorch_model.bin";
+    std::vector<SafetensorsFile> files;
+    try {
+        if (present(single)) {
+            files.emplace_back(single.string());
+        } else if (present(index)) {
+            indexPath = index.string();
+            files = openShards(unetDir, index);
+        } else if (present(pickle)) {
+            throw ModelError(excerpt(pickle.string(), 200) +
+                             ": PyTorch pickle weights are not read; convert them to safetensors "
+                             "(diffusers: save_pretrained(..., safe_serialization=True))");
+        } else {
+            throw ModelError(excerpt(single.string(), 200) + ": not found");
+        }
+    } catch (const SafetensorsError& e) {
+        throw ModelError(e.what());
+    }
+    return files;
+}
+
 
 std::uint64_t splitmix64(std::uint64_t& state) {
     std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -371,93 +452,58 @@ std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const Mode
     return std::move(visitor.list);
 }
 
-UNetModel UNetModel::load(const std::string& dir) {
-    const fs::path root(dir);
-    std::error_code ec;
-    if (!fs::is_directory(root, ec)) throw ModelError(dir + ": not a model folder (no such directory)");
+ModelFolderConfig readModelFolderConfig(const std::string& dir) {
+    checkModelFolder(dir);
     // A pipeline folder keeps the UNet in unet/ and the scheduler in scheduler/.
-    fs::path unetDir = root;
-    fs::path schedulerDir = root;
-    if (!fs::exists(root / "config.json", ec) && fs::exists(root / "unet" / "config.json", ec)) {
-        unetDir = root / "unet";
-        schedulerDir = root / "scheduler";
-    }
-
-    UNetModel model;
-    model.dir_ = dir;
-
-    const fs::path configPath = unetDir / "config.json";
-    if (!fs::exists(configPath, ec))
-        throw ModelError(configPath.string() +
-                         ": not found; a model folder holds config.json and diffusion_pytorch_model.safetensors");
-    const nlohmann::json configJson = readJsonFile(configPath);
+    const fs::path root(dir);
+    const bool pipeline = !present(root / "config.json") && present(root / "unet" / "config.json");
+    ModelFolderConfig folder;
+    folder.unetDir = (pipeline ? root / "unet" : root).string();
+    const fs::path configPath = fs::path(folder.unetDir) / "config.json";
+    const std::string shownConfig = shownPath(configPath);
+    if (!present(configPath))
+        throw ModelError(shownConfig + ": not found; a model folder holds config.json and "
+                                       "diffusion_pytorch_model.safetensors");
+    const nlohmann::json configJson = readModelJson(configPath);
     if (configJson.is_object() && configJson.contains("_class_name") && configJson["_class_name"].is_string() &&
         configJson["_class_name"].get<std::string>() != "UNet2DModel")
-        throw ModelError(configPath.string() + ": _class_name is '" + configJson["_class_name"].get<std::string>() +
-                         "'; Tessera loads UNet2DModel checkpoints");
+        throw ModelError(shownConfig + ": _class_name is " + inQuotes(configJson["_class_name"].get<std::string>()) +
+                         "; Tessera loads UNet2DModel checkpoints");
     try {
-        model.config_ = modelConfigFromJson(configJson);
+        folder.config = modelConfigFromJson(configJson);
     } catch (const std::exception& e) {
-        throw ModelError(configPath.string() + ": " + withoutPrefix(e.what(), "config.json: "));
+        throw ModelError(shownConfig + ": " + withoutPrefix(e.what(), "config.json: "));
     }
 
-    const fs::path schedulerPath = schedulerDir / "scheduler_config.json";
-    if (fs::exists(schedulerPath, ec)) {
+    const fs::path schedulerPath = (pipeline ? root / "scheduler" : root) / "scheduler_config.json";
+    if (present(schedulerPath)) {
+        const nlohmann::json schedulerJson = readModelJson(schedulerPath);
         try {
-            model.scheduler_ = schedulerOptionsFromJson(readJsonFile(schedulerPath), &model.schedulerClass_);
-        } catch (const ModelError&) {
-            throw;
+            folder.scheduler = schedulerOptionsFromJson(schedulerJson, &folder.schedulerClass);
         } catch (const std::exception& e) {
-            throw ModelError(schedulerPath.string() + ": " + withoutPrefix(e.what(), "scheduler_config.json: "));
+            throw ModelError(shownPath(schedulerPath) + ": " + withoutPrefix(e.what(), "scheduler_config.json: "));
         }
     }
+    return folder;
+}
 
-    const fs::path single = unetDir / "diffusion_pytorch_model.safetensors";
-    const fs::path index = unetDir / "diffusion_pytorch_model.safetensors.index.json";
-    std::vector<SafetensorsFile> files;
+UNetModel UNetModel::load(const std::string& dir) {
+    ModelFolderConfig folder = readModelFolderConfig(dir);
+    UNetModel model;
+    model.dir_ = dir;
+    model.config_ = std::move(folder.config);
+    model.scheduler_ = folder.scheduler;
+    model.schedulerClass_ = std::move(folder.schedulerClass);
+
     std::string indexPath;
-    try {
-        if (fs::exists(single, ec)) {
-            files.emplace_back(single.string());
-        } else if (fs::exists(index, ec)) {
-            indexPath = index.string();
-            const nlohmann::json indexJson = readJsonFile(index);
-            if (!indexJson.is_object() || !indexJson.contains("weight_map") || !indexJson["weight_map"].is_object())
-                throw ModelError(indexPath + ": no \"weight_map\" object");
-            std::vector<std::string> shards;
-            for (const auto& [name, shard] : indexJson["weight_map"].items()) {
-                if (!shard.is_string() || shard.get<std::string>().find_first_of("/\\") != std::string::npos ||
-                    shard.get<std::string>().empty() || shard.get<std::string>().front() == '.')
-                    throw ModelError(indexPath + ": tensor " + inQuotes(name) + " maps to " + shard.dump() +
-                                     ", not a file name in the model folder");
-                if (std::find(shards.begin(), shards.end(), shard.get<std::string>()) == shards.end())
-                    shards.push_back(shard.get<std::string>());
-            }
-            std::sort(shards.begin(), shards.end());
-            for (const auto& shard : shards) files.emplace_back((unetDir / shard).string());
-            for (const auto& [name, shard] : indexJson["weight_map"].items()) {
-                const auto at = std::find(shards.begin(), shards.end(), shard.get<std::string>()) - shards.begin();
-                if (!files[static_cast<std::size_t>(at)].has(name))
-                    throw ModelError(indexPath + ": tensor " + inQuotes(name) + " is listed in shard " +
-                                     shard.get<std::string>() + " but that file does not hold it");
-            }
-        } else if (fs::exists(unetDir / "diffusion_pytorch_model.bin", ec)) {
-            throw ModelError((unetDir / "diffusion_pytorch_model.bin").string() +
-                             ": PyTorch pickle weights are not read; convert them to safetensors "
-                             "(diffusers: save_pretrained(..., safe_serialization=True))");
-        } else {
-            throw ModelError(single.string() + ": not found");
-        }
-    } catch (const SafetensorsError& e) {
-        throw ModelError(e.what());
-    }
-
-    FileSource source(std::move(files), indexPath);
+    FileSource source(openWeights(folder.unetDir, indexPath), indexPath);
     Bound bound = bindTensors(model.config_, source);
     model.tensors_ = std::move(bound.tensors);
     model.extra_ = std::move(bound.extra);
-    for (const auto& name : model.extra_)
-        spdlog::warn("{}: tensor '{}' is not used by this config", source.where(name), name);
+    // One line however many there are (a file can hold thousands the config does not use).
+    if (!model.extra_.empty())
+        spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(model.extra_.front()), 200),
+                     model.extra_.size(), model.extra_.size() == 1 ? " is" : "s are", excerptList(model.extra_));
 
     if (source.files().size() == 1) {
         const auto bytes = source.files().front().fileBytes();
@@ -552,6 +598,12 @@ std::int64_t UNetModel::parameterCount() const {
 }
 
 double UNetModel::flopsPerEvaluation(int h, int w) const {
+    // Pixel counts are int64: sides up to 2^20 keep every product of them far from overflow.
+    constexpr int kMaxSide = 1 << 20;
+    if (h <= 0 || w <= 0 || h > kMaxSide || w > kMaxSide)
+        throw ValidationError("tile", "tile: " + std::to_string(h) + " x " + std::to_string(w) +
+                                          " px cannot be counted; each side must be from 1 to " +
+                                          std::to_string(kMaxSide));
     FlopVisitor visitor;
     visitModel(visitor, config_, h, w);
     return visitor.flops;

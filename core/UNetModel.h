@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/BoundedInput.h"
 #include "core/ModelConfig.h"
 #include "core/RunConfig.h"
 
@@ -20,17 +21,36 @@ struct HostTensor {
     std::int64_t numel() const;
 };
 
-// Thrown for a model folder/file that cannot be used. what() names the file and, where it
-// applies, the tensor ("down_blocks.1.attentions.0.to_q.weight: expected [256, 256], found [256, 128]").
-class ModelError : public std::runtime_error {
+// Thrown for a model folder/file that cannot be used: invalid input of the "model" setting
+// (front ends exit with "invalid input"). what() names the file and, where it applies, the
+// tensor ("down_blocks.1.attentions.0.to_q.weight: expected [256, 256], found [256, 128]").
+class ModelError : public InputFileError {
 public:
-    using std::runtime_error::runtime_error;
+    explicit ModelError(const std::string& message) : InputFileError("model", message) {}
 };
+
+// A model folder's configuration, read without its weights.
+struct ModelFolderConfig {
+    std::string unetDir;  // the folder holding config.json and the weights: dir, or dir/unet
+    ModelConfig config;
+    SchedulerOptions scheduler;  // diffusers' defaults when there is no scheduler_config.json
+    std::string schedulerClass = "DDPMScheduler";
+    ModelLimits limits() const { return config.limits(scheduler.numTrainTimesteps); }
+};
+
+// The one reader of a model folder's config.json and scheduler_config.json (for a pipeline
+// folder, unet/config.json and scheduler/scheduler_config.json), used by the loader and by
+// every front end that needs a model's limits before loading it. Files go through
+// BoundedInput (never blocks; size and depth bounded) and values are range-checked
+// (ModelConfig.h) before anything is sized from them. Throws ModelError naming the file or
+// folder and what is wrong: missing, a link loop, a path over 4096 characters, not a folder,
+// a folder named config.json, invalid JSON, a bad value.
+ModelFolderConfig readModelFolderConfig(const std::string& dir);
 
 class UNetModel {
 public:
-    // Loads dir/config.json, dir/scheduler_config.json (optional: defaults) and
-    // dir/diffusion_pytorch_model.safetensors. Validates every expected tensor's presence and
+    // Loads dir/config.json, dir/scheduler_config.json (optional: defaults) through
+    // readModelFolderConfig and dir/diffusion_pytorch_model.safetensors (or its shards). Validates every expected tensor's presence and
     // shape against the config (first missing or mis-shaped one named, with expected and found
     // shapes), rejects NaN/Inf, maps legacy attention names (query/key/value/proj_attn).
     static UNetModel load(const std::string& dir);
@@ -49,7 +69,8 @@ public:
     const HostTensor& tensor(const std::string& name) const;
     bool has(const std::string& name) const { return tensors_.count(name) != 0; }
     const std::map<std::string, HostTensor>& tensors() const { return tensors_; }
-    // Tensors present in the file that the config does not use (reported, not fatal).
+    // Tensors present in the file that the config does not use (not fatal; load() logs one
+    // spdlog warning with their count and the first few names).
     const std::vector<std::string>& extraTensors() const { return extra_; }
 
     std::int64_t parameterCount() const;

@@ -562,16 +562,16 @@ private slots:
         const std::string dir = writeModel(encode(tinyWeights()));
         QFile::remove(QString::fromStdString(dir + "/config.json"));
         const std::string m1 = errorOf([&] { (void)UNetModel::load(dir); });
-        EXPECT_MESSAGE(m1, dir + "/config.json: not found");
+        EXPECT_MESSAGE(m1, dir + "/config.json': not found");
 
         writeText(dir + "/config.json", "{ not json");
-        EXPECT_MESSAGE(errorOf([&] { (void)UNetModel::load(dir); }), dir + "/config.json: not valid JSON");
+        EXPECT_MESSAGE(errorOf([&] { (void)UNetModel::load(dir); }), dir + "/config.json': not valid JSON");
 
         nlohmann::json bad = tinyConfigJson();
         bad["act_fn"] = "mish";
         writeText(dir + "/config.json", bad.dump());
         const std::string m2 = errorOf([&] { (void)UNetModel::load(dir); });
-        EXPECT_MESSAGE(m2, dir + "/config.json: act_fn = \"mish\"");
+        EXPECT_MESSAGE(m2, dir + "/config.json': act_fn = \"mish\"");
 
         nlohmann::json other = tinyConfigJson();
         other["_class_name"] = "UNet2DConditionModel";

@@ -1,0 +1,176 @@
+// tessera-cli info and plan with model folders that are broken or hostile: each is refused
+// with exit 2 ("invalid input") and a short message naming the file and what is wrong, at
+// once (no blocking on a FIFO, no stack overflow, no runaway allocation); warnings go to
+// stderr as one summarised line and the report on stdout stays the report.
+#include <QtTest/QtTest>
+
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QTemporaryDir>
+
+#include "tests/app/CliRun.h"
+
+using tessera::testing::CliRun;
+using tessera::testing::describe;
+
+namespace {
+
+const QString kFixture = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+
+// Short: every refusal below must come back in well under this.
+CliRun runCli(const QStringList& args) { return tessera::testing::runCli(args, 60000); }
+
+void writeText(const QString& path, const QByteArray& text) {
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    QCOMPARE(file.write(text), text.size());
+}
+
+QByteArray fixtureConfig() {
+    QFile file(kFixture + "/config.json");
+    return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+}
+
+}  // namespace
+
+class TestBadModels : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir tmp_;
+    int folders_ = 0;
+
+    // A copy of the fixture model whose config.json is `config` (the fixture's when empty).
+    QString modelFolder(const QByteArray& config = {}) {
+        const QString dir = tmp_.filePath(QStringLiteral("model%1").arg(++folders_));
+        QDir().mkpath(dir);
+        QFile::copy(kFixture + "/diffusion_pytorch_model.safetensors", dir + "/diffusion_pytorch_model.safetensors");
+        QFile::copy(kFixture + "/scheduler_config.json", dir + "/scheduler_config.json");
+        writeText(dir + "/config.json", config.isEmpty() ? fixtureConfig() : config);
+        return dir;
+    }
+
+    // The fixture config with `key` set to `json` (appended: the last of duplicate keys wins).
+    QByteArray configWith(const char* key, const QByteArray& json) {
+        QByteArray text = fixtureConfig().trimmed();
+        text.chop(1);  // the closing brace
+        return text + ", \"" + key + "\": " + json + "}";
+    }
+
+    // info DIR and plan --model DIR both exit 2 with `expected` in a short stderr.
+    void expectRefused(const QString& dir, const QString& expected) {
+        for (const QStringList& args : {QStringList{"info", dir}, QStringList{"plan", "--model", dir}}) {
+            QElapsedTimer clock;
+            clock.start();
+            const CliRun r = runCli(args);
+            QVERIFY2(r.exitCode == 2, qPrintable(args.join(' ').left(200) + "\n" + describe(r).left(2000)));
+            QVERIFY2(r.err.contains(expected), qPrintable(expected + " not in:\n" + r.err.left(2000)));
+            QVERIFY2(r.err.size() < 600, qPrintable(r.err.left(2000)));
+            QVERIFY2(r.out.isEmpty(), qPrintable(r.out.left(2000)));
+            QVERIFY2(clock.elapsed() < 20000, qPrintable(args.first() + " took too long"));
+        }
+    }
+
+private slots:
+    void initTestCase() { QVERIFY(tmp_.isValid()); }
+
+    void fixtureIsAccepted() {
+        const CliRun r = runCli({"info", modelFolder()});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY(r.out.contains(QStringLiteral("layers per block")));
+    }
+
+    void foldersThatAreNotModelFolders() {
+        const QString loop = tmp_.filePath(QStringLiteral("loop"));
+        QVERIFY(QFile::link(loop, loop));
+        expectRefused(loop, QStringLiteral("Too many levels of symbolic links"));
+        expectRefused(QStringLiteral("/tmp/") + QString(10000, 'x'), QStringLiteral("is not a folder"));
+        const QString folderConfig = modelFolder();
+        QFile::remove(folderConfig + "/config.json");
+        QVERIFY(QDir().mkpath(folderConfig + "/config.json"));
+        expectRefused(folderConfig, QStringLiteral("config.json': is a folder; a regular file is needed"));
+    }
+
+    void filesThatWouldBlockOrNeverEnd() {
+        const QString fifoConfig = modelFolder();
+        QFile::remove(fifoConfig + "/config.json");
+        QCOMPARE(::mkfifo(qPrintable(fifoConfig + "/config.json"), 0600), 0);
+        expectRefused(fifoConfig, QStringLiteral("config.json': is not a regular file"));
+        const QString zeroConfig = modelFolder();
+        QFile::remove(zeroConfig + "/config.json");
+        QVERIFY(QFile::link(QStringLiteral("/dev/zero"), zeroConfig + "/config.json"));
+        expectRefused(zeroConfig, QStringLiteral("config.json': is not a regular file"));
+        const QString fifoWeights = modelFolder();
+        QFile::remove(fifoWeights + "/diffusion_pytorch_model.safetensors");
+        QCOMPARE(::mkfifo(qPrintable(fifoWeights + "/diffusion_pytorch_model.safetensors"), 0600), 0);
+        expectRefused(fifoWeights, QStringLiteral("diffusion_pytorch_model.safetensors': is not a regular file"));
+    }
+
+    void deepNestingAndHugeValues() {
+        // ~60,000 levels in config.json crashed with exit 139.
+        const QByteArray deep = QByteArray(60000, '[') + QByteArray(60000, ']');
+        expectRefused(modelFolder("{\"block_out_channels\": " + deep + "}"),
+                      QStringLiteral("JSON nested deeper than 64 levels"));
+        // ... and in a safetensors shape.
+        const QString deepShape = modelFolder();
+        const QByteArray header = "{\"t\":{\"dtype\":\"F32\",\"shape\":" + deep + ",\"data_offsets\":[0,4]}}";
+        QByteArray bytes(8, '\0');
+        const quint64 length = static_cast<quint64>(header.size());
+        std::memcpy(bytes.data(), &length, 8);
+        writeText(deepShape + "/diffusion_pytorch_model.safetensors", bytes + header + QByteArray(4, '\0'));
+        expectRefused(deepShape, QStringLiteral("nested deeper than 3 levels"));
+        // A 100 KB value is quoted as an excerpt.
+        expectRefused(modelFolder(configWith("act_fn", "\"" + QByteArray(100000, 'g') + "\"")),
+                      QStringLiteral("... (100002 bytes)"));
+    }
+
+    void structuralValuesRefusedBeforeAllocating() {
+        // layers_per_block 1e9 grew `info` past 8 GB while it listed the expected tensors.
+        expectRefused(modelFolder(configWith("layers_per_block", "1000000000")),
+                      QStringLiteral("layers_per_block = 1000000000: expected an integer from 1 to 8"));
+        expectRefused(modelFolder(configWith("block_out_channels", "[1000000000, 32, 32]")),
+                      QStringLiteral("block_out_channels = 1000000000: expected an integer from 1 to 4096"));
+        // downsample_padding 1e9 was accepted by info and plan, then refused by render.
+        expectRefused(modelFolder(configWith("downsample_padding", "1000000000")),
+                      QStringLiteral("downsample_padding = 1000000000: expected an integer from 0 to 1"));
+    }
+
+    void warningsSummarisedOnStderr() {
+        // 5,000 tensors the config does not use: one warning line on stderr, none on stdout.
+        const QString dir = modelFolder();
+        QFile weights(dir + "/diffusion_pytorch_model.safetensors");
+        QVERIFY(weights.open(QIODevice::ReadOnly));
+        QByteArray bytes = weights.readAll();
+        weights.close();
+        quint64 length = 0;
+        std::memcpy(&length, bytes.constData(), 8);
+        QByteArray header = bytes.mid(8, static_cast<int>(length)).trimmed();
+        const QByteArray data = bytes.mid(8 + static_cast<int>(length));
+        header.chop(1);  // the closing brace
+        for (int i = 0; i < 5000; ++i)
+            header += ",\"ema." + QByteArray::number(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" +
+                      QByteArray::number(data.size() + i) + "," + QByteArray::number(data.size() + i + 1) + "]}";
+        header += "}";
+        length = static_cast<quint64>(header.size());
+        bytes = QByteArray(8, '\0');
+        std::memcpy(bytes.data(), &length, 8);
+        writeText(dir + "/diffusion_pytorch_model.safetensors", bytes + header + data + QByteArray(5000, '\0'));
+
+        const CliRun r = runCli({"info", dir});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r).left(3000)));
+        QVERIFY2(!r.out.contains(QStringLiteral("ema.")), qPrintable(r.out.left(3000)));
+        QVERIFY2(r.out.contains(QStringLiteral("5000 tensors in the file are not used")), qPrintable(r.out));
+        QCOMPARE(r.err.count(QStringLiteral("ema.")), 5);
+        QVERIFY2(r.err.contains(QStringLiteral("5000 tensors are not used by this config: 'ema.0'")), qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("and 4995 more")), qPrintable(r.err));
+        QCOMPARE(r.err.count('\n'), 1);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBadModels)
+#include "tst_badmodels.moc"
