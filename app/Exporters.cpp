@@ -1,13 +1,14 @@
 #include "app/Exporters.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
+#include <cctype>
+#include <filesystem>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "app/PngIO.h"
+#include "core/BoundedInput.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
 
@@ -66,24 +67,32 @@ void exportRun(const RunResult& result, ExportFormat format, const std::string& 
 }
 
 RestoredConfig configurationFromFile(const std::string& path) {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw std::runtime_error(path + ": the file cannot be opened");
-    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    // Untrusted input, read through core/BoundedInput: JSON is bounded in size and nesting
+    // depth. Run PNGs (larger than any JSON) go to PngIO whole; only their manifest is parsed.
     static const std::string kPngSignature("\x89PNG\r\n\x1a\n", 8);
+    const std::string suffix = std::filesystem::path(path).extension().string();
+    const bool pngName = suffix.size() == 4 && std::equal(suffix.begin(), suffix.end(), ".png", [](char a, char b) {
+                             return std::tolower(static_cast<unsigned char>(a)) == b;
+                         });
+    // A FIFO must be refused, not opened (which would wait for a writer).
+    std::error_code ignored;
+    if (pngName && !std::filesystem::is_regular_file(path, ignored))
+        throw InputFileError("preset", "preset: '" + excerpt(path, 200) + "': is not a regular file; a run PNG is needed");
+    const std::string bytes = pngName ? std::string() : readBoundedFile(path, "preset");
     RestoredConfig restored;
     try {
-        if (bytes.compare(0, kPngSignature.size(), kPngSignature) == 0) {
+        if (pngName || bytes.compare(0, kPngSignature.size(), kPngSignature) == 0) {
             const PngFile png = readPng(path);
             const std::string manifest = png.text("tessera-manifest");
             if (manifest.empty())
                 throw std::runtime_error("the PNG has no tessera-manifest chunk (it was not written by Tessera)");
-            const RunRecord record = runRecordFromManifest(nlohmann::json::parse(manifest));
+            const RunRecord record = runRecordFromManifest(parseBoundedJson(manifest, "preset", "its tessera-manifest chunk"));
             restored.config = record.config;
             restored.source = ConfigSource::RunPng;
             restored.runId = record.runId;
             return restored;
         }
-        const nlohmann::json json = nlohmann::json::parse(bytes);
+        const nlohmann::json json = parseBoundedJson(bytes, "preset", "'" + excerpt(path, 200) + "'");
         if (json.is_object() && json.contains("schema_version")) {
             const RunRecord record = runRecordFromManifest(json);
             restored.config = record.config;

@@ -1,24 +1,30 @@
 #include "app/RunHistory.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QLoggingCategory>
 #include <QStandardPaths>
 
 #include <nlohmann/json.hpp>
 
 #include "app/Exporters.h"
 #include "app/PngIO.h"
+#include "core/BoundedInput.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
+#include "core/SafeName.h"
 
 namespace tessera {
 
+Q_LOGGING_CATEGORY(lcHistory, "tessera.history")
+
 namespace {
+
+// "<id>.seam.json" holds two numbers; anything much larger was not written by Tessera.
+constexpr std::size_t kSeamBytes = 4096;
 
 QImage thumbnailOf(const QImage& image) {
     if (image.isNull()) return {};
@@ -26,10 +32,24 @@ QImage thumbnailOf(const QImage& image) {
                         Qt::SmoothTransformation);
 }
 
-std::string readAll(const QString& path) {
-    std::ifstream file(path.toStdString(), std::ios::binary);
-    if (!file) throw std::runtime_error(path.toStdString() + ": cannot be opened");
-    return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+std::string nativePath(const QString& path) { return QFile::encodeName(path).toStdString(); }
+
+// A file name from the folder as it may be quoted in a message: short and escaped.
+QString shownName(const QString& name) { return QString::fromStdString(excerpt(nativePath(name))); }
+
+// Something (a file, folder or link, dangling or not) is at `path`.
+bool present(const QString& path) {
+    const QFileInfo info(path);
+    return info.exists() || info.isSymLink();
+}
+
+// Why `path` (a file the history would read) is refused, or empty when it is a plain file.
+// Links are never followed: whoever can write the folder must not make us read elsewhere.
+QString notPlainFile(const QString& path) {
+    const QFileInfo info(path);
+    if (info.isSymLink()) return QStringLiteral("is a symbolic link; history files must be regular files");
+    if (!info.isFile()) return QStringLiteral("is not a regular file");
+    return {};
 }
 
 }  // namespace
@@ -42,9 +62,17 @@ RunHistory::RunHistory(QString folder, int capacity) : folder_(std::move(folder)
     reload();
 }
 
-QString RunHistory::manifestPath(const QString& id) const { return folder_ + QLatin1Char('/') + id + QStringLiteral(".json"); }
-QString RunHistory::imagePath(const QString& id) const { return folder_ + QLatin1Char('/') + id + QStringLiteral(".png"); }
-QString RunHistory::seamPath(const QString& id) const { return folder_ + QLatin1Char('/') + id + QStringLiteral(".seam.json"); }
+QString RunHistory::fileOf(const QString& id, const char* suffix) const {
+    const std::string runId = id.toStdString();
+    if (!isSafeRunId(runId))
+        throw ValidationError("history", "history: the run id \"" + excerpt(runId) + "\" is not allowed; " +
+                                             std::string(kRunIdRule));
+    return QFile::decodeName(fileInFolder(nativePath(folder_), runId + suffix, "history").c_str());
+}
+
+QString RunHistory::manifestPath(const QString& id) const { return fileOf(id, ".json"); }
+QString RunHistory::imagePath(const QString& id) const { return fileOf(id, ".png"); }
+QString RunHistory::seamPath(const QString& id) const { return fileOf(id, ".seam.json"); }
 
 const HistoryEntry* RunHistory::find(const QString& runId) const {
     for (const HistoryEntry& entry : entries_)
@@ -52,34 +80,74 @@ const HistoryEntry* RunHistory::find(const QString& runId) const {
     return nullptr;
 }
 
+void RunHistory::note(const QString& problem) {
+    qCWarning(lcHistory).noquote() << problem;
+    problems_ << problem;
+}
+
+std::optional<HistoryEntry> RunHistory::readEntry(const QString& name) {
+    const QString shown = QDir::toNativeSeparators(folder_) + QDir::separator() + shownName(name);
+    const auto skip = [&](const QString& why) {
+        note(QStringLiteral("%1: %2; skipped").arg(shown, why));
+        return std::nullopt;
+    };
+    // The name is checked before anything is read: only "<run id>.json" is a manifest.
+    const QString stem = name.chopped(5);
+    if (!isSafeRunId(stem.toStdString()))
+        return skip(QStringLiteral("not a history manifest name (<run id>.json; %1)")
+                        .arg(QString::fromUtf8(kRunIdRule.data(), static_cast<qsizetype>(kRunIdRule.size()))));
+    const QString manifest = manifestPath(stem), image = imagePath(stem);
+    if (const QString why = notPlainFile(manifest); !why.isEmpty()) return skip(why);
+    HistoryEntry entry;
+    try {
+        entry.record = runRecordFromManifest(readBoundedJson(nativePath(manifest), "history"));
+    } catch (const InputFileError& e) {  // its message names the file already
+        note(QString::fromStdString(toValidUtf8(e.what())) + QStringLiteral("; skipped"));
+        return std::nullopt;
+    } catch (const std::exception& e) {
+        return skip(QString::fromStdString(toValidUtf8(e.what())));
+    }
+    if (entry.record.runId.empty()) entry.record.runId = stem.toStdString();
+    if (entry.id() != stem)
+        return skip(QStringLiteral("its run_id \"%1\" does not match the file name")
+                        .arg(QString::fromStdString(excerpt(entry.record.runId))));
+    if (present(image)) {
+        if (const QString why = notPlainFile(image); !why.isEmpty()) {
+            note(QStringLiteral("%1: %2; the run is listed without it").arg(QDir::toNativeSeparators(image), why));
+        } else {
+            entry.imagePath = image;
+            entry.thumbnail = thumbnailOf(QImage(image));
+        }
+    }
+    if (present(seamPath(stem))) readSeamStats(entry);
+    return entry;
+}
+
+void RunHistory::readSeamStats(HistoryEntry& entry) {
+    const QString path = seamPath(entry.id());
+    try {
+        if (const QString why = notPlainFile(path); !why.isEmpty()) throw std::runtime_error(why.toStdString());
+        const nlohmann::json seam = readBoundedJson(nativePath(path), "history", kSeamBytes);
+        if (!seam.is_object() || !seam.value("mean", nlohmann::json()).is_number() || !seam.value("max", nlohmann::json()).is_number())
+            throw std::runtime_error("needs an object with the numbers \"mean\" and \"max\"");
+        entry.seamMean = seam["mean"].get<double>();
+        entry.seamMax = seam["max"].get<double>();
+    } catch (const std::exception& e) {
+        note(QStringLiteral("%1: %2; the run is listed without seam statistics")
+                 .arg(QDir::toNativeSeparators(path), QString::fromStdString(toValidUtf8(e.what()))));
+    }
+}
+
 void RunHistory::reload() {
     entries_.clear();
     problems_.clear();
     const QDir dir(folder_);
     if (!dir.exists()) return;
-    // Manifests only: "<id>.json", not "<id>.seam.json".
-    const QStringList names = dir.entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name);
+    // Manifests only: "<id>.json", not "<id>.seam.json". System: dangling links are reported too.
+    const QStringList names = dir.entryList({QStringLiteral("*.json")}, QDir::Files | QDir::System | QDir::Hidden, QDir::Name);
     for (const QString& name : names) {
         if (name.endsWith(QStringLiteral(".seam.json"))) continue;
-        const QString path = dir.filePath(name);
-        try {
-            HistoryEntry entry;
-            entry.record = runRecordFromManifest(nlohmann::json::parse(readAll(path)));
-            if (entry.record.runId.empty()) entry.record.runId = QFileInfo(name).completeBaseName().toStdString();
-            const QString id = entry.id();
-            if (QFileInfo(imagePath(id)).isFile()) {
-                entry.imagePath = imagePath(id);
-                entry.thumbnail = thumbnailOf(QImage(entry.imagePath));
-            }
-            if (QFileInfo(seamPath(id)).isFile()) {
-                const nlohmann::json seam = nlohmann::json::parse(readAll(seamPath(id)));
-                entry.seamMean = seam.value("mean", -1.0);
-                entry.seamMax = seam.value("max", -1.0);
-            }
-            entries_.push_back(std::move(entry));
-        } catch (const std::exception& e) {
-            problems_ << QStringLiteral("%1: %2").arg(QDir::toNativeSeparators(path), QString::fromUtf8(e.what()));
-        }
+        if (std::optional<HistoryEntry> entry = readEntry(name)) entries_.push_back(std::move(*entry));
     }
     // Run ids start with the UTC time, but order by the recorded start to be safe.
     std::stable_sort(entries_.begin(), entries_.end(), [](const HistoryEntry& a, const HistoryEntry& b) {
@@ -88,25 +156,27 @@ void RunHistory::reload() {
 }
 
 const HistoryEntry& RunHistory::add(const RunResult& result) {
-    if (!QDir().mkpath(folder_))
-        throw std::runtime_error(folder_.toStdString() + ": the history folder cannot be created");
     HistoryEntry entry;
     entry.record = result.record;
     if (entry.record.runId.empty()) entry.record.runId = newRunId();
     const QString id = entry.id();
+    // Every path is checked (fileOf) before anything is created.
+    const QString manifest = manifestPath(id), image = imagePath(id), seam = seamPath(id);
+    if (!QDir().mkpath(folder_))
+        throw std::runtime_error(folder_.toStdString() + ": the history folder cannot be created");
     if (!result.image.data.empty()) {
-        exportRun(result, ExportFormat::ImagePng, imagePath(id).toStdString());
-        entry.imagePath = imagePath(id);
-        entry.thumbnail = thumbnailOf(QImage(entry.imagePath));
+        exportRun(result, ExportFormat::ImagePng, nativePath(image));
+        entry.imagePath = image;
+        entry.thumbnail = thumbnailOf(QImage(image));
     }
     if (!result.seamMap.data.empty()) {
         const SeamStats stats = seamStats(result.seamMap);
         entry.seamMean = stats.mean;
         entry.seamMax = stats.max;
-        writeFileAtomically(seamPath(id).toStdString(), nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}.dump() + "\n");
+        writeFileAtomically(nativePath(seam), nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}.dump() + "\n");
     }
     // The manifest last: reload() lists runs by manifest, so a run is only seen once complete.
-    writeFileAtomically(manifestPath(id).toStdString(), manifestJson(entry.record).dump(2) + "\n");
+    writeFileAtomically(nativePath(manifest), manifestJson(entry.record).dump(2) + "\n");
     std::erase_if(entries_, [&id](const HistoryEntry& e) { return e.id() == id; });
     entries_.push_back(std::move(entry));
     trim();
@@ -116,6 +186,7 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
 bool RunHistory::remove(const QString& runId) {
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
     if (it == entries_.end()) return false;
+    // Entries only ever hold safe run ids; fileOf checks each path again before it is deleted.
     QFile::remove(manifestPath(runId));  // first, so a half-removed run is not listed again
     QFile::remove(imagePath(runId));
     QFile::remove(seamPath(runId));

@@ -3,6 +3,12 @@
 // by default QStandardPaths::AppDataLocation/history. Loaded at construction; add() writes
 // at once (atomically), so a crash loses nothing already shown. Not thread-safe: the GUI
 // thread owns it.
+//
+// The folder's contents are untrusted input. Every file is named "<run id>" + suffix with a
+// run id of core/SafeName's grammar, so nothing outside the folder is ever read, written or
+// deleted; manifests are read through core/BoundedInput (size and nesting bounded); links
+// are not followed. A manifest that breaks any of this is skipped (reported in problems()
+// and logged as a warning in the "tessera.history" category), never deleted.
 #pragma once
 
 #include <optional>
@@ -10,6 +16,7 @@
 
 #include <QImage>
 #include <QString>
+#include <QStringList>
 
 #include "core/Engine.h"
 #include "core/RunRecord.h"
@@ -46,16 +53,27 @@ public:
     const HistoryEntry& add(const RunResult& result);
     // Removes a run's files and its entry; false when there is no such run.
     bool remove(const QString& runId);
-    // Re-reads the folder (entries whose manifest cannot be read are skipped; see problems()).
+    // Re-reads the folder. Skipped, each with a problem: files named other than
+    // "<run id>.json", links, manifests too large, too deep or invalid, and manifests whose
+    // run_id is not their file name. A run PNG or seam file that is a link or unreadable is
+    // left out of its entry (also a problem); the entry stays.
     void reload();
-    // Files skipped by the last reload, with the reason.
+    // What the last reload skipped or left out, with the file and the reason.
     const QStringList& problems() const { return problems_; }
 
 private:
+    // folder_/<id><suffix>; throws ValidationError unless `id` is a run id (core/SafeName).
+    QString fileOf(const QString& id, const char* suffix) const;
     QString manifestPath(const QString& id) const;
     QString imagePath(const QString& id) const;
     QString seamPath(const QString& id) const;
     void trim();
+    // The entry of manifest file `name` (in folder_), or nothing (and a problem) if it is refused.
+    std::optional<HistoryEntry> readEntry(const QString& name);
+    // Fills entry's seamMean/seamMax from its seam file; a problem when that cannot be read.
+    void readSeamStats(HistoryEntry& entry);
+    // Logs `problem` and adds it to problems_.
+    void note(const QString& problem);
 
     QString folder_;
     int capacity_;

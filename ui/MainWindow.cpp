@@ -31,6 +31,7 @@
 
 #include "app/ModelLocator.h"
 #include "app/PngIO.h"
+#include "core/BoundedInput.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
 #include "core/TilePlan.h"
@@ -118,8 +119,12 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
 
     restoreSettings();
     refreshHistory();
-    if (!history_->problems().isEmpty())
-        setStatusText(tr("Some runs of the history could not be read: %1").arg(history_->problems().join(QStringLiteral("; "))), true);
+    // Each problem is logged in full by RunHistory; the status line names the first.
+    if (const QStringList& problems = history_->problems(); !problems.isEmpty())
+        setStatusText(tr("%n file(s) of the history could not be used (see the log); the first: %1", nullptr,
+                         static_cast<int>(problems.size()))
+                          .arg(problems.front()),
+                      true);
     startWorker();
     refreshPlan();
     updateActions();
@@ -341,12 +346,19 @@ void MainWindow::buildStatusBar() {
 
 void MainWindow::restoreSettings() {
     RunConfig config;
-    const QString json = settings_->value(kLastConfigKey).toString();
-    if (!json.isEmpty()) {
+    // The settings file is input like any other: bounded in size and depth before parsing.
+    const std::string json = settings_->value(kLastConfigKey).toString().toStdString();
+    if (!json.empty()) {
         try {
-            config = runConfigFromJson(nlohmann::json::parse(json.toStdString()));
+            if (json.size() > input_limits::kJsonBytes)
+                throw InputFileError("settings", "settings: the saved configuration is " + std::to_string(json.size()) +
+                                                     " bytes; at most " + std::to_string(input_limits::kJsonBytes) + " are allowed");
+            const std::string where = "'" + excerpt(settings_->fileName().toStdString(), 200) + "' key " + kLastConfigKey.toStdString();
+            config = runConfigFromJson(parseBoundedJson(json, "settings", where));
         } catch (const std::exception& e) {
-            setStatusText(tr("The saved settings could not be read (%1); using the defaults").arg(QString::fromUtf8(e.what())));
+            const QString why = QString::fromStdString(toValidUtf8(e.what()));
+            qWarning().noquote() << "tessera: the saved settings are ignored, defaults used:" << why;
+            setStatusText(tr("The saved settings could not be read (%1); using the defaults").arg(why), true);
         }
     }
     panel_->setConfig(config);

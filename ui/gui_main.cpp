@@ -15,10 +15,9 @@
 //                       ends, with it after MS (mid-run: progress, highlight, live charts)
 //   --compare-graphs    press Compare graphs at start; without --delay the picture is taken
 //                       when the comparison ends
-//   --preset FILE       load a preset at start
+//   --preset FILE       load a preset (or a run manifest or run PNG) at start; exit 2 if unusable
 //   --fresh             ignore (and do not change) the saved settings
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include <QApplication>
@@ -28,8 +27,6 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTimer>
-
-#include <nlohmann/json.hpp>
 
 #include "app/RunHistory.h"
 #include "ui/CompareView.h"
@@ -158,12 +155,11 @@ int main(int argc, char** argv) {
 
     tessera::MainWindow window(std::move(settings), history);
     if (parser.isSet(preset)) {
-        try {
-            std::ifstream file(parser.value(preset).toStdString());
-            if (!file) throw std::runtime_error("cannot be opened");
-            window.configPanel()->setConfig(tessera::runConfigFromJson(nlohmann::json::parse(file)));
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "tessera: preset %s: %s\n", qPrintable(parser.value(preset)), e.what());
+        // The same reader as File > Open preset (bounded, through core/BoundedInput); its
+        // message names the file.
+        QString error;
+        if (!window.restoreConfigurationFrom(parser.value(preset), &error)) {
+            std::fprintf(stderr, "tessera: preset: %s\n", qPrintable(error));
             return 2;
         }
     }

@@ -35,31 +35,16 @@
 #include "ui/GraphsPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/TimingCharts.h"
+#include "TinyRun.h"
 
 using namespace tessera;
 
 namespace {
 
-const QString kModel = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
-
-bool haveTestModel() { return QFileInfo(kModel + QStringLiteral("/diffusion_pytorch_model.safetensors")).isFile(); }
+using testing::haveTestModel;
 
 // 64 x 64, 2 steps, 3 x 3 tiles of 32 px in batches of 2 (5 batches a step).
-RunConfig tinyConfig() {
-    RunConfig c;
-    c.width = 64;
-    c.height = 64;
-    c.seed = 11;
-    c.steps = 2;
-    c.tile = 32;
-    c.overlapPx = 8;
-    c.tileBatch = 2;
-    c.model = kModel.toStdString();
-    c.backend = BackendKind::CPU;
-    c.precision = Precision::FP32;
-    c.label = "gc";
-    return c;
-}
+RunConfig tinyConfig() { return testing::tinyRunConfig(11, "gc"); }
 
 std::string readAll(const QString& path) {
     std::ifstream file(path.toStdString(), std::ios::binary);

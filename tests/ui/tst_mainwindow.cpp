@@ -18,30 +18,16 @@
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
+#include "TinyRun.h"
 
 using namespace tessera;
 
 namespace {
 
-const QString kModel = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
-
-bool haveTestModel() { return QFileInfo(kModel + QStringLiteral("/diffusion_pytorch_model.safetensors")).isFile(); }
+using testing::haveTestModel;
 
 // A run small enough for a test: 64 x 64, 2 steps, 9 tiles of 32 px.
-RunConfig tinyConfig() {
-    RunConfig c;
-    c.width = 64;
-    c.height = 64;
-    c.seed = 7;
-    c.steps = 2;
-    c.tile = 32;
-    c.overlapPx = 8;
-    c.tileBatch = 2;
-    c.model = kModel.toStdString();
-    c.backend = BackendKind::CPU;
-    c.precision = Precision::FP32;
-    return c;
-}
+RunConfig tinyConfig() { return testing::tinyRunConfig(7); }
 
 }  // namespace
 

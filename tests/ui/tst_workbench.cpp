@@ -34,30 +34,16 @@
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
+#include "TinyRun.h"
 
 using namespace tessera;
 
 namespace {
 
-const QString kModel = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+using testing::haveTestModel;
+using testing::runOnce;
 
-bool haveTestModel() { return QFileInfo(kModel + QStringLiteral("/diffusion_pytorch_model.safetensors")).isFile(); }
-
-RunConfig tinyConfig(std::uint64_t seed) {
-    RunConfig c;
-    c.width = 64;
-    c.height = 64;
-    c.seed = seed;
-    c.steps = 2;
-    c.tile = 32;
-    c.overlapPx = 8;
-    c.tileBatch = 2;
-    c.model = kModel.toStdString();
-    c.backend = BackendKind::CPU;
-    c.precision = Precision::FP32;
-    c.label = "seed " + std::to_string(seed);
-    return c;
-}
+RunConfig tinyConfig(std::uint64_t seed) { return testing::tinyRunConfig(seed, "seed " + std::to_string(seed)); }
 
 std::string readAll(const QString& path) {
     std::ifstream file(path.toStdString(), std::ios::binary);
@@ -93,14 +79,6 @@ private:
     std::unique_ptr<QSettings> freshSettings() {
         return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("workbench-%1.ini").arg(++settingsCount_)),
                                            QSettings::IniFormat);
-    }
-
-    static bool runOnce(MainWindow& window, const RunConfig& config) {
-        window.configPanel()->setConfig(config);
-        if (!window.runAction()->isEnabled()) return false;
-        QSignalSpy ended(&window, &MainWindow::runEnded);
-        window.runAction()->trigger();
-        return ended.wait(300000) && ended.at(0).at(0).toBool();
     }
 
 private slots:
@@ -185,15 +163,15 @@ private slots:
             QCOMPARE(panel.table()->item(0, panel.table()->columnCount() - 1)->text(), QStringLiteral("step"));
         }
         QVERIFY(!QFileInfo(folder.filePath("20260101-000000-aaaaaaaa.json")).exists());
-        // A broken manifest is reported by name, not fatal.
-        QFile broken(folder.filePath("broken.json"));
+        // A broken manifest is reported by name, not fatal (tests/app/tst_runhistory has the rest).
+        QFile broken(folder.filePath("20260101-000002-cccccccc.json"));
         QVERIFY(broken.open(QIODevice::WriteOnly));
         broken.write("{\"schema_version\": 1, \"total_ms\": \"fast\"}");
         broken.close();
         RunHistory reread(folder.path());
         QCOMPARE(reread.entries().size(), std::size_t(1));
         QCOMPARE(reread.problems().size(), 1);
-        QVERIFY2(reread.problems().front().contains("broken.json") && reread.problems().front().contains("total_ms"),
+        QVERIFY2(reread.problems().front().contains("20260101-000002-cccccccc.json") && reread.problems().front().contains("total_ms"),
                  qPrintable(reread.problems().front()));
     }
 
