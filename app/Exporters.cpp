@@ -67,10 +67,8 @@ std::string exportBytes(const RunResult& result, ExportFormat format, const std:
 void exportRun(const RunResult& result, ExportFormat format, const std::string& path,
                const std::vector<const RunRecord*>& earlier) {
     const std::string bytes = exportBytes(result, format, path, earlier);
-    OutputSet file;
-    if (format == ExportFormat::ImagePng) file.add(path, bytes);
-    else file.addText(path, bytes);
-    file.commit();
+    if (format == ExportFormat::ImagePng) writeFileAtomically(path, bytes);
+    else writeTextFileAtomically(path, bytes);
 }
 
 RestoredConfig configurationFromFile(const std::string& path) {

@@ -94,19 +94,23 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
     entry.record = result.record;
     if (entry.record.runId.empty()) entry.record.runId = newRunId();
     const QString id = entry.id();
-    if (!result.image.data.empty()) {
-        exportRun(result, ExportFormat::ImagePng, imagePath(id).toStdString());
-        entry.imagePath = imagePath(id);
-        entry.thumbnail = thumbnailOf(QImage(entry.imagePath));
-    }
+    // One all-or-nothing set, the manifest last: reload() lists runs by manifest, so a run is
+    // only seen once complete, and a failed write leaves none of its files (core/OutputSet.h).
+    OutputSet files;
+    if (!result.image.data.empty())
+        files.add(imagePath(id).toStdString(), exportBytes(result, ExportFormat::ImagePng, imagePath(id).toStdString()));
     if (!result.seamMap.data.empty()) {
         const SeamStats stats = seamStats(result.seamMap);
         entry.seamMean = stats.mean;
         entry.seamMax = stats.max;
-        writeFileAtomically(seamPath(id).toStdString(), nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}.dump() + "\n");
+        files.addText(seamPath(id).toStdString(), jsonText(nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}) + "\n");
     }
-    // The manifest last: reload() lists runs by manifest, so a run is only seen once complete.
-    writeFileAtomically(manifestPath(id).toStdString(), manifestJson(entry.record).dump(2) + "\n");
+    files.addText(manifestPath(id).toStdString(), jsonText(manifestJson(entry.record), 2) + "\n");
+    files.commit();
+    if (!result.image.data.empty()) {
+        entry.imagePath = imagePath(id);
+        entry.thumbnail = thumbnailOf(QImage(entry.imagePath));
+    }
     std::erase_if(entries_, [&id](const HistoryEntry& e) { return e.id() == id; });
     entries_.push_back(std::move(entry));
     trim();

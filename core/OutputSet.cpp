@@ -65,14 +65,15 @@ static void tesseraOutputSetOnSignal(int signal, siginfo_t* info, void* context)
     const int savedErrno = errno;
     interruptions.fetch_add(1);
     for (Slot& slot : slots) removeSlotFiles(slot);
+    // The previous action back in place first, so one that raises the signal again reaches
+    // it rather than this handler; the set is finished either way.
     const struct sigaction& before = previous[signal == SIGINT ? 0 : 1];
+    ::sigaction(signal, &before, nullptr);
     errno = savedErrno;
     if (before.sa_flags & SA_SIGINFO) {
         before.sa_sigaction(signal, info, context);
     } else if (before.sa_handler == SIG_DFL) {
-        // Blocked while this handler runs: delivered, with its default action, on return.
-        ::sigaction(signal, &before, nullptr);
-        ::raise(signal);
+        ::raise(signal);  // blocked while this handler runs: delivered, with the default action, on return
     } else if (before.sa_handler != SIG_IGN) {
         before.sa_handler(signal);
     }
@@ -344,6 +345,12 @@ std::size_t OutputSet::size() const { return state_->files.size(); }
 void writeFileAtomically(const std::string& path, std::string_view bytes) {
     OutputSet set;
     set.add(path, bytes);
+    set.commit();
+}
+
+void writeTextFileAtomically(const std::string& path, std::string_view text) {
+    OutputSet set;
+    set.addText(path, text);
     set.commit();
 }
 

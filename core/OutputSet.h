@@ -58,7 +58,10 @@ private:
 };
 
 // Writes one file through an OutputSet: readers see the old file or the whole new one.
+// OutputError naming the file on failure.
 void writeFileAtomically(const std::string& path, std::string_view bytes);
+// The same for a text file: stored as valid UTF-8 (OutputSet::addText).
+void writeTextFileAtomically(const std::string& path, std::string_view text);
 
 // What a set of new files will need in one folder.
 struct OutputNeeds {
