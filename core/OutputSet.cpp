@@ -368,31 +368,29 @@ std::string byteCountText(std::uintmax_t bytes) {
     return std::string(text) + " (" + std::to_string(bytes) + " bytes)";
 }
 
-void checkOutputFolder(const fs::path& folder, std::string_view field, const OutputNeeds& needs) {
-    const fs::path asked = folder.empty() ? fs::path(".") : folder;
-    const auto fail = [&](const std::string& why) {
-        throw ValidationError(std::string(field), std::string(field) + ": " + shown(asked) + ": " + why);
-    };
+namespace {
+
+// What stops files needing `needs` from being created in `asked` (or, when it does not exist
+// yet, in its nearest existing folder, where it would be created); "" when nothing does.
+// `it` is how the message refers to `asked` itself: "it" or its quoted name.
+std::string folderProblem(const fs::path& asked, const std::string& it, const OutputNeeds& needs) {
     if (asked.native().size() > input_limits::kPathChars)
-        fail("the path is " + std::to_string(asked.native().size()) + " characters long; at most " +
-             std::to_string(input_limits::kPathChars) + " are allowed");
-    // The folder, or the nearest existing folder above it (where the missing ones will be created).
+        return "the path is " + std::to_string(asked.native().size()) + " characters long; at most " +
+               std::to_string(input_limits::kPathChars) + " are allowed";
     fs::path existing = asked;
     for (;;) {
         struct stat st{};
         if (::stat(existing.c_str(), &st) == 0) {
-            if (!S_ISDIR(st.st_mode))
-                fail(existing == asked ? std::string("it is a file, not a folder")
-                                       : shown(existing) + " is a file, not a folder");
+            if (!S_ISDIR(st.st_mode)) return (existing == asked ? it : shown(existing)) + " is a file, not a folder";
             break;
         }
         const int error = errno;
-        if (error != ENOENT && error != ENOTDIR) fail(std::strerror(error));
         const fs::path parent = existing.has_relative_path() ? existing.parent_path() : existing;
-        if (parent == existing) fail(std::strerror(error));
+        if ((error != ENOENT && error != ENOTDIR) || parent == existing)
+            return (existing == asked ? it : shown(existing)) + " cannot be used: " + std::strerror(error);
         existing = parent.empty() ? fs::path(".") : parent;
     }
-    const std::string where = existing == asked ? std::string() : " " + shown(existing) + " (where the folder would be created)";
+    const std::string where = existing == asked ? it : shown(existing) + " (where the folder would be created)";
     // An unnamed file (O_TMPFILE) vanishes on close, so even a signal leaves nothing behind.
     int probe = ::open(existing.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (probe < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
@@ -402,24 +400,34 @@ void checkOutputFolder(const fs::path& folder, std::string_view field, const Out
     }
     if (probe < 0) {
         const int error = errno;
-        fail("files cannot be created" + (where.empty() ? std::string(" there") : " in" + where) + ": " + std::strerror(error));
+        return "no file can be created in " + where + ": " + std::strerror(error);
     }
     struct statvfs space{};
     const bool haveSpace = ::fstatvfs(probe, &space) == 0;
     ::close(probe);
     const std::string whatFor = needs.what.empty() ? std::string() : " (" + needs.what + ")";
     if (haveSpace && freeBytes(space) < needs.totalBytes)
-        fail(byteCountText(freeBytes(space)) + " free" + where + "; these outputs need about " +
-             byteCountText(needs.totalBytes) + whatFor);
+        return byteCountText(freeBytes(space)) + " free in " + where + "; these outputs need about " +
+               byteCountText(needs.totalBytes) + whatFor;
     const std::uintmax_t limit = fileSizeLimit();
     if (limit > 0 && limit < needs.largestBytes)
-        fail("the file size limit (ulimit -f) is " + byteCountText(limit) + "; the largest output file needs about " +
-             byteCountText(needs.largestBytes) + whatFor);
+        return "the file size limit (ulimit -f) is " + byteCountText(limit) + "; the largest output file needs about " +
+               byteCountText(needs.largestBytes) + whatFor;
+    return {};
+}
+
+}  // namespace
+
+void checkOutputFolder(const fs::path& folder, std::string_view field, const OutputNeeds& needs) {
+    const fs::path asked = folder.empty() ? fs::path(".") : folder;
+    const std::string problem = folderProblem(asked, "it", needs);
+    if (!problem.empty())
+        throw ValidationError(std::string(field), std::string(field) + ": " + shown(asked) + ": " + problem);
 }
 
 void checkOutputFile(const fs::path& file, std::string_view field, const OutputNeeds& needs) {
     const auto fail = [&](const std::string& why) {
-        throw ValidationError(std::string(field), std::string(field) + ": " + shown(file) + ": " + why);
+        throw ValidationError(std::string(field), std::string(field) + ": cannot write " + shown(file) + ": " + why);
     };
     const std::string name = file.filename().string();
     if (name.empty() || name == "." || name == "..") fail("a file name is needed, not a folder");
@@ -433,7 +441,8 @@ void checkOutputFile(const fs::path& file, std::string_view field, const OutputN
         const int error = errno;
         fail("its folder " + shown(folder) + " cannot be used: " + std::strerror(error));
     }
-    checkOutputFolder(folder, field, needs);
+    const std::string problem = folderProblem(folder, "its folder " + shown(folder), needs);
+    if (!problem.empty()) fail(problem);
 }
 
 }  // namespace tessera

@@ -468,15 +468,19 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
     const std::uintmax_t steps = positive(config.steps), batch = std::max<std::uintmax_t>(positive(config.tileBatch), 1);
     const std::uintmax_t calls = steps * ((tiles + batch - 1) / batch);
     // User strings appear in the manifest (and the PNG's copy of it); one byte can become six
-    // ("\u0001"). Fixed parts measured at about 5 KiB; per step (timing + memory sample) about
-    // 400 bytes, per tile batch about 300 plus 16 per tile id, with dump(2)'s indentation.
+    // ("\u0001"). Measured with dump(2)'s indentation and numbers at full length: fixed parts
+    // about 9 KiB (with a full graph cache and notes), each step (timing and memory sample)
+    // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
+    // 5 per tile id.
     const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size());
-    const std::uintmax_t manifest = (16u << 10) + strings + steps * 512 + calls * (384 + 16 * batch);
-    const std::uintmax_t csv = 256 + calls * (128 + 12 * batch);
-    // PNG: one filter byte per row plus 3 bytes per pixel, deflate's stored-block worst case
-    // (5 bytes per 16 KiB, here 1/1024), the manifest chunk and the parameters line.
+    const std::uintmax_t manifest = (16u << 10) + strings + steps * 384 + calls * (240 + 16 * batch);
+    const std::uintmax_t csv = 256 + calls * (96 + 8 * batch);
+    // PNG: one filter byte per row plus 3 bytes per pixel, when incompressible stored as is
+    // with IDAT chunk headers (12 bytes per 8 KiB) and deflate's stored blocks (5 per 64 KiB),
+    // under 0.2%, counted as 1/256; the parameters line; and the manifest's copy, which is
+    // deflated (zTXt): its JSON structure shrinks 10-30 times, so half of it plus the strings.
     const std::uintmax_t raw = positive(config.height) * (1 + 3 * positive(config.width));
-    const std::uintmax_t png = raw + raw / 1024 + manifest + strings + (8u << 10);
+    const std::uintmax_t png = raw + raw / 256 + manifest / 2 + strings + (8u << 10);
     OutputNeeds needs;
     needs.totalBytes = png + csv + manifest;
     needs.largestBytes = std::max({png, csv, manifest});

@@ -316,7 +316,7 @@ private slots:
         SKIP_IF_CHILD_SKIPPED(child);
         const QStringList lines = child.report.split('\n');
         QCOMPARE(lines.size(), 2);
-        QVERIFY2(lines[0].startsWith("out|out: '" + dir.path() + "/sub': files cannot be created in '" + dir.path() +
+        QVERIFY2(lines[0].startsWith("out|out: '" + dir.path() + "/sub': no file can be created in '" + dir.path() +
                                      "' (where the folder would be created): Read-only file system"),
                  qPrintable(lines[0]));
         QVERIFY2(lines[1].contains("x.json") && lines[1].contains("Read-only file system"), qPrintable(lines[1]));
@@ -343,7 +343,7 @@ private slots:
         const OutputNeeds huge{std::uintmax_t(1) << 60, 1024, "image up to 1 EiB"};
         std::tie(field, message) = validationOf([&] { checkOutputFolder(dir.path().toStdString(), "out", huge); });
         QCOMPARE(field, std::string("out"));
-        QVERIFY2(QRegularExpression(" free; these outputs need about 1024\\.0 PiB \\(1152921504606846976 bytes\\) \\(image up to 1 EiB\\)$")
+        QVERIFY2(QRegularExpression(" free in it; these outputs need about 1024\\.0 PiB \\(1152921504606846976 bytes\\) \\(image up to 1 EiB\\)$")
                      .match(QString::fromStdString(message)).hasMatch(), message.c_str());
         // A path longer than any the system takes.
         std::tie(field, message) = validationOf([&] { checkOutputFolder(std::string(5000, 'a'), "out", {}); });
@@ -354,7 +354,13 @@ private slots:
         QVERIFY2(QString::fromStdString(message).endsWith("it is a folder; a file name is needed"), message.c_str());
         std::tie(field, message) = validationOf([&] { checkOutputFile(path(dir, "none/x.csv"), "json", {}); });
         QCOMPARE(field, std::string("json"));
-        QVERIFY2(QString::fromStdString(message).contains("No such file or directory"), message.c_str());
+        QCOMPARE(message, "json: cannot write '" + path(dir, "none/x.csv") + "': its folder '" + path(dir, "none") +
+                              "' cannot be used: No such file or directory");
+        std::tie(field, message) = validationOf([&] { checkOutputFile(path(dir, "x.csv"), "csv", huge); });
+        QVERIFY2(QString::fromStdString(message).startsWith(QString::fromStdString(
+                     "csv: cannot write '" + path(dir, "x.csv") + "': ")) &&
+                     QString::fromStdString(message).contains(QString::fromStdString(" free in its folder '" + dir.path().toStdString() + "'; these outputs need about")),
+                 message.c_str());
         QCOMPARE(validationOf([&] { checkOutputFile(path(dir, "x.csv"), "csv", {}); }).first, std::string());
         // Names are quoted as short escaped excerpts.
         std::tie(field, message) = validationOf([&] { checkOutputFolder(dir.path().toStdString() + "/file/caf\xE9", "out", {}); });
