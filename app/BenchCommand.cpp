@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/EngineFactory.h"
+#include "core/OutputSet.h"
 #include "core/TilePlan.h"
 #include "core/UNetModel.h"
 
@@ -376,14 +377,18 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
         return kExitInvalid;
     }
 
-    std::ofstream csv;
+    // The CSV is written whole after the last row (core/OutputSet.h: all or nothing); its
+    // folder is checked now, before the first run. A row is well under 1 KiB.
     if (!options.csvPath.empty()) {
-        csv.open(options.csvPath, std::ios::trunc);
-        if (!csv) {
-            err << "tessera-cli bench: csv: cannot write '" << options.csvPath << "'\n";
+        const std::uintmax_t rowCount = options.precisions.size() * options.graphs.size() * options.lanes.size() *
+                                        options.batches.size();
+        const std::uintmax_t bytes = (4u << 10) + (1u << 10) * rowCount;
+        try {
+            checkOutputFile(options.csvPath, "csv", OutputNeeds{bytes, bytes, {}});
+        } catch (const ValidationError& e) {
+            err << "tessera-cli bench: " << e.what() << "\n";
             return kExitInvalid;
         }
-        csv << benchCsvHeader() << "\n" << std::flush;
     }
 
     const std::string size = options.width == options.height
@@ -502,9 +507,19 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                     anyFailed = true;
                     err << " " << row.note << "\n";
                 }
-                if (csv.is_open()) csv << csvLine(row) << "\n" << std::flush;
                 rows.push_back(std::move(row));
             }
+        }
+    }
+
+    if (!options.csvPath.empty()) {
+        std::string csv = benchCsvHeader() + "\n";
+        for (const BenchRow& row : rows) csv += csvLine(row) + "\n";
+        try {
+            writeTextFileAtomically(options.csvPath, csv);
+        } catch (const std::exception& e) {
+            err << "tessera-cli bench: csv: " << e.what() << "\n";
+            return kExitFailure;
         }
     }
 

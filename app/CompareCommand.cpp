@@ -328,12 +328,12 @@ std::string csvText(const Side& a, const Side& b) {
     return text;
 }
 
-// The folder of an output file must exist, so a long comparison does not end in a write error.
-void checkWritable(const std::string& field, const std::string& path) {
+// The folder of an output file must exist and take it (core/OutputSet.h), so a long
+// comparison does not end in a write error. A summary is a few KiB plus ~1 KiB per run.
+void checkWritable(const std::string& field, const std::string& path, int runs) {
     if (path.empty()) return;
-    const fs::path parent = fs::absolute(path).parent_path();
-    if (!fs::is_directory(parent)) fail(field, "cannot write '" + path + "': the folder '" + parent.string() + "' does not exist");
-    if (fs::is_directory(path)) fail(field, "cannot write '" + path + "': it is a folder");
+    const std::uintmax_t bytes = (64u << 10) + (1u << 10) * static_cast<std::uintmax_t>(std::max(runs, 0));
+    checkOutputFile(path, field, OutputNeeds{bytes, bytes, {}});
 }
 
 std::string padLeft(const std::string& text, std::size_t width) {
@@ -500,8 +500,8 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         const ComparedConfigs configs = compareConfigs(options);
         a.config = configs.a;
         b.config = configs.b;
-        checkWritable("csv", options.csvPath);
-        checkWritable("json", options.jsonPath);
+        checkWritable("csv", options.csvPath, 2 * (options.warmup + options.repeats));
+        checkWritable("json", options.jsonPath, 2 * (options.warmup + options.repeats));
         // Check both sides completely before the first (possibly long) run.
         for (Side* side : {&a, &b}) {
             try {
@@ -673,10 +673,8 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         for (const auto& note : side->notes) out << "note " << side->name << "           " << note << "\n";
 
     try {
-        if (!options.csvPath.empty()) {
-            writeFileAtomically(options.csvPath, csvText(a, b));
-            out << "csv              " << options.csvPath << "\n";
-        }
+        OutputSet files;  // the CSV and the JSON appear together or not at all
+        if (!options.csvPath.empty()) files.addText(options.csvPath, csvText(a, b));
         if (!options.jsonPath.empty()) {
             nlohmann::json runs = nlohmann::json::array();
             for (std::size_t i = 0; i < a.runs.size(); ++i)
@@ -721,9 +719,11 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
                 {"peak_device_mib_delta", peakA && peakB ? nlohmann::json(*peakB - *peakA) : nlohmann::json(nullptr)},
                 {"pixels", pixelJson},
                 {"runs", runs}};
-            writeFileAtomically(options.jsonPath, summary.dump(2) + "\n");
-            out << "json             " << options.jsonPath << "\n";
+            files.addText(options.jsonPath, jsonText(summary, 2) + "\n");
         }
+        files.commit();
+        if (!options.csvPath.empty()) out << "csv              " << options.csvPath << "\n";
+        if (!options.jsonPath.empty()) out << "json             " << options.jsonPath << "\n";
     } catch (const std::exception& e) {
         err << "tessera-cli compare: " << e.what() << "\n";
         return kExitFailure;

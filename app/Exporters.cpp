@@ -10,6 +10,7 @@
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
+#include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 
 namespace tessera {
@@ -45,25 +46,30 @@ QString suggestedExportName(const RunRecord& record, ExportFormat format) {
     return {};
 }
 
-void exportRun(const RunResult& result, ExportFormat format, const std::string& path,
-               const std::vector<const RunRecord*>& earlier) {
+std::string exportBytes(const RunResult& result, ExportFormat format, const std::string& path,
+                        const std::vector<const RunRecord*>& earlier) {
     const RunRecord& record = result.record;
     switch (format) {
     case ExportFormat::ImagePng:
         if (result.image.data.empty()) throw std::runtime_error(path + ": the run has no image to export");
         // The A1111 "parameters" line and the whole manifest travel inside the PNG.
-        writeRunPng(path, toRgb8(result.image), record.config, manifestJson(record).dump());
-        return;
-    case ExportFormat::TimingsCsv: writeFileAtomically(path, timingsCsv(record)); return;
-    case ExportFormat::ManifestJson: writeFileAtomically(path, manifestJson(record).dump(2) + "\n"); return;
+        return encodeRunPng(path, toRgb8(result.image), record.config, jsonText(manifestJson(record)));
+    case ExportFormat::TimingsCsv: return timingsCsv(record);
+    case ExportFormat::ManifestJson: return jsonText(manifestJson(record), 2) + "\n";
     case ExportFormat::ChromeTrace: {
         std::vector<const RunRecord*> runs{&record};
         runs.insert(runs.end(), earlier.begin(), earlier.end());
-        writeFileAtomically(path, chromeTrace(runs).dump() + "\n");
-        return;
+        return jsonText(chromeTrace(runs)) + "\n";
     }
     }
-    throw std::logic_error("exportRun: unknown format");
+    throw std::logic_error("exportBytes: unknown format");
+}
+
+void exportRun(const RunResult& result, ExportFormat format, const std::string& path,
+               const std::vector<const RunRecord*>& earlier) {
+    const std::string bytes = exportBytes(result, format, path, earlier);
+    if (format == ExportFormat::ImagePng) writeFileAtomically(path, bytes);
+    else writeTextFileAtomically(path, bytes);
 }
 
 RestoredConfig configurationFromFile(const std::string& path) {

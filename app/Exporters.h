@@ -1,7 +1,7 @@
 // Exporters: the files a finished run can be saved as (image PNG, timings CSV, manifest JSON,
 // Chrome trace JSON), and the reverse: a run configuration recovered from such a file (a run
-// PNG's manifest chunk, a manifest JSON or a preset JSON). Every write goes through
-// writeFileAtomically (PNG: writePng, which is atomic too). Qt Core/Gui only, any thread.
+// PNG's manifest chunk, a manifest JSON or a preset JSON). Every write goes through an
+// all-or-nothing core/OutputSet; text is stored as valid UTF-8. Qt Core/Gui only, any thread.
 #pragma once
 
 #include <string>
@@ -25,9 +25,15 @@ QString exportTitle(ExportFormat format);
 // "tessera-<runid>-timings.csv", "tessera-<runid>-manifest.json", "tessera-<runid>-trace.json".
 QString suggestedExportName(const RunRecord& record, ExportFormat format);
 
-// Writes `result` (record and image) as `format` to `path`; throws std::runtime_error naming
-// the path on failure (and for ImagePng when the result has no image). Overwrites: asking is
-// the caller's job. `earlier` (ChromeTrace only): more runs shown as further processes.
+// The contents of `result` (record and image) as `format`: PNG bytes (the A1111 parameters
+// line and the manifest inside), or text that is valid UTF-8 (core/RunRecordIO.h jsonText).
+// `path` only names the file in messages; throws std::runtime_error for ImagePng when the
+// result has no image. `earlier` (ChromeTrace only): more runs shown as further processes.
+std::string exportBytes(const RunResult& result, ExportFormat format, const std::string& path,
+                        const std::vector<const RunRecord*>& earlier = {});
+
+// exportBytes written to `path` through a core/OutputSet (a temporary file, then a rename);
+// throws std::runtime_error naming the path on failure. Overwrites: asking is the caller's job.
 void exportRun(const RunResult& result, ExportFormat format, const std::string& path,
                const std::vector<const RunRecord*>& earlier = {});
 

@@ -7,7 +7,8 @@
 
 #include <png.h>
 
-#include "core/RunRecordIO.h"
+#include "core/BoundedInput.h"
+#include "core/OutputSet.h"
 
 namespace tessera {
 
@@ -131,28 +132,34 @@ std::string PngFile::text(const std::string& keyword) const {
     return {};
 }
 
-void writePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts) {
+std::string encodePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts) {
     if (image.width <= 0 || image.height <= 0 ||
         image.pixels.size() != static_cast<std::size_t>(image.width) * image.height * 3)
         throw PngError(path + ": the image buffer does not match " + std::to_string(image.width) + "x" +
                        std::to_string(image.height) + " RGB");
+    // Valid UTF-8 before libpng sees it: iTXt must be UTF-8, and escaped bytes are ASCII.
+    std::vector<std::string> storedTexts;
+    storedTexts.reserve(texts.size());
+    for (const auto& t : texts) storedTexts.push_back(toValidUtf8(t.text));
     std::vector<png_text> chunks;
     chunks.reserve(texts.size());
-    for (const auto& t : texts) {
-        if (t.keyword.empty() || t.keyword.size() > 79)
-            throw PngError(path + ": text keyword '" + t.keyword + "' must be 1 to 79 characters");
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+        const PngTextChunk& t = texts[i];
+        const std::string& text = storedTexts[i];
+        if (t.keyword.empty() || t.keyword.size() > 79 || !isAscii(t.keyword))
+            throw PngError(path + ": text keyword '" + excerpt(t.keyword) + "' must be 1 to 79 ASCII characters");
         png_text chunk{};
         chunk.key = const_cast<char*>(t.keyword.c_str());
-        chunk.text = const_cast<char*>(t.text.c_str());
+        chunk.text = const_cast<char*>(text.c_str());
         // tEXt is Latin-1: UTF-8 text (a label, a path) goes into iTXt so it survives.
-        if (t.international || !isAscii(t.text)) {
-            chunk.compression = t.text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt : PNG_ITXT_COMPRESSION_NONE;
-            chunk.itxt_length = t.text.size();
+        if (t.international || !isAscii(text)) {
+            chunk.compression = text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt : PNG_ITXT_COMPRESSION_NONE;
+            chunk.itxt_length = text.size();
             chunk.lang = const_cast<char*>("");
             chunk.lang_key = const_cast<char*>("");
         } else {
             chunk.compression = PNG_TEXT_COMPRESSION_NONE;
-            chunk.text_length = t.text.size();
+            chunk.text_length = text.size();
         }
         chunks.push_back(chunk);
     }
@@ -162,18 +169,33 @@ void writePng(const std::string& path, const Rgb8Image& image, const std::vector
     std::vector<unsigned char> bytes;
     PngErrorSink sink;
     if (!encode(image, chunks, rows, bytes, sink)) throw PngError(path + ": cannot encode PNG: " + sink.message);
+    return std::string(bytes.begin(), bytes.end());
+}
+
+void writePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts) {
+    const std::string bytes = encodePng(path, image, texts);
     try {
-        writeFileAtomically(path, std::string(bytes.begin(), bytes.end()));
+        writeFileAtomically(path, bytes);
     } catch (const std::runtime_error& e) {
         throw PngError(e.what());
     }
 }
 
+namespace {
+std::vector<PngTextChunk> runTexts(const RunConfig& config, const std::string& manifestJson) {
+    return {PngTextChunk{"parameters", parametersLine(config), false},
+            PngTextChunk{"tessera-manifest", manifestJson, true}};
+}
+}  // namespace
+
+std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
+                         const std::string& manifestJson) {
+    return encodePng(path, image, runTexts(config, manifestJson));
+}
+
 void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                  const std::string& manifestJson) {
-    writePng(path, image,
-             {PngTextChunk{"parameters", parametersLine(config), false},
-              PngTextChunk{"tessera-manifest", manifestJson, true}});
+    writePng(path, image, runTexts(config, manifestJson));
 }
 
 PngFile readPng(const std::string& path) {

@@ -1,6 +1,6 @@
 // PNG files of finished runs: 8-bit RGB pixels plus text chunks, through libpng directly
-// (no Qt needed). Written atomically: a temporary file in the same folder, then a rename,
-// so a reader never sees half a PNG.
+// (no Qt needed). Encoded in memory, so a PNG can join an all-or-nothing set of outputs
+// (core/OutputSet.h); writePng writes one through such a set, so a reader never sees half a PNG.
 #pragma once
 
 #include <stdexcept>
@@ -13,9 +13,9 @@
 namespace tessera {
 
 struct PngTextChunk {
-    std::string keyword;     // 1-79 Latin-1 characters, e.g. "parameters"
-    std::string text;
-    bool international = false;  // iTXt (UTF-8, any length) instead of tEXt (Latin-1)
+    std::string keyword;     // 1-79 printable Latin-1 characters, e.g. "parameters"
+    std::string text;        // stored as valid UTF-8: invalid bytes as "\xNN" (toValidUtf8)
+    bool international = false;  // iTXt (UTF-8, any length) instead of tEXt (Latin-1); non-ASCII text always goes to iTXt
 };
 
 struct PngFile {
@@ -31,11 +31,16 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// Writes `image` with the given text chunks to `path` atomically.
+// The PNG file's bytes: `image` with the given text chunks. `path` only names the file in
+// PngError's message.
+std::string encodePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts);
+// encodePng, then written atomically (core/OutputSet.h writeFileAtomically); PngError on failure.
 void writePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts);
 
 // The PNG of a run: tEXt "parameters" = parametersLine(config) (the A1111 convention) and
-// iTXt "tessera-manifest" = the manifest JSON (core/RunRecordIO.h manifestJson).
+// iTXt "tessera-manifest" = the manifest JSON text (core/RunRecordIO.h jsonText(manifestJson)).
+std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
+                         const std::string& manifestJson);
 void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                  const std::string& manifestJson);
 

@@ -14,6 +14,7 @@
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
+#include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/SafeName.h"
 
@@ -160,23 +161,27 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
     entry.record = result.record;
     if (entry.record.runId.empty()) entry.record.runId = newRunId();
     const QString id = entry.id();
-    // Every path is checked (fileOf) before anything is created.
+    // Every path is checked (fileOf) before anything is created. One all-or-nothing set, the
+    // manifest last: reload() lists runs by manifest, so a run is only seen once complete, and
+    // a failed write leaves none of its files (core/OutputSet.h).
     const QString manifest = manifestPath(id), image = imagePath(id), seam = seamPath(id);
     if (!QDir().mkpath(folder_))
         throw std::runtime_error(folder_.toStdString() + ": the history folder cannot be created");
-    if (!result.image.data.empty()) {
-        exportRun(result, ExportFormat::ImagePng, nativePath(image));
-        entry.imagePath = image;
-        entry.thumbnail = thumbnailOf(QImage(image));
-    }
+    OutputSet files;
+    if (!result.image.data.empty())
+        files.add(nativePath(image), exportBytes(result, ExportFormat::ImagePng, nativePath(image)));
     if (!result.seamMap.data.empty()) {
         const SeamStats stats = seamStats(result.seamMap);
         entry.seamMean = stats.mean;
         entry.seamMax = stats.max;
-        writeFileAtomically(nativePath(seam), nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}.dump() + "\n");
+        files.addText(nativePath(seam), jsonText(nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}) + "\n");
     }
-    // The manifest last: reload() lists runs by manifest, so a run is only seen once complete.
-    writeFileAtomically(nativePath(manifest), manifestJson(entry.record).dump(2) + "\n");
+    files.addText(nativePath(manifest), jsonText(manifestJson(entry.record), 2) + "\n");
+    files.commit();
+    if (!result.image.data.empty()) {
+        entry.imagePath = image;
+        entry.thumbnail = thumbnailOf(QImage(image));
+    }
     std::erase_if(entries_, [&id](const HistoryEntry& e) { return e.id() == id; });
     entries_.push_back(std::move(entry));
     trim();

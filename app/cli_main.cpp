@@ -23,6 +23,7 @@
 #include "app/InterruptCancels.h"
 #include "app/PngIO.h"
 #include "core/ImageOps.h"
+#include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
 #include "core/TilePlan.h"
@@ -185,6 +186,11 @@ int cmdRender(const CliOptions& options) {
     std::unique_ptr<Engine> engine = makeEngine(config.backend);  // first: a missing backend says so
     config.model = resolveModel(config.model);
 
+    // ---- Output folder check (owned by the outputs work): the last validation, before any
+    // work. It creates nothing: the --out folder (and missing parents) are created only when
+    // the outputs are written, so a rejected render leaves no folder behind.
+    checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
+
     if (!config.initImage.empty()) {
         // Any PNG or JPEG, resampled to the run's size (app/InitImage.h); every engine takes it.
         Rgb8Image decoded;
@@ -208,10 +214,6 @@ int cmdRender(const CliOptions& options) {
         engine->setInitImage(resampleToModelSpace(decoded, config.width, config.height, channels));
     }
 
-    std::error_code ec;
-    fs::create_directories(options.outDir, ec);
-    if (!fs::is_directory(options.outDir)) throw InputError{"out: cannot create the folder '" + options.outDir + "'"};
-
     ConsoleObserver observer;
     RunResult result;
     {
@@ -220,11 +222,18 @@ int cmdRender(const CliOptions& options) {
     }
     const RunRecord& record = result.record;
 
+    // ---- Outputs (owned by the outputs work): one all-or-nothing set (core/OutputSet.h) —
+    // temporary files, fsync, then renames with the manifest last, so a manifest means a
+    // complete set; a failure or SIGINT/SIGTERM while writing leaves nothing of it. Text is
+    // stored as valid UTF-8 (a Latin-1 label is escaped, never a reason to lose the run).
     const fs::path base = fs::path(options.outDir) / record.runId;
-    const std::string manifest = manifestJson(record).dump(2);
-    writeRunPng(base.string() + ".png", toRgb8(result.image), record.config, manifest);
-    writeFileAtomically(base.string() + ".csv", timingsCsv(record));
-    writeFileAtomically(base.string() + ".json", manifest);
+    const std::string manifest = jsonText(manifestJson(record), 2);
+    OutputSet outputs;
+    outputs.createFolders(options.outDir);
+    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record.config, manifest));
+    outputs.addText(base.string() + ".csv", timingsCsv(record));
+    outputs.addText(base.string() + ".json", manifest);
+    outputs.commit();
 
     const double seconds = record.totalMs / 1000.0;
     long long evaluations = 0;

@@ -1,19 +1,16 @@
 #include "core/RunRecordIO.h"
 
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <limits>
 #include <random>
 #include <stdexcept>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#endif
+#include "core/BoundedInput.h"
 
 namespace tessera {
 
@@ -118,10 +115,6 @@ std::string randomHex32() {
     char buf[9];
     std::snprintf(buf, sizeof buf, "%08x", bits);
     return buf;
-}
-
-std::string systemError(int error) {
-    return std::strerror(error);
 }
 
 }  // namespace
@@ -434,47 +427,66 @@ nlohmann::json chromeTrace(const std::vector<const RunRecord*>& runs) {
     return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
 }
 
-void writeFileAtomically(const std::string& path, const std::string& bytes) {
-    auto fail = [&path](const std::string& what, int error) {
-        throw std::runtime_error("cannot write '" + path + "': " + what + (error ? ": " + systemError(error) : std::string()));
-    };
-    std::string tmp;
-    std::FILE* file = nullptr;
-    // "x": fail if the name exists, so two writers never share a temporary file.
-    for (int attempt = 0; attempt < 16 && !file; ++attempt) {
-        tmp = path + ".tmp-" + randomHex32();
-        errno = 0;
-        file = std::fopen(tmp.c_str(), "wbx");
-        if (!file && errno != EEXIST) fail("cannot create '" + tmp + "'", errno);
+namespace {
+// A copy of `value` whose strings (keys and values) are valid UTF-8.
+nlohmann::json withValidUtf8(const nlohmann::json& value) {
+    if (value.is_string()) return toValidUtf8(value.get_ref<const std::string&>());
+    if (value.is_array()) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& element : value) out.push_back(withValidUtf8(element));
+        return out;
     }
-    if (!file) fail("cannot create a temporary file next to it", EEXIST);
+    if (value.is_object()) {
+        nlohmann::json out = nlohmann::json::object();
+        for (const auto& [key, element] : value.items()) out[toValidUtf8(key)] = withValidUtf8(element);
+        return out;
+    }
+    return value;
+}
+}  // namespace
 
-    bool ok = bytes.empty() || std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
-    int error = ok ? 0 : errno;
-    if (ok && std::fflush(file) != 0) {
-        ok = false;
-        error = errno;
+std::string jsonText(const nlohmann::json& value, int indent) {
+    try {
+        return value.dump(indent);  // valid UTF-8 throughout: the usual case, no copy
+    } catch (const nlohmann::json::type_error& e) {
+        if (e.id != 316) throw;
     }
-#if defined(__unix__) || defined(__APPLE__)
-    // The data must be on disk before the rename makes it visible, or a crash can leave an empty file.
-    if (ok && ::fsync(::fileno(file)) != 0) {
-        ok = false;
-        error = errno;
-    }
-#endif
-    if (std::fclose(file) != 0 && ok) {
-        ok = false;
-        error = errno;
-    }
-    if (!ok) {
-        std::remove(tmp.c_str());
-        fail("writing '" + tmp + "' failed", error);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        error = errno;
-        std::remove(tmp.c_str());
-        fail("renaming '" + tmp + "' failed", error);
-    }
+    return withValidUtf8(value).dump(indent);
+}
+
+OutputNeeds renderOutputNeeds(const RunConfig& config) {
+    const auto positive = [](std::int64_t v) { return static_cast<std::uintmax_t>(std::max<std::int64_t>(v, 0)); };
+    // Tiles per axis as TilePlan::axisPositions places them: 0, stride, 2 stride, ... and the
+    // last one snapped to the far edge; at most ceil((length - tile) / stride) + 1.
+    const std::int64_t tile = config.tile, stride = tile - config.overlapPixels();
+    const auto perAxis = [&](std::int64_t length) -> std::uintmax_t {
+        if (length < 1) return 0;
+        if (tile >= length || stride <= 0) return 1;
+        return static_cast<std::uintmax_t>((length - tile + stride - 1) / stride + 1);
+    };
+    const std::uintmax_t tiles = perAxis(config.width) * perAxis(config.height);
+    const std::uintmax_t steps = positive(config.steps), batch = std::max<std::uintmax_t>(positive(config.tileBatch), 1);
+    const std::uintmax_t calls = steps * ((tiles + batch - 1) / batch);
+    // User strings appear in the manifest (and the PNG's copy of it); one byte can become six
+    // ("\u0001"). Measured with dump(2)'s indentation and numbers at full length: fixed parts
+    // about 9 KiB (with a full graph cache and notes), each step (timing and memory sample)
+    // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
+    // 5 per tile id.
+    const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size());
+    const std::uintmax_t manifest = (16u << 10) + strings + steps * 384 + calls * (240 + 16 * batch);
+    const std::uintmax_t csv = 256 + calls * (96 + 8 * batch);
+    // PNG: one filter byte per row plus 3 bytes per pixel, when incompressible stored as is
+    // with IDAT chunk headers (12 bytes per 8 KiB) and deflate's stored blocks (5 per 64 KiB),
+    // under 0.2%, counted as 1/256; the parameters line; and the manifest's copy, which is
+    // deflated (zTXt): its JSON structure shrinks 10-30 times, so half of it plus the strings.
+    const std::uintmax_t raw = positive(config.height) * (1 + 3 * positive(config.width));
+    const std::uintmax_t png = raw + raw / 256 + manifest / 2 + strings + (8u << 10);
+    OutputNeeds needs;
+    needs.totalBytes = png + csv + manifest;
+    needs.largestBytes = std::max({png, csv, manifest});
+    needs.what = "image up to " + byteCountText(png) + ", timings up to " + byteCountText(csv) + ", manifest up to " +
+                 byteCountText(manifest);
+    return needs;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // Writers (and the manifest reader) for core/RunRecord.h: the per-batch timings CSV, the
-// JSON manifest, a Chrome trace (chrome://tracing, Perfetto) and an atomic file write.
+// JSON manifest, a Chrome trace (chrome://tracing, Perfetto), JSON as stored text, and the
+// bytes a run's outputs need. Files are written through core/OutputSet.h (all-or-nothing).
 // Qt-free; numbers are written locale-independently.
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/OutputSet.h"
 #include "core/RunRecord.h"
 #include "core/Sha256.h"
 
@@ -36,11 +38,18 @@ RunRecord runRecordFromManifest(const nlohmann::json& manifest);
 // prepareMs + tMs. Null pointers are skipped.
 nlohmann::json chromeTrace(const std::vector<const RunRecord*>& runs);
 
-// Writes bytes to path + ".tmp-XXXXXXXX" in the same folder, flushes it, then renames it
-// over path, so readers see the old file or the whole new one. On any failure the temporary
-// file is removed, an existing file at path is left untouched, and std::runtime_error
-// names the path and the system's error text.
-void writeFileAtomically(const std::string& path, const std::string& bytes);
+// JSON as stored text: value.dump(indent), with every string (keys and values) made valid
+// UTF-8 first (toValidUtf8: each invalid byte as "\xNN"). The one way Tessera turns JSON into
+// file contents: a Latin-1 label, init file or model folder name never throws
+// (nlohmann's type_error 316) and never loses a finished run.
+std::string jsonText(const nlohmann::json& value, int indent = -1);
+
+// An upper bound of what a render's outputs (core/OutputSet.h OutputNeeds) take: the PNG
+// (uncompressed pixels plus deflate's worst-case overhead, its text chunks), the timings CSV
+// and the manifest, for config.steps steps over the tiles of TilePlan::fromConfig(config)
+// (counted here without building the plan). Never throws on bad sizes (they count as 0): the
+// check before work can run before, or after, validation.
+OutputNeeds renderOutputNeeds(const RunConfig& config);
 
 // "YYYYMMDD-HHMMSS-xxxxxxxx": UTC time and 32 random bits (hex), unique per run.
 std::string newRunId();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/BoundedInput.h"
 #include "core/RunRecordIO.h"
 #include "core/Sha256.h"
 
@@ -306,6 +307,44 @@ private slots:
         QCOMPARE(readAll(keep), QByteArray("kept"));
         QVERIFY(QFileInfo(QString::fromStdString(busy)).isDir());
         QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot), QStringList{"busy"});
+    }
+
+    // Stored JSON text is valid UTF-8 whatever the strings hold: invalid bytes become "\xNN".
+    void jsonTextEscapesInvalidUtf8() {
+        const nlohmann::json valid = {{"label", "caf\u00e9 \u2615"}, {"n", 1.5}, {"list", {1, "two"}}};
+        QCOMPARE(jsonText(valid), valid.dump());
+        QCOMPARE(jsonText(valid, 2), valid.dump(2));
+        const nlohmann::json invalid = {{"label", "caf\xE9"}, {"k\xFF", {"a", "b\xC0", {{"deep", "\xED\xA0\x80"}}}}};
+        QVERIFY_THROWS_EXCEPTION(nlohmann::json::type_error, (void)invalid.dump());  // what lost whole runs
+        const std::string text = jsonText(invalid, 2);
+        QVERIFY(isValidUtf8(text));
+        const nlohmann::json back = nlohmann::json::parse(text);
+        QCOMPARE(back["label"].get<std::string>(), std::string("caf\\xE9"));
+        QVERIFY(back.contains("k\\xFF"));
+        QCOMPARE(back["k\\xFF"][1].get<std::string>(), std::string("b\\xC0"));
+        QCOMPARE(back["k\\xFF"][2]["deep"].get<std::string>(), std::string("\\xED\\xA0\\x80"));  // a surrogate is not UTF-8
+    }
+
+    // A run whose label, init file and model folder are Latin-1 bytes: its manifest is stored
+    // (escaped) and read back, instead of nlohmann's type_error 316 throwing the run away.
+    void latin1ManifestIsStored() {
+        RunRecord r = sampleRecord();
+        r.config.label = "caf\xE9";
+        r.config.initImage = "/photos/\xE9t\xE9.png";
+        r.config.model = "/models/mod\xE8le";
+        r.modelName = "mod\xE8le";
+        r.messages = {"note about /models/mod\xE8le"};
+        QVERIFY_THROWS_EXCEPTION(nlohmann::json::type_error, (void)manifestJson(r).dump(2));
+        const std::string text = jsonText(manifestJson(r), 2);
+        QVERIFY(isValidUtf8(text));
+        const RunRecord back = runRecordFromManifest(nlohmann::json::parse(text));
+        QCOMPARE(back.config.label, std::string("caf\\xE9"));
+        QCOMPARE(back.config.initImage, std::string("/photos/\\xE9t\\xE9.png"));
+        QCOMPARE(back.config.model, std::string("/models/mod\\xE8le"));
+        QCOMPARE(back.modelName, std::string("mod\\xE8le"));
+        QCOMPARE(back.messages, std::vector<std::string>{"note about /models/mod\\xE8le"});
+        QCOMPARE(back.runId, r.runId);
+        QCOMPARE(back.batches.size(), r.batches.size());
     }
 
     void sha256Vectors() {
