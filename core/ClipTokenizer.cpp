@@ -119,6 +119,7 @@ std::vector<std::pair<std::string, std::string>> parseMerges(std::string_view te
         const std::string_view line = text.substr(pos, end - pos);
         pos = end + 1;
         if (lineNo++ == 0) continue;
+        if (end == text.size() && line.empty()) break;  // the file's final newline
         const auto fields = splitFields(line);
         if (fields.size() != 2)
             fail(file, "line " + std::to_string(lineNo) + " is not two symbols separated by a space: '" +
@@ -320,10 +321,8 @@ std::vector<std::int32_t> ClipTokenizer::encode(std::string_view utf8) const {
 }
 
 std::vector<std::int32_t> ClipTokenizer::encode(std::u32string_view text) const {
-    std::size_t bytes = 0;
-    for (char32_t c : text) bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
-    if (bytes > clip_limits::kMaxTextBytes)
-        throw ValidationError("prompt", "prompt: " + std::to_string(bytes) + " bytes of text; at most " +
+    if (text.size() > clip_limits::kMaxTextBytes)
+        throw ValidationError("prompt", "prompt: " + std::to_string(text.size()) + " characters of text; at most " +
                                             std::to_string(clip_limits::kMaxTextBytes) + " are allowed");
     // Added tokens are cut out of the raw text first and map straight to their ids (spec
     // §1.8): transformers' trie (4.x) and AddedVocabulary (5.x) both match them exactly.
@@ -552,7 +551,7 @@ void ClipTokenizer::bpe(std::string_view bytes, std::vector<std::int32_t>& out) 
     // position) holds every adjacent pair that has a rank; one round pops all entries of the
     // lowest rank in position order, skipping stale ones, and pairs formed during the round
     // wait until it ends. Same merges, O(n log n) instead of O(n^2).
-    using Entry = std::pair<std::uint32_t, std::int32_t>;  // rank, left position
+    using Entry = std::uint64_t;  // rank << 32 | left position: ordered by rank, then position
     std::vector<Entry> heap, formed;
     const auto rankAt = [&](std::int32_t pos, std::uint32_t& rank, std::int32_t& merged) {
         const Symbol& s = word[static_cast<std::size_t>(pos)];
@@ -568,16 +567,16 @@ void ClipTokenizer::bpe(std::string_view bytes, std::vector<std::int32_t>& out) 
     const auto note = [&](std::vector<Entry>& into, std::int32_t pos) {
         std::uint32_t rank = 0;
         std::int32_t merged = 0;
-        if (pos >= 0 && rankAt(pos, rank, merged)) into.emplace_back(rank, pos);
+        if (pos >= 0 && rankAt(pos, rank, merged)) into.push_back((std::uint64_t{rank} << 32) | static_cast<std::uint32_t>(pos));
     };
     for (std::int32_t i = 0; i + 1 < n; ++i) note(heap, i);
     const auto later = std::greater<Entry>();
     std::make_heap(heap.begin(), heap.end(), later);
     while (!heap.empty()) {
-        const std::uint32_t round = heap.front().first;
-        while (!heap.empty() && heap.front().first == round) {
+        const std::uint64_t round = heap.front() >> 32;
+        while (!heap.empty() && (heap.front() >> 32) == round) {
             std::pop_heap(heap.begin(), heap.end(), later);
-            const std::int32_t pos = heap.back().second;
+            const auto pos = static_cast<std::int32_t>(heap.back() & 0xFFFFFFFFu);
             heap.pop_back();
             std::uint32_t rank = 0;
             std::int32_t merged = 0;
@@ -591,7 +590,7 @@ void ClipTokenizer::bpe(std::string_view bytes, std::vector<std::int32_t>& out) 
             note(formed, left.prev);
             note(formed, pos);
         }
-        for (const Entry& e : formed) {
+        for (const Entry e : formed) {
             heap.push_back(e);
             std::push_heap(heap.begin(), heap.end(), later);
         }

@@ -83,8 +83,8 @@ public:
 
     // The content ids of `utf8` (no BOS/EOS, no truncation), as transformers'
     // tokenizer(text, add_special_tokens=False). Ill-formed UTF-8 is read as U+FFFD per
-    // maximal subpart. Throws ValidationError("prompt") above clip_limits::kMaxTextBytes.
-    // Thread-safe (the BPE cache is locked).
+    // maximal subpart. Throws ValidationError("prompt") above clip_limits::kMaxTextBytes bytes
+    // (code points, for the UTF-32 overload). Thread-safe (the BPE cache is locked).
     std::vector<std::int32_t> encode(std::string_view utf8) const;
     std::vector<std::int32_t> encode(std::u32string_view text) const;
 
