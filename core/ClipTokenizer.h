@@ -23,8 +23,9 @@ namespace clip_limits {
 inline constexpr int kContextLength = 77;
 inline constexpr int kChunkTokens = kContextLength - 2;
 // Longest text encode() accepts, in UTF-8 bytes. Real prompts are a few KiB; 1 MiB of any text
-// (one 1 MiB word included) encodes in well under a second (tests/core/tst_cliptokenizer.cpp
-// measures it), so the bound costs no user anything and keeps hostile input cheap.
+// encodes in under a second of CPU, the worst being one random 1 MiB word (~0.6 s in a release
+// build; tests/core/tst_cliptokenizer.cpp measures each shape), so the bound costs no user
+// anything and keeps hostile input cheap.
 inline constexpr std::size_t kMaxTextBytes = std::size_t{1} << 20;
 // Vocabulary files: openai's gz is 1.36 MB (3.19 MB unpacked), a diffusers vocab.json ~1.6 MB,
 // merges.txt ~0.5 MB. Four to ten times that is allowed; larger files are refused unread.
@@ -42,7 +43,7 @@ enum class ClipTextFlavour {
     // transformers >= 5 (and CLIPTokenizerFast before it): the `tokenizers` library's pipeline:
     // NFC, every run of White_Space -> one space, lowercase code point by code point, the CLIP
     // split regex, then byte-level BPE. This is what `tools/reference/make_tokenizer_fixtures.py`
-    // runs (transformers 5.17 on the GPU machine) and what the fixture test checks.
+    // runs under transformers 5 (the GPU machine lists 5.17) and what the fixture test checks.
     Tokenizers,
     // transformers 4.x's Python CLIPTokenizer when ftfy is not installed (spec §1.5, the
     // recommended path there): BasicTokenizer (drop NUL, U+FFFD and C* controls, whitespace to

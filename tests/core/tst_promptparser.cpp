@@ -233,6 +233,12 @@ private slots:
         r = chunkPrompt(*sd1_, prompt, off);
         QCOMPARE(r.chunks[0].contentTokens, 75);
         QCOMPARE(r.chunks[1].contentTokens, 6);
+        // The bound is inclusive: a comma exactly 20 from the end moves the 19 tokens after it.
+        r = chunkPrompt(*sd1_, repeat("cat ", 55) + "," + repeat(" dog", 30));
+        QCOMPARE(r.chunks[0].contentTokens, 56);
+        QCOMPARE(r.chunks[1].contentTokens, 30);
+        r = chunkPrompt(*sd1_, repeat("cat ", 54) + "," + repeat(" dog", 30));
+        QCOMPARE(r.chunks[0].contentTokens, 75);
         // A comma 25 from the end is beyond the default 20: a plain cut.
         r = chunkPrompt(*sd1_, repeat("cat ", 50) + "," + repeat(" dog", 40));
         QCOMPARE(r.chunks[0].contentTokens, 75);
