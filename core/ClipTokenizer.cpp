@@ -94,11 +94,15 @@ std::string gunzip(const std::string& packed, const std::filesystem::path& file)
     return out;
 }
 
+// Python's str.isspace() on one byte (the merges files' symbols never hold non-ASCII spaces:
+// bytes_to_unicode maps every whitespace byte elsewhere).
+bool isSpaceByte(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1C && c <= 0x1F); }
+
 // Python's str.split() on one line: the whitespace-separated fields.
 std::vector<std::string_view> splitFields(std::string_view line) {
     std::vector<std::string_view> fields;
     std::size_t i = 0;
-    const auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1C && c <= 0x1F); };
+    const auto space = isSpaceByte;
     while (i < line.size()) {
         while (i < line.size() && space(line[i])) ++i;
         const std::size_t start = i;
@@ -254,9 +258,8 @@ ClipTokenizer ClipTokenizer::fromDiffusersFolder(const std::filesystem::path& fo
     // transformers reads merges.txt as read().strip().split("\n")[1:48895].
     const std::string mergesText = readBoundedFile(mergesFile, kField, clip_limits::kVocabJsonBytes);
     std::string_view stripped = mergesText;
-    const auto isSpace = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1C && c <= 0x1F); };
-    while (!stripped.empty() && isSpace(stripped.front())) stripped.remove_prefix(1);
-    while (!stripped.empty() && isSpace(stripped.back())) stripped.remove_suffix(1);
+    while (!stripped.empty() && isSpaceByte(stripped.front())) stripped.remove_prefix(1);
+    while (!stripped.empty() && isSpaceByte(stripped.back())) stripped.remove_suffix(1);
     v->link(parseMerges(stripped, mergesFile), mergesFile);
 
     ClipTokenizerOptions options;

@@ -65,6 +65,23 @@ def write_hf_files(gz_path, folder):
     return len(encoder), merges
 
 
+def load_tokenizer(cls, folder, merges, pad_token):
+    """from_pretrained on the local folder (what diffusers does); if this transformers cannot,
+    its constructor from the same files (4.x: file paths, 5.x: vocab dict and merge list)."""
+    try:
+        return cls.from_pretrained(folder, local_files_only=True, pad_token=pad_token)
+    except Exception as e:  # report and try the constructor
+        print("from_pretrained failed (%s: %s); trying the constructor" % (type(e).__name__, e))
+    vocab_file, merges_file = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
+    try:
+        return cls(vocab_file, merges_file, pad_token=pad_token)
+    except Exception as e:
+        print("CLIPTokenizer(vocab_file, merges_file) failed (%s: %s); trying vocab=, merges=" % (type(e).__name__, e))
+    with open(vocab_file, encoding="utf-8") as f:
+        vocab = json.load(f)
+    return cls(vocab=vocab, merges=list(merges), pad_token=pad_token)
+
+
 def hand_prompts():
     p = [
         # spec §1.9 worked examples
@@ -190,9 +207,9 @@ def main():
     else:
         print("check bytes_to_unicode: not found in this transformers; spec §1.2 table used")
     with tempfile.TemporaryDirectory() as folder:
-        vocab_size, _ = write_hf_files(gz_path, folder)
-        sd1 = CLIPTokenizer.from_pretrained(folder, local_files_only=True)
-        sd2 = CLIPTokenizer.from_pretrained(folder, local_files_only=True, pad_token="!")
+        vocab_size, merges = write_hf_files(gz_path, folder)
+        sd1 = load_tokenizer(CLIPTokenizer, folder, merges, "<|endoftext|>")
+        sd2 = load_tokenizer(CLIPTokenizer, folder, merges, "!")
     fast = bool(getattr(sd1, "is_fast", False)) or hasattr(sd1, "backend_tokenizer")
     flavour = "tokenizers" if fast else "python-basic"
     if not fast and getattr(sd1, "fix_text", None) is not None:
