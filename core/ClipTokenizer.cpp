@@ -369,7 +369,10 @@ bool isCjkIdeograph(char32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-// The `tokenizers` normaliser of transformers 5: NFC, Replace(\s+ -> " "), Lowercase.
+// The `tokenizers` normaliser of transformers 5 (its CLIPTokenizer sets NFC, Replace(\s+ -> " "),
+// Lowercase). Unverified until tests/data/tokenizer/clip_ids.json exists: that Oniguruma's \s is
+// the White_Space set used here, and that Lowercase maps code point by code point (no
+// Final_Sigma), as Rust's char::to_lowercase does.
 std::u32string normaliseTokenizers(std::u32string_view span) {
     const std::u32string composed = unicode::nfc(span);
     std::u32string out;
@@ -386,7 +389,9 @@ std::u32string normaliseTokenizers(std::u32string_view span) {
 }
 
 // transformers 4's BasicTokenizer(do_lower_case, strip_accents=False, do_split_on_punc=False,
-// tokenize_chinese_chars) followed by " ".join(...).
+// tokenize_chinese_chars) followed by " ".join(...). "Control" is category C* as in the
+// transformers sources read for this (tokenization_utils._is_control); spec §1.5/§7.3 notes that
+// some versions test Cc/Cf only: unverified which a given 4.x release has.
 std::u32string normalisePythonBasic(std::u32string_view span) {
     std::u32string cleaned;
     cleaned.reserve(span.size());
@@ -492,8 +497,9 @@ void ClipTokenizer::encodeSpan(std::u32string_view span, std::vector<std::int32_
                 encodePiece(piece, out);
                 return;
             }
-            // The ByteLevel pre-tokenizer's GPT-2 regex then splits a special-token literal
-            // into "<|", the word, "|>"; every other CLIP piece it leaves whole.
+            // The ByteLevel pre-tokenizer (use_regex defaults to true) then splits a
+            // special-token literal with the GPT-2 regex into "<|", the word, "|>"; every other
+            // CLIP piece is a single class of characters, which that regex leaves whole.
             encodePiece(piece.substr(0, 2), out);
             encodePiece(piece.substr(2, piece.size() - 4), out);
             encodePiece(piece.substr(piece.size() - 2), out);

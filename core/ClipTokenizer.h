@@ -60,7 +60,8 @@ ClipTextFlavour parseClipTextFlavour(std::string_view name, std::string_view fie
 struct ClipTokenizerOptions {
     ClipTextFlavour flavour = ClipTextFlavour::Tokenizers;
     // The padding token (spec §1.9): "<|endoftext|>" for SD 1.x and SDXL `tokenizer/`, "!"
-    // (id 0) for SD 2.x `tokenizer/` and SDXL `tokenizer_2/`.
+    // (id 0) for SD 2.x `tokenizer/` and SDXL `tokenizer_2/` (for SD 2.x this rests on
+    // transformers#24925, not on its tokenizer_config.json: unverified, spec §7.2).
     std::string padToken = "<|endoftext|>";
     // A pad token other than BOS/EOS is an added token in transformers: every occurrence in
     // the text becomes the pad id on its own (spec §1.8, "! !!" -> 0 0 0). false gives
