@@ -190,8 +190,8 @@ std::string_view toString(ClipTextFlavour f) {
 ClipTextFlavour parseClipTextFlavour(std::string_view name, std::string_view field) {
     if (name == "tokenizers") return ClipTextFlavour::Tokenizers;
     if (name == "python-basic") return ClipTextFlavour::PythonBasic;
-    throw ValidationError(std::string(field), std::string(field) + ": '" + excerpt(name) +
-                                                  "' is not one of tokenizers, python-basic");
+    throw ValidationError(std::string(field),
+                          std::string(field) + ": '" + excerpt(name) + "' is not one of tokenizers, python-basic");
 }
 
 ClipTokenizer::ClipTokenizer(std::shared_ptr<const Vocabulary> vocabulary, ClipTokenizerOptions options)
@@ -221,7 +221,8 @@ ClipTokenizer ClipTokenizer::fromMergesGz(const std::filesystem::path& gzFile, C
     spellings.emplace_back(kBos);
     spellings.emplace_back(kEos);
     v->ids.reserve(spellings.size());
-    for (std::size_t id = 0; id < spellings.size(); ++id) v->add(std::move(spellings[id]), static_cast<std::int32_t>(id));
+    for (std::size_t id = 0; id < spellings.size(); ++id)
+        v->add(std::move(spellings[id]), static_cast<std::int32_t>(id));
     v->link(mergeList, gzFile);
     return ClipTokenizer(std::move(v), std::move(options));
 }
@@ -306,7 +307,8 @@ std::string ClipTokenizer::tokenText(std::int32_t id) const {
     return toValidUtf8(bytes);
 }
 
-std::array<std::int32_t, clip_limits::kContextLength> ClipTokenizer::frame(std::span<const std::int32_t> content) const {
+std::array<std::int32_t, clip_limits::kContextLength> ClipTokenizer::frame(
+    std::span<const std::int32_t> content) const {
     std::array<std::int32_t, clip_limits::kContextLength> row{};
     row.fill(padId_);
     row[0] = vocab_->bos;
@@ -396,8 +398,8 @@ std::u32string normalisePythonBasic(std::u32string_view span) {
     std::u32string cleaned;
     cleaned.reserve(span.size());
     for (char32_t c : span) {
-        const bool whitespace = c == U' ' || c == U'\t' || c == U'\n' || c == U'\r' ||
-                                unicode::category(c) == unicode::Category::Zs;
+        const bool whitespace =
+            c == U' ' || c == U'\t' || c == U'\n' || c == U'\r' || unicode::category(c) == unicode::Category::Zs;
         if (c == 0 || c == 0xFFFD || (!whitespace && unicode::isControlLike(c))) continue;  // _clean_text
         if (whitespace) {
             cleaned.push_back(U' ');
@@ -535,7 +537,8 @@ void ClipTokenizer::encodePiece(std::u32string_view piece, std::vector<std::int3
     if (bytes.size() <= kCachedPieceBytes) {
         std::lock_guard lock(cache_->mutex);
         if (cache_->pieces.size() >= kCacheEntries) cache_->pieces.clear();
-        cache_->pieces.emplace(bytes, std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+        cache_->pieces.emplace(bytes,
+                               std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
     }
 }
 
@@ -576,7 +579,8 @@ void ClipTokenizer::bpe(std::string_view bytes, std::vector<std::int32_t>& out) 
     const auto note = [&](std::vector<Entry>& into, std::int32_t pos) {
         std::uint32_t rank = 0;
         std::int32_t merged = 0;
-        if (pos >= 0 && rankAt(pos, rank, merged)) into.push_back((std::uint64_t{rank} << 32) | static_cast<std::uint32_t>(pos));
+        if (pos >= 0 && rankAt(pos, rank, merged))
+            into.push_back((std::uint64_t{rank} << 32) | static_cast<std::uint32_t>(pos));
     };
     for (std::int32_t i = 0; i + 1 < n; ++i) note(heap, i);
     const auto later = std::greater<Entry>();
@@ -605,7 +609,8 @@ void ClipTokenizer::bpe(std::string_view bytes, std::vector<std::int32_t>& out) 
         }
         formed.clear();
     }
-    for (std::int32_t i = 0; i >= 0; i = word[static_cast<std::size_t>(i)].next) out.push_back(word[static_cast<std::size_t>(i)].id);
+    for (std::int32_t i = 0; i >= 0; i = word[static_cast<std::size_t>(i)].next)
+        out.push_back(word[static_cast<std::size_t>(i)].id);
 }
 
 }  // namespace tessera

@@ -114,9 +114,8 @@ private:
     std::size_t step(std::u32string_view t, std::size_t i) {
         const char32_t c = t[i];
         if (c == U'\\') {
-            const bool escaped = i + 1 < t.size() &&
-                                 (t[i + 1] == U'(' || t[i + 1] == U')' || t[i + 1] == U'[' || t[i + 1] == U']' ||
-                                  t[i + 1] == U'\\');
+            const bool escaped = i + 1 < t.size() && (t[i + 1] == U'(' || t[i + 1] == U')' || t[i + 1] == U'[' ||
+                                                      t[i + 1] == U']' || t[i + 1] == U'\\');
             // text[1:]: the escaped character, or "" for a lone backslash.
             res_.push_back({escaped ? std::u32string(1, t[i + 1]) : std::u32string(), 1.0});
             return escaped ? 2 : 1;
@@ -265,9 +264,9 @@ std::vector<PromptSegment> parsePromptAttention(std::string_view prompt) {
 
 PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt, const PromptChunkOptions& options) {
     if (options.commaBacktrack < 0 || options.commaBacktrack > clip_limits::kChunkTokens)
-        throw ValidationError("comma_padding_backtrack", "comma_padding_backtrack: " +
-                                                             std::to_string(options.commaBacktrack) +
-                                                             " is outside 0..75");
+        throw ValidationError(
+            "comma_padding_backtrack",
+            "comma_padding_backtrack: " + std::to_string(options.commaBacktrack) + " is outside 0..75");
     const std::u32string text = decodePrompt(prompt);
     std::vector<Segment> segments;
     if (options.parseEmphasis) {
@@ -291,9 +290,11 @@ PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt
 void applyEmphasis(std::span<float> z, std::span<const float> multipliers, int batch, int tokens, int channels,
                    EmphasisMode mode) {
     if (batch < 0 || tokens < 0 || channels < 0 ||
-        z.size() != static_cast<std::size_t>(batch) * static_cast<std::size_t>(tokens) * static_cast<std::size_t>(channels) ||
+        z.size() !=
+            static_cast<std::size_t>(batch) * static_cast<std::size_t>(tokens) * static_cast<std::size_t>(channels) ||
         multipliers.size() != static_cast<std::size_t>(batch) * static_cast<std::size_t>(tokens))
-        throw std::invalid_argument("applyEmphasis: z must hold batch*tokens*channels and multipliers batch*tokens values");
+        throw std::invalid_argument(
+            "applyEmphasis: z must hold batch*tokens*channels and multipliers batch*tokens values");
     if (mode == EmphasisMode::Ignore || z.empty()) return;
     const auto mean = [&] {
         double sum = 0;

@@ -53,7 +53,9 @@ struct PromptChunk {
     int contentTokens = 0;  // ids[1 .. contentTokens] came from the prompt
 
     // The unpadded view, for display.
-    std::span<const std::int32_t> contentIds() const { return {ids.data() + 1, static_cast<std::size_t>(contentTokens)}; }
+    std::span<const std::int32_t> contentIds() const {
+        return {ids.data() + 1, static_cast<std::size_t>(contentTokens)};
+    }
     std::span<const float> contentWeights() const {
         return {weights.data() + 1, static_cast<std::size_t>(contentTokens)};
     }
@@ -80,7 +82,8 @@ struct PromptChunks {
 // A1111's tokenize_line (spec §5.3): parse, tokenize each segment without special tokens or
 // truncation, fill chunks of 75 (BREAK closes one; comma backtracking), frame each to 77.
 // Throws ValidationError("prompt") as parsePromptAttention does.
-PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt, const PromptChunkOptions& options = {});
+PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt,
+                         const PromptChunkOptions& options = {});
 
 // A1111's emphasis modes (setting `emphasis`), spec §5.2.
 enum class EmphasisMode { Original, NoNorm, Ignore };

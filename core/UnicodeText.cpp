@@ -15,8 +15,7 @@ constexpr char32_t kMaxCodePoint = 0x10FFFF;
 
 // Hangul syllable arithmetic (Unicode chapter 3.12).
 constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
-constexpr char32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount,
-                   kSCount = kLCount * kNCount;
+constexpr char32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
 
 // The value of the run containing `c` in a table of (start << shift) | value entries.
 template <std::size_t N>
@@ -63,8 +62,8 @@ void appendDecomposed(std::u32string& out, char32_t c) {
 char32_t composePair(char32_t first, char32_t second) {
     if (first >= kLBase && first < kLBase + kLCount && second >= kVBase && second < kVBase + kVCount)
         return kSBase + ((first - kLBase) * kVCount + (second - kVBase)) * kTCount;
-    if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 &&
-        second > kTBase && second < kTBase + kTCount)
+    if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 && second > kTBase &&
+        second < kTBase + kTCount)
         return first + (second - kTBase);
     static const std::unordered_map<std::uint64_t, char32_t> table = [] {
         std::unordered_map<std::uint64_t, char32_t> m;
@@ -176,8 +175,7 @@ bool isControlLike(char32_t c) { return category(c) >= Category::Cc; }
 
 bool isWhiteSpace(char32_t c) {
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool isPythonSpace(char32_t c) { return isWhiteSpace(c) || (c >= 0x1C && c <= 0x1F); }

@@ -20,14 +20,16 @@ std::u32string decodeUtf8(std::string_view utf8);
 std::string encodeUtf8(std::u32string_view text);
 void appendUtf8(std::string& out, char32_t c);
 
+// clang-format off
 enum class Category : unsigned char {
     Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po,
     Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co, Cn
 };
+// clang-format on
 // The general category (unassigned and out-of-range code points: Cn).
 Category category(char32_t c);
-bool isLetter(char32_t c);   // L*  (regex \p{L})
-bool isNumber(char32_t c);   // N*  (regex \p{N})
+bool isLetter(char32_t c);       // L*  (regex \p{L})
+bool isNumber(char32_t c);       // N*  (regex \p{N})
 bool isControlLike(char32_t c);  // C*: Cc Cf Cs Co Cn
 // The White_Space property: what the `regex` module's and Oniguruma's \s match.
 bool isWhiteSpace(char32_t c);

@@ -56,10 +56,10 @@ std::string errorOf(const std::function<void()>& f) {
     return "<no error>";
 }
 
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
+#define EXPECT_MESSAGE(message, part)                     \
+    QVERIFY2((message).find(part) != std::string::npos,   \
+             qPrintable(QStringLiteral("'%1' not in: %2") \
+                            .arg(QString::fromStdString(std::string(part)), QString::fromStdString(message))))
 
 QString show(const Ids& ids) {
     QStringList s;
@@ -68,7 +68,8 @@ QString show(const Ids& ids) {
 }
 
 #define COMPARE_IDS(actual, expected) \
-    QVERIFY2((actual) == (expected), qPrintable(QStringLiteral("got [%1], expected [%2]").arg(show(actual), show(expected))))
+    QVERIFY2((actual) == (expected),  \
+             qPrintable(QStringLiteral("got [%1], expected [%2]").arg(show(actual), show(expected))))
 
 Ids concat(std::initializer_list<Ids> parts) {
     Ids out;
@@ -107,7 +108,8 @@ void writeFolder(const QString& dir, const ClipTokenizer& tok, const std::string
     writeFile((dir + "/vocab.json").toStdString(), vocab.dump());
     std::size_t end = 0;
     for (std::size_t line = 0; line <= clip_limits::kMerges; ++line) end = merges.find('\n', end) + 1;
-    writeFile((dir + "/merges.txt").toStdString(), "#version: 0.2\n" + merges.substr(merges.find('\n') + 1, end - merges.find('\n') - 1));
+    writeFile((dir + "/merges.txt").toStdString(),
+              "#version: 0.2\n" + merges.substr(merges.find('\n') + 1, end - merges.find('\n') - 1));
 }
 
 }  // namespace
@@ -138,7 +140,7 @@ private slots:
         QCOMPARE(t.idOf("!</w>"), std::optional<std::int32_t>(256));
         QCOMPARE(t.idOf(",</w>"), std::optional<std::int32_t>(267));
         QCOMPARE(t.idOf("a</w>"), std::optional<std::int32_t>(320));
-        QCOMPARE(t.idOf("in"), std::optional<std::int32_t>(512));  // the first merge, "i n"
+        QCOMPARE(t.idOf("in"), std::optional<std::int32_t>(512));        // the first merge, "i n"
         QCOMPARE(t.idOf("\xc4\xa0"), std::optional<std::int32_t>(220));  // U+0120 (byte 0x20) is leftover 32: 188+32
         QCOMPARE(t.idOf("not a token"), std::optional<std::int32_t>());
         QCOMPARE(t.tokenString(320), std::string("a</w>"));
@@ -213,8 +215,12 @@ private slots:
         QVERIFY(f.encode("\xe7\x8c\xab\xe7\x8c\xab") != f.encode("\xe7\x8c\xab \xe7\x8c\xab"));
         // Controls: dropped by BasicTokenizer, a symbol piece for tokenizers (BEL 0x07 is
         // byte-level symbol U+0107).
-        COMPARE_IDS(b.encode("a\x07" "b"), f.encode("ab"));
-        COMPARE_IDS(f.encode("a\x07" "b"), concat({f.encode("a"), Ids{*f.idOf("\xc4\x87</w>")}, f.encode("b")}));
+        COMPARE_IDS(b.encode("a\x07"
+                             "b"),
+                    f.encode("ab"));
+        COMPARE_IDS(f.encode("a\x07"
+                             "b"),
+                    concat({f.encode("a"), Ids{*f.idOf("\xc4\x87</w>")}, f.encode("b")}));
         // Final sigma: Python's str.lower vs code point by code point.
         COMPARE_IDS(b.encode("\xce\x9f\xce\x94\xce\x9f\xce\xa3"), f.encode("\xce\xbf\xce\xb4\xce\xbf\xcf\x82"));
         COMPARE_IDS(f.encode("\xce\x9f\xce\x94\xce\x9f\xce\xa3"), f.encode("\xce\xbf\xce\xb4\xce\xbf\xcf\x83"));
@@ -242,8 +248,13 @@ private slots:
     void illFormedTextAndNul() {
         const ClipTokenizer& f = *fast_;
         const ClipTokenizer& b = *basic_;
-        COMPARE_IDS(f.encode(std::string("a\xff" "b")), f.encode("a\xef\xbf\xbd" "b"));  // U+FFFD
-        COMPARE_IDS(b.encode(std::string("a\xff" "b")), b.encode("ab"));               // dropped
+        COMPARE_IDS(f.encode(std::string("a\xff"
+                                         "b")),
+                    f.encode("a\xef\xbf\xbd"
+                             "b"));  // U+FFFD
+        COMPARE_IDS(b.encode(std::string("a\xff"
+                                         "b")),
+                    b.encode("ab"));  // dropped
         const std::string nul("a\0b", 3);
         // NUL is byte-level symbol U+0100 for tokenizers, removed by BasicTokenizer.
         COMPARE_IDS(f.encode(nul), concat({f.encode("a"), Ids{*f.idOf("\xc4\x80</w>")}, f.encode("b")}));
@@ -291,8 +302,9 @@ private slots:
                 const double cpu0 = threadCpuSeconds();
                 const Ids ids = t->encode(text);
                 const double cpu = threadCpuSeconds() - cpu0;
-                qInfo("%-22s %-12s %8zu ids in %5.0f ms CPU (%lld ms wall)", name, toString(t->options().flavour).data(),
-                      ids.size(), cpu * 1e3, static_cast<long long>(timer.elapsed()));
+                qInfo("%-22s %-12s %8zu ids in %5.0f ms CPU (%lld ms wall)", name,
+                      toString(t->options().flavour).data(), ids.size(), cpu * 1e3,
+                      static_cast<long long>(timer.elapsed()));
                 QVERIFY2(cpu < 5.0, name);
             }
         }
@@ -312,7 +324,8 @@ private slots:
             threads.emplace_back([&, k] {
                 for (int r = 0; r < 300; ++r) {
                     const std::size_t i = static_cast<std::size_t>(r + k) % prompts.size();
-                    if (fast_->encode(prompts[i] + std::string(static_cast<std::size_t>(r % 3), ' ')) != expected[i]) ++failures[k];
+                    if (fast_->encode(prompts[i] + std::string(static_cast<std::size_t>(r % 3), ' ')) != expected[i])
+                        ++failures[k];
                 }
             });
         }
@@ -372,7 +385,8 @@ private slots:
         EXPECT_MESSAGE(errorOf([&] { ClipTokenizer::fromMergesGz(d + "/cut.gz"); }), "is not a readable gzip file");
         // A gzip bomb: 40 MiB of zeros packs into ~40 KB; unpacking stops at the bound.
         EXPECT_MESSAGE(gzError("bomb.gz", std::string(40u << 20, '\0')), "unpacks to more than 33554432 bytes");
-        EXPECT_MESSAGE(gzError("three.gz", "#version\ni n x\n"), "line 2 is not two symbols separated by a space: 'i n x'");
+        EXPECT_MESSAGE(gzError("three.gz", "#version\ni n x\n"),
+                       "line 2 is not two symbols separated by a space: 'i n x'");
         EXPECT_MESSAGE(gzError("unknown.gz", "#version\nin g\n"), "the vocabulary has no entry 'in'");
         EXPECT_MESSAGE(gzError("header-only.gz", "#version\n"), "holds no merges");
         EXPECT_MESSAGE(gzError("latin1.gz", "#version\n\xe9 t\n"), "is not valid UTF-8");
@@ -414,9 +428,10 @@ private slots:
     // Every id transformers produced (tools/reference/make_tokenizer_fixtures.py).
     void transformersFixture() {
         if (!QFile::exists(QString::fromStdString(kFixture)))
-            QSKIP("tests/data/tokenizer/clip_ids.json is not there yet: run tools/reference/make_tokenizer_fixtures.py "
-                  "resources/clip/bpe_simple_vocab_16e6.txt.gz tests/data/tokenizer/clip_ids.json where transformers "
-                  "is installed (the GPU machine); the spec's examples above are checked meanwhile");
+            QSKIP(
+                "tests/data/tokenizer/clip_ids.json is not there yet: run tools/reference/make_tokenizer_fixtures.py "
+                "resources/clip/bpe_simple_vocab_16e6.txt.gz tests/data/tokenizer/clip_ids.json where transformers "
+                "is installed (the GPU machine); the spec's examples above are checked meanwhile");
         const nlohmann::json doc = readBoundedJson(kFixture, "fixture");
         std::ifstream gz(kGz, std::ios::binary);
         const std::string gzBytes((std::istreambuf_iterator<char>(gz)), {});
@@ -426,9 +441,8 @@ private slots:
         const ClipTokenizer sd2 = load(flavour, doc.at("sd2").at("pad_token").get<std::string>());
         QCOMPARE(sd1.padId(), doc.at("sd1").at("pad_id").get<std::int32_t>());
         QCOMPARE(sd2.padId(), doc.at("sd2").at("pad_id").get<std::int32_t>());
-        qInfo("fixture: %zu prompts, flavour %s, %s, transformers %s", doc.at("cases").size(),
-              toString(flavour).data(), doc.at("tokenizer_class").get<std::string>().c_str(),
-              doc.at("transformers").get<std::string>().c_str());
+        qInfo("fixture: %zu prompts, flavour %s, %s, transformers %s", doc.at("cases").size(), toString(flavour).data(),
+              doc.at("tokenizer_class").get<std::string>().c_str(), doc.at("transformers").get<std::string>().c_str());
         QStringList failures;
         int checked = 0;
         for (const auto& c : doc.at("cases")) {
@@ -451,8 +465,9 @@ private slots:
                 }
             }
         }
-        QVERIFY2(failures.isEmpty(), qPrintable(QStringLiteral("%1 of %2 differ; first ones:\n").arg(failures.size()).arg(checked) +
-                                                failures.mid(0, 12).join('\n')));
+        QVERIFY2(failures.isEmpty(),
+                 qPrintable(QStringLiteral("%1 of %2 differ; first ones:\n").arg(failures.size()).arg(checked) +
+                            failures.mid(0, 12).join('\n')));
     }
 };
 

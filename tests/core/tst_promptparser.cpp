@@ -41,14 +41,15 @@ std::string errorOf(const std::function<void()>& f) {
     return "<no error>";
 }
 
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
+#define EXPECT_MESSAGE(message, part)                     \
+    QVERIFY2((message).find(part) != std::string::npos,   \
+             qPrintable(QStringLiteral("'%1' not in: %2") \
+                            .arg(QString::fromStdString(std::string(part)), QString::fromStdString(message))))
 
 QString show(const Segments& s) {
     QStringList out;
-    for (const auto& p : s) out << QStringLiteral("['%1', %2]").arg(QString::fromStdString(p.text)).arg(p.weight, 0, 'g', 17);
+    for (const auto& p : s)
+        out << QStringLiteral("['%1', %2]").arg(QString::fromStdString(p.text)).arg(p.weight, 0, 'g', 17);
     return out.join(", ");
 }
 
@@ -89,14 +90,10 @@ private slots:
         QTest::addColumn<std::string>("prompt");
         QTest::addColumn<Segments>("expected");
         QTest::newRow("spec example") << std::string("a (((house:1.3)) [on] a (hill:0.5), sun, (((sky))).")
-                                      << Segments{{"a ", 1.0},
-                                                  {"house", 1.3 * kUp * kUp},
-                                                  {" ", kUp},
-                                                  {"on", kDown * kUp},
-                                                  {" a ", kUp},
-                                                  {"hill", 0.5 * kUp},
-                                                  {", sun, ", kUp},
-                                                  {"sky", kUp * kUp * kUp * kUp},
+                                      << Segments{{"a ", 1.0},      {"house", 1.3 * kUp * kUp},
+                                                  {" ", kUp},       {"on", kDown * kUp},
+                                                  {" a ", kUp},     {"hill", 0.5 * kUp},
+                                                  {", sun, ", kUp}, {"sky", kUp * kUp * kUp * kUp},
                                                   {".", kUp}};
         QTest::newRow("explicit weight") << std::string("(a:1.2)") << Segments{{"a", 1.2}};
         QTest::newRow("spaces around weight") << std::string("(a: 1.5 )") << Segments{{"a", 1.5}};
@@ -122,15 +119,16 @@ private slots:
         QTest::newRow("empty") << std::string() << Segments{{"", 1.0}};
         QTest::newRow("only brackets") << std::string("(([[") << Segments{{"", 1.0}};
         QTest::newRow("BREAK") << std::string("a BREAK b") << Segments{{"a", 1.0}, {"BREAK", -1.0}, {"b", 1.0}};
-        QTest::newRow("BREAK needs word boundaries") << std::string("aBREAK BREAKb _BREAK BREAK_")
-                                                     << Segments{{"aBREAK BREAKb _BREAK BREAK_", 1.0}};
-        QTest::newRow("BREAK at punctuation") << std::string(",BREAK,") << Segments{{",", 1.0}, {"BREAK", -1.0}, {",", 1.0}};
+        QTest::newRow("BREAK needs word boundaries")
+            << std::string("aBREAK BREAKb _BREAK BREAK_") << Segments{{"aBREAK BREAKb _BREAK BREAK_", 1.0}};
+        QTest::newRow("BREAK at punctuation")
+            << std::string(",BREAK,") << Segments{{",", 1.0}, {"BREAK", -1.0}, {",", 1.0}};
         QTest::newRow("BREAK twice") << std::string("BREAK  BREAK")
                                      << Segments{{"", 1.0}, {"BREAK", -1.0}, {"", 1.0}, {"BREAK", -1.0}, {"", 1.0}};
         QTest::newRow("lower-case break is text") << std::string("a break b") << Segments{{"a break b", 1.0}};
         // Spec §5.1's quirk: inside brackets the marker's -1 is multiplied, so it becomes text.
-        QTest::newRow("BREAK in brackets") << std::string("(a BREAK b)")
-                                           << Segments{{"a", kUp}, {"BREAK", -1.0 * kUp}, {"b", kUp}};
+        QTest::newRow("BREAK in brackets")
+            << std::string("(a BREAK b)") << Segments{{"a", kUp}, {"BREAK", -1.0 * kUp}, {"b", kUp}};
         QTest::newRow("ill-formed UTF-8") << std::string("a\xff(b)") << Segments{{"a\xef\xbf\xbd", 1.0}, {"b", kUp}};
         QTest::newRow("NUL") << std::string("a\0(b)", 5) << Segments{{std::string("a\0", 2), 1.0}, {"b", kUp}};
     }
@@ -226,7 +224,8 @@ private slots:
         QCOMPARE(r.chunks[0].ids[71], comma_);
         QVERIFY(std::all_of(r.chunks[0].ids.begin() + 72, r.chunks[0].ids.end(), [](auto id) { return id == 49407; }));
         QCOMPARE(r.chunks[1].contentTokens, 10);
-        QVERIFY(std::all_of(r.chunks[1].ids.begin() + 1, r.chunks[1].ids.begin() + 11, [&](auto id) { return id == dog_; }));
+        QVERIFY(std::all_of(r.chunks[1].ids.begin() + 1, r.chunks[1].ids.begin() + 11,
+                            [&](auto id) { return id == dog_; }));
         QCOMPARE(r.tokenCount, 85);
         PromptChunkOptions off;
         off.commaBacktrack = 0;
@@ -299,7 +298,8 @@ private slots:
             bool refused;
         };
         std::vector<Case> cases = {
-            {"ordinary weighted words", repeat("(masterpiece:1.2), best quality, [blurry], ", static_cast<int>(n / 44)), false},
+            {"ordinary weighted words", repeat("(masterpiece:1.2), best quality, [blurry], ", static_cast<int>(n / 44)),
+             false},
             {"open round brackets", std::string(n, '('), false},
             {"close brackets", std::string(n, ')'), false},
             {"escapes", repeat("\\(", static_cast<int>(n / 2)), false},

@@ -21,13 +21,17 @@ private slots:
     void decodeReplacesEachMaximalSubpart_data() {
         QTest::addColumn<std::string>("bytes");
         QTest::addColumn<std::u32string>("expected");
-        QTest::newRow("stray 0xFF") << std::string("a\xff" "b") << std::u32string(U"a\uFFFDb");
+        QTest::newRow("stray 0xFF") << std::string(
+                                           "a\xff"
+                                           "b")
+                                    << std::u32string(U"a\uFFFDb");
         QTest::newRow("overlong E0 80 80") << std::string("\xe0\x80\x80") << std::u32string(U"\uFFFD\uFFFD\uFFFD");
         QTest::newRow("truncated 4-byte") << std::string("\xf0\x9f\x98") << std::u32string(U"\uFFFD");
         QTest::newRow("emoji") << std::string("\xf0\x9f\x98\x80") << std::u32string(U"\U0001F600");
         QTest::newRow("surrogate ED A0 80") << std::string("\xed\xa0\x80") << std::u32string(U"\uFFFD\uFFFD\uFFFD");
         QTest::newRow("overlong C0 AF") << std::string("\xc0\xaf") << std::u32string(U"\uFFFD\uFFFD");
-        QTest::newRow("above U+10FFFF") << std::string("\xf4\x90\x80\x80") << std::u32string(U"\uFFFD\uFFFD\uFFFD\uFFFD");
+        QTest::newRow("above U+10FFFF") << std::string("\xf4\x90\x80\x80")
+                                        << std::u32string(U"\uFFFD\uFFFD\uFFFD\uFFFD");
         QTest::newRow("truncated euro") << std::string("\xe2\x82") << std::u32string(U"\uFFFD");
         QTest::newRow("continuations") << std::string("\x80\x80") << std::u32string(U"\uFFFD\uFFFD");
         QTest::newRow("e-acute then lead byte") << std::string("\xc3\xa9\xc3") << std::u32string(U"\u00E9\uFFFD");
@@ -43,21 +47,21 @@ private slots:
 
     void categoriesAndClasses() {
         QCOMPARE(u::category(U'A'), u::Category::Lu);
-        QCOMPARE(u::category(0x732B), u::Category::Lo);   // 猫
+        QCOMPARE(u::category(0x732B), u::Category::Lo);  // 猫
         QCOMPARE(u::category(0x0301), u::Category::Mn);
         QCOMPARE(u::category(0x1F600), u::Category::So);
-        QCOMPARE(u::category(0x0378), u::Category::Cn);   // unassigned
+        QCOMPARE(u::category(0x0378), u::Category::Cn);    // unassigned
         QCOMPARE(u::category(0x110000), u::Category::Cn);  // out of range
-        QVERIFY(u::isLetter(0x02B0));                       // Lm
+        QVERIFY(u::isLetter(0x02B0));                      // Lm
         QVERIFY(u::isNumber(0x2460) && u::isNumber(0x216B) && u::isNumber(0x0663));
         QVERIFY(!u::isLetter(U'_') && u::isPythonWordChar(U'_'));
         QVERIFY(u::isWhiteSpace(0x3000) && u::isWhiteSpace(0x85) && !u::isWhiteSpace(0x200B) && !u::isWhiteSpace(0x1C));
         QVERIFY(u::isPythonSpace(0x1C) && u::isPythonSpace(0x1F));
         QVERIFY(u::isControlLike(0x200D) && u::isControlLike(0x07) && u::isControlLike(0xE000));
         QCOMPARE(u::decimalValue(U'7'), 7);
-        QCOMPARE(u::decimalValue(0x0663), 3);    // ARABIC-INDIC DIGIT THREE
-        QCOMPARE(u::decimalValue(0x1D7D9), 1);   // MATHEMATICAL DOUBLE-STRUCK DIGIT ONE
-        QCOMPARE(u::decimalValue(0x2460), -1);   // circled one is No, not a decimal digit
+        QCOMPARE(u::decimalValue(0x0663), 3);   // ARABIC-INDIC DIGIT THREE
+        QCOMPARE(u::decimalValue(0x1D7D9), 1);  // MATHEMATICAL DOUBLE-STRUCK DIGIT ONE
+        QCOMPARE(u::decimalValue(0x2460), -1);  // circled one is No, not a decimal digit
         QCOMPARE(u::dataVersion(), std::string_view("14.0.0"));
     }
 
@@ -66,10 +70,10 @@ private slots:
         u::appendLowercase(one, 0x130);
         QVERIFY(one == U"i\u0307");
         QVERIFY(u::lowercasePython(U"\u039F\u0394\u039F\u03A3") == U"\u03BF\u03B4\u03BF\u03C2");  // final sigma
-        QVERIFY(u::lowercasePython(U"\u03A3") == U"\u03C3");                // alone: not final
+        QVERIFY(u::lowercasePython(U"\u03A3") == U"\u03C3");                                      // alone: not final
         QVERIFY(u::lowercasePython(U"\u03A3A") == U"\u03C3a");
-        QVERIFY(u::lowercasePython(U"A\u03A3.") == U"a\u03C2.");            // '.' is case-ignorable
-        QVERIFY(u::lowercasePython(U"A\u03A3'B") == U"a\u03C3'b");          // ignorable, then cased
+        QVERIFY(u::lowercasePython(U"A\u03A3.") == U"a\u03C2.");    // '.' is case-ignorable
+        QVERIFY(u::lowercasePython(U"A\u03A3'B") == U"a\u03C3'b");  // ignorable, then cased
         QVERIFY(u::lowercasePython(U"A\u03A3 B") == U"a\u03C2 b");
         std::u32string charWise;
         for (char32_t c : std::u32string_view(U"\u039F\u0394\u039F\u03A3")) u::appendLowercase(charWise, c);
