@@ -2,7 +2,9 @@
 // tile batches, so its run returns "cancelled" instead of the process dying mid-write. A
 // second signal ends the program at once (the default action is restored by the first).
 // The engine pointer lives in a process-wide atomic because a signal handler can reach
-// nothing else; one guard at a time.
+// nothing else; one guard at a time. Scope it around the run only: once the outputs are being
+// written, core/OutputSet's own handler takes SIGINT/SIGTERM (it removes the unfinished set,
+// then takes the action this guard restored, by default ending the process).
 #pragma once
 
 #include <atomic>
