@@ -194,7 +194,8 @@ void readKey(ModelConfig& c, KeyState& s, const std::string& key, const nlohmann
         for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
     } else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
     else if (key == "mid_block_scale_factor")
-        c.midBlockScaleFactor = static_cast<float>(readNumber(value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
+        c.midBlockScaleFactor = static_cast<float>(
+            readNumber(value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
     else if (key == "downsample_padding") c.downsamplePadding = readInt(value, key, kDownsamplePadding);
     else if (key == "downsample_type") s.downsampleType = readString(value, key);
     else if (key == "upsample_type") s.upsampleType = readString(value, key);

@@ -50,9 +50,10 @@ ModelFolderConfig readModelFolderConfig(const std::string& dir);
 class UNetModel {
 public:
     // Loads dir/config.json, dir/scheduler_config.json (optional: defaults) through
-    // readModelFolderConfig and dir/diffusion_pytorch_model.safetensors (or its shards). Validates every expected tensor's presence and
-    // shape against the config (first missing or mis-shaped one named, with expected and found
-    // shapes), rejects NaN/Inf, maps legacy attention names (query/key/value/proj_attn).
+    // readModelFolderConfig and dir/diffusion_pytorch_model.safetensors (or its shards).
+    // Validates every expected tensor's presence and shape against the config (first missing
+    // or mis-shaped one named, with expected and found shapes), rejects NaN/Inf, maps legacy
+    // attention names (query/key/value/proj_attn).
     static UNetModel load(const std::string& dir);
     // Builds a model from a config and tensors already in memory (tests, random-weight benchmarks).
     static UNetModel fromTensors(ModelConfig, std::map<std::string, HostTensor>, SchedulerOptions = {});
