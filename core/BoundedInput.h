@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -50,6 +51,32 @@ std::string excerpt(std::string_view text, std::size_t maxChars = input_limits::
 // three characters "\xNN". Idempotent on valid UTF-8 input.
 std::string toValidUtf8(std::string_view text);
 bool isValidUtf8(std::string_view text);
+
+// A file opened as readBoundedFile opens it (regular files only, without blocking, size
+// bounded), for readers that need only part of it: an image's header before its pixels.
+// Move-only; closes the file when destroyed. Errors are InputFileError naming the file.
+class BoundedFile {
+public:
+    static BoundedFile open(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes);
+    ~BoundedFile();
+    BoundedFile(BoundedFile&& other) noexcept;
+    BoundedFile& operator=(BoundedFile&& other) noexcept;
+    BoundedFile(const BoundedFile&) = delete;
+    BoundedFile& operator=(const BoundedFile&) = delete;
+
+    std::uint64_t size() const { return size_; }
+    // Up to `count` bytes starting at `offset`: fewer where the file ends (or shrank).
+    std::string readAt(std::uint64_t offset, std::size_t count) const;
+    // Throws InputFileError "field: 'path': why".
+    [[noreturn]] void fail(const std::string& why) const;
+
+private:
+    BoundedFile(int fd, std::uint64_t size, std::string field, std::string shown)
+        : fd_(fd), size_(size), field_(std::move(field)), shown_(std::move(shown)) {}
+    int fd_ = -1;
+    std::uint64_t size_ = 0;
+    std::string field_, shown_;
+};
 
 // Reads the whole of `path`, which must name a regular file (after following symbolic
 // links; a FIFO, device, socket or directory is refused without blocking) of at most
