@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/ModelConfig.h"
 #include "core/RunConfig.h"
 
 namespace tessera {
@@ -32,6 +35,11 @@ struct CliOptions {
 // Does not validate the resulting RunConfig as a whole (that needs the model's limits).
 CliOptions parseCliOptions(const std::vector<std::string>& args);
 
+// A file of run settings (a preset, or compare's A.json/B.json) as a JSON object, read through
+// core/BoundedInput (regular files only, never blocking, size and nesting depth bounded).
+// Throws ValidationError on `field` naming the file (a short excerpt of its path).
+nlohmann::json readRunSettingsFile(const std::string& path, const std::string& field);
+
 // Usage text for a subcommand (Help: the overview).
 std::string cliUsage(CliCommand command);
 
@@ -51,5 +59,15 @@ std::vector<std::string> defaultModelCandidates(const std::string& executableDir
 // first default candidate holding a config.json. Throws ValidationError on field "model"
 // naming the folder, or every place looked in.
 std::string resolveModelFolder(const std::string& given, const std::string& executableDir);
+
+// A model folder's config.json (and scheduler_config.json, when there) alone, read bounded,
+// before any weight is loaded: what validation and the memory estimate need. Throws
+// ValidationError on field "model" naming the file and what is wrong.
+// (The model-hardening work replaces the body with core's one model-config reader.)
+struct ModelFolderConfig {
+    ModelConfig config;
+    ModelLimits limits;
+};
+ModelFolderConfig readModelFolderConfig(const std::string& dir);
 
 }  // namespace tessera
