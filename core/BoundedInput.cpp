@@ -213,6 +213,9 @@ nlohmann::json parseBoundedJson(std::string_view text, std::string_view field, s
         const std::size_t from = at > 20 ? at - 20 : 0;
         fail("not valid JSON at byte " + std::to_string(e.byte) + " (near \"" +
              excerpt(text.substr(from, 40), 40) + "\")");
+    } catch (const nlohmann::json::exception& e) {
+        // out_of_range 406: a number beyond double's range; the message quotes the whole number.
+        fail("not valid JSON: " + excerpt(e.what(), 120));
     }
     return {};
 }
