@@ -64,6 +64,16 @@ QByteArray jpegClaiming(int width, int height) {
     return {};
 }
 
+// PNG chunk CRC (ISO 3309 CRC-32 over type and data), so a hand-made header is a valid one.
+quint32 crc32(const QByteArray& bytes) {
+    quint32 crc = 0xffffffffu;
+    for (const char c : bytes) {
+        crc ^= static_cast<unsigned char>(c);
+        for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
 QStringList tinyRender(const QString& out) {
     return {"render", "--model", kModel, "--backend", "cpu", "--width", "32", "--height", "32", "--tile", "32",
             "--steps", "1", "--out", out};
@@ -205,10 +215,13 @@ private slots:
         writeFile(jpeg, jpegClaiming(60000, 60000));
         CliRun r = refused(tinyRender(dir.path()) + QStringList{"--init", jpeg}, "init", 5);
         QVERIFY2(r.err.contains("is 60000x60000 pixels, more than the 150 megapixels"), qPrintable(r.err));
-        // A PNG whose IHDR says 100000 x 100000, and nothing after it.
-        QByteArray png("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", 16);
-        for (int side = 0; side < 2; ++side) png += QByteArray("\x00\x01\x86\xa0", 4);
-        png += QByteArray("\x08\x02\x00\x00\x00", 5) + QByteArray(4, '\0');
+        // A PNG whose (valid) IHDR says 100000 x 100000, and nothing after it.
+        QByteArray ihdr("IHDR", 4);
+        for (int side = 0; side < 2; ++side) ihdr += QByteArray("\x00\x01\x86\xa0", 4);
+        ihdr += QByteArray("\x08\x02\x00\x00\x00", 5);
+        const quint32 crc = crc32(ihdr);
+        QByteArray png = QByteArray("\x89PNG\r\n\x1a\n\0\0\0\x0d", 12) + ihdr;
+        for (int shift = 24; shift >= 0; shift -= 8) png += static_cast<char>((crc >> shift) & 255);
         const QString pngPath = dir.filePath("huge.png");
         writeFile(pngPath, png);
         r = refused(tinyRender(dir.path()) + QStringList{"--init", pngPath}, "init", 5);

@@ -302,7 +302,8 @@ private slots:
                 bytes[sof + k + 1] = 2000 & 255;
             }
         } else {
-            for (std::size_t i = scan + 4; i + 2 < bytes.size() - 8; ++i) bytes[i] = static_cast<unsigned char>(0x5a ^ (i * 37));
+            // Entropy-coded bytes that hold no marker (no 0xFF): nothing but bad data.
+            for (std::size_t i = scan + 4; i + 8 < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(0x12 + (i * 37) % 0xe0);
         }
         const std::string path = dir.filePath("damaged.jpg").toStdString();
         writeBytes(path, bytes, bytes.size());
