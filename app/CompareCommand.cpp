@@ -127,7 +127,7 @@ void applyOverride(nlohmann::json& config, std::string key, const std::string& v
     if (const auto dot = key.find('.'); dot != std::string::npos) {
         const std::string parent = key.substr(0, dot);
         if (parent != "scheduler_options")
-            throw ValidationError(key, key + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
+            throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
         leaf = key.substr(dot + 1);
         target = &config["scheduler_options"];
         fallback = &defaults["scheduler_options"];

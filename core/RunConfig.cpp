@@ -350,7 +350,7 @@ void readOverlap(const nlohmann::json& value, RunConfig& config) {
         if (i > 0) list += ", ";
         list += known[i];
     }
-    throw ValidationError(key, key + ": unknown key; known keys are " + list);
+    throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; known keys are " + list);
 }
 
 const std::vector<std::string_view> kSchedulerOptionKeys{

@@ -473,6 +473,12 @@ private slots:
         } catch (const ValidationError& e) {
             QVERIFY2(std::string(e.what()).size() < 300, e.what());
         }
+        try {
+            (void)runConfigFromJson(nlohmann::json{{huge, 1}});
+            QFAIL("a 1 MB key was accepted");
+        } catch (const ValidationError& e) {
+            QVERIFY2(std::string(e.what()).size() < 600 && contains(e.what(), ": unknown key; known keys are width"), e.what());
+        }
         QVERIFY2(contains(rejectionOf([] {
                      RunConfig c;
                      c.label = std::string(2000, 'l');
