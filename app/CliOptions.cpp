@@ -359,12 +359,15 @@ std::string cliUsage(CliCommand command) {
         case CliCommand::Plan:
             text = "Usage: tessera-cli plan [options]\n"
                    "Prints the tile grid (columns x rows, tile size, stride, overlap), the tile count,\n"
-                   "redundancy, UNet evaluations per step and in total, and FLOPs per step when --model is given.\n\n";
+                   "redundancy, UNet evaluations per step and in total, and, when --model is given, FLOPs per\n"
+                   "step and the host memory a render would need on the cpu and cuda engines.\n\n";
             break;
         case CliCommand::Render:
             text = "Usage: tessera-cli render [options]\n"
                    "Runs a generation and writes <out>/<run-id>.png (with 'parameters' and 'tessera-manifest'\n"
-                   "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest).\n\n";
+                   "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest). Everything is checked\n"
+                   "before any work: the settings, the start image's header (--init) and the host memory the\n"
+                   "run needs against what is available; a refusal names the setting to lower (exit 2).\n\n";
             break;
         case CliCommand::Info:
             text = "Usage: tessera-cli info DIR [--tile PX] [options]\n"

@@ -123,9 +123,8 @@ int cmdPlan(const CliOptions& options) {
         const HostMemoryEstimate cpu = estimateHostMemory(config, folder->config, BackendKind::CPU);
         const HostMemoryEstimate cuda = estimateHostMemory(config, folder->config, BackendKind::CUDA);
         const std::optional<HostMemory> available = availableHostMemory();
-        std::cout << "host memory  about " << formatBytes(cpu.peakBytes()) << " with the cpu engine, "
-                  << formatBytes(cuda.peakBytes()) << " with the cuda engine (peak, while "
-                  << toString(cpu.peakPhase()) << ")";
+        std::cout << "host memory  about " << formatBytes(cpu.peakBytes()) << " at the peak with the cpu engine, "
+                  << formatBytes(cuda.peakBytes()) << " with the cuda engine";
         if (available) std::cout << "; " << formatBytes(available->availableBytes) << " available";
         std::cout << "\n";
     }

@@ -246,7 +246,7 @@ private slots:
         // plan states the need and what is available.
         const CliRun plan = tessera::testing::runCli(QStringList{"plan"} + huge);
         QCOMPARE(plan.exitCode, 0);
-        QVERIFY2(plan.out.contains(QRegularExpression("host memory  about [0-9.]+ GiB with the cpu engine")),
+        QVERIFY2(plan.out.contains(QRegularExpression("host memory  about [0-9.]+ GiB at the peak with the cpu engine, [0-9.]+ GiB with the cuda engine")),
                  qPrintable(plan.out));
     }
 };
