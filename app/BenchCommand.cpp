@@ -370,12 +370,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             folder.config = benchShapeConfig(options.shape);
             folder.limits = folder.config.limits(SchedulerOptions{}.numTrainTimesteps);  // UNetModel::random's schedule
         }
-        if (options.backend == BackendKind::CUDA && !cudaBackendBuilt())
-            fail("backend", "cuda: this build has no CUDA backend");
-        const DeviceReport report = options.backend == BackendKind::CPU ? DeviceReport{} : probeDevices();
-        if (options.backend == BackendKind::CUDA && !report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
-        const BackendKind backend =
-            options.backend == BackendKind::CPU ? BackendKind::CPU : effectiveBackend(options.backend, report);
+        const BackendKind backend = checkRunBackend(options.backend);
         const std::optional<HostMemory> available = availableHostMemory();
         for (int batch : options.batches) {
             RunConfig probe;

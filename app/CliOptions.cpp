@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/EngineFactory.h"
 #include "core/BoundedInput.h"
 
 namespace tessera {
@@ -287,6 +288,14 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     for (const auto& candidate : candidates) looked += "\n  " + candidate;
     throw ValidationError("model", "model: no default model is installed (looked in:" + looked +
                                        ")\nGive a diffusers UNet2DModel folder with --model DIR.");
+}
+
+BackendKind checkRunBackend(BackendKind requested) {
+    if (requested == BackendKind::CPU) return requested;
+    if (requested == BackendKind::CUDA && !cudaBackendBuilt()) fail("backend", "cuda: this build has no CUDA backend");
+    const DeviceReport report = probeDevices();
+    if (requested == BackendKind::CUDA && !report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
+    return effectiveBackend(requested, report);
 }
 
 ModelFolderConfig readModelFolderConfig(const std::string& dir) {

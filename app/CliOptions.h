@@ -60,6 +60,12 @@ std::vector<std::string> defaultModelCandidates(const std::string& executableDir
 // naming the folder, or every place looked in.
 std::string resolveModelFolder(const std::string& given, const std::string& executableDir);
 
+// The engine a run will use (app/EngineFactory.h: auto = CUDA when built and a device is
+// usable, else the CPU): CPU or CUDA. An explicit `cuda` that cannot be honoured is a
+// ValidationError on field "backend" rather than the window's quiet fallback: a script asking
+// for the GPU should not time the CPU. May probe for a CUDA device (not for `cpu`).
+BackendKind checkRunBackend(BackendKind requested);
+
 // A model folder's config.json (and scheduler_config.json, when there) alone, read bounded,
 // before any weight is loaded: what validation and the memory estimate need. Throws
 // ValidationError on field "model" naming the file and what is wrong.

@@ -359,6 +359,43 @@ std::string padLeft(const std::string& text, std::size_t width) {
     return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
 }
 
+// Checks both sides completely before the first (possibly long) run, cheapest first: fields
+// against the model's limits and the backend, then the start images' headers, then the host
+// memory of the whole comparison; only then decodes the start images. Throws ValidationError
+// whose message begins with the side ("A: tile: ...") where it concerns one.
+void checkSides(Side& a, Side& b, int repeats) {
+    const auto forSide = [](Side& side, const auto& check) {
+        try {
+            check(side);
+        } catch (const ValidationError& e) {
+            throw ValidationError(e.field(), side.name + ": " + e.what());
+        }
+    };
+    for (Side* side : {&a, &b})
+        forSide(*side, [](Side& s) {
+            RunConfig& c = s.config;
+            c.previewEvery = 0;  // measure sampling, not preview copies
+            c.model = resolveModel(c.model);
+            const ModelFolderConfig folder = readModelFolderConfig(c.model);
+            validate(c, folder.limits);
+            s.model = folder.config;
+            s.backend = checkRunBackend(c.backend);
+        });
+    for (Side* side : {&a, &b})
+        forSide(*side, [](Side& s) { s.startImage = checkStartImageHeader(s.config, s.model.inChannels); });
+    if (const std::optional<HostMemory> available = availableHostMemory())
+        checkHostMemory(compareMemory(a, b, repeats), *available);
+    for (Side* side : {&a, &b})
+        forSide(*side, [](Side& s) {
+            if (!s.startImage) return;
+            try {
+                s.initImage = loadInitImage(s.config.initImage, s.config.width, s.config.height, s.model.inChannels);
+            } catch (const InitImageError& e) {
+                fail("init", e.what());
+            }
+        });
+}
+
 }  // namespace
 
 std::string compareUsage() {
@@ -523,43 +560,7 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         b.config = configs.b;
         checkWritable("csv", options.csvPath);
         checkWritable("json", options.jsonPath);
-        // Check both sides completely before the first (possibly long) run, cheapest first:
-        // fields against the model's limits and the backend, then the start images' headers,
-        // then the host memory of the whole comparison; only then decode the start images.
-        const auto forSide = [](Side& side, const auto& check) {
-            try {
-                check(side);
-            } catch (const ValidationError& e) {
-                throw ValidationError(e.field(), side.name + ": " + e.what());
-            }
-        };
-        for (Side* side : {&a, &b})
-            forSide(*side, [](Side& s) {
-                RunConfig& c = s.config;
-                c.previewEvery = 0;  // measure sampling, not preview copies
-                c.model = resolveModel(c.model);
-                const ModelFolderConfig folder = readModelFolderConfig(c.model);
-                validate(c, folder.limits);
-                s.model = folder.config;
-                if (c.backend == BackendKind::CUDA && !cudaBackendBuilt())
-                    fail("backend", "cuda: this build has no CUDA backend");
-                const DeviceReport report = c.backend == BackendKind::CPU ? DeviceReport{} : probeDevices();
-                if (c.backend == BackendKind::CUDA && !report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
-                s.backend = c.backend == BackendKind::CPU ? BackendKind::CPU : effectiveBackend(c.backend, report);
-            });
-        for (Side* side : {&a, &b})
-            forSide(*side, [](Side& s) { s.startImage = checkStartImageHeader(s.config, s.model.inChannels); });
-        if (const std::optional<HostMemory> available = availableHostMemory())
-            checkHostMemory(compareMemory(a, b, options.repeats), *available);
-        for (Side* side : {&a, &b})
-            forSide(*side, [](Side& s) {
-                if (!s.startImage) return;
-                try {
-                    s.initImage = loadInitImage(s.config.initImage, s.config.width, s.config.height, s.model.inChannels);
-                } catch (const InitImageError& e) {
-                    fail("init", e.what());
-                }
-            });
+        checkSides(a, b, options.repeats);
     } catch (const ValidationError& e) {
         err << "tessera-cli compare: " << e.what() << "\n";
         return kExitInvalid;

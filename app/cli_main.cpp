@@ -180,17 +180,6 @@ public:
     void onMessage(const std::string& message) override { std::cerr << "note: " << message << "\n"; }
 };
 
-// The backend a run will use (app/EngineFactory.h: auto = CUDA when built and a device is
-// usable, else the CPU). An explicit `cuda` that cannot be honoured is an error here rather
-// than the GUI's quiet fallback: a script asking for the GPU should not time the CPU.
-BackendKind runBackend(BackendKind kind) {
-    if (kind == BackendKind::CPU) return kind;
-    if (kind == BackendKind::CUDA && !cudaBackendBuilt()) throw InputError{"backend cuda: this build has no CUDA backend"};
-    const DeviceReport report = probeDevices();
-    if (kind == BackendKind::CUDA && !report.cudaAvailable) throw InputError{"backend cuda: " + report.cudaReason};
-    return effectiveBackend(kind, report);
-}
-
 std::unique_ptr<Engine> makeEngine(BackendKind kind) {
     std::string note;
     std::unique_ptr<Engine> engine = createEngine(kind, &note);
@@ -225,7 +214,7 @@ int cmdRender(const CliOptions& options) {
     config.model = resolveModel(config.model);
     const ModelFolderConfig model = readModelFolderConfig(config.model);
     validate(config, model.limits);
-    const BackendKind backend = runBackend(config.backend);
+    const BackendKind backend = checkRunBackend(config.backend);
     const std::optional<StartImageSize> startImage = checkStartImageHeader(config, model.config.inChannels);
     checkRunMemory(config, model.config, backend, startImage);
     // ---- output folder check (writable, free space) goes here: the outputs work adds it ----

@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include <memory>
-#include <regex>
 #include <string>
 
 #include "core/CpuBackend.h"
@@ -71,6 +70,10 @@ ValidationError refusalOf(const RunConfig& config, const ModelConfig& model, Bac
 
 bool fits(const RunConfig& config, const ModelConfig& model, std::uint64_t available) {
     return estimateHostMemory(config, model, BackendKind::CPU).peakBytes() <= available;
+}
+
+QRegularExpressionMatch matchOf(const std::string& text, const char* pattern) {
+    return QRegularExpression(QString::fromLatin1(pattern)).match(QString::fromStdString(text));
 }
 
 std::size_t heapInUse() { return mallinfo2().uordblks; }
@@ -152,11 +155,11 @@ private slots:
         QVERIFY2(message.rfind("width: the run needs about ", 0) == 0, e.what());
         QVERIFY2(message.find("more than the 16.0 GiB available (a test's budget)") != std::string::npos, e.what());
         QVERIFY2(message.find("canvas: latents, noise and two accumulators") != std::string::npos, e.what());
-        std::smatch m;
-        QVERIFY2(std::regex_search(message, m, std::regex("at most about (\\d+)x(\\d+) fits")), e.what());
+        const QRegularExpressionMatch m = matchOf(message, "at most about (\\d+)x(\\d+) fits");
+        QVERIFY2(m.hasMatch(), e.what());
         RunConfig smaller = config;
-        smaller.width = std::stoi(m[1]);
-        smaller.height = std::stoi(m[2]);
+        smaller.width = m.captured(1).toInt();
+        smaller.height = m.captured(2).toInt();
         QVERIFY2(fits(smaller, cifarConfig(), budget), e.what());
         smaller.width += 200;
         smaller.height += 200;
@@ -175,10 +178,9 @@ private slots:
         const std::uint64_t budget = 20 * kGiB;
         const ValidationError e = refusalOf(config, cifarConfig(), BackendKind::CPU, budget);
         QCOMPARE(e.field(), std::string("batch"));
-        std::smatch m;
-        const std::string message = e.what();
-        QVERIFY2(std::regex_search(message, m, std::regex("lower batch \\(at most (\\d+) fits\\)")), e.what());
-        const int batch = std::stoi(m[1]);
+        const QRegularExpressionMatch m = matchOf(e.what(), "lower batch \\(at most (\\d+) fits\\)");
+        QVERIFY2(m.hasMatch(), e.what());
+        const int batch = m.captured(1).toInt();
         QVERIFY(batch >= 1 && batch < 4);
         config.tileBatch = batch;
         QVERIFY(fits(config, cifarConfig(), budget));
@@ -196,7 +198,7 @@ private slots:
         const ValidationError refused = refusalOf(config, cifarConfig(), BackendKind::CUDA, 64 * kGiB);
         QCOMPARE(refused.field(), std::string("steps"));
         QVERIFY2(std::string(refused.what()).find("while writing the outputs") != std::string::npos, refused.what());
-        QVERIFY2(std::regex_search(std::string(refused.what()), std::regex("lower steps \\(at most \\d+ fits\\)")), refused.what());
+        QVERIFY2(matchOf(refused.what(), "lower steps \\(at most \\d+ fits\\)").hasMatch(), refused.what());
     }
 
     // A huge start image for a small run: decoding and resizing it is the peak.
