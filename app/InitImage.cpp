@@ -44,7 +44,7 @@ constexpr char kField[] = "init";
     throw InitImageError(std::string(e.what()).substr(sizeof kField + 1));
 }
 
-std::string firstBytesText(const std::vector<unsigned char>& bytes);
+std::string firstBytesText(std::string_view bytes);
 
 std::string pixelsText(long long width, long long height) {
     return std::to_string(width) + "x" + std::to_string(height);
@@ -68,10 +68,9 @@ BoundedFile openImageFile(const std::string& path) {
     }
 }
 
-std::vector<unsigned char> readWholeFile(const BoundedFile& file) {
+std::string readWholeFile(const BoundedFile& file) {
     try {
-        const std::string text = file.readAt(0, static_cast<std::size_t>(file.size()));
-        return std::vector<unsigned char>(text.begin(), text.end());
+        return file.readAt(0, static_cast<std::size_t>(file.size()));
     } catch (const InputFileError& e) {
         failFile(e);
     }
@@ -108,9 +107,16 @@ void readJpegHeader(const std::string& path, const BoundedFile& file, ImageHeade
     std::uint64_t at = 2;
     for (int segment = 0; segment < 4096; ++segment) {
         std::string bytes = file.readAt(at, 2);
-        for (int fill = 0; fill < 64 && bytes.size() == 2 && bytes == "\xff\xff"; ++fill)  // fill bytes before a marker
+        if (!bytes.empty() && bytes[0] != '\xff') {
+            // Extraneous bytes before a marker: libjpeg skips them (with a warning); so do we, within 64 KiB.
+            const std::size_t next = file.readAt(at, 65536).find('\xff');
+            if (next == std::string::npos) fail(path, "is not a readable JPEG: no marker where one should be");
+            at += next;
+            bytes = file.readAt(at, 2);
+        }
+        for (int fill = 0; fill < 64 && bytes == "\xff\xff"; ++fill)  // fill bytes before a marker
             bytes = file.readAt(++at, 2);
-        if (bytes.size() < 2 || bytes[0] != '\xff') fail(path, "is not a readable JPEG: no frame header before its end or its data");
+        if (bytes.size() < 2) fail(path, "is not a readable JPEG: no frame header before its end or its data");
         const unsigned marker = static_cast<unsigned char>(bytes[1]);
         if ((marker >= 0xd0 && marker <= 0xd7) || marker == 0x01) {  // standalone markers: no length
             at += 2;
@@ -145,8 +151,7 @@ ImageHeader headerOf(const std::string& path, const BoundedFile& file) {
             header.format = ImageHeader::Format::Jpeg;
             readJpegHeader(path, file, header);
         } else {
-            const std::vector<unsigned char> first(start.begin(), start.end());
-            fail(path, "is neither a PNG nor a JPEG file (it starts with bytes " + firstBytesText(first) + ")");
+            fail(path, "is neither a PNG nor a JPEG file (it starts with bytes " + firstBytesText(start) + ")");
         }
     } catch (const InputFileError& e) {
         failFile(e);
@@ -158,7 +163,7 @@ ImageHeader headerOf(const std::string& path, const BoundedFile& file) {
 // libpng's simplified API: errors come back as a message, no longjmp reaches our frames.
 // Grey, palette, 16-bit and alpha are converted by libpng; alpha is composited onto the
 // background given to png_image_finish_read.
-Rgb8Image decodePng(const std::string& path, const std::vector<unsigned char>& bytes) {
+Rgb8Image decodePng(const std::string& path, const std::string& bytes) {
     png_image png;
     std::memset(&png, 0, sizeof png);
     png.version = PNG_IMAGE_VERSION;
@@ -291,10 +296,11 @@ bool decodeJpegPixels(const unsigned char* bytes, unsigned long size, JpegPixels
     return true;
 }
 
-Rgb8Image decodeJpeg(const std::string& path, const std::vector<unsigned char>& bytes) {
+Rgb8Image decodeJpeg(const std::string& path, const std::string& bytes) {
     JpegPixels pixels;
     std::memset(&pixels, 0, sizeof pixels);
-    const bool ok = decodeJpegPixels(bytes.data(), static_cast<unsigned long>(bytes.size()), &pixels);
+    const bool ok = decodeJpegPixels(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                     static_cast<unsigned long>(bytes.size()), &pixels);
     const std::unique_ptr<unsigned char, decltype(&std::free)> owned(pixels.data, &std::free);
     if (pixels.tooLarge) checkPixelCount(path, pixels.width, pixels.height);
     if (pixels.damaged) fail(path, std::string("is a damaged or truncated JPEG: ") + pixels.message);
@@ -323,18 +329,18 @@ Rgb8Image decodeJpeg(const std::string& path, const std::vector<unsigned char>& 
 
 #else
 
-Rgb8Image decodeJpeg(const std::string& path, const std::vector<unsigned char>&) {
+Rgb8Image decodeJpeg(const std::string& path, const std::string&) {
     fail(path, "is a JPEG, but this build of Tessera has no JPEG support (libjpeg-turbo was not found "
                "at build time); convert it to PNG");
 }
 
 #endif
 
-std::string firstBytesText(const std::vector<unsigned char>& bytes) {
+std::string firstBytesText(std::string_view bytes) {
     std::string text;
     char hex[4];
     for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 8); ++i) {
-        std::snprintf(hex, sizeof hex, "%02x", bytes[i]);
+        std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(bytes[i]));
         text += (i ? " " : "") + std::string(hex);
     }
     return text;
@@ -403,7 +409,7 @@ std::optional<StartImageSize> checkStartImageHeader(const RunConfig& config, int
 Rgb8Image decodeImageFile(const std::string& path) {
     const BoundedFile file = openImageFile(path);
     const ImageHeader header = headerOf(path, file);
-    const std::vector<unsigned char> bytes = readWholeFile(file);
+    const std::string bytes = readWholeFile(file);
     return header.format == ImageHeader::Format::Png ? decodePng(path, bytes) : decodeJpeg(path, bytes);
 }
 
