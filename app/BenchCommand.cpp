@@ -9,10 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
+#include "app/CliOptions.h"
 #include "app/EngineFactory.h"
+#include "core/BoundedInput.h"
+#include "core/HostMemoryEstimate.h"
 #include "core/OutputSet.h"
 #include "core/TilePlan.h"
 #include "core/UNetModel.h"
@@ -29,12 +33,15 @@ constexpr int kExitInvalid = 2;
     throw ValidationError(field, field + ": " + message);
 }
 
+// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
+std::string inQuotes(std::string_view text) { return "'" + excerpt(text) + "'"; }
+
 int parsePositive(const std::string& field, const std::string& text, int lo = 1) {
     int value = 0;
     const char* end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end) fail(field, "'" + text + "' is not a whole number");
-    if (value < lo) fail(field, "'" + text + "' is not allowed; it must be at least " + std::to_string(lo));
+    if (text.empty() || ec != std::errc() || ptr != end) fail(field, inQuotes(text) + " is not a whole number");
+    if (value < lo) fail(field, inQuotes(text) + " is not allowed; it must be at least " + std::to_string(lo));
     return value;
 }
 
@@ -44,7 +51,7 @@ std::vector<std::string> splitList(const std::string& field, const std::string& 
     std::istringstream in(text);
     while (std::getline(in, item, ','))
         if (!item.empty()) items.push_back(item);
-    if (items.empty()) fail(field, "'" + text + "' is an empty list; give values separated by commas");
+    if (items.empty()) fail(field, inQuotes(text) + " is an empty list; give values separated by commas");
     return items;
 }
 
@@ -187,7 +194,7 @@ ModelConfig benchShapeConfig(std::string_view shape) {
         c.downBlocks = {D::Down, D::Down, D::Down, D::Down, D::AttnDown, D::Down};
         c.upBlocks = {U::Up, U::AttnUp, U::Up, U::Up, U::Up, U::Up};
     } else {
-        fail("shape", "'" + std::string(shape) + "' is not one of cifar, church");
+        fail("shape", inQuotes(shape) + " is not one of cifar, church");
     }
     return c;
 }
@@ -244,6 +251,14 @@ std::string benchUsage() {
 }
 
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
+    // Every bench option takes a value (--help, -h aside); its field as messages name it.
+    static const std::map<std::string, std::string> kOptions{
+        {"shape", "shape"},     {"model", "model"},     {"size", "size"},
+        {"width", "width"},     {"height", "height"},   {"tile", "tile"},
+        {"overlap", "overlap"}, {"batch", "batch"},     {"precision", "precision"},
+        {"graphs", "graphs"},   {"lanes", "lanes"},     {"steps", "steps"},
+        {"repeats", "repeats"}, {"warmup-steps", "warmup_steps"}, {"backend", "backend"},
+        {"seed", "seed"},       {"peak-tflops", "peak_tflops"},   {"csv", "csv"}};
     BenchOptions o;
     bool sizeGiven = false, widthGiven = false, heightGiven = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -252,13 +267,18 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.help = true;
             continue;
         }
-        if (name.rfind("--", 0) != 0) fail("option", "unexpected argument '" + name + "'; options start with --");
+        if (name.rfind("--", 0) != 0) fail("option", "unexpected argument " + inQuotes(name) + "; options start with --");
         name = name.substr(2);
-        if (const auto eq = name.find('='); eq != std::string::npos) {
+        const auto eq = name.find('=');
+        if (eq != std::string::npos) {
             value = name.substr(eq + 1);
             name = name.substr(0, eq);
-        } else {
-            if (i + 1 >= args.size()) fail(name, "option '--" + name + "' needs a value");
+        }
+        const auto known = kOptions.find(name);
+        if (known == kOptions.end())
+            fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli bench --help'");
+        if (eq == std::string::npos) {
+            if (i + 1 >= args.size()) fail(known->second, "option '--" + name + "' needs a value");
             value = args[++i];
         }
         if (name == "shape") {
@@ -266,6 +286,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.shape = value;
         } else if (name == "model") {
             if (value.empty()) fail("model", "a model folder is needed");
+            checkPathText("model", value, "a model folder path");
             o.model = value;
         } else if (name == "size") {
             o.width = o.height = parsePositive("size", value);
@@ -294,7 +315,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             for (const auto& item : splitList("lanes", value)) {
                 const int lanes = parsePositive("lanes", item, 0);
                 if (lanes > kMaxLanes)
-                    fail("lanes", "'" + item + "' is not allowed; lanes must be 0 (auto) to " + std::to_string(kMaxLanes));
+                    fail("lanes", inQuotes(item) + " is not allowed; lanes must be 0 (auto) to " + std::to_string(kMaxLanes));
                 o.lanes.push_back(lanes);
             }
         } else if (name == "steps") {
@@ -309,19 +330,18 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             std::uint64_t seed = 0;
             const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seed);
             if (value.empty() || ec != std::errc() || ptr != value.data() + value.size())
-                fail("seed", "'" + value + "' is not a whole number");
+                fail("seed", inQuotes(value) + " is not a whole number");
             o.seed = seed;
         } else if (name == "peak-tflops") {
             double peak = 0;
             const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), peak);
             if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || !(peak > 0))
-                fail("peak_tflops", "'" + value + "' is not a positive number");
+                fail("peak_tflops", inQuotes(value) + " is not a positive number");
             o.peakTflops = peak;
         } else if (name == "csv") {
             if (value.empty()) fail("csv", "a file name is needed");
+            checkPathText("csv", value, "the csv file");
             o.csvPath = value;
-        } else {
-            fail("option", "unknown option '--" + name + "'; see 'tessera-cli bench --help'");
         }
     }
     if (o.help) return o;
@@ -342,18 +362,17 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             out << benchUsage();
             return kExitOk;
         }
+        // Every row's settings, the backend and the host memory are checked before any work
+        // (the model's weights are loaded or drawn only then), from the model's config alone.
+        ModelFolderConfig folder;
         if (!options.model.empty()) {
-            if (!std::filesystem::is_directory(options.model))
-                fail("model", "'" + options.model + "' is not a folder");
-            model = std::make_shared<const UNetModel>(UNetModel::load(options.model));
-            shapeName = std::filesystem::path(options.model).lexically_normal().filename().string();
-            if (shapeName.empty()) shapeName = model->name();
+            folder = readModelFolderConfig(resolveModelFolder(options.model, {}));
         } else {
-            model = std::make_shared<const UNetModel>(UNetModel::random(benchShapeConfig(options.shape), options.seed));
-            shapeName = options.shape;
+            folder.config = benchShapeConfig(options.shape);
+            // folder.scheduler keeps diffusers' defaults: UNetModel::random's schedule
         }
-        // Check every row's settings before the first (possibly long) run.
-        const ModelLimits limits = model->config().limits(model->schedulerOptions().numTrainTimesteps);
+        const BackendKind backend = checkRunBackend(options.backend);
+        const std::optional<HostMemory> available = availableHostMemory();
         for (int batch : options.batches) {
             RunConfig probe;
             probe.width = options.width;
@@ -362,12 +381,17 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             probe.overlapPx = options.overlap;
             probe.tileBatch = batch;
             probe.steps = options.steps;
-            validate(probe, limits);
+            probe.previewEvery = 0;
+            validate(probe, folder.limits());
+            if (available) checkHostMemory(probe, folder.config, backend, std::nullopt, *available);
         }
-        if (options.backend == BackendKind::CUDA) {
-            if (!cudaBackendBuilt()) fail("backend", "cuda: this build has no CUDA backend");
-            const DeviceReport report = probeDevices();
-            if (!report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
+        if (!options.model.empty()) {
+            model = std::make_shared<const UNetModel>(UNetModel::load(options.model));
+            shapeName = std::filesystem::path(options.model).lexically_normal().filename().string();
+            if (shapeName.empty()) shapeName = model->name();
+        } else {
+            model = std::make_shared<const UNetModel>(UNetModel::random(folder.config, options.seed));
+            shapeName = options.shape;
         }
     } catch (const ValidationError& e) {
         err << "tessera-cli bench: " << e.what() << "\n";

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/EngineFactory.h"
 #include "core/BoundedInput.h"
 
 namespace tessera {
@@ -20,14 +21,17 @@ namespace {
     throw ValidationError(field, field + ": " + message);
 }
 
+// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
+std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
+
 long long parseInteger(const std::string& field, const std::string& text, long long lo, long long hi) {
     long long value = 0;
     const char* end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
-        fail(field, "'" + text + "' is not a whole number");
+        fail(field, inQuotes(text) + " is not a whole number");
     if (ec == std::errc::result_out_of_range || value < lo || value > hi)
-        fail(field, "'" + text + "' is out of range; allowed " + std::to_string(lo) + " to " + std::to_string(hi));
+        fail(field, inQuotes(text) + " is out of range; allowed " + std::to_string(lo) + " to " + std::to_string(hi));
     return value;
 }
 
@@ -40,7 +44,7 @@ double parseReal(const std::string& field, const std::string& text) {
     const char* end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
-        fail(field, "'" + text + "' is not a number");
+        fail(field, inQuotes(text) + " is not a number");
     return value;
 }
 
@@ -49,7 +53,7 @@ std::uint64_t parseSeed(const std::string& text) {
     const char* end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec != std::errc() || ptr != end)
-        fail("seed", "'" + text + "' is not a whole number from 0 to 18446744073709551615");
+        fail("seed", inQuotes(text) + " is not a whole number from 0 to 18446744073709551615");
     return value;
 }
 
@@ -57,12 +61,12 @@ std::uint64_t parseSeed(const std::string& text) {
 void applyOverlap(RunConfig& config, const std::string& text) {
     if (!text.empty() && text.back() == '%') {
         const double percent = parseReal("overlap", text.substr(0, text.size() - 1));
-        if (percent < 0 || percent >= 100) fail("overlap", "'" + text + "' is not allowed; a percentage must be 0% to below 100%");
+        if (percent < 0 || percent >= 100) fail("overlap", inQuotes(text) + " is not allowed; a percentage must be 0% to below 100%");
         config.overlapFraction = percent / 100.0;
     } else if (text.find_first_of(".eE") != std::string::npos) {
         const double fraction = parseReal("overlap", text);
         if (fraction < 0 || fraction >= 1)
-            fail("overlap", "'" + text + "' is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
+            fail("overlap", inQuotes(text) + " is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
         config.overlapFraction = fraction;
     } else {
         config.overlapPx = parseInt("overlap", text);
@@ -96,7 +100,10 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"lanes", {"lanes", true, [](CliOptions& o, const std::string& v) { o.config.lanes = parseInt("lanes", v); }}},
         {"precision", {"precision", true, [](CliOptions& o, const std::string& v) { o.config.precision = parsePrecision(v); }}},
         {"backend", {"backend", true, [](CliOptions& o, const std::string& v) { o.config.backend = parseBackend(v); }}},
-        {"model", {"model", true, [](CliOptions& o, const std::string& v) { o.config.model = v; }}},
+        {"model", {"model", true, [](CliOptions& o, const std::string& v) {
+                       checkPathText("model", v, "a model folder path");
+                       o.config.model = v;
+                   }}},
         {"eta", {"eta", true, [](CliOptions& o, const std::string& v) { o.config.schedulerOptions.eta = static_cast<float>(parseReal("eta", v)); }}},
         {"timestep-spacing", {"timestep_spacing", true, [](CliOptions& o, const std::string& v) {
                                   o.config.schedulerOptions.timestepSpacing = parseTimestepSpacing(v);
@@ -104,36 +111,48 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"preview-every", {"preview_every", true,
                            [](CliOptions& o, const std::string& v) { o.config.previewEvery = parseInt("preview_every", v); }}},
         {"label", {"label", true, [](CliOptions& o, const std::string& v) { o.config.label = v; }}},
-        {"init", {"init", true, [](CliOptions& o, const std::string& v) { o.config.initImage = v; }}},
+        {"init", {"init", true, [](CliOptions& o, const std::string& v) {
+                      checkPathText("init", v, "an init image path");
+                      o.config.initImage = v;
+                  }}},
         {"strength", {"strength", true, [](CliOptions& o, const std::string& v) { o.config.strength = parseReal("strength", v); }}},
         {"preserve-color", {"preserve_color", false, [](CliOptions& o, const std::string&) { o.config.preserveColor = true; }}},
         {"out", {"", true, [](CliOptions& o, const std::string& v) {
                      if (v.empty()) fail("out", "an output folder is needed");
+                     checkPathText("out", v, "the output folder");
                      o.outDir = v;
                  }}},
-        {"preset", {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }}},
+        {"preset", {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }}},  // read first: loadPreset
         {"help", {"", false, [](CliOptions& o, const std::string&) { o.help = true; }}},
     };
     return table;
 }
 
-void loadPreset(CliOptions& options) {
-    std::ifstream in(options.presetPath, std::ios::binary);
-    if (!in) fail("preset", "cannot read '" + options.presetPath + "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    nlohmann::json json;
+// A run settings file (preset, compare's A/B): read bounded (core/BoundedInput.h: regular
+// files only, without blocking, size and nesting depth bounded) and parsed as a RunConfig.
+// Errors name `field` for the file itself and the key for a bad setting, quoting the path short.
+}  // namespace
+
+nlohmann::json readRunSettingsFile(const std::string& path, const std::string& field) {
     try {
-        json = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::exception& e) {
-        fail("preset", "'" + options.presetPath + "' is not valid JSON: " + e.what());
+        nlohmann::json json = readBoundedJson(path, field);
+        if (!json.is_object())
+            fail(field, inQuotes(path) + " must hold a JSON object of run settings (or a run manifest)");
+        return json;
+    } catch (const InputFileError& e) {
+        throw ValidationError(field, e.what());
     }
-    if (!json.is_object()) fail("preset", "'" + options.presetPath + "' must hold a JSON object of run settings");
+}
+
+namespace {
+
+void loadPreset(CliOptions& options) {
+    const nlohmann::json json = readRunSettingsFile(options.presetPath, "preset");
     try {
         options.config = runConfigFromJson(json);
     } catch (const ValidationError& e) {
         // Keep the field so the user sees which setting; say that it came from the preset.
-        throw ValidationError(e.field(), std::string(e.what()) + " (in preset '" + options.presetPath + "')");
+        throw ValidationError(e.field(), std::string(e.what()) + " (in preset " + inQuotes(options.presetPath) + ")");
     }
     for (const auto& item : json.items()) options.fieldsGiven.insert(item.key());
 }
@@ -167,9 +186,9 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     else if (first == "render") options.command = CliCommand::Render;
     else if (first == "info") options.command = CliCommand::Info;
     else if (first.rfind("-", 0) == 0)
-        fail("command", "expected a subcommand (plan, render, info) before '" + first + "'");
+        fail("command", "expected a subcommand (plan, render, info) before " + inQuotes(first));
     else
-        fail("command", "'" + first + "' is not one of plan, render, info");
+        fail("command", inQuotes(first) + " is not one of plan, render, info");
 
     // First pass: collect (option, value) pairs so a preset can be applied before the
     // flags whatever their order on the line.
@@ -195,7 +214,8 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
         }
         const auto spec = table.find(name);
         if (spec == table.end())
-            fail("option", "unknown option '--" + name + "'; see 'tessera-cli " + std::string(toString(options.command)) + " --help'");
+            fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli " +
+                               std::string(toString(options.command)) + " --help'");
         if (spec->second.takesValue && !inlineValue) {
             if (i + 1 >= args.size()) fail(spec->second.field.empty() ? name : spec->second.field,
                                            "option '--" + name + "' needs a value");
@@ -208,7 +228,10 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     if (options.help) return options;
 
     for (const auto& [name, value] : given)
-        if (name == "preset") options.presetPath = value;
+        if (name == "preset") {
+            checkPathText("preset", value, "the preset path");
+            options.presetPath = value;
+        }
     if (!options.presetPath.empty()) loadPreset(options);
 
     for (const auto& [name, value] : given) {
@@ -218,10 +241,11 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     }
 
     if (options.command == CliCommand::Info) {
-        if (positional.size() > 1) fail("option", "info takes one model folder, got '" + positional[1] + "' as well");
+        if (positional.size() > 1) fail("option", "info takes one model folder, got " + inQuotes(positional[1]) + " as well");
         options.infoDir = positional.empty() ? options.config.model : positional.front();
+        checkPathText("model", options.infoDir, "a model folder path");
     } else if (!positional.empty()) {
-        fail("option", "unexpected argument '" + positional.front() + "'; options start with --");
+        fail("option", "unexpected argument " + inQuotes(positional.front()) + "; options start with --");
     }
     return options;
 }
@@ -248,10 +272,12 @@ std::vector<std::string> defaultModelCandidates(const std::string& executableDir
 std::string resolveModelFolder(const std::string& given, const std::string& executableDir) {
     namespace fs = std::filesystem;
     if (!given.empty()) {
-        const fs::path dir = fs::absolute(given);
-        std::error_code ec;  // a link loop or an over-long path is invalid input, not a failure
-        if (!fs::is_directory(dir, ec))
-            throw ValidationError("model", "model: '" + excerpt(given, 200) + "' is not a folder" +
+        checkPathText("model", given, "a model folder path");
+        std::error_code ec;
+        const fs::path dir = fs::absolute(given, ec);
+        // is_directory's error_code form: a link loop or an over-long component is a message, not a throw.
+        if (ec || !fs::is_directory(dir, ec))
+            throw ValidationError("model", "model: " + inQuotes(given) + " is not a folder" +
                                                (ec ? " (" + ec.message() + ")" : std::string()));
         return dir.lexically_normal().string();
     }
@@ -262,6 +288,14 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     for (const auto& candidate : candidates) looked += "\n  " + candidate;
     throw ValidationError("model", "model: no default model is installed (looked in:" + looked +
                                        ")\nGive a diffusers UNet2DModel folder with --model DIR.");
+}
+
+BackendKind checkRunBackend(BackendKind requested) {
+    if (requested == BackendKind::CPU) return requested;
+    if (requested == BackendKind::CUDA && !cudaBackendBuilt()) fail("backend", "cuda: this build has no CUDA backend");
+    const DeviceReport report = probeDevices();
+    if (requested == BackendKind::CUDA && !report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
+    return effectiveBackend(requested, report);
 }
 
 std::string cliUsage(CliCommand command) {
@@ -311,12 +345,15 @@ std::string cliUsage(CliCommand command) {
         case CliCommand::Plan:
             text = "Usage: tessera-cli plan [options]\n"
                    "Prints the tile grid (columns x rows, tile size, stride, overlap), the tile count,\n"
-                   "redundancy, UNet evaluations per step and in total, and FLOPs per step when --model is given.\n\n";
+                   "redundancy, UNet evaluations per step and in total, and, when --model is given, FLOPs per\n"
+                   "step and the host memory a render would need on the cpu and cuda engines.\n\n";
             break;
         case CliCommand::Render:
             text = "Usage: tessera-cli render [options]\n"
                    "Runs a generation and writes <out>/<run-id>.png (with 'parameters' and 'tessera-manifest'\n"
-                   "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest).\n\n";
+                   "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest). Everything is checked\n"
+                   "before any work: the settings, the start image's header (--init) and the host memory the\n"
+                   "run needs against what is available; a refusal names the setting to lower (exit 2).\n\n";
             break;
         case CliCommand::Info:
             text = "Usage: tessera-cli info DIR [--tile PX] [options]\n"

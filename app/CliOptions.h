@@ -8,7 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/ModelConfig.h"
 #include "core/RunConfig.h"
+#include "core/UNetModel.h"
 
 namespace tessera {
 
@@ -32,6 +36,11 @@ struct CliOptions {
 // Does not validate the resulting RunConfig as a whole (that needs the model's limits).
 CliOptions parseCliOptions(const std::vector<std::string>& args);
 
+// A file of run settings (a preset, or compare's A.json/B.json) as a JSON object, read through
+// core/BoundedInput (regular files only, never blocking, size and nesting depth bounded).
+// Throws ValidationError on `field` naming the file (a short excerpt of its path).
+nlohmann::json readRunSettingsFile(const std::string& path, const std::string& field);
+
 // Usage text for a subcommand (Help: the overview).
 std::string cliUsage(CliCommand command);
 
@@ -51,5 +60,12 @@ std::vector<std::string> defaultModelCandidates(const std::string& executableDir
 // first default candidate holding a config.json. Throws ValidationError on field "model"
 // naming the folder, or every place looked in.
 std::string resolveModelFolder(const std::string& given, const std::string& executableDir);
+
+// The engine a run will use (app/EngineFactory.h: auto = CUDA when built and a device is
+// usable, else the CPU): CPU or CUDA. An explicit `cuda` that cannot be honoured is a
+// ValidationError on field "backend" rather than the window's quiet fallback: a script asking
+// for the GPU should not time the CPU. May probe for a CUDA device (not for `cpu`).
+BackendKind checkRunBackend(BackendKind requested);
+
 
 }  // namespace tessera

@@ -13,6 +13,7 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,8 @@
 #include "app/EngineFactory.h"
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
+#include "core/BoundedInput.h"
+#include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
 #include "core/UNetModel.h"
@@ -40,12 +43,15 @@ constexpr const char* kTimingNote = "RunRecord.totalMs, the sampling wall time (
     throw ValidationError(field, field + ": " + message);
 }
 
+// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
+std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
+
 int parseCount(const std::string& field, const std::string& text, int lo) {
     int value = 0;
     const char* end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end) fail(field, "'" + text + "' is not a whole number");
-    if (value < lo) fail(field, "'" + text + "' is not allowed; it must be at least " + std::to_string(lo));
+    if (text.empty() || ec != std::errc() || ptr != end) fail(field, inQuotes(text) + " is not a whole number");
+    if (value < lo) fail(field, inQuotes(text) + " is not allowed; it must be at least " + std::to_string(lo));
     return value;
 }
 
@@ -60,11 +66,11 @@ void addOverrides(const std::string& option, const std::string& text,
         const auto eq = piece.find('=');
         if (eq == std::string::npos) {
             if (added == 0)
-                fail(option, "'" + text + "' is not KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile,batch=8)");
+                fail(option, inQuotes(text) + " is not KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile,batch=8)");
             into.back().second += "," + piece;
             continue;
         }
-        if (eq == 0) fail(option, "'" + piece + "' has no key; expected KEY=VALUE, KEY a run setting (e.g. batch=8)");
+        if (eq == 0) fail(option, inQuotes(piece) + " has no key; expected KEY=VALUE, KEY a run setting (e.g. batch=8)");
         into.emplace_back(piece.substr(0, eq), piece.substr(eq + 1));
         ++added;
     }
@@ -93,17 +99,7 @@ double median(std::vector<double> values) {
 // A run configuration file: RunConfig JSON, or a manifest (core/RunRecordIO.h) whose
 // "config" is one. `side` ("a" / "b") is the field of errors that concern the file itself.
 nlohmann::json readConfigFile(const std::string& path, const std::string& side) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(side, "cannot read '" + path + "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    nlohmann::json json;
-    try {
-        json = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::exception& e) {
-        fail(side, "'" + path + "' is not valid JSON: " + e.what());
-    }
-    if (!json.is_object()) fail(side, "'" + path + "' must hold a JSON object: run settings or a run manifest");
+    const nlohmann::json json = readRunSettingsFile(path, side);  // bounded: app/CliOptions.h
     RunConfig config;
     try {
         if (json.contains("schema_version") && json.contains("config"))
@@ -111,9 +107,9 @@ nlohmann::json readConfigFile(const std::string& path, const std::string& side) 
         else
             config = runConfigFromJson(json);
     } catch (const ValidationError& e) {
-        throw ValidationError(e.field(), std::string(e.what()) + " (in '" + path + "')");
+        throw ValidationError(e.field(), std::string(e.what()) + " (in " + inQuotes(path) + ")");
     } catch (const std::exception& e) {
-        fail(side, "'" + path + "': " + e.what());
+        fail(side, inQuotes(path) + ": " + excerpt(e.what(), 300));
     }
     return toJson(config);
 }
@@ -131,14 +127,15 @@ void applyOverride(nlohmann::json& config, std::string key, const std::string& v
     if (const auto dot = key.find('.'); dot != std::string::npos) {
         const std::string parent = key.substr(0, dot);
         if (parent != "scheduler_options")
-            throw ValidationError(key, key + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
+            throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
         leaf = key.substr(dot + 1);
         target = &config["scheduler_options"];
         fallback = &defaults["scheduler_options"];
     }
     nlohmann::json typed = value;
     const auto known = fallback->find(leaf);
-    if (known == fallback->end() || !known->is_string()) {
+    // Nesting beyond what any setting has stays text, so the parser's recursion stays shallow.
+    if ((known == fallback->end() || !known->is_string()) && jsonNestingDepth(value) <= input_limits::kJsonDepth) {
         try {
             typed = nlohmann::json::parse(value);
         } catch (const nlohmann::json::exception&) {
@@ -157,15 +154,6 @@ std::string executableDir() {
 // config.model as an absolute folder: the one given, or the default model (as render does).
 std::string resolveModel(const std::string& given) { return resolveModelFolder(given, executableDir()); }
 
-// What the model folder allows, from its config.json (and scheduler_config.json) alone.
-ModelLimits readModelLimits(const std::string& dir) {
-    try {
-        return readModelFolderConfig(dir).limits();
-    } catch (const ModelError& e) {
-        fail("model", e.what());
-    }
-}
-
 // Every leaf of a RunConfig JSON object, scheduler options as "scheduler_options.eta".
 std::map<std::string, nlohmann::json> flatten(const nlohmann::json& config) {
     std::map<std::string, nlohmann::json> leaves;
@@ -179,8 +167,8 @@ std::map<std::string, nlohmann::json> flatten(const nlohmann::json& config) {
 }
 
 std::string shown(const nlohmann::json& value) {
-    if (value.is_string()) return value.get<std::string>().empty() ? "\"\"" : value.get<std::string>();
-    return value.dump();
+    if (value.is_string()) return value.get<std::string>().empty() ? "\"\"" : excerpt(value.get<std::string>());
+    return excerpt(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 // Collects the engine's notes; the progress is one line per pair.
@@ -229,7 +217,36 @@ struct Side {
         return peak;
     }
     const RunRecord& last() const { return runs.back(); }
+
+    // Before any run: the model's config, the engine's backend, the start image's header.
+    ModelConfig model;
+    BackendKind backend = BackendKind::CPU;
+    std::optional<StartImageSize> startImage;
 };
+
+// Host memory of the whole comparison: the larger side's run, plus what compare keeps of
+// both sides throughout (first and last images, the measured runs' records, the start
+// images) and, with two engines, the other engine's weights and activations.
+HostMemoryEstimate compareMemory(const Side& a, const Side& b, int repeats) {
+    const HostMemoryEstimate ea = estimateHostMemory(a.config, a.model, a.backend, a.startImage);
+    const HostMemoryEstimate eb = estimateHostMemory(b.config, b.model, b.backend, b.startImage);
+    const bool aPeaks = ea.peakBytes() >= eb.peakBytes();
+    HostMemoryEstimate total = aPeaks ? ea : eb;
+    constexpr unsigned kAlways = 7;  // every MemoryPhase
+    for (const auto& [side, e, peaks] : {std::tuple{&a, &ea, aPeaks}, std::tuple{&b, &eb, !aPeaks}}) {
+        const std::string name = side->name + ": ";
+        total.items.push_back({MemoryPart::FinalImage, name + "first and last images kept", "width",
+                               2 * e->bytesOf(MemoryPart::FinalImage), kAlways});
+        total.items.push_back({MemoryPart::Record, name + "records of " + std::to_string(repeats) + " measured runs",
+                               "steps", static_cast<std::uint64_t>(repeats) * e->bytesOf(MemoryPart::Record), kAlways});
+        if (peaks) continue;
+        total.items.push_back({MemoryPart::StartImage, name + "start image", "init", e->bytesOf(MemoryPart::StartImage), kAlways});
+        if (a.backend != b.backend)
+            total.items.push_back({MemoryPart::Weights, name + "its engine's weights and activations", "batch",
+                                   e->bytesOf(MemoryPart::Weights) + e->bytesOf(MemoryPart::Activations), kAlways});
+    }
+    return total;
+}
 
 // Graph counters summed over the measured runs (each record holds its own run's share of the
 // engine's graph cache); the mode, nodes and graph memory as of the last measured run.
@@ -340,6 +357,45 @@ std::string padLeft(const std::string& text, std::size_t width) {
     return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
 }
 
+// Checks both sides completely before the first (possibly long) run, cheapest first: fields
+// against the model's limits and the backend, then the start images' headers, then the host
+// memory of the whole comparison; only then decodes the start images. Throws ValidationError
+// whose message begins with the side ("A: tile: ...") where it concerns one.
+void checkSides(Side& a, Side& b, int repeats) {
+    const auto forSide = [](Side& side, const auto& check) {
+        try {
+            check(side);
+        } catch (const ValidationError& e) {
+            throw ValidationError(e.field(), side.name + ": " + e.what());
+        } catch (const InputFileError& e) {  // ModelError: the model folder's files
+            throw ValidationError(e.field(), side.name + ": " + e.what());
+        }
+    };
+    for (Side* side : {&a, &b})
+        forSide(*side, [](Side& s) {
+            RunConfig& c = s.config;
+            c.previewEvery = 0;  // measure sampling, not preview copies
+            c.model = resolveModel(c.model);
+            const ModelFolderConfig folder = readModelFolderConfig(c.model);
+            validate(c, folder.limits());
+            s.model = folder.config;
+            s.backend = checkRunBackend(c.backend);
+        });
+    for (Side* side : {&a, &b})
+        forSide(*side, [](Side& s) { s.startImage = checkStartImageHeader(s.config, s.model.inChannels); });
+    if (const std::optional<HostMemory> available = availableHostMemory())
+        checkHostMemory(compareMemory(a, b, repeats), *available);
+    for (Side* side : {&a, &b})
+        forSide(*side, [](Side& s) {
+            if (!s.startImage) return;
+            try {
+                s.initImage = loadInitImage(s.config.initImage, s.config.width, s.config.height, s.model.inChannels);
+            } catch (const InitImageError& e) {
+                fail("init", e.what());
+            }
+        });
+}
+
 }  // namespace
 
 std::string compareUsage() {
@@ -393,13 +449,15 @@ CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
             else if (name == "b") addOverrides(name, value, o.overridesB);
             else if (name == "repeats") o.repeats = parseCount(name, value, 1);
             else if (name == "warmup") o.warmup = parseCount(name, value, 0);
-            else if (value.empty()) fail(name, "a file name is needed");
-            else if (name == "csv") o.csvPath = value;
-            else o.jsonPath = value;
+            else {
+                if (value.empty()) fail(name, "a file name is needed");
+                checkPathText(name, value, "the " + name + " file");
+                (name == "csv" ? o.csvPath : o.jsonPath) = value;
+            }
             continue;
         }
         const std::optional<bool> takesValue = cliOptionTakesValue(name);
-        if (!takesValue) fail("option", "unknown option '--" + name + "'; see 'tessera-cli compare --help'");
+        if (!takesValue) fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli compare --help'");
         if (name == "out") fail("out", "compare writes no images; give --csv FILE or --json FILE for its results");
         o.runFlags.push_back(arg);
         if (*takesValue && !inlineValue) {
@@ -409,7 +467,7 @@ CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
     }
     if (!o.help && !o.configFiles.empty() && o.configFiles.size() != 2) {
         std::string given;
-        for (const auto& f : o.configFiles) given += " '" + f + "'";
+        for (const auto& f : o.configFiles) given += " " + inQuotes(f);
         fail("option", "compare takes two configuration files (A.json B.json) or none; got " +
                            std::to_string(o.configFiles.size()) + ":" + given);
     }
@@ -502,30 +560,7 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         b.config = configs.b;
         checkWritable("csv", options.csvPath, 2 * (options.warmup + options.repeats));
         checkWritable("json", options.jsonPath, 2 * (options.warmup + options.repeats));
-        // Check both sides completely before the first (possibly long) run.
-        for (Side* side : {&a, &b}) {
-            try {
-                RunConfig& c = side->config;
-                c.previewEvery = 0;  // measure sampling, not preview copies
-                c.model = resolveModel(c.model);
-                const ModelLimits limits = readModelLimits(c.model);
-                validate(c, limits);
-                if (!c.initImage.empty()) {
-                    try {
-                        side->initImage = loadInitImage(c.initImage, c.width, c.height, limits.inChannels);
-                    } catch (const std::exception& e) {
-                        fail("init", e.what());
-                    }
-                }
-                if (c.backend == BackendKind::CUDA) {
-                    if (!cudaBackendBuilt()) fail("backend", "cuda: this build has no CUDA backend");
-                    const DeviceReport report = probeDevices();
-                    if (!report.cudaAvailable) fail("backend", "cuda: " + report.cudaReason);
-                }
-            } catch (const ValidationError& e) {
-                throw ValidationError(e.field(), side->name + ": " + e.what());
-            }
-        }
+        checkSides(a, b, options.repeats);
     } catch (const ValidationError& e) {
         err << "tessera-cli compare: " << e.what() << "\n";
         return kExitInvalid;

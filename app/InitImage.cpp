@@ -14,6 +14,8 @@
 
 #include <png.h>
 
+#include "core/BoundedInput.h"
+
 // JPEG decoding needs libjpeg-turbo at link time (CMake: find_package(JPEG), JPEG::JPEG and
 // TESSERA_HAVE_JPEG=1 on tessera_app). Without it a JPEG is refused with a clear message.
 #if defined(TESSERA_HAVE_JPEG) && TESSERA_HAVE_JPEG
@@ -30,9 +32,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Paths are quoted as BoundedFile quotes them: a short escaped excerpt.
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
-    throw InitImageError("'" + path + "' " + problem);
+    throw InitImageError("'" + excerpt(path, 200) + "' " + problem);
 }
+
+constexpr char kField[] = "init";
+
+// BoundedFile's "init: 'path': why" as this file's "'path': why".
+[[noreturn]] void failFile(const InputFileError& e) {
+    throw InitImageError(std::string(e.what()).substr(sizeof kField + 1));
+}
+
+std::string firstBytesText(std::string_view bytes);
 
 std::string pixelsText(long long width, long long height) {
     return std::to_string(width) + "x" + std::to_string(height);
@@ -45,35 +57,113 @@ void checkPixelCount(const std::string& path, long long width, long long height)
                        std::to_string(kMaxInitImagePixels / 1000000) + " megapixels a start image may have");
 }
 
-std::vector<unsigned char> readWholeFile(const std::string& path) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) fail(path, "is a folder, not an image file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(path, std::string("cannot be opened: ") + std::strerror(errno));
-    in.seekg(0, std::ios::end);
-    const std::streamoff size = in.tellg();
-    if (size < 0) fail(path, "cannot be read (not a regular file?)");
-    if (size == 0) fail(path, "is empty (0 bytes)");
-    if (size > (std::streamoff{1} << 30)) fail(path, "is larger than 1 GiB; not a start image");
-    in.seekg(0, std::ios::beg);
-    std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
-    if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) fail(path, "could not be read to the end");
-    return bytes;
+// The file opened without blocking and bounded (core/BoundedInput.h); empty files refused.
+BoundedFile openImageFile(const std::string& path) {
+    try {
+        BoundedFile file = BoundedFile::open(path, kField, kMaxInitFileBytes);
+        if (file.size() == 0) fail(path, "is empty (0 bytes)");
+        return file;
+    } catch (const InputFileError& e) {
+        failFile(e);
+    }
 }
 
-bool isPng(const std::vector<unsigned char>& b) {
-    static constexpr unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+std::string readWholeFile(const BoundedFile& file) {
+    try {
+        return file.readAt(0, static_cast<std::size_t>(file.size()));
+    } catch (const InputFileError& e) {
+        failFile(e);
+    }
+}
+
+bool isPng(std::string_view b) {
+    static constexpr char kSignature[8] = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1a', '\n'};
     return b.size() >= 8 && std::equal(kSignature, kSignature + 8, b.begin());
 }
 
-bool isJpeg(const std::vector<unsigned char>& b) {
-    return b.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
+bool isJpeg(std::string_view b) { return b.size() >= 3 && b.substr(0, 3) == std::string_view("\xff\xd8\xff", 3); }
+
+unsigned bigEndian(std::string_view bytes, std::size_t at, int count) {
+    unsigned value = 0;
+    for (int i = 0; i < count; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[at + static_cast<std::size_t>(i)]);
+    return value;
+}
+
+// PNG: the signature, then the IHDR chunk, which must come first: width and height at bytes 16..23.
+void readPngHeader(const std::string& path, const std::string& start, ImageHeader& header) {
+    if (start.size() < 24 || start.compare(12, 4, "IHDR") != 0)
+        fail(path, "is not a readable PNG: it does not start with an IHDR header chunk");
+    const unsigned width = bigEndian(start, 16, 4), height = bigEndian(start, 20, 4);
+    if (width > 0x7fffffffu || height > 0x7fffffffu)
+        fail(path, "is not a readable PNG: its header gives " + std::to_string(width) + "x" + std::to_string(height));
+    header.width = static_cast<int>(width);
+    header.height = static_cast<int>(height);
+}
+
+// JPEG: walks the marker segments after SOI (each one's length, no payload read) to the frame
+// header (SOF0..SOF15 but DHT, JPG and DAC), whose height and width follow the precision byte.
+// Real files have a few dozen segments before it (APPn, DQT, DHT); 4096 bounds the walk.
+void readJpegHeader(const std::string& path, const BoundedFile& file, ImageHeader& header) {
+    std::uint64_t at = 2;
+    for (int segment = 0; segment < 4096; ++segment) {
+        std::string bytes = file.readAt(at, 2);
+        if (!bytes.empty() && bytes[0] != '\xff') {
+            // Extraneous bytes before a marker: libjpeg skips them (with a warning); so do we, within 64 KiB.
+            const std::size_t next = file.readAt(at, 65536).find('\xff');
+            if (next == std::string::npos) fail(path, "is not a readable JPEG: no marker where one should be");
+            at += next;
+            bytes = file.readAt(at, 2);
+        }
+        for (int fill = 0; fill < 64 && bytes == "\xff\xff"; ++fill)  // fill bytes before a marker
+            bytes = file.readAt(++at, 2);
+        if (bytes.size() < 2) fail(path, "is not a readable JPEG: no frame header before its end or its data");
+        const unsigned marker = static_cast<unsigned char>(bytes[1]);
+        if ((marker >= 0xd0 && marker <= 0xd7) || marker == 0x01) {  // standalone markers: no length
+            at += 2;
+            continue;
+        }
+        if (marker == 0xd9 || marker == 0xda) fail(path, "is not a readable JPEG: no frame header before its end or its data");
+        const std::string body = file.readAt(at + 2, 7);
+        if (body.size() < 2) fail(path, "is not a readable JPEG: it ends inside a marker segment");
+        const unsigned length = bigEndian(body, 0, 2);
+        if (length < 2) fail(path, "is not a readable JPEG: a marker segment has length " + std::to_string(length));
+        const bool frame = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
+        if (frame) {
+            if (body.size() < 7 || length < 8) fail(path, "is not a readable JPEG: its frame header is cut short");
+            header.height = static_cast<int>(bigEndian(body, 3, 2));
+            header.width = static_cast<int>(bigEndian(body, 5, 2));
+            return;
+        }
+        at += 2 + length;
+    }
+    fail(path, "is not a readable JPEG: no frame header within its first 4096 marker segments");
+}
+
+ImageHeader headerOf(const std::string& path, const BoundedFile& file) {
+    ImageHeader header;
+    header.fileBytes = file.size();
+    try {
+        const std::string start = file.readAt(0, 24);
+        if (isPng(start)) {
+            header.format = ImageHeader::Format::Png;
+            readPngHeader(path, start, header);
+        } else if (isJpeg(start)) {
+            header.format = ImageHeader::Format::Jpeg;
+            readJpegHeader(path, file, header);
+        } else {
+            fail(path, "is neither a PNG nor a JPEG file (it starts with bytes " + firstBytesText(start) + ")");
+        }
+    } catch (const InputFileError& e) {
+        failFile(e);
+    }
+    checkPixelCount(path, header.width, header.height);
+    return header;
 }
 
 // libpng's simplified API: errors come back as a message, no longjmp reaches our frames.
 // Grey, palette, 16-bit and alpha are converted by libpng; alpha is composited onto the
 // background given to png_image_finish_read.
-Rgb8Image decodePng(const std::string& path, const std::vector<unsigned char>& bytes) {
+Rgb8Image decodePng(const std::string& path, const std::string& bytes) {
     png_image png;
     std::memset(&png, 0, sizeof png);
     png.version = PNG_IMAGE_VERSION;
@@ -111,13 +201,13 @@ struct JpegErrorManager {
     jpeg_error_mgr pub;  // first: libjpeg sees only this part
     std::jmp_buf jump;
     char message[JMSG_LENGTH_MAX];
-    bool prematureEnd;
+    bool damaged;
 };
 
 struct JpegPixels {
     unsigned char* data;  // malloc'ed width * height * components, or null
     int width, height, components;
-    bool cmyk, adobeInverted, prematureEnd, tooLarge;
+    bool cmyk, adobeInverted, damaged, tooLarge;
     char message[JMSG_LENGTH_MAX];
 };
 
@@ -127,17 +217,35 @@ void onJpegError(j_common_ptr cinfo) {
     std::longjmp(err->jump, 1);
 }
 
-// Warnings are not fatal to libjpeg: a file cut short is padded with grey and "decodes".
-// We remember that one and refuse the image; other warnings (extra bytes between markers,
-// ...) are common in real files and harmless.
+// Warnings are not fatal to libjpeg: a file cut short, or damaged entropy-coded data, is
+// filled with grey and "decodes". Those warnings stop the decode at once (as an error does)
+// and the image is refused. Other warnings (extra bytes between markers, an unknown Adobe
+// transform or JFIF revision, a bad ICC marker) leave the pixels intact and are common in
+// real files.
+bool isDamageWarning(j_common_ptr cinfo, const char* message) {
+    switch (cinfo->err->msg_code) {
+        case JWRN_JPEG_EOF:
+        case JWRN_HIT_MARKER:
+        case JWRN_HUFF_BAD_CODE:
+        case JWRN_MUST_RESYNC:
+        case JWRN_BOGUS_PROGRESSION: return true;
+        case JWRN_BOGUS_ICC: return false;
+        default: break;
+    }
+    // "Corrupt JPEG data: bad arithmetic code" has no code in every libjpeg build.
+    return std::strncmp(message, "Corrupt JPEG data: bad ", 23) == 0;
+}
+
 void onJpegMessage(j_common_ptr cinfo, int level) {
     if (level >= 0) return;  // trace messages
     auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
-    if (cinfo->err->msg_code == JWRN_JPEG_EOF && !err->prematureEnd) {
-        err->prematureEnd = true;
-        (*cinfo->err->format_message)(cinfo, err->message);
-    }
     ++cinfo->err->num_warnings;
+    char message[JMSG_LENGTH_MAX];
+    (*cinfo->err->format_message)(cinfo, message);
+    if (!isDamageWarning(cinfo, message)) return;
+    err->damaged = true;
+    std::memcpy(err->message, message, sizeof err->message);
+    std::longjmp(err->jump, 1);
 }
 
 bool decodeJpegPixels(const unsigned char* bytes, unsigned long size, JpegPixels* out) {
@@ -152,6 +260,7 @@ bool decodeJpegPixels(const unsigned char* bytes, unsigned long size, JpegPixels
         jpeg_destroy_decompress(&cinfo);
         std::free(out->data);
         out->data = nullptr;
+        out->damaged = err.damaged;
         std::memcpy(out->message, err.message, sizeof out->message);
         return false;
     }
@@ -184,19 +293,18 @@ bool decodeJpegPixels(const unsigned char* bytes, unsigned long size, JpegPixels
     }
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
-    out->prematureEnd = err.prematureEnd;
-    if (err.prematureEnd) std::memcpy(out->message, err.message, sizeof out->message);
     return true;
 }
 
-Rgb8Image decodeJpeg(const std::string& path, const std::vector<unsigned char>& bytes) {
+Rgb8Image decodeJpeg(const std::string& path, const std::string& bytes) {
     JpegPixels pixels;
     std::memset(&pixels, 0, sizeof pixels);
-    const bool ok = decodeJpegPixels(bytes.data(), static_cast<unsigned long>(bytes.size()), &pixels);
+    const bool ok = decodeJpegPixels(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                     static_cast<unsigned long>(bytes.size()), &pixels);
     const std::unique_ptr<unsigned char, decltype(&std::free)> owned(pixels.data, &std::free);
     if (pixels.tooLarge) checkPixelCount(path, pixels.width, pixels.height);
+    if (pixels.damaged) fail(path, std::string("is a damaged or truncated JPEG: ") + pixels.message);
     if (!ok) fail(path, std::string("is not a readable JPEG: ") + pixels.message);
-    if (pixels.prematureEnd) fail(path, std::string("is a truncated JPEG: ") + pixels.message);
     checkPixelCount(path, pixels.width, pixels.height);
 
     Rgb8Image image{pixels.width, pixels.height, {}};
@@ -221,18 +329,18 @@ Rgb8Image decodeJpeg(const std::string& path, const std::vector<unsigned char>& 
 
 #else
 
-Rgb8Image decodeJpeg(const std::string& path, const std::vector<unsigned char>&) {
+Rgb8Image decodeJpeg(const std::string& path, const std::string&) {
     fail(path, "is a JPEG, but this build of Tessera has no JPEG support (libjpeg-turbo was not found "
                "at build time); convert it to PNG");
 }
 
 #endif
 
-std::string firstBytesText(const std::vector<unsigned char>& bytes) {
+std::string firstBytesText(std::string_view bytes) {
     std::string text;
     char hex[4];
     for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 8); ++i) {
-        std::snprintf(hex, sizeof hex, "%02x", bytes[i]);
+        std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(bytes[i]));
         text += (i ? " " : "") + std::string(hex);
     }
     return text;
@@ -283,11 +391,26 @@ std::vector<Taps> axisTaps(int in, int out) {
 
 }  // namespace
 
+ImageHeader readImageHeader(const std::string& path) { return headerOf(path, openImageFile(path)); }
+
+std::optional<StartImageSize> checkStartImageHeader(const RunConfig& config, int modelChannels) {
+    if (config.initImage.empty()) return std::nullopt;
+    if (modelChannels != 1 && modelChannels != 3)
+        throw ValidationError("init", "init: image-to-image needs a model with 1 or 3 input channels; this one has " +
+                                          std::to_string(modelChannels));
+    try {
+        const ImageHeader header = readImageHeader(config.initImage);
+        return StartImageSize{header.width, header.height, header.fileBytes};
+    } catch (const InitImageError& e) {
+        throw ValidationError("init", std::string("init: ") + e.what());
+    }
+}
+
 Rgb8Image decodeImageFile(const std::string& path) {
-    const std::vector<unsigned char> bytes = readWholeFile(path);
-    if (isPng(bytes)) return decodePng(path, bytes);
-    if (isJpeg(bytes)) return decodeJpeg(path, bytes);
-    fail(path, "is neither a PNG nor a JPEG file (it starts with bytes " + firstBytesText(bytes) + ")");
+    const BoundedFile file = openImageFile(path);
+    const ImageHeader header = headerOf(path, file);
+    const std::string bytes = readWholeFile(file);
+    return header.format == ImageHeader::Format::Png ? decodePng(path, bytes) : decodeJpeg(path, bytes);
 }
 
 ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, int channels) {

@@ -3,20 +3,43 @@
 // Qt Gui), so the CLI and the window start from exactly the same pixels.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "core/Engine.h"
+#include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
 
 namespace tessera {
 
 // Thrown for a file that cannot be used as a start image; what() begins with the path in
-// quotes and says what is wrong (cannot be opened, empty, not PNG/JPEG, truncated, ...).
+// quotes (a short escaped excerpt of it) and says what is wrong (cannot be opened, empty, not
+// PNG/JPEG, damaged or truncated, too many pixels, ...).
 class InitImageError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
+
+// What a start image's header says, read without decoding a pixel.
+struct ImageHeader {
+    enum class Format { Png, Jpeg };
+    Format format = Format::Png;
+    int width = 0, height = 0;
+    std::uint64_t fileBytes = 0;
+};
+
+// The largest start image: 150 megapixels (a 14000 x 10700 photograph) decodes to 450 MB of
+// RGB; a file of more than 1 GiB is no photograph.
+inline constexpr long long kMaxInitImagePixels = 150LL * 1000 * 1000;
+inline constexpr std::uint64_t kMaxInitFileBytes = std::uint64_t{1} << 30;
+
+// Reads only the header of a PNG (its IHDR chunk) or JPEG (the markers up to its frame
+// header), recognised by content, and refuses before any decoding: a path that is not a
+// regular file of 1 to kMaxInitFileBytes bytes (FIFOs and devices without blocking), another
+// format, and dimensions of 0 or of more than kMaxInitImagePixels. Throws InitImageError.
+ImageHeader readImageHeader(const std::string& path);
 
 // Decodes a PNG (libpng) or a JPEG (libjpeg-turbo), recognised by its first bytes rather
 // than its name, into 8-bit RGB:
@@ -25,10 +48,16 @@ public:
 //     colour that would otherwise leak into the run);
 //   - CMYK/YCCK JPEGs (Adobe's inverted convention when the Adobe marker says so) become RGB;
 //   - EXIF orientation is not applied: the pixels are used as stored.
-// Throws InitImageError. Images over kMaxInitImagePixels are refused before decoding.
+//   - damaged data is refused, not decoded to grey: a file cut short, or entropy-coded data
+//     that libjpeg reports as corrupt (premature end of a data segment, bad Huffman or
+//     arithmetic code, lost restart markers, inconsistent progression).
+// Throws InitImageError. The header is checked as readImageHeader checks it before decoding.
 Rgb8Image decodeImageFile(const std::string& path);
 
-inline constexpr long long kMaxInitImagePixels = 150LL * 1000 * 1000;
+// The start image of `config` (config.initImage; nullopt when empty) checked from its header
+// alone, for a model with `modelChannels` input channels (1 or 3 can start from an image).
+// Throws ValidationError on field "init" naming the file and what is wrong.
+std::optional<StartImageSize> checkStartImageHeader(const RunConfig& config, int modelChannels);
 
 // Resamples `image` to width x height and converts it to model space ([-1, 1], C x H x W)
 // with `channels` channels (3: RGB; 1: the mean of R, G, B, as fromRgb8). Each axis on its

@@ -22,6 +22,8 @@
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
 #include "app/PngIO.h"
+#include "core/BoundedInput.h"
+#include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
 #include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
@@ -59,6 +61,13 @@ std::string resolveModel(const std::string& given) {
     }
 }
 
+// Host memory check (core/HostMemoryEstimate.h) where the machine says what it has.
+void checkRunMemory(const RunConfig& config, const ModelConfig& model, BackendKind backend,
+                    const std::optional<StartImageSize>& startImage) {
+    if (const std::optional<HostMemory> available = availableHostMemory())
+        checkHostMemory(config, model, backend, startImage, *available);
+}
+
 std::string fixed(double value, int decimals) {
     char text[64];
     std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -87,13 +96,13 @@ std::string withThousands(std::int64_t n) {
 int cmdPlan(const CliOptions& options) {
     RunConfig config = options.config;
     std::unique_ptr<UNetModel> model;
-    ModelLimits limits;
+    std::optional<ModelFolderConfig> folder;
     if (!config.model.empty()) {
         config.model = resolveModel(config.model);
-        model = std::make_unique<UNetModel>(UNetModel::load(config.model));
-        limits = model->config().limits(model->schedulerOptions().numTrainTimesteps);
+        folder = readModelFolderConfig(config.model);
     }
-    validate(config, limits);
+    validate(config, folder ? folder->limits() : ModelLimits{});
+    if (folder) model = std::make_unique<UNetModel>(UNetModel::load(config.model));
     const TilePlan plan = TilePlan::fromConfig(config);
     const int tiles = plan.count();
     const int stepsRun = config.initImage.empty() ? config.steps : static_cast<int>(config.steps * config.strength);
@@ -113,6 +122,14 @@ int cmdPlan(const CliOptions& options) {
         std::cout << "FLOPs        " << humanFlops(perEval * tiles) << " per step, "
                   << humanFlops(perEval * tiles * stepsRun) << " total (" << humanFlops(perEval)
                   << " per tile evaluation)\n";
+        // What a render of this plan would ask of the host, on the CPU engine and on the CUDA one.
+        const HostMemoryEstimate cpu = estimateHostMemory(config, folder->config, BackendKind::CPU);
+        const HostMemoryEstimate cuda = estimateHostMemory(config, folder->config, BackendKind::CUDA);
+        const std::optional<HostMemory> available = availableHostMemory();
+        std::cout << "host memory  about " << formatBytes(cpu.peakBytes()) << " at the peak with the cpu engine, "
+                  << formatBytes(cuda.peakBytes()) << " with the cuda engine";
+        if (available) std::cout << "; " << formatBytes(available->availableBytes) << " available";
+        std::cout << "\n";
     }
     return kExitOk;
 }
@@ -166,53 +183,51 @@ public:
     void onMessage(const std::string& message) override { std::cerr << "note: " << message << "\n"; }
 };
 
-// The engine for the requested backend (app/EngineFactory.h: auto = CUDA when built and a
-// device is usable, else the CPU). An explicit `cuda` that cannot be honoured is an error
-// here rather than the GUI's quiet fallback: a script asking for the GPU should not time the CPU.
 std::unique_ptr<Engine> makeEngine(BackendKind kind) {
-    if (kind == BackendKind::CUDA) {
-        if (!cudaBackendBuilt()) throw InputError{"backend cuda: this build has no CUDA backend"};
-        const DeviceReport report = probeDevices();
-        if (!report.cudaAvailable) throw InputError{"backend cuda: " + report.cudaReason};
-    }
     std::string note;
     std::unique_ptr<Engine> engine = createEngine(kind, &note);
     if (!note.empty()) std::cerr << "note: " << note << "\n";
     return engine;
 }
 
+// The start image decoded and resampled to the run's size in model space (app/InitImage.h);
+// every engine takes it. Called after every check: a damaged file is refused here (exit 2).
+ImageTensor startImageTensor(const RunConfig& config, int channels) {
+    Rgb8Image decoded;
+    try {
+        decoded = decodeImageFile(config.initImage);
+    } catch (const InitImageError& e) {
+        throw InputError{std::string("init: ") + e.what()};
+    }
+    if (decoded.width != config.width || decoded.height != config.height) {
+        std::cerr << "note: init: '" << excerpt(config.initImage, 200) << "' is " << decoded.width << "x"
+                  << decoded.height << ", resized to " << config.width << "x" << config.height;
+        const double inAspect = static_cast<double>(decoded.width) / decoded.height;
+        const double runAspect = static_cast<double>(config.width) / config.height;
+        if (std::abs(inAspect / runAspect - 1.0) > 0.01) std::cerr << " (stretched: the aspect ratios differ)";
+        std::cerr << "\n";
+    }
+    return resampleToModelSpace(decoded, config.width, config.height, channels);
+}
+
 int cmdRender(const CliOptions& options) {
     RunConfig config = options.config;
-    std::unique_ptr<Engine> engine = makeEngine(config.backend);  // first: a missing backend says so
+    // Every check before any work, cheapest first: the fields against the model's limits
+    // (its config.json alone), the backend, the start image's header, the host memory.
     config.model = resolveModel(config.model);
+    const ModelFolderConfig model = readModelFolderConfig(config.model);
+    validate(config, model.limits());
+    const BackendKind backend = checkRunBackend(config.backend);
+    const std::optional<StartImageSize> startImage = checkStartImageHeader(config, model.config.inChannels);
+    checkRunMemory(config, model.config, backend, startImage);
 
-    // ---- Output folder check (owned by the outputs work): the last validation, before any
-    // work. It creates nothing: the --out folder (and missing parents) are created only when
-    // the outputs are written, so a rejected render leaves no folder behind.
+    // The output folder (owned by the outputs work): the last validation, before any work. It
+    // creates nothing: the --out folder (and missing parents) are created only when the
+    // outputs are written, so a rejected render leaves no folder behind.
     checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
 
-    if (!config.initImage.empty()) {
-        // Any PNG or JPEG, resampled to the run's size (app/InitImage.h); every engine takes it.
-        Rgb8Image decoded;
-        try {
-            decoded = decodeImageFile(config.initImage);
-        } catch (const InitImageError& e) {
-            throw InputError{std::string("init: ") + e.what()};
-        }
-        if (decoded.width != config.width || decoded.height != config.height) {
-            std::cerr << "note: init: '" << config.initImage << "' is " << decoded.width << "x" << decoded.height
-                      << ", resized to " << config.width << "x" << config.height;
-            const double inAspect = static_cast<double>(decoded.width) / decoded.height;
-            const double runAspect = static_cast<double>(config.width) / config.height;
-            if (std::abs(inAspect / runAspect - 1.0) > 0.01) std::cerr << " (stretched: the aspect ratios differ)";
-            std::cerr << "\n";
-        }
-        const int channels = readModelFolderConfig(config.model).config.inChannels;
-        if (channels != 1 && channels != 3)
-            throw InputError{"init: image-to-image needs a model with 1 or 3 input channels; this one has " +
-                             std::to_string(channels)};
-        engine->setInitImage(resampleToModelSpace(decoded, config.width, config.height, channels));
-    }
+    std::unique_ptr<Engine> engine = makeEngine(config.backend);
+    if (startImage) engine->setInitImage(startImageTensor(config, model.config.inChannels));
 
     ConsoleObserver observer;
     RunResult result;
@@ -301,6 +316,9 @@ int main(int argc, char** argv) {
         std::cerr << "tessera-cli: " << e.message << "\n";
         return kExitInvalid;
     } catch (const ValidationError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const InputFileError& e) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitInvalid;
     } catch (const ModelError& e) {

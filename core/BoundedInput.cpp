@@ -1,9 +1,11 @@
 // BoundedInput: bounded, non-blocking reads of untrusted files and depth-checked JSON.
 #include "core/BoundedInput.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -102,35 +104,71 @@ std::string excerpt(std::string_view text, std::size_t maxChars) {
     return out;
 }
 
+namespace {
+
+std::string shownPath(const std::filesystem::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
+
+}  // namespace
+
+BoundedFile BoundedFile::open(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes) {
+    BoundedFile file(-1, 0, std::string(field), shownPath(path));
+    if (path.empty()) file.fail("no file named");
+    if (path.native().size() > input_limits::kPathChars)
+        file.fail("path is " + std::to_string(path.native().size()) + " characters long; at most " +
+                  std::to_string(input_limits::kPathChars) + " are allowed");
+    // O_NONBLOCK: opening a FIFO with no writer must not wait for one.
+    file.fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (file.fd_ < 0) {
+        const int error = errno;
+        if (error == ELOOP) file.fail("too many levels of symbolic links (a link loop?)");
+        if (error == ENAMETOOLONG) file.fail("a path component is too long");
+        file.fail("cannot open: " + errnoText(error));
+    }
+    struct stat info {};
+    if (::fstat(file.fd_, &info) != 0) file.fail("cannot stat: " + errnoText(errno));
+    if (S_ISDIR(info.st_mode)) file.fail("is a folder; a regular file is needed");
+    if (!S_ISREG(info.st_mode)) file.fail("is not a regular file (a FIFO, device or socket); a regular file is needed");
+    if (static_cast<std::uint64_t>(info.st_size) > maxBytes)
+        file.fail("is " + std::to_string(info.st_size) + " bytes; at most " + std::to_string(maxBytes) +
+                  " bytes are allowed for this kind of file");
+    file.size_ = static_cast<std::uint64_t>(info.st_size);
+    return file;
+}
+
 BoundedFile::~BoundedFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-BoundedFile openBoundedFile(const std::filesystem::path& path, std::string_view field, std::uint64_t maxBytes) {
-    const std::string shown = "'" + excerpt(path.string(), 200) + "'";
-    const auto fail = [&](const std::string& why) { throw InputFileError(std::string(field), std::string(field) + ": " + shown + ": " + why); };
-    if (path.empty()) fail("no file named");
-    if (path.native().size() > input_limits::kPathChars)
-        fail("path is " + std::to_string(path.native().size()) + " characters long; at most " +
-             std::to_string(input_limits::kPathChars) + " are allowed");
-    // O_NONBLOCK: opening a FIFO with no writer must not wait for one.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        const int error = errno;
-        if (error == ELOOP) fail("too many levels of symbolic links (a link loop?)");
-        if (error == ENAMETOOLONG) fail("a path component is too long");
-        fail("cannot open: " + errnoText(error));
+BoundedFile::BoundedFile(BoundedFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), size_(other.size_), field_(std::move(other.field_)),
+      shown_(std::move(other.shown_)) {}
+
+BoundedFile& BoundedFile::operator=(BoundedFile&& other) noexcept {
+    if (this != &other) {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = std::exchange(other.fd_, -1);
+        size_ = other.size_;
+        field_ = std::move(other.field_);
+        shown_ = std::move(other.shown_);
     }
-    BoundedFile file(fd, 0);  // closes fd when a check below throws
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) fail("cannot stat: " + errnoText(errno));
-    if (S_ISDIR(info.st_mode)) fail("is a folder; a regular file is needed");
-    if (!S_ISREG(info.st_mode)) fail("is not a regular file (a FIFO, device or socket); a regular file is needed");
-    if (static_cast<std::uint64_t>(info.st_size) > maxBytes)
-        fail("is " + std::to_string(info.st_size) + " bytes; at most " + std::to_string(maxBytes) +
-             " bytes are allowed for this kind of file");
-    file.size_ = static_cast<std::uint64_t>(info.st_size);
-    return file;
+    return *this;
+}
+
+void BoundedFile::fail(const std::string& why) const { throw InputFileError(field_, field_ + ": " + shown_ + ": " + why); }
+
+std::string BoundedFile::readAt(std::uint64_t offset, std::size_t count) const {
+    if (offset >= size_) return {};
+    std::string text(static_cast<std::size_t>(std::min<std::uint64_t>(count, size_ - offset)), '\0');
+    std::size_t got = 0;
+    while (got < text.size()) {
+        const ssize_t n = ::pread(fd_, text.data() + got, text.size() - got, static_cast<off_t>(offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail("read failed: " + errnoText(errno));
+        if (n == 0) break;  // the file shrank while being read: take what is there
+        got += static_cast<std::size_t>(n);
+    }
+    text.resize(got);
+    return text;
 }
 
 std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {
@@ -141,20 +179,8 @@ std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {
 }
 
 std::string readBoundedFile(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes) {
-    const BoundedFile file = openBoundedFile(path, field, maxBytes);
-    std::string text(static_cast<std::size_t>(file.size()), '\0');
-    std::size_t got = 0;
-    while (got < text.size()) {
-        const ssize_t n = ::read(file.fd(), text.data() + got, text.size() - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0)
-            throw InputFileError(std::string(field), std::string(field) + ": '" + excerpt(path.string(), 200) +
-                                                         "': read failed: " + errnoText(errno));
-        if (n == 0) break;  // the file shrank while being read: take what is there
-        got += static_cast<std::size_t>(n);
-    }
-    text.resize(got);
-    return text;
+    const BoundedFile file = BoundedFile::open(path, field, maxBytes);
+    return file.readAt(0, static_cast<std::size_t>(file.size()));
 }
 
 int jsonNestingDepth(std::string_view text, int limit) {
@@ -194,6 +220,9 @@ nlohmann::json parseBoundedJson(std::string_view text, std::string_view field, s
         const std::size_t from = at > 20 ? at - 20 : 0;
         fail("not valid JSON at byte " + std::to_string(e.byte) + " (near \"" +
              excerpt(text.substr(from, 40), 40) + "\")");
+    } catch (const nlohmann::json::exception& e) {
+        // out_of_range 406: a number beyond double's range; the message quotes the whole number.
+        fail("not valid JSON: " + excerpt(e.what(), 120));
     }
     return {};
 }
@@ -201,7 +230,7 @@ nlohmann::json parseBoundedJson(std::string_view text, std::string_view field, s
 nlohmann::json readBoundedJson(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes,
                                int maxDepth) {
     const std::string text = readBoundedFile(path, field, maxBytes);
-    return parseBoundedJson(text, field, "'" + excerpt(path.string(), 200) + "'", maxDepth);
+    return parseBoundedJson(text, field, shownPath(path), maxDepth);
 }
 
 }  // namespace tessera

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -48,39 +47,41 @@ private:
 // control characters, quotes, backslashes and invalid UTF-8 escaped, for error messages.
 std::string excerpt(std::string_view text, std::size_t maxChars = input_limits::kExcerptChars);
 
-// A JSON value as compact JSON text (non-ASCII as \u escapes), shortened like excerpt()
-// but with its quotes kept as they are: for "key = value" in messages.
-std::string excerptJson(const nlohmann::json& value, std::size_t maxChars = input_limits::kExcerptChars);
-
 // `text` as valid UTF-8: well-formed sequences kept, every other byte written as the
 // three characters "\xNN". Idempotent on valid UTF-8 input.
+// A JSON value as compact ASCII text of at most `maxChars` characters (invalid UTF-8 replaced),
+// for messages that quote a value from an untrusted file.
+std::string excerptJson(const nlohmann::json& value, std::size_t maxChars = input_limits::kExcerptChars);
+
 std::string toValidUtf8(std::string_view text);
 bool isValidUtf8(std::string_view text);
 
-// An open regular file whose size was checked against a bound: what readBoundedFile reads
-// from, and what callers that map a file (safetensors) start from. Move-only; closes the
-// descriptor on destruction.
+// A file opened as readBoundedFile opens it (regular files only, without blocking, size
+// bounded), for readers that need only part of it: an image's header before its pixels.
+// Move-only; closes the file when destroyed. Errors are InputFileError naming the file.
 class BoundedFile {
 public:
+    static BoundedFile open(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes);
     ~BoundedFile();
-    BoundedFile(BoundedFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
-    BoundedFile& operator=(BoundedFile&&) = delete;
+    BoundedFile(BoundedFile&& other) noexcept;
+    BoundedFile& operator=(BoundedFile&& other) noexcept;
     BoundedFile(const BoundedFile&) = delete;
     BoundedFile& operator=(const BoundedFile&) = delete;
-    int fd() const noexcept { return fd_; }
-    std::uint64_t size() const noexcept { return size_; }  // bytes, at open time
+
+    std::uint64_t size() const { return size_; }
+    int fd() const noexcept { return fd_; }  // for readers that map the file (safetensors)
+    // Up to `count` bytes starting at `offset`: fewer where the file ends (or shrank).
+    std::string readAt(std::uint64_t offset, std::size_t count) const;
+    // Throws InputFileError "field: 'path': why".
+    [[noreturn]] void fail(const std::string& why) const;
 
 private:
-    BoundedFile(int fd, std::uint64_t size) noexcept : fd_(fd), size_(size) {}
-    friend BoundedFile openBoundedFile(const std::filesystem::path&, std::string_view, std::uint64_t);
-    int fd_;
-    std::uint64_t size_;
+    BoundedFile(int fd, std::uint64_t size, std::string field, std::string shown)
+        : fd_(fd), size_(size), field_(std::move(field)), shown_(std::move(shown)) {}
+    int fd_ = -1;
+    std::uint64_t size_ = 0;
+    std::string field_, shown_;
 };
-
-// Opens `path` for reading under the same rules as readBoundedFile (never blocks; refuses
-// anything but a regular file of at most `maxBytes` bytes; path length and link loops
-// reported clearly) without reading it.
-BoundedFile openBoundedFile(const std::filesystem::path& path, std::string_view field, std::uint64_t maxBytes);
 
 // Reads the whole of `path`, which must name a regular file (after following symbolic
 // links; a FIFO, device, socket or directory is refused without blocking) of at most

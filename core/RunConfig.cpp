@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/BoundedInput.h"
 #include "core/FormatNumber.h"
 
 namespace tessera {
@@ -73,7 +74,7 @@ E parseName(const NameTable<E, N>& table, std::string_view text, std::string_vie
         allowed += table[i].second;
     }
     throw ValidationError(std::string(field),
-                          std::string(field) + ": '" + std::string(text) + "' is not one of " + allowed);
+                          std::string(field) + ": '" + excerpt(text) + "' is not one of " + allowed);
 }
 
 // ---------------------------------------------------------------------------
@@ -192,6 +193,22 @@ void checkOverlap(Problems& problems, const RunConfig& config) {
     }
 }
 
+// Paths and the label: bounded (a path longer than PATH_MAX cannot be opened; a label is one
+// line of the history) and free of NUL characters, which would cut a path short in the OS.
+std::string textProblem(std::string_view value, std::size_t maxBytes, const std::string& what) {
+    if (value.size() > maxBytes)
+        return "'" + excerpt(value) + "' is not allowed; " + what + " may be at most " + std::to_string(maxBytes) +
+               " bytes long";
+    if (value.find('\0') != std::string_view::npos)
+        return "'" + excerpt(value) + "' is not allowed; " + what + " may not contain a NUL character";
+    return {};
+}
+
+void checkText(Problems& problems, const std::string& field, std::string_view value, std::size_t maxBytes,
+               const std::string& what) {
+    if (std::string problem = textProblem(value, maxBytes, what); !problem.empty()) problems.add(field, problem);
+}
+
 void checkScheduler(Problems& problems, const RunConfig& config) {
     const SchedulerOptions& o = config.schedulerOptions;
     if (o.numTrainTimesteps < 1)
@@ -218,8 +235,15 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
 // ---------------------------------------------------------------------------
 // JSON reading: each reader names the key in its error.
 
+// A JSON value as a short excerpt for messages: a 50 MB string or array is not echoed whole,
+// and text that is not valid UTF-8 is shown escaped rather than making dump() throw.
+std::string jsonExcerpt(const nlohmann::json& value) {
+    if (value.is_string()) return "\"" + excerpt(value.get_ref<const std::string&>()) + "\"";
+    return excerpt(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 [[noreturn]] void wrongType(const std::string& key, const nlohmann::json& value, const std::string& expected) {
-    throw ValidationError(key, key + ": expected " + expected + ", got " + value.dump());
+    throw ValidationError(key, key + ": expected " + expected + ", got " + jsonExcerpt(value));
 }
 
 int readInt(const nlohmann::json& value, const std::string& key) {
@@ -319,7 +343,7 @@ void readOverlap(const nlohmann::json& value, RunConfig& config) {
         if (i > 0) list += ", ";
         list += known[i];
     }
-    throw ValidationError(key, key + ": unknown key; known keys are " + list);
+    throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; known keys are " + list);
 }
 
 const std::vector<std::string_view> kSchedulerOptionKeys{
@@ -418,8 +442,16 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     if (!config.initImage.empty() && !(config.strength > 0.0 && config.strength <= 1.0))
         problems.add("strength", formatNumber(config.strength) +
                                      " is not allowed; with an init image the strength must be above 0 and at most 1");
+    checkText(problems, "model", config.model, input_limits::kPathChars, "a model folder path");
+    checkText(problems, "init", config.initImage, input_limits::kPathChars, "an init image path");
+    checkText(problems, "label", config.label, kMaxLabelBytes, "the label");
     checkScheduler(problems, config);
     return std::move(problems.list);
+}
+
+void checkPathText(std::string_view field, std::string_view path, std::string_view what) {
+    const std::string problem = textProblem(path, input_limits::kPathChars, std::string(what));
+    if (!problem.empty()) throw ValidationError(std::string(field), std::string(field) + ": " + problem);
 }
 
 void validate(const RunConfig& config, const ModelLimits& limits) {

@@ -122,6 +122,15 @@ struct ModelLimits {
     int inChannels = 3;
 };
 
+// The label is free text shown as one line in the run history and stored in PNG text chunks;
+// a thousand bytes is a paragraph, far beyond any useful label.
+inline constexpr std::size_t kMaxLabelBytes = 1000;
+
+// Throws ValidationError(field) for a path no run can use: longer than
+// input_limits::kPathChars (core/BoundedInput.h, Linux's PATH_MAX) or holding a NUL character.
+// `what` names it in the message ("the output folder"). The message quotes a short excerpt.
+void checkPathText(std::string_view field, std::string_view path, std::string_view what);
+
 // Throws ValidationError naming the first bad field. Messages look like:
 //   "tile: 0 is not allowed; the tile size must be a positive multiple of 8 (e.g. 64)"
 void validate(const RunConfig&, const ModelLimits& = {});

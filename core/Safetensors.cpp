@@ -336,7 +336,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         std::optional<BoundedFile> file;
         try {
             // Weights have no size bound; a FIFO or device is refused before anything is read.
-            file.emplace(openBoundedFile(path, "weights", std::numeric_limits<std::uint64_t>::max()));
+            file.emplace(BoundedFile::open(path, "weights", std::numeric_limits<std::size_t>::max()));
         } catch (const InputFileError& e) {
             throw SafetensorsError(e.what());
         }

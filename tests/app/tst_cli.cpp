@@ -171,7 +171,7 @@ private slots:
         if (cudaBackendBuilt()) QSKIP("this build has the CUDA backend");
         const CliRun r = runCli({"render", "--backend", "cuda"});
         QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
-        QVERIFY2(r.err.contains("backend cuda: this build has no CUDA backend"), qPrintable(describe(r)));
+        QVERIFY2(r.err.contains("backend: cuda: this build has no CUDA backend"), qPrintable(describe(r)));
     }
 
     void optionParserDirectly() {

@@ -109,6 +109,27 @@ private slots:
         QCOMPARE(fieldOf({"--steps", "many"}), std::string("steps"));  // a render flag's value
     }
 
+    // Overrides and files that used to crash or throw something other than a ValidationError.
+    void hostileOverridesAndFiles() {
+        // 100,000 levels of nesting: kept as text (the parser's recursion would overflow the stack).
+        const std::string deep = "width=" + std::string(100000, '[') + std::string(100000, ']');
+        QCOMPARE(fieldOf({"--a", deep}), std::string("width"));
+        QVERIFY2(messageOf({"--a", deep}).size() < 300, messageOf({"--a", deep}).c_str());
+        // Bytes that are not UTF-8: shown escaped (nlohmann's dump threw type_error 316, exit 1).
+        QCOMPARE(fieldOf({"--b", "width=\xff\xfe"}), std::string("width"));
+        QVERIFY2(messageOf({"--b", "width=\xff\xfe"}).find("\"\\xFF\\xFE\"") != std::string::npos,
+                 messageOf({"--b", "width=\xff\xfe"}).c_str());
+        // A/B files are read bounded: a folder is named as one (it was "unexpected end of input").
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        QCOMPARE(fieldOf({dir.path().toStdString(), dir.path().toStdString()}), std::string("a"));
+        QVERIFY2(messageOf({dir.path().toStdString(), dir.path().toStdString()}).find("is a folder") != std::string::npos,
+                 messageOf({dir.path().toStdString(), dir.path().toStdString()}).c_str());
+        const QString list = dir.filePath(QStringLiteral("list.json"));
+        writeText(list, "[1, 2]");
+        QCOMPARE(fieldOf({list.toStdString(), list.toStdString()}), std::string("a"));
+    }
+
     void overridesAreTypedByKey() {
         const ComparedConfigs c = compareConfigs(parseCompareOptions(
             {"--seed", "9", "--batch", "2", "--a", "batch=1,overlap=25%,graph-warmup=3", "--b",

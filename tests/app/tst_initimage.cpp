@@ -8,6 +8,8 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -155,12 +157,12 @@ private slots:
     void badFiles_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<QString>("problem");
-        QTest::newRow("missing") << "missing.png" << "cannot be opened";
+        QTest::newRow("missing") << "missing.png" << "cannot open: No such file";
         QTest::newRow("empty") << "empty.png" << "is empty";
         QTest::newRow("text renamed .png") << "notes.png" << "is neither a PNG nor a JPEG file";
         QTest::newRow("truncated png") << "cut.png" << "is a damaged or truncated PNG";
         QTest::newRow("png header only") << "header.png" << "is not a readable PNG";
-        QTest::newRow("truncated jpeg") << "cut.jpg" << "is a truncated JPEG";
+        QTest::newRow("truncated jpeg") << "cut.jpg" << "is a damaged or truncated JPEG";
         QTest::newRow("jpeg marker only") << "marker.jpg" << "is not a readable JPEG";
         QTest::newRow("folder") << "folder.png" << "is a folder";
     }
@@ -238,6 +240,141 @@ private slots:
             // must be whole (a missing end marker is what libjpeg calls a premature end).
             const int mustRefuse = static_cast<int>(bytes.size()) - (QByteArray(name).endsWith(".png") ? 12 : 0);
             QVERIFY2(refused >= mustRefuse, qPrintable(QStringLiteral("%1: only %2 of %3 prefixes refused").arg(name).arg(refused).arg(bytes.size())));
+        }
+    }
+
+    // ---- headers and damage ------------------------------------------------------------------
+
+    // The header alone gives what decoding gives, without decoding.
+    void headerMatchesDecoding() {
+        for (const char* name : {"quadrants.jpg", "grey.jpg", "cmyk.jpg", "alpha.png", "grey16.png"}) {
+            const ImageHeader header = readImageHeader(fixture(name));
+            const Rgb8Image image = decodeImageFile(fixture(name));
+            QCOMPARE(header.width, image.width);
+            QCOMPARE(header.height, image.height);
+            QCOMPARE(header.fileBytes, static_cast<std::uint64_t>(QFileInfo(kImages + name).size()));
+            QCOMPARE(header.format == ImageHeader::Format::Jpeg, QByteArray(name).endsWith(".jpg"));
+        }
+    }
+
+    // Real JPEGs carry large EXIF/ICC/XMP segments before the frame header: walked past, not read.
+    void jpegHeaderAfterLargeSegments() {
+        QTemporaryDir dir;
+        auto bytes = fileBytes(fixture("quadrants.jpg"));
+        std::vector<unsigned char> app(65535 + 2, 'x');
+        app[0] = 0xff;
+        app[1] = 0xe1;
+        app[2] = 0xff;
+        app[3] = 0xff;  // length 65535
+        for (int i = 0; i < 4; ++i) bytes.insert(bytes.begin() + 2, app.begin(), app.end());
+        const std::string path = dir.filePath("exif.jpg").toStdString();
+        writeBytes(path, bytes, bytes.size());
+        QCOMPARE(readImageHeader(path).width, 16);
+        QCOMPARE(decodeImageFile(path).width, 16);
+    }
+
+    // libjpeg fills damaged entropy-coded data with grey and carries on; those images are refused.
+    void damagedJpegData_data() {
+        QTest::addColumn<QString>("damage");
+        QTest::newRow("scan cut, end marker kept") << "cut+eoi";
+        QTest::newRow("header claims 2000x2000") << "claims";
+        QTest::newRow("scan overwritten") << "garbage";
+    }
+    void damagedJpegData() {
+        QFETCH(QString, damage);
+        QTemporaryDir dir;
+        auto bytes = fileBytes(fixture("quadrants.jpg"));
+        std::size_t sos = 0, sof = 0;
+        for (std::size_t i = 2; i + 3 < bytes.size() && !sos;) {
+            const unsigned marker = bytes[i + 1];
+            if (marker == 0xc0 || marker == 0xc2) sof = i;
+            if (marker == 0xda) sos = i;
+            else i += 2 + ((bytes[i + 2] << 8) | bytes[i + 3]);
+        }
+        QVERIFY(sos > 0 && sof > 0);
+        const std::size_t scan = sos + 2 + ((bytes[sos + 2] << 8) | bytes[sos + 3]);
+        if (damage == "cut+eoi") {
+            bytes.resize(scan + (bytes.size() - scan) / 3);
+            bytes.insert(bytes.end(), {0xff, 0xd9});
+        } else if (damage == "claims") {
+            for (int k : {5, 7}) {  // height, then width
+                bytes[sof + k] = 2000 >> 8;
+                bytes[sof + k + 1] = 2000 & 255;
+            }
+        } else {
+            // Entropy-coded bytes that hold no marker (no 0xFF): nothing but bad data.
+            for (std::size_t i = scan + 4; i + 8 < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(0x12 + (i * 37) % 0xe0);
+        }
+        const std::string path = dir.filePath("damaged.jpg").toStdString();
+        writeBytes(path, bytes, bytes.size());
+        try {
+            decodeImageFile(path);
+            QFAIL("a damaged JPEG was decoded");
+        } catch (const InitImageError& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains("is a damaged or truncated JPEG: "), e.what());
+        }
+    }
+
+    // Harmless warnings do not refuse a file: extra bytes before a marker.
+    void extraneousBytesStillDecode() {
+        QTemporaryDir dir;
+        auto bytes = fileBytes(fixture("quadrants.jpg"));
+        const std::size_t firstSegmentEnd = 2 + 2 + ((bytes[4] << 8) | bytes[5]);
+        bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(firstSegmentEnd), {0x00, 0x01, 0x02});
+        const std::string path = dir.filePath("extra.jpg").toStdString();
+        writeBytes(path, bytes, bytes.size());
+        const Rgb8Image image = decodeImageFile(path);
+        QCOMPARE(image.width, 16);
+        QVERIFY(near(rgbAt(image, 2, 2), rgbAt(decodeImageFile(fixture("quadrants.jpg")), 2, 2), 0));
+    }
+
+    void oversizedHeadersAreRefusedBeforeDecoding() {
+        QTemporaryDir dir;
+        auto png = fileBytes(fixture("alpha.png"));
+        for (int i = 16; i < 24; ++i) png[static_cast<std::size_t>(i)] = i % 4 == 1 ? 0x01 : 0x00;  // 65536 x 65536
+        const std::string path = dir.filePath("wide.png").toStdString();
+        writeBytes(path, png, png.size());
+        for (const auto& read : {std::function<void()>([&] { readImageHeader(path); }),
+                                 std::function<void()>([&] { decodeImageFile(path); })}) {
+            try {
+                read();
+                QFAIL("a 65536 x 65536 PNG was accepted");
+            } catch (const InitImageError& e) {
+                QVERIFY2(QString::fromUtf8(e.what()).contains("is 65536x65536 pixels, more than the 150 megapixels"), e.what());
+            }
+        }
+    }
+
+    // A FIFO is refused at once (opened without blocking), not waited on.
+    void fifoIsRefusedWithoutBlocking() {
+        QTemporaryDir dir;
+        const QString fifo = dir.filePath("fifo.png");
+        QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+        QVERIFY_THROWS_EXCEPTION(InitImageError, readImageHeader(fifo.toStdString()));
+        QVERIFY_THROWS_EXCEPTION(InitImageError, decodeImageFile(fifo.toStdString()));
+    }
+
+    void startImageHeaderForARun() {
+        RunConfig config;
+        QVERIFY(!checkStartImageHeader(config, 3).has_value());
+        config.initImage = fixture("quadrants.jpg");
+        const auto size = checkStartImageHeader(config, 3);
+        QVERIFY(size.has_value());
+        QCOMPARE(size->width, 16);
+        QCOMPARE(size->fileBytes, static_cast<std::uint64_t>(QFileInfo(kImages + "quadrants.jpg").size()));
+        try {
+            checkStartImageHeader(config, 4);
+            QFAIL("a 4-channel model was given a start image");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("init"));
+        }
+        config.initImage = "/nonexistent/start.png";
+        try {
+            checkStartImageHeader(config, 3);
+            QFAIL("a missing start image was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("init"));
+            QVERIFY2(QString::fromUtf8(e.what()).startsWith("init: '/nonexistent/start.png': cannot open"), e.what());
         }
     }
 

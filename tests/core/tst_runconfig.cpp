@@ -446,6 +446,76 @@ private slots:
                  std::numeric_limits<std::uint64_t>::max());
     }
 
+    // Values in messages are short escaped excerpts: a 1 MB string is not echoed whole, and
+    // bytes that are not UTF-8 are shown escaped (nlohmann's dump() threw type_error 316).
+    void badValuesAreQuotedShort() {
+        const std::string huge(1000000, 'x');
+        for (const char* key : {"window", "steps", "scheduler"}) {
+            try {
+                (void)runConfigFromJson(nlohmann::json{{key, huge}});
+                QFAIL("a 1 MB value was accepted");
+            } catch (const ValidationError& e) {
+                QCOMPARE(e.field(), std::string(key));
+                QVERIFY2(std::string(e.what()).size() < 300, e.what());
+                QVERIFY2(contains(e.what(), "(1000000 bytes)"), e.what());
+            }
+        }
+        try {
+            (void)runConfigFromJson(nlohmann::json{{"width", "\xff\xfe\n"}});
+            QFAIL("a string width was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("width"));
+            QVERIFY2(contains(e.what(), "got \"\\xFF\\xFE\\n\""), e.what());
+        }
+        try {
+            (void)runConfigFromJson(nlohmann::json{{"width", nlohmann::json::array({"\xff", std::string(500, '1')})}});
+            QFAIL("an array width was accepted");
+        } catch (const ValidationError& e) {
+            QVERIFY2(std::string(e.what()).size() < 300, e.what());
+        }
+        try {
+            (void)runConfigFromJson(nlohmann::json{{huge, 1}});
+            QFAIL("a 1 MB key was accepted");
+        } catch (const ValidationError& e) {
+            QVERIFY2(std::string(e.what()).size() < 600 && contains(e.what(), ": unknown key; known keys are width"), e.what());
+        }
+        QVERIFY2(contains(rejectionOf([] {
+                     RunConfig c;
+                     c.label = std::string(2000, 'l');
+                     return c;
+                 }()).message, "... (2000 bytes)"),
+                 "the label was echoed whole");
+    }
+
+    // Paths are bounded by PATH_MAX and free of NUL; the label by kMaxLabelBytes.
+    void textFieldsAreBounded() {
+        RunConfig c;
+        c.model = std::string(4096, 'm');
+        c.initImage = "start.png";
+        c.label = std::string(kMaxLabelBytes, 'l');
+        QVERIFY(validateAll(c).empty());
+        c.model += "m";
+        QCOMPARE(rejectionOf(c).field, std::string("model"));
+        QVERIFY2(contains(rejectionOf(c).message, "a model folder path may be at most 4096 bytes long"), rejectionOf(c).message.c_str());
+        c.model = "m";
+        c.initImage = std::string("a\0b", 3);
+        QCOMPARE(rejectionOf(c).field, std::string("init"));
+        QVERIFY(contains(rejectionOf(c).message, "may not contain a NUL character"));
+        c.initImage = "start.png";
+        c.label += "l";
+        QCOMPARE(rejectionOf(c).field, std::string("label"));
+        QVERIFY(contains(rejectionOf(c).message, "the label may be at most 1000 bytes long"));
+
+        checkPathText("out", std::string(4096, 'o'), "the output folder");
+        try {
+            checkPathText("out", std::string(4097, 'o'), "the output folder");
+            QFAIL("a 4097-character path was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("out"));
+            QVERIFY2(contains(e.what(), "out: 'oooo") && contains(e.what(), "the output folder may be at most 4096 bytes"), e.what());
+        }
+    }
+
     void jsonOverlapForms_data() {
         QTest::addColumn<QString>("json");
         QTest::addColumn<bool>("isFraction");
