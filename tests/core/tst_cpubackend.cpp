@@ -2,6 +2,7 @@
 // the graph against the spec's tensor list, and whole forwards against the PyTorch goldens.
 #include <QtTest>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -316,13 +317,15 @@ private slots:
             B[m] = randomVector(C, 31 + m, 0.1f);
         }
         auto gamma = randomVector(C, 40), beta = randomVector(C, 41);
-        cpu::AttentionWeights aw;
+        // The primitive reads the normalised input and adds the raw one (the graph's GroupNorm
+        // op runs before it).
+        std::vector<float> xn(x);
         if (norm) {
-            aw.normGamma = gamma.data();
-            aw.normBeta = beta.data();
+            cpu::WorkerPool gnPool(1);
+            cpu::groupNorm(gnPool, 1, C, N, groups, 1e-6f, x.data(), gamma.data(), beta.data(), nullptr, nullptr, false,
+                           xn.data());
         }
-        aw.groups = groups;
-        aw.eps = 1e-6f;
+        cpu::AttentionWeights aw;
         aw.wq = W[0].data(); aw.bq = B[0].data();
         aw.wk = W[1].data(); aw.bk = B[1].data();
         aw.wv = W[2].data(); aw.bv = B[2].data();
@@ -330,7 +333,7 @@ private slots:
         if (queryBlock == 0) queryBlock = cpu::attentionQueryBlock(N, 1 << 20);
         std::vector<float> scratch(cpu::attentionScratchFloats(C, N, queryBlock)), y(x.size());
         cpu::WorkerPool pool(2);
-        cpu::attention(pool, C, N, heads, aw, x.data(), outScale, y.data(), scratch.data(), queryBlock);
+        cpu::attention(pool, C, N, heads, aw, xn.data(), x.data(), outScale, y.data(), scratch.data(), queryBlock);
         const auto ref = attentionDirect(x, C, N, heads, norm ? gamma.data() : nullptr, beta.data(), groups, 1e-6, W, B,
                                          outScale);
         QVERIFY2(maxAbs(y, ref) < 2e-5, qPrintable(QString::number(maxAbs(y, ref))));
@@ -410,9 +413,9 @@ private slots:
         while (std::getline(in, line))
             if (!line.empty()) expected.insert(line);
         QCOMPARE(expected.size(), std::size_t(328));
-        const UNetGraph g = UNetGraph::build(cifar10Config());
+        const ModelGraph g = unet2DExecutionGraph(cifar10Config());
         std::set<std::string> got;
-        for (const auto& [name, shape] : g.weights()) {
+        for (const auto& [name, shape] : g.parameterList()) {
             std::ostringstream s;
             s << name << " [";
             for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
@@ -422,13 +425,17 @@ private slots:
         for (const auto& e : expected) QVERIFY2(got.count(e), ("graph lacks " + e).c_str());
         QCOMPARE(got.size(), expected.size());
         // Shapes of a few activations at 32 x 32 (spec §2.11).
-        QCOMPARE(g.shape(g.output(), 2, 32, 32), (std::vector<std::int64_t>{2, 3, 32, 32}));
+        QCOMPARE(g.shape(g.outputs().at(0), 2, 32, 32), (std::vector<std::int64_t>{2, 3, 32, 32}));
         int attnValues = 0;
         for (const GraphOp& op : g.ops())
             if (op.kind == OpKind::Attention) {
                 ++attnValues;
                 QCOMPARE(op.heads, 1);
-                QVERIFY(op.groups == 32);
+                QVERIFY(op.residual >= 0 && op.residual != op.input);  // + the input before its GroupNorm
+                const auto norm = std::find_if(g.ops().begin(), g.ops().end(),
+                                               [&](const GraphOp& o) { return o.output == op.input; });
+                QVERIFY(norm != g.ops().end() && norm->kind == OpKind::GroupNorm && norm->groups == 32 &&
+                        norm->input == op.residual && !norm->silu);
             }
         QCOMPARE(attnValues, 2 + 1 + 3);
         // FLOPs agree with the model's own count.
@@ -443,23 +450,23 @@ private slots:
         ModelConfig c = smallConfig();
         c.normNumGroups = 5;
         try {
-            (void)UNetGraph::build(c);
+            (void)buildUNet2DGraph(c);
             QFAIL("groups 5 accepted");
         } catch (const std::invalid_argument& e) {
             QVERIFY2(QString(e.what()).startsWith("norm_num_groups"), e.what());
         }
         c = smallConfig();
         c.downsamplePadding = 2;
-        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)UNetGraph::build(c));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)buildUNet2DGraph(c));
         c = smallConfig();
         c.attentionHeadDim = 12;
         try {
-            (void)UNetGraph::build(c);
+            (void)buildUNet2DGraph(c);
             QFAIL("head dim 12 accepted for 32 channels");
         } catch (const std::invalid_argument& e) {
             QVERIFY2(QString(e.what()).startsWith("attention_head_dim"), e.what());
         }
-        const UNetGraph g = UNetGraph::build(smallConfig());
+        const ModelGraph g = buildUNet2DGraph(smallConfig());
         try {
             g.checkTileSize(34, 32);
             QFAIL("tile 34 accepted with downsampling factor 4");
@@ -513,10 +520,10 @@ private slots:
         c.centerInputSample = true;
         c.downsamplePadding = 1;
         c.layersPerBlock = 2;
-        const UNetGraph g = UNetGraph::build(c);
+        const ModelGraph g = unet2DExecutionGraph(c);
         bool midHasNoNorm = false;
         for (const GraphOp& op : g.ops())
-            if (op.prefix == "mid_block.attentions.0") midHasNoNorm = op.groups == 0;
+            if (op.name == "mid_block.attentions.0") midHasNoNorm = op.input == op.residual;
         QVERIFY(midHasNoNorm);
         const UNetModel model = UNetModel::random(c, 9);
         CpuBackend backend(2);
