@@ -27,24 +27,32 @@ private:
         return declare(prefix, {{cout, cin, kernel, kernel}, {cout}}, {".weight", ".bias"});
     }
 
-    int simple(OpKind kind, int x, int x2, const std::string& name) {
+    int simple(OpKind kind, int x, int x2, const std::string& name, const std::string& valueName = {}) {
         GraphOp op;
         op.kind = kind;
         op.name = name;
         op.input = x;
         op.input2 = x2;
-        return g_.addOp(std::move(op));
+        return g_.addOp(std::move(op), valueName);
     }
     int silu(int x, const std::string& name) { return simple(OpKind::SiLU, x, -1, name); }
-    int add(int a, int b, const std::string& name) { return simple(OpKind::Add, a, b, name); }
-    int affine(int x, float scale, float shift, const std::string& name) {
+    // The residual sum of a block (op "<block>.residual"); its value is named valueName.
+    int residual(int a, int b, const std::string& block, const std::string& valueName) {
+        return simple(OpKind::Add, a, b, block + ".residual", valueName);
+    }
+    int affine(int x, float scale, float shift, const std::string& name, const std::string& valueName = {}) {
         GraphOp op;
         op.kind = OpKind::Affine;
         op.name = name;
         op.input = x;
         op.scale = scale;
         op.shift = shift;
-        return g_.addOp(std::move(op));
+        return g_.addOp(std::move(op), valueName);
+    }
+    // output / factor as "<block>.rescale", named after the block; nothing when factor is 1.
+    int sumAndRescale(int a, int b, const std::string& block, float factor) {
+        if (factor == 1.0f) return residual(a, b, block, block);
+        return affine(residual(a, b, block, block + ".sum"), 1.0f / factor, 0.0f, block + ".rescale", block);
     }
     int groupNorm(const std::string& prefix, int x, int groups) {
         const int ch = channels(x);
@@ -108,12 +116,11 @@ int UNet2DBuilder::resnet(const std::string& p, int x, int cout, float outputSca
         h = groupNorm(p + ".norm2", h, c_.normNumGroups);
         h = simple(OpKind::ScaleShift, h, t, p + ".norm2.film");
     } else {
-        h = groupNorm(p + ".norm2", add(h, t, p + ".conv1.temb"), c_.normNumGroups);
+        h = groupNorm(p + ".norm2", simple(OpKind::Add, h, t, p + ".temb"), c_.normNumGroups);
     }
     h = sameConv(p + ".conv2", silu(h, p + ".norm2.silu"), cout, 3);
     const int skip = channels(x) != cout ? sameConv(p + ".conv_shortcut", x, cout, 1) : x;
-    if (outputScaleFactor == 1.0f) return add(skip, h, p);
-    return affine(add(skip, h, p + ".sum"), 1.0f / outputScaleFactor, 0.0f, p);
+    return sumAndRescale(skip, h, p, outputScaleFactor);
 }
 
 // §2.6: [group_norm], attention over the pixels, + input, / rescale_output_factor.
@@ -133,8 +140,7 @@ int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float
     for (const char* layer : {".to_q", ".to_k", ".to_v", ".to_out.0"})
         for (int id : declare(prefix + layer, {{ch, ch}, {ch}}, {".weight", ".bias"})) op.params.push_back(id);
     const int a = g_.addOp(std::move(op), prefix + ".attn");
-    if (rescale == 1.0f) return add(a, x, prefix);
-    return affine(add(a, x, prefix + ".sum"), 1.0f / rescale, 0.0f, prefix);
+    return sumAndRescale(a, x, prefix, rescale);
 }
 
 // §2.2-2.3: sinusoid, linear_1, SiLU, linear_2; then act(emb) for the resnets (resnet_skip_time_act
