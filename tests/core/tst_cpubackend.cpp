@@ -343,6 +343,35 @@ private slots:
         QVERIFY(maxAbs(y, other) > 1e-3);
     }
 
+    void elementwiseOps() {
+        const int batch = 2, C = 5;
+        const std::int64_t P = 7;
+        const std::size_t n = std::size_t(batch) * C * P;
+        const auto x = randomVector(n, 60), other = randomVector(n, 61), v = randomVector(std::size_t(batch) * 2 * C, 62);
+        cpu::WorkerPool pool(3);
+        std::vector<float> y(n);
+        cpu::affine(pool, std::int64_t(n), x.data(), 2.0f, -1.0f, y.data());
+        for (std::size_t i = 0; i < n; ++i) QCOMPARE(y[i], x[i] * 2.0f - 1.0f);
+        cpu::silu(pool, std::int64_t(n), x.data(), y.data());
+        for (std::size_t i = 0; i < n; ++i) QVERIFY(std::fabs(y[i] - siluD(x[i])) < 1e-6);
+        cpu::add(pool, batch, C, P, x.data(), other.data(), false, y.data());
+        for (std::size_t i = 0; i < n; ++i) QCOMPARE(y[i], x[i] + other[i]);
+        cpu::add(pool, batch, C, P, x.data(), v.data(), true, y.data());  // v read as [batch, C]
+        for (std::size_t i = 0; i < n; ++i) QCOMPARE(y[i], x[i] + v[i / std::size_t(P)]);
+        cpu::scaleShift(pool, batch, C, P, x.data(), v.data(), y.data());
+        for (int b = 0; b < batch; ++b)
+            for (int c = 0; c < C; ++c)
+                for (std::int64_t p = 0; p < P; ++p) {
+                    const std::size_t i = (std::size_t(b) * C + c) * std::size_t(P) + std::size_t(p);
+                    const double want = double(x[i]) * (1.0 + v[std::size_t(b * 2 * C + c)]) + v[std::size_t(b * 2 * C + C + c)];
+                    QVERIFY(std::fabs(y[i] - want) < 1e-5);
+                }
+        // In place.
+        std::vector<float> z(x);
+        cpu::silu(pool, std::int64_t(n), z.data(), z.data());
+        for (std::size_t i = 0; i < n; ++i) QVERIFY(std::fabs(z[i] - siluD(x[i])) < 1e-6);
+    }
+
     void upsampleNearest() {
         const int planes = 3, h = 4, w = 5;
         auto x = randomVector(std::size_t(planes) * h * w, 50);
