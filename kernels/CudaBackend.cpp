@@ -972,7 +972,8 @@ struct CudaBackend::Impl {
             case OpKind::Upsample: lowerUpsample(op); break;
             default: lowerPointwise(op); break;
             }
-            if (ops.size() > before) ops.back().value = op.output;  // the op that completes the value
+            // The op that completes the value (not a conv whose bias went into the norm after it).
+            if (ops.size() > before && !biasMoved[i]) ops.back().value = op.output;
         }
         // Buffers the host or the engine touches between calls live for the whole run.
         outputBuf = -1;
