@@ -54,10 +54,11 @@ private:
         if (factor == 1.0f) return residual(a, b, block, block);
         return affine(residual(a, b, block, block + ".sum"), 1.0f / factor, 0.0f, block + ".rescale", block);
     }
-    int groupNorm(const std::string& prefix, int x, int groups) {
+    // `key`: the config key that set `groups`, for the message.
+    int groupNorm(const std::string& prefix, int x, int groups, const char* key = "norm_num_groups") {
         const int ch = channels(x);
         if (groups <= 0 || ch % groups != 0)
-            throw std::invalid_argument("norm_num_groups: " + std::to_string(groups) + " does not divide " +
+            throw std::invalid_argument(std::string(key) + ": " + std::to_string(groups) + " does not divide " +
                                         std::to_string(ch) + " channels of " + prefix);
         GraphOp op;
         op.kind = OpKind::GroupNorm;
@@ -96,7 +97,7 @@ private:
         return g_.addOp(std::move(op));
     }
     int resnet(const std::string& prefix, int x, int cout, float outputScaleFactor);
-    int attention(const std::string& prefix, int x, int groups, float rescale);
+    int attention(const std::string& prefix, int x, int groups, float rescale, const char* groupsKey = "norm_num_groups");
     int timeEmbedding();
     void checkConfig() const;
 
@@ -125,13 +126,13 @@ int UNet2DBuilder::resnet(const std::string& p, int x, int cout, float outputSca
 
 // §2.6: [group_norm], attention over the pixels, + input, / rescale_output_factor.
 // groups == 0: no GroupNorm (mid block with scale_shift, §2.8).
-int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float rescale) {
+int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float rescale, const char* groupsKey) {
     const int ch = channels(x);
     const int heads = c_.headsFor(ch);
     if (heads <= 0 || (c_.attentionHeadDim && ch % *c_.attentionHeadDim != 0))
         throw std::invalid_argument("attention_head_dim: " + std::to_string(c_.attentionHeadDim.value_or(0)) +
                                     " does not divide " + std::to_string(ch) + " channels of " + prefix);
-    const int h = groups > 0 ? groupNorm(prefix + ".group_norm", x, groups) : x;
+    const int h = groups > 0 ? groupNorm(prefix + ".group_norm", x, groups, groupsKey) : x;
     GraphOp op;
     op.kind = OpKind::Attention;
     op.name = prefix;
@@ -162,6 +163,8 @@ int UNet2DBuilder::timeEmbedding() {
 void UNet2DBuilder::checkConfig() const {
     const int L = c_.levels();
     if (L < 1) throw std::invalid_argument("block_out_channels: must not be empty");
+    if (L > 16)  // the downsampling factor 2^(levels - 1) must stay a tile size
+        throw std::invalid_argument("block_out_channels: " + std::to_string(L) + " levels; at most 16 are supported");
     if (static_cast<int>(c_.downBlocks.size()) != L)
         throw std::invalid_argument("down_block_types: " + std::to_string(c_.downBlocks.size()) +
                                     " entries, block_out_channels has " + std::to_string(L));
@@ -218,7 +221,8 @@ ModelGraph UNet2DBuilder::build() {
             int groups = 0;
             if (c.attnNormNumGroups) groups = *c.attnNormNumGroups;
             else if (c.resnetTimeScaleShift == TimeScaleShift::Default) groups = c.normNumGroups;
-            h = attention("mid_block.attentions.0", h, groups, s);
+            h = attention("mid_block.attentions.0", h, groups, s,
+                          c.attnNormNumGroups ? "attn_norm_num_groups" : "norm_num_groups");
         }
         h = resnet("mid_block.resnets.1", h, C.back(), s);
     }

@@ -360,6 +360,32 @@ private slots:
         rejects(t.op(OpKind::SiLU, "bad", 99), "input is not a value");
     }
 
+    void builderRejectsConfigsItCannotBuild() {
+        ModelConfig c = smallConfig(false);
+        c.blockOutChannels.assign(17, 32);
+        c.downBlocks.assign(17, DownBlockType::Down);
+        c.upBlocks.assign(17, UpBlockType::Up);
+        try {
+            (void)buildUNet2DGraph(c);
+            QFAIL("17 levels accepted");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString(e.what()).startsWith("block_out_channels: 17 levels"), e.what());
+        }
+        c = smallConfig(false);
+        c.upBlocks.pop_back();
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)buildUNet2DGraph(c));
+        c = smallConfig(false);
+        c.attnNormNumGroups = 5;  // the mid attention's 32 channels
+        try {
+            (void)buildUNet2DGraph(c);
+            QFAIL("attn_norm_num_groups 5 accepted");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString(e.what()).startsWith("attn_norm_num_groups: 5 does not divide 32 channels of "
+                                                  "mid_block.attentions.0.group_norm"),
+                     e.what());
+        }
+    }
+
     void describeAndTileChecks() {
         const ModelGraph g = unet2DExecutionGraph(cifar10Config());
         std::set<std::string> d;
