@@ -151,6 +151,14 @@ class TestBackendOps : public QObject {
     std::vector<OpCase> cases_;
     std::map<std::size_t, std::vector<float>> reference_;  // CPU output per case (batch 2)
     std::vector<ModelCase> models_;
+    std::unique_ptr<CpuBackend> cpu_;
+    std::map<Precision, std::unique_ptr<CudaBackend>> gpu_;  // one per precision, prepared per case
+
+    CudaBackend& gpu(Precision p) {
+        auto& b = gpu_[p];
+        if (!b) b = std::make_unique<CudaBackend>(p);
+        return *b;
+    }
 
     void collect() {
         models_ = {{"cifar", benchShapeConfig("cifar"), 32, true, nullptr},
@@ -220,11 +228,10 @@ private slots:
         const auto in = inputsFor(c.graph, batch, c.tile, 100 + static_cast<unsigned>(index));
         auto ref = reference_.find(static_cast<std::size_t>(index));
         if (ref == reference_.end()) {
-            CpuBackend cpu;
-            ref = reference_.emplace(static_cast<std::size_t>(index), runOn(cpu, c, batch, in)).first;
+            if (!cpu_) cpu_ = std::make_unique<CpuBackend>();
+            ref = reference_.emplace(static_cast<std::size_t>(index), runOn(*cpu_, c, batch, in)).first;
         }
-        CudaBackend gpu(prec);
-        const std::vector<float> out = runOn(gpu, c, batch, in);
+        const std::vector<float> out = runOn(gpu(prec), c, batch, in);
         double num = 0, den = 0, maxAbs = 0, maxRef = 0;
         long long nonFinite = 0;
         for (std::size_t i = 0; i < out.size(); ++i) {
@@ -268,9 +275,9 @@ private slots:
         std::map<std::string, std::size_t> byName;
         for (std::size_t k = 0; k < all.outputs().size(); ++k) byName[all.value(all.outputs()[k]).name] = k;
 
-        CudaBackend gpu(prec);
-        gpu.prepare(*m.weights, batch, tile, tile);
-        const auto trace = gpu.traceForward(in[0].data(), in[1].data(), batch);
+        CudaBackend& cuda = gpu(prec);
+        cuda.prepare(*m.weights, batch, tile, tile);
+        const auto trace = cuda.traceForward(in[0].data(), in[1].data(), batch);
         int compared = 0;
         double worst = 0;
         std::string worstName;
@@ -312,10 +319,10 @@ private slots:
         std::printf("%-8s %-52s %-34s %-5s %9s %9s %9s\n", "model", "op", "output", "prec", "ms", "GB/s", "TFLOP/s");
         for (const OpCase& c : cases_)
             for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32}) {
-                CudaBackend gpu(p);
-                (void)runOn(gpu, c, batch, inputsFor(c.graph, batch, c.tile, 5));
+                CudaBackend& cuda = gpu(p);
+                (void)runOn(cuda, c, batch, inputsFor(c.graph, batch, c.tile, 5));
                 double ms = 0;
-                for (const auto& t : gpu.profileOps(batch, 20, true)) ms += t.ms;
+                for (const auto& t : cuda.profileOps(batch, 20, true)) ms += t.ms;
                 const GraphOp& op = c.graph.ops().at(0);
                 const double flops = c.graph.flops(op, c.tile, c.tile) * batch;
                 const std::string out = shapeText(c.graph.shape(c.graph.outputs().at(0), batch, c.tile, c.tile));
