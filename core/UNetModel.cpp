@@ -233,7 +233,11 @@ std::int64_t HostTensor::numel() const {
 }
 
 std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const ModelConfig& config) {
-    return buildUNet2DGraph(config).parameterList();
+    try {
+        return buildUNet2DGraph(config).parameterList();
+    } catch (const std::invalid_argument& e) {  // a config the graph cannot be built from: invalid input
+        throw ModelError(std::string("config.json: ") + e.what());
+    }
 }
 
 UNetModel UNetModel::load(const std::string& dir) {
