@@ -1,13 +1,21 @@
-// Backend: evaluates the UNet on a batch of tiles. The tiled sampler (core/TiledSampler.h)
-// drives any Backend with host-side float32 NCHW buffers. Qt-free.
+// Backend: lowers a ModelGraph (core/ModelGraph.h) and evaluates it on a batch of tiles. The
+// tiled sampler (core/TiledSampler.h) drives any Backend through the UNet entry points
+// (prepare(UNetModel) / forward) with host-side float32 NCHW buffers. Qt-free.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tessera {
 
-class UNetModel;  // core/UNetModel.h: config + bound float32 weights
+class ModelGraph;  // core/ModelGraph.h
+class UNetModel;   // core/UNetModel.h: config + bound float32 weights
+struct HostTensor; // core/UNetModel.h
+
+// Float32 weights by parameter name (PyTorch layouts), e.g. UNetModel::tensors().
+using TensorMap = std::map<std::string, HostTensor>;
 
 struct BackendInfo {
     std::string name;        // "cpu", "cuda"
@@ -18,11 +26,22 @@ class Backend {
 public:
     virtual ~Backend() = default;
     virtual BackendInfo info() const = 0;
-    // Prepares for `batch` tiles of tileH x tileW; called once per shape before forward().
-    // Everything that allocates happens here.
+
+    // Lowers `graph` for `batch` tiles of tileH x tileW, binding every parameter by name from
+    // `weights` (shapes checked; ModelError names a missing or mis-shaped one). The weights are
+    // read where they are until the next prepare, so they must outlive it. Everything that
+    // allocates happens here. Throws std::invalid_argument for a tile the graph cannot take.
+    virtual void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH,
+                              int tileW) = 0;
+    // Evaluates the prepared graph for the first `batch` tiles (batch <= the prepared batch).
+    // inputs/outputs: one host float32 buffer per graph input/output, in graph order; feature
+    // maps NCHW [batch, C, tileH / divisor, tileW / divisor], vectors [batch, C].
+    virtual void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) = 0;
+
+    // The UNet: prepareGraph(unet2DExecutionGraph(model.config()), model.tensors(), ...).
     virtual void prepare(const UNetModel& model, int batch, int tileH, int tileW) = 0;
-    // out = eps_theta(x, t). x and out are float32 NCHW [batch, C, tileH, tileW] in host
-    // memory; timesteps has `batch` entries. batch <= the prepared batch.
+    // out = eps_theta(x, t): run({x, timesteps}, batch, {out}). x and out are float32 NCHW
+    // [batch, C, tileH, tileW]; timesteps has `batch` entries.
     virtual void forward(const float* x, const float* timesteps, int batch, float* out) = 0;
 };
 

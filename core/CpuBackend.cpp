@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 
+#include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 
 namespace tessera {
@@ -17,7 +18,9 @@ namespace cpu {
 
 namespace {
 
-inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+inline float siluValue(float v) { return v / (1.0f + std::exp(-v)); }
+
+constexpr std::int64_t kElementwiseChunk = 1 << 14;  // floats per task of an elementwise loop
 
 // Column and score buffers are processed in bands so their size stays bounded for large
 // tiles; the bands are big enough that the GEMMs stay efficient.
@@ -227,9 +230,45 @@ void groupNorm(WorkerPool& pool, int batch, int channels, std::int64_t pixels, i
             for (std::int64_t p = 0; p < pixels; ++p) {
                 float v = static_cast<float>(static_cast<double>(xc[p] + add) * a + shiftD);
                 if (scaleShift) v = v * filmScale + filmShift;
-                yc[p] = silu ? cpu::silu(v) : v;
+                yc[p] = silu ? siluValue(v) : v;
             }
         }
+    });
+}
+
+void affine(WorkerPool& pool, std::int64_t n, const float* x, float scale, float shift, float* y) {
+    pool.parallelFor((n + kElementwiseChunk - 1) / kElementwiseChunk, [&](std::int64_t chunk) {
+        const std::int64_t end = std::min(n, (chunk + 1) * kElementwiseChunk);
+        for (std::int64_t i = chunk * kElementwiseChunk; i < end; ++i) y[i] = x[i] * scale + shift;
+    });
+}
+
+void silu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
+    pool.parallelFor((n + kElementwiseChunk - 1) / kElementwiseChunk, [&](std::int64_t chunk) {
+        const std::int64_t end = std::min(n, (chunk + 1) * kElementwiseChunk);
+        for (std::int64_t i = chunk * kElementwiseChunk; i < end; ++i) y[i] = siluValue(x[i]);
+    });
+}
+
+void add(WorkerPool& pool, int batch, int channels, std::int64_t pixels, const float* a, const float* b, bool bPerPlane,
+         float* y) {
+    pool.parallelFor(std::int64_t(batch) * channels, [&](std::int64_t plane) {
+        const std::int64_t base = plane * pixels;
+        if (bPerPlane) {
+            const float v = b[plane];
+            for (std::int64_t p = 0; p < pixels; ++p) y[base + p] = a[base + p] + v;
+        } else {
+            for (std::int64_t p = base; p < base + pixels; ++p) y[p] = a[p] + b[p];
+        }
+    });
+}
+
+void scaleShift(WorkerPool& pool, int batch, int channels, std::int64_t pixels, const float* x, const float* v,
+                float* y) {
+    pool.parallelFor(std::int64_t(batch) * channels, [&](std::int64_t plane) {
+        const std::int64_t b = plane / channels, c = plane % channels;
+        const float scale = 1.0f + v[b * 2 * channels + c], shift = v[b * 2 * channels + channels + c];
+        for (std::int64_t p = plane * pixels; p < (plane + 1) * pixels; ++p) y[p] = x[p] * scale + shift;
     });
 }
 
@@ -239,7 +278,7 @@ void linear(int batch, int in, int out, const float* x, const float* weight, con
         for (int o = 0; o < out; ++o) {
             float& v = y[std::int64_t(b) * out + o];
             v += bias ? bias[o] : 0.0f;
-            if (silu) v = cpu::silu(v);
+            if (silu) v = siluValue(v);
         }
 }
 
@@ -275,7 +314,6 @@ void upsampleNearest2x(WorkerPool& pool, std::int64_t planes, int h, int w, cons
         }
     });
 }
-
 // ---------------------------------------------------------------- attention
 
 int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats) {
@@ -283,28 +321,22 @@ int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats) {
 }
 
 std::size_t attentionScratchFloats(int channels, std::int64_t pixels, int queryBlock) {
-    return static_cast<std::size_t>(5 * std::int64_t(channels) * pixels + std::int64_t(queryBlock) * pixels);
+    return static_cast<std::size_t>(4 * std::int64_t(channels) * pixels + std::int64_t(queryBlock) * pixels);
 }
 
 void attention(WorkerPool& pool, int channels, std::int64_t pixels, int heads, const AttentionWeights& wt,
-               const float* x, float outScale, float* y, float* scratch, int queryBlock) {
+               const float* x, const float* residual, float outScale, float* y, float* scratch, int queryBlock) {
     const int C = channels, N = static_cast<int>(pixels), d = C / heads;
     const std::int64_t CN = std::int64_t(C) * N;
-    float* xn = scratch;
-    float* q = xn + CN;
+    float* q = scratch;
     float* k = q + CN;
     float* v = k + CN;
     float* o = v + CN;
     float* scores = o + CN;
     // Tokens are the pixels; all matrices stay channel-major [C, N] like the activations.
-    const float* src = x;
-    if (wt.normGamma) {
-        groupNorm(pool, 1, C, N, wt.groups, wt.eps, x, wt.normGamma, wt.normBeta, nullptr, nullptr, false, xn);
-        src = xn;
-    }
     auto project = [&](const float* w, const float* b, float* dst) {
         pool.parallelFor(C, [&](std::int64_t c) { std::fill(dst + c * N, dst + (c + 1) * N, b[c]); });
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, 1.0f, w, C, src, N, 1.0f, dst, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, 1.0f, w, C, x, N, 1.0f, dst, N);
     };
     project(wt.wq, wt.bq, q);
     project(wt.wk, wt.bk, k);
@@ -336,7 +368,7 @@ void attention(WorkerPool& pool, int channels, std::int64_t pixels, int heads, c
     }
     pool.parallelFor(C, [&](std::int64_t c) {
         const float b = wt.bo[c];
-        for (std::int64_t p = 0; p < N; ++p) y[c * N + p] = (b + x[c * N + p]) * outScale;
+        for (std::int64_t p = 0; p < N; ++p) y[c * N + p] = (b + (residual ? residual[c * N + p] : 0.0f)) * outScale;
     });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, outScale, wt.wo, C, o, N, 1.0f, y, N);
 }
@@ -386,78 +418,66 @@ std::size_t CpuBackend::preparedFloats() const {
 }
 
 void CpuBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW) {
-    if (batch < 1) throw std::invalid_argument("batch: " + std::to_string(batch) + " must be at least 1");
-    UNetGraph graph = UNetGraph::build(model.config());
-    graph.checkTileSize(tileH, tileW);
-    openblas_set_num_threads(pool_.threads());
+    prepareGraph(unet2DExecutionGraph(model.config()), model.tensors(), batch, tileH, tileW);
+}
 
-    // Bind every weight once, checking shapes, so forward() only follows pointers.
-    auto get = [&model](const std::string& name, const std::vector<std::int64_t>& shape) {
-        const HostTensor& t = model.tensor(name);
-        if (t.shape != shape)
-            throw ModelError(name + ": expected " + shapeText(shape) + ", found " + shapeText(t.shape));
-        return t.data.data();
-    };
-    std::vector<OpWeights> weights(graph.ops().size());
-    std::size_t scratchFloats = 0;
+void CpuBackend::forward(const float* x, const float* timesteps, int batch, float* out) {
+    run({x, timesteps}, batch, {out});
+}
+
+std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& graph, const TensorMap& weights,
+                                                           int tileH, int tileW, std::size_t* scratchFloats) {
+    std::vector<OpWeights> bound(graph.ops().size());
     std::int64_t maxAttentionPixels = 1;
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
         const GraphOp& op = graph.ops()[i];
-        OpWeights& w = weights[i];
-        const std::int64_t ci = op.inChannels, co = op.outChannels;
-        const int oh = op.divisor > 0 ? tileH / op.divisor : 0, ow = op.divisor > 0 ? tileW / op.divisor : 0;
-        switch (op.kind) {
-        case OpKind::Conv:
-        case OpKind::Downsample:
-            w.weight = get(op.prefix + ".weight", {co, ci, op.kernel, op.kernel});
-            w.bias = get(op.prefix + ".bias", {co});
-            w.conv = op.kind == OpKind::Conv ? cpu::ConvShape::same(op.inChannels, op.outChannels, oh, ow, op.kernel)
-                                             : cpu::ConvShape::downsample(op.inChannels, 2 * oh, 2 * ow, op.padding);
-            if (w.conv.hout != oh || w.conv.wout != ow)
-                throw std::logic_error("CpuBackend: " + op.prefix + " output size does not match the graph");
-            w.bandRows = cpu::convBandRows(w.conv, cpu::kMaxColFloats);
-            scratchFloats = std::max(scratchFloats, cpu::convScratchFloats(w.conv, w.bandRows));
-            break;
-        case OpKind::Linear:
-            w.weight = get(op.prefix + ".weight", {co, ci});
-            w.bias = get(op.prefix + ".bias", {co});
-            break;
-        case OpKind::GroupNorm:
-            w.weight = get(op.prefix + ".weight", {ci});
-            w.bias = get(op.prefix + ".bias", {ci});
-            break;
-        case OpKind::Attention: {
-            cpu::AttentionWeights& a = w.attn;
-            if (op.groups > 0) {
-                a.normGamma = get(op.prefix + ".group_norm.weight", {ci});
-                a.normBeta = get(op.prefix + ".group_norm.bias", {ci});
-            }
-            a.groups = op.groups;
-            a.eps = op.eps;
-            a.wq = get(op.prefix + ".to_q.weight", {ci, ci});
-            a.bq = get(op.prefix + ".to_q.bias", {ci});
-            a.wk = get(op.prefix + ".to_k.weight", {ci, ci});
-            a.bk = get(op.prefix + ".to_k.bias", {ci});
-            a.wv = get(op.prefix + ".to_v.weight", {ci, ci});
-            a.bv = get(op.prefix + ".to_v.bias", {ci});
-            a.wo = get(op.prefix + ".to_out.0.weight", {ci, ci});
-            a.bo = get(op.prefix + ".to_out.0.bias", {ci});
-            maxAttentionPixels = std::max(maxAttentionPixels, std::int64_t(oh) * ow);
-            break;
+        OpWeights& w = bound[i];
+        for (int id : op.params) {
+            const GraphParam& p = graph.param(id);
+            const auto it = weights.find(p.name);
+            if (it == weights.end()) throw ModelError("weights: no tensor '" + p.name + "' (read by " + op.name + ")");
+            if (it->second.shape != p.shape)
+                throw ModelError(p.name + ": expected " + shapeText(p.shape) + ", found " + shapeText(it->second.shape));
+            w.params.push_back(it->second.data.data());
         }
-        default: break;
+        const GraphValue& x = graph.value(op.input);
+        const GraphValue& y = graph.value(op.output);
+        if (op.kind == OpKind::Conv) {
+            cpu::ConvShape& s = w.conv;
+            s.cin = x.channels;
+            s.cout = op.channels;
+            s.h = tileH / x.divisor;
+            s.w = tileW / x.divisor;
+            s.kernel = op.kernel;
+            s.stride = op.stride;
+            s.padTop = s.padLeft = op.padBegin;
+            s.hout = (s.h + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
+            s.wout = (s.w + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
+            if (s.hout != tileH / y.divisor || s.wout != tileW / y.divisor)
+                throw std::logic_error("CpuBackend: " + op.name + " output size does not match the graph");
+            w.bandRows = cpu::convBandRows(s, cpu::kMaxColFloats);
+            *scratchFloats = std::max(*scratchFloats, cpu::convScratchFloats(s, w.bandRows));
+        } else if (op.kind == OpKind::Attention) {
+            cpu::AttentionWeights& a = w.attn;
+            const auto& p = w.params;
+            a.wq = p[0], a.bq = p[1], a.wk = p[2], a.bk = p[3], a.wv = p[4], a.bv = p[5], a.wo = p[6], a.bo = p[7];
+            maxAttentionPixels = std::max(maxAttentionPixels, std::int64_t(tileH / x.divisor) * (tileW / x.divisor));
         }
     }
     // One query block for all attention layers, sized for the largest; scratch for each layer.
-    const int queryBlock = cpu::attentionQueryBlock(maxAttentionPixels, cpu::kMaxScoreFloats);
+    queryBlock_ = cpu::attentionQueryBlock(maxAttentionPixels, cpu::kMaxScoreFloats);
     for (const GraphOp& op : graph.ops())
         if (op.kind == OpKind::Attention) {
-            const std::int64_t pixels = std::int64_t(tileH / op.divisor) * (tileW / op.divisor);
-            const int qb = static_cast<int>(std::min<std::int64_t>(queryBlock, pixels));
-            scratchFloats = std::max(scratchFloats, cpu::attentionScratchFloats(op.inChannels, pixels, qb));
+            const GraphValue& x = graph.value(op.input);
+            const std::int64_t pixels = std::int64_t(tileH / x.divisor) * (tileW / x.divisor);
+            const int qb = static_cast<int>(std::min<std::int64_t>(queryBlock_, pixels));
+            *scratchFloats = std::max(*scratchFloats, cpu::attentionScratchFloats(x.channels, pixels, qb));
         }
+    return bound;
+}
 
-    // Activation buffers reused after each value's last reader (greedy best fit, in op order).
+// Activation buffers reused after each value's last reader (greedy best fit, in op order).
+void CpuBackend::planBuffers(const ModelGraph& graph, int batch, int tileH, int tileW) {
     const std::vector<int> last = graph.lastUse();
     const std::size_t valueCount = graph.values().size();
     std::vector<int> bufferOf(valueCount, -1);
@@ -493,41 +513,60 @@ void CpuBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW
         released[static_cast<std::size_t>(value)] = 1;
         freeList.push_back(bufferOf[static_cast<std::size_t>(value)]);
     };
-    acquire(graph.sampleInput());
-    acquire(graph.timestepInput());
+    for (int v : graph.inputs()) acquire(v);
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
         const GraphOp& op = graph.ops()[i];
         acquire(op.output);
-        for (int v : {op.input, op.input2, op.residual, op.addVector, op.scaleShift})
-            if (v >= 0 && last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
+        for (int v : op.operands())
+            if (last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
         if (last[static_cast<std::size_t>(op.output)] < 0) release(op.output);
     }
-
-    std::vector<std::vector<float>> buffers(sizes.size());
-    for (std::size_t k = 0; k < sizes.size(); ++k) buffers[k].assign(sizes[k], 0.0f);
-
-    graph_ = std::move(graph);
-    weights_ = std::move(weights);
+    buffers_.assign(sizes.size(), {});
+    for (std::size_t k = 0; k < sizes.size(); ++k) buffers_[k].assign(sizes[k], 0.0f);
     bufferOf_ = std::move(bufferOf);
-    buffers_ = std::move(buffers);
+}
+
+void CpuBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) {
+    if (batch < 1) throw std::invalid_argument("batch: " + std::to_string(batch) + " must be at least 1");
+    graph.checkTileSize(tileH, tileW);
+    prepared_ = false;
+    openblas_set_num_threads(pool_.threads());
+    std::size_t scratchFloats = 0;
+    // Bind every weight once, checking shapes, so run() only follows pointers.
+    weights_ = bindWeights(graph, weights, tileH, tileW, &scratchFloats);
+    planBuffers(graph, batch, tileH, tileW);
+    graph_ = graph;
     scratch_.assign(scratchFloats, 0.0f);
-    queryBlock_ = queryBlock;
     opMs_.assign(graph_.ops().size(), 0.0);
     batch_ = batch;
     tileH_ = tileH;
     tileW_ = tileW;
-    model_ = &model;
+    prepared_ = true;
 }
 
-void CpuBackend::forward(const float* x, const float* timesteps, int batch, float* out) {
-    if (!model_) throw std::logic_error("CpuBackend::forward called before prepare()");
+float* CpuBackend::data(int value) {
+    return value < 0 ? nullptr : buffers_[static_cast<std::size_t>(bufferOf_[static_cast<std::size_t>(value)])].data();
+}
+
+std::int64_t CpuBackend::pixels(int value) const {
+    const GraphValue& v = graph_.value(value);
+    return v.kind == ValueKind::Vector ? 1 : std::int64_t(tileH_ / v.divisor) * (tileW_ / v.divisor);
+}
+
+void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) {
+    if (!prepared_) throw std::logic_error("CpuBackend::run called before prepare()");
     if (batch < 1 || batch > batch_)
         throw std::invalid_argument("batch: " + std::to_string(batch) + " is outside 1.." + std::to_string(batch_) +
                                     " (the prepared batch)");
-    auto data = [this](int value) { return buffers_[static_cast<std::size_t>(bufferOf_[static_cast<std::size_t>(value)])].data(); };
-    const std::int64_t inCount = graph_.elements(graph_.sampleInput(), batch, tileH_, tileW_);
-    std::copy(x, x + inCount, data(graph_.sampleInput()));
-    std::copy(timesteps, timesteps + batch, data(graph_.timestepInput()));
+    if (inputs.size() != graph_.inputs().size() || outputs.size() != graph_.outputs().size())
+        throw std::invalid_argument("CpuBackend::run: " + std::to_string(inputs.size()) + " inputs and " +
+                                    std::to_string(outputs.size()) + " outputs for a graph of " +
+                                    std::to_string(graph_.inputs().size()) + " and " +
+                                    std::to_string(graph_.outputs().size()));
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const int v = graph_.inputs()[i];
+        std::copy(inputs[i], inputs[i] + graph_.elements(v, batch, tileH_, tileW_), data(v));
+    }
     for (std::size_t i = 0; i < graph_.ops().size(); ++i) {
         if (!profiling_) {
             runOp(i, batch);
@@ -537,70 +576,71 @@ void CpuBackend::forward(const float* x, const float* timesteps, int batch, floa
         runOp(i, batch);
         opMs_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
-    const std::int64_t outCount = graph_.elements(graph_.output(), batch, tileH_, tileW_);
-    const float* y = data(graph_.output());
-    std::copy(y, y + outCount, out);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+        const int v = graph_.outputs()[i];
+        const float* y = data(v);
+        std::copy(y, y + graph_.elements(v, batch, tileH_, tileW_), outputs[i]);
+    }
 }
 
 void CpuBackend::runOp(std::size_t index, int batch) {
     const GraphOp& op = graph_.ops()[index];
     const OpWeights& w = weights_[index];
-    auto data = [this](int value) -> float* {
-        return value < 0 ? nullptr
-                         : buffers_[static_cast<std::size_t>(bufferOf_[static_cast<std::size_t>(value)])].data();
-    };
     const float* in = data(op.input);
     float* y = data(op.output);
-    const std::int64_t pixels = op.divisor > 0 ? std::int64_t(tileH_ / op.divisor) * (tileW_ / op.divisor) : 1;
+    const int channels = graph_.value(op.input).channels;
+    const std::int64_t inPixels = pixels(op.input), outPixels = pixels(op.output);
+    const std::int64_t count = std::int64_t(batch) * channels * inPixels;
     switch (op.kind) {
-    case OpKind::Affine:
-        pool_.parallelFor(std::int64_t(batch) * op.outChannels, [&](std::int64_t plane) {
-            for (std::int64_t p = plane * pixels; p < (plane + 1) * pixels; ++p)
-                y[p] = in[p] * op.affineScale + op.affineShift;
-        });
+    case OpKind::Affine: cpu::affine(pool_, count, in, op.scale, op.shift, y); break;
+    case OpKind::SiLU: cpu::silu(pool_, count, in, y); break;
+    case OpKind::Add:
+        cpu::add(pool_, batch, channels, inPixels, in, data(op.input2),
+                 graph_.value(op.input2).kind == ValueKind::Vector && graph_.value(op.input).kind == ValueKind::FeatureMap,
+                 y);
         break;
+    case OpKind::ScaleShift: cpu::scaleShift(pool_, batch, channels, inPixels, in, data(op.input2), y); break;
     case OpKind::TimestepEmbedding:
-        cpu::timestepEmbedding(in, batch, op.outChannels, op.freqShift, op.flipSinToCos, y);
+        cpu::timestepEmbedding(in, batch, op.channels, op.freqShift, op.flipSinToCos, y);
         break;
-    case OpKind::Linear:
-        cpu::linear(batch, op.inChannels, op.outChannels, in, w.weight, w.bias, op.silu, y);
-        break;
-    case OpKind::Conv:
-    case OpKind::Downsample: {
-        const std::int64_t inPlane = std::int64_t(w.conv.cin) * w.conv.h * w.conv.w;
-        const std::int64_t outPlane = std::int64_t(w.conv.cout) * pixels;
+    case OpKind::Linear: cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y); break;
+    case OpKind::Conv: {
+        const std::int64_t inPlane = channels * inPixels, outPlane = std::int64_t(op.channels) * outPixels;
         const float* residual = data(op.residual);
         for (int b = 0; b < batch; ++b)
-            cpu::conv2d(pool_, w.conv, in + b * inPlane, w.weight, w.bias, residual ? residual + b * outPlane : nullptr,
-                        op.outputScale, y + b * outPlane, scratch_.data(), w.bandRows);
+            cpu::conv2d(pool_, w.conv, in + b * inPlane, w.params[0], w.params[1],
+                        residual ? residual + b * outPlane : nullptr, op.outputScale, y + b * outPlane, scratch_.data(),
+                        w.bandRows);
         break;
     }
     case OpKind::GroupNorm:
-        cpu::groupNorm(pool_, batch, op.outChannels, pixels, op.groups, op.eps, in, w.weight, w.bias,
-                       data(op.addVector), data(op.scaleShift), op.silu, y);
+        cpu::groupNorm(pool_, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
+                       data(op.preAdd), data(op.scaleShift), op.silu, y);
         break;
     case OpKind::Attention: {
-        const std::int64_t plane = std::int64_t(op.outChannels) * pixels;
-        const int qb = std::min<int>(queryBlock_, static_cast<int>(pixels));
+        const std::int64_t plane = channels * inPixels;
+        const int qb = std::min<int>(queryBlock_, static_cast<int>(inPixels));
+        const float* residual = data(op.residual);
         for (int b = 0; b < batch; ++b)
-            cpu::attention(pool_, op.outChannels, pixels, op.heads, w.attn, in + b * plane, op.outputScale,
-                           y + b * plane, scratch_.data(), qb);
+            cpu::attention(pool_, channels, inPixels, op.heads, w.attn, in + b * plane,
+                           residual ? residual + b * plane : nullptr, op.outputScale, y + b * plane, scratch_.data(), qb);
         break;
     }
     case OpKind::Concat: {
         const float* skip = data(op.input2);
-        const int c1 = op.inChannels, c2 = op.outChannels - op.inChannels;
-        pool_.parallelFor(std::int64_t(batch) * op.outChannels, [&](std::int64_t plane) {
-            const std::int64_t b = plane / op.outChannels, c = plane % op.outChannels;
-            const float* src = c < c1 ? in + (b * c1 + c) * pixels : skip + (b * c2 + (c - c1)) * pixels;
-            std::copy(src, src + pixels, y + plane * pixels);
+        const int c1 = channels, c2 = graph_.value(op.input2).channels, cOut = c1 + c2;
+        pool_.parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
+            const std::int64_t b = plane / cOut, c = plane % cOut;
+            const float* src = c < c1 ? in + (b * c1 + c) * inPixels : skip + (b * c2 + (c - c1)) * inPixels;
+            std::copy(src, src + inPixels, y + plane * inPixels);
         });
         break;
     }
-    case OpKind::Upsample:
-        cpu::upsampleNearest2x(pool_, std::int64_t(batch) * op.outChannels, tileH_ / (2 * op.divisor),
-                               tileW_ / (2 * op.divisor), in, y);
+    case OpKind::Upsample: {
+        const int d = graph_.value(op.input).divisor;
+        cpu::upsampleNearest2x(pool_, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
         break;
+    }
     }
 }
 

@@ -1,6 +1,7 @@
-// CpuBackend: the float32 reference evaluation of the UNet on the host, walking UNetGraph.
-// Convolutions are im2col + OpenBLAS sgemm per image, GroupNorm statistics in double,
-// attention as GEMMs with a max-subtracted float softmax. Qt-free.
+// CpuBackend: the float32 reference evaluation of a ModelGraph on the host (for the UNet, the
+// graph of core/UNetGraph.h after fuseForExecution). Convolutions are im2col + OpenBLAS sgemm
+// per image, GroupNorm statistics in double, attention as GEMMs with a max-subtracted float
+// softmax. Qt-free.
 //
 // Threads: OpenBLAS threads run the GEMMs; a small worker pool runs im2col, GroupNorm,
 // softmax and elementwise loops. Every output element is computed by exactly one thread in a
@@ -16,7 +17,7 @@
 #include <vector>
 
 #include "core/Backend.h"
-#include "core/UNetGraph.h"
+#include "core/ModelGraph.h"
 
 namespace tessera {
 
@@ -79,6 +80,16 @@ std::size_t convScratchFloats(const ConvShape&, int bandRows);
 void conv2d(WorkerPool&, const ConvShape&, const float* x, const float* weight, const float* bias,
             const float* residual, float outScale, float* y, float* col, int bandRows);
 
+// Elementwise over n floats: y = x * scale + shift; y = silu(x). y may alias x.
+void affine(WorkerPool&, std::int64_t n, const float* x, float scale, float shift, float* y);
+void silu(WorkerPool&, std::int64_t n, const float* x, float* y);
+// y = a + b over [batch, channels, pixels]; b is [batch, channels] (one value per plane) when
+// bPerPlane, else of a's shape. y may alias a.
+void add(WorkerPool&, int batch, int channels, std::int64_t pixels, const float* a, const float* b, bool bPerPlane,
+         float* y);
+// FiLM: y[b, c, p] = x[b, c, p] * (1 + v[b, c]) + v[b, channels + c], v [batch, 2*channels].
+void scaleShift(WorkerPool&, int batch, int channels, std::int64_t pixels, const float* x, const float* v, float* y);
+
 // GroupNorm over [batch, channels, pixels] with statistics (mean, biased variance) in double:
 //   v = x + preAdd[b, c]  (preAdd [batch, channels] or null)
 //   y = (v - mean) / sqrt(var + eps) * gamma[c] + beta[c]
@@ -98,20 +109,17 @@ void timestepEmbedding(const float* timesteps, int batch, int dim, int freqShift
 void upsampleNearest2x(WorkerPool&, std::int64_t planes, int h, int w, const float* x, float* y);
 
 struct AttentionWeights {
-    const float* normGamma = nullptr;  // null: no GroupNorm
-    const float* normBeta = nullptr;
-    int groups = 0;
-    float eps = 1e-5f;
     const float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
     const float *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
 };
 // Query rows per score block so the score buffer stays below maxScoreFloats.
 int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats);
 std::size_t attentionScratchFloats(int channels, std::int64_t pixels, int queryBlock);
-// §2.6 for one image x [channels, pixels]: y = (to_out(softmax(Q K^T / sqrt(d)) V) + x) * outScale,
-// heads of d = channels / heads channels. y must not alias x.
+// §2.6 for one image x [channels, pixels] (the pixels are the tokens; x already normalised):
+// y = (to_out(softmax(Q K^T / sqrt(d)) V) + residual) * outScale, heads of d = channels / heads
+// channels; residual [channels, pixels] or null. y must not alias x.
 void attention(WorkerPool&, int channels, std::int64_t pixels, int heads, const AttentionWeights&, const float* x,
-               float outScale, float* y, float* scratch, int queryBlock);
+               const float* residual, float outScale, float* y, float* scratch, int queryBlock);
 
 }  // namespace cpu
 
@@ -124,31 +132,38 @@ public:
 
     BackendInfo info() const override;
     // Throws std::invalid_argument for a bad shape, ModelError for a missing/mis-shaped weight.
+    void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override;
+    void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override;
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
     void forward(const float* x, const float* timesteps, int batch, float* out) override;
 
-    const UNetGraph& graph() const { return graph_; }
+    const ModelGraph& graph() const { return graph_; }
     // Floats held by activation buffers and scratch after prepare() (for memory reports).
     std::size_t preparedFloats() const;
-    // When on, forward() records the wall time of each op (index = graph().ops() index) of the
+    // When on, run() records the wall time of each op (index = graph().ops() index) of the
     // latest call, for "where did the time go" reports. Off by default.
     void setProfiling(bool on) { profiling_ = on; }
     const std::vector<double>& opMilliseconds() const { return opMs_; }
 
 private:
     struct OpWeights {
-        const float* weight = nullptr;
-        const float* bias = nullptr;
+        std::vector<const float*> params;  // the op's parameters' data, in op.params order
         cpu::AttentionWeights attn;
         cpu::ConvShape conv;
         int bandRows = 1;
     };
+    // Per-op weights and the largest scratch any op needs; sets queryBlock_.
+    std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH, int tileW,
+                                       std::size_t* scratchFloats);
+    void planBuffers(const ModelGraph& graph, int batch, int tileH, int tileW);
+    float* data(int value);
+    std::int64_t pixels(int value) const;
     void runOp(std::size_t index, int batch);
 
     cpu::WorkerPool pool_;
     std::string cpuName_;
-    const UNetModel* model_ = nullptr;
-    UNetGraph graph_;
+    bool prepared_ = false;
+    ModelGraph graph_;
     int batch_ = 0, tileH_ = 0, tileW_ = 0;
     int queryBlock_ = 1;
     bool profiling_ = false;

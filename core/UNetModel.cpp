@@ -16,6 +16,7 @@
 #include "core/BoundedInput.h"
 #include "core/Safetensors.h"
 #include "core/Sha256.h"
+#include "core/UNetGraph.h"
 
 namespace tessera {
 
@@ -23,140 +24,6 @@ namespace fs = std::filesystem;
 using Shape = std::vector<std::int64_t>;
 
 namespace {
-
-// ---------------------------------------------------------------------------
-// One walk over the architecture (spec §2), shared by the tensor list and the FLOP count,
-// so the two cannot disagree. Spatial sizes are only meaningful for the FLOP count.
-
-class LayerVisitor {
-public:
-    virtual ~LayerVisitor() = default;
-    virtual void conv(const std::string& prefix, int out, int in, int kernel, std::int64_t outPixels) = 0;
-    virtual void linear(const std::string& prefix, int out, int in, std::int64_t rows) = 0;
-    virtual void norm(const std::string& prefix, int channels) = 0;
-    virtual void attentionMatmuls(int channels, std::int64_t tokens) = 0;
-};
-
-void visitResnet(LayerVisitor& v, const ModelConfig& c, const std::string& p, int cin, int cout, std::int64_t pixels) {
-    const int projOut = c.resnetTimeScaleShift == TimeScaleShift::ScaleShift ? 2 * cout : cout;
-    v.norm(p + ".norm1", cin);
-    v.conv(p + ".conv1", cout, cin, 3, pixels);
-    v.linear(p + ".time_emb_proj", projOut, c.timeEmbedDim(), 1);
-    v.norm(p + ".norm2", cout);
-    v.conv(p + ".conv2", cout, cout, 3, pixels);
-    if (cin != cout) v.conv(p + ".conv_shortcut", cout, cin, 1, pixels);
-}
-
-void visitAttention(LayerVisitor& v, const std::string& p, int channels, std::int64_t tokens, bool groupNorm) {
-    if (groupNorm) v.norm(p + ".group_norm", channels);
-    v.linear(p + ".to_q", channels, channels, tokens);
-    v.linear(p + ".to_k", channels, channels, tokens);
-    v.linear(p + ".to_v", channels, channels, tokens);
-    v.attentionMatmuls(channels, tokens);
-    v.linear(p + ".to_out.0", channels, channels, tokens);
-}
-
-// Output side of the stride-2 3x3 downsampling conv (padding 0 means 1 extra row/column
-// on the bottom/right only, spec §2.7).
-std::int64_t downsampled(std::int64_t side, int padding) {
-    const std::int64_t padded = padding == 0 ? side + 1 : side + 2 * padding;
-    return padded < 3 ? 0 : (padded - 3) / 2 + 1;
-}
-
-void visitModel(LayerVisitor& v, const ModelConfig& c, std::int64_t h, std::int64_t w) {
-    const int levels = c.levels();
-    const int c0 = c.blockOutChannels.at(0);
-    const int t = c.timeEmbedDim();
-    v.conv("conv_in", c0, c.inChannels, 3, h * w);
-    v.linear("time_embedding.linear_1", t, c0, 1);
-    v.linear("time_embedding.linear_2", t, t, 1);
-
-    std::vector<int> skips{c0};
-    int current = c0;
-    for (int i = 0; i < levels; ++i) {
-        const std::string block = "down_blocks." + std::to_string(i);
-        const int out = c.blockOutChannels[static_cast<std::size_t>(i)];
-        const bool attention = c.downBlocks.at(static_cast<std::size_t>(i)) == DownBlockType::AttnDown;
-        for (int j = 0; j < c.layersPerBlock; ++j) {
-            visitResnet(v, c, block + ".resnets." + std::to_string(j), current, out, h * w);
-            current = out;
-            if (attention) visitAttention(v, block + ".attentions." + std::to_string(j), out, h * w, true);
-            skips.push_back(out);
-        }
-        if (i < levels - 1) {
-            h = downsampled(h, c.downsamplePadding);
-            w = downsampled(w, c.downsamplePadding);
-            v.conv(block + ".downsamplers.0.conv", out, out, 3, h * w);
-            skips.push_back(out);
-        }
-    }
-
-    if (c.hasMidBlock) {
-        const int mid = c.blockOutChannels.back();
-        visitResnet(v, c, "mid_block.resnets.0", mid, mid, h * w);
-        if (c.addAttention) {
-            // §2.8: no GroupNorm only with scale_shift and no explicit attn_norm_num_groups.
-            const bool groupNorm = c.attnNormNumGroups.has_value() || c.resnetTimeScaleShift == TimeScaleShift::Default;
-            visitAttention(v, "mid_block.attentions.0", mid, h * w, groupNorm);
-        }
-        visitResnet(v, c, "mid_block.resnets.1", mid, mid, h * w);
-    }
-
-    for (int i = 0; i < levels; ++i) {
-        const std::string block = "up_blocks." + std::to_string(i);
-        const int out = c.blockOutChannels[static_cast<std::size_t>(levels - 1 - i)];
-        const bool attention = c.upBlocks.at(static_cast<std::size_t>(i)) == UpBlockType::AttnUp;
-        for (int j = 0; j <= c.layersPerBlock; ++j) {
-            const int skip = skips.back();  // last pushed first; concat is [h, skip]
-            skips.pop_back();
-            visitResnet(v, c, block + ".resnets." + std::to_string(j), current + skip, out, h * w);
-            current = out;
-            if (attention) visitAttention(v, block + ".attentions." + std::to_string(j), out, h * w, true);
-        }
-        if (i < levels - 1) {
-            h *= 2;
-            w *= 2;
-            v.conv(block + ".upsamplers.0.conv", out, out, 3, h * w);
-        }
-    }
-
-    v.norm("conv_norm_out", c0);
-    v.conv("conv_out", c.outChannels, c0, 3, h * w);
-}
-
-class TensorListVisitor final : public LayerVisitor {
-public:
-    std::vector<std::pair<std::string, Shape>> list;
-    void conv(const std::string& p, int out, int in, int k, std::int64_t) override {
-        list.emplace_back(p + ".weight", Shape{out, in, k, k});
-        list.emplace_back(p + ".bias", Shape{out});
-    }
-    void linear(const std::string& p, int out, int in, std::int64_t) override {
-        list.emplace_back(p + ".weight", Shape{out, in});
-        list.emplace_back(p + ".bias", Shape{out});
-    }
-    void norm(const std::string& p, int channels) override {
-        list.emplace_back(p + ".weight", Shape{channels});
-        list.emplace_back(p + ".bias", Shape{channels});
-    }
-    void attentionMatmuls(int, std::int64_t) override {}
-};
-
-class FlopVisitor final : public LayerVisitor {
-public:
-    double flops = 0.0;
-    void conv(const std::string&, int out, int in, int k, std::int64_t pixels) override {
-        flops += 2.0 * out * in * k * k * static_cast<double>(pixels);
-    }
-    void linear(const std::string&, int out, int in, std::int64_t rows) override {
-        flops += 2.0 * out * in * static_cast<double>(rows);
-    }
-    void norm(const std::string&, int) override {}
-    void attentionMatmuls(int channels, std::int64_t tokens) override {
-        const auto n = static_cast<double>(tokens);
-        flops += 2.0 * (2.0 * n * n * channels);  // Q K^T and A V
-    }
-};
 
 // ---------------------------------------------------------------------------
 // Names
@@ -447,9 +314,11 @@ std::int64_t HostTensor::numel() const {
 }
 
 std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const ModelConfig& config) {
-    TensorListVisitor visitor;
-    visitModel(visitor, config, 0, 0);
-    return std::move(visitor.list);
+    try {
+        return buildUNet2DGraph(config).parameterList();
+    } catch (const std::invalid_argument& e) {  // a config the graph cannot be built from: invalid input
+        throw ModelError(std::string("config.json: ") + e.what());
+    }
 }
 
 ModelFolderConfig readModelFolderConfig(const std::string& dir) {
@@ -591,11 +460,7 @@ const HostTensor& UNetModel::tensor(const std::string& tensorName) const {
     return it->second;
 }
 
-std::int64_t UNetModel::parameterCount() const {
-    std::int64_t count = 0;
-    for (const auto& [n, t] : tensors_) count += t.numel();
-    return count;
-}
+std::int64_t UNetModel::parameterCount() const { return buildUNet2DGraph(config_).parameterCount(); }
 
 double UNetModel::flopsPerEvaluation(int h, int w) const {
     // Pixel counts are int64: sides up to 2^20 keep every product of them far from overflow.
@@ -604,9 +469,7 @@ double UNetModel::flopsPerEvaluation(int h, int w) const {
         throw ValidationError("tile", "tile: " + std::to_string(h) + " x " + std::to_string(w) +
                                           " px cannot be counted; each side must be from 1 to " +
                                           std::to_string(kMaxSide));
-    FlopVisitor visitor;
-    visitModel(visitor, config_, h, w);
-    return visitor.flops;
+    return buildUNet2DGraph(config_).flops(h, w);
 }
 
 std::string UNetModel::weightsSha256() const { return sha256_; }

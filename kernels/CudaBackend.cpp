@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "core/ModelConfig.h"
+#include "core/ModelGraph.h"
+#include "core/Safetensors.h"
+#include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 #include "kernels/BiasResidual.cuh"
 #include "kernels/Concat.cuh"
@@ -25,6 +27,7 @@
 #include "kernels/GroupNorm.cuh"
 #include "kernels/LayoutConvert.cuh"
 #include "kernels/PadRightBottom.cuh"
+#include "kernels/Pointwise.cuh"
 #include "kernels/Softmax.cuh"
 #include "kernels/TimestepEmbedding.cuh"
 #include "kernels/Upsample.cuh"
@@ -203,6 +206,7 @@ struct Op {
     std::vector<int> buffers;
     std::function<void(int batch)> run;
     Act out;
+    int value = -1;  // the graph value `out` holds once this op has run, else -1
 };
 
 }  // namespace
@@ -225,15 +229,17 @@ struct CudaBackend::Impl {
     cublasHandle_t opCublas = nullptr;
 
     // Plan
-    ModelConfig cfg;
+    ModelGraph graph;                       // the graph being run
+    const TensorMap* weightMap = nullptr;   // during prepare only
     int maxBatch = 0, tileH = 0, tileW = 0;
     int inPad = 0, outPad = 0;
     WeightBlob blob;
     std::vector<PlanBuffer> buffers;
     std::vector<Op> ops;
     std::vector<ConvLayer> convs;
-    int inputBuf = -1, outputBuf = -1, timestepBuf = -1, stageInBuf = -1, stageOutBuf = -1;
-    int tprojBuf = -1, tprojWidth = 0;
+    // The first feature-map input, vector input and feature-map output (the UNet's sample,
+    // timesteps and prediction), for the engine.
+    int inputBuf = -1, outputBuf = -1, timestepBuf = -1;
     std::size_t activationBytes = 0, unsharedBytes = 0, convWorkspace = 0;
     DeviceBuffer arena;
     char* weightsBase = nullptr;
@@ -254,9 +260,6 @@ struct CudaBackend::Impl {
     std::map<int, CudaGraphExec> graphs;
     GraphStats graphStats;
     std::string summary;
-
-    // Time-embedding projections of every resnet, concatenated into one GEMM.
-    std::vector<float> projW, projB;
 
     Impl(Precision p, int dev) : precision(p), dtype(dtypeFor(p)), device(dev) {
         std::string why;
@@ -327,13 +330,9 @@ struct CudaBackend::Impl {
     const float* wf(std::size_t off) const { return reinterpret_cast<const float*>(weightsBase + off); }
     const void* wt(std::size_t off) const { return weightsBase + off; }
 
-    const HostTensor& tensor(const UNetModel& m, const std::string& name) const { return m.tensor(name); }
-
-    std::size_t floats(const UNetModel& m, const std::string& name) { return blob.addFloats(tensor(m, name).data); }
-
     // Conv weight [O, I, k, k] -> [Opad][k][k][Ipad] in the activation type.
-    std::size_t convWeight(const UNetModel& m, const std::string& name, int ipad, int opad) {
-        const HostTensor& t = tensor(m, name);
+    std::size_t convWeight(int param, int ipad, int opad) {
+        const HostTensor& t = weight(param);
         const int o = static_cast<int>(t.shape.at(0)), i = static_cast<int>(t.shape.at(1));
         const int kh = static_cast<int>(t.shape.at(2)), kw = static_cast<int>(t.shape.at(3));
         std::vector<float> out(static_cast<std::size_t>(opad) * kh * kw * ipad, 0.0f);
@@ -344,12 +343,6 @@ struct CudaBackend::Impl {
                         out[((static_cast<std::size_t>(a) * kh + y) * kw + x) * ipad + b] =
                             t.data[((static_cast<std::size_t>(a) * i + b) * kh + y) * kw + x];
         return blob.addTyped(out, dtype);
-    }
-
-    std::vector<float> padded(const std::vector<float>& v, std::size_t n) {
-        std::vector<float> r(v);
-        r.resize(n, 0.0f);
-        return r;
     }
 
     int addConv(const std::string& name, int cin, int cout, int k, int stride, int pad, int h, int w,
@@ -420,63 +413,427 @@ struct CudaBackend::Impl {
                                    x, cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
     }
 
-    // Conv with bias and optional residual fused by accumulating onto an initialised output:
-    // out = scale * (conv(x) + bias + residual).
-    Act convLayer(const UNetModel& m, const std::string& prefix, const Act& x, int cout, int k, int stride, int pad,
-                  const Act* residual, float scale, int ipad = 0, int opad = 0) {
-        const int cin = ipad ? ipad : x.c;
-        const int co = opad ? opad : cout;
-        const std::size_t w = convWeight(m, prefix + ".weight", cin, co);
-        const std::size_t b = blob.addFloats(padded(tensor(m, prefix + ".bias").data, static_cast<std::size_t>(co)));
-        const int layer = addConv(prefix, cin, co, k, stride, pad, x.h, x.w, w);
-        convs.back().alpha = scale;
-        const ConvLayer& c = convs.back();
-        Act y = newAct(co, c.ho, c.wo, prefix);
-        const int rb = residual ? residual->buf : -1;
-        std::vector<int> bufs{x.buf, y.buf};
-        if (residual) bufs.push_back(rb);
-        const long long pix = static_cast<long long>(c.ho) * c.wo;
-        if (betaAccumulate) {
-            addOp(prefix, bufs, y, [this, layer, x, y, b, rb, scale, pix, co](int batch) {
-                const void* r = rb >= 0 ? ptr(rb) : nullptr;
-                launchBiasResidual(dtype, ptr(y.buf), false, wf(b), r, batch * pix, co, scale, opStream);
-                runConv(layer, ptr(x.buf), ptr(y.buf), scale, 1.0f, batch);
+    // ---- lowering of the graph ---------------------------------------------------------------
+    // One function per op kind. Lowering choices (not a second topology):
+    //  - every op on vectors (the time MLP and the resnets' projections) runs in float32 as one
+    //    op placed where the first of them is; Linears whose outputs only GroupNorms read as
+    //    pre-add/FiLM are concatenated, per input, into one GEMM;
+    //  - a conv read only by a GroupNorm (resnet conv1) runs without bias: the bias joins the
+    //    norm's pre-add (folded into the projection's bias, or on its own when there is none);
+    //  - a conv read only as another conv's residual (conv_shortcut) runs without bias where
+    //    that conv is lowered, its bias folded into that conv's epilogue;
+    //  - a conv's bias/residual/scale epilogue is a kernel of its own unless a cuDNN plan
+    //    with the epilogue fused benchmarks faster (chooseGraphConvs);
+    //  - bottom/right padding beyond the top/left is a pad kernel before the conv.
+    struct VectorRef {
+        int buf = -1;
+        int offset = 0;  // floats into each sample's row
+        int stride = 0;  // floats between samples
+    };
+    struct Projection {
+        int input = -1;
+        int buf = -1;
+        int width = 0;
+        std::vector<int> members;  // Linear op indices
+    };
+    std::vector<Act> valueAct;          // per graph value (feature maps)
+    std::vector<VectorRef> valueVec;    // per graph value (vectors)
+    std::vector<std::vector<int>> readersOf;  // per value: op indices that read it
+    std::vector<char> isGraphOutput;    // per value
+    std::vector<int> projectionOf;      // per op: Projection index of a merged Linear, else -1
+    std::vector<Projection> projections;
+    std::vector<int> biasIntoNorm;      // per op: for a GroupNorm, the conv whose bias it adds; else -1
+    std::vector<char> biasMoved;        // per op: conv runs without bias (into a norm)
+    std::vector<int> shortcutOf;        // per op: the shortcut conv lowered with this conv, else -1
+    std::vector<char> deferred;         // per op: lowered by its consumer
+    std::vector<int> stageIn, stageOut; // per graph input / output: float32 NCHW staging, -1 for vectors
+
+    const HostTensor& weight(int param) const {
+        const GraphParam& p = graph.param(param);
+        const auto it = weightMap->find(p.name);
+        if (it == weightMap->end()) throw ModelError("weights: no tensor '" + p.name + "'");
+        if (it->second.shape != p.shape)
+            throw ModelError(p.name + ": expected " + shapeToString(p.shape) + ", found " + shapeToString(it->second.shape));
+        return it->second;
+    }
+    std::size_t floats(int param) { return blob.addFloats(weight(param).data); }
+    const GraphOp& opAt(int i) const { return graph.ops()[static_cast<std::size_t>(i)]; }
+    int producerOf(int value) const {
+        for (std::size_t i = 0; i < graph.ops().size(); ++i)
+            if (graph.ops()[i].output == value) return static_cast<int>(i);
+        return -1;
+    }
+    bool onlyReader(int value, int op) const {
+        const auto& r = readersOf[static_cast<std::size_t>(value)];
+        return !isGraphOutput[static_cast<std::size_t>(value)] && r.size() == 1 && r[0] == op;
+    }
+    static bool plainConv(const GraphOp& op) {
+        return op.kind == OpKind::Conv && op.residual < 0 && op.outputScale == 1.0f;
+    }
+    const Act& act(int value, const GraphOp& op, bool unpadded = true) const {
+        const Act& a = valueAct[static_cast<std::size_t>(value)];
+        if (a.buf < 0) throw std::logic_error("CudaBackend: " + op.name + " reads a value that is not lowered");
+        if (unpadded && a.c != graph.value(value).channels)
+            throw std::invalid_argument("CudaBackend: " + op.name + " (" + toString(op.kind) + ") cannot read '" +
+                                        graph.value(value).name + "', stored with " + std::to_string(a.c) +
+                                        " channels (padded for cuDNN)");
+        return a;
+    }
+    float* vec(const VectorRef& r) const { return reinterpret_cast<float*>(ptr(r.buf)) + r.offset; }
+
+    // The lowering choices above, decided before anything is emitted.
+    void analyse() {
+        const auto& ops = graph.ops();
+        const std::size_t nv = graph.values().size(), no = ops.size();
+        readersOf.assign(nv, {});
+        isGraphOutput.assign(nv, 0);
+        for (std::size_t i = 0; i < no; ++i)
+            for (int v : ops[i].operands()) readersOf[static_cast<std::size_t>(v)].push_back(static_cast<int>(i));
+        for (int v : graph.outputs()) isGraphOutput[static_cast<std::size_t>(v)] = 1;
+        projectionOf.assign(no, -1);
+        projections.clear();
+        biasIntoNorm.assign(no, -1);
+        biasMoved.assign(no, 0);
+        shortcutOf.assign(no, -1);
+        deferred.assign(no, 0);
+        for (std::size_t i = 0; i < no; ++i) {
+            const GraphOp& op = ops[i];
+            if (op.kind != OpKind::Linear || op.silu || isGraphOutput[static_cast<std::size_t>(op.output)]) continue;
+            const auto& readers = readersOf[static_cast<std::size_t>(op.output)];
+            const bool normsOnly = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](int r) {
+                const GraphOp& n = opAt(r);
+                return n.kind == OpKind::GroupNorm && n.input != op.output;
             });
-            return y;
+            if (!normsOnly) continue;
+            auto p = std::find_if(projections.begin(), projections.end(), [&](const Projection& q) { return q.input == op.input; });
+            if (p == projections.end()) p = projections.insert(projections.end(), Projection{op.input, -1, 0, {}});
+            projectionOf[i] = static_cast<int>(p - projections.begin());
+            p->members.push_back(static_cast<int>(i));
         }
-        // Two ops (same launches) so that profiles show the convolution and its epilogue apart.
-        convs[static_cast<std::size_t>(layer)].hasEpilogue = scale == 1.0f;
-        convs[static_cast<std::size_t>(layer)].epilogueBias = b;
-        convs[static_cast<std::size_t>(layer)].epilogueResidual = residual != nullptr;
-        addOp(prefix, bufs, y, [this, layer, x, y, rb, scale](int batch) {
-            const void* r = rb >= 0 ? ptr(rb) : nullptr;
-            if (!runConvFused(layer, ptr(x.buf), ptr(y.buf), r, batch))
-                runConv(layer, ptr(x.buf), ptr(y.buf), scale, 0.0f, batch);
-        });
-        addOp(prefix + ".epilogue", bufs, y, [this, layer, y, b, rb, scale, pix, co](int batch) {
-            if (fusedAt(layer, batch)) return;
-            const void* r = rb >= 0 ? ptr(rb) : nullptr;
-            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r, batch * pix, co, scale, opStream);
-        });
-        return y;
+        for (std::size_t i = 0; i < no; ++i) {
+            const GraphOp& norm = ops[i];
+            if (norm.kind != OpKind::GroupNorm) continue;
+            const int c = producerOf(norm.input);
+            if (c < 0 || !plainConv(opAt(c)) || !onlyReader(norm.input, static_cast<int>(i))) continue;
+            // The bias goes into the projection feeding the pre-add (read by this norm only), or
+            // becomes the pre-add itself.
+            const int p = norm.preAdd >= 0 ? producerOf(norm.preAdd) : -1;
+            if (norm.preAdd >= 0 && (p < 0 || projectionOf[static_cast<std::size_t>(p)] < 0 ||
+                                     !onlyReader(norm.preAdd, static_cast<int>(i))))
+                continue;
+            biasIntoNorm[i] = c;
+            biasMoved[static_cast<std::size_t>(c)] = 1;
+        }
+        for (std::size_t i = 0; i < no; ++i) {
+            const GraphOp& s = ops[i];
+            if (!plainConv(s) || biasMoved[i] || isGraphOutput[static_cast<std::size_t>(s.output)]) continue;
+            const auto& readers = readersOf[static_cast<std::size_t>(s.output)];
+            if (readers.size() != 1) continue;
+            const GraphOp& r = opAt(readers[0]);
+            if (r.kind == OpKind::Conv && r.residual == s.output && r.input != s.output && r.padEnd == r.padBegin) {
+                shortcutOf[static_cast<std::size_t>(readers[0])] = static_cast<int>(i);
+                deferred[i] = 1;
+            }
+        }
     }
 
-    Act groupNorm(const std::string& name, const Act& x, int groups, float eps, bool silu, std::size_t gamma,
-                  std::size_t beta, std::function<void(GroupNormParams&)> extra = {}) {
-        Act y = newAct(x.c, x.h, x.w, name);
+    // Staging for the host-facing float32 NCHW inputs/outputs, the vector inputs, and the
+    // NHWC input activations (channels padded to a multiple of 8 for cuDNN).
+    void lowerInputs() {
+        const std::size_t nv = graph.values().size();
+        valueAct.assign(nv, Act{});
+        valueVec.assign(nv, VectorRef{});
+        stageIn.assign(graph.inputs().size(), -1);
+        stageOut.assign(graph.outputs().size(), -1);
+        auto planeBytes = [&](int v) {
+            const GraphValue& g = graph.value(v);
+            return static_cast<std::size_t>(maxBatch) * g.channels * (tileH / g.divisor) * (tileW / g.divisor) * 4;
+        };
+        for (std::size_t k = 0; k < graph.inputs().size(); ++k)
+            if (graph.value(graph.inputs()[k]).kind == ValueKind::FeatureMap)
+                stageIn[k] = newBuffer(planeBytes(graph.inputs()[k]), "stage." + graph.value(graph.inputs()[k]).name);
+        for (std::size_t k = 0; k < graph.outputs().size(); ++k)
+            if (graph.value(graph.outputs()[k]).kind == ValueKind::FeatureMap)
+                stageOut[k] = newBuffer(planeBytes(graph.outputs()[k]), "stage." + graph.value(graph.outputs()[k]).name);
+        timestepBuf = inputBuf = -1;
+        for (int v : graph.inputs()) {
+            const GraphValue& g = graph.value(v);
+            if (g.kind != ValueKind::Vector) continue;
+            valueVec[static_cast<std::size_t>(v)] = {newBuffer(static_cast<std::size_t>(maxBatch) * g.channels * 4, g.name), 0,
+                                                     g.channels};
+            if (timestepBuf < 0) timestepBuf = valueVec[static_cast<std::size_t>(v)].buf;
+        }
+        for (int v : graph.inputs()) {
+            const GraphValue& g = graph.value(v);
+            if (g.kind != ValueKind::FeatureMap) continue;
+            valueAct[static_cast<std::size_t>(v)] = newAct((g.channels + 7) / 8 * 8, tileH / g.divisor, tileW / g.divisor, g.name);
+            if (inputBuf < 0) {
+                inputBuf = valueAct[static_cast<std::size_t>(v)].buf;
+                inPad = valueAct[static_cast<std::size_t>(v)].c;
+            }
+        }
+    }
+
+    // Every op on vectors, in graph order, as one float32 op.
+    void lowerVectors() {
+        std::vector<int> bufs;
+        std::vector<std::function<void(int)>> steps;
+        bool timestep = false;
+        for (int v : graph.inputs())
+            if (valueVec[static_cast<std::size_t>(v)].buf >= 0) bufs.push_back(valueVec[static_cast<std::size_t>(v)].buf);
+        for (std::size_t i = 0; i < graph.ops().size(); ++i) {
+            const GraphOp& op = graph.ops()[i];
+            const GraphValue& out = graph.value(op.output);
+            if (out.kind != ValueKind::Vector) continue;
+            const VectorRef x = valueVec[static_cast<std::size_t>(op.input)];
+            const int in = graph.value(op.input).channels, C = out.channels;
+            if (projectionOf[i] >= 0) {
+                Projection& p = projections[static_cast<std::size_t>(projectionOf[i])];
+                if (p.buf < 0) steps.push_back(lowerProjection(p, bufs));
+                continue;
+            }
+            const VectorRef y{newBuffer(static_cast<std::size_t>(maxBatch) * C * 4, op.name), 0, C};
+            valueVec[static_cast<std::size_t>(op.output)] = y;
+            bufs.push_back(y.buf);
+            switch (op.kind) {
+            case OpKind::TimestepEmbedding:
+                timestep = true;
+                steps.push_back([=, this](int batch) {
+                    launchTimestepEmbedding(vec(x), vec(y), batch, C, op.freqShift, op.flipSinToCos, opStream);
+                });
+                break;
+            case OpKind::Linear: {
+                const std::size_t w = floats(op.params[0]), b = floats(op.params[1]);
+                const bool silu = op.silu;
+                steps.push_back([=, this](int batch) {
+                    gemmRows(DType::F32, wf(w), vec(x), vec(y), batch, in, C, 1.0f, 0.0f);
+                    launchBiasActivationF32(vec(y), wf(b), batch, C, silu, nullptr, opStream);
+                });
+                break;
+            }
+            default: {  // Affine, SiLU, Add of vectors
+                PointwiseParams p;
+                p.op = op.kind == OpKind::Affine ? PointwiseOp::Affine
+                                                 : (op.kind == OpKind::SiLU ? PointwiseOp::Silu : PointwiseOp::Add);
+                if (op.kind != OpKind::Affine && op.kind != OpKind::SiLU && op.kind != OpKind::Add)
+                    throw std::logic_error("CudaBackend: " + op.name + " is not a vector op");
+                p.channels = C;
+                p.scale = op.scale;
+                p.shift = op.shift;
+                const VectorRef other = op.input2 >= 0 ? valueVec[static_cast<std::size_t>(op.input2)] : VectorRef{};
+                steps.push_back([=, this](int batch) mutable {
+                    p.x = vec(x);
+                    p.other = other.buf >= 0 ? vec(other) : nullptr;
+                    p.y = vec(y);
+                    p.rows = batch;
+                    launchPointwise(p, opStream);
+                });
+            }
+            }
+        }
+        addOp(timestep ? "time_embedding" : "vectors", bufs, Act{}, [steps](int batch) {
+            for (const auto& step : steps) step(batch);
+        });
+    }
+
+    // The merged projections of one input: weights concatenated in graph order; the biases of
+    // the convs whose GroupNorm reads a slice added to that slice.
+    std::function<void(int)> lowerProjection(Projection& p, std::vector<int>& bufs) {
+        std::vector<float> w, b;
+        for (int m : p.members) {
+            const GraphOp& op = opAt(m);
+            valueVec[static_cast<std::size_t>(op.output)] = VectorRef{-1, p.width, 0};
+            const HostTensor& wt = weight(op.params[0]);
+            w.insert(w.end(), wt.data.begin(), wt.data.end());
+            std::vector<float> bias = weight(op.params[1]).data;
+            for (int r : readersOf[static_cast<std::size_t>(op.output)]) {
+                const int conv = biasIntoNorm[static_cast<std::size_t>(r)];
+                if (conv < 0 || opAt(r).preAdd != op.output) continue;
+                const std::vector<float>& cb = weight(opAt(conv).params[1]).data;
+                for (std::size_t c = 0; c < cb.size(); ++c) bias[c] += cb[c];
+            }
+            b.insert(b.end(), bias.begin(), bias.end());
+            p.width += op.channels;
+        }
+        p.buf = newBuffer(static_cast<std::size_t>(maxBatch) * p.width * 4, "projections." + graph.value(p.input).name);
+        bufs.push_back(p.buf);
+        for (int m : p.members) {
+            VectorRef& r = valueVec[static_cast<std::size_t>(opAt(m).output)];
+            r.buf = p.buf;
+            r.stride = p.width;
+        }
+        const std::size_t wOff = blob.addFloats(w), bOff = blob.addFloats(b);
+        const VectorRef x = valueVec[static_cast<std::size_t>(p.input)];
+        const int in = graph.value(p.input).channels, width = p.width, buf = p.buf;
+        return [=, this](int batch) {
+            gemmRows(DType::F32, wf(wOff), vec(x), ptr(buf), batch, in, width, 1.0f, 0.0f);
+            launchBiasActivationF32(reinterpret_cast<float*>(ptr(buf)), wf(bOff), batch, width, false, nullptr, opStream);
+        };
+    }
+
+    void lowerPointwise(const GraphOp& op) {
+        const bool sameShape = op.kind == OpKind::Affine || op.kind == OpKind::SiLU ||
+                               (op.kind == OpKind::Add && graph.value(op.input2).kind == ValueKind::FeatureMap);
+        const Act x = act(op.input, op, !sameShape);
+        const Act y = newAct(x.c, x.h, x.w, op.name);
+        std::vector<int> bufs{x.buf, y.buf};
+        PointwiseParams p;
+        p.channels = x.c;
+        p.rowsPerSample = static_cast<long long>(x.h) * x.w;
+        p.scale = op.scale;
+        p.shift = op.shift;
+        Act other;
+        VectorRef v;
+        switch (op.kind) {
+        case OpKind::Affine: p.op = PointwiseOp::Affine; break;
+        case OpKind::SiLU: p.op = PointwiseOp::Silu; break;
+        case OpKind::Add:
+            if (sameShape) {
+                p.op = PointwiseOp::Add;
+                other = act(op.input2, op, false);
+                if (other.c != x.c) throw std::invalid_argument("CudaBackend: " + op.name + ": operands stored differently");
+                bufs.push_back(other.buf);
+            } else {
+                p.op = PointwiseOp::AddVector;
+                v = valueVec[static_cast<std::size_t>(op.input2)];
+            }
+            break;
+        case OpKind::ScaleShift:
+            p.op = PointwiseOp::ScaleShift;
+            v = valueVec[static_cast<std::size_t>(op.input2)];
+            break;
+        default: throw std::logic_error("CudaBackend: " + op.name + " is not elementwise");
+        }
+        if (v.buf >= 0) {
+            bufs.push_back(v.buf);
+            p.vectorStride = v.stride;
+        }
+        addOp(op.name, bufs, y, [=, this](int batch) mutable {
+            p.dtype = dtype;
+            p.x = ptr(x.buf);
+            p.other = other.buf >= 0 ? ptr(other.buf) : nullptr;
+            p.vector = v.buf >= 0 ? vec(v) : nullptr;
+            p.y = ptr(y.buf);
+            p.rows = batch * p.rowsPerSample;
+            launchPointwise(p, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    // conv (+ bias, + residual) * outputScale. Buffer lists as the reference plan had them
+    // (docs/PERFORMANCE.md): the epilogue lists the conv's input only when there is no residual.
+    void lowerConv(int index) {
+        const GraphOp& op = opAt(index);
+        const bool output = isGraphOutput[static_cast<std::size_t>(op.output)];
+        const int co = output ? (op.channels + 7) / 8 * 8 : op.channels;
+        Act src = act(op.input, op, false);
+        if (op.padEnd != op.padBegin) {  // one more row/column at the bottom/right (§2.7)
+            const Act unpadded = src;
+            src = newAct(src.c, src.h + 1, src.w + 1, op.name + ".pad");
+            const Act padded = src;
+            addOp(op.name + ".pad", {unpadded.buf, padded.buf}, padded, [this, unpadded, padded](int batch) {
+                launchPadRightBottom(dtype, ptr(unpadded.buf), ptr(padded.buf), batch, unpadded.h, unpadded.w, unpadded.c,
+                                     opStream);
+            });
+        }
+        const std::size_t w = convWeight(op.params[0], src.c, co);
+        const int layer = addConv(op.name, src.c, co, op.kernel, op.stride, op.padBegin, src.h, src.w, w);
+        const int ho = convs.back().ho, wo = convs.back().wo;
+        if (biasMoved[static_cast<std::size_t>(index)]) {  // into the GroupNorm that reads it
+            const Act y = newAct(co, ho, wo, op.name);
+            addOp(op.name, {src.buf, y.buf}, y,
+                  [this, layer, src, y](int batch) { runConv(layer, ptr(src.buf), ptr(y.buf), 1.0f, 0.0f, batch); });
+            valueAct[static_cast<std::size_t>(op.output)] = y;
+            return;
+        }
+        std::vector<float> bias = weight(op.params[1]).data;
+        bias.resize(static_cast<std::size_t>(co), 0.0f);
+        const float scale = op.outputScale;
+        convs.back().alpha = scale;
+        const Act y = newAct(co, ho, wo, op.name);
+        std::vector<int> bufs{src.buf, y.buf};
+        int rb = -1, sc = -1;
+        Act xs;
+        const int s = shortcutOf[static_cast<std::size_t>(index)];
+        if (s >= 0) {  // conv_shortcut, lowered here without its bias
+            const GraphOp& shortcut = opAt(s);
+            const std::vector<float>& sb = weight(shortcut.params[1]).data;
+            for (std::size_t k = 0; k < sb.size(); ++k) bias[k] += sb[k];
+            xs = act(shortcut.input, shortcut, false);
+            sc = addConv(shortcut.name, xs.c, co, shortcut.kernel, 1, shortcut.padBegin, xs.h, xs.w,
+                         convWeight(shortcut.params[0], xs.c, co));
+            rb = newBuffer(static_cast<std::size_t>(maxBatch) * xs.h * xs.w * co * dtypeSize(dtype), shortcut.name);
+            bufs.push_back(xs.buf);
+        } else if (op.residual >= 0) {
+            const Act r = act(op.residual, op, false);
+            if (r.c != co) throw std::invalid_argument("CudaBackend: " + op.name + ": residual stored with other channels");
+            rb = r.buf;
+        }
+        if (rb >= 0) bufs.push_back(rb);
+        const std::size_t b = blob.addFloats(bias);
+        const long long pix = static_cast<long long>(ho) * wo;
+        if (betaAccumulate) {  // diagnostics: the output initialised, the convolutions accumulate
+            addOp(op.name, bufs, y, [=, this](int batch) {
+                launchBiasResidual(dtype, ptr(y.buf), false, wf(b), sc < 0 && rb >= 0 ? ptr(rb) : nullptr, batch * pix, co,
+                                   scale, opStream);
+                if (sc >= 0) runConv(sc, ptr(xs.buf), ptr(y.buf), scale, 1.0f, batch);
+                runConv(layer, ptr(src.buf), ptr(y.buf), scale, 1.0f, batch);
+            });
+            valueAct[static_cast<std::size_t>(op.output)] = y;
+            return;
+        }
+        if (sc >= 0)
+            addOp(opAt(s).name, {xs.buf, rb}, Act{rb, co, xs.h, xs.w},
+                  [=, this](int batch) { runConv(sc, ptr(xs.buf), ptr(rb), 1.0f, 0.0f, batch); });
+        ConvLayer& layerRef = convs[static_cast<std::size_t>(layer)];
+        layerRef.hasEpilogue = scale == 1.0f;
+        layerRef.epilogueBias = b;
+        layerRef.epilogueResidual = rb >= 0;
+        // Two ops (same launches) so that profiles show the convolution and its epilogue apart.
+        addOp(op.name, bufs, y, [=, this](int batch) {
+            const void* r = rb >= 0 ? ptr(rb) : nullptr;
+            if (!runConvFused(layer, ptr(src.buf), ptr(y.buf), r, batch))
+                runConv(layer, ptr(src.buf), ptr(y.buf), scale, 0.0f, batch);
+        });
+        std::vector<int> epilogueBufs = rb >= 0 ? std::vector<int>{y.buf, rb} : std::vector<int>{src.buf, y.buf};
+        if (s >= 0) epilogueBufs.push_back(xs.buf);
+        addOp(op.name + ".epilogue", epilogueBufs, y, [=, this](int batch) {
+            if (fusedAt(layer, batch)) return;
+            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
+                               opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    void lowerGroupNorm(int index) {
+        const GraphOp& op = opAt(index);
+        const Act x = act(op.input, op);
+        const Act y = newAct(x.c, x.h, x.w, op.name);
         const int pixels = x.h * x.w;
         const int chunks = groupNormChunks(pixels, maxBatch, props.multiProcessorCount);
-        const int scratch = newBuffer(groupNormScratchFloats(maxBatch, chunks, groups) * sizeof(float), name + ".stats");
+        const int scratch = newBuffer(groupNormScratchFloats(maxBatch, chunks, op.groups) * sizeof(float), op.name + ".stats");
+        const std::size_t gamma = floats(op.params[0]), beta = floats(op.params[1]);
         std::vector<int> bufs{x.buf, y.buf, scratch};
-        if (extra) bufs.push_back(tprojBuf);
-        addOp(name, bufs, y, [=, this](int batch) {
+        // Pre-add: a vector (the projection, which holds the conv bias when it was moved), or the
+        // moved conv bias alone (shared by the samples).
+        const VectorRef pre = op.preAdd >= 0 ? valueVec[static_cast<std::size_t>(op.preAdd)] : VectorRef{};
+        const VectorRef film = op.scaleShift >= 0 ? valueVec[static_cast<std::size_t>(op.scaleShift)] : VectorRef{};
+        const int conv = biasIntoNorm[static_cast<std::size_t>(index)];
+        const bool ownBias = conv >= 0 && op.preAdd < 0;
+        const std::size_t convBias = ownBias ? floats(opAt(conv).params[1]) : 0;
+        for (int b : {pre.buf, film.buf})
+            if (b >= 0 && std::find(bufs.begin(), bufs.end(), b) == bufs.end()) bufs.push_back(b);
+        const int groups = op.groups, channels = x.c;
+        const float eps = op.eps;
+        const bool silu = op.silu;
+        addOp(op.name, bufs, y, [=, this](int batch) {
             GroupNormParams p;
             p.dtype = dtype;
             p.x = ptr(x.buf);
             p.y = ptr(y.buf);
             p.batch = batch;
             p.pixels = pixels;
-            p.channels = x.c;
+            p.channels = channels;
             p.groups = groups;
             p.eps = eps;
             p.gamma = wf(gamma);
@@ -484,152 +841,56 @@ struct CudaBackend::Impl {
             p.silu = silu;
             p.chunks = chunks;
             p.scratch = reinterpret_cast<float*>(ptr(scratch));
-            if (extra) extra(p);
+            if (pre.buf >= 0) {
+                p.preAdd = vec(pre);
+                p.preAddBatchStride = pre.stride;
+            } else if (ownBias) {
+                p.preAdd = wf(convBias);
+                p.preAddBatchStride = 0;
+            }
+            if (film.buf >= 0) {
+                p.scale = vec(film);
+                p.shift = vec(film) + channels;
+                p.filmBatchStride = film.stride;
+            }
             launchGroupNorm(p, opStream);
         });
-        return y;
+        valueAct[static_cast<std::size_t>(op.output)] = y;
     }
 
-    Act resnet(const UNetModel& m, const std::string& P, const Act& x, int cout, float outputScale) {
-        const int groups = cfg.normNumGroups;
-        const float eps = cfg.normEps;
-        const bool scaleShift = cfg.resnetTimeScaleShift == TimeScaleShift::ScaleShift;
-        Act h1 = groupNorm(P + ".norm1", x, groups, eps, true, floats(m, P + ".norm1.weight"),
-                           floats(m, P + ".norm1.bias"));
-        // conv1 without bias: the bias joins the time embedding in norm2's pre-add.
-        const std::size_t w1 = convWeight(m, P + ".conv1.weight", x.c, cout);
-        const int conv1 = addConv(P + ".conv1", x.c, cout, 3, 1, 1, x.h, x.w, w1);
-        Act c1 = newAct(cout, x.h, x.w, P + ".conv1");
-        addOp(P + ".conv1", {h1.buf, c1.buf}, c1,
-              [this, conv1, h1, c1](int batch) { runConv(conv1, ptr(h1.buf), ptr(c1.buf), 1.0f, 0.0f, batch); });
-
-        // Time projection slice in the shared GEMM.
-        const HostTensor& tw = tensor(m, P + ".time_emb_proj.weight");
-        const HostTensor& tb = tensor(m, P + ".time_emb_proj.bias");
-        const std::vector<float>& b1 = tensor(m, P + ".conv1.bias").data;
-        const int width = scaleShift ? 2 * cout : cout;
-        const int offset = tprojWidth;
-        projW.insert(projW.end(), tw.data.begin(), tw.data.end());
-        for (int c = 0; c < width; ++c)
-            projB.push_back(tb.data[static_cast<std::size_t>(c)] + (scaleShift ? 0.0f : b1[static_cast<std::size_t>(c)]));
-        tprojWidth += width;
-        const std::size_t conv1Bias = blob.addFloats(b1);
-
-        Act h2 = groupNorm(P + ".norm2", c1, groups, eps, true, floats(m, P + ".norm2.weight"),
-                           floats(m, P + ".norm2.bias"), [this, offset, scaleShift, conv1Bias, cout](GroupNormParams& p) {
-                               float* tp = reinterpret_cast<float*>(ptr(tprojBuf));
-                               if (scaleShift) {
-                                   p.preAdd = wf(conv1Bias);
-                                   p.preAddBatchStride = 0;
-                                   p.scale = tp + offset;
-                                   p.shift = tp + offset + cout;
-                                   p.filmBatchStride = tprojWidth;
-                               } else {
-                                   p.preAdd = tp + offset;
-                                   p.preAddBatchStride = tprojWidth;
-                               }
-                           });
-
-        const float s = 1.0f / outputScale;
-        const std::size_t w2 = convWeight(m, P + ".conv2.weight", cout, cout);
-        const int conv2 = addConv(P + ".conv2", cout, cout, 3, 1, 1, x.h, x.w, w2);
-        convs.back().alpha = s;
-        Act out = newAct(cout, x.h, x.w, P + ".out");
-        const long long pix = static_cast<long long>(x.h) * x.w;
-        const std::vector<float>& b2 = tensor(m, P + ".conv2.bias").data;
-        if (x.c != cout) {
-            std::vector<float> bias(b2);
-            const std::vector<float>& bs = tensor(m, P + ".conv_shortcut.bias").data;
-            for (std::size_t c = 0; c < bias.size(); ++c) bias[c] += bs[c];
-            const std::size_t bOff = blob.addFloats(bias);
-            const std::size_t ws = convWeight(m, P + ".conv_shortcut.weight", x.c, cout);
-            const int sc = addConv(P + ".conv_shortcut", x.c, cout, 1, 1, 0, x.h, x.w, ws);
-            const int shortcut = newBuffer(static_cast<std::size_t>(maxBatch) * x.h * x.w * cout * dtypeSize(dtype),
-                                           P + ".conv_shortcut");
-            if (betaAccumulate) {
-                addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
-                    launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), nullptr, batch * pix, cout, s, opStream);
-                    runConv(sc, ptr(x.buf), ptr(out.buf), s, 1.0f, batch);
-                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
-                });
-            } else {
-                addOp(P + ".conv_shortcut", {x.buf, shortcut}, out,
-                      [=, this](int batch) { runConv(sc, ptr(x.buf), ptr(shortcut), 1.0f, 0.0f, batch); });
-                convs[static_cast<std::size_t>(conv2)].hasEpilogue = s == 1.0f;
-                convs[static_cast<std::size_t>(conv2)].epilogueBias = bOff;
-                convs[static_cast<std::size_t>(conv2)].epilogueResidual = true;
-                addOp(P + ".conv2", {x.buf, h2.buf, out.buf, shortcut}, out, [=, this](int batch) {
-                    if (!runConvFused(conv2, ptr(h2.buf), ptr(out.buf), ptr(shortcut), batch))
-                        runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
-                });
-                addOp(P + ".conv2.epilogue", {x.buf, out.buf, shortcut}, out, [=, this](int batch) {
-                    if (fusedAt(conv2, batch)) return;
-                    launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(shortcut), batch * pix, cout, s,
-                                       opStream);
-                });
-            }
-        } else {
-            const std::size_t bOff = blob.addFloats(b2);
-            if (betaAccumulate) {
-                addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
-                    launchBiasResidual(dtype, ptr(out.buf), false, wf(bOff), ptr(x.buf), batch * pix, cout, s,
-                                       opStream);
-                    runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 1.0f, batch);
-                });
-            } else {
-                convs[static_cast<std::size_t>(conv2)].hasEpilogue = s == 1.0f;
-                convs[static_cast<std::size_t>(conv2)].epilogueBias = bOff;
-                convs[static_cast<std::size_t>(conv2)].epilogueResidual = true;
-                addOp(P + ".conv2", {x.buf, h2.buf, out.buf}, out, [=, this](int batch) {
-                    if (!runConvFused(conv2, ptr(h2.buf), ptr(out.buf), ptr(x.buf), batch))
-                        runConv(conv2, ptr(h2.buf), ptr(out.buf), s, 0.0f, batch);
-                });
-                addOp(P + ".conv2.epilogue", {x.buf, out.buf}, out, [=, this](int batch) {
-                    if (fusedAt(conv2, batch)) return;
-                    launchBiasResidual(dtype, ptr(out.buf), true, wf(bOff), ptr(x.buf), batch * pix, cout, s,
-                                       opStream);
-                });
-            }
-        }
-        return out;
-    }
-
-    Act attention(const UNetModel& m, const std::string& A, const Act& x, int groups, bool hasNorm, float rescale) {
-        const int C = x.c;
-        const int N = x.h * x.w;
-        const int heads = cfg.headsFor(C);
-        if (heads <= 0 || C % heads != 0)
-            throw std::invalid_argument(A + ": " + std::to_string(C) + " channels cannot be split into heads of " +
-                                        std::to_string(cfg.attentionHeadDim.value_or(C)));
-        const int d = C / heads;
-        Act xn = x;
-        if (hasNorm)
-            xn = groupNorm(A + ".group_norm", x, groups, cfg.normEps, false, floats(m, A + ".group_norm.weight"),
-                           floats(m, A + ".group_norm.bias"));
+    // Q, K, V in one GEMM, scores in float32, softmax, P V, the output projection, then the
+    // bias + residual epilogue with the output scale.
+    void lowerAttention(int index) {
+        const GraphOp& op = opAt(index);
+        const Act xn = act(op.input, op);
+        const Act res = op.residual >= 0 ? act(op.residual, op) : Act{};
+        const int C = xn.c, N = xn.h * xn.w, heads = op.heads, d = C / heads;
         std::vector<float> wqkv, bqkv;
-        for (const char* n : {".to_q", ".to_k", ".to_v"}) {
-            const HostTensor& w = tensor(m, A + n + ".weight");
-            const HostTensor& b = tensor(m, A + n + ".bias");
+        for (int k = 0; k < 3; ++k) {
+            const HostTensor& w = weight(op.params[static_cast<std::size_t>(2 * k)]);
+            const HostTensor& b = weight(op.params[static_cast<std::size_t>(2 * k + 1)]);
             wqkv.insert(wqkv.end(), w.data.begin(), w.data.end());
             bqkv.insert(bqkv.end(), b.data.begin(), b.data.end());
         }
         const std::size_t wq = blob.addTyped(wqkv, dtype), bq = blob.addFloats(bqkv);
-        const std::size_t wo = blob.addTyped(tensor(m, A + ".to_out.0.weight").data, dtype);
-        const std::size_t bo = floats(m, A + ".to_out.0.bias");
+        const std::size_t wo = blob.addTyped(weight(op.params[6]).data, dtype);
+        const std::size_t bo = floats(op.params[7]);
 
-        const int qkv = newBuffer(static_cast<std::size_t>(maxBatch) * N * 3 * C * dtypeSize(dtype), A + ".qkv");
+        const int qkv = newBuffer(static_cast<std::size_t>(maxBatch) * N * 3 * C * dtypeSize(dtype), op.name + ".qkv");
         // Scores for as many images per pass as fit the budget (one image when heads > 1).
         const std::size_t perImage = static_cast<std::size_t>(heads) * N * N;
         const int imagesPerPass = heads == 1
             ? std::max(1, std::min(maxBatch, static_cast<int>(kAttentionScoreBudget / (perImage * sizeof(float)))))
             : 1;
-        const int scores = newBuffer(perImage * imagesPerPass * sizeof(float), A + ".scores");
-        const int probs = newBuffer(perImage * imagesPerPass * dtypeSize(dtype), A + ".probs");
-        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * dtypeSize(dtype), A + ".heads");
-        Act out = newAct(C, x.h, x.w, A + ".out");
+        const int scores = newBuffer(perImage * imagesPerPass * sizeof(float), op.name + ".scores");
+        const int probs = newBuffer(perImage * imagesPerPass * dtypeSize(dtype), op.name + ".probs");
+        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * dtypeSize(dtype), op.name + ".heads");
+        const Act out = newAct(C, xn.h, xn.w, op.name + ".out");
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        const float s = 1.0f / rescale;
-        addOp(A, {x.buf, xn.buf, qkv, scores, probs, o, out.buf}, out, [=, this](int batch) {
+        const float s = op.outputScale;
+        std::vector<int> bufs{xn.buf, qkv, scores, probs, o, out.buf};
+        if (res.buf >= 0) bufs.insert(bufs.begin(), res.buf);
+        addOp(op.name, bufs, out, [=, this](int batch) {
             const DType t = dtype;
             const cudaDataType_t ct = cublasType(t);
             const std::size_t es = dtypeSize(t);
@@ -661,134 +922,80 @@ struct CudaBackend::Impl {
                     CUBLAS_GEMM_DEFAULT));
             }
             gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
-            launchBiasResidual(t, ptr(out.buf), true, wf(bo), ptr(x.buf), static_cast<long long>(batch) * N, C, s,
-                               opStream);
+            launchBiasResidual(t, ptr(out.buf), true, wf(bo), res.buf >= 0 ? ptr(res.buf) : nullptr,
+                               static_cast<long long>(batch) * N, C, s, opStream);
         });
-        return out;
+        valueAct[static_cast<std::size_t>(op.output)] = out;
     }
 
-    void build(const UNetModel& model) {
-        cfg = model.config();
-        const ModelConfig& c = cfg;
-        const int L = c.levels();
-        if (L < 1) throw std::invalid_argument("model config: block_out_channels is empty");
-        if (tileH % c.downsampleFactor() != 0 || tileW % c.downsampleFactor() != 0)
-            throw std::invalid_argument("tile " + std::to_string(tileW) + "x" + std::to_string(tileH) +
-                                        " is not a multiple of the model's downsample factor " +
-                                        std::to_string(c.downsampleFactor()));
-        const int C0 = c.blockOutChannels[0];
-        const int T = c.timeEmbedDim();
-        inPad = (c.inChannels + 7) / 8 * 8;
-        outPad = (c.outChannels + 7) / 8 * 8;
+    void lowerConcat(const GraphOp& op) {
+        const Act a = act(op.input, op), s = act(op.input2, op);
+        const Act cat = newAct(a.c + s.c, a.h, a.w, op.name);
+        addOp(op.name, {a.buf, s.buf, cat.buf}, cat, [this, a, s, cat](int batch) {
+            launchConcatChannels(dtype, ptr(a.buf), a.c, ptr(s.buf), s.c, ptr(cat.buf),
+                                 static_cast<long long>(batch) * a.h * a.w, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = cat;
+    }
 
-        // Host-facing staging and the persistent input/output/timestep buffers.
-        stageInBuf = newBuffer(static_cast<std::size_t>(maxBatch) * c.inChannels * tileH * tileW * 4, "stage.in");
-        stageOutBuf = newBuffer(static_cast<std::size_t>(maxBatch) * c.outChannels * tileH * tileW * 4, "stage.out");
-        timestepBuf = newBuffer(static_cast<std::size_t>(maxBatch) * 4, "timesteps");
-        Act input = newAct(inPad, tileH, tileW, "input");
-        inputBuf = input.buf;
+    void lowerUpsample(const GraphOp& op) {
+        const Act src = act(op.input, op, false);
+        const Act up = newAct(src.c, src.h * 2, src.w * 2, op.name);
+        addOp(op.name, {src.buf, up.buf}, up, [this, src, up](int batch) {
+            launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = up;
+    }
 
-        // Time embedding (float32): sinusoid -> linear_1 -> SiLU -> linear_2 -> (SiLU) -> all projections.
-        const int tsin = newBuffer(static_cast<std::size_t>(maxBatch) * C0 * 4, "temb.sinusoid");
-        const int th = newBuffer(static_cast<std::size_t>(maxBatch) * T * 4, "temb.hidden");
-        const int temb = newBuffer(static_cast<std::size_t>(maxBatch) * T * 4, "temb");
-        const int tact = newBuffer(static_cast<std::size_t>(maxBatch) * T * 4, "temb.silu");
-        tprojBuf = newBuffer(0, "temb.proj");   // sized after the walk
-        const std::size_t l1w = floats(model, "time_embedding.linear_1.weight");
-        const std::size_t l1b = floats(model, "time_embedding.linear_1.bias");
-        const std::size_t l2w = floats(model, "time_embedding.linear_2.weight");
-        const std::size_t l2b = floats(model, "time_embedding.linear_2.bias");
-        const int timeOp = static_cast<int>(ops.size());
-        addOp("time_embedding", {timestepBuf, tsin, th, temb, tact, tprojBuf}, Act{}, {});   // body set after the walk
-
-        Act h = convLayer(model, "conv_in", input, C0, 3, 1, 1, nullptr, 1.0f, inPad, 0);
-        std::vector<Act> skips{h};
-        for (int i = 0; i < L; ++i) {
-            const int out = c.blockOutChannels[static_cast<std::size_t>(i)];
-            const bool attn = c.downBlocks.at(static_cast<std::size_t>(i)) == DownBlockType::AttnDown;
-            const std::string D = "down_blocks." + std::to_string(i);
-            for (int j = 0; j < c.layersPerBlock; ++j) {
-                h = resnet(model, D + ".resnets." + std::to_string(j), h, out, 1.0f);
-                if (attn) h = attention(model, D + ".attentions." + std::to_string(j), h, c.normNumGroups, true, 1.0f);
-                skips.push_back(h);
+    void build(const ModelGraph& g, const TensorMap& weights) {
+        graph = g;
+        weightMap = &weights;
+        graph.checkTileSize(tileH, tileW);
+        analyse();
+        lowerInputs();
+        bool vectorsDone = false;
+        for (std::size_t i = 0; i < graph.ops().size(); ++i) {
+            const GraphOp& op = graph.ops()[i];
+            const std::size_t before = ops.size();
+            if (graph.value(op.output).kind == ValueKind::Vector) {
+                if (!vectorsDone) lowerVectors();
+                vectorsDone = true;
+                continue;
             }
-            if (i < L - 1) {
-                const std::string name = D + ".downsamplers.0.conv";
-                if (c.downsamplePadding == 0) {
-                    Act padded = newAct(h.c, h.h + 1, h.w + 1, name + ".pad");
-                    const Act src = h;
-                    addOp(name + ".pad", {src.buf, padded.buf}, padded, [this, src, padded](int batch) {
-                        launchPadRightBottom(dtype, ptr(src.buf), ptr(padded.buf), batch, src.h, src.w, src.c,
-                                             opStream);
-                    });
-                    h = convLayer(model, name, padded, out, 3, 2, 0, nullptr, 1.0f);
-                } else {
-                    h = convLayer(model, name, h, out, 3, 2, c.downsamplePadding, nullptr, 1.0f);
-                }
-                skips.push_back(h);
+            switch (op.kind) {
+            case OpKind::Conv:
+                if (!deferred[i]) lowerConv(static_cast<int>(i));
+                break;
+            case OpKind::GroupNorm: lowerGroupNorm(static_cast<int>(i)); break;
+            case OpKind::Attention: lowerAttention(static_cast<int>(i)); break;
+            case OpKind::Concat: lowerConcat(op); break;
+            case OpKind::Upsample: lowerUpsample(op); break;
+            default: lowerPointwise(op); break;
             }
+            // The op that completes the value (not a conv whose bias went into the norm after it).
+            if (ops.size() > before && !biasMoved[i]) ops.back().value = op.output;
         }
-        if (c.hasMidBlock) {
-            const int C = c.blockOutChannels.back();
-            h = resnet(model, "mid_block.resnets.0", h, C, c.midBlockScaleFactor);
-            if (c.addAttention) {
-                const bool norm = c.attnNormNumGroups.has_value() || c.resnetTimeScaleShift == TimeScaleShift::Default;
-                h = attention(model, "mid_block.attentions.0", h, c.attnNormNumGroups.value_or(c.normNumGroups), norm,
-                              c.midBlockScaleFactor);
-            }
-            h = resnet(model, "mid_block.resnets.1", h, C, c.midBlockScaleFactor);
-        }
-        for (int i = 0; i < L; ++i) {
-            const int out = c.blockOutChannels[static_cast<std::size_t>(L - 1 - i)];
-            const bool attn = c.upBlocks.at(static_cast<std::size_t>(i)) == UpBlockType::AttnUp;
-            const std::string U = "up_blocks." + std::to_string(i);
-            for (int j = 0; j <= c.layersPerBlock; ++j) {
-                const Act s = skips.back();
-                skips.pop_back();
-                Act cat = newAct(h.c + s.c, h.h, h.w, U + ".cat" + std::to_string(j));
-                const Act a = h;
-                addOp(U + ".cat" + std::to_string(j), {a.buf, s.buf, cat.buf}, cat, [this, a, s, cat](int batch) {
-                    launchConcatChannels(dtype, ptr(a.buf), a.c, ptr(s.buf), s.c, ptr(cat.buf),
-                                         static_cast<long long>(batch) * a.h * a.w, opStream);
-                });
-                h = resnet(model, U + ".resnets." + std::to_string(j), cat, out, 1.0f);
-                if (attn) h = attention(model, U + ".attentions." + std::to_string(j), h, c.normNumGroups, true, 1.0f);
-            }
-            if (i < L - 1) {
-                Act up = newAct(h.c, h.h * 2, h.w * 2, U + ".upsample");
-                const Act src = h;
-                addOp(U + ".upsample", {src.buf, up.buf}, up, [this, src, up](int batch) {
-                    launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, opStream);
-                });
-                h = convLayer(model, U + ".upsamplers.0.conv", up, out, 3, 1, 1, nullptr, 1.0f);
-            }
-        }
-        Act g = groupNorm("conv_norm_out", h, c.normNumGroups, c.normEps, true, floats(model, "conv_norm_out.weight"),
-                          floats(model, "conv_norm_out.bias"));
-        Act y = convLayer(model, "conv_out", g, c.outChannels, 3, 1, 1, nullptr, 1.0f, 0, outPad);
-        outputBuf = y.buf;
-
-        // Now the projections are known: size their buffer and give the time op its body.
-        buffers[static_cast<std::size_t>(tprojBuf)].bytes = alignUp(static_cast<std::size_t>(maxBatch) * tprojWidth * 4);
-        const std::size_t pw = blob.addFloats(projW), pb = blob.addFloats(projB);
-        const int P = tprojWidth;
-        const bool flip = c.flipSinToCos;
-        const int shift = c.freqShift;
-        ops[static_cast<std::size_t>(timeOp)].run = [=, this](int batch) {
-            float* ts = reinterpret_cast<float*>(ptr(timestepBuf));
-            launchTimestepEmbedding(ts, reinterpret_cast<float*>(ptr(tsin)), batch, C0, shift, flip, opStream);
-            gemmRows(DType::F32, wf(l1w), ptr(tsin), ptr(th), batch, C0, T, 1.0f, 0.0f);
-            launchBiasActivationF32(reinterpret_cast<float*>(ptr(th)), wf(l1b), batch, T, true, nullptr, opStream);
-            gemmRows(DType::F32, wf(l2w), ptr(th), ptr(temb), batch, T, T, 1.0f, 0.0f);
-            launchBiasActivationF32(reinterpret_cast<float*>(ptr(temb)), wf(l2b), batch, T, false,
-                                    reinterpret_cast<float*>(ptr(tact)), opStream);
-            gemmRows(DType::F32, wf(pw), ptr(tact), ptr(tprojBuf), batch, T, P, 1.0f, 0.0f);
-            launchBiasActivationF32(reinterpret_cast<float*>(ptr(tprojBuf)), wf(pb), batch, P, false, nullptr,
-                                    opStream);
-        };
         // Buffers the host or the engine touches between calls live for the whole run.
-        for (int b : {stageInBuf, stageOutBuf, timestepBuf, inputBuf, outputBuf})
+        outputBuf = -1;
+        for (int v : graph.outputs()) {
+            const int buf = graph.value(v).kind == ValueKind::Vector ? valueVec[static_cast<std::size_t>(v)].buf
+                                                                     : valueAct[static_cast<std::size_t>(v)].buf;
+            buffers[static_cast<std::size_t>(buf)].wholeRun = true;
+            if (outputBuf < 0 && graph.value(v).kind == ValueKind::FeatureMap) {
+                outputBuf = buf;
+                outPad = valueAct[static_cast<std::size_t>(v)].c;
+            }
+        }
+        for (int b : stageIn)
+            if (b >= 0) buffers[static_cast<std::size_t>(b)].wholeRun = true;
+        for (int b : stageOut)
+            if (b >= 0) buffers[static_cast<std::size_t>(b)].wholeRun = true;
+        for (int v : graph.inputs()) {
+            const int b = graph.value(v).kind == ValueKind::Vector ? valueVec[static_cast<std::size_t>(v)].buf
+                                                                   : valueAct[static_cast<std::size_t>(v)].buf;
             buffers[static_cast<std::size_t>(b)].wholeRun = true;
+        }
+        weightMap = nullptr;
     }
 
     // Greedy by size: each buffer at the lowest offset that does not overlap, in address and
@@ -1072,7 +1279,7 @@ struct CudaBackend::Impl {
         return s.str();
     }
 
-    void prepare(const UNetModel& model, int batch, int h, int w, int laneCount) {
+    void prepare(const ModelGraph& g, const TensorMap& tensors, int batch, int h, int w, int laneCount) {
         if (batch < 1) throw std::invalid_argument("tile batch must be at least 1, got " + std::to_string(batch));
         if (h < 1 || w < 1) throw std::invalid_argument("tile size must be positive");
         if (laneCount < 1 || laneCount > kMaxLanes)
@@ -1098,14 +1305,11 @@ struct CudaBackend::Impl {
         graphNotes.clear();
         fusedChosen.clear();
         fusedBuildMs = 0;
-        projW.clear();
-        projB.clear();
-        tprojWidth = 0;
         blob = WeightBlob();
         maxBatch = batch;
         tileH = h;
         tileW = w;
-        build(model);
+        build(g, tensors);
         planArena();
 
         std::size_t freeBytes = 0, totalBytes = 0;
@@ -1280,25 +1484,59 @@ struct CudaBackend::Impl {
         runOps(batch);
     }
 
-    void forward(const float* x, const float* timesteps, int batch, float* out) {
-        if (!prepared) throw std::logic_error("CudaBackend: forward before prepare");
+    // Host float32 inputs into the staging buffers and on into the NHWC input activations.
+    void upload(const std::vector<const float*>& inputs, int batch, cudaStream_t s) {
+        if (inputs.size() != graph.inputs().size())
+            throw std::invalid_argument("CudaBackend: " + std::to_string(inputs.size()) + " inputs for a graph of " +
+                                        std::to_string(graph.inputs().size()));
+        for (std::size_t k = 0; k < inputs.size(); ++k) {
+            const int v = graph.inputs()[k];
+            const GraphValue& g = graph.value(v);
+            if (g.kind == ValueKind::Vector) {
+                TESSERA_CHECK(cudaMemcpyAsync(vec(valueVec[static_cast<std::size_t>(v)]), inputs[k],
+                                              static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyHostToDevice, s));
+                continue;
+            }
+            const int h = tileH / g.divisor, w = tileW / g.divisor;
+            const Act& a = valueAct[static_cast<std::size_t>(v)];
+            TESSERA_CHECK(cudaMemcpyAsync(ptr(stageIn[k]), inputs[k], static_cast<std::size_t>(batch) * g.channels * h * w * 4,
+                                          cudaMemcpyHostToDevice, s));
+            launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageIn[k])), dtype, ptr(a.buf), batch, g.channels, h, w,
+                             a.c, 1.0f, s);
+        }
+    }
+
+    void download(const std::vector<float*>& outputs, int batch, cudaStream_t s) {
+        if (outputs.size() != graph.outputs().size())
+            throw std::invalid_argument("CudaBackend: " + std::to_string(outputs.size()) + " outputs for a graph of " +
+                                        std::to_string(graph.outputs().size()));
+        for (std::size_t k = 0; k < outputs.size(); ++k) {
+            const int v = graph.outputs()[k];
+            const GraphValue& g = graph.value(v);
+            if (g.kind == ValueKind::Vector) {
+                TESSERA_CHECK(cudaMemcpyAsync(outputs[k], vec(valueVec[static_cast<std::size_t>(v)]),
+                                              static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyDeviceToHost, s));
+                continue;
+            }
+            const int h = tileH / g.divisor, w = tileW / g.divisor;
+            const Act& a = valueAct[static_cast<std::size_t>(v)];
+            launchNhwcToNchw(dtype, ptr(a.buf), reinterpret_cast<float*>(ptr(stageOut[k])), batch, g.channels, h, w, a.c, s);
+            TESSERA_CHECK(cudaMemcpyAsync(outputs[k], ptr(stageOut[k]), static_cast<std::size_t>(batch) * g.channels * h * w * 4,
+                                          cudaMemcpyDeviceToHost, s));
+        }
+    }
+
+    void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) {
+        if (!prepared) throw std::logic_error("CudaBackend: run before prepare");
         selectOwnLane();
         if (batch < 1 || batch > maxBatch)
             throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
                                         std::to_string(maxBatch) + " (the prepared tile batch)");
         TESSERA_CHECK(cudaSetDevice(device));
         cudaStream_t s = stream.get();
-        const std::size_t inCount = static_cast<std::size_t>(batch) * cfg.inChannels * tileH * tileW;
-        const std::size_t outCount = static_cast<std::size_t>(batch) * cfg.outChannels * tileH * tileW;
-        TESSERA_CHECK(cudaMemcpyAsync(ptr(stageInBuf), x, inCount * 4, cudaMemcpyHostToDevice, s));
-        TESSERA_CHECK(cudaMemcpyAsync(ptr(timestepBuf), timesteps, static_cast<std::size_t>(batch) * 4,
-                                      cudaMemcpyHostToDevice, s));
-        launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageInBuf)), dtype, ptr(inputBuf), batch, cfg.inChannels,
-                         tileH, tileW, inPad, 1.0f, s);
+        upload(inputs, batch, s);
         enqueue(batch, 0, s);
-        launchNhwcToNchw(dtype, ptr(outputBuf), reinterpret_cast<float*>(ptr(stageOutBuf)), batch, cfg.outChannels,
-                         tileH, tileW, outPad, s);
-        TESSERA_CHECK(cudaMemcpyAsync(out, ptr(stageOutBuf), outCount * 4, cudaMemcpyDeviceToHost, s));
+        download(outputs, batch, s);
         TESSERA_CHECK(cudaStreamSynchronize(s));
     }
 
@@ -1355,17 +1593,14 @@ struct CudaBackend::Impl {
         if (!prepared) throw std::logic_error("CudaBackend: traceForward before prepare");
         selectOwnLane();
         cudaStream_t s = stream.get();
-        const std::size_t inCount = static_cast<std::size_t>(batch) * cfg.inChannels * tileH * tileW;
-        TESSERA_CHECK(cudaMemcpyAsync(ptr(stageInBuf), x, inCount * 4, cudaMemcpyHostToDevice, s));
-        TESSERA_CHECK(cudaMemcpyAsync(ptr(timestepBuf), timesteps, static_cast<std::size_t>(batch) * 4,
-                                      cudaMemcpyHostToDevice, s));
-        launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageInBuf)), dtype, ptr(inputBuf), batch, cfg.inChannels,
-                         tileH, tileW, inPad, 1.0f, s);
+        upload({x, timesteps}, batch, s);
         std::vector<CudaBackend::LayerTrace> trace;
         for (Op& op : ops) {
             op.run(batch);
             CudaBackend::LayerTrace t;
             t.name = op.name;
+            if (op.value >= 0) t.value = graph.value(op.value).name;
+            t.channels = op.out.c;
             if (op.out.buf >= 0) {
                 const std::size_t n = static_cast<std::size_t>(batch) * op.out.c * op.out.h * op.out.w;
                 t.values.resize(n);
@@ -1403,15 +1638,26 @@ BackendInfo CudaBackend::info() const {
     return i;
 }
 
+void CudaBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) {
+    impl_->prepare(graph, weights, batch, tileH, tileW, 1);
+}
+void CudaBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW,
+                               int lanes) {
+    impl_->prepare(graph, weights, batch, tileH, tileW, lanes);
+}
+void CudaBackend::run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) {
+    impl_->run(inputs, batch, outputs);
+}
 void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW) {
-    impl_->prepare(model, batch, tileH, tileW, 1);
+    prepare(model, batch, tileH, tileW, 1);
 }
 void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes) {
-    impl_->prepare(model, batch, tileH, tileW, lanes);
+    impl_->prepare(unet2DExecutionGraph(model.config()), model.tensors(), batch, tileH, tileW, lanes);
 }
+const ModelGraph& CudaBackend::graph() const { return impl_->graph; }
 int CudaBackend::lanes() const { return impl_->prepared ? impl_->lanes : 0; }
 void CudaBackend::forward(const float* x, const float* timesteps, int batch, float* out) {
-    impl_->forward(x, timesteps, batch, out);
+    impl_->run({x, timesteps}, batch, {out});
 }
 Precision CudaBackend::precision() const { return impl_->precision; }
 int CudaBackend::preparedBatch() const { return impl_->prepared ? impl_->maxBatch : 0; }

@@ -1,8 +1,11 @@
-// CudaBackend: the UNet2D forward on an NVIDIA GPU. NHWC activations in float32, float16
-// or bfloat16 with float32 accumulation; convolutions through cuDNN (algorithms benchmarked
-// once in prepare), GroupNorm(+time embedding, +SiLU) and attention softmax as own kernels,
-// linear layers through cuBLAS. prepare() plans every buffer from tensor lifetimes into one
-// device arena (weights + activations + workspace); nothing allocates after it.
+// CudaBackend: lowers a ModelGraph (core/ModelGraph.h; for the UNet, the fused graph of
+// core/UNetGraph.h) onto an NVIDIA GPU. NHWC activations in float32, float16 or bfloat16 with
+// float32 accumulation, vectors in float32; convolutions through cuDNN (algorithms benchmarked
+// once in prepare), GroupNorm(+pre-add, +FiLM, +SiLU), attention softmax and elementwise ops as
+// own kernels, linear layers through cuBLAS. prepare() plans every buffer from tensor
+// lifetimes into one device arena (weights + activations + workspace); nothing allocates after
+// it. The lowering choices (which ops share a launch, where biases go) are listed in
+// docs/ENGINE_GRAPH.md.
 //
 // This header includes no CUDA header, so Qt-side code can hold a CudaBackend.
 #pragma once
@@ -59,21 +62,27 @@ public:
 
     BackendInfo info() const override;
     // Throws CudaOutOfMemory (needed/free MiB and the largest batch that fits) when the plan
-    // does not fit, std::invalid_argument for shapes the model cannot take.
-    void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
+    // does not fit, std::invalid_argument for shapes the graph cannot take. The weights are
+    // uploaded here (not read afterwards).
+    void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override;
     // With `lanes` copies of the activation region and workspaces (the weights shared), so
     // that up to `lanes` forwards can run at once on different streams (1..kMaxLanes, core/RunConfig.h).
+    void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW, int lanes);
+    // Host float32 in and out (copies through the device); synchronises.
+    void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override;
+    void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
     void prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes);
-    int lanes() const;   // prepared lanes (0 before prepare)
-    // Host float32 NCHW in and out (copies through the device); synchronises.
     void forward(const float* x, const float* timesteps, int batch, float* out) override;
+    int lanes() const;   // prepared lanes (0 before prepare)
+    const ModelGraph& graph() const;  // the prepared graph
 
     Precision precision() const;
     int preparedBatch() const;
     CudaMemoryPlan memoryPlan() const;
     std::string planSummary() const;   // layers, chosen cuDNN algorithms, buffer counts
 
-    // Device-side interface for the CUDA engine; all work is ordered on stream().
+    // Device-side interface for the CUDA engine (for the graph's first feature-map input,
+    // first vector input and first output); all work is ordered on stream().
     CUstream_st* stream() const;
     // Per lane (0..lanes()-1):
     void* deviceInput(int lane = 0) const;          // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
@@ -107,9 +116,14 @@ public:
     std::vector<OpTime> profileOps(int batch, int repeats, bool inGraph = true);
 
     // Diagnostics: runs forward layer by layer, synchronising after each, and returns every
-    // layer's output (NHWC, as float32; empty for layers without one) for the first `batch` tiles.
+    // layer's output (NHWC with `channels` stored channels, as float32; empty for layers without
+    // one) for the first `batch` tiles. `value` names the graph value the output holds once the
+    // layer has run (empty for a partial result: a convolution before its epilogue), so traces
+    // compare with the CPU backend's values of the same graph.
     struct LayerTrace {
         std::string name;
+        std::string value;
+        int channels = 0;
         std::vector<float> values;
     };
     std::vector<LayerTrace> traceForward(const float* x, const float* timesteps, int batch);

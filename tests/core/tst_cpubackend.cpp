@@ -2,6 +2,7 @@
 // the graph against the spec's tensor list, and whole forwards against the PyTorch goldens.
 #include <QtTest>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -316,13 +317,15 @@ private slots:
             B[m] = randomVector(C, 31 + m, 0.1f);
         }
         auto gamma = randomVector(C, 40), beta = randomVector(C, 41);
-        cpu::AttentionWeights aw;
+        // The primitive reads the normalised input and adds the raw one (the graph's GroupNorm
+        // op runs before it).
+        std::vector<float> xn(x);
         if (norm) {
-            aw.normGamma = gamma.data();
-            aw.normBeta = beta.data();
+            cpu::WorkerPool gnPool(1);
+            cpu::groupNorm(gnPool, 1, C, N, groups, 1e-6f, x.data(), gamma.data(), beta.data(), nullptr, nullptr, false,
+                           xn.data());
         }
-        aw.groups = groups;
-        aw.eps = 1e-6f;
+        cpu::AttentionWeights aw;
         aw.wq = W[0].data(); aw.bq = B[0].data();
         aw.wk = W[1].data(); aw.bk = B[1].data();
         aw.wv = W[2].data(); aw.bv = B[2].data();
@@ -330,7 +333,7 @@ private slots:
         if (queryBlock == 0) queryBlock = cpu::attentionQueryBlock(N, 1 << 20);
         std::vector<float> scratch(cpu::attentionScratchFloats(C, N, queryBlock)), y(x.size());
         cpu::WorkerPool pool(2);
-        cpu::attention(pool, C, N, heads, aw, x.data(), outScale, y.data(), scratch.data(), queryBlock);
+        cpu::attention(pool, C, N, heads, aw, xn.data(), x.data(), outScale, y.data(), scratch.data(), queryBlock);
         const auto ref = attentionDirect(x, C, N, heads, norm ? gamma.data() : nullptr, beta.data(), groups, 1e-6, W, B,
                                          outScale);
         QVERIFY2(maxAbs(y, ref) < 2e-5, qPrintable(QString::number(maxAbs(y, ref))));
@@ -338,6 +341,35 @@ private slots:
         const auto other = attentionDirect(x, C, N, heads == 1 ? 4 : 1, norm ? gamma.data() : nullptr, beta.data(),
                                            groups, 1e-6, W, B, outScale);
         QVERIFY(maxAbs(y, other) > 1e-3);
+    }
+
+    void elementwiseOps() {
+        const int batch = 2, C = 5;
+        const std::int64_t P = 7;
+        const std::size_t n = std::size_t(batch) * C * P;
+        const auto x = randomVector(n, 60), other = randomVector(n, 61), v = randomVector(std::size_t(batch) * 2 * C, 62);
+        cpu::WorkerPool pool(3);
+        std::vector<float> y(n);
+        cpu::affine(pool, std::int64_t(n), x.data(), 2.0f, -1.0f, y.data());
+        for (std::size_t i = 0; i < n; ++i) QCOMPARE(y[i], x[i] * 2.0f - 1.0f);
+        cpu::silu(pool, std::int64_t(n), x.data(), y.data());
+        for (std::size_t i = 0; i < n; ++i) QVERIFY(std::fabs(y[i] - siluD(x[i])) < 1e-6);
+        cpu::add(pool, batch, C, P, x.data(), other.data(), false, y.data());
+        for (std::size_t i = 0; i < n; ++i) QCOMPARE(y[i], x[i] + other[i]);
+        cpu::add(pool, batch, C, P, x.data(), v.data(), true, y.data());  // v read as [batch, C]
+        for (std::size_t i = 0; i < n; ++i) QCOMPARE(y[i], x[i] + v[i / std::size_t(P)]);
+        cpu::scaleShift(pool, batch, C, P, x.data(), v.data(), y.data());
+        for (int b = 0; b < batch; ++b)
+            for (int c = 0; c < C; ++c)
+                for (std::int64_t p = 0; p < P; ++p) {
+                    const std::size_t i = (std::size_t(b) * C + c) * std::size_t(P) + std::size_t(p);
+                    const double want = double(x[i]) * (1.0 + v[std::size_t(b * 2 * C + c)]) + v[std::size_t(b * 2 * C + C + c)];
+                    QVERIFY(std::fabs(y[i] - want) < 1e-5);
+                }
+        // In place.
+        std::vector<float> z(x);
+        cpu::silu(pool, std::int64_t(n), z.data(), z.data());
+        for (std::size_t i = 0; i < n; ++i) QVERIFY(std::fabs(z[i] - siluD(x[i])) < 1e-6);
     }
 
     void upsampleNearest() {
@@ -410,9 +442,9 @@ private slots:
         while (std::getline(in, line))
             if (!line.empty()) expected.insert(line);
         QCOMPARE(expected.size(), std::size_t(328));
-        const UNetGraph g = UNetGraph::build(cifar10Config());
+        const ModelGraph g = unet2DExecutionGraph(cifar10Config());
         std::set<std::string> got;
-        for (const auto& [name, shape] : g.weights()) {
+        for (const auto& [name, shape] : g.parameterList()) {
             std::ostringstream s;
             s << name << " [";
             for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
@@ -422,13 +454,17 @@ private slots:
         for (const auto& e : expected) QVERIFY2(got.count(e), ("graph lacks " + e).c_str());
         QCOMPARE(got.size(), expected.size());
         // Shapes of a few activations at 32 x 32 (spec §2.11).
-        QCOMPARE(g.shape(g.output(), 2, 32, 32), (std::vector<std::int64_t>{2, 3, 32, 32}));
+        QCOMPARE(g.shape(g.outputs().at(0), 2, 32, 32), (std::vector<std::int64_t>{2, 3, 32, 32}));
         int attnValues = 0;
         for (const GraphOp& op : g.ops())
             if (op.kind == OpKind::Attention) {
                 ++attnValues;
                 QCOMPARE(op.heads, 1);
-                QVERIFY(op.groups == 32);
+                QVERIFY(op.residual >= 0 && op.residual != op.input);  // + the input before its GroupNorm
+                const auto norm = std::find_if(g.ops().begin(), g.ops().end(),
+                                               [&](const GraphOp& o) { return o.output == op.input; });
+                QVERIFY(norm != g.ops().end() && norm->kind == OpKind::GroupNorm && norm->groups == 32 &&
+                        norm->input == op.residual && !norm->silu);
             }
         QCOMPARE(attnValues, 2 + 1 + 3);
         // FLOPs agree with the model's own count.
@@ -443,23 +479,23 @@ private slots:
         ModelConfig c = smallConfig();
         c.normNumGroups = 5;
         try {
-            (void)UNetGraph::build(c);
+            (void)buildUNet2DGraph(c);
             QFAIL("groups 5 accepted");
         } catch (const std::invalid_argument& e) {
             QVERIFY2(QString(e.what()).startsWith("norm_num_groups"), e.what());
         }
         c = smallConfig();
         c.downsamplePadding = 2;
-        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)UNetGraph::build(c));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)buildUNet2DGraph(c));
         c = smallConfig();
         c.attentionHeadDim = 12;
         try {
-            (void)UNetGraph::build(c);
+            (void)buildUNet2DGraph(c);
             QFAIL("head dim 12 accepted for 32 channels");
         } catch (const std::invalid_argument& e) {
             QVERIFY2(QString(e.what()).startsWith("attention_head_dim"), e.what());
         }
-        const UNetGraph g = UNetGraph::build(smallConfig());
+        const ModelGraph g = buildUNet2DGraph(smallConfig());
         try {
             g.checkTileSize(34, 32);
             QFAIL("tile 34 accepted with downsampling factor 4");
@@ -513,10 +549,10 @@ private slots:
         c.centerInputSample = true;
         c.downsamplePadding = 1;
         c.layersPerBlock = 2;
-        const UNetGraph g = UNetGraph::build(c);
+        const ModelGraph g = unet2DExecutionGraph(c);
         bool midHasNoNorm = false;
         for (const GraphOp& op : g.ops())
-            if (op.prefix == "mid_block.attentions.0") midHasNoNorm = op.groups == 0;
+            if (op.name == "mid_block.attentions.0") midHasNoNorm = op.input == op.residual;
         QVERIFY(midHasNoNorm);
         const UNetModel model = UNetModel::random(c, 9);
         CpuBackend backend(2);

@@ -352,6 +352,21 @@ private slots:
         for (const auto& [n, s] : list) QVERIFY(n.rfind("mid_block.", 0) != 0);
     }
 
+    // A config that parses but that the graph cannot be built from is a model error (exit 2 in
+    // the CLI), before any tensor is read.
+    void unbuildableConfigIsAModelError() {
+        nlohmann::json config = tinyConfigJson();
+        config["downsample_padding"] = 2;
+        const std::string dir = writeModel(encode(tinyWeights()), config);
+        try {
+            (void)UNetModel::load(dir);
+            QFAIL("downsample_padding 2 loaded");
+        } catch (const ModelError& e) {
+            EXPECT_MESSAGE(std::string(e.what()), "downsample_padding: 2 is not supported");
+        }
+        QVERIFY_THROWS_EXCEPTION(ModelError, (void)UNetModel::random(modelConfigFromJson(config), 1));
+    }
+
     void flopsCountConvsLinearsAndAttention() {
         // One level of 32 channels, no mid block, 8x8 tile: every term written out.
         nlohmann::json j = {{"block_out_channels", {32}}, {"down_block_types", {"DownBlock2D"}},

@@ -1,0 +1,157 @@
+// ModelGraph: a model written once, as typed operations over typed values. A model family's
+// builder (core/UNetGraph.h: diffusers' UNet2DModel) makes it from the config in primitive
+// ops; fuseForExecution() rewrites it into the form the backends run (the CPU reference,
+// core/CpuBackend.h, and the CUDA backend, kernels/CudaBackend.h, lower the same graph).
+// Parameter lists, parameter counts and FLOPs are read from it. Qt-free.
+// docs/ENGINE_GRAPH.md says where each responsibility lives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera {
+
+// What a value holds, for a batch of B tiles of H x W.
+enum class ValueKind {
+    FeatureMap,  // [B, channels, H / divisor, W / divisor]
+    Vector,      // [B, channels]: timesteps, time embeddings
+};
+
+// Operations. Every one is implemented by every backend (tests/cuda/tst_backendops.cpp runs
+// each on the CUDA backend against the CPU reference). `input` is the first operand, `input2`
+// the second; parameters are listed in the order given here (PyTorch shapes).
+enum class OpKind {
+    Affine,             // input * scale + shift, elementwise
+    SiLU,               // input * sigmoid(input), elementwise
+    Add,                // input + input2: the same shape, or a feature map plus a vector [B, C]
+                        // added to every pixel
+    ScaleShift,         // FiLM: input * (1 + v[:, :C]) + v[:, C:], input a feature map of C
+                        // channels, v = input2 a vector [B, 2C]
+    TimestepEmbedding,  // vector [B, 1] -> [B, channels]: the sinusoid of shared/spec/unet2d.md §2.2
+    Linear,             // vector [B, in] -> [B, channels]: input W^T + b (weight [channels, in], bias [channels])
+    Conv,               // feature map: kernel x kernel, stride 1 or 2, zero padding padBegin rows/columns
+                        // at the top/left and padEnd at the bottom/right; + bias (weight [channels, in, k, k],
+                        // bias [channels])
+    GroupNorm,          // feature map: `groups` groups, statistics over (channels of the group, pixels),
+                        // then * gamma + beta (weight [C], bias [C])
+    Attention,          // multi-head self-attention over the pixels of a feature map (each pixel a token
+                        // of C features): to_out(softmax(Q K^T / sqrt(C / heads)) V), Q, K, V = to_q/to_k/
+                        // to_v(input) (to_q, to_k, to_v, to_out.0: weight [C, C] then bias [C])
+    Concat,             // feature maps [input, input2] along channels
+    Upsample,           // feature map, nearest neighbour x2
+};
+const char* toString(OpKind);
+
+struct GraphValue {
+    std::string name;  // "down_blocks.1.attentions.0", "time_embedding.act"
+    ValueKind kind = ValueKind::FeatureMap;
+    int channels = 0;
+    int divisor = 1;   // FeatureMap: spatial size = tile / divisor; 0 for vectors
+};
+
+struct GraphParam {
+    std::string name;                  // diffusers parameter name: "conv_in.weight"
+    std::vector<std::int64_t> shape;   // PyTorch layout
+};
+
+struct GraphOp {
+    OpKind kind = OpKind::Conv;
+    std::string name;          // module path ("down_blocks.0.resnets.1.conv1"); unique in a graph
+    int input = -1;            // value ids
+    int input2 = -1;           // Add, ScaleShift, Concat
+    int output = -1;
+    std::vector<int> params;   // parameter ids, in the order OpKind states
+    int channels = 0;          // output channels: TimestepEmbedding, Linear, Conv
+    int kernel = 1, stride = 1, padBegin = 0, padEnd = 0;  // Conv
+    int groups = 0;            // GroupNorm
+    float eps = 1e-5f;         // GroupNorm
+    int heads = 1;             // Attention
+    float scale = 1.0f, shift = 0.0f;  // Affine
+    int freqShift = 0;         // TimestepEmbedding
+    bool flipSinToCos = false;
+
+    // Fusions, set by fuseForExecution() (builders leave them alone):
+    bool silu = false;         // Linear, GroupNorm: SiLU on the result
+    int preAdd = -1;           // GroupNorm: vector [B, C] added to every pixel before the statistics
+    int scaleShift = -1;       // GroupNorm: vector [B, 2C], FiLM after the norm (before the SiLU)
+    int residual = -1;         // Conv, Attention: a value of the output's shape added after the bias
+    float outputScale = 1.0f;  // Conv, Attention: y = (result + residual) * outputScale
+
+    // Every value the op reads (input, input2, preAdd, scaleShift, residual; those present).
+    std::vector<int> operands() const;
+};
+
+class ModelGraph {
+public:
+    int addInput(std::string name, ValueKind kind, int channels, int divisor = 1);
+    int addParam(std::string name, std::vector<std::int64_t> shape);
+    // Appends `op` (its operands and parameters already in the graph), infers its output value
+    // (named valueName, or the op's name) and returns that value's id. Throws std::logic_error
+    // when operands, attributes or parameter shapes do not fit the kind (a builder bug).
+    int addOp(GraphOp op, std::string valueName = {});
+    void markOutput(int value);
+
+    const std::vector<GraphValue>& values() const { return values_; }
+    const std::vector<GraphOp>& ops() const { return ops_; }
+    const std::vector<GraphParam>& params() const { return params_; }
+    const std::vector<int>& inputs() const { return inputs_; }
+    const std::vector<int>& outputs() const { return outputs_; }
+    const GraphValue& value(int id) const { return values_.at(static_cast<std::size_t>(id)); }
+    const GraphParam& param(int id) const { return params_.at(static_cast<std::size_t>(id)); }
+
+    // Tiles must be multiples of the largest feature-map divisor; checkTileSize throws
+    // std::invalid_argument otherwise ("tile height 36 is not a positive multiple of 8, the
+    // model's downsampling factor").
+    int downsampleFactor() const;
+    void checkTileSize(int h, int w) const;
+    // {batch, C, h/d, w/d} or {batch, C} for vectors.
+    std::vector<std::int64_t> shape(int value, int batch, int h, int w) const;
+    std::int64_t elements(int value, int batch, int h, int w) const;
+
+    // Floating-point operations of one op for a single tile of h x w: multiply-adds x 2 of
+    // convolutions, linear layers and attention (the four projections, Q K^T and A V).
+    // Normalisation and elementwise ops count 0 (they are memory-bound).
+    double flops(const GraphOp&, int h, int w) const;
+    double flops(int h, int w) const;  // all ops
+    std::int64_t parameterCount() const;
+    // (name, shape) of every parameter, in declaration order (the builder declares them in
+    // the order of the model's state dict).
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> parameterList() const;
+
+    // For each value, the index of the last op that reads it (-1 if none; ops().size() for
+    // graph outputs, which live to the end).
+    std::vector<int> lastUse() const;
+
+    // Op `index` alone: its operands (in operands() order, each once) are the inputs, its
+    // output the output, its parameters the only parameters. For per-op tests.
+    ModelGraph extract(std::size_t index) const;
+    // A short description for tables and test names: "conv 3x3/2 pad 0+1 128->128 @1/2 +residual".
+    std::string describe(const GraphOp&) const;
+
+private:
+    int addValue(std::string name, ValueKind kind, int channels, int divisor);
+    void checkOp(const GraphOp&) const;
+    int inferOutput(const GraphOp&, std::string name);
+
+    std::vector<GraphValue> values_;
+    std::vector<GraphOp> ops_;
+    std::vector<GraphParam> params_;
+    std::vector<int> inputs_, outputs_;
+};
+
+// The graph rewrite that both backends run: chains whose intermediate value has exactly one
+// reader (and is not a graph output) are merged into one op:
+//   Linear -> SiLU                      => Linear{silu}
+//   Add(x, vector) -> GroupNorm         => GroupNorm{preAdd = vector}
+//   GroupNorm -> ScaleShift(v)          => GroupNorm{scaleShift = v}
+//   GroupNorm -> SiLU                   => GroupNorm{silu}
+//   Conv|Attention -> Add(other)        => Conv|Attention{residual = other}
+//   Conv|Attention -> Affine(s, 0)      => Conv|Attention{outputScale = s}
+// applied repeatedly along a chain. The fused op takes the place of the chain's last op and its
+// output value's name. Inputs, outputs and parameters are unchanged.
+ModelGraph fuseForExecution(const ModelGraph&);
+
+}  // namespace tessera

@@ -1,0 +1,338 @@
+// Per-op backend tests, in the manner of ggml's test-backend-ops: every op of the graphs the
+// supported models build (google/ddpm-cifar10-32 at 32 x 32, google/ddpm-church-256 at
+// 256 x 256: the fused graphs the backends run; plus a small model with the other branches,
+// scale_shift, heads, centred input, symmetric downsample padding, a mid-block rescale, and
+// the primitive graphs' unfused ops), each on its own (ModelGraph::extract), on the CUDA
+// backend in fp32, fp16 and bf16 against the float32 CPU reference.
+//
+// Tolerances, per precision (relative L2 over the output, and max |d| <= 10 x that x max |ref|):
+//   fp32 2e-5: cuDNN restricted to FMA kernels, cuBLAS pedantic; only summation order differs
+//   fp16 4e-3: inputs, weights and outputs rounded to 11 significant bits, float32 accumulation
+//   bf16 3e-2: the same with 8 significant bits
+// Vector ops (time MLP, projections) run in float32 at every precision: fp32's tolerance. The
+// sinusoid: 1e-3 at every precision (its float32 argument at t ~ 1000 carries ~1e-4 rad, and
+// the device's expf/sinf are within 2 ulp where the host's are correctly rounded).
+//
+// Perf mode: TESSERA_BACKENDOPS_PERF=1 prints, per op and precision, the GPU time of the op
+// (median of 20 replays, event nodes in a captured graph), the bytes it must move (inputs,
+// output, parameters) as GB/s, and its FLOPs as TFLOP/s. TESSERA_BACKENDOPS_BATCH sets the
+// perf batch (default 8). Skips where no CUDA device is present.
+#include <QtTest/QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "app/BenchCommand.h"
+#include "core/CpuBackend.h"
+#include "core/ModelGraph.h"
+#include "core/UNetGraph.h"
+#include "core/UNetModel.h"
+#include "kernels/CudaBackend.h"
+
+using namespace tessera;
+
+namespace {
+
+const char* precisionName(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
+
+// The branches the two DDPM configs do not take.
+ModelConfig variantConfig() {
+    ModelConfig c;
+    c.blockOutChannels = {32, 48};
+    c.downBlocks = {DownBlockType::AttnDown, DownBlockType::AttnDown};
+    c.upBlocks = {UpBlockType::AttnUp, UpBlockType::AttnUp};
+    c.layersPerBlock = 1;
+    c.normNumGroups = 16;
+    c.attentionHeadDim = 8;
+    c.downsamplePadding = 1;
+    c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
+    c.midBlockScaleFactor = 1.41421356f;
+    c.timeEmbeddingDim = 96;
+    c.centerInputSample = true;
+    return c;
+}
+
+struct ModelCase {
+    std::string name;
+    ModelConfig config;
+    int tile = 32;
+    bool primitive = false;  // also the primitive graph's ops that the fusion removes
+    std::shared_ptr<const UNetModel> weights;
+};
+
+struct OpCase {
+    std::string model;
+    std::string key;  // description and shapes: one case per distinct key
+    ModelGraph graph; // the op alone
+    int tile = 32;
+    const UNetModel* weights = nullptr;
+    OpKind kind = OpKind::Conv;
+    bool vectorOp = false;
+};
+
+std::string shapeText(const std::vector<std::int64_t>& s) {
+    std::string t;
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "x" : "") + std::to_string(s[i]);
+    return t;
+}
+
+std::vector<std::vector<float>> inputsFor(const ModelGraph& g, int batch, int tile, unsigned seed) {
+    std::vector<std::vector<float>> in;
+    for (int v : g.inputs()) {
+        std::mt19937 rng(seed++);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::uniform_real_distribution<float> step(0.0f, 1000.0f);
+        std::vector<float> x(static_cast<std::size_t>(g.elements(v, batch, tile, tile)));
+        const bool timestep = g.value(v).kind == ValueKind::Vector && g.value(v).channels == 1;
+        for (float& e : x) e = timestep ? step(rng) : (g.value(v).kind == ValueKind::Vector ? 0.5f : 1.0f) * normal(rng);
+        in.push_back(std::move(x));
+    }
+    return in;
+}
+
+std::vector<const float*> pointers(const std::vector<std::vector<float>>& v) {
+    std::vector<const float*> p;
+    for (const auto& x : v) p.push_back(x.data());
+    return p;
+}
+
+std::vector<float> runOn(Backend& b, const OpCase& c, int batch, const std::vector<std::vector<float>>& in) {
+    b.prepareGraph(c.graph, c.weights->tensors(), batch, c.tile, c.tile);
+    const int out = c.graph.outputs().at(0);
+    std::vector<float> y(static_cast<std::size_t>(c.graph.elements(out, batch, c.tile, c.tile)),
+                         std::numeric_limits<float>::quiet_NaN());
+    b.run(pointers(in), batch, {y.data()});
+    return y;
+}
+
+double tolerance(const OpCase& c, Precision p) {
+    if (c.kind == OpKind::TimestepEmbedding) return 1e-3;
+    if (c.vectorOp || p == Precision::FP32) return 2e-5;
+    return p == Precision::FP16 ? 4e-3 : 3e-2;
+}
+
+// Bytes an op must move at least: every input and the output once (activation type for
+// feature maps, float32 for vectors) and its parameters (convolution and attention weights in
+// the activation type, the rest float32).
+double opBytes(const OpCase& c, int batch, Precision p) {
+    const double act = p == Precision::FP32 ? 4.0 : 2.0;
+    const ModelGraph& g = c.graph;
+    double bytes = 0;
+    auto valueBytes = [&](int v) {
+        return double(g.elements(v, batch, c.tile, c.tile)) * (g.value(v).kind == ValueKind::Vector ? 4.0 : act);
+    };
+    for (int v : g.inputs()) bytes += valueBytes(v);
+    bytes += valueBytes(g.outputs().at(0));
+    const GraphOp& op = g.ops().at(0);
+    for (std::size_t k = 0; k < op.params.size(); ++k) {
+        const GraphParam& prm = g.param(op.params[k]);
+        double n = 1;
+        for (auto d : prm.shape) n *= double(d);
+        const bool matrix = prm.shape.size() >= 2 && (op.kind == OpKind::Conv || op.kind == OpKind::Attention);
+        bytes += n * (matrix ? act : 4.0);
+    }
+    return bytes;
+}
+
+}  // namespace
+
+class TestBackendOps : public QObject {
+    Q_OBJECT
+
+    std::vector<OpCase> cases_;
+    std::map<std::size_t, std::vector<float>> reference_;  // CPU output per case (batch 2)
+    std::vector<ModelCase> models_;
+    std::unique_ptr<CpuBackend> cpu_;
+    std::map<Precision, std::unique_ptr<CudaBackend>> gpu_;  // one per precision, prepared per case
+
+    CudaBackend& gpu(Precision p) {
+        auto& b = gpu_[p];
+        if (!b) b = std::make_unique<CudaBackend>(p);
+        return *b;
+    }
+
+    void collect() {
+        models_ = {{"cifar", benchShapeConfig("cifar"), 32, true, nullptr},
+                   {"church", benchShapeConfig("church"), 256, false, nullptr},
+                   {"variant", variantConfig(), 32, true, nullptr}};
+        std::set<std::string> seen;
+        for (ModelCase& m : models_) {
+            m.weights = std::make_shared<const UNetModel>(UNetModel::random(m.config, 17));
+            std::vector<ModelGraph> graphs{unet2DExecutionGraph(m.config)};
+            if (m.primitive) graphs.push_back(buildUNet2DGraph(m.config));
+            for (std::size_t k = 0; k < graphs.size(); ++k)
+                for (std::size_t i = 0; i < graphs[k].ops().size(); ++i) {
+                    const ModelGraph& g = graphs[k];
+                    const GraphOp& op = g.ops()[i];
+                    // From the primitive graph only the kinds the fusion removes (the rest run
+                    // unfused in the fused graphs too, where the model does not fuse them).
+                    const bool fusedAway = op.kind == OpKind::SiLU || op.kind == OpKind::Add ||
+                                           op.kind == OpKind::ScaleShift || op.kind == OpKind::Affine;
+                    if (k == 1 && !fusedAway) continue;
+                    std::string key = g.describe(op) + " |";
+                    for (int v : op.operands()) key += " " + shapeText(g.shape(v, 1, m.tile, m.tile));
+                    key += " -> " + shapeText(g.shape(op.output, 1, m.tile, m.tile));
+                    if (!seen.insert(key).second) continue;
+                    OpCase c;
+                    c.model = m.name;
+                    c.key = key;
+                    c.graph = g.extract(i);
+                    c.tile = m.tile;
+                    c.weights = m.weights.get();
+                    c.kind = op.kind;
+                    c.vectorOp = g.value(op.output).kind == ValueKind::Vector;
+                    cases_.push_back(std::move(c));
+                }
+        }
+    }
+
+private slots:
+    void initTestCase() {
+        std::string why;
+        if (!cudaDeviceAvailable(&why)) QSKIP(why.c_str());
+        collect();
+        // Every op kind the graph declares is covered.
+        std::set<OpKind> kinds;
+        for (const OpCase& c : cases_) kinds.insert(c.kind);
+        for (OpKind k : {OpKind::Affine, OpKind::SiLU, OpKind::Add, OpKind::ScaleShift, OpKind::TimestepEmbedding,
+                         OpKind::Linear, OpKind::Conv, OpKind::GroupNorm, OpKind::Attention, OpKind::Concat,
+                         OpKind::Upsample})
+            QVERIFY2(kinds.count(k), toString(k));
+        qInfo("%zu distinct ops", cases_.size());
+    }
+
+    void opMatchesCpu_data() {
+        QTest::addColumn<int>("index");
+        QTest::addColumn<int>("precision");
+        for (std::size_t i = 0; i < cases_.size(); ++i)
+            for (int p : {0, 1, 2})
+                QTest::newRow((cases_[i].model + " " + cases_[i].key + " " + precisionName(static_cast<Precision>(p))).c_str())
+                    << static_cast<int>(i) << p;
+    }
+
+    void opMatchesCpu() {
+        QFETCH(int, index);
+        QFETCH(int, precision);
+        const OpCase& c = cases_[static_cast<std::size_t>(index)];
+        const Precision prec = static_cast<Precision>(precision);
+        const int batch = 2;
+        const auto in = inputsFor(c.graph, batch, c.tile, 100 + static_cast<unsigned>(index));
+        auto ref = reference_.find(static_cast<std::size_t>(index));
+        if (ref == reference_.end()) {
+            if (!cpu_) cpu_ = std::make_unique<CpuBackend>();
+            ref = reference_.emplace(static_cast<std::size_t>(index), runOn(*cpu_, c, batch, in)).first;
+        }
+        const std::vector<float> out = runOn(gpu(prec), c, batch, in);
+        double num = 0, den = 0, maxAbs = 0, maxRef = 0;
+        long long nonFinite = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            const double r = ref->second[i], d = double(out[i]) - r;
+            if (!std::isfinite(out[i])) ++nonFinite;
+            num += d * d;
+            den += r * r;
+            maxAbs = std::max(maxAbs, std::abs(d));
+            maxRef = std::max(maxRef, std::abs(r));
+        }
+        const double rel = std::sqrt(num / std::max(den, 1e-30)), tol = tolerance(c, prec);
+        QVERIFY2(nonFinite == 0, qPrintable(QString("%1 of %2 outputs not finite (unwritten?)").arg(nonFinite).arg(out.size())));
+        QVERIFY2(rel < tol, qPrintable(QString("relative L2 %1 exceeds %2").arg(rel).arg(tol)));
+        QVERIFY2(maxAbs <= 10 * tol * maxRef,
+                 qPrintable(QString("max |d| %1 exceeds %2 x max |ref| %3").arg(maxAbs).arg(10 * tol).arg(maxRef)));
+    }
+
+    // The same whole model both ways, compared value by value: the graph's names tie a CUDA
+    // layer's output to the CPU's value, so a disagreement names its first layer.
+    void layerByLayer_data() {
+        QTest::addColumn<int>("precision");
+        QTest::newRow("fp32") << 0;
+        QTest::newRow("fp16") << 1;
+    }
+    void layerByLayer() {
+        QFETCH(int, precision);
+        const Precision prec = static_cast<Precision>(precision);
+        const ModelCase& m = models_.at(2);  // the variant: every branch, centred input included
+        const ModelGraph fused = unet2DExecutionGraph(m.config);
+        ModelGraph all = fused;
+        for (const GraphOp& op : fused.ops()) all.markOutput(op.output);
+        const int batch = 2, tile = m.tile;
+        const auto in = inputsFor(fused, batch, tile, 7);
+        CpuBackend cpu;
+        cpu.prepareGraph(all, m.weights->tensors(), batch, tile, tile);
+        std::vector<std::vector<float>> values;
+        std::vector<float*> outs;
+        for (int v : all.outputs()) values.emplace_back(static_cast<std::size_t>(all.elements(v, batch, tile, tile)));
+        for (auto& v : values) outs.push_back(v.data());
+        cpu.run(pointers(in), batch, outs);
+        std::map<std::string, std::size_t> byName;
+        for (std::size_t k = 0; k < all.outputs().size(); ++k) byName[all.value(all.outputs()[k]).name] = k;
+
+        CudaBackend& cuda = gpu(prec);
+        cuda.prepare(*m.weights, batch, tile, tile);
+        const auto trace = cuda.traceForward(in[0].data(), in[1].data(), batch);
+        int compared = 0;
+        double worst = 0;
+        std::string worstName;
+        for (const auto& layer : trace) {
+            if (layer.value.empty() || layer.values.empty()) continue;
+            const auto it = byName.find(layer.value);
+            QVERIFY2(it != byName.end(), layer.value.c_str());
+            const int v = all.outputs()[it->second];
+            const GraphValue& gv = all.value(v);
+            if (gv.kind != ValueKind::FeatureMap) continue;
+            const int C = gv.channels, hw = (tile / gv.divisor) * (tile / gv.divisor);
+            const std::vector<float>& ref = values[it->second];
+            double num = 0, den = 0;
+            for (int b = 0; b < batch; ++b)
+                for (int p = 0; p < hw; ++p)
+                    for (int ch = 0; ch < C; ++ch) {
+                        const double r = ref[(std::size_t(b) * C + ch) * hw + p];
+                        const double d = layer.values[(std::size_t(b) * hw + p) * layer.channels + ch] - r;
+                        num += d * d;
+                        den += r * r;
+                    }
+            const double rel = std::sqrt(num / std::max(den, 1e-30));
+            if (rel > worst) {
+                worst = rel;
+                worstName = layer.name;
+            }
+            ++compared;
+        }
+        qInfo("%s: %d layers compared, worst %s at %.3e", precisionName(prec), compared, worstName.c_str(), worst);
+        QVERIFY(compared > 20);
+        QVERIFY2(worst < (prec == Precision::FP32 ? 1e-4 : 1e-2), worstName.c_str());
+    }
+
+    void perf() {
+        if (!qEnvironmentVariableIsSet("TESSERA_BACKENDOPS_PERF")) QSKIP("set TESSERA_BACKENDOPS_PERF=1 to measure");
+        const int batch = qEnvironmentVariableIsSet("TESSERA_BACKENDOPS_BATCH")
+                              ? std::max(1, qEnvironmentVariableIntValue("TESSERA_BACKENDOPS_BATCH"))
+                              : 8;
+        std::printf("%-8s %-52s %-34s %-5s %9s %9s %9s\n", "model", "op", "output", "prec", "ms", "GB/s", "TFLOP/s");
+        for (const OpCase& c : cases_)
+            for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32}) {
+                CudaBackend& cuda = gpu(p);
+                (void)runOn(cuda, c, batch, inputsFor(c.graph, batch, c.tile, 5));
+                double ms = 0;
+                for (const auto& t : cuda.profileOps(batch, 20, true)) ms += t.ms;
+                const GraphOp& op = c.graph.ops().at(0);
+                const double flops = c.graph.flops(op, c.tile, c.tile) * batch;
+                const std::string out = shapeText(c.graph.shape(c.graph.outputs().at(0), batch, c.tile, c.tile));
+                std::printf("%-8s %-52s %-34s %-5s %9.4f %9.1f %9.2f\n", c.model.c_str(),
+                            c.key.substr(0, c.key.find(" |")).c_str(), out.c_str(), precisionName(p), ms,
+                            ms > 0 ? opBytes(c, batch, p) / (ms * 1e-3) / 1e9 : 0.0,
+                            ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0);
+            }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBackendOps)
+#include "tst_backendops.moc"
