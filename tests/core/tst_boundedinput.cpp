@@ -55,6 +55,30 @@ private slots:
         }
     }
 
+    // nlohmann stops at a NUL byte as at the end of input, so a damaged file "{...}\0junk"
+    // was accepted as the JSON before the NUL (found by fuzz_bounded_input).
+    void nulByteRefused_data() {
+        QTest::addColumn<QByteArray>("text");
+        QTest::addColumn<int>("byte");
+        const QByteArray nul(1, '\0');
+        QTest::newRow("after the value") << QByteArray(R"({"width": 512})") + nul + "junk]]]" << 15;
+        QTest::newRow("inside a value") << QByteArray("[1,") + nul + " 2]" << 4;
+        QTest::newRow("first byte") << nul << 1;
+    }
+    void nulByteRefused() {
+        QFETCH(QByteArray, text);
+        QFETCH(int, byte);
+        try {
+            (void)parseBoundedJson(std::string_view(text.constData(), text.size()), "preset", "'p.json'");
+            QFAIL("text holding a NUL byte was accepted");
+        } catch (const InputFileError& e) {
+            const std::string message = e.what();
+            QVERIFY2(message.find("at byte " + std::to_string(byte) + ": a NUL byte") != std::string::npos,
+                     message.c_str());
+            verifyReadable(message);
+        }
+    }
+
     // Large integers that fit a double are still numbers (nlohmann reads them as floats).
     void integerBeyondUint64IsAFloat() {
         const nlohmann::json j = parseBoundedJson("184467440737095516160", "preset", "'p.json'");

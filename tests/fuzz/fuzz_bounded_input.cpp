@@ -3,8 +3,8 @@
 //   - excerpt gives valid UTF-8 without control characters, of bounded length;
 //   - jsonNestingDepth equals the real depth of every valid JSON text (parsed by nlohmann,
 //     whose parser does not recurse), so the depth guard cannot be slipped past;
-//   - parseBoundedJson returns a value no deeper than its limit, or throws InputFileError
-//     with a readable message.
+//   - parseBoundedJson returns a value of the measured depth, within its limit and from text
+//     without NUL bytes, or throws InputFileError with a readable message.
 #include "tests/fuzz/FuzzSupport.h"
 
 #include <algorithm>
@@ -41,13 +41,20 @@ void checkExcerpt(std::string_view text, std::size_t maxChars) {
 void checkDepth(std::string_view text) {
     constexpr int kLimit = 8;
     const int measured = jsonNestingDepth(text, 1 << 20);
-    const nlohmann::json parsed = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-    if (!parsed.is_discarded() && depthOf(parsed) != measured)
-        fuzz::violation("jsonNestingDepth says " + std::to_string(measured) + " for JSON of depth " +
-                        std::to_string(depthOf(parsed)));
+    // nlohmann stops at a NUL byte as at the end of input; parseBoundedJson refuses NULs.
+    const bool hasNul = text.find('\0') != std::string_view::npos;
+    if (!hasNul) {
+        const nlohmann::json parsed = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+        if (!parsed.is_discarded() && depthOf(parsed) != measured)
+            fuzz::violation("jsonNestingDepth says " + std::to_string(measured) + " for JSON of depth " +
+                            std::to_string(depthOf(parsed)));
+    }
     try {
         const nlohmann::json bounded = parseBoundedJson(text, "fuzz", "the fuzz input", kLimit);
-        if (depthOf(bounded) > kLimit) fuzz::violation("parseBoundedJson returned JSON deeper than its limit");
+        if (hasNul) fuzz::violation("parseBoundedJson accepted text holding a NUL byte");
+        if (depthOf(bounded) != measured || measured > kLimit)
+            fuzz::violation("parseBoundedJson returned JSON of depth " + std::to_string(depthOf(bounded)) +
+                            " (measured " + std::to_string(measured) + ", limit " + std::to_string(kLimit) + ")");
     } catch (const InputFileError& e) {
         fuzz::checkRejection(e);
     }
