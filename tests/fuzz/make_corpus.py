@@ -27,7 +27,11 @@ root = os.path.normpath(os.path.join(here, "..", ".."))
 # Move an entry back into the corpus once its parser is fixed.
 FAILING_TODAY = {
     ("fuzz_run_settings", "long_key.json"),
+    ("fuzz_run_settings", "value_escape.json"),
     ("fuzz_model_config", "huge_channels.json"),
+    ("fuzz_model_config", "block_name_escape.json"),
+    ("fuzz_model_config", "long_value_dump.json"),
+    ("fuzz_model_config", "scheduler_enum_escape.json"),
     ("fuzz_safetensors", "built_invalid_utf8.header"),
     ("fuzz_safetensors", "built_long_name.header"),
     ("fuzz_init_image", "huge_header.jpg"),
@@ -85,6 +89,7 @@ def run_settings():
                                                     "eta": 0.5, "num_train_timesteps": 1000}}))
     write(t, "unknown_key.json", '{"widht": 512}')
     write(t, "wrong_types.json", '{"width": "512", "batch": [4], "graphs": 2, "label": {"a": 1}}')
+    write(t, "value_escape.json", r'{"window": "h\u001b[2Jann"}')
     write(t, "long_key.json", '{"' + "k" * 3000 + '": 1}')
     hostile(t)
 
@@ -114,6 +119,9 @@ def model_config():
                                    '"up_block_types": ["UpBlock2D"], "attention_head_dim": null, "norm_num_groups": 1}')
     write(t, "many_levels.json", json.dumps({"block_out_channels": [32] * 40, "down_block_types": ["DownBlock2D"] * 40,
                                              "up_block_types": ["UpBlock2D"] * 40}))
+    write(t, "block_name_escape.json", r'{"down_block_types": ["Down\u001b[2JBlock2D"]}')
+    write(t, "long_value_dump.json", json.dumps({"down_block_types": ["DownBlock2D"] * 100 + ["X"]}))
+    write(t, "scheduler_enum_escape.json", r'{"beta_schedule": "lin\u001b[2Jear"}')
     write(t, "scheduler_euler.json", '{"_class_name": "EulerDiscreteScheduler", "beta_schedule": "scaled_linear", '
                                      '"timestep_spacing": "leading", "use_karras_sigmas": true, "steps_offset": 1}')
     hostile(t)
