@@ -212,6 +212,11 @@ nlohmann::json parseBoundedJson(std::string_view text, std::string_view field, s
     };
     if (jsonNestingDepth(text, maxDepth) > maxDepth)
         fail("JSON nested deeper than " + std::to_string(maxDepth) + " levels; no valid file needs that many");
+    // nlohmann stops at a NUL byte as at the end of the input, so "{...}\0<anything>" would be
+    // taken as valid; a NUL never belongs in JSON text (strings write it as \u0000).
+    if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
+        fail("not valid JSON at byte " + std::to_string(nul + 1) +
+             ": a NUL byte, which JSON text never holds (a binary or damaged file?)");
     try {
         return nlohmann::json::parse(text.begin(), text.end());
     } catch (const nlohmann::json::parse_error& e) {

@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev nlohmann-json3-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev
   xvfb xauth fonts-dejavu-core
   patchelf appstream desktop-file-utils
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,7 +3,8 @@
 # errors (the CUDA backend too when /usr/local/cuda has the toolkit and cuDNN), run
 # every Qt Test suite under CTest, then build the core library and its tests again
 # with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) and run
-# those, then the same for the window's suites (offscreen: settings, runs, cancel, export).
+# those, then the same for the window's suites (offscreen: settings, runs, cancel, export),
+# then the libFuzzer target of every parser (tests/fuzz, clang): seeds replayed, then fuzzed.
 # GPU suites skip (QSKIP) with a message where no CUDA device is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,3 +26,10 @@ ui_suites=$(for f in tests/ui/tst_*.cpp; do n="$(basename "$f" .cpp)"; echo "ui_
 # shellcheck disable=SC2086 # one target per word
 cmake --build build-asan-ui --parallel "$jobs" --target $ui_suites
 (cd build-asan-ui && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900 -R '^ui\.')
+
+# Every parser's libFuzzer target (tests/fuzz/README.md), built with clang: the committed seeds
+# replayed once, then each target fuzzed for TESSERA_FUZZ_SECONDS (20 s), "$jobs" at a time.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON -DTESSERA_WERROR=ON
+cmake --build build-fuzz --parallel "$jobs"
+(cd build-fuzz && ctest --output-on-failure -L '^fuzz-replay$' && ctest --output-on-failure -j "$jobs" -L '^fuzz-run$')

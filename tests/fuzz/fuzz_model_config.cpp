@@ -1,0 +1,60 @@
+// Fuzz target: a diffusers model folder's config.json and scheduler_config.json. Each input
+// is read as both, the way the model loader reads them: bounded JSON parsing, then
+// modelConfigFromJson / schedulerOptionsFromJson. Input may only be rejected with a
+// std::runtime_error naming the key, with a readable message. An accepted model config must
+// give well-defined derived sizes (no overflow) and survive toJson and back unchanged.
+#include "tests/fuzz/FuzzSupport.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/ModelConfig.h"
+
+using namespace tessera;
+
+namespace {
+
+void checkModelConfig(const nlohmann::json& json) {
+    ModelConfig config;
+    try {
+        config = modelConfigFromJson(json);
+    } catch (const std::runtime_error& e) {
+        fuzz::checkRejection(e);
+        return;
+    }
+    // What the loader and graph builder derive from an accepted config.
+    (void)config.limits();
+    (void)config.timeEmbedDim();
+    for (const int channels : config.blockOutChannels) (void)config.headsFor(channels);
+    fuzz::checkRoundTrip(toJson(config), modelConfigFromJson,
+                         static_cast<nlohmann::json (*)(const ModelConfig&)>(toJson), "model config.json");
+}
+
+void checkSchedulerConfig(const nlohmann::json& json) {
+    try {
+        std::string className;
+        (void)schedulerOptionsFromJson(json, &className);
+    } catch (const std::runtime_error& e) {
+        fuzz::checkRejection(e);
+    }
+}
+
+}  // namespace
+
+// Unknown keys are logged as warnings (diffusers does the same); not per input here.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    spdlog::set_level(spdlog::level::err);
+    return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    nlohmann::json json;
+    try {
+        json = parseBoundedJson(fuzz::asText(data, size), "model", "the fuzz input");
+    } catch (const InputFileError& e) {
+        fuzz::checkRejection(e);
+        return 0;
+    }
+    checkModelConfig(json);
+    checkSchedulerConfig(json);
+    return 0;
+}
