@@ -47,9 +47,9 @@ std::string dims(int c, int h, int w) {
     return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
 }
 
-std::uint64_t weightBytes(const UNetGraph& graph) {
+std::uint64_t weightBytes(const ModelGraph& graph) {
     std::uint64_t floats = 0;
-    for (const auto& [name, shape] : graph.weights()) {
+    for (const auto& [name, shape] : graph.parameterList()) {
         std::uint64_t n = 1;
         for (const std::int64_t d : shape) n *= static_cast<std::uint64_t>(std::max<std::int64_t>(d, 0));
         floats += n;
@@ -57,17 +57,18 @@ std::uint64_t weightBytes(const UNetGraph& graph) {
     return floats * kFloat;
 }
 
-// Peak of the activations alive at once, walking the ops in order with each value released
-// after its last reader (what CpuBackend's buffer plan reuses), plus the largest scratch.
-// CpuBackend's greedy best-fit reuse (a free buffer is grown when none fits) leaves gaps
-// between differently sized values: measured 13-27% above the liveness peak on the fixture
-// and cifar10 UNets (tst_hostmemoryestimate checks the bound), hence half on top.
-std::uint64_t activationBytes(const UNetGraph& graph, int batch, int tileH, int tileW) {
+// Peak of the activations alive at once, walking the ops of the graph the CPU backend runs in
+// order with each value released after its last reader (what CpuBackend's buffer plan reuses),
+// plus the largest scratch. CpuBackend's greedy best-fit reuse (a free buffer is grown when
+// none fits) leaves gaps between differently sized values: measured 13-27% above the liveness
+// peak on the fixture and cifar10 UNets (tst_hostmemoryestimate checks the bound), hence half on top.
+std::uint64_t activationBytes(const ModelGraph& graph, int batch, int tileH, int tileW) {
     const std::vector<int> last = graph.lastUse();
     std::vector<char> released(graph.values().size(), 0);
     auto size = [&](int value) { return static_cast<std::uint64_t>(graph.elements(value, batch, tileH, tileW)); };
-    std::uint64_t live = size(graph.sampleInput()) + size(graph.timestepInput()), peak = live;
-    std::uint64_t scratch = 0;
+    std::uint64_t live = 0;
+    for (const int input : graph.inputs()) live += size(input);
+    std::uint64_t peak = live, scratch = 0;
     const auto release = [&](int value) {
         if (value < 0 || released[static_cast<std::size_t>(value)]) return;
         released[static_cast<std::size_t>(value)] = 1;
@@ -77,20 +78,21 @@ std::uint64_t activationBytes(const UNetGraph& graph, int batch, int tileH, int 
         const GraphOp& op = graph.ops()[i];
         live += size(op.output);
         peak = std::max(peak, live);
-        const std::uint64_t pixels =
-            op.divisor > 0 ? static_cast<std::uint64_t>(tileH / op.divisor) * static_cast<std::uint64_t>(tileW / op.divisor) : 0;
-        if (op.kind == OpKind::Conv || op.kind == OpKind::Downsample) {
+        const int divisor = std::max(graph.value(op.output).divisor, 1);
+        const int inChannels = graph.value(op.input).channels;
+        const std::uint64_t pixels = static_cast<std::uint64_t>(tileH / divisor) * static_cast<std::uint64_t>(tileW / divisor);
+        if (op.kind == OpKind::Conv) {
             // im2col columns: the whole output, or bands of at most kConvBandFloats (one row at least).
-            const std::uint64_t row = static_cast<std::uint64_t>(op.inChannels) * op.kernel * op.kernel *
-                                      static_cast<std::uint64_t>(tileW / std::max(op.divisor, 1));
-            scratch = std::max(scratch, std::min(row * static_cast<std::uint64_t>(tileH / std::max(op.divisor, 1)),
+            const std::uint64_t row = static_cast<std::uint64_t>(inChannels) * op.kernel * op.kernel *
+                                      static_cast<std::uint64_t>(tileW / divisor);
+            scratch = std::max(scratch, std::min(row * static_cast<std::uint64_t>(tileH / divisor),
                                                  std::max(row, kConvBandFloats)));
         }
         if (op.kind == OpKind::Attention)  // normalised x, q, k, v, o and a band of scores, per image
-            scratch = std::max(scratch, 5 * static_cast<std::uint64_t>(op.inChannels) * pixels +
+            scratch = std::max(scratch, 5 * static_cast<std::uint64_t>(inChannels) * pixels +
                                             std::min(pixels * pixels, std::max(kScoreBandFloats, pixels)));
-        for (const int v : {op.input, op.input2, op.residual, op.addVector, op.scaleShift})
-            if (v >= 0 && last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
+        for (const int v : op.operands())
+            if (last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
         if (last[static_cast<std::size_t>(op.output)] < 0) release(op.output);
     }
     return (peak + peak / 2 + scratch) * kFloat;
@@ -165,7 +167,7 @@ MemoryPhase HostMemoryEstimate::peakPhase() const {
 }
 
 std::uint64_t cpuActivationBytes(const ModelConfig& model, int batch, int tileH, int tileW) {
-    return activationBytes(UNetGraph::build(model), batch, tileH, tileW);
+    return activationBytes(unet2DExecutionGraph(model), batch, tileH, tileW);
 }
 
 HostMemoryEstimate estimateHostMemory(const RunConfig& config, const ModelConfig& model, BackendKind backend,
@@ -176,7 +178,7 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const ModelConfig
     const std::uint64_t plane = static_cast<std::uint64_t>(config.width) * config.height;
     const std::uint64_t canvas = plane * channels;
     const std::string canvasDims = dims(channels, config.height, config.width);
-    const UNetGraph graph = UNetGraph::build(model);
+    const ModelGraph graph = unet2DExecutionGraph(model);
 
     HostMemoryEstimate e;
     e.items.push_back({MemoryPart::Process, "the process itself" + std::string(onDevice ? " with the CUDA runtime" : ""), "",
