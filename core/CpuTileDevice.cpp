@@ -36,7 +36,7 @@ struct Canvas {
 
 Canvas inputCanvas(const TiledPass& pass) { return {pass.inChannels, pass.height, pass.width}; }
 Canvas outputCanvas(const TiledPass& pass) {
-    return {pass.outChannels, pass.height * pass.scale, pass.width * pass.scale};
+    return {pass.outChannels, pass.outHeight, pass.outWidth};
 }
 
 // z(draw, i) keyed by canvas element.

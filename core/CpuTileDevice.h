@@ -15,7 +15,7 @@
 namespace tessera {
 
 // out = f(in, timesteps) for `count` tiles: in is float32 NCHW [count, inChannels, tileH, tileW],
-// out [count, outChannels, tileH * scale, tileW * scale], timesteps `count` floats.
+// out [count, outChannels, outTileH, outTileW] (the pass's output tile size), timesteps `count` floats.
 using HostTileFunction = std::function<void(const float* in, const float* timesteps, int count, float* out, Branch)>;
 
 class CpuTileDevice final : public TileDevice {

@@ -70,15 +70,15 @@ struct CanvasStart {
 // window-weighted and blended into the output canvas, once per step. The sampler is a pass
 // whose output canvas is its input (the latents, updated in place by the scheduler's
 // coefficients); a map pass (a VAE decoder or encoder tile by tile) has one step with
-// coefficients that pass the function's value through (identityStep), into an output canvas
-// `scale` times the input's size with its own channels.
+// coefficients that pass the function's value through (identityStep), into an output canvas of
+// another size (a decoder's larger, an encoder's smaller) with its own channels.
 struct TiledPass {
     int inChannels = 0, outChannels = 0;
-    int height = 0, width = 0;            // the input canvas
-    int scale = 1;                        // output canvas: outChannels x height*scale x width*scale
-    bool inPlace = true;                  // output canvas == input canvas (needs scale 1, equal channels)
+    int height = 0, width = 0;            // the input canvas: inChannels x height x width
+    int outHeight = 0, outWidth = 0;      // the output canvas: outChannels x outHeight x outWidth
+    bool inPlace = true;                  // output canvas == input canvas (same size and channels)
     const TilePlan* plan = nullptr;       // tiles in input-canvas pixels
-    const TilePlan* outPlan = nullptr;    // the same tiles in output-canvas pixels (== plan at scale 1)
+    const TilePlan* outPlan = nullptr;    // the same tiles (same ids) in output-canvas pixels (the sampler: plan)
     const BlendWeights* weights = nullptr;   // over outPlan
     BlendWindowKind window = BlendWindowKind::Hann;
     FusionRule fusion = FusionRule::Sample;

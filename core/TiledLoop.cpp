@@ -220,7 +220,7 @@ private:
         if (variant.preview || (k == pass_.steps() - 1 && pass_.previewEvery > 0)) {
             PreviewEvent preview;
             preview.step = k;
-            preview.image = ImageTensor{pass_.outChannels, pass_.height * pass_.scale, pass_.width * pass_.scale,
+            preview.image = ImageTensor{pass_.outChannels, pass_.outHeight, pass_.outWidth,
                                         device_.readPreview(variant.preview)};
             observer_.onPreview(preview);
         }
@@ -387,8 +387,8 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
 
     TiledPass pass;
     pass.inChannels = pass.outChannels = C;
-    pass.height = config.height;
-    pass.width = config.width;
+    pass.height = pass.outHeight = config.height;
+    pass.width = pass.outWidth = config.width;
     pass.plan = pass.outPlan = &plan;
     pass.weights = &weights;
     pass.window = config.window;
@@ -428,25 +428,33 @@ std::optional<ImageTensor> TiledLoop::map(TileDevice& device, const ImageTensor&
         throw ValidationError("input", "input: the canvas's data does not match its shape " +
                                            std::to_string(input.channels) + "x" + std::to_string(input.height) + "x" +
                                            std::to_string(input.width));
-    if (spec.scale < 1 || spec.outChannels < 1 || spec.batch < 1)
-        throw ValidationError("map", "map: scale, output channels and batch must be at least 1 (got " +
-                                         std::to_string(spec.scale) + ", " + std::to_string(spec.outChannels) + ", " +
-                                         std::to_string(spec.batch) + ")");
+    const int up = spec.upscale, down = spec.downscale;
+    if (up < 1 || down < 1 || spec.outChannels < 1 || spec.batch < 1)
+        throw ValidationError("map", "map: upscale, downscale, output channels and batch must be at least 1 (got " +
+                                         std::to_string(up) + ", " + std::to_string(down) + ", " +
+                                         std::to_string(spec.outChannels) + ", " + std::to_string(spec.batch) + ")");
+    if (input.width % down || input.height % down || spec.tile % down || spec.overlap % down)
+        throw ValidationError("map", "map: the canvas (" + std::to_string(input.width) + "x" +
+                                         std::to_string(input.height) + "), the tile (" + std::to_string(spec.tile) +
+                                         ") and the overlap (" + std::to_string(spec.overlap) +
+                                         ") must be multiples of downscale " + std::to_string(down));
     const TilePlan plan = TilePlan::make(input.width, input.height, spec.tile, spec.overlap);
-    const int s = spec.scale;
-    const TilePlan outPlan = TilePlan::make(input.width * s, input.height * s, spec.tile * s, spec.overlap * s);
+    const auto out = [up, down](int length) { return length / down * up; };
+    const TilePlan outPlan = TilePlan::make(out(input.width), out(input.height), out(spec.tile), out(spec.overlap));
     // The plan rule is linear in its lengths, so the scaled plan is the plan scaled.
     for (const TileRect& r : plan.tiles())
-        if (outPlan.count() != plan.count() || outPlan.tile(r.id).x != r.x * s || outPlan.tile(r.id).y != r.y * s)
+        if (outPlan.count() != plan.count() || r.x % down || r.y % down || outPlan.tile(r.id).x != out(r.x) ||
+            outPlan.tile(r.id).y != out(r.y))
             throw std::logic_error("TiledLoop::map: the scaled tile plan does not match the input's");
-    const BlendWeights weights(outPlan, spec.window, spec.overlap * s);
+    const BlendWeights weights(outPlan, spec.window, out(spec.overlap));
 
     TiledPass pass;
     pass.inChannels = input.channels;
     pass.outChannels = spec.outChannels;
     pass.height = input.height;
     pass.width = input.width;
-    pass.scale = s;
+    pass.outHeight = outPlan.height();
+    pass.outWidth = outPlan.width();
     pass.inPlace = false;
     pass.plan = &plan;
     pass.outPlan = &outPlan;
@@ -467,7 +475,7 @@ std::optional<ImageTensor> TiledLoop::map(TileDevice& device, const ImageTensor&
     device.startCanvas(pass.start);
     if (!PassRunner(device, pass, record, observer, cancelled, runStart).run(0)) return std::nullopt;
     device.finishRun(record);
-    return ImageTensor{spec.outChannels, input.height * s, input.width * s, device.readCanvas()};
+    return ImageTensor{spec.outChannels, pass.outHeight, pass.outWidth, device.readCanvas()};
 }
 
 }  // namespace tessera

@@ -30,7 +30,9 @@ struct MapSpec {
     int tile = 64, overlap = 16;      // in input-canvas pixels, as RunConfig's tile / overlap
     BlendWindowKind window = BlendWindowKind::Hann;
     int batch = 1;                    // tiles per evaluation
-    int scale = 1;                    // the output canvas is `scale` times the input's size (a VAE decoder: 8)
+    // The output canvas is upscale / downscale times the input's size (a VAE decoder 8 / 1, an
+    // encoder 1 / 8); the input's size, the tile and the overlap must be multiples of downscale.
+    int upscale = 1, downscale = 1;
     int outChannels = 0;              // the function's output channels
     std::optional<Guidance> guidance; // evaluate twice and blend (classifier-free guidance)
 };
@@ -49,8 +51,8 @@ public:
 
     // Tiles the device's function over `input` (C x H x W): tiles of spec.tile with spec.overlap
     // cut from the input, evaluated spec.batch at a time, their outputs (spec.outChannels x
-    // tile*scale x tile*scale) window-weighted and normalised into the output canvas
-    // (outChannels x H*scale x W*scale) as one sampling step with identityStep() does.
+    // tile*r x tile*r, r = upscale / downscale) window-weighted (overlap*r) and normalised into the
+    // output canvas (outChannels x H*r x W*r) as one sampling step with identityStep() does.
     // Returns nothing when cancelled; throws ValidationError for a bad spec, NonFiniteError
     // (step 1/1) for a NaN or infinity. The observer sees the pass's tile batches and one step.
     static std::optional<ImageTensor> map(TileDevice& device, const ImageTensor& input, const MapSpec& spec,

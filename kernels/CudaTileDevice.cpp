@@ -217,7 +217,8 @@ void CudaTileDevice::uploadTables(const TiledPass& pass) {
 }
 
 void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) {
-    if (!pass.inPlace || pass.scale != 1 || pass.inChannels != pass.outChannels)
+    if (!pass.inPlace || pass.outHeight != pass.height || pass.outWidth != pass.width ||
+        pass.inChannels != pass.outChannels)
         throw std::invalid_argument("CUDA device: its tile function is the UNet over the latents; map passes "
                                     "(another canvas size or channel count) need a lowered VAE");
     if (pass.guidance)

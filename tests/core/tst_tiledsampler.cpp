@@ -1,7 +1,8 @@
 // The tiled sampler against docs/ENGINE_SEMANTICS.md, on a tiny random UNet and the CPU backend;
 // the one tiled loop (core/TiledLoop.h) with its device calls in the documented order, a device
 // that captures each step variant once and replays it (the CUDA step graphs' contract, on the
-// host), and map passes of any per-tile function over any canvas (scale, channels, guidance).
+// host), and map passes of any per-tile function over any canvas (larger or smaller, other
+// channels, guidance).
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -238,31 +239,40 @@ private:
     std::vector<std::function<void()>>* recording_ = nullptr;
 };
 
-// A pointwise function with a different output size and channel count: nearest-neighbour
-// upsampling by `scale` and a fixed channel mix, out(o) = bias(o) + sum_c m(o, c) in(c).
-// Branch Unconditional mixes with other numbers (guidance tests).
-struct UpsampleMix {
-    int inChannels = 3, outChannels = 4, scale = 2, tileH = 0, tileW = 0;
+// A local function with another output size and channel count, like a VAE's decoder (larger) or
+// encoder (smaller): resampling by up / down (nearest-neighbour up, block mean down, one of them
+// 1) and a fixed channel mix, out(o) = bias(o) + sum_c m(o, c) in(c). Branch Unconditional mixes
+// with other numbers (guidance tests).
+struct ResampleMix {
+    int inChannels = 3, outChannels = 4, up = 2, down = 1, tileH = 0, tileW = 0;
     float weight(int o, int c, Branch branch) const {
         return (branch == Branch::Conditional ? 0.25f : -0.5f) * static_cast<float>(1 + o - c) + 0.1f * static_cast<float>(c);
     }
     float bias(int o, Branch branch) const { return branch == Branch::Conditional ? 0.1f * static_cast<float>(o) : -0.3f; }
-    // One C x h x w image into outChannels x h*scale x w*scale.
+    // Input channel c at output pixel (y, x).
+    float sample(const float* in, int h, int w, int c, int y, int x) const {
+        const float* plane = in + static_cast<std::size_t>(c) * h * w;
+        if (down == 1) return plane[static_cast<std::size_t>(y / up) * w + x / up];
+        float sum = 0;
+        for (int i = 0; i < down; ++i)
+            for (int q = 0; q < down; ++q) sum += plane[static_cast<std::size_t>(y * down + i) * w + x * down + q];
+        return sum / static_cast<float>(down * down);
+    }
+    // One C x h x w image into outChannels x (h*up/down) x (w*up/down).
     void apply(const float* in, int h, int w, float* out, Branch branch) const {
-        const int oh = h * scale, ow = w * scale;
+        const int oh = h / down * up, ow = w / down * up;
         for (int o = 0; o < outChannels; ++o)
             for (int y = 0; y < oh; ++y)
                 for (int x = 0; x < ow; ++x) {
                     float v = bias(o, branch);
-                    for (int c = 0; c < inChannels; ++c)
-                        v += weight(o, c, branch) * in[(static_cast<std::size_t>(c) * h + y / scale) * w + x / scale];
+                    for (int c = 0; c < inChannels; ++c) v += weight(o, c, branch) * sample(in, h, w, c, y, x);
                     out[(static_cast<std::size_t>(o) * oh + y) * ow + x] = v;
                 }
     }
     HostTileFunction tiles() const {
         return [*this](const float* in, const float*, int count, float* out, Branch branch) {
             const std::size_t inElems = static_cast<std::size_t>(inChannels) * tileH * tileW;
-            const std::size_t outElems = static_cast<std::size_t>(outChannels) * tileH * scale * tileW * scale;
+            const std::size_t outElems = static_cast<std::size_t>(outChannels) * (tileH / down * up) * (tileW / down * up);
             for (int b = 0; b < count; ++b) apply(in + b * inElems, tileH, tileW, out + b * outElems, branch);
         };
     }
@@ -860,18 +870,22 @@ private slots:
     // tiled as applied to the whole canvas (blending equal values changes them by rounding only),
     // with another output size and channel count, for every window and tile batch.
     void mapTilesAnyFunction_data() {
-        QTest::addColumn<int>("scale");
+        QTest::addColumn<int>("up");
+        QTest::addColumn<int>("down");
         QTest::addColumn<int>("outChannels");
         QTest::addColumn<int>("window");
         QTest::addColumn<int>("batch");
-        QTest::newRow("x1, 3 -> 3, hann, batch 1") << 1 << 3 << int(BlendWindowKind::Hann) << 1;
-        QTest::newRow("x2, 3 -> 4, hann, batch 3") << 2 << 4 << int(BlendWindowKind::Hann) << 3;
-        QTest::newRow("x3, 3 -> 1, linear, batch 2") << 3 << 1 << int(BlendWindowKind::Linear) << 2;
-        QTest::newRow("x2, 3 -> 4, none, batch 20") << 2 << 4 << int(BlendWindowKind::None) << 20;
-        QTest::newRow("x2, 3 -> 4, gaussian, batch 4") << 2 << 4 << int(BlendWindowKind::Gaussian) << 4;
+        QTest::newRow("x1, 3 -> 3, hann, batch 1") << 1 << 1 << 3 << int(BlendWindowKind::Hann) << 1;
+        QTest::newRow("x2, 3 -> 4, hann, batch 3") << 2 << 1 << 4 << int(BlendWindowKind::Hann) << 3;
+        QTest::newRow("x3, 3 -> 1, linear, batch 2") << 3 << 1 << 1 << int(BlendWindowKind::Linear) << 2;
+        QTest::newRow("x2, 3 -> 4, none, batch 20") << 2 << 1 << 4 << int(BlendWindowKind::None) << 20;
+        QTest::newRow("x2, 3 -> 4, gaussian, batch 4") << 2 << 1 << 4 << int(BlendWindowKind::Gaussian) << 4;
+        QTest::newRow("/2, 3 -> 4, hann, batch 2") << 1 << 2 << 4 << int(BlendWindowKind::Hann) << 2;
+        QTest::newRow("/4, 3 -> 2, linear, batch 1") << 1 << 4 << 2 << int(BlendWindowKind::Linear) << 1;
     }
     void mapTilesAnyFunction() {
-        QFETCH(int, scale);
+        QFETCH(int, up);
+        QFETCH(int, down);
         QFETCH(int, outChannels);
         QFETCH(int, window);
         QFETCH(int, batch);
@@ -881,20 +895,22 @@ private slots:
         spec.overlap = 4;
         spec.window = static_cast<BlendWindowKind>(window);
         spec.batch = batch;
-        spec.scale = scale;
+        spec.upscale = up;
+        spec.downscale = down;
         spec.outChannels = outChannels;
-        UpsampleMix f;
+        ResampleMix f;
         f.outChannels = outChannels;
-        f.scale = scale;
+        f.up = up;
+        f.down = down;
         f.tileH = f.tileW = 8;
         CpuTileDevice device(f.tiles());
         CountingObserver observer;
         const std::optional<ImageTensor> out = TiledLoop::map(device, input, spec, observer, kNeverCancel);
         QVERIFY(out.has_value());
         QCOMPARE(out->channels, outChannels);
-        QCOMPARE(out->height, 20 * scale);
-        QCOMPARE(out->width, 28 * scale);
-        std::vector<float> whole(static_cast<std::size_t>(outChannels) * 20 * scale * 28 * scale);
+        QCOMPARE(out->height, 20 / down * up);
+        QCOMPARE(out->width, 28 / down * up);
+        std::vector<float> whole(static_cast<std::size_t>(outChannels) * out->height * out->width);
         f.apply(input.data.data(), 20, 28, whole.data(), Branch::Conditional);
         const float diff = maxAbsDiff(out->data, whole);
         QVERIFY2(diff < 2e-5f, qPrintable(QString("max |tiled - whole| = %1").arg(diff)));
@@ -911,10 +927,10 @@ private slots:
         spec.tile = 8;
         spec.overlap = 2;
         spec.batch = 2;
-        spec.scale = 2;
+        spec.upscale = 2;
         spec.outChannels = 4;
         spec.guidance = Guidance{3.5f};
-        UpsampleMix f;
+        ResampleMix f;
         f.tileH = f.tileW = 8;
         CpuTileDevice device(f.tiles());
         RunObserver quiet;
@@ -936,9 +952,9 @@ private slots:
         MapSpec spec;
         spec.tile = 8;
         spec.overlap = 2;
-        spec.scale = 2;
+        spec.upscale = 2;
         spec.outChannels = 4;
-        UpsampleMix f;
+        ResampleMix f;
         f.tileH = f.tileW = 8;
         CpuTileDevice device(f.tiles());
         CountingObserver observer;
@@ -960,14 +976,19 @@ private slots:
             QCOMPARE(e.site().batch, tile);
         }
 
-        spec.scale = 0;
-        try {
-            (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
-            QFAIL("scale 0 was accepted");
-        } catch (const ValidationError& e) {
-            QCOMPARE(e.field(), std::string("map"));
+        for (const auto& [up, down] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{1, 3}}) {   // 3 does not divide 16x24 tile 8
+            spec.upscale = up;
+            spec.downscale = down;
+            try {
+                (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
+                QFAIL(qPrintable(QString("upscale %1, downscale %2 was accepted").arg(up).arg(down)));
+            } catch (const ValidationError& e) {
+                QCOMPARE(e.field(), std::string("map"));
+                QVERIFY2(QString::fromUtf8(e.what()).startsWith("map: "), e.what());
+            }
         }
-        spec.scale = 2;
+        spec.upscale = 2;
+        spec.downscale = 1;
         input.data.pop_back();
         try {
             (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
