@@ -424,7 +424,7 @@ private slots:
         MapSpec spec;
         spec.tile = 16;
         spec.overlap = 4;
-        spec.scale = 2;
+        spec.upscale = 2;
         spec.outChannels = 3;
         RunObserver quiet;
         try {
