@@ -254,8 +254,8 @@ bool CpuTileDevice::checkOutput(const TileBatch& batch) {
 
 void CpuTileDevice::scatter(const TileBatch& batch, const StepVariant& variant) {
     const ScatterStep step{K_, output(), z_, variant.sampleFusion, stepNoise_, variant.blendsNoise(), variant.seams};
-    scatterTiles(*pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count, tileOut_.data(),
-                 Accumulators{acc_, accEps_, seams_});
+    scatterTiles(*pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count,
+                 tileOut_.data(), Accumulators{acc_, accEps_, seams_});
 }
 
 void CpuTileDevice::fuse(const StepVariant& variant) {

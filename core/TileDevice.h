@@ -169,7 +169,7 @@ public:
     // --- The body's calls (in the order of the header comment) ------------------------
     virtual void forkLanes() {}                     // the step's batches may start on their lanes
     virtual void beginBatch(const TileBatch&) {}    // the batch's lane may reuse its buffers; timing starts
-    virtual void gather(const TileBatch&) = 0;      // tiles of the input canvas x modelInputScale -> the function's input
+    virtual void gather(const TileBatch&) = 0;      // input-canvas tiles x modelInputScale -> the function's input
     virtual void evaluate(const TileBatch&, Branch) = 0;   // the tile function
     virtual void combineGuidance(const TileBatch&, float scale) = 0;   // output = u + scale (c - u)
     virtual void joinBatch(const TileBatch&) {}     // the output is complete: what follows runs in batch order

@@ -196,7 +196,8 @@ private:
         const StepReport report = device_.endStep();
         if (report.nonFinite) throw nonFinite(report.nonFinite->step, report.nonFinite->batch);
         if (!device_.synchronous())
-            for (const TileBatch& b : pass_.batches) reportBatch(k, b, report.batches.at(static_cast<std::size_t>(b.index)));
+            for (const TileBatch& b : pass_.batches)
+                reportBatch(k, b, report.batches.at(static_cast<std::size_t>(b.index)));
 
         StepEvent event;
         event.step = k;
@@ -380,7 +381,8 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     const int batches = (plan.count() + batchSize - 1) / batchSize;
 
     describeRun(record, config, options, *model, plan, scheduler->timesteps());
-    if (config.preserveColor && !imageToImage) record.messages.push_back("preserve_color: ignored without an init image");
+    if (config.preserveColor && !imageToImage)
+        record.messages.push_back("preserve_color: ignored without an init image");
     const DevicePlan devicePlan =
         device.prepare(DevicePrepare{*model, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches},
                        record);
@@ -424,7 +426,8 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
 
 std::optional<ImageTensor> TiledLoop::map(TileDevice& device, const ImageTensor& input, const MapSpec& spec,
                                           RunObserver& observer, const CancelCheck& cancelled) {
-    if (input.channels < 1 || input.data.size() != static_cast<std::size_t>(input.channels) * input.height * input.width)
+    const std::size_t inputSize = static_cast<std::size_t>(std::max(input.channels, 0)) * input.height * input.width;
+    if (input.channels < 1 || input.data.size() != inputSize)
         throw ValidationError("input", "input: the canvas's data does not match its shape " +
                                            std::to_string(input.channels) + "x" + std::to_string(input.height) + "x" +
                                            std::to_string(input.width));

@@ -31,7 +31,9 @@ int autoLanes(long long forwardPixels) { return forwardPixels < 16384 ? 4 : 2; }
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-DType dtypeOf(Precision p) { return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16); }
+DType dtypeOf(Precision p) {
+    return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16);
+}
 
 double deviceUsedMiB() {
     std::size_t freeBytes = 0, total = 0;
@@ -206,7 +208,8 @@ void CudaTileDevice::uploadTables(const TiledPass& pass) {
     up(arena_.tileY, ty.data(), ty.size() * sizeof(int));
     up(arena_.tileMap, tm.data(), tm.size() * sizeof(int));
     up(arena_.coeff, pass.coefficients.data(), pass.coefficients.size() * sizeof(StepCoefficients));
-    if (pass.start.kind != CanvasStart::Kind::Noise) up(arena_.init, pass.start.image->data(), canvasSize() * sizeof(float));
+    if (pass.start.kind != CanvasStart::Kind::Noise)
+        up(arena_.init, pass.start.image->data(), canvasSize() * sizeof(float));
     // Zeroed every run: a cancelled run leaves them dirty.
     TESSERA_CHECK(cudaMemsetAsync(arena_.at<char>(arena_.acc), 0, canvasSize() * sizeof(float), s));
     TESSERA_CHECK(cudaMemsetAsync(arena_.at<char>(arena_.accEps), 0, canvasSize() * sizeof(float), s));
@@ -443,7 +446,8 @@ StepReport CudaTileDevice::endStep() {
     closeRanges(2);
     if (const unsigned long long found = *nonFiniteHost_.as<unsigned long long>(); found != kNonFiniteClean) {
         const auto slot = static_cast<unsigned>(found & 0xFFFFFFFFu);
-        report.nonFinite = NonFiniteAt{static_cast<int>(found >> 32), slot == kNonFiniteLatents ? -1 : static_cast<int>(slot)};
+        const int batch = slot == kNonFiniteLatents ? -1 : static_cast<int>(slot);
+        report.nonFinite = NonFiniteAt{static_cast<int>(found >> 32), batch};
         return report;
     }
     ++stepsDone_;
@@ -535,7 +539,8 @@ void CudaTileDevice::scatter(const TileBatch& b, const StepVariant& variant) {
 
 void CudaTileDevice::endBatch(const TileBatch& b) {
     const unsigned flags = capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault;
-    TESSERA_CHECK(cudaEventRecordWithFlags(batchEvents_[static_cast<std::size_t>(2 * b.index + 1)].get(), stream(), flags));
+    const CudaEvent& end = batchEvents_[static_cast<std::size_t>(2 * b.index + 1)];
+    TESSERA_CHECK(cudaEventRecordWithFlags(end.get(), stream(), flags));
     if (lanes_ > 1) TESSERA_CHECK(cudaEventRecord(scatterDone_[static_cast<std::size_t>(b.index)].get(), stream()));
     closeRanges(3);
 }
@@ -562,8 +567,9 @@ void CudaTileDevice::abandonStep() {
 
 std::vector<float> CudaTileDevice::readPreview(bool x0) {
     std::vector<float> image(canvasSize());
-    TESSERA_CHECK(cudaMemcpyAsync(image.data(), x0 ? arena_.at<float>(arena_.preview) : x_, image.size() * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream()));
+    const float* source = x0 ? arena_.at<float>(arena_.preview) : x_;
+    TESSERA_CHECK(
+        cudaMemcpyAsync(image.data(), source, image.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()));
     TESSERA_CHECK(cudaStreamSynchronize(stream()));
     return image;
 }
