@@ -1,10 +1,17 @@
-// The tiled sampler against docs/ENGINE_SEMANTICS.md, on a tiny random UNet and the CPU backend.
+// The tiled sampler against docs/ENGINE_SEMANTICS.md, on a tiny random UNet and the CPU backend;
+// the one tiled loop (core/TiledLoop.h) with its device calls in the documented order, a device
+// that captures each step variant once and replays it (the CUDA step graphs' contract, on the
+// host), and map passes of any per-tile function over any canvas (larger or smaller, other
+// channels, guidance).
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "core/CpuBackend.h"
 #include "core/ImageOps.h"
@@ -12,7 +19,9 @@
 #include "core/Philox.h"
 #include "core/Scheduler.h"
 #include "core/StepUpdate.h"
+#include "core/TileDevice.h"
 #include "core/TilePlan.h"
+#include "core/TiledLoop.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
 
@@ -112,6 +121,170 @@ std::vector<float> untiledSample(const UNetModel& model, const RunConfig& config
     }
     return x;
 }
+
+// Forwards every call to a CpuTileDevice and logs it. With `lanes` > 1 it asks the loop for that
+// many lanes. With `replay`, it behaves like a device that captures steps (the CUDA engine's
+// step graphs): the first step of each variant records the loop's body (body(true)) as a list of
+// calls, and every step of that variant then runs that list without calling the body; it is
+// asynchronous (batches, timings and non-finite sites come with endStep).
+class RecordingDevice : public TileDevice {
+public:
+    RecordingDevice(Backend& backend, int lanes, bool replay) : inner_(backend), lanes_(lanes), replay_(replay) {}
+
+    std::vector<std::string> log;
+    int captures = 0, replays = 0;
+    std::vector<int> batchLanes;
+
+    DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override {
+        DevicePlan plan = inner_.prepare(request, record);
+        plan.lanes = lanes_;
+        return plan;
+    }
+    void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override {
+        pass_ = &pass;
+        for (const TileBatch& b : pass.batches) batchLanes.push_back(b.lane);
+        inner_.beginRun(pass, record, std::move(say));
+    }
+    void startCanvas(const CanvasStart& start) override { inner_.startCanvas(start); }
+    void beginStep(int step, const StepVariant& variant) override {
+        log.push_back("beginStep " + std::to_string(step) + " " + variant.name());
+        step_ = step;
+        bad_.reset();
+        captured_ = false;
+        inner_.beginStep(step, variant);
+    }
+    bool runStep(const StepVariant& variant, const std::function<bool(bool)>& body) override {
+        if (!replay_) return inner_.runStep(variant, body);
+        std::vector<std::function<void()>>& calls = graphs_[variant.name()];
+        if (calls.empty()) {
+            recording_ = &calls;
+            const bool done = body(true);
+            recording_ = nullptr;
+            if (!done) throw std::logic_error("a captured body stopped");
+            ++captures;
+            captured_ = true;
+        } else {
+            ++replays;
+        }
+        for (const auto& call : calls) call();
+        return true;
+    }
+    StepReport endStep() override {
+        StepReport report = inner_.endStep();
+        if (replay_) {
+            report.nonFinite = bad_;
+            report.batches.assign(pass_->batches.size(), BatchReport{});
+            report.graph = captured_ ? "capture" : "replay";
+        }
+        return report;
+    }
+    bool synchronous() const override { return !replay_; }
+
+    void forkLanes() override { issue("forkLanes", [] {}); }
+    void beginBatch(const TileBatch& b) override { issue("beginBatch " + std::to_string(b.index), [] {}); }
+    void gather(const TileBatch& b) override { issue("gather", [this, b] { inner_.gather(b); }); }
+    void evaluate(const TileBatch& b, Branch branch) override {
+        issue(branch == Branch::Conditional ? "evaluate" : "evaluate unconditional", [this, b, branch] { inner_.evaluate(b, branch); });
+    }
+    void combineGuidance(const TileBatch& b, float scale) override {
+        issue("combineGuidance", [this, b, scale] { inner_.combineGuidance(b, scale); });
+    }
+    void joinBatch(const TileBatch&) override { issue("joinBatch", [] {}); }
+    bool checkOutput(const TileBatch& b) override {
+        if (!replay_) {
+            log.push_back("checkOutput");
+            return inner_.checkOutput(b);
+        }
+        issue("checkOutput", [this, b] { note(inner_.checkOutput(b), b.index); });
+        return false;
+    }
+    void scatter(const TileBatch& b, const StepVariant& v) override { issue("scatter", [this, b, v] { inner_.scatter(b, v); }); }
+    void endBatch(const TileBatch& b) override { issue("endBatch " + std::to_string(b.index), [] {}); }
+    void fuse(const StepVariant& v) override { issue("fuse", [this, v] { inner_.fuse(v); }); }
+    bool checkCanvas() override {
+        if (!replay_) {
+            log.push_back("checkCanvas");
+            return inner_.checkCanvas();
+        }
+        issue("checkCanvas", [this] { note(inner_.checkCanvas(), -1); });
+        return false;
+    }
+    void abandonStep() override { log.push_back("abandonStep"); }
+    std::vector<float> readPreview(bool x0) override { return inner_.readPreview(x0); }
+    std::vector<float> readCanvas() override { return inner_.readCanvas(); }
+    SeamSums readSeams() override { return inner_.readSeams(); }
+    void finishRun(RunRecord& record) override { inner_.finishRun(record); }
+
+private:
+    // Logs the call; while recording, keeps it for the replays, else runs it now.
+    void issue(const std::string& name, std::function<void()> call) {
+        log.push_back(name);
+        if (recording_)
+            recording_->push_back(std::move(call));
+        else if (!replay_)
+            call();
+    }
+    void note(bool found, int batch) {
+        if (found && !bad_) bad_ = NonFiniteAt{step_, batch};
+    }
+
+    CpuTileDevice inner_;
+    int lanes_;
+    bool replay_;
+    const TiledPass* pass_ = nullptr;
+    int step_ = 0;
+    bool captured_ = false;
+    std::optional<NonFiniteAt> bad_;
+    std::map<std::string, std::vector<std::function<void()>>> graphs_;
+    std::vector<std::function<void()>>* recording_ = nullptr;
+};
+
+// A local function with another output size and channel count, like a VAE's decoder (larger) or
+// encoder (smaller): resampling by up / down (nearest-neighbour up, block mean down, one of them
+// 1) and a fixed channel mix, out(o) = bias(o) + sum_c m(o, c) in(c). Branch Unconditional mixes
+// with other numbers (guidance tests).
+struct ResampleMix {
+    int inChannels = 3, outChannels = 4, up = 2, down = 1, tileH = 0, tileW = 0;
+    float weight(int o, int c, Branch branch) const {
+        return (branch == Branch::Conditional ? 0.25f : -0.5f) * static_cast<float>(1 + o - c) + 0.1f * static_cast<float>(c);
+    }
+    float bias(int o, Branch branch) const { return branch == Branch::Conditional ? 0.1f * static_cast<float>(o) : -0.3f; }
+    // Input channel c at output pixel (y, x).
+    float sample(const float* in, int h, int w, int c, int y, int x) const {
+        const float* plane = in + static_cast<std::size_t>(c) * h * w;
+        if (down == 1) return plane[static_cast<std::size_t>(y / up) * w + x / up];
+        float sum = 0;
+        for (int i = 0; i < down; ++i)
+            for (int q = 0; q < down; ++q) sum += plane[static_cast<std::size_t>(y * down + i) * w + x * down + q];
+        return sum / static_cast<float>(down * down);
+    }
+    // One C x h x w image into outChannels x (h*up/down) x (w*up/down).
+    void apply(const float* in, int h, int w, float* out, Branch branch) const {
+        const int oh = h / down * up, ow = w / down * up;
+        for (int o = 0; o < outChannels; ++o)
+            for (int y = 0; y < oh; ++y)
+                for (int x = 0; x < ow; ++x) {
+                    float v = bias(o, branch);
+                    for (int c = 0; c < inChannels; ++c) v += weight(o, c, branch) * sample(in, h, w, c, y, x);
+                    out[(static_cast<std::size_t>(o) * oh + y) * ow + x] = v;
+                }
+    }
+    HostTileFunction tiles() const {
+        return [*this](const float* in, const float*, int count, float* out, Branch branch) {
+            const std::size_t inElems = static_cast<std::size_t>(inChannels) * tileH * tileW;
+            const std::size_t outElems = static_cast<std::size_t>(outChannels) * (tileH / down * up) * (tileW / down * up);
+            for (int b = 0; b < count; ++b) apply(in + b * inElems, tileH, tileW, out + b * outElems, branch);
+        };
+    }
+};
+
+ImageTensor testCanvas(int channels, int height, int width) {
+    ImageTensor t{channels, height, width, std::vector<float>(static_cast<std::size_t>(channels) * height * width)};
+    for (std::size_t i = 0; i < t.data.size(); ++i) t.data[i] = std::sin(0.37f * static_cast<float>(i)) + 0.01f * float(i % 7);
+    return t;
+}
+
+const CancelCheck kNeverCancel = [] { return false; };
 
 float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
     float m = 0;
@@ -543,6 +716,286 @@ private slots:
         }
         QCOMPARE(observer.batches, 6);  // every tile batch of the step ran
         QCOMPARE(observer.steps, 0);
+    }
+
+    // The loop issues a step as TileDevice calls in the order TileDevice.h documents, batches
+    // round robin on the lanes the device asked for; a step's calls do not depend on lanes.
+    void loopIssuesTheDocumentedCalls() {
+        RunConfig config = baseConfig();
+        config.steps = 2;
+        config.tileBatch = 2;   // 6 tiles: 3 batches
+        CpuBackend backend;
+        RecordingDevice device(backend, 2, false);
+        TiledLoop loop;
+        loop.setModel(model_);
+        CountingObserver observer;
+        const RunResult r = loop.run(config, observer, device, kNeverCancel);
+        QCOMPARE(device.batchLanes, (std::vector<int>{0, 1, 0}));
+        std::vector<std::string> want;
+        for (int k = 0; k < 2; ++k) {
+            want.push_back("beginStep " + std::to_string(k) + (k == 1 ? " last" : " normal"));
+            want.push_back("forkLanes");
+            for (int j = 0; j < 3; ++j)
+                for (const std::string& call : {"beginBatch " + std::to_string(j), std::string("gather"), std::string("evaluate"),
+                                                std::string("joinBatch"), std::string("checkOutput"), std::string("scatter"),
+                                                "endBatch " + std::to_string(j)})
+                    want.push_back(call);
+            want.push_back("fuse");
+            want.push_back("checkCanvas");
+        }
+        QCOMPARE(device.log, want);
+        QCOMPARE(r.record.stepsRun, 2);
+        QCOMPARE(observer.batches, 6);
+        const RunResult direct = makeSampler(model_)->run(config, observer);
+        QVERIFY(r.image.data == direct.image.data);
+        QVERIFY(r.seamMap.data == direct.seamMap.data);
+    }
+
+    // A device that captures each step variant once and replays the recording (what the CUDA
+    // engine's step graphs do) makes the same bits as one that runs every call: the loop's step
+    // depends on the step only through the device's per-step scalars. The loop reports the
+    // batches with the step, and previews and the seam map from the replayed steps.
+    void replayedStepsAreBitIdentical_data() {
+        QTest::addColumn<int>("fusion");
+        QTest::newRow("sample") << int(FusionRule::Sample);
+        QTest::newRow("noise") << int(FusionRule::Noise);
+    }
+    void replayedStepsAreBitIdentical() {
+        QFETCH(int, fusion);
+        RunConfig config = baseConfig();
+        config.fusion = static_cast<FusionRule>(fusion);
+        config.scheduler = SchedulerKind::DDPM;   // noise every step: the draw follows the step index
+        config.steps = 5;                         // normal, preview, normal, preview, last
+        config.previewEvery = 2;
+        config.tileBatch = 4;                     // batches of 4 and 2
+        CountingObserver direct, replayed;
+        const RunResult want = makeSampler(model_)->run(config, direct);
+        CpuBackend backend;
+        RecordingDevice device(backend, 1, true);
+        TiledLoop loop;
+        loop.setModel(model_);
+        const RunResult got = loop.run(config, replayed, device, kNeverCancel);
+        QCOMPARE(device.captures, 3);
+        QCOMPARE(device.replays, 2);
+        QVERIFY2(got.image.data == want.image.data, "replayed steps changed the image");
+        QVERIFY2(got.seamMap.data == want.seamMap.data, "replayed steps changed the seam map");
+        QCOMPARE(replayed.previewSteps, direct.previewSteps);
+        QCOMPARE(replayed.tileOrder, direct.tileOrder);
+        QCOMPARE(got.record.batches.size(), want.record.batches.size());
+        const std::vector<std::string> graphs{"capture", "capture", "replay", "replay", "capture"};
+        for (std::size_t k = 0; k < graphs.size(); ++k) {
+            QCOMPARE(got.record.steps[k].graph, graphs[k]);
+            QCOMPARE(got.record.steps[k].captured, graphs[k] == "capture");
+        }
+        // The body ran on the three capture steps only: 2 batches x 7 calls + forkLanes, fuse, checkCanvas.
+        QCOMPARE(static_cast<int>(device.log.size()), 5 + 3 * (2 * 7 + 3));
+    }
+
+    // With replayed steps the non-finite site still names the step and the tile batch (read back
+    // with the step), and the batches before it are not reported as finished.
+    void replayedStepsStopAtNonFinite() {
+        RunConfig config = baseConfig();
+        config.tileBatch = 2;
+        config.initImage = "in-memory";
+        config.strength = 0.75;   // starts at step index 4 - int(4 * 0.75) = 1: steps 2 and 3 replay
+        ImageTensor init{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)};
+        CpuBackend backend;
+        RecordingDevice device(backend, 1, true);
+        TiledLoop loop;
+        loop.setModel(model_);
+        loop.setInitImage(init);
+        CountingObserver observer;
+        QCOMPARE(loop.run(config, observer, device, kNeverCancel).record.status, std::string("finished"));
+        init.data[(2 * 24 + 23) * 32 + 31] = std::numeric_limits<float>::quiet_NaN();   // tile 5 only: batch 3/3
+        loop.setInitImage(init);
+        CountingObserver failing;
+        try {
+            loop.run(config, failing, device, kNeverCancel);
+            QFAIL("a replayed run with a NaN in its latents finished");
+        } catch (const NonFiniteError& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains("at step 2/4 (timestep 500), tile batch 3/3 (tiles 4-5);"),
+                     e.what());
+            QCOMPARE(e.site().batch, 2);
+            QCOMPARE(e.record().batches.size(), std::size_t(0));
+        }
+        QCOMPARE(failing.batches, 0);
+        QVERIFY(device.replays > 0);
+    }
+
+    // Cancellation: between tile batches where the body runs, before the next step where a
+    // device replays it (a replayed step is never cut short).
+    void cancellationWithRecordedDevices() {
+        RunConfig config = baseConfig();
+        config.tileBatch = 2;
+        CpuBackend backend;
+        TiledLoop loop;
+        loop.setModel(model_);
+        bool cancel = false;
+        const CancelCheck check = [&cancel] { return cancel; };
+        struct CancelAfter : CountingObserver {
+            bool* flag = nullptr;
+            int afterBatches = -1, afterSteps = -1;
+            void onTileBatch(const TileBatchEvent& e) override {
+                CountingObserver::onTileBatch(e);
+                if (batches == afterBatches) *flag = true;
+            }
+            void onStep(const StepEvent& e) override {
+                CountingObserver::onStep(e);
+                if (steps == afterSteps) *flag = true;
+            }
+        };
+        RecordingDevice eager(backend, 1, false);
+        CancelAfter o1;
+        o1.flag = &cancel;
+        o1.afterBatches = 4;   // step 2's first batch
+        const RunResult a = loop.run(config, o1, eager, check);
+        QCOMPARE(a.record.status, std::string("cancelled"));
+        QCOMPARE(a.record.stepsRun, 1);
+        QCOMPARE(o1.batches, 4);
+        QCOMPARE(std::count(eager.log.begin(), eager.log.end(), std::string("abandonStep")), 1);
+        cancel = false;
+        RecordingDevice replaying(backend, 1, true);
+        CancelAfter o2;
+        o2.flag = &cancel;
+        o2.afterBatches = 4;   // during step 2's reports: the step has run; step 3 does not start
+        const RunResult b = loop.run(config, o2, replaying, check);
+        QCOMPARE(b.record.status, std::string("cancelled"));
+        QCOMPARE(b.record.stepsRun, 2);
+        QCOMPARE(o2.batches, 6);
+        QCOMPARE(std::count(replaying.log.begin(), replaying.log.end(), std::string("abandonStep")), 0);
+        for (float v : b.image.data) QVERIFY(std::isfinite(v));
+    }
+
+    // A map pass tiles any function over any canvas: a pointwise function gives the same values
+    // tiled as applied to the whole canvas (blending equal values changes them by rounding only),
+    // with another output size and channel count, for every window and tile batch.
+    void mapTilesAnyFunction_data() {
+        QTest::addColumn<int>("up");
+        QTest::addColumn<int>("down");
+        QTest::addColumn<int>("outChannels");
+        QTest::addColumn<int>("window");
+        QTest::addColumn<int>("batch");
+        QTest::newRow("x1, 3 -> 3, hann, batch 1") << 1 << 1 << 3 << int(BlendWindowKind::Hann) << 1;
+        QTest::newRow("x2, 3 -> 4, hann, batch 3") << 2 << 1 << 4 << int(BlendWindowKind::Hann) << 3;
+        QTest::newRow("x3, 3 -> 1, linear, batch 2") << 3 << 1 << 1 << int(BlendWindowKind::Linear) << 2;
+        QTest::newRow("x2, 3 -> 4, none, batch 20") << 2 << 1 << 4 << int(BlendWindowKind::None) << 20;
+        QTest::newRow("x2, 3 -> 4, gaussian, batch 4") << 2 << 1 << 4 << int(BlendWindowKind::Gaussian) << 4;
+        QTest::newRow("/2, 3 -> 4, hann, batch 2") << 1 << 2 << 4 << int(BlendWindowKind::Hann) << 2;
+        QTest::newRow("/4, 3 -> 2, linear, batch 1") << 1 << 4 << 2 << int(BlendWindowKind::Linear) << 1;
+    }
+    void mapTilesAnyFunction() {
+        QFETCH(int, up);
+        QFETCH(int, down);
+        QFETCH(int, outChannels);
+        QFETCH(int, window);
+        QFETCH(int, batch);
+        const ImageTensor input = testCanvas(3, 20, 28);
+        MapSpec spec;
+        spec.tile = 8;
+        spec.overlap = 4;
+        spec.window = static_cast<BlendWindowKind>(window);
+        spec.batch = batch;
+        spec.upscale = up;
+        spec.downscale = down;
+        spec.outChannels = outChannels;
+        ResampleMix f;
+        f.outChannels = outChannels;
+        f.up = up;
+        f.down = down;
+        f.tileH = f.tileW = 8;
+        CpuTileDevice device(f.tiles());
+        CountingObserver observer;
+        const std::optional<ImageTensor> out = TiledLoop::map(device, input, spec, observer, kNeverCancel);
+        QVERIFY(out.has_value());
+        QCOMPARE(out->channels, outChannels);
+        QCOMPARE(out->height, 20 / down * up);
+        QCOMPARE(out->width, 28 / down * up);
+        std::vector<float> whole(static_cast<std::size_t>(outChannels) * out->height * out->width);
+        f.apply(input.data.data(), 20, 28, whole.data(), Branch::Conditional);
+        const float diff = maxAbsDiff(out->data, whole);
+        QVERIFY2(diff < 2e-5f, qPrintable(QString("max |tiled - whole| = %1").arg(diff)));
+        const TilePlan plan = TilePlan::make(28, 20, 8, 4);
+        QCOMPARE(observer.steps, 1);
+        QCOMPARE(observer.batches, (plan.count() + batch - 1) / batch);
+        QCOMPARE(static_cast<int>(observer.tileOrder.size()), plan.count());
+    }
+
+    // The guidance hook: two evaluations per batch, blended as u + s (c - u) before the scatter.
+    void mapGuidance() {
+        const ImageTensor input = testCanvas(3, 16, 24);
+        MapSpec spec;
+        spec.tile = 8;
+        spec.overlap = 2;
+        spec.batch = 2;
+        spec.upscale = 2;
+        spec.outChannels = 4;
+        spec.guidance = Guidance{3.5f};
+        ResampleMix f;
+        f.tileH = f.tileW = 8;
+        CpuTileDevice device(f.tiles());
+        RunObserver quiet;
+        const std::optional<ImageTensor> out = TiledLoop::map(device, input, spec, quiet, kNeverCancel);
+        QVERIFY(out.has_value());
+        std::vector<float> c(out->data.size()), u(out->data.size()), want(out->data.size());
+        f.apply(input.data.data(), 16, 24, c.data(), Branch::Conditional);
+        f.apply(input.data.data(), 16, 24, u.data(), Branch::Unconditional);
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] = u[i] + 3.5f * (c[i] - u[i]);
+        const float diff = maxAbsDiff(out->data, want);
+        QVERIFY2(diff < 1e-4f, qPrintable(QString("max |guided - expected| = %1").arg(diff)));
+        QVERIFY(maxAbsDiff(out->data, c) > 0.1f);   // not the conditional evaluation alone
+    }
+
+    // A map pass stops like a run: cancelled (no image), a NaN named by its tile batch, a bad spec
+    // or canvas named by field.
+    void mapStopsAndRefuses() {
+        ImageTensor input = testCanvas(3, 16, 24);
+        MapSpec spec;
+        spec.tile = 8;
+        spec.overlap = 2;
+        spec.upscale = 2;
+        spec.outChannels = 4;
+        ResampleMix f;
+        f.tileH = f.tileW = 8;
+        CpuTileDevice device(f.tiles());
+        CountingObserver observer;
+        int checks = 0;
+        QVERIFY(!TiledLoop::map(device, input, spec, observer, [&checks] { return ++checks > 2; }).has_value());
+        QCOMPARE(observer.batches, 1);   // checked before the step and the first batch, stopped before the second
+        QCOMPARE(observer.steps, 0);
+
+        input.data[(1 * 16 + 15) * 24 + 0] = std::numeric_limits<float>::quiet_NaN();   // bottom-left tile only
+        const TilePlan plan = TilePlan::make(24, 16, 8, 2);
+        const int tile = (plan.rows() - 1) * plan.cols();
+        try {
+            (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
+            QFAIL("a map pass with a NaN in its input finished");
+        } catch (const NonFiniteError& e) {
+            const QString want =
+                QString("at step 1/1 (timestep 0), tile batch %1/%2 (tile %3);").arg(tile + 1).arg(plan.count()).arg(tile);
+            QVERIFY2(QString::fromUtf8(e.what()).contains(want), qPrintable(QString(e.what()) + "\nwanted: " + want));
+            QCOMPARE(e.site().batch, tile);
+        }
+
+        for (const auto& [up, down] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{1, 3}}) {   // 3 does not divide 16x24 tile 8
+            spec.upscale = up;
+            spec.downscale = down;
+            try {
+                (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
+                QFAIL(qPrintable(QString("upscale %1, downscale %2 was accepted").arg(up).arg(down)));
+            } catch (const ValidationError& e) {
+                QCOMPARE(e.field(), std::string("map"));
+                QVERIFY2(QString::fromUtf8(e.what()).startsWith("map: "), e.what());
+            }
+        }
+        spec.upscale = 2;
+        spec.downscale = 1;
+        input.data.pop_back();
+        try {
+            (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
+            QFAIL("a canvas whose data does not match its shape was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("input"));
+        }
     }
 };
 

@@ -3,8 +3,10 @@
 // per-batch/per-step device timings, cancellation; on the fixture model (tests/data/models,
 // or $TESSERA_TEST_DATA_DIR/models) a 256x256 tiled DDIM run against the CPU engine
 // (PSNR >= 40 dB) and tile batch 1 against 8; a NaN or infinity (a poisoned latent, weights that
-// overflow fp16) stops the run naming the step and tile batch, in every graph mode. Skips where
-// no CUDA device is present.
+// overflow fp16) stops the run naming the step and tile batch, in every graph mode; both engines
+// being the one tiled loop (core/TiledLoop.h), the same events and record structure as the CPU
+// engine in every graph mode, and the CUDA device refusing passes it cannot lower (map, guidance).
+// Skips where no CUDA device is present.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -15,11 +17,15 @@
 #include "core/CpuBackend.h"
 #include "core/ImageOps.h"
 #include "core/NonFiniteError.h"
+#include "core/BlendWindow.h"
+#include "core/TileDevice.h"
 #include "core/TilePlan.h"
+#include "core/TiledLoop.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
 #include "kernels/CudaBackend.h"
 #include "kernels/CudaEngine.h"
+#include "kernels/CudaTileDevice.h"
 
 using namespace tessera;
 
@@ -352,6 +358,96 @@ private slots:
             const RunResult r = gpu.run(cfg, quiet);
             QCOMPARE(r.record.status, std::string("finished"));
             for (const float v : r.image.data) QVERIFY(std::isfinite(v));
+        }
+    }
+
+    // One loop, two devices: the CPU and CUDA engines report the same steps, tile batches (ids in
+    // order), previews and memory samples and fill the same record fields, whatever the graph mode
+    // (step graphs replay the loop's body without running it on the host); the CUDA engine adds
+    // device timings, graph statistics and lanes.
+    void sameLoopEventsAsCpuEngine_data() { poisonedLatentStopsTheRun_data(); }
+
+    void sameLoopEventsAsCpuEngine() {
+        QFETCH(int, graphs);
+        struct Events : RunObserver {
+            std::vector<int> stepOrder, tileOrder, previewSteps;
+            int memory = 0, started = 0;
+            void onStarted(const RunRecord&) override { ++started; }
+            void onStep(const StepEvent& e) override { stepOrder.push_back(e.step); }
+            void onTileBatch(const TileBatchEvent& e) override {
+                tileOrder.insert(tileOrder.end(), e.tileIds.begin(), e.tileIds.end());
+            }
+            void onPreview(const PreviewEvent& e) override { previewSteps.push_back(e.step); }
+            void onMemory(const MemorySample&) override { ++memory; }
+        };
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 31));
+        RunConfig cfg = runConfig(SchedulerKind::DDPM, FusionRule::Noise, Precision::FP32);
+        cfg.steps = 5;
+        cfg.previewEvery = 2;
+        cfg.graphs = static_cast<GraphMode>(graphs);
+        cfg.graphWarmup = 1;
+        TiledSampler cpu(std::make_unique<CpuBackend>(2));
+        cpu.setModel(model);
+        Events cpuSeen, gpuSeen;
+        const RunResult ref = cpu.run(cfg, cpuSeen);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        const RunResult got = gpu.run(cfg, gpuSeen);
+        QCOMPARE(gpuSeen.started, 1);
+        QCOMPARE(gpuSeen.stepOrder, cpuSeen.stepOrder);
+        QCOMPARE(gpuSeen.tileOrder, cpuSeen.tileOrder);
+        QCOMPARE(gpuSeen.previewSteps, (std::vector<int>{1, 3, 4}));
+        QCOMPARE(gpuSeen.previewSteps, cpuSeen.previewSteps);
+        QCOMPARE(gpuSeen.memory, cpuSeen.memory);
+        QCOMPARE(got.record.stepsRun, ref.record.stepsRun);
+        QCOMPARE(got.record.timesteps, ref.record.timesteps);
+        QCOMPARE(got.record.batches.size(), ref.record.batches.size());
+        for (std::size_t i = 0; i < ref.record.batches.size(); ++i) {
+            QCOMPARE(got.record.batches[i].step, ref.record.batches[i].step);
+            QCOMPARE(got.record.batches[i].batchIndex, ref.record.batches[i].batchIndex);
+            QCOMPARE(got.record.batches[i].timestep, ref.record.batches[i].timestep);
+            QVERIFY(got.record.batches[i].gpuMs > 0);
+        }
+        QCOMPARE(got.record.config.overlapPx, ref.record.config.overlapPx);
+        QCOMPARE(got.record.tileCount, ref.record.tileCount);
+        QCOMPARE(got.record.environment.backend, std::string("cuda"));
+        QCOMPARE(got.record.graphs.mode, std::string(toString(cfg.graphs)));
+        QCOMPARE(got.seamMap.data.size(), ref.seamMap.data.size());
+        // The numbers themselves: matchesCpuSampler (1e-4 there, over 4 steps).
+        QVERIFY2(rel(got.image.data, ref.image.data) < 1e-3, "fp32 GPU image differs from the CPU engine's");
+    }
+
+    // The CUDA device's tile function is the UNet over the latents: a map pass (another canvas
+    // size or channel count) or a guided pass is refused before any work, saying why.
+    void refusesPassesItCannotLower() {
+        CudaTileDevice device(0);
+        const ImageTensor input{3, 32, 32, std::vector<float>(3 * 32 * 32, 0.5f)};
+        MapSpec spec;
+        spec.tile = 16;
+        spec.overlap = 4;
+        spec.upscale = 2;
+        spec.outChannels = 3;
+        RunObserver quiet;
+        try {
+            (void)TiledLoop::map(device, input, spec, quiet, [] { return false; });
+            QFAIL("the CUDA device accepted a map pass");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains("map passes"), e.what());
+        }
+        const TilePlan plan = TilePlan::make(32, 32, 16, 4);
+        const BlendWeights weights(plan, BlendWindowKind::Hann, 4);
+        TiledPass pass;
+        pass.inChannels = pass.outChannels = 3;
+        pass.height = pass.width = pass.outHeight = pass.outWidth = 32;
+        pass.plan = pass.outPlan = &plan;
+        pass.weights = &weights;
+        pass.guidance = Guidance{7.5f};
+        RunRecord record;
+        try {
+            device.beginRun(pass, record, [](const std::string&) {});
+            QFAIL("the CUDA device accepted a guided pass");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains("guidance"), e.what());
         }
     }
 

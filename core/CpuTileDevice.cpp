@@ -1,0 +1,275 @@
+#include "core/CpuTileDevice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "core/BlendWindow.h"
+#include "core/NonFiniteError.h"
+#include "core/Philox.h"
+#include "core/RunRecord.h"
+#include "core/TilePlan.h"
+
+namespace tessera {
+
+namespace {
+
+// Resident set size of this process in MiB (Linux), 0 where unknown: the CPU's
+// stand-in for device memory in MemorySample.
+double residentMiB() {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    if (!(statm >> pages >> resident)) return 0;
+    return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+// A canvas's geometry: element (c, y, x) of a float32 C x H x W tensor.
+struct Canvas {
+    int channels = 0, height = 0, width = 0;
+    std::size_t plane() const { return static_cast<std::size_t>(height) * width; }
+    std::size_t size() const { return plane() * channels; }
+    std::size_t index(int c, int y, int x) const { return (static_cast<std::size_t>(c) * height + y) * width + x; }
+};
+
+Canvas inputCanvas(const TiledPass& pass) { return {pass.inChannels, pass.height, pass.width}; }
+Canvas outputCanvas(const TiledPass& pass) {
+    return {pass.outChannels, pass.outHeight, pass.outWidth};
+}
+
+// z(draw, i) keyed by canvas element.
+void fillNoise(std::vector<float>& z, std::uint64_t seed, std::uint32_t draw) {
+    for (std::size_t i = 0; i < z.size(); ++i) z[i] = philoxNormal(seed, draw, i);
+}
+
+// The canvas crops of tiles [first, first + count), scaled for the model's input, into tileIn.
+void gatherTiles(const TilePlan& plan, const Canvas& canvas, const std::vector<float>& x, int first, int count,
+                 float inputScale, float* tileIn) {
+    const int tileH = plan.tileH(), tileW = plan.tileW();
+    const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
+    for (int b = 0; b < count; ++b) {
+        const TileRect& r = plan.tile(first + b);
+        float* dst = tileIn + b * tileElems;
+        for (int c = 0; c < canvas.channels; ++c)
+            for (int i = 0; i < tileH; ++i) {
+                const float* src = x.data() + canvas.index(c, r.y + i, r.x);
+                float* row = dst + (static_cast<std::size_t>(c) * tileH + i) * tileW;
+                for (int q = 0; q < tileW; ++q) row[q] = src[q] * inputScale;
+            }
+    }
+}
+
+// What one step scatters: its coefficients and noise, and which accumulators it feeds.
+struct ScatterStep {
+    const StepCoefficients& K;
+    const std::vector<float>& x;
+    const std::vector<float>& z;
+    bool sampleFusion, stepNoise, wantEps, lastStep;
+};
+
+// The accumulators a scatter adds to: sum of w * x'_t (sample fusion), sum of w * eps (noise
+// fusion, previews) and, at the last step, the seam statistics.
+struct Accumulators {
+    std::vector<float>& acc;
+    std::vector<float>& accEps;
+    SeamSums& seams;
+};
+
+// Window-weighted scatter of each tile's contribution (x'_t or eps_t) of tiles [first, first + count).
+void scatterTiles(const TilePlan& plan, const BlendWeights& weights, const Canvas& canvas, const ScatterStep& step,
+                  int first, int count, const float* tileOut, Accumulators a) {
+    const int tileH = plan.tileH(), tileW = plan.tileW();
+    const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
+    const std::vector<float>& normalizer = weights.normalizer();  // N(p), height x width
+    for (int b = 0; b < count; ++b) {
+        const TileRect& r = plan.tile(first + b);
+        const float* eps = tileOut + b * tileElems;
+        const float* tileWeight = weights.tileWeights(first + b);
+        for (int c = 0; c < canvas.channels; ++c)
+            for (int i = 0; i < tileH; ++i)
+                for (int q = 0; q < tileW; ++q) {
+                    const std::size_t p = canvas.index(c, r.y + i, r.x + q);
+                    const std::size_t pix = static_cast<std::size_t>(r.y + i) * canvas.width + r.x + q;
+                    const float e = eps[(static_cast<std::size_t>(c) * tileH + i) * tileW + q];
+                    const float w = tileWeight[static_cast<std::size_t>(i) * tileW + q];
+                    float v = e;
+                    if (step.sampleFusion) {
+                        v = applyStep(step.K, step.x[p], e, step.stepNoise ? step.z[p] : 0.0f);
+                        a.acc[p] += w * v;
+                    }
+                    if (step.wantEps) a.accEps[p] += w * e;
+                    if (step.lastStep && w != 0.0f) {
+                        const double wn = static_cast<double>(w) / normalizer[pix];
+                        a.seams.sum[p] += wn * v;
+                        a.seams.sumSq[p] += wn * static_cast<double>(v) * v;
+                    }
+                }
+    }
+}
+
+// The end of a step: normalise by N(p) = sum of the windows covering p (sample fusion), or one
+// scheduler update with the normalised noise (noise fusion). Returns the blended x0 prediction
+// when `preview` (far more legible than noisy x_t), else an empty vector.
+std::vector<float> fuseStep(const Canvas& canvas, const std::vector<float>& normalizer, const ScatterStep& step,
+                            bool preview, const std::vector<float>& acc, const std::vector<float>& accEps,
+                            std::vector<float>& x) {
+    const StepCoefficients& K = step.K;
+    const std::size_t plane = canvas.plane();
+    std::vector<float> x0Preview;
+    if (preview) {
+        x0Preview.resize(canvas.size());
+        for (std::size_t p = 0; p < canvas.size(); ++p) {
+            const float e = accEps[p] / normalizer[p % plane];
+            float x0 = K.ax * x[p] + K.ae * e;
+            if (K.clip != 0.0f) x0 = std::clamp(x0, -K.clipRange, K.clipRange);
+            x0Preview[p] = x0;
+        }
+    }
+    if (step.sampleFusion) {
+        for (std::size_t p = 0; p < canvas.size(); ++p) x[p] = acc[p] / normalizer[p % plane];
+    } else {
+        for (std::size_t p = 0; p < canvas.size(); ++p) {
+            const float e = accEps[p] / normalizer[p % plane];
+            x[p] = applyStep(K, x[p], e, step.stepNoise ? step.z[p] : 0.0f);
+        }
+    }
+    return x0Preview;
+}
+
+}  // namespace
+
+CpuTileDevice::CpuTileDevice(Backend& backend) : backend_(&backend) {}
+
+CpuTileDevice::CpuTileDevice(HostTileFunction function) : function_(std::move(function)) {
+    if (!function_) throw std::invalid_argument("CpuTileDevice: a tile function is required");
+}
+
+DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& record) {
+    const BackendInfo info = backend_ ? backend_->info() : BackendInfo{"cpu", "host tile function"};
+    record.environment.backend = info.name;
+    record.environment.device = info.device;
+    record.graphs.mode = "off";
+    if (request.config.graphs != GraphMode::Off)
+        record.messages.push_back("graphs: the " + info.name + " backend has no CUDA graphs; ran with graphs off");
+    if (backend_) {
+        const PreparedShape shape{request.modelGeneration, request.batchSize, request.tileH, request.tileW};
+        if (!prepared_ || !(*prepared_ == shape)) {
+            prepared_.reset();
+            backend_->prepare(request.model, request.batchSize, request.tileH, request.tileW);
+            prepared_ = shape;
+        }
+    }
+    return DevicePlan{1, Precision::FP32};
+}
+
+std::size_t CpuTileDevice::outTileElems() const {
+    return static_cast<std::size_t>(pass_->outChannels) * pass_->outPlan->tileH() * pass_->outPlan->tileW();
+}
+
+void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<void(const std::string&)>) {
+    pass_ = &pass;
+    const std::size_t inSize = inputCanvas(pass).size(), outSize = outputCanvas(pass).size();
+    x_.assign(inSize, 0.0f);
+    y_.assign(pass.inPlace ? 0 : outSize, 0.0f);
+    z_.assign(inSize, 0.0f);
+    acc_.assign(outSize, 0.0f);
+    accEps_.assign(outSize, 0.0f);
+    seams_ = {};
+    const std::size_t batch = static_cast<std::size_t>(pass.batchSize);
+    tileIn_.assign(static_cast<std::size_t>(pass.inChannels) * pass.plan->tileH() * pass.plan->tileW() * batch, 0.0f);
+    tileOut_.assign(outTileElems() * batch, 0.0f);
+    tileUncond_.assign(pass.guidance ? tileOut_.size() : 0, 0.0f);
+    tileT_.assign(batch, 0.0f);
+}
+
+void CpuTileDevice::startCanvas(const CanvasStart& start) {
+    const std::vector<float>* image = start.image;
+    if (start.kind != CanvasStart::Kind::Noise && (!image || image->size() != x_.size()))
+        throw std::invalid_argument("CpuTileDevice: the start image does not have the input canvas's size");
+    switch (start.kind) {
+    case CanvasStart::Kind::Noise:
+        fillNoise(z_, pass_->seed, start.draw);
+        for (std::size_t i = 0; i < x_.size(); ++i) x_[i] = z_[i] * start.sigma;
+        break;
+    case CanvasStart::Kind::NoisedImage:
+        fillNoise(z_, pass_->seed, start.draw);
+        for (std::size_t i = 0; i < x_.size(); ++i) x_[i] = (start.a * (*image)[i] + start.b * z_[i]) * start.scale;
+        break;
+    case CanvasStart::Kind::Image:
+        x_ = *image;
+        break;
+    }
+    std::fill(y_.begin(), y_.end(), 0.0f);
+}
+
+void CpuTileDevice::beginStep(int step, const StepVariant& variant) {
+    K_ = pass_->coefficients.at(static_cast<std::size_t>(step));
+    stepNoise_ = K_.sigma != 0.0f;
+    if (stepNoise_) {
+        z_.resize(output().size());
+        fillNoise(z_, pass_->seed, static_cast<std::uint32_t>(step + 1));
+    }
+    if (variant.sampleFusion) std::fill(acc_.begin(), acc_.end(), 0.0f);
+    if (variant.blendsNoise()) std::fill(accEps_.begin(), accEps_.end(), 0.0f);
+    if (variant.seams) {
+        seams_.sum.assign(output().size(), 0.0);
+        seams_.sumSq.assign(output().size(), 0.0);
+    }
+    std::fill(tileT_.begin(), tileT_.end(), K_.timestep);
+}
+
+bool CpuTileDevice::runStep(const StepVariant&, const std::function<bool(bool)>& body) { return body(false); }
+
+StepReport CpuTileDevice::endStep() {
+    StepReport report;
+    report.usedMiB = residentMiB();
+    return report;
+}
+
+void CpuTileDevice::gather(const TileBatch& batch) {
+    gatherTiles(*pass_->plan, inputCanvas(*pass_), x_, batch.first, batch.count, K_.modelInputScale, tileIn_.data());
+}
+
+void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
+    float* out = branch == Branch::Conditional ? tileOut_.data() : tileUncond_.data();
+    if (backend_)
+        backend_->forward(tileIn_.data(), tileT_.data(), batch.count, out);
+    else
+        function_(tileIn_.data(), tileT_.data(), batch.count, out, branch);
+}
+
+void CpuTileDevice::combineGuidance(const TileBatch& batch, float scale) {
+    const std::size_t n = outTileElems() * static_cast<std::size_t>(batch.count);
+    for (std::size_t i = 0; i < n; ++i) {
+        const float u = tileUncond_[i];
+        tileOut_[i] = u + scale * (tileOut_[i] - u);
+    }
+}
+
+bool CpuTileDevice::checkOutput(const TileBatch& batch) {
+    return !allFinite(tileOut_.data(), outTileElems() * static_cast<std::size_t>(batch.count));
+}
+
+void CpuTileDevice::scatter(const TileBatch& batch, const StepVariant& variant) {
+    const ScatterStep step{K_, output(), z_, variant.sampleFusion, stepNoise_, variant.blendsNoise(), variant.seams};
+    scatterTiles(*pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count,
+                 tileOut_.data(), Accumulators{acc_, accEps_, seams_});
+}
+
+void CpuTileDevice::fuse(const StepVariant& variant) {
+    const ScatterStep step{K_, output(), z_, variant.sampleFusion, stepNoise_, variant.blendsNoise(), variant.seams};
+    x0Preview_ =
+        fuseStep(outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.preview, acc_, accEps_, output());
+}
+
+bool CpuTileDevice::checkCanvas() { return !allFinite(output().data(), output().size()); }
+
+std::vector<float> CpuTileDevice::readPreview(bool x0) { return x0 ? std::move(x0Preview_) : output(); }
+
+std::vector<float> CpuTileDevice::readCanvas() { return output(); }
+
+SeamSums CpuTileDevice::readSeams() { return std::move(seams_); }
+
+}  // namespace tessera

@@ -1,0 +1,75 @@
+// CpuTileDevice: the tiled loop's device on the host (core/TileDevice.h). Canvas, noise and
+// accumulators are float32 host vectors; every call finishes before it returns (synchronous),
+// in the order the loop issues it, so the image depends only on that order. The tile function
+// is a Backend's forward (the sampler: the CPU reference backend, or a device backend that
+// takes host buffers) or any host function over NCHW tiles (a map pass). Qt-free.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "core/Backend.h"
+#include "core/TileDevice.h"
+
+namespace tessera {
+
+// out = f(in, timesteps) for `count` tiles: in is float32 NCHW [count, inChannels, tileH, tileW],
+// out [count, outChannels, outTileH, outTileW] (the pass's output tile size), timesteps `count` floats.
+using HostTileFunction = std::function<void(const float* in, const float* timesteps, int count, float* out, Branch)>;
+
+class CpuTileDevice final : public TileDevice {
+public:
+    // The sampler's device: backend.forward is the tile function (a UNet takes no conditioning,
+    // so both branches evaluate it alike); prepare() prepares the backend once per shape.
+    explicit CpuTileDevice(Backend& backend);
+    // A map pass's device: `function` is the tile function; nothing to prepare.
+    explicit CpuTileDevice(HostTileFunction function);
+
+    DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
+    void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
+    void startCanvas(const CanvasStart& start) override;
+
+    void beginStep(int step, const StepVariant& variant) override;
+    bool runStep(const StepVariant& variant, const std::function<bool(bool capturing)>& body) override;
+    StepReport endStep() override;
+    bool synchronous() const override { return true; }
+
+    void gather(const TileBatch& batch) override;
+    void evaluate(const TileBatch& batch, Branch branch) override;
+    void combineGuidance(const TileBatch& batch, float scale) override;
+    bool checkOutput(const TileBatch& batch) override;
+    void scatter(const TileBatch& batch, const StepVariant& variant) override;
+    void fuse(const StepVariant& variant) override;
+    bool checkCanvas() override;
+
+    std::vector<float> readPreview(bool x0) override;
+    std::vector<float> readCanvas() override;
+    SeamSums readSeams() override;
+    void finishRun(RunRecord&) override {}
+
+private:
+    std::vector<float>& output() { return pass_->inPlace ? x_ : y_; }
+    std::size_t outTileElems() const;
+
+    Backend* backend_ = nullptr;
+    HostTileFunction function_;
+    // What the backend was last prepared for; prepared again only when this changes.
+    struct PreparedShape {
+        std::uint64_t modelGeneration = 0;
+        int batch = 0, tileH = 0, tileW = 0;
+        bool operator==(const PreparedShape&) const = default;
+    };
+    std::optional<PreparedShape> prepared_;
+
+    const TiledPass* pass_ = nullptr;
+    StepCoefficients K_;
+    bool stepNoise_ = false;
+    std::vector<float> x_, y_, z_;          // input canvas, output canvas (map pass), noise
+    std::vector<float> acc_, accEps_;       // sum of w * x'_t (sample fusion), of w * eps (noise fusion, previews)
+    SeamSums seams_;                         // the last step's seam statistics
+    std::vector<float> tileIn_, tileOut_, tileUncond_, tileT_;
+    std::vector<float> x0Preview_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,25 @@
+#include "core/TileDevice.h"
+
+#include "core/TilePlan.h"
+
+namespace tessera {
+
+int TiledPass::tileCount() const { return plan ? plan->count() : 0; }
+
+StepVariant TiledPass::variant(int step) const {
+    const bool last = step == steps() - 1;
+    StepVariant v;
+    v.sampleFusion = fusion == FusionRule::Sample;
+    v.preview = previewEvery > 0 && (step + 1) % previewEvery == 0 && !last;
+    v.seams = last && seamMap;
+    return v;
+}
+
+StepCoefficients identityStep() {
+    StepCoefficients k;
+    k.ae = 1.0f;    // x0 = eps
+    k.cx0 = 1.0f;   // x' = x0: applyStep gives eps, with no clip and no noise
+    return k;
+}
+
+}  // namespace tessera

@@ -1,0 +1,466 @@
+#include "core/TiledLoop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include <unistd.h>
+
+#include "core/BlendWindow.h"
+#include "core/ImageOps.h"
+#include "core/NonFiniteError.h"
+#include "core/Philox.h"
+#include "core/RunRecordIO.h"  // newRunId
+#include "core/Scheduler.h"
+#include "core/TilePlan.h"
+#include "core/UNetModel.h"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
+namespace tessera {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::string hostName() {
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) != 0) return {};
+    return name;
+}
+
+// Image-to-image "preserve colour": give each channel of `image` the mean and standard
+// deviation it has in `reference`, so the result keeps the start image's palette.
+void matchColour(ImageTensor& image, const ImageTensor& reference) {
+    const std::size_t plane = static_cast<std::size_t>(image.height) * image.width;
+    for (int c = 0; c < image.channels; ++c) {
+        auto stats = [&](const std::vector<float>& data) {
+            double sum = 0, sumSq = 0;
+            for (std::size_t p = 0; p < plane; ++p) {
+                const double v = data[c * plane + p];
+                sum += v;
+                sumSq += v * v;
+            }
+            const double mean = sum / plane;
+            return std::pair<double, double>{mean, std::sqrt(std::max(0.0, sumSq / plane - mean * mean))};
+        };
+        const auto [mean, sd] = stats(image.data);
+        const auto [refMean, refSd] = stats(reference.data);
+        const double gain = sd > 1e-8 ? refSd / sd : 1.0;
+        for (std::size_t p = 0; p < plane; ++p) {
+            float& v = image.data[c * plane + p];
+            v = static_cast<float>((v - mean) * gain + refMean);
+        }
+    }
+}
+
+// Per pixel, the largest over channels of the weighted standard deviation of the tiles' last-step values.
+ImageTensor seamMapFrom(int channels, int height, int width, const SeamSums& s) {
+    const std::size_t plane = static_cast<std::size_t>(height) * width;
+    ImageTensor map{1, height, width, std::vector<float>(plane, 0.0f)};
+    for (int c = 0; c < channels; ++c)
+        for (std::size_t pix = 0; pix < plane; ++pix) {
+            const std::size_t p = c * plane + pix;
+            const double var = s.sumSq[p] - s.sum[p] * s.sum[p];
+            const float sd = static_cast<float>(std::sqrt(std::max(0.0, var)));
+            map.data[pix] = std::max(map.data[pix], sd);
+        }
+    return map;
+}
+
+// What the record says about the run before it starts: the configuration as run (the model's
+// schedule, the overlap in pixels), the model, the host and the tiling. The device adds its own.
+void describeRun(RunRecord& record, const RunConfig& config, const SchedulerOptions& options, const UNetModel& model,
+                 const TilePlan& plan, const std::vector<float>& timesteps) {
+    record.config = config;
+    record.config.overlapPx = config.overlapPixels();
+    record.config.schedulerOptions = options;
+    record.modelName = model.name();
+    record.modelHash = model.weightsSha256();
+    record.environment.tesseraVersion = TESSERA_VERSION;
+    record.environment.host = hostName();
+    record.environment.threads = static_cast<int>(std::thread::hardware_concurrency());
+    record.tileCount = plan.count();
+    record.tileW = plan.tileW();
+    record.tileH = plan.tileH();
+    record.timesteps = timesteps;
+}
+
+// Tile batches of `batchSize` in id order, on lanes round robin, bounded in `outPlan`'s pixels.
+std::vector<TileBatch> tileBatches(const TilePlan& outPlan, int batchSize, int lanes) {
+    std::vector<TileBatch> batches;
+    const int tiles = outPlan.count();
+    for (int first = 0, j = 0; first < tiles; first += batchSize, ++j) {
+        TileBatch b;
+        b.index = j;
+        b.first = first;
+        b.count = std::min(batchSize, tiles - first);
+        b.lane = j % lanes;
+        b.y0 = outPlan.height();
+        b.x0 = outPlan.width();
+        for (int t = 0; t < b.count; ++t) {
+            const TileRect& r = outPlan.tile(first + t);
+            b.tileIds.push_back(r.id);
+            b.y0 = std::min(b.y0, r.y);
+            b.x0 = std::min(b.x0, r.x);
+            b.y1 = std::max(b.y1, r.y + outPlan.tileH());
+            b.x1 = std::max(b.x1, r.x + outPlan.tileW());
+        }
+        batches.push_back(std::move(b));
+    }
+    return batches;
+}
+
+// x_T from Philox draw 0 (times the initial sigma), or for image-to-image the start image noised
+// to the level of the first step run. `startStep` becomes that step's index (steps when there is
+// nothing to denoise).
+CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, const ImageTensor* init, int& startStep) {
+    CanvasStart start;
+    startStep = 0;
+    if (!init) {
+        start.kind = CanvasStart::Kind::Noise;
+        start.draw = 0;
+        start.sigma = scheduler.initNoiseSigma();
+        return start;
+    }
+    const int steps = config.steps;
+    startStep = steps - static_cast<int>(steps * config.strength);
+    start.image = &init->data;
+    if (startStep >= steps) {
+        start.kind = CanvasStart::Kind::Image;   // strength 0: nothing to denoise
+        return start;
+    }
+    const double abar = scheduler.alphaCumprodForStep(startStep);
+    start.kind = CanvasStart::Kind::NoisedImage;
+    start.draw = kInitNoiseDraw;
+    start.a = static_cast<float>(std::sqrt(abar));
+    start.b = static_cast<float>(std::sqrt(1.0 - abar));
+    // Euler's state is x / sqrt(abar) (sigma parameterisation); the others use x directly.
+    start.scale = config.scheduler == SchedulerKind::Euler ? 1.0f / start.a : 1.0f;
+    return start;
+}
+
+// The step loop of one pass: each step issued as TileDevice calls, its events, previews and
+// memory samples reported, cancellation and non-finite values handled.
+class PassRunner {
+public:
+    PassRunner(TileDevice& device, const TiledPass& pass, RunRecord& record, RunObserver& observer,
+               const CancelCheck& cancelled, Clock::time_point runStart)
+        : device_(device), pass_(pass), record_(record), observer_(observer), cancelled_(cancelled),
+          runStart_(runStart), hostMs_(pass.batches.size(), 0.0) {}
+
+    // Steps [startStep, steps); false when cancelled.
+    bool run(int startStep) {
+        for (int k = startStep; k < pass_.steps(); ++k)
+            if (!step(k)) return false;
+        return true;
+    }
+
+private:
+    float timestep(int k) const { return pass_.coefficients[static_cast<std::size_t>(k)].timestep; }
+
+    bool step(int k) {
+        if (cancelled_()) return false;
+        const auto stepStart = Clock::now();
+        const StepVariant variant = pass_.variant(k);
+        std::fill(hostMs_.begin(), hostMs_.end(), 0.0);
+        device_.beginStep(k, variant);
+        if (!device_.runStep(variant, [&](bool capturing) { return body(k, variant, capturing); })) return false;
+        const double enqueueMs = msSince(stepStart);
+        const StepReport report = device_.endStep();
+        if (report.nonFinite) throw nonFinite(report.nonFinite->step, report.nonFinite->batch);
+        if (!device_.synchronous())
+            for (const TileBatch& b : pass_.batches)
+                reportBatch(k, b, report.batches.at(static_cast<std::size_t>(b.index)));
+
+        StepEvent event;
+        event.step = k;
+        event.steps = pass_.steps();
+        event.timestep = timestep(k);
+        event.timing.step = k;
+        event.timing.timestep = event.timestep;
+        event.timing.gpuMs = report.gpuMs;
+        event.timing.hostEnqueueMs = enqueueMs;
+        event.timing.wallMs = device_.synchronous() ? enqueueMs : msSince(stepStart);
+        event.timing.captured = report.graph == "capture";
+        event.timing.graph = report.graph;
+        record_.steps.push_back(event.timing);
+        record_.stepsRun = static_cast<int>(record_.steps.size());
+        observer_.onStep(event);
+
+        const MemorySample memory{msSince(runStart_), report.usedMiB, report.arenaMiB};
+        record_.memory.push_back(memory);
+        observer_.onMemory(memory);
+
+        if (variant.preview || (k == pass_.steps() - 1 && pass_.previewEvery > 0)) {
+            PreviewEvent preview;
+            preview.step = k;
+            preview.image = ImageTensor{pass_.outChannels, pass_.outHeight, pass_.outWidth,
+                                        device_.readPreview(variant.preview)};
+            observer_.onPreview(preview);
+        }
+        return true;
+    }
+
+    // The step's work, as device calls (TileDevice.h's order). Host-side parts (cancellation,
+    // timings, reports) only when not capturing.
+    bool body(int k, const StepVariant& variant, bool capturing) {
+        device_.forkLanes();
+        for (const TileBatch& b : pass_.batches) {
+            if (!capturing && cancelled_()) {
+                device_.abandonStep();
+                return false;
+            }
+            const auto batchStart = Clock::now();
+            device_.beginBatch(b);
+            device_.gather(b);
+            device_.evaluate(b, Branch::Conditional);
+            if (pass_.guidance) {
+                device_.evaluate(b, Branch::Unconditional);
+                device_.combineGuidance(b, pass_.guidance->scale);
+            }
+            device_.joinBatch(b);
+            if (device_.checkOutput(b) && !capturing) throw nonFinite(k, b.index);
+            device_.scatter(b, variant);
+            device_.endBatch(b);
+            if (capturing) continue;
+            hostMs_[static_cast<std::size_t>(b.index)] = msSince(batchStart);
+            if (device_.synchronous()) reportBatch(k, b, BatchReport{});
+        }
+        device_.fuse(variant);
+        if (device_.checkCanvas() && !capturing) throw nonFinite(k, -1);
+        return true;
+    }
+
+    void reportBatch(int k, const TileBatch& b, const BatchReport& report) {
+        TileBatchEvent event;
+        event.step = k;
+        event.steps = pass_.steps();
+        event.batchIndex = b.index;
+        event.batches = static_cast<int>(pass_.batches.size());
+        event.tileIds = b.tileIds;
+        event.timing.step = k;
+        event.timing.timestep = timestep(k);
+        event.timing.batchIndex = b.index;
+        event.timing.tileIds = b.tileIds;
+        event.timing.gpuMs = report.gpuMs;
+        event.timing.hostMs = hostMs_[static_cast<std::size_t>(b.index)];
+        event.timing.deviceMiB = report.deviceMiB;
+        record_.batches.push_back(event.timing);
+        observer_.onTileBatch(event);
+    }
+
+    // The run stops where a NaN or an infinity first appeared: the record says failed, and why.
+    NonFiniteError nonFinite(int k, int batch) {
+        record_.totalMs = msSince(runStart_);
+        record_.stepsRun = static_cast<int>(record_.steps.size());
+        device_.finishRun(record_);
+        NonFiniteSite site;
+        site.step = k;
+        site.steps = pass_.steps();
+        site.timestep = timestep(k);
+        site.batch = batch;
+        site.batches = static_cast<int>(pass_.batches.size());
+        site.precision = pass_.precision;
+        if (batch >= 0) {
+            const TileBatch& b = pass_.batches.at(static_cast<std::size_t>(batch));
+            site.firstTile = b.first;
+            site.tileCount = b.count;
+        }
+        return NonFiniteError(site, record_);
+    }
+
+    TileDevice& device_;
+    const TiledPass& pass_;
+    RunRecord& record_;
+    RunObserver& observer_;
+    const CancelCheck& cancelled_;
+    const Clock::time_point runStart_;
+    std::vector<double> hostMs_;   // per batch, this step's host time (0 when captured or replayed)
+};
+
+// Messages during a run go to the record and to the observer at once.
+std::function<void(const std::string&)> sayTo(RunRecord& record, RunObserver& observer) {
+    return [&record, &observer](const std::string& message) {
+        record.messages.push_back(message);
+        observer.onMessage(message);
+    };
+}
+
+}  // namespace
+
+void TiledLoop::setModel(std::shared_ptr<const UNetModel> model) {
+    model_ = std::move(model);
+    modelPinned_ = model_ != nullptr;
+    modelPath_.clear();
+    ++modelGeneration_;
+}
+
+std::shared_ptr<const UNetModel> TiledLoop::modelFor(const RunConfig& config) {
+    if (modelPinned_) return model_;
+    if (config.model.empty())
+        throw ValidationError("model", "model: no model folder given; the engine needs the folder's absolute path");
+    if (!model_ || modelPath_ != config.model) {
+        model_ = std::make_shared<const UNetModel>(UNetModel::load(config.model));
+        modelPath_ = config.model;
+        ++modelGeneration_;
+    }
+    return model_;
+}
+
+void TiledLoop::checkRun(const RunConfig& config, const UNetModel& model) const {
+    const ModelConfig& modelConfig = model.config();
+    validate(config, modelConfig.limits(model.schedulerOptions().numTrainTimesteps));
+    if (modelConfig.outChannels != modelConfig.inChannels)
+        throw ValidationError("model", "model: " + std::to_string(modelConfig.outChannels) + " output channels for " +
+                                           std::to_string(modelConfig.inChannels) +
+                                           " input channels; sampling needs them equal");
+    const int C = modelConfig.inChannels, H = config.height, W = config.width;
+    if (hasInitImage()) {
+        if (init_.channels != C || init_.height != H || init_.width != W ||
+            init_.data.size() != static_cast<std::size_t>(C) * H * W)
+            throw ValidationError("init", "init: the start image is " + std::to_string(init_.channels) + "x" +
+                                              std::to_string(init_.height) + "x" + std::to_string(init_.width) +
+                                              " (CxHxW); the run needs " + std::to_string(C) + "x" + std::to_string(H) +
+                                              "x" + std::to_string(W));
+    } else if (!config.initImage.empty()) {
+        throw ValidationError("init", "init: '" + config.initImage +
+                                          "' was not loaded; the front end must decode it and call setInitImage");
+    }
+}
+
+RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDevice& device,
+                         const CancelCheck& cancelled) {
+    const auto prepareStart = Clock::now();
+    RunResult result;
+    RunRecord& record = result.record;
+    record.runId = newRunId();
+    record.startedAt = isoUtcNow();
+
+    const std::shared_ptr<const UNetModel> model = modelFor(config);
+    checkRun(config, *model);
+    const bool imageToImage = hasInitImage();
+    const int C = model->config().inChannels;
+
+    // The model's noise schedule (betas, clipping, variance) with the run's own sampling choices.
+    SchedulerOptions options = model->schedulerOptions();
+    options.eta = config.schedulerOptions.eta;
+    options.timestepSpacing = config.schedulerOptions.timestepSpacing;
+    auto scheduler = Scheduler::create(config.scheduler, options);
+    scheduler->setTimesteps(config.steps);
+
+    const TilePlan plan = TilePlan::fromConfig(config);
+    const BlendWeights weights(plan, config.window, plan.overlap());
+    const int batchSize = std::min(config.tileBatch, plan.count());
+    const int batches = (plan.count() + batchSize - 1) / batchSize;
+
+    describeRun(record, config, options, *model, plan, scheduler->timesteps());
+    if (config.preserveColor && !imageToImage)
+        record.messages.push_back("preserve_color: ignored without an init image");
+    const DevicePlan devicePlan =
+        device.prepare(DevicePrepare{*model, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches},
+                       record);
+
+    TiledPass pass;
+    pass.inChannels = pass.outChannels = C;
+    pass.height = pass.outHeight = config.height;
+    pass.width = pass.outWidth = config.width;
+    pass.plan = pass.outPlan = &plan;
+    pass.weights = &weights;
+    pass.window = config.window;
+    pass.fusion = config.fusion;
+    pass.batchSize = batchSize;
+    pass.lanes = devicePlan.lanes;
+    pass.batches = tileBatches(plan, batchSize, devicePlan.lanes);
+    for (int k = 0; k < config.steps; ++k) pass.coefficients.push_back(scheduler->coefficients(k));
+    pass.seed = config.seed;
+    pass.previewEvery = config.previewEvery;
+    pass.precision = devicePlan.precision;
+    int startStep = 0;
+    pass.start = canvasStart(config, *scheduler, imageToImage ? &init_ : nullptr, startStep);
+    device.beginRun(pass, record, sayTo(record, observer));
+    record.prepareMs = msSince(prepareStart);
+    observer.onStarted(record);
+    for (const auto& message : record.messages) observer.onMessage(message);
+
+    const auto runStart = Clock::now();
+    device.startCanvas(pass.start);
+    const bool finished = PassRunner(device, pass, record, observer, cancelled, runStart).run(startStep);
+
+    record.totalMs = msSince(runStart);
+    device.finishRun(record);
+    result.image = ImageTensor{C, config.height, config.width, device.readCanvas()};
+    record.status = finished ? "finished" : "cancelled";
+    if (finished && startStep < config.steps)
+        result.seamMap = seamMapFrom(C, config.height, config.width, device.readSeams());
+    if (imageToImage && config.preserveColor && finished) matchColour(result.image, init_);
+    record.imageSha256 = imageSha256(toRgb8(result.image));
+    return result;
+}
+
+std::optional<ImageTensor> TiledLoop::map(TileDevice& device, const ImageTensor& input, const MapSpec& spec,
+                                          RunObserver& observer, const CancelCheck& cancelled) {
+    const std::size_t inputSize = static_cast<std::size_t>(std::max(input.channels, 0)) * input.height * input.width;
+    if (input.channels < 1 || input.data.size() != inputSize)
+        throw ValidationError("input", "input: the canvas's data does not match its shape " +
+                                           std::to_string(input.channels) + "x" + std::to_string(input.height) + "x" +
+                                           std::to_string(input.width));
+    const int up = spec.upscale, down = spec.downscale;
+    if (up < 1 || down < 1 || spec.outChannels < 1 || spec.batch < 1)
+        throw ValidationError("map", "map: upscale, downscale, output channels and batch must be at least 1 (got " +
+                                         std::to_string(up) + ", " + std::to_string(down) + ", " +
+                                         std::to_string(spec.outChannels) + ", " + std::to_string(spec.batch) + ")");
+    if (input.width % down || input.height % down || spec.tile % down || spec.overlap % down)
+        throw ValidationError("map", "map: the canvas (" + std::to_string(input.width) + "x" +
+                                         std::to_string(input.height) + "), the tile (" + std::to_string(spec.tile) +
+                                         ") and the overlap (" + std::to_string(spec.overlap) +
+                                         ") must be multiples of downscale " + std::to_string(down));
+    const TilePlan plan = TilePlan::make(input.width, input.height, spec.tile, spec.overlap);
+    const auto out = [up, down](int length) { return length / down * up; };
+    const TilePlan outPlan = TilePlan::make(out(input.width), out(input.height), out(spec.tile), out(spec.overlap));
+    // The plan rule is linear in its lengths, so the scaled plan is the plan scaled.
+    for (const TileRect& r : plan.tiles())
+        if (outPlan.count() != plan.count() || r.x % down || r.y % down || outPlan.tile(r.id).x != out(r.x) ||
+            outPlan.tile(r.id).y != out(r.y))
+            throw std::logic_error("TiledLoop::map: the scaled tile plan does not match the input's");
+    const BlendWeights weights(outPlan, spec.window, out(spec.overlap));
+
+    TiledPass pass;
+    pass.inChannels = input.channels;
+    pass.outChannels = spec.outChannels;
+    pass.height = input.height;
+    pass.width = input.width;
+    pass.outHeight = outPlan.height();
+    pass.outWidth = outPlan.width();
+    pass.inPlace = false;
+    pass.plan = &plan;
+    pass.outPlan = &outPlan;
+    pass.weights = &weights;
+    pass.window = spec.window;
+    pass.fusion = FusionRule::Sample;
+    pass.batchSize = std::min(spec.batch, plan.count());
+    pass.batches = tileBatches(outPlan, pass.batchSize, 1);
+    pass.coefficients = {identityStep()};
+    pass.seamMap = false;
+    pass.guidance = spec.guidance;
+    pass.start.kind = CanvasStart::Kind::Image;
+    pass.start.image = &input.data;
+
+    RunRecord record;
+    device.beginRun(pass, record, sayTo(record, observer));
+    const auto runStart = Clock::now();
+    device.startCanvas(pass.start);
+    if (!PassRunner(device, pass, record, observer, cancelled, runStart).run(0)) return std::nullopt;
+    device.finishRun(record);
+    return ImageTensor{spec.outChannels, pass.outHeight, pass.outWidth, device.readCanvas()};
+}
+
+}  // namespace tessera

@@ -1,0 +1,84 @@
+// TiledLoop: the one tiled loop of both engines (docs/ENGINE_LOOP.md, docs/ENGINE_SEMANTICS.md).
+// It owns everything an engine does that is not device work: the run's set-up (the model,
+// validation, the scheduler, the tile plan and blend weights, the record), the step loop
+// (variants, tile batches, cancellation between batches, the non-finite stop, observer events,
+// previews, memory samples) and the result (seam map, preserve-colour, image hash). Each step is
+// issued as calls on a TileDevice (core/TileDevice.h): the CPU engine (core/TiledSampler.h)
+// hands it a CpuTileDevice, the CUDA engine (kernels/CudaEngine.h) its CudaTileDevice.
+// The same loop tiles any function over any canvas (map()). Qt-free; callbacks run on the
+// calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/Engine.h"
+#include "core/TileDevice.h"
+
+namespace tessera {
+
+class UNetModel;
+
+// True when the run should stop (checked between tile batches and before each step).
+using CancelCheck = std::function<bool()>;
+
+// A map pass: a tile function over a whole canvas, blended like a sampling step.
+struct MapSpec {
+    int tile = 64, overlap = 16;      // in input-canvas pixels, as RunConfig's tile / overlap
+    BlendWindowKind window = BlendWindowKind::Hann;
+    int batch = 1;                    // tiles per evaluation
+    // The output canvas is upscale / downscale times the input's size (a VAE decoder 8 / 1, an
+    // encoder 1 / 8); the input's size, the tile and the overlap must be multiples of downscale.
+    int upscale = 1, downscale = 1;
+    int outChannels = 0;              // the function's output channels
+    std::optional<Guidance> guidance; // evaluate twice and blend (classifier-free guidance)
+};
+
+class TiledLoop {
+public:
+    // One generation on `device` (ENGINE_SEMANTICS.md). Loads config.model (a folder; the loaded
+    // model is kept while the path stays the same) unless a model was pinned with setModel,
+    // validates the config against the model's limits (ValidationError naming the field), lets
+    // the device prepare, and samples. Cancellation is checked before each step and between
+    // tile batches: the result then holds the canvas after the last whole step and
+    // record.status == "cancelled". A NaN or infinity in a tile batch's output, or in the
+    // latents after a step's update, stops the run with NonFiniteError (step, tile batch,
+    // record status "failed"). Other failures throw (ModelError, std::runtime_error, the device's).
+    RunResult run(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
+
+    // Tiles the device's function over `input` (C x H x W): tiles of spec.tile with spec.overlap
+    // cut from the input, evaluated spec.batch at a time, their outputs (spec.outChannels x
+    // tile*r x tile*r, r = upscale / downscale) window-weighted (overlap*r) and normalised into the
+    // output canvas (outChannels x H*r x W*r) as one sampling step with identityStep() does.
+    // Returns nothing when cancelled; throws ValidationError for a bad spec, NonFiniteError
+    // (step 1/1) for a NaN or infinity. The observer sees the pass's tile batches and one step.
+    static std::optional<ImageTensor> map(TileDevice& device, const ImageTensor& input, const MapSpec& spec,
+                                          RunObserver& observer, const CancelCheck& cancelled);
+
+    // Pins an in-memory model (config.model is then ignored); nullptr returns to loading config.model.
+    void setModel(std::shared_ptr<const UNetModel> model);
+    // Image-to-image (SDEdit) start image in model space, C x H x W of the run (checked in run(),
+    // field "init"); an empty tensor clears it. Sampling then starts at step index
+    // steps - int(steps * strength) from x = sqrt(abar_t) * init + sqrt(1 - abar_t) * z(kInitNoiseDraw)
+    // (Euler: divided by sqrt(abar_t), its sigma parameterisation); config.preserveColor then
+    // matches each channel's mean and standard deviation to the start image's.
+    void setInitImage(ImageTensor image) { init_ = std::move(image); }
+    bool hasInitImage() const { return !init_.data.empty(); }
+    // The model of the last run (or pinned), nullptr before the first run.
+    std::shared_ptr<const UNetModel> model() const { return model_; }
+
+private:
+    std::shared_ptr<const UNetModel> modelFor(const RunConfig& config);
+    void checkRun(const RunConfig& config, const UNetModel& model) const;
+
+    std::shared_ptr<const UNetModel> model_;
+    std::string modelPath_;              // folder model_ was loaded from; empty when pinned
+    bool modelPinned_ = false;
+    std::uint64_t modelGeneration_ = 0;  // bumped whenever model_ changes
+    ImageTensor init_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,172 @@
+// CudaTileDevice: the tiled loop's device on an NVIDIA GPU (core/TileDevice.h). The canvas and
+// its accumulators live in device memory (kernels/RunArena.h); tiles are gathered into the
+// backend's NHWC input, the scheduler update is fused into the window-weighted scatter (fusion
+// "sample") or applied after the normalise (fusion "noise"), and noise is Philox drawn on the
+// device. The per-step kernels read the step index and seed from a StepState in device memory
+// (set by a one-thread kernel in beginStep in every mode), so one captured graph serves every
+// step and every seed. Timings come from CUDA events (per tile batch and per step), with NVTX
+// ranges run / step / tile batch for Nsight. Asynchronous: a step's tile batches, its
+// non-finite site and its timings are known at endStep.
+//
+// CUDA graphs (RunConfig::graphs), all from one LRU graph cache (kernels/GraphCache.h) that
+// lives in the device across runs, with the run arena (same sizes: same pointers):
+//   off  - every call launches its kernels from the host;
+//   tile - evaluate() replays the UNet forward of the batch from a captured graph, one per
+//          (batch size, lane), acquired in beginStep (out of the step's device timings);
+//   step - runStep() captures the loop's whole step body (every batch's gather / forward /
+//          non-finite check / scatter between event-record nodes, the fuse and the canvas
+//          check) once per StepVariant (normal, preview, last) and replays it.
+// graphWarmup steps run eagerly before the first capture of a run (cached graphs are replayed at
+// once). A capture that fails turns graphs off for the rest of the run; the RunRecord
+// (graphs.fallbackReason, messages) and the observer say why. Same kernels, same arguments, same
+// order in every mode: the images are bit-identical.
+//
+// Lanes (RunConfig::lanes; 0 = auto: 4 below 16 Ki tile pixels per forward, else 2): batch j is
+// gathered and evaluated on lane j % lanes, i.e. its own stream and its own copy of the backend's
+// activations and workspaces (CudaBackend::prepare(..., lanes)), and checked and scattered on the
+// backend's stream in batch order; lanes wait on events (forkLanes: the step's start; beginBatch:
+// the scatter that last read their buffers; joinBatch: the main stream waits for the forward), so
+// several small forwards overlap on the GPU while the accumulation order, and every bit of the
+// image, stays that of one lane. Step graphs then fork and join. A plan prepared with more lanes
+// serves runs with fewer; auto halves the lanes when a plan does not fit.
+//
+// Non-finite values: each tile batch's output and the canvas after each step's update are checked
+// on the device (kernels/NonFinite.cuh), which keeps the first (step, tile batch) holding a NaN or
+// an infinity in one word of the run arena; endStep copies it back with the step's own wait.
+//
+// The tile function is the CudaBackend's UNet: map passes (another canvas size or channel count)
+// and guided passes are refused in beginRun until the backend lowers a VAE and a conditioned UNet.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/TileDevice.h"
+#include "kernels/CudaBackend.h"
+#include "kernels/DeviceResources.h"
+#include "kernels/GraphCache.h"
+#include "kernels/RunArena.h"
+#include "kernels/TileScatter.cuh"
+#include "kernels/TiledCanvas.cuh"
+
+namespace tessera {
+
+class CudaTileDevice final : public TileDevice {
+public:
+    explicit CudaTileDevice(int device);
+    ~CudaTileDevice() override;
+    CudaTileDevice(const CudaTileDevice&) = delete;
+    CudaTileDevice& operator=(const CudaTileDevice&) = delete;
+
+    // The backend of the last run (nullptr before the first prepare).
+    const CudaBackend* backend() const { return backend_.get(); }
+
+    // Prepares the backend once per (model, precision, batch, tile shape, lanes); an out-of-memory
+    // plan throws CudaOutOfMemory (needed/free MiB, largest batch).
+    DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
+    void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
+    void startCanvas(const CanvasStart& start) override;
+
+    void beginStep(int step, const StepVariant& variant) override;
+    bool runStep(const StepVariant& variant, const std::function<bool(bool capturing)>& body) override;
+    StepReport endStep() override;
+    bool synchronous() const override { return false; }
+
+    void forkLanes() override;
+    void beginBatch(const TileBatch& batch) override;
+    void gather(const TileBatch& batch) override;
+    void evaluate(const TileBatch& batch, Branch branch) override;
+    void combineGuidance(const TileBatch& batch, float scale) override;
+    void joinBatch(const TileBatch& batch) override;
+    bool checkOutput(const TileBatch& batch) override;
+    void scatter(const TileBatch& batch, const StepVariant& variant) override;
+    void endBatch(const TileBatch& batch) override;
+    void fuse(const StepVariant& variant) override;
+    bool checkCanvas() override;
+    void abandonStep() override;
+
+    std::vector<float> readPreview(bool x0) override;
+    std::vector<float> readCanvas() override;
+    SeamSums readSeams() override;
+    void finishRun(RunRecord& record) override;
+
+private:
+    cudaStream_t stream() const;
+    cudaStream_t laneStream(int lane) const;
+    std::size_t canvasSize() const;
+    ScatterTargets targets(const StepVariant& variant) const;
+    void ensureArena(const ArenaPlan& plan);
+    void uploadTables(const TiledPass& pass);
+    // Graph keys: the family holds everything that fixes a graph's nodes and launch shapes, the
+    // pointers what it bakes in (kernels/GraphCache.h).
+    std::string lanePointers(int lane) const;
+    GraphKey tileKey(int count, int lane) const;
+    GraphKey stepKey(const char* variant) const;
+    void noteUse(const std::string& key, const GraphCache::Acquired& acquired);
+    void acquireTileGraphs();
+    void fallBack(const std::string& why);
+    // NVTX ranges open across calls: 1 run, 2 step, 3 tile batch (closing a level closes those inside).
+    void openRange(int level, const std::string& name);
+    void closeRanges(int level);
+
+    // Live across runs, so that graphs captured in one run are replayed by the next: the backend,
+    // the arena (same plan, same pointers), the timing events (handles baked into step graphs;
+    // only ever added to) and the graph cache itself. Declared after the backend: destroyed before it.
+    int device_ = 0;
+    std::unique_ptr<CudaBackend> backend_;
+    struct Shape {
+        std::uint64_t generation = 0;
+        Precision precision = Precision::FP16;
+        int batch = 0, tileH = 0, tileW = 0, lanes = 1;
+        bool operator==(const Shape&) const = default;
+    };
+    std::optional<Shape> prepared_;
+    std::uint64_t planEpoch_ = 0;   // counts backend (re)plans: graphs bake in the plan's memory
+    RunArena arena_;
+    std::vector<CudaEvent> batchEvents_;   // two per batch: start (lane stream), end (after the scatter)
+    CudaEvent stepBegin_, stepEnd_;
+    PinnedBuffer nonFiniteHost_;   // the arena's non-finite word, copied back after each step
+    // Lanes (when more than one): one stream per lane for gathers and forwards, the backend's
+    // stream for checks, scatters and fuses, and the dependency events between them (no timing):
+    // the step's start, and per batch its forward's end and its scatter's end.
+    std::vector<CudaStream> laneStreams_;
+    CudaEvent lanesGo_;
+    std::vector<CudaEvent> forwardDone_, scatterDone_;
+    GraphCache graphs_{16};
+
+    // This run.
+    const TiledPass* pass_ = nullptr;
+    std::function<void(const std::string&)> say_;
+    GraphCacheCounters countersBefore_;
+    GraphMode mode_ = GraphMode::Off;
+    int graphWarmup_ = 0, lanes_ = 1;
+    std::string planFamily_, fallbackReason_;
+    int stepsCapacity_ = 0;
+    CanvasGeometry geo_, stepGeo_;   // stepGeo_: seed 0 (the step kernels read it from the StepState)
+    TileTensor inIo_, outIo_;
+    float* x_ = nullptr;
+    const StepCoefficients* coeff_ = nullptr;
+    StepState* state_ = nullptr;
+    unsigned long long* nonFinite_ = nullptr;
+    bool capturing_ = false;   // the step body is being recorded into a step graph
+    int stepsDone_ = 0;        // steps run so far in this run: the warm-up before the first capture
+    bool stepCaptured_ = false, stepReplayed_ = false;
+    double peak_ = -1;
+    // The graphs this run launched, for record.graphs.used.
+    std::vector<std::string> usedOrder_;
+    std::map<std::string, GraphEntryStats> usedGraphs_;
+    // Tile mode: this step's forward graphs, keyed by (batch size, lane): each lane's graph bakes
+    // in that lane's buffers. Captured on the backend's stream, launched on the lane's.
+    struct TileGraph {
+        cudaGraphExec_t exec = nullptr;
+        std::string key;
+    };
+    std::map<std::pair<int, int>, TileGraph> tileGraphs_;
+    int nvtxDepth_ = 0;
+};
+
+}  // namespace tessera
