@@ -318,11 +318,11 @@ int main(int argc, char** argv) {
     } catch (const ValidationError& e) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitInvalid;
+    } catch (const ModelError& e) {  // an InputFileError of field "model": first
+        std::cerr << "tessera-cli: model: " << e.what() << "\n";
+        return kExitInvalid;
     } catch (const InputFileError& e) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
-        return kExitInvalid;
-    } catch (const ModelError& e) {
-        std::cerr << "tessera-cli: model: " << e.what() << "\n";
         return kExitInvalid;
     } catch (const PngError& e) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
