@@ -530,7 +530,12 @@ void CpuBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights,
     if (batch < 1) throw std::invalid_argument("batch: " + std::to_string(batch) + " must be at least 1");
     graph.checkTileSize(tileH, tileW);
     prepared_ = false;
-    openblas_set_num_threads(pool_.threads());
+    // OpenBLAS computes on one thread: with more, some of its kernels (seen on an AMD EPYC with
+    // Debian's OpenBLAS 0.3.21) split the work so that the bits depend on the thread count,
+    // and a run must give the same image on any machine and thread setting. The worker pool
+    // parallelises everything around the GEMMs; spreading the GEMMs themselves over fixed
+    // column chunks is the CPU speed issue's work.
+    openblas_set_num_threads(1);
     std::size_t scratchFloats = 0;
     // Bind every weight once, checking shapes, so run() only follows pointers.
     weights_ = bindWeights(graph, weights, tileH, tileW, &scratchFloats);
