@@ -273,7 +273,12 @@ void scaleShift(WorkerPool& pool, int batch, int channels, std::int64_t pixels, 
 }
 
 void linear(int batch, int in, int out, const float* x, const float* weight, const float* bias, bool silu, float* y) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1.0f, x, in, weight, in, 0.0f, y, out);
+    // One GEMM per row: OpenBLAS takes a different kernel path for the N tail than for a full
+    // panel, so one GEMM over the batch makes a row's result depend on the batch size (a tile
+    // batch of 4 then differs in the last bit from batch 1). Rows here are few (time embeddings).
+    for (int b = 0; b < batch; ++b)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, out, in, 1.0f, x + std::int64_t(b) * in, in, weight, in,
+                    0.0f, y + std::int64_t(b) * out, out);
     for (int b = 0; b < batch; ++b)
         for (int o = 0; o < out; ++o) {
             float& v = y[std::int64_t(b) * out + o];
