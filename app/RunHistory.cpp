@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/Exporters.h"
+#include "app/GuiThreadGuard.h"
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
@@ -55,7 +56,10 @@ QString notPlainFile(const QString& path) {
 
 }  // namespace
 
-QImage HistoryEntry::loadImage() const { return imagePath.isEmpty() ? QImage() : QImage(imagePath); }
+QImage HistoryEntry::loadImage() const {
+    assertNotGuiThread("HistoryEntry::loadImage");
+    return imagePath.isEmpty() ? QImage() : QImage(imagePath);
+}
 
 RunHistory::RunHistory(QString folder, int capacity) : folder_(std::move(folder)), capacity_(std::max(1, capacity)) {
     if (folder_.isEmpty())
@@ -140,6 +144,7 @@ void RunHistory::readSeamStats(HistoryEntry& entry) {
 }
 
 void RunHistory::reload() {
+    assertNotGuiThread("RunHistory::reload");
     entries_.clear();
     problems_.clear();
     const QDir dir(folder_);
@@ -157,6 +162,7 @@ void RunHistory::reload() {
 }
 
 const HistoryEntry& RunHistory::add(const RunResult& result) {
+    assertNotGuiThread("RunHistory::add");
     HistoryEntry entry;
     entry.record = result.record;
     if (entry.record.runId.empty()) entry.record.runId = newRunId();
@@ -189,6 +195,7 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
 }
 
 bool RunHistory::remove(const QString& runId) {
+    assertNotGuiThread("RunHistory::remove");
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
     if (it == entries_.end()) return false;
     // Entries only ever hold safe run ids; fileOf checks each path again before it is deleted.

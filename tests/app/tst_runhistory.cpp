@@ -266,5 +266,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestRunHistory)
+QTEST_GUILESS_MAIN(TestRunHistory)
 #include "tst_runhistory.moc"

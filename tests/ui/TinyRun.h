@@ -7,14 +7,23 @@
 
 #include <QAction>
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QString>
+#include <QtTest>
 
+#include "app/GuiThreadGuard.h"
 #include "core/RunConfig.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
 
 namespace tessera::testing {
+
+// Makes the running test function fail if the window's code reads or writes a file on the GUI
+// thread (app/GuiThreadGuard.h). Every window suite calls it from init().
+inline void failOnGuiThreadIo() {
+    QTest::failOnWarning(QRegularExpression(QRegularExpression::escape(QString::fromLatin1(kGuiThreadViolationPrefix))));
+}
 
 inline QString testModelFolder() { return QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like"); }
 

@@ -50,6 +50,8 @@ private:
     }
 
 private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
     void initTestCase() {
         QVERIFY(scratch_.isValid());
         // Finished runs go into the run history: keep it out of the user's folder.

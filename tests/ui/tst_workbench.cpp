@@ -82,6 +82,8 @@ private:
     }
 
 private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
     void initTestCase() {
         QVERIFY(scratch_.isValid());
         QStandardPaths::setTestModeEnabled(true);
