@@ -13,6 +13,7 @@
 #include "app/Exporters.h"
 #include "app/GuiThreadGuard.h"
 #include "app/PngIO.h"
+#include "app/RunWorker.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
 #include "core/OutputSet.h"
@@ -83,6 +84,11 @@ const HistoryEntry* RunHistory::find(const QString& runId) const {
     for (const HistoryEntry& entry : entries_)
         if (entry.id() == runId) return &entry;
     return nullptr;
+}
+
+QImage RunHistory::image(const QString& runId) const {
+    const HistoryEntry* entry = find(runId);
+    return entry ? entry->loadImage() : QImage();
 }
 
 void RunHistory::note(const QString& problem) {
@@ -186,7 +192,7 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
     files.commit();
     if (!result.image.data.empty()) {
         entry.imagePath = image;
-        entry.thumbnail = thumbnailOf(QImage(image));
+        entry.thumbnail = thumbnailOf(toQImage(result.image));
     }
     std::erase_if(entries_, [&id](const HistoryEntry& e) { return e.id() == id; });
     entries_.push_back(std::move(entry));
