@@ -948,8 +948,6 @@ void MainWindow::exportInteractively(ExportFormat format) {
     startExport(format, path, Overwrite::Ask, Feedback::MessageBox);
 }
 
-void MainWindow::exportImageTo(const QString& path, Overwrite overwrite) { exportTo(ExportFormat::ImagePng, path, overwrite); }
-
 void MainWindow::exportTo(ExportFormat format, const QString& path, Overwrite overwrite) {
     startExport(format, path, overwrite, Feedback::StatusLine);
 }

@@ -119,10 +119,8 @@ public:
     // The last finished run (null before the first).
     const FinishedRun* lastRun() const { return lastRun_ ? &*lastRun_ : nullptr; }
 
-    // Writes the last finished image as PNG with the "parameters" line and the run manifest
-    // (exportTo with ExportFormat::ImagePng).
-    void exportImageTo(const QString& path, Overwrite overwrite = Overwrite::Ask);
-    // Writes the last finished run in `format` to `path`, off this thread; exportFinished tells
+    // Writes the last finished run in `format` to `path` (ImagePng: the image with the
+    // "parameters" line and the run manifest), off this thread; exportFinished tells
     // how it went (also when there is nothing to export: at once). An existing file is
     // replaced only after the user agrees (Ask), always (Replace) or never (Refuse: the
     // error says so).

@@ -191,8 +191,7 @@ private slots:
         // Two requests in a row: only the newer one opens a view.
         QVERIFY(window.compareRuns(QString::fromStdString(runIdOf(0)), QString::fromStdString(runIdOf(1)), &error));
         QVERIFY(window.compareRuns(QString::fromStdString(runIdOf(1)), QString::fromStdString(runIdOf(2)), &error));
-        QVERIFY(waitForHistory(window));
-        QTest::qWait(20);  // let any late answer arrive
+        QVERIFY(waitForHistory(window));  // both answered (the view opens in the answer itself)
         QCOMPARE(opened.count(), 2);
         QCOMPARE(window.compareView()->deltas().totalMsA, 101.0);
         QCOMPARE(window.compareView()->deltas().totalMsB, 102.0);
@@ -260,8 +259,11 @@ private slots:
         // A changed on disk (new time and size): read again, its new limits shown.
         edit->setText(b);
         QVERIFY(waitForModelCheck(*panel));
-        QTest::qWait(20);  // a later modification time even on coarse clocks
-        writeModelFolder(a, 1);
+        writeModelFolder(a, 1);  // the same size: only the time tells
+        QFile changed(a + QStringLiteral("/config.json"));
+        QVERIFY(changed.open(QIODevice::ReadWrite));
+        QVERIFY(changed.setFileTime(QDateTime::currentDateTime().addSecs(10), QFileDevice::FileModificationTime));
+        changed.close();
         edit->setText(a);
         QVERIFY(waitForModelCheck(*panel));
         QCOMPARE(inspector.configurationReads(), readsBefore + 3);
@@ -299,8 +301,8 @@ private slots:
         restored.clear();
         window.restoreConfigurationFrom(folder + QStringLiteral("/preset.json"));
         window.restoreConfigurationFrom(folder + QStringLiteral("/other.json"));
+        // One file at a time, in order: the stale answer comes (and is dropped) first.
         QVERIFY(QTest::qWaitFor([&] { return !restored.isEmpty(); }, 60000));
-        QTest::qWait(50);
         QCOMPARE(restored.count(), 1);
         QCOMPARE(restored.at(0).at(0).toString(), folder + QStringLiteral("/other.json"));
         QCOMPARE(window.configPanel()->config().seed, std::uint64_t(7));
