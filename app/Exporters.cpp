@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/GuiThreadGuard.h"
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
@@ -67,12 +68,14 @@ std::string exportBytes(const RunResult& result, ExportFormat format, const std:
 
 void exportRun(const RunResult& result, ExportFormat format, const std::string& path,
                const std::vector<const RunRecord*>& earlier) {
+    assertNotGuiThread("exportRun");
     const std::string bytes = exportBytes(result, format, path, earlier);
     if (format == ExportFormat::ImagePng) writeFileAtomically(path, bytes);
     else writeTextFileAtomically(path, bytes);
 }
 
 RestoredConfig configurationFromFile(const std::string& path) {
+    assertNotGuiThread("configurationFromFile");
     // Untrusted input, read through core/BoundedInput: JSON is bounded in size and nesting
     // depth. Run PNGs (larger than any JSON) go to PngIO whole; only their manifest is parsed.
     static const std::string kPngSignature("\x89PNG\r\n\x1a\n", 8);

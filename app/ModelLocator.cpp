@@ -4,6 +4,7 @@
 #include <QFileInfo>
 
 #include "app/CliOptions.h"
+#include "app/GuiThreadGuard.h"
 #include "core/UNetModel.h"
 
 namespace tessera {
@@ -19,16 +20,19 @@ QStringList ModelLocator::candidates() const {
 }
 
 QString ModelLocator::defaultModelFolder() const {
+    assertNotGuiThread("ModelLocator::defaultModelFolder");
     for (const QString& candidate : candidates())
         if (looksLikeModelFolder(candidate)) return QFileInfo(candidate).absoluteFilePath();
     return {};
 }
 
 bool ModelLocator::looksLikeModelFolder(const QString& dir) {
+    assertNotGuiThread("ModelLocator::looksLikeModelFolder");
     return !dir.isEmpty() && QFileInfo(QDir(dir).filePath(QStringLiteral("config.json"))).isFile();
 }
 
 std::optional<ModelLimits> ModelLocator::readLimits(const QString& dir, QString* error) {
+    assertNotGuiThread("ModelLocator::readLimits");
     try {
         return readModelFolderConfig(dir.toStdString()).limits();
     } catch (const ModelError& e) {

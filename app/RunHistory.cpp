@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/Exporters.h"
+#include "app/GuiThreadGuard.h"
 #include "app/PngIO.h"
+#include "app/RunWorker.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
 #include "core/OutputSet.h"
@@ -55,7 +57,10 @@ QString notPlainFile(const QString& path) {
 
 }  // namespace
 
-QImage HistoryEntry::loadImage() const { return imagePath.isEmpty() ? QImage() : QImage(imagePath); }
+QImage HistoryEntry::loadImage() const {
+    assertNotGuiThread("HistoryEntry::loadImage");
+    return imagePath.isEmpty() ? QImage() : QImage(imagePath);
+}
 
 RunHistory::RunHistory(QString folder, int capacity) : folder_(std::move(folder)), capacity_(std::max(1, capacity)) {
     if (folder_.isEmpty())
@@ -79,6 +84,11 @@ const HistoryEntry* RunHistory::find(const QString& runId) const {
     for (const HistoryEntry& entry : entries_)
         if (entry.id() == runId) return &entry;
     return nullptr;
+}
+
+QImage RunHistory::image(const QString& runId) const {
+    const HistoryEntry* entry = find(runId);
+    return entry ? entry->loadImage() : QImage();
 }
 
 void RunHistory::note(const QString& problem) {
@@ -140,6 +150,7 @@ void RunHistory::readSeamStats(HistoryEntry& entry) {
 }
 
 void RunHistory::reload() {
+    assertNotGuiThread("RunHistory::reload");
     entries_.clear();
     problems_.clear();
     const QDir dir(folder_);
@@ -157,6 +168,7 @@ void RunHistory::reload() {
 }
 
 const HistoryEntry& RunHistory::add(const RunResult& result) {
+    assertNotGuiThread("RunHistory::add");
     HistoryEntry entry;
     entry.record = result.record;
     if (entry.record.runId.empty()) entry.record.runId = newRunId();
@@ -180,7 +192,7 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
     files.commit();
     if (!result.image.data.empty()) {
         entry.imagePath = image;
-        entry.thumbnail = thumbnailOf(QImage(image));
+        entry.thumbnail = thumbnailOf(toQImage(result.image));
     }
     std::erase_if(entries_, [&id](const HistoryEntry& e) { return e.id() == id; });
     entries_.push_back(std::move(entry));
@@ -189,6 +201,7 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
 }
 
 bool RunHistory::remove(const QString& runId) {
+    assertNotGuiThread("RunHistory::remove");
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
     if (it == entries_.end()) return false;
     // Entries only ever hold safe run ids; fileOf checks each path again before it is deleted.

@@ -1,8 +1,10 @@
 // RunHistory: the finished runs kept across sessions, one manifest JSON plus one run PNG per
 // run (and a small "<id>.seam.json" with the seam map's mean and maximum) in a folder,
 // by default QStandardPaths::AppDataLocation/history. Loaded at construction; add() writes
-// at once (atomically), so a crash loses nothing already shown. Not thread-safe: the GUI
-// thread owns it.
+// at once (atomically), so a crash loses nothing already shown. Not thread-safe: one thread
+// at a time, never the GUI thread (every reader and writer calls assertNotGuiThread,
+// app/GuiThreadGuard.h); the window reaches it through app/HistoryStore.h, which runs it on a
+// thread of its own.
 //
 // The folder's contents are untrusted input. Every file is named "<run id>" + suffix with a
 // run id of core/SafeName's grammar, so nothing outside the folder is ever read, written or
@@ -30,7 +32,8 @@ struct HistoryEntry {
     double seamMean = -1;      // of the run's seam map; -1 when unknown
     double seamMax = -1;
     QString id() const { return QString::fromStdString(record.runId); }
-    // The full-size image, read from imagePath (null when it cannot be read).
+    // The full-size image, read from imagePath (null when it cannot be read). File IO: never
+    // on the GUI thread.
     QImage loadImage() const;
 };
 
@@ -47,9 +50,12 @@ public:
     // Oldest first.
     const std::vector<HistoryEntry>& entries() const { return entries_; }
     const HistoryEntry* find(const QString& runId) const;
+    // The full-size image of run `runId` (null when there is no such run or its PNG cannot be read).
+    QImage image(const QString& runId) const;
 
-    // Stores a finished run (its record, image and seam statistics). Throws std::runtime_error
-    // naming the file when it cannot be written; the entry is not added then.
+    // Stores a finished run (its record, image and seam statistics); the thumbnail is made from
+    // result.image, not read back. Throws std::runtime_error naming the file when it cannot be
+    // written; the entry is not added then.
     const HistoryEntry& add(const RunResult& result);
     // Removes a run's files and its entry; false when there is no such run.
     bool remove(const QString& runId);

@@ -19,7 +19,6 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
-#include "app/ModelLocator.h"
 #include "core/TilePlan.h"
 
 namespace tessera {
@@ -78,8 +77,14 @@ QString withoutFieldPrefix(const QString& field, const QString& message) {
 
 }  // namespace
 
-ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
+ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new ModelInspector(this)) {
     setObjectName(QStringLiteral("configPanel"));
+    connect(inspector_, &ModelInspector::inspected, this, &ConfigPanel::onModelInspected);
+    connect(inspector_, &ModelInspector::defaultModelLocated, this, [this](const QString& folder) {
+        locatingDefault_ = false;
+        setDefaultModelFolder(folder);
+        emit modelChecked();
+    });
     // Invalid editors get a red frame; the reason sits right under them.
     setStyleSheet(QStringLiteral(
         "QSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"], QComboBox[invalid=\"true\"] {"
@@ -421,8 +426,19 @@ QString ConfigPanel::problemFor(const QString& field) const {
     return it == problems_.end() ? QString() : it->second;
 }
 
+void ConfigPanel::locateDefaultModel(const QString& executableDir) {
+    locatingDefault_ = true;
+    inspector_->locateDefault(executableDir);
+    revalidate();
+}
+
+bool ConfigPanel::isCheckingModel() const {
+    return locatingDefault_ || (!inspectedFolder_.isEmpty() && !inspection_);
+}
+
 void ConfigPanel::setDefaultModelFolder(const QString& folder) {
     defaultModelFolder_ = folder;
+    defaultKnown_ = true;
     model_->setPlaceholderText(folder.isEmpty() ? tr("no default model installed; choose a folder")
                                                 : tr("default: %1").arg(QFileInfo(folder).fileName()));
     model_->setToolTip(folder.isEmpty() ? QString() : tr("Empty: the default model in %1").arg(folder));
@@ -477,25 +493,8 @@ void ConfigPanel::revalidate() {
     // The model folder decides the limits (downsampling factor, training timesteps).
     ModelLimits limits;
     const QString modelFolder = c.model.empty() ? defaultModelFolder_ : QString::fromStdString(c.model);
-    if (modelFolder.isEmpty()) {
-        addProblem(QStringLiteral("model"), tr("no default model is installed; choose a model folder"));
-        modelInfo_->clear();
-    } else if (!QFileInfo(modelFolder).isDir()) {
-        addProblem(QStringLiteral("model"), tr("'%1' is not a folder").arg(modelFolder));
-        modelInfo_->clear();
-    } else {
-        QString error;
-        if (auto read = ModelLocator::readLimits(modelFolder, &error)) {
-            limits = *read;
-            modelInfo_->setText(tr("%1: %2 input channels, tiles in multiples of %3")
-                                    .arg(QFileInfo(modelFolder).fileName())
-                                    .arg(limits.inChannels)
-                                    .arg(limits.downsampleFactor));
-        } else {
-            addProblem(QStringLiteral("model"), error);
-            modelInfo_->clear();
-        }
-    }
+    if (const QString problem = checkModel(modelFolder, c.model.empty(), &limits); !problem.isEmpty())
+        addProblem(QStringLiteral("model"), problem);
     modelInfo_->setVisible(!modelInfo_->text().isEmpty());
 
     for (const ValidationError& problem : validateAll(c, limits)) {
@@ -522,6 +521,42 @@ void ConfigPanel::revalidate() {
 
     updateCostPreview(c);
     if (wasValid != problems_.empty()) emit validityChanged(problems_.empty());
+}
+
+QString ConfigPanel::checkModel(const QString& folder, bool isDefault, ModelLimits* limits) {
+    modelInfo_->clear();
+    if (isDefault && !defaultKnown_) {
+        *limits = lastLimits_;
+        return locatingDefault_ ? tr("looking for the default model…") : tr("no default model is set; choose a model folder");
+    }
+    if (folder.isEmpty()) return tr("no default model is installed; choose a model folder");
+    if (folder != inspectedFolder_) {
+        // A folder not asked about yet: the inspector reads it (or its cache answers) off this thread.
+        inspectedFolder_ = folder;
+        inspection_.reset();
+        inspector_->inspect(folder);
+    }
+    if (!inspection_) {
+        // The last folder's limits stand in, so the other fields are not marked by a guess.
+        *limits = lastLimits_;
+        modelInfo_->setText(tr("Checking %1…").arg(QFileInfo(folder).fileName()));
+        return tr("checking the model folder…");
+    }
+    if (!inspection_->limits) return inspection_->error;
+    *limits = lastLimits_ = *inspection_->limits;
+    modelInfo_->setText(tr("%1: %2 input channels, tiles in multiples of %3")
+                            .arg(QFileInfo(folder).fileName())
+                            .arg(limits->inChannels)
+                            .arg(limits->downsampleFactor));
+    return {};
+}
+
+void ConfigPanel::onModelInspected(quint64, const ModelInspection& inspection) {
+    // The inspector answers only its newest request; a folder changed since is asked about anew.
+    if (inspection.folder != inspectedFolder_) return;
+    inspection_ = inspection;
+    revalidate();
+    emit modelChecked();
 }
 
 void ConfigPanel::updateCostPreview(const RunConfig& c) {

@@ -1,6 +1,12 @@
 // ConfigPanel: the run settings, grouped Image / Model / Tiling / Graphs, with each invalid
 // value marked beside its field (the reason from validateAll) and a live cost preview
 // (tiles, redundancy, UNet evaluations). Holds no run state; the window asks for config().
+//
+// The model folder's limits come from an app/ModelInspector (files read on a thread pool,
+// cached per folder and file times): a new folder is inspected when the model field (or the
+// default model) changes, never when another field does. Until its answer arrives the panel
+// is not valid ("model: checking the model folder…") and isCheckingModel() is true; the
+// answer revalidates every field and emits modelChecked().
 #pragma once
 
 #include <map>
@@ -12,6 +18,7 @@
 #include <QWidget>
 
 #include "app/EngineFactory.h"
+#include "app/ModelInspector.h"
 #include "core/RunConfig.h"
 
 class QComboBox;
@@ -43,6 +50,12 @@ public:
     // The folder used when the model field is empty (shown as its placeholder); may be empty.
     void setDefaultModelFolder(const QString& folder);
     QString defaultModelFolder() const { return defaultModelFolder_; }
+    // Looks for the default model of a binary in `executableDir` off the GUI thread, then
+    // sets it (setDefaultModelFolder) and emits modelChecked().
+    void locateDefaultModel(const QString& executableDir);
+    // The default model is being looked for, or the model folder shown is being inspected.
+    bool isCheckingModel() const;
+    const ModelInspector& modelInspector() const { return *inspector_; }
 
     // What the worker found: enables the Graphs group only when a CUDA backend can run.
     void setDeviceReport(const DeviceReport& report);
@@ -53,6 +66,9 @@ public:
 signals:
     void configChanged();
     void validityChanged(bool valid);
+    // An answer about the model arrived (default folder located, or a folder inspected) and
+    // the fields were checked again with it.
+    void modelChecked();
 
 private:
     struct FieldView {
@@ -69,6 +85,10 @@ private:
 
     void onEdited();
     void revalidate();
+    // The problem with model folder `folder` ("" when it is fine, with *limits set from it), as
+    // far as known; asks the inspector about a folder not asked about yet.
+    QString checkModel(const QString& folder, bool isDefault, ModelLimits* limits);
+    void onModelInspected(quint64 jobId, const ModelInspection& inspection);
     void updateCostPreview(const RunConfig& config);
     void updateGraphsAvailability();
     void chooseModelFolder();
@@ -76,6 +96,12 @@ private:
 
     RunConfig base_;  // fields without a widget, carried through
     QString defaultModelFolder_;
+    bool defaultKnown_ = false;     // setDefaultModelFolder was called (or the search answered)
+    bool locatingDefault_ = false;  // locateDefaultModel's answer is awaited
+    ModelInspector* inspector_ = nullptr;
+    QString inspectedFolder_;                  // the folder of the newest inspection
+    std::optional<ModelInspection> inspection_;  // its answer; empty while awaited
+    ModelLimits lastLimits_;                   // of the last folder that had limits: used while checking
     std::optional<DeviceReport> devices_;
     bool applying_ = false;  // setConfig in progress: one configChanged at the end, not one per field
 

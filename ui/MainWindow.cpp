@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <fstream>
-#include <sstream>
 
 #include <QAction>
 #include <QApplication>
@@ -29,10 +27,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/ModelLocator.h"
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
+#include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/TilePlan.h"
 #include "ui/CompareView.h"
@@ -92,7 +90,7 @@ QString presetsFolder() {
 MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& historyFolder, QWidget* parent)
     : QMainWindow(parent),
       settings_(settings ? std::move(settings) : std::make_unique<QSettings>()),
-      history_(std::make_unique<RunHistory>(historyFolder)) {
+      history_(new HistoryStore(historyFolder, RunHistory::kDefaultCapacity, this)) {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("Tessera"));
     setAcceptDrops(true);
@@ -106,25 +104,28 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     buildToolBar();
     buildStatusBar();
 
-    panel_->setDefaultModelFolder(ModelLocator(QCoreApplication::applicationDirPath()).defaultModelFolder());
-    connect(panel_, &ConfigPanel::configChanged, this, [this] {
+    panel_->locateDefaultModel(QCoreApplication::applicationDirPath());
+    const auto settingsChanged = [this] {
         refreshPlan();
         updateActions();
         if (!running_) showReadyProgress();
-    });
+    };
+    connect(panel_, &ConfigPanel::configChanged, this, settingsChanged);
+    connect(panel_, &ConfigPanel::modelChecked, this, settingsChanged);
     connect(panel_, &ConfigPanel::validityChanged, this, &MainWindow::updateActions);
+
+    connect(history_, &HistoryStore::loaded, this, &MainWindow::onHistoryLoaded);
+    connect(history_, &HistoryStore::entryAdded, this, &MainWindow::refreshHistory);
+    connect(history_, &HistoryStore::entryRemoved, this, &MainWindow::refreshHistory);
+    connect(history_, &HistoryStore::imagesAvailable, this, &MainWindow::onCompareImages);
+    connect(history_, &HistoryStore::failed, this, [this](quint64, const QString& error) {
+        statusBar()->showMessage(tr("The run history could not be updated: %1").arg(error), 10000);
+    });
 
     progressTimer_.setInterval(kProgressIntervalMs);
     connect(&progressTimer_, &QTimer::timeout, this, &MainWindow::refreshProgress);
 
     restoreSettings();
-    refreshHistory();
-    // Each problem is logged in full by RunHistory; the status line names the first.
-    if (const QStringList& problems = history_->problems(); !problems.isEmpty())
-        setStatusText(tr("%n file(s) of the history could not be used (see the log); the first: %1", nullptr,
-                         static_cast<int>(problems.size()))
-                          .arg(problems.front()),
-                      true);
     startWorker();
     refreshPlan();
     updateActions();
@@ -684,14 +685,8 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
                                .arg(record.config.height)
                                .arg(record.config.seed));
     // Finished runs with an image go into the history (cancelled ones are partial).
-    if (keepInHistory && !cancelled && !run.result->image.data.empty()) {
-        try {
-            history_->add(*run.result);
-            refreshHistory();
-        } catch (const std::exception& e) {
-            statusBar()->showMessage(tr("The run could not be kept in the history: %1").arg(QString::fromUtf8(e.what())), 10000);
-        }
-    }
+    // Its PNG is encoded and written on the history's thread; the row appears on entryAdded.
+    if (keepInHistory && !cancelled && !run.result->image.data.empty()) history_->add(run.result);
 }
 
 void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
@@ -851,26 +846,34 @@ void MainWindow::openPreset() {
                                                       tr("Presets, manifests and run images (*.json *.png);;All files (*)"));
     if (path.isEmpty()) return;
     settings_->setValue(kPresetDirKey, QFileInfo(path).absolutePath());
-    QString error;
-    if (!restoreConfigurationFrom(path, &error))
-        QMessageBox::warning(this, tr("Open preset"), tr("This is not a usable preset:\n%1").arg(error));
+    restoreConfiguration(path, Feedback::MessageBox);
 }
 
-bool MainWindow::restoreConfigurationFrom(const QString& path, QString* error) {
-    try {
-        const RestoredConfig restored = configurationFromFile(path.toStdString());
-        panel_->setConfig(restored.config);
-        const QString name = QFileInfo(path).fileName();
-        switch (restored.source) {
-        case ConfigSource::RunPng: setStatusText(tr("Settings of run %1 restored from the image %2").arg(QString::fromStdString(restored.runId), name)); break;
-        case ConfigSource::Manifest: setStatusText(tr("Settings of run %1 restored from the manifest %2").arg(QString::fromStdString(restored.runId), name)); break;
-        case ConfigSource::Preset: setStatusText(tr("Loaded preset %1").arg(name)); break;
-        }
-        return true;
-    } catch (const std::exception& e) {
-        if (error) *error = QString::fromUtf8(e.what());
-        return false;
-    }
+void MainWindow::restoreConfigurationFrom(const QString& path) { restoreConfiguration(path, Feedback::StatusLine); }
+
+void MainWindow::restoreConfiguration(const QString& path, Feedback feedback) {
+    restoreJob_ = files_.start(
+        [file = path.toStdString()] { return configurationFromFile(file); },
+        [this, path](quint64 id, const RestoredConfig& restored) {
+            if (id != restoreJob_) return;  // a newer file was opened or dropped since
+            panel_->setConfig(restored.config);
+            const QString name = QFileInfo(path).fileName();
+            const QString run = QString::fromStdString(restored.runId);
+            switch (restored.source) {
+            case ConfigSource::RunPng: setStatusText(tr("Settings of run %1 restored from the image %2").arg(run, name)); break;
+            case ConfigSource::Manifest: setStatusText(tr("Settings of run %1 restored from the manifest %2").arg(run, name)); break;
+            case ConfigSource::Preset: setStatusText(tr("Loaded preset %1").arg(name)); break;
+            }
+            emit configurationRestored(path, true, {});
+        },
+        [this, path, feedback](quint64 id, const QString& error) {
+            if (id != restoreJob_) return;
+            if (feedback == Feedback::MessageBox)
+                QMessageBox::warning(this, tr("Open preset"), tr("This is not a usable preset:\n%1").arg(error));
+            else
+                setStatusText(tr("Nothing restored: %1").arg(error), true);
+            emit configurationRestored(path, false, error);
+        });
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
@@ -882,13 +885,9 @@ void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
 void MainWindow::dropEvent(QDropEvent* event) {
     const QList<QUrl> urls = event->mimeData()->urls();
     if (urls.size() != 1 || !urls.front().isLocalFile()) return;
-    const QString path = urls.front().toLocalFile();
-    QString error;
-    if (restoreConfigurationFrom(path, &error)) {
-        event->acceptProposedAction();
-    } else {
-        setStatusText(tr("Nothing restored: %1").arg(error), true);
-    }
+    // Read off this thread; what it held, or why nothing, is told in the status line.
+    event->acceptProposedAction();
+    restoreConfiguration(urls.front().toLocalFile(), Feedback::StatusLine);
 }
 
 void MainWindow::savePreset() {
@@ -899,25 +898,39 @@ void MainWindow::savePreset() {
                                                       QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty()) return;
     settings_->setValue(kPresetDirKey, QFileInfo(path).absolutePath());
-    QString refused;
-    if (!confirmOverwrite(path, Overwrite::Ask, &refused)) return;
-    try {
-        writeFileAtomically(path.toStdString(), toJson(panel_->config()).dump(2) + "\n");
-        setStatusText(tr("Saved preset %1").arg(QFileInfo(path).fileName()));
-    } catch (const std::exception& e) {
-        QMessageBox::warning(this, tr("Save preset"), QString::fromUtf8(e.what()));
-    }
+    const std::string json = toJson(panel_->config()).dump(2) + "\n";
+    writeInBackground(
+        path, Overwrite::Ask, [json](const std::string& file) { writeFileAtomically(file, json); },
+        [this, path](bool ok, const QString& error) {
+            if (ok) setStatusText(tr("Saved preset %1").arg(QFileInfo(path).fileName()));
+            else if (!error.isEmpty()) QMessageBox::warning(this, tr("Save preset"), error);
+        });
 }
 
-bool MainWindow::confirmOverwrite(const QString& path, Overwrite overwrite, QString* error) {
-    if (!QFileInfo::exists(path) || overwrite == Overwrite::Replace) return true;
-    if (overwrite == Overwrite::Ask &&
-        QMessageBox::question(this, tr("Replace file?"),
-                              tr("%1 already exists.\nDo you want to replace it?").arg(QDir::toNativeSeparators(path)),
-                              QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes)
-        return true;
-    if (error) *error = tr("%1: the file exists and was not replaced").arg(QDir::toNativeSeparators(path));
-    return false;
+void MainWindow::writeInBackground(const QString& path, Overwrite overwrite, std::function<void(const std::string&)> write,
+                                   std::function<void(bool, const QString&)> done) {
+    // The existence check runs with the write, off this thread; only the question is asked here.
+    files_.start(
+        [file = path.toStdString(), replace = overwrite == Overwrite::Replace, write] {
+            if (!replace && QFileInfo::exists(QString::fromStdString(file))) return false;
+            write(file);
+            return true;
+        },
+        [this, path, overwrite, write, done](quint64, bool written) {
+            if (written) return done(true, {});
+            if (overwrite == Overwrite::Ask && askToReplace(path))
+                return writeInBackground(path, Overwrite::Replace, write, done);
+            done(false, tr("%1: the file exists and was not replaced").arg(QDir::toNativeSeparators(path)));
+        },
+        [path, done](quint64, const QString& error) {
+            done(false, error.contains(path) ? error : QDir::toNativeSeparators(path) + QStringLiteral(": ") + error);
+        });
+}
+
+bool MainWindow::askToReplace(const QString& path) {
+    return QMessageBox::question(this, tr("Replace file?"),
+                                 tr("%1 already exists.\nDo you want to replace it?").arg(QDir::toNativeSeparators(path)),
+                                 QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes;
 }
 
 void MainWindow::exportInteractively(ExportFormat format) {
@@ -926,35 +939,35 @@ void MainWindow::exportInteractively(ExportFormat format) {
     const QString suggested = settings_->value(kExportDirKey, QDir::homePath()).toString() + QLatin1Char('/') +
                               suggestedExportName(record, format);
     const QString filter = QStringLiteral("%1 (*.%2)").arg(exportTitle(format), exportSuffix(format));
-    // The overwrite question is ours (confirmOverwrite), the same for every way of exporting.
+    // The overwrite question is ours (writeInBackground), the same for every way of exporting.
     QString path = QFileDialog::getSaveFileName(this, tr("Export %1").arg(exportTitle(format)), suggested, filter,
                                                 nullptr, QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty()) return;
     if (QFileInfo(path).suffix().isEmpty()) path += QLatin1Char('.') + exportSuffix(format);
     settings_->setValue(kExportDirKey, QFileInfo(path).absolutePath());
-    QString error;
-    if (exportTo(format, path, Overwrite::Ask, &error)) setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
-    else if (!error.isEmpty()) QMessageBox::warning(this, tr("Export %1").arg(exportTitle(format)), error);
+    startExport(format, path, Overwrite::Ask, Feedback::MessageBox);
 }
 
-bool MainWindow::exportImageTo(const QString& path, QString* error, Overwrite overwrite) {
-    return exportTo(ExportFormat::ImagePng, path, overwrite, error);
+void MainWindow::exportTo(ExportFormat format, const QString& path, Overwrite overwrite) {
+    startExport(format, path, overwrite, Feedback::StatusLine);
 }
 
-bool MainWindow::exportTo(ExportFormat format, const QString& path, Overwrite overwrite, QString* error) {
-    try {
-        if (!lastRun_ || !lastRun_->result) throw std::runtime_error("there is no finished run to export yet");
-        if (format == ExportFormat::ImagePng && lastRun_->result->image.data.empty())
-            throw std::runtime_error("there is no finished image to export yet");
-        if (!confirmOverwrite(path, overwrite, error)) return false;
-        exportRun(*lastRun_->result, format, path.toStdString());
-        return true;
-    } catch (const std::exception& e) {
-        QString what = QString::fromUtf8(e.what());
-        if (!what.contains(path)) what = QDir::toNativeSeparators(path) + QStringLiteral(": ") + what;
-        if (error) *error = what;
-        return false;
-    }
+void MainWindow::startExport(ExportFormat format, const QString& path, Overwrite overwrite, Feedback feedback) {
+    const auto done = [this, path, format, feedback](bool ok, const QString& error) {
+        if (ok) setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
+        else if (feedback == Feedback::MessageBox && !error.isEmpty())
+            QMessageBox::warning(this, tr("Export %1").arg(exportTitle(format)), error);
+        else
+            setStatusText(error, true);
+        emit exportFinished(path, ok, error);
+    };
+    const std::shared_ptr<const RunResult> result = lastRun_ ? lastRun_->result : nullptr;
+    if (!result) return done(false, QDir::toNativeSeparators(path) + tr(": there is no finished run to export yet"));
+    if (format == ExportFormat::ImagePng && result->image.data.empty())
+        return done(false, QDir::toNativeSeparators(path) + tr(": there is no finished image to export yet"));
+    // The shared result is only read there; the PNG is encoded on files_' thread too.
+    writeInBackground(
+        path, overwrite, [result, format](const std::string& file) { exportRun(*result, format, file); }, done);
 }
 
 QAction* MainWindow::overlayAction(CanvasOverlay which) const {
@@ -986,24 +999,46 @@ void MainWindow::restoreFromHistory(const QString& id) {
     setStatusText(tr("Settings of run %1 restored from the history").arg(id));
 }
 
-void MainWindow::removeFromHistory(const QString& id) {
-    history_->remove(id);
+void MainWindow::onHistoryLoaded() {
     refreshHistory();
+    // Each problem is logged in full by RunHistory; the status line names the first.
+    if (const QStringList& problems = history_->problems(); !problems.isEmpty())
+        setStatusText(tr("%n file(s) of the history could not be used (see the log); the first: %1", nullptr,
+                         static_cast<int>(problems.size()))
+                          .arg(problems.front()),
+                      true);
 }
 
-CompareView* MainWindow::compareRuns(const QString& idA, const QString& idB, QString* error) {
+void MainWindow::removeFromHistory(const QString& id) {
+    // The row goes when the files are gone (entryRemoved).
+    history_->remove(id);
+}
+
+bool MainWindow::compareRuns(const QString& idA, const QString& idB, QString* error) {
     const HistoryEntry* a = history_->find(idA);
     const HistoryEntry* b = history_->find(idB);
     if (!a || !b) {
         if (error) *error = tr("Run %1 is not in the history").arg(a ? idB : idA);
-        return nullptr;
+        return false;
     }
     // Older run as A, so "speedup" and the deltas read as "what changed since".
     if (a->record.startedAt > b->record.startedAt) std::swap(a, b);
-    CompareSide sideA{a->record, a->loadImage(), a->seamMean};
-    CompareSide sideB{b->record, b->loadImage(), b->seamMean};
     graphsPanel_->setRuns(a->record, b->record, tr("Two runs picked in the history (older as A)."));
-    return openCompareView(sideA, sideB, {});
+    // The view opens when both images are read (onCompareImages); a newer request wins.
+    compareJob_ = history_->loadImages({a->id(), b->id()});
+    return true;
+}
+
+void MainWindow::onCompareImages(quint64 jobId, const QStringList& ids, const QList<QImage>& images) {
+    if (jobId != compareJob_) return;
+    const HistoryEntry* a = history_->find(ids.at(0));
+    const HistoryEntry* b = history_->find(ids.at(1));
+    if (!a || !b) {  // deleted while its image was read
+        setStatusText(tr("Run %1 is no longer in the history").arg(a ? ids.at(1) : ids.at(0)), true);
+        return;
+    }
+    CompareView* view = openCompareView({a->record, images.at(0), a->seamMean}, {b->record, images.at(1), b->seamMean}, {});
+    emit compareViewOpened(view);
 }
 
 CompareView* MainWindow::openCompareView(const CompareSide& a, const CompareSide& b, const QString& note) {

@@ -8,14 +8,22 @@
 // the first pair warms up and is discarded) as one sequence on the worker, then opens the
 // compare view and the graphs-versus-eager panel on the kept runs.
 //
-// Finished runs go into the run history (app/RunHistory.h; a dock with a table), from which two
-// runs open in a CompareView. Exports (File menu) write through app/Exporters.h and never
+// Finished runs go into the run history (app/HistoryStore.h; a dock with a table), from which
+// two runs open in a CompareView. Exports (File menu) write through app/Exporters.h and never
 // replace an existing file without asking. Dropping a run PNG, a manifest or a preset on the
 // window restores its configuration.
+//
+// This thread reads and writes no file and encodes no image (app/GuiThreadGuard.h): the
+// history's IO runs on its own thread (HistoryStore), model inspection on a pool
+// (ConfigPanel's ModelInspector), and exports, presets and restores on a JobQueue. Each answer
+// comes back as a queued call or signal (configurationRestored, exportFinished,
+// compareViewOpened); answers to a request superseded by a newer one are dropped by job id.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <QElapsedTimer>
@@ -28,7 +36,8 @@
 
 #include "app/EngineFactory.h"
 #include "app/Exporters.h"
-#include "app/RunHistory.h"
+#include "app/HistoryStore.h"
+#include "app/JobQueue.h"
 #include "app/RunWorker.h"
 #include "core/RunConfig.h"
 #include "ui/CompareView.h"
@@ -74,7 +83,8 @@ public:
     // `settings`: where the window keeps its geometry and last configuration; null uses the
     // application's default QSettings. Tests pass a throw-away INI file.
     // `historyFolder`: where finished runs are kept; empty: RunHistory's default
-    // (QStandardPaths::AppDataLocation/history).
+    // (QStandardPaths::AppDataLocation/history). It is loaded off this thread: history()
+    // holds it once its loaded() signal came.
     explicit MainWindow(std::unique_ptr<QSettings> settings = nullptr, const QString& historyFolder = {},
                         QWidget* parent = nullptr);
 
@@ -89,7 +99,7 @@ public:
     // The tabs beside the canvas: the timing charts and the graphs-versus-eager panel.
     QTabWidget* chartTabs() const { return chartTabs_; }
     HistoryPanel* historyPanel() const { return historyPanel_; }
-    const RunHistory& history() const { return *history_; }
+    const HistoryStore& history() const { return *history_; }
     // The compare window opened last (null when none is open).
     CompareView* compareView() const { return compareView_; }
     QAction* overlayAction(CanvasOverlay which) const;
@@ -109,18 +119,20 @@ public:
     // The last finished run (null before the first).
     const FinishedRun* lastRun() const { return lastRun_ ? &*lastRun_ : nullptr; }
 
-    // Writes the last finished image as PNG with the "parameters" line and the run manifest.
-    // False with *error set (naming the path) when there is no image or it cannot be written.
-    bool exportImageTo(const QString& path, QString* error = nullptr, Overwrite overwrite = Overwrite::Ask);
-    // Writes the last finished run in `format` to `path`. An existing file is replaced only
-    // after the user agrees (Ask), always (Replace) or never (Refuse: false, *error says so).
-    bool exportTo(ExportFormat format, const QString& path, Overwrite overwrite = Overwrite::Ask,
-                  QString* error = nullptr);
+    // Writes the last finished run in `format` to `path` (ImagePng: the image with the
+    // "parameters" line and the run manifest), off this thread; exportFinished tells
+    // how it went (also when there is nothing to export: at once). An existing file is
+    // replaced only after the user agrees (Ask), always (Replace) or never (Refuse: the
+    // error says so).
+    void exportTo(ExportFormat format, const QString& path, Overwrite overwrite = Overwrite::Ask);
     // Puts the configuration stored in a run PNG, a manifest JSON or a preset JSON in the
-    // settings panel (what dropping the file on the window does). False with *error set.
-    bool restoreConfigurationFrom(const QString& path, QString* error = nullptr);
-    // Opens the compare window for two runs of the history; null (with *error) when either is unknown.
-    CompareView* compareRuns(const QString& idA, const QString& idB, QString* error = nullptr);
+    // settings panel (what dropping the file on the window does). The file is read off this
+    // thread; configurationRestored tells how it went. A newer request drops the answer of an
+    // older one still in flight.
+    void restoreConfigurationFrom(const QString& path);
+    // Opens the compare window for two runs of the history once their images are read (off
+    // this thread): compareViewOpened. False (with *error) when either run is unknown.
+    bool compareRuns(const QString& idA, const QString& idB, QString* error = nullptr);
 
 public slots:
     void startRun();
@@ -135,8 +147,16 @@ public slots:
 
 signals:
     // The current run ended (finished, cancelled or failed); for tests and the screenshot mode.
-    // Not emitted for the runs of a comparison: graphComparisonEnded is.
+    // Not emitted for the runs of a comparison: graphComparisonEnded is. A finished run is
+    // then on its way into the history (history().entryAdded follows).
     void runEnded(bool succeeded);
+    // restoreConfigurationFrom(path) ended: the settings panel shows the file's configuration
+    // (ok), or `error` names the file and what is wrong with it (nothing changed).
+    void configurationRestored(const QString& path, bool ok, const QString& error);
+    // exportTo(path) ended: written (ok), or `error` names the path and why not.
+    void exportFinished(const QString& path, bool ok, const QString& error);
+    // compareRuns' window is open (compareView() returns it).
+    void compareViewOpened(tessera::CompareView* view);
     // Run `index` (0-based) of `count` of a comparison is starting.
     void graphComparisonRunStarted(int index, int count);
     // A comparison ended; `completed` when every run finished and the views were opened.
@@ -174,8 +194,18 @@ private:
     void openPreset();
     void savePreset();
     void exportInteractively(ExportFormat format);
-    bool confirmOverwrite(const QString& path, Overwrite overwrite, QString* error);
+    // How the window tells the person about an answer that arrives later.
+    enum class Feedback { StatusLine, MessageBox };
+    void restoreConfiguration(const QString& path, Feedback feedback);
+    void startExport(ExportFormat format, const QString& path, Overwrite overwrite, Feedback feedback);
+    // Writes `path` with `write` on files_ unless it exists and `overwrite` says no; with Ask,
+    // asks here and tries again. `done(ok, error)` runs on this thread.
+    void writeInBackground(const QString& path, Overwrite overwrite, std::function<void(const std::string&)> write,
+                           std::function<void(bool, const QString&)> done);
+    bool askToReplace(const QString& path);
     void refreshHistory();
+    void onHistoryLoaded();
+    void onCompareImages(quint64 jobId, const QStringList& ids, const QList<QImage>& images);
     void restoreFromHistory(const QString& id);
     void removeFromHistory(const QString& id);
     void showAbout();
@@ -203,8 +233,9 @@ private:
     QDockWidget* chartsDock_ = nullptr;
     QDockWidget* historyDock_ = nullptr;
     HistoryPanel* historyPanel_ = nullptr;
-    std::unique_ptr<RunHistory> history_;
+    HistoryStore* history_ = nullptr;  // a child: lives and is deleted with the window
     QPointer<CompareView> compareView_;
+    quint64 compareJob_ = 0;  // the images of the newest compareRuns
 
     QAction* openPresetAction_ = nullptr;
     QAction* savePresetAction_ = nullptr;
@@ -255,6 +286,11 @@ private:
     QElapsedTimer samplingClock_;         // since the engine reported onStarted
     QTimer progressTimer_;
     bool progressDirty_ = false;
+
+    // Presets, restores and exports, one at a time in the order asked (last member: its
+    // destructor waits for a write in flight before anything it may touch is gone).
+    quint64 restoreJob_ = 0;  // the newest restoreConfigurationFrom
+    JobQueue files_{1};
 };
 
 }  // namespace tessera

@@ -18,7 +18,9 @@
 //   --preset FILE       load a preset (or a run manifest or run PNG) at start; exit 2 if unusable
 //   --fresh             ignore (and do not change) the saved settings
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -28,7 +30,7 @@
 #include <QTemporaryDir>
 #include <QTimer>
 
-#include "app/RunHistory.h"
+#include "app/JobQueue.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"
@@ -47,13 +49,28 @@
 
 namespace {
 
-// Sets the window up for one screenshot view; returns the widget to grab (null: unknown view).
-QWidget* prepareView(tessera::MainWindow& window, const QString& view) {
+// Calls `then` once nothing about the model is being looked up any more (the default model is
+// located and the folder shown inspected, off the GUI thread), so Run is enabled if it can be.
+void whenModelChecked(tessera::MainWindow& window, std::function<void()> then) {
+    tessera::ConfigPanel* panel = window.configPanel();
+    if (!panel->isCheckingModel()) return then();
+    auto connection = std::make_shared<QMetaObject::Connection>();
+    *connection = QObject::connect(panel, &tessera::ConfigPanel::modelChecked, &window, [panel, connection, then] {
+        if (panel->isCheckingModel()) return;
+        QObject::disconnect(*connection);
+        then();
+    });
+}
+
+// Sets the window up for one screenshot view, then calls `ready` with the widget to grab (null:
+// unknown view or nothing to show) — at once, or for "compare" when the history is loaded and
+// the compare window has read its images.
+void prepareView(tessera::MainWindow& window, const QString& view, const std::function<void(QWidget*)>& ready) {
     using tessera::CanvasOverlay;
     if (view == QLatin1String("compare-graphs")) {
         // The compare window the comparison opened, with its note; nothing else changes.
         if (!window.compareView()) std::fprintf(stderr, "tessera: --show compare-graphs needs --compare-graphs\n");
-        return window.compareView();
+        return ready(window.compareView());
     }
     if (tessera::CompareView* open = window.compareView()) open->close();
     window.chartTabs()->setCurrentWidget(view == QLatin1String("graphs") ? static_cast<QWidget*>(window.graphsPanel())
@@ -61,49 +78,64 @@ QWidget* prepareView(tessera::MainWindow& window, const QString& view) {
     window.overlayAction(CanvasOverlay::TileGrid)->setChecked(view != QLatin1String("seam"));
     window.overlayAction(CanvasOverlay::BlendWeights)->setChecked(view == QLatin1String("blend"));
     window.overlayAction(CanvasOverlay::SeamMap)->setChecked(view == QLatin1String("seam"));
-    if (view == QLatin1String("window") || view == QLatin1String("seam") || view == QLatin1String("graphs")) return &window;
+    if (view == QLatin1String("window") || view == QLatin1String("seam") || view == QLatin1String("graphs")) return ready(&window);
     if (view == QLatin1String("blend")) {
         const int tiles = window.lastRun() && window.lastRun()->result ? window.lastRun()->result->record.tileCount : 0;
         window.canvas()->setHoveredTile(tiles / 2);
-        return &window;
+        return ready(&window);
     }
     if (view == QLatin1String("compare")) {
-        const auto& entries = window.history().entries();
+        const tessera::HistoryStore& history = window.history();
+        if (!history.isLoaded() || history.pendingJobs() > 0) {
+            // The history is still being read or written: ask again once it has settled.
+            QTimer::singleShot(50, &window, [&window, view, ready] { prepareView(window, view, ready); });
+            return;
+        }
+        const auto& entries = history.entries();
         if (entries.size() < 2) {
             std::fprintf(stderr, "tessera: --show compare needs two runs in the history (it has %zu)\n", entries.size());
-            return nullptr;
+            return ready(nullptr);
         }
+        QObject::connect(&window, &tessera::MainWindow::compareViewOpened, &window, ready, Qt::SingleShotConnection);
         QString error;
-        tessera::CompareView* compare = window.compareRuns(entries[entries.size() - 2].id(), entries.back().id(), &error);
-        if (!compare) std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
-        return compare;
+        if (!window.compareRuns(entries[entries.size() - 2].id(), entries.back().id(), &error)) {
+            std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
+            ready(nullptr);
+        }
+        return;
     }
     std::fprintf(stderr, "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs)\n", qPrintable(view));
-    return nullptr;
+    ready(nullptr);
 }
 
 // Takes screenshot `index` of `paths` (view views[index]), then the next; quits after the last.
-void takeScreenshots(tessera::MainWindow& window, QStringList views, QStringList paths, int index) {
+// The pictures are encoded and written on `files`, off the GUI thread.
+void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStringList views, QStringList paths, int index) {
     if (index >= paths.size()) {
         QApplication::exit(0);
         return;
     }
     window.charts()->flush();
     const QString view = index < views.size() ? views.at(index) : QStringLiteral("window");
-    QWidget* target = prepareView(window, view);
-    if (!target) {
-        QApplication::exit(1);
-        return;
-    }
-    // Let the queued replots and repaints land before grabbing.
-    QTimer::singleShot(300, &window, [&window, target, views, paths, index] {
-        const QString& path = paths.at(index);
-        if (!target->grab().save(path)) {
-            std::fprintf(stderr, "tessera: cannot write %s\n", qPrintable(path));
+    prepareView(window, view, [&window, &files, views, paths, index](QWidget* target) {
+        if (!target) {
             QApplication::exit(1);
             return;
         }
-        takeScreenshots(window, views, paths, index + 1);
+        // Let the queued replots and repaints land before grabbing.
+        QTimer::singleShot(300, &window, [&window, &files, target, views, paths, index] {
+            const QString path = paths.at(index);
+            files.start(
+                [image = target->grab().toImage(), path] {
+                    if (!image.save(path)) throw std::runtime_error("cannot write " + path.toStdString());
+                    return true;
+                },
+                [&window, &files, views, paths, index](quint64, bool) { takeScreenshots(window, files, views, paths, index + 1); },
+                [](quint64, const QString& error) {
+                    std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
+                    QApplication::exit(1);
+                });
+        });
     });
 }
 
@@ -153,34 +185,45 @@ int main(int argc, char** argv) {
         if (history.isEmpty()) history = scratch.filePath(QStringLiteral("history"));
     }
 
+    tessera::JobQueue files(1);
     tessera::MainWindow window(std::move(settings), history);
+    const auto begin = [&] {
+        window.show();
+        if (parser.isSet(screenshot)) {
+            const QStringList paths = parser.values(screenshot);
+            const QStringList views = parser.values(show);
+            const int delayMs = parser.value(delay).toInt();
+            auto grab = [&window, &files, paths, views] { takeScreenshots(window, files, views, paths, 0); };
+            if (parser.isSet(compareAtStart) && !parser.isSet(delay)) {
+                QObject::connect(&window, &tessera::MainWindow::graphComparisonEnded, &window,
+                                 [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
+            } else if (parser.isSet(runAtStart) && !parser.isSet(delay)) {
+                QObject::connect(&window, &tessera::MainWindow::runEnded, &window,
+                                 [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
+            } else {
+                QTimer::singleShot(delayMs, &window, grab);
+            }
+        }
+        // Run is enabled once the model is known to be usable (checked off the GUI thread).
+        if (parser.isSet(runAtStart))
+            whenModelChecked(window, [&window] { window.startRun(); });
+        else if (parser.isSet(compareAtStart))
+            whenModelChecked(window, [&window] { window.startGraphComparison(); });
+    };
     if (parser.isSet(preset)) {
-        // The same reader as File > Open preset (bounded, through core/BoundedInput); its
-        // message names the file.
-        QString error;
-        if (!window.restoreConfigurationFrom(parser.value(preset), &error)) {
-            std::fprintf(stderr, "tessera: preset: %s\n", qPrintable(error));
-            return 2;
-        }
+        // The same reader as File > Open preset (bounded, through core/BoundedInput, off the GUI
+        // thread); its message names the file. The window shows once the preset is in.
+        QObject::connect(
+            &window, &tessera::MainWindow::configurationRestored, &window,
+            [begin](const QString&, bool ok, const QString& error) {
+                if (ok) return begin();
+                std::fprintf(stderr, "tessera: preset: %s\n", qPrintable(error));
+                QApplication::exit(2);
+            },
+            Qt::SingleShotConnection);
+        window.restoreConfigurationFrom(parser.value(preset));
+    } else {
+        begin();
     }
-    window.show();
-
-    if (parser.isSet(screenshot)) {
-        const QStringList paths = parser.values(screenshot);
-        const QStringList views = parser.values(show);
-        const int delayMs = parser.value(delay).toInt();
-        auto grab = [&window, paths, views] { takeScreenshots(window, views, paths, 0); };
-        if (parser.isSet(compareAtStart) && !parser.isSet(delay)) {
-            QObject::connect(&window, &tessera::MainWindow::graphComparisonEnded, &window,
-                             [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
-        } else if (parser.isSet(runAtStart) && !parser.isSet(delay)) {
-            QObject::connect(&window, &tessera::MainWindow::runEnded, &window,
-                             [grab, delayMs](bool) { QTimer::singleShot(delayMs, grab); });
-        } else {
-            QTimer::singleShot(delayMs, &window, grab);
-        }
-    }
-    if (parser.isSet(runAtStart)) QTimer::singleShot(0, &window, &tessera::MainWindow::startRun);
-    else if (parser.isSet(compareAtStart)) QTimer::singleShot(0, &window, &tessera::MainWindow::startGraphComparison);
     return QApplication::exec();
 }

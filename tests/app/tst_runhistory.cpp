@@ -94,6 +94,28 @@ private slots:
         QVERIFY(!again.remove(QString::fromStdString(runIdOf(2))));
     }
 
+    void thumbnailComesFromTheResultAndImageReadsThePng() {
+        // Left half black, right half white (model space -1 and 1).
+        RunResult result = resultOf(runIdOf(0), startOf(0));
+        for (int c = 0; c < 3; ++c)
+            for (int y = 0; y < 8; ++y)
+                for (int x = 0; x < 8; ++x) result.image.data[static_cast<std::size_t>((c * 8 + y) * 8 + x)] = x < 4 ? -1.f : 1.f;
+        RunHistory history(history_);
+        const HistoryEntry& entry = history.add(result);
+        const QImage thumb = entry.thumbnail;
+        QCOMPARE(thumb.size(), QSize(RunHistory::kThumbnailSize, RunHistory::kThumbnailSize));
+        QCOMPARE(qGray(thumb.pixel(2, 32)), 0);
+        QCOMPARE(qGray(thumb.pixel(RunHistory::kThumbnailSize - 3, 32)), 255);
+        // image(): the full-size run PNG, read from disk; null for an unknown run or a PNG gone.
+        const QImage full = history.image(entry.id());
+        QCOMPARE(full.size(), QSize(8, 8));
+        QCOMPARE(qGray(full.pixel(0, 0)), 0);
+        QCOMPARE(qGray(full.pixel(7, 7)), 255);
+        QVERIFY(history.image(QString::fromStdString(runIdOf(9))).isNull());
+        QVERIFY(QFile::remove(inHistory(runIdOf(0) + ".png")));
+        QVERIFY(history.image(entry.id()).isNull());
+    }
+
     void traversalRunIdIsSkippedAndNothingOutsideIsTouched_data() {
         QTest::addColumn<QString>("fileName");
         QTest::addColumn<QString>("runId");
@@ -266,5 +288,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestRunHistory)
+QTEST_GUILESS_MAIN(TestRunHistory)
 #include "tst_runhistory.moc"

@@ -1,4 +1,5 @@
-// The tiny CPU render the window suites run, and a helper that runs it in a window.
+// The tiny CPU render the window suites run, a helper that runs it in a window, and helpers
+// that wait for the answers the window gets off the GUI thread (model checks, history, files).
 // Header-only (not a suite: no tst_ prefix).
 #pragma once
 
@@ -7,14 +8,25 @@
 
 #include <QAction>
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QString>
+#include <QtTest>
 
+#include "app/Exporters.h"
+#include "app/GuiThreadGuard.h"
 #include "core/RunConfig.h"
+#include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
 
 namespace tessera::testing {
+
+// Makes the running test function fail if the window's code reads or writes a file on the GUI
+// thread (app/GuiThreadGuard.h). Every window suite calls it from init().
+inline void failOnGuiThreadIo() {
+    QTest::failOnWarning(QRegularExpression(QRegularExpression::escape(QString::fromLatin1(kGuiThreadViolationPrefix))));
+}
 
 inline QString testModelFolder() { return QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like"); }
 
@@ -40,13 +52,69 @@ inline RunConfig tinyRunConfig(std::uint64_t seed, std::string label = {}) {
     return c;
 }
 
-// Puts `config` in the window, presses Run and waits for the end; true when the run finished.
+// Waits until the panel has its answers about the model (found off the GUI thread); true
+// when they came within the time.
+inline bool waitForModelCheck(const ConfigPanel& panel) {
+    return QTest::qWaitFor([&panel] { return !panel.isCheckingModel(); }, 60000);
+}
+
+// Puts `config` in the panel and waits for the model folder's answer.
+inline bool setConfigAndWait(ConfigPanel& panel, const RunConfig& config) {
+    panel.setConfig(config);
+    return waitForModelCheck(panel);
+}
+
+// Waits until the history is loaded and every request sent to it is answered.
+inline bool waitForHistory(const MainWindow& window) {
+    return QTest::qWaitFor([&window] { return window.history().isLoaded() && window.history().pendingJobs() == 0; }, 60000);
+}
+
+// Puts `config` in the window, presses Run and waits for the end, and for a finished run to
+// be in the history; true when the run finished.
 inline bool runOnce(MainWindow& window, const RunConfig& config) {
-    window.configPanel()->setConfig(config);
-    if (!window.runAction()->isEnabled()) return false;
+    if (!setConfigAndWait(*window.configPanel(), config) || !window.runAction()->isEnabled()) return false;
     QSignalSpy ended(&window, &MainWindow::runEnded);
     window.runAction()->trigger();
-    return ended.wait(300000) && ended.at(0).at(0).toBool();
+    if (!ended.wait(300000) || !ended.at(0).at(0).toBool()) return false;
+    const QString id = QString::fromStdString(window.lastRun()->result->record.runId);
+    return QTest::qWaitFor([&window, &id] { return window.history().find(id) != nullptr; }, 60000);
+}
+
+// restoreConfigurationFrom, waited for: true when the file's configuration is in the panel,
+// else false with *error set.
+inline bool restoreAndWait(MainWindow& window, const QString& path, QString* error) {
+    QSignalSpy restored(&window, &MainWindow::configurationRestored);
+    window.restoreConfigurationFrom(path);
+    if (!restored.wait(60000)) {
+        *error = QStringLiteral("no configurationRestored signal");
+        return false;
+    }
+    *error = restored.at(0).at(2).toString();
+    return restored.at(0).at(1).toBool() && waitForModelCheck(*window.configPanel());
+}
+
+// exportTo, waited for: true when written, else false with *error set.
+inline bool exportAndWait(MainWindow& window, ExportFormat format, const QString& path, MainWindow::Overwrite overwrite,
+                          QString* error) {
+    QSignalSpy finished(&window, &MainWindow::exportFinished);
+    window.exportTo(format, path, overwrite);
+    if (finished.isEmpty() && !finished.wait(60000)) {
+        *error = QStringLiteral("no exportFinished signal");
+        return false;
+    }
+    *error = finished.at(0).at(2).toString();
+    return finished.at(0).at(1).toBool();
+}
+
+// compareRuns, waited for: the compare window once open, else null with *error set.
+inline CompareView* compareAndWait(MainWindow& window, const QString& idA, const QString& idB, QString* error) {
+    QSignalSpy opened(&window, &MainWindow::compareViewOpened);
+    if (!window.compareRuns(idA, idB, error)) return nullptr;
+    if (!opened.wait(60000)) {
+        *error = QStringLiteral("no compareViewOpened signal");
+        return nullptr;
+    }
+    return window.compareView();
 }
 
 }  // namespace tessera::testing

@@ -78,6 +78,8 @@ private:
     }
 
 private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
     void initTestCase() {
         QVERIFY(scratch_.isValid());
         QStandardPaths::setTestModeEnabled(true);
@@ -126,7 +128,7 @@ private slots:
         // Cancelling the last id before the sequence starts: nothing runs at all.
         worker->cancel(102);
         QMetaObject::invokeMethod(worker, [worker, configs] { worker->startSequence(configs, 101); }, Qt::QueuedConnection);
-        QVERIFY(sequence.wait(300000));
+        QVERIFY(QTest::qWaitFor([&] { return !sequence.isEmpty(); }, 300000));  // not wait(): the signal may come before it
         QCOMPARE(sequence.at(0).at(0).value<quint64>(), quint64(101));
         QCOMPARE(sequence.at(0).at(1).toInt(), 0);
         QCOMPARE(sequence.at(0).at(2).toBool(), false);
@@ -137,7 +139,7 @@ private slots:
         // thread, even where tileBatchFinished is thinned out.
         sequence.clear();
         QMetaObject::invokeMethod(worker, [worker, configs] { worker->startSequence(configs, 103); }, Qt::QueuedConnection);
-        QVERIFY(sequence.wait(300000));
+        QVERIFY(QTest::qWaitFor([&] { return !sequence.isEmpty(); }, 300000));  // not wait(): the signal may come before it
         QCOMPARE(sequence.at(0).at(1).toInt(), 2);
         QCOMPARE(sequence.at(0).at(2).toBool(), true);
         QCOMPARE(finished.count(), 2);
@@ -163,7 +165,7 @@ private slots:
     void progressTextBeforeRun() {
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         MainWindow window(freshSettings());
-        window.configPanel()->setConfig(tinyConfig());
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), tinyConfig()));
         auto* text = child<QLabel>(&window, "progressText");
         // 9 tiles in batches of 2: 5 batches per step. Not "step 0/1".
         QCOMPARE(text->text(), QStringLiteral("ready: 2 steps × 5 tile batches (9 tiles, batch 2)"));
@@ -176,7 +178,7 @@ private slots:
         config.overlapPx = 16;
         config.steps = 20;
         config.tileBatch = 4;
-        window.configPanel()->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(text->text(), QStringLiteral("ready: 20 steps × 7 tile batches (25 tiles, batch 4)"));
 
         child<QSpinBox>(window.configPanel(), "tileSpin")->setValue(0);
@@ -196,7 +198,7 @@ private slots:
         config.width = config.height = 256;
         config.tile = 64;
         config.overlapPx = 16;
-        window.configPanel()->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         // Stride 48: 5 x 5 tiles, and the heat map says so before any run.
         QCOMPARE(charts->tileGridSize(), QSize(5, 5));
         QCOMPARE(map->data()->keySize(), 5);
@@ -208,13 +210,13 @@ private slots:
         QVERIFY2(charts->tilePlaceholderText().startsWith(QStringLiteral("5 × 5 tiles")), qPrintable(charts->tilePlaceholderText()));
 
         config.overlapPx = 0;
-        window.configPanel()->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(charts->tileGridSize(), QSize(4, 4));
         QCOMPARE(map->data()->keySize(), 4);
         QCOMPARE(tiles->xAxis->range().upper, 3.5);
 
         // Live: the first update during the run holds only the first batch (tiles 0 and 1).
-        window.configPanel()->setConfig(tinyConfig());
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), tinyConfig()));
         QCOMPARE(charts->tileGridSize(), QSize(3, 3));
         struct Live {
             bool seen = false, running = false;
@@ -263,7 +265,7 @@ private slots:
         // Other settings with other tiles: their empty grid, not the old times.
         config = tinyConfig();
         config.overlapPx = 0;  // 2 x 2 tiles
-        window.configPanel()->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(charts->tileGridSize(), QSize(2, 2));
         QCOMPARE(charts->timedTileCount(), 0);
         QVERIFY(child<QLabel>(&window, "progressText")->text().startsWith(QStringLiteral("ready: 2 steps × 2 tile batches")));
@@ -283,7 +285,7 @@ private slots:
             // A usable CUDA device: choosing the CPU backend must disable graphs and the button.
             RunConfig config = tinyConfig();
             config.backend = BackendKind::CPU;
-            panel->setConfig(config);
+            QVERIFY(testing::setConfigAndWait(*panel, config));
         }
         const QString reason = panel->graphsUnavailableReason();
         QVERIFY(!reason.isEmpty());
@@ -300,7 +302,8 @@ private slots:
         window_->resize(1400, 900);
         window_->show();
         QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
-        window_->configPanel()->setConfig(tinyConfig());  // graphs off in the settings: "on" is tile
+        QVERIFY(testing::setConfigAndWait(*window_->configPanel(), tinyConfig()));  // graphs off in the settings: "on" is tile
+        QVERIFY(testing::waitForHistory(*window_));
         const std::size_t historyBefore = window_->history().entries().size();
 
         QSignalSpy started(window_.get(), &MainWindow::graphComparisonRunStarted);
@@ -360,6 +363,7 @@ private slots:
         QVERIFY2(c.choice.contains(QStringLiteral("last pair")) && c.choice.contains(QStringLiteral("warm-up")), qPrintable(c.choice));
 
         // Only the kept pair goes into the history.
+        QVERIFY(testing::waitForHistory(*window_));
         const auto& entries = window_->history().entries();
         QCOMPARE(entries.size(), historyBefore + 2);
         QCOMPARE(entries[entries.size() - 2].id(), ids.at(2));
@@ -448,7 +452,7 @@ private slots:
         // Picking two runs in the history puts them in the panel as well (older as A).
         const auto& entries = window_->history().entries();
         QString error;
-        QVERIFY2(window_->compareRuns(entries.back().id(), entries[entries.size() - 2].id(), &error), qPrintable(error));
+        QVERIFY2(testing::compareAndWait(*window_, entries.back().id(), entries[entries.size() - 2].id(), &error), qPrintable(error));
         QCOMPARE(panel->runIdA(), entries[entries.size() - 2].id());
         QCOMPARE(panel->runIdB(), entries.back().id());
         window_->compareView()->close();
@@ -504,7 +508,8 @@ private slots:
         RunConfig config = tinyConfig();
         config.width = config.height = 128;
         config.steps = 4;
-        window.configPanel()->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
+        QVERIFY(testing::waitForHistory(window));
         const std::size_t historyBefore = window.history().entries().size();
 
         QSignalSpy ended(&window, &MainWindow::graphComparisonEnded);
@@ -539,6 +544,7 @@ private slots:
         QCOMPARE(c.shownA, -1);
         QVERIFY(!window.compareView());
         QVERIFY(!window.graphsPanel()->hasRuns());
+        QVERIFY(testing::waitForHistory(window));
         QCOMPARE(window.history().entries().size(), historyBefore);  // warm-up and cancelled runs are not kept
         QVERIFY(!window.isRunning());
         QVERIFY(window.runAction()->isEnabled());
@@ -547,7 +553,7 @@ private slots:
                  qPrintable(child<QLabel>(&window, "statusText")->text()));
 
         // The worker is free again: a plain run afterwards finishes.
-        window.configPanel()->setConfig(tinyConfig());
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), tinyConfig()));
         QSignalSpy runEnded(&window, &MainWindow::runEnded);
         window.runAction()->trigger();
         QVERIFY(runEnded.wait(300000));

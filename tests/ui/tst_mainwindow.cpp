@@ -50,6 +50,8 @@ private:
     }
 
 private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
     void initTestCase() {
         QVERIFY(scratch_.isValid());
         // Finished runs go into the run history: keep it out of the user's folder.
@@ -87,7 +89,7 @@ private slots:
         config.tile = 64;
         config.overlapPx = 16;
         config.width = config.height = 256;
-        panel->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*panel, config));
         QVERIFY2(panel->isValid(), qPrintable(panel->problems().join('\n')));
         QVERIFY(window.runAction()->isEnabled());
 
@@ -141,7 +143,7 @@ private slots:
         ConfigPanel* panel = window.configPanel();
         RunConfig config = tinyConfig();
         config.model = scratch_.filePath(QStringLiteral("no-such-model")).toStdString();
-        panel->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*panel, config));
         QVERIFY(!panel->isValid());
         QVERIFY2(panel->problemFor("model").contains("is not a folder"), qPrintable(panel->problemFor("model")));
         QVERIFY(!window.runAction()->isEnabled());
@@ -157,7 +159,7 @@ private slots:
         config.overlapPx = 16;
         config.steps = 20;
         config.tileBatch = 4;
-        panel->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*panel, config));
         // Stride 48: columns at 0, 48, 96, 144, 192 -> 5 x 5 tiles; 25 * 64^2 / 256^2 = 1.5625.
         QCOMPARE(child<QLabel>(panel, "costTiles")->text(), QStringLiteral("25 (5 × 5) of 64×64 px"));
         QCOMPARE(child<QLabel>(panel, "costRedundancy")->text(), QStringLiteral("1.56×"));
@@ -261,7 +263,7 @@ private slots:
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         MainWindow window(freshSettings());
         window.show();
-        window.configPanel()->setConfig(tinyConfig());
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), tinyConfig()));
         QVERIFY(window.runAction()->isEnabled());
         QSignalSpy ended(&window, &MainWindow::runEnded);
         window.runAction()->trigger();
@@ -283,13 +285,14 @@ private slots:
         // Export: the PNG holds the image and the A1111 parameters line of this run.
         const QString png = scratch_.filePath(QStringLiteral("export.png"));
         QString error;
-        QVERIFY2(window.exportImageTo(png, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(window, ExportFormat::ImagePng, png, MainWindow::Overwrite::Ask, &error), qPrintable(error));
         const PngFile file = readPng(png.toStdString());
         QCOMPARE(file.image.width, 64);
         QCOMPARE(file.image.height, 64);
         QVERIFY2(QString::fromStdString(file.text("parameters")).contains("Seed: 7"), file.text("parameters").c_str());
         QVERIFY(!file.text("tessera-manifest").empty());
-        QVERIFY(!window.exportImageTo(scratch_.filePath(QStringLiteral("no-such-dir/x.png")), &error));
+        QVERIFY(!testing::exportAndWait(window, ExportFormat::ImagePng, scratch_.filePath(QStringLiteral("no-such-dir/x.png")),
+                                        MainWindow::Overwrite::Ask, &error));
         QVERIFY2(error.contains("no-such-dir"), qPrintable(error));
     }
 };

@@ -67,6 +67,8 @@ private:
     }
 
 private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
     void initTestCase() {
         QVERIFY(scratch_.isValid());
         QStandardPaths::setTestModeEnabled(true);
@@ -82,6 +84,7 @@ private slots:
         MainWindow window(settingsWith(folder, deepJson(60000)), history);
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(waitForHistory(window));
         QCOMPARE(window.configPanel()->config().width, RunConfig().width);  // the defaults
         QCOMPARE(window.history().entries().size(), std::size_t(1));
         QCOMPARE(window.historyPanel()->rowCount(), 1);
@@ -135,6 +138,7 @@ private slots:
         MainWindow window(settingsWith(root, {}), history);
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(waitForHistory(window));
         QCOMPARE(window.history().problems().size(), 2);
         QCOMPARE(window.historyPanel()->rowCount(), RunHistory::kDefaultCapacity);  // the planted rows are absent
         for (const HistoryEntry& entry : window.history().entries()) QVERIFY2(!entry.id().contains("victim"), qPrintable(entry.id()));
@@ -179,9 +183,9 @@ private slots:
         MainWindow window(settingsWith(folder, {}), folder + QStringLiteral("/history"));
         RunConfig config = window.configPanel()->config();
         config.seed = 4242;
-        window.configPanel()->setConfig(config);
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QString error;
-        QVERIFY(!window.restoreConfigurationFrom(path, &error));
+        QVERIFY(!restoreAndWait(window, path, &error));
         QVERIFY2(error.contains("preset.") && error.contains(reason) && error.size() < 600, qPrintable(error.left(1000)));
         QCOMPARE(window.configPanel()->config().seed, std::uint64_t(4242));  // unchanged
     }

@@ -3,6 +3,7 @@
 // view's numbers, and the charts' tile heat map, tooltips and PNG/PDF export. Offscreen; the
 // history lives in QStandardPaths' test-mode folder, emptied at the start.
 #include <cmath>
+#include <future>
 #include <fstream>
 #include <iterator>
 
@@ -24,7 +25,7 @@
 
 #include "app/Exporters.h"
 #include "app/PngIO.h"
-#include "app/RunHistory.h"
+#include "app/HistoryStore.h"
 #include "core/BlendWindow.h"
 #include "core/RunRecordIO.h"
 #include "ui/CompareView.h"
@@ -48,6 +49,12 @@ RunConfig tinyConfig(std::uint64_t seed) { return testing::tinyRunConfig(seed, "
 std::string readAll(const QString& path) {
     std::ifstream file(path.toStdString(), std::ios::binary);
     return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+// `read` run on a thread of its own: the suite's GUI thread must not read files (GuiThreadGuard).
+template <typename Read>
+auto offGuiThread(Read read) {
+    return std::async(std::launch::async, read).get();
 }
 
 QString historyFolder() { return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"); }
@@ -82,6 +89,8 @@ private:
     }
 
 private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
     void initTestCase() {
         QVERIFY(scratch_.isValid());
         QStandardPaths::setTestModeEnabled(true);
@@ -126,7 +135,7 @@ private slots:
         QVERIFY(QFileInfo(historyFolder() + "/" + runIds_.at(0) + ".json").isFile());
         QVERIFY(QFileInfo(historyFolder() + "/" + runIds_.at(0) + ".png").isFile());
         QCOMPARE(entry->thumbnail.width(), RunHistory::kThumbnailSize);
-        QCOMPARE(entry->loadImage().size(), QSize(64, 64));
+        QCOMPARE(QImage(entry->imagePath).size(), QSize(64, 64));
         QVERIFY(entry->seamMean > 0);
         QVERIFY(entry->seamMax >= entry->seamMean);
         // The panel lists newest first.
@@ -137,17 +146,20 @@ private slots:
                      window_->historyPanel()->table()->selectionModel()->isRowSelected(0, {}),
                  true);
 
-        // A capacity of 1 keeps only the newest run, on disk too.
+        // A capacity of 1 keeps only the newest run, on disk too; the store says which run went.
         QTemporaryDir folder;
-        RunHistory small(folder.path(), 1);
-        RunResult result;
-        result.record = entry->record;
-        result.record.runId = "20260101-000000-aaaaaaaa";
-        result.record.startedAt = "2026-01-01T00:00:00Z";
+        HistoryStore small(folder.path(), 1);
+        QSignalSpy added(&small, &HistoryStore::entryAdded);
+        auto result = std::make_shared<RunResult>();
+        result->record = entry->record;
+        result->record.runId = "20260101-000000-aaaaaaaa";
+        result->record.startedAt = "2026-01-01T00:00:00Z";
+        small.add(std::make_shared<const RunResult>(*result));
+        result->record.runId = "20260101-000001-bbbbbbbb";
+        result->record.startedAt = "2026-01-01T00:00:01Z";
         small.add(result);
-        result.record.runId = "20260101-000001-bbbbbbbb";
-        result.record.startedAt = "2026-01-01T00:00:01Z";
-        small.add(result);
+        QVERIFY(QTest::qWaitFor([&] { return added.count() == 2; }, 60000));
+        QCOMPARE(added.at(1).at(2).toStringList(), QStringList({"20260101-000000-aaaaaaaa"}));
         QCOMPARE(small.entries().size(), std::size_t(1));
         QCOMPARE(small.entries().front().id(), QStringLiteral("20260101-000001-bbbbbbbb"));
         // The Graphs column names the lanes when more than one tile batch was in flight.
@@ -168,7 +180,9 @@ private slots:
         QVERIFY(broken.open(QIODevice::WriteOnly));
         broken.write("{\"schema_version\": 1, \"total_ms\": \"fast\"}");
         broken.close();
-        RunHistory reread(folder.path());
+        HistoryStore reread(folder.path());
+        QSignalSpy loaded(&reread, &HistoryStore::loaded);
+        QVERIFY(loaded.wait(60000));
         QCOMPARE(reread.entries().size(), std::size_t(1));
         QCOMPARE(reread.problems().size(), 1);
         QVERIFY2(reread.problems().front().contains("20260101-000002-cccccccc.json") && reread.problems().front().contains("total_ms"),
@@ -179,6 +193,7 @@ private slots:
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         MainWindow again(freshSettings());
         QCOMPARE(again.history().folder(), historyFolder());
+        QVERIFY(testing::waitForHistory(again));
         QCOMPARE(again.history().entries().size(), std::size_t(2));
         QCOMPARE(again.history().entries().at(0).id(), runIds_.at(0));
         QCOMPARE(again.history().entries().at(1).id(), runIds_.at(1));
@@ -198,7 +213,7 @@ private slots:
         QString error;
 
         const QString png = scratch_.filePath("run.png");
-        QVERIFY2(window_->exportTo(ExportFormat::ImagePng, png, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ImagePng, png, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
         const PngFile file = readPng(png.toStdString());
         QCOMPARE(file.image.width, 64);
         QVERIFY2(QString::fromStdString(file.text("parameters")).contains("Seed: 8"), file.text("parameters").c_str());
@@ -207,7 +222,7 @@ private slots:
         QCOMPARE(fromPng.imageSha256, imageSha256(file.image));
 
         const QString csv = scratch_.filePath("timings.csv");
-        QVERIFY2(window_->exportTo(ExportFormat::TimingsCsv, csv, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::TimingsCsv, csv, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
         const QStringList lines = QString::fromStdString(readAll(csv)).split('\n', Qt::SkipEmptyParts);
         QCOMPARE(lines.front(), QStringLiteral("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib"));
         QCOMPARE(lines.size(), static_cast<int>(record.batches.size()) + 1);
@@ -215,14 +230,14 @@ private slots:
         QVERIFY2(lines.at(1).startsWith(QString::fromStdString(record.runId) + ",0,"), qPrintable(lines.at(1)));
 
         const QString manifest = scratch_.filePath("manifest.json");
-        QVERIFY2(window_->exportTo(ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
         const RunRecord fromManifest = runRecordFromManifest(nlohmann::json::parse(readAll(manifest)));
         QCOMPARE(fromManifest.runId, record.runId);
         QCOMPARE(fromManifest.batches.size(), record.batches.size());
         QCOMPARE(fromManifest.config.tile, 32);
 
         const QString trace = scratch_.filePath("trace.json");
-        QVERIFY2(window_->exportTo(ExportFormat::ChromeTrace, trace, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ChromeTrace, trace, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
         const nlohmann::json events = nlohmann::json::parse(readAll(trace)).at("traceEvents");
         QVERIFY(events.is_array());
         int steps = 0, batches = 0;
@@ -239,10 +254,10 @@ private slots:
 
         // Existing files: refused unless replacing is allowed; the old bytes stay.
         const std::string before = readAll(csv);
-        QVERIFY(!window_->exportTo(ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Refuse, &error));
+        QVERIFY(!testing::exportAndWait(*window_, ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Refuse, &error));
         QVERIFY2(error.contains("timings.csv") && error.contains("not replaced"), qPrintable(error));
         QCOMPARE(readAll(csv), before);
-        QVERIFY(window_->exportTo(ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Replace, &error));
+        QVERIFY(testing::exportAndWait(*window_, ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Replace, &error));
         QVERIFY(readAll(csv) != before);
         // No temporary files left behind by the atomic writes.
         QCOMPARE(QDir(scratch_.path()).entryList({"*.tmp-*"}, QDir::Files).size(), 0);
@@ -252,42 +267,45 @@ private slots:
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         const QString png = scratch_.filePath("restore.png");
         QString error;
-        QVERIFY2(window_->exportImageTo(png, &error, MainWindow::Overwrite::Replace), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ImagePng, png, MainWindow::Overwrite::Replace, &error), qPrintable(error));
         const QString manifest = scratch_.filePath("restore.json");
-        QVERIFY(window_->exportTo(ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Replace, &error));
+        QVERIFY(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Replace, &error));
 
         MainWindow other(freshSettings());
         QCOMPARE(other.configPanel()->config().seed, RunConfig{}.seed);
-        QVERIFY2(other.restoreConfigurationFrom(png, &error), qPrintable(error));
+        QVERIFY2(testing::restoreAndWait(other, png, &error), qPrintable(error));
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(8));
         QCOMPARE(other.configPanel()->config().tile, 32);
         QCOMPARE(other.configPanel()->config().width, 64);
         QCOMPARE(other.configPanel()->config().steps, 2);
 
         // Dropping the PNG on the window does the same.
-        other.configPanel()->setConfig(RunConfig{});
+        QVERIFY(testing::setConfigAndWait(*other.configPanel(), RunConfig{}));
         QMimeData mime;
         mime.setUrls({QUrl::fromLocalFile(png)});
         QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
         QApplication::sendEvent(&other, &enter);
         QVERIFY(enter.isAccepted());
         QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QSignalSpy restored(&other, &MainWindow::configurationRestored);
         QApplication::sendEvent(&other, &drop);
+        QVERIFY(restored.wait(60000));
+        QCOMPARE(restored.at(0).at(1).toBool(), true);
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(8));
         QCOMPARE(other.configPanel()->config().overlapPixels(), 8);
 
         // A manifest JSON and a preset JSON work too; the source is told apart.
-        QCOMPARE(configurationFromFile(manifest.toStdString()).source, ConfigSource::Manifest);
-        QCOMPARE(configurationFromFile(png.toStdString()).source, ConfigSource::RunPng);
+        QCOMPARE(offGuiThread([&] { return configurationFromFile(manifest.toStdString()); }).source, ConfigSource::Manifest);
+        QCOMPARE(offGuiThread([&] { return configurationFromFile(png.toStdString()); }).source, ConfigSource::RunPng);
         const QString preset = scratch_.filePath("preset.json");
         writeFileAtomically(preset.toStdString(), toJson(tinyConfig(99)).dump());
-        QVERIFY(other.restoreConfigurationFrom(preset, &error));
+        QVERIFY(testing::restoreAndWait(other, preset, &error));
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(99));
 
         // A PNG without a manifest is refused, naming the file and the reason.
         const QString plain = scratch_.filePath("plain.png");
         writePng(plain.toStdString(), Rgb8Image{2, 2, std::vector<std::uint8_t>(12, 0)}, {});
-        QVERIFY(!other.restoreConfigurationFrom(plain, &error));
+        QVERIFY(!testing::restoreAndWait(other, plain, &error));
         QVERIFY2(error.contains("plain.png") && error.contains("tessera-manifest"), qPrintable(error));
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(99));  // unchanged
     }
@@ -295,9 +313,9 @@ private slots:
     void compareViewShowsDeltas() {
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         QString error;
-        QVERIFY(!window_->compareRuns(runIds_.at(0), QStringLiteral("no-such-run"), &error));
+        QVERIFY(!testing::compareAndWait(*window_, runIds_.at(0), QStringLiteral("no-such-run"), &error));
         QVERIFY(error.contains("no-such-run"));
-        CompareView* view = window_->compareRuns(runIds_.at(1), runIds_.at(0), &error);
+        CompareView* view = testing::compareAndWait(*window_, runIds_.at(1), runIds_.at(0), &error);
         QVERIFY2(view, qPrintable(error));
         const HistoryEntry& a = window_->history().entries().at(0);  // older run is A
         const HistoryEntry& b = window_->history().entries().at(1);
@@ -309,8 +327,8 @@ private slots:
         QCOMPARE(d.seamMeanA, a.seamMean);
         QCOMPARE(d.seamMeanB, b.seamMean);
         // Different seeds: different pixels. Check the maximum independently.
-        const QImage ia = a.loadImage().convertToFormat(QImage::Format_RGB888);
-        const QImage ib = b.loadImage().convertToFormat(QImage::Format_RGB888);
+        const QImage ia = QImage(a.imagePath).convertToFormat(QImage::Format_RGB888);
+        const QImage ib = QImage(b.imagePath).convertToFormat(QImage::Format_RGB888);
         int maxDiff = 0;
         for (int y = 0; y < 64; ++y)
             for (int x = 0; x < 64 * 3; ++x)
@@ -342,14 +360,16 @@ private slots:
         auto* compareButton = panel->findChild<QPushButton*>(QStringLiteral("historyCompare"));
         QVERIFY(compareButton && compareButton->isEnabled());
         QVERIFY(!panel->findChild<QPushButton*>(QStringLiteral("historyRestore"))->isEnabled());
+        QSignalSpy opened(window_.get(), &MainWindow::compareViewOpened);
         compareButton->click();
+        QVERIFY(opened.wait(60000));
         QVERIFY(window_->compareView());
         QCOMPARE(window_->compareView()->deltas().maxPixelDiff, maxDiff);
         window_->compareView()->close();
         panel->selectIds({});
 
         // A run against itself: no difference.
-        const CompareDeltas same = compareRuns({a.record, a.loadImage(), a.seamMean}, {a.record, a.loadImage(), a.seamMean});
+        const CompareDeltas same = compareRuns({a.record, ia, a.seamMean}, {a.record, ia, a.seamMean});
         QCOMPARE(same.maxPixelDiff, 0);
         QCOMPARE(same.speedup, 1.0);
     }

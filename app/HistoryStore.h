@@ -1,0 +1,89 @@
+// HistoryStore: the run history as the window's thread sees it. Every file of the history is
+// read and written by a RunHistory (app/RunHistory.h) on a thread of its own (a JobQueue of
+// one thread, so loading, adding, deleting and image reads happen one at a time, in the order
+// they were asked for); this object keeps a copy of the entries (thumbnails included) that the
+// window reads without touching a file, and updates it when the answers arrive, by queued
+// signal in the style of KDAB/hotspot (`loaded`, `entryAdded`, `entryRemoved`,
+// `imagesAvailable`, `failed(jobId, message)`).
+//
+// Threads: create, use and destroy on one thread (the GUI thread). The destructor waits for
+// the history IO in flight (a write is never cut short) and drops its answers.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <QImage>
+#include <QList>
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include "app/JobQueue.h"
+#include "app/RunHistory.h"
+#include "core/Engine.h"
+
+namespace tessera {
+
+class HistoryStore : public QObject {
+    Q_OBJECT
+public:
+    // Starts loading `folder` (empty: RunHistory's default folder) at once; loaded() says when
+    // entries() holds it. Runs beyond `capacity` are removed, oldest first, when one is added.
+    explicit HistoryStore(QString folder = {}, int capacity = RunHistory::kDefaultCapacity, QObject* parent = nullptr);
+    ~HistoryStore() override;
+
+    const QString& folder() const { return folder_; }
+    // True once the first load has been answered.
+    bool isLoaded() const { return loaded_; }
+    // The entries as last reported, oldest first. Empty until loaded().
+    const std::vector<HistoryEntry>& entries() const { return entries_; }
+    const HistoryEntry* find(const QString& runId) const;
+    // What the last load skipped or left out (RunHistory::problems).
+    const QStringList& problems() const { return problems_; }
+    // Requests not answered yet (0: entries() is what is on disk, as far as this object knows).
+    int pendingJobs() const { return jobs_.pending(); }
+
+    // Each returns the job's id; the answer is the signal named.
+    // Re-reads the folder: loaded(). Answers of earlier reloads still in flight are dropped.
+    quint64 reload();
+    // Stores a finished run (its PNG is encoded and written off this thread): entryAdded, or
+    // failed when it cannot be written.
+    quint64 add(std::shared_ptr<const RunResult> result);
+    // Deletes a run's files: entryRemoved (also when there was no such run: nothing to do).
+    quint64 remove(const QString& runId);
+    // Reads the full-size images of `runIds`: imagesAvailable, one image per id, in order (a
+    // null image for a run not in the history or whose PNG cannot be read).
+    quint64 loadImages(const QStringList& runIds);
+
+signals:
+    // entries() and problems() now hold what a load found.
+    void loaded();
+    // Run `runId` was written and is the newest of entries(); `trimmed`: older runs removed to
+    // stay within the capacity (gone from entries() too).
+    void entryAdded(quint64 jobId, const QString& runId, const QStringList& trimmed);
+    void entryRemoved(quint64 jobId, const QString& runId);
+    void imagesAvailable(quint64 jobId, const QStringList& runIds, const QList<QImage>& images);
+    void failed(quint64 jobId, const QString& error);
+
+private:
+    // The history on disk: touched only inside the jobs, which run one at a time.
+    struct Disk {
+        QString folder;
+        int capacity = RunHistory::kDefaultCapacity;
+        std::unique_ptr<RunHistory> history;  // made (and so loaded) by the first job
+        RunHistory& get();
+    };
+    void eraseEntry(const QString& runId);
+
+    QString folder_;
+    std::shared_ptr<Disk> disk_;
+    std::vector<HistoryEntry> entries_;
+    QStringList problems_;
+    bool loaded_ = false;
+    quint64 reloadJob_ = 0;  // the newest reload: the only one whose answer is used
+    JobQueue jobs_{1};       // last member: destroyed (waited for) first
+};
+
+}  // namespace tessera

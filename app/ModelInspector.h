@@ -1,0 +1,65 @@
+// ModelInspector: what a model folder allows (ModelLocator::readLimits) and where the default
+// model is (ModelLocator::defaultModelFolder), found on a thread pool and answered by queued
+// signal, so the settings panel never reads a file on the GUI thread.
+//
+// Results are cached per folder and the modification times and sizes of the files the limits
+// come from (config.json and scheduler_config.json, at the top or in unet/ and scheduler/):
+// asking again about a folder whose files did not change only looks at their times, and a
+// file changed on disk is read again. Only the newest inspect() is answered; the answers of
+// earlier ones (a folder name typed letter by letter) are dropped by job id.
+//
+// Threads: create, use and destroy on one thread (the GUI thread); the destructor waits for
+// the jobs in flight and drops their answers.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+
+#include "app/JobQueue.h"
+#include "core/RunConfig.h"
+
+namespace tessera {
+
+// What inspecting one folder found: the limits, or why there are none.
+struct ModelInspection {
+    QString folder;                     // as asked
+    std::optional<ModelLimits> limits;  // set when the folder's configuration could be read
+    QString error;                      // otherwise: what is wrong, naming the folder or file
+};
+
+class ModelInspector : public QObject {
+    Q_OBJECT
+public:
+    explicit ModelInspector(QObject* parent = nullptr);
+    ~ModelInspector() override;
+
+    // Inspects `folder` off this thread: answered by inspected() unless a newer inspect()
+    // came first. Returns the job's id.
+    quint64 inspect(const QString& folder);
+    // Looks for the default model of a binary in `executableDir` (ModelLocator's search):
+    // answered by defaultModelLocated (an empty folder when none is installed).
+    quint64 locateDefault(const QString& executableDir);
+
+    // How many times a folder's configuration was read (cache misses), since construction.
+    int configurationReads() const;
+    // Jobs not answered yet.
+    int pendingJobs() const { return jobs_.pending(); }
+
+signals:
+    void inspected(quint64 jobId, const tessera::ModelInspection& inspection);
+    void defaultModelLocated(const QString& folder);
+
+private:
+    struct Cache;
+    std::shared_ptr<Cache> cache_;  // shared with the jobs; locked inside
+    quint64 inspectJob_ = 0;        // the newest inspect(): the only one answered
+    JobQueue jobs_{2};              // last member: destroyed (waited for) first
+};
+
+}  // namespace tessera
+
+Q_DECLARE_METATYPE(tessera::ModelInspection)
