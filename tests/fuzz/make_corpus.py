@@ -25,17 +25,7 @@ root = os.path.normpath(os.path.join(here, "..", ".."))
 # Seeds that today's parsers fail on (each a finding, see crashes/README.md): written to
 # crashes/<target>/ instead, so the corpus replay passes and the finding stays reproducible.
 # Move an entry back into the corpus once its parser is fixed.
-FAILING_TODAY = {
-    ("fuzz_run_settings", "long_key.json"),
-    ("fuzz_run_settings", "value_escape.json"),
-    ("fuzz_model_config", "huge_channels.json"),
-    ("fuzz_model_config", "block_name_escape.json"),
-    ("fuzz_model_config", "long_value_dump.json"),
-    ("fuzz_model_config", "scheduler_enum_escape.json"),
-    ("fuzz_safetensors", "built_invalid_utf8.header"),
-    ("fuzz_safetensors", "built_long_name.header"),
-    ("fuzz_init_image", "huge_header.jpg"),
-}
+FAILING_TODAY = set()  # every finding of session 4 is fixed; its reproducers are seeds now
 
 
 def write(target, name, data):
@@ -212,6 +202,19 @@ def bounded_input():
     write(t, "json_unbalanced.json", "]]]}}}[[{")
 
 
+def prompt():
+    t = "fuzz_prompt"
+    cases = json.load(open(os.path.join(root, "tests/data/tokenizer/clip_ids.json"), encoding="utf-8"))["cases"]
+    for i, case in enumerate(cases[::24]):  # every 24th of the fixture's prompts: ~30 seeds
+        write(t, "fixture_%03d.txt" % i, case["text"])
+    write(t, "emphasis.txt", "a (cat:1.2) on [a] ((mat)), (dog:-0.5) \\(literal\\) [unbalanced (")
+    write(t, "break.txt", "first part BREAK second part BREAK BREAK (BREAK:1.1) BREAK")
+    write(t, "long.txt", ", ".join(["masterpiece", "best quality", "ultra detailed"] * 40))
+    write(t, "specials.txt", "<|startoftext|> a <|endoftext|> b <|ENDOFTEXT|> !! !")
+    write(t, "unicode.txt", "caf\u00e9 \u732b\u306e\u5199\u771f \U0001F600 \u03a3\u03a3 \u00df ".encode() + b"\xff\xfe\x00 tail")
+    write(t, "nested.txt", "(" * 200 + "deep" + ")" * 200 + "[" * 200 + "x")
+
+
 if __name__ == "__main__":
     run_settings()
     manifest()
@@ -220,3 +223,4 @@ if __name__ == "__main__":
     images("fuzz_init_image")
     images("fuzz_png_read")
     bounded_input()
+    prompt()
