@@ -201,7 +201,8 @@ public:
     }
 };
 
-// EulerDiscreteScheduler (spec §5.4), s_churn = 0: x_next = x + (x - x0)/σ · (σ_next - σ).
+// EulerDiscreteScheduler (spec §5.4), s_churn = 0: x_next = x + (x - x0)/σ · (σ_next - σ);
+// x0 clipped when the model's schedule says clip_sample (a deliberate difference, see below).
 class EulerScheduler final : public Scheduler {
 public:
     explicit EulerScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::Euler, o) {
@@ -256,6 +257,14 @@ public:
                 c.ax = 1.0f;
                 c.ae = static_cast<float>(-s);
                 c.ee = 1.0f;
+                // The model's schedule clips x0 (pixel-space DDPMs: clip_sample true): then
+                // x_next = clip(x0) + σ_next ε, which is x + (σ_next - σ) ε when nothing is
+                // clipped, and is DDIM's update (clipped x0, the model's own ε) in σ form.
+                // diffusers' EulerDiscreteScheduler has no clip_sample: on such a model its x0
+                // drifts out of [-1, 1] and the image saturates (the bundled default model went
+                // pure blue; DDIM without clipping does the same). Latent models (SD) set
+                // clip_sample false, where this is exactly diffusers.
+                if (options_.clipSample) setClip(c, options_);
                 break;
             case PredictionType::Sample:
             case PredictionType::VPrediction:
@@ -275,8 +284,13 @@ public:
                 c.e0 = static_cast<float>(-1.0 / s);
                 break;
             }
-            c.cx = 1.0f;
-            c.ceps = static_cast<float>(sNext - s);
+            if (c.clip != 0.0f) {
+                c.cx0 = 1.0f;
+                c.ceps = static_cast<float>(sNext);
+            } else {
+                c.cx = 1.0f;
+                c.ceps = static_cast<float>(sNext - s);
+            }
             c.modelInputScale = static_cast<float>(1.0 / std::sqrt(s * s + 1.0));
             c.timestep = ts[k];
         }

@@ -204,6 +204,39 @@ private slots:
         QCOMPARE(defaultModelCandidates("/opt/tessera/bin").back(), std::string("/opt/tessera/share/tessera/models/default"));
     }
 
+    // Issue 15: Euler on the bundled model (20 steps, one untiled 64x64 tile, CPU) made
+    // saturated blue/magenta noise while DDIM with the same seed was clean: the model's schedule
+    // clips x0 and Euler did not. Both samplers must give an image, not saturation.
+    void eulerOnTheDefaultModelIsNotSaturated_data() {
+        QTest::addColumn<QString>("scheduler");
+        QTest::newRow("euler") << "euler";
+        QTest::newRow("ddim") << "ddim";
+    }
+    void eulerOnTheDefaultModelIsNotSaturated() {
+        QFETCH(QString, scheduler);
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const CliRun r = runCli({"render", "--backend", "cpu", "--width", "64", "--height", "64", "--tile", "64",
+                                 "--overlap", "0", "--steps", "20", "--scheduler", scheduler, "--seed", "1", "--out",
+                                 dir.path()});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        const QStringList pngs = QDir(dir.path()).entryList({QStringLiteral("*.png")});
+        QCOMPARE(pngs.size(), 1);
+        const Rgb8Image image = readPng(QDir(dir.path()).filePath(pngs.front()).toStdString()).image;
+        std::size_t saturated = 0;
+        double mean[3] = {0, 0, 0};
+        for (std::size_t i = 0; i < image.pixels.size(); ++i) {
+            saturated += image.pixels[i] == 0 || image.pixels[i] == 255;
+            mean[i % 3] += image.pixels[i];
+        }
+        const double fraction = double(saturated) / double(image.pixels.size());
+        QVERIFY2(fraction < 0.05, qPrintable(QString("%1 of the channel values are 0 or 255").arg(fraction)));
+        for (double& m : mean) {
+            m /= double(image.pixels.size() / 3);
+            QVERIFY2(m > 30 && m < 225, qPrintable(QString("a channel mean of %1").arg(m)));
+        }
+    }
+
     void pngRoundTripWithTextChunks() {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());

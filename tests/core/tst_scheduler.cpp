@@ -318,6 +318,7 @@ private slots:
         SchedulerOptions o;
         o.karrasSigmas = karras;
         o.timestepSpacing = TimestepSpacing(spacing);
+        o.clipSample = false;  // diffusers' EulerDiscreteScheduler exactly (SD's schedules do not clip)
         auto s = Scheduler::create(SchedulerKind::Euler, o);
         const int N = 20;
         s->setTimesteps(N);
@@ -373,6 +374,33 @@ private slots:
                 QVERIFY2(close(got, want, std::fabs(x) + std::fabs(e) * sg), qPrintable(QString("step %1").arg(k)));
             }
         }
+    }
+
+    // A schedule that clips x0 (pixel DDPMs: clip_sample true) makes Euler's step
+    // clip(x0) + σ_next ε (DDIM's update in σ form); without it the bundled model's Euler images saturated (tst_cli's
+    // eulerOnTheDefaultModelIsNotSaturated is the end-to-end check).
+    void eulerClipsWhenTheScheduleClips() {
+        SchedulerOptions o;
+        o.clipSample = true;
+        o.clipSampleRange = 1.0f;
+        auto s = Scheduler::create(SchedulerKind::Euler, o);
+        s->setTimesteps(20);
+        const Sample smp = randomSample(64, 9, 10.0f);
+        int clipped = 0;
+        for (int k = 0; k < 20; ++k) {
+            const StepCoefficients c = s->coefficients(k);
+            const double sg = s->sigmas()[static_cast<std::size_t>(k)], sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
+            for (std::size_t i = 0; i < smp.x.size(); ++i) {
+                const double x = smp.x[i], e = smp.eps[i];
+                const double raw = x - sg * e, x0 = clampD(raw, 1.0);
+                clipped += raw != x0;
+                const double want = x0 + sn * e;
+                const float got = applyStep(c, smp.x[i], smp.eps[i], 0.0f);
+                QVERIFY2(close(got, want, std::fabs(x) + std::fabs(e) * sg + 1.0),
+                         qPrintable(QString("step %1: %2 vs %3").arg(k).arg(got).arg(want)));
+            }
+        }
+        QVERIFY(clipped > 100);  // the samples exercise the clip
     }
 
     void eulerVPrediction() {
