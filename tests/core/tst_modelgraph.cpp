@@ -12,6 +12,8 @@
 
 #include "core/CpuBackend.h"
 #include "core/ModelGraph.h"
+#include "core/UNetCondGraph.h"
+#include "core/UNetCondModel.h"
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 
@@ -237,15 +239,30 @@ private slots:
 
     // Every op of the fused graph alone, given the whole graph's values as inputs, gives the
     // whole graph's value bit for bit: what per-op tests rely on.
+    void extractedOpsReproduceTheWholeGraph_data() {
+        QTest::addColumn<bool>("conditional");
+        QTest::newRow("UNet2DModel") << false;
+        QTest::newRow("UNet2DConditionModel (token ops)") << true;
+    }
     void extractedOpsReproduceTheWholeGraph() {
+        QFETCH(bool, conditional);
+        UNetCondConfig cond;
+        cond.blockOutChannels = {16, 32};
+        cond.downBlocks = {CondDownBlock::CrossAttnDown, CondDownBlock::Down};
+        cond.upBlocks = {CondUpBlock::Up, CondUpBlock::CrossAttnUp};
+        cond.layersPerBlock = 1;
+        cond.normNumGroups = 8;
+        cond.crossAttentionDim = 12;
+        cond.attentionHeads = {2, 4};
+        cond.transformerLayers = {1, 1};
         const ModelConfig c = smallConfig(true);
-        const UNetModel model = UNetModel::random(c, 6);
-        const ModelGraph fused = unet2DExecutionGraph(c);
+        const TensorMap weights = conditional ? UNetCondModel::random(cond, 6).tensors() : UNetModel::random(c, 6).tensors();
+        const ModelGraph fused = conditional ? unet2DConditionExecutionGraph(cond, 5) : unet2DExecutionGraph(c);
         ModelGraph all = fused;  // every value an output, so the CPU keeps them all
         for (const GraphOp& op : fused.ops()) all.markOutput(op.output);
         const int batch = 2, h = 8, w = 8;
         const auto in = inputsFor(fused, batch, h, w, 9);
-        const auto values = runCpu(all, model.tensors(), batch, h, w, in);
+        const auto values = runCpu(all, weights, batch, h, w, in);
         std::map<int, const std::vector<float>*> byValue;
         for (std::size_t k = 0; k < all.outputs().size(); ++k) byValue[all.outputs()[k]] = &values[k];
         for (std::size_t k = 0; k < fused.inputs().size(); ++k) byValue[fused.inputs()[k]] = &in[k];
@@ -266,7 +283,7 @@ private slots:
                     seen.push_back(v);
                     opIn.push_back(*byValue.at(v));
                 }
-            const auto out = runCpu(one, model.tensors(), batch, h, w, opIn);
+            const auto out = runCpu(one, weights, batch, h, w, opIn);
             QVERIFY2(out[0] == *byValue.at(op.output), op.name.c_str());
         }
     }
