@@ -20,35 +20,15 @@
 #include <spdlog/spdlog.h>
 
 #include "core/BoundedInput.h"
+#include "core/ConfigJson.h"
 
 namespace tessera {
 
-namespace {
-
-namespace bounds = model_config_bounds;
+namespace config_json {
 
 [[noreturn]] void reject(const std::string& key, const nlohmann::json& value, const std::string& why) {
     throw std::runtime_error("config.json: " + key + " = " + excerptJson(value) + ": " + why);
 }
-
-// An allowed range of an integer key and why it is that.
-struct IntRange {
-    std::int64_t min, max;
-    const char* why;
-};
-
-constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels,
-                                   "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"};
-constexpr IntRange kBlockChannels{1, bounds::kMaxBlockChannels, "published UNets use 32 to 1280 per level"};
-constexpr IntRange kLayersPerBlock{1, bounds::kMaxLayersPerBlock, "2 in ddpm and SD, up to 4 in larger UNets"};
-constexpr IntRange kSampleSize{1, bounds::kMaxSampleSize, "32 to 256 in ddpm, 64 to 128 for SD latents"};
-constexpr IntRange kTimeEmbeddingDim{1, bounds::kMaxTimeEmbeddingDim, "4 x block_out_channels[0] by default"};
-constexpr IntRange kFreqShift{0, 1, "ddpm uses 1, SD 0"};
-constexpr IntRange kDownsamplePadding{0, 1,
-                                      "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"};
-constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
-constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
-constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
 
 int readInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
     if (!value.is_number_integer()) reject(key, value, "expected an integer");
@@ -90,9 +70,9 @@ std::string readString(const nlohmann::json& value, const std::string& key) {
 // An array of at most kMaxLevels entries (one per resolution level).
 void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what) {
     if (!value.is_array() || value.empty()) reject(key, value, std::string("expected a non-empty array of ") + what);
-    if (value.size() > static_cast<std::size_t>(bounds::kMaxLevels))
+    if (value.size() > static_cast<std::size_t>(model_config_bounds::kMaxLevels))
         reject(key, value, "has " + std::to_string(value.size()) + " entries; at most " +
-                               std::to_string(bounds::kMaxLevels) +
+                               std::to_string(model_config_bounds::kMaxLevels) +
                                " levels are allowed (published UNets have 3 to 7)");
 }
 
@@ -102,6 +82,36 @@ std::string stripUNetRes(std::string name) {
     if (name.rfind(prefix, 0) == 0) name.erase(0, prefix.size());
     return name;
 }
+
+// The names in `_use_default_values`: diffusers resets them to the __init__ default.
+std::set<std::string> forcedDefaults(const nlohmann::json& j) {
+    std::set<std::string> keys;
+    const auto it = j.find("_use_default_values");
+    if (it == j.end() || it->is_null()) return keys;
+    if (!it->is_array()) reject("_use_default_values", *it, "expected an array of key names");
+    for (const auto& item : *it) keys.insert(readString(item, "_use_default_values"));
+    return keys;
+}
+
+}  // namespace config_json
+
+namespace {
+
+using namespace config_json;
+namespace bounds = model_config_bounds;
+
+constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels,
+                                   "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"};
+constexpr IntRange kBlockChannels{1, bounds::kMaxBlockChannels, "published UNets use 32 to 1280 per level"};
+constexpr IntRange kLayersPerBlock{1, bounds::kMaxLayersPerBlock, "2 in ddpm and SD, up to 4 in larger UNets"};
+constexpr IntRange kSampleSize{1, bounds::kMaxSampleSize, "32 to 256 in ddpm, 64 to 128 for SD latents"};
+constexpr IntRange kTimeEmbeddingDim{1, bounds::kMaxTimeEmbeddingDim, "4 x block_out_channels[0] by default"};
+constexpr IntRange kFreqShift{0, 1, "ddpm uses 1, SD 0"};
+constexpr IntRange kDownsamplePadding{0, 1,
+                                      "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"};
+constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
+constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
+constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
 
 std::vector<DownBlockType> readDownBlocks(const nlohmann::json& value, const std::string& key) {
     requireLevelArray(value, key, "block names");
@@ -136,16 +146,6 @@ const std::set<std::string, std::less<>> kModelKeys{
     "upsample_type",     "dropout",             "act_fn",               "attention_head_dim",
     "norm_num_groups",   "attn_norm_num_groups", "norm_eps",            "resnet_time_scale_shift",
     "add_attention",     "class_embed_type",    "num_class_embeds",     "num_train_timesteps"};
-
-// The names in `_use_default_values`: diffusers resets them to the __init__ default.
-std::set<std::string> forcedDefaults(const nlohmann::json& j) {
-    std::set<std::string> keys;
-    const auto it = j.find("_use_default_values");
-    if (it == j.end() || it->is_null()) return keys;
-    if (!it->is_array()) reject("_use_default_values", *it, "expected an array of key names");
-    for (const auto& item : *it) keys.insert(readString(item, "_use_default_values"));
-    return keys;
-}
 
 // A float written as the shortest decimal that reads back to it (1e-6f as 1e-06, not 9.99e-07).
 double tidy(float value) {

@@ -3,98 +3,20 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/GraphBuilder.h"
+
 namespace tessera {
 
 namespace {
 
-std::string indexed(const std::string& prefix, const char* part, int i) { return prefix + part + std::to_string(i); }
-
-class UNet2DBuilder {
+class UNet2DBuilder : private GraphBuilder {
 public:
     explicit UNet2DBuilder(const ModelConfig& c) : c_(c) {}
     ModelGraph build();
 
 private:
-    int channels(int v) const { return g_.value(v).channels; }
-
-    std::vector<int> declare(const std::string& module, std::vector<std::vector<std::int64_t>> shapes,
-                             const std::vector<const char*>& names) {
-        std::vector<int> ids;
-        for (std::size_t i = 0; i < shapes.size(); ++i) ids.push_back(g_.addParam(module + names[i], std::move(shapes[i])));
-        return ids;
-    }
-    std::vector<int> declareConv(const std::string& prefix, int cin, int cout, int kernel) {
-        return declare(prefix, {{cout, cin, kernel, kernel}, {cout}}, {".weight", ".bias"});
-    }
-
-    int simple(OpKind kind, int x, int x2, const std::string& name, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = kind;
-        op.name = name;
-        op.input = x;
-        op.input2 = x2;
-        return g_.addOp(std::move(op), valueName);
-    }
-    int silu(int x, const std::string& name) { return simple(OpKind::SiLU, x, -1, name); }
-    // The residual sum of a block (op "<block>.residual"); its value is named valueName.
-    int residual(int a, int b, const std::string& block, const std::string& valueName) {
-        return simple(OpKind::Add, a, b, block + ".residual", valueName);
-    }
-    int affine(int x, float scale, float shift, const std::string& name, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = OpKind::Affine;
-        op.name = name;
-        op.input = x;
-        op.scale = scale;
-        op.shift = shift;
-        return g_.addOp(std::move(op), valueName);
-    }
-    // output / factor as "<block>.rescale", named after the block; nothing when factor is 1.
-    int sumAndRescale(int a, int b, const std::string& block, float factor) {
-        if (factor == 1.0f) return residual(a, b, block, block);
-        return affine(residual(a, b, block, block + ".sum"), 1.0f / factor, 0.0f, block + ".rescale", block);
-    }
-    // `key`: the config key that set `groups`, for the message.
     int groupNorm(const std::string& prefix, int x, int groups, const char* key = "norm_num_groups") {
-        const int ch = channels(x);
-        if (groups <= 0 || ch % groups != 0)
-            throw std::invalid_argument(std::string(key) + ": " + std::to_string(groups) + " does not divide " +
-                                        std::to_string(ch) + " channels of " + prefix);
-        GraphOp op;
-        op.kind = OpKind::GroupNorm;
-        op.name = prefix;
-        op.input = x;
-        op.groups = groups;
-        op.eps = c_.normEps;
-        op.params = declare(prefix, {{ch}, {ch}}, {".weight", ".bias"});
-        return g_.addOp(std::move(op));
-    }
-    // Parameters declared here unless given (conv_in: declared first, run after the time MLP).
-    int conv(const std::string& prefix, int x, int cout, int kernel, int stride, int padBegin, int padEnd,
-             std::vector<int> params = {}, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = OpKind::Conv;
-        op.name = prefix;
-        op.input = x;
-        op.channels = cout;
-        op.kernel = kernel;
-        op.stride = stride;
-        op.padBegin = padBegin;
-        op.padEnd = padEnd;
-        op.params = params.empty() ? declareConv(prefix, channels(x), cout, kernel) : std::move(params);
-        return g_.addOp(std::move(op), valueName);
-    }
-    int sameConv(const std::string& prefix, int x, int cout, int kernel, const std::string& valueName = {}) {
-        return conv(prefix, x, cout, kernel, 1, kernel / 2, kernel / 2, {}, valueName);
-    }
-    int linear(const std::string& prefix, int x, int out) {
-        GraphOp op;
-        op.kind = OpKind::Linear;
-        op.name = prefix;
-        op.input = x;
-        op.channels = out;
-        op.params = declare(prefix, {{out, channels(x)}, {out}}, {".weight", ".bias"});
-        return g_.addOp(std::move(op));
+        return GraphBuilder::groupNorm(prefix, x, groups, c_.normEps, key);
     }
     int resnet(const std::string& prefix, int x, int cout, float outputScaleFactor);
     int attention(const std::string& prefix, int x, int groups, float rescale, const char* groupsKey = "norm_num_groups");
@@ -102,26 +24,17 @@ private:
     void checkConfig() const;
 
     const ModelConfig& c_;
-    ModelGraph g_;
     int embAct_ = -1;  // act(emb): SiLU of the time embedding, read by every resnet's projection
 };
 
-// §2.5: norm1, SiLU, conv1, + proj(act(emb)) (or FiLM after norm2), norm2, SiLU, conv2,
-// (input or conv_shortcut(input)) + h, / output_scale_factor.
+// §2.5
 int UNet2DBuilder::resnet(const std::string& p, int x, int cout, float outputScaleFactor) {
-    const bool film = c_.resnetTimeScaleShift == TimeScaleShift::ScaleShift;
-    int h = silu(groupNorm(p + ".norm1", x, c_.normNumGroups), p + ".norm1.silu");
-    h = sameConv(p + ".conv1", h, cout, 3);
-    const int t = linear(p + ".time_emb_proj", embAct_, film ? 2 * cout : cout);
-    if (film) {
-        h = groupNorm(p + ".norm2", h, c_.normNumGroups);
-        h = simple(OpKind::ScaleShift, h, t, p + ".norm2.film");
-    } else {
-        h = groupNorm(p + ".norm2", simple(OpKind::Add, h, t, p + ".temb"), c_.normNumGroups);
-    }
-    h = sameConv(p + ".conv2", silu(h, p + ".norm2.silu"), cout, 3);
-    const int skip = channels(x) != cout ? sameConv(p + ".conv_shortcut", x, cout, 1) : x;
-    return sumAndRescale(skip, h, p, outputScaleFactor);
+    ResnetOptions o;
+    o.groups = c_.normNumGroups;
+    o.eps = c_.normEps;
+    o.scaleShift = c_.resnetTimeScaleShift == TimeScaleShift::ScaleShift;
+    o.outputScaleFactor = outputScaleFactor;
+    return GraphBuilder::resnet(p, x, cout, embAct_, o);
 }
 
 // §2.6: [group_norm], attention over the pixels, + input, / rescale_output_factor.
@@ -147,17 +60,8 @@ int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float
 // §2.2-2.3: sinusoid, linear_1, SiLU, linear_2; then act(emb) for the resnets (resnet_skip_time_act
 // is always false here).
 int UNet2DBuilder::timeEmbedding() {
-    GraphOp sinusoid;
-    sinusoid.kind = OpKind::TimestepEmbedding;
-    sinusoid.name = "time_proj";
-    sinusoid.input = g_.inputs().at(1);
-    sinusoid.channels = c_.blockOutChannels[0];
-    sinusoid.freqShift = c_.freqShift;
-    sinusoid.flipSinToCos = c_.flipSinToCos;
-    int e = g_.addOp(std::move(sinusoid));
-    e = silu(linear("time_embedding.linear_1", e, c_.timeEmbedDim()), "time_embedding.linear_1.silu");
-    e = linear("time_embedding.linear_2", e, c_.timeEmbedDim());
-    return silu(e, "time_embedding.act");
+    return GraphBuilder::timeEmbedding(g_.inputs().at(1), c_.blockOutChannels[0], c_.freqShift, c_.flipSinToCos,
+                                       c_.timeEmbedDim());
 }
 
 void UNet2DBuilder::checkConfig() const {

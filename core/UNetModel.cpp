@@ -42,6 +42,8 @@ std::string legacyName(const std::string& canonical) {
 
 // Names can come from a file: shown as a short escaped excerpt.
 std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
+// Names the graph declares (not from a file) are shown whole: SD's run to 80 characters.
+std::string declaredName(const std::string& s) { return "'" + s + "'"; }
 
 // ---------------------------------------------------------------------------
 // Where tensors come from: safetensors files or an in-memory map.
@@ -135,25 +137,26 @@ struct Bound {
 
 // Finds every tensor the config needs (canonical or legacy name), checks all shapes before
 // reading any data, then reads, upcasts and checks the values for NaN/Inf.
-Bound bindTensors(const ModelConfig& config, TensorSource& source) {
-    const auto expected = UNetModel::expectedTensors(config);
+// legacyAttentionNames: UNet2DModel's query/key/value/proj_attn are accepted too.
+Bound bindTensors(const std::vector<std::pair<std::string, Shape>>& expected, TensorSource& source,
+                  bool legacyAttentionNames) {
     std::vector<std::string> storedNames;
     storedNames.reserve(expected.size());
     for (const auto& [name, shape] : expected) {
         std::string stored = name;
         const Shape* found = source.shapeOf(name);
-        const std::string legacy = legacyName(name);
+        const std::string legacy = legacyAttentionNames ? legacyName(name) : std::string();
         if (found == nullptr && !legacy.empty()) {
             found = source.shapeOf(legacy);
             stored = legacy;
         }
         if (found == nullptr)
-            throw ModelError(source.where(name) + ": missing tensor " + inQuotes(name) +
-                             (legacy.empty() ? std::string() : " (or legacy " + inQuotes(legacy) + ")") +
+            throw ModelError(source.where(name) + ": missing tensor " + declaredName(name) +
+                             (legacy.empty() ? std::string() : " (or legacy " + declaredName(legacy) + ")") +
                              ", expected shape " + shapeToString(shape));
         if (*found != shape)
-            throw ModelError(source.where(stored) + ": tensor " + inQuotes(name) +
-                             (stored != name ? " (stored as " + inQuotes(stored) + ")" : std::string()) +
+            throw ModelError(source.where(stored) + ": tensor " + declaredName(name) +
+                             (stored != name ? " (stored as " + declaredName(stored) + ")" : std::string()) +
                              ": expected " + shapeToString(shape) + ", found " + shapeToString(*found));
         storedNames.push_back(std::move(stored));
     }
@@ -172,7 +175,7 @@ Bound bindTensors(const ModelConfig& config, TensorSource& source) {
         t.data = source.take(stored);
         const auto bad = std::find_if(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); });
         if (bad != t.data.end())
-            throw ModelError(where + ": tensor " + inQuotes(name) + " holds a non-finite value (" +
+            throw ModelError(where + ": tensor " + declaredName(name) + " holds a non-finite value (" +
                              (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " +
                              std::to_string(bad - t.data.begin()));
         bound.tensors.emplace(name, std::move(t));
@@ -321,18 +324,28 @@ std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const Mode
     }
 }
 
-ModelFolderConfig readModelFolderConfig(const std::string& dir) {
+std::string unetFolderOf(const std::string& dir) {
     checkModelFolder(dir);
     // A pipeline folder keeps the UNet in unet/ and the scheduler in scheduler/.
     const fs::path root(dir);
     const bool pipeline = !present(root / "config.json") && present(root / "unet" / "config.json");
+    const fs::path unetDir = pipeline ? root / "unet" : root;
+    const fs::path configPath = unetDir / "config.json";
+    if (!present(configPath))
+        throw ModelError(shownPath(configPath) + ": not found; a model folder holds config.json and "
+                                                 "diffusion_pytorch_model.safetensors");
+    return unetDir.string();
+}
+
+nlohmann::json readModelJsonFile(const std::string& path) { return readModelJson(path); }
+
+ModelFolderConfig readModelFolderConfig(const std::string& dir) {
     ModelFolderConfig folder;
-    folder.unetDir = (pipeline ? root / "unet" : root).string();
+    folder.unetDir = unetFolderOf(dir);
+    const fs::path root(dir);
+    const bool pipeline = fs::path(folder.unetDir) != root;
     const fs::path configPath = fs::path(folder.unetDir) / "config.json";
     const std::string shownConfig = shownPath(configPath);
-    if (!present(configPath))
-        throw ModelError(shownConfig + ": not found; a model folder holds config.json and "
-                                       "diffusion_pytorch_model.safetensors");
     const nlohmann::json configJson = readModelJson(configPath);
     if (configJson.is_object() && configJson.contains("_class_name") && configJson["_class_name"].is_string() &&
         configJson["_class_name"].get<std::string>() != "UNet2DModel")
@@ -364,28 +377,38 @@ UNetModel UNetModel::load(const std::string& dir) {
     model.scheduler_ = folder.scheduler;
     model.schedulerClass_ = std::move(folder.schedulerClass);
 
+    FolderWeights weights = loadFolderWeights(folder.unetDir, expectedTensors(model.config_), true);
+    model.tensors_ = std::move(weights.tensors);
+    model.extra_ = std::move(weights.extra);
+    model.sha256_ = std::move(weights.sha256);
+    return model;
+}
+
+FolderWeights loadFolderWeights(const std::string& folder, const std::vector<std::pair<std::string, Shape>>& expected,
+                                bool legacyAttentionNames) {
     std::string indexPath;
-    FileSource source(openWeights(folder.unetDir, indexPath), indexPath);
-    Bound bound = bindTensors(model.config_, source);
-    model.tensors_ = std::move(bound.tensors);
-    model.extra_ = std::move(bound.extra);
+    FileSource source(openWeights(folder, indexPath), indexPath);
+    Bound bound = bindTensors(expected, source, legacyAttentionNames);
+    FolderWeights weights;
+    weights.tensors = std::move(bound.tensors);
+    weights.extra = std::move(bound.extra);
     // One line however many there are (a file can hold thousands the config does not use).
-    if (!model.extra_.empty())
-        spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(model.extra_.front()), 200),
-                     model.extra_.size(), model.extra_.size() == 1 ? " is" : "s are", excerptList(model.extra_));
+    if (!weights.extra.empty())
+        spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(weights.extra.front()), 200),
+                     weights.extra.size(), weights.extra.size() == 1 ? " is" : "s are", excerptList(weights.extra));
 
     if (source.files().size() == 1) {
         const auto bytes = source.files().front().fileBytes();
-        model.sha256_ = sha256Hex(bytes.data(), bytes.size());
+        weights.sha256 = sha256Hex(bytes.data(), bytes.size());
     } else {
         Sha256 hash;
         for (const auto& file : source.files()) {
             const auto bytes = file.fileBytes();
             hash.update(bytes.data(), bytes.size());
         }
-        model.sha256_ = hash.hexDigest();
+        weights.sha256 = hash.hexDigest();
     }
-    return model;
+    return weights;
 }
 
 UNetModel UNetModel::fromTensors(ModelConfig config, std::map<std::string, HostTensor> tensors,
@@ -394,7 +417,7 @@ UNetModel UNetModel::fromTensors(ModelConfig config, std::map<std::string, HostT
     model.config_ = std::move(config);
     model.scheduler_ = scheduler;
     MemorySource source(std::move(tensors));
-    Bound bound = bindTensors(model.config_, source);
+    Bound bound = bindTensors(expectedTensors(model.config_), source, true);
     model.tensors_ = std::move(bound.tensors);
     model.extra_ = std::move(bound.extra);
 
@@ -414,12 +437,21 @@ UNetModel UNetModel::random(const ModelConfig& config, std::uint64_t seed) {
     UNetModel model;
     model.config_ = config;
     model.origin_ = "random";
+    model.tensors_ = randomTensors(expectedTensors(config), seed);
+    const std::string identity = "tessera-random-weights-v1:" + std::to_string(seed) + ":" + toJson(config).dump();
+    model.sha256_ = sha256Hex(identity.data(), identity.size());
+    return model;
+}
+
+std::map<std::string, HostTensor> randomTensors(const std::vector<std::pair<std::string, Shape>>& expected,
+                                                std::uint64_t seed) {
+    std::map<std::string, HostTensor> tensors;
     // PyTorch's default init: conv/linear weights and biases U(±1/sqrt(fan_in)) (kaiming_uniform
     // with a = sqrt(5)). GroupNorm would be exactly 1/0; a small perturbation keeps the affine
     // part exercised by backend comparisons. Each tensor has its own stream keyed by its name,
     // so adding a layer does not change the others.
     std::int64_t fanIn = 1;
-    for (const auto& [name, shape] : expectedTensors(config)) {
+    for (const auto& [name, shape] : expected) {
         HostTensor t;
         t.shape = shape;
         t.data.resize(static_cast<std::size_t>(t.numel()));
@@ -440,11 +472,9 @@ UNetModel UNetModel::random(const ModelConfig& config, std::uint64_t seed) {
             const float bound = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(fanIn, 1)));
             for (auto& x : t.data) x = bound * symmetricUniform(state);
         }
-        model.tensors_.emplace(name, std::move(t));
+        tensors.emplace(name, std::move(t));
     }
-    const std::string identity = "tessera-random-weights-v1:" + std::to_string(seed) + ":" + toJson(config).dump();
-    model.sha256_ = sha256Hex(identity.data(), identity.size());
-    return model;
+    return tensors;
 }
 
 std::string UNetModel::name() const {

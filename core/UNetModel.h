@@ -47,6 +47,32 @@ struct ModelFolderConfig {
 // a folder named config.json, invalid JSON, a bad value.
 ModelFolderConfig readModelFolderConfig(const std::string& dir);
 
+// The folder holding a UNet's config.json: `dir` itself, or dir/unet for a pipeline folder.
+// Throws ModelError as readModelFolderConfig does (missing, a link loop, too long, not a folder,
+// no config.json).
+std::string unetFolderOf(const std::string& dir);
+// A JSON file of a model folder through BoundedInput (size and depth bounded); ModelError
+// naming the file otherwise.
+nlohmann::json readModelJsonFile(const std::string& path);
+
+// A model folder's weights: diffusion_pytorch_model.safetensors, or its shards through
+// diffusion_pytorch_model.safetensors.index.json, bound to `expected` (name, shape). Every
+// expected tensor's presence and shape is checked before any data is read; then values are
+// upcast to float32 and checked for NaN/Inf. ModelError names the file and the tensor.
+// legacyAttentionNames: UNet2DModel's query/key/value/proj_attn are accepted for to_q/... too.
+struct FolderWeights {
+    std::map<std::string, HostTensor> tensors;
+    std::vector<std::string> extra;  // in the file but not expected (one spdlog warning)
+    std::string sha256;              // of the file (of the shards' bytes in index order)
+};
+FolderWeights loadFolderWeights(const std::string& folder,
+                                const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& expected,
+                                bool legacyAttentionNames);
+// PyTorch-like default-init values for `expected` (deterministic in `seed`, each tensor keyed
+// by its name): conv/linear U(+-1/sqrt(fan_in)), norms 1 (weights) / 0 (biases) +- 0.05.
+std::map<std::string, HostTensor> randomTensors(
+    const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& expected, std::uint64_t seed);
+
 class UNetModel {
 public:
     // Loads dir/config.json, dir/scheduler_config.json (optional: defaults) through

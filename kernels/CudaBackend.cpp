@@ -20,11 +20,14 @@
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 #include "kernels/BiasResidual.cuh"
+#include "kernels/CausalMask.cuh"
 #include "kernels/Concat.cuh"
 #include "kernels/CudaCheck.h"
 #include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
+#include "kernels/Gelu.cuh"
 #include "kernels/GroupNorm.cuh"
+#include "kernels/LayerNorm.cuh"
 #include "kernels/LayoutConvert.cuh"
 #include "kernels/PadRightBottom.cuh"
 #include "kernels/Pointwise.cuh"
@@ -498,7 +501,9 @@ struct CudaBackend::Impl {
         deferred.assign(no, 0);
         for (std::size_t i = 0; i < no; ++i) {
             const GraphOp& op = ops[i];
-            if (op.kind != OpKind::Linear || op.silu || isGraphOutput[static_cast<std::size_t>(op.output)]) continue;
+            if (op.kind != OpKind::Linear || op.silu || isGraphOutput[static_cast<std::size_t>(op.output)] ||
+                graph.value(op.output).kind != ValueKind::Vector)
+                continue;
             const auto& readers = readersOf[static_cast<std::size_t>(op.output)];
             const bool normsOnly = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](int r) {
                 const GraphOp& n = opAt(r);
@@ -545,15 +550,12 @@ struct CudaBackend::Impl {
         valueVec.assign(nv, VectorRef{});
         stageIn.assign(graph.inputs().size(), -1);
         stageOut.assign(graph.outputs().size(), -1);
-        auto planeBytes = [&](int v) {
-            const GraphValue& g = graph.value(v);
-            return static_cast<std::size_t>(maxBatch) * g.channels * (tileH / g.divisor) * (tileW / g.divisor) * 4;
-        };
+        auto planeBytes = [&](int v) { return static_cast<std::size_t>(graph.elements(v, maxBatch, tileH, tileW)) * 4; };
         for (std::size_t k = 0; k < graph.inputs().size(); ++k)
-            if (graph.value(graph.inputs()[k]).kind == ValueKind::FeatureMap)
+            if (graph.value(graph.inputs()[k]).kind != ValueKind::Vector)
                 stageIn[k] = newBuffer(planeBytes(graph.inputs()[k]), "stage." + graph.value(graph.inputs()[k]).name);
         for (std::size_t k = 0; k < graph.outputs().size(); ++k)
-            if (graph.value(graph.outputs()[k]).kind == ValueKind::FeatureMap)
+            if (graph.value(graph.outputs()[k]).kind != ValueKind::Vector)
                 stageOut[k] = newBuffer(planeBytes(graph.outputs()[k]), "stage." + graph.value(graph.outputs()[k]).name);
         timestepBuf = inputBuf = -1;
         for (int v : graph.inputs()) {
@@ -565,6 +567,10 @@ struct CudaBackend::Impl {
         }
         for (int v : graph.inputs()) {
             const GraphValue& g = graph.value(v);
+            if (g.kind == ValueKind::Tokens) {  // [B, rows, C] is NHWC already; channels not padded
+                valueAct[static_cast<std::size_t>(v)] = tokenAct(v, g.channels, g.name);
+                continue;
+            }
             if (g.kind != ValueKind::FeatureMap) continue;
             valueAct[static_cast<std::size_t>(v)] = newAct((g.channels + 7) / 8 * 8, tileH / g.divisor, tileW / g.divisor, g.name);
             if (inputBuf < 0) {
@@ -673,7 +679,7 @@ struct CudaBackend::Impl {
 
     void lowerPointwise(const GraphOp& op) {
         const bool sameShape = op.kind == OpKind::Affine || op.kind == OpKind::SiLU ||
-                               (op.kind == OpKind::Add && graph.value(op.input2).kind == ValueKind::FeatureMap);
+                               (op.kind == OpKind::Add && graph.value(op.input2).kind != ValueKind::Vector);
         const Act x = act(op.input, op, !sameShape);
         const Act y = newAct(x.c, x.h, x.w, op.name);
         std::vector<int> bufs{x.buf, y.buf};
@@ -862,6 +868,7 @@ struct CudaBackend::Impl {
     // bias + residual epilogue with the output scale.
     void lowerAttention(int index) {
         const GraphOp& op = opAt(index);
+        if (!op.qkvBias) throw std::invalid_argument("CudaBackend: " + op.name + ": attention over a feature map needs q/k/v biases");
         const Act xn = act(op.input, op);
         const Act res = op.residual >= 0 ? act(op.residual, op) : Act{};
         const int C = xn.c, N = xn.h * xn.w, heads = op.heads, d = C / heads;
@@ -928,6 +935,174 @@ struct CudaBackend::Impl {
         valueAct[static_cast<std::size_t>(op.output)] = out;
     }
 
+    // ---- token sequences ([B, rows, C]: NHWC with the rows as pixels; tile tokens keep the
+    // feature map's h x w, fixed ones are rows x 1) ----
+    Act tokenAct(int value, int channels, const std::string& name) {
+        const GraphValue& g = graph.value(value);
+        if (g.tokens > 0) return newAct(channels, g.tokens, 1, name);
+        return newAct(channels, tileH / g.divisor, tileW / g.divisor, name);
+    }
+
+    // ToTokens and ToFeatureMap change no bytes (both NHWC): the output is the input's buffer,
+    // unless ToFeatureMap adds a residual.
+    void lowerLayoutChange(const GraphOp& op) {
+        const Act x = act(op.input, op);
+        if (op.residual < 0) {
+            valueAct[static_cast<std::size_t>(op.output)] = x;
+            return;
+        }
+        const Act r = act(op.residual, op);
+        const Act y = newAct(x.c, x.h, x.w, op.name);
+        PointwiseParams p;
+        p.op = PointwiseOp::Add;
+        p.channels = x.c;
+        addOp(op.name, {x.buf, r.buf, y.buf}, y, [=, this](int batch) mutable {
+            p.dtype = dtype;
+            p.x = ptr(x.buf);
+            p.other = ptr(r.buf);
+            p.y = ptr(y.buf);
+            p.rows = static_cast<long long>(batch) * x.h * x.w;
+            launchPointwise(p, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    void lowerLayerNorm(const GraphOp& op) {
+        const Act x = act(op.input, op);
+        const Act y = newAct(x.c, x.h, x.w, op.name);
+        const std::size_t gamma = floats(op.params[0]), beta = floats(op.params[1]);
+        const float eps = op.eps;
+        addOp(op.name, {x.buf, y.buf}, y, [=, this](int batch) {
+            launchLayerNorm(dtype, ptr(x.buf), ptr(y.buf), wf(gamma), wf(beta), static_cast<long long>(batch) * x.h * x.w,
+                            x.c, eps, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    // Per token: one GEMM over every row of the batch, then bias (+ residual).
+    void lowerTokenLinear(const GraphOp& op) {
+        if (graph.value(op.input).kind != ValueKind::Tokens) throw std::logic_error("CudaBackend: " + op.name + " is not over tokens");
+        const Act x = act(op.input, op);
+        const Act r = op.residual >= 0 ? act(op.residual, op) : Act{};
+        const int in = x.c, out = op.channels;
+        const Act y = newAct(out, x.h, x.w, op.name);
+        const std::size_t w = blob.addTyped(weight(op.params[0]).data, dtype), b = floats(op.params[1]);
+        std::vector<int> bufs{x.buf, y.buf};
+        if (r.buf >= 0) bufs.push_back(r.buf);
+        addOp(op.name, bufs, y, [=, this](int batch) {
+            const long long rows = static_cast<long long>(batch) * x.h * x.w;
+            gemmRows(dtype, wt(w), ptr(x.buf), ptr(y.buf), static_cast<int>(rows), in, out, 1.0f, 0.0f);
+            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r.buf >= 0 ? ptr(r.buf) : nullptr, rows, out, 1.0f, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    // The projection GEMM (+ bias) into [rows, 2 * inner], then value * gelu(gate).
+    void lowerGeglu(const GraphOp& op) {
+        const Act x = act(op.input, op);
+        const int in = x.c, inner = op.channels;
+        const int proj = newBuffer(static_cast<std::size_t>(maxBatch) * x.h * x.w * 2 * inner * dtypeSize(dtype),
+                                   op.name + ".proj");
+        const Act y = newAct(inner, x.h, x.w, op.name);
+        const std::size_t w = blob.addTyped(weight(op.params[0]).data, dtype), b = floats(op.params[1]);
+        addOp(op.name, {x.buf, proj, y.buf}, y, [=, this](int batch) {
+            const long long rows = static_cast<long long>(batch) * x.h * x.w;
+            gemmRows(dtype, wt(w), ptr(x.buf), ptr(proj), static_cast<int>(rows), in, 2 * inner, 1.0f, 0.0f);
+            launchBiasResidual(dtype, ptr(proj), true, wf(b), nullptr, rows, 2 * inner, 1.0f, opStream);
+            launchGegluGate(dtype, ptr(proj), ptr(y.buf), rows, inner, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    void lowerGelu(const GraphOp& op) {
+        const Act x = act(op.input, op);
+        const Act y = newAct(x.c, x.h, x.w, op.name);
+        const GeluKind kind = op.kind == OpKind::QuickGELU ? GeluKind::Quick : (op.geluTanh ? GeluKind::Tanh : GeluKind::Exact);
+        addOp(op.name, {x.buf, y.buf}, y, [=, this](int batch) {
+            launchGelu(dtype, kind, ptr(x.buf), ptr(y.buf), static_cast<long long>(batch) * x.h * x.w * x.c, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    // Attention over tokens: Q = x Wq^T, [K | V] = context [Wk; Wv]^T in one GEMM (biases when
+    // qkvBias), per image and group of heads float32 scores (causal mask), softmax, P V, then the
+    // output projection with the bias + residual epilogue and the output scale.
+    void lowerTokenAttention(int index) {
+        const GraphOp& op = opAt(index);
+        const Act x = act(op.input, op);
+        const Act ctx = op.input2 >= 0 ? act(op.input2, op) : x;
+        const Act res = op.residual >= 0 ? act(op.residual, op) : Act{};
+        const int C = x.c, N = x.h * x.w, M = ctx.h * ctx.w, Ckv = ctx.c, heads = op.heads, d = C / heads;
+        std::size_t k = 0;
+        auto next = [&]() -> const HostTensor& { return weight(op.params[k++]); };
+        const std::vector<float> wqData = next().data;
+        const std::vector<float> bqData = op.qkvBias ? next().data : std::vector<float>{};
+        std::vector<float> wkv = next().data, bkv = op.qkvBias ? next().data : std::vector<float>{};
+        const HostTensor& wvT = next();
+        wkv.insert(wkv.end(), wvT.data.begin(), wvT.data.end());
+        if (op.qkvBias) {
+            const std::vector<float>& bv = next().data;
+            bkv.insert(bkv.end(), bv.begin(), bv.end());
+        }
+        const std::size_t wq = blob.addTyped(wqData, dtype), wkvOff = blob.addTyped(wkv, dtype);
+        const std::size_t wo = blob.addTyped(next().data, dtype), bo = blob.addFloats(next().data);
+        const bool bias = op.qkvBias;
+        const std::size_t bq = bias ? blob.addFloats(bqData) : 0, bkvOff = bias ? blob.addFloats(bkv) : 0;
+
+        const std::size_t es = dtypeSize(dtype);
+        const int q = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".q");
+        const int kv = newBuffer(static_cast<std::size_t>(maxBatch) * M * 2 * C * es, op.name + ".kv");
+        const std::size_t perHead = static_cast<std::size_t>(N) * M;
+        const int headsPerPass =
+            std::max(1, std::min(heads, static_cast<int>(kAttentionScoreBudget / (perHead * sizeof(float)))));
+        const int scores = newBuffer(perHead * headsPerPass * sizeof(float), op.name + ".scores");
+        const int probs = newBuffer(perHead * headsPerPass * es, op.name + ".probs");
+        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".heads");
+        const Act out = newAct(C, x.h, x.w, op.name + ".out");
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d)), s = op.outputScale;
+        const bool causal = op.causal;
+        std::vector<int> bufs{x.buf, q, kv, scores, probs, o, out.buf};
+        if (ctx.buf != x.buf) bufs.insert(bufs.begin(), ctx.buf);
+        if (res.buf >= 0 && res.buf != x.buf) bufs.insert(bufs.begin(), res.buf);
+        addOp(op.name, bufs, out, [=, this](int batch) {
+            const DType t = dtype;
+            const cudaDataType_t ct = cublasType(t);
+            gemmRows(t, wt(wq), ptr(x.buf), ptr(q), batch * N, C, C, 1.0f, 0.0f);
+            gemmRows(t, wt(wkvOff), ptr(ctx.buf), ptr(kv), batch * M, Ckv, 2 * C, 1.0f, 0.0f);
+            if (bias) {
+                launchBiasResidual(t, ptr(q), true, wf(bq), nullptr, static_cast<long long>(batch) * N, C, 1.0f, opStream);
+                launchBiasResidual(t, ptr(kv), true, wf(bkvOff), nullptr, static_cast<long long>(batch) * M, 2 * C, 1.0f,
+                                   opStream);
+            }
+            const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+            const float one = 1.0f, zero = 0.0f;
+            for (int b = 0; b < batch; ++b)
+                for (int h0 = 0; h0 < heads; h0 += headsPerPass) {
+                    const int nh = std::min(headsPerPass, heads - h0);
+                    const char* qB = ptr(q) + (static_cast<std::size_t>(b) * N * C + static_cast<std::size_t>(h0) * d) * es;
+                    const char* kB = ptr(kv) + (static_cast<std::size_t>(b) * M * 2 * C + static_cast<std::size_t>(h0) * d) * es;
+                    const char* vB = kB + static_cast<std::size_t>(C) * es;
+                    char* oB = ptr(o) + (static_cast<std::size_t>(b) * N * C + static_cast<std::size_t>(h0) * d) * es;
+                    // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
+                    TESSERA_CHECK(cublasGemmStridedBatchedEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, d, &scale, kB, ct,
+                                                             2 * C, d, qB, ct, C, d, &zero, ptr(scores), CUDA_R_32F, M,
+                                                             static_cast<long long>(perHead), nh, compute,
+                                                             CUBLAS_GEMM_DEFAULT));
+                    if (causal) launchCausalMask(reinterpret_cast<float*>(ptr(scores)), nh, N, M, opStream);
+                    launchSoftmaxRows(t, reinterpret_cast<const float*>(ptr(scores)), ptr(probs),
+                                      static_cast<long long>(nh) * N, M, opStream);
+                    // O_h^T (d x queries) = V_h^T-view x P^T-view.
+                    TESSERA_CHECK(cublasGemmStridedBatchedEx(opCublas, CUBLAS_OP_N, CUBLAS_OP_N, d, N, M, &one, vB, ct,
+                                                             2 * C, d, ptr(probs), ct, M, static_cast<long long>(perHead),
+                                                             &zero, oB, ct, C, d, nh, compute, CUBLAS_GEMM_DEFAULT));
+                }
+            gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
+            launchBiasResidual(t, ptr(out.buf), true, wf(bo), res.buf >= 0 ? ptr(res.buf) : nullptr,
+                               static_cast<long long>(batch) * N, C, s, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = out;
+    }
+
     void lowerConcat(const GraphOp& op) {
         const Act a = act(op.input, op), s = act(op.input2, op);
         const Act cat = newAct(a.c + s.c, a.h, a.w, op.name);
@@ -967,7 +1142,17 @@ struct CudaBackend::Impl {
                 if (!deferred[i]) lowerConv(static_cast<int>(i));
                 break;
             case OpKind::GroupNorm: lowerGroupNorm(static_cast<int>(i)); break;
-            case OpKind::Attention: lowerAttention(static_cast<int>(i)); break;
+            case OpKind::Attention:
+                if (graph.value(op.input).kind == ValueKind::Tokens) lowerTokenAttention(static_cast<int>(i));
+                else lowerAttention(static_cast<int>(i));
+                break;
+            case OpKind::ToTokens:
+            case OpKind::ToFeatureMap: lowerLayoutChange(op); break;
+            case OpKind::LayerNorm: lowerLayerNorm(op); break;
+            case OpKind::Linear: lowerTokenLinear(op); break;
+            case OpKind::GEGLU: lowerGeglu(op); break;
+            case OpKind::GELU:
+            case OpKind::QuickGELU: lowerGelu(op); break;
             case OpKind::Concat: lowerConcat(op); break;
             case OpKind::Upsample: lowerUpsample(op); break;
             default: lowerPointwise(op); break;
@@ -1497,12 +1682,16 @@ struct CudaBackend::Impl {
                                               static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyHostToDevice, s));
                 continue;
             }
-            const int h = tileH / g.divisor, w = tileW / g.divisor;
             const Act& a = valueAct[static_cast<std::size_t>(v)];
-            TESSERA_CHECK(cudaMemcpyAsync(ptr(stageIn[k]), inputs[k], static_cast<std::size_t>(batch) * g.channels * h * w * 4,
+            TESSERA_CHECK(cudaMemcpyAsync(ptr(stageIn[k]), inputs[k],
+                                          static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
                                           cudaMemcpyHostToDevice, s));
-            launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageIn[k])), dtype, ptr(a.buf), batch, g.channels, h, w,
-                             a.c, 1.0f, s);
+            // Tokens: host [B, rows, C] is the device layout; as one-channel NCHW the conversion
+            // is a plain type conversion.
+            const bool tokens = g.kind == ValueKind::Tokens;
+            launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageIn[k])), dtype, ptr(a.buf), batch,
+                             tokens ? 1 : g.channels, tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c,
+                             1.0f, s);
         }
     }
 
@@ -1518,10 +1707,12 @@ struct CudaBackend::Impl {
                                               static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyDeviceToHost, s));
                 continue;
             }
-            const int h = tileH / g.divisor, w = tileW / g.divisor;
             const Act& a = valueAct[static_cast<std::size_t>(v)];
-            launchNhwcToNchw(dtype, ptr(a.buf), reinterpret_cast<float*>(ptr(stageOut[k])), batch, g.channels, h, w, a.c, s);
-            TESSERA_CHECK(cudaMemcpyAsync(outputs[k], ptr(stageOut[k]), static_cast<std::size_t>(batch) * g.channels * h * w * 4,
+            const bool tokens = g.kind == ValueKind::Tokens;  // as in upload()
+            launchNhwcToNchw(dtype, ptr(a.buf), reinterpret_cast<float*>(ptr(stageOut[k])), batch, tokens ? 1 : g.channels,
+                             tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c, s);
+            TESSERA_CHECK(cudaMemcpyAsync(outputs[k], ptr(stageOut[k]),
+                                          static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
                                           cudaMemcpyDeviceToHost, s));
         }
     }

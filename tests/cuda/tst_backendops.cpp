@@ -2,8 +2,11 @@
 // supported models build (google/ddpm-cifar10-32 at 32 x 32, google/ddpm-church-256 at
 // 256 x 256: the fused graphs the backends run; plus a small model with the other branches,
 // scale_shift, heads, centred input, symmetric downsample padding, a mid-block rescale, and
-// the primitive graphs' unfused ops), each on its own (ModelGraph::extract), on the CUDA
-// backend in fp32, fp16 and bf16 against the float32 CPU reference.
+// the primitive graphs' unfused ops; Stable Diffusion 1.5 and 2.1's UNet2DConditionModel at
+// 512 x 512 (latent tile 64: 4096 tokens, 77 context tokens) and the token ops of a CLIP-L
+// text encoder layer (77 x 768: LayerNorm, causal attention with q/k/v biases, GELU,
+// QuickGELU), each with random weights of its own), each on its own (ModelGraph::extract), on
+// the CUDA backend in fp32, fp16 and bf16 against the float32 CPU reference.
 //
 // Tolerances, per precision (relative L2 over the output, and max |d| <= 10 x that x max |ref|):
 //   fp32 2e-5: cuDNN restricted to FMA kernels, cuBLAS pedantic; only summation order differs
@@ -29,11 +32,13 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "app/BenchCommand.h"
 #include "core/CpuBackend.h"
 #include "core/ModelGraph.h"
+#include "core/UNetCondGraph.h"
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 #include "kernels/CudaBackend.h"
@@ -67,6 +72,8 @@ struct ModelCase {
     int tile = 32;
     bool primitive = false;  // also the primitive graph's ops that the fusion removes
     std::shared_ptr<const UNetModel> weights;
+    // Graphs given directly (SD, CLIP layer): each op gets random weights of its own.
+    std::vector<ModelGraph> graphs;
 };
 
 struct OpCase {
@@ -74,10 +81,73 @@ struct OpCase {
     std::string key;  // description and shapes: one case per distinct key
     ModelGraph graph; // the op alone
     int tile = 32;
-    const UNetModel* weights = nullptr;
+    const TensorMap* weights = nullptr;
+    std::shared_ptr<const TensorMap> ownWeights;  // for ops of the graphs given directly
     OpKind kind = OpKind::Conv;
     bool vectorOp = false;
 };
+
+// Stable Diffusion's published UNet configs (spec sd-models.md §1.1).
+UNetCondConfig sdConfig(bool sd2) {
+    UNetCondConfig c;  // the defaults are SD 1.x's, but for these
+    c.crossAttentionDim = sd2 ? 1024 : 768;
+    c.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
+    c.useLinearProjection = sd2;
+    c.upcastAttention = sd2;
+    return c;
+}
+
+// One CLIP-L text encoder layer's token ops (77 x 768, 12 heads): layer norm, causal
+// self-attention with q/k/v biases, the MLP with QuickGELU (SD 1.x) and exact/tanh GELU.
+ModelGraph clipLayerGraph() {
+    ModelGraph g;
+    const int C = 768, T = 77;
+    int x = g.addTokenInput("hidden_states", T, C);
+    auto params = [&](const std::string& p, std::vector<std::vector<std::int64_t>> shapes, std::vector<std::string> names) {
+        std::vector<int> ids;
+        for (std::size_t i = 0; i < shapes.size(); ++i) ids.push_back(g.addParam(p + names[i], shapes[i]));
+        return ids;
+    };
+    GraphOp ln;
+    ln.kind = OpKind::LayerNorm;
+    ln.name = "layer_norm1";
+    ln.input = x;
+    ln.params = params("layer_norm1", {{C}, {C}}, {".weight", ".bias"});
+    GraphOp attn;
+    attn.kind = OpKind::Attention;
+    attn.name = "self_attn";
+    attn.input = g.addOp(ln);
+    attn.heads = 12;
+    attn.causal = true;
+    attn.residual = x;
+    attn.params = params("self_attn", {{C, C}, {C}, {C, C}, {C}, {C, C}, {C}, {C, C}, {C}},
+                         {".q.weight", ".q.bias", ".k.weight", ".k.bias", ".v.weight", ".v.bias", ".out.weight", ".out.bias"});
+    x = g.addOp(attn);
+    GraphOp fc1;
+    fc1.kind = OpKind::Linear;
+    fc1.name = "mlp.fc1";
+    fc1.input = x;
+    fc1.channels = 4 * C;
+    fc1.params = params("mlp.fc1", {{4 * C, C}, {4 * C}}, {".weight", ".bias"});
+    const int h = g.addOp(fc1);
+    for (const auto& [kind, tanh, name] : {std::tuple{OpKind::QuickGELU, false, "quick_gelu"},
+                                           std::tuple{OpKind::GELU, false, "gelu"}, std::tuple{OpKind::GELU, true, "gelu_tanh"}}) {
+        GraphOp act;
+        act.kind = kind;
+        act.geluTanh = tanh;
+        act.name = name;
+        act.input = h;
+        GraphOp fc2;
+        fc2.kind = OpKind::Linear;
+        fc2.name = std::string("mlp.fc2.") + name;
+        fc2.input = g.addOp(act);
+        fc2.channels = C;
+        fc2.residual = x;
+        fc2.params = params(fc2.name, {{C, 4 * C}, {C}}, {".weight", ".bias"});
+        g.markOutput(g.addOp(fc2));
+    }
+    return g;
+}
 
 std::string shapeText(const std::vector<std::int64_t>& s) {
     std::string t;
@@ -106,7 +176,7 @@ std::vector<const float*> pointers(const std::vector<std::vector<float>>& v) {
 }
 
 std::vector<float> runOn(Backend& b, const OpCase& c, int batch, const std::vector<std::vector<float>>& in) {
-    b.prepareGraph(c.graph, c.weights->tensors(), batch, c.tile, c.tile);
+    b.prepareGraph(c.graph, *c.weights, batch, c.tile, c.tile);
     const int out = c.graph.outputs().at(0);
     std::vector<float> y(static_cast<std::size_t>(c.graph.elements(out, batch, c.tile, c.tile)),
                          std::numeric_limits<float>::quiet_NaN());
@@ -137,7 +207,9 @@ double opBytes(const OpCase& c, int batch, Precision p) {
         const GraphParam& prm = g.param(op.params[k]);
         double n = 1;
         for (auto d : prm.shape) n *= double(d);
-        const bool matrix = prm.shape.size() >= 2 && (op.kind == OpKind::Conv || op.kind == OpKind::Attention);
+        const bool tokens = g.value(op.input).kind == ValueKind::Tokens;
+        const bool matrix = prm.shape.size() >= 2 && (op.kind == OpKind::Conv || op.kind == OpKind::Attention ||
+                                                      op.kind == OpKind::GEGLU || (op.kind == OpKind::Linear && tokens));
         bytes += n * (matrix ? act : 4.0);
     }
     return bytes;
@@ -161,13 +233,17 @@ class TestBackendOps : public QObject {
     }
 
     void collect() {
-        models_ = {{"cifar", benchShapeConfig("cifar"), 32, true, nullptr},
-                   {"church", benchShapeConfig("church"), 256, false, nullptr},
-                   {"variant", variantConfig(), 32, true, nullptr}};
+        models_ = {{"cifar", benchShapeConfig("cifar"), 32, true, nullptr, {}},
+                   {"church", benchShapeConfig("church"), 256, false, nullptr, {}},
+                   {"variant", variantConfig(), 32, true, nullptr, {}},
+                   {"sd15", {}, 64, false, nullptr, {unet2DConditionExecutionGraph(sdConfig(false))}},
+                   {"sd21", {}, 64, false, nullptr, {unet2DConditionExecutionGraph(sdConfig(true))}},
+                   {"clip-l", {}, 64, false, nullptr, {clipLayerGraph()}}};
         std::set<std::string> seen;
         for (ModelCase& m : models_) {
-            m.weights = std::make_shared<const UNetModel>(UNetModel::random(m.config, 17));
-            std::vector<ModelGraph> graphs{unet2DExecutionGraph(m.config)};
+            const bool given = !m.graphs.empty();
+            if (!given) m.weights = std::make_shared<const UNetModel>(UNetModel::random(m.config, 17));
+            std::vector<ModelGraph> graphs = given ? m.graphs : std::vector<ModelGraph>{unet2DExecutionGraph(m.config)};
             if (m.primitive) graphs.push_back(buildUNet2DGraph(m.config));
             for (std::size_t k = 0; k < graphs.size(); ++k)
                 for (std::size_t i = 0; i < graphs[k].ops().size(); ++i) {
@@ -187,7 +263,12 @@ class TestBackendOps : public QObject {
                     c.key = key;
                     c.graph = g.extract(i);
                     c.tile = m.tile;
-                    c.weights = m.weights.get();
+                    if (given) {
+                        c.ownWeights = std::make_shared<const TensorMap>(randomTensors(c.graph.parameterList(), 17 + i));
+                        c.weights = c.ownWeights.get();
+                    } else {
+                        c.weights = &m.weights->tensors();
+                    }
                     c.kind = op.kind;
                     c.vectorOp = g.value(op.output).kind == ValueKind::Vector;
                     cases_.push_back(std::move(c));
@@ -205,7 +286,8 @@ private slots:
         for (const OpCase& c : cases_) kinds.insert(c.kind);
         for (OpKind k : {OpKind::Affine, OpKind::SiLU, OpKind::Add, OpKind::ScaleShift, OpKind::TimestepEmbedding,
                          OpKind::Linear, OpKind::Conv, OpKind::GroupNorm, OpKind::Attention, OpKind::Concat,
-                         OpKind::Upsample})
+                         OpKind::Upsample, OpKind::ToTokens, OpKind::ToFeatureMap, OpKind::LayerNorm, OpKind::GEGLU,
+                         OpKind::GELU, OpKind::QuickGELU})
             QVERIFY2(kinds.count(k), toString(k));
         qInfo("%zu distinct ops", cases_.size());
     }

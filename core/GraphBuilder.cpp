@@ -1,0 +1,114 @@
+#include "core/GraphBuilder.h"
+
+#include <stdexcept>
+
+namespace tessera {
+
+std::string indexed(const std::string& prefix, const char* part, int i) { return prefix + part + std::to_string(i); }
+
+std::vector<int> GraphBuilder::declare(const std::string& module, std::vector<std::vector<std::int64_t>> shapes,
+                                       const std::vector<const char*>& names) {
+    std::vector<int> ids;
+    for (std::size_t i = 0; i < shapes.size(); ++i) ids.push_back(g_.addParam(module + names[i], std::move(shapes[i])));
+    return ids;
+}
+
+std::vector<int> GraphBuilder::declareConv(const std::string& prefix, int cin, int cout, int kernel) {
+    return declare(prefix, {{cout, cin, kernel, kernel}, {cout}}, {".weight", ".bias"});
+}
+
+int GraphBuilder::simple(OpKind kind, int x, int x2, const std::string& name, const std::string& valueName) {
+    GraphOp op;
+    op.kind = kind;
+    op.name = name;
+    op.input = x;
+    op.input2 = x2;
+    return g_.addOp(std::move(op), valueName);
+}
+
+int GraphBuilder::affine(int x, float scale, float shift, const std::string& name, const std::string& valueName) {
+    GraphOp op;
+    op.kind = OpKind::Affine;
+    op.name = name;
+    op.input = x;
+    op.scale = scale;
+    op.shift = shift;
+    return g_.addOp(std::move(op), valueName);
+}
+
+int GraphBuilder::sumAndRescale(int a, int b, const std::string& block, float factor) {
+    if (factor == 1.0f) return residual(a, b, block, block);
+    return affine(residual(a, b, block, block + ".sum"), 1.0f / factor, 0.0f, block + ".rescale", block);
+}
+
+int GraphBuilder::groupNorm(const std::string& prefix, int x, int groups, float eps, const char* key) {
+    const int ch = channels(x);
+    if (groups <= 0 || ch % groups != 0)
+        throw std::invalid_argument(std::string(key) + ": " + std::to_string(groups) + " does not divide " +
+                                    std::to_string(ch) + " channels of " + prefix);
+    GraphOp op;
+    op.kind = OpKind::GroupNorm;
+    op.name = prefix;
+    op.input = x;
+    op.groups = groups;
+    op.eps = eps;
+    op.params = declare(prefix, {{ch}, {ch}}, {".weight", ".bias"});
+    return g_.addOp(std::move(op));
+}
+
+int GraphBuilder::conv(const std::string& prefix, int x, int cout, int kernel, int stride, int padBegin, int padEnd,
+                       std::vector<int> params, const std::string& valueName) {
+    GraphOp op;
+    op.kind = OpKind::Conv;
+    op.name = prefix;
+    op.input = x;
+    op.channels = cout;
+    op.kernel = kernel;
+    op.stride = stride;
+    op.padBegin = padBegin;
+    op.padEnd = padEnd;
+    op.params = params.empty() ? declareConv(prefix, channels(x), cout, kernel) : std::move(params);
+    return g_.addOp(std::move(op), valueName);
+}
+
+int GraphBuilder::linear(const std::string& prefix, int x, int out) {
+    GraphOp op;
+    op.kind = OpKind::Linear;
+    op.name = prefix;
+    op.input = x;
+    op.channels = out;
+    op.params = declare(prefix, {{out, channels(x)}, {out}}, {".weight", ".bias"});
+    return g_.addOp(std::move(op));
+}
+
+int GraphBuilder::resnet(const std::string& p, int x, int cout, int embAct, const ResnetOptions& o) {
+    int h = silu(groupNorm(p + ".norm1", x, o.groups, o.eps, o.groupsKey), p + ".norm1.silu");
+    h = sameConv(p + ".conv1", h, cout, 3);
+    const int t = linear(p + ".time_emb_proj", embAct, o.scaleShift ? 2 * cout : cout);
+    if (o.scaleShift) {
+        h = groupNorm(p + ".norm2", h, o.groups, o.eps, o.groupsKey);
+        h = simple(OpKind::ScaleShift, h, t, p + ".norm2.film");
+    } else {
+        h = groupNorm(p + ".norm2", simple(OpKind::Add, h, t, p + ".temb"), o.groups, o.eps, o.groupsKey);
+    }
+    h = sameConv(p + ".conv2", silu(h, p + ".norm2.silu"), cout, 3);
+    const int skip = channels(x) != cout ? sameConv(p + ".conv_shortcut", x, cout, 1) : x;
+    return sumAndRescale(skip, h, p, o.outputScaleFactor);
+}
+
+int GraphBuilder::timeEmbedding(int timestep, int sinusoidChannels, int freqShift, bool flipSinToCos,
+                                int timeEmbedDim) {
+    GraphOp sinusoid;
+    sinusoid.kind = OpKind::TimestepEmbedding;
+    sinusoid.name = "time_proj";
+    sinusoid.input = timestep;
+    sinusoid.channels = sinusoidChannels;
+    sinusoid.freqShift = freqShift;
+    sinusoid.flipSinToCos = flipSinToCos;
+    int e = g_.addOp(std::move(sinusoid));
+    e = silu(linear("time_embedding.linear_1", e, timeEmbedDim), "time_embedding.linear_1.silu");
+    e = linear("time_embedding.linear_2", e, timeEmbedDim);
+    return silu(e, "time_embedding.act");
+}
+
+}  // namespace tessera

@@ -1,0 +1,81 @@
+#include "core/UNetCondModel.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "core/BoundedInput.h"
+#include "core/Sha256.h"
+#include "core/UNetCondGraph.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr const char* kClassName = "UNet2DConditionModel";
+
+// The config readers prefix messages with the bare file name; the loader names the file.
+std::string withoutPrefix(const std::string& message) {
+    constexpr std::string_view prefix = "config.json: ";
+    return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> UNetCondModel::expectedTensors(const UNetCondConfig& c) {
+    try {
+        return buildUNet2DConditionGraph(c).parameterList();
+    } catch (const std::invalid_argument& e) {  // a config the graph cannot be built from: invalid input
+        throw ModelError(std::string("config.json: ") + e.what());
+    }
+}
+
+UNetCondModel UNetCondModel::load(const std::string& dir) {
+    UNetCondModel model;
+    model.dir_ = unetFolderOf(dir);
+    const std::string configPath = (std::filesystem::path(model.dir_) / "config.json").string();
+    const std::string shown = "'" + excerpt(configPath, 200) + "'";
+    const nlohmann::json json = readModelJsonFile(configPath);
+    if (json.is_object() && json.contains("_class_name") &&
+        !(json["_class_name"].is_string() && json["_class_name"].get<std::string>() == kClassName))
+        throw ModelError(shown + ": _class_name is " + excerptJson(json["_class_name"]) + "; expected \"" + kClassName +
+                         "\" (a Stable Diffusion 1.x / 2.x unet folder)");
+    try {
+        model.config_ = unetCondConfigFromJson(json);
+    } catch (const std::runtime_error& e) {
+        throw ModelError(shown + ": " + withoutPrefix(e.what()));
+    }
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected;
+    try {
+        expected = expectedTensors(model.config_);
+    } catch (const ModelError& e) {
+        throw ModelError(shown + ": " + withoutPrefix(e.what()));
+    }
+    FolderWeights weights = loadFolderWeights(model.dir_, expected, false);
+    model.tensors_ = std::move(weights.tensors);
+    model.extra_ = std::move(weights.extra);
+    model.sha256_ = std::move(weights.sha256);
+    return model;
+}
+
+UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t seed) {
+    UNetCondModel model;
+    model.config_ = config;
+    const auto expected = expectedTensors(config);
+    model.tensors_ = randomTensors(expected, seed);
+    // The seed and the tensor list determine the values.
+    Sha256 hash;
+    const std::string identity = "tessera-random-unetcond-v1:" + std::to_string(seed);
+    hash.update(identity.data(), identity.size());
+    for (const auto& [name, shape] : expected) {
+        hash.update(name.data(), name.size() + 1);  // with its terminating NUL
+        hash.update(shape.data(), shape.size() * sizeof(std::int64_t));
+    }
+    model.sha256_ = hash.hexDigest();
+    return model;
+}
+
+std::int64_t UNetCondModel::parameterCount() const { return buildUNet2DConditionGraph(config_).parameterCount(); }
+
+}  // namespace tessera

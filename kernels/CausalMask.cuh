@@ -1,0 +1,12 @@
+// The causal mask of self-attention over tokens (ModelGraph Attention with `causal`, CLIP):
+// float32 scores of `matrices` [queries, keys] blocks get -inf where key > query, before the
+// row softmax (kernels/Softmax.cuh), which turns them into exact zeros.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace tessera {
+
+void launchCausalMask(float* scores, long long matrices, int queries, int keys, cudaStream_t);
+
+}  // namespace tessera

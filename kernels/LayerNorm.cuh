@@ -1,0 +1,15 @@
+// LayerNorm over token rows [rows, channels] (ModelGraph OpKind::LayerNorm): per row the mean
+// and biased variance in float32 (deterministic block reductions), then * gamma + beta.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/DType.h"
+
+namespace tessera {
+
+// y may alias x. gamma, beta: float32 [channels].
+void launchLayerNorm(DType, const void* x, void* y, const float* gamma, const float* beta, long long rows, int channels,
+                     float eps, cudaStream_t);
+
+}  // namespace tessera
