@@ -23,8 +23,11 @@ std::int32_t vocabularySize = 0;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    // The source tree of the build, or $TESSERA_SOURCE_DIR where the targets run elsewhere.
+    const char* env = std::getenv("TESSERA_SOURCE_DIR");
+    const std::string root = env && *env ? env : TESSERA_SOURCE_DIR;
     tokenizer = std::make_unique<ClipTokenizer>(
-        ClipTokenizer::fromMergesGz(TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz"));
+        ClipTokenizer::fromMergesGz(root + "/resources/clip/bpe_simple_vocab_16e6.txt.gz"));
     vocabularySize = tokenizer->eosId() + 1;  // CLIP: EOS is the last id (49407)
     return 0;
 }

@@ -8,6 +8,7 @@ set -u
 build="${1:?usage: million.sh BUILD_DIR [target...]}"; shift
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 runs="${RUNS:-1000000}"
+export TESSERA_SOURCE_DIR="$src"  # fuzz_prompt reads the bundled vocabulary from there
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_bounded_input fuzz_run_settings fuzz_manifest fuzz_model_config
                                      fuzz_safetensors fuzz_init_image fuzz_png_read fuzz_prompt)
