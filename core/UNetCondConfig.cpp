@@ -221,7 +221,8 @@ UNetCondConfig unetCondConfigFromJson(const nlohmann::json& j) {
         }
         if (kIgnoredKeys.count(key) != 0) continue;
         const auto& fixed = fixedKeys();
-        const auto it = std::find_if(fixed.begin(), fixed.end(), [&](const FixedKey& f) { return key == f.key; });
+        const std::string& name = key;  // clang 14 cannot capture a structured binding
+        const auto it = std::find_if(fixed.begin(), fixed.end(), [&name](const FixedKey& f) { return name == f.key; });
         if (it == fixed.end()) {
             unknown.push_back(key);
             continue;
