@@ -1,4 +1,5 @@
 #include "app/InitImage.h"
+#include "app/PngIO.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -167,6 +168,12 @@ Rgb8Image decodePng(const std::string& path, const std::string& bytes) {
     png_image png;
     std::memset(&png, 0, sizeof png);
     png.version = PNG_IMAGE_VERSION;
+    const std::string overlong =
+        firstOverlongPngChunk(static_cast<std::int64_t>(bytes.size()), [&bytes](std::int64_t at, unsigned char* out) {
+            std::memcpy(out, bytes.data() + at, 8);  // at + 8 <= size: checked by the walk
+            return true;
+        });
+    if (!overlong.empty()) fail(path, "is a damaged or truncated PNG: " + overlong);
     if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size()))
         fail(path, std::string("is not a readable PNG: ") + png.message);
     if (static_cast<long long>(png.width) * png.height > kMaxInitImagePixels || png.width == 0 || png.height == 0) {

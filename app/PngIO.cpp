@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include <png.h>
@@ -82,28 +83,6 @@ struct DecodeState {
     png_uint_32 width = 0, height = 0;
 };
 
-// Walks the chunk headers (after the signature): a chunk whose length runs past the end of the
-// file is refused here, because libpng allocates a text chunk's claimed length before reading
-// it (a 204-byte file claiming a 1.9 GB tEXt chunk costs 1.9 GB). "" when every chunk fits.
-std::string firstOverlongChunk(std::FILE* file) {
-    if (std::fseek(file, 0, SEEK_END) != 0) return {};
-    const long size = std::ftell(file);
-    long at = 8;
-    unsigned char header[8];
-    while (at + 8 <= size) {
-        if (std::fseek(file, at, SEEK_SET) != 0 || std::fread(header, 1, 8, file) != 8) return {};
-        const std::uint32_t length = png_get_uint_32(header);
-        const char name[5] = {char(header[4]), char(header[5]), char(header[6]), char(header[7]), 0};
-        const long end = at + 12 + static_cast<long>(length);  // length, name, data, CRC
-        if (end > size)
-            return "chunk " + excerpt(name) + " claims " + std::to_string(length) + " bytes but the file has " +
-                   std::to_string(std::max(0L, size - at - 12)) + " after its header (truncated or corrupt)";
-        if (std::memcmp(name, "IEND", 4) == 0) break;
-        at = end;
-    }
-    return {};
-}
-
 bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png_bytep>& rows,
             std::vector<PngTextChunk>& texts, DecodeState& state, PngErrorSink& sink) {
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &sink, onPngError, onPngWarning);
@@ -164,6 +143,23 @@ bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png
 }
 
 }  // namespace
+
+std::string firstOverlongPngChunk(std::int64_t size, const std::function<bool(std::int64_t, unsigned char*)>& read8) {
+    std::int64_t at = 8;
+    unsigned char header[8];
+    while (at + 8 <= size) {
+        if (!read8(at, header)) return {};
+        const std::uint32_t length = png_get_uint_32(header);
+        const char name[5] = {char(header[4]), char(header[5]), char(header[6]), char(header[7]), 0};
+        const std::int64_t end = at + 12 + static_cast<std::int64_t>(length);  // length, name, data, CRC
+        if (end > size)
+            return "chunk " + excerpt(name) + " claims " + std::to_string(length) + " bytes but the file has " +
+                   std::to_string(std::max<std::int64_t>(0, size - at - 12)) + " after its header (truncated or corrupt)";
+        if (std::memcmp(name, "IEND", 4) == 0) break;
+        at = end;
+    }
+    return {};
+}
 
 std::string PngFile::text(const std::string& keyword) const {
     for (const auto& chunk : texts)
@@ -243,7 +239,13 @@ PngFile readPng(const std::string& path) {
     unsigned char signature[8] = {};
     if (std::fread(signature, 1, 8, file.get()) != 8 || png_sig_cmp(signature, 0, 8) != 0)
         throw PngError(path + ": not a PNG file");
-    if (const std::string bad = firstOverlongChunk(file.get()); !bad.empty()) throw PngError(path + ": " + bad);
+    std::FILE* f = file.get();
+    long size = -1;
+    if (std::fseek(f, 0, SEEK_END) == 0) size = std::ftell(f);
+    const std::string bad = firstOverlongPngChunk(size, [f](std::int64_t at, unsigned char* out) {
+        return std::fseek(f, static_cast<long>(at), SEEK_SET) == 0 && std::fread(out, 1, 8, f) == 8;
+    });
+    if (!bad.empty()) throw PngError(path + ": " + bad);
     std::rewind(file.get());
     PngFile result;
     std::vector<png_bytep> rows;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <stdexcept>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,12 @@ std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const 
                          const std::string& manifestJson);
 void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                  const std::string& manifestJson);
+
+// Walks a PNG's chunk headers after the signature (read8(offset, out) reads 8 bytes): "" when
+// every chunk fits in `size` bytes, else what is wrong. libpng allocates a text chunk's claimed
+// length before reading it (a 204-byte file claiming a 1.9 GB tEXt chunk costs 1.9 GB), so both
+// PNG readers call this first.
+std::string firstOverlongPngChunk(std::int64_t size, const std::function<bool(std::int64_t, unsigned char*)>& read8);
 
 // Reads any 8/16-bit PNG as RGB8 with its tEXt/zTXt/iTXt chunks.
 PngFile readPng(const std::string& path);

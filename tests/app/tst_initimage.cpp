@@ -572,6 +572,21 @@ private slots:
         QVERIFY2(clock.elapsed() < 2000, qPrintable(QString::number(clock.elapsed()) + " ms"));
     }
 
+    // The start-image reader (libpng's simplified API) allocated a text chunk's claimed 1.7 GB
+    // too (fuzz finding on the GPU machine's million-execution run, now a seed).
+    void decodeRefusesOverlongTextChunk() {
+        const std::string path = TESSERA_SOURCE_DIR "/tests/fuzz/corpus/fuzz_init_image/huge_text_chunk_oom.png";
+        QElapsedTimer clock;
+        clock.start();
+        try {
+            (void)decodeImageFile(path);
+            QFAIL("accepted");
+        } catch (const InitImageError& e) {
+            QVERIFY2(std::string(e.what()).find("claims 1767135348 bytes") != std::string::npos, e.what());
+        }
+        QVERIFY2(clock.elapsed() < 2000, qPrintable(QString::number(clock.elapsed()) + " ms"));
+    }
+
     void cliRefusesUnreadableInit() {
         const QString model = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
         if (!QFileInfo::exists(model + "/config.json")) QSKIP("tests/data/models/cifar_like is missing");
