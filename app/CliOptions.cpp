@@ -111,6 +111,11 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"preview-every", {"preview_every", true,
                            [](CliOptions& o, const std::string& v) { o.config.previewEvery = parseInt("preview_every", v); }}},
         {"label", {"label", true, [](CliOptions& o, const std::string& v) { o.config.label = v; }}},
+        {"tuning-cache", {"tuning_cache", true, [](CliOptions& o, const std::string& v) {
+                              if (v.empty()) fail("tuning_cache", "a file path or off is needed");
+                              checkPathText("tuning_cache", v, "the tuning cache path (or off)");
+                              o.config.tuningCache = v;
+                          }}},
         {"init", {"init", true, [](CliOptions& o, const std::string& v) {
                       checkPathText("init", v, "an init image path");
                       o.config.initImage = v;
@@ -327,6 +332,10 @@ std::string cliUsage(CliCommand command) {
         "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"
         "  --preserve-color       keep the init image's colours\n"
         "  --label TEXT           free text stored with the run\n"
+        "  --tuning-cache FILE|off  CUDA: file of timed algorithm choices reused by later runs, so that\n"
+        "                         a new process makes the same choices and the same image (default\n"
+        "                         $XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
+        "                         $TESSERA_TUNING_CACHE overrides it); off times every prepare again\n"
         "  --out DIR              output folder (render; default .)\n"
         "  --help, -h             this text\n";
     std::string text;

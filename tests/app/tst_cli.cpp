@@ -157,6 +157,9 @@ private slots:
         QTest::newRow("unknown command") << QStringList{"paint"} << "command:";
         QTest::newRow("preset missing") << QStringList{"plan", "--preset", "/nonexistent/p.json"} << "preset:";
         QTest::newRow("model missing") << QStringList{"info", "/nonexistent/model-dir"} << "model:";
+        QTest::newRow("tuning cache empty") << QStringList{"plan", "--tuning-cache", ""} << "tuning_cache:";
+        QTest::newRow("tuning cache too long") << QStringList{"plan", "--tuning-cache", QString(5000, 'p')}
+                                               << "tuning_cache:";
     }
     void badInputExitsTwoNamingTheField() {
         QFETCH(QStringList, args);
@@ -188,6 +191,13 @@ private slots:
         QCOMPARE(o.config.previewEvery, 0);
         QCOMPARE(o.outDir, std::string("/tmp/x"));
         QVERIFY(o.fieldsGiven.count("width") && o.fieldsGiven.count("batch") && !o.fieldsGiven.count("tile"));
+
+        o = parseCliOptions({"render", "--tuning-cache", "off"});
+        QCOMPARE(o.config.tuningCache, std::string("off"));
+        o = parseCliOptions({"render", "--tuning-cache=/tmp/t.json"});
+        QCOMPARE(o.config.tuningCache, std::string("/tmp/t.json"));
+        QVERIFY(o.fieldsGiven.count("tuning_cache"));
+        QVERIFY(QString::fromStdString(cliUsage(CliCommand::Render)).contains("--tuning-cache FILE|off"));
 
         o = parseCliOptions({"info", "/some/model", "--tile", "32"});
         QVERIFY(o.command == CliCommand::Info);
