@@ -103,12 +103,7 @@ nlohmann::json readConfigFile(const std::string& path, const std::string& side, 
     const nlohmann::json json = readRunSettingsFile(path, side);  // bounded: app/CliOptions.h
     RunConfig config;
     try {
-        if (json.contains("schema_version") && json.contains("config")) {
-            const RunRecord record = runRecordFromManifest(json);
-            config = record.config;
-            if (tuningDigest) *tuningDigest = record.tuning.digest;
-        } else
-            config = runConfigFromJson(json);
+        config = runSettingsFromJson(json, tuningDigest);
     } catch (const ValidationError& e) {
         throw ValidationError(e.field(), std::string(e.what()) + " (in " + inQuotes(path) + ")");
     } catch (const std::exception& e) {
@@ -627,12 +622,9 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
                 for (const auto& m : result.record.messages) side->addNote(m);
                 for (const auto& m : observer.messages) side->addNote(m);
                 // A manifest replays to the same bits only with the same timed choices.
-                if (!side->manifestDigest.empty() && result.record.tuning.digest != side->manifestDigest)
-                    side->addNote("tuning: this run's choices (digest " +
-                                  (result.record.tuning.digest.empty() ? std::string("none") : result.record.tuning.digest) +
-                                  ") differ from its manifest's (" + side->manifestDigest +
-                                  "): another GPU, driver or cuDNN, or a tuning cache that is off, moved or rebuilt; "
-                                  "the image may differ in the last bits");
+                if (const std::string note = tuningMismatchNote(result.record.tuning.digest, side->manifestDigest);
+                    !note.empty())
+                    side->addNote(note);
                 if (!measured) continue;
                 if (side->runs.empty()) side->firstImage = result.image;
                 else if (!imageDifference(side->firstImage, result.image).bitIdentical) side->repeatable = false;
