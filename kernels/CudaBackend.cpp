@@ -1554,14 +1554,16 @@ struct CudaBackend::Impl {
         for (const ConvLayer& c : convs) {
             s << "  " << c.name << " " << c.key() << ": " << algoName(c.algo[static_cast<std::size_t>(maxBatch)])
               << (c.math[static_cast<std::size_t>(maxBatch)] == CUDNN_FMA_MATH ? " (fma)" : "");
-            // Times where this prepare measured them; "cached" where the tuning cache chose.
-            const auto ms = [](double v) { return v >= 0 ? std::to_string(v).substr(0, 6) + " ms" : std::string("cached"); };
-            if (c.legacyMs > 0 || c.graph || c.legacyMs < 0) {
+            // Times where this prepare measured them (-1: not measured, or the tuning cache chose).
+            const auto ms = [](double v) { return v >= 0 ? std::to_string(v).substr(0, 6) + " ms" : std::string("-"); };
+            if (c.legacyMs != 0 || c.graph) {
                 s << " " << ms(c.legacyMs) << "; " << (c.graph ? c.graph->engineName() : std::string("graph API"))
-                  << " " << ms(c.graphMs) << (c.graph ? " [graph]" : " [legacy]");
+                  << " " << ms(c.graphMs) << (c.graph ? " [graph]" : " [legacy]")
+                  << (c.legacyMs < 0 && c.graphMs < 0 ? " (tuning cache)" : "");
                 if (c.hasEpilogue && (c.fused || c.epilogueMs != 0))
                     s << "; epilogue " << ms(c.epilogueMs) << ", fused " << ms(c.fusedMs)
-                      << (c.fused ? " [fused: " + c.fused->engineName() + "]" : std::string(" [apart]"));
+                      << (c.fused ? " [fused: " + c.fused->engineName() + "]" : std::string(" [apart]"))
+                      << (c.epilogueMs < 0 && c.fusedMs < 0 ? " (tuning cache)" : "");
             }
             s << "\n";
         }
