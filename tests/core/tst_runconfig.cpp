@@ -428,7 +428,8 @@ private slots:
         // Every key toJson writes is one runConfigFromJson reads, and the unknown-key message
         // lists them all (lanes was missing from that list; tuning_cache is new).
         const Rejection r = jsonRejection(R"({"nope": 1})");
-        for (const auto& item : toJson(RunConfig{}).items())
+        const nlohmann::json keys = toJson(RunConfig{});
+        for (const auto& item : keys.items())
             QVERIFY2(contains(r.message, item.key()), (item.key() + " missing from: " + r.message).c_str());
         const RunConfig off = runConfigFromJson(nlohmann::json::parse(R"({"tuning_cache": "off"})"));
         QCOMPARE(off.tuningCache, std::string("off"));
