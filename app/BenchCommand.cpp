@@ -247,6 +247,8 @@ std::string benchUsage() {
            "  --seed N               noise seed and random-weight seed (default 0)\n"
            "  --peak-tflops X        the GPU's dense fp16/bf16 tensor peak (default: known from its name)\n"
            "  --csv FILE             write the rows as CSV (columns as bench/torch_tiled_ddim.py, plus more)\n"
+           "  --tuning-cache FILE|off  CUDA: the tuning cache of timed choices (default: the user's cache\n"
+           "                         file, as render); off times every prepare (prepare_s as without a cache)\n"
            "  --help, -h             this text\n";
 }
 
@@ -258,7 +260,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         {"overlap", "overlap"}, {"batch", "batch"},     {"precision", "precision"},
         {"graphs", "graphs"},   {"lanes", "lanes"},     {"steps", "steps"},
         {"repeats", "repeats"}, {"warmup-steps", "warmup_steps"}, {"backend", "backend"},
-        {"seed", "seed"},       {"peak-tflops", "peak_tflops"},   {"csv", "csv"}};
+        {"seed", "seed"},       {"peak-tflops", "peak_tflops"},   {"csv", "csv"},
+        {"tuning-cache", "tuning_cache"}};
     BenchOptions o;
     bool sizeGiven = false, widthGiven = false, heightGiven = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -342,6 +345,10 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             if (value.empty()) fail("csv", "a file name is needed");
             checkPathText("csv", value, "the csv file");
             o.csvPath = value;
+        } else if (name == "tuning-cache") {
+            if (value.empty()) fail("tuning_cache", "a file path or off is needed");
+            checkPathText("tuning_cache", value, "the tuning cache path (or off)");
+            o.tuningCache = value;
         }
     }
     if (o.help) return o;
@@ -460,6 +467,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                 config.seed = options.seed;
                 config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
                 config.label = "bench";
+                config.tuningCache = options.tuningCache;
                 {
                     const TilePlan plan = TilePlan::fromConfig(config);
                     row.tiles = plan.count();

@@ -35,6 +35,7 @@ struct BenchOptions {
     std::uint64_t seed = 0;            // noise seed, and the random weights' seed
     std::optional<double> peakTflops;  // overrides the table of known GPUs
     std::string csvPath;               // empty: CSV only on stdout's table
+    std::string tuningCache;           // RunConfig::tuningCache ("" = the default file, "off", a path)
     bool help = false;
 };
 

@@ -12,6 +12,7 @@
 
 #include "app/EngineFactory.h"
 #include "core/BoundedInput.h"
+#include "core/RunRecordIO.h"
 
 namespace tessera {
 
@@ -111,6 +112,11 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"preview-every", {"preview_every", true,
                            [](CliOptions& o, const std::string& v) { o.config.previewEvery = parseInt("preview_every", v); }}},
         {"label", {"label", true, [](CliOptions& o, const std::string& v) { o.config.label = v; }}},
+        {"tuning-cache", {"tuning_cache", true, [](CliOptions& o, const std::string& v) {
+                              if (v.empty()) fail("tuning_cache", "a file path or off is needed");
+                              checkPathText("tuning_cache", v, "the tuning cache path (or off)");
+                              o.config.tuningCache = v;
+                          }}},
         {"init", {"init", true, [](CliOptions& o, const std::string& v) {
                       checkPathText("init", v, "an init image path");
                       o.config.initImage = v;
@@ -149,15 +155,36 @@ namespace {
 void loadPreset(CliOptions& options) {
     const nlohmann::json json = readRunSettingsFile(options.presetPath, "preset");
     try {
-        options.config = runConfigFromJson(json);
+        options.config = runSettingsFromJson(json, &options.presetTuningDigest);
     } catch (const ValidationError& e) {
         // Keep the field so the user sees which setting; say that it came from the preset.
         throw ValidationError(e.field(), std::string(e.what()) + " (in preset " + inQuotes(options.presetPath) + ")");
+    } catch (const std::exception& e) {
+        fail("preset", inQuotes(options.presetPath) + ": " + excerpt(e.what(), 300));
     }
-    for (const auto& item : json.items()) options.fieldsGiven.insert(item.key());
+    // A manifest gives every setting; a settings file those it names.
+    const bool manifest = json.contains("config") && json.contains("schema_version");
+    const nlohmann::json given = manifest ? toJson(options.config) : json;
+    for (const auto& item : given.items()) options.fieldsGiven.insert(item.key());
 }
 
 }  // namespace
+
+RunConfig runSettingsFromJson(const nlohmann::json& json, std::string* tuningDigest) {
+    if (tuningDigest) tuningDigest->clear();
+    if (!(json.is_object() && json.contains("schema_version") && json.contains("config"))) return runConfigFromJson(json);
+    const RunRecord record = runRecordFromManifest(json);
+    if (tuningDigest) *tuningDigest = record.tuning.digest;
+    return record.config;
+}
+
+std::string tuningMismatchNote(const std::string& runDigest, const std::string& manifestDigest) {
+    if (manifestDigest.empty() || runDigest == manifestDigest) return {};
+    return "tuning: this run's choices (digest " + (runDigest.empty() ? std::string("none") : runDigest) +
+           ") differ from its manifest's (" + manifestDigest +
+           "): another GPU, driver or cuDNN, or a tuning cache that is off, moved or rebuilt; the image may differ "
+           "in the last bits";
+}
 
 std::string_view toString(CliCommand command) {
     switch (command) {
@@ -301,7 +328,8 @@ BackendKind checkRunBackend(BackendKind requested) {
 std::string cliUsage(CliCommand command) {
     static const char* kRunOptions =
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
-        "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json)\n"
+        "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
+        "                         render's <run-id>.json manifest to run it again\n"
         "  --model DIR            diffusers UNet2DModel folder (default: the bundled default model)\n"
         "  --width PX             image width in pixels (default 256)\n"
         "  --height PX            image height in pixels (default 256)\n"
@@ -327,6 +355,10 @@ std::string cliUsage(CliCommand command) {
         "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"
         "  --preserve-color       keep the init image's colours\n"
         "  --label TEXT           free text stored with the run\n"
+        "  --tuning-cache FILE|off  CUDA: file of timed algorithm choices reused by later runs, so that\n"
+        "                         a new process makes the same choices and the same image (default\n"
+        "                         $XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
+        "                         $TESSERA_TUNING_CACHE overrides it); off times every prepare again\n"
         "  --out DIR              output folder (render; default .)\n"
         "  --help, -h             this text\n";
     std::string text;

@@ -27,6 +27,8 @@ struct CliOptions {
     std::string infoDir;           // `info DIR` (also taken from --model)
     // RunConfig fields given on the command line or in the preset, by CLI name ("tile", "model").
     std::set<std::string> fieldsGiven;
+    // When the preset is a run manifest: the digest of the timed choices its run used ("" = none).
+    std::string presetTuningDigest;
 };
 
 // Parses argv[1..] (without the program name). The first word is the subcommand
@@ -40,6 +42,17 @@ CliOptions parseCliOptions(const std::vector<std::string>& args);
 // core/BoundedInput (regular files only, never blocking, size and nesting depth bounded).
 // Throws ValidationError on `field` naming the file (a short excerpt of its path).
 nlohmann::json readRunSettingsFile(const std::string& path, const std::string& field);
+
+// The run settings of a settings file's JSON: a RunConfig object, or a run manifest
+// (core/RunRecordIO.h) whose "config" is one; for a manifest `tuningDigest` (when given)
+// receives its tuning.digest. ValidationError for a bad setting, std::runtime_error for a bad
+// manifest.
+RunConfig runSettingsFromJson(const nlohmann::json& json, std::string* tuningDigest = nullptr);
+
+// What to tell the user when a run replayed from a manifest made other timed choices than the
+// manifest records (the image may then differ in the last bits); "" when it did not, or when
+// the manifest records none.
+std::string tuningMismatchNote(const std::string& runDigest, const std::string& manifestDigest);
 
 // Usage text for a subcommand (Help: the overview).
 std::string cliUsage(CliCommand command);

@@ -98,14 +98,12 @@ double median(std::vector<double> values) {
 
 // A run configuration file: RunConfig JSON, or a manifest (core/RunRecordIO.h) whose
 // "config" is one. `side` ("a" / "b") is the field of errors that concern the file itself.
-nlohmann::json readConfigFile(const std::string& path, const std::string& side) {
+// `tuningDigest` (when given) receives a manifest's tuning.digest ("" otherwise).
+nlohmann::json readConfigFile(const std::string& path, const std::string& side, std::string* tuningDigest = nullptr) {
     const nlohmann::json json = readRunSettingsFile(path, side);  // bounded: app/CliOptions.h
     RunConfig config;
     try {
-        if (json.contains("schema_version") && json.contains("config"))
-            config = runRecordFromManifest(json).config;
-        else
-            config = runConfigFromJson(json);
+        config = runSettingsFromJson(json, tuningDigest);
     } catch (const ValidationError& e) {
         throw ValidationError(e.field(), std::string(e.what()) + " (in " + inQuotes(path) + ")");
     } catch (const std::exception& e) {
@@ -186,6 +184,7 @@ struct Side {
     std::vector<RunRecord> runs;      // measured runs, in order
     ImageTensor firstImage, lastImage;
     bool repeatable = true;           // every measured image bit-identical to the first
+    std::string manifestDigest;       // tuning choices its manifest recorded ("" = none given)
     std::vector<std::string> notes;
 
     void addNote(const std::string& note) {
@@ -479,10 +478,12 @@ ComparedConfigs compareConfigs(const CompareOptions& options) {
     renderArgs.insert(renderArgs.end(), options.runFlags.begin(), options.runFlags.end());
     const CliOptions common = parseCliOptions(renderArgs);
     const nlohmann::json flags = toJson(common.config);
+    ComparedConfigs configs;
 
     auto base = [&](std::size_t index, const std::string& side) {
         if (options.configFiles.empty()) return flags;
-        nlohmann::json config = readConfigFile(options.configFiles.at(index), side);
+        nlohmann::json config =
+            readConfigFile(options.configFiles.at(index), side, index == 0 ? &configs.tuningDigestA : &configs.tuningDigestB);
         // Run options on the line apply to both files.
         for (const std::string& field : common.fieldsGiven) {
             if (field == "eta" || field == "timestep_spacing")
@@ -501,7 +502,6 @@ ComparedConfigs compareConfigs(const CompareOptions& options) {
             throw ValidationError(e.field(), "--" + option + ": " + e.what());
         }
     };
-    ComparedConfigs configs;
     configs.a = build(base(0, "a"), options.overridesA, "a");
     configs.b = build(base(1, "b"), options.overridesB, "b");
     return configs;
@@ -558,6 +558,8 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         const ComparedConfigs configs = compareConfigs(options);
         a.config = configs.a;
         b.config = configs.b;
+        a.manifestDigest = configs.tuningDigestA;
+        b.manifestDigest = configs.tuningDigestB;
         checkWritable("csv", options.csvPath, 2 * (options.warmup + options.repeats));
         checkWritable("json", options.jsonPath, 2 * (options.warmup + options.repeats));
         checkSides(a, b, options.repeats);
@@ -619,6 +621,10 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
                 seconds[index++] = result.record.totalMs / 1000.0;
                 for (const auto& m : result.record.messages) side->addNote(m);
                 for (const auto& m : observer.messages) side->addNote(m);
+                // A manifest replays to the same bits only with the same timed choices.
+                if (const std::string note = tuningMismatchNote(result.record.tuning.digest, side->manifestDigest);
+                    !note.empty())
+                    side->addNote(note);
                 if (!measured) continue;
                 if (side->runs.empty()) side->firstImage = result.image;
                 else if (!imageDifference(side->firstImage, result.image).bitIdentical) side->repeatable = false;

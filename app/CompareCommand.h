@@ -37,6 +37,10 @@ std::string compareUsage();
 
 struct ComparedConfigs {
     RunConfig a, b;
+    // A manifest's tuning.digest (core/RunRecord.h TuningInfo): the timed choices its run used;
+    // "" when the side is not a manifest or it recorded none. compare notes a run whose
+    // choices differ (its image may then differ in the last bits).
+    std::string tuningDigestA, tuningDigestB;
 };
 
 // The two configurations, before the model is resolved: each file (or the render flags

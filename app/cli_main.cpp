@@ -235,6 +235,12 @@ int cmdRender(const CliOptions& options) {
         const InterruptCancels interrupt(*engine);   // Ctrl-C: finish the tile batch, keep what was made
         result = engine->run(config, observer);
     }
+    // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
+    if (const std::string note = tuningMismatchNote(result.record.tuning.digest, options.presetTuningDigest);
+        !note.empty()) {
+        std::cerr << "note: " << note << "\n";
+        result.record.messages.push_back(note);
+    }
     const RunRecord& record = result.record;
 
     // ---- Outputs (owned by the outputs work): one all-or-nothing set (core/OutputSet.h) —

@@ -354,8 +354,8 @@ const std::vector<std::string_view> kSchedulerOptionKeys{
 const std::vector<std::string_view> kRunConfigKeys{
     "width",  "height",       "seed",        "steps",     "scheduler", "scheduler_options", "tile",
     "overlap", "window",      "fusion",      "batch",     "graphs",    "graph_warmup",      "graph_cache",
-    "precision", "backend",   "model",       "preview_every", "init",  "strength",          "preserve_color",
-    "label"};
+    "lanes",  "precision",    "backend",     "model",     "preview_every", "init",          "strength",
+    "preserve_color", "label", "tuning_cache"};
 
 SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
     if (!j.is_object()) wrongType("scheduler_options", j, "an object");
@@ -445,6 +445,8 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     checkText(problems, "model", config.model, input_limits::kPathChars, "a model folder path");
     checkText(problems, "init", config.initImage, input_limits::kPathChars, "an init image path");
     checkText(problems, "label", config.label, kMaxLabelBytes, "the label");
+    checkText(problems, "tuning_cache", config.tuningCache, input_limits::kPathChars,
+              "the tuning cache path (or off)");
     checkScheduler(problems, config);
     return std::move(problems.list);
 }
@@ -499,6 +501,7 @@ nlohmann::json toJson(const RunConfig& c) {
         {"strength", c.strength},
         {"preserve_color", c.preserveColor},
         {"label", c.label},
+        {"tuning_cache", c.tuningCache},
     };
     // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
     // pixels as a JSON integer.
@@ -534,6 +537,7 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
         else if (key == "strength") c.strength = readReal(value, key);
         else if (key == "preserve_color") c.preserveColor = readBool(value, key);
         else if (key == "label") c.label = readString(value, key);
+        else if (key == "tuning_cache") c.tuningCache = readString(value, key);
         else unknownKey(key, kRunConfigKeys);
     }
     return c;

@@ -111,6 +111,12 @@ struct RunConfig {
 
     std::string label;             // free text shown in the run history
 
+    // Where timed algorithm choices are kept (core/TuningCache.h), so that another process
+    // makes the same choices: "" = the user's cache folder ($TESSERA_TUNING_CACHE, else
+    // $XDG_CACHE_HOME/tessera/tuning.json, else ~/.cache/tessera/tuning.json), "off" = none
+    // (every prepare times again), else that file.
+    std::string tuningCache;
+
     // Overlap in pixels after resolving the fraction (rounded to nearest pixel).
     int overlapPixels() const;
 };
@@ -139,8 +145,8 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
-// graph_warmup, graph_cache, precision, backend, model, preview_every, init, strength,
-// preserve_color, label. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
+// graph_warmup, graph_cache, lanes, precision, backend, model, preview_every, init, strength,
+// preserve_color, label, tuning_cache. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 

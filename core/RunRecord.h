@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,19 @@ struct MemoryPlanInfo {
     double weightsMiB = 0, activationsMiB = 0, workspaceMiB = 0, canvasMiB = 0, totalMiB = 0;
 };
 
+// Choices made by timing at prepare (cuDNN algorithms, graph plans, fused or not) and the
+// settings that change a backend's numerics, so that a run can be reproduced and compared.
+struct TuningInfo {
+    std::string cachePath;     // the tuning cache file used; "" = none (off, or a backend without one)
+    int hits = 0;              // choices taken from the cache
+    int misses = 0;            // choices timed (then stored)
+    int rejected = 0;          // cached choices the library refused now: timed again and replaced
+    std::string digest;        // core/TuningCache.h tuningDigest of every choice the plan uses; "" = none
+    // Every setting that changes the numerical path, by name (the former TESSERA_CUD* environment
+    // variables; "" = not set), e.g. {"TESSERA_CUDNN_FUSE", "0"}.
+    std::map<std::string, std::string> settings{};
+};
+
 struct RunRecord {
     static constexpr int kSchemaVersion = 1;
     std::string runId;                 // unique, e.g. "20261122-061500-3f2a"
@@ -97,6 +111,7 @@ struct RunRecord {
     std::vector<TileBatchTiming> batches;
     std::vector<MemorySample> memory;
     GraphStats graphs;
+    TuningInfo tuning;
     MemoryPlanInfo memoryPlan;
     double prepareMs = 0;              // load + prepare (+ capture for the first run)
     double totalMs = 0;                // sampling wall time, prepare excluded

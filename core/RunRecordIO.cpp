@@ -213,6 +213,12 @@ nlohmann::json manifestJson(const RunRecord& r) {
                    {"failures", r.graphs.failures},
                    {"update_ms", r.graphs.updateMs},
                    {"used", std::move(graphEntries)}};
+    j["tuning"] = {{"cache", r.tuning.cachePath},
+                   {"hits", r.tuning.hits},
+                   {"misses", r.tuning.misses},
+                   {"rejected", r.tuning.rejected},
+                   {"digest", r.tuning.digest},
+                   {"settings", r.tuning.settings}};
     j["memory_plan"] = {{"weights_mib", r.memoryPlan.weightsMiB},
                         {"activations_mib", r.memoryPlan.activationsMiB},
                         {"workspace_mib", r.memoryPlan.workspaceMiB},
@@ -339,6 +345,19 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
         in.read(e, "updated", entry.updated);
         r.graphs.used.push_back(std::move(entry));
     });
+
+    const nlohmann::json& t = top.object(j, "tuning", empty);
+    const ManifestReader tr("tuning");
+    tr.read(t, "cache", r.tuning.cachePath);
+    tr.read(t, "hits", r.tuning.hits);
+    tr.read(t, "misses", r.tuning.misses);
+    tr.read(t, "rejected", r.tuning.rejected);
+    tr.read(t, "digest", r.tuning.digest);
+    const nlohmann::json& settings = tr.object(t, "settings", empty);
+    for (const auto& item : settings.items()) {
+        if (!item.value().is_string()) ManifestReader::fail("tuning.settings." + excerpt(item.key()), "a string");
+        r.tuning.settings[item.key()] = item.value().get<std::string>();
+    }
 
     const nlohmann::json& mp = top.object(j, "memory_plan", empty);
     const ManifestReader mr("memory_plan");

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <sstream>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "core/ModelGraph.h"
 #include "core/Safetensors.h"
+#include "core/TuningCache.h"
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 #include "kernels/BiasResidual.cuh"
@@ -26,6 +29,7 @@
 #include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
 #include "kernels/Gelu.cuh"
+#include "kernels/GpuTiming.h"
 #include "kernels/GroupNorm.cuh"
 #include "kernels/LayerNorm.cuh"
 #include "kernels/LayoutConvert.cuh"
@@ -59,9 +63,67 @@ constexpr std::size_t kAlign = 256;
 constexpr std::size_t kCublasWorkspace = 32u << 20;   // cuBLAS' recommendation for Hopper
 constexpr std::size_t kAttentionScoreBudget = 256u << 20;
 
-bool envIs(const char* name, const char* value) {
-    const char* v = std::getenv(name);
-    return v && std::strcmp(v, value) == 0;
+// Every environment setting that changes the numerical path or the timed choices, read once
+// (when a backend is made) and recorded in each RunRecord (tuning.settings). Diagnostics:
+//  TESSERA_CUDNN_FIND=0             cuDNN heuristics instead of benchmarks for legacy algorithms
+//  TESSERA_CUDNN_API=legacy         the legacy cuDNN path everywhere (no graph-API plans)
+//  TESSERA_CUDNN_FUSE=0             conv epilogues never fused into a cuDNN plan
+//  TESSERA_CUDNN_RUNTIME_FUSION=1   fused plans may use engines compiled at prepare (NVRTC)
+//  TESSERA_CUDA_BETA=1              accumulate onto a bias-initialised output (beta = 1)
+//  TESSERA_CUDA_SYNC=op             synchronise after every layer
+//  TESSERA_CUDA_STREAM=nonblocking  the stream does not order against the legacy default stream
+struct CudaSettings {
+    std::map<std::string, std::string> values;   // name -> value ("" = not set)
+    bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
+    bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
+
+    static CudaSettings fromEnvironment() {
+        CudaSettings s;
+        for (const char* name : {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE",
+                                 "TESSERA_CUDNN_RUNTIME_FUSION", "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC",
+                                 "TESSERA_CUDA_STREAM"}) {
+            const char* v = std::getenv(name);
+            s.values[name] = v ? v : "";
+        }
+        s.heuristicsOnly = s.values["TESSERA_CUDNN_FIND"] == "0";
+        s.legacyOnly = s.values["TESSERA_CUDNN_API"] == "legacy";
+        s.fuse = s.values["TESSERA_CUDNN_FUSE"] != "0";
+        s.runtimeFusion = s.values["TESSERA_CUDNN_RUNTIME_FUSION"] == "1";
+        s.betaAccumulate = s.values["TESSERA_CUDA_BETA"] == "1";
+        s.syncEveryOp = s.values["TESSERA_CUDA_SYNC"] == "op";
+        s.nonblockingStream = s.values["TESSERA_CUDA_STREAM"] == "nonblocking";
+        return s;
+    }
+};
+
+// "algo=1 math=1" <-> (algorithm, math type) of a legacy cuDNN convolution; nullopt for text
+// that is not one (a damaged or foreign cache entry).
+std::string legacyChoice(cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math) {
+    return "algo=" + std::to_string(static_cast<int>(algo)) + " math=" + std::to_string(static_cast<int>(math));
+}
+std::optional<std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> parseLegacyChoice(const std::string& text) {
+    int algo = -1, math = -1;
+    char tail = 0;
+    if (std::sscanf(text.c_str(), "algo=%d math=%d%c", &algo, &math, &tail) != 2) return std::nullopt;
+    if (algo < 0 || algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT || math < 0 || math > CUDNN_FMA_MATH) return std::nullopt;
+    return std::make_pair(static_cast<cudnnConvolutionFwdAlgo_t>(algo), static_cast<cudnnMathType_t>(math));
+}
+// "engine=12 config=0" <-> a graph-API plan (GraphConv::PlanId); `none` ("legacy" / "apart")
+// <-> no plan (engine -1).
+std::string planChoice(const std::shared_ptr<GraphConv>& plan, const char* none) {
+    if (!plan) return none;
+    const GraphConv::PlanId id = plan->planId();
+    return "engine=" + std::to_string(id.engine) + " config=" + std::to_string(id.ordinal);
+}
+std::optional<GraphConv::PlanId> parsePlanChoice(const std::string& text, const char* none) {
+    if (text == none) return GraphConv::PlanId{};
+    long long engine = -1;
+    int ordinal = -1;
+    char tail = 0;
+    if (std::sscanf(text.c_str(), "engine=%lld config=%d%c", &engine, &ordinal, &tail) != 2 || engine < 0 ||
+        ordinal < 0)
+        return std::nullopt;
+    return GraphConv::PlanId{engine, ordinal};
 }
 
 DType dtypeFor(Precision p) {
@@ -250,12 +312,20 @@ struct CudaBackend::Impl {
     char* workspace = nullptr;
     bool prepared = false;
     CudaMemoryPlan plan;
-    // Diagnostics (environment): TESSERA_CUDA_BETA=1 accumulates onto a bias-initialised
-    // output (beta = 1) instead of the epilogue; TESSERA_CUDA_SYNC=op synchronises after
-    // every layer; TESSERA_CUDA_STREAM=nonblocking makes the stream not order against the
-    // legacy default stream.
-    bool betaAccumulate = envIs("TESSERA_CUDA_BETA", "1");
-    bool syncEveryOp = envIs("TESSERA_CUDA_SYNC", "op");
+    // Diagnostics (environment, read once: CudaSettings): TESSERA_CUDA_BETA=1 accumulates onto
+    // a bias-initialised output (beta = 1) instead of the epilogue; TESSERA_CUDA_SYNC=op
+    // synchronises after every layer.
+    const CudaSettings settings = CudaSettings::fromEnvironment();
+    bool betaAccumulate = settings.betaAccumulate;
+    bool syncEveryOp = settings.syncEveryOp;
+
+    // Tuning: the cache the timed choices are looked up in and stored to (not owned; null =
+    // none), this device's context key, and what the last prepare used.
+    TuningCache* tuningCache = nullptr;
+    std::string tuningContext;
+    std::map<std::string, std::string> choicesUsed;
+    int tuningHits = 0, tuningMisses = 0, tuningRejected = 0;
+    std::vector<std::string> tuningWarnings;
 
     // CUDA graphs of the whole forward, one per batch size, captured on first use.
     bool graphsWanted = false;
@@ -277,7 +347,17 @@ struct CudaBackend::Impl {
         if (p == Precision::BF16 && props.major < 8)
             throw std::runtime_error(std::string("bf16 needs compute capability 8.0 or newer; ") + props.name +
                                      " has " + std::to_string(props.major) + "." + std::to_string(props.minor));
-        stream = makeStream(!envIs("TESSERA_CUDA_STREAM", "nonblocking"));
+        int driver = 0, runtime = 0;
+        TESSERA_CHECK(cudaDriverGetVersion(&driver));
+        TESSERA_CHECK(cudaRuntimeGetVersion(&runtime));
+        tuningContext = TuningContext{props.name,
+                                      std::to_string(props.major) + "." + std::to_string(props.minor),
+                                      driver,
+                                      runtime,
+                                      static_cast<int>(cudnnGetVersion()),
+                                      std::string(toString(p))}
+                            .key();
+        stream = makeStream(!settings.nonblockingStream);
         cudnn = makeCudnn();
         cublas = makeCublas();
         TESSERA_CHECK(cudnnSetStream(cudnn.get(), stream.get()));
@@ -1227,103 +1307,269 @@ struct CudaBackend::Impl {
         }
     }
 
-    // Picks each convolution's algorithm (benchmarked once per distinct shape at the
-    // prepared batch; deterministic algorithms only; fp32 restricted to FMA kernels) and
-    // checks it for every smaller batch, returning the workspace all of them need.
+    // ---- choices made by timing (or from the tuning cache) -------------------------------------
+    // Each choice has an op key (the shape, batch included); the tuning cache is keyed by it
+    // within tuningContext (device, driver, cuDNN, runtime, precision). A cached choice that
+    // cuDNN refuses now is timed again and replaced, with a warning.
+    std::optional<std::string> cachedChoice(const std::string& op) const {
+        if (!tuningCache) return std::nullopt;
+        return tuningCache->find(tuningContext, op);
+    }
+    void useCached(const std::string& op, const std::string& choice) {
+        ++tuningHits;
+        choicesUsed[op] = choice;
+    }
+    void rejectCached(const std::string& op, const std::string& choice, const std::string& why) {
+        ++tuningRejected;
+        tuningWarnings.push_back("tuning cache: the stored choice '" + choice + "' for " + op + " is refused now (" +
+                                 why + "); timed again and replaced");
+    }
+    // A choice made now: `timed` ones are stored in the cache (heuristic ones are the same in
+    // every process and are not).
+    void useNew(const std::string& op, const std::string& choice, bool timed) {
+        choicesUsed[op] = choice;
+        if (!timed) return;
+        ++tuningMisses;
+        if (tuningCache) tuningCache->store(tuningContext, op, choice);
+    }
+
+    // Why cuDNN would not run `algo` with `math` for c at the prepared batch now ("" = it would).
+    std::string legacyRefusal(ConvLayer& c, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, std::size_t wsCap) {
+        if (dtype == DType::F32 && math != CUDNN_FMA_MATH) return "fp32 takes FMA kernels only";
+        c.math[static_cast<std::size_t>(maxBatch)] = math;
+        c.descBatch = -1;
+        setConvBatch(c, maxBatch);
+        std::size_t bytes = 0;
+        const cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                        c.convDesc.get(), c.yDesc.get(), algo, &bytes);
+        if (s != CUDNN_STATUS_SUCCESS) return std::string("cuDNN: ") + cudnnGetErrorString(s);
+        if (bytes > wsCap) return "needs " + std::to_string(bytes) + " bytes of workspace, more than the " +
+                                  std::to_string(wsCap) + " available";
+        return {};
+    }
+
+    // The legacy algorithm of one conv shape at the prepared batch: the tuning cache's when cuDNN
+    // accepts it, else benchmarked (TESSERA_CUDNN_FIND=0: the heuristics' order) among the
+    // deterministic algorithms (fp32: FMA kernels only).
+    std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> legacyAlgorithm(ConvLayer& c, void* ws, std::size_t wsCap) {
+        const std::string op = "conv " + c.key() + " n" + std::to_string(maxBatch);
+        if (auto cached = settings.heuristicsOnly ? std::nullopt : cachedChoice(op)) {
+            const auto parsed = parseLegacyChoice(*cached);
+            const std::string why = parsed ? legacyRefusal(c, parsed->first, parsed->second, wsCap) : "not an algorithm";
+            if (why.empty()) {
+                useCached(op, *cached);
+                return *parsed;
+            }
+            rejectCached(op, *cached, why);
+        }
+        const cudnnMathType_t wantMath = dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+        c.descBatch = -1;
+        c.math[static_cast<std::size_t>(maxBatch)] = wantMath;
+        setConvBatch(c, maxBatch);
+        // Real buffers for the benchmark: any activation region of the right size will do.
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int returned = 0;
+        const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+        const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
+        if (xBytes + yBytes > activationBytes) throw std::logic_error("conv benchmark buffers exceed the arena");
+        if (settings.heuristicsOnly) {
+            TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                 c.convDesc.get(), c.yDesc.get(),
+                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+            for (int i = 0; i < returned; ++i)
+                if (perf[i].memory > wsCap) perf[i].status = CUDNN_STATUS_NOT_SUPPORTED;
+        } else {
+            TESSERA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+                cudnn.get(), c.xDesc.get(), actBase, c.wDesc.get(), wt(c.weight), c.convDesc.get(), c.yDesc.get(),
+                actBase + alignUp(xBytes), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, wsCap));
+        }
+        for (int i = 0; i < returned; ++i) {
+            const cudnnConvolutionFwdAlgoPerf_t& p = perf[i];
+            if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
+            if (dtype == DType::F32 && p.mathType != CUDNN_FMA_MATH) continue;
+            useNew(op, legacyChoice(p.algo, p.mathType), !settings.heuristicsOnly);
+            return {p.algo, p.mathType};
+        }
+        throw std::runtime_error("cuDNN offers no deterministic forward algorithm for " + c.name + " (" + c.key() +
+                                 ", " + dtypeName(dtype) + ")");
+    }
+
+    // Sets c's algorithm for every batch up to the prepared one (the chosen one where cuDNN takes
+    // it at that batch, else the heuristics' first deterministic choice) and returns the largest
+    // workspace they need.
+    std::size_t applyAlgorithm(ConvLayer& c, std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> chosen,
+                               std::size_t wsCap) {
+        const cudnnMathType_t wantMath = dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+        std::size_t need = 0;
+        for (int b = 1; b <= maxBatch; ++b) {
+            c.algo[static_cast<std::size_t>(b)] = chosen.first;
+            c.math[static_cast<std::size_t>(b)] = chosen.second;
+            c.descBatch = -1;
+            setConvBatch(c, b);
+            std::size_t bytes = 0;
+            cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                      c.convDesc.get(), c.yDesc.get(), chosen.first,
+                                                                      &bytes);
+            if (s != CUDNN_STATUS_SUCCESS) {
+                // Not usable at this batch: take the heuristics' first deterministic choice.
+                c.math[static_cast<std::size_t>(b)] = wantMath;
+                c.descBatch = -1;
+                setConvBatch(c, b);
+                cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+                int returned = 0;
+                TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                     c.convDesc.get(), c.yDesc.get(),
+                                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+                bool ok = false;
+                for (int i = 0; i < returned && !ok; ++i) {
+                    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
+                        perf[i].memory > wsCap)
+                        continue;
+                    if (dtype == DType::F32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+                    c.algo[static_cast<std::size_t>(b)] = perf[i].algo;
+                    c.math[static_cast<std::size_t>(b)] = perf[i].mathType;
+                    c.descBatch = -1;
+                    setConvBatch(c, b);
+                    s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
+                                                                c.convDesc.get(), c.yDesc.get(), perf[i].algo, &bytes);
+                    ok = s == CUDNN_STATUS_SUCCESS;
+                }
+                if (!ok) TESSERA_CHECK(s);
+            }
+            need = std::max(need, bytes);
+        }
+        c.descBatch = -1;
+        return need;
+    }
+
+    // Picks each convolution's algorithm (once per distinct shape at the prepared batch:
+    // legacyAlgorithm) and checks it for every smaller batch, returning the workspace all of
+    // them need.
     std::size_t chooseAlgorithms(void* ws, std::size_t wsCap) {
         std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> chosen;
         std::size_t need = 0;
-        const cudnnMathType_t wantMath = dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
         for (ConvLayer& c : convs) {
-            const std::string key = c.key();
-            auto it = chosen.find(key);
-            if (it == chosen.end()) {
-                c.descBatch = -1;
-                c.math[static_cast<std::size_t>(maxBatch)] = wantMath;
-                setConvBatch(c, maxBatch);
-                // Real buffers for the benchmark: any activation region of the right size will do.
-                cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-                int returned = 0;
-                const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
-                const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
-                if (xBytes + yBytes > activationBytes) throw std::logic_error("conv benchmark buffers exceed the arena");
-                // TESSERA_CUDNN_FIND=0: heuristics instead of benchmarks (diagnostics, faster prepare).
-                const char* find = std::getenv("TESSERA_CUDNN_FIND");
-                if (find && std::string(find) == "0") {
-                    TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
-                                                                         c.convDesc.get(), c.yDesc.get(),
-                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-                    for (int i = 0; i < returned; ++i)
-                        if (perf[i].memory > wsCap) perf[i].status = CUDNN_STATUS_NOT_SUPPORTED;
-                } else {
-                    TESSERA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-                        cudnn.get(), c.xDesc.get(), actBase, c.wDesc.get(), wt(c.weight), c.convDesc.get(),
-                        c.yDesc.get(), actBase + alignUp(xBytes), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws,
-                        wsCap));
-                }
-                bool found = false;
-                for (int i = 0; i < returned && !found; ++i) {
-                    const cudnnConvolutionFwdAlgoPerf_t& p = perf[i];
-                    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
-                    if (dtype == DType::F32 && p.mathType != CUDNN_FMA_MATH) continue;
-                    it = chosen.emplace(key, std::make_pair(p.algo, p.mathType)).first;
-                    found = true;
-                }
-                if (!found)
-                    throw std::runtime_error("cuDNN offers no deterministic forward algorithm for " + c.name + " (" +
-                                             key + ", " + dtypeName(dtype) + ")");
-            }
-            for (int b = 1; b <= maxBatch; ++b) {
-                c.algo[static_cast<std::size_t>(b)] = it->second.first;
-                c.math[static_cast<std::size_t>(b)] = it->second.second;
-                c.descBatch = -1;
-                setConvBatch(c, b);
-                std::size_t bytes = 0;
-                cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
-                                                                          c.convDesc.get(), c.yDesc.get(),
-                                                                          it->second.first, &bytes);
-                if (s != CUDNN_STATUS_SUCCESS) {
-                    // Not usable at this batch: take the heuristics' first deterministic choice.
-                    c.math[static_cast<std::size_t>(b)] = wantMath;
-                    c.descBatch = -1;
-                    setConvBatch(c, b);
-                    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-                    int returned = 0;
-                    TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
-                                                                         c.convDesc.get(), c.yDesc.get(),
-                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-                    bool ok = false;
-                    for (int i = 0; i < returned && !ok; ++i) {
-                        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-                            perf[i].memory > wsCap)
-                            continue;
-                        if (dtype == DType::F32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-                        c.algo[static_cast<std::size_t>(b)] = perf[i].algo;
-                        c.math[static_cast<std::size_t>(b)] = perf[i].mathType;
-                        c.descBatch = -1;
-                        setConvBatch(c, b);
-                        s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
-                                                                    c.convDesc.get(), c.yDesc.get(), perf[i].algo, &bytes);
-                        ok = s == CUDNN_STATUS_SUCCESS;
-                    }
-                    if (!ok) TESSERA_CHECK(s);
-                }
-                need = std::max(need, bytes);
-            }
-            c.descBatch = -1;
+            auto it = chosen.find(c.key());
+            if (it == chosen.end()) it = chosen.emplace(c.key(), legacyAlgorithm(c, ws, wsCap)).first;
+            need = std::max(need, applyAlgorithm(c, it->second, wsCap));
         }
         return alignUp(need);
     }
 
-    // fp16/bf16: for each distinct (shape, scale) at the prepared batch, benchmarks the cuDNN
-    // graph API's deterministic plans against the legacy algorithm chosen above and keeps the
-    // faster. TESSERA_CUDNN_API=legacy keeps the legacy path everywhere (diagnostics).
-    // Returns the workspace the chosen graph plans need.
+    // A graph-API plan as the tuning cache names it ("engine=N", or `none` for no plan): the
+    // plan, or nullopt (with the choice rejected) when cuDNN no longer offers that engine.
+    std::optional<std::shared_ptr<GraphConv>> cachedPlan(const std::string& op, const char* none,
+                                                         const GraphConvShape& shape, std::size_t wsCap) {
+        const auto cached = cachedChoice(op);
+        if (!cached) return std::nullopt;
+        const auto id = parsePlanChoice(*cached, none);
+        if (!id) {
+            rejectCached(op, *cached, "not a plan choice");
+            return std::nullopt;
+        }
+        try {
+            std::shared_ptr<GraphConv> plan;
+            if (id->engine >= 0) plan = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap, 8, *id);
+            useCached(op, *cached);
+            return plan;
+        } catch (const std::exception& e) {
+            (void)cudaGetLastError();
+            rejectCached(op, *cached, e.what());
+            return std::nullopt;
+        }
+    }
+
+    // The median time of the legacy algorithm of c at the prepared batch on the arena's buffers.
+    double timeLegacy(ConvLayer& c, void* ws, std::size_t wsCap) {
+        const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+        void* x = actBase;
+        void* y = actBase + alignUp(xBytes);
+        c.descBatch = -1;
+        setConvBatch(c, maxBatch);
+        return medianGpuMs(stream.get(), 5, 1, [&] {
+            const float one = c.alpha, zero = 0.0f;
+            TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &one, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
+                                                  c.convDesc.get(), c.algo[static_cast<std::size_t>(maxBatch)], ws,
+                                                  wsCap, &zero, c.yDesc.get(), y));
+        });
+    }
+
+    // For one (shape, scale) at the prepared batch: the graph API's fastest deterministic plan
+    // when it beats the legacy algorithm chosen above, else null (legacy); (plan, legacy ms,
+    // graph ms), the times -1 when the choice came from the tuning cache.
+    using PlanChoice = std::tuple<std::shared_ptr<GraphConv>, double, double>;
+    PlanChoice graphPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
+        const std::string op = "graph conv " + shape.key();
+        if (auto plan = cachedPlan(op, "legacy", shape, wsCap)) return {*plan, -1.0, -1.0};
+        const double legacy = timeLegacy(c, ws, wsCap);
+        const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+        void* x = actBase;
+        void* y = actBase + alignUp(xBytes);
+        std::shared_ptr<GraphConv> graph;
+        double graphMs = -1;
+        try {
+            graph = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap);
+            graphMs = graph->benchmark(stream.get(), x, wt(c.weight), y, nullptr, nullptr, ws);
+        } catch (const std::exception& e) {
+            graph.reset();
+            (void)cudaGetLastError();
+            graphNotes += "  " + c.name + ": legacy only (" + e.what() + ")\n";
+        }
+        if (graph && !(graphMs < legacy)) graph.reset();
+        useNew(op, planChoice(graph, "legacy"), true);
+        return {graph, legacy, graphMs};
+    }
+
+    // For a conv with a bias (+ residual) epilogue: a plan with the epilogue fused when it beats
+    // the best unfused conv plus the epilogue kernel (timed on the same buffers), else null;
+    // (plan, epilogue ms, fused ms), the times -1 when the choice came from the tuning cache.
+    PlanChoice fusedPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
+        const std::string op = "fused conv " + shape.key();
+        if (auto plan = cachedPlan(op, "apart", shape, wsCap)) return {*plan, -1.0, -1.0};
+        const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+        const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
+        void* x = actBase;
+        void* y = actBase + alignUp(xBytes);
+        void* r = c.epilogueResidual && alignUp(xBytes) + 2 * alignUp(yBytes) <= activationBytes
+                      ? actBase + alignUp(xBytes) + alignUp(yBytes)
+                      : nullptr;
+        const double epilogueMs = medianGpuMs(stream.get(), 5, 1, [&] {
+            launchBiasResidual(dtype, y, true, wf(c.epilogueBias), r, static_cast<long long>(maxBatch) * c.ho * c.wo,
+                               c.cout, 1.0f, stream.get());
+        });
+        std::shared_ptr<GraphConv> fused;
+        double fusedMs = -1;
+        if (!c.epilogueResidual || r) {
+            try {
+                const auto t0 = std::chrono::steady_clock::now();
+                fused = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap);
+                fusedMs = fused->benchmark(stream.get(), x, wt(c.weight), y, wf(c.epilogueBias), r, ws);
+                fusedBuildMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            } catch (const std::exception& e) {
+                fused.reset();
+                (void)cudaGetLastError();
+                graphNotes += "  " + c.name + ": no fused epilogue (" + e.what() + ")\n";
+            }
+        }
+        // The unfused side: this layer's graph plan when it has one, else the legacy algorithm
+        // (timed here when its graph choice came from the cache).
+        const double convMs = c.graph ? (c.graphMs >= 0 ? c.graphMs : c.graph->benchmark(stream.get(), x, wt(c.weight), y,
+                                                                                         nullptr, nullptr, ws))
+                                      : (c.legacyMs >= 0 ? c.legacyMs : timeLegacy(c, ws, wsCap));
+        if (fused && !(fusedMs < convMs + epilogueMs)) fused.reset();
+        useNew(op, planChoice(fused, "apart"), true);
+        return {fused, epilogueMs, fusedMs};
+    }
+
+    // fp16/bf16: for each distinct (shape, scale) at the prepared batch, the graph API's plan or
+    // the legacy algorithm (graphPlanFor), and for convs with an epilogue, fused or apart
+    // (fusedPlanFor). TESSERA_CUDNN_API=legacy keeps the legacy path everywhere, and
+    // TESSERA_CUDNN_FUSE=0 the epilogues apart (diagnostics). Returns the workspace the chosen
+    // graph plans need.
     std::size_t chooseGraphConvs(void* ws, std::size_t wsCap) {
-        if (dtype == DType::F32 || envIs("TESSERA_CUDNN_API", "legacy")) return 0;
-        std::map<std::string, std::tuple<std::shared_ptr<GraphConv>, double, double>> chosen;
+        if (dtype == DType::F32 || settings.legacyOnly) return 0;
+        std::map<std::string, PlanChoice> chosen;
         std::size_t need = 0;
-        CudaEvent a = makeEvent(), b = makeEvent();
         for (ConvLayer& c : convs) {
             GraphConvShape shape;
             shape.dtype = dtype;
@@ -1338,108 +1584,26 @@ struct CudaBackend::Impl {
             shape.ho = c.ho;
             shape.wo = c.wo;
             shape.alpha = c.alpha;
-            const std::string key = shape.key();
-            auto it = chosen.find(key);
-            if (it == chosen.end()) {
-                const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
-                void* x = actBase;
-                void* y = actBase + alignUp(xBytes);
-                // Legacy time with the algorithm chosen above.
-                std::vector<float> legacy;
-                for (int r = 0; r < 6; ++r) {
-                    TESSERA_CHECK(cudaEventRecord(a.get(), stream.get()));
-                    c.descBatch = -1;
-                    setConvBatch(c, maxBatch);
-                    const float one = c.alpha, zero = 0.0f;
-                    TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &one, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
-                                                          c.convDesc.get(), c.algo[static_cast<std::size_t>(maxBatch)],
-                                                          ws, wsCap, &zero, c.yDesc.get(), y));
-                    TESSERA_CHECK(cudaEventRecord(b.get(), stream.get()));
-                    TESSERA_CHECK(cudaEventSynchronize(b.get()));
-                    float ms = 0;
-                    TESSERA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
-                    if (r > 0) legacy.push_back(ms);
-                }
-                std::sort(legacy.begin(), legacy.end());
-                const double legacyMs = legacy[legacy.size() / 2];
-                std::shared_ptr<GraphConv> graph;
-                double graphMs = -1;
-                try {
-                    graph = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap);
-                    graphMs = graph->benchmark(stream.get(), x, wt(c.weight), y, nullptr, nullptr, ws);
-                } catch (const std::exception& e) {
-                    graph.reset();
-                    (void)cudaGetLastError();
-                    graphNotes += "  " + c.name + ": legacy only (" + e.what() + ")\n";
-                }
-                if (graph && !(graphMs < legacyMs)) graph.reset();
-                it = chosen.emplace(key, std::make_tuple(graph, legacyMs, graphMs)).first;
-            }
-            c.graph = std::get<0>(it->second);
-            c.legacyMs = std::get<1>(it->second);
-            c.graphMs = std::get<2>(it->second);
+            auto it = chosen.find(shape.key());
+            if (it == chosen.end()) it = chosen.emplace(shape.key(), graphPlanFor(c, shape, ws, wsCap)).first;
+            std::tie(c.graph, c.legacyMs, c.graphMs) = it->second;
             c.descBatch = -1;
             if (c.graph) need = std::max(need, c.graph->workspaceBytes());
-            if (c.hasEpilogue && !envIs("TESSERA_CUDNN_FUSE", "0")) {
-                // Fused conv + bias (+ residual) against the best unfused conv plus the
-                // epilogue kernel, on the same buffers (x, y, residual regions of the arena).
-                shape.bias = true;
-                shape.residual = c.epilogueResidual;
-                // cuDNN's fused conv+bias+add engines compile at prepare time (NVRTC): about
-                // 0.5 s per distinct shape, 4-10 s per prepare, for 2-4% faster forwards (H100,
-                // docs/PERFORMANCE.md). Opt-in for long renders and benchmarks.
-                shape.allowRuntimeCompiled = envIs("TESSERA_CUDNN_RUNTIME_FUSION", "1");
-                const std::string fkey = shape.key();
-                auto fit = fusedChosen.find(fkey);
-                if (fit == fusedChosen.end()) {
-                    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
-                    const std::size_t yBytes =
-                        static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
-                    void* x = actBase;
-                    void* y = actBase + alignUp(xBytes);
-                    void* r = c.epilogueResidual && alignUp(xBytes) + 2 * alignUp(yBytes) <= activationBytes
-                                  ? actBase + alignUp(xBytes) + alignUp(yBytes)
-                                  : nullptr;
-                    std::vector<float> epi;
-                    for (int rep = 0; rep < 6; ++rep) {
-                        TESSERA_CHECK(cudaEventRecord(a.get(), stream.get()));
-                        launchBiasResidual(dtype, y, true, wf(c.epilogueBias), r,
-                                           static_cast<long long>(maxBatch) * c.ho * c.wo, c.cout, 1.0f, stream.get());
-                        TESSERA_CHECK(cudaEventRecord(b.get(), stream.get()));
-                        TESSERA_CHECK(cudaEventSynchronize(b.get()));
-                        float ms = 0;
-                        TESSERA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
-                        if (rep > 0) epi.push_back(ms);
-                    }
-                    std::sort(epi.begin(), epi.end());
-                    const double epilogueMs = epi[epi.size() / 2];
-                    std::shared_ptr<GraphConv> fused;
-                    double fusedMs = -1;
-                    if (!c.epilogueResidual || r) {
-                        try {
-                            const auto t0 = std::chrono::steady_clock::now();
-                            fused = std::make_shared<GraphConv>(cudnn.get(), shape, wsCap);
-                            fusedMs = fused->benchmark(stream.get(), x, wt(c.weight), y, wf(c.epilogueBias), r, ws);
-                            fusedBuildMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-                        } catch (const std::exception& e) {
-                            fused.reset();
-                            (void)cudaGetLastError();
-                            graphNotes += "  " + c.name + ": no fused epilogue (" + e.what() + ")\n";
-                        }
-                    }
-                    const double unfused = (c.graph ? c.graphMs : c.legacyMs) + epilogueMs;
-                    if (fused && !(fusedMs < unfused)) fused.reset();
-                    fit = fusedChosen.emplace(fkey, std::make_tuple(fused, epilogueMs, fusedMs)).first;
-                }
-                c.fused = std::get<0>(fit->second);
-                c.epilogueMs = std::get<1>(fit->second);
-                c.fusedMs = std::get<2>(fit->second);
-                if (c.fused) need = std::max(need, c.fused->workspaceBytes());
-            }
+            if (!c.hasEpilogue || !settings.fuse) continue;
+            shape.bias = true;
+            shape.residual = c.epilogueResidual;
+            // cuDNN's fused conv+bias+add engines compile at prepare time (NVRTC): about
+            // 0.5 s per distinct shape, 4-10 s per prepare, for 2-4% faster forwards (H100,
+            // docs/PERFORMANCE.md). Opt-in for long renders and benchmarks.
+            shape.allowRuntimeCompiled = settings.runtimeFusion;
+            auto fit = fusedChosen.find(shape.key());
+            if (fit == fusedChosen.end()) fit = fusedChosen.emplace(shape.key(), fusedPlanFor(c, shape, ws, wsCap)).first;
+            std::tie(c.fused, c.epilogueMs, c.fusedMs) = fit->second;
+            if (c.fused) need = std::max(need, c.fused->workspaceBytes());
         }
         return alignUp(need);
     }
-    std::map<std::string, std::tuple<std::shared_ptr<GraphConv>, double, double>> fusedChosen;
+    std::map<std::string, PlanChoice> fusedChosen;
     double fusedBuildMs = 0;
     std::string graphNotes;
 
@@ -1490,6 +1654,9 @@ struct CudaBackend::Impl {
         graphNotes.clear();
         fusedChosen.clear();
         fusedBuildMs = 0;
+        choicesUsed.clear();
+        tuningHits = tuningMisses = tuningRejected = 0;
+        tuningWarnings.clear();
         blob = WeightBlob();
         maxBatch = batch;
         tileH = h;
@@ -1572,19 +1739,24 @@ struct CudaBackend::Impl {
         for (const ConvLayer& c : convs) {
             s << "  " << c.name << " " << c.key() << ": " << algoName(c.algo[static_cast<std::size_t>(maxBatch)])
               << (c.math[static_cast<std::size_t>(maxBatch)] == CUDNN_FMA_MATH ? " (fma)" : "");
-            if (c.legacyMs > 0) {
-                s.precision(4);
-                s << " " << c.legacyMs << " ms; " << (c.graph ? c.graph->engineName() : std::string("graph API"))
-                  << " " << c.graphMs << " ms" << (c.graph ? " [graph]" : " [legacy]");
-                if (c.hasEpilogue)
-                    s << "; epilogue " << c.epilogueMs << " ms, fused " << c.fusedMs << " ms"
-                      << (c.fused ? " [fused: " + c.fused->engineName() + "]" : std::string(" [apart]"));
-                s.precision(1);
+            // Times where this prepare measured them (-1: not measured, or the tuning cache chose).
+            const auto ms = [](double v) { return v >= 0 ? std::to_string(v).substr(0, 6) + " ms" : std::string("-"); };
+            if (c.legacyMs != 0 || c.graph) {
+                s << " " << ms(c.legacyMs) << "; " << (c.graph ? c.graph->engineName() : std::string("graph API"))
+                  << " " << ms(c.graphMs) << (c.graph ? " [graph]" : " [legacy]")
+                  << (c.legacyMs < 0 && c.graphMs < 0 ? " (tuning cache)" : "");
+                if (c.hasEpilogue && (c.fused || c.epilogueMs != 0))
+                    s << "; epilogue " << ms(c.epilogueMs) << ", fused " << ms(c.fusedMs)
+                      << (c.fused ? " [fused: " + c.fused->engineName() + "]" : std::string(" [apart]"))
+                      << (c.epilogueMs < 0 && c.fusedMs < 0 ? " (tuning cache)" : "");
             }
             s << "\n";
         }
         s << graphNotes;
         s << "  fused-plan build + benchmark time " << fusedBuildMs << " ms\n";
+        s << "  tuning: " << tuningHits << " choices from the cache, " << tuningMisses << " timed, " << tuningRejected
+          << " refused; digest " << (choicesUsed.empty() ? std::string("none") : tuningDigest(choicesUsed)) << "\n";
+        for (const std::string& warning : tuningWarnings) s << "  " << warning << "\n";
         summary = s.str();
         prepared = true;
     }
@@ -1869,6 +2041,17 @@ void CudaBackend::setGraphs(bool enabled) {
     if (!impl_->graphsFailed) impl_->graphStats.mode = enabled ? "tile" : "off";
 }
 GraphStats CudaBackend::graphStats() const { return impl_->graphStats; }
+void CudaBackend::setTuningCache(TuningCache* cache) { impl_->tuningCache = cache; }
+TuningInfo CudaBackend::tuningInfo() const {
+    TuningInfo t;
+    t.hits = impl_->tuningHits;
+    t.misses = impl_->tuningMisses;
+    t.rejected = impl_->tuningRejected;
+    t.digest = tuningDigest(impl_->choicesUsed);
+    t.settings = impl_->settings.values;
+    return t;
+}
+std::vector<std::string> CudaBackend::tuningWarnings() const { return impl_->tuningWarnings; }
 std::vector<CudaBackend::OpTime> CudaBackend::profileOps(int batch, int repeats, bool inGraph) {
     return impl_->profileOps(batch, repeats, inGraph);
 }

@@ -24,6 +24,8 @@ struct CUstream_st;
 
 namespace tessera {
 
+class TuningCache;   // core/TuningCache.h
+
 // True when a CUDA device can be used; otherwise `why` (if given) says why
 // ("no CUDA device: <cudaGetErrorString>").
 bool cudaDeviceAvailable(std::string* why = nullptr);
@@ -105,6 +107,17 @@ public:
     // memory, so results are bit-identical either way.
     void setGraphs(bool enabled);
     GraphStats graphStats() const;
+
+    // Tuning: the choices prepare makes by timing (each conv shape's legacy cuDNN algorithm;
+    // fp16/bf16: graph-API plan or legacy, epilogue fused or apart) are looked up in `cache`
+    // first and used when cuDNN accepts them (else timed again, replaced, with a warning), and
+    // timed ones are stored in it; the caller saves it (TuningCache::save). nullptr (the
+    // default): every prepare times, as without a cache. Not owned; it must outlive prepare.
+    void setTuningCache(TuningCache* cache);
+    // The last prepare's hits, misses (timed choices), refused cached choices, the digest of
+    // every choice the plan uses, and the numerics-changing settings (cachePath left empty).
+    TuningInfo tuningInfo() const;
+    std::vector<std::string> tuningWarnings() const;   // the last prepare's refused cached choices
 
     // Diagnostics: GPU time of every op of the forward (CUDA events around each op; with
     // inGraph, event-record nodes inside one captured graph of the forward, free of host

@@ -136,6 +136,8 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         graphs_.clear(backend.stream());
         prepared_.reset();
         openRange(2, "prepare");
+        tuning_ = std::make_unique<TuningCache>(TuningCache::resolvePath(config.tuningCache));
+        backend.setTuningCache(tuning_.get());
         for (;;) {
             try {
                 backend.prepare(request.model, request.batchSize, request.tileH, request.tileW, lanes);
@@ -149,10 +151,17 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
                 shape.lanes = lanes;
             }
         }
+        backend.setTuningCache(nullptr);
+        tuning_->save();   // a failure is a warning (below), never the run's end
+        for (const std::string& w : backend.tuningWarnings()) record.messages.push_back(w);
+        for (const std::string& w : tuning_->warnings()) record.messages.push_back(w);
         closeRanges(2);
         prepared_ = shape;
         ++planEpoch_;
     }
+    // The choices of the plan in use (this prepare's, or the one it reuses).
+    record.tuning = backend.tuningInfo();
+    record.tuning.cachePath = tuning_ ? tuning_->path() : std::string();
     while (lanes > 1 && static_cast<int>(laneStreams_.size()) < lanes) laneStreams_.push_back(makeStream(false));
     if (!lanesGo_) lanesGo_ = makeEvent(false);
     while (forwardDone_.size() < static_cast<std::size_t>(request.batches)) {

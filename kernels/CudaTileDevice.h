@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "core/TileDevice.h"
+#include "core/TuningCache.h"
 #include "kernels/CudaBackend.h"
 #include "kernels/DeviceResources.h"
 #include "kernels/GraphCache.h"
@@ -118,6 +119,9 @@ private:
     // only ever added to) and the graph cache itself. Declared after the backend: destroyed before it.
     int device_ = 0;
     std::unique_ptr<CudaBackend> backend_;
+    // The tuning cache of the last prepare (RunConfig::tuningCache resolved), read fresh for
+    // every prepare so that choices other processes stored since are used.
+    std::unique_ptr<TuningCache> tuning_;
     struct Shape {
         std::uint64_t generation = 0;
         Precision precision = Precision::FP16;

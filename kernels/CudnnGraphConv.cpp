@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kernels/CudaCheck.h"
+#include "kernels/GpuTiming.h"
 #include "kernels/DeviceResources.h"
 
 namespace tessera {
@@ -120,6 +121,7 @@ struct GraphConv::Impl {
         Desc plan;
         std::int64_t workspace = 0;
         std::int64_t engineIndex = -1;
+        int ordinal = 0;   // among the usable configurations of that engine (PlanId)
         double ms = 0;
     };
     std::vector<Candidate> plans;
@@ -160,7 +162,8 @@ struct GraphConv::Impl {
     Desc scratch;
 };
 
-GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans)
+GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans,
+                     PlanId only)
     : impl_(std::make_unique<Impl>()) {
     Impl& s = *impl_;
     s.handle = handle;
@@ -250,7 +253,9 @@ GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::siz
     s.keep.push_back(std::move(convOp));
 
     // Heuristics (mode A), then the fallback list if A offers nothing usable.
+    std::map<std::int64_t, int> skipped;   // usable configurations passed over per engine (PlanId)
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+        skipped.clear();
         Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
         heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, s.graph)
             .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -292,6 +297,13 @@ GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::siz
             if (!usable) continue;
             std::int64_t engineIndex = -1;
             (void)cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &one, &engineIndex);
+            int ordinal = 0;
+            for (const Impl::Candidate& earlier : s.plans) ordinal += earlier.engineIndex == engineIndex ? 1 : 0;
+            ordinal += skipped[engineIndex];
+            if (only.engine >= 0 && (engineIndex != only.engine || ordinal != only.ordinal)) {
+                ++skipped[engineIndex];
+                continue;
+            }
             Impl::Candidate c;
             c.plan = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             c.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
@@ -303,11 +315,16 @@ GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::siz
                 continue;
             if (c.workspace < 0 || static_cast<std::size_t>(c.workspace) > workspaceCap) continue;
             c.engineIndex = engineIndex;
+            c.ordinal = ordinal;
             s.plans.push_back(std::move(c));
         }
         for (Desc& c : configs) s.keep.push_back(std::move(c));   // plans were made from them
         if (!s.plans.empty()) break;
     }
+    if (s.plans.empty() && only.engine >= 0)
+        throw std::runtime_error("cuDNN graph API: engine " + std::to_string(only.engine) + " (configuration " +
+                                 std::to_string(only.ordinal) + ") is not offered or not usable for convolution " +
+                                 shape.key());
     if (s.plans.empty())
         throw std::runtime_error("cuDNN graph API: no deterministic engine for convolution " + shape.key() + " (" +
                                  std::to_string(s.offered) + " offered)");
@@ -318,7 +335,6 @@ GraphConv::~GraphConv() = default;
 double GraphConv::benchmark(cudaStream_t stream, const void* x, const void* w, void* y, const float* bias,
                             const void* residual, void* workspace, int repeats) {
     Impl& s = *impl_;
-    CudaEvent a = makeEvent(), b = makeEvent();
     double best = -1;
     int bestIndex = 0;
     for (std::size_t i = 0; i < s.plans.size(); ++i) {
@@ -329,18 +345,8 @@ double GraphConv::benchmark(cudaStream_t stream, const void* x, const void* w, v
             c.ms = -1;
             continue;
         }
-        std::vector<float> times;
-        for (int r = 0; r < repeats; ++r) {
-            TESSERA_CHECK(cudaEventRecord(a.get(), stream));
-            TESSERA_CHECK(cudnnBackendExecute(s.handle, c.plan.get(), pack));
-            TESSERA_CHECK(cudaEventRecord(b.get(), stream));
-            TESSERA_CHECK(cudaEventSynchronize(b.get()));
-            float ms = 0;
-            TESSERA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
-            times.push_back(ms);
-        }
-        std::sort(times.begin(), times.end());
-        c.ms = times[times.size() / 2];
+        c.ms = medianGpuMs(stream, repeats, 0,
+                           [&] { TESSERA_CHECK(cudnnBackendExecute(s.handle, c.plan.get(), pack)); });
         if (best < 0 || c.ms < best) {
             best = c.ms;
             bestIndex = static_cast<int>(i);
@@ -367,6 +373,11 @@ std::string GraphConv::engineName() const {
     s << "graph engine " << impl_->plans[static_cast<std::size_t>(impl_->chosen)].engineIndex << " ("
       << impl_->plans.size() << " of " << impl_->offered << " candidates)";
     return s.str();
+}
+
+GraphConv::PlanId GraphConv::planId() const {
+    const Impl::Candidate& c = impl_->plans[static_cast<std::size_t>(impl_->chosen)];
+    return PlanId{c.engineIndex, c.ordinal};
 }
 
 int GraphConv::candidates() const { return static_cast<int>(impl_->plans.size()); }

@@ -31,12 +31,22 @@ struct GraphConvShape {
     std::string key() const;
 };
 
+// One execution plan of a GraphConv, as the tuning cache keeps it.
+struct GraphPlanId {
+    std::int64_t engine = -1;   // CUDNN_ATTR_ENGINE_GLOBAL_INDEX; -1 = none
+    int ordinal = 0;            // among the usable configurations of that engine, in heuristics order
+};
+
 class GraphConv {
 public:
     // Builds the operation graph and the deterministic execution plans the heuristics offer
     // (at most maxPlans) whose workspace fits workspaceCap. Throws std::runtime_error when
-    // none exists (the caller then keeps the legacy path).
-    GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans = 8);
+    // none exists (the caller then keeps the legacy path). With onlyEngine >= 0 (a choice from
+    // the tuning cache) only the plan that PlanId names is built, and chosen without a
+    // benchmark; it throws when the heuristics no longer offer it.
+    using PlanId = GraphPlanId;
+    GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans = 8,
+              PlanId only = {});
     ~GraphConv();
     GraphConv(const GraphConv&) = delete;
     GraphConv& operator=(const GraphConv&) = delete;
@@ -50,6 +60,7 @@ public:
 
     std::size_t workspaceBytes() const;
     std::string engineName() const;   // e.g. "graph engine 12 (of 9 candidates)"
+    PlanId planId() const;   // the chosen plan's engine and ordinal
     int candidates() const;
 
 private:

@@ -79,6 +79,9 @@ private slots:
         QCOMPARE(o.steps, 5);
         QCOMPARE(o.repeats, 2);
         QCOMPARE(o.csvPath, std::string("x.csv"));
+        QCOMPARE(o.tuningCache, std::string());
+        QCOMPARE(parseBenchOptions({"--shape", "cifar", "--tuning-cache", "off"}).tuningCache, std::string("off"));
+        QCOMPARE(parseBenchOptions({"--shape", "cifar", "--tuning-cache=/t/c.json"}).tuningCache, std::string("/t/c.json"));
     }
 
     void rejectsBadOptionsNamingTheField() {
@@ -95,6 +98,7 @@ private slots:
         QCOMPARE(expectValidationField({"--shape", "cifar", "--size", "64", "--width", "64"}), std::string("size"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--frobnicate", "1"}), std::string("option"));
         QCOMPARE(expectValidationField({"--shape", "cifar", "--steps"}), std::string("steps"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--tuning-cache", ""}), std::string("tuning_cache"));
     }
 
     // The diffusers google/ddpm models: 35,746,307 and 113,673,219 parameters.

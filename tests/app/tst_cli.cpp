@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QJsonDocument>
+#include <QJsonArray>
 #include <QJsonObject>
 #include <QProcess>
 #include <sys/types.h>
@@ -157,6 +158,9 @@ private slots:
         QTest::newRow("unknown command") << QStringList{"paint"} << "command:";
         QTest::newRow("preset missing") << QStringList{"plan", "--preset", "/nonexistent/p.json"} << "preset:";
         QTest::newRow("model missing") << QStringList{"info", "/nonexistent/model-dir"} << "model:";
+        QTest::newRow("tuning cache empty") << QStringList{"plan", "--tuning-cache", ""} << "tuning_cache:";
+        QTest::newRow("tuning cache too long") << QStringList{"plan", "--tuning-cache", QString(5000, 'p')}
+                                               << "tuning_cache:";
     }
     void badInputExitsTwoNamingTheField() {
         QFETCH(QStringList, args);
@@ -188,6 +192,13 @@ private slots:
         QCOMPARE(o.config.previewEvery, 0);
         QCOMPARE(o.outDir, std::string("/tmp/x"));
         QVERIFY(o.fieldsGiven.count("width") && o.fieldsGiven.count("batch") && !o.fieldsGiven.count("tile"));
+
+        o = parseCliOptions({"render", "--tuning-cache", "off"});
+        QCOMPARE(o.config.tuningCache, std::string("off"));
+        o = parseCliOptions({"render", "--tuning-cache=/tmp/t.json"});
+        QCOMPARE(o.config.tuningCache, std::string("/tmp/t.json"));
+        QVERIFY(o.fieldsGiven.count("tuning_cache"));
+        QVERIFY(QString::fromStdString(cliUsage(CliCommand::Render)).contains("--tuning-cache FILE|off"));
 
         o = parseCliOptions({"info", "/some/model", "--tile", "32"});
         QVERIFY(o.command == CliCommand::Info);
@@ -316,6 +327,58 @@ private slots:
         QFile json(out.filePath(runId + ".json"));
         QVERIFY(json.open(QIODevice::ReadOnly));
         QCOMPARE(json.readAll(), manifestText);
+    }
+
+    // --preset takes a render's manifest: the same settings, the same image; a manifest whose
+    // recorded tuning choices this run does not make gets a note (stderr and the new manifest).
+    void renderFromManifest() {
+        const QString model = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+        if (!QFileInfo::exists(model + "/config.json")) QSKIP("tests/data/models/cifar_like is not there");
+        QTemporaryDir out;
+        const auto manifestIn = [](const QString& dir) -> QJsonObject {
+            const QStringList files = QDir(dir).entryList({"*.json"}, QDir::Files);
+            if (files.size() != 1) return {};
+            QFile f(dir + "/" + files.front());
+            return f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object() : QJsonObject{};
+        };
+        const CliRun first = runCli({"render", "--model", model, "--width", "40", "--height", "32", "--tile", "32",
+                                     "--overlap", "8", "--steps", "2", "--backend", "cpu", "--seed", "5", "--out",
+                                     out.filePath("1")});
+        QVERIFY2(first.exitCode == 0, qPrintable(describe(first)));
+        QJsonObject manifest = manifestIn(out.filePath("1"));
+        QVERIFY(manifest.contains("tuning"));
+        QCOMPARE(manifest["tuning"].toObject()["digest"].toString(), QString());   // the CPU times nothing
+        QFile saved(out.filePath("m.json"));
+        QVERIFY(saved.open(QIODevice::WriteOnly));
+        saved.write(QJsonDocument(manifest).toJson());
+        saved.close();
+        const CliRun again = runCli({"render", "--preset", out.filePath("m.json"), "--out", out.filePath("2")});
+        QVERIFY2(again.exitCode == 0, qPrintable(describe(again)));
+        QVERIFY2(!again.err.contains("tuning:"), qPrintable(describe(again)));
+        QCOMPARE(manifestIn(out.filePath("2"))["image_sha256"].toString(), manifest["image_sha256"].toString());
+
+        QJsonObject tuning = manifest["tuning"].toObject();
+        tuning["digest"] = "00112233aabbccdd";
+        manifest["tuning"] = tuning;
+        QVERIFY(saved.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        saved.write(QJsonDocument(manifest).toJson());
+        saved.close();
+        const CliRun noted = runCli({"render", "--preset", out.filePath("m.json"), "--out", out.filePath("3")});
+        QVERIFY2(noted.exitCode == 0, qPrintable(describe(noted)));
+        QVERIFY2(noted.err.contains("note: tuning: this run's choices (digest none) differ from its manifest's "
+                                    "(00112233aabbccdd)"),
+                 qPrintable(describe(noted)));
+        const QJsonObject third = manifestIn(out.filePath("3"));
+        QCOMPARE(third["image_sha256"].toString(), manifest["image_sha256"].toString());
+        QVERIFY(QJsonDocument(third["messages"].toArray()).toJson().contains("differ from its manifest"));
+
+        // A damaged manifest is named as the preset (exit 2).
+        manifest["tuning"] = QJsonArray{1};
+        QVERIFY(saved.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        saved.write(QJsonDocument(manifest).toJson());
+        saved.close();
+        const CliRun bad = runCli({"render", "--preset", out.filePath("m.json"), "--out", out.filePath("4")});
+        QVERIFY2(bad.exitCode == 2 && bad.err.contains("preset:") && bad.err.contains("tuning"), qPrintable(describe(bad)));
     }
 };
 

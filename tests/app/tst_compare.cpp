@@ -177,6 +177,16 @@ private slots:
         QVERIFY(c.b.graphs == GraphMode::Step);
         QCOMPARE(c.b.steps, 3);
         QCOMPARE(c.b.tileBatch, 16);
+        QCOMPARE(c.a.tuningCache, std::string());
+        QCOMPARE(c.tuningDigestA, std::string());   // a settings file has no choices
+        QCOMPARE(c.tuningDigestB, std::string());   // a manifest that recorded none
+
+        // A manifest's recorded tuning choices come along with its config.
+        record.tuning.digest = "00112233aabbccdd";
+        writeText(b, manifestJson(record).dump(2));
+        const ComparedConfigs tuned = compareConfigs(parseCompareOptions({a.toStdString(), b.toStdString()}));
+        QCOMPARE(tuned.tuningDigestB, std::string("00112233aabbccdd"));
+        QCOMPARE(tuned.tuningDigestA, std::string());
 
         // A bad file is named; a bad key inside it too.
         const QString broken = dir.filePath(QStringLiteral("broken.json"));
@@ -358,6 +368,20 @@ private slots:
         QCOMPARE(s["pixels"]["bit_identical"].get<bool>(), true);  // batch 1 vs 4 on the CPU
         QCOMPARE(s["b"]["config"]["batch"].get<int>(), 4);
         QVERIFY2(!r.err.contains(QStringLiteral("warm-up pair 1/")), qPrintable(r.err));  // --warmup 0
+        QVERIFY2(!r.out.contains(QStringLiteral("tuning:")), qPrintable(r.out));  // same (no) choices: no note
+
+        // A manifest whose recorded choices this run does not make (here: the CPU makes none) is
+        // said to be so, on the side it belongs to.
+        nlohmann::json edited = readJson(manifest);
+        edited["tuning"]["digest"] = "00112233aabbccdd";
+        const QString other = dir.filePath(QStringLiteral("other.manifest"));
+        writeText(other, edited.dump(2));
+        const CliRun noted = runCli({"compare", manifest, other, "--repeats", "1", "--warmup", "0"});
+        QVERIFY2(noted.exitCode == 0, qPrintable(describe(noted)));
+        QVERIFY2(noted.out.contains(QRegularExpression(
+                     "note B +tuning: this run's choices \\(digest none\\) differ from its manifest's \\(00112233aabbccdd\\)")),
+                 qPrintable(describe(noted)));
+        QVERIFY2(!noted.out.contains(QStringLiteral("note A           tuning:")), qPrintable(describe(noted)));
     }
 
     void badInputExitsWithTwo() {

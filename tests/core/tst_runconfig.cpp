@@ -350,6 +350,7 @@ private slots:
         c.strength = 0.65;
         c.preserveColor = true;
         c.label = "church \"wide\"";
+        c.tuningCache = "/tmp/tuning.json";
 
         const nlohmann::json j = toJson(c);
         // Through text, as a file would carry it.
@@ -390,6 +391,7 @@ private slots:
         QCOMPARE(back.strength, 0.65);
         QCOMPARE(back.preserveColor, true);
         QCOMPARE(back.label, c.label);
+        QCOMPARE(back.tuningCache, c.tuningCache);
         QCOMPARE(toJson(back), j);
 
         // Field names are the CLI's; floats are written in their short form.
@@ -420,6 +422,26 @@ private slots:
         r = jsonRejection(R"({"scheduler_options": {"etaa": 0}})");
         QCOMPARE(r.field, std::string("scheduler_options.etaa"));
         QVERIFY2(contains(r.message, "scheduler_options.etaa: unknown key"), r.message.c_str());
+    }
+
+    void knownKeysListEveryField() {
+        // Every key toJson writes is one runConfigFromJson reads, and the unknown-key message
+        // lists them all (lanes was missing from that list; tuning_cache is new).
+        const Rejection r = jsonRejection(R"({"nope": 1})");
+        const nlohmann::json keys = toJson(RunConfig{});
+        for (const auto& item : keys.items())
+            QVERIFY2(contains(r.message, item.key()), (item.key() + " missing from: " + r.message).c_str());
+        const RunConfig off = runConfigFromJson(nlohmann::json::parse(R"({"tuning_cache": "off"})"));
+        QCOMPARE(off.tuningCache, std::string("off"));
+        QCOMPARE(RunConfig{}.tuningCache, std::string());
+        const Rejection wrong = jsonRejection(R"({"tuning_cache": false})");
+        QCOMPARE(wrong.field, std::string("tuning_cache"));
+        QVERIFY2(contains(wrong.message, "tuning_cache: expected a string"), wrong.message.c_str());
+        RunConfig longPath;
+        longPath.tuningCache = std::string(5000, 'p');
+        bool named = false;
+        for (const ValidationError& e : validateAll(longPath)) named = named || e.field() == "tuning_cache";
+        QVERIFY(named);
     }
 
     void jsonWrongTypesAreNamed() {

@@ -29,6 +29,12 @@ RunRecord sampleRecord() {
     r.modelName = "ddpm-cifar10-32";
     r.modelHash = std::string(64, 'a');
     r.environment = {"0.1.0", "cuda", "NVIDIA H100", "CUDA 12.4, cuDNN 9", "box", 16};
+    r.tuning.cachePath = "/home/u/.cache/tessera/tuning.json";
+    r.tuning.hits = 7;
+    r.tuning.misses = 2;
+    r.tuning.rejected = 1;
+    r.tuning.digest = "0123456789abcdef";
+    r.tuning.settings = {{"TESSERA_CUDNN_FUSE", "0"}, {"TESSERA_CUDA_BETA", ""}};
     r.tileCount = 3;
     r.tileW = 64;
     r.tileH = 48;
@@ -185,6 +191,13 @@ private slots:
         QCOMPARE(back.steps[0].graph, std::string("capture"));
         QCOMPARE(back.steps[0].captured, true);
         QCOMPARE(back.steps[1].captured, false);
+        QCOMPARE(back.tuning.cachePath, r.tuning.cachePath);
+        QCOMPARE(back.tuning.hits, 7);
+        QCOMPARE(back.tuning.misses, 2);
+        QCOMPARE(back.tuning.rejected, 1);
+        QCOMPARE(back.tuning.digest, r.tuning.digest);
+        QVERIFY(back.tuning.settings == r.tuning.settings);
+        QCOMPARE(j.at("tuning").at("settings").at("TESSERA_CUDNN_FUSE").get<std::string>(), std::string("0"));
         QCOMPARE(back.memoryPlan.totalMiB, 351.5);
         QCOMPARE(back.prepareMs, 10.0);
         QCOMPARE(back.totalMs, 9.0);
@@ -212,6 +225,31 @@ private slots:
         } catch (const std::runtime_error& e) {
             QVERIFY2(QString(e.what()).contains("batches[1].gpu_ms"), e.what());
         }
+        for (const char* key : {"hits", "digest", "settings"}) {
+            j = manifestJson(sampleRecord());
+            j["tuning"][key] = nlohmann::json::array();
+            try {
+                runRecordFromManifest(j);
+                QFAIL("a wrong-typed tuning entry was accepted");
+            } catch (const std::runtime_error& e) {
+                QVERIFY2(QString(e.what()).contains(QString("tuning.") + key), e.what());
+            }
+        }
+        j = manifestJson(sampleRecord());
+        j["tuning"]["settings"]["TESSERA_CUDNN_FIND"] = 0;
+        try {
+            runRecordFromManifest(j);
+            QFAIL("a number as a setting was accepted");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains("tuning.settings.TESSERA_CUDNN_FIND"), e.what());
+        }
+        // A manifest from before the tuning cache (no "tuning") reads as no cache, no choices.
+        j = manifestJson(sampleRecord());
+        j.erase("tuning");
+        const RunRecord old = runRecordFromManifest(j);
+        QCOMPARE(old.tuning.cachePath, std::string());
+        QCOMPARE(old.tuning.digest, std::string());
+        QVERIFY(old.tuning.settings.empty());
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::array()));
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::object()));
     }
