@@ -16,6 +16,7 @@
 // sinusoid: 1e-3 at every precision (its float32 argument at t ~ 1000 carries ~1e-4 rad, and
 // the device's expf/sinf are within 2 ulp where the host's are correctly rounded).
 //
+// TESSERA_BACKENDOPS_SHARD=i/n runs every n-th op from the i-th (parallel processes).
 // Perf mode: TESSERA_BACKENDOPS_PERF=1 prints, per op and precision, the GPU time of the op
 // (median of 20 replays, event nodes in a captured graph), the bytes it must move (inputs,
 // output, parameters) as GB/s, and its FLOPs as TFLOP/s. TESSERA_BACKENDOPS_BATCH sets the
@@ -274,6 +275,19 @@ class TestBackendOps : public QObject {
                     cases_.push_back(std::move(c));
                 }
         }
+        // TESSERA_BACKENDOPS_SHARD=i/n keeps every n-th case from the i-th (0-based): the CPU
+        // reference at SD shapes takes minutes on one core, so a GPU session runs n processes.
+        const QByteArray shard = qgetenv("TESSERA_BACKENDOPS_SHARD");
+        const int slash = shard.indexOf('/');
+        if (slash > 0) {
+            const int index = shard.left(slash).toInt(), count = shard.mid(slash + 1).toInt();
+            if (count > 0 && index >= 0 && index < count) {
+                std::vector<OpCase> kept;
+                for (std::size_t i = 0; i < cases_.size(); ++i)
+                    if (static_cast<int>(i % static_cast<std::size_t>(count)) == index) kept.push_back(std::move(cases_[i]));
+                cases_ = std::move(kept);
+            }
+        }
     }
 
 private slots:
@@ -284,6 +298,10 @@ private slots:
         // Every op kind the graph declares is covered.
         std::set<OpKind> kinds;
         for (const OpCase& c : cases_) kinds.insert(c.kind);
+        if (!qgetenv("TESSERA_BACKENDOPS_SHARD").isEmpty()) {
+            qInfo("shard %s: %zu ops", qgetenv("TESSERA_BACKENDOPS_SHARD").constData(), cases_.size());
+            return;  // kind coverage is a property of the whole list
+        }
         for (OpKind k : {OpKind::Affine, OpKind::SiLU, OpKind::Add, OpKind::ScaleShift, OpKind::TimestepEmbedding,
                          OpKind::Linear, OpKind::Conv, OpKind::GroupNorm, OpKind::Attention, OpKind::Concat,
                          OpKind::Upsample, OpKind::ToTokens, OpKind::ToFeatureMap, OpKind::LayerNorm, OpKind::GEGLU,
@@ -339,6 +357,8 @@ private slots:
         QTest::newRow("fp16") << 1;
     }
     void layerByLayer() {
+        const QByteArray shard = qgetenv("TESSERA_BACKENDOPS_SHARD");
+        if (!shard.isEmpty() && !shard.startsWith("0/")) QSKIP("runs in shard 0 only");
         QFETCH(int, precision);
         const Precision prec = static_cast<Precision>(precision);
         const ModelCase& m = models_.at(2);  // the variant: every branch, centred input included

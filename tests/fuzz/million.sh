@@ -33,6 +33,6 @@ one() {
   rm -rf "$work"
 }
 for t in "${targets[@]}"; do
-  if [ -n "${PARALLEL:-}" ]; then one "$t" > "/tmp/million-$t.txt" 2>&1 & else one "$t"; fi
+  if [ -n "${PARALLEL:-}" ]; then one "$t" & else one "$t"; fi  # each prints its line when it ends
 done
-if [ -n "${PARALLEL:-}" ]; then wait; for t in "${targets[@]}"; do cat "/tmp/million-$t.txt"; done; fi
+wait
