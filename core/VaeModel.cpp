@@ -38,10 +38,11 @@ void checkInput(const HostTensor& t, const char* what, std::int64_t channels, st
     const std::int64_t maxSide = kMaxImageSide / scale / multiple * multiple;
     for (const std::int64_t side : {h, w})
         if (side < multiple || side > maxSide || side % multiple != 0)
-            throw std::invalid_argument(name + ": " + std::to_string(h) + " x " + std::to_string(w) +
-                                        "; each side must be a multiple of " + std::to_string(multiple) +
-                                        " (the VAE's scale factor) from " + std::to_string(multiple) + " to " +
-                                        std::to_string(maxSide));
+            throw std::invalid_argument(
+                name + ": " + std::to_string(h) + " x " + std::to_string(w) + "; each side must be " +
+                (multiple > 1 ? "a multiple of " + std::to_string(multiple) + " (the VAE's scale factor) " : "") +
+                "from " + std::to_string(multiple) + " to " + std::to_string(maxSide) + " (images up to " +
+                std::to_string(kMaxImageSide) + " px)");
     if (static_cast<std::int64_t>(t.data.size()) != t.numel())
         throw std::invalid_argument(name + ": " + std::to_string(t.data.size()) + " values for shape " +
                                     shapeToString(t.shape));

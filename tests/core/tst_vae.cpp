@@ -499,9 +499,9 @@ private slots:
                        "latent: shape [4, 4, 4]; expected [batch, 4, height, width]");
         EXPECT_MESSAGE(errorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 0, 4}, 1)); }), "latent: 0 x 4");
         EXPECT_MESSAGE(errorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 4, 9000}, 1)); }),
-                       "each side must be a multiple of 1 (the VAE's scale factor) from 1 to 8192");
+                       "latent: 4 x 9000; each side must be from 1 to 8192 (images up to 16384 px)");
         EXPECT_MESSAGE(errorOf([&] { (void)vae.encode(cpu, randomTensor({1, 3, 6, 7}, 1)); }),
-                       "image: 6 x 7; each side must be a multiple of 2");
+                       "image: 6 x 7; each side must be a multiple of 2 (the VAE's scale factor) from 2 to 16384");
         HostTensor shortData = randomTensor({1, 3, 4, 4}, 1);
         shortData.data.pop_back();
         EXPECT_MESSAGE(errorOf([&] { (void)vae.encode(cpu, shortData); }), "image: 47 values for shape [1, 3, 4, 4]");
