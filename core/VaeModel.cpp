@@ -83,6 +83,22 @@ HostTensor momentsHalf(const HostTensor& moments, bool logvar) {
     return channelSlice(moments, logvar ? half : 0, half);
 }
 
+// f(value, mean, std) over every element of [B, C, h, w], with the channel's statistics
+// (0 and 1 when the config has none).
+template <class F>
+HostTensor perChannel(const VaeConfig& c, HostTensor t, F f) {
+    if (t.shape.size() != 4 || t.shape[1] != c.latentChannels || static_cast<std::int64_t>(t.data.size()) != t.numel())
+        throw std::invalid_argument("latents: shape " + shapeToString(t.shape) + "; expected [batch, " +
+                                    std::to_string(c.latentChannels) + ", height, width] with its values");
+    const std::int64_t plane = t.shape[2] * t.shape[3];
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+        const auto ch = static_cast<std::size_t>(i / plane % c.latentChannels);
+        float& v = t.data[static_cast<std::size_t>(i)];
+        v = f(v, c.latentsMean ? (*c.latentsMean)[ch] : 0.0f, c.latentsStd ? (*c.latentsStd)[ch] : 1.0f);
+    }
+    return t;
+}
+
 }  // namespace
 
 VaeConfig readVaeConfig(const std::string& dir, std::string* vaeDir) {
@@ -172,6 +188,20 @@ HostTensor posteriorLogvar(const HostTensor& moments) {
     HostTensor logvar = momentsHalf(moments, true);
     for (float& v : logvar.data) v = std::clamp(v, -30.0f, 20.0f);
     return logvar;
+}
+
+HostTensor scaleLatents(const VaeConfig& c, HostTensor z) {
+    const float sf = c.scalingFactor;
+    if (c.latentsMean && c.latentsStd)
+        return perChannel(c, std::move(z), [sf](float v, float mean, float std) { return (v - mean) * sf / std; });
+    return perChannel(c, std::move(z), [sf](float v, float, float) { return sf * v; });
+}
+
+HostTensor unscaleLatents(const VaeConfig& c, HostTensor latents) {
+    const float sf = c.scalingFactor;
+    if (c.latentsMean && c.latentsStd)
+        return perChannel(c, std::move(latents), [sf](float v, float mean, float std) { return v * std / sf + mean; });
+    return perChannel(c, std::move(latents), [sf](float v, float, float) { return v / sf; });
 }
 
 }  // namespace tessera

@@ -70,4 +70,14 @@ private:
 HostTensor posteriorMean(const HostTensor& moments);
 HostTensor posteriorLogvar(const HostTensor& moments);
 
+// The pipelines' latent scaling (§4.5), per element in float32 and in diffusers' order of
+// operations, on [B, latent_channels, h, w]:
+//   scaleLatents (after encode):    z * scaling_factor, or (z - mean) * scaling_factor / std
+//   unscaleLatents (before decode): latents / scaling_factor, or latents * std / scaling_factor + mean
+// with mean/std the config's latents_mean/latents_std per channel, used only when both are set
+// (as the SDXL pipelines do; SD 1.x/2.x files have neither). shift_factor is not used (SD
+// pipelines ignore it). Throws std::invalid_argument for a tensor of another channel count.
+HostTensor scaleLatents(const VaeConfig&, HostTensor z);
+HostTensor unscaleLatents(const VaeConfig&, HostTensor latents);
+
 }  // namespace tessera

@@ -535,6 +535,59 @@ private slots:
         QCOMPARE(logvar.data[3], moments.data[4 * 35 + 3]);
     }
 
+    // The CPU backend's promise: the same bits on any thread count.
+    void decodeBitsIndependentOfThreads() {
+        const VaeConfig c = tinyConfig();
+        const VaeModel vae = VaeModel::fromTensors(c, randomWeights(c));
+        const HostTensor z = randomTensor({1, 4, 6, 5}, 9);
+        CpuBackend one(1), three(3);
+        QVERIFY(vae.decode(one, z).data == vae.decode(three, z).data);
+        const HostTensor image = randomTensor({1, 3, 12, 10}, 10);
+        QVERIFY(vae.encode(one, image).data == vae.encode(three, image).data);
+    }
+
+    void latentScaling() {
+        VaeConfig c = vaeConfigFromJson(nlohmann::json::parse(kSdConfig));
+        const HostTensor z{{1, 4, 1, 2}, {1.0f, -2.0f, 0.5f, 4.0f, 3.0f, 0.0f, -1.0f, 8.0f}};
+        const HostTensor scaled = scaleLatents(c, z);
+        QCOMPARE(scaled.shape, z.shape);
+        QCOMPARE(scaled.data[0], 0.18215f);
+        QCOMPARE(scaled.data[1], -2.0f * 0.18215f);
+        const HostTensor back = unscaleLatents(c, scaled);
+        QCOMPARE(back.data[7], 8.0f * 0.18215f / 0.18215f);
+        for (std::size_t i = 0; i < z.data.size(); ++i) QVERIFY(std::abs(back.data[i] - z.data[i]) <= 1e-6f);
+        // SDXL-style statistics per channel, used only when both are set.
+        c.latentsMean = std::vector<float>{0.5f, 1.0f, 0.0f, -1.0f};
+        QCOMPARE(scaleLatents(c, z).data, scaled.data);
+        c.latentsStd = std::vector<float>{2.0f, 4.0f, 1.0f, 0.5f};
+        const HostTensor s2 = scaleLatents(c, z);
+        QCOMPARE(s2.data[0], (1.0f - 0.5f) * 0.18215f / 2.0f);  // channel 0
+        QCOMPARE(s2.data[2], (0.5f - 1.0f) * 0.18215f / 4.0f);  // channel 1
+        QCOMPARE(s2.data[7], (8.0f + 1.0f) * 0.18215f / 0.5f);  // channel 3
+        const HostTensor u2 = unscaleLatents(c, s2);
+        QCOMPARE(u2.data[2], s2.data[2] * 4.0f / 0.18215f + 1.0f);
+        for (std::size_t i = 0; i < z.data.size(); ++i) QVERIFY(std::abs(u2.data[i] - z.data[i]) <= 1e-5f);
+        EXPECT_MESSAGE(errorOf([&] { (void)unscaleLatents(c, HostTensor{{1, 3, 1, 1}, {0, 0, 0}}); }),
+                       "latents: shape [1, 3, 1, 1]; expected [batch, 4, height, width]");
+    }
+
+    // TESSERA_CPU_BENCH=1: an SD-shaped decoder (83.7 M parameters, random weights) at 256 x 256.
+    void benchSdDecoder() {
+        if (!qEnvironmentVariableIsSet("TESSERA_CPU_BENCH")) QSKIP("set TESSERA_CPU_BENCH=1 to measure");
+        const VaeConfig c = vaeConfigFromJson(nlohmann::json::parse(kSdConfig));
+        const VaeModel vae = VaeModel::fromTensors(c, randomWeights(c));
+        CpuBackend cpu(0);
+        const HostTensor z = randomTensor({1, 4, 32, 32}, 5);
+        QElapsedTimer timer;
+        timer.start();
+        const HostTensor image = vae.decode(cpu, z);
+        const double ms = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+        qInfo("SD VAE decode 256x256 on %s: %.0f ms (prepare + run), %.1f GFLOP/s, activations+scratch %.0f MiB",
+              cpu.info().device.c_str(), ms, vae.decoderFlops(256, 256) / ms / 1e6,
+              static_cast<double>(cpu.preparedFloats()) * 4.0 / 1048576.0);
+        QCOMPARE(image.shape, (Shape{1, 3, 256, 256}));
+    }
+
     // --- diffusers' outputs (tests/data/vae) -----------------------------------------------
 
     void fixtureTensorListsMatch_data() {
