@@ -606,6 +606,14 @@ private slots:
         QCOMPARE(nameShapes(VaeModel::expectedTensors(config)), nameShapes(stored));
         std::ifstream in(kFixtures + "/cases.json");
         const nlohmann::json cases = nlohmann::json::parse(in).at("cases").at(name.toStdString());
+        // Every key the script gave AutoencoderKL reads back (floats as float32).
+        const nlohmann::json ours = toJson(config);
+        for (const auto& [key, value] : cases.at("config").items()) {
+            const nlohmann::json& got = ours.at(key);
+            const bool same = value.is_number_float() ? static_cast<float>(got.get<double>()) == value.get<float>()
+                                                      : got == value;
+            QVERIFY2(same, qPrintable(QString::fromStdString(key + ": " + got.dump() + " vs " + value.dump())));
+        }
         const VaeModel vae = VaeModel::load(dir);
         QCOMPARE(vae.parameterCount(), cases.at("parameter_count").get<std::int64_t>());
         QCOMPARE(VaeModel::expectedTensors(config).size(), cases.at("tensor_count").get<std::size_t>());
