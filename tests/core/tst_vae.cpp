@@ -24,8 +24,10 @@
 #include "core/VaeConfig.h"
 #include "core/VaeGraph.h"
 #include "core/VaeModel.h"
+#include "tests/core/ModelTestSupport.h"
 
 using namespace tessera;
+using namespace model_test;
 using Shape = std::vector<std::int64_t>;
 
 namespace {
@@ -95,44 +97,6 @@ HostTensor randomTensor(Shape shape, std::uint32_t seed) {
         x = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
     }
     return t;
-}
-
-std::string errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-// The message and whether it was a ModelError (the loader's error type).
-std::string modelErrorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const ModelError& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("<not a ModelError> ") + e.what();
-    }
-    return "<no error>";
-}
-
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
-
-std::map<std::string, SafetensorsTensorData> encode(const std::map<std::string, HostTensor>& tensors,
-                                                    SafetensorsDtype dtype = SafetensorsDtype::F32) {
-    std::map<std::string, SafetensorsTensorData> out;
-    for (const auto& [name, t] : tensors) out[name] = {dtype, t.shape, encodeFloats(dtype, t.data)};
-    return out;
-}
-
-void writeText(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
 }
 
 std::set<std::string> nameShapes(const TensorList& list) {
@@ -277,11 +241,11 @@ private slots:
         QFETCH(QString, part2);
         nlohmann::json j = tinyConfigJson();
         j.merge_patch(nlohmann::json::parse(patch.toStdString()));
-        const std::string m = errorOf([&] { (void)vaeConfigFromJson(j); });
+        const std::string m = configErrorOf([&] { (void)vaeConfigFromJson(j); });
         EXPECT_MESSAGE(m, "config.json: ");
         EXPECT_MESSAGE(m, part1.toStdString());
         EXPECT_MESSAGE(m, part2.toStdString());
-        EXPECT_MESSAGE(errorOf([] { (void)vaeConfigFromJson(nlohmann::json::array()); }), "expected a JSON object");
+        EXPECT_MESSAGE(configErrorOf([] { (void)vaeConfigFromJson(nlohmann::json::array()); }), "expected a JSON object");
     }
 
     // --- the graphs ----------------------------------------------------------------------
@@ -348,7 +312,7 @@ private slots:
         QCOMPARE(enc.shape(enc.outputs()[0], 1, 64, 80), (Shape{1, 8, 8, 10}));
         QCOMPARE(dec.downsampleFactor(), 8);
         QCOMPARE(enc.downsampleFactor(), 8);
-        EXPECT_MESSAGE(errorOf([&] { dec.checkTileSize(60, 80); }), "tile height 60 is not a positive multiple of 8");
+        EXPECT_MESSAGE(configErrorOf([&] { dec.checkTileSize(60, 80); }), "tile height 60 is not a positive multiple of 8");
         // The fused graphs keep inputs, outputs and parameters.
         const ModelGraph fused = vaeDecoderExecutionGraph(c);
         QVERIFY(fused.ops().size() < dec.ops().size());
@@ -357,11 +321,11 @@ private slots:
         // A config the graph cannot be built from names the key.
         VaeConfig bad = c;
         bad.normNumGroups = 48;
-        EXPECT_MESSAGE(modelErrorOf([&] { (void)VaeModel::expectedTensors(bad); }),
+        EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::expectedTensors(bad); }),
                        "config.json: norm_num_groups: 48 does not divide 128 channels of encoder.down_blocks.0.resnets.0.norm1");
         bad = c;
         bad.blockOutChannels.clear();
-        EXPECT_MESSAGE(modelErrorOf([&] { (void)VaeModel::expectedTensors(bad); }), "block_out_channels: 0 levels");
+        EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::expectedTensors(bad); }), "block_out_channels: 0 levels");
     }
 
     // One level (scale factor 1), so every conv runs at H x W pixels: conv_in 4->8, the mid
@@ -389,7 +353,7 @@ private slots:
         // Doubling both sides: convs x4, the attention's N^2 part x16.
         QVERIFY(buildVaeDecoderGraph(sd).flops(1024, 1024) > 4.0 * decoder);
         const VaeModel two = VaeModel::fromTensors(tinyConfig(), randomWeights(tinyConfig()));
-        EXPECT_MESSAGE(errorOf([&] { (void)two.decoderFlops(13, 20); }), "tile height 13 is not a positive multiple of 2");
+        EXPECT_MESSAGE(configErrorOf([&] { (void)two.decoderFlops(13, 20); }), "tile height 13 is not a positive multiple of 2");
     }
 
     // --- loading -------------------------------------------------------------------------
@@ -405,14 +369,10 @@ private slots:
                 QVERIFY(vae.extraTensors().empty());
                 for (const auto& [name, t] : weights) {
                     std::vector<float> expected = t.data;
-                    for (float& x : expected)
-                        x = dtype == SafetensorsDtype::F16    ? halfToFloat(floatToHalf(x))
-                            : dtype == SafetensorsDtype::BF16 ? bfloat16ToFloat(floatToBfloat16(x))
-                                                              : x;
+                    for (float& x : expected) x = storedAs(dtype, x);
                     QCOMPARE(vae.tensors().at(name).data, expected);
                 }
-                std::ifstream in(dir + (pipeline ? "/vae" : "") + "/diffusion_pytorch_model.safetensors", std::ios::binary);
-                const std::string bytes(std::istreambuf_iterator<char>(in), {});
+                const std::string bytes = readBytes(dir + (pipeline ? "/vae" : "") + "/diffusion_pytorch_model.safetensors");
                 QCOMPARE(vae.weightsSha256(), sha256Hex(bytes.data(), bytes.size()));
             }
         }
@@ -441,7 +401,8 @@ private slots:
             auto missing = weights;
             missing.erase("decoder.up_blocks.1.resnets.1.conv2.bias");
             const std::string dir = writeVae(encode(missing));
-            const std::string m = modelErrorOf([&] { (void)VaeModel::load(dir); });
+            const std::string m = errorOf([&] { (void)VaeModel::load(dir); });
+            QVERIFY2(!m.starts_with("<"), m.c_str());  // a ModelError: invalid input
             EXPECT_MESSAGE(m, dir + "/diffusion_pytorch_model.safetensors");
             EXPECT_MESSAGE(m, "missing tensor 'decoder.up_blocks.1.resnets.1.conv2.bias', expected shape [8]");
         }
@@ -449,7 +410,8 @@ private slots:
             auto wrong = weights;
             wrong["encoder.mid_block.attentions.0.to_k.weight"] = HostTensor{{16, 8}, std::vector<float>(128, 0.0f)};
             const std::string dir = writeVae(encode(wrong));
-            const std::string m = modelErrorOf([&] { (void)VaeModel::load(dir); });
+            const std::string m = errorOf([&] { (void)VaeModel::load(dir); });
+            QVERIFY2(!m.starts_with("<"), m.c_str());  // a ModelError: invalid input
             EXPECT_MESSAGE(m, dir + "/diffusion_pytorch_model.safetensors");
             EXPECT_MESSAGE(m, "tensor 'encoder.mid_block.attentions.0.to_k.weight': expected [16, 16], found [16, 8]");
         }
@@ -457,18 +419,20 @@ private slots:
             auto nan = weights;
             nan["post_quant_conv.weight"].data[5] = bad;
             const std::string dir = writeVae(encode(nan));
-            const std::string m = modelErrorOf([&] { (void)VaeModel::load(dir); });
+            const std::string m = errorOf([&] { (void)VaeModel::load(dir); });
+            QVERIFY2(!m.starts_with("<"), m.c_str());  // a ModelError: invalid input
             EXPECT_MESSAGE(m, dir + "/diffusion_pytorch_model.safetensors");
             EXPECT_MESSAGE(m, "tensor 'post_quant_conv.weight' holds a non-finite value (" +
                                   std::string(std::isnan(bad) ? "NaN" : "Inf") + ") at element 5");
-            EXPECT_MESSAGE(modelErrorOf([&] { (void)VaeModel::fromTensors(tinyConfig(), nan); }),
+            EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::fromTensors(tinyConfig(), nan); }),
                            "'post_quant_conv.weight' holds a non-finite value");
         }
         {
             nlohmann::json unet = tinyConfigJson();
             unet["_class_name"] = "UNet2DModel";
             const std::string dir = writeVae(encode(weights), unet);
-            const std::string m = modelErrorOf([&] { (void)VaeModel::load(dir); });
+            const std::string m = errorOf([&] { (void)VaeModel::load(dir); });
+            QVERIFY2(!m.starts_with("<"), m.c_str());  // a ModelError: invalid input
             EXPECT_MESSAGE(m, dir + "/config.json");
             EXPECT_MESSAGE(m, "_class_name is 'UNet2DModel'; a VAE folder holds an AutoencoderKL");
         }
@@ -476,14 +440,15 @@ private slots:
             nlohmann::json badConfig = tinyConfigJson();
             badConfig["latent_channels"] = 0;
             const std::string dir = writeVae(encode(weights), badConfig);
-            const std::string m = modelErrorOf([&] { (void)VaeModel::load(dir); });
+            const std::string m = errorOf([&] { (void)VaeModel::load(dir); });
+            QVERIFY2(!m.starts_with("<"), m.c_str());  // a ModelError: invalid input
             EXPECT_MESSAGE(m, dir + "/config.json': latent_channels = 0: expected an integer from 1 to 64");
         }
         {
             const std::string dir = writeVae(encode(weights));
             QFile::remove(QString::fromStdString(dir + "/config.json"));
-            EXPECT_MESSAGE(modelErrorOf([&] { (void)VaeModel::load(dir); }), "config.json': not found");
-            EXPECT_MESSAGE(modelErrorOf([&] { (void)VaeModel::load(dir + "/nope"); }), "no such folder");
+            EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::load(dir); }), "config.json': not found");
+            EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::load(dir + "/nope"); }), "no such folder");
         }
     }
 
@@ -493,19 +458,19 @@ private slots:
         const VaeConfig c = tinyConfig();
         const VaeModel vae = VaeModel::fromTensors(c, randomWeights(c));
         CpuBackend cpu(1);
-        EXPECT_MESSAGE(errorOf([&] { (void)vae.decode(cpu, randomTensor({1, 3, 4, 4}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({1, 3, 4, 4}, 1)); }),
                        "latent: 3 channels; this VAE takes 4");
-        EXPECT_MESSAGE(errorOf([&] { (void)vae.decode(cpu, randomTensor({4, 4, 4}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({4, 4, 4}, 1)); }),
                        "latent: shape [4, 4, 4]; expected [batch, 4, height, width]");
-        EXPECT_MESSAGE(errorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 0, 4}, 1)); }), "latent: 0 x 4");
-        EXPECT_MESSAGE(errorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 4, 9000}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 0, 4}, 1)); }), "latent: 0 x 4");
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 4, 9000}, 1)); }),
                        "latent: 4 x 9000; each side must be from 1 to 8192 (images up to 16384 px)");
-        EXPECT_MESSAGE(errorOf([&] { (void)vae.encode(cpu, randomTensor({1, 3, 6, 7}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.encode(cpu, randomTensor({1, 3, 6, 7}, 1)); }),
                        "image: 6 x 7; each side must be a multiple of 2 (the VAE's scale factor) from 2 to 16384");
         HostTensor shortData = randomTensor({1, 3, 4, 4}, 1);
         shortData.data.pop_back();
-        EXPECT_MESSAGE(errorOf([&] { (void)vae.encode(cpu, shortData); }), "image: 47 values for shape [1, 3, 4, 4]");
-        EXPECT_MESSAGE(errorOf([&] { (void)posteriorMean(randomTensor({1, 3, 2, 2}, 1)); }), "moments: shape [1, 3, 2, 2]");
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.encode(cpu, shortData); }), "image: 47 values for shape [1, 3, 4, 4]");
+        EXPECT_MESSAGE(configErrorOf([&] { (void)posteriorMean(randomTensor({1, 3, 2, 2}, 1)); }), "moments: shape [1, 3, 2, 2]");
     }
 
     // Batch entries are independent and the batch does not change an entry's bits; mean and
@@ -567,7 +532,7 @@ private slots:
         const HostTensor u2 = unscaleLatents(c, s2);
         QCOMPARE(u2.data[2], s2.data[2] * 4.0f / 0.18215f + 1.0f);
         for (std::size_t i = 0; i < z.data.size(); ++i) QVERIFY(std::abs(u2.data[i] - z.data[i]) <= 1e-5f);
-        EXPECT_MESSAGE(errorOf([&] { (void)unscaleLatents(c, HostTensor{{1, 3, 1, 1}, {0, 0, 0}}); }),
+        EXPECT_MESSAGE(configErrorOf([&] { (void)unscaleLatents(c, HostTensor{{1, 3, 1, 1}, {0, 0, 0}}); }),
                        "latents: shape [1, 3, 1, 1]; expected [batch, 4, height, width]");
     }
 
