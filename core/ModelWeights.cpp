@@ -239,31 +239,45 @@ std::vector<SafetensorsFile> openShards(const fs::path& modelDir, const fs::path
     return files;
 }
 
-// The weight files of a model folder: one safetensors file or the shards of an index.
+// The weight files of a model folder: one safetensors file or the shards of an index, the
+// full-precision names first, then diffusers' "fp16" variant (§6: the variant goes before the
+// extension, or before ".json" of the index; older writers put it before ".index").
 std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, std::string& indexPath) {
-    const fs::path single = modelDir / "diffusion_pytorch_model.safetensors";
-    const fs::path index = modelDir / "diffusion_pytorch_model.safetensors.index.json";
-    const fs::path pickle = modelDir / "diffusion_pytorch_model.bin";
-    std::vector<SafetensorsFile> files;
+    struct Candidate {
+        const char* name;
+        bool index;
+    };
+    static constexpr Candidate kCandidates[] = {
+        {"diffusion_pytorch_model.safetensors", false},
+        {"diffusion_pytorch_model.safetensors.index.json", true},
+        {"diffusion_pytorch_model.fp16.safetensors", false},
+        {"diffusion_pytorch_model.safetensors.index.fp16.json", true},
+        {"diffusion_pytorch_model.safetensors.fp16.index.json", true},
+    };
     try {
-        if (folderEntryPresent(single)) {
-            files.emplace_back(single.string());
-        } else if (folderEntryPresent(index)) {
-            indexPath = index.string();
-            files = openShards(modelDir, index);
-        } else if (folderEntryPresent(pickle)) {
-            throw ModelError(excerpt(pickle.string(), 200) +
-                             ": PyTorch pickle weights are not read; convert them to safetensors "
-                             "(diffusers: save_pretrained(..., safe_serialization=True))");
-        } else {
-            throw ModelError(excerpt(single.string(), 200) + ": not found");
+        for (const Candidate& candidate : kCandidates) {
+            const fs::path path = modelDir / candidate.name;
+            if (!folderEntryPresent(path)) continue;
+            if (candidate.index) {
+                indexPath = path.string();
+                return openShards(modelDir, path);
+            }
+            std::vector<SafetensorsFile> files;
+            files.emplace_back(path.string());
+            return files;
         }
     } catch (const SafetensorsError& e) {
         throw ModelError(e.what());
     }
-    return files;
+    const fs::path pickle = modelDir / "diffusion_pytorch_model.bin";
+    if (folderEntryPresent(pickle))
+        throw ModelError(excerpt(pickle.string(), 200) +
+                         ": PyTorch pickle weights are not read; convert them to safetensors "
+                         "(diffusers: save_pretrained(..., safe_serialization=True))");
+    throw ModelError(excerpt((modelDir / kCandidates[0].name).string(), 200) +
+                     ": not found (nor its sharded index, nor the fp16 variants " + kCandidates[2].name + " and " +
+                     kCandidates[3].name + ")");
 }
-
 
 }  // namespace
 

@@ -41,7 +41,9 @@ struct ModelWeights {
     std::vector<std::string> extra;             // names present in the source that `expected` lacks
     std::string sha256;  // of the file (of the shards' bytes in name order); in memory: of names, shapes, data
 
-    // Reads folder/diffusion_pytorch_model.safetensors (or the shards its .index.json lists).
+    // Reads folder/diffusion_pytorch_model.safetensors (or the shards its .index.json lists;
+    // when neither is there, the fp16 variant diffusion_pytorch_model.fp16.safetensors or the
+    // shards of diffusion_pytorch_model.safetensors.index.fp16.json / .fp16.index.json).
     // Every expected tensor must be present (canonical or legacy attention name:
     // query/key/value/proj_attn for to_q/to_k/to_v/to_out.0) with the expected shape, checked
     // for all before any data is read, and hold only finite values. ModelError names the file

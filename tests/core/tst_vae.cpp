@@ -378,6 +378,56 @@ private slots:
         }
     }
 
+    // diffusers' fp16 variant names (spec §6), used only when the full-precision files are absent.
+    void loadsFp16VariantFiles() {
+        const auto weights = randomWeights(tinyConfig());
+        auto rename = [](const std::string& dir, const char* from, const char* to) {
+            return QFile::rename(QString::fromStdString(dir + "/" + from), QString::fromStdString(dir + "/" + to));
+        };
+        const std::string single = writeVae(encode(weights, SafetensorsDtype::F16));
+        QVERIFY(rename(single, "diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.fp16.safetensors"));
+        const VaeModel fp16 = VaeModel::load(single);
+        QCOMPARE(fp16.tensors().at("decoder.conv_out.weight").data.front(),
+                 storedAs(SafetensorsDtype::F16, weights.at("decoder.conv_out.weight").data.front()));
+        QCOMPARE(fp16.weightsSha256(), sha256Hex(readBytes(single + "/diffusion_pytorch_model.fp16.safetensors").data(),
+                                                 readBytes(single + "/diffusion_pytorch_model.fp16.safetensors").size()));
+        // Both present: the full-precision file.
+        writeSafetensors(single + "/diffusion_pytorch_model.safetensors", encode(weights));
+        QCOMPARE(VaeModel::load(single).tensors().at("decoder.conv_out.weight").data,
+                 weights.at("decoder.conv_out.weight").data);
+
+        // Sharded fp16, under both index spellings.
+        for (const char* indexName :
+             {"diffusion_pytorch_model.safetensors.index.fp16.json", "diffusion_pytorch_model.safetensors.fp16.index.json"}) {
+            const std::string dir = writeVae(encode(weights, SafetensorsDtype::F16));
+            QFile::remove(QString::fromStdString(dir + "/diffusion_pytorch_model.safetensors"));
+            std::map<std::string, HostTensor> encoder, rest;
+            nlohmann::json map = nlohmann::json::object();
+            for (const auto& [name, t] : weights) {
+                const bool first = name.starts_with("encoder.");
+                (first ? encoder : rest).emplace(name, t);
+                map[name] = first ? "diffusion_pytorch_model.fp16-00001-of-00002.safetensors"
+                                  : "diffusion_pytorch_model.fp16-00002-of-00002.safetensors";
+            }
+            writeSafetensors(dir + "/diffusion_pytorch_model.fp16-00001-of-00002.safetensors",
+                             encode(encoder, SafetensorsDtype::F16));
+            writeSafetensors(dir + "/diffusion_pytorch_model.fp16-00002-of-00002.safetensors",
+                             encode(rest, SafetensorsDtype::F16));
+            writeText(dir + "/" + indexName, nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump());
+            const VaeModel sharded = VaeModel::load(dir);
+            QCOMPARE(sharded.tensors().size(), weights.size());
+            QCOMPARE(sharded.tensors().at("encoder.conv_in.bias").data, fp16.tensors().at("encoder.conv_in.bias").data);
+            QCOMPARE(sharded.tensors().at("decoder.conv_in.bias").data, fp16.tensors().at("decoder.conv_in.bias").data);
+        }
+
+        const std::string none = writeVae(encode(weights));
+        QFile::remove(QString::fromStdString(none + "/diffusion_pytorch_model.safetensors"));
+        const std::string m = errorOf([&] { (void)VaeModel::load(none); });
+        EXPECT_MESSAGE(m, none + "/diffusion_pytorch_model.safetensors: not found (nor its sharded index, nor the fp16 "
+                                 "variants diffusion_pytorch_model.fp16.safetensors and "
+                                 "diffusion_pytorch_model.safetensors.index.fp16.json)");
+    }
+
     void acceptsLegacyAttentionNamesAndExtraTensors() {
         auto weights = randomWeights(tinyConfig());
         std::map<std::string, HostTensor> legacy;
