@@ -1,7 +1,8 @@
-// Readers of diffusers config.json values with range checks, shared by the model families'
-// config parsers (core/ModelConfig.cpp, core/UNetCondConfig.cpp). Every rejection throws
-// std::runtime_error "config.json: <key> = <short excerpt of the value>: <why, what is allowed>".
-// Qt-free.
+// Range-checked readers of diffusers config.json values, shared by the model families'
+// config readers (core/ModelConfig.cpp: UNet2DModel, core/UNetCondConfig.cpp:
+// UNet2DConditionModel, core/VaeConfig.cpp: AutoencoderKL).
+// Every rejection is a std::runtime_error "config.json: <key> = <short escaped excerpt>: <why>",
+// naming what is allowed. Qt-free.
 #pragma once
 
 #include <cstdint>
@@ -13,24 +14,37 @@
 
 namespace tessera::config_json {
 
+[[noreturn]] void reject(const std::string& key, const nlohmann::json& value, const std::string& why);
+
 // An allowed range of an integer key and why it is that.
 struct IntRange {
     std::int64_t min, max;
     const char* why;
 };
 
-[[noreturn]] void reject(const std::string& key, const nlohmann::json& value, const std::string& why);
+// How many resolution levels a family allows, and what its published models have (for the
+// message: "published UNets have 3 to 7").
+struct LevelLimit {
+    int max;
+    const char* published;
+};
+
 int readInt(const nlohmann::json& value, const std::string& key, const IntRange& range);
+// null -> nullopt, else readInt.
 std::optional<int> readOptionalInt(const nlohmann::json& value, const std::string& key, const IntRange& range);
 bool readBool(const nlohmann::json& value, const std::string& key);
 // A finite number in [min, max].
 double readNumber(const nlohmann::json& value, const std::string& key, double min, double max, const char* why);
 std::string readString(const nlohmann::json& value, const std::string& key);
-// A non-empty array of at most model_config_bounds::kMaxLevels entries (one per resolution level).
-void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what);
+// A non-empty array of at most limit.max entries (one per resolution level) of `what`.
+void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what, const LevelLimit& limit);
 // diffusers' get_down_block/get_up_block strip a "UNetRes" prefix before matching.
 std::string stripUNetRes(std::string name);
-// The names in `_use_default_values`: diffusers resets them to the __init__ default.
-std::set<std::string> forcedDefaults(const nlohmann::json& j);
+// The key names listed in `_use_default_values` (diffusers resets them to the __init__
+// default, so readers skip them); rejects a value that is not an array of strings.
+std::set<std::string> forcedDefaults(const nlohmann::json& config);
+// A float as the shortest decimal that reads back to it (1e-6f as 1e-06, not 9.99e-07), for
+// writing configs.
+double shortestDecimal(float value);
 
 }  // namespace tessera::config_json

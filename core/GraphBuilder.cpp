@@ -1,6 +1,7 @@
 #include "core/GraphBuilder.h"
 
 #include <stdexcept>
+#include <utility>
 
 namespace tessera {
 
@@ -81,15 +82,35 @@ int GraphBuilder::linear(const std::string& prefix, int x, int out) {
     return g_.addOp(std::move(op));
 }
 
+int GraphBuilder::attentionBlock(const std::string& prefix, int x, int groups, float eps, int heads, float rescale,
+                                 const char* groupsKey) {
+    const int ch = channels(x);
+    const int h = groups > 0 ? groupNorm(prefix + ".group_norm", x, groups, eps, groupsKey) : x;
+    GraphOp op;
+    op.kind = OpKind::Attention;
+    op.name = prefix;
+    op.input = h;
+    op.heads = heads;
+    for (const char* layer : {".to_q", ".to_k", ".to_v", ".to_out.0"})
+        for (int id : declare(prefix + layer, {{ch, ch}, {ch}}, {".weight", ".bias"})) op.params.push_back(id);
+    const int a = g_.addOp(std::move(op), prefix + ".attn");
+    return sumAndRescale(a, x, prefix, rescale);
+}
+
 int GraphBuilder::resnet(const std::string& p, int x, int cout, int embAct, const ResnetOptions& o) {
+    if (embAct < 0 && o.scaleShift) throw std::logic_error(p + ": a FiLM resnet needs a time embedding");
     int h = silu(groupNorm(p + ".norm1", x, o.groups, o.eps, o.groupsKey), p + ".norm1.silu");
     h = sameConv(p + ".conv1", h, cout, 3);
-    const int t = linear(p + ".time_emb_proj", embAct, o.scaleShift ? 2 * cout : cout);
-    if (o.scaleShift) {
+    if (embAct < 0) {
         h = groupNorm(p + ".norm2", h, o.groups, o.eps, o.groupsKey);
-        h = simple(OpKind::ScaleShift, h, t, p + ".norm2.film");
     } else {
-        h = groupNorm(p + ".norm2", simple(OpKind::Add, h, t, p + ".temb"), o.groups, o.eps, o.groupsKey);
+        const int t = linear(p + ".time_emb_proj", embAct, o.scaleShift ? 2 * cout : cout);
+        if (o.scaleShift) {
+            h = groupNorm(p + ".norm2", h, o.groups, o.eps, o.groupsKey);
+            h = simple(OpKind::ScaleShift, h, t, p + ".norm2.film");
+        } else {
+            h = groupNorm(p + ".norm2", simple(OpKind::Add, h, t, p + ".temb"), o.groups, o.eps, o.groupsKey);
+        }
     }
     h = sameConv(p + ".conv2", silu(h, p + ".norm2.silu"), cout, 3);
     const int skip = channels(x) != cout ? sameConv(p + ".conv_shortcut", x, cout, 1) : x;

@@ -7,14 +7,9 @@
 // ModelConfig.h, are rejected naming the key, before anything is sized from them.
 #include "core/ModelConfig.h"
 
-#include <array>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <set>
 #include <stdexcept>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -24,81 +19,10 @@
 
 namespace tessera {
 
-namespace config_json {
-
-[[noreturn]] void reject(const std::string& key, const nlohmann::json& value, const std::string& why) {
-    throw std::runtime_error("config.json: " + key + " = " + excerptJson(value) + ": " + why);
-}
-
-int readInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
-    if (!value.is_number_integer()) reject(key, value, "expected an integer");
-    // Above INT64_MAX is outside every range: clamp so the comparison below stays exact.
-    constexpr auto kLargest = std::numeric_limits<std::int64_t>::max();
-    const bool huge = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(kLargest);
-    const std::int64_t v = huge ? kLargest : value.get<std::int64_t>();
-    if (v < range.min || v > range.max)
-        reject(key, value, "expected an integer from " + std::to_string(range.min) + " to " +
-                               std::to_string(range.max) + " (" + range.why + ")");
-    return static_cast<int>(v);
-}
-
-std::optional<int> readOptionalInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
-    if (value.is_null()) return std::nullopt;
-    return readInt(value, key, range);
-}
-
-bool readBool(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_boolean()) reject(key, value, "expected true or false");
-    return value.get<bool>();
-}
-
-// A finite number in [min, max].
-double readNumber(const nlohmann::json& value, const std::string& key, double min, double max, const char* why) {
-    if (!value.is_number()) reject(key, value, "expected a number");
-    const double v = value.get<double>();
-    if (!std::isfinite(v) || v < min || v > max)
-        reject(key, value, "expected a number from " + nlohmann::json(min).dump() + " to " +
-                               nlohmann::json(max).dump() + " (" + why + ")");
-    return v;
-}
-
-std::string readString(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_string()) reject(key, value, "expected a string");
-    return value.get<std::string>();
-}
-
-// An array of at most kMaxLevels entries (one per resolution level).
-void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what) {
-    if (!value.is_array() || value.empty()) reject(key, value, std::string("expected a non-empty array of ") + what);
-    if (value.size() > static_cast<std::size_t>(model_config_bounds::kMaxLevels))
-        reject(key, value, "has " + std::to_string(value.size()) + " entries; at most " +
-                               std::to_string(model_config_bounds::kMaxLevels) +
-                               " levels are allowed (published UNets have 3 to 7)");
-}
-
-// diffusers' get_down_block/get_up_block strip this prefix before matching.
-std::string stripUNetRes(std::string name) {
-    constexpr std::string_view prefix = "UNetRes";
-    if (name.rfind(prefix, 0) == 0) name.erase(0, prefix.size());
-    return name;
-}
-
-// The names in `_use_default_values`: diffusers resets them to the __init__ default.
-std::set<std::string> forcedDefaults(const nlohmann::json& j) {
-    std::set<std::string> keys;
-    const auto it = j.find("_use_default_values");
-    if (it == j.end() || it->is_null()) return keys;
-    if (!it->is_array()) reject("_use_default_values", *it, "expected an array of key names");
-    for (const auto& item : *it) keys.insert(readString(item, "_use_default_values"));
-    return keys;
-}
-
-}  // namespace config_json
-
 namespace {
 
-using namespace config_json;
 namespace bounds = model_config_bounds;
+using namespace config_json;
 
 constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels,
                                    "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"};
@@ -112,9 +36,10 @@ constexpr IntRange kDownsamplePadding{0, 1,
 constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
 constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
 constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
+constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
 
 std::vector<DownBlockType> readDownBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names");
+    requireLevelArray(value, key, "block names", kLevels);
     std::vector<DownBlockType> blocks;
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
@@ -126,7 +51,7 @@ std::vector<DownBlockType> readDownBlocks(const nlohmann::json& value, const std
 }
 
 std::vector<UpBlockType> readUpBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names");
+    requireLevelArray(value, key, "block names", kLevels);
     std::vector<UpBlockType> blocks;
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
@@ -146,13 +71,6 @@ const std::set<std::string, std::less<>> kModelKeys{
     "upsample_type",     "dropout",             "act_fn",               "attention_head_dim",
     "norm_num_groups",   "attn_norm_num_groups", "norm_eps",            "resnet_time_scale_shift",
     "add_attention",     "class_embed_type",    "num_class_embeds",     "num_train_timesteps"};
-
-// A float written as the shortest decimal that reads back to it (1e-6f as 1e-06, not 9.99e-07).
-double tidy(float value) {
-    std::array<char, 64> buffer{};
-    const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
-    return std::strtod(std::string(buffer.data(), result.ptr).c_str(), nullptr);
-}
 
 // What the loop over the file's keys collects besides the config itself.
 struct KeyState {
@@ -189,7 +107,7 @@ void readKey(ModelConfig& c, KeyState& s, const std::string& key, const nlohmann
         else if (readString(value, key) == "UNetMidBlock2D") c.hasMidBlock = true;
         else reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
     } else if (key == "block_out_channels") {
-        requireLevelArray(value, key, "channel counts");
+        requireLevelArray(value, key, "channel counts", kLevels);
         c.blockOutChannels.clear();
         for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
     } else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
@@ -325,13 +243,13 @@ nlohmann::json toJson(const ModelConfig& c) {
         {"up_block_types", up},
         {"block_out_channels", c.blockOutChannels},
         {"layers_per_block", c.layersPerBlock},
-        {"mid_block_scale_factor", tidy(c.midBlockScaleFactor)},
+        {"mid_block_scale_factor", shortestDecimal(c.midBlockScaleFactor)},
         {"downsample_padding", c.downsamplePadding},
         {"act_fn", "silu"},
         {"attention_head_dim", optionalInt(c.attentionHeadDim)},
         {"norm_num_groups", c.normNumGroups},
         {"attn_norm_num_groups", optionalInt(c.attnNormNumGroups)},
-        {"norm_eps", tidy(c.normEps)},
+        {"norm_eps", shortestDecimal(c.normEps)},
         {"resnet_time_scale_shift", c.resnetTimeScaleShift == TimeScaleShift::ScaleShift ? "scale_shift" : "default"},
         {"add_attention", c.addAttention},
     };

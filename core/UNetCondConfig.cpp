@@ -35,6 +35,7 @@ constexpr IntRange kHeads{1, cond::kMaxHeads,
                           "the number of heads per level (diffusers' name for it): 8 in SD 1.x, 5 to 20 in SD 2.x"};
 constexpr IntRange kTransformerLayers{1, cond::kMaxTransformerLayers, "1 in SD 1.x/2.x, up to 10 in SDXL"};
 constexpr IntRange kKernel{1, 7, "3 in SD; an odd size"};
+constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
 
 // Keys that must keep the one value Tessera runs (diffusers' default), with why.
 struct FixedKey {
@@ -76,7 +77,7 @@ const std::set<std::string, std::less<>> kIgnoredKeys{"addition_time_embed_dim",
                                                        "addition_embed_type_num_heads", "dropout"};
 
 std::vector<CondDownBlock> readDownBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names");
+    requireLevelArray(value, key, "block names", kLevels);
     std::vector<CondDownBlock> blocks;
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
@@ -88,7 +89,7 @@ std::vector<CondDownBlock> readDownBlocks(const nlohmann::json& value, const std
 }
 
 std::vector<CondUpBlock> readUpBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names");
+    requireLevelArray(value, key, "block names", kLevels);
     std::vector<CondUpBlock> blocks;
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
@@ -102,7 +103,7 @@ std::vector<CondUpBlock> readUpBlocks(const nlohmann::json& value, const std::st
 // An integer, or a per-level list of integers (expanded to the level count later).
 std::vector<int> readIntOrList(const nlohmann::json& value, const std::string& key, const IntRange& range) {
     if (!value.is_array()) return {readInt(value, key, range)};
-    requireLevelArray(value, key, "integers (one per level)");
+    requireLevelArray(value, key, "integers (one per level)", kLevels);
     std::vector<int> list;
     for (const auto& item : value) list.push_back(readInt(item, key, range));
     return list;
@@ -125,7 +126,7 @@ bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& va
         else if (readString(value, key) == "UNetMidBlock2DCrossAttn") c.hasMidBlock = true;
         else reject(key, value, "only \"UNetMidBlock2DCrossAttn\" or null is supported");
     } else if (key == "block_out_channels") {
-        requireLevelArray(value, key, "channel counts");
+        requireLevelArray(value, key, "channel counts", kLevels);
         c.blockOutChannels.clear();
         for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
     } else if (key == "layers_per_block") {

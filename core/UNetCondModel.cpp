@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -14,12 +15,8 @@ namespace tessera {
 namespace {
 
 constexpr const char* kClassName = "UNet2DConditionModel";
-
 // The config readers prefix messages with the bare file name; the loader names the file.
-std::string withoutPrefix(const std::string& message) {
-    constexpr std::string_view prefix = "config.json: ";
-    return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
-}
+constexpr std::string_view kConfigPrefix = "config.json: ";
 
 }  // namespace
 
@@ -33,10 +30,10 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> UNetCondModel::ex
 
 UNetCondModel UNetCondModel::load(const std::string& dir) {
     UNetCondModel model;
-    model.dir_ = unetFolderOf(dir);
+    model.dir_ = componentFolder(dir, "unet", "a model folder");
     const std::string configPath = (std::filesystem::path(model.dir_) / "config.json").string();
-    const std::string shown = "'" + excerpt(configPath, 200) + "'";
-    const nlohmann::json json = readModelJsonFile(configPath);
+    const std::string shown = shownPath(configPath);
+    const nlohmann::json json = readModelJson(configPath);
     if (json.is_object() && json.contains("_class_name") &&
         !(json["_class_name"].is_string() && json["_class_name"].get<std::string>() == kClassName))
         throw ModelError(shown + ": _class_name is " + excerptJson(json["_class_name"]) + "; expected \"" + kClassName +
@@ -44,15 +41,15 @@ UNetCondModel UNetCondModel::load(const std::string& dir) {
     try {
         model.config_ = unetCondConfigFromJson(json);
     } catch (const std::runtime_error& e) {
-        throw ModelError(shown + ": " + withoutPrefix(e.what()));
+        throw ModelError(shown + ": " + withoutPrefix(e.what(), kConfigPrefix));
     }
     std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected;
     try {
         expected = expectedTensors(model.config_);
     } catch (const ModelError& e) {
-        throw ModelError(shown + ": " + withoutPrefix(e.what()));
+        throw ModelError(shown + ": " + withoutPrefix(e.what(), kConfigPrefix));
     }
-    FolderWeights weights = loadFolderWeights(model.dir_, expected, false);
+    ModelWeights weights = ModelWeights::load(model.dir_, expected, LegacyAttentionNames::NotAccepted);
     model.tensors_ = std::move(weights.tensors);
     model.extra_ = std::move(weights.extra);
     model.sha256_ = std::move(weights.sha256);

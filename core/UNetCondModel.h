@@ -1,7 +1,7 @@
 // UNetCondModel: a diffusers UNet2DConditionModel folder (unet/config.json and
 // diffusion_pytorch_model.safetensors, or a pipeline folder holding unet/) loaded through the
-// same folder and weight readers as UNetModel (core/UNetModel.h) and bound to float32 host
-// tensors by diffusers parameter name. Qt-free. See shared/spec/sd-models.md §1, §2.5.
+// same folder and weight readers as UNetModel and VaeModel (core/ModelWeights.h) and bound to
+// float32 host tensors by diffusers parameter name. Qt-free. See shared/spec/sd-models.md §1, §2.5.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/ModelWeights.h"
 #include "core/UNetCondConfig.h"
-#include "core/UNetModel.h"
 
 namespace tessera {
 
@@ -22,7 +22,7 @@ public:
     // shapes checked before any data is read. Throws ModelError naming the file and, for a
     // tensor, its name, expected and found shape, or the non-finite value.
     static UNetCondModel load(const std::string& dir);
-    // Random weights for a config (UNetModel::random's initialisation; deterministic in `seed`).
+    // Random weights for a config (randomTensors' initialisation; deterministic in `seed`).
     static UNetCondModel random(const UNetCondConfig&, std::uint64_t seed);
 
     const UNetCondConfig& config() const { return config_; }

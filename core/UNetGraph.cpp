@@ -15,6 +15,7 @@ public:
     ModelGraph build();
 
 private:
+    // Every UNet2DModel norm has the config's norm_eps.
     int groupNorm(const std::string& prefix, int x, int groups, const char* key = "norm_num_groups") {
         return GraphBuilder::groupNorm(prefix, x, groups, c_.normEps, key);
     }
@@ -45,16 +46,7 @@ int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float
     if (heads <= 0 || (c_.attentionHeadDim && ch % *c_.attentionHeadDim != 0))
         throw std::invalid_argument("attention_head_dim: " + std::to_string(c_.attentionHeadDim.value_or(0)) +
                                     " does not divide " + std::to_string(ch) + " channels of " + prefix);
-    const int h = groups > 0 ? groupNorm(prefix + ".group_norm", x, groups, groupsKey) : x;
-    GraphOp op;
-    op.kind = OpKind::Attention;
-    op.name = prefix;
-    op.input = h;
-    op.heads = heads;
-    for (const char* layer : {".to_q", ".to_k", ".to_v", ".to_out.0"})
-        for (int id : declare(prefix + layer, {{ch, ch}, {ch}}, {".weight", ".bias"})) op.params.push_back(id);
-    const int a = g_.addOp(std::move(op), prefix + ".attn");
-    return sumAndRescale(a, x, prefix, rescale);
+    return attentionBlock(prefix, x, groups, c_.normEps, heads, rescale, groupsKey);
 }
 
 // §2.2-2.3: sinusoid, linear_1, SiLU, linear_2; then act(emb) for the resnets (resnet_skip_time_act

@@ -5,29 +5,14 @@
 
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "core/BoundedInput.h"
 #include "core/ModelConfig.h"
+#include "core/ModelWeights.h"
 #include "core/RunConfig.h"
 
 namespace tessera {
-
-struct HostTensor {
-    std::vector<std::int64_t> shape;  // PyTorch layout: conv [O,I,kh,kw], linear [out,in], norm [C]
-    std::vector<float> data;          // row-major float32 (F16/BF16 files are upcast)
-    std::int64_t numel() const;
-};
-
-// Thrown for a model folder/file that cannot be used: invalid input of the "model" setting
-// (front ends exit with "invalid input"). what() names the file and, where it applies, the
-// tensor ("down_blocks.1.attentions.0.to_q.weight: expected [256, 256], found [256, 128]").
-class ModelError : public InputFileError {
-public:
-    explicit ModelError(const std::string& message) : InputFileError("model", message) {}
-};
 
 // A model folder's configuration, read without its weights.
 struct ModelFolderConfig {
@@ -46,32 +31,6 @@ struct ModelFolderConfig {
 // folder and what is wrong: missing, a link loop, a path over 4096 characters, not a folder,
 // a folder named config.json, invalid JSON, a bad value.
 ModelFolderConfig readModelFolderConfig(const std::string& dir);
-
-// The folder holding a UNet's config.json: `dir` itself, or dir/unet for a pipeline folder.
-// Throws ModelError as readModelFolderConfig does (missing, a link loop, too long, not a folder,
-// no config.json).
-std::string unetFolderOf(const std::string& dir);
-// A JSON file of a model folder through BoundedInput (size and depth bounded); ModelError
-// naming the file otherwise.
-nlohmann::json readModelJsonFile(const std::string& path);
-
-// A model folder's weights: diffusion_pytorch_model.safetensors, or its shards through
-// diffusion_pytorch_model.safetensors.index.json, bound to `expected` (name, shape). Every
-// expected tensor's presence and shape is checked before any data is read; then values are
-// upcast to float32 and checked for NaN/Inf. ModelError names the file and the tensor.
-// legacyAttentionNames: UNet2DModel's query/key/value/proj_attn are accepted for to_q/... too.
-struct FolderWeights {
-    std::map<std::string, HostTensor> tensors;
-    std::vector<std::string> extra;  // in the file but not expected (one spdlog warning)
-    std::string sha256;              // of the file (of the shards' bytes in index order)
-};
-FolderWeights loadFolderWeights(const std::string& folder,
-                                const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& expected,
-                                bool legacyAttentionNames);
-// PyTorch-like default-init values for `expected` (deterministic in `seed`, each tensor keyed
-// by its name): conv/linear U(+-1/sqrt(fan_in)), norms 1 (weights) / 0 (biases) +- 0.05.
-std::map<std::string, HostTensor> randomTensors(
-    const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& expected, std::uint64_t seed);
 
 class UNetModel {
 public:

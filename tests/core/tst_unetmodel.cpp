@@ -18,8 +18,10 @@
 #include "core/Safetensors.h"
 #include "core/Sha256.h"
 #include "core/UNetModel.h"
+#include "tests/core/ModelTestSupport.h"
 
 using namespace tessera;
+using namespace model_test;
 using Shape = std::vector<std::int64_t>;
 
 namespace {
@@ -75,50 +77,7 @@ nlohmann::json tinyConfigJson() {
     })");
 }
 
-std::string errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const ModelError& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("<not a ModelError> ") + e.what();
-    }
-    return "<no error>";
-}
-
-// For ModelConfig readers, which throw std::runtime_error / ValidationError.
-std::string configErrorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
-
 std::string shapeText(const Shape& s) { return shapeToString(s); }
-
-void writeText(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-}
-
-std::string readBytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::map<std::string, SafetensorsTensorData> encode(const std::map<std::string, HostTensor>& tensors,
-                                                    SafetensorsDtype dtype = SafetensorsDtype::F32) {
-    std::map<std::string, SafetensorsTensorData> out;
-    for (const auto& [name, t] : tensors) out[name] = {dtype, t.shape, encodeFloats(dtype, t.data)};
-    return out;
-}
 
 }  // namespace
 
@@ -442,10 +401,7 @@ private slots:
                 const HostTensor& loaded = model.tensor(name);
                 QCOMPARE(loaded.shape, t.shape);
                 std::vector<float> expected = t.data;
-                for (float& x : expected)
-                    x = dtype == SafetensorsDtype::F16    ? halfToFloat(floatToHalf(x))
-                        : dtype == SafetensorsDtype::BF16 ? bfloat16ToFloat(floatToBfloat16(x))
-                                                          : x;
+                for (float& x : expected) x = storedAs(dtype, x);
                 QCOMPARE(loaded.data, expected);
             }
             const std::string bytes = readBytes(dir + "/diffusion_pytorch_model.safetensors");
