@@ -340,7 +340,7 @@ void attention(WorkerPool& pool, int channels, std::int64_t pixels, int heads, c
     float* scores = o + CN;
     // Tokens are the pixels; all matrices stay channel-major [C, N] like the activations.
     auto project = [&](const float* w, const float* b, float* dst) {
-        pool.parallelFor(C, [&](std::int64_t c) { std::fill(dst + c * N, dst + (c + 1) * N, b[c]); });
+        pool.parallelFor(C, [&](std::int64_t c) { std::fill(dst + c * N, dst + (c + 1) * N, b ? b[c] : 0.0f); });
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, 1.0f, w, C, x, N, 1.0f, dst, N);
     };
     project(wt.wq, wt.bq, q);
@@ -378,6 +378,144 @@ void attention(WorkerPool& pool, int channels, std::int64_t pixels, int heads, c
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, outScale, wt.wo, C, o, N, 1.0f, y, N);
 }
 
+// ---------------------------------------------------------------- token sequences
+
+void toTokens(WorkerPool& pool, int batch, int channels, std::int64_t pixels, const float* x, float* y) {
+    pool.parallelFor(std::int64_t(batch) * pixels, [&](std::int64_t row) {
+        const std::int64_t b = row / pixels, p = row % pixels;
+        const float* src = x + b * channels * pixels + p;
+        float* dst = y + row * channels;
+        for (int c = 0; c < channels; ++c) dst[c] = src[c * pixels];
+    });
+}
+
+void toFeatureMap(WorkerPool& pool, int batch, int channels, std::int64_t pixels, const float* x, const float* residual,
+                  float* y) {
+    pool.parallelFor(std::int64_t(batch) * channels, [&](std::int64_t plane) {
+        const std::int64_t b = plane / channels, c = plane % channels;
+        const float* src = x + b * pixels * channels + c;
+        float* dst = y + plane * pixels;
+        const float* r = residual ? residual + plane * pixels : nullptr;
+        for (std::int64_t p = 0; p < pixels; ++p) dst[p] = src[p * channels] + (r ? r[p] : 0.0f);
+    });
+}
+
+void layerNorm(WorkerPool& pool, std::int64_t rows, int channels, float eps, const float* x, const float* gamma,
+               const float* beta, float* y) {
+    pool.parallelFor(rows, [&](std::int64_t row) {
+        const float* v = x + row * channels;
+        double sum = 0, sq = 0;
+        for (int c = 0; c < channels; ++c) sum += v[c];
+        const double mean = sum / channels;
+        for (int c = 0; c < channels; ++c) sq += (v[c] - mean) * (v[c] - mean);
+        const double inv = 1.0 / std::sqrt(sq / channels + double(eps));
+        float* out = y + row * channels;
+        for (int c = 0; c < channels; ++c)
+            out[c] = static_cast<float>((v[c] - mean) * inv) * gamma[c] + beta[c];
+    });
+}
+
+void tokenLinear(WorkerPool& pool, int rows, int in, int out, const float* x, const float* weight, const float* bias,
+                 const float* residual, float* y) {
+    // y starts as bias + residual and the GEMM accumulates x W^T onto it.
+    pool.parallelFor(rows, [&](std::int64_t r) {
+        float* yr = y + r * out;
+        const float* res = residual ? residual + r * out : nullptr;
+        for (int o = 0; o < out; ++o) yr[o] = (bias ? bias[o] : 0.0f) + (res ? res[o] : 0.0f);
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, weight, in, 1.0f, y, out);
+}
+
+namespace {
+inline float geluValue(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
+inline float geluTanhValue(float v) {
+    const float k = 0.79788456080286536f;  // sqrt(2 / pi)
+    return 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+}
+}  // namespace
+
+void gelu(WorkerPool& pool, std::int64_t n, const float* x, bool tanhApproximation, float* y) {
+    const std::int64_t chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
+    pool.parallelFor(chunks, [&](std::int64_t k) {
+        const std::int64_t end = std::min(n, (k + 1) * kElementwiseChunk);
+        for (std::int64_t i = k * kElementwiseChunk; i < end; ++i)
+            y[i] = tanhApproximation ? geluTanhValue(x[i]) : geluValue(x[i]);
+    });
+}
+
+void quickGelu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
+    const std::int64_t chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
+    pool.parallelFor(chunks, [&](std::int64_t k) {
+        const std::int64_t end = std::min(n, (k + 1) * kElementwiseChunk);
+        for (std::int64_t i = k * kElementwiseChunk; i < end; ++i) y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
+    });
+}
+
+std::size_t gegluScratchFloats(int rows, int out) { return static_cast<std::size_t>(std::int64_t(rows) * 2 * out); }
+
+void geglu(WorkerPool& pool, int rows, int in, int out, const float* x, const float* weight, const float* bias, float* y,
+           float* scratch) {
+    tokenLinear(pool, rows, in, 2 * out, x, weight, bias, nullptr, scratch);
+    pool.parallelFor(rows, [&](std::int64_t r) {
+        const float* p = scratch + r * 2 * out;
+        float* yr = y + r * out;
+        for (int o = 0; o < out; ++o) yr[o] = p[o] * geluValue(p[out + o]);
+    });
+}
+
+std::size_t tokenAttentionScratchFloats(const TokenAttentionShape& s, int queryBlock) {
+    const std::int64_t C = s.channels;
+    return static_cast<std::size_t>(2 * C * s.tokens + 2 * C * s.contextTokens +
+                                    std::int64_t(queryBlock) * s.contextTokens);
+}
+
+void tokenAttention(WorkerPool& pool, const TokenAttentionShape& s, const AttentionWeights& wt, const float* x,
+                    const float* context, const float* residual, float outScale, float* y, float* scratch,
+                    int queryBlock) {
+    const int N = s.tokens, C = s.channels, d = C / s.heads;
+    const int M = context ? s.contextTokens : N, Ckv = context ? s.contextChannels : C;
+    const float* kvSource = context ? context : x;
+    float* q = scratch;
+    float* k = q + std::int64_t(N) * C;
+    float* v = k + std::int64_t(M) * C;
+    float* o = v + std::int64_t(M) * C;
+    float* scores = o + std::int64_t(N) * C;
+    tokenLinear(pool, N, C, C, x, wt.wq, wt.bq, nullptr, q);
+    tokenLinear(pool, M, Ckv, C, kvSource, wt.wk, wt.bk, nullptr, k);
+    tokenLinear(pool, M, Ckv, C, kvSource, wt.wv, wt.bv, nullptr, v);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    for (int h = 0; h < s.heads; ++h) {
+        for (int i0 = 0; i0 < N; i0 += queryBlock) {
+            const int rows = std::min(queryBlock, N - i0);
+            // scores[i, j] = scale * sum_c Q[i0 + i, h d + c] K[j, h d + c]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, M, d, scale, q + std::int64_t(i0) * C + h * d, C,
+                        k + h * d, C, 0.0f, scores, M);
+            pool.parallelFor(rows, [&](std::int64_t i) {
+                float* row = scores + i * M;
+                const int keys = s.causal ? std::min<int>(M, i0 + static_cast<int>(i) + 1) : M;
+                float m = -std::numeric_limits<float>::infinity();
+                for (int j = 0; j < keys; ++j) m = std::max(m, row[j]);
+                double sum = 0.0;
+                for (int j = 0; j < keys; ++j) {
+                    row[j] = std::exp(row[j] - m);
+                    sum += row[j];
+                }
+                const float inv = static_cast<float>(1.0 / sum);
+                for (int j = 0; j < keys; ++j) row[j] *= inv;
+                std::fill(row + keys, row + M, 0.0f);
+            });
+            // O[i0 + i, h d + c] = sum_j A[i, j] V[j, h d + c]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, M, 1.0f, scores, M, v + h * d, C, 0.0f,
+                        o + std::int64_t(i0) * C + h * d, C);
+        }
+    }
+    pool.parallelFor(N, [&](std::int64_t r) {
+        for (int c = 0; c < C; ++c)
+            y[r * C + c] = (wt.bo[c] + (residual ? residual[r * C + c] : 0.0f)) * outScale;
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, C, outScale, o, C, wt.wo, C, 1.0f, y, C);
+}
+
 }  // namespace cpu
 
 // ---------------------------------------------------------------- CpuBackend
@@ -398,6 +536,18 @@ std::string cpuModelName() {
         }
     }
     return "unknown CPU";
+}
+
+cpu::TokenAttentionShape tokenAttentionShape(const ModelGraph& g, const GraphOp& op, int tileH, int tileW) {
+    cpu::TokenAttentionShape s;
+    s.tokens = static_cast<int>(g.rows(op.input, tileH, tileW));
+    s.channels = g.value(op.input).channels;
+    const int kv = op.input2 >= 0 ? op.input2 : op.input;
+    s.contextTokens = static_cast<int>(g.rows(kv, tileH, tileW));
+    s.contextChannels = g.value(kv).channels;
+    s.heads = op.heads;
+    s.causal = op.causal;
+    return s;
 }
 
 std::string shapeText(const std::vector<std::int64_t>& shape) {
@@ -464,15 +614,30 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
             *scratchFloats = std::max(*scratchFloats, cpu::convScratchFloats(s, w.bandRows));
         } else if (op.kind == OpKind::Attention) {
             cpu::AttentionWeights& a = w.attn;
-            const auto& p = w.params;
-            a.wq = p[0], a.bq = p[1], a.wk = p[2], a.bk = p[3], a.wv = p[4], a.bv = p[5], a.wo = p[6], a.bo = p[7];
-            maxAttentionPixels = std::max(maxAttentionPixels, std::int64_t(tileH / x.divisor) * (tileW / x.divisor));
+            std::size_t k = 0;
+            auto next = [&w, &k] { return w.params[k++]; };
+            for (auto [weight, bias] : {std::pair{&a.wq, &a.bq}, {&a.wk, &a.bk}, {&a.wv, &a.bv}}) {
+                *weight = next();
+                if (op.qkvBias) *bias = next();
+            }
+            a.wo = next();
+            a.bo = next();
+            if (x.kind == ValueKind::Tokens) {
+                const cpu::TokenAttentionShape s = tokenAttentionShape(graph, op, tileH, tileW);
+                w.queryBlock = std::min(s.tokens, cpu::attentionQueryBlock(s.contextTokens, cpu::kMaxScoreFloats));
+                *scratchFloats = std::max(*scratchFloats, cpu::tokenAttentionScratchFloats(s, w.queryBlock));
+            } else {
+                maxAttentionPixels = std::max(maxAttentionPixels, graph.rows(op.input, tileH, tileW));
+            }
+        } else if (op.kind == OpKind::GEGLU) {
+            const auto rows = static_cast<int>(graph.rows(op.input, tileH, tileW));
+            *scratchFloats = std::max(*scratchFloats, cpu::gegluScratchFloats(rows, op.channels));
         }
     }
     // One query block for all attention layers, sized for the largest; scratch for each layer.
     queryBlock_ = cpu::attentionQueryBlock(maxAttentionPixels, cpu::kMaxScoreFloats);
     for (const GraphOp& op : graph.ops())
-        if (op.kind == OpKind::Attention) {
+        if (op.kind == OpKind::Attention && graph.value(op.input).kind == ValueKind::FeatureMap) {
             const GraphValue& x = graph.value(op.input);
             const std::int64_t pixels = std::int64_t(tileH / x.divisor) * (tileW / x.divisor);
             const int qb = static_cast<int>(std::min<std::int64_t>(queryBlock_, pixels));
@@ -558,10 +723,7 @@ float* CpuBackend::data(int value) {
     return value < 0 ? nullptr : buffers_[static_cast<std::size_t>(bufferOf_[static_cast<std::size_t>(value)])].data();
 }
 
-std::int64_t CpuBackend::pixels(int value) const {
-    const GraphValue& v = graph_.value(value);
-    return v.kind == ValueKind::Vector ? 1 : std::int64_t(tileH_ / v.divisor) * (tileW_ / v.divisor);
-}
+std::int64_t CpuBackend::pixels(int value) const { return graph_.rows(value, tileH_, tileW_); }
 
 void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) {
     if (!prepared_) throw std::logic_error("CpuBackend::run called before prepare()");
@@ -613,7 +775,18 @@ void CpuBackend::runOp(std::size_t index, int batch) {
     case OpKind::TimestepEmbedding:
         cpu::timestepEmbedding(in, batch, op.channels, op.freqShift, op.flipSinToCos, y);
         break;
-    case OpKind::Linear: cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y); break;
+    case OpKind::Linear:
+        if (graph_.value(op.input).kind == ValueKind::Tokens) {
+            const float* residual = data(op.residual);
+            const std::int64_t inImage = channels * inPixels, outImage = std::int64_t(op.channels) * outPixels;
+            for (int b = 0; b < batch; ++b)
+                cpu::tokenLinear(pool_, static_cast<int>(inPixels), channels, op.channels, in + b * inImage,
+                                 w.params[0], w.params[1], residual ? residual + b * outImage : nullptr,
+                                 y + b * outImage);
+        } else {
+            cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
+        }
+        break;
     case OpKind::Conv: {
         const std::int64_t inPlane = channels * inPixels, outPlane = std::int64_t(op.channels) * outPixels;
         const float* residual = data(op.residual);
@@ -629,6 +802,17 @@ void CpuBackend::runOp(std::size_t index, int batch) {
         break;
     case OpKind::Attention: {
         const std::int64_t plane = channels * inPixels;
+        if (graph_.value(op.input).kind == ValueKind::Tokens) {
+            const cpu::TokenAttentionShape s = tokenAttentionShape(graph_, op, tileH_, tileW_);
+            const float* context = data(op.input2);
+            const float* residual = data(op.residual);
+            const std::int64_t contextImage = std::int64_t(s.contextTokens) * s.contextChannels;
+            for (int b = 0; b < batch; ++b)
+                cpu::tokenAttention(pool_, s, w.attn, in + b * plane, context ? context + b * contextImage : nullptr,
+                                    residual ? residual + b * plane : nullptr, op.outputScale, y + b * plane,
+                                    scratch_.data(), w.queryBlock);
+            break;
+        }
         const int qb = std::min<int>(queryBlock_, static_cast<int>(inPixels));
         const float* residual = data(op.residual);
         for (int b = 0; b < batch; ++b)
@@ -651,6 +835,20 @@ void CpuBackend::runOp(std::size_t index, int batch) {
         cpu::upsampleNearest2x(pool_, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
         break;
     }
+    case OpKind::ToTokens: cpu::toTokens(pool_, batch, channels, inPixels, in, y); break;
+    case OpKind::ToFeatureMap: cpu::toFeatureMap(pool_, batch, channels, inPixels, in, data(op.residual), y); break;
+    case OpKind::LayerNorm:
+        cpu::layerNorm(pool_, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
+        break;
+    case OpKind::GEGLU: {
+        const std::int64_t inImage = channels * inPixels, outImage = std::int64_t(op.channels) * outPixels;
+        for (int b = 0; b < batch; ++b)
+            cpu::geglu(pool_, static_cast<int>(inPixels), channels, op.channels, in + b * inImage, w.params[0],
+                       w.params[1], y + b * outImage, scratch_.data());
+        break;
+    }
+    case OpKind::GELU: cpu::gelu(pool_, count, in, op.geluTanh, y); break;
+    case OpKind::QuickGELU: cpu::quickGelu(pool_, count, in, y); break;
     }
 }
 

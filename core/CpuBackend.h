@@ -115,6 +115,46 @@ struct AttentionWeights {
 // Query rows per score block so the score buffer stays below maxScoreFloats.
 int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats);
 std::size_t attentionScratchFloats(int channels, std::int64_t pixels, int queryBlock);
+// Token sequences (core/ModelGraph.h ValueKind::Tokens) are [batch, tokens, channels] rows.
+
+// y[b, p, c] = x[b, c, p]: the pixels of a feature map as tokens. y must not alias x.
+void toTokens(WorkerPool&, int batch, int channels, std::int64_t pixels, const float* x, float* y);
+// y[b, c, p] = x[b, p, c] + residual[b, c, p] (residual NCHW or null). y must not alias x.
+void toFeatureMap(WorkerPool&, int batch, int channels, std::int64_t pixels, const float* x, const float* residual,
+                  float* y);
+// LayerNorm of each of `rows` rows of `channels` floats, statistics (mean, biased variance) in
+// double: y = (x - mean) / sqrt(var + eps) * gamma + beta. y may alias x.
+void layerNorm(WorkerPool&, std::int64_t rows, int channels, float eps, const float* x, const float* gamma,
+               const float* beta, float* y);
+// One image's tokens: y [rows, out] = x [rows, in] W^T + bias (+ residual [rows, out], or null),
+// one GEMM (its result does not depend on the tile batch). y must not alias x.
+void tokenLinear(WorkerPool&, int rows, int in, int out, const float* x, const float* weight, const float* bias,
+                 const float* residual, float* y);
+// Elementwise over n floats; y may alias x. gelu: exact (erf), or PyTorch's tanh approximation.
+void gelu(WorkerPool&, std::int64_t n, const float* x, bool tanhApproximation, float* y);
+void quickGelu(WorkerPool&, std::int64_t n, const float* x, float* y);
+// GEGLU for one image: p = x W^T + b (W [2 out, in]); y [rows, out] = p[:, :out] * gelu(p[:, out:]).
+// scratch: gegluScratchFloats(rows, out). y must not alias x.
+std::size_t gegluScratchFloats(int rows, int out);
+void geglu(WorkerPool&, int rows, int in, int out, const float* x, const float* weight, const float* bias, float* y,
+           float* scratch);
+
+// Attention over tokens for one image: queries from x [tokens, channels], keys and values from
+// context [contextTokens, contextChannels] (x itself when context is null: then contextTokens =
+// tokens, contextChannels = channels). Weights as AttentionWeights (q/k/v biases may be null;
+// wk, wv [channels, contextChannels]). Scores Q K^T / sqrt(d) and the softmax in float32;
+// causal: query i sees keys 0..i.
+struct TokenAttentionShape {
+    int tokens = 0, channels = 0, contextTokens = 0, contextChannels = 0, heads = 1;
+    bool causal = false;
+};
+std::size_t tokenAttentionScratchFloats(const TokenAttentionShape&, int queryBlock);
+// y = (to_out(attention) + residual) * outScale; residual [tokens, channels] or null; y must not
+// alias x or context.
+void tokenAttention(WorkerPool&, const TokenAttentionShape&, const AttentionWeights&, const float* x,
+                    const float* context, const float* residual, float outScale, float* y, float* scratch,
+                    int queryBlock);
+
 // §2.6 for one image x [channels, pixels] (the pixels are the tokens; x already normalised):
 // y = (to_out(softmax(Q K^T / sqrt(d)) V) + residual) * outScale, heads of d = channels / heads
 // channels; residual [channels, pixels] or null. y must not alias x.
@@ -151,6 +191,7 @@ private:
         cpu::AttentionWeights attn;
         cpu::ConvShape conv;
         int bandRows = 1;
+        int queryBlock = 1;  // Attention over tokens: query rows per score block
     };
     // Per-op weights and the largest scratch any op needs; sets queryBlock_.
     std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH, int tileW,

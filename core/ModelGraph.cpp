@@ -19,6 +19,12 @@ const char* toString(OpKind k) {
     case OpKind::Attention: return "attention";
     case OpKind::Concat: return "concat";
     case OpKind::Upsample: return "upsample";
+    case OpKind::ToTokens: return "to_tokens";
+    case OpKind::ToFeatureMap: return "to_feature_map";
+    case OpKind::LayerNorm: return "layer_norm";
+    case OpKind::GEGLU: return "geglu";
+    case OpKind::GELU: return "gelu";
+    case OpKind::QuickGELU: return "quick_gelu";
     }
     return "?";
 }
@@ -41,25 +47,43 @@ std::string shapeText(const Shape& s) {
 }
 
 bool sameShape(const GraphValue& a, const GraphValue& b) {
-    return a.kind == b.kind && a.channels == b.channels && a.divisor == b.divisor;
+    return a.kind == b.kind && a.channels == b.channels && a.divisor == b.divisor && a.tokens == b.tokens;
 }
 
 bool isMap(const GraphValue& v) { return v.kind == ValueKind::FeatureMap; }
 bool isVector(const GraphValue& v) { return v.kind == ValueKind::Vector; }
+bool isTokens(const GraphValue& v) { return v.kind == ValueKind::Tokens; }
+// Feature maps and the tokens of one: their size follows the tile.
+bool followsTile(const GraphValue& v) { return isMap(v) || (isTokens(v) && v.tokens == 0); }
 
 }  // namespace
 
-int ModelGraph::addValue(std::string name, ValueKind kind, int channels, int divisor) {
-    values_.push_back(GraphValue{std::move(name), kind, channels, kind == ValueKind::Vector ? 0 : divisor});
+int ModelGraph::addValue(std::string name, ValueKind kind, int channels, int divisor, int tokens) {
+    const bool fixed = kind == ValueKind::Tokens && tokens > 0;
+    values_.push_back(GraphValue{std::move(name), kind, channels, kind == ValueKind::Vector || fixed ? 0 : divisor,
+                                 fixed ? tokens : 0});
     return static_cast<int>(values_.size()) - 1;
 }
 
 int ModelGraph::addInput(std::string name, ValueKind kind, int channels, int divisor) {
-    if (channels < 1 || (kind == ValueKind::FeatureMap && divisor < 1))
+    if (channels < 1 || (kind != ValueKind::Vector && divisor < 1))
         throw std::logic_error("ModelGraph: input '" + name + "' needs channels >= 1 and divisor >= 1");
     const int id = addValue(std::move(name), kind, channels, divisor);
     inputs_.push_back(id);
     return id;
+}
+
+int ModelGraph::addTokenInput(std::string name, int tokens, int channels) {
+    if (channels < 1 || tokens < 1)
+        throw std::logic_error("ModelGraph: input '" + name + "' needs channels >= 1 and tokens >= 1");
+    const int id = addValue(std::move(name), ValueKind::Tokens, channels, 0, tokens);
+    inputs_.push_back(id);
+    return id;
+}
+
+int ModelGraph::addInputValue(const GraphValue& v) {
+    return v.kind == ValueKind::Tokens && v.tokens > 0 ? addTokenInput(v.name, v.tokens, v.channels)
+                                                       : addInput(v.name, v.kind, v.channels, v.divisor);
 }
 
 int ModelGraph::addParam(std::string name, std::vector<std::int64_t> shape) {
@@ -114,7 +138,7 @@ void ModelGraph::checkOp(const GraphOp& op) const {
         needParams({});
         break;
     case OpKind::Linear:
-        if (!isVector(x) || op.channels < 1) fail("needs a vector input and channels >= 1");
+        if ((!isVector(x) && !isTokens(x)) || op.channels < 1) fail("needs a vector or tokens input and channels >= 1");
         needParams({{out, C}, {out}});
         break;
     case OpKind::Conv: {
@@ -134,10 +158,27 @@ void ModelGraph::checkOp(const GraphOp& op) const {
             fail("needs a feature map whose channels the groups divide, and eps > 0");
         needParams({{C}, {C}});
         break;
-    case OpKind::Attention:
-        if (!isMap(x) || op.heads < 1 || x.channels % op.heads != 0) fail("needs a feature map whose channels the heads divide");
-        needParams({{C, C}, {C}, {C, C}, {C}, {C, C}, {C}, {C, C}, {C}});
+    case OpKind::Attention: {
+        if ((!isMap(x) && !isTokens(x)) || op.heads < 1 || x.channels % op.heads != 0)
+            fail("needs a feature map or tokens whose channels the heads divide");
+        std::int64_t kv = C;
+        if (op.input2 >= 0) {
+            const GraphValue& context = operand(op.input2, "context");
+            if (!isTokens(x) || !isTokens(context)) fail("takes a context only for tokens, and the context must be tokens");
+            kv = context.channels;
+        }
+        if (op.causal && (!isTokens(x) || op.input2 >= 0)) fail("a causal mask needs tokens and no context");
+        std::vector<Shape> shapes{{C, C}};
+        if (op.qkvBias) shapes.push_back({C});
+        for (int k = 0; k < 2; ++k) {
+            shapes.push_back({C, kv});
+            if (op.qkvBias) shapes.push_back({C});
+        }
+        shapes.push_back({C, C});
+        shapes.push_back({C});
+        needParams(shapes);
         break;
+    }
     case OpKind::Concat: {
         const GraphValue& b = operand(op.input2, "input2");
         if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) fail("needs two feature maps of one size");
@@ -148,10 +189,30 @@ void ModelGraph::checkOp(const GraphOp& op) const {
         if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) fail("needs a feature map of an even divisor");
         needParams({});
         break;
+    case OpKind::ToTokens:
+        if (!isMap(x)) fail("needs a feature map");
+        needParams({});
+        break;
+    case OpKind::ToFeatureMap:
+        if (!isTokens(x) || x.tokens != 0) fail("needs tokens that follow the tile (one per pixel)");
+        needParams({});
+        break;
+    case OpKind::LayerNorm:
+        if (!isTokens(x) || !(op.eps > 0.0f)) fail("needs tokens and eps > 0");
+        needParams({{C}, {C}});
+        break;
+    case OpKind::GEGLU:
+        if (!isTokens(x) || op.channels < 1) fail("needs tokens and channels >= 1");
+        needParams({{2 * out, C}, {2 * out}});
+        break;
+    case OpKind::GELU:
+    case OpKind::QuickGELU: needParams({}); break;
     }
-    if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat)
+    if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
+        op.kind != OpKind::Attention)
         fail("takes no second operand");
-    if (op.silu && op.kind != OpKind::Linear && op.kind != OpKind::GroupNorm) fail("cannot carry a SiLU");
+    if (op.silu && !(op.kind == OpKind::Linear && isVector(x)) && op.kind != OpKind::GroupNorm)
+        fail("cannot carry a SiLU");
     if ((op.preAdd >= 0 || op.scaleShift >= 0) && op.kind != OpKind::GroupNorm) fail("cannot carry a pre-add or FiLM");
     if (op.preAdd >= 0) {
         const GraphValue& v = operand(op.preAdd, "preAdd");
@@ -162,26 +223,33 @@ void ModelGraph::checkOp(const GraphOp& op) const {
         if (!isVector(v) || v.channels != 2 * x.channels) fail("scaleShift must be a vector of twice the input's channels");
     }
     const bool epilogue = op.kind == OpKind::Conv || op.kind == OpKind::Attention;
-    if ((op.residual >= 0 || op.outputScale != 1.0f) && !epilogue) fail("cannot carry a residual or output scale");
+    const bool residualOnly = op.kind == OpKind::ToFeatureMap || (op.kind == OpKind::Linear && isTokens(x));
+    if (op.outputScale != 1.0f && !epilogue) fail("cannot carry an output scale");
+    if (op.residual >= 0 && !epilogue && !residualOnly) fail("cannot carry a residual");
     if (op.residual >= 0) {
         const GraphValue& r = operand(op.residual, "residual");
-        const int channels = op.kind == OpKind::Conv ? op.channels : x.channels;
-        const int divisor = op.kind == OpKind::Conv ? x.divisor * op.stride : x.divisor;
-        if (!isMap(r) || r.channels != channels || r.divisor != divisor) fail("residual '" + r.name + "' differs in shape");
+        GraphValue expected = x;
+        if (op.kind == OpKind::Conv) expected = GraphValue{"", ValueKind::FeatureMap, op.channels, x.divisor * op.stride, 0};
+        if (op.kind == OpKind::Linear) expected.channels = op.channels;
+        if (op.kind == OpKind::ToFeatureMap) expected.kind = ValueKind::FeatureMap;
+        if (!sameShape(r, expected)) fail("residual '" + r.name + "' differs in shape");
     }
 }
 
 int ModelGraph::inferOutput(const GraphOp& op, std::string name) {
     const GraphValue x = values_[static_cast<std::size_t>(op.input)];
     switch (op.kind) {
-    case OpKind::TimestepEmbedding:
-    case OpKind::Linear: return addValue(std::move(name), ValueKind::Vector, op.channels, 0);
+    case OpKind::TimestepEmbedding: return addValue(std::move(name), ValueKind::Vector, op.channels, 0);
+    case OpKind::Linear:
+    case OpKind::GEGLU: return addValue(std::move(name), x.kind, op.channels, x.divisor, x.tokens);
+    case OpKind::ToTokens: return addValue(std::move(name), ValueKind::Tokens, x.channels, x.divisor);
+    case OpKind::ToFeatureMap: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor);
     case OpKind::Conv: return addValue(std::move(name), ValueKind::FeatureMap, op.channels, x.divisor * op.stride);
     case OpKind::Concat:
         return addValue(std::move(name), ValueKind::FeatureMap,
                         x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
     case OpKind::Upsample: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / 2);
-    default: return addValue(std::move(name), x.kind, x.channels, x.divisor);
+    default: return addValue(std::move(name), x.kind, x.channels, x.divisor, x.tokens);
     }
 }
 
@@ -195,7 +263,7 @@ int ModelGraph::addOp(GraphOp op, std::string valueName) {
 int ModelGraph::downsampleFactor() const {
     int f = 1;
     for (const GraphValue& v : values_)
-        if (isMap(v)) f = std::max(f, v.divisor);
+        if (followsTile(v)) f = std::max(f, v.divisor);
     return f;
 }
 
@@ -214,7 +282,15 @@ void ModelGraph::checkTileSize(int h, int w) const {
 std::vector<std::int64_t> ModelGraph::shape(int id, int batch, int h, int w) const {
     const GraphValue& v = value(id);
     if (isVector(v)) return {batch, v.channels};
+    if (isTokens(v)) return {batch, rows(id, h, w), v.channels};
     return {batch, v.channels, h / v.divisor, w / v.divisor};
+}
+
+std::int64_t ModelGraph::rows(int id, int h, int w) const {
+    const GraphValue& v = value(id);
+    if (isVector(v)) return 1;
+    if (isTokens(v) && v.tokens > 0) return v.tokens;
+    return std::int64_t(h / v.divisor) * (w / v.divisor);
 }
 
 std::int64_t ModelGraph::elements(int id, int batch, int h, int w) const {
@@ -225,14 +301,16 @@ std::int64_t ModelGraph::elements(int id, int batch, int h, int w) const {
 
 double ModelGraph::flops(const GraphOp& op, int h, int w) const {
     const GraphValue& x = value(op.input);
-    const GraphValue& y = value(op.output);
-    const double outPixels = isMap(y) ? double(h / y.divisor) * double(w / y.divisor) : 1.0;
+    const double outPixels = double(rows(op.output, h, w));
     switch (op.kind) {
     case OpKind::Conv: return 2.0 * op.channels * x.channels * op.kernel * op.kernel * outPixels;
-    case OpKind::Linear: return 2.0 * x.channels * op.channels;
+    case OpKind::Linear: return 2.0 * x.channels * op.channels * outPixels;
+    case OpKind::GEGLU: return 2.0 * x.channels * 2.0 * op.channels * outPixels;
     case OpKind::Attention: {
         const double C = x.channels, N = outPixels;
-        return 4.0 * 2.0 * C * C * N + 2.0 * 2.0 * N * N * C;
+        const double M = op.input2 >= 0 ? double(rows(op.input2, h, w)) : N;
+        const double kv = op.input2 >= 0 ? double(value(op.input2).channels) : C;
+        return 2.0 * 2.0 * C * C * N + 2.0 * 2.0 * kv * C * M + 2.0 * 2.0 * N * M * C;
     }
     default: return 0.0;
     }
@@ -281,8 +359,7 @@ ModelGraph ModelGraph::extract(std::size_t index) const {
                 id = to;
                 return;
             }
-        const GraphValue& v = value(id);
-        const int fresh = g.addInput(v.name, v.kind, v.channels, v.divisor);
+        const int fresh = g.addInputValue(value(id));
         mapped.emplace_back(id, fresh);
         id = fresh;
     };
@@ -304,7 +381,15 @@ std::string ModelGraph::describe(const GraphOp& op) const {
         break;
     case OpKind::Linear: s << ' ' << x.channels << "->" << op.channels; break;
     case OpKind::GroupNorm: s << ' ' << op.groups << "g " << x.channels << "ch"; break;
-    case OpKind::Attention: s << ' ' << x.channels << "ch " << op.heads << 'h'; break;
+    case OpKind::Attention:
+        s << ' ' << x.channels << "ch " << op.heads << 'h';
+        if (op.input2 >= 0) s << " ctx " << value(op.input2).channels << "ch";
+        if (!op.qkvBias) s << " nobias";
+        if (op.causal) s << " causal";
+        break;
+    case OpKind::LayerNorm: s << ' ' << x.channels << "ch"; break;
+    case OpKind::GEGLU: s << ' ' << x.channels << "->" << op.channels; break;
+    case OpKind::GELU: s << (op.geluTanh ? " tanh " : " ") << x.channels << "ch"; break;
     case OpKind::Affine: s << ' ' << op.scale << "x" << (op.shift < 0 ? "" : "+") << op.shift << ' ' << x.channels << "ch"; break;
     case OpKind::Concat: s << ' ' << x.channels << '+' << value(op.input2).channels; break;
     case OpKind::Add:
@@ -313,7 +398,8 @@ std::string ModelGraph::describe(const GraphOp& op) const {
         break;
     default: s << ' ' << y.channels << "ch"; break;
     }
-    if (isMap(y)) s << " @1/" << y.divisor;
+    if (followsTile(y)) s << " @1/" << y.divisor;
+    if (isTokens(y)) s << " tokens" << (y.tokens > 0 ? " " + std::to_string(y.tokens) : std::string());
     if (op.preAdd >= 0) s << " +preadd";
     if (op.scaleShift >= 0) s << " +film";
     if (op.silu) s << " +silu";
@@ -330,9 +416,10 @@ namespace {
 bool absorb(GraphOp& cur, const GraphOp& next, const ModelGraph& g) {
     const int v = cur.output;
     const bool epilogue = cur.kind == OpKind::Conv || cur.kind == OpKind::Attention;
+    const bool tokenLinear = cur.kind == OpKind::Linear && g.value(v).kind == ValueKind::Tokens;
     switch (next.kind) {
     case OpKind::SiLU:
-        if ((cur.kind != OpKind::Linear && cur.kind != OpKind::GroupNorm) || cur.silu) return false;
+        if ((cur.kind != OpKind::Linear && cur.kind != OpKind::GroupNorm) || tokenLinear || cur.silu) return false;
         cur.silu = true;
         break;
     case OpKind::ScaleShift:
@@ -351,11 +438,10 @@ bool absorb(GraphOp& cur, const GraphOp& next, const ModelGraph& g) {
         return true;  // `next` already carries its own output
     }
     case OpKind::Add: {
-        if (!epilogue || cur.residual >= 0 || cur.outputScale != 1.0f) return false;
+        const bool residualOnly = cur.kind == OpKind::ToFeatureMap || tokenLinear;
+        if ((!epilogue && !residualOnly) || cur.residual >= 0 || cur.outputScale != 1.0f) return false;
         const int other = next.input == v ? next.input2 : next.input;
-        if (!(g.value(other).kind == ValueKind::FeatureMap && g.value(other).channels == g.value(v).channels &&
-              g.value(other).divisor == g.value(v).divisor))
-            return false;
+        if (!sameShape(g.value(other), g.value(v))) return false;
         cur.residual = other;
         break;
     }
@@ -399,10 +485,7 @@ ModelGraph fuseForExecution(const ModelGraph& g) {
 
     ModelGraph f;
     std::vector<int> map(g.values().size(), -1);
-    for (int v : g.inputs()) {
-        const GraphValue& value = g.value(v);
-        map[static_cast<std::size_t>(v)] = f.addInput(value.name, value.kind, value.channels, value.divisor);
-    }
+    for (int v : g.inputs()) map[static_cast<std::size_t>(v)] = f.addInputValue(g.value(v));
     for (const GraphParam& p : g.params()) f.addParam(p.name, p.shape);
     for (auto& list : at)
         for (GraphOp& op : list) {

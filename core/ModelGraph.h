@@ -18,6 +18,9 @@ namespace tessera {
 enum class ValueKind {
     FeatureMap,  // [B, channels, H / divisor, W / divisor]
     Vector,      // [B, channels]: timesteps, time embeddings
+    Tokens,      // [B, tokens, channels], channels contiguous: a fixed token count (77 text
+                 // tokens: GraphValue::tokens) or one token per pixel of a feature map of the
+                 // tile / divisor (tokens 0; token index y * W + x)
 };
 
 // Operations. Every one is implemented by every backend (tests/cuda/tst_backendops.cpp runs
@@ -31,17 +34,32 @@ enum class OpKind {
     ScaleShift,         // FiLM: input * (1 + v[:, :C]) + v[:, C:], input a feature map of C
                         // channels, v = input2 a vector [B, 2C]
     TimestepEmbedding,  // vector [B, 1] -> [B, channels]: the sinusoid of shared/spec/unet2d.md §2.2
-    Linear,             // vector [B, in] -> [B, channels]: input W^T + b (weight [channels, in], bias [channels])
+    Linear,             // vector [B, in] -> [B, channels], or tokens [B, N, in] -> [B, N, channels] per
+                        // token: input W^T + b (weight [channels, in], bias [channels])
     Conv,               // feature map: kernel x kernel, stride 1 or 2, zero padding padBegin rows/columns
                         // at the top/left and padEnd at the bottom/right; + bias (weight [channels, in, k, k],
                         // bias [channels])
     GroupNorm,          // feature map: `groups` groups, statistics over (channels of the group, pixels),
                         // then * gamma + beta (weight [C], bias [C])
-    Attention,          // multi-head self-attention over the pixels of a feature map (each pixel a token
-                        // of C features): to_out(softmax(Q K^T / sqrt(C / heads)) V), Q, K, V = to_q/to_k/
-                        // to_v(input) (to_q, to_k, to_v, to_out.0: weight [C, C] then bias [C])
+    Attention,          // multi-head attention, heads of d = C / heads channels (channel h*d + i of Q, K,
+                        // V is head h's i-th): to_out(softmax(Q K^T / sqrt(d) [+ causal mask]) V), the
+                        // softmax in float32. Q = to_q(input); K, V = to_k/to_v(input2 if given, else
+                        // input). input: a feature map (each pixel a token of C features; no input2)
+                        // or tokens [B, N, C]; input2: tokens [B, M, Ckv] (cross-attention: the
+                        // context). Parameters: to_q.weight [C, C], to_q.bias [C], to_k.weight
+                        // [C, Ckv], to_k.bias, to_v.weight [C, Ckv], to_v.bias, to_out.0.weight [C, C],
+                        // to_out.0.bias [C]; the three q/k/v biases only when qkvBias. causal (tokens,
+                        // no input2): query i sees keys 0..i only (CLIP).
     Concat,             // feature maps [input, input2] along channels
     Upsample,           // feature map, nearest neighbour x2
+    ToTokens,           // feature map [B, C, H, W] -> tokens [B, H*W, C] (tokens follow the tile)
+    ToFeatureMap,       // tokens that follow the tile [B, H*W, C] -> feature map [B, C, H, W]
+    LayerNorm,          // tokens: per token, statistics over its C channels (mean, biased
+                        // variance), then * gamma + beta (weight [C], bias [C]), eps
+    GEGLU,              // tokens [B, N, C] -> [B, N, channels]: p = input W^T + b (weight [2 * channels, C],
+                        // bias [2 * channels]); out = p[:, :channels] * gelu(p[:, channels:]), exact GELU
+    GELU,               // elementwise 0.5 x (1 + erf(x / sqrt 2)); geluTanh: PyTorch's approximate="tanh"
+    QuickGELU,          // elementwise x * sigmoid(1.702 x) (CLIP)
 };
 const char* toString(OpKind);
 
@@ -49,7 +67,8 @@ struct GraphValue {
     std::string name;  // "down_blocks.1.attentions.0", "time_embedding.act"
     ValueKind kind = ValueKind::FeatureMap;
     int channels = 0;
-    int divisor = 1;   // FeatureMap: spatial size = tile / divisor; 0 for vectors
+    int divisor = 1;   // FeatureMap, Tokens following the tile: spatial size = tile / divisor; else 0
+    int tokens = 0;    // Tokens of a fixed count (77 text tokens); 0 otherwise
 };
 
 struct GraphParam {
@@ -61,14 +80,17 @@ struct GraphOp {
     OpKind kind = OpKind::Conv;
     std::string name;          // module path ("down_blocks.0.resnets.1.conv1"); unique in a graph
     int input = -1;            // value ids
-    int input2 = -1;           // Add, ScaleShift, Concat
+    int input2 = -1;           // Add, ScaleShift, Concat; Attention: the context (optional)
     int output = -1;
     std::vector<int> params;   // parameter ids, in the order OpKind states
-    int channels = 0;          // output channels: TimestepEmbedding, Linear, Conv
+    int channels = 0;          // output channels: TimestepEmbedding, Linear, Conv, GEGLU
     int kernel = 1, stride = 1, padBegin = 0, padEnd = 0;  // Conv
     int groups = 0;            // GroupNorm
-    float eps = 1e-5f;         // GroupNorm
+    float eps = 1e-5f;         // GroupNorm, LayerNorm
     int heads = 1;             // Attention
+    bool qkvBias = true;       // Attention: to_q/to_k/to_v have biases (SD's transformer blocks: none)
+    bool causal = false;       // Attention over tokens without context: causal mask
+    bool geluTanh = false;     // GELU: tanh approximation
     float scale = 1.0f, shift = 0.0f;  // Affine
     int freqShift = 0;         // TimestepEmbedding
     bool flipSinToCos = false;
@@ -77,7 +99,8 @@ struct GraphOp {
     bool silu = false;         // Linear, GroupNorm: SiLU on the result
     int preAdd = -1;           // GroupNorm: vector [B, C] added to every pixel before the statistics
     int scaleShift = -1;       // GroupNorm: vector [B, 2C], FiLM after the norm (before the SiLU)
-    int residual = -1;         // Conv, Attention: a value of the output's shape added after the bias
+    int residual = -1;         // Conv, Attention, ToFeatureMap, Linear over tokens: a value of the
+                               // output's shape added after the bias
     float outputScale = 1.0f;  // Conv, Attention: y = (result + residual) * outputScale
 
     // Every value the op reads (input, input2, preAdd, scaleShift, residual; those present).
@@ -86,7 +109,12 @@ struct GraphOp {
 
 class ModelGraph {
 public:
+    // Feature maps, vectors, and tokens that follow the tile (divisor >= 1 for both).
     int addInput(std::string name, ValueKind kind, int channels, int divisor = 1);
+    // Tokens of a fixed count [B, tokens, channels] (the 77 text tokens of a prompt).
+    int addTokenInput(std::string name, int tokens, int channels);
+    // An input shaped like `v` (its name, kind, channels, divisor or fixed token count).
+    int addInputValue(const GraphValue& v);
     int addParam(std::string name, std::vector<std::int64_t> shape);
     // Appends `op` (its operands and parameters already in the graph), infers its output value
     // (named valueName, or the op's name) and returns that value's id. Throws std::logic_error
@@ -107,12 +135,15 @@ public:
     // model's downsampling factor").
     int downsampleFactor() const;
     void checkTileSize(int h, int w) const;
-    // {batch, C, h/d, w/d} or {batch, C} for vectors.
+    // {batch, C, h/d, w/d}, {batch, C} for vectors, {batch, tokens(value, h, w), C} for tokens.
     std::vector<std::int64_t> shape(int value, int batch, int h, int w) const;
+    // A tokens value's count: its fixed count, or (h/d) * (w/d). Pixels of a feature map, 1 for a vector.
+    std::int64_t rows(int value, int h, int w) const;
     std::int64_t elements(int value, int batch, int h, int w) const;
 
     // Floating-point operations of one op for a single tile of h x w: multiply-adds x 2 of
-    // convolutions, linear layers and attention (the four projections, Q K^T and A V).
+    // convolutions, linear layers (per token over tokens), GEGLU's projection and attention
+    // (the four projections, K and V over the context's tokens, Q K^T and A V).
     // Normalisation and elementwise ops count 0 (they are memory-bound).
     double flops(const GraphOp&, int h, int w) const;
     double flops(int h, int w) const;  // all ops
@@ -132,7 +163,7 @@ public:
     std::string describe(const GraphOp&) const;
 
 private:
-    int addValue(std::string name, ValueKind kind, int channels, int divisor);
+    int addValue(std::string name, ValueKind kind, int channels, int divisor, int tokens = 0);
     void checkOp(const GraphOp&) const;
     int inferOutput(const GraphOp&, std::string name);
 
@@ -149,6 +180,8 @@ private:
 //   GroupNorm -> ScaleShift(v)          => GroupNorm{scaleShift = v}
 //   GroupNorm -> SiLU                   => GroupNorm{silu}
 //   Conv|Attention -> Add(other)        => Conv|Attention{residual = other}
+//   ToFeatureMap -> Add(other)          => ToFeatureMap{residual = other}
+//   Linear over tokens -> Add(other)    => Linear{residual = other}
 //   Conv|Attention -> Affine(s, 0)      => Conv|Attention{outputScale = s}
 // applied repeatedly along a chain. The fused op takes the place of the chain's last op and its
 // output value's name. Inputs, outputs and parameters are unchanged.

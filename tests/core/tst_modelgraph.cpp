@@ -71,6 +71,15 @@ double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
     return std::sqrt(num / std::max(den, 1e-300));
 }
 
+GraphOp op(OpKind kind, const std::string& name, int in, int in2 = -1) {
+    GraphOp o;
+    o.kind = kind;
+    o.name = name;
+    o.input = in;
+    o.input2 = in2;
+    return o;
+}
+
 int countKind(const ModelGraph& g, OpKind k) {
     return static_cast<int>(std::count_if(g.ops().begin(), g.ops().end(), [k](const GraphOp& op) { return op.kind == k; }));
 }
@@ -358,6 +367,124 @@ private slots:
         rejects(t.op(OpKind::Upsample, "u", t.x), "even divisor");
         rejects(t.op(OpKind::Concat, "k", t.x, t.v), "two feature maps");
         rejects(t.op(OpKind::SiLU, "bad", 99), "input is not a value");
+    }
+
+    // Token values: fixed counts ignore the tile, tile tokens follow it; extract keeps both.
+    void tokenValues() {
+        ModelGraph g;
+        const int x = g.addInput("x", ValueKind::FeatureMap, 8, 4);
+        const int ctx = g.addTokenInput("encoder_hidden_states", 77, 5);
+        const int t = g.addOp(op(OpKind::ToTokens, "t", x));
+        QCOMPARE(g.shape(ctx, 2, 16, 32), (std::vector<std::int64_t>{2, 77, 5}));
+        QCOMPARE(g.shape(ctx, 2, 64, 64), (std::vector<std::int64_t>{2, 77, 5}));
+        QCOMPARE(g.shape(t, 2, 16, 32), (std::vector<std::int64_t>{2, 32, 8}));
+        QCOMPARE(g.rows(x, 16, 32), std::int64_t{32});
+        QCOMPARE(g.downsampleFactor(), 4);
+        ModelGraph onlyTokens;
+        onlyTokens.addInput("t", ValueKind::Tokens, 8, 8);
+        QCOMPARE(onlyTokens.downsampleFactor(), 8);  // tile tokens set the factor too
+        GraphOp attn = op(OpKind::Attention, "attn2", t, ctx);
+        attn.heads = 2;
+        attn.qkvBias = false;
+        attn.params = {g.addParam("q", {8, 8}), g.addParam("k", {8, 5}), g.addParam("v", {8, 5}),
+                       g.addParam("o", {8, 8}), g.addParam("ob", {8})};
+        g.markOutput(g.addOp(attn));
+        QCOMPARE(g.describe(g.ops()[1]), std::string("attention 8ch 2h ctx 5ch nobias @1/4 tokens"));
+        // q and out over 32 tokens, k and v over 77 context tokens, Q K^T and A V
+        QCOMPARE(g.flops(g.ops()[1], 16, 32), 2.0 * 2 * 8 * 8 * 32 + 2.0 * 2 * 5 * 8 * 77 + 2.0 * 2 * 32 * 77 * 8);
+        const ModelGraph one = g.extract(1);
+        QCOMPARE(one.value(one.inputs()[1]).tokens, 77);
+        QCOMPARE(one.value(one.inputs()[0]).divisor, 4);
+        const ModelGraph fused = fuseForExecution(g);
+        QCOMPARE(fused.value(fused.inputs()[1]).tokens, 77);
+    }
+
+    void tokenFusionRules() {
+        ModelGraph g;
+        const int x = g.addInput("x", ValueKind::FeatureMap, 8, 1);
+        const int t = g.addOp(op(OpKind::ToTokens, "t", x));
+        auto linear = [&](const std::string& name, int in) {
+            GraphOp l = op(OpKind::Linear, name, in);
+            l.channels = 8;
+            l.params = {g.addParam(name + ".weight", {8, 8}), g.addParam(name + ".bias", {8})};
+            return g.addOp(l);
+        };
+        GraphOp attn = op(OpKind::Attention, "attn", t);
+        attn.heads = 2;
+        attn.qkvBias = false;
+        attn.params = {g.addParam("q", {8, 8}), g.addParam("k", {8, 8}), g.addParam("v", {8, 8}),
+                       g.addParam("o", {8, 8}), g.addParam("ob", {8})};
+        const int h1 = g.addOp(op(OpKind::Add, "attn.residual", g.addOp(attn), t));          // fused
+        const int h2 = g.addOp(op(OpKind::Add, "ff.residual", h1, linear("ff", h1)));        // fused
+        const int s = g.addOp(op(OpKind::SiLU, "act", linear("proj", h2)));                  // not: tokens
+        GraphOp ge = op(OpKind::GEGLU, "geglu", s);
+        ge.channels = 8;
+        ge.params = {g.addParam("geglu.weight", {16, 8}), g.addParam("geglu.bias", {8 * 2})};
+        const int h3 = g.addOp(op(OpKind::Add, "geglu.residual", g.addOp(ge), s));          // not: GEGLU
+        const int m = g.addOp(op(OpKind::ToFeatureMap, "map", h3));
+        g.markOutput(g.addOp(op(OpKind::Add, "out", m, x)));                                // fused
+        const ModelGraph f = fuseForExecution(g);
+        std::vector<std::string> names;
+        for (const GraphOp& o : f.ops()) names.push_back(o.name + (o.residual >= 0 ? "+r" : "") + (o.silu ? "+silu" : ""));
+        QCOMPARE(names, (std::vector<std::string>{"t", "attn+r", "ff+r", "proj", "act", "geglu", "geglu.residual",
+                                                  "map+r"}));
+        QCOMPARE(f.value(f.outputs()[0]).name, std::string("out"));
+    }
+
+    void tokenOpsRejectMalformedOps() {
+        ModelGraph g;
+        const int x = g.addInput("x", ValueKind::FeatureMap, 8, 1);
+        const int t = g.addInput("t", ValueKind::Tokens, 8, 1);
+        const int ctx = g.addTokenInput("ctx", 77, 4);
+        const int v = g.addInput("v", ValueKind::Vector, 8);
+        auto rejects = [&](GraphOp o, const char* part) {
+            try {
+                g.addOp(std::move(o));
+                QFAIL(qPrintable(QString("accepted: ") + part));
+            } catch (const std::logic_error& e) {
+                QVERIFY2(QString(e.what()).contains(part), e.what());
+            }
+        };
+        auto attention = [&](int in, int context, bool bias, std::int64_t kv) {
+            GraphOp a = op(OpKind::Attention, "a", in, context);
+            a.heads = 2;
+            a.qkvBias = bias;
+            a.params = {g.addParam("q", {8, 8}), g.addParam("k", {8, kv}), g.addParam("v", {8, kv}),
+                        g.addParam("o", {8, 8}), g.addParam("ob", {8})};
+            return a;
+        };
+        rejects(attention(x, ctx, false, 4), "takes a context only for tokens");
+        rejects(attention(t, ctx, true, 4), "takes 8 parameters, has 5");
+        rejects(attention(t, ctx, false, 8), "k has shape [8, 8], expected [8, 4]");
+        GraphOp causal = attention(t, ctx, false, 4);
+        causal.causal = true;
+        rejects(causal, "causal mask needs tokens and no context");
+        rejects(op(OpKind::ToFeatureMap, "m", ctx), "follow the tile");
+        rejects(op(OpKind::ToTokens, "tt", t), "needs a feature map");
+        GraphOp ln = op(OpKind::LayerNorm, "ln", x);
+        ln.params = {g.addParam("ln.weight", {8}), g.addParam("ln.bias", {8})};
+        rejects(ln, "needs tokens");
+        GraphOp ge = op(OpKind::GEGLU, "ge", t);
+        ge.channels = 16;
+        ge.params = {g.addParam("ge.weight", {16, 8}), g.addParam("ge.bias", {16})};
+        rejects(ge, "ge.weight has shape [16, 8], expected [32, 8]");
+        GraphOp gelu = op(OpKind::GELU, "gelu", t);
+        gelu.residual = t;
+        rejects(gelu, "cannot carry a residual");
+        GraphOp silu = op(OpKind::Linear, "fc", t);
+        silu.channels = 8;
+        silu.silu = true;
+        silu.params = {g.addParam("fc.weight", {8, 8}), g.addParam("fc.bias", {8})};
+        rejects(silu, "cannot carry a SiLU");
+        GraphOp res = op(OpKind::Linear, "fc2", v);
+        res.channels = 8;
+        res.residual = v;
+        res.params = {g.addParam("fc2.weight", {8, 8}), g.addParam("fc2.bias", {8})};
+        rejects(res, "cannot carry a residual");  // over vectors: no residual
+        GraphOp wrongResidual = op(OpKind::ToFeatureMap, "m2", t);
+        wrongResidual.residual = t;
+        rejects(wrongResidual, "residual 't' differs in shape");
+        rejects(op(OpKind::Add, "add", t, ctx), "differ in shape");
     }
 
     void builderRejectsConfigsItCannotBuild() {
