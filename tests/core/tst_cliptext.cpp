@@ -222,6 +222,65 @@ void writeFolder(const std::string& dir, const ClipTextConfig& c, const Tensors&
     writeText(dir + "/config.json", toJson(c).dump());
 }
 
+// The fixtures under `root` as tools/reference/make_clip_fixtures.py lays them out: every case's
+// weights load, the graph's parameters are the file's tensors, and the outputs match. Returns
+// the problems found (empty: none); errors while loading propagate.
+QStringList checkFixtures(const std::string& root) {
+    const nlohmann::json doc = readBoundedJson(root + "/clip_cases.json", "fixture", input_limits::kJsonBytes);
+    qInfo("transformers %s, torch %s, %zu cases", doc.at("transformers").get<std::string>().c_str(),
+          doc.at("torch").get<std::string>().c_str(), doc.at("cases").size());
+    QStringList problems;
+    auto check = [&problems](const QString& problem) {
+        if (!problem.isEmpty()) problems << problem;
+    };
+    for (const auto& [name, c] : doc.at("cases").items()) {
+        const std::string dir = root + "/" + name;
+        const ClipTextModel model = ClipTextModel::load(dir + "/text_encoder");
+        const ClipTextConfig& config = model.config();
+        if (config.numHiddenLayers != c.at("layers").get<int>()) check(QString::fromStdString(name) + ": layers differ");
+        // The graph's parameters are exactly the file's tensors (names and shapes).
+        std::map<std::string, std::vector<std::int64_t>> graphParams, fileParams;
+        for (const auto& [p, shape] : buildClipTextGraph(config, config.numHiddenLayers).parameterList())
+            graphParams[p] = shape;
+        for (const auto& [p, shape] : c.at("weights").items())
+            if (!p.ends_with("embeddings.position_ids"))
+                fileParams[p.rfind(kClipTextPrefix, 0) == 0 ? p : kClipTextPrefix + p] =
+                    shape.get<std::vector<std::int64_t>>();
+        if (graphParams != fileParams || !model.extraTensors().empty())
+            check(QString::fromStdString(name) + ": the graph's parameters are not the file's tensors");
+
+        Ids ids;
+        for (const auto& row : c.at("input_ids")) {
+            const Ids r = row.get<Ids>();
+            ids.insert(ids.end(), r.begin(), r.end());
+        }
+        const int batch = static_cast<int>(ids.size() / kT);
+        const ClipTextOutputs out = model.encode(ids, batch, 0, true);
+        const SafetensorsFile want(dir + "/outputs.safetensors");
+        check(mismatch(name + " last_hidden_state", out.lastHiddenState, want.readFloat32("last_hidden_state")));
+        check(mismatch(name + " pooler_output", out.pooled, want.readFloat32("pooler_output")));
+        // spec §3.2: CLIP's last hidden_states entry is the last layer's output before the final
+        // norm; a transformers that ties it to last_hidden_state is said so and compared as such.
+        const bool untied = c.at("last_hidden_state_is_final_ln_of_last_hidden_states_entry").get<bool>();
+        if (!untied) qWarning("%s: this transformers returns hidden_states[-1] after the final norm", name.c_str());
+        for (std::size_t k = 0; k < out.hiddenStates.size(); ++k) {
+            const std::string key = "hidden_states." + std::to_string(k);
+            const bool tied = !untied && k + 1 == out.hiddenStates.size();
+            check(mismatch(name + " " + key, tied ? out.lastHiddenState : out.hiddenStates[k], want.readFloat32(key)));
+        }
+        if (want.has("hidden_states." + std::to_string(out.hiddenStates.size())))
+            check(QString::fromStdString(name) + ": more hidden states than layers + 1");
+        // Clip skip 1 (diffusers) / 2 (A1111): final_layer_norm(hidden_states[-2]).
+        check(mismatch(name + " skip1_normed", model.encode(ids, batch, config.numHiddenLayers - 1).lastHiddenState,
+                       want.readFloat32("skip1_normed")));
+        // transformers pooled where Tessera's rule says (recorded by the script).
+        if (c.at("pool_index") != c.at("first_eos_index"))
+            check(QString::fromStdString(name + ": transformers pooled at " + c.at("pool_index").dump() +
+                                         ", the first EOS is at " + c.at("first_eos_index").dump()));
+    }
+    return problems;
+}
+
 }  // namespace
 
 class TestClipText : public QObject {
@@ -537,53 +596,68 @@ private slots:
 
     // transformers' own outputs (tools/reference/make_clip_fixtures.py -> tests/data/clip).
     void transformersFixtures() {
-        const std::string casesFile = kFixtures + "/clip_cases.json";
-        if (!QFile::exists(QString::fromStdString(casesFile)))
+        if (!QFile::exists(QString::fromStdString(kFixtures + "/clip_cases.json")))
             QSKIP("tests/data/clip is not there yet: the lead runs tools/reference/make_clip_fixtures.py on the GPU "
                   "machine; the plain implementation above checks the forward pass meanwhile");
-        const nlohmann::json doc = readBoundedJson(casesFile, "fixture", input_limits::kJsonBytes);
-        qInfo("transformers %s, torch %s", doc.at("transformers").get<std::string>().c_str(),
-              doc.at("torch").get<std::string>().c_str());
-        QVERIFY(doc.at("cases").size() >= 3);
-        for (const auto& [name, c] : doc.at("cases").items()) {
-            const std::string dir = kFixtures + "/" + name;
-            const ClipTextModel model = ClipTextModel::load(dir + "/text_encoder");
-            const ClipTextConfig& config = model.config();
-            QCOMPARE(config.numHiddenLayers, c.at("layers").get<int>());
-            // The graph's parameters are exactly the file's tensors (names and shapes).
-            std::map<std::string, std::vector<std::int64_t>> graphParams, fileParams;
-            for (const auto& [p, shape] : buildClipTextGraph(config, config.numHiddenLayers).parameterList())
-                graphParams[p] = shape;
-            for (const auto& [p, shape] : c.at("weights").items())
-                if (p != "text_model.embeddings.position_ids")
-                    fileParams[p.rfind(kClipTextPrefix, 0) == 0 ? p : kClipTextPrefix + p] = shape.get<std::vector<std::int64_t>>();
-            QVERIFY2(graphParams == fileParams, name.c_str());
-            QVERIFY(model.extraTensors().empty());
+        const QStringList problems = checkFixtures(kFixtures);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join('\n')));
+    }
 
-            const Ids ids = [&] {
-                Ids all;
-                for (const auto& row : c.at("input_ids")) {
-                    const Ids r = row.get<Ids>();
-                    all.insert(all.end(), r.begin(), r.end());
-                }
-                return all;
-            }();
-            const int batch = static_cast<int>(ids.size() / kT);
-            const ClipTextOutputs out = model.encode(ids, batch, 0, true);
-            const SafetensorsFile want(dir + "/outputs.safetensors");
-            EXPECT_CLOSE(name + " last_hidden_state", out.lastHiddenState, want.readFloat32("last_hidden_state"));
-            EXPECT_CLOSE(name + " pooler_output", out.pooled, want.readFloat32("pooler_output"));
-            for (std::size_t k = 0; k < out.hiddenStates.size(); ++k) {
-                const std::string key = "hidden_states." + std::to_string(k);
-                EXPECT_CLOSE(name + " " + key, out.hiddenStates[k], want.readFloat32(key));
+    // The fixture reader on cases laid out as the script lays them out, with the outputs of the
+    // plain implementation above (both name spellings), so a reader bug shows before the
+    // fixtures land.
+    void fixtureReaderOnSyntheticCases() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const std::string root = dir.path().toStdString();
+        nlohmann::json doc{{"transformers", "none (synthetic)"}, {"torch", "none"}, {"cases", nlohmann::json::object()}};
+        for (const bool flat : {false, true})
+            for (const ClipActivation act : {ClipActivation::QuickGelu, ClipActivation::Gelu}) {
+                const std::string name = std::string(flat ? "flat_" : "") + (act == ClipActivation::Gelu ? "gelu" : "quick");
+                const ClipTextConfig c = tinyConfig(act, 64, 2);
+                const Tensors t = randomTensors(c, 31);
+                QVERIFY(QDir().mkpath(QString::fromStdString(root + "/" + name + "/text_encoder")));
+                writeFolder(root + "/" + name + "/text_encoder", c, t,
+                            [flat](const std::string& n) { return flat ? n.substr(11) : n; });
+                const Ids ids = framedRows(c, {{1, 2, 3}, Ids(75, 9)}, c.eosTokenId);
+                const Reference ref = reference(c, t, ids, 2, 2);
+                std::map<std::string, SafetensorsTensorData> outputs;
+                auto put = [&](const std::string& key, const std::vector<double>& v, std::vector<std::int64_t> shape) {
+                    outputs.emplace(key, SafetensorsTensorData{SafetensorsDtype::F32, std::move(shape),
+                                                               encodeFloats(SafetensorsDtype::F32,
+                                                                            std::vector<float>(v.begin(), v.end()))});
+                };
+                put("last_hidden_state", ref.last, {2, kT, 16});
+                put("pooler_output", ref.pooled, {2, 16});
+                put("skip1_normed", reference(c, t, ids, 2, 1).last, {2, kT, 16});
+                for (std::size_t k = 0; k < ref.hidden.size(); ++k) put("hidden_states." + std::to_string(k), ref.hidden[k], {2, kT, 16});
+                writeSafetensors(root + "/" + name + "/outputs.safetensors", outputs);
+                nlohmann::json weights = nlohmann::json::object();
+                for (const auto& [n, tensor] : t) weights[flat ? n.substr(11) : n] = tensor.shape;
+                doc["cases"][name] = {{"layers", 2}, {"weights", weights},
+                                      {"input_ids", {Ids(ids.begin(), ids.begin() + kT), Ids(ids.begin() + kT, ids.end())}},
+                                      {"pool_index", {4, 76}}, {"first_eos_index", {4, 76}},
+                                      {"last_hidden_state_is_final_ln_of_last_hidden_states_entry", true}};
             }
-            QVERIFY(!want.has("hidden_states." + std::to_string(out.hiddenStates.size())));
-            // Clip skip 1 (diffusers) / 2 (A1111): final_layer_norm(hidden_states[-2]).
-            EXPECT_CLOSE(name + " skip1_normed", model.encode(ids, batch, config.numHiddenLayers - 1).lastHiddenState,
-                         want.readFloat32("skip1_normed"));
-            // transformers pooled where Tessera's rule says (recorded by the script).
-            QCOMPARE(c.at("pool_index").get<std::vector<int>>(), c.at("first_eos_index").get<std::vector<int>>());
+        writeText(root + "/clip_cases.json", doc.dump());
+        const QStringList problems = checkFixtures(root);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join('\n')));
+        // The reader notices a wrong output.
+        const std::string file = root + "/gelu/outputs.safetensors";
+        std::map<std::string, SafetensorsTensorData> broken;
+        const SafetensorsFile original(file);
+        for (const auto& info : original.tensors()) {
+            std::vector<float> v = original.readFloat32(info);
+            if (info.name == "hidden_states.1") v[100] += 0.01f;
+            broken.emplace(info.name, SafetensorsTensorData{SafetensorsDtype::F32, info.shape,
+                                                            encodeFloats(SafetensorsDtype::F32, v)});
         }
+        writeSafetensors(file + ".tmp", broken);
+        QVERIFY(QFile::remove(QString::fromStdString(file)));
+        QVERIFY(QFile::rename(QString::fromStdString(file + ".tmp"), QString::fromStdString(file)));
+        const QStringList found = checkFixtures(root);
+        QCOMPARE(found.size(), 1);
+        QVERIFY2(found[0].startsWith("gelu hidden_states.1: element 100 is"), qPrintable(found[0]));
     }
 };
 
