@@ -193,4 +193,19 @@ PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer&
     return c;
 }
 
+PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
+                                 const std::vector<std::string>& prompts, const PromptConditioningOptions& options) {
+    PromptConditioningOptions each = options;
+    for (const std::string& prompt : prompts)
+        each.minChunks = std::max(each.minChunks, static_cast<int>(chunkPrompt(tokenizer, prompt, options.chunking).chunks.size()));
+    PromptConditioning all;
+    for (const std::string& prompt : prompts) {
+        PromptConditioning one = encodePrompt(model, tokenizer, prompt, each);
+        all.chunks = one.chunks;
+        all.channels = one.channels;
+        all.values.insert(all.values.end(), one.values.begin(), one.values.end());
+    }
+    return all;
+}
+
 }  // namespace tessera

@@ -87,4 +87,10 @@ struct PromptConditioning {
 PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
                                 const PromptConditioningOptions& options = {});
 
+// Several prompts encoded together as A1111 does (a prompt and its negative prompt): each as
+// encodePrompt, the shorter ones padded with empty-prompt chunks to the longest one's count
+// (and at least options.minChunks): values [prompts, 77 * chunks, D], in the order given.
+PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
+                                 const std::vector<std::string>& prompts, const PromptConditioningOptions& options = {});
+
 }  // namespace tessera

@@ -22,6 +22,7 @@
 #include "core/ClipTextGraph.h"
 #include "core/ClipTextModel.h"
 #include "core/ClipTokenizer.h"
+#include "core/CpuBackend.h"
 #include "core/Safetensors.h"
 
 using namespace tessera;
@@ -432,6 +433,55 @@ private slots:
                      reference(legacy, t, ids, 3, 1).pooled);
     }
 
+    // The two CLIP ops refuse shapes they cannot run, and ids that are no vocabulary entry.
+    void embeddingAndPoolingOps() {
+        ModelGraph g;
+        const int ids = g.addTokenInput("ids", 4, 1);
+        GraphOp e;
+        e.kind = OpKind::TokenEmbedding;
+        e.name = "emb";
+        e.input = ids;
+        e.channels = 3;
+        e.params = {g.addParam("tok", {10, 3}), g.addParam("pos", {3, 3})};
+        EXPECT_MESSAGE(errorOf([&] { g.addOp(e); }), "position table of at least 4 rows");
+        e.params[1] = g.addParam("pos4", {4, 3});
+        const int h = g.addOp(e);
+        QCOMPARE(g.value(h).tokens, 4);
+        QCOMPARE(g.value(h).channels, 3);
+        GraphOp pool;
+        pool.kind = OpKind::EosPool;
+        pool.name = "pool";
+        pool.input = h;
+        pool.input2 = h;  // not ids
+        EXPECT_MESSAGE(errorOf([&] { g.addOp(pool); }), "their ids [B, N, 1]");
+        pool.input2 = ids;
+        pool.token = 7;
+        QVERIFY(g.value(g.addOp(pool)).kind == ValueKind::Vector);
+        QCOMPARE(g.describe(g.ops().back()), std::string("eos_pool 3ch at id 7"));
+        // The CPU functions: embedding rows, pooling rules, bad ids refused before anything is written.
+        cpu::WorkerPool workers(1);
+        const std::vector<float> table{0, 1, 2, 10, 11, 12}, positions{100, 200, 300, 400, 500, 600};
+        std::vector<float> y(6, -1.0f);
+        cpu::tokenEmbedding(workers, 1, 2, 3, 2, std::vector<float>{1, 0}.data(), table.data(), positions.data(), y.data());
+        QCOMPARE(y, (std::vector<float>{110, 211, 312, 400, 501, 602}));
+        for (const float bad : {2.0f, -1.0f, 0.5f, std::nanf("")}) {
+            std::vector<float> z(6, -1.0f);
+            EXPECT_MESSAGE(errorOf([&] {
+                cpu::tokenEmbedding(workers, 1, 2, 3, 2, std::vector<float>{0, bad}.data(), table.data(), positions.data(), z.data());
+            }), "row 0 position 1 holds id");
+            QCOMPARE(z, std::vector<float>(6, -1.0f));
+        }
+        const std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8};  // 4 tokens of 2 channels
+        const std::vector<float> rowIds{5, 9, 3, 9};
+        std::vector<float> pooled(2);
+        cpu::eosPool(1, 4, 2, x.data(), rowIds.data(), -1, pooled.data());  // first largest id: position 1
+        QCOMPARE(pooled, (std::vector<float>{3, 4}));
+        cpu::eosPool(1, 4, 2, x.data(), rowIds.data(), 3, pooled.data());
+        QCOMPARE(pooled, (std::vector<float>{5, 6}));
+        cpu::eosPool(1, 4, 2, x.data(), rowIds.data(), 42, pooled.data());  // absent: position 0
+        QCOMPARE(pooled, (std::vector<float>{1, 2}));
+    }
+
     void encodeRefusesBadIds() {
         const ClipTextConfig c = tinyConfig(ClipActivation::QuickGelu);
         const ClipTextModel model = ClipTextModel::fromTensors(c, randomTensors(c, 3));
@@ -588,6 +638,17 @@ private slots:
                        "[clip skip] clip skip: 4 is not allowed; this text encoder has 3 layers, so 1 (the last layer) to 3");
         o.clipSkip = 0;
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, "x", o); }), "[clip skip]");
+        // A prompt and a negative prompt together: the shorter padded with empty chunks.
+        o = {};
+        const PromptConditioning pair = encodePrompts(model, tok, {"red fox BREAK snow", "blurry"}, o);
+        QCOMPARE(pair.chunks, 2);
+        QCOMPARE(pair.values.size(), std::size_t{2 * 2 * 77 * 16});
+        const std::size_t half = 2 * 77 * 16;
+        o.minChunks = 2;
+        EXPECT_CLOSE("prompt", std::vector<float>(pair.values.begin(), pair.values.begin() + half),
+                     encodePrompt(model, tok, "red fox BREAK snow").values);
+        EXPECT_CLOSE("negative", std::vector<float>(pair.values.begin() + half, pair.values.end()),
+                     encodePrompt(model, tok, "blurry", o).values);
         std::string huge;
         for (int i = 0; i < 65; ++i) huge += "x BREAK ";
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, huge); }), "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
