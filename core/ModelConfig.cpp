@@ -7,11 +7,7 @@
 // ModelConfig.h, are rejected naming the key, before anything is sized from them.
 #include "core/ModelConfig.h"
 
-#include <array>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string_view>
@@ -20,22 +16,14 @@
 #include <spdlog/spdlog.h>
 
 #include "core/BoundedInput.h"
+#include "core/ConfigJson.h"
 
 namespace tessera {
 
 namespace {
 
 namespace bounds = model_config_bounds;
-
-[[noreturn]] void reject(const std::string& key, const nlohmann::json& value, const std::string& why) {
-    throw std::runtime_error("config.json: " + key + " = " + excerptJson(value) + ": " + why);
-}
-
-// An allowed range of an integer key and why it is that.
-struct IntRange {
-    std::int64_t min, max;
-    const char* why;
-};
+using namespace config_json;
 
 constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels,
                                    "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"};
@@ -49,43 +37,6 @@ constexpr IntRange kDownsamplePadding{0, 1,
 constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
 constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
 constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
-
-int readInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
-    if (!value.is_number_integer()) reject(key, value, "expected an integer");
-    // Above INT64_MAX is outside every range: clamp so the comparison below stays exact.
-    constexpr auto kLargest = std::numeric_limits<std::int64_t>::max();
-    const bool huge = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(kLargest);
-    const std::int64_t v = huge ? kLargest : value.get<std::int64_t>();
-    if (v < range.min || v > range.max)
-        reject(key, value, "expected an integer from " + std::to_string(range.min) + " to " +
-                               std::to_string(range.max) + " (" + range.why + ")");
-    return static_cast<int>(v);
-}
-
-std::optional<int> readOptionalInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
-    if (value.is_null()) return std::nullopt;
-    return readInt(value, key, range);
-}
-
-bool readBool(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_boolean()) reject(key, value, "expected true or false");
-    return value.get<bool>();
-}
-
-// A finite number in [min, max].
-double readNumber(const nlohmann::json& value, const std::string& key, double min, double max, const char* why) {
-    if (!value.is_number()) reject(key, value, "expected a number");
-    const double v = value.get<double>();
-    if (!std::isfinite(v) || v < min || v > max)
-        reject(key, value, "expected a number from " + nlohmann::json(min).dump() + " to " +
-                               nlohmann::json(max).dump() + " (" + why + ")");
-    return v;
-}
-
-std::string readString(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_string()) reject(key, value, "expected a string");
-    return value.get<std::string>();
-}
 
 // An array of at most kMaxLevels entries (one per resolution level).
 void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what) {
@@ -136,23 +87,6 @@ const std::set<std::string, std::less<>> kModelKeys{
     "upsample_type",     "dropout",             "act_fn",               "attention_head_dim",
     "norm_num_groups",   "attn_norm_num_groups", "norm_eps",            "resnet_time_scale_shift",
     "add_attention",     "class_embed_type",    "num_class_embeds",     "num_train_timesteps"};
-
-// The names in `_use_default_values`: diffusers resets them to the __init__ default.
-std::set<std::string> forcedDefaults(const nlohmann::json& j) {
-    std::set<std::string> keys;
-    const auto it = j.find("_use_default_values");
-    if (it == j.end() || it->is_null()) return keys;
-    if (!it->is_array()) reject("_use_default_values", *it, "expected an array of key names");
-    for (const auto& item : *it) keys.insert(readString(item, "_use_default_values"));
-    return keys;
-}
-
-// A float written as the shortest decimal that reads back to it (1e-6f as 1e-06, not 9.99e-07).
-double tidy(float value) {
-    std::array<char, 64> buffer{};
-    const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
-    return std::strtod(std::string(buffer.data(), result.ptr).c_str(), nullptr);
-}
 
 // What the loop over the file's keys collects besides the config itself.
 struct KeyState {
@@ -325,13 +259,13 @@ nlohmann::json toJson(const ModelConfig& c) {
         {"up_block_types", up},
         {"block_out_channels", c.blockOutChannels},
         {"layers_per_block", c.layersPerBlock},
-        {"mid_block_scale_factor", tidy(c.midBlockScaleFactor)},
+        {"mid_block_scale_factor", shortestDecimal(c.midBlockScaleFactor)},
         {"downsample_padding", c.downsamplePadding},
         {"act_fn", "silu"},
         {"attention_head_dim", optionalInt(c.attentionHeadDim)},
         {"norm_num_groups", c.normNumGroups},
         {"attn_norm_num_groups", optionalInt(c.attnNormNumGroups)},
-        {"norm_eps", tidy(c.normEps)},
+        {"norm_eps", shortestDecimal(c.normEps)},
         {"resnet_time_scale_shift", c.resnetTimeScaleShift == TimeScaleShift::ScaleShift ? "scale_shift" : "default"},
         {"add_attention", c.addAttention},
     };

@@ -3,98 +3,23 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/GraphBuilder.h"
+
 namespace tessera {
 
 namespace {
 
 std::string indexed(const std::string& prefix, const char* part, int i) { return prefix + part + std::to_string(i); }
 
-class UNet2DBuilder {
+class UNet2DBuilder : GraphBuilder {
 public:
     explicit UNet2DBuilder(const ModelConfig& c) : c_(c) {}
     ModelGraph build();
 
 private:
-    int channels(int v) const { return g_.value(v).channels; }
-
-    std::vector<int> declare(const std::string& module, std::vector<std::vector<std::int64_t>> shapes,
-                             const std::vector<const char*>& names) {
-        std::vector<int> ids;
-        for (std::size_t i = 0; i < shapes.size(); ++i) ids.push_back(g_.addParam(module + names[i], std::move(shapes[i])));
-        return ids;
-    }
-    std::vector<int> declareConv(const std::string& prefix, int cin, int cout, int kernel) {
-        return declare(prefix, {{cout, cin, kernel, kernel}, {cout}}, {".weight", ".bias"});
-    }
-
-    int simple(OpKind kind, int x, int x2, const std::string& name, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = kind;
-        op.name = name;
-        op.input = x;
-        op.input2 = x2;
-        return g_.addOp(std::move(op), valueName);
-    }
-    int silu(int x, const std::string& name) { return simple(OpKind::SiLU, x, -1, name); }
-    // The residual sum of a block (op "<block>.residual"); its value is named valueName.
-    int residual(int a, int b, const std::string& block, const std::string& valueName) {
-        return simple(OpKind::Add, a, b, block + ".residual", valueName);
-    }
-    int affine(int x, float scale, float shift, const std::string& name, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = OpKind::Affine;
-        op.name = name;
-        op.input = x;
-        op.scale = scale;
-        op.shift = shift;
-        return g_.addOp(std::move(op), valueName);
-    }
-    // output / factor as "<block>.rescale", named after the block; nothing when factor is 1.
-    int sumAndRescale(int a, int b, const std::string& block, float factor) {
-        if (factor == 1.0f) return residual(a, b, block, block);
-        return affine(residual(a, b, block, block + ".sum"), 1.0f / factor, 0.0f, block + ".rescale", block);
-    }
-    // `key`: the config key that set `groups`, for the message.
+    // Every UNet2DModel norm has the config's norm_eps.
     int groupNorm(const std::string& prefix, int x, int groups, const char* key = "norm_num_groups") {
-        const int ch = channels(x);
-        if (groups <= 0 || ch % groups != 0)
-            throw std::invalid_argument(std::string(key) + ": " + std::to_string(groups) + " does not divide " +
-                                        std::to_string(ch) + " channels of " + prefix);
-        GraphOp op;
-        op.kind = OpKind::GroupNorm;
-        op.name = prefix;
-        op.input = x;
-        op.groups = groups;
-        op.eps = c_.normEps;
-        op.params = declare(prefix, {{ch}, {ch}}, {".weight", ".bias"});
-        return g_.addOp(std::move(op));
-    }
-    // Parameters declared here unless given (conv_in: declared first, run after the time MLP).
-    int conv(const std::string& prefix, int x, int cout, int kernel, int stride, int padBegin, int padEnd,
-             std::vector<int> params = {}, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = OpKind::Conv;
-        op.name = prefix;
-        op.input = x;
-        op.channels = cout;
-        op.kernel = kernel;
-        op.stride = stride;
-        op.padBegin = padBegin;
-        op.padEnd = padEnd;
-        op.params = params.empty() ? declareConv(prefix, channels(x), cout, kernel) : std::move(params);
-        return g_.addOp(std::move(op), valueName);
-    }
-    int sameConv(const std::string& prefix, int x, int cout, int kernel, const std::string& valueName = {}) {
-        return conv(prefix, x, cout, kernel, 1, kernel / 2, kernel / 2, {}, valueName);
-    }
-    int linear(const std::string& prefix, int x, int out) {
-        GraphOp op;
-        op.kind = OpKind::Linear;
-        op.name = prefix;
-        op.input = x;
-        op.channels = out;
-        op.params = declare(prefix, {{out, channels(x)}, {out}}, {".weight", ".bias"});
-        return g_.addOp(std::move(op));
+        return GraphBuilder::groupNorm(prefix, x, groups, c_.normEps, key);
     }
     int resnet(const std::string& prefix, int x, int cout, float outputScaleFactor);
     int attention(const std::string& prefix, int x, int groups, float rescale, const char* groupsKey = "norm_num_groups");
@@ -102,7 +27,6 @@ private:
     void checkConfig() const;
 
     const ModelConfig& c_;
-    ModelGraph g_;
     int embAct_ = -1;  // act(emb): SiLU of the time embedding, read by every resnet's projection
 };
 
@@ -132,16 +56,7 @@ int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float
     if (heads <= 0 || (c_.attentionHeadDim && ch % *c_.attentionHeadDim != 0))
         throw std::invalid_argument("attention_head_dim: " + std::to_string(c_.attentionHeadDim.value_or(0)) +
                                     " does not divide " + std::to_string(ch) + " channels of " + prefix);
-    const int h = groups > 0 ? groupNorm(prefix + ".group_norm", x, groups, groupsKey) : x;
-    GraphOp op;
-    op.kind = OpKind::Attention;
-    op.name = prefix;
-    op.input = h;
-    op.heads = heads;
-    for (const char* layer : {".to_q", ".to_k", ".to_v", ".to_out.0"})
-        for (int id : declare(prefix + layer, {{ch, ch}, {ch}}, {".weight", ".bias"})) op.params.push_back(id);
-    const int a = g_.addOp(std::move(op), prefix + ".attn");
-    return sumAndRescale(a, x, prefix, rescale);
+    return attentionBlock(prefix, x, groups, c_.normEps, heads, rescale, groupsKey);
 }
 
 // §2.2-2.3: sinusoid, linear_1, SiLU, linear_2; then act(emb) for the resnets (resnet_skip_time_act

@@ -3,18 +3,12 @@
 #include "core/UNetModel.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <memory>
-#include <optional>
-#include <set>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "core/BoundedInput.h"
-#include "core/Safetensors.h"
 #include "core/Sha256.h"
 #include "core/UNetGraph.h"
 
@@ -25,261 +19,8 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
-// ---------------------------------------------------------------------------
-// Names
-
-// diffusers <= 0.15 attention parameter names (spec §3); empty when `canonical` has none.
-std::string legacyName(const std::string& canonical) {
-    if (canonical.find("attentions.") == std::string::npos) return {};
-    static constexpr std::pair<std::string_view, std::string_view> kRenames[] = {
-        {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
-    for (const auto& [now, old] : kRenames) {
-        const auto at = canonical.rfind(now);
-        if (at != std::string::npos) return canonical.substr(0, at) + std::string(old) + canonical.substr(at + now.size());
-    }
-    return {};
-}
-
 // Names can come from a file: shown as a short escaped excerpt.
 std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
-
-// ---------------------------------------------------------------------------
-// Where tensors come from: safetensors files or an in-memory map.
-
-class TensorSource {
-public:
-    virtual ~TensorSource() = default;
-    virtual std::vector<std::string> names() const = 0;
-    virtual const Shape* shapeOf(const std::string& name) const = 0;  // nullptr when absent
-    virtual std::vector<float> take(const std::string& name) = 0;     // throws ModelError
-    virtual std::string where(const std::string& name) const = 0;     // file for messages
-};
-
-class FileSource final : public TensorSource {
-public:
-    // `indexPath` names the sharded index in "missing tensor" messages; empty for one file.
-    FileSource(std::vector<SafetensorsFile> files, std::string indexPath)
-        : files_(std::move(files)), indexPath_(std::move(indexPath)) {
-        for (std::size_t f = 0; f < files_.size(); ++f) {
-            for (const auto& info : files_[f].tensors()) {
-                const auto [it, inserted] = entries_.emplace(info.name, Entry{f, &info});
-                if (!inserted)
-                    throw ModelError(files_[f].path() + ": tensor " + inQuotes(info.name) + " is also in " +
-                                     files_[it->second.file].path());
-            }
-        }
-    }
-    std::vector<std::string> names() const override {
-        std::vector<std::string> list;
-        for (const auto& [name, entry] : entries_) list.push_back(name);
-        return list;
-    }
-    const Shape* shapeOf(const std::string& name) const override {
-        const auto it = entries_.find(name);
-        return it == entries_.end() ? nullptr : &it->second.info->shape;
-    }
-    std::vector<float> take(const std::string& name) override {
-        const Entry& e = entries_.at(name);
-        try {
-            return files_[e.file].readFloat32(*e.info);
-        } catch (const SafetensorsError& error) {
-            throw ModelError(error.what());
-        }
-    }
-    std::string where(const std::string& name) const override {
-        const auto it = entries_.find(name);
-        if (it != entries_.end()) return files_[it->second.file].path();
-        return indexPath_.empty() ? files_.front().path() : indexPath_;
-    }
-    const std::vector<SafetensorsFile>& files() const { return files_; }
-
-private:
-    struct Entry {
-        std::size_t file;
-        const SafetensorsTensorInfo* info;
-    };
-    std::vector<SafetensorsFile> files_;
-    std::string indexPath_;
-    std::map<std::string, Entry> entries_;
-};
-
-class MemorySource final : public TensorSource {
-public:
-    explicit MemorySource(std::map<std::string, HostTensor> tensors) : tensors_(std::move(tensors)) {}
-    std::vector<std::string> names() const override {
-        std::vector<std::string> list;
-        for (const auto& [name, t] : tensors_) list.push_back(name);
-        return list;
-    }
-    const Shape* shapeOf(const std::string& name) const override {
-        const auto it = tensors_.find(name);
-        return it == tensors_.end() ? nullptr : &it->second.shape;
-    }
-    std::vector<float> take(const std::string& name) override {
-        HostTensor& t = tensors_.at(name);
-        if (static_cast<std::int64_t>(t.data.size()) != t.numel())
-            throw ModelError("in-memory tensor " + inQuotes(name) + ": " + std::to_string(t.data.size()) +
-                             " values for shape " + shapeToString(t.shape));
-        return std::move(t.data);
-    }
-    std::string where(const std::string&) const override { return "in-memory model"; }
-
-private:
-    std::map<std::string, HostTensor> tensors_;
-};
-
-struct Bound {
-    std::map<std::string, HostTensor> tensors;
-    std::vector<std::string> extra;
-};
-
-// Finds every tensor the config needs (canonical or legacy name), checks all shapes before
-// reading any data, then reads, upcasts and checks the values for NaN/Inf.
-Bound bindTensors(const ModelConfig& config, TensorSource& source) {
-    const auto expected = UNetModel::expectedTensors(config);
-    std::vector<std::string> storedNames;
-    storedNames.reserve(expected.size());
-    for (const auto& [name, shape] : expected) {
-        std::string stored = name;
-        const Shape* found = source.shapeOf(name);
-        const std::string legacy = legacyName(name);
-        if (found == nullptr && !legacy.empty()) {
-            found = source.shapeOf(legacy);
-            stored = legacy;
-        }
-        if (found == nullptr)
-            throw ModelError(source.where(name) + ": missing tensor " + inQuotes(name) +
-                             (legacy.empty() ? std::string() : " (or legacy " + inQuotes(legacy) + ")") +
-                             ", expected shape " + shapeToString(shape));
-        if (*found != shape)
-            throw ModelError(source.where(stored) + ": tensor " + inQuotes(name) +
-                             (stored != name ? " (stored as " + inQuotes(stored) + ")" : std::string()) +
-                             ": expected " + shapeToString(shape) + ", found " + shapeToString(*found));
-        storedNames.push_back(std::move(stored));
-    }
-
-    Bound bound;
-    const std::set<std::string> used(storedNames.begin(), storedNames.end());
-    for (auto& name : source.names())
-        if (used.count(name) == 0) bound.extra.push_back(name);
-
-    for (std::size_t i = 0; i < expected.size(); ++i) {
-        const auto& [name, shape] = expected[i];
-        const std::string& stored = storedNames[i];
-        const std::string where = source.where(stored);
-        HostTensor t;
-        t.shape = shape;
-        t.data = source.take(stored);
-        const auto bad = std::find_if(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); });
-        if (bad != t.data.end())
-            throw ModelError(where + ": tensor " + inQuotes(name) + " holds a non-finite value (" +
-                             (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " +
-                             std::to_string(bad - t.data.begin()));
-        bound.tensors.emplace(name, std::move(t));
-    }
-    return bound;
-}
-
-// The config readers prefix messages with the bare file name; the loader has the full path.
-std::string withoutPrefix(const std::string& message, std::string_view prefix) {
-    return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
-}
-
-// An entry of that name exists in the folder (a link counts even when it leads nowhere, so
-// that reading it reports the loop or the missing target instead of "not found").
-bool present(const fs::path& path) {
-    std::error_code ec;
-    return fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec;
-}
-
-std::string shownPath(const fs::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
-
-// A JSON file of the model folder through BoundedInput, errors as ModelError.
-nlohmann::json readModelJson(const fs::path& path) {
-    try {
-        return readBoundedJson(path, "model");
-    } catch (const InputFileError& e) {
-        throw ModelError(withoutPrefix(e.what(), "model: "));
-    }
-}
-
-// `dir` must name an existing folder by a path of bounded length.
-void checkModelFolder(const std::string& dir) {
-    const std::string shown = shownPath(dir);
-    if (dir.empty()) throw ModelError("no model folder given");
-    if (dir.size() > input_limits::kPathChars)
-        throw ModelError(shown + ": the path is " + std::to_string(dir.size()) + " characters long; at most " +
-                         std::to_string(input_limits::kPathChars) + " are allowed");
-    std::error_code ec;
-    const fs::file_status status = fs::status(dir, ec);
-    if (ec.value() == ELOOP) throw ModelError(shown + ": too many levels of symbolic links (a link loop?)");
-    if (ec.value() == ENAMETOOLONG) throw ModelError(shown + ": a path component is too long");
-    if (status.type() == fs::file_type::not_found) throw ModelError(shown + ": not a model folder (no such folder)");
-    if (ec) throw ModelError(shown + ": cannot be read: " + ec.message());
-    if (!fs::is_directory(status))
-        throw ModelError(shown + ": not a folder; a model folder holds config.json and "
-                                 "diffusion_pytorch_model.safetensors");
-}
-
-// Sharded weights: the index's weight_map names each tensor's shard file in the folder.
-std::vector<SafetensorsFile> openShards(const fs::path& unetDir, const fs::path& index) {
-    // Sharded diffusers checkpoints have a handful of shards (5 GB each by default).
-    constexpr std::size_t kMaxShards = 1024;
-    const std::string indexPath = shownPath(index);
-    const nlohmann::json indexJson = readModelJson(index);
-    if (!indexJson.is_object() || !indexJson.contains("weight_map") || !indexJson["weight_map"].is_object())
-        throw ModelError(indexPath + ": no \"weight_map\" object");
-    const nlohmann::json& weightMap = indexJson["weight_map"];
-    if (weightMap.size() > SafetensorsFile::kMaxTensors)
-        throw ModelError(indexPath + ": weight_map lists " + std::to_string(weightMap.size()) +
-                         " tensors; at most " + std::to_string(SafetensorsFile::kMaxTensors) + " are allowed");
-    std::map<std::string, std::size_t> shards;  // file name -> index into the sorted list
-    for (const auto& [name, shard] : weightMap.items()) {
-        if (!shard.is_string() || shard.get<std::string>().find_first_of("/\\") != std::string::npos ||
-            shard.get<std::string>().empty() || shard.get<std::string>().front() == '.')
-            throw ModelError(indexPath + ": tensor " + inQuotes(name) + " maps to " + excerptJson(shard) +
-                             ", not a file name in the model folder");
-        shards.emplace(shard.get<std::string>(), 0);
-        if (shards.size() > kMaxShards)
-            throw ModelError(indexPath + ": more than " + std::to_string(kMaxShards) + " shard files");
-    }
-    std::vector<SafetensorsFile> files;
-    for (auto& [shard, at] : shards) {
-        at = files.size();
-        files.emplace_back((unetDir / shard).string());
-    }
-    for (const auto& [name, shard] : weightMap.items())
-        if (!files[shards.at(shard.get<std::string>())].has(name))
-            throw ModelError(indexPath + ": tensor " + inQuotes(name) + " is listed in shard " +
-                             excerpt(shard.get<std::string>()) + " but that file does not hold it");
-    return files;
-}
-
-// The weight files of a model folder: one safetensors file or the shards of an index.
-std::vector<SafetensorsFile> openWeights(const fs::path& unetDir, std::string& indexPath) {
-    const fs::path single = unetDir / "diffusion_pytorch_model.safetensors";
-    const fs::path index = unetDir / "diffusion_pytorch_model.safetensors.index.json";
-    const fs::path pickle = unetDir / "diffusion_pytorch_model.bin";
-    std::vector<SafetensorsFile> files;
-    try {
-        if (present(single)) {
-            files.emplace_back(single.string());
-        } else if (present(index)) {
-            indexPath = index.string();
-            files = openShards(unetDir, index);
-        } else if (present(pickle)) {
-            throw ModelError(excerpt(pickle.string(), 200) +
-                             ": PyTorch pickle weights are not read; convert them to safetensors "
-                             "(diffusers: save_pretrained(..., safe_serialization=True))");
-        } else {
-            throw ModelError(excerpt(single.string(), 200) + ": not found");
-        }
-    } catch (const SafetensorsError& e) {
-        throw ModelError(e.what());
-    }
-    return files;
-}
-
 
 std::uint64_t splitmix64(std::uint64_t& state) {
     std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -307,12 +48,6 @@ float symmetricUniform(std::uint64_t& state) {
 
 // ---------------------------------------------------------------------------
 
-std::int64_t HostTensor::numel() const {
-    std::int64_t n = 1;
-    for (const auto d : shape) n *= d;
-    return n;
-}
-
 std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const ModelConfig& config) {
     try {
         return buildUNet2DGraph(config).parameterList();
@@ -325,12 +60,12 @@ ModelFolderConfig readModelFolderConfig(const std::string& dir) {
     checkModelFolder(dir);
     // A pipeline folder keeps the UNet in unet/ and the scheduler in scheduler/.
     const fs::path root(dir);
-    const bool pipeline = !present(root / "config.json") && present(root / "unet" / "config.json");
+    const bool pipeline = !folderEntryPresent(root / "config.json") && folderEntryPresent(root / "unet" / "config.json");
     ModelFolderConfig folder;
     folder.unetDir = (pipeline ? root / "unet" : root).string();
     const fs::path configPath = fs::path(folder.unetDir) / "config.json";
     const std::string shownConfig = shownPath(configPath);
-    if (!present(configPath))
+    if (!folderEntryPresent(configPath))
         throw ModelError(shownConfig + ": not found; a model folder holds config.json and "
                                        "diffusion_pytorch_model.safetensors");
     const nlohmann::json configJson = readModelJson(configPath);
@@ -345,7 +80,7 @@ ModelFolderConfig readModelFolderConfig(const std::string& dir) {
     }
 
     const fs::path schedulerPath = (pipeline ? root / "scheduler" : root) / "scheduler_config.json";
-    if (present(schedulerPath)) {
+    if (folderEntryPresent(schedulerPath)) {
         const nlohmann::json schedulerJson = readModelJson(schedulerPath);
         try {
             folder.scheduler = schedulerOptionsFromJson(schedulerJson, &folder.schedulerClass);
@@ -364,27 +99,10 @@ UNetModel UNetModel::load(const std::string& dir) {
     model.scheduler_ = folder.scheduler;
     model.schedulerClass_ = std::move(folder.schedulerClass);
 
-    std::string indexPath;
-    FileSource source(openWeights(folder.unetDir, indexPath), indexPath);
-    Bound bound = bindTensors(model.config_, source);
-    model.tensors_ = std::move(bound.tensors);
-    model.extra_ = std::move(bound.extra);
-    // One line however many there are (a file can hold thousands the config does not use).
-    if (!model.extra_.empty())
-        spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(model.extra_.front()), 200),
-                     model.extra_.size(), model.extra_.size() == 1 ? " is" : "s are", excerptList(model.extra_));
-
-    if (source.files().size() == 1) {
-        const auto bytes = source.files().front().fileBytes();
-        model.sha256_ = sha256Hex(bytes.data(), bytes.size());
-    } else {
-        Sha256 hash;
-        for (const auto& file : source.files()) {
-            const auto bytes = file.fileBytes();
-            hash.update(bytes.data(), bytes.size());
-        }
-        model.sha256_ = hash.hexDigest();
-    }
+    ModelWeights weights = ModelWeights::load(folder.unetDir, expectedTensors(model.config_));
+    model.tensors_ = std::move(weights.tensors);
+    model.extra_ = std::move(weights.extra);
+    model.sha256_ = std::move(weights.sha256);
     return model;
 }
 
@@ -393,20 +111,10 @@ UNetModel UNetModel::fromTensors(ModelConfig config, std::map<std::string, HostT
     UNetModel model;
     model.config_ = std::move(config);
     model.scheduler_ = scheduler;
-    MemorySource source(std::move(tensors));
-    Bound bound = bindTensors(model.config_, source);
-    model.tensors_ = std::move(bound.tensors);
-    model.extra_ = std::move(bound.extra);
-
-    // Names, shapes and values, in name order: equal weights give equal hashes.
-    Sha256 hash;
-    for (const auto& [name, t] : model.tensors_) {
-        hash.update(name.data(), name.size());
-        hash.update("\0", 1);
-        hash.update(t.shape.data(), t.shape.size() * sizeof(std::int64_t));
-        hash.update(t.data.data(), t.data.size() * sizeof(float));
-    }
-    model.sha256_ = hash.hexDigest();
+    ModelWeights weights = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_));
+    model.tensors_ = std::move(weights.tensors);
+    model.extra_ = std::move(weights.extra);
+    model.sha256_ = std::move(weights.sha256);
     return model;
 }
 

@@ -5,29 +5,14 @@
 
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "core/BoundedInput.h"
 #include "core/ModelConfig.h"
+#include "core/ModelWeights.h"
 #include "core/RunConfig.h"
 
 namespace tessera {
-
-struct HostTensor {
-    std::vector<std::int64_t> shape;  // PyTorch layout: conv [O,I,kh,kw], linear [out,in], norm [C]
-    std::vector<float> data;          // row-major float32 (F16/BF16 files are upcast)
-    std::int64_t numel() const;
-};
-
-// Thrown for a model folder/file that cannot be used: invalid input of the "model" setting
-// (front ends exit with "invalid input"). what() names the file and, where it applies, the
-// tensor ("down_blocks.1.attentions.0.to_q.weight: expected [256, 256], found [256, 128]").
-class ModelError : public InputFileError {
-public:
-    explicit ModelError(const std::string& message) : InputFileError("model", message) {}
-};
 
 // A model folder's configuration, read without its weights.
 struct ModelFolderConfig {

@@ -1,0 +1,308 @@
+// ModelWeights: diffusers weight files (shared/spec/unet2d.md §4, sd-models.md §6) bound by name
+// against a model's tensor list.
+#include "core/ModelWeights.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "core/ModelConfig.h"
+#include "core/Safetensors.h"
+#include "core/Sha256.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<std::int64_t>;
+
+std::string withoutPrefix(const std::string& message, std::string_view prefix) {
+    return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
+
+bool folderEntryPresent(const fs::path& path) {
+    std::error_code ec;
+    return fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec;
+}
+
+std::string shownPath(const fs::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
+
+nlohmann::json readModelJson(const fs::path& path) {
+    try {
+        return readBoundedJson(path, "model");
+    } catch (const InputFileError& e) {
+        throw ModelError(withoutPrefix(e.what(), "model: "));
+    }
+}
+
+void checkModelFolder(const std::string& dir) {
+    const std::string shown = shownPath(dir);
+    if (dir.empty()) throw ModelError("no model folder given");
+    if (dir.size() > input_limits::kPathChars)
+        throw ModelError(shown + ": the path is " + std::to_string(dir.size()) + " characters long; at most " +
+                         std::to_string(input_limits::kPathChars) + " are allowed");
+    std::error_code ec;
+    const fs::file_status status = fs::status(dir, ec);
+    if (ec.value() == ELOOP) throw ModelError(shown + ": too many levels of symbolic links (a link loop?)");
+    if (ec.value() == ENAMETOOLONG) throw ModelError(shown + ": a path component is too long");
+    if (status.type() == fs::file_type::not_found) throw ModelError(shown + ": not a model folder (no such folder)");
+    if (ec) throw ModelError(shown + ": cannot be read: " + ec.message());
+    if (!fs::is_directory(status))
+        throw ModelError(shown + ": not a folder; a model folder holds config.json and "
+                                 "diffusion_pytorch_model.safetensors");
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Names
+
+// diffusers <= 0.15 attention parameter names (spec §3); empty when `canonical` has none.
+std::string legacyName(const std::string& canonical) {
+    if (canonical.find("attentions.") == std::string::npos) return {};
+    static constexpr std::pair<std::string_view, std::string_view> kRenames[] = {
+        {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
+    for (const auto& [now, old] : kRenames) {
+        const auto at = canonical.rfind(now);
+        if (at != std::string::npos) return canonical.substr(0, at) + std::string(old) + canonical.substr(at + now.size());
+    }
+    return {};
+}
+
+// Names can come from a file: shown as a short escaped excerpt.
+std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
+
+// ---------------------------------------------------------------------------
+// Where tensors come from: safetensors files or an in-memory map.
+
+class TensorSource {
+public:
+    virtual ~TensorSource() = default;
+    virtual std::vector<std::string> names() const = 0;
+    virtual const Shape* shapeOf(const std::string& name) const = 0;  // nullptr when absent
+    virtual std::vector<float> take(const std::string& name) = 0;     // throws ModelError
+    virtual std::string where(const std::string& name) const = 0;     // file for messages
+};
+
+class FileSource final : public TensorSource {
+public:
+    // `indexPath` names the sharded index in "missing tensor" messages; empty for one file.
+    FileSource(std::vector<SafetensorsFile> files, std::string indexPath)
+        : files_(std::move(files)), indexPath_(std::move(indexPath)) {
+        for (std::size_t f = 0; f < files_.size(); ++f) {
+            for (const auto& info : files_[f].tensors()) {
+                const auto [it, inserted] = entries_.emplace(info.name, Entry{f, &info});
+                if (!inserted)
+                    throw ModelError(files_[f].path() + ": tensor " + inQuotes(info.name) + " is also in " +
+                                     files_[it->second.file].path());
+            }
+        }
+    }
+    std::vector<std::string> names() const override {
+        std::vector<std::string> list;
+        for (const auto& [name, entry] : entries_) list.push_back(name);
+        return list;
+    }
+    const Shape* shapeOf(const std::string& name) const override {
+        const auto it = entries_.find(name);
+        return it == entries_.end() ? nullptr : &it->second.info->shape;
+    }
+    std::vector<float> take(const std::string& name) override {
+        const Entry& e = entries_.at(name);
+        try {
+            return files_[e.file].readFloat32(*e.info);
+        } catch (const SafetensorsError& error) {
+            throw ModelError(error.what());
+        }
+    }
+    std::string where(const std::string& name) const override {
+        const auto it = entries_.find(name);
+        if (it != entries_.end()) return files_[it->second.file].path();
+        return indexPath_.empty() ? files_.front().path() : indexPath_;
+    }
+    const std::vector<SafetensorsFile>& files() const { return files_; }
+
+private:
+    struct Entry {
+        std::size_t file;
+        const SafetensorsTensorInfo* info;
+    };
+    std::vector<SafetensorsFile> files_;
+    std::string indexPath_;
+    std::map<std::string, Entry> entries_;
+};
+
+class MemorySource final : public TensorSource {
+public:
+    explicit MemorySource(std::map<std::string, HostTensor> tensors) : tensors_(std::move(tensors)) {}
+    std::vector<std::string> names() const override {
+        std::vector<std::string> list;
+        for (const auto& [name, t] : tensors_) list.push_back(name);
+        return list;
+    }
+    const Shape* shapeOf(const std::string& name) const override {
+        const auto it = tensors_.find(name);
+        return it == tensors_.end() ? nullptr : &it->second.shape;
+    }
+    std::vector<float> take(const std::string& name) override {
+        HostTensor& t = tensors_.at(name);
+        if (static_cast<std::int64_t>(t.data.size()) != t.numel())
+            throw ModelError("in-memory tensor " + inQuotes(name) + ": " + std::to_string(t.data.size()) +
+                             " values for shape " + shapeToString(t.shape));
+        return std::move(t.data);
+    }
+    std::string where(const std::string&) const override { return "in-memory model"; }
+
+private:
+    std::map<std::string, HostTensor> tensors_;
+};
+
+// Finds every tensor the config needs (canonical or legacy name), checks all shapes before
+// reading any data, then reads, upcasts and checks the values for NaN/Inf.
+ModelWeights bindTensors(const TensorList& expected, TensorSource& source) {
+    std::vector<std::string> storedNames;
+    storedNames.reserve(expected.size());
+    for (const auto& [name, shape] : expected) {
+        std::string stored = name;
+        const Shape* found = source.shapeOf(name);
+        const std::string legacy = legacyName(name);
+        if (found == nullptr && !legacy.empty()) {
+            found = source.shapeOf(legacy);
+            stored = legacy;
+        }
+        if (found == nullptr)
+            throw ModelError(source.where(name) + ": missing tensor " + inQuotes(name) +
+                             (legacy.empty() ? std::string() : " (or legacy " + inQuotes(legacy) + ")") +
+                             ", expected shape " + shapeToString(shape));
+        if (*found != shape)
+            throw ModelError(source.where(stored) + ": tensor " + inQuotes(name) +
+                             (stored != name ? " (stored as " + inQuotes(stored) + ")" : std::string()) +
+                             ": expected " + shapeToString(shape) + ", found " + shapeToString(*found));
+        storedNames.push_back(std::move(stored));
+    }
+
+    ModelWeights bound;
+    const std::set<std::string> used(storedNames.begin(), storedNames.end());
+    for (auto& name : source.names())
+        if (used.count(name) == 0) bound.extra.push_back(name);
+
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        const auto& [name, shape] = expected[i];
+        const std::string& stored = storedNames[i];
+        const std::string where = source.where(stored);
+        HostTensor t;
+        t.shape = shape;
+        t.data = source.take(stored);
+        const auto bad = std::find_if(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); });
+        if (bad != t.data.end())
+            throw ModelError(where + ": tensor " + inQuotes(name) + " holds a non-finite value (" +
+                             (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " +
+                             std::to_string(bad - t.data.begin()));
+        bound.tensors.emplace(name, std::move(t));
+    }
+    return bound;
+}
+
+// Sharded weights: the index's weight_map names each tensor's shard file in the folder.
+std::vector<SafetensorsFile> openShards(const fs::path& modelDir, const fs::path& index) {
+    // Sharded diffusers checkpoints have a handful of shards (5 GB each by default).
+    constexpr std::size_t kMaxShards = 1024;
+    const std::string indexPath = shownPath(index);
+    const nlohmann::json indexJson = readModelJson(index);
+    if (!indexJson.is_object() || !indexJson.contains("weight_map") || !indexJson["weight_map"].is_object())
+        throw ModelError(indexPath + ": no \"weight_map\" object");
+    const nlohmann::json& weightMap = indexJson["weight_map"];
+    if (weightMap.size() > SafetensorsFile::kMaxTensors)
+        throw ModelError(indexPath + ": weight_map lists " + std::to_string(weightMap.size()) +
+                         " tensors; at most " + std::to_string(SafetensorsFile::kMaxTensors) + " are allowed");
+    std::map<std::string, std::size_t> shards;  // file name -> index into the sorted list
+    for (const auto& [name, shard] : weightMap.items()) {
+        if (!shard.is_string() || shard.get<std::string>().find_first_of("/\\") != std::string::npos ||
+            shard.get<std::string>().empty() || shard.get<std::string>().front() == '.')
+            throw ModelError(indexPath + ": tensor " + inQuotes(name) + " maps to " + excerptJson(shard) +
+                             ", not a file name in the model folder");
+        shards.emplace(shard.get<std::string>(), 0);
+        if (shards.size() > kMaxShards)
+            throw ModelError(indexPath + ": more than " + std::to_string(kMaxShards) + " shard files");
+    }
+    std::vector<SafetensorsFile> files;
+    for (auto& [shard, at] : shards) {
+        at = files.size();
+        files.emplace_back((modelDir / shard).string());
+    }
+    for (const auto& [name, shard] : weightMap.items())
+        if (!files[shards.at(shard.get<std::string>())].has(name))
+            throw ModelError(indexPath + ": tensor " + inQuotes(name) + " is listed in shard " +
+                             excerpt(shard.get<std::string>()) + " but that file does not hold it");
+    return files;
+}
+
+// The weight files of a model folder: one safetensors file or the shards of an index.
+std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, std::string& indexPath) {
+    const fs::path single = modelDir / "diffusion_pytorch_model.safetensors";
+    const fs::path index = modelDir / "diffusion_pytorch_model.safetensors.index.json";
+    const fs::path pickle = modelDir / "diffusion_pytorch_model.bin";
+    std::vector<SafetensorsFile> files;
+    try {
+        if (folderEntryPresent(single)) {
+            files.emplace_back(single.string());
+        } else if (folderEntryPresent(index)) {
+            indexPath = index.string();
+            files = openShards(modelDir, index);
+        } else if (folderEntryPresent(pickle)) {
+            throw ModelError(excerpt(pickle.string(), 200) +
+                             ": PyTorch pickle weights are not read; convert them to safetensors "
+                             "(diffusers: save_pretrained(..., safe_serialization=True))");
+        } else {
+            throw ModelError(excerpt(single.string(), 200) + ": not found");
+        }
+    } catch (const SafetensorsError& e) {
+        throw ModelError(e.what());
+    }
+    return files;
+}
+
+
+}  // namespace
+
+std::int64_t HostTensor::numel() const {
+    std::int64_t n = 1;
+    for (const auto d : shape) n *= d;
+    return n;
+}
+
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected) {
+    std::string indexPath;
+    FileSource source(openWeights(folder, indexPath), indexPath);
+    ModelWeights weights = bindTensors(expected, source);
+    // One line however many there are (a file can hold thousands the model does not use).
+    if (!weights.extra.empty())
+        spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(weights.extra.front()), 200),
+                     weights.extra.size(), weights.extra.size() == 1 ? " is" : "s are", excerptList(weights.extra));
+    Sha256 hash;
+    for (const auto& file : source.files()) {
+        const auto bytes = file.fileBytes();
+        hash.update(bytes.data(), bytes.size());
+    }
+    weights.sha256 = hash.hexDigest();
+    return weights;
+}
+
+ModelWeights ModelWeights::fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected) {
+    MemorySource source(std::move(tensors));
+    ModelWeights weights = bindTensors(expected, source);
+    // Names, shapes and values, in name order: equal weights give equal hashes.
+    Sha256 hash;
+    for (const auto& [name, t] : weights.tensors) {
+        hash.update(name.data(), name.size());
+        hash.update("\0", 1);
+        hash.update(t.shape.data(), t.shape.size() * sizeof(std::int64_t));
+        hash.update(t.data.data(), t.data.size() * sizeof(float));
+    }
+    weights.sha256 = hash.hexDigest();
+    return weights;
+}
+
+}  // namespace tessera

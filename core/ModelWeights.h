@@ -1,0 +1,67 @@
+// ModelWeights: the named float32 tensors of one diffusers model folder (UNet2DModel,
+// AutoencoderKL, ...), bound against the list of (name, shape) that the model's graph
+// declares. The one loader of diffusers weight files (diffusion_pytorch_model.safetensors or
+// its shards; F32, F16 and BF16 read as float32) and the helpers every model-folder reader
+// uses (folder checks, bounded JSON reads). Qt-free.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/BoundedInput.h"
+
+namespace tessera {
+
+struct HostTensor {
+    std::vector<std::int64_t> shape;  // PyTorch layout: conv [O,I,kh,kw], linear [out,in], norm [C]
+    std::vector<float> data;          // row-major float32 (F16/BF16 files are upcast)
+    std::int64_t numel() const;
+};
+
+// Thrown for a model folder/file that cannot be used: invalid input of the "model" setting
+// (front ends exit with "invalid input"). what() names the file and, where it applies, the
+// tensor ("down_blocks.1.attentions.0.to_q.weight: expected [256, 256], found [256, 128]").
+class ModelError : public InputFileError {
+public:
+    explicit ModelError(const std::string& message) : InputFileError("model", message) {}
+};
+
+// (name, shape) of every tensor a model needs, e.g. ModelGraph::parameterList().
+using TensorList = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+
+struct ModelWeights {
+    std::map<std::string, HostTensor> tensors;  // by canonical name
+    std::vector<std::string> extra;             // names present in the source that `expected` lacks
+    std::string sha256;  // of the file (of the shards' bytes in name order); in memory: of names, shapes, data
+
+    // Reads folder/diffusion_pytorch_model.safetensors (or the shards its .index.json lists).
+    // Every expected tensor must be present (canonical or legacy attention name:
+    // query/key/value/proj_attn for to_q/to_k/to_v/to_out.0) with the expected shape, checked
+    // for all before any data is read, and hold only finite values. ModelError names the file
+    // and the tensor (with expected and found shapes). Extra tensors are logged once.
+    static ModelWeights load(const std::string& folder, const TensorList& expected);
+    // The same checks on tensors already in memory (tests, converters).
+    static ModelWeights fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected);
+};
+
+// Helpers of the model-folder readers. Paths in messages are short escaped excerpts.
+
+// `dir` must name an existing folder by a path of bounded length; ModelError says why not.
+void checkModelFolder(const std::string& dir);
+// An entry of that name exists (a dangling link counts, so that reading it reports why).
+bool folderEntryPresent(const std::filesystem::path& path);
+std::string shownPath(const std::filesystem::path& path);
+// A JSON file through BoundedInput; errors as ModelError naming the file.
+nlohmann::json readModelJson(const std::filesystem::path& path);
+// `message` without a leading `prefix` (config readers prefix "config.json: "; the loader
+// names the full path instead).
+std::string withoutPrefix(const std::string& message, std::string_view prefix);
+
+}  // namespace tessera
