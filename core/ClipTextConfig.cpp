@@ -6,7 +6,7 @@
 
 #include "core/BoundedInput.h"
 #include "core/ConfigJson.h"
-#include "core/UNetModel.h"
+#include "core/ModelWeights.h"
 
 namespace tessera {
 
@@ -67,12 +67,6 @@ void checkCrossKeys(const ClipTextConfig& c, const nlohmann::json& j) {
                "must be an id of the vocabulary (below vocab_size " + std::to_string(c.vocabSize) + ")");
 }
 
-// `message` without its leading `prefix` where it has one.
-std::string withoutPrefix(std::string message, std::string_view prefix) {
-    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-    return message;
-}
-
 }  // namespace
 
 ClipTextConfig clipTextConfigFromJson(const nlohmann::json& j) {
@@ -122,16 +116,11 @@ nlohmann::json toJson(const ClipTextConfig& c) {
 
 ClipTextConfig readClipTextConfig(const std::filesystem::path& folder) {
     const std::filesystem::path file = folder / "config.json";
-    nlohmann::json j;
-    try {
-        j = readBoundedJson(file, "model");
-    } catch (const InputFileError& e) {
-        throw ModelError(withoutPrefix(e.what(), "model: "));
-    }
+    const nlohmann::json j = readModelJson(file);
     try {
         return clipTextConfigFromJson(j);
     } catch (const std::runtime_error& e) {
-        throw ModelError("'" + excerpt(file.string(), 200) + "': " + withoutPrefix(e.what(), "config.json: "));
+        throw ModelError(shownPath(file) + ": " + withoutPrefix(e.what(), "config.json: "));
     }
 }
 

@@ -1,15 +1,14 @@
 #include "core/ClipTextModel.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <set>
 #include <stdexcept>
 
 #include "core/BoundedInput.h"
 #include "core/ClipTextGraph.h"
 #include "core/CpuBackend.h"
-#include "core/Safetensors.h"
+#include "core/RunConfig.h"
+#include "core/ModelWeights.h"
 
 namespace tessera {
 
@@ -17,8 +16,6 @@ namespace fs = std::filesystem;
 using Shape = std::vector<std::int64_t>;
 
 namespace {
-
-std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
 
 // transformers >= 5.6 may drop the "text_model." prefix (spec §3.5).
 std::string flattenedName(const std::string& canonical) {
@@ -30,96 +27,31 @@ bool isPositionIds(const std::string& name) {
     return name == std::string(kClipTextPrefix) + "embeddings.position_ids" || name == "embeddings.position_ids";
 }
 
-// Throws ModelError naming `where` and the tensor for a NaN or an infinity.
-void checkFinite(const std::string& where, const std::string& name, const std::vector<float>& data) {
-    const auto bad = std::find_if(data.begin(), data.end(), [](float x) { return !std::isfinite(x); });
-    if (bad != data.end())
-        throw ModelError(where + ": tensor " + inQuotes(name) + " holds a non-finite value (" +
-                         (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " + std::to_string(bad - data.begin()));
-}
-
-// The weights file of a text_encoder/ folder: model.safetensors, else the fp16 variant.
-fs::path weightsFile(const fs::path& dir) {
-    for (const char* name : {"model.safetensors", "model.fp16.safetensors"}) {
-        std::error_code ec;
-        if (fs::exists(dir / name, ec)) return dir / name;
-    }
-    std::error_code ec;
-    if (fs::exists(dir / "pytorch_model.bin", ec))
-        throw ModelError("'" + excerpt((dir / "pytorch_model.bin").string(), 200) +
-                         "': PyTorch pickle weights are not read (unpickling can run code); convert them to "
-                         "safetensors (transformers: save_pretrained(..., safe_serialization=True))");
-    if (fs::exists(dir / "model.safetensors.index.json", ec))
-        throw ModelError("'" + excerpt((dir / "model.safetensors.index.json").string(), 200) +
-                         "': sharded text encoder weights are not supported; save them as one model.safetensors");
-    throw ModelError("'" + excerpt((dir / "model.safetensors").string(), 200) + "': not found");
-}
-
-// Every parameter of the full graph from `file`: names and shapes checked before any data is read.
-std::map<std::string, HostTensor> bindFile(const ClipTextConfig& config, const SafetensorsFile& file,
-                                           std::vector<std::string>& extra) {
-    const ModelGraph graph = buildClipTextGraph(config, config.numHiddenLayers);
-    std::vector<std::string> stored;
-    for (const auto& [name, shape] : graph.parameterList()) {
-        const SafetensorsTensorInfo* info = file.find(name);
-        if (info == nullptr) info = file.find(flattenedName(name));
-        if (info == nullptr)
-            throw ModelError(file.path() + ": missing tensor " + inQuotes(name) + " (or " +
-                             inQuotes(flattenedName(name)) + "), expected shape " + shapeToString(shape));
-        if (info->shape != shape)
-            throw ModelError(file.path() + ": tensor " + inQuotes(info->name) + ": expected " + shapeToString(shape) +
-                             ", found " + shapeToString(info->shape));
-        stored.push_back(info->name);
-    }
-    const std::set<std::string> used(stored.begin(), stored.end());
-    for (const auto& info : file.tensors())
-        if (used.count(info.name) == 0 && !isPositionIds(info.name)) extra.push_back(info.name);
-    std::map<std::string, HostTensor> tensors;
-    std::size_t i = 0;
-    for (const auto& [name, shape] : graph.parameterList()) {
-        HostTensor t{shape, {}};
-        try {
-            t.data = file.readFloat32(stored[i++]);
-        } catch (const SafetensorsError& e) {
-            throw ModelError(e.what());
-        }
-        checkFinite(file.path(), stored[i - 1], t.data);
-        tensors.emplace(name, std::move(t));
-    }
-    return tensors;
-}
-
 }  // namespace
 
 ClipTextModel ClipTextModel::load(const fs::path& dir) {
+    checkModelFolder(dir.string());
     ClipTextModel m;
     m.config_ = readClipTextConfig(dir);
-    const fs::path path = weightsFile(dir);
-    try {
-        const SafetensorsFile file(path.string());
-        m.tensors_ = bindFile(m.config_, file, m.extra_);
-    } catch (const SafetensorsError& e) {
-        throw ModelError(e.what());
-    }
+    WeightFileLayout layout;
+    layout.stem = "model";
+    layout.pickle = "pytorch_model.bin";
+    layout.alias = flattenedName;
+    const TensorList expected = buildClipTextGraph(m.config_, m.config_.numHiddenLayers).parameterList();
+    ModelWeights w = ModelWeights::load(dir.string(), expected, layout);
+    m.tensors_ = std::move(w.tensors);
+    for (std::string& name : w.extra)
+        if (!isPositionIds(name)) m.extra_.push_back(std::move(name));
     return m;
 }
 
 ClipTextModel ClipTextModel::fromTensors(ClipTextConfig config, std::map<std::string, HostTensor> tensors) {
     ClipTextModel m;
     m.config_ = config;
-    const ModelGraph graph = buildClipTextGraph(config, config.numHiddenLayers);
-    for (const auto& [name, shape] : graph.parameterList()) {
-        const auto it = tensors.find(name);
-        if (it == tensors.end()) throw ModelError("in-memory text encoder: missing tensor " + inQuotes(name));
-        if (it->second.shape != shape || static_cast<std::int64_t>(it->second.data.size()) != it->second.numel())
-            throw ModelError("in-memory text encoder: tensor " + inQuotes(name) + ": expected " + shapeToString(shape) +
-                             ", found " + shapeToString(it->second.shape) + " holding " +
-                             std::to_string(it->second.data.size()) + " values");
-        checkFinite("in-memory text encoder", name, it->second.data);
-        m.tensors_.emplace(name, std::move(it->second));
-        tensors.erase(it);
-    }
-    for (const auto& [name, t] : tensors) m.extra_.push_back(name);
+    ModelWeights w =
+        ModelWeights::fromTensors(std::move(tensors), buildClipTextGraph(config, config.numHiddenLayers).parameterList());
+    m.tensors_ = std::move(w.tensors);
+    m.extra_ = std::move(w.extra);
     return m;
 }
 

@@ -14,7 +14,8 @@
 
 #include "core/ClipTextConfig.h"
 #include "core/PromptParser.h"
-#include "core/UNetModel.h"
+#include "core/RunConfig.h"
+#include "core/ModelWeights.h"
 
 namespace tessera {
 

@@ -161,20 +161,22 @@ private:
 
 // Finds every tensor the config needs (canonical or legacy name), checks all shapes before
 // reading any data, then reads, upcasts and checks the values for NaN/Inf.
-ModelWeights bindTensors(const TensorList& expected, TensorSource& source) {
+ModelWeights bindTensors(const TensorList& expected, TensorSource& source,
+                         const std::function<std::string(const std::string&)>& alias = {}) {
     std::vector<std::string> storedNames;
     storedNames.reserve(expected.size());
     for (const auto& [name, shape] : expected) {
         std::string stored = name;
         const Shape* found = source.shapeOf(name);
-        const std::string legacy = legacyName(name);
+        const std::string legacy = alias ? alias(name) : legacyName(name);
         if (found == nullptr && !legacy.empty()) {
             found = source.shapeOf(legacy);
             stored = legacy;
         }
         if (found == nullptr)
             throw ModelError(source.where(name) + ": missing tensor " + inQuotes(name) +
-                             (legacy.empty() ? std::string() : " (or legacy " + inQuotes(legacy) + ")") +
+                             (legacy.empty() ? std::string()
+                                             : std::string(alias ? " (or " : " (or legacy ") + inQuotes(legacy) + ")") +
                              ", expected shape " + shapeToString(shape));
         if (*found != shape)
             throw ModelError(source.where(stored) + ": tensor " + inQuotes(name) +
@@ -240,10 +242,11 @@ std::vector<SafetensorsFile> openShards(const fs::path& modelDir, const fs::path
 }
 
 // The weight files of a model folder: one safetensors file or the shards of an index.
-std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, std::string& indexPath) {
-    const fs::path single = modelDir / "diffusion_pytorch_model.safetensors";
-    const fs::path index = modelDir / "diffusion_pytorch_model.safetensors.index.json";
-    const fs::path pickle = modelDir / "diffusion_pytorch_model.bin";
+std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, const WeightFileLayout& layout,
+                                         std::string& indexPath) {
+    const fs::path single = modelDir / (layout.stem + ".safetensors");
+    const fs::path index = modelDir / (layout.stem + ".safetensors.index.json");
+    const fs::path pickle = modelDir / layout.pickle;
     std::vector<SafetensorsFile> files;
     try {
         if (folderEntryPresent(single)) {
@@ -273,10 +276,10 @@ std::int64_t HostTensor::numel() const {
     return n;
 }
 
-ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected) {
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout) {
     std::string indexPath;
-    FileSource source(openWeights(folder, indexPath), indexPath);
-    ModelWeights weights = bindTensors(expected, source);
+    FileSource source(openWeights(folder, layout, indexPath), indexPath);
+    ModelWeights weights = bindTensors(expected, source, layout.alias);
     // One line however many there are (a file can hold thousands the model does not use).
     if (!weights.extra.empty())
         spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(weights.extra.front()), 200),

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -36,6 +37,17 @@ public:
 // (name, shape) of every tensor a model needs, e.g. ModelGraph::parameterList().
 using TensorList = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 
+// Where a folder keeps its weights and what other name a tensor may be stored under.
+struct WeightFileLayout {
+    // <stem>.safetensors, or the shards <stem>.safetensors.index.json lists; `pickle` is
+    // refused. diffusers models: diffusion_pytorch_model; transformers models: model.
+    std::string stem = "diffusion_pytorch_model";
+    std::string pickle = "diffusion_pytorch_model.bin";  // transformers: pytorch_model.bin
+    // The other name of a canonical one (empty: none); null: diffusers' legacy attention names
+    // (query/key/value/proj_attn), called "legacy" in messages.
+    std::function<std::string(const std::string&)> alias;
+};
+
 struct ModelWeights {
     std::map<std::string, HostTensor> tensors;  // by canonical name
     std::vector<std::string> extra;             // names present in the source that `expected` lacks
@@ -46,7 +58,8 @@ struct ModelWeights {
     // query/key/value/proj_attn for to_q/to_k/to_v/to_out.0) with the expected shape, checked
     // for all before any data is read, and hold only finite values. ModelError names the file
     // and the tensor (with expected and found shapes). Extra tensors are logged once.
-    static ModelWeights load(const std::string& folder, const TensorList& expected);
+    // `layout` says where the weights are and which other names are accepted.
+    static ModelWeights load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout = {});
     // The same checks on tensors already in memory (tests, converters).
     static ModelWeights fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected);
 };

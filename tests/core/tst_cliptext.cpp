@@ -558,7 +558,7 @@ private slots:
         }
         EXPECT_MESSAGE(errorOf([&] { ClipTextModel::load(d); }), "[model] " + file);
         QVERIFY(QFile::remove(QString::fromStdString(file)));
-        EXPECT_MESSAGE(errorOf([&] { ClipTextModel::load(d); }), file + "': not found");
+        EXPECT_MESSAGE(errorOf([&] { ClipTextModel::load(d); }), file + ": not found");
         writeText(d + "/pytorch_model.bin", "PK");
         EXPECT_MESSAGE(errorOf([&] { ClipTextModel::load(d); }), "pickle weights are not read");
         writeText(d + "/config.json", R"({"model_type": "t5"})");
