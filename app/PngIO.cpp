@@ -1,18 +1,25 @@
 #include "app/PngIO.h"
 
+#include <algorithm>
 #include <csetjmp>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include <png.h>
 
+#include "app/InitImage.h"
 #include "core/BoundedInput.h"
 #include "core/OutputSet.h"
 
 namespace tessera {
 
 namespace {
+
+// The largest chunk libpng may allocate: a run PNG's manifest (iTXt) is a few hundred KB even
+// for thousands of tiles; 64 MiB leaves room and refuses the claims of hostile files.
+constexpr png_alloc_size_t kMaxPngChunkBytes = 64u << 20;
 
 // libpng reports errors by longjmp. The functions below that call setjmp keep every
 // object with a destructor outside the jump's reach (created before setjmp, never
@@ -75,6 +82,28 @@ struct DecodeState {
     png_uint_32 width = 0, height = 0;
 };
 
+// Walks the chunk headers (after the signature): a chunk whose length runs past the end of the
+// file is refused here, because libpng allocates a text chunk's claimed length before reading
+// it (a 204-byte file claiming a 1.9 GB tEXt chunk costs 1.9 GB). "" when every chunk fits.
+std::string firstOverlongChunk(std::FILE* file) {
+    if (std::fseek(file, 0, SEEK_END) != 0) return {};
+    const long size = std::ftell(file);
+    long at = 8;
+    unsigned char header[8];
+    while (at + 8 <= size) {
+        if (std::fseek(file, at, SEEK_SET) != 0 || std::fread(header, 1, 8, file) != 8) return {};
+        const std::uint32_t length = png_get_uint_32(header);
+        const char name[5] = {char(header[4]), char(header[5]), char(header[6]), char(header[7]), 0};
+        const long end = at + 12 + static_cast<long>(length);  // length, name, data, CRC
+        if (end > size)
+            return "chunk " + excerpt(name) + " claims " + std::to_string(length) + " bytes but the file has " +
+                   std::to_string(std::max(0L, size - at - 12)) + " after its header (truncated or corrupt)";
+        if (std::memcmp(name, "IEND", 4) == 0) break;
+        at = end;
+    }
+    return {};
+}
+
 bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png_bytep>& rows,
             std::vector<PngTextChunk>& texts, DecodeState& state, PngErrorSink& sink) {
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &sink, onPngError, onPngWarning);
@@ -89,8 +118,18 @@ bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png
         png_destroy_read_struct(&png, info ? &info : nullptr, endInfo ? &endInfo : nullptr);
         return false;
     }
+    // Bounds before libpng allocates from what the file claims: a 69-byte file may claim
+    // 100000x100000 pixels, a 200-byte one a 1.9 GB text chunk.
+    png_set_user_limits(png, 65535, 65535);
+    png_set_chunk_malloc_max(png, kMaxPngChunkBytes);
     png_init_io(png, file);
     png_read_info(png, info);
+    if (static_cast<long long>(png_get_image_width(png, info)) * png_get_image_height(png, info) > kMaxInitImagePixels) {
+        std::snprintf(sink.message, sizeof sink.message, "the image is %ux%u; at most %lld megapixels are read",
+                      png_get_image_width(png, info), png_get_image_height(png, info), kMaxInitImagePixels / 1000000);
+        png_destroy_read_struct(&png, &info, &endInfo);
+        return false;
+    }
     png_set_expand(png);        // palette -> RGB, grey < 8 bit -> 8 bit, tRNS -> alpha
     png_set_strip_16(png);
     png_set_strip_alpha(png);
@@ -204,6 +243,7 @@ PngFile readPng(const std::string& path) {
     unsigned char signature[8] = {};
     if (std::fread(signature, 1, 8, file.get()) != 8 || png_sig_cmp(signature, 0, 8) != 0)
         throw PngError(path + ": not a PNG file");
+    if (const std::string bad = firstOverlongChunk(file.get()); !bad.empty()) throw PngError(path + ": " + bad);
     std::rewind(file.get());
     PngFile result;
     std::vector<png_bytep> rows;

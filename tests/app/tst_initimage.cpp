@@ -3,6 +3,7 @@
 #include <QtTest/QtTest>
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QProcess>
@@ -544,6 +545,31 @@ private slots:
         const Rgb8Image got = renderedImage(zeroDir.path());
         QCOMPARE(got.width, 48);
         QVERIFY2(got.pixels == start.pixels, "strength 0.1 output differs from the resampled start image");
+    }
+
+    // Files that claim more than they hold are refused from the header, before libpng allocates
+    // what they claim (fuzz findings, tests/fuzz/corpus/fuzz_png_read/huge_*.png).
+    void readPngRefusesHugeClaims_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("100000x100000 pixels") << "huge_header.png" << "Invalid IHDR data";
+        QTest::newRow("1.9 GB text chunk") << "huge_text_chunk.png" << "claims 1935998995 bytes";
+    }
+    void readPngRefusesHugeClaims() {
+        QFETCH(QString, file);
+        QFETCH(QString, expected);
+        const std::string path = TESSERA_SOURCE_DIR "/tests/fuzz/corpus/fuzz_png_read/" + file.toStdString();
+        QVERIFY2(QFileInfo::exists(QString::fromStdString(path)), path.c_str());
+        QElapsedTimer clock;
+        clock.start();
+        try {
+            (void)readPng(path);
+            QFAIL("accepted");
+        } catch (const PngError& e) {
+            QVERIFY2(std::string(e.what()).find(expected.toStdString()) != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).size() < 600, e.what());
+        }
+        QVERIFY2(clock.elapsed() < 2000, qPrintable(QString::number(clock.elapsed()) + " ms"));
     }
 
     void cliRefusesUnreadableInit() {

@@ -35,7 +35,6 @@ FAILING_TODAY = {
     ("fuzz_safetensors", "built_invalid_utf8.header"),
     ("fuzz_safetensors", "built_long_name.header"),
     ("fuzz_init_image", "huge_header.jpg"),
-    ("fuzz_png_read", "huge_header.png"),
 }
 
 

@@ -109,7 +109,7 @@ def make_case(outdir, name, case):
         "decode_latent": latent, "decode_image": decoded, "encode_image": image,
         "encode_moments": moments, "encode_mean": mean, "encode_logvar": logvar,
     }
-    tensors = {k: v.detach().to(torch.float32).contiguous() for k, v in tensors.items()}
+    tensors = {k: v.detach().to(torch.float32).clone().contiguous() for k, v in tensors.items()}  # clone: mean is a view of moments
     save_file(tensors, os.path.join(case_dir, "io.safetensors"), metadata={"format": "pt"})
 
     state = vae.state_dict()
