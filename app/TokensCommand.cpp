@@ -104,7 +104,10 @@ std::string shortest(float value) {
     return std::string(text, result.ptr);
 }
 
-void printChunks(const PromptChunks& prompt, bool weights, std::ostream& out) {
+}  // namespace
+
+void printTokenChunks(const ClipTokenizer& tokenizer, std::string_view text, bool weights, std::ostream& out) {
+    const PromptChunks prompt = chunkPrompt(tokenizer, text);
     for (std::size_t n = 0; n < prompt.chunks.size(); ++n) {
         const PromptChunk& chunk = prompt.chunks[n];
         // BOS, the prompt's tokens, and the EOS that follows them (index contentTokens + 1).
@@ -118,8 +121,6 @@ void printChunks(const PromptChunks& prompt, bool weights, std::ostream& out) {
         out << '\n';
     }
 }
-
-}  // namespace
 
 std::string tokensUsage() {
     return "usage: tessera-cli tokens \"PROMPT\" [--weights] [--model PATH]\n"
@@ -152,7 +153,7 @@ int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, st
             throw ValidationError(options.promptFile ? "prompt-file" : "prompt",
                                   "prompt: is not valid UTF-8 ('" + excerpt(prompt) + "'); give UTF-8 text");
         const ClipTokenizer tokenizer = loadTokenizer(options.model, executableDir);
-        printChunks(chunkPrompt(tokenizer, prompt), options.weights, out);
+        printTokenChunks(tokenizer, prompt, options.weights, out);
         return kExitOk;
     } catch (const ValidationError& e) {
         err << "tessera-cli: " << e.what() << "\n";

@@ -11,9 +11,12 @@
 
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera {
+
+class ClipTokenizer;
 
 // Runs the command on `args` (the words after "tokens"); writes the chunks to `out` and errors
 // to `err`. Returns the exit status: 0, 2 for invalid input (bad option, prompt not UTF-8 or
@@ -22,6 +25,10 @@ namespace tessera {
 // tessera-cli lies (the bundled vocabulary is also looked for in <dir>/../share/tessera/clip).
 int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                      const std::string& executableDir);
+
+// The command's output for `prompt` (valid UTF-8) with a tokenizer already loaded. Throws
+// ValidationError("prompt") as chunkPrompt does.
+void printTokenChunks(const ClipTokenizer& tokenizer, std::string_view prompt, bool weights, std::ostream& out);
 
 // Usage text of the command.
 std::string tokensUsage();

@@ -221,6 +221,7 @@ private slots:
 
     // Every fixture prompt transformers tokenized (tools/reference/make_tokenizer_fixtures.py)
     // whose text holds no A1111 syntax: its ids in chunks of 75 (no comma there to backtrack to).
+    // All through printTokenChunks with one tokenizer, every 25th through the whole command.
     void transformersFixture() {
         if (!QFile::exists(QString::fromStdString(kFixture)))
             QSKIP("tests/data/tokenizer/clip_ids.json is not there yet (tools/reference/make_tokenizer_fixtures.py)");
@@ -228,6 +229,7 @@ private slots:
         if (doc.at("flavour").get<std::string>() != "tokenizers")
             QSKIP("the fixture was made with another tokenizer flavour than the command uses");
         int checked = 0;
+        const ClipTokenizer tok = ClipTokenizer::fromMergesGz(kGz);
         for (const auto& c : doc.at("cases")) {
             const std::string text = c.at("text").get<std::string>();
             const auto ids = c.at("sd1_ids").get<std::vector<std::int32_t>>();
@@ -240,10 +242,14 @@ private slots:
                                       std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(i),
                                                                 ids.begin() + static_cast<std::ptrdiff_t>(
                                                                                   std::min(ids.size(), i + 75))));
-            const Result r = tokens({text});
-            QVERIFY2(r.exitCode == 0 && r.out == expected,
-                     ("'" + excerpt(text) + "'\nexpected:\n" + expected + "\ngot:\n" + show(r)).c_str());
-            ++checked;
+            std::ostringstream out;
+            printTokenChunks(tok, text, false, out);
+            QVERIFY2(out.str() == expected,
+                     ("'" + excerpt(text) + "'\nexpected:\n" + expected + "\ngot:\n" + out.str()).c_str());
+            if (checked++ % 25 == 0) {
+                const Result r = tokens({text});
+                QVERIFY2(r.exitCode == 0 && r.out == expected, ("'" + excerpt(text) + "'\n" + show(r)).c_str());
+            }
         }
         qInfo("%d fixture prompts checked", checked);
         QVERIFY(checked > 300);
