@@ -38,13 +38,21 @@ struct MissingResource {
 
 TokensOptions parseTokensOptions(const std::vector<std::string>& args) {
     TokensOptions o;
+    bool optionsEnded = false;  // after "--" every word is the prompt (one starting with "--")
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
+        if (a == "--" && !optionsEnded) {
+            optionsEnded = true;
+            continue;
+        }
         auto value = [&](const char* name) -> std::string {
             if (i + 1 >= args.size()) throw ValidationError("option", std::string("--") + name + " needs a value");
             return args[++i];
         };
-        if (a == "--weights") {
+        if (optionsEnded) {
+            if (o.prompt) throw ValidationError("prompt", "prompt: tokens takes one prompt (quote it)");
+            o.prompt = a;
+        } else if (a == "--weights") {
             o.weights = true;
         } else if (a == "--help" || a == "-h") {
             o.help = true;
@@ -134,7 +142,8 @@ std::string tokensUsage() {
            "  --model PATH        a diffusers pipeline folder: its tokenizer/ (vocab.json + merges.txt);\n"
            "                      a .safetensors checkpoint, or no --model: the bundled CLIP vocabulary\n"
            "                      as SD 1.x uses it\n"
-           "  --prompt-file FILE  read the prompt from a UTF-8 file (at most 1 MiB)\n";
+           "  --prompt-file FILE  read the prompt from a UTF-8 file (at most 1 MiB)\n"
+           "  --                  the next word is the prompt even if it starts with --\n";
 }
 
 int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

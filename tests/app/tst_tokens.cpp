@@ -199,6 +199,10 @@ private slots:
         EXPECT_REFUSED(tokens({}), "prompt: tokens needs a prompt");
         EXPECT_REFUSED(tokens({"a", "b"}), "prompt: tokens takes one prompt");
         EXPECT_REFUSED(tokens({"a", "--colour"}), "unknown option '--colour'");
+        // "--" ends the options: a prompt that starts with "--" (else refused as an unknown option).
+        EXPECT_REFUSED(tokens({"--a b"}), "unknown option '--a b'");
+        EXPECT_OK(tokens({"--", "--a b"}), chunkLine(1, ClipTokenizer::fromMergesGz(kGz).encode("--a b")));
+        EXPECT_REFUSED(tokens({"--", "a", "b"}), "prompt: tokens takes one prompt");
         EXPECT_REFUSED(tokens({"a", "--model"}), "--model needs a value");
         EXPECT_REFUSED(tokens({"(a:1.2.3)"}), "prompt");
         QTemporaryDir dir;
