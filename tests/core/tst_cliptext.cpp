@@ -24,8 +24,10 @@
 #include "core/ClipTokenizer.h"
 #include "core/CpuBackend.h"
 #include "core/Safetensors.h"
+#include "tests/core/ErrorText.h"
 
 using namespace tessera;
+using tessera::testing::errorOf;
 using Tensors = std::map<std::string, HostTensor>;
 using Ids = std::vector<std::int32_t>;
 
@@ -34,26 +36,6 @@ namespace {
 const std::string kGz = TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 const std::string kFixtures = TESSERA_TEST_DATA "/clip";
 constexpr int kT = kClipTextTokens;
-
-std::string errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const InputFileError& e) {
-        return "[" + e.field() + "] " + e.what();
-    } catch (const ValidationError& e) {
-        return "[" + e.field() + "] " + e.what();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-#define EXPECT_MESSAGE(message, part)                   \
-    do {                                                \
-        const std::string m_ = (message);               \
-        QVERIFY2(m_.find(part) != std::string::npos,    \
-                 ("'" + std::string(part) + "' not in: " + m_).c_str()); \
-    } while (0)
 
 ClipTextConfig tinyConfig(ClipActivation act, int vocab = 64, int layers = 2) {
     ClipTextConfig c;
