@@ -90,54 +90,58 @@ ClipTextOutputs ClipTextModel::encode(std::span<const std::int32_t> ids, int bat
     return out;
 }
 
-PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
-                                const PromptConditioningOptions& options) {
+PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
+                                 const std::vector<std::string>& prompts, const PromptConditioningOptions& options) {
     const int layers = model.config().numHiddenLayers;
     if (options.clipSkip < 1 || options.clipSkip > layers)
         throw ValidationError("clip skip", "clip skip: " + std::to_string(options.clipSkip) +
                                                " is not allowed; this text encoder has " + std::to_string(layers) +
                                                " layers, so 1 (the last layer) to " + std::to_string(layers));
-    if (options.minChunks < 1 || options.minChunks > clip_text_limits::kMaxChunks)
-        throw std::invalid_argument("minChunks: " + std::to_string(options.minChunks) + " is outside 1.." +
-                                    std::to_string(clip_text_limits::kMaxChunks));
-    std::vector<PromptChunk> chunks = chunkPrompt(tokenizer, prompt, options.chunking).chunks;
-    if (chunks.size() > static_cast<std::size_t>(clip_text_limits::kMaxChunks))
-        throw ValidationError("prompt", "prompt: " + std::to_string(chunks.size()) + " chunks of 75 tokens; at most " +
-                                            std::to_string(clip_text_limits::kMaxChunks) + " are allowed (" +
-                                            std::to_string(clip_text_limits::kMaxChunks * 75) + " tokens)");
-    if (chunks.size() < static_cast<std::size_t>(options.minChunks)) {
-        const PromptChunk empty = chunkPrompt(tokenizer, "", options.chunking).chunks.front();
-        chunks.resize(static_cast<std::size_t>(options.minChunks), empty);
+    if (prompts.empty() || options.minChunks < 1 || options.minChunks > clip_text_limits::kMaxChunks)
+        throw std::invalid_argument("encodePrompts: " + std::to_string(prompts.size()) + " prompts, minChunks " +
+                                    std::to_string(options.minChunks) + " (1.." +
+                                    std::to_string(clip_text_limits::kMaxChunks) + ")");
+    std::vector<std::vector<PromptChunk>> chunked;
+    std::size_t count = static_cast<std::size_t>(options.minChunks);
+    for (const std::string& prompt : prompts) {
+        chunked.push_back(chunkPrompt(tokenizer, prompt, options.chunking).chunks);
+        if (chunked.back().size() > static_cast<std::size_t>(clip_text_limits::kMaxChunks))
+            throw ValidationError("prompt", "prompt: " + std::to_string(chunked.back().size()) +
+                                                " chunks of 75 tokens; at most " +
+                                                std::to_string(clip_text_limits::kMaxChunks) + " are allowed (" +
+                                                std::to_string(clip_text_limits::kMaxChunks * 75) + " tokens)");
+        count = std::max(count, chunked.back().size());
     }
+    const PromptChunk empty = chunkPrompt(tokenizer, "", options.chunking).chunks.front();
 
+    const int batch = static_cast<int>(prompts.size());
+    const std::size_t d = static_cast<std::size_t>(model.config().hiddenSize), t = kClipTextTokens;
     PromptConditioning c;
-    c.chunks = static_cast<int>(chunks.size());
+    c.chunks = static_cast<int>(count);
     c.channels = model.config().hiddenSize;
-    const std::size_t chunkFloats = static_cast<std::size_t>(kClipTextTokens) * static_cast<std::size_t>(c.channels);
-    c.values.reserve(chunks.size() * chunkFloats);
-    for (const PromptChunk& chunk : chunks) {
-        // One chunk per call: A1111 encodes and normalises each chunk on its own.
-        std::vector<float> z =
-            model.encode(chunk.ids, 1, layers - (options.clipSkip - 1)).lastHiddenState;
-        applyEmphasis(z, chunk.weights, 1, kClipTextTokens, c.channels, options.emphasis);
-        c.values.insert(c.values.end(), z.begin(), z.end());
+    c.values.resize(prompts.size() * count * t * d);
+    // Chunk i of every prompt is one batch, as A1111's forward() encodes it: one emphasis mean
+    // over the whole batch. Prompts with fewer chunks take empty-prompt ones.
+    for (std::size_t i = 0; i < count; ++i) {
+        std::vector<std::int32_t> ids;
+        std::vector<float> weights;
+        for (const auto& chunks : chunked) {
+            const PromptChunk& chunk = i < chunks.size() ? chunks[i] : empty;
+            ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
+            weights.insert(weights.end(), chunk.weights.begin(), chunk.weights.end());
+        }
+        std::vector<float> z = model.encode(ids, batch, layers - (options.clipSkip - 1)).lastHiddenState;
+        applyEmphasis(z, weights, batch, kClipTextTokens, c.channels, options.emphasis);
+        for (std::size_t b = 0; b < prompts.size(); ++b)
+            std::copy(z.begin() + static_cast<std::ptrdiff_t>(b * t * d), z.begin() + static_cast<std::ptrdiff_t>((b + 1) * t * d),
+                      c.values.begin() + static_cast<std::ptrdiff_t>((b * count + i) * t * d));
     }
     return c;
 }
 
-PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
-                                 const std::vector<std::string>& prompts, const PromptConditioningOptions& options) {
-    PromptConditioningOptions each = options;
-    for (const std::string& prompt : prompts)
-        each.minChunks = std::max(each.minChunks, static_cast<int>(chunkPrompt(tokenizer, prompt, options.chunking).chunks.size()));
-    PromptConditioning all;
-    for (const std::string& prompt : prompts) {
-        PromptConditioning one = encodePrompt(model, tokenizer, prompt, each);
-        all.chunks = one.chunks;
-        all.channels = one.channels;
-        all.values.insert(all.values.end(), one.values.begin(), one.values.end());
-    }
-    return all;
+PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
+                                const PromptConditioningOptions& options) {
+    return encodePrompts(model, tokenizer, {std::string(prompt)}, options);
 }
 
 }  // namespace tessera

@@ -83,14 +83,17 @@ struct PromptConditioningOptions {
 struct PromptConditioning {
     int chunks = 0;
     int channels = 0;
-    std::vector<float> values;  // [77 * chunks, channels]
+    std::vector<float> values;  // [prompts, 77 * chunks, channels]
 };
 PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
                                 const PromptConditioningOptions& options = {});
 
-// Several prompts encoded together as A1111 does (a prompt and its negative prompt): each as
-// encodePrompt, the shorter ones padded with empty-prompt chunks to the longest one's count
-// (and at least options.minChunks): values [prompts, 77 * chunks, D], in the order given.
+// Several texts in one call, as A1111's FrozenCLIPEmbedderWithCustomWords.forward takes them
+// (a batch of prompts): every text padded with empty-prompt chunks to the longest one's count
+// (and at least options.minChunks); chunk i of all texts is one encoder batch whose emphasis
+// mean is taken over the whole batch. values [texts, 77 * chunks, D], in the order given.
+// (A1111 encodes a prompt and its negative prompt in separate calls: use encodePrompt for each
+// and minChunks to equalise them when they go into one doubled UNet batch.)
 PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
                                  const std::vector<std::string>& prompts, const PromptConditioningOptions& options = {});
 

@@ -620,17 +620,36 @@ private slots:
                        "[clip skip] clip skip: 4 is not allowed; this text encoder has 3 layers, so 1 (the last layer) to 3");
         o.clipSkip = 0;
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, "x", o); }), "[clip skip]");
-        // A prompt and a negative prompt together: the shorter padded with empty chunks.
-        o = {};
-        const PromptConditioning pair = encodePrompts(model, tok, {"red fox BREAK snow", "blurry"}, o);
+        // Texts in one call: the shorter padded with empty chunks; chunk i of both is one batch
+        // with one emphasis mean (computed here in double).
+        const PromptConditioning pair = encodePrompts(model, tok, {"a (red:1.5) fox BREAK snow", "[blurry]"});
         QCOMPARE(pair.chunks, 2);
         QCOMPARE(pair.values.size(), std::size_t{2 * 2 * 77 * 16});
-        const std::size_t half = 2 * 77 * 16;
-        o.minChunks = 2;
-        EXPECT_CLOSE("prompt", std::vector<float>(pair.values.begin(), pair.values.begin() + half),
-                     encodePrompt(model, tok, "red fox BREAK snow").values);
-        EXPECT_CLOSE("negative", std::vector<float>(pair.values.begin() + half, pair.values.end()),
-                     encodePrompt(model, tok, "blurry", o).values);
+        const PromptChunks first = chunkPrompt(tok, "a (red:1.5) fox BREAK snow"), second = chunkPrompt(tok, "[blurry]");
+        const PromptChunk blank = chunkPrompt(tok, "").chunks[0];
+        for (std::size_t i = 0; i < 2; ++i) {
+            const PromptChunk& b = i == 0 ? second.chunks[0] : blank;
+            Ids ids(first.chunks[i].ids.begin(), first.chunks[i].ids.end());
+            ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+            std::vector<float> w(first.chunks[i].weights.begin(), first.chunks[i].weights.end());
+            w.insert(w.end(), b.weights.begin(), b.weights.end());
+            const std::vector<float> zz = model.encode(ids, 2).lastHiddenState;
+            double m0 = 0, m1 = 0;
+            std::vector<double> joint(zz.size());
+            for (std::size_t k = 0; k < zz.size(); ++k) {
+                joint[k] = double(zz[k]) * w[k / 16];
+                m0 += zz[k];
+                m1 += joint[k];
+            }
+            for (double& v : joint) v *= m0 / m1;
+            const std::size_t chunkFloats = 77 * 16;
+            for (std::size_t row = 0; row < 2; ++row)
+                EXPECT_CLOSE("pair row " + std::to_string(row) + " chunk " + std::to_string(i),
+                             std::vector<float>(pair.values.begin() + (row * 2 + i) * chunkFloats,
+                                                pair.values.begin() + (row * 2 + i + 1) * chunkFloats),
+                             std::vector<double>(joint.begin() + row * chunkFloats, joint.begin() + (row + 1) * chunkFloats));
+        }
+        EXPECT_MESSAGE(errorOf([&] { encodePrompts(model, tok, {}); }), "0 prompts");
         std::string huge;
         for (int i = 0; i < 65; ++i) huge += "x BREAK ";
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, huge); }), "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
