@@ -504,6 +504,29 @@ private slots:
                 t.at("text_model.encoder.layers.1.mlp.fc2.bias").data);
         QCOMPARE(flat.extraTensors(), std::vector<std::string>{"text_projection.weight"});
 
+        // Sharded as transformers shards (model.safetensors.index.json + its files).
+        {
+            std::map<std::string, SafetensorsTensorData> a, b;
+            nlohmann::json weightMap = nlohmann::json::object();
+            for (const auto& [name, tensor] : t) {
+                const bool first = name.find("layers.1.") == std::string::npos;
+                (first ? a : b).emplace(name, SafetensorsTensorData{SafetensorsDtype::F32, tensor.shape,
+                                                                    encodeFloats(SafetensorsDtype::F32, tensor.data)});
+                weightMap[name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+            }
+            QVERIFY(QFile::remove(QString::fromStdString(d + "/model.safetensors")));
+            writeSafetensors(d + "/model-00001-of-00002.safetensors", a);
+            writeSafetensors(d + "/model-00002-of-00002.safetensors", b);
+            writeText(d + "/model.safetensors.index.json", nlohmann::json{{"weight_map", weightMap}}.dump());
+            writeText(d + "/config.json", toJson(c).dump());
+            const ClipTextModel sharded = ClipTextModel::load(d);
+            QVERIFY(sharded.tensors().at("text_model.encoder.layers.1.mlp.fc1.weight").data ==
+                    t.at("text_model.encoder.layers.1.mlp.fc1.weight").data);
+            for (const char* f : {"/model-00001-of-00002.safetensors", "/model-00002-of-00002.safetensors",
+                                  "/model.safetensors.index.json"})
+                QVERIFY(QFile::remove(QString::fromStdString(d + f)));
+        }
+
         // F16 weights are upcast.
         writeFolder(d, c, t, {}, SafetensorsDtype::F16);
         const ClipTextModel half = ClipTextModel::load(d);
