@@ -284,16 +284,19 @@ std::optional<bool> cliOptionTakesValue(std::string_view name) {
     return spec->second.takesValue;
 }
 
-std::vector<std::string> defaultModelCandidates(const std::string& executableDir) {
+std::vector<std::string> resourceCandidates(const std::string& executableDir, const std::string& relative) {
     std::vector<std::string> candidates;
 #ifdef TESSERA_RESOURCE_DIR
-    candidates.push_back(std::string(TESSERA_RESOURCE_DIR) + "/models/default");
+    candidates.push_back(std::string(TESSERA_RESOURCE_DIR) + "/" + relative);
 #endif
     if (!executableDir.empty())
-        candidates.push_back((std::filesystem::path(executableDir) / ".." / "share" / "tessera" / "models" / "default")
-                                 .lexically_normal()
-                                 .string());
+        candidates.push_back(
+            (std::filesystem::path(executableDir) / ".." / "share" / "tessera" / relative).lexically_normal().string());
     return candidates;
+}
+
+std::vector<std::string> defaultModelCandidates(const std::string& executableDir) {
+    return resourceCandidates(executableDir, "models/default");
 }
 
 std::string resolveModelFolder(const std::string& given, const std::string& executableDir) {

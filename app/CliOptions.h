@@ -65,6 +65,11 @@ std::optional<bool> cliOptionTakesValue(std::string_view name);
 // The subcommand's name as typed ("plan", ...).
 std::string_view toString(CliCommand command);
 
+// Where a bundled resource (`relative` to resources/, e.g. "clip/bpe_simple_vocab_16e6.txt.gz")
+// is looked for, in order: the source tree's resources (TESSERA_RESOURCE_DIR, development
+// builds) and, for installs, <exeDir>/../share/tessera/<relative>.
+std::vector<std::string> resourceCandidates(const std::string& executableDir, const std::string& relative);
+
 // Where the default model is looked for, in order: the source tree's resources
 // (TESSERA_RESOURCE_DIR, development builds) and, for installs, <exeDir>/../share/tessera.
 std::vector<std::string> defaultModelCandidates(const std::string& executableDir);

@@ -1,4 +1,4 @@
-// tessera-cli: plan, render, info, bench and compare, headless. Exit status: 0 success, 2 invalid input
+// tessera-cli: plan, render, info, bench, compare and tokens, headless. Exit status: 0 success, 2 invalid input
 // (the message names the field), 1 failure while running.
 #include <chrono>
 #include <cmath>
@@ -22,6 +22,7 @@
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
 #include "app/PngIO.h"
+#include "app/TokensCommand.h"
 #include "core/BoundedInput.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
@@ -292,6 +293,16 @@ int main(int argc, char** argv) {
             return kExitFailure;
         }
     }
+    // tokens prints a prompt's CLIP token ids per 75-token chunk: app/TokensCommand.h.
+    if (!args.empty() && args.front() == "tokens") {
+        try {
+            return runTokensCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr,
+                                    executableDir());
+        } catch (const std::exception& e) {
+            std::cerr << "tessera-cli: tokens failed: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
     CliOptions options;
     try {
         options = parseCliOptions(args);
@@ -308,7 +319,8 @@ int main(int argc, char** argv) {
         if (options.command == CliCommand::Help)
             std::cout << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n"
                       << "  compare   run two configurations interleaved: speedup, memory, pixel difference\n"
-                      << "            ('tessera-cli compare --help')\n";
+                      << "            ('tessera-cli compare --help')\n"
+                      << "  tokens    a prompt's CLIP token ids (and weights) per 75-token chunk ('tessera-cli tokens --help')\n";
         return kExitOk;
     }
     try {

@@ -451,6 +451,33 @@ void quickGelu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
     });
 }
 
+void tokenEmbedding(WorkerPool& pool, int batch, int tokens, int channels, std::int64_t vocab, const float* ids,
+                    const float* table, const float* positions, float* y) {
+    const std::int64_t rows = std::int64_t(batch) * tokens;
+    for (std::int64_t r = 0; r < rows; ++r)
+        if (!(ids[r] >= 0.0f && ids[r] < static_cast<float>(vocab)) || ids[r] != std::floor(ids[r]))
+            throw std::out_of_range("token embedding: row " + std::to_string(r / tokens) + " position " +
+                                    std::to_string(r % tokens) + " holds id " + std::to_string(ids[r]) +
+                                    ", not an integer from 0 to " + std::to_string(vocab - 1));
+    pool.parallelFor(rows, [&](std::int64_t r) {
+        const float* t = table + static_cast<std::int64_t>(ids[r]) * channels;
+        const float* p = positions + (r % tokens) * channels;
+        float* out = y + r * channels;
+        for (int c = 0; c < channels; ++c) out[c] = t[c] + p[c];
+    });
+}
+
+void eosPool(int batch, int tokens, int channels, const float* x, const float* ids, int token, float* y) {
+    for (int b = 0; b < batch; ++b) {
+        const float* row = ids + std::int64_t(b) * tokens;
+        // std::max_element and std::find both return the first match, as torch's argmax does.
+        const float* at = token < 0 ? std::max_element(row, row + tokens) : std::find(row, row + tokens, float(token));
+        const std::int64_t pos = at == row + tokens ? 0 : at - row;
+        const float* src = x + (std::int64_t(b) * tokens + pos) * channels;
+        std::copy(src, src + channels, y + std::int64_t(b) * channels);
+    }
+}
+
 std::size_t gegluScratchFloats(int rows, int out) { return static_cast<std::size_t>(std::int64_t(rows) * 2 * out); }
 
 void geglu(WorkerPool& pool, int rows, int in, int out, const float* x, const float* weight, const float* bias, float* y,
@@ -849,6 +876,13 @@ void CpuBackend::runOp(std::size_t index, int batch) {
     }
     case OpKind::GELU: cpu::gelu(pool_, count, in, op.geluTanh, y); break;
     case OpKind::QuickGELU: cpu::quickGelu(pool_, count, in, y); break;
+    case OpKind::TokenEmbedding:
+        cpu::tokenEmbedding(pool_, batch, static_cast<int>(inPixels), op.channels, graph_.param(op.params[0]).shape[0],
+                            in, w.params[0], w.params[1], y);
+        break;
+    case OpKind::EosPool:
+        cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, data(op.input2), op.token, y);
+        break;
     }
 }
 

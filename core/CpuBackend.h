@@ -133,6 +133,14 @@ void tokenLinear(WorkerPool&, int rows, int in, int out, const float* x, const f
 // Elementwise over n floats; y may alias x. gelu: exact (erf), or PyTorch's tanh approximation.
 void gelu(WorkerPool&, std::int64_t n, const float* x, bool tanhApproximation, float* y);
 void quickGelu(WorkerPool&, std::int64_t n, const float* x, float* y);
+// CLIP's embeddings: y [rows, channels] = table[ids[r]] + positions[r % tokens] for rows =
+// batch * tokens ids held as floats. Throws std::out_of_range naming the row, position and
+// value for an id that is not an integer in [0, vocab) (nothing is written then).
+void tokenEmbedding(WorkerPool&, int batch, int tokens, int channels, std::int64_t vocab, const float* ids,
+                    const float* table, const float* positions, float* y);
+// y [batch, channels] = x [batch, tokens, channels] at each row's first position whose id is
+// `token` (position 0 if none), or for token -1 at its first largest id.
+void eosPool(int batch, int tokens, int channels, const float* x, const float* ids, int token, float* y);
 // GEGLU for one image: p = x W^T + b (W [2 out, in]); y [rows, out] = p[:, :out] * gelu(p[:, out:]).
 // scratch: gegluScratchFloats(rows, out). y must not alias x.
 std::size_t gegluScratchFloats(int rows, int out);

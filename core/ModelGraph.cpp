@@ -25,6 +25,8 @@ const char* toString(OpKind k) {
     case OpKind::GEGLU: return "geglu";
     case OpKind::GELU: return "gelu";
     case OpKind::QuickGELU: return "quick_gelu";
+    case OpKind::TokenEmbedding: return "token_embedding";
+    case OpKind::EosPool: return "eos_pool";
     }
     return "?";
 }
@@ -207,8 +209,30 @@ void ModelGraph::checkOp(const GraphOp& op) const {
         break;
     case OpKind::GELU:
     case OpKind::QuickGELU: needParams({}); break;
+    case OpKind::TokenEmbedding: {
+        if (!isTokens(x) || x.tokens < 1 || x.channels != 1 || op.channels < 1)
+            fail("needs ids as tokens [B, N, 1] of a fixed count and channels >= 1");
+        // The tables' row counts (vocabulary, positions) are the parameters' own.
+        auto rowsOf = [&](std::size_t i) -> std::int64_t {
+            if (i >= op.params.size() || op.params[i] < 0 || op.params[i] >= static_cast<int>(params_.size())) return 0;
+            const Shape& s = params_[static_cast<std::size_t>(op.params[i])].shape;
+            return s.empty() ? 0 : s[0];
+        };
+        if (rowsOf(0) < 1 || rowsOf(1) < x.tokens)
+            fail("needs a token table and a position table of at least " + std::to_string(x.tokens) + " rows");
+        needParams({{rowsOf(0), out}, {rowsOf(1), out}});
+        break;
+    }
+    case OpKind::EosPool: {
+        const GraphValue& ids = operand(op.input2, "input2");
+        if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens || op.token < -1)
+            fail("needs tokens of a fixed count, their ids [B, N, 1] and token >= -1");
+        needParams({});
+        break;
+    }
     }
     if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
+        op.kind != OpKind::EosPool &&
         op.kind != OpKind::Attention)
         fail("takes no second operand");
     if (op.silu && !(op.kind == OpKind::Linear && isVector(x)) && op.kind != OpKind::GroupNorm)
@@ -249,6 +273,8 @@ int ModelGraph::inferOutput(const GraphOp& op, std::string name) {
         return addValue(std::move(name), ValueKind::FeatureMap,
                         x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
     case OpKind::Upsample: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / 2);
+    case OpKind::TokenEmbedding: return addValue(std::move(name), ValueKind::Tokens, op.channels, 0, x.tokens);
+    case OpKind::EosPool: return addValue(std::move(name), ValueKind::Vector, x.channels, 0);
     default: return addValue(std::move(name), x.kind, x.channels, x.divisor, x.tokens);
     }
 }
@@ -390,6 +416,7 @@ std::string ModelGraph::describe(const GraphOp& op) const {
     case OpKind::LayerNorm: s << ' ' << x.channels << "ch"; break;
     case OpKind::GEGLU: s << ' ' << x.channels << "->" << op.channels; break;
     case OpKind::GELU: s << (op.geluTanh ? " tanh " : " ") << x.channels << "ch"; break;
+    case OpKind::EosPool: s << ' ' << x.channels << "ch at " << (op.token < 0 ? "argmax" : "id " + std::to_string(op.token)); break;
     case OpKind::Affine: s << ' ' << op.scale << "x" << (op.shift < 0 ? "" : "+") << op.shift << ' ' << x.channels << "ch"; break;
     case OpKind::Concat: s << ' ' << x.channels << '+' << value(op.input2).channels; break;
     case OpKind::Add:

@@ -60,6 +60,12 @@ enum class OpKind {
                         // bias [2 * channels]); out = p[:, :channels] * gelu(p[:, channels:]), exact GELU
     GELU,               // elementwise 0.5 x (1 + erf(x / sqrt 2)); geluTanh: PyTorch's approximate="tanh"
     QuickGELU,          // elementwise x * sigmoid(1.702 x) (CLIP)
+    TokenEmbedding,     // ids (tokens [B, N, 1] of a fixed count, the ids as floats) -> tokens [B, N, channels]:
+                        // table[id] + positions[n] (token table [V, channels], position table [P, channels],
+                        // P >= N); an id that is not an integer in [0, V) is an error at run time (CLIP)
+    EosPool,            // tokens [B, N, C], input2 = their ids [B, N, 1] -> vector [B, C]: each row's token at
+                        // the first position holding id `token`, position 0 if none; token -1: at the first
+                        // largest id (transformers' CLIP pooling, shared/spec/sd-models.md §3.3)
 };
 const char* toString(OpKind);
 
@@ -91,6 +97,7 @@ struct GraphOp {
     bool qkvBias = true;       // Attention: to_q/to_k/to_v have biases (SD's transformer blocks: none)
     bool causal = false;       // Attention over tokens without context: causal mask
     bool geluTanh = false;     // GELU: tanh approximation
+    int token = -1;            // EosPool: the id pooled at; -1: the largest id
     float scale = 1.0f, shift = 0.0f;  // Affine
     int freqShift = 0;         // TimestepEmbedding
     bool flipSinToCos = false;

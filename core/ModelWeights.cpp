@@ -174,22 +174,25 @@ private:
     std::map<std::string, HostTensor> tensors_;
 };
 
-// Finds every tensor the config needs (canonical or, where accepted, legacy name), checks all
-// shapes before reading any data, then reads, upcasts and checks the values for NaN/Inf.
-ModelWeights bindTensors(const TensorList& expected, TensorSource& source, LegacyAttentionNames legacyNames) {
+// Finds every tensor the config needs (canonical, alias or, where accepted, legacy name),
+// checks all shapes before reading any data, then reads, upcasts and checks the values for NaN/Inf.
+ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const WeightFileLayout& layout) {
     std::vector<std::string> storedNames;
     storedNames.reserve(expected.size());
     for (const auto& [name, shape] : expected) {
         std::string stored = name;
         const Shape* found = source.shapeOf(name);
-        const std::string legacy = legacyNames == LegacyAttentionNames::Accepted ? legacyName(name) : std::string();
+        const std::string legacy = layout.alias ? layout.alias(name)
+                                   : layout.legacyNames == LegacyAttentionNames::Accepted ? legacyName(name)
+                                                                                          : std::string();
         if (found == nullptr && !legacy.empty()) {
             found = source.shapeOf(legacy);
             stored = legacy;
         }
         if (found == nullptr)
             throw ModelError(source.where(name) + ": missing tensor " + declaredName(name) +
-                             (legacy.empty() ? std::string() : " (or legacy " + declaredName(legacy) + ")") +
+                             (legacy.empty() ? std::string()
+                                             : std::string(layout.alias ? " (or " : " (or legacy ") + declaredName(legacy) + ")") +
                              ", expected shape " + shapeToString(shape));
         if (*found != shape)
             throw ModelError(source.where(stored) + ": tensor " + declaredName(name) +
@@ -257,20 +260,22 @@ std::vector<SafetensorsFile> openShards(const fs::path& modelDir, const fs::path
 // The weight files of a model folder: one safetensors file or the shards of an index, the
 // full-precision names first, then diffusers' "fp16" variant (§6: the variant goes before the
 // extension, or before ".json" of the index; older writers put it before ".index").
-std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, std::string& indexPath) {
+std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, const WeightFileLayout& layout,
+                                         std::string& indexPath) {
     struct Candidate {
-        const char* name;
+        std::string name;
         bool index;
     };
-    static constexpr Candidate kCandidates[] = {
-        {"diffusion_pytorch_model.safetensors", false},
-        {"diffusion_pytorch_model.safetensors.index.json", true},
-        {"diffusion_pytorch_model.fp16.safetensors", false},
-        {"diffusion_pytorch_model.safetensors.index.fp16.json", true},
-        {"diffusion_pytorch_model.safetensors.fp16.index.json", true},
+    const std::string& stem = layout.stem;
+    const std::vector<Candidate> candidates = {
+        {stem + ".safetensors", false},
+        {stem + ".safetensors.index.json", true},
+        {stem + ".fp16.safetensors", false},
+        {stem + ".safetensors.index.fp16.json", true},
+        {stem + ".safetensors.fp16.index.json", true},
     };
     try {
-        for (const Candidate& candidate : kCandidates) {
+        for (const Candidate& candidate : candidates) {
             const fs::path path = modelDir / candidate.name;
             if (!folderEntryPresent(path)) continue;
             if (candidate.index) {
@@ -284,14 +289,14 @@ std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, std::string& 
     } catch (const SafetensorsError& e) {
         throw ModelError(e.what());
     }
-    const fs::path pickle = modelDir / "diffusion_pytorch_model.bin";
+    const fs::path pickle = modelDir / layout.pickle;
     if (folderEntryPresent(pickle))
         throw ModelError(excerpt(pickle.string(), 200) +
                          ": PyTorch pickle weights are not read; convert them to safetensors "
                          "(diffusers: save_pretrained(..., safe_serialization=True))");
-    throw ModelError(excerpt((modelDir / kCandidates[0].name).string(), 200) +
-                     ": not found (nor its sharded index, nor the fp16 variants " + kCandidates[2].name + " and " +
-                     kCandidates[3].name + ")");
+    throw ModelError(excerpt((modelDir / candidates[0].name).string(), 200) +
+                     ": not found (nor its sharded index, nor the fp16 variants " + candidates[2].name + " and " +
+                     candidates[3].name + ")");
 }
 
 std::uint64_t splitmix64(std::uint64_t& state) {
@@ -326,9 +331,15 @@ std::int64_t HostTensor::numel() const {
 
 ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected,
                                 LegacyAttentionNames legacyNames) {
+    WeightFileLayout layout;
+    layout.legacyNames = legacyNames;
+    return load(folder, expected, layout);
+}
+
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout) {
     std::string indexPath;
-    FileSource source(openWeights(folder, indexPath), indexPath);
-    ModelWeights weights = bindTensors(expected, source, legacyNames);
+    FileSource source(openWeights(folder, layout, indexPath), indexPath);
+    ModelWeights weights = bindTensors(expected, source, layout);
     // One line however many there are (a file can hold thousands the model does not use).
     if (!weights.extra.empty())
         spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(weights.extra.front()), 200),
@@ -345,7 +356,9 @@ ModelWeights ModelWeights::load(const std::string& folder, const TensorList& exp
 ModelWeights ModelWeights::fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected,
                                        LegacyAttentionNames legacyNames) {
     MemorySource source(std::move(tensors));
-    ModelWeights weights = bindTensors(expected, source, legacyNames);
+    WeightFileLayout layout;
+    layout.legacyNames = legacyNames;
+    ModelWeights weights = bindTensors(expected, source, layout);
     // Names, shapes and values, in name order: equal weights give equal hashes.
     Sha256 hash;
     for (const auto& [name, t] : weights.tensors) {

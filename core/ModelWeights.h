@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -42,6 +43,19 @@ using TensorList = std::vector<std::pair<std::string, std::vector<std::int64_t>>
 // have them; UNet2DConditionModel's transformer blocks never did.
 enum class LegacyAttentionNames { Accepted, NotAccepted };
 
+// Where a folder keeps its weights and what other name a tensor may be stored under.
+struct WeightFileLayout {
+    // <stem>.safetensors, or the shards <stem>.safetensors.index.json lists (and, for diffusers'
+    // stem, the fp16 variants); `pickle` is refused. diffusers: diffusion_pytorch_model;
+    // transformers: model.
+    std::string stem = "diffusion_pytorch_model";
+    std::string pickle = "diffusion_pytorch_model.bin";  // transformers: pytorch_model.bin
+    // The other name of a canonical one (empty: none). Unset: diffusers' legacy attention
+    // names (query/key/value/proj_attn) where `legacyNames` accepts them.
+    std::function<std::string(const std::string&)> alias;
+    LegacyAttentionNames legacyNames = LegacyAttentionNames::Accepted;
+};
+
 struct ModelWeights {
     std::map<std::string, HostTensor> tensors;  // by canonical name
     std::vector<std::string> extra;             // names present in the source that `expected` lacks
@@ -55,6 +69,9 @@ struct ModelWeights {
     // and hold only finite values. ModelError names the file and the tensor (declared names
     // whole, with expected and found shapes). Extra tensors are logged once.
     static ModelWeights load(const std::string& folder, const TensorList& expected, LegacyAttentionNames legacyNames);
+    // The same with another file stem or name alias (transformers' model.safetensors, CLIP's
+    // optional "text_model." prefix).
+    static ModelWeights load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout);
     // The same checks on tensors already in memory (tests, converters).
     static ModelWeights fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected,
                                     LegacyAttentionNames legacyNames);

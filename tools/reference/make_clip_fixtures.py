@@ -116,7 +116,7 @@ def run_case(name, cfg_dict, outdir, torch, transformers, save_file, seed):
     ids = torch.tensor(case_ids(name, rng), dtype=torch.int64)
     assert ids.shape[1] == SEQ and int(ids.max()) < VOCAB
     with torch.no_grad():
-        out = model(input_ids=ids, output_hidden_states=True, return_dict=True)
+        out = model(input_ids=ids, output_hidden_states=True)
         hs = out.hidden_states
         n = cfg.num_hidden_layers
         assert len(hs) == n + 1, "expected %d hidden states, got %d" % (n + 1, len(hs))
