@@ -1,6 +1,7 @@
 #include "core/PromptParser.h"
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -11,6 +12,10 @@
 namespace tessera {
 
 namespace {
+
+// Weights reach the text encoder's output as float32: a finite double beyond float's range
+// (1e39, or 1.1 multiplied a thousand times) would become infinite there.
+bool fitsFloat(double w) { return std::isfinite(w) && std::fabs(w) <= static_cast<double>(std::numeric_limits<float>::max()); }
 
 constexpr double kRoundMultiplier = 1.1;
 constexpr double kSquareMultiplier = 1 / 1.1;
@@ -59,8 +64,9 @@ double parseWeight(std::u32string_view number, std::u32string_view closer) {
         reject("the emphasis weight in '" + excerpt(unicode::encodeUtf8(closer)) +
                "' is not a number; write (text:1.2) with one decimal point");
     const double value = std::strtod(ascii.c_str(), nullptr);  // correctly rounded, as Python
-    if (!std::isfinite(value))
-        reject("the emphasis weight in '" + excerpt(unicode::encodeUtf8(closer)) + "' is too large to be finite");
+    if (!fitsFloat(value))
+        reject("the emphasis weight in '" + excerpt(unicode::encodeUtf8(closer)) +
+               "' is too large; weights are applied in float32, at most 3.4e38 in magnitude");
     return value;
 }
 
@@ -99,7 +105,8 @@ public:
         if (res_.empty()) res_.push_back({U"", 1.0});
         std::vector<Segment> merged;
         for (Segment& s : res_) {
-            if (!std::isfinite(s.weight)) reject("emphasis weights multiply to a value that is not finite");
+            if (!fitsFloat(s.weight))
+                reject("emphasis weights multiply to a value too large for float32 (above 3.4e38 in magnitude)");
             if (!merged.empty() && merged.back().weight == s.weight) {
                 merged.back().text += s.text;
             } else {

@@ -145,10 +145,19 @@ private slots:
         EXPECT_MESSAGE(m, "the emphasis weight in ':1.2.3)' is not a number");
         EXPECT_MESSAGE(errorOf([] { parsePromptAttention("(a:.)"); }), "is not a number");
         EXPECT_MESSAGE(errorOf([] { parsePromptAttention("(a:" + std::string(400, '9') + ")"); }),
-                       "is too large to be finite");
+                       "is too large; weights are applied in float32");
         const std::string big = std::string(300, '9');
         EXPECT_MESSAGE(errorOf([&] { parsePromptAttention("((a:" + big + "):" + big + ")"); }),
-                       "emphasis weights multiply to a value that is not finite");
+                       "is too large; weights are applied in float32");
+        // Finite as a double, infinite as the float32 the encoder output is scaled by (fuzz
+        // findings: a weight of -1.5e39, and 1.1 multiplied by a thousand nested brackets).
+        EXPECT_MESSAGE(errorOf([] { parsePromptAttention("(dog:-1544444444444444444444444444444444444444)"); }),
+                       "is too large; weights are applied in float32");
+        EXPECT_MESSAGE(errorOf([] { parsePromptAttention("((a:1" + std::string(30, '0') + "):1" + std::string(30, '0') + ")"); }),
+                       "emphasis weights multiply to a value too large for float32");
+        EXPECT_MESSAGE(errorOf([] { parsePromptAttention(std::string(1000, '(') + "a"); }),
+                       "emphasis weights multiply to a value too large for float32");
+        QCOMPARE(parsePromptAttention(std::string(900, '(') + "a").front().weight, std::pow(1.1, 900));
     }
 
     void chunks() {
