@@ -99,6 +99,8 @@ void ModelGraph::markOutput(int value) {
     outputs_.push_back(value);
 }
 
+// Over 150 lines on purpose: one switch with a short case per OpKind (operand kinds, attributes,
+// parameter shapes), so every kind's contract reads in one place beside toString and flops.
 void ModelGraph::checkOp(const GraphOp& op) const {
     auto fail = [&op](const std::string& what) {
         throw std::logic_error("ModelGraph: op '" + op.name + "' (" + toString(op.kind) + "): " + what);

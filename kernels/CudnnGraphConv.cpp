@@ -162,6 +162,10 @@ struct GraphConv::Impl {
     Desc scratch;
 };
 
+// Over 150 lines: cuDNN's backend API builds one operation graph as a fixed sequence of
+// descriptors (x, w, y, conv, then bias/residual pointwise nodes, then heuristics and plans), each
+// pointing at the previous; it is split into the tensor()/pointwise() helpers above where a step
+// repeats. A further split is issue 14 item 5 (the CUDA backend by responsibility).
 GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans,
                      PlanId only)
     : impl_(std::make_unique<Impl>()) {
