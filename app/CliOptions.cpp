@@ -122,6 +122,11 @@ const std::map<std::string, OptionSpec>& optionTable() {
                       o.config.initImage = v;
                   }}},
         {"strength", {"strength", true, [](CliOptions& o, const std::string& v) { o.config.strength = parseReal("strength", v); }}},
+        {"prompt", {"prompt", true, [](CliOptions& o, const std::string& v) { o.config.prompt = v; }}},
+        {"negative-prompt", {"negative_prompt", true, [](CliOptions& o, const std::string& v) { o.config.negativePrompt = v; }}},
+        {"cfg", {"cfg", true, [](CliOptions& o, const std::string& v) { o.config.cfgScale = parseReal("cfg", v); }}},
+        {"clip-skip", {"clip_skip", true, [](CliOptions& o, const std::string& v) { o.config.clipSkip = parseInt("clip_skip", v); }}},
+        {"upscale", {"upscale", true, [](CliOptions& o, const std::string& v) { o.config.upscale = parseReal("upscale", v); }}},
         {"preserve-color", {"preserve_color", false, [](CliOptions& o, const std::string&) { o.config.preserveColor = true; }}},
         {"out", {"", true, [](CliOptions& o, const std::string& v) {
                      if (v.empty()) fail("out", "an output folder is needed");
@@ -338,7 +343,7 @@ std::string cliUsage(CliCommand command) {
         "  --height PX            image height in pixels (default 256)\n"
         "  --seed N               noise seed (default 0)\n"
         "  --steps N              sampling steps (default 20)\n"
-        "  --scheduler NAME       ddpm, ddim or euler (default ddim)\n"
+        "  --scheduler NAME       ddpm, ddim, euler, euler_a or dpmpp_2m (default ddim)\n"
         "  --eta X                DDIM eta (default 0)\n"
         "  --timestep-spacing S   leading, trailing or linspace (default leading)\n"
         "  --tile PX              tile edge in pixels (default 64)\n"
@@ -357,6 +362,11 @@ std::string cliUsage(CliCommand command) {
         "  --init FILE            start from this PNG or JPEG, resized to the run (image-to-image)\n"
         "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"
         "  --preserve-color       keep the init image's colours\n"
+        "  --upscale X            image-to-image: the canvas is the init image times X (1 to 16)\n"
+        "  --prompt TEXT          Stable Diffusion: the prompt (A1111 emphasis (word:1.2), [word], BREAK)\n"
+        "  --negative-prompt TEXT Stable Diffusion: what to steer away from\n"
+        "  --cfg X                classifier-free guidance scale, 0 to 100 (default 7; 1 = off)\n"
+        "  --clip-skip N          text layer counted from the last, as A1111 (default 1)\n"
         "  --label TEXT           free text stored with the run\n"
         "  --tuning-cache FILE|off  CUDA: file of timed algorithm choices reused by later runs, so that\n"
         "                         a new process makes the same choices and the same image (default\n"

@@ -25,8 +25,11 @@ namespace {
 template <typename E, std::size_t N>
 using NameTable = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr NameTable<SchedulerKind, 3> kSchedulerNames{{
-    {SchedulerKind::DDPM, "ddpm"}, {SchedulerKind::DDIM, "ddim"}, {SchedulerKind::Euler, "euler"}}};
+constexpr NameTable<SchedulerKind, 5> kSchedulerNames{{{SchedulerKind::DDPM, "ddpm"},
+                                                       {SchedulerKind::DDIM, "ddim"},
+                                                       {SchedulerKind::Euler, "euler"},
+                                                       {SchedulerKind::EulerAncestral, "euler_a"},
+                                                       {SchedulerKind::DPMPP2M, "dpmpp_2m"}}};
 constexpr NameTable<BetaSchedule, 3> kBetaScheduleNames{{{BetaSchedule::Linear, "linear"},
                                                          {BetaSchedule::ScaledLinear, "scaled_linear"},
                                                          {BetaSchedule::SquaredCosCapV2, "squaredcos_cap_v2"}}};
@@ -355,7 +358,7 @@ const std::vector<std::string_view> kRunConfigKeys{
     "width",  "height",       "seed",        "steps",     "scheduler", "scheduler_options", "tile",
     "overlap", "window",      "fusion",      "batch",     "graphs",    "graph_warmup",      "graph_cache",
     "lanes",  "precision",    "backend",     "model",     "preview_every", "init",          "strength",
-    "preserve_color", "label", "tuning_cache"};
+    "preserve_color", "label", "tuning_cache", "prompt", "negative_prompt", "cfg", "clip_skip", "upscale"};
 
 SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
     if (!j.is_object()) wrongType("scheduler_options", j, "an object");
@@ -447,6 +450,16 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     checkText(problems, "label", config.label, kMaxLabelBytes, "the label");
     checkText(problems, "tuning_cache", config.tuningCache, input_limits::kPathChars,
               "the tuning cache path (or off)");
+    checkText(problems, "prompt", config.prompt, kMaxPromptBytes, "the prompt");
+    checkText(problems, "negative_prompt", config.negativePrompt, kMaxPromptBytes, "the negative prompt");
+    if (!(config.cfgScale >= 0.0 && config.cfgScale <= kMaxCfgScale))
+        problems.add("cfg", formatNumber(config.cfgScale) + " is not allowed; the guidance scale must be 0 to " +
+                                formatNumber(kMaxCfgScale) + " (1 = no guidance, 7 is usual)");
+    checkIntRange(problems, "clip_skip", config.clipSkip, 1, kMaxClipSkip,
+                  "clip skip (1 = the model's usual text layer, as A1111)");
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
+        problems.add("upscale", formatNumber(config.upscale) + " is not allowed; the upscale factor must be 1 to " +
+                                    formatNumber(kMaxUpscale));
     checkScheduler(problems, config);
     return std::move(problems.list);
 }
@@ -502,6 +515,11 @@ nlohmann::json toJson(const RunConfig& c) {
         {"preserve_color", c.preserveColor},
         {"label", c.label},
         {"tuning_cache", c.tuningCache},
+        {"prompt", c.prompt},
+        {"negative_prompt", c.negativePrompt},
+        {"cfg", c.cfgScale},
+        {"clip_skip", c.clipSkip},
+        {"upscale", c.upscale},
     };
     // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
     // pixels as a JSON integer.
@@ -538,6 +556,11 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
         else if (key == "preserve_color") c.preserveColor = readBool(value, key);
         else if (key == "label") c.label = readString(value, key);
         else if (key == "tuning_cache") c.tuningCache = readString(value, key);
+        else if (key == "prompt") c.prompt = readString(value, key);
+        else if (key == "negative_prompt") c.negativePrompt = readString(value, key);
+        else if (key == "cfg") c.cfgScale = readReal(value, key);
+        else if (key == "clip_skip") c.clipSkip = readInt(value, key);
+        else if (key == "upscale") c.upscale = readReal(value, key);
         else unknownKey(key, kRunConfigKeys);
     }
     return c;
@@ -549,6 +572,8 @@ std::string parametersLine(const RunConfig& c) {
     case SchedulerKind::DDPM: sampler = "DDPM"; break;
     case SchedulerKind::DDIM: sampler = "DDIM"; break;
     case SchedulerKind::Euler: sampler = "Euler"; break;
+    case SchedulerKind::EulerAncestral: sampler = "Euler a"; break;
+    case SchedulerKind::DPMPP2M: sampler = "DPM++ 2M"; break;
     }
     std::ostringstream line;
     line << "Steps: " << c.steps << ", Sampler: " << sampler << ", Seed: " << c.seed << ", Size: " << c.width << 'x'

@@ -25,7 +25,9 @@ private:
     std::string field_;
 };
 
-enum class SchedulerKind { DDPM, DDIM, Euler };
+// EulerAncestral ("euler_a", A1111 "Euler a") and DPMPP2M ("dpmpp_2m", A1111 "DPM++ 2M";
+// with scheduler_options.use_karras_sigmas its "Karras" schedule type) follow sd-pipeline.md §4.
+enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M };
 enum class BetaSchedule { Linear, ScaledLinear, SquaredCosCapV2 };
 enum class TimestepSpacing { Leading, Trailing, Linspace };
 enum class VarianceType { FixedSmall, FixedLarge };
@@ -111,6 +113,16 @@ struct RunConfig {
 
     std::string label;             // free text shown in the run history
 
+    // Text conditioning (Stable Diffusion models; an unconditional model refuses a prompt).
+    // A1111's emphasis syntax and BREAK apply (core/PromptParser.h).
+    std::string prompt;
+    std::string negativePrompt;
+    double cfgScale = 7.0;         // classifier-free guidance scale; 1 evaluates the conditional half only
+    int clipSkip = 1;              // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
+    // Image-to-image: the canvas is the init image resized by this factor (width / height are
+    // then the init image's size times upscale, rounded down to multiples of 8).
+    double upscale = 1.0;
+
     // Where timed algorithm choices are kept (core/TuningCache.h), so that another process
     // makes the same choices: "" = the user's cache folder ($TESSERA_TUNING_CACHE, else
     // $XDG_CACHE_HOME/tessera/tuning.json, else ~/.cache/tessera/tuning.json), "off" = none
@@ -131,6 +143,11 @@ struct ModelLimits {
 // The label is free text shown as one line in the run history and stored in PNG text chunks;
 // a thousand bytes is a paragraph, far beyond any useful label.
 inline constexpr std::size_t kMaxLabelBytes = 1000;
+// A prompt of 32 KiB is thousands of tokens (over 40 chunks of 75), far beyond what any user writes.
+inline constexpr std::size_t kMaxPromptBytes = 32768;
+inline constexpr double kMaxCfgScale = 100.0;
+inline constexpr int kMaxClipSkip = 12;
+inline constexpr double kMaxUpscale = 16.0;
 
 // Throws ValidationError(field) for a path no run can use: longer than
 // input_limits::kPathChars (core/BoundedInput.h, Linux's PATH_MAX) or holding a NUL character.
@@ -146,7 +163,7 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, model, preview_every, init, strength,
-// preserve_color, label, tuning_cache. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
+// preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 

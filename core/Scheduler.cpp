@@ -441,6 +441,10 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
         return std::make_unique<DdimScheduler>(options);
     case SchedulerKind::Euler:
         return std::make_unique<EulerScheduler>(options);
+    case SchedulerKind::EulerAncestral:
+    case SchedulerKind::DPMPP2M:
+        throw ValidationError("scheduler", "scheduler: " + std::string(toString(kind)) +
+                                               " is not available in this build yet; use ddim, ddpm or euler");
     }
     throw std::invalid_argument("Scheduler::create: unknown SchedulerKind value");
 }
