@@ -105,7 +105,9 @@ SdFamily familyOf(const UNetCondModel& unet, const ClipTextModel& encoder, const
         throw ModelError(shown + ": the UNet's cross_attention_dim " + std::to_string(context) +
                          " does not match the text encoder's hidden_size " +
                          std::to_string(encoder.config().hiddenSize) + "; the components are from different models");
-    return context >= 1024 ? SdFamily::SD2 : SdFamily::SD1;
+    // SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
+    // ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (sd-pipeline.md §1.9).
+    return encoder.config().hiddenAct == ClipActivation::QuickGelu && context < 1024 ? SdFamily::SD1 : SdFamily::SD2;
 }
 
 SdModel loadFolder(const std::string& dir) {
