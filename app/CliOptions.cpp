@@ -309,6 +309,7 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     namespace fs = std::filesystem;
     if (!given.empty()) {
         checkPathText("model", given, "a model folder path");
+        if (given.rfind(kRandomModelPrefix, 0) == 0) return given;   // random weights (benchmarks)
         std::error_code ec;
         const fs::path dir = fs::absolute(given, ec);
         // A Stable Diffusion checkpoint file (loadSdModel reads or refuses it, naming why).
