@@ -13,6 +13,7 @@
 #include "app/EngineFactory.h"
 #include "core/BoundedInput.h"
 #include "core/RunRecordIO.h"
+#include "core/SdModel.h"
 
 namespace tessera {
 
@@ -310,6 +311,12 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
         checkPathText("model", given, "a model folder path");
         std::error_code ec;
         const fs::path dir = fs::absolute(given, ec);
+        // A Stable Diffusion checkpoint file (loadSdModel reads or refuses it, naming why).
+        if (!ec && !fs::is_directory(dir, ec) && isSdModelPath(dir.string())) {
+            if (!fs::exists(dir, ec))
+                throw ValidationError("model", "model: " + inQuotes(given) + " does not exist");
+            return dir.lexically_normal().string();
+        }
         // is_directory's error_code form: a link loop or an over-long component is a message, not a throw.
         if (ec || !fs::is_directory(dir, ec))
             throw ValidationError("model", "model: " + inQuotes(given) + " is not a folder" +
@@ -338,7 +345,9 @@ std::string cliUsage(CliCommand command) {
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
         "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
         "                         render's <run-id>.json manifest to run it again\n"
-        "  --model DIR            diffusers UNet2DModel folder (default: the bundled default model)\n"
+        "  --model PATH           a Stable Diffusion 1.x/2.x checkpoint (.safetensors file or diffusers\n"
+        "                         pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
+        "                         bundled unconditional model)\n"
         "  --width PX             image width in pixels (default 256)\n"
         "  --height PX            image height in pixels (default 256)\n"
         "  --seed N               noise seed (default 0)\n"
