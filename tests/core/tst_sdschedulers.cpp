@@ -101,6 +101,12 @@ struct Run {
     std::vector<float> samples, inputs, outputs, noise, x0;
 };
 
+// The largest errors seen over all fixture runs (printed: what the tolerances leave).
+struct WorstErrors {
+    double sample = 0, x0 = 0, input = 0, addNoise = 0, sigma = 0, timestep = 0;
+};
+WorstErrors worst;
+
 Run readRun(const SafetensorsFile& f, const std::string& prefix) {
     return Run{f.readFloat32(prefix + "samples"), f.readFloat32(prefix + "model_inputs"),
                f.readFloat32(prefix + "model_outputs"), f.readFloat32(prefix + "noise"),
@@ -135,12 +141,15 @@ void checkRun(const Scheduler& s, const Run& run, int begin, std::size_t size, c
         std::vector<float> input(size), x0(size), out(size);
         for (std::size_t i = 0; i < size; ++i) input[i] = x[i] * s.coefficients(k).modelInputScale;
         const double inputErr = relativeError(input, slice(run.inputs, j, size));
+        worst.input = std::max(worst.input, inputErr);
         QVERIFY2(inputErr <= 1e-6, qPrintable(at + QStringLiteral(": model input error %1").arg(inputErr)));
         s.predictX0(k, eps.data(), x.data(), x0.data(), size);
         const double x0Err = relativeError(x0, slice(run.x0, j, size));
+        worst.x0 = std::max(worst.x0, x0Err);
         QVERIFY2(x0Err <= 1e-5, qPrintable(at + QStringLiteral(": x0 error %1").arg(x0Err)));
         s.step(k, eps.data(), x.data(), z.data(), out.data(), size, k == begin ? nullptr : x0Prev.data());
         const double err = relativeError(out, slice(run.samples, j + 1, size));
+        worst.sample = std::max(worst.sample, err);
         QVERIFY2(err <= 1e-5, qPrintable(at + QStringLiteral(": prev_sample error %1").arg(err)));
         x0Prev = x0;
     }
@@ -149,15 +158,19 @@ void checkRun(const Scheduler& s, const Run& run, int begin, std::size_t size, c
 void checkTables(const Scheduler& s, const SafetensorsFile& f, const std::string& p, const QString& where) {
     const std::vector<float> ts = f.readFloat32(p + "timesteps");
     QCOMPARE(s.timesteps().size(), ts.size());
-    for (std::size_t k = 0; k < ts.size(); ++k)
+    for (std::size_t k = 0; k < ts.size(); ++k) {
+        worst.timestep = std::max(worst.timestep, std::fabs(double(s.timesteps()[k]) - ts[k]) / std::max(1.0f, ts[k]));
         QVERIFY2(std::fabs(s.timesteps()[k] - ts[k]) <= 1e-5f * std::max(1.0f, ts[k]),
                  qPrintable(where + QStringLiteral(": t[%1] %2 vs %3").arg(k).arg(s.timesteps()[k]).arg(ts[k])));
+    }
     if (f.has(p + "sigmas")) {
         const std::vector<float> sig = f.readFloat32(p + "sigmas");
         QCOMPARE(s.sigmas().size(), sig.size());
-        for (std::size_t k = 0; k < sig.size(); ++k)
+        for (std::size_t k = 0; k < sig.size(); ++k) {
+            if (sig[k] > 0) worst.sigma = std::max(worst.sigma, std::fabs(double(s.sigmas()[k]) - sig[k]) / sig[k]);
             QVERIFY2(std::fabs(s.sigmas()[k] - sig[k]) <= 1e-5f * sig[k],
                      qPrintable(where + QStringLiteral(": sigma[%1] %2 vs %3").arg(k).arg(s.sigmas()[k]).arg(sig[k])));
+        }
     } else {
         QVERIFY(s.sigmas().empty());
     }
@@ -176,6 +189,7 @@ void checkImageToImage(const Scheduler& s, const SafetensorsFile& f, const std::
     std::vector<float> noisy(size);
     for (std::size_t i = 0; i < size; ++i) noisy[i] = c.image * clean[i] + c.noise * n[i];
     const double err = relativeError(noisy, slice(run.samples, 0, size));
+    worst.addNoise = std::max(worst.addNoise, err);
     QVERIFY2(err <= 1e-6, qPrintable(where + QStringLiteral(": add_noise error %1").arg(err)));
     checkRun(s, run, begin, size, where);
 }
@@ -556,7 +570,9 @@ private slots:
             ++files;
         }
         QCOMPARE(files, 42);   // 7 scheduler variants x 2 predictions x 3 spacings
-        qInfo("%d fixture files, %d runs matched", files, runs);
+        qInfo("%d fixture files, %d runs matched; worst relative errors: prev_sample %.2e, x0 %.2e, model input %.2e, "
+              "add_noise %.2e, sigma %.2e, timestep %.2e",
+              files, runs, worst.sample, worst.x0, worst.input, worst.addNoise, worst.sigma, worst.timestep);
     }
 };
 

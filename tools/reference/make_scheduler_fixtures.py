@@ -36,6 +36,7 @@ by a function that draws from this script's generator and records what it return
 No pickle anywhere. Deterministic (fixed seeds, deterministic algorithms, one thread).
 """
 import json
+import math
 import os
 import sys
 
@@ -104,6 +105,17 @@ for module in (scheduling_ddim, scheduling_ddpm, scheduling_dpmsolver_multistep,
     module.randn_tensor = recording_randn
 
 
+def jsonable(value):
+    """Config values as strict JSON: non-finite floats (lambda_min_clipped = -inf) become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
 def f32(t):
     if not torch.is_tensor(t):
         t = torch.tensor(t)
@@ -152,7 +164,7 @@ def make_file(outdir, stem, name, cls, karras, extra, prediction, spacing, seed)
         p = f"n{n}."
 
         scheduler = cls(**kwargs)
-        config = {k: v for k, v in dict(scheduler.config).items() if not k.startswith("_")}
+        config = {k: jsonable(v) for k, v in dict(scheduler.config).items() if not k.startswith("_")}
         scheduler.set_timesteps(n)
         tensors[p + "timesteps"] = f32(scheduler.timesteps)
         if hasattr(scheduler, "sigmas") and name in ("euler", "euler_a", "dpmpp_2m"):
@@ -218,7 +230,7 @@ def main():
         "files": files,
     }
     with open(os.path.join(outdir, "cases.json"), "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True, default=str)
+        json.dump(summary, f, indent=1, sort_keys=True, default=str, allow_nan=False)
         f.write("\n")
 
     total = sum(os.path.getsize(os.path.join(outdir, x)) for x in os.listdir(outdir))
