@@ -62,15 +62,20 @@ std::shared_ptr<const UNetModel> sdModel(const SchedulerOptions& options) {
 // eps = f(x, t) element by element: every tile sees the same value at a canvas pixel.
 float perPixel(float x, float t) { return 0.6f * std::sin(1.3f * x) + 0.25f * x + 0.0004f * t; }
 
+// The model's graph and weights are not used: only the tile shape (the tiled loop prepares the
+// device's backend through prepareGraph).
 class PerPixelBackend final : public Backend {
 public:
+    explicit PerPixelBackend(int channels) : channels_(channels) {}
     BackendInfo info() const override { return {"per-pixel", "eps = f(x, t) per element"}; }
-    void prepareGraph(const ModelGraph&, const TensorMap&, int, int, int) override {}
+    void prepareGraph(const ModelGraph&, const TensorMap&, int, int tileH, int tileW) override {
+        perTile_ = static_cast<std::size_t>(channels_) * tileH * tileW;
+    }
     void run(const std::vector<const float*>&, int, const std::vector<float*>&) override {
         throw std::logic_error("PerPixelBackend: only forward");
     }
-    void prepare(const UNetModel& model, int, int tileH, int tileW) override {
-        perTile_ = static_cast<std::size_t>(model.config().inChannels) * tileH * tileW;
+    void prepare(const UNetModel&, int, int tileH, int tileW) override {
+        perTile_ = static_cast<std::size_t>(channels_) * tileH * tileW;
     }
     void forward(const float* x, const float* timesteps, int batch, float* out) override {
         for (int b = 0; b < batch; ++b)
@@ -81,6 +86,7 @@ public:
     }
 
 private:
+    int channels_;
     std::size_t perTile_ = 0;
 };
 
@@ -238,7 +244,7 @@ private slots:
         const CanvasFunction pixels = [](const std::vector<float>& in, float t, std::vector<float>& out) {
             for (std::size_t i = 0; i < in.size(); ++i) out[i] = perPixel(in[i], t);
         };
-        TiledSampler sampler(std::make_unique<PerPixelBackend>());
+        TiledSampler sampler(std::make_unique<PerPixelBackend>(4));
         sampler.setModel(sdModel(options));
 
         for (const bool fromImage : {false, true}) {
@@ -272,7 +278,7 @@ private slots:
         RunConfig config = runConfig(SchedulerKind::DPMPP2M, FusionRule::Sample);
         config.previewEvery = 0;
         const std::size_t n = 4u * static_cast<std::size_t>(config.width) * config.height;
-        TiledSampler used(std::make_unique<PerPixelBackend>()), fresh(std::make_unique<PerPixelBackend>());
+        TiledSampler used(std::make_unique<PerPixelBackend>(4)), fresh(std::make_unique<PerPixelBackend>(4));
         used.setModel(sdModel(options));
         fresh.setModel(sdModel(options));
         RunObserver quiet;
@@ -289,7 +295,7 @@ private slots:
         const SchedulerOptions options = sdOptions(PredictionType::Epsilon, true);
         const RunConfig config = runConfig(SchedulerKind::DPMPP2M, FusionRule::Sample);
         const std::size_t n = 4u * static_cast<std::size_t>(config.width) * config.height;
-        TiledSampler sampler(std::make_unique<PerPixelBackend>());
+        TiledSampler sampler(std::make_unique<PerPixelBackend>(4));
         sampler.setModel(sdModel(options));
         RunObserver quiet;
         const RunResult result = sampler.run(config, quiet);
