@@ -19,6 +19,8 @@
 //   dpmpp_2m  DPMSolverMultistepScheduler, algorithm_type "dpmsolver++", solver_order 2,
 //             solver_type "midpoint", lower_order_final true, final_sigmas_type "zero"
 //             (diffusers' defaults; the last step is first order), use_karras_sigmas.
+// Euler, Euler a and DPM++ 2M clip x0 when clip_sample (pixel-space models; diffusers' classes
+// have no clip_sample); SD's schedules set it false, where they are diffusers exactly.
 // Every kind takes scaled_linear (SD) or the other beta schedules, epsilon / v_prediction /
 // sample (euler_a: not sample, as diffusers) and leading / trailing / linspace spacing with
 // steps_offset, as diffusers computes them for that class.
