@@ -13,6 +13,7 @@
 #include "app/EngineFactory.h"
 #include "core/BoundedInput.h"
 #include "core/RunRecordIO.h"
+#include "core/Scheduler.h"
 #include "core/SdModel.h"
 
 namespace tessera {
@@ -89,6 +90,15 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"seed", {"seed", true, [](CliOptions& o, const std::string& v) { o.config.seed = parseSeed(v); }}},
         {"steps", {"steps", true, [](CliOptions& o, const std::string& v) { o.config.steps = parseInt("steps", v); }}},
         {"scheduler", {"scheduler", true, [](CliOptions& o, const std::string& v) { o.config.scheduler = parseScheduler(v); }}},
+        {"sampler", {"scheduler", true, [](CliOptions& o, const std::string& v) {
+                         // A1111's names: "Euler a", "DPM++ 2M Karras", "DPM++ 2M", "Euler", "DDIM".
+                         const auto found = samplerFromDisplayName(v, "");
+                         if (!found)
+                             fail("sampler", inQuotes(v) + " is not a sampler Tessera has; use Euler, Euler a, "
+                                             "DPM++ 2M, DPM++ 2M Karras, DDIM or DDPM");
+                         o.config.scheduler = found->first;
+                         o.config.schedulerOptions.karrasSigmas = found->second;
+                     }}},
         {"tile", {"tile", true, [](CliOptions& o, const std::string& v) { o.config.tile = parseInt("tile", v); }}},
         {"overlap", {"overlap", true, [](CliOptions& o, const std::string& v) { applyOverlap(o.config, v); }}},
         {"window", {"window", true, [](CliOptions& o, const std::string& v) { o.config.window = parseBlendWindow(v); }}},
@@ -354,6 +364,8 @@ std::string cliUsage(CliCommand command) {
         "  --seed N               noise seed (default 0)\n"
         "  --steps N              sampling steps (default 20)\n"
         "  --scheduler NAME       ddpm, ddim, euler, euler_a or dpmpp_2m (default ddim)\n"
+        "  --sampler NAME         the sampler as A1111 names it: \"Euler a\", \"DPM++ 2M Karras\", Euler,\n"
+        "                         \"DPM++ 2M\", DDIM (sets --scheduler and the Karras schedule)\n"
         "  --eta X                DDIM eta (default 0)\n"
         "  --timestep-spacing S   leading, trailing or linspace (default leading)\n"
         "  --tile PX              tile edge in pixels (default 64)\n"
