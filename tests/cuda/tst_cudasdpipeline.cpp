@@ -70,7 +70,7 @@ class Quiet : public RunObserver {};
 
 }  // namespace
 
-class TestCudaSd : public QObject {
+class TestCudaSdPipeline : public QObject {
     Q_OBJECT
 
 private slots:
@@ -133,5 +133,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestCudaSd)
-#include "tst_cudasd.moc"
+QTEST_GUILESS_MAIN(TestCudaSdPipeline)
+#include "tst_cudasdpipeline.moc"
