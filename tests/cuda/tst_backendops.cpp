@@ -22,8 +22,9 @@
 // the device's expf/sinf are within 2 ulp where the host's are correctly rounded).
 //
 // TESSERA_BACKENDOPS_SHARD=i/n runs every n-th op from the i-th (parallel processes);
-// TESSERA_BACKENDOPS_MODELS=vae-dec,clip-l-text keeps the ops of the models named (the op kind
-// coverage check then applies to the whole list only).
+// TESSERA_BACKENDOPS_MODELS=vae-dec,clip-l-text keeps the ops of the models named, and
+// TESSERA_BACKENDOPS_KINDS=attention,eos_pool the ops of the kinds named (ModelGraph's toString);
+// the op kind coverage check then applies to the whole list only.
 // Perf mode: TESSERA_BACKENDOPS_PERF=1 prints, per op and precision, the GPU time of the op
 // (median of 20 replays, event nodes in a captured graph), the bytes it must move (inputs,
 // output, parameters) as GB/s, and its FLOPs as TFLOP/s. TESSERA_BACKENDOPS_BATCH sets the
@@ -301,6 +302,7 @@ class TestBackendOps : public QObject {
                                          [&](const ModelCase& m) { return !only.contains(QString::fromStdString(m.name)); }),
                           models_.end());
         std::set<std::string> seen;
+        const QStringList kinds = QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_KINDS")).split(',', Qt::SkipEmptyParts);
         for (ModelCase& m : models_) {
             const bool given = !m.graphs.empty();
             if (!given) m.weights = std::make_shared<const UNetModel>(UNetModel::random(m.config, 17));
@@ -319,6 +321,7 @@ class TestBackendOps : public QObject {
                     for (int v : op.operands()) key += " " + shapeText(g.shape(v, 1, m.tile, m.tile));
                     key += " -> " + shapeText(g.shape(op.output, 1, m.tile, m.tile));
                     if (!seen.insert(key).second) continue;
+                    if (!kinds.isEmpty() && !kinds.contains(QLatin1String(toString(op.kind)))) continue;
                     OpCase c;
                     c.model = m.name;
                     c.key = key;
@@ -359,9 +362,11 @@ private slots:
         // Every op kind the graph declares is covered.
         std::set<OpKind> kinds;
         for (const OpCase& c : cases_) kinds.insert(c.kind);
-        if (!qgetenv("TESSERA_BACKENDOPS_SHARD").isEmpty() || !qgetenv("TESSERA_BACKENDOPS_MODELS").isEmpty()) {
-            qInfo("shard %s, models %s: %zu ops", qgetenv("TESSERA_BACKENDOPS_SHARD").constData(),
-                  qgetenv("TESSERA_BACKENDOPS_MODELS").constData(), cases_.size());
+        if (!qgetenv("TESSERA_BACKENDOPS_SHARD").isEmpty() || !qgetenv("TESSERA_BACKENDOPS_MODELS").isEmpty() ||
+            !qgetenv("TESSERA_BACKENDOPS_KINDS").isEmpty()) {
+            qInfo("shard %s, models %s, kinds %s: %zu ops", qgetenv("TESSERA_BACKENDOPS_SHARD").constData(),
+                  qgetenv("TESSERA_BACKENDOPS_MODELS").constData(), qgetenv("TESSERA_BACKENDOPS_KINDS").constData(),
+                  cases_.size());
             return;  // kind coverage is a property of the whole list
         }
         for (OpKind k : {OpKind::Affine, OpKind::SiLU, OpKind::Add, OpKind::ScaleShift, OpKind::TimestepEmbedding,

@@ -382,8 +382,8 @@ private slots:
         const std::string csvPath = dir.filePath(QStringLiteral("sd15.csv")).toStdString();
         std::ostringstream out, err;
         const int rc = runBenchCommand({"--shape", "sd15", "--size", "512", "--batch", "1", "--graphs", "off,tile",
-                                        "--steps", "2", "--repeats", "3", "--warmup-steps", "1", "--tuning-cache", "off",
-                                        "--csv", csvPath},
+                                        "--steps", "2", "--repeats", "3", "--warmup-steps", "1", "--tuning-cache",
+                                        dir.filePath(QStringLiteral("tuning.json")).toStdString(), "--csv", csvPath},
                                        out, err);
         qInfo("%s%s", err.str().c_str(), out.str().c_str());
         QCOMPARE(rc, 0);
