@@ -53,12 +53,12 @@
 #include "core/UNetModel.h"
 #include "core/VaeGraph.h"
 #include "kernels/CudaBackend.h"
+#include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
+using tessera::testing::precisionName;
 
 namespace {
-
-const char* precisionName(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
 
 // The branches the two DDPM configs do not take.
 ModelConfig variantConfig() {
@@ -239,8 +239,7 @@ std::vector<float> runOn(Backend& b, const OpCase& c, int batch, const std::vect
 
 double tolerance(const OpCase& c, Precision p) {
     if (c.kind == OpKind::TimestepEmbedding) return 1e-3;
-    if (c.vectorOp || p == Precision::FP32) return 2e-5;
-    return p == Precision::FP16 ? 4e-3 : 3e-2;
+    return c.vectorOp ? 2e-5 : tessera::testing::opTolerance(p);
 }
 
 // Bytes an op must move at least: every input and the output once (activation type for
@@ -399,21 +398,8 @@ private slots:
             ref = reference_.emplace(static_cast<std::size_t>(index), runOn(*cpu_, c, batch, in)).first;
         }
         const std::vector<float> out = runOn(gpu(prec), c, batch, in);
-        double num = 0, den = 0, maxAbs = 0, maxRef = 0;
-        long long nonFinite = 0;
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            const double r = ref->second[i], d = double(out[i]) - r;
-            if (!std::isfinite(out[i])) ++nonFinite;
-            num += d * d;
-            den += r * r;
-            maxAbs = std::max(maxAbs, std::abs(d));
-            maxRef = std::max(maxRef, std::abs(r));
-        }
-        const double rel = std::sqrt(num / std::max(den, 1e-30)), tol = tolerance(c, prec);
-        QVERIFY2(nonFinite == 0, qPrintable(QString("%1 of %2 outputs not finite (unwritten?)").arg(nonFinite).arg(out.size())));
-        QVERIFY2(rel < tol, qPrintable(QString("relative L2 %1 exceeds %2").arg(rel).arg(tol)));
-        QVERIFY2(maxAbs <= 10 * tol * maxRef,
-                 qPrintable(QString("max |d| %1 exceeds %2 x max |ref| %3").arg(maxAbs).arg(10 * tol).arg(maxRef)));
+        const QString bad = tessera::testing::outputMismatch(ref->second, out, tolerance(c, prec), precisionName(prec));
+        QVERIFY2(bad.isEmpty(), qPrintable(bad));
     }
 
     // The same whole model both ways, compared value by value: the graph's names tie a CUDA

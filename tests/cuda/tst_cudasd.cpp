@@ -35,15 +35,14 @@
 #include "kernels/AttentionPlan.h"
 #include "kernels/CudaBackend.h"
 #include "tests/app/CsvRecord.h"
+#include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
 
 namespace {
 
-const char* precisionName(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
-
-// tst_backendops' per-op tolerances (relative L2; max |d| <= 10 x that x max |ref|).
-double tolerance(Precision p) { return p == Precision::FP32 ? 2e-5 : (p == Precision::FP16 ? 4e-3 : 3e-2); }
+using tessera::testing::opTolerance;
+using tessera::testing::precisionName;
 
 #define REQUIRE_DEVICE()                                 \
     do {                                                 \
@@ -74,27 +73,6 @@ private:
     QByteArray old_;
     bool had_;
 };
-
-// Relative L2 and max |d| of `out` against `ref`; empty when within `tol`, else what is wrong.
-QString mismatch(const std::vector<float>& ref, const std::vector<float>& out, double tol, const char* what) {
-    double num = 0, den = 0, maxAbs = 0, maxRef = 0;
-    long long nonFinite = 0;
-    for (std::size_t i = 0; i < out.size(); ++i) {
-        const double r = ref[i], d = double(out[i]) - r;
-        if (!std::isfinite(out[i])) ++nonFinite;
-        num += d * d;
-        den += r * r;
-        maxAbs = std::max(maxAbs, std::abs(d));
-        maxRef = std::max(maxRef, std::abs(r));
-    }
-    const double rel = std::sqrt(num / std::max(den, 1e-30));
-    qInfo("%s: relative L2 %.3e, max |d| %.3e (max |ref| %.3e), tolerance %.0e", what, rel, maxAbs, maxRef, tol);
-    if (nonFinite) return QString("%1: %2 of %3 outputs not finite").arg(what).arg(nonFinite).arg(out.size());
-    if (!(rel < tol)) return QString("%1: relative L2 %2 exceeds %3").arg(what).arg(rel).arg(tol);
-    if (!(maxAbs <= 10 * tol * maxRef))
-        return QString("%1: max |d| %2 exceeds %3 x max |ref| %4").arg(what).arg(maxAbs).arg(10 * tol).arg(maxRef);
-    return {};
-}
 
 std::vector<std::vector<float>> normalInputs(const ModelGraph& g, int batch, int tile, unsigned seed) {
     std::vector<std::vector<float>> in;
@@ -287,7 +265,7 @@ private slots:
             QVERIFY2(summary.contains(plan), qPrintable(summary));
             // The whole score matrix (1 GiB in float32) is never allocated.
             if (!budget.isEmpty()) QVERIFY(gpu.memoryPlan().activationsBytes < (std::size_t(512) << 20));
-            const QString bad = mismatch(ref, out, tolerance(p), precisionName(p));
+            const QString bad = tessera::testing::outputMismatch(ref, out, opTolerance(p), precisionName(p), true);
             QVERIFY2(bad.isEmpty(), qPrintable(bad));
         }
     }
@@ -326,8 +304,8 @@ private slots:
             CudaBackend gpu(p);
             const auto out = runGraph(gpu, g, w, 2, 64, in);
             for (std::size_t k = 0; k < out.size(); ++k) {
-                const std::string what = std::string(precisionName(p)) + " " + g.value(g.outputs()[k]).name;
-                const QString bad = mismatch(ref[k], out[k], tolerance(p), what.c_str());
+                const QString what = QString("%1 %2").arg(precisionName(p), QString::fromStdString(g.value(g.outputs()[k]).name));
+                const QString bad = tessera::testing::outputMismatch(ref[k], out[k], opTolerance(p), what, true);
                 QVERIFY2(bad.isEmpty(), qPrintable(bad));
             }
         }
