@@ -44,7 +44,7 @@ step() {
   # Attention plans, blocked VAE attention (16,384 and 65,536 pixels), whole CLIP encoders
   # against the CPU, ids refused, the sd15 bench end to end.
   step cudasd "${CUDASD_S:-240}" ctest --test-dir "$build" --output-on-failure -V -R '^cuda\.tst_cudasd$'
-  grep -E "^(PASS|FAIL|SKIP|QINFO)|Totals" "$out/cudasd.log" | head -60
+  grep -E "(PASS|FAIL!|SKIP|QINFO) +:|Totals" "$out/cudasd.log" | head -60
 
   # The ops this branch lowers or changed: every attention op of every model (attend() and the
   # AttentionPlan now serve both lowerings), the CLIP embeddings and pooling, the SD VAE's ops.
