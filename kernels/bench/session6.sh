@@ -41,10 +41,12 @@ stepmem() {
 }
 date -u +"%Y-%m-%d %H:%M UTC"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# The carry holds at most 64 MiB with the tree, so each call carries the suites it runs: those
+# of this build present in /tmp/bin run first, in either mode.
+for t in cudasdpipeline cudasamplers cudasd cudaengine cudagraphs cudabackend reproducible; do
+  [ -x /tmp/bin/cuda_tst_$t ] && step "tst_$t" "${SUITE_S:-150}" /tmp/bin/cuda_tst_$t
+done
 if [ "$what" = suites ]; then
-  for t in cudasdpipeline cudasamplers cudasd cudaengine cudagraphs cudabackend reproducible; do
-    step "tst_$t" "${SUITE_S:-150}" /tmp/bin/cuda_tst_$t
-  done
   step ops_attention 150 env TESSERA_BACKENDOPS_KINDS=attention,token_embedding,eos_pool /tmp/bin/cuda_tst_backendops
   step ops_vae_clip 200 env TESSERA_BACKENDOPS_MODELS=vae-dec,vae-enc,clip-l-text,open-clip-h-text /tmp/bin/cuda_tst_backendops
 else
