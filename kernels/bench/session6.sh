@@ -12,6 +12,9 @@ what="${1:?suites|jobs}"
 out="${OUT:-/tmp/session6}"
 mkdir -p "$out"
 tar xJf .carry/gpu/all.txz -C /tmp
+# The suites' compiled-in paths (tests/data, resources/) name the development checkout: make it this one.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+export TESSERA_TEST_DATA_DIR="$PWD/tests/data"
 mkdir -p /tmp/ref && tar xJf .carry/ref/diffusers.txz -C /tmp/ref
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
