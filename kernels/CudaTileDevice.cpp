@@ -243,7 +243,9 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
         throw std::invalid_argument("CUDA device: its tile function is the UNet over the latents; map passes "
                                     "(another canvas size or channel count) need a lowered VAE");
     if (pass.guidance.has_value() != guided_)
-        throw std::logic_error("CudaTileDevice::beginRun: the pass's guidance does not match the prepared plan");
+        throw std::invalid_argument(std::string("CUDA device: the pass ") + (guided_ ? "has no" : "asks for") +
+                                    " guidance but the prepared plan " + (guided_ ? "doubles" : "does not double") +
+                                    " its tile batches (guidance needs a text-conditioned UNet prepared for it)");
     if (!prepared_ || pass.lanes != lanes_ || pass.batchSize != prepared_->batch)
         throw std::logic_error("CudaTileDevice::beginRun: the pass does not match the prepared plan");
     pass_ = &pass;
@@ -577,9 +579,44 @@ void CudaTileDevice::combineGuidance(const TileBatch& b, float scale) {
                           laneStream(b.lane));
 }
 
+class CudaTileDevice::TunedBackend final : public Backend {
+public:
+    TunedBackend(Precision precision, int device) : backend_(precision, device) {}
+    Precision precision() const { return backend_.precision(); }
+    void setCachePath(std::string path) { path_ = std::move(path); }
+
+    BackendInfo info() const override { return backend_.info(); }
+    void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
+        TuningCache cache(path_);   // read fresh: other processes may have stored choices since
+        backend_.setTuningCache(&cache);
+        try {
+            backend_.prepareGraph(graph, weights, batch, tileH, tileW);
+        } catch (...) {
+            backend_.setTuningCache(nullptr);
+            throw;
+        }
+        backend_.setTuningCache(nullptr);
+        cache.save();
+    }
+    void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override {
+        backend_.run(inputs, batch, outputs);
+    }
+    void prepare(const UNetModel& model, int batch, int tileH, int tileW) override {
+        backend_.prepare(model, batch, tileH, tileW);
+    }
+    void forward(const float* x, const float* timesteps, int batch, float* out) override {
+        backend_.forward(x, timesteps, batch, out);
+    }
+
+private:
+    CudaBackend backend_;
+    std::string path_;
+};
+
 Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {
     if (!whole_ || whole_->precision() != config.precision)
-        whole_ = std::make_unique<CudaBackend>(config.precision, device_);
+        whole_ = std::make_unique<TunedBackend>(config.precision, device_);
+    whole_->setCachePath(TuningCache::resolvePath(config.tuningCache));
     return *whole_;
 }
 

@@ -145,7 +145,10 @@ private:
     std::size_t contextRowBytes_ = 0;
     int contextBatch_ = 0;
     DeviceBuffer context_;
-    std::unique_ptr<CudaBackend> whole_;
+    // wholeGraphBackend's: a CudaBackend whose prepares take their timed choices from the run's
+    // tuning cache file and store them there, so the VAE decodes to the same bits in every process.
+    class TunedBackend;
+    std::unique_ptr<TunedBackend> whole_;
     std::optional<Shape> prepared_;
     std::uint64_t planEpoch_ = 0;   // counts backend (re)plans: graphs bake in the plan's memory
     RunArena arena_;

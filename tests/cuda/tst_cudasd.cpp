@@ -106,7 +106,9 @@ std::vector<std::vector<float>> runGraph(Backend& b, const ModelGraph& g, const 
 
 // The SD VAE decoder's mid-block attention alone (GroupNorm'd input, residual), its weights.
 ModelGraph vaeAttentionGraph() {
-    const VaeConfig c = vaeConfigFromJson(nlohmann::json::parse(R"({"block_out_channels": [128, 256, 512, 512], "layers_per_block": 2})"));
+    const VaeConfig c = vaeConfigFromJson(nlohmann::json::parse(R"({"block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
+        "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"],
+        "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"]})"));
     const ModelGraph decoder = vaeDecoderExecutionGraph(c);
     for (std::size_t i = 0; i < decoder.ops().size(); ++i)
         if (decoder.ops()[i].kind == OpKind::Attention) return decoder.extract(i);
