@@ -601,7 +601,7 @@ std::optional<SchedulerKind> applySampler(const ParsedInfotext& parsed, Importer
     importer.applied("scheduler");
     if (mapped->first == SchedulerKind::Euler || mapped->first == SchedulerKind::DPMPP2M) {
         config.schedulerOptions.karrasSigmas = mapped->second;
-        importer.applied("scheduler_options");
+        importer.applied("use_karras_sigmas");
     }
     return mapped->first;
 }
@@ -865,7 +865,7 @@ struct ComfyReader {
                 importer.applied("scheduler");
                 if (kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M) {
                     importer.config().schedulerOptions.karrasSigmas = karras;
-                    importer.applied("scheduler_options");
+                    importer.applied("use_karras_sigmas");
                 }
                 return;
             }

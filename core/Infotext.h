@@ -98,7 +98,9 @@ struct UnmappedSetting {
 
 // What reading a PNG's settings changed and what it left alone.
 struct ImportedSettings {
-    std::vector<std::string> fields;         // RunConfig fields set, by CLI name ("steps", "scheduler", ...)
+    // RunConfig fields set, by CLI name ("steps", "scheduler", ...; "use_karras_sigmas" for
+    // scheduler_options.use_karras_sigmas).
+    std::vector<std::string> fields;
     std::vector<UnmappedSetting> unmapped;   // one per setting not applied, in the order found
 };
 

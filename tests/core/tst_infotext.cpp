@@ -284,7 +284,7 @@ private slots:
         QCOMPARE(joined(messages(imported)),
                  std::string("'Model hash: 6ce0161689' is not applied: Tessera picks the model by its path\n"
                              "'Model: v1-5-pruned-emaonly' is not applied: Tessera picks the model by its path\n"));
-        const std::vector<std::string> expected{"prompt", "negative_prompt", "scheduler", "scheduler_options", "steps",
+        const std::vector<std::string> expected{"prompt", "negative_prompt", "scheduler", "use_karras_sigmas", "steps",
                                                 "cfg", "seed", "width", "height", "clip_skip"};
         QCOMPARE(imported.fields, expected);
     }
