@@ -665,6 +665,37 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) 
     return result;
 }
 
+std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b) {
+    std::vector<std::string> differ;
+    const auto check = [&](bool same, const char* field) {
+        if (!same) differ.emplace_back(field);
+    };
+    const bool karras = a.scheduler == SchedulerKind::Euler || a.scheduler == SchedulerKind::DPMPP2M;
+    check(a.prompt == b.prompt, "prompt");
+    check(a.negativePrompt == b.negativePrompt, "negative_prompt");
+    check(a.steps == b.steps, "steps");
+    check(a.scheduler == b.scheduler, "scheduler");
+    check(!karras || a.schedulerOptions.karrasSigmas == b.schedulerOptions.karrasSigmas, "use_karras_sigmas");
+    check(a.cfgScale == b.cfgScale, "cfg");
+    check(a.seed == b.seed, "seed");
+    check(a.width == b.width, "width");
+    check(a.height == b.height, "height");
+    check(a.clipSkip == b.clipSkip, "clip_skip");
+    check(a.initImage.empty() || a.strength == b.strength, "strength");
+    check(a.tile == b.tile, "tile");
+    check(a.overlapPixels() == b.overlapPixels(), "overlap");
+    check(a.window == b.window, "window");
+    check(a.fusion == b.fusion, "fusion");
+    check(a.tileBatch == b.tileBatch, "batch");
+    check(a.graphs == b.graphs, "graphs");
+    check(a.precision == b.precision, "precision");
+    check(a.backend == b.backend, "backend");
+    check(a.upscale == b.upscale, "upscale");
+    check(a.preserveColor == b.preserveColor, "preserve_color");
+    check(a.scheduler != SchedulerKind::DDIM || a.schedulerOptions.eta == b.schedulerOptions.eta, "eta");
+    return differ;
+}
+
 // ---------------------------------------------------------------------------
 // ComfyUI's "prompt" graph (sd-pipeline.md §6)
 

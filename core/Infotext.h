@@ -114,6 +114,13 @@ struct ImportedSettings {
 // range-checked here: validate() names a bad one. Never throws.
 ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 
+// The fields that infotext writes and applyInfotext reads back whose values differ between `a`
+// and `b`, by CLI name: the prompt and negative prompt, steps, scheduler (and
+// use_karras_sigmas for Euler and DPM++ 2M), cfg, seed, width, height, clip_skip, strength (when
+// `a` has an init image), tile, overlap (in pixels), window, fusion, batch, graphs, precision,
+// backend, upscale, preserve_color, eta (DDIM). Empty when a PNG written from `a` reads back as `a`.
+std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b);
+
 // ComfyUI's "prompt" chunk (its API graph: node id -> {"class_type", "inputs"}), parsed through
 // core/BoundedInput (depth bounded). The sampler node is the first KSampler or KSamplerAdvanced
 // (by node id) whose latent comes from an EmptyLatentImage, else the first sampler; from it:
