@@ -434,9 +434,9 @@ std::string_view trimAscii(std::string_view s) {
     return s;
 }
 
-// Python's int() of the text: white space around, an optional sign, digits (Unicode decimal
-// digits too). nullopt when it is not a whole number in [lo, hi].
-std::optional<long long> wholeNumber(std::string_view text, long long lo, long long hi) {
+// Python's int() of the text (white space around, an optional sign, Unicode decimal digits too)
+// as a sign and a magnitude; nullopt when it is no whole number or beyond 64 bits.
+std::optional<std::pair<bool, std::uint64_t>> signedWhole(std::string_view text) {
     const std::u32string decoded = unicode::decodeUtf8(text);
     std::u32string_view s = pyStrip(decoded);
     bool minus = false;
@@ -445,32 +445,30 @@ std::optional<long long> wholeNumber(std::string_view text, long long lo, long l
         s.remove_prefix(1);
     }
     if (s.empty()) return std::nullopt;
-    unsigned long long magnitude = 0;
+    std::uint64_t magnitude = 0;
     for (char32_t c : s) {
         const int digit = unicode::decimalValue(c);
-        if (digit < 0 || magnitude > (std::numeric_limits<unsigned long long>::max() - digit) / 10) return std::nullopt;
+        if (digit < 0 || magnitude > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return std::nullopt;
         magnitude = magnitude * 10 + static_cast<unsigned>(digit);
     }
-    constexpr auto kMax = static_cast<unsigned long long>(std::numeric_limits<long long>::max());
-    if (magnitude > kMax + (minus ? 1 : 0)) return std::nullopt;
-    const long long value = minus ? static_cast<long long>(0 - magnitude) : static_cast<long long>(magnitude);
+    return std::pair{minus, magnitude};
+}
+
+// A whole number in [lo, hi].
+std::optional<long long> wholeNumber(std::string_view text, long long lo, long long hi) {
+    const auto whole = signedWhole(text);
+    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<long long>::max());
+    if (!whole || whole->second > kMax + (whole->first ? 1 : 0)) return std::nullopt;
+    const long long value = whole->first ? static_cast<long long>(0 - whole->second) : static_cast<long long>(whole->second);
     if (value < lo || value > hi) return std::nullopt;
     return value;
 }
 
-// A seed: any uint64 (Python int() of the text, 0 or more).
+// A seed: any uint64 ("-0" too, as Python's int()).
 std::optional<std::uint64_t> seedNumber(std::string_view text) {
-    const std::u32string decoded = unicode::decodeUtf8(text);
-    std::u32string_view s = pyStrip(decoded);
-    if (!s.empty() && s.front() == U'+') s.remove_prefix(1);
-    if (s.empty()) return std::nullopt;
-    std::uint64_t value = 0;
-    for (char32_t c : s) {
-        const int digit = unicode::decimalValue(c);
-        if (digit < 0 || value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return std::nullopt;
-        value = value * 10 + static_cast<unsigned>(digit);
-    }
-    return value;
+    const auto whole = signedWhole(text);
+    if (!whole || (whole->first && whole->second != 0)) return std::nullopt;
+    return whole->second;
 }
 
 std::optional<double> realNumber(std::string_view text) {
