@@ -48,69 +48,67 @@ std::string utf8(std::u32string_view s) { return unicode::encodeUtf8(s); }
 
 namespace infotext_detail {
 
-SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options) {
-    const char* schedule = options.karrasSigmas ? "Karras" : "Uniform";
-    switch (kind) {
-    case SchedulerKind::EulerAncestral: return {"Euler a", "Uniform"};  // diffusers' Euler a has no Karras sigmas
-    case SchedulerKind::Euler: return {"Euler", schedule};
-    case SchedulerKind::DPMPP2M: return {"DPM++ 2M", schedule};
-    case SchedulerKind::DDIM: return {"DDIM", ""};
-    case SchedulerKind::DDPM: return {"DDPM", ""};
-    }
-    return {"DDIM", ""};
-}
-
 namespace {
 
+// The same table and rules as core/Scheduler.h's (main's) samplerDisplayName and
+// samplerFromDisplayName, so switching to those changes nothing.
 struct SamplerName {
-    std::string_view name;
     SchedulerKind kind;
-    bool automaticKarras;  // what "Automatic" resolves to
-    bool karrasAllowed;
+    std::string_view name;
+    bool hasKarras;        // Tessera runs it with Karras sigmas too
+    bool automaticKarras;  // A1111's "Automatic" schedule for it is Karras
 };
 
-// A1111's names and aliases (modules/sd_samplers_kdiffusion.py, sd_samplers_timesteps.py), and
-// Tessera's own DDPM.
-constexpr std::array<SamplerName, 9> kSamplerNames{{
-    {"Euler a", SchedulerKind::EulerAncestral, false, false},
-    {"k_euler_a", SchedulerKind::EulerAncestral, false, false},
-    {"k_euler_ancestral", SchedulerKind::EulerAncestral, false, false},
-    {"Euler", SchedulerKind::Euler, false, true},
-    {"k_euler", SchedulerKind::Euler, false, true},
-    {"DPM++ 2M", SchedulerKind::DPMPP2M, true, true},
-    {"k_dpmpp_2m", SchedulerKind::DPMPP2M, true, true},
-    {"DDIM", SchedulerKind::DDIM, false, false},
-    {"DDPM", SchedulerKind::DDPM, false, false},
+constexpr std::array<SamplerName, 5> kSamplerNames{{
+    {SchedulerKind::EulerAncestral, "Euler a", false, false},
+    {SchedulerKind::Euler, "Euler", true, false},
+    {SchedulerKind::DPMPP2M, "DPM++ 2M", true, true},
+    {SchedulerKind::DDIM, "DDIM", false, false},
+    {SchedulerKind::DDPM, "DDPM", false, false},
 }};
 
-// A1111's schedule labels and names (modules/sd_schedulers.py): a pre-1.9 combined name ends
-// with one of them ("DPM++ 2M Karras").
-constexpr std::array<std::string_view, 22> kScheduleSuffixes{
-    "Automatic", "Uniform", "Karras", "Exponential", "Polyexponential", "SGM Uniform", "KL Optimal",
-    "Align Your Steps", "Simple", "Normal", "Beta", "automatic", "uniform", "karras", "exponential",
-    "polyexponential", "sgm_uniform", "kl_optimal", "align_your_steps", "simple", "normal", "beta"};
+// A1111's schedule labels (modules/sd_schedulers.py): a pre-1.9 combined name ends with one.
+constexpr std::array<std::string_view, 12> kScheduleLabels{
+    "Automatic", "Uniform", "Karras", "Exponential", "Polyexponential", "SGM Uniform",
+    "KL Optimal", "Align Your Steps", "Simple", "Normal", "DDIM", "Beta"};
+
+bool equalIgnoringCase(std::string_view a, std::string_view b) {
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return lower(x) == lower(y); });
+}
+
+const SamplerName* findSampler(std::string_view name) {
+    for (const SamplerName& entry : kSamplerNames)
+        if (equalIgnoringCase(entry.name, name)) return &entry;
+    return nullptr;
+}
 
 }  // namespace
 
+SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options) {
+    for (const SamplerName& entry : kSamplerNames)
+        if (entry.kind == kind) {
+            const bool karras = entry.hasKarras && options.karrasSigmas;
+            return {std::string(entry.name), karras ? "Karras" : entry.automaticKarras ? "Uniform" : "Automatic"};
+        }
+    return {"DDIM", "Automatic"};
+}
+
 std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string_view sampler,
                                                                      std::string_view scheduleType) {
-    std::string_view name = sampler;
-    std::string_view schedule = scheduleType.empty() ? std::string_view("Automatic") : scheduleType;
-    // As A1111's get_sampler_and_scheduler: a schedule suffix on the name wins.
-    for (std::string_view suffix : kScheduleSuffixes)
-        if (name.size() > suffix.size() + 1 && name.substr(name.size() - suffix.size()) == suffix &&
-            name[name.size() - suffix.size() - 1] == ' ') {
-            schedule = suffix;
-            name = name.substr(0, name.size() - suffix.size() - 1);
-            break;
-        }
-    for (const SamplerName& entry : kSamplerNames) {
-        if (entry.name != name) continue;
-        if (schedule == "Automatic" || schedule == "automatic") return std::pair{entry.kind, entry.automaticKarras};
-        if (schedule == "Uniform" || schedule == "uniform") return std::pair{entry.kind, false};
-        if ((schedule == "Karras" || schedule == "karras") && entry.karrasAllowed) return std::pair{entry.kind, true};
-        return std::nullopt;
+    const SamplerName* entry = findSampler(sampler);
+    for (std::size_t i = 0; !entry && i < kScheduleLabels.size(); ++i) {  // "DPM++ 2M Karras"
+        const std::string_view label = kScheduleLabels[i];
+        if (sampler.size() <= label.size() + 1 || sampler[sampler.size() - label.size() - 1] != ' ' ||
+            !equalIgnoringCase(sampler.substr(sampler.size() - label.size()), label))
+            continue;
+        entry = findSampler(sampler.substr(0, sampler.size() - label.size() - 1));
+        if (entry) scheduleType = label;
     }
+    if (!entry) return std::nullopt;
+    if (scheduleType.empty() || equalIgnoringCase(scheduleType, "Uniform")) return std::pair{entry->kind, false};
+    if (equalIgnoringCase(scheduleType, "Automatic")) return std::pair{entry->kind, entry->automaticKarras};
+    if (equalIgnoringCase(scheduleType, "Karras") && entry->hasKarras) return std::pair{entry->kind, true};
     return std::nullopt;
 }
 
@@ -586,7 +584,9 @@ std::optional<SchedulerKind> applySampler(const ParsedInfotext& parsed, Importer
         if (schedule && !schedule->defaulted) importer.unmapped(shownSetting(schedule->key, schedule->value), kNotSupported);
         return std::nullopt;
     }
-    const std::string scheduleType = schedule ? schedule->value : std::string();
+    // An absent key (A1111's parser fills in "Automatic") is a pre-1.9 infotext: the sampler alone,
+    // which then meant no Karras ("DPM++ 2M Karras" was a sampler of its own).
+    const std::string scheduleType = schedule && !schedule->defaulted ? schedule->value : std::string();
     const auto mapped = samplerFromDisplayName(trimAscii(sampler->value), trimAscii(scheduleType));
     if (!mapped) {
         std::string shown = shownSetting(sampler->key, sampler->value);

@@ -106,7 +106,7 @@ struct ImportedSettings {
 
 // Applies what maps onto `config`: the prompt and negative prompt (always, as A1111 pastes them),
 // Steps, Sampler with Schedule type (Euler a, Euler, DPM++ 2M (Karras or not), DDIM, DDPM; the
-// pre-1.9 combined names "DPM++ 2M Karras"), CFG scale, Seed, Size, Clip skip, Denoising strength
+// pre-1.9 combined names "DPM++ 2M Karras"; no Schedule type key = pre-1.9 = no Karras), CFG scale, Seed, Size, Clip skip, Denoising strength
 // (unless it belongs to a hires fix), and Tessera's own keys (Tile, Overlap, Window, Fusion,
 // Batch, Graphs, Precision, Backend, Upscale, Preserve color, Eta DDIM or Eta). Model hash and
 // Model are reported, not applied (the model is chosen by path); Version is ignored; every other
@@ -137,18 +137,19 @@ ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std:
 // A1111 sampler display names (sd-pipeline.md §5.8).
 
 namespace infotext_detail {
-// Private stand-ins for core/Scheduler.h's samplerDisplayName / samplerFromDisplayName (written
-// by the samplers work, same signatures); switch to those when both are on main.
+// Private stand-ins for core/Scheduler.h's samplerDisplayName / samplerFromDisplayName (the
+// samplers work; same signatures, same table and rules): switch to those when merging.
 struct SamplerDisplay {
     std::string sampler, scheduleType;
 };
-// Euler a -> {"Euler a", "Uniform"}; Euler -> {"Euler", "Karras" or "Uniform"}; DPM++ 2M ->
-// {"DPM++ 2M", "Karras" or "Uniform"}; DDIM -> {"DDIM", ""}; DDPM -> {"DDPM", ""} ("" = no
-// Schedule type key; DDIM is a timestep sampler in A1111, DDPM is Tessera's own).
+// {"Euler a", "Automatic"}, {"Euler", "Karras" or "Automatic"}, {"DPM++ 2M", "Karras" or
+// "Uniform"} (Automatic would mean Karras there), {"DDIM", "Automatic"}, {"DDPM", "Automatic"}
+// (Tessera's own); Karras is options.karrasSigmas where the kind has it.
 SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options);
-// The reverse, also of pre-1.9 combined names ("DPM++ 2M Karras" with "" or "Automatic") and
-// A1111's aliases (k_euler_a, k_euler, k_dpmpp_2m, ddim). "Automatic" resolves as A1111 does
-// (DPM++ 2M: Karras; Euler, Euler a: Uniform). nullopt for a sampler or schedule Tessera lacks.
+// The reverse, names matched ignoring case; a pre-1.9 combined name ("DPM++ 2M Karras") has its
+// schedule label win. Schedule type "" (absent: pre-1.9) = the sampler alone, no Karras;
+// "Automatic" = A1111's default for the sampler (Karras for DPM++ 2M only); "Uniform"; "Karras"
+// (Euler and DPM++ 2M only). nullopt for a sampler or schedule Tessera does not run.
 std::optional<std::pair<SchedulerKind, bool /*karras*/>> samplerFromDisplayName(std::string_view sampler,
                                                                                 std::string_view scheduleType);
 }  // namespace infotext_detail

@@ -288,7 +288,7 @@ private slots:
         const std::string png = out.filePath(pngs.front()).toStdString();
         const std::string parameters = readPng(png).text("parameters");
         QVERIFY2(QString::fromStdString(parameters)
-                     .contains(QRegularExpression("^Steps: 2, Sampler: DDIM, Seed: 11, Size: 40x32, Model hash: "
+                     .contains(QRegularExpression("^Steps: 2, Sampler: DDIM, Schedule type: Automatic, Seed: 11, Size: 40x32, Model hash: "
                                                   "[0-9a-f]{10}, Model: cifar_like, Tile: 32, Overlap: 8, Window: "
                                                   "linear, .*, Eta DDIM: 0.5, Version: tessera-")),
                  parameters.c_str());

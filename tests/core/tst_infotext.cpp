@@ -107,7 +107,7 @@ private slots:
     void unconditionalRunWritesNoPromptLines() {
         RunConfig c;
         QCOMPARE(infotext(c, infotextExtras(c)),
-                 "Steps: 20, Sampler: DDIM, Seed: 0, Size: 256x256, Model: default, Tile: 64, Overlap: 16, Window: hann, "
+                 "Steps: 20, Sampler: DDIM, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: default, Tile: 64, Overlap: 16, Window: hann, "
                  "Fusion: sample, Batch: 1, Graphs: off, Precision: fp16, Backend: auto, " + kVersion);
         // An unconditional model writes neither prompt lines nor CFG scale nor Clip skip.
         InfotextExtras x;
@@ -120,7 +120,7 @@ private slots:
         c.strength = 0.4;
         c.overlapFraction = 0.25;
         QCOMPARE(infotext(c, x),
-                 "Steps: 20, Sampler: Euler, Schedule type: Uniform, Seed: 0, Size: 256x256, Model: ddpm-church-256, "
+                 "Steps: 20, Sampler: Euler, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: ddpm-church-256, "
                  "Denoising strength: 0.4, Tile: 64, Overlap: 16, Window: hann, Fusion: sample, Batch: 1, Graphs: off, "
                  "Precision: fp16, Backend: auto, " + kVersion);
     }
@@ -145,7 +145,7 @@ private slots:
         c.schedulerOptions.eta = 0.25f;
         c.cfgScale = 7;
         QCOMPARE(infotext(c, sdExtras()),
-                 "a cat, (detailed:1.2)\nSteps: 25, Sampler: DDIM, CFG scale: 7, Seed: 1234, Size: 512x768, "
+                 "a cat, (detailed:1.2)\nSteps: 25, Sampler: DDIM, Schedule type: Automatic, CFG scale: 7, Seed: 1234, Size: 512x768, "
                  "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Tile: 512, Overlap: 64, Window: hann, "
                  "Fusion: sample, Batch: 2, Graphs: step, Precision: fp16, Backend: cuda, Eta DDIM: 0.25, " + kVersion);
         // No prompt but a negative one: the text starts with it (A1111 strips the leading newline).
@@ -154,7 +154,7 @@ private slots:
         QVERIFY(infotext(c, sdExtras()).rfind("Negative prompt: low quality\nSteps: 25, Sampler: DDIM,", 0) == 0);
         // Euler a and DPM++ 2M without Karras sigmas.
         c.scheduler = SchedulerKind::EulerAncestral;
-        QVERIFY(infotext(c, sdExtras()).find("Sampler: Euler a, Schedule type: Uniform, CFG") != std::string::npos);
+        QVERIFY(infotext(c, sdExtras()).find("Sampler: Euler a, Schedule type: Automatic, CFG") != std::string::npos);
         c.scheduler = SchedulerKind::DPMPP2M;
         c.schedulerOptions.karrasSigmas = false;
         QVERIFY(infotext(c, sdExtras()).find("Sampler: DPM++ 2M, Schedule type: Uniform, CFG") != std::string::npos);
@@ -279,13 +279,14 @@ private slots:
         const int euler = n(SchedulerKind::Euler), eulerA = n(SchedulerKind::EulerAncestral),
                   dpm = n(SchedulerKind::DPMPP2M), ddim = n(SchedulerKind::DDIM), ddpm = n(SchedulerKind::DDPM);
         row("pre-1.9 combined Karras", "Steps: 20, Sampler: DPM++ 2M Karras, Seed: 1", dpm, true);
-        row("Automatic DPM++ 2M is Karras", "Steps: 20, Sampler: DPM++ 2M, Seed: 1", dpm, true);
+        row("pre-1.9 DPM++ 2M is not Karras", "Steps: 20, Sampler: DPM++ 2M, Seed: 1", dpm, false);
+        row("Automatic DPM++ 2M is Karras", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Automatic, Seed: 1", dpm, true);
         row("DPM++ 2M Uniform", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Uniform, Seed: 1", dpm, false);
         row("Euler Automatic is Uniform", "Steps: 20, Sampler: Euler, Seed: 1", euler, false);
         row("Euler Karras", "Steps: 20, Sampler: Euler, Schedule type: Karras, Seed: 1", euler, true);
         row("combined name wins", "Steps: 20, Sampler: Euler Karras, Schedule type: Uniform, Seed: 1", euler, true);
         row("Euler a", "Steps: 20, Sampler: Euler a, Schedule type: Automatic, Seed: 1", eulerA, false);
-        row("alias k_euler_a", "Steps: 20, Sampler: k_euler_a, Seed: 1", eulerA, false);
+        row("names ignore case", "Steps: 20, Sampler: dpm++ 2m karras, Seed: 1", dpm, true);
         row("DDIM", "Steps: 20, Sampler: DDIM, Seed: 1", ddim, false);
         row("DDPM", "Steps: 20, Sampler: DDPM, Seed: 1", ddpm, false);
         row("Euler a has no Karras", "Steps: 20, Sampler: Euler a, Schedule type: Karras, Seed: 1", -1, false);
