@@ -379,9 +379,6 @@ std::string cliUsage(CliCommand command) {
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
         "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
         "                         render's <run-id>.json manifest to run it again\n"
-        "  --params-from FILE.png the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
-        "                         steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
-        "                         and before the flags; each setting it cannot apply is named on stderr\n"
         "  --model DIR            diffusers UNet2DModel folder (default: the bundled default model)\n"
         "  --width PX             image width in pixels (default 256)\n"
         "  --height PX            image height in pixels (default 256)\n"
@@ -416,6 +413,9 @@ std::string cliUsage(CliCommand command) {
         "                         a new process makes the same choices and the same image (default\n"
         "                         $XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
         "                         $TESSERA_TUNING_CACHE overrides it); off times every prepare again\n"
+        "  --params-from FILE.png the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
+        "                         steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
+        "                         and before the flags; each setting it cannot apply is named on stderr\n"
         "  --out DIR              output folder (render; default .)\n"
         "  --help, -h             this text\n";
     std::string text;
