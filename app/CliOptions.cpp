@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/EngineFactory.h"
+#include "app/PngIO.h"
 #include "core/BoundedInput.h"
+#include "core/Infotext.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
 #include "core/SdModel.h"
@@ -145,6 +147,7 @@ const std::map<std::string, OptionSpec>& optionTable() {
                      o.outDir = v;
                  }}},
         {"preset", {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }}},  // read first: loadPreset
+        {"params-from", {"", true, [](CliOptions& o, const std::string& v) { o.paramsFromPath = v; }}},  // then loadParamsFrom
         {"help", {"", false, [](CliOptions& o, const std::string&) { o.help = true; }}},
     };
     return table;
@@ -182,6 +185,41 @@ void loadPreset(CliOptions& options) {
     const bool manifest = json.contains("config") && json.contains("schema_version");
     const nlohmann::json given = manifest ? toJson(options.config) : json;
     for (const auto& item : given.items()) options.fieldsGiven.insert(item.key());
+}
+
+// --params-from FILE.png: its "parameters" chunk (A1111, Tessera), else its "prompt" chunk
+// (ComfyUI's API graph), applied onto the preset's settings (core/Infotext.h). Settings it cannot
+// apply become notes; a file that is no readable PNG, or has neither chunk, is invalid input.
+void loadParamsFrom(CliOptions& options) {
+    const std::string& path = options.paramsFromPath;
+    checkPathText("params-from", path, "the PNG path");
+    PngFile png;
+    try {
+        png = readPng(path);
+    } catch (const PngError& e) {
+        fail("params-from", excerpt(e.what(), 400));
+    }
+    const std::string parameters = png.text("parameters");
+    const std::string comfyPrompt = png.text("prompt");
+    const std::string& used = parameters.empty() ? comfyPrompt : parameters;
+    if (used.empty())
+        fail("params-from", inQuotes(path) + " has no 'parameters' text chunk (A1111, Tessera) and no 'prompt' "
+                            "chunk (ComfyUI): no settings to read");
+    if (used.size() > input_limits::kJsonBytes)
+        fail("params-from", inQuotes(path) + ": its '" + (parameters.empty() ? "prompt" : "parameters") + "' chunk is " +
+                                std::to_string(used.size()) + " bytes; at most " +
+                                std::to_string(input_limits::kJsonBytes) + " are read");
+    ImportedSettings imported;
+    try {
+        imported = parameters.empty() ? applyComfyPrompt(comfyPrompt, options.config, "params-from")
+                                      : applyInfotext(parseInfotext(parameters), options.config);
+    } catch (const InputFileError& e) {
+        // "params-from: its ComfyUI prompt chunk: why" (already short and escaped) as "'path': its ...".
+        const std::string what = e.what(), prefix = "params-from: ";
+        fail("params-from", inQuotes(path) + ": " + (what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what));
+    }
+    for (const std::string& field : imported.fields) options.fieldsGiven.insert(field);
+    for (const UnmappedSetting& setting : imported.unmapped) options.paramsFromNotes.push_back("params-from: " + setting.message());
 }
 
 }  // namespace
@@ -276,6 +314,9 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
             options.presetPath = value;
         }
     if (!options.presetPath.empty()) loadPreset(options);
+    for (const auto& [name, value] : given)
+        if (name == "params-from") options.paramsFromPath = value;
+    if (!options.paramsFromPath.empty()) loadParamsFrom(options);
 
     for (const auto& [name, value] : given) {
         const OptionSpec& spec = table.at(name);
@@ -394,6 +435,9 @@ std::string cliUsage(CliCommand command) {
         "                         a new process makes the same choices and the same image (default\n"
         "                         $XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
         "                         $TESSERA_TUNING_CACHE overrides it); off times every prepare again\n"
+        "  --params-from FILE.png the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
+        "                         steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
+        "                         and before the flags; each setting it cannot apply is named on stderr\n"
         "  --out DIR              output folder (render; default .)\n"
         "  --help, -h             this text\n";
     std::string text;

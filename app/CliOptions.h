@@ -29,12 +29,19 @@ struct CliOptions {
     std::set<std::string> fieldsGiven;
     // When the preset is a run manifest: the digest of the timed choices its run used ("" = none).
     std::string presetTuningDigest;
+    // --params-from: a PNG whose generation settings (A1111/Tessera "parameters", or ComfyUI
+    // "prompt") are applied after the preset and before the flags; empty when none.
+    std::string paramsFromPath;
+    // One line per setting of that PNG not applied, for stderr:
+    // "params-from: 'Hires upscale: 2' is not supported; ignored".
+    std::vector<std::string> paramsFromNotes;
 };
 
 // Parses argv[1..] (without the program name). The first word is the subcommand
 // (plan, render, info), or --version / --help. Throws ValidationError whose field() is the
 // option's field name ("width", "overlap") for a bad value, "option" for an unknown or
-// incomplete option, "command" for an unknown subcommand, "preset" for an unreadable preset.
+// incomplete option, "command" for an unknown subcommand, "preset" for an unreadable preset,
+// "params-from" for a --params-from file that is no readable PNG or holds no settings.
 // Does not validate the resulting RunConfig as a whole (that needs the model's limits).
 CliOptions parseCliOptions(const std::vector<std::string>& args);
 

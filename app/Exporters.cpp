@@ -53,8 +53,8 @@ std::string exportBytes(const RunResult& result, ExportFormat format, const std:
     switch (format) {
     case ExportFormat::ImagePng:
         if (result.image.data.empty()) throw std::runtime_error(path + ": the run has no image to export");
-        // The A1111 "parameters" line and the whole manifest travel inside the PNG.
-        return encodeRunPng(path, toRgb8(result.image), record.config, jsonText(manifestJson(record)));
+        // The A1111 infotext (with the model's name and hash) and the whole manifest travel inside the PNG.
+        return encodeRunPng(path, toRgb8(result.image), record, jsonText(manifestJson(record)));
     case ExportFormat::TimingsCsv: return timingsCsv(record);
     case ExportFormat::ManifestJson: return jsonText(manifestJson(record), 2) + "\n";
     case ExportFormat::ChromeTrace: {

@@ -7,12 +7,17 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
+
+#include <unistd.h>
 
 #include <png.h>
 
 #include "app/InitImage.h"
 #include "core/BoundedInput.h"
+#include "core/Infotext.h"
 #include "core/OutputSet.h"
+#include "core/UnicodeText.h"
 
 namespace tessera {
 
@@ -21,6 +26,57 @@ namespace {
 // The largest chunk libpng may allocate: a run PNG's manifest (iTXt) is a few hundred KB even
 // for thousands of tiles; 64 MiB leaves room and refuses the claims of hostile files.
 constexpr png_alloc_size_t kMaxPngChunkBytes = 64u << 20;
+// Everything libpng allocates while reading one file (its structs, row buffers, the chunk read
+// buffer and every text chunk it keeps, decompressed): a file of a thousand 64 KB zTXt chunks,
+// each inflating to 64 MiB, would otherwise ask for 64 GB. The pixels are ours, not counted.
+constexpr std::size_t kMaxPngReadBytes = 256u << 20;
+
+// libpng's allocator while reading, counting against kMaxPngReadBytes. Each block carries its
+// size in front (max_align_t keeps the block aligned). A refused allocation is libpng's
+// "out of memory": a text chunk is then dropped with a warning, anything else fails the read.
+struct PngMemoryBudget {
+    std::size_t used = 0;
+};
+
+png_voidp budgetMalloc(png_structp png, png_alloc_size_t size) {
+    auto* budget = static_cast<PngMemoryBudget*>(png_get_mem_ptr(png));
+    constexpr std::size_t kHeader = alignof(std::max_align_t);
+    if (size > kMaxPngReadBytes - budget->used) return nullptr;
+    auto* block = static_cast<unsigned char*>(std::malloc(size + kHeader));
+    if (!block) return nullptr;
+    std::memcpy(block, &size, sizeof size);
+    budget->used += size;
+    return block + kHeader;
+}
+
+void budgetFree(png_structp png, png_voidp pointer) {
+    if (!pointer) return;
+    auto* budget = static_cast<PngMemoryBudget*>(png_get_mem_ptr(png));
+    unsigned char* block = static_cast<unsigned char*>(pointer) - alignof(std::max_align_t);
+    std::size_t size = 0;
+    std::memcpy(&size, block, sizeof size);
+    budget->used -= size;
+    std::free(block);
+}
+
+// UTF-8 text as Latin-1 bytes when every character is U+0000..U+00FF (what Pillow's add_text
+// stores as tEXt), else nullopt.
+std::optional<std::string> latin1Of(std::string_view utf8) {
+    std::string out;
+    out.reserve(utf8.size());
+    for (char32_t c : unicode::decodeUtf8(utf8)) {
+        if (c > 0xFF) return std::nullopt;
+        out.push_back(static_cast<char>(c));
+    }
+    return out;
+}
+
+std::string utf8OfLatin1(std::string_view latin1) {
+    std::string out;
+    out.reserve(latin1.size());
+    for (char c : latin1) unicode::appendUtf8(out, static_cast<unsigned char>(c));
+    return out;
+}
 
 // libpng reports errors by longjmp. The functions below that call setjmp keep every
 // object with a destructor outside the jump's reach (created before setjmp, never
@@ -85,7 +141,9 @@ struct DecodeState {
 
 bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png_bytep>& rows,
             std::vector<PngTextChunk>& texts, DecodeState& state, PngErrorSink& sink) {
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &sink, onPngError, onPngWarning);
+    PngMemoryBudget budget;
+    png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &sink, onPngError, onPngWarning, &budget,
+                                               budgetMalloc, budgetFree);
     if (!png) {
         std::snprintf(sink.message, sizeof sink.message, "out of memory");
         return false;
@@ -131,11 +189,12 @@ bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png
         png_textp chunks = nullptr;
         const int count = png_get_text(png, source, &chunks, nullptr);
         for (int i = 0; i < count; ++i) {
+            // tEXt and zTXt hold Latin-1, iTXt UTF-8 (made valid: "\xNN" for a bad byte).
             const bool international = chunks[i].compression >= PNG_ITXT_COMPRESSION_NONE;
             const std::size_t length = international ? chunks[i].itxt_length : chunks[i].text_length;
-            texts.push_back(PngTextChunk{chunks[i].key ? chunks[i].key : "",
-                                         chunks[i].text ? std::string(chunks[i].text, length) : std::string(),
-                                         international});
+            const std::string_view raw = chunks[i].text ? std::string_view(chunks[i].text, length) : std::string_view();
+            texts.push_back(PngTextChunk{chunks[i].key ? utf8OfLatin1(chunks[i].key) : std::string(),
+                                         international ? toValidUtf8(raw) : utf8OfLatin1(raw), international});
         }
     }
     png_destroy_read_struct(&png, &info, &endInfo);
@@ -172,10 +231,18 @@ std::string encodePng(const std::string& path, const Rgb8Image& image, const std
         image.pixels.size() != static_cast<std::size_t>(image.width) * image.height * 3)
         throw PngError(path + ": the image buffer does not match " + std::to_string(image.width) + "x" +
                        std::to_string(image.height) + " RGB");
-    // Valid UTF-8 before libpng sees it: iTXt must be UTF-8, and escaped bytes are ASCII.
+    // Valid UTF-8 before libpng sees it: iTXt must be UTF-8, and escaped bytes are ASCII. A
+    // chunk that is not `international` is stored as Pillow's add_text stores it: tEXt in
+    // Latin-1 when every character has a Latin-1 byte, else uncompressed iTXt.
     std::vector<std::string> storedTexts;
+    std::vector<bool> asTExt;
     storedTexts.reserve(texts.size());
-    for (const auto& t : texts) storedTexts.push_back(toValidUtf8(t.text));
+    for (const auto& t : texts) {
+        std::string text = toValidUtf8(t.text);
+        std::optional<std::string> latin1 = t.international ? std::nullopt : latin1Of(text);
+        asTExt.push_back(latin1.has_value());
+        storedTexts.push_back(latin1 ? std::move(*latin1) : std::move(text));
+    }
     std::vector<png_text> chunks;
     chunks.reserve(texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -186,9 +253,9 @@ std::string encodePng(const std::string& path, const Rgb8Image& image, const std
         png_text chunk{};
         chunk.key = const_cast<char*>(t.keyword.c_str());
         chunk.text = const_cast<char*>(text.c_str());
-        // tEXt is Latin-1: UTF-8 text (a label, a path) goes into iTXt so it survives.
-        if (t.international || !isAscii(text)) {
-            chunk.compression = text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt : PNG_ITXT_COMPRESSION_NONE;
+        if (!asTExt[i]) {
+            chunk.compression = t.international && text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt
+                                                                       : PNG_ITXT_COMPRESSION_NONE;
             chunk.itxt_length = text.size();
             chunk.lang = const_cast<char*>("");
             chunk.lang_key = const_cast<char*>("");
@@ -217,25 +284,42 @@ void writePng(const std::string& path, const Rgb8Image& image, const std::vector
 }
 
 namespace {
-std::vector<PngTextChunk> runTexts(const RunConfig& config, const std::string& manifestJson) {
-    return {PngTextChunk{"parameters", parametersLine(config), false},
-            PngTextChunk{"tessera-manifest", manifestJson, true}};
+std::vector<PngTextChunk> runTexts(const std::string& parameters, const std::string& manifestJson) {
+    return {PngTextChunk{"parameters", parameters, false}, PngTextChunk{"tessera-manifest", manifestJson, true}};
 }
 }  // namespace
 
 std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                          const std::string& manifestJson) {
-    return encodePng(path, image, runTexts(config, manifestJson));
+    return encodePng(path, image, runTexts(parametersLine(config), manifestJson));
+}
+
+std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunRecord& record,
+                         const std::string& manifestJson) {
+    return encodePng(path, image, runTexts(infotext(record.config, infotextExtras(record)), manifestJson));
 }
 
 void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                  const std::string& manifestJson) {
-    writePng(path, image, runTexts(config, manifestJson));
+    writePng(path, image, runTexts(parametersLine(config), manifestJson));
 }
 
 PngFile readPng(const std::string& path) {
-    std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-    if (!file) throw PngError(path + ": cannot open: " + std::strerror(errno));
+    // Opened as every untrusted file is (core/BoundedInput.h): a FIFO or device is refused
+    // without blocking, a file over kMaxInitFileBytes unread.
+    std::unique_ptr<std::FILE, FileCloser> file;
+    try {
+        constexpr char kField[] = "png";
+        const BoundedFile bounded = BoundedFile::open(path, kField, kMaxInitFileBytes);
+        const int fd = ::dup(bounded.fd());
+        if (fd >= 0) file.reset(::fdopen(fd, "rb"));
+        if (!file) {
+            if (fd >= 0) ::close(fd);
+            throw PngError(path + ": cannot open: " + std::strerror(errno));
+        }
+    } catch (const InputFileError& e) {
+        throw PngError(std::string(e.what()).substr(std::strlen("png: ")));  // "'path': why"
+    }
     unsigned char signature[8] = {};
     if (std::fread(signature, 1, 8, file.get()) != 8 || png_sig_cmp(signature, 0, 8) != 0)
         throw PngError(path + ": not a PNG file");

@@ -11,13 +11,17 @@
 
 #include "core/ImageOps.h"
 #include "core/RunConfig.h"
+#include "core/RunRecord.h"
 
 namespace tessera {
 
 struct PngTextChunk {
-    std::string keyword;     // 1-79 printable Latin-1 characters, e.g. "parameters"
-    std::string text;        // stored as valid UTF-8: invalid bytes as "\xNN" (toValidUtf8)
-    bool international = false;  // iTXt (UTF-8, any length) instead of tEXt (Latin-1); non-ASCII text always goes to iTXt
+    std::string keyword;     // 1-79 printable ASCII characters, e.g. "parameters"
+    std::string text;        // valid UTF-8: invalid bytes as "\xNN" (toValidUtf8), written and read
+    // Written: true = iTXt (UTF-8, zlib-compressed above 1 KiB); false = as Pillow's add_text
+    // (A1111): tEXt in Latin-1 when every character is U+0000..U+00FF, else uncompressed iTXt.
+    // Read: true for an iTXt chunk, false for tEXt and zTXt (Latin-1, given here as UTF-8).
+    bool international = false;
 };
 
 struct PngFile {
@@ -39,8 +43,13 @@ std::string encodePng(const std::string& path, const Rgb8Image& image, const std
 // encodePng, then written atomically (core/OutputSet.h writeFileAtomically); PngError on failure.
 void writePng(const std::string& path, const Rgb8Image& image, const std::vector<PngTextChunk>& texts);
 
-// The PNG of a run: tEXt "parameters" = parametersLine(config) (the A1111 convention) and
-// iTXt "tessera-manifest" = the manifest JSON text (core/RunRecordIO.h jsonText(manifestJson)).
+// The PNG of a run: "parameters" = the A1111 infotext (core/Infotext.h; tEXt when Latin-1, else
+// iTXt, as A1111 stores it) and iTXt "tessera-manifest" = the manifest JSON text
+// (core/RunRecordIO.h jsonText(manifestJson)). From a record: infotext(record.config,
+// infotextExtras(record)), with the model's name and hash; from a configuration alone:
+// parametersLine(config).
+std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunRecord& record,
+                         const std::string& manifestJson);
 std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                          const std::string& manifestJson);
 void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
@@ -52,7 +61,11 @@ void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfi
 // PNG readers call this first.
 std::string firstOverlongPngChunk(std::int64_t size, const std::function<bool(std::int64_t, unsigned char*)>& read8);
 
-// Reads any 8/16-bit PNG as RGB8 with its tEXt/zTXt/iTXt chunks.
+// Reads any 8/16-bit PNG as RGB8 with its tEXt/zTXt/iTXt chunks (as UTF-8). Untrusted input:
+// opened as core/BoundedInput opens files (a regular file of at most kMaxInitFileBytes; a FIFO
+// or device refused without blocking), chunk lengths checked against the file first
+// (firstOverlongPngChunk), each chunk and each decompressed text at most 64 MiB, and everything
+// libpng allocates for one file at most 256 MiB (text chunks past that are dropped).
 PngFile readPng(const std::string& path);
 
 }  // namespace tessera

@@ -277,7 +277,7 @@ int cmdRender(const CliOptions& options) {
     const std::string manifest = jsonText(manifestJson(record), 2);
     OutputSet outputs;
     outputs.createFolders(options.outDir);
-    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record.config, manifest));
+    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record, manifest));
     outputs.addText(base.string() + ".csv", timingsCsv(record));
     outputs.addText(base.string() + ".json", manifest);
     outputs.commit();
@@ -341,6 +341,7 @@ int main(int argc, char** argv) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitInvalid;
     }
+    for (const std::string& note : options.paramsFromNotes) std::cerr << note << "\n";  // --params-from
     if (options.command == CliCommand::Version) {
         std::cout << "tessera-cli " << TESSERA_VERSION << "\n";
         return kExitOk;

@@ -14,6 +14,7 @@
 
 #include "core/BoundedInput.h"
 #include "core/FormatNumber.h"
+#include "core/Infotext.h"
 
 namespace tessera {
 
@@ -383,16 +384,6 @@ SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOpti
     return o;
 }
 
-// The model as named in the parameters line: its folder name, not the full path, so a PNG
-// does not carry the user's directory layout.
-std::string modelName(const std::string& model) {
-    if (model.empty()) return "default";
-    std::string trimmed = model;
-    while (trimmed.size() > 1 && (trimmed.back() == '/' || trimmed.back() == '\\')) trimmed.pop_back();
-    const auto slash = trimmed.find_last_of("/\\");
-    return slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -568,25 +559,8 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
     return c;
 }
 
-std::string parametersLine(const RunConfig& c) {
-    std::string sampler;
-    switch (c.scheduler) {
-    case SchedulerKind::DDPM: sampler = "DDPM"; break;
-    case SchedulerKind::DDIM: sampler = "DDIM"; break;
-    case SchedulerKind::Euler: sampler = "Euler"; break;
-    case SchedulerKind::EulerAncestral: sampler = "Euler a"; break;
-    case SchedulerKind::DPMPP2M: sampler = "DPM++ 2M"; break;
-    }
-    std::ostringstream line;
-    line << "Steps: " << c.steps << ", Sampler: " << sampler << ", Seed: " << c.seed << ", Size: " << c.width << 'x'
-         << c.height << ", Tile: " << c.tile << ", Overlap: " << c.overlapPixels() << ", Window: " << toString(c.window)
-         << ", Fusion: " << toString(c.fusion) << ", Batch: " << c.tileBatch << ", Graphs: " << toString(c.graphs)
-         << ", Precision: " << toString(c.precision) << ", Backend: " << toString(c.backend)
-         << ", Model: " << modelName(c.model);
-    if (c.scheduler == SchedulerKind::DDIM && c.schedulerOptions.eta != 0.0f)
-        line << ", Eta: " << formatNumber(c.schedulerOptions.eta);
-    if (!c.initImage.empty()) line << ", Denoising strength: " << formatNumber(c.strength);
-    return line.str();
-}
+// Kept for callers that know only the configuration; a finished run writes
+// infotext(record.config, infotextExtras(record)) (core/Infotext.h), with its model hash.
+std::string parametersLine(const RunConfig& c) { return infotext(c, infotextExtras(c)); }
 
 }  // namespace tessera

@@ -167,7 +167,8 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 
-// A1111-style one-line parameter summary for the PNG tEXt "parameters" chunk.
+// The A1111 infotext for the PNG "parameters" chunk of a run known only by its configuration:
+// core/Infotext.h infotext(config, infotextExtras(config)) (no model hash).
 std::string parametersLine(const RunConfig&);
 
 }  // namespace tessera

@@ -589,9 +589,9 @@ private slots:
         c.graphs = GraphMode::Step;
         c.backend = BackendKind::CUDA;
         QCOMPARE(parametersLine(c),
-                 std::string("Steps: 20, Sampler: DDIM, Seed: 42, Size: 1024x1024, Tile: 64, Overlap: 16, "
-                             "Window: hann, Fusion: sample, Batch: 8, Graphs: step, Precision: fp16, "
-                             "Backend: cuda, Model: default"));
+                 std::string("Steps: 20, Sampler: DDIM, Schedule type: Automatic, Seed: 42, Size: 1024x1024, "
+                             "Model: default, Tile: 64, Overlap: 16, Window: hann, Fusion: sample, Batch: 8, "
+                             "Graphs: step, Precision: fp16, Backend: cuda, Version: tessera-" TESSERA_VERSION));
         c.width = 768;
         c.scheduler = SchedulerKind::Euler;
         c.overlapFraction = 0.25;
@@ -599,9 +599,10 @@ private slots:
         c.initImage = "in.png";
         c.strength = 0.4;
         QCOMPARE(parametersLine(c),
-                 std::string("Steps: 20, Sampler: Euler, Seed: 42, Size: 768x1024, Tile: 64, Overlap: 16, "
-                             "Window: hann, Fusion: sample, Batch: 8, Graphs: step, Precision: fp16, "
-                             "Backend: cuda, Model: ddpm-church-256, Denoising strength: 0.4"));
+                 std::string("Steps: 20, Sampler: Euler, Schedule type: Karras, Seed: 42, Size: 768x1024, "
+                             "Model: ddpm-church-256, Denoising strength: 0.4, Tile: 64, Overlap: 16, Window: hann, "
+                             "Fusion: sample, Batch: 8, Graphs: step, Precision: fp16, Backend: cuda, "
+                             "Version: tessera-" TESSERA_VERSION));
     }
 };
 

@@ -215,6 +215,60 @@ def prompt():
     write(t, "nested.txt", "(" * 200 + "deep" + ")" * 200 + "[" * 200 + "x")
 
 
+COMFY_DEFAULT = {
+    "3": {"class_type": "KSampler", "inputs": {
+        "seed": 156680208700286, "steps": 20, "cfg": 8, "sampler_name": "euler", "scheduler": "normal", "denoise": 1,
+        "model": ["4", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["5", 0]}},
+    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "v1-5-pruned-emaonly.safetensors"}},
+    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}},
+    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "beautiful scenery, purple galaxy bottle", "clip": ["4", 1]}},
+    "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "text, watermark", "clip": ["4", 1]}},
+    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+    "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["8", 0]}},
+}
+
+
+def infotext():
+    t = "fuzz_infotext"
+    write(t, "a1111_docstring.txt",
+          "girl with an artist's beret, determined, blue eyes, ((eyeshadow)), (coquettish), detailed, intricate\n"
+          "Negative prompt: ugly, (((deformed))), [blurry], bad anatomy, (extra_limb), messy drawing\n"
+          "Steps: 20, Sampler: Euler a, CFG scale: 7, Seed: 965400086, Size: 512x512, Model hash: 45dee52b")
+    write(t, "a1111_modern.txt",
+          "a cat\nSteps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1234, Size: 512x768, "
+          "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Clip skip: 2, Version: v1.10.1")
+    write(t, "a1111_hires.txt",
+          "castle\nSteps: 30, Sampler: DPM++ 2M Karras, CFG scale: 6.5, Seed: 7, Size: 512x512, Denoising strength: 0.7, "
+          "Hires upscale: 2, Hires upscaler: Latent, Hires resize: 1024x1024, Lora hashes: \"add_detail: 7c6bad76eb54, "
+          "more: 3b8aa1d351ef\", Emphasis: No norm, Version: v1.6.0")
+    write(t, "tessera.txt",
+          "a (house:1.3)\nNegative prompt: fog\nSteps: 25, Sampler: DDIM, CFG scale: 7.5, Seed: 18446744073709551615, "
+          "Size: 768x512, Model hash: 0123456789, Model: \"my, model: v2\", Denoising strength: 0.5, Clip skip: 2, "
+          "Tile: 512, Overlap: 64, Window: hann, Fusion: noise, Batch: 2, Graphs: step, Precision: bf16, Backend: cuda, "
+          "Upscale: 1.5, Preserve color: True, Eta DDIM: 0.25, Version: tessera-0.1.0")
+    write(t, "unicode.txt",
+          "\u732b\u306e\u5199\u771f \U0001F600\n  line two  \n\nNegative prompt:   caf\u00e9\nsecond\n"
+          "Steps: 5, Sampler: Euler, Schedule type: Uniform, Seed: 1, Size: \uff15\uff11\uff12x64, K\u00e9y: \"\\u00e9\"")
+    write(t, "unbalanced.txt", 'Steps: "20, Sampler: "Euler a, Seed: 1", CFG scale: "7\\", Size: 64x64", Tile: ""')
+    write(t, "no_colon_line.txt", "prompt\n" + "word-run / more " * 256)
+    write(t, "many_keys.txt", ", ".join("Key %d: %d" % (i, i) for i in range(500)))
+    write(t, "invalid_utf8.txt", b"Steps: 1, Seed: 2, Te\xffrm: \x1b[31mred\x07, Size: 1x1\n\xc0\xaf")
+    write(t, "comfy_default.json", json.dumps(COMFY_DEFAULT))
+    advanced = dict(COMFY_DEFAULT)
+    advanced["3"] = {"class_type": "KSamplerAdvanced", "inputs": {
+        "add_noise": "enable", "noise_seed": 42, "steps": 30, "cfg": 6.5, "sampler_name": "dpmpp_2m",
+        "scheduler": "karras", "start_at_step": 0, "end_at_step": 10000, "return_with_leftover_noise": "disable",
+        "model": ["4", 0], "positive": ["10", 0], "negative": ["7", 0], "latent_image": ["5", 0]}}
+    advanced["10"] = {"class_type": "ControlNetApply", "inputs": {"conditioning": ["6", 0], "strength": 1}}
+    advanced["11"] = {"class_type": "CLIPSetLastLayer", "inputs": {"clip": ["4", 1], "stop_at_clip_layer": -2}}
+    advanced["6"] = {"class_type": "CLIPTextEncode", "inputs": {"text": "a castle", "clip": ["11", 0]}}
+    write(t, "comfy_advanced.json", json.dumps(advanced))
+    write(t, "comfy_cycle.json", json.dumps({
+        "1": {"class_type": "KSampler", "inputs": {"positive": ["2", 0], "model": ["1", 0], "seed": ["9", 0]}},
+        "2": {"class_type": "ConditioningSetArea", "inputs": {"conditioning": ["2", 0]}}}))
+    write(t, "comfy_deep.json", "{" + nested(200) + "}")
+
+
 if __name__ == "__main__":
     run_settings()
     manifest()
@@ -224,3 +278,4 @@ if __name__ == "__main__":
     images("fuzz_png_read")
     bounded_input()
     prompt()
+    infotext()
