@@ -1,5 +1,7 @@
 #include "core/CpuTileDevice.h"
 
+#include "core/CpuBackend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -154,11 +156,18 @@ DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& recor
     if (request.config.graphs != GraphMode::Off)
         record.messages.push_back("graphs: the " + info.name + " backend has no CUDA graphs; ran with graphs off");
     if (backend_) {
+        const Denoiser& model = request.model;
         const PreparedShape shape{request.modelGeneration, request.batchSize, request.tileH, request.tileW};
         if (!prepared_ || !(*prepared_ == shape)) {
             prepared_.reset();
-            backend_->prepare(request.model, request.batchSize, request.tileH, request.tileW);
+            backend_->prepareGraph(*model.graph, *model.weights, request.batchSize, request.tileH, request.tileW);
             prepared_ = shape;
+        }
+        contextCond_.clear();
+        contextUncond_.clear();
+        for (int i = 0; model.conditioned() && i < request.batchSize; ++i) {
+            contextCond_.insert(contextCond_.end(), model.cond.begin(), model.cond.end());
+            contextUncond_.insert(contextUncond_.end(), model.uncond.begin(), model.uncond.end());
         }
     }
     return DevicePlan{1, Precision::FP32};
@@ -234,9 +243,12 @@ void CpuTileDevice::gather(const TileBatch& batch) {
 
 void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
     float* out = branch == Branch::Conditional ? tileOut_.data() : tileUncond_.data();
-    if (backend_)
+    if (backend_ && !contextCond_.empty()) {
+        const float* context = branch == Branch::Conditional ? contextCond_.data() : contextUncond_.data();
+        backend_->run({tileIn_.data(), tileT_.data(), context}, batch.count, {out});
+    } else if (backend_) {
         backend_->forward(tileIn_.data(), tileT_.data(), batch.count, out);
-    else
+    } else
         function_(tileIn_.data(), tileT_.data(), batch.count, out, branch);
 }
 
@@ -271,5 +283,10 @@ std::vector<float> CpuTileDevice::readPreview(bool x0) { return x0 ? std::move(x
 std::vector<float> CpuTileDevice::readCanvas() { return output(); }
 
 SeamSums CpuTileDevice::readSeams() { return std::move(seams_); }
+
+Backend& CpuTileDevice::wholeGraphBackend(const RunConfig&) {
+    if (!whole_) whole_ = std::make_unique<CpuBackend>();
+    return *whole_;
+}
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -47,6 +48,7 @@ public:
     std::vector<float> readCanvas() override;
     SeamSums readSeams() override;
     void finishRun(RunRecord&) override {}
+    Backend& wholeGraphBackend(const RunConfig& config) override;
 
 private:
     std::vector<float>& output() { return pass_->inPlace ? x_ : y_; }
@@ -61,6 +63,10 @@ private:
         bool operator==(const PreparedShape&) const = default;
     };
     std::optional<PreparedShape> prepared_;
+    // The text conditioning of the run, one [tokens, dim] row per tile of a batch (conditioned
+    // models only): the third input of the graph, for each branch.
+    std::vector<float> contextCond_, contextUncond_;
+    std::unique_ptr<Backend> whole_;   // wholeGraphBackend's
 
     const TiledPass* pass_ = nullptr;
     StepCoefficients K_;

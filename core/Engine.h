@@ -15,6 +15,7 @@
 namespace tessera {
 
 class UNetModel;
+struct SdModel;
 
 // Float32 NCHW image, values in model space ([-1, 1] nominal).
 struct ImageTensor {
@@ -67,6 +68,8 @@ public:
     virtual void setInitImage(ImageTensor image) = 0;
     // Pins an in-memory model (RunConfig::model is then ignored); nullptr unpins.
     virtual void setModel(std::shared_ptr<const UNetModel> model) = 0;
+    // Pins an in-memory Stable Diffusion model (random-weight benchmarks, tests); nullptr unpins.
+    virtual void setSdModel(std::shared_ptr<const SdModel> model) = 0;
     // Thread-safe; checked between tile batches.
     void requestCancel() { cancel_.store(true); }
     void resetCancel() { cancel_.store(false); }

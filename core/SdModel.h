@@ -53,7 +53,13 @@ bool isSdModelPath(const std::string& path);
 // a pickled checkpoint (refused unread: unpickling can run code; the message says how to
 // convert it to .safetensors), an SDXL file (recognised, refused until supported), truncated
 // files, shape mismatches, NaN or infinite weights.
+// A folder without tokenizer/ (and every single-file checkpoint) uses the bundled CLIP
+// vocabulary, openai's bpe_simple_vocab_16e6.txt.gz, at the path front ends set once at start.
 SdModel loadSdModel(const std::string& path);
+void setBundledClipVocabulary(std::string gzPath);
+std::string bundledClipVocabulary();
+// The tokenizer a family uses over the bundled vocabulary (SD 2.x pads with "!", id 0).
+std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family);
 
 // The SD scheduler settings diffusers' pipelines use when scheduler_config.json is absent
 // (scaled_linear 0.00085..0.012, 1000 steps, leading, steps_offset 1, no clipping) with the

@@ -22,4 +22,8 @@ StepCoefficients identityStep() {
     return k;
 }
 
+Backend& TileDevice::wholeGraphBackend(const RunConfig&) {
+    throw std::logic_error("this tile device has no backend for whole graphs (the VAE)");
+}
+
 }  // namespace tessera

@@ -21,14 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "core/Denoiser.h"
 #include "core/RunConfig.h"
 #include "core/StepUpdate.h"
 
 namespace tessera {
 
+class Backend;
 class BlendWeights;
 class TilePlan;
-class UNetModel;
 struct RunRecord;
 
 // Tiles [first, first + count) of the pass's plan, evaluated together: batch `index` of every
@@ -100,13 +101,16 @@ struct TiledPass {
 // Coefficients whose update is v = eps: a map pass blends the function's values themselves.
 StepCoefficients identityStep();
 
-// The sampler's request before a run: the device's tile function (the UNet) ready for
-// batches of up to batchSize tiles of tileH x tileW, `batches` batches a step.
+// The sampler's request before a run: the device's tile function (the UNet, with the run's text
+// conditioning when it has one) ready for batches of up to batchSize tiles of tileH x tileW,
+// `batches` batches a step; `guided`: every batch is evaluated for both branches (a device may
+// run them as one doubled batch).
 struct DevicePrepare {
-    const UNetModel& model;
+    const Denoiser& model;
     std::uint64_t modelGeneration = 0;    // changes whenever the model does
     const RunConfig& config;              // precision, lanes, graphs
     int batchSize = 1, tileH = 0, tileW = 0, batches = 1;
+    bool guided = false;
 };
 
 struct DevicePlan {
@@ -191,6 +195,12 @@ public:
     // What the device adds to the record at the end of a run (or before a failure is thrown):
     // graph statistics, peak memory.
     virtual void finishRun(RunRecord& record) = 0;
+
+    // --- Whole-graph work outside the tiled loop ----------------------------------------
+    // A backend of this device for graphs run whole (the VAE decoder and encoder), separate from
+    // the tile function's so that using it keeps the sampler's plan. Precision: the device's.
+    // Throws std::logic_error on a device that has none (test devices).
+    virtual Backend& wholeGraphBackend(const RunConfig& config);
 };
 
 }  // namespace tessera

@@ -14,7 +14,10 @@
 #include "core/Philox.h"
 #include "core/RunRecordIO.h"  // newRunId
 #include "core/Scheduler.h"
+#include "core/SdPipeline.h"
 #include "core/TilePlan.h"
+#include "core/UNetCondGraph.h"
+#include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 
 #ifndef TESSERA_VERSION
@@ -78,13 +81,14 @@ ImageTensor seamMapFrom(int channels, int height, int width, const SeamSums& s) 
 
 // What the record says about the run before it starts: the configuration as run (the model's
 // schedule, the overlap in pixels), the model, the host and the tiling. The device adds its own.
-void describeRun(RunRecord& record, const RunConfig& config, const SchedulerOptions& options, const UNetModel& model,
-                 const TilePlan& plan, const std::vector<float>& timesteps) {
+void describeRun(RunRecord& record, const RunConfig& config, const SchedulerOptions& options,
+                 const std::string& modelName, const std::string& modelHash, const TilePlan& plan,
+                 const std::vector<float>& timesteps) {
     record.config = config;
     record.config.overlapPx = config.overlapPixels();
     record.config.schedulerOptions = options;
-    record.modelName = model.name();
-    record.modelHash = model.weightsSha256();
+    record.modelName = modelName;
+    record.modelHash = modelHash;
     record.environment.tesseraVersion = TESSERA_VERSION;
     record.environment.host = hostName();
     record.environment.threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -153,9 +157,9 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
 class PassRunner {
 public:
     PassRunner(TileDevice& device, const TiledPass& pass, RunRecord& record, RunObserver& observer,
-               const CancelCheck& cancelled, Clock::time_point runStart)
+               const CancelCheck& cancelled, Clock::time_point runStart, PreviewMap preview = {})
         : device_(device), pass_(pass), record_(record), observer_(observer), cancelled_(cancelled),
-          runStart_(runStart), hostMs_(pass.batches.size(), 0.0) {}
+          runStart_(runStart), preview_(std::move(preview)), hostMs_(pass.batches.size(), 0.0) {}
 
     // Steps [startStep, steps); false when cancelled.
     bool run(int startStep) {
@@ -205,6 +209,7 @@ private:
             preview.step = k;
             preview.image = ImageTensor{pass_.outChannels, pass_.outHeight, pass_.outWidth,
                                         device_.readPreview(variant.preview)};
+            if (preview_) preview.image = preview_(preview.image);
             observer_.onPreview(preview);
         }
         return true;
@@ -284,6 +289,7 @@ private:
     RunObserver& observer_;
     const CancelCheck& cancelled_;
     const Clock::time_point runStart_;
+    const PreviewMap preview_;
     std::vector<double> hostMs_;   // per batch, this step's host time (0 when captured or replayed)
 };
 
@@ -301,6 +307,17 @@ void TiledLoop::setModel(std::shared_ptr<const UNetModel> model) {
     model_ = std::move(model);
     modelPinned_ = model_ != nullptr;
     modelPath_.clear();
+    sd_.reset();
+    sdPinned_ = false;
+    ++modelGeneration_;
+}
+
+void TiledLoop::setSdModel(std::shared_ptr<const SdModel> model) {
+    sd_ = std::move(model);
+    sdPinned_ = sd_ != nullptr;
+    sdPath_.clear();
+    model_.reset();
+    modelPinned_ = false;
     ++modelGeneration_;
 }
 
@@ -316,6 +333,34 @@ std::shared_ptr<const UNetModel> TiledLoop::modelFor(const RunConfig& config) {
     return model_;
 }
 
+std::shared_ptr<const SdModel> TiledLoop::sdModelFor(const RunConfig& config) {
+    if (sdPinned_) return sd_;
+    if (!sd_ || sdPath_ != config.model) {
+        sd_.reset();
+        sd_ = std::make_shared<const SdModel>(loadSdModel(config.model));
+        sdPath_ = config.model;
+        ++modelGeneration_;
+    }
+    return sd_;
+}
+
+bool TiledLoop::usesSdModel(const RunConfig& config) const {
+    if (sdPinned_) return true;
+    if (modelPinned_) return false;
+    return isSdModelPath(config.model);
+}
+
+void TiledLoop::checkInit(int channels, int height, int width) const {
+    if (hasInitImage()) {
+        if (init_.channels != channels || init_.height != height || init_.width != width ||
+            init_.data.size() != static_cast<std::size_t>(channels) * height * width)
+            throw ValidationError("init", "init: the start image is " + std::to_string(init_.channels) + "x" +
+                                              std::to_string(init_.height) + "x" + std::to_string(init_.width) +
+                                              " (CxHxW); the run needs " + std::to_string(channels) + "x" +
+                                              std::to_string(height) + "x" + std::to_string(width));
+    }
+}
+
 void TiledLoop::checkRun(const RunConfig& config, const UNetModel& model) const {
     const ModelConfig& modelConfig = model.config();
     validate(config, modelConfig.limits(model.schedulerOptions().numTrainTimesteps));
@@ -323,56 +368,140 @@ void TiledLoop::checkRun(const RunConfig& config, const UNetModel& model) const 
         throw ValidationError("model", "model: " + std::to_string(modelConfig.outChannels) + " output channels for " +
                                            std::to_string(modelConfig.inChannels) +
                                            " input channels; sampling needs them equal");
-    const int C = modelConfig.inChannels, H = config.height, W = config.width;
-    if (hasInitImage()) {
-        if (init_.channels != C || init_.height != H || init_.width != W ||
-            init_.data.size() != static_cast<std::size_t>(C) * H * W)
-            throw ValidationError("init", "init: the start image is " + std::to_string(init_.channels) + "x" +
-                                              std::to_string(init_.height) + "x" + std::to_string(init_.width) +
-                                              " (CxHxW); the run needs " + std::to_string(C) + "x" + std::to_string(H) +
-                                              "x" + std::to_string(W));
-    } else if (!config.initImage.empty()) {
+    if (!config.prompt.empty() || !config.negativePrompt.empty())
+        throw ValidationError("prompt", "prompt: '" + model.name() +
+                                            "' is an unconditional UNet2DModel and takes no prompt; give a Stable "
+                                            "Diffusion model (a pipeline folder or a .safetensors checkpoint)");
+    checkInit(modelConfig.inChannels, config.height, config.width);
+    if (!hasInitImage() && !config.initImage.empty())
         throw ValidationError("init", "init: '" + config.initImage +
                                           "' was not loaded; the front end must decode it and call setInitImage");
-    }
 }
 
 RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDevice& device,
                          const CancelCheck& cancelled) {
+    if (usesSdModel(config)) return runSd(config, observer, device, cancelled);
     const auto prepareStart = Clock::now();
+    const std::shared_ptr<const UNetModel> model = modelFor(config);
+    checkRun(config, *model);
+    if (!denoiser_ || denoiserGeneration_ != modelGeneration_) {
+        auto denoiser = std::make_shared<Denoiser>();
+        denoiser->graph = std::make_shared<const ModelGraph>(unet2DExecutionGraph(model->config()));
+        denoiser->weights = &model->tensors();
+        denoiser->owner = model;
+        denoiser->channels = model->config().inChannels;
+        denoiser->downsample = model->config().downsampleFactor();
+        denoiser_ = std::move(denoiser);
+        denoiserGeneration_ = modelGeneration_;
+    }
+    SamplingJob job{config, config, *denoiser_, model->schedulerOptions()};
+    job.modelName = model->name();
+    job.modelHash = model->weightsSha256();
+    job.init = hasInitImage() ? &init_ : nullptr;
+    RunResult result = sample(job, observer, device, cancelled, prepareStart);
+    if (job.init && config.preserveColor && result.record.status == "finished") matchColour(result.image, init_);
+    result.record.imageSha256 = imageSha256(toRgb8(result.image));
+    return result;
+}
+
+RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileDevice& device,
+                           const CancelCheck& cancelled) {
+    const auto prepareStart = Clock::now();
+    const std::shared_ptr<const SdModel> sd = sdModelFor(config);
+    const RunConfig canvas = checkSdRun(config, *sd);   // the latent canvas's sizes
+    checkInit(3, config.height, config.width);
+    if (!hasInitImage() && !config.initImage.empty())
+        throw ValidationError("init", "init: '" + config.initImage +
+                                          "' was not loaded; the front end must decode it and call setInitImage");
+
+    // The text conditioning, computed once per run and fixed for every tile and step.
+    SdConditioning conditioning = encodeSdPrompts(*sd, config);
+    if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != conditioning.tokens) {
+        auto denoiser = std::make_shared<Denoiser>();
+        denoiser->graph = std::make_shared<const ModelGraph>(
+            unet2DConditionExecutionGraph(sd->unet->config(), conditioning.tokens));
+        denoiser->weights = &sd->unet->tensors();
+        denoiser->owner = sd;
+        denoiser->channels = sd->latentChannels();
+        denoiser->downsample = sd->unet->config().downsampleFactor();
+        denoiser->contextTokens = conditioning.tokens;
+        denoiser->contextDim = conditioning.channels;
+        denoiser_ = std::move(denoiser);
+        denoiserGeneration_ = modelGeneration_;
+    }
+    auto denoiser = std::make_shared<Denoiser>(*denoiser_);   // this run's conditioning, same graph
+    denoiser->cond = std::move(conditioning.cond);
+    denoiser->uncond = std::move(conditioning.uncond);
+
+    SamplingJob job{config, canvas, *denoiser, sd->scheduler};
+    job.modelName = sd->name;
+    job.modelHash = sd->sha256;
+    job.messages = std::move(conditioning.messages);
+    job.preview = [sd](const ImageTensor& latents) { return latentPreview(*sd, latents); };
+    ImageTensor initLatents;
+    if (hasInitImage()) {
+        initLatents = encodeImage(*sd, device.wholeGraphBackend(config), init_);
+        job.init = &initLatents;
+        job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample)");
+    }
+    RunResult result = sample(job, observer, device, cancelled, prepareStart);
+    RunRecord& record = result.record;
+    if (record.status == "finished") {
+        const auto decodeStart = Clock::now();
+        result.image = decodeLatents(*sd, device.wholeGraphBackend(config), result.image);
+        record.messages.push_back("vae: decoded " + std::to_string(config.width) + "x" +
+                                  std::to_string(config.height) + " untiled in " +
+                                  std::to_string(static_cast<long long>(msSince(decodeStart))) + " ms");
+        record.totalMs += msSince(decodeStart);
+        if (!result.seamMap.data.empty()) result.seamMap = upsampleNearest(result.seamMap, sd->vaeScale());
+        if (hasInitImage() && config.preserveColor) matchColour(result.image, init_);
+    } else {
+        result.image = latentPreview(*sd, result.image);
+    }
+    record.imageSha256 = imageSha256(toRgb8(result.image));
+    return result;
+}
+
+RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileDevice& device,
+                            const CancelCheck& cancelled, Clock::time_point prepareStart) {
+    const RunConfig& config = job.config;
+    const RunConfig& canvas = job.canvas;
     RunResult result;
     RunRecord& record = result.record;
     record.runId = newRunId();
     record.startedAt = isoUtcNow();
-
-    const std::shared_ptr<const UNetModel> model = modelFor(config);
-    checkRun(config, *model);
-    const bool imageToImage = hasInitImage();
-    const int C = model->config().inChannels;
+    const bool imageToImage = job.init != nullptr;
+    const int C = job.denoiser.channels;
 
     // The model's noise schedule (betas, clipping, variance) with the run's own sampling choices.
-    SchedulerOptions options = model->schedulerOptions();
+    SchedulerOptions options = job.schedule;
     options.eta = config.schedulerOptions.eta;
     options.timestepSpacing = config.schedulerOptions.timestepSpacing;
+    if (job.denoiser.conditioned()) options.karrasSigmas = config.schedulerOptions.karrasSigmas;
     auto scheduler = Scheduler::create(config.scheduler, options);
     scheduler->setTimesteps(config.steps);
 
-    const TilePlan plan = TilePlan::fromConfig(config);
+    const TilePlan plan = TilePlan::fromConfig(canvas);
     const BlendWeights weights(plan, config.window, plan.overlap());
     const int batchSize = std::min(config.tileBatch, plan.count());
     const int batches = (plan.count() + batchSize - 1) / batchSize;
+    std::optional<Guidance> guidance;
+    if (job.denoiser.conditioned() && config.cfgScale != 1.0) guidance = Guidance{static_cast<float>(config.cfgScale)};
 
-    describeRun(record, config, options, *model, plan, scheduler->timesteps());
+    describeRun(record, config, options, job.modelName, job.modelHash, TilePlan::fromConfig(config),
+                scheduler->timesteps());
+    for (const std::string& message : job.messages) record.messages.push_back(message);
     if (config.preserveColor && !imageToImage)
         record.messages.push_back("preserve_color: ignored without an init image");
-    const DevicePlan devicePlan =
-        device.prepare(DevicePrepare{*model, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches},
-                       record);
+    const DevicePlan devicePlan = device.prepare(
+        DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches,
+                      guidance.has_value()},
+        record);
 
     TiledPass pass;
     pass.inChannels = pass.outChannels = C;
-    pass.height = pass.outHeight = config.height;
-    pass.width = pass.outWidth = config.width;
+    pass.height = pass.outHeight = canvas.height;
+    pass.width = pass.outWidth = canvas.width;
     pass.plan = pass.outPlan = &plan;
     pass.weights = &weights;
     pass.window = config.window;
@@ -384,8 +513,22 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     pass.seed = config.seed;
     pass.previewEvery = config.previewEvery;
     pass.precision = devicePlan.precision;
+    pass.guidance = guidance;
     int startStep = 0;
-    pass.start = canvasStart(config, *scheduler, imageToImage ? &init_ : nullptr, startStep);
+    pass.start = canvasStart(config, *scheduler, job.init, startStep);
+    if (!job.init && !startNoise_.data.empty()) {
+        if (startNoise_.channels != C || startNoise_.height != canvas.height || startNoise_.width != canvas.width ||
+            startNoise_.data.size() != static_cast<std::size_t>(C) * canvas.height * canvas.width)
+            throw ValidationError("init", "init: the start noise is " + std::to_string(startNoise_.channels) + "x" +
+                                              std::to_string(startNoise_.height) + "x" +
+                                              std::to_string(startNoise_.width) + "; the run's canvas is " +
+                                              std::to_string(C) + "x" + std::to_string(canvas.height) + "x" +
+                                              std::to_string(canvas.width));
+        startImage_ = startNoise_.data;
+        for (float& v : startImage_) v *= scheduler->initNoiseSigma();
+        pass.start.kind = CanvasStart::Kind::Image;
+        pass.start.image = &startImage_;
+    }
     device.beginRun(pass, record, sayTo(record, observer));
     record.prepareMs = msSince(prepareStart);
     observer.onStarted(record);
@@ -393,16 +536,15 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
 
     const auto runStart = Clock::now();
     device.startCanvas(pass.start);
-    const bool finished = PassRunner(device, pass, record, observer, cancelled, runStart).run(startStep);
+    const bool finished =
+        PassRunner(device, pass, record, observer, cancelled, runStart, job.preview).run(startStep);
 
     record.totalMs = msSince(runStart);
     device.finishRun(record);
-    result.image = ImageTensor{C, config.height, config.width, device.readCanvas()};
+    result.image = ImageTensor{C, canvas.height, canvas.width, device.readCanvas()};
     record.status = finished ? "finished" : "cancelled";
     if (finished && startStep < config.steps)
-        result.seamMap = seamMapFrom(C, config.height, config.width, device.readSeams());
-    if (imageToImage && config.preserveColor && finished) matchColour(result.image, init_);
-    record.imageSha256 = imageSha256(toRgb8(result.image));
+        result.seamMap = seamMapFrom(C, canvas.height, canvas.width, device.readSeams());
     return result;
 }
 

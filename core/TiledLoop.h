@@ -9,18 +9,24 @@
 // calling thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "core/Denoiser.h"
 #include "core/Engine.h"
+#include "core/SdModel.h"
 #include "core/TileDevice.h"
 
 namespace tessera {
 
 class UNetModel;
+
+// A preview of the canvas as the user sees it (latents to RGB); empty: the canvas itself.
+using PreviewMap = std::function<ImageTensor(const ImageTensor&)>;
 
 // True when the run should stop (checked between tile batches and before each step).
 using CancelCheck = std::function<bool()>;
@@ -60,6 +66,8 @@ public:
 
     // Pins an in-memory model (config.model is then ignored); nullptr returns to loading config.model.
     void setModel(std::shared_ptr<const UNetModel> model);
+    // Pins an in-memory Stable Diffusion model (random-weight benchmarks, tests); nullptr unpins.
+    void setSdModel(std::shared_ptr<const SdModel> model);
     // Image-to-image (SDEdit) start image in model space, C x H x W of the run (checked in run(),
     // field "init"); an empty tensor clears it. Sampling then starts at step index
     // steps - int(steps * strength) from x = sqrt(abar_t) * init + sqrt(1 - abar_t) * z(kInitNoiseDraw)
@@ -67,18 +75,47 @@ public:
     // matches each channel's mean and standard deviation to the start image's.
     void setInitImage(ImageTensor image) { init_ = std::move(image); }
     bool hasInitImage() const { return !init_.data.empty(); }
+    // Reference comparisons: a text-to-image run starts from x_T = z * the scheduler's initial
+    // sigma (z: C x h x w of the sampler's canvas, the latent one for Stable Diffusion) instead of
+    // Philox draw 0. Checked in run() (field "init"); an empty tensor clears it.
+    void setStartNoise(ImageTensor z) { startNoise_ = std::move(z); }
     // The model of the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return model_; }
 
 private:
+    // One sampling pass over a canvas: `config` as the user gave it (the record's), `canvas` the
+    // sizes the sampler works in (the latent canvas of a Stable Diffusion run; else config).
+    struct SamplingJob {
+        const RunConfig& config;
+        const RunConfig& canvas;
+        const Denoiser& denoiser;
+        SchedulerOptions schedule;        // the model's
+        std::string modelName, modelHash;
+        std::vector<std::string> messages;
+        const ImageTensor* init = nullptr;   // in canvas space
+        PreviewMap preview;
+    };
+    RunResult sample(const SamplingJob& job, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled,
+                     std::chrono::steady_clock::time_point prepareStart);
+    RunResult runSd(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
     std::shared_ptr<const UNetModel> modelFor(const RunConfig& config);
+    std::shared_ptr<const SdModel> sdModelFor(const RunConfig& config);
+    bool usesSdModel(const RunConfig& config) const;
     void checkRun(const RunConfig& config, const UNetModel& model) const;
+    void checkInit(int channels, int height, int width) const;
 
+    std::shared_ptr<const SdModel> sd_;
+    std::string sdPath_;
+    bool sdPinned_ = false;
+    std::shared_ptr<const Denoiser> denoiser_;   // the graph of the current model (and context length)
+    std::uint64_t denoiserGeneration_ = ~std::uint64_t{0};
     std::shared_ptr<const UNetModel> model_;
     std::string modelPath_;              // folder model_ was loaded from; empty when pinned
     bool modelPinned_ = false;
     std::uint64_t modelGeneration_ = 0;  // bumped whenever model_ changes
     ImageTensor init_;
+    ImageTensor startNoise_;
+    std::vector<float> startImage_;   // startNoise_ * sigma for the run in progress
 };
 
 }  // namespace tessera

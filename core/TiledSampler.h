@@ -35,6 +35,9 @@ public:
     // Pins an in-memory model (tests, random-weight benchmarks); config.model is then ignored.
     // nullptr returns to loading config.model.
     void setModel(std::shared_ptr<const UNetModel> model) override { loop_.setModel(std::move(model)); }
+    void setSdModel(std::shared_ptr<const SdModel> model) override { loop_.setSdModel(std::move(model)); }
+    // As TiledLoop::setStartNoise (reference comparisons).
+    void setStartNoise(ImageTensor z) { loop_.setStartNoise(std::move(z)); }
 
     // The model used by the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return loop_.model(); }

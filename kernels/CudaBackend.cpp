@@ -304,7 +304,7 @@ struct CudaBackend::Impl {
     std::vector<ConvLayer> convs;
     // The first feature-map input, vector input and feature-map output (the UNet's sample,
     // timesteps and prediction), for the engine.
-    int inputBuf = -1, outputBuf = -1, timestepBuf = -1;
+    int inputBuf = -1, outputBuf = -1, timestepBuf = -1, tokenBuf = -1;
     std::size_t activationBytes = 0, unsharedBytes = 0, convWorkspace = 0;
     DeviceBuffer arena;
     char* weightsBase = nullptr;
@@ -637,7 +637,7 @@ struct CudaBackend::Impl {
         for (std::size_t k = 0; k < graph.outputs().size(); ++k)
             if (graph.value(graph.outputs()[k]).kind != ValueKind::Vector)
                 stageOut[k] = newBuffer(planeBytes(graph.outputs()[k]), "stage." + graph.value(graph.outputs()[k]).name);
-        timestepBuf = inputBuf = -1;
+        timestepBuf = inputBuf = tokenBuf = -1;
         for (int v : graph.inputs()) {
             const GraphValue& g = graph.value(v);
             if (g.kind != ValueKind::Vector) continue;
@@ -649,6 +649,7 @@ struct CudaBackend::Impl {
             const GraphValue& g = graph.value(v);
             if (g.kind == ValueKind::Tokens) {  // [B, rows, C] is NHWC already; channels not padded
                 valueAct[static_cast<std::size_t>(v)] = tokenAct(v, g.channels, g.name);
+                if (tokenBuf < 0) tokenBuf = valueAct[static_cast<std::size_t>(v)].buf;
                 continue;
             }
             if (g.kind != ValueKind::FeatureMap) continue;
@@ -2029,6 +2030,9 @@ std::string CudaBackend::planSummary() const { return impl_->summary; }
 CUstream_st* CudaBackend::stream() const { return impl_->stream.get(); }
 void* CudaBackend::deviceInput(int lane) const { return impl_->lanePtr(lane, impl_->inputBuf); }
 const void* CudaBackend::deviceOutput(int lane) const { return impl_->lanePtr(lane, impl_->outputBuf); }
+void* CudaBackend::deviceTokens(int lane) const {
+    return impl_->tokenBuf < 0 ? nullptr : impl_->lanePtr(lane, impl_->tokenBuf);
+}
 float* CudaBackend::deviceTimesteps(int lane) const {
     return reinterpret_cast<float*>(impl_->lanePtr(lane, impl_->timestepBuf));
 }

@@ -90,6 +90,9 @@ public:
     void* deviceInput(int lane = 0) const;          // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
     const void* deviceOutput(int lane = 0) const;   // NHWC [batch, tileH, tileW, outputChannelsPadded()], activation type
     float* deviceTimesteps(int lane = 0) const;     // [batch] float32
+    // The first token-sequence input ([batch, tokens, C], activation type, C unpadded: the text
+    // context of a conditioned UNet); nullptr when the graph has none.
+    void* deviceTokens(int lane = 0) const;
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.

@@ -30,6 +30,8 @@ CudaEngine::CudaEngine(int device) {
 CudaEngine::~CudaEngine() = default;
 
 void CudaEngine::setModel(std::shared_ptr<const UNetModel> model) { impl_->loop.setModel(std::move(model)); }
+void CudaEngine::setSdModel(std::shared_ptr<const SdModel> model) { impl_->loop.setSdModel(std::move(model)); }
+void CudaEngine::setStartNoise(ImageTensor z) { impl_->loop.setStartNoise(std::move(z)); }
 
 void CudaEngine::setInitImage(ImageTensor image) { impl_->loop.setInitImage(std::move(image)); }
 

@@ -39,6 +39,9 @@ public:
 
     // As TiledSampler: pin an in-memory model (config.model is then ignored); nullptr unpins.
     void setModel(std::shared_ptr<const UNetModel> model) override;
+    void setSdModel(std::shared_ptr<const SdModel> model) override;
+    // As TiledLoop::setStartNoise (reference comparisons).
+    void setStartNoise(ImageTensor z);
     // As TiledSampler: start image in model space (C x H x W of the run); empty clears it.
     void setInitImage(ImageTensor image) override;
 

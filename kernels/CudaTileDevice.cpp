@@ -13,6 +13,8 @@
 #include "core/UNetModel.h"
 #include "kernels/CanvasUpdate.cuh"
 #include "kernels/CudaCheck.h"
+#include "kernels/Guidance.cuh"
+#include "kernels/LayoutConvert.cuh"
 #include "kernels/NonFinite.cuh"
 #include "kernels/TileGather.cuh"
 
@@ -127,7 +129,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     int lanes = lanesAuto ? autoLanes(static_cast<long long>(request.batchSize) * request.tileH * request.tileW)
                           : config.lanes;
     lanes = std::max(1, std::min(lanes, request.batches));
-    Shape shape{request.modelGeneration, config.precision, request.batchSize, request.tileH, request.tileW, lanes};
+    const Denoiser& model = request.model;
+    Shape shape{request.modelGeneration, model.graph.get(), config.precision, request.batchSize, request.tileH,
+                request.tileW, lanes, request.guided};
     // A plan with more lanes serves fewer (same algorithms, so the bits of a 1-lane run do
     // not depend on the lanes of the run before it); only more lanes re-plan.
     Shape fewer = shape;
@@ -140,7 +144,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         backend.setTuningCache(tuning_.get());
         for (;;) {
             try {
-                backend.prepare(request.model, request.batchSize, request.tileH, request.tileW, lanes);
+                backend.prepareGraph(*model.graph, *model.weights, request.guided ? 2 * request.batchSize
+                                                                                   : request.batchSize,
+                                     request.tileH, request.tileW, lanes);
                 break;
             } catch (const CudaOutOfMemory& e) {
                 // Auto halves the lanes until the plan fits; asked-for lanes are the user's.
@@ -157,8 +163,11 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         for (const std::string& w : tuning_->warnings()) record.messages.push_back(w);
         closeRanges(2);
         prepared_ = shape;
+        preparedGraph_ = model.graph;
         ++planEpoch_;
     }
+    guided_ = request.guided;
+    uploadContext(model, request.batchSize);
     // The choices of the plan in use (this prepare's, or the one it reuses).
     record.tuning = backend.tuningInfo();
     record.tuning.cachePath = tuning_ ? tuning_->path() : std::string();
@@ -233,9 +242,8 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
         pass.inChannels != pass.outChannels)
         throw std::invalid_argument("CUDA device: its tile function is the UNet over the latents; map passes "
                                     "(another canvas size or channel count) need a lowered VAE");
-    if (pass.guidance)
-        throw std::invalid_argument("CUDA device: guidance needs a conditioned UNet; the CUDA backend's takes no "
-                                    "conditioning");
+    if (pass.guidance.has_value() != guided_)
+        throw std::logic_error("CudaTileDevice::beginRun: the pass's guidance does not match the prepared plan");
     if (!prepared_ || pass.lanes != lanes_ || pass.batchSize != prepared_->batch)
         throw std::logic_error("CudaTileDevice::beginRun: the pass does not match the prepared plan");
     pass_ = &pass;
@@ -330,7 +338,8 @@ std::string CudaTileDevice::lanePointers(int lane) const {
 }
 
 GraphKey CudaTileDevice::tileKey(int count, int lane) const {
-    return GraphKey{"tile forward x" + std::to_string(count) + " lane " + std::to_string(lane) + " " + planFamily_,
+    return GraphKey{"tile forward x" + std::to_string(forwardRows(count)) + " lane " + std::to_string(lane) + " " +
+                        planFamily_,
                     lanePointers(lane)};
 }
 
@@ -392,7 +401,7 @@ void CudaTileDevice::acquireTileGraphs() {
         if (!graphs_.contains(key) && stepsDone_ < graphWarmup_) continue;
         try {
             const GraphCache::Acquired a =
-                graphs_.acquire(key, stream(), [&] { backend_->enqueue(b.count, b.lane, stream()); }, keep);
+                graphs_.acquire(key, stream(), [&] { backend_->enqueue(forwardRows(b.count), b.lane, stream()); }, keep);
             keep.push_back(key.text());
             noteUse(key.text(), a);
             (a.hit ? stepReplayed_ : stepCaptured_) = true;
@@ -501,19 +510,75 @@ void CudaTileDevice::gather(const TileBatch& b) {
                      backend_->deviceTimesteps(b.lane), laneStream(b.lane));
 }
 
-void CudaTileDevice::evaluate(const TileBatch& b, Branch) {
+void CudaTileDevice::uploadContext(const Denoiser& model, int batch) {
+    contextRowBytes_ = 0;
+    contextBatch_ = batch;
+    if (!model.conditioned()) return;
+    const std::size_t rowElements = static_cast<std::size_t>(model.contextTokens) * model.contextDim;
+    if (model.cond.size() != rowElements || (guided_ && model.uncond.size() != rowElements))
+        throw std::logic_error("CudaTileDevice: the conditioning does not match its token shape");
+    if (!backend_->deviceTokens(0))
+        throw std::logic_error("CudaTileDevice: a conditioned model whose graph has no token input");
+    contextRowBytes_ = rowElements * dtypeSize(dtypeOf(backend_->precision()));
+    const std::size_t rows = static_cast<std::size_t>(guided_ ? 2 * batch : batch);
+    if (context_.bytes() < rows * contextRowBytes_) context_ = DeviceBuffer(rows * contextRowBytes_);
+    // Rows [0, batch): the prompt; [batch, 2 batch): the negative prompt. Converted on the device.
+    std::vector<float> host;
+    host.reserve(rows * rowElements);
+    for (std::size_t r = 0; r < rows; ++r) {
+        const std::vector<float>& row = r < static_cast<std::size_t>(batch) ? model.cond : model.uncond;
+        host.insert(host.end(), row.begin(), row.end());
+    }
+    DeviceBuffer staging(host.size() * sizeof(float));
+    cudaStream_t s = stream();
+    TESSERA_CHECK(cudaMemcpyAsync(staging.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+    launchNchwToNhwc(staging.as<float>(), dtypeOf(backend_->precision()), context_.data(), 1, 1,
+                     static_cast<int>(host.size()), 1, 1, 1.0f, s);
+    TESSERA_CHECK(cudaStreamSynchronize(s));   // staging and host die here
+}
+
+// The forward's token input for this batch: its tiles' conditional rows, then (guided) as many
+// unconditional rows; the input rows and timesteps duplicated into the second half.
+void CudaTileDevice::placeContext(const TileBatch& b, cudaStream_t ls) {
+    if (contextRowBytes_ == 0) return;
+    char* tokens = static_cast<char*>(backend_->deviceTokens(b.lane));
+    const char* store = context_.as<char>();
+    const std::size_t n = static_cast<std::size_t>(b.count);
+    TESSERA_CHECK(cudaMemcpyAsync(tokens, store, n * contextRowBytes_, cudaMemcpyDeviceToDevice, ls));
+    if (!guided_) return;
+    TESSERA_CHECK(cudaMemcpyAsync(tokens + n * contextRowBytes_, store + contextBatch_ * contextRowBytes_,
+                                  n * contextRowBytes_, cudaMemcpyDeviceToDevice, ls));
+    const std::size_t tileBytes = static_cast<std::size_t>(geo_.tileH) * geo_.tileW * inIo_.paddedChannels *
+                                  dtypeSize(inIo_.dtype);
+    char* input = static_cast<char*>(backend_->deviceInput(b.lane));
+    TESSERA_CHECK(cudaMemcpyAsync(input + n * tileBytes, input, n * tileBytes, cudaMemcpyDeviceToDevice, ls));
+    float* t = backend_->deviceTimesteps(b.lane);
+    TESSERA_CHECK(cudaMemcpyAsync(t + n, t, n * sizeof(float), cudaMemcpyDeviceToDevice, ls));
+}
+
+void CudaTileDevice::evaluate(const TileBatch& b, Branch branch) {
+    if (branch == Branch::Unconditional) return;   // a guided forward ran both halves as one batch
     const cudaStream_t ls = laneStream(b.lane);
+    placeContext(b, ls);
     const auto tileGraph = capturing_ ? tileGraphs_.end() : tileGraphs_.find({b.count, b.lane});
     if (tileGraph != tileGraphs_.end()) {
         TESSERA_CHECK(cudaGraphLaunch(tileGraph->second.exec, ls));
         usedGraphs_[tileGraph->second.key].launches += 1;
     } else {
-        backend_->enqueue(b.count, b.lane, ls);   // while capturing: the forward's kernels become nodes
+        backend_->enqueue(forwardRows(b.count), b.lane, ls);   // while capturing: the forward's kernels become nodes
     }
 }
 
-void CudaTileDevice::combineGuidance(const TileBatch&, float) {
-    throw std::logic_error("CudaTileDevice::combineGuidance: guided passes are refused by beginRun");
+void CudaTileDevice::combineGuidance(const TileBatch& b, float scale) {
+    const long long half = static_cast<long long>(b.count) * geo_.tileH * geo_.tileW * outIo_.paddedChannels;
+    launchGuidanceCombine(outIo_.dtype, const_cast<void*>(backend_->deviceOutput(b.lane)), half, scale,
+                          laneStream(b.lane));
+}
+
+Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {
+    if (!whole_ || whole_->precision() != config.precision)
+        whole_ = std::make_unique<CudaBackend>(config.precision, device_);
+    return *whole_;
 }
 
 void CudaTileDevice::joinBatch(const TileBatch& b) {

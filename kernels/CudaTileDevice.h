@@ -94,8 +94,15 @@ public:
     std::vector<float> readCanvas() override;
     SeamSums readSeams() override;
     void finishRun(RunRecord& record) override;
+    // A CudaBackend of its own at the run's precision (the VAE), on this device.
+    Backend& wholeGraphBackend(const RunConfig& config) override;
 
 private:
+    // Rows of one forward for a batch of `count` tiles: doubled when guided (conditional rows,
+    // then unconditional ones).
+    int forwardRows(int count) const { return guided_ ? 2 * count : count; }
+    void uploadContext(const Denoiser& model, int batch);
+    void placeContext(const TileBatch& batch, cudaStream_t stream);
     cudaStream_t stream() const;
     cudaStream_t laneStream(int lane) const;
     std::size_t canvasSize() const;
@@ -124,10 +131,20 @@ private:
     std::unique_ptr<TuningCache> tuning_;
     struct Shape {
         std::uint64_t generation = 0;
+        const ModelGraph* graph = nullptr;   // held by preparedGraph_
         Precision precision = Precision::FP16;
         int batch = 0, tileH = 0, tileW = 0, lanes = 1;
+        bool guided = false;
         bool operator==(const Shape&) const = default;
     };
+    std::shared_ptr<const ModelGraph> preparedGraph_;
+    // Text conditioning (conditioned UNets): `batch` conditional rows then `batch` unconditional
+    // ones of [tokens, dim] in the activation type, copied into the forward's token input.
+    bool guided_ = false;
+    std::size_t contextRowBytes_ = 0;
+    int contextBatch_ = 0;
+    DeviceBuffer context_;
+    std::unique_ptr<CudaBackend> whole_;
     std::optional<Shape> prepared_;
     std::uint64_t planEpoch_ = 0;   // counts backend (re)plans: graphs bake in the plan's memory
     RunArena arena_;

@@ -1,0 +1,46 @@
+// SdPipeline: the parts of a Stable Diffusion run around the tiled sampler (core/TiledLoop.h):
+// the run's checks and its latent canvas, the text conditioning of the prompt and negative
+// prompt, the VAE's encode (image-to-image) and decode, and the cheap latent-to-RGB preview.
+// shared/spec/sd-pipeline.md §2, §3.1, §3.3. Qt-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/Engine.h"
+#include "core/SdModel.h"
+
+namespace tessera {
+
+class Backend;
+
+// Checks `config` for `model` (ValidationError naming the field): every run check with the
+// model's limits (tiles multiples of the VAE's 8 pixels times the UNet's downsampling), width,
+// height and overlap multiples of the VAE's scale, a context of at most
+// unet_cond_bounds::kMaxContextTokens tokens. Returns the latent canvas: the config with width,
+// height, tile and overlap divided by the VAE's scale (overlap in pixels).
+RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
+
+// The prompt and negative prompt as A1111 encodes them (emphasis, 75-token chunks, BREAK, clip
+// skip; sd-pipeline.md §5.2-§5.3), as many chunks each (the shorter padded with empty chunks),
+// for a doubled batch. Without guidance (cfg 1) the negative prompt is not encoded.
+struct SdConditioning {
+    int tokens = 0, channels = 0;                // per row: [tokens, channels]
+    std::vector<float> cond, uncond;             // uncond empty without guidance
+    std::vector<std::string> messages;           // what the record says about them
+};
+SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config);
+
+// latents (C x h x w, scaled as the UNet sees them) -> image (3 x h*f x w*f in [-1, 1]) with the
+// VAE's decoder on `backend`, whole (f = the VAE's scale).
+ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents);
+// image (3 x H x W in [-1, 1]) -> scaled latents: the VAE's encoder, the posterior's mean times
+// the scaling factor (what img2img starts from).
+ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image);
+// A preview of latents as RGB at image size: A1111's "Approx cheap" linear map per latent pixel
+// (4 x 3 coefficients), each latent pixel shown as an f x f block.
+ImageTensor latentPreview(const SdModel& model, const ImageTensor& latents);
+// Each pixel of `image` as a factor x factor block.
+ImageTensor upsampleNearest(const ImageTensor& image, int factor);
+
+}  // namespace tessera

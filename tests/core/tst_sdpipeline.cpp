@@ -1,0 +1,231 @@
+// Stable Diffusion text-to-image through the one tiled loop on the CPU engine, against complete
+// diffusers StableDiffusionPipeline runs (tests/data/sdpipeline, made by
+// tools/reference/make_sd_pipeline_fixtures.py): prompt conditioning, guidance, the latent canvas,
+// the samplers and the VAE decode, per family (SD 1.x epsilon, SD 2.x v-prediction). Also what a
+// Stable Diffusion run refuses before any work, and pipeline-folder errors.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "ModelTestSupport.h"
+#include "core/CpuBackend.h"
+#include "core/NonFiniteError.h"
+#include "core/Safetensors.h"
+#include "core/SdModel.h"
+#include "core/SdPipeline.h"
+#include "core/TiledSampler.h"
+
+using namespace tessera;
+using model_test::errorOf;
+
+namespace {
+
+const std::string kFixtures = std::string(TESSERA_TEST_DATA) + "/sdpipeline";
+const std::string kVocabulary = std::string(TESSERA_SOURCE_DIR) + "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
+
+bool fixturesPresent() { return std::ifstream(kFixtures + "/cases.json").good(); }
+
+nlohmann::json cases() {
+    std::ifstream in(kFixtures + "/cases.json");
+    return nlohmann::json::parse(in)["cases"];
+}
+
+std::vector<float> readTensor(const std::string& file, const std::string& name) {
+    const SafetensorsFile f(file);
+    const SafetensorsTensorInfo* info = f.find(name);
+    if (!info) throw std::runtime_error(file + ": no tensor " + name);
+    return f.readFloat32(*info);
+}
+
+// max |got - want| / max |want|.
+double relativeError(const std::vector<float>& got, const std::vector<float>& want) {
+    if (got.size() != want.size()) return INFINITY;
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+    }
+    return diff / std::max(scale, 1e-30);
+}
+
+RunConfig configOf(const nlohmann::json& c, const std::string& name) {
+    RunConfig config;
+    config.model = kFixtures + "/" + c["family"].get<std::string>();
+    config.width = c["width"];
+    config.height = c["height"];
+    config.steps = c["steps"];
+    config.scheduler = parseScheduler(c["scheduler"].get<std::string>());
+    config.schedulerOptions.karrasSigmas = false;
+    config.schedulerOptions.timestepSpacing = TimestepSpacing::Leading;
+    config.prompt = c["prompt"];
+    config.negativePrompt = c["negative_prompt"];
+    config.cfgScale = c["cfg"];
+    config.tile = 128;      // one tile over the whole canvas: the untiled pipeline
+    config.overlapPx = 16;
+    config.precision = Precision::FP32;
+    config.backend = BackendKind::CPU;
+    config.previewEvery = 0;
+    config.label = name;
+    return config;
+}
+
+class Silent : public RunObserver {};
+
+}  // namespace
+
+class TestSdPipeline : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase() { setBundledClipVocabulary(kVocabulary); }
+
+    // Every case: the conditioning and the decoded image of a whole 10-step run within 1e-4 of
+    // diffusers (float64 reference; float32 runs there differ by less, cases.json says by how much).
+    void matchesDiffusersEndToEnd() {
+        if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet (tools/reference/make_sd_pipeline_fixtures.py)");
+        const nlohmann::json all = cases();
+        for (const auto& [name, c] : all.items()) {
+            const RunConfig config = configOf(c, name);
+            const std::string file = kFixtures + "/" + name + ".safetensors";
+            const SdModel sd = loadSdModel(config.model);
+            const SdConditioning text = encodeSdPrompts(sd, config);
+            const double condError = relativeError(text.cond, readTensor(file, "prompt_embeds"));
+            QVERIFY2(condError < 1e-4, qPrintable(QString::fromStdString(name) + " prompt_embeds " +
+                                                  QString::number(condError)));
+            if (config.cfgScale != 1.0) {
+                const double uncondError = relativeError(text.uncond, readTensor(file, "negative_prompt_embeds"));
+                QVERIFY2(uncondError < 1e-4, qPrintable(QString::fromStdString(name) + " negative " +
+                                                        QString::number(uncondError)));
+            }
+            // The decoder alone, on the reference's final latents.
+            const auto shape = c["shapes"]["latents"];
+            CpuBackend backend;
+            const ImageTensor latents{shape[1], shape[2], shape[3], readTensor(file, "latents")};
+            const ImageTensor decoded = decodeLatents(sd, backend, latents);
+            const double decodeError = relativeError(decoded.data, readTensor(file, "image"));
+            QVERIFY2(decodeError < 1e-4, qPrintable(QString::fromStdString(name) + " decode " +
+                                                    QString::number(decodeError)));
+
+            TiledSampler engine(std::make_unique<CpuBackend>());
+            engine.setStartNoise(ImageTensor{shape[1], shape[2], shape[3], readTensor(file, "start_noise")});
+            Silent observer;
+            const RunResult result = engine.run(config, observer);
+            QCOMPARE(result.record.status, std::string("finished"));
+            QCOMPARE(result.image.channels, 3);
+            QCOMPARE(result.image.width, config.width);
+            QCOMPARE(result.image.height, config.height);
+            const double imageError = relativeError(result.image.data, readTensor(file, "image"));
+            qInfo("%s: prompt %.2g, decode %.2g, image %.2g (max |diff| / max |ref|)", name.c_str(), condError,
+                  decodeError, imageError);
+            QVERIFY2(imageError < 1e-4, qPrintable(QString::fromStdString(name) + " image " +
+                                                   QString::number(imageError)));
+        }
+    }
+
+    // Tiles over the latent canvas: a 3x2 tile run finishes, is deterministic in the seed, and
+    // differs from the one-tile run only where tiles meet (not a different picture).
+    void tiledRunIsDeterministic() {
+        if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet");
+        RunConfig config = configOf(cases()["sd1_ddim_cfg"], "tiled");
+        config.tile = 64;
+        config.overlapPx = 32;
+        config.steps = 4;
+        config.tileBatch = 3;
+        Silent observer;
+        TiledSampler a(std::make_unique<CpuBackend>()), b(std::make_unique<CpuBackend>());
+        const RunResult first = a.run(config, observer);
+        const RunResult second = b.run(config, observer);
+        QCOMPARE(first.record.status, std::string("finished"));
+        QCOMPARE(first.record.tileCount, 6);   // 128x96: 3 x 2 tiles of 64 at stride 32
+        QCOMPARE(first.record.imageSha256, second.record.imageSha256);
+        QCOMPARE(first.seamMap.width, config.width);
+        config.seed = 1;
+        QVERIFY(a.run(config, observer).record.imageSha256 != first.record.imageSha256);
+    }
+
+    void refusedBeforeWork_data() {
+        QTest::addColumn<QString>("field");
+        QTest::addColumn<int>("width");
+        QTest::addColumn<int>("tile");
+        QTest::addColumn<int>("overlap");
+        QTest::addColumn<int>("clipSkip");
+        QTest::newRow("width not a multiple of 8") << "width" << 100 << 128 << 16 << 1;
+        QTest::newRow("tile not a multiple of 16") << "tile" << 128 << 72 << 16 << 1;
+        QTest::newRow("overlap not a multiple of 8") << "overlap" << 128 << 64 << 12 << 1;
+        QTest::newRow("clip skip beyond the layers") << "clip skip" << 128 << 128 << 16 << 5;
+    }
+    void refusedBeforeWork() {
+        if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet");
+        QFETCH(QString, field);
+        QFETCH(int, width);
+        QFETCH(int, tile);
+        QFETCH(int, overlap);
+        QFETCH(int, clipSkip);
+        RunConfig config = configOf(cases()["sd1_ddim_cfg"], "bad");
+        config.width = width;
+        config.tile = tile;
+        config.overlapPx = overlap;
+        config.clipSkip = clipSkip;
+        TiledSampler engine(std::make_unique<CpuBackend>());
+        Silent observer;
+        try {
+            engine.run(config, observer);
+            QFAIL("the run was not refused");
+        } catch (const ValidationError& e) {
+            QCOMPARE(QString::fromStdString(e.field()), field);
+        }
+    }
+
+    void unconditionalModelRefusesAPrompt() {
+        RunConfig config;
+        config.model = std::string(TESSERA_SOURCE_DIR) + "/resources/models/default";
+        if (!std::filesystem::exists(config.model + "/config.json")) QSKIP("no bundled default model");
+        config.prompt = "a cat";
+        TiledSampler engine(std::make_unique<CpuBackend>());
+        Silent observer;
+        try {
+            engine.run(config, observer);
+            QFAIL("the prompt was accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("prompt"));
+            EXPECT_MESSAGE(std::string(e.what()), "unconditional");
+        }
+    }
+
+    void pipelineFolderErrors() {
+        const QTemporaryDir tmp;
+        const std::string root = tmp.path().toStdString();
+        auto write = [&](const std::string& rel, const std::string& text) {
+            std::filesystem::create_directories(std::filesystem::path(root + "/" + rel).parent_path());
+            std::ofstream(root + "/" + rel) << text;
+        };
+        // SDXL pipeline: recognised and refused.
+        write("xl/model_index.json", R"({"_class_name": "StableDiffusionXLPipeline", "unet": ["diffusers", "UNet2DConditionModel"]})");
+        EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/xl"); }), "SDXL");
+        // No text encoder listed.
+        write("notext/model_index.json", R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]})");
+        EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/notext"); }), "text_encoder");
+        // Listed but missing on disk.
+        write("missing/model_index.json", R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"], "text_encoder": ["transformers", "CLIPTextModel"]})");
+        EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/missing"); }), "unet");
+        // Not JSON.
+        write("broken/model_index.json", "{not json");
+        EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/broken"); }), "model_index.json");
+        // A pickle, never opened.
+        write("model.ckpt", "PK\x03\x04 pickle");
+        const std::string pickle = errorOf([&] { loadSdModel(root + "/model.ckpt"); });
+        EXPECT_MESSAGE(pickle, "never unpickles");
+        EXPECT_MESSAGE(pickle, "safetensors");
+        QVERIFY(isSdModelPath(root + "/xl"));
+        QVERIFY(isSdModelPath(root + "/model.ckpt"));
+        QVERIFY(!isSdModelPath(root));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSdPipeline)
+#include "tst_sdpipeline.moc"
