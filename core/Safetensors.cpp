@@ -445,19 +445,28 @@ std::vector<float> SafetensorsFile::readFloat32(const std::string& name) const {
 }
 
 std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& info) const {
+    return readFloat32(info, 0, static_cast<std::size_t>(info.numel()));
+}
+
+std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& info, std::size_t first,
+                                                std::size_t count) const {
+    const auto numel = static_cast<std::size_t>(info.numel());
+    if (first > numel || count > numel - first)
+        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + ": elements " + std::to_string(first) +
+                               ".." + std::to_string(first + count) + " are outside its " + std::to_string(numel));
     const auto raw = bytes(info);
-    const auto count = static_cast<std::size_t>(info.numel());
     std::vector<float> values(count);
     switch (info.dtype) {
     case SafetensorsDtype::F32:
-        if (count > 0) std::memcpy(values.data(), raw.data(), count * sizeof(float));
+        if (count > 0) std::memcpy(values.data(), raw.data() + first * sizeof(float), count * sizeof(float));
         return values;
     case SafetensorsDtype::F16:
     case SafetensorsDtype::BF16: {
         const bool half = info.dtype == SafetensorsDtype::F16;
+        const std::byte* source = raw.data() + 2 * first;
         for (std::size_t i = 0; i < count; ++i) {
             std::uint16_t bits = 0;
-            std::memcpy(&bits, raw.data() + 2 * i, 2);
+            std::memcpy(&bits, source + 2 * i, 2);
             values[i] = half ? halfToFloat(bits) : bfloat16ToFloat(bits);
         }
         return values;

@@ -97,6 +97,9 @@ public:
     // file, the tensor and its dtype for a missing tensor or any other dtype.
     std::vector<float> readFloat32(const std::string& name) const;
     std::vector<float> readFloat32(const SafetensorsTensorInfo&) const;
+    // `count` elements from element `first` on (row-major), upcast the same way: a row block of
+    // a fused tensor. Throws SafetensorsError naming the file and tensor for a range outside it.
+    std::vector<float> readFloat32(const SafetensorsTensorInfo&, std::size_t first, std::size_t count) const;
 
 private:
     void unmap() noexcept;
