@@ -542,6 +542,39 @@ private slots:
         compareTensors(flat.textEncoder->tensors(), plain.textEncoder->tensors(), "flattened");
     }
 
+    // diffusers' own converters on the same bytes (tools/reference/make_singlefile_fixtures.py,
+    // run with diffusers): the folders are real diffusers folders, and the checkpoints convert back
+    // to them exactly. With roundTripIsBitIdentical, Tessera's LDM names are diffusers'.
+    void diffusersConvertersAgree() {
+        const std::string casesPath = kData + "/diffusers/cases.json";
+        if (!fs::exists(casesPath))
+            QSKIP("tests/data/singlefile/diffusers is not there yet (tools/reference/make_singlefile_fixtures.py)");
+        const nlohmann::json cases = nlohmann::json::parse(readBytes(casesPath));
+        for (const std::string layout : {"sd1", "sd2"}) {
+            const nlohmann::json& c = cases.at(layout);
+            const std::string bytes = readBytes(kData + "/" + layout + ".safetensors");
+            QCOMPARE(c.at("sha256").get<std::string>(), sha256Hex(bytes.data(), bytes.size()));
+            for (const auto& [model, info] : c.at("folder_load").items())
+                for (const auto& [key, names] : info.items())
+                    QVERIFY2(names.empty(), qPrintable(QString::fromStdString(layout + " " + model + " " + key + ": " +
+                                                                              names.dump())));
+            for (const auto& [model, r] : c.at("conversion").items()) {
+                const std::string where = layout + " " + model + ": ";
+                QVERIFY2(r.at("compared").get<int>() > 0, qPrintable(QString::fromStdString(where + "nothing compared")));
+                QVERIFY2(r.at("missing").empty(), qPrintable(QString::fromStdString(where + r.at("missing").dump())));
+                QVERIFY2(r.at("mismatched").empty(), qPrintable(QString::fromStdString(where + r.at("mismatched").dump())));
+                // What diffusers converts but the model has no place for: SD1's position_ids buffer, and
+                // the OpenCLIP block a narrow model drops (diffusers drops only ViT-H's block 23 by name).
+                for (const auto& name : r.at("unexpected")) {
+                    const std::string n = name.get<std::string>();
+                    const bool expected = model == "text_encoder" && (layout == "sd1" ? n == "embeddings.position_ids"
+                                                                                      : n.rfind("encoder.layers.2.", 0) == 0);
+                    QVERIFY2(expected, qPrintable(QString::fromStdString(where + "unexpected " + n)));
+                }
+            }
+        }
+    }
+
     // An SD 2.x-base checkpoint predicts noise: the config folder's scheduler says so.
     void configFolderPredictionType() {
         const fs::path folder = tmp("base");
