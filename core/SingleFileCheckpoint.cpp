@@ -435,7 +435,7 @@ Config parseDerived(const nlohmann::json& json, Parse parse, const char* what, c
                          " checkpoint (GroupNorm groups 32, " +
                          (layout.family == SdFamily::SD2 ? "64-wide attention heads" : "8 UNet attention heads") +
                          ", sizes from the tensors) does not fit this file: " + withoutPrefix(e.what(), "config.json: ") +
-                         ". Give the configurations of this model (a diffusers pipeline folder as the config folder)");
+                         ". Give this model as a diffusers pipeline folder, or its configurations as the config folder");
     }
 }
 
