@@ -133,12 +133,13 @@ void checkNotPickled(const std::string& path, const std::string& where) {
 }
 
 // ---------------------------------------------------------------------------
-// SHA-256 of the mapped file on its own thread, cancelled (and joined) when dropped.
+// SHA-256 of the mapped file on its own thread, cancelled (and joined) when dropped. Hashed pages
+// are released behind it, as the converter releases the tensors it has copied.
 
 class FileHasher {
 public:
-    FileHasher(std::span<const std::byte> bytes, FileDigest digest) {
-        if (digest == FileDigest::Compute) thread_ = std::thread([this, bytes] { run(bytes); });
+    FileHasher(const SafetensorsFile& file, FileDigest digest) : file_(file) {
+        if (digest == FileDigest::Compute) thread_ = std::thread([this] { run(file_.fileBytes()); });
     }
     ~FileHasher() {
         cancel_ = true;
@@ -158,10 +159,13 @@ private:
         Sha256 hash;
         for (std::size_t at = 0; at < bytes.size(); at += kChunk) {
             if (cancel_) return;
-            hash.update(bytes.data() + at, std::min(kChunk, bytes.size() - at));
+            const auto chunk = bytes.subspan(at, std::min(kChunk, bytes.size() - at));
+            hash.update(chunk.data(), chunk.size());
+            file_.releasePages(chunk);
         }
         digest_ = hash.hexDigest();
     }
+    const SafetensorsFile& file_;
     std::atomic<bool> cancel_{false};
     std::string digest_;
     std::thread thread_;
@@ -758,10 +762,19 @@ std::vector<std::string> unusedTensors(const SafetensorsFile& file, const std::v
     return ignored;
 }
 
-// Reads, upcasts and checks every bound tensor.
+// Reads, upcasts and checks every bound tensor, in the file's order (one sequential pass over the
+// disk), releasing each tensor's pages once copied (the resident set holds the copies, not also
+// the file).
 std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Plan& plan, const std::string& where) {
+    std::vector<const Binding*> order;
+    for (const Binding& b : plan.bindings) order.push_back(&b);
+    std::stable_sort(order.begin(), order.end(), [&](const Binding* x, const Binding* y) {
+        const std::uint64_t a = file.find(x->stored)->begin, b = file.find(y->stored)->begin;
+        return a != b ? a < b : x->part < y->part;
+    });
     std::map<std::string, HostTensor> tensors;
-    for (const Binding& b : plan.bindings) {
+    for (const Binding* bound : order) {
+        const Binding& b = *bound;
         const SafetensorsTensorInfo& info = *file.find(b.stored);
         HostTensor t;
         t.shape = b.shape;
@@ -777,6 +790,7 @@ std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Pl
                              (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " +
                              std::to_string(static_cast<std::size_t>(bad - t.data.begin()) +
                                             count * static_cast<std::size_t>(b.part)));
+        if (b.part + 1 == b.parts) file.releasePages(info);
         tensors.emplace(b.name, std::move(t));
     }
     return tensors;
@@ -869,7 +883,7 @@ std::string describeIgnored(const std::vector<std::string>& names, std::size_t m
 SingleFileCheckpointInfo inspectSingleFileCheckpoint(const std::string& path, const SingleFileOptions& options) {
     const SafetensorsFile file = openCheckpoint(path, shownPath(path));
     Inspected r = inspectOpen(file, path, options);
-    r.info.sha256 = FileHasher(file.fileBytes(), options.digest).result();
+    r.info.sha256 = FileHasher(file, options.digest).result();
     return std::move(r.info);
 }
 
@@ -878,7 +892,7 @@ SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOption
     const std::string where = shownPath(path);
     const SafetensorsFile file = openCheckpoint(path, where);
     Inspected r = inspectOpen(file, path, options);
-    FileHasher hasher(file.fileBytes(), options.digest);  // runs while the tensors are converted
+    FileHasher hasher(file, options.digest);  // runs while the tensors are converted
 
     SdModel model;
     model.family = r.layout.family;

@@ -246,6 +246,37 @@ private slots:
         }
     }
 
+    // The reader's extensions the loader uses: a row range of a tensor (fused q/k/v), and pages
+    // released after a copy (read again from the file when touched again).
+    void safetensorsRangesAndReleasedPages() {
+        std::vector<float> values(3 * 5000);
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 100.0f;
+        for (const SafetensorsDtype dtype : {SafetensorsDtype::F32, SafetensorsDtype::F16, SafetensorsDtype::BF16}) {
+            const std::string path = tmp("ranges.safetensors");
+            writeSafetensors(path, {{"fused", {dtype, {3, 5000}, encodeFloats(dtype, values)}}});
+            const SafetensorsFile file(path);
+            const SafetensorsTensorInfo& info = *file.find("fused");
+            const std::vector<float> whole = file.readFloat32(info);
+            for (std::size_t part = 0; part < 3; ++part) {
+                const std::vector<float> rows = file.readFloat32(info, part * 5000, 5000);
+                QVERIFY(std::equal(rows.begin(), rows.end(), whole.begin() + static_cast<std::ptrdiff_t>(part * 5000)));
+            }
+            for (std::size_t i = 0; i < whole.size(); ++i) QCOMPARE(whole[i], model_test::storedAs(dtype, values[i]));
+            file.releasePages(info);
+            file.releasePages(std::span<const std::byte>(reinterpret_cast<const std::byte*>(values.data()), 64));  // not its own: ignored
+            QVERIFY(file.readFloat32(info) == whole);
+            const std::string m = [&] {
+                try {
+                    (void)file.readFloat32(info, 10001, 5000);
+                } catch (const SafetensorsError& e) {
+                    return std::string(e.what());
+                }
+                return std::string("<no error>");
+            }();
+            EXPECT_MESSAGE(m, "'fused': elements 10001..15001 are outside its 15000");
+        }
+    }
+
     // Real checkpoints at full size: only the header is read (the data is a sparse hole).
     void fullSizeHeadersGivePublishedConfigurations_data() {
         QTest::addColumn<int>("family");
