@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 
 #include "app/CliOptions.h"
@@ -19,7 +20,17 @@
 #include "core/HostMemoryEstimate.h"
 #include "core/OutputSet.h"
 #include "core/TilePlan.h"
+#include "core/TuningCache.h"
+#include "core/UNetCondGraph.h"
+#include "core/UNetCondModel.h"
 #include "core/UNetModel.h"
+
+#if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/CudaBackend.h")
+#define TESSERA_BENCH_CUDA 1
+#include "kernels/CudaBackend.h"
+#else
+#define TESSERA_BENCH_CUDA 0
+#endif
 
 namespace tessera {
 
@@ -128,6 +139,21 @@ std::string pad(const std::string& text, std::size_t width) {
     return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
 }
 
+// Right-aligned columns, two spaces apart.
+void printCells(std::ostream& out, const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& cells) {
+    std::vector<std::size_t> widths(head.size());
+    for (std::size_t c = 0; c < head.size(); ++c) {
+        widths[c] = head[c].size();
+        for (const auto& row : cells) widths[c] = std::max(widths[c], row[c].size());
+    }
+    for (std::size_t c = 0; c < head.size(); ++c) out << (c ? "  " : "") << pad(head[c], widths[c]);
+    out << "\n";
+    for (const auto& row : cells) {
+        for (std::size_t c = 0; c < row.size(); ++c) out << (c ? "  " : "") << pad(row[c], widths[c]);
+        out << "\n";
+    }
+}
+
 void printTable(std::ostream& out, const std::vector<BenchRow>& rows) {
     const std::vector<std::string> head{"engine", "prec", "graphs", "B", "lanes", "tiles", "s/image", "evals/s",
                                         "TFLOP/s", "%peak", "peak MiB", "enq ms/step", "prep s", "1st run s"};
@@ -148,17 +174,7 @@ void printTable(std::ostream& out, const std::vector<BenchRow>& rows) {
                          r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.hostEnqueueMsPerStep, 2), fixed(r.prepareS, 2),
                          fixed(r.firstRunS, 2)});
     }
-    std::vector<std::size_t> widths(head.size());
-    for (std::size_t c = 0; c < head.size(); ++c) {
-        widths[c] = head[c].size();
-        for (const auto& row : cells) widths[c] = std::max(widths[c], row[c].size());
-    }
-    for (std::size_t c = 0; c < head.size(); ++c) out << (c ? "  " : "") << pad(head[c], widths[c]);
-    out << "\n";
-    for (const auto& row : cells) {
-        for (std::size_t c = 0; c < row.size(); ++c) out << (c ? "  " : "") << pad(row[c], widths[c]);
-        out << "\n";
-    }
+    printCells(out, head, cells);
 }
 
 std::string today() {
@@ -224,7 +240,7 @@ std::string benchCsvHeader() {
 }
 
 std::string benchUsage() {
-    return "Usage: tessera-cli bench (--shape cifar|church | --model DIR) [options]\n"
+    return "Usage: tessera-cli bench (--shape cifar|church|sd15|sd21 | --model DIR) [options]\n"
            "Times tiled DDIM generations for every combination of --batch x --precision x --graphs x --lanes.\n"
            "Each row: a warm-up run (prepare, cuDNN algorithm search, graph capture), then --repeats\n"
            "measured runs on the same engine; the median is reported. Previews are off.\n\n"
@@ -249,8 +265,51 @@ std::string benchUsage() {
            "  --csv FILE             write the rows as CSV (columns as bench/torch_tiled_ddim.py, plus more)\n"
            "  --tuning-cache FILE|off  CUDA: the tuning cache of timed choices (default: the user's cache\n"
            "                         file, as render); off times every prepare (prepare_s as without a cache)\n"
-           "  --help, -h             this text\n";
+           "  --help, -h             this text\n\n"
+           "Stable Diffusion UNets (CUDA only): --shape sd15 (SD 1.5, 860 M parameters, context 77x768) or\n"
+           "sd21 (SD 2.1 768-v: context 77x1024, linear projections, heads 5,10,20,20, upcast attention),\n"
+           "random weights. Each row times --repeats forwards of one tile batch (CUDA events, median) after\n"
+           "--warmup-steps untimed ones and derives the UNet's share of a step of the tiled job: UNet\n"
+           "evaluations/s, seconds per step, TFLOP/s, %peak, device MiB in use. Sizes are pixels, latents 1/8.\n"
+           "  --cfg X                guidance scale (default 7): not 1 = two UNet evaluations per tile\n"
+           "                         (one doubled batch), 1 = one\n"
+           "  defaults here: --size 2048, --tile 512 (sd15) / 768 (sd21), --overlap tile/8, --batch 1,2,4,\n"
+           "  --repeats 20; --graphs off or tile; --lanes does not apply. CSV columns: torch_sd_unet.py's.\n";
 }
+
+namespace {
+
+// sd15/sd21: their own defaults for what was not given (a 2048 x 2048 job in native tiles,
+// overlap 1/8 of the tile, tile batches 1, 2, 4, 20 timed forwards), and the options that do
+// not apply refused. Sizes are pixels; the UNet sees latents of 1/8 and halves them 3 times.
+void applySdOptions(BenchOptions& o) {
+    const bool sizeGiven = o.given.count("size") || o.given.count("width") || o.given.count("height");
+    const int native = o.shape == "sd15" ? 512 : 768;
+    if (!sizeGiven) o.width = o.height = 2048;
+    if (!o.given.count("tile")) o.tile = native;
+    if (!o.given.count("overlap")) o.overlap = o.tile / 8;
+    if (!o.given.count("batch")) o.batches = {1, 2, 4};
+    if (!o.given.count("repeats")) o.repeats = 20;
+    if (o.given.count("lanes"))
+        fail("lanes", "the " + o.shape + " bench times one UNet stream; --lanes is for --shape cifar|church and --model");
+    for (GraphMode g : o.graphs)
+        if (g == GraphMode::Step)
+            fail("graphs", "step is not allowed for " + o.shape + ": it captures the tiled loop, which the " + o.shape +
+                               " bench does not run (it times UNet forwards); use off or tile");
+    for (const auto& [field, value] : {std::pair{"width", o.width}, std::pair{"height", o.height}})
+        if (value % 8)
+            fail(field, std::to_string(value) + " is not allowed; Stable Diffusion images are multiples of 8 pixels "
+                                                "(one latent pixel each)");
+    if (o.tile % 64 || o.tile > std::min(o.width, o.height))
+        fail("tile", std::to_string(o.tile) + " is not allowed; for " + o.shape +
+                         " the tile is a multiple of 64 pixels (8 latent pixels, the UNet's downsampling factor) "
+                         "no larger than the " + std::to_string(o.width) + "x" + std::to_string(o.height) + " image");
+    if (o.overlap % 8 || o.overlap >= o.tile)
+        fail("overlap", std::to_string(o.overlap) + " is not allowed; for " + o.shape +
+                            " the overlap is a multiple of 8 pixels below the tile (" + std::to_string(o.tile) + ")");
+}
+
+}  // namespace
 
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     // Every bench option takes a value (--help, -h aside); its field as messages name it.
@@ -261,7 +320,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         {"graphs", "graphs"},   {"lanes", "lanes"},     {"steps", "steps"},
         {"repeats", "repeats"}, {"warmup-steps", "warmup_steps"}, {"backend", "backend"},
         {"seed", "seed"},       {"peak-tflops", "peak_tflops"},   {"csv", "csv"},
-        {"tuning-cache", "tuning_cache"}};
+        {"tuning-cache", "tuning_cache"}, {"cfg", "cfg"}};
     BenchOptions o;
     bool sizeGiven = false, widthGiven = false, heightGiven = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -284,8 +343,10 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             if (i + 1 >= args.size()) fail(known->second, "option '--" + name + "' needs a value");
             value = args[++i];
         }
+        o.given.insert(known->second);
         if (name == "shape") {
-            benchShapeConfig(value);  // validates the name
+            if (!isSdBenchShape(value) && value != "cifar" && value != "church")
+                fail("shape", inQuotes(value) + " is not one of cifar, church, sd15, sd21");
             o.shape = value;
         } else if (name == "model") {
             if (value.empty()) fail("model", "a model folder is needed");
@@ -349,15 +410,271 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             if (value.empty()) fail("tuning_cache", "a file path or off is needed");
             checkPathText("tuning_cache", value, "the tuning cache path (or off)");
             o.tuningCache = value;
+        } else if (name == "cfg") {
+            double cfg = 0;
+            const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), cfg);
+            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || !(cfg >= 0.0 && cfg <= kMaxCfgScale))
+                fail("cfg", inQuotes(value) + " is not allowed; the guidance scale is a number from 0 to " +
+                                fixed(kMaxCfgScale, 0) + " (1 = guidance off)");
+            o.cfg = cfg;
         }
     }
     if (o.help) return o;
     if (sizeGiven && (widthGiven || heightGiven)) fail("size", "give --size or --width/--height, not both");
     if (o.shape.empty() == o.model.empty())
-        fail("shape", o.shape.empty() ? "give --shape cifar|church (random weights) or --model DIR"
+        fail("shape", o.shape.empty() ? "give --shape cifar|church|sd15|sd21 (random weights) or --model DIR"
                                       : "give --shape or --model, not both");
+    if (isSdBenchShape(o.shape))
+        applySdOptions(o);
+    else if (o.given.count("cfg"))
+        fail("cfg", "guidance needs a text-conditioned UNet: --cfg is for --shape sd15|sd21");
     return o;
 }
+
+// ---- Stable Diffusion UNet shapes (sd15, sd21) -------------------------------------------------
+
+bool isSdBenchShape(std::string_view shape) { return shape == "sd15" || shape == "sd21"; }
+
+UNetCondConfig benchSdShapeConfig(std::string_view shape) {
+    if (!isSdBenchShape(shape)) fail("shape", inQuotes(shape) + " is not one of sd15, sd21");
+    const bool sd2 = shape == "sd21";
+    UNetCondConfig c;  // the defaults are SD 1.x's, but for these
+    c.sampleSize = sd2 ? 96 : 64;
+    c.crossAttentionDim = sd2 ? 1024 : 768;
+    c.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
+    c.useLinearProjection = sd2;
+    c.upcastAttention = sd2;
+    return c;
+}
+
+UNetStepTiming unetStepTiming(int tiles, int batch, bool guidance, double fullMs, double remainderMs, double fullHostMs,
+                              double remainderHostMs, double gflopPerEval) {
+    UNetStepTiming t;
+    const int full = tiles / batch, rest = tiles % batch;
+    t.forwardsPerStep = full + (rest ? 1 : 0);
+    t.evaluationsPerStep = tiles * (guidance ? 2 : 1);
+    t.secondsPerStep = (full * fullMs + (rest ? remainderMs : 0.0)) / 1000.0;
+    t.hostEnqueueMsPerStep = full * fullHostMs + (rest ? remainderHostMs : 0.0);
+    if (t.secondsPerStep > 0) {
+        t.unetEvalsPerS = t.evaluationsPerStep / t.secondsPerStep;
+        t.tflops = gflopPerEval * 1e9 * t.evaluationsPerStep / t.secondsPerStep / 1e12;
+    }
+    return t;
+}
+
+std::string sdBenchCsvHeader() {
+    return "engine,shape,size,tile,overlap,batch,cfg,unet_batch,precision,steps,tiles,forwards_per_step,"
+           "seconds_per_step,seconds_per_image,unet_evals_per_s,forward_ms,tflops,fraction_of_peak,peak_tflops_assumed,"
+           "peak_mib,gflop_per_eval,host_enqueue_ms_per_step,prepare_s,first_run_s,graphs,repeats,device,note";
+}
+
+namespace {
+
+struct SdBenchRow {
+    std::string engine = "tessera-cuda", shape, size, precision, graphs, device, note;
+    int tile = 0, overlap = 0, batch = 0, unetBatch = 0, steps = 0, tiles = 0, repeats = 0;
+    double cfg = 1, gflopPerEval = 0, forwardMs = 0, peakMiB = -1, prepareS = 0, firstRunS = 0;
+    UNetStepTiming step;
+    std::optional<double> peakTflops;
+    bool failed = false;
+};
+
+std::string sdCsvLine(const SdBenchRow& r) {
+    const bool ran = !r.failed;
+    auto num = [&](double v) { return ran ? sig4(v) : std::string(); };
+    return csvField(r.engine) + "," + r.shape + "," + r.size + "," + std::to_string(r.tile) + "," +
+           std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + sig4(r.cfg) + "," +
+           std::to_string(r.unetBatch) + "," + r.precision + "," + std::to_string(r.steps) + "," +
+           std::to_string(r.tiles) + "," + std::to_string(r.step.forwardsPerStep) + "," + num(r.step.secondsPerStep) +
+           "," + num(r.step.secondsPerStep * r.steps) + "," + num(r.step.unetEvalsPerS) + "," + num(r.forwardMs) + "," +
+           num(r.step.tflops) + "," + (ran && r.peakTflops ? sig4(r.step.tflops / *r.peakTflops) : "") + "," +
+           (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + (ran && r.peakMiB >= 0 ? sig4(r.peakMiB) : "") + "," +
+           sig4(r.gflopPerEval) + "," + num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," +
+           num(r.firstRunS) + "," + r.graphs + "," + std::to_string(r.repeats) + "," + csvField(r.device) + "," +
+           csvField(r.note);
+}
+
+void printSdTable(std::ostream& out, const std::vector<SdBenchRow>& rows) {
+    const std::vector<std::string> head{"engine", "prec", "graphs", "B", "UNet B", "tiles", "fwd/step", "fwd ms",
+                                        "s/step", "evals/s", "TFLOP/s", "%peak", "peak MiB", "prep s"};
+    std::vector<std::vector<std::string>> cells;
+    for (const SdBenchRow& r : rows) {
+        std::vector<std::string> row{r.engine, r.precision, r.graphs, std::to_string(r.batch), std::to_string(r.unetBatch),
+                                     std::to_string(r.tiles), std::to_string(r.step.forwardsPerStep)};
+        if (r.failed) {
+            row.insert(row.end(), {"failed", "", "", "", "", "", ""});
+        } else {
+            row.insert(row.end(), {fixed(r.forwardMs, 2), fixed(r.step.secondsPerStep, 3), fixed(r.step.unetEvalsPerS, 1),
+                                   fixed(r.step.tflops, 1),
+                                   r.peakTflops ? fixed(100.0 * r.step.tflops / *r.peakTflops, 1) : "-",
+                                   r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.prepareS, 2)});
+        }
+        cells.push_back(std::move(row));
+    }
+    printCells(out, head, cells);
+}
+
+// The SD shapes run on the CUDA backend only; anything else is refused with the reason.
+void checkSdBackend(const BenchOptions& o) {
+    if (o.backend == BackendKind::CPU)
+        fail("backend", "cpu is not allowed for " + o.shape + ": the Stable Diffusion shapes are timed on the CUDA "
+                        "backend only (one CPU forward of an 860 M-parameter UNet takes minutes); use cuda or auto");
+    if (checkRunBackend(o.backend) != BackendKind::CUDA) {
+        const DeviceReport report = probeDevices();
+        fail("backend", "auto found no CUDA backend to time " + o.shape + " on (" +
+                            (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) + ")");
+    }
+}
+
+// Random weights in host memory (float32) and the backend's packed copy: refused before
+// anything is drawn when the host cannot hold them.
+void checkSdHostMemory(const BenchOptions& o, const UNetCondConfig& config) {
+    std::uint64_t params = 0;
+    for (const auto& [name, shape] : UNetCondModel::expectedTensors(config)) {
+        std::uint64_t n = 1;
+        for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+        params += n;
+    }
+    const std::uint64_t needed = params * 8;  // float32 tensors + the packed upload
+    const std::optional<HostMemory> available = availableHostMemory();
+    if (available && needed > available->availableBytes)
+        fail("shape", o.shape + " needs about " + fixed(static_cast<double>(needed) / (1 << 20), 0) +
+                          " MiB of host memory for its random weights; " +
+                          fixed(static_cast<double>(available->availableBytes) / (1 << 20), 0) + " MiB are available (" +
+                          available->source + ")");
+}
+
+#if TESSERA_BENCH_CUDA
+// One row: prepare at the doubled (guidance) batch, one forward through the host path with
+// N(0,1) inputs (timestep 500), then the timed forwards, and the remainder batch apart.
+// `plan` is the job's tiles in latents; row.batch, tiles and unetBatch are set.
+void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, const TensorMap& weights, Precision p,
+              GraphMode mode, const TilePlan& plan) {
+    const bool guidance = o.cfg != 1.0;
+    const int factor = guidance ? 2 : 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    CudaBackend gpu(p);
+    gpu.setGraphs(mode == GraphMode::Tile);
+    TuningCache cache(TuningCache::resolvePath(o.tuningCache));
+    gpu.setTuningCache(&cache);
+    gpu.prepareGraph(graph, weights, row.unetBatch, plan.tileH(), plan.tileW());
+    gpu.setTuningCache(nullptr);
+    cache.save();
+    for (const std::string& w : gpu.tuningWarnings()) row.note += (row.note.empty() ? "" : "; ") + w;
+    for (const std::string& w : cache.warnings()) row.note += (row.note.empty() ? "" : "; ") + w;
+    row.prepareS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<std::vector<float>> inputs;
+    std::vector<const float*> in;
+    for (int v : graph.inputs()) {
+        inputs.emplace_back(static_cast<std::size_t>(graph.elements(v, row.unetBatch, plan.tileH(), plan.tileW())));
+        for (float& x : inputs.back()) x = graph.value(v).kind == ValueKind::Vector ? 500.0f : normal(rng);
+        in.push_back(inputs.back().data());
+    }
+    std::vector<std::vector<float>> outputs;
+    std::vector<float*> outs;
+    for (int v : graph.outputs()) {
+        outputs.emplace_back(static_cast<std::size_t>(graph.elements(v, row.unetBatch, plan.tileH(), plan.tileW())));
+        outs.push_back(outputs.back().data());
+    }
+    gpu.run(in, row.unetBatch, outs);
+    row.firstRunS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    const int warmup = o.warmupSteps;
+    const CudaBackend::ForwardTimes full = gpu.timeForwards(row.unetBatch, warmup, o.repeats);
+    const int rest = row.tiles % std::min(row.batch, row.tiles);
+    CudaBackend::ForwardTimes remainder;
+    if (rest) remainder = gpu.timeForwards(rest * factor, warmup, o.repeats);
+    row.forwardMs = median(full.gpuMs);
+    row.step = unetStepTiming(row.tiles, std::min(row.batch, row.tiles), guidance, row.forwardMs,
+                              median(remainder.gpuMs), median(full.hostEnqueueMs), median(remainder.hostEnqueueMs),
+                              row.gflopPerEval);
+    row.peakMiB = std::max(full.deviceUsedMiB, remainder.deviceUsedMiB);
+    row.device = gpu.info().device;
+    const GraphStats stats = gpu.graphStats();
+    if (mode == GraphMode::Tile && stats.mode != "tile") row.graphs += ">off";
+    if (!stats.fallbackReason.empty()) row.note += (row.note.empty() ? "" : "; ") + stats.fallbackReason;
+    row.peakTflops = o.peakTflops ? o.peakTflops : denseTensorPeakTflops(row.device);
+}
+#endif
+
+// Every (precision x graphs x batch) row (runSdRow), then the CSV and the table.
+int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
+    const UNetCondConfig config = benchSdShapeConfig(o.shape);
+    checkSdBackend(o);
+    checkSdHostMemory(o, config);
+    if (!o.csvPath.empty()) {
+        const std::uintmax_t bytes = (4u << 10) + (1u << 10) * o.precisions.size() * o.graphs.size() * o.batches.size();
+        checkOutputFile(o.csvPath, "csv", OutputNeeds{bytes, bytes, {}});
+    }
+    const TilePlan plan = TilePlan::make(o.width / 8, o.height / 8, o.tile / 8, o.overlap / 8);
+    const ModelGraph graph = unet2DConditionExecutionGraph(config);
+    const double gflop = graph.flops(plan.tileH(), plan.tileW()) / 1e9;
+    const std::string size = o.width == o.height ? std::to_string(o.width)
+                                                 : std::to_string(o.width) + "x" + std::to_string(o.height);
+    err << "bench: " << o.shape << " UNet (" << fixed(static_cast<double>(graph.parameterCount()) / 1e6, 1)
+        << " M parameters, random weights), " << size << ", tile " << o.tile << ", overlap " << o.overlap
+        << " pixels (latent 1/8), cfg " << sig4(o.cfg) << ", " << o.repeats << " timed forwards per row after "
+        << o.warmupSteps << " untimed; " << today() << "\n";
+    const UNetCondModel model = UNetCondModel::random(config, o.seed);
+    std::vector<SdBenchRow> rows;
+    bool anyFailed = false;
+    for (Precision p : o.precisions)
+        for (GraphMode mode : o.graphs)
+            for (int batch : o.batches) {
+                SdBenchRow row;
+                row.shape = o.shape;
+                row.size = size;
+                row.tile = o.tile;
+                row.overlap = o.overlap;
+                row.batch = batch;
+                row.cfg = o.cfg;
+                row.precision = std::string(toString(p));
+                row.graphs = std::string(toString(mode));
+                row.steps = o.steps;
+                row.repeats = o.repeats;
+                row.gflopPerEval = gflop;
+                row.tiles = plan.count();
+                row.unetBatch = std::min(batch, row.tiles) * (o.cfg != 1.0 ? 2 : 1);
+                row.step.forwardsPerStep = (row.tiles + batch - 1) / batch;
+                err << "bench: " << row.precision << ", graphs " << row.graphs << ", batch " << batch << " ..." << std::flush;
+                try {
+#if TESSERA_BENCH_CUDA
+                    runSdRow(row, o, graph, model.tensors(), p, mode, plan);
+#else
+                    throw std::runtime_error("this build has no CUDA backend");
+#endif
+                    err << " " << fixed(row.forwardMs, 2) << " ms per forward of " << row.unetBatch << "\n";
+                } catch (const std::exception& e) {
+                    row.failed = true;
+                    row.note = std::string("failed: ") + e.what();
+                    anyFailed = true;
+                    err << " " << row.note << "\n";
+                }
+                rows.push_back(std::move(row));
+            }
+    if (!o.csvPath.empty()) {
+        std::string csv = sdBenchCsvHeader() + "\n";
+        for (const SdBenchRow& row : rows) csv += sdCsvLine(row) + "\n";
+        try {
+            writeTextFileAtomically(o.csvPath, csv);
+        } catch (const std::exception& e) {
+            err << "tessera-cli bench: csv: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+    out << "\n" << o.shape << " UNet " << size << ", tile " << o.tile << ", overlap " << o.overlap << " ("
+        << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << sig4(o.cfg) << " ("
+        << (o.cfg != 1.0 ? "guidance: 2 evaluations per tile" : "no guidance: 1 evaluation per tile") << "), "
+        << fixed(gflop, 1) << " GFLOP per evaluation; UNet forwards only (s/step and evals/s leave out gather, "
+        << "guidance, scheduler and scatter); median of " << o.repeats << "\n";
+    printSdTable(out, rows);
+    return anyFailed ? kExitFailure : kExitOk;
+}
+
+}  // namespace
 
 // Over 150 lines, not yet split: option handling, the run loop and the table are to part when
 // bench folds tessera-cuda-bench in and moves to the Qt-free CLI core (issue 14 item 8).
@@ -371,6 +688,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             out << benchUsage();
             return kExitOk;
         }
+        if (isSdBenchShape(options.shape)) return runSdBench(options, out, err);
         // Every row's settings, the backend and the host memory are checked before any work
         // (the model's weights are loaded or drawn only then), from the model's config alone.
         ModelFolderConfig folder;

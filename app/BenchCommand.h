@@ -5,21 +5,30 @@
 // Writes CSV (column names shared with bench/torch_tiled_ddim.py where they overlap) and a
 // printed table. The model is a folder (--model) or a random-weight network of a diffusers
 // google/ddpm shape (--shape cifar|church), so benchmarks need no download. Qt-free.
+//
+// --shape sd15|sd21: Stable Diffusion 1.5 / 2.1's UNet2DConditionModel (random weights at the
+// real shapes) on the CUDA backend alone: per (precision x graphs x batch) the forward of one
+// tile batch (doubled with guidance, --cfg not 1) timed with CUDA events, and from it the UNet's
+// share of one step of the tiled job (--size, --tile, --overlap in pixels; latents are 1/8):
+// UNet evaluations/s, seconds per step, TFLOP/s and fraction of peak, device MiB in use. The
+// CSV columns (sdBenchCsvHeader) are kernels/bench/torch_sd_unet.py's.
 #pragma once
 
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/ModelConfig.h"
 #include "core/RunConfig.h"
+#include "core/UNetCondConfig.h"
 
 namespace tessera {
 
 struct BenchOptions {
-    std::string shape;                 // "cifar" / "church"; empty when --model is given
+    std::string shape;                 // "cifar" / "church" / "sd15" / "sd21"; empty when --model is given
     std::string model;                 // model folder; empty when --shape is given
     int width = 1024, height = 1024;
     int tile = 64;
@@ -36,6 +45,8 @@ struct BenchOptions {
     std::optional<double> peakTflops;  // overrides the table of known GPUs
     std::string csvPath;               // empty: CSV only on stdout's table
     std::string tuningCache;           // RunConfig::tuningCache ("" = the default file, "off", a path)
+    double cfg = 7.0;                  // sd15/sd21: guidance scale; not 1: two UNet evaluations per tile
+    std::set<std::string> given;       // the options given, by field name ("tile", "batch", ...)
     bool help = false;
 };
 
@@ -49,6 +60,30 @@ std::string benchUsage();
 // downsample_padding 0, attention_head_dim null, 32 norm groups, 2 layers per block).
 // Throws ValidationError("shape") for another name.
 ModelConfig benchShapeConfig(std::string_view shape);
+
+// True for "sd15" and "sd21", the shapes timed as a Stable Diffusion UNet.
+bool isSdBenchShape(std::string_view shape);
+
+// Stable Diffusion 1.5 (heads 8, context 768, conv projections) and 2.1 (heads 5, 10, 20, 20,
+// context 1024, linear projections, upcast attention) UNet2DConditionModel configs (spec
+// sd-models.md §1.1; 859,520,964 and 865,910,724 parameters). Throws ValidationError("shape")
+// for another name.
+UNetCondConfig benchSdShapeConfig(std::string_view shape);
+
+// The UNet's share of one step of a tiled job, from forward times: `tiles` tiles in calls of
+// `batch` tiles (the last call holds the remainder, timed apart), each tile one UNet evaluation,
+// two with guidance (conditional and unconditional halves in one doubled batch). Times in ms
+// per call (GPU; host enqueue); gflopPerEval is one evaluation of one sample.
+struct UNetStepTiming {
+    int forwardsPerStep = 0;
+    int evaluationsPerStep = 0;
+    double secondsPerStep = 0, unetEvalsPerS = 0, tflops = 0, hostEnqueueMsPerStep = 0;
+};
+UNetStepTiming unetStepTiming(int tiles, int batch, bool guidance, double fullMs, double remainderMs, double fullHostMs,
+                              double remainderHostMs, double gflopPerEval);
+
+// The SD rows' CSV header (no newline): kernels/bench/torch_sd_unet.py prints the same columns.
+std::string sdBenchCsvHeader();
 
 // Dense fp16/bf16 tensor-core peak in TFLOP/s for a GPU name (e.g. "NVIDIA H100 80GB HBM3"
 // -> 989), or nullopt when the name is not one we know.

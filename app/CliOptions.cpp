@@ -13,6 +13,8 @@
 #include "app/EngineFactory.h"
 #include "core/BoundedInput.h"
 #include "core/RunRecordIO.h"
+#include "core/Scheduler.h"
+#include "core/SdModel.h"
 
 namespace tessera {
 
@@ -88,6 +90,15 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"seed", {"seed", true, [](CliOptions& o, const std::string& v) { o.config.seed = parseSeed(v); }}},
         {"steps", {"steps", true, [](CliOptions& o, const std::string& v) { o.config.steps = parseInt("steps", v); }}},
         {"scheduler", {"scheduler", true, [](CliOptions& o, const std::string& v) { o.config.scheduler = parseScheduler(v); }}},
+        {"sampler", {"scheduler", true, [](CliOptions& o, const std::string& v) {
+                         // A1111's names: "Euler a", "DPM++ 2M Karras", "DPM++ 2M", "Euler", "DDIM".
+                         const auto found = samplerFromDisplayName(v, "");
+                         if (!found)
+                             fail("sampler", inQuotes(v) + " is not a sampler Tessera has; use Euler, Euler a, "
+                                             "DPM++ 2M, DPM++ 2M Karras, DDIM or DDPM");
+                         o.config.scheduler = found->first;
+                         o.config.schedulerOptions.karrasSigmas = found->second;
+                     }}},
         {"tile", {"tile", true, [](CliOptions& o, const std::string& v) { o.config.tile = parseInt("tile", v); }}},
         {"overlap", {"overlap", true, [](CliOptions& o, const std::string& v) { applyOverlap(o.config, v); }}},
         {"window", {"window", true, [](CliOptions& o, const std::string& v) { o.config.window = parseBlendWindow(v); }}},
@@ -308,8 +319,15 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     namespace fs = std::filesystem;
     if (!given.empty()) {
         checkPathText("model", given, "a model folder path");
+        if (given.rfind(kRandomModelPrefix, 0) == 0) return given;   // random weights (benchmarks)
         std::error_code ec;
         const fs::path dir = fs::absolute(given, ec);
+        // A Stable Diffusion checkpoint file (loadSdModel reads or refuses it, naming why).
+        if (!ec && !fs::is_directory(dir, ec) && isSdModelPath(dir.string())) {
+            if (!fs::exists(dir, ec))
+                throw ValidationError("model", "model: " + inQuotes(given) + " does not exist");
+            return dir.lexically_normal().string();
+        }
         // is_directory's error_code form: a link loop or an over-long component is a message, not a throw.
         if (ec || !fs::is_directory(dir, ec))
             throw ValidationError("model", "model: " + inQuotes(given) + " is not a folder" +
@@ -338,12 +356,16 @@ std::string cliUsage(CliCommand command) {
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
         "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
         "                         render's <run-id>.json manifest to run it again\n"
-        "  --model DIR            diffusers UNet2DModel folder (default: the bundled default model)\n"
+        "  --model PATH           a Stable Diffusion 1.x/2.x checkpoint (.safetensors file or diffusers\n"
+        "                         pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
+        "                         bundled unconditional model)\n"
         "  --width PX             image width in pixels (default 256)\n"
         "  --height PX            image height in pixels (default 256)\n"
         "  --seed N               noise seed (default 0)\n"
         "  --steps N              sampling steps (default 20)\n"
         "  --scheduler NAME       ddpm, ddim, euler, euler_a or dpmpp_2m (default ddim)\n"
+        "  --sampler NAME         the sampler as A1111 names it: \"Euler a\", \"DPM++ 2M Karras\", Euler,\n"
+        "                         \"DPM++ 2M\", DDIM (sets --scheduler and the Karras schedule)\n"
         "  --eta X                DDIM eta (default 0)\n"
         "  --timestep-spacing S   leading, trailing or linspace (default leading)\n"
         "  --tile PX              tile edge in pixels (default 64)\n"

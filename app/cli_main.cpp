@@ -210,16 +210,40 @@ ImageTensor startImageTensor(const RunConfig& config, int channels) {
     return resampleToModelSpace(decoded, config.width, config.height, channels);
 }
 
+// Upscaling (Stable Diffusion image-to-image): the canvas is the init image's size times
+// config.upscale, each side rounded down to a multiple of 8 (the VAE's cell).
+void applyUpscale(RunConfig& config) {
+    Rgb8Image decoded;
+    try {
+        decoded = decodeImageFile(config.initImage);
+    } catch (const InitImageError& e) {
+        throw InputError{std::string("init: ") + e.what()};
+    }
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
+        throw InputError{"upscale: " + fixed(config.upscale, 3) + " is not allowed; 1 to " + fixed(kMaxUpscale, 0)};
+    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
+    config.width = side(decoded.width);
+    config.height = side(decoded.height);
+    std::cerr << "note: upscale: " << decoded.width << "x" << decoded.height << " x " << fixed(config.upscale, 2)
+              << " -> " << config.width << "x" << config.height << "\n";
+}
+
 int cmdRender(const CliOptions& options) {
     RunConfig config = options.config;
     // Every check before any work, cheapest first: the fields against the model's limits
     // (its config.json alone), the backend, the start image's header, the host memory.
     config.model = resolveModel(config.model);
-    const ModelFolderConfig model = readModelFolderConfig(config.model);
-    validate(config, model.limits());
+    const bool sd = isSdModelPath(config.model);
+    std::optional<ModelFolderConfig> model;
+    if (!sd) model = readModelFolderConfig(config.model);
+    if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
+    validate(config, sd ? ModelLimits{8, 1000, 3} : model->limits());
     const BackendKind backend = checkRunBackend(config.backend);
-    const std::optional<StartImageSize> startImage = checkStartImageHeader(config, model.config.inChannels);
-    checkRunMemory(config, model.config, backend, startImage);
+    const int channels = sd ? 3 : model->config.inChannels;
+    const std::optional<StartImageSize> startImage = checkStartImageHeader(config, channels);
+    // Stable Diffusion: the engine checks the run against the model once it is loaded (its
+    // limits come from three components); the host estimate covers UNet2DModel runs.
+    if (!sd) checkRunMemory(config, model->config, backend, startImage);
 
     // The output folder (owned by the outputs work): the last validation, before any work. It
     // creates nothing: the --out folder (and missing parents) are created only when the
@@ -227,7 +251,7 @@ int cmdRender(const CliOptions& options) {
     checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
 
     std::unique_ptr<Engine> engine = makeEngine(config.backend);
-    if (startImage) engine->setInitImage(startImageTensor(config, model.config.inChannels));
+    if (startImage) engine->setInitImage(startImageTensor(config, channels));
 
     ConsoleObserver observer;
     RunResult result;
@@ -273,6 +297,12 @@ int cmdRender(const CliOptions& options) {
 int main(int argc, char** argv) {
     // Warnings (unused tensors, unknown config keys) are diagnostics: stderr, never the report on stdout.
     spdlog::set_default_logger(spdlog::stderr_color_mt("tessera-cli"));
+    // The CLIP vocabulary Stable Diffusion models without tokenizer/ use (resources/clip).
+    for (const std::string& candidate : resourceCandidates(executableDir(), "clip/bpe_simple_vocab_16e6.txt.gz"))
+        if (fs::is_regular_file(candidate)) {
+            setBundledClipVocabulary(candidate);
+            break;
+        }
     std::vector<std::string> args(argv + 1, argv + argc);
     // bench has its own options (lists of batches, precisions, graph modes): app/BenchCommand.h.
     if (!args.empty() && args.front() == "bench") {

@@ -451,14 +451,19 @@ void quickGelu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
     });
 }
 
-void tokenEmbedding(WorkerPool& pool, int batch, int tokens, int channels, std::int64_t vocab, const float* ids,
-                    const float* table, const float* positions, float* y) {
+void checkTokenIds(int batch, int tokens, std::int64_t vocab, const float* ids) {
     const std::int64_t rows = std::int64_t(batch) * tokens;
     for (std::int64_t r = 0; r < rows; ++r)
         if (!(ids[r] >= 0.0f && ids[r] < static_cast<float>(vocab)) || ids[r] != std::floor(ids[r]))
             throw std::out_of_range("token embedding: row " + std::to_string(r / tokens) + " position " +
                                     std::to_string(r % tokens) + " holds id " + std::to_string(ids[r]) +
                                     ", not an integer from 0 to " + std::to_string(vocab - 1));
+}
+
+void tokenEmbedding(WorkerPool& pool, int batch, int tokens, int channels, std::int64_t vocab, const float* ids,
+                    const float* table, const float* positions, float* y) {
+    const std::int64_t rows = std::int64_t(batch) * tokens;
+    checkTokenIds(batch, tokens, vocab, ids);
     pool.parallelFor(rows, [&](std::int64_t r) {
         const float* t = table + static_cast<std::int64_t>(ids[r]) * channels;
         const float* p = positions + (r % tokens) * channels;

@@ -133,6 +133,10 @@ void tokenLinear(WorkerPool&, int rows, int in, int out, const float* x, const f
 // Elementwise over n floats; y may alias x. gelu: exact (erf), or PyTorch's tanh approximation.
 void gelu(WorkerPool&, std::int64_t n, const float* x, bool tanhApproximation, float* y);
 void quickGelu(WorkerPool&, std::int64_t n, const float* x, float* y);
+// Throws std::out_of_range naming the row, position and value of the first of batch * tokens ids
+// (held as floats) that is not an integer in [0, vocab). Every backend's TokenEmbedding checks
+// its ids with this before any work, so they refuse the same ids with the same words.
+void checkTokenIds(int batch, int tokens, std::int64_t vocab, const float* ids);
 // CLIP's embeddings: y [rows, channels] = table[ids[r]] + positions[r % tokens] for rows =
 // batch * tokens ids held as floats. Throws std::out_of_range naming the row, position and
 // value for an id that is not an integer in [0, vocab) (nothing is written then).

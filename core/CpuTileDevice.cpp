@@ -63,11 +63,13 @@ void gatherTiles(const TilePlan& plan, const Canvas& canvas, const std::vector<f
     }
 }
 
-// What one step scatters: its coefficients and noise, and which accumulators it feeds.
+// What one step scatters: its coefficients, noise and previous x0 (nullptr when K.cprev == 0),
+// and which accumulators it feeds.
 struct ScatterStep {
     const StepCoefficients& K;
     const std::vector<float>& x;
     const std::vector<float>& z;
+    const float* x0Prev;
     bool sampleFusion, stepNoise, wantEps, lastStep;
 };
 
@@ -78,6 +80,15 @@ struct Accumulators {
     std::vector<float>& accEps;
     SeamSums& seams;
 };
+
+// The step's scatter and fuse inputs; the previous x0 only where the step reads it.
+ScatterStep stepOf(const StepCoefficients& K, const std::vector<float>& x, const std::vector<float>& z,
+                   const std::vector<float>& x0, bool stepNoise, const StepVariant& variant) {
+    if (K.cprev != 0.0f && x0.size() != x.size())
+        throw std::logic_error("CpuTileDevice: the step reads the previous x0, but no step wrote it (keepX0 off)");
+    return ScatterStep{K, x, z, K.cprev != 0.0f ? x0.data() : nullptr, variant.sampleFusion, stepNoise,
+                       variant.blendsNoise(), variant.seams};
+}
 
 // Window-weighted scatter of each tile's contribution (x'_t or eps_t) of tiles [first, first + count).
 void scatterTiles(const TilePlan& plan, const BlendWeights& weights, const Canvas& canvas, const ScatterStep& step,
@@ -98,7 +109,8 @@ void scatterTiles(const TilePlan& plan, const BlendWeights& weights, const Canva
                     const float w = tileWeight[static_cast<std::size_t>(i) * tileW + q];
                     float v = e;
                     if (step.sampleFusion) {
-                        v = applyStep(step.K, step.x[p], e, step.stepNoise ? step.z[p] : 0.0f);
+                        v = applyStep(step.K, step.x[p], e, step.stepNoise ? step.z[p] : 0.0f,
+                                      step.x0Prev ? step.x0Prev[p] : 0.0f);
                         a.acc[p] += w * v;
                     }
                     if (step.wantEps) a.accEps[p] += w * e;
@@ -112,32 +124,25 @@ void scatterTiles(const TilePlan& plan, const BlendWeights& weights, const Canva
 }
 
 // The end of a step: normalise by N(p) = sum of the windows covering p (sample fusion), or one
-// scheduler update with the normalised noise (noise fusion). Returns the blended x0 prediction
-// when `preview` (far more legible than noisy x_t), else an empty vector.
-std::vector<float> fuseStep(const Canvas& canvas, const std::vector<float>& normalizer, const ScatterStep& step,
-                            bool preview, const std::vector<float>& acc, const std::vector<float>& accEps,
-                            std::vector<float>& x) {
+// scheduler update with the normalised noise (noise fusion, reading the previous x0 from x0
+// before it is replaced). With `writeX0`, x0 becomes this step's blended x0 prediction (a
+// preview far more legible than noisy x_t, and the next step's previous x0).
+void fuseStep(const Canvas& canvas, const std::vector<float>& normalizer, const ScatterStep& step, bool writeX0,
+              const std::vector<float>& acc, const std::vector<float>& accEps, std::vector<float>& x,
+              std::vector<float>& x0) {
     const StepCoefficients& K = step.K;
     const std::size_t plane = canvas.plane();
-    std::vector<float> x0Preview;
-    if (preview) {
-        x0Preview.resize(canvas.size());
-        for (std::size_t p = 0; p < canvas.size(); ++p) {
-            const float e = accEps[p] / normalizer[p % plane];
-            float x0 = K.ax * x[p] + K.ae * e;
-            if (K.clip != 0.0f) x0 = std::clamp(x0, -K.clipRange, K.clipRange);
-            x0Preview[p] = x0;
-        }
+    if (writeX0) x0.resize(canvas.size());
+    for (std::size_t p = 0; p < canvas.size(); ++p) {
+        const float n = normalizer[p % plane];
+        const float e = step.wantEps ? accEps[p] / n : 0.0f;
+        const float xOld = x[p];
+        if (step.sampleFusion)
+            x[p] = acc[p] / n;
+        else
+            x[p] = applyStep(K, xOld, e, step.stepNoise ? step.z[p] : 0.0f, step.x0Prev ? step.x0Prev[p] : 0.0f);
+        if (writeX0) x0[p] = predictX0(K, xOld, e);
     }
-    if (step.sampleFusion) {
-        for (std::size_t p = 0; p < canvas.size(); ++p) x[p] = acc[p] / normalizer[p % plane];
-    } else {
-        for (std::size_t p = 0; p < canvas.size(); ++p) {
-            const float e = accEps[p] / normalizer[p % plane];
-            x[p] = applyStep(K, x[p], e, step.stepNoise ? step.z[p] : 0.0f);
-        }
-    }
-    return x0Preview;
 }
 
 }  // namespace
@@ -186,6 +191,7 @@ void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<vo
     acc_.assign(outSize, 0.0f);
     accEps_.assign(outSize, 0.0f);
     seams_ = {};
+    x0_.clear();
     const std::size_t batch = static_cast<std::size_t>(pass.batchSize);
     tileIn_.assign(static_cast<std::size_t>(pass.inChannels) * pass.plan->tileH() * pass.plan->tileW() * batch, 0.0f);
     tileOut_.assign(outTileElems() * batch, 0.0f);
@@ -211,10 +217,13 @@ void CpuTileDevice::startCanvas(const CanvasStart& start) {
         break;
     }
     std::fill(y_.begin(), y_.end(), 0.0f);
+    hasX0Prev_ = false;
 }
 
 void CpuTileDevice::beginStep(int step, const StepVariant& variant) {
     K_ = pass_->coefficients.at(static_cast<std::size_t>(step));
+    if (!hasX0Prev_) K_ = withoutPreviousX0(K_);   // the first step after startCanvas
+    hasX0Prev_ = true;
     stepNoise_ = K_.sigma != 0.0f;
     if (stepNoise_) {
         z_.resize(output().size());
@@ -265,20 +274,19 @@ bool CpuTileDevice::checkOutput(const TileBatch& batch) {
 }
 
 void CpuTileDevice::scatter(const TileBatch& batch, const StepVariant& variant) {
-    const ScatterStep step{K_, output(), z_, variant.sampleFusion, stepNoise_, variant.blendsNoise(), variant.seams};
+    const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
     scatterTiles(*pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count,
                  tileOut_.data(), Accumulators{acc_, accEps_, seams_});
 }
 
 void CpuTileDevice::fuse(const StepVariant& variant) {
-    const ScatterStep step{K_, output(), z_, variant.sampleFusion, stepNoise_, variant.blendsNoise(), variant.seams};
-    x0Preview_ =
-        fuseStep(outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.preview, acc_, accEps_, output());
+    const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
+    fuseStep(outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.writesX0(), acc_, accEps_, output(), x0_);
 }
 
 bool CpuTileDevice::checkCanvas() { return !allFinite(output().data(), output().size()); }
 
-std::vector<float> CpuTileDevice::readPreview(bool x0) { return x0 ? std::move(x0Preview_) : output(); }
+std::vector<float> CpuTileDevice::readPreview(bool x0) { return x0 ? x0_ : output(); }
 
 std::vector<float> CpuTileDevice::readCanvas() { return output(); }
 

@@ -71,11 +71,12 @@ private:
     const TiledPass* pass_ = nullptr;
     StepCoefficients K_;
     bool stepNoise_ = false;
+    bool hasX0Prev_ = false;                 // a step has run since startCanvas (TileDevice.h: x0 canvas)
     std::vector<float> x_, y_, z_;          // input canvas, output canvas (map pass), noise
     std::vector<float> acc_, accEps_;       // sum of w * x'_t (sample fusion), of w * eps (noise fusion, previews)
     SeamSums seams_;                         // the last step's seam statistics
     std::vector<float> tileIn_, tileOut_, tileUncond_, tileT_;
-    std::vector<float> x0Preview_;
+    std::vector<float> x0_;                  // the x0 canvas: previews, DPM++ 2M's previous x0
 };
 
 }  // namespace tessera

@@ -230,9 +230,11 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
     if (!(o.eta >= 0.0f && o.eta <= 1.0f))
         problems.add("eta", formatNumber(o.eta) + " is not allowed; eta must be 0 or more and at most 1 (DDIM's "
                                                   "noise weight: 0 deterministic, 1 as much noise as DDPM)");
-    if (config.scheduler == SchedulerKind::Euler && o.predictionType == PredictionType::Sample)
-        problems.add("prediction_type", "'sample' is not allowed with the euler scheduler; use epsilon or "
-                                        "v_prediction, or the ddpm/ddim scheduler");
+    if ((config.scheduler == SchedulerKind::Euler || config.scheduler == SchedulerKind::EulerAncestral) &&
+        o.predictionType == PredictionType::Sample)
+        problems.add("prediction_type", "'sample' is not allowed with the " + std::string(toString(config.scheduler)) +
+                                            " scheduler; use epsilon or v_prediction, or the ddpm, ddim or dpmpp_2m "
+                                            "scheduler");
 }
 
 // ---------------------------------------------------------------------------

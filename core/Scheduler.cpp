@@ -201,23 +201,91 @@ public:
     }
 };
 
-// EulerDiscreteScheduler (spec §5.4), s_churn = 0: x_next = x + (x - x0)/σ · (σ_next - σ);
-// x0 clipped when the model's schedule says clip_sample (a deliberate difference, see below).
-class EulerScheduler final : public Scheduler {
+// diffusers' σ table of the training timesteps, σ_train = ((1 - ᾱ) / ᾱ) ** 0.5 in float32
+// tensors, and its two lookups (Euler, Euler a and DPM++ 2M share them).
+class TrainSigmas {
 public:
-    explicit EulerScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::Euler, o) {
-        // σ_train = ((1 - ᾱ) / ᾱ) ** 0.5 in float32 tensors, as diffusers computes it.
-        trainSigmas_.reserve(alphasCumprod_.size());
-        logTrainSigmas_.reserve(alphasCumprod_.size());
-        for (const float a : alphasCumprod_) {
+    explicit TrainSigmas(const std::vector<float>& alphasCumprod) {
+        sigma_.reserve(alphasCumprod.size());
+        logSigma_.reserve(alphasCumprod.size());
+        for (const float a : alphasCumprod) {
             const float s = std::sqrt((1.0f - a) / a);
-            trainSigmas_.push_back(s);
-            logTrainSigmas_.push_back(std::log(s));
+            sigma_.push_back(s);
+            logSigma_.push_back(std::log(s));
         }
     }
 
+    float at(std::size_t t) const { return sigma_[t]; }
+    float first() const { return sigma_.front(); }
+    float last() const { return sigma_.back(); }
+
+    // np.interp(t, arange(Tn), σ_train) in float64.
+    double interp(double t) const {
+        const std::size_t last = sigma_.size() - 1;
+        if (!(t > 0.0)) return sigma_.front();
+        if (t >= static_cast<double>(last)) return sigma_.back();
+        const auto j = static_cast<std::size_t>(std::floor(t));
+        const double y0 = sigma_[j], y1 = sigma_[j + 1];
+        const double slope = (y1 - y0) / 1.0;
+        return slope * (t - static_cast<double>(j)) + y0;
+    }
+
+    // _sigma_to_t (Euler and DPM-Solver alike): piecewise-linear in ln σ_train, clamped.
+    double sigmaToT(double sigma) const {
+        const double logSigma = std::log(std::max(sigma, 1e-10));
+        const std::size_t count = logSigma_.size();
+        if (count < 2) return 0.0;
+        // low = the last index with log σ_train <= log σ (0 if none), at most count - 2.
+        std::size_t low = 0;
+        for (std::size_t i = 0; i < count; ++i)
+            if (logSigma - static_cast<double>(logSigma_[i]) >= 0.0) low = i;
+        low = std::min(low, count - 2);
+        const float lowLog = logSigma_[low], highLog = logSigma_[low + 1];
+        const double denominator = static_cast<float>(lowLog - highLog);  // float32 in NumPy
+        double w = (static_cast<double>(lowLog) - logSigma) / denominator;
+        w = std::clamp(w, 0.0, 1.0);
+        return (1.0 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1);
+    }
+
+private:
+    std::vector<float> sigma_, logSigma_;
+};
+
+// _convert_to_karras (rho = 7) in float64: n values from sigmaMax down to sigmaMin.
+std::vector<double> karrasSigmas(double sigmaMin, double sigmaMax, int n) {
+    const double rho = 7.0;
+    const double maxInv = std::pow(sigmaMax, 1.0 / rho), minInv = std::pow(sigmaMin, 1.0 / rho);
+    const std::vector<double> ramp = numpyLinspaceFromZero(1.0, n);
+    std::vector<double> sig(static_cast<std::size_t>(n));
+    for (std::size_t k = 0; k < sig.size(); ++k) sig[k] = std::pow(maxInv + ramp[k] * (minInv - maxInv), rho);
+    return sig;
+}
+
+// Every coefficient finite, else the step count is refused naming the step (e.g. DPM++ 2M with
+// so many steps that two noise levels coincide: its step ratio h is then 0).
+void checkFinite(const std::vector<StepCoefficients>& coeffs, SchedulerKind kind, int n) {
+    for (std::size_t k = 0; k < coeffs.size(); ++k) {
+        const StepCoefficients& c = coeffs[k];
+        const float values[] = {c.ax, c.ae, c.ee, c.ex, c.e0, c.cx0, c.cx, c.ceps, c.cprev, c.sigma, c.modelInputScale};
+        for (const float v : values)
+            if (!std::isfinite(v))
+                throw ValidationError("steps", "steps: " + std::to_string(n) + " " + std::string(toString(kind)) +
+                                                   " steps give step " + std::to_string(k) +
+                                                   " a non-finite update (two steps at the same noise level); use fewer steps");
+    }
+}
+
+// EulerDiscreteScheduler (spec §5.4) and EulerAncestralDiscreteScheduler (sd-pipeline.md §4.3),
+// s_churn = 0: x_next = x + (x - x0)/σ · (σ_target - σ) + σ_up z, with σ_target = σ_next and
+// σ_up = 0 for Euler, σ_down for Euler a. x0 clipped when the model's schedule says clip_sample
+// (a deliberate difference, see below).
+class EulerScheduler final : public Scheduler {
+public:
+    EulerScheduler(SchedulerKind kind, const SchedulerOptions& o) : Scheduler(kind, o), train_(alphasCumprod_) {}
+
     void setTimesteps(int n) override {
         checkSteps(n);
+        const bool ancestral = kind_ == SchedulerKind::EulerAncestral;
         const int tn = options_.numTrainTimesteps;
         std::vector<float> ts;
         if (options_.timestepSpacing == TimestepSpacing::Linspace) {
@@ -230,16 +298,11 @@ public:
         }
 
         std::vector<double> sig(ts.size());
-        for (std::size_t k = 0; k < ts.size(); ++k) sig[k] = interpSigma(ts[k]);
-        if (options_.karrasSigmas) {
-            // _convert_to_karras (rho = 7), then t_k recovered from σ_k (_sigma_to_t).
-            const double sigmaMax = sig.front(), sigmaMin = sig.back(), rho = 7.0;
-            const double maxInv = std::pow(sigmaMax, 1.0 / rho), minInv = std::pow(sigmaMin, 1.0 / rho);
-            const std::vector<double> ramp = numpyLinspaceFromZero(1.0, n);
-            for (std::size_t k = 0; k < sig.size(); ++k) {
-                sig[k] = std::pow(maxInv + ramp[k] * (minInv - maxInv), rho);
-                ts[k] = static_cast<float>(sigmaToT(sig[k]));
-            }
+        for (std::size_t k = 0; k < ts.size(); ++k) sig[k] = train_.interp(ts[k]);
+        if (options_.karrasSigmas && !ancestral) {
+            // Over the spacing's own σ range, then t_k recovered from σ_k (_sigma_to_t).
+            sig = karrasSigmas(sig.back(), sig.front(), n);
+            for (std::size_t k = 0; k < sig.size(); ++k) ts[k] = static_cast<float>(train_.sigmaToT(sig[k]));
         }
 
         sigmas_.assign(sig.begin(), sig.end());  // float32, as diffusers stores them
@@ -250,84 +313,177 @@ public:
 
         std::vector<StepCoefficients> coeffs(ts.size());
         for (std::size_t k = 0; k < ts.size(); ++k) {
-            const double s = sigmas_[k], sNext = sigmas_[k + 1];
             StepCoefficients& c = coeffs[k];
-            switch (options_.predictionType) {
-            case PredictionType::Epsilon:  // x0 = x - σ ε, and (x - x0)/σ is ε itself
-                c.ax = 1.0f;
-                c.ae = static_cast<float>(-s);
-                c.ee = 1.0f;
-                // The model's schedule clips x0 (pixel-space DDPMs: clip_sample true): then
-                // x_next = clip(x0) + σ_next ε, which is x + (σ_next - σ) ε when nothing is
-                // clipped, and is DDIM's update (clipped x0, the model's own ε) in σ form.
-                // diffusers' EulerDiscreteScheduler has no clip_sample: on such a model its x0
-                // drifts out of [-1, 1] and the image saturates (the bundled default model went
-                // pure blue; DDIM without clipping does the same). Latent models (SD) set
-                // clip_sample false, where this is exactly diffusers.
-                if (options_.clipSample) setClip(c, options_);
-                break;
-            case PredictionType::Sample:
-            case PredictionType::VPrediction:
-                if (!(s > 0.0))
-                    throw ValidationError("prediction_type", "prediction_type: Euler with '" +
-                                                                 std::string(toString(options_.predictionType)) +
-                                                                 "' needs sigma > 0 at every step; step " + std::to_string(k) +
-                                                                 " has sigma 0 (beta_start 0?)");
-                if (options_.predictionType == PredictionType::Sample) {
-                    c.ax = 0.0f;
-                    c.ae = 1.0f;
-                } else {  // x0 = out · (-σ / √(σ²+1)) + x / (σ²+1)
-                    c.ax = static_cast<float>(1.0 / (s * s + 1.0));
-                    c.ae = static_cast<float>(-s / std::sqrt(s * s + 1.0));
-                }
-                c.ex = static_cast<float>(1.0 / s);
-                c.e0 = static_cast<float>(-1.0 / s);
-                break;
+            const double s = sigmas_[k];
+            setPrediction(c, k);
+            double target = sigmas_[k + 1];
+            if (ancestral) {
+                // σ_up, σ_down in float32 tensor arithmetic, as diffusers' step computes them.
+                const float from = sigmas_[k], to = sigmas_[k + 1];
+                const float up = std::sqrt(to * to * (from * from - to * to) / (from * from));
+                target = std::sqrt(to * to - up * up);
+                c.sigma = up;
             }
             if (c.clip != 0.0f) {
                 c.cx0 = 1.0f;
-                c.ceps = static_cast<float>(sNext);
+                c.ceps = static_cast<float>(target);
             } else {
                 c.cx = 1.0f;
-                c.ceps = static_cast<float>(sNext - s);
+                c.ceps = static_cast<float>(target - s);
             }
             c.modelInputScale = static_cast<float>(1.0 / std::sqrt(s * s + 1.0));
             c.timestep = ts[k];
         }
+        checkFinite(coeffs, kind_, n);
         timesteps_ = std::move(ts);
         coefficients_ = std::move(coeffs);
     }
 
 private:
-    // np.interp(t, arange(Tn), σ_train) in float64.
-    double interpSigma(double t) const {
-        const std::size_t last = trainSigmas_.size() - 1;
-        if (!(t > 0.0)) return trainSigmas_.front();
-        if (t >= static_cast<double>(last)) return trainSigmas_.back();
-        const auto j = static_cast<std::size_t>(std::floor(t));
-        const double y0 = trainSigmas_[j], y1 = trainSigmas_[j + 1];
-        const double slope = (y1 - y0) / 1.0;
-        return slope * (t - static_cast<double>(j)) + y0;
+    // x0 and the direction's noise estimate (x - x0)/σ of step k.
+    void setPrediction(StepCoefficients& c, std::size_t k) const {
+        const double s = sigmas_[k];
+        switch (options_.predictionType) {
+        case PredictionType::Epsilon:  // x0 = x - σ ε, and (x - x0)/σ is ε itself
+            c.ax = 1.0f;
+            c.ae = static_cast<float>(-s);
+            c.ee = 1.0f;
+            // The model's schedule clips x0 (pixel-space DDPMs: clip_sample true): then
+            // x_next = clip(x0) + σ_target ε, which is x + (σ_target - σ) ε when nothing is
+            // clipped, and is DDIM's update (clipped x0, the model's own ε) in σ form.
+            // diffusers' Euler schedulers have no clip_sample: on such a model their x0
+            // drifts out of [-1, 1] and the image saturates (the bundled default model went
+            // pure blue; DDIM without clipping does the same). Latent models (SD) set
+            // clip_sample false, where this is exactly diffusers.
+            if (options_.clipSample) setClip(c, options_);
+            return;
+        case PredictionType::Sample:
+        case PredictionType::VPrediction:
+            if (!(s > 0.0))
+                throw ValidationError("prediction_type", "prediction_type: " + std::string(toString(kind_)) + " with '" +
+                                                             std::string(toString(options_.predictionType)) +
+                                                             "' needs sigma > 0 at every step; step " + std::to_string(k) +
+                                                             " has sigma 0 (beta_start 0?)");
+            if (options_.predictionType == PredictionType::Sample) {
+                c.ax = 0.0f;
+                c.ae = 1.0f;
+            } else {  // x0 = out · (-σ / √(σ²+1)) + x / (σ²+1)
+                c.ax = static_cast<float>(1.0 / (s * s + 1.0));
+                c.ae = static_cast<float>(-s / std::sqrt(s * s + 1.0));
+            }
+            c.ex = static_cast<float>(1.0 / s);
+            c.e0 = static_cast<float>(-1.0 / s);
+            return;
+        }
     }
 
-    // EulerDiscreteScheduler._sigma_to_t: piecewise-linear in ln σ_train, clamped.
-    double sigmaToT(double sigma) const {
-        const double logSigma = std::log(std::max(sigma, 1e-10));
-        const std::size_t count = logTrainSigmas_.size();
-        if (count < 2) return 0.0;
-        // low = the last index with log σ_train <= log σ (0 if none), at most count - 2.
-        std::size_t low = 0;
-        for (std::size_t i = 0; i < count; ++i)
-            if (logSigma - static_cast<double>(logTrainSigmas_[i]) >= 0.0) low = i;
-        low = std::min(low, count - 2);
-        const float lowLog = logTrainSigmas_[low], highLog = logTrainSigmas_[low + 1];
-        const double denominator = static_cast<float>(lowLog - highLog);  // float32 in NumPy
-        double w = (static_cast<double>(lowLog) - logSigma) / denominator;
-        w = std::clamp(w, 0.0, 1.0);
-        return (1.0 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1);
+    TrainSigmas train_;
+};
+
+// DPMSolverMultistepScheduler (sd-pipeline.md §4.4) as "DPM++ 2M": dpmsolver++, order 2,
+// midpoint, lower_order_final, final sigma 0. In VP form (α = 1/√(σ²+1), s = σα, λ = -ln σ):
+// D_k = x0 of step k; x' = (s_{k+1}/s_k) x + α_{k+1}(1 - e^{-h}) D', h = λ_{k+1} - λ_k, with
+// D' = D_k on first-order steps (the first step run, and the last: σ_N = 0 returns D_k) and
+// D' = (1 + 1/(2 r)) D_k - 1/(2 r) D_{k-1}, r = (λ_k - λ_{k-1}) / h, otherwise.
+class DpmSolverScheduler final : public Scheduler {
+public:
+    explicit DpmSolverScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::DPMPP2M, o), train_(alphasCumprod_) {}
+
+    void setTimesteps(int n) override {
+        checkSteps(n);
+        std::vector<double> sig;
+        std::vector<float> ts;
+        if (options_.karrasSigmas) {
+            // Over the whole training range (spacing plays no part); t rounded for non-cosine schedules.
+            sig = karrasSigmas(train_.first(), train_.last(), n);
+            for (const double s : sig) {
+                const double t = train_.sigmaToT(s);
+                ts.push_back(static_cast<float>(options_.betaSchedule == BetaSchedule::SquaredCosCapV2 ? t : roundHalfEven(t)));
+            }
+        } else {
+            for (const int t : timestepsFor(n)) {
+                ts.push_back(static_cast<float>(t));
+                sig.push_back(train_.at(static_cast<std::size_t>(t)));
+            }
+        }
+        sigmas_.assign(sig.begin(), sig.end());
+        sigmas_.push_back(0.0f);
+        initNoiseSigma_ = 1.0f;
+
+        std::vector<StepCoefficients> coeffs(ts.size());
+        for (std::size_t k = 0; k < ts.size(); ++k) {
+            StepCoefficients& c = coeffs[k];
+            const double s = sigmas_[k], sNext = sigmas_[k + 1];
+            const double alpha = 1.0 / std::sqrt(s * s + 1.0), sd = s * alpha;
+            switch (options_.predictionType) {
+            case PredictionType::Epsilon:  // D = (x - s ε) / α
+                c.ax = static_cast<float>(1.0 / alpha);
+                c.ae = static_cast<float>(-sd / alpha);
+                break;
+            case PredictionType::VPrediction:  // D = α x - s v
+                c.ax = static_cast<float>(alpha);
+                c.ae = static_cast<float>(-sd);
+                break;
+            case PredictionType::Sample:
+                c.ax = 0.0f;
+                c.ae = 1.0f;
+                break;
+            }
+            // As Euler: the model's clip_sample clips D (diffusers' class has thresholding instead).
+            if (options_.clipSample) setClip(c, options_);
+            if (sNext == 0.0) {  // e^{-h} = 0: x' = D
+                c.cx0 = 1.0f;
+            } else {
+                const double alphaNext = 1.0 / std::sqrt(sNext * sNext + 1.0), sdNext = sNext * alphaNext;
+                const double h = std::log(s) - std::log(sNext);
+                const double d = -alphaNext * std::expm1(-h);   // α_{k+1} (1 - e^{-h})
+                c.cx = static_cast<float>(sdNext / sd);
+                c.cx0 = static_cast<float>(d);
+                if (k > 0 && k + 1 < ts.size()) {  // second order (lower_order_final: the last step is not)
+                    const double r = (std::log(static_cast<double>(sigmas_[k - 1])) - std::log(s)) / h;
+                    c.cx0 = static_cast<float>(d * (1.0 + 0.5 / r));
+                    c.cprev = static_cast<float>(-d * 0.5 / r);
+                }
+            }
+            c.timestep = ts[k];
+        }
+        checkFinite(coeffs, kind_, n);
+        timesteps_ = std::move(ts);
+        coefficients_ = std::move(coeffs);
     }
 
-    std::vector<float> trainSigmas_, logTrainSigmas_;
+private:
+    // This class's own spacings (not DDIM's): linspace and leading place N + 1 points and drop
+    // the smallest; trailing is DDIM's.
+    std::vector<int> timestepsFor(int n) const {
+        const int tn = options_.numTrainTimesteps;
+        std::vector<int> ts(static_cast<std::size_t>(n));
+        switch (options_.timestepSpacing) {
+        case TimestepSpacing::Linspace: {
+            const std::vector<double> y = numpyLinspaceFromZero(tn - 1, n + 1);
+            for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = static_cast<int>(roundHalfEven(y[static_cast<std::size_t>(n - k)]));
+            break;
+        }
+        case TimestepSpacing::Leading: {
+            const int ratio = tn / (n + 1);
+            if (ratio == 0)
+                throw ValidationError("steps", "steps: " + std::to_string(n) + " is not allowed for dpmpp_2m with leading spacing; it places steps + 1 points on " +
+                                                   std::to_string(tn) + " timesteps, so at most " + std::to_string(tn - 1) + " steps");
+            for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - k) * ratio + options_.stepsOffset;
+            break;
+        }
+        case TimestepSpacing::Trailing:
+            return spacedTimesteps(tn, n, TimestepSpacing::Trailing, options_.stepsOffset);
+        }
+        for (const int t : ts)
+            if (t < 0 || t >= tn)
+                throw ValidationError("steps_offset", "steps_offset: " + std::to_string(options_.stepsOffset) + " with " +
+                                                          std::to_string(n) + " dpmpp_2m steps gives timestep " + std::to_string(t) +
+                                                          ", outside [0, " + std::to_string(tn - 1) + "]");
+        return ts;
+    }
+
+    TrainSigmas train_;
 };
 
 }  // namespace
@@ -440,11 +596,15 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
     case SchedulerKind::DDIM:
         return std::make_unique<DdimScheduler>(options);
     case SchedulerKind::Euler:
-        return std::make_unique<EulerScheduler>(options);
+        return std::make_unique<EulerScheduler>(kind, options);
     case SchedulerKind::EulerAncestral:
+        if (options.predictionType == PredictionType::Sample)
+            throw ValidationError("prediction_type", "prediction_type: 'sample' is not allowed with the euler_a scheduler "
+                                                     "(diffusers' EulerAncestralDiscreteScheduler has none); use epsilon "
+                                                     "or v_prediction, or another scheduler");
+        return std::make_unique<EulerScheduler>(kind, options);
     case SchedulerKind::DPMPP2M:
-        throw ValidationError("scheduler", "scheduler: " + std::string(toString(kind)) +
-                                               " is not available in this build yet; use ddim, ddpm or euler");
+        return std::make_unique<DpmSolverScheduler>(options);
     }
     throw std::invalid_argument("Scheduler::create: unknown SchedulerKind value");
 }
@@ -465,11 +625,19 @@ StepCoefficients Scheduler::coefficients(int stepIndex) const {
     return coefficients_[static_cast<std::size_t>(stepIndex)];
 }
 
-void Scheduler::step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n) const {
-    const StepCoefficients k = coefficients(stepIndex);
+void Scheduler::step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n,
+                     const float* x0Prev) const {
+    StepCoefficients k = coefficients(stepIndex);
     if (k.sigma != 0.0f && z == nullptr)
         throw std::invalid_argument("Scheduler::step: step " + std::to_string(stepIndex) + " adds noise but z is null");
-    for (std::size_t i = 0; i < n; ++i) out[i] = applyStep(k, x[i], eps[i], z ? z[i] : 0.0f);
+    if (x0Prev == nullptr) k = withoutPreviousX0(k);
+    for (std::size_t i = 0; i < n; ++i)
+        out[i] = applyStep(k, x[i], eps[i], z ? z[i] : 0.0f, k.cprev != 0.0f ? x0Prev[i] : 0.0f);
+}
+
+void Scheduler::predictX0(int stepIndex, const float* eps, const float* x, float* out, std::size_t n) const {
+    const StepCoefficients k = coefficients(stepIndex);
+    for (std::size_t i = 0; i < n; ++i) out[i] = tessera::predictX0(k, x[i], eps[i]);
 }
 
 float Scheduler::alphaCumprodAt(float t) const {
@@ -489,11 +657,117 @@ float Scheduler::alphaCumprodAt(float t) const {
 
 float Scheduler::alphaCumprodForStep(int stepIndex) const {
     const StepCoefficients k = coefficients(stepIndex);  // validates the index
-    if (kind_ == SchedulerKind::Euler) {
+    if (!sigmas_.empty()) {
         const double s = sigmas_[static_cast<std::size_t>(stepIndex)];
         return static_cast<float>(1.0 / (1.0 + s * s));
     }
     return alphaCumprodAt(k.timestep);
+}
+
+Scheduler::AddNoise Scheduler::addNoise(int stepIndex) const {
+    const StepCoefficients k = coefficients(stepIndex);  // validates the index
+    AddNoise start;
+    switch (kind_) {
+    case SchedulerKind::DDPM:
+    case SchedulerKind::DDIM: {
+        // alphas_cumprod[t] ** 0.5 and (1 - alphas_cumprod[t]) ** 0.5 on float32 tensors.
+        const float abar = alphasCumprod_[static_cast<std::size_t>(k.timestep)];
+        start.image = static_cast<float>(std::sqrt(static_cast<double>(abar)));
+        start.noise = static_cast<float>(std::sqrt(static_cast<double>(1.0f - abar)));
+        break;
+    }
+    case SchedulerKind::Euler:
+    case SchedulerKind::EulerAncestral:
+        start.noise = sigmas_[static_cast<std::size_t>(stepIndex)];
+        break;
+    case SchedulerKind::DPMPP2M: {
+        // _sigma_to_alpha_sigma_t on a float32 tensor.
+        const float sigma = sigmas_[static_cast<std::size_t>(stepIndex)];
+        start.image = 1.0f / std::sqrt(sigma * sigma + 1.0f);
+        start.noise = sigma * start.image;
+        break;
+    }
+    }
+    return start;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A1111's sampler names (sd-pipeline.md §5.8).
+
+namespace {
+
+struct DisplayNameEntry {
+    SchedulerKind kind;
+    std::string_view name;
+    bool hasKarras;        // Tessera runs this sampler with Karras sigmas too
+    bool automaticKarras;  // A1111's "Automatic" schedule for it is Karras
+};
+constexpr DisplayNameEntry kDisplayNames[] = {
+    {SchedulerKind::EulerAncestral, "Euler a", false, false},
+    {SchedulerKind::Euler, "Euler", true, false},
+    {SchedulerKind::DPMPP2M, "DPM++ 2M", true, true},
+    {SchedulerKind::DDIM, "DDIM", false, false},
+    {SchedulerKind::DDPM, "DDPM", false, false},
+};
+
+bool equalIgnoringCase(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+        if (lower(a[i]) != lower(b[i])) return false;
+    }
+    return true;
+}
+
+const DisplayNameEntry* findSampler(std::string_view name) {
+    for (const DisplayNameEntry& e : kDisplayNames)
+        if (equalIgnoringCase(e.name, name)) return &e;
+    return nullptr;
+}
+
+// A1111's schedule labels (sd_schedulers.py); Tessera runs Automatic, Uniform and Karras.
+constexpr std::string_view kScheduleLabels[] = {"Automatic",   "Uniform", "Karras",           "Exponential",
+                                                "Polyexponential", "SGM Uniform", "KL Optimal", "Align Your Steps",
+                                                "Simple",      "Normal",  "DDIM",             "Beta"};
+
+}  // namespace
+
+SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options) {
+    for (const DisplayNameEntry& e : kDisplayNames) {
+        if (e.kind != kind) continue;
+        const bool karras = e.hasKarras && options.karrasSigmas;
+        const std::string schedule = karras ? "Karras" : (e.automaticKarras ? "Uniform" : "Automatic");
+        return SamplerDisplay{std::string(e.name), schedule};
+    }
+    throw std::invalid_argument("samplerDisplayName: unknown SchedulerKind value");
+}
+
+std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string_view sampler,
+                                                                    std::string_view scheduleType) {
+    const DisplayNameEntry* entry = findSampler(sampler);
+    if (!entry) {  // a pre-1.9 combined name: "<sampler> <schedule label>"
+        for (const std::string_view label : kScheduleLabels) {
+            if (sampler.size() <= label.size() + 1) continue;
+            const std::string_view tail = sampler.substr(sampler.size() - label.size());
+            if (sampler[sampler.size() - label.size() - 1] != ' ' || !equalIgnoringCase(tail, label)) continue;
+            if (const DisplayNameEntry* base = findSampler(sampler.substr(0, sampler.size() - label.size() - 1))) {
+                entry = base;   // e.g. "Euler SGM Uniform": not "Euler SGM" + "Uniform"
+                scheduleType = label;
+                break;
+            }
+        }
+        if (!entry) return std::nullopt;
+    }
+    bool karras = false;
+    if (scheduleType.empty() || equalIgnoringCase(scheduleType, "Uniform"))
+        karras = false;
+    else if (equalIgnoringCase(scheduleType, "Automatic"))
+        karras = entry->automaticKarras;
+    else if (equalIgnoringCase(scheduleType, "Karras") && entry->hasKarras)
+        karras = true;
+    else
+        return std::nullopt;
+    return std::make_pair(entry->kind, karras);
 }
 
 }  // namespace tessera

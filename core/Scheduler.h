@@ -1,11 +1,29 @@
-// Scheduler: diffusers' noise schedules and the DDPM, DDIM and Euler samplers
-// (shared/spec/unet2d.md §5), each step reduced to the per-step scalars of
-// core/StepUpdate.h so that every backend applies the same arithmetic.
+// Scheduler: diffusers' noise schedules and the DDPM, DDIM, Euler, Euler ancestral and
+// DPM++ 2M samplers (shared/spec/unet2d.md §5, shared/spec/sd-pipeline.md §4), each step
+// reduced to the per-step scalars of core/StepUpdate.h so that every backend applies the
+// same arithmetic.
 //
 // Usage: create(kind, options), setTimesteps(N), then for k = 0 … N-1 feed the UNet
 // x * coefficients(k).modelInputScale with timestep coefficients(k).timestep and
-// update x with applyStep(coefficients(k), x, eps, z) (or step()). The initial noise
-// is N(0, 1) * initNoiseSigma().
+// update x with applyStep(coefficients(k), x, eps, z, x0Prev) (or step()), keeping
+// predictX0(coefficients(k), x, eps) as the next step's x0Prev (read only by DPM++ 2M's
+// second-order steps; the first step run has none: withoutPreviousX0). The initial noise is
+// N(0, 1) * initNoiseSigma(); an image-to-image start at step b is addNoise(b).
+//
+// What each kind is (diffusers' class, with the options Tessera has):
+//   ddpm      DDPMScheduler;  ddim  DDIMScheduler (eta);
+//   euler     EulerDiscreteScheduler (use_karras_sigmas; x0 clipped when clip_sample, see .cpp);
+//   euler_a   EulerAncestralDiscreteScheduler: eta 1, noise z of step k on every step with
+//             sigma_up != 0 (diffusers also draws at the last step, where sigma_up = 0); it has
+//             no Karras option: use_karras_sigmas is ignored;
+//   dpmpp_2m  DPMSolverMultistepScheduler, algorithm_type "dpmsolver++", solver_order 2,
+//             solver_type "midpoint", lower_order_final true, final_sigmas_type "zero"
+//             (diffusers' defaults; the last step is first order), use_karras_sigmas.
+// Euler, Euler a and DPM++ 2M clip x0 when clip_sample (pixel-space models; diffusers' classes
+// have no clip_sample); SD's schedules set it false, where they are diffusers exactly.
+// Every kind takes scaled_linear (SD) or the other beta schedules, epsilon / v_prediction /
+// sample (euler_a: not sample, as diffusers) and leading / trailing / linspace spacing with
+// steps_offset, as diffusers computes them for that class.
 //
 // Precision: betas, alphas and ᾱ are float32 computed as PyTorch does on the CPU
 // (torch.linspace's float32 rule; torch.cumprod accumulates float32 input in double and
@@ -15,6 +33,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/RunConfig.h"
@@ -69,23 +91,32 @@ public:
     const SchedulerOptions& options() const { return options_; }
     int numTrainTimesteps() const { return options_.numTrainTimesteps; }
 
-    // The UNet timestep of each step, descending (integers for DDPM/DDIM, floats for Euler).
+    // The UNet timestep of each step, descending (integers for DDPM/DDIM/DPM++ 2M, floats for Euler).
     const std::vector<float>& timesteps() const { return timesteps_; }
     int numSteps() const { return static_cast<int>(timesteps_.size()); }
-    // Scale of the initial N(0, 1) noise: 1 for DDPM/DDIM, the largest σ for Euler.
+    // Scale of the initial N(0, 1) noise: 1 for DDPM/DDIM/DPM++ 2M, the largest σ for Euler and
+    // Euler a (sqrt(σ² + 1) with leading spacing).
     float initNoiseSigma() const { return initNoiseSigma_; }
-    // Euler: σ_0 … σ_{N-1}, 0 (N + 1 values); empty for DDPM/DDIM.
+    // Euler, Euler a, DPM++ 2M: σ_0 … σ_{N-1}, 0 (N + 1 values); empty for DDPM/DDIM.
     const std::vector<float>& sigmas() const { return sigmas_; }
 
     // Per-step scalars for step k (0-based). Throws std::logic_error before setTimesteps,
     // std::out_of_range for k outside [0, numSteps()).
     StepCoefficients coefficients(int stepIndex) const;
-    // Whether step k draws fresh noise z (sigma != 0): DDPM for t > 0, DDIM with eta > 0.
+    // Whether step k draws fresh noise z (sigma != 0): DDPM for t > 0, DDIM with eta > 0,
+    // Euler a where sigma_up != 0.
     bool addsNoise(int stepIndex) const { return coefficients(stepIndex).sigma != 0.0f; }
+    // Whether step k reads the previous step's x0 (DPM++ 2M's second-order steps).
+    bool usesPreviousX0(int stepIndex) const { return coefficients(stepIndex).cprev != 0.0f; }
 
-    // out[i] = applyStep(coefficients(k), x[i], eps[i], z[i]); z may be null when the step
-    // adds no noise (std::invalid_argument otherwise). out may alias x or eps.
-    void step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n) const;
+    // out[i] = applyStep(K, x[i], eps[i], z[i], x0Prev[i]) with K = coefficients(k), or
+    // withoutPreviousX0(K) when x0Prev is null (no step ran before this one: the first step of
+    // a run, from noise or from an image). z may be null when the step adds no noise
+    // (std::invalid_argument otherwise). out may alias x, eps or x0Prev.
+    void step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n,
+              const float* x0Prev = nullptr) const;
+    // out[i] = predictX0(coefficients(k), x[i], eps[i]): what step k's successor reads as x0Prev.
+    void predictX0(int stepIndex, const float* eps, const float* x, float* out, std::size_t n) const;
 
     const std::vector<float>& betas() const { return betas_; }
     const std::vector<float>& alphasCumprod() const { return alphasCumprod_; }
@@ -94,10 +125,20 @@ public:
     // gives ᾱ[t] exactly; between integers σ = sqrt((1-ᾱ)/ᾱ) is interpolated linearly in t
     // (as Euler's np.interp does) and ᾱ = 1 / (1 + σ²).
     float alphaCumprodAt(float t) const;
-    // ᾱ of the noise level that step k starts from, for image-to-image: ᾱ[t_k] for DDPM/DDIM,
-    // 1 / (1 + σ_k²) for Euler (whose Karras σ_k need not equal σ_train(t_k)). Use this, not
+    // ᾱ of the noise level that step k starts from: ᾱ[t_k] for DDPM/DDIM, 1 / (1 + σ_k²) for
+    // Euler, Euler a and DPM++ 2M (whose Karras σ_k need not equal σ_train(t_k)). Use this, not
     // alphaCumprodAt(k): that one takes a timestep, not a step index.
     float alphaCumprodForStep(int stepIndex) const;
+
+    // Image-to-image start at step b (diffusers' add_noise after set_begin_index(b)):
+    // x_b = image * clean + noise * n, n ~ N(0, 1), in the state this scheduler steps:
+    //   DDPM, DDIM      sqrt(ᾱ[t_b]), sqrt(1 - ᾱ[t_b])   (VP)
+    //   Euler, Euler a  1, σ_b                          (VE: z + σ n, no further scaling)
+    //   DPM++ 2M        α_b = 1 / sqrt(σ_b² + 1), σ_b α_b   (VP)
+    struct AddNoise {
+        float image = 1.0f, noise = 0.0f;
+    };
+    AddNoise addNoise(int stepIndex) const;
 
 protected:
     Scheduler(SchedulerKind kind, const SchedulerOptions& options);
@@ -112,5 +153,24 @@ protected:
     std::vector<StepCoefficients> coefficients_;
     float initNoiseSigma_ = 1.0f;
 };
+
+// A1111's names for a sampler (shared/spec/sd-pipeline.md §5.8), as its PNG infotext writes
+// them ("Sampler", "Schedule type"): {"Euler a", "Automatic"}, {"Euler", "Karras" or
+// "Automatic"}, {"DPM++ 2M", "Karras" or "Uniform"} (Automatic would mean Karras there),
+// {"DDIM", "Automatic"}, and Tessera's own {"DDPM", "Automatic"}. Karras is
+// options.karrasSigmas where the kind has it (Euler, DPM++ 2M).
+struct SamplerDisplay {
+    std::string sampler, scheduleType;
+};
+SamplerDisplay samplerDisplayName(SchedulerKind, const SchedulerOptions&);
+
+// The reverse, for settings read back from an infotext: (kind, Karras) or nullopt for a
+// sampler or schedule Tessera does not run. Names are matched ignoring case. `sampler` may be a
+// pre-1.9 combined name ("DPM++ 2M Karras", "Euler a Uniform"): its schedule label wins over
+// `scheduleType`. `scheduleType` "" (the key absent: a pre-1.9 infotext) means the sampler
+// alone, i.e. no Karras; "Automatic" means the sampler's A1111 default (Karras for DPM++ 2M,
+// Uniform otherwise); "Karras" and "Uniform" as named (Karras only for Euler and DPM++ 2M).
+std::optional<std::pair<SchedulerKind, bool /*karras*/>> samplerFromDisplayName(std::string_view sampler,
+                                                                               std::string_view scheduleType);
 
 }  // namespace tessera

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/BoundedInput.h"
+#include "core/ClipTextGraph.h"
 #include "core/ModelConfig.h"
 #include "core/ModelWeights.h"
 #include "core/Sha256.h"
@@ -160,7 +161,46 @@ std::int64_t SdModel::parameterCount() const {
     return unet->parameterCount() + vae->parameterCount() + textEncoder->parameterCount();
 }
 
+SdModel randomSdModel(const std::string& name, std::uint64_t seed) {
+    const std::string shape = name.rfind(kRandomModelPrefix, 0) == 0 ? name.substr(7) : name;
+    if (shape != "sd15" && shape != "sd21")
+        throw ValidationError("model", "model: " + quoted(name) + " is not a random model; random:sd15 and random:sd21 are");
+    const bool sd2 = shape == "sd21";
+    UNetCondConfig unet;   // the defaults are SD 1.x's blocks, widths and depths
+    unet.sampleSize = sd2 ? 96 : 64;
+    unet.crossAttentionDim = sd2 ? 1024 : 768;
+    unet.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
+    unet.useLinearProjection = sd2;
+    unet.upcastAttention = sd2;
+    VaeConfig vae;
+    vae.blockOutChannels = {128, 256, 512, 512};
+    vae.layersPerBlock = 2;
+    vae.sampleSize = sd2 ? 768 : 512;
+    ClipTextConfig text;
+    text.hiddenSize = sd2 ? 1024 : 768;
+    text.intermediateSize = sd2 ? 4096 : 3072;
+    text.projectionDim = sd2 ? 512 : 768;
+    text.numHiddenLayers = sd2 ? 23 : 12;
+    text.numAttentionHeads = sd2 ? 16 : 12;
+    text.hiddenAct = sd2 ? ClipActivation::Gelu : ClipActivation::QuickGelu;
+
+    SdModel model;
+    model.family = sd2 ? SdFamily::SD2 : SdFamily::SD1;
+    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::random(unet, seed));
+    model.vae = std::make_shared<const VaeModel>(
+        VaeModel::fromTensors(vae, randomTensors(VaeModel::expectedTensors(vae), seed + 1)));
+    model.textEncoder = std::make_shared<const ClipTextModel>(
+        ClipTextModel::fromTensors(text, randomTensors(buildClipTextGraph(text, text.numHiddenLayers).parameterList(), seed + 2)));
+    model.tokenizer = bundledTokenizer(model.family);
+    model.scheduler = sdSchedulerDefaults(sd2 ? PredictionType::VPrediction : PredictionType::Epsilon);
+    model.schedulerClass = sd2 ? "DDIMScheduler" : "PNDMScheduler";
+    model.name = std::string(kRandomModelPrefix) + shape;
+    model.sha256 = sha256Hex(model.name.data(), model.name.size());
+    return model;
+}
+
 bool isSdModelPath(const std::string& path) {
+    if (path.rfind(kRandomModelPrefix, 0) == 0) return true;
     if (path.empty() || path.size() > input_limits::kPathChars) return false;
     std::error_code ec;
     if (fs::is_directory(path, ec)) return fs::exists(fs::path(path) / "model_index.json", ec);
@@ -172,6 +212,12 @@ SdModel loadSdModel(const std::string& path) {
     checkPathText("model", path, "a model folder or checkpoint file");
     SdModel model;
     std::error_code ec;
+    if (path.rfind(kRandomModelPrefix, 0) == 0) {
+        model = randomSdModel(path);
+        model.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        model.hostPeakMiB = peakResidentMiB();
+        return model;
+    }
     if (fs::is_directory(path, ec)) {
         model = loadFolder(path);
     } else if (!fs::exists(path, ec)) {

@@ -61,6 +61,13 @@ std::string bundledClipVocabulary();
 // The tokenizer a family uses over the bundled vocabulary (SD 2.x pads with "!", id 0).
 std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family);
 
+// Random weights at the real shapes (benchmarks, no file): "random:sd15" (SD 1.5: UNet 860M,
+// CLIP ViT-L, the SD VAE) or "random:sd21" (SD 2.1-768: linear projections, heads 5/10/20/20,
+// upcast attention, OpenCLIP ViT-H's 23 layers, v-prediction). Deterministic in `seed`.
+// isSdModelPath and loadSdModel accept these names. Throws ValidationError("model") for another.
+inline constexpr const char* kRandomModelPrefix = "random:";
+SdModel randomSdModel(const std::string& name, std::uint64_t seed = 0);
+
 // The SD scheduler settings diffusers' pipelines use when scheduler_config.json is absent
 // (scaled_linear 0.00085..0.012, 1000 steps, leading, steps_offset 1, no clipping) with the
 // given prediction type.

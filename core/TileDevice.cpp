@@ -12,7 +12,14 @@ StepVariant TiledPass::variant(int step) const {
     v.sampleFusion = fusion == FusionRule::Sample;
     v.preview = previewEvery > 0 && (step + 1) % previewEvery == 0 && !last;
     v.seams = last && seamMap;
+    v.keepX0 = keepsX0();
     return v;
+}
+
+bool TiledPass::keepsX0() const {
+    for (const StepCoefficients& k : coefficients)
+        if (k.cprev != 0.0f) return true;
+    return false;
 }
 
 StepCoefficients identityStep() {

@@ -46,7 +46,11 @@ struct StepVariant {
     bool sampleFusion = true;   // fusion "sample": the update fused into the scatter; "noise": after the normalise
     bool preview = false;       // also blend the noise, and write the x0 preview in the fuse
     bool seams = false;         // the last step: accumulate the seam statistics
-    bool blendsNoise() const { return !sampleFusion || preview; }
+    // The pass's update reads the previous step's x0 (DPM++ 2M; the same for every step of a
+    // pass): also blend the noise, and write the blended x0 to the x0 canvas in every fuse.
+    bool keepX0 = false;
+    bool blendsNoise() const { return !sampleFusion || preview || keepX0; }
+    bool writesX0() const { return preview || keepX0; }
     const char* name() const { return seams ? "last" : (preview ? "preview" : "normal"); }
 };
 
@@ -68,7 +72,14 @@ struct CanvasStart {
 };
 
 // One tiled pass: tiles cut from the input canvas, a function evaluated on each, the values
-// window-weighted and blended into the output canvas, once per step. The sampler is a pass
+// window-weighted and blended into the output canvas, once per step.
+//
+// The x0 canvas (output-canvas sized): the blended x0 prediction predictX0(K, x, eps / N) of the
+// last step that wrote it (StepVariant::writesX0): the preview of a preview step, and, for a
+// pass that keepsX0(), the previous step's x0 that the next update reads (StepCoefficients::
+// cprev): per tile in the scatter (fusion sample), per pixel in the fuse (fusion noise), before
+// the fuse replaces it. A device holds no previous x0 until a step has run after startCanvas:
+// its first step uses withoutPreviousX0(K) (diffusers' first-order first step). The sampler is a pass
 // whose output canvas is its input (the latents, updated in place by the scheduler's
 // coefficients); a map pass (a VAE decoder or encoder tile by tile) has one step with
 // coefficients that pass the function's value through (identityStep), into an output canvas of
@@ -96,6 +107,8 @@ struct TiledPass {
     int steps() const { return static_cast<int>(coefficients.size()); }
     int tileCount() const;
     StepVariant variant(int step) const;
+    // Whether any step reads the previous step's x0 (a coefficient cprev != 0).
+    bool keepsX0() const;
 };
 
 // Coefficients whose update is v = eps: a map pass blends the function's values themselves.
@@ -156,7 +169,8 @@ public:
     virtual void startCanvas(const CanvasStart& start) = 0;
 
     // --- One step ---------------------------------------------------------------------
-    // Per-step scalars (the step index k: coefficients[k], noise draw k + 1).
+    // Per-step scalars (the step index k: coefficients[k], or withoutPreviousX0 of it for the
+    // first step after startCanvas; noise draw k + 1).
     virtual void beginStep(int step, const StepVariant& variant) = 0;
     // Runs the step's body: body(false) issues its calls one by one (and returns false when it
     // stopped for cancellation between batches); a device that captures may instead call
@@ -188,7 +202,7 @@ public:
     virtual void abandonStep() {}
 
     // --- Results (after endStep, or after the run) ------------------------------------
-    // The blended x0 prediction of a preview step (x0) or the output canvas.
+    // The x0 canvas after a preview step (x0), or the output canvas.
     virtual std::vector<float> readPreview(bool x0) = 0;
     virtual std::vector<float> readCanvas() = 0;    // the output canvas, C x H x W float32
     virtual SeamSums readSeams() = 0;               // after a pass whose last step accumulated them

@@ -142,13 +142,14 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
         start.kind = CanvasStart::Kind::Image;   // strength 0: nothing to denoise
         return start;
     }
-    const double abar = scheduler.alphaCumprodForStep(startStep);
+    // diffusers' add_noise at the begin index, in the state the scheduler steps: VP for
+    // DDPM/DDIM/DPM++ 2M, z + sigma n for Euler and Euler a (Scheduler::addNoise).
+    const Scheduler::AddNoise noise = scheduler.addNoise(startStep);
     start.kind = CanvasStart::Kind::NoisedImage;
     start.draw = kInitNoiseDraw;
-    start.a = static_cast<float>(std::sqrt(abar));
-    start.b = static_cast<float>(std::sqrt(1.0 - abar));
-    // Euler's state is x / sqrt(abar) (sigma parameterisation); the others use x directly.
-    start.scale = config.scheduler == SchedulerKind::Euler ? 1.0f / start.a : 1.0f;
+    start.a = noise.image;
+    start.b = noise.noise;
+    start.scale = 1.0f;
     return start;
 }
 

@@ -70,8 +70,8 @@ public:
     void setSdModel(std::shared_ptr<const SdModel> model);
     // Image-to-image (SDEdit) start image in model space, C x H x W of the run (checked in run(),
     // field "init"); an empty tensor clears it. Sampling then starts at step index
-    // steps - int(steps * strength) from x = sqrt(abar_t) * init + sqrt(1 - abar_t) * z(kInitNoiseDraw)
-    // (Euler: divided by sqrt(abar_t), its sigma parameterisation); config.preserveColor then
+    // b = steps - int(steps * strength) from x = a * init + c * z(kInitNoiseDraw), {a, c} =
+    // Scheduler::addNoise(b) (diffusers' add_noise per scheduler); config.preserveColor then
     // matches each channel's mean and standard deviation to the start image's.
     void setInitImage(ImageTensor image) { init_ = std::move(image); }
     bool hasInitImage() const { return !init_.data.empty(); }

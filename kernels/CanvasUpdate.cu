@@ -7,9 +7,10 @@
 namespace tessera {
 namespace {
 
-__global__ void setStepState(StepState* state, std::uint64_t seed, int step) {
+__global__ void setStepState(StepState* state, std::uint64_t seed, int step, int hasX0Prev) {
     state->seed = seed;
     state->step = step;
+    state->hasX0Prev = hasX0Prev;
 }
 
 __global__ void canvasInit(std::uint64_t seed, long long total, float* __restrict__ x, const float* __restrict__ init,
@@ -22,11 +23,11 @@ __global__ void canvasInit(std::uint64_t seed, long long total, float* __restric
 }
 
 __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict__ x, float* __restrict__ acc,
-                           float* __restrict__ accEps, float* __restrict__ preview,
+                           float* __restrict__ accEps, float* __restrict__ x0,
                            const StepCoefficients* __restrict__ coeff, const StepState* __restrict__ state,
                            bool sampleFusion) {
     const StepState s = *state;
-    const StepCoefficients K = coeff[s.step];
+    const StepCoefficients K = stepCoefficients(coeff, s);
     const unsigned draw = static_cast<unsigned>(s.step + 1);
     const long long plane = static_cast<long long>(g.height) * g.width;
     for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
@@ -38,25 +39,21 @@ __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict_
             e = accEps[p] / n;
             accEps[p] = 0.0f;
         }
-        if (preview) {
-            float x0 = K.ax * xOld + K.ae * e;
-            if (K.clip != 0.0f) x0 = fminf(fmaxf(x0, -K.clipRange), K.clipRange);
-            preview[p] = x0;
-        }
         if (sampleFusion) {
             x[p] = acc[p] / n;
             acc[p] = 0.0f;
         } else {
             const float z = K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
-            x[p] = applyStep(K, xOld, e, z);
+            x[p] = applyStep(K, xOld, e, z, K.cprev != 0.0f && x0 ? x0[p] : 0.0f);
         }
+        if (x0) x0[p] = predictX0(K, xOld, e);
     }
 }
 
 }  // namespace
 
-void launchSetStepState(StepState* state, std::uint64_t seed, int step, cudaStream_t stream) {
-    setStepState<<<1, 1, 0, stream>>>(state, seed, step);
+void launchSetStepState(StepState* state, std::uint64_t seed, int step, bool hasX0Prev, cudaStream_t stream) {
+    setStepState<<<1, 1, 0, stream>>>(state, seed, step, hasX0Prev ? 1 : 0);
     TESSERA_CHECK_LAUNCH();
 }
 
@@ -67,10 +64,10 @@ void launchCanvasInit(const CanvasGeometry& g, float* x, const float* init, unsi
     TESSERA_CHECK_LAUNCH();
 }
 
-void launchCanvasFuse(const CanvasGeometry& g, float* x, float* acc, float* accEps, float* preview,
+void launchCanvasFuse(const CanvasGeometry& g, float* x, float* acc, float* accEps, float* x0,
                       const StepCoefficients* coeff, const StepState* state, bool sampleFusion, cudaStream_t stream) {
     const long long total = static_cast<long long>(g.channels) * g.height * g.width;
-    canvasFuse<<<gridFor(total, 256), 256, 0, stream>>>(g, total, x, acc, accEps, preview, coeff, state, sampleFusion);
+    canvasFuse<<<gridFor(total, 256), 256, 0, stream>>>(g, total, x, acc, accEps, x0, coeff, state, sampleFusion);
     TESSERA_CHECK_LAUNCH();
 }
 

@@ -17,17 +17,21 @@
 #include <string>
 #include <vector>
 
+#include "core/BoundedInput.h"
+#include "core/CpuBackend.h"
 #include "core/ModelGraph.h"
 #include "core/Safetensors.h"
 #include "core/TuningCache.h"
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
+#include "kernels/AttentionPlan.h"
 #include "kernels/BiasResidual.cuh"
 #include "kernels/CausalMask.cuh"
 #include "kernels/Concat.cuh"
 #include "kernels/CudaCheck.h"
 #include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
+#include "kernels/EosPool.cuh"
 #include "kernels/Gelu.cuh"
 #include "kernels/GpuTiming.h"
 #include "kernels/GroupNorm.cuh"
@@ -37,6 +41,7 @@
 #include "kernels/Pointwise.cuh"
 #include "kernels/Softmax.cuh"
 #include "kernels/TimestepEmbedding.cuh"
+#include "kernels/TokenEmbedding.cuh"
 #include "kernels/Upsample.cuh"
 
 namespace tessera {
@@ -61,7 +66,8 @@ namespace {
 
 constexpr std::size_t kAlign = 256;
 constexpr std::size_t kCublasWorkspace = 32u << 20;   // cuBLAS' recommendation for Hopper
-constexpr std::size_t kAttentionScoreBudget = 256u << 20;
+constexpr std::size_t kAttentionScoreMiB = 256;   // float32 scores of one attention pass (AttentionPlan)
+constexpr std::size_t kMaxAttentionScoreMiB = 1u << 20;
 
 // Every environment setting that changes the numerical path or the timed choices, read once
 // (when a backend is made) and recorded in each RunRecord (tuning.settings). Diagnostics:
@@ -72,16 +78,21 @@ constexpr std::size_t kAttentionScoreBudget = 256u << 20;
 //  TESSERA_CUDA_BETA=1              accumulate onto a bias-initialised output (beta = 1)
 //  TESSERA_CUDA_SYNC=op             synchronise after every layer
 //  TESSERA_CUDA_STREAM=nonblocking  the stream does not order against the legacy default stream
+//  TESSERA_CUDA_ATTENTION_MIB=N     float32 attention scores of one pass within N MiB (default 256):
+//                                   larger score matrices are computed in blocks of query rows
+//                                   (kernels/AttentionPlan.h); a whole number from 1 to 1048576
 struct CudaSettings {
     std::map<std::string, std::string> values;   // name -> value ("" = not set)
     bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
     bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
+    std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
 
+    // Throws std::invalid_argument naming the variable for a value it cannot take.
     static CudaSettings fromEnvironment() {
         CudaSettings s;
         for (const char* name : {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE",
                                  "TESSERA_CUDNN_RUNTIME_FUSION", "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC",
-                                 "TESSERA_CUDA_STREAM"}) {
+                                 "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB"}) {
             const char* v = std::getenv(name);
             s.values[name] = v ? v : "";
         }
@@ -92,6 +103,16 @@ struct CudaSettings {
         s.betaAccumulate = s.values["TESSERA_CUDA_BETA"] == "1";
         s.syncEveryOp = s.values["TESSERA_CUDA_SYNC"] == "op";
         s.nonblockingStream = s.values["TESSERA_CUDA_STREAM"] == "nonblocking";
+        const std::string& budget = s.values["TESSERA_CUDA_ATTENTION_MIB"];
+        if (!budget.empty()) {
+            const bool digits = budget.size() <= 8 && budget.find_first_not_of("0123456789") == std::string::npos;
+            const unsigned long mibValue = digits ? std::stoul(budget) : 0;
+            if (mibValue < 1 || mibValue > kMaxAttentionScoreMiB)
+                throw std::invalid_argument("TESSERA_CUDA_ATTENTION_MIB: '" + excerpt(budget) +
+                                            "' is not allowed; give a whole number of MiB from 1 to " +
+                                            std::to_string(kMaxAttentionScoreMiB));
+            s.attentionBudgetBytes = static_cast<std::size_t>(mibValue) << 20;
+        }
         return s;
     }
 };
@@ -648,8 +669,12 @@ struct CudaBackend::Impl {
         for (int v : graph.inputs()) {
             const GraphValue& g = graph.value(v);
             if (g.kind == ValueKind::Tokens) {  // [B, rows, C] is NHWC already; channels not padded
-                valueAct[static_cast<std::size_t>(v)] = tokenAct(v, g.channels, g.name);
-                if (tokenBuf < 0) tokenBuf = valueAct[static_cast<std::size_t>(v)].buf;
+                // Ids are read from the float32 staging (idsBuffer); no activation copy unless
+                // another op reads the value as tokens.
+                if (!readAsIdsOnly(v)) {
+                    valueAct[static_cast<std::size_t>(v)] = tokenAct(v, g.channels, g.name);
+                    if (tokenBuf < 0) tokenBuf = valueAct[static_cast<std::size_t>(v)].buf;
+                }
                 continue;
             }
             if (g.kind != ValueKind::FeatureMap) continue;
@@ -671,7 +696,14 @@ struct CudaBackend::Impl {
         for (std::size_t i = 0; i < graph.ops().size(); ++i) {
             const GraphOp& op = graph.ops()[i];
             const GraphValue& out = graph.value(op.output);
-            if (out.kind != ValueKind::Vector) continue;
+            if (out.kind != ValueKind::Vector || op.kind == OpKind::EosPool) continue;
+            for (int v : op.operands()) {
+                const int p = producerOf(v);
+                if (p >= 0 && opAt(p).kind == OpKind::EosPool)
+                    throw std::invalid_argument("CudaBackend: " + op.name + " reads the pooled vector '" +
+                                                graph.value(v).name +
+                                                "'; vector ops run before the token ops here, so none may read it");
+            }
             const VectorRef x = valueVec[static_cast<std::size_t>(op.input)];
             const int in = graph.value(op.input).channels, C = out.channels;
             if (projectionOf[i] >= 0) {
@@ -945,8 +977,73 @@ struct CudaBackend::Impl {
         valueAct[static_cast<std::size_t>(op.output)] = y;
     }
 
-    // Q, K, V in one GEMM, scores in float32, softmax, P V, the output projection, then the
-    // bias + residual epilogue with the output scale.
+    // Where one attention's Q, K, V and head outputs live (activation type): rows of `*Row`
+    // elements, images `*Image` elements apart, head h's channels from column h * d.
+    struct AttentionOperands {
+        const char* q = nullptr;
+        long long qRow = 0, qImage = 0;
+        const char* k = nullptr;
+        long long kRow = 0, kImage = 0;
+        const char* v = nullptr;
+        long long vRow = 0, vImage = 0;
+        char* o = nullptr;
+        long long oRow = 0, oImage = 0;
+        int queries = 0, keys = 0, heads = 1, d = 0;
+        bool causal = false;
+    };
+
+    // O = softmax(Q K^T * scale [+ causal mask]) V for `batch` images in the passes of `plan`:
+    // per pass one strided GEMM of float32 scores (over the images when there is one head,
+    // else over the pass's heads), the mask, the row softmax into `probs`, one GEMM P V.
+    void attend(const AttentionOperands& a, const AttentionPlan& plan, int batch, float scale, float* scores,
+                void* probs) {
+        const DType t = dtype;
+        const cudaDataType_t ct = cublasType(t);
+        const long long es = static_cast<long long>(dtypeSize(t));
+        const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+        const float one = 1.0f, zero = 0.0f;
+        const bool overImages = a.heads == 1;
+        const long long qStride = overImages ? a.qImage : a.d, kStride = overImages ? a.kImage : a.d;
+        const long long vStride = overImages ? a.vImage : a.d, oStride = overImages ? a.oImage : a.d;
+        for (int b0 = 0; b0 < batch; b0 += plan.imagesPerPass)
+            for (int h0 = 0; h0 < a.heads; h0 += plan.headsPerPass)
+                for (int q0 = 0; q0 < a.queries; q0 += plan.queryBlock) {
+                    const int count = overImages ? std::min(plan.imagesPerPass, batch - b0)
+                                                 : std::min(plan.headsPerPass, a.heads - h0);
+                    const int nq = std::min(plan.queryBlock, a.queries - q0);
+                    const long long block = static_cast<long long>(nq) * a.keys;
+                    const long long head = static_cast<long long>(h0) * a.d;
+                    const char* qB = a.q + (b0 * a.qImage + q0 * a.qRow + head) * es;
+                    const char* kB = a.k + (b0 * a.kImage + head) * es;
+                    const char* vB = a.v + (b0 * a.vImage + head) * es;
+                    char* oB = a.o + (b0 * a.oImage + q0 * a.oRow + head) * es;
+                    // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
+                    TESSERA_CHECK(cublasGemmStridedBatchedEx(
+                        opCublas, CUBLAS_OP_T, CUBLAS_OP_N, a.keys, nq, a.d, &scale, kB, ct, static_cast<int>(a.kRow),
+                        kStride, qB, ct, static_cast<int>(a.qRow), qStride, &zero, scores, CUDA_R_32F, a.keys, block,
+                        count, compute, CUBLAS_GEMM_DEFAULT));
+                    if (a.causal) launchCausalMask(scores, count, nq, a.keys, q0, opStream);
+                    launchSoftmaxRows(t, scores, probs, static_cast<long long>(count) * nq, a.keys, opStream);
+                    // O_h^T (d x queries) = V_h^T-view x P^T-view.
+                    TESSERA_CHECK(cublasGemmStridedBatchedEx(
+                        opCublas, CUBLAS_OP_N, CUBLAS_OP_N, a.d, nq, a.keys, &one, vB, ct, static_cast<int>(a.vRow),
+                        vStride, probs, ct, a.keys, block, &zero, oB, ct, static_cast<int>(a.oRow), oStride, count,
+                        compute, CUBLAS_GEMM_DEFAULT));
+                }
+    }
+
+    // The score and probability buffers of an attention's plan (noted for planSummary).
+    AttentionPlan attentionPlan(const GraphOp& op, int queries, int keys, int* scores, int* probs) {
+        const AttentionPlan plan =
+            planAttention(maxBatch, op.heads, queries, keys, dtypeSize(dtype), settings.attentionBudgetBytes);
+        *scores = newBuffer(plan.scoreBytes, op.name + ".scores");
+        *probs = newBuffer(plan.probBytes, op.name + ".probs");
+        attentionNotes += "  " + op.name + ": " + plan.describe(queries) + "\n";
+        return plan;
+    }
+
+    // Q, K, V in one GEMM, scores in float32 (in the blocks of an AttentionPlan), softmax, P V,
+    // the output projection, then the bias + residual epilogue with the output scale.
     void lowerAttention(int index) {
         const GraphOp& op = opAt(index);
         if (!op.qkvBias) throw std::invalid_argument("CudaBackend: " + op.name + ": attention over a feature map needs q/k/v biases");
@@ -964,15 +1061,11 @@ struct CudaBackend::Impl {
         const std::size_t wo = blob.addTyped(weight(op.params[6]).data, dtype);
         const std::size_t bo = floats(op.params[7]);
 
-        const int qkv = newBuffer(static_cast<std::size_t>(maxBatch) * N * 3 * C * dtypeSize(dtype), op.name + ".qkv");
-        // Scores for as many images per pass as fit the budget (one image when heads > 1).
-        const std::size_t perImage = static_cast<std::size_t>(heads) * N * N;
-        const int imagesPerPass = heads == 1
-            ? std::max(1, std::min(maxBatch, static_cast<int>(kAttentionScoreBudget / (perImage * sizeof(float)))))
-            : 1;
-        const int scores = newBuffer(perImage * imagesPerPass * sizeof(float), op.name + ".scores");
-        const int probs = newBuffer(perImage * imagesPerPass * dtypeSize(dtype), op.name + ".probs");
-        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * dtypeSize(dtype), op.name + ".heads");
+        const std::size_t es = dtypeSize(dtype);
+        const int qkv = newBuffer(static_cast<std::size_t>(maxBatch) * N * 3 * C * es, op.name + ".qkv");
+        int scores = -1, probs = -1;
+        const AttentionPlan plan = attentionPlan(op, N, N, &scores, &probs);
+        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".heads");
         const Act out = newAct(C, xn.h, xn.w, op.name + ".out");
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
         const float s = op.outputScale;
@@ -980,35 +1073,22 @@ struct CudaBackend::Impl {
         if (res.buf >= 0) bufs.insert(bufs.begin(), res.buf);
         addOp(op.name, bufs, out, [=, this](int batch) {
             const DType t = dtype;
-            const cudaDataType_t ct = cublasType(t);
-            const std::size_t es = dtypeSize(t);
             gemmRows(t, wt(wq), ptr(xn.buf), ptr(qkv), batch * N, C, 3 * C, 1.0f, 0.0f);
             launchBiasResidual(t, ptr(qkv), true, wf(bq), nullptr, static_cast<long long>(batch) * N, 3 * C, 1.0f,
                                opStream);
-            const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-            const float one = 1.0f, zero = 0.0f;
-            for (int b0 = 0; b0 < batch; b0 += imagesPerPass) {
-                const int nb = std::min(imagesPerPass, batch - b0);
-                char* qkvB = ptr(qkv) + static_cast<std::size_t>(b0) * N * 3 * C * es;
-                char* oB = ptr(o) + static_cast<std::size_t>(b0) * N * C * es;
-                // Batched over heads (one image) or over images (one head).
-                const int count = heads == 1 ? nb : heads;
-                const long long qkStride = heads == 1 ? static_cast<long long>(N) * 3 * C : d;
-                const long long oStride = heads == 1 ? static_cast<long long>(N) * C : d;
-                const long long sStride = static_cast<long long>(N) * N;
-                // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
-                TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    opCublas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, d, &scale, qkvB + static_cast<std::size_t>(C) * es, ct,
-                    3 * C, qkStride, qkvB, ct, 3 * C, qkStride, &zero, ptr(scores), CUDA_R_32F, N, sStride, count,
-                    compute, CUBLAS_GEMM_DEFAULT));
-                launchSoftmaxRows(t, reinterpret_cast<const float*>(ptr(scores)), ptr(probs),
-                                  static_cast<long long>(count) * N, N, opStream);
-                // O_h^T (d x queries) = V_h^T-view x P^T-view.
-                TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    opCublas, CUBLAS_OP_N, CUBLAS_OP_N, d, N, N, &one, qkvB + static_cast<std::size_t>(2 * C) * es,
-                    ct, 3 * C, qkStride, ptr(probs), ct, N, sStride, &zero, oB, ct, C, oStride, count, compute,
-                    CUBLAS_GEMM_DEFAULT));
-            }
+            AttentionOperands a;
+            a.q = ptr(qkv);
+            a.k = a.q + static_cast<std::size_t>(C) * es;
+            a.v = a.q + static_cast<std::size_t>(2 * C) * es;
+            a.qRow = a.kRow = a.vRow = 3LL * C;
+            a.qImage = a.kImage = a.vImage = 3LL * C * N;
+            a.o = ptr(o);
+            a.oRow = C;
+            a.oImage = static_cast<long long>(C) * N;
+            a.queries = a.keys = N;
+            a.heads = heads;
+            a.d = d;
+            attend(a, plan, batch, scale, reinterpret_cast<float*>(ptr(scores)), ptr(probs));
             gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
             launchBiasResidual(t, ptr(out.buf), true, wf(bo), res.buf >= 0 ? ptr(res.buf) : nullptr,
                                static_cast<long long>(batch) * N, C, s, opStream);
@@ -1106,8 +1186,8 @@ struct CudaBackend::Impl {
     }
 
     // Attention over tokens: Q = x Wq^T, [K | V] = context [Wk; Wv]^T in one GEMM (biases when
-    // qkvBias), per image and group of heads float32 scores (causal mask), softmax, P V, then the
-    // output projection with the bias + residual epilogue and the output scale.
+    // qkvBias), float32 scores in the passes of an AttentionPlan (causal mask), softmax, P V,
+    // then the output projection with the bias + residual epilogue and the output scale.
     void lowerTokenAttention(int index) {
         const GraphOp& op = opAt(index);
         const Act x = act(op.input, op);
@@ -1133,11 +1213,8 @@ struct CudaBackend::Impl {
         const std::size_t es = dtypeSize(dtype);
         const int q = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".q");
         const int kv = newBuffer(static_cast<std::size_t>(maxBatch) * M * 2 * C * es, op.name + ".kv");
-        const std::size_t perHead = static_cast<std::size_t>(N) * M;
-        const int headsPerPass =
-            std::max(1, std::min(heads, static_cast<int>(kAttentionScoreBudget / (perHead * sizeof(float)))));
-        const int scores = newBuffer(perHead * headsPerPass * sizeof(float), op.name + ".scores");
-        const int probs = newBuffer(perHead * headsPerPass * es, op.name + ".probs");
+        int scores = -1, probs = -1;
+        const AttentionPlan plan = attentionPlan(op, N, M, &scores, &probs);
         const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".heads");
         const Act out = newAct(C, x.h, x.w, op.name + ".out");
         const float scale = 1.0f / std::sqrt(static_cast<float>(d)), s = op.outputScale;
@@ -1147,7 +1224,6 @@ struct CudaBackend::Impl {
         if (res.buf >= 0 && res.buf != x.buf) bufs.insert(bufs.begin(), res.buf);
         addOp(op.name, bufs, out, [=, this](int batch) {
             const DType t = dtype;
-            const cudaDataType_t ct = cublasType(t);
             gemmRows(t, wt(wq), ptr(x.buf), ptr(q), batch * N, C, C, 1.0f, 0.0f);
             gemmRows(t, wt(wkvOff), ptr(ctx.buf), ptr(kv), batch * M, Ckv, 2 * C, 1.0f, 0.0f);
             if (bias) {
@@ -1155,33 +1231,84 @@ struct CudaBackend::Impl {
                 launchBiasResidual(t, ptr(kv), true, wf(bkvOff), nullptr, static_cast<long long>(batch) * M, 2 * C, 1.0f,
                                    opStream);
             }
-            const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-            const float one = 1.0f, zero = 0.0f;
-            for (int b = 0; b < batch; ++b)
-                for (int h0 = 0; h0 < heads; h0 += headsPerPass) {
-                    const int nh = std::min(headsPerPass, heads - h0);
-                    const char* qB = ptr(q) + (static_cast<std::size_t>(b) * N * C + static_cast<std::size_t>(h0) * d) * es;
-                    const char* kB = ptr(kv) + (static_cast<std::size_t>(b) * M * 2 * C + static_cast<std::size_t>(h0) * d) * es;
-                    const char* vB = kB + static_cast<std::size_t>(C) * es;
-                    char* oB = ptr(o) + (static_cast<std::size_t>(b) * N * C + static_cast<std::size_t>(h0) * d) * es;
-                    // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
-                    TESSERA_CHECK(cublasGemmStridedBatchedEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, d, &scale, kB, ct,
-                                                             2 * C, d, qB, ct, C, d, &zero, ptr(scores), CUDA_R_32F, M,
-                                                             static_cast<long long>(perHead), nh, compute,
-                                                             CUBLAS_GEMM_DEFAULT));
-                    if (causal) launchCausalMask(reinterpret_cast<float*>(ptr(scores)), nh, N, M, opStream);
-                    launchSoftmaxRows(t, reinterpret_cast<const float*>(ptr(scores)), ptr(probs),
-                                      static_cast<long long>(nh) * N, M, opStream);
-                    // O_h^T (d x queries) = V_h^T-view x P^T-view.
-                    TESSERA_CHECK(cublasGemmStridedBatchedEx(opCublas, CUBLAS_OP_N, CUBLAS_OP_N, d, N, M, &one, vB, ct,
-                                                             2 * C, d, ptr(probs), ct, M, static_cast<long long>(perHead),
-                                                             &zero, oB, ct, C, d, nh, compute, CUBLAS_GEMM_DEFAULT));
-                }
+            AttentionOperands a;
+            a.q = ptr(q);
+            a.qRow = C;
+            a.qImage = static_cast<long long>(N) * C;
+            a.k = ptr(kv);
+            a.v = a.k + static_cast<std::size_t>(C) * es;
+            a.kRow = a.vRow = 2LL * C;
+            a.kImage = a.vImage = 2LL * C * M;
+            a.o = ptr(o);
+            a.oRow = C;
+            a.oImage = static_cast<long long>(N) * C;
+            a.queries = N;
+            a.keys = M;
+            a.heads = heads;
+            a.d = d;
+            a.causal = causal;
+            attend(a, plan, batch, scale, reinterpret_cast<float*>(ptr(scores)), ptr(probs));
             gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
             launchBiasResidual(t, ptr(out.buf), true, wf(bo), res.buf >= 0 ? ptr(res.buf) : nullptr,
                                static_cast<long long>(batch) * N, C, s, opStream);
         });
         valueAct[static_cast<std::size_t>(op.output)] = out;
+    }
+
+    // ---- CLIP's first and last ops: ids are graph inputs, read as float32 from their staging
+    // buffer (exact up to 2^24; fp16 holds integers exactly only up to 2048) ----
+    bool readAsIdsOnly(int value) const {
+        const auto& readers = readersOf[static_cast<std::size_t>(value)];
+        if (readers.empty() || isGraphOutput[static_cast<std::size_t>(value)]) return false;
+        return std::all_of(readers.begin(), readers.end(), [&](int r) {
+            const GraphOp& op = opAt(r);
+            return (op.kind == OpKind::TokenEmbedding && op.operands() == std::vector<int>{value}) ||
+                   (op.kind == OpKind::EosPool && op.input2 == value && op.input != value);
+        });
+    }
+    int idsBuffer(int value, const GraphOp& op) const {
+        const auto& in = graph.inputs();
+        const auto it = std::find(in.begin(), in.end(), value);
+        if (it == in.end())
+            throw std::invalid_argument("CudaBackend: " + op.name + " (" + toString(op.kind) + ") reads ids '" +
+                                        graph.value(value).name + "', which are not a graph input");
+        return stageIn[static_cast<std::size_t>(it - in.begin())];
+    }
+    // Every TokenEmbedding's host ids, checked before any upload as the CPU backend checks them.
+    void checkIds(const std::vector<const float*>& inputs, int batch) const {
+        const auto& in = graph.inputs();
+        for (const GraphOp& op : graph.ops()) {
+            if (op.kind != OpKind::TokenEmbedding) continue;
+            const auto k = static_cast<std::size_t>(std::find(in.begin(), in.end(), op.input) - in.begin());
+            if (k < inputs.size())
+                cpu::checkTokenIds(batch, graph.value(op.input).tokens, graph.param(op.params[0]).shape.at(0), inputs[k]);
+        }
+    }
+
+    void lowerTokenEmbedding(const GraphOp& op) {
+        const int ids = idsBuffer(op.input, op);
+        const int tokens = graph.value(op.input).tokens, C = op.channels;
+        const long long vocab = graph.param(op.params[0]).shape.at(0);
+        const Act y = tokenAct(op.output, C, op.name);
+        const std::size_t table = blob.addTyped(weight(op.params[0]).data, dtype);
+        const std::size_t positions = blob.addTyped(weight(op.params[1]).data, dtype);
+        addOp(op.name, {ids, y.buf}, y, [=, this](int batch) {
+            launchTokenEmbedding(dtype, reinterpret_cast<const float*>(ptr(ids)), wt(table), wt(positions), ptr(y.buf),
+                                 static_cast<long long>(batch) * tokens, tokens, C, vocab, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+    }
+
+    void lowerEosPool(const GraphOp& op) {
+        const Act x = act(op.input, op);
+        const int ids = idsBuffer(op.input2, op);
+        const int tokens = graph.value(op.input).tokens, C = x.c, token = op.token;
+        const VectorRef y{newBuffer(static_cast<std::size_t>(maxBatch) * C * 4, op.name), 0, C};
+        valueVec[static_cast<std::size_t>(op.output)] = y;
+        addOp(op.name, {x.buf, ids, y.buf}, Act{}, [=, this](int batch) {
+            launchEosPool(dtype, ptr(x.buf), reinterpret_cast<const float*>(ptr(ids)), vec(y), batch, tokens, C, token,
+                          opStream);
+        });
     }
 
     void lowerConcat(const GraphOp& op) {
@@ -1213,7 +1340,8 @@ struct CudaBackend::Impl {
         for (std::size_t i = 0; i < graph.ops().size(); ++i) {
             const GraphOp& op = graph.ops()[i];
             const std::size_t before = ops.size();
-            if (graph.value(op.output).kind == ValueKind::Vector) {
+            // Every vector op but the pooling (which waits for its tokens) runs as one stage.
+            if (graph.value(op.output).kind == ValueKind::Vector && op.kind != OpKind::EosPool) {
                 if (!vectorsDone) lowerVectors();
                 vectorsDone = true;
                 continue;
@@ -1236,6 +1364,8 @@ struct CudaBackend::Impl {
             case OpKind::QuickGELU: lowerGelu(op); break;
             case OpKind::Concat: lowerConcat(op); break;
             case OpKind::Upsample: lowerUpsample(op); break;
+            case OpKind::TokenEmbedding: lowerTokenEmbedding(op); break;
+            case OpKind::EosPool: lowerEosPool(op); break;
             default: lowerPointwise(op); break;
             }
             // The op that completes the value (not a conv whose bias went into the norm after it).
@@ -1259,7 +1389,7 @@ struct CudaBackend::Impl {
         for (int v : graph.inputs()) {
             const int b = graph.value(v).kind == ValueKind::Vector ? valueVec[static_cast<std::size_t>(v)].buf
                                                                    : valueAct[static_cast<std::size_t>(v)].buf;
-            buffers[static_cast<std::size_t>(b)].wholeRun = true;
+            if (b >= 0) buffers[static_cast<std::size_t>(b)].wholeRun = true;  // ids only: no activation
         }
         weightMap = nullptr;
     }
@@ -1607,6 +1737,7 @@ struct CudaBackend::Impl {
     std::map<std::string, PlanChoice> fusedChosen;
     double fusedBuildMs = 0;
     std::string graphNotes;
+    std::string attentionNotes;   // one line per attention op: its AttentionPlan
 
     std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest,
                            int laneCount = 1) const {
@@ -1653,6 +1784,7 @@ struct CudaBackend::Impl {
         ops.clear();
         convs.clear();
         graphNotes.clear();
+        attentionNotes.clear();
         fusedChosen.clear();
         fusedBuildMs = 0;
         choicesUsed.clear();
@@ -1753,7 +1885,7 @@ struct CudaBackend::Impl {
             }
             s << "\n";
         }
-        s << graphNotes;
+        s << graphNotes << attentionNotes;
         s << "  fused-plan build + benchmark time " << fusedBuildMs << " ms\n";
         s << "  tuning: " << tuningHits << " choices from the cache, " << tuningMisses << " timed, " << tuningRejected
           << " refused; digest " << (choicesUsed.empty() ? std::string("none") : tuningDigest(choicesUsed)) << "\n";
@@ -1859,6 +1991,7 @@ struct CudaBackend::Impl {
             TESSERA_CHECK(cudaMemcpyAsync(ptr(stageIn[k]), inputs[k],
                                           static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
                                           cudaMemcpyHostToDevice, s));
+            if (a.buf < 0) continue;  // ids only: read from the staging buffer
             // Tokens: host [B, rows, C] is the device layout; as one-channel NCHW the conversion
             // is a plain type conversion.
             const bool tokens = g.kind == ValueKind::Tokens;
@@ -1897,6 +2030,7 @@ struct CudaBackend::Impl {
             throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
                                         std::to_string(maxBatch) + " (the prepared tile batch)");
         TESSERA_CHECK(cudaSetDevice(device));
+        checkIds(inputs, batch);
         cudaStream_t s = stream.get();
         upload(inputs, batch, s);
         enqueue(batch, 0, s);
@@ -1950,6 +2084,33 @@ struct CudaBackend::Impl {
             std::sort(samples[i].begin(), samples[i].end());
             times.push_back({ops[i].name, samples[i].empty() ? 0.0 : samples[i][samples[i].size() / 2]});
         }
+        return times;
+    }
+
+    CudaBackend::ForwardTimes timeForwards(int batch, int warmup, int repeats) {
+        if (!prepared) throw std::logic_error("CudaBackend: timeForwards before prepare");
+        if (warmup < 0 || repeats < 1)
+            throw std::invalid_argument("CudaBackend: timeForwards needs warmup >= 0 and repeats >= 1, got " +
+                                        std::to_string(warmup) + " and " + std::to_string(repeats));
+        cudaStream_t s = stream.get();
+        for (int i = 0; i < warmup; ++i) enqueue(batch, 0, s);
+        CudaEvent before = makeEvent(), after = makeEvent();
+        CudaBackend::ForwardTimes times;
+        for (int i = 0; i < repeats; ++i) {
+            TESSERA_CHECK(cudaEventRecord(before.get(), s));
+            const auto h0 = std::chrono::steady_clock::now();
+            enqueue(batch, 0, s);
+            const auto h1 = std::chrono::steady_clock::now();
+            TESSERA_CHECK(cudaEventRecord(after.get(), s));
+            TESSERA_CHECK(cudaEventSynchronize(after.get()));
+            float ms = 0;
+            TESSERA_CHECK(cudaEventElapsedTime(&ms, before.get(), after.get()));
+            times.gpuMs.push_back(ms);
+            times.hostEnqueueMs.push_back(std::chrono::duration<double, std::milli>(h1 - h0).count());
+        }
+        std::size_t freeBytes = 0, totalBytes = 0;
+        TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+        times.deviceUsedMiB = mib(totalBytes - freeBytes);
         return times;
     }
 
@@ -2058,6 +2219,9 @@ TuningInfo CudaBackend::tuningInfo() const {
 std::vector<std::string> CudaBackend::tuningWarnings() const { return impl_->tuningWarnings; }
 std::vector<CudaBackend::OpTime> CudaBackend::profileOps(int batch, int repeats, bool inGraph) {
     return impl_->profileOps(batch, repeats, inGraph);
+}
+CudaBackend::ForwardTimes CudaBackend::timeForwards(int batch, int warmup, int repeats) {
+    return impl_->timeForwards(batch, warmup, repeats);
 }
 std::vector<CudaBackend::LayerTrace> CudaBackend::traceForward(const float* x, const float* timesteps, int batch) {
     return impl_->traceForward(x, timesteps, batch);

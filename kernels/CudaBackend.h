@@ -2,7 +2,9 @@
 // core/UNetGraph.h) onto an NVIDIA GPU. NHWC activations in float32, float16 or bfloat16 with
 // float32 accumulation, vectors in float32; convolutions through cuDNN (algorithms benchmarked
 // once in prepare), GroupNorm(+pre-add, +FiLM, +SiLU), attention softmax and elementwise ops as
-// own kernels, linear layers through cuBLAS. prepare() plans every buffer from tensor
+// own kernels, linear layers through cuBLAS. Attention scores are float32 blocks within a
+// budget (kernels/AttentionPlan.h; TESSERA_CUDA_ATTENTION_MIB, default 256), so an attention of
+// any size fits; token ids (CLIP) stay float32. prepare() plans every buffer from tensor
 // lifetimes into one device arena (weights + activations + workspace); nothing allocates after
 // it. The lowering choices (which ops share a launch, where biases go) are listed in
 // docs/ENGINE_GRAPH.md.
@@ -56,7 +58,8 @@ struct CudaMemoryPlan {
 
 class CudaBackend final : public Backend {
 public:
-    // Throws (std::runtime_error / CudaError) when the device cannot be used.
+    // Throws (std::runtime_error / CudaError) when the device cannot be used, std::invalid_argument
+    // naming the variable for an environment setting it cannot take (TESSERA_CUDA_ATTENTION_MIB).
     explicit CudaBackend(Precision precision = Precision::FP16, int device = 0);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
@@ -130,6 +133,17 @@ public:
         double ms = 0;
     };
     std::vector<OpTime> profileOps(int batch, int repeats, bool inGraph = true);
+
+    // Benchmarks: `repeats` whole forwards of the first `batch` tiles as enqueue() runs them (the
+    // captured graph when graphs are on) on the device inputs as they are, after `warmup`
+    // untimed ones, each waited for. Per forward its GPU time (CUDA events around it) and the
+    // host time of the enqueue call, in ms; then the device memory in use (total - free, every
+    // process's, MiB). Throws std::invalid_argument for warmup < 0 or repeats < 1.
+    struct ForwardTimes {
+        std::vector<double> gpuMs, hostEnqueueMs;
+        double deviceUsedMiB = -1;
+    };
+    ForwardTimes timeForwards(int batch, int warmup, int repeats);
 
     // Diagnostics: runs forward layer by layer, synchronising after each, and returns every
     // layer's output (NHWC with `channels` stored channels, as float32; empty for layers without

@@ -327,6 +327,7 @@ void CudaTileDevice::startCanvas(const CanvasStart& start) {
         break;
     }
     peak_ = deviceUsedMiB();
+    hasX0Prev_ = false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -343,11 +344,11 @@ GraphKey CudaTileDevice::tileKey(int count, int lane) const {
                     lanePointers(lane)};
 }
 
-GraphKey CudaTileDevice::stepKey(const char* variant) const {
+GraphKey CudaTileDevice::stepKey(const StepVariant& variant) const {
     const TiledPass& p = *pass_;
     std::ostringstream f;
-    f << "step " << variant << " " << p.width << "x" << p.height << "x" << p.inChannels << " overlap "
-      << p.plan->overlap() << " window " << toString(p.window) << " maps " << p.weights->mapCount() << " fusion "
+    f << "step " << variant.name() << (variant.keepX0 ? " keeps-x0" : "") << " " << p.width << "x" << p.height << "x"
+      << p.inChannels << " overlap " << p.plan->overlap() << " window " << toString(p.window) << " maps " << p.weights->mapCount() << " fusion "
       << toString(p.fusion) << " tiles " << p.tileCount() << " batches " << p.batches.size() << " steps<="
       << stepsCapacity_ << " " << planFamily_;
     std::string pointers = hexPointer(arena_.base());
@@ -420,7 +421,8 @@ void CudaTileDevice::acquireTileGraphs() {
 void CudaTileDevice::beginStep(int step, const StepVariant&) {
     openRange(2, "step " + std::to_string(step));
     stepCaptured_ = stepReplayed_ = false;
-    launchSetStepState(state_, pass_->seed, step, stream());
+    launchSetStepState(state_, pass_->seed, step, hasX0Prev_, stream());
+    hasX0Prev_ = true;   // from the next step on, the x0 canvas holds this step's x0 (when the pass keeps it)
     if (mode_ == GraphMode::Tile) acquireTileGraphs();
 }
 
@@ -428,7 +430,7 @@ bool CudaTileDevice::runStep(const StepVariant& variant, const std::function<boo
     cudaGraphExec_t stepGraph = nullptr;
     std::string stepGraphKey;
     if (mode_ == GraphMode::Step) {
-        const GraphKey key = stepKey(variant.name());
+        const GraphKey key = stepKey(variant);
         if (graphs_.contains(key) || stepsDone_ >= graphWarmup_) {
             try {
                 FlagScope capturing(capturing_);
@@ -599,6 +601,7 @@ ScatterTargets CudaTileDevice::targets(const StepVariant& variant) const {
     ScatterTargets t;
     t.acc = arena_.at<float>(arena_.acc);
     t.accEps = variant.blendsNoise() ? arena_.at<float>(arena_.accEps) : nullptr;
+    t.x0Prev = variant.keepX0 ? arena_.at<float>(arena_.preview) : nullptr;
     if (variant.seams) {
         t.seamSum = arena_.at<double>(arena_.seam);
         t.seamSumSq = arena_.at<double>(arena_.seamSq);
@@ -620,8 +623,8 @@ void CudaTileDevice::endBatch(const TileBatch& b) {
 }
 
 void CudaTileDevice::fuse(const StepVariant& variant) {
-    float* previewOut = variant.preview ? arena_.at<float>(arena_.preview) : nullptr;
-    launchCanvasFuse(stepGeo_, x_, arena_.at<float>(arena_.acc), targets(variant).accEps, previewOut, coeff_, state_,
+    float* x0 = variant.writesX0() ? arena_.at<float>(arena_.preview) : nullptr;
+    launchCanvasFuse(stepGeo_, x_, arena_.at<float>(arena_.acc), targets(variant).accEps, x0, coeff_, state_,
                      variant.sampleFusion, stream());
 }
 

@@ -15,7 +15,8 @@
 //          (batch size, lane), acquired in beginStep (out of the step's device timings);
 //   step - runStep() captures the loop's whole step body (every batch's gather / forward /
 //          non-finite check / scatter between event-record nodes, the fuse and the canvas
-//          check) once per StepVariant (normal, preview, last) and replays it.
+//          check) once per StepVariant (normal, preview, last; keeping the x0 canvas or not) and
+//          replays it.
 // graphWarmup steps run eagerly before the first capture of a run (cached graphs are replayed at
 // once). A capture that fails turns graphs off for the rest of the run; the RunRecord
 // (graphs.fallbackReason, messages) and the observer say why. Same kernels, same arguments, same
@@ -113,7 +114,7 @@ private:
     // pointers what it bakes in (kernels/GraphCache.h).
     std::string lanePointers(int lane) const;
     GraphKey tileKey(int count, int lane) const;
-    GraphKey stepKey(const char* variant) const;
+    GraphKey stepKey(const StepVariant& variant) const;
     void noteUse(const std::string& key, const GraphCache::Acquired& acquired);
     void acquireTileGraphs();
     void fallBack(const std::string& why);
@@ -174,6 +175,7 @@ private:
     StepState* state_ = nullptr;
     unsigned long long* nonFinite_ = nullptr;
     bool capturing_ = false;   // the step body is being recorded into a step graph
+    bool hasX0Prev_ = false;   // a step has begun since startCanvas (core/TileDevice.h: the x0 canvas)
     int stepsDone_ = 0;        // steps run so far in this run: the warm-up before the first capture
     bool stepCaptured_ = false, stepReplayed_ = false;
     double peak_ = -1;

@@ -22,6 +22,7 @@ struct ArenaPlan {
 
 class RunArena {
 public:
+    // preview: the x0 canvas (core/TileDevice.h): previews, and DPM++ 2M's previous x0.
     std::size_t x = 0, acc = 0, accEps = 0, preview = 0, seam = 0, seamSq = 0, norm = 0, maps = 0;
     std::size_t tileX = 0, tileY = 0, tileMap = 0, coeff = 0, init = 0, state = 0;
     std::size_t nonFinite = 0;   // the first (step, slot) with a NaN or infinity (kernels/NonFinite.cuh)

@@ -12,7 +12,7 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
                             const StepState* __restrict__ state, bool sampleFusion, int first, int count, int y0,
                             int x0, int boxH, int boxW, int padded, const T* __restrict__ output, ScatterTargets out) {
     const StepState s = *state;
-    const StepCoefficients K = coeff[s.step];
+    const StepCoefficients K = stepCoefficients(coeff, s);
     const unsigned draw = static_cast<unsigned>(s.step + 1);
     const long long total = static_cast<long long>(g.channels) * boxH * boxW;
     const int tileArea = g.tileH * g.tileW;
@@ -25,6 +25,7 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
         const long long p = static_cast<long long>(c) * g.height * g.width + pix;
         const float xp = canvas[p];
         const float z = sampleFusion && K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
+        const float x0Prev = sampleFusion && K.cprev != 0.0f && out.x0Prev ? out.x0Prev[p] : 0.0f;
         float acc = sampleFusion ? out.acc[p] : 0.0f;
         float accEps = out.accEps ? out.accEps[p] : 0.0f;
         double seamSum = out.seamSum ? out.seamSum[p] : 0.0, seamSumSq = out.seamSumSq ? out.seamSumSq[p] : 0.0;
@@ -38,7 +39,7 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
             const float w = g.weightMaps[static_cast<long long>(g.tileMap[t]) * tileArea + ly * g.tileW + lx];
             float v = e;
             if (sampleFusion) {
-                v = applyStep(K, xp, e, z);
+                v = applyStep(K, xp, e, z, x0Prev);
                 acc += w * v;
             }
             if (out.accEps) accEps += w * e;

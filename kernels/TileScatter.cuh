@@ -4,7 +4,8 @@
 // depends on scheduling (no atomics).
 // The step k = state->step and K = coeff[k] are read from device memory (z is drawn with
 // state->seed), so a captured graph serves every step and seed.
-//   fusion "sample": v = applyStep(K, x[p], eps, z(k+1, p)); acc[p] += w v   (update fused)
+//   fusion "sample": v = applyStep(K, x[p], eps, z(k+1, p), x0Prev[p]); acc[p] += w v   (update fused;
+//                    K = stepCoefficients(coeff, *state), x0Prev read only where K.cprev != 0)
 //   fusion "noise":  v = eps;                                 accEps[p] += w eps
 //   accEps also when previewEps (the x0 preview of a sample-fusion step);
 //   seam statistics (last step): seamSum[p] += (w/N) v, seamSumSq[p] += (w/N) v^2.
@@ -18,6 +19,7 @@
 namespace tessera {
 
 struct ScatterTargets {
+    const float* x0Prev = nullptr;   // read: the x0 canvas, the previous step's x0 (nullptr: the pass keeps none)
     float* acc = nullptr;        // sample fusion
     float* accEps = nullptr;     // noise fusion or preview (nullptr: not accumulated)
     double* seamSum = nullptr;   // last step only (nullptr: not accumulated)

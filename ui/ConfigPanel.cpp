@@ -162,7 +162,8 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     form->addRow(QString(), addErrorLabel(QStringLiteral("steps"), steps_));
 
     scheduler_ = makeCombo<SchedulerKind>(
-        {{SchedulerKind::DDIM, tr("DDIM")}, {SchedulerKind::DDPM, tr("DDPM")}, {SchedulerKind::Euler, tr("Euler")}});
+        {{SchedulerKind::DDIM, tr("DDIM")}, {SchedulerKind::DDPM, tr("DDPM")}, {SchedulerKind::Euler, tr("Euler")},
+         {SchedulerKind::EulerAncestral, tr("Euler a")}, {SchedulerKind::DPMPP2M, tr("DPM++ 2M")}});
     scheduler_->setObjectName(QStringLiteral("schedulerCombo"));
     form->addRow(tr("Scheduler"), scheduler_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("scheduler"), scheduler_));

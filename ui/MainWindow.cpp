@@ -13,10 +13,12 @@
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QScreen>
 #include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
@@ -130,7 +132,12 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     refreshPlan();
     updateActions();
     showReadyProgress();
-    resize(1500, 920);
+    // 1500 x 920 where the screen has room; otherwise the screen's available area (a 1366 x 768
+    // laptop's), so the window never opens larger than the screen.
+    QSize size(1500, 920);
+    if (const QScreen* screen = QGuiApplication::primaryScreen())
+        size = size.boundedTo(screen->availableGeometry().size());
+    resize(size);
     // The history is a strip under the canvas, a few rows high.
     resizeDocks({historyDock_}, {190}, Qt::Vertical);
     if (settings_->contains(kGeometryKey)) restoreGeometry(settings_->value(kGeometryKey).toByteArray());

@@ -1,5 +1,7 @@
 // tessera-cli bench: option parsing, the random-weight diffusers shapes, the GPU peak table,
-// and a real (tiny, CPU) run whose CSV is read back and checked column by column.
+// and a real (tiny, CPU) run whose CSV is read back and checked column by column; the Stable
+// Diffusion shapes' options, configs, step arithmetic and CSV columns (their runs need a GPU:
+// tests/cuda/tst_cudasd.cpp).
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -7,45 +9,23 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include <tuple>
+
 #include "tests/app/CliRun.h"
+#include "tests/app/CsvRecord.h"
 #include "app/BenchCommand.h"
+#include "app/EngineFactory.h"
+#include "core/UNetCondGraph.h"
+#include "core/UNetCondModel.h"
 #include "core/UNetModel.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
 using tessera::testing::describe;
 using tessera::testing::runCli;
+using tessera::testing::splitCsv;
 
 namespace {
-
-// One CSV record with RFC 4180 quoting.
-QStringList splitCsv(const QString& line) {
-    QStringList fields;
-    QString field;
-    bool quoted = false;
-    for (int i = 0; i < line.size(); ++i) {
-        const QChar c = line[i];
-        if (quoted) {
-            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-                field += '"';
-                ++i;
-            } else if (c == '"') {
-                quoted = false;
-            } else {
-                field += c;
-            }
-        } else if (c == '"') {
-            quoted = true;
-        } else if (c == ',') {
-            fields << field;
-            field.clear();
-        } else {
-            field += c;
-        }
-    }
-    fields << field;
-    return fields;
-}
 
 std::string expectValidationField(const std::vector<std::string>& args) {
     try {
@@ -209,6 +189,134 @@ private slots:
             QCOMPARE(col("fraction_of_peak"), QString());  // no GPU peak on the CPU
             QCOMPARE(col("peak_mib"), QString());          // no device memory on the CPU
         }
+    }
+
+    // sd15/sd21: their own defaults where nothing was given (a 2048 job in native tiles), the
+    // given values where something was.
+    void parsesSdOptions() {
+        const BenchOptions sd15 = parseBenchOptions({"--shape", "sd15"});
+        QCOMPARE(sd15.width, 2048);
+        QCOMPARE(sd15.height, 2048);
+        QCOMPARE(sd15.tile, 512);
+        QCOMPARE(sd15.overlap, 64);
+        QCOMPARE(sd15.batches, (std::vector<int>{1, 2, 4}));
+        QCOMPARE(sd15.repeats, 20);
+        QCOMPARE(sd15.cfg, 7.0);
+        const BenchOptions sd21 = parseBenchOptions({"--shape", "sd21", "--cfg", "1", "--overlap", "128", "--size",
+                                                     "1536", "--batch", "3", "--repeats", "5", "--graphs", "off,tile"});
+        QCOMPARE(sd21.tile, 768);
+        QCOMPARE(sd21.overlap, 128);
+        QCOMPARE(sd21.width, 1536);
+        QCOMPARE(sd21.batches, (std::vector<int>{3}));
+        QCOMPARE(sd21.repeats, 5);
+        QCOMPARE(sd21.cfg, 1.0);
+        QCOMPARE(sd21.graphs, (std::vector<GraphMode>{GraphMode::Off, GraphMode::Tile}));
+        // The pixel shapes keep theirs.
+        const BenchOptions cifar = parseBenchOptions({"--shape", "cifar"});
+        QCOMPARE(cifar.tile, 64);
+        QCOMPARE(cifar.batches, (std::vector<int>{1, 8, 32}));
+        QCOMPARE(cifar.repeats, 3);
+    }
+
+    void rejectsSdOptionsNamingTheField() {
+        QCOMPARE(expectValidationField({"--shape", "sd16"}), std::string("shape"));
+        QCOMPARE(expectValidationField({"--shape", "cifar", "--cfg", "7"}), std::string("cfg"));  // no guidance there
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--cfg", "seven"}), std::string("cfg"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--cfg", "100.5"}), std::string("cfg"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--cfg", "-1"}), std::string("cfg"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--graphs", "off,step"}), std::string("graphs"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--lanes", "1"}), std::string("lanes"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--tile", "500"}), std::string("tile"));
+        QCOMPARE(expectValidationField({"--shape", "sd21", "--size", "512"}), std::string("tile"));  // 768 > 512
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--overlap", "12"}), std::string("overlap"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--overlap", "512"}), std::string("overlap"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--width", "1001"}), std::string("width"));
+        QCOMPARE(expectValidationField({"--shape", "sd15", "--height", "2044"}), std::string("height"));
+        try {
+            parseBenchOptions({"--shape", "sd15", "--tile", "500"});
+        } catch (const ValidationError& e) {
+            QVERIFY2(QString(e.what()).contains("multiple of 64 pixels"), e.what());
+        }
+    }
+
+    // diffusers' SD 1.5 and 2.1 UNets: 859,520,964 and 865,910,724 parameters (spec §0), and the
+    // FLOPs of one evaluation from the graph (SD 1.5 at latent 64: about 0.8 TFLOP).
+    void sdShapesMatchDiffusers() {
+        for (const auto& [shape, params, latent] : {std::tuple{"sd15", std::int64_t{859520964}, 64},
+                                                    std::tuple{"sd21", std::int64_t{865910724}, 96}}) {
+            const UNetCondConfig c = benchSdShapeConfig(shape);
+            std::int64_t n = 0;
+            for (const auto& [name, dims] : UNetCondModel::expectedTensors(c)) {
+                std::int64_t k = 1;
+                for (auto d : dims) k *= d;
+                n += k;
+            }
+            QCOMPARE(n, params);
+            QCOMPARE(c.sampleSize, latent);
+            const double gflop = unet2DConditionExecutionGraph(c).flops(latent, latent) / 1e9;
+            qInfo("%s: %.1f GFLOP per evaluation at latent %d", shape, gflop, latent);
+            QVERIFY2(gflop > (latent == 64 ? 600 : 1400) && gflop < (latent == 64 ? 900 : 2400), qPrintable(QString::number(gflop)));
+        }
+        const UNetCondConfig sd21 = benchSdShapeConfig("sd21");
+        QCOMPARE(sd21.attentionHeads, (std::vector<int>{5, 10, 20, 20}));
+        QCOMPARE(sd21.crossAttentionDim, 1024);
+        QVERIFY(sd21.useLinearProjection && sd21.upcastAttention);
+        const UNetCondConfig sd15 = benchSdShapeConfig("sd15");
+        QCOMPARE(sd15.attentionHeads, (std::vector<int>{8, 8, 8, 8}));
+        QCOMPARE(sd15.crossAttentionDim, 768);
+        QVERIFY(!sd15.useLinearProjection && !sd15.upcastAttention);
+        bool refused = false;
+        try {
+            benchSdShapeConfig("cifar");
+        } catch (const ValidationError& e) {
+            refused = e.field() == "shape";
+        }
+        QVERIFY(refused);
+    }
+
+    // 25 tiles in calls of 4: six full calls and one of the last tile; guidance doubles the
+    // evaluations, not the calls.
+    void unetStepTimingFromForwards() {
+        const UNetStepTiming g = unetStepTiming(25, 4, true, 100.0, 30.0, 2.0, 1.5, 800.0);
+        QCOMPARE(g.forwardsPerStep, 7);
+        QCOMPARE(g.evaluationsPerStep, 50);
+        QVERIFY(std::abs(g.secondsPerStep - 0.63) < 1e-12);
+        QVERIFY(std::abs(g.hostEnqueueMsPerStep - 13.5) < 1e-12);
+        QVERIFY(std::abs(g.unetEvalsPerS - 50 / 0.63) < 1e-9);
+        QVERIFY(std::abs(g.tflops - 800e9 * 50 / 0.63 / 1e12) < 1e-9);
+        const UNetStepTiming one = unetStepTiming(25, 5, false, 100.0, 999.0, 2.0, 999.0, 800.0);  // no remainder
+        QCOMPARE(one.forwardsPerStep, 5);
+        QCOMPARE(one.evaluationsPerStep, 25);
+        QVERIFY(std::abs(one.secondsPerStep - 0.5) < 1e-12);
+        QVERIFY(std::abs(one.hostEnqueueMsPerStep - 10.0) < 1e-12);
+        QVERIFY(std::abs(one.unetEvalsPerS - 50.0) < 1e-9);
+    }
+
+    // kernels/bench/torch_sd_unet.py prints exactly the SD rows' columns.
+    void sdCsvHeaderIsTheTorchScripts() {
+        QFile script(QStringLiteral(TESSERA_SOURCE_DIR "/kernels/bench/torch_sd_unet.py"));
+        QVERIFY(script.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(script.readAll());
+        const auto match = QRegularExpression(QStringLiteral("COLS = \\[([^\\]]*)\\]")).match(text);
+        QVERIFY2(match.hasMatch(), "COLS = [...] not found in kernels/bench/torch_sd_unet.py");
+        QStringList torchCols;
+        auto names = QRegularExpression(QStringLiteral("\"([a-z_]+)\"")).globalMatch(match.captured(1));
+        while (names.hasNext()) torchCols << names.next().captured(1);
+        QCOMPARE(torchCols.join(','), QString::fromStdString(sdBenchCsvHeader()));
+    }
+
+    // The SD shapes run on the CUDA backend only: refused (exit 2, naming the backend) before
+    // any weights are drawn.
+    void sdBenchRefusesCpu() {
+        const CliRun cpu = runCli({"bench", "--shape", "sd15", "--backend", "cpu"});
+        QCOMPARE(cpu.exitCode, 2);
+        QVERIFY2(cpu.err.contains(QStringLiteral("backend: cpu is not allowed for sd15")), qPrintable(describe(cpu)));
+        const DeviceReport report = probeDevices();
+        if (report.cudaAvailable) QSKIP("a CUDA device is present: auto would run sd15");
+        const CliRun automatic = runCli({"bench", "--shape", "sd21", "--steps", "1"});
+        QCOMPARE(automatic.exitCode, 2);
+        QVERIFY2(automatic.err.contains(QStringLiteral("backend: auto found no CUDA backend to time sd21")),
+                 qPrintable(describe(automatic)));
     }
 
     void badInputExitsWithTwo() {

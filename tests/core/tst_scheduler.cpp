@@ -240,7 +240,7 @@ private slots:
         for (const float x : {-3.0f, -0.2f, 0.0f, 0.5f, 2.0f})
             for (const float e : {-1.5f, 0.0f, 0.3f}) {
                 const double x0 = clampD((x - std::sqrt(1 - a0) * e) / std::sqrt(a0), 1.0);
-                QVERIFY(std::fabs(applyStep(k, x, e, 123.0f) - x0) < 1e-6);
+                QVERIFY(std::fabs(applyStep(k, x, e, 123.0f, 0.0f) - x0) < 1e-6);
             }
         QVERIFY(!s->addsNoise(49));
     }
@@ -283,7 +283,7 @@ private slots:
                 if (clip) x0 = clampD(x0, 1.0);
                 const double mu = std::sqrt(ap) * bcur / bt * x0 + std::sqrt(acur) * bp / bt * x;
                 const double want = mu + sigma * smp.z[i];
-                const float got = applyStep(s->coefficients(k), smp.x[i], smp.eps[i], smp.z[i]);
+                const float got = applyStep(s->coefficients(k), smp.x[i], smp.eps[i], smp.z[i], 0.0f);
                 const double scale = std::fabs(x) / std::sqrt(at) + std::fabs(e) * std::sqrt(bt / at);
                 QVERIFY2(close(got, want, scale), qPrintable(QString("step %1 t %2: %3 vs %4").arg(k).arg(t).arg(got).arg(want)));
             }
@@ -370,7 +370,7 @@ private slots:
                 const double x = smp.x[i], e = smp.eps[i];
                 const double x0 = x - sg * e;
                 const double want = x + (x - x0) / sg * (sn - sg);
-                const float got = applyStep(c, smp.x[i], smp.eps[i], 0.0f);
+                const float got = applyStep(c, smp.x[i], smp.eps[i], 0.0f, 0.0f);
                 QVERIFY2(close(got, want, std::fabs(x) + std::fabs(e) * sg), qPrintable(QString("step %1").arg(k)));
             }
         }
@@ -395,7 +395,7 @@ private slots:
                 const double raw = x - sg * e, x0 = clampD(raw, 1.0);
                 clipped += raw != x0;
                 const double want = x0 + sn * e;
-                const float got = applyStep(c, smp.x[i], smp.eps[i], 0.0f);
+                const float got = applyStep(c, smp.x[i], smp.eps[i], 0.0f, 0.0f);
                 QVERIFY2(close(got, want, std::fabs(x) + std::fabs(e) * sg + 1.0),
                          qPrintable(QString("step %1: %2 vs %3").arg(k).arg(got).arg(want)));
             }
@@ -416,7 +416,7 @@ private slots:
                 const double x = smp.x[i], v = smp.eps[i];
                 const double x0 = v * (-sg / std::sqrt(sg * sg + 1)) + x / (sg * sg + 1);
                 const double want = x + (x - x0) / sg * (sn - sg);
-                const float got = applyStep(s->coefficients(k), smp.x[i], smp.eps[i], 0.0f);
+                const float got = applyStep(s->coefficients(k), smp.x[i], smp.eps[i], 0.0f, 0.0f);
                 QVERIFY2(close(got, want, std::fabs(x) + std::fabs(v) * sg + std::fabs(x - x0) / sg * std::fabs(sn - sg), 2e-5),
                          qPrintable(QString("step %1: %2 vs %3").arg(k).arg(got).arg(want)));
             }

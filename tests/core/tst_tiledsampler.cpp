@@ -117,7 +117,7 @@ std::vector<float> untiledSample(const UNetModel& model, const RunConfig& config
         const float t = K.timestep;
         backend.forward(in.data(), &t, 1, eps.data());
         for (std::size_t i = 0; i < n; ++i)
-            x[i] = applyStep(K, x[i], eps[i], philoxNormal(config.seed, static_cast<std::uint32_t>(k + 1), i));
+            x[i] = applyStep(K, x[i], eps[i], philoxNormal(config.seed, static_cast<std::uint32_t>(k + 1), i), 0.0f);
     }
     return x;
 }

@@ -5,8 +5,13 @@
 // the primitive graphs' unfused ops; Stable Diffusion 1.5 and 2.1's UNet2DConditionModel at
 // 512 x 512 (latent tile 64: 4096 tokens, 77 context tokens) and the token ops of a CLIP-L
 // text encoder layer (77 x 768: LayerNorm, causal attention with q/k/v biases, GELU,
-// QuickGELU), each with random weights of its own), each on its own (ModelGraph::extract), on
-// the CUDA backend in fp32, fp16 and bf16 against the float32 CPU reference.
+// QuickGELU), the embeddings and pooling of CLIP-L (pooled at the largest id) and OpenCLIP-H
+// (pooled at the first id 49407), and the SD VAE's decoder and encoder at 256 x 256 (latent 32:
+// the mid-block attention over 1,024 pixels, one head of 512), each with random weights of its
+// own), each on its own (ModelGraph::extract), on the CUDA backend in fp32, fp16 and bf16
+// against the float32 CPU reference. Ids are integers in the vocabulary (TokenEmbedding) or
+// small ones with ties and the pooled id at known places (EosPool). Attention large enough to
+// be computed in query blocks: tests/cuda/tst_cudasd.cpp.
 //
 // Tolerances, per precision (relative L2 over the output, and max |d| <= 10 x that x max |ref|):
 //   fp32 2e-5: cuDNN restricted to FMA kernels, cuBLAS pedantic; only summation order differs
@@ -16,7 +21,10 @@
 // sinusoid: 1e-3 at every precision (its float32 argument at t ~ 1000 carries ~1e-4 rad, and
 // the device's expf/sinf are within 2 ulp where the host's are correctly rounded).
 //
-// TESSERA_BACKENDOPS_SHARD=i/n runs every n-th op from the i-th (parallel processes).
+// TESSERA_BACKENDOPS_SHARD=i/n runs every n-th op from the i-th (parallel processes);
+// TESSERA_BACKENDOPS_MODELS=vae-dec,clip-l-text keeps the ops of the models named, and
+// TESSERA_BACKENDOPS_KINDS=attention,eos_pool the ops of the kinds named (ModelGraph's toString);
+// the op kind coverage check then applies to the whole list only.
 // Perf mode: TESSERA_BACKENDOPS_PERF=1 prints, per op and precision, the GPU time of the op
 // (median of 20 replays, event nodes in a captured graph), the bytes it must move (inputs,
 // output, parameters) as GB/s, and its FLOPs as TFLOP/s. TESSERA_BACKENDOPS_BATCH sets the
@@ -37,18 +45,20 @@
 #include <vector>
 
 #include "app/BenchCommand.h"
+#include "core/ClipTextGraph.h"
 #include "core/CpuBackend.h"
 #include "core/ModelGraph.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
+#include "core/VaeGraph.h"
 #include "kernels/CudaBackend.h"
+#include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
+using tessera::testing::precisionName;
 
 namespace {
-
-const char* precisionName(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
 
 // The branches the two DDPM configs do not take.
 ModelConfig variantConfig() {
@@ -88,14 +98,28 @@ struct OpCase {
     bool vectorOp = false;
 };
 
-// Stable Diffusion's published UNet configs (spec sd-models.md §1.1).
-UNetCondConfig sdConfig(bool sd2) {
-    UNetCondConfig c;  // the defaults are SD 1.x's, but for these
-    c.crossAttentionDim = sd2 ? 1024 : 768;
-    c.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
-    c.useLinearProjection = sd2;
-    c.upcastAttention = sd2;
+// Stable Diffusion's published UNet configs (spec sd-models.md §1.1), as bench runs them.
+UNetCondConfig sdConfig(bool sd2) { return benchSdShapeConfig(sd2 ? "sd21" : "sd15"); }
+
+// Stable Diffusion's VAE (AutoencoderKL of SD 1.x/2.x, spec sd-models.md §4.1).
+VaeConfig sdVaeConfig() {
+    VaeConfig c;
+    c.blockOutChannels = {128, 256, 512, 512};
+    c.layersPerBlock = 2;
+    c.sampleSize = 512;
     return c;
+}
+
+// The text encoders' embeddings and pooling: one layer of CLIP-L (SD 1.x: pooled at the largest
+// id) and of OpenCLIP-H (SD 2.x: GELU, pooled at the first id 49407).
+ModelGraph clipTextGraph(bool openClip) {
+    ClipTextConfig c;
+    c.hiddenSize = openClip ? 1024 : 768;
+    c.intermediateSize = 4 * c.hiddenSize;
+    c.numAttentionHeads = openClip ? 16 : 12;
+    c.hiddenAct = openClip ? ClipActivation::Gelu : ClipActivation::QuickGelu;
+    c.eosTokenId = openClip ? 49407 : 2;
+    return fuseForExecution(buildClipTextGraph(c, 1));
 }
 
 // One CLIP-L text encoder layer's token ops (77 x 768, 12 heads): layer norm, causal
@@ -156,10 +180,38 @@ std::string shapeText(const std::vector<std::int64_t>& s) {
     return t;
 }
 
+// The op that reads `v` as ids (TokenEmbedding's input, EosPool's second operand), or null.
+const GraphOp* idsReader(const ModelGraph& g, int v) {
+    for (const GraphOp& op : g.ops())
+        if ((op.kind == OpKind::TokenEmbedding && op.input == v) || (op.kind == OpKind::EosPool && op.input2 == v))
+            return &op;
+    return nullptr;
+}
+
+// Ids for `reader`: any id of the vocabulary for an embedding; for pooling small ids with ties
+// (the first largest is pooled) and, for a pooled id, that id twice in row 0 (the first is
+// pooled) and nowhere in row 1 (position 0 is).
+std::vector<float> idsFor(const ModelGraph& g, const GraphOp& reader, int batch, int tokens, std::mt19937& rng) {
+    std::vector<float> ids(static_cast<std::size_t>(batch) * tokens);
+    const std::int64_t vocab = reader.kind == OpKind::TokenEmbedding ? g.param(reader.params[0]).shape[0] : 64;
+    std::uniform_int_distribution<std::int64_t> id(0, vocab - 1);
+    for (float& x : ids) x = static_cast<float>(id(rng));
+    if (reader.kind == OpKind::EosPool && reader.token >= 0) {
+        for (float& x : ids)
+            if (x == static_cast<float>(reader.token)) x = 0.0f;
+        ids[5] = ids[9] = static_cast<float>(reader.token);
+    }
+    return ids;
+}
+
 std::vector<std::vector<float>> inputsFor(const ModelGraph& g, int batch, int tile, unsigned seed) {
     std::vector<std::vector<float>> in;
     for (int v : g.inputs()) {
         std::mt19937 rng(seed++);
+        if (const GraphOp* reader = idsReader(g, v)) {
+            in.push_back(idsFor(g, *reader, batch, static_cast<int>(g.rows(v, tile, tile)), rng));
+            continue;
+        }
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::uniform_real_distribution<float> step(0.0f, 1000.0f);
         std::vector<float> x(static_cast<std::size_t>(g.elements(v, batch, tile, tile)));
@@ -187,8 +239,7 @@ std::vector<float> runOn(Backend& b, const OpCase& c, int batch, const std::vect
 
 double tolerance(const OpCase& c, Precision p) {
     if (c.kind == OpKind::TimestepEmbedding) return 1e-3;
-    if (c.vectorOp || p == Precision::FP32) return 2e-5;
-    return p == Precision::FP16 ? 4e-3 : 3e-2;
+    return c.vectorOp ? 2e-5 : tessera::testing::opTolerance(p);
 }
 
 // Bytes an op must move at least: every input and the output once (activation type for
@@ -239,8 +290,18 @@ class TestBackendOps : public QObject {
                    {"variant", variantConfig(), 32, true, nullptr, {}},
                    {"sd15", {}, 64, false, nullptr, {unet2DConditionExecutionGraph(sdConfig(false))}},
                    {"sd21", {}, 64, false, nullptr, {unet2DConditionExecutionGraph(sdConfig(true))}},
-                   {"clip-l", {}, 64, false, nullptr, {clipLayerGraph()}}};
+                   {"clip-l", {}, 64, false, nullptr, {clipLayerGraph()}},
+                   {"clip-l-text", {}, 64, false, nullptr, {clipTextGraph(false)}},
+                   {"open-clip-h-text", {}, 64, false, nullptr, {clipTextGraph(true)}},
+                   {"vae-dec", {}, 256, false, nullptr, {vaeDecoderExecutionGraph(sdVaeConfig())}},
+                   {"vae-enc", {}, 256, false, nullptr, {vaeEncoderExecutionGraph(sdVaeConfig())}}};
+        const QStringList only = QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_MODELS")).split(',', Qt::SkipEmptyParts);
+        if (!only.isEmpty())
+            models_.erase(std::remove_if(models_.begin(), models_.end(),
+                                         [&](const ModelCase& m) { return !only.contains(QString::fromStdString(m.name)); }),
+                          models_.end());
         std::set<std::string> seen;
+        const QStringList kinds = QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_KINDS")).split(',', Qt::SkipEmptyParts);
         for (ModelCase& m : models_) {
             const bool given = !m.graphs.empty();
             if (!given) m.weights = std::make_shared<const UNetModel>(UNetModel::random(m.config, 17));
@@ -259,6 +320,7 @@ class TestBackendOps : public QObject {
                     for (int v : op.operands()) key += " " + shapeText(g.shape(v, 1, m.tile, m.tile));
                     key += " -> " + shapeText(g.shape(op.output, 1, m.tile, m.tile));
                     if (!seen.insert(key).second) continue;
+                    if (!kinds.isEmpty() && !kinds.contains(QLatin1String(toString(op.kind)))) continue;
                     OpCase c;
                     c.model = m.name;
                     c.key = key;
@@ -271,7 +333,8 @@ class TestBackendOps : public QObject {
                         c.weights = &m.weights->tensors();
                     }
                     c.kind = op.kind;
-                    c.vectorOp = g.value(op.output).kind == ValueKind::Vector;
+                    // Vector ops compute in float32; the pooling copies an activation-type token.
+                    c.vectorOp = g.value(op.output).kind == ValueKind::Vector && op.kind != OpKind::EosPool;
                     cases_.push_back(std::move(c));
                 }
         }
@@ -298,14 +361,17 @@ private slots:
         // Every op kind the graph declares is covered.
         std::set<OpKind> kinds;
         for (const OpCase& c : cases_) kinds.insert(c.kind);
-        if (!qgetenv("TESSERA_BACKENDOPS_SHARD").isEmpty()) {
-            qInfo("shard %s: %zu ops", qgetenv("TESSERA_BACKENDOPS_SHARD").constData(), cases_.size());
+        if (!qgetenv("TESSERA_BACKENDOPS_SHARD").isEmpty() || !qgetenv("TESSERA_BACKENDOPS_MODELS").isEmpty() ||
+            !qgetenv("TESSERA_BACKENDOPS_KINDS").isEmpty()) {
+            qInfo("shard %s, models %s, kinds %s: %zu ops", qgetenv("TESSERA_BACKENDOPS_SHARD").constData(),
+                  qgetenv("TESSERA_BACKENDOPS_MODELS").constData(), qgetenv("TESSERA_BACKENDOPS_KINDS").constData(),
+                  cases_.size());
             return;  // kind coverage is a property of the whole list
         }
         for (OpKind k : {OpKind::Affine, OpKind::SiLU, OpKind::Add, OpKind::ScaleShift, OpKind::TimestepEmbedding,
                          OpKind::Linear, OpKind::Conv, OpKind::GroupNorm, OpKind::Attention, OpKind::Concat,
                          OpKind::Upsample, OpKind::ToTokens, OpKind::ToFeatureMap, OpKind::LayerNorm, OpKind::GEGLU,
-                         OpKind::GELU, OpKind::QuickGELU})
+                         OpKind::GELU, OpKind::QuickGELU, OpKind::TokenEmbedding, OpKind::EosPool})
             QVERIFY2(kinds.count(k), toString(k));
         qInfo("%zu distinct ops", cases_.size());
     }
@@ -332,21 +398,8 @@ private slots:
             ref = reference_.emplace(static_cast<std::size_t>(index), runOn(*cpu_, c, batch, in)).first;
         }
         const std::vector<float> out = runOn(gpu(prec), c, batch, in);
-        double num = 0, den = 0, maxAbs = 0, maxRef = 0;
-        long long nonFinite = 0;
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            const double r = ref->second[i], d = double(out[i]) - r;
-            if (!std::isfinite(out[i])) ++nonFinite;
-            num += d * d;
-            den += r * r;
-            maxAbs = std::max(maxAbs, std::abs(d));
-            maxRef = std::max(maxRef, std::abs(r));
-        }
-        const double rel = std::sqrt(num / std::max(den, 1e-30)), tol = tolerance(c, prec);
-        QVERIFY2(nonFinite == 0, qPrintable(QString("%1 of %2 outputs not finite (unwritten?)").arg(nonFinite).arg(out.size())));
-        QVERIFY2(rel < tol, qPrintable(QString("relative L2 %1 exceeds %2").arg(rel).arg(tol)));
-        QVERIFY2(maxAbs <= 10 * tol * maxRef,
-                 qPrintable(QString("max |d| %1 exceeds %2 x max |ref| %3").arg(maxAbs).arg(10 * tol).arg(maxRef)));
+        const QString bad = tessera::testing::outputMismatch(ref->second, out, tolerance(c, prec), precisionName(prec));
+        QVERIFY2(bad.isEmpty(), qPrintable(bad));
     }
 
     // The same whole model both ways, compared value by value: the graph's names tie a CUDA
@@ -361,7 +414,10 @@ private slots:
         if (!shard.isEmpty() && !shard.startsWith("0/")) QSKIP("runs in shard 0 only");
         QFETCH(int, precision);
         const Precision prec = static_cast<Precision>(precision);
-        const ModelCase& m = models_.at(2);  // the variant: every branch, centred input included
+        // The variant: every branch, centred input included.
+        const auto variant = std::find_if(models_.begin(), models_.end(), [](const ModelCase& c) { return c.name == "variant"; });
+        if (variant == models_.end()) QSKIP("the variant model is not among TESSERA_BACKENDOPS_MODELS");
+        const ModelCase& m = *variant;
         const ModelGraph fused = unet2DExecutionGraph(m.config);
         ModelGraph all = fused;
         for (const GraphOp& op : fused.ops()) all.markOutput(op.output);

@@ -1,0 +1,178 @@
+// Stable Diffusion's stateful and ancestral samplers on the CUDA device against the CPU device,
+// on a small random UNet with SD's schedule (sd-pipeline.md §4): Euler a (the Philox noise of
+// each step drawn on the device) and DPM++ 2M Karras (the x0 canvas: the previous step's blended
+// x0 read by the scatter, fusion sample, or by the fuse, fusion noise; none on the first step
+// run, text-to-image or image-to-image), in every graph mode, and a DPM++ 2M run replaying no
+// step graph captured for a DDIM run of the same shape. Skips where no CUDA device is present.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/CpuBackend.h"
+#include "core/TiledSampler.h"
+#include "core/UNetModel.h"
+#include "kernels/CudaEngine.h"
+
+using namespace tessera;
+
+namespace {
+
+ModelConfig smallConfig() {
+    ModelConfig c;
+    c.inChannels = 4;
+    c.outChannels = 4;
+    c.blockOutChannels = {32, 64};
+    c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown};
+    c.upBlocks = {UpBlockType::AttnUp, UpBlockType::Up};
+    c.layersPerBlock = 1;
+    c.normNumGroups = 8;
+    c.attentionHeadDim = 8;
+    return c;
+}
+
+std::shared_ptr<const UNetModel> sdModel(bool karras) {
+    SchedulerOptions o;
+    o.betaStart = 0.00085f;
+    o.betaEnd = 0.012f;
+    o.betaSchedule = BetaSchedule::ScaledLinear;
+    o.stepsOffset = 1;
+    o.clipSample = false;
+    o.setAlphaToOne = false;
+    o.karrasSigmas = karras;
+    const ModelConfig config = smallConfig();
+    return std::make_shared<const UNetModel>(UNetModel::fromTensors(config, UNetModel::random(config, 91).tensors(), o));
+}
+
+RunConfig runConfig(SchedulerKind scheduler, FusionRule fusion, GraphMode graphs) {
+    RunConfig r;
+    r.width = 56;
+    r.height = 40;
+    r.seed = 42;
+    r.steps = 6;
+    r.scheduler = scheduler;
+    r.tile = 32;
+    r.overlapPx = 12;
+    r.window = BlendWindowKind::Hann;
+    r.fusion = fusion;
+    r.tileBatch = 2;
+    r.precision = Precision::FP32;
+    r.graphs = graphs;
+    r.previewEvery = 1;
+    return r;
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return 1e30;
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double d = static_cast<double>(a[i]) - b[i];
+        num += std::isfinite(d) ? d * d : 1e30;
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Previews : RunObserver {
+    std::vector<std::vector<float>> images;
+    void onPreview(const PreviewEvent& e) override { images.push_back(e.image.data); }
+};
+
+ImageTensor startImage(const RunConfig& c) {
+    ImageTensor t{4, c.height, c.width, std::vector<float>(4u * static_cast<std::size_t>(c.width) * c.height)};
+    for (std::size_t i = 0; i < t.data.size(); ++i) t.data[i] = 0.8f * std::sin(0.03f * static_cast<float>(i));
+    return t;
+}
+
+// Runs `cfg` on both engines (`gpu` holds `model` already: setting it again would start a new
+// plan); the final images and every preview (x0 canvas, then the canvas) within float32 tolerance.
+void compareEngines(const std::shared_ptr<const UNetModel>& model, const RunConfig& cfg, CudaEngine& gpu) {
+    TiledSampler cpu(std::make_unique<CpuBackend>(2));
+    cpu.setModel(model);
+    if (!cfg.initImage.empty()) {
+        cpu.setInitImage(startImage(cfg));
+        gpu.setInitImage(startImage(cfg));
+    }
+    Previews cpuSeen, gpuSeen;
+    const RunResult ref = cpu.run(cfg, cpuSeen);
+    const RunResult got = gpu.run(cfg, gpuSeen);
+    const double imageRel = rel(got.image.data, ref.image.data);
+    qInfo("%s %s graphs %s%s: image rel %.3e (graph mode run: %s)", std::string(toString(cfg.scheduler)).c_str(),
+          std::string(toString(cfg.fusion)).c_str(), std::string(toString(cfg.graphs)).c_str(),
+          cfg.initImage.empty() ? "" : " img2img", imageRel, got.record.graphs.mode.c_str());
+    QVERIFY2(got.record.graphs.fallbackReason.empty(), got.record.graphs.fallbackReason.c_str());
+    QCOMPARE(got.record.stepsRun, ref.record.stepsRun);
+    QVERIFY2(imageRel < 1e-4, qPrintable(QString("image differs from the CPU device by %1").arg(imageRel)));
+    QCOMPARE(gpuSeen.images.size(), cpuSeen.images.size());
+    for (std::size_t k = 0; k < gpuSeen.images.size(); ++k) {
+        const double r = rel(gpuSeen.images[k], cpuSeen.images[k]);
+        QVERIFY2(r < 1e-4, qPrintable(QString("preview %1 differs by %2").arg(k).arg(r)));
+    }
+}
+
+}  // namespace
+
+class TestCudaSamplers : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase() {
+        std::string why;
+        if (!cudaDeviceAvailable(&why)) QSKIP(why.c_str());
+    }
+
+    void matchesCpuDevice_data() {
+        QTest::addColumn<int>("scheduler");
+        QTest::addColumn<int>("fusion");
+        QTest::addColumn<int>("graphs");
+        QTest::addColumn<bool>("fromImage");
+        const int sample = int(FusionRule::Sample), noise = int(FusionRule::Noise);
+        const int ea = int(SchedulerKind::EulerAncestral), dpm = int(SchedulerKind::DPMPP2M);
+        QTest::newRow("euler_a sample") << ea << sample << int(GraphMode::Off) << false;
+        QTest::newRow("euler_a noise") << ea << noise << int(GraphMode::Off) << false;
+        QTest::newRow("euler_a sample img2img") << ea << sample << int(GraphMode::Off) << true;
+        QTest::newRow("dpmpp_2m karras sample") << dpm << sample << int(GraphMode::Off) << false;
+        QTest::newRow("dpmpp_2m karras noise") << dpm << noise << int(GraphMode::Off) << false;
+        QTest::newRow("dpmpp_2m karras sample img2img") << dpm << sample << int(GraphMode::Off) << true;
+        QTest::newRow("dpmpp_2m karras noise img2img") << dpm << noise << int(GraphMode::Off) << true;
+        QTest::newRow("dpmpp_2m karras sample step graphs") << dpm << sample << int(GraphMode::Step) << false;
+        QTest::newRow("dpmpp_2m karras noise tile graphs") << dpm << noise << int(GraphMode::Tile) << false;
+        QTest::newRow("euler_a noise step graphs") << ea << noise << int(GraphMode::Step) << true;
+    }
+    void matchesCpuDevice() {
+        QFETCH(int, scheduler);
+        QFETCH(int, fusion);
+        QFETCH(int, graphs);
+        QFETCH(bool, fromImage);
+        RunConfig cfg = runConfig(SchedulerKind(scheduler), FusionRule(fusion), GraphMode(graphs));
+        cfg.graphWarmup = 1;
+        if (fromImage) {
+            cfg.initImage = "in-memory";
+            cfg.strength = 0.6;   // begins at step 6 - int(3.6) = 3: second order for DPM++ 2M
+        }
+        const auto model = sdModel(true);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        compareEngines(model, cfg, gpu);
+    }
+
+    // Step graphs are cached across runs by shape; a DPM++ 2M run must not replay a DDIM run's
+    // graph (which neither blends the noise nor keeps the x0 canvas).
+    void noStepGraphSharedWithAnotherSampler() {
+        CudaEngine gpu;
+        RunConfig cfg = runConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Step);
+        cfg.previewEvery = 0;
+        cfg.graphWarmup = 0;
+        const auto model = sdModel(true);
+        gpu.setModel(model);
+        RunObserver quiet;
+        const RunResult ddim = gpu.run(cfg, quiet);
+        QVERIFY(ddim.record.graphs.captures > 0);
+        cfg.scheduler = SchedulerKind::DPMPP2M;
+        compareEngines(model, cfg, gpu);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCudaSamplers)
+#include "tst_cudasamplers.moc"
