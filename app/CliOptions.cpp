@@ -325,7 +325,7 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     }
 
     if (options.command == CliCommand::Info) {
-        if (positional.size() > 1) fail("option", "info takes one model folder, got " + inQuotes(positional[1]) + " as well");
+        if (positional.size() > 1) fail("option", "info takes one model folder or checkpoint, got " + inQuotes(positional[1]) + " as well");
         options.infoDir = positional.empty() ? options.config.model : positional.front();
         checkPathText("model", options.infoDir, "a model folder path");
     } else if (!positional.empty()) {
@@ -449,7 +449,7 @@ std::string cliUsage(CliCommand command) {
                    "Commands:\n"
                    "  plan      print the tile grid, tile count, redundancy and work per step\n"
                    "  render    run a generation and write <out>/<run-id>.png, .csv and .json\n"
-                   "  info DIR  describe a model folder (config, scheduler, tensors, FLOPs per tile)\n\n"
+                   "  info PATH describe a model folder or SD checkpoint (config, scheduler, tensors, ...)\n\n"
                    "  --version print the version\n"
                    "  --help    this text; 'tessera-cli <command> --help' for a command's options\n\n"
                    "Exit status: 0 success, 2 invalid input (the message names the field), 1 failure while running.\n";
@@ -467,9 +467,12 @@ std::string cliUsage(CliCommand command) {
                    "run needs against what is available; a refusal names the setting to lower (exit 2).\n\n";
             break;
         case CliCommand::Info:
-            text = "Usage: tessera-cli info DIR [--tile PX] [options]\n"
+            text = "Usage: tessera-cli info PATH [--tile PX] [options]\n"
                    "Prints a model folder's configuration, scheduler, tensor and parameter counts and the\n"
-                   "FLOPs of one UNet evaluation at the tile size (--tile, default 64). DIR may also be given as --model.\n\n";
+                   "FLOPs of one UNet evaluation at the tile size (--tile, default 64). PATH may also be given as --model.\n"
+                   "For a Stable Diffusion pipeline folder or .safetensors checkpoint: the family, parameters and\n"
+                   "stored precision of the UNet, VAE and text encoder, the prediction type, A1111's model hash\n"
+                   "and the tensors no model uses (a checkpoint's header is read and the file hashed).\n\n";
             break;
     }
     return text + kRunOptions;

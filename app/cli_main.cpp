@@ -22,8 +22,10 @@
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
 #include "app/PngIO.h"
+#include "app/SdInfoCommand.h"
 #include "app/TokensCommand.h"
 #include "core/BoundedInput.h"
+#include "core/FormatNumber.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
 #include "core/OutputSet.h"
@@ -86,15 +88,6 @@ std::string humanFlops(double flops) {
     return fixed(flops, 2) + " " + units[unit];
 }
 
-std::string withThousands(std::int64_t n) {
-    std::string digits = std::to_string(n), out;
-    for (std::size_t i = 0; i < digits.size(); ++i) {
-        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-        out += digits[i];
-    }
-    return out;
-}
-
 int cmdPlan(const CliOptions& options) {
     RunConfig config = options.config;
     std::unique_ptr<UNetModel> model;
@@ -138,6 +131,11 @@ int cmdPlan(const CliOptions& options) {
 
 int cmdInfo(const CliOptions& options) {
     if (options.infoDir.empty()) throw InputError{"model: info needs a model folder: tessera-cli info DIR"};
+    // Stable Diffusion pipeline folders and checkpoint files (app/SdInfoCommand.h).
+    if (isSdModelPath(options.infoDir)) {
+        printSdModelInfo(options.infoDir, executableDir(), std::cout);
+        return kExitOk;
+    }
     const std::string dir = resolveModel(options.infoDir);
     const UNetModel model = UNetModel::load(dir);
     const int tile = options.fieldsGiven.count("tile") ? options.config.tile : 64;

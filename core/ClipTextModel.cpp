@@ -45,12 +45,13 @@ ClipTextModel ClipTextModel::load(const fs::path& dir) {
     return m;
 }
 
-ClipTextModel ClipTextModel::fromTensors(ClipTextConfig config, std::map<std::string, HostTensor> tensors) {
+ClipTextModel ClipTextModel::fromTensors(ClipTextConfig config, std::map<std::string, HostTensor> tensors,
+                                         WeightsDigest digest) {
     ClipTextModel m;
     m.config_ = config;
     ModelWeights w =
         ModelWeights::fromTensors(std::move(tensors), buildClipTextGraph(config, config.numHiddenLayers).parameterList(),
-                                  LegacyAttentionNames::NotAccepted);
+                                  LegacyAttentionNames::NotAccepted, digest);
     m.tensors_ = std::move(w.tensors);
     m.extra_ = std::move(w.extra);
     return m;

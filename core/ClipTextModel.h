@@ -40,8 +40,11 @@ public:
     // Throws ModelError naming the file and the tensor ("…/model.safetensors: tensor
     // 'text_model.final_layer_norm.bias': expected [768], found [1024]").
     static ClipTextModel load(const std::filesystem::path& dir);
-    // A model from tensors in memory under canonical names (tests). Checked as load() checks.
-    static ClipTextModel fromTensors(ClipTextConfig config, std::map<std::string, HostTensor> tensors);
+    // A model from tensors in memory under canonical names (a converted single-file checkpoint,
+    // tests). Checked as load() checks; `digest` as in ModelWeights::fromTensors (this class
+    // keeps no digest: Skip saves hashing the values).
+    static ClipTextModel fromTensors(ClipTextConfig config, std::map<std::string, HostTensor> tensors,
+                                     WeightsDigest digest = WeightsDigest::Compute);
 
     const ClipTextConfig& config() const { return config_; }
     // Canonical names ("text_model.encoder.layers.0.mlp.fc1.weight").

@@ -354,11 +354,12 @@ ModelWeights ModelWeights::load(const std::string& folder, const TensorList& exp
 }
 
 ModelWeights ModelWeights::fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected,
-                                       LegacyAttentionNames legacyNames) {
+                                       LegacyAttentionNames legacyNames, WeightsDigest digest) {
     MemorySource source(std::move(tensors));
     WeightFileLayout layout;
     layout.legacyNames = legacyNames;
     ModelWeights weights = bindTensors(expected, source, layout);
+    if (digest == WeightsDigest::Skip) return weights;
     // Names, shapes and values, in name order: equal weights give equal hashes.
     Sha256 hash;
     for (const auto& [name, t] : weights.tensors) {

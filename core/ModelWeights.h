@@ -35,6 +35,11 @@ public:
     explicit ModelError(const std::string& message) : InputFileError("model", message) {}
 };
 
+// What fromTensors records as sha256: a digest of the names, shapes and values (equal weights,
+// equal digests), or nothing, for a caller that fingerprints the source itself (a single-file
+// checkpoint hashes its file: hashing gigabytes of floats again would double a load's time).
+enum class WeightsDigest { Compute, Skip };
+
 // (name, shape) of every tensor a model needs, e.g. ModelGraph::parameterList().
 using TensorList = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 
@@ -74,7 +79,7 @@ struct ModelWeights {
     static ModelWeights load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout);
     // The same checks on tensors already in memory (tests, converters).
     static ModelWeights fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected,
-                                    LegacyAttentionNames legacyNames);
+                                    LegacyAttentionNames legacyNames, WeightsDigest digest = WeightsDigest::Compute);
 };
 
 // PyTorch-like default-init values for `expected` (deterministic in `seed`, each tensor keyed

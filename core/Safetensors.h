@@ -92,11 +92,20 @@ public:
     std::span<const std::byte> bytes(const SafetensorsTensorInfo&) const;
     // The whole file, e.g. for hashing.
     std::span<const std::byte> fileBytes() const;
+    // Drops this process's mapping of the whole pages inside a tensor's bytes (they stay in the
+    // page cache; a later read maps them again): a reader that has copied a tensor keeps its
+    // resident set to the copies instead of copies plus the file.
+    void releasePages(const SafetensorsTensorInfo&) const noexcept;
+    // The same for any range of fileBytes() (a range outside the mapping is ignored).
+    void releasePages(std::span<const std::byte> bytes) const noexcept;
 
     // The tensor upcast to float32 (F32, F16, BF16). Throws SafetensorsError naming the
     // file, the tensor and its dtype for a missing tensor or any other dtype.
     std::vector<float> readFloat32(const std::string& name) const;
     std::vector<float> readFloat32(const SafetensorsTensorInfo&) const;
+    // `count` elements from element `first` on (row-major), upcast the same way: a row block of
+    // a fused tensor. Throws SafetensorsError naming the file and tensor for a range outside it.
+    std::vector<float> readFloat32(const SafetensorsTensorInfo&, std::size_t first, std::size_t count) const;
 
 private:
     void unmap() noexcept;

@@ -13,6 +13,7 @@
 #include "core/ModelConfig.h"
 #include "core/ModelWeights.h"
 #include "core/Sha256.h"
+#include "core/SingleFileCheckpoint.h"
 
 namespace tessera {
 
@@ -219,18 +220,13 @@ SdModel loadSdModel(const std::string& path) {
     }
     if (fs::is_directory(path, ec)) {
         model = loadFolder(path);
-    } else if (hasExtension(path, {".ckpt", ".pt", ".pth", ".bin"})) {
-        throw ModelError(shownPath(path) +
-                         ": a pickled PyTorch checkpoint; Tessera never unpickles files (loading a pickle can run "
-                         "any code it contains). Convert it to .safetensors first, e.g. with diffusers' "
-                         "scripts/convert_original_stable_diffusion_to_diffusers.py --to_safetensors, or save it "
-                         "as safetensors from A1111's Checkpoint Merger");
     } else if (!fs::exists(path, ec)) {
         throw ModelError(shownPath(path) + ": not found; give a Stable Diffusion pipeline folder (with "
                          "model_index.json) or a .safetensors checkpoint");
     } else {
-        throw ModelError(shownPath(path) + ": single-file checkpoints are not readable in this build; give the "
-                         "model as a diffusers pipeline folder");
+        // Pickles (by name or by their bytes) are refused there, unread.
+        model = loadSingleFileCheckpoint(path);
+        model.tokenizer = bundledTokenizer(model.family);
     }
     model.source = path;
     std::string name = fs::path(path).filename().string();

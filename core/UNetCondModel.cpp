@@ -56,6 +56,18 @@ UNetCondModel UNetCondModel::load(const std::string& dir) {
     return model;
 }
 
+UNetCondModel UNetCondModel::fromTensors(UNetCondConfig config, std::map<std::string, HostTensor> tensors,
+                                         WeightsDigest digest) {
+    UNetCondModel model;
+    model.config_ = std::move(config);
+    ModelWeights weights = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_),
+                                                     LegacyAttentionNames::NotAccepted, digest);
+    model.tensors_ = std::move(weights.tensors);
+    model.extra_ = std::move(weights.extra);
+    model.sha256_ = std::move(weights.sha256);
+    return model;
+}
+
 UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t seed) {
     UNetCondModel model;
     model.config_ = config;

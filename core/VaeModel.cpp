@@ -139,11 +139,11 @@ VaeModel VaeModel::load(const std::string& dir) {
     return model;
 }
 
-VaeModel VaeModel::fromTensors(VaeConfig config, std::map<std::string, HostTensor> tensors) {
+VaeModel VaeModel::fromTensors(VaeConfig config, std::map<std::string, HostTensor> tensors, WeightsDigest digest) {
     VaeModel model;
     model.config_ = std::move(config);
-    ModelWeights weights =
-        ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_), LegacyAttentionNames::Accepted);
+    ModelWeights weights = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_),
+                                                     LegacyAttentionNames::Accepted, digest);
     model.tensors_ = std::move(weights.tensors);
     model.extra_ = std::move(weights.extra);
     model.sha256_ = std::move(weights.sha256);

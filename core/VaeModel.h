@@ -28,8 +28,9 @@ public:
     // query/key/value/proj_attn are accepted), finite, F16/BF16 upcast. ModelError names the
     // file and the tensor.
     static VaeModel load(const std::string& dir);
-    // The same checks on tensors already in memory.
-    static VaeModel fromTensors(VaeConfig config, std::map<std::string, HostTensor> tensors);
+    // The same checks on tensors already in memory; `digest` as in ModelWeights::fromTensors.
+    static VaeModel fromTensors(VaeConfig config, std::map<std::string, HostTensor> tensors,
+                                WeightsDigest digest = WeightsDigest::Compute);
 
     const VaeConfig& config() const { return config_; }
     const std::string& directory() const { return dir_; }  // empty for in-memory models

@@ -13,6 +13,8 @@
 #include <QTemporaryDir>
 
 #include "tests/app/CliRun.h"
+#include "tests/core/SingleFileTestSupport.h"
+#include "core/Sha256.h"
 #include "app/CliOptions.h"
 #include "app/EngineFactory.h"
 #include "app/PngIO.h"
@@ -292,6 +294,48 @@ private slots:
         QVERIFY2(r.out.contains(QRegularExpression("tensors\\s+\\d+")), qPrintable(r.out));
         QVERIFY2(r.out.contains(QRegularExpression("parameters\\s+[\\d,]+")), qPrintable(r.out));
         QVERIFY2(r.out.contains("per evaluation of a 32 x 32 tile"), qPrintable(r.out));
+    }
+
+    // Stable Diffusion checkpoints and pipeline folders (app/SdInfoCommand.h).
+    void infoOnSdModels() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const std::string sd1 = single_file_test::writeSmall(dir, SdFamily::SD1);
+        QFile file(QString::fromStdString(sd1));
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QByteArray bytes = file.readAll();
+        const std::string sha = sha256Hex(bytes.constData(), static_cast<std::size_t>(bytes.size()));
+        CliRun r = runCli({"info", QString::fromStdString(sd1)});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        for (const QString& line :
+             {QStringLiteral("format       single-file checkpoint (LDM layout)"),
+              QStringLiteral("family       Stable Diffusion 1.x (sd1)"),
+              QStringLiteral("stored F16"), QStringLiteral("prediction   epsilon"),
+              QStringLiteral("scheduler    PNDMScheduler"),
+              QStringLiteral("model hash   ") + QString::fromStdString(sha.substr(0, 10)) +
+                  QStringLiteral(" (A1111's model hash; sha256 ") + QString::fromStdString(sha),
+              QStringLiteral("ignored      none")})
+            QVERIFY2(r.out.contains(line), qPrintable(line + QStringLiteral("\n") + r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("unet +[\\d,]+ parameters, \\d+ tensors")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("text encoder [\\d,]+ parameters")), qPrintable(r.out));
+        // --model works too; SD 2.x keeps OpenCLIP parts no model reads.
+        r = runCli({"info", "--model", QString::fromStdString(single_file_test::writeSmall(dir, SdFamily::SD2))});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("Stable Diffusion 2.x (sd2)") && r.out.contains("prediction   v_prediction (the file cannot tell") &&
+                     r.out.contains("ignored      13 tensors: cond_stage_model (13)"),
+                 qPrintable(r.out));
+        // A pipeline folder.
+        r = runCli({"info", QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1")});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("format       diffusers pipeline folder") && r.out.contains("(sd1)") &&
+                     r.out.contains("model hash   none"),
+                 qPrintable(r.out));
+        // Invalid input, exit 2, naming the file: a checkpoint whose sizes do not fit its family, a pickle.
+        r = runCli({"info", QStringLiteral(TESSERA_TEST_DATA "/singlefile/sd1.safetensors")});
+        QVERIFY2(r.exitCode == 2 && r.err.contains("sd1.safetensors") && r.err.contains("GroupNorm groups 32"),
+                 qPrintable(describe(r)));
+        r = runCli({"info", dir.filePath("model.ckpt")});
+        QVERIFY2(r.exitCode == 2 && r.err.contains("model.ckpt") && r.err.contains("never unpickles"), qPrintable(describe(r)));
     }
 
     void renderOnFixture() {
