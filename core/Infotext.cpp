@@ -12,6 +12,8 @@
 
 #include "core/BoundedInput.h"
 #include "core/FormatNumber.h"
+#include "core/Scheduler.h"
+#include "core/SdModel.h"
 #include "core/UnicodeText.h"
 
 #ifndef TESSERA_VERSION
@@ -43,79 +45,6 @@ std::string utf8(std::u32string_view s) { return unicode::encodeUtf8(s); }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------
-// Sampler display names (sd-pipeline.md §5.8).
-
-namespace infotext_detail {
-
-namespace {
-
-// The same table and rules as core/Scheduler.h's (main's) samplerDisplayName and
-// samplerFromDisplayName, so switching to those changes nothing.
-struct SamplerName {
-    SchedulerKind kind;
-    std::string_view name;
-    bool hasKarras;        // Tessera runs it with Karras sigmas too
-    bool automaticKarras;  // A1111's "Automatic" schedule for it is Karras
-};
-
-constexpr std::array<SamplerName, 5> kSamplerNames{{
-    {SchedulerKind::EulerAncestral, "Euler a", false, false},
-    {SchedulerKind::Euler, "Euler", true, false},
-    {SchedulerKind::DPMPP2M, "DPM++ 2M", true, true},
-    {SchedulerKind::DDIM, "DDIM", false, false},
-    {SchedulerKind::DDPM, "DDPM", false, false},
-}};
-
-// A1111's schedule labels (modules/sd_schedulers.py): a pre-1.9 combined name ends with one.
-constexpr std::array<std::string_view, 12> kScheduleLabels{
-    "Automatic", "Uniform", "Karras", "Exponential", "Polyexponential", "SGM Uniform",
-    "KL Optimal", "Align Your Steps", "Simple", "Normal", "DDIM", "Beta"};
-
-bool equalIgnoringCase(std::string_view a, std::string_view b) {
-    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return lower(x) == lower(y); });
-}
-
-const SamplerName* findSampler(std::string_view name) {
-    for (const SamplerName& entry : kSamplerNames)
-        if (equalIgnoringCase(entry.name, name)) return &entry;
-    return nullptr;
-}
-
-}  // namespace
-
-SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options) {
-    for (const SamplerName& entry : kSamplerNames)
-        if (entry.kind == kind) {
-            const bool karras = entry.hasKarras && options.karrasSigmas;
-            return {std::string(entry.name), karras ? "Karras" : entry.automaticKarras ? "Uniform" : "Automatic"};
-        }
-    return {"DDIM", "Automatic"};
-}
-
-std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string_view sampler,
-                                                                     std::string_view scheduleType) {
-    const SamplerName* entry = findSampler(sampler);
-    for (std::size_t i = 0; !entry && i < kScheduleLabels.size(); ++i) {  // "DPM++ 2M Karras"
-        const std::string_view label = kScheduleLabels[i];
-        if (sampler.size() <= label.size() + 1 || sampler[sampler.size() - label.size() - 1] != ' ' ||
-            !equalIgnoringCase(sampler.substr(sampler.size() - label.size()), label))
-            continue;
-        entry = findSampler(sampler.substr(0, sampler.size() - label.size() - 1));
-        if (entry) scheduleType = label;
-    }
-    if (!entry) return std::nullopt;
-    if (scheduleType.empty() || equalIgnoringCase(scheduleType, "Uniform")) return std::pair{entry->kind, false};
-    if (equalIgnoringCase(scheduleType, "Automatic")) return std::pair{entry->kind, entry->automaticKarras};
-    if (equalIgnoringCase(scheduleType, "Karras") && entry->hasKarras) return std::pair{entry->kind, true};
-    return std::nullopt;
-}
-
-}  // namespace infotext_detail
-
-using infotext_detail::samplerDisplayName;
-using infotext_detail::samplerFromDisplayName;
 
 // ---------------------------------------------------------------------------
 // Writing
@@ -146,7 +75,8 @@ bool isLowerHex(std::string_view s) {
 InfotextExtras infotextExtras(const RunConfig& config) {
     InfotextExtras extras;
     extras.modelName = modelNameOf(config.model);
-    extras.stableDiffusion = !config.prompt.empty() || !config.negativePrompt.empty();
+    extras.stableDiffusion =
+        !config.prompt.empty() || !config.negativePrompt.empty() || isSdModelPath(config.model);
     return extras;
 }
 

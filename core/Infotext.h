@@ -133,25 +133,5 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
 // nodes; never for an odd graph.
 ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std::string_view field);
 
-// ---------------------------------------------------------------------------
-// A1111 sampler display names (sd-pipeline.md §5.8).
-
-namespace infotext_detail {
-// Private stand-ins for core/Scheduler.h's samplerDisplayName / samplerFromDisplayName (the
-// samplers work; same signatures, same table and rules): switch to those when merging.
-struct SamplerDisplay {
-    std::string sampler, scheduleType;
-};
-// {"Euler a", "Automatic"}, {"Euler", "Karras" or "Automatic"}, {"DPM++ 2M", "Karras" or
-// "Uniform"} (Automatic would mean Karras there), {"DDIM", "Automatic"}, {"DDPM", "Automatic"}
-// (Tessera's own); Karras is options.karrasSigmas where the kind has it.
-SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options);
-// The reverse, names matched ignoring case; a pre-1.9 combined name ("DPM++ 2M Karras") has its
-// schedule label win. Schedule type "" (absent: pre-1.9) = the sampler alone, no Karras;
-// "Automatic" = A1111's default for the sampler (Karras for DPM++ 2M only); "Uniform"; "Karras"
-// (Euler and DPM++ 2M only). nullopt for a sampler or schedule Tessera does not run.
-std::optional<std::pair<SchedulerKind, bool /*karras*/>> samplerFromDisplayName(std::string_view sampler,
-                                                                                std::string_view scheduleType);
-}  // namespace infotext_detail
 
 }  // namespace tessera
