@@ -8,9 +8,11 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QStringList>
 
 #include "app/GuiThreadGuard.h"
 #include "app/ModelLocator.h"
+#include "core/SdModel.h"
 
 namespace tessera {
 
@@ -23,8 +25,12 @@ std::vector<qint64> stampOf(const QString& folder) {
     assertNotGuiThread("ModelInspector stampOf");
     std::vector<qint64> stamp;
     const QDir dir(folder);
-    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json", "scheduler/scheduler_config.json"}) {
-        const QFileInfo info(dir.filePath(QString::fromLatin1(name)));
+    QStringList files{folder};  // a checkpoint file; a folder's own time changes with its entries
+    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json", "scheduler/scheduler_config.json",
+                             "model_index.json", "vae/config.json"})
+        files << dir.filePath(QString::fromLatin1(name));
+    for (const QString& file : files) {
+        const QFileInfo info(file);
         const bool there = info.exists();
         stamp.push_back(there ? info.lastModified().toMSecsSinceEpoch() : -1);
         stamp.push_back(there ? info.size() : -1);
@@ -45,8 +51,16 @@ struct ModelInspector::Cache {
 
     ModelInspection inspect(const QString& folder) {
         ModelInspection result{folder, std::nullopt, {}};
-        if (!QFileInfo(folder).isDir()) {
-            result.error = QStringLiteral("'%1' is not a folder").arg(folder);
+        const bool random = folder.startsWith(QString::fromLatin1(kRandomModelPrefix));
+        result.stableDiffusion = random || ModelLocator::isStableDiffusion(folder);
+        if (random) {  // nothing to read or cache
+            result.limits = ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error);
+            return result;
+        }
+        if (!result.stableDiffusion && !QFileInfo(folder).isDir()) {
+            result.error = QFileInfo::exists(folder)
+                               ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(folder)
+                               : QStringLiteral("'%1' is not a folder").arg(folder);
             return result;
         }
         const std::vector<qint64> stamp = stampOf(folder);
@@ -56,7 +70,8 @@ struct ModelInspector::Cache {
             if (it != entries.end() && it->second.stamp == stamp) return it->second.inspection;
         }
         reads.fetch_add(1);
-        result.limits = ModelLocator::readLimits(folder, &result.error);
+        result.limits = result.stableDiffusion ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error)
+                                               : ModelLocator::readLimits(folder, &result.error);
         std::lock_guard lock(mutex);
         entries[folder] = Entry{stamp, result};
         return result;
