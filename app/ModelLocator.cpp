@@ -102,7 +102,9 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
         return fail(QStringLiteral("'%1' is a pickled PyTorch checkpoint, which Tessera never loads (unpickling can run "
                                    "code); convert it to .safetensors")
                         .arg(info.fileName()));
-    if (!info.isFile()) return fail(QStringLiteral("'%1' is not a file").arg(QString::fromStdString(excerpt(text))));
+    if (!info.isFile())
+        return fail(QString::fromLatin1(info.exists() ? "'%1' is not a file" : "'%1' does not exist")
+                        .arg(QString::fromStdString(excerpt(text))));
     return kSdCheckpointLimits;
 }
 

@@ -607,7 +607,9 @@ void ConfigPanel::updateGraphsAvailability() {
     graphsReason_->setVisible(!available);
 }
 
-bool ConfigPanel::modelIsStableDiffusion() const { return inspection_ && inspection_->stableDiffusion; }
+bool ConfigPanel::modelIsStableDiffusion() const {
+    return inspection_ && inspection_->stableDiffusion && inspection_->limits.has_value();
+}
 
 bool ConfigPanel::modelTakesNoPrompt() const {
     return inspection_ && !inspection_->stableDiffusion && inspection_->limits.has_value();
