@@ -284,6 +284,27 @@ private slots:
                 if (table->item(row, col) && table->item(row, col)->text().contains("cfg 5.5")) shown = true;
         QVERIFY(shown);
     }
+
+    void upscaleSizesTheCanvasFromTheStartImage() {
+        // Image-to-image: the canvas is the start image's size times the upscale factor (rounded
+        // down to multiples of 8), whatever the size fields say, as tessera-cli render does.
+        QImage start(64, 52, QImage::Format_RGB888);
+        start.fill(QColor(200, 60, 40));
+        const QString path = scratch_.filePath(QStringLiteral("start.png"));
+        QVERIFY(start.save(path));
+        MainWindow window(freshSettings());
+        RunConfig config = sdConfig();
+        config.initImage = path.toStdString();
+        config.upscale = 2.0;
+        config.width = 512;  // not used: the start image and the factor decide
+        config.height = 512;
+        config.tile = 64;
+        QVERIFY(testing::runOnce(window, config));
+        const RunRecord& record = window.lastRun()->result->record;
+        QCOMPARE(record.config.width, 128);
+        QCOMPARE(record.config.height, 104);
+        QCOMPARE(window.lastRun()->image.size(), QSize(128, 104));
+    }
 };
 
 QTEST_MAIN(TestSdWindow)
