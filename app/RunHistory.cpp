@@ -230,11 +230,11 @@ QString configSummary(const RunConfig& c) {
         .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
         .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())));
     // Stable Diffusion runs (a prompt): guidance, clip skip and the start of the prompt.
-    if (!c.prompt.empty() || !c.negativePrompt.empty())
-        summary += QStringLiteral(" · cfg %1 · clip skip %2 · “%3”")
-                       .arg(c.cfgScale)
-                       .arg(c.clipSkip)
-                       .arg(QString::fromStdString(excerpt(toValidUtf8(c.prompt), 60)));
+    if (!c.prompt.empty() || !c.negativePrompt.empty()) {
+        QString prompt = QString::fromStdString(toValidUtf8(c.prompt)).simplified();  // one line
+        if (prompt.size() > 60) prompt = prompt.left(59) + QStringLiteral("…");
+        summary += QStringLiteral(" · cfg %1 · clip skip %2 · “%3”").arg(c.cfgScale).arg(c.clipSkip).arg(prompt);
+    }
     return summary;
 }
 

@@ -184,7 +184,10 @@ private slots:
         c.cfgScale = 7.5;
         c.clipSkip = 2;
         const QString summary = configSummary(c);
-        QVERIFY2(summary.contains("cfg 7.5 · clip skip 2 · “a lighthouse at dusk"), qPrintable(summary));
+        QVERIFY2(summary.endsWith("cfg 7.5 · clip skip 2 · “a lighthouse at dusk, (oil painting:1.3)”"), qPrintable(summary));
+        // A long prompt is cut to one short line.
+        c.prompt = std::string(50, 'a') + "\n" + std::string(50, 'b');
+        QVERIFY2(configSummary(c).endsWith("“" + QString(50, 'a') + " " + QString(8, 'b') + "…”"), qPrintable(configSummary(c)));
     }
 };
 
