@@ -246,6 +246,19 @@ private slots:
         QVERIFY(panel.promptUnavailableReason().contains("until the model is known"));
     }
 
+    void runnableConfigKeepsRandomModelNames() {
+        // The engine loads files by absolute path, but random:sd15 names no file: it must reach
+        // the engine as typed, not as "<working folder>/random:sd15".
+        MainWindow window(freshSettings());
+        RunConfig c = sdConfig();
+        c.model = "random:sd15";
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), c));
+        QCOMPARE(window.runnableConfig().model, std::string("random:sd15"));
+        c.model = QDir::current().relativeFilePath(sdPipeline()).toStdString();
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), c));
+        QCOMPARE(QString::fromStdString(window.runnableConfig().model), QFileInfo(sdPipeline()).absoluteFilePath());
+    }
+
     void sdRunFromTheWindowFinishesOnTheCpu() {
         MainWindow window(freshSettings());
         window.show();
