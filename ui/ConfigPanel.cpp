@@ -617,6 +617,7 @@ bool ConfigPanel::modelTakesNoPrompt() const {
 
 QString ConfigPanel::promptUnavailableReason() const {
     if (modelIsStableDiffusion()) return {};
+    if (isCheckingModel()) return tr("Disabled while the model is checked.");
     if (modelTakesNoPrompt())
         return tr("Disabled: %1 is an unconditional UNet2DModel, which takes no prompt. Choose a Stable Diffusion "
                   "model (a pipeline folder, a .safetensors checkpoint or random:sd15) for prompts and guidance.")
@@ -626,6 +627,9 @@ QString ConfigPanel::promptUnavailableReason() const {
 }
 
 void ConfigPanel::updatePromptAvailability() {
+    // While a model is being checked (a path typed letter by letter) the last answer stands.
+    if (isCheckingModel() && promptStateShown_) return;
+    promptStateShown_ = true;
     const QString reason = promptUnavailableReason();
     const bool available = reason.isEmpty();
     for (QWidget* editor : {static_cast<QWidget*>(prompt_), static_cast<QWidget*>(negativePrompt_),

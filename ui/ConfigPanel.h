@@ -122,6 +122,7 @@ private:
     std::optional<ModelInspection> inspection_;  // its answer; empty while awaited
     ModelLimits lastLimits_;                   // of the last folder that had limits: used while checking
     std::optional<DeviceReport> devices_;
+    bool promptStateShown_ = false;  // the Prompt group shows an answer about the model
     bool applying_ = false;  // setConfig in progress: one configChanged at the end, not one per field
 
     // Prompt (Stable Diffusion)

@@ -117,6 +117,15 @@ private slots:
                      qPrintable(child<QLabel>(&panel, "modelInfo")->text()));
         }
 
+        // While another model is checked, the last answer stands: no flicker as a path is typed.
+        RunConfig other = sdConfig();
+        other.model = "random:sd21";
+        panel.setConfig(other);
+        QVERIFY(panel.isCheckingModel());
+        QVERIFY(child<QWidget>(&panel, "promptEdit")->isEnabled());
+        QVERIFY(testing::waitForModelCheck(panel));
+        QVERIFY(child<QWidget>(&panel, "promptEdit")->isEnabled());
+
         // Back to the UNet2DModel: disabled again, and its runs carry no prompt (it would refuse
         // one), while the text stays in the editor for the next SD model.
         RunConfig unet = panel.config();
