@@ -40,22 +40,6 @@ QImage fromRgb8Pixels(const Rgb8Image& rgb) {
     return out;
 }
 
-// The CLIP vocabulary Stable Diffusion models without tokenizer/ use (resources/clip), found
-// as tessera-cli finds it; once per process, on the worker thread (it looks at files).
-void useBundledClipVocabulary() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        const std::string dir = QCoreApplication::applicationDirPath().toStdString();
-        for (const std::string& candidate : resourceCandidates(dir, "clip/bpe_simple_vocab_16e6.txt.gz")) {
-            std::error_code ec;
-            if (std::filesystem::is_regular_file(candidate, ec)) {
-                setBundledClipVocabulary(candidate);
-                return;
-            }
-        }
-    });
-}
-
 // Image-to-image with an upscale factor: the canvas is the start image's size times the
 // factor, rounded down to multiples of 8 (as tessera-cli render does). Reads the header only.
 RunConfig withUpscaledCanvas(RunConfig config) {
@@ -74,6 +58,20 @@ RunConfig withUpscaledCanvas(RunConfig config) {
 }
 
 }  // namespace
+
+void useBundledClipVocabulary() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const std::string dir = QCoreApplication::applicationDirPath().toStdString();
+        for (const std::string& candidate : resourceCandidates(dir, "clip/bpe_simple_vocab_16e6.txt.gz")) {
+            std::error_code ec;
+            if (std::filesystem::is_regular_file(candidate, ec)) {
+                setBundledClipVocabulary(candidate);
+                return;
+            }
+        }
+    });
+}
 
 QImage toQImage(const ImageTensor& image) {
     if (image.data.empty()) return {};

@@ -195,11 +195,23 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
 
     prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
     prompt_->setObjectName(QStringLiteral("promptEdit"));
+    const auto tokenLabel = [](const char* name) {
+        auto* label = new QLabel;
+        label->setObjectName(QString::fromLatin1(name));
+        label->setProperty("role", QStringLiteral("hint"));
+        label->setAlignment(Qt::AlignRight);
+        label->setToolTip(tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+        return label;
+    };
+    promptTokens_ = tokenLabel("promptTokens");
+    negativePromptTokens_ = tokenLabel("negativePromptTokens");
     form->addRow(tr("Prompt"), prompt_);
+    form->addRow(QString(), promptTokens_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("prompt"), prompt_));
     negativePrompt_ = makePromptEdit(tr("What to avoid"), 2);
     negativePrompt_->setObjectName(QStringLiteral("negativePromptEdit"));
     form->addRow(tr("Negative"), negativePrompt_);
+    form->addRow(QString(), negativePromptTokens_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("negative_prompt"), negativePrompt_));
 
     // Ranges wider than allowed, so validateAll (not the spin box clamping silently) says what is wrong.
@@ -229,8 +241,12 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
     form->addRow(tr("Upscale"), upscale_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("upscale"), upscale_));
 
-    for (QPlainTextEdit* edit : {prompt_, negativePrompt_})
+    for (QPlainTextEdit* edit : {prompt_, negativePrompt_}) {
         connect(edit, &QPlainTextEdit::textChanged, this, &ConfigPanel::onEdited);
+        connect(edit, &QPlainTextEdit::textChanged, this, &ConfigPanel::requestTokenCounts);
+    }
+    connect(inspector_, &ModelInspector::tokensCounted, this,
+            [this](quint64, const QString& field, int tokens, const QString& error) { onTokensCounted(field, tokens, error); });
     for (QDoubleSpinBox* spin : {cfgScale_, upscale_})
         connect(spin, &QDoubleSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     connect(clipSkip_, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
@@ -645,6 +661,35 @@ void ConfigPanel::updatePromptAvailability() {
     promptReason_->setVisible(!available);
 }
 
+void ConfigPanel::requestTokenCounts() {
+    if (!modelIsStableDiffusion()) {
+        promptTokens_->clear();
+        negativePromptTokens_->clear();
+        return;
+    }
+    // The tokenizer is read (once) and the prompt chunked on the inspector's pool, never here.
+    inspector_->countTokens(inspection_->folder, QStringLiteral("prompt"), prompt_->toPlainText());
+    inspector_->countTokens(inspection_->folder, QStringLiteral("negative_prompt"), negativePrompt_->toPlainText());
+}
+
+void ConfigPanel::onTokensCounted(const QString& field, int tokens, const QString& error) {
+    QLabel* label = field == QStringLiteral("prompt") ? promptTokens_ : negativePromptTokens_;
+    if (!modelIsStableDiffusion()) return label->clear();
+    if (tokens < 0) {
+        label->setText(tr("?/75"));
+        label->setToolTip(error);
+        return;
+    }
+    // A1111: the count over the chunks it fills, 75 tokens each.
+    const int chunks = std::max(1, (tokens + 74) / 75);
+    label->setText(QStringLiteral("%1/%2").arg(tokens).arg(chunks * 75));
+    label->setToolTip(tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+}
+
+QString ConfigPanel::tokenCountText(const QString& field) const {
+    return (field == QStringLiteral("prompt") ? promptTokens_ : negativePromptTokens_)->text();
+}
+
 void ConfigPanel::checkSdMultiples(const RunConfig& c, int multiple,
                                    const std::function<void(const QString&, const QString&)>& add) const {
     if (multiple <= 1) return;
@@ -758,6 +803,7 @@ void ConfigPanel::onModelInspected(quint64, const ModelInspection& inspection) {
     if (inspection.folder != inspectedFolder_) return;
     inspection_ = inspection;
     revalidate();
+    requestTokenCounts();
     emit modelChecked();
 }
 

@@ -71,6 +71,9 @@ public:
     // Why CUDA graphs cannot be used with the settings shown (no device yet, no CUDA, the CPU
     // backend chosen), as shown under the Graphs group; empty when they can.
     QString graphsUnavailableReason() const;
+    // The token count shown under the prompt ("prompt") or negative prompt ("negative_prompt"),
+    // as A1111 shows it ("12/75"); empty until counted or when the model is not SD.
+    QString tokenCountText(const QString& field) const;
     // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
     QString promptUnavailableReason() const;
 
@@ -104,6 +107,9 @@ private:
     void updateCostPreview(const RunConfig& config);
     void updateGraphsAvailability();
     void updatePromptAvailability();
+    // Asks the inspector for the token counts of the prompts shown (SD models only).
+    void requestTokenCounts();
+    void onTokensCounted(const QString& field, int tokens, const QString& error);
     // The model is known to be Stable Diffusion / known to be a model that takes no prompt.
     bool modelIsStableDiffusion() const;
     bool modelTakesNoPrompt() const;
@@ -133,6 +139,8 @@ private:
     QSpinBox* clipSkip_ = nullptr;
     QDoubleSpinBox* upscale_ = nullptr;
     QLabel* promptReason_ = nullptr;
+    QLabel* promptTokens_ = nullptr;          // "n/75", counted by the inspector off this thread
+    QLabel* negativePromptTokens_ = nullptr;
     // Image
     QSpinBox* width_ = nullptr;
     QSpinBox* height_ = nullptr;

@@ -19,6 +19,8 @@
 #include <QtTest>
 
 #include "app/RunHistory.h"
+#include "core/ClipTokenizer.h"
+#include "core/PromptParser.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"
@@ -253,6 +255,34 @@ private slots:
         QVERIFY2(panel.problemFor("model").contains("does not exist"), qPrintable(panel.problemFor("model")));
         for (QWidget* editor : sdEditors(panel)) QVERIFY(!editor->isEnabled());
         QVERIFY(panel.promptUnavailableReason().contains("until the model is known"));
+    }
+
+    void tokenCountsAreShownForSdModels() {
+        // Counted on the inspector's pool (failOnGuiThreadIo: reading the tokenizer on this
+        // thread would fail the test), as core's chunkPrompt counts them.
+        const ClipTokenizer tokenizer =
+            ClipTokenizer::fromMergesGz(TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz");
+        RunConfig c = sdConfig();
+        c.negativePrompt.clear();
+        for (int i = 0; i < 40; ++i) c.negativePrompt += "blurry, lowres, ";
+        const int promptTokens = chunkPrompt(tokenizer, c.prompt).tokenCount;
+        const int negativeTokens = chunkPrompt(tokenizer, c.negativePrompt).tokenCount;
+        QVERIFY(promptTokens > 0 && promptTokens < 75);
+        QVERIFY(negativeTokens > 75);
+        ConfigPanel panel;
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("%1/75").arg(promptTokens), 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("negative_prompt"),
+                                  QStringLiteral("%1/%2").arg(negativeTokens).arg((negativeTokens + 74) / 75 * 75), 30000);
+        // Typing updates it; a prompt A1111 refuses says why.
+        child<QPlainTextEdit>(&panel, "promptEdit")->setPlainText(QStringLiteral("a red cube"));
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("3/75"), 30000);
+        child<QPlainTextEdit>(&panel, "promptEdit")->setPlainText(QStringLiteral("(cube:1.2.3)"));
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("?/75"), 30000);
+        QVERIFY(!child<QLabel>(&panel, "promptTokens")->toolTip().isEmpty());
+        // A UNet2DModel counts nothing.
+        QVERIFY(testing::setConfigAndWait(panel, testing::tinyRunConfig(1)));
+        QTRY_VERIFY(panel.tokenCountText("prompt").isEmpty());
     }
 
     void runnableConfigKeepsRandomModelNames() {
