@@ -8,9 +8,13 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QStringList>
 
 #include "app/GuiThreadGuard.h"
 #include "app/ModelLocator.h"
+#include "app/RunWorker.h"
+#include "core/PromptParser.h"
+#include "core/SdModel.h"
 
 namespace tessera {
 
@@ -23,8 +27,12 @@ std::vector<qint64> stampOf(const QString& folder) {
     assertNotGuiThread("ModelInspector stampOf");
     std::vector<qint64> stamp;
     const QDir dir(folder);
-    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json", "scheduler/scheduler_config.json"}) {
-        const QFileInfo info(dir.filePath(QString::fromLatin1(name)));
+    QStringList files{folder};  // a checkpoint file; a folder's own time changes with its entries
+    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json", "scheduler/scheduler_config.json",
+                             "model_index.json", "vae/config.json"})
+        files << dir.filePath(QString::fromLatin1(name));
+    for (const QString& file : files) {
+        const QFileInfo info(file);
         const bool there = info.exists();
         stamp.push_back(there ? info.lastModified().toMSecsSinceEpoch() : -1);
         stamp.push_back(there ? info.size() : -1);
@@ -42,11 +50,37 @@ struct ModelInspector::Cache {
     std::mutex mutex;
     std::map<QString, Entry> entries;  // by folder as asked
     std::atomic<int> reads{0};
+    std::map<std::string, std::shared_ptr<const ClipTokenizer>> tokenizers;  // by source; under mutex
+
+    std::shared_ptr<const ClipTokenizer> tokenizerFor(const QString& model) {
+        assertNotGuiThread("ModelInspector tokenizerFor");
+        const QDir folder(model);
+        const bool own = !model.startsWith(QString::fromLatin1(kRandomModelPrefix)) && folder.exists(QStringLiteral("tokenizer"));
+        useBundledClipVocabulary();
+        const std::string source = own ? folder.filePath(QStringLiteral("tokenizer")).toStdString() : bundledClipVocabulary();
+        {
+            std::lock_guard lock(mutex);
+            if (const auto it = tokenizers.find(source); it != tokenizers.end()) return it->second;
+        }
+        // Token counts do not depend on the pad token (SD 1.x vs 2.x), so one bundled tokenizer serves both.
+        auto tokenizer = own ? std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(source))
+                             : bundledTokenizer(SdFamily::SD1);
+        std::lock_guard lock(mutex);
+        return tokenizers.emplace(source, std::move(tokenizer)).first->second;
+    }
 
     ModelInspection inspect(const QString& folder) {
         ModelInspection result{folder, std::nullopt, {}};
-        if (!QFileInfo(folder).isDir()) {
-            result.error = QStringLiteral("'%1' is not a folder").arg(folder);
+        const bool random = folder.startsWith(QString::fromLatin1(kRandomModelPrefix));
+        result.stableDiffusion = random || ModelLocator::isStableDiffusion(folder);
+        if (random) {  // nothing to read or cache
+            result.limits = ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error);
+            return result;
+        }
+        if (!result.stableDiffusion && !QFileInfo(folder).isDir()) {
+            result.error = QFileInfo::exists(folder)
+                               ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(folder)
+                               : QStringLiteral("'%1' is not a folder").arg(folder);
             return result;
         }
         const std::vector<qint64> stamp = stampOf(folder);
@@ -56,7 +90,8 @@ struct ModelInspector::Cache {
             if (it != entries.end() && it->second.stamp == stamp) return it->second.inspection;
         }
         reads.fetch_add(1);
-        result.limits = ModelLocator::readLimits(folder, &result.error);
+        result.limits = result.stableDiffusion ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error)
+                                               : ModelLocator::readLimits(folder, &result.error);
         std::lock_guard lock(mutex);
         entries[folder] = Entry{stamp, result};
         return result;
@@ -80,6 +115,21 @@ quint64 ModelInspector::inspect(const QString& folder) {
                                   if (id == inspectJob_) emit inspected(id, ModelInspection{folder, std::nullopt, error});
                               });
     return inspectJob_;
+}
+
+quint64 ModelInspector::countTokens(const QString& model, const QString& field, const QString& prompt) {
+    const quint64 id = jobs_.start(
+        [cache = cache_, model, text = prompt.toStdString()] {
+            return chunkPrompt(*cache->tokenizerFor(model), text).tokenCount;
+        },
+        [this, field](quint64 job, int tokens) {
+            if (countJobs_[field] == job) emit tokensCounted(job, field, tokens, {});
+        },
+        [this, field](quint64 job, const QString& error) {
+            if (countJobs_[field] == job) emit tokensCounted(job, field, -1, error);
+        });
+    countJobs_[field] = id;
+    return id;
 }
 
 quint64 ModelInspector::locateDefault(const QString& executableDir) {

@@ -1,11 +1,19 @@
 #include "app/ModelLocator.h"
 
+#include <filesystem>
+#include <string>
+
 #include <QDir>
 #include <QFileInfo>
 
 #include "app/CliOptions.h"
 #include "app/GuiThreadGuard.h"
+#include "core/BoundedInput.h"
+#include "core/ModelConfig.h"
+#include "core/SdModel.h"
+#include "core/UNetCondConfig.h"
 #include "core/UNetModel.h"
+#include "core/VaeModel.h"
 
 namespace tessera {
 
@@ -39,6 +47,65 @@ std::optional<ModelLimits> ModelLocator::readLimits(const QString& dir, QString*
         if (error) *error = QString::fromUtf8(e.what());
         return std::nullopt;
     }
+}
+
+bool ModelLocator::isStableDiffusion(const QString& path) {
+    assertNotGuiThread("ModelLocator::isStableDiffusion");
+    return isSdModelPath(path.toStdString());
+}
+
+namespace {
+
+// The SD 1.x / 2.x shapes: a 4-level UNet (8x) over an 8x VAE.
+constexpr ModelLimits kSdCheckpointLimits{64, 1000, 3};
+constexpr int kSdVaeScale = 8;
+
+ModelLimits readPipelineLimits(const std::filesystem::path& root, int* pixelMultiple) {
+    const UNetCondConfig unet = unetCondConfigFromJson(readBoundedJson(root / "unet" / "config.json", "model"));
+    const VaeConfig vae = readVaeConfig(root.string());
+    int trainSteps = sdSchedulerDefaults().numTrainTimesteps;
+    const std::filesystem::path scheduler = root / "scheduler" / "scheduler_config.json";
+    std::error_code ec;
+    if (std::filesystem::exists(scheduler, ec))
+        trainSteps = schedulerOptionsFromJson(readBoundedJson(scheduler, "model")).numTrainTimesteps;
+    *pixelMultiple = vae.scaleFactor();
+    return ModelLimits{unet.downsampleFactor() * vae.scaleFactor(), trainSteps, 3};
+}
+
+}  // namespace
+
+std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* pixelMultiple, QString* error) {
+    assertNotGuiThread("ModelLocator::readSdLimits");
+    const auto fail = [error](const QString& message) -> std::optional<ModelLimits> {
+        if (error) *error = message;
+        return std::nullopt;
+    };
+    *pixelMultiple = kSdVaeScale;
+    const std::string text = path.toStdString();
+    if (text.rfind(kRandomModelPrefix, 0) == 0) {
+        if (path == QStringLiteral("random:sd15") || path == QStringLiteral("random:sd21")) return kSdCheckpointLimits;
+        return fail(QStringLiteral("'%1' is not a random model; random weights are random:sd15 or random:sd21")
+                        .arg(QString::fromStdString(excerpt(text))));
+    }
+    const QFileInfo info(path);
+    if (info.isDir()) {
+        try {
+            return readPipelineLimits(std::filesystem::path(text), pixelMultiple);
+        } catch (const std::exception& e) {
+            // Shown beside the model field: its "model: " prefix would say it twice.
+            QString message = QString::fromUtf8(e.what());
+            if (message.startsWith(QStringLiteral("model: "))) message.remove(0, 7);
+            return fail(message);
+        }
+    }
+    if (info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) != 0)
+        return fail(QStringLiteral("'%1' is a pickled PyTorch checkpoint, which Tessera never loads (unpickling can run "
+                                   "code); convert it to .safetensors")
+                        .arg(info.fileName()));
+    if (!info.isFile())
+        return fail(QString::fromLatin1(info.exists() ? "'%1' is not a file" : "'%1' does not exist")
+                        .arg(QString::fromStdString(excerpt(text))));
+    return kSdCheckpointLimits;
 }
 
 }  // namespace tessera

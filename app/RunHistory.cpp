@@ -19,6 +19,7 @@
 #include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/SafeName.h"
+#include "core/Scheduler.h"
 
 namespace tessera {
 
@@ -217,15 +218,24 @@ void RunHistory::trim() {
 }
 
 QString configSummary(const RunConfig& c) {
-    return QStringLiteral("%1×%2 · %3 %4 · tile %5/%6 %7 · %8")
+    // The sampler as A1111 names it ("DPM++ 2M Karras"), as the window's sampler list shows it.
+    const SamplerDisplay sampler = samplerDisplayName(c.scheduler, c.schedulerOptions);
+    QString summary = QStringLiteral("%1×%2 · %3 %4 · tile %5/%6 %7 · %8")
         .arg(c.width)
         .arg(c.height)
         .arg(c.steps)
-        .arg(QString::fromUtf8(toString(c.scheduler).data(), static_cast<qsizetype>(toString(c.scheduler).size())))
+        .arg(QString::fromStdString(sampler.scheduleType == "Karras" ? sampler.sampler + " Karras" : sampler.sampler))
         .arg(c.tile)
         .arg(c.overlapPixels())
         .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
         .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())));
+    // Stable Diffusion runs (a prompt): guidance, clip skip and the start of the prompt.
+    if (!c.prompt.empty() || !c.negativePrompt.empty()) {
+        QString prompt = QString::fromStdString(toValidUtf8(c.prompt)).simplified();  // one line
+        if (prompt.size() > 60) prompt = prompt.left(59) + QStringLiteral("…");
+        summary += QStringLiteral(" · cfg %1 · clip skip %2 · “%3”").arg(c.cfgScale).arg(c.clipSkip).arg(prompt);
+    }
+    return summary;
 }
 
 }  // namespace tessera

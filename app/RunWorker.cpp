@@ -6,8 +6,15 @@
 #include <optional>
 #include <utility>
 
+#include <filesystem>
+#include <mutex>
+
+#include <QCoreApplication>
+
+#include "app/CliOptions.h"
 #include "app/InitImage.h"
 #include "core/ImageOps.h"
+#include "core/SdModel.h"
 #include "core/UNetModel.h"
 
 namespace tessera {
@@ -33,7 +40,38 @@ QImage fromRgb8Pixels(const Rgb8Image& rgb) {
     return out;
 }
 
+// Image-to-image with an upscale factor: the canvas is the start image's size times the
+// factor, rounded down to multiples of 8 (as tessera-cli render does). Reads the header only.
+RunConfig withUpscaledCanvas(RunConfig config) {
+    if (config.initImage.empty() || config.upscale == 1.0 || !isSdModelPath(config.model)) return config;
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale)) return config;  // the engine's validation says why
+    ImageHeader header;
+    try {
+        header = readImageHeader(config.initImage);
+    } catch (const InitImageError& e) {
+        throw ValidationError("init", std::string("init: ") + e.what());
+    }
+    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
+    config.width = side(header.width);
+    config.height = side(header.height);
+    return config;
+}
+
 }  // namespace
+
+void useBundledClipVocabulary() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const std::string dir = QCoreApplication::applicationDirPath().toStdString();
+        for (const std::string& candidate : resourceCandidates(dir, "clip/bpe_simple_vocab_16e6.txt.gz")) {
+            std::error_code ec;
+            if (std::filesystem::is_regular_file(candidate, ec)) {
+                setBundledClipVocabulary(candidate);
+                return;
+            }
+        }
+    });
+}
 
 QImage toQImage(const ImageTensor& image) {
     if (image.data.empty()) return {};
@@ -131,8 +169,10 @@ void RunWorker::startSequence(const std::vector<RunConfig>& configs, quint64 fir
     emit sequenceFinished(firstRunId, finished, finished == static_cast<int>(configs.size()));
 }
 
-bool RunWorker::runOne(const RunConfig& config, quint64 runId) {
+bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
     try {
+        useBundledClipVocabulary();
+        const RunConfig config = withUpscaledCanvas(given);
         Engine& engine = engineFor(config.backend, runId);
         {
             std::lock_guard lock(engineMutex_);

@@ -37,6 +37,11 @@ struct FinishedRun {
     QImage seamMap;  // grey heat map of result->seamMap; null when the engine gave none
 };
 
+// Points core at the bundled CLIP vocabulary (resources/clip, found as tessera-cli finds it),
+// which SD models without tokenizer/ use. Once per process; looks at files, so call it off the
+// GUI thread (the worker and the model inspector do, before they need a tokenizer).
+void useBundledClipVocabulary();
+
 // Registers every type the worker's signals carry (idempotent; the worker's constructor calls it).
 void registerRunMetaTypes();
 

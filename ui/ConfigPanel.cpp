@@ -5,6 +5,7 @@
 
 #include <QComboBox>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -12,6 +13,7 @@
 #include <QHBoxLayout>
 #include <QLineEdit>
 #include <QPainter>
+#include <QPlainTextEdit>
 #include <QRandomGenerator>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
@@ -19,6 +21,8 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "core/SdModel.h"
+#include "core/Scheduler.h"
 #include "core/TilePlan.h"
 
 namespace tessera {
@@ -52,6 +56,61 @@ void selectIn(QComboBox* combo, Enum value) {
 }
 
 std::string selectedName(const QComboBox* combo) { return combo->currentData().toString().toStdString(); }
+
+// The sampler list: A1111's names (samplerDisplayName), one entry per kind and, where the kind
+// has one, a "Karras" entry. Data: the kind's name; kKarrasRole: whether it is the Karras entry.
+constexpr int kKarrasRole = Qt::UserRole + 1;
+
+bool hasKarras(SchedulerKind kind) {
+    SchedulerOptions karras;
+    karras.karrasSigmas = true;
+    return samplerDisplayName(kind, karras).scheduleType == "Karras";
+}
+
+QComboBox* makeSamplerCombo() {
+    auto* combo = new QComboBox;
+    for (const SchedulerKind kind : {SchedulerKind::Euler, SchedulerKind::EulerAncestral, SchedulerKind::DPMPP2M,
+                                     SchedulerKind::DDIM, SchedulerKind::DDPM}) {
+        const QString name = QString::fromUtf8(toString(kind).data(), static_cast<qsizetype>(toString(kind).size()));
+        for (const bool karras : {false, true}) {
+            if (karras && !hasKarras(kind)) continue;
+            SchedulerOptions options;
+            options.karrasSigmas = karras;
+            const SamplerDisplay shown = samplerDisplayName(kind, options);
+            const QString text = QString::fromStdString(shown.sampler) +
+                                 (karras ? QStringLiteral(" ") + QString::fromStdString(shown.scheduleType) : QString());
+            combo->addItem(text, name);
+            combo->setItemData(combo->count() - 1, karras, kKarrasRole);
+        }
+    }
+    return combo;
+}
+
+void selectSampler(QComboBox* combo, SchedulerKind kind, bool karras) {
+    const QString name = QString::fromUtf8(toString(kind).data(), static_cast<qsizetype>(toString(kind).size()));
+    for (int i = 0; i < combo->count(); ++i)
+        if (combo->itemData(i).toString() == name && (!hasKarras(kind) || combo->itemData(i, kKarrasRole).toBool() == karras)) {
+            combo->setCurrentIndex(i);
+            return;
+        }
+}
+
+QDoubleSpinBox* makeRealSpin(double lo, double hi, double step, int decimals) {
+    auto* spin = new QDoubleSpinBox;
+    spin->setRange(lo, hi);
+    spin->setSingleStep(step);
+    spin->setDecimals(decimals);
+    spin->setAccelerated(true);
+    return spin;
+}
+
+QPlainTextEdit* makePromptEdit(const QString& placeholder, int lines) {
+    auto* edit = new QPlainTextEdit;
+    edit->setPlaceholderText(placeholder);
+    edit->setTabChangesFocus(true);
+    edit->setFixedHeight(edit->fontMetrics().lineSpacing() * lines + 14);
+    return edit;
+}
 
 // A die showing five: an icon that needs no theme and no emoji font.
 QIcon diceIcon() {
@@ -87,15 +146,17 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new Mode
     });
     // Invalid editors get a red frame; the reason sits right under them.
     setStyleSheet(QStringLiteral(
-        "QSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"], QComboBox[invalid=\"true\"] {"
+        "QSpinBox[invalid=\"true\"], QDoubleSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"],"
+        " QComboBox[invalid=\"true\"], QPlainTextEdit[invalid=\"true\"] {"
         " border: 1px solid #d64541; border-radius: 3px; padding: 1px 2px; }"
         "QLabel[role=\"error\"] { color: #c0392b; }"
         "QLabel[role=\"hint\"] { color: #5a6270; }"));
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
-    layout->addWidget(buildImageGroup());
     layout->addWidget(buildModelGroup());
+    layout->addWidget(buildPromptGroup());
+    layout->addWidget(buildImageGroup());
     layout->addWidget(buildTilingGroup());
     layout->addWidget(buildGraphsGroup());
     layout->addWidget(buildCostGroup());
@@ -118,6 +179,78 @@ QLabel* ConfigPanel::addErrorLabel(const QString& field, QWidget* editor) {
     label->hide();
     fields_[field] = FieldView{editor, label};
     return label;
+}
+
+QGroupBox* ConfigPanel::buildPromptGroup() {
+    promptGroup_ = new QGroupBox(tr("Prompt"));
+    promptGroup_->setObjectName(QStringLiteral("promptGroup"));
+    auto* form = new QFormLayout(promptGroup_);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    // The group stays enabled so its reason stays readable; the editors do not.
+    promptReason_ = new QLabel;
+    promptReason_->setObjectName(QStringLiteral("promptReason"));
+    promptReason_->setProperty("role", QStringLiteral("hint"));
+    promptReason_->setWordWrap(true);
+    form->addRow(promptReason_);
+
+    prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
+    prompt_->setObjectName(QStringLiteral("promptEdit"));
+    const auto tokenLabel = [](const char* name) {
+        auto* label = new QLabel;
+        label->setObjectName(QString::fromLatin1(name));
+        label->setProperty("role", QStringLiteral("hint"));
+        label->setAlignment(Qt::AlignRight);
+        label->setToolTip(tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+        return label;
+    };
+    promptTokens_ = tokenLabel("promptTokens");
+    negativePromptTokens_ = tokenLabel("negativePromptTokens");
+    form->addRow(tr("Prompt"), prompt_);
+    form->addRow(QString(), promptTokens_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("prompt"), prompt_));
+    negativePrompt_ = makePromptEdit(tr("What to avoid"), 2);
+    negativePrompt_->setObjectName(QStringLiteral("negativePromptEdit"));
+    form->addRow(tr("Negative"), negativePrompt_);
+    form->addRow(QString(), negativePromptTokens_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("negative_prompt"), negativePrompt_));
+
+    // Ranges wider than allowed, so validateAll (not the spin box clamping silently) says what is wrong.
+    cfgScale_ = makeRealSpin(0, 1000, 0.5, 1);
+    cfgScale_->setObjectName(QStringLiteral("cfgSpin"));
+    cfgScale_->setToolTip(tr("Classifier-free guidance scale, 0 to %1 (1: the prompt alone, no negative half)")
+                              .arg(kMaxCfgScale));
+    clipSkip_ = makeSpin(0, 99);
+    clipSkip_->setObjectName(QStringLiteral("clipSkipSpin"));
+    clipSkip_->setToolTip(tr("A1111's Clip skip, 1 to %1: 1 uses the text encoder's usual layer, 2 one earlier…")
+                              .arg(kMaxClipSkip));
+    auto* guidanceRow = new QHBoxLayout;
+    guidanceRow->setContentsMargins(0, 0, 0, 0);
+    guidanceRow->addWidget(cfgScale_, 1);
+    guidanceRow->addWidget(new QLabel(tr("Clip skip")));
+    guidanceRow->addWidget(clipSkip_, 1);
+    form->addRow(tr("CFG scale"), guidanceRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("cfg"), cfgScale_));
+    form->addRow(QString(), addErrorLabel(QStringLiteral("clip_skip"), clipSkip_));
+
+    upscale_ = makeRealSpin(0, 100, 0.25, 2);
+    upscale_->setObjectName(QStringLiteral("upscaleSpin"));
+    upscale_->setSuffix(QStringLiteral(" ×"));
+    upscale_->setToolTip(tr("Image-to-image, 1 to %1: the canvas is the start image's size times this factor "
+                            "(rounded down to multiples of 8); the size fields do not apply then")
+                             .arg(kMaxUpscale));
+    form->addRow(tr("Upscale"), upscale_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("upscale"), upscale_));
+
+    for (QPlainTextEdit* edit : {prompt_, negativePrompt_}) {
+        connect(edit, &QPlainTextEdit::textChanged, this, &ConfigPanel::onEdited);
+        connect(edit, &QPlainTextEdit::textChanged, this, &ConfigPanel::requestTokenCounts);
+    }
+    connect(inspector_, &ModelInspector::tokensCounted, this,
+            [this](quint64, const QString& field, int tokens, const QString& error) { onTokensCounted(field, tokens, error); });
+    for (QDoubleSpinBox* spin : {cfgScale_, upscale_})
+        connect(spin, &QDoubleSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    connect(clipSkip_, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    return promptGroup_;
 }
 
 QGroupBox* ConfigPanel::buildImageGroup() {
@@ -161,11 +294,10 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     form->addRow(tr("Steps"), steps_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("steps"), steps_));
 
-    scheduler_ = makeCombo<SchedulerKind>(
-        {{SchedulerKind::DDIM, tr("DDIM")}, {SchedulerKind::DDPM, tr("DDPM")}, {SchedulerKind::Euler, tr("Euler")},
-         {SchedulerKind::EulerAncestral, tr("Euler a")}, {SchedulerKind::DPMPP2M, tr("DPM++ 2M")}});
+    scheduler_ = makeSamplerCombo();
     scheduler_->setObjectName(QStringLiteral("schedulerCombo"));
-    form->addRow(tr("Scheduler"), scheduler_);
+    scheduler_->setToolTip(tr("Sampler, as A1111 names it (\"Karras\": its Karras noise schedule)"));
+    form->addRow(tr("Sampler"), scheduler_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("scheduler"), scheduler_));
 
     for (QSpinBox* spin : {width_, height_, steps_})
@@ -187,12 +319,19 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     auto* browse = new QToolButton;
     browse->setObjectName(QStringLiteral("modelBrowse"));
     browse->setIcon(style()->standardIcon(QStyle::SP_DirOpenIcon));
-    browse->setToolTip(tr("Choose a diffusers UNet2DModel folder"));
+    browse->setToolTip(tr("Choose a model folder: a diffusers UNet2DModel or a Stable Diffusion pipeline "
+                          "(model_index.json)"));
+    auto* browseFile = new QToolButton;
+    browseFile->setObjectName(QStringLiteral("modelBrowseFile"));
+    browseFile->setIcon(style()->standardIcon(QStyle::SP_FileIcon));
+    browseFile->setToolTip(tr("Choose a Stable Diffusion 1.x / 2.x checkpoint (.safetensors)"));
+    model_->setPlaceholderText(tr("a folder, a .safetensors checkpoint or random:sd15"));
     auto* modelRow = new QHBoxLayout;
     modelRow->setContentsMargins(0, 0, 0, 0);
     modelRow->addWidget(model_, 1);
     modelRow->addWidget(browse);
-    form->addRow(tr("Folder"), modelRow);
+    modelRow->addWidget(browseFile);
+    form->addRow(tr("Model"), modelRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("model"), model_));
     modelInfo_ = new QLabel;
     modelInfo_->setObjectName(QStringLiteral("modelInfo"));
@@ -217,6 +356,7 @@ QGroupBox* ConfigPanel::buildModelGroup() {
 
     connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
+    connect(browseFile, &QToolButton::clicked, this, &ConfigPanel::chooseModelFile);
     connect(precision_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     connect(backend_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     return group;
@@ -361,6 +501,13 @@ RunConfig ConfigPanel::config() const {
     c.seed = seed_->text().toULongLong();
     c.steps = steps_->value();
     c.scheduler = parseScheduler(selectedName(scheduler_));
+    if (hasKarras(c.scheduler)) c.schedulerOptions.karrasSigmas = scheduler_->currentData(kKarrasRole).toBool();
+    // A model known to take no prompt gets none (the text stays in the disabled editors).
+    c.prompt = modelTakesNoPrompt() ? std::string() : prompt_->toPlainText().toStdString();
+    c.negativePrompt = modelTakesNoPrompt() ? std::string() : negativePrompt_->toPlainText().toStdString();
+    c.cfgScale = cfgScale_->value();
+    c.clipSkip = clipSkip_->value();
+    c.upscale = upscale_->value();
     c.model = QDir::cleanPath(model_->text().trimmed()).toStdString();
     if (model_->text().trimmed().isEmpty()) c.model.clear();
     c.precision = parsePrecision(selectedName(precision_));
@@ -389,7 +536,12 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     height_->setValue(config.height);
     seed_->setText(QString::number(config.seed));
     steps_->setValue(config.steps);
-    selectIn(scheduler_, config.scheduler);
+    selectSampler(scheduler_, config.scheduler, config.schedulerOptions.karrasSigmas);
+    prompt_->setPlainText(QString::fromStdString(config.prompt));
+    negativePrompt_->setPlainText(QString::fromStdString(config.negativePrompt));
+    cfgScale_->setValue(config.cfgScale);
+    clipSkip_->setValue(config.clipSkip);
+    upscale_->setValue(config.upscale);
     model_->setText(QString::fromStdString(config.model));
     selectIn(precision_, config.precision);
     selectIn(backend_, config.backend);
@@ -471,6 +623,91 @@ void ConfigPanel::updateGraphsAvailability() {
     graphsReason_->setVisible(!available);
 }
 
+bool ConfigPanel::modelIsStableDiffusion() const {
+    return inspection_ && inspection_->stableDiffusion && inspection_->limits.has_value();
+}
+
+bool ConfigPanel::modelTakesNoPrompt() const {
+    return inspection_ && !inspection_->stableDiffusion && inspection_->limits.has_value();
+}
+
+QString ConfigPanel::promptUnavailableReason() const {
+    if (modelIsStableDiffusion()) return {};
+    if (isCheckingModel()) return tr("Disabled while the model is checked.");
+    if (modelTakesNoPrompt())
+        return tr("Disabled: %1 is an unconditional UNet2DModel, which takes no prompt. Choose a Stable Diffusion "
+                  "model (a pipeline folder, a .safetensors checkpoint or random:sd15) for prompts and guidance.")
+            .arg(QFileInfo(inspection_->folder).fileName());
+    return tr("Disabled until the model is known to be Stable Diffusion (a pipeline folder, a .safetensors "
+              "checkpoint or random:sd15).");
+}
+
+void ConfigPanel::updatePromptAvailability() {
+    // While a model is being checked (a path typed letter by letter) the last answer stands.
+    if (isCheckingModel() && promptStateShown_) return;
+    promptStateShown_ = true;
+    const QString reason = promptUnavailableReason();
+    const bool available = reason.isEmpty();
+    for (QWidget* editor : {static_cast<QWidget*>(prompt_), static_cast<QWidget*>(negativePrompt_),
+                            static_cast<QWidget*>(cfgScale_), static_cast<QWidget*>(clipSkip_),
+                            static_cast<QWidget*>(upscale_)}) {
+        editor->setEnabled(available);
+        // The editor's own tooltip says what it is; a disabled one says why first.
+        if (!editor->property("ownToolTip").isValid()) editor->setProperty("ownToolTip", editor->toolTip());
+        const QString own = editor->property("ownToolTip").toString();
+        editor->setToolTip(available ? own : (own.isEmpty() ? reason : reason + QStringLiteral("\n\n") + own));
+    }
+    promptReason_->setText(reason);
+    promptReason_->setVisible(!available);
+}
+
+void ConfigPanel::requestTokenCounts() {
+    if (!modelIsStableDiffusion()) {
+        promptTokens_->clear();
+        negativePromptTokens_->clear();
+        return;
+    }
+    // The tokenizer is read (once) and the prompt chunked on the inspector's pool, never here.
+    inspector_->countTokens(inspection_->folder, QStringLiteral("prompt"), prompt_->toPlainText());
+    inspector_->countTokens(inspection_->folder, QStringLiteral("negative_prompt"), negativePrompt_->toPlainText());
+}
+
+void ConfigPanel::onTokensCounted(const QString& field, int tokens, const QString& error) {
+    QLabel* label = field == QStringLiteral("prompt") ? promptTokens_ : negativePromptTokens_;
+    if (!modelIsStableDiffusion()) return label->clear();
+    if (tokens < 0) {
+        label->setText(tr("?/75"));
+        label->setToolTip(error);
+        return;
+    }
+    // A1111: the count over the chunks it fills, 75 tokens each.
+    const int chunks = std::max(1, (tokens + 74) / 75);
+    label->setText(QStringLiteral("%1/%2").arg(tokens).arg(chunks * 75));
+    label->setToolTip(tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+}
+
+QString ConfigPanel::tokenCountText(const QString& field) const {
+    return (field == QStringLiteral("prompt") ? promptTokens_ : negativePromptTokens_)->text();
+}
+
+void ConfigPanel::checkSdMultiples(const RunConfig& c, int multiple,
+                                   const std::function<void(const QString&, const QString&)>& add) const {
+    if (multiple <= 1) return;
+    const auto check = [&](const char* field, int value, const QString& what) {
+        if (value <= 0 || value % multiple == 0) return;
+        const int below = value / multiple * multiple;
+        add(QString::fromLatin1(field),
+            tr("%1 is not a multiple of %2; %3 of a Stable Diffusion run must be (its VAE works in %2-pixel cells): use %4")
+                .arg(value)
+                .arg(multiple)
+                .arg(what)
+                .arg(below > 0 ? tr("%1 or %2").arg(below).arg(below + multiple) : QString::number(multiple)));
+    };
+    check("width", c.width, tr("the width"));
+    check("height", c.height, tr("the height"));
+    check("overlap", c.overlapPixels(), tr("the tile overlap"));
+}
+
 void ConfigPanel::onEdited() {
     if (applying_) return;
     // Remember every value, so switching overlap units and setConfig round trips keep them.
@@ -502,6 +739,8 @@ void ConfigPanel::revalidate() {
         const QString field = QString::fromStdString(problem.field());
         addProblem(field, withoutFieldPrefix(field, QString::fromUtf8(problem.what())));
     }
+    if (modelIsStableDiffusion()) checkSdMultiples(c, inspection_->pixelMultiple, addProblem);
+    updatePromptAvailability();
 
     QStringList unplaced;
     for (auto& [field, view] : fields_) {
@@ -545,10 +784,17 @@ QString ConfigPanel::checkModel(const QString& folder, bool isDefault, ModelLimi
     }
     if (!inspection_->limits) return inspection_->error;
     *limits = lastLimits_ = *inspection_->limits;
-    modelInfo_->setText(tr("%1: %2 input channels, tiles in multiples of %3")
-                            .arg(QFileInfo(folder).fileName())
-                            .arg(limits->inChannels)
-                            .arg(limits->downsampleFactor));
+    const QString name = folder.startsWith(QString::fromLatin1(kRandomModelPrefix)) ? folder : QFileInfo(folder).fileName();
+    if (inspection_->stableDiffusion)
+        modelInfo_->setText(tr("%1: Stable Diffusion, tiles in multiples of %2, sizes and overlap of %3")
+                                .arg(name)
+                                .arg(limits->downsampleFactor)
+                                .arg(inspection_->pixelMultiple));
+    else
+        modelInfo_->setText(tr("%1: %2 input channels, tiles in multiples of %3")
+                                .arg(name)
+                                .arg(limits->inChannels)
+                                .arg(limits->downsampleFactor));
     return {};
 }
 
@@ -557,6 +803,7 @@ void ConfigPanel::onModelInspected(quint64, const ModelInspection& inspection) {
     if (inspection.folder != inspectedFolder_) return;
     inspection_ = inspection;
     revalidate();
+    requestTokenCounts();
     emit modelChecked();
 }
 
@@ -599,6 +846,14 @@ void ConfigPanel::chooseModelFolder() {
     if (start.isEmpty()) start = defaultModelFolder_;
     const QString folder = QFileDialog::getExistingDirectory(this, tr("Choose a UNet2DModel folder"), start);
     if (!folder.isEmpty()) model_->setText(folder);
+}
+
+void ConfigPanel::chooseModelFile() {
+    QString start = model_->text().trimmed();
+    if (start.isEmpty() || start.startsWith(QString::fromLatin1(kRandomModelPrefix))) start = defaultModelFolder_;
+    const QString file = QFileDialog::getOpenFileName(this, tr("Choose a Stable Diffusion checkpoint"), start,
+                                                      tr("Safetensors checkpoints (*.safetensors)"));
+    if (!file.isEmpty()) model_->setText(file);
 }
 
 void ConfigPanel::rollSeed() {

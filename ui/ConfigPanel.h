@@ -7,8 +7,15 @@
 // default model) changes, never when another field does. Until its answer arrives the panel
 // is not valid ("model: checking the model folder…") and isCheckingModel() is true; the
 // answer revalidates every field and emits modelChecked().
+//
+// The Prompt group (prompt, negative prompt, CFG scale, clip skip, upscale) is enabled only
+// when the inspection says the model is Stable Diffusion (a pipeline folder, a .safetensors
+// checkpoint, random:sd15 / random:sd21); for a UNet2DModel folder it is disabled, says why,
+// and config() carries no prompt (such a model refuses one). The sampler list shows A1111's
+// names (core/Scheduler.h samplerDisplayName); a "Karras" entry sets schedulerOptions.karrasSigmas.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -22,8 +29,10 @@
 #include "core/RunConfig.h"
 
 class QComboBox;
+class QDoubleSpinBox;
 class QGroupBox;
 class QLineEdit;
+class QPlainTextEdit;
 class QSpinBox;
 class QToolButton;
 
@@ -62,6 +71,11 @@ public:
     // Why CUDA graphs cannot be used with the settings shown (no device yet, no CUDA, the CPU
     // backend chosen), as shown under the Graphs group; empty when they can.
     QString graphsUnavailableReason() const;
+    // The token count shown under the prompt ("prompt") or negative prompt ("negative_prompt"),
+    // as A1111 shows it ("12/75"); empty until counted or when the model is not SD.
+    QString tokenCountText(const QString& field) const;
+    // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
+    QString promptUnavailableReason() const;
 
 signals:
     void configChanged();
@@ -76,6 +90,7 @@ private:
         QLabel* error = nullptr;
     };
 
+    QGroupBox* buildPromptGroup();
     QGroupBox* buildImageGroup();
     QGroupBox* buildModelGroup();
     QGroupBox* buildTilingGroup();
@@ -91,7 +106,17 @@ private:
     void onModelInspected(quint64 jobId, const ModelInspection& inspection);
     void updateCostPreview(const RunConfig& config);
     void updateGraphsAvailability();
+    void updatePromptAvailability();
+    // Asks the inspector for the token counts of the prompts shown (SD models only).
+    void requestTokenCounts();
+    void onTokensCounted(const QString& field, int tokens, const QString& error);
+    // The model is known to be Stable Diffusion / known to be a model that takes no prompt.
+    bool modelIsStableDiffusion() const;
+    bool modelTakesNoPrompt() const;
+    // SD: width, height and overlap in multiples of the VAE's cell (core/SdPipeline checkSdRun).
+    void checkSdMultiples(const RunConfig& config, int multiple, const std::function<void(const QString&, const QString&)>& add) const;
     void chooseModelFolder();
+    void chooseModelFile();
     void rollSeed();
 
     RunConfig base_;  // fields without a widget, carried through
@@ -103,8 +128,19 @@ private:
     std::optional<ModelInspection> inspection_;  // its answer; empty while awaited
     ModelLimits lastLimits_;                   // of the last folder that had limits: used while checking
     std::optional<DeviceReport> devices_;
+    bool promptStateShown_ = false;  // the Prompt group shows an answer about the model
     bool applying_ = false;  // setConfig in progress: one configChanged at the end, not one per field
 
+    // Prompt (Stable Diffusion)
+    QGroupBox* promptGroup_ = nullptr;
+    QPlainTextEdit* prompt_ = nullptr;
+    QPlainTextEdit* negativePrompt_ = nullptr;
+    QDoubleSpinBox* cfgScale_ = nullptr;
+    QSpinBox* clipSkip_ = nullptr;
+    QDoubleSpinBox* upscale_ = nullptr;
+    QLabel* promptReason_ = nullptr;
+    QLabel* promptTokens_ = nullptr;          // "n/75", counted by the inspector off this thread
+    QLabel* negativePromptTokens_ = nullptr;
     // Image
     QSpinBox* width_ = nullptr;
     QSpinBox* height_ = nullptr;

@@ -34,6 +34,7 @@
 #include "core/ImageOps.h"
 #include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
+#include "core/SdModel.h"
 #include "core/TilePlan.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
@@ -445,7 +446,9 @@ RunConfig MainWindow::runnableConfig() const {
     RunConfig config = panel_->config();
     // The engine loads models by absolute folder; the empty field means the default model.
     if (config.model.empty()) config.model = panel_->defaultModelFolder().toStdString();
-    config.model = QFileInfo(QString::fromStdString(config.model)).absoluteFilePath().toStdString();
+    // random:sd15 names no file (core/SdModel.h); anything else is a path (no file is read here).
+    if (config.model.rfind(kRandomModelPrefix, 0) != 0)
+        config.model = QFileInfo(QString::fromStdString(config.model)).absoluteFilePath().toStdString();
     return config;
 }
 

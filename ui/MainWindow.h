@@ -80,6 +80,9 @@ struct GraphComparison {
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
+    // The configuration Run starts: the settings shown with the model folder or checkpoint
+    // made absolute (random:sd15 / random:sd21 kept as they are) and the default model filled in.
+    RunConfig runnableConfig() const;
     // `settings`: where the window keeps its geometry and last configuration; null uses the
     // application's default QSettings. Tests pass a throw-away INI file.
     // `historyFolder`: where finished runs are kept; empty: RunHistory's default
@@ -181,8 +184,6 @@ private:
     void refreshProgress();
     void showReadyProgress();
     void markProgressDirty();
-    // The configuration to run: the settings shown with the model folder made absolute.
-    RunConfig runnableConfig() const;
     // Resets the canvas, charts and progress for a run of `config` about to start.
     void beginRunDisplay(const RunConfig& config);
     void showFinishedRun(const FinishedRun& run, bool keepInHistory);

@@ -1,0 +1,363 @@
+// Stable Diffusion in the window: the Prompt group (prompt, negative prompt, CFG scale, clip
+// skip, upscale) is enabled only for SD models, round trips through RunConfig and the saved
+// settings, marks bad values; the sampler list shows A1111's names; the model field takes a
+// pipeline folder, a .safetensors checkpoint and random:sd15; and a run of the tiny SD
+// pipeline (tests/data/sdpipeline/sd1, no tokenizer/: the bundled CLIP vocabulary) finishes
+// on the CPU from the window.
+#include <QAction>
+#include <QComboBox>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/RunHistory.h"
+#include "core/ClipTokenizer.h"
+#include "core/PromptParser.h"
+#include "ui/ConfigPanel.h"
+#include "ui/HistoryPanel.h"
+#include "ui/MainWindow.h"
+#include "ui/TileCanvas.h"
+#include "TinyRun.h"
+
+using namespace tessera;
+
+namespace {
+
+QString sdPipeline() { return QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1"); }
+
+// 128 x 96 with one 128-px tile (96 high), 2 steps, on the CPU in fp32: about a second.
+RunConfig sdConfig() {
+    RunConfig c;
+    c.model = sdPipeline().toStdString();
+    c.width = 128;
+    c.height = 96;
+    c.tile = 128;
+    c.overlapPx = 16;
+    c.steps = 2;
+    c.seed = 11;
+    c.scheduler = SchedulerKind::EulerAncestral;
+    c.backend = BackendKind::CPU;
+    c.precision = Precision::FP32;
+    c.prompt = "a (red:1.2) cube on a table";
+    c.negativePrompt = "blurry";
+    c.cfgScale = 5.5;
+    c.clipSkip = 2;
+    return c;
+}
+
+template <typename T>
+T* child(QObject* parent, const char* name) {
+    T* found = parent->findChild<T*>(QString::fromLatin1(name));
+    if (!found) qFatal("no child named %s", name);
+    return found;
+}
+
+QList<QWidget*> sdEditors(ConfigPanel& panel) {
+    return {child<QWidget>(&panel, "promptEdit"), child<QWidget>(&panel, "negativePromptEdit"),
+            child<QWidget>(&panel, "cfgSpin"), child<QWidget>(&panel, "clipSkipSpin"),
+            child<QWidget>(&panel, "upscaleSpin")};
+}
+
+}  // namespace
+
+class TestSdWindow : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir scratch_;
+    int settingsCount_ = 0;
+    std::unique_ptr<QSettings> freshSettings() {
+        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("sd-%1.ini").arg(++settingsCount_)),
+                                           QSettings::IniFormat);
+    }
+
+private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
+    void initTestCase() {
+        QVERIFY(scratch_.isValid());
+        QStandardPaths::setTestModeEnabled(true);
+    }
+
+    void cleanupTestCase() {
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+    }
+
+    void promptFieldsAreEnabledOnlyForSdModels() {
+        ConfigPanel panel;
+        QVERIFY(testing::setConfigAndWait(panel, testing::tinyRunConfig(3)));  // a UNet2DModel folder
+        QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
+        for (QWidget* editor : sdEditors(panel)) {
+            QVERIFY2(!editor->isEnabled(), qPrintable(editor->objectName()));
+            QVERIFY2(editor->toolTip().contains("unconditional UNet2DModel"), qPrintable(editor->toolTip()));
+        }
+        QVERIFY(panel.promptUnavailableReason().contains("cifar_like"));
+        QVERIFY(!child<QLabel>(&panel, "promptReason")->isHidden());
+
+        // Stable Diffusion in each form the picker takes: the fields open, the reason goes.
+        QFile checkpoint(scratch_.filePath(QStringLiteral("model.safetensors")));
+        QVERIFY(checkpoint.open(QIODevice::WriteOnly));
+        checkpoint.close();
+        for (const QString& model : {sdPipeline(), QStringLiteral("random:sd15"), QStringLiteral("random:sd21"),
+                                     checkpoint.fileName()}) {
+            RunConfig c = sdConfig();
+            c.model = model.toStdString();
+            QVERIFY(testing::setConfigAndWait(panel, c));
+            QVERIFY2(panel.promptUnavailableReason().isEmpty(), qPrintable(model));
+            for (QWidget* editor : sdEditors(panel)) QVERIFY2(editor->isEnabled(), qPrintable(model + editor->objectName()));
+            QVERIFY(child<QLabel>(&panel, "promptReason")->isHidden());
+            QCOMPARE(panel.config().prompt, sdConfig().prompt);
+            QVERIFY2(child<QLabel>(&panel, "modelInfo")->text().contains("Stable Diffusion"),
+                     qPrintable(child<QLabel>(&panel, "modelInfo")->text()));
+        }
+
+        // While another model is checked, the last answer stands: no flicker as a path is typed.
+        RunConfig other = sdConfig();
+        other.model = "random:sd21";
+        panel.setConfig(other);
+        QVERIFY(panel.isCheckingModel());
+        QVERIFY(child<QWidget>(&panel, "promptEdit")->isEnabled());
+        QVERIFY(testing::waitForModelCheck(panel));
+        QVERIFY(child<QWidget>(&panel, "promptEdit")->isEnabled());
+
+        // Back to the UNet2DModel: disabled again, and its runs carry no prompt (it would refuse
+        // one), while the text stays in the editor for the next SD model.
+        RunConfig unet = panel.config();
+        unet.model = testing::testModelFolder().toStdString();
+        unet.width = unet.height = 64;
+        unet.tile = 32;
+        unet.overlapPx = 8;
+        QVERIFY(testing::setConfigAndWait(panel, unet));
+        QVERIFY(!child<QWidget>(&panel, "promptEdit")->isEnabled());
+        QVERIFY(panel.config().prompt.empty());
+        QVERIFY(panel.config().negativePrompt.empty());
+        QCOMPARE(child<QPlainTextEdit>(&panel, "promptEdit")->toPlainText().toStdString(), sdConfig().prompt);
+        QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
+    }
+
+    void samplerListShowsA1111Names() {
+        ConfigPanel panel;
+        auto* combo = child<QComboBox>(&panel, "schedulerCombo");
+        QStringList names;
+        for (int i = 0; i < combo->count(); ++i) names << combo->itemText(i);
+        QCOMPARE(names, QStringList({"Euler", "Euler Karras", "Euler a", "DPM++ 2M", "DPM++ 2M Karras", "DDIM", "DDPM"}));
+
+        combo->setCurrentIndex(names.indexOf("DPM++ 2M Karras"));
+        QVERIFY(panel.config().scheduler == SchedulerKind::DPMPP2M);
+        QVERIFY(panel.config().schedulerOptions.karrasSigmas);
+        combo->setCurrentIndex(names.indexOf("DPM++ 2M"));
+        QVERIFY(panel.config().scheduler == SchedulerKind::DPMPP2M);
+        QVERIFY(!panel.config().schedulerOptions.karrasSigmas);
+
+        // setConfig shows the entry of the kind and its Karras setting.
+        RunConfig c = sdConfig();
+        c.scheduler = SchedulerKind::Euler;
+        c.schedulerOptions.karrasSigmas = true;
+        panel.setConfig(c);
+        QCOMPARE(combo->currentText(), QStringLiteral("Euler Karras"));
+        c.schedulerOptions.karrasSigmas = false;
+        panel.setConfig(c);
+        QCOMPARE(combo->currentText(), QStringLiteral("Euler"));
+        QVERIFY(!panel.config().schedulerOptions.karrasSigmas);
+        c.scheduler = SchedulerKind::EulerAncestral;
+        panel.setConfig(c);
+        QCOMPARE(combo->currentText(), QStringLiteral("Euler a"));
+    }
+
+    void sdFieldsRoundTripThroughConfigAndSettings() {
+        RunConfig config = sdConfig();
+        config.upscale = 2.5;
+        config.scheduler = SchedulerKind::DPMPP2M;
+        config.schedulerOptions.karrasSigmas = true;
+        const QString path = scratch_.filePath(QStringLiteral("persist-sd.ini"));
+        {
+            MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
+            QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
+            const RunConfig shown = window.configPanel()->config();
+            QCOMPARE(shown.prompt, config.prompt);
+            QCOMPARE(shown.negativePrompt, config.negativePrompt);
+            QCOMPARE(shown.cfgScale, 5.5);
+            QCOMPARE(shown.clipSkip, 2);
+            QCOMPARE(shown.upscale, 2.5);
+            window.close();
+        }
+        MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
+        QVERIFY(testing::waitForModelCheck(*again.configPanel()));
+        const RunConfig restored = again.configPanel()->config();
+        QCOMPARE(restored.model, config.model);
+        QCOMPARE(restored.prompt, config.prompt);
+        QCOMPARE(restored.negativePrompt, config.negativePrompt);
+        QCOMPARE(restored.cfgScale, 5.5);
+        QCOMPARE(restored.clipSkip, 2);
+        QCOMPARE(restored.upscale, 2.5);
+        QVERIFY(restored.scheduler == SchedulerKind::DPMPP2M);
+        QVERIFY(restored.schedulerOptions.karrasSigmas);
+        QCOMPARE(child<QPlainTextEdit>(again.configPanel(), "promptEdit")->toPlainText().toStdString(), config.prompt);
+        QCOMPARE(child<QComboBox>(again.configPanel(), "schedulerCombo")->currentText(), QStringLiteral("DPM++ 2M Karras"));
+    }
+
+    void badSdValuesAreMarked() {
+        ConfigPanel panel;
+        QVERIFY(testing::setConfigAndWait(panel, sdConfig()));
+        QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
+
+        child<QDoubleSpinBox>(&panel, "cfgSpin")->setValue(200);
+        child<QSpinBox>(&panel, "clipSkipSpin")->setValue(0);
+        child<QDoubleSpinBox>(&panel, "upscaleSpin")->setValue(20);
+        QVERIFY(!panel.isValid());
+        QVERIFY2(panel.problemFor("cfg").contains("0 to 100"), qPrintable(panel.problemFor("cfg")));
+        QVERIFY2(panel.problemFor("clip_skip").contains("1 to 12"), qPrintable(panel.problemFor("clip_skip")));
+        QVERIFY2(panel.problemFor("upscale").contains("1 to 16"), qPrintable(panel.problemFor("upscale")));
+        for (const char* name : {"cfgSpin", "clipSkipSpin", "upscaleSpin"})
+            QVERIFY2(child<QWidget>(&panel, name)->property("invalid").toBool(), name);
+        QVERIFY(!child<QLabel>(&panel, "cfgError")->isHidden());
+        QVERIFY(!child<QLabel>(&panel, "clip_skipError")->isHidden());
+
+        // The pipeline's limits, from its config files: tiles in multiples of 16 (a 2-level UNet
+        // over an 8x VAE), sides and overlap in multiples of 8 (core/SdPipeline checkSdRun).
+        RunConfig c = sdConfig();
+        c.width = 124;
+        c.overlapPx = 12;
+        c.tile = 120;
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY2(panel.problemFor("width").contains("not a multiple of 8"), qPrintable(panel.problemFor("width")));
+        QVERIFY2(panel.problemFor("width").contains("use 120 or 128"), qPrintable(panel.problemFor("width")));
+        QVERIFY2(panel.problemFor("overlap").contains("not a multiple of 8"), qPrintable(panel.problemFor("overlap")));
+        QVERIFY2(panel.problemFor("tile").contains("not a multiple of 16"), qPrintable(panel.problemFor("tile")));
+        QVERIFY(panel.problemFor("height").isEmpty());
+
+        // random:sd15 has SD 1.5's shapes: a 4-level UNet over an 8x VAE, tiles in multiples of 64.
+        c = sdConfig();
+        c.model = "random:sd15";
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY2(panel.problemFor("tile").isEmpty(), qPrintable(panel.problemFor("tile")));
+        c.tile = 96;
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY2(panel.problemFor("tile").contains("not a multiple of 64"), qPrintable(panel.problemFor("tile")));
+    }
+
+    void badSdModelsAreMarked() {
+        ConfigPanel panel;
+        RunConfig c = sdConfig();
+        c.model = "random:sd99";
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY2(panel.problemFor("model").contains("random:sd15 or random:sd21"), qPrintable(panel.problemFor("model")));
+        c.model = scratch_.filePath(QStringLiteral("absent.safetensors")).toStdString();
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY2(panel.problemFor("model").contains("does not exist"), qPrintable(panel.problemFor("model")));
+        for (QWidget* editor : sdEditors(panel)) QVERIFY(!editor->isEnabled());
+        QVERIFY(panel.promptUnavailableReason().contains("until the model is known"));
+    }
+
+    void tokenCountsAreShownForSdModels() {
+        // Counted on the inspector's pool (failOnGuiThreadIo: reading the tokenizer on this
+        // thread would fail the test), as core's chunkPrompt counts them.
+        const ClipTokenizer tokenizer =
+            ClipTokenizer::fromMergesGz(TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz");
+        RunConfig c = sdConfig();
+        c.negativePrompt.clear();
+        for (int i = 0; i < 40; ++i) c.negativePrompt += "blurry, lowres, ";
+        const int promptTokens = chunkPrompt(tokenizer, c.prompt).tokenCount;
+        const int negativeTokens = chunkPrompt(tokenizer, c.negativePrompt).tokenCount;
+        QVERIFY(promptTokens > 0 && promptTokens < 75);
+        QVERIFY(negativeTokens > 75);
+        ConfigPanel panel;
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("%1/75").arg(promptTokens), 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("negative_prompt"),
+                                  QStringLiteral("%1/%2").arg(negativeTokens).arg((negativeTokens + 74) / 75 * 75), 30000);
+        // Typing updates it; a prompt A1111 refuses says why.
+        child<QPlainTextEdit>(&panel, "promptEdit")->setPlainText(QStringLiteral("a red cube"));
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("3/75"), 30000);
+        child<QPlainTextEdit>(&panel, "promptEdit")->setPlainText(QStringLiteral("(cube:1.2.3)"));
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("?/75"), 30000);
+        QVERIFY(!child<QLabel>(&panel, "promptTokens")->toolTip().isEmpty());
+        // A UNet2DModel counts nothing.
+        QVERIFY(testing::setConfigAndWait(panel, testing::tinyRunConfig(1)));
+        QTRY_VERIFY(panel.tokenCountText("prompt").isEmpty());
+    }
+
+    void runnableConfigKeepsRandomModelNames() {
+        // The engine loads files by absolute path, but random:sd15 names no file: it must reach
+        // the engine as typed, not as "<working folder>/random:sd15".
+        MainWindow window(freshSettings());
+        RunConfig c = sdConfig();
+        c.model = "random:sd15";
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), c));
+        QCOMPARE(window.runnableConfig().model, std::string("random:sd15"));
+        c.model = QDir::current().relativeFilePath(sdPipeline()).toStdString();
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), c));
+        QCOMPARE(QString::fromStdString(window.runnableConfig().model), QFileInfo(sdPipeline()).absoluteFilePath());
+    }
+
+    void sdRunFromTheWindowFinishesOnTheCpu() {
+        MainWindow window(freshSettings());
+        window.show();
+        const RunConfig config = sdConfig();
+        // No tokenizer/ in the pipeline: the run needs the bundled CLIP vocabulary, which the
+        // worker sets itself (as tessera-cli does).
+        QVERIFY(!QFileInfo::exists(sdPipeline() + QStringLiteral("/tokenizer")));
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
+        QVERIFY2(window.configPanel()->isValid(), qPrintable(window.configPanel()->problems().join('\n')));
+        QVERIFY(window.runAction()->isEnabled());
+        QSignalSpy ended(&window, &MainWindow::runEnded);
+        window.runAction()->trigger();
+        QVERIFY(ended.wait(300000));
+        QVERIFY2(ended.at(0).at(0).toBool(), qPrintable(child<QLabel>(&window, "statusText")->text()));
+        QVERIFY(window.lastRun());
+        const RunRecord& record = window.lastRun()->result->record;
+        QCOMPARE(QString::fromStdString(record.status), QStringLiteral("finished"));
+        QCOMPARE(record.stepsRun, 2);
+        QCOMPARE(record.config.prompt, config.prompt);
+        QCOMPARE(record.config.cfgScale, 5.5);
+        QCOMPARE(record.config.clipSkip, 2);
+        QCOMPARE(window.canvas()->image().size(), QSize(128, 96));
+
+        // The history shows the run's guidance, clip skip and prompt with its settings.
+        const QString id = QString::fromStdString(record.runId);
+        QVERIFY(QTest::qWaitFor([&window, &id] { return window.history().find(id) != nullptr; }, 60000));
+        const QString summary = configSummary(record.config);
+        QVERIFY2(summary.contains("Euler a") && summary.contains("cfg 5.5") && summary.contains("clip skip 2") &&
+                     summary.contains("a (red:1.2) cube"),
+                 qPrintable(summary));
+        auto* table = window.historyPanel()->findChild<QTableWidget*>();
+        QVERIFY(table);
+        bool shown = false;
+        for (int row = 0; row < table->rowCount(); ++row)
+            for (int col = 0; col < table->columnCount(); ++col)
+                if (table->item(row, col) && table->item(row, col)->text().contains("cfg 5.5")) shown = true;
+        QVERIFY(shown);
+    }
+
+    void upscaleSizesTheCanvasFromTheStartImage() {
+        // Image-to-image: the canvas is the start image's size times the upscale factor (rounded
+        // down to multiples of 8), whatever the size fields say, as tessera-cli render does.
+        QImage start(64, 52, QImage::Format_RGB888);
+        start.fill(QColor(200, 60, 40));
+        const QString path = scratch_.filePath(QStringLiteral("start.png"));
+        QVERIFY(start.save(path));
+        MainWindow window(freshSettings());
+        RunConfig config = sdConfig();
+        config.initImage = path.toStdString();
+        config.upscale = 2.0;
+        config.width = 512;  // not used: the start image and the factor decide
+        config.height = 512;
+        config.tile = 64;
+        QVERIFY(testing::runOnce(window, config));
+        const RunRecord& record = window.lastRun()->result->record;
+        QCOMPARE(record.config.width, 128);
+        QCOMPARE(record.config.height, 104);
+        QCOMPARE(window.lastRun()->image.size(), QSize(128, 104));
+    }
+};
+
+QTEST_MAIN(TestSdWindow)
+#include "tst_sdwindow.moc"
