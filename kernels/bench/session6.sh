@@ -53,6 +53,8 @@ if [ "$what" = suites ]; then
   step ops_attention 150 env TESSERA_BACKENDOPS_KINDS=attention,token_embedding,eos_pool /tmp/bin/cuda_tst_backendops
   step ops_vae_clip 200 env TESSERA_BACKENDOPS_MODELS=vae-dec,vae-enc,clip-l-text,open-clip-h-text /tmp/bin/cuda_tst_backendops
 else
+  step singlefile_fixture 120 env PYTHONPATH=/tmp/ref/src CUDA_VISIBLE_DEVICES= python3 \
+    tools/reference/make_singlefile_fixtures.py "$out/singlefile_diffusers"
   common=(--prompt "a lighthouse on a cliff above a stormy sea, dramatic light" --negative-prompt "blurry, low quality"
           --cfg 7 --steps 20 --sampler "DPM++ 2M Karras" --precision fp16 --fusion noise --backend cuda
           --tuning-cache "$out/tuning.json" --preview-every 0)
