@@ -213,19 +213,20 @@ std::vector<float> normVector(const Canvas& x, const GraphOp& gn, const ModelGra
     const auto& beta = weights.at(g.param(gn.params.at(1)).name).data;
     const int C = x.channels, perGroup = C / gn.groups;
     std::vector<float> v(2 * static_cast<std::size_t>(C));
-    const auto pixel = [&](int c, int row, int col) {
-        return static_cast<double>(x.data[(static_cast<std::size_t>(c) * x.h + y0 + row) * x.w + x0 + col]);
+    // f(value) over the region of channels [c0, c0 + perGroup), row by row.
+    const auto forEach = [&](int c0, auto&& f) {
+        for (int c = c0; c < c0 + perGroup; ++c)
+            for (int row = 0; row < h; ++row) {
+                const float* p = x.data.data() + (static_cast<std::size_t>(c) * x.h + y0 + row) * x.w + x0;
+                for (int col = 0; col < w; ++col) f(static_cast<double>(p[col]));
+            }
     };
     for (int group = 0; group < gn.groups; ++group) {
         const int c0 = group * perGroup;
         double sum = 0, sq = 0;
-        for (int c = c0; c < c0 + perGroup; ++c)
-            for (int row = 0; row < h; ++row)
-                for (int col = 0; col < w; ++col) sum += pixel(c, row, col);
+        forEach(c0, [&](double value) { sum += value; });
         const double count = static_cast<double>(perGroup) * w * h, mean = sum / count;
-        for (int c = c0; c < c0 + perGroup; ++c)
-            for (int row = 0; row < h; ++row)
-                for (int col = 0; col < w; ++col) sq += (pixel(c, row, col) - mean) * (pixel(c, row, col) - mean);
+        forEach(c0, [&](double value) { sq += (value - mean) * (value - mean); });
         const double invStd = 1.0 / std::sqrt(sq / count + static_cast<double>(gn.eps));
         for (int c = c0; c < c0 + perGroup; ++c) {
             const double scale = invStd * gamma[static_cast<std::size_t>(c)];
