@@ -621,17 +621,17 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
     const int bytesPerValue = budget ? budget->bytesPerValue : 4;
     plan.untiledBytes = graphActivationBytes(fuseForExecution(primitive), 1, imageH, imageW, bytesPerValue);
     const std::string untiled = "activations " + formatBytes(plan.untiledBytes);
-    const std::string ofBudget = budget ? " of " + formatBytes(budget->bytes) + ", " + budget->source : std::string();
+    const std::string budgetText = budget ? formatBytes(budget->bytes) + " (" + budget->source + ")" : std::string();
     if (mode == VaeTiling::Off) {
         plan.reason = "vae_tiling off";
         return plan;
     }
     if (mode == VaeTiling::Auto && (!budget || plan.untiledBytes <= budget->bytes)) {
-        plan.reason = budget ? untiled + ofBudget : "vae_tiling auto, no memory budget known";
+        plan.reason = budget ? untiled + " of " + budgetText : "vae_tiling auto, no memory budget known";
         return plan;
     }
     plan.tiled = true;
-    plan.reason = mode == VaeTiling::On ? "vae_tiling on" : untiled + " exceed" + ofBudget;
+    plan.reason = mode == VaeTiling::On ? "vae_tiling on" : untiled + " exceed " + budgetText;
     plan.tiling.tile = kDefaultTile;
     // On the host the canvases share the budget with the tile's activations.
     const auto need = [&](const TiledGraphReport& r) {

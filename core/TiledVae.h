@@ -153,7 +153,7 @@ struct VaeMemoryBudget {
     std::uint64_t bytes = 0;
     int bytesPerValue = 4;
     bool sharedWithHost = true;         // the host's memory: a tiled pass's canvases count against it too
-    std::string source;                 // "host MemAvailable", "device free memory"
+    std::string source;                 // "host: MemAvailable in /proc/meminfo", "device free memory"
 };
 
 // Whether a decode or encode of an image of imageH x imageW pixels runs tiled, and how:
@@ -165,14 +165,14 @@ struct VaePassPlan {
     GraphTiling tiling;
     std::uint64_t untiledBytes = 0;     // graphActivationBytes of the whole image
     TiledGraphReport estimate;          // tiled only
-    std::string reason;                 // "vae_tiling on", "3.0 GiB of activations do not fit 1.0 GiB (host MemAvailable)"
+    std::string reason;                 // "vae_tiling on", "activations 3.0 GiB exceed 1.0 GiB (host: MemAvailable ...)"
 };
 VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH, int imageW,
                         const std::optional<VaeMemoryBudget>& budget);
 
 // A decode (decoder true) or encode as planVaePass plans it for `budget`, on `backend`;
 // `description` (when non-null) receives what the run record says: "untiled (activations
-// 1.1 GiB of 30.2 GiB, host MemAvailable)" / "tiled 2x2 tiles of 64 latent px + 2 halo ...".
+// 1.1 GiB of 30.2 GiB (host: MemAvailable in /proc/meminfo))" / "tiled 2x2 tiles of 64 latent px + 2 halo ...".
 HostTensor runVaePass(Backend& backend, const VaeModel& model, const HostTensor& input, bool decoder, VaeTiling mode,
                       const std::optional<VaeMemoryBudget>& budget, std::string* description);
 

@@ -236,6 +236,13 @@ private slots:
             // Tile-local attention: the attention stays inside its segment.
             QCOMPARE(static_cast<int>(cutAtNorms(g, SegmentOptions{AttentionContext::Tile, 512, 512}).size()), norms + 1);
         }
+        // What tiling saves: SD's decoder at 2048x2048 in fp16 whole, and in 64-px tiles.
+        const ModelGraph decoder = buildVaeDecoderGraph(sd);
+        const std::uint64_t whole = graphActivationBytes(fuseForExecution(decoder), 1, 2048, 2048, 2);
+        const TiledGraphReport tiles = estimateTiledGraph(decoder, 2048, 2048, GraphTiling{}, 2);
+        qInfo("SD decoder 2048x2048, fp16: whole %s of activations; %s, device %s", formatBytes(whole).c_str(),
+              tiles.describe().c_str(), formatBytes(tiles.deviceBytes).c_str());
+        QVERIFY(tiles.deviceBytes * 4 < whole);
         // A fused graph cannot be cut.
         EXPECT_IN(invalidArgument([&] { cutAtNorms(vaeDecoderExecutionGraph(sd), {}); }), "fused");
     }
@@ -457,12 +464,12 @@ private slots:
         EXPECT_IN(plan.reason, "no memory budget known");
         plan = planVaePass(VaeTiling::Auto, g, 1024, 1024, roomy);
         QVERIFY(!plan.tiled);
-        EXPECT_IN(plan.reason, "of " + formatBytes(roomy.bytes) + ", test budget");
+        EXPECT_IN(plan.reason, "activations " + formatBytes(untiled) + " of " + formatBytes(roomy.bytes) + " (test budget)");
         QCOMPARE(plan.untiledBytes, untiled);
 
         plan = planVaePass(VaeTiling::Auto, g, 1024, 1024, tight);
         QVERIFY(plan.tiled);
-        EXPECT_IN(plan.reason, "exceed of " + formatBytes(tight.bytes));
+        EXPECT_IN(plan.reason, "activations " + formatBytes(untiled) + " exceed " + formatBytes(tight.bytes) + " (test budget)");
         QVERIFY(plan.estimate.deviceBytes <= tight.bytes);
         QCOMPARE(plan.tiling.tile, 64);
         plan = planVaePass(VaeTiling::Auto, g, 1024, 1024, tiny);
