@@ -469,18 +469,25 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     job.preview = [sd](const ImageTensor& latents) { return latentPreview(*sd, latents); };
     ImageTensor initLatents;
     if (hasInitImage()) {
-        initLatents = encodeImage(*sd, device.wholeGraphBackend(config), init_);
+        const auto encodeStart = Clock::now();
+        std::string how;
+        initLatents = encodeImage(*sd, device.wholeGraphBackend(config), init_,
+                                  VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(config)}, &how);
         job.init = &initLatents;
         job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample)");
+        job.messages.push_back("vae encode: " + how + ", " + std::to_string(static_cast<long long>(msSince(encodeStart))) +
+                               " ms");
     }
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     RunRecord& record = result.record;
     if (record.status == "finished") {
         const auto decodeStart = Clock::now();
-        result.image = decodeLatents(*sd, device.wholeGraphBackend(config), result.image);
-        record.messages.push_back("vae: decoded " + std::to_string(config.width) + "x" +
-                                  std::to_string(config.height) + " untiled in " +
-                                  std::to_string(static_cast<long long>(msSince(decodeStart))) + " ms");
+        std::string how;
+        result.image = decodeLatents(*sd, device.wholeGraphBackend(config), result.image,
+                                     VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(config)}, &how);
+        record.messages.push_back("vae decode: " + std::to_string(config.width) + "x" + std::to_string(config.height) +
+                                  " " + how + ", " + std::to_string(static_cast<long long>(msSince(decodeStart))) +
+                                  " ms");
         record.totalMs += msSince(decodeStart);
         if (!result.seamMap.data.empty()) result.seamMap = upsampleNearest(result.seamMap, sd->vaeScale());
         if (hasInitImage() && config.preserveColor) matchColour(result.image, init_);
