@@ -1110,12 +1110,9 @@ struct CudaBackend::Impl {
     // buffers (elements). Noted for planSummary and attentionPaths().
     AttentionChoice attentionPath(const GraphOp& op, const AttentionOperands& a, std::initializer_list<long long> offsets,
                                   std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind, float scale) {
-        AttentionChoice choice;
-        CudaBackend::AttentionPath record;
-        record.op = op.name;
-        record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.d;
         const AttentionPlan plan =
             planAttention(maxBatch, a.heads, a.queries, a.keys, dtypeSize(dtype), settings.attentionBudgetBytes);
+        CudaBackend::AttentionPath record;
         record.reason = flashAttentionRefusal(dtype, a.d, maxBatch, a.heads, offsets);
         if (record.reason.empty()) {
             const std::string key = "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" +
@@ -1123,33 +1120,16 @@ struct CudaBackend::Impl {
                                     std::to_string(a.d) + (a.causal ? " causal" : "") + " rows " +
                                     std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " +
                                     std::to_string(plan.scoreBytes);
-            const auto cached = settings.flash == FlashMode::Auto ? cachedChoice(key) : std::nullopt;
-            if (settings.flash != FlashMode::Auto) {
-                choice.fused = settings.flash == FlashMode::On;
-                record.reason = choice.fused ? "TESSERA_CUDA_FLASH=1" : "TESSERA_CUDA_FLASH=0";
-                useNew(key, choice.fused ? "fused" : "blocked", false);
-            } else if (cached && (*cached == "fused" || *cached == "blocked")) {
-                choice.fused = *cached == "fused";
-                record.reason = "tuning cache";
-                useCached(key, *cached);
-            } else {
-                if (cached) rejectCached(key, *cached, "not an attention path");
-                try {
-                    std::tie(record.fusedMs, record.blockedMs) = timeAttentionPaths(plan, inBytes, outBytes, bind, scale);
-                    choice.fused = record.fusedMs < record.blockedMs;
-                    record.reason = "timed";
-                    useNew(key, choice.fused ? "fused" : "blocked", true);
-                } catch (const CudaError& e) {
-                    if (!e.outOfMemory()) throw;
-                    (void)cudaGetLastError();
-                    // No room for the blocked path's scratch: the fused kernel needs none.
-                    choice.fused = true;
-                    record.reason = "not timed (no device memory for the blocked path's scratch)";
-                    useNew(key, "fused", false);
-                }
-            }
+            // Once per distinct shape and layout in a prepare (later ops of the shape take it).
+            auto it = attentionChosen.find(key);
+            if (it == attentionChosen.end())
+                it = attentionChosen.emplace(key, choosePath(key, plan, inBytes, outBytes, bind, scale)).first;
+            record = it->second;
         }
-        record.fused = choice.fused;
+        record.op = op.name;
+        record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.d;
+        AttentionChoice choice;
+        choice.fused = record.fused;
         if (!choice.fused) {
             choice.plan = plan;
             choice.scores = newBuffer(plan.scoreBytes, op.name + ".scores");
@@ -1163,6 +1143,42 @@ struct CudaBackend::Impl {
                           " [" + record.reason + times + "]\n";
         attentionRecords.push_back(record);
         return choice;
+    }
+
+    // The path for an attention the fused kernel takes (op key `key`): forced by TESSERA_CUDA_FLASH
+    // = 0 / 1, else (auto) the tuning cache's choice, else both timed and the faster kept.
+    CudaBackend::AttentionPath choosePath(const std::string& key, const AttentionPlan& plan, std::size_t inBytes,
+                                          std::size_t outBytes, const AttentionBinder& bind, float scale) {
+        CudaBackend::AttentionPath r;
+        if (settings.flash != FlashMode::Auto) {
+            r.fused = settings.flash == FlashMode::On;
+            r.reason = r.fused ? "TESSERA_CUDA_FLASH=1" : "TESSERA_CUDA_FLASH=0";
+            useNew(key, r.fused ? "fused" : "blocked", false);
+            return r;
+        }
+        if (const auto cached = cachedChoice(key)) {
+            if (*cached == "fused" || *cached == "blocked") {
+                r.fused = *cached == "fused";
+                r.reason = "tuning cache";
+                useCached(key, *cached);
+                return r;
+            }
+            rejectCached(key, *cached, "not an attention path");
+        }
+        try {
+            std::tie(r.fusedMs, r.blockedMs) = timeAttentionPaths(plan, inBytes, outBytes, bind, scale);
+            r.fused = r.fusedMs < r.blockedMs;
+            r.reason = "timed";
+            useNew(key, r.fused ? "fused" : "blocked", true);
+        } catch (const CudaError& e) {
+            if (!e.outOfMemory()) throw;
+            (void)cudaGetLastError();
+            // No room for the blocked path's scratch: the fused kernel needs none.
+            r.fused = true;
+            r.reason = "not timed (no device memory for the blocked path's scratch)";
+            useNew(key, "fused", false);
+        }
+        return r;
     }
 
     // Q, K, V in one GEMM, softmax(Q K^T / sqrt(d)) V (attentionPath: fused, or float32 scores in
@@ -1888,6 +1904,7 @@ struct CudaBackend::Impl {
     std::string graphNotes;
     std::string attentionNotes;   // one line per attention op: its path (attentionPath)
     std::vector<CudaBackend::AttentionPath> attentionRecords;
+    std::map<std::string, CudaBackend::AttentionPath> attentionChosen;   // per op key, this prepare
 
     std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest,
                            int laneCount = 1) const {
@@ -1936,6 +1953,7 @@ struct CudaBackend::Impl {
         graphNotes.clear();
         attentionNotes.clear();
         attentionRecords.clear();
+        attentionChosen.clear();
         fusedChosen.clear();
         fusedBuildMs = 0;
         choicesUsed.clear();
