@@ -32,6 +32,7 @@
 #include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
 #include "kernels/EosPool.cuh"
+#include "kernels/FlashAttention.cuh"
 #include "kernels/Gelu.cuh"
 #include "kernels/GpuTiming.h"
 #include "kernels/GroupNorm.cuh"
@@ -107,18 +108,24 @@ constexpr std::size_t kMaxAttentionScoreMiB = 1u << 20;
 //  TESSERA_CUDA_ATTENTION_MIB=N     float32 attention scores of one pass within N MiB (default 256):
 //                                   larger score matrices are computed in blocks of query rows
 //                                   (kernels/AttentionPlan.h); a whole number from 1 to 1048576
+//  TESSERA_CUDA_FLASH=0|1|auto      fp16/bf16 attention: 0 the blocked path above everywhere; 1 the
+//                                   fused kernel (kernels/FlashAttention.cuh) wherever it applies;
+//                                   auto (default) whichever is faster per shape, timed at prepare
+//                                   and kept in the tuning cache
+enum class FlashMode { Auto, Off, On };
 struct CudaSettings {
     std::map<std::string, std::string> values;   // name -> value ("" = not set)
     bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
     bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
     std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
+    FlashMode flash = FlashMode::Auto;
 
     // Throws std::invalid_argument naming the variable for a value it cannot take.
     static CudaSettings fromEnvironment() {
         CudaSettings s;
         for (const char* name : {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE",
                                  "TESSERA_CUDNN_RUNTIME_FUSION", "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC",
-                                 "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB"}) {
+                                 "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB", "TESSERA_CUDA_FLASH"}) {
             const char* v = std::getenv(name);
             s.values[name] = v ? v : "";
         }
@@ -139,6 +146,15 @@ struct CudaSettings {
                                             std::to_string(kMaxAttentionScoreMiB));
             s.attentionBudgetBytes = static_cast<std::size_t>(mibValue) << 20;
         }
+        const std::string& flash = s.values["TESSERA_CUDA_FLASH"];
+        if (flash == "0")
+            s.flash = FlashMode::Off;
+        else if (flash == "1")
+            s.flash = FlashMode::On;
+        else if (!flash.empty() && flash != "auto")
+            throw std::invalid_argument("TESSERA_CUDA_FLASH: '" + excerpt(flash) +
+                                        "' is not allowed; give 0 (the blocked attention path), 1 (the fused kernel "
+                                        "wherever it applies) or auto (the faster of the two per shape)");
         return s;
     }
 };
@@ -1058,18 +1074,142 @@ struct CudaBackend::Impl {
                 }
     }
 
-    // The score and probability buffers of an attention's plan (noted for planSummary).
-    AttentionPlan attentionPlan(const GraphOp& op, int queries, int keys, int* scores, int* probs) {
-        const AttentionPlan plan =
-            planAttention(maxBatch, op.heads, queries, keys, dtypeSize(dtype), settings.attentionBudgetBytes);
-        *scores = newBuffer(plan.scoreBytes, op.name + ".scores");
-        *probs = newBuffer(plan.probBytes, op.name + ".probs");
-        attentionNotes += "  " + op.name + ": " + plan.describe(queries) + "\n";
-        return plan;
+    static FlashAttentionArgs flashArgs(DType t, const AttentionOperands& a, int batch, float scale) {
+        FlashAttentionArgs f;
+        f.dtype = t;
+        f.q = a.q;
+        f.qRow = a.qRow;
+        f.qImage = a.qImage;
+        f.k = a.k;
+        f.kRow = a.kRow;
+        f.kImage = a.kImage;
+        f.v = a.v;
+        f.vRow = a.vRow;
+        f.vImage = a.vImage;
+        f.o = a.o;
+        f.oRow = a.oRow;
+        f.oImage = a.oImage;
+        f.batch = batch;
+        f.heads = a.heads;
+        f.queries = a.queries;
+        f.keys = a.keys;
+        f.headDim = a.d;
+        f.scale = scale;
+        f.causal = a.causal;
+        return f;
     }
 
-    // Q, K, V in one GEMM, scores in float32 (in the blocks of an AttentionPlan), softmax, P V,
-    // the output projection, then the bias + residual epilogue with the output scale.
+    // How one attention computes softmax(Q K^T * scale) V: the fused kernel, or the blocked
+    // plan with its score and probability buffers.
+    struct AttentionChoice {
+        bool fused = false;
+        AttentionPlan plan;
+        int scores = -1, probs = -1;
+    };
+    // Lays an attention's operands over buffers: its inputs (Q, K, V) from `in`, the heads'
+    // output at `out`.
+    using AttentionBinder = std::function<AttentionOperands(char* in, char* out)>;
+
+    // Both paths on scratch operands at the prepared batch (inputs uniform noise), GPU ms each
+    // (median of 10): {fused, blocked}.
+    std::pair<double, double> timeAttentionPaths(const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes,
+                                                 const AttentionBinder& bind, float scale) {
+        const std::size_t in = alignUp(inBytes), out = alignUp(outBytes), sc = alignUp(plan.scoreBytes);
+        DeviceBuffer scratch(in + out + sc + alignUp(plan.probBytes));
+        char* base = scratch.as<char>();
+        launchFillUniform(dtype, base, static_cast<long long>(in / dtypeSize(dtype)), 4321u, 1.0f, stream.get());
+        const AttentionOperands a = bind(base, base + in);
+        float* scores = reinterpret_cast<float*>(base + in + out);
+        void* probs = base + in + out + sc;
+        const double fused = medianGpuMs(stream.get(), 10, 1, [&] {
+            launchFlashAttention(flashArgs(dtype, a, maxBatch, scale), stream.get());
+        });
+        const double blocked = medianGpuMs(stream.get(), 10, 1, [&] { attend(a, plan, maxBatch, scale, scores, probs); });
+        return {fused, blocked};
+    }
+
+    // The path of one attention (`a`: its shape, strides and causal flag; pointers unset) by
+    // TESSERA_CUDA_FLASH: fp32, and shapes the fused kernel does not take, take the blocked
+    // plan; 0 / 1 force a path; auto takes the tuning cache's choice, else times both on
+    // scratch operands laid out by `bind` (inputs of `inBytes`, output of `outBytes`) and keeps
+    // the faster (stored in the cache). `offsets` are the operands' offsets within their
+    // buffers (elements). Noted for planSummary and attentionPaths().
+    AttentionChoice attentionPath(const GraphOp& op, const AttentionOperands& a, std::initializer_list<long long> offsets,
+                                  std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind, float scale) {
+        const AttentionPlan plan =
+            planAttention(maxBatch, a.heads, a.queries, a.keys, dtypeSize(dtype), settings.attentionBudgetBytes);
+        CudaBackend::AttentionPath record;
+        record.reason = flashAttentionRefusal(dtype, a.d, maxBatch, a.heads, offsets);
+        if (record.reason.empty()) {
+            const std::string key = "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" +
+                                    std::to_string(a.queries) + " k" + std::to_string(a.keys) + " d" +
+                                    std::to_string(a.d) + (a.causal ? " causal" : "") + " rows " +
+                                    std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " +
+                                    std::to_string(plan.scoreBytes);
+            // Once per distinct shape and layout in a prepare (later ops of the shape take it).
+            auto it = attentionChosen.find(key);
+            if (it == attentionChosen.end())
+                it = attentionChosen.emplace(key, choosePath(key, plan, inBytes, outBytes, bind, scale)).first;
+            record = it->second;
+        }
+        record.op = op.name;
+        record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.d;
+        AttentionChoice choice;
+        choice.fused = record.fused;
+        if (!choice.fused) {
+            choice.plan = plan;
+            choice.scores = newBuffer(plan.scoreBytes, op.name + ".scores");
+            choice.probs = newBuffer(plan.probBytes, op.name + ".probs");
+        }
+        char times[96] = "";
+        if (record.fusedMs >= 0)
+            std::snprintf(times, sizeof times, "; fused %.4f ms, blocked %.4f ms", record.fusedMs, record.blockedMs);
+        attentionNotes += "  " + op.name + ": " +
+                          (choice.fused ? "fused (" + flashAttentionTiling(a.d) + ")" : "blocked, " + plan.describe(a.queries)) +
+                          " [" + record.reason + times + "]\n";
+        attentionRecords.push_back(record);
+        return choice;
+    }
+
+    // The path for an attention the fused kernel takes (op key `key`): forced by TESSERA_CUDA_FLASH
+    // = 0 / 1, else (auto) the tuning cache's choice, else both timed and the faster kept.
+    CudaBackend::AttentionPath choosePath(const std::string& key, const AttentionPlan& plan, std::size_t inBytes,
+                                          std::size_t outBytes, const AttentionBinder& bind, float scale) {
+        CudaBackend::AttentionPath r;
+        if (settings.flash != FlashMode::Auto) {
+            r.fused = settings.flash == FlashMode::On;
+            r.reason = r.fused ? "TESSERA_CUDA_FLASH=1" : "TESSERA_CUDA_FLASH=0";
+            useNew(key, r.fused ? "fused" : "blocked", false);
+            return r;
+        }
+        if (const auto cached = cachedChoice(key)) {
+            if (*cached == "fused" || *cached == "blocked") {
+                r.fused = *cached == "fused";
+                r.reason = "tuning cache";
+                useCached(key, *cached);
+                return r;
+            }
+            rejectCached(key, *cached, "not an attention path");
+        }
+        try {
+            std::tie(r.fusedMs, r.blockedMs) = timeAttentionPaths(plan, inBytes, outBytes, bind, scale);
+            r.fused = r.fusedMs < r.blockedMs;
+            r.reason = "timed";
+            useNew(key, r.fused ? "fused" : "blocked", true);
+        } catch (const CudaError& e) {
+            if (!e.outOfMemory()) throw;
+            (void)cudaGetLastError();
+            // No room for the blocked path's scratch: the fused kernel needs none.
+            r.fused = true;
+            r.reason = "not timed (no device memory for the blocked path's scratch)";
+            useNew(key, "fused", false);
+        }
+        return r;
+    }
+
+    // Q, K, V in one GEMM, softmax(Q K^T / sqrt(d)) V (attentionPath: fused, or float32 scores in
+    // the blocks of an AttentionPlan, softmax, P V), the output projection, then the bias +
+    // residual epilogue with the output scale.
     void lowerAttention(int index) {
         const GraphOp& op = opAt(index);
         if (!op.qkvBias) throw std::invalid_argument("CudaBackend: " + op.name + ": attention over a feature map needs q/k/v biases");
@@ -1088,38 +1228,52 @@ struct CudaBackend::Impl {
         const std::size_t bo = floats(op.params[7]);
 
         const std::size_t es = dtypeSize(dtype);
-        const int qkv = newBuffer(static_cast<std::size_t>(maxBatch) * N * 3 * C * es, op.name + ".qkv");
-        int scores = -1, probs = -1;
-        const AttentionPlan plan = attentionPlan(op, N, N, &scores, &probs);
-        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".heads");
-        const Act out = newAct(C, xn.h, xn.w, op.name + ".out");
+        const std::size_t qkvBytes = static_cast<std::size_t>(maxBatch) * N * 3 * C * es;
+        const std::size_t headBytes = static_cast<std::size_t>(maxBatch) * N * C * es;
+        // Q, K, V interleaved per pixel ([q | k | v], 3C), the heads' output [N, C].
+        auto operands = [=](char* qkvBase, char* oBase) {
+            AttentionOperands a;
+            a.q = qkvBase;
+            a.k = qkvBase ? qkvBase + static_cast<std::size_t>(C) * es : nullptr;
+            a.v = qkvBase ? qkvBase + static_cast<std::size_t>(2 * C) * es : nullptr;
+            a.qRow = a.kRow = a.vRow = 3LL * C;
+            a.qImage = a.kImage = a.vImage = 3LL * C * N;
+            a.o = oBase;
+            a.oRow = C;
+            a.oImage = static_cast<long long>(C) * N;
+            a.queries = a.keys = N;
+            a.heads = heads;
+            a.d = d;
+            return a;
+        };
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        const AttentionChoice path = attentionPath(op, operands(nullptr, nullptr), {3LL * C, 3LL * C * N, C, 2LL * C},
+                                                   qkvBytes, headBytes, operands, scale);
+        const int qkv = newBuffer(qkvBytes, op.name + ".qkv");
+        const int o = newBuffer(headBytes, op.name + ".heads");
+        const Act out = newAct(C, xn.h, xn.w, op.name + ".out");
         const float s = op.outputScale;
-        std::vector<int> bufs{xn.buf, qkv, scores, probs, o, out.buf};
+        std::vector<int> bufs{xn.buf, qkv, o, out.buf};
+        if (!path.fused) bufs.insert(bufs.end(), {path.scores, path.probs});
         if (res.buf >= 0) bufs.insert(bufs.begin(), res.buf);
         addOp(op.name, bufs, out, [=, this](int batch) {
             const DType t = dtype;
             gemmRows(t, wt(wq), ptr(xn.buf), ptr(qkv), batch * N, C, 3 * C, 1.0f, 0.0f);
             launchBiasResidual(t, ptr(qkv), true, wf(bq), nullptr, static_cast<long long>(batch) * N, 3 * C, 1.0f,
                                opStream);
-            AttentionOperands a;
-            a.q = ptr(qkv);
-            a.k = a.q + static_cast<std::size_t>(C) * es;
-            a.v = a.q + static_cast<std::size_t>(2 * C) * es;
-            a.qRow = a.kRow = a.vRow = 3LL * C;
-            a.qImage = a.kImage = a.vImage = 3LL * C * N;
-            a.o = ptr(o);
-            a.oRow = C;
-            a.oImage = static_cast<long long>(C) * N;
-            a.queries = a.keys = N;
-            a.heads = heads;
-            a.d = d;
-            attend(a, plan, batch, scale, reinterpret_cast<float*>(ptr(scores)), ptr(probs));
+            runAttention(path, operands(ptr(qkv), ptr(o)), batch, scale);
             gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
             launchBiasResidual(t, ptr(out.buf), true, wf(bo), res.buf >= 0 ? ptr(res.buf) : nullptr,
                                static_cast<long long>(batch) * N, C, s, opStream);
         });
         valueAct[static_cast<std::size_t>(op.output)] = out;
+    }
+
+    void runAttention(const AttentionChoice& path, const AttentionOperands& a, int batch, float scale) {
+        if (path.fused)
+            launchFlashAttention(flashArgs(dtype, a, batch, scale), opStream);
+        else
+            attend(a, path.plan, batch, scale, reinterpret_cast<float*>(ptr(path.scores)), ptr(path.probs));
     }
 
     // ---- token sequences ([B, rows, C]: NHWC with the rows as pixels; tile tokens keep the
@@ -1212,8 +1366,9 @@ struct CudaBackend::Impl {
     }
 
     // Attention over tokens: Q = x Wq^T, [K | V] = context [Wk; Wv]^T in one GEMM (biases when
-    // qkvBias), float32 scores in the passes of an AttentionPlan (causal mask), softmax, P V,
-    // then the output projection with the bias + residual epilogue and the output scale.
+    // qkvBias), softmax(Q K^T / sqrt(d) [+ causal mask]) V (attentionPath: fused, or float32
+    // scores in the passes of an AttentionPlan, softmax, P V), then the output projection with
+    // the bias + residual epilogue and the output scale.
     void lowerTokenAttention(int index) {
         const GraphOp& op = opAt(index);
         const Act x = act(op.input, op);
@@ -1237,15 +1392,41 @@ struct CudaBackend::Impl {
         const std::size_t bq = bias ? blob.addFloats(bqData) : 0, bkvOff = bias ? blob.addFloats(bkv) : 0;
 
         const std::size_t es = dtypeSize(dtype);
-        const int q = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".q");
-        const int kv = newBuffer(static_cast<std::size_t>(maxBatch) * M * 2 * C * es, op.name + ".kv");
-        int scores = -1, probs = -1;
-        const AttentionPlan plan = attentionPlan(op, N, M, &scores, &probs);
-        const int o = newBuffer(static_cast<std::size_t>(maxBatch) * N * C * es, op.name + ".heads");
-        const Act out = newAct(C, x.h, x.w, op.name + ".out");
+        const std::size_t qBytes = static_cast<std::size_t>(maxBatch) * N * C * es;
+        const std::size_t kvBytes = static_cast<std::size_t>(maxBatch) * M * 2 * C * es;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d)), s = op.outputScale;
         const bool causal = op.causal;
-        std::vector<int> bufs{x.buf, q, kv, scores, probs, o, out.buf};
+        // Q [N, C], K and V interleaved per context token ([k | v], 2C), the heads' output [N, C].
+        auto operands = [=](char* qBase, char* kvBase, char* oBase) {
+            AttentionOperands a;
+            a.q = qBase;
+            a.qRow = C;
+            a.qImage = static_cast<long long>(N) * C;
+            a.k = kvBase;
+            a.v = kvBase ? kvBase + static_cast<std::size_t>(C) * es : nullptr;
+            a.kRow = a.vRow = 2LL * C;
+            a.kImage = a.vImage = 2LL * C * M;
+            a.o = oBase;
+            a.oRow = C;
+            a.oImage = static_cast<long long>(N) * C;
+            a.queries = N;
+            a.keys = M;
+            a.heads = heads;
+            a.d = d;
+            a.causal = causal;
+            return a;
+        };
+        // For timing: Q, then K | V after it, in one scratch buffer.
+        auto bindScratch = [=](char* in, char* oBase) { return operands(in, in + alignUp(qBytes), oBase); };
+        const AttentionChoice path =
+            attentionPath(op, operands(nullptr, nullptr, nullptr), {C, 2LL * C, static_cast<long long>(N) * C, 2LL * C * M},
+                          alignUp(qBytes) + kvBytes, qBytes, bindScratch, scale);
+        const int q = newBuffer(qBytes, op.name + ".q");
+        const int kv = newBuffer(kvBytes, op.name + ".kv");
+        const int o = newBuffer(qBytes, op.name + ".heads");
+        const Act out = newAct(C, x.h, x.w, op.name + ".out");
+        std::vector<int> bufs{x.buf, q, kv, o, out.buf};
+        if (!path.fused) bufs.insert(bufs.end(), {path.scores, path.probs});
         if (ctx.buf != x.buf) bufs.insert(bufs.begin(), ctx.buf);
         if (res.buf >= 0 && res.buf != x.buf) bufs.insert(bufs.begin(), res.buf);
         addOp(op.name, bufs, out, [=, this](int batch) {
@@ -1257,23 +1438,7 @@ struct CudaBackend::Impl {
                 launchBiasResidual(t, ptr(kv), true, wf(bkvOff), nullptr, static_cast<long long>(batch) * M, 2 * C, 1.0f,
                                    opStream);
             }
-            AttentionOperands a;
-            a.q = ptr(q);
-            a.qRow = C;
-            a.qImage = static_cast<long long>(N) * C;
-            a.k = ptr(kv);
-            a.v = a.k + static_cast<std::size_t>(C) * es;
-            a.kRow = a.vRow = 2LL * C;
-            a.kImage = a.vImage = 2LL * C * M;
-            a.o = ptr(o);
-            a.oRow = C;
-            a.oImage = static_cast<long long>(N) * C;
-            a.queries = N;
-            a.keys = M;
-            a.heads = heads;
-            a.d = d;
-            a.causal = causal;
-            attend(a, plan, batch, scale, reinterpret_cast<float*>(ptr(scores)), ptr(probs));
+            runAttention(path, operands(ptr(q), ptr(kv), ptr(o)), batch, scale);
             gemmRows(t, wt(wo), ptr(o), ptr(out.buf), batch * N, C, C, s, 0.0f);
             launchBiasResidual(t, ptr(out.buf), true, wf(bo), res.buf >= 0 ? ptr(res.buf) : nullptr,
                                static_cast<long long>(batch) * N, C, s, opStream);
@@ -1763,7 +1928,9 @@ struct CudaBackend::Impl {
     std::map<std::string, PlanChoice> fusedChosen;
     double fusedBuildMs = 0;
     std::string graphNotes;
-    std::string attentionNotes;   // one line per attention op: its AttentionPlan
+    std::string attentionNotes;   // one line per attention op: its path (attentionPath)
+    std::vector<CudaBackend::AttentionPath> attentionRecords;
+    std::map<std::string, CudaBackend::AttentionPath> attentionChosen;   // per op key, this prepare
 
     std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest,
                            int laneCount = 1) const {
@@ -1811,6 +1978,8 @@ struct CudaBackend::Impl {
         convs.clear();
         graphNotes.clear();
         attentionNotes.clear();
+        attentionRecords.clear();
+        attentionChosen.clear();
         fusedChosen.clear();
         fusedBuildMs = 0;
         choicesUsed.clear();
@@ -2214,6 +2383,7 @@ Precision CudaBackend::precision() const { return impl_->precision; }
 int CudaBackend::preparedBatch() const { return impl_->prepared ? impl_->maxBatch : 0; }
 CudaMemoryPlan CudaBackend::memoryPlan() const { return impl_->plan; }
 std::string CudaBackend::planSummary() const { return impl_->summary; }
+std::vector<CudaBackend::AttentionPath> CudaBackend::attentionPaths() const { return impl_->attentionRecords; }
 CUstream_st* CudaBackend::stream() const { return impl_->stream.get(); }
 void* CudaBackend::deviceInput(int lane) const { return impl_->lanePtr(lane, impl_->inputBuf); }
 const void* CudaBackend::deviceOutput(int lane) const { return impl_->lanePtr(lane, impl_->outputBuf); }

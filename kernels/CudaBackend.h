@@ -2,9 +2,10 @@
 // core/UNetGraph.h) onto an NVIDIA GPU. NHWC activations in float32, float16 or bfloat16 with
 // float32 accumulation, vectors in float32; convolutions through cuDNN (algorithms benchmarked
 // once in prepare), GroupNorm(+pre-add, +FiLM, +SiLU), attention softmax and elementwise ops as
-// own kernels, linear layers through cuBLAS. Attention scores are float32 blocks within a
-// budget (kernels/AttentionPlan.h; TESSERA_CUDA_ATTENTION_MIB, default 256), so an attention of
-// any size fits; token ids (CLIP) stay float32. prepare() plans every buffer from tensor
+// own kernels, linear layers through cuBLAS. fp16/bf16 attention runs fused where it is faster
+// (kernels/FlashAttention.cuh: scores never in memory; TESSERA_CUDA_FLASH); otherwise its
+// scores are float32 blocks within a budget (kernels/AttentionPlan.h; TESSERA_CUDA_ATTENTION_MIB,
+// default 256), so an attention of any size fits; token ids (CLIP) stay float32. prepare() plans every buffer from tensor
 // lifetimes into one device arena (weights + activations + workspace); nothing allocates after
 // it. The lowering choices (which ops share a launch, where biases go) are listed in
 // docs/ENGINE_GRAPH.md.
@@ -59,7 +60,8 @@ struct CudaMemoryPlan {
 class CudaBackend final : public Backend {
 public:
     // Throws (std::runtime_error / CudaError) when the device cannot be used, std::invalid_argument
-    // naming the variable for an environment setting it cannot take (TESSERA_CUDA_ATTENTION_MIB).
+    // naming the variable for an environment setting it cannot take (TESSERA_CUDA_ATTENTION_MIB,
+    // TESSERA_CUDA_FLASH).
     explicit CudaBackend(Precision precision = Precision::FP16, int device = 0);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
@@ -85,6 +87,21 @@ public:
     int preparedBatch() const;
     CudaMemoryPlan memoryPlan() const;
     std::string planSummary() const;   // layers, chosen cuDNN algorithms, buffer counts
+
+    // The last prepare's Attention ops, in plan order: the path each takes (fp16/bf16: the fused
+    // kernel of kernels/FlashAttention.cuh, or the blocked plan of kernels/AttentionPlan.h; fp32:
+    // always blocked), why ("timed", "tuning cache", "TESSERA_CUDA_FLASH=0"/"=1", or why the fused
+    // kernel does not apply), and where prepare timed both paths (TESSERA_CUDA_FLASH=auto, no
+    // cached choice) their GPU time for softmax(Q K^T) V alone (no projections) at the prepared
+    // batch, median of 10 on scratch operands.
+    struct AttentionPath {
+        std::string op;
+        bool fused = false;
+        std::string reason;
+        double fusedMs = -1, blockedMs = -1;   // -1: not timed
+        double flops = 0;                       // of softmax(Q K^T) V: 4 x batch x heads x queries x keys x d
+    };
+    std::vector<AttentionPath> attentionPaths() const;
 
     // Device-side interface for the CUDA engine (for the graph's first feature-map input,
     // first vector input and first output); all work is ordered on stream().

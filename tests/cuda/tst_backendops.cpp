@@ -27,7 +27,9 @@
 // the op kind coverage check then applies to the whole list only.
 // Perf mode: TESSERA_BACKENDOPS_PERF=1 prints, per op and precision, the GPU time of the op
 // (median of 20 replays, event nodes in a captured graph), the bytes it must move (inputs,
-// output, parameters) as GB/s, and its FLOPs as TFLOP/s. TESSERA_BACKENDOPS_BATCH sets the
+// output, parameters) as GB/s, and its FLOPs as TFLOP/s; attention ops name the path they took
+// ([fused] / [blocked], by TESSERA_CUDA_FLASH, printed first; tst_flashattention's perf mode
+// times the two paths apart). TESSERA_BACKENDOPS_BATCH sets the
 // perf batch (default 8). Skips where no CUDA device is present.
 #include <QtTest/QtTest>
 
@@ -474,6 +476,10 @@ private slots:
         const int batch = qEnvironmentVariableIsSet("TESSERA_BACKENDOPS_BATCH")
                               ? std::max(1, qEnvironmentVariableIntValue("TESSERA_BACKENDOPS_BATCH"))
                               : 8;
+        // The attention path is a setting (TESSERA_CUDA_FLASH, default auto: timed per shape);
+        // each attention row names the path its op took.
+        const QByteArray flash = qgetenv("TESSERA_CUDA_FLASH");
+        std::printf("TESSERA_CUDA_FLASH=%s\n", flash.isEmpty() ? "auto (not set)" : flash.constData());
         std::printf("%-8s %-52s %-34s %-5s %9s %9s %9s\n", "model", "op", "output", "prec", "ms", "GB/s", "TFLOP/s");
         for (const OpCase& c : cases_)
             for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32}) {
@@ -484,8 +490,10 @@ private slots:
                 const GraphOp& op = c.graph.ops().at(0);
                 const double flops = c.graph.flops(op, c.tile, c.tile) * batch;
                 const std::string out = shapeText(c.graph.shape(c.graph.outputs().at(0), batch, c.tile, c.tile));
-                std::printf("%-8s %-52s %-34s %-5s %9.4f %9.1f %9.2f\n", c.model.c_str(),
-                            c.key.substr(0, c.key.find(" |")).c_str(), out.c_str(), precisionName(p), ms,
+                std::string name = c.key.substr(0, c.key.find(" |"));
+                for (const auto& path : cuda.attentionPaths()) name += path.fused ? " [fused]" : " [blocked]";
+                std::printf("%-8s %-52s %-34s %-5s %9.4f %9.1f %9.2f\n", c.model.c_str(), name.c_str(), out.c_str(),
+                            precisionName(p), ms,
                             ms > 0 ? opBytes(c, batch, p) / (ms * 1e-3) / 1e9 : 0.0,
                             ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0);
             }

@@ -35,6 +35,7 @@
 #include "kernels/AttentionPlan.h"
 #include "kernels/CudaBackend.h"
 #include "tests/app/CsvRecord.h"
+#include "tests/cuda/CudaTestSupport.h"
 #include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
@@ -44,65 +45,9 @@ namespace {
 using tessera::testing::opTolerance;
 using tessera::testing::precisionName;
 
-#define REQUIRE_DEVICE()                                 \
-    do {                                                 \
-        std::string why;                                 \
-        if (!cudaDeviceAvailable(&why)) QSKIP(why.c_str()); \
-    } while (0)
-
-// Sets (or with an empty value, unsets) an environment variable for one scope.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const QByteArray& value) : name_(name), old_(qgetenv(name)), had_(qEnvironmentVariableIsSet(name)) {
-        if (value.isEmpty())
-            qunsetenv(name);
-        else
-            qputenv(name, value);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            qputenv(name_, old_);
-        else
-            qunsetenv(name_);
-    }
-    ScopedEnv(const ScopedEnv&) = delete;
-    ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-private:
-    const char* name_;
-    QByteArray old_;
-    bool had_;
-};
-
-std::vector<std::vector<float>> normalInputs(const ModelGraph& g, int batch, int tile, unsigned seed) {
-    std::vector<std::vector<float>> in;
-    for (int v : g.inputs()) {
-        std::mt19937 rng(seed++);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        in.emplace_back(static_cast<std::size_t>(g.elements(v, batch, tile, tile)));
-        for (float& x : in.back()) x = normal(rng);
-    }
-    return in;
-}
-
-std::vector<const float*> pointers(const std::vector<std::vector<float>>& v) {
-    std::vector<const float*> p;
-    for (const auto& x : v) p.push_back(x.data());
-    return p;
-}
-
-// Every output of `g` for `batch` tiles of `tile`, NaN-poisoned first (so an unwritten one shows).
-std::vector<std::vector<float>> runGraph(Backend& b, const ModelGraph& g, const TensorMap& w, int batch, int tile,
-                                         const std::vector<std::vector<float>>& in) {
-    b.prepareGraph(g, w, batch, tile, tile);
-    std::vector<std::vector<float>> out;
-    std::vector<float*> outs;
-    for (int v : g.outputs())
-        out.emplace_back(static_cast<std::size_t>(g.elements(v, batch, tile, tile)), std::numeric_limits<float>::quiet_NaN());
-    for (auto& o : out) outs.push_back(o.data());
-    b.run(pointers(in), batch, outs);
-    return out;
-}
+using tessera::testing::normalInputs;
+using tessera::testing::runGraph;
+using tessera::testing::ScopedEnv;
 
 // The SD VAE decoder's mid-block attention alone (GroupNorm'd input, residual), its weights.
 ModelGraph vaeAttentionGraph() {

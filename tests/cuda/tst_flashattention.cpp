@@ -1,0 +1,377 @@
+// The fused attention kernel (kernels/FlashAttention.cuh, issue 18 item 1) through the CUDA
+// backend's lowering, against the float32 CPU reference:
+//  - the attention shapes of the supported models, fp16 and bf16 at the per-op tolerances of
+//    tst_backendops (fp32 stays on the blocked path; checked too): SD 1.x self-attention with
+//    head dims 40 (4,096 tokens; 900, not a multiple of the 64-query block, batch 3), 80 and
+//    160; SD 2.x head dim 64 over 9,216 tokens; SDXL 10 heads of 64; head dim 128; head dim 8
+//    (the small test UNet's); cross-attention against 77 (CLIP-L 768, OpenCLIP-bigG 2048),
+//    154 and 231 context tokens (OpenCLIP-H 1024); CLIP's causal self-attention (77 tokens,
+//    64 and 160 wide heads); pixel attention over a feature map with several heads (Q, K and V
+//    interleaved in one buffer); each with the fused path forced (TESSERA_CUDA_FLASH=1) and
+//    checked as the one taken (CudaBackend::attentionPaths). Inputs are N(0, 2^2) so that the
+//    softmax is peaked and the running maximum moves between key blocks;
+//  - the pixel models' one 512-wide head stays blocked (shared memory) and says why;
+//  - a run of fewer images than prepared;
+//  - TESSERA_CUDA_FLASH: bad values refused naming it, the value recorded; =0 keeps the blocked
+//    path (and its float32 scores, which the fused plan does not allocate);
+//  - auto: both paths timed at prepare, the faster taken and stored in the tuning cache, the
+//    cached choice reused by the next backend (same bits), a damaged cached choice refused and
+//    timed again.
+// Perf mode (TESSERA_FLASH_PERF=1): per SD shape and precision, both paths' GPU time for
+// softmax(Q K^T) V alone (CUDA events, median of 10, at prepare) and their TFLOP/s;
+// TESSERA_FLASH_PERF_BATCH sets the batch (default 2). Device tests skip without a device.
+#include <QtTest/QtTest>
+
+#include <QTemporaryDir>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/CpuBackend.h"
+#include "core/ModelGraph.h"
+#include "core/ModelWeights.h"
+#include "core/TuningCache.h"
+#include "kernels/AttentionPlan.h"
+#include "kernels/CudaBackend.h"
+#include "tests/cuda/CudaTestSupport.h"
+#include "tests/cuda/OutputComparison.h"
+
+using namespace tessera;
+using tessera::testing::normalInputs;
+using tessera::testing::opTolerance;
+using tessera::testing::precisionName;
+using tessera::testing::runGraph;
+using tessera::testing::ScopedEnv;
+
+namespace {
+
+constexpr float kInputStd = 2.0f;
+
+// One Attention op: over the tokens of a square tile (tile^2 queries), over a fixed token count
+// (`tokens` > 0: causal, CLIP), or over a feature map (pixel attention); with a context of
+// `contextTokens` x `contextChannels` for cross-attention.
+struct AttentionCase {
+    const char* name;
+    int channels = 0, heads = 1, tile = 1;
+    int tokens = 0;  // > 0: a fixed count, causal
+    int contextTokens = 0, contextChannels = 0;
+    bool featureMap = false;
+    int batch = 2;
+    bool fused = true;   // the fused kernel takes it (fp16/bf16)
+};
+
+const std::vector<AttentionCase>& cases() {
+    static const std::vector<AttentionCase> all = {
+        {"sd15 self d40 4096", 320, 8, 64},
+        {"sd15 self d40 900 batch 3", 320, 8, 30, 0, 0, 0, false, 3},
+        {"sd21 self d64 9216 batch 1", 320, 5, 96, 0, 0, 0, false, 1},
+        {"sdxl self d64 1024", 640, 10, 32},
+        {"self d80 961", 640, 8, 31},
+        {"sd15 self d160 256", 1280, 8, 16},
+        {"self d160 324", 1280, 8, 18},
+        {"self d128 1089", 256, 2, 33},
+        {"sd15 cross d40 4096 x 77x768", 320, 8, 64, 0, 77, 768},
+        {"sd21 cross d64 2304 x 231x1024", 320, 5, 48, 0, 231, 1024},
+        {"sdxl cross d64 1024 x 77x2048", 640, 10, 32, 0, 77, 2048},
+        {"sd15 cross d160 64 x 154x768", 1280, 8, 8, 0, 154, 768},
+        {"clip-l causal d64 77", 768, 12, 64, 77},
+        {"causal d160 77", 320, 2, 64, 77},
+        {"pixel d40 900, 8 heads", 320, 8, 30, 0, 0, 0, true},
+        {"pixel d8 144, 6 heads", 48, 6, 12, 0, 0, 0, true},
+        {"pixel d512 256, one head", 512, 1, 16, 0, 0, 0, true, 2, false},
+    };
+    return all;
+}
+
+// The case's attention op, `repeat` times in a chain (each op reading the previous one's output).
+ModelGraph attentionGraph(const AttentionCase& c, int repeat = 1) {
+    ModelGraph g;
+    const int C = c.channels;
+    int x = -1;
+    if (c.featureMap)
+        x = g.addInput("x", ValueKind::FeatureMap, C);
+    else if (c.tokens > 0)
+        x = g.addTokenInput("x", c.tokens, C);
+    else
+        x = g.addInput("x", ValueKind::Tokens, C);
+    const int context = c.contextTokens > 0 ? g.addTokenInput("context", c.contextTokens, c.contextChannels) : -1;
+    const std::int64_t kv = c.contextTokens > 0 ? c.contextChannels : C;
+    for (int r = 0; r < repeat; ++r) {
+        GraphOp op;
+        op.kind = OpKind::Attention;
+        op.name = r == 0 ? "attn" : "attn" + std::to_string(r);
+        op.heads = c.heads;
+        op.input = x;
+        op.input2 = context;
+        op.causal = c.tokens > 0;
+        // SD's transformer attention has no q/k/v biases; pixel attention and CLIP have them.
+        op.qkvBias = c.featureMap || c.tokens > 0;
+        op.params.push_back(g.addParam(op.name + ".to_q.weight", {C, C}));
+        if (op.qkvBias) op.params.push_back(g.addParam(op.name + ".to_q.bias", {C}));
+        for (const char* p : {".to_k", ".to_v"}) {
+            op.params.push_back(g.addParam(op.name + p + ".weight", {C, kv}));
+            if (op.qkvBias) op.params.push_back(g.addParam(op.name + p + ".bias", {C}));
+        }
+        op.params.push_back(g.addParam(op.name + ".to_out.0.weight", {C, C}));
+        op.params.push_back(g.addParam(op.name + ".to_out.0.bias", {C}));
+        x = g.addOp(op);
+    }
+    g.markOutput(x);
+    return g;
+}
+
+QString describe(const CudaBackend::AttentionPath& p) {
+    return QString("%1: %2 (%3), fused %4 ms, blocked %5 ms")
+        .arg(QString::fromStdString(p.op), p.fused ? "fused" : "blocked", QString::fromStdString(p.reason))
+        .arg(p.fusedMs)
+        .arg(p.blockedMs);
+}
+
+// The attention choices a tuning cache file holds ("attention ..." op keys -> choice).
+std::map<std::string, std::string> attentionChoices(const std::string& file) {
+    std::ifstream in(file);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    std::map<std::string, std::string> found;
+    for (const auto& [context, ops] : j.at("contexts").items())
+        for (const auto& [op, choice] : ops.items())
+            if (op.rfind("attention ", 0) == 0) found[op] = choice.get<std::string>();
+    return found;
+}
+
+}  // namespace
+
+class TestFlashAttention : public QObject {
+    Q_OBJECT
+
+    std::map<int, std::vector<float>> reference_;   // CPU output per case
+
+    const std::vector<float>& reference(int index, const ModelGraph& g, const TensorMap& w,
+                                        const std::vector<std::vector<float>>& in) {
+        auto it = reference_.find(index);
+        if (it == reference_.end()) {
+            CpuBackend cpu;
+            const AttentionCase& c = cases()[static_cast<std::size_t>(index)];
+            it = reference_.emplace(index, runGraph(cpu, g, w, c.batch, c.tile, in).at(0)).first;
+        }
+        return it->second;
+    }
+
+private slots:
+    void matchesCpu_data() {
+        QTest::addColumn<int>("index");
+        QTest::addColumn<int>("precision");
+        for (std::size_t i = 0; i < cases().size(); ++i)
+            for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32})
+                QTest::newRow((std::string(cases()[i].name) + " " + precisionName(p)).c_str())
+                    << static_cast<int>(i) << static_cast<int>(p);
+    }
+    void matchesCpu() {
+        REQUIRE_DEVICE();
+        QFETCH(int, index);
+        QFETCH(int, precision);
+        const AttentionCase& c = cases()[static_cast<std::size_t>(index)];
+        const Precision prec = static_cast<Precision>(precision);
+        const ModelGraph g = attentionGraph(c);
+        const TensorMap w = randomTensors(g.parameterList(), 40 + static_cast<unsigned>(index));
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        const std::vector<float>& ref = reference(index, g, w, in);
+
+        ScopedEnv env("TESSERA_CUDA_FLASH", "1");
+        CudaBackend gpu(prec);
+        const std::vector<float> out = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+        const auto paths = gpu.attentionPaths();
+        QCOMPARE(paths.size(), std::size_t(1));
+        const bool fused = c.fused && prec != Precision::FP32;
+        QVERIFY2(paths[0].fused == fused, qPrintable(describe(paths[0])));
+        if (fused) QCOMPARE(paths[0].reason, std::string("TESSERA_CUDA_FLASH=1"));
+        if (prec == Precision::FP32) QVERIFY2(paths[0].reason.find("fp32") == 0, qPrintable(describe(paths[0])));
+        if (!c.fused && prec != Precision::FP32)
+            QVERIFY2(paths[0].reason.find("head dim 512") == 0, qPrintable(describe(paths[0])));
+        const QString summary = QString::fromStdString(gpu.planSummary());
+        QVERIFY2(summary.contains(fused ? "attn: fused (head dim" : "attn: blocked, query block"), qPrintable(summary));
+        const QString bad = tessera::testing::outputMismatch(ref, out, opTolerance(prec),
+                                                             QString("%1 %2").arg(c.name, precisionName(prec)), true);
+        QVERIFY2(bad.isEmpty(), qPrintable(bad));
+    }
+
+    // Prepared for 3 images, run for 2: the first two images' outputs, from the fused kernel.
+    void fewerImagesThanPrepared() {
+        REQUIRE_DEVICE();
+        const int index = 1;   // sd15 self d40 900 batch 3
+        const AttentionCase& c = cases()[index];
+        const ModelGraph g = attentionGraph(c);
+        const TensorMap w = randomTensors(g.parameterList(), 40 + index);
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        const std::vector<float>& ref = reference(index, g, w, in);
+        ScopedEnv env("TESSERA_CUDA_FLASH", "1");
+        for (Precision p : {Precision::FP16, Precision::BF16}) {
+            CudaBackend gpu(p);
+            const std::vector<float> out = runGraph(gpu, g, w, c.batch, c.tile, in, 2).at(0);
+            QVERIFY(gpu.attentionPaths().at(0).fused);
+            const std::vector<float> first(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(out.size()));
+            const QString bad = tessera::testing::outputMismatch(first, out, opTolerance(p), precisionName(p), true);
+            QVERIFY2(bad.isEmpty(), qPrintable(bad));
+        }
+    }
+
+    // The setting: a bad value is refused naming it (before any device is touched), a good one
+    // recorded with the other settings.
+    void flashSetting() {
+        for (const char* bad : {"2", "yes", "on", "00", " 1", "auto "}) {
+            ScopedEnv env("TESSERA_CUDA_FLASH", bad);
+            try {
+                CudaBackend b(Precision::FP16);
+                QFAIL(qPrintable(QString("TESSERA_CUDA_FLASH=%1 was taken").arg(bad)));
+            } catch (const std::invalid_argument& e) {
+                QVERIFY2(QString(e.what()).startsWith("TESSERA_CUDA_FLASH: '") &&
+                             QString(e.what()).contains("give 0 (the blocked attention path), 1"),
+                         e.what());
+            }
+        }
+        REQUIRE_DEVICE();
+        for (const char* good : {"0", "1", "auto"}) {
+            ScopedEnv env("TESSERA_CUDA_FLASH", good);
+            CudaBackend b(Precision::FP16);
+            const ModelGraph g = attentionGraph(cases()[3]);
+            b.prepareGraph(g, randomTensors(g.parameterList(), 5), 1, 32, 32);
+            QCOMPARE(b.tuningInfo().settings.at("TESSERA_CUDA_FLASH"), std::string(good));
+        }
+    }
+
+    // TESSERA_CUDA_FLASH=0: the blocked path, with its float32 scores in the plan; the fused
+    // plan of the same graph holds no scores (at least their bytes less).
+    void forcedBlocked() {
+        REQUIRE_DEVICE();
+        const int index = 2;   // sd21 self d64 9216
+        const AttentionCase& c = cases()[index];
+        const ModelGraph g = attentionGraph(c);
+        const TensorMap w = randomTensors(g.parameterList(), 40 + index);
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        const std::vector<float>& ref = reference(index, g, w, in);
+        std::size_t blockedBytes = 0, fusedBytes = 0;
+        for (const char* mode : {"0", "1"}) {
+            ScopedEnv env("TESSERA_CUDA_FLASH", mode);
+            CudaBackend gpu(Precision::FP16);
+            const std::vector<float> out = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+            const auto path = gpu.attentionPaths().at(0);
+            QCOMPARE(path.fused, mode[0] == '1');
+            QCOMPARE(path.reason, std::string("TESSERA_CUDA_FLASH=") + mode);
+            (path.fused ? fusedBytes : blockedBytes) = gpu.memoryPlan().activationsBytes;
+            const QString bad = tessera::testing::outputMismatch(ref, out, opTolerance(Precision::FP16), mode, true);
+            QVERIFY2(bad.isEmpty(), qPrintable(bad));
+        }
+        const long long queries = static_cast<long long>(c.tile) * c.tile;
+        const AttentionPlan plan = planAttention(c.batch, c.heads, queries, queries, 2, std::size_t(256) << 20);
+        qInfo("activations: blocked %zu bytes, fused %zu bytes, scores of one pass %zu bytes", blockedBytes, fusedBytes,
+              plan.scoreBytes);
+        QVERIFY(blockedBytes >= fusedBytes + plan.scoreBytes);
+    }
+
+    // auto: both paths timed (once for two ops of one shape), the faster taken and stored; the
+    // next backend takes the cached choice (no timing, same bits); a damaged cached choice is
+    // refused and timed again.
+    void autoChoiceCached() {
+        REQUIRE_DEVICE();
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const std::string file = dir.filePath("tuning.json").toStdString();
+        const AttentionCase& c = cases()[8];   // sd15 cross d40 4096 x 77x768
+        const ModelGraph g = attentionGraph(c, 2);
+        const TensorMap w = randomTensors(g.parameterList(), 48);
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        ScopedEnv env("TESSERA_CUDA_FLASH", "auto");
+        std::vector<float> first;
+        bool fused = false;
+        {
+            TuningCache cache(file);
+            CudaBackend gpu(Precision::FP16);
+            gpu.setTuningCache(&cache);
+            first = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+            const auto paths = gpu.attentionPaths();
+            QCOMPARE(paths.size(), std::size_t(2));
+            const auto& path = paths[0];
+            qInfo("%s", qPrintable(describe(path)));
+            QCOMPARE(path.reason, std::string("timed"));
+            QVERIFY(path.fusedMs > 0 && path.blockedMs > 0);
+            QCOMPARE(path.fused, path.fusedMs < path.blockedMs);
+            fused = path.fused;
+            QCOMPARE(paths[1].op, std::string("attn1"));
+            QCOMPARE(paths[1].fused, fused);
+            QCOMPARE(paths[1].fusedMs, path.fusedMs);   // the same measurement: timed once
+            QCOMPARE(gpu.tuningInfo().misses, 1);
+            QVERIFY(cache.save());
+        }
+        const auto stored = attentionChoices(file);
+        QCOMPARE(stored.size(), std::size_t(1));
+        QCOMPARE(stored.begin()->second, std::string(fused ? "fused" : "blocked"));
+        {
+            TuningCache cache(file);
+            CudaBackend gpu(Precision::FP16);
+            gpu.setTuningCache(&cache);
+            const std::vector<float> again = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+            const auto path = gpu.attentionPaths().at(0);
+            QCOMPARE(path.reason, std::string("tuning cache"));
+            QCOMPARE(path.fused, fused);
+            QCOMPARE(path.fusedMs, -1.0);
+            QCOMPARE(gpu.tuningInfo().hits, 1);
+            QCOMPARE(gpu.tuningInfo().misses, 0);
+            QVERIFY(again == first);
+        }
+        // Damage the stored choice: refused with a warning, timed again, replaced.
+        std::ifstream in0(file);
+        nlohmann::json j = nlohmann::json::parse(in0);
+        in0.close();
+        for (auto& [context, ops] : j.at("contexts").items())
+            for (auto& [op, choice] : ops.items())
+                if (op.rfind("attention ", 0) == 0) choice = "bogus";
+        std::ofstream(file) << j.dump();
+        {
+            TuningCache cache(file);
+            CudaBackend gpu(Precision::FP16);
+            gpu.setTuningCache(&cache);
+            (void)runGraph(gpu, g, w, c.batch, c.tile, in);
+            QCOMPARE(gpu.attentionPaths().at(0).reason, std::string("timed"));
+            QCOMPARE(gpu.tuningInfo().rejected, 1);
+            const auto warnings = gpu.tuningWarnings();
+            QVERIFY(!warnings.empty() && warnings[0].find("'bogus'") != std::string::npos &&
+                    warnings[0].find("not an attention path") != std::string::npos);
+        }
+    }
+
+    void perf() {
+        if (!qEnvironmentVariableIsSet("TESSERA_FLASH_PERF")) QSKIP("set TESSERA_FLASH_PERF=1 to measure");
+        REQUIRE_DEVICE();
+        const int batch = qEnvironmentVariableIsSet("TESSERA_FLASH_PERF_BATCH")
+                              ? std::max(1, qEnvironmentVariableIntValue("TESSERA_FLASH_PERF_BATCH"))
+                              : 2;
+        ScopedEnv env("TESSERA_CUDA_FLASH", "auto");
+        std::printf("softmax(Q K^T) V alone, batch %d, median of 10 (CUDA events at prepare)\n", batch);
+        std::printf("%-32s %-5s %10s %10s %9s %9s %8s %s\n", "shape", "prec", "fused ms", "blocked ms", "fused TF/s",
+                    "block TF/s", "speedup", "tiling");
+        for (const AttentionCase& c : cases()) {
+            if (!c.fused) continue;
+            const ModelGraph g = attentionGraph(c);
+            const TensorMap w = randomTensors(g.parameterList(), 5);
+            for (Precision p : {Precision::FP16, Precision::BF16}) {
+                CudaBackend gpu(p);   // no tuning cache: every prepare times both paths
+                gpu.prepareGraph(g, w, batch, c.tile, c.tile);
+                const auto path = gpu.attentionPaths().at(0);
+                const QString summary = QString::fromStdString(gpu.planSummary());
+                const qsizetype at = summary.indexOf("attn: ");
+                std::printf("%-32s %-5s %10.4f %10.4f %9.1f %9.1f %7.2fx %s\n", c.name, precisionName(p), path.fusedMs,
+                            path.blockedMs, path.flops / (path.fusedMs * 1e-3) / 1e12,
+                            path.flops / (path.blockedMs * 1e-3) / 1e12, path.blockedMs / path.fusedMs,
+                            qPrintable(summary.mid(at, summary.indexOf('\n', at) - at)));
+            }
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestFlashAttention)
+#include "tst_flashattention.moc"
