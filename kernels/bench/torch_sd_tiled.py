@@ -11,7 +11,17 @@ weights at the real shapes (torch.manual_seed), fp16 on the GPU, channels_last, 
           (Mixture of Diffusers: Tessera's --fusion noise), then one scheduler step
   decode  AutoencoderKL.decode of the whole latent (untiled, as Tessera decodes)
 
-Timed with CUDA events after one warm-up job at a small canvas; prints one CSV line per phase and the
+--shape sdxl: the SDXL base UNet (2.57 B) with its two text encoders (CLIP ViT-L hidden_states[-2] and
+OpenCLIP bigG with projection, 2048 wide, pooled 1280) and added_cond_kwargs per call (text_embeds,
+time_ids = the whole image's size, as Tessera's default "image" size conditioning), 1024-px tiles; the VAE
+decodes in fp32 (SDXL's VAE overflows in fp16: force_upcast, as diffusers does).
+--compile: the UNet through torch.compile (inductor, mode "max-autotune-no-cudagraphs" off: default mode)
+and every UNet call replayed from a CUDA graph captured per batch shape (torch.cuda.CUDAGraph), the best a
+PyTorch user can write. --vae-only: the decode alone, untiled and with diffusers' own tiled decode
+(vae.enable_tiling()), after one warm-up each.
+
+Timed with CUDA events after one warm-up job at a small canvas (with --compile: at the full size, so that
+every batch shape is compiled and captured before timing); prints one CSV line per phase and the
 peak device memory (torch.cuda.max_memory_allocated and total - free).
 
   PYTHONPATH=/path/to/diffusers/src python3 kernels/bench/torch_sd_tiled.py --shape sd15 --size 2048 \\
@@ -24,20 +34,31 @@ import time
 import torch
 
 from diffusers import AutoencoderKL, DPMSolverMultistepScheduler, UNet2DConditionModel
-from transformers import CLIPTextConfig, CLIPTextModel
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
 UNETS = {
     "sd15": dict(sample_size=64, cross_attention_dim=768, attention_head_dim=8, use_linear_projection=False,
                  upcast_attention=False),
     "sd21": dict(sample_size=96, cross_attention_dim=1024, attention_head_dim=[5, 10, 20, 20],
                  use_linear_projection=True, upcast_attention=True),
+    "sdxl": dict(sample_size=128, block_out_channels=[320, 640, 1280],
+                 down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+                 up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+                 cross_attention_dim=2048, attention_head_dim=[5, 10, 20], transformer_layers_per_block=[1, 2, 10],
+                 use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=256,
+                 projection_class_embeddings_input_dim=2816),
 }
 TEXT = {
     "sd15": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                  hidden_act="quick_gelu", projection_dim=768),
     "sd21": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=23, num_attention_heads=16,
                  hidden_act="gelu", projection_dim=512),
+    "sdxl": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                 hidden_act="quick_gelu", projection_dim=768),
 }
+TEXT2_SDXL = dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=20,
+                  hidden_act="gelu", projection_dim=1280)
+NATIVE_TILE = {"sd15": 512, "sd21": 768, "sdxl": 1024}
 VAE = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
            up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512], layers_per_block=2,
            latent_channels=4, norm_num_groups=32)
@@ -62,14 +83,71 @@ def hann(tile, overlap, device):
     return w[:, None] * w[None, :]
 
 
-def job(models, shape, size, tile, overlap, steps, cfg, batch, events):
+VAE_SCALE = {"sd15": 0.18215, "sd21": 0.18215, "sdxl": 0.13025}
+
+
+class GraphedUNet:
+    """The UNet (compiled or not) replayed from one CUDA graph per input shape: static input buffers,
+    a capture after warm-up on a side stream, copies in and a replay per call."""
+
+    def __init__(self, unet):
+        self.unet, self.graphs = unet, {}
+
+    def __call__(self, sample, t, context, added):
+        key = (tuple(sample.shape), tuple(context.shape), None if added is None else tuple(added["text_embeds"].shape))
+        if key not in self.graphs:
+            static = dict(sample=sample.clone(), t=t.clone(), context=context.clone(),
+                          added=None if added is None else {k: v.clone() for k, v in added.items()})
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    self.unet(static["sample"], static["t"], encoder_hidden_states=static["context"],
+                              added_cond_kwargs=static["added"])
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static["out"] = self.unet(static["sample"], static["t"], encoder_hidden_states=static["context"],
+                                          added_cond_kwargs=static["added"]).sample
+            self.graphs[key] = (g, static)
+        g, static = self.graphs[key]
+        static["sample"].copy_(sample)
+        static["t"].copy_(t)
+        static["context"].copy_(context)
+        if added is not None:
+            for k, v in added.items():
+                static["added"][k].copy_(v)
+        g.replay()
+        return static["out"]
+
+
+def call_unet(unet, sample, t, context, pooled, size):
+    added = None
+    if pooled is not None:
+        ids = torch.tensor([size, size, 0, 0, size, size], device=sample.device, dtype=sample.dtype)
+        added = {"text_embeds": pooled.contiguous(), "time_ids": ids.expand(sample.shape[0], -1).contiguous()}
+    if isinstance(unet, GraphedUNet):
+        # A graph replays device work only: the timestep lives on the device too.
+        return unet(sample, torch.as_tensor(t, device=sample.device), context.contiguous(), added)
+    return unet(sample, t, encoder_hidden_states=context, added_cond_kwargs=added).sample
+
+
+def job(models, shape, size, tile, overlap, steps, cfg, batch, events):  # noqa: C901
     unet, vae, text = models
     dev = "cuda"
     ids = torch.randint(0, 49406, (2, 77), generator=torch.Generator().manual_seed(1)).to(dev)
     ids[:, 0], ids[:, -1] = 49406, 49407
     events["start"].record()
     with torch.no_grad():
-        ctx = text(ids).last_hidden_state.half()          # [negative, prompt]
+        pooled = None
+        if shape == "sdxl":
+            text1, text2 = text
+            out1 = text1(ids, output_hidden_states=True)
+            out2 = text2(ids, output_hidden_states=True)
+            ctx = torch.cat([out1.hidden_states[-2], out2.hidden_states[-2]], dim=-1).half()
+            pooled = out2.text_embeds.half()                # [negative, prompt]
+        else:
+            ctx = text(ids).last_hidden_state.half()          # [negative, prompt]
         events["text"].record()
         sched = DPMSolverMultistepScheduler(prediction_type="v_prediction" if shape == "sd21" else "epsilon", **SCHED)
         sched.set_timesteps(steps)
@@ -93,24 +171,57 @@ def job(models, shape, size, tile, overlap, steps, cfg, batch, events):
                 if guided:
                     inp = torch.cat([xs, xs]).contiguous(memory_format=torch.channels_last)
                     c = torch.cat([ctx[0:1].expand(n, -1, -1), ctx[1:2].expand(n, -1, -1)])
-                    out = unet(inp, t, encoder_hidden_states=c).sample.float()
+                    pc = None if pooled is None else torch.cat([pooled[0:1].expand(n, -1), pooled[1:2].expand(n, -1)])
+                    out = call_unet(unet, inp, t, c, pc, size).float()
                     u, p = out[:n], out[n:]
                     eps = u + cfg * (p - u)
                 else:
-                    eps = unet(xs.contiguous(memory_format=torch.channels_last), t,
-                               encoder_hidden_states=ctx[1:2].expand(n, -1, -1)).sample.float()
+                    pc = None if pooled is None else pooled[1:2].expand(n, -1)
+                    eps = call_unet(unet, xs.contiguous(memory_format=torch.channels_last), t,
+                                    ctx[1:2].expand(n, -1, -1), pc, size).float()
                 for i, (y, x) in enumerate(group):
                     acc[:, :, y:y + t_lat, x:x + t_lat] += eps[i:i + 1] * win
             latents = sched.step(acc / norm, t, latents).prev_sample
         events["sample"].record()
-        image = vae.decode((latents / 0.18215).half()).sample
+        vae_dtype = next(vae.parameters()).dtype
+        image = vae.decode((latents / VAE_SCALE[shape]).to(vae_dtype)).sample
         events["decode"].record()
     return image, len(tiles)
 
 
+def vae_bench(vae, shape, size, repeats):
+    """Decode of one size x size image: untiled, then diffusers' tiled decode; CUDA events after warm-up."""
+    latents = torch.randn((1, 4, size // 8, size // 8), generator=torch.Generator("cuda").manual_seed(0),
+                          device="cuda").to(next(vae.parameters()).dtype)
+    print("engine,shape,size,mode,decode_s,peak_alloc_mib,device")
+    for mode in ("untiled", "diffusers-tiled"):
+        if mode == "diffusers-tiled":
+            vae.enable_tiling()
+        times = []
+        try:
+            with torch.no_grad():
+                vae.decode(latents).sample  # warm-up
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                for _ in range(repeats):
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    vae.decode(latents).sample
+                    b.record()
+                    torch.cuda.synchronize()
+                    times.append(a.elapsed_time(b) / 1000)
+            times.sort()
+            print("pytorch-vae,%s,%d,%s,%.3f,%.0f,%s" % (shape, size, mode, times[len(times) // 2],
+                  torch.cuda.max_memory_allocated() / 2**20, torch.cuda.get_device_name()))
+        except torch.OutOfMemoryError as e:
+            print("pytorch-vae,%s,%d,%s,oom,,%s" % (shape, size, mode, str(e).split(".")[0]))
+            torch.cuda.empty_cache()
+        vae.disable_tiling()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", choices=["sd15", "sd21"], default="sd15")
+    ap.add_argument("--shape", choices=["sd15", "sd21", "sdxl"], default="sd15")
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--tile", type=int)
     ap.add_argument("--overlap", type=int, default=64)
@@ -118,19 +229,38 @@ def main():
     ap.add_argument("--cfg", type=float, default=7.0)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="torch.compile + a CUDA graph per batch shape")
+    ap.add_argument("--vae-only", action="store_true", help="time the VAE decode alone (untiled, diffusers tiled)")
     a = ap.parse_args()
-    tile = a.tile or (768 if a.shape == "sd21" else 512)
+    tile = a.tile or NATIVE_TILE[a.shape]
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
+    # SDXL's VAE overflows in fp16 (force_upcast): diffusers decodes it in fp32.
+    vae = AutoencoderKL(**VAE).cuda().eval()
+    vae = vae.float() if a.shape == "sdxl" else vae.half()
+    if a.vae_only:
+        vae_bench(vae, a.shape, a.size, max(a.repeats, 3))
+        return
     unet = UNet2DConditionModel(**UNETS[a.shape]).half().cuda().eval().to(memory_format=torch.channels_last)
-    vae = AutoencoderKL(**VAE).half().cuda().eval()
-    text = CLIPTextModel(CLIPTextConfig(vocab_size=49408, max_position_embeddings=77, **TEXT[a.shape])).half().cuda().eval()
+    if a.compile:
+        unet = GraphedUNet(torch.compile(unet, dynamic=False))
+    tcfg = dict(vocab_size=49408, max_position_embeddings=77)
+    if a.shape == "sdxl":
+        text = (CLIPTextModel(CLIPTextConfig(**tcfg, **TEXT["sdxl"])).half().cuda().eval(),
+                CLIPTextModelWithProjection(CLIPTextConfig(**tcfg, **TEXT2_SDXL)).half().cuda().eval())
+    else:
+        text = CLIPTextModel(CLIPTextConfig(**tcfg, **TEXT[a.shape])).half().cuda().eval()
     models = (unet, vae, text)
     names = ["start", "text", "sample", "decode"]
-    # Warm-up: one small job (cudnn.benchmark picks its algorithms for the tile shape).
+    engine = "pytorch-compile+graph" if a.compile else "pytorch-eager"
+    # Warm-up: one small job (cudnn.benchmark picks its algorithms for the tile shape); compiled, the whole
+    # job once (every batch shape compiled and captured).
     ev = {k: torch.cuda.Event(enable_timing=True) for k in names}
-    job(models, a.shape, tile + 64 if tile + 64 <= a.size else tile, tile, a.overlap, 2, a.cfg, a.batch, ev)
+    warm = a.size if a.compile else (tile + 64 if tile + 64 <= a.size else tile)
+    t0 = time.perf_counter()
+    job(models, a.shape, warm, tile, a.overlap, 2, a.cfg, a.batch, ev)
     torch.cuda.synchronize()
+    print("warmup_s %.1f" % (time.perf_counter() - t0))
     torch.cuda.reset_peak_memory_stats()
     print("engine,shape,size,tile,overlap,steps,cfg,batch,tiles,text_s,sample_s,decode_s,total_s,s_per_step,"
           "peak_alloc_mib,peak_used_mib,device")
@@ -142,8 +272,8 @@ def main():
         wall = time.perf_counter() - wall
         free, total = torch.cuda.mem_get_info()
         t = [ev[names[i]].elapsed_time(ev[names[i + 1]]) / 1000 for i in range(3)]
-        print("pytorch-eager,%s,%d,%d,%d,%d,%g,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4f,%.0f,%.0f,%s" % (
-            a.shape, a.size, tile, a.overlap, a.steps, a.cfg, a.batch, tiles, t[0], t[1], t[2], sum(t),
+        print("%s,%s,%d,%d,%d,%d,%g,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4f,%.0f,%.0f,%s" % (
+            engine, a.shape, a.size, tile, a.overlap, a.steps, a.cfg, a.batch, tiles, t[0], t[1], t[2], sum(t),
             t[1] / a.steps, torch.cuda.max_memory_allocated() / 2**20, (total - free) / 2**20,
             torch.cuda.get_device_name()))
         assert torch.isfinite(image).all(), "non-finite image"
