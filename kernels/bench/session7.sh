@@ -16,7 +16,7 @@ for root in /work/main ${TESSERA_BUILD_ROOT:-}; do
   [ -e "$root" ] || { mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"; }
 done
 export TESSERA_TEST_DATA_DIR="$PWD/tests/data"
-mkdir -p /tmp/ref && tar xJf .carry/ref/diffusers.txz -C /tmp/ref
+[ -f .carry/ref/diffusers.txz ] && mkdir -p /tmp/ref && tar xJf .carry/ref/diffusers.txz -C /tmp/ref
 export DIFFUSERS_SRC=/tmp/ref/src
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
@@ -32,6 +32,23 @@ step() {
   printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >> "$out/steps.tsv"
   echo "== $name: rc $rc, $((SECONDS - t0)) s"
   grep -E "^(FAIL|Totals)|   Loc:|Actual|Expected|finished:|failed|Error|wall_s" "$out/$name.log" | head -30
+}
+# step with the device's memory in use sampled every 100 ms (nvidia-smi): the peak of the whole job.
+stepmem() {
+  local name="$1"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.mem" 2>/dev/null &
+  local smi=$!
+  step "$@"
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  echo "   $name peak device memory in use: $(sort -n "$out/$name.mem" | tail -1) MiB (nvidia-smi, 100 ms samples)"
+}
+# What a render's record says: prepare, total, VAE and seam lines.
+records() {
+  for j in "$out"/*/*.json; do
+    [ -f "$j" ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-2], 'prepare_ms', round(r.get('prepare_ms',0)), 'total_ms', round(r.get('total_ms',0)), 'seam', r.get('seam_score'), [m for m in r.get('messages',[]) if m.startswith(('vae','text','precision'))])" "$j"
+  done
+  rm -f "$out"/*/*.png
 }
 date -u +"%Y-%m-%d %H:%M UTC"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -55,10 +72,42 @@ for what in "$@"; do
         --graphs tile --batch 1,2,4 --repeats 20 --csv "$out/sd15_flash_$f.csv"
     done
     ;;
+  tessera)
+    # Tessera's side of issue #18's tables (UNet per call, the 2048 job, the VAE at 4096); the PyTorch
+    # side is `torch` (the carry cannot hold both the binaries and diffusers at once).
+    for t in /tmp/bin/cuda_tst_*; do step "$(basename "$t")" 200 "$t"; done
+    step unet_tessera_sd15 240 tessera-cli bench --shape sd15 --cfg 7 --precision fp16 --graphs off,tile \
+      --batch 1,8 --repeats 20 --csv "$out/unet_tessera_sd15.csv"
+    common=(--prompt "a lighthouse on a cliff above a stormy sea, dramatic light" --negative-prompt "blurry, low quality"
+            --cfg 7 --steps 20 --sampler "DPM++ 2M Karras" --precision fp16 --fusion noise --backend cuda
+            --tuning-cache "$out/tuning.json" --preview-every 0)
+    stepmem render_sd15 240 tessera-cli render --model random:sd15 --width 2048 --height 2048 --tile 512 --overlap 64 \
+      --batch 4 --graphs step "${common[@]}" --out "$out/sd15"
+    for v in off on; do
+      stepmem "render_4096_vae_$v" 200 tessera-cli render --model random:sd15 --width 4096 --height 4096 --tile 512 \
+        --overlap 64 --batch 8 --graphs step --steps 1 --cfg 1 --precision fp16 --backend cuda --vae-tiling $v \
+        --tuning-cache "$out/tuning.json" --preview-every 0 --out "$out/r4096_$v"
+    done
+    ;;
+  torch)
+    step unet_torch_sd15 300 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_unet.py --shape sd15 \
+      --batch 1,8 --cfg 7 --repeats 20 --modes eager,graph,compile+graph
+    stepmem torch_sd15_eager 200 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
+      --size 2048 --tile 512 --overlap 64 --steps 20 --cfg 7 --batch 4
+    stepmem torch_sd15_compile 330 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
+      --size 2048 --tile 512 --overlap 64 --steps 20 --cfg 7 --batch 4 --compile
+    ;;
+  torchvae)
+    stepmem torch_vae_2048 120 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
+      --size 2048 --vae-only --repeats 3
+    stepmem torch_vae_4096 200 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
+      --size 4096 --vae-only --repeats 3
+    ;;
   suites)
     for t in /tmp/bin/cuda_tst_*; do step "$(basename "$t")" "${SUITE_S:-200}" "$t"; done
     ;;
   esac
 done
+records
 # $OUT returns only a few files: everything in one archive.
 (cd "$out" && tar cJf "../results-$(date +%H%M).txz" . && rm -rf ./* && mv ../results-*.txz .)
