@@ -238,7 +238,7 @@ QStringList checkFixtures(const std::string& root) {
             ids.insert(ids.end(), r.begin(), r.end());
         }
         const int batch = static_cast<int>(ids.size() / kT);
-        const ClipTextOutputs out = model.encode(ids, batch, 0, true);
+        const ClipTextOutputs out = model.encode(ids, batch, 0, ClipHiddenStates::All);
         const SafetensorsFile want(dir + "/outputs.safetensors");
         check(mismatch(name + " last_hidden_state", out.lastHiddenState, want.readFloat32("last_hidden_state")));
         check(mismatch(name + " pooler_output", out.pooled, want.readFloat32("pooler_output")));
@@ -353,7 +353,7 @@ private slots:
         QCOMPARE(real.parameterList().size(), std::size_t{196});
         // Clip skip keeps a prefix of the layers; outputs: last, pooled (+ taps).
         QCOMPARE(buildClipTextGraph(c, 1).parameterList().size(), std::size_t{2 + 16 + 2});
-        QCOMPARE(buildClipTextGraph(c, 2, true).outputs().size(), std::size_t{2 + 3});
+        QCOMPARE(buildClipTextGraph(c, 2, ClipHiddenStates::All).outputs().size(), std::size_t{2 + 3});
         EXPECT_MESSAGE(errorOf([&] { buildClipTextGraph(c, 0); }), "clip skip: the text encoder has 3 layers");
         EXPECT_MESSAGE(errorOf([&] { buildClipTextGraph(c, 4); }), "1 to 3");
         ClipTextConfig shortContext = c;
@@ -369,7 +369,7 @@ private slots:
             const Tensors t = randomTensors(c, 7);
             const ClipTextModel model = ClipTextModel::fromTensors(c, t);
             const Ids ids = framedRows(c, {{5, 9, 17}, {}, Ids(75, 33)}, act == ClipActivation::Gelu ? 0 : c.eosTokenId);
-            const ClipTextOutputs out = model.encode(ids, 3, 0, true);
+            const ClipTextOutputs out = model.encode(ids, 3, 0, ClipHiddenStates::All);
             const Reference ref = reference(c, t, ids, 3, 3);
             QCOMPARE(out.hiddenStates.size(), std::size_t{4});
             for (std::size_t k = 0; k < 4; ++k)
