@@ -61,6 +61,8 @@ constexpr const char* kOpenClipKey = "cond_stage_model.model.token_embedding.wei
 constexpr const char* kXlClip = "conditioner.embedders.0.transformer.";
 constexpr const char* kXlOpenClip = "conditioner.embedders.1.model.";
 constexpr const char* kXlAddEmbedding = "model.diffusion_model.label_emb.0.0.weight";
+constexpr const char* kXlOpenClipKey = "conditioner.embedders.1.model.token_embedding.weight";
+constexpr const char* kXlRefinerOpenClipKey = "conditioner.embedders.0.model.token_embedding.weight";
 constexpr const char* kVaePrefixes[] = {"first_stage_model.", "vae."};  // diffusers' LDM_VAE_KEYS
 
 // What the tensors cannot show, per family: the values of the configurations diffusers' single-file
@@ -227,15 +229,19 @@ SdFamily detectFamily(const SafetensorsFile& file, const std::string& where, std
         return SdFamily::SD2;
     }
     if (file.has(kPlaygroundKey)) refuseFamily(where, "a Playground v2.5 checkpoint (an SDXL-type model)", kPlaygroundKey);
-    if (file.has(kXlBaseKey)) {
-        reason = std::string("it has ") + quoted(kXlBaseKey) + ", the second (OpenCLIP bigG) text encoder of SDXL base, "
-                 "as diffusers tests";
-        return SdFamily::SDXL;
-    }
-    if (file.has(kXlRefinerKey))
-        throw ModelError(where + ": an SDXL refiner checkpoint (it has " + quoted(kXlRefinerKey) +
-                         ", OpenCLIP bigG as its only text encoder). SDXL refiners are not supported yet; Tessera runs "
-                         "Stable Diffusion 1.x, 2.x and SDXL base checkpoints");
+    // diffusers tests SDXL by block 9 of an OpenCLIP encoder; a smaller (test) model is told by the
+    // same encoder's token table.
+    for (const char* key : {kXlBaseKey, kXlOpenClipKey})
+        if (file.has(key)) {
+            reason = std::string("it has ") + quoted(key) + ", the second (OpenCLIP bigG) text encoder of SDXL base" +
+                     (key == kXlBaseKey ? ", as diffusers tests" : "");
+            return SdFamily::SDXL;
+        }
+    for (const char* key : {kXlRefinerKey, kXlRefinerOpenClipKey})
+        if (file.has(key))
+            throw ModelError(where + ": an SDXL refiner checkpoint (it has " + quoted(key) +
+                             ", OpenCLIP bigG as its only text encoder). SDXL refiners are not supported yet; Tessera "
+                             "runs Stable Diffusion 1.x, 2.x and SDXL base checkpoints");
     if (file.has(kUpscaleKey)) refuseFamily(where, "a Stable Diffusion x4 upscaler checkpoint", kUpscaleKey);
     for (const char* key : kControlNetKeys)
         if (file.has(key)) refuseFamily(where, "a ControlNet checkpoint", key);

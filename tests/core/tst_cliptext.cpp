@@ -25,6 +25,7 @@
 #include "core/CpuBackend.h"
 #include "core/Safetensors.h"
 #include "tests/core/ErrorText.h"
+#include "tests/core/NumericCompare.h"
 
 using namespace tessera;
 using tessera::testing::errorOf;
@@ -155,27 +156,6 @@ Reference reference(const ClipTextConfig& c, const Tensors& t, const Ids& ids, i
     }
     return ref;
 }
-
-// max |got - want| <= tolerance * max |want| (relative to the tensor's scale).
-template <class A, class B>
-QString mismatch(const std::string& what, const A& got, const B& want, double tolerance = 1e-4) {
-    if (got.size() != want.size()) return QString::fromStdString(what) + ": sizes differ";
-    double scale = 0, worst = 0;
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) scale = std::max(scale, std::abs(double(want[i])));
-    for (std::size_t i = 0; i < want.size(); ++i)
-        if (std::abs(double(got[i]) - double(want[i])) > worst) worst = std::abs(double(got[i]) - double(want[i])), at = i;
-    if (worst <= tolerance * scale) return {};
-    return QStringLiteral("%1: element %2 is %3, expected %4 (max |want| %5)")
-        .arg(QString::fromStdString(what)).arg(at).arg(double(got[at]), 0, 'g', 9).arg(double(want[at]), 0, 'g', 9)
-        .arg(scale);
-}
-
-#define EXPECT_CLOSE(what, got, want)                               \
-    do {                                                            \
-        const QString m_ = mismatch(what, got, want);               \
-        QVERIFY2(m_.isEmpty(), qPrintable(m_));                     \
-    } while (0)
 
 // Rows framed as SD 1.x frames them (BOS, content, EOS, EOS padding) for a tiny vocabulary.
 Ids framedRows(const ClipTextConfig& c, const std::vector<Ids>& contents, int pad) {
