@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "SingleFileTestSupport.h"
 #include "TokenizerTestSupport.h"
 #include "core/BoundedInput.h"
 #include "core/ClipTextGraph.h"
@@ -374,6 +375,44 @@ private slots:
         const SdModel viaSd = loadSdModel(kSingleFile);
         QCOMPARE(viaSd.tokenizer->padId(), 49407);
         QCOMPARE(viaSd.tokenizer2->padId(), 0);
+    }
+
+    // SDXL base at full size (only the header is read; the data is a sparse hole): the
+    // configurations and parameter counts the published checkpoint has (spec §0, §1.1, §3.1).
+    void fullSizeSdxlHeader() {
+        REQUIRE_TEXT_TIME();
+        const SdModelConfigs c = randomSdModelConfigs("random:sdxl");
+        TensorList tensors = singleFileTensors(SdFamily::SDXL, c.unet, c.vae, c.textEncoder, c.textEncoder2);
+        for (const char* extra : {"conditioner.embedders.1.model.logit_scale", "denoiser.sigmas"})
+            tensors.emplace_back(extra, std::vector<std::int64_t>{1});
+        const QTemporaryDir tmp;
+        const std::string path = tmp.filePath("sdxl_base.safetensors").toStdString();
+        single_file_test::writeHeaderOnly(path, tensors);
+        SingleFileOptions options;
+        options.digest = FileDigest::Skip;
+        const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, options);
+        QCOMPARE(std::string(toString(info.family)), std::string("sdxl"));
+        EXPECT_MESSAGE(info.familyReason, "as diffusers tests");
+        QVERIFY(UNetCondModel::expectedTensors(info.unet) == UNetCondModel::expectedTensors(c.unet));
+        QCOMPARE(info.unet.attentionHeads, (std::vector<int>{5, 10, 20}));
+        QCOMPARE(info.unet.transformerLayers, (std::vector<int>{1, 2, 10}));
+        QCOMPARE(info.unet.sampleSize, 128);
+        QCOMPARE(toJson(info.vae), toJson(c.vae));
+        QCOMPARE(info.textEncoder2->projectionDim, 1280);
+        for (const auto& [got, want] : {std::pair{info.textEncoder, c.textEncoder}, std::pair{*info.textEncoder2, *c.textEncoder2}}) {
+            QCOMPARE(got.hiddenSize, want.hiddenSize);
+            QCOMPARE(got.numHiddenLayers, want.numHiddenLayers);
+            QCOMPARE(got.numAttentionHeads, want.numAttentionHeads);
+            QVERIFY(got.hiddenAct == want.hiddenAct && got.withProjection == want.withProjection);
+        }
+        QCOMPARE(info.unetPart.parameters, std::int64_t{2'567'463'684});
+        QCOMPARE(info.unetPart.tensors, std::size_t{1680});
+        QCOMPARE(info.vaePart.parameters, std::int64_t{83'653'863});
+        QCOMPARE(info.textEncoderPart.parameters, std::int64_t{123'060'480});
+        QCOMPARE(info.textEncoder2Part.parameters, std::int64_t{694'659'840});
+        QCOMPARE(info.textEncoder2Part.tensors, std::size_t{517 - 32 * 4});  // q/k/v fused: 6 tensors read as 2
+        QCOMPARE(info.schedulerClass, std::string("EulerDiscreteScheduler"));
+        QCOMPARE(info.ignored.size(), std::size_t{2});
     }
 
     // A single file of SDXL's fixed values (64-wide heads, GroupNorm 32) at small sizes loads
