@@ -371,10 +371,6 @@ private slots:
         QVERIFY(single.textEncoder2->tensors().count(kClipTextProjection) == 1);
         QCOMPARE(single.schedulerClass, std::string("EulerDiscreteScheduler"));
         QCOMPARE(single.vae->config().scalingFactor, 0.13025f);
-        // Through loadSdModel: the bundled tokenizers, SDXL's pads.
-        const SdModel viaSd = loadSdModel(kSingleFile);
-        QCOMPARE(viaSd.tokenizer->padId(), 49407);
-        QCOMPARE(viaSd.tokenizer2->padId(), 0);
     }
 
     // SDXL base at full size (only the header is read; the data is a sparse hole): the
@@ -457,6 +453,12 @@ private slots:
         QCOMPARE(info.vae.scalingFactor, 0.13025f);
         const SdModel m = loadSingleFileCheckpoint(path, options);
         QCOMPARE(m.textEncoder2->tensors().at(kClipTextProjection).shape, (std::vector<std::int64_t>{32, 128}));
+        // Through loadSdModel: the bundled tokenizers with SDXL's pads.
+        const SdModel viaSd = loadSdModel(path);
+        QCOMPARE(std::string(toString(viaSd.family)), std::string("sdxl"));
+        QCOMPARE(viaSd.tokenizer->padId(), 49407);
+        QCOMPARE(viaSd.tokenizer2->padId(), 0);
+        QCOMPARE(viaSd.tokenizer2->encode("!"), (Ids{256}));   // open_clip (A1111) reads "!" as text
         // add_embedding of 5 ids (a refiner's) does not fit: named.
         tensors["model.diffusion_model.label_emb.0.0.weight"] = {
             SafetensorsDtype::F16, {256, 32 + 5 * 8}, encodeFloats(SafetensorsDtype::F16, std::vector<float>(256 * 72, 0.125f))};
