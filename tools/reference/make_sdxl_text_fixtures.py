@@ -108,7 +108,8 @@ def build(tokenizer, tokenizer_2):
     for i, m in enumerate((text, text_2, unet, vae)):
         randomize(m, SEED * 10 + i)
         m.eval()
-    scheduler = EulerDiscreteScheduler(**SCHEDULER)
+    # from_config keeps the keys the scheduler takes (SCHEDULER is written for DDIM: clip_sample, set_alpha_to_one).
+    scheduler = EulerDiscreteScheduler.from_config(SCHEDULER)
     return StableDiffusionXLPipeline(vae=vae, text_encoder=text, text_encoder_2=text_2, tokenizer=tokenizer,
                                      tokenizer_2=tokenizer_2, unet=unet, scheduler=scheduler,
                                      force_zeros_for_empty_prompt=True, add_watermarker=False)
