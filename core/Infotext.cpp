@@ -119,6 +119,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Backend", std::string(toString(c.backend)));
     if (c.upscale != 1.0) add("Upscale", formatNumber(c.upscale));
     if (c.preserveColor) add("Preserve color", "True");
+    if (c.vaeTiling != VaeTiling::Auto) add("VAE tiling", std::string(toString(c.vaeTiling)));
     if (c.scheduler == SchedulerKind::DDIM && c.schedulerOptions.eta != 0.0f)
         add("Eta DDIM", formatNumber(c.schedulerOptions.eta));
     add("Version", std::string("tessera-") + TESSERA_VERSION);
@@ -444,7 +445,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 19> kKeyRules{{
+const std::array<KeyRule, 20> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) -> std::string {
@@ -470,6 +471,7 @@ const std::array<KeyRule, 19> kKeyRules{{
     {"Precision", "precision", [](std::string_view v, RunConfig& c) { return readName(v, c.precision, parsePrecision); }},
     {"Backend", "backend", [](std::string_view v, RunConfig& c) { return readName(v, c.backend, parseBackend); }},
     {"Upscale", "upscale", [](std::string_view v, RunConfig& c) { return readReal(v, c.upscale); }},
+    {"VAE tiling", "vae_tiling", [](std::string_view v, RunConfig& c) { return readName(v, c.vaeTiling, parseVaeTiling); }},
     {"Preserve color", "preserve_color", [](std::string_view v, RunConfig& c) -> std::string {
         const std::string_view s = trimAscii(v);
         if (s != "True" && s != "False") return "is not True or False; ignored";
@@ -620,6 +622,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.backend == b.backend, "backend");
     check(a.upscale == b.upscale, "upscale");
     check(a.preserveColor == b.preserveColor, "preserve_color");
+    check(a.vaeTiling == b.vaeTiling, "vae_tiling");
     check(a.scheduler != SchedulerKind::DDIM || a.schedulerOptions.eta == b.schedulerOptions.eta, "eta");
     return differ;
 }

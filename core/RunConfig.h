@@ -39,6 +39,9 @@ enum class FusionRule { Sample, Noise };
 enum class GraphMode { Off, Tile, Step };
 enum class Precision { FP32, FP16, BF16 };
 enum class BackendKind { Auto, CPU, CUDA };
+// The VAE's decode and encode (Stable Diffusion models): tiled with whole-image GroupNorm
+// statistics (core/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
+enum class VaeTiling { Auto, On, Off };
 
 // Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...).
 std::string_view toString(SchedulerKind);
@@ -51,6 +54,7 @@ std::string_view toString(FusionRule);
 std::string_view toString(GraphMode);
 std::string_view toString(Precision);
 std::string_view toString(BackendKind);
+std::string_view toString(VaeTiling);
 // parseX throws ValidationError(field, "... 'x' is not one of a, b, c") on an unknown name.
 SchedulerKind parseScheduler(std::string_view, std::string_view field = "scheduler");
 BetaSchedule parseBetaSchedule(std::string_view, std::string_view field = "beta_schedule");
@@ -62,6 +66,7 @@ FusionRule parseFusionRule(std::string_view, std::string_view field = "fusion");
 GraphMode parseGraphMode(std::string_view, std::string_view field = "graphs");
 Precision parsePrecision(std::string_view, std::string_view field = "precision");
 BackendKind parseBackend(std::string_view, std::string_view field = "backend");
+VaeTiling parseVaeTiling(std::string_view, std::string_view field = "vae_tiling");
 
 // Scheduler options, with diffusers' names and defaults (shared/spec/unet2d.md §5).
 struct SchedulerOptions {
@@ -122,6 +127,7 @@ struct RunConfig {
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
     // then the init image's size times upscale, rounded down to multiples of 8).
     double upscale = 1.0;
+    VaeTiling vaeTiling = VaeTiling::Auto;   // the VAE's decode/encode: auto, on (tiled), off (whole)
 
     // Where timed algorithm choices are kept (core/TuningCache.h), so that another process
     // makes the same choices: "" = the user's cache folder ($TESSERA_TUNING_CACHE, else
@@ -163,7 +169,7 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, model, preview_every, init, strength,
-// preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
+// preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale, vae_tiling. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 
