@@ -160,7 +160,8 @@ void addTokenizerFolders(const std::string& root) {
     for (const char* sub : {"tokenizer", "tokenizer_2"}) {
         const fs::path dir = fs::path(root) / sub;
         fs::create_directories(dir);
-        fs::copy(fs::path(kFixtures) / "tokenizer_files" / sub, dir, fs::copy_options::overwrite_existing);
+        fs::copy(fs::path(kFixtures) / "tokenizer_files" / sub, dir,
+                 fs::copy_options::recursive | fs::copy_options::overwrite_existing);
         tokenizer_test::writeFolder(dir.string(), *tok, merges);
     }
 }
