@@ -60,6 +60,9 @@ Summary fromCheckpoint(const std::string& path) {
                {"vae", info.vaePart.parameters, info.vaePart.tensors, info.vaePart.storedDtypes},
                {"text encoder", info.textEncoderPart.parameters, info.textEncoderPart.tensors,
                 info.textEncoderPart.storedDtypes}};
+    if (info.textEncoder2)
+        s.parts.push_back({"text encoder 2", info.textEncoder2Part.parameters, info.textEncoder2Part.tensors,
+                           info.textEncoder2Part.storedDtypes});
     s.prediction = info.prediction;
     s.predictionReason = info.predictionReason;
     s.schedulerClass = info.schedulerClass;
@@ -109,12 +112,17 @@ Summary fromFolder(const std::string& path, const std::string& executableDir) {
                {"vae", model.vae->parameterCount(), model.vae->tensors().size(), storedDtypes(root / "vae", "diffusion_pytorch_model")},
                {"text encoder", model.textEncoder->parameterCount(), model.textEncoder->tensors().size(),
                 storedDtypes(root / "text_encoder", "model")}};
+    if (model.textEncoder2)
+        s.parts.push_back({"text encoder 2", model.textEncoder2->parameterCount(), model.textEncoder2->tensors().size(),
+                           storedDtypes(root / "text_encoder_2", "model")});
     s.prediction = model.scheduler.predictionType;
     s.predictionReason = "scheduler/scheduler_config.json, or SD's default without one";
     s.schedulerClass = model.schedulerClass;
     s.hashLine = "none (A1111 hashes single files); sha256 of the parts' digests " + model.sha256;
     for (const auto* extra : {&model.unet->extraTensors(), &model.vae->extraTensors(), &model.textEncoder->extraTensors()})
         s.ignored.insert(s.ignored.end(), extra->begin(), extra->end());
+    if (model.textEncoder2)
+        s.ignored.insert(s.ignored.end(), model.textEncoder2->extraTensors().begin(), model.textEncoder2->extraTensors().end());
     return s;
 }
 
@@ -132,7 +140,8 @@ void printSdModelInfo(const std::string& path, const std::string& executableDir,
         << "family       " << familyLabel(s.family) << " (" << toString(s.family) << "): " << s.familyReason << "\n"
         << "configs      " << s.configSource << "\n";
     for (const ModelPart& part : s.parts) {
-        out << std::string(part.label) + std::string(13 - std::string(part.label).size(), ' ')
+        const std::string label = part.label;
+        out << label + std::string(label.size() < 13 ? 13 - label.size() : 1, ' ')
             << withThousands(part.parameters) << " parameters, " << part.tensors << " tensors, stored "
             << describeDtypes(part.dtypes) << "\n";
         total += part.parameters;

@@ -14,7 +14,7 @@ class ClipTextBuilder {
 public:
     explicit ClipTextBuilder(const ClipTextConfig& c) : c_(c), d_(c.hiddenSize) {}
 
-    ModelGraph build(int layersToRun, bool hiddenStates) {
+    ModelGraph build(int layersToRun, ClipHiddenStates hiddenStates) {
         const int ids = g_.addTokenInput("input_ids", kClipTextTokens, 1);
         const std::string emb = std::string(kClipTextPrefix) + "embeddings";
         GraphOp e;
@@ -41,8 +41,9 @@ public:
         const int pooled = g_.addOp(pool, "pooler_output");
         g_.markOutput(last);
         g_.markOutput(pooled);
-        if (hiddenStates)
+        if (hiddenStates == ClipHiddenStates::All)
             for (int v : taps) g_.markOutput(v);
+        if (hiddenStates == ClipHiddenStates::Penultimate) g_.markOutput(taps[taps.size() - 2]);
         return std::move(g_);
     }
 
@@ -121,7 +122,7 @@ private:
 
 }  // namespace
 
-ModelGraph buildClipTextGraph(const ClipTextConfig& config, int layersToRun, bool hiddenStates) {
+ModelGraph buildClipTextGraph(const ClipTextConfig& config, int layersToRun, ClipHiddenStates hiddenStates) {
     if (layersToRun < 1 || layersToRun > config.numHiddenLayers)
         throw std::invalid_argument("clip skip: the text encoder has " + std::to_string(config.numHiddenLayers) +
                                     " layers; running " + std::to_string(layersToRun) + " of them is not possible (1 to " +

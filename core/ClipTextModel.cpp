@@ -17,9 +17,10 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
-// transformers >= 5.6 may drop the "text_model." prefix (spec §3.5).
+// transformers >= 5.6 may drop the "text_model." prefix (spec §3.5); text_projection has none.
 std::string flattenedName(const std::string& canonical) {
-    return canonical.substr(std::strlen(kClipTextPrefix));
+    const std::size_t prefix = std::strlen(kClipTextPrefix);
+    return canonical.compare(0, prefix, kClipTextPrefix) == 0 ? canonical.substr(prefix) : std::string();
 }
 
 // Saved by transformers < 4.31 as a persistent buffer; not a parameter (spec §3.2).
@@ -37,8 +38,7 @@ ClipTextModel ClipTextModel::load(const fs::path& dir) {
     layout.stem = "model";
     layout.pickle = "pytorch_model.bin";
     layout.alias = flattenedName;
-    const TensorList expected = buildClipTextGraph(m.config_, m.config_.numHiddenLayers).parameterList();
-    ModelWeights w = ModelWeights::load(dir.string(), expected, layout);
+    ModelWeights w = ModelWeights::load(dir.string(), expectedTensors(m.config_), layout);
     m.tensors_ = std::move(w.tensors);
     for (std::string& name : w.extra)
         if (!isPositionIds(name)) m.extra_.push_back(std::move(name));
@@ -49,20 +49,32 @@ ClipTextModel ClipTextModel::fromTensors(ClipTextConfig config, std::map<std::st
                                          WeightsDigest digest) {
     ClipTextModel m;
     m.config_ = config;
-    ModelWeights w =
-        ModelWeights::fromTensors(std::move(tensors), buildClipTextGraph(config, config.numHiddenLayers).parameterList(),
-                                  LegacyAttentionNames::NotAccepted, digest);
+    ModelWeights w = ModelWeights::fromTensors(std::move(tensors), expectedTensors(config),
+                                               LegacyAttentionNames::NotAccepted, digest);
     m.tensors_ = std::move(w.tensors);
     m.extra_ = std::move(w.extra);
     return m;
 }
 
+TensorList ClipTextModel::expectedTensors(const ClipTextConfig& config) {
+    TensorList list = buildClipTextGraph(config, config.numHiddenLayers).parameterList();
+    if (config.withProjection)
+        list.emplace_back(kClipTextProjection, std::vector<std::int64_t>{config.projectionDim, config.hiddenSize});
+    return list;
+}
+
 std::int64_t ClipTextModel::parameterCount() const {
-    return buildClipTextGraph(config_, config_.numHiddenLayers).parameterCount();
+    std::int64_t count = 0;
+    for (const auto& [name, shape] : expectedTensors(config_)) {
+        std::int64_t n = 1;
+        for (const std::int64_t d : shape) n *= d;
+        count += n;
+    }
+    return count;
 }
 
 ClipTextOutputs ClipTextModel::encode(std::span<const std::int32_t> ids, int batch, int layersToRun,
-                                      bool hiddenStates) const {
+                                      ClipHiddenStates hiddenStates) const {
     if (batch < 1 || ids.size() != static_cast<std::size_t>(batch) * kClipTextTokens)
         throw std::invalid_argument("input ids: " + std::to_string(ids.size()) + " ids for a batch of " +
                                     std::to_string(batch) + " rows of " + std::to_string(kClipTextTokens));
@@ -85,16 +97,39 @@ ClipTextOutputs ClipTextModel::encode(std::span<const std::int32_t> ids, int bat
     ClipTextOutputs out;
     out.lastHiddenState.assign(rows * d, 0.0f);
     out.pooled.assign(static_cast<std::size_t>(batch) * d, 0.0f);
-    if (hiddenStates) out.hiddenStates.assign(static_cast<std::size_t>(layers) + 1, std::vector<float>(rows * d));
+    const std::size_t taps = hiddenStates == ClipHiddenStates::All           ? static_cast<std::size_t>(layers) + 1
+                             : hiddenStates == ClipHiddenStates::Penultimate ? 1
+                                                                            : 0;
+    out.hiddenStates.assign(taps, std::vector<float>(rows * d));
     std::vector<float*> outputs{out.lastHiddenState.data(), out.pooled.data()};
     for (auto& h : out.hiddenStates) outputs.push_back(h.data());
     backend.run({input.data()}, batch, outputs);
+    if (config_.withProjection) out.textEmbeds = project(out.pooled, batch);
+    return out;
+}
+
+// text_embeds = pooled W^T (W [P, D], no bias), accumulated in double.
+std::vector<float> ClipTextModel::project(const std::vector<float>& pooled, int batch) const {
+    const HostTensor& w = tensors_.at(kClipTextProjection);
+    const std::size_t p = static_cast<std::size_t>(config_.projectionDim), d = static_cast<std::size_t>(config_.hiddenSize);
+    std::vector<float> out(static_cast<std::size_t>(batch) * p);
+    for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
+        for (std::size_t o = 0; o < p; ++o) {
+            double sum = 0;
+            for (std::size_t i = 0; i < d; ++i) sum += double(w.data[o * d + i]) * double(pooled[b * d + i]);
+            out[b * p + o] = static_cast<float>(sum);
+        }
     return out;
 }
 
 PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
                                  const std::vector<std::string>& prompts, const PromptConditioningOptions& options) {
     const int layers = model.config().numHiddenLayers;
+    const bool penultimate = options.layer == PromptLayer::Penultimate;
+    if (penultimate && options.clipSkip != 1)
+        throw ValidationError("clip skip", "clip skip: " + std::to_string(options.clipSkip) +
+                                               " is not allowed here; this encoder's output is its penultimate layer "
+                                               "(SDXL), so only 1");
     if (options.clipSkip < 1 || options.clipSkip > layers)
         throw ValidationError("clip skip", "clip skip: " + std::to_string(options.clipSkip) +
                                                " is not allowed; this text encoder has " + std::to_string(layers) +
@@ -132,7 +167,14 @@ PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer
             ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
             weights.insert(weights.end(), chunk.weights.begin(), chunk.weights.end());
         }
-        std::vector<float> z = model.encode(ids, batch, layers - (options.clipSkip - 1)).lastHiddenState;
+        ClipTextOutputs out = penultimate ? model.encode(ids, batch, layers, ClipHiddenStates::Penultimate)
+                                          : model.encode(ids, batch, layers - (options.clipSkip - 1));
+        // A1111 keeps the pooled output of the first chunk, taken before emphasis.
+        if (i == 0) {
+            c.pooled = out.textEmbeds.empty() ? std::move(out.pooled) : std::move(out.textEmbeds);
+            c.pooledWidth = static_cast<int>(c.pooled.size() / prompts.size());
+        }
+        std::vector<float>& z = penultimate ? out.hiddenStates.front() : out.lastHiddenState;
         applyEmphasis(z, weights, batch, kClipTextTokens, c.channels, options.emphasis);
         for (std::size_t b = 0; b < prompts.size(); ++b)
             std::copy(z.begin() + static_cast<std::ptrdiff_t>(b * t * d), z.begin() + static_cast<std::ptrdiff_t>((b + 1) * t * d),

@@ -1,7 +1,9 @@
-// ClipTextModel: a CLIP text encoder (SD 1.x / 2.x `text_encoder/`: config.json +
-// model.safetensors, transformers' CLIPTextModel) bound to float32 host tensors, run on the CPU
-// reference backend through buildClipTextGraph, and the prompt conditioning A1111 feeds the UNet:
-// emphasis, 75-token chunks, clip skip (shared/spec/sd-pipeline.md §5.2-5.3). Qt-free.
+// ClipTextModel: a CLIP text encoder (SD 1.x / 2.x / XL `text_encoder/`, SDXL's
+// `text_encoder_2/`: config.json + model.safetensors, transformers' CLIPTextModel or
+// CLIPTextModelWithProjection) bound to float32 host tensors, run on the CPU reference backend
+// through buildClipTextGraph, and the prompt conditioning A1111 feeds the UNet: emphasis,
+// 75-token chunks, clip skip, SDXL's penultimate layer and pooled text (shared/spec/sd-pipeline.md
+// §5.2-5.3, sd-models.md §3.4). Qt-free.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "core/ClipTextConfig.h"
+#include "core/ClipTextGraph.h"
 #include "core/PromptParser.h"
 #include "core/RunConfig.h"
 #include "core/ModelWeights.h"
@@ -29,7 +32,11 @@ inline constexpr int kMaxChunks = 64;
 struct ClipTextOutputs {
     std::vector<float> lastHiddenState;            // [B, 77, D], after the final LayerNorm
     std::vector<float> pooled;                     // [B, D], last_hidden_state at the EOS position
-    std::vector<std::vector<float>> hiddenStates;  // with hiddenStates: layersToRun + 1 of [B, 77, D]
+    // [B, P]: text_projection(pooled), CLIPTextModelWithProjection's text_embeds (SDXL's pooled
+    // text); empty for a model without projection.
+    std::vector<float> textEmbeds;
+    // All: layersToRun + 1 of [B, 77, D]; Penultimate: one, hidden_states[-2]; None: empty.
+    std::vector<std::vector<float>> hiddenStates;
 };
 
 class ClipTextModel {
@@ -52,21 +59,37 @@ public:
     // Tensors in the file the model does not use (position_ids excluded).
     const std::vector<std::string>& extraTensors() const { return extra_; }
     std::int64_t parameterCount() const;
+    // (name, shape) of every tensor a model of `config` holds: the graph's parameters, then
+    // text_projection.weight [projection_dim, hidden_size] when config.withProjection.
+    static TensorList expectedTensors(const ClipTextConfig& config);
 
     // Runs `batch` rows of kClipTextTokens ids (row-major) through the first `layersToRun`
-    // layers (0: all) on the CPU backend. Throws std::invalid_argument for a size mismatch or an
-    // id outside the vocabulary (naming row, position and id), as buildClipTextGraph for
-    // layersToRun.
+    // layers (0: all) on the CPU backend; textEmbeds when the model has a projection. Throws
+    // std::invalid_argument for a size mismatch or an id outside the vocabulary (naming row,
+    // position and id), as buildClipTextGraph for layersToRun.
     ClipTextOutputs encode(std::span<const std::int32_t> ids, int batch, int layersToRun = 0,
-                           bool hiddenStates = false) const;
+                           ClipHiddenStates hiddenStates = ClipHiddenStates::None) const;
 
 private:
+    std::vector<float> project(const std::vector<float>& pooled, int batch) const;
+
     ClipTextConfig config_;
     std::map<std::string, HostTensor> tensors_;
     std::vector<std::string> extra_;
 };
 
+// Which layer's output conditions the UNet.
+enum class PromptLayer {
+    // The output of layer N - (clipSkip - 1), then the final LayerNorm (SD 1.x / 2.x).
+    Last,
+    // hidden_states[-2], the output of layer N - 1 without the final LayerNorm: SDXL, both
+    // encoders (A1111's FrozenCLIPEmbedder layer_idx 11 and FrozenOpenCLIPEmbedder2
+    // "penultimate"; diffusers' clip_skip None). clipSkip must be 1.
+    Penultimate,
+};
+
 struct PromptConditioningOptions {
+    PromptLayer layer = PromptLayer::Last;
     // A1111's "Clip skip" (setting CLIP_stop_at_last_layers): 1 = the last layer; n uses the
     // output of layer N - (n - 1), then the final LayerNorm (diffusers' clip_skip = n - 1).
     int clipSkip = 1;
@@ -78,15 +101,20 @@ struct PromptConditioningOptions {
 };
 
 // The conditioning A1111 computes for one prompt (spec sd-pipeline §5.2-5.3): chunkPrompt's
-// 77-id chunks, each encoded (layers per clipSkip), emphasis applied per chunk (Original: scale
-// by the token weights, then restore the chunk's mean), concatenated along the tokens:
-// [1, 77 * chunks, D] row-major. Throws ValidationError("prompt") as chunkPrompt does and for
-// more than clip_text_limits::kMaxChunks chunks, ValidationError("clip skip") for clipSkip
-// outside 1..N.
+// 77-id chunks, each encoded (the layer per options.layer and clipSkip), emphasis applied per
+// chunk (Original: scale by the token weights, then restore the chunk's mean), concatenated
+// along the tokens: [1, 77 * chunks, D] row-major. Throws ValidationError("prompt") as
+// chunkPrompt does and for more than clip_text_limits::kMaxChunks chunks,
+// ValidationError("clip skip") for clipSkip outside 1..N (or other than 1 with Penultimate).
 struct PromptConditioning {
     int chunks = 0;
     int channels = 0;
     std::vector<float> values;  // [prompts, 77 * chunks, channels]
+    // [prompts, pooledWidth]: each text's pooled output of its FIRST chunk, before emphasis,
+    // through text_projection when the model has one (SDXL's text_embeds, as A1111 takes it:
+    // zs[0].pooled), else the final-LayerNorm EOS row of the layers run (all but clip skip's).
+    int pooledWidth = 0;
+    std::vector<float> pooled;
 };
 PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
                                 const PromptConditioningOptions& options = {});

@@ -8,12 +8,15 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/BoundedInput.h"
 #include "core/ClipTextGraph.h"
 #include "core/ModelConfig.h"
 #include "core/ModelWeights.h"
 #include "core/Sha256.h"
 #include "core/SingleFileCheckpoint.h"
+#include "core/UNetCondConfig.h"
 
 namespace tessera {
 
@@ -25,6 +28,51 @@ std::mutex gVocabularyMutex;
 std::string gVocabulary;
 
 std::string quoted(const std::string& s) { return "'" + excerpt(s) + "'"; }
+
+// SDXL base's size ids: original (h, w), crop (top, left), target (h, w) (spec §1.3 item 5).
+constexpr int kSdxlTimeIds = 6;
+// SDXL's VAE latent scale (its vae/config.json; SD 1.x/2.x: 0.18215).
+constexpr float kSdxlScalingFactor = 0.13025f;
+
+// The text encoders of the families (spec §3.1): width, MLP width, layers, heads, activation,
+// projection (CLIPTextModelWithProjection when `projected`).
+struct ClipShape {
+    int hidden, intermediate, layers, heads;
+    ClipActivation act;
+    int projection;
+    bool projected;
+};
+constexpr ClipShape kClipL{768, 3072, 12, 12, ClipActivation::QuickGelu, 768, false};
+constexpr ClipShape kOpenClipH{1024, 4096, 23, 16, ClipActivation::Gelu, 512, false};  // 23 of OpenCLIP's 24
+constexpr ClipShape kOpenClipBigG{1280, 5120, 32, 20, ClipActivation::Gelu, 1280, true};
+
+ClipTextConfig clipConfig(const ClipShape& s) {
+    ClipTextConfig c;
+    c.hiddenSize = s.hidden;
+    c.intermediateSize = s.intermediate;
+    c.numHiddenLayers = s.layers;
+    c.numAttentionHeads = s.heads;
+    c.hiddenAct = s.act;
+    c.projectionDim = s.projection;
+    c.withProjection = s.projected;
+    return c;
+}
+
+// stabilityai/stable-diffusion-xl-base-1.0's unet/config.json, the keys that differ from
+// UNet2DConditionModel's defaults (spec §1.1).
+nlohmann::json sdxlBaseUNetJson() {
+    return {{"sample_size", 128},
+            {"block_out_channels", {320, 640, 1280}},
+            {"down_block_types", {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"}},
+            {"up_block_types", {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"}},
+            {"attention_head_dim", {5, 10, 20}},
+            {"transformer_layers_per_block", {1, 2, 10}},
+            {"cross_attention_dim", 2048},
+            {"use_linear_projection", true},
+            {"addition_embed_type", "text_time"},
+            {"addition_time_embed_dim", 256},
+            {"projection_class_embeddings_input_dim", 2816}};
+}
 
 // Peak resident set of this process (VmHWM), MiB; 0 where unknown.
 double peakResidentMiB() {
@@ -43,30 +91,71 @@ bool hasExtension(const std::string& path, std::initializer_list<const char*> ex
     return false;
 }
 
-// model_index.json's pipeline classes: SD 1.x / 2.x text-to-image and image-to-image pipelines
-// share the components; SDXL's are recognised and refused (its own issue).
-void checkPipelineIndex(const nlohmann::json& index, const std::string& shown) {
+bool listed(const nlohmann::json& index, const char* component) {
+    return index.contains(component) && index[component].is_array() && index[component].size() == 2 &&
+           index[component][1].is_string();
+}
+
+// What model_index.json says about the pipeline (spec §6).
+struct PipelineIndex {
+    bool sdxl = false;
+    bool forceZerosForEmptyPrompt = true;
+};
+
+// An SDXL refiner folder (StableDiffusionXLImg2ImgPipeline with requires_aesthetics_score, and
+// only the second text encoder) is recognised and refused.
+void refuseRefiner(const nlohmann::json& index, const std::string& shown) {
+    const bool aesthetic = index.contains("requires_aesthetics_score") && index["requires_aesthetics_score"] == true;
+    const bool bigGOnly = listed(index, "text_encoder_2") && !listed(index, "text_encoder");
+    if (!aesthetic && !bigGOnly) return;
+    throw ModelError(shown + ": an SDXL refiner pipeline (" +
+                     (aesthetic ? std::string("requires_aesthetics_score is true")
+                                : std::string("text_encoder_2 without text_encoder")) +
+                     "): refiners condition on the second text encoder alone and an aesthetic score; they are not "
+                     "supported yet (SDXL base pipelines are)");
+}
+
+// model_index.json's pipeline classes: SD 1.x / 2.x / XL text-to-image and image-to-image
+// pipelines; an SDXL refiner is recognised and refused.
+PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string& shown) {
     if (!index.is_object()) throw ModelError(shown + ": must be a JSON object (a diffusers model_index.json)");
     const std::string cls = index.contains("_class_name") && index["_class_name"].is_string()
                                 ? index["_class_name"].get<std::string>()
                                 : std::string();
-    if (cls.find("XL") != std::string::npos)
-        throw ModelError(shown + ": " + quoted(cls) +
-                         " is an SDXL pipeline; SDXL is not supported yet (Stable Diffusion 1.x and 2.x are)");
     if (!cls.empty() && cls.rfind("StableDiffusion", 0) != 0)
         throw ModelError(shown + ": _class_name " + quoted(cls) +
-                         " is not a Stable Diffusion pipeline; Tessera runs StableDiffusionPipeline folders (SD 1.x, "
-                         "2.x) and UNet2DModel folders");
-    for (const char* component : {"unet", "vae", "text_encoder"}) {
-        const bool listed = index.contains(component) && index[component].is_array() && index[component].size() == 2 &&
-                            index[component][1].is_string();
-        if (!listed)
-            throw ModelError(shown + ": no " + component + " component listed; a Stable Diffusion pipeline folder lists "
-                             "unet, vae, text_encoder, tokenizer and scheduler");
-    }
+                         " is not a Stable Diffusion pipeline; Tessera runs StableDiffusionPipeline (SD 1.x, 2.x) and "
+                         "StableDiffusionXLPipeline (SDXL base) folders, and UNet2DModel folders");
+    PipelineIndex p;
+    p.sdxl = cls.rfind("StableDiffusionXL", 0) == 0 || (cls.empty() && listed(index, "text_encoder_2"));
+    if (p.sdxl) refuseRefiner(index, shown);
+    const std::vector<const char*> components =
+        p.sdxl ? std::vector<const char*>{"unet", "vae", "text_encoder", "text_encoder_2"}
+               : std::vector<const char*>{"unet", "vae", "text_encoder"};
+    for (const char* component : components)
+        if (!listed(index, component))
+            throw ModelError(shown + ": no " + component + " component listed; " +
+                             (p.sdxl ? "an SDXL pipeline folder lists unet, vae, text_encoder, text_encoder_2, "
+                                       "tokenizer, tokenizer_2 and scheduler"
+                                     : "a Stable Diffusion pipeline folder lists unet, vae, text_encoder, tokenizer "
+                                       "and scheduler"));
     const std::string encoder = index["text_encoder"][1].get<std::string>();
     if (encoder != "CLIPTextModel")
         throw ModelError(shown + ": text_encoder is " + quoted(encoder) + "; Tessera runs CLIPTextModel text encoders");
+    if (p.sdxl) {
+        const std::string encoder2 = index["text_encoder_2"][1].get<std::string>();
+        if (encoder2 != "CLIPTextModelWithProjection")
+            throw ModelError(shown + ": text_encoder_2 is " + quoted(encoder2) +
+                             "; SDXL's second text encoder is a CLIPTextModelWithProjection (its projection gives the "
+                             "pooled text)");
+        if (index.contains("force_zeros_for_empty_prompt")) {
+            const nlohmann::json& flag = index["force_zeros_for_empty_prompt"];
+            if (!flag.is_boolean())
+                throw ModelError(shown + ": force_zeros_for_empty_prompt = " + excerptJson(flag) + ": expected true or false");
+            p.forceZerosForEmptyPrompt = flag.get<bool>();
+        }
+    }
+    return p;
 }
 
 std::string requireComponent(const fs::path& root, const char* component) {
@@ -112,31 +201,84 @@ SdFamily familyOf(const UNetCondModel& unet, const ClipTextModel& encoder, const
     return encoder.config().hiddenAct == ClipActivation::QuickGelu && context < 1024 ? SdFamily::SD1 : SdFamily::SD2;
 }
 
+// UNetCondConfig's text-time fields (SDXL's add_embedding), read where this build's struct has
+// them: the empty string when the UNet takes `pooledWidth` pooled values and six size ids, else
+// what is wrong.
+template <typename UNetConfig>
+std::string textTimeMismatch(const UNetConfig& unet, int pooledWidth) {
+    if constexpr (requires { unet.additionEmbedType; unet.additionTimeEmbedDim; unet.projectionClassEmbeddingsInputDim; }) {
+        if (unet.additionEmbedType != "text_time")
+            return "the UNet has no text-time embedding (its addition_embed_type is not \"text_time\")";
+        const int expected = pooledWidth + kSdxlTimeIds * unet.additionTimeEmbedDim;
+        const int input = unet.projectionClassEmbeddingsInputDim.value_or(0);
+        if (input != expected)
+            return "the UNet's add_embedding takes " + std::to_string(input) + " values (projection_class_embeddings_"
+                   "input_dim), not the second text encoder's " + std::to_string(pooledWidth) + " pooled values and " +
+                   std::to_string(kSdxlTimeIds) + " size ids of " + std::to_string(unet.additionTimeEmbedDim) +
+                   " (" + std::to_string(expected) + "); an SDXL refiner takes 5 ids (not supported yet)";
+        return {};
+    } else {
+        return "this build's UNet2DConditionModel has no text-time embedding (addition_embed_type \"text_time\")";
+    }
+}
+
+}  // namespace
+
+void checkSdxlComponents(const UNetCondConfig& unet, const ClipTextConfig& text, const ClipTextConfig& text2,
+                         const std::string& shown) {
+    if (!text2.withProjection)
+        throw ModelError(shown + ": text_encoder_2's config is a CLIPTextModel; SDXL's second text encoder is a "
+                         "CLIPTextModelWithProjection (architectures), whose text_projection gives the pooled text");
+    const int context = text.hiddenSize + text2.hiddenSize;
+    if (unet.crossAttentionDim != context)
+        throw ModelError(shown + ": the UNet's cross_attention_dim " + std::to_string(unet.crossAttentionDim) +
+                         " is not the text encoders' hidden sizes " + std::to_string(text.hiddenSize) + " + " +
+                         std::to_string(text2.hiddenSize) + " = " + std::to_string(context) +
+                         "; the components are from different models");
+    const std::string problem = textTimeMismatch(unet, text2.projectionDim);
+    if (!problem.empty()) throw ModelError(shown + ": " + problem);
+}
+
+namespace {
+
+std::shared_ptr<const ClipTokenizer> folderTokenizer(const fs::path& root, const char* component, SdFamily family,
+                                                     int encoder) {
+    const fs::path dir = root / component;
+    if (!fs::is_directory(dir)) return bundledTokenizer(family, encoder);
+    try {
+        return std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(dir));
+    } catch (const InputFileError& e) {
+        throw ModelError(e.what());
+    }
+}
+
 SdModel loadFolder(const std::string& dir) {
     const fs::path root(dir);
     const fs::path indexPath = root / "model_index.json";
     const std::string shown = shownPath(indexPath);
-    checkPipelineIndex(readModelJson(indexPath), shown);
+    const PipelineIndex index = checkPipelineIndex(readModelJson(indexPath), shown);
 
+    // Every component's folder before any is read.
+    const std::string unetDir = requireComponent(root, "unet"), vaeDir = requireComponent(root, "vae");
+    const std::string textDir = requireComponent(root, "text_encoder");
+    const std::string text2Dir = index.sdxl ? requireComponent(root, "text_encoder_2") : std::string();
     SdModel model;
-    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::load(requireComponent(root, "unet")));
-    model.vae = std::make_shared<const VaeModel>(VaeModel::load(requireComponent(root, "vae")));
-    model.textEncoder =
-        std::make_shared<const ClipTextModel>(ClipTextModel::load(requireComponent(root, "text_encoder")));
-    model.family = familyOf(*model.unet, *model.textEncoder, shown);
+    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::load(unetDir));
+    model.vae = std::make_shared<const VaeModel>(VaeModel::load(vaeDir));
+    model.textEncoder = std::make_shared<const ClipTextModel>(ClipTextModel::load(textDir));
+    if (index.sdxl) model.textEncoder2 = std::make_shared<const ClipTextModel>(ClipTextModel::load(text2Dir));
+    if (index.sdxl) {
+        checkSdxlComponents(model.unet->config(), model.textEncoder->config(), model.textEncoder2->config(), shown);
+        model.family = SdFamily::SDXL;
+        model.forceZerosForEmptyPrompt = index.forceZerosForEmptyPrompt;
+    } else {
+        model.family = familyOf(*model.unet, *model.textEncoder, shown);
+    }
     if (model.unet->config().inChannels != model.vae->config().latentChannels)
         throw ModelError(shown + ": the UNet takes " + std::to_string(model.unet->config().inChannels) +
                          " channels but the VAE's latents have " + std::to_string(model.vae->config().latentChannels));
-    const fs::path tokenizerDir = root / "tokenizer";
-    if (fs::is_directory(tokenizerDir)) {
-        try {
-            model.tokenizer = std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(tokenizerDir));
-        } catch (const InputFileError& e) {
-            throw ModelError(e.what());
-        }
-    } else {
-        model.tokenizer = bundledTokenizer(model.family);
-    }
+    model.tokenizer = folderTokenizer(root, "tokenizer", model.family, 1);
+    if (index.sdxl) model.tokenizer2 = folderTokenizer(root, "tokenizer_2", model.family, 2);
     model.scheduler = readSdScheduler(root, model.schedulerClass);
     Sha256 digest;
     for (const std::string& part :
@@ -158,43 +300,58 @@ std::string_view toString(SdFamily family) {
 }
 
 std::int64_t SdModel::parameterCount() const {
-    return unet->parameterCount() + vae->parameterCount() + textEncoder->parameterCount();
+    return unet->parameterCount() + vae->parameterCount() + textEncoder->parameterCount() +
+           (textEncoder2 ? textEncoder2->parameterCount() : 0);
+}
+
+SdModelConfigs randomSdModelConfigs(const std::string& name) {
+    const std::string shape = name.rfind(kRandomModelPrefix, 0) == 0 ? name.substr(7) : name;
+    if (shape != "sd15" && shape != "sd21" && shape != "sdxl")
+        throw ValidationError("model", "model: " + quoted(name) +
+                                           " is not a random model; random:sd15, random:sd21 and random:sdxl are");
+    SdModelConfigs c;
+    c.family = shape == "sd15" ? SdFamily::SD1 : shape == "sd21" ? SdFamily::SD2 : SdFamily::SDXL;
+    const bool sd2 = c.family == SdFamily::SD2, xl = c.family == SdFamily::SDXL;
+    if (xl) {
+        c.unet = unetCondConfigFromJson(sdxlBaseUNetJson());
+    } else {  // the defaults are SD 1.x's blocks, widths and depths
+        c.unet.sampleSize = sd2 ? 96 : 64;
+        c.unet.crossAttentionDim = sd2 ? 1024 : 768;
+        c.unet.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
+        c.unet.useLinearProjection = sd2;
+        c.unet.upcastAttention = sd2;
+    }
+    c.vae.blockOutChannels = {128, 256, 512, 512};
+    c.vae.layersPerBlock = 2;
+    c.vae.sampleSize = xl ? 1024 : sd2 ? 768 : 512;
+    if (xl) c.vae.scalingFactor = kSdxlScalingFactor;
+    c.textEncoder = clipConfig(sd2 ? kOpenClipH : kClipL);
+    if (xl) c.textEncoder2 = clipConfig(kOpenClipBigG);
+    c.prediction = sd2 ? PredictionType::VPrediction : PredictionType::Epsilon;
+    c.schedulerClass = xl ? "EulerDiscreteScheduler" : sd2 ? "DDIMScheduler" : "PNDMScheduler";
+    return c;
 }
 
 SdModel randomSdModel(const std::string& name, std::uint64_t seed) {
-    const std::string shape = name.rfind(kRandomModelPrefix, 0) == 0 ? name.substr(7) : name;
-    if (shape != "sd15" && shape != "sd21")
-        throw ValidationError("model", "model: " + quoted(name) + " is not a random model; random:sd15 and random:sd21 are");
-    const bool sd2 = shape == "sd21";
-    UNetCondConfig unet;   // the defaults are SD 1.x's blocks, widths and depths
-    unet.sampleSize = sd2 ? 96 : 64;
-    unet.crossAttentionDim = sd2 ? 1024 : 768;
-    unet.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
-    unet.useLinearProjection = sd2;
-    unet.upcastAttention = sd2;
-    VaeConfig vae;
-    vae.blockOutChannels = {128, 256, 512, 512};
-    vae.layersPerBlock = 2;
-    vae.sampleSize = sd2 ? 768 : 512;
-    ClipTextConfig text;
-    text.hiddenSize = sd2 ? 1024 : 768;
-    text.intermediateSize = sd2 ? 4096 : 3072;
-    text.projectionDim = sd2 ? 512 : 768;
-    text.numHiddenLayers = sd2 ? 23 : 12;
-    text.numAttentionHeads = sd2 ? 16 : 12;
-    text.hiddenAct = sd2 ? ClipActivation::Gelu : ClipActivation::QuickGelu;
-
+    const SdModelConfigs c = randomSdModelConfigs(name);
+    auto text = [](const ClipTextConfig& config, std::uint64_t s) {
+        return std::make_shared<const ClipTextModel>(
+            ClipTextModel::fromTensors(config, randomTensors(ClipTextModel::expectedTensors(config), s)));
+    };
     SdModel model;
-    model.family = sd2 ? SdFamily::SD2 : SdFamily::SD1;
-    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::random(unet, seed));
+    model.family = c.family;
+    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::random(c.unet, seed));
     model.vae = std::make_shared<const VaeModel>(
-        VaeModel::fromTensors(vae, randomTensors(VaeModel::expectedTensors(vae), seed + 1)));
-    model.textEncoder = std::make_shared<const ClipTextModel>(
-        ClipTextModel::fromTensors(text, randomTensors(buildClipTextGraph(text, text.numHiddenLayers).parameterList(), seed + 2)));
-    model.tokenizer = bundledTokenizer(model.family);
-    model.scheduler = sdSchedulerDefaults(sd2 ? PredictionType::VPrediction : PredictionType::Epsilon);
-    model.schedulerClass = sd2 ? "DDIMScheduler" : "PNDMScheduler";
-    model.name = std::string(kRandomModelPrefix) + shape;
+        VaeModel::fromTensors(c.vae, randomTensors(VaeModel::expectedTensors(c.vae), seed + 1)));
+    model.textEncoder = text(c.textEncoder, seed + 2);
+    model.tokenizer = bundledTokenizer(model.family, 1);
+    if (c.textEncoder2) {
+        model.textEncoder2 = text(*c.textEncoder2, seed + 3);
+        model.tokenizer2 = bundledTokenizer(model.family, 2);
+    }
+    model.scheduler = sdSchedulerDefaults(c.prediction);
+    model.schedulerClass = c.schedulerClass;
+    model.name = std::string(kRandomModelPrefix) + name.substr(name.rfind(':') + 1);
     model.sha256 = sha256Hex(model.name.data(), model.name.size());
     return model;
 }
@@ -226,7 +383,8 @@ SdModel loadSdModel(const std::string& path) {
     } else {
         // Pickles (by name or by their bytes) are refused there, unread.
         model = loadSingleFileCheckpoint(path);
-        model.tokenizer = bundledTokenizer(model.family);
+        model.tokenizer = bundledTokenizer(model.family, 1);
+        if (model.family == SdFamily::SDXL) model.tokenizer2 = bundledTokenizer(model.family, 2);
     }
     model.source = path;
     std::string name = fs::path(path).filename().string();
@@ -248,13 +406,13 @@ std::string bundledClipVocabulary() {
     return gVocabulary;
 }
 
-std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family) {
+std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family, int encoder) {
     const std::string path = bundledClipVocabulary();
     if (path.empty())
         throw ModelError("tokenizer: the model has no tokenizer/ folder and the bundled CLIP vocabulary "
                          "(resources/clip/bpe_simple_vocab_16e6.txt.gz) was not found");
     ClipTokenizerOptions options;
-    if (family != SdFamily::SD1) {
+    if (family == SdFamily::SD2 || (family == SdFamily::SDXL && encoder == 2)) {
         // open_clip's tokenizer (SD 2.x): pads with id 0 ("!") and reads "!" in text as text.
         options.padToken = "!";
         options.splitPadToken = false;

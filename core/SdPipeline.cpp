@@ -1,10 +1,14 @@
 #include "core/SdPipeline.h"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "core/Backend.h"
 #include "core/ClipTextModel.h"
+#include "core/CpuBackend.h"
 #include "core/FormatNumber.h"
 #include "core/UNetCondConfig.h"
 #include "core/VaeModel.h"
@@ -56,7 +60,22 @@ RunConfig checkSdRun(const RunConfig& config, const SdModel& model) {
     return canvas;
 }
 
-SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
+namespace {
+
+std::string guidanceText(const RunConfig& config) {
+    return config.cfgScale != 1.0 ? ", guidance " + formatNumber(config.cfgScale) + " (conditional and unconditional)"
+                                  : ", no guidance (cfg 1: conditional only)";
+}
+
+// The UNet's context holds at most unet_cond_bounds::kMaxContextTokens tokens.
+void checkContext(int chunks) {
+    if (chunks * clip_limits::kContextLength <= unet_cond_bounds::kMaxContextTokens) return;
+    throw ValidationError("prompt", "prompt: " + std::to_string(chunks) + " chunks of 75 tokens; at most " +
+                                        std::to_string(unet_cond_bounds::kMaxContextTokens / clip_limits::kContextLength) +
+                                        " fit the UNet's context: shorten the prompt or the negative prompt");
+}
+
+SdConditioning encodeSd12Prompts(const SdModel& model, const RunConfig& config) {
     PromptConditioningOptions options;
     options.clipSkip = config.clipSkip;
     const bool guided = config.cfgScale != 1.0;
@@ -73,19 +92,90 @@ SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
     SdConditioning out;
     out.tokens = cond.chunks * clip_limits::kContextLength;
     out.channels = cond.channels;
-    if (out.tokens > unet_cond_bounds::kMaxContextTokens)
-        throw ValidationError("prompt", "prompt: " + std::to_string(cond.chunks) +
-                                            " chunks of 75 tokens; at most " +
-                                            std::to_string(unet_cond_bounds::kMaxContextTokens /
-                                                           clip_limits::kContextLength) +
-                                            " fit the UNet's context: shorten the prompt or the negative prompt");
+    checkContext(cond.chunks);
     out.cond = std::move(cond.values);
     out.uncond = std::move(uncond.values);
     out.messages.push_back("text: " + std::to_string(cond.chunks) + " chunk(s) of 75 tokens, " +
                            std::string(toString(model.family)) + " text encoder, clip skip " +
-                           std::to_string(config.clipSkip) +
-                           (guided ? ", guidance " + formatNumber(config.cfgScale) + " (conditional and unconditional)"
-                                   : ", no guidance (cfg 1: conditional only)"));
+                           std::to_string(config.clipSkip) + guidanceText(config));
+    return out;
+}
+
+// One text through both SDXL encoders, `chunks` chunks each: per token row the first encoder's
+// values then the second's; the pooled text of the second.
+std::pair<std::vector<float>, std::vector<float>> encodeSdxlText(const SdModel& model, const std::string& text,
+                                                                 int chunks) {
+    PromptConditioningOptions options;
+    options.layer = PromptLayer::Penultimate;
+    options.minChunks = chunks;
+    const PromptConditioning a = encodePrompt(*model.textEncoder, *model.tokenizer, text, options);
+    PromptConditioning b = encodePrompt(*model.textEncoder2, *model.tokenizer2, text, options);
+    const std::size_t rows = static_cast<std::size_t>(chunks) * clip_limits::kContextLength;
+    const std::size_t ca = static_cast<std::size_t>(a.channels), cb = static_cast<std::size_t>(b.channels);
+    std::vector<float> joined(rows * (ca + cb));
+    for (std::size_t r = 0; r < rows; ++r) {
+        std::copy_n(a.values.begin() + static_cast<std::ptrdiff_t>(r * ca), ca,
+                    joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb)));
+        std::copy_n(b.values.begin() + static_cast<std::ptrdiff_t>(r * cb), cb,
+                    joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb) + ca));
+    }
+    return {std::move(joined), std::move(b.pooled)};
+}
+
+SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) {
+    if (!model.textEncoder2 || !model.tokenizer2)
+        throw std::logic_error("encodeSdPrompts: an SDXL model without its second text encoder or tokenizer");
+    const bool guided = config.cfgScale != 1.0;
+    const bool zeros = guided && config.negativePrompt.empty() && model.forceZerosForEmptyPrompt;
+    // Every text and encoder gets as many chunks as the longest needs (the encoders' tokenizers
+    // may differ: a folder's second one reads "!" as its pad token).
+    int chunks = 1;
+    std::vector<const std::string*> texts{&config.prompt};
+    if (guided && !zeros) texts.push_back(&config.negativePrompt);
+    for (const std::string* text : texts)
+        for (const ClipTokenizer* tokenizer : {model.tokenizer.get(), model.tokenizer2.get()})
+            chunks = std::max(chunks, static_cast<int>(chunkPrompt(*tokenizer, *text).chunks.size()));
+    checkContext(chunks);
+    SdConditioning out;
+    out.tokens = chunks * clip_limits::kContextLength;
+    out.channels = model.textEncoder->config().hiddenSize + model.textEncoder2->config().hiddenSize;
+    std::tie(out.cond, out.pooledCond) = encodeSdxlText(model, config.prompt, chunks);
+    if (zeros) {
+        out.uncond.assign(out.cond.size(), 0.0f);
+        out.pooledUncond.assign(out.pooledCond.size(), 0.0f);
+    } else if (guided) {
+        std::tie(out.uncond, out.pooledUncond) = encodeSdxlText(model, config.negativePrompt, chunks);
+    }
+    out.messages.push_back(
+        "text: " + std::to_string(chunks) + " chunk(s) of 75 tokens, sdxl text encoders (penultimate layers, " +
+        std::to_string(model.textEncoder->config().hiddenSize) + " + " +
+        std::to_string(model.textEncoder2->config().hiddenSize) + " wide; pooled text of the first chunk)" +
+        guidanceText(config) + (zeros ? "; empty negative prompt: zeros (force_zeros_for_empty_prompt)" : ""));
+    if (config.clipSkip != 1)
+        out.messages.push_back("text: clip skip " + std::to_string(config.clipSkip) +
+                               " not applied: SDXL conditions on both encoders' penultimate layers (A1111 ignores "
+                               "Clip skip for SDXL)");
+    return out;
+}
+
+}  // namespace
+
+SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
+    return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, config) : encodeSd12Prompts(model, config);
+}
+
+std::vector<float> sdxlAddEmbeds(const std::vector<float>& pooled, int originalHeight, int originalWidth, int cropTop,
+                                 int cropLeft, int targetHeight, int targetWidth, int timeEmbedDim) {
+    if (pooled.empty() || timeEmbedDim < 2 || timeEmbedDim % 2 != 0)
+        throw std::invalid_argument("sdxlAddEmbeds: " + std::to_string(pooled.size()) +
+                                    " pooled values and a sinusoid width of " + std::to_string(timeEmbedDim) +
+                                    "; expected pooled text and an even width (256 in SDXL base)");
+    const std::array<float, 6> ids{static_cast<float>(originalHeight), static_cast<float>(originalWidth),
+                                   static_cast<float>(cropTop),        static_cast<float>(cropLeft),
+                                   static_cast<float>(targetHeight),   static_cast<float>(targetWidth)};
+    std::vector<float> out(pooled);
+    out.resize(pooled.size() + ids.size() * static_cast<std::size_t>(timeEmbedDim));
+    cpu::timestepEmbedding(ids.data(), static_cast<int>(ids.size()), timeEmbedDim, 0, true, out.data() + pooled.size());
     return out;
 }
 

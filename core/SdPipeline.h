@@ -26,12 +26,30 @@ RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
 // The prompt and negative prompt as A1111 encodes them (emphasis, 75-token chunks, BREAK, clip
 // skip; sd-pipeline.md §5.2-§5.3), as many chunks each (the shorter padded with empty chunks),
 // for a doubled batch. Without guidance (cfg 1) the negative prompt is not encoded.
+// SDXL (sd-pipeline.md §5.3 item 7, sd-models.md §3.4): each text through both encoders, each
+// chunking and weighting on its own (its own tokenizer, emphasis normalised per encoder), their
+// penultimate layers side by side per token (768 + 1280 = 2048 wide); the pooled text is the
+// second encoder's projected pooled output of the FIRST chunk, before emphasis; clip skip does
+// not apply (A1111 ignores it for SDXL; the messages say so); an empty negative prompt is all
+// zeros, text and pooled, where model.forceZerosForEmptyPrompt (A1111 always; diffusers for a
+// negative prompt of None).
 struct SdConditioning {
     int tokens = 0, channels = 0;                // per row: [tokens, channels]
     std::vector<float> cond, uncond;             // uncond empty without guidance
+    std::vector<float> pooledCond, pooledUncond; // SDXL: the pooled, projected text (empty otherwise)
     std::vector<std::string> messages;           // what the record says about them
 };
 SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config);
+
+// SDXL's add_embedding input for one sample (diffusers' UNet get_aug_embed, spec sd-models.md
+// §1.3 item 5): `pooled` (the pooled text, e.g. SdConditioning::pooledCond), then the sinusoid
+// Timesteps(timeEmbedDim, flip_sin_to_cos=True, freq_shift=0) of each size id in
+// _get_add_time_ids' order (original height, width; crop top, left; target height, width), in
+// float32 as diffusers computes it: pooled.size() + 6 x timeEmbedDim values (2816 for SDXL base).
+// Throws std::invalid_argument for an empty pooled vector or a timeEmbedDim that is not even and
+// positive.
+std::vector<float> sdxlAddEmbeds(const std::vector<float>& pooled, int originalHeight, int originalWidth, int cropTop,
+                                 int cropLeft, int targetHeight, int targetWidth, int timeEmbedDim = 256);
 
 // How a decode or encode runs: tiled, whole, or by the budget (core/TiledVae.h planVaePass).
 struct VaePassOptions {

@@ -57,6 +57,12 @@ constexpr const char* kClip = "cond_stage_model.transformer.";
 constexpr const char* kClipKey = "cond_stage_model.transformer.text_model.embeddings.position_embedding.weight";
 constexpr const char* kOpenClip = "cond_stage_model.model.";
 constexpr const char* kOpenClipKey = "cond_stage_model.model.token_embedding.weight";
+// SDXL base (SGM's GeneralConditioner): CLIP ViT-L in transformers' names, OpenCLIP bigG.
+constexpr const char* kXlClip = "conditioner.embedders.0.transformer.";
+constexpr const char* kXlOpenClip = "conditioner.embedders.1.model.";
+constexpr const char* kXlAddEmbedding = "model.diffusion_model.label_emb.0.0.weight";
+constexpr const char* kXlOpenClipKey = "conditioner.embedders.1.model.token_embedding.weight";
+constexpr const char* kXlRefinerOpenClipKey = "conditioner.embedders.0.model.token_embedding.weight";
 constexpr const char* kVaePrefixes[] = {"first_stage_model.", "vae."};  // diffusers' LDM_VAE_KEYS
 
 // What the tensors cannot show, per family: the values of the configurations diffusers' single-file
@@ -64,8 +70,9 @@ constexpr const char* kVaePrefixes[] = {"first_stage_model.", "vae."};  // diffu
 // spec §1.1, §3.1, §4.1, §5.2).
 struct FamilyDefaults {
     const char* label;
-    int unetSampleSize;    // latent pixels: 512 / 8, 768 / 8
+    int unetSampleSize;    // latent pixels: 512 / 8, 768 / 8, 1024 / 8
     int vaeSampleSize;
+    double vaeScalingFactor;
     bool upcastAttention;
     const char* textActivation;
     int textProjectionDim;  // recorded only: CLIPTextModel has no projection
@@ -74,17 +81,26 @@ struct FamilyDefaults {
     const char* schedulerClass;
 };
 
-constexpr FamilyDefaults kSd1{"Stable Diffusion 1.x", 64, 512, false, "quick_gelu", 768, PredictionType::Epsilon,
+constexpr FamilyDefaults kSd1{"Stable Diffusion 1.x", 64, 512, 0.18215, false, "quick_gelu", 768, PredictionType::Epsilon,
                               "SD 1.x models predict noise (diffusers: stable-diffusion-v1-5's scheduler)",
                               "PNDMScheduler"};
 constexpr FamilyDefaults kSd2{
-    "Stable Diffusion 2.x", 96, 768, true, "gelu", 512, PredictionType::VPrediction,
+    "Stable Diffusion 2.x", 96, 768, 0.18215, true, "gelu", 512, PredictionType::VPrediction,
     "the file cannot tell; diffusers reads SD 2.x single files with stable-diffusion-2-1's configuration "
     "(v-prediction, 768 px). A 2.x-base checkpoint predicts noise (epsilon): give its pipeline folder's "
     "configurations (the config folder) or set prediction_type",
     "DDIMScheduler"};
 
-const FamilyDefaults& defaultsOf(SdFamily family) { return family == SdFamily::SD2 ? kSd2 : kSd1; }
+// SDXL base: the first text encoder's values (CLIP ViT-L); the second's are OpenCLIP bigG's,
+// read from its tensors (projection included).
+constexpr FamilyDefaults kSdxl{"Stable Diffusion XL", 128, 1024, 0.13025, false, "quick_gelu", 768,
+                               PredictionType::Epsilon,
+                               "SDXL base predicts noise (diffusers: stable-diffusion-xl-base-1.0's scheduler)",
+                               "EulerDiscreteScheduler"};
+
+const FamilyDefaults& defaultsOf(SdFamily family) {
+    return family == SdFamily::SD2 ? kSd2 : family == SdFamily::SDXL ? kSdxl : kSd1;
+}
 
 // GroupNorm groups of every SD UNet and VAE; the width of SD's attention heads (SD 2.x UNet levels,
 // both families' text encoders).
@@ -177,13 +193,17 @@ private:
 struct Layout {
     SdFamily family = SdFamily::SD1;
     std::string reason;
-    std::string vae;   // "first_stage_model." (or "vae.")
-    std::string text;  // SD1: "cond_stage_model.transformer." + "text_model." when the file has it; SD2: kOpenClip
+    std::string vae;    // "first_stage_model." (or "vae.")
+    // SD1: "cond_stage_model.transformer." + "text_model." when the file has it; SD2: kOpenClip;
+    // SDXL: kXlClip (+ "text_model.").
+    std::string text;
+    std::string text2;  // SDXL: kXlOpenClip; empty otherwise
+    bool openClip() const { return family == SdFamily::SD2; }  // the first text encoder's layout
 };
 
 [[noreturn]] void refuseFamily(const std::string& where, const std::string& what, const char* key) {
     throw ModelError(where + ": " + what + " (it has " + quoted(key) +
-                     "), which is not supported yet; Tessera runs Stable Diffusion 1.x and 2.x checkpoints");
+                     "), which is not supported yet; Tessera runs Stable Diffusion 1.x, 2.x and SDXL base checkpoints");
 }
 
 // An example of the file's names for messages about what it is not.
@@ -209,14 +229,19 @@ SdFamily detectFamily(const SafetensorsFile& file, const std::string& where, std
         return SdFamily::SD2;
     }
     if (file.has(kPlaygroundKey)) refuseFamily(where, "a Playground v2.5 checkpoint (an SDXL-type model)", kPlaygroundKey);
-    if (file.has(kXlBaseKey))
-        throw ModelError(where + ": an SDXL base checkpoint (it has " + quoted(kXlBaseKey) +
-                         ", the OpenCLIP bigG text encoder). SDXL checkpoints are not supported yet; Tessera runs "
-                         "Stable Diffusion 1.x and 2.x checkpoints");
-    if (file.has(kXlRefinerKey))
-        throw ModelError(where + ": an SDXL refiner checkpoint (it has " + quoted(kXlRefinerKey) +
-                         "). SDXL checkpoints are not supported yet; Tessera runs Stable Diffusion 1.x and 2.x "
-                         "checkpoints");
+    // diffusers tests SDXL by block 9 of an OpenCLIP encoder; a smaller (test) model is told by the
+    // same encoder's token table.
+    for (const char* key : {kXlBaseKey, kXlOpenClipKey})
+        if (file.has(key)) {
+            reason = std::string("it has ") + quoted(key) + ", the second (OpenCLIP bigG) text encoder of SDXL base" +
+                     (key == kXlBaseKey ? ", as diffusers tests" : "");
+            return SdFamily::SDXL;
+        }
+    for (const char* key : {kXlRefinerKey, kXlRefinerOpenClipKey})
+        if (file.has(key))
+            throw ModelError(where + ": an SDXL refiner checkpoint (it has " + quoted(key) +
+                             ", OpenCLIP bigG as its only text encoder). SDXL refiners are not supported yet; Tessera "
+                             "runs Stable Diffusion 1.x, 2.x and SDXL base checkpoints");
     if (file.has(kUpscaleKey)) refuseFamily(where, "a Stable Diffusion x4 upscaler checkpoint", kUpscaleKey);
     for (const char* key : kControlNetKeys)
         if (file.has(key)) refuseFamily(where, "a ControlNet checkpoint", key);
@@ -258,15 +283,22 @@ Layout detectLayout(const SafetensorsFile& file, const std::string& where) {
             throw ModelError(where + ": no text encoder: an SD 2.x checkpoint holds OpenCLIP ViT-H under " +
                              quoted(kOpenClip) + "; looked for " + quoted(kOpenClipKey));
         layout.text = kOpenClip;
-    } else if (file.has(kClipKey)) {
-        layout.text = std::string(kClip) + kClipTextPrefix;
-    } else if (file.has(std::string(kClip) + "embeddings.position_embedding.weight")) {
-        layout.text = kClip;  // transformers' flattened names (spec §3.5)
-    } else {
-        throw ModelError(where + ": no text encoder: an SD 1.x checkpoint holds CLIP ViT-L under " + quoted(kClip) +
-                         "; looked for " + quoted(kClipKey) +
-                         (file.has(kOpenClipKey) ? "" : std::string(" (SD 2.x: ") + quoted(kOpenClipKey) + ")"));
+        return layout;
     }
+    const bool xl = layout.family == SdFamily::SDXL;
+    const std::string clip = xl ? kXlClip : kClip;
+    const std::string position = std::string(kClipTextPrefix) + "embeddings.position_embedding.weight";
+    if (file.has(clip + position)) {
+        layout.text = clip + kClipTextPrefix;
+    } else if (file.has(clip + position.substr(std::strlen(kClipTextPrefix)))) {
+        layout.text = clip;  // transformers' flattened names (spec §3.5)
+    } else {
+        throw ModelError(where + ": no text encoder: " +
+                         (xl ? "an SDXL checkpoint holds CLIP ViT-L under " : "an SD 1.x checkpoint holds CLIP ViT-L under ") +
+                         quoted(clip) + "; looked for " + quoted(clip + position) +
+                         (xl || file.has(kOpenClipKey) ? "" : std::string(" (SD 2.x: ") + quoted(kOpenClipKey) + ")"));
+    }
+    if (xl) layout.text2 = kXlOpenClip;
     return layout;
 }
 
@@ -302,7 +334,23 @@ int highestIndex(const SafetensorsFile& file, const std::string& prefix) {
     return highest;
 }
 
-nlohmann::json derivedUNetJson(const SafetensorsFile& file, SdFamily family, const std::string& where) {
+// SDXL's text-time embedding (spec §5.3: num_classes "sequential" with a 2048-wide context):
+// add_embedding (label_emb.0) takes adm_in_channels = the pooled text (`pooledWidth`, the second
+// text encoder's projection) and six size ids, whose sinusoid width follows (256 in SDXL base).
+void addTextTime(nlohmann::json& j, const SafetensorsFile& file, int pooledWidth, const std::string& where) {
+    const std::int64_t adm = dim(shapeIn(file, kXlAddEmbedding, where, "the UNet's add_embedding"), 1, kXlAddEmbedding, where);
+    constexpr int kIds = 6;
+    if (adm <= pooledWidth || (adm - pooledWidth) % kIds != 0)
+        throw ModelError(where + ": tensor " + quoted(kXlAddEmbedding) + " takes " + std::to_string(adm) +
+                         " values; SDXL base's add_embedding takes the " + std::to_string(pooledWidth) +
+                         " pooled text values and 6 size ids of equal width (2816 = 1280 + 6 x 256); a refiner takes "
+                         "5 ids (not supported yet)");
+    j["addition_embed_type"] = "text_time";
+    j["addition_time_embed_dim"] = (adm - pooledWidth) / kIds;
+    j["projection_class_embeddings_input_dim"] = adm;
+}
+
+nlohmann::json derivedUNetJson(const SafetensorsFile& file, SdFamily family, int pooledWidth, const std::string& where) {
     const std::string p = kUNet;
     auto shape = [&](const std::string& name, const char* what) -> const Shape& {
         return shapeIn(file, p + name, where, what);
@@ -333,7 +381,7 @@ nlohmann::json derivedUNetJson(const SafetensorsFile& file, SdFamily family, con
         down.push_back(attention ? "CrossAttnDownBlock2D" : "DownBlock2D");
         up.push_back(file.has(p + "output_blocks." + std::to_string(b * perLevel) + ".1.norm.weight") ? "CrossAttnUpBlock2D"
                                                                                                        : "UpBlock2D");
-        heads.push_back(family == SdFamily::SD2 ? width / kHeadWidth : 8);
+        heads.push_back(family != SdFamily::SD1 ? width / kHeadWidth : 8);
         depths.push_back(attention ? highestIndex(file, p + first + ".1.transformer_blocks.") + 1 : 1);
     }
     const std::string midAttention = "middle_block.1.";
@@ -350,12 +398,13 @@ nlohmann::json derivedUNetJson(const SafetensorsFile& file, SdFamily family, con
                         {"layers_per_block", perLevel - 1},
                         {"norm_num_groups", kGroups},
                         {"cross_attention_dim", dim(toK, 1, p + midAttention + "attn2.to_k.weight", where)},
-                        {"attention_head_dim", family == SdFamily::SD2 ? heads : nlohmann::json(8)},
+                        {"attention_head_dim", family != SdFamily::SD1 ? heads : nlohmann::json(8)},
                         {"transformer_layers_per_block", depths},
                         {"use_linear_projection", projIn.size() == 2},
                         {"upcast_attention", d.upcastAttention}};
     if (dim(timeIn, 0, p + "time_embed.0.weight", where) != 4 * dim(convIn, 0, kConvInKey, where))
         j["time_embedding_dim"] = timeIn[0];
+    if (family == SdFamily::SDXL) addTextTime(j, file, pooledWidth, where);
     return j;
 }
 
@@ -383,15 +432,22 @@ nlohmann::json derivedVaeJson(const SafetensorsFile& file, SdFamily family, cons
             {"latent_channels", dim(shape("decoder.conv_in.weight", "the VAE decoder's conv_in"), 1, v + "decoder.conv_in.weight", where)},
             {"norm_num_groups", kGroups},
             {"sample_size", defaultsOf(family).vaeSampleSize},
-            {"scaling_factor", 0.18215},  // diffusers' LDM_VAE_DEFAULT_SCALING_FACTOR
+            {"scaling_factor", defaultsOf(family).vaeScalingFactor},  // LDM_VAE_DEFAULT_SCALING_FACTOR; SDXL's VAE
             {"use_quant_conv", file.has(v + "quant_conv.weight")},
             {"use_post_quant_conv", file.has(v + "post_quant_conv.weight")},
             {"mid_block_add_attention", file.has(v + "encoder.mid.attn_1.q.weight")}};
 }
 
-nlohmann::json derivedTextJson(const SafetensorsFile& file, const Layout& layout, const std::string& where) {
-    const bool open = layout.family == SdFamily::SD2;
-    const std::string& t = layout.text;
+// The text encoders' layouts in a checkpoint.
+enum class TextLayout {
+    Clip,        // transformers' CLIPTextModel names (SD 1.x, SDXL's first)
+    OpenClipH,   // OpenCLIP, its last block dropped (SD 2.x conditions on the penultimate)
+    OpenClipBigG // OpenCLIP with text_projection, every block (SDXL's second)
+};
+
+nlohmann::json derivedTextJson(const SafetensorsFile& file, const std::string& t, TextLayout kind, SdFamily family,
+                               const std::string& where) {
+    const bool open = kind != TextLayout::Clip;
     const std::string tokens = t + (open ? "token_embedding.weight" : "embeddings.token_embedding.weight");
     const std::string positions = t + (open ? "positional_embedding" : "embeddings.position_embedding.weight");
     const std::string fc1 = t + (open ? "transformer.resblocks.0.mlp.c_fc.weight" : "encoder.layers.0.mlp.fc1.weight");
@@ -400,9 +456,11 @@ nlohmann::json derivedTextJson(const SafetensorsFile& file, const Layout& layout
     int layers = highestIndex(file, t + (open ? "transformer.resblocks." : "encoder.layers.")) + 1;
     // SD 2.x conditions on OpenCLIP's penultimate block: diffusers' ViT-H config has 23 of its 24
     // layers; a narrower (test) model drops its last block the same way.
-    if (open) layers = width == kVitHWidth ? kVitHLayers : layers - 1;
-    const FamilyDefaults& d = defaultsOf(layout.family);
-    return {{"architectures", {"CLIPTextModel"}},
+    if (kind == TextLayout::OpenClipH) layers = width == kVitHWidth ? kVitHLayers : layers - 1;
+    const FamilyDefaults& d = defaultsOf(family);
+    const bool projected = kind == TextLayout::OpenClipBigG;
+    const std::string projection = t + "text_projection";  // [width, projection_dim], used as x @ W
+    return {{"architectures", {projected ? "CLIPTextModelWithProjection" : "CLIPTextModel"}},
             {"model_type", "clip_text_model"},
             {"vocab_size", dim(token, 0, tokens, where)},
             {"hidden_size", width},
@@ -410,9 +468,11 @@ nlohmann::json derivedTextJson(const SafetensorsFile& file, const Layout& layout
             {"num_hidden_layers", layers},
             {"num_attention_heads", width / kHeadWidth},
             {"max_position_embeddings", dim(shapeIn(file, positions, where, "the text encoder's positions"), 0, positions, where)},
-            {"hidden_act", d.textActivation},
+            {"hidden_act", projected ? "gelu" : d.textActivation},
             {"layer_norm_eps", 1e-5},
-            {"projection_dim", d.textProjectionDim},
+            {"projection_dim", projected ? dim(shapeIn(file, projection, where, "the text encoder's projection"), 1,
+                                               projection, where)
+                                         : d.textProjectionDim},
             // The hub configs' legacy ids (transformers pools at the argmax of the ids: spec §3.3).
             {"bos_token_id", 0},
             {"eos_token_id", 2},
@@ -423,6 +483,7 @@ struct Configs {
     UNetCondConfig unet;
     VaeConfig vae;
     ClipTextConfig text;
+    std::optional<ClipTextConfig> text2;  // SDXL's second text encoder
     std::string source;
     PredictionType prediction = PredictionType::Epsilon;
     std::string predictionReason;
@@ -437,7 +498,7 @@ Config parseDerived(const nlohmann::json& json, Parse parse, const char* what, c
     } catch (const std::runtime_error& e) {
         throw ModelError(where + ": the " + what + " configuration of a " + defaultsOf(layout.family).label +
                          " checkpoint (GroupNorm groups 32, " +
-                         (layout.family == SdFamily::SD2 ? "64-wide attention heads" : "8 UNet attention heads") +
+                         (layout.family != SdFamily::SD1 ? "64-wide attention heads" : "8 UNet attention heads") +
                          ", sizes from the tensors) does not fit this file: " + withoutPrefix(e.what(), "config.json: ") +
                          ". Give this model as a diffusers pipeline folder, or its configurations as the config folder");
     }
@@ -445,14 +506,18 @@ Config parseDerived(const nlohmann::json& json, Parse parse, const char* what, c
 
 Configs derivedConfigs(const SafetensorsFile& file, const Layout& layout, const std::string& where) {
     Configs c;
-    c.unet = parseDerived<UNetCondConfig>(derivedUNetJson(file, layout.family, where),
+    const auto parseText = [&](const std::string& prefix, TextLayout kind, const char* what) {
+        return parseDerived<ClipTextConfig>(derivedTextJson(file, prefix, kind, layout.family, where),
+                                            [](const nlohmann::json& j) { return clipTextConfigFromJson(j); }, what,
+                                            layout, where);
+    };
+    c.text = parseText(layout.text, layout.openClip() ? TextLayout::OpenClipH : TextLayout::Clip, "text encoder");
+    if (!layout.text2.empty()) c.text2 = parseText(layout.text2, TextLayout::OpenClipBigG, "second text encoder");
+    c.unet = parseDerived<UNetCondConfig>(derivedUNetJson(file, layout.family, c.text2 ? c.text2->projectionDim : 0, where),
                                           [](const nlohmann::json& j) { return unetCondConfigFromJson(j); }, "UNet",
                                           layout, where);
     c.vae = parseDerived<VaeConfig>(derivedVaeJson(file, layout.family, layout.vae, where),
                                     [](const nlohmann::json& j) { return vaeConfigFromJson(j); }, "VAE", layout, where);
-    c.text = parseDerived<ClipTextConfig>(derivedTextJson(file, layout, where),
-                                          [](const nlohmann::json& j) { return clipTextConfigFromJson(j); },
-                                          "text encoder", layout, where);
     const FamilyDefaults& d = defaultsOf(layout.family);
     c.source = std::string("sizes from the tensors, the rest as diffusers' ") + d.label + " configuration";
     c.prediction = d.prediction;
@@ -474,6 +539,7 @@ Configs folderConfigs(const std::string& folder, const Layout& layout) {
     }
     c.vae = readVaeConfig((root / "vae").string());
     c.text = readClipTextConfig(root / "text_encoder");
+    if (!layout.text2.empty()) c.text2 = readClipTextConfig(root / "text_encoder_2");
     c.source = "the config folder " + shownPath(folder);
     const FamilyDefaults& d = defaultsOf(layout.family);
     c.prediction = d.prediction;
@@ -553,7 +619,9 @@ std::string joined(const std::string& head, const std::string& piece) { return p
 
 const Renames kUNetFixed{{"time_embedding.linear_1.", "time_embed.0."}, {"time_embedding.linear_2.", "time_embed.2."},
                          {"conv_in.", "input_blocks.0.0."},             {"conv_norm_out.", "out.0."},
-                         {"conv_out.", "out.2."}};
+                         {"conv_out.", "out.2."},
+                         // SDXL's text-time embedding (SGM: label_emb = Sequential(Sequential(Linear, SiLU, Linear)))
+                         {"add_embedding.linear_1.", "label_emb.0.0."}, {"add_embedding.linear_2.", "label_emb.0.2."}};
 const Renames kUNetResnet{{"norm1.", "in_layers.0."},          {"conv1.", "in_layers.2."},
                           {"time_emb_proj.", "emb_layers.1."}, {"norm2.", "out_layers.0."},
                           {"conv2.", "out_layers.3."},         {"conv_shortcut.", "skip_connection."}};
@@ -636,6 +704,7 @@ struct Binding {
     std::string stored;       // the file's name
     int part = 0, parts = 1;  // row block `part` of `parts` (OpenCLIP's fused q/k/v in_proj)
     bool squeeze = false;     // the file may add trailing 1-sized axes (LDM's 1x1-conv VAE attention)
+    bool transpose = false;   // stored as the transpose of a 2-D model tensor (OpenCLIP's text_projection)
 };
 
 struct Plan {
@@ -645,9 +714,15 @@ struct Plan {
     std::string allowedUnused;            // ... except this one (SD 2.x's dropped OpenCLIP block)
 };
 
-// The OpenCLIP tensor (and q/k/v part) that holds a CLIPTextModel tensor; empty name when none.
+// The OpenCLIP tensor (and q/k/v part) that holds a CLIPTextModel(WithProjection) tensor; empty
+// name when none. text_projection is used as x @ W in OpenCLIP: the transpose of the Linear weight.
 Binding openClipBinding(const std::string& name) {
     Binding b;
+    if (name == kClipTextProjection) {
+        b.stored = "text_projection";
+        b.transpose = true;
+        return b;
+    }
     const std::string local = name.substr(std::strlen(kClipTextPrefix));
     b.stored = renamed(local, kOpenClipFixed);
     if (!b.stored.empty()) return b;
@@ -670,6 +745,22 @@ Binding openClipBinding(const std::string& name) {
     return b;
 }
 
+// A text encoder's bindings: transformers' names under `prefix` (Clip) or OpenCLIP's.
+Plan textPlan(const char* what, const std::string& prefix, TextLayout kind, const ClipTextConfig& config) {
+    const bool open = kind != TextLayout::Clip;
+    Plan plan{what, {}, {prefix + (open ? "transformer." : "encoder.")}, {}};
+    if (kind == TextLayout::OpenClipH)
+        plan.allowedUnused = prefix + "transformer.resblocks." + std::to_string(config.numHiddenLayers) + ".";
+    for (auto& [name, shape] : ClipTextModel::expectedTensors(config)) {
+        Binding b = open ? openClipBinding(name) : Binding{{}, {}, name.substr(std::strlen(kClipTextPrefix))};
+        b.name = name;
+        b.shape = shape;
+        b.stored = joined(prefix, b.stored);
+        plan.bindings.push_back(std::move(b));
+    }
+    return plan;
+}
+
 std::vector<Plan> makePlans(const Layout& layout, const Configs& c) {
     std::vector<Plan> plans(3);
     plans[0] = {"UNet", {}, {kUNet}, {}};
@@ -681,18 +772,9 @@ std::vector<Plan> makePlans(const Layout& layout, const Configs& c) {
         b.squeeze = name.find(".attentions.") != std::string::npos && shape.size() == 2;
         plans[1].bindings.push_back(std::move(b));
     }
-    const bool open = layout.family == SdFamily::SD2;
-    plans[2] = {"text encoder", {}, {layout.text + (open ? "transformer." : "encoder.")}, {}};
-    if (open)
-        plans[2].allowedUnused = layout.text + "transformer.resblocks." + std::to_string(c.text.numHiddenLayers) + ".";
-    for (auto& [name, shape] : buildClipTextGraph(c.text, c.text.numHiddenLayers).parameterList()) {
-        Binding b = open ? openClipBinding(name) : Binding{{}, {}, name.substr(std::strlen(kClipTextPrefix))};
-        b.name = name;
-        b.shape = shape;
-        b.stored = joined(layout.text, b.stored);
-        plans[2].bindings.push_back(std::move(b));
-    }
-    for (const Plan& plan : plans)  // every name the graphs declare has an LDM counterpart
+    plans[2] = textPlan("text encoder", layout.text, layout.openClip() ? TextLayout::OpenClipH : TextLayout::Clip, c.text);
+    if (c.text2) plans.push_back(textPlan("second text encoder", layout.text2, TextLayout::OpenClipBigG, *c.text2));
+    for (const Plan& plan : plans)  // every name the models declare has an LDM counterpart
         for (const Binding& b : plan.bindings)
             if (b.stored.empty()) throw std::logic_error(std::string("no LDM name for the ") + plan.what + "'s " + b.name);
     return plans;
@@ -700,6 +782,7 @@ std::vector<Plan> makePlans(const Layout& layout, const Configs& c) {
 
 Shape storedShape(const Binding& b) {
     Shape shape = b.shape;
+    if (b.transpose) std::reverse(shape.begin(), shape.end());
     if (!shape.empty()) shape[0] *= b.parts;
     return shape;
 }
@@ -762,6 +845,14 @@ std::vector<std::string> unusedTensors(const SafetensorsFile& file, const std::v
     return ignored;
 }
 
+// [rows, columns] row-major -> [columns, rows].
+std::vector<float> transposed(const std::vector<float>& data, std::size_t rows, std::size_t columns) {
+    std::vector<float> out(data.size());
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < columns; ++c) out[c * rows + r] = data[r * columns + c];
+    return out;
+}
+
 // Reads, upcasts and checks every bound tensor, in the file's order (one sequential pass over the
 // disk), releasing each tensor's pages once copied (the resident set holds the copies, not also
 // the file).
@@ -790,6 +881,7 @@ std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Pl
                              (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " +
                              std::to_string(static_cast<std::size_t>(bad - t.data.begin()) +
                                             count * static_cast<std::size_t>(b.part)));
+        if (b.transpose) t.data = transposed(t.data, static_cast<std::size_t>(b.shape[1]), static_cast<std::size_t>(b.shape[0]));
         if (b.part + 1 == b.parts) file.releasePages(info);
         tensors.emplace(b.name, std::move(t));
     }
@@ -820,7 +912,9 @@ Inspected inspectOpen(const SafetensorsFile& file, const std::string& path, cons
     r.layout = detectLayout(file, where);
     r.configs = options.configFolder.empty() ? derivedConfigs(file, r.layout, where)
                                              : folderConfigs(options.configFolder, r.layout);
-    if (r.configs.unet.crossAttentionDim != r.configs.text.hiddenSize)
+    if (r.configs.text2)
+        checkSdxlComponents(r.configs.unet, r.configs.text, *r.configs.text2, where);
+    else if (r.configs.unet.crossAttentionDim != r.configs.text.hiddenSize)
         throw ModelError(where + ": the UNet attends to " + std::to_string(r.configs.unet.crossAttentionDim) +
                          "-wide text but the text encoder is " + std::to_string(r.configs.text.hiddenSize) +
                          " wide; the file's models do not belong together");
@@ -840,6 +934,7 @@ Inspected inspectOpen(const SafetensorsFile& file, const std::string& path, cons
     info.unet = r.configs.unet;
     info.vae = r.configs.vae;
     info.textEncoder = r.configs.text;
+    info.textEncoder2 = r.configs.text2;
     info.configSource = r.configs.source;
     info.prediction = r.configs.prediction;
     info.predictionReason = r.configs.predictionReason;
@@ -847,6 +942,7 @@ Inspected inspectOpen(const SafetensorsFile& file, const std::string& path, cons
     info.unetPart = checkPlan(file, r.plans[0], where);
     info.vaePart = checkPlan(file, r.plans[1], where);
     info.textEncoderPart = checkPlan(file, r.plans[2], where);
+    if (r.plans.size() > 3) info.textEncoder2Part = checkPlan(file, r.plans[3], where);
     info.ignored = unusedTensors(file, r.plans, where);
     return r;
 }
@@ -902,6 +998,9 @@ SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOption
         VaeModel::fromTensors(r.configs.vae, readPlan(file, r.plans[1], where), WeightsDigest::Skip));
     model.textEncoder = std::make_shared<const ClipTextModel>(
         ClipTextModel::fromTensors(r.configs.text, readPlan(file, r.plans[2], where), WeightsDigest::Skip));
+    if (r.configs.text2)
+        model.textEncoder2 = std::make_shared<const ClipTextModel>(
+            ClipTextModel::fromTensors(*r.configs.text2, readPlan(file, r.plans[3], where), WeightsDigest::Skip));
     model.scheduler = sdSchedulerDefaults(r.configs.prediction);
     model.schedulerClass = r.info.schedulerClass;
     model.source = path;
@@ -918,15 +1017,22 @@ SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOption
 }
 
 TensorList singleFileTensors(SdFamily family, const UNetCondConfig& unet, const VaeConfig& vae,
-                             const ClipTextConfig& textEncoder) {
+                             const ClipTextConfig& textEncoder, const std::optional<ClipTextConfig>& textEncoder2) {
     Layout layout;
     layout.family = family;
     layout.vae = kVaePrefixes[0];
-    layout.text = family == SdFamily::SD2 ? std::string(kOpenClip) : std::string(kClip) + kClipTextPrefix;
+    layout.text = family == SdFamily::SD2    ? std::string(kOpenClip)
+                  : family == SdFamily::SDXL ? std::string(kXlClip) + kClipTextPrefix
+                                             : std::string(kClip) + kClipTextPrefix;
+    if (family == SdFamily::SDXL) {
+        if (!textEncoder2) throw std::invalid_argument("singleFileTensors: an SDXL checkpoint has a second text encoder");
+        layout.text2 = kXlOpenClip;
+    }
     Configs configs;
     configs.unet = unet;
     configs.vae = vae;
     configs.text = textEncoder;
+    if (family == SdFamily::SDXL) configs.text2 = textEncoder2;
     TensorList list;
     std::set<std::string> seen;
     for (const Plan& plan : makePlans(layout, configs))

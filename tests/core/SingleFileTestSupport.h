@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +32,27 @@ inline void writeFilled(const std::string& path, const TensorList& tensors, floa
                        encodeFloats(SafetensorsDtype::F16, std::vector<float>(static_cast<std::size_t>(n), value))};
     }
     writeSafetensors(path, extra);
+}
+
+// A checkpoint whose data is never read: the header of `tensors` (F16), then a sparse hole.
+inline void writeHeaderOnly(const std::string& path, const TensorList& tensors) {
+    nlohmann::json header = nlohmann::json::object();
+    std::uint64_t offset = 0;
+    for (const auto& [name, shape] : tensors) {
+        std::uint64_t bytes = 2;
+        for (const auto d : shape) bytes *= static_cast<std::uint64_t>(d);
+        header[name] = {{"dtype", "F16"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    {
+        std::ofstream out(path, std::ios::binary);
+        const std::uint64_t length = text.size();
+        out.write(reinterpret_cast<const char*>(&length), 8);
+        out << text;
+    }
+    std::filesystem::resize_file(path, 8 + text.size() + offset);
 }
 
 // SD 2.x files keep OpenCLIP's last block and its projection, which diffusers drops.

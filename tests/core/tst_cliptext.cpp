@@ -25,6 +25,7 @@
 #include "core/CpuBackend.h"
 #include "core/Safetensors.h"
 #include "tests/core/ErrorText.h"
+#include "tests/core/NumericCompare.h"
 
 using namespace tessera;
 using tessera::testing::errorOf;
@@ -156,27 +157,6 @@ Reference reference(const ClipTextConfig& c, const Tensors& t, const Ids& ids, i
     return ref;
 }
 
-// max |got - want| <= tolerance * max |want| (relative to the tensor's scale).
-template <class A, class B>
-QString mismatch(const std::string& what, const A& got, const B& want, double tolerance = 1e-4) {
-    if (got.size() != want.size()) return QString::fromStdString(what) + ": sizes differ";
-    double scale = 0, worst = 0;
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) scale = std::max(scale, std::abs(double(want[i])));
-    for (std::size_t i = 0; i < want.size(); ++i)
-        if (std::abs(double(got[i]) - double(want[i])) > worst) worst = std::abs(double(got[i]) - double(want[i])), at = i;
-    if (worst <= tolerance * scale) return {};
-    return QStringLiteral("%1: element %2 is %3, expected %4 (max |want| %5)")
-        .arg(QString::fromStdString(what)).arg(at).arg(double(got[at]), 0, 'g', 9).arg(double(want[at]), 0, 'g', 9)
-        .arg(scale);
-}
-
-#define EXPECT_CLOSE(what, got, want)                               \
-    do {                                                            \
-        const QString m_ = mismatch(what, got, want);               \
-        QVERIFY2(m_.isEmpty(), qPrintable(m_));                     \
-    } while (0)
-
 // Rows framed as SD 1.x frames them (BOS, content, EOS, EOS padding) for a tiny vocabulary.
 Ids framedRows(const ClipTextConfig& c, const std::vector<Ids>& contents, int pad) {
     Ids ids;
@@ -238,7 +218,7 @@ QStringList checkFixtures(const std::string& root) {
             ids.insert(ids.end(), r.begin(), r.end());
         }
         const int batch = static_cast<int>(ids.size() / kT);
-        const ClipTextOutputs out = model.encode(ids, batch, 0, true);
+        const ClipTextOutputs out = model.encode(ids, batch, 0, ClipHiddenStates::All);
         const SafetensorsFile want(dir + "/outputs.safetensors");
         check(mismatch(name + " last_hidden_state", out.lastHiddenState, want.readFloat32("last_hidden_state")));
         check(mismatch(name + " pooler_output", out.pooled, want.readFloat32("pooler_output")));
@@ -353,7 +333,7 @@ private slots:
         QCOMPARE(real.parameterList().size(), std::size_t{196});
         // Clip skip keeps a prefix of the layers; outputs: last, pooled (+ taps).
         QCOMPARE(buildClipTextGraph(c, 1).parameterList().size(), std::size_t{2 + 16 + 2});
-        QCOMPARE(buildClipTextGraph(c, 2, true).outputs().size(), std::size_t{2 + 3});
+        QCOMPARE(buildClipTextGraph(c, 2, ClipHiddenStates::All).outputs().size(), std::size_t{2 + 3});
         EXPECT_MESSAGE(errorOf([&] { buildClipTextGraph(c, 0); }), "clip skip: the text encoder has 3 layers");
         EXPECT_MESSAGE(errorOf([&] { buildClipTextGraph(c, 4); }), "1 to 3");
         ClipTextConfig shortContext = c;
@@ -369,7 +349,7 @@ private slots:
             const Tensors t = randomTensors(c, 7);
             const ClipTextModel model = ClipTextModel::fromTensors(c, t);
             const Ids ids = framedRows(c, {{5, 9, 17}, {}, Ids(75, 33)}, act == ClipActivation::Gelu ? 0 : c.eosTokenId);
-            const ClipTextOutputs out = model.encode(ids, 3, 0, true);
+            const ClipTextOutputs out = model.encode(ids, 3, 0, ClipHiddenStates::All);
             const Reference ref = reference(c, t, ids, 3, 3);
             QCOMPARE(out.hiddenStates.size(), std::size_t{4});
             for (std::size_t k = 0; k < 4; ++k)

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "TokenizerTestSupport.h"
 #include "core/BoundedInput.h"
 #include "core/ClipTokenizer.h"
 #include "core/RunConfig.h"
@@ -77,10 +78,7 @@ Ids concat(std::initializer_list<Ids> parts) {
     return out;
 }
 
-void writeFile(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using tokenizer_test::writeFile;
 
 void writeGz(const std::string& path, const std::string& bytes) {
     gzFile f = gzopen(path.c_str(), "wb");
@@ -89,27 +87,10 @@ void writeGz(const std::string& path, const std::string& bytes) {
     gzclose(f);
 }
 
-// The merges file's text (for building folders and damaged copies).
-std::string unpackedMerges() {
-    gzFile f = gzopen(kGz.c_str(), "rb");
-    std::string text;
-    char buffer[1 << 16];
-    int n = 0;
-    while (f != nullptr && (n = gzread(f, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(n));
-    if (f != nullptr) gzclose(f);
-    return text;
-}
+std::string unpackedMerges() { return tokenizer_test::unpackedMerges(kGz); }
 
-// A diffusers tokenizer/ folder holding the same tables as `tok` (vocab.json from its ids,
-// merges.txt = header + the merges transformers reads).
 void writeFolder(const QString& dir, const ClipTokenizer& tok, const std::string& merges) {
-    nlohmann::json vocab = nlohmann::json::object();
-    for (std::int32_t id = 0; id < static_cast<std::int32_t>(tok.vocabSize()); ++id) vocab[tok.tokenString(id)] = id;
-    writeFile((dir + "/vocab.json").toStdString(), vocab.dump());
-    std::size_t end = 0;
-    for (std::size_t line = 0; line <= clip_limits::kMerges; ++line) end = merges.find('\n', end) + 1;
-    writeFile((dir + "/merges.txt").toStdString(),
-              "#version: 0.2\n" + merges.substr(merges.find('\n') + 1, end - merges.find('\n') - 1));
+    tokenizer_test::writeFolder(dir.toStdString(), tok, merges);
 }
 
 }  // namespace

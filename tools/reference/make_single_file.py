@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Diffusers pipeline folder -> one Stable Diffusion checkpoint in the original LDM layout.
+"""Diffusers pipeline folder -> one Stable Diffusion checkpoint in the original LDM (SGM for SDXL) layout.
 
-    python3 tools/reference/make_single_file.py FOLDER OUT.safetensors --layout sd1|sd2
+    python3 tools/reference/make_single_file.py FOLDER OUT.safetensors --layout sd1|sd2|sdxl
     python3 tools/reference/make_single_file.py FOLDER OUT.safetensors --layout sd1 --random
 
 The reverse of what core/SingleFileCheckpoint.cpp (and diffusers' single_file_utils.py:
@@ -12,16 +12,23 @@ hand (8-byte little-endian header length, JSON header padded with spaces to a mu
 raw little-endian bytes, tensors in name order).
 
 FOLDER holds unet/, vae/ and text_encoder/ (config.json + diffusion_pytorch_model.safetensors or
-model.safetensors; text encoder names with or without "text_model."). With --random, FOLDER is
-first written: a tiny random pipeline of that layout (seeded, deterministic, see TINY below),
-stored as F16 (UNet, text encoder) and F32 (VAE), the mix real "fp16" checkpoints show.
+model.safetensors; text encoder names with or without "text_model."); sdxl also text_encoder_2/
+(CLIPTextModelWithProjection). With --random, FOLDER is first written: a tiny random pipeline of
+that layout (seeded, deterministic, see TINY below), stored as F16 (UNet, text encoders) and F32
+(VAE), the mix real "fp16" checkpoints show; for sdxl with model_index.json (a loadable folder).
 
-The file gets what real checkpoints carry besides the three models, so that a loader has to
-ignore them: LDM's schedule buffers (betas, alphas_cumprod, ...), a scale_factor scalar, EMA
-copies of a few UNet tensors under model_ema.* (flattened names) with model_ema.decay /
-num_updates, SD1's text position_ids (I64); for sd2 the OpenCLIP parts diffusers drops: a last
-transformer block (resblocks.<N>, random: SD2 conditions on the penultimate block),
-text_projection and logit_scale.
+sdxl (SGM's layout, spec §5.1, §5.4, §5.6): the UNet's add_embedding.linear_1/2 become
+label_emb.0.0/0.2, text_encoder goes under conditioner.embedders.0.transformer. in transformers'
+names, text_encoder_2 under conditioner.embedders.1.model. as OpenCLIP (fused q/k/v in_proj, every
+block, text_projection stored transposed as used by x @ W).
+
+The file gets what real checkpoints carry besides the models, so that a loader has to ignore
+them: LDM's schedule buffers (betas, alphas_cumprod, ...), a scale_factor scalar, EMA copies of a
+few UNet tensors under model_ema.* (flattened names) with model_ema.decay / num_updates, SD1's
+text position_ids (I64); for sd2 the OpenCLIP parts diffusers drops: a last transformer block
+(resblocks.<N>, random: SD2 conditions on the penultimate block), text_projection and
+logit_scale; for sdxl SGM's denoiser.sigmas, the first encoder's position_ids and the second's
+logit_scale.
 """
 import argparse
 import json
@@ -97,6 +104,8 @@ UNET_FIXED = {
     "conv_in.": "input_blocks.0.0.",
     "conv_norm_out.": "out.0.",
     "conv_out.": "out.2.",
+    "add_embedding.linear_1.": "label_emb.0.0.",  # SDXL's text-time embedding
+    "add_embedding.linear_2.": "label_emb.0.2.",
 }
 UNET_RESNET = [("norm1.", "in_layers.0."), ("conv1.", "in_layers.2."), ("time_emb_proj.", "emb_layers.1."),
                ("norm2.", "out_layers.0."), ("conv2.", "out_layers.3."), ("conv_shortcut.", "skip_connection.")]
@@ -193,23 +202,25 @@ def text_names(tensors):
     return {k[len("text_model."):] if k.startswith("text_model.") else k: v for k, v in tensors.items()}
 
 
-def clip_to_ldm(tensors):
-    return {"cond_stage_model.transformer.text_model." + k: v for k, v in text_names(tensors).items()}
+def clip_to_ldm(tensors, prefix="cond_stage_model.transformer."):
+    return {prefix + "text_model." + k: v for k, v in text_names(tensors).items()}
 
 
 OPEN_CLIP_LAYER = [("layer_norm1.", "ln_1."), ("layer_norm2.", "ln_2."), ("mlp.fc1.", "mlp.c_fc."),
                    ("mlp.fc2.", "mlp.c_proj."), ("self_attn.out_proj.", "attn.out_proj.")]
 
 
-def open_clip_to_ldm(tensors, config, rng, dtype):
-    """CLIPTextModel -> OpenCLIP under cond_stage_model.model.; q/k/v fused into in_proj_*, plus the
-    block diffusers drops (a random last block), text_projection and logit_scale."""
+def open_clip_to_ldm(tensors, config, rng, dtype, p="cond_stage_model.model.", sd2_extras=True):
+    """CLIPTextModel(WithProjection) -> OpenCLIP under `p`; q/k/v fused into in_proj_*. sd2_extras:
+    plus the block diffusers drops (a random last block) and a random text_projection (SD 2.x);
+    otherwise the model's own text_projection.weight [P, D] is stored as OpenCLIP's [D, P] (SDXL).
+    logit_scale either way."""
     t = text_names(tensors)
-    p = "cond_stage_model.model."
     out = {p + "token_embedding.weight": t.pop("embeddings.token_embedding.weight"),
            p + "positional_embedding": t.pop("embeddings.position_embedding.weight"),
            p + "ln_final.weight": t.pop("final_layer_norm.weight"),
            p + "ln_final.bias": t.pop("final_layer_norm.bias")}
+    projection = t.pop("text_projection.weight", None)
     layers = config["num_hidden_layers"]
     for layer in range(layers):
         src = f"encoder.layers.{layer}."
@@ -222,12 +233,17 @@ def open_clip_to_ldm(tensors, config, rng, dtype):
                 out[dst + old + part] = t.pop(src + new + part)
     if t:
         raise ValueError(f"text encoder tensors with no OpenCLIP name: {sorted(t)[:5]}")
-    # The block SD 2.x never uses (diffusers' SD_2_TEXT_ENCODER_KEYS_TO_IGNORE), shaped as block 0.
-    last = f"{p}transformer.resblocks.{layers}."
-    for name in [k for k in out if k.startswith(f"{p}transformer.resblocks.0.")]:
-        out[last + name[len(f'{p}transformer.resblocks.0.'):]] = random_like(out[name], rng, dtype)
-    width = config["hidden_size"]
-    out[p + "text_projection"] = rng.standard_normal((width, width)).astype(dtype) * dtype(0.05)
+    if sd2_extras:
+        # The block SD 2.x never uses (diffusers' SD_2_TEXT_ENCODER_KEYS_TO_IGNORE), shaped as block 0.
+        last = f"{p}transformer.resblocks.{layers}."
+        for name in [k for k in out if k.startswith(f"{p}transformer.resblocks.0.")]:
+            out[last + name[len(f'{p}transformer.resblocks.0.'):]] = random_like(out[name], rng, dtype)
+        width = config["hidden_size"]
+        out[p + "text_projection"] = rng.standard_normal((width, width)).astype(dtype) * dtype(0.05)
+    else:
+        if projection is None:
+            raise ValueError("an SDXL second text encoder needs text_projection.weight (CLIPTextModelWithProjection)")
+        out[p + "text_projection"] = np.ascontiguousarray(projection.T)
     out[p + "logit_scale"] = np.array(4.6052, dtype=np.float32)
     return out
 
@@ -243,6 +259,10 @@ def random_like(array, rng, dtype):
 def ldm_extras(unet_ldm, layout, rng):
     betas = np.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=np.float64) ** 2
     alphas = np.cumprod(1.0 - betas)
+    if layout == "sdxl":  # SGM's DiscreteDenoiser keeps the sigmas, not LDM's schedule buffers
+        return {"denoiser.sigmas": np.sqrt((1.0 - alphas) / alphas).astype(np.float32),
+                "conditioner.embedders.0.transformer.text_model.embeddings.position_ids":
+                    np.arange(77, dtype=np.int64)[None]}
     extras = {
         "betas": betas.astype(np.float32),
         "alphas_cumprod": alphas.astype(np.float32),
@@ -263,21 +283,32 @@ def ldm_extras(unet_ldm, layout, rng):
     return extras
 
 
+def read_text_encoder(folder, sub):
+    config = json.load(open(os.path.join(folder, sub, "config.json")))
+    tensors = read_safetensors(os.path.join(folder, sub, "model.safetensors"))
+    tensors.pop("text_model.embeddings.position_ids", None)
+    tensors.pop("embeddings.position_ids", None)
+    return config, tensors
+
+
 def convert(folder, layout, rng=None):
     rng = rng or np.random.default_rng(20240)
     unet_cfg = json.load(open(os.path.join(folder, "unet", "config.json")))
     vae_cfg = json.load(open(os.path.join(folder, "vae", "config.json")))
-    text_cfg = json.load(open(os.path.join(folder, "text_encoder", "config.json")))
     unet = read_safetensors(os.path.join(folder, "unet", "diffusion_pytorch_model.safetensors"))
     vae = read_safetensors(os.path.join(folder, "vae", "diffusion_pytorch_model.safetensors"))
-    text = read_safetensors(os.path.join(folder, "text_encoder", "model.safetensors"))
-    text.pop("text_model.embeddings.position_ids", None)
-    text.pop("embeddings.position_ids", None)
+    text_cfg, text = read_text_encoder(folder, "text_encoder")
 
     out = unet_to_ldm(unet, unet_cfg)
     out.update(vae_to_ldm(vae, vae_cfg))
     text_dtype = next(iter(text.values())).dtype.type
-    out.update(clip_to_ldm(text) if layout == "sd1" else open_clip_to_ldm(text, text_cfg, rng, text_dtype))
+    if layout == "sdxl":
+        text2_cfg, text2 = read_text_encoder(folder, "text_encoder_2")
+        out.update(clip_to_ldm(text, "conditioner.embedders.0.transformer."))
+        out.update(open_clip_to_ldm(text2, text2_cfg, rng, text_dtype, "conditioner.embedders.1.model.",
+                                    sd2_extras=False))
+    else:
+        out.update(clip_to_ldm(text) if layout == "sd1" else open_clip_to_ldm(text, text_cfg, rng, text_dtype))
     extras = ldm_extras({k: v for k, v in out.items() if k.startswith("model.diffusion_model.")}, layout, rng)
     clash = set(extras) & set(out)
     if clash:
@@ -299,12 +330,23 @@ TINY = {
     "unet_sd1": {"attention_head_dim": 2, "use_linear_projection": False, "upcast_attention": False},
     "unet_sd2": {"attention_head_dim": [1, 2], "use_linear_projection": True, "upcast_attention": True,
                  "layers_per_block": 2},
+    # SDXL's shape in small: a first level without attention, depths per level (the mid block and
+    # the first up block take 2), linear projections, the text-time embedding over the second
+    # encoder's 6-wide projection and 6 size ids of 4 (add_embedding input 6 + 24 = 30), context
+    # 12 + 16 = 28.
+    "unet_sdxl": {"down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"],
+                  "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"], "attention_head_dim": [1, 2],
+                  "transformer_layers_per_block": [1, 2], "use_linear_projection": True,
+                  "cross_attention_dim": 28, "addition_embed_type": "text_time", "addition_time_embed_dim": 4,
+                  "projection_class_embeddings_input_dim": 30, "sample_size": 16},
     "vae": {"block_out_channels": [4, 8], "layers_per_block": 1, "latent_channels": 4, "norm_num_groups": 4,
             "in_channels": 3, "out_channels": 3, "sample_size": 16, "scaling_factor": 0.18215,
             "down_block_types": ["DownEncoderBlock2D"] * 2, "up_block_types": ["UpDecoderBlock2D"] * 2},
     "text": {"vocab_size": 64, "hidden_size": 12, "intermediate_size": 24, "num_hidden_layers": 2,
              "num_attention_heads": 2, "max_position_embeddings": 77, "layer_norm_eps": 1e-5,
              "bos_token_id": 62, "eos_token_id": 63, "pad_token_id": 1, "projection_dim": 12},
+    "text_2": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+               "projection_dim": 6},
 }
 
 
@@ -330,6 +372,8 @@ def unet_shapes(c):
     s = Names()
     ch, n, x = c["block_out_channels"], c["layers_per_block"], c["cross_attention_dim"]
     t = 4 * ch[0]
+    depth = c.get("transformer_layers_per_block", 1)
+    depth = depth if isinstance(depth, list) else [depth] * len(ch)
 
     def resnet(p, cin, cout):
         s.norm(p + ".norm1", cin)
@@ -340,37 +384,41 @@ def unet_shapes(c):
         if cin != cout:
             s.conv(p + ".conv_shortcut", cout, cin, 1)
 
-    def transformer(p, w):
+    def transformer(p, w, blocks):
         s.norm(p + ".norm", w)
         for proj in ("proj_in", "proj_out"):
             if c["use_linear_projection"]:
                 s.linear(f"{p}.{proj}", w, w)
             else:
                 s.conv(f"{p}.{proj}", w, w, 1)
-        b = p + ".transformer_blocks.0"
-        for attn, kv in (("attn1", w), ("attn2", x)):
-            s.linear(f"{b}.{attn}.to_q", w, w, bias=False)
-            s.linear(f"{b}.{attn}.to_k", w, kv, bias=False)
-            s.linear(f"{b}.{attn}.to_v", w, kv, bias=False)
-            s.linear(f"{b}.{attn}.to_out.0", w, w)
-        for k in (1, 2, 3):
-            s.norm(f"{b}.norm{k}", w)
-        s.linear(b + ".ff.net.0.proj", 8 * w, w)
-        s.linear(b + ".ff.net.2", w, 4 * w)
+        for k in range(blocks):
+            b = f"{p}.transformer_blocks.{k}"
+            for attn, kv in (("attn1", w), ("attn2", x)):
+                s.linear(f"{b}.{attn}.to_q", w, w, bias=False)
+                s.linear(f"{b}.{attn}.to_k", w, kv, bias=False)
+                s.linear(f"{b}.{attn}.to_v", w, kv, bias=False)
+                s.linear(f"{b}.{attn}.to_out.0", w, w)
+            for k2 in (1, 2, 3):
+                s.norm(f"{b}.norm{k2}", w)
+            s.linear(b + ".ff.net.0.proj", 8 * w, w)
+            s.linear(b + ".ff.net.2", w, 4 * w)
 
     s.conv("conv_in", ch[0], c["in_channels"], 3)
     s.linear("time_embedding.linear_1", t, ch[0])
     s.linear("time_embedding.linear_2", t, t)
+    if c.get("addition_embed_type") == "text_time":
+        s.linear("add_embedding.linear_1", t, c["projection_class_embeddings_input_dim"])
+        s.linear("add_embedding.linear_2", t, t)
     levels = len(ch)
     for b, kind in enumerate(c["down_block_types"]):
         for j in range(n):
             resnet(f"down_blocks.{b}.resnets.{j}", (ch[b - 1] if b else ch[0]) if j == 0 else ch[b], ch[b])
             if kind.startswith("CrossAttn"):
-                transformer(f"down_blocks.{b}.attentions.{j}", ch[b])
+                transformer(f"down_blocks.{b}.attentions.{j}", ch[b], depth[b])
         if b < levels - 1:
             s.conv(f"down_blocks.{b}.downsamplers.0.conv", ch[b], ch[b], 3)
     resnet("mid_block.resnets.0", ch[-1], ch[-1])
-    transformer("mid_block.attentions.0", ch[-1])
+    transformer("mid_block.attentions.0", ch[-1], depth[-1])
     resnet("mid_block.resnets.1", ch[-1], ch[-1])
     rev = ch[::-1]
     for i, kind in enumerate(c["up_block_types"]):
@@ -378,7 +426,7 @@ def unet_shapes(c):
         for j in range(n + 1):
             resnet(f"up_blocks.{i}.resnets.{j}", (prev if j == 0 else out) + (skip_last if j == n else out), out)
             if kind.startswith("CrossAttn"):
-                transformer(f"up_blocks.{i}.attentions.{j}", out)
+                transformer(f"up_blocks.{i}.attentions.{j}", out, depth[levels - 1 - i])
         if i < levels - 1:
             s.conv(f"up_blocks.{i}.upsamplers.0.conv", out, out, 3)
     s.norm("conv_norm_out", ch[0])
@@ -444,6 +492,8 @@ def text_shapes(c):
         s.linear(p + ".mlp.fc1", inner, d)
         s.linear(p + ".mlp.fc2", d, inner)
     s.norm("final_layer_norm", d)
+    if "CLIPTextModelWithProjection" in c.get("architectures", []):
+        s.linear("text_projection", c["projection_dim"], d, bias=False)
     return s.shapes
 
 
@@ -472,27 +522,42 @@ def make_random_folder(folder, layout, seed):
     unet_cfg = dict(TINY["unet"], **TINY["unet_" + layout], _class_name="UNet2DConditionModel")
     vae_cfg = dict(TINY["vae"], _class_name="AutoencoderKL")
     text_cfg = dict(TINY["text"], architectures=["CLIPTextModel"], model_type="clip_text_model",
-                    hidden_act="quick_gelu" if layout == "sd1" else "gelu")
+                    hidden_act="gelu" if layout == "sd2" else "quick_gelu")
     parts = [("unet", unet_cfg, unet_shapes(unet_cfg), np.float16, "diffusion_pytorch_model"),
              ("vae", vae_cfg, vae_shapes(vae_cfg), np.float32, "diffusion_pytorch_model"),
              ("text_encoder", text_cfg, text_shapes(text_cfg), np.float16, "model")]
+    if layout == "sdxl":
+        vae_cfg.update(scaling_factor=0.13025, force_upcast=True)
+        text2_cfg = dict(TINY["text"], **TINY["text_2"], architectures=["CLIPTextModelWithProjection"],
+                         model_type="clip_text_model", hidden_act="gelu")
+        parts.append(("text_encoder_2", text2_cfg, text_shapes(text2_cfg), np.float16, "model"))
+        write_config(os.path.join(folder, "model_index.json"), {
+            "_class_name": "StableDiffusionXLPipeline", "force_zeros_for_empty_prompt": True,
+            "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"],
+            "text_encoder": ["transformers", "CLIPTextModel"],
+            "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"],
+            "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "CLIPTokenizer"],
+            "scheduler": ["diffusers", "EulerDiscreteScheduler"]})
     for sub, config, shapes, dtype, stem in parts:
+        tensors = random_tensors(shapes, rng, dtype)
+        if sub == "text_encoder_2":  # transformers' unflattened names, beside text_encoder's flattened ones
+            tensors = {(k if k == "text_projection.weight" else "text_model." + k): v for k, v in tensors.items()}
         write_config(os.path.join(folder, sub, "config.json"), config)
-        write_safetensors(os.path.join(folder, sub, stem + ".safetensors"), random_tensors(shapes, rng, dtype),
-                          {"format": "pt"})
+        write_safetensors(os.path.join(folder, sub, stem + ".safetensors"), tensors, {"format": "pt"})
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
     parser.add_argument("out")
-    parser.add_argument("--layout", choices=["sd1", "sd2"], required=True)
+    parser.add_argument("--layout", choices=["sd1", "sd2", "sdxl"], required=True)
     parser.add_argument("--random", action="store_true", help="first write a tiny random pipeline at FOLDER")
-    parser.add_argument("--seed", type=int, default=None, help="--random's seed (default: 1 for sd1, 2 for sd2)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="--random's seed (default: 1 for sd1, 2 for sd2, 3 for sdxl)")
     args = parser.parse_args()
     if args.random:
         make_random_folder(args.folder, args.layout, args.seed if args.seed is not None else
-                           {"sd1": 1, "sd2": 2}[args.layout])
+                           {"sd1": 1, "sd2": 2, "sdxl": 3}[args.layout])
     tensors = convert(args.folder, args.layout)
     write_safetensors(args.out, tensors, {"format": "pt"})
     print(f"{args.out}: {len(tensors)} tensors, {os.path.getsize(args.out)} bytes")
