@@ -92,14 +92,16 @@ for what in "$@"; do
   torch)
     step unet_torch_sd15 300 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_unet.py --shape sd15 \
       --batch 1,8 --cfg 7 --repeats 20 --modes eager,graph,compile+graph
+    ;;
+  torchjobs)
     stepmem torch_sd15_eager 200 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
       --size 2048 --tile 512 --overlap 64 --steps 20 --cfg 7 --batch 4
     stepmem torch_sd15_compile 330 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
       --size 2048 --tile 512 --overlap 64 --steps 20 --cfg 7 --batch 4 --compile
-    ;;
-  torchvae)
     stepmem torch_vae_2048 120 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
       --size 2048 --vae-only --repeats 3
+    ;;
+  torchvae)
     stepmem torch_vae_4096 200 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sd15 \
       --size 4096 --vae-only --repeats 3
     ;;
