@@ -53,6 +53,8 @@ constexpr NameTable<Precision, 3> kPrecisionNames{
     {{Precision::FP32, "fp32"}, {Precision::FP16, "fp16"}, {Precision::BF16, "bf16"}}};
 constexpr NameTable<BackendKind, 3> kBackendNames{
     {{BackendKind::Auto, "auto"}, {BackendKind::CPU, "cpu"}, {BackendKind::CUDA, "cuda"}}};
+constexpr NameTable<SdxlSizeConditioning, 2> kSdxlSizeNames{
+    {{SdxlSizeConditioning::Image, "image"}, {SdxlSizeConditioning::Tile, "tile"}}};
 
 template <typename E, std::size_t N>
 std::string_view nameOf(const NameTable<E, N>& table, E value) {
@@ -361,7 +363,8 @@ const std::vector<std::string_view> kRunConfigKeys{
     "width",  "height",       "seed",        "steps",     "scheduler", "scheduler_options", "tile",
     "overlap", "window",      "fusion",      "batch",     "graphs",    "graph_warmup",      "graph_cache",
     "lanes",  "precision",    "backend",     "model",     "preview_every", "init",          "strength",
-    "preserve_color", "label", "tuning_cache", "prompt", "negative_prompt", "cfg", "clip_skip", "upscale"};
+    "preserve_color", "label", "tuning_cache", "prompt", "negative_prompt", "cfg", "clip_skip", "upscale",
+    "sdxl_size_conditioning"};
 
 SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
     if (!j.is_object()) wrongType("scheduler_options", j, "an object");
@@ -398,6 +401,7 @@ std::string_view toString(FusionRule v) { return nameOf(kFusionNames, v); }
 std::string_view toString(GraphMode v) { return nameOf(kGraphNames, v); }
 std::string_view toString(Precision v) { return nameOf(kPrecisionNames, v); }
 std::string_view toString(BackendKind v) { return nameOf(kBackendNames, v); }
+std::string_view toString(SdxlSizeConditioning v) { return nameOf(kSdxlSizeNames, v); }
 
 SchedulerKind parseScheduler(std::string_view s, std::string_view f) { return parseName(kSchedulerNames, s, f); }
 BetaSchedule parseBetaSchedule(std::string_view s, std::string_view f) { return parseName(kBetaScheduleNames, s, f); }
@@ -409,6 +413,9 @@ FusionRule parseFusionRule(std::string_view s, std::string_view f) { return pars
 GraphMode parseGraphMode(std::string_view s, std::string_view f) { return parseName(kGraphNames, s, f); }
 Precision parsePrecision(std::string_view s, std::string_view f) { return parseName(kPrecisionNames, s, f); }
 BackendKind parseBackend(std::string_view s, std::string_view f) { return parseName(kBackendNames, s, f); }
+SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view s, std::string_view f) {
+    return parseName(kSdxlSizeNames, s, f);
+}
 
 int RunConfig::overlapPixels() const {
     if (!overlapFraction) return overlapPx;
@@ -513,6 +520,7 @@ nlohmann::json toJson(const RunConfig& c) {
         {"cfg", c.cfgScale},
         {"clip_skip", c.clipSkip},
         {"upscale", c.upscale},
+        {"sdxl_size_conditioning", toString(c.sdxlSizeConditioning)},
     };
     // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
     // pixels as a JSON integer.
@@ -554,6 +562,8 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
         else if (key == "cfg") c.cfgScale = readReal(value, key);
         else if (key == "clip_skip") c.clipSkip = readInt(value, key);
         else if (key == "upscale") c.upscale = readReal(value, key);
+        else if (key == "sdxl_size_conditioning")
+            c.sdxlSizeConditioning = parseSdxlSizeConditioning(readString(value, key), key);
         else unknownKey(key, kRunConfigKeys);
     }
     return c;

@@ -27,6 +27,7 @@ RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
 struct SdConditioning {
     int tokens = 0, channels = 0;                // per row: [tokens, channels]
     std::vector<float> cond, uncond;             // uncond empty without guidance
+    std::vector<float> pooledCond, pooledUncond; // SDXL: the pooled, projected text (empty otherwise)
     std::vector<std::string> messages;           // what the record says about them
 };
 SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config);
