@@ -315,6 +315,25 @@ void tabulateAddedCond(TiledPass& pass, const Denoiser& denoiser, const TilePlan
     }
 }
 
+// An SDXL run's per-tile text_embeds_time: the caller's function (`replaced`), else the prompts'
+// pooled text with config.sdxlSizeConditioning's ids; the record says which.
+void addSdxlConditioning(Denoiser& denoiser, const SdModel& sd, const RunConfig& config, SdConditioning& conditioning,
+                         const AddedConditioning& replaced) {
+    const UNetCondConfig& unet = sd.unet->config();
+    denoiser.addedCondDim = unet.textTimeDim();
+    denoiser.addedCond = replaced ? replaced
+                                  : sdxlAddedConditioning(unet, config.sdxlSizeConditioning,
+                                                          std::move(conditioning.pooledCond),
+                                                          std::move(conditioning.pooledUncond));
+    std::string how = replaced ? "replaced by the caller's per-tile vectors"
+                      : config.sdxlSizeConditioning == SdxlSizeConditioning::Image
+                          ? "every tile: original and target size " + std::to_string(config.width) + "x" +
+                                std::to_string(config.height) + ", crop 0,0"
+                          : "original size the image's, crop the tile's offset, target size the tile's";
+    conditioning.messages.push_back("sdxl: size conditioning " + std::string(toString(config.sdxlSizeConditioning)) +
+                                    " (" + how + ")");
+}
+
 // Messages during a run go to the record and to the observer at once.
 std::function<void(const std::string&)> sayTo(RunRecord& record, RunObserver& observer) {
     return [&record, &observer](const std::string& message) {
@@ -490,21 +509,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     auto denoiser = std::make_shared<Denoiser>(*denoiser_);   // this run's conditioning, same graph
     denoiser->cond = std::move(conditioning.cond);
     denoiser->uncond = std::move(conditioning.uncond);
-    const UNetCondConfig& unet = sd->unet->config();
-    if (unet.hasTextTime()) {
-        denoiser->addedCondDim = unet.textTimeDim();
-        denoiser->addedCond = addedCond_ ? addedCond_
-                                         : sdxlAddedConditioning(unet, config.sdxlSizeConditioning,
-                                                                 std::move(conditioning.pooledCond),
-                                                                 std::move(conditioning.pooledUncond));
-        conditioning.messages.push_back(
-            std::string("sdxl: size conditioning ") + std::string(toString(config.sdxlSizeConditioning)) +
-            (addedCond_ ? " (replaced by the caller's per-tile vectors)"
-             : config.sdxlSizeConditioning == SdxlSizeConditioning::Image
-                 ? " (every tile: original and target size " + std::to_string(config.width) + "x" +
-                       std::to_string(config.height) + ", crop 0,0)"
-                 : " (original size the image, crop the tile's offset, target size the tile's)"));
-    }
+    if (sd->unet->config().hasTextTime()) addSdxlConditioning(*denoiser, *sd, config, conditioning, addedCond_);
     // The VAE's precision (SDXL: float32 where its config says force_upcast).
     RunConfig vaeConfig = config;
     std::string vaeWhy;
