@@ -143,6 +143,7 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"sdxl-size-conditioning", {"sdxl_size_conditioning", true, [](CliOptions& o, const std::string& v) {
                                         o.config.sdxlSizeConditioning = parseSdxlSizeConditioning(v);
                                     }}},
+        {"vae-tiling", {"vae_tiling", true, [](CliOptions& o, const std::string& v) { o.config.vaeTiling = parseVaeTiling(v); }}},
         {"preserve-color", {"preserve_color", false, [](CliOptions& o, const std::string&) { o.config.preserveColor = true; }}},
         {"out", {"", true, [](CliOptions& o, const std::string& v) {
                      if (v.empty()) fail("out", "an output folder is needed");
@@ -436,6 +437,9 @@ std::string cliUsage(CliCommand command) {
         "  --sdxl-size-conditioning image|tile  SDXL: the size ids each tile's conditioning carries: the\n"
         "                         whole image's, crop 0,0 (image, A1111's Tiled Diffusion; default) or\n"
         "                         crop = the tile's offset, target = the tile's size (tile)\n"
+        "  --vae-tiling MODE      Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
+        "                         GroupNorm statistics (on), whole (off), or whole where it fits the\n"
+        "                         memory the run may use, else tiled (auto, the default)\n"
         "  --label TEXT           free text stored with the run\n"
         "  --tuning-cache FILE|off  CUDA: file of timed algorithm choices reused by later runs, so that\n"
         "                         a new process makes the same choices and the same image (default\n"

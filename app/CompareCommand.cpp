@@ -22,6 +22,7 @@
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
 #include "core/BoundedInput.h"
+#include "core/ConfigDiff.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
 #include "core/RunRecordIO.h"
@@ -153,22 +154,6 @@ std::string executableDir() {
 std::string resolveModel(const std::string& given) { return resolveModelFolder(given, executableDir()); }
 
 // Every leaf of a RunConfig JSON object, scheduler options as "scheduler_options.eta".
-std::map<std::string, nlohmann::json> flatten(const nlohmann::json& config) {
-    std::map<std::string, nlohmann::json> leaves;
-    for (const auto& [key, value] : config.items()) {
-        if (value.is_object())
-            for (const auto& [inner, innerValue] : value.items()) leaves[key + "." + inner] = innerValue;
-        else
-            leaves[key] = value;
-    }
-    return leaves;
-}
-
-std::string shown(const nlohmann::json& value) {
-    if (value.is_string()) return value.get<std::string>().empty() ? "\"\"" : excerpt(value.get<std::string>());
-    return excerpt(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-}
-
 // Collects the engine's notes; the progress is one line per pair.
 class NoteObserver : public RunObserver {
 public:
@@ -570,22 +555,11 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         return kExitInvalid;
     }
 
-    const nlohmann::json jsonA = toJson(a.config), jsonB = toJson(b.config);
     std::vector<std::string> differences;
     nlohmann::json differencesJson = nlohmann::json::object();
-    {
-        const auto leavesA = flatten(jsonA), leavesB = flatten(jsonB);
-        for (const auto& [key, valueA] : leavesA) {
-            // The engines take the noise schedule from the model; of scheduler_options only eta
-            // and timestep_spacing come from the run (a manifest holds the model's, resolved).
-            if (key.rfind("scheduler_options.", 0) == 0 && key != "scheduler_options.eta" &&
-                key != "scheduler_options.timestep_spacing")
-                continue;
-            const auto other = leavesB.find(key);
-            if (other == leavesB.end() || other->second == valueA) continue;
-            differences.push_back(key + " " + shown(valueA) + " -> " + shown(other->second));
-            differencesJson[key] = {valueA, other->second};
-        }
+    for (const SettingDifference& d : configDifferences(a.config, b.config)) {
+        differences.push_back(d.key + " " + d.a + " -> " + d.b);
+        differencesJson[d.key] = {d.valueA, d.valueB};
     }
 
     const bool sharedEngine = a.config.backend == b.config.backend;

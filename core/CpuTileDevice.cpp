@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/BlendWindow.h"
+#include "core/HostMemoryEstimate.h"
 #include "core/NonFiniteError.h"
 #include "core/Philox.h"
 #include "core/RunRecord.h"
@@ -306,6 +307,12 @@ SeamSums CpuTileDevice::readSeams() { return std::move(seams_); }
 Backend& CpuTileDevice::wholeGraphBackend(const RunConfig&) {
     if (!whole_) whole_ = std::make_unique<CpuBackend>();
     return *whole_;
+}
+
+std::optional<VaeMemoryBudget> CpuTileDevice::vaeMemoryBudget(const RunConfig&) {
+    const std::optional<HostMemory> host = availableHostMemory();
+    if (!host) return std::nullopt;
+    return VaeMemoryBudget{host->availableBytes, 4, true, "host: " + host->source};
 }
 
 }  // namespace tessera

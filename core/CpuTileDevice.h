@@ -49,6 +49,8 @@ public:
     SeamSums readSeams() override;
     void finishRun(RunRecord&) override {}
     Backend& wholeGraphBackend(const RunConfig& config) override;
+    // The host memory the process may still allocate (float32 activations).
+    std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config) override;
 
 private:
     std::vector<float>& output() { return pass_->inPlace ? x_ : y_; }

@@ -121,6 +121,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     if (c.preserveColor) add("Preserve color", "True");
     if (c.sdxlSizeConditioning != SdxlSizeConditioning::Image)
         add("SDXL size conditioning", std::string(toString(c.sdxlSizeConditioning)));
+    if (c.vaeTiling != VaeTiling::Auto) add("VAE tiling", std::string(toString(c.vaeTiling)));
     if (c.scheduler == SchedulerKind::DDIM && c.schedulerOptions.eta != 0.0f)
         add("Eta DDIM", formatNumber(c.schedulerOptions.eta));
     add("Version", std::string("tessera-") + TESSERA_VERSION);
@@ -446,7 +447,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 20> kKeyRules{{
+const std::array<KeyRule, 21> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) -> std::string {
@@ -472,6 +473,7 @@ const std::array<KeyRule, 20> kKeyRules{{
     {"Precision", "precision", [](std::string_view v, RunConfig& c) { return readName(v, c.precision, parsePrecision); }},
     {"Backend", "backend", [](std::string_view v, RunConfig& c) { return readName(v, c.backend, parseBackend); }},
     {"Upscale", "upscale", [](std::string_view v, RunConfig& c) { return readReal(v, c.upscale); }},
+    {"VAE tiling", "vae_tiling", [](std::string_view v, RunConfig& c) { return readName(v, c.vaeTiling, parseVaeTiling); }},
     {"Preserve color", "preserve_color", [](std::string_view v, RunConfig& c) -> std::string {
         const std::string_view s = trimAscii(v);
         if (s != "True" && s != "False") return "is not True or False; ignored";
@@ -626,6 +628,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.upscale == b.upscale, "upscale");
     check(a.preserveColor == b.preserveColor, "preserve_color");
     check(a.sdxlSizeConditioning == b.sdxlSizeConditioning, "sdxl_size_conditioning");
+    check(a.vaeTiling == b.vaeTiling, "vae_tiling");
     check(a.scheduler != SchedulerKind::DDIM || a.schedulerOptions.eta == b.schedulerOptions.eta, "eta");
     return differ;
 }

@@ -48,7 +48,7 @@ InfotextExtras infotextExtras(const RunRecord& record);
 // Keys in A1111's order (Steps, Sampler, Schedule type, CFG scale, Seed, Size, Model hash, Model,
 // Denoising strength (with an init image), Clip skip (> 1)), then Tessera's own as A1111's
 // extra_generation_params (Tile, Overlap (pixels), Window, Fusion, Batch, Graphs, Precision,
-// Backend, Upscale (when not 1), Preserve color (when on), Eta DDIM (DDIM with eta not 0, A1111's
+// Backend, Upscale (when not 1), Preserve color (when on), VAE tiling (when not auto), Eta DDIM (DDIM with eta not 0, A1111's
 // key for it)), then Version. A value holding ',', '\n' or ':' is written as a JSON string
 // literal (A1111's quote); the whole text is stripped of surrounding white space.
 std::string infotext(const RunConfig& config, const InfotextExtras& extras);
@@ -108,7 +108,7 @@ struct ImportedSettings {
 // Steps, Sampler with Schedule type (Euler a, Euler, DPM++ 2M (Karras or not), DDIM, DDPM; the
 // pre-1.9 combined names "DPM++ 2M Karras"; no Schedule type key = pre-1.9 = no Karras), CFG scale, Seed, Size, Clip skip, Denoising strength
 // (unless it belongs to a hires fix), and Tessera's own keys (Tile, Overlap, Window, Fusion,
-// Batch, Graphs, Precision, Backend, Upscale, Preserve color, Eta DDIM or Eta). Model hash and
+// Batch, Graphs, Precision, Backend, Upscale, Preserve color, VAE tiling, Eta DDIM or Eta). Model hash and
 // Model are reported, not applied (the model is chosen by path); Version is ignored; every other
 // key, and a value that cannot be read ("Steps: many"), is listed in `unmapped`. Values are not
 // range-checked here: validate() names a bad one. Never throws.
@@ -118,7 +118,7 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 // and `b`, by CLI name: the prompt and negative prompt, steps, scheduler (and
 // use_karras_sigmas for Euler and DPM++ 2M), cfg, seed, width, height, clip_skip, strength (when
 // `a` has an init image), tile, overlap (in pixels), window, fusion, batch, graphs, precision,
-// backend, upscale, preserve_color, eta (DDIM). Empty when a PNG written from `a` reads back as `a`.
+// backend, upscale, preserve_color, vae_tiling, eta (DDIM). Empty when a PNG written from `a` reads back as `a`.
 std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b);
 
 // ComfyUI's "prompt" chunk (its API graph: node id -> {"class_type", "inputs"}), parsed through

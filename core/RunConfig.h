@@ -43,6 +43,9 @@ enum class BackendKind { Auto, CPU, CUDA };
 // whole image's size and crop (0, 0), as A1111's Tiled Diffusion passes it; Tile = original size the
 // image, crop the tile's offset, target size the tile's.
 enum class SdxlSizeConditioning { Image, Tile };
+// The VAE's decode and encode (Stable Diffusion models): tiled with whole-image GroupNorm
+// statistics (core/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
+enum class VaeTiling { Auto, On, Off };
 
 // Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...).
 std::string_view toString(SchedulerKind);
@@ -56,6 +59,7 @@ std::string_view toString(GraphMode);
 std::string_view toString(Precision);
 std::string_view toString(BackendKind);
 std::string_view toString(SdxlSizeConditioning);
+std::string_view toString(VaeTiling);
 // parseX throws ValidationError(field, "... 'x' is not one of a, b, c") on an unknown name.
 SchedulerKind parseScheduler(std::string_view, std::string_view field = "scheduler");
 BetaSchedule parseBetaSchedule(std::string_view, std::string_view field = "beta_schedule");
@@ -68,6 +72,7 @@ GraphMode parseGraphMode(std::string_view, std::string_view field = "graphs");
 Precision parsePrecision(std::string_view, std::string_view field = "precision");
 BackendKind parseBackend(std::string_view, std::string_view field = "backend");
 SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view, std::string_view field = "sdxl_size_conditioning");
+VaeTiling parseVaeTiling(std::string_view, std::string_view field = "vae_tiling");
 
 // Scheduler options, with diffusers' names and defaults (shared/spec/unet2d.md §5).
 struct SchedulerOptions {
@@ -130,6 +135,7 @@ struct RunConfig {
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
     // then the init image's size times upscale, rounded down to multiples of 8).
     double upscale = 1.0;
+    VaeTiling vaeTiling = VaeTiling::Auto;   // the VAE's decode/encode: auto, on (tiled), off (whole)
 
     // Where timed algorithm choices are kept (core/TuningCache.h), so that another process
     // makes the same choices: "" = the user's cache folder ($TESSERA_TUNING_CACHE, else
@@ -172,7 +178,8 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, model, preview_every, init, strength,
 // preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
-// sdxl_size_conditioning. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
+// sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key; missing
+// keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 

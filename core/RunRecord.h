@@ -119,6 +119,10 @@ struct RunRecord {
     std::string status = "finished";   // finished / cancelled / failed
     std::string error;                 // for failed
     std::string imageSha256;           // of the 8-bit RGB image, row-major
+    // How visible the tile borders are in the finished image (core/SeamScore.h): 1.0 = not at
+    // all; -1 = not measured (one tile, or the run did not finish).
+    double seamScore = -1;
+    double seamWorst = -1;             // the most visible border line's ratio
     std::vector<std::string> messages; // warnings shown to the user (fallbacks, etc.)
 };
 

@@ -228,6 +228,8 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["total_ms"] = r.totalMs;
     j["peak_device_mib"] = r.peakDeviceMiB;
     j["image_sha256"] = r.imageSha256;
+    j["seam_score"] = r.seamScore;
+    j["seam_worst"] = r.seamWorst;
     j["messages"] = r.messages;
     return j;
 }
@@ -371,6 +373,8 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     top.read(j, "total_ms", r.totalMs);
     top.read(j, "peak_device_mib", r.peakDeviceMiB);
     top.read(j, "image_sha256", r.imageSha256);
+    top.read(j, "seam_score", r.seamScore);
+    top.read(j, "seam_worst", r.seamWorst);
     if (const auto it = j.find("messages"); it != j.end()) {
         if (!it->is_array()) ManifestReader::fail("messages", "an array of strings");
         for (const auto& m : *it) {

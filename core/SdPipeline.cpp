@@ -89,13 +89,16 @@ SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
     return out;
 }
 
-ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents) {
-    const VaeConfig& vae = model.vae->config();
-    return fromHost(model.vae->decode(backend, unscaleLatents(vae, toHost(latents))));
+ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents,
+                          const VaePassOptions& options, std::string* description) {
+    const HostTensor z = unscaleLatents(model.vae->config(), toHost(latents));
+    return fromHost(runVaePass(backend, *model.vae, z, true, options.tiling, options.budget, description));
 }
 
-ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image) {
-    const HostTensor moments = model.vae->encode(backend, toHost(image));
+ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image, const VaePassOptions& options,
+                        std::string* description) {
+    const HostTensor moments =
+        runVaePass(backend, *model.vae, toHost(image), false, options.tiling, options.budget, description);
     return fromHost(scaleLatents(model.vae->config(), posteriorMean(moments)));
 }
 

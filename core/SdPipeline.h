@@ -4,11 +4,13 @@
 // shared/spec/sd-pipeline.md §2, §3.1, §3.3. Qt-free.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/Engine.h"
 #include "core/SdModel.h"
+#include "core/TiledVae.h"
 
 namespace tessera {
 
@@ -32,12 +34,21 @@ struct SdConditioning {
 };
 SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config);
 
+// How a decode or encode runs: tiled, whole, or by the budget (core/TiledVae.h planVaePass).
+struct VaePassOptions {
+    VaeTiling tiling = VaeTiling::Off;
+    std::optional<VaeMemoryBudget> budget;
+};
+
 // latents (C x h x w, scaled as the UNet sees them) -> image (3 x h*f x w*f in [-1, 1]) with the
-// VAE's decoder on `backend`, whole (f = the VAE's scale).
-ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents);
+// VAE's decoder on `backend`, whole or tiled as `options` say (f = the VAE's scale).
+// `description` (when non-null) receives which, for the run record (core/TiledVae.h runVaePass).
+ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents,
+                          const VaePassOptions& options = {}, std::string* description = nullptr);
 // image (3 x H x W in [-1, 1]) -> scaled latents: the VAE's encoder, the posterior's mean times
-// the scaling factor (what img2img starts from).
-ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image);
+// the scaling factor (what img2img starts from); whole or tiled as for decodeLatents.
+ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image,
+                        const VaePassOptions& options = {}, std::string* description = nullptr);
 // A preview of latents as RGB at image size: A1111's "Approx cheap" linear map per latent pixel
 // (4 x 3 coefficients), each latent pixel shown as an f x f block.
 ImageTensor latentPreview(const SdModel& model, const ImageTensor& latents);

@@ -33,4 +33,6 @@ Backend& TileDevice::wholeGraphBackend(const RunConfig&) {
     throw std::logic_error("this tile device has no backend for whole graphs (the VAE)");
 }
 
+std::optional<VaeMemoryBudget> TileDevice::vaeMemoryBudget(const RunConfig&) { return std::nullopt; }
+
 }  // namespace tessera

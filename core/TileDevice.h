@@ -24,6 +24,7 @@
 #include "core/Denoiser.h"
 #include "core/RunConfig.h"
 #include "core/StepUpdate.h"
+#include "core/TiledVae.h"
 
 namespace tessera {
 
@@ -218,6 +219,11 @@ public:
     // the tile function's so that using it keeps the sampler's plan. Precision: the device's.
     // Throws std::logic_error on a device that has none (test devices).
     virtual Backend& wholeGraphBackend(const RunConfig& config);
+    // The memory wholeGraphBackend's work may use now (vae_tiling auto decodes whole when the
+    // activations fit it): the CPU device, the host memory the process may still allocate; a
+    // GPU device, its free device memory. nullopt where the device cannot tell (then auto
+    // decodes whole).
+    virtual std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config);
 };
 
 }  // namespace tessera

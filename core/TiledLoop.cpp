@@ -15,6 +15,7 @@
 #include "core/RunRecordIO.h"  // newRunId
 #include "core/Scheduler.h"
 #include "core/SdPipeline.h"
+#include "core/SeamScore.h"
 #include "core/TilePlan.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetGraph.h"
@@ -77,6 +78,33 @@ ImageTensor seamMapFrom(int channels, int height, int width, const SeamSums& s) 
             map.data[pix] = std::max(map.data[pix], sd);
         }
     return map;
+}
+
+// The record's configuration says what ran, not what was asked (issue #17: a CUDA request that
+// ran on the CPU was listed as "cuda", and fp16 where the CPU computes fp32): the backend the
+// device reported and the precision it computes in; a note says what was asked instead.
+void recordWhatRan(RunRecord& record, const DevicePlan& plan) {
+    RunConfig& c = record.config;
+    if (plan.precision != c.precision) {
+        record.messages.push_back("precision: " + std::string(toString(plan.precision)) + " (the " +
+                                  record.environment.backend + " backend computes in " +
+                                  std::string(toString(plan.precision)) + "; " + std::string(toString(c.precision)) +
+                                  " was asked)");
+        c.precision = plan.precision;
+    }
+    const BackendKind ran = record.environment.backend == "cuda" ? BackendKind::CUDA : BackendKind::CPU;
+    c.backend = ran;
+}
+
+// What the record says about the finished image: its hash and how visible the tile borders are
+// (`config` in image pixels).
+void describeImage(RunResult& result, const RunConfig& config) {
+    RunRecord& record = result.record;
+    record.imageSha256 = imageSha256(toRgb8(result.image));
+    if (record.status != "finished") return;
+    const SeamScore seams = seamScore(result.image, TilePlan::fromConfig(config));
+    record.seamScore = seams.score;
+    record.seamWorst = seams.worst;
 }
 
 // What the record says about the run before it starts: the configuration as run (the model's
@@ -477,7 +505,7 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     job.init = hasInitImage() ? &init_ : nullptr;
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     if (job.init && config.preserveColor && result.record.status == "finished") matchColour(result.image, init_);
-    result.record.imageSha256 = imageSha256(toRgb8(result.image));
+    describeImage(result, config);
     return result;
 }
 
@@ -524,25 +552,32 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     job.pixelScale = sd->vaeScale();
     ImageTensor initLatents;
     if (hasInitImage()) {
-        initLatents = encodeImage(*sd, device.wholeGraphBackend(vaeConfig), init_);
+        const auto encodeStart = Clock::now();
+        std::string how;
+        initLatents = encodeImage(*sd, device.wholeGraphBackend(vaeConfig), init_,
+                                  VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
         job.init = &initLatents;
         job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample)");
+        job.messages.push_back("vae encode: " + how + ", " + std::to_string(static_cast<long long>(msSince(encodeStart))) +
+                               " ms");
     }
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     RunRecord& record = result.record;
     if (record.status == "finished") {
         const auto decodeStart = Clock::now();
-        result.image = decodeLatents(*sd, device.wholeGraphBackend(vaeConfig), result.image);
-        record.messages.push_back("vae: decoded " + std::to_string(config.width) + "x" +
-                                  std::to_string(config.height) + " untiled in " +
-                                  std::to_string(static_cast<long long>(msSince(decodeStart))) + " ms");
+        std::string how;
+        result.image = decodeLatents(*sd, device.wholeGraphBackend(vaeConfig), result.image,
+                                     VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
+        record.messages.push_back("vae decode: " + std::to_string(config.width) + "x" + std::to_string(config.height) +
+                                  " " + how + ", " + std::to_string(static_cast<long long>(msSince(decodeStart))) +
+                                  " ms");
         record.totalMs += msSince(decodeStart);
         if (!result.seamMap.data.empty()) result.seamMap = upsampleNearest(result.seamMap, sd->vaeScale());
         if (hasInitImage() && config.preserveColor) matchColour(result.image, init_);
     } else {
         result.image = latentPreview(*sd, result.image);
     }
-    record.imageSha256 = imageSha256(toRgb8(result.image));
+    describeImage(result, config);
     return result;
 }
 
@@ -581,6 +616,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
         DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches,
                       guidance.has_value()},
         record);
+    recordWhatRan(record, devicePlan);
 
     TiledPass pass;
     pass.inChannels = pass.outChannels = C;

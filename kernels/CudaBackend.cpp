@@ -46,16 +46,42 @@
 
 namespace tessera {
 
+namespace {
+
+// "13.0" from CUDA's 13000.
+std::string cudaVersionText(int version) {
+    return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
+// Why CUDA cannot be used, in words for a person choosing a backend (issue #17: "CUDA driver
+// version is insufficient for CUDA runtime version" said nothing about what to do).
+std::string cudaUnusableReason(cudaError_t error) {
+    int driver = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaGetLastError();
+    const std::string needed = cudaVersionText(CUDART_VERSION);
+    if (driver == 0)
+        return "no NVIDIA driver is installed (libcuda was not found); install the NVIDIA driver for CUDA " +
+               needed + " or use the CPU";
+    if (error == cudaErrorInsufficientDriver || driver < CUDART_VERSION)
+        return "the NVIDIA driver is too old: it supports CUDA " + cudaVersionText(driver) + ", this build needs CUDA " +
+               needed + " (a newer driver)";
+    if (error == cudaErrorNoDevice) return "the NVIDIA driver found no GPU";
+    return std::string("no usable CUDA device: ") + cudaGetErrorString(error);
+}
+
+}  // namespace
+
 bool cudaDeviceAvailable(std::string* why) {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-        if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
         (void)cudaGetLastError();
+        if (why) *why = cudaUnusableReason(e);
         return false;
     }
     if (count == 0) {
-        if (why) *why = "no CUDA device: the driver reports 0 devices";
+        if (why) *why = "the NVIDIA driver found no GPU";
         return false;
     }
     if (why) why->clear();

@@ -2,8 +2,8 @@
 # The whole test suite: install what is missing, build everything with warnings as
 # errors (the CUDA backend too when /usr/local/cuda has the toolkit and cuDNN), run
 # every Qt Test suite under CTest, then build the core library and its tests again
-# with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) and run
-# those, then the same for the window's suites (offscreen: settings, runs, cancel, export),
+# with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) together with the
+# window's suites (offscreen: settings, runs, cancel, export) and run those,
 # then the libFuzzer target of every parser (tests/fuzz, clang): seeds replayed, then fuzzed.
 # GPU suites skip (QSKIP) with a message where no CUDA device is present.
 set -euo pipefail
@@ -11,21 +11,21 @@ cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 jobs="$(nproc)"
 
-cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON
+# CI needs no debug info in the plain build (the sanitized build below keeps it): -O2 without -g.
+cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
 cmake --build build-test --parallel "$jobs"
 (cd build-test && ctest --output-on-failure --timeout 900 -j "$jobs")
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CORE_ONLY=ON \
+# One sanitized tree for the core suites and the window's (the core library is built once).
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CUDA=OFF \
   -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DCMAKE_CXX_FLAGS="-O1"
-cmake --build build-asan --parallel "$jobs"
-(cd build-asan && ctest --output-on-failure --timeout 900 -j "$jobs")
-
-cmake -S . -B build-asan-ui -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CUDA=OFF \
-  -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DCMAKE_CXX_FLAGS="-O1"
-ui_suites=$(for f in tests/ui/tst_*.cpp; do n="$(basename "$f" .cpp)"; echo "ui_${n}"; done)
+asan_suites=$(for f in tests/core/tst_*.cpp tests/ui/tst_*.cpp; do
+  l="$(basename "$(dirname "$f")")"; echo "${l}_$(basename "$f" .cpp)"; done)
 # shellcheck disable=SC2086 # one target per word
-cmake --build build-asan-ui --parallel "$jobs" --target $ui_suites
-(cd build-asan-ui && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900 -R '^ui\.')
+cmake --build build-asan --parallel "$jobs" --target $asan_suites
+(cd build-asan && ctest --output-on-failure --timeout 900 -j "$jobs" -L '^core$')
+(cd build-asan && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900 -L '^ui$')
 
 # Every parser's libFuzzer target (tests/fuzz/README.md), built with clang: the committed seeds
 # replayed once, then each target fuzzed for TESSERA_FUZZ_SECONDS (20 s), "$jobs" at a time.

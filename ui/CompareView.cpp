@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include <QDialogButtonBox>
 #include <QHBoxLayout>
+#include <QKeyEvent>
 #include <QHeaderView>
 #include <QLabel>
 #include <QMouseEvent>
@@ -43,10 +45,15 @@ CompareDeltas compareRuns(const CompareSide& a, const CompareSide& b) {
     d.totalMsA = a.record.totalMs;
     d.totalMsB = b.record.totalMs;
     d.speedup = d.totalMsA > 0 && d.totalMsB > 0 ? d.totalMsA / d.totalMsB : 0.0;
+    d.differences = configDifferences(a.record.config, b.record.config);
+    d.sameWork = std::none_of(d.differences.begin(), d.differences.end(),
+                              [](const SettingDifference& x) { return x.changesWork; });
     d.peakMiBA = peakMemoryMiB(a.record);
     d.peakMiBB = peakMemoryMiB(b.record);
     d.seamMeanA = a.seamMean;
     d.seamMeanB = b.seamMean;
+    d.seamScoreA = a.record.seamScore;
+    d.seamScoreB = b.record.seamScore;
     if (!a.image.isNull() && !b.image.isNull() && a.image.size() == b.image.size()) {
         const QImage ia = a.image.convertToFormat(QImage::Format_RGB888);
         const QImage ib = b.image.convertToFormat(QImage::Format_RGB888);
@@ -229,11 +236,15 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
         });
     }
 
-    table_ = new QTableWidget(6, 3);
+    table_ = new QTableWidget(7, 3);
     table_->setObjectName(QStringLiteral("compareTable"));
     table_->setHorizontalHeaderLabels({tr("A"), tr("B"), tr("B − A")});
-    table_->setVerticalHeaderLabels({tr("Total time (s)"), tr("Speedup (A time / B time)"), tr("Peak memory (MiB)"),
-                                     tr("Max pixel difference"), tr("Mean pixel difference"), tr("Mean seam score")});
+    table_->setVerticalHeaderLabels({tr("Total time (s)"),
+                                     deltas_.sameWork ? tr("Speedup (A time / B time)")
+                                                      : tr("Time ratio (not a speedup: the work differs)"),
+                                     tr("Peak memory (MiB)"),
+                                     tr("Max pixel difference"), tr("Mean pixel difference"),
+                                     tr("Seam visibility (1 = invisible)"), tr("Tile disagreement (mean)")});
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
     table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
     table_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
@@ -255,6 +266,12 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
                                         runName(b.record).toHtmlEscaped(), configSummary(b.record.config).toHtmlEscaped()));
     caption->setTextFormat(Qt::RichText);
     layout->addWidget(caption);
+    differences_ = new QLabel(differencesText());
+    differences_->setObjectName(QStringLiteral("compareDifferences"));
+    differences_->setWordWrap(true);
+    differences_->setTextFormat(Qt::PlainText);
+    if (!deltas_.sameWork) differences_->setStyleSheet(QStringLiteral("color: #a05a00;"));
+    layout->addWidget(differences_);
     note_ = new QLabel;
     note_->setObjectName(QStringLiteral("compareNote"));
     note_->setWordWrap(true);
@@ -263,7 +280,27 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     layout->addWidget(note_);
     layout->addLayout(panes, 1);
     layout->addWidget(table_);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close);
+    buttons->setObjectName(QStringLiteral("compareButtons"));
+    connect(buttons, &QDialogButtonBox::rejected, this, &QWidget::close);
+    layout->addWidget(buttons);
     resize(1200, 640);
+}
+
+QString CompareView::differencesText() const {
+    if (deltas_.differences.empty()) return tr("Same settings.");
+    const QString all = QString::fromStdString(describeDifferences(deltas_.differences));
+    if (deltas_.sameWork) return tr("Settings differ (same work, so the time ratio is a speedup): %1").arg(all);
+    return tr("The runs did different work (%1), so their times are not a speed comparison. All differences: %2")
+        .arg(QString::fromStdString(describeDifferences(deltas_.differences, true)), all);
+}
+
+void CompareView::keyPressEvent(QKeyEvent* event) {
+    if (event->key() == Qt::Key_Escape) {
+        close();
+        return;
+    }
+    QWidget::keyPressEvent(event);
 }
 
 void CompareView::setNote(const QString& note) {
@@ -293,9 +330,12 @@ void CompareView::fillTable(const CompareSide&, const CompareSide&) {
         for (int col : {0, 1}) set(row, col, QStringLiteral("·"));
     set(3, 2, d.maxPixelDiff >= 0 ? QString::number(d.maxPixelDiff) : tr("— (sizes differ)"));
     set(4, 2, d.meanPixelDiff >= 0 ? QString::number(d.meanPixelDiff, 'f', 3) : QStringLiteral("—"));
-    set(5, 0, number(d.seamMeanA, 5));
-    set(5, 1, number(d.seamMeanB, 5));
-    set(5, 2, d.seamMeanA >= 0 && d.seamMeanB >= 0 ? signedNumber(d.seamMeanB - d.seamMeanA, 5) : QStringLiteral("—"));
+    set(5, 0, number(d.seamScoreA, 2));
+    set(5, 1, number(d.seamScoreB, 2));
+    set(5, 2, d.seamScoreA >= 0 && d.seamScoreB >= 0 ? signedNumber(d.seamScoreB - d.seamScoreA, 2) : QStringLiteral("—"));
+    set(6, 0, number(d.seamMeanA, 5));
+    set(6, 1, number(d.seamMeanB, 5));
+    set(6, 2, d.seamMeanA >= 0 && d.seamMeanB >= 0 ? signedNumber(d.seamMeanB - d.seamMeanA, 5) : QStringLiteral("—"));
 }
 
 }  // namespace tessera

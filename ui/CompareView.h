@@ -8,8 +8,12 @@
 #include <QString>
 #include <QWidget>
 
+#include <vector>
+
+#include "core/ConfigDiff.h"
 #include "core/RunRecord.h"
 
+class QKeyEvent;
 class QLabel;
 class QTableWidget;
 
@@ -25,10 +29,15 @@ struct CompareSide {
 struct CompareDeltas {
     double totalMsA = 0, totalMsB = 0;
     double speedup = 0;              // totalMsA / totalMsB (> 1: B is faster); 0 when unknown
+    // The settings B differs from A in; sameWork is false when one of them changes the work
+    // (steps, size, model, ...): the time ratio is then not a speedup and is labelled so.
+    std::vector<SettingDifference> differences;
+    bool sameWork = true;
     double peakMiBA = -1, peakMiBB = -1;
     int maxPixelDiff = -1;           // 0..255 over R, G, B; -1 when the sizes differ or an image is missing
     double meanPixelDiff = -1;
-    double seamMeanA = -1, seamMeanB = -1;
+    double seamMeanA = -1, seamMeanB = -1;     // tile disagreement: the mean of the seam maps
+    double seamScoreA = -1, seamScoreB = -1;   // border visibility in the image (core/SeamScore.h)
 };
 
 // The numbers in the table (pure; no widgets).
@@ -95,6 +104,11 @@ public:
     // graphs comparison are shown); empty hides it.
     void setNote(const QString& note);
     QString note() const;
+    // "Settings differ: steps 20 -> 10, ..." or "Same settings".
+    QString differencesText() const;
+
+protected:
+    void keyPressEvent(QKeyEvent* event) override;   // Escape closes
 
 private:
     void fillTable(const CompareSide& a, const CompareSide& b);
@@ -105,6 +119,7 @@ private:
     CompareImagePane* paneDiff_ = nullptr;
     QTableWidget* table_ = nullptr;
     QLabel* note_ = nullptr;
+    QLabel* differences_ = nullptr;
     bool syncing_ = false;
 };
 

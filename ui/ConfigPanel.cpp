@@ -3,9 +3,12 @@
 #include <cmath>
 #include <exception>
 
+#include <QAbstractSpinBox>
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -28,6 +31,22 @@
 namespace tessera {
 
 namespace {
+
+// A wheel turned over a combo box or spin box that does not have the focus scrolls the panel,
+// as in a browser's forms: the value changes only after a click or Tab gave the editor the focus
+// (otherwise scrolling down the panel flips whatever passes under the pointer).
+class WheelGuard : public QObject {
+public:
+    using QObject::QObject;
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override {
+        auto* widget = qobject_cast<QWidget*>(watched);
+        if (event->type() != QEvent::Wheel || !widget || widget->hasFocus()) return false;
+        if (QWidget* parent = widget->parentWidget()) QCoreApplication::sendEvent(parent, event);
+        return true;  // never the editor's own wheelEvent
+    }
+};
 
 // Wide enough that every value a person might type stays in the box, so validateAll (not the
 // spin box clamping silently) decides and says what is wrong.
@@ -150,7 +169,8 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new Mode
         " QComboBox[invalid=\"true\"], QPlainTextEdit[invalid=\"true\"] {"
         " border: 1px solid #d64541; border-radius: 3px; padding: 1px 2px; }"
         "QLabel[role=\"error\"] { color: #c0392b; }"
-        "QLabel[role=\"hint\"] { color: #5a6270; }"));
+        "QLabel[role=\"hint\"] { color: #5a6270; }"
+        "QLabel[role=\"warning\"] { color: #a05a00; }"));
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
@@ -167,6 +187,14 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new Mode
     otherProblems_->hide();
     layout->addWidget(otherProblems_);
     layout->addStretch(1);
+
+    auto* wheelGuard = new WheelGuard(this);
+    const auto guard = [wheelGuard](QWidget* editor) {
+        editor->setFocusPolicy(Qt::StrongFocus);  // not Qt::WheelFocus: the wheel gives no focus
+        editor->installEventFilter(wheelGuard);
+    };
+    for (QComboBox* combo : findChildren<QComboBox*>()) guard(combo);
+    for (QAbstractSpinBox* spin : findChildren<QAbstractSpinBox*>()) guard(spin);
 
     setConfig(RunConfig{});
 }
@@ -353,6 +381,12 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     computeRow->addWidget(new QLabel(tr("on")));
     computeRow->addWidget(backend_, 1);
     form->addRow(tr("Precision"), computeRow);
+    computeNote_ = new QLabel;
+    computeNote_->setObjectName(QStringLiteral("computeNote"));
+    computeNote_->setProperty("role", QStringLiteral("warning"));
+    computeNote_->setWordWrap(true);
+    computeNote_->hide();
+    form->addRow(QString(), computeNote_);
 
     connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
@@ -601,6 +635,27 @@ void ConfigPanel::setDefaultModelFolder(const QString& folder) {
 void ConfigPanel::setDeviceReport(const DeviceReport& report) {
     devices_ = report;
     updateGraphsAvailability();
+    updateComputeNote();
+}
+
+QString ConfigPanel::computeNote() const {
+    const BackendKind asked = parseBackend(selectedName(backend_));
+    const bool cudaUsable = devices_ && devices_->cudaAvailable;
+    QString note;
+    if (asked == BackendKind::CUDA && devices_ && !cudaUsable)
+        note = tr("CUDA cannot be used on this machine: %1. The run will use the CPU reference engine.")
+                   .arg(QString::fromStdString(devices_->cudaReason));
+    const bool onCpu = asked == BackendKind::CPU || (devices_ && !cudaUsable);
+    if (onCpu && parsePrecision(selectedName(precision_)) != Precision::FP32)
+        note += (note.isEmpty() ? QString() : QStringLiteral(" ")) +
+                tr("The CPU engine computes in FP32; %1 applies to CUDA runs.").arg(precision_->currentText());
+    return note;
+}
+
+void ConfigPanel::updateComputeNote() {
+    const QString note = computeNote();
+    computeNote_->setText(note);
+    computeNote_->setVisible(!note.isEmpty());
 }
 
 QString ConfigPanel::graphsUnavailableReason() const {
@@ -759,6 +814,7 @@ void ConfigPanel::revalidate() {
     otherProblems_->setText(unplaced.join(QLatin1Char('\n')));
     otherProblems_->setVisible(!unplaced.isEmpty());
 
+    updateComputeNote();
     updateCostPreview(c);
     if (wasValid != problems_.empty()) emit validityChanged(problems_.empty());
 }

@@ -71,6 +71,9 @@ public:
     // Why CUDA graphs cannot be used with the settings shown (no device yet, no CUDA, the CPU
     // backend chosen), as shown under the Graphs group; empty when they can.
     QString graphsUnavailableReason() const;
+    // What will really compute, when it is not what the panel asks: a CUDA request where CUDA
+    // cannot be used (and why, in words), or FP16/BF16 on the CPU engine. Empty when as asked.
+    QString computeNote() const;
     // The token count shown under the prompt ("prompt") or negative prompt ("negative_prompt"),
     // as A1111 shows it ("12/75"); empty until counted or when the model is not SD.
     QString tokenCountText(const QString& field) const;
@@ -106,6 +109,7 @@ private:
     void onModelInspected(quint64 jobId, const ModelInspection& inspection);
     void updateCostPreview(const RunConfig& config);
     void updateGraphsAvailability();
+    void updateComputeNote();
     void updatePromptAvailability();
     // Asks the inspector for the token counts of the prompts shown (SD models only).
     void requestTokenCounts();
@@ -168,6 +172,7 @@ private:
     QSpinBox* lanes_ = nullptr;
     QSpinBox* graphCache_ = nullptr;
     QLabel* graphsReason_ = nullptr;
+    QLabel* computeNote_ = nullptr;
     // Cost preview
     QLabel* costTiles_ = nullptr;
     QLabel* costRedundancy_ = nullptr;

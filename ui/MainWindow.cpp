@@ -687,10 +687,15 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
                                    .arg(record.tileCount)
                                    .arg(record.totalMs / 1000.0, 0, 'f', 2)
                                    .arg(record.stepsRun > 0 ? record.totalMs / record.stepsRun : 0.0, 0, 'f', 1);
+    if (record.seamScore > 0)
+        text += tr(" · seams %1 (1 = invisible, worst border %2)")
+                    .arg(record.seamScore, 0, 'f', 2)
+                    .arg(record.seamWorst, 0, 'f', 2);
     for (const std::string& message : record.messages) text += QStringLiteral(" · ") + QString::fromStdString(message);
     setStatusText(text);
-    progressText_->setText(tr("%1 · %2 × %3 px · seed %4")
-                               .arg(QString::fromStdString(record.environment.backend).toUpper())
+    progressText_->setText(tr("%1 %2 · %3 × %4 px · seed %5")
+                               .arg(QString::fromStdString(record.environment.backend).toUpper(),
+                                    QString::fromUtf8(toString(record.config.precision).data()).toUpper())
                                .arg(record.config.width)
                                .arg(record.config.height)
                                .arg(record.config.seed));

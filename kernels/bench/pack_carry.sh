@@ -12,7 +12,12 @@ rm -rf "$dest" /tmp/pack-carry
 mkdir -p "$dest" /tmp/pack-carry/rtlibs /tmp/pack-carry/bin
 bins=("$build/app/tessera-cli")
 [ -x "$build/kernels/tessera-cuda-bench" ] && bins+=("$build/kernels/tessera-cuda-bench")
-for t in "$build"/tests/cuda_tst_*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
+# SUITES="flashattention cudasd" packs only those suites (the carry is small); default: every one.
+if [ -n "${SUITES:-}" ]; then
+  for s in $SUITES; do bins+=("$build/tests/cuda_tst_$s"); done
+else
+  for t in "$build"/tests/cuda_tst_*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
+fi
 for b in "${bins[@]}"; do strip -o "/tmp/pack-carry/bin/$(basename "$b")" "$b"; done
 ldd "${bins[@]}" | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt)\.so|/usr/local/cuda|libcudnn|libcublas|libcuda\.so|libnvrtc' |

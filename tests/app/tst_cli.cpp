@@ -155,6 +155,7 @@ private slots:
         QTest::newRow("graphs") << QStringList{"plan", "--graphs", "always"} << "graphs:";
         QTest::newRow("precision") << QStringList{"plan", "--precision", "int8"} << "precision:";
         QTest::newRow("backend") << QStringList{"plan", "--backend", "metal"} << "backend:";
+        QTest::newRow("vae tiling") << QStringList{"plan", "--vae-tiling", "sometimes"} << "vae_tiling:";
         QTest::newRow("seed") << QStringList{"plan", "--seed", "-1"} << "seed:";
         QTest::newRow("steps") << QStringList{"plan", "--steps", "0"} << "steps:";
         QTest::newRow("missing value") << QStringList{"plan", "--width"} << "width:";
@@ -195,6 +196,8 @@ private slots:
         QCOMPARE(o.config.label, std::string("a b"));
         QCOMPARE(o.config.previewEvery, 0);
         QCOMPARE(o.outDir, std::string("/tmp/x"));
+        QVERIFY(o.config.vaeTiling == VaeTiling::Auto);
+        QVERIFY(parseCliOptions({"render", "--vae-tiling", "off"}).config.vaeTiling == VaeTiling::Off);
         QVERIFY(o.fieldsGiven.count("width") && o.fieldsGiven.count("batch") && !o.fieldsGiven.count("tile"));
 
         o = parseCliOptions({"render", "--tuning-cache", "off"});

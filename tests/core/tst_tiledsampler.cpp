@@ -21,6 +21,7 @@
 #include "core/StepUpdate.h"
 #include "core/TileDevice.h"
 #include "core/TilePlan.h"
+#include "core/SeamScore.h"
 #include "core/TiledLoop.h"
 #include "core/TiledSampler.h"
 #include "core/UNetModel.h"
@@ -367,6 +368,78 @@ private slots:
         QVERIFY(one.image.data == three.image.data);  // bit-identical
         QCOMPARE(one.record.imageSha256, three.record.imageSha256);
         QVERIFY(one.seamMap.data == three.seamMap.data);
+    }
+
+    // Issue #17: the record said "auto" / "fp16" for a run the CPU computed in fp32. It now says
+    // what ran, with a note of what was asked.
+    void recordSaysWhatRan() {
+        RunConfig config = baseConfig();
+        config.backend = BackendKind::Auto;
+        config.precision = Precision::FP16;
+        CountingObserver observer;
+        const RunResult r = makeSampler(model_)->run(config, observer);
+        QCOMPARE(r.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(r.record.config.backend)), std::string("cpu"));
+        QCOMPARE(std::string(toString(r.record.config.precision)), std::string("fp32"));
+        QCOMPARE(r.record.environment.backend, std::string("cpu"));
+        bool noted = false;
+        for (const std::string& m : r.record.messages)
+            noted = noted || (m.find("precision: fp32") == 0 && m.find("fp16 was asked") != std::string::npos);
+        QVERIFY(noted);
+
+        config.precision = Precision::FP32;   // nothing to say when the request is what ran
+        CountingObserver o2;
+        const RunResult same = makeSampler(model_)->run(config, o2);
+        for (const std::string& m : same.record.messages) QVERIFY2(m.find("precision:") != 0, m.c_str());
+        QCOMPARE(same.record.imageSha256, r.record.imageSha256);
+    }
+
+    // Issue #17: the seam score measures how visible the tile borders are in the image (1 = not
+    // at all). Tiles that disagree (each adds its own mean level, as tiles of a real model drift
+    // apart) through the same tiled pass: `none` hands pixels over with a hard step and reads
+    // clearly above Hann, which crosses over smoothly; one tile is not measured. A run records it.
+    void seamScoreOfNoneIsAboveHann() {
+        const int w = 128, h = 96;
+        ImageTensor input{3, h, w, std::vector<float>(static_cast<std::size_t>(3 * w * h))};
+        for (int c = 0; c < 3; ++c)
+            for (int y = 0; y < h; ++y)
+                for (int x = 0; x < w; ++x)
+                    input.data[(static_cast<std::size_t>(c) * h + y) * w + x] =
+                        0.5f * std::sin(0.05f * x * (c + 1)) * std::cos(0.04f * y) + 0.003f * x;
+        const auto disagreeing = [](const float* in, const float*, int count, float* out, Branch) {
+            const std::size_t per = 3u * 32u * 32u;
+            for (int t = 0; t < count; ++t) {
+                double mean = 0;
+                for (std::size_t i = 0; i < per; ++i) mean += in[t * per + i];
+                mean /= static_cast<double>(per);
+                for (std::size_t i = 0; i < per; ++i) out[t * per + i] = in[t * per + i] + 4.0f * static_cast<float>(mean);
+            }
+        };
+        MapSpec spec;
+        spec.tile = 32;
+        spec.overlap = 12;
+        spec.batch = 4;
+        spec.outChannels = 3;
+        const auto scoreOf = [&](BlendWindowKind window) {
+            spec.window = window;
+            CpuTileDevice device(disagreeing);
+            CountingObserver observer;
+            const std::optional<ImageTensor> out = TiledLoop::map(device, input, spec, observer, kNeverCancel);
+            return seamScore(*out, TilePlan::make(w, h, spec.tile, spec.overlap));
+        };
+        const SeamScore none = scoreOf(BlendWindowKind::None), hann = scoreOf(BlendWindowKind::Hann);
+        qInfo("seam score: none %.3f (worst %.3f), hann %.3f (worst %.3f)", none.score, none.worst, hann.score, hann.worst);
+        QVERIFY2(none.score > 1.5 * hann.score, qPrintable(QString::number(none.score) + " vs " + QString::number(hann.score)));
+        QVERIFY(none.worst > hann.worst);
+        QVERIFY(hann.score > 0);
+
+        RunConfig config = baseConfig();   // 6 tiles: measured and recorded
+        CountingObserver o;
+        const RunResult run = makeSampler(model_)->run(config, o);
+        QVERIFY(run.record.seamScore > 0 && run.record.seamWorst >= run.record.seamScore);
+        config.width = config.height = config.tile;
+        const RunResult single = makeSampler(model_)->run(config, o);
+        QCOMPARE(single.record.seamScore, -1.0);
     }
 
     void sameSeedSameImageOtherSeedOther() {

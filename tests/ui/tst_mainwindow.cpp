@@ -10,8 +10,10 @@
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QThread>
+#include <QWheelEvent>
 #include <QtTest>
 
+#include "app/EngineFactory.h"
 #include "app/PngIO.h"
 #include "app/RunWorker.h"
 #include "ui/ConfigPanel.h"
@@ -79,6 +81,81 @@ private slots:
         // Nothing rendered yet: nothing to export, nothing to stop.
         QVERIFY(!child<QAction>(&window, "actionExportImage")->isEnabled());
         QVERIFY(!window.stopAction()->isEnabled());
+    }
+
+    // Issue #17: scrolling the panel over a combo box flipped its value (Blend window Hann -> None).
+    // A wheel over an unfocused editor now scrolls the panel; once focused, the wheel edits it.
+    void wheelOverUnfocusedEditorLeavesItsValue() {
+        MainWindow window(freshSettings());
+        window.resize(1366, 768);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        ConfigPanel* panel = window.configPanel();
+        auto* combo = child<QComboBox>(panel, "windowCombo");
+        auto* spin = child<QSpinBox>(panel, "stepsSpin");
+        const auto wheelDown = [](QWidget* w) {
+            const QPointF at(w->width() / 2.0, w->height() / 2.0);
+            QWheelEvent wheel(at, w->mapToGlobal(at), QPoint(), QPoint(0, -120), Qt::NoButton, Qt::NoModifier,
+                              Qt::NoScrollPhase, false);
+            QCoreApplication::sendEvent(w, &wheel);
+        };
+        QVERIFY(combo->count() > 1);
+        combo->setCurrentIndex(0);
+        const int steps = spin->value();
+        window.setFocus();
+        QVERIFY(!combo->hasFocus());
+        wheelDown(combo);
+        wheelDown(spin);
+        QCOMPARE(combo->currentIndex(), 0);
+        QCOMPARE(spin->value(), steps);
+        QCOMPARE(combo->focusPolicy(), Qt::StrongFocus);
+
+        // Focused (clicked or tabbed into), the wheel changes the value as usual.
+        combo->setFocus();
+        QTRY_VERIFY(combo->hasFocus());
+        wheelDown(combo);
+        QCOMPARE(combo->currentIndex(), 1);
+        spin->setFocus();
+        QTRY_VERIFY(spin->hasFocus());
+        wheelDown(spin);
+        QVERIFY(spin->value() != steps);
+    }
+
+    // Issue #17: CUDA chosen where it cannot run silently ran on the CPU; FP16 was shown for CPU runs.
+    // The panel now says so before Run, with the probe's reason in words.
+    void computeNoteSaysWhatWillRun() {
+        ConfigPanel panel;
+        auto* note = child<QLabel>(&panel, "computeNote");
+        RunConfig c = tinyConfig();
+        c.backend = BackendKind::CUDA;
+        c.precision = Precision::FP16;
+        panel.setConfig(c);
+        DeviceReport none;
+        none.cudaBuilt = true;
+        none.cudaReason = "the NVIDIA driver is too old: it supports CUDA 12.4, this build needs CUDA 13.0 (a newer driver)";
+        panel.setDeviceReport(none);
+        QVERIFY(!note->isHidden());
+        QVERIFY2(note->text().contains("CUDA cannot be used on this machine: the NVIDIA driver is too old"), qPrintable(note->text()));
+        QVERIFY2(note->text().contains("CPU engine computes in FP32"), qPrintable(note->text()));
+
+        c.precision = Precision::FP32;   // CUDA still asked for: the first sentence stays
+        panel.setConfig(c);
+        QVERIFY(note->text().contains("CUDA cannot be used") && !note->text().contains("FP32;"));
+
+        c.backend = BackendKind::CPU;    // as asked: nothing to say
+        panel.setConfig(c);
+        QVERIFY(note->isHidden());
+        c.precision = Precision::BF16;
+        panel.setConfig(c);
+        QVERIFY2(note->text().startsWith("The CPU engine computes in FP32; BF16"), qPrintable(note->text()));
+
+        DeviceReport gpu;
+        gpu.cudaBuilt = gpu.cudaAvailable = true;
+        panel.setDeviceReport(gpu);
+        c.backend = BackendKind::CUDA;
+        c.precision = Precision::FP16;
+        panel.setConfig(c);
+        QVERIFY(note->isHidden());
     }
 
     void invalidTileMarksFieldAndDisablesRun() {

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include <QAction>
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QDropEvent>
 #include <QFile>
@@ -340,8 +341,11 @@ private slots:
         QCOMPARE(table->item(0, 0)->text(), QString::number(a.record.totalMs / 1000.0, 'f', 2));
         QCOMPARE(table->item(1, 1)->text(), QStringLiteral("%1×").arg(d.speedup, 0, 'f', 2));
         QCOMPARE(table->item(3, 2)->text(), QString::number(maxDiff));
-        QCOMPARE(table->verticalHeaderItem(5)->text(), QStringLiteral("Mean seam score"));
-        QCOMPARE(table->item(5, 0)->text(), QString::number(a.seamMean, 'f', 5));
+        QCOMPARE(table->verticalHeaderItem(5)->text(), QStringLiteral("Seam visibility (1 = invisible)"));
+        QCOMPARE(table->item(5, 0)->text(), QString::number(a.record.seamScore, 'f', 2));
+        QVERIFY(a.record.seamScore > 0);   // two tiles: measured
+        QCOMPARE(table->verticalHeaderItem(6)->text(), QStringLiteral("Tile disagreement (mean)"));
+        QCOMPARE(table->item(6, 0)->text(), QString::number(a.seamMean, 'f', 5));
 
         // One view for all panes: zooming A zooms B and the difference.
         QVERIFY(!view->differencePane()->image().isNull());
@@ -372,6 +376,36 @@ private slots:
         const CompareDeltas same = compareRuns({a.record, ia, a.seamMean}, {a.record, ia, a.seamMean});
         QCOMPARE(same.maxPixelDiff, 0);
         QCOMPARE(same.speedup, 1.0);
+        QVERIFY(same.differences.empty() && same.sameWork);
+
+        // Issue #17: the two runs differ in their seed only: the same work, so a speedup, and the
+        // view says which setting differs.
+        QVERIFY(d.sameWork);
+        QStringList keys;
+        for (const SettingDifference& x : d.differences) keys << QString::fromStdString(x.key);
+        QCOMPARE(keys, QStringList({"label", "seed"}));
+        QCOMPARE(table->verticalHeaderItem(1)->text(), QStringLiteral("Speedup (A time / B time)"));
+        // 20 steps against 10 is not a speedup: the row says so, the caption names the setting.
+        RunRecord fewer = b.record;
+        fewer.config.steps = a.record.config.steps / 2;
+        CompareView other({a.record, ia, a.seamMean}, {fewer, ib, b.seamMean});
+        QVERIFY(!other.deltas().sameWork);
+        QVERIFY2(other.deltaTable()->verticalHeaderItem(1)->text().contains("not a speedup"),
+                 qPrintable(other.deltaTable()->verticalHeaderItem(1)->text()));
+        auto* differences = other.findChild<QLabel*>(QStringLiteral("compareDifferences"));
+        QVERIFY(differences);
+        QVERIFY2(differences->text().contains(QStringLiteral("steps %1 -> %2").arg(a.record.config.steps).arg(fewer.config.steps)),
+                 qPrintable(differences->text()));
+        // A Close button and Escape both close it.
+        other.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&other));
+        QTest::keyClick(&other, Qt::Key_Escape);
+        QVERIFY(!other.isVisible());
+        other.show();
+        auto* buttons = other.findChild<QDialogButtonBox*>(QStringLiteral("compareButtons"));
+        QVERIFY(buttons && buttons->button(QDialogButtonBox::Close));
+        buttons->button(QDialogButtonBox::Close)->click();
+        QVERIFY(!other.isVisible());
     }
 
     void overlayTogglesChangeWhatIsPainted() {

@@ -1,0 +1,78 @@
+// core/SeamScore: how visible tile borders are in a finished image. Synthetic images with and
+// without a step at a tile border; the runs of `none` against Hann are in tst_tiledsampler.
+#include <QtTest/QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/RunConfig.h"
+#include "core/SeamScore.h"
+#include "core/TilePlan.h"
+
+using namespace tessera;
+
+namespace {
+
+// A smooth image: three channels of slow sinusoids plus a ramp.
+ImageTensor smoothImage(int w, int h) {
+    ImageTensor im{3, h, w, std::vector<float>(static_cast<std::size_t>(3 * w * h))};
+    for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < h; ++y)
+            for (int x = 0; x < w; ++x)
+                im.data[(static_cast<std::size_t>(c) * h + y) * w + x] =
+                    0.3f * std::sin(0.11f * x + 0.7f * c) + 0.2f * std::cos(0.07f * y) + 0.002f * (x + y);
+    return im;
+}
+
+}  // namespace
+
+class TestSeamScore : public QObject {
+    Q_OBJECT
+private slots:
+    void smoothImageScoresOne() {
+        const TilePlan plan = TilePlan::make(96, 80, 48, 16);
+        const SeamScore s = seamScore(smoothImage(96, 80), plan);
+        QVERIFY(!s.lines.empty());
+        // Smooth content changes a little from place to place: near 1, far from a seam.
+        QVERIFY2(std::abs(s.score - 1.0) < 0.4, qPrintable(QString::number(s.score)));
+        QVERIFY2(s.worst < 1.6, qPrintable(QString::number(s.worst)));
+    }
+
+    void stepAtABorderIsFound() {
+        const TilePlan plan = TilePlan::make(96, 80, 48, 16);
+        ImageTensor im = smoothImage(96, 80);
+        // Everything right of where the first two columns of tiles meet shifted: a hard block
+        // edge, as `none` makes when tiles disagree.
+        const auto& xs = plan.columnPositions();
+        QVERIFY(xs.size() >= 2);
+        const int middle = (xs[1] + xs[0] + plan.tileW()) / 2;   // where tiles 0 and 1 meet
+        for (int c = 0; c < 3; ++c)
+            for (int y = 0; y < 80; ++y)
+                for (int x = middle; x < 96; ++x) im.data[(static_cast<std::size_t>(c) * 80 + y) * 96 + x] += 0.15f;
+        const SeamScore s = seamScore(im, plan);
+        QVERIFY2(s.worst > 2.0, qPrintable(QString::number(s.worst)));
+        // The shifted line is the most visible one.
+        const auto top = std::max_element(s.lines.begin(), s.lines.end(),
+                                          [](const SeamLine& a, const SeamLine& b) { return a.ratio < b.ratio; });
+        QVERIFY(top->vertical);
+        QCOMPARE(top->position, middle);
+        QVERIFY2(s.score > 1.2, qPrintable(QString::number(s.score)));   // one line of three
+    }
+
+    void oneTileOrMismatchedPlanIsNotMeasured() {
+        QCOMPARE(seamScore(smoothImage(32, 32), TilePlan::make(32, 32, 32, 0)).score, -1.0);
+        QCOMPARE(seamScore(smoothImage(32, 32), TilePlan::make(64, 64, 32, 8)).score, -1.0);  // sizes differ
+        QCOMPARE(seamScore(ImageTensor{}, TilePlan::make(64, 64, 32, 8)).score, -1.0);
+    }
+
+    void flatImageIsOne() {
+        ImageTensor flat{3, 40, 40, std::vector<float>(3 * 40 * 40, 0.25f)};
+        const SeamScore s = seamScore(flat, TilePlan::make(40, 40, 16, 4));
+        QVERIFY(!s.lines.empty());
+        QCOMPARE(s.score, 1.0);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestSeamScore)
+#include "tst_seamscore.moc"
