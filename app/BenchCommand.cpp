@@ -240,7 +240,7 @@ std::string benchCsvHeader() {
 }
 
 std::string benchUsage() {
-    return "Usage: tessera-cli bench (--shape cifar|church|sd15|sd21 | --model DIR) [options]\n"
+    return "Usage: tessera-cli bench (--shape cifar|church|sd15|sd21|sdxl | --model DIR) [options]\n"
            "Times tiled DDIM generations for every combination of --batch x --precision x --graphs x --lanes.\n"
            "Each row: a warm-up run (prepare, cuDNN algorithm search, graph capture), then --repeats\n"
            "measured runs on the same engine; the median is reported. Previews are off.\n\n"
@@ -266,25 +266,27 @@ std::string benchUsage() {
            "  --tuning-cache FILE|off  CUDA: the tuning cache of timed choices (default: the user's cache\n"
            "                         file, as render); off times every prepare (prepare_s as without a cache)\n"
            "  --help, -h             this text\n\n"
-           "Stable Diffusion UNets (CUDA only): --shape sd15 (SD 1.5, 860 M parameters, context 77x768) or\n"
-           "sd21 (SD 2.1 768-v: context 77x1024, linear projections, heads 5,10,20,20, upcast attention),\n"
+           "Stable Diffusion UNets (CUDA only): --shape sd15 (SD 1.5, 860 M parameters, context 77x768),\n"
+           "sd21 (SD 2.1 768-v: context 77x1024, linear projections, heads 5,10,20,20, upcast attention) or\n"
+           "sdxl (SDXL base: 2.6 G parameters, context 77x2048, depths 1,2,10, text_embeds_time 2816),\n"
            "random weights. Each row times --repeats forwards of one tile batch (CUDA events, median) after\n"
            "--warmup-steps untimed ones and derives the UNet's share of a step of the tiled job: UNet\n"
            "evaluations/s, seconds per step, TFLOP/s, %peak, device MiB in use. Sizes are pixels, latents 1/8.\n"
            "  --cfg X                guidance scale (default 7): not 1 = two UNet evaluations per tile\n"
            "                         (one doubled batch), 1 = one\n"
-           "  defaults here: --size 2048, --tile 512 (sd15) / 768 (sd21), --overlap tile/8, --batch 1,2,4,\n"
+           "  defaults here: --size 2048, --tile 512 (sd15) / 768 (sd21) / 1024 (sdxl), --overlap tile/8,\n"
+           "  --batch 1,2,4,"
            "  --repeats 20; --graphs off or tile; --lanes does not apply. CSV columns: torch_sd_unet.py's.\n";
 }
 
 namespace {
 
-// sd15/sd21: their own defaults for what was not given (a 2048 x 2048 job in native tiles,
+// sd15/sd21/sdxl: their own defaults for what was not given (a 2048 x 2048 job in native tiles,
 // overlap 1/8 of the tile, tile batches 1, 2, 4, 20 timed forwards), and the options that do
 // not apply refused. Sizes are pixels; the UNet sees latents of 1/8 and halves them 3 times.
 void applySdOptions(BenchOptions& o) {
     const bool sizeGiven = o.given.count("size") || o.given.count("width") || o.given.count("height");
-    const int native = o.shape == "sd15" ? 512 : 768;
+    const int native = o.shape == "sd15" ? 512 : (o.shape == "sd21" ? 768 : 1024);
     if (!sizeGiven) o.width = o.height = 2048;
     if (!o.given.count("tile")) o.tile = native;
     if (!o.given.count("overlap")) o.overlap = o.tile / 8;
@@ -346,7 +348,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         o.given.insert(known->second);
         if (name == "shape") {
             if (!isSdBenchShape(value) && value != "cifar" && value != "church")
-                fail("shape", inQuotes(value) + " is not one of cifar, church, sd15, sd21");
+                fail("shape", inQuotes(value) + " is not one of cifar, church, sd15, sd21, sdxl");
             o.shape = value;
         } else if (name == "model") {
             if (value.empty()) fail("model", "a model folder is needed");
@@ -422,21 +424,22 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     if (o.help) return o;
     if (sizeGiven && (widthGiven || heightGiven)) fail("size", "give --size or --width/--height, not both");
     if (o.shape.empty() == o.model.empty())
-        fail("shape", o.shape.empty() ? "give --shape cifar|church|sd15|sd21 (random weights) or --model DIR"
+        fail("shape", o.shape.empty() ? "give --shape cifar|church|sd15|sd21|sdxl (random weights) or --model DIR"
                                       : "give --shape or --model, not both");
     if (isSdBenchShape(o.shape))
         applySdOptions(o);
     else if (o.given.count("cfg"))
-        fail("cfg", "guidance needs a text-conditioned UNet: --cfg is for --shape sd15|sd21");
+        fail("cfg", "guidance needs a text-conditioned UNet: --cfg is for --shape sd15|sd21|sdxl");
     return o;
 }
 
-// ---- Stable Diffusion UNet shapes (sd15, sd21) -------------------------------------------------
+// ---- Stable Diffusion UNet shapes (sd15, sd21, sdxl) -------------------------------------------
 
-bool isSdBenchShape(std::string_view shape) { return shape == "sd15" || shape == "sd21"; }
+bool isSdBenchShape(std::string_view shape) { return shape == "sd15" || shape == "sd21" || shape == "sdxl"; }
 
 UNetCondConfig benchSdShapeConfig(std::string_view shape) {
-    if (!isSdBenchShape(shape)) fail("shape", inQuotes(shape) + " is not one of sd15, sd21");
+    if (!isSdBenchShape(shape)) fail("shape", inQuotes(shape) + " is not one of sd15, sd21, sdxl");
+    if (shape == "sdxl") return sdxlBaseUNetConfig();
     const bool sd2 = shape == "sd21";
     UNetCondConfig c;  // the defaults are SD 1.x's, but for these
     c.sampleSize = sd2 ? 96 : 64;
@@ -546,7 +549,8 @@ void checkSdHostMemory(const BenchOptions& o, const UNetCondConfig& config) {
 
 #if TESSERA_BENCH_CUDA
 // One row: prepare at the doubled (guidance) batch, one forward through the host path with
-// N(0,1) inputs (timestep 500), then the timed forwards, and the remainder batch apart.
+// N(0,1) inputs (timestep 500; SDXL's text_embeds_time N(0,1) too), then the timed forwards,
+// and the remainder batch apart.
 // `plan` is the job's tiles in latents; row.batch, tiles and unetBatch are set.
 void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, const TensorMap& weights, Precision p,
               GraphMode mode, const TilePlan& plan) {
@@ -570,7 +574,7 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
     std::vector<const float*> in;
     for (int v : graph.inputs()) {
         inputs.emplace_back(static_cast<std::size_t>(graph.elements(v, row.unetBatch, plan.tileH(), plan.tileW())));
-        for (float& x : inputs.back()) x = graph.value(v).kind == ValueKind::Vector ? 500.0f : normal(rng);
+        for (float& x : inputs.back()) x = graph.value(v).name == "timestep" ? 500.0f : normal(rng);
         in.push_back(inputs.back().data());
     }
     std::vector<std::vector<float>> outputs;

@@ -6,7 +6,7 @@
 // printed table. The model is a folder (--model) or a random-weight network of a diffusers
 // google/ddpm shape (--shape cifar|church), so benchmarks need no download. Qt-free.
 //
-// --shape sd15|sd21: Stable Diffusion 1.5 / 2.1's UNet2DConditionModel (random weights at the
+// --shape sd15|sd21|sdxl: Stable Diffusion 1.5 / 2.1 / XL base's UNet2DConditionModel (random weights at the
 // real shapes) on the CUDA backend alone: per (precision x graphs x batch) the forward of one
 // tile batch (doubled with guidance, --cfg not 1) timed with CUDA events, and from it the UNet's
 // share of one step of the tiled job (--size, --tile, --overlap in pixels; latents are 1/8):
@@ -28,7 +28,7 @@
 namespace tessera {
 
 struct BenchOptions {
-    std::string shape;                 // "cifar" / "church" / "sd15" / "sd21"; empty when --model is given
+    std::string shape;                 // "cifar" / "church" / "sd15" / "sd21" / "sdxl"; empty when --model is given
     std::string model;                 // model folder; empty when --shape is given
     int width = 1024, height = 1024;
     int tile = 64;
@@ -45,7 +45,7 @@ struct BenchOptions {
     std::optional<double> peakTflops;  // overrides the table of known GPUs
     std::string csvPath;               // empty: CSV only on stdout's table
     std::string tuningCache;           // RunConfig::tuningCache ("" = the default file, "off", a path)
-    double cfg = 7.0;                  // sd15/sd21: guidance scale; not 1: two UNet evaluations per tile
+    double cfg = 7.0;                  // sd15/sd21/sdxl: guidance scale; not 1: two UNet evaluations per tile
     std::set<std::string> given;       // the options given, by field name ("tile", "batch", ...)
     bool help = false;
 };
@@ -61,13 +61,13 @@ std::string benchUsage();
 // Throws ValidationError("shape") for another name.
 ModelConfig benchShapeConfig(std::string_view shape);
 
-// True for "sd15" and "sd21", the shapes timed as a Stable Diffusion UNet.
+// True for "sd15", "sd21" and "sdxl", the shapes timed as a Stable Diffusion UNet.
 bool isSdBenchShape(std::string_view shape);
 
-// Stable Diffusion 1.5 (heads 8, context 768, conv projections) and 2.1 (heads 5, 10, 20, 20,
-// context 1024, linear projections, upcast attention) UNet2DConditionModel configs (spec
-// sd-models.md §1.1; 859,520,964 and 865,910,724 parameters). Throws ValidationError("shape")
-// for another name.
+// Stable Diffusion 1.5 (heads 8, context 768, conv projections), 2.1 (heads 5, 10, 20, 20,
+// context 1024, linear projections, upcast attention) and XL base (sdxlBaseUNetConfig)
+// UNet2DConditionModel configs (spec sd-models.md §1.1; 859,520,964, 865,910,724 and
+// 2,567,463,684 parameters). Throws ValidationError("shape") for another name.
 UNetCondConfig benchSdShapeConfig(std::string_view shape);
 
 // The UNet's share of one step of a tiled job, from forward times: `tiles` tiles in calls of

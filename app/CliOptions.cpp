@@ -140,6 +140,9 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"cfg", {"cfg", true, [](CliOptions& o, const std::string& v) { o.config.cfgScale = parseReal("cfg", v); }}},
         {"clip-skip", {"clip_skip", true, [](CliOptions& o, const std::string& v) { o.config.clipSkip = parseInt("clip_skip", v); }}},
         {"upscale", {"upscale", true, [](CliOptions& o, const std::string& v) { o.config.upscale = parseReal("upscale", v); }}},
+        {"sdxl-size-conditioning", {"sdxl_size_conditioning", true, [](CliOptions& o, const std::string& v) {
+                                        o.config.sdxlSizeConditioning = parseSdxlSizeConditioning(v);
+                                    }}},
         {"vae-tiling", {"vae_tiling", true, [](CliOptions& o, const std::string& v) { o.config.vaeTiling = parseVaeTiling(v); }}},
         {"preserve-color", {"preserve_color", false, [](CliOptions& o, const std::string&) { o.config.preserveColor = true; }}},
         {"out", {"", true, [](CliOptions& o, const std::string& v) {
@@ -431,6 +434,9 @@ std::string cliUsage(CliCommand command) {
         "  --negative-prompt TEXT Stable Diffusion: what to steer away from\n"
         "  --cfg X                classifier-free guidance scale, 0 to 100 (default 7; 1 = off)\n"
         "  --clip-skip N          text layer counted from the last, as A1111 (default 1)\n"
+        "  --sdxl-size-conditioning image|tile  SDXL: the size ids each tile's conditioning carries: the\n"
+        "                         whole image's, crop 0,0 (image, A1111's Tiled Diffusion; default) or\n"
+        "                         crop = the tile's offset, target = the tile's size (tile)\n"
         "  --vae-tiling MODE      Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
         "                         GroupNorm statistics (on), whole (off), or whole where it fits the\n"
         "                         memory the run may use, else tiled (auto, the default)\n"

@@ -184,6 +184,9 @@ std::size_t CpuTileDevice::outTileElems() const {
 }
 
 void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<void(const std::string&)>) {
+    const std::size_t addedSize = static_cast<std::size_t>(pass.addedCondDim) * pass.tileCount();
+    if (pass.addedCondDim > 0 && (pass.addedCond.size() != addedSize || (pass.guidance && pass.addedUncond.size() != addedSize)))
+        throw std::logic_error("CpuTileDevice: the pass's added conditioning is not one row per tile and branch");
     pass_ = &pass;
     const std::size_t inSize = inputCanvas(pass).size(), outSize = outputCanvas(pass).size();
     x_.assign(inSize, 0.0f);
@@ -252,14 +255,22 @@ void CpuTileDevice::gather(const TileBatch& batch) {
 }
 
 void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
-    float* out = branch == Branch::Conditional ? tileOut_.data() : tileUncond_.data();
-    if (backend_ && !contextCond_.empty()) {
-        const float* context = branch == Branch::Conditional ? contextCond_.data() : contextUncond_.data();
-        backend_->run({tileIn_.data(), tileT_.data(), context}, batch.count, {out});
-    } else if (backend_) {
-        backend_->forward(tileIn_.data(), tileT_.data(), batch.count, out);
-    } else
+    const bool conditional = branch == Branch::Conditional;
+    float* out = conditional ? tileOut_.data() : tileUncond_.data();
+    if (!backend_) {
         function_(tileIn_.data(), tileT_.data(), batch.count, out, branch);
+    } else if (contextCond_.empty()) {
+        backend_->forward(tileIn_.data(), tileT_.data(), batch.count, out);
+    } else {
+        std::vector<const float*> inputs{tileIn_.data(), tileT_.data(),
+                                         conditional ? contextCond_.data() : contextUncond_.data()};
+        if (pass_->addedCondDim > 0) {   // the batch's tiles' rows of the pass's table (ids first..first+count)
+            const std::vector<float>& table = conditional ? pass_->addedCond : pass_->addedUncond;
+            const auto dim = static_cast<std::ptrdiff_t>(pass_->addedCondDim);
+            inputs.push_back(table.data() + batch.first * dim);
+        }
+        backend_->run(inputs, batch.count, {out});
+    }
 }
 
 void CpuTileDevice::combineGuidance(const TileBatch& batch, float scale) {

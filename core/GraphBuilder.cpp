@@ -117,8 +117,8 @@ int GraphBuilder::resnet(const std::string& p, int x, int cout, int embAct, cons
     return sumAndRescale(skip, h, p, o.outputScaleFactor);
 }
 
-int GraphBuilder::timeEmbedding(int timestep, int sinusoidChannels, int freqShift, bool flipSinToCos,
-                                int timeEmbedDim) {
+int GraphBuilder::timeEmbeddingMlp(int timestep, int sinusoidChannels, int freqShift, bool flipSinToCos,
+                                   int timeEmbedDim) {
     GraphOp sinusoid;
     sinusoid.kind = OpKind::TimestepEmbedding;
     sinusoid.name = "time_proj";
@@ -128,8 +128,7 @@ int GraphBuilder::timeEmbedding(int timestep, int sinusoidChannels, int freqShif
     sinusoid.flipSinToCos = flipSinToCos;
     int e = g_.addOp(std::move(sinusoid));
     e = silu(linear("time_embedding.linear_1", e, timeEmbedDim), "time_embedding.linear_1.silu");
-    e = linear("time_embedding.linear_2", e, timeEmbedDim);
-    return silu(e, "time_embedding.act");
+    return linear("time_embedding.linear_2", e, timeEmbedDim);
 }
 
 }  // namespace tessera

@@ -69,7 +69,12 @@ protected:
                        const char* groupsKey);
     // Sinusoid of `sinusoidChannels` ("time_proj"), time_embedding.linear_1, SiLU, linear_2,
     // then act(emb) ("time_embedding.act"), the value every resnet's projection reads.
-    int timeEmbedding(int timestep, int sinusoidChannels, int freqShift, bool flipSinToCos, int timeEmbedDim);
+    int timeEmbedding(int timestep, int sinusoidChannels, int freqShift, bool flipSinToCos, int timeEmbedDim) {
+        return silu(timeEmbeddingMlp(timestep, sinusoidChannels, freqShift, flipSinToCos, timeEmbedDim),
+                    "time_embedding.act");
+    }
+    // The same without the final act: emb (linear_2's value), for families that add to it first.
+    int timeEmbeddingMlp(int timestep, int sinusoidChannels, int freqShift, bool flipSinToCos, int timeEmbedDim);
 
     ModelGraph g_;
 };

@@ -119,6 +119,8 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Backend", std::string(toString(c.backend)));
     if (c.upscale != 1.0) add("Upscale", formatNumber(c.upscale));
     if (c.preserveColor) add("Preserve color", "True");
+    if (c.sdxlSizeConditioning != SdxlSizeConditioning::Image)
+        add("SDXL size conditioning", std::string(toString(c.sdxlSizeConditioning)));
     if (c.vaeTiling != VaeTiling::Auto) add("VAE tiling", std::string(toString(c.vaeTiling)));
     if (c.scheduler == SchedulerKind::DDIM && c.schedulerOptions.eta != 0.0f)
         add("Eta DDIM", formatNumber(c.schedulerOptions.eta));
@@ -445,7 +447,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 20> kKeyRules{{
+const std::array<KeyRule, 21> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) -> std::string {
@@ -477,6 +479,9 @@ const std::array<KeyRule, 20> kKeyRules{{
         if (s != "True" && s != "False") return "is not True or False; ignored";
         c.preserveColor = s == "True";
         return {};
+    }},
+    {"SDXL size conditioning", "sdxl_size_conditioning", [](std::string_view v, RunConfig& c) {
+        return readName(v, c.sdxlSizeConditioning, parseSdxlSizeConditioning);
     }},
     {"Eta DDIM", "eta", [](std::string_view v, RunConfig& c) -> std::string {
         double eta = 0;
@@ -622,6 +627,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.backend == b.backend, "backend");
     check(a.upscale == b.upscale, "upscale");
     check(a.preserveColor == b.preserveColor, "preserve_color");
+    check(a.sdxlSizeConditioning == b.sdxlSizeConditioning, "sdxl_size_conditioning");
     check(a.vaeTiling == b.vaeTiling, "vae_tiling");
     check(a.scheduler != SchedulerKind::DDIM || a.schedulerOptions.eta == b.schedulerOptions.eta, "eta");
     return differ;

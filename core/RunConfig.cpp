@@ -53,6 +53,8 @@ constexpr NameTable<Precision, 3> kPrecisionNames{
     {{Precision::FP32, "fp32"}, {Precision::FP16, "fp16"}, {Precision::BF16, "bf16"}}};
 constexpr NameTable<BackendKind, 3> kBackendNames{
     {{BackendKind::Auto, "auto"}, {BackendKind::CPU, "cpu"}, {BackendKind::CUDA, "cuda"}}};
+constexpr NameTable<SdxlSizeConditioning, 2> kSdxlSizeNames{
+    {{SdxlSizeConditioning::Image, "image"}, {SdxlSizeConditioning::Tile, "tile"}}};
 constexpr NameTable<VaeTiling, 3> kVaeTilingNames{
     {{VaeTiling::Auto, "auto"}, {VaeTiling::On, "on"}, {VaeTiling::Off, "off"}}};
 
@@ -364,7 +366,7 @@ const std::vector<std::string_view> kRunConfigKeys{
     "overlap", "window",      "fusion",      "batch",     "graphs",    "graph_warmup",      "graph_cache",
     "lanes",  "precision",    "backend",     "model",     "preview_every", "init",          "strength",
     "preserve_color", "label", "tuning_cache", "prompt", "negative_prompt", "cfg", "clip_skip", "upscale",
-    "vae_tiling"};
+    "sdxl_size_conditioning", "vae_tiling"};
 
 SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
     if (!j.is_object()) wrongType("scheduler_options", j, "an object");
@@ -401,6 +403,7 @@ std::string_view toString(FusionRule v) { return nameOf(kFusionNames, v); }
 std::string_view toString(GraphMode v) { return nameOf(kGraphNames, v); }
 std::string_view toString(Precision v) { return nameOf(kPrecisionNames, v); }
 std::string_view toString(BackendKind v) { return nameOf(kBackendNames, v); }
+std::string_view toString(SdxlSizeConditioning v) { return nameOf(kSdxlSizeNames, v); }
 std::string_view toString(VaeTiling v) { return nameOf(kVaeTilingNames, v); }
 
 SchedulerKind parseScheduler(std::string_view s, std::string_view f) { return parseName(kSchedulerNames, s, f); }
@@ -413,6 +416,9 @@ FusionRule parseFusionRule(std::string_view s, std::string_view f) { return pars
 GraphMode parseGraphMode(std::string_view s, std::string_view f) { return parseName(kGraphNames, s, f); }
 Precision parsePrecision(std::string_view s, std::string_view f) { return parseName(kPrecisionNames, s, f); }
 BackendKind parseBackend(std::string_view s, std::string_view f) { return parseName(kBackendNames, s, f); }
+SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view s, std::string_view f) {
+    return parseName(kSdxlSizeNames, s, f);
+}
 VaeTiling parseVaeTiling(std::string_view s, std::string_view f) { return parseName(kVaeTilingNames, s, f); }
 
 int RunConfig::overlapPixels() const {
@@ -518,6 +524,7 @@ nlohmann::json toJson(const RunConfig& c) {
         {"cfg", c.cfgScale},
         {"clip_skip", c.clipSkip},
         {"upscale", c.upscale},
+        {"sdxl_size_conditioning", toString(c.sdxlSizeConditioning)},
         {"vae_tiling", toString(c.vaeTiling)},
     };
     // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
@@ -560,6 +567,8 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
         else if (key == "cfg") c.cfgScale = readReal(value, key);
         else if (key == "clip_skip") c.clipSkip = readInt(value, key);
         else if (key == "upscale") c.upscale = readReal(value, key);
+        else if (key == "sdxl_size_conditioning")
+            c.sdxlSizeConditioning = parseSdxlSizeConditioning(readString(value, key), key);
         else if (key == "vae_tiling") c.vaeTiling = parseVaeTiling(readString(value, key), key);
         else unknownKey(key, kRunConfigKeys);
     }

@@ -39,6 +39,10 @@ enum class FusionRule { Sample, Noise };
 enum class GraphMode { Off, Tile, Step };
 enum class Precision { FP32, FP16, BF16 };
 enum class BackendKind { Auto, CPU, CUDA };
+// SDXL's micro-conditioning per tile (shared/spec/sd-pipeline.md §3.5): Image = every tile gets the
+// whole image's size and crop (0, 0), as A1111's Tiled Diffusion passes it; Tile = original size the
+// image, crop the tile's offset, target size the tile's.
+enum class SdxlSizeConditioning { Image, Tile };
 // The VAE's decode and encode (Stable Diffusion models): tiled with whole-image GroupNorm
 // statistics (core/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
 enum class VaeTiling { Auto, On, Off };
@@ -54,6 +58,7 @@ std::string_view toString(FusionRule);
 std::string_view toString(GraphMode);
 std::string_view toString(Precision);
 std::string_view toString(BackendKind);
+std::string_view toString(SdxlSizeConditioning);
 std::string_view toString(VaeTiling);
 // parseX throws ValidationError(field, "... 'x' is not one of a, b, c") on an unknown name.
 SchedulerKind parseScheduler(std::string_view, std::string_view field = "scheduler");
@@ -66,6 +71,7 @@ FusionRule parseFusionRule(std::string_view, std::string_view field = "fusion");
 GraphMode parseGraphMode(std::string_view, std::string_view field = "graphs");
 Precision parsePrecision(std::string_view, std::string_view field = "precision");
 BackendKind parseBackend(std::string_view, std::string_view field = "backend");
+SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view, std::string_view field = "sdxl_size_conditioning");
 VaeTiling parseVaeTiling(std::string_view, std::string_view field = "vae_tiling");
 
 // Scheduler options, with diffusers' names and defaults (shared/spec/unet2d.md §5).
@@ -124,6 +130,8 @@ struct RunConfig {
     std::string negativePrompt;
     double cfgScale = 7.0;         // classifier-free guidance scale; 1 evaluates the conditional half only
     int clipSkip = 1;              // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
+    // SDXL UNets: the size and crop ids each tile's added conditioning carries (ignored by SD 1.x / 2.x).
+    SdxlSizeConditioning sdxlSizeConditioning = SdxlSizeConditioning::Image;
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
     // then the init image's size times upscale, rounded down to multiples of 8).
     double upscale = 1.0;
@@ -169,7 +177,9 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, model, preview_every, init, strength,
-// preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale, vae_tiling. fromJson: unknown keys are an error naming the key; missing keys keep defaults.
+// preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
+// sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key; missing
+// keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 

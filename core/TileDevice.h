@@ -60,7 +60,6 @@ struct StepVariant {
 struct Guidance {
     float scale = 1.0f;
 };
-enum class Branch { Conditional, Unconditional };   // an unguided pass evaluates Conditional only
 
 // How the input canvas starts (Philox draws keyed by canvas element, core/Philox.h).
 struct CanvasStart {
@@ -102,6 +101,10 @@ struct TiledPass {
     int previewEvery = 0;                 // previews after every N-th step (0: never)
     bool seamMap = true;                  // seam statistics at the last step
     std::optional<Guidance> guidance;
+    // Denoiser::addedCond of every tile (id order), [tiles][addedCondDim] per branch (addedUncond
+    // when guided); empty without added conditioning. A device places tile t's rows beside its input.
+    int addedCondDim = 0;
+    std::vector<float> addedCond, addedUncond;
     Precision precision = Precision::FP32;   // what the function computes in (for messages)
     CanvasStart start;
 

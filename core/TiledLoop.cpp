@@ -322,6 +322,46 @@ private:
     std::vector<double> hostMs_;   // per batch, this step's host time (0 when captured or replayed)
 };
 
+// Denoiser::addedCond of every tile of `plan` (canvas pixels times `scale` = image pixels), in id
+// order, for the conditional branch and (guided) the unconditional one.
+void tabulateAddedCond(TiledPass& pass, const Denoiser& denoiser, const TilePlan& plan, int scale, int imageWidth,
+                       int imageHeight) {
+    const int dim = denoiser.addedCondDim;
+    pass.addedCondDim = dim;
+    pass.addedCond.clear();
+    pass.addedUncond.clear();
+    auto append = [dim](std::vector<float>& table, const std::vector<float>& row, const char* branch) {
+        if (static_cast<int>(row.size()) != dim)
+            throw std::logic_error(std::string("TiledLoop: the ") + branch + " added conditioning of a tile has " +
+                                   std::to_string(row.size()) + " values; the UNet takes " + std::to_string(dim));
+        table.insert(table.end(), row.begin(), row.end());
+    };
+    for (const TileRect& r : plan.tiles()) {
+        const TileSite site{r.x * scale, r.y * scale, r.w * scale, r.h * scale, imageWidth, imageHeight};
+        append(pass.addedCond, denoiser.addedCond(site, Branch::Conditional), "conditional");
+        if (pass.guidance) append(pass.addedUncond, denoiser.addedCond(site, Branch::Unconditional), "unconditional");
+    }
+}
+
+// An SDXL run's per-tile text_embeds_time: the caller's function (`replaced`), else the prompts'
+// pooled text with config.sdxlSizeConditioning's ids; the record says which.
+void addSdxlConditioning(Denoiser& denoiser, const SdModel& sd, const RunConfig& config, SdConditioning& conditioning,
+                         const AddedConditioning& replaced) {
+    const UNetCondConfig& unet = sd.unet->config();
+    denoiser.addedCondDim = unet.textTimeDim();
+    denoiser.addedCond = replaced ? replaced
+                                  : sdxlAddedConditioning(unet, config.sdxlSizeConditioning,
+                                                          std::move(conditioning.pooledCond),
+                                                          std::move(conditioning.pooledUncond));
+    std::string how = replaced ? "replaced by the caller's per-tile vectors"
+                      : config.sdxlSizeConditioning == SdxlSizeConditioning::Image
+                          ? "every tile: original and target size " + std::to_string(config.width) + "x" +
+                                std::to_string(config.height) + ", crop 0,0"
+                          : "original size the image's, crop the tile's offset, target size the tile's";
+    conditioning.messages.push_back("sdxl: size conditioning " + std::string(toString(config.sdxlSizeConditioning)) +
+                                    " (" + how + ")");
+}
+
 // Messages during a run go to the record and to the observer at once.
 std::function<void(const std::string&)> sayTo(RunRecord& record, RunObserver& observer) {
     return [&record, &observer](const std::string& message) {
@@ -331,6 +371,42 @@ std::function<void(const std::string&)> sayTo(RunRecord& record, RunObserver& ob
 }
 
 }  // namespace
+
+std::vector<float> sdxlTimeIds(const TileSite& site, SdxlSizeConditioning mode) {
+    const auto f = [](int v) { return static_cast<float>(v); };
+    const float H = f(site.imageHeight), W = f(site.imageWidth);
+    if (mode == SdxlSizeConditioning::Image) return {H, W, 0.0f, 0.0f, H, W};
+    return {H, W, f(site.y), f(site.x), f(site.height), f(site.width)};
+}
+
+AddedConditioning sdxlAddedConditioning(const UNetCondConfig& unet, SdxlSizeConditioning mode,
+                                        std::vector<float> pooledCond, std::vector<float> pooledUncond) {
+    if (!unet.hasTextTime())
+        throw std::logic_error("sdxlAddedConditioning: the UNet has no text-time embedding");
+    const std::size_t pooled = static_cast<std::size_t>(unet.textTimeDim() - 6 * unet.additionTimeEmbedDim);
+    auto check = [pooled](const std::vector<float>& p) {
+        if (p.size() != pooled)
+            throw ValidationError("model", "model: the UNet's add_embedding takes " + std::to_string(pooled) +
+                                               " pooled text values beside 6 size ids; the text encoder gave " +
+                                               std::to_string(p.size()) +
+                                               (p.empty() ? " (it has no pooled, projected output)" : ""));
+    };
+    check(pooledCond);
+    if (!pooledUncond.empty()) check(pooledUncond);
+    return [unet, mode, cond = std::move(pooledCond), uncond = std::move(pooledUncond)](const TileSite& site,
+                                                                                       Branch branch) {
+        if (branch == Branch::Unconditional && uncond.empty())
+            throw std::logic_error("sdxlAddedConditioning: no pooled text for the unconditional branch");
+        return textTimeEmbeds(unet, branch == Branch::Conditional ? cond : uncond, sdxlTimeIds(site, mode));
+    };
+}
+
+Precision sdVaePrecision(const SdModel& model, Precision requested, std::string* why) {
+    const bool sdxl = model.family == SdFamily::SDXL || model.unet->config().hasTextTime();
+    const bool upcast = sdxl && model.vae->config().forceUpcast && requested == Precision::FP16;
+    if (why) *why = upcast ? "vae: fp32 (force_upcast; the run asked fp16, whose range the SDXL VAE overflows)" : "";
+    return upcast ? Precision::FP32 : requested;
+}
 
 void TiledLoop::setModel(std::shared_ptr<const UNetModel> model) {
     model_ = std::move(model);
@@ -461,18 +537,25 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     auto denoiser = std::make_shared<Denoiser>(*denoiser_);   // this run's conditioning, same graph
     denoiser->cond = std::move(conditioning.cond);
     denoiser->uncond = std::move(conditioning.uncond);
+    if (sd->unet->config().hasTextTime()) addSdxlConditioning(*denoiser, *sd, config, conditioning, addedCond_);
+    // The VAE's precision (SDXL: float32 where its config says force_upcast).
+    RunConfig vaeConfig = config;
+    std::string vaeWhy;
+    vaeConfig.precision = sdVaePrecision(*sd, config.precision, &vaeWhy);
+    if (!vaeWhy.empty()) conditioning.messages.push_back(vaeWhy);
 
     SamplingJob job{config, canvas, *denoiser, sd->scheduler};
     job.modelName = sd->name;
     job.modelHash = sd->sha256;
     job.messages = std::move(conditioning.messages);
     job.preview = [sd](const ImageTensor& latents) { return latentPreview(*sd, latents); };
+    job.pixelScale = sd->vaeScale();
     ImageTensor initLatents;
     if (hasInitImage()) {
         const auto encodeStart = Clock::now();
         std::string how;
-        initLatents = encodeImage(*sd, device.wholeGraphBackend(config), init_,
-                                  VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(config)}, &how);
+        initLatents = encodeImage(*sd, device.wholeGraphBackend(vaeConfig), init_,
+                                  VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
         job.init = &initLatents;
         job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample)");
         job.messages.push_back("vae encode: " + how + ", " + std::to_string(static_cast<long long>(msSince(encodeStart))) +
@@ -483,8 +566,8 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     if (record.status == "finished") {
         const auto decodeStart = Clock::now();
         std::string how;
-        result.image = decodeLatents(*sd, device.wholeGraphBackend(config), result.image,
-                                     VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(config)}, &how);
+        result.image = decodeLatents(*sd, device.wholeGraphBackend(vaeConfig), result.image,
+                                     VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
         record.messages.push_back("vae decode: " + std::to_string(config.width) + "x" + std::to_string(config.height) +
                                   " " + how + ", " + std::to_string(static_cast<long long>(msSince(decodeStart))) +
                                   " ms");
@@ -551,6 +634,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     pass.previewEvery = config.previewEvery;
     pass.precision = devicePlan.precision;
     pass.guidance = guidance;
+    if (job.denoiser.hasAddedCond())
+        tabulateAddedCond(pass, job.denoiser, plan, job.pixelScale, config.width, config.height);
     int startStep = 0;
     pass.start = canvasStart(config, *scheduler, job.init, startStep);
     if (!job.init && !startNoise_.data.empty()) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/Denoiser.h"
 #include "core/Engine.h"
@@ -30,6 +31,27 @@ using PreviewMap = std::function<ImageTensor(const ImageTensor&)>;
 
 // True when the run should stop (checked between tile batches and before each step).
 using CancelCheck = std::function<bool()>;
+
+// SDXL's size ids for a tile (shared/spec/sd-pipeline.md §3.5), in pixels: (original height,
+// original width, crop top, crop left, target height, target width). Image: the whole image's size
+// twice and crop (0, 0) for every tile, as A1111's Tiled Diffusion passes them (and diffusers for an
+// untiled image). Tile: original = the whole image, crop = the tile's offset, target = the tile's
+// size: the ids SDXL was trained with for a crop of a larger image.
+std::vector<float> sdxlTimeIds(const TileSite& site, SdxlSizeConditioning mode);
+
+// A Stable Diffusion XL run's added conditioning: for a tile and branch, textTimeEmbeds(unet, the
+// branch's pooled text, sdxlTimeIds(site, mode)). Throws ValidationError("model") when the pooled
+// text does not fit the UNet's add_embedding (none given: a text encoder without a pooled output);
+// the function throws std::logic_error when asked for the unconditional branch without pooledUncond.
+AddedConditioning sdxlAddedConditioning(const UNetCondConfig& unet, SdxlSizeConditioning mode,
+                                        std::vector<float> pooledCond, std::vector<float> pooledUncond);
+
+// The VAE's precision for a run asking `requested`: float32 where the VAE config says force_upcast
+// and the run asks fp16 for an SDXL model (its decoder's activations overflow fp16, sd-models.md
+// §4.6); else `requested`. SD 1.x / 2.x VAEs keep the run's precision (diffusers' SD pipelines never
+// read force_upcast). `why`, when given, is set to the record's message ("vae: fp32 (force_upcast)")
+// or cleared.
+Precision sdVaePrecision(const SdModel& model, Precision requested, std::string* why = nullptr);
 
 // A map pass: a tile function over a whole canvas, blended like a sampling step.
 struct MapSpec {
@@ -79,6 +101,10 @@ public:
     // sigma (z: C x h x w of the sampler's canvas, the latent one for Stable Diffusion) instead of
     // Philox draw 0. Checked in run() (field "init"); an empty tensor clears it.
     void setStartNoise(ImageTensor z) { startNoise_ = std::move(z); }
+    // Replaces the per-tile added conditioning of SDXL runs (reference comparisons, tests, front
+    // ends with their own micro-conditioning); an empty function returns to sdxlAddedConditioning
+    // over the prompts' pooled text and config.sdxlSizeConditioning.
+    void setAddedConditioning(AddedConditioning f) { addedCond_ = std::move(f); }
     // The model of the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return model_; }
 
@@ -94,6 +120,7 @@ private:
         std::vector<std::string> messages;
         const ImageTensor* init = nullptr;   // in canvas space
         PreviewMap preview;
+        int pixelScale = 1;                  // image pixels per canvas pixel (the VAE's 8 for Stable Diffusion)
     };
     RunResult sample(const SamplingJob& job, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled,
                      std::chrono::steady_clock::time_point prepareStart);
@@ -115,6 +142,7 @@ private:
     std::uint64_t modelGeneration_ = 0;  // bumped whenever model_ changes
     ImageTensor init_;
     ImageTensor startNoise_;
+    AddedConditioning addedCond_;
     std::vector<float> startImage_;   // startNoise_ * sigma for the run in progress
 };
 

@@ -13,6 +13,7 @@
 
 #include "core/BoundedInput.h"
 #include "core/ConfigJson.h"
+#include "core/CpuBackend.h"  // cpu::timestepEmbedding: the sinusoid the graphs compute
 
 namespace tessera {
 
@@ -35,7 +36,12 @@ constexpr IntRange kHeads{1, cond::kMaxHeads,
                           "the number of heads per level (diffusers' name for it): 8 in SD 1.x, 5 to 20 in SD 2.x"};
 constexpr IntRange kTransformerLayers{1, cond::kMaxTransformerLayers, "1 in SD 1.x/2.x, up to 10 in SDXL"};
 constexpr IntRange kKernel{1, 7, "3 in SD; an odd size"};
+constexpr IntRange kAdditionTimeEmbedDim{2, cond::kMaxAdditionTimeEmbedDim, "256 in SDXL: the width of each size id's sinusoid"};
+constexpr IntRange kProjectionInputDim{1, cond::kMaxProjectionInputDim,
+                                       "2816 in SDXL base (1280 pooled text + 6 x 256)"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
+// SDXL base's size ids: original (h, w), crop (top, left), target (h, w).
+constexpr int kSdxlTimeIds = 6;
 
 // Keys that must keep the one value Tessera runs (diffusers' default), with why.
 struct FixedKey {
@@ -51,7 +57,6 @@ const std::vector<FixedKey>& fixedKeys() {
         {"class_embed_type", {nullptr}, "class embeddings are not supported"},
         {"num_class_embeds", {nullptr}, "class embeddings are not supported"},
         {"class_embeddings_concat", {false}, "class embeddings are not supported"},
-        {"addition_embed_type", {nullptr}, "additional embeddings (SDXL's \"text_time\") are not supported yet"},
         {"time_cond_proj_dim", {nullptr}, "a guidance embedding (LCM UNets) is not supported"},
         {"time_embedding_act_fn", {nullptr}, "only null (no activation after the time MLP) is supported"},
         {"timestep_post_act", {nullptr}, "only null is supported"},
@@ -73,8 +78,7 @@ const std::vector<FixedKey>& fixedKeys() {
 }
 
 // Keys read elsewhere, or harmless: only used by embeddings the fixed keys above keep off.
-const std::set<std::string, std::less<>> kIgnoredKeys{"addition_time_embed_dim", "projection_class_embeddings_input_dim",
-                                                       "addition_embed_type_num_heads", "dropout"};
+const std::set<std::string, std::less<>> kIgnoredKeys{"addition_embed_type_num_heads", "dropout"};
 
 std::vector<CondDownBlock> readDownBlocks(const nlohmann::json& value, const std::string& key) {
     requireLevelArray(value, key, "block names", kLevels);
@@ -149,6 +153,16 @@ bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& va
     else if (key == "use_linear_projection") c.useLinearProjection = readBool(value, key);
     else if (key == "upcast_attention") c.upcastAttention = !value.is_null() && readBool(value, key);
     else if (key == "time_embedding_dim") c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
+    else if (key == "addition_embed_type") {
+        if (value.is_null()) c.additionEmbedType.clear();
+        else if (readString(value, key) == "text_time") c.additionEmbedType = "text_time";
+        else reject(key, value, "only null or \"text_time\" (SDXL) is supported; \"text\", \"text_image\", \"image\" "
+                                "and \"image_hint\" (Kandinsky) are not");
+    } else if (key == "addition_time_embed_dim") {
+        // diffusers' default is null; only "text_time" reads it, and checkTextTime requires it then.
+        if (const std::optional<int> dim = readOptionalInt(value, key, kAdditionTimeEmbedDim)) c.additionTimeEmbedDim = *dim;
+    } else if (key == "projection_class_embeddings_input_dim")
+        c.projectionClassEmbeddingsInputDim = readOptionalInt(value, key, kProjectionInputDim);
     else if (key == "conv_in_kernel" || key == "conv_out_kernel") {
         const int k = readInt(value, key, kKernel);
         if (k % 2 == 0) reject(key, value, "expected an odd kernel size (3 in SD)");
@@ -165,6 +179,26 @@ void expandPerLevel(std::vector<int>& list, int levels, const char* key) {
     if (static_cast<int>(list.size()) != levels)
         reject(key, list, "has " + std::to_string(list.size()) + " entries but block_out_channels has " +
                               std::to_string(levels));
+}
+
+// "text_time" needs both widths; diffusers builds add_embedding from them, and the pooled text
+// must keep at least one channel beside SDXL's six sinusoids.
+void checkTextTime(UNetCondConfig& c, const nlohmann::json& j) {
+    if (!c.hasTextTime()) return;
+    const char* dimKey = "addition_time_embed_dim";
+    if (!j.contains(dimKey) || j.at(dimKey).is_null() || forcedDefaults(j).count(dimKey) != 0)
+        reject(dimKey, j.value(dimKey, nlohmann::json()),
+               "addition_embed_type \"text_time\" needs the width of each size id's sinusoid (256 in SDXL)");
+    if (c.additionTimeEmbedDim % 2 != 0)
+        reject("addition_time_embed_dim", c.additionTimeEmbedDim, "must be even (cos and sin halves; 256 in SDXL)");
+    if (!c.projectionClassEmbeddingsInputDim)
+        reject("projection_class_embeddings_input_dim", j.value("projection_class_embeddings_input_dim", nlohmann::json()),
+               "addition_embed_type \"text_time\" needs add_embedding's input width (2816 in SDXL base)");
+    const int ids = kSdxlTimeIds * c.additionTimeEmbedDim;
+    if (*c.projectionClassEmbeddingsInputDim <= ids)
+        reject("projection_class_embeddings_input_dim", *c.projectionClassEmbeddingsInputDim,
+               "must exceed 6 x addition_time_embed_dim = " + std::to_string(ids) +
+                   " (the pooled text comes first: 2816 = 1280 + 6 x 256 in SDXL base)");
 }
 
 // Checks between keys (diffusers raises on these when building the model).
@@ -204,6 +238,7 @@ void checkCrossKeys(UNetCondConfig& c, const nlohmann::json& j) {
     if (c.sampleSize > 0 && c.sampleSize % c.downsampleFactor() != 0)
         reject("sample_size", given("sample_size"),
                "must be divisible by " + std::to_string(c.downsampleFactor()) + " (2^(levels-1))");
+    checkTextTime(c, j);
 }
 
 }  // namespace
@@ -235,6 +270,41 @@ UNetCondConfig unetCondConfigFromJson(const nlohmann::json& j) {
         spdlog::warn("config.json: ignoring {} unknown key{}: {}", unknown.size(), unknown.size() == 1 ? "" : "s",
                      excerptList(unknown));
     return c;
+}
+
+UNetCondConfig sdxlBaseUNetConfig() {
+    UNetCondConfig c;
+    c.sampleSize = 128;
+    c.downBlocks = {CondDownBlock::Down, CondDownBlock::CrossAttnDown, CondDownBlock::CrossAttnDown};
+    c.upBlocks = {CondUpBlock::CrossAttnUp, CondUpBlock::CrossAttnUp, CondUpBlock::Up};
+    c.blockOutChannels = {320, 640, 1280};
+    c.crossAttentionDim = 2048;
+    c.attentionHeads = {5, 10, 20};
+    c.transformerLayers = {1, 2, 10};
+    c.useLinearProjection = true;
+    c.additionEmbedType = "text_time";
+    c.additionTimeEmbedDim = 256;
+    c.projectionClassEmbeddingsInputDim = 2816;
+    return c;
+}
+
+std::vector<float> textTimeEmbeds(const UNetCondConfig& c, const std::vector<float>& textEmbeds,
+                                  const std::vector<float>& timeIds) {
+    if (!c.hasTextTime())
+        throw std::invalid_argument("text_embeds_time: the UNet has no text-time embedding (addition_embed_type is not "
+                                    "\"text_time\")");
+    const int D = c.additionTimeEmbedDim;
+    const std::size_t width = textEmbeds.size() + timeIds.size() * static_cast<std::size_t>(D);
+    if (D <= 0 || width != static_cast<std::size_t>(c.textTimeDim()))
+        throw std::invalid_argument("text_embeds_time: " + std::to_string(textEmbeds.size()) + " pooled text values + " +
+                                    std::to_string(timeIds.size()) + " ids x " + std::to_string(D) + " = " +
+                                    std::to_string(width) + "; projection_class_embeddings_input_dim is " +
+                                    std::to_string(c.textTimeDim()));
+    std::vector<float> out(textEmbeds);
+    out.resize(width);
+    cpu::timestepEmbedding(timeIds.data(), static_cast<int>(timeIds.size()), D, c.freqShift, c.flipSinToCos,
+                           out.data() + textEmbeds.size());
+    return out;
 }
 
 }  // namespace tessera

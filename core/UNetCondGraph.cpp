@@ -137,6 +137,12 @@ void UNetCondBuilder::checkConfig() const {
         throw std::invalid_argument("conv_in_kernel/conv_out_kernel: must be odd");
     if (c_.midBlockScaleFactor == 0.0f) throw std::invalid_argument("mid_block_scale_factor: must not be 0");
     if (c_.timeEmbedDim() <= 0) throw std::invalid_argument("time_embedding_dim: must be positive");
+    if (!c_.additionEmbedType.empty() && !c_.hasTextTime())
+        throw std::invalid_argument("addition_embed_type: \"" + c_.additionEmbedType +
+                                    "\" is not supported (null or \"text_time\")");
+    if (c_.hasTextTime() && (c_.textTimeDim() <= 0 || c_.additionTimeEmbedDim <= 0))
+        throw std::invalid_argument("projection_class_embeddings_input_dim/addition_time_embed_dim: \"text_time\" "
+                                    "needs both to be positive");
     if (contextTokens_ < 1 || contextTokens_ > unet_cond_bounds::kMaxContextTokens)
         throw std::invalid_argument("encoder_hidden_states: " + std::to_string(contextTokens_) + " tokens; 1 to " +
                                     std::to_string(unet_cond_bounds::kMaxContextTokens) + " are allowed");
@@ -155,7 +161,16 @@ ModelGraph UNetCondBuilder::build() {
     // conv_in is the state dict's first module but runs after the time embedding.
     std::vector<int> convIn = declareConv("conv_in", c.inChannels, C[0], c.convInKernel);
     if (c.centerInputSample) h = affine(h, 2.0f, -1.0f, "sample.centered");
-    embAct_ = timeEmbedding(timestep, C[0], c.freqShift, c.flipSinToCos, c.timeEmbedDim());
+    if (c.hasTextTime()) {
+        // spec §1.3 item 5: emb = time MLP + add_embedding(text_embeds_time), then act(emb).
+        const int textTime = g_.addInput("text_embeds_time", ValueKind::Vector, c.textTimeDim(), 0);
+        const int emb = timeEmbeddingMlp(timestep, C[0], c.freqShift, c.flipSinToCos, c.timeEmbedDim());
+        int aug = silu(linear("add_embedding.linear_1", textTime, c.timeEmbedDim()), "add_embedding.linear_1.silu");
+        aug = linear("add_embedding.linear_2", aug, c.timeEmbedDim());
+        embAct_ = silu(simple(OpKind::Add, emb, aug, "time_embedding.add", "time_embedding.sum"), "time_embedding.act");
+    } else {
+        embAct_ = timeEmbedding(timestep, C[0], c.freqShift, c.flipSinToCos, c.timeEmbedDim());
+    }
     const int kIn = c.convInKernel;
     h = conv("conv_in", h, C[0], kIn, 1, kIn / 2, kIn / 2, std::move(convIn));
     std::vector<int> skips{h};

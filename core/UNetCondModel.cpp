@@ -37,7 +37,7 @@ UNetCondModel UNetCondModel::load(const std::string& dir) {
     if (json.is_object() && json.contains("_class_name") &&
         !(json["_class_name"].is_string() && json["_class_name"].get<std::string>() == kClassName))
         throw ModelError(shown + ": _class_name is " + excerptJson(json["_class_name"]) + "; expected \"" + kClassName +
-                         "\" (a Stable Diffusion 1.x / 2.x unet folder)");
+                         "\" (a Stable Diffusion 1.x / 2.x / XL unet folder)");
     try {
         model.config_ = unetCondConfigFromJson(json);
     } catch (const std::runtime_error& e) {

@@ -2390,6 +2390,14 @@ const void* CudaBackend::deviceOutput(int lane) const { return impl_->lanePtr(la
 void* CudaBackend::deviceTokens(int lane) const {
     return impl_->tokenBuf < 0 ? nullptr : impl_->lanePtr(lane, impl_->tokenBuf);
 }
+float* CudaBackend::deviceVector(const std::string& name, int lane) const {
+    for (int v : impl_->graph.inputs()) {
+        const GraphValue& g = impl_->graph.value(v);
+        const int buf = g.kind == ValueKind::Vector ? impl_->valueVec[static_cast<std::size_t>(v)].buf : -1;
+        if (g.name == name && buf >= 0) return reinterpret_cast<float*>(impl_->lanePtr(lane, buf));
+    }
+    return nullptr;
+}
 float* CudaBackend::deviceTimesteps(int lane) const {
     return reinterpret_cast<float*>(impl_->lanePtr(lane, impl_->timestepBuf));
 }

@@ -113,6 +113,9 @@ public:
     // The first token-sequence input ([batch, tokens, C], activation type, C unpadded: the text
     // context of a conditioned UNet); nullptr when the graph has none.
     void* deviceTokens(int lane = 0) const;
+    // The vector input named `name` ([batch, C] float32, e.g. SDXL's "text_embeds_time"); nullptr
+    // when the prepared graph has no such input.
+    float* deviceVector(const std::string& name, int lane = 0) const;
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.

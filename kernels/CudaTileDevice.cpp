@@ -270,6 +270,7 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
     stepsCapacity_ = arenaPlan.stepsCapacity;
     ensureArena(arenaPlan);
     uploadTables(pass);
+    uploadAddedCond(pass);
 
     geo_ = CanvasGeometry{};
     geo_.channels = C;
@@ -353,7 +354,7 @@ GraphKey CudaTileDevice::stepKey(const StepVariant& variant) const {
       << p.inChannels << " overlap " << p.plan->overlap() << " window " << toString(p.window) << " maps " << p.weights->mapCount() << " fusion "
       << toString(p.fusion) << " tiles " << p.tileCount() << " batches " << p.batches.size() << " steps<="
       << stepsCapacity_ << " " << planFamily_;
-    std::string pointers = hexPointer(arena_.base());
+    std::string pointers = hexPointer(arena_.base()) + " " + hexPointer(addedTable_.data());
     for (int l = 0; l < lanes_; ++l) pointers += " " + lanePointers(l);
     for (std::size_t i = 0; i < 2 * p.batches.size(); ++i) pointers += " " + hexPointer(batchEvents_[i].get());
     return GraphKey{f.str(), pointers};
@@ -549,6 +550,7 @@ void CudaTileDevice::placeContext(const TileBatch& b, cudaStream_t ls) {
     const char* store = context_.as<char>();
     const std::size_t n = static_cast<std::size_t>(b.count);
     TESSERA_CHECK(cudaMemcpyAsync(tokens, store, n * contextRowBytes_, cudaMemcpyDeviceToDevice, ls));
+    placeAddedCond(b, ls);
     if (!guided_) return;
     TESSERA_CHECK(cudaMemcpyAsync(tokens + n * contextRowBytes_, store + contextBatch_ * contextRowBytes_,
                                   n * contextRowBytes_, cudaMemcpyDeviceToDevice, ls));
@@ -558,6 +560,43 @@ void CudaTileDevice::placeContext(const TileBatch& b, cudaStream_t ls) {
     TESSERA_CHECK(cudaMemcpyAsync(input + n * tileBytes, input, n * tileBytes, cudaMemcpyDeviceToDevice, ls));
     float* t = backend_->deviceTimesteps(b.lane);
     TESSERA_CHECK(cudaMemcpyAsync(t + n, t, n * sizeof(float), cudaMemcpyDeviceToDevice, ls));
+}
+
+void CudaTileDevice::uploadAddedCond(const TiledPass& pass) {
+    addedDim_ = pass.addedCondDim;
+    addedTiles_ = pass.tileCount();
+    float* input = backend_->deviceVector("text_embeds_time");
+    if ((addedDim_ > 0) != (input != nullptr))
+        throw std::logic_error(std::string("CudaTileDevice: the pass ") + (addedDim_ > 0 ? "has" : "has no") +
+                               " per-tile text_embeds_time but the UNet's graph " + (input ? "takes" : "has no") +
+                               " such input");
+    if (addedDim_ == 0) return;
+    const std::size_t rows = static_cast<std::size_t>(addedTiles_), dim = static_cast<std::size_t>(addedDim_);
+    if (pass.addedCond.size() != rows * dim || (guided_ && pass.addedUncond.size() != rows * dim))
+        throw std::logic_error("CudaTileDevice: the pass's added conditioning is not one row per tile and branch");
+    const std::size_t half = rows * dim * sizeof(float);
+    if (addedTable_.bytes() < 2 * half) addedTable_ = DeviceBuffer(2 * half);
+    cudaStream_t s = stream();
+    TESSERA_CHECK(cudaMemcpyAsync(addedTable_.data(), pass.addedCond.data(), half, cudaMemcpyHostToDevice, s));
+    if (guided_)
+        TESSERA_CHECK(cudaMemcpyAsync(addedTable_.as<char>() + half, pass.addedUncond.data(), half,
+                                      cudaMemcpyHostToDevice, s));
+    TESSERA_CHECK(cudaStreamSynchronize(s));   // the pass's host vectors may change after beginRun
+}
+
+// The forward's text_embeds_time rows for this batch: its tiles' conditional rows, then (guided)
+// their unconditional rows, D2D from the table (so captured step graphs read this run's table).
+void CudaTileDevice::placeAddedCond(const TileBatch& b, cudaStream_t ls) {
+    if (addedDim_ == 0) return;
+    char* rows = reinterpret_cast<char*>(backend_->deviceVector("text_embeds_time", b.lane));
+    const std::size_t rowBytes = static_cast<std::size_t>(addedDim_) * sizeof(float);
+    const std::size_t n = static_cast<std::size_t>(b.count), first = static_cast<std::size_t>(b.first);
+    const char* table = addedTable_.as<char>();
+    TESSERA_CHECK(cudaMemcpyAsync(rows, table + first * rowBytes, n * rowBytes, cudaMemcpyDeviceToDevice, ls));
+    if (!guided_) return;
+    const std::size_t uncond = static_cast<std::size_t>(addedTiles_) * rowBytes;
+    TESSERA_CHECK(cudaMemcpyAsync(rows + n * rowBytes, table + uncond + first * rowBytes, n * rowBytes,
+                                  cudaMemcpyDeviceToDevice, ls));
 }
 
 void CudaTileDevice::evaluate(const TileBatch& b, Branch branch) {

@@ -104,6 +104,8 @@ private:
     int forwardRows(int count) const { return guided_ ? 2 * count : count; }
     void uploadContext(const Denoiser& model, int batch);
     void placeContext(const TileBatch& batch, cudaStream_t stream);
+    void uploadAddedCond(const TiledPass& pass);
+    void placeAddedCond(const TileBatch& batch, cudaStream_t stream);
     cudaStream_t stream() const;
     cudaStream_t laneStream(int lane) const;
     std::size_t canvasSize() const;
@@ -145,6 +147,11 @@ private:
     std::size_t contextRowBytes_ = 0;
     int contextBatch_ = 0;
     DeviceBuffer context_;
+    // SDXL's per-tile text_embeds_time (TiledPass::addedCond): [tiles][dim] conditional rows, then
+    // (guided) as many unconditional ones, float32 (vectors stay float32), copied into the
+    // forward's vector input per batch like the context; its pointer is part of step graph keys.
+    int addedDim_ = 0, addedTiles_ = 0;
+    DeviceBuffer addedTable_;
     // wholeGraphBackend's: a CudaBackend whose prepares take their timed choices from the run's
     // tuning cache file and store them there, so the VAE decodes to the same bits in every process.
     class TunedBackend;

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""diffusers' UNet2DConditionModel at Stable Diffusion 1.5 / 2.1 shapes, timed as `tessera-cli bench
---shape sd15|sd21` times Tessera's: random weights (torch.manual_seed), fp16 on the GPU, one forward of
+"""diffusers' UNet2DConditionModel at Stable Diffusion 1.5 / 2.1 / XL base shapes, timed as `tessera-cli bench
+--shape sd15|sd21|sdxl` times Tessera's: random weights (torch.manual_seed), fp16 on the GPU, one forward of
 a tile batch (doubled when guidance is on, cfg != 1) timed with CUDA events after warm-up, median of
 --repeats; from it the UNet's share of one step of the tiled job (tiles of the latent canvas in calls
 of --batch tiles, the last call the remainder, timed apart). Prints the same CSV columns as Tessera's
-SD rows (app/BenchCommand.cpp sdBenchCsvHeader; tests/app/tst_bench.cpp checks they agree).
+SD rows (app/BenchCommand.cpp sdBenchCsvHeader; tests/app/tst_bench.cpp checks they agree). SDXL's forward
+also takes added_cond_kwargs: text_embeds [B, 1280] N(0,1) and time_ids (1024, 1024, 0, 0, 1024, 1024), as
+Tessera's bench feeds its 2816-wide text_embeds_time.
 
 Modes (what a PyTorch user would write):
   eager          diffusers' default attention processor (AttnProcessor2_0: F.scaled_dot_product_attention),
@@ -37,8 +39,14 @@ CONFIGS = {
                  upcast_attention=False),
     "sd21": dict(sample_size=96, cross_attention_dim=1024, attention_head_dim=[5, 10, 20, 20],
                  use_linear_projection=True, upcast_attention=True),
+    "sdxl": dict(sample_size=128, block_out_channels=[320, 640, 1280],
+                 down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+                 up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+                 cross_attention_dim=2048, attention_head_dim=[5, 10, 20], transformer_layers_per_block=[1, 2, 10],
+                 use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=256,
+                 projection_class_embeddings_input_dim=2816),
 }
-NATIVE_TILE = {"sd15": 512, "sd21": 768}
+NATIVE_TILE = {"sd15": 512, "sd21": 768, "sdxl": 1024}
 COLS = ["engine", "shape", "size", "tile", "overlap", "batch", "cfg", "unet_batch", "precision", "steps", "tiles",
         "forwards_per_step", "seconds_per_step", "seconds_per_image", "unet_evals_per_s", "forward_ms", "tflops",
         "fraction_of_peak", "peak_tflops_assumed", "peak_mib", "gflop_per_eval", "host_enqueue_ms_per_step",
@@ -74,20 +82,27 @@ def dense_peak_tflops(name):
 
 
 def inputs(unet, batch, latent, device, seed):
+    """sample, timestep, context and (SDXL) added_cond_kwargs, else None."""
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(batch, 4, latent, latent, generator=g, device=device).half().contiguous(
         memory_format=torch.channels_last)
     t = torch.full((batch,), 500, dtype=torch.long, device=device)
     ctx = torch.randn(batch, CONTEXT_TOKENS, unet.config.cross_attention_dim, generator=g, device=device).half()
-    return x, t, ctx
+    added = None
+    if unet.config.addition_embed_type == "text_time":
+        pooled = unet.config.projection_class_embeddings_input_dim - 6 * unet.config.addition_time_embed_dim
+        size = float(latent * 8)
+        added = {"text_embeds": torch.randn(batch, pooled, generator=g, device=device).half(),
+                 "time_ids": torch.tensor([[size, size, 0.0, 0.0, size, size]] * batch, device=device).half()}
+    return x, t, ctx, added
 
 
 def gflop_per_eval(unet, latent, device):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
-    x, t, ctx = inputs(unet, 1, latent, device, 0)
+    x, t, ctx, added = inputs(unet, 1, latent, device, 0)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        unet(x, t, encoder_hidden_states=ctx, return_dict=False)
+        unet(x, t, encoder_hidden_states=ctx, added_cond_kwargs=added, return_dict=False)
     return counter.get_total_flops() / 1e9
 
 
@@ -95,7 +110,7 @@ class Forward:
     """One batch shape in one mode: the callable that runs (or replays) the forward."""
 
     def __init__(self, net, mode, batch, latent, device, warmup):
-        self.x, self.t, self.ctx = inputs(net_of(net), batch, latent, device, batch)
+        self.x, self.t, self.ctx, self.added = inputs(net_of(net), batch, latent, device, batch)
         self.net = net
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -116,7 +131,8 @@ class Forward:
         self.prepare_s = time.perf_counter() - t0
 
     def eager(self):
-        return self.net(self.x, self.t, encoder_hidden_states=self.ctx, return_dict=False)[0]
+        return self.net(self.x, self.t, encoder_hidden_states=self.ctx, added_cond_kwargs=self.added,
+                        return_dict=False)[0]
 
     def __call__(self):
         if self.graph is not None:
@@ -194,7 +210,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="sd15", choices=CONFIGS)
     p.add_argument("--size", type=int, default=2048, help="image pixels (latent 1/8)")
-    p.add_argument("--tile", type=int, default=None, help="tile pixels (default 512 sd15, 768 sd21)")
+    p.add_argument("--tile", type=int, default=None, help="tile pixels (default 512 sd15, 768 sd21, 1024 sdxl)")
     p.add_argument("--overlap", type=int, default=None, help="overlap pixels (default tile/8)")
     p.add_argument("--batch", default="1,2,4", help="tiles per UNet call")
     p.add_argument("--cfg", type=float, default=7.0, help="guidance scale; not 1: two evaluations per tile")

@@ -211,6 +211,11 @@ private slots:
         QCOMPARE(sd21.repeats, 5);
         QCOMPARE(sd21.cfg, 1.0);
         QCOMPARE(sd21.graphs, (std::vector<GraphMode>{GraphMode::Off, GraphMode::Tile}));
+        const BenchOptions sdxl = parseBenchOptions({"--shape", "sdxl", "--cfg", "1"});
+        QCOMPARE(sdxl.tile, 1024);
+        QCOMPARE(sdxl.overlap, 128);
+        QCOMPARE(sdxl.width, 2048);
+        QCOMPARE(sdxl.cfg, 1.0);
         // The pixel shapes keep theirs.
         const BenchOptions cifar = parseBenchOptions({"--shape", "cifar"});
         QCOMPARE(cifar.tile, 64);
@@ -239,11 +244,12 @@ private slots:
         }
     }
 
-    // diffusers' SD 1.5 and 2.1 UNets: 859,520,964 and 865,910,724 parameters (spec §0), and the
-    // FLOPs of one evaluation from the graph (SD 1.5 at latent 64: about 0.8 TFLOP).
+    // diffusers' SD 1.5, 2.1 and XL base UNets: 859,520,964, 865,910,724 and 2,567,463,684 parameters
+    // (spec §0), and the FLOPs of one evaluation from the graph (SD 1.5 at latent 64: about 0.8 TFLOP).
     void sdShapesMatchDiffusers() {
         for (const auto& [shape, params, latent] : {std::tuple{"sd15", std::int64_t{859520964}, 64},
-                                                    std::tuple{"sd21", std::int64_t{865910724}, 96}}) {
+                                                    std::tuple{"sd21", std::int64_t{865910724}, 96},
+                                                    std::tuple{"sdxl", std::int64_t{2567463684}, 128}}) {
             const UNetCondConfig c = benchSdShapeConfig(shape);
             std::int64_t n = 0;
             for (const auto& [name, dims] : UNetCondModel::expectedTensors(c)) {
@@ -255,12 +261,19 @@ private slots:
             QCOMPARE(c.sampleSize, latent);
             const double gflop = unet2DConditionExecutionGraph(c).flops(latent, latent) / 1e9;
             qInfo("%s: %.1f GFLOP per evaluation at latent %d", shape, gflop, latent);
-            QVERIFY2(gflop > (latent == 64 ? 600 : 1400) && gflop < (latent == 64 ? 900 : 2400), qPrintable(QString::number(gflop)));
+            // SDXL at latent 128: about 6.6 TFLOP (3.3 T multiply-adds), mostly its depth-10 transformers.
+            const double low = latent == 64 ? 600 : (latent == 96 ? 1400 : 5000);
+            const double high = latent == 64 ? 900 : (latent == 96 ? 2400 : 8500);
+            QVERIFY2(gflop > low && gflop < high, qPrintable(QString::number(gflop)));
         }
         const UNetCondConfig sd21 = benchSdShapeConfig("sd21");
         QCOMPARE(sd21.attentionHeads, (std::vector<int>{5, 10, 20, 20}));
         QCOMPARE(sd21.crossAttentionDim, 1024);
         QVERIFY(sd21.useLinearProjection && sd21.upcastAttention);
+        const UNetCondConfig sdxl = benchSdShapeConfig("sdxl");
+        QCOMPARE(sdxl.textTimeDim(), 2816);
+        QCOMPARE(sdxl.crossAttentionDim, 2048);
+        QCOMPARE(sdxl.transformerLayers, (std::vector<int>{1, 2, 10}));
         const UNetCondConfig sd15 = benchSdShapeConfig("sd15");
         QCOMPARE(sd15.attentionHeads, (std::vector<int>{8, 8, 8, 8}));
         QCOMPARE(sd15.crossAttentionDim, 768);
@@ -311,6 +324,9 @@ private slots:
         const CliRun cpu = runCli({"bench", "--shape", "sd15", "--backend", "cpu"});
         QCOMPARE(cpu.exitCode, 2);
         QVERIFY2(cpu.err.contains(QStringLiteral("backend: cpu is not allowed for sd15")), qPrintable(describe(cpu)));
+        const CliRun xl = runCli({"bench", "--shape", "sdxl", "--backend", "cpu", "--cfg", "1"});
+        QCOMPARE(xl.exitCode, 2);
+        QVERIFY2(xl.err.contains(QStringLiteral("backend: cpu is not allowed for sdxl")), qPrintable(describe(xl)));
         const DeviceReport report = probeDevices();
         if (report.cudaAvailable) QSKIP("a CUDA device is present: auto would run sd15");
         const CliRun automatic = runCli({"bench", "--shape", "sd21", "--steps", "1"});

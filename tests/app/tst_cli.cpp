@@ -149,6 +149,8 @@ private slots:
         QTest::newRow("scheduler") << QStringList{"plan", "--scheduler", "heun"} << "scheduler:";
         QTest::newRow("window") << QStringList{"render", "--window", "cosine"} << "window:";
         QTest::newRow("fusion") << QStringList{"plan", "--fusion", "latent"} << "fusion:";
+        QTest::newRow("sdxl size conditioning") << QStringList{"plan", "--sdxl-size-conditioning", "crop"}
+                                                << "sdxl_size_conditioning: 'crop' is not one of image or tile";
         QTest::newRow("batch") << QStringList{"plan", "--batch", "0"} << "batch:";
         QTest::newRow("graphs") << QStringList{"plan", "--graphs", "always"} << "graphs:";
         QTest::newRow("precision") << QStringList{"plan", "--precision", "int8"} << "precision:";
@@ -204,6 +206,10 @@ private slots:
         QCOMPARE(o.config.tuningCache, std::string("/tmp/t.json"));
         QVERIFY(o.fieldsGiven.count("tuning_cache"));
         QVERIFY(QString::fromStdString(cliUsage(CliCommand::Render)).contains("--tuning-cache FILE|off"));
+        QVERIFY(parseCliOptions({"render"}).config.sdxlSizeConditioning == SdxlSizeConditioning::Image);
+        o = parseCliOptions({"render", "--sdxl-size-conditioning", "tile"});
+        QVERIFY(o.config.sdxlSizeConditioning == SdxlSizeConditioning::Tile);
+        QVERIFY(o.fieldsGiven.count("sdxl_size_conditioning"));
 
         o = parseCliOptions({"info", "/some/model", "--tile", "32"});
         QVERIFY(o.command == CliCommand::Info);

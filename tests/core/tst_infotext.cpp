@@ -420,6 +420,7 @@ private slots:
             c.overlapFraction = 0.3;
             c.graphs = GraphMode::Tile;
             c.backend = BackendKind::CPU;
+            c.sdxlSizeConditioning = SdxlSizeConditioning::Tile;
             break;
         case 4:
             c.scheduler = SchedulerKind::DPMPP2M;
@@ -468,6 +469,7 @@ private slots:
             {"backend", [](RunConfig& c) { c.backend = BackendKind::CPU; }},
             {"upscale", [](RunConfig& c) { c.upscale = 3; }},
             {"preserve_color", [](RunConfig& c) { c.preserveColor = true; }},
+            {"sdxl_size_conditioning", [](RunConfig& c) { c.sdxlSizeConditioning = SdxlSizeConditioning::Tile; }},
         };
         for (const auto& [field, change] : changes) {
             RunConfig other = base;

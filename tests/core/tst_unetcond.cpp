@@ -192,8 +192,8 @@ private slots:
         QTest::newRow("heads do not divide") << R"({"attention_head_dim": [3, 4]})"
                                              << "3 heads (the entry for level 0) do not divide its 16 channels";
         QTest::newRow("heads range") << R"({"attention_head_dim": 0})" << "attention_head_dim = 0: expected an integer from 1 to 256";
-        QTest::newRow("SDXL text_time") << R"({"addition_embed_type": "text_time"})"
-                                        << "addition_embed_type = \"text_time\": additional embeddings";
+        QTest::newRow("Kandinsky image") << R"({"addition_embed_type": "image"})"
+                                         << "addition_embed_type = \"image\": only null or \"text_time\" (SDXL)";
         QTest::newRow("num_attention_heads") << R"({"num_attention_heads": 8})" << "num_attention_heads = 8: must be null";
         QTest::newRow("layers list") << R"({"layers_per_block": [1, 1]})" << "layers_per_block = [1,1]: a per-block list";
         QTest::newRow("cross dim range") << R"({"cross_attention_dim": 9000})"
