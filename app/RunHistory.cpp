@@ -76,11 +76,7 @@ RunHistory::RunHistory(QString folder, int capacity, int trashDepth)
     if (folder_.isEmpty())
         folder_ = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history");
     reload();
-    try {
-        purgeTrash();  // nobody can undo what another session deleted
-    } catch (const std::exception& e) {
-        note(QString::fromStdString(toValidUtf8(e.what())));
-    }
+    deleteTrashedFiles();  // nobody can undo what another session deleted
 }
 
 QString RunHistory::trashFolder() const { return folder_ + QStringLiteral("/trash"); }
@@ -313,6 +309,10 @@ const HistoryEntry* RunHistory::restoreFromTrash(const QString& runId) {
 
 void RunHistory::purgeTrash() {
     assertNotGuiThread("RunHistory::purgeTrash");
+    deleteTrashedFiles();
+}
+
+void RunHistory::deleteTrashedFiles() {
     trashed_.clear();
     const QFileInfo info(trashFolder());
     if (!info.isDir() || info.isSymLink()) return;  // nothing of ours can be in a link's target

@@ -114,6 +114,8 @@ private:
     // Moves every file of run `id` from `from` to `to` (folders), the manifest first or last.
     void moveRunFiles(const QString& id, const QString& from, const QString& to, bool manifestFirst) const;
     void trim();
+    // purgeTrash without the thread check (construction has made it already).
+    void deleteTrashedFiles();
     // The entry of manifest file `name` (in folder_), or nothing (and a problem) if it is refused.
     std::optional<HistoryEntry> readEntry(const QString& name);
     // Fills entry's seamMean/seamMax from its seam file; a problem when that cannot be read.

@@ -94,6 +94,8 @@ public:
     // The scale the legend currently shows (low, high), for tests; both 0 without a legend.
     std::pair<double, double> legendRange() const { return legendRange_; }
     double zoom() const { return zoom_; }
+    // The canvas in image pixels: the plan's size, else the image's (empty: neither).
+    QSize canvasSize() const { return contentSize(); }
     QSize sizeHint() const override { return {720, 640}; }
 
 public slots:
