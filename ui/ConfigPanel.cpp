@@ -328,10 +328,12 @@ QGroupBox* ConfigPanel::buildStartGroup() {
     startClear_->setToolTip(tr("Start from noise again"));
     auto* fileRow = new QHBoxLayout;
     fileRow->setContentsMargins(0, 0, 0, 0);
-    fileRow->addWidget(startName_, 1);
     fileRow->addWidget(open);
     fileRow->addWidget(startClear_);
+    fileRow->addStretch(1);
     form->addRow(tr("Image"), fileRow);
+    // The name on a row of its own: a wrapped label beside buttons gets too little height.
+    form->addRow(QString(), startName_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("init"), startName_));
 
     strength_ = makeRealSpin(0, 1, 0.05, 2);

@@ -181,9 +181,11 @@ void HistoryPanel::selectIds(const QStringList& ids) {
     table_->clearSelection();
     for (int row = 0; row < table_->rowCount(); ++row) {
         QTableWidgetItem* item = table_->item(row, LabelColumn);
-        if (item && ids.contains(item->data(kIdRole).toString()))
+        if (item && ids.contains(item->data(kIdRole).toString())) {
             table_->selectionModel()->select(table_->model()->index(row, 0),
                                              QItemSelectionModel::Select | QItemSelectionModel::Rows);
+            if (ids.size() == 1) table_->scrollToItem(item);
+        }
     }
     updateButtons();
 }

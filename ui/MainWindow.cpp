@@ -1084,6 +1084,7 @@ bool MainWindow::openFromHistory(const QString& id, QString* error) {
     panel_->setConfig(entry->record.config);
     charts_->showRecord(entry->record);
     setStatusText(tr("Opening run %1…").arg(id));
+    historyPanel_->selectIds({id});  // the row of the run shown
     // The image (and start image) are read on the history's thread: onHistoryRunOpened.
     openRunId_ = id;
     openJob_ = history_->open(id);

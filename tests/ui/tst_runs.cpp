@@ -32,6 +32,8 @@
 #include <QUrl>
 #include <QtTest>
 
+#include <qcustomplot.h>
+
 #include "app/HistoryStore.h"
 #include "app/PngIO.h"
 #include "app/RunHistory.h"
@@ -342,6 +344,12 @@ private slots:
             QCOMPARE(run.startImage.pixelColor(60, 32), QColor(40, 40, 220));
             startSeen = run.startImage;
             result = run.image;
+            // Strength 0.5 of 2 steps runs the schedule's second step only: the timing chart
+            // shows it where it is (step 2), not off its axis.
+            QCOMPARE(record.stepsRun, 1);
+            window.charts()->flush();
+            const QCPRange steps = window.charts()->plot(TimingCharts::Chart::Steps)->xAxis->range();
+            QVERIFY2(steps.contains(record.steps.front().step + 1), qPrintable(QStringLiteral("%1 .. %2").arg(steps.lower).arg(steps.upper)));
             // Before/after opens by itself, at 1:1.
             QVERIFY(window.beforeAfterAction()->isEnabled());
             QVERIFY(window.beforeAfterAction()->isChecked());
@@ -433,6 +441,7 @@ private slots:
         QVERIFY(waitForHistory(window));
         QCOMPARE(opened.count(), 1);
         QCOMPARE(opened.at(0).at(0).toString(), newer);
+        QCOMPARE(window.historyPanel()->selectedIds(), QStringList({newer}));  // its row is the one selected
         QCOMPARE(window.configPanel()->config().seed, std::uint64_t(8));
         QCOMPARE(window.canvas()->image(), imageOf(history + "/" + newer + ".png"));
         QVERIFY(!window.openFromHistory(QStringLiteral("20990101-000000-00000000"), &error));
