@@ -155,10 +155,7 @@ quint64 HistoryStore::undoRemove() {
         [this](quint64 id, Restored restored) {
             for (HistoryEntry& entry : restored.entries) {
                 const QString runId = entry.id();
-                eraseEntry(runId);
-                const auto at = std::upper_bound(entries_.begin(), entries_.end(), entry.record.startedAt,
-                                                 [](const std::string& started, const HistoryEntry& e) { return started < e.record.startedAt; });
-                entries_.insert(at, std::move(entry));
+                insertByStart(entries_, std::move(entry));
                 emit entryRestored(id, runId);
             }
             if (!restored.missing.isEmpty())

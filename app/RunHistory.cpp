@@ -301,10 +301,8 @@ const HistoryEntry* RunHistory::restoreFromTrash(const QString& runId) {
     trashed_.removeAll(runId);
     std::optional<HistoryEntry> entry = readEntry(runId + QStringLiteral(".json"));
     if (!entry) throw std::runtime_error(problems_.isEmpty() ? std::string("the run cannot be read back") : problems_.back().toStdString());
-    std::erase_if(entries_, [&runId](const HistoryEntry& e) { return e.id() == runId; });
-    const auto at = std::upper_bound(entries_.begin(), entries_.end(), entry->record.startedAt,
-                                     [](const std::string& started, const HistoryEntry& e) { return started < e.record.startedAt; });
-    return &*entries_.insert(at, std::move(*entry));
+    insertByStart(entries_, std::move(*entry));
+    return find(runId);
 }
 
 void RunHistory::purgeTrash() {
@@ -362,6 +360,14 @@ FinishedRun RunHistory::open(const QString& runId) const {
 
 void RunHistory::trim() {
     while (static_cast<int>(entries_.size()) > capacity_) remove(entries_.front().id());
+}
+
+void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry) {
+    const QString id = entry.id();
+    std::erase_if(entries, [&id](const HistoryEntry& e) { return e.id() == id; });
+    const auto at = std::upper_bound(entries.begin(), entries.end(), entry.record.startedAt,
+                                     [](const std::string& started, const HistoryEntry& e) { return started < e.record.startedAt; });
+    entries.insert(at, std::move(entry));
 }
 
 QString configSummary(const RunConfig& c) {

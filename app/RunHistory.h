@@ -133,6 +133,10 @@ private:
     QStringList problems_;
 };
 
+// Puts `entry` into `entries` (oldest first) where its start time belongs, replacing an entry
+// of the same run.
+void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry);
+
 // One line describing a run's configuration for tables: "256×256 · 20 ddim · tile 64/16 hann · cpu".
 QString configSummary(const RunConfig& config);
 

@@ -147,13 +147,15 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         if (!entry.startImagePath.isEmpty())
             config += tr(" · from an image, strength %1").arg(r.config.strength);
         table_->setItem(row, ConfigColumn, textItem(config));
-        table_->setItem(row, TimeColumn, textItem(QStringLiteral("%1 s").arg(r.totalMs / 1000.0, 0, 'f', 2),
+        // A failed run measured nothing worth comparing.
+        const bool failed = r.status == "failed";
+        table_->setItem(row, TimeColumn, textItem(failed ? QStringLiteral("—") : QStringLiteral("%1 s").arg(r.totalMs / 1000.0, 0, 'f', 2),
                                                   Qt::AlignRight | Qt::AlignVCenter));
         const double peak = peakMemoryMiB(r);
         table_->setItem(row, MemoryColumn, textItem(peak >= 0 ? QStringLiteral("%1 MiB").arg(peak, 0, 'f', 0) : QStringLiteral("—"),
                                                     Qt::AlignRight | Qt::AlignVCenter));
         // Lanes beside the mode: how many tile batches were in flight (CUDA engine).
-        QString graphs = QString::fromStdString(r.graphs.mode);
+        QString graphs = failed && r.environment.backend.empty() ? QStringLiteral("—") : QString::fromStdString(r.graphs.mode);
         if (r.graphs.lanes > 1) graphs += QStringLiteral(" · %1 lanes").arg(r.graphs.lanes);
         table_->setItem(row, GraphsColumn, textItem(graphs));
     }

@@ -80,6 +80,16 @@ QString formatDuration(double seconds) {
     return QStringLiteral("%1:%2").arg(total / 60, 2, 10, QLatin1Char('0')).arg(total % 60, 2, 10, QLatin1Char('0'));
 }
 
+// What a run ran on and made, for the status bar: "CPU FP32 · 512 × 512 px · seed 3".
+QString ranOn(const RunRecord& record) {
+    return QCoreApplication::translate("MainWindow", "%1 %2 · %3 × %4 px · seed %5")
+        .arg(QString::fromStdString(record.environment.backend).toUpper(),
+             QString::fromUtf8(toString(record.config.precision).data()).toUpper())
+        .arg(record.config.width)
+        .arg(record.config.height)
+        .arg(record.config.seed);
+}
+
 QString presetsFolder() {
     // Installed (.deb) and bundled copies keep the presets beside the binaries.
     const QString installed = QCoreApplication::applicationDirPath() + QStringLiteral("/../share/tessera/presets");
@@ -730,12 +740,7 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
                     .arg(record.seamWorst, 0, 'f', 2);
     for (const std::string& message : record.messages) text += QStringLiteral(" · ") + QString::fromStdString(message);
     setStatusText(text);
-    progressText_->setText(tr("%1 %2 · %3 × %4 px · seed %5")
-                               .arg(QString::fromStdString(record.environment.backend).toUpper(),
-                                    QString::fromUtf8(toString(record.config.precision).data()).toUpper())
-                               .arg(record.config.width)
-                               .arg(record.config.height)
-                               .arg(record.config.seed));
+    progressText_->setText(ranOn(record));
     // Every run goes into the history, a cancelled one with its partial image (if a step
     // ended); Compare graphs keeps only the runs it compares. Its PNG is encoded and written
     // on the history's thread; the row appears on entryAdded.
@@ -765,7 +770,6 @@ void MainWindow::keepFailedRun(const QString& error) {
     }
     record.status = "failed";
     record.error = error.toStdString();
-    record.totalMs = runClock_.isValid() ? static_cast<double>(runClock_.elapsed()) : 0.0;
     history_->add(failed);
 }
 
@@ -1112,12 +1116,7 @@ void MainWindow::onHistoryRunOpened(quint64 jobId, const QString& id, const Fini
     refreshHistory();  // the earlier runs behind its charts
     stepBar_->hide();
     tileBar_->hide();
-    progressText_->setText(tr("%1 %2 · %3 × %4 px · seed %5")
-                               .arg(QString::fromStdString(record.environment.backend).toUpper(),
-                                    QString::fromUtf8(toString(record.config.precision).data()).toUpper())
-                               .arg(record.config.width)
-                               .arg(record.config.height)
-                               .arg(record.config.seed));
+    progressText_->setText(ranOn(record));
     const QString status = HistoryPanel::statusText(record);
     setStatusText(run.image.isNull() && record.status != "failed"
                       ? tr("Run %1 (%2) reopened; its image could not be read (see the log)").arg(id, status)

@@ -538,6 +538,7 @@ private slots:
         QTableWidgetItem* status = window.historyPanel()->table()->item(rowOf(window.historyPanel(), failedId), HistoryPanel::StatusColumn);
         QCOMPARE(status->text(), QStringLiteral("failed"));
         QVERIFY2(status->toolTip().contains("spoiled.png"), qPrintable(status->toolTip()));
+        QCOMPARE(window.historyPanel()->table()->item(status->row(), HistoryPanel::TimeColumn)->text(), QStringLiteral("—"));
 
         // Both are listed after a restart and open: the failed one with its record, no image.
         MainWindow again(freshSettings(), history);
