@@ -169,8 +169,8 @@ public slots:
 
 signals:
     // The current run ended (finished, cancelled or failed); for tests and the screenshot mode.
-    // Not emitted for the runs of a comparison: graphComparisonEnded is. A finished run is
-    // then on its way into the history (history().entryAdded follows).
+    // Not emitted for the runs of a comparison: graphComparisonEnded is. The run, whatever
+    // its end, is then on its way into the history (history().entryAdded follows).
     void runEnded(bool succeeded);
     // restoreConfigurationFrom(path) ended: the settings panel shows the file's configuration
     // (ok), or `error` names the file and what is wrong with it (nothing changed).
