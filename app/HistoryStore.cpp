@@ -26,20 +26,33 @@ struct Images {
 
 }  // namespace
 
-HistoryStore::HistoryStore(QString folder, int capacity, QObject* parent) : QObject(parent), folder_(std::move(folder)) {
+HistoryStore::HistoryStore(QString folder, int capacity, int trashDepth, QObject* parent)
+    : QObject(parent), folder_(std::move(folder)), trashDepth_(std::max(1, trashDepth)) {
+    registerRunMetaTypes();  // runOpened carries a FinishedRun
     // RunHistory's default, known here without touching the disk.
     if (folder_.isEmpty())
         folder_ = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history");
     disk_ = std::make_shared<Disk>();
     disk_->folder = folder_;
     disk_->capacity = capacity;
+    disk_->trashDepth = trashDepth_;
     reload();
 }
 
-HistoryStore::~HistoryStore() = default;
+HistoryStore::~HistoryStore() {
+    // Deleted runs can no longer be brought back once the window is gone. The job runs after
+    // every job before it; jobs_' destructor waits for it and drops the (empty) answer.
+    if (removals_.empty()) return;
+    jobs_.start(
+        [disk = disk_] {
+            if (disk->history) disk->history->purgeTrash();
+            return true;
+        },
+        [](quint64, bool) {}, [](quint64, const QString&) {});
+}
 
 RunHistory& HistoryStore::Disk::get() {
-    if (!history) history = std::make_unique<RunHistory>(folder, capacity);  // loads the folder
+    if (!history) history = std::make_unique<RunHistory>(folder, capacity, trashDepth);  // loads the folder
     return *history;
 }
 
@@ -72,13 +85,13 @@ quint64 HistoryStore::reload() {
     return reloadJob_;
 }
 
-quint64 HistoryStore::add(std::shared_ptr<const RunResult> result) {
+quint64 HistoryStore::add(std::shared_ptr<const RunResult> result, std::shared_ptr<const ImageFile> startFile) {
     return jobs_.start(
-        [disk = disk_, result = std::move(result)] {
+        [disk = disk_, result = std::move(result), startFile = std::move(startFile)] {
             RunHistory& history = disk->get();
             QStringList before;
             for (const HistoryEntry& entry : history.entries()) before << entry.id();
-            Added added{history.add(*result), {}};
+            Added added{history.add(*result, startFile.get()), {}};
             for (const QString& id : before)
                 if (!history.find(id)) added.trimmed << id;
             return added;
@@ -93,17 +106,67 @@ quint64 HistoryStore::add(std::shared_ptr<const RunResult> result) {
         [this](quint64 id, const QString& error) { emit failed(id, error); });
 }
 
-quint64 HistoryStore::remove(const QString& runId) {
+quint64 HistoryStore::remove(const QStringList& runIds) {
+    removals_.push_back(runIds);
+    // The trash forgets the oldest runs beyond its depth; so does the undo list.
+    qsizetype held = 0;
+    for (const QStringList& group : removals_) held += group.size();
+    while (!removals_.empty() && removals_.front().size() <= held - trashDepth_) {  // purged whole
+        held -= removals_.front().size();
+        removals_.erase(removals_.begin());
+    }
     return jobs_.start(
-        [disk = disk_, runId] {
-            disk->get().remove(runId);
-            return runId;
+        [disk = disk_, runIds] {
+            for (const QString& runId : runIds) disk->get().moveToTrash(runId);
+            return runIds;
         },
-        [this](quint64 id, const QString& removed) {
-            eraseEntry(removed);
-            emit entryRemoved(id, removed);
+        [this](quint64 id, const QStringList& removed) {
+            for (const QString& runId : removed) {
+                eraseEntry(runId);
+                emit entryRemoved(id, runId);
+            }
         },
-        [this](quint64 id, const QString& error) { emit failed(id, error); });
+        [this](quint64 id, const QString& error) {
+            // Not everything went to the trash: list what is on disk (Undo still brings back
+            // the runs of the group that did go).
+            reload();
+            emit failed(id, error);
+        });
+}
+
+quint64 HistoryStore::undoRemove() {
+    if (removals_.empty()) return 0;
+    const QStringList runIds = removals_.back();
+    removals_.pop_back();
+    struct Restored {
+        std::vector<HistoryEntry> entries;
+        QStringList missing;  // no longer in the trash
+    };
+    return jobs_.start(
+        [disk = disk_, runIds] {
+            Restored restored;
+            for (const QString& runId : runIds) {
+                if (disk->get().find(runId)) continue;  // never left (its removal failed)
+                if (const HistoryEntry* entry = disk->get().restoreFromTrash(runId)) restored.entries.push_back(*entry);
+                else restored.missing << runId;
+            }
+            return restored;
+        },
+        [this](quint64 id, Restored restored) {
+            for (HistoryEntry& entry : restored.entries) {
+                const QString runId = entry.id();
+                insertByStart(entries_, std::move(entry));
+                emit entryRestored(id, runId);
+            }
+            if (!restored.missing.isEmpty())
+                emit failed(id, tr("%n deleted run(s) could not be brought back: no longer in the trash (%1)", nullptr,
+                                   static_cast<int>(restored.missing.size()))
+                                    .arg(restored.missing.join(QStringLiteral(", "))));
+        },
+        [this](quint64 id, const QString& error) {
+            reload();  // some runs may be back: list what is on disk
+            emit failed(id, error);
+        });
 }
 
 quint64 HistoryStore::loadImages(const QStringList& runIds) {
@@ -115,6 +178,12 @@ quint64 HistoryStore::loadImages(const QStringList& runIds) {
         },
         [this](quint64 id, Images read) { emit imagesAvailable(id, read.ids, read.images); },
         [this](quint64 id, const QString& error) { emit failed(id, error); });
+}
+
+quint64 HistoryStore::open(const QString& runId) {
+    return jobs_.start([disk = disk_, runId] { return disk->get().open(runId); },
+                       [this, runId](quint64 id, const FinishedRun& run) { emit runOpened(id, runId, run); },
+                       [this](quint64 id, const QString& error) { emit failed(id, error); });
 }
 
 }  // namespace tessera

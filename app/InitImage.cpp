@@ -413,12 +413,21 @@ std::optional<StartImageSize> checkStartImageHeader(const RunConfig& config, int
     }
 }
 
-Rgb8Image decodeImageFile(const std::string& path) {
+ImageFile readImageFile(const std::string& path) {
     const BoundedFile file = openImageFile(path);
-    const ImageHeader header = headerOf(path, file);
-    const std::string bytes = readWholeFile(file);
-    return header.format == ImageHeader::Format::Png ? decodePng(path, bytes) : decodeJpeg(path, bytes);
+    ImageFile read;
+    read.header = headerOf(path, file);
+    read.bytes = readWholeFile(file);
+    return read;
 }
+
+Rgb8Image decodeImage(const std::string& path, const ImageFile& file) {
+    return file.header.format == ImageHeader::Format::Png ? decodePng(path, file.bytes) : decodeJpeg(path, file.bytes);
+}
+
+Rgb8Image decodeImageFile(const std::string& path) { return decodeImage(path, readImageFile(path)); }
+
+int upscaledCanvasSide(int side, double factor) { return std::max(8, static_cast<int>(side * factor) / 8 * 8); }
 
 ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, int channels) {
     if (channels != 1 && channels != 3)
@@ -479,7 +488,11 @@ ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, 
 }
 
 ImageTensor loadInitImage(const std::string& path, int width, int height, int channels) {
-    const Rgb8Image decoded = decodeImageFile(path);
+    return loadInitImage(path, readImageFile(path), width, height, channels);
+}
+
+ImageTensor loadInitImage(const std::string& path, const ImageFile& file, int width, int height, int channels) {
+    const Rgb8Image decoded = decodeImage(path, file);
     try {
         return resampleToModelSpace(decoded, width, height, channels);
     } catch (const std::invalid_argument& e) {

@@ -41,6 +41,24 @@ inline constexpr std::uint64_t kMaxInitFileBytes = std::uint64_t{1} << 30;
 // format, and dimensions of 0 or of more than kMaxInitImagePixels. Throws InitImageError.
 ImageHeader readImageHeader(const std::string& path);
 
+// A start image file read whole, as readImageHeader checks it: what the run decodes, and what
+// the run history keeps a copy of (the same bytes, so the copy is what the run started from).
+struct ImageFile {
+    ImageHeader header;
+    std::string bytes;
+    // ".png" or ".jpg": the suffix a copy of these bytes gets.
+    const char* suffix() const { return header.format == ImageHeader::Format::Png ? ".png" : ".jpg"; }
+};
+// Reads `path` (checked as readImageHeader checks it) into memory. Throws InitImageError.
+ImageFile readImageFile(const std::string& path);
+// Decodes the bytes of `file` as decodeImageFile decodes a file; `path` names it in messages.
+Rgb8Image decodeImage(const std::string& path, const ImageFile& file);
+
+// The canvas side an image side of `side` pixels gives at `factor` (image-to-image upscaling):
+// side * factor rounded down to a multiple of 8 (the VAE's cell), at least 8. The window and
+// the worker size the canvas with it, as tessera-cli render does.
+int upscaledCanvasSide(int side, double factor);
+
 // Decodes a PNG (libpng) or a JPEG (libjpeg-turbo), recognised by its first bytes rather
 // than its name, into 8-bit RGB:
 //   - grey and palette images become RGB; 16-bit samples are reduced to 8 bits;
@@ -71,5 +89,7 @@ ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, 
 
 // decodeImageFile + resampleToModelSpace: what a front end passes to Engine::setInitImage.
 ImageTensor loadInitImage(const std::string& path, int width, int height, int channels);
+// The same from a file already read (readImageFile); `path` names it in messages.
+ImageTensor loadInitImage(const std::string& path, const ImageFile& file, int width, int height, int channels);
 
 }  // namespace tessera

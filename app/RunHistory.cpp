@@ -1,6 +1,10 @@
 #include "app/RunHistory.h"
 
 #include <algorithm>
+#include <cstring>
+#include <array>
+#include <filesystem>
+#include <system_error>
 
 #include <QDir>
 #include <QFile>
@@ -29,6 +33,10 @@ namespace {
 
 // "<id>.seam.json" holds two numbers; anything much larger was not written by Tessera.
 constexpr std::size_t kSeamBytes = 4096;
+
+// Every file a run may have, manifest first; the start image copy has one of two suffixes.
+constexpr std::array<const char*, 5> kRunFileSuffixes{".json", ".png", ".seam.json", ".init.png", ".init.jpg"};
+constexpr std::array<const char*, 2> kStartImageSuffixes{".init.png", ".init.jpg"};
 
 QImage thumbnailOf(const QImage& image) {
     if (image.isNull()) return {};
@@ -63,11 +71,15 @@ QImage HistoryEntry::loadImage() const {
     return imagePath.isEmpty() ? QImage() : QImage(imagePath);
 }
 
-RunHistory::RunHistory(QString folder, int capacity) : folder_(std::move(folder)), capacity_(std::max(1, capacity)) {
+RunHistory::RunHistory(QString folder, int capacity, int trashDepth)
+    : folder_(std::move(folder)), capacity_(std::max(1, capacity)), trashDepth_(std::max(1, trashDepth)) {
     if (folder_.isEmpty())
         folder_ = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history");
     reload();
+    deleteTrashedFiles();  // nobody can undo what another session deleted
 }
+
+QString RunHistory::trashFolder() const { return folder_ + QStringLiteral("/trash"); }
 
 QString RunHistory::fileOf(const QString& id, const char* suffix) const {
     const std::string runId = id.toStdString();
@@ -132,7 +144,21 @@ std::optional<HistoryEntry> RunHistory::readEntry(const QString& name) {
         }
     }
     if (present(seamPath(stem))) readSeamStats(entry);
+    findStartImage(entry);
     return entry;
+}
+
+void RunHistory::findStartImage(HistoryEntry& entry) {
+    for (const char* suffix : kStartImageSuffixes) {
+        const QString path = fileOf(entry.id(), suffix);
+        if (!present(path)) continue;
+        if (const QString why = notPlainFile(path); !why.isEmpty()) {
+            note(QStringLiteral("%1: %2; the run is listed without its start image").arg(QDir::toNativeSeparators(path), why));
+            continue;
+        }
+        entry.startImagePath = path;
+        return;
+    }
 }
 
 void RunHistory::readSeamStats(HistoryEntry& entry) {
@@ -168,7 +194,7 @@ void RunHistory::reload() {
     });
 }
 
-const HistoryEntry& RunHistory::add(const RunResult& result) {
+const HistoryEntry& RunHistory::add(const RunResult& result, const ImageFile* startFile) {
     assertNotGuiThread("RunHistory::add");
     HistoryEntry entry;
     entry.record = result.record;
@@ -189,6 +215,10 @@ const HistoryEntry& RunHistory::add(const RunResult& result) {
         entry.seamMax = stats.max;
         files.addText(nativePath(seam), jsonText(nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}) + "\n");
     }
+    if (startFile) {
+        entry.startImagePath = fileOf(id, startFile->header.format == ImageHeader::Format::Png ? ".init.png" : ".init.jpg");
+        files.add(nativePath(entry.startImagePath), startFile->bytes);
+    }
     files.addText(nativePath(manifest), jsonText(manifestJson(entry.record), 2) + "\n");
     files.commit();
     if (!result.image.data.empty()) {
@@ -206,15 +236,138 @@ bool RunHistory::remove(const QString& runId) {
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
     if (it == entries_.end()) return false;
     // Entries only ever hold safe run ids; fileOf checks each path again before it is deleted.
-    QFile::remove(manifestPath(runId));  // first, so a half-removed run is not listed again
-    QFile::remove(imagePath(runId));
-    QFile::remove(seamPath(runId));
+    // The manifest first, so a half-removed run is not listed again.
+    for (const char* suffix : kRunFileSuffixes) QFile::remove(fileOf(runId, suffix));
     entries_.erase(it);
     return true;
 }
 
+QString RunHistory::usableTrash() const {
+    const QString trash = trashFolder();
+    const QFileInfo info(trash);
+    if (info.isSymLink() || (info.exists() && !info.isDir()))
+        throw std::runtime_error(QDir::toNativeSeparators(trash).toStdString() +
+                                 ": is not a plain folder; the history's trash must be one (move it away to delete runs)");
+    if (!info.exists() && !QDir().mkpath(trash))
+        throw std::runtime_error(QDir::toNativeSeparators(trash).toStdString() + ": the history's trash folder cannot be created");
+    return trash;
+}
+
+void RunHistory::moveRunFiles(const QString& id, const QString& from, const QString& to, bool manifestFirst) const {
+    std::vector<const char*> order(kRunFileSuffixes.begin(), kRunFileSuffixes.end());
+    if (!manifestFirst) std::rotate(order.begin(), order.begin() + 1, order.end());  // the manifest last
+    const std::string name = id.toStdString();
+    for (const char* suffix : order) {
+        // fileInFolder refuses anything but a plain name: nothing outside the two folders moves.
+        const std::filesystem::path source = fileInFolder(nativePath(from), name + suffix, "history");
+        const std::filesystem::path target = fileInFolder(nativePath(to), name + suffix, "history");
+        std::error_code ec;
+        if (std::filesystem::symlink_status(source, ec).type() == std::filesystem::file_type::not_found) continue;
+        std::filesystem::rename(source, target, ec);
+        if (ec)
+            throw std::runtime_error(source.string() + ": cannot be moved to " + target.parent_path().string() + " (" +
+                                     ec.message() + ")");
+    }
+}
+
+bool RunHistory::moveToTrash(const QString& runId) {
+    assertNotGuiThread("RunHistory::moveToTrash");
+    const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
+    if (it == entries_.end()) return false;
+    // The manifest first: a run half moved is not listed (and its other files are purged later).
+    moveRunFiles(runId, folder_, usableTrash(), true);
+    entries_.erase(it);
+    trashed_.removeAll(runId);
+    trashed_ << runId;
+    while (trashed_.size() > trashDepth_) {
+        const QString oldest = trashed_.takeFirst();
+        for (const char* suffix : kRunFileSuffixes)
+            QFile::remove(QFile::decodeName(fileInFolder(nativePath(trashFolder()), oldest.toStdString() + suffix, "history").c_str()));
+    }
+    return true;
+}
+
+const HistoryEntry* RunHistory::restoreFromTrash(const QString& runId) {
+    assertNotGuiThread("RunHistory::restoreFromTrash");
+    if (!trashed_.contains(runId)) return nullptr;
+    const QString trash = usableTrash();
+    const QString manifest = QFile::decodeName(fileInFolder(nativePath(trash), runId.toStdString() + ".json", "history").c_str());
+    if (!QFileInfo(manifest).isFile()) {
+        trashed_.removeAll(runId);
+        return nullptr;
+    }
+    // The manifest last: the run is listed again only once every file is back.
+    moveRunFiles(runId, trash, folder_, false);
+    trashed_.removeAll(runId);
+    std::optional<HistoryEntry> entry = readEntry(runId + QStringLiteral(".json"));
+    if (!entry) throw std::runtime_error(problems_.isEmpty() ? std::string("the run cannot be read back") : problems_.back().toStdString());
+    insertByStart(entries_, std::move(*entry));
+    return find(runId);
+}
+
+void RunHistory::purgeTrash() {
+    assertNotGuiThread("RunHistory::purgeTrash");
+    deleteTrashedFiles();
+}
+
+void RunHistory::deleteTrashedFiles() {
+    trashed_.clear();
+    const QFileInfo info(trashFolder());
+    if (!info.isDir() || info.isSymLink()) return;  // nothing of ours can be in a link's target
+    const QStringList names = QDir(trashFolder()).entryList(QDir::Files | QDir::System | QDir::Hidden);
+    for (const QString& name : names) {
+        // Only run files ("<run id><suffix>"): whatever else someone put there is theirs.
+        for (const char* suffix : kRunFileSuffixes) {
+            const QString stem = name.endsWith(QLatin1String(suffix)) ? name.chopped(static_cast<qsizetype>(std::strlen(suffix))) : QString();
+            if (!stem.isEmpty() && isSafeRunId(stem.toStdString())) {
+                QFile::remove(trashFolder() + QLatin1Char('/') + name);
+                break;
+            }
+        }
+    }
+}
+
+FinishedRun RunHistory::open(const QString& runId) const {
+    assertNotGuiThread("RunHistory::open");
+    const HistoryEntry* entry = find(runId);
+    if (!entry)
+        throw std::runtime_error("run " + excerpt(runId.toStdString()) + " is not in the history (deleted meanwhile?)");
+    auto result = std::make_shared<RunResult>();
+    result->record = entry->record;
+    FinishedRun run;
+    const auto readable = [](const QString& path) { return !path.isEmpty() && notPlainFile(path).isEmpty(); };
+    if (readable(entry->imagePath)) {
+        try {
+            // The same bounded decoder as start images; the tensor makes the exports byte-equal
+            // to a fresh run's (8-bit pixels survive the trip to model space and back exactly).
+            result->image = fromRgb8(decodeImageFile(nativePath(entry->imagePath)));
+            run.image = toQImage(result->image);
+        } catch (const std::exception& e) {
+            qCWarning(lcHistory).noquote() << QString::fromStdString(toValidUtf8(e.what()));
+        }
+    }
+    if (readable(entry->startImagePath)) {
+        try {
+            const RunConfig& c = entry->record.config;
+            run.startImage = toQImage(loadInitImage(nativePath(entry->startImagePath), c.width, c.height, 3));
+        } catch (const std::exception& e) {
+            qCWarning(lcHistory).noquote() << QString::fromStdString(toValidUtf8(e.what()));
+        }
+    }
+    run.result = std::move(result);
+    return run;
+}
+
 void RunHistory::trim() {
     while (static_cast<int>(entries_.size()) > capacity_) remove(entries_.front().id());
+}
+
+void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry) {
+    const QString id = entry.id();
+    std::erase_if(entries, [&id](const HistoryEntry& e) { return e.id() == id; });
+    const auto at = std::upper_bound(entries.begin(), entries.end(), entry.record.startedAt,
+                                     [](const std::string& started, const HistoryEntry& e) { return started < e.record.startedAt; });
+    entries.insert(at, std::move(entry));
 }
 
 QString configSummary(const RunConfig& c) {

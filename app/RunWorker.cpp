@@ -51,9 +51,8 @@ RunConfig withUpscaledCanvas(RunConfig config) {
     } catch (const InitImageError& e) {
         throw ValidationError("init", std::string("init: ") + e.what());
     }
-    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
-    config.width = side(header.width);
-    config.height = side(header.height);
+    config.width = upscaledCanvasSide(header.width, config.upscale);
+    config.height = upscaledCanvasSide(header.height, config.upscale);
     return config;
 }
 
@@ -180,16 +179,21 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
             engine.resetCancel();
             if (runId <= cancelledUpTo_.load()) engine.requestCancel();
         }
+        FinishedRun finished;
         {
             // Any PNG or JPEG, resampled to the run's size (app/InitImage.h); every engine takes
-            // it, and an empty tensor clears the last run's.
+            // it, and an empty tensor clears the last run's. The file is read once: the bytes
+            // decoded are the bytes the history keeps.
             ImageTensor init;
             if (!config.initImage.empty()) {
                 try {
-                    init = loadInitImage(config.initImage, config.width, config.height, 3);
+                    auto file = std::make_shared<const ImageFile>(readImageFile(config.initImage));
+                    init = loadInitImage(config.initImage, *file, config.width, config.height, 3);
+                    finished.startFile = std::move(file);
                 } catch (const InitImageError& e) {
                     throw ValidationError("init", std::string("init: ") + e.what());
                 }
+                finished.startImage = toQImage(init);
             }
             engine.setInitImage(std::move(init));
         }
@@ -200,7 +204,6 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
             std::lock_guard lock(engineMutex_);
             activeRunId_ = 0;
         }
-        FinishedRun finished;
         finished.image = toQImage(result->image);
         finished.seamMap = heatmapToQImage(result->seamMap);
         const bool completed = result->record.status == "finished";

@@ -23,6 +23,7 @@
 #include <QString>
 
 #include "app/EngineFactory.h"
+#include "app/InitImage.h"
 #include "core/Engine.h"
 #include "core/RunConfig.h"
 #include "core/RunRecord.h"
@@ -35,6 +36,10 @@ struct FinishedRun {
     std::shared_ptr<const RunResult> result;
     QImage image;    // 8-bit RGB of result->image
     QImage seamMap;  // grey heat map of result->seamMap; null when the engine gave none
+    // Image-to-image: the start image as the engine took it (resampled to the canvas), and the
+    // file it came from as it was read (the run history keeps a copy). Null without one.
+    QImage startImage;
+    std::shared_ptr<const ImageFile> startFile;
 };
 
 // Points core at the bundled CLIP vocabulary (resources/clip, found as tessera-cli finds it),

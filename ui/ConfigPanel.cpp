@@ -8,6 +8,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QDropEvent>
 #include <QEvent>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -27,6 +28,7 @@
 #include "core/SdModel.h"
 #include "core/Scheduler.h"
 #include "core/TilePlan.h"
+#include "ui/TileCanvas.h"
 
 namespace tessera {
 
@@ -176,6 +178,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new Mode
     layout->setContentsMargins(6, 6, 6, 6);
     layout->addWidget(buildModelGroup());
     layout->addWidget(buildPromptGroup());
+    layout->addWidget(buildStartGroup());
     layout->addWidget(buildImageGroup());
     layout->addWidget(buildTilingGroup());
     layout->addWidget(buildGraphsGroup());
@@ -260,25 +263,232 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
     form->addRow(QString(), addErrorLabel(QStringLiteral("cfg"), cfgScale_));
     form->addRow(QString(), addErrorLabel(QStringLiteral("clip_skip"), clipSkip_));
 
-    upscale_ = makeRealSpin(0, 100, 0.25, 2);
-    upscale_->setObjectName(QStringLiteral("upscaleSpin"));
-    upscale_->setSuffix(QStringLiteral(" ×"));
-    upscale_->setToolTip(tr("Image-to-image, 1 to %1: the canvas is the start image's size times this factor "
-                            "(rounded down to multiples of 8); the size fields do not apply then")
-                             .arg(kMaxUpscale));
-    form->addRow(tr("Upscale"), upscale_);
-    form->addRow(QString(), addErrorLabel(QStringLiteral("upscale"), upscale_));
-
     for (QPlainTextEdit* edit : {prompt_, negativePrompt_}) {
         connect(edit, &QPlainTextEdit::textChanged, this, &ConfigPanel::onEdited);
         connect(edit, &QPlainTextEdit::textChanged, this, &ConfigPanel::requestTokenCounts);
     }
     connect(inspector_, &ModelInspector::tokensCounted, this,
             [this](quint64, const QString& field, int tokens, const QString& error) { onTokensCounted(field, tokens, error); });
-    for (QDoubleSpinBox* spin : {cfgScale_, upscale_})
-        connect(spin, &QDoubleSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     connect(clipSkip_, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     return promptGroup_;
+}
+
+namespace {
+
+// The Scale list: factors (data > 0), "any factor" (the spin box's; data 0) and target size (-1).
+constexpr double kAnyFactor = 0.0, kTargetSize = -1.0;
+
+// Drops of one PNG or JPEG file on the start image group.
+class StartImageDrop : public QObject {
+public:
+    StartImageDrop(QObject* parent, std::function<void(const QString&)> take) : QObject(parent), take_(std::move(take)) {}
+
+protected:
+    bool eventFilter(QObject*, QEvent* event) override {
+        if (event->type() != QEvent::DragEnter && event->type() != QEvent::Drop) return false;
+        auto* drop = static_cast<QDropEvent*>(event);
+        const QString path = droppedImageFile(drop->mimeData());
+        if (path.isEmpty()) return false;
+        drop->acceptProposedAction();
+        if (event->type() == QEvent::Drop) take_(path);
+        return true;
+    }
+
+private:
+    std::function<void(const QString&)> take_;
+};
+
+QString fileSizeText(std::uint64_t bytes) {
+    if (bytes >= (std::uint64_t{1} << 20)) return QCoreApplication::translate("ConfigPanel", "%1 MiB").arg(bytes / 1048576.0, 0, 'f', 1);
+    return QCoreApplication::translate("ConfigPanel", "%1 KiB").arg((bytes + 1023) / 1024);
+}
+
+}  // namespace
+
+QGroupBox* ConfigPanel::buildStartGroup() {
+    startGroup_ = new QGroupBox(tr("Start image"));
+    startGroup_->setObjectName(QStringLiteral("startGroup"));
+    startGroup_->setAcceptDrops(true);
+    startGroup_->installEventFilter(new StartImageDrop(startGroup_, [this](const QString& path) { setStartImage(path); }));
+    auto* form = new QFormLayout(startGroup_);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    startName_ = new QLabel;
+    startName_->setObjectName(QStringLiteral("startImageName"));
+    startName_->setWordWrap(true);
+    startName_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* open = new QToolButton;
+    open->setObjectName(QStringLiteral("startImageOpen"));
+    open->setText(tr("Open…"));
+    open->setToolTip(tr("Start from a PNG or JPEG (image-to-image, upscaling); you can also drop one here or on the canvas"));
+    startClear_ = new QToolButton;
+    startClear_->setObjectName(QStringLiteral("startImageClear"));
+    startClear_->setText(tr("Clear"));
+    startClear_->setToolTip(tr("Start from noise again"));
+    auto* fileRow = new QHBoxLayout;
+    fileRow->setContentsMargins(0, 0, 0, 0);
+    fileRow->addWidget(open);
+    fileRow->addWidget(startClear_);
+    fileRow->addStretch(1);
+    form->addRow(tr("Image"), fileRow);
+    // The name on a row of its own: a wrapped label beside buttons gets too little height.
+    form->addRow(QString(), startName_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("init"), startName_));
+
+    strength_ = makeRealSpin(0, 1, 0.05, 2);
+    strength_->setObjectName(QStringLiteral("strengthSpin"));
+    strength_->setToolTip(tr("How much the image may change, above 0 to 1: 0.3 keeps the picture and adds detail, "
+                             "1 keeps only its colours' layout"));
+    form->addRow(tr("Strength"), strength_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("strength"), strength_));
+
+    scale_ = new QComboBox;
+    scale_->setObjectName(QStringLiteral("scaleCombo"));
+    scale_->addItem(tr("×1"), 1.0);
+    scale_->addItem(tr("×2"), 2.0);
+    scale_->addItem(tr("×4"), 4.0);
+    scale_->addItem(tr("Factor"), kAnyFactor);
+    scale_->addItem(tr("Target size"), kTargetSize);
+    scale_->setToolTip(tr("The canvas: the start image's size times a factor (rounded down to multiples of 8), or "
+                          "the Size fields (Target size: the image is stretched to them)"));
+    upscale_ = makeRealSpin(0, 100, 0.25, 2);
+    upscale_->setObjectName(QStringLiteral("upscaleSpin"));
+    upscale_->setSuffix(QStringLiteral(" ×"));
+    upscale_->setToolTip(tr("The upscale factor, 1 to %1").arg(kMaxUpscale));
+    auto* scaleRow = new QHBoxLayout;
+    scaleRow->setContentsMargins(0, 0, 0, 0);
+    scaleRow->addWidget(scale_, 1);
+    scaleRow->addWidget(upscale_, 1);
+    form->addRow(tr("Scale"), scaleRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("upscale"), upscale_));
+    canvasSize_ = new QLabel;
+    canvasSize_->setObjectName(QStringLiteral("startCanvasSize"));
+    canvasSize_->setProperty("role", QStringLiteral("hint"));
+    canvasSize_->setWordWrap(true);
+    form->addRow(QString(), canvasSize_);
+
+    connect(open, &QToolButton::clicked, this, &ConfigPanel::chooseStartImage);
+    connect(startClear_, &QToolButton::clicked, this, [this] { setStartImage({}); });
+    connect(strength_, &QDoubleSpinBox::valueChanged, this, &ConfigPanel::onEdited);
+    connect(scale_, &QComboBox::currentIndexChanged, this, [this] {
+        // A preset factor goes into the factor box, which is what the run uses.
+        const double factor = scale_->currentData().toDouble();
+        if (factor > 0) {
+            const QSignalBlocker block(upscale_);
+            upscale_->setValue(factor);
+        }
+        onEdited();
+    });
+    connect(upscale_, &QDoubleSpinBox::valueChanged, this, [this](double factor) {
+        // Typing 2 selects "×2"; typing 3 selects "Factor".
+        if (scale_->currentData().toDouble() != kTargetSize) {
+            const int preset = scale_->findData(factor);
+            const QSignalBlocker block(scale_);
+            scale_->setCurrentIndex(preset >= 0 ? preset : scale_->findData(kAnyFactor));
+        }
+        onEdited();
+    });
+    return startGroup_;
+}
+
+ConfigPanel::StartScale ConfigPanel::startScale() const {
+    return scale_->currentData().toDouble() == kTargetSize ? StartScale::TargetSize : StartScale::Factor;
+}
+
+void ConfigPanel::setStartImage(const QString& path) {
+    base_.initImage = path.toStdString();
+    onEdited();
+}
+
+bool ConfigPanel::isCheckingStartImage() const {
+    return !base_.initImage.empty() && !startHeader_ && startError_.isEmpty();
+}
+
+QString ConfigPanel::checkStartImage(const std::string& path) {
+    if (path.empty()) return {};
+    const QString asked = QString::fromStdString(path);
+    if (asked != startAskedFor_) {
+        // The header only (a few bytes), read off this thread; the newest request wins.
+        startAskedFor_ = asked;
+        startHeader_.reset();
+        startError_.clear();
+        startJob_ = imageJobs_.start(
+            [path] { return readImageHeader(path); },
+            [this, asked](quint64 id, const ImageHeader& header) {
+                if (id != startJob_) return;
+                startHeader_ = header;
+                onEdited();  // the canvas size may follow from it
+                emit startImageChecked();
+            },
+            [this](quint64 id, const QString& error) {
+                if (id != startJob_) return;
+                startError_ = error;
+                revalidate();
+                emit startImageChecked();
+            });
+    }
+    if (!startError_.isEmpty()) return startError_;
+    if (!startHeader_) return tr("reading the start image…");
+    return {};
+}
+
+void ConfigPanel::applyStartImageSize() {
+    const bool fromImage = !base_.initImage.empty() && startHeader_ && startScale() == StartScale::Factor &&
+                           QString::fromStdString(base_.initImage) == startAskedFor_;
+    if (fromImage && upscale_->value() >= 1.0 && upscale_->value() <= kMaxUpscale) {
+        const QSignalBlocker blockW(width_), blockH(height_);
+        width_->setValue(upscaledCanvasSide(startHeader_->width, upscale_->value()));
+        height_->setValue(upscaledCanvasSide(startHeader_->height, upscale_->value()));
+    }
+    for (QSpinBox* side : {width_, height_}) {
+        side->setReadOnly(fromImage);
+        side->setToolTip(fromImage ? tr("The start image's size times the scale; choose Target size (Start image) "
+                                        "to type a size")
+                                   : (side == width_ ? tr("Image width") : tr("Image height")));
+    }
+}
+
+void ConfigPanel::updateStartImageView() {
+    const bool hasImage = !base_.initImage.empty();
+    for (QWidget* editor : {static_cast<QWidget*>(strength_), static_cast<QWidget*>(scale_),
+                            static_cast<QWidget*>(upscale_), static_cast<QWidget*>(startClear_)})
+        editor->setEnabled(hasImage);
+    upscale_->setVisible(startScale() == StartScale::Factor);
+    if (!hasImage) {
+        startName_->setText(tr("None: the run starts from noise"));
+        startName_->setToolTip({});
+        canvasSize_->setText(tr("Open or drop a PNG or JPEG to start from it (image-to-image, upscaling)"));
+        return;
+    }
+    const QFileInfo file(QString::fromStdString(base_.initImage));
+    startName_->setToolTip(QDir::toNativeSeparators(file.absoluteFilePath()));
+    if (!startHeader_) {
+        startName_->setText(file.fileName());
+        canvasSize_->clear();
+        return;
+    }
+    startName_->setText(tr("%1 — %2 × %3 px, %4")
+                            .arg(file.fileName())
+                            .arg(startHeader_->width)
+                            .arg(startHeader_->height)
+                            .arg(fileSizeText(startHeader_->fileBytes)));
+    canvasSize_->setText(startScale() == StartScale::TargetSize
+                             ? tr("Canvas %1 × %2 px (the Size fields); the image is stretched to it")
+                                   .arg(width_->value())
+                                   .arg(height_->value())
+                             : tr("Canvas %1 × %2 px: the image × %3")
+                                   .arg(width_->value())
+                                   .arg(height_->value())
+                                   .arg(upscale_->value()));
+}
+
+void ConfigPanel::chooseStartImage() {
+    const QString current = QString::fromStdString(base_.initImage);
+    const QString file = QFileDialog::getOpenFileName(this, tr("Choose a start image"),
+                                                      current.isEmpty() ? QString() : QFileInfo(current).absolutePath(),
+                                                      tr("Images (*.png *.jpg *.jpeg)"));
+    if (!file.isEmpty()) setStartImage(file);
 }
 
 QGroupBox* ConfigPanel::buildImageGroup() {
@@ -541,7 +751,8 @@ RunConfig ConfigPanel::config() const {
     c.negativePrompt = modelTakesNoPrompt() ? std::string() : negativePrompt_->toPlainText().toStdString();
     c.cfgScale = cfgScale_->value();
     c.clipSkip = clipSkip_->value();
-    c.upscale = upscale_->value();
+    c.strength = strength_->value();
+    c.upscale = startScale() == StartScale::TargetSize ? 1.0 : upscale_->value();
     c.model = QDir::cleanPath(model_->text().trimmed()).toStdString();
     if (model_->text().trimmed().isEmpty()) c.model.clear();
     c.precision = parsePrecision(selectedName(precision_));
@@ -575,7 +786,13 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     negativePrompt_->setPlainText(QString::fromStdString(config.negativePrompt));
     cfgScale_->setValue(config.cfgScale);
     clipSkip_->setValue(config.clipSkip);
+    strength_->setValue(config.strength);
     upscale_->setValue(config.upscale);
+    // With a start image and no factor the Size fields are the canvas (what the run used).
+    const int preset = scale_->findData(config.upscale);
+    scale_->setCurrentIndex(!config.initImage.empty() && config.upscale == 1.0 ? scale_->findData(kTargetSize)
+                            : preset >= 0                                     ? preset
+                                                                              : scale_->findData(kAnyFactor));
     model_->setText(QString::fromStdString(config.model));
     selectIn(precision_, config.precision);
     selectIn(backend_, config.backend);
@@ -704,8 +921,7 @@ void ConfigPanel::updatePromptAvailability() {
     const QString reason = promptUnavailableReason();
     const bool available = reason.isEmpty();
     for (QWidget* editor : {static_cast<QWidget*>(prompt_), static_cast<QWidget*>(negativePrompt_),
-                            static_cast<QWidget*>(cfgScale_), static_cast<QWidget*>(clipSkip_),
-                            static_cast<QWidget*>(upscale_)}) {
+                            static_cast<QWidget*>(cfgScale_), static_cast<QWidget*>(clipSkip_)}) {
         editor->setEnabled(available);
         // The editor's own tooltip says what it is; a disabled one says why first.
         if (!editor->property("ownToolTip").isValid()) editor->setProperty("ownToolTip", editor->toolTip());
@@ -765,6 +981,7 @@ void ConfigPanel::checkSdMultiples(const RunConfig& c, int multiple,
 
 void ConfigPanel::onEdited() {
     if (applying_) return;
+    applyStartImageSize();
     // Remember every value, so switching overlap units and setConfig round trips keep them.
     base_ = config();
     updateGraphsAvailability();
@@ -795,7 +1012,9 @@ void ConfigPanel::revalidate() {
         addProblem(field, withoutFieldPrefix(field, QString::fromUtf8(problem.what())));
     }
     if (modelIsStableDiffusion()) checkSdMultiples(c, inspection_->pixelMultiple, addProblem);
+    if (const QString problem = checkStartImage(c.initImage); !problem.isEmpty()) addProblem(QStringLiteral("init"), problem);
     updatePromptAvailability();
+    updateStartImageView();
 
     QStringList unplaced;
     for (auto& [field, view] : fields_) {

@@ -8,7 +8,14 @@
 // is not valid ("model: checking the model folder…") and isCheckingModel() is true; the
 // answer revalidates every field and emits modelChecked().
 //
-// The Prompt group (prompt, negative prompt, CFG scale, clip skip, upscale) is enabled only
+// The Start image group (image-to-image and upscaling, any model): the file (Open…, dropped on
+// the group or the canvas, Clear) with its name and size, read from its header off this thread
+// (until the answer the panel is not valid: "init: reading the start image…"), the strength,
+// and the scale: ×1, ×2, ×4 or any factor (the canvas is the image's size times it, rounded
+// down to multiples of 8, as tessera-cli render sizes it; the Size fields then show it and are
+// read-only) or Target size (the Size fields; the image is stretched to them).
+//
+// The Prompt group (prompt, negative prompt, CFG scale, clip skip) is enabled only
 // when the inspection says the model is Stable Diffusion (a pipeline folder, a .safetensors
 // checkpoint, random:sd15 / random:sd21); for a UNet2DModel folder it is disabled, says why,
 // and config() carries no prompt (such a model refuses one). The sampler list shows A1111's
@@ -25,6 +32,8 @@
 #include <QWidget>
 
 #include "app/EngineFactory.h"
+#include "app/InitImage.h"
+#include "app/JobQueue.h"
 #include "app/ModelInspector.h"
 #include "core/RunConfig.h"
 
@@ -80,12 +89,25 @@ public:
     // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
     QString promptUnavailableReason() const;
 
+    // The start image (image-to-image): `path` becomes config().initImage and its header is
+    // read off this thread (startImageChecked when known). An empty path clears it.
+    void setStartImage(const QString& path);
+    // The start image's header is being read.
+    bool isCheckingStartImage() const;
+    // What its header said (nullopt without a start image, while reading, or when unusable).
+    const std::optional<ImageHeader>& startImageHeader() const { return startHeader_; }
+    // How the canvas size follows from the start image.
+    enum class StartScale { Factor, TargetSize };
+    StartScale startScale() const;
+
 signals:
     void configChanged();
     void validityChanged(bool valid);
     // An answer about the model arrived (default folder located, or a folder inspected) and
     // the fields were checked again with it.
     void modelChecked();
+    // The start image's header was read (or found unusable) and the fields were checked again.
+    void startImageChecked();
 
 private:
     struct FieldView {
@@ -94,6 +116,7 @@ private:
     };
 
     QGroupBox* buildPromptGroup();
+    QGroupBox* buildStartGroup();
     QGroupBox* buildImageGroup();
     QGroupBox* buildModelGroup();
     QGroupBox* buildTilingGroup();
@@ -119,6 +142,12 @@ private:
     bool modelTakesNoPrompt() const;
     // SD: width, height and overlap in multiples of the VAE's cell (core/SdPipeline checkSdRun).
     void checkSdMultiples(const RunConfig& config, int multiple, const std::function<void(const QString&, const QString&)>& add) const;
+    // The start image's problem ("" when fine); asks for its header when not asked yet.
+    QString checkStartImage(const std::string& path);
+    // Size fields from the start image and the scale (Factor), else editable (TargetSize).
+    void applyStartImageSize();
+    void updateStartImageView();
+    void chooseStartImage();
     void chooseModelFolder();
     void chooseModelFile();
     void rollSeed();
@@ -141,10 +170,21 @@ private:
     QPlainTextEdit* negativePrompt_ = nullptr;
     QDoubleSpinBox* cfgScale_ = nullptr;
     QSpinBox* clipSkip_ = nullptr;
-    QDoubleSpinBox* upscale_ = nullptr;
     QLabel* promptReason_ = nullptr;
     QLabel* promptTokens_ = nullptr;          // "n/75", counted by the inspector off this thread
     QLabel* negativePromptTokens_ = nullptr;
+    // Start image
+    QGroupBox* startGroup_ = nullptr;
+    QLabel* startName_ = nullptr;
+    QToolButton* startClear_ = nullptr;
+    QDoubleSpinBox* strength_ = nullptr;
+    QComboBox* scale_ = nullptr;
+    QDoubleSpinBox* upscale_ = nullptr;
+    QLabel* canvasSize_ = nullptr;
+    QString startAskedFor_;                  // the path of the newest header request
+    quint64 startJob_ = 0;
+    std::optional<ImageHeader> startHeader_;  // its answer
+    QString startError_;                     // or why it cannot be used
     // Image
     QSpinBox* width_ = nullptr;
     QSpinBox* height_ = nullptr;
@@ -184,6 +224,7 @@ private:
     std::map<QString, FieldView> fields_;
     std::map<QString, QString> problems_;  // field -> reason
     QStringList problemOrder_;
+    JobQueue imageJobs_{1};  // start image headers; last member: waited for first
 };
 
 }  // namespace tessera

@@ -1,7 +1,9 @@
-// HistoryPanel: the run history as a table (thumbnail, label, configuration, time, peak
-// memory, graph mode), newest first. Select two rows and press Compare; Restore puts a run's
-// settings back in the panel; Delete removes it. Holds no history itself: the window passes
-// the entries of its RunHistory and acts on the signals.
+// HistoryPanel: the run history as a table (thumbnail, label, status, configuration, time,
+// peak memory, graph mode), newest first. Finished, cancelled and failed runs are all listed;
+// the Status column says which (a failed run's error in its tooltip). Open (or double-click,
+// or Enter) reopens a run; select two rows and press Compare; Copy parameters, Show in folder;
+// Delete moves the selected runs to the trash and Undo brings the last deleted back. Holds no
+// history itself: the window passes the entries of its HistoryStore and acts on the signals.
 #pragma once
 
 #include <vector>
@@ -19,7 +21,7 @@ namespace tessera {
 class HistoryPanel : public QWidget {
     Q_OBJECT
 public:
-    enum Column { ThumbnailColumn, LabelColumn, ConfigColumn, TimeColumn, MemoryColumn, GraphsColumn, ColumnCount };
+    enum Column { ThumbnailColumn, LabelColumn, StatusColumn, ConfigColumn, TimeColumn, MemoryColumn, GraphsColumn, ColumnCount };
 
     explicit HistoryPanel(QWidget* parent = nullptr);
 
@@ -29,18 +31,29 @@ public:
     // Run ids of the selected rows, in table order.
     QStringList selectedIds() const;
     void selectIds(const QStringList& ids);
+    // Enables Undo; `what` (e.g. "2 runs") goes into its tooltip. Empty: nothing to undo.
+    void setUndoText(const QString& what);
+    // The row's text in the Status column ("finished", "cancelled at step 3 of 20", "failed").
+    static QString statusText(const RunRecord& record);
 
 signals:
+    void openRequested(const QString& id);
     void compareRequested(const QString& idA, const QString& idB);
-    void restoreRequested(const QString& id);
-    void removeRequested(const QString& id);
+    void copyParametersRequested(const QString& id);
+    void showInFolderRequested(const QString& id);
+    void removeRequested(const QStringList& ids);
+    void undoRemoveRequested();
 
 private:
     void updateButtons();
+    QString singleSelection() const;
 
     QTableWidget* table_ = nullptr;
+    QPushButton* open_ = nullptr;
     QPushButton* compare_ = nullptr;
-    QPushButton* restore_ = nullptr;
+    QPushButton* copyParameters_ = nullptr;
+    QPushButton* showInFolder_ = nullptr;
+    QPushButton* undo_ = nullptr;
     QPushButton* remove_ = nullptr;
 };
 

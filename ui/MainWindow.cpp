@@ -5,7 +5,9 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QClipboard>
 #include <QCloseEvent>
+#include <QDesktopServices>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QMimeData>
@@ -32,6 +34,7 @@
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/ImageOps.h"
+#include "core/Infotext.h"
 #include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/SdModel.h"
@@ -77,6 +80,16 @@ QString formatDuration(double seconds) {
     return QStringLiteral("%1:%2").arg(total / 60, 2, 10, QLatin1Char('0')).arg(total % 60, 2, 10, QLatin1Char('0'));
 }
 
+// What a run ran on and made, for the status bar: "CPU FP32 · 512 × 512 px · seed 3".
+QString ranOn(const RunRecord& record) {
+    return QCoreApplication::translate("MainWindow", "%1 %2 · %3 × %4 px · seed %5")
+        .arg(QString::fromStdString(record.environment.backend).toUpper(),
+             QString::fromUtf8(toString(record.config.precision).data()).toUpper())
+        .arg(record.config.width)
+        .arg(record.config.height)
+        .arg(record.config.seed);
+}
+
 QString presetsFolder() {
     // Installed (.deb) and bundled copies keep the presets beside the binaries.
     const QString installed = QCoreApplication::applicationDirPath() + QStringLiteral("/../share/tessera/presets");
@@ -93,7 +106,7 @@ QString presetsFolder() {
 MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& historyFolder, QWidget* parent)
     : QMainWindow(parent),
       settings_(settings ? std::move(settings) : std::make_unique<QSettings>()),
-      history_(new HistoryStore(historyFolder, RunHistory::kDefaultCapacity, this)) {
+      history_(new HistoryStore(historyFolder, RunHistory::kDefaultCapacity, RunHistory::kDefaultTrashDepth, this)) {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("Tessera"));
     setAcceptDrops(true);
@@ -120,9 +133,18 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     connect(history_, &HistoryStore::loaded, this, &MainWindow::onHistoryLoaded);
     connect(history_, &HistoryStore::entryAdded, this, &MainWindow::refreshHistory);
     connect(history_, &HistoryStore::entryRemoved, this, &MainWindow::refreshHistory);
+    connect(history_, &HistoryStore::entryRestored, this, [this](quint64, const QString& id) {
+        refreshHistory();
+        setStatusText(tr("Run %1 is back in the history").arg(id));
+    });
     connect(history_, &HistoryStore::imagesAvailable, this, &MainWindow::onCompareImages);
-    connect(history_, &HistoryStore::failed, this, [this](quint64, const QString& error) {
-        statusBar()->showMessage(tr("The run history could not be updated: %1").arg(error), 10000);
+    connect(history_, &HistoryStore::runOpened, this, &MainWindow::onHistoryRunOpened);
+    connect(history_, &HistoryStore::failed, this, &MainWindow::onHistoryFailed);
+    connect(canvas_, &TileCanvas::imageDropped, this, [this](const QString& path) {
+        panel_->setStartImage(path);
+        setStatusText(tr("Start image: %1 (dropped on the canvas; drop a run PNG elsewhere on the window to restore "
+                         "its settings instead)")
+                          .arg(QFileInfo(path).fileName()));
     });
 
     progressTimer_.setInterval(kProgressIntervalMs);
@@ -212,6 +234,13 @@ void MainWindow::buildActions() {
     seamOverlayAction_->setToolTip(tr("Where overlapping tiles disagreed at the last step (Ctrl+M)"));
     aboutAction_ = make(tr("&About Tessera"), "actionAbout");
     aboutAction_->setMenuRole(QAction::AboutRole);
+    undoDeleteAction_ = make(tr("&Undo delete"), "actionUndoDelete", QKeySequence::Undo);
+    undoDeleteAction_->setEnabled(false);
+    beforeAfterAction_ = make(tr("&Before/after"), "actionBeforeAfter", QKeySequence(tr("Ctrl+D")));
+    beforeAfterAction_->setCheckable(true);
+    beforeAfterAction_->setEnabled(false);
+    beforeAfterAction_->setToolTip(tr("The start image and the result side by side with a split you drag, at 1:1 "
+                                      "(runs started from an image; Ctrl+D)"));
 
     connect(openPresetAction_, &QAction::triggered, this, &MainWindow::openPreset);
     connect(savePresetAction_, &QAction::triggered, this, &MainWindow::savePreset);
@@ -229,6 +258,8 @@ void MainWindow::buildActions() {
     connect(blendOverlayAction_, &QAction::toggled, canvas_, &TileCanvas::setBlendOverlayVisible);
     connect(seamOverlayAction_, &QAction::toggled, canvas_, &TileCanvas::setSeamOverlayVisible);
     connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
+    connect(undoDeleteAction_, &QAction::triggered, this, &MainWindow::undoRemove);
+    connect(beforeAfterAction_, &QAction::toggled, canvas_, &TileCanvas::setBeforeAfterVisible);
 }
 
 void MainWindow::buildDocks() {
@@ -268,8 +299,14 @@ void MainWindow::buildDocks() {
         QString error;
         if (!compareRuns(a, b, &error)) QMessageBox::warning(this, tr("Compare runs"), error);
     });
-    connect(historyPanel_, &HistoryPanel::restoreRequested, this, &MainWindow::restoreFromHistory);
+    connect(historyPanel_, &HistoryPanel::openRequested, this, [this](const QString& id) {
+        QString error;
+        if (!openFromHistory(id, &error)) setStatusText(error, true);
+    });
     connect(historyPanel_, &HistoryPanel::removeRequested, this, &MainWindow::removeFromHistory);
+    connect(historyPanel_, &HistoryPanel::undoRemoveRequested, this, &MainWindow::undoRemove);
+    connect(historyPanel_, &HistoryPanel::copyParametersRequested, this, &MainWindow::copyParameters);
+    connect(historyPanel_, &HistoryPanel::showInFolderRequested, this, &MainWindow::showInFolder);
 }
 
 void MainWindow::buildMenus() {
@@ -283,6 +320,9 @@ void MainWindow::buildMenus() {
     file->addAction(exportTraceAction_);
     file->addSeparator();
     file->addAction(quitAction_);
+
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    edit->addAction(undoDeleteAction_);
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addAction(runAction_);
@@ -304,6 +344,7 @@ void MainWindow::buildMenus() {
     view->addAction(overlayAction_);
     view->addAction(blendOverlayAction_);
     view->addAction(seamOverlayAction_);
+    view->addAction(beforeAfterAction_);
     view->addAction(fitAction_);
     view->addAction(actualSizeAction_);
 
@@ -325,6 +366,7 @@ void MainWindow::buildToolBar() {
     bar->addAction(overlayAction_);
     bar->addAction(blendOverlayAction_);
     bar->addAction(seamOverlayAction_);
+    bar->addAction(beforeAfterAction_);
 }
 
 void MainWindow::buildStatusBar() {
@@ -411,6 +453,7 @@ void MainWindow::updateActions() {
     exportAction_->setEnabled(lastRun_.has_value() && !lastRun_->image.isNull());
     for (QAction* action : {exportCsvAction_, exportManifestAction_, exportTraceAction_})
         action->setEnabled(lastRun_.has_value() && lastRun_->result);
+    beforeAfterAction_->setEnabled(!canvas_->beforeImage().isNull() && !canvas_->image().isNull());
     // The panel stays editable during a run: the run took a copy of the settings, and the
     // next Run uses whatever is shown.
 }
@@ -425,8 +468,8 @@ void MainWindow::refreshPlan() {
     } catch (const std::exception&) {
         plan.reset();  // the panel already says what is wrong
     }
-    // Keep the last image only while it still matches the planned size.
-    if (!plan || canvas_->image().size() != QSize(plan->width(), plan->height())) canvas_->setImage({});
+    // The image shown stays: the canvas draws the plan of the settings over it (stretched and
+    // marked when the sizes differ), so editing a setting never hides what was made.
     // The seam map belongs to the last run's plan; keep it only while the settings still match.
     if (!lastRun_ || !lastRun_->result || !plan || lastRun_->result->record.config.tile != config.tile ||
         lastRun_->result->record.config.overlapPixels() != config.overlapPixels())
@@ -467,6 +510,8 @@ void MainWindow::beginRunDisplay(const RunConfig& config) {
     }
     canvas_->setImage({});
     canvas_->setSeamMap({});
+    showStartImage({});
+    startedRecord_.reset();
     canvas_->setBlendWindow(config.window);
     canvas_->setPlaceholderText(tr("Preparing…"));
     charts_->clear();
@@ -618,6 +663,7 @@ void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
     progress_.started = true;
     progress_.tiles = record.tileCount;
     progress_.steps = record.config.steps;
+    startedRecord_ = record;
     samplingClock_.start();
     canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(record.config.steps));
     QString text = tr("Running on %1 — %2 (prepared in %3 s)")
@@ -670,6 +716,7 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
     const RunRecord& record = run.result->record;
     if (!run.image.isNull()) canvas_->setImage(run.image);
     canvas_->setSeamMap(run.result->seamMap);
+    showStartImage(run.startImage);
     charts_->showTileTimes(record);
     canvas_->setActiveTiles({});
     // The bars keep the run's end state: steps run, and all tiles of a finished run.
@@ -693,15 +740,37 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
                     .arg(record.seamWorst, 0, 'f', 2);
     for (const std::string& message : record.messages) text += QStringLiteral(" · ") + QString::fromStdString(message);
     setStatusText(text);
-    progressText_->setText(tr("%1 %2 · %3 × %4 px · seed %5")
-                               .arg(QString::fromStdString(record.environment.backend).toUpper(),
-                                    QString::fromUtf8(toString(record.config.precision).data()).toUpper())
-                               .arg(record.config.width)
-                               .arg(record.config.height)
-                               .arg(record.config.seed));
-    // Finished runs with an image go into the history (cancelled ones are partial).
-    // Its PNG is encoded and written on the history's thread; the row appears on entryAdded.
-    if (keepInHistory && !cancelled && !run.result->image.data.empty()) history_->add(run.result);
+    progressText_->setText(ranOn(record));
+    // Every run goes into the history, a cancelled one with its partial image (if a step
+    // ended); Compare graphs keeps only the runs it compares. Its PNG is encoded and written
+    // on the history's thread; the row appears on entryAdded.
+    if (keepInHistory && !(cancelled && isComparingGraphs())) history_->add(run.result, run.startFile);
+}
+
+void MainWindow::showStartImage(const QImage& startImage) {
+    canvas_->setBeforeImage(startImage);
+    // After a run from an image, the before/after view is what one wants to see first.
+    if (startImage.isNull()) beforeAfterAction_->setChecked(false);
+    beforeAfterAction_->setEnabled(!startImage.isNull() && !canvas_->image().isNull());
+    if (beforeAfterAction_->isEnabled()) {
+        beforeAfterAction_->setChecked(true);
+        canvas_->setBeforeAfterVisible(true);  // also when it was checked already: back to 1:1
+    }
+}
+
+void MainWindow::keepFailedRun(const QString& error) {
+    auto failed = std::make_shared<RunResult>();
+    RunRecord& record = failed->record;
+    if (startedRecord_) {
+        record = *startedRecord_;
+    } else {  // it failed before the engine started (a model or start image that cannot be used)
+        record.config = runConfig_;
+        record.runId = newRunId();
+        record.startedAt = isoUtcNow();
+    }
+    record.status = "failed";
+    record.error = error.toStdString();
+    history_->add(failed);
 }
 
 void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
@@ -839,12 +908,13 @@ void MainWindow::onRunFailed(quint64 runId, const QString& error) {
         return;
     }
     running_ = false;
-    canvas_->setPlaceholderText({});
+    canvas_->setPlaceholderText(tr("The run failed: %1").arg(error));
     stopping_ = false;
     progressTimer_.stop();
     canvas_->setActiveTiles({});
     progressText_->clear();
     setStatusText(tr("Run failed: %1").arg(error), true);
+    keepFailedRun(error);
     updateActions();
     emit runEnded(false);
 }
@@ -1006,12 +1076,64 @@ void MainWindow::refreshHistory() {
     charts_->setEarlierRuns(earlier);
 }
 
-void MainWindow::restoreFromHistory(const QString& id) {
+bool MainWindow::openFromHistory(const QString& id, QString* error) {
     const HistoryEntry* entry = history_->find(id);
-    if (!entry) return;
+    const QString why = !entry ? tr("Run %1 is not in the history").arg(id)
+                        : running_ ? tr("A run is in progress; open run %1 when it has ended").arg(id)
+                                   : QString();
+    if (!why.isEmpty()) {
+        if (error) *error = why;
+        return false;
+    }
     panel_->setConfig(entry->record.config);
     charts_->showRecord(entry->record);
-    setStatusText(tr("Settings of run %1 restored from the history").arg(id));
+    setStatusText(tr("Opening run %1…").arg(id));
+    historyPanel_->selectIds({id});  // the row of the run shown
+    // The image (and start image) are read on the history's thread: onHistoryRunOpened.
+    openRunId_ = id;
+    openJob_ = history_->open(id);
+    return true;
+}
+
+void MainWindow::onHistoryRunOpened(quint64 jobId, const QString& id, const FinishedRun& run) {
+    if (jobId != openJob_) return;  // a newer run was opened since
+    openJob_ = 0;
+    if (running_) {  // Run was pressed meanwhile: the run in flight owns the canvas
+        emit historyRunOpened(id, false, tr("a run started before run %1 was read").arg(id));
+        return;
+    }
+    lastRun_ = run;
+    const RunRecord& record = run.result->record;
+    canvas_->setImage(run.image);
+    canvas_->setSeamMap({});  // the history keeps the seam statistics, not the map
+    canvas_->setActiveTiles({});
+    canvas_->setPlaceholderText(record.status == "failed"
+                                    ? tr("This run failed: %1").arg(QString::fromStdString(toValidUtf8(record.error)))
+                                    : tr("This run has no image"));
+    showStartImage(run.startImage);
+    if (run.startImage.isNull()) canvas_->fitToView();
+    charts_->showRecord(record);
+    refreshHistory();  // the earlier runs behind its charts
+    stepBar_->hide();
+    tileBar_->hide();
+    progressText_->setText(ranOn(record));
+    const QString status = HistoryPanel::statusText(record);
+    setStatusText(run.image.isNull() && record.status != "failed"
+                      ? tr("Run %1 (%2) reopened; its image could not be read (see the log)").arg(id, status)
+                      : tr("Run %1 (%2) reopened from the history").arg(id, status),
+                  run.image.isNull() && record.status != "failed");
+    updateActions();
+    emit historyRunOpened(id, true, {});
+}
+
+void MainWindow::onHistoryFailed(quint64 jobId, const QString& error) {
+    if (jobId != 0 && jobId == openJob_) {
+        openJob_ = 0;
+        setStatusText(tr("Run %1 could not be opened: %2").arg(openRunId_, error), true);
+        emit historyRunOpened(openRunId_, false, error);
+        return;
+    }
+    setStatusText(tr("The run history could not be updated: %1").arg(error), true);
 }
 
 void MainWindow::onHistoryLoaded() {
@@ -1024,9 +1146,57 @@ void MainWindow::onHistoryLoaded() {
                       true);
 }
 
-void MainWindow::removeFromHistory(const QString& id) {
-    // The row goes when the files are gone (entryRemoved).
-    history_->remove(id);
+void MainWindow::removeFromHistory(const QStringList& ids) {
+    // The rows go when the files are in the trash (entryRemoved).
+    history_->remove(ids);
+    setStatusText(tr("%n run(s) moved to the trash; Edit ▸ Undo delete (Ctrl+Z) brings them back until Tessera closes",
+                     nullptr, static_cast<int>(ids.size())));
+    updateUndo();
+}
+
+void MainWindow::undoRemove() {
+    const QStringList ids = history_->undoableRemoval();
+    if (ids.isEmpty()) return;
+    history_->undoRemove();  // entryRestored per run
+    updateUndo();
+}
+
+void MainWindow::updateUndo() {
+    const QStringList ids = history_->undoableRemoval();
+    const QString what = ids.isEmpty() ? QString() : ids.size() == 1 ? tr("run %1").arg(ids.front()) : tr("%1 runs").arg(ids.size());
+    undoDeleteAction_->setEnabled(!ids.isEmpty());
+    undoDeleteAction_->setText(ids.isEmpty() ? tr("&Undo delete") : tr("&Undo delete (%1)").arg(what));
+    historyPanel_->setUndoText(what);
+}
+
+void MainWindow::copyParameters(const QString& id) {
+    const HistoryEntry* entry = history_->find(id);
+    if (!entry) return;
+    // A1111's infotext, which its PNG Info, Tessera's --params-from and other tools read.
+    const std::string text = infotext(entry->record.config, infotextExtras(entry->record));
+    QGuiApplication::clipboard()->setText(QString::fromStdString(text));
+    setStatusText(tr("Parameters of run %1 copied").arg(id));
+}
+
+void MainWindow::showInFolder(const QString& id) {
+    if (!history_->find(id)) return;
+    // Every file of a run is in the history's folder. The file manager (a process of its own)
+    // opens it; nothing is read here.
+    const QString folder = QDir::cleanPath(history_->folder());
+    if (!QDesktopServices::openUrl(QUrl::fromLocalFile(folder)))
+        setStatusText(tr("No file manager could open %1").arg(QDir::toNativeSeparators(folder)), true);
+    else
+        setStatusText(tr("Run %1 is in %2").arg(id, QDir::toNativeSeparators(folder)));
+}
+
+QAction* MainWindow::exportAction(ExportFormat format) const {
+    switch (format) {
+    case ExportFormat::ImagePng: return exportAction_;
+    case ExportFormat::TimingsCsv: return exportCsvAction_;
+    case ExportFormat::ManifestJson: return exportManifestAction_;
+    case ExportFormat::ChromeTrace: return exportTraceAction_;
+    }
+    return nullptr;
 }
 
 bool MainWindow::compareRuns(const QString& idA, const QString& idB, QString* error) {

@@ -8,10 +8,20 @@
 // the first pair warms up and is discarded) as one sequence on the worker, then opens the
 // compare view and the graphs-versus-eager panel on the kept runs.
 //
-// Finished runs go into the run history (app/HistoryStore.h; a dock with a table), from which
-// two runs open in a CompareView. Exports (File menu) write through app/Exporters.h and never
-// replace an existing file without asking. Dropping a run PNG, a manifest or a preset on the
-// window restores its configuration.
+// Every run that ends goes into the run history (app/HistoryStore.h; a dock with a table):
+// finished, cancelled (with its partial image) and failed (its record and error), marked so in
+// the table; a run started from an image keeps a copy of it. (Compare graphs keeps only the
+// finished runs of the pairs it compares.) Any history entry reopens (openFromHistory): its
+// full-resolution image on the canvas, its charts and settings, and the Export actions act on
+// it as on a run just finished. Two runs open in a CompareView. Delete moves runs to the
+// history's trash; Edit > Undo delete brings them back until the window closes. Exports (File
+// menu) write through app/Exporters.h and never replace an existing file without asking.
+//
+// The canvas keeps the image shown while the settings change: the tile plan of the settings
+// is drawn over it. After a run from a start image, View > Before/after shows the start image
+// (as the engine took it, resampled to the canvas) and the result with a split between them,
+// at 1:1. A PNG or JPEG dropped on the canvas becomes the start image; dropping a run PNG, a
+// manifest or a preset elsewhere on the window restores its configuration.
 //
 // This thread reads and writes no file and encodes no image (app/GuiThreadGuard.h): the
 // history's IO runs on its own thread (HistoryStore), model inspection on a pool
@@ -136,6 +146,15 @@ public:
     // Opens the compare window for two runs of the history once their images are read (off
     // this thread): compareViewOpened. False (with *error) when either run is unknown.
     bool compareRuns(const QString& idA, const QString& idB, QString* error = nullptr);
+    // Shows run `id` of the history again: its settings in the panel and its charts at once,
+    // its image (read off this thread) when historyRunOpened comes. False (with *error) when
+    // the run is unknown or a run is in progress.
+    bool openFromHistory(const QString& id, QString* error = nullptr);
+    // Edit > Undo delete (Ctrl+Z): the runs deleted last come back from the trash.
+    QAction* undoDeleteAction() const { return undoDeleteAction_; }
+    // View > Before/after (Ctrl+D): enabled when the run shown started from an image.
+    QAction* beforeAfterAction() const { return beforeAfterAction_; }
+    QAction* exportAction(ExportFormat format) const;
 
 public slots:
     void startRun();
@@ -150,8 +169,8 @@ public slots:
 
 signals:
     // The current run ended (finished, cancelled or failed); for tests and the screenshot mode.
-    // Not emitted for the runs of a comparison: graphComparisonEnded is. A finished run is
-    // then on its way into the history (history().entryAdded follows).
+    // Not emitted for the runs of a comparison: graphComparisonEnded is. The run, whatever
+    // its end, is then on its way into the history (history().entryAdded follows).
     void runEnded(bool succeeded);
     // restoreConfigurationFrom(path) ended: the settings panel shows the file's configuration
     // (ok), or `error` names the file and what is wrong with it (nothing changed).
@@ -160,6 +179,8 @@ signals:
     void exportFinished(const QString& path, bool ok, const QString& error);
     // compareRuns' window is open (compareView() returns it).
     void compareViewOpened(tessera::CompareView* view);
+    // openFromHistory(id) ended: the run is shown (ok), or `error` says why not.
+    void historyRunOpened(const QString& id, bool ok, const QString& error);
     // Run `index` (0-based) of `count` of a comparison is starting.
     void graphComparisonRunStarted(int index, int count);
     // A comparison ended; `completed` when every run finished and the views were opened.
@@ -207,8 +228,17 @@ private:
     void refreshHistory();
     void onHistoryLoaded();
     void onCompareImages(quint64 jobId, const QStringList& ids, const QList<QImage>& images);
-    void restoreFromHistory(const QString& id);
-    void removeFromHistory(const QString& id);
+    void onHistoryRunOpened(quint64 jobId, const QString& id, const FinishedRun& run);
+    void onHistoryFailed(quint64 jobId, const QString& error);
+    void removeFromHistory(const QStringList& ids);
+    void undoRemove();
+    void updateUndo();
+    void copyParameters(const QString& id);
+    void showInFolder(const QString& id);
+    // Keeps a run that failed in the history: the record of its start (or its configuration).
+    void keepFailedRun(const QString& error);
+    // The canvas's start image and the Before/after action for the run shown.
+    void showStartImage(const QImage& startImage);
     void showAbout();
 
     // Worker signals (queued).
@@ -254,6 +284,8 @@ private:
     QAction* blendOverlayAction_ = nullptr;
     QAction* seamOverlayAction_ = nullptr;
     QAction* aboutAction_ = nullptr;
+    QAction* undoDeleteAction_ = nullptr;
+    QAction* beforeAfterAction_ = nullptr;
 
     QLabel* statusText_ = nullptr;
     QLabel* progressText_ = nullptr;
@@ -270,7 +302,10 @@ private:
     bool running_ = false;
     bool stopping_ = false;
     RunConfig runConfig_;
-    std::optional<FinishedRun> lastRun_;
+    std::optional<RunRecord> startedRecord_;  // onRunStarted's record of the run in flight
+    std::optional<FinishedRun> lastRun_;      // the run shown: the last that ended, or one reopened
+    quint64 openJob_ = 0;                     // the newest openFromHistory
+    QString openRunId_;
     std::optional<GraphComparison> comparison_;
     int graphPairs_ = kDefaultGraphComparisonPairs;
 

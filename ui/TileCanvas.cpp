@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileInfo>
+#include <QMimeData>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QUrl>
 #include <QWheelEvent>
 
 #include "ui/HeatMap.h"
@@ -24,8 +29,18 @@ const QColor kGridHalo(0, 0, 0, 90);
 const QColor kOverlapBand(90, 170, 255, 56);
 const QColor kActiveFill(255, 160, 40, 70);
 const QColor kActiveEdge(255, 170, 50);
+// The split handle is grabbed within this many widget pixels of the line.
+constexpr double kSplitGrab = 8.0;
 
 }  // namespace
+
+QString droppedImageFile(const QMimeData* mime) {
+    const QList<QUrl> urls = mime->urls();
+    if (urls.size() != 1 || !urls.front().isLocalFile()) return {};
+    const QString path = urls.front().toLocalFile();
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    return suffix == QLatin1String("png") || suffix == QLatin1String("jpg") || suffix == QLatin1String("jpeg") ? path : QString();
+}
 
 TileCanvas::TileCanvas(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("tileCanvas"));
@@ -34,6 +49,42 @@ TileCanvas::TileCanvas(QWidget* parent) : QWidget(parent) {
     setAttribute(Qt::WA_OpaquePaintEvent);
     setMinimumSize(240, 200);
     setCursor(Qt::OpenHandCursor);
+    setAcceptDrops(true);
+}
+
+bool TileCanvas::imageMatchesPlan() const { return !plan_ || image_.isNull() || image_.size() == contentSize(); }
+
+void TileCanvas::setBeforeImage(const QImage& image) {
+    before_ = image;
+    update();
+}
+
+void TileCanvas::setBeforeAfterVisible(bool visible) {
+    beforeAfter_ = visible;
+    // At 1:1, centred: the pixels themselves are what a before/after comparison is about.
+    if (isBeforeAfterShown()) showActualSize();
+    update();
+}
+
+void TileCanvas::setSplitPosition(double fraction) {
+    split_ = std::clamp(fraction, 0.0, 1.0);
+    update();
+}
+
+double TileCanvas::splitX() const { return offset_.x() + split_ * contentSize().width() * zoom_; }
+
+bool TileCanvas::nearSplit(QPointF p) const { return isBeforeAfterShown() && std::abs(p.x() - splitX()) <= kSplitGrab; }
+
+void TileCanvas::dragEnterEvent(QDragEnterEvent* event) {
+    if (!droppedImageFile(event->mimeData()).isEmpty()) event->acceptProposedAction();
+    else event->ignore();  // the window takes presets, manifests and run PNGs elsewhere
+}
+
+void TileCanvas::dropEvent(QDropEvent* event) {
+    const QString path = droppedImageFile(event->mimeData());
+    if (path.isEmpty()) return event->ignore();
+    event->acceptProposedAction();
+    emit imageDropped(path);
 }
 
 void TileCanvas::setPlan(std::optional<TilePlan> plan) {
@@ -250,14 +301,94 @@ void TileCanvas::paintEvent(QPaintEvent*) {
     painter.translate(offset_);
     painter.scale(zoom_, zoom_);
     const QRectF imageRect(QPointF(0, 0), QSizeF(content));
+    // Smooth when shrinking, crisp pixels when zoomed in to inspect seams.
+    painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom_ < 2.0);
     if (image_.isNull()) {
         painter.fillRect(imageRect, kEmptyImage);
+    } else if (isBeforeAfterShown()) {
+        paintBeforeAfter(painter, imageRect);
     } else {
-        // Smooth when shrinking, crisp pixels when zoomed in to inspect seams.
-        painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom_ < 2.0);
+        // An image of another size than the plan (settings edited since) is stretched over
+        // the plan's canvas and dimmed: the overlays show the next run, the image the last.
+        painter.fillRect(imageRect, kEmptyImage);
+        if (!imageMatchesPlan()) painter.setOpacity(0.6);
         painter.drawImage(imageRect, image_);
+        painter.setOpacity(1.0);
     }
+    if (!isBeforeAfterShown()) paintOverlays(painter, content);
+    painter.restore();
 
+    if (image_.isNull()) {
+        painter.setPen(QColor(200, 200, 200));
+        const QRectF shown(offset_, QSizeF(content) * zoom_);
+        painter.drawText(shown.intersected(QRectF(rect())), Qt::AlignCenter | Qt::TextWordWrap,
+                         placeholder_.isEmpty()
+                             ? tr("%1 × %2 px — press Run").arg(content.width()).arg(content.height())
+                             : placeholder_);
+    } else if (!imageMatchesPlan() && !isBeforeAfterShown()) {
+        painter.setPen(QColor(230, 230, 230));
+        painter.drawText(rect().adjusted(10, 8, -10, -8), Qt::AlignHCenter | Qt::AlignTop | Qt::TextWordWrap,
+                         tr("Last image (%1 × %2 px) under the tile plan of the settings shown (%3 × %4 px)")
+                             .arg(image_.width())
+                             .arg(image_.height())
+                             .arg(content.width())
+                             .arg(content.height()));
+    }
+    if (isBeforeAfterShown()) paintSplitHandle(painter);
+    paintLegend(painter);
+    // Zoom readout in the corner.
+    const QString zoomText = QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0));
+    painter.setPen(QColor(220, 220, 220));
+    painter.drawText(rect().adjusted(8, 6, -8, -6), Qt::AlignRight | Qt::AlignBottom, zoomText);
+}
+
+void TileCanvas::paintBeforeAfter(QPainter& painter, const QRectF& imageRect) {
+    // Both images over the same canvas rectangle: the start image left of the split, the
+    // result right of it, so one point of the picture is at one place in both.
+    const double splitAt = split_ * imageRect.width();
+    painter.save();
+    painter.setClipRect(QRectF(imageRect.topLeft(), QSizeF(splitAt, imageRect.height())));
+    painter.drawImage(imageRect, before_);
+    painter.setClipRect(QRectF(QPointF(splitAt, 0), QSizeF(imageRect.width() - splitAt, imageRect.height())));
+    painter.drawImage(imageRect, image_);
+    painter.restore();
+}
+
+void TileCanvas::paintSplitHandle(QPainter& painter) {
+    const QRectF shown = QRectF(offset_, QSizeF(contentSize()) * zoom_).intersected(QRectF(rect()));
+    const double x = splitX();
+    if (shown.isEmpty() || x < shown.left() - 1 || x > shown.right() + 1) return;
+    painter.save();
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.setPen(QPen(QColor(0, 0, 0, 120), 4));
+    painter.drawLine(QPointF(x, shown.top()), QPointF(x, shown.bottom()));
+    painter.setPen(QPen(QColor(255, 255, 255), 2));
+    painter.drawLine(QPointF(x, shown.top()), QPointF(x, shown.bottom()));
+    // A grip in the middle, and which side is which.
+    const QPointF grip(x, shown.center().y());
+    painter.setBrush(QColor(255, 255, 255));
+    painter.setPen(QPen(QColor(40, 40, 40), 1.5));
+    painter.drawEllipse(grip, 11, 11);
+    painter.drawLine(grip + QPointF(-5, 0), grip + QPointF(-2, -3));
+    painter.drawLine(grip + QPointF(-5, 0), grip + QPointF(-2, 3));
+    painter.drawLine(grip + QPointF(5, 0), grip + QPointF(2, -3));
+    painter.drawLine(grip + QPointF(5, 0), grip + QPointF(2, 3));
+    const QFontMetrics metrics(painter.font());
+    const auto tag = [&](const QString& text, bool left) {
+        const QSizeF size(metrics.horizontalAdvance(text) + 14, metrics.height() + 6);
+        const QRectF box(left ? x - 10 - size.width() : x + 10, shown.top() + 10, size.width(), size.height());
+        painter.setPen(Qt::NoPen);
+        painter.setBrush(QColor(0, 0, 0, 150));
+        painter.drawRoundedRect(box, 4, 4);
+        painter.setPen(QColor(240, 240, 240));
+        painter.drawText(box, Qt::AlignCenter, text);
+    };
+    tag(tr("Before: start image"), true);
+    tag(tr("After"), false);
+    painter.restore();
+}
+
+void TileCanvas::paintOverlays(QPainter& painter, QSize content) {
     if (seamOverlay_ && !seamImage_.isNull()) {
         painter.setRenderHint(QPainter::SmoothPixmapTransform, false);
         painter.drawImage(QRectF(QPointF(0, 0), QSizeF(seamImage_.size())), seamImage_);
@@ -320,25 +451,11 @@ void TileCanvas::paintEvent(QPaintEvent*) {
             if (!r.isEmpty()) painter.drawRect(r);
         }
     }
-    painter.restore();
-
-    if (image_.isNull()) {
-        painter.setPen(QColor(200, 200, 200));
-        const QRectF shown(offset_, QSizeF(content) * zoom_);
-        painter.drawText(shown.intersected(QRectF(rect())), Qt::AlignCenter | Qt::TextWordWrap,
-                         placeholder_.isEmpty()
-                             ? tr("%1 × %2 px — press Run").arg(content.width()).arg(content.height())
-                             : placeholder_);
-    }
-    paintLegend(painter);
-    // Zoom readout in the corner.
-    const QString zoomText = QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0));
-    painter.setPen(QColor(220, 220, 220));
-    painter.drawText(rect().adjusted(8, 6, -8, -6), Qt::AlignRight | Qt::AlignBottom, zoomText);
 }
 
 void TileCanvas::paintLegend(QPainter& painter) {
     legendRange_ = {0, 0};
+    if (isBeforeAfterShown()) return;  // no overlays there
     QPoint anchor(10, height() - 10);
     if (seamOverlay_ && !seamImage_.isNull()) {
         const QRect box = drawHeatLegend(painter, anchor, tr("Seam map: tile disagreement (std. dev.)"), 0.0, seamMax_);
@@ -369,6 +486,11 @@ void TileCanvas::wheelEvent(QWheelEvent* event) {
 }
 
 void TileCanvas::mousePressEvent(QMouseEvent* event) {
+    if (event->button() == Qt::LeftButton && nearSplit(event->position())) {
+        draggingSplit_ = true;
+        event->accept();
+        return;
+    }
     if (event->button() == Qt::LeftButton || event->button() == Qt::MiddleButton) {
         dragFrom_ = event->position();
         setCursor(Qt::ClosedHandCursor);
@@ -377,8 +499,15 @@ void TileCanvas::mousePressEvent(QMouseEvent* event) {
 }
 
 void TileCanvas::mouseMoveEvent(QMouseEvent* event) {
+    if (draggingSplit_) {
+        const double width = contentSize().width() * zoom_;
+        if (width > 0) setSplitPosition((event->position().x() - offset_.x()) / width);
+        emit splitMoved(split_);
+        return;
+    }
     if (!dragFrom_) {
         if (blendOverlay_) setHoveredTile(tileAt((event->position() - offset_) / zoom_));
+        setCursor(nearSplit(event->position()) ? Qt::SplitHCursor : Qt::OpenHandCursor);
         return;
     }
     offset_ += event->position() - *dragFrom_;
@@ -387,9 +516,10 @@ void TileCanvas::mouseMoveEvent(QMouseEvent* event) {
     update();
 }
 
-void TileCanvas::mouseReleaseEvent(QMouseEvent*) {
+void TileCanvas::mouseReleaseEvent(QMouseEvent* event) {
     dragFrom_.reset();
-    setCursor(Qt::OpenHandCursor);
+    draggingSplit_ = false;
+    setCursor(nearSplit(event->position()) ? Qt::SplitHCursor : Qt::OpenHandCursor);
 }
 
 void TileCanvas::mouseDoubleClickEvent(QMouseEvent*) { fitToView(); }

@@ -2,6 +2,17 @@
 // blended, and the tile batch being computed highlighted. Wheel zooms about the cursor,
 // dragging pans; fitToView / showActualSize reset the view. Paints only; no run state.
 //
+// The image stays while the plan changes under it (settings edited after a run): it is drawn
+// over the plan's canvas (scaled and dimmed, with a caption, when the sizes differ) and the
+// overlays of the new plan on top of it.
+//
+// Before/after: with a start image set (image-to-image), the canvas can show it left of a
+// vertical split and the image right of it, both over the same canvas rectangle; drag the
+// split line to move it (dragging elsewhere pans). The plan overlays are not drawn then.
+//
+// A PNG or JPEG dropped on the canvas is offered as a start image (imageDropped); other files
+// are left to the window.
+//
 // Overlays, each toggled on its own (a legend in the lower-left corner gives the scale):
 //  - TileGrid: tile edges and overlap bands;
 //  - BlendWeights: the normalised blend weight w_t / N of the tile under the cursor over that
@@ -22,9 +33,15 @@
 #include "core/Engine.h"
 #include "core/TilePlan.h"
 
+class QMimeData;
+
 namespace tessera {
 
 enum class CanvasOverlay { TileGrid, BlendWeights, SeamMap };
+
+// The one local PNG or JPEG file a drag carries (by its name), else empty: what the canvas and
+// the settings panel's Start image group take as a start image.
+QString droppedImageFile(const QMimeData* mime);
 
 class TileCanvas : public QWidget {
     Q_OBJECT
@@ -42,6 +59,19 @@ public:
 
     // Text over the empty canvas; empty: the image size and "press Run".
     void setPlaceholderText(const QString& text);
+    // The image is shown under a plan of another size (settings edited since it was made).
+    bool imageMatchesPlan() const;
+
+    // The start image of the image shown, for the before/after view; null: none.
+    void setBeforeImage(const QImage& image);
+    const QImage& beforeImage() const { return before_; }
+    // The before/after view is on and has both images to show.
+    bool isBeforeAfterShown() const { return beforeAfter_ && !before_.isNull() && !image_.isNull(); }
+    // Where the split is, as a fraction of the canvas width (0: all after, 1: all before).
+    double splitPosition() const { return split_; }
+    void setSplitPosition(double fraction);
+    // The split line's x in widget pixels.
+    double splitX() const;
 
     // The blend window of the plan shown (for the BlendWeights overlay).
     void setBlendWindow(BlendWindowKind kind);
@@ -64,19 +94,31 @@ public:
     // The scale the legend currently shows (low, high), for tests; both 0 without a legend.
     std::pair<double, double> legendRange() const { return legendRange_; }
     double zoom() const { return zoom_; }
+    // The canvas in image pixels: the plan's size, else the image's (empty: neither).
+    QSize canvasSize() const { return contentSize(); }
     QSize sizeHint() const override { return {720, 640}; }
 
 public slots:
     void setOverlayVisible(bool visible);
     void setBlendOverlayVisible(bool visible);
     void setSeamOverlayVisible(bool visible);
+    // Shows the before/after split (when there is a start image) at 1:1, or the plain canvas.
+    void setBeforeAfterVisible(bool visible);
     // Scales the image to fit the widget and keeps fitting it as the widget resizes.
     void fitToView();
     // One image pixel per screen pixel, centred.
     void showActualSize();
 
+signals:
+    // A PNG or JPEG file was dropped on the canvas.
+    void imageDropped(const QString& path);
+    // The user dragged the before/after split to `fraction`.
+    void splitMoved(double fraction);
+
 protected:
     void paintEvent(QPaintEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
     void wheelEvent(QWheelEvent* event) override;
     void mousePressEvent(QMouseEvent* event) override;
     void mouseMoveEvent(QMouseEvent* event) override;
@@ -94,6 +136,10 @@ private:
     const QImage& blendImage() const;          // the heat image for hovered_ (or N), cached
     void invalidateBlend();
     void paintLegend(QPainter& painter);
+    void paintOverlays(QPainter& painter, QSize content);
+    void paintBeforeAfter(QPainter& painter, const QRectF& imageRect);
+    void paintSplitHandle(QPainter& painter);
+    bool nearSplit(QPointF widgetPoint) const;
 
     std::optional<TilePlan> plan_;
     QImage image_;
@@ -115,6 +161,10 @@ private:
     double zoom_ = 1.0;
     QPointF offset_;        // widget position of image pixel (0, 0)
     std::optional<QPointF> dragFrom_;
+    QImage before_;
+    bool beforeAfter_ = false;
+    double split_ = 0.5;
+    bool draggingSplit_ = false;
 };
 
 }  // namespace tessera

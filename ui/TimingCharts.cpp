@@ -435,9 +435,21 @@ void TimingCharts::flush() {
 }
 
 void TimingCharts::replotNow() {
-    int shownSteps = std::max(steps_, 1);
-    for (QCPGraph* graph : earlierGraphs_) shownSteps = std::max(shownSteps, graph->dataCount());
-    stepPlot_->xAxis->setRange(0.5, shownSteps + 0.5);
+    // The steps that ran, numbered as the schedule numbers them: an image-to-image run starts
+    // part-way (strength 0.35 of 20 steps runs steps 14 to 20).
+    double firstStep = 1, lastStep = 1;
+    bool anyStep = false;
+    const auto cover = [&](const QCPGraph* graph) {
+        bool found = false;
+        const QCPRange keys = graph->getKeyRange(found);
+        if (!found) return;
+        firstStep = anyStep ? std::min(firstStep, keys.lower) : keys.lower;
+        lastStep = anyStep ? std::max(lastStep, keys.upper) : keys.upper;
+        anyStep = true;
+    };
+    cover(hostGraph_);
+    for (const QCPGraph* graph : earlierGraphs_) cover(graph);
+    stepPlot_->xAxis->setRange(firstStep - 0.5, lastStep + 0.5);
     fitValueAxis(stepPlot_->yAxis, {hostGraph_, enqueueGraph_, gpuGraph_});
     for (QCPGraph* graph : earlierGraphs_) {
         bool found = false;

@@ -6,8 +6,11 @@
 //   --show VIEW         what the matching --screenshot shows: window (the default overlays),
 //                       seam (the seam-map overlay), blend (blend weights of a middle tile) or
 //                       compare (the compare window of the two newest runs in the history),
-//                       graphs (the window with the graphs-versus-eager tab in front) or
-//                       compare-graphs (the compare window that --compare-graphs opened)
+//                       graphs (the window with the graphs-versus-eager tab in front),
+//                       compare-graphs (the compare window that --compare-graphs opened),
+//                       before-after (the before/after split of the run just made from a
+//                       start image) or reopened (the newest run of the history opened again,
+//                       as after a restart)
 //   --history DIR       keep the run history in DIR (default: the user's; with --fresh, a
 //                       throw-away folder)
 //   --delay MS          wait this long after showing the window before the picture (default 1500)
@@ -21,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -49,17 +53,47 @@
 
 namespace {
 
-// Calls `then` once nothing about the model is being looked up any more (the default model is
-// located and the folder shown inspected, off the GUI thread), so Run is enabled if it can be.
+// Calls `then` once nothing about the model or the start image is being looked up any more
+// (the default model is located, the folder shown inspected and the start image's header read,
+// off the GUI thread), so Run is enabled if it can be.
 void whenModelChecked(tessera::MainWindow& window, std::function<void()> then) {
     tessera::ConfigPanel* panel = window.configPanel();
-    if (!panel->isCheckingModel()) return then();
-    auto connection = std::make_shared<QMetaObject::Connection>();
-    *connection = QObject::connect(panel, &tessera::ConfigPanel::modelChecked, &window, [panel, connection, then] {
-        if (panel->isCheckingModel()) return;
-        QObject::disconnect(*connection);
+    const auto checking = [panel] { return panel->isCheckingModel() || panel->isCheckingStartImage(); };
+    if (!checking()) return then();
+    auto connections = std::make_shared<std::vector<QMetaObject::Connection>>();
+    const auto answered = [checking, connections, then] {
+        if (checking()) return;
+        for (const QMetaObject::Connection& c : *connections) QObject::disconnect(c);
         then();
-    });
+    };
+    connections->push_back(QObject::connect(panel, &tessera::ConfigPanel::modelChecked, &window, answered));
+    connections->push_back(QObject::connect(panel, &tessera::ConfigPanel::startImageChecked, &window, answered));
+}
+
+// Opens the newest run of the history (once loaded), then calls `ready` with the window (null
+// when there is none or it cannot be opened).
+void openNewestRun(tessera::MainWindow& window, const std::function<void(QWidget*)>& ready) {
+    const tessera::HistoryStore& history = window.history();
+    if (!history.isLoaded() || history.pendingJobs() > 0) {
+        QTimer::singleShot(50, &window, [&window, ready] { openNewestRun(window, ready); });
+        return;
+    }
+    if (history.entries().empty()) {
+        std::fprintf(stderr, "tessera: --show reopened needs a run in the history\n");
+        return ready(nullptr);
+    }
+    QObject::connect(
+        &window, &tessera::MainWindow::historyRunOpened, &window,
+        [&window, ready](const QString&, bool ok, const QString& error) {
+            if (!ok) std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
+            ready(ok ? &window : nullptr);
+        },
+        Qt::SingleShotConnection);
+    QString error;
+    if (!window.openFromHistory(history.entries().back().id(), &error)) {
+        std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
+        ready(nullptr);
+    }
 }
 
 // Sets the window up for one screenshot view, then calls `ready` with the widget to grab (null:
@@ -79,6 +113,15 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
     window.overlayAction(CanvasOverlay::BlendWeights)->setChecked(view == QLatin1String("blend"));
     window.overlayAction(CanvasOverlay::SeamMap)->setChecked(view == QLatin1String("seam"));
     if (view == QLatin1String("window") || view == QLatin1String("seam") || view == QLatin1String("graphs")) return ready(&window);
+    if (view == QLatin1String("before-after")) {
+        if (!window.beforeAfterAction()->isEnabled()) {
+            std::fprintf(stderr, "tessera: --show before-after needs a run from a start image (--preset with init, --run)\n");
+            return ready(nullptr);
+        }
+        window.beforeAfterAction()->setChecked(true);
+        return ready(&window);
+    }
+    if (view == QLatin1String("reopened")) return openNewestRun(window, ready);
     if (view == QLatin1String("blend")) {
         const int tiles = window.lastRun() && window.lastRun()->result ? window.lastRun()->result->record.tileCount : 0;
         window.canvas()->setHoveredTile(tiles / 2);
@@ -104,7 +147,10 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
         }
         return;
     }
-    std::fprintf(stderr, "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs)\n", qPrintable(view));
+    std::fprintf(stderr,
+                 "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
+                 "reopened)\n",
+                 qPrintable(view));
     ready(nullptr);
 }
 

@@ -52,10 +52,10 @@ inline RunConfig tinyRunConfig(std::uint64_t seed, std::string label = {}) {
     return c;
 }
 
-// Waits until the panel has its answers about the model (found off the GUI thread); true
-// when they came within the time.
+// Waits until the panel has its answers about the model and the start image (found off the
+// GUI thread); true when they came within the time.
 inline bool waitForModelCheck(const ConfigPanel& panel) {
-    return QTest::qWaitFor([&panel] { return !panel.isCheckingModel(); }, 60000);
+    return QTest::qWaitFor([&panel] { return !panel.isCheckingModel() && !panel.isCheckingStartImage(); }, 60000);
 }
 
 // Puts `config` in the panel and waits for the model folder's answer.

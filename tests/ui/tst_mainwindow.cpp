@@ -70,7 +70,7 @@ private slots:
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         QStringList menus;
         for (QAction* action : window.menuBar()->actions()) menus << action->text().remove(QLatin1Char('&'));
-        QCOMPARE(menus, QStringList({"File", "Run", "View", "Help"}));
+        QCOMPARE(menus, QStringList({"File", "Edit", "Run", "View", "Help"}));
         auto* about = window.findChild<QAction*>(QStringLiteral("actionAbout"));
         QVERIFY(about);
         QCOMPARE(about->text().remove(QLatin1Char('&')), QStringLiteral("About Tessera"));

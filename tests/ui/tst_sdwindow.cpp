@@ -62,8 +62,7 @@ T* child(QObject* parent, const char* name) {
 
 QList<QWidget*> sdEditors(ConfigPanel& panel) {
     return {child<QWidget>(&panel, "promptEdit"), child<QWidget>(&panel, "negativePromptEdit"),
-            child<QWidget>(&panel, "cfgSpin"), child<QWidget>(&panel, "clipSkipSpin"),
-            child<QWidget>(&panel, "upscaleSpin")};
+            child<QWidget>(&panel, "cfgSpin"), child<QWidget>(&panel, "clipSkipSpin")};
 }
 
 }  // namespace

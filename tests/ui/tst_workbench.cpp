@@ -363,7 +363,7 @@ private slots:
         panel->selectIds(runIds_);
         auto* compareButton = panel->findChild<QPushButton*>(QStringLiteral("historyCompare"));
         QVERIFY(compareButton && compareButton->isEnabled());
-        QVERIFY(!panel->findChild<QPushButton*>(QStringLiteral("historyRestore"))->isEnabled());
+        QVERIFY(!panel->findChild<QPushButton*>(QStringLiteral("historyOpen"))->isEnabled());
         QSignalSpy opened(window_.get(), &MainWindow::compareViewOpened);
         compareButton->click();
         QVERIFY(opened.wait(60000));
