@@ -100,21 +100,26 @@ std::size_t WorkerPool::scratchFloats() const {
     return n;
 }
 
+// state_ is (generation << 32 | next index). A call moves through two generations: an odd one
+// that closes the previous call (no index can be claimed, so no late worker can take an index
+// while task_, ctx_ and n_ change), then an even one that opens the new call at index 0. A
+// task is claimed by a compare-and-swap of the whole state, so only in its own generation.
+// (All atomics are sequentially consistent: a worker that claims an index read n_ before the
+// claim, hence before the close.)
 void WorkerPool::claimTasks(std::uint32_t generation, int worker) {
-    const std::int64_t n = n_.load(std::memory_order_relaxed);
-    std::uint64_t state = state_.load(std::memory_order_acquire);
+    const std::int64_t n = n_.load();
+    std::uint64_t state = state_.load();
     for (;;) {
         const auto index = static_cast<std::int64_t>(state & 0xffffffffu);
         if (state >> 32 != generation || index >= n) return;
-        if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire))
-            continue;
+        if (!state_.compare_exchange_weak(state, state + 1)) continue;
         // Claimed: the call cannot finish (nor task_ change) before this index is done.
-        task_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), index, worker);
-        if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+        task_.load()(ctx_.load(), index, worker);
+        if (finished_.fetch_add(1) + 1 == n) {
             std::lock_guard<std::mutex> lock(mutex_);
             done_.notify_one();
         }
-        state = state_.load(std::memory_order_acquire);
+        state = state_.load();
     }
 }
 
@@ -126,18 +131,19 @@ void WorkerPool::run(std::int64_t n, Task task, void* ctx) {
     }
     if (n > std::numeric_limits<std::int32_t>::max())
         throw std::length_error("WorkerPool::parallelFor: " + std::to_string(n) + " tasks");
-    const auto generation = static_cast<std::uint32_t>((state_.load(std::memory_order_relaxed) >> 32) + 1);
-    task_.store(task, std::memory_order_relaxed);
-    ctx_.store(ctx, std::memory_order_relaxed);
-    n_.store(n, std::memory_order_relaxed);
-    finished_.store(0, std::memory_order_relaxed);
+    const auto closed = static_cast<std::uint32_t>((state_.load() >> 32) + 1), open = closed + 1;
+    state_.store(std::uint64_t(closed) << 32 | 0xffffffffu);
+    task_.store(task);
+    ctx_.store(ctx);
+    n_.store(n);
+    finished_.store(0);
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        state_.store(std::uint64_t(generation) << 32, std::memory_order_release);
+        state_.store(std::uint64_t(open) << 32);
     }
     wake_.notify_all();
-    claimTasks(generation, 0);
-    const auto allDone = [&] { return finished_.load(std::memory_order_acquire) == n; };
+    claimTasks(open, 0);
+    const auto allDone = [&] { return finished_.load() == n; };
     if (spinUntil(allDone)) return;
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, allDone);
@@ -145,15 +151,19 @@ void WorkerPool::run(std::int64_t n, Task task, void* ctx) {
 
 void WorkerPool::workerLoop(int worker) {
     std::uint32_t seen = 0;
-    const auto generation = [this] { return static_cast<std::uint32_t>(state_.load(std::memory_order_acquire) >> 32); };
+    // A call to join: an open (even) generation not yet seen.
+    const auto next = [&] {
+        const auto generation = static_cast<std::uint32_t>(state_.load() >> 32);
+        return generation != seen && generation % 2 == 0;
+    };
     for (;;) {
-        if (!spinUntil([&] { return generation() != seen; })) {
+        if (!spinUntil(next)) {
             std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [&] { return stop_ || generation() != seen; });
+            wake_.wait(lock, [&] { return stop_ || next(); });
             if (stop_) return;
         }
-        seen = generation();
-        claimTasks(seen, worker);
+        seen = static_cast<std::uint32_t>(state_.load() >> 32);
+        if (seen % 2 == 0) claimTasks(seen, worker);
     }
 }
 

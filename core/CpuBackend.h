@@ -88,8 +88,8 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_, done_;
     bool stop_ = false;  // under mutex_
-    // generation << 32 | the next index to hand out; a task is claimed by a compare-and-swap
-    // that also checks the generation, so a late worker never takes an index of a later call.
+    // generation << 32 | the next index to hand out (WorkerPool::claimTasks in the .cpp says how a
+    // late worker is kept from taking an index of a later call).
     std::atomic<std::uint64_t> state_{0};
     std::atomic<std::int64_t> n_{0}, finished_{0};
     std::atomic<Task> task_{nullptr};
