@@ -931,9 +931,9 @@ struct OpPlan {
     std::size_t shared = 0, perWorker = 0;
 };
 
+// A Conv op's shape at this tile size (bindWeights checks it against the graph's output size).
 cpu::ConvShape convShape(const ModelGraph& graph, const GraphOp& op, int tileH, int tileW) {
     const GraphValue& x = graph.value(op.input);
-    const GraphValue& y = graph.value(op.output);
     cpu::ConvShape s;
     s.cin = x.channels;
     s.cout = op.channels;
@@ -944,8 +944,6 @@ cpu::ConvShape convShape(const ModelGraph& graph, const GraphOp& op, int tileH, 
     s.padTop = s.padLeft = op.padBegin;
     s.hout = (s.h + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
     s.wout = (s.w + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
-    if (s.hout != tileH / y.divisor || s.wout != tileW / y.divisor)
-        throw std::logic_error("CpuBackend: " + op.name + " output size does not match the graph");
     return s;
 }
 
@@ -1001,6 +999,9 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
         w.queryBlock = plan.queryBlock;
         if (op.kind == OpKind::Conv) {
             w.conv = convShape(graph, op, tileH, tileW);
+            const GraphValue& y = graph.value(op.output);
+            if (w.conv.hout != tileH / y.divisor || w.conv.wout != tileW / y.divisor)
+                throw std::logic_error("CpuBackend: " + op.name + " output size does not match the graph");
         } else if (op.kind == OpKind::Attention) {
             cpu::AttentionWeights& a = w.attn;
             std::size_t k = 0;
