@@ -114,6 +114,7 @@ const std::map<std::string, OptionSpec>& optionTable() {
         {"lanes", {"lanes", true, [](CliOptions& o, const std::string& v) { o.config.lanes = parseInt("lanes", v); }}},
         {"precision", {"precision", true, [](CliOptions& o, const std::string& v) { o.config.precision = parsePrecision(v); }}},
         {"backend", {"backend", true, [](CliOptions& o, const std::string& v) { o.config.backend = parseBackend(v); }}},
+        {"threads", {"threads", true, [](CliOptions& o, const std::string& v) { o.config.threads = parseInt("threads", v); }}},
         {"model", {"model", true, [](CliOptions& o, const std::string& v) {
                        checkPathText("model", v, "a model folder path");
                        o.config.model = v;
@@ -425,6 +426,8 @@ std::string cliUsage(CliCommand command) {
         "                         own activations (0 = auto, 1..8; default 0)\n"
         "  --precision NAME       fp32, fp16 or bf16 (default fp16; the CPU always computes fp32)\n"
         "  --backend NAME         auto (CUDA when built and a device is usable, else cpu), cpu or cuda\n"
+        "  --threads N            CPU engine: threads that compute, 1..1024 (default 0 = all cores);\n"
+        "                         the image is the same bits for any count\n"
         "  --preview-every N      preview every N steps, 0 = never (default 1)\n"
         "  --init FILE            start from this PNG or JPEG, resized to the run (image-to-image)\n"
         "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"

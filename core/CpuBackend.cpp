@@ -10,6 +10,10 @@
 
 #include <cblas.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 
@@ -22,17 +26,56 @@ inline float siluValue(float v) { return v / (1.0f + std::exp(-v)); }
 
 constexpr std::int64_t kElementwiseChunk = 1 << 14;  // floats per task of an elementwise loop
 
-// Column and score buffers are processed in bands so their size stays bounded for large
-// tiles; the bands are big enough that the GEMMs stay efficient.
-constexpr std::int64_t kMaxColFloats = 16 << 20;    // 64 MiB of im2col columns
-constexpr std::int64_t kMaxScoreFloats = 4 << 20;   // 16 MiB of attention scores
+// Attention's Q, K, V and O of the images of a tile batch are made a few images at a time, so
+// their size stays bounded for large tiles and batches (64 MiB, or one image).
+constexpr std::int64_t kMaxAttentionFloats = 16 << 20;
+// One worker's scratch for a block of attention scores or GEGLU's projected rows (1 MiB).
+constexpr std::int64_t kWorkerFloats = 1 << 18;
+// Multiply-adds of one GEMM task, about: a few hundred microseconds on one core, so a step has
+// many tasks to share out, each large enough that OpenBLAS's packing stays a small part.
+constexpr std::int64_t kGemmTaskFma = 1 << 22;
+// Query rows of one attention task at most: several tasks per head even for small images.
+constexpr int kAttentionRows = 32;
+// How long an idle thread spins before it sleeps: ops follow each other within microseconds,
+// and waking a sleeping thread costs more than that.
+constexpr std::chrono::microseconds kSpin{50};
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#else
+    std::this_thread::yield();
+#endif
+}
+
+// Spins until pred() or kSpin has passed; returns pred().
+template <class Pred>
+bool spinUntil(Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0;; ++i) {
+        if (pred()) return true;
+        cpuRelax();
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
+    }
+}
+
+std::int64_t floorPow2(std::int64_t v) {
+    std::int64_t p = 1;
+    while (2 * p <= v) p *= 2;
+    return p;
+}
 
 }  // namespace
 
 // ---------------------------------------------------------------- WorkerPool
 
+int hardwareThreads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+int resolveThreads(int threads) { return threads > 0 ? threads : hardwareThreads(); }
+
 WorkerPool::WorkerPool(int threads) {
-    if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    threads = resolveThreads(threads);
+    scratch_.resize(static_cast<std::size_t>(threads));
     workers_.reserve(static_cast<std::size_t>(threads - 1));
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { workerLoop(i); });
 }
@@ -46,45 +89,172 @@ WorkerPool::~WorkerPool() {
     for (std::thread& t : workers_) t.join();
 }
 
-void WorkerPool::runShare(int index, int parts) {
-    const std::int64_t begin = n_ * index / parts, end = n_ * (index + 1) / parts;
-    for (std::int64_t i = begin; i < end; ++i) task_(ctx_, i);
+void WorkerPool::reserveScratch(std::size_t floats) {
+    for (std::vector<float>& s : scratch_)
+        if (s.size() < floats) s.assign(floats, 0.0f);
+}
+
+std::size_t WorkerPool::scratchFloats() const {
+    std::size_t n = 0;
+    for (const std::vector<float>& s : scratch_) n += s.size();
+    return n;
+}
+
+// state_ is (generation << 32 | next index). A call moves through two generations: an odd one
+// that closes the previous call (no index can be claimed, so no late worker can take an index
+// while task_, ctx_ and n_ change), then an even one that opens the new call at index 0. A
+// task is claimed by a compare-and-swap of the whole state, so only in its own generation.
+// (All atomics are sequentially consistent: a worker that claims an index read n_ before the
+// claim, hence before the close.)
+void WorkerPool::claimTasks(std::uint32_t generation, int worker) {
+    const std::int64_t n = n_.load();
+    std::uint64_t state = state_.load();
+    for (;;) {
+        const auto index = static_cast<std::int64_t>(state & 0xffffffffu);
+        if (state >> 32 != generation || index >= n) return;
+        if (!state_.compare_exchange_weak(state, state + 1)) continue;
+        // Claimed: the call cannot finish (nor task_ change) before this index is done.
+        task_.load()(ctx_.load(), index, worker);
+        if (finished_.fetch_add(1) + 1 == n) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            done_.notify_one();
+        }
+        state = state_.load();
+    }
 }
 
 void WorkerPool::run(std::int64_t n, Task task, void* ctx) {
     if (n <= 0) return;
     if (workers_.empty() || n == 1) {
-        for (std::int64_t i = 0; i < n; ++i) task(ctx, i);
+        for (std::int64_t i = 0; i < n; ++i) task(ctx, i, 0);
         return;
     }
+    if (n > std::numeric_limits<std::int32_t>::max())
+        throw std::length_error("WorkerPool::parallelFor: " + std::to_string(n) + " tasks");
+    const auto closed = static_cast<std::uint32_t>((state_.load() >> 32) + 1), open = closed + 1;
+    state_.store(std::uint64_t(closed) << 32 | 0xffffffffu);
+    task_.store(task);
+    ctx_.store(ctx);
+    n_.store(n);
+    finished_.store(0);
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        task_ = task;
-        ctx_ = ctx;
-        n_ = n;
-        pending_ = static_cast<int>(workers_.size());
-        ++generation_;
+        state_.store(std::uint64_t(open) << 32);
     }
     wake_.notify_all();
-    runShare(0, threads());
+    claimTasks(open, 0);
+    const auto allDone = [&] { return finished_.load() == n; };
+    if (spinUntil(allDone)) return;
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    done_.wait(lock, allDone);
 }
 
-void WorkerPool::workerLoop(int index) {
-    std::uint64_t seen = 0;
+void WorkerPool::workerLoop(int worker) {
+    std::uint32_t seen = 0;
+    // A call to join: an open (even) generation not yet seen.
+    const auto next = [&] {
+        const auto generation = static_cast<std::uint32_t>(state_.load() >> 32);
+        return generation != seen && generation % 2 == 0;
+    };
     for (;;) {
-        {
+        if (!spinUntil(next)) {
             std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            wake_.wait(lock, [&] { return stop_ || next(); });
             if (stop_) return;
-            seen = generation_;
         }
-        runShare(index, threads());
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (--pending_ == 0) done_.notify_one();
+        seen = static_cast<std::uint32_t>(state_.load() >> 32);
+        if (seen % 2 == 0) claimTasks(seen, worker);
     }
 }
+
+// ---------------------------------------------------------------- GEMM tasks
+
+GemmBlocks gemmBlocks(int m, int n, int k) {
+    // Columns first (an im2col GEMM's B is packed once per block of rows, so cutting the rows
+    // repacks it), at least 64 wide; rows only where a block of 64 columns is still too large.
+    const std::int64_t perColumn = std::max<std::int64_t>(std::int64_t(m) * k, 1);
+    GemmBlocks b;
+    b.nc = static_cast<int>(std::min<std::int64_t>(n, std::max<std::int64_t>(64, floorPow2(kGemmTaskFma / perColumn))));
+    b.mc = m;
+    const std::int64_t perRow = std::max<std::int64_t>(std::int64_t(b.nc) * k, 1);
+    if (std::int64_t(m) * perRow > 2 * kGemmTaskFma)
+        b.mc = static_cast<int>(std::min<std::int64_t>(m, std::max<std::int64_t>(64, floorPow2(kGemmTaskFma / perRow))));
+    b.mc = std::max(b.mc, 1);
+    b.nc = std::max(b.nc, 1);
+    b.mBlocks = (m + b.mc - 1) / b.mc;
+    b.nBlocks = (n + b.nc - 1) / b.nc;
+    return b;
+}
+
+namespace {
+
+// One image's C [m, n] (row-major, ldc) = alpha * op(A) op(B) + beta * C; A, B and C advance by
+// their image strides from one image to the next (0: shared by all images, e.g. the weights).
+struct Gemm {
+    CBLAS_TRANSPOSE transA = CblasNoTrans, transB = CblasNoTrans;
+    int m = 0, n = 0, k = 0;
+    float alpha = 1.0f, beta = 1.0f;
+    const float* a = nullptr;
+    int lda = 0;
+    std::int64_t aStride = 0;
+    const float* b = nullptr;
+    int ldb = 0;
+    std::int64_t bStride = 0;
+    float* c = nullptr;
+    int ldc = 0;
+    std::int64_t cStride = 0;
+};
+
+// The GEMMs of `images` images as one set of tasks, one per (image, block of C): each block is
+// first prepared by start(image, r0, r1, c0, c1) (C's rows [r0, r1) and columns [c0, c1)), then
+// one single-threaded sgemm adds to it. The blocks depend on the shape alone (gemmBlocks).
+template <class Start>
+void gemmImages(WorkerPool& pool, int images, const Gemm& g, Start&& start) {
+    const GemmBlocks bl = gemmBlocks(g.m, g.n, g.k);
+    const std::int64_t perImage = std::int64_t(bl.mBlocks) * bl.nBlocks;
+    pool.parallelFor(images * perImage, [&](std::int64_t task) {
+        const int image = static_cast<int>(task / perImage);
+        const int mb = static_cast<int>(task % perImage / bl.nBlocks), nb = static_cast<int>(task % bl.nBlocks);
+        const int r0 = mb * bl.mc, r1 = std::min(g.m, r0 + bl.mc), c0 = nb * bl.nc, c1 = std::min(g.n, c0 + bl.nc);
+        start(image, r0, r1, c0, c1);
+        const float* a = g.a + image * g.aStride + (g.transA == CblasNoTrans ? std::int64_t(r0) * g.lda : r0);
+        const float* b = g.b + image * g.bStride + (g.transB == CblasNoTrans ? c0 : std::int64_t(c0) * g.ldb);
+        float* c = g.c + image * g.cStride + std::int64_t(r0) * g.ldc + c0;
+        cblas_sgemm(CblasRowMajor, g.transA, g.transB, r1 - r0, c1 - c0, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c,
+                    g.ldc);
+    });
+}
+
+// Rows of `images` images' token matrices: y [rows, out] = (x [rows, in] W^T + bias + residual)
+// * outScale, as y = (bias + residual) * outScale, then the GEMM adds outScale * x W^T. x is
+// xStride floats from one image to the next, y and residual yStride.
+void linearRows(WorkerPool& pool, int images, int rows, int in, int out, const float* x, std::int64_t xStride,
+                const float* weight, const float* bias, const float* residual, float outScale, float* y,
+                std::int64_t yStride) {
+    Gemm g;
+    g.transB = CblasTrans;
+    g.m = rows;
+    g.n = out;
+    g.k = in;
+    g.alpha = outScale;
+    g.a = x;
+    g.lda = in;
+    g.aStride = xStride;
+    g.b = weight;
+    g.ldb = in;
+    g.c = y;
+    g.ldc = out;
+    g.cStride = yStride;
+    gemmImages(pool, images, g, [&](int image, int r0, int r1, int c0, int c1) {
+        for (int r = r0; r < r1; ++r) {
+            float* yr = y + image * yStride + std::int64_t(r) * out;
+            const float* res = residual ? residual + image * yStride + std::int64_t(r) * out : nullptr;
+            for (int o = c0; o < c1; ++o) yr[o] = ((bias ? bias[o] : 0.0f) + (res ? res[o] : 0.0f)) * outScale;
+        }
+    });
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------- convolution
 
@@ -118,76 +288,141 @@ ConvShape ConvShape::downsample(int channels, int h, int w, int padding) {
 }
 
 namespace {
-bool isPointwise(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.padTop == 0 && s.padLeft == 0; }
-}  // namespace
 
-int convBandRows(const ConvShape& s, std::int64_t maxColFloats) {
-    if (isPointwise(s)) return s.hout;
-    const std::int64_t perRow = s.colRows() * s.wout;
-    return static_cast<int>(std::clamp<std::int64_t>(maxColFloats / std::max<std::int64_t>(perRow, 1), 1, s.hout));
+bool isPointwise(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.padTop == 0 && s.padLeft == 0; }
+
+// Row r (input channel, ky, kx) of one image's column matrix, for output pixels [p0, p1) (in
+// row-major order over hout x wout): dst[p - p0] = x[ci, oy * stride + ky - padTop, ox * stride +
+// kx - padLeft], zero outside the input.
+void im2colRow(const ConvShape& s, const float* x, std::int64_t r, std::int64_t p0, std::int64_t p1, float* dst) {
+    const int k = s.kernel;
+    const int ci = static_cast<int>(r / (k * k)), ky = static_cast<int>(r / k % k), kx = static_cast<int>(r % k);
+    const float* plane = x + ci * std::int64_t(s.h) * s.w;
+    for (std::int64_t p = p0; p < p1;) {
+        const int oy = static_cast<int>(p / s.wout), ox0 = static_cast<int>(p % s.wout);
+        const int ox1 = static_cast<int>(std::min<std::int64_t>(s.wout, ox0 + (p1 - p)));
+        float* out = dst + (p - p0) - ox0;  // out[ox] for ox in [ox0, ox1)
+        p += ox1 - ox0;
+        const int iy = oy * s.stride + ky - s.padTop;
+        if (iy < 0 || iy >= s.h) {
+            std::fill(out + ox0, out + ox1, 0.0f);
+            continue;
+        }
+        const float* src = plane + std::int64_t(iy) * s.w;
+        if (s.stride == 1) {
+            const int shift = kx - s.padLeft;  // ix = ox + shift
+            const int lo = std::clamp(-shift, ox0, ox1), hi = std::clamp(s.w - shift, lo, ox1);
+            std::fill(out + ox0, out + lo, 0.0f);
+            std::memcpy(out + lo, src + lo + shift, sizeof(float) * static_cast<std::size_t>(hi - lo));
+            std::fill(out + hi, out + ox1, 0.0f);
+        } else {
+            for (int ox = ox0; ox < ox1; ++ox) {
+                const int ix = ox * s.stride + kx - s.padLeft;
+                out[ox] = ix >= 0 && ix < s.w ? src[ix] : 0.0f;
+            }
+        }
+    }
 }
 
-std::size_t convScratchFloats(const ConvShape& s, int bandRows) {
+GemmBlocks convBlocks(const ConvShape& s) { return gemmBlocks(s.cout, s.hout * s.wout, static_cast<int>(s.colRows())); }
+
+}  // namespace
+
+std::size_t convWorkerFloats(const ConvShape& s) {
     if (isPointwise(s)) return 0;
-    return static_cast<std::size_t>(s.colRows() * bandRows * s.wout);
+    return static_cast<std::size_t>(s.colRows() * convBlocks(s).nc);
+}
+
+void conv2d(WorkerPool& pool, const ConvShape& s, int images, const float* x, const float* weight, const float* bias,
+            const float* residual, float outScale, float* y) {
+    const int outPixels = s.hout * s.wout, K = static_cast<int>(s.colRows());
+    const std::int64_t inImage = std::int64_t(s.cin) * s.h * s.w, outImage = std::int64_t(s.cout) * outPixels;
+    // A block of y starts as (bias + residual) * scale and its GEMM adds scale * W col onto it.
+    auto start = [&](int image, int o0, int o1, int p0, int p1) {
+        for (int o = o0; o < o1; ++o) {
+            float* yo = y + image * outImage + std::int64_t(o) * outPixels;
+            const float b = bias ? bias[o] : 0.0f;
+            if (residual) {
+                const float* r = residual + image * outImage + std::int64_t(o) * outPixels;
+                for (int p = p0; p < p1; ++p) yo[p] = (b + r[p]) * outScale;
+            } else {
+                std::fill(yo + p0, yo + p1, b * outScale);
+            }
+        }
+    };
+    if (isPointwise(s)) {
+        Gemm g;
+        g.m = s.cout;
+        g.n = outPixels;
+        g.k = K;
+        g.alpha = outScale;
+        g.a = weight;
+        g.lda = K;
+        g.b = x;
+        g.ldb = outPixels;
+        g.bStride = inImage;
+        g.c = y;
+        g.ldc = outPixels;
+        g.cStride = outImage;
+        gemmImages(pool, images, g, start);
+        return;
+    }
+    // One task per (image, block of C): it writes its block's columns into its worker's
+    // scratch (K x nc; row r = (input channel, ky, kx), the weight layout [O, I, kh, kw]), then
+    // runs one sgemm. Blocks of rows of C rebuild the same columns (cheap next to the GEMM).
+    const GemmBlocks bl = convBlocks(s);
+    const std::int64_t perImage = std::int64_t(bl.mBlocks) * bl.nBlocks;
+    pool.parallelFor(images * perImage, [&](std::int64_t task, int worker) {
+        const int image = static_cast<int>(task / perImage);
+        const int mb = static_cast<int>(task % perImage / bl.nBlocks), nb = static_cast<int>(task % bl.nBlocks);
+        const int o0 = mb * bl.mc, o1 = std::min(s.cout, o0 + bl.mc);
+        const int p0 = nb * bl.nc, p1 = std::min(outPixels, p0 + bl.nc), n = p1 - p0;
+        float* col = pool.scratch(worker);
+        for (int r = 0; r < K; ++r) im2colRow(s, x + image * inImage, r, p0, p1, col + std::int64_t(r) * n);
+        start(image, o0, o1, p0, p1);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o1 - o0, n, K, outScale, weight + std::int64_t(o0) * K,
+                    K, col, n, 1.0f, y + image * outImage + std::int64_t(o0) * outPixels + p0, outPixels);
+    });
 }
 
 void conv2d(WorkerPool& pool, const ConvShape& s, const float* x, const float* weight, const float* bias,
-            const float* residual, float outScale, float* y, float* col, int bandRows) {
-    const std::int64_t outPixels = std::int64_t(s.hout) * s.wout;
-    // y starts as (bias + residual) * scale and the GEMM accumulates scale * W col onto it.
-    pool.parallelFor(s.cout, [&](std::int64_t o) {
-        float* yo = y + o * outPixels;
-        const float b = bias ? bias[o] : 0.0f;
-        if (residual) {
-            const float* r = residual + o * outPixels;
-            for (std::int64_t p = 0; p < outPixels; ++p) yo[p] = (b + r[p]) * outScale;
-        } else {
-            std::fill(yo, yo + outPixels, b * outScale);
-        }
-    });
-    if (isPointwise(s)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.cout, static_cast<int>(outPixels), s.cin, outScale,
-                    weight, s.cin, x, static_cast<int>(outPixels), 1.0f, y, static_cast<int>(outPixels));
-        return;
-    }
-    const int k = s.kernel, K = static_cast<int>(s.colRows());
-    const std::int64_t inPlane = std::int64_t(s.h) * s.w;
-    for (int y0 = 0; y0 < s.hout; y0 += bandRows) {
-        const int rows = std::min(bandRows, s.hout - y0);
-        const std::int64_t N = std::int64_t(rows) * s.wout;
-        // Row r of the column matrix is (input channel, ky, kx), matching the weight layout [O, I, kh, kw].
-        pool.parallelFor(K, [&](std::int64_t r) {
-            const int ci = static_cast<int>(r / (k * k)), ky = static_cast<int>(r / k % k), kx = static_cast<int>(r % k);
-            const float* plane = x + ci * inPlane;
-            float* dst = col + r * N;
-            for (int oy = y0; oy < y0 + rows; ++oy, dst += s.wout) {
-                const int iy = oy * s.stride + ky - s.padTop;
-                if (iy < 0 || iy >= s.h) {
-                    std::fill(dst, dst + s.wout, 0.0f);
-                    continue;
-                }
-                const float* src = plane + std::int64_t(iy) * s.w;
-                if (s.stride == 1) {
-                    const int shift = kx - s.padLeft;  // ix = ox + shift
-                    const int lo = std::clamp(-shift, 0, s.wout), hi = std::clamp(s.w - shift, lo, s.wout);
-                    std::fill(dst, dst + lo, 0.0f);
-                    std::memcpy(dst + lo, src + lo + shift, sizeof(float) * static_cast<std::size_t>(hi - lo));
-                    std::fill(dst + hi, dst + s.wout, 0.0f);
-                } else {
-                    for (int ox = 0; ox < s.wout; ++ox) {
-                        const int ix = ox * s.stride + kx - s.padLeft;
-                        dst[ox] = ix >= 0 && ix < s.w ? src[ix] : 0.0f;
-                    }
-                }
-            }
-        });
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.cout, static_cast<int>(N), K, outScale, weight, K,
-                    col, static_cast<int>(N), 1.0f, y + std::int64_t(y0) * s.wout, static_cast<int>(outPixels));
-    }
+            const float* residual, float outScale, float* y) {
+    pool.reserveScratch(convWorkerFloats(s));
+    conv2d(pool, s, 1, x, weight, bias, residual, outScale, y);
 }
 
 // ---------------------------------------------------------------- GroupNorm, linear, embedding, upsample
+
+namespace {
+
+// Sums in double with four partial sums (independent additions, so they pipeline and
+// vectorise); the order of the additions is fixed by the length alone.
+double sumOf(const float* x, std::int64_t n) {
+    double s[4] = {0, 0, 0, 0};
+    std::int64_t p = 0;
+    for (; p + 4 <= n; p += 4)
+        for (int j = 0; j < 4; ++j) s[j] += x[p + j];
+    for (; p < n; ++p) s[0] += x[p];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// Sum of (x[p] + add - mean)^2 in double, four partial sums as sumOf.
+double squaredDeviations(const float* x, std::int64_t n, float add, double mean) {
+    double s[4] = {0, 0, 0, 0};
+    std::int64_t p = 0;
+    for (; p + 4 <= n; p += 4)
+        for (int j = 0; j < 4; ++j) {
+            const double d = static_cast<double>(x[p + j] + add) - mean;
+            s[j] += d * d;
+        }
+    for (; p < n; ++p) {
+        const double d = static_cast<double>(x[p] + add) - mean;
+        s[0] += d * d;
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+}  // namespace
 
 void groupNorm(WorkerPool& pool, int batch, int channels, std::int64_t pixels, int groups, float eps, const float* x,
                const float* gamma, const float* beta, const float* preAdd, const float* scaleShift, bool silu,
@@ -201,22 +436,13 @@ void groupNorm(WorkerPool& pool, int batch, int channels, std::int64_t pixels, i
         double sum = 0.0;
         for (int c = 0; c < perGroup; ++c) {
             const double add = preAdd ? preAdd[b * channels + c0 + c] : 0.0;
-            const float* xc = x + base + c * pixels;
-            double s = 0.0;
-            for (std::int64_t p = 0; p < pixels; ++p) s += xc[p];
-            sum += s + add * static_cast<double>(pixels);
+            sum += sumOf(x + base + c * pixels, pixels) + add * static_cast<double>(pixels);
         }
         const double count = static_cast<double>(perGroup) * static_cast<double>(pixels);
         const double mean = sum / count;
         double sq = 0.0;
-        for (int c = 0; c < perGroup; ++c) {
-            const float add = preAdd ? preAdd[b * channels + c0 + c] : 0.0f;
-            const float* xc = x + base + c * pixels;
-            for (std::int64_t p = 0; p < pixels; ++p) {
-                const double d = static_cast<double>(xc[p] + add) - mean;
-                sq += d * d;
-            }
-        }
+        for (int c = 0; c < perGroup; ++c)
+            sq += squaredDeviations(x + base + c * pixels, pixels, preAdd ? preAdd[b * channels + c0 + c] : 0.0f, mean);
         const double invStd = 1.0 / std::sqrt(sq / count + static_cast<double>(eps));
         for (int c = 0; c < perGroup; ++c) {
             const int ch = c0 + c;
@@ -236,18 +462,30 @@ void groupNorm(WorkerPool& pool, int batch, int channels, std::int64_t pixels, i
     });
 }
 
-void affine(WorkerPool& pool, std::int64_t n, const float* x, float scale, float shift, float* y) {
-    pool.parallelFor((n + kElementwiseChunk - 1) / kElementwiseChunk, [&](std::int64_t chunk) {
-        const std::int64_t end = std::min(n, (chunk + 1) * kElementwiseChunk);
-        for (std::int64_t i = chunk * kElementwiseChunk; i < end; ++i) y[i] = x[i] * scale + shift;
+namespace {
+
+// body(i) for i in [0, n), in chunks of kElementwiseChunk on the pool.
+template <class F>
+void elementwise(WorkerPool& pool, std::int64_t n, F&& body) {
+    pool.parallelRange(n, kElementwiseChunk, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) body(i);
     });
 }
 
-void silu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
-    pool.parallelFor((n + kElementwiseChunk - 1) / kElementwiseChunk, [&](std::int64_t chunk) {
-        const std::int64_t end = std::min(n, (chunk + 1) * kElementwiseChunk);
-        for (std::int64_t i = chunk * kElementwiseChunk; i < end; ++i) y[i] = siluValue(x[i]);
+}  // namespace
+
+void copyFloats(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
+    pool.parallelRange(n, kElementwiseChunk, [&](std::int64_t begin, std::int64_t end) {
+        std::copy(x + begin, x + end, y + begin);
     });
+}
+
+void affine(WorkerPool& pool, std::int64_t n, const float* x, float scale, float shift, float* y) {
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = x[i] * scale + shift; });
+}
+
+void silu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = siluValue(x[i]); });
 }
 
 void add(WorkerPool& pool, int batch, int channels, std::int64_t pixels, const float* a, const float* b, bool bPerPlane,
@@ -319,63 +557,141 @@ void upsampleNearest2x(WorkerPool& pool, std::int64_t planes, int h, int w, cons
         }
     });
 }
+
 // ---------------------------------------------------------------- attention
 
 int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats) {
     return static_cast<int>(std::clamp<std::int64_t>(maxScoreFloats / std::max<std::int64_t>(pixels, 1), 1, pixels));
 }
 
-std::size_t attentionScratchFloats(int channels, std::int64_t pixels, int queryBlock) {
-    return static_cast<std::size_t>(4 * std::int64_t(channels) * pixels + std::int64_t(queryBlock) * pixels);
+int attentionTaskRows(int queries, std::int64_t keys, std::int64_t maxScoreFloats) {
+    return std::clamp(std::min(attentionQueryBlock(keys, maxScoreFloats), kAttentionRows), 1, std::max(queries, 1));
+}
+
+std::size_t attentionScratchFloats(int channels, std::int64_t pixels) {
+    return static_cast<std::size_t>(4 * std::int64_t(channels) * pixels);
+}
+
+namespace {
+
+// softmax over row[0, visible) in place (max-subtracted, the sum in double); row[visible, keys) = 0.
+void softmaxRow(float* row, int visible, int keys) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < visible; ++j) m = std::max(m, row[j]);
+    double sum = 0.0;
+    for (int j = 0; j < visible; ++j) {
+        row[j] = std::exp(row[j] - m);
+        sum += row[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int j = 0; j < visible; ++j) row[j] *= inv;
+    std::fill(row + visible, row + keys, 0.0f);
+}
+
+// Q, K, V and the heads' output O of each image, one image after another in `base`: channel-major
+// [C, tokens] (feature maps) or token-major [tokens, C] (token sequences).
+struct AttentionCore {
+    int queries = 0, keys = 0, channels = 0, heads = 1, queryBlock = 1;
+    bool causal = false, tokenMajor = false;
+    float* base = nullptr;
+    std::int64_t qFloats() const { return std::int64_t(queries) * channels; }
+    std::int64_t kFloats() const { return std::int64_t(keys) * channels; }
+    std::int64_t imageFloats() const { return 2 * (qFloats() + kFloats()); }
+    float* q(int image) const { return base + image * imageFloats(); }
+    float* k(int image) const { return q(image) + qFloats(); }
+    float* v(int image) const { return k(image) + kFloats(); }
+    float* o(int image) const { return v(image) + kFloats(); }
+};
+
+// O = softmax(Q K^T / sqrt(d)) V per head, one task per (image, head, block of query rows), the
+// block's scores in the worker's scratch (queryBlock * keys floats).
+void attendHeads(WorkerPool& pool, int images, const AttentionCore& a) {
+    const int C = a.channels, d = C / a.heads, M = a.keys, N = a.queries;
+    const int blocks = (N + a.queryBlock - 1) / a.queryBlock;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    pool.parallelFor(std::int64_t(images) * a.heads * blocks, [&](std::int64_t task, int worker) {
+        const int image = static_cast<int>(task / (std::int64_t(a.heads) * blocks));
+        const int h = static_cast<int>(task / blocks % a.heads), i0 = static_cast<int>(task % blocks) * a.queryBlock;
+        const int rows = std::min(a.queryBlock, N - i0);
+        const float *q = a.q(image), *k = a.k(image), *v = a.v(image);
+        float* o = a.o(image);
+        float* scores = pool.scratch(worker);
+        if (a.tokenMajor)  // scores[i, j] = scale * sum_c Q[i0 + i, h d + c] K[j, h d + c]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, M, d, scale, q + std::int64_t(i0) * C + h * d,
+                        C, k + h * d, C, 0.0f, scores, M);
+        else  // scores[i, j] = scale * sum_c Q[h d + c, i0 + i] K[h d + c, j]
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, M, d, scale, q + std::int64_t(h) * d * N + i0,
+                        N, k + std::int64_t(h) * d * M, M, 0.0f, scores, M);
+        for (int i = 0; i < rows; ++i)
+            softmaxRow(scores + std::int64_t(i) * M, a.causal ? std::min(M, i0 + i + 1) : M, M);
+        if (a.tokenMajor)  // O[i0 + i, h d + c] = sum_j A[i, j] V[j, h d + c]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, M, 1.0f, scores, M, v + h * d, C, 0.0f,
+                        o + std::int64_t(i0) * C + h * d, C);
+        else  // O[h d + c, i0 + i] = sum_j V[h d + c, j] A[i, j]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, rows, M, 1.0f, v + std::int64_t(h) * d * M, M,
+                        scores, M, 0.0f, o + std::int64_t(h) * d * N + i0, N);
+    });
+}
+
+// Channel-major projections of `images` images: dst [C, N] = (W src + bias + residual) * outScale,
+// src [C, N] at srcStride floats apart, dst (and residual) at dstStride.
+void projectChannels(WorkerPool& pool, int images, int C, int N, const float* w, const float* bias, const float* src,
+                     std::int64_t srcStride, const float* residual, float outScale, float* dst,
+                     std::int64_t dstStride) {
+    Gemm g;
+    g.m = C;
+    g.n = N;
+    g.k = C;
+    g.alpha = outScale;
+    g.a = w;
+    g.lda = C;
+    g.b = src;
+    g.ldb = N;
+    g.bStride = srcStride;
+    g.c = dst;
+    g.ldc = N;
+    g.cStride = dstStride;
+    gemmImages(pool, images, g, [&](int image, int c0, int c1, int p0, int p1) {
+        for (int c = c0; c < c1; ++c) {
+            float* row = dst + image * dstStride + std::int64_t(c) * N;
+            const float* r = residual ? residual + image * dstStride + std::int64_t(c) * N : nullptr;
+            const float b = bias ? bias[c] : 0.0f;
+            for (int p = p0; p < p1; ++p) row[p] = (b + (r ? r[p] : 0.0f)) * outScale;
+        }
+    });
+}
+
+}  // namespace
+
+void attention(WorkerPool& pool, int images, int channels, std::int64_t pixels, int heads, const AttentionWeights& wt,
+               const float* x, const float* residual, float outScale, float* y, float* scratch, int scratchImages,
+               int queryBlock) {
+    const int C = channels, N = static_cast<int>(pixels);
+    const std::int64_t CN = std::int64_t(C) * N;
+    AttentionCore a;
+    a.queries = a.keys = N;
+    a.channels = C;
+    a.heads = heads;
+    a.queryBlock = queryBlock;
+    a.base = scratch;
+    scratchImages = std::max(scratchImages, 1);
+    for (int first = 0; first < images; first += scratchImages) {
+        const int count = std::min(scratchImages, images - first);
+        const float* xs = x + first * CN;
+        // Tokens are the pixels; all matrices stay channel-major [C, N] like the activations.
+        projectChannels(pool, count, C, N, wt.wq, wt.bq, xs, CN, nullptr, 1.0f, a.q(0), a.imageFloats());
+        projectChannels(pool, count, C, N, wt.wk, wt.bk, xs, CN, nullptr, 1.0f, a.k(0), a.imageFloats());
+        projectChannels(pool, count, C, N, wt.wv, wt.bv, xs, CN, nullptr, 1.0f, a.v(0), a.imageFloats());
+        attendHeads(pool, count, a);
+        projectChannels(pool, count, C, N, wt.wo, wt.bo, a.o(0), a.imageFloats(),
+                        residual ? residual + first * CN : nullptr, outScale, y + first * CN, CN);
+    }
 }
 
 void attention(WorkerPool& pool, int channels, std::int64_t pixels, int heads, const AttentionWeights& wt,
                const float* x, const float* residual, float outScale, float* y, float* scratch, int queryBlock) {
-    const int C = channels, N = static_cast<int>(pixels), d = C / heads;
-    const std::int64_t CN = std::int64_t(C) * N;
-    float* q = scratch;
-    float* k = q + CN;
-    float* v = k + CN;
-    float* o = v + CN;
-    float* scores = o + CN;
-    // Tokens are the pixels; all matrices stay channel-major [C, N] like the activations.
-    auto project = [&](const float* w, const float* b, float* dst) {
-        pool.parallelFor(C, [&](std::int64_t c) { std::fill(dst + c * N, dst + (c + 1) * N, b ? b[c] : 0.0f); });
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, 1.0f, w, C, x, N, 1.0f, dst, N);
-    };
-    project(wt.wq, wt.bq, q);
-    project(wt.wk, wt.bk, k);
-    project(wt.wv, wt.bv, v);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-    for (int h = 0; h < heads; ++h) {
-        const std::int64_t off = std::int64_t(h) * d * N;
-        for (int i0 = 0; i0 < N; i0 += queryBlock) {
-            const int rows = std::min(queryBlock, N - i0);
-            // scores[i, j] = scale * sum_c Q[c, i0 + i] K[c, j]
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, N, d, scale, q + off + i0, N, k + off, N, 0.0f,
-                        scores, N);
-            pool.parallelFor(rows, [&](std::int64_t i) {
-                float* s = scores + i * N;
-                float m = -std::numeric_limits<float>::infinity();
-                for (int j = 0; j < N; ++j) m = std::max(m, s[j]);
-                double sum = 0.0;
-                for (int j = 0; j < N; ++j) {
-                    s[j] = std::exp(s[j] - m);
-                    sum += s[j];
-                }
-                const float inv = static_cast<float>(1.0 / sum);
-                for (int j = 0; j < N; ++j) s[j] *= inv;
-            });
-            // O[c, i0 + i] = sum_j V[c, j] A[i, j]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, rows, N, 1.0f, v + off, N, scores, N, 0.0f,
-                        o + off + i0, N);
-        }
-    }
-    pool.parallelFor(C, [&](std::int64_t c) {
-        const float b = wt.bo[c];
-        for (std::int64_t p = 0; p < N; ++p) y[c * N + p] = (b + (residual ? residual[c * N + p] : 0.0f)) * outScale;
-    });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, C, N, C, outScale, wt.wo, C, o, N, 1.0f, y, N);
+    pool.reserveScratch(static_cast<std::size_t>(std::int64_t(queryBlock) * pixels));
+    attention(pool, 1, channels, pixels, heads, wt, x, residual, outScale, y, scratch, 1, queryBlock);
 }
 
 // ---------------------------------------------------------------- token sequences
@@ -415,15 +731,10 @@ void layerNorm(WorkerPool& pool, std::int64_t rows, int channels, float eps, con
     });
 }
 
-void tokenLinear(WorkerPool& pool, int rows, int in, int out, const float* x, const float* weight, const float* bias,
-                 const float* residual, float* y) {
-    // y starts as bias + residual and the GEMM accumulates x W^T onto it.
-    pool.parallelFor(rows, [&](std::int64_t r) {
-        float* yr = y + r * out;
-        const float* res = residual ? residual + r * out : nullptr;
-        for (int o = 0; o < out; ++o) yr[o] = (bias ? bias[o] : 0.0f) + (res ? res[o] : 0.0f);
-    });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, weight, in, 1.0f, y, out);
+void tokenLinear(WorkerPool& pool, int images, int rows, int in, int out, const float* x, const float* weight,
+                 const float* bias, const float* residual, float* y) {
+    linearRows(pool, images, rows, in, out, x, std::int64_t(rows) * in, weight, bias, residual, 1.0f, y,
+               std::int64_t(rows) * out);
 }
 
 namespace {
@@ -435,20 +746,11 @@ inline float geluTanhValue(float v) {
 }  // namespace
 
 void gelu(WorkerPool& pool, std::int64_t n, const float* x, bool tanhApproximation, float* y) {
-    const std::int64_t chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
-    pool.parallelFor(chunks, [&](std::int64_t k) {
-        const std::int64_t end = std::min(n, (k + 1) * kElementwiseChunk);
-        for (std::int64_t i = k * kElementwiseChunk; i < end; ++i)
-            y[i] = tanhApproximation ? geluTanhValue(x[i]) : geluValue(x[i]);
-    });
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = tanhApproximation ? geluTanhValue(x[i]) : geluValue(x[i]); });
 }
 
 void quickGelu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
-    const std::int64_t chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
-    pool.parallelFor(chunks, [&](std::int64_t k) {
-        const std::int64_t end = std::min(n, (k + 1) * kElementwiseChunk);
-        for (std::int64_t i = k * kElementwiseChunk; i < end; ++i) y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
-    });
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i])); });
 }
 
 void checkTokenIds(int batch, int tokens, std::int64_t vocab, const float* ids) {
@@ -483,69 +785,72 @@ void eosPool(int batch, int tokens, int channels, const float* x, const float* i
     }
 }
 
-std::size_t gegluScratchFloats(int rows, int out) { return static_cast<std::size_t>(std::int64_t(rows) * 2 * out); }
-
-void geglu(WorkerPool& pool, int rows, int in, int out, const float* x, const float* weight, const float* bias, float* y,
-           float* scratch) {
-    tokenLinear(pool, rows, in, 2 * out, x, weight, bias, nullptr, scratch);
-    pool.parallelFor(rows, [&](std::int64_t r) {
-        const float* p = scratch + r * 2 * out;
-        float* yr = y + r * out;
-        for (int o = 0; o < out; ++o) yr[o] = p[o] * geluValue(p[out + o]);
-    });
+int gegluTaskRows(int rows, int in, int out) {
+    // As gemmBlocks' rows (all 2 out columns in one block: the gate needs both halves of a row),
+    // within one worker's scratch.
+    const std::int64_t perRow = std::max<std::int64_t>(2 * std::int64_t(out) * in, 1);
+    const std::int64_t byWork = std::max<std::int64_t>(16, floorPow2(kGemmTaskFma / perRow));
+    const std::int64_t byScratch = std::max<std::int64_t>(1, kWorkerFloats / std::max(2 * out, 1));
+    return static_cast<int>(std::clamp<std::int64_t>(std::min(byWork, byScratch), 1, std::max(rows, 1)));
 }
 
-std::size_t tokenAttentionScratchFloats(const TokenAttentionShape& s, int queryBlock) {
-    const std::int64_t C = s.channels;
-    return static_cast<std::size_t>(2 * C * s.tokens + 2 * C * s.contextTokens +
-                                    std::int64_t(queryBlock) * s.contextTokens);
+std::size_t gegluWorkerFloats(int rows, int in, int out) {
+    return static_cast<std::size_t>(std::int64_t(gegluTaskRows(rows, in, out)) * 2 * out);
 }
 
-void tokenAttention(WorkerPool& pool, const TokenAttentionShape& s, const AttentionWeights& wt, const float* x,
-                    const float* context, const float* residual, float outScale, float* y, float* scratch,
-                    int queryBlock) {
-    const int N = s.tokens, C = s.channels, d = C / s.heads;
-    const int M = context ? s.contextTokens : N, Ckv = context ? s.contextChannels : C;
-    const float* kvSource = context ? context : x;
-    float* q = scratch;
-    float* k = q + std::int64_t(N) * C;
-    float* v = k + std::int64_t(M) * C;
-    float* o = v + std::int64_t(M) * C;
-    float* scores = o + std::int64_t(N) * C;
-    tokenLinear(pool, N, C, C, x, wt.wq, wt.bq, nullptr, q);
-    tokenLinear(pool, M, Ckv, C, kvSource, wt.wk, wt.bk, nullptr, k);
-    tokenLinear(pool, M, Ckv, C, kvSource, wt.wv, wt.bv, nullptr, v);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-    for (int h = 0; h < s.heads; ++h) {
-        for (int i0 = 0; i0 < N; i0 += queryBlock) {
-            const int rows = std::min(queryBlock, N - i0);
-            // scores[i, j] = scale * sum_c Q[i0 + i, h d + c] K[j, h d + c]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, M, d, scale, q + std::int64_t(i0) * C + h * d, C,
-                        k + h * d, C, 0.0f, scores, M);
-            pool.parallelFor(rows, [&](std::int64_t i) {
-                float* row = scores + i * M;
-                const int keys = s.causal ? std::min<int>(M, i0 + static_cast<int>(i) + 1) : M;
-                float m = -std::numeric_limits<float>::infinity();
-                for (int j = 0; j < keys; ++j) m = std::max(m, row[j]);
-                double sum = 0.0;
-                for (int j = 0; j < keys; ++j) {
-                    row[j] = std::exp(row[j] - m);
-                    sum += row[j];
-                }
-                const float inv = static_cast<float>(1.0 / sum);
-                for (int j = 0; j < keys; ++j) row[j] *= inv;
-                std::fill(row + keys, row + M, 0.0f);
-            });
-            // O[i0 + i, h d + c] = sum_j A[i, j] V[j, h d + c]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, M, 1.0f, scores, M, v + h * d, C, 0.0f,
-                        o + std::int64_t(i0) * C + h * d, C);
+void geglu(WorkerPool& pool, int images, int rows, int in, int out, const float* x, const float* weight,
+           const float* bias, float* y) {
+    const int block = gegluTaskRows(rows, in, out), blocks = (rows + block - 1) / block;
+    pool.parallelFor(std::int64_t(images) * blocks, [&](std::int64_t task, int worker) {
+        const std::int64_t image = task / blocks;
+        const int r0 = static_cast<int>(task % blocks) * block, n = std::min(block, rows - r0);
+        float* p = pool.scratch(worker);
+        // p = x W^T + b for rows [r0, r0 + n), as tokenLinear: bias first, the GEMM adds onto it.
+        for (int r = 0; r < n; ++r)
+            for (int o = 0; o < 2 * out; ++o) p[std::int64_t(r) * 2 * out + o] = bias ? bias[o] : 0.0f;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, 2 * out, in, 1.0f,
+                    x + (image * rows + r0) * std::int64_t(in), in, weight, in, 1.0f, p, 2 * out);
+        for (int r = 0; r < n; ++r) {
+            const float* pr = p + std::int64_t(r) * 2 * out;
+            float* yr = y + (image * rows + r0 + r) * std::int64_t(out);
+            for (int o = 0; o < out; ++o) yr[o] = pr[o] * geluValue(pr[out + o]);
         }
-    }
-    pool.parallelFor(N, [&](std::int64_t r) {
-        for (int c = 0; c < C; ++c)
-            y[r * C + c] = (wt.bo[c] + (residual ? residual[r * C + c] : 0.0f)) * outScale;
     });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, C, outScale, o, C, wt.wo, C, 1.0f, y, C);
+}
+
+std::size_t tokenAttentionScratchFloats(const TokenAttentionShape& s) {
+    const std::int64_t C = s.channels;
+    return static_cast<std::size_t>(2 * C * s.tokens + 2 * C * s.contextTokens);
+}
+
+void tokenAttention(WorkerPool& pool, int images, const TokenAttentionShape& s, const AttentionWeights& wt,
+                    const float* x, const float* context, const float* residual, float outScale, float* y,
+                    float* scratch, int scratchImages, int queryBlock) {
+    const int N = s.tokens, C = s.channels;
+    const int M = context ? s.contextTokens : N, Ckv = context ? s.contextChannels : C;
+    const std::int64_t xImage = std::int64_t(N) * C, kvImage = std::int64_t(M) * Ckv;
+    AttentionCore a;
+    a.queries = N;
+    a.keys = M;
+    a.channels = C;
+    a.heads = s.heads;
+    a.queryBlock = queryBlock;
+    a.causal = s.causal;
+    a.tokenMajor = true;
+    a.base = scratch;
+    scratchImages = std::max(scratchImages, 1);
+    for (int first = 0; first < images; first += scratchImages) {
+        const int count = std::min(scratchImages, images - first);
+        const float* xs = x + first * xImage;
+        const float* kv = context ? context + first * kvImage : xs;
+        const std::int64_t stride = a.imageFloats();
+        linearRows(pool, count, N, C, C, xs, xImage, wt.wq, wt.bq, nullptr, 1.0f, a.q(0), stride);
+        linearRows(pool, count, M, Ckv, C, kv, kvImage, wt.wk, wt.bk, nullptr, 1.0f, a.k(0), stride);
+        linearRows(pool, count, M, Ckv, C, kv, kvImage, wt.wv, wt.bv, nullptr, 1.0f, a.v(0), stride);
+        attendHeads(pool, count, a);
+        linearRows(pool, count, N, C, C, a.o(0), stride, wt.wo, wt.bo, residual ? residual + first * xImage : nullptr,
+                   outScale, y + first * xImage, xImage);
+    }
 }
 
 }  // namespace cpu
@@ -590,16 +895,22 @@ std::string shapeText(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : pool_(threads), cpuName_(cpuModelName()) {}
+CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<cpu::WorkerPool>(threads)), cpuName_(cpuModelName()) {}
 
 CpuBackend::~CpuBackend() = default;
 
 BackendInfo CpuBackend::info() const {
-    return BackendInfo{"cpu", cpuName_ + " (" + std::to_string(pool_.threads()) + " threads)"};
+    return BackendInfo{"cpu", cpuName_ + " (" + std::to_string(pool_->threads()) + " threads)"};
+}
+
+void CpuBackend::setThreads(int threads) {
+    if (cpu::resolveThreads(threads) == pool_->threads()) return;
+    pool_ = std::make_unique<cpu::WorkerPool>(threads);
+    pool_->reserveScratch(workerFloats_);
 }
 
 std::size_t CpuBackend::preparedFloats() const {
-    std::size_t n = scratch_.size();
+    std::size_t n = scratch_.size() + pool_->scratchFloats();
     for (const auto& b : buffers_) n += b.size();
     return n;
 }
@@ -612,10 +923,66 @@ void CpuBackend::forward(const float* x, const float* timesteps, int batch, floa
     run({x, timesteps}, batch, {out});
 }
 
+namespace {
+
+// The plan of one op for `batch` tiles of tileH x tileW, and the scratch it needs.
+struct OpPlan {
+    int scratchImages = 1, queryBlock = 1;
+    std::size_t shared = 0, perWorker = 0;
+};
+
+// A Conv op's shape at this tile size (bindWeights checks it against the graph's output size).
+cpu::ConvShape convShape(const ModelGraph& graph, const GraphOp& op, int tileH, int tileW) {
+    const GraphValue& x = graph.value(op.input);
+    cpu::ConvShape s;
+    s.cin = x.channels;
+    s.cout = op.channels;
+    s.h = tileH / x.divisor;
+    s.w = tileW / x.divisor;
+    s.kernel = op.kernel;
+    s.stride = op.stride;
+    s.padTop = s.padLeft = op.padBegin;
+    s.hout = (s.h + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
+    s.wout = (s.w + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
+    return s;
+}
+
+OpPlan planOp(const ModelGraph& graph, const GraphOp& op, int batch, int tileH, int tileW) {
+    OpPlan plan;
+    if (op.kind == OpKind::Conv) {
+        plan.perWorker = cpu::convWorkerFloats(convShape(graph, op, tileH, tileW));
+    } else if (op.kind == OpKind::Attention) {
+        const cpu::TokenAttentionShape s = tokenAttentionShape(graph, op, tileH, tileW);
+        const std::size_t perImage = graph.value(op.input).kind == ValueKind::Tokens
+                                         ? cpu::tokenAttentionScratchFloats(s)
+                                         : cpu::attentionScratchFloats(s.channels, s.tokens);
+        plan.scratchImages = static_cast<int>(std::clamp<std::int64_t>(
+            cpu::kMaxAttentionFloats / std::max<std::int64_t>(static_cast<std::int64_t>(perImage), 1), 1, batch));
+        plan.queryBlock = cpu::attentionTaskRows(s.tokens, s.contextTokens, cpu::kWorkerFloats);
+        plan.shared = perImage * static_cast<std::size_t>(plan.scratchImages);
+        plan.perWorker = static_cast<std::size_t>(std::int64_t(plan.queryBlock) * s.contextTokens);
+    } else if (op.kind == OpKind::GEGLU) {
+        const auto rows = static_cast<int>(graph.rows(op.input, tileH, tileW));
+        plan.perWorker = cpu::gegluWorkerFloats(rows, graph.value(op.input).channels, op.channels);
+    }
+    return plan;
+}
+
+}  // namespace
+
+CpuBackend::Scratch CpuBackend::scratchNeeded(const ModelGraph& graph, int batch, int tileH, int tileW) {
+    Scratch need;
+    for (const GraphOp& op : graph.ops()) {
+        const OpPlan plan = planOp(graph, op, batch, tileH, tileW);
+        need.shared = std::max(need.shared, plan.shared);
+        need.perWorker = std::max(need.perWorker, plan.perWorker);
+    }
+    return need;
+}
+
 std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& graph, const TensorMap& weights,
-                                                           int tileH, int tileW, std::size_t* scratchFloats) {
+                                                           int batch, int tileH, int tileW) {
     std::vector<OpWeights> bound(graph.ops().size());
-    std::int64_t maxAttentionPixels = 1;
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
         const GraphOp& op = graph.ops()[i];
         OpWeights& w = bound[i];
@@ -627,23 +994,14 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
                 throw ModelError(p.name + ": expected " + shapeText(p.shape) + ", found " + shapeText(it->second.shape));
             w.params.push_back(it->second.data.data());
         }
-        const GraphValue& x = graph.value(op.input);
-        const GraphValue& y = graph.value(op.output);
+        const OpPlan plan = planOp(graph, op, batch, tileH, tileW);
+        w.scratchImages = plan.scratchImages;
+        w.queryBlock = plan.queryBlock;
         if (op.kind == OpKind::Conv) {
-            cpu::ConvShape& s = w.conv;
-            s.cin = x.channels;
-            s.cout = op.channels;
-            s.h = tileH / x.divisor;
-            s.w = tileW / x.divisor;
-            s.kernel = op.kernel;
-            s.stride = op.stride;
-            s.padTop = s.padLeft = op.padBegin;
-            s.hout = (s.h + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
-            s.wout = (s.w + op.padBegin + op.padEnd - op.kernel) / op.stride + 1;
-            if (s.hout != tileH / y.divisor || s.wout != tileW / y.divisor)
+            w.conv = convShape(graph, op, tileH, tileW);
+            const GraphValue& y = graph.value(op.output);
+            if (w.conv.hout != tileH / y.divisor || w.conv.wout != tileW / y.divisor)
                 throw std::logic_error("CpuBackend: " + op.name + " output size does not match the graph");
-            w.bandRows = cpu::convBandRows(s, cpu::kMaxColFloats);
-            *scratchFloats = std::max(*scratchFloats, cpu::convScratchFloats(s, w.bandRows));
         } else if (op.kind == OpKind::Attention) {
             cpu::AttentionWeights& a = w.attn;
             std::size_t k = 0;
@@ -654,27 +1012,8 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
             }
             a.wo = next();
             a.bo = next();
-            if (x.kind == ValueKind::Tokens) {
-                const cpu::TokenAttentionShape s = tokenAttentionShape(graph, op, tileH, tileW);
-                w.queryBlock = std::min(s.tokens, cpu::attentionQueryBlock(s.contextTokens, cpu::kMaxScoreFloats));
-                *scratchFloats = std::max(*scratchFloats, cpu::tokenAttentionScratchFloats(s, w.queryBlock));
-            } else {
-                maxAttentionPixels = std::max(maxAttentionPixels, graph.rows(op.input, tileH, tileW));
-            }
-        } else if (op.kind == OpKind::GEGLU) {
-            const auto rows = static_cast<int>(graph.rows(op.input, tileH, tileW));
-            *scratchFloats = std::max(*scratchFloats, cpu::gegluScratchFloats(rows, op.channels));
         }
     }
-    // One query block for all attention layers, sized for the largest; scratch for each layer.
-    queryBlock_ = cpu::attentionQueryBlock(maxAttentionPixels, cpu::kMaxScoreFloats);
-    for (const GraphOp& op : graph.ops())
-        if (op.kind == OpKind::Attention && graph.value(op.input).kind == ValueKind::FeatureMap) {
-            const GraphValue& x = graph.value(op.input);
-            const std::int64_t pixels = std::int64_t(tileH / x.divisor) * (tileW / x.divisor);
-            const int qb = static_cast<int>(std::min<std::int64_t>(queryBlock_, pixels));
-            *scratchFloats = std::max(*scratchFloats, cpu::attentionScratchFloats(x.channels, pixels, qb));
-        }
     return bound;
 }
 
@@ -732,18 +1071,20 @@ void CpuBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights,
     if (batch < 1) throw std::invalid_argument("batch: " + std::to_string(batch) + " must be at least 1");
     graph.checkTileSize(tileH, tileW);
     prepared_ = false;
-    // OpenBLAS computes on one thread: with more, some of its kernels (seen on an AMD EPYC with
-    // Debian's OpenBLAS 0.3.21) split the work so that the bits depend on the thread count,
-    // and a run must give the same image on any machine and thread setting. The worker pool
-    // parallelises everything around the GEMMs; spreading the GEMMs themselves over fixed
-    // column chunks is the CPU speed issue's work.
+    // OpenBLAS computes on the calling thread: with more threads, some of its kernels (seen on
+    // an AMD EPYC with Debian's OpenBLAS 0.3.21) split the work so that the bits depend on the
+    // thread count, and a run must give the same image on any machine and thread setting; its
+    // threads would also compete with the pool's. The pool runs the GEMMs in blocks of a fixed
+    // shape instead (cpu::gemmBlocks), one single-threaded sgemm per block.
     openblas_set_num_threads(1);
-    std::size_t scratchFloats = 0;
     // Bind every weight once, checking shapes, so run() only follows pointers.
-    weights_ = bindWeights(graph, weights, tileH, tileW, &scratchFloats);
+    weights_ = bindWeights(graph, weights, batch, tileH, tileW);
+    const Scratch need = scratchNeeded(graph, batch, tileH, tileW);
     planBuffers(graph, batch, tileH, tileW);
     graph_ = graph;
-    scratch_.assign(scratchFloats, 0.0f);
+    scratch_.assign(need.shared, 0.0f);
+    workerFloats_ = need.perWorker;
+    pool_->reserveScratch(workerFloats_);
     opMs_.assign(graph_.ops().size(), 0.0);
     batch_ = batch;
     tileH_ = tileH;
@@ -769,7 +1110,7 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
                                     std::to_string(graph_.outputs().size()));
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const int v = graph_.inputs()[i];
-        std::copy(inputs[i], inputs[i] + graph_.elements(v, batch, tileH_, tileW_), data(v));
+        cpu::copyFloats(*pool_, graph_.elements(v, batch, tileH_, tileW_), inputs[i], data(v));
     }
     for (std::size_t i = 0; i < graph_.ops().size(); ++i) {
         if (!profiling_) {
@@ -782,8 +1123,7 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
     }
     for (std::size_t i = 0; i < outputs.size(); ++i) {
         const int v = graph_.outputs()[i];
-        const float* y = data(v);
-        std::copy(y, y + graph_.elements(v, batch, tileH_, tileW_), outputs[i]);
+        cpu::copyFloats(*pool_, graph_.elements(v, batch, tileH_, tileW_), data(v), outputs[i]);
     }
 }
 
@@ -793,69 +1133,47 @@ void CpuBackend::runOp(std::size_t index, int batch) {
     const float* in = data(op.input);
     float* y = data(op.output);
     const int channels = graph_.value(op.input).channels;
-    const std::int64_t inPixels = pixels(op.input), outPixels = pixels(op.output);
+    const std::int64_t inPixels = pixels(op.input);
     const std::int64_t count = std::int64_t(batch) * channels * inPixels;
     switch (op.kind) {
-    case OpKind::Affine: cpu::affine(pool_, count, in, op.scale, op.shift, y); break;
-    case OpKind::SiLU: cpu::silu(pool_, count, in, y); break;
+    case OpKind::Affine: cpu::affine(*pool_, count, in, op.scale, op.shift, y); break;
+    case OpKind::SiLU: cpu::silu(*pool_, count, in, y); break;
     case OpKind::Add:
-        cpu::add(pool_, batch, channels, inPixels, in, data(op.input2),
+        cpu::add(*pool_, batch, channels, inPixels, in, data(op.input2),
                  graph_.value(op.input2).kind == ValueKind::Vector && graph_.value(op.input).kind == ValueKind::FeatureMap,
                  y);
         break;
-    case OpKind::ScaleShift: cpu::scaleShift(pool_, batch, channels, inPixels, in, data(op.input2), y); break;
+    case OpKind::ScaleShift: cpu::scaleShift(*pool_, batch, channels, inPixels, in, data(op.input2), y); break;
     case OpKind::TimestepEmbedding:
         cpu::timestepEmbedding(in, batch, op.channels, op.freqShift, op.flipSinToCos, y);
         break;
     case OpKind::Linear:
-        if (graph_.value(op.input).kind == ValueKind::Tokens) {
-            const float* residual = data(op.residual);
-            const std::int64_t inImage = channels * inPixels, outImage = std::int64_t(op.channels) * outPixels;
-            for (int b = 0; b < batch; ++b)
-                cpu::tokenLinear(pool_, static_cast<int>(inPixels), channels, op.channels, in + b * inImage,
-                                 w.params[0], w.params[1], residual ? residual + b * outImage : nullptr,
-                                 y + b * outImage);
-        } else {
+        if (graph_.value(op.input).kind == ValueKind::Tokens)
+            cpu::tokenLinear(*pool_, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0],
+                             w.params[1], data(op.residual), y);
+        else
             cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
-        }
         break;
-    case OpKind::Conv: {
-        const std::int64_t inPlane = channels * inPixels, outPlane = std::int64_t(op.channels) * outPixels;
-        const float* residual = data(op.residual);
-        for (int b = 0; b < batch; ++b)
-            cpu::conv2d(pool_, w.conv, in + b * inPlane, w.params[0], w.params[1],
-                        residual ? residual + b * outPlane : nullptr, op.outputScale, y + b * outPlane, scratch_.data(),
-                        w.bandRows);
+    case OpKind::Conv:
+        cpu::conv2d(*pool_, w.conv, batch, in, w.params[0], w.params[1], data(op.residual), op.outputScale, y);
         break;
-    }
     case OpKind::GroupNorm:
-        cpu::groupNorm(pool_, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
+        cpu::groupNorm(*pool_, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
                        data(op.preAdd), data(op.scaleShift), op.silu, y);
         break;
-    case OpKind::Attention: {
-        const std::int64_t plane = channels * inPixels;
-        if (graph_.value(op.input).kind == ValueKind::Tokens) {
-            const cpu::TokenAttentionShape s = tokenAttentionShape(graph_, op, tileH_, tileW_);
-            const float* context = data(op.input2);
-            const float* residual = data(op.residual);
-            const std::int64_t contextImage = std::int64_t(s.contextTokens) * s.contextChannels;
-            for (int b = 0; b < batch; ++b)
-                cpu::tokenAttention(pool_, s, w.attn, in + b * plane, context ? context + b * contextImage : nullptr,
-                                    residual ? residual + b * plane : nullptr, op.outputScale, y + b * plane,
-                                    scratch_.data(), w.queryBlock);
-            break;
-        }
-        const int qb = std::min<int>(queryBlock_, static_cast<int>(inPixels));
-        const float* residual = data(op.residual);
-        for (int b = 0; b < batch; ++b)
-            cpu::attention(pool_, channels, inPixels, op.heads, w.attn, in + b * plane,
-                           residual ? residual + b * plane : nullptr, op.outputScale, y + b * plane, scratch_.data(), qb);
+    case OpKind::Attention:
+        if (graph_.value(op.input).kind == ValueKind::Tokens)
+            cpu::tokenAttention(*pool_, batch, tokenAttentionShape(graph_, op, tileH_, tileW_), w.attn, in,
+                                data(op.input2), data(op.residual), op.outputScale, y, scratch_.data(),
+                                w.scratchImages, w.queryBlock);
+        else
+            cpu::attention(*pool_, batch, channels, inPixels, op.heads, w.attn, in, data(op.residual), op.outputScale, y,
+                           scratch_.data(), w.scratchImages, w.queryBlock);
         break;
-    }
     case OpKind::Concat: {
         const float* skip = data(op.input2);
         const int c1 = channels, c2 = graph_.value(op.input2).channels, cOut = c1 + c2;
-        pool_.parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
+        pool_->parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
             const std::int64_t b = plane / cOut, c = plane % cOut;
             const float* src = c < c1 ? in + (b * c1 + c) * inPixels : skip + (b * c2 + (c - c1)) * inPixels;
             std::copy(src, src + inPixels, y + plane * inPixels);
@@ -864,25 +1182,21 @@ void CpuBackend::runOp(std::size_t index, int batch) {
     }
     case OpKind::Upsample: {
         const int d = graph_.value(op.input).divisor;
-        cpu::upsampleNearest2x(pool_, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
+        cpu::upsampleNearest2x(*pool_, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
         break;
     }
-    case OpKind::ToTokens: cpu::toTokens(pool_, batch, channels, inPixels, in, y); break;
-    case OpKind::ToFeatureMap: cpu::toFeatureMap(pool_, batch, channels, inPixels, in, data(op.residual), y); break;
+    case OpKind::ToTokens: cpu::toTokens(*pool_, batch, channels, inPixels, in, y); break;
+    case OpKind::ToFeatureMap: cpu::toFeatureMap(*pool_, batch, channels, inPixels, in, data(op.residual), y); break;
     case OpKind::LayerNorm:
-        cpu::layerNorm(pool_, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
+        cpu::layerNorm(*pool_, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
         break;
-    case OpKind::GEGLU: {
-        const std::int64_t inImage = channels * inPixels, outImage = std::int64_t(op.channels) * outPixels;
-        for (int b = 0; b < batch; ++b)
-            cpu::geglu(pool_, static_cast<int>(inPixels), channels, op.channels, in + b * inImage, w.params[0],
-                       w.params[1], y + b * outImage, scratch_.data());
+    case OpKind::GEGLU:
+        cpu::geglu(*pool_, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0], w.params[1], y);
         break;
-    }
-    case OpKind::GELU: cpu::gelu(pool_, count, in, op.geluTanh, y); break;
-    case OpKind::QuickGELU: cpu::quickGelu(pool_, count, in, y); break;
+    case OpKind::GELU: cpu::gelu(*pool_, count, in, op.geluTanh, y); break;
+    case OpKind::QuickGELU: cpu::quickGelu(*pool_, count, in, y); break;
     case OpKind::TokenEmbedding:
-        cpu::tokenEmbedding(pool_, batch, static_cast<int>(inPixels), op.channels, graph_.param(op.params[0]).shape[0],
+        cpu::tokenEmbedding(*pool_, batch, static_cast<int>(inPixels), op.channels, graph_.param(op.params[0]).shape[0],
                             in, w.params[0], w.params[1], y);
         break;
     case OpKind::EosPool:

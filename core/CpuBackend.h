@@ -1,19 +1,26 @@
 // CpuBackend: the float32 reference evaluation of a ModelGraph on the host (for the UNet, the
-// graph of core/UNetGraph.h after fuseForExecution). Convolutions are im2col + OpenBLAS sgemm
-// per image, GroupNorm statistics in double, attention as GEMMs with a max-subtracted float
-// softmax. Qt-free.
+// graph of core/UNetGraph.h after fuseForExecution). Convolutions are im2col + OpenBLAS sgemm,
+// GroupNorm statistics in double, attention as GEMMs with a max-subtracted float softmax. Qt-free.
 //
-// Threads: OpenBLAS threads run the GEMMs; a small worker pool runs im2col, GroupNorm,
-// softmax and elementwise loops. Every output element is computed by exactly one thread in a
-// fixed order, so results do not depend on the thread count.
+// Threads: one worker pool owns the cores. OpenBLAS computes on the calling thread only (more
+// OpenBLAS threads would make the bits depend on the thread count, and would fight the pool);
+// every GEMM is cut into blocks of C whose shape depends on the GEMM's shape alone (never on the
+// thread count or the tile batch), and the pool runs the blocks of all tiles of a batch at once,
+// one single-threaded sgemm per block. Every output element is computed by exactly one task in a
+// fixed order, so results do not depend on the thread count, and a tile's result does not
+// depend on the other tiles of its batch.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/Backend.h"
@@ -23,37 +30,70 @@ namespace tessera {
 
 namespace cpu {
 
-// A fixed set of worker threads running parallelFor. The calling thread takes part, so a
-// pool of 1 runs everything inline. Not reentrant: call parallelFor from one thread at a time.
+// All hardware threads (at least 1): the thread count 0 stands for.
+int hardwareThreads();
+// threads, or hardwareThreads() for threads <= 0.
+int resolveThreads(int threads);
+
+// A fixed set of worker threads running parallelFor. The calling thread takes part (worker 0),
+// so a pool of 1 runs everything inline. Not reentrant: call parallelFor from one thread at a
+// time, never from inside a body.
 class WorkerPool {
 public:
-    explicit WorkerPool(int threads);  // threads <= 0: std::thread::hardware_concurrency()
+    explicit WorkerPool(int threads);  // threads <= 0: hardwareThreads()
     ~WorkerPool();
     WorkerPool(const WorkerPool&) = delete;
     WorkerPool& operator=(const WorkerPool&) = delete;
 
     int threads() const { return static_cast<int>(workers_.size()) + 1; }
-    // Calls body(i) for i in [0, n); contiguous index ranges per thread; blocks until done.
+    // Calls body(i), or body(i, worker) with worker in [0, threads()), once for every i in
+    // [0, n), on whichever thread is free next (no fixed order); blocks until all are done.
+    // A body must not throw and must not write what another index writes.
     template <class F>
     void parallelFor(std::int64_t n, F&& body) {
-        run(n, [](void* ctx, std::int64_t i) { (*static_cast<F*>(ctx))(i); }, &body);
+        using Body = std::remove_reference_t<F>;
+        run(
+            n,
+            [](void* ctx, std::int64_t i, int worker) {
+                Body& f = *static_cast<Body*>(ctx);
+                if constexpr (std::is_invocable_v<Body&, std::int64_t, int>)
+                    f(i, worker);
+                else
+                    f(i);
+            },
+            const_cast<void*>(static_cast<const void*>(std::addressof(body))));
     }
 
+    // body(begin, end) for the pieces [i * grain, min(n, (i + 1) * grain)) of [0, n), as parallelFor.
+    template <class F>
+    void parallelRange(std::int64_t n, std::int64_t grain, F&& body) {
+        parallelFor((n + grain - 1) / grain,
+                    [&](std::int64_t i) { body(i * grain, std::min(n, (i + 1) * grain)); });
+    }
+
+    // Each worker's own scratch of at least `floats` floats (grown here, never shrunk; call it
+    // outside parallelFor, then read scratch(worker) inside a body).
+    void reserveScratch(std::size_t floats);
+    float* scratch(int worker) { return scratch_[static_cast<std::size_t>(worker)].data(); }
+    std::size_t scratchFloats() const;  // of all workers
+
 private:
-    using Task = void (*)(void*, std::int64_t);
+    using Task = void (*)(void*, std::int64_t, int);
     void run(std::int64_t n, Task task, void* ctx);
-    void workerLoop(int index);
-    void runShare(int index, int parts);
+    void workerLoop(int worker);
+    void claimTasks(std::uint32_t generation, int worker);
 
     std::vector<std::thread> workers_;
+    std::vector<std::vector<float>> scratch_;
     std::mutex mutex_;
     std::condition_variable wake_, done_;
-    std::uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stop_ = false;
-    Task task_ = nullptr;
-    void* ctx_ = nullptr;
-    std::int64_t n_ = 0;
+    bool stop_ = false;  // under mutex_
+    // generation << 32 | the next index to hand out (WorkerPool::claimTasks in the .cpp says how a
+    // late worker is kept from taking an index of a later call).
+    std::atomic<std::uint64_t> state_{0};
+    std::atomic<std::int64_t> n_{0}, finished_{0};
+    std::atomic<Task> task_{nullptr};
+    std::atomic<void*> ctx_{nullptr};
 };
 
 // The primitives CpuBackend composes; float32 NCHW, exposed for the unit tests.
@@ -71,15 +111,29 @@ struct ConvShape {
     std::int64_t colRows() const { return std::int64_t(cin) * kernel * kernel; }
 };
 
-// Output rows per im2col band so that the column buffer stays below maxColFloats.
-int convBandRows(const ConvShape&, std::int64_t maxColFloats);
-std::size_t convScratchFloats(const ConvShape&, int bandRows);
+// How a GEMM C [m, n] += A [m, k] B [k, n] is cut into tasks: blocks of mc x nc of C, from the
+// shape alone (never the thread count or the batch), so that each block is one single-threaded
+// sgemm of a few million multiply-adds, cut along n (the pixels) before m.
+struct GemmBlocks {
+    int mc = 0, nc = 0, mBlocks = 0, nBlocks = 0;
+};
+GemmBlocks gemmBlocks(int m, int n, int k);
 
-// y = (conv(x) + bias + residual) * outScale for one image. residual may be null; y must not
-// alias x. col: convScratchFloats() floats (unused for 1x1 stride-1 convolutions).
+// One worker's scratch for conv2d: the im2col columns of one block of the output (0 for 1x1
+// stride-1 convolutions, which read x itself).
+std::size_t convWorkerFloats(const ConvShape&);
+// y = (conv(x) + bias + residual) * outScale for `images` images (NCHW, one after another):
+// one task per (image, block of the output), each with its own im2col columns in the pool's
+// worker scratch (convWorkerFloats() floats). residual may be null; y must not alias x. An
+// image's result does not depend on `images` or on the thread count.
+void conv2d(WorkerPool&, const ConvShape&, int images, const float* x, const float* weight, const float* bias,
+            const float* residual, float outScale, float* y);
+// One image; reserves the pool's worker scratch it needs.
 void conv2d(WorkerPool&, const ConvShape&, const float* x, const float* weight, const float* bias,
-            const float* residual, float outScale, float* y, float* col, int bandRows);
+            const float* residual, float outScale, float* y);
 
+// y[0, n) = x[0, n) on the pool; y must not overlap x.
+void copyFloats(WorkerPool&, std::int64_t n, const float* x, float* y);
 // Elementwise over n floats: y = x * scale + shift; y = silu(x). y may alias x.
 void affine(WorkerPool&, std::int64_t n, const float* x, float scale, float shift, float* y);
 void silu(WorkerPool&, std::int64_t n, const float* x, float* y);
@@ -114,7 +168,12 @@ struct AttentionWeights {
 };
 // Query rows per score block so the score buffer stays below maxScoreFloats.
 int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats);
-std::size_t attentionScratchFloats(int channels, std::int64_t pixels, int queryBlock);
+// Query rows per attention task over `keys` keys: a block of scores fits in a worker's scratch
+// of maxScoreFloats, and the queries of one head are cut into several tasks (a fixed rule of
+// the shape, so the bits do not depend on the thread count).
+int attentionTaskRows(int queries, std::int64_t keys, std::int64_t maxScoreFloats);
+// Q, K, V and the heads' output of one image (the score rows live in the pool's worker scratch).
+std::size_t attentionScratchFloats(int channels, std::int64_t pixels);
 // Token sequences (core/ModelGraph.h ValueKind::Tokens) are [batch, tokens, channels] rows.
 
 // y[b, p, c] = x[b, c, p]: the pixels of a feature map as tokens. y must not alias x.
@@ -126,10 +185,11 @@ void toFeatureMap(WorkerPool&, int batch, int channels, std::int64_t pixels, con
 // double: y = (x - mean) / sqrt(var + eps) * gamma + beta. y may alias x.
 void layerNorm(WorkerPool&, std::int64_t rows, int channels, float eps, const float* x, const float* gamma,
                const float* beta, float* y);
-// One image's tokens: y [rows, out] = x [rows, in] W^T + bias (+ residual [rows, out], or null),
-// one GEMM (its result does not depend on the tile batch). y must not alias x.
-void tokenLinear(WorkerPool&, int rows, int in, int out, const float* x, const float* weight, const float* bias,
-                 const float* residual, float* y);
+// Each of `images` images' tokens: y [rows, out] = x [rows, in] W^T + bias (+ residual
+// [rows, out], or null), the images' GEMM blocks as one set of tasks (an image's result does
+// not depend on the tile batch). y must not alias x.
+void tokenLinear(WorkerPool&, int images, int rows, int in, int out, const float* x, const float* weight,
+                 const float* bias, const float* residual, float* y);
 // Elementwise over n floats; y may alias x. gelu: exact (erf), or PyTorch's tanh approximation.
 void gelu(WorkerPool&, std::int64_t n, const float* x, bool tanhApproximation, float* y);
 void quickGelu(WorkerPool&, std::int64_t n, const float* x, float* y);
@@ -145,11 +205,13 @@ void tokenEmbedding(WorkerPool&, int batch, int tokens, int channels, std::int64
 // y [batch, channels] = x [batch, tokens, channels] at each row's first position whose id is
 // `token` (position 0 if none), or for token -1 at its first largest id.
 void eosPool(int batch, int tokens, int channels, const float* x, const float* ids, int token, float* y);
-// GEGLU for one image: p = x W^T + b (W [2 out, in]); y [rows, out] = p[:, :out] * gelu(p[:, out:]).
-// scratch: gegluScratchFloats(rows, out). y must not alias x.
-std::size_t gegluScratchFloats(int rows, int out);
-void geglu(WorkerPool&, int rows, int in, int out, const float* x, const float* weight, const float* bias, float* y,
-           float* scratch);
+// GEGLU for `images` images of `rows` tokens: p = x W^T + b (W [2 out, in]); y [rows, out] =
+// p[:, :out] * gelu(p[:, out:]). Each task projects gegluTaskRows() rows into its worker's
+// scratch (gegluWorkerFloats() floats). y must not alias x.
+int gegluTaskRows(int rows, int in, int out);
+std::size_t gegluWorkerFloats(int rows, int in, int out);
+void geglu(WorkerPool&, int images, int rows, int in, int out, const float* x, const float* weight, const float* bias,
+           float* y);
 
 // Attention over tokens for one image: queries from x [tokens, channels], keys and values from
 // context [contextTokens, contextChannels] (x itself when context is null: then contextTokens =
@@ -160,16 +222,25 @@ struct TokenAttentionShape {
     int tokens = 0, channels = 0, contextTokens = 0, contextChannels = 0, heads = 1;
     bool causal = false;
 };
-std::size_t tokenAttentionScratchFloats(const TokenAttentionShape&, int queryBlock);
-// y = (to_out(attention) + residual) * outScale; residual [tokens, channels] or null; y must not
-// alias x or context.
-void tokenAttention(WorkerPool&, const TokenAttentionShape&, const AttentionWeights&, const float* x,
+// Q, K, V and the heads' output of one image.
+std::size_t tokenAttentionScratchFloats(const TokenAttentionShape&);
+// For `images` images (x, context, residual and y one image after another): y = (to_out(attention)
+// + residual) * outScale; residual [tokens, channels] or null; y must not alias x or context.
+// scratch: tokenAttentionScratchFloats() for each of scratchImages images (the images are
+// attended scratchImages at a time); the score rows of a task (queryBlock rows) live in its
+// worker's scratch, which must hold queryBlock * contextTokens floats.
+void tokenAttention(WorkerPool&, int images, const TokenAttentionShape&, const AttentionWeights&, const float* x,
                     const float* context, const float* residual, float outScale, float* y, float* scratch,
-                    int queryBlock);
+                    int scratchImages, int queryBlock);
 
-// §2.6 for one image x [channels, pixels] (the pixels are the tokens; x already normalised):
+// §2.6 for `images` images x [channels, pixels] (the pixels are the tokens; x already normalised):
 // y = (to_out(softmax(Q K^T / sqrt(d)) V) + residual) * outScale, heads of d = channels / heads
-// channels; residual [channels, pixels] or null. y must not alias x.
+// channels; residual [channels, pixels] or null. y must not alias x. scratch and queryBlock as
+// tokenAttention's (attentionScratchFloats() per image).
+void attention(WorkerPool&, int images, int channels, std::int64_t pixels, int heads, const AttentionWeights&,
+               const float* x, const float* residual, float outScale, float* y, float* scratch, int scratchImages,
+               int queryBlock);
+// One image; reserves the pool's worker scratch for its score rows.
 void attention(WorkerPool&, int channels, std::int64_t pixels, int heads, const AttentionWeights&, const float* x,
                const float* residual, float outScale, float* y, float* scratch, int queryBlock);
 
@@ -177,10 +248,17 @@ void attention(WorkerPool&, int channels, std::int64_t pixels, int heads, const 
 
 class CpuBackend : public Backend {
 public:
-    // threads <= 0: all hardware threads. Sets OpenBLAS's thread count to the same number
-    // (a process-wide setting) in prepare().
+    // threads <= 0: all hardware threads (cpu::hardwareThreads()). OpenBLAS is set to compute
+    // on the calling thread (a process-wide setting) in prepare(): the pool owns the cores.
     explicit CpuBackend(int threads = 0);
     ~CpuBackend() override;
+
+    // The threads that compute (0: all hardware threads); the image does not depend on it.
+    // Takes effect at once (between runs; keeps what prepare() set up).
+    void setThreads(int threads);
+    int threads() const { return pool_->threads(); }
+    // The pool the backend computes on, for host work around its runs (one owner of the cores).
+    cpu::WorkerPool& pool() { return *pool_; }
 
     BackendInfo info() const override;
     // Throws std::invalid_argument for a bad shape, ModelError for a missing/mis-shaped weight.
@@ -188,6 +266,14 @@ public:
     void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override;
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
     void forward(const float* x, const float* timesteps, int batch, float* out) override;
+
+    // The scratch prepare() allocates for `graph` at this batch and tile size, in floats: shared
+    // (attention's Q, K, V, O of the images attended at once) and each worker's own (im2col
+    // columns of a block, a block of attention scores, GEGLU's projected rows).
+    struct Scratch {
+        std::size_t shared = 0, perWorker = 0;
+    };
+    static Scratch scratchNeeded(const ModelGraph& graph, int batch, int tileH, int tileW);
 
     const ModelGraph& graph() const { return graph_; }
     // Floats held by activation buffers and scratch after prepare() (for memory reports).
@@ -202,29 +288,29 @@ private:
         std::vector<const float*> params;  // the op's parameters' data, in op.params order
         cpu::AttentionWeights attn;
         cpu::ConvShape conv;
-        int bandRows = 1;
-        int queryBlock = 1;  // Attention over tokens: query rows per score block
+        int scratchImages = 1;  // Attention: images attended at once
+        int queryBlock = 1;     // Attention: query rows per task
     };
-    // Per-op weights and the largest scratch any op needs; sets queryBlock_.
-    std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH, int tileW,
-                                       std::size_t* scratchFloats);
+    // Per-op weights and plans for `batch` tiles.
+    std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH,
+                                       int tileW);
     void planBuffers(const ModelGraph& graph, int batch, int tileH, int tileW);
     float* data(int value);
     std::int64_t pixels(int value) const;
     void runOp(std::size_t index, int batch);
 
-    cpu::WorkerPool pool_;
+    std::unique_ptr<cpu::WorkerPool> pool_;
     std::string cpuName_;
     bool prepared_ = false;
     ModelGraph graph_;
     int batch_ = 0, tileH_ = 0, tileW_ = 0;
-    int queryBlock_ = 1;
+    std::size_t workerFloats_ = 0;           // each worker's scratch, as prepare() planned it
     bool profiling_ = false;
     std::vector<double> opMs_;  // per op, sized in prepare()
     std::vector<OpWeights> weights_;         // per op
     std::vector<std::vector<float>> buffers_;  // pooled activation storage
     std::vector<int> bufferOf_;              // value -> buffer index
-    std::vector<float> scratch_;             // im2col columns / attention work space
+    std::vector<float> scratch_;             // im2col columns / attention Q, K, V, O
 };
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 #include "core/CpuBackend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
@@ -42,26 +43,52 @@ Canvas outputCanvas(const TiledPass& pass) {
     return {pass.outChannels, pass.outHeight, pass.outWidth};
 }
 
-// z(draw, i) keyed by canvas element.
-void fillNoise(std::vector<float>& z, std::uint64_t seed, std::uint32_t draw) {
-    for (std::size_t i = 0; i < z.size(); ++i) z[i] = philoxNormal(seed, draw, i);
+// Host loops over a canvas run on the pool in pieces of this many elements (each element is
+// written by one piece, so the results do not depend on the thread count).
+constexpr std::int64_t kCanvasGrain = 1 << 14;
+
+// body(i) for every i in [0, n), on the pool.
+template <class F>
+void forEachElement(cpu::WorkerPool& pool, std::size_t n, F&& body) {
+    pool.parallelRange(static_cast<std::int64_t>(n), kCanvasGrain, [&](std::int64_t begin, std::int64_t end) {
+        for (auto i = static_cast<std::size_t>(begin); i < static_cast<std::size_t>(end); ++i) body(i);
+    });
 }
 
-// The canvas crops of tiles [first, first + count), scaled for the model's input, into tileIn.
-void gatherTiles(const TilePlan& plan, const Canvas& canvas, const std::vector<float>& x, int first, int count,
-                 float inputScale, float* tileIn) {
+// z(draw, i) keyed by canvas element.
+void fillNoise(cpu::WorkerPool& pool, std::vector<float>& z, std::uint64_t seed, std::uint32_t draw) {
+    forEachElement(pool, z.size(), [&](std::size_t i) { z[i] = philoxNormal(seed, draw, i); });
+}
+
+template <class T>
+void fillParallel(cpu::WorkerPool& pool, std::vector<T>& v, T value) {
+    forEachElement(pool, v.size(), [&](std::size_t i) { v[i] = value; });
+}
+
+bool allFiniteParallel(cpu::WorkerPool& pool, const float* data, std::size_t n) {
+    std::atomic<bool> finite{true};
+    pool.parallelRange(static_cast<std::int64_t>(n), kCanvasGrain, [&](std::int64_t begin, std::int64_t end) {
+        if (!allFinite(data + begin, static_cast<std::size_t>(end - begin))) finite.store(false, std::memory_order_relaxed);
+    });
+    return finite.load();
+}
+
+// The canvas crops of tiles [first, first + count), scaled for the model's input, into tileIn:
+// one task per (tile, channel).
+void gatherTiles(cpu::WorkerPool& pool, const TilePlan& plan, const Canvas& canvas, const std::vector<float>& x,
+                 int first, int count, float inputScale, float* tileIn) {
     const int tileH = plan.tileH(), tileW = plan.tileW();
     const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
-    for (int b = 0; b < count; ++b) {
+    pool.parallelFor(std::int64_t(count) * canvas.channels, [&](std::int64_t task) {
+        const int b = static_cast<int>(task / canvas.channels), c = static_cast<int>(task % canvas.channels);
         const TileRect& r = plan.tile(first + b);
         float* dst = tileIn + b * tileElems;
-        for (int c = 0; c < canvas.channels; ++c)
-            for (int i = 0; i < tileH; ++i) {
-                const float* src = x.data() + canvas.index(c, r.y + i, r.x);
-                float* row = dst + (static_cast<std::size_t>(c) * tileH + i) * tileW;
-                for (int q = 0; q < tileW; ++q) row[q] = src[q] * inputScale;
-            }
-    }
+        for (int i = 0; i < tileH; ++i) {
+            const float* src = x.data() + canvas.index(c, r.y + i, r.x);
+            float* row = dst + (static_cast<std::size_t>(c) * tileH + i) * tileW;
+            for (int q = 0; q < tileW; ++q) row[q] = src[q] * inputScale;
+        }
+    });
 }
 
 // What one step scatters: its coefficients, noise and previous x0 (nullptr when K.cprev == 0),
@@ -91,50 +118,58 @@ ScatterStep stepOf(const StepCoefficients& K, const std::vector<float>& x, const
                        variant.blendsNoise(), variant.seams};
 }
 
-// Window-weighted scatter of each tile's contribution (x'_t or eps_t) of tiles [first, first + count).
-void scatterTiles(const TilePlan& plan, const BlendWeights& weights, const Canvas& canvas, const ScatterStep& step,
-                  int first, int count, const float* tileOut, Accumulators a) {
+// Window-weighted scatter of each tile's contribution (x'_t or eps_t) of tiles [first, first + count)
+// (within canvas rows [y0, y1)). Tiles overlap, so the tasks are canvas rows (one per channel and
+// row), each adding the tiles that cover it in tile order: every element sums in the same order
+// as one thread would.
+void scatterTiles(cpu::WorkerPool& pool, const TilePlan& plan, const BlendWeights& weights, const Canvas& canvas,
+                  const ScatterStep& step, int first, int count, int y0, int y1, const float* tileOut,
+                  Accumulators a) {
     const int tileH = plan.tileH(), tileW = plan.tileW();
     const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
     const std::vector<float>& normalizer = weights.normalizer();  // N(p), height x width
-    for (int b = 0; b < count; ++b) {
-        const TileRect& r = plan.tile(first + b);
-        const float* eps = tileOut + b * tileElems;
-        const float* tileWeight = weights.tileWeights(first + b);
-        for (int c = 0; c < canvas.channels; ++c)
-            for (int i = 0; i < tileH; ++i)
-                for (int q = 0; q < tileW; ++q) {
-                    const std::size_t p = canvas.index(c, r.y + i, r.x + q);
-                    const std::size_t pix = static_cast<std::size_t>(r.y + i) * canvas.width + r.x + q;
-                    const float e = eps[(static_cast<std::size_t>(c) * tileH + i) * tileW + q];
-                    const float w = tileWeight[static_cast<std::size_t>(i) * tileW + q];
-                    float v = e;
-                    if (step.sampleFusion) {
-                        v = applyStep(step.K, step.x[p], e, step.stepNoise ? step.z[p] : 0.0f,
-                                      step.x0Prev ? step.x0Prev[p] : 0.0f);
-                        a.acc[p] += w * v;
-                    }
-                    if (step.wantEps) a.accEps[p] += w * e;
-                    if (step.lastStep && w != 0.0f) {
-                        const double wn = static_cast<double>(w) / normalizer[pix];
-                        a.seams.sum[p] += wn * v;
-                        a.seams.sumSq[p] += wn * static_cast<double>(v) * v;
-                    }
+    const int rows = y1 - y0;
+    pool.parallelFor(std::int64_t(canvas.channels) * rows, [&](std::int64_t task) {
+        const int c = static_cast<int>(task / rows), y = y0 + static_cast<int>(task % rows);
+        for (int b = 0; b < count; ++b) {
+            const TileRect& r = plan.tile(first + b);
+            const int i = y - r.y;
+            if (i < 0 || i >= tileH) continue;
+            const float* eps = tileOut + b * tileElems;
+            const float* tileWeight = weights.tileWeights(first + b);
+            for (int q = 0; q < tileW; ++q) {
+                const std::size_t p = canvas.index(c, r.y + i, r.x + q);
+                const std::size_t pix = static_cast<std::size_t>(r.y + i) * canvas.width + r.x + q;
+                const float e = eps[(static_cast<std::size_t>(c) * tileH + i) * tileW + q];
+                const float w = tileWeight[static_cast<std::size_t>(i) * tileW + q];
+                float v = e;
+                if (step.sampleFusion) {
+                    v = applyStep(step.K, step.x[p], e, step.stepNoise ? step.z[p] : 0.0f,
+                                  step.x0Prev ? step.x0Prev[p] : 0.0f);
+                    a.acc[p] += w * v;
                 }
-    }
+                if (step.wantEps) a.accEps[p] += w * e;
+                if (step.lastStep && w != 0.0f) {
+                    const double wn = static_cast<double>(w) / normalizer[pix];
+                    a.seams.sum[p] += wn * v;
+                    a.seams.sumSq[p] += wn * static_cast<double>(v) * v;
+                }
+            }
+        }
+    });
 }
 
 // The end of a step: normalise by N(p) = sum of the windows covering p (sample fusion), or one
 // scheduler update with the normalised noise (noise fusion, reading the previous x0 from x0
 // before it is replaced). With `writeX0`, x0 becomes this step's blended x0 prediction (a
 // preview far more legible than noisy x_t, and the next step's previous x0).
-void fuseStep(const Canvas& canvas, const std::vector<float>& normalizer, const ScatterStep& step, bool writeX0,
-              const std::vector<float>& acc, const std::vector<float>& accEps, std::vector<float>& x,
-              std::vector<float>& x0) {
+void fuseStep(cpu::WorkerPool& pool, const Canvas& canvas, const std::vector<float>& normalizer,
+              const ScatterStep& step, bool writeX0, const std::vector<float>& acc, const std::vector<float>& accEps,
+              std::vector<float>& x, std::vector<float>& x0) {
     const StepCoefficients& K = step.K;
     const std::size_t plane = canvas.plane();
     if (writeX0) x0.resize(canvas.size());
-    for (std::size_t p = 0; p < canvas.size(); ++p) {
+    forEachElement(pool, canvas.size(), [&](std::size_t p) {
         const float n = normalizer[p % plane];
         const float e = step.wantEps ? accEps[p] / n : 0.0f;
         const float xOld = x[p];
@@ -143,21 +178,40 @@ void fuseStep(const Canvas& canvas, const std::vector<float>& normalizer, const 
         else
             x[p] = applyStep(K, xOld, e, step.stepNoise ? step.z[p] : 0.0f, step.x0Prev ? step.x0Prev[p] : 0.0f);
         if (writeX0) x0[p] = predictX0(K, xOld, e);
-    }
+    });
 }
 
 }  // namespace
 
-CpuTileDevice::CpuTileDevice(Backend& backend) : backend_(&backend) {}
+CpuTileDevice::CpuTileDevice(Backend& backend) : backend_(&backend), cpuBackend_(dynamic_cast<CpuBackend*>(&backend)) {}
 
 CpuTileDevice::CpuTileDevice(HostTileFunction function) : function_(std::move(function)) {
     if (!function_) throw std::invalid_argument("CpuTileDevice: a tile function is required");
 }
 
+CpuTileDevice::~CpuTileDevice() = default;
+
+void CpuTileDevice::setThreads(int threads) {
+    if (cpuBackend_) {
+        cpuBackend_->setThreads(threads);
+        return;
+    }
+    if (!ownPool_ || ownPool_->threads() != cpu::resolveThreads(threads))
+        ownPool_ = std::make_unique<cpu::WorkerPool>(threads);
+}
+
+cpu::WorkerPool& CpuTileDevice::pool() {
+    if (cpuBackend_) return cpuBackend_->pool();
+    if (!ownPool_) ownPool_ = std::make_unique<cpu::WorkerPool>(0);
+    return *ownPool_;
+}
+
 DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& record) {
+    setThreads(request.config.threads);
     const BackendInfo info = backend_ ? backend_->info() : BackendInfo{"cpu", "host tile function"};
     record.environment.backend = info.name;
     record.environment.device = info.device;
+    record.environment.threads = pool().threads();
     record.graphs.mode = "off";
     if (request.config.graphs != GraphMode::Off)
         record.messages.push_back("graphs: the " + info.name + " backend has no CUDA graphs; ran with graphs off");
@@ -209,12 +263,13 @@ void CpuTileDevice::startCanvas(const CanvasStart& start) {
         throw std::invalid_argument("CpuTileDevice: the start image does not have the input canvas's size");
     switch (start.kind) {
     case CanvasStart::Kind::Noise:
-        fillNoise(z_, pass_->seed, start.draw);
-        for (std::size_t i = 0; i < x_.size(); ++i) x_[i] = z_[i] * start.sigma;
+        fillNoise(pool(), z_, pass_->seed, start.draw);
+        forEachElement(pool(), x_.size(), [&](std::size_t i) { x_[i] = z_[i] * start.sigma; });
         break;
     case CanvasStart::Kind::NoisedImage:
-        fillNoise(z_, pass_->seed, start.draw);
-        for (std::size_t i = 0; i < x_.size(); ++i) x_[i] = (start.a * (*image)[i] + start.b * z_[i]) * start.scale;
+        fillNoise(pool(), z_, pass_->seed, start.draw);
+        forEachElement(pool(), x_.size(),
+                       [&](std::size_t i) { x_[i] = (start.a * (*image)[i] + start.b * z_[i]) * start.scale; });
         break;
     case CanvasStart::Kind::Image:
         x_ = *image;
@@ -231,13 +286,15 @@ void CpuTileDevice::beginStep(int step, const StepVariant& variant) {
     stepNoise_ = K_.sigma != 0.0f;
     if (stepNoise_) {
         z_.resize(output().size());
-        fillNoise(z_, pass_->seed, static_cast<std::uint32_t>(step + 1));
+        fillNoise(pool(), z_, pass_->seed, static_cast<std::uint32_t>(step + 1));
     }
-    if (variant.sampleFusion) std::fill(acc_.begin(), acc_.end(), 0.0f);
-    if (variant.blendsNoise()) std::fill(accEps_.begin(), accEps_.end(), 0.0f);
+    if (variant.sampleFusion) fillParallel(pool(), acc_, 0.0f);
+    if (variant.blendsNoise()) fillParallel(pool(), accEps_, 0.0f);
     if (variant.seams) {
-        seams_.sum.assign(output().size(), 0.0);
-        seams_.sumSq.assign(output().size(), 0.0);
+        seams_.sum.resize(output().size());
+        seams_.sumSq.resize(output().size());
+        fillParallel(pool(), seams_.sum, 0.0);
+        fillParallel(pool(), seams_.sumSq, 0.0);
     }
     std::fill(tileT_.begin(), tileT_.end(), K_.timestep);
 }
@@ -251,7 +308,8 @@ StepReport CpuTileDevice::endStep() {
 }
 
 void CpuTileDevice::gather(const TileBatch& batch) {
-    gatherTiles(*pass_->plan, inputCanvas(*pass_), x_, batch.first, batch.count, K_.modelInputScale, tileIn_.data());
+    gatherTiles(pool(), *pass_->plan, inputCanvas(*pass_), x_, batch.first, batch.count, K_.modelInputScale,
+                tileIn_.data());
 }
 
 void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
@@ -274,29 +332,29 @@ void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
 }
 
 void CpuTileDevice::combineGuidance(const TileBatch& batch, float scale) {
-    const std::size_t n = outTileElems() * static_cast<std::size_t>(batch.count);
-    for (std::size_t i = 0; i < n; ++i) {
+    forEachElement(pool(), outTileElems() * static_cast<std::size_t>(batch.count), [&](std::size_t i) {
         const float u = tileUncond_[i];
         tileOut_[i] = u + scale * (tileOut_[i] - u);
-    }
+    });
 }
 
 bool CpuTileDevice::checkOutput(const TileBatch& batch) {
-    return !allFinite(tileOut_.data(), outTileElems() * static_cast<std::size_t>(batch.count));
+    return !allFiniteParallel(pool(), tileOut_.data(), outTileElems() * static_cast<std::size_t>(batch.count));
 }
 
 void CpuTileDevice::scatter(const TileBatch& batch, const StepVariant& variant) {
     const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
-    scatterTiles(*pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count,
-                 tileOut_.data(), Accumulators{acc_, accEps_, seams_});
+    scatterTiles(pool(), *pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count,
+                 batch.y0, batch.y1, tileOut_.data(), Accumulators{acc_, accEps_, seams_});
 }
 
 void CpuTileDevice::fuse(const StepVariant& variant) {
     const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
-    fuseStep(outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.writesX0(), acc_, accEps_, output(), x0_);
+    fuseStep(pool(), outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.writesX0(), acc_, accEps_,
+             output(), x0_);
 }
 
-bool CpuTileDevice::checkCanvas() { return !allFinite(output().data(), output().size()); }
+bool CpuTileDevice::checkCanvas() { return !allFiniteParallel(pool(), output().data(), output().size()); }
 
 std::vector<float> CpuTileDevice::readPreview(bool x0) { return x0 ? x0_ : output(); }
 
@@ -304,8 +362,9 @@ std::vector<float> CpuTileDevice::readCanvas() { return output(); }
 
 SeamSums CpuTileDevice::readSeams() { return std::move(seams_); }
 
-Backend& CpuTileDevice::wholeGraphBackend(const RunConfig&) {
-    if (!whole_) whole_ = std::make_unique<CpuBackend>();
+Backend& CpuTileDevice::wholeGraphBackend(const RunConfig& config) {
+    if (!whole_) whole_ = std::make_unique<CpuBackend>(config.threads);
+    whole_->setThreads(config.threads);
     return *whole_;
 }
 

@@ -15,6 +15,11 @@
 
 namespace tessera {
 
+class CpuBackend;
+namespace cpu {
+class WorkerPool;
+}
+
 // out = f(in, timesteps) for `count` tiles: in is float32 NCHW [count, inChannels, tileH, tileW],
 // out [count, outChannels, outTileH, outTileW] (the pass's output tile size), timesteps `count` floats.
 using HostTileFunction = std::function<void(const float* in, const float* timesteps, int count, float* out, Branch)>;
@@ -26,6 +31,7 @@ public:
     explicit CpuTileDevice(Backend& backend);
     // A map pass's device: `function` is the tile function; nothing to prepare.
     explicit CpuTileDevice(HostTileFunction function);
+    ~CpuTileDevice() override;
 
     DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
     void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
@@ -54,9 +60,16 @@ public:
 
 private:
     std::vector<float>& output() { return pass_->inPlace ? x_ : y_; }
+    // The threads (RunConfig::threads) of the backend's pool, or of the device's own.
+    void setThreads(int threads);
+    // The host work (gather, scatter, fuse, noise, checks) runs on the CPU backend's pool (the
+    // cores have one owner), else on the device's own.
+    cpu::WorkerPool& pool();
     std::size_t outTileElems() const;
 
     Backend* backend_ = nullptr;
+    CpuBackend* cpuBackend_ = nullptr;        // backend_ when it is the CPU reference backend
+    std::unique_ptr<cpu::WorkerPool> ownPool_;  // the host work's pool otherwise
     HostTileFunction function_;
     // What the backend was last prepared for; prepared again only when this changes.
     struct PreparedShape {
@@ -68,7 +81,7 @@ private:
     // The text conditioning of the run, one [tokens, dim] row per tile of a batch (conditioned
     // models only): the third input of the graph, for each branch.
     std::vector<float> contextCond_, contextUncond_;
-    std::unique_ptr<Backend> whole_;   // wholeGraphBackend's
+    std::unique_ptr<CpuBackend> whole_;   // wholeGraphBackend's
 
     const TiledPass* pass_ = nullptr;
     StepCoefficients K_;

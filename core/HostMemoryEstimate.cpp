@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/CpuBackend.h"
 #include "core/RunRecord.h"
 #include "core/TilePlan.h"
 #include "core/UNetGraph.h"
@@ -21,11 +22,6 @@ constexpr std::uint64_t kMiB = 1024 * 1024;
 constexpr unsigned kStart = static_cast<unsigned>(MemoryPhase::StartImage);
 constexpr unsigned kSampling = static_cast<unsigned>(MemoryPhase::Sampling);
 constexpr unsigned kOutput = static_cast<unsigned>(MemoryPhase::Output);
-
-// CpuBackend bounds its im2col columns and attention scores in bands of these sizes
-// (core/CpuBackend.cpp); a single output row of columns may exceed the band.
-constexpr std::uint64_t kConvBandFloats = 16 << 20;
-constexpr std::uint64_t kScoreBandFloats = 4 << 20;
 
 // Host memory per tile-batch row of the run record, measured with mallinfo2 on records of
 // 10,000 rows (tests/core/tst_hostmemory.cpp checks these stay upper bounds):
@@ -59,16 +55,17 @@ std::uint64_t weightBytes(const ModelGraph& graph) {
 
 // Peak of the activations alive at once, walking the ops of the graph the CPU backend runs in
 // order with each value released after its last reader (what CpuBackend's buffer plan reuses),
-// plus the largest scratch. CpuBackend's greedy best-fit reuse (a free buffer is grown when
-// none fits) leaves gaps between differently sized values: measured 13-27% above the liveness
-// peak on the fixture and cifar10 UNets (tst_hostmemoryestimate checks the bound), hence half on top.
-std::uint64_t activationBytes(const ModelGraph& graph, int batch, int tileH, int tileW) {
+// plus the scratch CpuBackend plans (shared, and each of `threads` workers' own). CpuBackend's
+// greedy best-fit reuse (a free buffer is grown when none fits) leaves gaps between differently
+// sized values: measured 13-27% above the liveness peak on the fixture and cifar10 UNets
+// (tst_hostmemoryestimate checks the bound), hence half on top.
+std::uint64_t activationBytes(const ModelGraph& graph, int batch, int tileH, int tileW, int threads) {
     const std::vector<int> last = graph.lastUse();
     std::vector<char> released(graph.values().size(), 0);
     auto size = [&](int value) { return static_cast<std::uint64_t>(graph.elements(value, batch, tileH, tileW)); };
     std::uint64_t live = 0;
     for (const int input : graph.inputs()) live += size(input);
-    std::uint64_t peak = live, scratch = 0;
+    std::uint64_t peak = live;
     const auto release = [&](int value) {
         if (value < 0 || released[static_cast<std::size_t>(value)]) return;
         released[static_cast<std::size_t>(value)] = 1;
@@ -78,25 +75,15 @@ std::uint64_t activationBytes(const ModelGraph& graph, int batch, int tileH, int
         const GraphOp& op = graph.ops()[i];
         live += size(op.output);
         peak = std::max(peak, live);
-        const int divisor = std::max(graph.value(op.output).divisor, 1);
-        const int inChannels = graph.value(op.input).channels;
-        const std::uint64_t pixels = static_cast<std::uint64_t>(tileH / divisor) * static_cast<std::uint64_t>(tileW / divisor);
-        if (op.kind == OpKind::Conv) {
-            // im2col columns: the whole output, or bands of at most kConvBandFloats (one row at least).
-            const std::uint64_t row = static_cast<std::uint64_t>(inChannels) * op.kernel * op.kernel *
-                                      static_cast<std::uint64_t>(tileW / divisor);
-            scratch = std::max(scratch, std::min(row * static_cast<std::uint64_t>(tileH / divisor),
-                                                 std::max(row, kConvBandFloats)));
-        }
-        if (op.kind == OpKind::Attention)  // normalised x, q, k, v, o and a band of scores, per image
-            scratch = std::max(scratch, 5 * static_cast<std::uint64_t>(inChannels) * pixels +
-                                            std::min(pixels * pixels, std::max(kScoreBandFloats, pixels)));
         for (const int v : op.operands())
             if (last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
         if (last[static_cast<std::size_t>(op.output)] < 0) release(op.output);
     }
-    return (peak + peak / 2 + scratch) * kFloat;
+    const CpuBackend::Scratch scratch = CpuBackend::scratchNeeded(graph, batch, tileH, tileW);
+    return (peak + peak / 2 + scratch.shared + static_cast<std::uint64_t>(threads) * scratch.perWorker) * kFloat;
 }
+
+int cpuThreads(const RunConfig& config) { return cpu::resolveThreads(config.threads); }
 
 struct RunShape {
     int cols = 0, rows = 0, tiles = 0, tileH = 0, tileW = 0, batch = 0, batchesPerStep = 0, stepsRun = 0;
@@ -166,8 +153,8 @@ MemoryPhase HostMemoryEstimate::peakPhase() const {
     return best;
 }
 
-std::uint64_t cpuActivationBytes(const ModelConfig& model, int batch, int tileH, int tileW) {
-    return activationBytes(unet2DExecutionGraph(model), batch, tileH, tileW);
+std::uint64_t cpuActivationBytes(const ModelConfig& model, int batch, int tileH, int tileW, int threads) {
+    return activationBytes(unet2DExecutionGraph(model), batch, tileH, tileW, threads);
 }
 
 HostMemoryEstimate estimateHostMemory(const RunConfig& config, const ModelConfig& model, BackendKind backend,
@@ -188,7 +175,7 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const ModelConfig
         e.items.push_back({MemoryPart::Activations, "UNet activations for a batch of " + std::to_string(s.batch) +
                                (s.batch == 1 ? " tile of " : " tiles of ") +
                                std::to_string(s.tileW) + "x" + std::to_string(s.tileH),
-                           "batch", activationBytes(graph, s.batch, s.tileH, s.tileW), kSampling | kOutput});
+                           "batch", activationBytes(graph, s.batch, s.tileH, s.tileW, cpuThreads(config)), kSampling | kOutput});
         e.items.push_back({MemoryPart::TileBuffers, "tile batch input and output", "batch",
                            2 * static_cast<std::uint64_t>(s.batch) * channels * s.tileH * s.tileW * kFloat, kSampling});
         e.items.push_back({MemoryPart::Canvas, "canvas: latents, noise and two accumulators (4 x " + canvasDims + " float32)", "width",

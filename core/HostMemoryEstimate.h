@@ -64,9 +64,10 @@ struct HostMemoryEstimate {
 HostMemoryEstimate estimateHostMemory(const RunConfig& config, const ModelConfig& model, BackendKind backend,
                                       const std::optional<StartImageSize>& startImage = std::nullopt);
 
-// The CPU engine's UNet activation buffers and scratch for `batch` tiles of tileH x tileW, in
-// bytes, from the graph's shapes alone (at least what CpuBackend::prepare allocates).
-std::uint64_t cpuActivationBytes(const ModelConfig& model, int batch, int tileH, int tileW);
+// The CPU engine's UNet activation buffers and scratch for `batch` tiles of tileH x tileW on
+// `threads` threads, in bytes, from the graph's shapes alone (at least what CpuBackend::prepare
+// allocates).
+std::uint64_t cpuActivationBytes(const ModelConfig& model, int batch, int tileH, int tileW, int threads = 1);
 
 // What this process may still allocate: MemAvailable from /proc/meminfo, or the cgroup's
 // memory limit less its usage when that is smaller. `source` says which, for messages.

@@ -366,7 +366,7 @@ const std::vector<std::string_view> kRunConfigKeys{
     "overlap", "window",      "fusion",      "batch",     "graphs",    "graph_warmup",      "graph_cache",
     "lanes",  "precision",    "backend",     "model",     "preview_every", "init",          "strength",
     "preserve_color", "label", "tuning_cache", "prompt", "negative_prompt", "cfg", "clip_skip", "upscale",
-    "sdxl_size_conditioning", "vae_tiling"};
+    "sdxl_size_conditioning", "vae_tiling", "threads"};
 
 SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
     if (!j.is_object()) wrongType("scheduler_options", j, "an object");
@@ -443,6 +443,7 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     checkIntRange(problems, "graph_warmup", config.graphWarmup, 0, kMaxGraphWarmup, "the graph warm-up count");
     checkIntRange(problems, "graph_cache", config.graphCacheSize, 1, kMaxGraphCache, "the graph cache size");
     checkIntRange(problems, "lanes", config.lanes, 0, kMaxLanes, "the lane count (0 = auto)");
+    checkIntRange(problems, "threads", config.threads, 0, kMaxThreads, "the CPU thread count (0 = all cores)");
     if (config.previewEvery < 0)
         problems.add("preview_every", std::to_string(config.previewEvery) +
                                           " is not allowed; preview_every must be 0 (never) or more");
@@ -512,6 +513,7 @@ nlohmann::json toJson(const RunConfig& c) {
         {"lanes", c.lanes},
         {"precision", toString(c.precision)},
         {"backend", toString(c.backend)},
+        {"threads", c.threads},
         {"model", c.model},
         {"preview_every", c.previewEvery},
         {"init", c.initImage},
@@ -555,6 +557,7 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
         else if (key == "lanes") c.lanes = readInt(value, key);
         else if (key == "precision") c.precision = parsePrecision(readString(value, key), key);
         else if (key == "backend") c.backend = parseBackend(readString(value, key), key);
+        else if (key == "threads") c.threads = readInt(value, key);
         else if (key == "model") c.model = readString(value, key);
         else if (key == "preview_every") c.previewEvery = readInt(value, key);
         else if (key == "init") c.initImage = readString(value, key);

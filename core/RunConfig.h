@@ -93,6 +93,8 @@ struct SchedulerOptions {
 
 // Most tile batches in flight at once (RunConfig::lanes, CudaBackend lanes).
 inline constexpr int kMaxLanes = 8;
+// Most CPU threads a run may ask for (RunConfig::threads): beyond any machine Tessera runs on.
+inline constexpr int kMaxThreads = 1024;
 
 struct RunConfig {
     int width = 256;
@@ -114,6 +116,7 @@ struct RunConfig {
     int lanes = 0;                 // tile batches in flight at once (CUDA engine; 0 = auto, 1..kMaxLanes)
     Precision precision = Precision::FP16;
     BackendKind backend = BackendKind::Auto;
+    int threads = 0;               // CPU engine: threads that compute (0 = all cores); the image does not depend on it
     std::string model;             // model folder; empty = the default model
     int previewEvery = 1;          // observer preview every N steps (0 = never)
 
@@ -176,8 +179,8 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
-// graph_warmup, graph_cache, lanes, precision, backend, model, preview_every, init, strength,
-// preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
+// graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,
+// strength, preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
 // sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key; missing
 // keys keep defaults.
 nlohmann::json toJson(const RunConfig&);

@@ -76,7 +76,7 @@ struct EnvironmentInfo {
     std::string device;        // CPU model / GPU name
     std::string driver;        // CUDA driver/runtime, cuDNN versions; BLAS on CPU
     std::string host;
-    int threads = 0;
+    int threads = 0;           // CPU engine: the threads that computed (RunConfig::threads resolved); else the host's
 };
 
 struct MemoryPlanInfo {

@@ -120,11 +120,11 @@ private slots:
         QVERIFY2(r.out.contains(QRegularExpression("overlap\\s+32 px")), qPrintable(r.out));
         QVERIFY2(r.out.contains("5 cols x 3 rows"), qPrintable(r.out));
 
-        // The preset sets 256x256 / tile 64 / batch 4; a flag after it overrides the width.
+        // The preset sets 256x256 / tile 64 / batch 13; a flag after it overrides the width.
         r = runCli({"plan", "--preset", presetPath("quick-cpu.json"), "--width", "320"});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains("320 x 256 px"), qPrintable(r.out));
-        QVERIFY2(r.out.contains(QRegularExpression("batch\\s+4 tiles")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("batch\\s+13 tiles")), qPrintable(r.out));
         // Flags win over the preset whatever their order.
         r = runCli({"plan", "--steps", "3", "--preset", presetPath("quick-cpu.json")});
         QVERIFY2(r.out.contains("(3 steps)"), qPrintable(describe(r)));
@@ -155,6 +155,8 @@ private slots:
         QTest::newRow("graphs") << QStringList{"plan", "--graphs", "always"} << "graphs:";
         QTest::newRow("precision") << QStringList{"plan", "--precision", "int8"} << "precision:";
         QTest::newRow("backend") << QStringList{"plan", "--backend", "metal"} << "backend:";
+        QTest::newRow("threads negative") << QStringList{"plan", "--threads", "-2"} << "threads:";
+        QTest::newRow("threads text") << QStringList{"plan", "--threads", "all"} << "threads:";
         QTest::newRow("vae tiling") << QStringList{"plan", "--vae-tiling", "sometimes"} << "vae_tiling:";
         QTest::newRow("seed") << QStringList{"plan", "--seed", "-1"} << "seed:";
         QTest::newRow("steps") << QStringList{"plan", "--steps", "0"} << "steps:";
@@ -198,6 +200,8 @@ private slots:
         QCOMPARE(o.outDir, std::string("/tmp/x"));
         QVERIFY(o.config.vaeTiling == VaeTiling::Auto);
         QVERIFY(parseCliOptions({"render", "--vae-tiling", "off"}).config.vaeTiling == VaeTiling::Off);
+        QCOMPARE(o.config.threads, 0);
+        QCOMPARE(parseCliOptions({"render", "--threads", "3"}).config.threads, 3);
         QVERIFY(o.fieldsGiven.count("width") && o.fieldsGiven.count("batch") && !o.fieldsGiven.count("tile"));
 
         o = parseCliOptions({"render", "--tuning-cache", "off"});

@@ -191,27 +191,23 @@ class TestCpuBackend : public QObject {
     Q_OBJECT
 
 private slots:
+    // Blocks of the output cut through rows: tests/core/tst_cputhreads.cpp.
     void conv3x3MatchesDirectLoop_data() {
-        QTest::addColumn<int>("bandRows");
         QTest::addColumn<bool>("withResidual");
-        QTest::newRow("one band") << 0 << false;
-        QTest::newRow("bands of 2 rows, residual") << 2 << true;
-        QTest::newRow("bands of 3 rows (ragged)") << 3 << false;
+        QTest::newRow("no residual") << false;
+        QTest::newRow("residual") << true;
     }
     void conv3x3MatchesDirectLoop() {
-        QFETCH(int, bandRows);
         QFETCH(bool, withResidual);
         const int cin = 5, cout = 7, h = 9, w = 11;
         const auto s = cpu::ConvShape::same(cin, cout, h, w, 3);
         QCOMPARE(s.hout, h);
-        if (bandRows == 0) bandRows = cpu::convBandRows(s, 1 << 20);
         auto x = randomVector(std::size_t(cin) * h * w, 1), wt = randomVector(std::size_t(cout) * cin * 9, 2, 0.3f),
              b = randomVector(std::size_t(cout), 3), res = randomVector(std::size_t(cout) * h * w, 4);
-        std::vector<float> col(cpu::convScratchFloats(s, bandRows)), y(std::size_t(cout) * h * w);
+        std::vector<float> y(std::size_t(cout) * h * w);
         cpu::WorkerPool pool(3);
         const float scale = withResidual ? 0.5f : 1.0f;
-        cpu::conv2d(pool, s, x.data(), wt.data(), b.data(), withResidual ? res.data() : nullptr, scale, y.data(),
-                    col.data(), bandRows);
+        cpu::conv2d(pool, s, x.data(), wt.data(), b.data(), withResidual ? res.data() : nullptr, scale, y.data());
         auto ref = convDirect(x, cin, h, w, wt, b, cout, 3, 1, 1, h, w);
         if (withResidual)
             for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = (ref[i] + res[i]) * scale;
@@ -221,12 +217,12 @@ private slots:
     void conv1x1IsAPlainGemm() {
         const int cin = 6, cout = 4, h = 5, w = 3;
         const auto s = cpu::ConvShape::same(cin, cout, h, w, 1);
-        QCOMPARE(cpu::convScratchFloats(s, cpu::convBandRows(s, 1 << 20)), std::size_t(0));
+        QCOMPARE(cpu::convWorkerFloats(s), std::size_t(0));
         auto x = randomVector(std::size_t(cin) * h * w, 5), wt = randomVector(std::size_t(cout) * cin, 6),
              b = randomVector(std::size_t(cout), 7);
         std::vector<float> y(std::size_t(cout) * h * w);
         cpu::WorkerPool pool(2);
-        cpu::conv2d(pool, s, x.data(), wt.data(), b.data(), nullptr, 1.0f, y.data(), nullptr, h);
+        cpu::conv2d(pool, s, x.data(), wt.data(), b.data(), nullptr, 1.0f, y.data());
         QVERIFY(maxAbs(y, convDirect(x, cin, h, w, wt, b, cout, 1, 1, 0, h, w)) < 1e-5);
     }
 
@@ -256,9 +252,9 @@ private slots:
         } else {
             ref = convDirect(x, c, h, w, wt, b, c, 3, 2, 1, h / 2, w / 2);
         }
-        std::vector<float> col(cpu::convScratchFloats(s, s.hout)), y(std::size_t(c) * s.hout * s.wout);
+        std::vector<float> y(std::size_t(c) * s.hout * s.wout);
         cpu::WorkerPool pool(2);
-        cpu::conv2d(pool, s, x.data(), wt.data(), b.data(), nullptr, 1.0f, y.data(), col.data(), s.hout);
+        cpu::conv2d(pool, s, x.data(), wt.data(), b.data(), nullptr, 1.0f, y.data());
         QVERIFY2(maxAbs(y, ref) < 1e-5, qPrintable(QString::number(maxAbs(y, ref))));
         // The two paddings must really differ (the test would be blind otherwise).
         const auto other = padding == 0 ? convDirect(x, c, h, w, wt, b, c, 3, 2, 1, h / 2, w / 2) : ref;
@@ -331,7 +327,7 @@ private slots:
         aw.wv = W[2].data(); aw.bv = B[2].data();
         aw.wo = W[3].data(); aw.bo = B[3].data();
         if (queryBlock == 0) queryBlock = cpu::attentionQueryBlock(N, 1 << 20);
-        std::vector<float> scratch(cpu::attentionScratchFloats(C, N, queryBlock)), y(x.size());
+        std::vector<float> scratch(cpu::attentionScratchFloats(C, N)), y(x.size());
         cpu::WorkerPool pool(2);
         cpu::attention(pool, C, N, heads, aw, xn.data(), x.data(), outScale, y.data(), scratch.data(), queryBlock);
         const auto ref = attentionDirect(x, C, N, heads, norm ? gamma.data() : nullptr, beta.data(), groups, 1e-6, W, B,

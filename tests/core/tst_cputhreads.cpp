@@ -1,0 +1,576 @@
+// CpuBackend's threads: the worker pool, the fixed GEMM blocks, results bit-identical for any
+// thread count and tile batch (every model family's graph, and whole tiled runs), the blocked
+// convolution and attention against direct double-precision loops, the `threads` setting, and
+// (TESSERA_CPU_BENCH=1) where the time of a default-model forward goes.
+#include <QtTest>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <random>
+
+#include "core/ClipTextConfig.h"
+#include "core/ClipTextGraph.h"
+#include "core/CpuBackend.h"
+#include "core/ModelGraph.h"
+#include "core/RunConfig.h"
+#include "core/TiledSampler.h"
+#include "core/UNetCondConfig.h"
+#include "core/UNetCondGraph.h"
+#include "core/UNetGraph.h"
+#include "core/UNetModel.h"
+#include "core/VaeConfig.h"
+#include "core/VaeGraph.h"
+
+using namespace tessera;
+
+namespace {
+
+std::vector<float> randomVector(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+int envInt(const char* name, int fallback) {
+    return qEnvironmentVariableIsSet(name) ? qEnvironmentVariableIntValue(name) : fallback;
+}
+
+double maxAbs(const std::vector<float>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+// Weights for every parameter of `graph` at about PyTorch's initial scale: norms 1 +- 0.1,
+// biases +-0.1, other tensors N(0, 1 / fan_in).
+TensorMap randomWeights(const ModelGraph& graph, std::uint32_t seed) {
+    TensorMap weights;
+    for (const GraphParam& p : graph.params()) {
+        std::int64_t n = 1, fanIn = 1;
+        for (std::size_t d = 0; d < p.shape.size(); ++d) {
+            n *= p.shape[d];
+            if (d > 0) fanIn *= p.shape[d];
+        }
+        const bool norm = p.shape.size() == 1 && p.name.find("norm") != std::string::npos &&
+                          p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+        const float scale = p.shape.size() == 1 ? 0.1f : 1.0f / std::sqrt(float(fanIn));
+        std::vector<float> data = randomVector(std::size_t(n), seed++, scale);
+        if (norm)
+            for (float& v : data) v += 1.0f;
+        weights[p.name] = HostTensor{p.shape, std::move(data)};
+    }
+    return weights;
+}
+
+// Random inputs for `batch` tiles; inputs read as token ids hold ids below the embedding's vocabulary.
+std::vector<std::vector<float>> randomInputs(const ModelGraph& graph, int batch, int h, int w, std::uint32_t seed) {
+    std::vector<std::vector<float>> in;
+    for (int v : graph.inputs()) {
+        std::vector<float> x = randomVector(std::size_t(graph.elements(v, batch, h, w)), seed++);
+        for (const GraphOp& op : graph.ops())
+            if (op.kind == OpKind::TokenEmbedding && op.input == v) {
+                const auto vocab = graph.param(op.params[0]).shape[0];
+                for (std::size_t i = 0; i < x.size(); ++i) x[i] = float((i * 7919 + std::size_t(seed)) % vocab);
+            }
+        in.push_back(std::move(x));
+    }
+    return in;
+}
+
+std::vector<std::vector<float>> runGraph(const ModelGraph& graph, const TensorMap& weights, int threads, int batch,
+                                         int h, int w, const std::vector<std::vector<float>>& inputs) {
+    CpuBackend backend(threads);
+    backend.prepareGraph(graph, weights, batch, h, w);
+    std::vector<const float*> in;
+    for (const auto& x : inputs) in.push_back(x.data());
+    std::vector<std::vector<float>> out;
+    std::vector<float*> outPtr;
+    for (int v : graph.outputs()) out.emplace_back(std::size_t(graph.elements(v, batch, h, w)), 0.0f);
+    for (auto& y : out) outPtr.push_back(y.data());
+    backend.run(in, batch, outPtr);
+    return out;
+}
+
+// Image b of a [batch, ...] buffer.
+std::vector<float> imageOf(const std::vector<float>& x, int batch, int b) {
+    const std::size_t per = x.size() / std::size_t(batch);
+    return {x.begin() + long(per * b), x.begin() + long(per * (b + 1))};
+}
+
+// Direct convolution of one image in double (stride, padding at the top/left, zeros beyond).
+std::vector<double> convDirect(const cpu::ConvShape& s, const float* x, const std::vector<float>& wt,
+                               const std::vector<float>& b, const float* residual, float outScale) {
+    std::vector<double> y(std::size_t(s.cout) * s.hout * s.wout);
+    for (int o = 0; o < s.cout; ++o)
+        for (int oy = 0; oy < s.hout; ++oy)
+            for (int ox = 0; ox < s.wout; ++ox) {
+                double acc = b[std::size_t(o)];
+                for (int i = 0; i < s.cin; ++i)
+                    for (int ky = 0; ky < s.kernel; ++ky)
+                        for (int kx = 0; kx < s.kernel; ++kx) {
+                            const int iy = oy * s.stride + ky - s.padTop, ix = ox * s.stride + kx - s.padLeft;
+                            if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                            acc += double(wt[((std::size_t(o) * s.cin + i) * s.kernel + ky) * s.kernel + kx]) *
+                                   x[(std::size_t(i) * s.h + iy) * s.w + ix];
+                        }
+                const std::size_t at = (std::size_t(o) * s.hout + oy) * s.wout + ox;
+                y[at] = (acc + (residual ? residual[at] : 0.0)) * outScale;
+            }
+    return y;
+}
+
+// Attention in double over one image's tokens x [N, C] (keys from ctx [M, Ckv], or x):
+// (softmax(Q K^T / sqrt(d)) V Wo^T + bo + residual) * outScale, per head of d = C / heads.
+std::vector<double> attentionDirect(const float* x, int N, int C, const float* ctx, int M, int Ckv, int heads,
+                                    bool causal, const cpu::AttentionWeights& w, const float* residual,
+                                    float outScale) {
+    const float* kv = ctx ? ctx : x;
+    auto project = [](const float* in, int rows, int cin, const float* W, const float* B, int cout) {
+        std::vector<double> out(std::size_t(rows) * cout);
+        for (int r = 0; r < rows; ++r)
+            for (int o = 0; o < cout; ++o) {
+                double acc = B ? B[o] : 0.0;
+                for (int i = 0; i < cin; ++i) acc += double(in[std::size_t(r) * cin + i]) * W[std::size_t(o) * cin + i];
+                out[std::size_t(r) * cout + o] = acc;
+            }
+        return out;
+    };
+    const auto q = project(x, N, C, w.wq, w.bq, C), k = project(kv, M, Ckv, w.wk, w.bk, C),
+               v = project(kv, M, Ckv, w.wv, w.bv, C);
+    const int d = C / heads;
+    std::vector<double> o(std::size_t(N) * C, 0.0), p(static_cast<std::size_t>(M), 0.0);
+    for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < N; ++i) {
+            const int keys = causal ? std::min(M, i + 1) : M;
+            double m = -1e300, sum = 0;
+            for (int j = 0; j < keys; ++j) {
+                double s = 0;
+                for (int c = 0; c < d; ++c) s += q[std::size_t(i) * C + h * d + c] * k[std::size_t(j) * C + h * d + c];
+                p[std::size_t(j)] = s / std::sqrt(double(d));
+                m = std::max(m, p[std::size_t(j)]);
+            }
+            for (int j = 0; j < keys; ++j) sum += p[std::size_t(j)] = std::exp(p[std::size_t(j)] - m);
+            for (int j = 0; j < keys; ++j)
+                for (int c = 0; c < d; ++c)
+                    o[std::size_t(i) * C + h * d + c] += p[std::size_t(j)] / sum * v[std::size_t(j) * C + h * d + c];
+        }
+    std::vector<double> y(std::size_t(N) * C);
+    for (int r = 0; r < N; ++r)
+        for (int c = 0; c < C; ++c) {
+            double acc = w.bo[c];
+            for (int i = 0; i < C; ++i) acc += o[std::size_t(r) * C + i] * w.wo[std::size_t(c) * C + i];
+            y[std::size_t(r) * C + c] = (acc + (residual ? residual[std::size_t(r) * C + c] : 0.0)) * outScale;
+        }
+    return y;
+}
+
+struct RandomAttention {
+    std::vector<float> W[4], B[4];
+    cpu::AttentionWeights weights(bool qkvBias) const {
+        cpu::AttentionWeights a;
+        a.wq = W[0].data();
+        a.wk = W[1].data();
+        a.wv = W[2].data();
+        a.wo = W[3].data();
+        if (qkvBias) {
+            a.bq = B[0].data();
+            a.bk = B[1].data();
+            a.bv = B[2].data();
+        }
+        a.bo = B[3].data();
+        return a;
+    }
+};
+
+RandomAttention randomAttention(int C, int Ckv, std::uint32_t seed) {
+    RandomAttention r;
+    for (int m = 0; m < 4; ++m) {
+        const int in = m == 1 || m == 2 ? Ckv : C;
+        r.W[m] = randomVector(std::size_t(C) * in, seed + m, 1.0f / std::sqrt(float(in)));
+        r.B[m] = randomVector(std::size_t(C), seed + 10 + m, 0.1f);
+    }
+    return r;
+}
+
+nlohmann::json tinyCondConfig() {
+    return nlohmann::json::parse(R"({"_class_name": "UNet2DConditionModel", "block_out_channels": [16, 32],
+      "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"], "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
+      "layers_per_block": 1, "norm_num_groups": 8, "cross_attention_dim": 24, "attention_head_dim": [2, 4],
+      "sample_size": 16})");
+}
+
+nlohmann::json tinyVaeConfig() {
+    return nlohmann::json::parse(R"({"_class_name": "AutoencoderKL", "block_out_channels": [8, 16],
+      "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
+      "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"], "layers_per_block": 1, "norm_num_groups": 4,
+      "latent_channels": 4})");
+}
+
+ClipTextConfig tinyClipConfig() {
+    ClipTextConfig c;
+    c.vocabSize = 64;
+    c.hiddenSize = 16;
+    c.intermediateSize = 32;
+    c.numAttentionHeads = 2;
+    c.numHiddenLayers = 2;
+    c.maxPositionEmbeddings = kClipTextTokens;
+    c.eosTokenId = 63;
+    return c;
+}
+
+// The default model's shape (resources/models/default: 4 levels, 32..128 channels, attention at 1/4).
+ModelConfig defaultShapeConfig() {
+    return modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel", "sample_size": 64,
+      "in_channels": 3, "out_channels": 3, "freq_shift": 1, "flip_sin_to_cos": false,
+      "down_block_types": ["DownBlock2D", "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"],
+      "up_block_types": ["UpBlock2D", "AttnUpBlock2D", "UpBlock2D", "UpBlock2D"],
+      "block_out_channels": [32, 64, 128, 128], "layers_per_block": 1, "downsample_padding": 0,
+      "attention_head_dim": 8, "norm_num_groups": 32, "norm_eps": 1e-6})"));
+}
+
+class NullObserver : public RunObserver {};
+
+}  // namespace
+
+class TestCpuThreads : public QObject {
+    Q_OBJECT
+
+private slots:
+    // Every index once, each on a worker in range; back-to-back calls of few tasks (a worker that
+    // wakes late must never take an index of a later call), inline pools of one thread.
+    void workerPoolRunsEveryIndexOnce() {
+        for (int threads : {1, 2, 3, 8}) {
+            cpu::WorkerPool pool(threads);
+            QCOMPARE(pool.threads(), threads);
+            std::vector<std::atomic<int>> hits(1000);
+            std::atomic<int> badWorker{0};
+            pool.parallelFor(1000, [&](std::int64_t i, int worker) {
+                hits[std::size_t(i)].fetch_add(1);
+                if (worker < 0 || worker >= threads) badWorker.fetch_add(1);
+            });
+            for (const auto& h : hits) QCOMPARE(h.load(), 1);
+            QCOMPARE(badWorker.load(), 0);
+            std::int64_t sum = 0;
+            for (int call = 0; call < 20000; ++call) {
+                std::atomic<std::int64_t> s{0};
+                const int n = call % 5;
+                pool.parallelFor(n, [&](std::int64_t i) { s.fetch_add(i + 1); });
+                QCOMPARE(s.load(), std::int64_t(n) * (n + 1) / 2);
+                sum += s.load();
+            }
+            QVERIFY(sum > 0);
+        }
+        cpu::WorkerPool all(0);
+        QCOMPARE(all.threads(), cpu::hardwareThreads());
+    }
+
+    void workerScratchIsPerWorkerAndGrows() {
+        cpu::WorkerPool pool(3);
+        pool.reserveScratch(100);
+        QCOMPARE(pool.scratchFloats(), std::size_t(300));
+        pool.reserveScratch(10);  // never shrinks
+        QCOMPARE(pool.scratchFloats(), std::size_t(300));
+        std::vector<float*> seen(3, nullptr);
+        pool.parallelFor(64, [&](std::int64_t, int worker) { seen[std::size_t(worker)] = pool.scratch(worker); });
+        for (int a = 0; a < 3; ++a)
+            for (int b = a + 1; b < 3; ++b)
+                if (seen[std::size_t(a)] && seen[std::size_t(b)]) QVERIFY(seen[std::size_t(a)] != seen[std::size_t(b)]);
+    }
+
+    // The blocks cover C, are at least 64 wide (or all of it), and the default model's GEMMs
+    // give a batch of 4 tiles dozens of tasks at its large levels.
+    void gemmBlocksCoverAndFeedTheCores() {
+        for (auto [m, n, k] : {std::tuple{32, 4096, 288}, {64, 1024, 576}, {128, 256, 1152}, {128, 64, 2304},
+                               {7, 5, 3}, {1280, 64, 11520}, {320, 4096, 2880}}) {
+            const cpu::GemmBlocks b = cpu::gemmBlocks(m, n, k);
+            QVERIFY(b.mc >= 1 && b.nc >= 1);
+            QVERIFY(b.mBlocks * b.mc >= m && (b.mBlocks - 1) * b.mc < m);
+            QVERIFY(b.nBlocks * b.nc >= n && (b.nBlocks - 1) * b.nc < n);
+            QVERIFY(b.nc >= std::min(n, 64) && b.mc >= std::min(m, 64));
+            // A block is one sgemm of at most a few tens of millions of multiply-adds.
+            QVERIFY(std::int64_t(b.mc) * b.nc * k <= std::max<std::int64_t>(std::int64_t(64) * 64 * k, 8 << 20));
+        }
+        QVERIFY(cpu::gemmBlocks(32, 4096, 288).nBlocks >= 8);                            // 64x64 tile, 32 channels
+        const cpu::GemmBlocks mid = cpu::gemmBlocks(128, 256, 1152);                     // 16x16, 128 channels
+        QVERIFY(mid.mBlocks * mid.nBlocks >= 4);
+    }
+
+    // Convolutions in blocks that cut through output rows and (wide layers) through the output
+    // channels, several images at once, with a residual and a stride: each image as the direct
+    // loop, and the same bits as that image alone and on any thread count.
+    void blockedConvMatchesDirectLoop_data() {
+        QTest::addColumn<int>("cin");
+        QTest::addColumn<int>("cout");
+        QTest::addColumn<int>("h");
+        QTest::addColumn<int>("w");
+        QTest::addColumn<int>("stride");
+        QTest::newRow("3x3, ragged column blocks and row blocks, residual") << 64 << 256 << 15 << 17 << 1;
+        QTest::newRow("3x3 stride 2, padding 0") << 96 << 96 << 34 << 30 << 2;
+        QTest::newRow("1x1 (a plain GEMM)") << 48 << 80 << 23 << 21 << 0;
+    }
+    void blockedConvMatchesDirectLoop() {
+        QFETCH(int, cin);
+        QFETCH(int, cout);
+        QFETCH(int, h);
+        QFETCH(int, w);
+        QFETCH(int, stride);
+        const cpu::ConvShape s = stride == 2 ? cpu::ConvShape::downsample(cin, h, w, 0)
+                                             : cpu::ConvShape::same(cin, cout, h, w, stride == 0 ? 1 : 3);
+        const std::size_t inImage = std::size_t(cin) * h * w, outImage = std::size_t(s.cout) * s.hout * s.wout;
+        const int images = 3;
+        const auto x = randomVector(inImage * images, 1);
+        const auto wt = randomVector(std::size_t(s.cout) * cin * s.kernel * s.kernel, 2, 0.05f);
+        const auto b = randomVector(std::size_t(s.cout), 3), res = randomVector(outImage * images, 4);
+        const bool withResidual = stride == 1;
+        const float scale = withResidual ? 0.5f : 1.0f;
+        if (stride != 0) {
+            const cpu::GemmBlocks bl = cpu::gemmBlocks(s.cout, s.hout * s.wout, int(s.colRows()));
+            QVERIFY2(bl.nBlocks > 1 && bl.nc % s.wout != 0, "the blocks should cut through output rows");
+            if (cout == 256) QVERIFY2(bl.mBlocks > 1, "the blocks should cut through the output channels");
+        }
+        auto run = [&](int threads, int count, const float* input, const float* residual) {
+            cpu::WorkerPool pool(threads);
+            pool.reserveScratch(cpu::convWorkerFloats(s));
+            std::vector<float> y(outImage * std::size_t(count));
+            cpu::conv2d(pool, s, count, input, wt.data(), b.data(), residual, scale, y.data());
+            return y;
+        };
+        const auto y = run(3, images, x.data(), withResidual ? res.data() : nullptr);
+        for (int i = 0; i < images; ++i) {
+            const std::vector<float> yi(y.begin() + long(outImage * i), y.begin() + long(outImage * (i + 1)));
+            const auto ref = convDirect(s, x.data() + inImage * i, wt, b,
+                                        withResidual ? res.data() + outImage * i : nullptr, scale);
+            QVERIFY2(maxAbs(yi, ref) < 1e-4, qPrintable(QString::number(maxAbs(yi, ref))));
+            // The image alone, on one thread: the same bits.
+            QCOMPARE(run(1, 1, x.data() + inImage * i, withResidual ? res.data() + outImage * i : nullptr), yi);
+        }
+        QCOMPARE(run(2, images, x.data(), withResidual ? res.data() : nullptr), y);
+    }
+
+    // Attention in tasks of (image, head, block of query rows): several blocks, the last ragged;
+    // token sequences (self, causal, cross) and feature maps, against the direct loop.
+    void blockedAttentionMatchesDirectLoop_data() {
+        QTest::addColumn<bool>("featureMap");
+        QTest::addColumn<bool>("causal");
+        QTest::addColumn<int>("contextTokens");  // 0: self-attention
+        QTest::newRow("tokens, self") << false << false << 0;
+        QTest::newRow("tokens, causal (CLIP)") << false << true << 0;
+        QTest::newRow("tokens, cross") << false << false << 9;
+        QTest::newRow("feature map (pixel UNet, VAE)") << true << false << 0;
+    }
+    void blockedAttentionMatchesDirectLoop() {
+        QFETCH(bool, featureMap);
+        QFETCH(bool, causal);
+        QFETCH(int, contextTokens);
+        const int images = 2, N = 70, C = 8, heads = 2, Ckv = contextTokens ? 6 : C, M = contextTokens ? contextTokens : N;
+        const int queryBlock = cpu::attentionTaskRows(N, M, 1 << 18);
+        QVERIFY2(queryBlock < N && N % queryBlock != 0, "the queries should make several blocks, the last ragged");
+        const RandomAttention ra = randomAttention(C, Ckv, 40);
+        const cpu::AttentionWeights aw = ra.weights(!featureMap || contextTokens == 0);
+        const auto x = randomVector(std::size_t(images) * N * C, 50), res = randomVector(x.size(), 51);
+        const auto ctx = randomVector(std::size_t(images) * M * Ckv, 52);
+        const float outScale = 0.5f;
+        auto run = [&](int threads) {
+            cpu::WorkerPool pool(threads);
+            pool.reserveScratch(std::size_t(queryBlock) * M);
+            std::vector<float> y(x.size());
+            if (featureMap) {
+                std::vector<float> scratch(cpu::attentionScratchFloats(C, N) * images);
+                cpu::attention(pool, images, C, N, heads, aw, x.data(), res.data(), outScale, y.data(), scratch.data(),
+                               images, queryBlock);
+            } else {
+                cpu::TokenAttentionShape s{N, C, M, Ckv, heads, causal};
+                std::vector<float> scratch(cpu::tokenAttentionScratchFloats(s));  // one image at a time
+                cpu::tokenAttention(pool, images, s, aw, x.data(), contextTokens ? ctx.data() : nullptr, res.data(),
+                                    outScale, y.data(), scratch.data(), 1, queryBlock);
+            }
+            return y;
+        };
+        const auto y = run(3);
+        for (int i = 0; i < images; ++i) {
+            const std::size_t per = std::size_t(N) * C;
+            std::vector<float> tokens(per), residual(per);
+            std::vector<double> ref;
+            if (featureMap) {  // x [C, N] per image: attend its transpose, transpose back
+                for (int c = 0; c < C; ++c)
+                    for (int p = 0; p < N; ++p) {
+                        tokens[std::size_t(p) * C + c] = x[per * i + std::size_t(c) * N + p];
+                        residual[std::size_t(p) * C + c] = res[per * i + std::size_t(c) * N + p];
+                    }
+                const auto t = attentionDirect(tokens.data(), N, C, nullptr, N, C, heads, false, aw, residual.data(),
+                                               outScale);
+                ref.resize(per);
+                for (int c = 0; c < C; ++c)
+                    for (int p = 0; p < N; ++p) ref[std::size_t(c) * N + p] = t[std::size_t(p) * C + c];
+            } else {
+                ref = attentionDirect(x.data() + per * i, N, C, contextTokens ? ctx.data() + std::size_t(M) * Ckv * i : nullptr,
+                                      M, Ckv, heads, causal, aw, res.data() + per * i, outScale);
+            }
+            const std::vector<float> yi(y.begin() + long(per * i), y.begin() + long(per * (i + 1)));
+            QVERIFY2(maxAbs(yi, ref) < 2e-5, qPrintable(QString::number(maxAbs(yi, ref))));
+        }
+        QCOMPARE(run(1), y);
+        QCOMPARE(run(2), y);
+    }
+
+    // Whole graphs of every family on 1, 2 and 3 threads: the same bits; and a tile's result
+    // is the same bits in a batch of 3 as alone.
+    void graphsAreBitIdenticalForAnyThreadCount_data() {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<int>("tileH");
+        QTest::addColumn<int>("tileW");
+        QTest::newRow("pixel UNet (the default model's shape)") << "unet" << 64 << 40;
+        QTest::newRow("SD UNet (cross attention, GEGLU)") << "unetcond" << 32 << 24;
+        QTest::newRow("VAE decoder (mid attention)") << "vae" << 24 << 16;
+        QTest::newRow("CLIP text (causal attention)") << "clip" << 1 << 1;
+    }
+    void graphsAreBitIdenticalForAnyThreadCount() {
+        QFETCH(QString, family);
+        QFETCH(int, tileH);
+        QFETCH(int, tileW);
+        ModelGraph graph;
+        if (family == "unet") graph = unet2DExecutionGraph(defaultShapeConfig());
+        else if (family == "unetcond") graph = unet2DConditionExecutionGraph(unetCondConfigFromJson(tinyCondConfig()), 7);
+        else if (family == "vae") graph = vaeDecoderExecutionGraph(vaeConfigFromJson(tinyVaeConfig()));
+        else graph = fuseForExecution(buildClipTextGraph(tinyClipConfig(), 2));
+        const TensorMap weights = randomWeights(graph, 7);
+        const int batch = 3;
+        const auto inputs = randomInputs(graph, batch, tileH, tileW, 11);
+        const auto y = runGraph(graph, weights, 1, batch, tileH, tileW, inputs);
+        for (const auto& out : y)
+            for (float v : out) QVERIFY(std::isfinite(v));
+        QCOMPARE(runGraph(graph, weights, 2, batch, tileH, tileW, inputs), y);
+        QCOMPARE(runGraph(graph, weights, 3, batch, tileH, tileW, inputs), y);
+        std::vector<std::vector<float>> single;
+        for (const auto& x : inputs) single.push_back(imageOf(x, batch, 1));
+        const auto y1 = runGraph(graph, weights, 2, 1, tileH, tileW, single);
+        for (std::size_t o = 0; o < y.size(); ++o) QCOMPARE(y1[o], imageOf(y[o], batch, 1));
+    }
+
+    // A tiled run (tile batches that do not divide the tiles, both fusion rules, the seam
+    // statistics of the last step) makes the same image on 1, 2 and 3 threads, and records the
+    // threads that computed.
+    void tiledRunsAreBitIdenticalForAnyThreadCount_data() {
+        QTest::addColumn<int>("fusion");
+        QTest::newRow("sample fusion") << int(FusionRule::Sample);
+        QTest::newRow("noise fusion") << int(FusionRule::Noise);
+    }
+    void tiledRunsAreBitIdenticalForAnyThreadCount() {
+        QFETCH(int, fusion);
+        ModelConfig c = modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
+          "block_out_channels": [16, 32], "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
+          "up_block_types": ["AttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1, "norm_num_groups": 8})"));
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(c, 3));
+        RunConfig cfg;
+        cfg.width = 80;
+        cfg.height = 56;
+        cfg.tile = 32;
+        cfg.overlapPx = 8;
+        cfg.tileBatch = 4;  // 9 tiles: batches of 4, 4, 1
+        cfg.steps = 3;
+        cfg.seed = 5;
+        cfg.fusion = FusionRule(fusion);
+        cfg.scheduler = SchedulerKind::DDPM;  // noise each step
+        cfg.previewEvery = 1;
+        cfg.backend = BackendKind::CPU;
+        std::vector<RunResult> results;
+        for (int threads : {1, 2, 3}) {
+            cfg.threads = threads;
+            TiledSampler sampler(std::make_unique<CpuBackend>());
+            sampler.setModel(model);
+            NullObserver observer;
+            results.push_back(sampler.run(cfg, observer));
+            const RunResult& r = results.back();
+            QCOMPARE(r.record.status, std::string("finished"));
+            QCOMPARE(r.record.environment.threads, threads);
+            QVERIFY(QString::fromStdString(r.record.environment.device).endsWith(QString("(%1 threads)").arg(threads)));
+            QCOMPARE(r.record.config.threads, threads);
+        }
+        for (std::size_t i = 1; i < results.size(); ++i) {
+            QCOMPARE(results[i].image.data, results[0].image.data);
+            QCOMPARE(results[i].seamMap.data, results[0].seamMap.data);
+            QCOMPARE(results[i].record.imageSha256, results[0].record.imageSha256);
+        }
+    }
+
+    // threads: 0 (all cores) to kMaxThreads; anything else is refused naming the field.
+    void threadsSettingIsValidated() {
+        RunConfig c;
+        QCOMPARE(c.threads, 0);
+        QVERIFY(validateAll(c).empty());
+        c.threads = kMaxThreads;
+        QVERIFY(validateAll(c).empty());
+        for (int bad : {-1, kMaxThreads + 1}) {
+            c.threads = bad;
+            const auto problems = validateAll(c);
+            QCOMPARE(problems.size(), std::size_t(1));
+            QCOMPARE(problems[0].field(), std::string("threads"));
+            const std::string text = problems[0].what();
+            QVERIFY2(text.rfind("threads: " + std::to_string(bad) + " is not allowed", 0) == 0, text.c_str());
+            QVERIFY2(text.find("0 to " + std::to_string(kMaxThreads)) != std::string::npos, text.c_str());
+            QVERIFY2(text.find("0 = all cores") != std::string::npos, text.c_str());
+        }
+        c.threads = 6;
+        QCOMPARE(toJson(c).at("threads").get<int>(), 6);
+        QCOMPARE(runConfigFromJson(toJson(c)).threads, 6);
+        QCOMPARE(runConfigFromJson(nlohmann::json{{"threads", 2}}).threads, 2);
+        try {
+            runConfigFromJson(nlohmann::json{{"threads", "many"}});
+            QFAIL("threads 'many' accepted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("threads"));
+        }
+        // The backend takes the setting at once; 0 is every hardware thread.
+        CpuBackend backend(2);
+        QCOMPARE(backend.threads(), 2);
+        backend.setThreads(3);
+        QCOMPARE(backend.threads(), 3);
+        backend.setThreads(0);
+        QCOMPARE(backend.threads(), cpu::hardwareThreads());
+    }
+
+    // Milliseconds per op kind of the default model's forward (quick-cpu's 64x64 tiles, batch
+    // TESSERA_CPU_BENCH_BATCH or 4) on TESSERA_CPU_BENCH_THREADS threads (default: all).
+    // Runs only with TESSERA_CPU_BENCH=1.
+    void profileDefaultModel() {
+        if (!qEnvironmentVariableIsSet("TESSERA_CPU_BENCH")) QSKIP("set TESSERA_CPU_BENCH=1 to measure");
+        const UNetModel model = UNetModel::load(TESSERA_SOURCE_DIR "/resources/models/default");
+        const int batch = envInt("TESSERA_CPU_BENCH_BATCH", 4), reps = std::max(1, envInt("TESSERA_CPU_BENCH_REPS", 5));
+        const int H = 64, W = 64;
+        CpuBackend backend(envInt("TESSERA_CPU_BENCH_THREADS", 0));
+        backend.prepare(model, batch, H, W);
+        backend.setProfiling(true);
+        const std::size_t per = std::size_t(3) * H * W;
+        const auto x = randomVector(per * std::size_t(batch), 90);
+        const std::vector<float> t(std::size_t(batch), 500.0f);
+        std::vector<float> out(per * std::size_t(batch));
+        backend.forward(x.data(), t.data(), batch, out.data());  // warm-up
+        std::map<std::string, double> byKind;
+        double total = 0;
+        const auto start = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) {
+            backend.forward(x.data(), t.data(), batch, out.data());
+            const auto& ops = backend.graph().ops();
+            for (std::size_t i = 0; i < ops.size(); ++i) {
+                std::string key = toString(ops[i].kind);
+                if (ops[i].kind == OpKind::Conv)
+                    key += " 1/" + std::to_string(backend.graph().value(ops[i].output).divisor) + " " +
+                           std::to_string(ops[i].kernel) + "x" + std::to_string(ops[i].kernel);
+                byKind[key] += backend.opMilliseconds()[i] / reps;
+                total += backend.opMilliseconds()[i] / reps;
+            }
+        }
+        const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        qInfo("default model, 64x64, batch %d on %s: %.1f ms per forward (ops %.1f ms), %.2f tiles/s", batch,
+              backend.info().device.c_str(), wall / reps, total, reps * batch * 1e3 / wall);
+        for (const auto& [kind, ms] : byKind) qInfo("  %-22s %8.2f ms  %5.1f%%", kind.c_str(), ms, 100 * ms / total);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCpuThreads)
+#include "tst_cputhreads.moc"
