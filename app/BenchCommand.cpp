@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "app/CliOptions.h"
+#include "app/CliText.h"
 #include "app/EngineFactory.h"
 #include "app/ForwardProfile.h"
 #include "core/BoundedInput.h"
@@ -42,13 +43,6 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitInvalid = 2;
 
-[[noreturn]] void fail(const std::string& field, const std::string& message) {
-    throw ValidationError(field, field + ": " + message);
-}
-
-// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
-std::string inQuotes(std::string_view text) { return "'" + excerpt(text) + "'"; }
-
 int parsePositive(const std::string& field, const std::string& text, int lo = 1) {
     int value = 0;
     const char* end = text.data() + text.size();
@@ -66,36 +60,6 @@ std::vector<std::string> splitList(const std::string& field, const std::string& 
         if (!item.empty()) items.push_back(item);
     if (items.empty()) fail(field, inQuotes(text) + " is an empty list; give values separated by commas");
     return items;
-}
-
-double median(std::vector<double> values) {
-    if (values.empty()) return 0;
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-std::string fixed(double value, int decimals) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-// Four significant digits, like the PyTorch script's "%.4g".
-std::string sig4(double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.4g", value);
-    return text;
-}
-
-std::string csvField(const std::string& text) {
-    if (text.find_first_of(",\"\n") == std::string::npos) return text;
-    std::string quoted = "\"";
-    for (char c : text) {
-        if (c == '"') quoted += '"';
-        quoted += c == '\n' ? ' ' : c;
-    }
-    return quoted + "\"";
 }
 
 // Collects nothing but the engine's notes; progress is one line per run.
@@ -121,20 +85,44 @@ struct BenchRow {
 
 std::string csvLine(const BenchRow& r) {
     const bool ran = !r.failed;
-    auto num = [&](double v) { return ran ? sig4(v) : std::string(); };
+    auto num = [&](double v) { return ran ? significant(v, 4) : std::string(); };
     std::string line = csvField(r.engine) + "," + csvField(r.shape) + "," + r.size + "," + std::to_string(r.tile) + "," +
                        std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + r.precision + "," +
                        std::to_string(r.steps) + "," + std::to_string(r.tiles) + "," + num(r.secondsPerImage) + "," +
-                       num(r.tileEvalsPerS) + "," + num(r.tflops) + "," + (ran && r.peakMiB >= 0 ? sig4(r.peakMiB) : "") +
-                       "," + num(r.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," + sig4(r.gflopPerEval) + "," +
+                       num(r.tileEvalsPerS) + "," + num(r.tflops) + "," + (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") +
+                       "," + num(r.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," + significant(r.gflopPerEval, 4) + "," +
                        r.graphs + "," + r.graphsEffective + "," +
-                       (ran && r.peakTflops ? sig4(r.tflops / *r.peakTflops) : "") + "," +
-                       (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + num(r.firstRunS) + "," +
+                       (ran && r.peakTflops ? significant(r.tflops / *r.peakTflops, 4) : "") + "," +
+                       (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + num(r.firstRunS) + "," +
                        std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note) + "," +
-                       (ran ? sig4(r.graphMiB) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
+                       (ran ? significant(r.graphMiB, 4) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
                        (ran ? num(r.captureMs) : "") + "," + (ran ? num(r.stepGpuMs) : "") + "," +
                        (ran ? std::to_string(r.lanes) : "") + "," + std::to_string(r.lanesRequested);
     return line;
+}
+
+// The rows' CSV, written whole after the last row (core/OutputSet.h: all or nothing). False,
+// after saying why on `err`, when it could not be written.
+template <typename Row, typename Line>
+bool writeCsv(const std::string& path, const std::string& header, const std::vector<Row>& rows, Line line,
+              std::ostream& err) {
+    std::string csv = header + "\n";
+    for (const Row& row : rows) csv += line(row) + "\n";
+    try {
+        writeTextFileAtomically(path, csv);
+    } catch (const std::exception& e) {
+        err << "tessera-cli bench: csv: " << e.what() << "\n";
+        return false;
+    }
+    return true;
+}
+
+// A row whose runs threw: kept in the table and the CSV, marked failed, the error as its note.
+template <typename Row>
+void markFailed(Row& row, const std::exception& e, std::ostream& err) {
+    row.failed = true;
+    row.note = std::string("failed: ") + e.what();
+    err << " " << row.note << "\n";
 }
 
 std::string pad(const std::string& text, std::size_t width) {
@@ -508,15 +496,15 @@ struct SdBenchRow {
 
 std::string sdCsvLine(const SdBenchRow& r) {
     const bool ran = !r.failed;
-    auto num = [&](double v) { return ran ? sig4(v) : std::string(); };
+    auto num = [&](double v) { return ran ? significant(v, 4) : std::string(); };
     return csvField(r.engine) + "," + r.shape + "," + r.size + "," + std::to_string(r.tile) + "," +
-           std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + sig4(r.cfg) + "," +
+           std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + significant(r.cfg, 4) + "," +
            std::to_string(r.unetBatch) + "," + r.precision + "," + std::to_string(r.steps) + "," +
            std::to_string(r.tiles) + "," + std::to_string(r.step.forwardsPerStep) + "," + num(r.step.secondsPerStep) +
            "," + num(r.step.secondsPerStep * r.steps) + "," + num(r.step.unetEvalsPerS) + "," + num(r.forwardMs) + "," +
-           num(r.step.tflops) + "," + (ran && r.peakTflops ? sig4(r.step.tflops / *r.peakTflops) : "") + "," +
-           (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + (ran && r.peakMiB >= 0 ? sig4(r.peakMiB) : "") + "," +
-           sig4(r.gflopPerEval) + "," + num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," +
+           num(r.step.tflops) + "," + (ran && r.peakTflops ? significant(r.step.tflops / *r.peakTflops, 4) : "") + "," +
+           (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") + "," +
+           significant(r.gflopPerEval, 4) + "," + num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," +
            num(r.firstRunS) + "," + r.graphs + "," + std::to_string(r.repeats) + "," + csvField(r.device) + "," +
            csvField(r.note);
 }
@@ -658,7 +646,7 @@ int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
                                                  : std::to_string(o.width) + "x" + std::to_string(o.height);
     err << "bench: " << o.shape << " UNet (" << fixed(static_cast<double>(graph.parameterCount()) / 1e6, 1)
         << " M parameters, random weights), " << size << ", tile " << o.tile << ", overlap " << o.overlap
-        << " pixels (latent 1/8), cfg " << sig4(o.cfg) << ", " << o.repeats << " timed forwards per row after "
+        << " pixels (latent 1/8), cfg " << significant(o.cfg, 4) << ", " << o.repeats << " timed forwards per row after "
         << o.warmupSteps << " untimed; " << today() << "\n";
     const UNetCondModel model = UNetCondModel::random(config, o.seed);
     std::vector<SdBenchRow> rows;
@@ -690,25 +678,14 @@ int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
 #endif
                     err << " " << fixed(row.forwardMs, 2) << " ms per forward of " << row.unetBatch << "\n";
                 } catch (const std::exception& e) {
-                    row.failed = true;
-                    row.note = std::string("failed: ") + e.what();
+                    markFailed(row, e, err);
                     anyFailed = true;
-                    err << " " << row.note << "\n";
                 }
                 rows.push_back(std::move(row));
             }
-    if (!o.csvPath.empty()) {
-        std::string csv = sdBenchCsvHeader() + "\n";
-        for (const SdBenchRow& row : rows) csv += sdCsvLine(row) + "\n";
-        try {
-            writeTextFileAtomically(o.csvPath, csv);
-        } catch (const std::exception& e) {
-            err << "tessera-cli bench: csv: " << e.what() << "\n";
-            return kExitFailure;
-        }
-    }
+    if (!o.csvPath.empty() && !writeCsv(o.csvPath, sdBenchCsvHeader(), rows, sdCsvLine, err)) return kExitFailure;
     out << "\n" << o.shape << " UNet " << size << ", tile " << o.tile << ", overlap " << o.overlap << " ("
-        << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << sig4(o.cfg) << " ("
+        << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << significant(o.cfg, 4) << " ("
         << (o.cfg != 1.0 ? "guidance: 2 evaluations per tile" : "no guidance: 1 evaluation per tile") << "), "
         << fixed(gflop, 1) << " GFLOP per evaluation; UNet forwards only (s/step and evals/s leave out gather, "
         << "guidance, scheduler and scatter); median of " << o.repeats << "\n";
@@ -905,26 +882,16 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                         shownDevice = row.device;
                     }
                 } catch (const std::exception& e) {
-                    row.failed = true;
-                    row.note = std::string("failed: ") + e.what();
+                    markFailed(row, e, err);
                     anyFailed = true;
-                    err << " " << row.note << "\n";
                 }
                 rows.push_back(std::move(row));
             }
         }
     }
 
-    if (!options.csvPath.empty()) {
-        std::string csv = benchCsvHeader() + "\n";
-        for (const BenchRow& row : rows) csv += csvLine(row) + "\n";
-        try {
-            writeTextFileAtomically(options.csvPath, csv);
-        } catch (const std::exception& e) {
-            err << "tessera-cli bench: csv: " << e.what() << "\n";
-            return kExitFailure;
-        }
-    }
+    if (!options.csvPath.empty() && !writeCsv(options.csvPath, benchCsvHeader(), rows, csvLine, err))
+        return kExitFailure;
 
     out << "\n" << shapeName << " " << size << ", tile " << options.tile << ", overlap " << options.overlap << " ("
         << (rows.empty() ? 0 : rows.front().tiles) << " tiles), " << options.steps << " DDIM steps, "

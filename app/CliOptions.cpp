@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/CliText.h"
 #include "app/EngineFactory.h"
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
@@ -22,13 +23,6 @@
 namespace tessera {
 
 namespace {
-
-[[noreturn]] void fail(const std::string& field, const std::string& message) {
-    throw ValidationError(field, field + ": " + message);
-}
-
-// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
-std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
 
 struct OptionSpec {
     std::string field;   // RunConfig field name (CLI spelling), or "" for non-config options

@@ -258,16 +258,9 @@ struct Names {
     std::string_view name, flag, valueName, help, uiLabel, example;
 };
 
+// The JSON key is the name unless a row says otherwise.
 RunConfigField row(const Names& n) {
-    RunConfigField f;
-    f.name = n.name;
-    f.jsonKey = n.name;
-    f.flag = n.flag;
-    f.valueName = n.valueName;
-    f.help = n.help;
-    f.uiLabel = n.uiLabel;
-    f.example = n.example;
-    return f;
+    return RunConfigField{n.name, n.name, n.flag, n.valueName, n.help, n.uiLabel, n.example, {}, {}, {}, {}, {}};
 }
 
 RunConfigField intRow(const Names& n, int RunConfig::*m, std::optional<IntLimit> range = std::nullopt) {
