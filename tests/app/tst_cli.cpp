@@ -74,6 +74,18 @@ private slots:
                  "build the tessera-cli target first");
     }
 
+    // tessera-cli links no Qt (app/CMakeLists.txt: tessera_cli_core), so a bare GPU machine needs
+    // no Qt, ICU or fontconfig for it: no libQt6 name in its dynamic section (nor anywhere else).
+    void linksNoQt() {
+        QFile binary(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"));
+        QVERIFY2(binary.open(QIODevice::ReadOnly), "build the tessera-cli target first");
+        const QByteArray bytes = binary.readAll();
+        QVERIFY(bytes.startsWith("\x7f" "ELF"));
+        for (const char* library : {"libQt6Core.so", "libQt6Gui.so", "libQt6Widgets.so", "libicu", "libfontconfig"})
+            QVERIFY2(!bytes.contains(library), library);
+        QVERIFY2(bytes.contains("libspdlog.so"), "the check reads the dynamic section's names");
+    }
+
     void version() {
         const CliRun r = runCli({"--version"});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
