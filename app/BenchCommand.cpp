@@ -693,6 +693,27 @@ int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     return anyFailed ? kExitFailure : kExitOk;
 }
 
+// The run of one (precision, graphs, lanes, batch) row.
+RunConfig rowConfig(const BenchOptions& options, Precision precision, GraphMode graphs, int lanes, int batch) {
+    RunConfig config;
+    config.width = options.width;
+    config.height = options.height;
+    config.tile = options.tile;
+    config.overlapPx = options.overlap;
+    config.tileBatch = batch;
+    config.steps = options.steps;
+    config.scheduler = SchedulerKind::DDIM;
+    config.precision = precision;
+    config.graphs = graphs;
+    config.lanes = lanes;
+    config.backend = options.backend;
+    config.seed = options.seed;
+    config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
+    config.label = "bench";
+    config.tuningCache = options.tuningCache;
+    return config;
+}
+
 // One row of whole tiled runs on one engine: a warm-up run (prepare, algorithm search, capture),
 // then options.repeats measured runs; their medians fill `row`. Throws when a run does not finish.
 void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<const UNetModel>& model,
@@ -852,22 +873,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                 row.repeats = options.repeats;
                 row.engine = "tessera";
 
-                RunConfig config;
-                config.width = options.width;
-                config.height = options.height;
-                config.tile = options.tile;
-                config.overlapPx = options.overlap;
-                config.tileBatch = batch;
-                config.steps = options.steps;
-                config.scheduler = SchedulerKind::DDIM;
-                config.precision = precision;
-                config.graphs = graphs;
-                config.lanes = lanes;
-                config.backend = options.backend;
-                config.seed = options.seed;
-                config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
-                config.label = "bench";
-                config.tuningCache = options.tuningCache;
+                const RunConfig config = rowConfig(options, precision, graphs, lanes, batch);
                 {
                     const TilePlan plan = TilePlan::fromConfig(config);
                     row.tiles = plan.count();

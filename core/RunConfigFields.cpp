@@ -316,9 +316,10 @@ constexpr int kMaxTileBatch = 1024;
 constexpr int kMaxGraphWarmup = 100;
 constexpr int kMaxGraphCache = 1024;
 
-std::vector<RunConfigField> makeFields() {
-    using C = RunConfig;
-    std::vector<RunConfigField> f;
+using C = RunConfig;
+
+// Size, seed, steps and the scheduler.
+void addSamplingFields(std::vector<RunConfigField>& f) {
     f.push_back(intRow({"width", "width", "PX", "image width in pixels (default {default})", "Size", "320"}, &C::width));
     f.push_back(intRow({"height", "height", "PX", "image height in pixels (default {default})", "Size", "192"}, &C::height));
     {
@@ -364,6 +365,10 @@ std::vector<RunConfigField> makeFields() {
         options.read = [](C& c, const Json& v) { c.schedulerOptions = schedulerOptionsFromJson(v, c.schedulerOptions); };
         f.push_back(std::move(options));
     }
+}
+
+// Tiling, CUDA graphs, precision, backend, threads.
+void addTilingFields(std::vector<RunConfigField>& f) {
     f.push_back(intRow({"tile", "tile", "PX", "tile edge in pixels (default {default})", "Tile", "96"}, &C::tile));
     {
         RunConfigField overlap = row({"overlap", "overlap", "PX|NN%",
@@ -412,6 +417,10 @@ std::vector<RunConfigField> makeFields() {
                         "the image is the same bits for any count",
                         "Threads", "3"},
                        &C::threads, limit(0, kMaxThreads, "the CPU thread count (0 = all cores)")));
+}
+
+// The model, previews, the start image, the text conditioning, the VAE and the rest.
+void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(textRow({"model", "model", "PATH",
                          "a Stable Diffusion 1.x/2.x checkpoint (.safetensors file or diffusers\n"
                          "pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
@@ -479,6 +488,13 @@ std::vector<RunConfigField> makeFields() {
         };
         f.push_back(std::move(cache));
     }
+}
+
+std::vector<RunConfigField> makeFields() {
+    std::vector<RunConfigField> f;
+    addSamplingFields(f);
+    addTilingFields(f);
+    addInputFields(f);
     return f;
 }
 
