@@ -15,7 +15,9 @@
 #include <sstream>
 
 #include "app/CliOptions.h"
+#include "app/CliText.h"
 #include "app/EngineFactory.h"
+#include "app/ForwardProfile.h"
 #include "core/BoundedInput.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/OutputSet.h"
@@ -23,6 +25,7 @@
 #include "core/TuningCache.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetCondModel.h"
+#include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 
 #if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/CudaBackend.h")
@@ -39,13 +42,6 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitInvalid = 2;
-
-[[noreturn]] void fail(const std::string& field, const std::string& message) {
-    throw ValidationError(field, field + ": " + message);
-}
-
-// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
-std::string inQuotes(std::string_view text) { return "'" + excerpt(text) + "'"; }
 
 int parsePositive(const std::string& field, const std::string& text, int lo = 1) {
     int value = 0;
@@ -64,36 +60,6 @@ std::vector<std::string> splitList(const std::string& field, const std::string& 
         if (!item.empty()) items.push_back(item);
     if (items.empty()) fail(field, inQuotes(text) + " is an empty list; give values separated by commas");
     return items;
-}
-
-double median(std::vector<double> values) {
-    if (values.empty()) return 0;
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-std::string fixed(double value, int decimals) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-// Four significant digits, like the PyTorch script's "%.4g".
-std::string sig4(double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.4g", value);
-    return text;
-}
-
-std::string csvField(const std::string& text) {
-    if (text.find_first_of(",\"\n") == std::string::npos) return text;
-    std::string quoted = "\"";
-    for (char c : text) {
-        if (c == '"') quoted += '"';
-        quoted += c == '\n' ? ' ' : c;
-    }
-    return quoted + "\"";
 }
 
 // Collects nothing but the engine's notes; progress is one line per run.
@@ -119,20 +85,44 @@ struct BenchRow {
 
 std::string csvLine(const BenchRow& r) {
     const bool ran = !r.failed;
-    auto num = [&](double v) { return ran ? sig4(v) : std::string(); };
+    auto num = [&](double v) { return ran ? significant(v, 4) : std::string(); };
     std::string line = csvField(r.engine) + "," + csvField(r.shape) + "," + r.size + "," + std::to_string(r.tile) + "," +
                        std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + r.precision + "," +
                        std::to_string(r.steps) + "," + std::to_string(r.tiles) + "," + num(r.secondsPerImage) + "," +
-                       num(r.tileEvalsPerS) + "," + num(r.tflops) + "," + (ran && r.peakMiB >= 0 ? sig4(r.peakMiB) : "") +
-                       "," + num(r.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," + sig4(r.gflopPerEval) + "," +
+                       num(r.tileEvalsPerS) + "," + num(r.tflops) + "," + (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") +
+                       "," + num(r.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," + significant(r.gflopPerEval, 4) + "," +
                        r.graphs + "," + r.graphsEffective + "," +
-                       (ran && r.peakTflops ? sig4(r.tflops / *r.peakTflops) : "") + "," +
-                       (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + num(r.firstRunS) + "," +
+                       (ran && r.peakTflops ? significant(r.tflops / *r.peakTflops, 4) : "") + "," +
+                       (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + num(r.firstRunS) + "," +
                        std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note) + "," +
-                       (ran ? sig4(r.graphMiB) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
+                       (ran ? significant(r.graphMiB, 4) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
                        (ran ? num(r.captureMs) : "") + "," + (ran ? num(r.stepGpuMs) : "") + "," +
                        (ran ? std::to_string(r.lanes) : "") + "," + std::to_string(r.lanesRequested);
     return line;
+}
+
+// The rows' CSV, written whole after the last row (core/OutputSet.h: all or nothing). False,
+// after saying why on `err`, when it could not be written.
+template <typename Row, typename Line>
+bool writeCsv(const std::string& path, const std::string& header, const std::vector<Row>& rows, Line line,
+              std::ostream& err) {
+    std::string csv = header + "\n";
+    for (const Row& row : rows) csv += line(row) + "\n";
+    try {
+        writeTextFileAtomically(path, csv);
+    } catch (const std::exception& e) {
+        err << "tessera-cli bench: csv: " << e.what() << "\n";
+        return false;
+    }
+    return true;
+}
+
+// A row whose runs threw: kept in the table and the CSV, marked failed, the error as its note.
+template <typename Row>
+void markFailed(Row& row, const std::exception& e, std::ostream& err) {
+    row.failed = true;
+    row.note = std::string("failed: ") + e.what();
+    err << " " << row.note << "\n";
 }
 
 std::string pad(const std::string& text, std::size_t width) {
@@ -265,6 +255,12 @@ std::string benchUsage() {
            "  --csv FILE             write the rows as CSV (columns as bench/torch_tiled_ddim.py, plus more)\n"
            "  --tuning-cache FILE|off  CUDA: the tuning cache of timed choices (default: the user's cache\n"
            "                         file, as render); off times every prepare (prepare_s as without a cache)\n"
+           "  --profile              instead of runs: per precision x batch, one forward's GPU time per op\n"
+           "                         (event-record nodes in one captured forward) grouped by kind, the 25\n"
+           "                         slowest ops, the forward timed eagerly and as a CUDA graph (--repeats\n"
+           "                         timed after --warmup-steps untimed; default 20 after 3) and the arena\n"
+           "                         (weights, activations, workspace). CUDA only; not with --graphs, --lanes,\n"
+           "                         --csv, --steps\n"
            "  --help, -h             this text\n\n"
            "Stable Diffusion UNets (CUDA only): --shape sd15 (SD 1.5, 860 M parameters, context 77x768),\n"
            "sd21 (SD 2.1 768-v: context 77x1024, linear projections, heads 5,10,20,20, upcast attention) or\n"
@@ -311,6 +307,16 @@ void applySdOptions(BenchOptions& o) {
                             " the overlap is a multiple of 8 pixels below the tile (" + std::to_string(o.tile) + ")");
 }
 
+// --profile times UNet forwards of each (precision x batch), eagerly and as one captured graph,
+// so the options of whole runs do not apply; 20 timed forwards unless --repeats says otherwise.
+void applyProfileOptions(BenchOptions& o) {
+    for (const char* field : {"graphs", "lanes", "csv", "steps"})
+        if (o.given.count(field))
+            fail(field, std::string("--") + field + " does not apply to --profile: it times one forward per precision "
+                        "x batch, eagerly and as one captured graph, and prints the table (no runs, no CSV)");
+    if (!o.given.count("repeats")) o.repeats = 20;
+}
+
 }  // namespace
 
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
@@ -329,6 +335,11 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         std::string name = args[i], value;
         if (name == "-h" || name == "--help") {
             o.help = true;
+            continue;
+        }
+        if (name == "--profile") {  // the one option without a value
+            o.profile = true;
+            o.given.insert("profile");
             continue;
         }
         if (name.rfind("--", 0) != 0) fail("option", "unexpected argument " + inQuotes(name) + "; options start with --");
@@ -426,6 +437,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     if (o.shape.empty() == o.model.empty())
         fail("shape", o.shape.empty() ? "give --shape cifar|church|sd15|sd21|sdxl (random weights) or --model DIR"
                                       : "give --shape or --model, not both");
+    if (o.profile) applyProfileOptions(o);
     if (isSdBenchShape(o.shape))
         applySdOptions(o);
     else if (o.given.count("cfg"))
@@ -484,15 +496,15 @@ struct SdBenchRow {
 
 std::string sdCsvLine(const SdBenchRow& r) {
     const bool ran = !r.failed;
-    auto num = [&](double v) { return ran ? sig4(v) : std::string(); };
+    auto num = [&](double v) { return ran ? significant(v, 4) : std::string(); };
     return csvField(r.engine) + "," + r.shape + "," + r.size + "," + std::to_string(r.tile) + "," +
-           std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + sig4(r.cfg) + "," +
+           std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + significant(r.cfg, 4) + "," +
            std::to_string(r.unetBatch) + "," + r.precision + "," + std::to_string(r.steps) + "," +
            std::to_string(r.tiles) + "," + std::to_string(r.step.forwardsPerStep) + "," + num(r.step.secondsPerStep) +
            "," + num(r.step.secondsPerStep * r.steps) + "," + num(r.step.unetEvalsPerS) + "," + num(r.forwardMs) + "," +
-           num(r.step.tflops) + "," + (ran && r.peakTflops ? sig4(r.step.tflops / *r.peakTflops) : "") + "," +
-           (r.peakTflops ? sig4(*r.peakTflops) : "") + "," + (ran && r.peakMiB >= 0 ? sig4(r.peakMiB) : "") + "," +
-           sig4(r.gflopPerEval) + "," + num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," +
+           num(r.step.tflops) + "," + (ran && r.peakTflops ? significant(r.step.tflops / *r.peakTflops, 4) : "") + "," +
+           (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") + "," +
+           significant(r.gflopPerEval, 4) + "," + num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," +
            num(r.firstRunS) + "," + r.graphs + "," + std::to_string(r.repeats) + "," + csvField(r.device) + "," +
            csvField(r.note);
 }
@@ -517,16 +529,42 @@ void printSdTable(std::ostream& out, const std::vector<SdBenchRow>& rows) {
     printCells(out, head, cells);
 }
 
-// The SD shapes run on the CUDA backend only; anything else is refused with the reason.
-void checkSdBackend(const BenchOptions& o) {
+// The SD shapes and --profile run on the CUDA backend only; anything else is refused with the reason.
+void checkCudaBench(const BenchOptions& o) {
+    const std::string what = o.profile ? "--profile" : o.shape;
     if (o.backend == BackendKind::CPU)
-        fail("backend", "cpu is not allowed for " + o.shape + ": the Stable Diffusion shapes are timed on the CUDA "
-                        "backend only (one CPU forward of an 860 M-parameter UNet takes minutes); use cuda or auto");
+        fail("backend", "cpu is not allowed for " + what + ": " +
+                            (o.profile ? std::string("it times the CUDA backend's ops with CUDA events; use cuda or auto")
+                                       : "the Stable Diffusion shapes are timed on the CUDA backend only (one CPU "
+                                         "forward of an 860 M-parameter UNet takes minutes); use cuda or auto"));
     if (checkRunBackend(o.backend) != BackendKind::CUDA) {
         const DeviceReport report = probeDevices();
-        fail("backend", "auto found no CUDA backend to time " + o.shape + " on (" +
+        fail("backend", "auto found no CUDA backend to time " + what + " on (" +
                             (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) + ")");
     }
+}
+
+// --profile: printForwardProfile (app/ForwardProfile.h) for every precision x batch; `factor`
+// doubles the forward batch where guidance evaluates both halves at once.
+int runProfiles(const BenchOptions& o, const std::string& name, const ModelGraph& graph, const TensorMap& weights,
+                int tileH, int tileW, int factor, std::ostream& out, std::ostream& err) {
+    bool anyFailed = false;
+    for (Precision p : o.precisions)
+        for (int batch : o.batches) {
+            try {
+#if TESSERA_BENCH_CUDA
+                printForwardProfile(out, graph, weights, {name, p, batch * factor, tileH, tileW, o.warmupSteps, o.repeats,
+                                                          o.seed, o.tuningCache});
+#else
+                (void)graph, (void)weights, (void)tileH, (void)tileW, (void)factor, (void)out;
+                throw std::runtime_error("this build has no CUDA backend");
+#endif
+            } catch (const std::exception& e) {
+                anyFailed = true;
+                err << "bench: profile " << name << " " << toString(p) << " batch " << batch << " failed: " << e.what() << "\n";
+            }
+        }
+    return anyFailed ? kExitFailure : kExitOk;
 }
 
 // Random weights in host memory (float32) and the backend's packed copy: refused before
@@ -568,22 +606,7 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
     for (const std::string& w : cache.warnings()) row.note += (row.note.empty() ? "" : "; ") + w;
     row.prepareS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<std::vector<float>> inputs;
-    std::vector<const float*> in;
-    for (int v : graph.inputs()) {
-        inputs.emplace_back(static_cast<std::size_t>(graph.elements(v, row.unetBatch, plan.tileH(), plan.tileW())));
-        for (float& x : inputs.back()) x = graph.value(v).name == "timestep" ? 500.0f : normal(rng);
-        in.push_back(inputs.back().data());
-    }
-    std::vector<std::vector<float>> outputs;
-    std::vector<float*> outs;
-    for (int v : graph.outputs()) {
-        outputs.emplace_back(static_cast<std::size_t>(graph.elements(v, row.unetBatch, plan.tileH(), plan.tileW())));
-        outs.push_back(outputs.back().data());
-    }
-    gpu.run(in, row.unetBatch, outs);
+    runForwardOnRandomInputs(gpu, graph, row.unetBatch, plan.tileH(), plan.tileW(), o.seed);
     row.firstRunS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     const int warmup = o.warmupSteps;
@@ -607,7 +630,7 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
 // Every (precision x graphs x batch) row (runSdRow), then the CSV and the table.
 int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     const UNetCondConfig config = benchSdShapeConfig(o.shape);
-    checkSdBackend(o);
+    checkCudaBench(o);
     checkSdHostMemory(o, config);
     if (!o.csvPath.empty()) {
         const std::uintmax_t bytes = (4u << 10) + (1u << 10) * o.precisions.size() * o.graphs.size() * o.batches.size();
@@ -615,12 +638,15 @@ int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     }
     const TilePlan plan = TilePlan::make(o.width / 8, o.height / 8, o.tile / 8, o.overlap / 8);
     const ModelGraph graph = unet2DConditionExecutionGraph(config);
+    if (o.profile)
+        return runProfiles(o, o.shape, graph, UNetCondModel::random(config, o.seed).tensors(), plan.tileH(),
+                           plan.tileW(), o.cfg != 1.0 ? 2 : 1, out, err);
     const double gflop = graph.flops(plan.tileH(), plan.tileW()) / 1e9;
     const std::string size = o.width == o.height ? std::to_string(o.width)
                                                  : std::to_string(o.width) + "x" + std::to_string(o.height);
     err << "bench: " << o.shape << " UNet (" << fixed(static_cast<double>(graph.parameterCount()) / 1e6, 1)
         << " M parameters, random weights), " << size << ", tile " << o.tile << ", overlap " << o.overlap
-        << " pixels (latent 1/8), cfg " << sig4(o.cfg) << ", " << o.repeats << " timed forwards per row after "
+        << " pixels (latent 1/8), cfg " << significant(o.cfg, 4) << ", " << o.repeats << " timed forwards per row after "
         << o.warmupSteps << " untimed; " << today() << "\n";
     const UNetCondModel model = UNetCondModel::random(config, o.seed);
     std::vector<SdBenchRow> rows;
@@ -652,25 +678,14 @@ int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
 #endif
                     err << " " << fixed(row.forwardMs, 2) << " ms per forward of " << row.unetBatch << "\n";
                 } catch (const std::exception& e) {
-                    row.failed = true;
-                    row.note = std::string("failed: ") + e.what();
+                    markFailed(row, e, err);
                     anyFailed = true;
-                    err << " " << row.note << "\n";
                 }
                 rows.push_back(std::move(row));
             }
-    if (!o.csvPath.empty()) {
-        std::string csv = sdBenchCsvHeader() + "\n";
-        for (const SdBenchRow& row : rows) csv += sdCsvLine(row) + "\n";
-        try {
-            writeTextFileAtomically(o.csvPath, csv);
-        } catch (const std::exception& e) {
-            err << "tessera-cli bench: csv: " << e.what() << "\n";
-            return kExitFailure;
-        }
-    }
+    if (!o.csvPath.empty() && !writeCsv(o.csvPath, sdBenchCsvHeader(), rows, sdCsvLine, err)) return kExitFailure;
     out << "\n" << o.shape << " UNet " << size << ", tile " << o.tile << ", overlap " << o.overlap << " ("
-        << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << sig4(o.cfg) << " ("
+        << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << significant(o.cfg, 4) << " ("
         << (o.cfg != 1.0 ? "guidance: 2 evaluations per tile" : "no guidance: 1 evaluation per tile") << "), "
         << fixed(gflop, 1) << " GFLOP per evaluation; UNet forwards only (s/step and evals/s leave out gather, "
         << "guidance, scheduler and scatter); median of " << o.repeats << "\n";
@@ -678,10 +693,88 @@ int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     return anyFailed ? kExitFailure : kExitOk;
 }
 
+// The run of one (precision, graphs, lanes, batch) row.
+RunConfig rowConfig(const BenchOptions& options, Precision precision, GraphMode graphs, int lanes, int batch) {
+    RunConfig config;
+    config.width = options.width;
+    config.height = options.height;
+    config.tile = options.tile;
+    config.overlapPx = options.overlap;
+    config.tileBatch = batch;
+    config.steps = options.steps;
+    config.scheduler = SchedulerKind::DDIM;
+    config.precision = precision;
+    config.graphs = graphs;
+    config.lanes = lanes;
+    config.backend = options.backend;
+    config.seed = options.seed;
+    config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
+    config.label = "bench";
+    config.tuningCache = options.tuningCache;
+    return config;
+}
+
+// One row of whole tiled runs on one engine: a warm-up run (prepare, algorithm search, capture),
+// then options.repeats measured runs; their medians fill `row`. Throws when a run does not finish.
+void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<const UNetModel>& model,
+                const BenchOptions& options, std::ostream& err) {
+    std::string note;
+    // One engine per row: its first run pays prepare, algorithm search and capture.
+    std::unique_ptr<Engine> engine = createEngine(options.backend, &note);
+    if (!note.empty()) err << "\nnote: " << note << "\n";
+    engine->setModel(model);  // Engine interface: every engine takes an in-memory model
+    QuietObserver observer;
+
+    RunConfig warm = config;
+    if (options.warmupSteps > 0) warm.steps = std::min(options.steps, options.warmupSteps);
+    const RunResult first = engine->run(warm, observer);
+    if (first.record.status != "finished")
+        throw std::runtime_error("warm-up run " + first.record.status + ": " + first.record.error);
+    row.prepareS = first.record.prepareMs / 1000.0;
+    row.firstRunS = (first.record.prepareMs + first.record.totalMs) / 1000.0;
+    row.engine = "tessera-" + first.record.environment.backend;
+    row.device = first.record.environment.device;
+
+    std::vector<double> totals, enqueue, stepGpu;
+    double peakMiB = first.record.peakDeviceMiB;
+    RunRecord last;
+    for (int r = 0; r < options.repeats; ++r) {
+        RunResult result = engine->run(config, observer);
+        if (result.record.status != "finished")
+            throw std::runtime_error("run " + result.record.status + ": " + result.record.error);
+        totals.push_back(result.record.totalMs);
+        for (const auto& step : result.record.steps) {
+            enqueue.push_back(step.hostEnqueueMs);
+            stepGpu.push_back(step.gpuMs);
+        }
+        peakMiB = std::max(peakMiB, result.record.peakDeviceMiB);
+        last = std::move(result.record);
+    }
+    row.graphsEffective = last.graphs.mode.empty() ? row.graphs : last.graphs.mode;
+    row.lanes = last.graphs.lanes;
+    row.secondsPerImage = median(totals) / 1000.0;
+    const double evaluations = static_cast<double>(row.tiles) * options.steps;
+    row.tileEvalsPerS = evaluations / row.secondsPerImage;
+    row.tflops = row.gflopPerEval * 1e9 * evaluations / row.secondsPerImage / 1e12;
+    row.peakMiB = peakMiB;
+    row.hostEnqueueMsPerStep = median(enqueue);
+    row.stepGpuMs = median(stepGpu);
+    row.graphMiB = std::max(first.record.graphs.graphMemMiB, last.graphs.graphMemMiB);
+    row.graphNodes = std::max(first.record.graphs.nodes, last.graphs.nodes);
+    row.captureMs = first.record.graphs.captureMs + first.record.graphs.instantiateMs;
+    row.peakTflops = options.peakTflops;
+    if (!row.peakTflops && last.environment.backend == "cuda") row.peakTflops = denseTensorPeakTflops(row.device);
+    // The engine's own words (e.g. why a graph capture fell back to graphs off).
+    std::vector<std::string> notes = last.messages;
+    for (const auto& m : observer.messages)
+        if (std::find(notes.begin(), notes.end(), m) == notes.end()) notes.push_back(m);
+    for (const auto& m : notes) row.note += (row.note.empty() ? "" : "; ") + m;
+    err << " " << fixed(row.secondsPerImage, 3) << " s/image\n";
+    for (const auto& m : notes) err << "note: " << m << "\n";
+}
+
 }  // namespace
 
-// Over 150 lines, not yet split: option handling, the run loop and the table are to part when
-// bench folds tessera-cuda-bench in and moves to the Qt-free CLI core (issue 14 item 8).
 int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
     BenchOptions options;
     std::shared_ptr<const UNetModel> model;
@@ -692,6 +785,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             out << benchUsage();
             return kExitOk;
         }
+        if (options.profile) checkCudaBench(options);  // before any weights are loaded or drawn
         if (isSdBenchShape(options.shape)) return runSdBench(options, out, err);
         // Every row's settings, the backend and the host memory are checked before any work
         // (the model's weights are loaded or drawn only then), from the model's config alone.
@@ -724,6 +818,9 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             model = std::make_shared<const UNetModel>(UNetModel::random(folder.config, options.seed));
             shapeName = options.shape;
         }
+        if (options.profile)
+            return runProfiles(options, shapeName, unet2DExecutionGraph(model->config()), model->tensors(),
+                               options.tile, options.tile, 1, out, err);
     } catch (const ValidationError& e) {
         err << "tessera-cli bench: " << e.what() << "\n";
         return kExitInvalid;
@@ -776,22 +873,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                 row.repeats = options.repeats;
                 row.engine = "tessera";
 
-                RunConfig config;
-                config.width = options.width;
-                config.height = options.height;
-                config.tile = options.tile;
-                config.overlapPx = options.overlap;
-                config.tileBatch = batch;
-                config.steps = options.steps;
-                config.scheduler = SchedulerKind::DDIM;
-                config.precision = precision;
-                config.graphs = graphs;
-                config.lanes = lanes;
-                config.backend = options.backend;
-                config.seed = options.seed;
-                config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
-                config.label = "bench";
-                config.tuningCache = options.tuningCache;
+                const RunConfig config = rowConfig(options, precision, graphs, lanes, batch);
                 {
                     const TilePlan plan = TilePlan::fromConfig(config);
                     row.tiles = plan.count();
@@ -800,84 +882,22 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
                 err << "bench: " << row.precision << ", graphs " << row.graphs << ", lanes "
                     << (lanes ? std::to_string(lanes) : std::string("auto")) << ", batch " << batch << " ..." << std::flush;
                 try {
-                    std::string note;
-                    // One engine per row: its first run pays prepare, algorithm search and capture.
-                    std::unique_ptr<Engine> engine = createEngine(options.backend, &note);
-                    if (!note.empty()) err << "\nnote: " << note << "\n";
-                    engine->setModel(model);  // Engine interface: every engine takes an in-memory model
-                    QuietObserver observer;
-
-                    RunConfig warm = config;
-                    if (options.warmupSteps > 0) warm.steps = std::min(options.steps, options.warmupSteps);
-                    const RunResult first = engine->run(warm, observer);
-                    if (first.record.status != "finished")
-                        throw std::runtime_error("warm-up run " + first.record.status + ": " + first.record.error);
-                    row.prepareS = first.record.prepareMs / 1000.0;
-                    row.firstRunS = (first.record.prepareMs + first.record.totalMs) / 1000.0;
-                    row.engine = "tessera-" + first.record.environment.backend;
-                    row.device = first.record.environment.device;
-
-                    std::vector<double> totals, enqueue, stepGpu;
-                    double peakMiB = first.record.peakDeviceMiB;
-                    RunRecord last;
-                    for (int r = 0; r < options.repeats; ++r) {
-                        RunResult result = engine->run(config, observer);
-                        if (result.record.status != "finished")
-                            throw std::runtime_error("run " + result.record.status + ": " + result.record.error);
-                        totals.push_back(result.record.totalMs);
-                        for (const auto& step : result.record.steps) {
-                            enqueue.push_back(step.hostEnqueueMs);
-                            stepGpu.push_back(step.gpuMs);
-                        }
-                        peakMiB = std::max(peakMiB, result.record.peakDeviceMiB);
-                        last = std::move(result.record);
-                    }
-                    row.graphsEffective = last.graphs.mode.empty() ? row.graphs : last.graphs.mode;
-                    row.lanes = last.graphs.lanes;
-                    row.secondsPerImage = median(totals) / 1000.0;
-                    const double evaluations = static_cast<double>(row.tiles) * options.steps;
-                    row.tileEvalsPerS = evaluations / row.secondsPerImage;
-                    row.tflops = row.gflopPerEval * 1e9 * evaluations / row.secondsPerImage / 1e12;
-                    row.peakMiB = peakMiB;
-                    row.hostEnqueueMsPerStep = median(enqueue);
-                    row.stepGpuMs = median(stepGpu);
-                    row.graphMiB = std::max(first.record.graphs.graphMemMiB, last.graphs.graphMemMiB);
-                    row.graphNodes = std::max(first.record.graphs.nodes, last.graphs.nodes);
-                    row.captureMs = first.record.graphs.captureMs + first.record.graphs.instantiateMs;
-                    row.peakTflops = options.peakTflops;
-                    if (!row.peakTflops && last.environment.backend == "cuda") row.peakTflops = denseTensorPeakTflops(row.device);
-                    // The engine's own words (e.g. why a graph capture fell back to graphs off).
-                    std::vector<std::string> notes = last.messages;
-                    for (const auto& m : observer.messages)
-                        if (std::find(notes.begin(), notes.end(), m) == notes.end()) notes.push_back(m);
-                    for (const auto& m : notes) row.note += (row.note.empty() ? "" : "; ") + m;
+                    runDdpmRow(row, config, model, options, err);
                     if (row.peakTflops) {
                         shownPeak = row.peakTflops;
                         shownDevice = row.device;
                     }
-                    err << " " << fixed(row.secondsPerImage, 3) << " s/image\n";
-                    for (const auto& m : notes) err << "note: " << m << "\n";
                 } catch (const std::exception& e) {
-                    row.failed = true;
-                    row.note = std::string("failed: ") + e.what();
+                    markFailed(row, e, err);
                     anyFailed = true;
-                    err << " " << row.note << "\n";
                 }
                 rows.push_back(std::move(row));
             }
         }
     }
 
-    if (!options.csvPath.empty()) {
-        std::string csv = benchCsvHeader() + "\n";
-        for (const BenchRow& row : rows) csv += csvLine(row) + "\n";
-        try {
-            writeTextFileAtomically(options.csvPath, csv);
-        } catch (const std::exception& e) {
-            err << "tessera-cli bench: csv: " << e.what() << "\n";
-            return kExitFailure;
-        }
-    }
+    if (!options.csvPath.empty() && !writeCsv(options.csvPath, benchCsvHeader(), rows, csvLine, err))
+        return kExitFailure;
 
     out << "\n" << shapeName << " " << size << ", tile " << options.tile << ", overlap " << options.overlap << " ("
         << (rows.empty() ? 0 : rows.front().tiles) << " tiles), " << options.steps << " DDIM steps, "

@@ -47,6 +47,7 @@ struct BenchOptions {
     std::string tuningCache;           // RunConfig::tuningCache ("" = the default file, "off", a path)
     double cfg = 7.0;                  // sd15/sd21/sdxl: guidance scale; not 1: two UNet evaluations per tile
     std::set<std::string> given;       // the options given, by field name ("tile", "batch", ...)
+    bool profile = false;              // --profile: per-op GPU time of one forward per precision x batch
     bool help = false;
 };
 

@@ -10,10 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/CliText.h"
 #include "app/EngineFactory.h"
 #include "app/PngIO.h"
 #include "core/BoundedInput.h"
 #include "core/Infotext.h"
+#include "core/RunConfigFields.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
 #include "core/SdModel.h"
@@ -22,139 +24,31 @@ namespace tessera {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& field, const std::string& message) {
-    throw ValidationError(field, field + ": " + message);
-}
-
-// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
-std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
-
-long long parseInteger(const std::string& field, const std::string& text, long long lo, long long hi) {
-    long long value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
-        fail(field, inQuotes(text) + " is not a whole number");
-    if (ec == std::errc::result_out_of_range || value < lo || value > hi)
-        fail(field, inQuotes(text) + " is out of range; allowed " + std::to_string(lo) + " to " + std::to_string(hi));
-    return value;
-}
-
-int parseInt(const std::string& field, const std::string& text) {
-    return static_cast<int>(parseInteger(field, text, -1000000000LL, 1000000000LL));
-}
-
-double parseReal(const std::string& field, const std::string& text) {
-    double value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
-        fail(field, inQuotes(text) + " is not a number");
-    return value;
-}
-
-std::uint64_t parseSeed(const std::string& text) {
-    std::uint64_t value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end)
-        fail("seed", inQuotes(text) + " is not a whole number from 0 to 18446744073709551615");
-    return value;
-}
-
-// "16" = pixels; "25%" or "0.25" = a fraction of the tile.
-void applyOverlap(RunConfig& config, const std::string& text) {
-    if (!text.empty() && text.back() == '%') {
-        const double percent = parseReal("overlap", text.substr(0, text.size() - 1));
-        if (percent < 0 || percent >= 100) fail("overlap", inQuotes(text) + " is not allowed; a percentage must be 0% to below 100%");
-        config.overlapFraction = percent / 100.0;
-    } else if (text.find_first_of(".eE") != std::string::npos) {
-        const double fraction = parseReal("overlap", text);
-        if (fraction < 0 || fraction >= 1)
-            fail("overlap", inQuotes(text) + " is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
-        config.overlapFraction = fraction;
-    } else {
-        config.overlapPx = parseInt("overlap", text);
-        config.overlapFraction.reset();
-    }
-}
-
 struct OptionSpec {
     std::string field;   // RunConfig field name (CLI spelling), or "" for non-config options
     bool takesValue = true;
     std::function<void(CliOptions&, const std::string&)> apply;
 };
 
+// The run settings' options come from the field table (core/RunConfigFields.h); the rest are
+// the CLI's own.
 const std::map<std::string, OptionSpec>& optionTable() {
-    static const std::map<std::string, OptionSpec> table = {
-        {"width", {"width", true, [](CliOptions& o, const std::string& v) { o.config.width = parseInt("width", v); }}},
-        {"height", {"height", true, [](CliOptions& o, const std::string& v) { o.config.height = parseInt("height", v); }}},
-        {"seed", {"seed", true, [](CliOptions& o, const std::string& v) { o.config.seed = parseSeed(v); }}},
-        {"steps", {"steps", true, [](CliOptions& o, const std::string& v) { o.config.steps = parseInt("steps", v); }}},
-        {"scheduler", {"scheduler", true, [](CliOptions& o, const std::string& v) { o.config.scheduler = parseScheduler(v); }}},
-        {"sampler", {"scheduler", true, [](CliOptions& o, const std::string& v) {
-                         // A1111's names: "Euler a", "DPM++ 2M Karras", "DPM++ 2M", "Euler", "DDIM".
-                         const auto found = samplerFromDisplayName(v, "");
-                         if (!found)
-                             fail("sampler", inQuotes(v) + " is not a sampler Tessera has; use Euler, Euler a, "
-                                             "DPM++ 2M, DPM++ 2M Karras, DDIM or DDPM");
-                         o.config.scheduler = found->first;
-                         o.config.schedulerOptions.karrasSigmas = found->second;
-                     }}},
-        {"tile", {"tile", true, [](CliOptions& o, const std::string& v) { o.config.tile = parseInt("tile", v); }}},
-        {"overlap", {"overlap", true, [](CliOptions& o, const std::string& v) { applyOverlap(o.config, v); }}},
-        {"window", {"window", true, [](CliOptions& o, const std::string& v) { o.config.window = parseBlendWindow(v); }}},
-        {"fusion", {"fusion", true, [](CliOptions& o, const std::string& v) { o.config.fusion = parseFusionRule(v); }}},
-        {"batch", {"batch", true, [](CliOptions& o, const std::string& v) { o.config.tileBatch = parseInt("batch", v); }}},
-        {"graphs", {"graphs", true, [](CliOptions& o, const std::string& v) { o.config.graphs = parseGraphMode(v); }}},
-        {"graph-warmup", {"graph_warmup", true,
-                          [](CliOptions& o, const std::string& v) { o.config.graphWarmup = parseInt("graph_warmup", v); }}},
-        {"graph-cache", {"graph_cache", true,
-                         [](CliOptions& o, const std::string& v) { o.config.graphCacheSize = parseInt("graph_cache", v); }}},
-        {"lanes", {"lanes", true, [](CliOptions& o, const std::string& v) { o.config.lanes = parseInt("lanes", v); }}},
-        {"precision", {"precision", true, [](CliOptions& o, const std::string& v) { o.config.precision = parsePrecision(v); }}},
-        {"backend", {"backend", true, [](CliOptions& o, const std::string& v) { o.config.backend = parseBackend(v); }}},
-        {"threads", {"threads", true, [](CliOptions& o, const std::string& v) { o.config.threads = parseInt("threads", v); }}},
-        {"model", {"model", true, [](CliOptions& o, const std::string& v) {
-                       checkPathText("model", v, "a model folder path");
-                       o.config.model = v;
-                   }}},
-        {"eta", {"eta", true, [](CliOptions& o, const std::string& v) { o.config.schedulerOptions.eta = static_cast<float>(parseReal("eta", v)); }}},
-        {"timestep-spacing", {"timestep_spacing", true, [](CliOptions& o, const std::string& v) {
-                                  o.config.schedulerOptions.timestepSpacing = parseTimestepSpacing(v);
-                              }}},
-        {"preview-every", {"preview_every", true,
-                           [](CliOptions& o, const std::string& v) { o.config.previewEvery = parseInt("preview_every", v); }}},
-        {"label", {"label", true, [](CliOptions& o, const std::string& v) { o.config.label = v; }}},
-        {"tuning-cache", {"tuning_cache", true, [](CliOptions& o, const std::string& v) {
-                              if (v.empty()) fail("tuning_cache", "a file path or off is needed");
-                              checkPathText("tuning_cache", v, "the tuning cache path (or off)");
-                              o.config.tuningCache = v;
-                          }}},
-        {"init", {"init", true, [](CliOptions& o, const std::string& v) {
-                      checkPathText("init", v, "an init image path");
-                      o.config.initImage = v;
-                  }}},
-        {"strength", {"strength", true, [](CliOptions& o, const std::string& v) { o.config.strength = parseReal("strength", v); }}},
-        {"prompt", {"prompt", true, [](CliOptions& o, const std::string& v) { o.config.prompt = v; }}},
-        {"negative-prompt", {"negative_prompt", true, [](CliOptions& o, const std::string& v) { o.config.negativePrompt = v; }}},
-        {"cfg", {"cfg", true, [](CliOptions& o, const std::string& v) { o.config.cfgScale = parseReal("cfg", v); }}},
-        {"clip-skip", {"clip_skip", true, [](CliOptions& o, const std::string& v) { o.config.clipSkip = parseInt("clip_skip", v); }}},
-        {"upscale", {"upscale", true, [](CliOptions& o, const std::string& v) { o.config.upscale = parseReal("upscale", v); }}},
-        {"sdxl-size-conditioning", {"sdxl_size_conditioning", true, [](CliOptions& o, const std::string& v) {
-                                        o.config.sdxlSizeConditioning = parseSdxlSizeConditioning(v);
-                                    }}},
-        {"vae-tiling", {"vae_tiling", true, [](CliOptions& o, const std::string& v) { o.config.vaeTiling = parseVaeTiling(v); }}},
-        {"preserve-color", {"preserve_color", false, [](CliOptions& o, const std::string&) { o.config.preserveColor = true; }}},
-        {"out", {"", true, [](CliOptions& o, const std::string& v) {
-                     if (v.empty()) fail("out", "an output folder is needed");
-                     checkPathText("out", v, "the output folder");
-                     o.outDir = v;
-                 }}},
-        {"preset", {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }}},  // read first: loadPreset
-        {"params-from", {"", true, [](CliOptions& o, const std::string& v) { o.paramsFromPath = v; }}},  // then loadParamsFrom
-        {"help", {"", false, [](CliOptions& o, const std::string&) { o.help = true; }}},
-    };
+    static const std::map<std::string, OptionSpec> table = [] {
+        std::map<std::string, OptionSpec> options;
+        for (const RunConfigField& field : runConfigFields())
+            if (!field.flag.empty())
+                options[std::string(field.flag)] = {std::string(field.name), !field.valueName.empty(),
+                                                    [&field](CliOptions& o, const std::string& v) { field.parse(o.config, v); }};
+        options["out"] = {"", true, [](CliOptions& o, const std::string& v) {
+                              if (v.empty()) fail("out", "an output folder is needed");
+                              checkPathText("out", v, "the output folder");
+                              o.outDir = v;
+                          }};
+        options["preset"] = {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }};  // read first: loadPreset
+        options["params-from"] = {"", true, [](CliOptions& o, const std::string& v) { o.paramsFromPath = v; }};  // then loadParamsFrom
+        options["help"] = {"", false, [](CliOptions& o, const std::string&) { o.help = true; }};
+        return options;
+    }();
     return table;
 }
 
@@ -398,61 +292,15 @@ BackendKind checkRunBackend(BackendKind requested) {
 }
 
 std::string cliUsage(CliCommand command) {
-    static const char* kRunOptions =
-        "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
-        "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
-        "                         render's <run-id>.json manifest to run it again\n"
-        "  --model PATH           a Stable Diffusion 1.x/2.x checkpoint (.safetensors file or diffusers\n"
-        "                         pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
-        "                         bundled unconditional model)\n"
-        "  --width PX             image width in pixels (default 256)\n"
-        "  --height PX            image height in pixels (default 256)\n"
-        "  --seed N               noise seed (default 0)\n"
-        "  --steps N              sampling steps (default 20)\n"
-        "  --scheduler NAME       ddpm, ddim, euler, euler_a or dpmpp_2m (default ddim)\n"
-        "  --sampler NAME         the sampler as A1111 names it: \"Euler a\", \"DPM++ 2M Karras\", Euler,\n"
-        "                         \"DPM++ 2M\", DDIM (sets --scheduler and the Karras schedule)\n"
-        "  --eta X                DDIM eta (default 0)\n"
-        "  --timestep-spacing S   leading, trailing or linspace (default leading)\n"
-        "  --tile PX              tile edge in pixels (default 64)\n"
-        "  --overlap PX|NN%       tile overlap in pixels, or a percentage of the tile (default 16)\n"
-        "  --window NAME          blend window: none, linear, hann or gaussian (default hann)\n"
-        "  --fusion NAME          sample (MultiDiffusion) or noise (Mixture of Diffusers) (default sample)\n"
-        "  --batch N              tiles per UNet call (default 1)\n"
-        "  --graphs MODE          CUDA graphs: off, tile or step (default off)\n"
-        "  --graph-warmup N       warm-up launches before graph capture (default 2)\n"
-        "  --graph-cache N        graphs kept per run (default 16)\n"
-        "  --lanes N              CUDA: tile batches in flight at once, each on its own stream with its\n"
-        "                         own activations (0 = auto, 1..8; default 0)\n"
-        "  --precision NAME       fp32, fp16 or bf16 (default fp16; the CPU always computes fp32)\n"
-        "  --backend NAME         auto (CUDA when built and a device is usable, else cpu), cpu or cuda\n"
-        "  --threads N            CPU engine: threads that compute, 1..1024 (default 0 = all cores);\n"
-        "                         the image is the same bits for any count\n"
-        "  --preview-every N      preview every N steps, 0 = never (default 1)\n"
-        "  --init FILE            start from this PNG or JPEG, resized to the run (image-to-image)\n"
-        "  --strength X           image-to-image strength, 0 to 1 (default 0.5)\n"
-        "  --preserve-color       keep the init image's colours\n"
-        "  --upscale X            image-to-image: the canvas is the init image times X (1 to 16)\n"
-        "  --prompt TEXT          Stable Diffusion: the prompt (A1111 emphasis (word:1.2), [word], BREAK)\n"
-        "  --negative-prompt TEXT Stable Diffusion: what to steer away from\n"
-        "  --cfg X                classifier-free guidance scale, 0 to 100 (default 7; 1 = off)\n"
-        "  --clip-skip N          text layer counted from the last, as A1111 (default 1)\n"
-        "  --sdxl-size-conditioning image|tile  SDXL: the size ids each tile's conditioning carries: the\n"
-        "                         whole image's, crop 0,0 (image, A1111's Tiled Diffusion; default) or\n"
-        "                         crop = the tile's offset, target = the tile's size (tile)\n"
-        "  --vae-tiling MODE      Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
-        "                         GroupNorm statistics (on), whole (off), or whole where it fits the\n"
-        "                         memory the run may use, else tiled (auto, the default)\n"
-        "  --label TEXT           free text stored with the run\n"
-        "  --tuning-cache FILE|off  CUDA: file of timed algorithm choices reused by later runs, so that\n"
-        "                         a new process makes the same choices and the same image (default\n"
-        "                         $XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
-        "                         $TESSERA_TUNING_CACHE overrides it); off times every prepare again\n"
-        "  --params-from FILE.png the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
-        "                         steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
-        "                         and before the flags; each setting it cannot apply is named on stderr\n"
-        "  --out DIR              output folder (render; default .)\n"
-        "  --help, -h             this text\n";
+    static const std::string kRunOptions =
+        "Run options (the same in every subcommand; a preset is applied first, flags override it):\n" +
+        usageEntry("--preset FILE", "JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
+                                    "render's <run-id>.json manifest to run it again") +
+        runConfigOptionsUsage() +
+        usageEntry("--params-from FILE.png", "the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
+                                             "steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
+                                             "and before the flags; each setting it cannot apply is named on stderr") +
+        usageEntry("--out DIR", "output folder (render; default .)") + usageEntry("--help, -h", "this text");
     std::string text;
     switch (command) {
         case CliCommand::Help:

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/CliOptions.h"
+#include "app/CliText.h"
 #include "app/EngineFactory.h"
 #include "app/InitImage.h"
 #include "app/InterruptCancels.h"
@@ -39,13 +40,6 @@ constexpr int kExitFailure = 1;
 constexpr int kExitInvalid = 2;
 
 constexpr const char* kTimingNote = "RunRecord.totalMs, the sampling wall time (prepare excluded)";
-
-[[noreturn]] void fail(const std::string& field, const std::string& message) {
-    throw ValidationError(field, field + ": " + message);
-}
-
-// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
-std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
 
 int parseCount(const std::string& field, const std::string& text, int lo) {
     int value = 0;
@@ -76,25 +70,6 @@ void addOverrides(const std::string& option, const std::string& text,
         ++added;
     }
     if (added == 0) fail(option, "needs KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile)");
-}
-
-std::string fixed(double value, int decimals) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-std::string sig6(double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.6g", value);
-    return text;
-}
-
-double median(std::vector<double> values) {
-    if (values.empty()) return 0;
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // A run configuration file: RunConfig JSON, or a manifest (core/RunRecordIO.h) whose
@@ -142,12 +117,6 @@ void applyOverride(nlohmann::json& config, std::string key, const std::string& v
         }
     }
     (*target)[leaf] = std::move(typed);
-}
-
-std::string executableDir() {
-    std::error_code ec;
-    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    return ec ? std::string() : self.parent_path().string();
 }
 
 // config.model as an absolute folder: the one given, or the default model (as render does).
@@ -298,16 +267,6 @@ nlohmann::json sideJson(const Side& side) {
             {"notes", side.notes}};
 }
 
-std::string csvField(const std::string& text) {
-    if (text.find_first_of(",\"\n") == std::string::npos) return text;
-    std::string quoted = "\"";
-    for (char c : text) {
-        if (c == '"') quoted += '"';
-        quoted += c == '\n' ? ' ' : c;
-    }
-    return quoted + "\"";
-}
-
 std::string csvText(const Side& a, const Side& b) {
     std::string text =
         "pair,side,run_id,seconds,prepare_ms,steps_run,step_gpu_ms,peak_device_mib,graphs_requested,graphs_effective,"
@@ -318,9 +277,9 @@ std::string csvText(const Side& a, const Side& b) {
             std::vector<double> gpu;
             for (const auto& step : r.steps)
                 if (step.gpuMs >= 0) gpu.push_back(step.gpuMs);
-            text += std::to_string(i + 1) + "," + side->name + "," + csvField(r.runId) + "," + sig6(r.totalMs / 1000.0) +
-                    "," + sig6(r.prepareMs) + "," + std::to_string(r.stepsRun) + "," +
-                    (gpu.empty() ? "" : sig6(median(gpu))) + "," + (r.peakDeviceMiB >= 0 ? sig6(r.peakDeviceMiB) : "") +
+            text += std::to_string(i + 1) + "," + side->name + "," + csvField(r.runId) + "," + significant(r.totalMs / 1000.0, 6) +
+                    "," + significant(r.prepareMs, 6) + "," + std::to_string(r.stepsRun) + "," +
+                    (gpu.empty() ? "" : significant(median(gpu), 6)) + "," + (r.peakDeviceMiB >= 0 ? significant(r.peakDeviceMiB, 6) : "") +
                     "," + std::string(toString(side->config.graphs)) + "," + csvField(r.graphs.mode) + "," +
                     std::to_string(r.graphs.captures) + "," + std::to_string(r.graphs.hits) + "," +
                     csvField(r.environment.backend) + "," + r.imageSha256 + "\n";
@@ -677,7 +636,7 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         << "                 B " << graphSummary(b) << "\n"
         << "                 (captures and hits summed over each side's measured runs)\n";
     if (pixels.comparable) {
-        out << "pixels           max |A - B| " << pixels.maxAbsRgb8 << " of 255 (8-bit RGB), " << sig6(pixels.maxAbsModel)
+        out << "pixels           max |A - B| " << pixels.maxAbsRgb8 << " of 255 (8-bit RGB), " << significant(pixels.maxAbsModel, 6)
             << " (model space); bit-identical: " << (pixels.bitIdentical ? "yes" : "no") << "\n";
     } else {
         out << "pixels           max |A - B| n/a (sizes differ: A " << a.config.width << "x" << a.config.height << ", B "

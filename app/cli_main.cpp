@@ -17,6 +17,7 @@
 
 #include "app/BenchCommand.h"
 #include "app/CliOptions.h"
+#include "app/CliText.h"
 #include "app/CompareCommand.h"
 #include "app/EngineFactory.h"
 #include "app/InitImage.h"
@@ -50,12 +51,6 @@ struct InputError {
     std::string message;
 };
 
-std::string executableDir() {
-    std::error_code ec;
-    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    return ec ? std::string() : self.parent_path().string();
-}
-
 // Resolves config.model to an absolute folder: the given one, or the default model.
 std::string resolveModel(const std::string& given) {
     try {
@@ -70,12 +65,6 @@ void checkRunMemory(const RunConfig& config, const ModelConfig& model, BackendKi
                     const std::optional<StartImageSize>& startImage) {
     if (const std::optional<HostMemory> available = availableHostMemory())
         checkHostMemory(config, model, backend, startImage, *available);
-}
-
-std::string fixed(double value, int decimals) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
 }
 
 std::string humanFlops(double flops) {

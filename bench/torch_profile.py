@@ -3,7 +3,7 @@
 Same network as bench/torch_tiled_ddim.py (random weights, fp16, channels_last). For each mode
 (eager, compile = torch.compile inductor default), prints the forward time as a replayed CUDA
 graph (CUDA events, median of 30) and the top kernels from torch.profiler over 10 eager (or
-compiled) forwards, per forward. Compare with `tessera-cuda-bench --profile SHAPE TILE BATCH`.
+compiled) forwards, per forward. Compare with `tessera-cli bench --profile --shape SHAPE --tile TILE --batch BATCH`.
 
   python3 bench/torch_profile.py --shape cifar --tile 64 --batch 1,32 --modes eager,compile
 """

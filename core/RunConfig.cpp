@@ -15,6 +15,7 @@
 #include "core/BoundedInput.h"
 #include "core/FormatNumber.h"
 #include "core/Infotext.h"
+#include "core/RunConfigFields.h"
 
 namespace tessera {
 
@@ -90,13 +91,6 @@ E parseName(const NameTable<E, N>& table, std::string_view text, std::string_vie
 
 // formatNumber (core/FormatNumber.h): plain notation in the everyday range, shortest digits either way.
 
-// A float stored in JSON as the double whose shortest text equals the float's shortest text,
-// so 1e-4f is written as 0.0001 rather than 9.99999974737875e-05 (and still reads back exactly).
-double tidyDouble(float value) {
-    if (!std::isfinite(value)) return static_cast<double>(value);
-    return std::strtod(formatNumber(value).c_str(), nullptr);
-}
-
 // "56 or 64" (or just "8" when there is no smaller multiple).
 std::string nearestMultiples(int value, int factor) {
     const int below = (value / factor) * factor;
@@ -110,9 +104,6 @@ std::string nearestMultiples(int value, int factor) {
 
 constexpr int kMaxImageSide = 16384;
 constexpr int kMaxTile = 4096;
-constexpr int kMaxTileBatch = 1024;
-constexpr int kMaxGraphWarmup = 100;
-constexpr int kMaxGraphCache = 1024;
 constexpr std::int64_t kMaxTiles = 65536;   // e.g. 16384x16384 with tile 64, overlap 0
 
 class Problems {
@@ -242,153 +233,6 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
                                             "scheduler");
 }
 
-// ---------------------------------------------------------------------------
-// JSON reading: each reader names the key in its error.
-
-// A JSON value as a short excerpt for messages: a 50 MB string or array is not echoed whole,
-// and text that is not valid UTF-8 is shown escaped rather than making dump() throw.
-std::string jsonExcerpt(const nlohmann::json& value) {
-    if (value.is_string()) return "\"" + excerpt(value.get_ref<const std::string&>()) + "\"";
-    return excerpt(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-}
-
-[[noreturn]] void wrongType(const std::string& key, const nlohmann::json& value, const std::string& expected) {
-    throw ValidationError(key, key + ": expected " + expected + ", got " + jsonExcerpt(value));
-}
-
-int readInt(const nlohmann::json& value, const std::string& key) {
-    if (value.is_number_integer()) {
-        if (value.is_number_unsigned()) {
-            const auto u = value.get<std::uint64_t>();
-            if (u > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) wrongType(key, value, "a whole number");
-            return static_cast<int>(u);
-        }
-        const auto v = value.get<std::int64_t>();
-        if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
-            wrongType(key, value, "a whole number");
-        return static_cast<int>(v);
-    }
-    if (value.is_number_float()) {
-        const double d = value.get<double>();
-        if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 1e9) return static_cast<int>(d);
-    }
-    wrongType(key, value, "a whole number");
-}
-
-double readReal(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_number()) wrongType(key, value, "a number");
-    return value.get<double>();
-}
-
-bool readBool(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_boolean()) wrongType(key, value, "true or false");
-    return value.get<bool>();
-}
-
-std::string readString(const nlohmann::json& value, const std::string& key) {
-    if (!value.is_string()) wrongType(key, value, "a string");
-    return value.get<std::string>();
-}
-
-// A seed is any uint64; a decimal string is accepted too because JSON tools that hold numbers
-// as doubles cannot carry 64-bit seeds exactly.
-std::uint64_t readSeed(const nlohmann::json& value) {
-    if (value.is_number_unsigned()) return value.get<std::uint64_t>();
-    if (value.is_number_integer() && value.get<std::int64_t>() >= 0)
-        return static_cast<std::uint64_t>(value.get<std::int64_t>());
-    if (value.is_string()) {
-        const auto text = value.get<std::string>();
-        std::uint64_t seed = 0;
-        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
-        if (!text.empty() && ec == std::errc() && ptr == text.data() + text.size()) return seed;
-    }
-    wrongType("seed", value, "a whole number from 0 to 18446744073709551615");
-}
-
-bool parseDouble(const std::string& text, double& out) {
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return !text.empty() && ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(out);
-}
-
-// overlap: a whole number = pixels; a number below 1 = a fraction of the tile; "25%" = a percentage;
-// a string holding either of the first two is read the same way.
-void readOverlap(const nlohmann::json& value, RunConfig& config) {
-    const std::string expected = "pixels (16), a fraction below 1 (0.25) or a percentage (\"25%\")";
-    auto setPixels = [&](double px) {
-        if (px != std::floor(px) || std::abs(px) > 1e9) wrongType("overlap", value, expected);
-        config.overlapPx = static_cast<int>(px);
-        config.overlapFraction.reset();
-    };
-    if (value.is_number_integer()) {
-        config.overlapPx = readInt(value, "overlap");
-        config.overlapFraction.reset();
-        return;
-    }
-    if (value.is_number_float()) {
-        const double d = value.get<double>();
-        if (!std::isfinite(d)) wrongType("overlap", value, expected);
-        if (d < 1.0) config.overlapFraction = d;  // negative fractions are left for validate() to name
-        else setPixels(d);
-        return;
-    }
-    if (value.is_string()) {
-        std::string text = value.get<std::string>();
-        double number = 0;
-        if (!text.empty() && text.back() == '%') {
-            if (!parseDouble(text.substr(0, text.size() - 1), number)) wrongType("overlap", value, expected);
-            config.overlapFraction = number / 100.0;
-            return;
-        }
-        if (!parseDouble(text, number)) wrongType("overlap", value, expected);
-        if (text.find_first_of(".eE") != std::string::npos && number < 1.0) config.overlapFraction = number;
-        else setPixels(number);
-        return;
-    }
-    wrongType("overlap", value, expected);
-}
-
-[[noreturn]] void unknownKey(const std::string& key, const std::vector<std::string_view>& known) {
-    std::string list;
-    for (std::size_t i = 0; i < known.size(); ++i) {
-        if (i > 0) list += ", ";
-        list += known[i];
-    }
-    throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; known keys are " + list);
-}
-
-const std::vector<std::string_view> kSchedulerOptionKeys{
-    "num_train_timesteps", "beta_start",       "beta_end", "beta_schedule", "timestep_spacing",
-    "steps_offset",        "clip_sample",      "clip_sample_range", "set_alpha_to_one", "eta",
-    "variance_type",       "prediction_type",  "use_karras_sigmas"};
-
-const std::vector<std::string_view> kRunConfigKeys{
-    "width",  "height",       "seed",        "steps",     "scheduler", "scheduler_options", "tile",
-    "overlap", "window",      "fusion",      "batch",     "graphs",    "graph_warmup",      "graph_cache",
-    "lanes",  "precision",    "backend",     "model",     "preview_every", "init",          "strength",
-    "preserve_color", "label", "tuning_cache", "prompt", "negative_prompt", "cfg", "clip_skip", "upscale",
-    "sdxl_size_conditioning", "vae_tiling", "threads"};
-
-SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
-    if (!j.is_object()) wrongType("scheduler_options", j, "an object");
-    for (const auto& [key, value] : j.items()) {
-        if (key == "num_train_timesteps") o.numTrainTimesteps = readInt(value, key);
-        else if (key == "beta_start") o.betaStart = static_cast<float>(readReal(value, key));
-        else if (key == "beta_end") o.betaEnd = static_cast<float>(readReal(value, key));
-        else if (key == "beta_schedule") o.betaSchedule = parseBetaSchedule(readString(value, key), key);
-        else if (key == "timestep_spacing") o.timestepSpacing = parseTimestepSpacing(readString(value, key), key);
-        else if (key == "steps_offset") o.stepsOffset = readInt(value, key);
-        else if (key == "clip_sample") o.clipSample = readBool(value, key);
-        else if (key == "clip_sample_range") o.clipSampleRange = static_cast<float>(readReal(value, key));
-        else if (key == "set_alpha_to_one") o.setAlphaToOne = readBool(value, key);
-        else if (key == "eta") o.eta = static_cast<float>(readReal(value, key));
-        else if (key == "variance_type") o.varianceType = parseVarianceType(readString(value, key), key);
-        else if (key == "prediction_type") o.predictionType = parsePredictionType(readString(value, key), key);
-        else if (key == "use_karras_sigmas") o.karrasSigmas = readBool(value, key);
-        else unknownKey("scheduler_options." + key, kSchedulerOptionKeys);
-    }
-    return o;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -439,29 +283,24 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
         std::max(1, std::min(limits.numTrainTimesteps, config.schedulerOptions.numTrainTimesteps));
     checkIntRange(problems, "steps", config.steps, 1, maxSteps,
                   "the step count (at most the model's " + std::to_string(maxSteps) + " training timesteps)");
-    checkIntRange(problems, "batch", config.tileBatch, 1, kMaxTileBatch, "the tile batch");
-    checkIntRange(problems, "graph_warmup", config.graphWarmup, 0, kMaxGraphWarmup, "the graph warm-up count");
-    checkIntRange(problems, "graph_cache", config.graphCacheSize, 1, kMaxGraphCache, "the graph cache size");
-    checkIntRange(problems, "lanes", config.lanes, 0, kMaxLanes, "the lane count (0 = auto)");
-    checkIntRange(problems, "threads", config.threads, 0, kMaxThreads, "the CPU thread count (0 = all cores)");
+    // Integer ranges and text limits: the field table's (core/RunConfigFields.h).
+    for (const RunConfigField& field : runConfigFields())
+        if (field.range)
+            checkIntRange(problems, std::string(field.name), field.write(config).get<int>(), field.range->lo,
+                          field.range->hi, std::string(field.range->what));
     if (config.previewEvery < 0)
         problems.add("preview_every", std::to_string(config.previewEvery) +
                                           " is not allowed; preview_every must be 0 (never) or more");
     if (!config.initImage.empty() && !(config.strength > 0.0 && config.strength <= 1.0))
         problems.add("strength", formatNumber(config.strength) +
                                      " is not allowed; with an init image the strength must be above 0 and at most 1");
-    checkText(problems, "model", config.model, input_limits::kPathChars, "a model folder path");
-    checkText(problems, "init", config.initImage, input_limits::kPathChars, "an init image path");
-    checkText(problems, "label", config.label, kMaxLabelBytes, "the label");
-    checkText(problems, "tuning_cache", config.tuningCache, input_limits::kPathChars,
-              "the tuning cache path (or off)");
-    checkText(problems, "prompt", config.prompt, kMaxPromptBytes, "the prompt");
-    checkText(problems, "negative_prompt", config.negativePrompt, kMaxPromptBytes, "the negative prompt");
+    for (const RunConfigField& field : runConfigFields())
+        if (field.text)
+            checkText(problems, std::string(field.name), field.write(config).get_ref<const std::string&>(),
+                      field.text->maxBytes, std::string(field.text->what));
     if (!(config.cfgScale >= 0.0 && config.cfgScale <= kMaxCfgScale))
         problems.add("cfg", formatNumber(config.cfgScale) + " is not allowed; the guidance scale must be 0 to " +
                                 formatNumber(kMaxCfgScale) + " (1 = no guidance, 7 is usual)");
-    checkIntRange(problems, "clip_skip", config.clipSkip, 1, kMaxClipSkip,
-                  "clip skip (1 = the model's usual text layer, as A1111)");
     if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
         problems.add("upscale", formatNumber(config.upscale) + " is not allowed; the upscale factor must be 1 to " +
                                     formatNumber(kMaxUpscale));
@@ -477,105 +316,6 @@ void checkPathText(std::string_view field, std::string_view path, std::string_vi
 void validate(const RunConfig& config, const ModelLimits& limits) {
     auto problems = validateAll(config, limits);
     if (!problems.empty()) throw problems.front();
-}
-
-nlohmann::json toJson(const RunConfig& c) {
-    const SchedulerOptions& o = c.schedulerOptions;
-    nlohmann::json options = {
-        {"num_train_timesteps", o.numTrainTimesteps},
-        {"beta_start", tidyDouble(o.betaStart)},
-        {"beta_end", tidyDouble(o.betaEnd)},
-        {"beta_schedule", toString(o.betaSchedule)},
-        {"timestep_spacing", toString(o.timestepSpacing)},
-        {"steps_offset", o.stepsOffset},
-        {"clip_sample", o.clipSample},
-        {"clip_sample_range", tidyDouble(o.clipSampleRange)},
-        {"set_alpha_to_one", o.setAlphaToOne},
-        {"eta", tidyDouble(o.eta)},
-        {"variance_type", toString(o.varianceType)},
-        {"prediction_type", toString(o.predictionType)},
-        {"use_karras_sigmas", o.karrasSigmas},
-    };
-    nlohmann::json j = {
-        {"width", c.width},
-        {"height", c.height},
-        {"seed", c.seed},
-        {"steps", c.steps},
-        {"scheduler", toString(c.scheduler)},
-        {"scheduler_options", std::move(options)},
-        {"tile", c.tile},
-        {"window", toString(c.window)},
-        {"fusion", toString(c.fusion)},
-        {"batch", c.tileBatch},
-        {"graphs", toString(c.graphs)},
-        {"graph_warmup", c.graphWarmup},
-        {"graph_cache", c.graphCacheSize},
-        {"lanes", c.lanes},
-        {"precision", toString(c.precision)},
-        {"backend", toString(c.backend)},
-        {"threads", c.threads},
-        {"model", c.model},
-        {"preview_every", c.previewEvery},
-        {"init", c.initImage},
-        {"strength", c.strength},
-        {"preserve_color", c.preserveColor},
-        {"label", c.label},
-        {"tuning_cache", c.tuningCache},
-        {"prompt", c.prompt},
-        {"negative_prompt", c.negativePrompt},
-        {"cfg", c.cfgScale},
-        {"clip_skip", c.clipSkip},
-        {"upscale", c.upscale},
-        {"sdxl_size_conditioning", toString(c.sdxlSizeConditioning)},
-        {"vae_tiling", toString(c.vaeTiling)},
-    };
-    // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
-    // pixels as a JSON integer.
-    if (c.overlapFraction) j["overlap"] = *c.overlapFraction;
-    else j["overlap"] = c.overlapPx;
-    return j;
-}
-
-RunConfig runConfigFromJson(const nlohmann::json& j) {
-    if (!j.is_object()) wrongType("config", j, "a JSON object");
-    RunConfig c;
-    for (const auto& [key, value] : j.items()) {
-        if (key == "width") c.width = readInt(value, key);
-        else if (key == "height") c.height = readInt(value, key);
-        else if (key == "seed") c.seed = readSeed(value);
-        else if (key == "steps") c.steps = readInt(value, key);
-        else if (key == "scheduler") c.scheduler = parseScheduler(readString(value, key), key);
-        else if (key == "scheduler_options") c.schedulerOptions = schedulerOptionsFromJson(value, c.schedulerOptions);
-        else if (key == "tile") c.tile = readInt(value, key);
-        else if (key == "overlap") readOverlap(value, c);
-        else if (key == "window") c.window = parseBlendWindow(readString(value, key), key);
-        else if (key == "fusion") c.fusion = parseFusionRule(readString(value, key), key);
-        else if (key == "batch") c.tileBatch = readInt(value, key);
-        else if (key == "graphs") c.graphs = parseGraphMode(readString(value, key), key);
-        else if (key == "graph_warmup") c.graphWarmup = readInt(value, key);
-        else if (key == "graph_cache") c.graphCacheSize = readInt(value, key);
-        else if (key == "lanes") c.lanes = readInt(value, key);
-        else if (key == "precision") c.precision = parsePrecision(readString(value, key), key);
-        else if (key == "backend") c.backend = parseBackend(readString(value, key), key);
-        else if (key == "threads") c.threads = readInt(value, key);
-        else if (key == "model") c.model = readString(value, key);
-        else if (key == "preview_every") c.previewEvery = readInt(value, key);
-        else if (key == "init") c.initImage = readString(value, key);
-        else if (key == "strength") c.strength = readReal(value, key);
-        else if (key == "preserve_color") c.preserveColor = readBool(value, key);
-        else if (key == "label") c.label = readString(value, key);
-        else if (key == "tuning_cache") c.tuningCache = readString(value, key);
-        else if (key == "prompt") c.prompt = readString(value, key);
-        else if (key == "negative_prompt") c.negativePrompt = readString(value, key);
-        else if (key == "cfg") c.cfgScale = readReal(value, key);
-        else if (key == "clip_skip") c.clipSkip = readInt(value, key);
-        else if (key == "upscale") c.upscale = readReal(value, key);
-        else if (key == "sdxl_size_conditioning")
-            c.sdxlSizeConditioning = parseSdxlSizeConditioning(readString(value, key), key);
-        else if (key == "vae_tiling") c.vaeTiling = parseVaeTiling(readString(value, key), key);
-        else unknownKey(key, kRunConfigKeys);
-    }
-    return c;
 }
 
 // Kept for callers that know only the configuration; a finished run writes

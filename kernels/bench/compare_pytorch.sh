@@ -104,10 +104,12 @@ if [ "$part" = 3 ] || [ "$part" = all ]; then
   pytorch 40 "${church[@]}" --batch 1,4,16 --modes eager --repeats 3
   pytorch 60 "${cifar[@]}" --batch 8,32 --modes eager --repeats 3
   pytorch 130 "${cifar[@]}" --batch 1 --modes eager --repeats 1
-  for p in "cifar 64 32" "church 256 4"; do
+  for p in "cifar 64 32" "church 256 4"; do  # shape, tile, batch
     [ $((deadline - SECONDS)) -gt 30 ] || break
-    echo "== tessera-cuda-bench --profile $p" | tee -a "$log"
-    timeout 60 env LD_LIBRARY_PATH="$cli_path" "$carry/tessera-cuda-bench" --profile $p 2>&1 | tail -45 | tee -a "$log"
+    set -- $p
+    echo "== tessera-cli bench --profile --shape $1 --tile $2 --batch $3" | tee -a "$log"
+    timeout 60 env LD_LIBRARY_PATH="$cli_path" "$carry/tessera-cli" bench --profile --shape "$1" --tile "$2" \
+      --batch "$3" 2>&1 | tail -45 | tee -a "$log"
   done
 fi
 

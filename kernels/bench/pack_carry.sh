@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs what a GPU-machine call needs from a Release CUDA build (GUI off is enough) into
 # .carry/gpu/all.txz (xz: the working tree plus carry must stay under 64 MiB): bin/ with the
-# stripped tessera-cli, tessera-cuda-bench and cuda_tst_* suites, and rtlibs/ with every
-# non-system library they load here (the GPU machine has no Qt, spdlog, OpenBLAS, libpng,
-# libjpeg). CUDA's own libraries stay behind: the GPU machine has cuDNN 9 and cuBLAS 13.
+# stripped tessera-cli (Qt-free: its bench --profile replaced tessera-cuda-bench) and cuda_tst_*
+# suites, and rtlibs/ with every non-system library they load here (the GPU machine has no Qt,
+# spdlog, OpenBLAS, libpng, libjpeg; only the suites need Qt Core and Test). CUDA's own libraries stay behind: the GPU machine has cuDNN 9 and cuBLAS 13.
 #   bash kernels/bench/pack_carry.sh build-bench
 set -euo pipefail
 build="${1:?usage: pack_carry.sh BUILD_DIR}"
@@ -11,7 +11,6 @@ dest=.carry/gpu
 rm -rf "$dest" /tmp/pack-carry
 mkdir -p "$dest" /tmp/pack-carry/rtlibs /tmp/pack-carry/bin
 bins=("$build/app/tessera-cli")
-[ -x "$build/kernels/tessera-cuda-bench" ] && bins+=("$build/kernels/tessera-cuda-bench")
 # SUITES="flashattention cudasd" packs only those suites (the carry is small), SUITES=- none;
 # default: every one.
 if [ "${SUITES:-}" = "-" ]; then

@@ -9,12 +9,14 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include <sstream>
 #include <tuple>
 
 #include "tests/app/CliRun.h"
 #include "tests/app/CsvRecord.h"
 #include "app/BenchCommand.h"
 #include "app/EngineFactory.h"
+#include "app/ForwardProfile.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetCondModel.h"
 #include "core/UNetModel.h"
@@ -332,6 +334,74 @@ private slots:
         const CliRun automatic = runCli({"bench", "--shape", "sd21", "--steps", "1"});
         QCOMPARE(automatic.exitCode, 2);
         QVERIFY2(automatic.err.contains(QStringLiteral("backend: auto found no CUDA backend to time sd21")),
+                 qPrintable(describe(automatic)));
+    }
+
+    // --profile (what tessera-cuda-bench printed): a flag without a value; options of whole runs refused.
+    void parsesProfile() {
+        const BenchOptions o = parseBenchOptions({"--profile", "--shape", "cifar", "--tile", "64", "--batch", "1,32"});
+        QVERIFY(o.profile);
+        QCOMPARE(o.batches, (std::vector<int>{1, 32}));
+        QCOMPARE(o.repeats, 20);  // timed forwards, not runs
+        QCOMPARE(parseBenchOptions({"--shape", "church", "--profile", "--repeats", "5"}).repeats, 5);
+        QVERIFY(!parseBenchOptions({"--shape", "cifar"}).profile);
+        QVERIFY(parseBenchOptions({"--shape", "sd15", "--profile"}).profile);
+        for (const char* field : {"graphs", "lanes", "csv", "steps"}) {
+            const std::string value = std::string(field) == "graphs" ? "tile" : (std::string(field) == "csv" ? "x.csv" : "1");
+            QCOMPARE(expectValidationField({"--shape", "cifar", "--profile", std::string("--") + field, value}),
+                     std::string(field));
+        }
+        try {
+            parseBenchOptions({"--shape", "cifar", "--profile", "--lanes", "2"});
+        } catch (const ValidationError& e) {
+            QVERIFY2(QString(e.what()).contains("--lanes does not apply to --profile"), e.what());
+        }
+    }
+
+    // Ops grouped by kind: the last part of the name, attention blocks together (their group norm
+    // apart), largest total first.
+    void opsGroupByKind() {
+        QCOMPARE(opKind("down_blocks.0.resnets.1.conv1"), std::string("conv1"));
+        QCOMPARE(opKind("mid_block.attentions.0.to_q"), std::string("attention"));
+        QCOMPARE(opKind("mid_block.attentions.0.group_norm"), std::string("attention.group_norm"));
+        QCOMPARE(opKind("down_blocks.1.attn1.softmax"), std::string("attention"));
+        QCOMPARE(opKind("conv_in"), std::string("conv_in"));
+        const std::vector<OpTiming> ops{{"a.resnets.0.conv1", 1.0},      {"a.attentions.0.to_q", 0.5},
+                                        {"a.attentions.0.group_norm", 0.25}, {"b.resnets.0.conv1", 2.0},
+                                        {"a.attentions.0.to_k", 0.75},   {"conv_out", 0.125}};
+        const std::vector<OpKindTime> kinds = opTimesByKind(ops);
+        QCOMPARE(kinds.size(), std::size_t{4});
+        QCOMPARE(kinds[0].kind, std::string("conv1"));
+        QCOMPARE(kinds[0].ms, 3.0);
+        QCOMPARE(kinds[0].ops, 2);
+        QCOMPARE(kinds[1].kind, std::string("attention"));
+        QCOMPARE(kinds[1].ms, 1.25);
+        QCOMPARE(kinds[1].ops, 2);
+        QCOMPARE(kinds[2].kind, std::string("attention.group_norm"));
+        QCOMPARE(kinds[3].kind, std::string("conv_out"));
+        std::ostringstream text;
+        printOpProfile(text, "profile x", ops, 4.5, 2);
+        const QString printed = QString::fromStdString(text.str());
+        QVERIFY2(printed.startsWith("profile x: 6 ops, sum of op times 4.625 ms (1.0 TFLOP/s)\n"), qPrintable(printed));
+        QVERIFY2(printed.contains(QRegularExpression("kind conv1 +2 ops +3.000 ms +64.9%")), qPrintable(printed));
+        // The two slowest ops, slowest first, and no third.
+        QVERIFY2(printed.contains(QRegularExpression("op b.resnets.0.conv1 +2.0000 ms\n  op a.resnets.0.conv1 +1.0000 ms\n$")),
+                 qPrintable(printed));
+    }
+
+    // --profile times the CUDA backend: refused on the CPU (exit 2, naming the backend) before any
+    // weights are loaded or drawn.
+    void profileRefusesCpu() {
+        const CliRun cpu = runCli({"bench", "--profile", "--shape", "church", "--backend", "cpu"});
+        QCOMPARE(cpu.exitCode, 2);
+        QVERIFY2(cpu.err.contains(QStringLiteral("backend: cpu is not allowed for --profile")), qPrintable(describe(cpu)));
+        const CliRun sd = runCli({"bench", "--profile", "--shape", "sd15", "--backend", "cpu"});
+        QCOMPARE(sd.exitCode, 2);
+        QVERIFY2(sd.err.contains(QStringLiteral("backend: cpu is not allowed for --profile")), qPrintable(describe(sd)));
+        if (probeDevices().cudaAvailable) QSKIP("a CUDA device is present: auto would profile");
+        const CliRun automatic = runCli({"bench", "--profile", "--model", TESSERA_TEST_DATA "/models/cifar_like"});
+        QCOMPARE(automatic.exitCode, 2);
+        QVERIFY2(automatic.err.contains(QStringLiteral("backend: auto found no CUDA backend to time --profile")),
                  qPrintable(describe(automatic)));
     }
 

@@ -18,6 +18,7 @@
 #include "app/CliOptions.h"
 #include "app/EngineFactory.h"
 #include "app/PngIO.h"
+#include "core/RunConfigFields.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -71,6 +72,18 @@ private slots:
     void binaryExists() {
         QVERIFY2(QFileInfo::exists(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli")),
                  "build the tessera-cli target first");
+    }
+
+    // tessera-cli links no Qt (app/CMakeLists.txt: tessera_cli_core), so a bare GPU machine needs
+    // no Qt, ICU or fontconfig for it: no libQt6 name in its dynamic section (nor anywhere else).
+    void linksNoQt() {
+        QFile binary(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"));
+        QVERIFY2(binary.open(QIODevice::ReadOnly), "build the tessera-cli target first");
+        const QByteArray bytes = binary.readAll();
+        QVERIFY(bytes.startsWith("\x7f" "ELF"));
+        for (const char* library : {"libQt6Core.so", "libQt6Gui.so", "libQt6Widgets.so", "libicu", "libfontconfig"})
+            QVERIFY2(!bytes.contains(library), library);
+        QVERIFY2(bytes.contains("libspdlog.so"), "the check reads the dynamic section's names");
     }
 
     void version() {
@@ -233,6 +246,37 @@ private slots:
     // Issue 15: Euler on the bundled model (20 steps, one untiled 64x64 tile, CPU) made
     // saturated blue/magenta noise while DDIM with the same seed was clean: the model's schedule
     // clips x0 and Euler did not. Both samplers must give an image, not saturation.
+    // Every run option comes from the field table (core/RunConfigFields.h): each row's flag with
+    // its example sets what the row's own parser sets, is counted as given under the row's name,
+    // reads back from the settings' JSON unchanged, and every subcommand's usage names the flag.
+    void everyFieldRoundTripsTheCli() {
+        for (const RunConfigField& field : runConfigFields()) {
+            if (field.flag.empty()) continue;
+            const std::string name(field.name), flag = "--" + std::string(field.flag);
+            std::vector<std::string> args{"render", flag};
+            if (!field.valueName.empty()) args.push_back(std::string(field.example));
+            const CliOptions parsed = parseCliOptions(args);
+            RunConfig expected;
+            field.parse(expected, std::string(field.example));
+            QVERIFY2(toJson(parsed.config) == toJson(expected), (flag + ": " + toJson(parsed.config).dump()).c_str());
+            QVERIFY2(toJson(parsed.config) != toJson(RunConfig{}), flag.c_str());
+            QVERIFY2(parsed.fieldsGiven.count(name), flag.c_str());
+            QVERIFY2(toJson(runConfigFromJson(toJson(parsed.config))) == toJson(parsed.config), flag.c_str());
+            QCOMPARE(cliOptionTakesValue(field.flag), std::optional<bool>(!field.valueName.empty()));
+            if (!field.valueName.empty()) {  // --flag=value is the same
+                const CliOptions inline_ = parseCliOptions({"render", flag + "=" + std::string(field.example)});
+                QVERIFY2(toJson(inline_.config) == toJson(expected), flag.c_str());
+            }
+            for (CliCommand command : {CliCommand::Plan, CliCommand::Render, CliCommand::Info})
+                QVERIFY2(cliUsage(command).find("  " + flag + (field.valueName.empty() ? " " : " " + std::string(field.valueName))) !=
+                             std::string::npos,
+                         flag.c_str());
+        }
+        // The CLI's own options are still there.
+        for (const char* own : {"preset", "params-from", "out", "help"}) QVERIFY(cliOptionTakesValue(own).has_value());
+        QVERIFY(!cliOptionTakesValue("scheduler_options").has_value());
+    }
+
     void eulerOnTheDefaultModelIsNotSaturated_data() {
         QTest::addColumn<QString>("scheduler");
         QTest::newRow("euler") << "euler";

@@ -3,11 +3,13 @@
 
 #include <functional>
 #include <limits>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/RunConfig.h"
+#include "core/RunConfigFields.h"
 #include "core/TilePlan.h"
 
 using namespace tessera;
@@ -579,6 +581,106 @@ private slots:
         // A percentage of 100 or more reads, then validate() rejects it by field.
         const RunConfig c = runConfigFromJson(nlohmann::json::parse(R"({"overlap": "100%"})"));
         QCOMPARE(rejectionOf(c).field, std::string("overlap"));
+    }
+
+    // The field table (core/RunConfigFields.h) is the one description: every row's example
+    // changes the configuration, goes through JSON and back unchanged, and JSON keys, flags and
+    // the keys toJson writes agree with it.
+    void fieldTableRoundTripsJson() {
+        const nlohmann::json defaults = toJson(RunConfig{});
+        std::set<std::string> keys, flags;
+        for (const RunConfigField& field : runConfigFields()) {
+            const std::string name(field.name);
+            if (!field.jsonKey.empty()) {
+                QVERIFY2(keys.insert(std::string(field.jsonKey)).second, name.c_str());
+                QVERIFY2(defaults.contains(std::string(field.jsonKey)), name.c_str());
+                QVERIFY2(field.write && field.read, name.c_str());
+            }
+            if (field.flag.empty()) continue;
+            QVERIFY2(flags.insert(std::string(field.flag)).second, name.c_str());
+            QVERIFY2(field.parse, name.c_str());
+            QVERIFY2(field.valueName.empty() == field.example.empty(), name.c_str());
+            RunConfig changed;
+            field.parse(changed, std::string(field.example));
+            const nlohmann::json json = toJson(changed);
+            QVERIFY2(json != defaults, (name + ": the example " + std::string(field.example) + " changes nothing").c_str());
+            const Rejection invalid = rejectionOf(changed);
+            QVERIFY2(invalid.field.empty(), (name + ": the example is refused: " + invalid.message).c_str());
+            const RunConfig back = runConfigFromJson(nlohmann::json::parse(json.dump()));
+            QVERIFY2(toJson(back) == json, (name + ": " + toJson(back).dump() + " vs " + json.dump()).c_str());
+            if (field.write) QVERIFY2(field.write(back) == field.write(changed), name.c_str());
+        }
+        QCOMPARE(keys.size(), defaults.size());
+        const std::vector<std::string_view> known = runConfigJsonKeys();
+        QCOMPARE(known.size(), keys.size());
+        QCOMPARE(std::string(known.front()), std::string("width"));
+        QCOMPARE(findRunConfigField("graph-warmup"), findRunConfigField("graph_warmup"));
+        QCOMPARE(std::string(findRunConfigField("tile")->uiLabel), std::string("Tile"));
+        QVERIFY(findRunConfigField("nope") == nullptr);
+    }
+
+    // validateAll's range and text checks come from the rows' limits: both ends accepted, one
+    // past either refused naming the field.
+    void fieldTableLimitsAreValidated() {
+        int ranges = 0, texts = 0;
+        const auto names = [](const RunConfig& c, const std::string& field) {
+            for (const ValidationError& e : validateAll(c))
+                if (e.field() == field) return true;
+            return false;
+        };
+        for (const RunConfigField& field : runConfigFields()) {
+            const std::string name(field.name);
+            if (field.range) {
+                ++ranges;
+                for (int value : {field.range->lo, field.range->hi}) {
+                    RunConfig c;
+                    field.parse(c, std::to_string(value));
+                    QVERIFY2(!names(c, name), (name + " " + std::to_string(value)).c_str());
+                }
+                for (int value : {field.range->lo - 1, field.range->hi + 1}) {
+                    RunConfig c;
+                    field.parse(c, std::to_string(value));
+                    QVERIFY2(names(c, name), (name + " " + std::to_string(value)).c_str());
+                    const std::string message = rejectionOf(c).message;
+                    QVERIFY2(contains(message, std::string(field.range->what) + " must be " +
+                                                   std::to_string(field.range->lo) + " to " +
+                                                   std::to_string(field.range->hi)),
+                             message.c_str());
+                }
+            }
+            if (field.text) {
+                ++texts;
+                nlohmann::json config = nlohmann::json::object();
+                config[std::string(field.jsonKey)] = std::string(field.text->maxBytes + 1, 'x');
+                QVERIFY2(names(runConfigFromJson(config), name), name.c_str());
+                config[std::string(field.jsonKey)] = std::string(field.text->maxBytes, 'x');
+                QVERIFY2(!names(runConfigFromJson(config), name), name.c_str());
+            }
+        }
+        QCOMPARE(ranges, 6);  // batch, graph_warmup, graph_cache, lanes, threads, clip_skip
+        QCOMPARE(texts, 6);   // model, init, prompt, negative_prompt, label, tuning_cache
+    }
+
+    // The usage names every flag once, with its value name, and the defaults as RunConfig has them.
+    void fieldTableUsage() {
+        const std::string usage = runConfigOptionsUsage();
+        QVERIFY2(!contains(usage, "{default}"), usage.c_str());
+        for (const RunConfigField& field : runConfigFields()) {
+            if (field.flag.empty()) continue;
+            const std::string head = "  --" + std::string(field.flag) +
+                                     (field.valueName.empty() ? "" : " " + std::string(field.valueName));
+            QVERIFY2(contains(usage, head + " "), head.c_str());
+        }
+        QVERIFY2(contains(usage, "  --width PX             image width in pixels (default 256)\n"), usage.c_str());
+        QVERIFY2(contains(usage, "(default 0.5)"), usage.c_str());   // strength
+        QVERIFY2(contains(usage, "(default 7; 1 = off)"), usage.c_str());   // cfg
+        QVERIFY2(contains(usage, "(default fp16; the CPU"), usage.c_str());
+        QVERIFY2(contains(usage, "  --sdxl-size-conditioning image|tile  SDXL: the size ids"), usage.c_str());
+        QVERIFY2(contains(usage, "own activations (0 = auto, 1..8; default 0)\n"), usage.c_str());
+        QCOMPARE(usageEntry("--x N", "one\ntwo"), std::string("  --x N                  one\n                         two\n"));
+        QCOMPARE(defaultText(*findRunConfigField("scheduler")), std::string("ddim"));
+        QCOMPARE(defaultText(*findRunConfigField("eta")), std::string("0"));
+        QCOMPARE(defaultText(*findRunConfigField("sampler")), std::string());
     }
 
     void parametersLineFormat() {
