@@ -628,6 +628,7 @@ public:
     void setCachePath(std::string path) { path_ = std::move(path); }
 
     BackendInfo info() const override { return backend_.info(); }
+    cudaStream_t stream() const { return backend_.stream(); }
     // A prepare of the same graph, weights, shape and cache file as the last one (the next
     // decode of a queue at one size) keeps that plan: no re-lowering, no weight upload, no
     // cuDNN plan building.
@@ -698,6 +699,8 @@ Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {
     whole_->setCachePath(TuningCache::resolvePath(config.tuningCache));
     return *whole_;
 }
+
+cudaStream_t CudaTileDevice::wholeGraphStream() const { return whole_ ? whole_->stream() : nullptr; }
 
 std::optional<VaeMemoryBudget> CudaTileDevice::vaeMemoryBudget(const RunConfig& config) {
     TESSERA_CHECK(cudaSetDevice(device_));

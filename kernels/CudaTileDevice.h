@@ -100,6 +100,8 @@ public:
     // Free device memory (cudaMemGetInfo) less kVaeReserveBytes, at 2 bytes a value (4 in fp32),
     // tensors limited to cuDNN's 2^31 - 1 elements; capped by setVaeMemoryLimit.
     std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config) override;
+    // The stream wholeGraphBackend's work is ordered on (timing events); nullptr before the first call.
+    cudaStream_t wholeGraphStream() const;
     // Caps vaeMemoryBudget at `bytes` (tests, benchmarks: force a tiled pass); nullopt: no cap.
     void setVaeMemoryLimit(std::optional<std::uint64_t> bytes) { vaeLimit_ = bytes; }
     // What vaeMemoryBudget keeps back from the free memory: the VAE's weights (fp16 SD: 160 MiB),
