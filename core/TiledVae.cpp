@@ -28,6 +28,8 @@ constexpr int kMaxTileBatch = 64;
 // The smallest tile planVaePass halves to (cells).
 constexpr int kMinPlannedTile = 8;
 constexpr int kDefaultTile = 64;
+// The most tiles planVaePass batches per segment call on a device.
+constexpr int kMaxPlannedBatch = 8;
 // What the largest-tensor rule counts channels as: the CUDA backend pads NHWC channels to 8.
 constexpr int kChannelPadding = 8;
 
@@ -759,6 +761,25 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
     while (budget && (need(plan.estimate) > budget->bytes || tileTooLarge()) && plan.tiling.tile > kMinPlannedTile) {
         plan.tiling.tile /= 2;
         plan.estimate = estimateTiledGraph(primitive, imageH, imageW, plan.tiling, bytesPerValue);
+    }
+    // A device's own memory: batch tiles per segment call (fewer, larger launches) while the batch's
+    // activations and the canvases (at the device's bytes per value) fit the budget.
+    if (budget && !budget->sharedWithHost) {
+        const auto deviceNeed = [&](const TiledGraphReport& r) {
+            return r.deviceBytes + r.hostPeakBytes / sizeof(float) * static_cast<std::uint64_t>(bytesPerValue);
+        };
+        const int tiles = static_cast<int>(plan.estimate.grid.tiles.size());
+        while (plan.tiling.batch * 2 <= std::min(kMaxPlannedBatch, tiles)) {
+            GraphTiling wider = plan.tiling;
+            wider.batch *= 2;
+            const TiledGraphReport estimate = estimateTiledGraph(primitive, imageH, imageW, wider, bytesPerValue);
+            const int h = estimate.grid.extentH * estimate.cellPixels, w = estimate.grid.extentW * estimate.cellPixels;
+            if (deviceNeed(estimate) > budget->bytes ||
+                (limit > 0 && largestTensorElements(execution, wider.batch, h, w, kChannelPadding) > limit))
+                break;
+            plan.tiling = wider;
+            plan.estimate = estimate;
+        }
     }
     return plan;
 }

@@ -213,7 +213,9 @@ std::int64_t largestTensorElements(const ModelGraph& graph, int batch, int h, in
 //   auto  untiled when its activations fit the budget (or the budget is unknown) and no tensor
 //         exceeds the budget's maxTensorElements, else as on.
 // A tiled plan's tile is halved while one tile batch (plus, where the budget is the host's, the
-// canvases) does not fit the budget or a tile's tensor exceeds maxTensorElements.
+// canvases) does not fit the budget or a tile's tensor exceeds maxTensorElements; where the
+// budget is a device's own, its batch is then doubled (up to 8 tiles) while the batch's
+// activations and the canvases at bytesPerValue still fit and no tensor exceeds the limit.
 struct VaePassPlan {
     bool tiled = false;
     GraphTiling tiling;

@@ -19,6 +19,7 @@
 #include "kernels/Guidance.cuh"
 #include "kernels/LayoutConvert.cuh"
 #include "kernels/NonFinite.cuh"
+#include "kernels/NvtxRange.h"
 #include "kernels/TileGather.cuh"
 
 namespace tessera {
@@ -635,6 +636,7 @@ public:
     void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
         std::string key = planKey(graph, weights, batch, tileH, tileW);
         if (!key.empty() && key == preparedKey_) return;
+        const NvtxRange range("whole-graph prepare (tuning cache)");
         preparedKey_.clear();
         TuningCache cache(path_);   // read fresh: other processes may have stored choices since
         backend_.setTuningCache(&cache);
@@ -649,6 +651,7 @@ public:
         preparedKey_ = std::move(key);
     }
     void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override {
+        const NvtxRange range("whole-graph run (host copies in and out)");
         backend_.run(inputs, batch, outputs);
     }
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override {

@@ -739,6 +739,32 @@ private slots:
         QVERIFY(plan.tiled);
         QVERIFY(plan.estimate.deviceBytes <= small.bytes);
     }
+
+    // A device's own budget batches tiles per segment call while the batch and the canvases (at
+    // its bytes per value) fit: 8 of the 64 tiles of a 4096x4096 decode in 70 GiB, fewer in less,
+    // one where only one fits; a host budget keeps one tile a call.
+    void deviceBudgetBatchesTiles() {
+        const ModelGraph decoder = buildVaeDecoderGraph(sdVaeConfig());
+        const std::int64_t cudnn = (std::int64_t{1} << 31) - 1;
+        const VaeMemoryBudget h100{70ull << 30, 2, false, "test budget", cudnn};
+        const VaePassPlan roomy = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, h100);
+        QVERIFY(roomy.tiled);
+        QCOMPARE(roomy.estimate.grid.tiles.size(), std::size_t{64});
+        QCOMPARE(roomy.tiling.batch, 8);
+        const auto need = [](const VaePassPlan& p) { return p.estimate.deviceBytes + p.estimate.hostPeakBytes / 2; };
+        QVERIFY(need(roomy) <= h100.bytes);
+
+        VaeMemoryBudget less = h100;
+        less.bytes = need(roomy) - 1;
+        const VaePassPlan fewer = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, less);
+        QCOMPARE(fewer.tiling.batch, 4);
+        QVERIFY(need(fewer) <= less.bytes);
+
+        VaeMemoryBudget host = h100;
+        host.sharedWithHost = true;
+        host.bytes = 1ull << 40;
+        QCOMPARE(planVaePass(VaeTiling::On, decoder, 4096, 4096, host).tiling.batch, 1);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestTiledVae)
