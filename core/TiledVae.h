@@ -18,8 +18,10 @@
 //    the result equals the untiled one (up to float rounding) once the halo covers the
 //    receptive field of one segment (requiredHalo, 2 latent pixels for SD's VAE). Only an
 //    attention left tile-local (AttentionContext::Tile) approximates.
-//  * Host memory: the canvases of the values live at a cut (about the whole-image activation
-//    of 2-3 values) plus one tile batch's buffers. Device memory: one segment for one tile batch.
+//  * Memory: the canvases of the values live at a cut (about the whole-image activation of 2-3
+//    values) plus one tile batch's buffers, in a TiledCanvasStore: host memory by default (float32),
+//    or the backend's own (the CUDA backend's device memory, in its activation type, when they
+//    fit); and the backend's plan of one segment for one tile batch.
 #pragma once
 
 #include <cstdint>
@@ -199,7 +201,7 @@ struct VaeMemoryBudget {
     bool sharedWithHost = true;         // the host's memory: a tiled pass's canvases count against it too
     std::string source;                 // "host: MemAvailable in /proc/meminfo", "device free memory"
     // The most elements one tensor may have there; 0: no limit. CUDA: 2^31 - 1 (cuDNN refuses
-    // larger tensors: a 4096x4096 decode's 128-channel activations have 2^31).
+    // larger tensors: the SD decoder's 256-channel activations at 4096x4096 have 2^32).
     std::int64_t maxTensorElements = 0;
 };
 

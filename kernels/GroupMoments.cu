@@ -29,10 +29,14 @@ __global__ void chunkSums(const T* __restrict__ x, int width, int stride, int ch
     for (int c = threadIdx.x; c < channels; c += blockDim.x) {
         const float mean = means ? static_cast<float>(means[2 * (c / perGroup)]) : 0.0f;
         float sum = 0.0f;
+        long long y = y0 + first / w, xx = x0 + first % w;   // walked along the rows: no division per pixel
         for (long long i = first; i < last; ++i) {
-            const long long y = y0 + i / w, xx = x0 + i % w;
             const float v = toFloat(x[(y * width + xx) * stride + c]);
             sum += means ? (v - mean) * (v - mean) : v;
+            if (++xx == x0 + w) {
+                xx = x0;
+                ++y;
+            }
         }
         channelSum[c] = sum;
     }
