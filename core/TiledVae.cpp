@@ -744,9 +744,10 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
         return plan;
     }
     plan.tiled = true;
-    plan.reason = mode == VaeTiling::On ? "vae_tiling on"
-                  : tooLarge            ? untiled + " of " + budgetText + ", but " + largest
-                                        : untiled + " exceed " + budgetText;
+    const bool fits = !budget || plan.untiledBytes <= budget->bytes;
+    if (mode == VaeTiling::On) plan.reason = "vae_tiling on";
+    else if (!fits) plan.reason = untiled + " exceed " + budgetText + (tooLarge ? ", and " + largest : std::string());
+    else plan.reason = untiled + " of " + budgetText + ", but " + largest;
     plan.tiling.tile = kDefaultTile;
     // On the host the canvases share the budget with the tile's activations.
     const auto need = [&](const TiledGraphReport& r) {

@@ -154,7 +154,7 @@ public:
     void write(int value, const float* nchw) override { host_->write(value, nchw); }
     std::vector<float> read(int value) override { return host_->read(value); }
     std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w, int h) override {
-        ++moments;
+        ++calls_.moments;
         return host_->groupMoments(value, groups, x0, y0, w, h);
     }
     void prepare(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
@@ -716,10 +716,18 @@ private slots:
         QVERIFY2(!plan.tiled, plan.reason.c_str());
         QCOMPARE(plan.untiledLargest, std::int64_t{1} << 30);
 
-        plan = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, h100);
+        // At 4096x4096 the whole image's estimate (the mid-block attention's 262144^2 scores held
+        // whole, a bound) exceeds 70 GiB anyway; a budget of exactly that estimate leaves the
+        // element limit as the reason to tile.
+        const std::uint64_t whole4096 = planVaePass(VaeTiling::Off, decoder, 4096, 4096, h100).untiledBytes;
+        QVERIFY(whole4096 > h100.bytes);
+        VaeMemoryBudget ample = h100;
+        ample.bytes = whole4096;
+        plan = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, ample);
         QVERIFY(plan.tiled);
-        QVERIFY(plan.untiledBytes <= h100.bytes);   // it is the element limit that tiles
-        EXPECT_IN(plan.reason, "its largest tensor has 4294967296 elements, over the 2147483647 the device takes");
+        EXPECT_IN(plan.reason, "activations " + formatBytes(whole4096) + " of " + formatBytes(whole4096) +
+                                   " (test budget), but its largest tensor has 4294967296 elements, over the 2147483647 "
+                                   "the device takes");
         const ModelGraph execution = fuseForExecution(decoder);
         const int cell = plan.estimate.cellPixels;
         QVERIFY(largestTensorElements(execution, plan.tiling.batch, plan.estimate.grid.extentH * cell,
@@ -729,9 +737,12 @@ private slots:
         QVERIFY(!plan.tiled);
         EXPECT_IN(plan.reason, "vae_tiling off, although its largest tensor has 4294967296 elements");
 
-        VaeMemoryBudget unlimited = h100;
+        VaeMemoryBudget unlimited = ample;
         unlimited.maxTensorElements = 0;
         QVERIFY(!planVaePass(VaeTiling::Auto, decoder, 4096, 4096, unlimited).tiled);
+        EXPECT_IN(planVaePass(VaeTiling::Auto, decoder, 4096, 4096, h100).reason,
+                  "activations " + formatBytes(whole4096) + " exceed 70.0 GiB (test budget), and its largest tensor has "
+                  "4294967296 elements");
         // A small forced budget tiles a size that fits the element limit.
         VaeMemoryBudget small = h100;
         small.bytes = 256ull << 20;
