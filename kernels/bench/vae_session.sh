@@ -37,11 +37,11 @@ for what in "${@:-suites tessera torch}"; do
   for w in $what; do
   case "$w" in
   tessera)
-    for size in 2048 4096; do
-      for tiling in auto on; do
-        case_ "tessera_decode_${size}_${tiling}" "$cli" bench --shape vae --size "$size" --tiling "$tiling" \
-          --repeats "$repeats" --tuning-cache "$tc" --csv "$out/tessera_decode_${size}_${tiling}.csv"
-      done
+    # 2048²: auto (untiled: fits), on (tiled, device canvases); 4096²: auto (tiled: over cuDNN's 2^31).
+    for run in 2048:auto 2048:on 4096:auto; do
+      size=${run%:*} tiling=${run#*:}
+      case_ "tessera_decode_${size}_${tiling}" "$cli" bench --shape vae --size "$size" --tiling "$tiling" \
+        --repeats "$repeats" --tuning-cache "$tc" --csv "$out/tessera_decode_${size}_${tiling}.csv"
     done
     case_ tessera_decode_2048_off "$cli" bench --shape vae --size 2048 --tiling off --repeats "$repeats" \
       --tuning-cache "$tc" --csv "$out/tessera_decode_2048_off.csv"
