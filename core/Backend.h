@@ -3,6 +3,7 @@
 // (prepare(UNetModel) / forward) with host-side float32 NCHW buffers. Qt-free.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@ namespace tessera {
 class ModelGraph;  // core/ModelGraph.h
 class UNetModel;   // core/UNetModel.h: config + bound float32 weights
 struct HostTensor; // core/UNetModel.h
+class TiledCanvasStore;  // core/TiledVae.h
 
 // Float32 weights by parameter name (PyTorch layouts), e.g. UNetModel::tensors().
 using TensorMap = std::map<std::string, HostTensor>;
@@ -43,6 +45,11 @@ public:
     // out = eps_theta(x, t): run({x, timesteps}, batch, {out}). x and out are float32 NCHW
     // [batch, C, tileH, tileW]; timesteps has `batch` entries.
     virtual void forward(const float* x, const float* timesteps, int batch, float* out) = 0;
+
+    // Where a tiled pass (core/TiledVae.h) keeps its whole-image canvases: a store of this
+    // backend's (e.g. in device memory) when canvases of `canvasBytes` (float32, the pass's
+    // peak) fit there, else nullptr: the host's (the default, defined in core/TiledVae.cpp).
+    virtual std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes);
 };
 
 }  // namespace tessera

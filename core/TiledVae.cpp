@@ -28,6 +28,10 @@ constexpr int kMaxTileBatch = 64;
 // The smallest tile planVaePass halves to (cells).
 constexpr int kMinPlannedTile = 8;
 constexpr int kDefaultTile = 64;
+// The most tiles planVaePass batches per segment call on a device.
+constexpr int kMaxPlannedBatch = 8;
+// What the largest-tensor rule counts channels as: the CUDA backend pads NHWC channels to 8.
+constexpr int kChannelPadding = 8;
 
 [[noreturn]] void bad(const std::string& message) { throw std::invalid_argument(message); }
 
@@ -196,6 +200,28 @@ private:
 
 // ---------------------------------------------------------------------------------- statistics
 
+// The ScaleShift vector [scale_c - 1 | shift_c] of GroupNorm `gn` from its groups' {mean, biased
+// variance} (double, as the CPU reference's GroupNorm).
+std::vector<float> normVector(const std::vector<std::pair<double, double>>& moments, const GraphOp& gn,
+                              const ModelGraph& g, const TensorMap& weights, int channels) {
+    const auto& gamma = weights.at(g.param(gn.params.at(0)).name).data;
+    const auto& beta = weights.at(g.param(gn.params.at(1)).name).data;
+    const int perGroup = channels / gn.groups;
+    std::vector<float> v(2 * static_cast<std::size_t>(channels));
+    for (int group = 0; group < gn.groups; ++group) {
+        const auto [mean, variance] = moments[static_cast<std::size_t>(group)];
+        const double invStd = 1.0 / std::sqrt(variance + static_cast<double>(gn.eps));
+        for (int c = group * perGroup; c < (group + 1) * perGroup; ++c) {
+            const double scale = invStd * gamma[static_cast<std::size_t>(c)];
+            v[static_cast<std::size_t>(c)] = static_cast<float>(scale - 1.0);
+            v[static_cast<std::size_t>(channels + c)] = static_cast<float>(beta[static_cast<std::size_t>(c)] - mean * scale);
+        }
+    }
+    return v;
+}
+
+// ---------------------------------------------------------------------------------- host store
+
 // One value over the whole image at its resolution: channels x h x w float32.
 struct Canvas {
     int channels = 0, h = 0, w = 0;
@@ -204,38 +230,156 @@ struct Canvas {
     std::uint64_t bytes() const { return data.size() * sizeof(float); }
 };
 
-// The ScaleShift vector [scale_c - 1 | shift_c] of GroupNorm `gn` with the statistics of `x`
-// over pixels [x0, x0 + w) x [y0, y0 + h) of every channel (mean, biased variance in double,
-// two passes, as the CPU reference's GroupNorm).
-std::vector<float> normVector(const Canvas& x, const GraphOp& gn, const ModelGraph& g, const TensorMap& weights, int x0,
-                              int y0, int w, int h) {
-    const auto& gamma = weights.at(g.param(gn.params.at(0)).name).data;
-    const auto& beta = weights.at(g.param(gn.params.at(1)).name).data;
-    const int C = x.channels, perGroup = C / gn.groups;
-    std::vector<float> v(2 * static_cast<std::size_t>(C));
-    // f(value) over the region of channels [c0, c0 + perGroup), row by row.
-    const auto forEach = [&](int c0, auto&& f) {
-        for (int c = c0; c < c0 + perGroup; ++c)
-            for (int row = 0; row < h; ++row) {
-                const float* p = x.data.data() + (static_cast<std::size_t>(c) * x.h + y0 + row) * x.w + x0;
-                for (int col = 0; col < w; ++col) f(static_cast<double>(p[col]));
+class HostCanvasStore final : public TiledCanvasStore {
+public:
+    explicit HostCanvasStore(Backend& backend) : backend_(backend) {}
+
+    std::string where() const override { return "host"; }
+    void allocate(int value, int channels, int h, int w, int scale) override {
+        release(value);
+        Canvas& c = canvases_[value];
+        c.channels = channels;
+        c.h = h;
+        c.w = w;
+        c.scale = scale;
+        c.data.assign(static_cast<std::size_t>(channels) * h * w, 0.0f);
+        held_ += c.bytes();
+    }
+    void release(int value) override {
+        const auto it = canvases_.find(value);
+        if (it == canvases_.end()) return;
+        held_ -= it->second.bytes();
+        canvases_.erase(it);
+    }
+    void write(int value, const float* nchw) override {
+        Canvas& c = canvases_.at(value);
+        std::copy(nchw, nchw + c.data.size(), c.data.begin());
+    }
+    std::vector<float> read(int value) override { return canvases_.at(value).data; }
+
+    // Two passes in double over the region, row by row.
+    std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w, int h) override {
+        const Canvas& x = canvases_.at(value);
+        const int perGroup = x.channels / groups;
+        const auto forEach = [&](int c0, auto&& f) {
+            for (int c = c0; c < c0 + perGroup; ++c)
+                for (int row = 0; row < h; ++row) {
+                    const float* p = x.data.data() + (static_cast<std::size_t>(c) * x.h + y0 + row) * x.w + x0;
+                    for (int col = 0; col < w; ++col) f(static_cast<double>(p[col]));
+                }
+        };
+        std::vector<std::pair<double, double>> moments;
+        for (int group = 0; group < groups; ++group) {
+            double sum = 0, sq = 0;
+            forEach(group * perGroup, [&](double e) { sum += e; });
+            const double count = static_cast<double>(perGroup) * w * h, mean = sum / count;
+            forEach(group * perGroup, [&](double e) { sq += (e - mean) * (e - mean); });
+            moments.emplace_back(mean, sq / count);
+        }
+        return moments;
+    }
+
+    void prepare(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
+        backend_.prepareGraph(graph, weights, batch, tileH, tileW);
+        batch_ = batch;
+        in_.assign(graph.inputs().size(), {});
+        out_.assign(graph.outputs().size(), {});
+        for (std::size_t i = 0; i < in_.size(); ++i)
+            in_[i].resize(static_cast<std::size_t>(graph.elements(graph.inputs()[i], batch, tileH, tileW)));
+        for (std::size_t i = 0; i < out_.size(); ++i)
+            out_[i].resize(static_cast<std::size_t>(graph.elements(graph.outputs()[i], batch, tileH, tileW)));
+        tokens_.clear();
+        noted_ = false;
+    }
+
+    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid, int first,
+             int count) override {
+        if (!noted_) noteBuffers(inputs);
+        for (std::size_t i = 0; i < in_.size(); ++i) {
+            const std::size_t per = in_[i].size() / static_cast<std::size_t>(batch_);
+            const StoreInput& si = inputs[i];
+            for (int t = 0; t < count; ++t) {
+                float* dst = in_[i].data() + static_cast<std::size_t>(t) * per;
+                const auto tile = static_cast<std::size_t>(first + t);
+                if (si.kind == SegmentInput::Kind::Tile) {
+                    cut(canvases_.at(si.value), grid.tiles[tile], dst);
+                } else {
+                    const std::vector<float>& data = si.kind == SegmentInput::Kind::Context ? tokens(si.value)
+                                                     : si.vectors->size() == 1             ? si.vectors->front()
+                                                                                           : (*si.vectors)[tile];
+                    std::copy(data.begin(), data.end(), dst);
+                }
             }
-    };
-    for (int group = 0; group < gn.groups; ++group) {
-        const int c0 = group * perGroup;
-        double sum = 0, sq = 0;
-        forEach(c0, [&](double value) { sum += value; });
-        const double count = static_cast<double>(perGroup) * w * h, mean = sum / count;
-        forEach(c0, [&](double value) { sq += (value - mean) * (value - mean); });
-        const double invStd = 1.0 / std::sqrt(sq / count + static_cast<double>(gn.eps));
-        for (int c = c0; c < c0 + perGroup; ++c) {
-            const double scale = invStd * gamma[static_cast<std::size_t>(c)];
-            v[static_cast<std::size_t>(c)] = static_cast<float>(scale - 1.0);
-            v[static_cast<std::size_t>(C + c)] = static_cast<float>(beta[static_cast<std::size_t>(c)] - mean * scale);
+        }
+        std::vector<const float*> inPtr;
+        std::vector<float*> outPtr;
+        for (auto& b : in_) inPtr.push_back(b.data());
+        for (auto& b : out_) outPtr.push_back(b.data());
+        backend_.run(inPtr, count, outPtr);
+        for (std::size_t o = 0; o < out_.size(); ++o) {
+            const std::size_t per = out_[o].size() / static_cast<std::size_t>(batch_);
+            for (int t = 0; t < count; ++t)
+                paste(out_[o].data() + static_cast<std::size_t>(t) * per, grid.tiles[static_cast<std::size_t>(first + t)],
+                      canvases_.at(outputs[o]));
         }
     }
-    return v;
-}
+    std::uint64_t peakBytes() const override { return peak_; }
+
+private:
+    // The segment's host buffers besides the canvases: one batch's inputs and outputs, the
+    // context tokens and the statistics vectors (one, or one per tile).
+    void noteBuffers(const std::vector<StoreInput>& inputs) {
+        std::uint64_t n = 0;
+        for (const StoreInput& si : inputs) {
+            if (si.kind == SegmentInput::Kind::Context) n += canvases_.at(si.value).data.size();
+            if (si.kind == SegmentInput::Kind::NormVector)
+                for (const auto& v : *si.vectors) n += v.size();
+        }
+        for (const auto& b : in_) n += b.size();
+        for (const auto& b : out_) n += b.size();
+        peak_ = std::max(peak_, held_ + n * sizeof(float));
+        noted_ = true;
+    }
+    // Canvas `value` as tokens [pixels, C], made once per prepare.
+    const std::vector<float>& tokens(int value) {
+        auto it = tokens_.find(value);
+        if (it != tokens_.end()) return it->second;
+        const Canvas& x = canvases_.at(value);
+        const std::size_t pixels = static_cast<std::size_t>(x.h) * x.w;
+        std::vector<float> t(x.data.size());
+        for (int c = 0; c < x.channels; ++c)
+            for (std::size_t p = 0; p < pixels; ++p) t[p * x.channels + c] = x.data[c * pixels + p];
+        return tokens_.emplace(value, std::move(t)).first->second;
+    }
+    // The tile's extent of canvas `c` into dst [C, h, w].
+    static void cut(const Canvas& c, const GraphTile& t, float* dst) {
+        const int h = t.h * c.scale, w = t.w * c.scale, x0 = t.x * c.scale, y0 = t.y * c.scale;
+        for (int ch = 0; ch < c.channels; ++ch)
+            for (int row = 0; row < h; ++row) {
+                const float* src = c.data.data() + (static_cast<std::size_t>(ch) * c.h + y0 + row) * c.w + x0;
+                std::copy(src, src + w, dst + (static_cast<std::size_t>(ch) * h + row) * w);
+            }
+    }
+    // The tile's core out of src [C, h, w] (its extent) into canvas `c`.
+    static void paste(const float* src, const GraphTile& t, Canvas& c) {
+        const int h = t.h * c.scale, w = t.w * c.scale, s = c.scale;
+        const int dx = (t.coreX - t.x) * s, dy = (t.coreY - t.y) * s, cw = t.coreW * s, chh = t.coreH * s;
+        for (int ch = 0; ch < c.channels; ++ch)
+            for (int row = 0; row < chh; ++row) {
+                const float* from = src + (static_cast<std::size_t>(ch) * h + dy + row) * w + dx;
+                std::copy(from, from + cw,
+                          c.data.data() + (static_cast<std::size_t>(ch) * c.h + t.coreY * s + row) * c.w + t.coreX * s);
+            }
+    }
+
+    Backend& backend_;
+    std::map<int, Canvas> canvases_;
+    std::map<int, std::vector<float>> tokens_;
+    std::vector<std::vector<float>> in_, out_;
+    int batch_ = 1;
+    bool noted_ = false;
+    std::uint64_t held_ = 0, peak_ = 0;
+};
 
 // ---------------------------------------------------------------------------------- the run
 
@@ -301,145 +445,89 @@ struct TiledLayout {
 
 class TiledRun {
 public:
-    TiledRun(Backend& backend, const ModelGraph& whole, const TensorMap& weights, const TiledLayout& layout,
+    TiledRun(TiledCanvasStore& store, const ModelGraph& whole, const TensorMap& weights, const TiledLayout& layout,
              TiledGraphReport& report)
-        : backend_(backend), g_(whole), weights_(weights), L_(layout), report_(report) {}
+        : store_(store), g_(whole), weights_(weights), L_(layout), report_(report) {}
 
     // One image: the graph's input at its resolution in, its output out.
     std::vector<float> run(const float* input) {
-        canvases_.clear();
-        held_ = 0;
-        const int in = g_.inputs().front();
-        Canvas& c = allocate(in);
-        std::copy(input, input + c.data.size(), c.data.begin());
+        const int in = g_.inputs().front(), out = g_.outputs().front();
+        allocate(in);
+        store_.write(in, input);
         for (std::size_t k = 0; k < L_.segments.size(); ++k) runSegment(k);
-        return std::move(canvases_.at(g_.outputs().front()).data);
+        std::vector<float> image = store_.read(out);
+        for (int v : live_) store_.release(v);
+        live_.clear();
+        return image;
     }
 
 private:
-    Canvas& allocate(int value) {
+    void allocate(int value) {
         const GraphValue& v = g_.value(value);
         if (L_.cell % v.divisor != 0)
             bad("tiled graph: '" + v.name + "' has divisor " + std::to_string(v.divisor) + ", which does not divide " +
                 std::to_string(L_.cell));
-        Canvas& c = canvases_[value];
-        c.channels = v.channels;
-        c.h = L_.imageH / v.divisor;
-        c.w = L_.imageW / v.divisor;
-        c.scale = L_.cell / v.divisor;
-        c.data.assign(static_cast<std::size_t>(c.channels) * c.h * c.w, 0.0f);
-        held_ += c.bytes();
-        return c;
+        store_.allocate(value, v.channels, L_.imageH / v.divisor, L_.imageW / v.divisor, L_.cell / v.divisor);
+        live_.insert(value);
     }
-    void note(std::uint64_t extra) { report_.hostPeakBytes = std::max(report_.hostPeakBytes, held_ + extra); }
 
     void runSegment(std::size_t k) {
         const GraphSegment& s = L_.segments[k];
-        // Per input: per tile (NormVector with per-tile statistics) or shared data.
-        std::vector<std::vector<std::vector<float>>> perTile(s.inputs.size());
-        std::uint64_t buffers = 0;
+        // Per input: the statistics vectors (NormVector: one shared, or one per tile).
+        std::vector<std::vector<std::vector<float>>> vectors(s.inputs.size());
+        std::vector<StoreInput> feeds;
         for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-            perTile[i] = inputData(s.inputs[i]);
-            for (const auto& d : perTile[i]) buffers += d.size() * sizeof(float);
+            const SegmentInput& si = s.inputs[i];
+            if (si.kind == SegmentInput::Kind::NormVector) vectors[i] = normVectors(si);
+            feeds.push_back(StoreInput{si.kind, si.value, &vectors[i]});
         }
         for (int v : s.outputs) allocate(v);
-        std::vector<std::vector<float>> in(s.inputs.size()), out(s.outputs.size());
-        for (std::size_t i = 0; i < in.size(); ++i) {
-            in[i].resize(static_cast<std::size_t>(L_.elements(s, s.graph.inputs()[i])));
-            buffers += in[i].size() * sizeof(float);
-        }
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            out[i].resize(static_cast<std::size_t>(L_.elements(s, s.graph.outputs()[i])));
-            buffers += out[i].size() * sizeof(float);
-        }
-        note(buffers);
-        backend_.prepareGraph(L_.execution[k], weights_, L_.batch, L_.tileH(), L_.tileW());
+        store_.prepare(L_.execution[k], weights_, L_.batch, L_.tileH(), L_.tileW());
         ++report_.prepares;
         const int tiles = static_cast<int>(L_.grid.tiles.size());
         for (int first = 0; first < tiles; first += L_.batch) {
-            const int count = std::min(L_.batch, tiles - first);
-            for (std::size_t i = 0; i < in.size(); ++i) {
-                const std::size_t per = in[i].size() / static_cast<std::size_t>(L_.batch);
-                for (int t = 0; t < count; ++t) {
-                    float* dst = in[i].data() + static_cast<std::size_t>(t) * per;
-                    const SegmentInput& si = s.inputs[i];
-                    if (si.kind == SegmentInput::Kind::Tile) {
-                        cut(canvases_.at(si.value), L_.grid.tiles[static_cast<std::size_t>(first + t)], dst);
-                    } else {
-                        const auto& data = perTile[i].size() == 1 ? perTile[i][0] : perTile[i][static_cast<std::size_t>(first + t)];
-                        std::copy(data.begin(), data.end(), dst);
-                    }
-                }
-            }
-            std::vector<const float*> inPtr;
-            std::vector<float*> outPtr;
-            for (auto& b : in) inPtr.push_back(b.data());
-            for (auto& b : out) outPtr.push_back(b.data());
-            backend_.run(inPtr, count, outPtr);
+            store_.run(feeds, s.outputs, L_.grid, first, std::min(L_.batch, tiles - first));
             ++report_.batchRuns;
-            for (std::size_t o = 0; o < out.size(); ++o) {
-                const std::size_t per = out[o].size() / static_cast<std::size_t>(L_.batch);
-                for (int t = 0; t < count; ++t)
-                    paste(out[o].data() + static_cast<std::size_t>(t) * per, L_.grid.tiles[static_cast<std::size_t>(first + t)],
-                          canvases_.at(s.outputs[o]));
-            }
         }
-        for (int v : s.releases) {
-            const auto it = canvases_.find(v);
-            if (it == canvases_.end()) continue;
-            held_ -= it->second.bytes();
-            canvases_.erase(it);
-        }
+        for (int v : s.releases)
+            if (live_.erase(v) != 0) store_.release(v);
     }
 
-    // What a NormVector or Context input holds: one entry shared by every tile, or one per tile.
-    std::vector<std::vector<float>> inputData(const SegmentInput& si) {
-        if (si.kind == SegmentInput::Kind::Tile) return {};
-        const Canvas& x = canvases_.at(si.value);
-        if (si.kind == SegmentInput::Kind::Context) {   // [pixels, C]
-            const std::size_t pixels = static_cast<std::size_t>(x.h) * x.w;
-            std::vector<float> tokens(x.data.size());
-            for (int c = 0; c < x.channels; ++c)
-                for (std::size_t p = 0; p < pixels; ++p) tokens[p * x.channels + c] = x.data[c * pixels + p];
-            return {std::move(tokens)};
-        }
+    // GroupNorm si.op's ScaleShift vectors from the statistics of canvas si.value: one for the
+    // whole image, or one per tile's extent.
+    std::vector<std::vector<float>> normVectors(const SegmentInput& si) {
         const GraphOp& gn = g_.ops()[static_cast<std::size_t>(si.op)];
-        if (L_.tiling.statistics == NormStatistics::WholeImage) return {normVector(x, gn, g_, weights_, 0, 0, x.w, x.h)};
+        const GraphValue& x = g_.value(si.value);
+        const int h = L_.imageH / x.divisor, w = L_.imageW / x.divisor, scale = L_.cell / x.divisor;
+        if (L_.tiling.statistics == NormStatistics::WholeImage)
+            return {normVector(store_.groupMoments(si.value, gn.groups, 0, 0, w, h), gn, g_, weights_, x.channels)};
         std::vector<std::vector<float>> perTile;
         for (const GraphTile& t : L_.grid.tiles)
-            perTile.push_back(normVector(x, gn, g_, weights_, t.x * x.scale, t.y * x.scale, t.w * x.scale, t.h * x.scale));
+            perTile.push_back(normVector(
+                store_.groupMoments(si.value, gn.groups, t.x * scale, t.y * scale, t.w * scale, t.h * scale), gn, g_,
+                weights_, x.channels));
         return perTile;
     }
 
-    // The tile's extent of canvas `c` into dst [C, h, w].
-    static void cut(const Canvas& c, const GraphTile& t, float* dst) {
-        const int h = t.h * c.scale, w = t.w * c.scale, x0 = t.x * c.scale, y0 = t.y * c.scale;
-        for (int ch = 0; ch < c.channels; ++ch)
-            for (int row = 0; row < h; ++row) {
-                const float* src = c.data.data() + (static_cast<std::size_t>(ch) * c.h + y0 + row) * c.w + x0;
-                std::copy(src, src + w, dst + (static_cast<std::size_t>(ch) * h + row) * w);
-            }
-    }
-    // The tile's core out of src [C, h, w] (its extent) into canvas `c`.
-    static void paste(const float* src, const GraphTile& t, Canvas& c) {
-        const int h = t.h * c.scale, w = t.w * c.scale, s = c.scale;
-        const int dx = (t.coreX - t.x) * s, dy = (t.coreY - t.y) * s, cw = t.coreW * s, chh = t.coreH * s;
-        for (int ch = 0; ch < c.channels; ++ch)
-            for (int row = 0; row < chh; ++row) {
-                const float* from = src + (static_cast<std::size_t>(ch) * h + dy + row) * w + dx;
-                std::copy(from, from + cw,
-                          c.data.data() + (static_cast<std::size_t>(ch) * c.h + t.coreY * s + row) * c.w + t.coreX * s);
-            }
-    }
-
-    Backend& backend_;
+    TiledCanvasStore& store_;
     const ModelGraph& g_;
     const TensorMap& weights_;
     const TiledLayout& L_;
     TiledGraphReport& report_;
-    std::map<int, Canvas> canvases_;
-    std::uint64_t held_ = 0;   // bytes of the canvases held now
+    std::set<int> live_;   // values with a canvas in the store
 };
+
+// The host store's peak: the canvases live at each segment plus its buffers, float32.
+std::uint64_t hostPeak(const ModelGraph& primitive, const TiledLayout& layout) {
+    std::uint64_t held = layout.canvasBytes(primitive, primitive.inputs().front()), peak = 0;
+    for (std::size_t k = 0; k < layout.segments.size(); ++k) {
+        const GraphSegment& s = layout.segments[k];
+        for (int v : s.outputs) held += layout.canvasBytes(primitive, v);
+        peak = std::max(peak, held + layout.bufferBytes(primitive, k));
+        for (int v : s.releases) held -= layout.canvasBytes(primitive, v);
+    }
+    return peak;
+}
 
 // `t` is [B, C, h, w] of the graph's input (C its channels) with B, h, w in range and the image
 // (h, w times the input's divisor) a multiple of the graph's largest divisor. Messages name the input.
@@ -467,6 +555,12 @@ const char* describeAttention(AttentionContext a) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------- public
+
+std::unique_ptr<TiledCanvasStore> makeHostCanvasStore(Backend& backend) {
+    return std::make_unique<HostCanvasStore>(backend);
+}
+
+std::unique_ptr<TiledCanvasStore> Backend::makeCanvasStore(std::uint64_t) { return nullptr; }
 
 GraphTileGrid GraphTileGrid::make(int width, int height, int tile, int halo) {
     if (width < 1 || height < 1 || tile < 1 || halo < 0)
@@ -535,6 +629,7 @@ std::string TiledGraphReport::describe() const {
                        (statistics == NormStatistics::WholeImage ? "whole-image GroupNorm" : "per-tile GroupNorm") +
                        ", " + describeAttention(attention);
     if (grid.halo < requiredHalo) text += ", halo below the exact " + std::to_string(requiredHalo);
+    if (canvases != "host") return text + ", canvases on the " + canvases + " (peak " + formatBytes(storePeakBytes) + ")";
     return text + ", host peak " + formatBytes(hostPeakBytes);
 }
 
@@ -546,7 +641,9 @@ HostTensor runTiledGraph(Backend& backend, const ModelGraph& primitive, const Te
     const int imageH = static_cast<int>(input.shape[2]) * in.divisor, imageW = static_cast<int>(input.shape[3]) * in.divisor;
     const TiledLayout layout(primitive, imageH, imageW, tiling);
     TiledGraphReport r = layout.report();
-    TiledRun run(backend, primitive, weights, layout, r);
+    std::unique_ptr<TiledCanvasStore> store = backend.makeCanvasStore(hostPeak(primitive, layout));
+    if (!store) store = makeHostCanvasStore(backend);
+    TiledRun run(*store, primitive, weights, layout, r);
     const int outValue = primitive.outputs().front();
     HostTensor out;
     out.shape = primitive.shape(outValue, static_cast<int>(input.shape[0]), imageH, imageW);
@@ -555,6 +652,9 @@ HostTensor runTiledGraph(Backend& backend, const ModelGraph& primitive, const Te
         const std::vector<float> image = run.run(input.data.data() + static_cast<std::size_t>(b) * inPer);
         out.data.insert(out.data.end(), image.begin(), image.end());
     }
+    r.canvases = store->where();
+    r.storePeakBytes = store->peakBytes();
+    r.hostPeakBytes = r.canvases == "host" ? r.storePeakBytes : 0;
     if (report) *report = r;
     return out;
 }
@@ -589,19 +689,26 @@ std::uint64_t graphActivationBytes(const ModelGraph& graph, int batch, int h, in
     return std::max(peak, live);
 }
 
+std::int64_t largestTensorElements(const ModelGraph& graph, int batch, int h, int w, int channelMultiple) {
+    const std::int64_t m = std::max(channelMultiple, 1);
+    std::int64_t largest = 0;
+    for (std::size_t v = 0; v < graph.values().size(); ++v) {
+        const GraphValue& g = graph.value(static_cast<int>(v));
+        std::int64_t n = graph.elements(static_cast<int>(v), batch, h, w);
+        if (g.kind == ValueKind::FeatureMap && g.channels > 0) n = n / g.channels * ((g.channels + m - 1) / m * m);
+        largest = std::max(largest, n);
+    }
+    return largest;
+}
+
 TiledGraphReport estimateTiledGraph(const ModelGraph& primitive, int imageH, int imageW, const GraphTiling& tiling,
                                     int bytesPerValue) {
     const TiledLayout layout(primitive, imageH, imageW, tiling);
     TiledGraphReport r = layout.report();
-    std::uint64_t held = layout.canvasBytes(primitive, primitive.inputs().front());
-    for (std::size_t k = 0; k < layout.segments.size(); ++k) {
-        const GraphSegment& s = layout.segments[k];
-        for (int v : s.outputs) held += layout.canvasBytes(primitive, v);
-        r.hostPeakBytes = std::max(r.hostPeakBytes, held + layout.bufferBytes(primitive, k));
-        for (int v : s.releases) held -= layout.canvasBytes(primitive, v);
-        r.deviceBytes = std::max(r.deviceBytes, graphActivationBytes(layout.execution[k], layout.batch, layout.tileH(),
-                                                                     layout.tileW(), bytesPerValue));
-    }
+    r.hostPeakBytes = hostPeak(primitive, layout);
+    for (const ModelGraph& segment : layout.execution)
+        r.deviceBytes = std::max(r.deviceBytes, graphActivationBytes(segment, layout.batch, layout.tileH(), layout.tileW(),
+                                                                     bytesPerValue));
     return r;
 }
 
@@ -619,28 +726,61 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
                         const std::optional<VaeMemoryBudget>& budget) {
     VaePassPlan plan;
     const int bytesPerValue = budget ? budget->bytesPerValue : 4;
-    plan.untiledBytes = graphActivationBytes(fuseForExecution(primitive), 1, imageH, imageW, bytesPerValue);
+    const ModelGraph execution = fuseForExecution(primitive);
+    plan.untiledBytes = graphActivationBytes(execution, 1, imageH, imageW, bytesPerValue);
+    plan.untiledLargest = largestTensorElements(execution, 1, imageH, imageW, kChannelPadding);
+    const std::int64_t limit = budget ? budget->maxTensorElements : 0;
+    const bool tooLarge = limit > 0 && plan.untiledLargest > limit;
     const std::string untiled = "activations " + formatBytes(plan.untiledBytes);
     const std::string budgetText = budget ? formatBytes(budget->bytes) + " (" + budget->source + ")" : std::string();
+    const std::string largest = "its largest tensor has " + std::to_string(plan.untiledLargest) + " elements, over the " +
+                                std::to_string(limit) + " the device takes";
     if (mode == VaeTiling::Off) {
-        plan.reason = "vae_tiling off";
+        plan.reason = "vae_tiling off" + (tooLarge ? ", although " + largest : std::string());
         return plan;
     }
-    if (mode == VaeTiling::Auto && (!budget || plan.untiledBytes <= budget->bytes)) {
+    if (mode == VaeTiling::Auto && !tooLarge && (!budget || plan.untiledBytes <= budget->bytes)) {
         plan.reason = budget ? untiled + " of " + budgetText : "vae_tiling auto, no memory budget known";
         return plan;
     }
     plan.tiled = true;
-    plan.reason = mode == VaeTiling::On ? "vae_tiling on" : untiled + " exceed " + budgetText;
+    const bool fits = !budget || plan.untiledBytes <= budget->bytes;
+    if (mode == VaeTiling::On) plan.reason = "vae_tiling on";
+    else if (!fits) plan.reason = untiled + " exceed " + budgetText + (tooLarge ? ", and " + largest : std::string());
+    else plan.reason = untiled + " of " + budgetText + ", but " + largest;
     plan.tiling.tile = kDefaultTile;
     // On the host the canvases share the budget with the tile's activations.
     const auto need = [&](const TiledGraphReport& r) {
         return r.deviceBytes + (budget && budget->sharedWithHost ? r.hostPeakBytes : 0);
     };
+    const auto tileTooLarge = [&] {
+        if (limit <= 0) return false;
+        const int h = plan.estimate.grid.extentH * plan.estimate.cellPixels, w = plan.estimate.grid.extentW * plan.estimate.cellPixels;
+        return largestTensorElements(execution, plan.tiling.batch, h, w, kChannelPadding) > limit;
+    };
     plan.estimate = estimateTiledGraph(primitive, imageH, imageW, plan.tiling, bytesPerValue);
-    while (budget && need(plan.estimate) > budget->bytes && plan.tiling.tile > kMinPlannedTile) {
+    while (budget && (need(plan.estimate) > budget->bytes || tileTooLarge()) && plan.tiling.tile > kMinPlannedTile) {
         plan.tiling.tile /= 2;
         plan.estimate = estimateTiledGraph(primitive, imageH, imageW, plan.tiling, bytesPerValue);
+    }
+    // A device's own memory: batch tiles per segment call (fewer, larger launches) while the batch's
+    // activations and the canvases (at the device's bytes per value) fit the budget.
+    if (budget && !budget->sharedWithHost) {
+        const auto deviceNeed = [&](const TiledGraphReport& r) {
+            return r.deviceBytes + r.hostPeakBytes / sizeof(float) * static_cast<std::uint64_t>(bytesPerValue);
+        };
+        const int tiles = static_cast<int>(plan.estimate.grid.tiles.size());
+        while (plan.tiling.batch * 2 <= std::min(kMaxPlannedBatch, tiles)) {
+            GraphTiling wider = plan.tiling;
+            wider.batch *= 2;
+            const TiledGraphReport estimate = estimateTiledGraph(primitive, imageH, imageW, wider, bytesPerValue);
+            const int h = estimate.grid.extentH * estimate.cellPixels, w = estimate.grid.extentW * estimate.cellPixels;
+            if (deviceNeed(estimate) > budget->bytes ||
+                (limit > 0 && largestTensorElements(execution, wider.batch, h, w, kChannelPadding) > limit))
+                break;
+            plan.tiling = wider;
+            plan.estimate = estimate;
+        }
     }
     return plan;
 }

@@ -18,13 +18,17 @@
 //    the result equals the untiled one (up to float rounding) once the halo covers the
 //    receptive field of one segment (requiredHalo, 2 latent pixels for SD's VAE). Only an
 //    attention left tile-local (AttentionContext::Tile) approximates.
-//  * Host memory: the canvases of the values live at a cut (about the whole-image activation
-//    of 2-3 values) plus one tile batch's buffers. Device memory: one segment for one tile batch.
+//  * Memory: the canvases of the values live at a cut (about the whole-image activation of 2-3
+//    values) plus one tile batch's buffers, in a TiledCanvasStore: host memory by default (float32),
+//    or the backend's own (the CUDA backend's device memory, in its activation type, when they
+//    fit); and the backend's plan of one segment for one tile batch.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/Backend.h"  // Backend, TensorMap
@@ -116,11 +120,53 @@ struct TiledGraphReport {
     AttentionContext attention = AttentionContext::Image;
     NormStatistics statistics = NormStatistics::WholeImage;
     std::uint64_t hostPeakBytes = 0;    // canvases + one batch's host buffers, float32
+    std::string canvases = "host";      // where the canvases were kept (TiledCanvasStore::where)
+    std::uint64_t storePeakBytes = 0;   // runTiledGraph: the store's peak (device bytes for a device store)
     std::uint64_t deviceBytes = 0;      // estimateTiledGraph: the largest segment's activations for one batch
     // "2x2 tiles of 64 latent px + 2 halo (544x544 px evaluated), whole-image GroupNorm,
     // attention over the whole image, host peak 1.2 GiB"
     std::string describe() const;
 };
+
+// Where a tiled pass keeps its whole-image canvases (one per value live at a cut) and how a
+// segment's tiles move between them and the backend. The host store (the default) keeps
+// float32 NCHW canvases in host memory and runs the backend on host buffers, as the CPU does;
+// a backend may keep them where it computes (Backend::makeCanvasStore: the CUDA backend's are in
+// device memory, tiles cut and pasted there). The tiled algorithm (which tiles, which canvases,
+// when statistics are taken) is the same over either. Cells are in the canvas's own pixels
+// times `scale`.
+struct StoreInput {
+    SegmentInput::Kind kind = SegmentInput::Kind::Tile;
+    int value = -1;                          // Tile, Context: the canvas
+    // NormVector: the [2C] vector, one shared by every tile or one per tile of the grid.
+    const std::vector<std::vector<float>>* vectors = nullptr;
+};
+class TiledCanvasStore {
+public:
+    virtual ~TiledCanvasStore() = default;
+    // "host" / "device": where the canvases are (for the report).
+    virtual std::string where() const = 0;
+    // A zeroed canvas of whole-graph value `value`: channels x h x w pixels, `scale` pixels a cell.
+    virtual void allocate(int value, int channels, int h, int w, int scale) = 0;
+    virtual void release(int value) = 0;
+    virtual void write(int value, const float* nchw) = 0;    // the canvas from host float32 NCHW
+    virtual std::vector<float> read(int value) = 0;          // the canvas as host float32 NCHW
+    // Per group of `groups` consecutive channels: {mean, biased variance} over the canvas pixels
+    // [x0, x0 + w) x [y0, y0 + h) of its channels.
+    virtual std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w, int h) = 0;
+    // The backend made ready for segment graph `graph` (fused) on `batch` tiles of tileH x tileW pixels.
+    virtual void prepare(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) = 0;
+    // The prepared segment over tiles[first, first + count) of `grid` (count <= the prepared
+    // batch): input i per inputs[i] (a tile's extent of a canvas, a statistics vector, a whole
+    // canvas as [pixels, C] tokens), each output o's tile cores pasted into canvas outputs[o].
+    virtual void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid,
+                     int first, int count) = 0;
+    // The most bytes the store has held at once (canvases and tile buffers) where it keeps them.
+    virtual std::uint64_t peakBytes() const = 0;
+};
+
+// The host store over `backend` (what runTiledGraph uses when the backend offers none).
+std::unique_ptr<TiledCanvasStore> makeHostCanvasStore(Backend& backend);
 
 // Runs `primitive` over `input` (its one input, [B, C, h, w] at the input's divisor; the image
 // in pixels a multiple of the graph's largest divisor) tile by tile on `backend`, preparing it
@@ -154,16 +200,29 @@ struct VaeMemoryBudget {
     int bytesPerValue = 4;
     bool sharedWithHost = true;         // the host's memory: a tiled pass's canvases count against it too
     std::string source;                 // "host: MemAvailable in /proc/meminfo", "device free memory"
+    // The most elements one tensor may have there; 0: no limit. CUDA: 2^31 - 1 (cuDNN refuses
+    // larger tensors: the SD decoder's 256-channel activations at 4096x4096 have 2^32).
+    std::int64_t maxTensorElements = 0;
 };
+
+// The most elements of one value of `graph` (as a backend runs it: fused) for `batch` tiles of
+// h x w pixels, channels padded to a multiple of `channelMultiple` (the CUDA backend pads to 8).
+std::int64_t largestTensorElements(const ModelGraph& graph, int batch, int h, int w, int channelMultiple = 1);
 
 // Whether a decode or encode of an image of imageH x imageW pixels runs tiled, and how:
 //   off   untiled;
 //   on    tiled (64-cell tiles, halved while one tile batch does not fit the budget);
-//   auto  untiled when its activations fit the budget or the budget is unknown, else as on.
+//   auto  untiled when its activations fit the budget (or the budget is unknown) and no tensor
+//         exceeds the budget's maxTensorElements, else as on.
+// A tiled plan's tile is halved while one tile batch (plus, where the budget is the host's, the
+// canvases) does not fit the budget or a tile's tensor exceeds maxTensorElements; where the
+// budget is a device's own, its batch is then doubled (up to 8 tiles) while the batch's
+// activations and the canvases at bytesPerValue still fit and no tensor exceeds the limit.
 struct VaePassPlan {
     bool tiled = false;
     GraphTiling tiling;
     std::uint64_t untiledBytes = 0;     // graphActivationBytes of the whole image
+    std::int64_t untiledLargest = 0;    // largestTensorElements of the whole image (channels padded to 8)
     TiledGraphReport estimate;          // tiled only
     std::string reason;                 // "vae_tiling on", "activations 3.0 GiB exceed 1.0 GiB (host: MemAvailable ...)"
 };

@@ -28,6 +28,7 @@
 #include "kernels/BiasResidual.cuh"
 #include "kernels/CausalMask.cuh"
 #include "kernels/Concat.cuh"
+#include "kernels/CudaCanvasStore.h"
 #include "kernels/CudaCheck.h"
 #include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
@@ -38,6 +39,7 @@
 #include "kernels/GroupNorm.cuh"
 #include "kernels/LayerNorm.cuh"
 #include "kernels/LayoutConvert.cuh"
+#include "kernels/NvtxRange.h"
 #include "kernels/PadRightBottom.cuh"
 #include "kernels/Pointwise.cuh"
 #include "kernels/Softmax.cuh"
@@ -626,6 +628,14 @@ struct CudaBackend::Impl {
         return a;
     }
     float* vec(const VectorRef& r) const { return reinterpret_cast<float*>(ptr(r.buf)) + r.offset; }
+    // Lane 0's buffer of graph input or output `v` (CudaBackend::deviceGraphInput).
+    void* graphValuePtr(int v) const {
+        if (!prepared) throw std::logic_error("CudaBackend: device buffers before prepare");
+        if (graph.value(v).kind == ValueKind::Vector) return lanePtr(0, valueVec[static_cast<std::size_t>(v)].buf) +
+                                                             valueVec[static_cast<std::size_t>(v)].offset * sizeof(float);
+        const int buf = valueAct[static_cast<std::size_t>(v)].buf;
+        return buf < 0 ? nullptr : lanePtr(0, buf);
+    }
 
     // The lowering choices above, decided before anything is emitted.
     void analyse() {
@@ -1989,8 +1999,13 @@ struct CudaBackend::Impl {
         maxBatch = batch;
         tileH = h;
         tileW = w;
-        build(g, tensors);
-        planArena();
+        const NvtxRange nvtxPrepare("CudaBackend prepare " + std::to_string(batch) + "x" + std::to_string(w) + "x" +
+                              std::to_string(h));
+        {
+            const NvtxRange nvtxLower("lower + plan arena");
+            build(g, tensors);
+            planArena();
+        }
 
         std::size_t freeBytes = 0, totalBytes = 0;
         TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
@@ -2003,6 +2018,7 @@ struct CudaBackend::Impl {
         const std::size_t findCap = std::min<std::size_t>(std::size_t(1) << 30, (freeBytes - base) / 2);
         std::size_t wsNeed = 0;
         {
+            const NvtxRange nvtxChoose("weights + algorithm choice (tuning cache or timing)");
             DeviceBuffer temp(weights + activationBytes + findCap);
             weightsBase = temp.as<char>();
             actBase = weightsBase + weights;
@@ -2025,6 +2041,7 @@ struct CudaBackend::Impl {
         if (total > freeBytes)
             throw CudaOutOfMemory(oomMessage(total, freeBytes, fixed, &largest, laneCount), mib(total), mib(freeBytes),
                                   largest);
+        const NvtxRange nvtxPlace("arena + weights upload");
         try {
             arena = DeviceBuffer(total);
         } catch (const CudaError& e) {
@@ -2400,6 +2417,13 @@ float* CudaBackend::deviceVector(const std::string& name, int lane) const {
 }
 float* CudaBackend::deviceTimesteps(int lane) const {
     return reinterpret_cast<float*>(impl_->lanePtr(lane, impl_->timestepBuf));
+}
+void* CudaBackend::deviceGraphInput(std::size_t k) const { return impl_->graphValuePtr(impl_->graph.inputs().at(k)); }
+const void* CudaBackend::deviceGraphOutput(std::size_t k) const {
+    return impl_->graphValuePtr(impl_->graph.outputs().at(k));
+}
+std::unique_ptr<TiledCanvasStore> CudaBackend::makeCanvasStore(std::uint64_t canvasBytes) {
+    return makeCudaCanvasStore(*this, *this, canvasBytes);
 }
 int CudaBackend::inputChannelsPadded() const { return impl_->inPad; }
 int CudaBackend::outputChannelsPadded() const { return impl_->outPad; }

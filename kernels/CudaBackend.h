@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,9 @@ public:
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
     void prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes);
     void forward(const float* x, const float* timesteps, int batch, float* out) override;
+    // A tiled pass's canvases in this device's memory (kernels/CudaCanvasStore.h) when they fit
+    // its free memory with room for the segments' plans; else nullptr (host canvases).
+    std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes) override;
     int lanes() const;   // prepared lanes (0 before prepare)
     const ModelGraph& graph() const;  // the prepared graph
 
@@ -116,6 +120,12 @@ public:
     // The vector input named `name` ([batch, C] float32, e.g. SDXL's "text_embeds_time"); nullptr
     // when the prepared graph has no such input.
     float* deviceVector(const std::string& name, int lane = 0) const;
+    // Lane 0's buffer of the prepared graph's input / output k (graph order), written and read
+    // in place of run()'s host copies (the device canvas store): feature maps NHWC [batch, h, w,
+    // channels rounded up to 8] and token sequences [batch, rows, C] in the activation type,
+    // vectors [batch, C] float32; nullptr for an input read as token ids only. Then enqueue().
+    void* deviceGraphInput(std::size_t k) const;
+    const void* deviceGraphOutput(std::size_t k) const;
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.

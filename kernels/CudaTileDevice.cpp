@@ -8,14 +8,18 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "core/BlendWindow.h"
+#include "core/HostMemoryEstimate.h"  // formatBytes
+#include "core/ModelGraph.h"
 #include "core/RunRecord.h"
 #include "core/TilePlan.h"
 #include "core/UNetModel.h"
 #include "kernels/CanvasUpdate.cuh"
+#include "kernels/CudaCanvasStore.h"
 #include "kernels/CudaCheck.h"
 #include "kernels/Guidance.cuh"
 #include "kernels/LayoutConvert.cuh"
 #include "kernels/NonFinite.cuh"
+#include "kernels/NvtxRange.h"
 #include "kernels/TileGather.cuh"
 
 namespace tessera {
@@ -625,7 +629,15 @@ public:
     void setCachePath(std::string path) { path_ = std::move(path); }
 
     BackendInfo info() const override { return backend_.info(); }
+    cudaStream_t stream() const { return backend_.stream(); }
+    // A prepare of the same graph, weights, shape and cache file as the last one (the next
+    // decode of a queue at one size) keeps that plan: no re-lowering, no weight upload, no
+    // cuDNN plan building.
     void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
+        std::string key = planKey(graph, weights, batch, tileH, tileW);
+        if (!key.empty() && key == preparedKey_) return;
+        const NvtxRange range("whole-graph prepare (tuning cache)");
+        preparedKey_.clear();
         TuningCache cache(path_);   // read fresh: other processes may have stored choices since
         backend_.setTuningCache(&cache);
         try {
@@ -636,20 +648,52 @@ public:
         }
         backend_.setTuningCache(nullptr);
         cache.save();
+        preparedKey_ = std::move(key);
     }
     void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override {
+        const NvtxRange range("whole-graph run (host copies in and out)");
         backend_.run(inputs, batch, outputs);
     }
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override {
+        preparedKey_.clear();
         backend_.prepare(model, batch, tileH, tileW);
     }
     void forward(const float* x, const float* timesteps, int batch, float* out) override {
         backend_.forward(x, timesteps, batch, out);
     }
+    // Device canvases for tiled passes, their segments prepared through this (the tuning cache).
+    std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes) override {
+        return makeCudaCanvasStore(*this, backend_, canvasBytes);
+    }
 
 private:
+    // Everything a plan depends on: the cache file, the shape, every op and its fusions, and
+    // each parameter's tensor (address, size and three sampled values, so that another model
+    // loaded at the same addresses does not match). Empty when a parameter is missing.
+    std::string planKey(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) const {
+        std::ostringstream k;
+        k << std::hexfloat << path_ << '|' << batch << 'x' << tileH << 'x' << tileW << '|' << graph.values().size();
+        for (int v : graph.inputs()) k << ",in" << v;
+        for (int v : graph.outputs()) k << ",out" << v;
+        for (const GraphOp& op : graph.ops()) {
+            k << '\n' << op.name << ' ' << graph.describe(op) << ' ' << op.input << ' ' << op.input2 << ' ' << op.output
+              << ' ' << op.eps << ' ' << op.silu << ' ' << op.preAdd << ' ' << op.scaleShift << ' ' << op.residual << ' '
+              << op.outputScale << ' ' << op.stride << ' ' << op.padBegin << ' ' << op.padEnd;
+            for (int p : op.params) k << ' ' << p;
+        }
+        for (const GraphParam& p : graph.params()) {
+            const auto it = weights.find(p.name);
+            if (it == weights.end()) return {};
+            const std::vector<float>& d = it->second.data;
+            k << '\n' << p.name << '@' << static_cast<const void*>(d.data()) << ':' << d.size();
+            if (!d.empty()) k << ':' << d.front() << ':' << d[d.size() / 2] << ':' << d.back();
+        }
+        return k.str();
+    }
+
     CudaBackend backend_;
     std::string path_;
+    std::string preparedKey_;
 };
 
 Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {
@@ -657,6 +701,25 @@ Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {
         whole_ = std::make_unique<TunedBackend>(config.precision, device_);
     whole_->setCachePath(TuningCache::resolvePath(config.tuningCache));
     return *whole_;
+}
+
+cudaStream_t CudaTileDevice::wholeGraphStream() const { return whole_ ? whole_->stream() : nullptr; }
+
+std::optional<VaeMemoryBudget> CudaTileDevice::vaeMemoryBudget(const RunConfig& config) {
+    TESSERA_CHECK(cudaSetDevice(device_));
+    std::size_t freeBytes = 0, totalBytes = 0;
+    TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    VaeMemoryBudget budget;
+    budget.bytes = freeBytes > kVaeReserveBytes ? freeBytes - kVaeReserveBytes : 0;
+    budget.bytesPerValue = config.precision == Precision::FP32 ? 4 : 2;
+    budget.sharedWithHost = false;
+    budget.maxTensorElements = (std::int64_t{1} << 31) - 1;
+    budget.source = "device free memory " + formatBytes(freeBytes) + " less a " + formatBytes(kVaeReserveBytes) + " reserve";
+    if (vaeLimit_ && *vaeLimit_ < budget.bytes) {
+        budget.bytes = *vaeLimit_;
+        budget.source += ", limited to " + formatBytes(*vaeLimit_);
+    }
+    return budget;
 }
 
 void CudaTileDevice::joinBatch(const TileBatch& b) {

@@ -97,6 +97,16 @@ public:
     void finishRun(RunRecord& record) override;
     // A CudaBackend of its own at the run's precision (the VAE), on this device.
     Backend& wholeGraphBackend(const RunConfig& config) override;
+    // Free device memory (cudaMemGetInfo) less kVaeReserveBytes, at 2 bytes a value (4 in fp32),
+    // tensors limited to cuDNN's 2^31 - 1 elements; capped by setVaeMemoryLimit.
+    std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config) override;
+    // The stream wholeGraphBackend's work is ordered on (timing events); nullptr before the first call.
+    cudaStream_t wholeGraphStream() const;
+    // Caps vaeMemoryBudget at `bytes` (tests, benchmarks: force a tiled pass); nullopt: no cap.
+    void setVaeMemoryLimit(std::optional<std::uint64_t> bytes) { vaeLimit_ = bytes; }
+    // What vaeMemoryBudget keeps back from the free memory: the VAE's weights (fp16 SD: 160 MiB),
+    // cuDNN's and cuBLAS' workspaces and the allocator's slack.
+    static constexpr std::uint64_t kVaeReserveBytes = 3ull << 29;   // 1.5 GiB
 
 private:
     // Rows of one forward for a batch of `count` tiles: doubled when guided (conditional rows,
@@ -156,6 +166,7 @@ private:
     // tuning cache file and store them there, so the VAE decodes to the same bits in every process.
     class TunedBackend;
     std::unique_ptr<TunedBackend> whole_;
+    std::optional<std::uint64_t> vaeLimit_;
     std::optional<Shape> prepared_;
     std::uint64_t planEpoch_ = 0;   // counts backend (re)plans: graphs bake in the plan's memory
     RunArena arena_;

@@ -17,8 +17,9 @@ time_ids = the whole image's size, as Tessera's default "image" size conditionin
 decodes in fp32 (SDXL's VAE overflows in fp16: force_upcast, as diffusers does).
 --compile: the UNet through torch.compile (inductor, mode "max-autotune-no-cudagraphs" off: default mode)
 and every UNet call replayed from a CUDA graph captured per batch shape (torch.cuda.CUDAGraph), the best a
-PyTorch user can write. --vae-only: the decode alone, untiled and with diffusers' own tiled decode
-(vae.enable_tiling()), after one warm-up each.
+PyTorch user can write. --vae-only: the decode (--encode: the encode) alone, untiled and with diffusers' own
+tiled pass (vae.enable_tiling()), each after one warm-up pass, CUDA events, median/min/max of --repeats (at
+least 3); CSV columns as `tessera-cli bench --shape vae` (--csv FILE writes them).
 
 Timed with CUDA events after one warm-up job at a small canvas (with --compile: at the full size, so that
 every batch shape is compiled and captured before timing); prints one CSV line per phase and the
@@ -189,34 +190,65 @@ def job(models, shape, size, tile, overlap, steps, cfg, batch, events):  # noqa:
     return image, len(tiles)
 
 
-def vae_bench(vae, shape, size, repeats):
-    """Decode of one size x size image: untiled, then diffusers' tiled decode; CUDA events after warm-up."""
-    latents = torch.randn((1, 4, size // 8, size // 8), generator=torch.Generator("cuda").manual_seed(0),
-                          device="cuda").to(next(vae.parameters()).dtype)
-    print("engine,shape,size,mode,decode_s,peak_alloc_mib,device")
-    for mode in ("untiled", "diffusers-tiled"):
+VAE_CSV = ("engine,shape,size,pass,mode,precision,median_ms,min_ms,max_ms,repeats,first_s,peak_used_mib,budget_mib,"
+           "untiled_mib,largest_tensor,choice,device")
+
+
+def vae_bench(vae, shape, size, repeats, encode=False, modes=("untiled", "diffusers-tiled"), csv=None):
+    """One size x size decode (or encode): untiled, then diffusers' tiled pass (vae.enable_tiling()), each after
+    one untimed warm-up pass (timed apart as first_s: cudnn.benchmark's algorithm search), then `repeats` passes
+    timed with CUDA events (synchronised before each); median, min, max. Peak device memory in use (total - free,
+    every process's) sampled after each pass and torch.cuda.max_memory_allocated. The CSV columns are
+    `tessera-cli bench --shape vae`'s (budget, estimate and largest tensor empty here)."""
+    dtype = next(vae.parameters()).dtype
+    gen = torch.Generator("cuda").manual_seed(0)
+    if encode:
+        x = (0.5 * torch.randn((1, 3, size, size), generator=gen, device="cuda")).clamp(-1, 1).to(dtype)
+        run = lambda: vae.encode(x).latent_dist.mean
+    else:
+        x = torch.randn((1, 4, size // 8, size // 8), generator=gen, device="cuda").to(dtype)
+        run = lambda: vae.decode(x).sample
+    precision = "fp32" if dtype == torch.float32 else ("bf16" if dtype == torch.bfloat16 else "fp16")
+    rows = [VAE_CSV]
+    print(VAE_CSV, flush=True)
+    for mode in modes:
         if mode == "diffusers-tiled":
             vae.enable_tiling()
-        times = []
+        times, used = [], 0
         try:
             with torch.no_grad():
-                vae.decode(latents).sample  # warm-up
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                run()  # warm-up (cudnn.benchmark times its algorithms here)
+                torch.cuda.synchronize()
+                first = time.perf_counter() - t0
                 for _ in range(repeats):
                     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    torch.cuda.synchronize()
                     a.record()
-                    vae.decode(latents).sample
+                    run()
                     b.record()
                     torch.cuda.synchronize()
-                    times.append(a.elapsed_time(b) / 1000)
+                    times.append(a.elapsed_time(b))
+                    free, total = torch.cuda.mem_get_info()
+                    used = max(used, total - free)
             times.sort()
-            print("pytorch-vae,%s,%d,%s,%.3f,%.0f,%s" % (shape, size, mode, times[len(times) // 2],
-                  torch.cuda.max_memory_allocated() / 2**20, torch.cuda.get_device_name()))
-        except torch.OutOfMemoryError as e:
-            print("pytorch-vae,%s,%d,%s,oom,,%s" % (shape, size, mode, str(e).split(".")[0]))
+            row = "pytorch-vae,%s,%d,%s,%s,%s,%.2f,%.2f,%.2f,%d,%.3f,%.0f,,,,%s (alloc peak %.0f MiB),%s" % (
+                shape, size, "encode" if encode else "decode", mode, precision, times[len(times) // 2], times[0],
+                times[-1], repeats, first, used / 2**20, mode, torch.cuda.max_memory_allocated() / 2**20,
+                torch.cuda.get_device_name())
+        except (torch.OutOfMemoryError, RuntimeError) as e:
+            row = "pytorch-vae,%s,%d,%s,%s,%s,failed,,,%d,,,,,,\"%s\",%s" % (
+                shape, size, "encode" if encode else "decode", mode, precision, repeats,
+                str(e).split("\n")[0][:160].replace('"', "'"), torch.cuda.get_device_name())
             torch.cuda.empty_cache()
+        print(row, flush=True)
+        rows.append(row)
         vae.disable_tiling()
+    if csv:
+        with open(csv, "w") as f:
+            f.write("\n".join(rows) + "\n")
 
 
 def main():
@@ -231,6 +263,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="torch.compile + a CUDA graph per batch shape")
     ap.add_argument("--vae-only", action="store_true", help="time the VAE decode alone (untiled, diffusers tiled)")
+    ap.add_argument("--encode", action="store_true", help="--vae-only: time the encoder instead")
+    ap.add_argument("--vae-modes", default="untiled,diffusers-tiled", help="--vae-only: which of untiled, diffusers-tiled")
+    ap.add_argument("--csv", help="--vae-only: also write the CSV rows to this file")
     a = ap.parse_args()
     tile = a.tile or NATIVE_TILE[a.shape]
     torch.manual_seed(0)
@@ -239,7 +274,7 @@ def main():
     vae = AutoencoderKL(**VAE).cuda().eval()
     vae = vae.float() if a.shape == "sdxl" else vae.half()
     if a.vae_only:
-        vae_bench(vae, a.shape, a.size, max(a.repeats, 3))
+        vae_bench(vae, a.shape, a.size, max(a.repeats, 3), a.encode, a.vae_modes.split(","), a.csv)
         return
     unet = UNet2DConditionModel(**UNETS[a.shape]).half().cuda().eval().to(memory_format=torch.channels_last)
     if a.compile:

@@ -403,6 +403,35 @@ private slots:
         QCOMPARE(automatic.exitCode, 2);
         QVERIFY2(automatic.err.contains(QStringLiteral("backend: auto found no CUDA backend to time --profile")),
                  qPrintable(describe(automatic)));
+
+    // --shape vae: its own options, each bad one refused with exit 2 naming it; its help; without
+    // a CUDA device, refused naming the backend.
+    void vaeBenchOptions() {
+        const std::vector<std::pair<std::vector<QString>, QString>> bad{
+            {{"--size", "300"}, "bench: size: '300' is not allowed; use 512, 1024, 2048 or 4096"},
+            {{"--tiling", "sideways"}, "bench: tiling"},
+            {{"--repeats", "0"}, "bench: repeats"},
+            {{"--budget-mib", "x"}, "bench: budget-mib: 'x' is not a whole number"},
+            {{"--precision", "fp8"}, "bench: precision"},
+            {{"--frobnicate", "1"}, "bench: option: '--frobnicate' is not an option of bench --shape vae"},
+            {{"--size"}, "bench: size: needs a value"},
+        };
+        for (const auto& [args, message] : bad) {
+            QStringList all{"bench", "--shape", "vae"};
+            for (const QString& a : args) all << a;
+            const CliRun r = runCli(all);
+            QCOMPARE(r.exitCode, 2);
+            QVERIFY2(r.err.contains(message), qPrintable(describe(r)));
+        }
+        const CliRun help = runCli({"bench", "--shape", "vae", "--help"});
+        QCOMPARE(help.exitCode, 0);
+        QVERIFY2(help.out.contains(QStringLiteral("Usage: tessera-cli bench --shape vae")), qPrintable(describe(help)));
+        QVERIFY(runCli({"bench", "--help"}).out.contains(QStringLiteral("bench --shape vae --help")));
+        if (probeDevices().cudaAvailable) QSKIP("a CUDA device is present: the VAE bench would run");
+        const CliRun none = runCli({"bench", "--shape", "vae", "--size", "512"});
+        QCOMPARE(none.exitCode, 2);
+        QVERIFY2(none.err.contains(QStringLiteral("bench: backend: bench --shape vae times the CUDA backend")),
+                 qPrintable(describe(none)));
     }
 
     void badInputExitsWithTwo() {

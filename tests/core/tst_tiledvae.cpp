@@ -134,6 +134,71 @@ int countOps(const ModelGraph& g, OpKind kind) {
 
 class Silent : public RunObserver {};
 
+// A store of a backend's own (as the CUDA backend's device canvases): here the host store,
+// counting the calls and naming itself, to show runTiledGraph goes through what the backend offers.
+struct StoreCalls {
+    int allocates = 0, releases = 0, moments = 0, prepares = 0, runs = 0;
+};
+class CountingStore final : public TiledCanvasStore {
+public:
+    CountingStore(Backend& backend, StoreCalls& calls) : host_(makeHostCanvasStore(backend)), calls_(calls) {}
+    std::string where() const override { return "counting"; }
+    void allocate(int value, int channels, int h, int w, int scale) override {
+        ++calls_.allocates;
+        host_->allocate(value, channels, h, w, scale);
+    }
+    void release(int value) override {
+        ++calls_.releases;
+        host_->release(value);
+    }
+    void write(int value, const float* nchw) override { host_->write(value, nchw); }
+    std::vector<float> read(int value) override { return host_->read(value); }
+    std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w, int h) override {
+        ++calls_.moments;
+        return host_->groupMoments(value, groups, x0, y0, w, h);
+    }
+    void prepare(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
+        ++calls_.prepares;
+        host_->prepare(graph, weights, batch, tileH, tileW);
+    }
+    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid, int first,
+             int count) override {
+        ++calls_.runs;
+        host_->run(inputs, outputs, grid, first, count);
+    }
+    std::uint64_t peakBytes() const override { return host_->peakBytes(); }
+
+private:
+    std::unique_ptr<TiledCanvasStore> host_;
+    StoreCalls& calls_;
+};
+
+// A CPU backend that offers a CountingStore when the canvases fit `limit` bytes.
+class StoreBackend final : public CpuBackend {
+public:
+    explicit StoreBackend(std::uint64_t limit) : limit_(limit) {}
+    std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes) override {
+        asked = canvasBytes;
+        if (canvasBytes > limit_) return nullptr;
+        offered = true;
+        return std::make_unique<CountingStore>(*this, calls);
+    }
+    std::uint64_t asked = 0;
+    bool offered = false;
+    StoreCalls calls;
+
+private:
+    std::uint64_t limit_;
+};
+
+// The SD 1.x/2.x/XL VAE's shape (diffusers' AutoencoderKL of those checkpoints).
+VaeConfig sdVaeConfig() {
+    return vaeConfigFromJson(nlohmann::json::parse(R"({
+      "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2, "norm_num_groups": 32, "latent_channels": 4,
+      "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"],
+      "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"]})"));
+}
+
 }  // namespace
 
 class TestTiledVae : public QObject {
@@ -575,6 +640,141 @@ private slots:
         const auto& m = img2img.record.messages;
         QVERIFY2(std::any_of(m.begin(), m.end(), [](const std::string& s) { return s.rfind("vae encode: tiled 1x1 tiles", 0) == 0; }),
                  qPrintable(QString::fromStdString(nlohmann::json(m).dump())));
+    }
+
+    // A backend's own canvas store (Backend::makeCanvasStore) carries the whole pass: asked with
+    // the host store's float32 peak, it gets every canvas, statistic, prepare and tile batch, and
+    // the image is the host store's to the bit; one that declines leaves the host store.
+    void backendCanvasStoreCarriesThePass() {
+        const VaeModel vae = twoLevelVae();
+        const HostTensor latent = smooth(4, 32, 24);
+        const GraphTiling tiling{8, -1, 3, AttentionContext::Image, NormStatistics::WholeImage};
+        CpuBackend cpu;
+        TiledGraphReport hostReport;
+        const HostTensor host = decodeTiled(cpu, vae, latent, tiling, &hostReport);
+        QCOMPARE(hostReport.canvases, std::string("host"));
+
+        StoreBackend offering(UINT64_MAX);
+        TiledGraphReport storeReport;
+        const HostTensor stored = decodeTiled(offering, vae, latent, tiling, &storeReport);
+        QVERIFY(host.shape == stored.shape);
+        QVERIFY(host.data == stored.data);   // bit-identical
+        QCOMPARE(offering.asked, hostReport.hostPeakBytes);
+        QCOMPARE(storeReport.canvases, std::string("counting"));
+        QCOMPARE(storeReport.storePeakBytes, hostReport.hostPeakBytes);
+        QCOMPARE(storeReport.hostPeakBytes, std::uint64_t{0});
+        EXPECT_IN(storeReport.describe(), "canvases on the counting (peak ");
+        QCOMPARE(offering.calls.prepares, storeReport.prepares);
+        QCOMPARE(offering.calls.runs, storeReport.batchRuns);
+        QCOMPARE(offering.calls.releases, offering.calls.allocates);   // every canvas given back
+        const ModelGraph g = buildVaeDecoderGraph(vae.config());
+        QCOMPARE(offering.calls.moments, countOps(g, OpKind::GroupNorm));   // whole-image: once per GroupNorm
+
+        StoreBackend declining(hostReport.hostPeakBytes - 1);
+        TiledGraphReport declined;
+        const HostTensor fallback = decodeTiled(declining, vae, latent, tiling, &declined);
+        QVERIFY(!declining.offered);
+        QCOMPARE(declined.canvases, std::string("host"));
+        QVERIFY(fallback.data == host.data);
+
+        // Per-tile statistics: one statistics call per GroupNorm and tile.
+        StoreBackend perTile(UINT64_MAX);
+        TiledGraphReport perTileReport;
+        decodeTiled(perTile, vae, latent, GraphTiling{8, -1, 3, AttentionContext::Image, NormStatistics::PerTile},
+                    &perTileReport);
+        QCOMPARE(perTile.calls.moments,
+                 countOps(g, OpKind::GroupNorm) * static_cast<int>(perTileReport.grid.tiles.size()));
+    }
+
+    // largestTensorElements: the largest value, channels padded as asked. The SD VAE decoder's
+    // largest is the 256-channel full-resolution input of its last up block: 2^32 elements at
+    // 4096x4096 (over cuDNN's 2^31 - 1; its 128-channel ones have 2^31).
+    void largestTensorOfTheSdDecoder() {
+        const ModelGraph decoder = fuseForExecution(buildVaeDecoderGraph(sdVaeConfig()));
+        QCOMPARE(largestTensorElements(decoder, 1, 4096, 4096, 8), std::int64_t{1} << 32);
+        QCOMPARE(largestTensorElements(decoder, 1, 2048, 2048, 8), std::int64_t{1} << 30);
+        QCOMPARE(largestTensorElements(decoder, 2, 1024, 1024, 1), std::int64_t{1} << 29);
+        // Padding: a graph whose largest value has 3 channels counts 8 when asked.
+        ModelGraph g;
+        GraphOp op;
+        op.kind = OpKind::SiLU;
+        op.name = "a";
+        op.input = g.addInput("x", ValueKind::FeatureMap, 3);
+        g.markOutput(g.addOp(op));
+        QCOMPARE(largestTensorElements(g, 1, 4, 4, 1), std::int64_t{3 * 16});
+        QCOMPARE(largestTensorElements(g, 1, 4, 4, 8), std::int64_t{8 * 16});
+    }
+
+    // auto tiles where the whole image fits the budget's bytes but a tensor exceeds its element
+    // limit (cuDNN's 2^31 - 1 on CUDA), and says so; its tiles keep every tensor under the limit.
+    // off stays whole and says it is over. No limit (0): the bytes alone decide.
+    void autoTilesPastTheTensorLimit() {
+        const ModelGraph decoder = buildVaeDecoderGraph(sdVaeConfig());
+        const std::int64_t cudnn = (std::int64_t{1} << 31) - 1;
+        const VaeMemoryBudget h100{70ull << 30, 2, false, "test budget", cudnn};
+        VaePassPlan plan = planVaePass(VaeTiling::Auto, decoder, 2048, 2048, h100);
+        QVERIFY2(!plan.tiled, plan.reason.c_str());
+        QCOMPARE(plan.untiledLargest, std::int64_t{1} << 30);
+
+        // At 4096x4096 the whole image's estimate (the mid-block attention's 262144^2 scores held
+        // whole, a bound) exceeds 70 GiB anyway; a budget of exactly that estimate leaves the
+        // element limit as the reason to tile.
+        const std::uint64_t whole4096 = planVaePass(VaeTiling::Off, decoder, 4096, 4096, h100).untiledBytes;
+        QVERIFY(whole4096 > h100.bytes);
+        VaeMemoryBudget ample = h100;
+        ample.bytes = whole4096;
+        plan = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, ample);
+        QVERIFY(plan.tiled);
+        EXPECT_IN(plan.reason, "activations " + formatBytes(whole4096) + " of " + formatBytes(whole4096) +
+                                   " (test budget), but its largest tensor has 4294967296 elements, over the 2147483647 "
+                                   "the device takes");
+        const ModelGraph execution = fuseForExecution(decoder);
+        const int cell = plan.estimate.cellPixels;
+        QVERIFY(largestTensorElements(execution, plan.tiling.batch, plan.estimate.grid.extentH * cell,
+                                      plan.estimate.grid.extentW * cell, 8) <= cudnn);
+
+        plan = planVaePass(VaeTiling::Off, decoder, 4096, 4096, h100);
+        QVERIFY(!plan.tiled);
+        EXPECT_IN(plan.reason, "vae_tiling off, although its largest tensor has 4294967296 elements");
+
+        VaeMemoryBudget unlimited = ample;
+        unlimited.maxTensorElements = 0;
+        QVERIFY(!planVaePass(VaeTiling::Auto, decoder, 4096, 4096, unlimited).tiled);
+        EXPECT_IN(planVaePass(VaeTiling::Auto, decoder, 4096, 4096, h100).reason,
+                  "activations " + formatBytes(whole4096) + " exceed 70.0 GiB (test budget), and its largest tensor has "
+                  "4294967296 elements");
+        // A small forced budget tiles a size that fits the element limit.
+        VaeMemoryBudget small = h100;
+        small.bytes = 256ull << 20;
+        plan = planVaePass(VaeTiling::Auto, decoder, 2048, 2048, small);
+        QVERIFY(plan.tiled);
+        QVERIFY(plan.estimate.deviceBytes <= small.bytes);
+    }
+
+    // A device's own budget batches tiles per segment call while the batch and the canvases (at
+    // its bytes per value) fit: 8 of the 64 tiles of a 4096x4096 decode in 70 GiB, fewer in less,
+    // one where only one fits; a host budget keeps one tile a call.
+    void deviceBudgetBatchesTiles() {
+        const ModelGraph decoder = buildVaeDecoderGraph(sdVaeConfig());
+        const std::int64_t cudnn = (std::int64_t{1} << 31) - 1;
+        const VaeMemoryBudget h100{70ull << 30, 2, false, "test budget", cudnn};
+        const VaePassPlan roomy = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, h100);
+        QVERIFY(roomy.tiled);
+        QCOMPARE(roomy.estimate.grid.tiles.size(), std::size_t{64});
+        QCOMPARE(roomy.tiling.batch, 8);
+        const auto need = [](const VaePassPlan& p) { return p.estimate.deviceBytes + p.estimate.hostPeakBytes / 2; };
+        QVERIFY(need(roomy) <= h100.bytes);
+
+        VaeMemoryBudget less = h100;
+        less.bytes = need(roomy) - 1;
+        const VaePassPlan fewer = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, less);
+        QCOMPARE(fewer.tiling.batch, 4);
+        QVERIFY(need(fewer) <= less.bytes);
+
+        VaeMemoryBudget host = h100;
+        host.sharedWithHost = true;
+        host.bytes = 1ull << 40;
+        QCOMPARE(planVaePass(VaeTiling::On, decoder, 4096, 4096, host).tiling.batch, 1);
     }
 };
 
