@@ -17,6 +17,7 @@
 #include <QHBoxLayout>
 #include <QLineEdit>
 #include <QPainter>
+#include <QPolygonF>
 #include <QPlainTextEdit>
 #include <QRandomGenerator>
 #include <QRegularExpressionValidator>
@@ -28,6 +29,7 @@
 #include "core/SdModel.h"
 #include "core/Scheduler.h"
 #include "core/TilePlan.h"
+#include "ui/PromptEditor.h"
 #include "ui/TileCanvas.h"
 
 namespace tessera {
@@ -125,8 +127,8 @@ QDoubleSpinBox* makeRealSpin(double lo, double hi, double step, int decimals) {
     return spin;
 }
 
-QPlainTextEdit* makePromptEdit(const QString& placeholder, int lines) {
-    auto* edit = new QPlainTextEdit;
+PromptEditor* makePromptEdit(const QString& placeholder, int lines) {
+    auto* edit = new PromptEditor;
     edit->setPlaceholderText(placeholder);
     edit->setTabChangesFocus(true);
     edit->setFixedHeight(edit->fontMetrics().lineSpacing() * lines + 14);
@@ -146,6 +148,20 @@ QIcon diceIcon() {
     painter.setBrush(QColor(40, 40, 40));
     for (const QPointF& pip : {QPointF(10, 10), QPointF(22, 10), QPointF(16, 16), QPointF(10, 22), QPointF(22, 22)})
         painter.drawEllipse(pip, 2.6, 2.6);
+    return QIcon(pixmap);
+}
+
+// A recycling arrow: reuse (the last run's seed), drawn so it needs no theme either.
+QIcon reuseIcon() {
+    QPixmap pixmap(32, 32);
+    pixmap.fill(Qt::transparent);
+    QPainter painter(&pixmap);
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.setPen(QPen(QColor(40, 110, 60), 3, Qt::SolidLine, Qt::RoundCap));
+    painter.drawArc(QRectF(6, 6, 20, 20), 60 * 16, 290 * 16);
+    painter.setPen(Qt::NoPen);
+    painter.setBrush(QColor(40, 110, 60));
+    painter.drawPolygon(QPolygonF({QPointF(17, 2), QPointF(26, 7.5), QPointF(17, 13)}));
     return QIcon(pixmap);
 }
 
@@ -226,6 +242,10 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
 
     prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
     prompt_->setObjectName(QStringLiteral("promptEdit"));
+    const QString emphasisHelp = tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \( for a literal bracket, "
+                                    "BREAK starts a new 75-token chunk. Ctrl+Up / Ctrl+Down change the weight of the "
+                                    "selection or the word at the cursor by 0.1. Red: a bracket nothing closes or opens.");
+    prompt_->setToolTip(emphasisHelp);
     const auto tokenLabel = [](const char* name) {
         auto* label = new QLabel;
         label->setObjectName(QString::fromLatin1(name));
@@ -241,6 +261,7 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
     form->addRow(QString(), addErrorLabel(QStringLiteral("prompt"), prompt_));
     negativePrompt_ = makePromptEdit(tr("What to avoid"), 2);
     negativePrompt_->setObjectName(QStringLiteral("negativePromptEdit"));
+    negativePrompt_->setToolTip(emphasisHelp);
     form->addRow(tr("Negative"), negativePrompt_);
     form->addRow(QString(), negativePromptTokens_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("negative_prompt"), negativePrompt_));
@@ -520,10 +541,16 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     dice_->setObjectName(QStringLiteral("diceButton"));
     dice_->setIcon(diceIcon());
     dice_->setToolTip(tr("New random seed"));
+    reuseSeed_ = new QToolButton;
+    reuseSeed_->setObjectName(QStringLiteral("reuseSeedButton"));
+    reuseSeed_->setIcon(reuseIcon());
+    reuseSeed_->setEnabled(false);
+    reuseSeed_->setToolTip(tr("Reuse the seed of the last run (none yet)"));
     auto* seedRow = new QHBoxLayout;
     seedRow->setContentsMargins(0, 0, 0, 0);
     seedRow->addWidget(seed_, 1);
     seedRow->addWidget(dice_);
+    seedRow->addWidget(reuseSeed_);
     form->addRow(tr("Seed"), seedRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("seed"), seed_));
 
@@ -542,6 +569,9 @@ QGroupBox* ConfigPanel::buildImageGroup() {
         connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     connect(seed_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(dice_, &QToolButton::clicked, this, &ConfigPanel::rollSeed);
+    connect(reuseSeed_, &QToolButton::clicked, this, [this] {
+        if (lastRunSeed_) seed_->setText(QString::number(*lastRunSeed_));
+    });
     connect(scheduler_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     return group;
 }
@@ -1129,6 +1159,12 @@ void ConfigPanel::chooseModelFile() {
     const QString file = QFileDialog::getOpenFileName(this, tr("Choose a Stable Diffusion checkpoint"), start,
                                                       tr("Safetensors checkpoints (*.safetensors)"));
     if (!file.isEmpty()) model_->setText(file);
+}
+
+void ConfigPanel::setLastRunSeed(std::uint64_t seed) {
+    lastRunSeed_ = seed;
+    reuseSeed_->setEnabled(true);
+    reuseSeed_->setToolTip(tr("Reuse the seed of the last run: %1").arg(seed));
 }
 
 void ConfigPanel::rollSeed() {

@@ -15,6 +15,9 @@
 // down to multiples of 8, as tessera-cli render sizes it; the Size fields then show it and are
 // read-only) or Target size (the Size fields; the image is stretched to them).
 //
+// The prompt editors are ui/PromptEditor: A1111's emphasis syntax highlighted, Ctrl+Up/Down
+// change weights. The seed has a dice (a new random seed) and a reuse button (the last run's).
+//
 // The Prompt group (prompt, negative prompt, CFG scale, clip skip) is enabled only
 // when the inspection says the model is Stable Diffusion (a pipeline folder, a .safetensors
 // checkpoint, random:sd15 / random:sd21); for a UNet2DModel folder it is disabled, says why,
@@ -22,6 +25,7 @@
 // names (core/Scheduler.h samplerDisplayName); a "Karras" entry sets schedulerOptions.karrasSigmas.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -88,6 +92,11 @@ public:
     QString tokenCountText(const QString& field) const;
     // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
     QString promptUnavailableReason() const;
+
+    // The seed of the run shown last (started, finished or reopened): the seed's reuse button
+    // (beside the dice, which rolls a new one) puts it back in the field.
+    void setLastRunSeed(std::uint64_t seed);
+    std::optional<std::uint64_t> lastRunSeed() const { return lastRunSeed_; }
 
     // The start image (image-to-image): `path` becomes config().initImage and its header is
     // read off this thread (startImageChecked when known). An empty path clears it.
@@ -190,6 +199,8 @@ private:
     QSpinBox* height_ = nullptr;
     QLineEdit* seed_ = nullptr;
     QToolButton* dice_ = nullptr;
+    QToolButton* reuseSeed_ = nullptr;  // enabled once a run's seed is known
+    std::optional<std::uint64_t> lastRunSeed_;
     QSpinBox* steps_ = nullptr;
     QComboBox* scheduler_ = nullptr;
     // Model

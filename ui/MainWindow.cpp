@@ -664,6 +664,7 @@ void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
     progress_.tiles = record.tileCount;
     progress_.steps = record.config.steps;
     startedRecord_ = record;
+    panel_->setLastRunSeed(record.config.seed);
     samplingClock_.start();
     canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(record.config.steps));
     QString text = tr("Running on %1 — %2 (prepared in %3 s)")
@@ -1086,6 +1087,7 @@ bool MainWindow::openFromHistory(const QString& id, QString* error) {
         return false;
     }
     panel_->setConfig(entry->record.config);
+    panel_->setLastRunSeed(entry->record.config.seed);
     charts_->showRecord(entry->record);
     setStatusText(tr("Opening run %1…").arg(id));
     historyPanel_->selectIds({id});  // the row of the run shown
