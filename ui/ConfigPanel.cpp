@@ -29,6 +29,8 @@
 #include "core/SdModel.h"
 #include "core/Scheduler.h"
 #include "core/TilePlan.h"
+#include "ui/ModelCatalog.h"
+#include "ui/ModelPicker.h"
 #include "ui/PromptEditor.h"
 #include "ui/TileCanvas.h"
 
@@ -173,7 +175,8 @@ QString withoutFieldPrefix(const QString& field, const QString& message) {
 
 }  // namespace
 
-ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new ModelInspector(this)) {
+ConfigPanel::ConfigPanel(QWidget* parent)
+    : QWidget(parent), inspector_(new ModelInspector(this)), catalog_(new ModelCatalog(this)) {
     setObjectName(QStringLiteral("configPanel"));
     connect(inspector_, &ModelInspector::inspected, this, &ConfigPanel::onModelInspected);
     connect(inspector_, &ModelInspector::defaultModelLocated, this, [this](const QString& folder) {
@@ -565,7 +568,17 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     form->addRow(tr("Sampler"), scheduler_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("scheduler"), scheduler_));
 
-    for (QSpinBox* spin : {width_, height_, steps_})
+    previewEvery_ = makeSpin(0, 100000);
+    previewEvery_->setObjectName(QStringLiteral("previewEverySpin"));
+    previewEvery_->setPrefix(tr("every "));
+    previewEvery_->setSuffix(tr(" steps"));
+    previewEvery_->setSpecialValueText(tr("never (the final image only)"));
+    previewEvery_->setToolTip(tr("The canvas shows the image forming after every N steps (Stable Diffusion: A1111's "
+                                 "\"Approx cheap\" preview of the latents; the VAE decodes the final image). 0: never."));
+    form->addRow(tr("Preview"), previewEvery_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("preview_every"), previewEvery_));
+
+    for (QSpinBox* spin : {width_, height_, steps_, previewEvery_})
         connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     connect(seed_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(dice_, &QToolButton::clicked, this, &ConfigPanel::rollSeed);
@@ -594,9 +607,15 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     browseFile->setIcon(style()->standardIcon(QStyle::SP_FileIcon));
     browseFile->setToolTip(tr("Choose a Stable Diffusion 1.x / 2.x checkpoint (.safetensors)"));
     model_->setPlaceholderText(tr("a folder, a .safetensors checkpoint or random:sd15"));
+    auto* pick = new QToolButton;
+    pick->setObjectName(QStringLiteral("modelPick"));
+    pick->setText(tr("Pick…"));
+    pick->setToolTip(tr("Pick from the models folder, the recently used models or random weights, with each "
+                        "model's family, size and hash"));
     auto* modelRow = new QHBoxLayout;
     modelRow->setContentsMargins(0, 0, 0, 0);
     modelRow->addWidget(model_, 1);
+    modelRow->addWidget(pick);
     modelRow->addWidget(browse);
     modelRow->addWidget(browseFile);
     form->addRow(tr("Model"), modelRow);
@@ -631,6 +650,7 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
     connect(browseFile, &QToolButton::clicked, this, &ConfigPanel::chooseModelFile);
+    connect(pick, &QToolButton::clicked, this, &ConfigPanel::openModelPicker);
     connect(precision_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     connect(backend_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     return group;
@@ -774,6 +794,7 @@ RunConfig ConfigPanel::config() const {
     c.height = height_->value();
     c.seed = seed_->text().toULongLong();
     c.steps = steps_->value();
+    c.previewEvery = previewEvery_->value();
     c.scheduler = parseScheduler(selectedName(scheduler_));
     if (hasKarras(c.scheduler)) c.schedulerOptions.karrasSigmas = scheduler_->currentData(kKarrasRole).toBool();
     // A model known to take no prompt gets none (the text stays in the disabled editors).
@@ -811,6 +832,7 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     height_->setValue(config.height);
     seed_->setText(QString::number(config.seed));
     steps_->setValue(config.steps);
+    previewEvery_->setValue(config.previewEvery);
     selectSampler(scheduler_, config.scheduler, config.schedulerOptions.karrasSigmas);
     prompt_->setPlainText(QString::fromStdString(config.prompt));
     negativePrompt_->setPlainText(QString::fromStdString(config.negativePrompt));
@@ -1159,6 +1181,32 @@ void ConfigPanel::chooseModelFile() {
     const QString file = QFileDialog::getOpenFileName(this, tr("Choose a Stable Diffusion checkpoint"), start,
                                                       tr("Safetensors checkpoints (*.safetensors)"));
     if (!file.isEmpty()) model_->setText(file);
+}
+
+void ConfigPanel::setRecentModels(const QStringList& models) {
+    recentModels_.clear();
+    for (const QString& model : models)
+        if (!model.isEmpty() && !recentModels_.contains(model) && recentModels_.size() < kMaxRecentModels) recentModels_ << model;
+}
+
+void ConfigPanel::noteModelUsed(const QString& model) {
+    if (model.isEmpty()) return;
+    QStringList models = recentModels_;
+    models.removeAll(model);
+    models.prepend(model);
+    setRecentModels(models);
+}
+
+ModelPicker* ConfigPanel::openModelPicker() {
+    auto* picker = new ModelPicker(catalog_, modelsFolder_, recentModels_, this);
+    picker->setAttribute(Qt::WA_DeleteOnClose);
+    connect(picker, &ModelPicker::modelChosen, this, [this](const QString& path) { model_->setText(path); });
+    connect(picker, &ModelPicker::modelsFolderChanged, this, [this](const QString& folder) {
+        modelsFolder_ = folder;
+        emit modelsFolderChanged(folder);
+    });
+    picker->open();
+    return picker;
 }
 
 void ConfigPanel::setLastRunSeed(std::uint64_t seed) {

@@ -2,6 +2,9 @@
 // value marked beside its field (the reason from validateAll) and a live cost preview
 // (tiles, redundancy, UNet evaluations). Holds no run state; the window asks for config().
 //
+// The Model group's "Pick…" opens a ModelPicker (ui/ModelPicker.h): recent models, the models
+// folder's checkpoints and diffusers folders with family, size and short hash, random weights.
+//
 // The model folder's limits come from an app/ModelInspector (files read on a thread pool,
 // cached per folder and file times): a new folder is inspected when the model field (or the
 // default model) changes, never when another field does. Until its answer arrives the panel
@@ -51,6 +54,9 @@ class QToolButton;
 
 namespace tessera {
 
+class ModelCatalog;
+class ModelPicker;
+
 class ConfigPanel : public QWidget {
     Q_OBJECT
 public:
@@ -98,6 +104,20 @@ public:
     void setLastRunSeed(std::uint64_t seed);
     std::optional<std::uint64_t> lastRunSeed() const { return lastRunSeed_; }
 
+    // The models folder the picker lists (a setting; may be empty) and the models used last,
+    // newest first (at most kMaxRecentModels). The window keeps both in its settings.
+    static constexpr int kMaxRecentModels = 10;
+    void setModelsFolder(const QString& folder) { modelsFolder_ = folder; }
+    QString modelsFolder() const { return modelsFolder_; }
+    void setRecentModels(const QStringList& models);
+    QStringList recentModels() const { return recentModels_; }
+    // `model` (a path or random:*) was used: first in the recent list.
+    void noteModelUsed(const QString& model);
+    // Opens the model picker (Model group, "Pick…"; window-modal, not blocking) and returns it;
+    // a model chosen there goes into the model field.
+    ModelPicker* openModelPicker();
+    ModelCatalog& modelCatalog() const { return *catalog_; }
+
     // The start image (image-to-image): `path` becomes config().initImage and its header is
     // read off this thread (startImageChecked when known). An empty path clears it.
     void setStartImage(const QString& path);
@@ -111,6 +131,8 @@ public:
 
 signals:
     void configChanged();
+    // The picker's Browse… changed the models folder.
+    void modelsFolderChanged(const QString& folder);
     void validityChanged(bool valid);
     // An answer about the model arrived (default folder located, or a folder inspected) and
     // the fields were checked again with it.
@@ -166,6 +188,9 @@ private:
     bool defaultKnown_ = false;     // setDefaultModelFolder was called (or the search answered)
     bool locatingDefault_ = false;  // locateDefaultModel's answer is awaited
     ModelInspector* inspector_ = nullptr;
+    ModelCatalog* catalog_ = nullptr;  // the picker's listings and hashes (kept between pickers)
+    QString modelsFolder_;
+    QStringList recentModels_;
     QString inspectedFolder_;                  // the folder of the newest inspection
     std::optional<ModelInspection> inspection_;  // its answer; empty while awaited
     ModelLimits lastLimits_;                   // of the last folder that had limits: used while checking
@@ -202,6 +227,7 @@ private:
     QToolButton* reuseSeed_ = nullptr;  // enabled once a run's seed is known
     std::optional<std::uint64_t> lastRunSeed_;
     QSpinBox* steps_ = nullptr;
+    QSpinBox* previewEvery_ = nullptr;  // RunConfig::previewEvery: live previews every N steps
     QComboBox* scheduler_ = nullptr;
     // Model
     QLineEdit* model_ = nullptr;
