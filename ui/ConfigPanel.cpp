@@ -245,7 +245,7 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
 
     prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
     prompt_->setObjectName(QStringLiteral("promptEdit"));
-    const QString emphasisHelp = tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \( for a literal bracket, "
+    const QString emphasisHelp = tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \\( for a literal bracket, "
                                     "BREAK starts a new 75-token chunk. Ctrl+Up / Ctrl+Down change the weight of the "
                                     "selection or the word at the cursor by 0.1. Red: a bracket nothing closes or opens.");
     prompt_->setToolTip(emphasisHelp);

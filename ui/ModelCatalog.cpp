@@ -57,7 +57,8 @@ void describeCheckpoint(CatalogEntry& e) {
     SingleFileOptions options;
     options.digest = FileDigest::Skip;  // hashed only when asked (requestHash)
     const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(e.path.toStdString(), options);
-    e.family = QString::fromLatin1(toString(info.family).data()).toUpper();
+    const std::string_view family = toString(info.family);
+    e.family = QString::fromLatin1(family.data(), static_cast<qsizetype>(family.size())).toUpper();
     e.details = QStringLiteral("%1: Stable Diffusion checkpoint, %2\nfamily %3 (%4)\n%5 parameters (UNet %6, VAE %7, text %8)\n"
                                "stored %9\nprediction %10 (%11)")
                     .arg(QFileInfo(e.path).fileName(), sizeText(e.bytes), e.family, qs(info.familyReason),

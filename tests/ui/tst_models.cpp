@@ -22,6 +22,7 @@
 #include "ui/ModelCatalog.h"
 #include "ui/ModelPicker.h"
 #include "TinyRun.h"
+#include "../core/SingleFileTestSupport.h"
 
 using namespace tessera;
 
@@ -48,6 +49,15 @@ QString shortSha256(const QString& path) {
     return QString::fromLatin1(hash.result().toHex().left(10));
 }
 
+// A full-size checkpoint of random:sd15 / random:sd21's shapes whose data is a sparse hole: its
+// header is what a published checkpoint's is (the file reads as 2 GB; only the header is read).
+void writeFullSizeCheckpoint(const QString& path, const char* shape) {
+    const SdModelConfigs c = randomSdModelConfigs(shape);
+    TensorList tensors = singleFileTensors(c.family, c.unet, c.vae, c.textEncoder);
+    if (c.family == SdFamily::SD2) tensors = single_file_test::withDroppedOpenClipParts(tensors, 23, 1024);
+    single_file_test::writeHeaderOnly(path.toStdString(), tensors);
+}
+
 // Waits for the picker's listing.
 bool waitListed(ModelPicker& picker) {
     return QTest::qWaitFor([&picker] { return !picker.isScanning(); }, 60000);
@@ -72,8 +82,10 @@ private slots:
         // nested checkpoint, a file that is no model, and files that are not listed.
         models_ = scratch_.filePath(QStringLiteral("models"));
         QVERIFY(QDir().mkpath(models_ + QStringLiteral("/sd2 models")));
+        writeFullSizeCheckpoint(models_ + QStringLiteral("/v1-5.safetensors"), "random:sd15");
+        writeFullSizeCheckpoint(models_ + QStringLiteral("/sd2 models/v2-1.safetensors"), "random:sd21");
+        // A tiny test checkpoint: its shapes need a configuration folder, which the picker says.
         QVERIFY(QFile::copy(data("singlefile/sd1.safetensors"), models_ + QStringLiteral("/tiny-sd1.safetensors")));
-        QVERIFY(QFile::copy(data("singlefile/sd2.safetensors"), models_ + QStringLiteral("/sd2 models/tiny-sd2.safetensors")));
         QVERIFY(copyTree(data("sdpipeline/sd1"), models_ + QStringLiteral("/pipeline-sd1")));
         QVERIFY(copyTree(data("models/cifar_like"), models_ + QStringLiteral("/cifar_like")));
         QFile junk(models_ + QStringLiteral("/lora.safetensors"));
@@ -93,24 +105,30 @@ private slots:
         ModelCatalog catalog;
         ModelPicker picker(&catalog, models_, {});
         QVERIFY(waitListed(picker));
-        QTreeWidgetItem* sd1 = picker.rowOf(models_ + QStringLiteral("/tiny-sd1.safetensors"), 1);
-        QTreeWidgetItem* sd2 = picker.rowOf(models_ + QStringLiteral("/sd2 models/tiny-sd2.safetensors"), 1);
+        QTreeWidgetItem* sd1 = picker.rowOf(models_ + QStringLiteral("/v1-5.safetensors"), 1);
+        QTreeWidgetItem* sd2 = picker.rowOf(models_ + QStringLiteral("/sd2 models/v2-1.safetensors"), 1);
+        QTreeWidgetItem* tiny = picker.rowOf(models_ + QStringLiteral("/tiny-sd1.safetensors"), 1);
         QTreeWidgetItem* pipeline = picker.rowOf(models_ + QStringLiteral("/pipeline-sd1"), 1);
         QTreeWidgetItem* pixel = picker.rowOf(models_ + QStringLiteral("/cifar_like"), 1);
         QTreeWidgetItem* junk = picker.rowOf(models_ + QStringLiteral("/lora.safetensors"), 1);
-        QVERIFY(sd1 && sd2 && pipeline && pixel && junk);
-        QCOMPARE(picker.tree()->topLevelItem(1)->childCount(), 5);  // notes.txt is not listed
+        QVERIFY(sd1 && sd2 && tiny && pipeline && pixel && junk);
+        QCOMPARE(picker.tree()->topLevelItem(1)->childCount(), 6);  // notes.txt is not listed
         QCOMPARE(sd1->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
         QCOMPARE(sd2->text(ModelPicker::FamilyColumn), QStringLiteral("SD2"));
-        QCOMPARE(sd2->text(ModelPicker::NameColumn), QStringLiteral("sd2 models/tiny-sd2.safetensors"));
+        QCOMPARE(sd2->text(ModelPicker::NameColumn), QStringLiteral("sd2 models/v2-1.safetensors"));
         QCOMPARE(pipeline->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
         QCOMPARE(pixel->text(ModelPicker::FamilyColumn), QStringLiteral("pixel"));
         QCOMPARE(junk->text(ModelPicker::FamilyColumn), QStringLiteral("?"));
-        // Sizes: the file, or every file of the folder.
-        QCOMPARE(sd1->text(ModelPicker::SizeColumn), QStringLiteral("0.2 MB"));
+        QCOMPARE(tiny->text(ModelPicker::FamilyColumn), QStringLiteral("?"));
+        QVERIFY2(tiny->toolTip(0).contains("does not fit this file"), qPrintable(tiny->toolTip(0)));
+        // Sizes: the file (SD 1.5 in FP16: 2.13 GB), or every file of the folder.
+        QCOMPARE(sd1->text(ModelPicker::SizeColumn), QStringLiteral("2.13 GB"));
+        QCOMPARE(tiny->text(ModelPicker::SizeColumn), QStringLiteral("155 KB"));
         QCOMPARE(pixel->text(ModelPicker::SizeColumn), QStringLiteral("1.1 MB"));
         // Details in the tooltip, info-style; the junk file says what is wrong with it.
-        QVERIFY2(sd1->toolTip(0).contains("parameters") && sd1->toolTip(0).contains("prediction"), qPrintable(sd1->toolTip(0)));
+        QVERIFY2(sd1->toolTip(0).contains("1066.2 M parameters") && sd1->toolTip(0).contains("prediction epsilon"),
+                 qPrintable(sd1->toolTip(0)));
+        QVERIFY2(sd2->toolTip(0).contains("prediction v_prediction"), qPrintable(sd2->toolTip(0)));
         QVERIFY2(pipeline->toolTip(0).contains("diffusers pipeline folder"), qPrintable(pipeline->toolTip(0)));
         QVERIFY2(pixel->toolTip(0).contains("input channels"), qPrintable(pixel->toolTip(0)));
         QVERIFY2(junk->toolTip(0).contains("lora.safetensors"), qPrintable(junk->toolTip(0)));
@@ -177,11 +195,9 @@ private slots:
         picker.setModelsFolder(scratch_.path());
         picker.setModelsFolder(models_);
         QVERIFY(waitListed(picker));
-        QVERIFY(picker.rowOf(copy, 1)->text(ModelPicker::HashColumn).isEmpty());
-        picker.tree()->setCurrentItem(picker.rowOf(copy, 1));
-        QVERIFY(hashed.wait(60000));
-        QCOMPARE(catalog.hashesComputed(), 3);
-        QCOMPARE(picker.rowOf(copy, 1)->text(ModelPicker::HashColumn), shortSha256(copy));
+        // The row stays selected across the listing, so its new hash is computed at once.
+        QTRY_COMPARE_WITH_TIMEOUT(catalog.hashesComputed(), 3, 60000);
+        QTRY_COMPARE_WITH_TIMEOUT(picker.rowOf(copy, 1)->text(ModelPicker::HashColumn), shortSha256(copy), 60000);
         QVERIFY(shortSha256(copy) != shortSha256(file));
         QVERIFY(QFile::remove(copy));
     }
@@ -204,7 +220,12 @@ private slots:
         QVERIFY(waitListed(*picker));
         QTreeWidgetItem* random = picker->rowOf(QStringLiteral("random:sd21"), 2);
         QSignalSpy chosen(picker, &ModelPicker::modelChosen);
-        emit picker->tree()->itemDoubleClicked(random, 0);
+        QVERIFY(QTest::qWaitForWindowExposed(picker));
+        picker->tree()->scrollToItem(random);
+        const QPoint at = picker->tree()->visualItemRect(random).center();
+        // QTest's double click in an item view needs the press that comes before it.
+        QTest::mousePress(picker->tree()->viewport(), Qt::LeftButton, {}, at);
+        QTest::mouseDClick(picker->tree()->viewport(), Qt::LeftButton, {}, at);
         QCOMPARE(chosen.count(), 1);
         QCOMPARE(panel.config().model, std::string("random:sd21"));
         QVERIFY(testing::waitForModelCheck(panel));

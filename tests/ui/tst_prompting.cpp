@@ -130,10 +130,13 @@ private slots:
 
     void ctrlArrowsEditThePromptInThePanel() {
         ConfigPanel panel;
+        RunConfig sd;
+        sd.model = "random:sd15";  // the prompt editors are enabled for SD models only
+        QVERIFY(testing::setConfigAndWait(panel, sd));
         auto* prompt = panel.findChild<QPlainTextEdit*>(QStringLiteral("promptEdit"));
         QVERIFY(prompt);
         QVERIFY(qobject_cast<PromptEditor*>(prompt));
-        prompt->setEnabled(true);  // the model is not checked here; the editor itself is tested
+        QVERIFY(prompt->isEnabled());
         prompt->setPlainText(QStringLiteral("a lighthouse, stormy sea"));
         select(*prompt, 16, 16);  // in "stormy"
         QTest::keyClick(prompt, Qt::Key_Up, Qt::ControlModifier);
@@ -144,7 +147,6 @@ private slots:
         // The negative prompt too; and Ctrl+Down back to 1 removes the brackets.
         auto* negative = panel.findChild<QPlainTextEdit*>(QStringLiteral("negativePromptEdit"));
         QVERIFY(qobject_cast<PromptEditor*>(negative));
-        negative->setEnabled(true);
         negative->setPlainText(QStringLiteral("(blurry:1.1)"));
         select(*negative, 3, 3);
         QTest::keyClick(negative, Qt::Key_Down, Qt::ControlModifier);
