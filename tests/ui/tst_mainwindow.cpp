@@ -285,15 +285,22 @@ private slots:
         // Issue #17 item 7: size, docks and the chart tab in front come back after a restart,
         // from the window's own settings file (here a throw-away one).
         const QString path = scratch_.filePath(QStringLiteral("layout.ini"));
+        QSize chosen;
+        int chartsWidth = 0;
         {
             MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
             window.show();
-            window.resize(720, 540);
             QVERIFY(QTest::qWaitForWindowExposed(&window));
+            window.resize(window.size() + QSize(157, 43));  // not the size a fresh window opens at
+            auto* charts = window.findChild<QDockWidget*>(QStringLiteral("chartsDock"));
+            window.resizeDocks({charts}, {charts->width() + 61}, Qt::Horizontal);
             auto* history = window.findChild<QDockWidget*>(QStringLiteral("historyDock"));
             QVERIFY(history && history->isVisible());
             history->close();
             window.chartTabs()->setCurrentIndex(1);
+            QCoreApplication::processEvents();
+            chosen = window.size();
+            chartsWidth = charts->width();
             window.close();
         }
         QSettings saved(path, QSettings::IniFormat);
@@ -302,7 +309,8 @@ private slots:
         MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
         again.show();
         QVERIFY(QTest::qWaitForWindowExposed(&again));
-        QCOMPARE(again.size(), QSize(720, 540));
+        QCOMPARE(again.size(), chosen);
+        QCOMPARE(again.findChild<QDockWidget*>(QStringLiteral("chartsDock"))->width(), chartsWidth);
         QVERIFY(!again.findChild<QDockWidget*>(QStringLiteral("historyDock"))->isVisible());
         QVERIFY(again.findChild<QDockWidget*>(QStringLiteral("configDock"))->isVisible());
         QCOMPARE(again.chartTabs()->currentIndex(), 1);
