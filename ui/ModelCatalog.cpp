@@ -45,12 +45,18 @@ qint64 folderBytes(const QString& folder) {
     return bytes;
 }
 
-// SD1 / SD2 / SDXL of a diffusers pipeline folder from its configuration files alone.
+// SD1 / SD2 / SDXL of a diffusers pipeline folder from its configuration files alone, by
+// core/SdModel's rule: a second text encoder is SDXL; CLIP's quick_gelu encoder with a context
+// under 1024 wide is SD 1.x, OpenCLIP's (gelu) SD 2.x.
 QString pipelineFamily(const QString& folder) {
-    if (QFileInfo(QDir(folder).filePath(QStringLiteral("text_encoder_2"))).isDir()) return QStringLiteral("SDXL");
-    const nlohmann::json unet = readBoundedJson(QDir(folder).filePath(QStringLiteral("unet/config.json")).toStdString(), "model");
-    const auto context = unet.value("cross_attention_dim", nlohmann::json(768));
-    return context.is_number_integer() && context.get<int>() >= 1024 ? QStringLiteral("SD2") : QStringLiteral("SD1");
+    const QDir dir(folder);
+    if (QFileInfo(dir.filePath(QStringLiteral("text_encoder_2"))).isDir()) return QStringLiteral("SDXL");
+    const nlohmann::json unet = readBoundedJson(dir.filePath(QStringLiteral("unet/config.json")).toStdString(), "model");
+    const nlohmann::json text = readBoundedJson(dir.filePath(QStringLiteral("text_encoder/config.json")).toStdString(), "model");
+    const nlohmann::json context = unet.value("cross_attention_dim", nlohmann::json(768));
+    const nlohmann::json act = text.value("hidden_act", nlohmann::json("quick_gelu"));
+    const bool clip = act.is_string() && act.get<std::string>() == "quick_gelu";
+    return clip && context.is_number_integer() && context.get<int>() < 1024 ? QStringLiteral("SD1") : QStringLiteral("SD2");
 }
 
 void describeCheckpoint(CatalogEntry& e) {

@@ -87,6 +87,8 @@ private slots:
         // A tiny test checkpoint: its shapes need a configuration folder, which the picker says.
         QVERIFY(QFile::copy(data("singlefile/sd1.safetensors"), models_ + QStringLiteral("/tiny-sd1.safetensors")));
         QVERIFY(copyTree(data("sdpipeline/sd1"), models_ + QStringLiteral("/pipeline-sd1")));
+        QVERIFY(copyTree(data("sdpipeline/sd2"), models_ + QStringLiteral("/sd2 models/pipeline-sd2")));
+        QVERIFY(copyTree(data("singlefile/sdxl"), models_ + QStringLiteral("/pipeline-sdxl")));
         QVERIFY(copyTree(data("models/cifar_like"), models_ + QStringLiteral("/cifar_like")));
         QFile junk(models_ + QStringLiteral("/lora.safetensors"));
         QVERIFY(junk.open(QIODevice::WriteOnly));
@@ -111,8 +113,12 @@ private slots:
         QTreeWidgetItem* pipeline = picker.rowOf(models_ + QStringLiteral("/pipeline-sd1"), 1);
         QTreeWidgetItem* pixel = picker.rowOf(models_ + QStringLiteral("/cifar_like"), 1);
         QTreeWidgetItem* junk = picker.rowOf(models_ + QStringLiteral("/lora.safetensors"), 1);
-        QVERIFY(sd1 && sd2 && tiny && pipeline && pixel && junk);
-        QCOMPARE(picker.tree()->topLevelItem(1)->childCount(), 6);  // notes.txt is not listed
+        QTreeWidgetItem* pipeline2 = picker.rowOf(models_ + QStringLiteral("/sd2 models/pipeline-sd2"), 1);
+        QTreeWidgetItem* pipelineXl = picker.rowOf(models_ + QStringLiteral("/pipeline-sdxl"), 1);
+        QVERIFY(sd1 && sd2 && tiny && pipeline && pipeline2 && pipelineXl && pixel && junk);
+        QCOMPARE(picker.tree()->topLevelItem(1)->childCount(), 8);  // notes.txt is not listed
+        QCOMPARE(pipeline2->text(ModelPicker::FamilyColumn), QStringLiteral("SD2"));
+        QCOMPARE(pipelineXl->text(ModelPicker::FamilyColumn), QStringLiteral("SDXL"));
         QCOMPARE(sd1->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
         QCOMPARE(sd2->text(ModelPicker::FamilyColumn), QStringLiteral("SD2"));
         QCOMPARE(sd2->text(ModelPicker::NameColumn), QStringLiteral("sd2 models/v2-1.safetensors"));
