@@ -1,6 +1,8 @@
 #include "core/PromptParser.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <limits>
 #include <cstdlib>
 #include <stdexcept>
@@ -26,6 +28,7 @@ constexpr std::u32string_view kBreak = U"BREAK";
 struct Segment {
     std::u32string text;
     double weight;
+    std::size_t begin = 0;  // where it came from in the prompt (scanPromptSyntax), code points
 };
 
 bool isSpecial(char32_t c) { return c == U'\\' || c == U'(' || c == U')' || c == U'[' || c == U']' || c == U':'; }
@@ -97,11 +100,17 @@ std::vector<std::u32string_view> splitOnBreak(std::u32string_view t) {
 
 class AttentionParser {
 public:
+    AttentionParser() = default;
+    // Syntax mode (scanPromptSyntax): records what each part of the prompt is in *spans and
+    // never throws; a weight that is not a number is marked and closes its bracket at 1.
+    explicit AttentionParser(std::vector<PromptSyntaxSpan>* spans) : spans_(spans) {}
+
     std::vector<Segment> parse(std::u32string_view t) {
         for (std::size_t i = 0; i < t.size();) i += step(t, i);
         // Still-open brackets, bottom of each stack first (A1111's final loops).
         for (std::size_t start : round_) multiply(start, kRoundMultiplier);
         for (std::size_t start : square_) multiply(start, kSquareMultiplier);
+        if (spans_) return std::move(res_);
         if (res_.empty()) res_.push_back({U"", 1.0});
         std::vector<Segment> merged;
         for (Segment& s : res_) {
@@ -124,58 +133,95 @@ private:
             const bool escaped = i + 1 < t.size() && (t[i + 1] == U'(' || t[i + 1] == U')' || t[i + 1] == U'[' ||
                                                       t[i + 1] == U']' || t[i + 1] == U'\\');
             // text[1:]: the escaped character, or "" for a lone backslash.
-            res_.push_back({escaped ? std::u32string(1, t[i + 1]) : std::u32string(), 1.0});
+            res_.push_back({escaped ? std::u32string(1, t[i + 1]) : std::u32string(), 1.0, i + 1});
+            mark(i, escaped ? 2 : 1, PromptSyntaxKind::Escape);
             return escaped ? 2 : 1;
         }
         if (c == U'(' || c == U'[') {
             (c == U'(' ? round_ : square_).push_back(res_.size());
+            (c == U'(' ? roundAt_ : squareAt_).push_back(i);
             return 1;
         }
         if (c == U':') {
             std::size_t numStart = 0, numEnd = 0;
             const std::size_t len = weightCloserAt(t, i, numStart, numEnd);
             if (len != 0 && !round_.empty()) {
-                const double w = parseWeight(t.substr(numStart, numEnd - numStart), t.substr(i, len));
                 const std::size_t start = round_.back();
                 round_.pop_back();
-                multiply(start, w);
+                closeBracket(roundAt_, i + len - 1);
+                const std::optional<double> w = weight(t.substr(numStart, numEnd - numStart), t.substr(i, len));
+                mark(i, len - 1, w ? PromptSyntaxKind::Weight : PromptSyntaxKind::BadWeight);
+                if (w) multiply(start, *w);
                 return len;
             }
-            addText(t.substr(i, len != 0 ? len : 1));
+            addText(t, i, len != 0 ? len : 1);
+            if (len != 0) mark(i + len - 1, 1, PromptSyntaxKind::Unbalanced);  // "word:1.2)" without its "("
             return len != 0 ? len : 1;
         }
         if (c == U')' && !round_.empty()) {
             const std::size_t start = round_.back();
             round_.pop_back();
+            closeBracket(roundAt_, i);
             multiply(start, kRoundMultiplier);
             return 1;
         }
         if (c == U']' && !square_.empty()) {
             const std::size_t start = square_.back();
             square_.pop_back();
+            closeBracket(squareAt_, i);
             multiply(start, kSquareMultiplier);
             return 1;
         }
         if (c == U')' || c == U']') {
-            addText(t.substr(i, 1));
+            addText(t, i, 1);
+            mark(i, 1, PromptSyntaxKind::Unbalanced);
             return 1;
         }
         std::size_t len = 1;
         while (i + len < t.size() && !isSpecial(t[i + len])) ++len;
-        addText(t.substr(i, len));
+        addText(t, i, len);
         return len;
     }
 
-    void addText(std::u32string_view text) {
+    void addText(std::u32string_view t, std::size_t at, std::size_t len) {
+        const std::u32string_view text = t.substr(at, len);
         const auto parts = splitOnBreak(text);
         for (std::size_t k = 0; k < parts.size(); ++k) {
-            if (k > 0) res_.push_back({std::u32string(kBreak), -1.0});
-            res_.push_back({std::u32string(parts[k]), 1.0});
+            const auto begin = static_cast<std::size_t>(parts[k].data() - t.data());
+            // The marker between the parts: the last BREAK before this part (spaces around it dropped).
+            if (k > 0) res_.push_back({std::u32string(kBreak), -1.0, t.substr(0, begin).rfind(kBreak)});
+            res_.push_back({std::u32string(parts[k]), 1.0, begin});
         }
+    }
+
+    // A weight closer's number, or nullopt in syntax mode where parseWeight would throw.
+    std::optional<double> weight(std::u32string_view number, std::u32string_view closer) {
+        if (!spans_) return parseWeight(number, closer);
+        try {
+            return parseWeight(number, closer);
+        } catch (const ValidationError&) {
+            return std::nullopt;
+        }
+    }
+
+    void mark(std::size_t begin, std::size_t length, PromptSyntaxKind kind) {
+        if (spans_ && length > 0) spans_->push_back({begin, begin + length, kind, 1.0});
+    }
+
+    // A bracket closed at `close`: its opener and closer are marked as a pair.
+    void closeBracket(std::vector<std::size_t>& openers, std::size_t close) {
+        const std::size_t open = openers.back();
+        openers.pop_back();
+        mark(open, 1, PromptSyntaxKind::Open);
+        mark(close, 1, PromptSyntaxKind::Close);
     }
 
     void multiply(std::size_t start, double m) {
         work_ += res_.size() - start;
+        if (work_ > prompt_limits::kMaxWeightMultiplications && spans_) {
+            weightsKnown_ = false;  // syntax mode: the spans go on, the weights stop here
+            return;
+        }
         if (work_ > prompt_limits::kMaxWeightMultiplications)
             reject("emphasis brackets are nested too deeply for a prompt this long (more than " +
                    std::to_string(prompt_limits::kMaxWeightMultiplications) +
@@ -183,8 +229,12 @@ private:
         for (std::size_t p = start; p < res_.size(); ++p) res_[p].weight *= m;
     }
 
+public:
     std::vector<Segment> res_;
     std::vector<std::size_t> round_, square_;
+    std::vector<std::size_t> roundAt_, squareAt_;  // where the open brackets are, code points
+    std::vector<PromptSyntaxSpan>* spans_ = nullptr;
+    bool weightsKnown_ = true;
     std::uint64_t work_ = 0;
 };
 
@@ -267,6 +317,27 @@ std::vector<PromptSegment> parsePromptAttention(std::string_view prompt) {
     std::vector<PromptSegment> out;
     for (Segment& s : parseSegments(decodePrompt(prompt))) out.push_back({unicode::encodeUtf8(s.text), s.weight});
     return out;
+}
+
+std::vector<PromptSyntaxSpan> scanPromptSyntax(std::u32string_view prompt) {
+    std::vector<PromptSyntaxSpan> spans;
+    AttentionParser parser(&spans);
+    const std::vector<Segment> text = parser.parse(prompt);
+    // Brackets never closed: A1111 applies them to the end of the prompt, but the person most
+    // likely forgot a closer.
+    for (const std::size_t at : parser.roundAt_) spans.push_back({at, at + 1, PromptSyntaxKind::Unbalanced, 1.0});
+    for (const std::size_t at : parser.squareAt_) spans.push_back({at, at + 1, PromptSyntaxKind::Unbalanced, 1.0});
+    for (const Segment& s : text) {
+        // A marker whose weight a bracket changed is ordinary text, as parsePromptAttention keeps it.
+        const bool marker = s.weight == -1.0 && s.text == kBreak;
+        if (marker) spans.push_back({s.begin, s.begin + kBreak.size(), PromptSyntaxKind::Break, 1.0});
+        else if (!s.text.empty() && parser.weightsKnown_)
+            spans.push_back({s.begin, s.begin + s.text.size(), PromptSyntaxKind::Text, s.weight});
+    }
+    std::sort(spans.begin(), spans.end(), [](const PromptSyntaxSpan& a, const PromptSyntaxSpan& b) {
+        return a.begin != b.begin ? a.begin < b.begin : a.kind < b.kind;
+    });
+    return spans;
 }
 
 PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt, const PromptChunkOptions& options) {

@@ -44,6 +44,28 @@ struct PromptSegment {
 // infinite, or brackets needing more than kMaxWeightMultiplications.
 std::vector<PromptSegment> parsePromptAttention(std::string_view prompt);
 
+// What each part of a prompt is to parsePromptAttention, for an editor to highlight.
+enum class PromptSyntaxKind {
+    Text,        // prompt text; `weight` is the weight A1111 gives it
+    Open,        // "(" or "[" that a closer matches
+    Close,       // its ")" or "]"
+    Weight,      // ":1.2" of a "(text:1.2)" (the ")" is a Close)
+    Escape,      // "\(", "\)", "\[", "\]", "\\" or a lone backslash
+    Break,       // a BREAK that closes a chunk
+    Unbalanced,  // "(" or "[" never closed (A1111 applies it to the end), or ")" / "]" never opened (text)
+    BadWeight,   // ":1.2.3" in "(text:1.2.3)": not a number (parsePromptAttention throws)
+};
+struct PromptSyntaxSpan {
+    std::size_t begin = 0, end = 0;  // [begin, end) in code points of the prompt
+    PromptSyntaxKind kind = PromptSyntaxKind::Text;
+    double weight = 1.0;  // Text only
+};
+
+// parsePromptAttention's reading of `prompt`, as spans sorted by begin (Text spans of weight 1
+// included; text inside an escape starts after its backslash). Never throws: a bad weight is
+// marked and its bracket closes at 1; past kMaxWeightMultiplications no Text spans are given.
+std::vector<PromptSyntaxSpan> scanPromptSyntax(std::u32string_view prompt);
+
 // One 77-token chunk as fed to the text encoder: BOS, up to 75 prompt tokens, EOS padding,
 // EOS; for a tokenizer whose pad id is not EOS (SD 2.x, SDXL-G), every id after the first EOS
 // is the pad id (spec §5.3.5). weights[0] and framing/padding weights are 1.

@@ -17,6 +17,7 @@
 #include <QHBoxLayout>
 #include <QLineEdit>
 #include <QPainter>
+#include <QPolygonF>
 #include <QPlainTextEdit>
 #include <QRandomGenerator>
 #include <QRegularExpressionValidator>
@@ -28,6 +29,9 @@
 #include "core/SdModel.h"
 #include "core/Scheduler.h"
 #include "core/TilePlan.h"
+#include "ui/ModelCatalog.h"
+#include "ui/ModelPicker.h"
+#include "ui/PromptEditor.h"
 #include "ui/TileCanvas.h"
 
 namespace tessera {
@@ -125,8 +129,8 @@ QDoubleSpinBox* makeRealSpin(double lo, double hi, double step, int decimals) {
     return spin;
 }
 
-QPlainTextEdit* makePromptEdit(const QString& placeholder, int lines) {
-    auto* edit = new QPlainTextEdit;
+PromptEditor* makePromptEdit(const QString& placeholder, int lines) {
+    auto* edit = new PromptEditor;
     edit->setPlaceholderText(placeholder);
     edit->setTabChangesFocus(true);
     edit->setFixedHeight(edit->fontMetrics().lineSpacing() * lines + 14);
@@ -149,6 +153,20 @@ QIcon diceIcon() {
     return QIcon(pixmap);
 }
 
+// A recycling arrow: reuse (the last run's seed), drawn so it needs no theme either.
+QIcon reuseIcon() {
+    QPixmap pixmap(32, 32);
+    pixmap.fill(Qt::transparent);
+    QPainter painter(&pixmap);
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.setPen(QPen(QColor(40, 110, 60), 3, Qt::SolidLine, Qt::RoundCap));
+    painter.drawArc(QRectF(6, 6, 20, 20), 60 * 16, 290 * 16);
+    painter.setPen(Qt::NoPen);
+    painter.setBrush(QColor(40, 110, 60));
+    painter.drawPolygon(QPolygonF({QPointF(17, 2), QPointF(26, 7.5), QPointF(17, 13)}));
+    return QIcon(pixmap);
+}
+
 // validateAll's messages start with "field: "; beside the field that prefix is noise.
 QString withoutFieldPrefix(const QString& field, const QString& message) {
     const QString prefix = field + QStringLiteral(": ");
@@ -157,7 +175,8 @@ QString withoutFieldPrefix(const QString& field, const QString& message) {
 
 }  // namespace
 
-ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent), inspector_(new ModelInspector(this)) {
+ConfigPanel::ConfigPanel(QWidget* parent)
+    : QWidget(parent), inspector_(new ModelInspector(this)), catalog_(new ModelCatalog(this)) {
     setObjectName(QStringLiteral("configPanel"));
     connect(inspector_, &ModelInspector::inspected, this, &ConfigPanel::onModelInspected);
     connect(inspector_, &ModelInspector::defaultModelLocated, this, [this](const QString& folder) {
@@ -226,6 +245,10 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
 
     prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
     prompt_->setObjectName(QStringLiteral("promptEdit"));
+    const QString emphasisHelp = tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \\( for a literal bracket, "
+                                    "BREAK starts a new 75-token chunk. Ctrl+Up / Ctrl+Down change the weight of the "
+                                    "selection or the word at the cursor by 0.1. Red: a bracket nothing closes or opens.");
+    prompt_->setToolTip(emphasisHelp);
     const auto tokenLabel = [](const char* name) {
         auto* label = new QLabel;
         label->setObjectName(QString::fromLatin1(name));
@@ -241,6 +264,7 @@ QGroupBox* ConfigPanel::buildPromptGroup() {
     form->addRow(QString(), addErrorLabel(QStringLiteral("prompt"), prompt_));
     negativePrompt_ = makePromptEdit(tr("What to avoid"), 2);
     negativePrompt_->setObjectName(QStringLiteral("negativePromptEdit"));
+    negativePrompt_->setToolTip(emphasisHelp);
     form->addRow(tr("Negative"), negativePrompt_);
     form->addRow(QString(), negativePromptTokens_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("negative_prompt"), negativePrompt_));
@@ -520,10 +544,16 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     dice_->setObjectName(QStringLiteral("diceButton"));
     dice_->setIcon(diceIcon());
     dice_->setToolTip(tr("New random seed"));
+    reuseSeed_ = new QToolButton;
+    reuseSeed_->setObjectName(QStringLiteral("reuseSeedButton"));
+    reuseSeed_->setIcon(reuseIcon());
+    reuseSeed_->setEnabled(false);
+    reuseSeed_->setToolTip(tr("Reuse the seed of the last run (none yet)"));
     auto* seedRow = new QHBoxLayout;
     seedRow->setContentsMargins(0, 0, 0, 0);
     seedRow->addWidget(seed_, 1);
     seedRow->addWidget(dice_);
+    seedRow->addWidget(reuseSeed_);
     form->addRow(tr("Seed"), seedRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("seed"), seed_));
 
@@ -538,10 +568,23 @@ QGroupBox* ConfigPanel::buildImageGroup() {
     form->addRow(tr("Sampler"), scheduler_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("scheduler"), scheduler_));
 
-    for (QSpinBox* spin : {width_, height_, steps_})
+    previewEvery_ = makeSpin(0, 100000);
+    previewEvery_->setObjectName(QStringLiteral("previewEverySpin"));
+    previewEvery_->setPrefix(tr("every "));
+    previewEvery_->setSuffix(tr(" steps"));
+    previewEvery_->setSpecialValueText(tr("never (the final image only)"));
+    previewEvery_->setToolTip(tr("The canvas shows the image forming after every N steps (Stable Diffusion: A1111's "
+                                 "\"Approx cheap\" preview of the latents; the VAE decodes the final image). 0: never."));
+    form->addRow(tr("Preview"), previewEvery_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("preview_every"), previewEvery_));
+
+    for (QSpinBox* spin : {width_, height_, steps_, previewEvery_})
         connect(spin, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     connect(seed_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(dice_, &QToolButton::clicked, this, &ConfigPanel::rollSeed);
+    connect(reuseSeed_, &QToolButton::clicked, this, [this] {
+        if (lastRunSeed_) seed_->setText(QString::number(*lastRunSeed_));
+    });
     connect(scheduler_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     return group;
 }
@@ -564,9 +607,15 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     browseFile->setIcon(style()->standardIcon(QStyle::SP_FileIcon));
     browseFile->setToolTip(tr("Choose a Stable Diffusion 1.x / 2.x checkpoint (.safetensors)"));
     model_->setPlaceholderText(tr("a folder, a .safetensors checkpoint or random:sd15"));
+    auto* pick = new QToolButton;
+    pick->setObjectName(QStringLiteral("modelPick"));
+    pick->setText(tr("Pick…"));
+    pick->setToolTip(tr("Pick from the models folder, the recently used models or random weights, with each "
+                        "model's family, size and hash"));
     auto* modelRow = new QHBoxLayout;
     modelRow->setContentsMargins(0, 0, 0, 0);
     modelRow->addWidget(model_, 1);
+    modelRow->addWidget(pick);
     modelRow->addWidget(browse);
     modelRow->addWidget(browseFile);
     form->addRow(tr("Model"), modelRow);
@@ -601,6 +650,7 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
     connect(browseFile, &QToolButton::clicked, this, &ConfigPanel::chooseModelFile);
+    connect(pick, &QToolButton::clicked, this, &ConfigPanel::openModelPicker);
     connect(precision_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     connect(backend_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     return group;
@@ -744,6 +794,7 @@ RunConfig ConfigPanel::config() const {
     c.height = height_->value();
     c.seed = seed_->text().toULongLong();
     c.steps = steps_->value();
+    c.previewEvery = previewEvery_->value();
     c.scheduler = parseScheduler(selectedName(scheduler_));
     if (hasKarras(c.scheduler)) c.schedulerOptions.karrasSigmas = scheduler_->currentData(kKarrasRole).toBool();
     // A model known to take no prompt gets none (the text stays in the disabled editors).
@@ -781,6 +832,7 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     height_->setValue(config.height);
     seed_->setText(QString::number(config.seed));
     steps_->setValue(config.steps);
+    previewEvery_->setValue(config.previewEvery);
     selectSampler(scheduler_, config.scheduler, config.schedulerOptions.karrasSigmas);
     prompt_->setPlainText(QString::fromStdString(config.prompt));
     negativePrompt_->setPlainText(QString::fromStdString(config.negativePrompt));
@@ -1129,6 +1181,38 @@ void ConfigPanel::chooseModelFile() {
     const QString file = QFileDialog::getOpenFileName(this, tr("Choose a Stable Diffusion checkpoint"), start,
                                                       tr("Safetensors checkpoints (*.safetensors)"));
     if (!file.isEmpty()) model_->setText(file);
+}
+
+void ConfigPanel::setRecentModels(const QStringList& models) {
+    recentModels_.clear();
+    for (const QString& model : models)
+        if (!model.isEmpty() && !recentModels_.contains(model) && recentModels_.size() < kMaxRecentModels) recentModels_ << model;
+}
+
+void ConfigPanel::noteModelUsed(const QString& model) {
+    if (model.isEmpty()) return;
+    QStringList models = recentModels_;
+    models.removeAll(model);
+    models.prepend(model);
+    setRecentModels(models);
+}
+
+ModelPicker* ConfigPanel::openModelPicker() {
+    auto* picker = new ModelPicker(catalog_, modelsFolder_, recentModels_, this);
+    picker->setAttribute(Qt::WA_DeleteOnClose);
+    connect(picker, &ModelPicker::modelChosen, this, [this](const QString& path) { model_->setText(path); });
+    connect(picker, &ModelPicker::modelsFolderChanged, this, [this](const QString& folder) {
+        modelsFolder_ = folder;
+        emit modelsFolderChanged(folder);
+    });
+    picker->open();
+    return picker;
+}
+
+void ConfigPanel::setLastRunSeed(std::uint64_t seed) {
+    lastRunSeed_ = seed;
+    reuseSeed_->setEnabled(true);
+    reuseSeed_->setToolTip(tr("Reuse the seed of the last run: %1").arg(seed));
 }
 
 void ConfigPanel::rollSeed() {

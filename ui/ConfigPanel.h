@@ -2,6 +2,9 @@
 // value marked beside its field (the reason from validateAll) and a live cost preview
 // (tiles, redundancy, UNet evaluations). Holds no run state; the window asks for config().
 //
+// The Model group's "Pick…" opens a ModelPicker (ui/ModelPicker.h): recent models, the models
+// folder's checkpoints and diffusers folders with family, size and short hash, random weights.
+//
 // The model folder's limits come from an app/ModelInspector (files read on a thread pool,
 // cached per folder and file times): a new folder is inspected when the model field (or the
 // default model) changes, never when another field does. Until its answer arrives the panel
@@ -15,6 +18,9 @@
 // down to multiples of 8, as tessera-cli render sizes it; the Size fields then show it and are
 // read-only) or Target size (the Size fields; the image is stretched to them).
 //
+// The prompt editors are ui/PromptEditor: A1111's emphasis syntax highlighted, Ctrl+Up/Down
+// change weights. The seed has a dice (a new random seed) and a reuse button (the last run's).
+//
 // The Prompt group (prompt, negative prompt, CFG scale, clip skip) is enabled only
 // when the inspection says the model is Stable Diffusion (a pipeline folder, a .safetensors
 // checkpoint, random:sd15 / random:sd21); for a UNet2DModel folder it is disabled, says why,
@@ -22,6 +28,7 @@
 // names (core/Scheduler.h samplerDisplayName); a "Karras" entry sets schedulerOptions.karrasSigmas.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -46,6 +53,9 @@ class QSpinBox;
 class QToolButton;
 
 namespace tessera {
+
+class ModelCatalog;
+class ModelPicker;
 
 class ConfigPanel : public QWidget {
     Q_OBJECT
@@ -89,6 +99,25 @@ public:
     // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
     QString promptUnavailableReason() const;
 
+    // The seed of the run shown last (started, finished or reopened): the seed's reuse button
+    // (beside the dice, which rolls a new one) puts it back in the field.
+    void setLastRunSeed(std::uint64_t seed);
+    std::optional<std::uint64_t> lastRunSeed() const { return lastRunSeed_; }
+
+    // The models folder the picker lists (a setting; may be empty) and the models used last,
+    // newest first (at most kMaxRecentModels). The window keeps both in its settings.
+    static constexpr int kMaxRecentModels = 10;
+    void setModelsFolder(const QString& folder) { modelsFolder_ = folder; }
+    QString modelsFolder() const { return modelsFolder_; }
+    void setRecentModels(const QStringList& models);
+    QStringList recentModels() const { return recentModels_; }
+    // `model` (a path or random:*) was used: first in the recent list.
+    void noteModelUsed(const QString& model);
+    // Opens the model picker (Model group, "Pick…"; window-modal, not blocking) and returns it;
+    // a model chosen there goes into the model field.
+    ModelPicker* openModelPicker();
+    ModelCatalog& modelCatalog() const { return *catalog_; }
+
     // The start image (image-to-image): `path` becomes config().initImage and its header is
     // read off this thread (startImageChecked when known). An empty path clears it.
     void setStartImage(const QString& path);
@@ -102,6 +131,8 @@ public:
 
 signals:
     void configChanged();
+    // The picker's Browse… changed the models folder.
+    void modelsFolderChanged(const QString& folder);
     void validityChanged(bool valid);
     // An answer about the model arrived (default folder located, or a folder inspected) and
     // the fields were checked again with it.
@@ -157,6 +188,9 @@ private:
     bool defaultKnown_ = false;     // setDefaultModelFolder was called (or the search answered)
     bool locatingDefault_ = false;  // locateDefaultModel's answer is awaited
     ModelInspector* inspector_ = nullptr;
+    ModelCatalog* catalog_ = nullptr;  // the picker's listings and hashes (kept between pickers)
+    QString modelsFolder_;
+    QStringList recentModels_;
     QString inspectedFolder_;                  // the folder of the newest inspection
     std::optional<ModelInspection> inspection_;  // its answer; empty while awaited
     ModelLimits lastLimits_;                   // of the last folder that had limits: used while checking
@@ -190,7 +224,10 @@ private:
     QSpinBox* height_ = nullptr;
     QLineEdit* seed_ = nullptr;
     QToolButton* dice_ = nullptr;
+    QToolButton* reuseSeed_ = nullptr;  // enabled once a run's seed is known
+    std::optional<std::uint64_t> lastRunSeed_;
     QSpinBox* steps_ = nullptr;
+    QSpinBox* previewEvery_ = nullptr;  // RunConfig::previewEvery: live previews every N steps
     QComboBox* scheduler_ = nullptr;
     // Model
     QLineEdit* model_ = nullptr;

@@ -16,6 +16,7 @@
 #include <qcustomplot.h>
 
 #include "app/Exporters.h"
+#include "ui/ChartLegend.h"
 
 namespace tessera {
 
@@ -121,18 +122,10 @@ GraphsPanel::GraphsPanel(QWidget* parent) : QWidget(parent) {
     plot_->setMinimumHeight(220);
     // Layout: the legend in a row of its own, then one axis rect per unit, side by side.
     QCPAxisRect* first = plot_->axisRect();
-    first->insetLayout()->take(plot_->legend);
+    placeLegendAbove(plot_);
     plot_->plotLayout()->take(first);
-    plot_->plotLayout()->simplify();
-    plot_->plotLayout()->addElement(0, 0, plot_->legend);
     auto* row = new QCPLayoutGrid;
     plot_->plotLayout()->addElement(1, 0, row);
-    plot_->plotLayout()->setRowStretchFactor(0, 0.001);
-    plot_->plotLayout()->setRowSpacing(0);
-    plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
-    plot_->legend->setFont(QFont(font().family(), 8));
-    plot_->legend->setBorderPen(Qt::NoPen);
-    plot_->legend->setMargins(QMargins(0, 0, 0, 0));
     rects_ = {first, new QCPAxisRect(plot_), new QCPAxisRect(plot_)};
     const QString units[] = {tr("s"), tr("ms per step"), tr("MiB")};
     for (int i = 0; i < 3; ++i) {

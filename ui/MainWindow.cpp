@@ -62,6 +62,9 @@ const QString kStateKey = QStringLiteral("window/state");
 const QString kOverlayKey = QStringLiteral("view/tileOverlay");
 const QString kBlendOverlayKey = QStringLiteral("view/blendOverlay");
 const QString kSeamOverlayKey = QStringLiteral("view/seamOverlay");
+const QString kModelsFolderKey = QStringLiteral("models/folder");
+const QString kRecentModelsKey = QStringLiteral("models/recent");
+const QString kChartTabKey = QStringLiteral("window/chartTab");
 
 // Files whose configuration the window can take: run PNGs, manifests, presets.
 bool isConfigurationFile(const QString& path) {
@@ -165,6 +168,8 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     resizeDocks({historyDock_}, {190}, Qt::Vertical);
     if (settings_->contains(kGeometryKey)) restoreGeometry(settings_->value(kGeometryKey).toByteArray());
     if (settings_->contains(kStateKey)) restoreState(settings_->value(kStateKey).toByteArray());
+    const int chartTab = settings_->value(kChartTabKey, 0).toInt();
+    if (chartTab >= 0 && chartTab < chartTabs_->count()) chartTabs_->setCurrentIndex(chartTab);
 }
 
 MainWindow::~MainWindow() {
@@ -413,6 +418,8 @@ void MainWindow::restoreSettings() {
         }
     }
     panel_->setConfig(config);
+    panel_->setModelsFolder(settings_->value(kModelsFolderKey).toString());
+    panel_->setRecentModels(settings_->value(kRecentModelsKey).toStringList());
     overlayAction_->setChecked(settings_->value(kOverlayKey, true).toBool());
     blendOverlayAction_->setChecked(settings_->value(kBlendOverlayKey, false).toBool());
     seamOverlayAction_->setChecked(settings_->value(kSeamOverlayKey, false).toBool());
@@ -425,6 +432,9 @@ void MainWindow::saveSettings() {
     settings_->setValue(kOverlayKey, overlayAction_->isChecked());
     settings_->setValue(kBlendOverlayKey, blendOverlayAction_->isChecked());
     settings_->setValue(kSeamOverlayKey, seamOverlayAction_->isChecked());
+    settings_->setValue(kModelsFolderKey, panel_->modelsFolder());
+    settings_->setValue(kRecentModelsKey, panel_->recentModels());
+    settings_->setValue(kChartTabKey, chartTabs_->currentIndex());
     settings_->sync();
 }
 
@@ -513,10 +523,13 @@ void MainWindow::beginRunDisplay(const RunConfig& config) {
     showStartImage({});
     startedRecord_.reset();
     canvas_->setBlendWindow(config.window);
-    canvas_->setPlaceholderText(tr("Preparing…"));
+    canvas_->setPlaceholderText(tr("Loading the model and preparing…"));
     charts_->clear();
     stepBar_->show();
     tileBar_->show();
+    // Loading a model (seconds for a multi-GB checkpoint) reports no fraction: the step bar is
+    // busy, and the text counts the seconds, until the engine says it is prepared.
+    stepBar_->setRange(0, 0);
     runClock_.start();
     markProgressDirty();
 }
@@ -524,6 +537,7 @@ void MainWindow::beginRunDisplay(const RunConfig& config) {
 void MainWindow::startRun() {
     if (running_ || !panel_->isValid()) return;
     const RunConfig config = runnableConfig();
+    if (!panel_->config().model.empty()) panel_->noteModelUsed(QString::fromStdString(config.model));
     saveSettings();
 
     currentRunId_ = nextRunId_++;
@@ -614,8 +628,9 @@ void MainWindow::refreshProgress() {
     if (!progressDirty_ && !running_) return;
     progressDirty_ = false;
     const Progress& p = progress_;
-    // While running, the step in progress (1-based); afterwards, the steps completed.
-    stepBar_->setRange(0, std::max(1, p.steps));
+    // While running, the step in progress (1-based); afterwards, the steps completed. Busy
+    // while the model loads.
+    stepBar_->setRange(0, running_ && !p.started ? 0 : std::max(1, p.steps));
     stepBar_->setValue(std::min(running_ && p.started ? p.step + 1 : p.step, std::max(1, p.steps)));
     tileBar_->setRange(0, std::max(1, p.tiles));
     tileBar_->setValue(std::min(p.tilesDone, std::max(1, p.tiles)));
@@ -624,7 +639,7 @@ void MainWindow::refreshProgress() {
     const double elapsed = runClock_.isValid() ? runClock_.elapsed() / 1000.0 : 0.0;
     // The bars show step k/N and tile j/M; the text adds time.
     QString text = tr("%1 elapsed").arg(formatDuration(elapsed));
-    if (!p.started) text = tr("preparing · ") + text;
+    if (!p.started) text = tr("loading the model and preparing · ") + text;
     if (isComparingGraphs())
         text = tr("run %1/%2 · ").arg(currentRunId_ - comparison_->firstRunId + 1).arg(comparison_->runs.size()) + text;
     if (p.started && p.steps > 0 && p.tiles > 0) {
@@ -664,6 +679,7 @@ void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
     progress_.tiles = record.tileCount;
     progress_.steps = record.config.steps;
     startedRecord_ = record;
+    panel_->setLastRunSeed(record.config.seed);
     samplingClock_.start();
     canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(record.config.steps));
     QString text = tr("Running on %1 — %2 (prepared in %3 s)")
@@ -695,9 +711,10 @@ void MainWindow::onStep(quint64 runId, const StepEvent& event) {
     markProgressDirty();
 }
 
-void MainWindow::onPreview(quint64 runId, int, const QImage& image) {
+void MainWindow::onPreview(quint64 runId, int step, const QImage& image) {
     if (runId != currentRunId_) return;
     canvas_->setImage(image);
+    emit previewShown(step, image);
 }
 
 void MainWindow::onMemory(quint64 runId, const MemorySample& sample) {
@@ -1086,6 +1103,7 @@ bool MainWindow::openFromHistory(const QString& id, QString* error) {
         return false;
     }
     panel_->setConfig(entry->record.config);
+    panel_->setLastRunSeed(entry->record.config.seed);
     charts_->showRecord(entry->record);
     setStatusText(tr("Opening run %1…").arg(id));
     historyPanel_->selectIds({id});  // the row of the run shown

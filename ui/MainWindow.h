@@ -181,6 +181,9 @@ signals:
     void compareViewOpened(tessera::CompareView* view);
     // openFromHistory(id) ended: the run is shown (ok), or `error` says why not.
     void historyRunOpened(const QString& id, bool ok, const QString& error);
+    // The canvas shows the preview of step `step` (0-based) of the run in flight (an SD run's
+    // latent approximation, a pixel model's x0 estimate).
+    void previewShown(int step, const QImage& image);
     // Run `index` (0-based) of `count` of a comparison is starting.
     void graphComparisonRunStarted(int index, int count);
     // A comparison ended; `completed` when every run finished and the views were opened.

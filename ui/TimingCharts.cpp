@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "core/TilePlan.h"
+#include "ui/ChartLegend.h"
 #include "ui/HeatMap.h"
 
 #include <qcustomplot.h>
@@ -30,9 +31,7 @@ QCustomPlot* makePlot(const QString& xLabel, const QString& yLabel) {
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     plot->axisRect()->setRangeZoom(Qt::Horizontal);
     plot->axisRect()->setRangeDrag(Qt::Horizontal);
-    plot->legend->setVisible(true);
-    plot->legend->setFont(QFont(plot->font().family(), 8));
-    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    placeLegendAbove(plot);
     plot->setNoAntialiasingOnDrag(true);
     return plot;
 }

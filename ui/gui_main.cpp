@@ -9,8 +9,10 @@
 //                       graphs (the window with the graphs-versus-eager tab in front),
 //                       compare-graphs (the compare window that --compare-graphs opened),
 //                       before-after (the before/after split of the run just made from a
-//                       start image) or reopened (the newest run of the history opened again,
-//                       as after a restart)
+//                       start image), reopened (the newest run of the history opened again,
+//                       as after a restart) or models (the model picker, once it has listed
+//                       the models folder, with its first checkpoint selected and hashed)
+//   --models DIR        the models folder the picker lists (default: the saved setting)
 //   --history DIR       keep the run history in DIR (default: the user's; with --fresh, a
 //                       throw-away folder)
 //   --delay MS          wait this long after showing the window before the picture (default 1500)
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include <QApplication>
+#include <QTreeWidget>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QSettings>
@@ -39,6 +42,7 @@
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"
 #include "ui/MainWindow.h"
+#include "ui/ModelPicker.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
 
@@ -96,6 +100,28 @@ void openNewestRun(tessera::MainWindow& window, const std::function<void(QWidget
     }
 }
 
+// Opens the model picker; once it has listed the models folder, selects its first checkpoint
+// and calls `ready` with the picker when that row's hash is shown.
+void showModelPicker(tessera::MainWindow& window, const std::function<void(QWidget*)>& ready) {
+    tessera::ModelPicker* picker = window.configPanel()->openModelPicker();
+    QObject::connect(
+        picker, &tessera::ModelPicker::listed, picker,
+        [&window, picker, ready] {
+            QTreeWidgetItem* folder = picker->tree()->topLevelItem(1);
+            for (int i = 0; i < folder->childCount(); ++i) {
+                if (folder->child(i)->text(tessera::ModelPicker::HashColumn) == QStringLiteral("—")) continue;
+                picker->tree()->setCurrentItem(folder->child(i));
+                QObject::connect(
+                    &window.configPanel()->modelCatalog(), &tessera::ModelCatalog::hashed, picker,
+                    [picker, ready](const QString&, const QString&, const QString&) { ready(picker); },
+                    Qt::SingleShotConnection);
+                return;
+            }
+            ready(picker);
+        },
+        Qt::SingleShotConnection);
+}
+
 // Sets the window up for one screenshot view, then calls `ready` with the widget to grab (null:
 // unknown view or nothing to show) — at once, or for "compare" when the history is loaded and
 // the compare window has read its images.
@@ -122,6 +148,7 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
         return ready(&window);
     }
     if (view == QLatin1String("reopened")) return openNewestRun(window, ready);
+    if (view == QLatin1String("models")) return showModelPicker(window, ready);
     if (view == QLatin1String("blend")) {
         const int tiles = window.lastRun() && window.lastRun()->result ? window.lastRun()->result->record.tileCount : 0;
         window.canvas()->setHoveredTile(tiles / 2);
@@ -149,7 +176,7 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
     }
     std::fprintf(stderr,
                  "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
-                 "reopened)\n",
+                 "reopened, models)\n",
                  qPrintable(view));
     ready(nullptr);
 }
@@ -216,7 +243,9 @@ int main(int argc, char** argv) {
     QCommandLineOption fresh(QStringLiteral("fresh"), QStringLiteral("Ignore the saved settings."));
     QCommandLineOption show(QStringLiteral("show"), QStringLiteral("What the matching screenshot shows."), QStringLiteral("VIEW"));
     QCommandLineOption historyDir(QStringLiteral("history"), QStringLiteral("Run history folder."), QStringLiteral("DIR"));
-    for (QCommandLineOption* option : {&screenshot, &delay, &runAtStart, &compareAtStart, &preset, &fresh, &show, &historyDir}) {
+    QCommandLineOption modelsDir(QStringLiteral("models"), QStringLiteral("Models folder the picker lists."), QStringLiteral("DIR"));
+    for (QCommandLineOption* option :
+         {&screenshot, &delay, &runAtStart, &compareAtStart, &preset, &fresh, &show, &historyDir, &modelsDir}) {
         option->setFlags(QCommandLineOption::HiddenFromHelp);
         parser.addOption(*option);
     }
@@ -233,6 +262,7 @@ int main(int argc, char** argv) {
 
     tessera::JobQueue files(1);
     tessera::MainWindow window(std::move(settings), history);
+    if (parser.isSet(modelsDir)) window.configPanel()->setModelsFolder(parser.value(modelsDir));
     const auto begin = [&] {
         window.show();
         if (parser.isSet(screenshot)) {

@@ -11,6 +11,7 @@
 #include "core/ClipTokenizer.h"
 #include "core/PromptParser.h"
 #include "core/RunConfig.h"
+#include "core/UnicodeText.h"
 
 using namespace tessera;
 using Ids = std::vector<std::int32_t>;
@@ -296,6 +297,41 @@ private slots:
         QVERIFY(w == (std::vector<float>{1 * k, 2 * k, 6 * k, 8 * k}));
         QVERIFY(qAbs((w[0] + w[1] + w[2] + w[3]) / 4 - 2.5f) < 1e-6f);
         EXPECT_MESSAGE(errorOf([&] { applyEmphasis(w, m, 1, 3, 2, EmphasisMode::Original); }), "batch*tokens*channels");
+    }
+
+    // scanPromptSyntax (the prompt editor's highlighting): what each part is, as the parser reads it.
+    void syntaxSpans() {
+        using K = PromptSyntaxKind;
+        const std::u32string prompt = U"a (b:1.5) [c] d) \\( e BREAK (f:1.2.3) (g";
+        std::vector<std::pair<std::string, K>> got;
+        for (const PromptSyntaxSpan& s : scanPromptSyntax(prompt))
+            if (s.kind != K::Text) got.emplace_back(unicode::encodeUtf8(prompt.substr(s.begin, s.end - s.begin)), s.kind);
+        const std::vector<std::pair<std::string, K>> expected = {
+            {"(", K::Open},  {":1.5", K::Weight}, {")", K::Close},       {"[", K::Open},
+            {"]", K::Close}, {")", K::Unbalanced}, {"\\(", K::Escape},   {"BREAK", K::Break},
+            {"(", K::Open},  {":1.2.3", K::BadWeight}, {")", K::Close},  {"(", K::Unbalanced}};
+        QCOMPARE(got.size(), expected.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            QCOMPARE(QString::fromStdString(got[i].first), QString::fromStdString(expected[i].first));
+            QCOMPARE(static_cast<int>(got[i].second), static_cast<int>(expected[i].second));
+        }
+        // Text spans carry the parser's weights; parsePromptAttention refuses the bad weight.
+        for (const PromptSyntaxSpan& s : scanPromptSyntax(prompt)) {
+            if (s.kind != K::Text) continue;
+            const std::u32string text = prompt.substr(s.begin, s.end - s.begin);
+            if (text == U"b") QCOMPARE(s.weight, 1.5);
+            if (text == U"c") QCOMPARE(s.weight, 1 / 1.1);
+            if (text == U"g") QCOMPARE(s.weight, 1.1);
+        }
+        QVERIFY_THROWS_EXCEPTION(ValidationError, parsePromptAttention(unicode::encodeUtf8(prompt)));
+        // Hostile nesting: spans within bounds, no weights past the multiplication limit, no throw.
+        std::u32string nested;
+        for (int i = 0; i < 300000; ++i) nested += U"(a";
+        QElapsedTimer timer;
+        timer.start();
+        const auto spans = scanPromptSyntax(nested);
+        QCOMPARE(spans.size(), std::size_t{300000});  // every "(" unbalanced, no Text spans
+        QVERIFY2(timer.elapsed() < 5000, qPrintable(QString::number(timer.elapsed())));
     }
 
     // 1 MiB prompts of several shapes: each parsed and chunked, or refused, within bounds.

@@ -11,6 +11,8 @@
 #include <QTemporaryDir>
 #include <QThread>
 #include <QWheelEvent>
+#include <QDockWidget>
+#include <QTabWidget>
 #include <QtTest>
 
 #include "app/EngineFactory.h"
@@ -21,6 +23,8 @@
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
 #include "TinyRun.h"
+
+#include <qcustomplot.h>
 
 using namespace tessera;
 
@@ -275,6 +279,91 @@ private slots:
         QCOMPARE(again.configPanel()->config().seed, config.seed);
         QCOMPARE(again.configPanel()->config().tile, 48);
         QCOMPARE(again.configPanel()->config().lanes, 3);
+    }
+
+    void windowSizeAndLayoutAreRemembered() {
+        // Issue #17 item 7: size, docks and the chart tab in front come back after a restart,
+        // from the window's own settings file (here a throw-away one).
+        const QString path = scratch_.filePath(QStringLiteral("layout.ini"));
+        QSize chosen;
+        int chartsWidth = 0;
+        {
+            MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
+            window.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&window));
+            window.resize(window.size() + QSize(157, 43));  // not the size a fresh window opens at
+            auto* charts = window.findChild<QDockWidget*>(QStringLiteral("chartsDock"));
+            window.resizeDocks({charts}, {charts->width() + 61}, Qt::Horizontal);
+            auto* history = window.findChild<QDockWidget*>(QStringLiteral("historyDock"));
+            QVERIFY(history && history->isVisible());
+            history->close();
+            window.chartTabs()->setCurrentIndex(1);
+            QCoreApplication::processEvents();
+            chosen = window.size();
+            chartsWidth = charts->width();
+            window.close();
+        }
+        QSettings saved(path, QSettings::IniFormat);
+        QVERIFY(saved.contains(QStringLiteral("window/geometry")));
+        QVERIFY(saved.contains(QStringLiteral("window/state")));
+        MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
+        again.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&again));
+        QCOMPARE(again.size(), chosen);
+        QCOMPARE(again.findChild<QDockWidget*>(QStringLiteral("chartsDock"))->width(), chartsWidth);
+        QVERIFY(!again.findChild<QDockWidget*>(QStringLiteral("historyDock"))->isVisible());
+        QVERIFY(again.findChild<QDockWidget*>(QStringLiteral("configDock"))->isVisible());
+        QCOMPARE(again.chartTabs()->currentIndex(), 1);
+    }
+
+    void chartsShowTheirWholeRangeWithLegendsOutside() {
+        // Issue #17 item 9: after a run, in every chart tab, each series lies inside its axes'
+        // ranges, no legend overlaps a plot area, and every axis in use has a label and tick
+        // labels of a readable size.
+        if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
+        MainWindow window(freshSettings());
+        window.resize(1366, 768);
+        window.show();
+        QVERIFY(testing::runOnce(window, tinyConfig()));
+        window.charts()->flush();
+        int plotsChecked = 0, seriesChecked = 0;
+        for (int tab = 0; tab < window.chartTabs()->count(); ++tab) {
+            window.chartTabs()->setCurrentIndex(tab);
+            QCoreApplication::processEvents();
+            for (QCustomPlot* plot : window.chartTabs()->widget(tab)->findChildren<QCustomPlot*>()) {
+                if (!plot->isVisible()) continue;
+                plot->replot(QCustomPlot::rpImmediateRefresh);  // lays the plot out at its size
+                ++plotsChecked;
+                const QString name = plot->objectName();
+                for (QCPAxisRect* rect : plot->axisRects()) {
+                    if (plot->legend->visible() && plot->legend->itemCount() > 0)
+                        QVERIFY2(!plot->legend->outerRect().intersects(rect->rect()), qPrintable(name));
+                    for (QCPAxis* axis : rect->axes()) {
+                        if (!axis->visible() || !axis->tickLabels()) continue;
+                        if (axis->axisType() == QCPAxis::atLeft || axis->axisType() == QCPAxis::atBottom)
+                            QVERIFY2(!axis->label().isEmpty() || rect->axis(QCPAxis::atBottom) == axis, qPrintable(name));
+                        QVERIFY2(QFontInfo(axis->tickLabelFont()).pixelSize() >= 9, qPrintable(name));
+                    }
+                }
+                for (int i = 0; i < plot->plottableCount(); ++i) {
+                    QCPAbstractPlottable* series = plot->plottable(i);
+                    if (!series->visible() || !qobject_cast<QCPGraph*>(series)) continue;
+                    bool found = false;
+                    const QCPRange keys = series->getKeyRange(found);
+                    if (!found) continue;
+                    const QCPRange values = series->getValueRange(found);
+                    const QString what = name + QStringLiteral(" ") + series->name();
+                    QVERIFY2(series->keyAxis()->range().contains(keys.lower) && series->keyAxis()->range().contains(keys.upper),
+                             qPrintable(what));
+                    QVERIFY2(series->valueAxis()->range().contains(values.lower) &&
+                                 series->valueAxis()->range().contains(values.upper),
+                             qPrintable(what));
+                    ++seriesChecked;
+                }
+            }
+        }
+        QVERIFY(plotsChecked >= 3);
+        QVERIFY(seriesChecked >= 2);  // the step times and the memory over the run
     }
 
     void workerRendersTinyImage() {

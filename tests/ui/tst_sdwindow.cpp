@@ -11,6 +11,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QPlainTextEdit>
+#include <QProgressBar>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -334,6 +335,45 @@ private slots:
             for (int col = 0; col < table->columnCount(); ++col)
                 if (table->item(row, col) && table->item(row, col)->text().contains("cfg 5.5")) shown = true;
         QVERIFY(shown);
+    }
+
+    void sdRunShowsLatentPreviewsEveryStep() {
+        // Live previews (issue #17 item 6): an SD run sends A1111's "Approx cheap" preview of the
+        // latents after every `preview_every` steps (the panel's Preview field), at the image's
+        // size, and the canvas shows each as it comes; the finished run shows the VAE's decode.
+        struct Case {
+            int previewEvery;
+            QList<int> steps;  // 0-based steps previewed in a 3-step run
+        };
+        for (const Case& c : {Case{1, {0, 1, 2}}, Case{2, {1, 2}}, Case{0, {}}}) {
+            MainWindow window(freshSettings());
+            window.show();
+            RunConfig config = sdConfig();
+            config.steps = 3;
+            config.previewEvery = c.previewEvery;
+            QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
+            QCOMPARE(window.configPanel()->config().previewEvery, c.previewEvery);
+            QCOMPARE(child<QSpinBox>(&window, "previewEverySpin")->value(), c.previewEvery);
+            QList<int> steps;
+            QImage lastPreview;
+            connect(&window, &MainWindow::previewShown, this, [&](int step, const QImage& image) {
+                steps << step;
+                QCOMPARE(image.size(), QSize(128, 96));
+                QCOMPARE(window.canvas()->image(), image);  // on the canvas as it comes
+                lastPreview = image;
+            });
+            QSignalSpy ended(&window, &MainWindow::runEnded);
+            window.runAction()->trigger();
+            // The model loads first: the step bar is busy (no fraction to show) until prepared.
+            QCOMPARE(child<QProgressBar>(&window, "stepProgress")->maximum(), 0);
+            QVERIFY(ended.wait(300000));
+            QVERIFY(ended.at(0).at(0).toBool());
+            QCOMPARE(steps, c.steps);
+            QVERIFY(child<QProgressBar>(&window, "stepProgress")->maximum() > 0);
+            // The end: the decoded image, not the last approximation.
+            QCOMPARE(window.canvas()->image().size(), QSize(128, 96));
+            if (!lastPreview.isNull()) QVERIFY(window.canvas()->image() != lastPreview);
+        }
     }
 
     void upscaleSizesTheCanvasFromTheStartImage() {

@@ -1,0 +1,283 @@
+// The model picker (issue #17 item 2): a models folder's .safetensors checkpoints and diffusers
+// folders are listed with family, size and details (a file that is no model says why); random
+// weights are always offered; A1111's short hash (first 10 hex digits of SHA-256) is computed
+// when a row is selected, off the GUI thread, once per file unless the file changes; a model
+// picked goes into the model field; the models folder and the recently used models are kept in
+// the window's settings.
+#include <QCryptographicHash>
+#include <QDialogButtonBox>
+#include <QDir>
+#include <QFile>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QTreeWidget>
+#include <QtTest>
+
+#include "ui/ConfigPanel.h"
+#include "ui/MainWindow.h"
+#include "ui/ModelCatalog.h"
+#include "ui/ModelPicker.h"
+#include "TinyRun.h"
+#include "../core/SingleFileTestSupport.h"
+
+using namespace tessera;
+
+namespace {
+
+QString data(const char* path) { return QStringLiteral(TESSERA_TEST_DATA "/") + QString::fromLatin1(path); }
+
+bool copyTree(const QString& from, const QString& to) {
+    QDir().mkpath(to);
+    const QDir source(from);
+    for (const QFileInfo& info : source.entryInfoList(QDir::Files | QDir::Dirs | QDir::NoDotAndDotDot)) {
+        const QString target = QDir(to).filePath(info.fileName());
+        if (info.isDir() ? !copyTree(info.absoluteFilePath(), target) : !QFile::copy(info.absoluteFilePath(), target))
+            return false;
+    }
+    return true;
+}
+
+QString shortSha256(const QString& path) {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    QCryptographicHash hash(QCryptographicHash::Sha256);
+    hash.addData(&file);
+    return QString::fromLatin1(hash.result().toHex().left(10));
+}
+
+// A full-size checkpoint of random:sd15 / random:sd21's shapes whose data is a sparse hole: its
+// header is what a published checkpoint's is (the file reads as 2 GB; only the header is read).
+void writeFullSizeCheckpoint(const QString& path, const char* shape) {
+    const SdModelConfigs c = randomSdModelConfigs(shape);
+    TensorList tensors = singleFileTensors(c.family, c.unet, c.vae, c.textEncoder);
+    if (c.family == SdFamily::SD2) tensors = single_file_test::withDroppedOpenClipParts(tensors, 23, 1024);
+    single_file_test::writeHeaderOnly(path.toStdString(), tensors);
+}
+
+// Waits for the picker's listing.
+bool waitListed(ModelPicker& picker) {
+    return QTest::qWaitFor([&picker] { return !picker.isScanning(); }, 60000);
+}
+
+}  // namespace
+
+class TestModels : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir scratch_;
+    QString models_;  // the models folder the tests list
+
+private slots:
+    void init() { testing::failOnGuiThreadIo(); }
+
+    void initTestCase() {
+        QVERIFY(scratch_.isValid());
+        QStandardPaths::setTestModeEnabled(true);
+        // A models folder as people keep one: checkpoints, a pipeline folder, a pixel model, a
+        // nested checkpoint, a file that is no model, and files that are not listed.
+        models_ = scratch_.filePath(QStringLiteral("models"));
+        QVERIFY(QDir().mkpath(models_ + QStringLiteral("/sd2 models")));
+        writeFullSizeCheckpoint(models_ + QStringLiteral("/v1-5.safetensors"), "random:sd15");
+        writeFullSizeCheckpoint(models_ + QStringLiteral("/sd2 models/v2-1.safetensors"), "random:sd21");
+        // A tiny test checkpoint: its shapes need a configuration folder, which the picker says.
+        QVERIFY(QFile::copy(data("singlefile/sd1.safetensors"), models_ + QStringLiteral("/tiny-sd1.safetensors")));
+        QVERIFY(copyTree(data("sdpipeline/sd1"), models_ + QStringLiteral("/pipeline-sd1")));
+        QVERIFY(copyTree(data("sdpipeline/sd2"), models_ + QStringLiteral("/sd2 models/pipeline-sd2")));
+        QVERIFY(copyTree(data("singlefile/sdxl"), models_ + QStringLiteral("/pipeline-sdxl")));
+        QVERIFY(copyTree(data("models/cifar_like"), models_ + QStringLiteral("/cifar_like")));
+        QFile junk(models_ + QStringLiteral("/lora.safetensors"));
+        QVERIFY(junk.open(QIODevice::WriteOnly));
+        junk.write("not a safetensors file at all");
+        junk.close();
+        QFile notes(models_ + QStringLiteral("/notes.txt"));
+        QVERIFY(notes.open(QIODevice::WriteOnly));
+        notes.close();
+    }
+
+    void cleanupTestCase() {
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+    }
+
+    void listsTheModelsFolderWithFamiliesAndSizes() {
+        ModelCatalog catalog;
+        ModelPicker picker(&catalog, models_, {});
+        QVERIFY(waitListed(picker));
+        QTreeWidgetItem* sd1 = picker.rowOf(models_ + QStringLiteral("/v1-5.safetensors"), 1);
+        QTreeWidgetItem* sd2 = picker.rowOf(models_ + QStringLiteral("/sd2 models/v2-1.safetensors"), 1);
+        QTreeWidgetItem* tiny = picker.rowOf(models_ + QStringLiteral("/tiny-sd1.safetensors"), 1);
+        QTreeWidgetItem* pipeline = picker.rowOf(models_ + QStringLiteral("/pipeline-sd1"), 1);
+        QTreeWidgetItem* pixel = picker.rowOf(models_ + QStringLiteral("/cifar_like"), 1);
+        QTreeWidgetItem* junk = picker.rowOf(models_ + QStringLiteral("/lora.safetensors"), 1);
+        QTreeWidgetItem* pipeline2 = picker.rowOf(models_ + QStringLiteral("/sd2 models/pipeline-sd2"), 1);
+        QTreeWidgetItem* pipelineXl = picker.rowOf(models_ + QStringLiteral("/pipeline-sdxl"), 1);
+        QVERIFY(sd1 && sd2 && tiny && pipeline && pipeline2 && pipelineXl && pixel && junk);
+        QCOMPARE(picker.tree()->topLevelItem(1)->childCount(), 8);  // notes.txt is not listed
+        QCOMPARE(pipeline2->text(ModelPicker::FamilyColumn), QStringLiteral("SD2"));
+        QCOMPARE(pipelineXl->text(ModelPicker::FamilyColumn), QStringLiteral("SDXL"));
+        QCOMPARE(sd1->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
+        QCOMPARE(sd2->text(ModelPicker::FamilyColumn), QStringLiteral("SD2"));
+        QCOMPARE(sd2->text(ModelPicker::NameColumn), QStringLiteral("sd2 models/v2-1.safetensors"));
+        QCOMPARE(pipeline->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
+        QCOMPARE(pixel->text(ModelPicker::FamilyColumn), QStringLiteral("pixel"));
+        QCOMPARE(junk->text(ModelPicker::FamilyColumn), QStringLiteral("?"));
+        QCOMPARE(tiny->text(ModelPicker::FamilyColumn), QStringLiteral("?"));
+        QVERIFY2(tiny->toolTip(0).contains("does not fit this file"), qPrintable(tiny->toolTip(0)));
+        // Sizes: the file (SD 1.5 in FP16: 2.13 GB), or every file of the folder.
+        QCOMPARE(sd1->text(ModelPicker::SizeColumn), QStringLiteral("2.13 GB"));
+        QCOMPARE(tiny->text(ModelPicker::SizeColumn), QStringLiteral("155 KB"));
+        QCOMPARE(pixel->text(ModelPicker::SizeColumn), QStringLiteral("1.1 MB"));
+        // Details in the tooltip, info-style; the junk file says what is wrong with it.
+        QVERIFY2(sd1->toolTip(0).contains("1066.2 M parameters") && sd1->toolTip(0).contains("prediction epsilon"),
+                 qPrintable(sd1->toolTip(0)));
+        QVERIFY2(sd2->toolTip(0).contains("prediction v_prediction"), qPrintable(sd2->toolTip(0)));
+        QVERIFY2(pipeline->toolTip(0).contains("diffusers pipeline folder"), qPrintable(pipeline->toolTip(0)));
+        QVERIFY2(pixel->toolTip(0).contains("input channels"), qPrintable(pixel->toolTip(0)));
+        QVERIFY2(junk->toolTip(0).contains("lora.safetensors"), qPrintable(junk->toolTip(0)));
+        // No hash before a row is selected: hashing is lazy.
+        QCOMPARE(catalog.hashesComputed(), 0);
+        QVERIFY(sd1->text(ModelPicker::HashColumn).isEmpty());
+        QCOMPARE(pipeline->text(ModelPicker::HashColumn), QStringLiteral("—"));  // A1111 hashes single files
+        // Random weights are always there.
+        for (const auto& [path, family] : {std::pair{"random:sd15", "SD1"}, std::pair{"random:sd21", "SD2"},
+                                           std::pair{"random:sdxl", "SDXL"}}) {
+            QTreeWidgetItem* row = picker.rowOf(QString::fromLatin1(path), 2);
+            QVERIFY2(row, path);
+            QCOMPARE(row->text(ModelPicker::FamilyColumn), QString::fromLatin1(family));
+        }
+    }
+
+    void missingFolderSaysSo() {
+        ModelCatalog catalog;
+        ModelPicker picker(&catalog, scratch_.filePath(QStringLiteral("nowhere")), {});
+        QVERIFY(waitListed(picker));
+        QVERIFY2(picker.findChild<QLabel*>(QStringLiteral("modelsFolderNote"))->text().contains("is not a folder"),
+                 qPrintable(picker.findChild<QLabel*>(QStringLiteral("modelsFolderNote"))->text()));
+        QCOMPARE(picker.tree()->topLevelItem(1)->childCount(), 0);
+        QVERIFY(picker.rowOf(QStringLiteral("random:sd15"), 2));
+    }
+
+    void hashIsLazyCachedAndFollowsTheFile() {
+        const QString file = models_ + QStringLiteral("/tiny-sd1.safetensors");
+        ModelCatalog catalog;
+        {
+            ModelPicker picker(&catalog, models_, {});
+            QVERIFY(waitListed(picker));
+            QSignalSpy hashed(&catalog, &ModelCatalog::hashed);
+            picker.tree()->setCurrentItem(picker.rowOf(file, 1));
+            QVERIFY(hashed.wait(60000));
+            QCOMPARE(hashed.at(0).at(0).toString(), file);
+            QCOMPARE(hashed.at(0).at(1).toString(), shortSha256(file));
+            QCOMPARE(picker.rowOf(file, 1)->text(ModelPicker::HashColumn), shortSha256(file));
+            QCOMPARE(catalog.hashesComputed(), 1);
+        }
+        {
+            // A new picker on the same catalog shows it at once, hashing nothing.
+            ModelPicker picker(&catalog, models_, {});
+            QVERIFY(waitListed(picker));
+            QCOMPARE(picker.rowOf(file, 1)->text(ModelPicker::HashColumn), shortSha256(file));
+            picker.tree()->setCurrentItem(picker.rowOf(file, 1));
+            QTest::qWait(50);
+            QCOMPARE(catalog.hashesComputed(), 1);
+        }
+        // The file changes: listed again, it is hashed again.
+        const QString copy = models_ + QStringLiteral("/changing.safetensors");
+        QVERIFY(QFile::copy(file, copy));
+        ModelPicker picker(&catalog, models_, {});
+        QVERIFY(waitListed(picker));
+        QSignalSpy hashed(&catalog, &ModelCatalog::hashed);
+        picker.tree()->setCurrentItem(picker.rowOf(copy, 1));
+        QVERIFY(hashed.wait(60000));
+        QCOMPARE(catalog.hashesComputed(), 2);
+        QFile grow(copy);
+        QVERIFY(grow.open(QIODevice::Append));
+        grow.write("x");
+        grow.close();
+        picker.setModelsFolder(models_ + QStringLiteral("/"));  // the same folder, written differently: no rescan
+        picker.setModelsFolder(scratch_.path());
+        picker.setModelsFolder(models_);
+        QVERIFY(waitListed(picker));
+        // The row stays selected across the listing, so its new hash is computed at once.
+        QTRY_COMPARE_WITH_TIMEOUT(catalog.hashesComputed(), 3, 60000);
+        QTRY_COMPARE_WITH_TIMEOUT(picker.rowOf(copy, 1)->text(ModelPicker::HashColumn), shortSha256(copy), 60000);
+        QVERIFY(shortSha256(copy) != shortSha256(file));
+        QVERIFY(QFile::remove(copy));
+    }
+
+    void pickedModelGoesIntoTheField() {
+        ConfigPanel panel;
+        panel.setModelsFolder(models_);
+        ModelPicker* picker = panel.openModelPicker();
+        QVERIFY(picker);
+        QVERIFY(waitListed(*picker));
+        auto* use = picker->findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok);
+        QVERIFY(!use->isEnabled());  // nothing selected yet
+        picker->tree()->setCurrentItem(picker->rowOf(models_ + QStringLiteral("/pipeline-sd1"), 1));
+        QVERIFY(use->isEnabled());
+        use->click();
+        QCOMPARE(QString::fromStdString(panel.config().model), models_ + QStringLiteral("/pipeline-sd1"));
+        QVERIFY(testing::waitForModelCheck(panel));
+        // Random weights by double-click.
+        picker = panel.openModelPicker();
+        QVERIFY(waitListed(*picker));
+        QTreeWidgetItem* random = picker->rowOf(QStringLiteral("random:sd21"), 2);
+        QSignalSpy chosen(picker, &ModelPicker::modelChosen);
+        QVERIFY(QTest::qWaitForWindowExposed(picker));
+        picker->tree()->scrollToItem(random);
+        const QPoint at = picker->tree()->visualItemRect(random).center();
+        // QTest's double click in an item view needs the press that comes before it.
+        QTest::mousePress(picker->tree()->viewport(), Qt::LeftButton, {}, at);
+        QTest::mouseDClick(picker->tree()->viewport(), Qt::LeftButton, {}, at);
+        QCOMPARE(chosen.count(), 1);
+        QCOMPARE(panel.config().model, std::string("random:sd21"));
+        QVERIFY(testing::waitForModelCheck(panel));
+    }
+
+    void recentModelsAndFolderAreRemembered() {
+        const QString ini = scratch_.filePath(QStringLiteral("models.ini"));
+        const QString pipeline = models_ + QStringLiteral("/pipeline-sd1");
+        {
+            MainWindow window(std::make_unique<QSettings>(ini, QSettings::IniFormat), scratch_.filePath(QStringLiteral("h1")));
+            ConfigPanel& panel = *window.configPanel();
+            QVERIFY(panel.recentModels().isEmpty());
+            ModelPicker* picker = panel.openModelPicker();
+            QSignalSpy changed(&panel, &ConfigPanel::modelsFolderChanged);
+            picker->setModelsFolder(models_);
+            QCOMPARE(changed.count(), 1);
+            QCOMPARE(panel.modelsFolder(), models_);
+            QVERIFY(waitListed(*picker));
+            picker->close();
+            panel.noteModelUsed(QStringLiteral("random:sd15"));
+            panel.noteModelUsed(pipeline);
+            panel.noteModelUsed(QStringLiteral("random:sd15"));  // again: moves to the front, once
+            QCOMPARE(panel.recentModels(), (QStringList{QStringLiteral("random:sd15"), pipeline}));
+            window.close();
+        }
+        MainWindow again(std::make_unique<QSettings>(ini, QSettings::IniFormat), scratch_.filePath(QStringLiteral("h2")));
+        QCOMPARE(again.configPanel()->modelsFolder(), models_);
+        QCOMPARE(again.configPanel()->recentModels(), (QStringList{QStringLiteral("random:sd15"), pipeline}));
+        // The picker lists them under Recent, described like the folder's.
+        ModelPicker* picker = again.configPanel()->openModelPicker();
+        QVERIFY(waitListed(*picker));
+        QTreeWidgetItem* recent = picker->rowOf(pipeline, 0);
+        QVERIFY(recent);
+        QCOMPARE(recent->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
+        QCOMPARE(picker->tree()->topLevelItem(0)->child(0)->data(0, ModelPicker::kPathRole).toString(), QStringLiteral("random:sd15"));
+        picker->close();
+    }
+
+    void runningAModelPutsItFirstInRecent() {
+        if (!testing::haveTestModel()) QSKIP("test model not present");
+        MainWindow window(std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("run.ini")), QSettings::IniFormat),
+                          scratch_.filePath(QStringLiteral("h3")));
+        QVERIFY(testing::runOnce(window, testing::tinyRunConfig(5)));
+        QCOMPARE(window.configPanel()->recentModels().value(0), QFileInfo(testing::testModelFolder()).absoluteFilePath());
+    }
+};
+
+QTEST_MAIN(TestModels)
+#include "tst_models.moc"
