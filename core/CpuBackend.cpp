@@ -1,6 +1,8 @@
 #include "core/CpuBackend.h"
 
 #include <algorithm>
+#include <cctype>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -875,6 +877,31 @@ std::string cpuModelName() {
     return "unknown CPU";
 }
 
+// The OpenBLAS kernels this process runs, and a warning when they are older than the CPU: OpenBLAS
+// picks them from CPUID when it loads, and under some hypervisors (seen on a GPU machine's
+// "Intel(R) Xeon(R) Processor") it does not recognise an AVX2/AVX-512 CPU and falls back to its
+// SSE3 kernels, two to three times slower. Only the environment can change the choice
+// (OPENBLAS_CORETYPE, read when the library loads), so the record says what ran and what to set.
+std::string openblasKernels() {
+    const char* name = openblas_get_corename();
+    std::string core = name ? name : "unknown";
+    static const char* const kPreAvx2[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge",
+                                           "atom", "katmai", "coppermine", "northwood", "banias", "opteron",
+                                           "barcelona", "bobcat", "generic"};
+    std::string lower = core;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string text = "OpenBLAS " + core;
+#if defined(__x86_64__) || defined(__i386__)
+    const bool old = std::any_of(std::begin(kPreAvx2), std::end(kPreAvx2), [&](const char* k) { return lower == k; });
+    if (old && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        const char* suggest = __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
+        text += std::string(" kernels on a CPU with AVX2: slower than this CPU allows; set OPENBLAS_CORETYPE=") +
+                suggest + " before starting Tessera";
+    }
+#endif
+    return text;
+}
+
 cpu::TokenAttentionShape tokenAttentionShape(const ModelGraph& g, const GraphOp& op, int tileH, int tileW) {
     cpu::TokenAttentionShape s;
     s.tokens = static_cast<int>(g.rows(op.input, tileH, tileW));
@@ -895,12 +922,13 @@ std::string shapeText(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<cpu::WorkerPool>(threads)), cpuName_(cpuModelName()) {}
+CpuBackend::CpuBackend(int threads)
+    : pool_(std::make_unique<cpu::WorkerPool>(threads)), cpuName_(cpuModelName()), blasKernels_(openblasKernels()) {}
 
 CpuBackend::~CpuBackend() = default;
 
 BackendInfo CpuBackend::info() const {
-    return BackendInfo{"cpu", cpuName_ + " (" + std::to_string(pool_->threads()) + " threads)"};
+    return BackendInfo{"cpu", cpuName_ + " (" + std::to_string(pool_->threads()) + " threads, " + blasKernels_ + ")"};
 }
 
 void CpuBackend::setThreads(int threads) {

@@ -301,6 +301,7 @@ private:
 
     std::unique_ptr<cpu::WorkerPool> pool_;
     std::string cpuName_;
+    std::string blasKernels_;  // "OpenBLAS Haswell", with a warning when older than the CPU
     bool prepared_ = false;
     ModelGraph graph_;
     int batch_ = 0, tileH_ = 0, tileW_ = 0;

@@ -508,7 +508,7 @@ private slots:
         const std::vector<float> t{3.0f, 700.0f};
         CpuBackend two(2);
         two.prepare(model, 2, H, W);
-        QVERIFY(QString::fromStdString(two.info().device).contains("(2 threads)"));
+        QVERIFY(QString::fromStdString(two.info().device).contains("(2 threads, OpenBLAS "));
         const auto y = forwardOnce(two, x, t, 2, per);
         QCOMPARE(forwardOnce(two, x, t, 2, per), y);  // repeatable, bit for bit
         double norm = 0;
