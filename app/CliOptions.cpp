@@ -402,7 +402,7 @@ std::string cliUsage(CliCommand command) {
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n"
         "  --preset FILE          JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
         "                         render's <run-id>.json manifest to run it again\n"
-        "  --model PATH           a Stable Diffusion 1.x/2.x checkpoint (.safetensors file or diffusers\n"
+        "  --model PATH           a Stable Diffusion 1.x/2.x/XL checkpoint (.safetensors file or diffusers\n"
         "                         pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
         "                         bundled unconditional model)\n"
         "  --width PX             image width in pixels (default 256)\n"
