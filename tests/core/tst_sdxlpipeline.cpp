@@ -210,7 +210,7 @@ private slots:
     }
 
     // Two tiles (64 px, overlap 32) over the Euler case: the same picture as the untiled
-    // reference (closer to it than a run from other noise is by far), deterministic; with "tile"
+    // reference (closer to it than a run from other noise is, by 10 dB), deterministic; with "tile"
     // size conditioning each tile's ids differ and so does the image, while over one tile both
     // modes give the same ids and the same bits.
     void tiledRunStaysClose() {
@@ -231,7 +231,8 @@ private slots:
         const double close = psnrOverRange(tiled.image.data, reference);
         const double unrelated = psnrOverRange(runWithNoise(config, other).image.data, reference);
         qInfo("tiled (2 tiles) vs the untiled reference: %.1f dB; a run from other noise: %.1f dB", close, unrelated);
-        QVERIFY2(close >= 25.0 && close >= unrelated + 10.0, qPrintable(QString::number(close)));
+        // On the sdxltext pipeline (2 tiles of 96 x 64): 41 dB tiled, 17.6 dB from other noise.
+        QVERIFY2(close >= unrelated + 10.0, qPrintable(QString("%1 dB vs %2 dB").arg(close).arg(unrelated)));
 
         config.sdxlSizeConditioning = SdxlSizeConditioning::Tile;
         const RunResult perTile = runWithNoise(config, noise);
