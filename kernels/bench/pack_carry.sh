@@ -12,8 +12,11 @@ rm -rf "$dest" /tmp/pack-carry
 mkdir -p "$dest" /tmp/pack-carry/rtlibs /tmp/pack-carry/bin
 bins=("$build/app/tessera-cli")
 [ -x "$build/kernels/tessera-cuda-bench" ] && bins+=("$build/kernels/tessera-cuda-bench")
-# SUITES="flashattention cudasd" packs only those suites (the carry is small); default: every one.
-if [ -n "${SUITES:-}" ]; then
+# SUITES="flashattention cudasd" packs only those suites (the carry is small), SUITES=- none;
+# default: every one.
+if [ "${SUITES:-}" = "-" ]; then
+  :
+elif [ -n "${SUITES:-}" ]; then
   for s in $SUITES; do bins+=("$build/tests/cuda_tst_$s"); done
 else
   for t in "$build"/tests/cuda_tst_*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
