@@ -123,7 +123,8 @@ private slots:
     void conditioningMatches() {
         REQUIRE_FIXTURES();
         const SdModel& sd = model();
-        for (const auto& [name, c] : fx::document().at("cases").items()) {
+        const nlohmann::json all = fx::document();
+        for (const auto& [name, c] : all.at("cases").items()) {
             const RunConfig config = fx::runConfig(c, name);
             const SdConditioning got = encodeSdPrompts(sd, config);
             const SafetensorsFile want(fx::file(name));
@@ -192,7 +193,8 @@ private slots:
     // the decode. The final latents and the image within 1e-4 of diffusers' float64 run.
     void matchesDiffusersEndToEnd() {
         REQUIRE_FIXTURES();
-        for (const auto& [name, c] : fx::document().at("cases").items()) {
+        const nlohmann::json all = fx::document();
+        for (const auto& [name, c] : all.at("cases").items()) {
             const RunConfig config = fx::runConfig(c, name);
             const RunResult result =
                 runWithNoise(config, fx::startNoise(c, name));
