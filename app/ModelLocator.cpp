@@ -83,9 +83,15 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
     *pixelMultiple = kSdVaeScale;
     const std::string text = path.toStdString();
     if (text.rfind(kRandomModelPrefix, 0) == 0) {
-        if (path == QStringLiteral("random:sd15") || path == QStringLiteral("random:sd21")) return kSdCheckpointLimits;
-        return fail(QStringLiteral("'%1' is not a random model; random weights are random:sd15 or random:sd21")
-                        .arg(QString::fromStdString(excerpt(text))));
+        // The shapes randomSdModel builds (SD 1.5, SD 2.1: 64; SDXL's 3-level UNet: 32).
+        try {
+            const SdModelConfigs c = randomSdModelConfigs(text);
+            return ModelLimits{c.unet.downsampleFactor() * c.vae.scaleFactor(), sdSchedulerDefaults().numTrainTimesteps, 3};
+        } catch (const ValidationError&) {
+            return fail(QStringLiteral("'%1' is not a random model; random weights are random:sd15, random:sd21 or "
+                                       "random:sdxl")
+                            .arg(QString::fromStdString(excerpt(text))));
+        }
     }
     const QFileInfo info(path);
     if (info.isDir()) {

@@ -32,14 +32,15 @@ public:
     static std::optional<ModelLimits> readLimits(const QString& dir, QString* error = nullptr);
 
     // True when `path` names a Stable Diffusion model (core isSdModelPath: a pipeline folder
-    // with model_index.json, a checkpoint file, or random:sd15 / random:sd21).
+    // with model_index.json, a checkpoint file, or random:sd15 / random:sd21 / random:sdxl).
     static bool isStableDiffusion(const QString& path);
     // The limits of a Stable Diffusion model from its configuration files alone, never its
     // weights (core/SdPipeline checkSdRun's rules: tiles in multiples of the UNet's factor
     // times the VAE's, images and overlaps in multiples of the VAE's `*pixelMultiple`):
     // a pipeline folder's unet/ and vae/ config.json and scheduler/scheduler_config.json;
     // a .safetensors checkpoint (an SD 1.x/2.x one always has a 4-level UNet and an 8x VAE:
-    // the file is read only when a run loads it); random:sd15 / random:sd21. nullopt with
+    // the file is read only when a run loads it); random:sd15 / random:sd21 (64) and random:sdxl
+    // (32: its UNet has 3 levels) as core's randomSdModelConfigs builds them. nullopt with
     // *error set (naming the file) when the model cannot be used.
     static std::optional<ModelLimits> readSdLimits(const QString& path, int* pixelMultiple, QString* error = nullptr);
 

@@ -56,6 +56,9 @@ struct RunResult {
     RunRecord record;
     ImageTensor image;          // final image, model space
     ImageTensor seamMap;        // 1 x H x W per-pixel disagreement between overlapping tiles at the last step
+    // Stable Diffusion runs that finished: the latent canvas after the last step, as the UNet
+    // sees it (scaled; what the VAE decoded into `image`). Empty otherwise.
+    ImageTensor latents;
 };
 
 class Engine {

@@ -422,7 +422,7 @@ void addTilingFields(std::vector<RunConfigField>& f) {
 // The model, previews, the start image, the text conditioning, the VAE and the rest.
 void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(textRow({"model", "model", "PATH",
-                         "a Stable Diffusion 1.x/2.x checkpoint (.safetensors file or diffusers\n"
+                         "a Stable Diffusion 1.x/2.x/XL checkpoint (.safetensors file or diffusers\n"
                          "pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
                          "bundled unconditional model)",
                          "Model", "models/sd15"},

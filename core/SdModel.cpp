@@ -58,22 +58,6 @@ ClipTextConfig clipConfig(const ClipShape& s) {
     return c;
 }
 
-// stabilityai/stable-diffusion-xl-base-1.0's unet/config.json, the keys that differ from
-// UNet2DConditionModel's defaults (spec §1.1).
-nlohmann::json sdxlBaseUNetJson() {
-    return {{"sample_size", 128},
-            {"block_out_channels", {320, 640, 1280}},
-            {"down_block_types", {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"}},
-            {"up_block_types", {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"}},
-            {"attention_head_dim", {5, 10, 20}},
-            {"transformer_layers_per_block", {1, 2, 10}},
-            {"cross_attention_dim", 2048},
-            {"use_linear_projection", true},
-            {"addition_embed_type", "text_time"},
-            {"addition_time_embed_dim", 256},
-            {"projection_class_embeddings_input_dim", 2816}};
-}
-
 // Peak resident set of this process (VmHWM), MiB; 0 where unknown.
 double peakResidentMiB() {
     std::ifstream status("/proc/self/status");
@@ -201,25 +185,18 @@ SdFamily familyOf(const UNetCondModel& unet, const ClipTextModel& encoder, const
     return encoder.config().hiddenAct == ClipActivation::QuickGelu && context < 1024 ? SdFamily::SD1 : SdFamily::SD2;
 }
 
-// UNetCondConfig's text-time fields (SDXL's add_embedding), read where this build's struct has
-// them: the empty string when the UNet takes `pooledWidth` pooled values and six size ids, else
-// what is wrong.
-template <typename UNetConfig>
-std::string textTimeMismatch(const UNetConfig& unet, int pooledWidth) {
-    if constexpr (requires { unet.additionEmbedType; unet.additionTimeEmbedDim; unet.projectionClassEmbeddingsInputDim; }) {
-        if (unet.additionEmbedType != "text_time")
-            return "the UNet has no text-time embedding (its addition_embed_type is not \"text_time\")";
-        const int expected = pooledWidth + kSdxlTimeIds * unet.additionTimeEmbedDim;
-        const int input = unet.projectionClassEmbeddingsInputDim.value_or(0);
-        if (input != expected)
-            return "the UNet's add_embedding takes " + std::to_string(input) + " values (projection_class_embeddings_"
-                   "input_dim), not the second text encoder's " + std::to_string(pooledWidth) + " pooled values and " +
-                   std::to_string(kSdxlTimeIds) + " size ids of " + std::to_string(unet.additionTimeEmbedDim) +
-                   " (" + std::to_string(expected) + "); an SDXL refiner takes 5 ids (not supported yet)";
-        return {};
-    } else {
-        return "this build's UNet2DConditionModel has no text-time embedding (addition_embed_type \"text_time\")";
-    }
+// The empty string when the UNet's add_embedding takes `pooledWidth` pooled values and six size
+// ids (SDXL's text-time embedding), else what is wrong.
+std::string textTimeMismatch(const UNetCondConfig& unet, int pooledWidth) {
+    if (!unet.hasTextTime())
+        return "the UNet has no text-time embedding (its addition_embed_type is not \"text_time\")";
+    const int expected = pooledWidth + kSdxlTimeIds * unet.additionTimeEmbedDim;
+    const int input = unet.projectionClassEmbeddingsInputDim.value_or(0);
+    if (input == expected) return {};
+    return "the UNet's add_embedding takes " + std::to_string(input) + " values (projection_class_embeddings_"
+           "input_dim), not the second text encoder's " + std::to_string(pooledWidth) + " pooled values and " +
+           std::to_string(kSdxlTimeIds) + " size ids of " + std::to_string(unet.additionTimeEmbedDim) + " (" +
+           std::to_string(expected) + "); an SDXL refiner takes 5 ids (not supported yet)";
 }
 
 }  // namespace
@@ -313,7 +290,7 @@ SdModelConfigs randomSdModelConfigs(const std::string& name) {
     c.family = shape == "sd15" ? SdFamily::SD1 : shape == "sd21" ? SdFamily::SD2 : SdFamily::SDXL;
     const bool sd2 = c.family == SdFamily::SD2, xl = c.family == SdFamily::SDXL;
     if (xl) {
-        c.unet = unetCondConfigFromJson(sdxlBaseUNetJson());
+        c.unet = sdxlBaseUNetConfig();
     } else {  // the defaults are SD 1.x's blocks, widths and depths
         c.unet.sampleSize = sd2 ? 96 : 64;
         c.unet.crossAttentionDim = sd2 ? 1024 : 768;

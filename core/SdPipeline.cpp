@@ -8,7 +8,6 @@
 
 #include "core/Backend.h"
 #include "core/ClipTextModel.h"
-#include "core/CpuBackend.h"
 #include "core/FormatNumber.h"
 #include "core/UNetCondConfig.h"
 #include "core/VaeModel.h"
@@ -162,21 +161,6 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) 
 
 SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
     return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, config) : encodeSd12Prompts(model, config);
-}
-
-std::vector<float> sdxlAddEmbeds(const std::vector<float>& pooled, int originalHeight, int originalWidth, int cropTop,
-                                 int cropLeft, int targetHeight, int targetWidth, int timeEmbedDim) {
-    if (pooled.empty() || timeEmbedDim < 2 || timeEmbedDim % 2 != 0)
-        throw std::invalid_argument("sdxlAddEmbeds: " + std::to_string(pooled.size()) +
-                                    " pooled values and a sinusoid width of " + std::to_string(timeEmbedDim) +
-                                    "; expected pooled text and an even width (256 in SDXL base)");
-    const std::array<float, 6> ids{static_cast<float>(originalHeight), static_cast<float>(originalWidth),
-                                   static_cast<float>(cropTop),        static_cast<float>(cropLeft),
-                                   static_cast<float>(targetHeight),   static_cast<float>(targetWidth)};
-    std::vector<float> out(pooled);
-    out.resize(pooled.size() + ids.size() * static_cast<std::size_t>(timeEmbedDim));
-    cpu::timestepEmbedding(ids.data(), static_cast<int>(ids.size()), timeEmbedDim, 0, true, out.data() + pooled.size());
-    return out;
 }
 
 ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents,

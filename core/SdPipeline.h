@@ -41,16 +41,6 @@ struct SdConditioning {
 };
 SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config);
 
-// SDXL's add_embedding input for one sample (diffusers' UNet get_aug_embed, spec sd-models.md
-// §1.3 item 5): `pooled` (the pooled text, e.g. SdConditioning::pooledCond), then the sinusoid
-// Timesteps(timeEmbedDim, flip_sin_to_cos=True, freq_shift=0) of each size id in
-// _get_add_time_ids' order (original height, width; crop top, left; target height, width), in
-// float32 as diffusers computes it: pooled.size() + 6 x timeEmbedDim values (2816 for SDXL base).
-// Throws std::invalid_argument for an empty pooled vector or a timeEmbedDim that is not even and
-// positive.
-std::vector<float> sdxlAddEmbeds(const std::vector<float>& pooled, int originalHeight, int originalWidth, int cropTop,
-                                 int cropLeft, int targetHeight, int targetWidth, int timeEmbedDim = 256);
-
 // How a decode or encode runs: tiled, whole, or by the budget (core/TiledVae.h planVaePass).
 struct VaePassOptions {
     VaeTiling tiling = VaeTiling::Off;

@@ -566,7 +566,8 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     if (record.status == "finished") {
         const auto decodeStart = Clock::now();
         std::string how;
-        result.image = decodeLatents(*sd, device.wholeGraphBackend(vaeConfig), result.image,
+        result.latents = result.image;
+        result.image = decodeLatents(*sd, device.wholeGraphBackend(vaeConfig), result.latents,
                                      VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
         record.messages.push_back("vae decode: " + std::to_string(config.width) + "x" + std::to_string(config.height) +
                                   " " + how + ", " + std::to_string(static_cast<long long>(msSince(decodeStart))) +

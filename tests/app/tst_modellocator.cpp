@@ -1,7 +1,7 @@
 // ModelLocator / ModelInspector with Stable Diffusion models: the limits of a pipeline folder,
-// a .safetensors checkpoint and random:sd15 / random:sd21 come from configuration files alone
-// (never the weights), bad ones are refused with the file named, and the inspector caches an
-// SD folder by the times of the files its limits come from.
+// a .safetensors checkpoint and random:sd15 / random:sd21 / random:sdxl come from configuration
+// files alone (never the weights), bad ones are refused with the file named, and the inspector
+// caches an SD folder by the times of the files its limits come from.
 #include <QDir>
 #include <QFile>
 #include <QSignalSpy>
@@ -91,8 +91,17 @@ private slots:
             QCOMPARE(limits->downsampleFactor, 64);
             QCOMPARE(multiple, 8);
         }
-        QVERIFY(!ModelLocator::readSdLimits(QStringLiteral("random:sdxl"), &multiple, &error));
-        QVERIFY2(error.contains("random:sd15 or random:sd21"), qPrintable(error));
+        // SDXL base: a 3-level UNet (4x) over the 8x VAE.
+        QVERIFY(ModelLocator::isStableDiffusion(QStringLiteral("random:sdxl")));
+        const auto xl = ModelLocator::readSdLimits(QStringLiteral("random:sdxl"), &multiple, &error);
+        QVERIFY2(xl, qPrintable(error));
+        QCOMPARE(xl->downsampleFactor, 32);
+        QCOMPARE(xl->numTrainTimesteps, 1000);
+        QCOMPARE(multiple, 8);
+        QVERIFY(!ModelLocator::readSdLimits(QStringLiteral("random:sd3"), &multiple, &error));
+        QVERIFY2(error.contains("'random:sd3' is not a random model") &&
+                     error.contains("random:sd15, random:sd21 or random:sdxl"),
+                 qPrintable(error));
 
         // A .safetensors file is taken as SD 1.x/2.x without reading it (a run loads and checks it).
         const QString checkpoint = scratch_.filePath(QStringLiteral("v1-5.safetensors"));

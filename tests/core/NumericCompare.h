@@ -25,6 +25,29 @@ QString mismatch(const std::string& what, const A& got, const B& want, double to
         .arg(scale);
 }
 
+// max |got - want| / max |want|; infinity when the sizes differ.
+template <class A, class B>
+double maxRelativeError(const A& got, const B& want) {
+    if (got.size() != want.size()) return INFINITY;
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
+        scale = std::max(scale, std::abs(double(want[i])));
+    }
+    return diff / std::max(scale, 1e-30);
+}
+
+// 10 log10(range^2 / MSE), range the reference's max - min; -infinity when the sizes differ.
+template <class A, class B>
+double psnrOverRange(const A& got, const B& want) {
+    if (got.size() != want.size() || want.size() == 0) return -INFINITY;
+    const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+    double se = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) se += std::pow(double(got[i]) - double(want[i]), 2);
+    const double mse = se / static_cast<double>(want.size()), range = double(*hi) - double(*lo);
+    return mse == 0 ? INFINITY : 10 * std::log10(range * range / mse);
+}
+
 #define EXPECT_CLOSE(what, got, want)                               \
     do {                                                            \
         const QString m_ = mismatch(what, got, want);               \

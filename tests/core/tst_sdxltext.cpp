@@ -305,13 +305,14 @@ private slots:
         const nlohmann::json c = cases();
         const SafetensorsFile want(kFixtures + "/time_ids.safetensors");
         const std::vector<float> pooled = SafetensorsFile(kFixtures + "/encode.safetensors").readFloat32("short_zero.pooled_prompt_embeds");
+        const UNetCondConfig unet = unetCondConfigFromJson(readBoundedJson(kPipeline + "/unet/config.json", "test"));
         for (const auto& [name, s] : c.at("time_settings").items()) {
             const auto o = s.at("original_size").get<std::vector<int>>(), k = s.at("crops_coords_top_left").get<std::vector<int>>(),
                        t = s.at("target_size").get<std::vector<int>>();
-            QCOMPARE(want.readFloat32(name + ".add_time_ids"),
-                     (std::vector<float>{float(o[0]), float(o[1]), float(k[0]), float(k[1]), float(t[0]), float(t[1])}));
-            std::vector<float> rows = sdxlAddEmbeds(std::vector<float>(pooled.size(), 0.0f), o[0], o[1], k[0], k[1], t[0], t[1], 8);
-            const std::vector<float> cond = sdxlAddEmbeds(pooled, o[0], o[1], k[0], k[1], t[0], t[1], 8);
+            const std::vector<float> ids{float(o[0]), float(o[1]), float(k[0]), float(k[1]), float(t[0]), float(t[1])};
+            QCOMPARE(want.readFloat32(name + ".add_time_ids"), ids);
+            std::vector<float> rows = textTimeEmbeds(unet, std::vector<float>(pooled.size(), 0.0f), ids);
+            const std::vector<float> cond = textTimeEmbeds(unet, pooled, ids);
             rows.insert(rows.end(), cond.begin(), cond.end());
             EXPECT_CLOSE(name + " add_embeds", rows, want.readFloat32(name + ".add_embeds"));
         }
@@ -639,21 +640,23 @@ private slots:
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(*m.textEncoder, *m.tokenizer, "a", options); }), "[clip skip]");
     }
 
+    // SDXL base's add_embedding input (UNetCondConfig textTimeEmbeds, the one function for it):
+    // the pooled text first, then each size id's sinusoid, 1280 + 6 x 256 = 2816 values.
     void addEmbedsLayout() {
-        const std::vector<float> pooled{0.5f, -1.0f, 2.0f};
-        const std::vector<float> v = sdxlAddEmbeds(pooled, 1024, 768, 16, 8, 512, 640, 4);
-        QCOMPARE(v.size(), std::size_t{3 + 6 * 4});
-        QCOMPARE(std::vector<float>(v.begin(), v.begin() + 3), pooled);
-        // Each id's sinusoid: [cos(t f0), cos(t f1), sin(t f0), sin(t f1)], f0 = 1, f1 = 1e-4^(1/2).
+        const UNetCondConfig base = sdxlBaseUNetConfig();
+        std::vector<float> pooled(1280);
+        for (std::size_t i = 0; i < pooled.size(); ++i) pooled[i] = 0.001f * static_cast<float>(i);
+        const std::vector<float> v = textTimeEmbeds(base, pooled, {1024, 768, 16, 8, 512, 640});
+        QCOMPARE(v.size(), std::size_t{2816});
+        QCOMPARE(std::vector<float>(v.begin(), v.begin() + 1280), pooled);
+        // Each id's sinusoid: [cos(t f_0..127), sin(t f_0..127)], f_0 = 1.
         const float ids[6] = {1024, 768, 16, 8, 512, 640};
         for (int k = 0; k < 6; ++k) {
-            QVERIFY(std::abs(v[3 + 4 * k] - std::cos(ids[k])) < 1e-6f);
-            QVERIFY(std::abs(v[3 + 4 * k + 2] - std::sin(ids[k])) < 1e-6f);
-            QVERIFY(std::abs(v[3 + 4 * k + 1] - std::cos(ids[k] * 0.01f)) < 1e-5f);
+            QVERIFY(std::abs(v[1280 + 256 * k] - std::cos(ids[k])) < 1e-4f);
+            QVERIFY(std::abs(v[1280 + 256 * k + 128] - std::sin(ids[k])) < 1e-4f);
         }
-        QCOMPARE(sdxlAddEmbeds(std::vector<float>(1280, 0.0f), 1024, 1024, 0, 0, 1024, 1024).size(), std::size_t{2816});
-        EXPECT_MESSAGE(errorOf([] { sdxlAddEmbeds({}, 1, 1, 0, 0, 1, 1); }), "pooled");
-        EXPECT_MESSAGE(errorOf([&] { sdxlAddEmbeds(pooled, 1, 1, 0, 0, 1, 1, 5); }), "even");
+        EXPECT_MESSAGE(errorOf([&] { textTimeEmbeds(base, {}, {1, 1, 0, 0, 1, 1}); }), "pooled");
+        EXPECT_MESSAGE(errorOf([&] { textTimeEmbeds(base, pooled, {1, 1, 0, 0, 1}); }), "2816");
     }
 };
 

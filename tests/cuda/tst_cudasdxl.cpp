@@ -5,10 +5,15 @@
 //  - the tiled loop on the CUDA device with guidance: per-tile text_embeds_time rows ("tile" size
 //    conditioning: every tile its own vector, both branches of the doubled batch) placed in device
 //    memory in every graph mode, against the CPU device (fp32 1e-4, fp16 PSNR >= 40 dB on the 8-bit
-//    image); a replayed step graph reads the next run's vectors.
-// Skips without a device.
+//    image); a replayed step graph reads the next run's vectors;
+//  - end to end on the diffusers SDXL pipeline fixture (tests/data/sdxlpipeline: both text
+//    encoders, guidance 5, ten steps of Euler / DPM++ 2M Karras, the VAE decode) on the CUDA engine
+//    against the CPU engine: fp32 within 1e-4, fp16 (VAE upcast to fp32) and bf16 at PSNR >= 40 dB on
+//    the 8-bit image, one tile and two.
+// Skips without a device (and the end-to-end case without the fixture).
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -25,8 +30,11 @@
 #include "core/TiledLoop.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetCondModel.h"
+#include "core/TiledSampler.h"
 #include "kernels/CudaBackend.h"
+#include "kernels/CudaEngine.h"
 #include "kernels/CudaTileDevice.h"
+#include "tests/core/SdxlPipelineFixture.h"
 #include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
@@ -241,6 +249,64 @@ private slots:
         QVERIFY(psnr8(got.image, got2.image) < 40.0);   // the vectors changed the picture
         // The second run replays what the first captured (its step or tile graphs), reading the new vectors.
         if (config.graphs != GraphMode::Off) QVERIFY(got2.record.graphs.hits > 0 && got2.record.graphs.captures == 0);
+    }
+
+    // The fixture's whole runs (text, guidance, sampler, decode) on the CUDA engine and the CPU
+    // engine from the same start noise.
+    void pipelineMatchesCpuEngine_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<int>("precision");
+        QTest::addColumn<int>("graphs");
+        QTest::addColumn<int>("tile");
+        const int f32 = int(Precision::FP32), f16 = int(Precision::FP16), b16 = int(Precision::BF16);
+        const int off = int(GraphMode::Off), step = int(GraphMode::Step);
+        QTest::newRow("euler fp32") << "euler_cfg" << f32 << off << 128;
+        QTest::newRow("euler fp16") << "euler_cfg" << f16 << off << 128;
+        QTest::newRow("euler bf16 step graphs") << "euler_cfg" << b16 << step << 128;
+        QTest::newRow("dpm++ 2m karras fp16 step graphs") << "dpmpp_2m_karras_cfg" << f16 << step << 128;
+        QTest::newRow("dpm++ 2m karras bf16, 2 tiles") << "dpmpp_2m_karras_cfg" << b16 << off << 64;
+        QTest::newRow("empty negative fp16, 2 tiles") << "ddim_empty_negative" << f16 << step << 64;
+    }
+    void pipelineMatchesCpuEngine() {
+        QFETCH(QString, name);
+        QFETCH(int, precision);
+        QFETCH(int, graphs);
+        QFETCH(int, tile);
+        if (!sdxl_fixture::present()) QSKIP("tests/data/sdxlpipeline is not there yet");
+        setBundledClipVocabulary(std::string(TESSERA_SOURCE_DIR) + "/resources/clip/bpe_simple_vocab_16e6.txt.gz");
+        const std::string id = name.toStdString();
+        const nlohmann::json c = sdxl_fixture::document().at("cases").at(id);
+        const ImageTensor noise = sdxl_fixture::startNoise(c, id);
+        RunConfig config = sdxl_fixture::runConfig(c, id);
+        config.tile = tile;
+        Quiet quiet;
+        TiledSampler cpu(std::make_unique<CpuBackend>(4));
+        cpu.setStartNoise(noise);
+        const RunResult ref = cpu.run(config, quiet);
+
+        config.precision = static_cast<Precision>(precision);
+        config.graphs = static_cast<GraphMode>(graphs);
+        config.lanes = 1;
+        config.backend = BackendKind::CUDA;
+        CudaEngine gpu(0);
+        gpu.setStartNoise(noise);
+        const RunResult got = gpu.run(config, quiet);
+        QCOMPARE(got.record.status, std::string("finished"));
+        QCOMPARE(got.record.tileCount, ref.record.tileCount);
+        QVERIFY2(got.record.graphs.fallbackReason.empty(), got.record.graphs.fallbackReason.c_str());
+        const bool upcast = std::any_of(got.record.messages.begin(), got.record.messages.end(),
+                                        [](const std::string& m) { return m.find("force_upcast") != std::string::npos; });
+        QCOMPARE(upcast, config.precision == Precision::FP16);
+        const double db = psnr8(got.image, ref.image);
+        const QString what = QString::fromLatin1(QTest::currentDataTag());
+        if (config.precision == Precision::FP32) {
+            const QString bad = testing::outputMismatch(ref.image.data, got.image.data, 1e-4, what, true);
+            QVERIFY2(bad.isEmpty(), qPrintable(bad));
+        } else {
+            qInfo("%s: PSNR %.1f dB (8-bit), latents %.1f dB, run %.0f ms", QTest::currentDataTag(), db,
+                  psnr(ref.latents.data, got.latents.data), got.record.totalMs);
+            QVERIFY2(db >= 40.0, qPrintable(QString("%1: PSNR %2 dB against the CPU").arg(what).arg(db)));
+        }
     }
 };
 
