@@ -785,6 +785,7 @@ void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<co
     for (const auto& m : notes) row.note += (row.note.empty() ? "" : "; ") + m;
     err << " " << fixed(row.secondsPerImage, 3) << " s/image\n";
     for (const auto& m : notes) err << "note: " << m << "\n";
+}
 
 // ---- --shape vae: the SD VAE's decode (or --encode) alone --------------------------------------
 

@@ -22,9 +22,15 @@ cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>
 export LD_LIBRARY_PATH="/tmp/rtlibs:$cudnn:$cublas:${LD_LIBRARY_PATH:-}"
 export QT_QPA_PLATFORM=offscreen PATH="/tmp/bin:$PATH"
 printf 'step\trc\tseconds\n' >> "$out/steps.tsv"
+# The call's own limit is 600 s and the results are packed at the end: no step may run past
+# DEADLINE (seconds of this script, default 550).
+deadline=${DEADLINE:-550}
 step() {
   local name="$1" limit="$2"
   shift 2
+  local left=$((deadline - SECONDS))
+  if ((left < 20)); then echo "== $name: skipped, $left s left"; printf '%s\tskipped\t0\n' "$name" >> "$out/steps.tsv"; return; fi
+  ((limit > left)) && limit=$left
   local t0=$SECONDS
   timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
@@ -58,11 +64,39 @@ for what in "$@"; do
     ;;
   suites)
     for t in /tmp/bin/cuda_tst_*; do step "$(basename "$t")" "${SUITE_S:-200}" "$t"; done
+    grep -h "PASS\|SKIP" "$out"/cuda_tst_*.log | head -40
     ;;
   cpu)
+    # Which OpenBLAS kernels load here: under some hypervisors OpenBLAS does not recognise the CPU
+    # and falls back to its SSE3 kernels (the device line of the record says so; see CpuBackend).
+    step cpu_probe 120 env OPENBLAS_VERBOSE=2 tessera-cli render --preset resources/presets/quick-cpu.json --steps 1 \
+      --threads 2 --out "$out/cpuprobe"
+    grep -iE "core|device" "$out/cpu_probe.log" | head -5
+    grep -h '"device"' "$out"/cpuprobe/*.json | head -2
+    coretype=""
+    if grep -q "OPENBLAS_CORETYPE=" "$out"/cpuprobe/*.json 2>/dev/null; then
+      coretype=$(grep -ho "OPENBLAS_CORETYPE=[A-Za-z]*" "$out"/cpuprobe/*.json | head -1 | cut -d= -f2)
+    fi
     mkdir -p /tmp/cpubuild/app && ln -sf /tmp/bin/tessera-cli /tmp/cpubuild/app/tessera-cli
-    step cpu_scaling 400 env REPEATS=${CPU_REPEATS:-2} bash kernels/bench/cpu_scaling.sh /tmp/cpubuild
+    step cpu_scaling 300 env ${coretype:+OPENBLAS_CORETYPE=$coretype} THREADS="${CPU_THREADS:-1 2 4 8 16}" \
+      REPEATS=${CPU_REPEATS:-1} bash kernels/bench/cpu_scaling.sh /tmp/cpubuild
+    echo "OPENBLAS_CORETYPE=${coretype:-unset}"
     cat "$out/cpu_scaling.log"
+    ;;
+  vae)
+    # The VAE decode beside diffusers (untiled and its enable_tiling()), one process per case.
+    for run in 2048:auto 4096:auto; do
+      size=${run%:*} tiling=${run#*:}
+      stepmem "vae_tessera_${size}_${tiling}" "${VAE_S:-150}" tessera-cli bench --shape vae --size "$size" \
+        --tiling "$tiling" --repeats 3 --tuning-cache "$out/tuning.json" --csv "$out/vae_tessera_${size}_${tiling}.csv"
+    done
+    for run in 2048:untiled 2048:diffusers-tiled 4096:diffusers-tiled; do
+      size=${run%:*} mode=${run#*:}
+      stepmem "vae_torch_${size}_${mode}" "${VAE_S:-150}" env PYTHONPATH="$DIFFUSERS_SRC" python3 \
+        kernels/bench/torch_sd_tiled.py --vae-only --shape sd15 --size "$size" --repeats 3 --vae-modes "$mode" \
+        --csv "$out/vae_torch_${size}_${mode}.csv"
+    done
+    cat "$out"/vae_*.csv 2>/dev/null
     ;;
   sdxl)
     step unet_tessera_sdxl 300 tessera-cli bench --shape sdxl --cfg 7 --precision fp16 --graphs off,tile \
@@ -75,6 +109,14 @@ for what in "$@"; do
       --batch 1,4 --cfg 7 --repeats 10 --modes eager,graph
     stepmem torch_sdxl_2048 300 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sdxl \
       --size 2048 --tile 1024 --overlap 128 --steps 20 --cfg 7 --batch 2
+    ;;
+  sdxl4096)
+    stepmem render_sdxl_4096 300 tessera-cli render --model random:sdxl --width 4096 --height 4096 --tile 1024 \
+      --overlap 128 --batch 2 --graphs step --prompt "a lighthouse on a cliff above a stormy sea, dramatic light" \
+      --negative-prompt "blurry, low quality" --cfg 7 --steps 20 --sampler "DPM++ 2M Karras" --precision fp16 \
+      --fusion noise --backend cuda --tuning-cache "$out/tuning.json" --preview-every 0 --out "$out/sdxl4096"
+    stepmem torch_sdxl_4096 300 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sdxl \
+      --size 4096 --tile 1024 --overlap 128 --steps 20 --cfg 7 --batch 2
     ;;
   esac
 done
