@@ -403,6 +403,7 @@ private slots:
         QCOMPARE(automatic.exitCode, 2);
         QVERIFY2(automatic.err.contains(QStringLiteral("backend: auto found no CUDA backend to time --profile")),
                  qPrintable(describe(automatic)));
+    }
 
     // --shape vae: its own options, each bad one refused with exit 2 naming it; its help; without
     // a CUDA device, refused naming the backend.
