@@ -10,7 +10,8 @@ build="${1:?usage: pack_carry.sh BUILD_DIR}"
 dest=.carry/gpu
 rm -rf "$dest" /tmp/pack-carry
 mkdir -p "$dest" /tmp/pack-carry/rtlibs /tmp/pack-carry/bin
-bins=("$build/app/tessera-cli")
+bins=()
+[ -z "${NO_CLI:-}" ] && bins+=("$build/app/tessera-cli")   # NO_CLI=1: the suites alone
 # SUITES="flashattention cudasd" packs only those suites (the carry is small), SUITES=- none;
 # default: every one.
 if [ "${SUITES:-}" = "-" ]; then
@@ -24,5 +25,5 @@ for b in "${bins[@]}"; do strip -o "/tmp/pack-carry/bin/$(basename "$b")" "$b"; 
 ldd "${bins[@]}" | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt)\.so|/usr/local/cuda|libcudnn|libcublas|libcuda\.so|libnvrtc' |
   while read -r lib; do cp -L "$lib" /tmp/pack-carry/rtlibs/; done
-tar cJf "$dest/all.txz" -C /tmp/pack-carry bin rtlibs
+XZ_OPT="-9e -T2" tar cJf "$dest/all.txz" -C /tmp/pack-carry bin rtlibs
 du -sh "$dest"

@@ -110,6 +110,16 @@ for what in "$@"; do
     stepmem torch_sdxl_2048 300 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_tiled.py --shape sdxl \
       --size 2048 --tile 1024 --overlap 128 --steps 20 --cfg 7 --batch 2
     ;;
+  vaetiled)
+    # diffusers' tiled decode without cudnn.benchmark's search per tile shape
+    stepmem vae_torch_2048_diffusers-tiled_nobench 120 env TORCH_CUDNN_BENCHMARK=0 PYTHONPATH="$DIFFUSERS_SRC" python3 \
+      kernels/bench/torch_sd_tiled.py --vae-only --shape sd15 --size 2048 --repeats 3 --vae-modes diffusers-tiled \
+      --csv "$out/vae_torch_2048_diffusers-tiled_nobench.csv"
+    stepmem vae_torch_2048_untiled_nobench 60 env TORCH_CUDNN_BENCHMARK=0 PYTHONPATH="$DIFFUSERS_SRC" python3 \
+      kernels/bench/torch_sd_tiled.py --vae-only --shape sd15 --size 2048 --repeats 3 --vae-modes untiled \
+      --csv "$out/vae_torch_2048_untiled_nobench.csv"
+    cat "$out"/vae_*.csv 2>/dev/null
+    ;;
   sdxl4096)
     stepmem render_sdxl_4096 300 tessera-cli render --model random:sdxl --width 4096 --height 4096 --tile 1024 \
       --overlap 128 --batch 2 --graphs step --prompt "a lighthouse on a cliff above a stormy sea, dramatic light" \
