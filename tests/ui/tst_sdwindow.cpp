@@ -249,7 +249,7 @@ private slots:
         RunConfig c = sdConfig();
         c.model = "random:sd99";
         QVERIFY(testing::setConfigAndWait(panel, c));
-        QVERIFY2(panel.problemFor("model").contains("random:sd15 or random:sd21"), qPrintable(panel.problemFor("model")));
+        QVERIFY2(panel.problemFor("model").contains("random:sd15, random:sd21 or random:sdxl"), qPrintable(panel.problemFor("model")));
         c.model = scratch_.filePath(QStringLiteral("absent.safetensors")).toStdString();
         QVERIFY(testing::setConfigAndWait(panel, c));
         QVERIFY2(panel.problemFor("model").contains("does not exist"), qPrintable(panel.problemFor("model")));
