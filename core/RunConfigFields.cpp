@@ -569,10 +569,12 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
     static const std::vector<std::string_view> known = runConfigJsonKeys();
     RunConfig c;
     const std::vector<RunConfigField>& fields = runConfigFields();
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        // item.key(), not a structured binding: clang before 16 cannot capture one in a lambda.
+        const std::string& key = item.key();
         const auto field = std::find_if(fields.begin(), fields.end(), [&](const RunConfigField& f) { return f.jsonKey == key; });
         if (field == fields.end()) unknownKey(key, known);
-        field->read(c, value);
+        field->read(c, item.value());
     }
     return c;
 }
