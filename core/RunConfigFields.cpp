@@ -572,7 +572,9 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
     for (const auto& item : j.items()) {
         // item.key(), not a structured binding: clang before 16 cannot capture one in a lambda.
         const std::string& key = item.key();
-        const auto field = std::find_if(fields.begin(), fields.end(), [&](const RunConfigField& f) { return f.jsonKey == key; });
+        const auto field = std::find_if(fields.begin(), fields.end(), [&](const RunConfigField& f) {
+            return !f.jsonKey.empty() && f.jsonKey == key;  // a CLI-only row has no JSON key and no reader
+        });
         if (field == fields.end()) unknownKey(key, known);
         field->read(c, item.value());
     }

@@ -453,7 +453,7 @@ void SafetensorsFile::releasePages(std::span<const std::byte> range) const noexc
 
 std::vector<float> SafetensorsFile::readFloat32(const std::string& name) const {
     const SafetensorsTensorInfo* info = find(name);
-    if (info == nullptr) throw SafetensorsError(path_ + ": no tensor " + inQuotes(name));
+    if (info == nullptr) throw SafetensorsError(path_ + ": no tensor " + quotedName(name));
     return readFloat32(*info);
 }
 
@@ -465,7 +465,7 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
                                                 std::size_t count) const {
     const auto numel = static_cast<std::size_t>(info.numel());
     if (first > numel || count > numel - first)
-        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + ": elements " + std::to_string(first) +
+        throw SafetensorsError(path_ + ": tensor " + quotedName(info.name) + ": elements " + std::to_string(first) +
                                ".." + std::to_string(first + count) + " are outside its " + std::to_string(numel));
     const auto raw = bytes(info);
     std::vector<float> values(count);
@@ -499,7 +499,7 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
         return values;
     }
     default:
-        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
+        throw SafetensorsError(path_ + ": tensor " + quotedName(info.name) + " has dtype " +
                                std::string(toString(info.dtype)) +
                                "; only F32, F16 and BF16 can be read as float32");
     }
@@ -516,7 +516,7 @@ void writeSafetensors(const std::string& path, const std::map<std::string, Safet
         std::uint64_t expected = 0;
         if (numel < 0 || !byteSizeOf(data.dtype, static_cast<std::uint64_t>(numel), expected) ||
             expected != data.bytes.size())
-            throw SafetensorsError(path + ": tensor " + inQuotes(name) + ": " + std::to_string(data.bytes.size()) +
+            throw SafetensorsError(path + ": tensor " + quotedName(name) + ": " + std::to_string(data.bytes.size()) +
                                    " bytes do not match shape " + shapeToString(data.shape) + " of " +
                                    std::string(toString(data.dtype)));
         if (name == "__metadata__") throw SafetensorsError(path + ": '__metadata__' is not a tensor name");

@@ -424,6 +424,11 @@ private slots:
         r = jsonRejection(R"({"scheduler_options": {"etaa": 0}})");
         QCOMPARE(r.field, std::string("scheduler_options.etaa"));
         QVERIFY2(contains(r.message, "scheduler_options.etaa: unknown key"), r.message.c_str());
+        // The empty key is unknown too, not the CLI-only rows' (found by fuzz_run_settings: it called
+        // their empty reader and threw std::bad_function_call).
+        r = jsonRejection(R"({"tile": 128, "": "x"})");
+        QCOMPARE(r.field, std::string(""));
+        QVERIFY2(contains(r.message, "unknown key"), r.message.c_str());
     }
 
     void knownKeysListEveryField() {
