@@ -489,104 +489,78 @@ ImageDifference imageDifference(const ImageTensor& a, const ImageTensor& b) {
 
 // Over 150 lines, not yet split: as runBenchCommand, to part (A/B set-up, the interleaved pairs,
 // the summary) with the Qt-free CLI core and the RunConfig field table (issue 14 items 6 and 8).
-int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-    CompareOptions options;
-    Side a, b;
-    a.name = "A";
-    b.name = "B";
+namespace {
+
+// The measured ratios and the image difference of a finished comparison.
+struct CompareResult {
+    std::vector<double> ratios;   // per measured pair: A seconds / B seconds
+    RatioSpread speedup;
+    ImageDifference pixels;
+};
+
+// Runs A and B options.warmup + options.repeats times, interleaved (A B A B ...), one engine per
+// backend; each side keeps its measured runs, notes and images. Throws when a run does not finish.
+void runInterleaved(const CompareOptions& options, const std::vector<std::string>& differences, Side& a, Side& b,
+                    std::ostream& err) {
     std::map<BackendKind, std::unique_ptr<Engine>> engines;
-    try {
-        options = parseCompareOptions(args);
-        if (options.help) {
-            out << compareUsage();
-            return kExitOk;
-        }
-        const ComparedConfigs configs = compareConfigs(options);
-        a.config = configs.a;
-        b.config = configs.b;
-        a.manifestDigest = configs.tuningDigestA;
-        b.manifestDigest = configs.tuningDigestB;
-        checkWritable("csv", options.csvPath, 2 * (options.warmup + options.repeats));
-        checkWritable("json", options.jsonPath, 2 * (options.warmup + options.repeats));
-        checkSides(a, b, options.repeats);
-    } catch (const ValidationError& e) {
-        err << "tessera-cli compare: " << e.what() << "\n";
-        return kExitInvalid;
-    }
-
-    std::vector<std::string> differences;
-    nlohmann::json differencesJson = nlohmann::json::object();
-    for (const SettingDifference& d : configDifferences(a.config, b.config)) {
-        differences.push_back(d.key + " " + d.a + " -> " + d.b);
-        differencesJson[d.key] = {d.valueA, d.valueB};
-    }
-
     const bool sharedEngine = a.config.backend == b.config.backend;
     const bool anyInit = !a.initImage.data.empty() || !b.initImage.data.empty();
-    try {
-        for (const Side* side : {&a, &b}) {
-            auto& engine = engines[side->config.backend];
-            if (engine) continue;
-            std::string note;
-            engine = createEngine(side->config.backend, &note);
-            if (!note.empty()) err << "note: " << note << "\n";
-        }
-        err << "compare: " << (sharedEngine ? "one engine for A and B" : "one engine for A, one for B") << "; "
-            << options.warmup << " warm-up pair(s) discarded, then " << options.repeats
-            << " measured pair(s), interleaved A B\n";
-        for (const std::string& d : differences) err << "compare: B differs from A in " << d << "\n";
-
-        const int pairs = options.warmup + options.repeats;
-        for (int pair = 0; pair < pairs; ++pair) {
-            const bool measured = pair >= options.warmup;
-            double seconds[2] = {0, 0};
-            int index = 0;
-            for (Side* side : {&a, &b}) {
-                Engine& engine = *engines.at(side->config.backend);
-                if (anyInit) engine.setInitImage(side->initImage);  // the other side may have changed it
-                NoteObserver observer;
-                RunResult result;
-                {
-                    const InterruptCancels interrupt(engine);   // Ctrl-C: the run ends "cancelled", compare stops
-                    result = engine.run(side->config, observer);
-                }
-                if (result.record.status != "finished")
-                    throw std::runtime_error(side->name + " run " + result.record.status +
-                                             (result.record.error.empty() ? "" : ": " + result.record.error));
-                seconds[index++] = result.record.totalMs / 1000.0;
-                for (const auto& m : result.record.messages) side->addNote(m);
-                for (const auto& m : observer.messages) side->addNote(m);
-                // A manifest replays to the same bits only with the same timed choices.
-                if (const std::string note = tuningMismatchNote(result.record.tuning.digest, side->manifestDigest);
-                    !note.empty())
-                    side->addNote(note);
-                if (!measured) continue;
-                if (side->runs.empty()) side->firstImage = result.image;
-                else if (!imageDifference(side->firstImage, result.image).bitIdentical) side->repeatable = false;
-                side->lastImage = std::move(result.image);
-                side->runs.push_back(std::move(result.record));
-            }
-            err << "compare: " << (measured ? "pair " + std::to_string(pair - options.warmup + 1) + "/" +
-                                                  std::to_string(options.repeats)
-                                            : "warm-up pair " + std::to_string(pair + 1) + "/" +
-                                                  std::to_string(options.warmup) + " (discarded)")
-                << ": A " << fixed(seconds[0], 3) << " s, B " << fixed(seconds[1], 3) << " s\n";
-        }
-    } catch (const ValidationError& e) {
-        err << "tessera-cli compare: " << e.what() << "\n";
-        return kExitInvalid;
-    } catch (const std::exception& e) {
-        err << "tessera-cli compare: run failed: " << e.what() << "\n";
-        return kExitFailure;
+    for (const Side* side : {&a, &b}) {
+        auto& engine = engines[side->config.backend];
+        if (engine) continue;
+        std::string note;
+        engine = createEngine(side->config.backend, &note);
+        if (!note.empty()) err << "note: " << note << "\n";
     }
+    err << "compare: " << (sharedEngine ? "one engine for A and B" : "one engine for A, one for B") << "; "
+        << options.warmup << " warm-up pair(s) discarded, then " << options.repeats
+        << " measured pair(s), interleaved A B\n";
+    for (const std::string& d : differences) err << "compare: B differs from A in " << d << "\n";
 
-    // ---- report ----
-    std::vector<double> ratios;
-    for (std::size_t i = 0; i < a.runs.size(); ++i)
-        ratios.push_back(b.runs[i].totalMs > 0 ? a.runs[i].totalMs / b.runs[i].totalMs : 0.0);
-    const RatioSpread speedup = ratioSpread(ratios);
-    const ImageDifference pixels = imageDifference(a.lastImage, b.lastImage);
+    const int pairs = options.warmup + options.repeats;
+    for (int pair = 0; pair < pairs; ++pair) {
+        const bool measured = pair >= options.warmup;
+        double seconds[2] = {0, 0};
+        int index = 0;
+        for (Side* side : {&a, &b}) {
+            Engine& engine = *engines.at(side->config.backend);
+            if (anyInit) engine.setInitImage(side->initImage);  // the other side may have changed it
+            NoteObserver observer;
+            RunResult result;
+            {
+                const InterruptCancels interrupt(engine);   // Ctrl-C: the run ends "cancelled", compare stops
+                result = engine.run(side->config, observer);
+            }
+            if (result.record.status != "finished")
+                throw std::runtime_error(side->name + " run " + result.record.status +
+                                         (result.record.error.empty() ? "" : ": " + result.record.error));
+            seconds[index++] = result.record.totalMs / 1000.0;
+            for (const auto& m : result.record.messages) side->addNote(m);
+            for (const auto& m : observer.messages) side->addNote(m);
+            // A manifest replays to the same bits only with the same timed choices.
+            if (const std::string note = tuningMismatchNote(result.record.tuning.digest, side->manifestDigest);
+                !note.empty())
+                side->addNote(note);
+            if (!measured) continue;
+            if (side->runs.empty()) side->firstImage = result.image;
+            else if (!imageDifference(side->firstImage, result.image).bitIdentical) side->repeatable = false;
+            side->lastImage = std::move(result.image);
+            side->runs.push_back(std::move(result.record));
+        }
+        err << "compare: " << (measured ? "pair " + std::to_string(pair - options.warmup + 1) + "/" +
+                                              std::to_string(options.repeats)
+                                        : "warm-up pair " + std::to_string(pair + 1) + "/" +
+                                              std::to_string(options.warmup) + " (discarded)")
+            << ": A " << fixed(seconds[0], 3) << " s, B " << fixed(seconds[1], 3) << " s\n";
+    }
+}
 
+// The report on stdout: both sides, what differs, the pairs, speedup, times, memory, graphs, pixels.
+void printReport(const CompareOptions& options, const std::vector<std::string>& differences, const Side& a,
+                 const Side& b, const CompareResult& result, std::ostream& out) {
+    const std::vector<double>& ratios = result.ratios;
+    const RatioSpread& speedup = result.speedup;
+    const ImageDifference& pixels = result.pixels;
     auto describe = [](const Side& side) {
         const RunRecord& r = side.last();
         const RunConfig& c = side.config;
@@ -647,56 +621,116 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         << b.runs.size() << "\n";
     for (const Side* side : {&a, &b})
         for (const auto& note : side->notes) out << "note " << side->name << "           " << note << "\n";
+}
+
+// The --json summary: settings, differences, the speedup spread, memory, pixels and every run.
+nlohmann::json summaryJson(const CompareOptions& options, const nlohmann::json& differencesJson, const Side& a,
+                           const Side& b, const CompareResult& result) {
+    const RatioSpread& speedup = result.speedup;
+    const ImageDifference& pixels = result.pixels;
+    const std::vector<double>& ratios = result.ratios;
+    const bool sharedEngine = a.config.backend == b.config.backend;
+    const auto peakA = a.peakMiB(), peakB = b.peakMiB();
+    nlohmann::json runs = nlohmann::json::array();
+    for (std::size_t i = 0; i < a.runs.size(); ++i)
+        for (const Side* side : {&a, &b}) {
+            const RunRecord& r = side->runs[i];
+            runs.push_back({{"pair", i + 1},
+                            {"side", side->name},
+                            {"run_id", r.runId},
+                            {"seconds", r.totalMs / 1000.0},
+                            {"prepare_ms", r.prepareMs},
+                            {"peak_device_mib", r.peakDeviceMiB >= 0 ? nlohmann::json(r.peakDeviceMiB) : nlohmann::json(nullptr)},
+                            {"image_sha256", r.imageSha256}});
+        }
+    nlohmann::json pixelJson = {{"comparable", pixels.comparable}};
+    if (pixels.comparable) {
+        pixelJson["max_abs_diff_rgb8"] = pixels.maxAbsRgb8;
+        pixelJson["max_abs_diff_model"] = pixels.maxAbsModel;
+        pixelJson["bit_identical"] = pixels.bitIdentical;
+    } else {
+        pixelJson["max_abs_diff_rgb8"] = nullptr;
+        pixelJson["max_abs_diff_model"] = nullptr;
+        pixelJson["bit_identical"] = nullptr;
+        pixelJson["note"] = "n/a (sizes differ)";
+    }
+    const nlohmann::json summary = {
+        {"timing", kTimingNote},
+        {"order", "interleaved A B, warm-up pairs discarded, previews off"},
+        {"warmup", options.warmup},
+        {"repeats", options.repeats},
+        {"shared_engine", sharedEngine},
+        {"a", sideJson(a)},
+        {"b", sideJson(b)},
+        {"differences", differencesJson},
+        {"speedup_b_vs_a",
+         {{"definition", "per pair: A seconds / B seconds; above 1 means B is faster"},
+          {"median", speedup.median},
+          {"min", speedup.min},
+          {"max", speedup.max},
+          {"q1", speedup.q1},
+          {"q3", speedup.q3},
+          {"ratios", ratios}}},
+        {"peak_device_mib_delta", peakA && peakB ? nlohmann::json(*peakB - *peakA) : nlohmann::json(nullptr)},
+        {"pixels", pixelJson},
+        {"runs", runs}};
+    return summary;
+}
+
+}  // namespace
+
+int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+    CompareOptions options;
+    Side a, b;
+    a.name = "A";
+    b.name = "B";
+    try {
+        options = parseCompareOptions(args);
+        if (options.help) {
+            out << compareUsage();
+            return kExitOk;
+        }
+        const ComparedConfigs configs = compareConfigs(options);
+        a.config = configs.a;
+        b.config = configs.b;
+        a.manifestDigest = configs.tuningDigestA;
+        b.manifestDigest = configs.tuningDigestB;
+        checkWritable("csv", options.csvPath, 2 * (options.warmup + options.repeats));
+        checkWritable("json", options.jsonPath, 2 * (options.warmup + options.repeats));
+        checkSides(a, b, options.repeats);
+    } catch (const ValidationError& e) {
+        err << "tessera-cli compare: " << e.what() << "\n";
+        return kExitInvalid;
+    }
+
+    std::vector<std::string> differences;
+    nlohmann::json differencesJson = nlohmann::json::object();
+    for (const SettingDifference& d : configDifferences(a.config, b.config)) {
+        differences.push_back(d.key + " " + d.a + " -> " + d.b);
+        differencesJson[d.key] = {d.valueA, d.valueB};
+    }
+    try {
+        runInterleaved(options, differences, a, b, err);
+    } catch (const ValidationError& e) {
+        err << "tessera-cli compare: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const std::exception& e) {
+        err << "tessera-cli compare: run failed: " << e.what() << "\n";
+        return kExitFailure;
+    }
+
+    CompareResult result;
+    for (std::size_t i = 0; i < a.runs.size(); ++i)
+        result.ratios.push_back(b.runs[i].totalMs > 0 ? a.runs[i].totalMs / b.runs[i].totalMs : 0.0);
+    result.speedup = ratioSpread(result.ratios);
+    result.pixels = imageDifference(a.lastImage, b.lastImage);
+    printReport(options, differences, a, b, result, out);
 
     try {
         OutputSet files;  // the CSV and the JSON appear together or not at all
         if (!options.csvPath.empty()) files.addText(options.csvPath, csvText(a, b));
-        if (!options.jsonPath.empty()) {
-            nlohmann::json runs = nlohmann::json::array();
-            for (std::size_t i = 0; i < a.runs.size(); ++i)
-                for (const Side* side : {&a, &b}) {
-                    const RunRecord& r = side->runs[i];
-                    runs.push_back({{"pair", i + 1},
-                                    {"side", side->name},
-                                    {"run_id", r.runId},
-                                    {"seconds", r.totalMs / 1000.0},
-                                    {"prepare_ms", r.prepareMs},
-                                    {"peak_device_mib", r.peakDeviceMiB >= 0 ? nlohmann::json(r.peakDeviceMiB) : nlohmann::json(nullptr)},
-                                    {"image_sha256", r.imageSha256}});
-                }
-            nlohmann::json pixelJson = {{"comparable", pixels.comparable}};
-            if (pixels.comparable) {
-                pixelJson["max_abs_diff_rgb8"] = pixels.maxAbsRgb8;
-                pixelJson["max_abs_diff_model"] = pixels.maxAbsModel;
-                pixelJson["bit_identical"] = pixels.bitIdentical;
-            } else {
-                pixelJson["max_abs_diff_rgb8"] = nullptr;
-                pixelJson["max_abs_diff_model"] = nullptr;
-                pixelJson["bit_identical"] = nullptr;
-                pixelJson["note"] = "n/a (sizes differ)";
-            }
-            const nlohmann::json summary = {
-                {"timing", kTimingNote},
-                {"order", "interleaved A B, warm-up pairs discarded, previews off"},
-                {"warmup", options.warmup},
-                {"repeats", options.repeats},
-                {"shared_engine", sharedEngine},
-                {"a", sideJson(a)},
-                {"b", sideJson(b)},
-                {"differences", differencesJson},
-                {"speedup_b_vs_a",
-                 {{"definition", "per pair: A seconds / B seconds; above 1 means B is faster"},
-                  {"median", speedup.median},
-                  {"min", speedup.min},
-                  {"max", speedup.max},
-                  {"q1", speedup.q1},
-                  {"q3", speedup.q3},
-                  {"ratios", ratios}}},
-                {"peak_device_mib_delta", peakA && peakB ? nlohmann::json(*peakB - *peakA) : nlohmann::json(nullptr)},
-                {"pixels", pixelJson},
-                {"runs", runs}};
-            files.addText(options.jsonPath, jsonText(summary, 2) + "\n");
-        }
+        if (!options.jsonPath.empty())
+            files.addText(options.jsonPath, jsonText(summaryJson(options, differencesJson, a, b, result), 2) + "\n");
         files.commit();
         if (!options.csvPath.empty()) out << "csv              " << options.csvPath << "\n";
         if (!options.jsonPath.empty()) out << "json             " << options.jsonPath << "\n";
