@@ -8,48 +8,9 @@
 #   OUT=... bash kernels/bench/session7.sh jobs       tiled SD/SDXL jobs beside diffusers + PyTorch
 # Every step has its own timeout; its log goes to $OUT/<step>.log, its status to $OUT/steps.tsv.
 set -u
-out="${OUT:-/tmp/session7}"
-mkdir -p "$out"
-[ -f .carry/gpu/all.txz ] && tar xJf .carry/gpu/all.txz -C /tmp
-# The suites' compiled-in paths (tests/data, resources/) name a development checkout: make it this one.
-for root in /work/main ${TESSERA_BUILD_ROOT:-}; do
-  [ -e "$root" ] || { mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"; }
-done
-export TESSERA_TEST_DATA_DIR="$PWD/tests/data"
-[ -f .carry/ref/diffusers.txz ] && mkdir -p /tmp/ref && tar xJf .carry/ref/diffusers.txz -C /tmp/ref
-export DIFFUSERS_SRC=/tmp/ref/src
-cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)")"
-cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
-export LD_LIBRARY_PATH="/tmp/rtlibs:$cudnn:$cublas:${LD_LIBRARY_PATH:-}"
-export QT_QPA_PLATFORM=offscreen PATH="/tmp/bin:$PATH"
-printf 'step\trc\tseconds\n' >> "$out/steps.tsv"
-step() {
-  local name="$1" limit="$2"
-  shift 2
-  local t0=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >> "$out/steps.tsv"
-  echo "== $name: rc $rc, $((SECONDS - t0)) s"
-  grep -E "^(FAIL|Totals)|   Loc:|Actual|Expected|finished:|failed|Error|wall_s" "$out/$name.log" | head -30
-}
-# step with the device's memory in use sampled every 100 ms (nvidia-smi): the peak of the whole job.
-stepmem() {
-  local name="$1"
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.mem" 2>/dev/null &
-  local smi=$!
-  step "$@"
-  kill "$smi" 2>/dev/null
-  wait "$smi" 2>/dev/null
-  echo "   $name peak device memory in use: $(sort -n "$out/$name.mem" | tail -1) MiB (nvidia-smi, 100 ms samples)"
-}
-# What a render's record says: prepare, total, VAE and seam lines.
-records() {
-  for j in "$out"/*/*.json; do
-    [ -f "$j" ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-2], 'prepare_ms', round(r.get('prepare_ms',0)), 'total_ms', round(r.get('total_ms',0)), 'seam', r.get('seam_score'), [m for m in r.get('messages',[]) if m.startswith(('vae','text','precision'))])" "$j"
-  done
-  rm -f "$out"/*/*.png
-}
+export OUT="${OUT:-/tmp/session7}"
+# shellcheck source=kernels/bench/gpu_call.sh
+source "$(dirname "$0")/gpu_call.sh"
 date -u +"%Y-%m-%d %H:%M UTC"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for what in "$@"; do
@@ -112,4 +73,4 @@ for what in "$@"; do
 done
 records
 # $OUT returns only a few files: everything in one archive.
-(cd "$out" && tar cJf "../results-$(date +%H%M).txz" . && rm -rf ./* && mv ../results-*.txz .)
+pack_results
