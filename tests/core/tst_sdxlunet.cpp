@@ -29,8 +29,13 @@
 #include "core/UNetCondConfig.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetCondModel.h"
+#include "tests/core/GraphTestSupport.h"
 
 using namespace tessera;
+using graphtest::inputsFor;
+using graphtest::opNamed;
+using graphtest::randomVector;
+using graphtest::runCpu;
 namespace fs = std::filesystem;
 
 namespace {
@@ -71,14 +76,6 @@ const std::string kFixtures = std::string(TESSERA_TEST_DATA) + "/sdxlunet";
 const std::string kSdPipeline = std::string(TESSERA_TEST_DATA) + "/sdpipeline/sd1";
 const std::string kVocabulary = std::string(TESSERA_SOURCE_DIR) + "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 
-std::vector<float> randomVector(std::size_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-
 double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
     if (a.size() != b.size()) return INFINITY;
     double num = 0, den = 0;
@@ -98,38 +95,6 @@ double relativeMax(const std::vector<float>& a, const std::vector<float>& b) {
         scale = std::max(scale, std::abs(double(b[i])));
     }
     return diff / std::max(scale, 1e-300);
-}
-
-// Runs `g` on the CPU with `in` (one host buffer per graph input); returns every output.
-std::vector<std::vector<float>> runCpu(const ModelGraph& g, const TensorMap& w, int batch, int h, int wd,
-                                       const std::vector<std::vector<float>>& in) {
-    CpuBackend cpu(2);
-    cpu.prepareGraph(g, w, batch, h, wd);
-    std::vector<const float*> ptrs;
-    for (const auto& x : in) ptrs.push_back(x.data());
-    std::vector<std::vector<float>> out;
-    for (int v : g.outputs()) out.emplace_back(static_cast<std::size_t>(g.elements(v, batch, h, wd)), NAN);
-    std::vector<float*> outPtrs;
-    for (auto& o : out) outPtrs.push_back(o.data());
-    cpu.run(ptrs, batch, outPtrs);
-    return out;
-}
-
-std::vector<std::vector<float>> inputsFor(const ModelGraph& g, int batch, int h, int w, std::uint32_t seed) {
-    std::vector<std::vector<float>> in;
-    for (int v : g.inputs()) {
-        auto x = randomVector(static_cast<std::size_t>(g.elements(v, batch, h, w)), seed++);
-        if (g.value(v).name == "timestep")
-            for (float& t : x) t = std::fabs(t) * 300.0f;
-        in.push_back(std::move(x));
-    }
-    return in;
-}
-
-const GraphOp* opNamed(const ModelGraph& g, const std::string& name) {
-    for (const GraphOp& op : g.ops())
-        if (op.name == name) return &op;
-    return nullptr;
 }
 
 std::string configError(const nlohmann::json& j) {

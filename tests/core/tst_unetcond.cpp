@@ -22,8 +22,13 @@
 #include "core/UNetCondConfig.h"
 #include "core/UNetCondGraph.h"
 #include "core/UNetCondModel.h"
+#include "tests/core/GraphTestSupport.h"
 
 using namespace tessera;
+using graphtest::inputsFor;
+using graphtest::opNamed;
+using graphtest::randomVector;
+using graphtest::runCpu;
 namespace fs = std::filesystem;
 
 namespace {
@@ -56,14 +61,6 @@ nlohmann::json tinyConfig() {
 
 const std::string kFixtures = std::string(TESSERA_TEST_DATA) + "/unetcond";
 
-std::vector<float> randomVector(std::size_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-
 double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 0;
     for (std::size_t i = 0; i < b.size(); ++i) {
@@ -71,38 +68,6 @@ double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
         den += double(b[i]) * b[i];
     }
     return std::sqrt(num / std::max(den, 1e-300));
-}
-
-// Runs `g` on the CPU with inputs sample, timestep, context; returns every output.
-std::vector<std::vector<float>> runCpu(const ModelGraph& g, const TensorMap& w, int batch, int h, int wd,
-                                       const std::vector<std::vector<float>>& in) {
-    CpuBackend cpu(2);
-    cpu.prepareGraph(g, w, batch, h, wd);
-    std::vector<const float*> ptrs;
-    for (const auto& x : in) ptrs.push_back(x.data());
-    std::vector<std::vector<float>> out;
-    for (int v : g.outputs()) out.emplace_back(static_cast<std::size_t>(g.elements(v, batch, h, wd)), NAN);
-    std::vector<float*> outPtrs;
-    for (auto& o : out) outPtrs.push_back(o.data());
-    cpu.run(ptrs, batch, outPtrs);
-    return out;
-}
-
-std::vector<std::vector<float>> inputsFor(const ModelGraph& g, int batch, int h, int w, std::uint32_t seed) {
-    std::vector<std::vector<float>> in;
-    for (int v : g.inputs()) {
-        auto x = randomVector(static_cast<std::size_t>(g.elements(v, batch, h, w)), seed++);
-        if (g.value(v).name == "timestep")
-            for (float& t : x) t = std::fabs(t) * 300.0f;
-        in.push_back(std::move(x));
-    }
-    return in;
-}
-
-const GraphOp* opNamed(const ModelGraph& g, const std::string& name) {
-    for (const GraphOp& op : g.ops())
-        if (op.name == name) return &op;
-    return nullptr;
 }
 
 // A unet folder of `model`'s weights in `dtype`, with `edit` applied to the tensors first.
