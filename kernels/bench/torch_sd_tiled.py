@@ -86,6 +86,10 @@ def hann(tile, overlap, device):
 
 
 VAE_SCALE = {"sd15": 0.18215, "sd21": 0.18215, "sdxl": 0.13025}
+# The released VAE configs' sample_size (SD 1.5: 512, SD 2.1-768: 768, SDXL: 1024). diffusers' tiled decode takes its
+# tile size from it; AutoencoderKL's default (32) makes 32-px tiles, thousands of them at 2048 px (session 8's tiled
+# decode that "did not finish in 94 s" was that).
+VAE_SAMPLE_SIZE = {"sd15": 512, "sd21": 768, "sdxl": 1024}
 
 
 class GraphedUNet:
@@ -270,11 +274,10 @@ def main():
     a = ap.parse_args()
     tile = a.tile or NATIVE_TILE[a.shape]
     torch.manual_seed(0)
-    # TORCH_CUDNN_BENCHMARK=0: no algorithm search per new shape (diffusers' tiled decode meets many
-    # tile shapes; with the search on, its 2048 decode did not finish its warm-up in 94 s on an H100).
+    # TORCH_CUDNN_BENCHMARK=0: no algorithm search per new input shape (diffusers' tiled decode meets a few).
     torch.backends.cudnn.benchmark = os.environ.get("TORCH_CUDNN_BENCHMARK", "1") != "0"
     # SDXL's VAE overflows in fp16 (force_upcast): diffusers decodes it in fp32.
-    vae = AutoencoderKL(**VAE).cuda().eval()
+    vae = AutoencoderKL(**VAE, sample_size=VAE_SAMPLE_SIZE[a.shape]).cuda().eval()
     vae = vae.float() if a.shape == "sdxl" else vae.half()
     if a.vae_only:
         vae_bench(vae, a.shape, a.size, max(a.repeats, 3), a.encode, a.vae_modes.split(","), a.csv)
