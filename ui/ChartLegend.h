@@ -9,6 +9,10 @@
 
 namespace tessera {
 
+// At most this many entries side by side; more wrap to a second row (the charts dock is about
+// 350 px wide: four entries in one row were cut short).
+constexpr int kLegendColumns = 3;
+
 // Moves `plot`'s legend from its first axis rect's inset into a new top row of the plot
 // layout (the axis rect moves to row 1) and shows it.
 inline void placeLegendAbove(QCustomPlot* plot) {
@@ -17,12 +21,18 @@ inline void placeLegendAbove(QCustomPlot* plot) {
     plot->plotLayout()->addElement(0, 0, plot->legend);
     plot->plotLayout()->setRowStretchFactor(0, 0.001);
     plot->plotLayout()->setRowSpacing(0);
+    plot->legend->setWrap(kLegendColumns);
     plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    plot->legend->setIconSize(20, 10);
     plot->legend->setFont(QFont(plot->font().family(), 8));
     plot->legend->setBorderPen(Qt::NoPen);
     plot->legend->setBrush(Qt::NoBrush);
     plot->legend->setMargins(QMargins(0, 0, 0, 0));
     plot->legend->setVisible(true);
 }
+
+// Lays the legend's entries out again after some were added or removed (QCustomPlot appends and
+// removes cells without re-wrapping the others).
+inline void reflowLegend(QCustomPlot* plot) { plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true); }
 
 }  // namespace tessera

@@ -122,6 +122,7 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
 
     summary_ = new QLabel(tr("No run yet"));
     summary_->setObjectName(QStringLiteral("chartSummary"));
+    summary_->setWordWrap(true);  // "… · GPU mean 12.34 ms" does not fit the dock's width on one line
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -459,6 +460,7 @@ void TimingCharts::replotNow() {
     const QCPRange keys = memoryGraph_->getKeyRange(found);
     memoryPlot_->xAxis->setRange(0, found && keys.upper > 0 ? keys.upper * 1.05 : 1.0);
     fitValueAxis(memoryPlot_->yAxis, {memoryGraph_});
+    reflowLegend(stepPlot_);
     stepPlot_->replot(QCustomPlot::rpQueuedReplot);
     memoryPlot_->replot(QCustomPlot::rpQueuedReplot);
     tilePlot_->replot(QCustomPlot::rpQueuedReplot);

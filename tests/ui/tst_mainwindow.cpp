@@ -316,6 +316,40 @@ private slots:
         QCOMPARE(again.chartTabs()->currentIndex(), 1);
     }
 
+    void stepChartLegendEntriesAreNotCutShort() {
+        // Seen on the H100 (docs/screenshots/window-sd-h100-1920x1080.png, session 9): with GPU
+        // times and an earlier run, the step chart's four legend entries sat in one row of a
+        // 350-px dock and each was cut ("wall (hos", "host enqueu"). Now they wrap; every entry
+        // gets at least the width it asks for, inside the plot, and the summary wraps too.
+        TimingCharts charts;
+        charts.resize(340, 600);
+        charts.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&charts));
+        RunRecord earlier;
+        earlier.runId = "earlier";
+        for (int k = 0; k < 3; ++k) earlier.steps.push_back(StepTiming{k, 0.f, 9.0, 1.0, 10.0});
+        charts.setEarlierRuns({&earlier});
+        for (int k = 0; k < 3; ++k) charts.addStep(StepTiming{k, 0.f, 12.345, 2.0, 14.0});
+        charts.flush();
+        QCustomPlot* plot = charts.plot(TimingCharts::Chart::Steps);
+        plot->replot(QCustomPlot::rpImmediateRefresh);
+        // itemCount() counts the grid's cells, empty ones included once the entries wrap.
+        QStringList names;
+        for (int i = 0; i < plot->legend->itemCount(); ++i) {
+            QCPAbstractLegendItem* item = plot->legend->item(i);
+            if (!item) continue;
+            auto* entry = qobject_cast<QCPPlottableLegendItem*>(item);
+            QVERIFY(entry);
+            names << entry->plottable()->name();
+            QVERIFY2(item->outerRect().width() >= item->minimumOuterSizeHint().width(), qPrintable(names.last()));
+            QVERIFY2(plot->rect().contains(item->outerRect()), qPrintable(names.last()));
+        }
+        QCOMPARE(names.size(), 4);  // wall (host), earlier runs, GPU, host enqueue
+        auto* summary = charts.findChild<QLabel*>(QStringLiteral("chartSummary"));
+        QVERIFY(summary && summary->text().contains(QStringLiteral("GPU mean")));
+        QVERIFY(summary->wordWrap());
+    }
+
     void chartsShowTheirWholeRangeWithLegendsOutside() {
         // Issue #17 item 9: after a run, in every chart tab, each series lies inside its axes'
         // ranges, no legend overlaps a plot area, and every axis in use has a label and tick
