@@ -32,6 +32,7 @@
 #include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
+#include "core/SdPipeline.h"
 #include "core/SdModel.h"
 #include "core/TilePlan.h"
 #include "core/TiledSampler.h"
@@ -77,15 +78,39 @@ std::string humanFlops(double flops) {
     return fixed(flops, 2) + " " + units[unit];
 }
 
+// Upscaling (Stable Diffusion image-to-image): the canvas is the init image's size times
+// config.upscale, each side rounded down to a multiple of 8 (the VAE's cell).
+void applyUpscale(RunConfig& config) {
+    Rgb8Image decoded;
+    try {
+        decoded = decodeImageFile(config.initImage);
+    } catch (const InitImageError& e) {
+        throw InputError{std::string("init: ") + e.what()};
+    }
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
+        throw InputError{"upscale: " + fixed(config.upscale, 3) + " is not allowed; 1 to " + fixed(kMaxUpscale, 0)};
+    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
+    config.width = side(decoded.width);
+    config.height = side(decoded.height);
+    std::cerr << "note: upscale: " << decoded.width << "x" << decoded.height << " x " << fixed(config.upscale, 2)
+              << " -> " << config.width << "x" << config.height << "\n";
+}
+
 int cmdPlan(const CliOptions& options) {
     RunConfig config = options.config;
     std::unique_ptr<UNetModel> model;
     std::optional<ModelFolderConfig> folder;
+    bool sd = false;
     if (!config.model.empty()) {
         config.model = resolveModel(config.model);
-        folder = readModelFolderConfig(config.model);
+        // A Stable Diffusion model is planned from the run's fields alone, with render's checks; its
+        // limits come from three components, which the engine checks once it has loaded them.
+        sd = isSdModelPath(config.model);
+        if (!sd) folder = readModelFolderConfig(config.model);
     }
-    validate(config, folder ? folder->limits() : ModelLimits{});
+    if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
+    validate(config, sd ? ModelLimits{8, 1000, 3} : folder ? folder->limits() : ModelLimits{});
+    if (sd) checkSdCells(config);
     if (folder) model = std::make_unique<UNetModel>(UNetModel::load(config.model));
     const TilePlan plan = TilePlan::fromConfig(config);
     const int tiles = plan.count();
@@ -101,6 +126,17 @@ int cmdPlan(const CliOptions& options) {
               << (tiles + config.tileBatch - 1) / config.tileBatch << " calls per step\n"
               << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun
               << " total (" << stepsRun << " steps)\n";
+    if (sd) {
+        std::cout << "latent       " << config.width / 8 << " x " << config.height / 8 << ", tiles of " << plan.tileW() / 8
+                  << " x " << plan.tileH() / 8 << " (Stable Diffusion: 8 image px per latent px)\n"
+                  << "guidance     "
+                  << (config.cfgScale != 1.0 ? "cfg " + fixed(config.cfgScale, 1) +
+                                                   ": each tile evaluated twice (conditional and unconditional rows)"
+                                             : std::string("cfg 1: the conditional row only"))
+                  << "\n"
+                  << "model        " << config.model << " ('tessera-cli info' describes it; render and bench report "
+                  << "FLOPs and memory)\n";
+    }
     if (model) {
         const double perEval = model->flopsPerEvaluation(plan.tileH(), plan.tileW());
         std::cout << "FLOPs        " << humanFlops(perEval * tiles) << " per step, "
@@ -199,24 +235,6 @@ ImageTensor startImageTensor(const RunConfig& config, int channels) {
     return resampleToModelSpace(decoded, config.width, config.height, channels);
 }
 
-// Upscaling (Stable Diffusion image-to-image): the canvas is the init image's size times
-// config.upscale, each side rounded down to a multiple of 8 (the VAE's cell).
-void applyUpscale(RunConfig& config) {
-    Rgb8Image decoded;
-    try {
-        decoded = decodeImageFile(config.initImage);
-    } catch (const InitImageError& e) {
-        throw InputError{std::string("init: ") + e.what()};
-    }
-    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
-        throw InputError{"upscale: " + fixed(config.upscale, 3) + " is not allowed; 1 to " + fixed(kMaxUpscale, 0)};
-    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
-    config.width = side(decoded.width);
-    config.height = side(decoded.height);
-    std::cerr << "note: upscale: " << decoded.width << "x" << decoded.height << " x " << fixed(config.upscale, 2)
-              << " -> " << config.width << "x" << config.height << "\n";
-}
-
 int cmdRender(const CliOptions& options) {
     RunConfig config = options.config;
     // Every check before any work, cheapest first: the fields against the model's limits
@@ -227,6 +245,7 @@ int cmdRender(const CliOptions& options) {
     if (!sd) model = readModelFolderConfig(config.model);
     if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
     validate(config, sd ? ModelLimits{8, 1000, 3} : model->limits());
+    if (sd) checkSdCells(config);  // before the model is loaded: a multi-GB read for nothing otherwise
     const BackendKind backend = checkRunBackend(config.backend);
     const int channels = sd ? 3 : model->config.inChannels;
     const std::optional<StartImageSize> startImage = checkStartImageHeader(config, channels);

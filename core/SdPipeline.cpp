@@ -41,15 +41,19 @@ ImageTensor fromHost(const HostTensor& t) {
 
 }  // namespace
 
+void checkSdCells(const RunConfig& config, int vaeScale) {
+    requireMultiple("width", config.width, vaeScale, "the width");
+    requireMultiple("height", config.height, vaeScale, "the height");
+    requireMultiple("overlap", config.overlapPixels(), vaeScale, "the tile overlap");
+}
+
 RunConfig checkSdRun(const RunConfig& config, const SdModel& model) {
     const int f = model.vaeScale();
     ModelLimits limits = model.unet->config().limits(model.scheduler.numTrainTimesteps);
     limits.downsampleFactor *= f;
     limits.inChannels = 3;
     validate(config, limits);
-    requireMultiple("width", config.width, f, "the width");
-    requireMultiple("height", config.height, f, "the height");
-    requireMultiple("overlap", config.overlapPixels(), f, "the tile overlap");
+    checkSdCells(config, f);
     RunConfig canvas = config;
     canvas.width = config.width / f;
     canvas.height = config.height / f;

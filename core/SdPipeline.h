@@ -16,6 +16,10 @@ namespace tessera {
 
 class Backend;
 
+// The checks of checkSdRun that need no model: width, height and overlap are multiples of the
+// VAE's cell (8 px for every supported family). Front ends run it before loading anything.
+void checkSdCells(const RunConfig& config, int vaeScale = 8);
+
 // Checks `config` for `model` (ValidationError naming the field): every run check with the
 // model's limits (tiles multiples of the VAE's 8 pixels times the UNet's downsampling), width,
 // height and overlap multiples of the VAE's scale, a context of at most

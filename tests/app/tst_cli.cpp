@@ -143,6 +143,35 @@ private slots:
         QVERIFY2(r.out.contains("(3 steps)"), qPrintable(describe(r)));
     }
 
+    void planTakesAStableDiffusionModel() {
+        // Session 9: plan refused every SD model ("_class_name is 'UNet2DConditionModel'; Tessera
+        // loads UNet2DModel checkpoints"), though render takes them. It plans them with render's
+        // checks and says what guidance doubles.
+        const QString model = QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1");
+        CliRun r = runCli({"plan", "--model", model, "--width", "1536", "--height", "1024", "--tile", "512", "--overlap",
+                           "64", "--cfg", "7", "--steps", "20"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("4 cols x 3 rows"), qPrintable(r.out));
+        QVERIFY2(r.out.contains("latent       192 x 128, tiles of 64 x 64"), qPrintable(r.out));
+        QVERIFY2(r.out.contains("cfg 7.0: each tile evaluated twice"), qPrintable(r.out));
+        r = runCli({"plan", "--model", "random:sdxl", "--cfg", "1", "--width", "2048", "--height", "2048", "--tile", "1024",
+                    "--overlap", "128"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("cfg 1: the conditional row only"), qPrintable(r.out));
+        // Render's checks: a size that is not a multiple of 8 is refused, naming the field.
+        r = runCli({"plan", "--model", model, "--width", "1001", "--height", "512", "--tile", "512"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("width"), qPrintable(describe(r)));
+        // render checks the same before it loads anything: random:sdxl would draw 14 GB of weights first.
+        QElapsedTimer clock;
+        clock.start();
+        r = runCli({"render", "--model", "random:sdxl", "--width", "1001", "--height", "512", "--tile", "512", "--backend",
+                    "cpu", "--out", QDir::temp().filePath(QStringLiteral("tessera-never-written"))});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("width: 1001 is not a multiple of 8"), qPrintable(describe(r)));
+        QVERIFY2(clock.elapsed() < 20000, qPrintable(QString::number(clock.elapsed())));
+    }
+
     void everyPresetParses() {
         for (const char* name : {"quick-cpu.json", "2k-gpu.json", "4k-gpu-lowmem.json"}) {
             const CliRun r = runCli({"plan", "--preset", presetPath(name)});
