@@ -9,6 +9,9 @@
 #                                                      cudnn.benchmark on and off, one process each
 #   OUT=... bash kernels/bench/session9.sh sanitizer  compute-sanitizer memcheck and racecheck on SD-shaped tiled runs
 #   OUT=... bash kernels/bench/session9.sh cpuinfo    the CPU's cores and threads (issue 18's CPU line)
+#   OUT=... bash kernels/bench/session9.sh suites     every cuda_tst_* in the carry; cuda_tst_backendops in SHARDS
+#                                                      processes (TESSERA_BACKENDOPS_SHARD=i/N), 4 at a time
+#   OUT=... bash kernels/bench/session9.sh racesmall  racecheck on the SD 1.5 shape at 512x256, two 256-px tiles, 1 step
 set -u
 export OUT="${OUT:-/tmp/session9}"
 # shellcheck source=kernels/bench/gpu_call.sh
@@ -90,6 +93,32 @@ JSON
         --out "$out/san_sd15_$tool"
     done
     grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|Error\|hazard" "$out"/san_*.log | sort | uniq -c | head -20
+    ;;
+  suites)
+    for t in /tmp/bin/cuda_tst_*; do
+      [ "$(basename "$t")" = cuda_tst_backendops ] && continue
+      step "$(basename "$t")" "${SUITE_S:-200}" "$t"
+    done
+    if [ -x /tmp/bin/cuda_tst_backendops ]; then
+      shards=${SHARDS:-12}
+      for ((i = 0; i < shards; i += 4)); do
+        for ((j = i; j < i + 4 && j < shards; ++j)); do
+          step "cuda_tst_backendops_$j" "${OPS_S:-240}" env TESSERA_BACKENDOPS_SHARD="$j/$shards" /tmp/bin/cuda_tst_backendops &
+        done
+        wait
+      done
+    fi
+    grep -h "^Totals" "$out"/cuda_tst_*.log
+    grep -h "^FAIL" "$out"/cuda_tst_*.log | head -20
+    ;;
+  racesmall)
+    small=(--model random:sd15 --width 512 --height 256 --tile 256 --overlap 0 --batch 2 --steps 1 --cfg 1
+      --prompt "a lighthouse" --precision fp16 --backend cuda --graphs off --tuning-cache "$out/tuning-race.json"
+      --preview-every 0)
+    step race_sd15_small_plain 120 tessera-cli render "${small[@]}" --out "$out/race_plain"
+    step race_sd15_small 300 compute-sanitizer --tool racecheck --error-exitcode 9 tessera-cli render "${small[@]}" \
+      --out "$out/race_small"
+    grep -h "SUMMARY" "$out"/race_*.log
     ;;
   cpuinfo)
     lscpu | tee "$out/lscpu.txt" | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA|L3|Hypervisor|Flags)" | cut -c1-160
