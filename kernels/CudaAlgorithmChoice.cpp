@@ -105,8 +105,9 @@ std::string TuningLedger::summary() const {
 
 // ---- CudaBackend::Impl: the choices of one prepare ----------------------------------------
 
-std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes,
-                                             const AttentionBinder& bind, float scale) {
+std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(
+        const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind,
+        float scale) {
     const std::size_t in = alignUp(inBytes), out = alignUp(outBytes), sc = alignUp(plan.scoreBytes);
     DeviceBuffer scratch(in + out + sc + alignUp(plan.probBytes));
     char* base = scratch.as<char>();
@@ -121,8 +122,9 @@ std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(const AttentionP
     return {fused, blocked};
 }
 
-CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key, const AttentionPlan& plan, std::size_t inBytes,
-                                      std::size_t outBytes, const AttentionBinder& bind, float scale) {
+CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key, const AttentionPlan& plan,
+                                                         std::size_t inBytes, std::size_t outBytes,
+                                                         const AttentionBinder& bind, float scale) {
     CudaBackend::AttentionPath r;
     if (settings.flash != FlashMode::Auto) {
         r.fused = settings.flash == FlashMode::On;
@@ -155,7 +157,8 @@ CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key,
     return r;
 }
 
-std::string CudaBackend::Impl::legacyRefusal(ConvLayer& c, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, std::size_t wsCap) {
+std::string CudaBackend::Impl::legacyRefusal(ConvLayer& c, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math,
+                                             std::size_t wsCap) {
     if (dtype == DType::F32 && math != CUDNN_FMA_MATH) return "fp32 takes FMA kernels only";
     c.math[static_cast<std::size_t>(maxBatch)] = math;
     c.descBatch = -1;
@@ -169,7 +172,8 @@ std::string CudaBackend::Impl::legacyRefusal(ConvLayer& c, cudnnConvolutionFwdAl
     return {};
 }
 
-std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyAlgorithm(ConvLayer& c, void* ws, std::size_t wsCap) {
+std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyAlgorithm(
+        ConvLayer& c, void* ws, std::size_t wsCap) {
     const std::string op = "conv " + c.key() + " n" + std::to_string(maxBatch);
     if (auto cached = settings.heuristicsOnly ? std::nullopt : tuning.cached(op)) {
         const auto parsed = parseLegacyChoice(*cached);
@@ -212,8 +216,9 @@ std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyA
                              ", " + dtypeName(dtype) + ")");
 }
 
-std::size_t CudaBackend::Impl::applyAlgorithm(ConvLayer& c, std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> chosen,
-                           std::size_t wsCap) {
+std::size_t CudaBackend::Impl::applyAlgorithm(ConvLayer& c,
+                                              std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> chosen,
+                                              std::size_t wsCap) {
     const cudnnMathType_t wantMath = dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     std::size_t need = 0;
     for (int b = 1; b <= maxBatch; ++b) {
@@ -268,8 +273,8 @@ std::size_t CudaBackend::Impl::chooseAlgorithms(void* ws, std::size_t wsCap) {
     return alignUp(need);
 }
 
-std::optional<std::shared_ptr<GraphConv>> CudaBackend::Impl::cachedPlan(const std::string& op, const char* none,
-                                                     const GraphConvShape& shape, std::size_t wsCap) {
+std::optional<std::shared_ptr<GraphConv>> CudaBackend::Impl::cachedPlan(
+        const std::string& op, const char* none, const GraphConvShape& shape, std::size_t wsCap) {
     const auto cached = tuning.cached(op);
     if (!cached) return std::nullopt;
     const auto id = parsePlanChoice(*cached, none);
@@ -303,7 +308,8 @@ double CudaBackend::Impl::timeLegacy(ConvLayer& c, void* ws, std::size_t wsCap) 
     });
 }
 
-CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
+CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(
+        ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
     const std::string op = "graph conv " + shape.key();
     if (auto plan = cachedPlan(op, "legacy", shape, wsCap)) return {*plan, -1.0, -1.0};
     const double legacy = timeLegacy(c, ws, wsCap);
@@ -325,7 +331,8 @@ CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(ConvLayer& c, cons
     return {graph, legacy, graphMs};
 }
 
-CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
+CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(
+        ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
     const std::string op = "fused conv " + shape.key();
     if (auto plan = cachedPlan(op, "apart", shape, wsCap)) return {*plan, -1.0, -1.0};
     const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);

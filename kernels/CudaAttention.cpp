@@ -14,16 +14,16 @@
 
 namespace tessera {
 
-void CudaBackend::Impl::attend(const AttentionOperands& a, const AttentionPlan& plan, int batch, float scale, float* scores,
-            void* probs) {
+void CudaBackend::Impl::attend(const AttentionOperands& a, const AttentionPlan& plan, int batch, float scale,
+                               float* scores, void* probs) {
     const DType t = dtype;
     const cudaDataType_t ct = cublasType(t);
     const long long es = static_cast<long long>(dtypeSize(t));
     const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     const float one = 1.0f, zero = 0.0f;
     const bool overImages = a.heads == 1;
-    const long long qStride = overImages ? a.qImage : a.d, kStride = overImages ? a.kImage : a.d;
-    const long long vStride = overImages ? a.vImage : a.d, oStride = overImages ? a.oImage : a.d;
+    const long long qStride = overImages ? a.qImage : a.headDim, kStride = overImages ? a.kImage : a.headDim;
+    const long long vStride = overImages ? a.vImage : a.headDim, oStride = overImages ? a.oImage : a.headDim;
     for (int b0 = 0; b0 < batch; b0 += plan.imagesPerPass)
         for (int h0 = 0; h0 < a.heads; h0 += plan.headsPerPass)
             for (int q0 = 0; q0 < a.queries; q0 += plan.queryBlock) {
@@ -31,62 +31,45 @@ void CudaBackend::Impl::attend(const AttentionOperands& a, const AttentionPlan& 
                                              : std::min(plan.headsPerPass, a.heads - h0);
                 const int nq = std::min(plan.queryBlock, a.queries - q0);
                 const long long block = static_cast<long long>(nq) * a.keys;
-                const long long head = static_cast<long long>(h0) * a.d;
-                const char* qB = a.q + (b0 * a.qImage + q0 * a.qRow + head) * es;
-                const char* kB = a.k + (b0 * a.kImage + head) * es;
-                const char* vB = a.v + (b0 * a.vImage + head) * es;
-                char* oB = a.o + (b0 * a.oImage + q0 * a.oRow + head) * es;
+                const long long head = static_cast<long long>(h0) * a.headDim;
+                const char* qB = static_cast<const char*>(a.q) + (b0 * a.qImage + q0 * a.qRow + head) * es;
+                const char* kB = static_cast<const char*>(a.k) + (b0 * a.kImage + head) * es;
+                const char* vB = static_cast<const char*>(a.v) + (b0 * a.vImage + head) * es;
+                char* oB = static_cast<char*>(a.o) + (b0 * a.oImage + q0 * a.oRow + head) * es;
                 // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
                 TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    opCublas, CUBLAS_OP_T, CUBLAS_OP_N, a.keys, nq, a.d, &scale, kB, ct, static_cast<int>(a.kRow),
+                    opCublas, CUBLAS_OP_T, CUBLAS_OP_N, a.keys, nq, a.headDim, &scale, kB, ct, static_cast<int>(a.kRow),
                     kStride, qB, ct, static_cast<int>(a.qRow), qStride, &zero, scores, CUDA_R_32F, a.keys, block,
                     count, compute, CUBLAS_GEMM_DEFAULT));
                 if (a.causal) launchCausalMask(scores, count, nq, a.keys, q0, opStream);
                 launchSoftmaxRows(t, scores, probs, static_cast<long long>(count) * nq, a.keys, opStream);
                 // O_h^T (d x queries) = V_h^T-view x P^T-view.
                 TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    opCublas, CUBLAS_OP_N, CUBLAS_OP_N, a.d, nq, a.keys, &one, vB, ct, static_cast<int>(a.vRow),
+                    opCublas, CUBLAS_OP_N, CUBLAS_OP_N, a.headDim, nq, a.keys, &one, vB, ct, static_cast<int>(a.vRow),
                     vStride, probs, ct, a.keys, block, &zero, oB, ct, static_cast<int>(a.oRow), oStride, count,
                     compute, CUBLAS_GEMM_DEFAULT));
             }
 }
 
 FlashAttentionArgs CudaBackend::Impl::flashArgs(DType t, const AttentionOperands& a, int batch, float scale) {
-    FlashAttentionArgs f;
+    FlashAttentionArgs f = a;
     f.dtype = t;
-    f.q = a.q;
-    f.qRow = a.qRow;
-    f.qImage = a.qImage;
-    f.k = a.k;
-    f.kRow = a.kRow;
-    f.kImage = a.kImage;
-    f.v = a.v;
-    f.vRow = a.vRow;
-    f.vImage = a.vImage;
-    f.o = a.o;
-    f.oRow = a.oRow;
-    f.oImage = a.oImage;
     f.batch = batch;
-    f.heads = a.heads;
-    f.queries = a.queries;
-    f.keys = a.keys;
-    f.headDim = a.d;
     f.scale = scale;
-    f.causal = a.causal;
     return f;
 }
 
-CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(const GraphOp& op, const AttentionOperands& a,
-                                                                   std::initializer_list<long long> offsets,
-                                                                   std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind, float scale) {
+CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
+        const GraphOp& op, const AttentionOperands& a, std::initializer_list<long long> offsets, std::size_t inBytes,
+        std::size_t outBytes, const AttentionBinder& bind, float scale) {
     const AttentionPlan plan =
         planAttention(maxBatch, a.heads, a.queries, a.keys, dtypeSize(dtype), settings.attentionBudgetBytes);
     CudaBackend::AttentionPath record;
-    record.reason = flashAttentionRefusal(dtype, a.d, maxBatch, a.heads, offsets);
+    record.reason = flashAttentionRefusal(dtype, a.headDim, maxBatch, a.heads, offsets);
     if (record.reason.empty()) {
         const std::string key = "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" +
                                 std::to_string(a.queries) + " k" + std::to_string(a.keys) + " d" +
-                                std::to_string(a.d) + (a.causal ? " causal" : "") + " rows " +
+                                std::to_string(a.headDim) + (a.causal ? " causal" : "") + " rows " +
                                 std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " +
                                 std::to_string(plan.scoreBytes);
         // Once per distinct shape and layout in a prepare (later ops of the shape take it).
@@ -96,7 +79,7 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(const GraphO
         record = it->second;
     }
     record.op = op.name;
-    record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.d;
+    record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.headDim;
     AttentionChoice choice;
     choice.fused = record.fused;
     if (!choice.fused) {
@@ -108,7 +91,7 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(const GraphO
     if (record.fusedMs >= 0)
         std::snprintf(times, sizeof times, "; fused %.4f ms, blocked %.4f ms", record.fusedMs, record.blockedMs);
     attentionNotes += "  " + op.name + ": " +
-                      (choice.fused ? "fused (" + flashAttentionTiling(a.d) + ")" : "blocked, " + plan.describe(a.queries)) +
+                      (choice.fused ? "fused (" + flashAttentionTiling(a.headDim) + ")" : "blocked, " + plan.describe(a.queries)) +
                       " [" + record.reason + times + "]\n";
     attentionRecords.push_back(record);
     return choice;
@@ -147,7 +130,7 @@ void CudaBackend::Impl::lowerAttention(int index) {
         a.oImage = static_cast<long long>(C) * N;
         a.queries = a.keys = N;
         a.heads = heads;
-        a.d = d;
+        a.headDim = d;
         return a;
     };
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -223,7 +206,7 @@ void CudaBackend::Impl::lowerTokenAttention(int index) {
         a.queries = N;
         a.keys = M;
         a.heads = heads;
-        a.d = d;
+        a.headDim = d;
         a.causal = causal;
         return a;
     };

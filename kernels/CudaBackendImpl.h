@@ -258,19 +258,10 @@ struct CudaBackend::Impl {
 
     // ==== attention (CudaAttention.cpp) =========================================================
     // Where one attention's Q, K, V and head outputs live (activation type): rows of `*Row`
-    // elements, images `*Image` elements apart, head h's channels from column h * d.
-    struct AttentionOperands {
-        const char* q = nullptr;
-        long long qRow = 0, qImage = 0;
-        const char* k = nullptr;
-        long long kRow = 0, kImage = 0;
-        const char* v = nullptr;
-        long long vRow = 0, vImage = 0;
-        char* o = nullptr;
-        long long oRow = 0, oImage = 0;
-        int queries = 0, keys = 0, heads = 1, d = 0;
-        bool causal = false;
-    };
+    // elements, images `*Image` elements apart, head h's channels from column h * headDim; its
+    // shape and causal flag. The fused kernel's arguments (FlashAttention.cuh) without the
+    // per-call dtype, batch and scale (flashArgs sets them).
+    using AttentionOperands = FlashAttentionArgs;
     // How one attention computes softmax(Q K^T * scale) V: the fused kernel, or the blocked
     // plan with its score and probability buffers.
     struct AttentionChoice {

@@ -60,7 +60,8 @@ bool CudaBackend::Impl::runConvFused(int layer, const void* x, void* y, const vo
     return true;
 }
 
-void CudaBackend::Impl::gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha, float beta) {
+void CudaBackend::Impl::gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha,
+                                 float beta) {
     const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k,
                                x, cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));

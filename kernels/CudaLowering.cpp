@@ -46,7 +46,7 @@ std::size_t CudaBackend::Impl::convWeight(int param, int ipad, int opad) {
 }
 
 int CudaBackend::Impl::addConv(const std::string& name, int cin, int cout, int k, int stride, int pad, int h, int w,
-            std::size_t weight) {
+                               std::size_t weight) {
     ConvLayer c;
     c.name = name;
     c.cin = cin;

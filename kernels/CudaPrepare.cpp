@@ -215,8 +215,8 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
     return s.str();
 }
 
-std::string CudaBackend::Impl::oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest,
-                                          int laneCount) const {
+std::string CudaBackend::Impl::oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes,
+                                          int* largest, int laneCount) const {
     const double perSample = static_cast<double>(activationBytes) * laneCount / std::max(1, maxBatch);
     const double room = static_cast<double>(freeBytes) - static_cast<double>(fixedBytes);
     int fit = room > perSample ? static_cast<int>(room / perSample) : 0;

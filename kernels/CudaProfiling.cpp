@@ -2,9 +2,9 @@
 // enqueue() runs them (timeForwards), and every layer's output (traceForward).
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <stdexcept>
 
+#include "core/Safetensors.h"
 #include "kernels/CudaBackendImpl.h"
 #include "kernels/CudaCheck.h"
 
@@ -86,7 +86,8 @@ CudaBackend::ForwardTimes CudaBackend::Impl::timeForwards(int batch, int warmup,
     return times;
 }
 
-std::vector<CudaBackend::LayerTrace> CudaBackend::Impl::traceForward(const float* x, const float* timesteps, int batch) {
+std::vector<CudaBackend::LayerTrace> CudaBackend::Impl::traceForward(
+        const float* x, const float* timesteps, int batch) {
     if (!prepared) throw std::logic_error("CudaBackend: traceForward before prepare");
     selectOwnLane();
     cudaStream_t s = stream.get();
@@ -105,10 +106,8 @@ std::vector<CudaBackend::LayerTrace> CudaBackend::Impl::traceForward(const float
             void* dst = dtype == DType::F32 ? static_cast<void*>(t.values.data()) : static_cast<void*>(raw.data());
             TESSERA_CHECK(cudaMemcpyAsync(dst, ptr(op.out.buf), n * dtypeSize(dtype), cudaMemcpyDeviceToHost, s));
             TESSERA_CHECK(cudaStreamSynchronize(s));
-            for (std::size_t i = 0; i < raw.size(); ++i) {
-                std::uint32_t bits = dtype == DType::BF16 ? static_cast<std::uint32_t>(raw[i]) << 16 : halfBits(raw[i]);
-                std::memcpy(&t.values[i], &bits, 4);
-            }
+            for (std::size_t i = 0; i < raw.size(); ++i)
+                t.values[i] = dtype == DType::BF16 ? bfloat16ToFloat(raw[i]) : halfToFloat(raw[i]);
         } else {
             TESSERA_CHECK(cudaStreamSynchronize(s));
         }

@@ -1,6 +1,6 @@
-// The CUDA backend's weights on the host: float32 -> fp16/bf16 conversion (round to nearest
-// even, as the device converts), conv weights repacked for cuDNN's NHWC filters, and the
-// WeightBlob that packs every weight, bias and norm parameter at kAlign offsets for the one
+// The CUDA backend's weights on the host: float32 -> fp16 (core/Safetensors.h floatToHalf) or
+// bf16 (round to nearest even, as the device converts), conv weights repacked for cuDNN's NHWC
+// filters, and the WeightBlob that packs every weight, bias and norm parameter at kAlign offsets for the one
 // upload into the arena's weight region.
 #pragma once
 
@@ -14,10 +14,9 @@
 
 namespace tessera {
 
+// Round to nearest even; every NaN becomes the canonical quiet NaN 0x7FC0 (core's
+// floatToBfloat16 keeps the payload: the weights' bits stay as they were).
 std::uint16_t floatToBf16(float f);
-std::uint16_t floatToHalf(float f);
-// IEEE half bits -> float bits (diagnostics only).
-std::uint32_t halfBits(std::uint16_t h);
 
 // Conv weight [O, I, kh, kw] -> [opad][kh][kw][ipad] (float32, zero-padded channels).
 std::vector<float> packConvWeight(const HostTensor& t, int ipad, int opad);
