@@ -1,5 +1,5 @@
 // AttentionPlan: how the CUDA backend computes one attention's scores within a memory budget
-// (kernels/CudaBackend.cpp lowers every Attention op with one). A pass holds float32 score
+// (kernels/CudaAttention.cpp lowers every Attention op with one). A pass holds float32 score
 // blocks [queryBlock, keys] for several matrices at once (the heads of one image, or several
 // images when there is one head), and their softmax probabilities in the activation type
 // beside them; passes go over images, groups of heads and blocks of query rows, so the

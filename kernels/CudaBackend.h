@@ -8,7 +8,7 @@
 // default 256), so an attention of any size fits; token ids (CLIP) stay float32. prepare() plans every buffer from tensor
 // lifetimes into one device arena (weights + activations + workspace); nothing allocates after
 // it. The lowering choices (which ops share a launch, where biases go) are listed in
-// docs/ENGINE_GRAPH.md.
+// docs/ENGINE_GRAPH.md; which file holds which part of the backend, in docs/CUDA_BACKEND.md.
 //
 // This header includes no CUDA header, so Qt-side code can hold a CudaBackend.
 #pragma once

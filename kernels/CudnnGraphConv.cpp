@@ -160,18 +160,15 @@ struct GraphConv::Impl {
         return packs.emplace(key, std::move(pack)).first->second.get();
     }
     Desc scratch;
+
+    void buildGraph();
+    void findPlans(std::size_t workspaceCap, int maxPlans, PlanId only);
 };
 
-// Over 150 lines: cuDNN's backend API builds one operation graph as a fixed sequence of
-// descriptors (x, w, y, conv, then bias/residual pointwise nodes, then heuristics and plans), each
-// pointing at the previous; it is split into the tensor()/pointwise() helpers above where a step
-// repeats. A further split is issue 14 item 5 (the CUDA backend by responsibility).
-GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans,
-                     PlanId only)
-    : impl_(std::make_unique<Impl>()) {
-    Impl& s = *impl_;
-    s.handle = handle;
-    s.shape = shape;
+// cuDNN's backend API builds one operation graph as a fixed sequence of descriptors (x, w, y,
+// conv, then the bias/residual pointwise nodes), each pointing at the previous.
+void GraphConv::Impl::buildGraph() {
+    Impl& s = *this;
     s.keep.reserve(64);   // `last` below points into it; configs join later
     const cudnnDataType_t io = cudnnTypeOf(shape.dtype);
     const bool fused = shape.bias || shape.residual;
@@ -255,7 +252,12 @@ GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::siz
     s.keep.push_back(std::move(convOut));
     s.keep.push_back(std::move(conv));
     s.keep.push_back(std::move(convOp));
+}
 
+// The deterministic plans the heuristics offer (fp32: no tensor cores; no runtime-compiled
+// engines unless allowed), at most `maxPlans` within `workspaceCap`; with `only`, just that one.
+void GraphConv::Impl::findPlans(std::size_t workspaceCap, int maxPlans, PlanId only) {
+    Impl& s = *this;
     // Heuristics (mode A), then the fallback list if A offers nothing usable.
     std::map<std::int64_t, int> skipped;   // usable configurations passed over per engine (PlanId)
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
@@ -325,6 +327,16 @@ GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::siz
         for (Desc& c : configs) s.keep.push_back(std::move(c));   // plans were made from them
         if (!s.plans.empty()) break;
     }
+}
+
+GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans,
+                     PlanId only)
+    : impl_(std::make_unique<Impl>()) {
+    Impl& s = *impl_;
+    s.handle = handle;
+    s.shape = shape;
+    s.buildGraph();
+    s.findPlans(workspaceCap, maxPlans, only);
     if (s.plans.empty() && only.engine >= 0)
         throw std::runtime_error("cuDNN graph API: engine " + std::to_string(only.engine) + " (configuration " +
                                  std::to_string(only.ordinal) + ") is not offered or not usable for convolution " +

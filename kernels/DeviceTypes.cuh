@@ -41,6 +41,46 @@ __device__ __forceinline__ void storeVec(T* p, const float (&in)[VEC]) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// The sum (or, IsMax, the maximum) of `v` over a block of Threads threads (a multiple of 32),
+// the same in every thread. `shared` holds Threads / 32 + 1 floats; the block must reach
+// every call.
+template <int Threads, bool IsMax>
+__device__ float blockReduce(float v, float* shared) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = IsMax ? fmaxf(v, w) : v + w;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float r = shared[0];
+        for (int w = 1; w < Threads / 32; ++w) r = IsMax ? fmaxf(r, shared[w]) : r + shared[w];
+        shared[Threads / 32] = r;
+    }
+    __syncthreads();
+    const float r = shared[Threads / 32];
+    __syncthreads();
+    return r;
+}
+
+// Element `idx` of a grid-stride loop over an NHWC tensor [*, height, width, vecs vectors]:
+// its sample, row, column and vector.
+struct NhwcVecIndex {
+    long long b;
+    int y, x, k;
+};
+__device__ __forceinline__ NhwcVecIndex nhwcVecIndex(long long idx, int vecs, int width, int height) {
+    NhwcVecIndex i;
+    i.k = static_cast<int>(idx % vecs);
+    long long pixel = idx / vecs;
+    i.x = static_cast<int>(pixel % width);
+    pixel /= width;
+    i.y = static_cast<int>(pixel % height);
+    i.b = pixel / height;
+    return i;
+}
+
 // Largest vector width in {8,4,2,1} that divides every count given (channel counts), so
 // that a vector never straddles a row or a group. Host-side.
 inline int vectorWidthFor(int a, int b = 8, int c = 8) {

@@ -121,6 +121,12 @@ __device__ __forceinline__ void loadBlock(T* dst, const T* src, long long stride
     }
 }
 
+// Over 150 lines, one kernel on purpose: the Q fragments, the running max/sum and the output
+// accumulators of a warp's 16 rows live in registers across the whole key loop (load K/V
+// asynchronously, S = Q K^T by mma, online softmax, O += P V by mma); device-function calls
+// across that state would have to keep it in registers anyway, and the loop's stages share
+// the double-buffered shared tiles. The steps that repeat are its helpers above (loadBlock,
+// the mma wrappers).
 // One CTA: queries blockIdx.x * 64 .. + 63 of (image, head) blockIdx.y; warp w owns rows
 // 16w .. 16w + 15. Lane (g = lane / 4, t = lane % 4) holds, per 8-column tile of a score or
 // output accumulator, rows g and g + 8 at columns 2t and 2t + 1 (mma's accumulator layout).

@@ -8,22 +8,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ float blockSum(float v, float* shared) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float r = shared[0];
-        for (int w = 1; w < kThreads / 32; ++w) r += shared[w];
-        shared[kThreads / 32] = r;
-    }
-    __syncthreads();
-    const float r = shared[kThreads / 32];
-    __syncthreads();
-    return r;
-}
-
 // One block per row; two passes over the row (mean, then the centred sum of squares).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) layerNorm(const T* x, T* y, const float* __restrict__ gamma,
@@ -34,13 +18,13 @@ __global__ void __launch_bounds__(kThreads) layerNorm(const T* x, T* y, const fl
     T* out = y + row * channels;
     float sum = 0.0f;
     for (int c = threadIdx.x; c < channels; c += kThreads) sum += toFloat(in[c]);
-    const float mean = blockSum(sum, shared) / channels;
+    const float mean = blockReduce<kThreads, false>(sum, shared) / channels;
     float sq = 0.0f;
     for (int c = threadIdx.x; c < channels; c += kThreads) {
         const float d = toFloat(in[c]) - mean;
         sq += d * d;
     }
-    const float inv = rsqrtf(blockSum(sq, shared) / channels + eps);
+    const float inv = rsqrtf(blockReduce<kThreads, false>(sq, shared) / channels + eps);
     for (int c = threadIdx.x; c < channels; c += kThreads)
         out[c] = fromFloat<T>((toFloat(in[c]) - mean) * inv * gamma[c] + beta[c]);
 }

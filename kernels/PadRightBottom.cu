@@ -12,12 +12,7 @@ __global__ void padRightBottom(const T* __restrict__ in, T* __restrict__ out, in
     const int outW = width + 1, outH = height + 1;
     for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < totalVecs;
          idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int k = static_cast<int>(idx % vecs);
-        long long pixel = idx / vecs;
-        const int x = static_cast<int>(pixel % outW);
-        pixel /= outW;
-        const int y = static_cast<int>(pixel % outH);
-        const long long b = pixel / outH;
+        const auto [b, y, x, k] = nhwcVecIndex(idx, vecs, outW, outH);
         Vec<T, VEC> v;
         if (x < width && y < height) {
             v = *reinterpret_cast<const Vec<T, VEC>*>(in + (((b * height + y) * width + x) * vecs + k) * VEC);

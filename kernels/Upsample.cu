@@ -12,12 +12,7 @@ __global__ void upsampleNearest2x(const T* __restrict__ in, T* __restrict__ out,
     const int outW = width * 2, outH = height * 2;
     for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < totalVecs;
          idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int k = static_cast<int>(idx % vecs);
-        long long pixel = idx / vecs;
-        const int x = static_cast<int>(pixel % outW);
-        pixel /= outW;
-        const int y = static_cast<int>(pixel % outH);
-        const long long b = pixel / outH;
+        const auto [b, y, x, k] = nhwcVecIndex(idx, vecs, outW, outH);
         const long long src = ((b * height + y / 2) * width + x / 2) * vecs + k;
         *reinterpret_cast<Vec<T, VEC>*>(out + idx * VEC) = *reinterpret_cast<const Vec<T, VEC>*>(in + src * VEC);
     }

@@ -1,0 +1,42 @@
+// CudaSettings: every environment setting that changes the CUDA backend's numerical path or
+// its timed choices, read once (when a backend is made) and recorded in each RunRecord
+// (tuning.settings). Diagnostics:
+//  TESSERA_CUDNN_FIND=0             cuDNN heuristics instead of benchmarks for legacy algorithms
+//  TESSERA_CUDNN_API=legacy         the legacy cuDNN path everywhere (no graph-API plans)
+//  TESSERA_CUDNN_FUSE=0             conv epilogues never fused into a cuDNN plan
+//  TESSERA_CUDNN_RUNTIME_FUSION=1   fused plans may use engines compiled at prepare (NVRTC)
+//  TESSERA_CUDA_BETA=1              accumulate onto a bias-initialised output (beta = 1)
+//  TESSERA_CUDA_SYNC=op             synchronise after every layer
+//  TESSERA_CUDA_STREAM=nonblocking  the stream does not order against the legacy default stream
+//  TESSERA_CUDA_ATTENTION_MIB=N     float32 attention scores of one pass within N MiB (default 256):
+//                                   larger score matrices are computed in blocks of query rows
+//                                   (kernels/AttentionPlan.h); a whole number from 1 to 1048576
+//  TESSERA_CUDA_FLASH=0|1|auto      fp16/bf16 attention: 0 the blocked path above everywhere; 1 the
+//                                   fused kernel (kernels/FlashAttention.cuh) wherever it applies;
+//                                   auto (default) whichever is faster per shape, timed at prepare
+//                                   and kept in the tuning cache
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+namespace tessera {
+
+inline constexpr std::size_t kAttentionScoreMiB = 256;   // float32 scores of one attention pass (AttentionPlan)
+inline constexpr std::size_t kMaxAttentionScoreMiB = 1u << 20;
+
+enum class FlashMode { Auto, Off, On };
+
+struct CudaSettings {
+    std::map<std::string, std::string> values;   // name -> value ("" = not set)
+    bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
+    bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
+    std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
+    FlashMode flash = FlashMode::Auto;
+
+    // Throws std::invalid_argument naming the variable for a value it cannot take.
+    static CudaSettings fromEnvironment();
+};
+
+}  // namespace tessera
