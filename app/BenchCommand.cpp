@@ -52,18 +52,7 @@ namespace tessera {
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitInvalid = 2;
-
-int parsePositive(const std::string& field, const std::string& text, int lo = 1) {
-    int value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end) fail(field, inQuotes(text) + " is not a whole number");
-    if (value < lo) fail(field, inQuotes(text) + " is not allowed; it must be at least " + std::to_string(lo));
-    return value;
-}
+int parsePositive(const std::string& field, const std::string& text, int lo = 1) { return parseCount(field, text, lo); }
 
 std::vector<std::string> splitList(const std::string& field, const std::string& text) {
     std::vector<std::string> items;
@@ -356,20 +345,14 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.given.insert("profile");
             continue;
         }
-        if (name.rfind("--", 0) != 0) fail("option", "unexpected argument " + inQuotes(name) + "; options start with --");
-        name = name.substr(2);
-        const auto eq = name.find('=');
-        if (eq != std::string::npos) {
-            value = name.substr(eq + 1);
-            name = name.substr(0, eq);
-        }
+        std::optional<OptionWord> word = splitOptionWord(name);
+        if (!word) fail("option", "unexpected argument " + inQuotes(name) + "; options start with --");
+        name = word->name;
         const auto known = kOptions.find(name);
         if (known == kOptions.end())
             fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli bench --help'");
-        if (eq == std::string::npos) {
-            if (i + 1 >= args.size()) fail(known->second, "option '--" + name + "' needs a value");
-            value = args[++i];
-        }
+        takeOptionValue(*word, args, i, known->second);
+        value = word->value;
         o.given.insert(known->second);
         if (name == "shape") {
             if (!isSdBenchShape(value) && value != "cifar" && value != "church")
@@ -635,7 +618,7 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
     row.peakMiB = std::max(full.deviceUsedMiB, remainder.deviceUsedMiB);
     row.device = gpu.info().device;
     const GraphStats stats = gpu.graphStats();
-    if (mode == GraphMode::Tile && stats.mode != "tile") row.graphs += ">off";
+    if (mode == GraphMode::Tile && effectiveGraphMode(stats) != GraphMode::Tile) row.graphs += ">off";
     if (!stats.fallbackReason.empty()) row.note += (row.note.empty() ? "" : "; ") + stats.fallbackReason;
     row.peakTflops = o.peakTflops ? o.peakTflops : denseTensorPeakTflops(row.device);
 }
@@ -742,8 +725,8 @@ void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<co
     RunConfig warm = config;
     if (options.warmupSteps > 0) warm.steps = std::min(options.steps, options.warmupSteps);
     const RunResult first = engine->run(warm, observer);
-    if (first.record.status != "finished")
-        throw std::runtime_error("warm-up run " + first.record.status + ": " + first.record.error);
+    if (first.record.status != RunStatus::Finished)
+        throw std::runtime_error("warm-up run " + std::string(toString(first.record.status)) + ": " + first.record.error);
     row.prepareS = first.record.prepareMs / 1000.0;
     row.firstRunS = (first.record.prepareMs + first.record.totalMs) / 1000.0;
     row.engine = "tessera-" + first.record.environment.backend;
@@ -754,8 +737,8 @@ void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<co
     RunRecord last;
     for (int r = 0; r < options.repeats; ++r) {
         RunResult result = engine->run(config, observer);
-        if (result.record.status != "finished")
-            throw std::runtime_error("run " + result.record.status + ": " + result.record.error);
+        if (result.record.status != RunStatus::Finished)
+            throw std::runtime_error("run " + std::string(toString(result.record.status)) + ": " + result.record.error);
         totals.push_back(result.record.totalMs);
         for (const auto& step : result.record.steps) {
             enqueue.push_back(step.hostEnqueueMs);
@@ -834,10 +817,11 @@ VaeBenchOptions parseVaeBenchOptions(const std::vector<std::string>& args) {
             o.encode = true;
             continue;
         }
-        if (arg.rfind("--", 0) != 0) fail("option", inQuotes(arg) + " is not an option; see tessera-cli bench --shape vae --help");
-        const std::string name = arg.substr(2);
-        if (i + 1 >= args.size()) fail(name, "needs a value");
-        const std::string& value = args[++i];
+        std::optional<OptionWord> word = splitOptionWord(arg);
+        if (!word) fail("option", inQuotes(arg) + " is not an option; see tessera-cli bench --shape vae --help");
+        takeOptionValue(*word, args, i, word->name);
+        const std::string& name = word->name;
+        const std::string& value = word->value;
         if (name == "shape") {
             if (value != "vae") fail("shape", inQuotes(value) + " is not vae");
         } else if (name == "size") {

@@ -181,29 +181,21 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
             options.help = true;
             continue;
         }
-        if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+        std::optional<OptionWord> word = splitOptionWord(arg);
+        if (!word) {
             positional.push_back(arg);
             continue;
         }
-        std::string name = arg.substr(2), value;
-        bool inlineValue = false;
-        if (const auto eq = name.find('='); eq != std::string::npos) {
-            value = name.substr(eq + 1);
-            name = name.substr(0, eq);
-            inlineValue = true;
-        }
+        const std::string& name = word->name;
         const auto spec = table.find(name);
         if (spec == table.end())
             fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli " +
                                std::string(toString(options.command)) + " --help'");
-        if (spec->second.takesValue && !inlineValue) {
-            if (i + 1 >= args.size()) fail(spec->second.field.empty() ? name : spec->second.field,
-                                           "option '--" + name + "' needs a value");
-            value = args[++i];
-        } else if (!spec->second.takesValue && inlineValue) {
+        if (spec->second.takesValue)
+            takeOptionValue(*word, args, i, spec->second.field.empty() ? name : spec->second.field);
+        else if (word->inlineValue)
             fail("option", "option '--" + name + "' takes no value");
-        }
-        given.emplace_back(name, value);
+        given.emplace_back(name, word->value);
     }
     if (options.help) return options;
 
@@ -337,6 +329,32 @@ std::string cliUsage(CliCommand command) {
             break;
     }
     return text + kRunOptions;
+}
+
+std::optional<OptionWord> splitOptionWord(const std::string& arg) {
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) return std::nullopt;
+    OptionWord word{arg.substr(2), "", false};
+    if (const auto eq = word.name.find('='); eq != std::string::npos) {
+        word.value = word.name.substr(eq + 1);
+        word.name.resize(eq);
+        word.inlineValue = true;
+    }
+    return word;
+}
+
+void takeOptionValue(OptionWord& word, const std::vector<std::string>& args, std::size_t& i, const std::string& field) {
+    if (word.inlineValue) return;
+    if (i + 1 >= args.size()) fail(field, "option '--" + word.name + "' needs a value");
+    word.value = args[++i];
+}
+
+int parseCount(const std::string& field, const std::string& text, int lo) {
+    int value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end) fail(field, inQuotes(text) + " is not a whole number");
+    if (value < lo) fail(field, inQuotes(text) + " is not allowed; it must be at least " + std::to_string(lo));
+    return value;
 }
 
 }  // namespace tessera

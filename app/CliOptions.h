@@ -61,6 +61,29 @@ RunConfig runSettingsFromJson(const nlohmann::json& json, std::string* tuningDig
 // the manifest records none.
 std::string tuningMismatchNote(const std::string& runDigest, const std::string& manifestDigest);
 
+// tessera-cli's exit codes (README): 0 success, 1 a failure while running, 2 invalid input.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitInvalid = 2;
+
+// A command-line word that is an option, "--name" or "--name=value", split: the name without
+// the dashes, and the value after '=' (inlineValue true) if there is one. nullopt for any other
+// word: a positional one, or "--" alone.
+struct OptionWord {
+    std::string name;
+    std::string value;
+    bool inlineValue = false;
+};
+std::optional<OptionWord> splitOptionWord(const std::string& arg);
+// For an option that takes a value: keeps an inline one, else takes the next word of `args`
+// (advancing i). At the end of the line throws ValidationError on `field`:
+// "option '--name' needs a value".
+void takeOptionValue(OptionWord& word, const std::vector<std::string>& args, std::size_t& i, const std::string& field);
+
+// A whole number of at least `lo` given for option `field` (--repeats 5); throws ValidationError
+// on `field` ("'x' is not a whole number", "... it must be at least 1").
+int parseCount(const std::string& field, const std::string& text, int lo);
+
 // Usage text for a subcommand (Help: the overview).
 std::string cliUsage(CliCommand command);
 

@@ -35,20 +35,8 @@ namespace tessera {
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitInvalid = 2;
 
 constexpr const char* kTimingNote = "RunRecord.totalMs, the sampling wall time (prepare excluded)";
-
-int parseCount(const std::string& field, const std::string& text, int lo) {
-    int value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end) fail(field, inQuotes(text) + " is not a whole number");
-    if (value < lo) fail(field, inQuotes(text) + " is not allowed; it must be at least " + std::to_string(lo));
-    return value;
-}
 
 // "batch=8,graphs=tile" -> (batch, 8), (graphs, tile). A piece without '=' continues the
 // previous value, so a label or a path may hold commas ("label=a,b").
@@ -372,22 +360,15 @@ CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
             o.help = true;
             continue;
         }
-        if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+        std::optional<OptionWord> word = splitOptionWord(arg);
+        if (!word) {
             o.configFiles.push_back(arg);
             continue;
         }
-        std::string name = arg.substr(2), value;
-        bool inlineValue = false;
-        if (const auto eq = name.find('='); eq != std::string::npos) {
-            value = name.substr(eq + 1);
-            name = name.substr(0, eq);
-            inlineValue = true;
-        }
+        const std::string& name = word->name;
         if (name == "a" || name == "b" || name == "repeats" || name == "warmup" || name == "csv" || name == "json") {
-            if (!inlineValue) {
-                if (i + 1 >= args.size()) fail(name, "option '--" + name + "' needs a value");
-                value = args[++i];
-            }
+            takeOptionValue(*word, args, i, name);
+            const std::string& value = word->value;
             if (name == "a") addOverrides(name, value, o.overridesA);
             else if (name == "b") addOverrides(name, value, o.overridesB);
             else if (name == "repeats") o.repeats = parseCount(name, value, 1);
@@ -403,9 +384,9 @@ CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
         if (!takesValue) fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli compare --help'");
         if (name == "out") fail("out", "compare writes no images; give --csv FILE or --json FILE for its results");
         o.runFlags.push_back(arg);
-        if (*takesValue && !inlineValue) {
-            if (i + 1 >= args.size()) fail(name, "option '--" + name + "' needs a value");
-            o.runFlags.push_back(args[++i]);
+        if (*takesValue && !word->inlineValue) {
+            takeOptionValue(*word, args, i, name);
+            o.runFlags.push_back(word->value);
         }
     }
     if (!o.help && !o.configFiles.empty() && o.configFiles.size() != 2) {
@@ -531,8 +512,8 @@ void runInterleaved(const CompareOptions& options, const std::vector<std::string
                 const InterruptCancels interrupt(engine);   // Ctrl-C: the run ends "cancelled", compare stops
                 result = engine.run(side->config, observer);
             }
-            if (result.record.status != "finished")
-                throw std::runtime_error(side->name + " run " + result.record.status +
+            if (result.record.status != RunStatus::Finished)
+                throw std::runtime_error(side->name + " run " + std::string(toString(result.record.status)) +
                                          (result.record.error.empty() ? "" : ": " + result.record.error));
             seconds[index++] = result.record.totalMs / 1000.0;
             for (const auto& m : result.record.messages) side->addNote(m);

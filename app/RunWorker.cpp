@@ -206,7 +206,7 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
         }
         finished.image = toQImage(result->image);
         finished.seamMap = heatmapToQImage(result->seamMap);
-        const bool completed = result->record.status == "finished";
+        const bool completed = result->record.status == RunStatus::Finished;
         finished.result = std::move(result);
         emit runFinished(runId, finished);
         return completed;

@@ -17,9 +17,6 @@ namespace tessera {
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitInvalid = 2;
 
 constexpr const char* kBundledVocabulary = "clip/bpe_simple_vocab_16e6.txt.gz";
 

@@ -43,9 +43,6 @@ using namespace tessera;
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitInvalid = 2;
 
 // Thrown for invalid input detected here rather than by the core (no default model, ...).
 struct InputError {
@@ -291,13 +288,13 @@ int cmdRender(const CliOptions& options) {
     const double seconds = record.totalMs / 1000.0;
     long long evaluations = 0;
     for (const auto& batch : record.batches) evaluations += static_cast<long long>(batch.tileIds.size());
-    std::cout << record.status << ": " << record.stepsRun << " steps in " << fixed(seconds, 2) << " s (prepare "
+    std::cout << toString(record.status) << ": " << record.stepsRun << " steps in " << fixed(seconds, 2) << " s (prepare "
               << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations << " tile evaluations, "
               << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
               << "image     " << base.string() << ".png\n"
               << "timings   " << base.string() << ".csv\n"
               << "manifest  " << base.string() << ".json\n";
-    return record.status == "cancelled" ? kExitFailure : kExitOk;
+    return record.status == RunStatus::Cancelled ? kExitFailure : kExitOk;
 }
 
 }  // namespace

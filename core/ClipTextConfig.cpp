@@ -70,8 +70,7 @@ void checkCrossKeys(const ClipTextConfig& c, const nlohmann::json& j) {
 }  // namespace
 
 ClipTextConfig clipTextConfigFromJson(const nlohmann::json& j) {
-    if (!j.is_object())
-        throw std::runtime_error("config.json: expected a JSON object, found " + std::string(j.type_name()));
+    requireObject(j);
     checkModelKind(j);
     ClipTextConfig c;
     for (const auto& [key, value] : j.items()) {

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/GraphBuilder.h"
+
 namespace tessera {
 
 namespace {
@@ -56,32 +58,21 @@ private:
     }
 
     int layerNorm(const std::string& prefix, int x, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = OpKind::LayerNorm;
-        op.name = prefix;
-        op.input = x;
+        GraphOp op = newOp(OpKind::LayerNorm, prefix, x);
         op.eps = c_.layerNormEps;
         op.params = {param(prefix + ".weight", {d_}), param(prefix + ".bias", {d_})};
         return g_.addOp(op, valueName);
     }
 
     int linear(const std::string& prefix, int x, std::vector<int> params, int out) {
-        GraphOp op;
-        op.kind = OpKind::Linear;
-        op.name = prefix;
-        op.input = x;
+        GraphOp op = newOp(OpKind::Linear, prefix, x);
         op.channels = out;
         op.params = std::move(params);
         return g_.addOp(op);
     }
 
     int add(int a, int b, const std::string& name, const std::string& valueName = {}) {
-        GraphOp op;
-        op.kind = OpKind::Add;
-        op.name = name;
-        op.input = a;
-        op.input2 = b;
-        return g_.addOp(op, valueName);
+        return g_.addOp(newOp(OpKind::Add, name, a, b), valueName);
     }
 
     // CLIPEncoderLayer (spec §3.2 step 3), parameters declared in its state-dict order:

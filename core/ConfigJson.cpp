@@ -1,5 +1,6 @@
 #include "core/ConfigJson.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -9,8 +10,10 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "core/BoundedInput.h"
+#include "core/ModelConfig.h"
 
 namespace tessera::config_json {
 
@@ -65,6 +68,72 @@ std::string stripUNetRes(std::string name) {
     constexpr std::string_view prefix = "UNetRes";
     if (name.rfind(prefix, 0) == 0) name.erase(0, prefix.size());
     return name;
+}
+
+std::vector<std::size_t> readBlockNames(const nlohmann::json& value, const std::string& key, const LevelLimit& limit,
+                                        const std::vector<const char*>& allowed) {
+    requireLevelArray(value, key, "block names", limit);
+    std::string names;
+    for (const char* name : allowed) names += (names.empty() ? "" : " or ") + std::string(name);
+    if (allowed.size() == 1) names = "only " + names;
+    std::vector<std::size_t> blocks;
+    for (const auto& item : value) {
+        const std::string name = stripUNetRes(readString(item, key));
+        const auto it = std::find_if(allowed.begin(), allowed.end(), [&name](const char* a) { return name == a; });
+        if (it == allowed.end()) reject(key, value, "'" + excerpt(name) + "' is not supported (" + names + ")");
+        blocks.push_back(static_cast<std::size_t>(it - allowed.begin()));
+    }
+    return blocks;
+}
+
+std::vector<int> readChannelList(const nlohmann::json& value, const std::string& key, const LevelLimit& limit,
+                                 const IntRange& range) {
+    requireLevelArray(value, key, "channel counts", limit);
+    std::vector<int> channels;
+    for (const auto& item : value) channels.push_back(readInt(item, key, range));
+    return channels;
+}
+
+void requireSilu(const nlohmann::json& value, const std::string& key) {
+    const std::string act = readString(value, key);
+    if (act != "silu" && act != "swish") reject(key, value, "only \"silu\" (or \"swish\") is supported");
+}
+
+void requireObject(const nlohmann::json& config) {
+    if (!config.is_object())
+        throw std::runtime_error("config.json: expected a JSON object, found " + std::string(config.type_name()));
+}
+
+nlohmann::json given(const nlohmann::json& config, const char* key) {
+    return config.contains(key) ? config.at(key) : nlohmann::json();
+}
+
+void requireLevelCount(const nlohmann::json& config, const char* key, std::size_t count, std::size_t levels) {
+    if (count != levels)
+        reject(key, given(config, key),
+               "has " + std::to_string(count) + " entries but block_out_channels has " + std::to_string(levels));
+}
+
+void requireGroupsDivide(int groups, const std::vector<int>& blockOutChannels) {
+    for (const int channels : blockOutChannels)
+        if (channels % groups != 0)
+            reject("norm_num_groups", groups, "does not divide block_out_channels entry " + std::to_string(channels));
+}
+
+void requireFreqShiftBelowHalf(int freqShift, int firstChannels) {
+    if (freqShift > 0 && firstChannels / 2 <= freqShift)
+        reject("freq_shift", freqShift, "must be less than block_out_channels[0] / 2 = " + std::to_string(firstChannels / 2));
+}
+
+void requireSampleSizeDivisible(const nlohmann::json& value, int height, int width, int factor) {
+    if (height % factor != 0 || width % factor != 0)
+        reject("sample_size", value, "must be divisible by " + std::to_string(factor) + " (2^(levels-1))");
+}
+
+void warnUnknownKeys(const std::vector<std::string>& keys) {
+    if (!keys.empty())
+        spdlog::warn("config.json: ignoring {} unknown key{}: {}", keys.size(), keys.size() == 1 ? "" : "s",
+                     excerptList(keys));
 }
 
 std::set<std::string> forcedDefaults(const nlohmann::json& j) {

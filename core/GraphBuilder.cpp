@@ -18,20 +18,21 @@ std::vector<int> GraphBuilder::declareConv(const std::string& prefix, int cin, i
     return declare(prefix, {{cout, cin, kernel, kernel}, {cout}}, {".weight", ".bias"});
 }
 
-int GraphBuilder::simple(OpKind kind, int x, int x2, const std::string& name, const std::string& valueName) {
+GraphOp newOp(OpKind kind, std::string name, int input, int input2) {
     GraphOp op;
     op.kind = kind;
-    op.name = name;
-    op.input = x;
-    op.input2 = x2;
-    return g_.addOp(std::move(op), valueName);
+    op.name = std::move(name);
+    op.input = input;
+    op.input2 = input2;
+    return op;
+}
+
+int GraphBuilder::simple(OpKind kind, int x, int x2, const std::string& name, const std::string& valueName) {
+    return g_.addOp(newOp(kind, name, x, x2), valueName);
 }
 
 int GraphBuilder::affine(int x, float scale, float shift, const std::string& name, const std::string& valueName) {
-    GraphOp op;
-    op.kind = OpKind::Affine;
-    op.name = name;
-    op.input = x;
+    GraphOp op = newOp(OpKind::Affine, name, x);
     op.scale = scale;
     op.shift = shift;
     return g_.addOp(std::move(op), valueName);
@@ -47,10 +48,7 @@ int GraphBuilder::groupNorm(const std::string& prefix, int x, int groups, float 
     if (groups <= 0 || ch % groups != 0)
         throw std::invalid_argument(std::string(key) + ": " + std::to_string(groups) + " does not divide " +
                                     std::to_string(ch) + " channels of " + prefix);
-    GraphOp op;
-    op.kind = OpKind::GroupNorm;
-    op.name = prefix;
-    op.input = x;
+    GraphOp op = newOp(OpKind::GroupNorm, prefix, x);
     op.groups = groups;
     op.eps = eps;
     op.params = declare(prefix, {{ch}, {ch}}, {".weight", ".bias"});
@@ -59,10 +57,7 @@ int GraphBuilder::groupNorm(const std::string& prefix, int x, int groups, float 
 
 int GraphBuilder::conv(const std::string& prefix, int x, int cout, int kernel, int stride, int padBegin, int padEnd,
                        std::vector<int> params, const std::string& valueName) {
-    GraphOp op;
-    op.kind = OpKind::Conv;
-    op.name = prefix;
-    op.input = x;
+    GraphOp op = newOp(OpKind::Conv, prefix, x);
     op.channels = cout;
     op.kernel = kernel;
     op.stride = stride;
@@ -73,10 +68,7 @@ int GraphBuilder::conv(const std::string& prefix, int x, int cout, int kernel, i
 }
 
 int GraphBuilder::linear(const std::string& prefix, int x, int out) {
-    GraphOp op;
-    op.kind = OpKind::Linear;
-    op.name = prefix;
-    op.input = x;
+    GraphOp op = newOp(OpKind::Linear, prefix, x);
     op.channels = out;
     op.params = declare(prefix, {{out, channels(x)}, {out}}, {".weight", ".bias"});
     return g_.addOp(std::move(op));
@@ -86,10 +78,7 @@ int GraphBuilder::attentionBlock(const std::string& prefix, int x, int groups, f
                                  const char* groupsKey) {
     const int ch = channels(x);
     const int h = groups > 0 ? groupNorm(prefix + ".group_norm", x, groups, eps, groupsKey) : x;
-    GraphOp op;
-    op.kind = OpKind::Attention;
-    op.name = prefix;
-    op.input = h;
+    GraphOp op = newOp(OpKind::Attention, prefix, h);
     op.heads = heads;
     for (const char* layer : {".to_q", ".to_k", ".to_v", ".to_out.0"})
         for (int id : declare(prefix + layer, {{ch, ch}, {ch}}, {".weight", ".bias"})) op.params.push_back(id);

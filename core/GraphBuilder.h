@@ -18,6 +18,10 @@ namespace tessera {
 // "down_blocks." + "" + 1, ".resnets." ...: module paths.
 std::string indexed(const std::string& prefix, const char* part, int i);
 
+// An op of `kind` named `name` reading value `input` (and `input2`): what every builder starts
+// from before setting the kind's own fields and adding it.
+GraphOp newOp(OpKind kind, std::string name, int input, int input2 = -1);
+
 class GraphBuilder {
 public:
     // diffusers ResnetBlock2D (shared/spec/unet2d.md §2.5) as the families configure it.

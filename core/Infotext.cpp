@@ -87,6 +87,48 @@ InfotextExtras infotextExtras(const RunRecord& record) {
     return extras;
 }
 
+const std::vector<InfotextCoverage>& infotextCoverage() {
+    // In the order of infotext() below; then the settings it leaves out.
+    static const std::vector<InfotextCoverage> coverage{
+        {"prompt", "Prompt", ""},  // the first lines, not a key
+        {"negative_prompt", "Negative prompt", ""},
+        {"steps", "Steps", ""},
+        {"scheduler", "Sampler", ""},
+        {"cfg", "CFG scale", ""},
+        {"seed", "Seed", ""},
+        {"width", "Size", ""},
+        {"height", "Size", ""},
+        {"model", "Model", ""},
+        {"strength", "Denoising strength", ""},
+        {"clip_skip", "Clip skip", ""},
+        {"tile", "Tile", ""},
+        {"overlap", "Overlap", ""},
+        {"window", "Window", ""},
+        {"fusion", "Fusion", ""},
+        {"batch", "Batch", ""},
+        {"graphs", "Graphs", ""},
+        {"precision", "Precision", ""},
+        {"backend", "Backend", ""},
+        {"upscale", "Upscale", ""},
+        {"preserve_color", "Preserve color", ""},
+        {"sdxl_size_conditioning", "SDXL size conditioning", ""},
+        {"vae_tiling", "VAE tiling", ""},
+        {"eta", "Eta DDIM", ""},
+        {"timestep_spacing", "", "A1111 has no key for it (its samplers fix the spacing); the manifest keeps it"},
+        {"scheduler_options", "", "diffusers' scheduler settings: A1111 has no keys for them beyond Schedule type "
+                                  "and Eta DDIM; the manifest keeps them"},
+        {"init", "", "a path on this machine; Denoising strength says the run started from an image"},
+        {"graph_warmup", "", "CUDA graph bookkeeping; the image does not depend on it"},
+        {"graph_cache", "", "CUDA graph bookkeeping; the image does not depend on it"},
+        {"lanes", "", "how many tile batches run at once; the image does not depend on it"},
+        {"threads", "", "CPU threads; the image does not depend on them"},
+        {"preview_every", "", "how often the window shows a preview; the image does not depend on it"},
+        {"label", "", "the run's name in the history, not a generation setting"},
+        {"tuning_cache", "", "a path on this machine; the manifest records the tuning digest"},
+    };
+    return coverage;
+}
+
 std::string quoteInfotextValue(std::string_view text) {
     if (text.find_first_of(",\n:") == std::string_view::npos) return std::string(text);
     // nlohmann's escaping is Python's json.dumps(ensure_ascii=False): \" \\ \b \f \n \r \t, other

@@ -53,6 +53,20 @@ InfotextExtras infotextExtras(const RunRecord& record);
 // literal (A1111's quote); the whole text is stripped of surrounding white space.
 std::string infotext(const RunConfig& config, const InfotextExtras& extras);
 
+// How each RunConfig setting (core/RunConfigFields.h, by field name) stands in the infotext:
+// the key that carries it, or why it is not written. The infotext keeps its own list rather
+// than a column of the field table because its keys, their order and their conditions are
+// A1111's fixed external format (create_infotext), and several settings share one key (width
+// and height in "Size", scheduler and its options in "Sampler"/"Schedule type"). Every field of
+// the table has exactly one entry here (tst_infotext checks it), so a new setting needs a
+// decision: an infotext key, or a reason it is left out.
+struct InfotextCoverage {
+    std::string_view field;       // RunConfigField::name
+    std::string_view key;         // the infotext key ("Size", "Tile"); "" when not written
+    std::string_view notWritten;  // why it is left out; "" when written
+};
+const std::vector<InfotextCoverage>& infotextCoverage();
+
 // Python's json.dumps(text, ensure_ascii=False) when `text` holds ',', '\n' or ':', else `text`.
 std::string quoteInfotextValue(std::string_view text);
 

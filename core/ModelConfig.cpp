@@ -38,30 +38,6 @@ constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published 
 constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
 
-std::vector<DownBlockType> readDownBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names", kLevels);
-    std::vector<DownBlockType> blocks;
-    for (const auto& item : value) {
-        const std::string name = stripUNetRes(readString(item, key));
-        if (name == "DownBlock2D") blocks.push_back(DownBlockType::Down);
-        else if (name == "AttnDownBlock2D") blocks.push_back(DownBlockType::AttnDown);
-        else reject(key, value, "'" + excerpt(item.get<std::string>()) + "' is not supported (DownBlock2D or AttnDownBlock2D)");
-    }
-    return blocks;
-}
-
-std::vector<UpBlockType> readUpBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names", kLevels);
-    std::vector<UpBlockType> blocks;
-    for (const auto& item : value) {
-        const std::string name = stripUNetRes(readString(item, key));
-        if (name == "UpBlock2D") blocks.push_back(UpBlockType::Up);
-        else if (name == "AttnUpBlock2D") blocks.push_back(UpBlockType::AttnUp);
-        else reject(key, value, "'" + excerpt(item.get<std::string>()) + "' is not supported (UpBlock2D or AttnUpBlock2D)");
-    }
-    return blocks;
-}
-
 // Keys of UNet2DModel.__init__ (spec §1 table).
 const std::set<std::string, std::less<>> kModelKeys{
     "sample_size",       "in_channels",         "out_channels",         "center_input_sample",
@@ -100,17 +76,18 @@ void readKey(ModelConfig& c, KeyState& s, const std::string& key, const nlohmann
     } else if (key == "time_embedding_dim") c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
     else if (key == "freq_shift") c.freqShift = readInt(value, key, kFreqShift);
     else if (key == "flip_sin_to_cos") c.flipSinToCos = readBool(value, key);
-    else if (key == "down_block_types") c.downBlocks = readDownBlocks(value, key);
-    else if (key == "up_block_types") c.upBlocks = readUpBlocks(value, key);
+    else if (key == "down_block_types")
+        c.downBlocks = readBlocks<DownBlockType>(
+            value, key, kLevels, {{"DownBlock2D", DownBlockType::Down}, {"AttnDownBlock2D", DownBlockType::AttnDown}});
+    else if (key == "up_block_types")
+        c.upBlocks = readBlocks<UpBlockType>(value, key, kLevels,
+                                             {{"UpBlock2D", UpBlockType::Up}, {"AttnUpBlock2D", UpBlockType::AttnUp}});
     else if (key == "mid_block_type") {
         if (value.is_null()) c.hasMidBlock = false;
         else if (readString(value, key) == "UNetMidBlock2D") c.hasMidBlock = true;
         else reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
-    } else if (key == "block_out_channels") {
-        requireLevelArray(value, key, "channel counts", kLevels);
-        c.blockOutChannels.clear();
-        for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
-    } else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
+    } else if (key == "block_out_channels") c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
+    else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
     else if (key == "mid_block_scale_factor")
         c.midBlockScaleFactor = static_cast<float>(
             readNumber(value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
@@ -118,10 +95,8 @@ void readKey(ModelConfig& c, KeyState& s, const std::string& key, const nlohmann
     else if (key == "downsample_type") s.downsampleType = readString(value, key);
     else if (key == "upsample_type") s.upsampleType = readString(value, key);
     else if (key == "dropout") (void)readNumber(value, key, 0.0, 1.0, "a probability; identity at inference");
-    else if (key == "act_fn") {
-        const std::string act = readString(value, key);
-        if (act != "silu" && act != "swish") reject(key, value, "only \"silu\" (or \"swish\") is supported");
-    } else if (key == "attention_head_dim") c.attentionHeadDim = readOptionalInt(value, key, kHeadDim);
+    else if (key == "act_fn") requireSilu(value, key);
+    else if (key == "attention_head_dim") c.attentionHeadDim = readOptionalInt(value, key, kHeadDim);
     else if (key == "norm_num_groups") c.normNumGroups = readInt(value, key, kGroups);
     else if (key == "attn_norm_num_groups") c.attnNormNumGroups = readOptionalInt(value, key, kGroups);
     else if (key == "norm_eps")
@@ -142,15 +117,8 @@ void readKey(ModelConfig& c, KeyState& s, const std::string& key, const nlohmann
 // Checks between keys (diffusers raises on the block counts when building the model).
 void checkCrossKeys(ModelConfig& c, const KeyState& s, const nlohmann::json& j) {
     const int levels = c.levels();
-    auto given = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
-    if (static_cast<int>(c.downBlocks.size()) != levels)
-        reject("down_block_types", given("down_block_types"),
-               "has " + std::to_string(c.downBlocks.size()) + " entries but block_out_channels has " +
-                   std::to_string(levels));
-    if (static_cast<int>(c.upBlocks.size()) != levels)
-        reject("up_block_types", given("up_block_types"),
-               "has " + std::to_string(c.upBlocks.size()) + " entries but block_out_channels has " +
-                   std::to_string(levels));
+    requireLevelCount(j, "down_block_types", c.downBlocks.size(), c.blockOutChannels.size());
+    requireLevelCount(j, "up_block_types", c.upBlocks.size(), c.blockOutChannels.size());
     bool downAttention = false;
     bool upAttention = false;
     for (const auto b : c.downBlocks) downAttention |= b == DownBlockType::AttnDown;
@@ -161,11 +129,7 @@ void checkCrossKeys(ModelConfig& c, const KeyState& s, const nlohmann::json& j) 
     if (s.upsampleType != "conv" && !(s.upsampleType == "resnet" && !upAttention))
         reject("upsample_type", s.upsampleType,
                s.upsampleType == "resnet" ? "resnet upsamplers are not supported" : "expected \"conv\"");
-    // Every GroupNorm normalises a sum of block channel counts, so this covers them all.
-    for (const int channels : c.blockOutChannels)
-        if (channels % c.normNumGroups != 0)
-            reject("norm_num_groups", c.normNumGroups,
-                   "does not divide block_out_channels entry " + std::to_string(channels));
+    requireGroupsDivide(c.normNumGroups, c.blockOutChannels);
     if (c.attnNormNumGroups && c.hasMidBlock && c.addAttention && c.blockOutChannels.back() % *c.attnNormNumGroups != 0)
         reject("attn_norm_num_groups", *c.attnNormNumGroups,
                "does not divide the mid-block channels " + std::to_string(c.blockOutChannels.back()));
@@ -180,15 +144,10 @@ void checkCrossKeys(ModelConfig& c, const KeyState& s, const nlohmann::json& j) 
                        "does not divide the attention channels " + std::to_string(channels));
         }
     }
-    // The sinusoidal embedding divides by (block_out_channels[0] / 2 - freq_shift).
-    if (c.freqShift > 0 && c.blockOutChannels.front() / 2 <= c.freqShift)
-        reject("freq_shift", c.freqShift,
-               "must be less than block_out_channels[0] / 2 = " + std::to_string(c.blockOutChannels.front() / 2));
+    requireFreqShiftBelowHalf(c.freqShift, c.blockOutChannels.front());
     if (s.sampleSize) {
         const auto [h, w] = *s.sampleSize;
-        if (h % c.downsampleFactor() != 0 || w % c.downsampleFactor() != 0)
-            reject("sample_size", j.at("sample_size"),
-                   "must be divisible by " + std::to_string(c.downsampleFactor()) + " (2^(levels-1))");
+        requireSampleSizeDivisible(j.at("sample_size"), h, w, c.downsampleFactor());
         if (h != w) spdlog::warn("config.json: sample_size [{}, {}] is not square; using the height {}", h, w, h);
         c.sampleSize = h;
     }
@@ -205,7 +164,7 @@ std::string excerptList(const std::vector<std::string>& names, std::size_t maxSh
 }
 
 ModelConfig modelConfigFromJson(const nlohmann::json& j) {
-    if (!j.is_object()) throw std::runtime_error("config.json: expected a JSON object, found " + std::string(j.type_name()));
+    requireObject(j);
     ModelConfig c;
     KeyState state;
     const std::set<std::string> defaults = forcedDefaults(j);
@@ -216,9 +175,7 @@ ModelConfig modelConfigFromJson(const nlohmann::json& j) {
         else readKey(c, state, key, value);
     }
     checkCrossKeys(c, state, j);
-    if (!state.unknownKeys.empty())
-        spdlog::warn("config.json: ignoring {} unknown key{}: {}", state.unknownKeys.size(),
-                     state.unknownKeys.size() == 1 ? "" : "s", excerptList(state.unknownKeys));
+    warnUnknownKeys(state.unknownKeys);
     return c;
 }
 

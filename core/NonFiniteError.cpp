@@ -44,7 +44,7 @@ std::string nonFiniteMessage(const NonFiniteSite& s) {
 
 NonFiniteError::NonFiniteError(const NonFiniteSite& site, RunRecord record)
     : std::runtime_error(nonFiniteMessage(site)), site_(site) {
-    record.status = "failed";
+    record.status = RunStatus::Failed;
     record.error = what();
     record_ = std::make_shared<const RunRecord>(std::move(record));
 }

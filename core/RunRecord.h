@@ -4,12 +4,21 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/RunConfig.h"
 
 namespace tessera {
+
+// How a run ended. The manifest, the CLI's summary line and the history keep the names
+// "finished", "cancelled", "failed" (toString / parseRunStatus, core/RunRecord.cpp).
+enum class RunStatus { Finished, Cancelled, Failed };
+std::string_view toString(RunStatus);
+// nullopt for any other text (a manifest from elsewhere; the reader names it).
+std::optional<RunStatus> parseRunStatus(std::string_view);
 
 struct TileBatchTiming {
     int step = 0;              // 0-based step index
@@ -54,7 +63,9 @@ struct GraphEntryStats {
 };
 
 struct GraphStats {
-    std::string mode = "off";  // effective mode ("off" after a fallback)
+    // The effective mode as its RunConfig name ("off" after a fallback): the CUDA backend and
+    // the manifest write it as text; compare it through effectiveGraphMode.
+    std::string mode = "off";
     std::string fallbackReason;  // why capture failed, empty when it did not
     // This run's share of the engine's graph cache (which lives across runs).
     int captures = 0, hits = 0, misses = 0, evictions = 0, updates = 0, instantiations = 0;
@@ -69,6 +80,10 @@ struct GraphStats {
     double updateMs = 0;       // summed over this run's cudaGraphExecUpdate calls
     std::vector<GraphEntryStats> used{};    // the graphs this run launched
 };
+
+// GraphStats::mode as a GraphMode; nullopt for a name this build does not know (a manifest from
+// elsewhere).
+std::optional<GraphMode> effectiveGraphMode(const GraphStats& stats);
 
 struct EnvironmentInfo {
     std::string tesseraVersion;
@@ -116,7 +131,7 @@ struct RunRecord {
     double prepareMs = 0;              // load + prepare (+ capture for the first run)
     double totalMs = 0;                // sampling wall time, prepare excluded
     double peakDeviceMiB = -1;
-    std::string status = "finished";   // finished / cancelled / failed
+    RunStatus status = RunStatus::Finished;
     std::string error;                 // for failed
     std::string imageSha256;           // of the 8-bit RGB image, row-major
     // How visible the tile borders are in the finished image (core/SeamScore.h): 1.0 = not at

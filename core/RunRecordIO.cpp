@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <optional>
 #include <random>
 #include <stdexcept>
 
@@ -64,6 +65,11 @@ public:
         if constexpr (std::is_same_v<T, std::string>) {
             if (!it->is_string()) fail(where, "a string");
             out = it->template get<std::string>();
+        } else if constexpr (std::is_same_v<T, RunStatus>) {
+            const std::optional<RunStatus> status = it->is_string() ? parseRunStatus(it->template get<std::string>())
+                                                                    : std::nullopt;
+            if (!status) fail(where, "\"finished\", \"cancelled\" or \"failed\"");
+            out = *status;
         } else if constexpr (std::is_same_v<T, bool>) {
             if (!it->is_boolean()) fail(where, "true or false");
             out = it->template get<bool>();
@@ -175,7 +181,7 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["schema_version"] = RunRecord::kSchemaVersion;
     j["run_id"] = r.runId;
     j["started_at"] = r.startedAt;
-    j["status"] = r.status;
+    j["status"] = std::string(toString(r.status));
     j["error"] = r.error;
     j["config"] = toJson(r.config);
     j["model_name"] = r.modelName;

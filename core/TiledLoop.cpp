@@ -101,7 +101,7 @@ void recordWhatRan(RunRecord& record, const DevicePlan& plan) {
 void describeImage(RunResult& result, const RunConfig& config) {
     RunRecord& record = result.record;
     record.imageSha256 = imageSha256(toRgb8(result.image));
-    if (record.status != "finished") return;
+    if (record.status != RunStatus::Finished) return;
     const SeamScore seams = seamScore(result.image, TilePlan::fromConfig(config));
     record.seamScore = seams.score;
     record.seamWorst = seams.worst;
@@ -504,7 +504,7 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     job.modelHash = model->weightsSha256();
     job.init = hasInitImage() ? &init_ : nullptr;
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
-    if (job.init && config.preserveColor && result.record.status == "finished") matchColour(result.image, init_);
+    if (job.init && config.preserveColor && result.record.status == RunStatus::Finished) matchColour(result.image, init_);
     describeImage(result, config);
     return result;
 }
@@ -563,7 +563,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     }
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     RunRecord& record = result.record;
-    if (record.status == "finished") {
+    if (record.status == RunStatus::Finished) {
         const auto decodeStart = Clock::now();
         std::string how;
         result.latents = result.image;
@@ -665,7 +665,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     record.totalMs = msSince(runStart);
     device.finishRun(record);
     result.image = ImageTensor{C, canvas.height, canvas.width, device.readCanvas()};
-    record.status = finished ? "finished" : "cancelled";
+    record.status = finished ? RunStatus::Finished : RunStatus::Cancelled;
     if (finished && startStep < config.steps)
         result.seamMap = seamMapFrom(C, canvas.height, canvas.width, device.readSeams());
     return result;

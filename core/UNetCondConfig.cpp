@@ -80,30 +80,6 @@ const std::vector<FixedKey>& fixedKeys() {
 // Keys read elsewhere, or harmless: only used by embeddings the fixed keys above keep off.
 const std::set<std::string, std::less<>> kIgnoredKeys{"addition_embed_type_num_heads", "dropout"};
 
-std::vector<CondDownBlock> readDownBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names", kLevels);
-    std::vector<CondDownBlock> blocks;
-    for (const auto& item : value) {
-        const std::string name = stripUNetRes(readString(item, key));
-        if (name == "DownBlock2D") blocks.push_back(CondDownBlock::Down);
-        else if (name == "CrossAttnDownBlock2D") blocks.push_back(CondDownBlock::CrossAttnDown);
-        else reject(key, value, "'" + excerpt(name) + "' is not supported (DownBlock2D or CrossAttnDownBlock2D)");
-    }
-    return blocks;
-}
-
-std::vector<CondUpBlock> readUpBlocks(const nlohmann::json& value, const std::string& key) {
-    requireLevelArray(value, key, "block names", kLevels);
-    std::vector<CondUpBlock> blocks;
-    for (const auto& item : value) {
-        const std::string name = stripUNetRes(readString(item, key));
-        if (name == "UpBlock2D") blocks.push_back(CondUpBlock::Up);
-        else if (name == "CrossAttnUpBlock2D") blocks.push_back(CondUpBlock::CrossAttnUp);
-        else reject(key, value, "'" + excerpt(name) + "' is not supported (UpBlock2D or CrossAttnUpBlock2D)");
-    }
-    return blocks;
-}
-
 // An integer, or a per-level list of integers (expanded to the level count later).
 std::vector<int> readIntOrList(const nlohmann::json& value, const std::string& key, const IntRange& range) {
     if (!value.is_array()) return {readInt(value, key, range)};
@@ -123,17 +99,19 @@ bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& va
     else if (key == "center_input_sample") c.centerInputSample = readBool(value, key);
     else if (key == "flip_sin_to_cos") c.flipSinToCos = readBool(value, key);
     else if (key == "freq_shift") c.freqShift = readInt(value, key, kFreqShift);
-    else if (key == "down_block_types") c.downBlocks = readDownBlocks(value, key);
-    else if (key == "up_block_types") c.upBlocks = readUpBlocks(value, key);
+    else if (key == "down_block_types")
+        c.downBlocks = readBlocks<CondDownBlock>(value, key, kLevels,
+                                                 {{"DownBlock2D", CondDownBlock::Down},
+                                                  {"CrossAttnDownBlock2D", CondDownBlock::CrossAttnDown}});
+    else if (key == "up_block_types")
+        c.upBlocks = readBlocks<CondUpBlock>(
+            value, key, kLevels, {{"UpBlock2D", CondUpBlock::Up}, {"CrossAttnUpBlock2D", CondUpBlock::CrossAttnUp}});
     else if (key == "mid_block_type") {
         if (value.is_null()) c.hasMidBlock = false;
         else if (readString(value, key) == "UNetMidBlock2DCrossAttn") c.hasMidBlock = true;
         else reject(key, value, "only \"UNetMidBlock2DCrossAttn\" or null is supported");
-    } else if (key == "block_out_channels") {
-        requireLevelArray(value, key, "channel counts", kLevels);
-        c.blockOutChannels.clear();
-        for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
-    } else if (key == "layers_per_block") {
+    } else if (key == "block_out_channels") c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
+    else if (key == "layers_per_block") {
         if (value.is_array()) reject(key, value, "a per-block list is not supported; expected one integer");
         c.layersPerBlock = readInt(value, key, kLayersPerBlock);
     } else if (key == "downsample_padding") c.downsamplePadding = readInt(value, key, kDownsamplePadding);
@@ -204,23 +182,14 @@ void checkTextTime(UNetCondConfig& c, const nlohmann::json& j) {
 // Checks between keys (diffusers raises on these when building the model).
 void checkCrossKeys(UNetCondConfig& c, const nlohmann::json& j) {
     const int levels = c.levels();
-    auto given = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
-    if (static_cast<int>(c.downBlocks.size()) != levels)
-        reject("down_block_types", given("down_block_types"),
-               "has " + std::to_string(c.downBlocks.size()) + " entries but block_out_channels has " +
-                   std::to_string(levels));
-    if (static_cast<int>(c.upBlocks.size()) != levels)
-        reject("up_block_types", given("up_block_types"),
-               "has " + std::to_string(c.upBlocks.size()) + " entries but block_out_channels has " +
-                   std::to_string(levels));
+    requireLevelCount(j, "down_block_types", c.downBlocks.size(), c.blockOutChannels.size());
+    requireLevelCount(j, "up_block_types", c.upBlocks.size(), c.blockOutChannels.size());
     // A default list of 4 entries applies to any level count when not given.
     if (!j.contains("attention_head_dim") && c.attentionHeads.size() == 4) c.attentionHeads.resize(1);
     if (!j.contains("transformer_layers_per_block") && c.transformerLayers.size() == 4) c.transformerLayers.resize(1);
     expandPerLevel(c.attentionHeads, levels, "attention_head_dim");
     expandPerLevel(c.transformerLayers, levels, "transformer_layers_per_block");
-    for (const int channels : c.blockOutChannels)
-        if (channels % c.normNumGroups != 0)
-            reject("norm_num_groups", c.normNumGroups, "does not divide block_out_channels entry " + std::to_string(channels));
+    requireGroupsDivide(c.normNumGroups, c.blockOutChannels);
     for (int i = 0; i < levels; ++i) {
         const auto at = static_cast<std::size_t>(i);
         const bool attends = c.downBlocks[at] == CondDownBlock::CrossAttnDown ||
@@ -228,23 +197,19 @@ void checkCrossKeys(UNetCondConfig& c, const nlohmann::json& j) {
                              (i == levels - 1 && c.hasMidBlock);
         const int channels = c.blockOutChannels[at];
         if (attends && channels % c.attentionHeads[at] != 0)
-            reject("attention_head_dim", given("attention_head_dim"),
+            reject("attention_head_dim", given(j, "attention_head_dim"),
                    std::to_string(c.attentionHeads[at]) + " heads (the entry for level " + std::to_string(i) +
                        ") do not divide its " + std::to_string(channels) + " channels");
     }
-    if (c.freqShift > 0 && c.blockOutChannels.front() / 2 <= c.freqShift)
-        reject("freq_shift", c.freqShift,
-               "must be less than block_out_channels[0] / 2 = " + std::to_string(c.blockOutChannels.front() / 2));
-    if (c.sampleSize > 0 && c.sampleSize % c.downsampleFactor() != 0)
-        reject("sample_size", given("sample_size"),
-               "must be divisible by " + std::to_string(c.downsampleFactor()) + " (2^(levels-1))");
+    requireFreqShiftBelowHalf(c.freqShift, c.blockOutChannels.front());
+    if (c.sampleSize > 0) requireSampleSizeDivisible(given(j, "sample_size"), c.sampleSize, c.sampleSize, c.downsampleFactor());
     checkTextTime(c, j);
 }
 
 }  // namespace
 
 UNetCondConfig unetCondConfigFromJson(const nlohmann::json& j) {
-    if (!j.is_object()) throw std::runtime_error("config.json: expected a JSON object, found " + std::string(j.type_name()));
+    requireObject(j);
     UNetCondConfig c;
     std::vector<std::string> unknown;
     const std::set<std::string> defaults = forcedDefaults(j);
@@ -266,9 +231,7 @@ UNetCondConfig unetCondConfigFromJson(const nlohmann::json& j) {
         if (std::find(it->allowed.begin(), it->allowed.end(), value) == it->allowed.end()) reject(key, value, it->why);
     }
     checkCrossKeys(c, j);
-    if (!unknown.empty())
-        spdlog::warn("config.json: ignoring {} unknown key{}: {}", unknown.size(), unknown.size() == 1 ? "" : "s",
-                     excerptList(unknown));
+    warnUnknownKeys(unknown);
     return c;
 }
 

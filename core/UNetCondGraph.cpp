@@ -42,10 +42,7 @@ private:
 
 // ToTokens / ToFeatureMap / LayerNorm (with its parameters) / GEGLU (its proj parameters).
 int UNetCondBuilder::tokenOp(OpKind kind, const std::string& name, int x, int channels) {
-    GraphOp op;
-    op.kind = kind;
-    op.name = name;
-    op.input = x;
+    GraphOp op = newOp(kind, name, x);
     op.channels = channels;
     const std::int64_t C = this->channels(x);
     if (kind == OpKind::LayerNorm) {
@@ -60,11 +57,7 @@ int UNetCondBuilder::tokenOp(OpKind kind, const std::string& name, int x, int ch
 // spec §2.4: to_q/to_k/to_v without bias, to_out.0 with; K, V from `context` (self: -1).
 int UNetCondBuilder::attention(const std::string& prefix, int x, int context, int heads) {
     const std::int64_t C = channels(x), kv = context >= 0 ? channels(context) : C;
-    GraphOp op;
-    op.kind = OpKind::Attention;
-    op.name = prefix;
-    op.input = x;
-    op.input2 = context;
+    GraphOp op = newOp(OpKind::Attention, prefix, x, context);
     op.heads = heads;
     op.qkvBias = false;
     op.params = declare(prefix, {{C, C}, {C, kv}, {C, kv}, {C, C}, {C}},

@@ -49,10 +49,7 @@ UNetCondModel UNetCondModel::load(const std::string& dir) {
     } catch (const ModelError& e) {
         throw ModelError(shown + ": " + withoutPrefix(e.what(), kConfigPrefix));
     }
-    ModelWeights weights = ModelWeights::load(model.dir_, expected, LegacyAttentionNames::NotAccepted);
-    model.tensors_ = std::move(weights.tensors);
-    model.extra_ = std::move(weights.extra);
-    model.sha256_ = std::move(weights.sha256);
+    model.weights_ = ModelWeights::load(model.dir_, expected, LegacyAttentionNames::NotAccepted);
     return model;
 }
 
@@ -60,11 +57,8 @@ UNetCondModel UNetCondModel::fromTensors(UNetCondConfig config, std::map<std::st
                                          WeightsDigest digest) {
     UNetCondModel model;
     model.config_ = std::move(config);
-    ModelWeights weights = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_),
-                                                     LegacyAttentionNames::NotAccepted, digest);
-    model.tensors_ = std::move(weights.tensors);
-    model.extra_ = std::move(weights.extra);
-    model.sha256_ = std::move(weights.sha256);
+    model.weights_ = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_),
+                                               LegacyAttentionNames::NotAccepted, digest);
     return model;
 }
 
@@ -72,7 +66,7 @@ UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t 
     UNetCondModel model;
     model.config_ = config;
     const auto expected = expectedTensors(config);
-    model.tensors_ = randomTensors(expected, seed);
+    model.weights_.tensors = randomTensors(expected, seed);
     // The seed and the tensor list determine the values.
     Sha256 hash;
     const std::string identity = "tessera-random-unetcond-v1:" + std::to_string(seed);
@@ -81,7 +75,7 @@ UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t 
         hash.update(name.data(), name.size() + 1);  // with its terminating NUL
         hash.update(shape.data(), shape.size() * sizeof(std::int64_t));
     }
-    model.sha256_ = hash.hexDigest();
+    model.weights_.sha256 = hash.hexDigest();
     return model;
 }
 

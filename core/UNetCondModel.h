@@ -30,10 +30,10 @@ public:
     static UNetCondModel random(const UNetCondConfig&, std::uint64_t seed);
 
     const UNetCondConfig& config() const { return config_; }
-    const std::map<std::string, HostTensor>& tensors() const { return tensors_; }
+    const std::map<std::string, HostTensor>& tensors() const { return weights_.tensors; }
     const std::string& directory() const { return dir_; }  // the unet folder; empty for random models
-    const std::vector<std::string>& extraTensors() const { return extra_; }
-    const std::string& weightsSha256() const { return sha256_; }
+    const std::vector<std::string>& extraTensors() const { return weights_.extra; }
+    const std::string& weightsSha256() const { return weights_.sha256; }
     std::int64_t parameterCount() const;
 
     // (name, shape) of every parameter the config requires, in the graph's declaration order.
@@ -43,9 +43,7 @@ public:
 private:
     UNetCondConfig config_;
     std::string dir_;
-    std::map<std::string, HostTensor> tensors_;
-    std::vector<std::string> extra_;
-    std::string sha256_;
+    ModelWeights weights_;  // tensors by canonical name, extra names, sha256
 };
 
 }  // namespace tessera

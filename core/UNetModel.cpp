@@ -71,11 +71,8 @@ UNetModel UNetModel::load(const std::string& dir) {
     model.scheduler_ = folder.scheduler;
     model.schedulerClass_ = std::move(folder.schedulerClass);
 
-    ModelWeights weights =
+    model.weights_ =
         ModelWeights::load(folder.unetDir, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
-    model.tensors_ = std::move(weights.tensors);
-    model.extra_ = std::move(weights.extra);
-    model.sha256_ = std::move(weights.sha256);
     return model;
 }
 
@@ -84,11 +81,8 @@ UNetModel UNetModel::fromTensors(ModelConfig config, std::map<std::string, HostT
     UNetModel model;
     model.config_ = std::move(config);
     model.scheduler_ = scheduler;
-    ModelWeights weights =
+    model.weights_ =
         ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_), LegacyAttentionNames::Accepted);
-    model.tensors_ = std::move(weights.tensors);
-    model.extra_ = std::move(weights.extra);
-    model.sha256_ = std::move(weights.sha256);
     return model;
 }
 
@@ -96,9 +90,9 @@ UNetModel UNetModel::random(const ModelConfig& config, std::uint64_t seed) {
     UNetModel model;
     model.config_ = config;
     model.origin_ = "random";
-    model.tensors_ = randomTensors(expectedTensors(config), seed);
+    model.weights_.tensors = randomTensors(expectedTensors(config), seed);
     const std::string identity = "tessera-random-weights-v1:" + std::to_string(seed) + ":" + toJson(config).dump();
-    model.sha256_ = sha256Hex(identity.data(), identity.size());
+    model.weights_.sha256 = sha256Hex(identity.data(), identity.size());
     return model;
 }
 
@@ -110,8 +104,8 @@ std::string UNetModel::name() const {
 }
 
 const HostTensor& UNetModel::tensor(const std::string& tensorName) const {
-    const auto it = tensors_.find(tensorName);
-    if (it == tensors_.end()) throw ModelError(name() + ": no tensor " + inQuotes(tensorName));
+    const auto it = weights_.tensors.find(tensorName);
+    if (it == weights_.tensors.end()) throw ModelError(name() + ": no tensor " + inQuotes(tensorName));
     return it->second;
 }
 
@@ -127,6 +121,6 @@ double UNetModel::flopsPerEvaluation(int h, int w) const {
     return buildUNet2DGraph(config_).flops(h, w);
 }
 
-std::string UNetModel::weightsSha256() const { return sha256_; }
+std::string UNetModel::weightsSha256() const { return weights_.sha256; }
 
 }  // namespace tessera

@@ -53,11 +53,11 @@ public:
 
     // Canonical diffusers names (to_q/to_k/to_v/to_out.0). Throws ModelError naming a missing one.
     const HostTensor& tensor(const std::string& name) const;
-    bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-    const std::map<std::string, HostTensor>& tensors() const { return tensors_; }
+    bool has(const std::string& name) const { return weights_.tensors.count(name) != 0; }
+    const std::map<std::string, HostTensor>& tensors() const { return weights_.tensors; }
     // Tensors present in the file that the config does not use (not fatal; load() logs one
     // spdlog warning with their count and the first few names).
-    const std::vector<std::string>& extraTensors() const { return extra_; }
+    const std::vector<std::string>& extraTensors() const { return weights_.extra; }
 
     std::int64_t parameterCount() const;
     // Multiply-adds x2 for one UNet evaluation of a single tile of h x w (h, w multiples of
@@ -79,9 +79,7 @@ private:
     std::string schedulerClass_ = "DDPMScheduler";
     std::string dir_;
     std::string origin_ = "in-memory";  // name() when there is no folder
-    std::map<std::string, HostTensor> tensors_;
-    std::vector<std::string> extra_;
-    std::string sha256_;
+    ModelWeights weights_;  // tensors by canonical name, extra names, sha256
 };
 
 }  // namespace tessera

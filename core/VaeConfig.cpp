@@ -37,11 +37,7 @@ const std::set<std::string, std::less<>> kVaeKeys{
 
 // The number of block names, each of which must be `allowed`.
 std::size_t readBlockTypes(const nlohmann::json& value, const std::string& key, const char* allowed) {
-    requireLevelArray(value, key, "block names", kLevels);
-    for (const auto& item : value)
-        if (readString(item, key) != allowed)
-            reject(key, value, "'" + excerpt(item.get<std::string>()) + "' is not supported (only " + allowed + ")");
-    return value.size();
+    return readBlockNames(value, key, kLevels, {allowed}).size();
 }
 
 std::optional<std::vector<float>> readLatentStats(const nlohmann::json& value, const std::string& key) {
@@ -60,15 +56,10 @@ void readKey(VaeConfig& c, std::size_t& down, std::size_t& up, const std::string
     else if (key == "out_channels") c.outChannels = readInt(value, key, kImageChannels);
     else if (key == "down_block_types") down = readBlockTypes(value, key, "DownEncoderBlock2D");
     else if (key == "up_block_types") up = readBlockTypes(value, key, "UpDecoderBlock2D");
-    else if (key == "block_out_channels") {
-        requireLevelArray(value, key, "channel counts", kLevels);
-        c.blockOutChannels.clear();
-        for (const auto& item : value) c.blockOutChannels.push_back(readInt(item, key, kBlockChannels));
-    } else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
-    else if (key == "act_fn") {
-        const std::string act = readString(value, key);
-        if (act != "silu" && act != "swish") reject(key, value, "only \"silu\" (or \"swish\") is supported");
-    } else if (key == "latent_channels") c.latentChannels = readInt(value, key, kLatentChannels);
+    else if (key == "block_out_channels") c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
+    else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
+    else if (key == "act_fn") requireSilu(value, key);
+    else if (key == "latent_channels") c.latentChannels = readInt(value, key, kLatentChannels);
     else if (key == "norm_num_groups") c.normNumGroups = readInt(value, key, kGroups);
     else if (key == "sample_size") {
         if (value.is_array() && value.size() == 2) c.sampleSize = readInt(value[0], key, kSampleSize);
@@ -91,32 +82,23 @@ void readKey(VaeConfig& c, std::size_t& down, std::size_t& up, const std::string
 // diffusers builds one block per block_out_channels entry and zips the type lists with it;
 // a mismatch would build a different model.
 void checkCrossKeys(const VaeConfig& c, std::size_t down, std::size_t up, const nlohmann::json& j) {
-    const auto levels = static_cast<std::size_t>(c.levels());
-    auto given = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
-    if (down != levels)
-        reject("down_block_types", given("down_block_types"),
-               "has " + std::to_string(down) + " entries but block_out_channels has " + std::to_string(levels));
-    if (up != levels)
-        reject("up_block_types", given("up_block_types"),
-               "has " + std::to_string(up) + " entries but block_out_channels has " + std::to_string(levels));
-    for (const int channels : c.blockOutChannels)
-        if (channels % c.normNumGroups != 0)
-            reject("norm_num_groups", c.normNumGroups,
-                   "does not divide block_out_channels entry " + std::to_string(channels));
+    requireLevelCount(j, "down_block_types", down, c.blockOutChannels.size());
+    requireLevelCount(j, "up_block_types", up, c.blockOutChannels.size());
+    requireGroupsDivide(c.normNumGroups, c.blockOutChannels);
     for (const auto& [key, stats] : {std::pair{"latents_mean", &c.latentsMean}, std::pair{"latents_std", &c.latentsStd}})
         if (*stats && (*stats)->size() != static_cast<std::size_t>(c.latentChannels))
-            reject(key, given(key),
+            reject(key, given(j, key),
                    "has " + std::to_string((*stats)->size()) + " entries; expected latent_channels = " +
                        std::to_string(c.latentChannels));
     if (c.latentsStd)
         for (const float s : *c.latentsStd)
-            if (s == 0.0f) reject("latents_std", given("latents_std"), "latents are divided by it; no entry may be 0");
+            if (s == 0.0f) reject("latents_std", given(j, "latents_std"), "latents are divided by it; no entry may be 0");
 }
 
 }  // namespace
 
 VaeConfig vaeConfigFromJson(const nlohmann::json& j) {
-    if (!j.is_object()) throw std::runtime_error("config.json: expected a JSON object, found " + std::string(j.type_name()));
+    requireObject(j);
     VaeConfig c;
     std::size_t down = 1, up = 1;  // the defaults: one block of each
     std::vector<std::string> unknown;
@@ -127,9 +109,7 @@ VaeConfig vaeConfigFromJson(const nlohmann::json& j) {
         else readKey(c, down, up, key, value);
     }
     checkCrossKeys(c, down, up, j);
-    if (!unknown.empty())
-        spdlog::warn("config.json: ignoring {} unknown key{}: {}", unknown.size(), unknown.size() == 1 ? "" : "s",
-                     excerptList(unknown));
+    warnUnknownKeys(unknown);
     return c;
 }
 

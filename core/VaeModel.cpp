@@ -131,22 +131,15 @@ VaeModel VaeModel::load(const std::string& dir) {
     std::string folder;
     model.config_ = readVaeConfig(dir, &folder);
     model.dir_ = dir;
-    ModelWeights weights =
-        ModelWeights::load(folder, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
-    model.tensors_ = std::move(weights.tensors);
-    model.extra_ = std::move(weights.extra);
-    model.sha256_ = std::move(weights.sha256);
+    model.weights_ = ModelWeights::load(folder, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
     return model;
 }
 
 VaeModel VaeModel::fromTensors(VaeConfig config, std::map<std::string, HostTensor> tensors, WeightsDigest digest) {
     VaeModel model;
     model.config_ = std::move(config);
-    ModelWeights weights = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_),
-                                                     LegacyAttentionNames::Accepted, digest);
-    model.tensors_ = std::move(weights.tensors);
-    model.extra_ = std::move(weights.extra);
-    model.sha256_ = std::move(weights.sha256);
+    model.weights_ = ModelWeights::fromTensors(std::move(tensors), expectedTensors(model.config_),
+                                               LegacyAttentionNames::Accepted, digest);
     return model;
 }
 

@@ -34,9 +34,9 @@ public:
 
     const VaeConfig& config() const { return config_; }
     const std::string& directory() const { return dir_; }  // empty for in-memory models
-    const std::map<std::string, HostTensor>& tensors() const { return tensors_; }
-    const std::vector<std::string>& extraTensors() const { return extra_; }
-    const std::string& weightsSha256() const { return sha256_; }
+    const std::map<std::string, HostTensor>& tensors() const { return weights_.tensors; }
+    const std::vector<std::string>& extraTensors() const { return weights_.extra; }
+    const std::string& weightsSha256() const { return weights_.sha256; }
 
     // Every tensor the config needs: vaeParameterList(config), config errors as ModelError.
     static TensorList expectedTensors(const VaeConfig&);
@@ -60,9 +60,7 @@ public:
 private:
     VaeConfig config_;
     std::string dir_;
-    std::map<std::string, HostTensor> tensors_;
-    std::vector<std::string> extra_;
-    std::string sha256_;
+    ModelWeights weights_;  // tensors by canonical name, extra names, sha256
 };
 
 // DiagonalGaussianDistribution (§4.5) of encoder moments [B, 2C, h, w]: the mean (channels

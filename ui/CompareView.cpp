@@ -38,6 +38,23 @@ QString signedNumber(double value, int decimals) {
     return (value > 0 ? QStringLiteral("+") : QString()) + QString::number(value, 'f', decimals);
 }
 
+// Calls fn(x, y, d) for each pixel of two images of one size, d being its largest channel
+// difference (0 to 255) in 8-bit RGB.
+template <typename Fn>
+void forEachPixelDifference(const QImage& a, const QImage& b, Fn&& fn) {
+    const QImage ia = a.convertToFormat(QImage::Format_RGB888);
+    const QImage ib = b.convertToFormat(QImage::Format_RGB888);
+    for (int y = 0; y < ia.height(); ++y) {
+        const uchar* pa = ia.constScanLine(y);
+        const uchar* pb = ib.constScanLine(y);
+        for (int x = 0; x < ia.width(); ++x) {
+            int pixel = 0;
+            for (int c = 0; c < 3; ++c) pixel = std::max(pixel, std::abs(int(pa[3 * x + c]) - int(pb[3 * x + c])));
+            fn(x, y, pixel);
+        }
+    }
+}
+
 }  // namespace
 
 CompareDeltas compareRuns(const CompareSide& a, const CompareSide& b) {
@@ -55,44 +72,29 @@ CompareDeltas compareRuns(const CompareSide& a, const CompareSide& b) {
     d.seamScoreA = a.record.seamScore;
     d.seamScoreB = b.record.seamScore;
     if (!a.image.isNull() && !b.image.isNull() && a.image.size() == b.image.size()) {
-        const QImage ia = a.image.convertToFormat(QImage::Format_RGB888);
-        const QImage ib = b.image.convertToFormat(QImage::Format_RGB888);
         int maxDiff = 0;
         double sum = 0;
-        for (int y = 0; y < ia.height(); ++y) {
-            const uchar* pa = ia.constScanLine(y);
-            const uchar* pb = ib.constScanLine(y);
-            for (int x = 0; x < ia.width(); ++x) {
-                int pixel = 0;
-                for (int c = 0; c < 3; ++c) pixel = std::max(pixel, std::abs(int(pa[3 * x + c]) - int(pb[3 * x + c])));
-                maxDiff = std::max(maxDiff, pixel);
-                sum += pixel;
-            }
-        }
+        forEachPixelDifference(a.image, b.image, [&](int, int, int pixel) {
+            maxDiff = std::max(maxDiff, pixel);
+            sum += pixel;
+        });
         d.maxPixelDiff = maxDiff;
-        d.meanPixelDiff = sum / (static_cast<double>(ia.width()) * ia.height());
+        d.meanPixelDiff = sum / (static_cast<double>(a.image.width()) * a.image.height());
     }
     return d;
 }
 
 QImage differenceImage(const QImage& a, const QImage& b, int scaleMax) {
     if (a.isNull() || b.isNull() || a.size() != b.size()) return {};
-    const QImage ia = a.convertToFormat(QImage::Format_RGB888);
-    const QImage ib = b.convertToFormat(QImage::Format_RGB888);
-    std::vector<float> diff(static_cast<std::size_t>(ia.width()) * static_cast<std::size_t>(ia.height()));
+    const int width = a.width();
+    std::vector<float> diff(static_cast<std::size_t>(width) * static_cast<std::size_t>(a.height()));
     int maxDiff = 0;
-    for (int y = 0; y < ia.height(); ++y) {
-        const uchar* pa = ia.constScanLine(y);
-        const uchar* pb = ib.constScanLine(y);
-        for (int x = 0; x < ia.width(); ++x) {
-            int pixel = 0;
-            for (int c = 0; c < 3; ++c) pixel = std::max(pixel, std::abs(int(pa[3 * x + c]) - int(pb[3 * x + c])));
-            diff[static_cast<std::size_t>(y) * ia.width() + x] = static_cast<float>(pixel);
-            maxDiff = std::max(maxDiff, pixel);
-        }
-    }
+    forEachPixelDifference(a, b, [&](int x, int y, int pixel) {
+        diff[static_cast<std::size_t>(y) * width + x] = static_cast<float>(pixel);
+        maxDiff = std::max(maxDiff, pixel);
+    });
     const double top = scaleMax > 0 ? scaleMax : std::max(maxDiff, 1);
-    return heatImage(diff.data(), ia.width(), ia.height(), 0.0, top);
+    return heatImage(diff.data(), width, a.height(), 0.0, top);
 }
 
 // --- CompareImagePane ---

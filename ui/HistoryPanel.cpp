@@ -37,10 +37,12 @@ QPushButton* makeButton(const QString& text, const char* name, const QString& ti
 }  // namespace
 
 QString HistoryPanel::statusText(const RunRecord& r) {
-    if (r.status == "finished") return tr("finished");
-    if (r.status == "cancelled") return tr("cancelled at step %1 of %2").arg(r.stepsRun).arg(r.config.steps);
-    if (r.status == "failed") return tr("failed");
-    return QString::fromStdString(toValidUtf8(r.status));
+    switch (r.status) {
+    case RunStatus::Finished: return tr("finished");
+    case RunStatus::Cancelled: return tr("cancelled at step %1 of %2").arg(r.stepsRun).arg(r.config.steps);
+    case RunStatus::Failed: return tr("failed");
+    }
+    return {};  // every RunStatus is handled above
 }
 
 HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent) {
@@ -123,7 +125,7 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         const RunRecord& r = entry.record;
         auto* thumb = new QTableWidgetItem;
         if (!entry.thumbnail.isNull()) thumb->setIcon(QIcon(QPixmap::fromImage(entry.thumbnail)));
-        else if (r.status == "failed") thumb->setIcon(style()->standardIcon(QStyle::SP_MessageBoxCritical));
+        else if (r.status == RunStatus::Failed) thumb->setIcon(style()->standardIcon(QStyle::SP_MessageBoxCritical));
         table_->setItem(row, ThumbnailColumn, thumb);
         QString label = QString::fromStdString(r.config.label);
         const QDateTime started = QDateTime::fromString(QString::fromStdString(r.startedAt), Qt::ISODate);
@@ -134,10 +136,10 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         labelItem->setData(kIdRole, entry.id());
         table_->setItem(row, LabelColumn, labelItem);
         auto* status = textItem(statusText(r));
-        if (r.status == "failed") {
+        if (r.status == RunStatus::Failed) {
             status->setForeground(QColor(0xc0, 0x39, 0x2b));
             status->setToolTip(tr("Failed: %1").arg(QString::fromStdString(toValidUtf8(r.error))));
-        } else if (r.status == "cancelled") {
+        } else if (r.status == RunStatus::Cancelled) {
             status->setForeground(QColor(0xa0, 0x5a, 0x00));
             status->setToolTip(entry.imagePath.isEmpty() ? tr("Stopped before the first step ended: no image")
                                                          : tr("Stopped early: the image is what the last step made"));
@@ -148,7 +150,7 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
             config += tr(" · from an image, strength %1").arg(r.config.strength);
         table_->setItem(row, ConfigColumn, textItem(config));
         // A failed run measured nothing worth comparing.
-        const bool failed = r.status == "failed";
+        const bool failed = r.status == RunStatus::Failed;
         table_->setItem(row, TimeColumn, textItem(failed ? QStringLiteral("—") : QStringLiteral("%1 s").arg(r.totalMs / 1000.0, 0, 'f', 2),
                                                   Qt::AlignRight | Qt::AlignVCenter));
         const double peak = peakMemoryMiB(r);

@@ -738,13 +738,13 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
     canvas_->setActiveTiles({});
     // The bars keep the run's end state: steps run, and all tiles of a finished run.
     progress_.step = record.stepsRun;
-    progress_.tilesDone = record.status == "finished" ? progress_.tiles : progress_.tilesDone;
+    progress_.tilesDone = record.status == RunStatus::Finished ? progress_.tiles : progress_.tilesDone;
     stepBar_->setRange(0, std::max(1, progress_.steps));
     stepBar_->setValue(std::min(progress_.step, std::max(1, progress_.steps)));
     tileBar_->setRange(0, std::max(1, progress_.tiles));
     tileBar_->setValue(std::min(progress_.tilesDone, std::max(1, progress_.tiles)));
     progressDirty_ = false;
-    const bool cancelled = record.status == "cancelled";
+    const bool cancelled = record.status == RunStatus::Cancelled;
     QString text = cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(record.config.steps)
                              : tr("Finished %1 steps, %2 tiles in %3 s (%4 ms/step)")
                                    .arg(record.stepsRun)
@@ -785,7 +785,7 @@ void MainWindow::keepFailedRun(const QString& error) {
         record.runId = newRunId();
         record.startedAt = isoUtcNow();
     }
-    record.status = "failed";
+    record.status = RunStatus::Failed;
     record.error = error.toStdString();
     history_->add(failed);
 }
@@ -799,7 +799,7 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
         entry.image = run.image;
         // Warm-up runs are shown but not kept: they measure the first-run costs on purpose.
         showFinishedRun(run, !entry.warmUp);
-        if (run.result->record.status == "finished" && index + 1 < comparison_->runs.size() && !stopping_) {
+        if (run.result->record.status == RunStatus::Finished && index + 1 < comparison_->runs.size() && !stopping_) {
             // The worker goes straight on with the next run of the sequence.
             currentRunId_ = runId + 1;
             beginRunDisplay(comparison_->runs[index + 1].config);
@@ -812,7 +812,7 @@ void MainWindow::onRunFinished(quint64 runId, const FinishedRun& run) {
     stopping_ = false;
     progressTimer_.stop();
     showFinishedRun(run, true);
-    const bool cancelled = run.result->record.status == "cancelled";
+    const bool cancelled = run.result->record.status == RunStatus::Cancelled;
     updateActions();
     refreshPlan();
     emit runEnded(!cancelled);
@@ -888,7 +888,7 @@ void MainWindow::finishGraphComparison() {
 
     const GraphComparison::Run& a = c.runs[static_cast<std::size_t>(c.shownA)];
     const GraphComparison::Run& b = c.runs[static_cast<std::size_t>(c.shownB)];
-    if (b.result->record.graphs.mode == "off")
+    if (effectiveGraphMode(b.result->record.graphs) == GraphMode::Off)
         note += tr(" Graphs %1 ran as off (%2), so both runs launched eagerly: the times differ only by run-to-run "
                    "variation.")
                     .arg(QString::fromStdString(std::string(toString(c.onMode))),
@@ -1125,7 +1125,7 @@ void MainWindow::onHistoryRunOpened(quint64 jobId, const QString& id, const Fini
     canvas_->setImage(run.image);
     canvas_->setSeamMap({});  // the history keeps the seam statistics, not the map
     canvas_->setActiveTiles({});
-    canvas_->setPlaceholderText(record.status == "failed"
+    canvas_->setPlaceholderText(record.status == RunStatus::Failed
                                     ? tr("This run failed: %1").arg(QString::fromStdString(toValidUtf8(record.error)))
                                     : tr("This run has no image"));
     showStartImage(run.startImage);
@@ -1136,10 +1136,10 @@ void MainWindow::onHistoryRunOpened(quint64 jobId, const QString& id, const Fini
     tileBar_->hide();
     progressText_->setText(ranOn(record));
     const QString status = HistoryPanel::statusText(record);
-    setStatusText(run.image.isNull() && record.status != "failed"
+    setStatusText(run.image.isNull() && record.status != RunStatus::Failed
                       ? tr("Run %1 (%2) reopened; its image could not be read (see the log)").arg(id, status)
                       : tr("Run %1 (%2) reopened from the history").arg(id, status),
-                  run.image.isNull() && record.status != "failed");
+                  run.image.isNull() && record.status != RunStatus::Failed);
     updateActions();
     emit historyRunOpened(id, true, {});
 }

@@ -415,7 +415,9 @@ private slots:
             {{"--budget-mib", "x"}, "bench: budget-mib: 'x' is not a whole number"},
             {{"--precision", "fp8"}, "bench: precision"},
             {{"--frobnicate", "1"}, "bench: option: '--frobnicate' is not an option of bench --shape vae"},
-            {{"--size"}, "bench: size: needs a value"},
+            {{"--size"}, "bench: size: option '--size' needs a value"},
+            // --name=value as every other subcommand reads it (it was taken as an option "size=300").
+            {{"--size=300"}, "bench: size: '300' is not allowed; use 512, 1024, 2048 or 4096"},
         };
         for (const auto& [args, message] : bad) {
             QStringList all{"bench", "--shape", "vae"};

@@ -102,7 +102,7 @@ RunRecord engineLikeRecord(const RunConfig& config) {
     RunRecord r;
     r.runId = newRunId();
     r.startedAt = isoUtcNow();
-    r.status = "finished";
+    r.status = RunStatus::Finished;
     r.config = config;
     r.modelName = std::filesystem::path(config.model).filename().string();
     r.modelHash = std::string(64, 'a');

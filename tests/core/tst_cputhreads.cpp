@@ -486,7 +486,7 @@ private slots:
             NullObserver observer;
             results.push_back(sampler.run(cfg, observer));
             const RunResult& r = results.back();
-            QCOMPARE(r.record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
             QCOMPARE(r.record.environment.threads, threads);
             QVERIFY(QString::fromStdString(r.record.environment.device).contains(QString("(%1 threads, OpenBLAS ").arg(threads)));
             QCOMPARE(r.record.config.threads, threads);

@@ -128,7 +128,7 @@ private slots:
         TiledSampler sampler(std::make_unique<CpuBackend>());
         NullObserver observer;
         const RunResult r = sampler.run(cfg, observer);
-        QCOMPARE(r.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
         QCOMPARE(r.record.tileCount, tiled ? 12 : 1);
         QCOMPARE(r.record.timesteps.size(), wantTimesteps.size());
         for (size_t i = 0; i < wantTimesteps.size(); ++i) QCOMPARE(r.record.timesteps[i], wantTimesteps[i]);

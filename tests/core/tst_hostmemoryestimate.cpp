@@ -119,7 +119,7 @@ private slots:
         TiledSampler engine(std::make_unique<CpuBackend>(1));
         NoObserver observer;
         const RunResult result = engine.run(config, observer);
-        QCOMPARE(result.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
         const std::uint64_t grown = peakResidentBytes() - before;
         const std::uint64_t estimated = e.bytesIn(MemoryPhase::Sampling);
         const QString text = QStringLiteral("estimated %1 MiB, the run added %2 MiB at its peak")

@@ -5,11 +5,13 @@
 
 #include <QElapsedTimer>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/Infotext.h"
+#include "core/RunConfigFields.h"
 #include "tests/core/ErrorText.h"
 
 using namespace tessera;
@@ -103,6 +105,55 @@ class TestInfotext : public QObject {
 
 private slots:
     // ---- writer ----
+
+    // Every setting of the field table is either carried by an infotext key or marked as left
+    // out with a reason; a new field without a decision fails here. The marks are checked too:
+    // a setting's example value changes the text (under its key) exactly when it is written.
+    void everyFieldHasAnInfotextDecision() {
+        const auto& coverage = infotextCoverage();
+        for (const InfotextCoverage& entry : coverage) {
+            QVERIFY2(findRunConfigField(entry.field) && findRunConfigField(entry.field)->name == entry.field,
+                     qPrintable(QString("infotextCoverage names '%1', which is no RunConfig field")
+                                    .arg(QString::fromUtf8(entry.field.data(), int(entry.field.size())))));
+            QVERIFY2(entry.key.empty() != entry.notWritten.empty(),
+                     qPrintable(QString::fromUtf8(entry.field.data(), int(entry.field.size()))));
+        }
+        RunConfig base;
+        base.initImage = "in.png";  // Denoising strength is written for runs from an image
+        base.scheduler = SchedulerKind::DDIM;
+        base.tile = 128;  // so that overlap's example (25%) is not its default 16 pixels
+        const auto text = [](const RunConfig& c) {
+            InfotextExtras extras = infotextExtras(c);
+            extras.stableDiffusion = true;
+            return infotext(c, extras);
+        };
+        const std::string before = text(base);
+        for (const RunConfigField& field : runConfigFields()) {
+            const QString name = QString::fromUtf8(field.name.data(), int(field.name.size()));
+            const auto entry = std::find_if(coverage.begin(), coverage.end(),
+                                            [&](const InfotextCoverage& e) { return e.field == field.name; });
+            QVERIFY2(entry != coverage.end(), qPrintable("RunConfig field '" + name + "' has neither an infotext key "
+                                                         "nor a 'not written' mark in infotextCoverage()"));
+            QVERIFY2(std::count_if(coverage.begin(), coverage.end(),
+                                   [&](const InfotextCoverage& e) { return e.field == field.name; }) == 1,
+                     qPrintable(name + " is listed twice"));
+            if (!field.parse || field.example.empty()) continue;  // no CLI spelling to set it with
+            RunConfig changed = base;
+            field.parse(changed, std::string(field.example));
+            const std::string after = text(changed);
+            if (entry->key.empty()) {
+                QVERIFY2(after == before, qPrintable(name + " is marked as not written, but its example changes the "
+                                                            "infotext:\n" + QString::fromStdString(after)));
+            } else {
+                QVERIFY2(after != before, qPrintable(name + " is marked as written, but its example '" +
+                                                     QString::fromUtf8(field.example.data(), int(field.example.size())) +
+                                                     "' leaves the infotext as it was"));
+                const std::string key = std::string(entry->key) + ":";
+                QVERIFY2(entry->key == "Prompt" || after.find(key) != std::string::npos,
+                         qPrintable(name + ": no '" + QString::fromStdString(key) + "' in " + QString::fromStdString(after)));
+            }
+        }
+    }
 
     void unconditionalRunWritesNoPromptLines() {
         RunConfig c;

@@ -66,7 +66,7 @@ RunRecord sampleRecord() {
     r.prepareMs = 10.0;
     r.totalMs = 9.0;
     r.peakDeviceMiB = 816.0;
-    r.status = "finished";
+    r.status = RunStatus::Finished;
     r.imageSha256 = std::string(64, 'b');
     r.messages = {"graphs: fell back, \"quoted\"", "second"};
     return r;
@@ -202,7 +202,7 @@ private slots:
         QCOMPARE(back.prepareMs, 10.0);
         QCOMPARE(back.totalMs, 9.0);
         QCOMPARE(back.peakDeviceMiB, 816.0);
-        QCOMPARE(back.status, r.status);
+        QCOMPARE(std::string(toString(back.status)), std::string(toString(r.status)));
         QCOMPARE(back.imageSha256, r.imageSha256);
         QCOMPARE(back.messages, r.messages);
         QCOMPARE(manifestJson(back), j);  // nothing lost either way
@@ -252,6 +252,40 @@ private slots:
         QVERIFY(old.tuning.settings.empty());
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::array()));
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::object()));
+    }
+
+    // Status and graph mode are enums inside; the manifest keeps the text history files have.
+    void statusAndGraphModeText() {
+        const std::pair<RunStatus, const char*> names[] = {
+            {RunStatus::Finished, "finished"}, {RunStatus::Cancelled, "cancelled"}, {RunStatus::Failed, "failed"}};
+        for (const auto& [status, name] : names) {
+            RunRecord r = sampleRecord();
+            r.status = status;
+            const nlohmann::json j = manifestJson(r);
+            QCOMPARE(j.at("status"), nlohmann::json(name));
+            QVERIFY(runRecordFromManifest(j).status == status);
+            QVERIFY(parseRunStatus(name) == status);
+        }
+        for (const nlohmann::json& bad : {nlohmann::json("done"), nlohmann::json("Finished"), nlohmann::json(1)}) {
+            nlohmann::json j = manifestJson(sampleRecord());
+            j["status"] = bad;
+            try {
+                runRecordFromManifest(j);
+                QFAIL(qPrintable("status " + QString::fromStdString(bad.dump()) + " was accepted"));
+            } catch (const std::runtime_error& e) {
+                QVERIFY2(QString(e.what()).contains("'status' must be \"finished\", \"cancelled\" or \"failed\""),
+                         e.what());
+            }
+        }
+        GraphStats g;
+        for (const GraphMode mode : {GraphMode::Off, GraphMode::Tile, GraphMode::Step}) {
+            g.mode = std::string(toString(mode));
+            QVERIFY(effectiveGraphMode(g) == mode);
+        }
+        g.mode = "";
+        QVERIFY(!effectiveGraphMode(g));
+        g.mode = "warp";
+        QVERIFY(!effectiveGraphMode(g));
     }
 
     void traceStructure() {

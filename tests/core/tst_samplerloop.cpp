@@ -213,7 +213,7 @@ private slots:
         Previews seen;
         const RunResult result = sampler.run(config, seen);
         QCOMPARE(result.record.tileCount, 1);
-        QCOMPARE(result.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
 
         CpuBackend backend;
         backend.prepare(*model, 1, 16, 16);

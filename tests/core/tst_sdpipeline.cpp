@@ -115,7 +115,7 @@ private slots:
             engine.setStartNoise(ImageTensor{shape[1], shape[2], shape[3], readTensor(file, "start_noise")});
             Silent observer;
             const RunResult result = engine.run(config, observer);
-            QCOMPARE(result.record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
             QCOMPARE(result.image.channels, 3);
             QCOMPARE(result.image.width, config.width);
             QCOMPARE(result.image.height, config.height);
@@ -140,7 +140,7 @@ private slots:
         TiledSampler a(std::make_unique<CpuBackend>()), b(std::make_unique<CpuBackend>());
         const RunResult first = a.run(config, observer);
         const RunResult second = b.run(config, observer);
-        QCOMPARE(first.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(first.record.status)), std::string("finished"));
         QCOMPARE(first.record.tileCount, 6);   // 128x96: 3 x 2 tiles of 64 at stride 32
         QCOMPARE(first.record.imageSha256, second.record.imageSha256);
         QCOMPARE(first.seamMap.width, config.width);

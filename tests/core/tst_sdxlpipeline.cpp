@@ -198,7 +198,7 @@ private slots:
             const RunConfig config = fx::runConfig(c, name);
             const RunResult result =
                 runWithNoise(config, fx::startNoise(c, name));
-            QCOMPARE(result.record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
             QCOMPARE(result.record.tileCount, 1);
             QCOMPARE(result.image.channels, 3);
             QCOMPARE(result.image.width, config.width);
@@ -226,7 +226,7 @@ private slots:
         config.overlapPx = 32;
         config.tileBatch = 2;
         const RunResult tiled = runWithNoise(config, noise);
-        QCOMPARE(tiled.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(tiled.record.status)), std::string("finished"));
         QCOMPARE(tiled.record.tileCount, 2);
         QCOMPARE(runWithNoise(config, noise).record.imageSha256, tiled.record.imageSha256);
         ImageTensor other = noise;

@@ -472,7 +472,7 @@ private slots:
         loop.setAddedConditioning(sdxlAddedConditioning(unet, config.sdxlSizeConditioning, pooled, negative));
         Silent observer;
         const RunResult result = loop.run(config, observer, device, [] { return false; });
-        QCOMPARE(result.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
         QCOMPARE(result.record.tileCount, 1);
 
         // The same by hand.

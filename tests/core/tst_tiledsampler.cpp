@@ -341,7 +341,7 @@ private slots:
         CountingObserver observer;
         const RunResult result = sampler->run(config, observer);
         QCOMPARE(result.record.tileCount, 1);
-        QCOMPARE(result.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
         const std::vector<float> reference = untiledSample(*model_, config);
         QCOMPARE(result.image.data.size(), reference.size());
         // x = (w x') / w differs from x' by at most one rounding per step.
@@ -378,7 +378,7 @@ private slots:
         config.precision = Precision::FP16;
         CountingObserver observer;
         const RunResult r = makeSampler(model_)->run(config, observer);
-        QCOMPARE(r.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
         QCOMPARE(std::string(toString(r.record.config.backend)), std::string("cpu"));
         QCOMPARE(std::string(toString(r.record.config.precision)), std::string("fp32"));
         QCOMPARE(r.record.environment.backend, std::string("cpu"));
@@ -504,7 +504,7 @@ private slots:
         observer.engine = sampler.get();
         observer.cancelAfterBatches = 4;   // during step 2 (index 1)
         const RunResult result = sampler->run(config, observer);
-        QCOMPARE(result.record.status, std::string("cancelled"));
+        QCOMPARE(std::string(toString(result.record.status)), std::string("cancelled"));
         QCOMPARE(observer.batches, 4);
         QCOMPARE(result.record.stepsRun, 1);
         QCOMPARE(observer.steps, 1);
@@ -515,7 +515,7 @@ private slots:
         QCOMPARE(sampler->run(config, second).record.stepsRun, 0);
         sampler->resetCancel();
         CountingObserver third;
-        QCOMPARE(sampler->run(config, third).record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(sampler->run(config, third).record.status)), std::string("finished"));
     }
 
     void bothFusionRulesRun() {
@@ -683,7 +683,7 @@ private slots:
                      e.what());
             QCOMPARE(e.site().step, 0);
             QCOMPARE(e.site().batch, 0);
-            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(std::string(toString(e.record().status)), std::string("failed"));
             QCOMPARE(e.record().error, std::string(e.what()));
             QCOMPARE(e.record().stepsRun, 0);
             QVERIFY(!e.record().runId.empty());
@@ -736,7 +736,7 @@ private slots:
         QCOMPARE(observer.steps, 0);
         // The same engine runs a clean start image to the end afterwards.
         sampler->setInitImage(ImageTensor{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)});
-        QCOMPARE(sampler->run(config, observer).record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(sampler->run(config, observer).record.status)), std::string("finished"));
     }
 
     // The message both engines give: the tiles of the batch, and per precision what to change.
@@ -785,7 +785,7 @@ private slots:
                          "(timestep 750), although every tile's UNet output was finite"),
                      e.what());
             QCOMPARE(e.site().batch, -1);
-            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(std::string(toString(e.record().status)), std::string("failed"));
         }
         QCOMPARE(observer.batches, 6);  // every tile batch of the step ran
         QCOMPARE(observer.steps, 0);
@@ -878,7 +878,7 @@ private slots:
         loop.setModel(model_);
         loop.setInitImage(init);
         CountingObserver observer;
-        QCOMPARE(loop.run(config, observer, device, kNeverCancel).record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(loop.run(config, observer, device, kNeverCancel).record.status)), std::string("finished"));
         init.data[(2 * 24 + 23) * 32 + 31] = std::numeric_limits<float>::quiet_NaN();   // tile 5 only: batch 3/3
         loop.setInitImage(init);
         CountingObserver failing;
@@ -922,7 +922,7 @@ private slots:
         o1.flag = &cancel;
         o1.afterBatches = 4;   // step 2's first batch
         const RunResult a = loop.run(config, o1, eager, check);
-        QCOMPARE(a.record.status, std::string("cancelled"));
+        QCOMPARE(std::string(toString(a.record.status)), std::string("cancelled"));
         QCOMPARE(a.record.stepsRun, 1);
         QCOMPARE(o1.batches, 4);
         QCOMPARE(std::count(eager.log.begin(), eager.log.end(), std::string("abandonStep")), 1);
@@ -932,7 +932,7 @@ private slots:
         o2.flag = &cancel;
         o2.afterBatches = 4;   // during step 2's reports: the step has run; step 3 does not start
         const RunResult b = loop.run(config, o2, replaying, check);
-        QCOMPARE(b.record.status, std::string("cancelled"));
+        QCOMPARE(std::string(toString(b.record.status)), std::string("cancelled"));
         QCOMPARE(b.record.stepsRun, 2);
         QCOMPARE(o2.batches, 6);
         QCOMPARE(std::count(replaying.log.begin(), replaying.log.end(), std::string("abandonStep")), 0);

@@ -705,7 +705,7 @@ private slots:
             config.vaeTiling = mode;
             TiledSampler engine(std::make_unique<CpuBackend>());
             results.push_back(engine.run(config, observer));
-            QCOMPARE(results.back().record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(results.back().record.status)), std::string("finished"));
             QVERIFY(results.back().record.config.vaeTiling == mode);
         }
         const auto message = [](const RunRecord& r) {

@@ -194,6 +194,12 @@ private slots:
         nlohmann::json shifted = tinyConfigJson();
         shifted["shift_factor"] = 0.1159;
         QCOMPARE(*vaeConfigFromJson(shifted).shiftFactor, 0.1159f);
+        // diffusers' Encoder/Decoder build their blocks with get_down_block/get_up_block, which
+        // strip a "UNetRes" prefix, as the UNets' readers do.
+        nlohmann::json prefixed = tinyConfigJson();
+        prefixed["down_block_types"] = {"UNetResDownEncoderBlock2D", "DownEncoderBlock2D"};
+        prefixed["up_block_types"] = {"UpDecoderBlock2D", "UNetResUpDecoderBlock2D"};
+        QCOMPARE(vaeConfigFromJson(prefixed).levels(), 2);
     }
 
     void configRejections_data() {

@@ -174,7 +174,7 @@ private slots:
             qInfo("  step %zu: preview rel %.3e", k, rel(seen.images[k], cpuSeen.images[k]));
         QVERIFY2(imageRel < tol, qPrintable(QString("image differs from the CPU sampler by %1").arg(imageRel)));
         QVERIFY2(seamRel < 20 * tol, qPrintable(QString("seam map differs by %1").arg(seamRel)));
-        QCOMPARE(got.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(got.record.status)), std::string("finished"));
         QCOMPARE(got.record.stepsRun, cfg.steps);
         const int batches = (got.record.tileCount + cfg.tileBatch - 1) / cfg.tileBatch;
         QCOMPARE(seen.batches, cfg.steps * batches);
@@ -301,7 +301,7 @@ private slots:
         RunObserver quiet;
         gpu.setInitImage(clean);
         const RunResult before = gpu.run(cfg, quiet);
-        QCOMPARE(before.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(before.record.status)), std::string("finished"));
         gpu.setInitImage(poisoned);
         try {
             gpu.run(cfg, quiet);
@@ -314,12 +314,12 @@ private slots:
             QVERIFY2(QString::fromUtf8(e.what()).contains("fp16"), e.what());
             QCOMPARE(e.site().step, 2);
             QCOMPARE(e.site().batch, j);
-            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(std::string(toString(e.record().status)), std::string("failed"));
             QCOMPARE(e.record().error, std::string(e.what()));
         }
         gpu.setInitImage(clean);
         const RunResult after = gpu.run(cfg, quiet);
-        QCOMPARE(after.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(after.record.status)), std::string("finished"));
         QVERIFY2(after.image.data == before.image.data, "the run after the failed one differs from the one before it");
     }
 
@@ -350,13 +350,13 @@ private slots:
             QVERIFY2(QString::fromUtf8(e.what()).contains("fp16, which overflows above 65504: run again with precision "
                                                           "bf16 or fp32"),
                      e.what());
-            QCOMPARE(e.record().status, std::string("failed"));
+            QCOMPARE(std::string(toString(e.record().status)), std::string("failed"));
             QCOMPARE(e.record().stepsRun, 0);
         }
         for (const Precision wider : {Precision::BF16, Precision::FP32}) {
             cfg.precision = wider;
             const RunResult r = gpu.run(cfg, quiet);
-            QCOMPARE(r.record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
             for (const float v : r.image.data) QVERIFY(std::isfinite(v));
         }
     }
@@ -459,7 +459,7 @@ private slots:
         Counting seen;
         seen.cancelAfterFirstStep = &gpu;
         const RunResult r = gpu.run(cfg, seen);
-        QCOMPARE(r.record.status, std::string("cancelled"));
+        QCOMPARE(std::string(toString(r.record.status)), std::string("cancelled"));
         QCOMPARE(r.record.stepsRun, 1);
         QCOMPARE(static_cast<int>(r.image.data.size()), 3 * cfg.width * cfg.height);
         gpu.resetCancel();

@@ -117,7 +117,7 @@ private slots:
         config.backend = BackendKind::CUDA;
         CudaEngine gpu(0);
         const RunResult got = gpu.run(config, quiet);
-        QCOMPARE(got.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(got.record.status)), std::string("finished"));
         QVERIFY2(got.record.graphs.fallbackReason.empty(), got.record.graphs.fallbackReason.c_str());
         const double r = rel(got.image.data, ref.image.data);
         const double db = psnr8(got.image, ref.image);

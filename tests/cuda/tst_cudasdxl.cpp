@@ -234,7 +234,7 @@ private slots:
         const RunResult got2 = runLoop(gpuLoop, gpu, *sd, config, pooled2, negative2);   // cached graphs, new vectors
         for (const auto& [result, reference, name] :
              {std::tuple{&got, &ref, "first run"}, std::tuple{&got2, &ref2, "second run (other vectors)"}}) {
-            QCOMPARE(result->record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(result->record.status)), std::string("finished"));
             QCOMPARE(result->record.tileCount, 4);
             QVERIFY2(result->record.graphs.fallbackReason.empty(), result->record.graphs.fallbackReason.c_str());
             const double db = psnr8(result->image, reference->image);
@@ -291,7 +291,7 @@ private slots:
         CudaEngine gpu(0);
         gpu.setStartNoise(noise);
         const RunResult got = gpu.run(config, quiet);
-        QCOMPARE(got.record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(got.record.status)), std::string("finished"));
         QCOMPARE(got.record.tileCount, ref.record.tileCount);
         QVERIFY2(got.record.graphs.fallbackReason.empty(), got.record.graphs.fallbackReason.c_str());
         const bool upcast = std::any_of(got.record.messages.begin(), got.record.messages.end(),

@@ -338,7 +338,7 @@ private slots:
             const GraphComparison::Run& run = c.runs[i];
             QVERIFY(run.result);
             const RunRecord& record = run.result->record;
-            QCOMPARE(record.status, std::string("finished"));
+            QCOMPARE(std::string(toString(record.status)), std::string("finished"));
             QCOMPARE(std::string(toString(record.config.graphs)), std::string(toString(order[i])));
             QCOMPARE(record.config.label, std::string(labels[i]));
             QCOMPARE(run.warmUp, i < 2);
@@ -530,12 +530,12 @@ private slots:
         QVERIFY(!c.completed);
         QVERIFY(!c.active);
         QVERIFY(c.runs[0].result);
-        QCOMPARE(c.runs[0].result->record.status, std::string("finished"));
+        QCOMPARE(std::string(toString(c.runs[0].result->record.status)), std::string("finished"));
         // Stop came while the worker was in the second run (cancelled there) or, on a very
         // fast machine, just before it began it (then it never started); never finished.
         if (!c.runs[1].result) qInfo("Stop landed before the second run began");
         if (c.runs[1].result) {
-            QCOMPARE(c.runs[1].result->record.status, std::string("cancelled"));
+            QCOMPARE(std::string(toString(c.runs[1].result->record.status)), std::string("cancelled"));
             QVERIFY(c.runs[1].result->record.stepsRun < 4);
         }
         // The rest of the sequence never started.
@@ -558,7 +558,7 @@ private slots:
         window.runAction()->trigger();
         QVERIFY(runEnded.wait(300000));
         QCOMPARE(runEnded.at(0).at(0).toBool(), true);
-        QCOMPARE(QString::fromStdString(window.lastRun()->result->record.status), QStringLiteral("finished"));
+        QCOMPARE(QString::fromStdString(std::string(toString(window.lastRun()->result->record.status))), QStringLiteral("finished"));
     }
 };
 

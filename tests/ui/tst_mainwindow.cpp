@@ -438,7 +438,7 @@ private slots:
         QCOMPARE(finished.at(0).at(0).value<quint64>(), quint64(41));
         const auto run = finished.at(0).at(1).value<FinishedRun>();
         QVERIFY(run.result);
-        QCOMPARE(QString::fromStdString(run.result->record.status), QStringLiteral("finished"));
+        QCOMPARE(QString::fromStdString(std::string(toString(run.result->record.status))), QStringLiteral("finished"));
         QCOMPARE(run.result->record.stepsRun, 2);
         QCOMPARE(run.image.size(), QSize(64, 64));
         QVERIFY(!run.seamMap.isNull());
@@ -451,7 +451,7 @@ private slots:
         QVERIFY(QTest::qWaitFor([&] { return !finished.isEmpty() || failed.count() > 0; }, 300000));
         QVERIFY(failed.isEmpty());
         const auto cancelled = finished.at(0).at(1).value<FinishedRun>();
-        QCOMPARE(QString::fromStdString(cancelled.result->record.status), QStringLiteral("cancelled"));
+        QCOMPARE(QString::fromStdString(std::string(toString(cancelled.result->record.status))), QStringLiteral("cancelled"));
         QCOMPARE(cancelled.result->record.stepsRun, 0);
         QCOMPARE(steps.count(), 0);
 

@@ -507,7 +507,7 @@ private slots:
         const QString cancelledId = added.at(0).at(1).toString();
         const HistoryEntry* cancelled = window.history().find(cancelledId);
         QVERIFY(cancelled);
-        QCOMPARE(cancelled->record.status, std::string("cancelled"));
+        QCOMPARE(std::string(toString(cancelled->record.status)), std::string("cancelled"));
         QVERIFY(cancelled->record.stepsRun >= 1 && cancelled->record.stepsRun < 50);
         QVERIFY(!cancelled->thumbnail.isNull());
         QCOMPARE(window.historyPanel()->table()->item(rowOf(window.historyPanel(), cancelledId), HistoryPanel::StatusColumn)->text(),
@@ -531,7 +531,7 @@ private slots:
         const QString failedId = added.at(0).at(1).toString();
         const HistoryEntry* failed = window.history().find(failedId);
         QVERIFY(failed);
-        QCOMPARE(failed->record.status, std::string("failed"));
+        QCOMPARE(std::string(toString(failed->record.status)), std::string("failed"));
         QVERIFY2(QString::fromStdString(failed->record.error).contains("spoiled.png"), failed->record.error.c_str());
         QCOMPARE(failed->record.config.label, std::string("spoiled"));
         QVERIFY(failed->imagePath.isEmpty());

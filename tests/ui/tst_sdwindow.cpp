@@ -314,7 +314,7 @@ private slots:
         QVERIFY2(ended.at(0).at(0).toBool(), qPrintable(child<QLabel>(&window, "statusText")->text()));
         QVERIFY(window.lastRun());
         const RunRecord& record = window.lastRun()->result->record;
-        QCOMPARE(QString::fromStdString(record.status), QStringLiteral("finished"));
+        QCOMPARE(QString::fromStdString(std::string(toString(record.status))), QStringLiteral("finished"));
         QCOMPARE(record.stepsRun, 2);
         QCOMPARE(record.config.prompt, config.prompt);
         QCOMPARE(record.config.cfgScale, 5.5);
