@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a 512x512 RGB test scene (sky gradient, sun, hills, a house) as PNG with the standard
-library only: the start image of the 4x upscale benchmark (kernels/bench/session6.sh).
+library only: the start image of the 4x upscale benchmark (docs/bench/scripts/session6.sh).
     python3 kernels/bench/make_scene.py OUT.png"""
 import math
 import struct

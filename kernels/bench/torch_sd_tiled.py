@@ -38,18 +38,9 @@ import torch
 from diffusers import AutoencoderKL, DPMSolverMultistepScheduler, UNet2DConditionModel
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-UNETS = {
-    "sd15": dict(sample_size=64, cross_attention_dim=768, attention_head_dim=8, use_linear_projection=False,
-                 upcast_attention=False),
-    "sd21": dict(sample_size=96, cross_attention_dim=1024, attention_head_dim=[5, 10, 20, 20],
-                 use_linear_projection=True, upcast_attention=True),
-    "sdxl": dict(sample_size=128, block_out_channels=[320, 640, 1280],
-                 down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
-                 up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
-                 cross_attention_dim=2048, attention_head_dim=[5, 10, 20], transformer_layers_per_block=[1, 2, 10],
-                 use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=256,
-                 projection_class_embeddings_input_dim=2816),
-}
+# The UNet shapes, native tiles and Tessera's tile positions: one copy, in the per-call bench beside this file.
+from torch_sd_unet import CONFIGS as UNETS, NATIVE_TILE, axis_positions
+
 TEXT = {
     "sd15": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                  hidden_act="quick_gelu", projection_dim=768),
@@ -60,20 +51,11 @@ TEXT = {
 }
 TEXT2_SDXL = dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=20,
                   hidden_act="gelu", projection_dim=1280)
-NATIVE_TILE = {"sd15": 512, "sd21": 768, "sdxl": 1024}
 VAE = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
            up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512], layers_per_block=2,
            latent_channels=4, norm_num_groups=32)
 SCHED = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
              steps_offset=1, use_karras_sigmas=True, algorithm_type="dpmsolver++", solver_order=2)
-
-
-def axis_positions(length, tile, overlap):
-    if length <= tile:
-        return [0]
-    stride = tile - overlap
-    n = math.ceil((length - tile) / stride) + 1
-    return [min(i * stride, length - tile) for i in range(n)]
 
 
 def hann(tile, overlap, device):

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Session 7's GPU calls. Expects .carry/gpu/all.txz (pack_carry.sh of the build named by
 # TESSERA_BUILD_ROOT's checkout) and .carry/ref/diffusers.txz.
-#   OUT=... bash kernels/bench/session7.sh fixtures   SDXL text + UNet fixtures from diffusers
-#   OUT=... bash kernels/bench/session7.sh flash      fused attention: suites, per-op, micro-bench,
+#   OUT=... bash docs/bench/scripts/session7.sh fixtures   SDXL text + UNet fixtures from diffusers
+#   OUT=... bash docs/bench/scripts/session7.sh flash      fused attention: suites, per-op, micro-bench,
 #                                                      UNet per call blocked vs fused
-#   OUT=... bash kernels/bench/session7.sh suites     every CUDA suite in the carry
-#   OUT=... bash kernels/bench/session7.sh jobs       tiled SD/SDXL jobs beside diffusers + PyTorch
+#   OUT=... bash docs/bench/scripts/session7.sh suites     every CUDA suite in the carry
+#   OUT=... bash docs/bench/scripts/session7.sh jobs       tiled SD/SDXL jobs beside diffusers + PyTorch
 # Every step has its own timeout; its log goes to $OUT/<step>.log, its status to $OUT/steps.tsv.
 set -u
 export OUT="${OUT:-/tmp/session7}"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Session 8's GPU calls. Expects .carry/gpu/all.txz (pack_carry.sh of the build named by
 # TESSERA_BUILD_ROOT's checkout) and, for the torch modes, .carry/ref/diffusers.txz.
-#   OUT=... bash kernels/bench/session8.sh fixtures   the SDXL pipeline fixture from diffusers
-#   OUT=... bash kernels/bench/session8.sh suites     the CUDA suites in the carry
-#   OUT=... bash kernels/bench/session8.sh cpu        CPU engine scaling, 1..16 threads (cpu_scaling.sh)
-#   OUT=... bash kernels/bench/session8.sh sdxl       SDXL: UNet per call and the tiled 2048 job, Tessera
+#   OUT=... bash docs/bench/scripts/session8.sh fixtures   the SDXL pipeline fixture from diffusers
+#   OUT=... bash docs/bench/scripts/session8.sh suites     the CUDA suites in the carry
+#   OUT=... bash docs/bench/scripts/session8.sh cpu        CPU engine scaling, 1..16 threads (cpu_scaling.sh)
+#   OUT=... bash docs/bench/scripts/session8.sh sdxl       SDXL: UNet per call and the tiled 2048 job, Tessera
 #                                                      then diffusers + PyTorch, in this call
 # Every step has its own timeout; its log goes to $OUT/<step>.log, its status to $OUT/steps.tsv.
 set -u

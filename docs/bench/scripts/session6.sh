@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 6's GPU calls. Expects .carry/gpu/all.txz (pack_carry.sh) and .carry/ref/diffusers.txz.
-#   OUT=... bash kernels/bench/session6.sh suites   CUDA suites (SD pipeline vs CPU, samplers, SD ops,
+#   OUT=... bash docs/bench/scripts/session6.sh suites   CUDA suites (SD pipeline vs CPU, samplers, SD ops,
 #                                                    engine, graphs, reproducibility) and the per-op
 #                                                    suite on the attention / VAE / CLIP ops
-#   OUT=... bash kernels/bench/session6.sh jobs     2048x2048 SD 1.5 and SD 2.1-768 text-to-image
+#   OUT=... bash docs/bench/scripts/session6.sh jobs     2048x2048 SD 1.5 and SD 2.1-768 text-to-image
 #                                                    (random weights) and a 4x upscale through img2img,
 #                                                    beside diffusers + PyTorch doing the same tiled job
 # Every step has its own timeout; its log goes to $OUT/<step>.log, its status to $OUT/steps.tsv.

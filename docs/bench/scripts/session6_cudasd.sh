@@ -2,7 +2,7 @@
 # Session 6, h/cudasd's share of one GPU call (about 10 minutes): the suites this branch added or
 # changed, then the Stable Diffusion UNet benches, Tessera's and PyTorch's. Builds nothing.
 #
-#   OUT=/tmp/out bash kernels/bench/session6_cudasd.sh BUILD_DIR
+#   OUT=/tmp/out bash docs/bench/scripts/session6_cudasd.sh BUILD_DIR
 #
 # BUILD_DIR: a Release build with -DTESSERA_CUDA=ON (tests/cuda_tst_cudasd, tests/cuda_tst_backendops,
 # app/tessera-cli). Optional: DIFFUSERS_SRC=/path/to/diffusers/src for kernels/bench/torch_sd_unet.py
@@ -15,7 +15,7 @@ build="${1:?usage: session6_cudasd.sh BUILD_DIR}"
 build="$(cd "$build" && pwd)"
 out="${OUT:-/tmp/session6_cudasd}"
 mkdir -p "$out"
-src="$(cd "$(dirname "$0")/../.." && pwd)"
+src="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$src"
 cudnn="$(dirname "$(find /usr /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)" 2>/dev/null)"
 cublas="$(dirname "$(find /usr/local/cuda/ /usr /opt -name 'libcublas.so.1*' 2>/dev/null | head -1)" 2>/dev/null)"
