@@ -10,7 +10,7 @@
 set -u
 export OUT="${OUT:-/tmp/session7}"
 # shellcheck source=kernels/bench/gpu_call.sh
-source "$(dirname "$0")/gpu_call.sh"
+source kernels/bench/gpu_call.sh  # run from the repository root
 date -u +"%Y-%m-%d %H:%M UTC"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for what in "$@"; do
