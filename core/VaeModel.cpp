@@ -126,13 +126,13 @@ TensorList VaeModel::expectedTensors(const VaeConfig& config) {
     }
 }
 
-VaeModel VaeModel::load(const std::string& dir) {
+VaeModel VaeModel::load(const std::string& dir, LoadMeter* meter) {
     VaeModel model;
     std::string folder;
     model.config_ = readVaeConfig(dir, &folder);
     model.dir_ = dir;
     ModelWeights weights =
-        ModelWeights::load(folder, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
+        ModelWeights::load(folder, expectedTensors(model.config_), LegacyAttentionNames::Accepted, meter);
     model.tensors_ = std::move(weights.tensors);
     model.extra_ = std::move(weights.extra);
     model.sha256_ = std::move(weights.sha256);
