@@ -11,6 +11,7 @@
 #include "core/BoundedInput.h"
 #include "core/ModelConfig.h"
 #include "core/SdModel.h"
+#include "core/SingleFileCheckpoint.h"
 #include "core/UNetCondConfig.h"
 #include "core/UNetModel.h"
 #include "core/VaeModel.h"
@@ -59,6 +60,26 @@ namespace {
 // The SD 1.x / 2.x shapes: a 4-level UNet (8x) over an 8x VAE.
 constexpr ModelLimits kSdCheckpointLimits{64, 1000, 3};
 constexpr int kSdVaeScale = 8;
+
+// A single file's limits from its header (core inspectSingleFileCheckpoint: the family and the
+// configurations diffusers' single-file loader uses, read from the tensors' shapes; no tensor
+// data read, no hash): SDXL's 3-level UNet takes 32-px tiles, SD 1.x / 2.x's 4 levels 64. A
+// header that cannot be read keeps SD 1.x's limits: the run that loads the file says why (and
+// the model picker, which inspects it too).
+ModelLimits readCheckpointLimits(const std::string& path, int* pixelMultiple) {
+    SingleFileOptions options;
+    options.digest = FileDigest::Skip;
+    try {
+        const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, options);
+        *pixelMultiple = info.vae.scaleFactor();
+        return ModelLimits{info.unet.downsampleFactor() * info.vae.scaleFactor(), kSdCheckpointLimits.numTrainTimesteps,
+                           3};
+    } catch (const ModelError&) {
+        return kSdCheckpointLimits;
+    } catch (const ValidationError&) {  // a path the model field refuses (too long, control characters)
+        return kSdCheckpointLimits;
+    }
+}
 
 ModelLimits readPipelineLimits(const std::filesystem::path& root, int* pixelMultiple) {
     const UNetCondConfig unet = unetCondConfigFromJson(readBoundedJson(root / "unet" / "config.json", "model"));
@@ -111,7 +132,7 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
     if (!info.isFile())
         return fail(QString::fromLatin1(info.exists() ? "'%1' is not a file" : "'%1' does not exist")
                         .arg(QString::fromStdString(excerpt(text))));
-    return kSdCheckpointLimits;
+    return readCheckpointLimits(text, pixelMultiple);
 }
 
 }  // namespace tessera

@@ -38,8 +38,9 @@ public:
     // weights (core/SdPipeline checkSdRun's rules: tiles in multiples of the UNet's factor
     // times the VAE's, images and overlaps in multiples of the VAE's `*pixelMultiple`):
     // a pipeline folder's unet/ and vae/ config.json and scheduler/scheduler_config.json;
-    // a .safetensors checkpoint (an SD 1.x/2.x one always has a 4-level UNet and an 8x VAE:
-    // the file is read only when a run loads it); random:sd15 / random:sd21 (64) and random:sdxl
+    // a .safetensors checkpoint's header (its family's UNet and VAE as core's
+    // inspectSingleFileCheckpoint finds them, no tensor data read: SDXL 32, SD 1.x/2.x 64; a
+    // header that cannot be read: 64, and the run says why); random:sd15 / random:sd21 (64) and random:sdxl
     // (32: its UNet has 3 levels) as core's randomSdModelConfigs builds them. nullopt with
     // *error set (naming the file) when the model cannot be used.
     static std::optional<ModelLimits> readSdLimits(const QString& path, int* pixelMultiple, QString* error = nullptr);

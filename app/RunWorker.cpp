@@ -22,6 +22,7 @@ namespace tessera {
 void registerRunMetaTypes() {
     qRegisterMetaType<tessera::RunConfig>();
     qRegisterMetaType<tessera::RunRecord>();
+    qRegisterMetaType<tessera::LoadProgress>();
     qRegisterMetaType<tessera::StepEvent>();
     qRegisterMetaType<tessera::TileBatchEvent>();
     qRegisterMetaType<std::vector<tessera::TileBatchTiming>>();
@@ -88,6 +89,17 @@ public:
     Observer(RunWorker& worker, quint64 runId)
         : worker_(worker), runId_(runId), interval_(worker.tileBatchIntervalMs_.load()) {}
 
+    void onLoadProgress(const LoadProgress& progress) override {
+        // Reported once per tensor (thousands for SDXL): forwarded at most every interval_, but
+        // always a phase's first report and the load's last.
+        const auto now = Clock::now();
+        const bool newPhase = progress.phase != lastLoadPhase_, last = progress.done == progress.total;
+        if (!newPhase && !last && lastLoadSignal_ && now - *lastLoadSignal_ < interval_) return;
+        lastLoadSignal_ = now;
+        lastLoadPhase_ = progress.phase;
+        emit worker_.modelLoadProgress(runId_, progress);
+    }
+
     void onStarted(const RunRecord& record) override { emit worker_.runStarted(runId_, record); }
 
     void onTileBatch(const TileBatchEvent& event) override {
@@ -123,6 +135,8 @@ private:
     quint64 runId_;
     std::chrono::milliseconds interval_;
     std::optional<Clock::time_point> lastBatchSignal_;
+    std::optional<Clock::time_point> lastLoadSignal_;
+    std::string lastLoadPhase_;
     std::vector<TileBatchTiming> pendingTimings_;
 };
 

@@ -68,14 +68,16 @@ public:
     void cancel(quint64 runId);
 
     // Tile-batch events closer together than this (ms) are not all forwarded (the last batch
-    // of each step always is); the RunRecord keeps every timing.
+    // of each step always is); the RunRecord keeps every timing. Model-load progress is thinned
+    // the same way (the first report of each phase and the last of the load always go).
     static constexpr int kTileBatchSignalIntervalMs = 15;
     // Thread-safe; applies from the next run. Tests widen it to see the thinning at work.
     void setTileBatchSignalInterval(int ms) { tileBatchIntervalMs_.store(ms); }
 
 public slots:
     // Runs `config` to the end on the calling (worker) thread. Creates or reuses the engine for
-    // config.backend. Emits runStarted, then stepFinished/tileBatchFinished/previewReady/
+    // config.backend. Emits modelLoadProgress while the engine reads the model (not when it
+    // keeps the last run's), runStarted, then stepFinished/tileBatchFinished/previewReady/
     // memorySampled as the engine reports, then exactly one of runFinished or runFailed.
     void start(const tessera::RunConfig& config, quint64 runId);
     // Runs `configs` one after the other on the worker thread, run i with id firstRunId + i,
@@ -87,6 +89,9 @@ public slots:
     void probeDevices();
 
 signals:
+    // The engine is reading the run's model: bytes done of the load's total, the phase under
+    // way (core/LoadProgress.h). Fractions never decrease; the last of a load has done == total.
+    void modelLoadProgress(quint64 runId, const tessera::LoadProgress& progress);
     void runStarted(quint64 runId, const tessera::RunRecord& record);
     void tileBatchFinished(quint64 runId, const tessera::TileBatchEvent& event);
     // The timings of every tile batch finished since the last such signal, in order, sent just
@@ -124,6 +129,7 @@ private:
 
 Q_DECLARE_METATYPE(tessera::RunConfig)
 Q_DECLARE_METATYPE(tessera::RunRecord)
+Q_DECLARE_METATYPE(tessera::LoadProgress)
 Q_DECLARE_METATYPE(tessera::StepEvent)
 Q_DECLARE_METATYPE(tessera::TileBatchEvent)
 Q_DECLARE_METATYPE(std::vector<tessera::TileBatchTiming>)

@@ -30,15 +30,13 @@ bool isPositionIds(const std::string& name) {
 
 }  // namespace
 
-ClipTextModel ClipTextModel::load(const fs::path& dir) {
+ClipTextModel ClipTextModel::load(const fs::path& dir, LoadMeter* meter) {
     checkModelFolder(dir.string());
     ClipTextModel m;
     m.config_ = readClipTextConfig(dir);
-    WeightFileLayout layout;
-    layout.stem = "model";
-    layout.pickle = "pytorch_model.bin";
+    WeightFileLayout layout = transformersWeightFiles();
     layout.alias = flattenedName;
-    ModelWeights w = ModelWeights::load(dir.string(), expectedTensors(m.config_), layout);
+    ModelWeights w = ModelWeights::load(dir.string(), expectedTensors(m.config_), layout, meter);
     m.tensors_ = std::move(w.tensors);
     for (std::string& name : w.extra)
         if (!isPositionIds(name)) m.extra_.push_back(std::move(name));

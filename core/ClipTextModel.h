@@ -46,7 +46,8 @@ public:
     // or without the "text_model." prefix are accepted (spec §3.5), position_ids is ignored.
     // Throws ModelError naming the file and the tensor ("…/model.safetensors: tensor
     // 'text_model.final_layer_norm.bias': expected [768], found [1024]").
-    static ClipTextModel load(const std::filesystem::path& dir);
+    // `meter` (optional) counts the tensors read (core/LoadProgress.h).
+    static ClipTextModel load(const std::filesystem::path& dir, LoadMeter* meter = nullptr);
     // A model from tensors in memory under canonical names (a converted single-file checkpoint,
     // tests). Checked as load() checks; `digest` as in ModelWeights::fromTensors (this class
     // keeps no digest: Skip saves hashing the values).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/LoadProgress.h"
 #include "core/RunConfig.h"
 #include "core/RunRecord.h"
 
@@ -44,6 +45,10 @@ struct PreviewEvent {
 class RunObserver {
 public:
     virtual ~RunObserver() = default;
+    // Reading the run's model (Stable Diffusion models: folders, single files, random:*), before
+    // onStarted: once per phase and tensor, ending at done == total. Not called when the model is
+    // kept from the last run or pinned.
+    virtual void onLoadProgress(const LoadProgress&) {}
     virtual void onStarted(const RunRecord&) {}
     virtual void onTileBatch(const TileBatchEvent&) {}
     virtual void onStep(const StepEvent&) {}

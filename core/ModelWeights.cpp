@@ -99,6 +99,7 @@ public:
     virtual const Shape* shapeOf(const std::string& name) const = 0;  // nullptr when absent
     virtual std::vector<float> take(const std::string& name) = 0;     // throws ModelError
     virtual std::string where(const std::string& name) const = 0;     // file for messages
+    virtual std::uint64_t storedBytes(const std::string&) const { return 0; }  // as stored, for progress
 };
 
 class FileSource final : public TensorSource {
@@ -137,6 +138,7 @@ public:
         if (it != entries_.end()) return files_[it->second.file].path();
         return indexPath_.empty() ? files_.front().path() : indexPath_;
     }
+    std::uint64_t storedBytes(const std::string& name) const override { return entries_.at(name).info->byteSize(); }
     const std::vector<SafetensorsFile>& files() const { return files_; }
 
 private:
@@ -176,7 +178,8 @@ private:
 
 // Finds every tensor the config needs (canonical, alias or, where accepted, legacy name),
 // checks all shapes before reading any data, then reads, upcasts and checks the values for NaN/Inf.
-ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const WeightFileLayout& layout) {
+ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const WeightFileLayout& layout,
+                         LoadMeter* meter = nullptr) {
     std::vector<std::string> storedNames;
     storedNames.reserve(expected.size());
     for (const auto& [name, shape] : expected) {
@@ -213,6 +216,7 @@ ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const
         HostTensor t;
         t.shape = shape;
         t.data = source.take(stored);
+        if (meter != nullptr) meter->advance(source.storedBytes(stored));
         const auto bad = std::find_if(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); });
         if (bad != t.data.end())
             throw ModelError(where + ": tensor " + declaredName(name) + " holds a non-finite value (" +
@@ -329,17 +333,33 @@ std::int64_t HostTensor::numel() const {
     return n;
 }
 
-ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected,
-                                LegacyAttentionNames legacyNames) {
+WeightFileLayout transformersWeightFiles() {
     WeightFileLayout layout;
-    layout.legacyNames = legacyNames;
-    return load(folder, expected, layout);
+    layout.stem = "model";
+    layout.pickle = "pytorch_model.bin";
+    return layout;
 }
 
-ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout) {
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected,
+                                LegacyAttentionNames legacyNames, LoadMeter* meter) {
+    WeightFileLayout layout;
+    layout.legacyNames = legacyNames;
+    return load(folder, expected, layout, meter);
+}
+
+std::uint64_t ModelWeights::storedBytes(const std::string& folder, const WeightFileLayout& layout) {
+    std::string indexPath;
+    std::uint64_t bytes = 0;
+    for (const SafetensorsFile& file : openWeights(folder, layout, indexPath))
+        for (const SafetensorsTensorInfo& info : file.tensors()) bytes += info.byteSize();
+    return bytes;
+}
+
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout,
+                                LoadMeter* meter) {
     std::string indexPath;
     FileSource source(openWeights(folder, layout, indexPath), indexPath);
-    ModelWeights weights = bindTensors(expected, source, layout);
+    ModelWeights weights = bindTensors(expected, source, layout, meter);
     // One line however many there are (a file can hold thousands the model does not use).
     if (!weights.extra.empty())
         spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(weights.extra.front()), 200),
@@ -372,7 +392,17 @@ ModelWeights ModelWeights::fromTensors(std::map<std::string, HostTensor> tensors
     return weights;
 }
 
-std::map<std::string, HostTensor> randomTensors(const TensorList& expected, std::uint64_t seed) {
+std::uint64_t float32Bytes(const TensorList& expected) {
+    std::uint64_t bytes = 0;
+    for (const auto& [name, shape] : expected) {
+        std::uint64_t numel = 1;
+        for (const std::int64_t d : shape) numel *= static_cast<std::uint64_t>(d);
+        bytes += numel * sizeof(float);
+    }
+    return bytes;
+}
+
+std::map<std::string, HostTensor> randomTensors(const TensorList& expected, std::uint64_t seed, LoadMeter* meter) {
     std::map<std::string, HostTensor> tensors;
     // PyTorch's default init: conv/linear weights and biases U(±1/sqrt(fan_in)) (kaiming_uniform
     // with a = sqrt(5)). GroupNorm would be exactly 1/0; a small perturbation keeps the affine
@@ -400,6 +430,7 @@ std::map<std::string, HostTensor> randomTensors(const TensorList& expected, std:
             const float bound = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(fanIn, 1)));
             for (auto& x : t.data) x = bound * symmetricUniform(state);
         }
+        if (meter != nullptr) meter->advance(t.data.size() * sizeof(float));
         tensors.emplace(name, std::move(t));
     }
     return tensors;

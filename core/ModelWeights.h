@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/BoundedInput.h"
+#include "core/LoadProgress.h"
 
 namespace tessera {
 
@@ -61,6 +62,10 @@ struct WeightFileLayout {
     LegacyAttentionNames legacyNames = LegacyAttentionNames::Accepted;
 };
 
+// transformers' weight files (model.safetensors, its shards and fp16 variants; pytorch_model.bin
+// refused), as the text encoders' folders keep them.
+WeightFileLayout transformersWeightFiles();
+
 struct ModelWeights {
     std::map<std::string, HostTensor> tensors;  // by canonical name
     std::vector<std::string> extra;             // names present in the source that `expected` lacks
@@ -73,10 +78,17 @@ struct ModelWeights {
     // legacy attention name) with the expected shape, checked for all before any data is read,
     // and hold only finite values. ModelError names the file and the tensor (declared names
     // whole, with expected and found shapes). Extra tensors are logged once.
-    static ModelWeights load(const std::string& folder, const TensorList& expected, LegacyAttentionNames legacyNames);
+    // `meter` (optional) advances by each tensor's stored bytes as it is read.
+    static ModelWeights load(const std::string& folder, const TensorList& expected, LegacyAttentionNames legacyNames,
+                             LoadMeter* meter = nullptr);
     // The same with another file stem or name alias (transformers' model.safetensors, CLIP's
     // optional "text_model." prefix).
-    static ModelWeights load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout);
+    static ModelWeights load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout,
+                             LoadMeter* meter = nullptr);
+    // The bytes of tensor data in the weight files load() would read (every tensor, used or
+    // not; headers not counted), from their headers alone: a load's total for its progress.
+    // ModelError as load() for a file that is missing or not valid safetensors.
+    static std::uint64_t storedBytes(const std::string& folder, const WeightFileLayout& layout = {});
     // The same checks on tensors already in memory (tests, converters).
     static ModelWeights fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected,
                                     LegacyAttentionNames legacyNames, WeightsDigest digest = WeightsDigest::Compute);
@@ -84,8 +96,11 @@ struct ModelWeights {
 
 // PyTorch-like default-init values for `expected` (deterministic in `seed`, each tensor keyed
 // by its name, so adding a layer does not change the others): conv/linear U(+-1/sqrt(fan_in)),
-// norms 1 (weights) / 0 (biases) +- 0.05.
-std::map<std::string, HostTensor> randomTensors(const TensorList& expected, std::uint64_t seed);
+// norms 1 (weights) / 0 (biases) +- 0.05. `meter` (optional) advances by each tensor's float32 bytes.
+std::map<std::string, HostTensor> randomTensors(const TensorList& expected, std::uint64_t seed,
+                                                LoadMeter* meter = nullptr);
+// The float32 bytes of `expected`: what randomTensors draws.
+std::uint64_t float32Bytes(const TensorList& expected);
 
 // Helpers of the model-folder readers. Paths in messages are short escaped excerpts.
 

@@ -229,7 +229,27 @@ std::shared_ptr<const ClipTokenizer> folderTokenizer(const fs::path& root, const
     }
 }
 
-SdModel loadFolder(const std::string& dir) {
+// A component's share of a folder's load: the tensor bytes of its weight files, from their
+// headers. 0 where they cannot be read: the component's load, which follows, says why (after
+// its config.json, as without progress).
+std::uint64_t componentBytes(const std::string& dir, const WeightFileLayout& layout) {
+    try {
+        return ModelWeights::storedBytes(dir, layout);
+    } catch (const ModelError&) {
+        return 0;
+    }
+}
+
+// `load()` as one phase of `meter`, counted whole at its end (tensors the model does not use too).
+template <typename Load>
+auto inPhase(LoadMeter& meter, std::string phase, std::uint64_t bytes, const Load& load) {
+    meter.beginPhase(std::move(phase), bytes);
+    auto loaded = load();
+    meter.endPhase();
+    return loaded;
+}
+
+SdModel loadFolder(const std::string& dir, const LoadProgressCallback& progress) {
     const fs::path root(dir);
     const fs::path indexPath = root / "model_index.json";
     const std::string shown = shownPath(indexPath);
@@ -239,11 +259,22 @@ SdModel loadFolder(const std::string& dir) {
     const std::string unetDir = requireComponent(root, "unet"), vaeDir = requireComponent(root, "vae");
     const std::string textDir = requireComponent(root, "text_encoder");
     const std::string text2Dir = index.sdxl ? requireComponent(root, "text_encoder_2") : std::string();
+    const std::uint64_t unetBytes = componentBytes(unetDir, {}), vaeBytes = componentBytes(vaeDir, {});
+    const std::uint64_t textBytes = componentBytes(textDir, transformersWeightFiles());
+    const std::uint64_t text2Bytes = index.sdxl ? componentBytes(text2Dir, transformersWeightFiles()) : 0;
+    LoadMeter meter(progress, unetBytes + vaeBytes + textBytes + text2Bytes);
     SdModel model;
-    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::load(unetDir));
-    model.vae = std::make_shared<const VaeModel>(VaeModel::load(vaeDir));
-    model.textEncoder = std::make_shared<const ClipTextModel>(ClipTextModel::load(textDir));
-    if (index.sdxl) model.textEncoder2 = std::make_shared<const ClipTextModel>(ClipTextModel::load(text2Dir));
+    model.unet = inPhase(meter, "reading the UNet", unetBytes,
+                         [&] { return std::make_shared<const UNetCondModel>(UNetCondModel::load(unetDir, &meter)); });
+    model.vae = inPhase(meter, "reading the VAE", vaeBytes,
+                        [&] { return std::make_shared<const VaeModel>(VaeModel::load(vaeDir, &meter)); });
+    model.textEncoder = inPhase(meter, "reading the text encoder", textBytes, [&] {
+        return std::make_shared<const ClipTextModel>(ClipTextModel::load(textDir, &meter));
+    });
+    if (index.sdxl)
+        model.textEncoder2 = inPhase(meter, "reading the second text encoder", text2Bytes, [&] {
+            return std::make_shared<const ClipTextModel>(ClipTextModel::load(text2Dir, &meter));
+        });
     if (index.sdxl) {
         checkSdxlComponents(model.unet->config(), model.textEncoder->config(), model.textEncoder2->config(), shown);
         model.family = SdFamily::SDXL;
@@ -262,6 +293,7 @@ SdModel loadFolder(const std::string& dir) {
          {model.unet->weightsSha256(), model.vae->weightsSha256(), std::string(toString(model.family))})
         digest.update(part.data(), part.size());
     model.sha256 = digest.hexDigest();
+    meter.finish();
     return model;
 }
 
@@ -309,23 +341,33 @@ SdModelConfigs randomSdModelConfigs(const std::string& name) {
     return c;
 }
 
-SdModel randomSdModel(const std::string& name, std::uint64_t seed) {
+SdModel randomSdModel(const std::string& name, std::uint64_t seed, const LoadProgressCallback& progress) {
     const SdModelConfigs c = randomSdModelConfigs(name);
-    auto text = [](const ClipTextConfig& config, std::uint64_t s) {
-        return std::make_shared<const ClipTextModel>(
-            ClipTextModel::fromTensors(config, randomTensors(ClipTextModel::expectedTensors(config), s)));
+    const TensorList unetList = UNetCondModel::expectedTensors(c.unet), vaeList = VaeModel::expectedTensors(c.vae);
+    const TensorList textList = ClipTextModel::expectedTensors(c.textEncoder);
+    const TensorList text2List = c.textEncoder2 ? ClipTextModel::expectedTensors(*c.textEncoder2) : TensorList{};
+    LoadMeter meter(progress, float32Bytes(unetList) + float32Bytes(vaeList) + float32Bytes(textList) +
+                                  float32Bytes(text2List));
+    auto text = [&meter](const ClipTextConfig& config, const TensorList& list, std::uint64_t s, const char* phase) {
+        return inPhase(meter, phase, float32Bytes(list), [&] {
+            return std::make_shared<const ClipTextModel>(ClipTextModel::fromTensors(config, randomTensors(list, s, &meter)));
+        });
     };
     SdModel model;
     model.family = c.family;
-    model.unet = std::make_shared<const UNetCondModel>(UNetCondModel::random(c.unet, seed));
-    model.vae = std::make_shared<const VaeModel>(
-        VaeModel::fromTensors(c.vae, randomTensors(VaeModel::expectedTensors(c.vae), seed + 1)));
-    model.textEncoder = text(c.textEncoder, seed + 2);
+    model.unet = inPhase(meter, "random weights for the UNet", float32Bytes(unetList), [&] {
+        return std::make_shared<const UNetCondModel>(UNetCondModel::random(c.unet, seed, &meter));
+    });
+    model.vae = inPhase(meter, "random weights for the VAE", float32Bytes(vaeList), [&] {
+        return std::make_shared<const VaeModel>(VaeModel::fromTensors(c.vae, randomTensors(vaeList, seed + 1, &meter)));
+    });
+    model.textEncoder = text(c.textEncoder, textList, seed + 2, "random weights for the text encoder");
     model.tokenizer = bundledTokenizer(model.family, 1);
     if (c.textEncoder2) {
-        model.textEncoder2 = text(*c.textEncoder2, seed + 3);
+        model.textEncoder2 = text(*c.textEncoder2, text2List, seed + 3, "random weights for the second text encoder");
         model.tokenizer2 = bundledTokenizer(model.family, 2);
     }
+    meter.finish();
     model.scheduler = sdSchedulerDefaults(c.prediction);
     model.schedulerClass = c.schedulerClass;
     model.name = std::string(kRandomModelPrefix) + name.substr(name.rfind(':') + 1);
@@ -341,25 +383,27 @@ bool isSdModelPath(const std::string& path) {
     return hasExtension(path, {".safetensors", ".ckpt", ".pt", ".pth", ".bin"});
 }
 
-SdModel loadSdModel(const std::string& path) {
+SdModel loadSdModel(const std::string& path, const LoadProgressCallback& progress) {
     const auto start = std::chrono::steady_clock::now();
     checkPathText("model", path, "a model folder or checkpoint file");
     SdModel model;
     std::error_code ec;
     if (path.rfind(kRandomModelPrefix, 0) == 0) {
-        model = randomSdModel(path);
+        model = randomSdModel(path, 0, progress);
         model.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         model.hostPeakMiB = peakResidentMiB();
         return model;
     }
     if (fs::is_directory(path, ec)) {
-        model = loadFolder(path);
+        model = loadFolder(path, progress);
     } else if (!fs::exists(path, ec)) {
         throw ModelError(shownPath(path) + ": not found; give a Stable Diffusion pipeline folder (with "
                          "model_index.json) or a .safetensors checkpoint");
     } else {
         // Pickles (by name or by their bytes) are refused there, unread.
-        model = loadSingleFileCheckpoint(path);
+        SingleFileOptions options;
+        options.progress = progress;
+        model = loadSingleFileCheckpoint(path, options);
         model.tokenizer = bundledTokenizer(model.family, 1);
         if (model.family == SdFamily::SDXL) model.tokenizer2 = bundledTokenizer(model.family, 2);
     }

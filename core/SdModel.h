@@ -14,6 +14,7 @@
 
 #include "core/ClipTextModel.h"
 #include "core/ClipTokenizer.h"
+#include "core/LoadProgress.h"
 #include "core/RunConfig.h"
 #include "core/UNetCondModel.h"
 #include "core/VaeModel.h"
@@ -65,7 +66,12 @@ bool isSdModelPath(const std::string& path);
 // six size ids), truncated files, shape mismatches, NaN or infinite weights.
 // A folder without tokenizer/ (tokenizer_2/), and every single-file checkpoint, uses the bundled
 // CLIP vocabulary, openai's bpe_simple_vocab_16e6.txt.gz, at the path front ends set once at start.
-SdModel loadSdModel(const std::string& path);
+// `progress` (optional, on the calling thread) hears the load as bytes of tensor data done out of
+// the whole load's (core/LoadProgress.h), in phases "reading the UNet", "reading the VAE",
+// "reading the text encoder" (SDXL: "reading the second text encoder"; a folder's components in
+// that order, a single file's in its own), or "random weights for the UNet", ... for random:*;
+// it ends with done == total once every tensor is in (a failed load stops short of it).
+SdModel loadSdModel(const std::string& path, const LoadProgressCallback& progress = {});
 void setBundledClipVocabulary(std::string gzPath);
 std::string bundledClipVocabulary();
 // The tokenizer of a family's text encoder `encoder` (1, or 2 for SDXL's second) over the
@@ -81,7 +87,7 @@ std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family, int encod
 // Deterministic in `seed`. isSdModelPath and loadSdModel accept these names. Throws
 // ValidationError("model") for another.
 inline constexpr const char* kRandomModelPrefix = "random:";
-SdModel randomSdModel(const std::string& name, std::uint64_t seed = 0);
+SdModel randomSdModel(const std::string& name, std::uint64_t seed = 0, const LoadProgressCallback& progress = {});
 
 // The configurations randomSdModel builds for `name` (nothing allocated): for shapes, parameter
 // counts and memory estimates. textEncoder2 is set for random:sdxl only.

@@ -180,18 +180,36 @@ ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTenso
     return fromHost(scaleLatents(model.vae->config(), posteriorMean(moments)));
 }
 
+namespace {
+
+// rgb = bias + latent @ factors, per latent pixel, on the latents as the UNet sees them (scaled).
+struct LatentRgbMap {
+    std::array<std::array<float, 3>, 4> factors;  // row c: latent channel c's R, G, B
+    std::array<float, 3> bias;
+};
+
+// SD 1.x and 2.x: A1111's "Approx cheap" (modules/sd_samplers_common.py), no bias.
+constexpr LatentRgbMap kSdLatentRgb{
+    {{{0.298f, 0.207f, 0.208f}, {0.187f, 0.286f, 0.173f}, {-0.158f, 0.189f, 0.264f}, {-0.184f, -0.271f, -0.473f}}},
+    {0.0f, 0.0f, 0.0f}};
+// SDXL's VAE has its own latent space (and scaling factor 0.13025): ComfyUI's SDXL latent format,
+// comfy/latent_formats.py, class SDXL, latent_rgb_factors and latent_rgb_factors_bias (the map its
+// Latent2RGB previewer applies to the scaled latents).
+constexpr LatentRgbMap kSdxlLatentRgb{
+    {{{0.3651f, 0.4232f, 0.4341f}, {-0.2533f, -0.0042f, 0.1068f}, {0.1076f, 0.1111f, -0.0362f}, {-0.3165f, -0.2492f, -0.2188f}}},
+    {0.1084f, -0.0175f, -0.0011f}};
+
+}  // namespace
+
 ImageTensor latentPreview(const SdModel& model, const ImageTensor& latents) {
-    // A1111 modules/sd_samplers_common.py, "Approx cheap" (SD 1.x and 2.x latents): rgb = latent @ M.
-    static constexpr std::array<std::array<float, 3>, 4> kCoefficients{{{0.298f, 0.207f, 0.208f},
-                                                                        {0.187f, 0.286f, 0.173f},
-                                                                        {-0.158f, 0.189f, 0.264f},
-                                                                        {-0.184f, -0.271f, -0.473f}}};
+    const LatentRgbMap& map = model.family == SdFamily::SDXL ? kSdxlLatentRgb : kSdLatentRgb;
     const std::size_t plane = static_cast<std::size_t>(latents.height) * latents.width;
-    ImageTensor rgb{3, latents.height, latents.width, std::vector<float>(3 * plane, 0.0f)};
+    ImageTensor rgb{3, latents.height, latents.width, std::vector<float>(3 * plane)};
+    for (std::size_t o = 0; o < 3; ++o) std::fill_n(rgb.data.begin() + static_cast<std::ptrdiff_t>(o * plane), plane, map.bias[o]);
     const int channels = std::min(latents.channels, 4);
     for (int c = 0; c < channels; ++c)
-        for (int o = 0; o < 3; ++o) {
-            const float k = kCoefficients[static_cast<std::size_t>(c)][static_cast<std::size_t>(o)];
+        for (std::size_t o = 0; o < 3; ++o) {
+            const float k = map.factors[static_cast<std::size_t>(c)][o];
             for (std::size_t p = 0; p < plane; ++p) rgb.data[o * plane + p] += k * latents.data[c * plane + p];
         }
     return upsampleNearest(rgb, model.vaeScale());

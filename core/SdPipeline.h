@@ -60,8 +60,9 @@ ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTen
 // the scaling factor (what img2img starts from); whole or tiled as for decodeLatents.
 ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image,
                         const VaePassOptions& options = {}, std::string* description = nullptr);
-// A preview of latents as RGB at image size: A1111's "Approx cheap" linear map per latent pixel
-// (4 x 3 coefficients), each latent pixel shown as an f x f block.
+// A preview of latents as RGB at image size: a linear map per latent pixel (4 x 3 coefficients and
+// a bias) chosen by the model's family: SD 1.x / 2.x A1111's "Approx cheap", SDXL ComfyUI's SDXL
+// latent_rgb_factors and bias (its VAE's latent space differs); each latent pixel an f x f block.
 ImageTensor latentPreview(const SdModel& model, const ImageTensor& latents);
 // Each pixel of `image` as a factor x factor block.
 ImageTensor upsampleNearest(const ImageTensor& image, int factor);

@@ -856,7 +856,18 @@ std::vector<float> transposed(const std::vector<float>& data, std::size_t rows, 
 // Reads, upcasts and checks every bound tensor, in the file's order (one sequential pass over the
 // disk), releasing each tensor's pages once copied (the resident set holds the copies, not also
 // the file).
-std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Plan& plan, const std::string& where) {
+// The stored bytes of the tensors a plan reads (a fused tensor once).
+std::uint64_t planBytes(const SafetensorsFile& file, const Plan& plan) {
+    std::set<std::string> seen;
+    std::uint64_t bytes = 0;
+    for (const Binding& b : plan.bindings)
+        if (seen.insert(b.stored).second) bytes += file.find(b.stored)->byteSize();
+    return bytes;
+}
+
+std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Plan& plan, const std::string& where,
+                                           LoadMeter& meter) {
+    meter.beginPhase(std::string("reading the ") + plan.what, planBytes(file, plan));
     std::vector<const Binding*> order;
     for (const Binding& b : plan.bindings) order.push_back(&b);
     std::stable_sort(order.begin(), order.end(), [&](const Binding* x, const Binding* y) {
@@ -882,9 +893,13 @@ std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Pl
                              std::to_string(static_cast<std::size_t>(bad - t.data.begin()) +
                                             count * static_cast<std::size_t>(b.part)));
         if (b.transpose) t.data = transposed(t.data, static_cast<std::size_t>(b.shape[1]), static_cast<std::size_t>(b.shape[0]));
-        if (b.part + 1 == b.parts) file.releasePages(info);
+        if (b.part + 1 == b.parts) {
+            file.releasePages(info);
+            meter.advance(info.byteSize());
+        }
         tensors.emplace(b.name, std::move(t));
     }
+    meter.endPhase();
     return tensors;
 }
 
@@ -989,18 +1004,22 @@ SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOption
     const SafetensorsFile file = openCheckpoint(path, where);
     Inspected r = inspectOpen(file, path, options);
     FileHasher hasher(file, options.digest);  // runs while the tensors are converted
+    std::uint64_t total = 0;
+    for (const Plan& plan : r.plans) total += planBytes(file, plan);
+    LoadMeter meter(options.progress, total);
 
     SdModel model;
     model.family = r.layout.family;
     model.unet = std::make_shared<const UNetCondModel>(
-        UNetCondModel::fromTensors(r.configs.unet, readPlan(file, r.plans[0], where), WeightsDigest::Skip));
+        UNetCondModel::fromTensors(r.configs.unet, readPlan(file, r.plans[0], where, meter), WeightsDigest::Skip));
     model.vae = std::make_shared<const VaeModel>(
-        VaeModel::fromTensors(r.configs.vae, readPlan(file, r.plans[1], where), WeightsDigest::Skip));
+        VaeModel::fromTensors(r.configs.vae, readPlan(file, r.plans[1], where, meter), WeightsDigest::Skip));
     model.textEncoder = std::make_shared<const ClipTextModel>(
-        ClipTextModel::fromTensors(r.configs.text, readPlan(file, r.plans[2], where), WeightsDigest::Skip));
+        ClipTextModel::fromTensors(r.configs.text, readPlan(file, r.plans[2], where, meter), WeightsDigest::Skip));
     if (r.configs.text2)
-        model.textEncoder2 = std::make_shared<const ClipTextModel>(
-            ClipTextModel::fromTensors(*r.configs.text2, readPlan(file, r.plans[3], where), WeightsDigest::Skip));
+        model.textEncoder2 = std::make_shared<const ClipTextModel>(ClipTextModel::fromTensors(
+            *r.configs.text2, readPlan(file, r.plans[3], where, meter), WeightsDigest::Skip));
+    meter.finish(options.digest == FileDigest::Compute ? "hashing the file" : "");
     model.scheduler = sdSchedulerDefaults(r.configs.prediction);
     model.schedulerClass = r.info.schedulerClass;
     model.source = path;

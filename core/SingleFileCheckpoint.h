@@ -41,6 +41,11 @@ struct SingleFileOptions {
     // SD 2.x-base checkpoint's epsilon prediction). Empty: the family's configurations.
     // (SDXL: text_encoder_2/config.json too.)
     std::string configFolder;
+    // loadSingleFileCheckpoint's progress (core/LoadProgress.h): the stored bytes of the tensors
+    // the models read, model by model ("reading the UNet", "reading the VAE", "reading the text
+    // encoder", "reading the second text encoder"), after each tensor; then "hashing the file"
+    // while the digest, if still running, finishes. Empty: none.
+    LoadProgressCallback progress;
 };
 
 // One model inside the file.

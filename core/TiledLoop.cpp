@@ -438,11 +438,12 @@ std::shared_ptr<const UNetModel> TiledLoop::modelFor(const RunConfig& config) {
     return model_;
 }
 
-std::shared_ptr<const SdModel> TiledLoop::sdModelFor(const RunConfig& config) {
+std::shared_ptr<const SdModel> TiledLoop::sdModelFor(const RunConfig& config, RunObserver& observer) {
     if (sdPinned_) return sd_;
     if (!sd_ || sdPath_ != config.model) {
         sd_.reset();
-        sd_ = std::make_shared<const SdModel>(loadSdModel(config.model));
+        sd_ = std::make_shared<const SdModel>(
+            loadSdModel(config.model, [&observer](const LoadProgress& p) { observer.onLoadProgress(p); }));
         sdPath_ = config.model;
         ++modelGeneration_;
     }
@@ -512,7 +513,7 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
 RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileDevice& device,
                            const CancelCheck& cancelled) {
     const auto prepareStart = Clock::now();
-    const std::shared_ptr<const SdModel> sd = sdModelFor(config);
+    const std::shared_ptr<const SdModel> sd = sdModelFor(config, observer);
     const RunConfig canvas = checkSdRun(config, *sd);   // the latent canvas's sizes
     checkInit(3, config.height, config.width);
     if (!hasInitImage() && !config.initImage.empty())

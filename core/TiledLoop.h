@@ -126,7 +126,7 @@ private:
                      std::chrono::steady_clock::time_point prepareStart);
     RunResult runSd(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
     std::shared_ptr<const UNetModel> modelFor(const RunConfig& config);
-    std::shared_ptr<const SdModel> sdModelFor(const RunConfig& config);
+    std::shared_ptr<const SdModel> sdModelFor(const RunConfig& config, RunObserver& observer);
     bool usesSdModel(const RunConfig& config) const;
     void checkRun(const RunConfig& config, const UNetModel& model) const;
     void checkInit(int channels, int height, int width) const;

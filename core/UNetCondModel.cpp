@@ -28,7 +28,7 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> UNetCondModel::ex
     }
 }
 
-UNetCondModel UNetCondModel::load(const std::string& dir) {
+UNetCondModel UNetCondModel::load(const std::string& dir, LoadMeter* meter) {
     UNetCondModel model;
     model.dir_ = componentFolder(dir, "unet", "a model folder");
     const std::string configPath = (std::filesystem::path(model.dir_) / "config.json").string();
@@ -49,7 +49,7 @@ UNetCondModel UNetCondModel::load(const std::string& dir) {
     } catch (const ModelError& e) {
         throw ModelError(shown + ": " + withoutPrefix(e.what(), kConfigPrefix));
     }
-    model.weights_ = ModelWeights::load(model.dir_, expected, LegacyAttentionNames::NotAccepted);
+    model.weights_ = ModelWeights::load(model.dir_, expected, LegacyAttentionNames::NotAccepted, meter);
     return model;
 }
 
@@ -62,11 +62,11 @@ UNetCondModel UNetCondModel::fromTensors(UNetCondConfig config, std::map<std::st
     return model;
 }
 
-UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t seed) {
+UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t seed, LoadMeter* meter) {
     UNetCondModel model;
     model.config_ = config;
     const auto expected = expectedTensors(config);
-    model.weights_.tensors = randomTensors(expected, seed);
+    model.weights_.tensors = randomTensors(expected, seed, meter);
     // The seed and the tensor list determine the values.
     Sha256 hash;
     const std::string identity = "tessera-random-unetcond-v1:" + std::to_string(seed);

@@ -21,13 +21,14 @@ public:
     // "UNet2DConditionModel"), range-checks it, then binds every tensor the graph declares,
     // shapes checked before any data is read. Throws ModelError naming the file and, for a
     // tensor, its name, expected and found shape, or the non-finite value.
-    static UNetCondModel load(const std::string& dir);
+    // `meter` (optional) counts the tensors read (core/LoadProgress.h).
+    static UNetCondModel load(const std::string& dir, LoadMeter* meter = nullptr);
     // A model from tensors in memory under diffusers' names (a converted single-file
     // checkpoint, tests), checked as load() checks; `digest` as in ModelWeights::fromTensors.
     static UNetCondModel fromTensors(UNetCondConfig config, std::map<std::string, HostTensor> tensors,
                                      WeightsDigest digest = WeightsDigest::Compute);
     // Random weights for a config (randomTensors' initialisation; deterministic in `seed`).
-    static UNetCondModel random(const UNetCondConfig&, std::uint64_t seed);
+    static UNetCondModel random(const UNetCondConfig&, std::uint64_t seed, LoadMeter* meter = nullptr);
 
     const UNetCondConfig& config() const { return config_; }
     const std::map<std::string, HostTensor>& tensors() const { return weights_.tensors; }

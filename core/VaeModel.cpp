@@ -126,12 +126,12 @@ TensorList VaeModel::expectedTensors(const VaeConfig& config) {
     }
 }
 
-VaeModel VaeModel::load(const std::string& dir) {
+VaeModel VaeModel::load(const std::string& dir, LoadMeter* meter) {
     VaeModel model;
     std::string folder;
     model.config_ = readVaeConfig(dir, &folder);
     model.dir_ = dir;
-    model.weights_ = ModelWeights::load(folder, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
+    model.weights_ = ModelWeights::load(folder, expectedTensors(model.config_), LegacyAttentionNames::Accepted, meter);
     return model;
 }
 

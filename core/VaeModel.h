@@ -27,7 +27,8 @@ public:
     // present and shaped as the graphs declare (the legacy mid-block attention names
     // query/key/value/proj_attn are accepted), finite, F16/BF16 upcast. ModelError names the
     // file and the tensor.
-    static VaeModel load(const std::string& dir);
+    // `meter` (optional) counts the tensors read (core/LoadProgress.h).
+    static VaeModel load(const std::string& dir, LoadMeter* meter = nullptr);
     // The same checks on tensors already in memory; `digest` as in ModelWeights::fromTensors.
     static VaeModel fromTensors(VaeConfig config, std::map<std::string, HostTensor> tensors,
                                 WeightsDigest digest = WeightsDigest::Compute);

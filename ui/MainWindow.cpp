@@ -186,6 +186,7 @@ void MainWindow::startWorker() {
     worker_->moveToThread(&workerThread_);
     workerThread_.setObjectName(QStringLiteral("tessera-engine"));
     connect(&workerThread_, &QThread::finished, worker_, &QObject::deleteLater);
+    connect(worker_, &RunWorker::modelLoadProgress, this, &MainWindow::onLoadProgress);
     connect(worker_, &RunWorker::runStarted, this, &MainWindow::onRunStarted);
     connect(worker_, &RunWorker::tileBatchFinished, this, &MainWindow::onTileBatch);
     connect(worker_, &RunWorker::tileBatchesTimed, this, &MainWindow::onTileBatchesTimed);
@@ -527,9 +528,9 @@ void MainWindow::beginRunDisplay(const RunConfig& config) {
     charts_->clear();
     stepBar_->show();
     tileBar_->show();
-    // Loading a model (seconds for a multi-GB checkpoint) reports no fraction: the step bar is
-    // busy, and the text counts the seconds, until the engine says it is prepared.
-    stepBar_->setRange(0, 0);
+    // Busy until the engine reports the model load's fraction (a model kept from the last run,
+    // or a pixel model, reports none), and again while it prepares; the text counts the seconds.
+    updateStepBar();
     runClock_.start();
     markProgressDirty();
 }
@@ -628,10 +629,7 @@ void MainWindow::refreshProgress() {
     if (!progressDirty_ && !running_) return;
     progressDirty_ = false;
     const Progress& p = progress_;
-    // While running, the step in progress (1-based); afterwards, the steps completed. Busy
-    // while the model loads.
-    stepBar_->setRange(0, running_ && !p.started ? 0 : std::max(1, p.steps));
-    stepBar_->setValue(std::min(running_ && p.started ? p.step + 1 : p.step, std::max(1, p.steps)));
+    updateStepBar();
     tileBar_->setRange(0, std::max(1, p.tiles));
     tileBar_->setValue(std::min(p.tilesDone, std::max(1, p.tiles)));
     if (!running_) return;
@@ -639,7 +637,10 @@ void MainWindow::refreshProgress() {
     const double elapsed = runClock_.isValid() ? runClock_.elapsed() / 1000.0 : 0.0;
     // The bars show step k/N and tile j/M; the text adds time.
     QString text = tr("%1 elapsed").arg(formatDuration(elapsed));
-    if (!p.started) text = tr("loading the model and preparing · ") + text;
+    if (p.loading())
+        text = tr("loading the model: %1 %2% · ").arg(p.loadPhase).arg(static_cast<int>(p.loadFraction * 100)) + text;
+    else if (!p.started)
+        text = (p.loadFraction < 0 ? tr("loading the model and preparing · ") : tr("preparing · ")) + text;
     if (isComparingGraphs())
         text = tr("run %1/%2 · ").arg(currentRunId_ - comparison_->firstRunId + 1).arg(comparison_->runs.size()) + text;
     if (p.started && p.steps > 0 && p.tiles > 0) {
@@ -648,6 +649,21 @@ void MainWindow::refreshProgress() {
         if (done > 0.0 && done < 1.0) text += tr(" · ETA %1").arg(formatDuration(sampling * (1.0 - done) / done));
     }
     progressText_->setText(text);
+}
+
+void MainWindow::updateStepBar() {
+    const Progress& p = progress_;
+    if (running_ && p.loading()) {
+        stepBar_->setFormat(p.loadPhase + QStringLiteral(" %p%"));
+        stepBar_->setRange(0, kLoadBarSteps);
+        stepBar_->setValue(static_cast<int>(p.loadFraction * kLoadBarSteps));
+        return;
+    }
+    stepBar_->setFormat(tr("step %v/%m"));
+    // While running, the step in progress (1-based); afterwards, the steps completed. Busy while
+    // the engine prepares (and loads a model that reports no fraction).
+    stepBar_->setRange(0, running_ && !p.started ? 0 : std::max(1, p.steps));
+    stepBar_->setValue(std::min(running_ && p.started ? p.step + 1 : p.step, std::max(1, p.steps)));
 }
 
 void MainWindow::showReadyProgress() {
@@ -671,6 +687,16 @@ void MainWindow::showReadyProgress() {
     } catch (const std::exception&) {
         progressText_->setText(tr("not ready: fix the marked settings"));
     }
+}
+
+void MainWindow::onLoadProgress(quint64 runId, const LoadProgress& progress) {
+    if (runId != currentRunId_ || progress_.started) return;
+    progress_.loadFraction = std::clamp(progress.fraction(), 0.0, 1.0);
+    progress_.loadPhase = QString::fromStdString(progress.phase);
+    // The worker sends a few dozen a second at most: the bar follows each at once.
+    updateStepBar();
+    markProgressDirty();
+    emit loadProgressShown(progress_.loadFraction, progress_.loadPhase);
 }
 
 void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
@@ -925,6 +951,7 @@ void MainWindow::onRunFailed(quint64 runId, const QString& error) {
         return;
     }
     running_ = false;
+    updateStepBar();  // not the failed load's fraction
     canvas_->setPlaceholderText(tr("The run failed: %1").arg(error));
     stopping_ = false;
     progressTimer_.stop();

@@ -184,6 +184,9 @@ signals:
     // The canvas shows the preview of step `step` (0-based) of the run in flight (an SD run's
     // latent approximation, a pixel model's x0 estimate).
     void previewShown(int step, const QImage& image);
+    // The step bar shows the model load of the run in flight at `fraction` (0..1) in `phase`
+    // ("reading the UNet"); at 1 the load is done and the bar is busy until the run is prepared.
+    void loadProgressShown(double fraction, const QString& phase);
     // Run `index` (0-based) of `count` of a comparison is starting.
     void graphComparisonRunStarted(int index, int count);
     // A comparison ended; `completed` when every run finished and the views were opened.
@@ -206,6 +209,9 @@ private:
     void updateActions();
     void refreshPlan();
     void refreshProgress();
+    // The step bar from progress_: the load's fraction and phase while a model loads, busy while
+    // the engine prepares, then step k/N.
+    void updateStepBar();
     void showReadyProgress();
     void markProgressDirty();
     // Resets the canvas, charts and progress for a run of `config` about to start.
@@ -245,6 +251,7 @@ private:
     void showAbout();
 
     // Worker signals (queued).
+    void onLoadProgress(quint64 runId, const LoadProgress& progress);
     void onRunStarted(quint64 runId, const RunRecord& record);
     void onTileBatch(quint64 runId, const TileBatchEvent& event);
     void onStep(quint64 runId, const StepEvent& event);
@@ -320,7 +327,12 @@ private:
         int step = 0, steps = 0;          // steps completed / total
         int tilesDone = 0, tiles = 0;     // tiles completed in the current step / per step
         bool started = false;             // onStarted seen (prepare done)
+        double loadFraction = -1;         // of the model load in progress; -1 while none was reported
+        QString loadPhase;
+        bool loading() const { return !started && loadFraction >= 0.0 && loadFraction < 1.0; }
     } progress_;
+    // The step bar's resolution while it shows a load's fraction.
+    static constexpr int kLoadBarSteps = 1000;
     QElapsedTimer runClock_;              // since Run was pressed
     QElapsedTimer samplingClock_;         // since the engine reported onStarted
     QTimer progressTimer_;

@@ -12,6 +12,9 @@
 #include "app/ModelInspector.h"
 #include "app/ModelLocator.h"
 #include "app/RunHistory.h"
+#include "core/SdModel.h"
+#include "core/SingleFileCheckpoint.h"
+#include "tests/core/SingleFileTestSupport.h"
 
 using namespace tessera;
 
@@ -103,12 +106,26 @@ private slots:
                      error.contains("random:sd15, random:sd21 or random:sdxl"),
                  qPrintable(error));
 
-        // A .safetensors file is taken as SD 1.x/2.x without reading it (a run loads and checks it).
+        // A .safetensors file whose header cannot be read is taken as SD 1.x/2.x (a run loads it
+        // and says why).
         const QString checkpoint = scratch_.filePath(QStringLiteral("v1-5.safetensors"));
         QVERIFY(writeFile(checkpoint, "whatever"));
         const auto limits = ModelLocator::readSdLimits(checkpoint, &multiple, &error);
         QVERIFY2(limits, qPrintable(error));
         QCOMPARE(limits->downsampleFactor, 64);
+        // A checkpoint's header tells its family: SDXL base's 3-level UNet takes tiles in multiples
+        // of 32, SD 1.5's 4 levels 64 (full-size headers; the data is a sparse hole, never read).
+        for (const auto& [shape, factor] : {std::pair{"random:sdxl", 32}, std::pair{"random:sd15", 64}}) {
+            const SdModelConfigs c = randomSdModelConfigs(shape);
+            const QString file = scratch_.filePath(QStringLiteral("%1.safetensors").arg(QString::fromLatin1(shape + 7)));
+            single_file_test::writeHeaderOnly(file.toStdString(),
+                                              singleFileTensors(c.family, c.unet, c.vae, c.textEncoder, c.textEncoder2));
+            multiple = 0;
+            const auto found = ModelLocator::readSdLimits(file, &multiple, &error);
+            QVERIFY2(found, qPrintable(error));
+            QCOMPARE(found->downsampleFactor, factor);
+            QCOMPARE(multiple, 8);
+        }
 
         QVERIFY(!ModelLocator::readSdLimits(scratch_.filePath(QStringLiteral("absent.safetensors")), &multiple, &error));
         QVERIFY2(error.contains("absent.safetensors' does not exist"), qPrintable(error));

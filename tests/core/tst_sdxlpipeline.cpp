@@ -266,6 +266,42 @@ private slots:
         QVERIFY(std::any_of(r.record.messages.begin(), r.record.messages.end(),
                             [](const std::string& m) { return m.find("sdxl: size conditioning image") != std::string::npos; }));
     }
+
+    // The live preview of an SDXL run maps its latents with SDXL's coefficients (ComfyUI's
+    // latent_rgb_factors and bias for SDXL), not SD 1.x's: a unit latent in channel c shows row c
+    // plus the bias, an all-zero latent the bias; each latent pixel is an 8 x 8 block.
+    void latentPreviewUsesSdxlCoefficients() {
+        REQUIRE_FIXTURES();
+        const float rows[4][3] = {{0.3651f, 0.4232f, 0.4341f},
+                                  {-0.2533f, -0.0042f, 0.1068f},
+                                  {0.1076f, 0.1111f, -0.0362f},
+                                  {-0.3165f, -0.2492f, -0.2188f}};
+        const float bias[3] = {0.1084f, -0.0175f, -0.0011f};
+        // 5 latent pixels: channel 0..3 set to 1 in pixels 0..3, pixel 4 all zero.
+        ImageTensor latents{4, 1, 5, std::vector<float>(20, 0.0f)};
+        for (int c = 0; c < 4; ++c) latents.data[static_cast<std::size_t>(c * 5 + c)] = 1.0f;
+        const ImageTensor rgb = latentPreview(model(), latents);
+        QCOMPARE(rgb.channels, 3);
+        QCOMPARE(rgb.height, 8);
+        QCOMPARE(rgb.width, 40);
+        const auto at = [&rgb](int o, int x, int y) {
+            return rgb.data[(static_cast<std::size_t>(o) * rgb.height + y) * rgb.width + x];
+        };
+        for (int o = 0; o < 3; ++o) {
+            for (int c = 0; c < 4; ++c)
+                for (int y : {0, 7})
+                    for (int x : {c * 8, c * 8 + 7})
+                        QVERIFY2(std::abs(at(o, x, y) - (rows[c][o] + bias[o])) < 1e-6f,
+                                 qPrintable(QStringLiteral("channel %1 colour %2: %3").arg(c).arg(o).arg(at(o, x, y))));
+            QVERIFY(std::abs(at(o, 36, 3) - bias[o]) < 1e-6f);
+        }
+        // An SD 1.x model of the same latents keeps A1111's coefficients, with no bias.
+        SdModel sd1 = model();
+        sd1.family = SdFamily::SD1;
+        const ImageTensor old = latentPreview(sd1, latents);
+        QVERIFY(std::abs(old.data[0] - 0.298f) < 1e-6f);
+        QCOMPARE(old.data[static_cast<std::size_t>(36 + 3 * 40)], 0.0f);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestSdxlPipeline)

@@ -17,9 +17,12 @@
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QScopeGuard>
+#include <QThread>
 #include <QtTest>
 
 #include "app/RunHistory.h"
+#include "app/RunWorker.h"
 #include "core/ClipTokenizer.h"
 #include "core/PromptParser.h"
 #include "ui/ConfigPanel.h"
@@ -364,7 +367,7 @@ private slots:
             });
             QSignalSpy ended(&window, &MainWindow::runEnded);
             window.runAction()->trigger();
-            // The model loads first: the step bar is busy (no fraction to show) until prepared.
+            // Busy until the worker reports the model load (stepBarShowsTheModelLoad).
             QCOMPARE(child<QProgressBar>(&window, "stepProgress")->maximum(), 0);
             QVERIFY(ended.wait(300000));
             QVERIFY(ended.at(0).at(0).toBool());
@@ -374,6 +377,93 @@ private slots:
             QCOMPARE(window.canvas()->image().size(), QSize(128, 96));
             if (!lastPreview.isNull()) QVERIFY(window.canvas()->image() != lastPreview);
         }
+    }
+
+    void sdRunReportsTheModelLoadBeforeTheFirstStep() {
+        // Issue #17 item 2: the worker forwards the engine's load progress (bytes of weights read,
+        // by phase) before the run starts; a model kept from the last run reports none.
+        QThread thread;
+        auto* worker = new RunWorker;
+        worker->moveToThread(&thread);
+        connect(&thread, &QThread::finished, worker, &QObject::deleteLater);
+        thread.start();
+        const auto stopThread = qScopeGuard([&thread] {
+            thread.quit();
+            thread.wait();
+        });
+        QSignalSpy loads(worker, &RunWorker::modelLoadProgress);
+        QSignalSpy finished(worker, &RunWorker::runFinished);
+        QStringList order;  // "load", "started", "step": as the GUI thread receives them
+        connect(worker, &RunWorker::modelLoadProgress, this, [&order] { order << QStringLiteral("load"); });
+        connect(worker, &RunWorker::runStarted, this, [&order] { order << QStringLiteral("started"); });
+        connect(worker, &RunWorker::stepFinished, this, [&order] { order << QStringLiteral("step"); });
+        const RunConfig config = sdConfig();
+        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 1); }, Qt::QueuedConnection);
+        QVERIFY(finished.wait(300000));
+        // One per phase at least (UNet, VAE, text encoder), fractions never going back, ending at 1.
+        QVERIFY2(loads.count() >= 3, qPrintable(QString::number(loads.count())));
+        double last = -1;
+        QStringList phases;
+        for (const QList<QVariant>& signal : loads) {
+            QCOMPARE(signal.at(0).value<quint64>(), quint64(1));
+            const auto progress = signal.at(1).value<LoadProgress>();
+            QVERIFY(progress.fraction() >= last);
+            last = progress.fraction();
+            const QString phase = QString::fromStdString(progress.phase);
+            if (phases.isEmpty() || phases.back() != phase) phases << phase;
+        }
+        QCOMPARE(last, 1.0);
+        QVERIFY(loads.at(0).at(1).value<LoadProgress>().fraction() < 1.0);
+        QCOMPARE(phases, (QStringList{"reading the UNet", "reading the VAE", "reading the text encoder"}));
+        const qsizetype started = order.indexOf(QStringLiteral("started"));
+        QVERIFY(started > 0 && order.lastIndexOf(QStringLiteral("load")) < started);
+        QVERIFY(order.indexOf(QStringLiteral("step")) > started);
+
+        // The same model again: kept by the engine, nothing to load.
+        loads.clear();
+        finished.clear();
+        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 2); }, Qt::QueuedConnection);
+        QVERIFY(finished.wait(300000));
+        QCOMPARE(loads.count(), 0);
+    }
+
+    void stepBarShowsTheModelLoad() {
+        // The window's step bar shows the load's fraction and phase as it comes, busy while the
+        // engine prepares (the load done), then the steps; a second run of the same model shows
+        // no load.
+        MainWindow window(freshSettings());
+        window.show();
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), sdConfig()));
+        auto* bar = child<QProgressBar>(&window, "stepProgress");
+        QList<double> fractions;
+        bool previewed = false, loadAfterPreview = false;
+        connect(&window, &MainWindow::previewShown, this, [&previewed] { previewed = true; });
+        connect(&window, &MainWindow::loadProgressShown, this, [&](double fraction, const QString& phase) {
+            fractions << fraction;
+            loadAfterPreview = loadAfterPreview || previewed;
+            if (fraction < 1.0) {
+                QCOMPARE(bar->maximum(), 1000);
+                QCOMPARE(bar->value(), static_cast<int>(fraction * 1000));
+                QVERIFY2(bar->format().contains(phase), qPrintable(bar->format()));
+            } else {
+                QCOMPARE(bar->maximum(), 0);  // preparing
+            }
+        });
+        QSignalSpy ended(&window, &MainWindow::runEnded);
+        window.runAction()->trigger();
+        QVERIFY(ended.wait(300000));
+        QVERIFY(ended.at(0).at(0).toBool());
+        QVERIFY(fractions.size() >= 3);
+        QVERIFY(std::is_sorted(fractions.begin(), fractions.end()));
+        QCOMPARE(fractions.back(), 1.0);
+        QVERIFY(!loadAfterPreview);
+        QCOMPARE(bar->format(), QStringLiteral("step %v/%m"));
+        QCOMPARE(bar->maximum(), 2);
+
+        fractions.clear();
+        window.runAction()->trigger();
+        QVERIFY(ended.wait(300000));
+        QVERIFY(fractions.isEmpty());
     }
 
     void upscaleSizesTheCanvasFromTheStartImage() {
