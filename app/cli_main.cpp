@@ -111,7 +111,7 @@ int cmdPlan(const CliOptions& options) {
     if (folder) model = std::make_unique<UNetModel>(UNetModel::load(config.model));
     const TilePlan plan = TilePlan::fromConfig(config);
     const int tiles = plan.count();
-    const int stepsRun = config.initImage.empty() ? config.steps : static_cast<int>(config.steps * config.strength);
+    const int stepsRun = config.steps - firstStepRun(config, !config.initImage.empty());
     std::cout << "image        " << config.width << " x " << config.height << " px\n"
               << "tile grid    " << plan.cols() << " cols x " << plan.rows() << " rows\n"
               << "tile         " << plan.tileW() << " x " << plan.tileH() << " px\n"

@@ -322,4 +322,8 @@ void validate(const RunConfig& config, const ModelLimits& limits) {
 // infotext(record.config, infotextExtras(record)) (core/Infotext.h), with its model hash.
 std::string parametersLine(const RunConfig& c) { return infotext(c, infotextExtras(c)); }
 
+int firstStepRun(const RunConfig& config, bool fromImage) {
+    return fromImage ? config.steps - static_cast<int>(config.steps * config.strength) : 0;
+}
+
 }  // namespace tessera

@@ -177,6 +177,11 @@ void validate(const RunConfig&, const ModelLimits& = {});
 // Same, but returns every problem (for the GUI, which marks each field).
 std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = {});
 
+// The schedule index of the first step a run evaluates: 0 from noise; from a start image,
+// steps - floor(steps * strength) (diffusers' img2img: strength 0.35 of 20 steps runs the last 7;
+// strength 0 gives `steps`, nothing to denoise). The steps a run evaluates are steps minus this.
+int firstStepRun(const RunConfig& config, bool fromImage);
+
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,

@@ -163,10 +163,9 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
         start.sigma = scheduler.initNoiseSigma();
         return start;
     }
-    const int steps = config.steps;
-    startStep = steps - static_cast<int>(steps * config.strength);
+    startStep = firstStepRun(config, true);
     start.image = &init->data;
-    if (startStep >= steps) {
+    if (startStep >= config.steps) {
         start.kind = CanvasStart::Kind::Image;   // strength 0: nothing to denoise
         return start;
     }

@@ -510,6 +510,7 @@ void MainWindow::beginRunDisplay(const RunConfig& config) {
     runConfig_ = config;
     progress_ = Progress{};
     progress_.steps = config.steps;
+    progress_.firstStep = std::clamp(firstStepRun(config, !config.initImage.empty()), 0, config.steps);
     try {
         TilePlan plan = TilePlan::fromConfig(config);
         progress_.tiles = plan.count();
@@ -660,10 +661,12 @@ void MainWindow::updateStepBar() {
         return;
     }
     stepBar_->setFormat(tr("step %v/%m"));
-    // While running, the step in progress (1-based); afterwards, the steps completed. Busy while
-    // the engine prepares (and loads a model that reports no fraction).
-    stepBar_->setRange(0, running_ && !p.started ? 0 : std::max(1, p.steps));
-    stepBar_->setValue(std::min(running_ && p.started ? p.step + 1 : p.step, std::max(1, p.steps)));
+    // The steps this run evaluates (image-to-image at strength 0.35 of 20: 7, not 20). While
+    // running, the step in progress (1-based); afterwards, the steps completed. Busy while the
+    // engine prepares (and loads a model that reports no fraction).
+    const int runSteps = std::max(1, p.steps - p.firstStep);
+    stepBar_->setRange(0, running_ && !p.started ? 0 : runSteps);
+    stepBar_->setValue(std::clamp(running_ && p.started ? p.step + 1 - p.firstStep : p.step - p.firstStep, 0, runSteps));
 }
 
 void MainWindow::showReadyProgress() {
@@ -704,10 +707,11 @@ void MainWindow::onRunStarted(quint64 runId, const RunRecord& record) {
     progress_.started = true;
     progress_.tiles = record.tileCount;
     progress_.steps = record.config.steps;
+    progress_.firstStep = std::clamp(firstStepRun(record.config, !record.config.initImage.empty()), 0, progress_.steps);
     startedRecord_ = record;
     panel_->setLastRunSeed(record.config.seed);
     samplingClock_.start();
-    canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(record.config.steps));
+    canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(progress_.steps - progress_.firstStep));
     QString text = tr("Running on %1 — %2 (prepared in %3 s)")
                        .arg(QString::fromStdString(record.environment.backend).toUpper(),
                             QString::fromStdString(record.environment.device))
@@ -762,16 +766,20 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
     showStartImage(run.startImage);
     charts_->showTileTimes(record);
     canvas_->setActiveTiles({});
-    // The bars keep the run's end state: steps run, and all tiles of a finished run.
-    progress_.step = record.stepsRun;
+    // The bars keep the run's end state: the steps run of those it was to run, and all tiles of a
+    // finished run. A reopened run's record says where it started.
+    progress_.steps = record.config.steps;
+    progress_.firstStep = !record.steps.empty()
+                              ? std::clamp(record.steps.front().step, 0, progress_.steps)
+                              : std::clamp(firstStepRun(record.config, !record.config.initImage.empty()), 0, progress_.steps);
+    progress_.step = progress_.firstStep + record.stepsRun;
     progress_.tilesDone = record.status == RunStatus::Finished ? progress_.tiles : progress_.tilesDone;
-    stepBar_->setRange(0, std::max(1, progress_.steps));
-    stepBar_->setValue(std::min(progress_.step, std::max(1, progress_.steps)));
+    updateStepBar();
     tileBar_->setRange(0, std::max(1, progress_.tiles));
     tileBar_->setValue(std::min(progress_.tilesDone, std::max(1, progress_.tiles)));
     progressDirty_ = false;
     const bool cancelled = record.status == RunStatus::Cancelled;
-    QString text = cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(record.config.steps)
+    QString text = cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(progress_.steps - progress_.firstStep)
                              : tr("Finished %1 steps, %2 tiles in %3 s (%4 ms/step)")
                                    .arg(record.stepsRun)
                                    .arg(record.tileCount)

@@ -324,7 +324,8 @@ private:
     // Width the charts dock grows to when the graphs panel is brought to front.
     static constexpr int kGraphsDockWidth = 640;
     struct Progress {
-        int step = 0, steps = 0;          // steps completed / total
+        int step = 0, steps = 0;          // steps completed / total, as the schedule counts them
+        int firstStep = 0;                // schedule index of the first step run (image-to-image: > 0)
         int tilesDone = 0, tiles = 0;     // tiles completed in the current step / per step
         bool started = false;             // onStarted seen (prepare done)
         double loadFraction = -1;         // of the model load in progress; -1 while none was reported

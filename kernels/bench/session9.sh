@@ -10,7 +10,10 @@
 #   OUT=... bash kernels/bench/session9.sh sanitizer  compute-sanitizer memcheck and racecheck on SD-shaped tiled runs
 #   OUT=... bash kernels/bench/session9.sh cpuinfo    the CPU's cores and threads (issue 18's CPU line)
 #   OUT=... bash kernels/bench/session9.sh suites     every cuda_tst_* in the carry; cuda_tst_backendops in SHARDS
-#                                                      processes (TESSERA_BACKENDOPS_SHARD=i/N), 4 at a time
+#                                                      processes (TESSERA_BACKENDOPS_SHARD=i/N), OPS_PAR at a time
+#                                                      (NO_OPS=1: without it; ONLY_OPS=1: it alone)
+#   OUT=... bash kernels/bench/session9.sh torchcheck the PyTorch references import (torch_sd_tiled.py takes its
+#                                                      shapes from torch_sd_unet.py)
 #   OUT=... bash kernels/bench/session9.sh racesmall  racecheck on the SD 1.5 shape at 512x256, two 256-px tiles, 1 step
 set -u
 export OUT="${OUT:-/tmp/session9}"
@@ -97,12 +100,14 @@ JSON
   suites)
     for t in /tmp/bin/cuda_tst_*; do
       [ "$(basename "$t")" = cuda_tst_backendops ] && continue
+      [ -n "${ONLY_OPS:-}" ] && continue
       step "$(basename "$t")" "${SUITE_S:-200}" "$t"
     done
-    if [ -x /tmp/bin/cuda_tst_backendops ]; then
+    if [ -x /tmp/bin/cuda_tst_backendops ] && [ -z "${NO_OPS:-}" ]; then
       shards=${SHARDS:-12}
-      for ((i = 0; i < shards; i += 4)); do
-        for ((j = i; j < i + 4 && j < shards; ++j)); do
+      par=${OPS_PAR:-4}
+      for ((i = 0; i < shards; i += par)); do
+        for ((j = i; j < i + par && j < shards; ++j)); do
           step "cuda_tst_backendops_$j" "${OPS_S:-240}" env TESSERA_BACKENDOPS_SHARD="$j/$shards" /tmp/bin/cuda_tst_backendops &
         done
         wait
@@ -110,6 +115,12 @@ JSON
     fi
     grep -h "^Totals" "$out"/cuda_tst_*.log
     grep -h "^FAIL" "$out"/cuda_tst_*.log | head -20
+    ;;
+  torchcheck)
+    step torchcheck 120 env PYTHONPATH="$DIFFUSERS_SRC" python3 -c "import sys; sys.path.insert(0, 'kernels/bench'); \
+import torch_sd_tiled as t; print('torch_sd_tiled: UNETS', sorted(t.UNETS), 'NATIVE_TILE', t.NATIVE_TILE, \
+'tiles', t.axis_positions(256, 64, 8))"
+    cat "$out/torchcheck.log"
     ;;
   racesmall)
     small=(--model random:sd15 --width 512 --height 256 --tile 256 --overlap 0 --batch 2 --steps 1 --cfg 1
