@@ -72,7 +72,7 @@ public:
     // validates the config against the model's limits (ValidationError naming the field), lets
     // the device prepare, and samples. Cancellation is checked before each step and between
     // tile batches: the result then holds the canvas after the last whole step and
-    // record.status == "cancelled". A NaN or infinity in a tile batch's output, or in the
+    // record.status == RunStatus::Cancelled. A NaN or infinity in a tile batch's output, or in the
     // latents after a step's update, stops the run with NonFiniteError (step, tile batch,
     // record status "failed"). Other failures throw (ModelError, std::runtime_error, the device's).
     RunResult run(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
