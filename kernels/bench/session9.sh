@@ -14,6 +14,7 @@
 #                                                      (NO_OPS=1: without it; ONLY_OPS=1: it alone)
 #   OUT=... bash kernels/bench/session9.sh torchcheck the PyTorch references import (torch_sd_tiled.py takes its
 #                                                      shapes from torch_sd_unet.py)
+#   OUT=... bash kernels/bench/session9.sh opsperf    cuda_tst_backendops perf mode over the SD graphs' ops
 #   OUT=... bash kernels/bench/session9.sh racesmall  racecheck on the SD 1.5 shape at 512x256, two 256-px tiles, 1 step
 set -u
 export OUT="${OUT:-/tmp/session9}"
@@ -122,12 +123,19 @@ import torch_sd_tiled as t; print('torch_sd_tiled: UNETS', sorted(t.UNETS), 'NAT
 'tiles', t.axis_positions(256, 64, 8))"
     cat "$out/torchcheck.log"
     ;;
+  opsperf)
+    # The per-op table for the Stable Diffusion graphs (session 5's stopped after the pixel models).
+    step opsperf "${OPSPERF_S:-200}" env TESSERA_BACKENDOPS_PERF=1 \
+      TESSERA_BACKENDOPS_MODELS="${OPSPERF_MODELS:-sd15,sd21,clip-l-text,open-clip-h-text,vae-dec,vae-enc}" \
+      /tmp/bin/cuda_tst_backendops perf
+    grep -c "fp16\|bf16\|fp32" "$out/opsperf.log"
+    ;;
   racesmall)
     small=(--model random:sd15 --width 512 --height 256 --tile 256 --overlap 0 --batch 2 --steps 1 --cfg 1
       --prompt "a lighthouse" --precision fp16 --backend cuda --graphs off --tuning-cache "$out/tuning-race.json"
       --preview-every 0)
     step race_sd15_small_plain 120 tessera-cli render "${small[@]}" --out "$out/race_plain"
-    step race_sd15_small 300 compute-sanitizer --tool racecheck --error-exitcode 9 tessera-cli render "${small[@]}" \
+    step race_sd15_small "${RACE_S:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 tessera-cli render "${small[@]}" \
       --out "$out/race_small"
     grep -h "SUMMARY" "$out"/race_*.log
     ;;
