@@ -130,6 +130,17 @@ import torch_sd_tiled as t; print('torch_sd_tiled: UNETS', sorted(t.UNETS), 'NAT
       /tmp/bin/cuda_tst_backendops perf
     grep -c "fp16\|bf16\|fp32" "$out/opsperf.log"
     ;;
+  racetessera)
+    # racecheck on Tessera's own kernels only (the `tessera` namespace: flash attention, GroupNorm, LayerNorm,
+    # softmax, GEGLU, gather/scatter, ...); cuDNN's and cuBLAS's are NVIDIA's. SD 1.5 shapes, CFG 7, two 512 tiles.
+    sd=(--model random:sd15 --width 768 --height 512 --tile 512 --overlap 64 --batch 2 --steps 1
+      --prompt "a lighthouse, (dramatic light:1.2)" --negative-prompt "blurry" --cfg 7 --precision fp16 --backend cuda
+      --graphs off --tuning-cache "$out/tuning-rt.json" --preview-every 0)
+    step rt_plain 120 tessera-cli render "${sd[@]}" --out "$out/rt_plain"
+    step rt_racecheck "${RACE_S:-400}" compute-sanitizer --tool racecheck --kernel-name kns=tessera --error-exitcode 9 \
+      tessera-cli render "${sd[@]}" --out "$out/rt_racecheck"
+    grep -h "SUMMARY\|Error" "$out"/rt_*.log
+    ;;
   racesmall)
     small=(--model random:sd15 --width 512 --height 256 --tile 256 --overlap 0 --batch 2 --steps 1 --cfg 1
       --prompt "a lighthouse" --precision fp16 --backend cuda --graphs off --tuning-cache "$out/tuning-race.json"
