@@ -766,8 +766,8 @@ void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
     showStartImage(run.startImage);
     charts_->showTileTimes(record);
     canvas_->setActiveTiles({});
-    // The bars keep the run's end state: the steps run of those it was to run, and all tiles of a
-    // finished run. A reopened run's record says where it started.
+    // The bars keep the run's end state: the steps run of those it was to run (its first step
+    // from the record), and all tiles of a finished run.
     progress_.steps = record.config.steps;
     progress_.firstStep = !record.steps.empty()
                               ? std::clamp(record.steps.front().step, 0, progress_.steps)

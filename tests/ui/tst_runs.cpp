@@ -386,8 +386,7 @@ private slots:
         QVERIFY2(openAndWait(again, runId, &error), qPrintable(error));
         QCOMPARE(again.canvas()->image(), result);
         QCOMPARE(again.canvas()->beforeImage(), startSeen);
-        QCOMPARE(again.findChild<QProgressBar*>(QStringLiteral("stepProgress"))->maximum(), 1);
-        QCOMPARE(again.findChild<QProgressBar*>(QStringLiteral("stepProgress"))->value(), 1);
+        QVERIFY(!again.findChild<QProgressBar*>(QStringLiteral("stepProgress"))->isVisible());  // a reopened run shows no bars
         QVERIFY(again.beforeAfterAction()->isChecked());
         QVERIFY(again.canvas()->isBeforeAfterShown());
     }
