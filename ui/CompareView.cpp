@@ -34,8 +34,13 @@ QString runName(const RunRecord& record) {
 
 QString number(double value, int decimals) { return value < 0 ? QStringLiteral("—") : QString::number(value, 'f', decimals); }
 
+// Rounded first: a difference that rounds to zero reads "0.0", never "-0.0" (two runs' equal peak
+// memory showed "-0.0") or "+0.0".
 QString signedNumber(double value, int decimals) {
-    return (value > 0 ? QStringLiteral("+") : QString()) + QString::number(value, 'f', decimals);
+    const double scale = std::pow(10.0, decimals);
+    const double rounded = std::round(value * scale) / scale;
+    if (rounded == 0.0) return QString::number(0.0, 'f', decimals);
+    return (rounded > 0 ? QStringLiteral("+") : QString()) + QString::number(rounded, 'f', decimals);
 }
 
 // Calls fn(x, y, d) for each pixel of two images of one size, d being its largest channel

@@ -390,6 +390,11 @@ private slots:
         fewer.config.steps = a.record.config.steps / 2;
         CompareView other({a.record, ia, a.seamMean}, {fewer, ib, b.seamMean});
         QVERIFY(!other.deltas().sameWork);
+        // A difference that rounds to zero reads 0.00, not -0.00 (equal peak memory read "-0.0").
+        RunRecord near = a.record;
+        near.seamScore = a.record.seamScore - 0.001;
+        CompareView rounding({a.record, ia, a.seamMean}, {near, ib, b.seamMean});
+        QCOMPARE(rounding.deltaTable()->item(5, 2)->text(), QStringLiteral("0.00"));
         QVERIFY2(other.deltaTable()->verticalHeaderItem(1)->text().contains("not a speedup"),
                  qPrintable(other.deltaTable()->verticalHeaderItem(1)->text()));
         auto* differences = other.findChild<QLabel*>(QStringLiteral("compareDifferences"));
