@@ -11,15 +11,8 @@
 # listed as failed), and a run from noise. A fourth process starts afresh and opens the newest
 # run from the history (the reopened picture).
 set -eu
-bin=${TESSERA:-build/ui/tessera}
-out=docs/screenshots
-work=$(mktemp -d)
-xvfb=""
-cleanup() {
-    [ -n "$xvfb" ] && kill "$xvfb" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=docs/screenshots/xvfb.sh
+. docs/screenshots/xvfb.sh
 
 cat > "$work/upscale.json" <<EOF
 {"label": "photo128 x4, strength 0.35", "init": "$PWD/docs/model/evidence/photo128.jpg", "upscale": 4,
@@ -39,17 +32,13 @@ cat > "$work/noise.json" <<EOF
 EOF
 
 for size in 1366x768 1920x1080; do
-    Xvfb :99 -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
-    xvfb=$!
-    sleep 1
+    xvfb_start :99 "$size"
     history="$work/history-$size"
     run() { DISPLAY=:99 QT_QPA_PLATFORM=xcb "$bin" --fresh --history "$history" "$@"; }
     run --preset "$work/upscale.json" --run --show before-after --screenshot "$out/before-after-$size.png"
     run --preset "$work/broken.json" --run --screenshot "$work/failed.png"
     run --preset "$work/noise.json" --run --screenshot "$work/noise.png"
     run --show reopened --screenshot "$out/reopened-$size.png"
-    kill "$xvfb"
-    wait "$xvfb" 2>/dev/null || true
-    xvfb=""
+    xvfb_stop
 done
 echo "written: $out/before-after-*.png $out/reopened-*.png"

@@ -10,15 +10,8 @@
 # The SD prompting and picker pictures are take-window17.sh's; before/after and reopened runs are
 # take-runs.sh's; the GPU pictures (*-h100-*.png) come from kernels/bench/session9.sh on the H100.
 set -eu
-bin=${TESSERA:-build/ui/tessera}
-out=docs/screenshots
-work=$(mktemp -d)
-xvfb=""
-cleanup() {
-    [ -n "$xvfb" ] && kill "$xvfb" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=docs/screenshots/xvfb.sh
+. docs/screenshots/xvfb.sh
 
 cat > "$work/hann.json" <<EOF
 {"label": "256x256, Hann", "width": 256, "height": 256, "seed": 42, "steps": 10, "scheduler": "ddim", "tile": 64,
@@ -27,9 +20,7 @@ EOF
 sed -e 's/"256x256, Hann"/"256x256, no blending"/' -e 's/"hann"/"none"/' "$work/hann.json" > "$work/none.json"
 
 for size in 1366x768 1920x1080; do
-    Xvfb :97 -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
-    xvfb=$!
-    sleep 1
+    xvfb_start :97 "$size"
     history="$work/history-$size"
     run() { DISPLAY=:97 QT_QPA_PLATFORM=xcb "$bin" --fresh --history "$history" "$@"; }
     if [ "$size" = 1920x1080 ]; then
@@ -41,8 +32,6 @@ for size in 1366x768 1920x1080; do
     else
         run --preset "$work/hann.json" --run --screenshot "$out/window-$size.png"
     fi
-    kill "$xvfb"
-    wait "$xvfb" 2>/dev/null || true
-    xvfb=""
+    xvfb_stop
 done
 echo "written: $out/window-*.png $out/window.png $out/seam-map.png $out/graphs-panel.png $out/compare.png"

@@ -10,15 +10,8 @@
 # step; the picture is taken when the run ends, charts filled), then opens the model picker on a
 # models folder of test models and takes it once the first checkpoint is hashed.
 set -eu
-bin=${TESSERA:-build/ui/tessera}
-out=docs/screenshots
-work=$(mktemp -d)
-xvfb=""
-cleanup() {
-    [ -n "$xvfb" ] && kill "$xvfb" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=docs/screenshots/xvfb.sh
+. docs/screenshots/xvfb.sh
 
 models="$work/models"
 mkdir -p "$models/SD 2"
@@ -37,14 +30,10 @@ cat > "$work/sd.json" <<EOF
 EOF
 
 for size in 1366x768 1920x1080; do
-    Xvfb :98 -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
-    xvfb=$!
-    sleep 1
+    xvfb_start :98 "$size"
     DISPLAY=:98 QT_QPA_PLATFORM=xcb "$bin" --fresh --history "$work/history-$size" --models "$models" \
         --preset "$work/sd.json" --run --screenshot "$out/window-sd-$size.png" --show window \
         --screenshot "$out/models-$size.png" --show models
-    kill "$xvfb"
-    wait "$xvfb" 2>/dev/null || true
-    xvfb=""
+    xvfb_stop
 done
 echo "written: $out/window-sd-*.png $out/models-*.png"
