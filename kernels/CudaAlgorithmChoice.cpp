@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
@@ -105,9 +106,29 @@ std::string TuningLedger::summary() const {
 
 // ---- CudaBackend::Impl: the choices of one prepare ----------------------------------------
 
+namespace {
+
+// The tuning cache's text for an attention path: "blocked", "fused" (64 query rows in 4 warps,
+// as caches before the 128-row tilings wrote it), "fused 128" (4 warps) or "fused 128 8w".
+std::string attentionChoiceText(bool fused, FlashTiling t) {
+    if (!fused) return "blocked";
+    if (t.blockQueries != 128) return "fused";
+    return t.warps == 8 ? "fused 128 8w" : "fused 128";
+}
+
+// A cached text back as {fused, tiling}; nullopt when it names no path this head dim offers.
+std::optional<std::pair<bool, FlashTiling>> parseAttentionChoice(const std::string& text, int headDim) {
+    if (text == "blocked") return std::pair<bool, FlashTiling>{false, {}};
+    for (FlashTiling t : flashTilings(headDim))
+        if (attentionChoiceText(true, t) == text) return std::pair<bool, FlashTiling>{true, t};
+    return std::nullopt;
+}
+
+}  // namespace
+
 std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(
         const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind,
-        float scale) {
+        float scale, FlashTiling& best, std::string& times) {
     const std::size_t in = alignUp(inBytes), out = alignUp(outBytes), sc = alignUp(plan.scoreBytes);
     DeviceBuffer scratch(in + out + sc + alignUp(plan.probBytes));
     char* base = scratch.as<char>();
@@ -115,9 +136,20 @@ std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(
     const AttentionOperands a = bind(base, base + in);
     float* scores = reinterpret_cast<float*>(base + in + out);
     void* probs = base + in + out + sc;
-    const double fused = medianGpuMs(stream.get(), 10, 1, [&] {
-        launchFlashAttention(flashArgs(dtype, a, maxBatch, scale), stream.get());
-    });
+    double fused = -1;
+    for (FlashTiling t : flashTilings(a.headDim)) {
+        FlashAttentionArgs f = flashArgs(dtype, a, maxBatch, scale);
+        f.blockQueries = t.blockQueries;
+        f.warps = t.warps;
+        const double ms = medianGpuMs(stream.get(), 10, 1, [&] { launchFlashAttention(f, stream.get()); });
+        char line[64];
+        std::snprintf(line, sizeof line, "%s%d/%dw %.4f ms", times.empty() ? "" : ", ", t.blockQueries, t.warps, ms);
+        times += line;
+        if (fused < 0 || ms < fused) {
+            fused = ms;
+            best = t;
+        }
+    }
     const double blocked = medianGpuMs(stream.get(), 10, 1, [&] { attend(a, plan, maxBatch, scale, scores, probs); });
     return {fused, blocked};
 }
@@ -126,31 +158,47 @@ CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key,
                                                          std::size_t inBytes, std::size_t outBytes,
                                                          const AttentionBinder& bind, float scale) {
     CudaBackend::AttentionPath r;
+    auto take = [&r](bool fused, FlashTiling t) {
+        r.fused = fused;
+        r.blockQueries = fused ? t.blockQueries : 0;
+        r.warps = fused ? t.warps : 0;
+    };
+    const int headDim = bind(nullptr, nullptr).headDim;
     if (settings.flash != FlashMode::Auto) {
-        r.fused = settings.flash == FlashMode::On;
-        r.reason = r.fused ? "TESSERA_CUDA_FLASH=1" : "TESSERA_CUDA_FLASH=0";
-        tuning.useNew(key, r.fused ? "fused" : "blocked", false);
+        // A forced tiling the head dim does not offer runs as 64 rows in 4 warps.
+        FlashTiling forced{settings.flashBlockQueries, settings.flashWarps};
+        const auto offered = flashTilings(headDim);
+        if (std::none_of(offered.begin(), offered.end(), [&](FlashTiling t) {
+                return t.blockQueries == forced.blockQueries && t.warps == forced.warps;
+            }))
+            forced = {};
+        take(settings.flash == FlashMode::On, forced);
+        r.reason = "TESSERA_CUDA_FLASH=" + settings.values.at("TESSERA_CUDA_FLASH");
+        tuning.useNew(key, attentionChoiceText(r.fused, forced), false);
         return r;
     }
     if (const auto cached = tuning.cached(key)) {
-        if (*cached == "fused" || *cached == "blocked") {
-            r.fused = *cached == "fused";
+        if (const auto parsed = parseAttentionChoice(*cached, headDim)) {
+            take(parsed->first, parsed->second);
             r.reason = "tuning cache";
             tuning.useCached(key, *cached);
             return r;
         }
-        tuning.rejectCached(key, *cached, "not an attention path");
+        tuning.rejectCached(key, *cached, "not an attention path of head dim " + std::to_string(headDim));
     }
     try {
-        std::tie(r.fusedMs, r.blockedMs) = timeAttentionPaths(plan, inBytes, outBytes, bind, scale);
-        r.fused = r.fusedMs < r.blockedMs;
+        FlashTiling best;
+        std::string times;
+        std::tie(r.fusedMs, r.blockedMs) = timeAttentionPaths(plan, inBytes, outBytes, bind, scale, best, times);
+        take(r.fusedMs < r.blockedMs, best);
         r.reason = "timed";
-        tuning.useNew(key, r.fused ? "fused" : "blocked", true);
+        r.tilingTimes = times;
+        tuning.useNew(key, attentionChoiceText(r.fused, best), true);
     } catch (const CudaError& e) {
         if (!e.outOfMemory()) throw;
         (void)cudaGetLastError();
         // No room for the blocked path's scratch: the fused kernel needs none.
-        r.fused = true;
+        take(true, {});
         r.reason = "not timed (no device memory for the blocked path's scratch)";
         tuning.useNew(key, "fused", false);
     }

@@ -82,6 +82,7 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
     record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.headDim;
     AttentionChoice choice;
     choice.fused = record.fused;
+    choice.tiling = {record.blockQueries, record.warps};
     if (!choice.fused) {
         choice.plan = plan;
         choice.scores = newBuffer(plan.scoreBytes, op.name + ".scores");
@@ -90,9 +91,11 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
     char times[96] = "";
     if (record.fusedMs >= 0)
         std::snprintf(times, sizeof times, "; fused %.4f ms, blocked %.4f ms", record.fusedMs, record.blockedMs);
+    const std::string tilings = record.tilingTimes.empty() ? "" : " (tilings: " + record.tilingTimes + ")";
     attentionNotes += "  " + op.name + ": " +
-                      (choice.fused ? "fused (" + flashAttentionTiling(a.headDim) + ")" : "blocked, " + plan.describe(a.queries)) +
-                      " [" + record.reason + times + "]\n";
+                      (choice.fused ? "fused (" + flashAttentionTiling(a.headDim, choice.tiling) + ")"
+                                    : "blocked, " + plan.describe(a.queries)) +
+                      " [" + record.reason + times + tilings + "]\n";
     attentionRecords.push_back(record);
     return choice;
 }
@@ -157,8 +160,12 @@ void CudaBackend::Impl::lowerAttention(int index) {
 }
 
 void CudaBackend::Impl::runAttention(const AttentionChoice& path, const AttentionOperands& a, int batch, float scale) {
-    if (path.fused)
-        launchFlashAttention(flashArgs(dtype, a, batch, scale), opStream);
+    if (path.fused) {
+        FlashAttentionArgs f = flashArgs(dtype, a, batch, scale);
+        f.blockQueries = path.tiling.blockQueries;
+        f.warps = path.tiling.warps;
+        launchFlashAttention(f, opStream);
+    }
     else
         attend(a, path.plan, batch, scale, reinterpret_cast<float*>(ptr(path.scores)), ptr(path.probs));
 }

@@ -102,7 +102,9 @@ public:
         std::string op;
         bool fused = false;
         std::string reason;
-        double fusedMs = -1, blockedMs = -1;   // -1: not timed
+        int blockQueries = 0, warps = 0;       // fused: the kernel's query rows and warps per CTA
+        double fusedMs = -1, blockedMs = -1;   // -1: not timed; fusedMs is the fastest fused tiling
+        std::string tilingTimes;               // timed: each fused tiling's ms ("64/4w 0.1234 ms, ...")
         double flops = 0;                       // of softmax(Q K^T) V: 4 x batch x heads x queries x keys x d
     };
     std::vector<AttentionPath> attentionPaths() const;

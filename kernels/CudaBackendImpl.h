@@ -266,6 +266,7 @@ struct CudaBackend::Impl {
     // plan with its score and probability buffers.
     struct AttentionChoice {
         bool fused = false;
+        FlashTiling tiling;   // fused: query rows and warps per CTA
         AttentionPlan plan;
         int scores = -1, probs = -1;
     };
@@ -353,9 +354,11 @@ struct CudaBackend::Impl {
     CudaBackend::AttentionPath choosePath(const std::string& key, const AttentionPlan& plan, std::size_t inBytes,
                                           std::size_t outBytes, const AttentionBinder& bind, float scale);
     // Both paths on scratch operands at the prepared batch (inputs uniform noise), GPU ms each
-    // (median of 10): {fused, blocked}.
+    // (median of 10): {fused, blocked}; the fused kernel at each of its tilings (flashTilings),
+    // the fastest in `best`, every tiling's time in `times` ("64/4w 0.1234 ms, ...").
     std::pair<double, double> timeAttentionPaths(const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes,
-                                                 const AttentionBinder& bind, float scale);
+                                                 const AttentionBinder& bind, float scale, FlashTiling& best,
+                                                 std::string& times);
 
     // ==== execution (CudaExecution.cpp) =========================================================
     // Points the ops at lane `lane`'s activations and workspaces and enqueues them on `s`.

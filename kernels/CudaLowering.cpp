@@ -559,8 +559,7 @@ void CudaBackend::Impl::lowerGeglu(const GraphOp& op) {
     addOp(op.name, {x.buf, proj, y.buf}, y, [=, this](int batch) {
         const long long rows = static_cast<long long>(batch) * x.h * x.w;
         gemmRows(dtype, wt(w), ptr(x.buf), ptr(proj), static_cast<int>(rows), in, 2 * inner, 1.0f, 0.0f);
-        launchBiasResidual(dtype, ptr(proj), true, wf(b), nullptr, rows, 2 * inner, 1.0f, opStream);
-        launchGegluGate(dtype, ptr(proj), ptr(y.buf), rows, inner, opStream);
+        launchGegluGate(dtype, ptr(proj), wf(b), ptr(y.buf), rows, inner, opStream);
     });
     valueAct[static_cast<std::size_t>(op.output)] = y;
 }

@@ -35,12 +35,15 @@ CudaSettings CudaSettings::fromEnvironment() {
     const std::string& flash = s.values["TESSERA_CUDA_FLASH"];
     if (flash == "0")
         s.flash = FlashMode::Off;
-    else if (flash == "1")
+    else if (flash == "1" || flash == "128" || flash == "128w8") {
         s.flash = FlashMode::On;
-    else if (!flash.empty() && flash != "auto")
+        s.flashBlockQueries = flash == "1" ? 64 : 128;
+        s.flashWarps = flash == "128w8" ? 8 : 4;
+    } else if (!flash.empty() && flash != "auto")
         throw std::invalid_argument("TESSERA_CUDA_FLASH: '" + excerpt(flash) +
                                     "' is not allowed; give 0 (the blocked attention path), 1 (the fused kernel "
-                                    "wherever it applies) or auto (the faster of the two per shape)");
+                                    "wherever it applies), 128 or 128w8 (the fused kernel with 128 query rows "
+                                    "per block in 4 or 8 warps) or auto (the fastest per shape)");
     return s;
 }
 

@@ -11,10 +11,13 @@
 //  TESSERA_CUDA_ATTENTION_MIB=N     float32 attention scores of one pass within N MiB (default 256):
 //                                   larger score matrices are computed in blocks of query rows
 //                                   (kernels/AttentionPlan.h); a whole number from 1 to 1048576
-//  TESSERA_CUDA_FLASH=0|1|auto      fp16/bf16 attention: 0 the blocked path above everywhere; 1 the
-//                                   fused kernel (kernels/FlashAttention.cuh) wherever it applies;
-//                                   auto (default) whichever is faster per shape, timed at prepare
-//                                   and kept in the tuning cache
+//  TESSERA_CUDA_FLASH=0|1|128|128w8|auto
+//                                   fp16/bf16 attention: 0 the blocked path above everywhere; 1 the
+//                                   fused kernel (kernels/FlashAttention.cuh) wherever it applies,
+//                                   64 query rows per block; 128 / 128w8 the same with 128 rows in
+//                                   4 / 8 warps where the head dim offers it (else 64); auto
+//                                   (default) the fastest path and tiling per shape, timed at
+//                                   prepare and kept in the tuning cache
 #pragma once
 
 #include <cstddef>
@@ -34,6 +37,7 @@ struct CudaSettings {
     bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
     std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
     FlashMode flash = FlashMode::Auto;
+    int flashBlockQueries = 64, flashWarps = 4;   // the fused kernel's tiling when flash is On
 
     // Throws std::invalid_argument naming the variable for a value it cannot take.
     static CudaSettings fromEnvironment();

@@ -16,7 +16,9 @@ enum class GeluKind {
 
 // y[i] = act(x[i]) for n elements; y may alias x.
 void launchGelu(DType, GeluKind, const void* x, void* y, long long n, cudaStream_t);
-// y[r, i] = proj[r, i] * gelu(proj[r, inner + i]) (exact GELU): proj [rows, 2 * inner], y [rows, inner].
-void launchGegluGate(DType, const void* proj, void* y, long long rows, int inner, cudaStream_t);
+// y[r, i] = (proj[r, i] + bias[i]) * gelu(proj[r, inner + i] + bias[inner + i]) (exact GELU),
+// in float32 from the stored projection: proj [rows, 2 * inner], bias [2 * inner] float32 or
+// null, y [rows, inner] (not aliasing proj).
+void launchGegluGate(DType, const void* proj, const float* bias, void* y, long long rows, int inner, cudaStream_t);
 
 }  // namespace tessera

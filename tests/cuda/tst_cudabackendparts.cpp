@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/TuningCache.h"
 #include "kernels/CudaAlgorithmChoice.h"
@@ -181,6 +182,13 @@ private slots:
                 QVERIFY2(m.starts_with("TESSERA_CUDA_ATTENTION_MIB: '") && m.find("from 1 to 1048576") != std::string::npos,
                          e.what());
             }
+        }
+        for (const auto& [value, rows, warps] : {std::tuple{"1", 64, 4}, {"128", 128, 4}, {"128w8", 128, 8}}) {
+            const ScopedEnv flash("TESSERA_CUDA_FLASH", value);
+            const CudaSettings s = CudaSettings::fromEnvironment();
+            QVERIFY(s.flash == FlashMode::On);
+            QCOMPARE(s.flashBlockQueries, rows);
+            QCOMPARE(s.flashWarps, warps);
         }
         const ScopedEnv flash("TESSERA_CUDA_FLASH", "yes");
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, CudaSettings::fromEnvironment());

@@ -8,13 +8,15 @@
 //    154 and 231 context tokens (OpenCLIP-H 1024); CLIP's causal self-attention (77 tokens,
 //    64 and 160 wide heads); pixel attention over a feature map with several heads (Q, K and V
 //    interleaved in one buffer); each with the fused path forced (TESSERA_CUDA_FLASH=1) and
-//    checked as the one taken (CudaBackend::attentionPaths). Inputs are N(0, 2^2) so that the
-//    softmax is peaked and the running maximum moves between key blocks;
+//    checked as the one taken (CudaBackend::attentionPaths); head dims up to 80 also with 128
+//    query rows per block in 4 warps (=128) and in 8 warps (=128w8). Inputs are N(0, 2^2) so
+//    that the softmax is peaked and the running maximum moves between key blocks;
 //  - the pixel models' one 512-wide head stays blocked (shared memory) and says why;
 //  - a run of fewer images than prepared;
 //  - TESSERA_CUDA_FLASH: bad values refused naming it, the value recorded; =0 keeps the blocked
 //    path (and its float32 scores, which the fused plan does not allocate);
-//  - auto: both paths timed at prepare, the faster taken and stored in the tuning cache, the
+//  - auto: both paths (the fused kernel at each tiling) timed at prepare, the fastest taken and
+//    stored in the tuning cache, the
 //    cached choice reused by the next backend (same bits), a damaged cached choice refused and
 //    timed again.
 // Perf mode (TESSERA_FLASH_PERF=1): per SD shape and precision, both paths' GPU time for
@@ -39,6 +41,7 @@
 #include "core/TuningCache.h"
 #include "kernels/AttentionPlan.h"
 #include "kernels/CudaBackend.h"
+#include "kernels/FlashAttention.cuh"
 #include "tests/cuda/CudaTestSupport.h"
 #include "tests/cuda/OutputComparison.h"
 
@@ -163,18 +166,29 @@ class TestFlashAttention : public QObject {
     }
 
 private slots:
+    // Each case at each precision with the fused kernel forced at 64 query rows per block
+    // (TESSERA_CUDA_FLASH=1); fp16/bf16 cases whose head dim offers them also at 128 rows in 4
+    // warps of two m16 tiles (=128) and in 8 warps (=128w8).
     void matchesCpu_data() {
         QTest::addColumn<int>("index");
         QTest::addColumn<int>("precision");
+        QTest::addColumn<QString>("flash");
         for (std::size_t i = 0; i < cases().size(); ++i)
-            for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32})
-                QTest::newRow((std::string(cases()[i].name) + " " + precisionName(p)).c_str())
-                    << static_cast<int>(i) << static_cast<int>(p);
+            for (Precision p : {Precision::FP16, Precision::BF16, Precision::FP32}) {
+                const AttentionCase& c = cases()[i];
+                QTest::newRow((std::string(c.name) + " " + std::string(precisionName(p))).c_str())
+                    << static_cast<int>(i) << static_cast<int>(p) << QString("1");
+                if (p == Precision::FP32 || !c.fused || flashTilings(c.channels / c.heads).size() < 3) continue;
+                for (const char* wide : {"128", "128w8"})
+                    QTest::newRow((std::string(c.name) + " " + std::string(precisionName(p)) + " " + wide).c_str())
+                        << static_cast<int>(i) << static_cast<int>(p) << QString(wide);
+            }
     }
     void matchesCpu() {
         REQUIRE_DEVICE();
         QFETCH(int, index);
         QFETCH(int, precision);
+        QFETCH(QString, flash);
         const AttentionCase& c = cases()[static_cast<std::size_t>(index)];
         const Precision prec = static_cast<Precision>(precision);
         const ModelGraph g = attentionGraph(c);
@@ -182,19 +196,27 @@ private slots:
         const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
         const std::vector<float>& ref = reference(index, g, w, in);
 
-        ScopedEnv env("TESSERA_CUDA_FLASH", "1");
+        ScopedEnv env("TESSERA_CUDA_FLASH", flash.toStdString().c_str());
         CudaBackend gpu(prec);
         const std::vector<float> out = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
         const auto paths = gpu.attentionPaths();
         QCOMPARE(paths.size(), std::size_t(1));
         const bool fused = c.fused && prec != Precision::FP32;
         QVERIFY2(paths[0].fused == fused, qPrintable(describe(paths[0])));
-        if (fused) QCOMPARE(paths[0].reason, std::string("TESSERA_CUDA_FLASH=1"));
+        if (fused) {
+            QCOMPARE(paths[0].reason, "TESSERA_CUDA_FLASH=" + flash.toStdString());
+            QCOMPARE(paths[0].blockQueries, flash == "1" ? 64 : 128);
+            QCOMPARE(paths[0].warps, flash == "128w8" ? 8 : 4);
+        }
         if (prec == Precision::FP32) QVERIFY2(paths[0].reason.find("fp32") == 0, qPrintable(describe(paths[0])));
         if (!c.fused && prec != Precision::FP32)
             QVERIFY2(paths[0].reason.find("head dim 512") == 0, qPrintable(describe(paths[0])));
         const QString summary = QString::fromStdString(gpu.planSummary());
         QVERIFY2(summary.contains(fused ? "attn: fused (head dim" : "attn: blocked, query block"), qPrintable(summary));
+        if (fused && flash != "1")
+            QVERIFY2(summary.contains(flash == "128" ? "128 queries x 64 keys per block, 4 warps of 32 rows"
+                                                     : "128 queries x 64 keys per block, 8 warps"),
+                     qPrintable(summary));
         const QString bad = tessera::testing::outputMismatch(ref, out, opTolerance(prec),
                                                              QString("%1 %2").arg(c.name, precisionName(prec)), true);
         QVERIFY2(bad.isEmpty(), qPrintable(bad));
@@ -223,7 +245,7 @@ private slots:
     // The setting: a bad value is refused naming it (before any device is touched), a good one
     // recorded with the other settings.
     void flashSetting() {
-        for (const char* bad : {"2", "yes", "on", "00", " 1", "auto "}) {
+        for (const char* bad : {"2", "yes", "on", "00", " 1", "auto ", "64", "128w4", "256"}) {
             ScopedEnv env("TESSERA_CUDA_FLASH", bad);
             try {
                 CudaBackend b(Precision::FP16);
@@ -235,7 +257,7 @@ private slots:
             }
         }
         REQUIRE_DEVICE();
-        for (const char* good : {"0", "1", "auto"}) {
+        for (const char* good : {"0", "1", "128", "128w8", "auto"}) {
             ScopedEnv env("TESSERA_CUDA_FLASH", good);
             CudaBackend b(Precision::FP16);
             const ModelGraph g = attentionGraph(cases()[3]);
@@ -288,6 +310,7 @@ private slots:
         ScopedEnv env("TESSERA_CUDA_FLASH", "auto");
         std::vector<float> first;
         bool fused = false;
+        int rows = 0, warps = 0;
         {
             TuningCache cache(file);
             CudaBackend gpu(Precision::FP16);
@@ -300,7 +323,15 @@ private slots:
             QCOMPARE(path.reason, std::string("timed"));
             QVERIFY(path.fusedMs > 0 && path.blockedMs > 0);
             QCOMPARE(path.fused, path.fusedMs < path.blockedMs);
+            // Every tiling the head dim offers was timed; the fused time is the fastest's.
+            QVERIFY2(QString::fromStdString(path.tilingTimes).startsWith("64/4w ") &&
+                         path.tilingTimes.find("128/4w ") != std::string::npos &&
+                         path.tilingTimes.find("128/8w ") != std::string::npos,
+                     path.tilingTimes.c_str());
             fused = path.fused;
+            rows = path.blockQueries;
+            warps = path.warps;
+            QCOMPARE(rows, fused ? rows : 0);
             QCOMPARE(paths[1].op, std::string("attn1"));
             QCOMPARE(paths[1].fused, fused);
             QCOMPARE(paths[1].fusedMs, path.fusedMs);   // the same measurement: timed once
@@ -309,7 +340,8 @@ private slots:
         }
         const auto stored = attentionChoices(file);
         QCOMPARE(stored.size(), std::size_t(1));
-        QCOMPARE(stored.begin()->second, std::string(fused ? "fused" : "blocked"));
+        const std::string text = !fused ? "blocked" : rows == 64 ? "fused" : warps == 8 ? "fused 128 8w" : "fused 128";
+        QCOMPARE(stored.begin()->second, text);
         {
             TuningCache cache(file);
             CudaBackend gpu(Precision::FP16);
@@ -318,6 +350,8 @@ private slots:
             const auto path = gpu.attentionPaths().at(0);
             QCOMPARE(path.reason, std::string("tuning cache"));
             QCOMPARE(path.fused, fused);
+            QCOMPARE(path.blockQueries, rows);
+            QCOMPARE(path.warps, warps);
             QCOMPARE(path.fusedMs, -1.0);
             QCOMPARE(gpu.tuningInfo().hits, 1);
             QCOMPARE(gpu.tuningInfo().misses, 0);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Session 10's GPU calls (carry: pack_carry.sh's .carry/gpu/all.txz, .carry/ref/diffusers.txz).
+#   OUT=... bash kernels/bench/session10.sh flash      cuda_tst_flashattention (every tiling against the CPU) and
+#                                                       cuda_tst_cudabackendparts; then the flash perf mode at batch 8
+#                                                       (every tiling's time per SD attention shape)
+#   OUT=... bash kernels/bench/session10.sh ops        cuda_tst_backendops over the SD graphs (correctness), in
+#                                                       SHARDS processes, OPS_PAR at a time
+#   OUT=... bash kernels/bench/session10.sh sdsuites   cuda_tst_cudasd, cuda_tst_cudasdxl (end to end against the CPU)
+#   OUT=... bash kernels/bench/session10.sh unet       tessera-cli bench --shape sd15 (B 1, 8) and sdxl (B 4), graphs
+#                                                       tile, CFG 7: the UNet per call
+#   OUT=... bash kernels/bench/session10.sh torchunet  diffusers' UNet in the same call: sd15 B1 graph, B8
+#                                                       compile+graph; sdxl B4 graph
+#   OUT=... bash kernels/bench/session10.sh opsperf    cuda_tst_backendops perf mode over sd15's ops
+#   OUT=... bash kernels/bench/session10.sh suites     every cuda_tst_* but backendops (SUITE_S each)
+#                                                       (GEMM, then a bias/residual pass) and with the cuBLASLt epilogue
+#   OUT=... bash kernels/bench/session10.sh cpu        kernels/bench/cpu_scaling.sh (the CPU engine, 1-16 threads)
+set -u
+export OUT="${OUT:-/tmp/session10}"
+# shellcheck source=kernels/bench/gpu_call.sh
+source "$(dirname "$0")/gpu_call.sh"
+export HOME=/tmp/home XDG_CACHE_HOME=/tmp/home/.cache
+mkdir -p "$HOME"
+date -u +"%Y-%m-%d %H:%M UTC"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for what in "$@"; do
+  case "$what" in
+  flash)
+    step cuda_tst_flashattention 240 /tmp/bin/cuda_tst_flashattention
+    step cuda_tst_cudabackendparts 120 /tmp/bin/cuda_tst_cudabackendparts
+    step flash_perf 150 env TESSERA_FLASH_PERF=1 TESSERA_FLASH_PERF_BATCH=8 /tmp/bin/cuda_tst_flashattention perf
+    cat "$out/flash_perf.log" | grep -E "^(sd|self|cross|clip|causal|pixel|shape|soft)" | head -60
+    ;;
+  ops)
+    shards=${SHARDS:-8}
+    par=${OPS_PAR:-8}
+    for ((i = 0; i < shards; i += par)); do
+      for ((j = i; j < i + par && j < shards; ++j)); do
+        step "backendops_$j" "${OPS_S:-200}" env TESSERA_BACKENDOPS_MODELS="${OPS_MODELS:-sd15,sd21}" \
+          TESSERA_BACKENDOPS_SHARD="$j/$shards" /tmp/bin/cuda_tst_backendops &
+      done
+      wait
+    done
+    grep -h "^Totals" "$out"/backendops_*.log
+    grep -h "^FAIL" "$out"/backendops_*.log | head -20
+    ;;
+  sdsuites)
+    for s in cudasd cudasdxl cudasdpipeline; do
+      [ -x "/tmp/bin/cuda_tst_$s" ] && step "cuda_tst_$s" 200 "/tmp/bin/cuda_tst_$s"
+    done
+    ;;
+  suites)
+    for t in /tmp/bin/cuda_tst_*; do
+      [ "$(basename "$t")" = cuda_tst_backendops ] && continue
+      step "$(basename "$t")" "${SUITE_S:-150}" "$t"
+    done
+    grep -h "^Totals" "$out"/cuda_tst_*.log
+    grep -h "^FAIL" "$out"/cuda_tst_*.log | head -20
+    ;;
+  unet)
+    step unet_tessera_sd15 200 tessera-cli bench --shape sd15 --cfg 7 --precision fp16 --graphs tile \
+      --batch 1,8 --repeats 20 --tuning-cache "$out/tuning.json" --csv "$out/unet_tessera_sd15.csv"
+    step unet_tessera_sdxl 200 tessera-cli bench --shape sdxl --cfg 7 --precision fp16 --graphs tile \
+      --batch 4 --repeats 10 --tuning-cache "$out/tuning.json" --csv "$out/unet_tessera_sdxl.csv"
+    grep -h "attn" "$out"/unet_tessera_*.log | head -5
+    ;;
+  torchunet)
+    step unet_torch_sd15_graph 150 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_unet.py --shape sd15 \
+      --batch 1,8 --cfg 7 --repeats 20 --modes graph
+    step unet_torch_sd15_compile 300 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_unet.py --shape sd15 \
+      --batch 8 --cfg 7 --repeats 20 --modes compile+graph
+    step unet_torch_sdxl_graph 150 env PYTHONPATH="$DIFFUSERS_SRC" python3 kernels/bench/torch_sd_unet.py --shape sdxl \
+      --batch 4 --cfg 7 --repeats 10 --modes graph
+    ;;
+  opsperf)
+    step opsperf "${OPSPERF_S:-150}" env TESSERA_BACKENDOPS_PERF=1 TESSERA_BACKENDOPS_MODELS="${OPSPERF_MODELS:-sd15}" \
+      /tmp/bin/cuda_tst_backendops perf
+    grep -E "^sd15 +(attention|geglu)" "$out/opsperf.log" | grep fp16 | head -20
+    ;;
+  cpu)
+    tessera_cli_dir=$(dirname "$(command -v tessera-cli)")
+    mkdir -p /tmp/cpubuild/app && ln -sf "$tessera_cli_dir/tessera-cli" /tmp/cpubuild/app/tessera-cli
+    step cpu_scaling "${CPU_S:-200}" env OPENBLAS_CORETYPE=SkylakeX THREADS="${THREADS:-2 4 8 16}" \
+      bash kernels/bench/cpu_scaling.sh /tmp/cpubuild
+    cat "$out/cpu_scaling.log"
+    ;;
+  esac
+done
+pack_results
