@@ -23,6 +23,13 @@ std::string format(const char* pattern, auto... values) {
 }  // namespace
 
 std::string opKind(const std::string& opName) {
+    // Stable Diffusion's transformer blocks by their part: attn1 (self), attn2 (cross),
+    // norm1..3 (LayerNorm), ff.net.0 (GEGLU), ff.net.2 (the second linear, + residual).
+    const std::string block = ".transformer_blocks.";
+    if (const auto at = opName.find(block); at != std::string::npos) {
+        const auto part = opName.find('.', at + block.size());
+        if (part != std::string::npos) return "transformer." + opName.substr(part + 1);
+    }
     if (opName.find("attentions") != std::string::npos || opName.find("attn") != std::string::npos)
         return opName.find("group_norm") != std::string::npos ? "attention.group_norm" : "attention";
     return opName.substr(opName.rfind('.') + 1);

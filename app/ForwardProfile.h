@@ -28,9 +28,10 @@ struct OpTiming {
     double ms = 0;
 };
 
-// An op's kind: the last dot-separated part of its name, except that every op of an attention
-// block (a name with "attentions" or "attn") is "attention", or "attention.group_norm" for
-// its group norm.
+// An op's kind: the last dot-separated part of its name, except that an op of an SD
+// transformer block is "transformer." + its part after the block's index ("transformer.attn1",
+// "transformer.ff.net.0"), and every other op of an attention block (a name with "attentions"
+// or "attn") is "attention", or "attention.group_norm" for its group norm.
 std::string opKind(const std::string& opName);
 
 struct OpKindTime {

@@ -13,6 +13,8 @@
 #   OUT=... bash kernels/bench/session10.sh opsperf    cuda_tst_backendops perf mode over sd15's ops
 #   OUT=... bash kernels/bench/session10.sh suites     every cuda_tst_* but backendops (SUITE_S each)
 #                                                       (GEMM, then a bias/residual pass) and with the cuBLASLt epilogue
+#   OUT=... bash kernels/bench/session10.sh profile    tessera-cli bench --profile: sd15 B8 and sdxl B4 (CFG 7), GPU time per op
+#                                                       kind (SD transformer blocks by part)
 #   OUT=... bash kernels/bench/session10.sh cpu        kernels/bench/cpu_scaling.sh (the CPU engine, 1-16 threads)
 set -u
 export OUT="${OUT:-/tmp/session10}"
@@ -55,6 +57,13 @@ for what in "$@"; do
     done
     grep -h "^Totals" "$out"/cuda_tst_*.log
     grep -h "^FAIL" "$out"/cuda_tst_*.log | head -20
+    ;;
+  profile)
+    step profile_sd15 150 tessera-cli bench --shape sd15 --cfg 7 --precision fp16 --batch 8 --profile --repeats 10 \
+      --tuning-cache "$out/tuning.json"
+    step profile_sdxl 200 tessera-cli bench --shape sdxl --cfg 7 --precision fp16 --batch 4 --profile --repeats 5 \
+      --tuning-cache "$out/tuning.json"
+    grep -h "kind\|forward" "$out"/profile_*.log | head -60
     ;;
   unet)
     step unet_tessera_sd15 200 tessera-cli bench --shape sd15 --cfg 7 --precision fp16 --graphs tile \

@@ -359,13 +359,16 @@ private slots:
     }
 
     // Ops grouped by kind: the last part of the name, attention blocks together (their group norm
-    // apart), largest total first.
+    // apart, SD transformer blocks by part), largest total first.
     void opsGroupByKind() {
         QCOMPARE(opKind("down_blocks.0.resnets.1.conv1"), std::string("conv1"));
         QCOMPARE(opKind("mid_block.attentions.0.to_q"), std::string("attention"));
         QCOMPARE(opKind("mid_block.attentions.0.group_norm"), std::string("attention.group_norm"));
         QCOMPARE(opKind("down_blocks.1.attn1.softmax"), std::string("attention"));
         QCOMPARE(opKind("conv_in"), std::string("conv_in"));
+        QCOMPARE(opKind("down_blocks.1.attentions.0.transformer_blocks.1.ff.net.0"), std::string("transformer.ff.net.0"));
+        QCOMPARE(opKind("mid_block.attentions.0.transformer_blocks.9.attn2"), std::string("transformer.attn2"));
+        QCOMPARE(opKind("up_blocks.1.attentions.2.proj_out"), std::string("attention"));
         const std::vector<OpTiming> ops{{"a.resnets.0.conv1", 1.0},      {"a.attentions.0.to_q", 0.5},
                                         {"a.attentions.0.group_norm", 0.25}, {"b.resnets.0.conv1", 2.0},
                                         {"a.attentions.0.to_k", 0.75},   {"conv_out", 0.125}};
