@@ -518,6 +518,25 @@ std::vector<std::string_view> runConfigJsonKeys() {
     return keys;
 }
 
+namespace {
+
+// "sampler": A1111's name ("DPM++ 2M Karras"), read as --sampler reads it into scheduler and
+// scheduler_options.use_karras_sigmas; never written (a config writes those two). Refused next
+// to either of them: the two spellings could disagree.
+void readSamplerAlias(RunConfig& c, const nlohmann::json& j) {
+    const std::string name = readString(j.at("sampler"), "sampler");
+    const bool karrasGiven = j.contains("scheduler_options") && j.at("scheduler_options").is_object() &&
+                             j.at("scheduler_options").contains("use_karras_sigmas");
+    if (j.contains("scheduler") || karrasGiven)
+        fail("sampler", std::string("\"sampler\" and ") +
+                            (j.contains("scheduler") ? "\"scheduler\"" : "\"scheduler_options.use_karras_sigmas\"") +
+                            " both given; give A1111's sampler name (\"DPM++ 2M Karras\") or scheduler and "
+                            "scheduler_options.use_karras_sigmas, not both");
+    parseSamplerText(c, name);
+}
+
+}  // namespace
+
 std::string defaultText(const RunConfigField& field) {
     if (!field.write) return {};
     const Json value = field.write(RunConfig{});
@@ -566,18 +585,24 @@ nlohmann::json toJson(const RunConfig& c) {
 
 RunConfig runConfigFromJson(const nlohmann::json& j) {
     if (!j.is_object()) wrongType("config", j, "a JSON object");
-    static const std::vector<std::string_view> known = runConfigJsonKeys();
+    static const std::vector<std::string_view> known = [] {
+        std::vector<std::string_view> keys = runConfigJsonKeys();
+        keys.push_back("sampler");   // read, never written (readSamplerAlias)
+        return keys;
+    }();
     RunConfig c;
     const std::vector<RunConfigField>& fields = runConfigFields();
     for (const auto& item : j.items()) {
         // item.key(), not a structured binding: clang before 16 cannot capture one in a lambda.
         const std::string& key = item.key();
+        if (key == "sampler") continue;   // after the rest (readSamplerAlias)
         const auto field = std::find_if(fields.begin(), fields.end(), [&](const RunConfigField& f) {
             return !f.jsonKey.empty() && f.jsonKey == key;  // a CLI-only row has no JSON key and no reader
         });
         if (field == fields.end()) unknownKey(key, known);
         field->read(c, item.value());
     }
+    if (j.contains("sampler")) readSamplerAlias(c, j);
     return c;
 }
 

@@ -15,6 +15,12 @@
 #                                                       (GEMM, then a bias/residual pass) and with the cuBLASLt epilogue
 #   OUT=... bash kernels/bench/session10.sh profile    tessera-cli bench --profile: sd15 B8 and sdxl B4 (CFG 7), GPU time per op
 #                                                       kind (SD transformer blocks by part)
+#   OUT=... bash kernels/bench/session10.sh ddpm       the DDPM rows of issue 18's no-regression line: cifar B32 (graphs
+#                                                       step) and church B16 (graphs tile), 1024x1024, 20 steps, fp16
+#   OUT=... bash kernels/bench/session10.sh racelegacy racecheck on Tessera's own kernels (kns=tessera) in a tiled SD 1.5-shaped
+#                                                       run (768x512: two 512-px tiles, 1 step, CFG 1, VAE decode) with
+#                                                       cuDNN's legacy API and heuristics (session 9's graph-API try ended
+#                                                       in a sanitizer hardware exception inside cuDNN)
 #   OUT=... bash kernels/bench/session10.sh cpu        kernels/bench/cpu_scaling.sh (the CPU engine, 1-16 threads)
 set -u
 export OUT="${OUT:-/tmp/session10}"
@@ -64,6 +70,21 @@ for what in "$@"; do
     step profile_sdxl 200 tessera-cli bench --shape sdxl --cfg 7 --precision fp16 --batch 4 --profile --repeats 5 \
       --tuning-cache "$out/tuning.json"
     grep -h "kind\|forward" "$out"/profile_*.log | head -60
+    ;;
+  ddpm)
+    step ddpm_cifar_b32 120 tessera-cli bench --shape cifar --size 1024 --tile 64 --overlap 16 --steps 20 --repeats 3 \
+      --batch 32 --graphs step --precision fp16 --tuning-cache "$out/tuning.json" --csv "$out/ddpm_cifar_b32.csv"
+    step ddpm_church_b16 120 tessera-cli bench --shape church --size 1024 --tile 256 --overlap 32 --steps 20 \
+      --repeats 3 --batch 16 --graphs tile --precision fp16 --tuning-cache "$out/tuning.json" --csv "$out/ddpm_church_b16.csv"
+    ;;
+  racelegacy)
+    sd=(--model random:sd15 --width 768 --height 512 --tile 512 --overlap 64 --batch 2 --steps 1 --cfg 1
+      --prompt "a lighthouse" --precision fp16 --backend cuda --graphs off --tuning-cache "$out/tuning-rl.json"
+      --preview-every 0)
+    step rl_plain 120 env TESSERA_CUDNN_API=legacy TESSERA_CUDNN_FIND=0 tessera-cli render "${sd[@]}" --out "$out/rl_plain"
+    step rl_racecheck "${RACE_S:-240}" env TESSERA_CUDNN_API=legacy TESSERA_CUDNN_FIND=0 compute-sanitizer \
+      --tool racecheck --kernel-name kns=tessera --error-exitcode 9 tessera-cli render "${sd[@]}" --out "$out/rl_race"
+    grep -h "SUMMARY\|Error\|hazard" "$out"/rl_*.log | head
     ;;
   unet)
     step unet_tessera_sd15 200 tessera-cli bench --shape sd15 --cfg 7 --precision fp16 --graphs tile \

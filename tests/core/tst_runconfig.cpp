@@ -431,6 +431,36 @@ private slots:
         QVERIFY2(contains(r.message, "unknown key"), r.message.c_str());
     }
 
+    // A preset may name the sampler as A1111 does ("sampler": "DPM++ 2M Karras"): read into
+    // scheduler and use_karras_sigmas, never written back; refused beside either of those, for a
+    // name Tessera lacks and for a value that is not text.
+    void jsonSamplerAlias() {
+        RunConfig c = runConfigFromJson(nlohmann::json::parse(R"({"sampler": "DPM++ 2M Karras", "steps": 25})"));
+        QVERIFY(c.scheduler == SchedulerKind::DPMPP2M);
+        QVERIFY(c.schedulerOptions.karrasSigmas);
+        QCOMPARE(c.steps, 25);
+        const nlohmann::json written = toJson(c);
+        QVERIFY(!written.contains("sampler"));
+        QCOMPARE(written.at("scheduler").get<std::string>(), std::string("dpmpp_2m"));
+        QVERIFY(written.at("scheduler_options").at("use_karras_sigmas").get<bool>());
+        c = runConfigFromJson(nlohmann::json::parse(R"({"sampler": "Euler a", "scheduler_options": {"eta": 0.5}})"));
+        QVERIFY(c.scheduler == SchedulerKind::EulerAncestral);
+        QVERIFY(!c.schedulerOptions.karrasSigmas);
+        QCOMPARE(c.schedulerOptions.eta, 0.5f);
+        Rejection r = jsonRejection(R"({"sampler": "Euler a", "scheduler": "ddim"})");
+        QCOMPARE(r.field, std::string("sampler"));
+        QVERIFY2(contains(r.message, "\"sampler\" and \"scheduler\" both given"), r.message.c_str());
+        r = jsonRejection(R"({"sampler": "DPM++ 2M", "scheduler_options": {"use_karras_sigmas": true}})");
+        QCOMPARE(r.field, std::string("sampler"));
+        QVERIFY2(contains(r.message, "scheduler_options.use_karras_sigmas\" both given"), r.message.c_str());
+        r = jsonRejection(R"({"sampler": "Heun"})");
+        QCOMPARE(r.field, std::string("sampler"));
+        QVERIFY2(contains(r.message, "'Heun' is not a sampler Tessera has; use Euler, Euler a"), r.message.c_str());
+        r = jsonRejection(R"({"sampler": 2})");
+        QCOMPARE(r.field, std::string("sampler"));
+        QVERIFY2(contains(r.message, "sampler: expected"), r.message.c_str());
+    }
+
     void knownKeysListEveryField() {
         // Every key toJson writes is one runConfigFromJson reads, and the unknown-key message
         // lists them all (lanes was missing from that list; tuning_cache is new).
