@@ -190,9 +190,21 @@ int cmdInfo(const CliOptions& options) {
     return kExitOk;
 }
 
-// Progress on stderr: one line per step, rewritten in place on a terminal.
+// Progress on stderr: the model load by phase and tenths (a multi-GB checkpoint takes a while),
+// then one line per step.
 class ConsoleObserver : public RunObserver {
 public:
+    void onLoadProgress(const LoadProgress& p) override {
+        const int tenth = static_cast<int>(p.fraction() * 10.0);
+        const bool done = p.done == p.total;
+        if (p.phase == lastPhase_ && tenth == lastTenth_ && !(done && !doneShown_)) return;
+        lastPhase_ = p.phase;
+        lastTenth_ = tenth;
+        doneShown_ = done;
+        std::cerr << "loading: " << p.phase << " " << static_cast<int>(p.fraction() * 100.0) << "% ("
+                  << fixed(static_cast<double>(p.done) / 1048576.0, 1) << " of "
+                  << fixed(static_cast<double>(p.total) / 1048576.0, 1) << " MiB)\n";
+    }
     void onStarted(const RunRecord& record) override {
         std::cerr << "run " << record.runId << ": " << record.tileCount << " tiles of " << record.tileW << "x"
                   << record.tileH << ", " << record.config.steps << " steps on " << record.environment.backend
@@ -203,6 +215,11 @@ public:
                   << fixed(e.timing.wallMs, 1) << " ms\n";
     }
     void onMessage(const std::string& message) override { std::cerr << "note: " << message << "\n"; }
+
+private:
+    std::string lastPhase_;
+    int lastTenth_ = -1;
+    bool doneShown_ = false;
 };
 
 std::unique_ptr<Engine> makeEngine(BackendKind kind) {

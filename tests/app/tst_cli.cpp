@@ -459,6 +459,22 @@ private slots:
         QCOMPARE(json.readAll(), manifestText);
     }
 
+    // A Stable Diffusion model's load reports on stderr by phase and tenths, ending at 100 %
+    // before the first step (a multi-GB checkpoint takes a while); each line at most once.
+    void renderShowsLoadProgress() {
+        QTemporaryDir out;
+        QVERIFY(out.isValid());
+        const CliRun r = runCli({"render", "--model", QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1"), "--width",
+                                 "64", "--height", "64", "--tile", "64", "--overlap", "0", "--steps", "1", "--cfg", "1",
+                                 "--prompt", "a cube", "--backend", "cpu", "--out", out.path()});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        const QStringList lines = r.err.split('\n').filter(QRegularExpression("^loading: "));
+        QVERIFY2(lines.size() >= 2, qPrintable(r.err));
+        QVERIFY2(lines.last().contains(QRegularExpression(" 100% \\([0-9.]+ of [0-9.]+ MiB\\)$")), qPrintable(r.err));
+        QCOMPARE(QSet<QString>(lines.begin(), lines.end()).size(), lines.size());
+        QVERIFY2(r.err.indexOf(lines.last()) < r.err.indexOf("step 1/"), qPrintable(r.err));
+    }
+
     // --preset takes a render's manifest: the same settings, the same image; a manifest whose
     // recorded tuning choices this run does not make gets a note (stderr and the new manifest).
     void renderFromManifest() {
