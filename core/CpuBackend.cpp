@@ -964,6 +964,12 @@ void CpuBackend::setWholeForwards(bool allowed) {
     if (prepared_) planParallelism();
 }
 
+void CpuBackend::setProfiling(bool on) {
+    if (on == profiling_) return;
+    profiling_ = on;
+    if (prepared_) planParallelism();
+}
+
 void CpuBackend::setWholeForwardMemory(std::optional<std::uint64_t> bytes) {
     wholeForwardMemory_ = bytes;
     if (prepared_) planParallelism();
@@ -1168,7 +1174,7 @@ CpuBackend::Workspace CpuBackend::planWorkspace(int batch) const {
 // runs op by op.
 void CpuBackend::planParallelism() {
     const int threads = pool_->threads();
-    const int lanes = wholeForwards_ ? cpu::splitImages(batch_, threads).lanes : 0;
+    const int lanes = wholeForwards_ && !profiling_ ? cpu::splitImages(batch_, threads).lanes : 0;
     Workspace batched = planWorkspace(lanes > 0 ? std::min(batch_, threads / 2) : batch_);
     Workspace lane = planWorkspace(1);
     note_.clear();
@@ -1246,8 +1252,8 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
             cpu::checkTokenIds(batch, static_cast<int>(pixels(op.input)), graph_.param(op.params[0]).shape[0],
                                inputs[static_cast<std::size_t>(input - graph_.inputs().begin())]);
     }
-    const cpu::ImageSplit split = lanes_.empty() || profiling_ ? cpu::ImageSplit{0, 0, batch}
-                                                               : cpu::splitImages(batch, pool_->threads());
+    const cpu::ImageSplit split =
+        lanes_.empty() ? cpu::ImageSplit{0, 0, batch} : cpu::splitImages(batch, pool_->threads());
     if (split.lanes > static_cast<int>(lanes_.size()) || split.opByOp > batched_.batch)
         throw std::logic_error("CpuBackend::run: the split of " + std::to_string(batch) +
                                " images exceeds the prepared activations");

@@ -313,7 +313,7 @@ public:
     std::size_t preparedFloats() const;
     // When on, run() runs op by op and records the wall time of each op (index = graph().ops()
     // index) of the latest call, for "where did the time go" reports. Off by default.
-    void setProfiling(bool on) { profiling_ = on; }
+    void setProfiling(bool on);
     const std::vector<double>& opMilliseconds() const { return opMs_; }
 
 private:

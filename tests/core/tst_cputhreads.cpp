@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "core/ClipTextConfig.h"
@@ -574,6 +575,12 @@ private slots:
         QVERIFY2(backend.info().device.find(" threads, OpenBLAS ") != std::string::npos, backend.info().device.c_str());
         QCOMPARE(backend.parallelism(), std::string("tile batch of 3: 3 images in parallel, whole forwards"));
         QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
+        backend.setProfiling(true);  // per-op times: op by op
+        QCOMPARE(backend.wholeForwardLanes(), 0);
+        QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
+        QVERIFY(std::accumulate(backend.opMilliseconds().begin(), backend.opMilliseconds().end(), 0.0) > 0.0);
+        backend.setProfiling(false);
+        QCOMPARE(backend.wholeForwardLanes(), 3);
         const std::size_t held = backend.preparedFloats();
         backend.setThreads(1);  // one thread: op by op, no lanes held
         QCOMPARE(backend.wholeForwardLanes(), 0);
@@ -717,8 +724,9 @@ private slots:
     }
 
     // Milliseconds per op kind of the default model's forward (quick-cpu's 64x64 tiles, batch
-    // TESSERA_CPU_BENCH_BATCH or 4) on TESSERA_CPU_BENCH_THREADS threads (default: all).
-    // Runs only with TESSERA_CPU_BENCH=1.
+    // TESSERA_CPU_BENCH_BATCH or 4) on TESSERA_CPU_BENCH_THREADS threads (default: all), op by
+    // op (profiling runs that way), then the wall time of the same calls as the backend splits
+    // them (whole forwards where cpu::splitImages says). Runs only with TESSERA_CPU_BENCH=1.
     void profileDefaultModel() {
         if (!qEnvironmentVariableIsSet("TESSERA_CPU_BENCH")) QSKIP("set TESSERA_CPU_BENCH=1 to measure");
         const UNetModel model = UNetModel::load(TESSERA_SOURCE_DIR "/resources/models/default");
@@ -751,6 +759,12 @@ private slots:
         qInfo("default model, 64x64, batch %d on %s: %.1f ms per forward (ops %.1f ms), %.2f tiles/s", batch,
               backend.info().device.c_str(), wall / reps, total, reps * batch * 1e3 / wall);
         for (const auto& [kind, ms] : byKind) qInfo("  %-22s %8.2f ms  %5.1f%%", kind.c_str(), ms, 100 * ms / total);
+        backend.setProfiling(false);
+        const auto split = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) backend.forward(x.data(), t.data(), batch, out.data());
+        const double splitWall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - split).count();
+        qInfo("as split (%s): %.1f ms per call, %.2f tiles/s", backend.parallelism().c_str(), splitWall / reps,
+              reps * batch * 1e3 / splitWall);
     }
 };
 
