@@ -1180,8 +1180,8 @@ void CpuBackend::planParallelism() {
     note_.clear();
     if (lanes > 0) {
         const Workspace all = planWorkspace(batch_);
-        const double laneBytes = double(lane.floats() + workerFloats_) * sizeof(float);
-        const double extra = lanes * laneBytes + double(batched.floats()) * sizeof(float) - double(all.floats()) * sizeof(float);
+        const double laneFloats = double(lane.floats() + workerFloats_);
+        const double extra = (lanes * laneFloats + double(batched.floats()) - double(all.floats())) * sizeof(float);
         std::optional<std::uint64_t> budget = wholeForwardMemory_;
         std::string available;
         if (!budget) {
@@ -1339,8 +1339,8 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
                                 space.data(op.input2), space.data(op.residual), op.outputScale, y, space.shared.data(),
                                 space.scratchImages[index], w.queryBlock);
         else
-            cpu::attention(pool, batch, channels, inPixels, op.heads, w.attn, in, space.data(op.residual), op.outputScale, y,
-                           space.shared.data(), space.scratchImages[index], w.queryBlock);
+            cpu::attention(pool, batch, channels, inPixels, op.heads, w.attn, in, space.data(op.residual),
+                           op.outputScale, y, space.shared.data(), space.scratchImages[index], w.queryBlock);
         break;
     case OpKind::Concat: {
         const float* skip = space.data(op.input2);
@@ -1358,7 +1358,9 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
         break;
     }
     case OpKind::ToTokens: cpu::toTokens(pool, batch, channels, inPixels, in, y); break;
-    case OpKind::ToFeatureMap: cpu::toFeatureMap(pool, batch, channels, inPixels, in, space.data(op.residual), y); break;
+    case OpKind::ToFeatureMap:
+        cpu::toFeatureMap(pool, batch, channels, inPixels, in, space.data(op.residual), y);
+        break;
     case OpKind::LayerNorm:
         cpu::layerNorm(pool, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
         break;

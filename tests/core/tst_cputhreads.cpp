@@ -593,7 +593,8 @@ private slots:
         two.prepareGraph(graph, weights, 13, h, w);
         QCOMPARE(two.wholeForwardLanes(), 2);
         QVERIFY(two.parallelismNote().empty());
-        QCOMPARE(two.parallelism(), std::string("tile batch of 13: 2 images in parallel, whole forwards, then 1 op by op"));
+        QCOMPARE(two.parallelism(),
+                 std::string("tile batch of 13: 2 images in parallel, whole forwards, then 1 op by op"));
         QVERIFY(runPrepared(two, graph, 13, h, w, inputs13) == runGraph(graph, weights, 1, 13, h, w, inputs13, false));
     }
 
@@ -603,10 +604,11 @@ private slots:
         const ModelGraph graph = familyGraph("clip");
         const TensorMap weights = randomWeights(graph, 7);
         auto inputs = randomInputs(graph, 3, 1, 1, 11);
-        std::size_t ids = 0;
+        const std::vector<int>& graphInputs = graph.inputs();
+        std::size_t ids = graphInputs.size();
         for (const GraphOp& op : graph.ops())
             if (op.kind == OpKind::TokenEmbedding)
-                ids = std::size_t(std::find(graph.inputs().begin(), graph.inputs().end(), op.input) - graph.inputs().begin());
+                ids = std::size_t(std::find(graphInputs.begin(), graphInputs.end(), op.input) - graphInputs.begin());
         QVERIFY(ids < inputs.size());
         const std::size_t tokens = inputs[ids].size() / 3;
         inputs[ids][2 * tokens + 5] = 9999.0f;
@@ -675,7 +677,8 @@ private slots:
             QVERIFY2(device.contains(QString("(%1 threads, OpenBLAS ").arg(cfg.threads)), qPrintable(device));
             QVERIFY2(device.contains(QString::fromStdString(howBatchesRan.at(threads))), qPrintable(device));
             QCOMPARE(r.record.config.threads, cfg.threads);
-            const bool noted = std::any_of(r.record.messages.begin(), r.record.messages.end(), [](const std::string& m) {
+            const auto& messages = r.record.messages;
+            const bool noted = std::any_of(messages.begin(), messages.end(), [](const std::string& m) {
                 return m.rfind("threads: tile batches ran op by op: whole forwards on 3 threads would need ", 0) == 0;
             });
             QCOMPARE(noted, threads < 0);
