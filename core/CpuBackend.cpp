@@ -1169,19 +1169,21 @@ CpuBackend::Workspace CpuBackend::planWorkspace(int batch) const {
 
 // Whole forwards take a lane per thread that runs them (cpu::splitImages of the prepared batch:
 // no call of fewer images needs more), each with its activations for one image; op by op then
-// only runs the small remainders (at most half the threads' worth of images). When that would
-// take more host memory than op by op for the whole batch by more than the budget, every call
-// runs op by op.
+// only runs the small remainders (at most half the threads' worth of images). Where that needs
+// more memory than op by op for the whole batch and more than the budget, every call runs op
+// by op.
 void CpuBackend::planParallelism() {
+    lanes_.clear();
+    batched_ = {};  // released first, so the memory available counts them free
     const int threads = pool_->threads();
     const int lanes = wholeForwards_ && !profiling_ ? cpu::splitImages(batch_, threads).lanes : 0;
     Workspace batched = planWorkspace(lanes > 0 ? std::min(batch_, threads / 2) : batch_);
     Workspace lane = planWorkspace(1);
     note_.clear();
     if (lanes > 0) {
-        const Workspace all = planWorkspace(batch_);
-        const double laneFloats = double(lane.floats() + workerFloats_);
-        const double extra = (lanes * laneFloats + double(batched.floats()) - double(all.floats())) * sizeof(float);
+        Workspace all = planWorkspace(batch_);
+        const auto bytes = [](std::size_t floats) { return static_cast<std::uint64_t>(floats) * sizeof(float); };
+        const std::uint64_t need = bytes(batched.floats() + lanes * (lane.floats() + workerFloats_));
         std::optional<std::uint64_t> budget = wholeForwardMemory_;
         std::string available;
         if (!budget) {
@@ -1190,14 +1192,13 @@ void CpuBackend::planParallelism() {
                 available = " (half of the " + formatBytes(host->availableBytes) + " available: " + host->source + ")";
             }
         }
-        if (budget && extra > double(*budget)) {
-            note_ = "whole forwards on " + std::to_string(lanes) + " threads would need " +
-                    formatBytes(static_cast<std::uint64_t>(extra)) + " more host memory, over the " +
+        if (need > bytes(all.floats()) && budget && need > *budget) {
+            note_ = "whole forwards on " + std::to_string(lanes) + " threads would need " + formatBytes(need) +
+                    " of host memory (op by op " + formatBytes(bytes(all.floats())) + "), over the " +
                     formatBytes(*budget) + " they may take" + available;
             batched = std::move(all);
         }
     }
-    lanes_.clear();
     batched_ = std::move(batched);
     batched_.allocate();
     if (!note_.empty()) return;

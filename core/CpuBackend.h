@@ -278,9 +278,10 @@ public:
     // Whether calls of several images may run whole forwards (cpu::splitImages; on by
     // default); off: always op by op. The image does not depend on it. Takes effect at once.
     void setWholeForwards(bool allowed);
-    // The host memory, in bytes, the whole forwards' own activations may take beyond what op by
-    // op would hold; nullopt (the default): half of what availableHostMemory() reports at
-    // prepare. Over it, calls run op by op and parallelismNote() says why.
+    // The host memory, in bytes, whole forwards' activations (every thread's own, and op by op's
+    // for the remainders) may take where they need more than op by op alone; nullopt (the
+    // default): half of what availableHostMemory() reports at prepare. Over it, calls run op by
+    // op and parallelismNote() says why.
     void setWholeForwardMemory(std::optional<std::uint64_t> bytes);
     // How the prepared batch runs, for the record: "13 images in parallel, whole forwards",
     // "op by op" (one image, one thread), with the reason where whole forwards were refused.
