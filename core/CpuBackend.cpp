@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/HostMemoryEstimate.h"
 #include "core/UNetGraph.h"
 #include "core/UNetModel.h"
 
@@ -167,6 +169,22 @@ void WorkerPool::workerLoop(int worker) {
         seen = static_cast<std::uint32_t>(state_.load() >> 32);
         if (seen % 2 == 0) claimTasks(seen, worker);
     }
+}
+
+// ---------------------------------------------------------------- images over threads
+
+ImageSplit splitImages(int images, int threads) {
+    ImageSplit split;
+    split.opByOp = std::max(images, 0);
+    if (images < 2 || threads < 2) return split;
+    // A partial round of whole forwards takes as long as a full one; op by op, its images share
+    // every thread, at a loss to barriers that grows with the threads (measured on 16 cores:
+    // 38% of linear at 16 threads, 81% at 4), so only a small remainder goes that way.
+    const int remainder = images % threads;
+    split.wholeForwards = 2 * remainder <= threads ? images - remainder : images;
+    split.lanes = std::min(threads, split.wholeForwards);
+    split.opByOp = images - split.wholeForwards;
+    return split;
 }
 
 // ---------------------------------------------------------------- GEMM tasks
@@ -928,18 +946,48 @@ CpuBackend::CpuBackend(int threads)
 CpuBackend::~CpuBackend() = default;
 
 BackendInfo CpuBackend::info() const {
-    return BackendInfo{"cpu", cpuName_ + " (" + std::to_string(pool_->threads()) + " threads, " + blasKernels_ + ")"};
+    std::string device = cpuName_ + " (" + std::to_string(pool_->threads()) + " threads, " + blasKernels_ + ")";
+    if (prepared_) device += ": " + parallelism();
+    return BackendInfo{"cpu", device};
 }
 
 void CpuBackend::setThreads(int threads) {
     if (cpu::resolveThreads(threads) == pool_->threads()) return;
     pool_ = std::make_unique<cpu::WorkerPool>(threads);
     pool_->reserveScratch(workerFloats_);
+    if (prepared_) planParallelism();
+}
+
+void CpuBackend::setWholeForwards(bool allowed) {
+    if (allowed == wholeForwards_) return;
+    wholeForwards_ = allowed;
+    if (prepared_) planParallelism();
+}
+
+void CpuBackend::setProfiling(bool on) {
+    if (on == profiling_) return;
+    profiling_ = on;
+    if (prepared_) planParallelism();
+}
+
+void CpuBackend::setWholeForwardMemory(std::optional<std::uint64_t> bytes) {
+    wholeForwardMemory_ = bytes;
+    if (prepared_) planParallelism();
+}
+
+std::string CpuBackend::parallelism() const {
+    if (!prepared_) return "not prepared";
+    const cpu::ImageSplit split = cpu::splitImages(batch_, pool_->threads());
+    const std::string batch = "tile batch of " + std::to_string(batch_);
+    if (lanes_.empty()) return batch + " op by op" + (note_.empty() ? "" : " (" + note_ + ")");
+    std::string text = batch + ": " + std::to_string(split.lanes) + " images in parallel, whole forwards";
+    if (split.opByOp > 0) text += ", then " + std::to_string(split.opByOp) + " op by op";
+    return text;
 }
 
 std::size_t CpuBackend::preparedFloats() const {
-    std::size_t n = scratch_.size() + pool_->scratchFloats();
-    for (const auto& b : buffers_) n += b.size();
+    std::size_t n = batched_.floats() + pool_->scratchFloats();
+    for (const Lane& lane : lanes_) n += lane.space.floats() + lane.pool->scratchFloats();
     return n;
 }
 
@@ -1009,7 +1057,7 @@ CpuBackend::Scratch CpuBackend::scratchNeeded(const ModelGraph& graph, int batch
 }
 
 std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& graph, const TensorMap& weights,
-                                                           int batch, int tileH, int tileW) {
+                                                           int tileH, int tileW) {
     std::vector<OpWeights> bound(graph.ops().size());
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
         const GraphOp& op = graph.ops()[i];
@@ -1022,9 +1070,7 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
                 throw ModelError(p.name + ": expected " + shapeText(p.shape) + ", found " + shapeText(it->second.shape));
             w.params.push_back(it->second.data.data());
         }
-        const OpPlan plan = planOp(graph, op, batch, tileH, tileW);
-        w.scratchImages = plan.scratchImages;
-        w.queryBlock = plan.queryBlock;
+        w.queryBlock = planOp(graph, op, 1, tileH, tileW).queryBlock;
         if (op.kind == OpKind::Conv) {
             w.conv = convShape(graph, op, tileH, tileW);
             const GraphValue& y = graph.value(op.output);
@@ -1045,8 +1091,27 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
     return bound;
 }
 
-// Activation buffers reused after each value's last reader (greedy best fit, in op order).
-void CpuBackend::planBuffers(const ModelGraph& graph, int batch, int tileH, int tileW) {
+void CpuBackend::Workspace::allocate() {
+    buffers.assign(sizes.size(), {});
+    for (std::size_t k = 0; k < sizes.size(); ++k) buffers[k].assign(sizes[k], 0.0f);
+    shared.assign(sharedFloats, 0.0f);
+}
+
+float* CpuBackend::Workspace::data(int value) {
+    return value < 0 ? nullptr : buffers[static_cast<std::size_t>(bufferOf[static_cast<std::size_t>(value)])].data();
+}
+
+std::size_t CpuBackend::Workspace::floats() const {
+    std::size_t n = sharedFloats;
+    for (const std::size_t size : sizes) n += size;
+    return n;
+}
+
+// Activation buffers reused after each value's last reader (greedy best fit, in op order), and
+// the attention scratch of the images attended at once.
+CpuBackend::Workspace CpuBackend::planWorkspace(int batch) const {
+    const ModelGraph& graph = graph_;
+    const int tileH = tileH_, tileW = tileW_;
     const std::vector<int> last = graph.lastUse();
     const std::size_t valueCount = graph.values().size();
     std::vector<int> bufferOf(valueCount, -1);
@@ -1090,9 +1155,59 @@ void CpuBackend::planBuffers(const ModelGraph& graph, int batch, int tileH, int 
             if (last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
         if (last[static_cast<std::size_t>(op.output)] < 0) release(op.output);
     }
-    buffers_.assign(sizes.size(), {});
-    for (std::size_t k = 0; k < sizes.size(); ++k) buffers_[k].assign(sizes[k], 0.0f);
-    bufferOf_ = std::move(bufferOf);
+    Workspace space;
+    space.batch = batch;
+    space.sizes = std::move(sizes);
+    space.bufferOf = std::move(bufferOf);
+    for (const GraphOp& op : graph.ops()) {
+        const OpPlan plan = planOp(graph, op, batch, tileH, tileW);
+        space.scratchImages.push_back(plan.scratchImages);
+        space.sharedFloats = std::max(space.sharedFloats, plan.shared);
+    }
+    return space;
+}
+
+// Whole forwards take a lane per thread that runs them (cpu::splitImages of the prepared batch:
+// no call of fewer images needs more), each with its activations for one image; op by op then
+// only runs the small remainders (at most half the threads' worth of images). Where that needs
+// more memory than op by op for the whole batch and more than the budget, every call runs op
+// by op.
+void CpuBackend::planParallelism() {
+    lanes_.clear();
+    batched_ = {};  // released first, so the memory available counts them free
+    const int threads = pool_->threads();
+    const int lanes = wholeForwards_ && !profiling_ ? cpu::splitImages(batch_, threads).lanes : 0;
+    Workspace batched = planWorkspace(lanes > 0 ? std::min(batch_, threads / 2) : batch_);
+    Workspace lane = planWorkspace(1);
+    note_.clear();
+    if (lanes > 0) {
+        Workspace all = planWorkspace(batch_);
+        const auto bytes = [](std::size_t floats) { return static_cast<std::uint64_t>(floats) * sizeof(float); };
+        const std::uint64_t need = bytes(batched.floats() + lanes * (lane.floats() + workerFloats_));
+        std::optional<std::uint64_t> budget = wholeForwardMemory_;
+        std::string available;
+        if (!budget) {
+            if (const std::optional<HostMemory> host = availableHostMemory()) {
+                budget = host->availableBytes / 2;
+                available = " (half of the " + formatBytes(host->availableBytes) + " available: " + host->source + ")";
+            }
+        }
+        if (need > bytes(all.floats()) && budget && need > *budget) {
+            note_ = "whole forwards on " + std::to_string(lanes) + " threads would need " + formatBytes(need) +
+                    " of host memory (op by op " + formatBytes(bytes(all.floats())) + "), over the " +
+                    formatBytes(*budget) + " they may take" + available;
+            batched = std::move(all);
+        }
+    }
+    batched_ = std::move(batched);
+    batched_.allocate();
+    if (!note_.empty()) return;
+    lane.allocate();
+    for (int i = 0; i < lanes; ++i) {
+        Lane l{std::make_unique<cpu::WorkerPool>(1), lane};
+        l.pool->reserveScratch(workerFloats_);
+        lanes_.push_back(std::move(l));
+    }
 }
 
 void CpuBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) {
@@ -1106,22 +1221,16 @@ void CpuBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights,
     // shape instead (cpu::gemmBlocks), one single-threaded sgemm per block.
     openblas_set_num_threads(1);
     // Bind every weight once, checking shapes, so run() only follows pointers.
-    weights_ = bindWeights(graph, weights, batch, tileH, tileW);
-    const Scratch need = scratchNeeded(graph, batch, tileH, tileW);
-    planBuffers(graph, batch, tileH, tileW);
+    weights_ = bindWeights(graph, weights, tileH, tileW);
     graph_ = graph;
-    scratch_.assign(need.shared, 0.0f);
-    workerFloats_ = need.perWorker;
+    workerFloats_ = scratchNeeded(graph, batch, tileH, tileW).perWorker;
     pool_->reserveScratch(workerFloats_);
     opMs_.assign(graph_.ops().size(), 0.0);
     batch_ = batch;
     tileH_ = tileH;
     tileW_ = tileW;
+    planParallelism();
     prepared_ = true;
-}
-
-float* CpuBackend::data(int value) {
-    return value < 0 ? nullptr : buffers_[static_cast<std::size_t>(bufferOf_[static_cast<std::size_t>(value)])].data();
 }
 
 std::int64_t CpuBackend::pixels(int value) const { return graph_.rows(value, tileH_, tileW_); }
@@ -1136,72 +1245,108 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
                                     std::to_string(outputs.size()) + " outputs for a graph of " +
                                     std::to_string(graph_.inputs().size()) + " and " +
                                     std::to_string(graph_.outputs().size()));
+    // Token ids are checked for the whole call before any work, so a bad id is refused with the
+    // same words (its row in the call) however the images are split.
+    for (const GraphOp& op : graph_.ops()) {
+        const auto input = std::find(graph_.inputs().begin(), graph_.inputs().end(), op.input);
+        if (op.kind == OpKind::TokenEmbedding && input != graph_.inputs().end())
+            cpu::checkTokenIds(batch, static_cast<int>(pixels(op.input)), graph_.param(op.params[0]).shape[0],
+                               inputs[static_cast<std::size_t>(input - graph_.inputs().begin())]);
+    }
+    const cpu::ImageSplit split =
+        lanes_.empty() ? cpu::ImageSplit{0, 0, batch} : cpu::splitImages(batch, pool_->threads());
+    if (split.lanes > static_cast<int>(lanes_.size()) || split.opByOp > batched_.batch)
+        throw std::logic_error("CpuBackend::run: the split of " + std::to_string(batch) +
+                               " images exceeds the prepared activations");
+    if (split.wholeForwards > 0) {
+        // Each lane's forwards on its own one-thread pool; an exception is carried out of the task.
+        std::vector<std::exception_ptr> errors(static_cast<std::size_t>(split.lanes));
+        pool_->parallelFor(split.lanes, [&](std::int64_t lane) {
+            Lane& l = lanes_[static_cast<std::size_t>(lane)];
+            try {
+                for (auto image = static_cast<int>(lane); image < split.wholeForwards; image += split.lanes)
+                    runImages(*l.pool, l.space, inputs, image, 1, outputs);
+            } catch (...) {
+                errors[static_cast<std::size_t>(lane)] = std::current_exception();
+            }
+        });
+        for (const std::exception_ptr& error : errors)
+            if (error) std::rethrow_exception(error);
+    }
+    if (split.opByOp > 0) runImages(*pool_, batched_, inputs, split.wholeForwards, split.opByOp, outputs);
+}
+
+void CpuBackend::runImages(cpu::WorkerPool& pool, Workspace& space, const std::vector<const float*>& inputs,
+                           int first, int count, const std::vector<float*>& outputs) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const int v = graph_.inputs()[i];
-        cpu::copyFloats(*pool_, graph_.elements(v, batch, tileH_, tileW_), inputs[i], data(v));
+        const std::int64_t perImage = graph_.elements(v, 1, tileH_, tileW_);
+        cpu::copyFloats(pool, perImage * count, inputs[i] + perImage * first, space.data(v));
     }
+    const bool timed = profiling_ && &pool == pool_.get();
     for (std::size_t i = 0; i < graph_.ops().size(); ++i) {
-        if (!profiling_) {
-            runOp(i, batch);
+        if (!timed) {
+            runOp(pool, space, i, count);
             continue;
         }
         const auto start = std::chrono::steady_clock::now();
-        runOp(i, batch);
+        runOp(pool, space, i, count);
         opMs_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
     for (std::size_t i = 0; i < outputs.size(); ++i) {
         const int v = graph_.outputs()[i];
-        cpu::copyFloats(*pool_, graph_.elements(v, batch, tileH_, tileW_), data(v), outputs[i]);
+        const std::int64_t perImage = graph_.elements(v, 1, tileH_, tileW_);
+        cpu::copyFloats(pool, perImage * count, space.data(v), outputs[i] + perImage * first);
     }
 }
 
-void CpuBackend::runOp(std::size_t index, int batch) {
+void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t index, int batch) {
     const GraphOp& op = graph_.ops()[index];
     const OpWeights& w = weights_[index];
-    const float* in = data(op.input);
-    float* y = data(op.output);
+    const float* in = space.data(op.input);
+    float* y = space.data(op.output);
     const int channels = graph_.value(op.input).channels;
     const std::int64_t inPixels = pixels(op.input);
     const std::int64_t count = std::int64_t(batch) * channels * inPixels;
     switch (op.kind) {
-    case OpKind::Affine: cpu::affine(*pool_, count, in, op.scale, op.shift, y); break;
-    case OpKind::SiLU: cpu::silu(*pool_, count, in, y); break;
+    case OpKind::Affine: cpu::affine(pool, count, in, op.scale, op.shift, y); break;
+    case OpKind::SiLU: cpu::silu(pool, count, in, y); break;
     case OpKind::Add:
-        cpu::add(*pool_, batch, channels, inPixels, in, data(op.input2),
+        cpu::add(pool, batch, channels, inPixels, in, space.data(op.input2),
                  graph_.value(op.input2).kind == ValueKind::Vector && graph_.value(op.input).kind == ValueKind::FeatureMap,
                  y);
         break;
-    case OpKind::ScaleShift: cpu::scaleShift(*pool_, batch, channels, inPixels, in, data(op.input2), y); break;
+    case OpKind::ScaleShift: cpu::scaleShift(pool, batch, channels, inPixels, in, space.data(op.input2), y); break;
     case OpKind::TimestepEmbedding:
         cpu::timestepEmbedding(in, batch, op.channels, op.freqShift, op.flipSinToCos, y);
         break;
     case OpKind::Linear:
         if (graph_.value(op.input).kind == ValueKind::Tokens)
-            cpu::tokenLinear(*pool_, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0],
-                             w.params[1], data(op.residual), y);
+            cpu::tokenLinear(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0],
+                             w.params[1], space.data(op.residual), y);
         else
             cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
         break;
     case OpKind::Conv:
-        cpu::conv2d(*pool_, w.conv, batch, in, w.params[0], w.params[1], data(op.residual), op.outputScale, y);
+        cpu::conv2d(pool, w.conv, batch, in, w.params[0], w.params[1], space.data(op.residual), op.outputScale, y);
         break;
     case OpKind::GroupNorm:
-        cpu::groupNorm(*pool_, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
-                       data(op.preAdd), data(op.scaleShift), op.silu, y);
+        cpu::groupNorm(pool, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
+                       space.data(op.preAdd), space.data(op.scaleShift), op.silu, y);
         break;
     case OpKind::Attention:
         if (graph_.value(op.input).kind == ValueKind::Tokens)
-            cpu::tokenAttention(*pool_, batch, tokenAttentionShape(graph_, op, tileH_, tileW_), w.attn, in,
-                                data(op.input2), data(op.residual), op.outputScale, y, scratch_.data(),
-                                w.scratchImages, w.queryBlock);
+            cpu::tokenAttention(pool, batch, tokenAttentionShape(graph_, op, tileH_, tileW_), w.attn, in,
+                                space.data(op.input2), space.data(op.residual), op.outputScale, y, space.shared.data(),
+                                space.scratchImages[index], w.queryBlock);
         else
-            cpu::attention(*pool_, batch, channels, inPixels, op.heads, w.attn, in, data(op.residual), op.outputScale, y,
-                           scratch_.data(), w.scratchImages, w.queryBlock);
+            cpu::attention(pool, batch, channels, inPixels, op.heads, w.attn, in, space.data(op.residual),
+                           op.outputScale, y, space.shared.data(), space.scratchImages[index], w.queryBlock);
         break;
     case OpKind::Concat: {
-        const float* skip = data(op.input2);
+        const float* skip = space.data(op.input2);
         const int c1 = channels, c2 = graph_.value(op.input2).channels, cOut = c1 + c2;
-        pool_->parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
+        pool.parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
             const std::int64_t b = plane / cOut, c = plane % cOut;
             const float* src = c < c1 ? in + (b * c1 + c) * inPixels : skip + (b * c2 + (c - c1)) * inPixels;
             std::copy(src, src + inPixels, y + plane * inPixels);
@@ -1210,25 +1355,27 @@ void CpuBackend::runOp(std::size_t index, int batch) {
     }
     case OpKind::Upsample: {
         const int d = graph_.value(op.input).divisor;
-        cpu::upsampleNearest2x(*pool_, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
+        cpu::upsampleNearest2x(pool, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
         break;
     }
-    case OpKind::ToTokens: cpu::toTokens(*pool_, batch, channels, inPixels, in, y); break;
-    case OpKind::ToFeatureMap: cpu::toFeatureMap(*pool_, batch, channels, inPixels, in, data(op.residual), y); break;
+    case OpKind::ToTokens: cpu::toTokens(pool, batch, channels, inPixels, in, y); break;
+    case OpKind::ToFeatureMap:
+        cpu::toFeatureMap(pool, batch, channels, inPixels, in, space.data(op.residual), y);
+        break;
     case OpKind::LayerNorm:
-        cpu::layerNorm(*pool_, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
+        cpu::layerNorm(pool, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
         break;
     case OpKind::GEGLU:
-        cpu::geglu(*pool_, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0], w.params[1], y);
+        cpu::geglu(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0], w.params[1], y);
         break;
-    case OpKind::GELU: cpu::gelu(*pool_, count, in, op.geluTanh, y); break;
-    case OpKind::QuickGELU: cpu::quickGelu(*pool_, count, in, y); break;
+    case OpKind::GELU: cpu::gelu(pool, count, in, op.geluTanh, y); break;
+    case OpKind::QuickGELU: cpu::quickGelu(pool, count, in, y); break;
     case OpKind::TokenEmbedding:
-        cpu::tokenEmbedding(*pool_, batch, static_cast<int>(inPixels), op.channels, graph_.param(op.params[0]).shape[0],
+        cpu::tokenEmbedding(pool, batch, static_cast<int>(inPixels), op.channels, graph_.param(op.params[0]).shape[0],
                             in, w.params[0], w.params[1], y);
         break;
     case OpKind::EosPool:
-        cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, data(op.input2), op.token, y);
+        cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);
         break;
     }
 }

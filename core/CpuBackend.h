@@ -9,6 +9,13 @@
 // one single-threaded sgemm per block. Every output element is computed by exactly one task in a
 // fixed order, so results do not depend on the thread count, and a tile's result does not
 // depend on the other tiles of its batch.
+//
+// Two ways to spread a call's images over the threads (cpu::splitImages, the one rule): op by
+// op (every thread on each op, a barrier after each: the only way for one image), or whole
+// forwards (each thread runs the whole graph for its images on its own activations, no barrier
+// between ops: what scales past a few threads, as a forward has hundreds of small ops). An
+// image's ops are the same code on the same shapes either way (a whole forward runs them on a
+// one-thread pool), so the bits are the same.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -95,6 +103,16 @@ private:
     std::atomic<Task> task_{nullptr};
     std::atomic<void*> ctx_{nullptr};
 };
+
+// How a call's `images` images are spread over `threads` threads: the first wholeForwards
+// images as whole forwards on `lanes` threads (lane l runs images l, l + lanes, ...), the
+// other opByOp images op by op on every thread. Whole forwards take every full round of one
+// image per thread, and a last partial round when it keeps more than half of the threads busy;
+// a smaller remainder (and a single image, or a single thread) goes op by op.
+struct ImageSplit {
+    int wholeForwards = 0, lanes = 0, opByOp = 0;
+};
+ImageSplit splitImages(int images, int threads);
 
 // The primitives CpuBackend composes; float32 NCHW, exposed for the unit tests.
 
@@ -254,8 +272,24 @@ public:
     ~CpuBackend() override;
 
     // The threads that compute (0: all hardware threads); the image does not depend on it.
-    // Takes effect at once (between runs; keeps what prepare() set up).
+    // Takes effect at once (between runs; keeps what prepare() set up, planning the whole
+    // forwards' activations again for the new count).
     void setThreads(int threads);
+    // Whether calls of several images may run whole forwards (cpu::splitImages; on by
+    // default); off: always op by op. The image does not depend on it. Takes effect at once.
+    void setWholeForwards(bool allowed);
+    // The host memory, in bytes, whole forwards' activations (every thread's own, and op by op's
+    // for the remainders) may take where they need more than op by op alone; nullopt (the
+    // default): half of what availableHostMemory() reports at prepare. Over it, calls run op by
+    // op and parallelismNote() says why.
+    void setWholeForwardMemory(std::optional<std::uint64_t> bytes);
+    // How the prepared batch runs, for the record: "13 images in parallel, whole forwards",
+    // "op by op" (one image, one thread), with the reason where whole forwards were refused.
+    std::string parallelism() const;
+    // Why calls run op by op although they could run whole forwards ("" when they do not).
+    const std::string& parallelismNote() const { return note_; }
+    // Threads with their own activations for whole forwards after prepare() (0: op by op only).
+    int wholeForwardLanes() const { return static_cast<int>(lanes_.size()); }
     int threads() const { return pool_->threads(); }
     // The pool the backend computes on, for host work around its runs (one owner of the cores).
     cpu::WorkerPool& pool() { return *pool_; }
@@ -278,9 +312,9 @@ public:
     const ModelGraph& graph() const { return graph_; }
     // Floats held by activation buffers and scratch after prepare() (for memory reports).
     std::size_t preparedFloats() const;
-    // When on, run() records the wall time of each op (index = graph().ops() index) of the
-    // latest call, for "where did the time go" reports. Off by default.
-    void setProfiling(bool on) { profiling_ = on; }
+    // When on, run() runs op by op and records the wall time of each op (index = graph().ops()
+    // index) of the latest call, for "where did the time go" reports. Off by default.
+    void setProfiling(bool on);
     const std::vector<double>& opMilliseconds() const { return opMs_; }
 
 private:
@@ -288,16 +322,38 @@ private:
         std::vector<const float*> params;  // the op's parameters' data, in op.params order
         cpu::AttentionWeights attn;
         cpu::ConvShape conv;
-        int scratchImages = 1;  // Attention: images attended at once
         int queryBlock = 1;     // Attention: query rows per task
     };
-    // Per-op weights and plans for `batch` tiles.
-    std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH,
-                                       int tileW);
-    void planBuffers(const ModelGraph& graph, int batch, int tileH, int tileW);
-    float* data(int value);
+    // The activations of `batch` images: buffers reused after each value's last reader, and the
+    // scratch all workers share (attention's Q, K, V, O of the images attended at once).
+    struct Workspace {
+        int batch = 0;
+        std::vector<std::size_t> sizes;   // of each buffer, in floats
+        std::size_t sharedFloats = 0;
+        std::vector<int> bufferOf;        // value -> buffer index
+        std::vector<int> scratchImages;   // per op: Attention's images attended at once
+        std::vector<std::vector<float>> buffers;  // sizes, once allocated
+        std::vector<float> shared;
+        void allocate();
+        float* data(int value);
+        std::size_t floats() const;       // what allocate() holds
+    };
+    // A thread's own one-thread pool (its worker scratch) and activations for whole forwards.
+    struct Lane {
+        std::unique_ptr<cpu::WorkerPool> pool;
+        Workspace space;
+    };
+    // Per-op weights and plans.
+    std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH, int tileW);
+    // The plan of graph_'s activations for `batch` images (not allocated).
+    Workspace planWorkspace(int batch) const;
+    // The op-by-op workspace and the lanes for the current thread count (prepared_ graph).
+    void planParallelism();
     std::int64_t pixels(int value) const;
-    void runOp(std::size_t index, int batch);
+    // Images [first, first + count) of a call through the whole graph on `pool` in `space`.
+    void runImages(cpu::WorkerPool& pool, Workspace& space, const std::vector<const float*>& inputs, int first,
+                   int count, const std::vector<float*>& outputs);
+    void runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t index, int batch);
 
     std::unique_ptr<cpu::WorkerPool> pool_;
     std::string cpuName_;
@@ -307,11 +363,13 @@ private:
     int batch_ = 0, tileH_ = 0, tileW_ = 0;
     std::size_t workerFloats_ = 0;           // each worker's scratch, as prepare() planned it
     bool profiling_ = false;
+    bool wholeForwards_ = true;
+    std::optional<std::uint64_t> wholeForwardMemory_;
+    std::string note_;                       // parallelismNote()
     std::vector<double> opMs_;  // per op, sized in prepare()
     std::vector<OpWeights> weights_;         // per op
-    std::vector<std::vector<float>> buffers_;  // pooled activation storage
-    std::vector<int> bufferOf_;              // value -> buffer index
-    std::vector<float> scratch_;             // im2col columns / attention Q, K, V, O
+    Workspace batched_;                      // op by op: the images a call runs that way
+    std::vector<Lane> lanes_;                // whole forwards: one per thread that runs them
 };
 
 }  // namespace tessera

@@ -223,6 +223,10 @@ DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& recor
             backend_->prepareGraph(*model.graph, *model.weights, request.batchSize, request.tileH, request.tileW);
             prepared_ = shape;
         }
+        // Prepared: the CPU backend's device line now says how a tile batch runs over the threads.
+        record.environment.device = backend_->info().device;
+        if (cpuBackend_ && !cpuBackend_->parallelismNote().empty())
+            record.messages.push_back("threads: tile batches ran op by op: " + cpuBackend_->parallelismNote());
         contextCond_.clear();
         contextUncond_.clear();
         for (int i = 0; model.conditioned() && i < request.batchSize; ++i) {

@@ -66,7 +66,8 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const ModelConfig
 
 // The CPU engine's UNet activation buffers and scratch for `batch` tiles of tileH x tileW on
 // `threads` threads, in bytes, from the graph's shapes alone (at least what CpuBackend::prepare
-// allocates).
+// allocates to run op by op: the least a run needs. Its whole forwards, one image per thread,
+// may hold more, and only within half of availableHostMemory() at prepare: CpuBackend.h).
 std::uint64_t cpuActivationBytes(const ModelConfig& model, int batch, int tileH, int tileW, int threads = 1);
 
 // What this process may still allocate: MemAvailable from /proc/meminfo, or the cgroup's

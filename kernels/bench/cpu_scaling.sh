@@ -5,7 +5,8 @@
 #   threads,seconds,tile_evals_per_s,speedup_vs_1,speedup_vs_2,image_sha256
 # seconds and tile evaluations/s are the CLI's own (the sampling loop, without model loading),
 # the best of REPEATS runs. Exits 1 when the thread counts did not all make the same image
-# (CpuBackend promises the same bits for any thread count).
+# (CpuBackend promises the same bits for any thread count). On stderr, for each thread count,
+# how the CPU engine ran a tile batch (the run's device line: whole forwards or op by op).
 #
 # Usage: kernels/bench/cpu_scaling.sh [BUILD_DIR]        (default build; needs BUILD_DIR/app/tessera-cli)
 #   THREADS="1 2 4 8 16"  the thread counts        REPEATS=1  runs per thread count (best kept)
@@ -35,6 +36,8 @@ for t in $threads_list; do
               --out "$out/t$t-r$r" 2>&1) || { echo "$log" >&2; exit 1; }
         # "finished: 20 steps in 19.10 s (prepare 0.18 s), 500 tile evaluations, 26.18 tile evals/s"
         line=$(grep -m1 '^finished:' <<<"$log")
+        # "run ...: 25 tiles of 64x64, 20 steps on cpu (AMD EPYC (16 threads, ...): tile batch of 13: ...)"
+        if ((r == 0)); then echo "# --threads $t: $(grep -m1 '^run ' <<<"$log" | sed -E 's/.* steps on //')" >&2; fi
         s=$(sed -E 's/.* steps in ([0-9.]+) s.*/\1/' <<<"$line")
         rate=$(sed -E 's/.*, ([0-9.]+) tile evals\/s.*/\1/' <<<"$line")
         manifest=$(grep -m1 '^manifest' <<<"$log" | awk '{print $2}')

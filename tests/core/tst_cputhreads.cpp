@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "core/ClipTextConfig.h"
@@ -82,10 +83,9 @@ std::vector<std::vector<float>> randomInputs(const ModelGraph& graph, int batch,
     return in;
 }
 
-std::vector<std::vector<float>> runGraph(const ModelGraph& graph, const TensorMap& weights, int threads, int batch,
-                                         int h, int w, const std::vector<std::vector<float>>& inputs) {
-    CpuBackend backend(threads);
-    backend.prepareGraph(graph, weights, batch, h, w);
+// The outputs of one call of `batch` images on a prepared backend.
+std::vector<std::vector<float>> runPrepared(CpuBackend& backend, const ModelGraph& graph, int batch, int h, int w,
+                                            const std::vector<std::vector<float>>& inputs) {
     std::vector<const float*> in;
     for (const auto& x : inputs) in.push_back(x.data());
     std::vector<std::vector<float>> out;
@@ -95,6 +95,29 @@ std::vector<std::vector<float>> runGraph(const ModelGraph& graph, const TensorMa
     backend.run(in, batch, outPtr);
     return out;
 }
+
+// prepared for `batch` images; wholeForwards off: every call op by op.
+std::vector<std::vector<float>> runGraph(const ModelGraph& graph, const TensorMap& weights, int threads, int batch,
+                                         int h, int w, const std::vector<std::vector<float>>& inputs,
+                                         bool wholeForwards = true) {
+    CpuBackend backend(threads);
+    backend.setWholeForwards(wholeForwards);
+    backend.prepareGraph(graph, weights, batch, h, w);
+    return runPrepared(backend, graph, batch, h, w, inputs);
+}
+
+// The first `count` images of each of a call's inputs or outputs.
+std::vector<std::vector<float>> firstImages(const std::vector<std::vector<float>>& x, int batch, int count) {
+    std::vector<std::vector<float>> out;
+    for (const auto& v : x) {
+        const std::size_t per = v.size() / std::size_t(batch);
+        out.emplace_back(v.begin(), v.begin() + long(per * std::size_t(count)));
+    }
+    return out;
+}
+
+// The graph of one of the model families the CPU backend runs, at a small size.
+ModelGraph familyGraph(const QString& family);
 
 // Image b of a [batch, ...] buffer.
 std::vector<float> imageOf(const std::vector<float>& x, int batch, int b) {
@@ -231,6 +254,13 @@ ModelConfig defaultShapeConfig() {
       "up_block_types": ["UpBlock2D", "AttnUpBlock2D", "UpBlock2D", "UpBlock2D"],
       "block_out_channels": [32, 64, 128, 128], "layers_per_block": 1, "downsample_padding": 0,
       "attention_head_dim": 8, "norm_num_groups": 32, "norm_eps": 1e-6})"));
+}
+
+ModelGraph familyGraph(const QString& family) {
+    if (family == "unet") return unet2DExecutionGraph(defaultShapeConfig());
+    if (family == "unetcond") return unet2DConditionExecutionGraph(unetCondConfigFromJson(tinyCondConfig()), 7);
+    if (family == "vae") return vaeDecoderExecutionGraph(vaeConfigFromJson(tinyVaeConfig()));
+    return fuseForExecution(buildClipTextGraph(tinyClipConfig(), 2));
 }
 
 class NullObserver : public RunObserver {};
@@ -433,11 +463,7 @@ private slots:
         QFETCH(QString, family);
         QFETCH(int, tileH);
         QFETCH(int, tileW);
-        ModelGraph graph;
-        if (family == "unet") graph = unet2DExecutionGraph(defaultShapeConfig());
-        else if (family == "unetcond") graph = unet2DConditionExecutionGraph(unetCondConfigFromJson(tinyCondConfig()), 7);
-        else if (family == "vae") graph = vaeDecoderExecutionGraph(vaeConfigFromJson(tinyVaeConfig()));
-        else graph = fuseForExecution(buildClipTextGraph(tinyClipConfig(), 2));
+        const ModelGraph graph = familyGraph(family);
         const TensorMap weights = randomWeights(graph, 7);
         const int batch = 3;
         const auto inputs = randomInputs(graph, batch, tileH, tileW, 11);
@@ -452,9 +478,161 @@ private slots:
         for (std::size_t o = 0; o < y.size(); ++o) QCOMPARE(y1[o], imageOf(y[o], batch, 1));
     }
 
+    // The one rule that spreads a call's images over the threads: full rounds of one image per
+    // thread as whole forwards, a last partial round too when it keeps more than half of the
+    // threads busy, else op by op; one image or one thread always op by op.
+    void splitImagesFollowsTheRule_data() {
+        QTest::addColumn<int>("images");
+        QTest::addColumn<int>("threads");
+        QTest::addColumn<int>("whole");
+        QTest::addColumn<int>("lanes");
+        QTest::addColumn<int>("opByOp");
+        QTest::newRow("one image on 16 threads") << 1 << 16 << 0 << 0 << 1;
+        QTest::newRow("13 images on 1 thread") << 13 << 1 << 0 << 0 << 13;
+        QTest::newRow("13 on 16: one partial round") << 13 << 16 << 13 << 13 << 0;
+        QTest::newRow("12 on 16") << 12 << 16 << 12 << 12 << 0;
+        QTest::newRow("8 on 16: half the threads, op by op") << 8 << 16 << 0 << 0 << 8;
+        QTest::newRow("9 on 16") << 9 << 16 << 9 << 9 << 0;
+        QTest::newRow("13 on 2: 6 rounds, 1 op by op") << 13 << 2 << 12 << 2 << 1;
+        QTest::newRow("12 on 2") << 12 << 2 << 12 << 2 << 0;
+        QTest::newRow("13 on 5: 3 rounds") << 13 << 5 << 13 << 5 << 0;
+        QTest::newRow("12 on 5: 2 rounds, 2 op by op") << 12 << 5 << 10 << 5 << 2;
+        QTest::newRow("3 on 3") << 3 << 3 << 3 << 3 << 0;
+        QTest::newRow("2 on 4") << 2 << 4 << 0 << 0 << 2;
+        QTest::newRow("no images") << 0 << 4 << 0 << 0 << 0;
+    }
+    void splitImagesFollowsTheRule() {
+        QFETCH(int, images);
+        QFETCH(int, threads);
+        QFETCH(int, whole);
+        QFETCH(int, lanes);
+        QFETCH(int, opByOp);
+        const cpu::ImageSplit split = cpu::splitImages(images, threads);
+        QCOMPARE(split.wholeForwards, whole);
+        QCOMPARE(split.lanes, lanes);
+        QCOMPARE(split.opByOp, opByOp);
+    }
+
+    // Whole forwards make the same bits as op by op: every family, a backend prepared for 13
+    // images on 1, 2, 3 and 5 threads, calls of 13, 3 and 1 images (whole forwards, op by op and
+    // both in one call), against op by op on one thread; then the same backend op by op.
+    void wholeForwardsAreBitIdenticalToOpByOp_data() {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<int>("tileH");
+        QTest::addColumn<int>("tileW");
+        QTest::newRow("pixel UNet (the default model's shape)") << "unet" << 32 << 24;
+        QTest::newRow("SD UNet (cross attention, GEGLU)") << "unetcond" << 16 << 24;
+        QTest::newRow("VAE decoder (mid attention)") << "vae" << 16 << 8;
+        QTest::newRow("CLIP text (causal attention)") << "clip" << 1 << 1;
+    }
+    void wholeForwardsAreBitIdenticalToOpByOp() {
+        QFETCH(QString, family);
+        QFETCH(int, tileH);
+        QFETCH(int, tileW);
+        const ModelGraph graph = familyGraph(family);
+        const TensorMap weights = randomWeights(graph, 7);
+        const int batch = 13;
+        const auto inputs = randomInputs(graph, batch, tileH, tileW, 11);
+        const auto reference = runGraph(graph, weights, 1, batch, tileH, tileW, inputs, false);
+        for (int threads : {1, 2, 3, 5}) {
+            CpuBackend backend(threads);
+            backend.prepareGraph(graph, weights, batch, tileH, tileW);
+            QCOMPARE(backend.wholeForwardLanes(), threads == 1 ? 0 : threads);
+            for (int count : {13, 3, 1}) {
+                const auto y = runPrepared(backend, graph, count, tileH, tileW, firstImages(inputs, batch, count));
+                QVERIFY2(y == firstImages(reference, batch, count),
+                         qPrintable(QString("%1 threads, %2 images").arg(threads).arg(count)));
+            }
+            backend.setWholeForwards(false);
+            QCOMPARE(backend.wholeForwardLanes(), 0);
+            QVERIFY(runPrepared(backend, graph, batch, tileH, tileW, inputs) == reference);
+        }
+    }
+
+    // Whole forwards take their own activations only within the host memory they may take:
+    // over it every call runs op by op (the same bits) and the backend says why; where they
+    // need less than op by op (two lanes of one image against 13 images), they run even with
+    // nothing to spare. The device line says how the prepared batch runs.
+    void wholeForwardsFallBackWhenMemoryIsShort() {
+        const ModelGraph graph = familyGraph("unet");
+        const TensorMap weights = randomWeights(graph, 7);
+        const int h = 32, w = 24;
+        const auto inputs = randomInputs(graph, 3, h, w, 11);
+        const auto reference = runGraph(graph, weights, 1, 3, h, w, inputs, false);
+        CpuBackend backend(3);
+        backend.setWholeForwardMemory(0);
+        backend.prepareGraph(graph, weights, 3, h, w);
+        QCOMPARE(backend.wholeForwardLanes(), 0);
+        const std::string note = backend.parallelismNote();
+        QVERIFY2(note.rfind("whole forwards on 3 threads would need ", 0) == 0, note.c_str());
+        QVERIFY2(note.find(" of host memory (op by op ") != std::string::npos, note.c_str());
+        QVERIFY2(note.find("), over the 0 bytes they may take") != std::string::npos, note.c_str());
+        QVERIFY2(backend.info().device.find(": tile batch of 3 op by op (whole forwards on 3 threads") !=
+                     std::string::npos, backend.info().device.c_str());
+        QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
+        backend.setWholeForwardMemory(std::uint64_t(1) << 30);
+        QCOMPARE(backend.wholeForwardLanes(), 3);
+        QVERIFY(backend.parallelismNote().empty());
+        QVERIFY2(backend.info().device.find(" threads, OpenBLAS ") != std::string::npos, backend.info().device.c_str());
+        QCOMPARE(backend.parallelism(), std::string("tile batch of 3: 3 images in parallel, whole forwards"));
+        QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
+        backend.setProfiling(true);  // per-op times: op by op
+        QCOMPARE(backend.wholeForwardLanes(), 0);
+        QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
+        QVERIFY(std::accumulate(backend.opMilliseconds().begin(), backend.opMilliseconds().end(), 0.0) > 0.0);
+        backend.setProfiling(false);
+        QCOMPARE(backend.wholeForwardLanes(), 3);
+        const std::size_t held = backend.preparedFloats();
+        backend.setThreads(1);  // one thread: op by op, no lanes held
+        QCOMPARE(backend.wholeForwardLanes(), 0);
+        QVERIFY(backend.preparedFloats() < held);
+        QCOMPARE(backend.parallelism(), std::string("tile batch of 3 op by op"));
+
+        const auto inputs13 = randomInputs(graph, 13, h, w, 12);
+        CpuBackend two(2);
+        two.setWholeForwardMemory(0);
+        two.prepareGraph(graph, weights, 13, h, w);
+        QCOMPARE(two.wholeForwardLanes(), 2);
+        QVERIFY(two.parallelismNote().empty());
+        QCOMPARE(two.parallelism(),
+                 std::string("tile batch of 13: 2 images in parallel, whole forwards, then 1 op by op"));
+        QVERIFY(runPrepared(two, graph, 13, h, w, inputs13) == runGraph(graph, weights, 1, 13, h, w, inputs13, false));
+    }
+
+    // A bad token id is refused with the same words (its row in the call) whether the call's
+    // images run whole forwards or op by op, before any work.
+    void badTokenIdsAreRefusedAlikeEitherWay() {
+        const ModelGraph graph = familyGraph("clip");
+        const TensorMap weights = randomWeights(graph, 7);
+        auto inputs = randomInputs(graph, 3, 1, 1, 11);
+        const std::vector<int>& graphInputs = graph.inputs();
+        std::size_t ids = graphInputs.size();
+        for (const GraphOp& op : graph.ops())
+            if (op.kind == OpKind::TokenEmbedding)
+                ids = std::size_t(std::find(graphInputs.begin(), graphInputs.end(), op.input) - graphInputs.begin());
+        QVERIFY(ids < inputs.size());
+        const std::size_t tokens = inputs[ids].size() / 3;
+        inputs[ids][2 * tokens + 5] = 9999.0f;
+        std::vector<std::string> messages;
+        for (int threads : {1, 3}) {
+            CpuBackend backend(threads);
+            backend.prepareGraph(graph, weights, 3, 1, 1);
+            QCOMPARE(backend.wholeForwardLanes(), threads == 1 ? 0 : 3);
+            try {
+                runPrepared(backend, graph, 3, 1, 1, inputs);
+                QFAIL("a token id of 9999 was accepted");
+            } catch (const std::out_of_range& e) {
+                messages.push_back(e.what());
+            }
+        }
+        QVERIFY2(messages[0].find("row 2 position 5 holds id 9999") != std::string::npos, messages[0].c_str());
+        QCOMPARE(messages[1], messages[0]);
+    }
+
     // A tiled run (tile batches that do not divide the tiles, both fusion rules, the seam
-    // statistics of the last step) makes the same image on 1, 2 and 3 threads, and records the
-    // threads that computed.
+    // statistics of the last step) makes the same image on 1, 2, 3 and 5 threads (op by op,
+    // whole forwards, both), and records the threads that computed and how a batch ran; with
+    // whole forwards refused for memory, the same image, and the record says why.
     void tiledRunsAreBitIdenticalForAnyThreadCount_data() {
         QTest::addColumn<int>("fusion");
         QTest::newRow("sample fusion") << int(FusionRule::Sample);
@@ -479,17 +657,32 @@ private slots:
         cfg.previewEvery = 1;
         cfg.backend = BackendKind::CPU;
         std::vector<RunResult> results;
-        for (int threads : {1, 2, 3}) {
-            cfg.threads = threads;
-            TiledSampler sampler(std::make_unique<CpuBackend>());
+        const std::map<int, std::string> howBatchesRan{
+            {1, ": tile batch of 4 op by op"},
+            {2, ": tile batch of 4: 2 images in parallel, whole forwards"},
+            {3, ": tile batch of 4: 3 images in parallel, whole forwards, then 1 op by op"},
+            {5, ": tile batch of 4: 4 images in parallel, whole forwards"},
+            {-3, ": tile batch of 4 op by op (whole forwards on 3 threads would need "}};
+        for (int threads : {1, 2, 3, 5, -3}) {  // -3: 3 threads, no memory for whole forwards
+            cfg.threads = std::abs(threads);
+            auto backend = std::make_unique<CpuBackend>();
+            if (threads < 0) backend->setWholeForwardMemory(0);
+            TiledSampler sampler(std::move(backend));
             sampler.setModel(model);
             NullObserver observer;
             results.push_back(sampler.run(cfg, observer));
             const RunResult& r = results.back();
             QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
-            QCOMPARE(r.record.environment.threads, threads);
-            QVERIFY(QString::fromStdString(r.record.environment.device).contains(QString("(%1 threads, OpenBLAS ").arg(threads)));
-            QCOMPARE(r.record.config.threads, threads);
+            QCOMPARE(r.record.environment.threads, cfg.threads);
+            const QString device = QString::fromStdString(r.record.environment.device);
+            QVERIFY2(device.contains(QString("(%1 threads, OpenBLAS ").arg(cfg.threads)), qPrintable(device));
+            QVERIFY2(device.contains(QString::fromStdString(howBatchesRan.at(threads))), qPrintable(device));
+            QCOMPARE(r.record.config.threads, cfg.threads);
+            const auto& messages = r.record.messages;
+            const bool noted = std::any_of(messages.begin(), messages.end(), [](const std::string& m) {
+                return m.rfind("threads: tile batches ran op by op: whole forwards on 3 threads would need ", 0) == 0;
+            });
+            QCOMPARE(noted, threads < 0);
         }
         for (std::size_t i = 1; i < results.size(); ++i) {
             QCOMPARE(results[i].image.data, results[0].image.data);
@@ -535,8 +728,9 @@ private slots:
     }
 
     // Milliseconds per op kind of the default model's forward (quick-cpu's 64x64 tiles, batch
-    // TESSERA_CPU_BENCH_BATCH or 4) on TESSERA_CPU_BENCH_THREADS threads (default: all).
-    // Runs only with TESSERA_CPU_BENCH=1.
+    // TESSERA_CPU_BENCH_BATCH or 4) on TESSERA_CPU_BENCH_THREADS threads (default: all), op by
+    // op (profiling runs that way), then the wall time of the same calls as the backend splits
+    // them (whole forwards where cpu::splitImages says). Runs only with TESSERA_CPU_BENCH=1.
     void profileDefaultModel() {
         if (!qEnvironmentVariableIsSet("TESSERA_CPU_BENCH")) QSKIP("set TESSERA_CPU_BENCH=1 to measure");
         const UNetModel model = UNetModel::load(TESSERA_SOURCE_DIR "/resources/models/default");
@@ -569,6 +763,12 @@ private slots:
         qInfo("default model, 64x64, batch %d on %s: %.1f ms per forward (ops %.1f ms), %.2f tiles/s", batch,
               backend.info().device.c_str(), wall / reps, total, reps * batch * 1e3 / wall);
         for (const auto& [kind, ms] : byKind) qInfo("  %-22s %8.2f ms  %5.1f%%", kind.c_str(), ms, 100 * ms / total);
+        backend.setProfiling(false);
+        const auto split = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) backend.forward(x.data(), t.data(), batch, out.data());
+        const double splitWall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - split).count();
+        qInfo("as split (%s): %.1f ms per call, %.2f tiles/s", backend.parallelism().c_str(), splitWall / reps,
+              reps * batch * 1e3 / splitWall);
     }
 };
 
