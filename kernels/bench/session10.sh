@@ -21,6 +21,8 @@
 #                                                       run (768x512: two 512-px tiles, 1 step, CFG 1, VAE decode) with
 #                                                       cuDNN's legacy API and heuristics (session 9's graph-API try ended
 #                                                       in a sanitizer hardware exception inside cuDNN)
+#   OUT=... bash kernels/bench/session10.sh raceflash  racecheck on the fused attention kernel alone (kns=flashForward) at the SD
+#                                                       shapes, each tiling (cuda_tst_flashattention tilingsAgreeOnTheKernelAlone)
 #   OUT=... bash kernels/bench/session10.sh cpu        kernels/bench/cpu_scaling.sh (the CPU engine, 1-16 threads)
 set -u
 export OUT="${OUT:-/tmp/session10}"
@@ -85,6 +87,14 @@ for what in "$@"; do
     step rl_racecheck "${RACE_S:-240}" env TESSERA_CUDNN_API=legacy TESSERA_CUDNN_FIND=0 compute-sanitizer \
       --tool racecheck --kernel-name kns=tessera --error-exitcode 9 tessera-cli render "${sd[@]}" --out "$out/rl_race"
     grep -h "SUMMARY\|Error\|hazard" "$out"/rl_*.log | head
+    ;;
+  raceflash)
+    # The kernel alone (tilingsAgreeOnTheKernelAlone: no cuBLAS, which racecheck cannot run at these shapes on
+    # sm_90: "failed to handle a hardware exception", call 7), every tiling, plain and under racecheck.
+    step rf_plain 60 /tmp/bin/cuda_tst_flashattention tilingsAgreeOnTheKernelAlone
+    step rf_racecheck "${RACE_S:-240}" compute-sanitizer --tool racecheck --kernel-name kns=flashForward \
+      --error-exitcode 9 /tmp/bin/cuda_tst_flashattention tilingsAgreeOnTheKernelAlone
+    grep -h "SUMMARY\|Totals\|hazard" "$out"/rf_*.log
     ;;
   unet)
     step unet_tessera_sd15 200 tessera-cli bench --shape sd15 --cfg 7 --precision fp16 --graphs tile \
