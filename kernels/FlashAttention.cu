@@ -150,12 +150,14 @@ __device__ __forceinline__ void loadBlock(T* dst, const T* src, long long stride
     }
 }
 
-// Over 150 lines, one kernel on purpose: the Q fragments, the running max/sum and the output
-// accumulators of a warp's rows live in registers across the whole key loop (load K/V
-// asynchronously, S = Q K^T by mma, online softmax, O += P V by mma); device-function calls
-// across that state would have to keep it in registers anyway, and the loop's stages share
-// the double-buffered shared tiles. The steps that repeat are its helpers above (loadBlock,
-// the mma wrappers).
+// Over 150 lines (about 215), one kernel on purpose: the Q fragments, the running max/sum and
+// the output accumulators of a warp's MT row tiles live in registers across the whole key loop
+// (load K/V asynchronously, S = Q K^T by mma, online softmax, O += P V by mma); device-function
+// calls across that state would have to keep it in registers anyway, and the loop's stages
+// share the double-buffered shared tiles. Splitting it into inlined helpers over references to
+// those register arrays changes ptxas's allocation (as the GroupNorm helper did, see
+// GroupNorm.cu), and its speed is measured per tiling on the device only (docs/PERFORMANCE.md,
+// session 10). The steps that repeat are its helpers above (loadBlock, the mma wrappers).
 // One CTA of W warps: queries blockIdx.x * BM .. + BM - 1 of (image, head) blockIdx.y, BM =
 // 16 MT W; warp w owns rows 16 MT w .. + 16 MT - 1 as MT m16 tiles, so each K and V fragment
 // read from shared memory feeds MT products and each K/V block read from L2 serves BM queries. Lane (g = lane / 4,
