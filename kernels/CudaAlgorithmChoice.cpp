@@ -154,16 +154,16 @@ std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(
     return {fused, blocked};
 }
 
-CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key, const AttentionPlan& plan,
-                                                         std::size_t inBytes, std::size_t outBytes,
-                                                         const AttentionBinder& bind, float scale) {
+CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key, int headDim,
+                                                         const AttentionPlan& plan, std::size_t inBytes,
+                                                         std::size_t outBytes, const AttentionBinder& bind,
+                                                         float scale) {
     CudaBackend::AttentionPath r;
     auto take = [&r](bool fused, FlashTiling t) {
         r.fused = fused;
         r.blockQueries = fused ? t.blockQueries : 0;
         r.warps = fused ? t.warps : 0;
     };
-    const int headDim = bind(nullptr, nullptr).headDim;
     if (settings.flash != FlashMode::Auto) {
         // A forced tiling the head dim does not offer runs as 64 rows in 4 warps.
         FlashTiling forced{settings.flashBlockQueries, settings.flashWarps};

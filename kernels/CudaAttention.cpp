@@ -75,7 +75,7 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
         // Once per distinct shape and layout in a prepare (later ops of the shape take it).
         auto it = attentionChosen.find(key);
         if (it == attentionChosen.end())
-            it = attentionChosen.emplace(key, choosePath(key, plan, inBytes, outBytes, bind, scale)).first;
+            it = attentionChosen.emplace(key, choosePath(key, a.headDim, plan, inBytes, outBytes, bind, scale)).first;
         record = it->second;
     }
     record.op = op.name;

@@ -351,8 +351,9 @@ struct CudaBackend::Impl {
 
     // The path for an attention the fused kernel takes (op key `key`): forced by TESSERA_CUDA_FLASH
     // = 0 / 1, else (auto) the tuning cache's choice, else both timed and the faster kept.
-    CudaBackend::AttentionPath choosePath(const std::string& key, const AttentionPlan& plan, std::size_t inBytes,
-                                          std::size_t outBytes, const AttentionBinder& bind, float scale);
+    CudaBackend::AttentionPath choosePath(const std::string& key, int headDim, const AttentionPlan& plan,
+                                          std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind,
+                                          float scale);
     // Both paths on scratch operands at the prepared batch (inputs uniform noise), GPU ms each
     // (median of 10): {fused, blocked}; the fused kernel at each of its tilings (flashTilings),
     // the fastest in `best`, every tiling's time in `times` ("64/4w 0.1234 ms, ...").
