@@ -27,10 +27,9 @@ std::optional<std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> parseLegacy
     if (algo < 0 || algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT || math < 0 || math > CUDNN_FMA_MATH) return std::nullopt;
     return std::make_pair(static_cast<cudnnConvolutionFwdAlgo_t>(algo), static_cast<cudnnMathType_t>(math));
 }
-std::string planChoice(const std::shared_ptr<GraphConv>& plan, const char* none) {
-    if (!plan) return none;
-    const GraphConv::PlanId id = plan->planId();
-    return "engine=" + std::to_string(id.engine) + " config=" + std::to_string(id.ordinal);
+std::string planChoiceText(std::optional<GraphPlanId> id, const char* none) {
+    if (!id) return none;
+    return "engine=" + std::to_string(id->engine) + " config=" + std::to_string(id->ordinal);
 }
 std::optional<GraphConv::PlanId> parsePlanChoice(const std::string& text, const char* none) {
     if (text == none) return GraphConv::PlanId{};
@@ -203,6 +202,103 @@ CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key,
         tuning.useNew(key, "fused", false);
     }
     return r;
+}
+
+std::shared_ptr<CudnnSdpa> CudaBackend::Impl::chooseCudnnAttention(
+        const std::string& key, const AttentionOperands& a, const AttentionPlan& plan, std::size_t inBytes,
+        std::size_t outBytes, const AttentionBinder& bind, float scale, CudaBackend::AttentionPath& record) {
+    if (dtype == DType::F32) return nullptr;
+    if (settings.sdpa == FlashMode::Off) {
+        record.cudnnReason = "TESSERA_CUDA_SDPA=0";
+        return nullptr;
+    }
+    if (settings.sdpa == FlashMode::Auto && settings.flash != FlashMode::Auto) {
+        // A forced own path is that path at every batch, unless cuDNN is forced too.
+        record.cudnnReason = "TESSERA_CUDA_FLASH=" + settings.values.at("TESSERA_CUDA_FLASH") + " forces the own path";
+        return nullptr;
+    }
+    const FlashAttentionArgs shape = flashArgs(dtype, a, maxBatch, scale);
+    if (const std::string why = CudnnSdpa::refusal(shape); !why.empty()) {
+        record.cudnnReason = why;
+        return nullptr;
+    }
+    constexpr std::size_t kWorkspaceCap = std::size_t(256) << 20;
+    const std::string op = key + " cudnn";
+    auto take = [&](std::shared_ptr<CudnnSdpa> sdpa, const std::string& why) {
+        record.cudnn = sdpa->engineName();
+        record.cudnnReason = why;
+        sdpaWorkspace = std::max(sdpaWorkspace, sdpa->workspaceBytes());
+        return sdpa;
+    };
+    if (settings.sdpa == FlashMode::Auto) {
+        if (const auto cached = tuning.cached(op)) {
+            const auto id = parsePlanChoice(*cached, "own");
+            std::string why = id ? "" : "not a cuDNN attention plan";
+            if (id && id->engine < 0) {
+                tuning.useCached(op, *cached);
+                record.cudnnReason = "tuning cache";
+                return nullptr;
+            }
+            if (id) try {
+                    auto sdpa = std::make_shared<CudnnSdpa>(cudnn.get(), shape, kWorkspaceCap, 1, *id);
+                    tuning.useCached(op, *cached);
+                    return take(sdpa, "tuning cache");
+                } catch (const std::runtime_error& e) {
+                    why = e.what();
+                }
+            tuning.rejectCached(op, *cached, why);
+        }
+    }
+    // Timed (or forced) on scratch operands: the inputs, the output and, for the blocked path,
+    // its scores.
+    const std::size_t in = alignUp(inBytes), out = alignUp(outBytes);
+    const bool timeOwn = settings.sdpa == FlashMode::Auto && !(record.fused ? record.fusedMs >= 0 : record.blockedMs >= 0);
+    const std::size_t own = timeOwn && !record.fused ? alignUp(plan.scoreBytes) + alignUp(plan.probBytes) : 0;
+    std::shared_ptr<CudnnSdpa> sdpa;
+    try {
+        sdpa = std::make_shared<CudnnSdpa>(cudnn.get(), shape, kWorkspaceCap);
+        DeviceBuffer scratch(in + out + own);
+        char* base = scratch.as<char>();
+        launchFillUniform(dtype, base, static_cast<long long>(in / dtypeSize(dtype)), 4321u, 1.0f, stream.get());
+        const AttentionOperands ops = bind(base, base + in);
+        DeviceBuffer ws(std::max<std::size_t>(sdpa->workspaceBytes(), 256));
+        record.cudnnMs = sdpa->benchmark(stream.get(), flashArgs(dtype, ops, maxBatch, scale), ws.data());
+        if (settings.sdpa == FlashMode::On) {
+            tuning.useNew(op, planChoice(sdpa, "own"), false);
+            return take(sdpa, "TESSERA_CUDA_SDPA=1");
+        }
+        if (!timeOwn)
+            record.ownMs = record.fused ? record.fusedMs : record.blockedMs;
+        else if (record.fused) {
+            FlashAttentionArgs f = flashArgs(dtype, ops, maxBatch, scale);
+            f.blockQueries = record.blockQueries;
+            f.warps = record.warps;
+            record.ownMs = medianGpuMs(stream.get(), 10, 1, [&] { launchFlashAttention(f, stream.get()); });
+        } else {
+            char* sc = base + in + out;
+            record.ownMs = medianGpuMs(stream.get(), 10, 1, [&] {
+                attend(ops, plan, maxBatch, scale, reinterpret_cast<float*>(sc), sc + alignUp(plan.scoreBytes));
+            });
+        }
+    } catch (const CudaError& e) {
+        if (!e.outOfMemory()) throw;
+        (void)cudaGetLastError();
+        record.cudnnReason = "not timed (no device memory for scratch operands)";
+        return nullptr;
+    } catch (const std::runtime_error& e) {
+        // cuDNN offers no plan (or none runs) for this shape: stored, so the next prepare
+        // does not build it again.
+        record.cudnnReason = e.what();
+        if (settings.sdpa == FlashMode::Auto) tuning.useNew(op, "own", true);
+        return nullptr;
+    }
+    if (record.cudnnMs < record.ownMs) {
+        tuning.useNew(op, planChoice(sdpa, "own"), true);
+        return take(sdpa, "timed");
+    }
+    tuning.useNew(op, "own", true);
+    record.cudnnReason = "timed";
+    return nullptr;
 }
 
 std::string CudaBackend::Impl::legacyRefusal(ConvLayer& c, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math,

@@ -30,7 +30,11 @@ std::string legacyChoice(cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math);
 std::optional<std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> parseLegacyChoice(const std::string& text);
 // "engine=12 config=0" <-> a graph-API plan (GraphConv::PlanId); `none` ("legacy" / "apart")
 // <-> no plan (engine -1).
-std::string planChoice(const std::shared_ptr<GraphConv>& plan, const char* none);
+std::string planChoiceText(std::optional<GraphPlanId> id, const char* none);
+template <typename Plan>   // GraphConv or CudnnSdpa
+std::string planChoice(const std::shared_ptr<Plan>& plan, const char* none) {
+    return planChoiceText(plan ? std::optional<GraphPlanId>(plan->planId()) : std::nullopt, none);
+}
 std::optional<GraphConv::PlanId> parsePlanChoice(const std::string& text, const char* none);
 // "implicit_gemm", ... for planSummary.
 const char* algoName(cudnnConvolutionFwdAlgo_t a);

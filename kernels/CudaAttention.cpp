@@ -64,25 +64,30 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
         std::size_t outBytes, const AttentionBinder& bind, float scale) {
     const AttentionPlan plan =
         planAttention(maxBatch, a.heads, a.queries, a.keys, dtypeSize(dtype), settings.attentionBudgetBytes);
-    CudaBackend::AttentionPath record;
-    record.reason = flashAttentionRefusal(dtype, a.headDim, maxBatch, a.heads, offsets);
-    if (record.reason.empty()) {
-        const std::string key = "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" +
-                                std::to_string(a.queries) + " k" + std::to_string(a.keys) + " d" +
-                                std::to_string(a.headDim) + (a.causal ? " causal" : "") + " rows " +
-                                std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " +
-                                std::to_string(plan.scoreBytes);
-        // Once per distinct shape and layout in a prepare (later ops of the shape take it).
-        auto it = attentionChosen.find(key);
-        if (it == attentionChosen.end())
-            it = attentionChosen.emplace(key, choosePath(key, a.headDim, plan, inBytes, outBytes, bind, scale)).first;
-        record = it->second;
+    const std::string key = "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" +
+                            std::to_string(a.queries) + " k" + std::to_string(a.keys) + " d" +
+                            std::to_string(a.headDim) + (a.causal ? " causal" : "") + " rows " +
+                            std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " +
+                            std::to_string(plan.scoreBytes);
+    // Once per distinct shape and layout in a prepare (later ops of the shape take it).
+    auto it = attentionChosen.find(key);
+    if (it == attentionChosen.end()) {
+        CudaBackend::AttentionPath chosen;
+        chosen.reason = flashAttentionRefusal(dtype, a.headDim, maxBatch, a.heads, offsets);
+        if (chosen.reason.empty()) chosen = choosePath(key, a.headDim, plan, inBytes, outBytes, bind, scale);
+        if (std::all_of(offsets.begin(), offsets.end(), [](long long e) { return e % 8 == 0; }))
+            sdpaChosen[key] = chooseCudnnAttention(key, a, plan, inBytes, outBytes, bind, scale, chosen);
+        else
+            chosen.cudnnReason = "operands not 16-byte aligned";
+        it = attentionChosen.emplace(key, chosen).first;
     }
+    CudaBackend::AttentionPath record = it->second;
     record.op = op.name;
     record.flops = 4.0 * maxBatch * a.heads * static_cast<double>(a.queries) * a.keys * a.headDim;
     AttentionChoice choice;
     choice.fused = record.fused;
     choice.tiling = {record.blockQueries, record.warps};
+    choice.sdpa = sdpaChosen[key];
     if (!choice.fused) {
         choice.plan = plan;
         choice.scores = newBuffer(plan.scoreBytes, op.name + ".scores");
@@ -92,10 +97,20 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
     if (record.fusedMs >= 0)
         std::snprintf(times, sizeof times, "; fused %.4f ms, blocked %.4f ms", record.fusedMs, record.blockedMs);
     const std::string tilings = record.tilingTimes.empty() ? "" : " (tilings: " + record.tilingTimes + ")";
+    std::string cudnnNote;
+    if (choice.sdpa || record.cudnnMs >= 0) {
+        char ms[96] = "";
+        if (record.cudnnMs >= 0)
+            std::snprintf(ms, sizeof ms, "; cuDNN %.4f ms, own %.4f ms", record.cudnnMs, record.ownMs);
+        cudnnNote = (choice.sdpa ? "; at batch " + std::to_string(maxBatch) + ": " + record.cudnn
+                                 : std::string("; cuDNN SDPA not taken")) +
+                    " [" + record.cudnnReason + ms + "]";
+    } else if (!record.cudnnReason.empty() && dtype != DType::F32)
+        cudnnNote = "; cuDNN SDPA: " + record.cudnnReason;
     attentionNotes += "  " + op.name + ": " +
                       (choice.fused ? "fused (" + flashAttentionTiling(a.headDim, choice.tiling) + ")"
                                     : "blocked, " + plan.describe(a.queries)) +
-                      " [" + record.reason + times + tilings + "]\n";
+                      " [" + record.reason + times + tilings + "]" + cudnnNote + "\n";
     attentionRecords.push_back(record);
     return choice;
 }
@@ -160,7 +175,9 @@ void CudaBackend::Impl::lowerAttention(int index) {
 }
 
 void CudaBackend::Impl::runAttention(const AttentionChoice& path, const AttentionOperands& a, int batch, float scale) {
-    if (path.fused) {
+    if (path.sdpa && batch == path.sdpa->batch())
+        path.sdpa->run(flashArgs(dtype, a, batch, scale), workspace);
+    else if (path.fused) {
         FlashAttentionArgs f = flashArgs(dtype, a, batch, scale);
         f.blockQueries = path.tiling.blockQueries;
         f.warps = path.tiling.warps;

@@ -106,6 +106,13 @@ public:
         double fusedMs = -1, blockedMs = -1;   // -1: not timed; fusedMs is the fastest fused tiling
         std::string tilingTimes;               // timed: each fused tiling's ms ("64/4w 0.1234 ms, ...")
         double flops = 0;                       // of softmax(Q K^T) V: 4 x batch x heads x queries x keys x d
+        // cuDNN's fused attention (kernels/CudnnSdpa.h, TESSERA_CUDA_SDPA) at the prepared batch:
+        // its plan when taken ("" = not: the path above runs every batch), why taken or not
+        // ("timed", "tuning cache", "TESSERA_CUDA_SDPA=0"/"=1", or cuDNN's refusal), and where
+        // prepare timed it, its time beside the path above's at the same call (ms).
+        std::string cudnn;
+        std::string cudnnReason;
+        double cudnnMs = -1, ownMs = -1;
     };
     std::vector<AttentionPath> attentionPaths() const;
 

@@ -36,6 +36,7 @@
 #include "kernels/CudaWeights.h"
 #include "kernels/CudnnGraphConv.h"
 #include "kernels/DeviceResources.h"
+#include "kernels/CudnnSdpa.h"
 #include "kernels/FlashAttention.cuh"
 
 namespace tessera {
@@ -269,6 +270,7 @@ struct CudaBackend::Impl {
         FlashTiling tiling;   // fused: query rows and warps per CTA
         AttentionPlan plan;
         int scores = -1, probs = -1;
+        std::shared_ptr<CudnnSdpa> sdpa;   // cuDNN's fused attention at the prepared batch (else null)
     };
     // Lays an attention's operands over buffers: its inputs (Q, K, V) from `in`, the heads'
     // output at `out`.
@@ -301,6 +303,8 @@ struct CudaBackend::Impl {
     std::string attentionNotes;   // one line per attention op: its path (attentionPath)
     std::vector<CudaBackend::AttentionPath> attentionRecords;
     std::map<std::string, CudaBackend::AttentionPath> attentionChosen;   // per op key, this prepare
+    std::map<std::string, std::shared_ptr<CudnnSdpa>> sdpaChosen;        // per op key (null: not cuDNN)
+    std::size_t sdpaWorkspace = 0;   // the largest workspace a chosen cuDNN attention plan needs
 
     // ==== choices made by timing or from the tuning cache (CudaAlgorithmChoice.cpp) =============
     // Each choice has an op key (the shape, batch included); the tuning cache is keyed by it
@@ -357,6 +361,14 @@ struct CudaBackend::Impl {
     // Both paths on scratch operands at the prepared batch (inputs uniform noise), GPU ms each
     // (median of 10): {fused, blocked}; the fused kernel at each of its tilings (flashTilings),
     // the fastest in `best`, every tiling's time in `times` ("64/4w 0.1234 ms, ...").
+    // cuDNN's fused attention for the attention of op key `key` at the prepared batch, by
+    // TESSERA_CUDA_SDPA: off; on wherever cuDNN offers a plan; auto the tuning cache's choice,
+    // else timed on scratch operands (as choosePath) beside the path `record` already holds
+    // and taken where faster. Fills record's cudnn fields; null when not taken.
+    std::shared_ptr<CudnnSdpa> chooseCudnnAttention(const std::string& key, const AttentionOperands& a,
+                                                    const AttentionPlan& plan, std::size_t inBytes,
+                                                    std::size_t outBytes, const AttentionBinder& bind, float scale,
+                                                    CudaBackend::AttentionPath& record);
     std::pair<double, double> timeAttentionPaths(const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes,
                                                  const AttentionBinder& bind, float scale, FlashTiling& best,
                                                  std::string& times);

@@ -73,7 +73,8 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
     int largest = 0;
     if (base > freeBytes) throw CudaOutOfMemory(oomMessage(base, freeBytes, weights + kCublasWorkspace, &largest),
                                                 mib(base), mib(freeBytes), largest);
-    convWorkspace = alignUp(chooseOnScratchArena(freeBytes, base));
+    // The convolutions' workspace also serves cuDNN's fused attention (chosen while lowering).
+    convWorkspace = alignUp(std::max(chooseOnScratchArena(freeBytes, base), sdpaWorkspace));
     const std::size_t total = placeArena(laneCount);
 
     plan.weightsBytes = weights;
@@ -108,6 +109,8 @@ void CudaBackend::Impl::clearPlan() {
     attentionNotes.clear();
     attentionRecords.clear();
     attentionChosen.clear();
+    sdpaChosen.clear();
+    sdpaWorkspace = 0;
     fusedChosen.clear();
     fusedBuildMs = 0;
     tuning.clear();

@@ -11,7 +11,8 @@ CudaSettings CudaSettings::fromEnvironment() {
     CudaSettings s;
     for (const char* name : {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE",
                              "TESSERA_CUDNN_RUNTIME_FUSION", "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC",
-                             "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB", "TESSERA_CUDA_FLASH"}) {
+                             "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB", "TESSERA_CUDA_FLASH",
+                             "TESSERA_CUDA_SDPA"}) {
         const char* v = std::getenv(name);
         s.values[name] = v ? v : "";
     }
@@ -44,6 +45,15 @@ CudaSettings CudaSettings::fromEnvironment() {
                                     "' is not allowed; give 0 (the blocked attention path), 1 (the fused kernel "
                                     "wherever it applies), 128 or 128w8 (the fused kernel with 128 query rows "
                                     "per block in 4 or 8 warps) or auto (the fastest per shape)");
+    const std::string& sdpa = s.values["TESSERA_CUDA_SDPA"];
+    if (sdpa == "0")
+        s.sdpa = FlashMode::Off;
+    else if (sdpa == "1")
+        s.sdpa = FlashMode::On;
+    else if (!sdpa.empty() && sdpa != "auto")
+        throw std::invalid_argument("TESSERA_CUDA_SDPA: '" + excerpt(sdpa) +
+                                    "' is not allowed; give 0 (never cuDNN's fused attention), 1 (cuDNN's wherever "
+                                    "it offers a plan) or auto (cuDNN's where it times faster)");
     return s;
 }
 

@@ -18,6 +18,11 @@
 //                                   4 / 8 warps where the head dim offers it (else 64); auto
 //                                   (default) the fastest path and tiling per shape, timed at
 //                                   prepare and kept in the tuning cache
+//  TESSERA_CUDA_SDPA=0|1|auto       fp16/bf16 attention at the prepared tile batch: 0 never cuDNN's
+//                                   fused attention (kernels/CudnnSdpa.h); 1 cuDNN's wherever it
+//                                   offers a plan; auto (default) cuDNN's where it times faster
+//                                   than the path above, kept in the tuning cache; with
+//                                   TESSERA_CUDA_FLASH forced (not auto), auto means 0
 #pragma once
 
 #include <cstddef>
@@ -38,6 +43,7 @@ struct CudaSettings {
     std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
     FlashMode flash = FlashMode::Auto;
     int flashBlockQueries = 64, flashWarps = 4;   // the fused kernel's tiling when flash is On
+    FlashMode sdpa = FlashMode::Auto;              // cuDNN's fused attention: Off never, On always
 
     // Throws std::invalid_argument naming the variable for a value it cannot take.
     static CudaSettings fromEnvironment();

@@ -15,44 +15,7 @@ namespace tessera {
 
 namespace {
 
-// Owner of one cudnnBackendDescriptor_t.
-class Desc {
-public:
-    Desc() = default;
-    explicit Desc(cudnnBackendDescriptorType_t type) { TESSERA_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
-    ~Desc() {
-        if (d_) (void)cudnnBackendDestroyDescriptor(d_);
-    }
-    Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-    Desc& operator=(Desc&& o) noexcept {
-        if (this != &o) {
-            if (d_) (void)cudnnBackendDestroyDescriptor(d_);
-            d_ = std::exchange(o.d_, nullptr);
-        }
-        return *this;
-    }
-    Desc(const Desc&) = delete;
-    Desc& operator=(const Desc&) = delete;
-
-    cudnnBackendDescriptor_t get() const { return d_; }
-    cudnnBackendDescriptor_t* addr() { return &d_; }
-    Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count, const void* v) {
-        TESSERA_CHECK(cudnnBackendSetAttribute(d_, name, type, count, v));
-        return *this;
-    }
-    Desc& set(cudnnBackendAttributeName_t name, const Desc& other) {
-        cudnnBackendDescriptor_t o = other.get();
-        return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o);
-    }
-    void finalize() { TESSERA_CHECK(cudnnBackendFinalize(d_)); }
-
-private:
-    cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-cudnnDataType_t cudnnTypeOf(DType t) {
-    return t == DType::F32 ? CUDNN_DATA_FLOAT : (t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
-}
+using cudnn::Desc;
 
 // Unique ids of the graph's tensors (the variant pack names pointers by them).
 enum : std::int64_t { kX = 1, kW = 2, kY = 3, kBias = 4, kResidual = 5, kConvOut = 6, kBiasOut = 7 };
@@ -60,21 +23,7 @@ enum : std::int64_t { kX = 1, kW = 2, kY = 3, kBias = 4, kResidual = 5, kConvOut
 // NHWC tensor [n, c, h, w] (dimensions in NCHW order, strides of the NHWC layout).
 Desc tensor(std::int64_t id, cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
             bool isVirtual = false) {
-    Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const std::int64_t dims[4] = {n, c, h, w};
-    const std::int64_t strides[4] = {h * w * c, 1, w * c, c};
-    const std::int64_t alignment = 16;
-    d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
-        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims)
-        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides)
-        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id)
-        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    if (isVirtual) {
-        const bool v = true;
-        d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
-    }
-    d.finalize();
-    return d;
+    return cudnn::tensor(id, type, {n, c, h, w}, {h * w * c, 1, w * c, c}, isVirtual);
 }
 
 Desc pointwiseAdd(const Desc& a, const Desc& b, const Desc& y) {
@@ -93,16 +42,6 @@ Desc pointwiseAdd(const Desc& a, const Desc& b, const Desc& y) {
     return op;
 }
 
-template <typename Note>
-std::vector<Note> notesOf(cudnnBackendDescriptor_t engine, cudnnBackendAttributeName_t name,
-                          cudnnBackendAttributeType_t type, int max) {
-    std::vector<Note> notes(static_cast<std::size_t>(max));
-    std::int64_t n = 0;
-    if (cudnnBackendGetAttribute(engine, name, type, max, &n, notes.data()) != CUDNN_STATUS_SUCCESS) return {};
-    notes.resize(static_cast<std::size_t>(std::max<std::int64_t>(0, n)));
-    return notes;
-}
-
 }  // namespace
 
 std::string GraphConvShape::key() const {
@@ -117,13 +56,7 @@ struct GraphConv::Impl {
     GraphConvShape shape;
     std::vector<Desc> keep;   // descriptors the graph refers to
     Desc graph;
-    struct Candidate {
-        Desc plan;
-        std::int64_t workspace = 0;
-        std::int64_t engineIndex = -1;
-        int ordinal = 0;   // among the usable configurations of that engine (PlanId)
-        double ms = 0;
-    };
+    using Candidate = cudnn::Plan;
     std::vector<Candidate> plans;
     int chosen = 0;
     int offered = 0;
@@ -170,7 +103,7 @@ struct GraphConv::Impl {
 void GraphConv::Impl::buildGraph() {
     Impl& s = *this;
     s.keep.reserve(64);   // `last` below points into it; configs join later
-    const cudnnDataType_t io = cudnnTypeOf(shape.dtype);
+    const cudnnDataType_t io = cudnn::typeOf(shape.dtype);
     const bool fused = shape.bias || shape.residual;
     Desc x = tensor(kX, io, shape.n, shape.cin, shape.h, shape.w);
     // Filter [cout, cin, k, k] stored KRSC ([cout][k][k][cin]).
@@ -257,76 +190,10 @@ void GraphConv::Impl::buildGraph() {
 // The deterministic plans the heuristics offer (fp32: no tensor cores; no runtime-compiled
 // engines unless allowed), at most `maxPlans` within `workspaceCap`; with `only`, just that one.
 void GraphConv::Impl::findPlans(std::size_t workspaceCap, int maxPlans, PlanId only) {
-    Impl& s = *this;
-    // Heuristics (mode A), then the fallback list if A offers nothing usable.
-    std::map<std::int64_t, int> skipped;   // usable configurations passed over per engine (PlanId)
-    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-        skipped.clear();
-        Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-        heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, s.graph)
-            .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-        if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) continue;
-        std::int64_t count = 0;
-        if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                     nullptr) != CUDNN_STATUS_SUCCESS)
-            continue;
-        std::vector<Desc> configs;
-        std::vector<cudnnBackendDescriptor_t> raw;
-        for (std::int64_t i = 0; i < count; ++i) {
-            configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-            raw.push_back(configs.back().get());
-        }
-        std::int64_t got = 0;
-        if (count == 0 || cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                                                   raw.data()) != CUDNN_STATUS_SUCCESS)
-            continue;
-        s.offered += static_cast<int>(got);
-        for (std::int64_t i = 0; i < got && static_cast<int>(s.plans.size()) < maxPlans; ++i) {
-            Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-            std::int64_t one = 0;
-            cudnnBackendDescriptor_t e = engine.get();
-            if (cudnnBackendGetAttribute(raw[static_cast<std::size_t>(i)], CUDNN_ATTR_ENGINECFG_ENGINE,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one, &e) != CUDNN_STATUS_SUCCESS)
-                continue;
-            bool usable = true;
-            for (cudnnBackendNumericalNote_t n : notesOf<cudnnBackendNumericalNote_t>(
-                     e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT)) {
-                if (n == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) usable = false;
-                if (shape.dtype == DType::F32 &&
-                    (n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
-                    usable = false;
-            }
-            for (cudnnBackendBehaviorNote_t n : notesOf<cudnnBackendBehaviorNote_t>(
-                     e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT))
-                if (n == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION && !shape.allowRuntimeCompiled) usable = false;
-            if (!usable) continue;
-            std::int64_t engineIndex = -1;
-            (void)cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &one, &engineIndex);
-            int ordinal = 0;
-            for (const Impl::Candidate& earlier : s.plans) ordinal += earlier.engineIndex == engineIndex ? 1 : 0;
-            ordinal += skipped[engineIndex];
-            if (only.engine >= 0 && (engineIndex != only.engine || ordinal != only.ordinal)) {
-                ++skipped[engineIndex];
-                continue;
-            }
-            Impl::Candidate c;
-            c.plan = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-            c.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-                .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                     &raw[static_cast<std::size_t>(i)]);
-            if (cudnnBackendFinalize(c.plan.get()) != CUDNN_STATUS_SUCCESS) continue;
-            if (cudnnBackendGetAttribute(c.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                         &one, &c.workspace) != CUDNN_STATUS_SUCCESS)
-                continue;
-            if (c.workspace < 0 || static_cast<std::size_t>(c.workspace) > workspaceCap) continue;
-            c.engineIndex = engineIndex;
-            c.ordinal = ordinal;
-            s.plans.push_back(std::move(c));
-        }
-        for (Desc& c : configs) s.keep.push_back(std::move(c));   // plans were made from them
-        if (!s.plans.empty()) break;
-    }
+    cudnn::PlanFilter filter;
+    filter.noTensorCores = shape.dtype == DType::F32;
+    filter.allowRuntimeCompiled = shape.allowRuntimeCompiled;
+    plans = cudnn::findPlans(handle, graph, workspaceCap, maxPlans, only, filter, offered, keep);
 }
 
 GraphConv::GraphConv(cudnnHandle_t handle, const GraphConvShape& shape, std::size_t workspaceCap, int maxPlans,
@@ -351,27 +218,14 @@ GraphConv::~GraphConv() = default;
 double GraphConv::benchmark(cudaStream_t stream, const void* x, const void* w, void* y, const float* bias,
                             const void* residual, void* workspace, int repeats) {
     Impl& s = *impl_;
-    double best = -1;
-    int bestIndex = 0;
-    for (std::size_t i = 0; i < s.plans.size(); ++i) {
-        Impl::Candidate& c = s.plans[i];
-        const cudnnBackendDescriptor_t pack = s.packFor(c, x, w, y, bias, residual, workspace);
-        if (cudnnBackendExecute(s.handle, c.plan.get(), pack) != CUDNN_STATUS_SUCCESS) {
-            (void)cudaGetLastError();
-            c.ms = -1;
-            continue;
-        }
-        c.ms = medianGpuMs(stream, repeats, 0,
-                           [&] { TESSERA_CHECK(cudnnBackendExecute(s.handle, c.plan.get(), pack)); });
-        if (best < 0 || c.ms < best) {
-            best = c.ms;
-            bestIndex = static_cast<int>(i);
-        }
-    }
+    const int best = cudnn::fastestPlan(s.plans, stream, repeats, [&](const Impl::Candidate& c) {
+        return cudnnBackendExecute(s.handle, c.plan.get(), s.packFor(c, x, w, y, bias, residual, workspace)) ==
+               CUDNN_STATUS_SUCCESS;
+    });
     if (best < 0) throw std::runtime_error("cuDNN graph API: every plan failed to run for " + s.shape.key());
-    s.chosen = bestIndex;
+    s.chosen = best;
     s.packs.clear();
-    return best;
+    return s.plans[static_cast<std::size_t>(best)].ms;
 }
 
 void GraphConv::run(const void* x, const void* w, void* y, const float* bias, const void* residual, void* workspace) {

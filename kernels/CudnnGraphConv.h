@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include "kernels/CudnnPlans.h"
 #include "kernels/DType.h"
 
 namespace tessera {
@@ -29,12 +30,6 @@ struct GraphConvShape {
     bool residual = false;   // + residual NHWC [n, ho, wo, cout], activation type
     bool allowRuntimeCompiled = false;   // engines that compile at prepare time (NVRTC)
     std::string key() const;
-};
-
-// One execution plan of a GraphConv, as the tuning cache keeps it.
-struct GraphPlanId {
-    std::int64_t engine = -1;   // CUDNN_ATTR_ENGINE_GLOBAL_INDEX; -1 = none
-    int ordinal = 0;            // among the usable configurations of that engine, in heuristics order
 };
 
 class GraphConv {

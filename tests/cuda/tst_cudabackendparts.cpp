@@ -140,7 +140,7 @@ private slots:
         QCOMPARE(parsed->second, CUDNN_TENSOR_OP_MATH);
         for (const char* bad : {"algo=1", "algo=1 math=1x", "algo=99 math=0", "algo=1 math=9", "fused"})
             QVERIFY2(!parseLegacyChoice(bad).has_value(), bad);
-        QCOMPARE(planChoice(nullptr, "legacy"), std::string("legacy"));
+        QCOMPARE(planChoice(std::shared_ptr<GraphConv>(), "legacy"), std::string("legacy"));
         QCOMPARE(parsePlanChoice("legacy", "legacy")->engine, -1LL);
         const auto plan = parsePlanChoice("engine=12 config=3", "apart");
         QVERIFY(plan.has_value());
@@ -162,7 +162,7 @@ private slots:
             QVERIFY(s.flash == FlashMode::On);
             QVERIFY(!s.fuse);
             QVERIFY(s.syncEveryOp);
-            QCOMPARE(s.values.size(), std::size_t(9));   // every setting recorded, set or not
+            QCOMPARE(s.values.size(), std::size_t(10));   // every setting recorded, set or not
             QCOMPARE(s.values.at("TESSERA_CUDNN_FUSE"), std::string("0"));
             QCOMPARE(s.values.at("TESSERA_CUDNN_API"), std::string(""));
         }
@@ -189,6 +189,15 @@ private slots:
             QVERIFY(s.flash == FlashMode::On);
             QCOMPARE(s.flashBlockQueries, rows);
             QCOMPARE(s.flashWarps, warps);
+        }
+        for (const auto& [value, mode] : {std::pair{"0", FlashMode::Off}, {"1", FlashMode::On}, {"auto", FlashMode::Auto},
+                                          {"", FlashMode::Auto}}) {
+            const ScopedEnv sdpa("TESSERA_CUDA_SDPA", value);
+            QVERIFY(CudaSettings::fromEnvironment().sdpa == mode);
+        }
+        {
+            const ScopedEnv sdpa("TESSERA_CUDA_SDPA", "cudnn");
+            QVERIFY_THROWS_EXCEPTION(std::invalid_argument, CudaSettings::fromEnvironment());
         }
         const ScopedEnv flash("TESSERA_CUDA_FLASH", "yes");
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, CudaSettings::fromEnvironment());

@@ -27,6 +27,7 @@
 #include <QTemporaryDir>
 
 #include <cuda_fp16.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -383,7 +384,7 @@ private slots:
         const ModelGraph g = attentionGraph(c, 2);
         const TensorMap w = randomTensors(g.parameterList(), 48);
         const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
-        ScopedEnv env("TESSERA_CUDA_FLASH", "auto");
+        ScopedEnv env("TESSERA_CUDA_FLASH", "auto"), sdpa("TESSERA_CUDA_SDPA", "0");
         std::vector<float> first;
         bool fused = false;
         int rows = 0, warps = 0;
@@ -454,6 +455,180 @@ private slots:
         }
     }
 
+    // cuDNN's fused attention (kernels/CudnnSdpa.h) forced (TESSERA_CUDA_SDPA=1) on every
+    // non-causal case it may take, fp16 and bf16, against the CPU at the fused kernel's
+    // tolerances. A loaded cuDNN of 9.13 or later must take the 64-wide heads (its flash
+    // attention's home shape); other head dims where it offers a plan (the reason is printed
+    // where it does not).
+    void cudnnMatchesCpu_data() {
+        QTest::addColumn<int>("index");
+        QTest::addColumn<int>("precision");
+        for (std::size_t i = 0; i < cases().size(); ++i)
+            for (Precision p : {Precision::FP16, Precision::BF16}) {
+                const AttentionCase& c = cases()[i];
+                if (!c.fused || c.tokens > 0) continue;
+                QTest::newRow((std::string(c.name) + " " + std::string(precisionName(p))).c_str())
+                    << static_cast<int>(i) << static_cast<int>(p);
+            }
+    }
+    void cudnnMatchesCpu() {
+        REQUIRE_DEVICE();
+        QFETCH(int, index);
+        QFETCH(int, precision);
+        const AttentionCase& c = cases()[static_cast<std::size_t>(index)];
+        const Precision prec = static_cast<Precision>(precision);
+        const ModelGraph g = attentionGraph(c);
+        const TensorMap w = randomTensors(g.parameterList(), 40 + static_cast<unsigned>(index));
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        const std::vector<float>& ref = reference(index, g, w, in);
+
+        ScopedEnv env("TESSERA_CUDA_SDPA", "1"), flash("TESSERA_CUDA_FLASH", "1");
+        CudaBackend gpu(prec);
+        std::vector<float> out = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+        const auto path = gpu.attentionPaths().at(0);
+        qInfo("%s: cuDNN %s [%s]", c.name, path.cudnn.empty() ? "not taken" : path.cudnn.c_str(),
+              path.cudnnReason.c_str());
+        const bool sdpaNode = cudnnGetVersion() >= 91300;
+        if (path.cudnn.empty()) {
+            QVERIFY2(!path.cudnnReason.empty(), "not taken without a reason");
+            QVERIFY2(!(sdpaNode && c.channels / c.heads == 64), path.cudnnReason.c_str());
+            QSKIP(qPrintable("cuDNN offers no fused attention here: " + QString::fromStdString(path.cudnnReason)));
+        }
+        QCOMPARE(path.cudnnReason, std::string("TESSERA_CUDA_SDPA=1"));
+        QVERIFY2(path.cudnn.rfind("cuDNN SDPA engine ", 0) == 0, path.cudnn.c_str());
+        const QString summary = QString::fromStdString(gpu.planSummary());
+        QVERIFY2(summary.contains(QString("at batch %1: cuDNN SDPA engine").arg(c.batch)), qPrintable(summary));
+        const QString bad = tessera::testing::outputMismatch(ref, out, opTolerance(prec),
+                                                             QString("%1 %2 cuDNN").arg(c.name, precisionName(prec)), true);
+        QVERIFY2(bad.isEmpty(), qPrintable(bad));
+    }
+
+    // cuDNN's plan is for the prepared batch: prepared for 3 images and run for 2, the own path
+    // computes them (the same outputs as the CPU's first two images); run for 3, cuDNN.
+    void cudnnAtThePreparedBatchOnly() {
+        REQUIRE_DEVICE();
+        const int index = 1;   // sd15 self d40 900 batch 3
+        const AttentionCase& c = cases()[index];
+        const ModelGraph g = attentionGraph(c);
+        const TensorMap w = randomTensors(g.parameterList(), 40 + index);
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        const std::vector<float>& ref = reference(index, g, w, in);
+        ScopedEnv env("TESSERA_CUDA_SDPA", "1"), flash("TESSERA_CUDA_FLASH", "1");
+        CudaBackend gpu(Precision::FP16);
+        const std::vector<float> two = runGraph(gpu, g, w, c.batch, c.tile, in, 2).at(0);
+        if (gpu.attentionPaths().at(0).cudnn.empty())
+            QSKIP(qPrintable("cuDNN offers no fused attention here: " +
+                             QString::fromStdString(gpu.attentionPaths().at(0).cudnnReason)));
+        const std::vector<float> first(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(two.size()));
+        QString bad = tessera::testing::outputMismatch(first, two, opTolerance(Precision::FP16), "2 of 3", true);
+        QVERIFY2(bad.isEmpty(), qPrintable(bad));
+        const std::vector<float> three = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+        bad = tessera::testing::outputMismatch(ref, three, opTolerance(Precision::FP16), "3 of 3", true);
+        QVERIFY2(bad.isEmpty(), qPrintable(bad));
+    }
+
+    // auto: cuDNN timed beside the own path (once per shape), taken only where faster, the
+    // choice stored under the shape's key + " cudnn" ("own" or its plan); the next backend takes
+    // it from the cache with the same bits; TESSERA_CUDA_FLASH forced keeps cuDNN out.
+    void cudnnAutoChoiceCached() {
+        REQUIRE_DEVICE();
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const std::string file = dir.filePath("tuning.json").toStdString();
+        const AttentionCase& c = cases()[3];   // sdxl self d64 1024
+        const ModelGraph g = attentionGraph(c, 2);
+        const TensorMap w = randomTensors(g.parameterList(), 43);
+        const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
+        ScopedEnv flash("TESSERA_CUDA_FLASH", "auto"), sdpa("TESSERA_CUDA_SDPA", "auto");
+        std::vector<float> first;
+        std::string taken;
+        {
+            TuningCache cache(file);
+            CudaBackend gpu(Precision::FP16);
+            gpu.setTuningCache(&cache);
+            first = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+            const auto paths = gpu.attentionPaths();
+            QCOMPARE(paths.size(), std::size_t(2));
+            const auto& path = paths[0];
+            qInfo("%s; cuDNN %.4f ms, own %.4f ms: %s [%s]", qPrintable(describe(path)), path.cudnnMs, path.ownMs,
+                  path.cudnn.c_str(), path.cudnnReason.c_str());
+            if (cudnnGetVersion() < 91300) QSKIP("cuDNN before 9.13 has no fused attention node");
+            QCOMPARE(path.cudnnReason, std::string("timed"));
+            QVERIFY(path.cudnnMs > 0 && path.ownMs > 0);
+            QCOMPARE(!path.cudnn.empty(), path.cudnnMs < path.ownMs);
+            QCOMPARE(paths[1].cudnnMs, path.cudnnMs);   // timed once per shape
+            QCOMPARE(gpu.tuningInfo().misses, 2);       // the own path and cuDNN's
+            taken = path.cudnn;
+            QVERIFY(cache.save());
+        }
+        const auto stored = attentionChoices(file);
+        QCOMPARE(stored.size(), std::size_t(2));
+        const auto cudnnEntry = std::find_if(stored.begin(), stored.end(), [](const auto& kv) {
+            return kv.first.size() > 6 && kv.first.compare(kv.first.size() - 6, 6, " cudnn") == 0;
+        });
+        QVERIFY(cudnnEntry != stored.end());
+        QVERIFY2(taken.empty() ? cudnnEntry->second == "own" : cudnnEntry->second.rfind("engine=", 0) == 0,
+                 cudnnEntry->second.c_str());
+        {
+            TuningCache cache(file);
+            CudaBackend gpu(Precision::FP16);
+            gpu.setTuningCache(&cache);
+            const std::vector<float> again = runGraph(gpu, g, w, c.batch, c.tile, in).at(0);
+            const auto path = gpu.attentionPaths().at(0);
+            QCOMPARE(path.cudnnReason, std::string("tuning cache"));
+            QCOMPARE(path.cudnn.empty(), taken.empty());
+            QCOMPARE(path.cudnnMs, -1.0);
+            QCOMPARE(gpu.tuningInfo().hits, 2);
+            QVERIFY(again == first);
+        }
+        {
+            ScopedEnv forced("TESSERA_CUDA_FLASH", "1");
+            CudaBackend gpu(Precision::FP16);
+            (void)runGraph(gpu, g, w, c.batch, c.tile, in);
+            const auto path = gpu.attentionPaths().at(0);
+            QVERIFY(path.cudnn.empty());
+            QCOMPARE(path.cudnnReason, std::string("TESSERA_CUDA_FLASH=1 forces the own path"));
+        }
+    }
+
+    void sdpaSetting() {
+        for (const char* bad : {"2", "yes", "on", "cudnn", " 1", "auto "}) {
+            ScopedEnv env("TESSERA_CUDA_SDPA", bad);
+            try {
+                CudaBackend b(Precision::FP16);
+                QFAIL(qPrintable(QString("TESSERA_CUDA_SDPA=%1 was taken").arg(bad)));
+            } catch (const std::invalid_argument& e) {
+                QVERIFY2(QString(e.what()).startsWith("TESSERA_CUDA_SDPA: '") &&
+                             QString(e.what()).contains("give 0 (never cuDNN's fused attention), 1"),
+                         e.what());
+            }
+        }
+        REQUIRE_DEVICE();
+        // fp32 and a causal mask are refused by name; TESSERA_CUDA_SDPA=0 is recorded as the reason.
+        {
+            ScopedEnv env("TESSERA_CUDA_SDPA", "1");
+            CudaBackend b(Precision::FP32);
+            const ModelGraph g = attentionGraph(cases()[3]);
+            b.prepareGraph(g, randomTensors(g.parameterList(), 5), 1, 32, 32);
+            QVERIFY(b.attentionPaths().at(0).cudnn.empty());
+        }
+        {
+            ScopedEnv env("TESSERA_CUDA_SDPA", "1");
+            CudaBackend b(Precision::FP16);
+            const ModelGraph g = attentionGraph(cases()[12]);   // clip-l causal
+            b.prepareGraph(g, randomTensors(g.parameterList(), 5), 1, 64, 64);
+            QCOMPARE(b.attentionPaths().at(0).cudnnReason, std::string("causal mask (not built for cuDNN's fused attention)"));
+        }
+        {
+            ScopedEnv env("TESSERA_CUDA_SDPA", "0");
+            CudaBackend b(Precision::FP16);
+            const ModelGraph g = attentionGraph(cases()[3]);
+            b.prepareGraph(g, randomTensors(g.parameterList(), 5), 1, 32, 32);
+            QCOMPARE(b.attentionPaths().at(0).cudnnReason, std::string("TESSERA_CUDA_SDPA=0"));
+            QCOMPARE(b.tuningInfo().settings.at("TESSERA_CUDA_SDPA"), std::string("0"));
+        }
+    }
+
     void perf() {
         if (!qEnvironmentVariableIsSet("TESSERA_FLASH_PERF")) QSKIP("set TESSERA_FLASH_PERF=1 to measure");
         REQUIRE_DEVICE();
@@ -462,8 +637,8 @@ private slots:
                               : 2;
         ScopedEnv env("TESSERA_CUDA_FLASH", "auto");
         std::printf("softmax(Q K^T) V alone, batch %d, median of 10 (CUDA events at prepare)\n", batch);
-        std::printf("%-32s %-5s %10s %10s %9s %9s %8s %s\n", "shape", "prec", "fused ms", "blocked ms", "fused TF/s",
-                    "block TF/s", "speedup", "tiling");
+        std::printf("%-32s %-5s %10s %10s %10s %9s %9s %9s %8s %s\n", "shape", "prec", "fused ms", "blocked ms",
+                    "cuDNN ms", "fused TF/s", "block TF/s", "cuDNN TF/s", "speedup", "tiling");
         for (const AttentionCase& c : cases()) {
             if (!c.fused) continue;
             const ModelGraph g = attentionGraph(c);
@@ -474,10 +649,11 @@ private slots:
                 const auto path = gpu.attentionPaths().at(0);
                 const QString summary = QString::fromStdString(gpu.planSummary());
                 const qsizetype at = summary.indexOf("attn: ");
-                std::printf("%-32s %-5s %10.4f %10.4f %9.1f %9.1f %7.2fx %s\n", c.name, precisionName(p), path.fusedMs,
-                            path.blockedMs, path.flops / (path.fusedMs * 1e-3) / 1e12,
-                            path.flops / (path.blockedMs * 1e-3) / 1e12, path.blockedMs / path.fusedMs,
-                            qPrintable(summary.mid(at, summary.indexOf('\n', at) - at)));
+                std::printf("%-32s %-5s %10.4f %10.4f %10.4f %9.1f %9.1f %9.1f %7.2fx %s\n", c.name, precisionName(p),
+                            path.fusedMs, path.blockedMs, path.cudnnMs, path.flops / (path.fusedMs * 1e-3) / 1e12,
+                            path.flops / (path.blockedMs * 1e-3) / 1e12,
+                            path.cudnnMs > 0 ? path.flops / (path.cudnnMs * 1e-3) / 1e12 : 0.0,
+                            path.blockedMs / path.fusedMs, qPrintable(summary.mid(at, summary.indexOf('\n', at) - at)));
             }
         }
     }
