@@ -25,6 +25,7 @@
 #include "core/BoundedInput.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/OutputSet.h"
+#include "core/SdModel.h"
 #include "core/TilePlan.h"
 #include "core/TiledVae.h"
 #include "core/TuningCache.h"
@@ -275,7 +276,15 @@ std::string benchUsage() {
            "                         (one doubled batch), 1 = one\n"
            "  defaults here: --size 2048, --tile 512 (sd15) / 768 (sd21) / 1024 (sdxl), --overlap tile/8,\n"
            "  --batch 1,2,4,"
-           "  --repeats 20; --graphs off or tile; --lanes does not apply. CSV columns: torch_sd_unet.py's.\n";
+           "  --repeats 20; --graphs off or tile; --lanes does not apply. CSV columns: torch_sd_unet.py's.\n"
+           "  --job                  instead: whole text-to-image jobs on one engine (random weights for the\n"
+           "                         text encoders, UNet and VAE): prompt and negative prompt, --steps of DPM++ 2M\n"
+           "                         Karras, noise-prediction blending, the VAE decode; a warm-up job of\n"
+           "                         --warmup-steps (default: all --steps; prepare, algorithm search, captures),\n"
+           "                         then --repeats jobs (default 3), each timed on the host clock from run to\n"
+           "                         decoded image: prepare (text encoding, cached choices), sampling, decode.\n"
+           "                         Defaults: --graphs step, --batch 4. sample_s, decode_s, total_s and\n"
+           "                         s_per_step as kernels/bench/torch_sd_tiled.py prints them.\n";
 }
 
 namespace {
@@ -289,12 +298,12 @@ void applySdOptions(BenchOptions& o) {
     if (!sizeGiven) o.width = o.height = 2048;
     if (!o.given.count("tile")) o.tile = native;
     if (!o.given.count("overlap")) o.overlap = o.tile / 8;
-    if (!o.given.count("batch")) o.batches = {1, 2, 4};
-    if (!o.given.count("repeats")) o.repeats = 20;
+    if (!o.given.count("batch") && !o.job) o.batches = {1, 2, 4};
+    if (!o.given.count("repeats") && !o.job) o.repeats = 20;
     if (o.given.count("lanes"))
         fail("lanes", "the " + o.shape + " bench times one UNet stream; --lanes is for --shape cifar|church and --model");
     for (GraphMode g : o.graphs)
-        if (g == GraphMode::Step)
+        if (g == GraphMode::Step && !o.job)
             fail("graphs", "step is not allowed for " + o.shape + ": it captures the tiled loop, which the " + o.shape +
                                " bench does not run (it times UNet forwards); use off or tile");
     for (const auto& [field, value] : {std::pair{"width", o.width}, std::pair{"height", o.height}})
@@ -308,6 +317,19 @@ void applySdOptions(BenchOptions& o) {
     if (o.overlap % 8 || o.overlap >= o.tile)
         fail("overlap", std::to_string(o.overlap) + " is not allowed; for " + o.shape +
                             " the overlap is a multiple of 8 pixels below the tile (" + std::to_string(o.tile) + ")");
+}
+
+// --job runs whole Stable Diffusion jobs: only for the SD shapes, not with --profile or --lanes;
+// step graphs and tile batch 4 unless given, 3 timed jobs after a full-length warm-up job.
+void applyJobOptions(BenchOptions& o) {
+    if (!isSdBenchShape(o.shape))
+        fail("job", "--job runs whole text-to-image jobs of a Stable Diffusion shape: give --shape sd15, sd21 or sdxl");
+    if (o.profile) fail("job", "give --job or --profile, not both");
+    if (o.given.count("lanes")) fail("lanes", "--lanes does not apply to --job (the SD engine runs one lane)");
+    if (!o.given.count("graphs")) o.graphs = {GraphMode::Step};
+    if (!o.given.count("batch")) o.batches = {4};
+    if (!o.given.count("repeats")) o.repeats = 3;
+    if (!o.given.count("warmup_steps")) o.warmupSteps = 0;
 }
 
 // --profile times UNet forwards of each (precision x batch), eagerly and as one captured graph,
@@ -340,9 +362,9 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.help = true;
             continue;
         }
-        if (name == "--profile") {  // the one option without a value
-            o.profile = true;
-            o.given.insert("profile");
+        if (name == "--profile" || name == "--job") {  // the options without a value
+            (name == "--job" ? o.job : o.profile) = true;
+            o.given.insert(name.substr(2));
             continue;
         }
         std::optional<OptionWord> word = splitOptionWord(name);
@@ -435,6 +457,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         fail("shape", o.shape.empty() ? "give --shape cifar|church|sd15|sd21|sdxl (random weights) or --model DIR"
                                       : "give --shape or --model, not both");
     if (o.profile) applyProfileOptions(o);
+    if (o.job) applyJobOptions(o);
     if (isSdBenchShape(o.shape))
         applySdOptions(o);
     else if (o.given.count("cfg"))
@@ -624,11 +647,165 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
 }
 #endif
 
+// ---- --job: whole Stable Diffusion jobs ------------------------------------------------------
+
+struct SdJobRow {
+    std::string engine = "tessera", shape, size, precision, graphs, device, note;
+    int tile = 0, overlap = 0, steps = 0, batch = 0, tiles = 0, repeats = 0;
+    double cfg = 0;
+    double prepareS = 0, sampleS = 0, decodeS = 0, totalS = 0, firstJobS = 0, peakMiB = -1;
+    std::vector<double> totals;   // every timed job's total_s
+    bool failed = false;
+};
+
+std::string sdJobCsvHeader() {
+    return "engine,shape,size,tile,overlap,steps,cfg,batch,tiles,precision,graphs,prepare_s,sample_s,decode_s,total_s,"
+           "s_per_step,total_min_s,total_max_s,first_job_s,peak_mib,repeats,device,note";
+}
+
+std::string sdJobCsvLine(const SdJobRow& r) {
+    const auto [lo, hi] = r.totals.empty() ? std::pair{0.0, 0.0}
+                                           : std::pair{*std::min_element(r.totals.begin(), r.totals.end()),
+                                                       *std::max_element(r.totals.begin(), r.totals.end())};
+    auto num = [&](double v, int digits) { return r.failed ? std::string() : fixed(v, digits); };
+    return csvField(r.engine) + "," + r.shape + "," + r.size + "," + std::to_string(r.tile) + "," +
+           std::to_string(r.overlap) + "," + std::to_string(r.steps) + "," + significant(r.cfg, 4) + "," +
+           std::to_string(r.batch) + "," + std::to_string(r.tiles) + "," + r.precision + "," + r.graphs + "," +
+           num(r.prepareS, 3) + "," + num(r.sampleS, 3) + "," + num(r.decodeS, 3) + "," + num(r.totalS, 3) + "," +
+           num(r.sampleS / std::max(1, r.steps), 4) + "," + num(lo, 3) + "," + num(hi, 3) + "," + num(r.firstJobS, 2) +
+           "," + (!r.failed && r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "") + "," + std::to_string(r.repeats) + "," +
+           csvField(r.device) + "," + csvField(r.note);
+}
+
+// The milliseconds at the end of the engine's "vae decode: ..., N ms" message (core/TiledLoop.cpp).
+double decodeMsOf(const RunRecord& record) {
+    for (const std::string& m : record.messages) {
+        if (m.rfind("vae decode: ", 0) != 0) continue;
+        const std::size_t comma = m.rfind(", ");
+        if (comma == std::string::npos) break;
+        return std::strtod(m.c_str() + comma + 2, nullptr);
+    }
+    return 0;
+}
+
+// One row: a warm-up job on a fresh engine, then o.repeats timed jobs on it; medians.
+void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<const SdModel>& model,
+                 const RunConfig& config, std::ostream& err) {
+    std::string note;
+    std::unique_ptr<Engine> engine = createEngine(o.backend, &note);
+    if (!note.empty()) row.note = note;
+    engine->setSdModel(model);
+    QuietObserver observer;
+    RunConfig warm = config;
+    if (o.warmupSteps > 0) warm.steps = std::min(o.steps, o.warmupSteps);
+    auto t0 = std::chrono::steady_clock::now();
+    const RunResult first = engine->run(warm, observer);
+    if (first.record.status != RunStatus::Finished)
+        throw std::runtime_error("warm-up job " + std::string(toString(first.record.status)) + ": " + first.record.error);
+    row.firstJobS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    row.device = first.record.environment.device;
+    row.engine = "tessera-" + first.record.environment.backend;
+    std::vector<double> prepare, sample, decode;
+    RunRecord last;
+    for (int r = 0; r < o.repeats; ++r) {
+        t0 = std::chrono::steady_clock::now();
+        RunResult result = engine->run(config, observer);
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (result.record.status != RunStatus::Finished)
+            throw std::runtime_error("job " + std::string(toString(result.record.status)) + ": " + result.record.error);
+        double steps = 0;
+        for (const auto& step : result.record.steps) steps += step.wallMs;
+        row.totals.push_back(wall);
+        prepare.push_back(result.record.prepareMs / 1000.0);
+        sample.push_back(steps / 1000.0);
+        decode.push_back(decodeMsOf(result.record) / 1000.0);
+        row.peakMiB = std::max(row.peakMiB, result.record.peakDeviceMiB);
+        last = std::move(result.record);
+    }
+    row.totalS = median(row.totals);
+    row.prepareS = median(prepare);
+    row.sampleS = median(sample);
+    row.decodeS = median(decode);
+    if (!last.graphs.mode.empty() && last.graphs.mode != row.graphs) row.graphs += ">" + last.graphs.mode;
+    for (const std::string& m : last.messages)
+        if (m.rfind("vae decode: ", 0) == 0) row.note += (row.note.empty() ? "" : "; ") + m;
+    err << " " << fixed(row.totalS, 3) << " s per job (sampling " << fixed(row.sampleS, 3) << " s, decode "
+        << fixed(row.decodeS, 3) << " s)\n";
+}
+
+int runSdJobs(const BenchOptions& o, std::ostream& out, std::ostream& err) {
+    if (!o.csvPath.empty()) {
+        const std::uintmax_t bytes = (4u << 10) + (1u << 10) * o.precisions.size() * o.graphs.size() * o.batches.size();
+        checkOutputFile(o.csvPath, "csv", OutputNeeds{bytes, bytes, {}});
+    }
+    const std::string size = o.width == o.height ? std::to_string(o.width)
+                                                 : std::to_string(o.width) + "x" + std::to_string(o.height);
+    const TilePlan plan = TilePlan::make(o.width / 8, o.height / 8, o.tile / 8, o.overlap / 8);
+    err << "bench: " << o.shape << " whole jobs (random weights: text encoders, UNet, VAE), " << size << ", tile "
+        << o.tile << ", overlap " << o.overlap << ", cfg " << significant(o.cfg, 4) << ", " << o.steps
+        << " steps of DPM++ 2M Karras; " << o.repeats << " timed jobs per row after a "
+        << (o.warmupSteps ? std::min(o.warmupSteps, o.steps) : o.steps) << "-step warm-up job; " << today() << "\n";
+    const auto model = std::make_shared<const SdModel>(randomSdModel("random:" + o.shape, o.seed));
+    std::vector<SdJobRow> rows;
+    bool anyFailed = false;
+    for (Precision p : o.precisions)
+        for (GraphMode mode : o.graphs)
+            for (int batch : o.batches) {
+                RunConfig c;
+                c.width = o.width;
+                c.height = o.height;
+                c.tile = o.tile;
+                c.overlapPx = o.overlap;
+                c.tileBatch = batch;
+                c.steps = o.steps;
+                c.scheduler = SchedulerKind::DPMPP2M;
+                c.schedulerOptions.karrasSigmas = true;
+                c.fusion = FusionRule::Noise;
+                c.prompt = "a lighthouse on a cliff above a stormy sea, dramatic light";
+                c.negativePrompt = "blurry, low quality";
+                c.cfgScale = o.cfg;
+                c.precision = p;
+                c.graphs = mode;
+                c.backend = o.backend;
+                c.seed = o.seed;
+                c.previewEvery = 0;
+                c.label = "bench";
+                c.tuningCache = o.tuningCache;
+                SdJobRow row;
+                row.shape = o.shape;
+                row.size = size;
+                row.tile = o.tile;
+                row.overlap = o.overlap;
+                row.steps = o.steps;
+                row.cfg = o.cfg;
+                row.batch = batch;
+                row.tiles = plan.count();
+                row.precision = std::string(toString(p));
+                row.graphs = std::string(toString(mode));
+                row.repeats = o.repeats;
+                err << "bench: job " << row.precision << ", graphs " << row.graphs << ", batch " << batch << " ..."
+                    << std::flush;
+                try {
+                    runSdJobRow(row, o, model, c, err);
+                } catch (const std::exception& e) {
+                    anyFailed = row.failed = true;
+                    row.note = e.what();
+                    err << " failed: " << e.what() << "\n";
+                }
+                rows.push_back(std::move(row));
+            }
+    out << sdJobCsvHeader() << "\n";
+    for (const SdJobRow& r : rows) out << sdJobCsvLine(r) << "\n";
+    if (!o.csvPath.empty() && !writeCsv(o.csvPath, sdJobCsvHeader(), rows, sdJobCsvLine, err)) return kExitFailure;
+    return anyFailed ? kExitFailure : kExitOk;
+}
+
 // Every (precision x graphs x batch) row (runSdRow), then the CSV and the table.
 int runSdBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     const UNetCondConfig config = benchSdShapeConfig(o.shape);
     checkCudaBench(o);
     checkSdHostMemory(o, config);
+    if (o.job) return runSdJobs(o, out, err);
     if (!o.csvPath.empty()) {
         const std::uintmax_t bytes = (4u << 10) + (1u << 10) * o.precisions.size() * o.graphs.size() * o.batches.size();
         checkOutputFile(o.csvPath, "csv", OutputNeeds{bytes, bytes, {}});

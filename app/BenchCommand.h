@@ -48,6 +48,7 @@ struct BenchOptions {
     double cfg = 7.0;                  // sd15/sd21/sdxl: guidance scale; not 1: two UNet evaluations per tile
     std::set<std::string> given;       // the options given, by field name ("tile", "batch", ...)
     bool profile = false;              // --profile: per-op GPU time of one forward per precision x batch
+    bool job = false;                  // --job (sd15/sd21/sdxl): whole text-to-image jobs, text to decoded image
     bool help = false;
 };
 

@@ -11,6 +11,10 @@
 #              beside mode unet (auto: cuDNN where it times faster)
 #   job        the whole SD 1.5 2048x2048 job (tile 512, overlap 64, CFG 7, 20 steps DPM++ 2M Karras, fp16): a
 #              2-step warm-up job (cuDNN timing, tuning cache), then the timed job; tile batch 4 (as PyTorch's) and 8
+#   jobbench   the same job through tessera-cli bench --job: one engine, a full warm-up job, 3 timed jobs (tile
+#              batch 4 and 8)
+#   unet919    mode unet with PyTorch's cuDNN (its wheel's libcudnn) instead of the machine's
+#   vaeprep    a 2048x2048 VAE decode with a warm tuning cache under nsys: where its prepare goes
 #   torchjob   the same job written with diffusers + torch.compile + CUDA graph (kernels/bench/torch_sd_tiled.py
 #              --compile, tile batch 4; its warm-up job compiles and captures)
 set -u
@@ -23,6 +27,12 @@ date -u +"%Y-%m-%d %H:%M UTC"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for what in "$@"; do
   case "$what" in
+  jobbench)
+    # The whole SD 1.5 job on one engine: a full warm-up job, then 3 timed jobs (tessera-cli bench --job).
+    stepmem job_bench_sd15 300 tessera-cli bench --shape sd15 --job --batch ${JOB_BATCHES:-4,8} --repeats 3 \
+      --tuning-cache "$out/tuning.json" --csv "$out/job_bench_sd15.csv"
+    cat "$out/job_bench_sd15.csv"
+    ;;
   unet919)
     # Tessera on the cuDNN PyTorch ships (its wheel's libcudnn, 9.19 here) instead of the machine's: the same
     # library both engines' convolutions and fused attention then come from.
@@ -40,9 +50,11 @@ for what in "$@"; do
     # Where a warm decode's prepare goes: a first bench fills the tuning cache, the second runs under nsys
     # (NVTX ranges of CudaBackend prepare and the passes).
     step vae_cold 120 tessera-cli bench --shape vae --size 2048 --tiling off --repeats 3 --tuning-cache "$out/tuning.json"
-    step vae_warm_nsys 150 nsys profile -t nvtx,cuda -o "$out/vae_warm" tessera-cli bench --shape vae --size 2048 \
+    nsys="$(command -v nsys || find / -name nsys -type f -perm -u+x 2>/dev/null | head -1)"
+    echo "nsys: $nsys"
+    step vae_warm_nsys 150 "$nsys" profile -t nvtx,cuda -o "$out/vae_warm" tessera-cli bench --shape vae --size 2048 \
       --tiling off --repeats 3 --tuning-cache "$out/tuning.json"
-    step vae_nvtx 60 nsys stats -r nvtx_sum "$out/vae_warm.nsys-rep"
+    step vae_nvtx 60 "$nsys" stats -r nvtx_sum "$out/vae_warm.nsys-rep"
     cat "$out/vae_nvtx.log" | head -40
     rm -f "$out"/*.sqlite
     ;;

@@ -337,6 +337,38 @@ private slots:
                  qPrintable(describe(automatic)));
     }
 
+    // --job: whole SD jobs; step graphs, tile batch 4, 3 timed jobs after a full-length warm-up by
+    // default; given values kept; refused for the DDPM shapes, with --profile and with --lanes.
+    void parsesJob() {
+        const BenchOptions o = parseBenchOptions({"--shape", "sd15", "--job"});
+        QVERIFY(o.job);
+        QCOMPARE(o.batches, (std::vector<int>{4}));
+        QVERIFY(o.graphs == (std::vector<GraphMode>{GraphMode::Step}));
+        QCOMPARE(o.repeats, 3);
+        QCOMPARE(o.warmupSteps, 0);
+        QCOMPARE(o.width, 2048);
+        QCOMPARE(o.tile, 512);
+        const BenchOptions given = parseBenchOptions(
+            {"--job", "--shape", "sdxl", "--batch", "1,2", "--graphs", "off", "--repeats", "2", "--warmup-steps", "5"});
+        QCOMPARE(given.batches, (std::vector<int>{1, 2}));
+        QVERIFY(given.graphs == (std::vector<GraphMode>{GraphMode::Off}));
+        QCOMPARE(given.repeats, 2);
+        QCOMPARE(given.warmupSteps, 5);
+        QCOMPARE(given.tile, 1024);
+        for (const auto& [args, field, words] :
+             {std::tuple{std::vector<std::string>{"--job", "--shape", "cifar"}, "job", "give --shape sd15, sd21 or sdxl"},
+              {{"--job", "--profile", "--shape", "sd15"}, "job", "give --job or --profile, not both"},
+              {{"--job", "--shape", "sd15", "--lanes", "2"}, "lanes", "--lanes does not apply to --job"}}) {
+            try {
+                (void)parseBenchOptions(args);
+                QFAIL("accepted");
+            } catch (const ValidationError& e) {
+                QCOMPARE(QString::fromStdString(e.field()), QString(field));
+                QVERIFY2(QString(e.what()).contains(words), e.what());
+            }
+        }
+    }
+
     // --profile (what tessera-cuda-bench printed): a flag without a value; options of whole runs refused.
     void parsesProfile() {
         const BenchOptions o = parseBenchOptions({"--profile", "--shape", "cifar", "--tile", "64", "--batch", "1,32"});
