@@ -29,6 +29,7 @@
 #include "core/FormatNumber.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
+#include "core/LoadProgress.h"
 #include "core/OutputSet.h"
 #include "core/RunRecordIO.h"
 #include "core/Scheduler.h"
@@ -395,6 +396,9 @@ int main(int argc, char** argv) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitInvalid;
     } catch (const PngError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitFailure;
+    } catch (const LoadCancelled& e) {   // Ctrl-C while the model loads: nothing was run or written
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitFailure;
     } catch (const std::exception& e) {

@@ -32,4 +32,9 @@ void LoadMeter::report() const {
     if (callback_) callback_(progress_);
 }
 
+LoadCancelled::LoadCancelled(const LoadProgress& at)
+    : std::runtime_error("stopped while loading the model (" + at.phase + ", " +
+                         std::to_string(at.done >> 20) + " of " + std::to_string(at.total >> 20) +
+                         " MiB); nothing was run") {}
+
 }  // namespace tessera

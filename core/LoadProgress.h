@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 namespace tessera {
@@ -18,8 +19,16 @@ struct LoadProgress {
     double fraction() const { return total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total); }
 };
 
-// Called on the loading thread; must not throw.
+// Called on the loading thread. It throws nothing but LoadCancelled, which stops the load
+// between two tensors (the readers keep everything in owning objects, so nothing leaks and no
+// partial model remains).
 using LoadProgressCallback = std::function<void(const LoadProgress&)>;
+
+// A load stopped from its progress callback because the run was cancelled: says where it was.
+class LoadCancelled : public std::runtime_error {
+public:
+    explicit LoadCancelled(const LoadProgress& at);
+};
 
 // Counts a load phase by phase and reports to a callback: when a phase begins, after each
 // advance, and at the end (done == total). Each phase is given its share of the total up front;

@@ -437,12 +437,18 @@ std::shared_ptr<const UNetModel> TiledLoop::modelFor(const RunConfig& config) {
     return model_;
 }
 
-std::shared_ptr<const SdModel> TiledLoop::sdModelFor(const RunConfig& config, RunObserver& observer) {
+std::shared_ptr<const SdModel> TiledLoop::sdModelFor(const RunConfig& config, RunObserver& observer,
+                                                     const CancelCheck& cancelled) {
     if (sdPinned_) return sd_;
     if (!sd_ || sdPath_ != config.model) {
         sd_.reset();
-        sd_ = std::make_shared<const SdModel>(
-            loadSdModel(config.model, [&observer](const LoadProgress& p) { observer.onLoadProgress(p); }));
+        sdPath_.clear();
+        sd_ = std::make_shared<const SdModel>(loadSdModel(config.model, [&](const LoadProgress& p) {
+            observer.onLoadProgress(p);
+            // Stop (Ctrl-C, the window's Stop) between tensors rather than after a load of
+            // several GB; the next run loads again.
+            if (cancelled && cancelled()) throw LoadCancelled(p);
+        }));
         sdPath_ = config.model;
         ++modelGeneration_;
     }
@@ -512,7 +518,7 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
 RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileDevice& device,
                            const CancelCheck& cancelled) {
     const auto prepareStart = Clock::now();
-    const std::shared_ptr<const SdModel> sd = sdModelFor(config, observer);
+    const std::shared_ptr<const SdModel> sd = sdModelFor(config, observer, cancelled);
     const RunConfig canvas = checkSdRun(config, *sd);   // the latent canvas's sizes
     checkInit(3, config.height, config.width);
     if (!hasInitImage() && !config.initImage.empty())

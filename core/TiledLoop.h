@@ -126,7 +126,10 @@ private:
                      std::chrono::steady_clock::time_point prepareStart);
     RunResult runSd(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
     std::shared_ptr<const UNetModel> modelFor(const RunConfig& config);
-    std::shared_ptr<const SdModel> sdModelFor(const RunConfig& config, RunObserver& observer);
+    // The run's SD model: the pinned one, the cached one, or loaded (reported to `observer`;
+    // throws LoadCancelled between tensors once `cancelled` says so).
+    std::shared_ptr<const SdModel> sdModelFor(const RunConfig& config, RunObserver& observer,
+                                              const CancelCheck& cancelled);
     bool usesSdModel(const RunConfig& config) const;
     void checkRun(const RunConfig& config, const UNetModel& model) const;
     void checkInit(int channels, int height, int width) const;

@@ -14,6 +14,7 @@
 
 #include "ModelTestSupport.h"
 #include "core/CpuBackend.h"
+#include "core/LoadProgress.h"
 #include "core/NonFiniteError.h"
 #include "core/Safetensors.h"
 #include "core/SdModel.h"
@@ -146,6 +147,46 @@ private slots:
         QCOMPARE(first.seamMap.width, config.width);
         config.seed = 1;
         QVERIFY(a.run(config, observer).record.imageSha256 != first.record.imageSha256);
+    }
+
+    // Stop while the model loads (the window's Stop, Ctrl-C): the load ends between tensors with
+    // LoadCancelled saying where it was, no partial model is kept, and the next run loads again
+    // and finishes with the image of a run that was never stopped.
+    void cancelWhileLoading() {
+        if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet");
+        RunConfig config = configOf(cases()["sd1_ddim_cfg"], "stopped");
+        config.steps = 2;
+        TiledSampler engine(std::make_unique<CpuBackend>());
+        class StopOnSecondReport : public RunObserver {
+        public:
+            explicit StopOnSecondReport(Engine& e) : engine(e) {}
+            void onLoadProgress(const LoadProgress&) override {
+                if (++reports == 2) engine.requestCancel();
+            }
+            void onStarted(const RunRecord&) override { started = true; }
+            Engine& engine;
+            int reports = 0;
+            bool started = false;
+        } observer(engine);
+        try {
+            (void)engine.run(config, observer);
+            QFAIL("the run went on after the stop");
+        } catch (const LoadCancelled& e) {
+            QVERIFY2(QString(e.what()).startsWith("stopped while loading the model (") &&
+                         QString(e.what()).endsWith("MiB); nothing was run"),
+                     e.what());
+        }
+        QCOMPARE(observer.reports, 2);
+        QVERIFY(!observer.started);
+        engine.resetCancel();
+        StopOnSecondReport again(engine);
+        again.reports = 100;   // never stops
+        const RunResult result = engine.run(config, again);
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
+        QVERIFY(again.reports > 102);   // loaded again, from the start
+        TiledSampler fresh(std::make_unique<CpuBackend>());
+        Silent silent;
+        QCOMPARE(fresh.run(config, silent).record.imageSha256, result.record.imageSha256);
     }
 
     void refusedBeforeWork_data() {
