@@ -60,6 +60,7 @@ for what in "$@"; do
     ;;
   info)
     lscpu | head -30
+    lscpu -e | head -20
     nproc
     find / -name 'libcudnn.so.9*' 2>/dev/null | head
     python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
