@@ -649,6 +649,8 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
 
 // ---- --job: whole Stable Diffusion jobs ------------------------------------------------------
 
+RunConfig rowConfig(const BenchOptions& options, Precision precision, GraphMode graphs, int lanes, int batch);
+
 struct SdJobRow {
     std::string engine = "tessera", shape, size, precision, graphs, device, note;
     int tile = 0, overlap = 0, steps = 0, batch = 0, tiles = 0, repeats = 0;
@@ -751,26 +753,15 @@ int runSdJobs(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     for (Precision p : o.precisions)
         for (GraphMode mode : o.graphs)
             for (int batch : o.batches) {
-                RunConfig c;
-                c.width = o.width;
-                c.height = o.height;
-                c.tile = o.tile;
-                c.overlapPx = o.overlap;
-                c.tileBatch = batch;
-                c.steps = o.steps;
+                // The DDPM rows' run, as a text-to-image job: DPM++ 2M Karras, noise-prediction
+                // blending, a prompt and a negative prompt, guidance.
+                RunConfig c = rowConfig(o, p, mode, 0, batch);
                 c.scheduler = SchedulerKind::DPMPP2M;
                 c.schedulerOptions.karrasSigmas = true;
                 c.fusion = FusionRule::Noise;
                 c.prompt = "a lighthouse on a cliff above a stormy sea, dramatic light";
                 c.negativePrompt = "blurry, low quality";
                 c.cfgScale = o.cfg;
-                c.precision = p;
-                c.graphs = mode;
-                c.backend = o.backend;
-                c.seed = o.seed;
-                c.previewEvery = 0;
-                c.label = "bench";
-                c.tuningCache = o.tuningCache;
                 SdJobRow row;
                 row.shape = o.shape;
                 row.size = size;
