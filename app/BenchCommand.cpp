@@ -283,6 +283,8 @@ std::string benchUsage() {
            "                         --warmup-steps (default: all --steps; prepare, algorithm search, captures),\n"
            "                         then --repeats jobs (default 3), each timed on the host clock from run to\n"
            "                         decoded image: prepare (text encoding, cached choices), sampling, decode.\n"
+           "                         Every job's prompt and negative prompt end in its number (\", take N\"), so\n"
+           "                         each encodes its text anew (text_s, a part of prepare_s).\n"
            "                         Defaults: --graphs step, --batch 4. sample_s, decode_s, total_s and\n"
            "                         s_per_step as kernels/bench/torch_sd_tiled.py prints them.\n";
 }
@@ -655,13 +657,13 @@ struct SdJobRow {
     std::string engine = "tessera", shape, size, precision, graphs, device, note;
     int tile = 0, overlap = 0, steps = 0, batch = 0, tiles = 0, repeats = 0;
     double cfg = 0;
-    double prepareS = 0, sampleS = 0, decodeS = 0, totalS = 0, firstJobS = 0, peakMiB = -1;
+    double prepareS = 0, textS = 0, sampleS = 0, decodeS = 0, totalS = 0, firstJobS = 0, peakMiB = -1;
     std::vector<double> totals;   // every timed job's total_s
     bool failed = false;
 };
 
 std::string sdJobCsvHeader() {
-    return "engine,shape,size,tile,overlap,steps,cfg,batch,tiles,precision,graphs,prepare_s,sample_s,decode_s,total_s,"
+    return "engine,shape,size,tile,overlap,steps,cfg,batch,tiles,precision,graphs,prepare_s,text_s,sample_s,decode_s,total_s,"
            "s_per_step,total_min_s,total_max_s,first_job_s,peak_mib,repeats,device,note";
 }
 
@@ -673,7 +675,7 @@ std::string sdJobCsvLine(const SdJobRow& r) {
     return csvField(r.engine) + "," + r.shape + "," + r.size + "," + std::to_string(r.tile) + "," +
            std::to_string(r.overlap) + "," + std::to_string(r.steps) + "," + significant(r.cfg, 4) + "," +
            std::to_string(r.batch) + "," + std::to_string(r.tiles) + "," + r.precision + "," + r.graphs + "," +
-           num(r.prepareS, 3) + "," + num(r.sampleS, 3) + "," + num(r.decodeS, 3) + "," + num(r.totalS, 3) + "," +
+           num(r.prepareS, 3) + "," + num(r.textS, 3) + "," + num(r.sampleS, 3) + "," + num(r.decodeS, 3) + "," + num(r.totalS, 3) + "," +
            num(r.sampleS / std::max(1, r.steps), 4) + "," + num(lo, 3) + "," + num(hi, 3) + "," + num(r.firstJobS, 2) +
            "," + (!r.failed && r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "") + "," + std::to_string(r.repeats) + "," +
            csvField(r.device) + "," + csvField(r.note);
@@ -690,6 +692,27 @@ double decodeMsOf(const RunRecord& record) {
     return 0;
 }
 
+// The milliseconds the "text: ...; N ms, ..." message gives (core/TiledLoop.cpp encodeTimed).
+double textMsOf(const RunRecord& record) {
+    for (const std::string& m : record.messages) {
+        if (m.rfind("text: ", 0) != 0) continue;
+        const std::size_t semi = m.rfind("; ");
+        if (semi == std::string::npos) break;
+        return std::strtod(m.c_str() + semi + 2, nullptr);
+    }
+    return 0;
+}
+
+// Job `take` of a row: the prompt and the negative prompt end in its number, so no job finds
+// its text already encoded (the text encoders remember rows across runs): every timed job
+// pays for its text as a job with a new prompt does.
+RunConfig takeOf(const RunConfig& config, int take) {
+    RunConfig c = config;
+    c.prompt += ", take " + std::to_string(take);
+    c.negativePrompt += ", take " + std::to_string(take);
+    return c;
+}
+
 // One row: a warm-up job on a fresh engine, then o.repeats timed jobs on it; medians.
 void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<const SdModel>& model,
                  const RunConfig& config, std::ostream& err) {
@@ -698,7 +721,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     if (!note.empty()) row.note = note;
     engine->setSdModel(model);
     QuietObserver observer;
-    RunConfig warm = config;
+    RunConfig warm = takeOf(config, 0);
     if (o.warmupSteps > 0) warm.steps = std::min(o.steps, o.warmupSteps);
     auto t0 = std::chrono::steady_clock::now();
     const RunResult first = engine->run(warm, observer);
@@ -707,11 +730,12 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     row.firstJobS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     row.device = first.record.environment.device;
     row.engine = "tessera-" + first.record.environment.backend;
-    std::vector<double> prepare, sample, decode;
+    std::vector<double> prepare, text, sample, decode;
     RunRecord last;
     for (int r = 0; r < o.repeats; ++r) {
+        const RunConfig take = takeOf(config, r + 1);
         t0 = std::chrono::steady_clock::now();
-        RunResult result = engine->run(config, observer);
+        RunResult result = engine->run(take, observer);
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (result.record.status != RunStatus::Finished)
             throw std::runtime_error("job " + std::string(toString(result.record.status)) + ": " + result.record.error);
@@ -719,6 +743,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
         for (const auto& step : result.record.steps) steps += step.wallMs;
         row.totals.push_back(wall);
         prepare.push_back(result.record.prepareMs / 1000.0);
+        text.push_back(textMsOf(result.record) / 1000.0);
         sample.push_back(steps / 1000.0);
         decode.push_back(decodeMsOf(result.record) / 1000.0);
         row.peakMiB = std::max(row.peakMiB, result.record.peakDeviceMiB);
@@ -726,12 +751,14 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     }
     row.totalS = median(row.totals);
     row.prepareS = median(prepare);
+    row.textS = median(text);
     row.sampleS = median(sample);
     row.decodeS = median(decode);
     if (!last.graphs.mode.empty() && last.graphs.mode != row.graphs) row.graphs += ">" + last.graphs.mode;
     for (const std::string& m : last.messages)
         if (m.rfind("vae decode: ", 0) == 0) row.note += (row.note.empty() ? "" : "; ") + m;
-    err << " " << fixed(row.totalS, 3) << " s per job (sampling " << fixed(row.sampleS, 3) << " s, decode "
+    err << " " << fixed(row.totalS, 3) << " s per job (text " << fixed(row.textS, 3) << " s, sampling "
+        << fixed(row.sampleS, 3) << " s, decode "
         << fixed(row.decodeS, 3) << " s)\n";
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,15 +69,35 @@ public:
     // layers (0: all) on the CPU backend; textEmbeds when the model has a projection. Throws
     // std::invalid_argument for a size mismatch or an id outside the vocabulary (naming row,
     // position and id), as buildClipTextGraph for layersToRun.
+    // A row's outputs depend on its ids alone (the CPU backend gives every image of a batch the
+    // same bits at any batch size and thread count), so the model remembers the rows it encoded
+    // (per ids, layers and hidden states; the least recently used go past the bound, 64 MiB) and
+    // runs only rows it has not seen, each distinct row once: a prompt re-run with another seed,
+    // the usual negative prompt and the empty padding chunk cost nothing the second time.
+    // Thread-safe: runs sharing one model may encode at once.
     ClipTextOutputs encode(std::span<const std::int32_t> ids, int batch, int layersToRun = 0,
                            ClipHiddenStates hiddenStates = ClipHiddenStates::None) const;
 
+    // What the row memo holds: distinct rows and their bytes; rowsEncoded counts the rows this
+    // model ran through the backend since it was made (tests, the run record's text line).
+    struct RowMemoStats {
+        std::size_t rows = 0, bytes = 0;
+        std::uint64_t rowsEncoded = 0, rowsRemembered = 0;
+    };
+    RowMemoStats rowMemoStats() const;
+    // The memo's bound (default kRowMemoBytes); 0 empties it and keeps nothing (every row runs).
+    void setRowMemoBytes(std::size_t bytes);
+    static constexpr std::size_t kRowMemoBytes = std::size_t{64} << 20;
+
 private:
+    struct RowMemo;  // ClipTextModel.cpp
     std::vector<float> project(const std::vector<float>& pooled, int batch) const;
 
     ClipTextConfig config_;
     std::map<std::string, HostTensor> tensors_;
     std::vector<std::string> extra_;
+    // Shared by copies (same weights, same rows); never null for a loaded or built model.
+    std::shared_ptr<RowMemo> memo_;
 };
 
 // Which layer's output conditions the UNet.
@@ -128,5 +149,13 @@ PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer&
 // and minChunks to equalise them when they go into one doubled UNet batch.)
 PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
                                  const std::vector<std::string>& prompts, const PromptConditioningOptions& options = {});
+
+// Each text as encodePrompt encodes it on its own (emphasis normalised per text and chunk, each
+// text's own pooled output), all padded to one chunk count (the longest text's, at least
+// options.minChunks), in a single encoder batch: a prompt and its negative prompt in one pass
+// instead of two, with the same bits as two encodePrompt calls with minChunks equalised.
+std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer,
+                                                 const std::vector<std::string>& prompts,
+                                                 const PromptConditioningOptions& options = {});
 
 }  // namespace tessera

@@ -82,47 +82,50 @@ SdConditioning encodeSd12Prompts(const SdModel& model, const RunConfig& config) 
     PromptConditioningOptions options;
     options.clipSkip = config.clipSkip;
     const bool guided = config.cfgScale != 1.0;
-    PromptConditioning cond = encodePrompt(*model.textEncoder, *model.tokenizer, config.prompt, options);
-    PromptConditioning uncond;
-    if (guided) {
-        options.minChunks = cond.chunks;
-        uncond = encodePrompt(*model.textEncoder, *model.tokenizer, config.negativePrompt, options);
-        if (uncond.chunks > cond.chunks) {
-            options.minChunks = uncond.chunks;
-            cond = encodePrompt(*model.textEncoder, *model.tokenizer, config.prompt, options);
-        }
-    }
+    // The prompt and the negative prompt as two encodePrompt calls with their chunk counts
+    // equalised would give them, in one encoder batch.
+    std::vector<std::string> texts{config.prompt};
+    if (guided) texts.push_back(config.negativePrompt);
+    std::vector<PromptConditioning> each = encodeEachPrompt(*model.textEncoder, *model.tokenizer, texts, options);
+    PromptConditioning& cond = each.front();
     SdConditioning out;
     out.tokens = cond.chunks * clip_limits::kContextLength;
     out.channels = cond.channels;
     checkContext(cond.chunks);
     out.cond = std::move(cond.values);
-    out.uncond = std::move(uncond.values);
+    if (guided) out.uncond = std::move(each.back().values);
     out.messages.push_back("text: " + std::to_string(cond.chunks) + " chunk(s) of 75 tokens, " +
                            std::string(toString(model.family)) + " text encoder, clip skip " +
                            std::to_string(config.clipSkip) + guidanceText(config));
     return out;
 }
 
-// One text through both SDXL encoders, `chunks` chunks each: per token row the first encoder's
-// values then the second's; the pooled text of the second.
-std::pair<std::vector<float>, std::vector<float>> encodeSdxlText(const SdModel& model, const std::string& text,
-                                                                 int chunks) {
+// The texts through both SDXL encoders, `chunks` chunks each, one batch per encoder: per text
+// and token row the first encoder's values then the second's; the pooled text of the second.
+std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(const SdModel& model,
+                                                                               const std::vector<std::string>& texts,
+                                                                               int chunks) {
     PromptConditioningOptions options;
     options.layer = PromptLayer::Penultimate;
     options.minChunks = chunks;
-    const PromptConditioning a = encodePrompt(*model.textEncoder, *model.tokenizer, text, options);
-    PromptConditioning b = encodePrompt(*model.textEncoder2, *model.tokenizer2, text, options);
+    const std::vector<PromptConditioning> first = encodeEachPrompt(*model.textEncoder, *model.tokenizer, texts, options);
+    std::vector<PromptConditioning> second = encodeEachPrompt(*model.textEncoder2, *model.tokenizer2, texts, options);
     const std::size_t rows = static_cast<std::size_t>(chunks) * clip_limits::kContextLength;
-    const std::size_t ca = static_cast<std::size_t>(a.channels), cb = static_cast<std::size_t>(b.channels);
-    std::vector<float> joined(rows * (ca + cb));
-    for (std::size_t r = 0; r < rows; ++r) {
-        std::copy_n(a.values.begin() + static_cast<std::ptrdiff_t>(r * ca), ca,
-                    joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb)));
-        std::copy_n(b.values.begin() + static_cast<std::ptrdiff_t>(r * cb), cb,
-                    joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb) + ca));
+    std::vector<std::pair<std::vector<float>, std::vector<float>>> out;
+    for (std::size_t t = 0; t < texts.size(); ++t) {
+        const PromptConditioning& a = first[t];
+        PromptConditioning& b = second[t];
+        const std::size_t ca = static_cast<std::size_t>(a.channels), cb = static_cast<std::size_t>(b.channels);
+        std::vector<float> joined(rows * (ca + cb));
+        for (std::size_t r = 0; r < rows; ++r) {
+            std::copy_n(a.values.begin() + static_cast<std::ptrdiff_t>(r * ca), ca,
+                        joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb)));
+            std::copy_n(b.values.begin() + static_cast<std::ptrdiff_t>(r * cb), cb,
+                        joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb) + ca));
+        }
+        out.emplace_back(std::move(joined), std::move(b.pooled));
     }
-    return {std::move(joined), std::move(b.pooled)};
+    return out;
 }
 
 SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) {
@@ -142,12 +145,15 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) 
     SdConditioning out;
     out.tokens = chunks * clip_limits::kContextLength;
     out.channels = model.textEncoder->config().hiddenSize + model.textEncoder2->config().hiddenSize;
-    std::tie(out.cond, out.pooledCond) = encodeSdxlText(model, config.prompt, chunks);
+    std::vector<std::string> encoded{config.prompt};
+    if (guided && !zeros) encoded.push_back(config.negativePrompt);
+    auto joined = encodeSdxlTexts(model, encoded, chunks);
+    std::tie(out.cond, out.pooledCond) = std::move(joined.front());
     if (zeros) {
         out.uncond.assign(out.cond.size(), 0.0f);
         out.pooledUncond.assign(out.pooledCond.size(), 0.0f);
     } else if (guided) {
-        std::tie(out.uncond, out.pooledUncond) = encodeSdxlText(model, config.negativePrompt, chunks);
+        std::tie(out.uncond, out.pooledUncond) = std::move(joined.back());
     }
     out.messages.push_back(
         "text: " + std::to_string(chunks) + " chunk(s) of 75 tokens, sdxl text encoders (penultimate layers, " +

@@ -515,6 +515,39 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     return result;
 }
 
+namespace {
+
+// encodeSdPrompts, its "text:" line ending in the time it took and how many of its encoder rows
+// ran (the others were remembered from earlier runs by the text encoders' row memo).
+SdConditioning encodeTimed(const SdModel& sd, const RunConfig& config) {
+    std::vector<const ClipTextModel*> encoders{sd.textEncoder.get()};
+    if (sd.textEncoder2) encoders.push_back(sd.textEncoder2.get());
+    auto rowCounts = [&] {
+        std::pair<std::uint64_t, std::uint64_t> n{0, 0};
+        for (const ClipTextModel* e : encoders) {
+            const ClipTextModel::RowMemoStats s = e->rowMemoStats();
+            n.first += s.rowsEncoded;
+            n.second += s.rowsRemembered;
+        }
+        return n;
+    };
+    const auto before = rowCounts();
+    const auto start = Clock::now();
+    SdConditioning conditioning = encodeSdPrompts(sd, config);
+    const double ms = msSince(start);
+    const auto after = rowCounts();
+    const std::uint64_t ran = after.first - before.first, held = after.second - before.second;
+    for (std::string& m : conditioning.messages)
+        if (m.rfind("text: ", 0) == 0) {
+            m += "; " + std::to_string(static_cast<long long>(ms)) + " ms, " + std::to_string(ran) + " of " +
+                 std::to_string(ran + held) + " encoder rows run" + (held ? " (the rest remembered or repeated)" : "");
+            break;
+        }
+    return conditioning;
+}
+
+}  // namespace
+
 RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileDevice& device,
                            const CancelCheck& cancelled) {
     const auto prepareStart = Clock::now();
@@ -526,7 +559,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
                                           "' was not loaded; the front end must decode it and call setInitImage");
 
     // The text conditioning, computed once per run and fixed for every tile and step.
-    SdConditioning conditioning = encodeSdPrompts(*sd, config);
+    SdConditioning conditioning = encodeTimed(*sd, config);
     if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != conditioning.tokens) {
         auto denoiser = std::make_shared<Denoiser>();
         denoiser->graph = std::make_shared<const ModelGraph>(

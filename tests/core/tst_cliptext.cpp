@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -657,6 +658,135 @@ private slots:
         for (int i = 0; i < 65; ++i) huge += "x BREAK ";
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, huge); }), "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, "(x:1.2.3)"); }), "[prompt]");
+    }
+
+    // The row memo: a row's outputs depend on its ids alone, so rows seen before are not run
+    // again, a row repeated in one batch runs once, and every output has the bits a model
+    // without the memo gives (all hidden states, clip skip, the projection included).
+    void rowMemo() {
+        ClipTextConfig c = tinyConfig(ClipActivation::QuickGelu, 64, 3);
+        c.withProjection = true;
+        c.projectionDim = 8;
+        Tensors t = randomTensors(c, 41);
+        HostTensor proj{{8, 16}, std::vector<float>(8 * 16)};
+        for (std::size_t i = 0; i < proj.data.size(); ++i) proj.data[i] = std::sin(0.7f * float(i)) * 0.3f;
+        t.emplace(kClipTextProjection, proj);
+        const ClipTextModel model = ClipTextModel::fromTensors(c, t);
+        ClipTextModel plain = ClipTextModel::fromTensors(c, t);
+        plain.setRowMemoBytes(0);
+        auto row = [&](int seed) {
+            Ids ids(kT);
+            for (int i = 0; i < kT; ++i) ids[i] = (seed * 7 + i * 3) % 62;
+            return ids;
+        };
+        auto join = [](std::initializer_list<Ids> rows) {
+            Ids all;
+            for (const Ids& r : rows) all.insert(all.end(), r.begin(), r.end());
+            return all;
+        };
+        auto same = [](const ClipTextOutputs& a, const ClipTextOutputs& b) {
+            QCOMPARE(a.lastHiddenState, b.lastHiddenState);
+            QCOMPARE(a.pooled, b.pooled);
+            QCOMPARE(a.textEmbeds, b.textEmbeds);
+            QCOMPARE(a.hiddenStates, b.hiddenStates);
+        };
+        const Ids a = row(1), b = row(2), cc = row(3);
+        // A row repeated within one batch runs once.
+        const ClipTextOutputs aba = model.encode(join({a, b, a}), 3, 0, ClipHiddenStates::All);
+        same(aba, plain.encode(join({a, b, a}), 3, 0, ClipHiddenStates::All));
+        QCOMPARE(aba.hiddenStates.size(), std::size_t{4});
+        QCOMPARE(aba.textEmbeds.size(), std::size_t{3 * 8});
+        ClipTextModel::RowMemoStats s = model.rowMemoStats();
+        QCOMPARE(s.rowsEncoded, std::uint64_t{2});
+        QCOMPARE(s.rowsRemembered, std::uint64_t{1});
+        QCOMPARE(s.rows, std::size_t{2});
+        // Seen and new rows in one batch: only the new one runs; the same bits as without memo.
+        const ClipTextOutputs bc = model.encode(join({b, cc}), 2, 0, ClipHiddenStates::All);
+        same(bc, plain.encode(join({b, cc}), 2, 0, ClipHiddenStates::All));
+        s = model.rowMemoStats();
+        QCOMPARE(s.rowsEncoded, std::uint64_t{3});
+        QCOMPARE(s.rowsRemembered, std::uint64_t{2});
+        // Other layers (clip skip) or other hidden states are other rows.
+        same(model.encode(b, 1, 2), plain.encode(b, 1, 2));
+        same(model.encode(b, 1, 0, ClipHiddenStates::Penultimate), plain.encode(b, 1, 0, ClipHiddenStates::Penultimate));
+        QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{5});
+        same(model.encode(b, 1, 2), plain.encode(b, 1, 2));
+        QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{5});
+        // The model without memo ran every row and holds none.
+        QCOMPARE(plain.rowMemoStats().rows, std::size_t{0});
+        QCOMPARE(plain.rowMemoStats().rowsEncoded, std::uint64_t{2 + 2 + 1 + 1 + 1});
+        // Bad ids are refused before the memo is asked, hit or not.
+        Ids bad = a;
+        bad[5] = 64;
+        EXPECT_MESSAGE(errorOf([&] { model.encode(join({a, bad}), 2); }), "input ids: row 1 position 5 holds id 64");
+        EXPECT_MESSAGE(errorOf([&] { model.encode(a, 1, 4); }), "clip skip");
+
+        // The bound: the least recently used rows go; what stays is still right.
+        ClipTextModel small = ClipTextModel::fromTensors(c, t);
+        small.encode(a, 1);
+        const std::size_t one = small.rowMemoStats().bytes;
+        QCOMPARE(one, (kT * 16 + 16 + 8) * sizeof(float));  // last hidden state, pooled, projected
+        small.setRowMemoBytes(2 * one);
+        small.encode(b, 1);
+        small.encode(a, 1);   // a is now the most recent
+        small.encode(cc, 1);  // b goes
+        QCOMPARE(small.rowMemoStats().rows, std::size_t{2});
+        QCOMPARE(small.rowMemoStats().bytes, 2 * one);
+        const std::uint64_t ran = small.rowMemoStats().rowsEncoded;
+        same(small.encode(a, 1), plain.encode(a, 1));
+        QCOMPARE(small.rowMemoStats().rowsEncoded, ran);
+        same(small.encode(b, 1), plain.encode(b, 1));
+        QCOMPARE(small.rowMemoStats().rowsEncoded, ran + 1);
+        small.setRowMemoBytes(0);
+        QCOMPARE(small.rowMemoStats().rows, std::size_t{0});
+        QCOMPARE(small.rowMemoStats().bytes, std::size_t{0});
+
+        // Threads sharing one model: every result as without memo.
+        const ClipTextModel shared = ClipTextModel::fromTensors(c, t);
+        std::vector<ClipTextOutputs> got(6);
+        std::vector<std::thread> threads;
+        for (int i = 0; i < 6; ++i)
+            threads.emplace_back([&, i] { got[i] = shared.encode(join({row(i % 3), row(10 + i)}), 2); });
+        for (std::thread& th : threads) th.join();
+        for (int i = 0; i < 6; ++i) same(got[i], plain.encode(join({row(i % 3), row(10 + i)}), 2));
+    }
+
+    // encodeEachPrompt: each text as encodePrompt gives it alone with the chunk counts equalised,
+    // in one batch (the prompt and negative prompt of a run), bit for bit.
+    void eachPromptAsAlone() {
+        ClipTextConfig c = tinyConfig(ClipActivation::QuickGelu, 49408, 3);
+        c.bosTokenId = 49406;
+        c.eosTokenId = 49407;
+        const Tensors t = randomTensors(c, 23);
+        const ClipTokenizer tok = ClipTokenizer::fromMergesGz(kGz);
+        for (const bool penultimate : {false, true}) {
+            const ClipTextModel model = ClipTextModel::fromTensors(c, t);
+            ClipTextModel alone = ClipTextModel::fromTensors(c, t);
+            alone.setRowMemoBytes(0);
+            PromptConditioningOptions o;
+            if (penultimate) o.layer = PromptLayer::Penultimate;
+            else o.clipSkip = 2;
+            const std::vector<std::string> texts{"a (red:1.5) fox BREAK [snow], (night:1.2)", "(blurry:1.3), ugly",
+                                                 "a (red:1.5) fox BREAK [snow], (night:1.2)"};
+            const std::vector<PromptConditioning> each = encodeEachPrompt(model, tok, texts, o);
+            QCOMPARE(each.size(), std::size_t{3});
+            o.minChunks = 2;
+            for (std::size_t i = 0; i < texts.size(); ++i) {
+                const PromptConditioning want = encodePrompt(alone, tok, texts[i], o);
+                QCOMPARE(each[i].chunks, 2);
+                QCOMPARE(each[i].channels, want.channels);
+                QCOMPARE(each[i].values, want.values);
+                QCOMPARE(each[i].pooledWidth, want.pooledWidth);
+                QCOMPARE(each[i].pooled, want.pooled);
+            }
+            // Six rows asked, four distinct (the third text is the first; the second's padding chunk
+            // is the empty prompt's): four ran.
+            QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{4});
+            // minChunks above every text's count pads each; bad options as encodePrompts says.
+            o.minChunks = 3;
+            QCOMPARE(encodeEachPrompt(model, tok, {"fox"}, o).front().values, encodePrompt(alone, tok, "fox", o).values);
+            EXPECT_MESSAGE(errorOf([&] { encodeEachPrompt(model, tok, {}, o); }), "0 prompts");
+        }
     }
 
     // transformers' own outputs (tools/reference/make_clip_fixtures.py -> tests/data/clip).
