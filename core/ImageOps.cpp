@@ -20,11 +20,14 @@ void checkShape(const ImageTensor& image, const char* what) {
 }
 
 std::uint8_t toByte(float x) {
-    // NaN maps to 0 through the clamp's comparisons failing the same way on every platform.
+    // NaN maps to 0: both comparisons fail for it, on every platform.
     float v = x / 2.0f + 0.5f;
-    v = std::clamp(v, 0.0f, 1.0f);
-    if (!(v >= 0.0f)) v = 0.0f;
-    return static_cast<std::uint8_t>(std::lround(255.0f * v));
+    v = v > 0.0f ? v : 0.0f;
+    v = v < 1.0f ? v : 1.0f;
+    // std::lround(y) for y = 255 v in [0, 255], without the library call (a 2048x2048 image
+    // took 50 ms): y + 0.5 is exact in double, and truncation is floor for y >= 0.
+    const float y = 255.0f * v;
+    return static_cast<std::uint8_t>(static_cast<int>(static_cast<double>(y) + 0.5));
 }
 
 }  // namespace
@@ -36,10 +39,14 @@ Rgb8Image toRgb8(const ImageTensor& image) {
     out.height = image.height;
     const std::size_t plane = static_cast<std::size_t>(image.height) * image.width;
     out.pixels.resize(plane * 3);
-    for (int c = 0; c < 3; ++c) {
-        const int src = image.channels >= 3 ? c : 0;
-        const float* in = image.data.data() + src * plane;
-        for (std::size_t p = 0; p < plane; ++p) out.pixels[p * 3 + c] = toByte(in[p]);
+    const float* r = image.data.data();
+    const float* g = image.channels >= 3 ? r + plane : r;
+    const float* b = image.channels >= 3 ? r + 2 * plane : r;
+    std::uint8_t* px = out.pixels.data();
+    for (std::size_t p = 0; p < plane; ++p) {
+        px[3 * p] = toByte(r[p]);
+        px[3 * p + 1] = toByte(g[p]);
+        px[3 * p + 2] = toByte(b[p]);
     }
     return out;
 }
