@@ -26,6 +26,7 @@
 #include "app/SdInfoCommand.h"
 #include "app/TokensCommand.h"
 #include "core/BoundedInput.h"
+#include "core/CpuBackend.h"
 #include "core/FormatNumber.h"
 #include "core/HostMemoryEstimate.h"
 #include "core/ImageOps.h"
@@ -318,6 +319,8 @@ int cmdRender(const CliOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // OpenBLAS's kernels for this CPU where it loaded older ones (a restart, before anything runs).
+    restartWithOpenblasKernelsForThisCpu(argv);
     // Warnings (unused tensors, unknown config keys) are diagnostics: stderr, never the report on stdout.
     spdlog::set_default_logger(spdlog::stderr_color_mt("tessera-cli"));
     // The CLIP vocabulary Stable Diffusion models without tokenizer/ use (resources/clip).

@@ -38,6 +38,7 @@
 #include <QTimer>
 
 #include "app/JobQueue.h"
+#include "core/CpuBackend.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"
@@ -215,6 +216,8 @@ void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStr
 }  // namespace
 
 int main(int argc, char** argv) {
+    // OpenBLAS's kernels for this CPU where it loaded older ones (a restart, before Qt starts).
+    tessera::restartWithOpenblasKernelsForThisCpu(argv);
 #ifdef TESSERA_HAVE_BUNDLE_ENVIRONMENT
     // Before QApplication: Qt reads the plugin and font variables while it starts.
     tessera::setupBundledEnvironment(argc > 0 ? argv[0] : nullptr);

@@ -271,6 +271,30 @@ class TestCpuThreads : public QObject {
     Q_OBJECT
 
 private slots:
+    // Which OPENBLAS_CORETYPE a CPU gets where OpenBLAS loaded older kernels, and what the device
+    // line says after the front end restarted itself with it.
+    void openblasCoreChoice() {
+        QCOMPARE(openblasCoreTypeFor("Prescott", true, true), std::string("SkylakeX"));
+        QCOMPARE(openblasCoreTypeFor("prescott", true, false), std::string("Haswell"));
+        QCOMPARE(openblasCoreTypeFor("Sandybridge", true, false), std::string("Haswell"));
+        QCOMPARE(openblasCoreTypeFor("Prescott", false, false), std::string());  // an SSE3 CPU: right
+        QCOMPARE(openblasCoreTypeFor("Haswell", true, true), std::string());      // AVX2 kernels: left as they are
+        QCOMPARE(openblasCoreTypeFor("SkylakeX", true, true), std::string());
+        QCOMPARE(openblasCoreTypeFor("Zen", true, false), std::string());
+        QCOMPARE(openblasCoreTypeFor("", true, true), std::string());
+        // Already set (by the user or by the restart): nothing to do, the process goes on.
+        qputenv(kOpenblasRestartVariable, "Prescott");
+        char arg0[] = "tst";
+        char* argv[] = {arg0, nullptr};
+        restartWithOpenblasKernelsForThisCpu(argv);
+        const std::string device = cpu::WorkerPool(1).threads() == 1 ? CpuBackend(1).info().device : std::string();
+        qunsetenv(kOpenblasRestartVariable);
+        QVERIFY2(device.find("(OPENBLAS_CORETYPE set by Tessera: OpenBLAS had loaded its Prescott kernels on this "
+                             "CPU)") != std::string::npos,
+                 device.c_str());
+        QVERIFY(CpuBackend(1).info().device.find("set by Tessera") == std::string::npos);
+    }
+
     // Every index once, each on a worker in range; back-to-back calls of few tasks (a worker that
     // wakes late must never take an index of a later call), inline pools of one thread.
     void workerPoolRunsEveryIndexOnce() {
