@@ -14,6 +14,8 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -681,24 +683,14 @@ std::string sdJobCsvLine(const SdJobRow& r) {
            csvField(r.device) + "," + csvField(r.note);
 }
 
-// The milliseconds at the end of the engine's "vae decode: ..., N ms" message (core/TiledLoop.cpp).
-double decodeMsOf(const RunRecord& record) {
+// The milliseconds in the record's first message that starts with `prefix`: the number after
+// the last `separator` (core/TiledLoop.cpp: "vae decode: ..., N ms", "text: ...; N ms, ..."); 0 without one.
+double messageMs(const RunRecord& record, std::string_view prefix, std::string_view separator) {
     for (const std::string& m : record.messages) {
-        if (m.rfind("vae decode: ", 0) != 0) continue;
-        const std::size_t comma = m.rfind(", ");
-        if (comma == std::string::npos) break;
-        return std::strtod(m.c_str() + comma + 2, nullptr);
-    }
-    return 0;
-}
-
-// The milliseconds the "text: ...; N ms, ..." message gives (core/TiledLoop.cpp encodeTimed).
-double textMsOf(const RunRecord& record) {
-    for (const std::string& m : record.messages) {
-        if (m.rfind("text: ", 0) != 0) continue;
-        const std::size_t semi = m.rfind("; ");
-        if (semi == std::string::npos) break;
-        return std::strtod(m.c_str() + semi + 2, nullptr);
+        if (m.rfind(prefix, 0) != 0) continue;
+        const std::size_t at = m.rfind(separator);
+        if (at == std::string::npos) break;
+        return std::strtod(m.c_str() + at + separator.size(), nullptr);
     }
     return 0;
 }
@@ -743,9 +735,9 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
         for (const auto& step : result.record.steps) steps += step.wallMs;
         row.totals.push_back(wall);
         prepare.push_back(result.record.prepareMs / 1000.0);
-        text.push_back(textMsOf(result.record) / 1000.0);
+        text.push_back(messageMs(result.record, "text: ", "; ") / 1000.0);
         sample.push_back(steps / 1000.0);
-        decode.push_back(decodeMsOf(result.record) / 1000.0);
+        decode.push_back(messageMs(result.record, "vae decode: ", ", ") / 1000.0);
         row.peakMiB = std::max(row.peakMiB, result.record.peakDeviceMiB);
         last = std::move(result.record);
     }
