@@ -1,20 +1,16 @@
 #include "core/Sha256.h"
 
-#include <openssl/evp.h>
+#include <nettle/sha2.h>
 
 #include <stdexcept>
 
 namespace tessera {
 
 struct Sha256::Context {
-    EVP_MD_CTX* md = EVP_MD_CTX_new();
-    ~Context() { EVP_MD_CTX_free(md); }
+    sha256_ctx state;
 };
 
-Sha256::Sha256() : ctx_(std::make_unique<Context>()) {
-    if (!ctx_->md || EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) != 1)
-        throw std::runtime_error("Sha256: OpenSSL could not start a SHA-256 digest");
-}
+Sha256::Sha256() : ctx_(std::make_unique<Context>()) { sha256_init(&ctx_->state); }
 
 Sha256::~Sha256() = default;
 Sha256::Sha256(Sha256&&) noexcept = default;
@@ -23,16 +19,14 @@ Sha256& Sha256::operator=(Sha256&&) noexcept = default;
 void Sha256::update(const void* data, std::size_t size) {
     if (finished_ || !ctx_) throw std::logic_error("Sha256::update after digest()");
     if (size == 0) return;
-    if (EVP_DigestUpdate(ctx_->md, data, size) != 1) throw std::runtime_error("Sha256: OpenSSL's digest update failed");
+    sha256_update(&ctx_->state, size, static_cast<const std::uint8_t*>(data));
 }
 
 std::array<std::uint8_t, 32> Sha256::digest() {
     if (finished_ || !ctx_) throw std::logic_error("Sha256::digest called twice");
     finished_ = true;
     std::array<std::uint8_t, 32> out{};
-    unsigned int length = 0;
-    if (EVP_DigestFinal_ex(ctx_->md, out.data(), &length) != 1 || length != out.size())
-        throw std::runtime_error("Sha256: OpenSSL's digest did not finish");
+    sha256_digest(&ctx_->state, out.size(), out.data());
     return out;
 }
 
