@@ -19,6 +19,8 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QPaintEvent>
+#include <QPainter>
 #include <QProgressBar>
 #include <QScreen>
 #include <QScrollArea>
@@ -26,6 +28,7 @@
 #include <QStatusBar>
 #include <QStyle>
 #include <QTabWidget>
+#include <QTimer>
 #include <QToolBar>
 #include <QUrl>
 
@@ -51,6 +54,29 @@
 #endif
 
 namespace tessera {
+
+namespace {
+
+// A one-line label drawn cut with "…" to its current width, never wider than the room it is given:
+// a run's note in the status bar keeps the fields beside it and shows that it goes on (the whole
+// note is its tooltip).
+class ElidedLabel : public QLabel {
+public:
+    using QLabel::QLabel;
+    QSize minimumSizeHint() const override { return {0, QLabel::minimumSizeHint().height()}; }
+    QSize sizeHint() const override { return {0, QLabel::sizeHint().height()}; }
+
+protected:
+    void paintEvent(QPaintEvent*) override {
+        QPainter painter(this);
+        painter.setPen(palette().color(QPalette::WindowText));
+        const QRect r = contentsRect();
+        painter.drawText(r, Qt::AlignLeft | Qt::AlignVCenter, fontMetrics().elidedText(text(), Qt::ElideRight, r.width()));
+    }
+};
+
+}  // namespace
+
 
 namespace {
 
@@ -395,7 +421,19 @@ void MainWindow::buildStatusBar() {
         bar->setValue(0);
         bar->setTextVisible(true);
     }
+    // A run's notes show for 8 s in place of the status text (showNote).
+    noteText_ = new ElidedLabel;
+    noteText_->setObjectName(QStringLiteral("statusNote"));
+    noteText_->setContentsMargins(3, 0, 0, 0);  // where QStatusBar drew its messages
+    noteText_->hide();
+    noteTimer_ = new QTimer(this);
+    noteTimer_->setSingleShot(true);
+    connect(noteTimer_, &QTimer::timeout, this, [this] {
+        noteText_->hide();
+        statusText_->show();
+    });
     statusBar()->addWidget(statusText_, 1);
+    statusBar()->addWidget(noteText_, 1);
     statusBar()->addPermanentWidget(progressText_);
     statusBar()->addPermanentWidget(stepBar_);
     statusBar()->addPermanentWidget(tileBar_);
@@ -753,8 +791,17 @@ void MainWindow::onMemory(quint64 runId, const MemorySample& sample) {
 }
 
 void MainWindow::onMessage(quint64 runId, const QString& text) {
-    if (runId != currentRunId_) return;
-    statusBar()->showMessage(text, 8000);
+    if (runId == currentRunId_) showNote(text);
+}
+
+void MainWindow::showNote(const QString& text) {
+    // Not QStatusBar::showMessage: it cut a long note at the progress fields without a sign, at
+    // whatever width they took after it was shown (docs/screenshots/window-sd-1366x768.png).
+    noteText_->setText(text);
+    noteText_->setToolTip(text);
+    statusText_->hide();
+    noteText_->show();
+    noteTimer_->start(8000);
 }
 
 void MainWindow::showFinishedRun(const FinishedRun& run, bool keepInHistory) {

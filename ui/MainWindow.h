@@ -101,6 +101,10 @@ public:
     explicit MainWindow(std::unique_ptr<QSettings> settings = nullptr, const QString& historyFolder = {},
                         QWidget* parent = nullptr);
 
+    // A run's note in the status bar for 8 s, in place of the status text: drawn cut with "…" where
+    // it is longer than the room left of the progress fields, the whole note its tooltip.
+    void showNote(const QString& text);
+
     // What to do when an export's target file exists already.
     enum class Overwrite { Ask, Replace, Refuse };
     ~MainWindow() override;
@@ -298,6 +302,8 @@ private:
     QAction* beforeAfterAction_ = nullptr;
 
     QLabel* statusText_ = nullptr;
+    QLabel* noteText_ = nullptr;    // a run's note, for 8 s (showNote)
+    QTimer* noteTimer_ = nullptr;
     QLabel* progressText_ = nullptr;
     QProgressBar* stepBar_ = nullptr;
     QProgressBar* tileBar_ = nullptr;

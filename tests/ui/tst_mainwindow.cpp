@@ -4,6 +4,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QLabel>
+#include <QStatusBar>
 #include <QMenuBar>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -314,6 +315,39 @@ private slots:
         QVERIFY(!again.findChild<QDockWidget*>(QStringLiteral("historyDock"))->isVisible());
         QVERIFY(again.findChild<QDockWidget*>(QStringLiteral("configDock"))->isVisible());
         QCOMPARE(again.chartTabs()->currentIndex(), 1);
+    }
+
+    // A run's note longer than the status bar's room is drawn cut with "…" inside the room left of
+    // the progress fields (the whole in its tooltip), not cut at those fields without a sign (seen
+    // in window-sd-1366x768.png once the text line gave its time and rows); after 8 s the status
+    // text is back.
+    void longNotesEndInAnEllipsis() {
+        MainWindow window(freshSettings());
+        window.resize(1366, 768);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        auto* progress = child<QLabel>(&window, "progressText");
+        progress->setText(QStringLiteral("CPU FP32 · 256 × 192 px · seed 7"));
+        const QString note = QStringLiteral("text: 2 chunk(s) of 75 tokens, sd1 text encoder, clip skip 1, guidance 6 "
+                                            "(conditional and unconditional); 4 ms, 4 of 4 encoder rows run ") +
+                             QString(200, QChar('x'));
+        window.showNote(note);
+        auto* shown = child<QLabel>(&window, "statusNote");
+        auto* status = child<QLabel>(&window, "statusText");
+        QVERIFY(QTest::qWaitFor([&] { return shown->isVisible() && !status->isVisible(); }, 2000));
+        QCOMPARE(shown->text(), note);
+        QCOMPARE(shown->toolTip(), note);
+        // Laid out left of the progress fields, narrower than the note: what it draws is cut with "…".
+        QTest::qWait(50);
+        QVERIFY2(shown->geometry().right() < progress->geometry().left(),
+                 qPrintable(QStringLiteral("note ends at %1, progress starts at %2")
+                                .arg(shown->geometry().right())
+                                .arg(progress->geometry().left())));
+        QVERIFY(shown->fontMetrics().horizontalAdvance(note) > shown->contentsRect().width());
+        const QString drawn = shown->fontMetrics().elidedText(note, Qt::ElideRight, shown->contentsRect().width());
+        QVERIFY2(drawn.endsWith(QChar(0x2026)), qPrintable(drawn));
+        // The note goes after 8 s and the status text comes back.
+        QVERIFY(QTest::qWaitFor([&] { return !shown->isVisible() && status->isVisible(); }, 12000));
     }
 
     void stepChartLegendEntriesAreNotCutShort() {
