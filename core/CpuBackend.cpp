@@ -129,9 +129,32 @@ void WorkerPool::claimTasks(std::uint32_t generation, int worker) {
     }
 }
 
+void WorkerPool::setHelperScratch(std::vector<float*> helperScratch) { helperScratch_ = std::move(helperScratch); }
+
+void WorkerPool::helpWhile(int slot, const std::atomic<bool>& busy) {
+    if (slot < 0 || slot >= helperSlots())
+        throw std::out_of_range("WorkerPool::helpWhile: slot " + std::to_string(slot) + " of " +
+                                std::to_string(helperSlots()));
+    const int worker = threads() + slot;
+    helpers_.fetch_add(1);
+    // A call not yet seen, as workerLoop; 1 (odd) stands for none, so a call open now is joined.
+    std::uint32_t seen = 1;
+    for (int i = 0; busy.load(); ++i) {
+        const auto generation = static_cast<std::uint32_t>(state_.load() >> 32);
+        if (generation % 2 == 0 && generation != seen) {
+            seen = generation;
+            claimTasks(generation, worker);
+        } else {
+            cpuRelax();
+            if ((i & 1023) == 1023) std::this_thread::yield();
+        }
+    }
+    helpers_.fetch_sub(1);
+}
+
 void WorkerPool::run(std::int64_t n, Task task, void* ctx) {
     if (n <= 0) return;
-    if (workers_.empty() || n == 1) {
+    if (n == 1 || (workers_.empty() && helpers_.load() == 0)) {
         for (std::int64_t i = 0; i < n; ++i) task(ctx, i, 0);
         return;
     }
@@ -179,13 +202,13 @@ ImageSplit splitImages(int images, int threads) {
     ImageSplit split;
     split.opByOp = std::max(images, 0);
     if (images < 2 || threads < 2) return split;
-    // A partial round of whole forwards takes as long as a full one; op by op, its images share
-    // every thread, at a loss to barriers that grows with the threads (measured on 16 cores:
-    // 38% of linear at 16 threads, 81% at 4), so only a small remainder goes that way.
-    const int remainder = images % threads;
-    split.wholeForwards = 2 * remainder <= threads ? images - remainder : images;
-    split.lanes = std::min(threads, split.wholeForwards);
-    split.opByOp = images - split.wholeForwards;
+    // Every image a whole forward, on as many lanes as there are threads or images; a thread
+    // without an image of its own helps a lane that still has one, op by op inside that lane
+    // (CpuBackend::run), so a last partial round (13 images on 16 threads, or the 9 left of 25)
+    // keeps every thread busy.
+    split.wholeForwards = images;
+    split.lanes = std::min(threads, images);
+    split.opByOp = 0;
     return split;
 }
 
@@ -1012,14 +1035,14 @@ std::string CpuBackend::parallelism() const {
     const cpu::ImageSplit split = cpu::splitImages(batch_, pool_->threads());
     const std::string batch = "tile batch of " + std::to_string(batch_);
     if (lanes_.empty()) return batch + " op by op" + (note_.empty() ? "" : " (" + note_ + ")");
-    std::string text = batch + ": " + std::to_string(split.lanes) + " images in parallel, whole forwards";
-    if (split.opByOp > 0) text += ", then " + std::to_string(split.opByOp) + " op by op";
-    return text;
+    return batch + ": " + std::to_string(split.lanes) +
+           " images in parallel, whole forwards; a thread without an image helps another's";
 }
 
 std::size_t CpuBackend::preparedFloats() const {
     std::size_t n = batched_.floats() + pool_->scratchFloats();
     for (const Lane& lane : lanes_) n += lane.space.floats() + lane.pool->scratchFloats();
+    for (const std::vector<float>& s : helperScratch_) n += s.size();
     return n;
 }
 
@@ -1199,23 +1222,25 @@ CpuBackend::Workspace CpuBackend::planWorkspace(int batch) const {
     return space;
 }
 
-// Whole forwards take a lane per thread that runs them (cpu::splitImages of the prepared batch:
-// no call of fewer images needs more), each with its activations for one image; op by op then
-// only runs the small remainders (at most half the threads' worth of images). Where that needs
-// more memory than op by op for the whole batch and more than the budget, every call runs op
-// by op.
+// Whole forwards take a lane per thread or image (cpu::splitImages of the prepared batch: no
+// call of fewer images needs more), each with its activations for one image and a one-thread
+// pool; the threads beyond the lanes hold only a worker's scratch, to help the lanes. Op by op
+// then runs only calls of one image. Where the lanes need more memory than op by op
+// for the whole batch and more than the budget, every call runs op by op.
 void CpuBackend::planParallelism() {
     lanes_.clear();
+    helperScratch_.clear();
     batched_ = {};  // released first, so the memory available counts them free
     const int threads = pool_->threads();
     const int lanes = wholeForwards_ && !profiling_ ? cpu::splitImages(batch_, threads).lanes : 0;
-    Workspace batched = planWorkspace(lanes > 0 ? std::min(batch_, threads / 2) : batch_);
+    Workspace batched = planWorkspace(lanes > 0 ? 1 : batch_);  // with lanes: a call of one image
     Workspace lane = planWorkspace(1);
     note_.clear();
     if (lanes > 0) {
         Workspace all = planWorkspace(batch_);
         const auto bytes = [](std::size_t floats) { return static_cast<std::uint64_t>(floats) * sizeof(float); };
-        const std::uint64_t need = bytes(batched.floats() + lanes * (lane.floats() + workerFloats_));
+        const std::uint64_t need =
+            bytes(batched.floats() + lanes * lane.floats() + std::size_t(threads) * workerFloats_);
         std::optional<std::uint64_t> budget = wholeForwardMemory_;
         std::string available;
         if (!budget) {
@@ -1240,6 +1265,16 @@ void CpuBackend::planParallelism() {
         l.pool->reserveScratch(workerFloats_);
         lanes_.push_back(std::move(l));
     }
+    // Helper slot t is the thread of the lane call's task t (CpuBackend::run): a lane's own
+    // scratch once its images are done, or scratch of its own beyond the lanes.
+    std::vector<float*> slots;
+    for (Lane& l : lanes_) slots.push_back(l.pool->scratch(0));
+    if (lanes > 0)
+        for (int t = lanes; t < threads; ++t) {
+            helperScratch_.emplace_back(workerFloats_, 0.0f);
+            slots.push_back(helperScratch_.back().data());
+        }
+    for (Lane& l : lanes_) l.pool->setHelperScratch(slots);
 }
 
 void CpuBackend::prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) {
@@ -1291,15 +1326,42 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
         throw std::logic_error("CpuBackend::run: the split of " + std::to_string(batch) +
                                " images exceeds the prepared activations");
     if (split.wholeForwards > 0) {
-        // Each lane's forwards on its own one-thread pool; an exception is carried out of the task.
-        std::vector<std::exception_ptr> errors(static_cast<std::size_t>(split.lanes));
-        pool_->parallelFor(split.lanes, [&](std::int64_t lane) {
-            Lane& l = lanes_[static_cast<std::size_t>(lane)];
-            try {
-                for (auto image = static_cast<int>(lane); image < split.wholeForwards; image += split.lanes)
-                    runImages(*l.pool, l.space, inputs, image, 1, outputs);
-            } catch (...) {
-                errors[static_cast<std::size_t>(lane)] = std::current_exception();
+        // One task per thread. Task t < lanes takes the call's images one after another, each as a
+        // whole forward on lane t; then, like every task without a lane, it helps the lane with
+        // the fewest helpers that still has an image, until none has. An image's bits do not depend
+        // on its lane or its helpers. An exception is carried out of its task.
+        const int threads = pool_->threads(), lanes = split.lanes;
+        std::atomic<int> nextImage{0};
+        std::vector<std::atomic<bool>> busy(static_cast<std::size_t>(lanes));
+        std::vector<std::atomic<int>> helpers(static_cast<std::size_t>(lanes));
+        for (int l = 0; l < lanes; ++l) busy[static_cast<std::size_t>(l)].store(true);
+        std::vector<std::exception_ptr> errors(static_cast<std::size_t>(lanes));
+        pool_->parallelFor(threads, [&](std::int64_t task) {
+            const auto t = static_cast<std::size_t>(task);
+            if (t < static_cast<std::size_t>(lanes)) {
+                Lane& l = lanes_[t];
+                try {
+                    for (int image; (image = nextImage.fetch_add(1)) < split.wholeForwards;)
+                        runImages(*l.pool, l.space, inputs, image, 1, outputs);
+                } catch (...) {
+                    errors[t] = std::current_exception();
+                    nextImage.store(split.wholeForwards);  // the other lanes start no new image
+                }
+                busy[t].store(false);
+            }
+            for (;;) {
+                int target = -1;
+                for (int l = 0; l < lanes; ++l) {
+                    const auto k = static_cast<std::size_t>(l);
+                    if (busy[k].load() && (target < 0 || helpers[k].load() <
+                                                              helpers[static_cast<std::size_t>(target)].load()))
+                        target = l;
+                }
+                if (target < 0) return;
+                const auto k = static_cast<std::size_t>(target);
+                helpers[k].fetch_add(1);
+                lanes_[k].pool->helpWhile(static_cast<int>(task), busy[k]);
+                helpers[k].fetch_sub(1);
             }
         });
         for (const std::exception_ptr& error : errors)

@@ -12,10 +12,12 @@
 //
 // Two ways to spread a call's images over the threads (cpu::splitImages, the one rule): op by
 // op (every thread on each op, a barrier after each: the only way for one image), or whole
-// forwards (each thread runs the whole graph for its images on its own activations, no barrier
-// between ops: what scales past a few threads, as a forward has hundreds of small ops). An
-// image's ops are the same code on the same shapes either way (a whole forward runs them on a
-// one-thread pool), so the bits are the same.
+// forwards (a lane per thread runs the whole graph for one image at a time on its own
+// activations, no barrier between ops: what scales past a few threads, as a forward has
+// hundreds of small ops). A thread with no image left helps a lane that still has one, taking
+// tasks of that lane's ops, so the last partial round of a call (13 images on 16 threads)
+// keeps every thread at work. An image's ops are the same code on the same shapes every way (a
+// whole forward runs them on a one-thread pool, helped or not), so the bits are the same.
 #pragma once
 
 #include <algorithm>
@@ -98,8 +100,22 @@ public:
     // Each worker's own scratch of at least `floats` floats (grown here, never shrunk; call it
     // outside parallelFor, then read scratch(worker) inside a body).
     void reserveScratch(std::size_t floats);
-    float* scratch(int worker) { return scratch_[static_cast<std::size_t>(worker)].data(); }
+    float* scratch(int worker) {
+        const auto w = static_cast<std::size_t>(worker);
+        return w < scratch_.size() ? scratch_[w].data() : helperScratch_[w - scratch_.size()];
+    }
     std::size_t scratchFloats() const;  // of all workers
+
+    // Helpers: threads from outside the pool that take part in its calls for a while. Helper
+    // `slot` runs its tasks as worker threads() + slot, with the scratch helperScratch[slot]
+    // (each at least what reserveScratch asked; set while no call runs, kept by the caller).
+    void setHelperScratch(std::vector<float*> helperScratch);
+    int helperSlots() const { return static_cast<int>(helperScratch_.size()); }
+    // Takes tasks of this pool's calls as helper `slot` (no other helper in that slot at the same
+    // time) until `busy` reads false. While a helper is here, calls of a one-thread pool are
+    // shared out instead of run inline; the results are the same, as a task's result does not
+    // depend on which worker runs it.
+    void helpWhile(int slot, const std::atomic<bool>& busy);
 
 private:
     using Task = void (*)(void*, std::int64_t, int);
@@ -109,6 +125,8 @@ private:
 
     std::vector<std::thread> workers_;
     std::vector<std::vector<float>> scratch_;
+    std::vector<float*> helperScratch_;
+    std::atomic<int> helpers_{0};  // threads in helpWhile now
     std::mutex mutex_;
     std::condition_variable wake_, done_;
     bool stop_ = false;  // under mutex_
@@ -121,10 +139,10 @@ private:
 };
 
 // How a call's `images` images are spread over `threads` threads: the first wholeForwards
-// images as whole forwards on `lanes` threads (lane l runs images l, l + lanes, ...), the
-// other opByOp images op by op on every thread. Whole forwards take every full round of one
-// image per thread, and a last partial round when it keeps more than half of the threads busy;
-// a smaller remainder (and a single image, or a single thread) goes op by op.
+// images as whole forwards on `lanes` threads (each lane takes the next image not yet taken),
+// the other opByOp images op by op on every thread. Several images on several threads: all whole
+// forwards, on min(threads, images) lanes (the threads beyond help them); one image, or one
+// thread, op by op.
 struct ImageSplit {
     int wholeForwards = 0, lanes = 0, opByOp = 0;
 };
@@ -294,8 +312,8 @@ public:
     // Whether calls of several images may run whole forwards (cpu::splitImages; on by
     // default); off: always op by op. The image does not depend on it. Takes effect at once.
     void setWholeForwards(bool allowed);
-    // The host memory, in bytes, whole forwards' activations (every thread's own, and op by op's
-    // for the remainders) may take where they need more than op by op alone; nullopt (the
+    // The host memory, in bytes, whole forwards' activations (every lane's own, and the helping
+    // threads' scratch) may take where they need more than op by op alone; nullopt (the
     // default): half of what availableHostMemory() reports at prepare. Over it, calls run op by
     // op and parallelismNote() says why.
     void setWholeForwardMemory(std::optional<std::uint64_t> bytes);
@@ -385,7 +403,8 @@ private:
     std::vector<double> opMs_;  // per op, sized in prepare()
     std::vector<OpWeights> weights_;         // per op
     Workspace batched_;                      // op by op: the images a call runs that way
-    std::vector<Lane> lanes_;                // whole forwards: one per thread that runs them
+    std::vector<Lane> lanes_;                // whole forwards: one per thread or image
+    std::vector<std::vector<float>> helperScratch_;  // the threads beyond the lanes: their scratch
 };
 
 }  // namespace tessera

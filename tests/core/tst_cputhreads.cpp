@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "core/ClipTextConfig.h"
 #include "core/ClipTextGraph.h"
@@ -336,6 +337,54 @@ private slots:
                 if (seen[std::size_t(a)] && seen[std::size_t(b)]) QVERIFY(seen[std::size_t(a)] != seen[std::size_t(b)]);
     }
 
+    // Helpers of a one-thread pool take tasks of its calls as workers threads() + slot, with
+    // their slot's scratch; every index still runs once, calls of one task run inline, a
+    // helper leaves when `busy` goes false, and a slot outside the table is refused.
+    void helpersTakePartInAPoolsCalls() {
+        cpu::WorkerPool pool(1);
+        pool.reserveScratch(8);
+        std::vector<std::vector<float>> slotScratch(3, std::vector<float>(8));
+        pool.setHelperScratch({slotScratch[0].data(), slotScratch[1].data(), slotScratch[2].data()});
+        QCOMPARE(pool.helperSlots(), 3);
+        QVERIFY(pool.scratch(2) == slotScratch[1].data());
+        QVERIFY_THROWS_EXCEPTION(std::out_of_range, pool.helpWhile(3, std::atomic<bool>{true}));
+        std::atomic<bool> busy{true};
+        std::atomic<int> byHelpers{0}, badWorker{0};
+        std::vector<std::thread> helpers;
+        for (int slot = 0; slot < 3; ++slot) helpers.emplace_back([&, slot] { pool.helpWhile(slot, busy); });
+        std::int64_t total = 0;
+        for (int call = 0; call < 2000; ++call) {
+            const int n = 1 + call % 300;
+            std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+            pool.parallelFor(n, [&](std::int64_t i, int worker) {
+                hits[std::size_t(i)].fetch_add(1);
+                if (worker < 0 || worker > 3) badWorker.fetch_add(1);
+                if (worker > 0) {
+                    byHelpers.fetch_add(1);
+                    pool.scratch(worker)[0] += 1.0f;  // the slot's own scratch, no one else's
+                    if (pool.scratch(worker) != slotScratch[std::size_t(worker - 1)].data()) badWorker.fetch_add(1);
+                }
+                // Work enough for the helpers to find some of it.
+                volatile float sink = 0;
+                for (int k = 0; k < 2000; ++k) sink = sink + float(k);
+            });
+            for (const auto& h : hits) QCOMPARE(h.load(), 1);
+            total += n;
+        }
+        busy.store(false);
+        for (std::thread& t : helpers) t.join();
+        QCOMPARE(badWorker.load(), 0);
+        QVERIFY2(byHelpers.load() > 0, "no helper took a task");
+        float helped = 0;
+        for (const auto& s : slotScratch) helped += s[0];
+        QCOMPARE(int(helped), byHelpers.load());
+        QVERIFY(total > byHelpers.load());
+        // No helper left: calls run inline on the caller again.
+        std::atomic<int> off{0};
+        pool.parallelFor(50, [&](std::int64_t, int worker) { off.fetch_add(worker); });
+        QCOMPARE(off.load(), 0);
+    }
+
     // The blocks cover C, are at least 64 wide (or all of it), and the default model's GEMMs
     // give a batch of 4 tiles dozens of tasks at its large levels.
     void gemmBlocksCoverAndFeedTheCores() {
@@ -502,9 +551,9 @@ private slots:
         for (std::size_t o = 0; o < y.size(); ++o) QCOMPARE(y1[o], imageOf(y[o], batch, 1));
     }
 
-    // The one rule that spreads a call's images over the threads: full rounds of one image per
-    // thread as whole forwards, a last partial round too when it keeps more than half of the
-    // threads busy, else op by op; one image or one thread always op by op.
+    // The one rule that spreads a call's images over the threads: several images on several
+    // threads all run whole forwards, on a lane per thread or image (threads without an image
+    // help the lanes); one image or one thread op by op.
     void splitImagesFollowsTheRule_data() {
         QTest::addColumn<int>("images");
         QTest::addColumn<int>("threads");
@@ -513,17 +562,14 @@ private slots:
         QTest::addColumn<int>("opByOp");
         QTest::newRow("one image on 16 threads") << 1 << 16 << 0 << 0 << 1;
         QTest::newRow("13 images on 1 thread") << 13 << 1 << 0 << 0 << 13;
-        QTest::newRow("13 on 16: one partial round") << 13 << 16 << 13 << 13 << 0;
-        QTest::newRow("12 on 16") << 12 << 16 << 12 << 12 << 0;
-        QTest::newRow("8 on 16: half the threads, op by op") << 8 << 16 << 0 << 0 << 8;
-        QTest::newRow("9 on 16") << 9 << 16 << 9 << 9 << 0;
-        QTest::newRow("13 on 2: 6 rounds, 1 op by op") << 13 << 2 << 12 << 2 << 1;
-        QTest::newRow("12 on 2") << 12 << 2 << 12 << 2 << 0;
-        QTest::newRow("13 on 5: 3 rounds") << 13 << 5 << 13 << 5 << 0;
-        QTest::newRow("12 on 5: 2 rounds, 2 op by op") << 12 << 5 << 10 << 5 << 2;
-        QTest::newRow("3 on 3") << 3 << 3 << 3 << 3 << 0;
-        QTest::newRow("2 on 4") << 2 << 4 << 0 << 0 << 2;
+        QTest::newRow("13 on 16: 13 lanes, 3 threads help") << 13 << 16 << 13 << 13 << 0;
+        QTest::newRow("25 on 16") << 25 << 16 << 25 << 16 << 0;
+        QTest::newRow("8 on 16") << 8 << 16 << 8 << 8 << 0;
+        QTest::newRow("13 on 2") << 13 << 2 << 13 << 2 << 0;
+        QTest::newRow("12 on 5") << 12 << 5 << 12 << 5 << 0;
+        QTest::newRow("2 on 4") << 2 << 4 << 2 << 2 << 0;
         QTest::newRow("no images") << 0 << 4 << 0 << 0 << 0;
+        QTest::newRow("negative") << -3 << 4 << 0 << 0 << 0;
     }
     void splitImagesFollowsTheRule() {
         QFETCH(int, images);
@@ -538,8 +584,9 @@ private slots:
     }
 
     // Whole forwards make the same bits as op by op: every family, a backend prepared for 13
-    // images on 1, 2, 3 and 5 threads, calls of 13, 3 and 1 images (whole forwards, op by op and
-    // both in one call), against op by op on one thread; then the same backend op by op.
+    // images on 1, 2, 3, 5 and 16 threads, calls of 13, 3 and 1 images (whole forwards with a
+    // partial last round, helped lanes, op by op), against op by op on one thread; then the same
+    // backend op by op.
     void wholeForwardsAreBitIdenticalToOpByOp_data() {
         QTest::addColumn<QString>("family");
         QTest::addColumn<int>("tileH");
@@ -558,10 +605,10 @@ private slots:
         const int batch = 13;
         const auto inputs = randomInputs(graph, batch, tileH, tileW, 11);
         const auto reference = runGraph(graph, weights, 1, batch, tileH, tileW, inputs, false);
-        for (int threads : {1, 2, 3, 5}) {
+        for (int threads : {1, 2, 3, 5, 16}) {
             CpuBackend backend(threads);
             backend.prepareGraph(graph, weights, batch, tileH, tileW);
-            QCOMPARE(backend.wholeForwardLanes(), threads == 1 ? 0 : threads);
+            QCOMPARE(backend.wholeForwardLanes(), threads == 1 ? 0 : std::min(threads, batch));
             for (int count : {13, 3, 1}) {
                 const auto y = runPrepared(backend, graph, count, tileH, tileW, firstImages(inputs, batch, count));
                 QVERIFY2(y == firstImages(reference, batch, count),
@@ -598,7 +645,9 @@ private slots:
         QCOMPARE(backend.wholeForwardLanes(), 3);
         QVERIFY(backend.parallelismNote().empty());
         QVERIFY2(backend.info().device.find(" threads, OpenBLAS ") != std::string::npos, backend.info().device.c_str());
-        QCOMPARE(backend.parallelism(), std::string("tile batch of 3: 3 images in parallel, whole forwards"));
+        QCOMPARE(backend.parallelism(),
+                 std::string("tile batch of 3: 3 images in parallel, whole forwards; a thread without an image "
+                             "helps another's"));
         QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
         backend.setProfiling(true);  // per-op times: op by op
         QCOMPARE(backend.wholeForwardLanes(), 0);
@@ -618,8 +667,8 @@ private slots:
         two.prepareGraph(graph, weights, 13, h, w);
         QCOMPARE(two.wholeForwardLanes(), 2);
         QVERIFY(two.parallelismNote().empty());
-        QCOMPARE(two.parallelism(),
-                 std::string("tile batch of 13: 2 images in parallel, whole forwards, then 1 op by op"));
+        QCOMPARE(two.parallelism(), std::string("tile batch of 13: 2 images in parallel, whole forwards; a thread "
+                                                "without an image helps another's"));
         QVERIFY(runPrepared(two, graph, 13, h, w, inputs13) == runGraph(graph, weights, 1, 13, h, w, inputs13, false));
     }
 
@@ -655,7 +704,7 @@ private slots:
 
     // A tiled run (tile batches that do not divide the tiles, both fusion rules, the seam
     // statistics of the last step) makes the same image on 1, 2, 3 and 5 threads (op by op,
-    // whole forwards, both), and records the threads that computed and how a batch ran; with
+    // whole forwards, helped lanes), and records the threads that computed and how a batch ran; with
     // whole forwards refused for memory, the same image, and the record says why.
     void tiledRunsAreBitIdenticalForAnyThreadCount_data() {
         QTest::addColumn<int>("fusion");
@@ -684,7 +733,7 @@ private slots:
         const std::map<int, std::string> howBatchesRan{
             {1, ": tile batch of 4 op by op"},
             {2, ": tile batch of 4: 2 images in parallel, whole forwards"},
-            {3, ": tile batch of 4: 3 images in parallel, whole forwards, then 1 op by op"},
+            {3, ": tile batch of 4: 3 images in parallel, whole forwards; a thread without an image helps"},
             {5, ": tile batch of 4: 4 images in parallel, whole forwards"},
             {-3, ": tile batch of 4 op by op (whole forwards on 3 threads would need "}};
         for (int threads : {1, 2, 3, 5, -3}) {  // -3: 3 threads, no memory for whole forwards
