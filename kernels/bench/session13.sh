@@ -12,6 +12,8 @@
 #   job     the whole SD 1.5 2048x2048 job (tile 512, overlap 64, CFG 7, 20 steps DPM++ 2M Karras, fp16):
 #           tessera-cli bench --job (a warm-up job, 3 timed, tile batch 8), then the same job written with diffusers +
 #           torch.compile + CUDA graph (kernels/bench/torch_sd_tiled.py --compile, tile batch 4)
+#   jobbatch (call 4) the same job at other tile batches, both sides: Tessera 8, 13 and 25 (the 25 tiles in 4, 2 and 1
+#           UNet calls per step), then PyTorch at 8, 13 and 4 (TORCH_BATCHES), as many as the call's time allows
 set -u
 export OUT="${OUT:-/tmp/session13}"
 # shellcheck source=kernels/bench/gpu_call.sh
@@ -76,6 +78,16 @@ for what in "$@"; do
     cat "$out/job_bench_sd15.csv"
     stepmem torch_job_compile 330 "${torchpy[@]}" kernels/bench/torch_sd_tiled.py --shape sd15 --size 2048 --tile 512 \
       --overlap 64 --steps 20 --cfg 7 --batch 4 --compile
+    rm -f "$out/tuning.json"
+    ;;
+  jobbatch)
+    stepmem job_bench_batches "${JOB_S:-200}" tessera-cli bench --shape sd15 --job --batch 8,13,25 --repeats 3 \
+      --tuning-cache "$out/tuning.json" --csv "$out/job_bench_batches.csv"
+    cat "$out/job_bench_batches.csv"
+    for b in ${TORCH_BATCHES:-8 13 4}; do
+      stepmem "torch_job_compile_b$b" 200 "${torchpy[@]}" kernels/bench/torch_sd_tiled.py --shape sd15 --size 2048 \
+        --tile 512 --overlap 64 --steps 20 --cfg 7 --batch "$b" --compile
+    done
     rm -f "$out/tuning.json"
     ;;
   esac
