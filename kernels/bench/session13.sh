@@ -12,6 +12,8 @@
 #   job     the whole SD 1.5 2048x2048 job (tile 512, overlap 64, CFG 7, 20 steps DPM++ 2M Karras, fp16):
 #           tessera-cli bench --job (a warm-up job, 3 timed, tile batch 8), then the same job written with diffusers +
 #           torch.compile + CUDA graph (kernels/bench/torch_sd_tiled.py --compile, tile batch 4)
+#   cpu2    (call 5, meant for the H100 machine, whose CPU session 12 measured) cpu_scaling.sh at 2 and 16 threads in
+#           turn, 3 times each; then the CLI before this session's change and the new one at 16 threads, in turn twice
 #   jobbatch (call 4) the same job at other tile batches, both sides: Tessera 8, 13 and 25 (the 25 tiles in 4, 2 and 1
 #           UNet calls per step), then PyTorch at 8, 13 and 4 (TORCH_BATCHES), as many as the call's time allows
 set -u
@@ -50,6 +52,21 @@ for what in "$@"; do
         echo "== round $r new 16 batch 25"; quick tessera-cli 16 --batch 25; } >> "$out/cpu_before_after.log" 2>&1
     done
     cat "$out/cpu_before_after.log"
+    ;;
+  cpu2)
+    lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|L2|L3|Hypervisor)" | tee "$out/lscpu.txt"
+    mkdir -p /tmp/oldcli
+    tar xJf .carry/gpu/old.txz -C /tmp/oldcli
+    tessera_cli_dir=$(dirname "$(command -v tessera-cli)")
+    mkdir -p /tmp/cpubuild/app && ln -sf "$tessera_cli_dir/tessera-cli" /tmp/cpubuild/app/tessera-cli
+    step cpu_scaling2 "${CPU_S:-200}" env THREADS="2 16" REPEATS=3 ORDER=interleave \
+      bash kernels/bench/cpu_scaling.sh /tmp/cpubuild
+    cat "$out/cpu_scaling2.log"
+    for r in 1 2; do
+      { echo "== round $r old 16"; quick /tmp/oldcli/tessera-cli 16
+        echo "== round $r new 16"; quick tessera-cli 16; } >> "$out/cpu_before_after2.log" 2>&1
+    done
+    cat "$out/cpu_before_after2.log"
     ;;
   ddpm)
     step ddpm_cifar_b32 120 tessera-cli bench --shape cifar --size 1024 --tile 64 --overlap 16 --steps 20 --repeats 3 \
