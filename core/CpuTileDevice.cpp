@@ -206,6 +206,15 @@ cpu::WorkerPool& CpuTileDevice::pool() {
     return *ownPool_;
 }
 
+std::string tileBatchHint(int batchSize, int tiles, int threads) {
+    if (threads < 4 || tiles <= batchSize || 2 * batchSize >= threads) return {};
+    const int better = std::min(threads, tiles);
+    const std::string one = batchSize == 1 ? "1 tile" : std::to_string(batchSize) + " tiles";
+    return "threads: a tile batch of " + std::to_string(batchSize) + " gives the " + std::to_string(threads) +
+           " threads " + one + " at a time to share layer by layer; a tile batch of " + std::to_string(better) +
+           " would give each thread a tile of its own (the same image, usually faster, with more host memory)";
+}
+
 DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& record) {
     setThreads(request.config.threads);
     const BackendInfo info = backend_ ? backend_->info() : BackendInfo{"cpu", "host tile function"};
@@ -227,6 +236,9 @@ DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& recor
         record.environment.device = backend_->info().device;
         if (cpuBackend_ && !cpuBackend_->parallelismNote().empty())
             record.messages.push_back("threads: tile batches ran op by op: " + cpuBackend_->parallelismNote());
+        else if (cpuBackend_)
+            if (std::string hint = tileBatchHint(request.batchSize, request.tiles, pool().threads()); !hint.empty())
+                record.messages.push_back(std::move(hint));
         contextCond_.clear();
         contextUncond_.clear();
         for (int i = 0; model.conditioned() && i < request.batchSize; ++i) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/Backend.h"
@@ -23,6 +24,12 @@ class WorkerPool;
 // out = f(in, timesteps) for `count` tiles: in is float32 NCHW [count, inChannels, tileH, tileW],
 // out [count, outChannels, outTileH, outTileW] (the pass's output tile size), timesteps `count` floats.
 using HostTileFunction = std::function<void(const float* in, const float* timesteps, int count, float* out, Branch)>;
+
+// The record's hint where a CPU run's tile batch leaves most of its threads sharing a few tiles
+// layer by layer (op by op, or many helpers per tile): `tiles` tiles in batches of batchSize on
+// `threads` threads. "" where the batch keeps at least half the threads on tiles of their own,
+// for fewer than 4 threads, or where one call takes every tile.
+std::string tileBatchHint(int batchSize, int tiles, int threads);
 
 class CpuTileDevice final : public TileDevice {
 public:

@@ -128,6 +128,7 @@ struct DevicePrepare {
     const RunConfig& config;              // precision, lanes, graphs
     int batchSize = 1, tileH = 0, tileW = 0, batches = 1;
     bool guided = false;
+    int tiles = 0;                        // of the plan (the last batch may hold fewer than batchSize)
 };
 
 struct DevicePlan {

@@ -654,7 +654,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
         record.messages.push_back("preserve_color: ignored without an init image");
     const DevicePlan devicePlan = device.prepare(
         DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches,
-                      guidance.has_value()},
+                      guidance.has_value(), plan.count()},
         record);
     recordWhatRan(record, devicePlan);
 

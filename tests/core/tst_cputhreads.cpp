@@ -16,6 +16,7 @@
 #include "core/ClipTextConfig.h"
 #include "core/ClipTextGraph.h"
 #include "core/CpuBackend.h"
+#include "core/CpuTileDevice.h"
 #include "core/ModelGraph.h"
 #include "core/RunConfig.h"
 #include "core/TiledSampler.h"
@@ -765,6 +766,55 @@ private slots:
     }
 
     // threads: 0 (all cores) to kMaxThreads; anything else is refused naming the field.
+    // A CPU run whose tile batch leaves most threads sharing a few tiles layer by layer says so,
+    // with the batch that would give each thread a tile (at most the tiles there are); none where
+    // half the threads or more have tiles of their own, below 4 threads, or when one call takes
+    // every tile. A tiled run carries it in its record.
+    void tileBatchHintNamesABetterBatch() {
+        QCOMPARE(tileBatchHint(1, 25, 16),
+                 std::string("threads: a tile batch of 1 gives the 16 threads 1 tile at a time to share layer by "
+                             "layer; a tile batch of 16 would give each thread a tile of its own (the same image, "
+                             "usually faster, with more host memory)"));
+        QCOMPARE(tileBatchHint(4, 9, 16).rfind("threads: a tile batch of 4 gives the 16 threads 4 tiles at a time", 0),
+                 std::size_t(0));
+        QVERIFY(tileBatchHint(4, 9, 16).find("a tile batch of 9 would give") != std::string::npos);
+        QCOMPARE(tileBatchHint(8, 25, 16), std::string());   // half the threads have a tile
+        QVERIFY(!tileBatchHint(7, 25, 16).empty());
+        QCOMPARE(tileBatchHint(13, 25, 16), std::string());
+        QCOMPARE(tileBatchHint(1, 25, 3), std::string());    // fewer than 4 threads
+        QCOMPARE(tileBatchHint(1, 1, 16), std::string());    // one call takes every tile
+        QCOMPARE(tileBatchHint(4, 4, 16), std::string());
+
+        ModelConfig c = modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
+          "block_out_channels": [16, 32], "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
+          "up_block_types": ["AttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1, "norm_num_groups": 8})"));
+        auto model = std::make_shared<const UNetModel>(UNetModel::random(c, 3));
+        RunConfig cfg;
+        cfg.width = 80;
+        cfg.height = 56;
+        cfg.tile = 32;
+        cfg.overlapPx = 8;  // 9 tiles
+        cfg.steps = 1;
+        cfg.backend = BackendKind::CPU;
+        cfg.threads = 4;
+        for (int batch : {1, 2, 4}) {
+            cfg.tileBatch = batch;
+            TiledSampler sampler(std::make_unique<CpuBackend>());
+            sampler.setModel(model);
+            NullObserver observer;
+            const RunResult r = sampler.run(cfg, observer);
+            QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
+            const auto& m = r.record.messages;
+            const bool hinted = std::any_of(m.begin(), m.end(), [](const std::string& s) {
+                return s.rfind("threads: a tile batch of 1 gives the 4 threads 1 tile at a time", 0) == 0 &&
+                       s.find("a tile batch of 4 would give each thread a tile of its own") != std::string::npos;
+            });
+            QCOMPARE(hinted, batch == 1);
+            QCOMPARE(std::count_if(m.begin(), m.end(), [](const std::string& s) { return s.rfind("threads: a tile", 0) == 0; }),
+                     std::ptrdiff_t(batch == 1 ? 1 : 0));
+        }
+    }
+
     void threadsSettingIsValidated() {
         RunConfig c;
         QCOMPARE(c.threads, 0);
