@@ -118,6 +118,24 @@ std::vector<std::vector<float>> firstImages(const std::vector<std::vector<float>
     return out;
 }
 
+// A two-level pixel UNet with attention, random weights: the tiled runs' model.
+std::shared_ptr<const UNetModel> smallPixelUNet() {
+    const ModelConfig c = modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
+      "block_out_channels": [16, 32], "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
+      "up_block_types": ["AttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1, "norm_num_groups": 8})"));
+    return std::make_shared<const UNetModel>(UNetModel::random(c, 3));
+}
+
+// An 80x56 canvas in 32 px tiles with 8 px overlap: 9 tiles.
+RunConfig nineTileRun() {
+    RunConfig cfg;
+    cfg.width = 80;
+    cfg.height = 56;
+    cfg.tile = 32;
+    cfg.overlapPx = 8;
+    return cfg;
+}
+
 // The graph of one of the model families the CPU backend runs, at a small size.
 ModelGraph familyGraph(const QString& family);
 
@@ -714,16 +732,9 @@ private slots:
     }
     void tiledRunsAreBitIdenticalForAnyThreadCount() {
         QFETCH(int, fusion);
-        ModelConfig c = modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
-          "block_out_channels": [16, 32], "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
-          "up_block_types": ["AttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1, "norm_num_groups": 8})"));
-        auto model = std::make_shared<const UNetModel>(UNetModel::random(c, 3));
-        RunConfig cfg;
-        cfg.width = 80;
-        cfg.height = 56;
-        cfg.tile = 32;
-        cfg.overlapPx = 8;
-        cfg.tileBatch = 4;  // 9 tiles: batches of 4, 4, 1
+        const auto model = smallPixelUNet();
+        RunConfig cfg = nineTileRun();
+        cfg.tileBatch = 4;  // batches of 4, 4, 1
         cfg.steps = 3;
         cfg.seed = 5;
         cfg.fusion = FusionRule(fusion);
@@ -785,15 +796,8 @@ private slots:
         QCOMPARE(tileBatchHint(1, 1, 16), std::string());    // one call takes every tile
         QCOMPARE(tileBatchHint(4, 4, 16), std::string());
 
-        ModelConfig c = modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
-          "block_out_channels": [16, 32], "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
-          "up_block_types": ["AttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1, "norm_num_groups": 8})"));
-        auto model = std::make_shared<const UNetModel>(UNetModel::random(c, 3));
-        RunConfig cfg;
-        cfg.width = 80;
-        cfg.height = 56;
-        cfg.tile = 32;
-        cfg.overlapPx = 8;  // 9 tiles
+        const auto model = smallPixelUNet();
+        RunConfig cfg = nineTileRun();
         cfg.steps = 1;
         cfg.backend = BackendKind::CPU;
         cfg.threads = 4;
@@ -810,8 +814,9 @@ private slots:
                        s.find("a tile batch of 4 would give each thread a tile of its own") != std::string::npos;
             });
             QCOMPARE(hinted, batch == 1);
-            QCOMPARE(std::count_if(m.begin(), m.end(), [](const std::string& s) { return s.rfind("threads: a tile", 0) == 0; }),
-                     std::ptrdiff_t(batch == 1 ? 1 : 0));
+            const auto hints = std::count_if(m.begin(), m.end(),
+                                             [](const std::string& s) { return s.rfind("threads: a tile", 0) == 0; });
+            QCOMPARE(hints, std::ptrdiff_t(batch == 1 ? 1 : 0));
         }
     }
 
