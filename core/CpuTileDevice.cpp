@@ -234,11 +234,13 @@ DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& recor
         }
         // Prepared: the CPU backend's device line now says how a tile batch runs over the threads.
         record.environment.device = backend_->info().device;
-        if (cpuBackend_ && !cpuBackend_->parallelismNote().empty())
-            record.messages.push_back("threads: tile batches ran op by op: " + cpuBackend_->parallelismNote());
-        else if (cpuBackend_)
-            if (std::string hint = tileBatchHint(request.batchSize, request.tiles, pool().threads()); !hint.empty())
+        if (cpuBackend_) {
+            std::string hint = tileBatchHint(request.batchSize, request.tiles, pool().threads());
+            if (!cpuBackend_->parallelismNote().empty())
+                record.messages.push_back("threads: tile batches ran op by op: " + cpuBackend_->parallelismNote());
+            else if (!hint.empty())
                 record.messages.push_back(std::move(hint));
+        }
         contextCond_.clear();
         contextUncond_.clear();
         for (int i = 0; model.conditioned() && i < request.batchSize; ++i) {
