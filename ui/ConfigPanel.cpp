@@ -23,6 +23,7 @@
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QStyle>
+#include <QThread>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -646,6 +647,11 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     computeNote_->setWordWrap(true);
     computeNote_->hide();
     form->addRow(QString(), computeNote_);
+    threads_ = makeSpin(0, 4096);
+    threads_->setObjectName(QStringLiteral("threadsSpin"));
+    threads_->setSpecialValueText(tr("all cores"));
+    form->addRow(tr("Threads"), threads_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("threads"), threads_));
 
     connect(model_, &QLineEdit::textChanged, this, &ConfigPanel::onEdited);
     connect(browse, &QToolButton::clicked, this, &ConfigPanel::chooseModelFolder);
@@ -653,6 +659,7 @@ QGroupBox* ConfigPanel::buildModelGroup() {
     connect(pick, &QToolButton::clicked, this, &ConfigPanel::openModelPicker);
     connect(precision_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
     connect(backend_, &QComboBox::currentIndexChanged, this, &ConfigPanel::onEdited);
+    connect(threads_, &QSpinBox::valueChanged, this, &ConfigPanel::onEdited);
     return group;
 }
 
@@ -822,6 +829,7 @@ RunConfig ConfigPanel::config() const {
     c.graphWarmup = graphWarmup_->value();
     c.graphCacheSize = graphCache_->value();
     c.lanes = lanes_->value();
+    c.threads = threads_->value();
     return c;
 }
 
@@ -867,6 +875,7 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     graphWarmup_->setValue(config.graphWarmup);
     graphCache_->setValue(config.graphCacheSize);
     lanes_->setValue(config.lanes);
+    threads_->setValue(config.threads);
     applying_ = false;
     onEdited();
 }
@@ -914,17 +923,28 @@ QString ConfigPanel::computeNote() const {
     if (asked == BackendKind::CUDA && devices_ && !cudaUsable)
         note = tr("CUDA cannot be used on this machine: %1. The run will use the CPU reference engine.")
                    .arg(QString::fromStdString(devices_->cudaReason));
-    const bool onCpu = asked == BackendKind::CPU || (devices_ && !cudaUsable);
+    const bool onCpu = runsOnCpu();
     if (onCpu && parsePrecision(selectedName(precision_)) != Precision::FP32)
         note += (note.isEmpty() ? QString() : QStringLiteral(" ")) +
                 tr("The CPU engine computes in FP32; %1 applies to CUDA runs.").arg(precision_->currentText());
     return note;
 }
 
+bool ConfigPanel::runsOnCpu() const {
+    return parseBackend(selectedName(backend_)) == BackendKind::CPU || (devices_ && !devices_->cudaAvailable);
+}
+
 void ConfigPanel::updateComputeNote() {
     const QString note = computeNote();
     computeNote_->setText(note);
     computeNote_->setVisible(!note.isEmpty());
+    // Threads are the CPU engine's: editable where the run goes there, kept (not cleared) otherwise.
+    const bool onCpu = runsOnCpu();
+    threads_->setEnabled(onCpu);
+    const QString what = tr("Threads the CPU engine computes on (all cores: %1 here). The image is the same bits "
+                            "for any count; fewer leave cores free for other work.")
+                             .arg(QThread::idealThreadCount());
+    threads_->setToolTip(onCpu ? what : what + QLatin1Char(' ') + tr("This run goes to the CUDA engine."));
 }
 
 QString ConfigPanel::graphsUnavailableReason() const {

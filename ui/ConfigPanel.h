@@ -164,6 +164,8 @@ private:
     void updateCostPreview(const RunConfig& config);
     void updateGraphsAvailability();
     void updateComputeNote();
+    // Whether a run would go to the CPU engine: asked for, or CUDA found unusable.
+    bool runsOnCpu() const;
     void updatePromptAvailability();
     // Asks the inspector for the token counts of the prompts shown (SD models only).
     void requestTokenCounts();
@@ -247,6 +249,7 @@ private:
     QComboBox* graphMode_ = nullptr;
     QSpinBox* graphWarmup_ = nullptr;
     QSpinBox* lanes_ = nullptr;
+    QSpinBox* threads_ = nullptr;   // the CPU engine's threads (0: all cores)
     QSpinBox* graphCache_ = nullptr;
     QLabel* graphsReason_ = nullptr;
     QLabel* computeNote_ = nullptr;

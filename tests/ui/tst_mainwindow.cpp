@@ -218,6 +218,50 @@ private slots:
         lanes->setValue(3);
         QVERIFY(panel->isValid());
         QCOMPARE(panel->config().lanes, 3);
+
+        // Threads: 0 reads "all cores"; more than 1024 is refused, naming the range.
+        auto* threads = child<QSpinBox>(panel, "threadsSpin");
+        QCOMPARE(threads->value(), 0);
+        QCOMPARE(threads->text(), QStringLiteral("all cores"));
+        threads->setValue(2000);
+        QVERIFY(!panel->isValid());
+        QVERIFY2(panel->problemFor("threads").contains("must be 0 to 1024"), qPrintable(panel->problemFor("threads")));
+        QVERIFY(child<QLabel>(panel, "threadsError")->isVisibleTo(panel));
+        threads->setValue(6);
+        QVERIFY(panel->isValid());
+        QCOMPARE(panel->config().threads, 6);
+    }
+
+    // The CPU engine's threads: editable where a run goes to the CPU engine (asked for, or CUDA
+    // unusable), disabled but kept where it goes to CUDA; a preset's count shows and round-trips.
+    void threadsFollowWhereTheRunGoes() {
+        ConfigPanel panel;
+        auto* threads = child<QSpinBox>(&panel, "threadsSpin");
+        RunConfig c = tinyConfig();
+        c.backend = BackendKind::Auto;
+        c.threads = 5;
+        panel.setConfig(c);
+        QCOMPARE(threads->value(), 5);
+        DeviceReport gpu;
+        gpu.cudaBuilt = gpu.cudaAvailable = true;
+        panel.setDeviceReport(gpu);
+        QVERIFY(!threads->isEnabled());
+        QVERIFY2(threads->toolTip().endsWith("This run goes to the CUDA engine."), qPrintable(threads->toolTip()));
+        QCOMPARE(panel.config().threads, 5);
+        c.backend = BackendKind::CPU;
+        panel.setConfig(c);
+        QVERIFY(threads->isEnabled());
+        QVERIFY2(threads->toolTip().startsWith("Threads the CPU engine computes on (all cores: "),
+                 qPrintable(threads->toolTip()));
+        DeviceReport none;
+        none.cudaBuilt = true;
+        none.cudaReason = "no CUDA device";
+        panel.setDeviceReport(none);
+        c.backend = BackendKind::CUDA;  // asked for, but CUDA cannot run: the CPU engine's threads apply
+        panel.setConfig(c);
+        QVERIFY(threads->isEnabled());
+        threads->setValue(2);
+        QCOMPARE(panel.config().threads, 2);
     }
 
     void missingModelFolderIsMarked() {
