@@ -247,7 +247,8 @@ std::string benchUsage() {
            "  --width PX, --height PX\n"
            "  --tile PX              tile edge (default 64)\n"
            "  --overlap PX           tile overlap in pixels (default 16)\n"
-           "  --batch LIST           tiles per UNet call, e.g. 1,8,32 (default 1,8,32)\n"
+           "  --batch LIST           tiles per UNet call, e.g. 1,8,32 (default 1,8,32); with --job also\n"
+           "                         auto (the run's default: all the tiles over the fewest calls of at most 32)\n"
            "  --precision LIST       fp16, bf16, fp32 (default fp16; the CPU always computes fp32)\n"
            "  --graphs LIST          off, tile, step (default off)\n"
            "  --lanes LIST           CUDA: tile batches in flight at once, 0 = auto, 1..8 (default 0)\n"
@@ -403,7 +404,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.overlap = parsePositive("overlap", value, 0);
         } else if (name == "batch") {
             o.batches.clear();
-            for (const auto& item : splitList("batch", value)) o.batches.push_back(parsePositive("batch", item));
+            for (const auto& item : splitList("batch", value))
+                o.batches.push_back(item == "auto" ? 0 : parsePositive("batch", item));
         } else if (name == "precision") {
             o.precisions.clear();
             for (const auto& item : splitList("precision", value)) o.precisions.push_back(parsePrecision(item));
@@ -462,6 +464,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
                                       : "give --shape or --model, not both");
     if (o.profile) applyProfileOptions(o);
     if (o.job) applyJobOptions(o);
+    if (!o.job && std::find(o.batches.begin(), o.batches.end(), 0) != o.batches.end())
+        fail("batch", "--batch auto is for --job (the other rows time UNet calls of a given batch)");
     if (isSdBenchShape(o.shape))
         applySdOptions(o);
     else if (o.given.count("cfg"))
@@ -739,6 +743,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
         sample.push_back(steps / 1000.0);
         decode.push_back(messageMs(result.record, "vae decode: ", ", ") / 1000.0);
         row.peakMiB = std::max(row.peakMiB, result.record.peakDeviceMiB);
+        if (config.tileBatch <= 0) row.batch = result.record.config.tileBatch;   // what auto chose
         last = std::move(result.record);
     }
     row.totalS = median(row.totals);
@@ -748,7 +753,8 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     row.decodeS = median(decode);
     if (!last.graphs.mode.empty() && last.graphs.mode != row.graphs) row.graphs += ">" + last.graphs.mode;
     for (const std::string& m : last.messages)
-        if (m.rfind("vae decode: ", 0) == 0) row.note += (row.note.empty() ? "" : "; ") + m;
+        if (m.rfind("vae decode: ", 0) == 0 || m.rfind("batch: auto", 0) == 0)
+            row.note += (row.note.empty() ? "" : "; ") + m;
     err << " " << fixed(row.totalS, 3) << " s per job (text " << fixed(row.textS, 3) << " s, sampling "
         << fixed(row.sampleS, 3) << " s, decode "
         << fixed(row.decodeS, 3) << " s)\n";
@@ -793,7 +799,8 @@ int runSdJobs(const BenchOptions& o, std::ostream& out, std::ostream& err) {
                 row.precision = std::string(toString(p));
                 row.graphs = std::string(toString(mode));
                 row.repeats = o.repeats;
-                err << "bench: job " << row.precision << ", graphs " << row.graphs << ", batch " << batch << " ..."
+                err << "bench: job " << row.precision << ", graphs " << row.graphs << ", batch "
+                    << (batch > 0 ? std::to_string(batch) : std::string("auto")) << " ..."
                     << std::flush;
                 try {
                     runSdJobRow(row, o, model, c, err);

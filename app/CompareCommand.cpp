@@ -547,7 +547,7 @@ void printReport(const CompareOptions& options, const std::vector<std::string>& 
         const RunConfig& c = side.config;
         return r.environment.backend + " (" + r.environment.device + "), " + r.modelName + ", " + std::to_string(c.width) +
                "x" + std::to_string(c.height) + ", " + std::to_string(r.tileCount) + " tiles of " +
-               std::to_string(r.tileW) + "x" + std::to_string(r.tileH) + ", batch " + std::to_string(c.tileBatch) + ", " +
+               std::to_string(r.tileW) + "x" + std::to_string(r.tileH) + ", batch " + (c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto")) + ", " +
                std::to_string(r.stepsRun) + " " + std::string(toString(c.scheduler)) + " steps, " +
                std::string(toString(c.precision)) + ", graphs " + std::string(toString(c.graphs)) + ", seed " +
                std::to_string(c.seed);

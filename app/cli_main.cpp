@@ -121,8 +121,10 @@ int cmdPlan(const CliOptions& options) {
               << "overlap      " << config.overlapPixels() << " px\n"
               << "tiles        " << tiles << "\n"
               << "redundancy   " << fixed(plan.redundancy(), 3) << " (tile area / image area)\n"
-              << "batch        " << config.tileBatch << " tiles per UNet call, "
-              << (tiles + config.tileBatch - 1) / config.tileBatch << " calls per step\n"
+              << "batch        " << resolveTileBatch(config.tileBatch, tiles) << " tiles per UNet call"
+              << (config.tileBatch <= 0 ? " (auto)" : "") << ", "
+              << (tiles + resolveTileBatch(config.tileBatch, tiles) - 1) / resolveTileBatch(config.tileBatch, tiles)
+              << " calls per step\n"
               << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun
               << " total (" << stepsRun << " steps)\n";
     if (sd) {

@@ -101,7 +101,7 @@ RunShape runShape(const RunConfig& config) {
     if (config.window == BlendWindowKind::None) s.windowMaps = std::min(s.cols, 4) * std::min(s.rows, 4);
     s.tileH = std::min(config.tile, config.height);
     s.tileW = std::min(config.tile, config.width);
-    s.batch = std::max(1, std::min(config.tileBatch, s.tiles));
+    s.batch = resolveTileBatch(config.tileBatch, s.tiles);
     s.batchesPerStep = (s.tiles + s.batch - 1) / s.batch;
     s.stepsRun = config.initImage.empty() ? config.steps : static_cast<int>(config.steps * config.strength);
     return s;
@@ -311,7 +311,8 @@ std::string advice(const std::string& field, const RunConfig& config, const Mode
                    std::to_string(scaled(config.height, *percent)) + " fits)";
     }
     if (field == "batch") {
-        const auto batch = largestFitting(1, config.tileBatch - 1, [&](int b) { return fitsWith([&](RunConfig& c) { c.tileBatch = b; }); });
+        const int now = resolveTileBatch(config.tileBatch, runShape(config).tiles);
+        const auto batch = largestFitting(1, now - 1, [&](int b) { return fitsWith([&](RunConfig& c) { c.tileBatch = b; }); });
         if (batch) return "lower batch (at most " + std::to_string(*batch) + " fits)";
     }
     if (field == "steps") {

@@ -155,7 +155,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Overlap", std::to_string(c.overlapPixels()));
     add("Window", std::string(toString(c.window)));
     add("Fusion", std::string(toString(c.fusion)));
-    add("Batch", std::to_string(c.tileBatch));
+    add("Batch", c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto"));   // a record's: what ran
     add("Graphs", std::string(toString(c.graphs)));
     add("Precision", std::string(toString(c.precision)));
     add("Backend", std::string(toString(c.backend)));
@@ -510,7 +510,13 @@ const std::array<KeyRule, 21> kKeyRules{{
     }},
     {"Window", "window", [](std::string_view v, RunConfig& c) { return readName(v, c.window, parseBlendWindow); }},
     {"Fusion", "fusion", [](std::string_view v, RunConfig& c) { return readName(v, c.fusion, parseFusionRule); }},
-    {"Batch", "batch", [](std::string_view v, RunConfig& c) { return readInt(v, c.tileBatch); }},
+    {"Batch", "batch", [](std::string_view v, RunConfig& c) {
+        if (trimAscii(v) == "auto") {
+            c.tileBatch = 0;
+            return std::string();
+        }
+        return readInt(v, c.tileBatch);
+    }},
     {"Graphs", "graphs", [](std::string_view v, RunConfig& c) { return readName(v, c.graphs, parseGraphMode); }},
     {"Precision", "precision", [](std::string_view v, RunConfig& c) { return readName(v, c.precision, parsePrecision); }},
     {"Backend", "backend", [](std::string_view v, RunConfig& c) { return readName(v, c.backend, parseBackend); }},

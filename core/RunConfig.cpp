@@ -237,6 +237,18 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
 
 // ---------------------------------------------------------------------------
 
+int autoTileBatch(int tiles, int most) {
+    if (tiles < 1) return 1;
+    most = std::max(1, most);
+    const int calls = (tiles + most - 1) / most;
+    return (tiles + calls - 1) / calls;
+}
+
+int resolveTileBatch(int tileBatch, int tiles) {
+    if (tileBatch <= 0) return autoTileBatch(tiles);
+    return std::max(1, std::min(tileBatch, tiles));
+}
+
 std::string_view toString(SchedulerKind v) { return nameOf(kSchedulerNames, v); }
 std::string_view toString(BetaSchedule v) { return nameOf(kBetaScheduleNames, v); }
 std::string_view toString(TimestepSpacing v) { return nameOf(kSpacingNames, v); }

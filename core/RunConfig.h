@@ -95,6 +95,16 @@ struct SchedulerOptions {
 inline constexpr int kMaxLanes = 8;
 // Most CPU threads a run may ask for (RunConfig::threads): beyond any machine Tessera runs on.
 inline constexpr int kMaxThreads = 1024;
+// The auto tile batch (RunConfig::tileBatch 0) puts at most this many tiles in one UNet call.
+inline constexpr int kAutoTileBatchMost = 32;
+
+// The auto tile batch: the tiles spread evenly over the fewest UNet calls of at most `most`
+// tiles (25 tiles: one call of 25; 441: 14 calls of at most 32). A larger call keeps the GPU's
+// (and the CPU engine's threads') work in fewer, fuller launches; the cap bounds activations.
+int autoTileBatch(int tiles, int most = kAutoTileBatchMost);
+// The tiles per UNet call of a run over `tiles` tiles: the asked-for batch (at most all the
+// tiles), or autoTileBatch where it is 0.
+int resolveTileBatch(int tileBatch, int tiles);
 
 struct RunConfig {
     int width = 256;
@@ -109,7 +119,7 @@ struct RunConfig {
     std::optional<double> overlapFraction;  // 0 <= f < 1, of the tile; wins over overlapPx when set
     BlendWindowKind window = BlendWindowKind::Hann;
     FusionRule fusion = FusionRule::Sample;
-    int tileBatch = 1;             // tiles evaluated per UNet call
+    int tileBatch = 0;             // tiles evaluated per UNet call (0 = auto: resolveTileBatch)
     GraphMode graphs = GraphMode::Off;
     int graphWarmup = 2;
     int graphCacheSize = 16;

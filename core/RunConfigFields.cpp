@@ -273,6 +273,17 @@ RunConfigField intRow(const Names& n, int RunConfig::*m, std::optional<IntLimit>
     return f;
 }
 
+// A count whose 0 means "auto": the word itself is read too, on the command line and in JSON.
+RunConfigField autoIntRow(const Names& n, int RunConfig::*m, IntLimit range) {
+    RunConfigField f = intRow(n, m, range);
+    const std::string key(n.name);
+    f.read = [m, key](RunConfig& c, const Json& v) {
+        c.*m = v.is_string() && v.get_ref<const std::string&>() == "auto" ? 0 : readInt(v, key);
+    };
+    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = t == "auto" ? 0 : parseIntText(key, t); };
+    return f;
+}
+
 RunConfigField realRow(const Names& n, double RunConfig::*m) {
     RunConfigField f = row(n);
     const std::string key(n.name);
@@ -389,8 +400,11 @@ void addTilingFields(std::vector<RunConfigField>& f) {
                                        "sample (MultiDiffusion) or noise (Mixture of Diffusers) (default {default})",
                                        "Fusion", "noise"},
                                       &C::fusion, parseFusionRule));
-    f.push_back(intRow({"batch", "batch", "N", "tiles per UNet call (default {default})", "Tile batch", "4"},
-                       &C::tileBatch, limit(1, kMaxTileBatch, "the tile batch")));
+    f.push_back(autoIntRow({"batch", "batch", "N",
+                            "tiles per UNet call (0 or auto: every tile spread evenly over the fewest\n"
+                            "calls of at most 32, fewer where the GPU's memory is short; default auto)",
+                            "Tile batch", "4"},
+                           &C::tileBatch, limit(0, kMaxTileBatch, "the tile batch (0 = auto)")));
     f.push_back(choiceRow<GraphMode>({"graphs", "graphs", "MODE", "CUDA graphs: off, tile or step (default {default})",
                                       "Mode", "step"},
                                      &C::graphs, parseGraphMode));
@@ -399,7 +413,7 @@ void addTilingFields(std::vector<RunConfigField>& f) {
                        &C::graphWarmup, limit(0, kMaxGraphWarmup, "the graph warm-up count")));
     f.push_back(intRow({"graph_cache", "graph-cache", "N", "graphs kept per run (default {default})", "", "8"},
                        &C::graphCacheSize, limit(1, kMaxGraphCache, "the graph cache size")));
-    f.push_back(intRow({"lanes", "lanes", "N",
+    f.push_back(autoIntRow({"lanes", "lanes", "N",
                         "CUDA: tile batches in flight at once, each on its own stream with its\n"
                         "own activations (0 = auto, 1..8; default {default})",
                         "Lanes", "2"},

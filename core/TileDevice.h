@@ -129,11 +129,14 @@ struct DevicePrepare {
     int batchSize = 1, tileH = 0, tileW = 0, batches = 1;
     bool guided = false;
     int tiles = 0;                        // of the plan (the last batch may hold fewer than batchSize)
+    bool batchAuto = false;               // batchSize is the auto tile batch: the device may lower it to fit
+    int pixelScale = 1;                   // image pixels per tile pixel (8 for SD latents): for messages
 };
 
 struct DevicePlan {
     int lanes = 1;                        // tile batches in flight at once (batch j on lane j % lanes)
     Precision precision = Precision::FP32;   // what the UNet computes in
+    int batchSize = 0;                    // tiles per call where the device lowered an auto batch; 0: as asked
 };
 
 // What a device knows after a step has finished.

@@ -126,6 +126,17 @@ void describeRun(RunRecord& record, const RunConfig& config, const SchedulerOpti
     record.timesteps = timesteps;
 }
 
+// What the auto tile batch chose, for the record.
+std::string autoBatchNote(int batchSize, int tiles) {
+    const int calls = (tiles + batchSize - 1) / batchSize;
+    std::string note = "batch: auto, " + std::to_string(batchSize) + (batchSize == 1 ? " tile" : " tiles") +
+                       " per UNet call (" + std::to_string(tiles) + (tiles == 1 ? " tile" : " tiles");
+    note += calls == 1 ? " in one call" : " in " + std::to_string(calls) + " calls";
+    if (batchSize < autoTileBatch(tiles)) note += "; fewer than the " + std::to_string(autoTileBatch(tiles)) +
+                                                  " asked for, to fit the device";
+    return note + ")";
+}
+
 // Tile batches of `batchSize` in id order, on lanes round robin, bounded in `outPlan`'s pixels.
 std::vector<TileBatch> tileBatches(const TilePlan& outPlan, int batchSize, int lanes) {
     std::vector<TileBatch> batches;
@@ -642,8 +653,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
 
     const TilePlan plan = TilePlan::fromConfig(canvas);
     const BlendWeights weights(plan, config.window, plan.overlap());
-    const int batchSize = std::min(config.tileBatch, plan.count());
-    const int batches = (plan.count() + batchSize - 1) / batchSize;
+    const bool batchAuto = config.tileBatch <= 0;
+    int batchSize = resolveTileBatch(config.tileBatch, plan.count());
     std::optional<Guidance> guidance;
     if (job.denoiser.conditioned() && config.cfgScale != 1.0) guidance = Guidance{static_cast<float>(config.cfgScale)};
 
@@ -653,9 +664,13 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     if (config.preserveColor && !imageToImage)
         record.messages.push_back("preserve_color: ignored without an init image");
     const DevicePlan devicePlan = device.prepare(
-        DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(), batches,
-                      guidance.has_value(), plan.count()},
+        DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(),
+                      (plan.count() + batchSize - 1) / batchSize, guidance.has_value(), plan.count(), batchAuto,
+                      job.pixelScale},
         record);
+    if (devicePlan.batchSize > 0) batchSize = devicePlan.batchSize;   // auto, lowered to fit the device
+    record.config.tileBatch = batchSize;   // the record and the PNG's parameters say what ran
+    if (batchAuto) record.messages.push_back(autoBatchNote(batchSize, plan.count()));
     recordWhatRan(record, devicePlan);
 
     TiledPass pass;

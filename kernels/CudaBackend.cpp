@@ -2,6 +2,7 @@
 // (CudaBackendImpl.h, whose functions live in one file per responsibility).
 #include "kernels/CudaBackend.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,10 @@ void CudaBackend::setGraphs(bool enabled) {
 }
 GraphStats CudaBackend::graphStats() const { return impl_->graphStats; }
 void CudaBackend::setTuningCache(TuningCache* cache) { impl_->tuning.setCache(cache); }
+void CudaBackend::setTileTerms(int imagesPerTile, int pixelScale) {
+    impl_->imagesPerTile = std::max(1, imagesPerTile);
+    impl_->pixelScale = std::max(1, pixelScale);
+}
 TuningInfo CudaBackend::tuningInfo() const { return impl_->tuning.info(impl_->settings.values); }
 std::vector<std::string> CudaBackend::tuningWarnings() const { return impl_->tuning.warnings(); }
 std::vector<CudaBackend::OpTime> CudaBackend::profileOps(int batch, int repeats, bool inGraph) {

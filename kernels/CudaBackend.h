@@ -159,6 +159,10 @@ public:
     // timed ones are stored in it; the caller saves it (TuningCache::save). nullptr (the
     // default): every prepare times, as without a cache. Not owned; it must outlive prepare.
     void setTuningCache(TuningCache* cache);
+    // How the user counts what prepare is given: UNet images per tile (2 under classifier-free
+    // guidance) and image pixels per tile pixel (8 for SD latents). An out-of-memory plan then
+    // names the tile batch and tile size as the user set them.
+    void setTileTerms(int imagesPerTile, int pixelScale);
     // The last prepare's hits, misses (timed choices), refused cached choices, the digest of
     // every choice the plan uses, and the numerics-changing settings (cachePath left empty).
     TuningInfo tuningInfo() const;

@@ -117,6 +117,7 @@ struct CudaBackend::Impl {
     ModelGraph graph;                       // the graph being run
     const TensorMap* weightMap = nullptr;   // during prepare only
     int maxBatch = 0, tileH = 0, tileW = 0;
+    int imagesPerTile = 1, pixelScale = 1;   // setTileTerms: how an out-of-memory message counts
     int inPad = 0, outPad = 0;
     WeightBlob blob;
     std::vector<PlanBuffer> buffers;

@@ -71,8 +71,13 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
     const std::size_t weights = blob.size();
     const std::size_t base = weights + activationBytes + kCublasWorkspace;
     int largest = 0;
-    if (base > freeBytes) throw CudaOutOfMemory(oomMessage(base, freeBytes, weights + kCublasWorkspace, &largest),
-                                                mib(base), mib(freeBytes), largest);
+    // The message first, then the exception: oomMessage sets `largest`, and the order in which a
+    // call's arguments are evaluated is unspecified (GCC read `largest` as 0 before the message
+    // set it, so an auto tile batch never learned what fits).
+    if (base > freeBytes) {
+        const std::string message = oomMessage(base, freeBytes, weights + kCublasWorkspace, &largest);
+        throw CudaOutOfMemory(message, mib(base), mib(freeBytes), largest);
+    }
     // The convolutions' workspace also serves cuDNN's fused attention (chosen while lowering).
     convWorkspace = alignUp(std::max(chooseOnScratchArena(freeBytes, base), sdpaWorkspace));
     const std::size_t total = placeArena(laneCount);
@@ -157,17 +162,18 @@ std::size_t CudaBackend::Impl::placeArena(int laneCount) {
     std::size_t freeBytes = 0, totalBytes = 0;
     int largest = 0;
     TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
-    if (total > freeBytes)
-        throw CudaOutOfMemory(oomMessage(total, freeBytes, fixed, &largest, laneCount), mib(total), mib(freeBytes),
-                              largest);
+    if (total > freeBytes) {
+        const std::string message = oomMessage(total, freeBytes, fixed, &largest, laneCount);
+        throw CudaOutOfMemory(message, mib(total), mib(freeBytes), largest);
+    }
     const NvtxRange nvtxPlace("arena + weights upload");
     try {
         arena = DeviceBuffer(total);
     } catch (const CudaError& e) {
         if (!e.outOfMemory()) throw;
         (void)cudaGetLastError();
-        throw CudaOutOfMemory(oomMessage(total, freeBytes, fixed, &largest, laneCount), mib(total), mib(freeBytes),
-                              largest);
+        const std::string message = oomMessage(total, freeBytes, fixed, &largest, laneCount);
+        throw CudaOutOfMemory(message, mib(total), mib(freeBytes), largest);
     }
     weightsBase = arena.as<char>();
     lanes = laneCount;
@@ -220,16 +226,26 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
 
 std::string CudaBackend::Impl::oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes,
                                           int* largest, int laneCount) const {
-    const double perSample = static_cast<double>(activationBytes) * laneCount / std::max(1, maxBatch);
+    // In tiles (imagesPerTile UNet images each): what the user's tile batch counts.
+    const int per = std::max(1, imagesPerTile);
+    const int tiles = std::max(1, maxBatch / per);
+    const double perTile = static_cast<double>(activationBytes) * laneCount / std::max(1, maxBatch) * per;
     const double room = static_cast<double>(freeBytes) - static_cast<double>(fixedBytes);
-    int fit = room > perSample ? static_cast<int>(room / perSample) : 0;
-    fit = std::min(fit, maxBatch - 1);
+    int fit = room > perTile ? static_cast<int>(room / perTile) : 0;
+    fit = std::min(fit, tiles - 1);
     *largest = std::max(0, fit);
     std::ostringstream s;
     s.setf(std::ios::fixed);
     s.precision(0);
-    s << "not enough GPU memory for tile batch " << maxBatch << " of " << tileW << "x" << tileH << " ("
-      << dtypeName(dtype) << "): needs " << mib(needed) << " MiB, " << mib(freeBytes) << " MiB free on "
+    s << "not enough GPU memory for tile batch " << tiles << " of " << tileW * pixelScale << "x" << tileH * pixelScale;
+    if (pixelScale > 1 || per > 1) {
+        s << " (";
+        if (pixelScale > 1) s << tileW << "x" << tileH << " latents";
+        if (pixelScale > 1 && per > 1) s << ", ";
+        if (per > 1) s << maxBatch << " UNet images with guidance";
+        s << ")";
+    }
+    s << " (" << dtypeName(dtype) << "): needs " << mib(needed) << " MiB, " << mib(freeBytes) << " MiB free on "
       << props.name << "; ";
     if (*largest > 0)
         s << "the largest tile batch that fits is about " << *largest;

@@ -129,12 +129,19 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     fallbackReason_.clear();
 
     // Lanes: tile batches in flight at once, each with its own copy of the activations.
+    int batch = request.batchSize, batches = request.batches;
+    const int imagesPerTile = request.guided ? 2 : 1;
+    const Shape autoKey{request.modelGeneration, request.model.graph.get(), config.precision, batch, request.tileH,
+                        request.tileW, 0, request.guided};
+    if (request.batchAuto && autoFit_ && autoFit_->first == autoKey) {
+        batch = autoFit_->second;
+        batches = (request.tiles + batch - 1) / batch;
+    }
     const bool lanesAuto = config.lanes == 0;
-    int lanes = lanesAuto ? autoLanes(static_cast<long long>(request.batchSize) * request.tileH * request.tileW)
-                          : config.lanes;
-    lanes = std::max(1, std::min(lanes, request.batches));
+    int lanes = lanesAuto ? autoLanes(static_cast<long long>(batch) * request.tileH * request.tileW) : config.lanes;
+    lanes = std::max(1, std::min(lanes, batches));
     const Denoiser& model = request.model;
-    Shape shape{request.modelGeneration, model.graph.get(), config.precision, request.batchSize, request.tileH,
+    Shape shape{request.modelGeneration, model.graph.get(), config.precision, batch, request.tileH,
                 request.tileW, lanes, request.guided};
     // A plan with more lanes serves fewer (same algorithms, so the bits of a 1-lane run do
     // not depend on the lanes of the run before it); only more lanes re-plan.
@@ -146,19 +153,32 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         openRange(2, "prepare");
         tuning_ = std::make_unique<TuningCache>(TuningCache::resolvePath(config.tuningCache));
         backend.setTuningCache(tuning_.get());
+        backend.setTileTerms(imagesPerTile, request.pixelScale);
         for (;;) {
             try {
-                backend.prepareGraph(*model.graph, *model.weights, request.guided ? 2 * request.batchSize
-                                                                                   : request.batchSize,
-                                     request.tileH, request.tileW, lanes);
+                backend.prepareGraph(*model.graph, *model.weights, imagesPerTile * batch, request.tileH,
+                                     request.tileW, lanes);
                 break;
             } catch (const CudaOutOfMemory& e) {
                 // Auto halves the lanes until the plan fits; asked-for lanes are the user's.
-                if (!lanesAuto || lanes == 1) throw;
-                record.messages.push_back("lanes: " + std::to_string(lanes) + " lanes do not fit (" + e.what() +
-                                          "); trying " + std::to_string(lanes / 2));
-                lanes /= 2;
-                shape.lanes = lanes;
+                if (lanesAuto && lanes > 1) {
+                    record.messages.push_back("lanes: " + std::to_string(lanes) + " lanes do not fit (" + e.what() +
+                                              "); trying " + std::to_string(lanes / 2));
+                    lanes /= 2;
+                    shape.lanes = lanes;
+                    continue;
+                }
+                // An auto tile batch comes down to what fits (the tiles again spread evenly);
+                // an asked-for one is the user's.
+                const int fits = std::min(e.largestBatch(), batch - 1);
+                if (!request.batchAuto || fits < 1) throw;
+                const int lowered = autoTileBatch(request.tiles, fits);
+                record.messages.push_back("batch: " + std::to_string(batch) + " tiles per call do not fit (" +
+                                          e.what() + "); trying " + std::to_string(lowered));
+                batch = lowered;
+                batches = (request.tiles + batch - 1) / batch;
+                shape.batch = batch;
+                autoFit_.emplace(autoKey, batch);
             }
         }
         backend.setTuningCache(nullptr);
@@ -171,13 +191,13 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         ++planEpoch_;
     }
     guided_ = request.guided;
-    uploadContext(model, request.batchSize);
+    uploadContext(model, batch);
     // The choices of the plan in use (this prepare's, or the one it reuses).
     record.tuning = backend.tuningInfo();
     record.tuning.cachePath = tuning_ ? tuning_->path() : std::string();
     while (lanes > 1 && static_cast<int>(laneStreams_.size()) < lanes) laneStreams_.push_back(makeStream(false));
     if (!lanesGo_) lanesGo_ = makeEvent(false);
-    while (forwardDone_.size() < static_cast<std::size_t>(request.batches)) {
+    while (forwardDone_.size() < static_cast<std::size_t>(batches)) {
         forwardDone_.push_back(makeEvent(false));
         scatterDone_.push_back(makeEvent(false));
     }
@@ -186,9 +206,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     graphs_.setCapacity(config.graphCacheSize, backend.stream());
     std::ostringstream family;
     family << "model " << request.modelGeneration << " plan " << planEpoch_ << " " << toString(config.precision)
-           << " tile " << request.tileW << "x" << request.tileH << " batch " << request.batchSize << " lanes " << lanes;
+           << " tile " << request.tileW << "x" << request.tileH << " batch " << batch << " lanes " << lanes;
     planFamily_ = family.str();
-    return DevicePlan{lanes, config.precision};
+    return DevicePlan{lanes, config.precision, batch == request.batchSize ? 0 : batch};
 }
 
 void CudaTileDevice::ensureArena(const ArenaPlan& plan) {
@@ -709,12 +729,26 @@ std::optional<VaeMemoryBudget> CudaTileDevice::vaeMemoryBudget(const RunConfig& 
     TESSERA_CHECK(cudaSetDevice(device_));
     std::size_t freeBytes = 0, totalBytes = 0;
     TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    std::string released;
+    if (freeBytes < kVaeReserveBytes + kVaeTightBytes && backend_) {
+        const std::size_t before = freeBytes;
+        graphs_.clear(backend_->stream());   // they bake in the plan's memory
+        TESSERA_CHECK(cudaStreamSynchronize(backend_->stream()));
+        prepared_.reset();
+        preparedGraph_.reset();
+        backend_.reset();
+        ++planEpoch_;
+        TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+        released = ", after giving back the sampler's plan (" +
+                   formatBytes(freeBytes > before ? freeBytes - before : 0) + "; the next run prepares it again)";
+    }
     VaeMemoryBudget budget;
     budget.bytes = freeBytes > kVaeReserveBytes ? freeBytes - kVaeReserveBytes : 0;
     budget.bytesPerValue = config.precision == Precision::FP32 ? 4 : 2;
     budget.sharedWithHost = false;
     budget.maxTensorElements = (std::int64_t{1} << 31) - 1;
-    budget.source = "device free memory " + formatBytes(freeBytes) + " less a " + formatBytes(kVaeReserveBytes) + " reserve";
+    budget.source = "device free memory " + formatBytes(freeBytes) + " less a " + formatBytes(kVaeReserveBytes) +
+                    " reserve" + released;
     if (vaeLimit_ && *vaeLimit_ < budget.bytes) {
         budget.bytes = *vaeLimit_;
         budget.source += ", limited to " + formatBytes(*vaeLimit_);

@@ -98,7 +98,10 @@ public:
     // A CudaBackend of its own at the run's precision (the VAE), on this device.
     Backend& wholeGraphBackend(const RunConfig& config) override;
     // Free device memory (cudaMemGetInfo) less kVaeReserveBytes, at 2 bytes a value (4 in fp32),
-    // tensors limited to cuDNN's 2^31 - 1 elements; capped by setVaeMemoryLimit.
+    // tensors limited to cuDNN's 2^31 - 1 elements; capped by setVaeMemoryLimit. Where less than
+    // kVaeReserveBytes + kVaeTightBytes is free and the sampler's plan is held, that plan (the
+    // UNet's weights, activations and graphs) is given back first: the decode of an image that
+    // sampled must not fail for memory the sampler no longer uses; the next run prepares again.
     std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config) override;
     // The stream wholeGraphBackend's work is ordered on (timing events); nullptr before the first call.
     cudaStream_t wholeGraphStream() const;
@@ -107,6 +110,7 @@ public:
     // What vaeMemoryBudget keeps back from the free memory: the VAE's weights (fp16 SD: 160 MiB),
     // cuDNN's and cuBLAS' workspaces and the allocator's slack.
     static constexpr std::uint64_t kVaeReserveBytes = 3ull << 29;   // 1.5 GiB
+    static constexpr std::uint64_t kVaeTightBytes = 2ull << 30;     // 2 GiB
 
 private:
     // Rows of one forward for a batch of `count` tiles: doubled when guided (conditional rows,
@@ -168,6 +172,9 @@ private:
     std::unique_ptr<TunedBackend> whole_;
     std::optional<std::uint64_t> vaeLimit_;
     std::optional<Shape> prepared_;
+    // The last auto tile batch lowered to fit: the shape it was asked for (lanes 0) and what
+    // fitted, so that the next run of that shape starts there instead of failing again.
+    std::optional<std::pair<Shape, int>> autoFit_;
     std::uint64_t planEpoch_ = 0;   // counts backend (re)plans: graphs bake in the plan's memory
     RunArena arena_;
     std::vector<CudaEvent> batchEvents_;   // two per batch: start (lane stream), end (after the scatter)

@@ -8,7 +8,7 @@ packages=(
   qt6-base-dev qt6-base-dev-tools libqcustomplot-dev
   libspdlog-dev nlohmann-json3-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev nettle-dev
   xvfb xauth fonts-dejavu-core
-  patchelf appstream desktop-file-utils
+  patchelf appstream desktop-file-utils xz-utils
   clang libclang-rt-14-dev
 )
 missing=()

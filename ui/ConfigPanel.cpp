@@ -703,7 +703,12 @@ QGroupBox* ConfigPanel::buildTilingGroup() {
     form->addRow(tr("Fusion"), fusion_);
     tileBatch_ = makeSpin(0, 4096);
     tileBatch_->setObjectName(QStringLiteral("tileBatchSpin"));
-    tileBatch_->setToolTip(tr("Tiles evaluated per UNet call"));
+    tileBatch_->setSpecialValueText(tr("auto"));
+    tileBatch_->setToolTip(tr("Tiles evaluated per UNet call (0 = auto: every tile spread evenly over the fewest "
+                              "calls of at most %1, fewer where the GPU's memory is short; the run's record "
+                              "says what it chose). Larger calls are faster; smaller ones show the image "
+                              "forming tile by tile.")
+                               .arg(kAutoTileBatchMost));
     form->addRow(tr("Tile batch"), tileBatch_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("batch"), tileBatch_));
 
@@ -1164,7 +1169,7 @@ void ConfigPanel::updateCostPreview(const RunConfig& c) {
     if (planOk) {
         try {
             const TilePlan plan = TilePlan::fromConfig(c);
-            const int batch = std::max(1, std::min(c.tileBatch, plan.count()));
+            const int batch = resolveTileBatch(c.tileBatch, plan.count());
             costTiles_->setText(tr("%1 (%2 × %3) of %4×%5 px")
                                     .arg(plan.count())
                                     .arg(plan.cols())

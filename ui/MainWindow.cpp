@@ -718,13 +718,14 @@ void MainWindow::showReadyProgress() {
     try {
         const RunConfig config = panel_->config();
         const TilePlan plan = TilePlan::fromConfig(config);
-        const int batch = std::max(1, config.tileBatch);
+        const int batch = resolveTileBatch(config.tileBatch, plan.count());
         const int batches = (plan.count() + batch - 1) / batch;
-        progressText_->setText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4)")
+        progressText_->setText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4%5)")
                                    .arg(config.steps)
                                    .arg(batches)
                                    .arg(plan.count())
-                                   .arg(batch));
+                                   .arg(batch)
+                                   .arg(config.tileBatch <= 0 ? tr(", auto") : QString()));
     } catch (const std::exception&) {
         progressText_->setText(tr("not ready: fix the marked settings"));
     }

@@ -25,7 +25,7 @@ cat > "$work/sd.json" <<EOF
 {"label": "sd1 test pipeline", "model": "$models/sd15-test-pipeline",
  "prompt": "a lighthouse on a cliff, (stormy sea:1.2), [fog], dramatic light BREAK (oil painting",
  "negative_prompt": "blurry, (lowres:1.3)", "cfg": 6, "clip_skip": 1, "width": 256, "height": 192, "tile": 128,
- "overlap": 32, "steps": 6, "seed": 7, "scheduler": "euler_a", "window": "hann", "batch": 2, "precision": "fp32",
+ "overlap": 32, "steps": 6, "seed": 7, "scheduler": "euler_a", "window": "hann", "batch": "auto", "precision": "fp32",
  "backend": "cpu", "preview_every": 1}
 EOF
 

@@ -193,7 +193,7 @@ private slots:
         QTest::newRow("fusion") << QStringList{"plan", "--fusion", "latent"} << "fusion:";
         QTest::newRow("sdxl size conditioning") << QStringList{"plan", "--sdxl-size-conditioning", "crop"}
                                                 << "sdxl_size_conditioning: 'crop' is not one of image or tile";
-        QTest::newRow("batch") << QStringList{"plan", "--batch", "0"} << "batch:";
+        QTest::newRow("batch") << QStringList{"plan", "--batch", "1025"} << "batch:";
         QTest::newRow("graphs") << QStringList{"plan", "--graphs", "always"} << "graphs:";
         QTest::newRow("precision") << QStringList{"plan", "--precision", "int8"} << "precision:";
         QTest::newRow("backend") << QStringList{"plan", "--backend", "metal"} << "backend:";

@@ -113,19 +113,21 @@ RunRecord engineLikeRecord(const RunConfig& config) {
     r.tileW = plan.tileW();
     r.tileH = plan.tileH();
     r.stepsRun = config.steps;
+    const int batch = resolveTileBatch(config.tileBatch, plan.count());   // a record holds the batch that ran
+    r.config.tileBatch = batch;
     const double ms = 0.30000000000000004;  // 17 significant digits, as printed
     for (int k = 0; k < config.steps; ++k) {
         r.timesteps.push_back(999.123f - k);
         r.steps.push_back({k, 999.123f - k, 12 + ms, 1 + ms, 13 + ms, "replay", false});
-        for (int b = 0; b * config.tileBatch < plan.count(); ++b) {
+        for (int b = 0; b * batch < plan.count(); ++b) {
             TileBatchTiming t{k, 999.123f - k, b, {}, 1 + ms, 2 + ms, 81234 + ms};
-            for (int id = b * config.tileBatch; id < std::min(plan.count(), (b + 1) * config.tileBatch); ++id) t.tileIds.push_back(id);
+            for (int id = b * batch; id < std::min(plan.count(), (b + 1) * batch); ++id) t.tileIds.push_back(id);
             r.batches.push_back(std::move(t));
         }
         r.memory.push_back({100000 + ms, 81234 + ms, 8123 + ms});
     }
     for (int g = 0; g < 16; ++g)
-        r.graphs.used.push_back({"tile forward x" + std::to_string(config.tileBatch) + " 64x64 fp16 lane " + std::to_string(g),
+        r.graphs.used.push_back({"tile forward x" + std::to_string(batch) + " 64x64 fp16 lane " + std::to_string(g),
                                  1234, 12 + ms, 3 + ms, ms, 1 + ms, 100000, true, false});
     r.messages = {std::string(200, 'm'), std::string(200, 'n'), std::string(200, 'o')};
     return r;

@@ -126,8 +126,8 @@ std::shared_ptr<const UNetModel> smallPixelUNet() {
     return std::make_shared<const UNetModel>(UNetModel::random(c, 3));
 }
 
-// An 80x56 canvas in 32 px tiles with 8 px overlap: 9 tiles.
-RunConfig nineTileRun() {
+// An 80x56 canvas in 32 px tiles with 8 px overlap: 3 x 2 = 6 tiles.
+RunConfig sixTileRun() {
     RunConfig cfg;
     cfg.width = 80;
     cfg.height = 56;
@@ -733,8 +733,8 @@ private slots:
     void tiledRunsAreBitIdenticalForAnyThreadCount() {
         QFETCH(int, fusion);
         const auto model = smallPixelUNet();
-        RunConfig cfg = nineTileRun();
-        cfg.tileBatch = 4;  // batches of 4, 4, 1
+        RunConfig cfg = sixTileRun();
+        cfg.tileBatch = 4;  // batches of 4 and 2
         cfg.steps = 3;
         cfg.seed = 5;
         cfg.fusion = FusionRule(fusion);
@@ -776,6 +776,44 @@ private slots:
         }
     }
 
+    // The auto tile batch (0, the default) puts the six tiles in one call, records the batch that
+    // ran (so the PNG's parameters and a re-run say 6) with a note of the choice, and draws the
+    // same image as any asked-for batch.
+    void autoTileBatchRunsEveryTileInOneCall() {
+        const auto model = smallPixelUNet();
+        RunConfig cfg = sixTileRun();
+        cfg.steps = 2;
+        cfg.seed = 11;
+        cfg.backend = BackendKind::CPU;
+        cfg.threads = 2;
+        QCOMPARE(cfg.tileBatch, 0);
+        std::vector<RunResult> results;
+        for (int batch : {0, 1, 6, 4}) {
+            cfg.tileBatch = batch;
+            TiledSampler sampler(std::make_unique<CpuBackend>());
+            sampler.setModel(model);
+            NullObserver observer;
+            results.push_back(sampler.run(cfg, observer));
+            const RunRecord& r = results.back().record;
+            QCOMPARE(std::string(toString(r.status)), std::string("finished"));
+            QCOMPARE(r.config.tileBatch, batch == 0 ? 6 : batch);
+            const auto& m = r.messages;
+            const auto notes = std::count_if(m.begin(), m.end(), [](const std::string& s) { return s.rfind("batch: auto", 0) == 0; });
+            QCOMPARE(notes, std::ptrdiff_t(batch == 0 ? 1 : 0));
+            if (batch == 0) {
+                QVERIFY(std::find(m.begin(), m.end(), "batch: auto, 6 tiles per UNet call (6 tiles in one call)") != m.end());
+                QVERIFY2(r.environment.device.find(": tile batch of 6: 2 images in parallel, whole forwards") !=
+                             std::string::npos,
+                         r.environment.device.c_str());
+                QCOMPARE(r.batches.size(), std::size_t(cfg.steps));   // one call per step
+            }
+        }
+        for (std::size_t i = 1; i < results.size(); ++i) {
+            QCOMPARE(results[i].image.data, results[0].image.data);
+            QCOMPARE(results[i].record.imageSha256, results[0].record.imageSha256);
+        }
+    }
+
     // threads: 0 (all cores) to kMaxThreads; anything else is refused naming the field.
     // A CPU run whose tile batch leaves most threads sharing a few tiles layer by layer says so,
     // with the batch that would give each thread a tile (at most the tiles there are); none where
@@ -797,7 +835,7 @@ private slots:
         QCOMPARE(tileBatchHint(4, 4, 16), std::string());
 
         const auto model = smallPixelUNet();
-        RunConfig cfg = nineTileRun();
+        RunConfig cfg = sixTileRun();
         cfg.steps = 1;
         cfg.backend = BackendKind::CPU;
         cfg.threads = 4;

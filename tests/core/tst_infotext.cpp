@@ -159,7 +159,7 @@ private slots:
         RunConfig c;
         QCOMPARE(infotext(c, infotextExtras(c)),
                  "Steps: 20, Sampler: DDIM, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: default, Tile: 64, Overlap: 16, Window: hann, "
-                 "Fusion: sample, Batch: 1, Graphs: off, Precision: fp16, Backend: auto, " + kVersion);
+                 "Fusion: sample, Batch: auto, Graphs: off, Precision: fp16, Backend: auto, " + kVersion);
         // An unconditional model writes neither prompt lines nor CFG scale nor Clip skip.
         InfotextExtras x;
         x.modelName = "ddpm-church-256";
@@ -172,7 +172,7 @@ private slots:
         c.overlapFraction = 0.25;
         QCOMPARE(infotext(c, x),
                  "Steps: 20, Sampler: Euler, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: ddpm-church-256, "
-                 "Denoising strength: 0.4, Tile: 64, Overlap: 16, Window: hann, Fusion: sample, Batch: 1, Graphs: off, "
+                 "Denoising strength: 0.4, Tile: 64, Overlap: 16, Window: hann, Fusion: sample, Batch: auto, Graphs: off, "
                  "Precision: fp16, Backend: auto, " + kVersion);
     }
 
@@ -364,6 +364,23 @@ private slots:
         QCOMPARE(n(c.scheduler), kind);
         if (kind == n(SchedulerKind::Euler) || kind == n(SchedulerKind::DPMPP2M))
             QCOMPARE(c.schedulerOptions.karrasSigmas, karras);
+    }
+
+    // Batch: a number, or "auto" (a config whose tile batch is auto; a record writes the batch that ran).
+    void batchAutoReadsAndWrites() {
+        RunConfig c;
+        c.tileBatch = 7;
+        // (A1111 takes a last line of fewer than 3 parameters for prompt text.)
+        (void)applyInfotext(parseInfotext("Steps: 20, Seed: 1, Batch: auto"), c);
+        QCOMPARE(c.tileBatch, 0);
+        (void)applyInfotext(parseInfotext("Steps: 20, Seed: 1, Batch: 25"), c);
+        QCOMPARE(c.tileBatch, 25);
+        const ImportedSettings bad = applyInfotext(parseInfotext("Steps: 20, Seed: 1, Batch: automatic"), c);
+        QCOMPARE(c.tileBatch, 25);   // unreadable: listed, not applied
+        QVERIFY(joined(messages(bad)).find("Batch: automatic") != std::string::npos);
+        RunRecord r;
+        r.config.tileBatch = 25;   // what auto chose
+        QVERIFY(infotext(r.config, infotextExtras(r)).find(", Batch: 25,") != std::string::npos);
     }
 
     void sizeKeysAndQuotedValues() {

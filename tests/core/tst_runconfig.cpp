@@ -102,6 +102,80 @@ private slots:
         }
     }
 
+    // The auto tile batch: the tiles over the fewest calls of at most 32, spread evenly.
+    void autoTileBatchSpreadsTheTilesEvenly_data() {
+        QTest::addColumn<int>("tiles");
+        QTest::addColumn<int>("most");
+        QTest::addColumn<int>("batch");
+        QTest::newRow("one tile") << 1 << 32 << 1;
+        QTest::newRow("25 tiles: one call") << 25 << 32 << 25;
+        QTest::newRow("32 tiles: one call") << 32 << 32 << 32;
+        QTest::newRow("33 tiles: 17 + 16") << 33 << 32 << 17;
+        QTest::newRow("64 tiles: two of 32") << 64 << 32 << 32;
+        QTest::newRow("65 tiles: 22 + 22 + 21") << 65 << 32 << 22;
+        QTest::newRow("441 tiles: 14 calls") << 441 << 32 << 32;
+        QTest::newRow("25 tiles, 12 fit: 9 + 8 + 8") << 25 << 12 << 9;
+        QTest::newRow("25 tiles, 1 fits") << 25 << 1 << 1;
+        QTest::newRow("no tiles") << 0 << 32 << 1;
+        QTest::newRow("most below 1 counts as 1") << 5 << 0 << 1;
+    }
+    void autoTileBatchSpreadsTheTilesEvenly() {
+        QFETCH(int, tiles);
+        QFETCH(int, most);
+        QFETCH(int, batch);
+        const int got = autoTileBatch(tiles, most);
+        QCOMPARE(got, batch);
+        if (tiles > 0) {
+            // No more calls than the cap needs, and the last call within one tile of the others.
+            const int calls = (tiles + got - 1) / got;
+            QCOMPARE(calls, (tiles + std::max(1, most) - 1) / std::max(1, most));
+            QVERIFY(tiles - (calls - 1) * got >= got - calls);
+        }
+    }
+    void resolveTileBatchKeepsAnAskedForOne() {
+        QCOMPARE(resolveTileBatch(0, 25), 25);
+        QCOMPARE(resolveTileBatch(0, 441), 32);
+        QCOMPARE(resolveTileBatch(8, 25), 8);
+        QCOMPARE(resolveTileBatch(64, 25), 25);   // at most every tile
+        QCOMPARE(resolveTileBatch(1, 25), 1);
+        QCOMPARE(RunConfig{}.tileBatch, 0);      // auto unless asked
+    }
+    // "auto" is read as 0 where a 0 means auto (batch, lanes), on the command line and in JSON;
+    // other words are refused naming the field.
+    void autoIsAWordForBatchAndLanes() {
+        RunConfig c;
+        c.tileBatch = 7;
+        c.lanes = 3;
+        const auto applyField = [](RunConfig& config, std::string_view name, const std::string& text) {
+            findRunConfigField(name)->parse(config, text);
+        };
+        applyField(c, "batch", "auto");
+        applyField(c, "lanes", "auto");
+        QCOMPARE(c.tileBatch, 0);
+        QCOMPARE(c.lanes, 0);
+        applyField(c, "batch", "12");
+        QCOMPARE(c.tileBatch, 12);
+        RunConfig j = runConfigFromJson(nlohmann::json{{"batch", "auto"}, {"lanes", "auto"}});
+        QCOMPARE(j.tileBatch, 0);
+        QCOMPARE(j.lanes, 0);
+        for (const char* bad : {"Auto", "automatic", "", "-"}) {
+            try {
+                RunConfig d;
+                findRunConfigField("batch")->parse(d, bad);
+                QFAIL(bad);
+            } catch (const ValidationError& e) {
+                QCOMPARE(e.field(), std::string("batch"));
+            }
+        }
+        try {
+            (void)runConfigFromJson(nlohmann::json{{"batch", "many"}});
+            QFAIL("a word other than auto");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("batch"));
+            QVERIFY2(contains(e.what(), "\"many\""), e.what());
+        }
+    }
+
     void defaultsAreValid() {
         QVERIFY(validateAll(RunConfig{}).empty());
         validate(RunConfig{});
@@ -127,7 +201,7 @@ private slots:
             {"overlap", "overlap: -0.25 (a fraction of the tile) is not allowed"},
             {"steps", "steps: 0 is not allowed"},
             {"steps", "steps: 1001 is not allowed"},
-            {"batch", "batch: 0 is not allowed; the tile batch must be 1 to 1024"},
+            {"batch", "batch: -1 is not allowed; the tile batch (0 = auto) must be 0 to 1024"},
             {"batch", "batch: 1025 is not allowed"},
             {"graph_warmup", "graph_warmup: -1 is not allowed; the graph warm-up count must be 0 to 100"},
             {"graph_warmup", "graph_warmup: 101 is not allowed"},
@@ -172,7 +246,7 @@ private slots:
             [](RunConfig& c) { c.overlapFraction = -0.25; },
             [](RunConfig& c) { c.steps = 0; },
             [](RunConfig& c) { c.steps = 1001; },
-            [](RunConfig& c) { c.tileBatch = 0; },
+            [](RunConfig& c) { c.tileBatch = -1; },
             [](RunConfig& c) { c.tileBatch = 1025; },
             [](RunConfig& c) { c.graphWarmup = -1; },
             [](RunConfig& c) { c.graphWarmup = 101; },
@@ -293,7 +367,7 @@ private slots:
         c.width = 0;
         c.tile = 0;
         c.steps = 0;
-        c.tileBatch = 0;
+        c.tileBatch = -1;
         c.schedulerOptions.eta = -1.0f;
         const auto all = validateAll(c);
         QStringList fields;

@@ -575,7 +575,7 @@ private slots:
         QTest::newRow("tile odd") << "tile";
         QTest::newRow("overlap >= tile") << "overlap";
         QTest::newRow("width 0") << "width";
-        QTest::newRow("batch 0") << "batch";
+        QTest::newRow("batch -1") << "batch";
         QTest::newRow("steps 0") << "steps";
     }
     void badConfigRejected() {
@@ -586,7 +586,7 @@ private slots:
         if (row == "tile odd") config.tile = 15;   // the tiny model halves once: multiples of 2
         if (row == "overlap >= tile") config.overlapPx = 16;
         if (row == "width 0") config.width = 0;
-        if (row == "batch 0") config.tileBatch = 0;
+        if (row == "batch -1") config.tileBatch = -1;   // 0 is auto
         if (row == "steps 0") config.steps = 0;
         auto sampler = makeSampler(model_);
         CountingObserver observer;

@@ -9,6 +9,7 @@
 // Skips where no CUDA device is present.
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -262,6 +263,90 @@ private slots:
                  qPrintable(QString("batch 1 and 8 differ by rel %1, more than twice fp16's own error %2").arg(r).arg(fp16Error)));
         QVERIFY2(r < 2e-2, qPrintable(QString("batch 1 and 8 differ by rel %1").arg(r)));
         QVERIFY2(db >= 45.0, qPrintable(QString("batch 1 vs 8: PSNR %1 dB").arg(db)));
+    }
+
+    // The auto tile batch (0) puts the fixture's 25 tiles in one call where they fit. Where they do
+    // not (most of the GPU's memory taken by another allocation), it comes down to what fits, the
+    // tiles again spread evenly, says so in the record, and the next run of that shape starts
+    // there; an asked-for batch that does not fit is refused naming the tile batch and what fits.
+    void autoTileBatchComesDownToWhatFits() {
+        auto model = std::make_shared<const UNetModel>(UNetModel::load(testData() + "/models/cifar_like"));
+        RunObserver quiet;
+        RunConfig cfg = fixtureRun(0);
+        cfg.width = cfg.height = 1024;   // 25 tiles of 256: activations of hundreds of MiB, far above the slack
+        cfg.tile = 256;
+        cfg.overlapPx = 32;
+        cfg.steps = 2;
+        cfg.lanes = 1;
+        double totalAt25 = 0, activationsAt25 = 0, workspaceAt25 = 0;
+        {
+            CudaEngine gpu;
+            gpu.setModel(model);
+            const RunResult all = gpu.run(cfg, quiet);
+            QCOMPARE(std::string(toString(all.record.status)), std::string("finished"));
+            QCOMPARE(all.record.config.tileBatch, 25);
+            const auto& m = all.record.messages;
+            QVERIFY(std::find(m.begin(), m.end(), "batch: auto, 25 tiles per UNet call (25 tiles in one call)") !=
+                    m.end());
+            QCOMPARE(all.record.batches.size(), std::size_t(cfg.steps));
+            totalAt25 = all.record.memoryPlan.totalMiB;   // weights, activations, workspace, canvas
+            activationsAt25 = all.record.memoryPlan.activationsMiB;
+            workspaceAt25 = all.record.memoryPlan.workspaceMiB;
+            qInfo("batch 25: plan %.1f MiB, activations %.1f MiB, workspace %.1f MiB", totalAt25, activationsAt25,
+                  workspaceAt25);
+            QVERIFY2(activationsAt25 > 400, "the test needs activations far above its slack");
+        }
+        // Leave free the plan at 25 less 60 % of its activations and all of its convolution
+        // workspace (which may shrink when memory is short), with 32 MiB for cuBLAS and 64 for
+        // the handles and events: a batch near 10 fits, 25 does not.
+        std::size_t freeBytes = 0, total = 0;
+        QCOMPARE(cudaMemGetInfo(&freeBytes, &total), cudaSuccess);
+        const double leaveMiB = totalAt25 - 0.6 * activationsAt25 - workspaceAt25 + 32 + 64;
+        const std::size_t hogBytes = freeBytes - static_cast<std::size_t>(leaveMiB * 1024 * 1024);
+        void* hog = nullptr;
+        QCOMPARE(cudaMalloc(&hog, hogBytes), cudaSuccess);
+        const auto freeHog = qScopeGuard([&] { cudaFree(hog); });
+        CudaEngine gpu;
+        gpu.setModel(model);
+        const RunResult lowered = gpu.run(cfg, quiet);
+        QCOMPARE(std::string(toString(lowered.record.status)), std::string("finished"));
+        const int batch = lowered.record.config.tileBatch;
+        qInfo("auto under pressure: batch %d", batch);
+        for (const std::string& m : lowered.record.messages) qInfo("  %s", m.c_str());
+        QVERIFY2(batch >= 1 && batch < 25, qPrintable(QString::number(batch)));
+        QCOMPARE(batch, autoTileBatch(25, batch));   // spread evenly
+        const auto& m = lowered.record.messages;
+        const auto has = [&](const std::vector<std::string>& ms, const std::string& prefix) {
+            return std::any_of(ms.begin(), ms.end(), [&](const std::string& x) { return x.rfind(prefix, 0) == 0; });
+        };
+        QVERIFY(has(m, "batch: 25 tiles per call do not fit (not enough GPU memory for tile batch 25 of 256x256"));
+        const int calls = (25 + batch - 1) / batch;
+        QVERIFY(std::find(m.begin(), m.end(),
+                          "batch: auto, " + std::to_string(batch) + " tiles per UNet call (25 tiles in " +
+                              std::to_string(calls) + " calls; fewer than the 25 asked for, to fit the device)") !=
+                m.end());
+        QCOMPARE(lowered.record.batches.size(), std::size_t(cfg.steps * calls));
+        // The next run of the shape starts at what fitted: no failed try.
+        const RunResult again = gpu.run(cfg, quiet);
+        QCOMPARE(again.record.config.tileBatch, batch);
+        QVERIFY(!has(again.record.messages, "batch: 25 tiles per call do not fit"));
+        QCOMPARE(again.record.imageSha256, lowered.record.imageSha256);
+        // Asked for, 25 is the user's: refused with what fits.
+        RunConfig asked = cfg;
+        asked.tileBatch = 25;
+        CudaEngine other;
+        other.setModel(model);
+        try {
+            const RunResult r = other.run(asked, quiet);
+            QVERIFY2(r.record.status == RunStatus::Failed, "an asked-for batch that does not fit ran");
+            QVERIFY2(r.record.error.find("not enough GPU memory for tile batch 25 of 256x256") != std::string::npos,
+                     r.record.error.c_str());
+        } catch (const std::exception& e) {
+            QVERIFY2(std::string(e.what()).find("not enough GPU memory for tile batch 25 of 256x256") != std::string::npos,
+                     e.what());
+            QVERIFY2(std::string(e.what()).find("the largest tile batch that fits is about") != std::string::npos,
+                     e.what());
+        }
     }
 
     // Issue 13, finding 10 on the GPU, in every graph mode (lanes auto: several lanes here): a NaN

@@ -180,6 +180,13 @@ private slots:
         config.tileBatch = 4;
         QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(text->text(), QStringLiteral("ready: 20 steps × 7 tile batches (25 tiles, batch 4)"));
+        // Auto (0): the 25 tiles in one call per step, and the line says it was auto.
+        config.tileBatch = 0;
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
+        QCOMPARE(text->text(), QStringLiteral("ready: 20 steps × 1 tile batches (25 tiles, batch 25, auto)"));
+        config.width = 1024;   // 21 x 5 tiles: 4 calls of at most 32, spread evenly
+        QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
+        QCOMPARE(text->text(), QStringLiteral("ready: 20 steps × 4 tile batches (105 tiles, batch 27, auto)"));
 
         child<QSpinBox>(window.configPanel(), "tileSpin")->setValue(0);
         QCOMPARE(text->text(), QStringLiteral("not ready: fix the marked settings"));

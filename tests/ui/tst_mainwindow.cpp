@@ -219,6 +219,20 @@ private slots:
         QVERIFY(panel->isValid());
         QCOMPARE(panel->config().lanes, 3);
 
+        // Tile batch: 0 (the default) reads "auto"; more than 1024 is refused, naming the range.
+        auto* tileBatch = child<QSpinBox>(panel, "tileBatchSpin");
+        tileBatch->setValue(0);
+        QCOMPARE(tileBatch->text(), QStringLiteral("auto"));
+        QVERIFY(panel->isValid());
+        QCOMPARE(panel->config().tileBatch, 0);
+        QVERIFY(tileBatch->toolTip().contains(QStringLiteral("0 = auto")));
+        tileBatch->setValue(1025);
+        QVERIFY(!panel->isValid());
+        QVERIFY2(panel->problemFor("batch").contains("must be 0 to 1024"), qPrintable(panel->problemFor("batch")));
+        tileBatch->setValue(5);
+        QVERIFY(panel->isValid());
+        QCOMPARE(panel->config().tileBatch, 5);
+
         // Threads: 0 reads "all cores"; more than 1024 is refused, naming the range.
         auto* threads = child<QSpinBox>(panel, "threadsSpin");
         QCOMPARE(threads->value(), 0);
