@@ -113,6 +113,7 @@ int cmdPlan(const CliOptions& options) {
     if (folder) model = std::make_unique<UNetModel>(UNetModel::load(config.model));
     const TilePlan plan = TilePlan::fromConfig(config);
     const int tiles = plan.count();
+    const int batch = resolveTileBatch(config.tileBatch, tiles);
     const int stepsRun = config.steps - firstStepRun(config, !config.initImage.empty());
     std::cout << "image        " << config.width << " x " << config.height << " px\n"
               << "tile grid    " << plan.cols() << " cols x " << plan.rows() << " rows\n"
@@ -121,10 +122,8 @@ int cmdPlan(const CliOptions& options) {
               << "overlap      " << config.overlapPixels() << " px\n"
               << "tiles        " << tiles << "\n"
               << "redundancy   " << fixed(plan.redundancy(), 3) << " (tile area / image area)\n"
-              << "batch        " << resolveTileBatch(config.tileBatch, tiles) << " tiles per UNet call"
-              << (config.tileBatch <= 0 ? " (auto)" : "") << ", "
-              << (tiles + resolveTileBatch(config.tileBatch, tiles) - 1) / resolveTileBatch(config.tileBatch, tiles)
-              << " calls per step\n"
+              << "batch        " << batch << " tiles per UNet call" << (config.tileBatch <= 0 ? " (auto)" : "")
+              << ", " << (tiles + batch - 1) / batch << " calls per step\n"
               << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun
               << " total (" << stepsRun << " steps)\n";
     if (sd) {
