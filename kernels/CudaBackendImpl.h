@@ -164,8 +164,10 @@ struct CudaBackend::Impl {
     std::string describePlan(std::size_t total) const;
     // The buffers' offsets in the activation region (CudaMemoryPlan.h).
     void planArena();
-    std::string oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes, int* largest,
-                           int laneCount = 1) const;
+    // The error for a plan of `needed` bytes with `freeBytes` free, `fixedBytes` of it not per
+    // tile: message, sizes and the largest tile batch that fits, built together.
+    CudaOutOfMemory outOfMemory(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes,
+                                int laneCount = 1) const;
 
     // ==== lowering of the graph (CudaLowering.cpp) ==============================================
     // One function per op kind. Lowering choices (not a second topology):

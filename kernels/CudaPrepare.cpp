@@ -70,14 +70,7 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
     TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
     const std::size_t weights = blob.size();
     const std::size_t base = weights + activationBytes + kCublasWorkspace;
-    int largest = 0;
-    // The message first, then the exception: oomMessage sets `largest`, and the order in which a
-    // call's arguments are evaluated is unspecified (GCC read `largest` as 0 before the message
-    // set it, so an auto tile batch never learned what fits).
-    if (base > freeBytes) {
-        const std::string message = oomMessage(base, freeBytes, weights + kCublasWorkspace, &largest);
-        throw CudaOutOfMemory(message, mib(base), mib(freeBytes), largest);
-    }
+    if (base > freeBytes) throw outOfMemory(base, freeBytes, weights + kCublasWorkspace);
     // The convolutions' workspace also serves cuDNN's fused attention (chosen while lowering).
     convWorkspace = alignUp(std::max(chooseOnScratchArena(freeBytes, base), sdpaWorkspace));
     const std::size_t total = placeArena(laneCount);
@@ -160,20 +153,15 @@ std::size_t CudaBackend::Impl::placeArena(int laneCount) {
     const std::size_t total = weights + static_cast<std::size_t>(laneCount) * laneBytes;
     const std::size_t fixed = weights + static_cast<std::size_t>(laneCount) * (convWorkspace + kCublasWorkspace);
     std::size_t freeBytes = 0, totalBytes = 0;
-    int largest = 0;
     TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
-    if (total > freeBytes) {
-        const std::string message = oomMessage(total, freeBytes, fixed, &largest, laneCount);
-        throw CudaOutOfMemory(message, mib(total), mib(freeBytes), largest);
-    }
+    if (total > freeBytes) throw outOfMemory(total, freeBytes, fixed, laneCount);
     const NvtxRange nvtxPlace("arena + weights upload");
     try {
         arena = DeviceBuffer(total);
     } catch (const CudaError& e) {
         if (!e.outOfMemory()) throw;
         (void)cudaGetLastError();
-        const std::string message = oomMessage(total, freeBytes, fixed, &largest, laneCount);
-        throw CudaOutOfMemory(message, mib(total), mib(freeBytes), largest);
+        throw outOfMemory(total, freeBytes, fixed, laneCount);
     }
     weightsBase = arena.as<char>();
     lanes = laneCount;
@@ -224,16 +212,18 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
     return s.str();
 }
 
-std::string CudaBackend::Impl::oomMessage(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes,
-                                          int* largest, int laneCount) const {
+// Built in one place: until 2026-11-28 the message came from a function that also set the
+// largest batch through an out-parameter read in the same throw expression, and GCC read it
+// first (argument order is unspecified), so every error said 0 tiles fit.
+CudaOutOfMemory CudaBackend::Impl::outOfMemory(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes,
+                                               int laneCount) const {
     // In tiles (imagesPerTile UNet images each): what the user's tile batch counts.
     const int per = std::max(1, imagesPerTile);
     const int tiles = std::max(1, maxBatch / per);
     const double perTile = static_cast<double>(activationBytes) * laneCount / std::max(1, maxBatch) * per;
     const double room = static_cast<double>(freeBytes) - static_cast<double>(fixedBytes);
-    int fit = room > perTile ? static_cast<int>(room / perTile) : 0;
-    fit = std::min(fit, tiles - 1);
-    *largest = std::max(0, fit);
+    const int fit = room > perTile ? static_cast<int>(room / perTile) : 0;
+    const int largest = std::max(0, std::min(fit, tiles - 1));
     std::ostringstream s;
     s.setf(std::ios::fixed);
     s.precision(0);
@@ -247,12 +237,12 @@ std::string CudaBackend::Impl::oomMessage(std::size_t needed, std::size_t freeBy
     }
     s << " (" << dtypeName(dtype) << "): needs " << mib(needed) << " MiB, " << mib(freeBytes) << " MiB free on "
       << props.name << "; ";
-    if (*largest > 0)
-        s << "the largest tile batch that fits is about " << *largest;
+    if (largest > 0)
+        s << "the largest tile batch that fits is about " << largest;
     else
         s << "not even one tile fits: use a smaller tile or fp16";
     if (laneCount > 1) s << " (with " << laneCount << " lanes, each a copy of the activations: or use fewer lanes)";
-    return s.str();
+    return CudaOutOfMemory(s.str(), mib(needed), mib(freeBytes), largest);
 }
 
 }  // namespace tessera
