@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/ClipTextGraph.h"
-#include "core/ClipTextModel.h"
-#include "core/ClipTokenizer.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/models/clip/ClipTextModel.h"
+#include "core/text/ClipTokenizer.h"
 
 using namespace tessera;
 

@@ -16,8 +16,8 @@
 #include <QVBoxLayout>
 #include <QWheelEvent>
 
-#include "app/Exporters.h"
-#include "app/RunHistory.h"
+#include "app/qt/Exporters.h"
+#include "app/qt/RunHistory.h"
 #include "ui/HeatMap.h"
 
 namespace tessera {

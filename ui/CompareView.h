@@ -10,8 +10,8 @@
 
 #include <vector>
 
-#include "core/ConfigDiff.h"
-#include "core/RunRecord.h"
+#include "core/run/ConfigDiff.h"
+#include "core/run/RunRecord.h"
 
 class QKeyEvent;
 class QLabel;
@@ -37,7 +37,7 @@ struct CompareDeltas {
     int maxPixelDiff = -1;           // 0..255 over R, G, B; -1 when the sizes differ or an image is missing
     double meanPixelDiff = -1;
     double seamMeanA = -1, seamMeanB = -1;     // tile disagreement: the mean of the seam maps
-    double seamScoreA = -1, seamScoreB = -1;   // border visibility in the image (core/SeamScore.h)
+    double seamScoreA = -1, seamScoreB = -1;   // border visibility in the image (core/sampling/SeamScore.h)
 };
 
 // The numbers in the table (pure; no widgets).

@@ -27,10 +27,10 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
-#include "core/SdModel.h"
-#include "core/Scheduler.h"
-#include "core/TilePlan.h"
-#include "ui/ModelCatalog.h"
+#include "core/models/sd/SdModel.h"
+#include "core/sampling/Scheduler.h"
+#include "core/sampling/TilePlan.h"
+#include "app/qt/ModelCatalog.h"
 #include "ui/ModelPicker.h"
 #include "ui/PromptEditor.h"
 #include "ui/TileCanvas.h"

@@ -25,7 +25,7 @@
 // when the inspection says the model is Stable Diffusion (a pipeline folder, a .safetensors
 // checkpoint, random:sd15 / random:sd21); for a UNet2DModel folder it is disabled, says why,
 // and config() carries no prompt (such a model refuses one). The sampler list shows A1111's
-// names (core/Scheduler.h samplerDisplayName); a "Karras" entry sets schedulerOptions.karrasSigmas.
+// names (core/run/SamplerNames.h samplerDisplayName); a "Karras" entry sets schedulerOptions.karrasSigmas.
 #pragma once
 
 #include <cstdint>
@@ -38,11 +38,11 @@
 #include <QStringList>
 #include <QWidget>
 
-#include "app/EngineFactory.h"
-#include "app/InitImage.h"
-#include "app/JobQueue.h"
-#include "app/ModelInspector.h"
-#include "core/RunConfig.h"
+#include "app/cli/EngineFactory.h"
+#include "app/cli/InitImage.h"
+#include "app/qt/JobQueue.h"
+#include "app/qt/ModelInspector.h"
+#include "core/run/RunConfig.h"
 
 class QComboBox;
 class QDoubleSpinBox;

@@ -15,7 +15,7 @@
 
 #include <qcustomplot.h>
 
-#include "app/Exporters.h"
+#include "app/qt/Exporters.h"
 #include "ui/ChartLegend.h"
 
 namespace tessera {

@@ -16,7 +16,7 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/RunRecord.h"
+#include "core/run/RunRecord.h"
 
 class QCustomPlot;
 class QCPAxisRect;

@@ -11,8 +11,8 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
-#include "app/Exporters.h"
-#include "core/BoundedInput.h"
+#include "app/qt/Exporters.h"
+#include "core/base/BoundedInput.h"
 
 namespace tessera {
 

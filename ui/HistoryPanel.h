@@ -11,7 +11,7 @@
 #include <QStringList>
 #include <QWidget>
 
-#include "app/RunHistory.h"
+#include "app/qt/RunHistory.h"
 
 class QPushButton;
 class QTableWidget;

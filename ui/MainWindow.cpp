@@ -34,14 +34,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/PngIO.h"
-#include "core/BoundedInput.h"
-#include "core/ImageOps.h"
-#include "core/Infotext.h"
-#include "core/OutputSet.h"
-#include "core/RunRecordIO.h"
-#include "core/SdModel.h"
-#include "core/TilePlan.h"
+#include "app/cli/PngIO.h"
+#include "core/base/BoundedInput.h"
+#include "core/sampling/ImageOps.h"
+#include "core/run/Infotext.h"
+#include "core/run/OutputSet.h"
+#include "core/run/RunRecordIO.h"
+#include "core/models/sd/SdModel.h"
+#include "core/sampling/TilePlan.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"
@@ -538,7 +538,7 @@ RunConfig MainWindow::runnableConfig() const {
     RunConfig config = panel_->config();
     // The engine loads models by absolute folder; the empty field means the default model.
     if (config.model.empty()) config.model = panel_->defaultModelFolder().toStdString();
-    // random:sd15 names no file (core/SdModel.h); anything else is a path (no file is read here).
+    // random:sd15 names no file (core/models/sd/SdModel.h); anything else is a path (no file is read here).
     if (config.model.rfind(kRandomModelPrefix, 0) != 0)
         config.model = QFileInfo(QString::fromStdString(config.model)).absoluteFilePath().toStdString();
     return config;

@@ -8,14 +8,14 @@
 // the first pair warms up and is discarded) as one sequence on the worker, then opens the
 // compare view and the graphs-versus-eager panel on the kept runs.
 //
-// Every run that ends goes into the run history (app/HistoryStore.h; a dock with a table):
+// Every run that ends goes into the run history (app/qt/HistoryStore.h; a dock with a table):
 // finished, cancelled (with its partial image) and failed (its record and error), marked so in
 // the table; a run started from an image keeps a copy of it. (Compare graphs keeps only the
 // finished runs of the pairs it compares.) Any history entry reopens (openFromHistory): its
 // full-resolution image on the canvas, its charts and settings, and the Export actions act on
 // it as on a run just finished. Two runs open in a CompareView. Delete moves runs to the
 // history's trash; Edit > Undo delete brings them back until the window closes. Exports (File
-// menu) write through app/Exporters.h and never replace an existing file without asking.
+// menu) write through app/qt/Exporters.h and never replace an existing file without asking.
 //
 // The canvas keeps the image shown while the settings change: the tile plan of the settings
 // is drawn over it. After a run from a start image, View > Before/after shows the start image
@@ -23,7 +23,7 @@
 // at 1:1. A PNG or JPEG dropped on the canvas becomes the start image; dropping a run PNG, a
 // manifest or a preset elsewhere on the window restores its configuration.
 //
-// This thread reads and writes no file and encodes no image (app/GuiThreadGuard.h): the
+// This thread reads and writes no file and encodes no image (app/qt/GuiThreadGuard.h): the
 // history's IO runs on its own thread (HistoryStore), model inspection on a pool
 // (ConfigPanel's ModelInspector), and exports, presets and restores on a JobQueue. Each answer
 // comes back as a queued call or signal (configurationRestored, exportFinished,
@@ -44,12 +44,12 @@
 
 #include <QPointer>
 
-#include "app/EngineFactory.h"
-#include "app/Exporters.h"
-#include "app/HistoryStore.h"
-#include "app/JobQueue.h"
-#include "app/RunWorker.h"
-#include "core/RunConfig.h"
+#include "app/cli/EngineFactory.h"
+#include "app/qt/Exporters.h"
+#include "app/qt/HistoryStore.h"
+#include "app/qt/JobQueue.h"
+#include "app/qt/RunWorker.h"
+#include "core/run/RunConfig.h"
 #include "ui/CompareView.h"
 #include "ui/TileCanvas.h"
 

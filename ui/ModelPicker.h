@@ -9,7 +9,7 @@
 #include <QDialog>
 #include <QStringList>
 
-#include "ui/ModelCatalog.h"
+#include "app/qt/ModelCatalog.h"
 
 class QDialogButtonBox;
 class QLabel;

@@ -16,7 +16,7 @@
 #include <QString>
 #include <QSyntaxHighlighter>
 
-#include "core/PromptParser.h"
+#include "core/text/PromptParser.h"
 
 namespace tessera {
 

@@ -16,7 +16,7 @@
 // Overlays, each toggled on its own (a legend in the lower-left corner gives the scale):
 //  - TileGrid: tile edges and overlap bands;
 //  - BlendWeights: the normalised blend weight w_t / N of the tile under the cursor over that
-//    tile, or, with no tile hovered, the normaliser N over the whole image (core/BlendWindow.h);
+//    tile, or, with no tile hovered, the normaliser N over the whole image (core/sampling/BlendWindow.h);
 //  - SeamMap: the run's seam map (per-pixel disagreement of overlapping tiles), as heat.
 #pragma once
 
@@ -29,9 +29,9 @@
 #include <QPointF>
 #include <QWidget>
 
-#include "core/BlendWindow.h"
-#include "core/Engine.h"
-#include "core/TilePlan.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/run/Engine.h"
+#include "core/sampling/TilePlan.h"
 
 class QMimeData;
 

@@ -13,7 +13,7 @@
 #include <QToolTip>
 #include <QVBoxLayout>
 
-#include "core/TilePlan.h"
+#include "core/sampling/TilePlan.h"
 #include "ui/ChartLegend.h"
 #include "ui/HeatMap.h"
 

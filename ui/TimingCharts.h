@@ -19,8 +19,8 @@
 #include <QTimer>
 #include <QWidget>
 
-#include "core/RunRecord.h"
-#include "core/TilePlan.h"
+#include "core/run/RunRecord.h"
+#include "core/sampling/TilePlan.h"
 
 class QCustomPlot;
 class QCPGraph;

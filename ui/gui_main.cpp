@@ -37,8 +37,8 @@
 #include <QTemporaryDir>
 #include <QTimer>
 
-#include "app/JobQueue.h"
-#include "core/CpuBackend.h"
+#include "app/qt/JobQueue.h"
+#include "core/cpu/CpuBackend.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"
@@ -47,8 +47,8 @@
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
 
-#if __has_include("app/BundleEnvironment.h")
-#include "app/BundleEnvironment.h"
+#if __has_include("app/qt/BundleEnvironment.h")
+#include "app/qt/BundleEnvironment.h"
 #define TESSERA_HAVE_BUNDLE_ENVIRONMENT 1
 #endif
 

@@ -1,7 +1,7 @@
 /* How the GPU machine's CPUs share their cores (issue #18, the CPU engine's 16-thread line).
  *
  * The CPU engine's work is OpenBLAS's single-threaded sgemm, one call per block of a tile's
- * convolution (core/CpuBackend.cpp, cpu::gemmBlocks). This runs the same kind of work, one
+ * convolution (core/cpu/CpuBackend.cpp, cpu::gemmBlocks). This runs the same kind of work, one
  * process per CPU, pinned with sched_setaffinity, and prints how long each took:
  *
  *   cpu_pairs CPU [CPU ...]   one worker per listed CPU, all started together (a barrier in shared

@@ -8,7 +8,7 @@
 #include <QString>
 #include <QtTest>
 
-#include "core/RunRecordIO.h"
+#include "core/run/RunRecordIO.h"
 
 namespace tessera::testing {
 

@@ -14,12 +14,12 @@
 
 #include "tests/app/CliRun.h"
 #include "tests/app/CsvRecord.h"
-#include "app/BenchCommand.h"
-#include "app/EngineFactory.h"
-#include "app/ForwardProfile.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetCondModel.h"
-#include "core/UNetModel.h"
+#include "app/cli/BenchCommand.h"
+#include "app/cli/EngineFactory.h"
+#include "app/cli/ForwardProfile.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/sd/UNetCondModel.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -89,7 +89,7 @@ private slots:
         QCOMPARE(cifar.parameterCount(), std::int64_t{35746307});
         const double gflop = cifar.flopsPerEvaluation(64, 64) / 1e9;
         QVERIFY2(gflop > 50 && gflop < 58, qPrintable(QString::number(gflop)));
-        const ModelConfig church = benchShapeConfig("church");
+        const UNetConfig church = benchShapeConfig("church");
         QCOMPARE(church.blockOutChannels, (std::vector<int>{128, 128, 256, 256, 512, 512}));
         QCOMPARE(church.downBlocks[4], DownBlockType::AttnDown);
         QCOMPARE(church.upBlocks[1], UpBlockType::AttnUp);

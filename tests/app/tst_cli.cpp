@@ -14,11 +14,11 @@
 
 #include "tests/app/CliRun.h"
 #include "tests/core/SingleFileTestSupport.h"
-#include "core/Sha256.h"
-#include "app/CliOptions.h"
-#include "app/EngineFactory.h"
-#include "app/PngIO.h"
-#include "core/RunConfigFields.h"
+#include "core/base/Sha256.h"
+#include "app/cli/CliOptions.h"
+#include "app/cli/EngineFactory.h"
+#include "app/cli/PngIO.h"
+#include "core/run/RunConfigFields.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -275,7 +275,7 @@ private slots:
     // Issue 15: Euler on the bundled model (20 steps, one untiled 64x64 tile, CPU) made
     // saturated blue/magenta noise while DDIM with the same seed was clean: the model's schedule
     // clips x0 and Euler did not. Both samplers must give an image, not saturation.
-    // Every run option comes from the field table (core/RunConfigFields.h): each row's flag with
+    // Every run option comes from the field table (core/run/RunConfigFields.h): each row's flag with
     // its example sets what the row's own parser sets, is counted as given under the row's name,
     // reads back from the settings' JSON unchanged, and every subcommand's usage names the flag.
     void everyFieldRoundTripsTheCli() {
@@ -382,7 +382,7 @@ private slots:
         QVERIFY2(r.out.contains("per evaluation of a 32 x 32 tile"), qPrintable(r.out));
     }
 
-    // Stable Diffusion checkpoints and pipeline folders (app/SdInfoCommand.h).
+    // Stable Diffusion checkpoints and pipeline folders (app/cli/SdInfoCommand.h).
     void infoOnSdModels() {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/app/CliRun.h"
-#include "app/CompareCommand.h"
-#include "core/RunRecordIO.h"
+#include "app/cli/CompareCommand.h"
+#include "core/run/RunRecordIO.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;

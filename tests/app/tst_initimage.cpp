@@ -1,4 +1,4 @@
-// Image-to-image start images (app/InitImage.h): PNG and JPEG decoding, resampling to the run's
+// Image-to-image start images (app/cli/InitImage.h): PNG and JPEG decoding, resampling to the run's
 // size, the messages for files that cannot be used, and tessera-cli render --init end to end.
 #include <QtTest/QtTest>
 
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "tests/app/CliRun.h"
-#include "app/InitImage.h"
-#include "app/PngIO.h"
+#include "app/cli/InitImage.h"
+#include "app/cli/PngIO.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;

@@ -9,11 +9,11 @@
 #include <QThread>
 #include <QtTest>
 
-#include "app/ModelInspector.h"
-#include "app/ModelLocator.h"
-#include "app/RunHistory.h"
-#include "core/SdModel.h"
-#include "core/SingleFileCheckpoint.h"
+#include "app/qt/ModelInspector.h"
+#include "app/qt/ModelLocator.h"
+#include "app/qt/RunHistory.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SingleFileCheckpoint.h"
 #include "tests/core/SingleFileTestSupport.h"
 
 using namespace tessera;

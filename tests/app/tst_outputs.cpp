@@ -22,12 +22,12 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
-#include "app/Exporters.h"
-#include "app/PngIO.h"
-#include "app/RunHistory.h"
-#include "core/BoundedInput.h"
-#include "core/RunRecordIO.h"
-#include "core/TilePlan.h"
+#include "app/qt/Exporters.h"
+#include "app/cli/PngIO.h"
+#include "app/qt/RunHistory.h"
+#include "core/base/BoundedInput.h"
+#include "core/run/RunRecordIO.h"
+#include "core/sampling/TilePlan.h"
 #include "tests/app/CliRun.h"
 
 using namespace tessera;

@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "app/CliOptions.h"
-#include "app/PngIO.h"
-#include "core/Infotext.h"
+#include "app/cli/CliOptions.h"
+#include "app/cli/PngIO.h"
+#include "core/run/Infotext.h"
 #include "tests/app/CliRun.h"
 
 using namespace tessera;

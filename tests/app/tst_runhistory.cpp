@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app/RunHistory.h"
-#include "core/RunConfig.h"
-#include "core/RunRecordIO.h"
-#include "core/SafeName.h"
+#include "app/qt/RunHistory.h"
+#include "core/run/RunConfig.h"
+#include "core/run/RunRecordIO.h"
+#include "core/base/SafeName.h"
 #include "HistoryFiles.h"
 
 using namespace tessera;

@@ -1,4 +1,4 @@
-// `tessera-cli tokens` (app/TokensCommand.h, issue #15 item 9): one line per 75-token chunk with
+// `tessera-cli tokens` (app/cli/TokensCommand.h, issue #15 item 9): one line per 75-token chunk with
 // start and end ids and no padding, --weights, --model (a pipeline folder's tokenizer/, a
 // single file's bundled vocabulary), bad input refused with exit 2 naming it, and — when
 // tests/data/tokenizer/clip_ids.json exists — every fixture prompt's ids as transformers made them.
@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/TokensCommand.h"
-#include "core/BoundedInput.h"
-#include "core/ClipTokenizer.h"
-#include "core/PromptParser.h"
+#include "app/cli/TokensCommand.h"
+#include "core/base/BoundedInput.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/text/PromptParser.h"
 #include "tests/app/CliRun.h"
 
 using namespace tessera;

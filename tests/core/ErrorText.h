@@ -10,8 +10,8 @@
 #include <string>
 #include <typeinfo>
 
-#include "core/BoundedInput.h"
-#include "core/RunConfig.h"
+#include "core/base/BoundedInput.h"
+#include "core/run/RunConfig.h"
 
 namespace tessera::testing {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/Backend.h"
-#include "core/CpuBackend.h"
-#include "core/ModelGraph.h"
+#include "core/graph/Backend.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/ModelGraph.h"
 
 namespace tessera::graphtest {
 

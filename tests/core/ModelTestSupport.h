@@ -10,8 +10,8 @@
 #include <map>
 #include <string>
 
-#include "core/ModelWeights.h"
-#include "core/Safetensors.h"
+#include "core/formats/ModelWeights.h"
+#include "core/formats/Safetensors.h"
 
 // `part` must occur in `message`; a failure shows both.
 #define EXPECT_MESSAGE(message, part)                                                                   \

@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/BoundedInput.h"
-#include "core/Engine.h"
-#include "core/RunConfig.h"
-#include "core/Safetensors.h"
+#include "core/base/BoundedInput.h"
+#include "core/run/Engine.h"
+#include "core/run/RunConfig.h"
+#include "core/formats/Safetensors.h"
 
 namespace tessera::sdxl_fixture {
 

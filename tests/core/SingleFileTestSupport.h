@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "core/ClipTextConfig.h"
-#include "core/Safetensors.h"
-#include "core/SingleFileCheckpoint.h"
-#include "core/UNetCondConfig.h"
-#include "core/VaeConfig.h"
+#include "core/models/clip/ClipTextConfig.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/sd/SingleFileCheckpoint.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/vae/VaeConfig.h"
 
 namespace single_file_test {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
-#include "core/ClipTokenizer.h"
+#include "core/text/ClipTokenizer.h"
 
 namespace tokenizer_test {
 

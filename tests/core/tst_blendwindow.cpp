@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/BlendWindow.h"
-#include "core/TilePlan.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/sampling/TilePlan.h"
 
 using namespace tessera;
 

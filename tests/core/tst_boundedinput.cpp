@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "core/BoundedInput.h"
+#include "core/base/BoundedInput.h"
 
 using namespace tessera;
 

@@ -18,13 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/BoundedInput.h"
-#include "core/ClipTextConfig.h"
-#include "core/ClipTextGraph.h"
-#include "core/ClipTextModel.h"
-#include "core/ClipTokenizer.h"
-#include "core/CpuBackend.h"
-#include "core/Safetensors.h"
+#include "core/base/BoundedInput.h"
+#include "core/models/clip/ClipTextConfig.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/models/clip/ClipTextModel.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/formats/Safetensors.h"
 #include "tests/core/ErrorText.h"
 #include "tests/core/NumericCompare.h"
 

@@ -16,11 +16,11 @@
 #include <zlib.h>
 
 #include "TokenizerTestSupport.h"
-#include "core/BoundedInput.h"
-#include "core/ClipTokenizer.h"
-#include "core/RunConfig.h"
-#include "core/Sha256.h"
-#include "core/UnicodeText.h"
+#include "core/base/BoundedInput.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/run/RunConfig.h"
+#include "core/base/Sha256.h"
+#include "core/base/UnicodeText.h"
 
 using namespace tessera;
 using Ids = std::vector<std::int32_t>;

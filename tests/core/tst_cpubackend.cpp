@@ -11,10 +11,11 @@
 #include <set>
 #include <sstream>
 
-#include "core/CpuBackend.h"
-#include "core/Safetensors.h"
-#include "core/UNetGraph.h"
-#include "core/UNetModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/TimestepEmbedding.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/unet/UNetGraph.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
@@ -149,8 +150,8 @@ std::vector<double> attentionDirect(const std::vector<float>& x, int C, int N, i
 
 // A small model with every structural feature: attention down, up and mid, several heads,
 // shortcuts, both resampler kinds.
-ModelConfig smallConfig() {
-    ModelConfig c;
+UNetConfig smallConfig() {
+    UNetConfig c;
     c.blockOutChannels = {16, 32, 32};
     c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown, DownBlockType::Down};
     c.upBlocks = {UpBlockType::Up, UpBlockType::AttnUp, UpBlockType::Up};
@@ -164,8 +165,8 @@ ModelConfig smallConfig() {
     return c;
 }
 
-ModelConfig cifar10Config() {
-    ModelConfig c;
+UNetConfig cifar10Config() {
+    UNetConfig c;
     c.sampleSize = 32;
     c.blockOutChannels = {128, 256, 256, 256};
     c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown, DownBlockType::Down, DownBlockType::Down};
@@ -410,7 +411,7 @@ private slots:
         QFETCH(int, dim);
         const std::vector<float> t{0.0f, 1.0f, 10.5f, 999.0f};
         std::vector<float> e(t.size() * std::size_t(dim), -7.0f);
-        cpu::timestepEmbedding(t.data(), int(t.size()), dim, shift, flip, e.data());
+        timestepEmbedding(t.data(), int(t.size()), dim, shift, flip, e.data());
         const int half = dim / 2;
         for (std::size_t b = 0; b < t.size(); ++b) {
             for (int i = 0; i < half; ++i) {
@@ -472,7 +473,7 @@ private slots:
     }
 
     void graphRejectsBadConfigs() {
-        ModelConfig c = smallConfig();
+        UNetConfig c = smallConfig();
         c.normNumGroups = 5;
         try {
             (void)buildUNet2DGraph(c);
@@ -540,7 +541,7 @@ private slots:
     }
 
     void scaleShiftAndCenteredModelsRun() {
-        ModelConfig c = smallConfig();
+        UNetConfig c = smallConfig();
         c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;  // mid attention without group norm (§2.8)
         c.centerInputSample = true;
         c.downsamplePadding = 1;

@@ -13,19 +13,19 @@
 #include <random>
 #include <thread>
 
-#include "core/ClipTextConfig.h"
-#include "core/ClipTextGraph.h"
-#include "core/CpuBackend.h"
-#include "core/CpuTileDevice.h"
-#include "core/ModelGraph.h"
-#include "core/RunConfig.h"
-#include "core/TiledSampler.h"
-#include "core/UNetCondConfig.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetGraph.h"
-#include "core/UNetModel.h"
-#include "core/VaeConfig.h"
-#include "core/VaeGraph.h"
+#include "core/models/clip/ClipTextConfig.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuTileDevice.h"
+#include "core/graph/ModelGraph.h"
+#include "core/run/RunConfig.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/unet/UNetGraph.h"
+#include "core/models/unet/UNetModel.h"
+#include "core/models/vae/VaeConfig.h"
+#include "core/models/vae/VaeGraph.h"
 
 using namespace tessera;
 
@@ -120,7 +120,7 @@ std::vector<std::vector<float>> firstImages(const std::vector<std::vector<float>
 
 // A two-level pixel UNet with attention, random weights: the tiled runs' model.
 std::shared_ptr<const UNetModel> smallPixelUNet() {
-    const ModelConfig c = modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
+    const UNetConfig c = unetConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel",
       "block_out_channels": [16, 32], "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
       "up_block_types": ["AttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1, "norm_num_groups": 8})"));
     return std::make_shared<const UNetModel>(UNetModel::random(c, 3));
@@ -267,8 +267,8 @@ ClipTextConfig tinyClipConfig() {
 }
 
 // The default model's shape (resources/models/default: 4 levels, 32..128 channels, attention at 1/4).
-ModelConfig defaultShapeConfig() {
-    return modelConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel", "sample_size": 64,
+UNetConfig defaultShapeConfig() {
+    return unetConfigFromJson(nlohmann::json::parse(R"({"_class_name": "UNet2DModel", "sample_size": 64,
       "in_channels": 3, "out_channels": 3, "freq_shift": 1, "flip_sin_to_cos": false,
       "down_block_types": ["DownBlock2D", "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"],
       "up_block_types": ["UpBlock2D", "AttnUpBlock2D", "UpBlock2D", "UpBlock2D"],
@@ -752,7 +752,7 @@ private slots:
             cfg.threads = std::abs(threads);
             auto backend = std::make_unique<CpuBackend>();
             if (threads < 0) backend->setWholeForwardMemory(0);
-            TiledSampler sampler(std::move(backend));
+            CpuEngine sampler(std::move(backend));
             sampler.setModel(model);
             NullObserver observer;
             results.push_back(sampler.run(cfg, observer));
@@ -790,7 +790,7 @@ private slots:
         std::vector<RunResult> results;
         for (int batch : {0, 1, 6, 4}) {
             cfg.tileBatch = batch;
-            TiledSampler sampler(std::make_unique<CpuBackend>());
+            CpuEngine sampler(std::make_unique<CpuBackend>());
             sampler.setModel(model);
             NullObserver observer;
             results.push_back(sampler.run(cfg, observer));
@@ -841,7 +841,7 @@ private slots:
         cfg.threads = 4;
         for (int batch : {1, 2, 4}) {
             cfg.tileBatch = batch;
-            TiledSampler sampler(std::make_unique<CpuBackend>());
+            CpuEngine sampler(std::make_unique<CpuBackend>());
             sampler.setModel(model);
             NullObserver observer;
             const RunResult r = sampler.run(cfg, observer);

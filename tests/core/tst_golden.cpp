@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
-#include "core/CpuBackend.h"
-#include "core/Philox.h"
-#include "core/RunConfig.h"
-#include "core/Safetensors.h"
-#include "core/Scheduler.h"
-#include "core/TiledSampler.h"
-#include "core/UNetModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/sampling/Philox.h"
+#include "core/run/RunConfig.h"
+#include "core/formats/Safetensors.h"
+#include "core/sampling/Scheduler.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
@@ -125,7 +125,7 @@ private slots:
         cfg.previewEvery = 0;
         cfg.backend = BackendKind::CPU;
 
-        TiledSampler sampler(std::make_unique<CpuBackend>());
+        CpuEngine sampler(std::make_unique<CpuBackend>());
         NullObserver observer;
         const RunResult r = sampler.run(cfg, observer);
         QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));

@@ -11,11 +11,11 @@
 #include <memory>
 #include <string>
 
-#include "core/CpuBackend.h"
-#include "core/HostMemoryEstimate.h"
-#include "core/RunRecordIO.h"
-#include "core/TiledSampler.h"
-#include "core/UNetModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/HostMemoryEstimate.h"
+#include "core/run/RunRecordIO.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
@@ -24,8 +24,8 @@ namespace {
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
 // google/ddpm-cifar10-32's UNet (the bench's "cifar" shape): 35.7 M parameters, attention at 16x16.
-ModelConfig cifarConfig() {
-    ModelConfig c;
+UNetConfig cifarConfig() {
+    UNetConfig c;
     c.sampleSize = 32;
     c.layersPerBlock = 2;
     c.attentionHeadDim = std::nullopt;
@@ -40,7 +40,7 @@ ModelConfig cifarConfig() {
     return c;
 }
 
-ModelConfig fixtureConfig() { return UNetModel::load(TESSERA_TEST_DATA "/models/cifar_like").config(); }
+UNetConfig fixtureConfig() { return UNetModel::load(TESSERA_TEST_DATA "/models/cifar_like").config(); }
 
 RunConfig bigCanvas() {
     RunConfig c;
@@ -58,7 +58,7 @@ const MemoryItem* itemOf(const HostMemoryEstimate& e, MemoryPart part) {
     return nullptr;
 }
 
-ValidationError refusalOf(const RunConfig& config, const ModelConfig& model, BackendKind backend, std::uint64_t available,
+ValidationError refusalOf(const RunConfig& config, const UNetConfig& model, BackendKind backend, std::uint64_t available,
                           const std::optional<StartImageSize>& start = std::nullopt) {
     try {
         checkHostMemory(config, model, backend, start, HostMemory{available, "a test's budget"});
@@ -68,7 +68,7 @@ ValidationError refusalOf(const RunConfig& config, const ModelConfig& model, Bac
     return ValidationError("", "");
 }
 
-bool fits(const RunConfig& config, const ModelConfig& model, std::uint64_t available) {
+bool fits(const RunConfig& config, const UNetConfig& model, std::uint64_t available) {
     return estimateHostMemory(config, model, BackendKind::CPU).peakBytes() <= available;
 }
 
@@ -116,7 +116,7 @@ private slots:
         const HostMemoryEstimate e = estimateHostMemory(config, fixtureConfig(), BackendKind::CPU);
         const std::uint64_t before = residentBytes();
         QVERIFY2(peakResidentBytes() < before + (64u << 20), "the suite's peak came before this test");
-        TiledSampler engine(std::make_unique<CpuBackend>(1));
+        CpuEngine engine(std::make_unique<CpuBackend>(1));
         NoObserver observer;
         const RunResult result = engine.run(config, observer);
         QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/Infotext.h"
-#include "core/RunConfigFields.h"
+#include "core/run/Infotext.h"
+#include "core/run/RunConfigFields.h"
 #include "tests/core/ErrorText.h"
 
 using namespace tessera;

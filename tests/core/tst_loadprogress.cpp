@@ -1,4 +1,4 @@
-// Model-load progress (core/LoadProgress.h, issue #17 item 2):
+// Model-load progress (core/base/LoadProgress.h, issue #17 item 2):
 //  - LoadMeter: phases take their share of a fixed total, advances are clamped to it, done never
 //    goes back and ends at the total;
 //  - loadSdModel of a diffusers folder (SD 1.x, SDXL) and of a single .safetensors file (SD 1.x,
@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "core/CpuBackend.h"
-#include "core/LoadProgress.h"
-#include "core/ModelWeights.h"
-#include "core/Safetensors.h"
-#include "core/SdModel.h"
-#include "core/SingleFileCheckpoint.h"
-#include "core/TiledSampler.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/base/LoadProgress.h"
+#include "core/formats/ModelWeights.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SingleFileCheckpoint.h"
+#include "core/cpu/CpuEngine.h"
 
 using namespace tessera;
 
@@ -207,7 +207,7 @@ private slots:
         config.backend = BackendKind::CPU;
         config.precision = Precision::FP32;
         config.prompt = "a cube";
-        TiledSampler engine(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         Recorder first;
         QVERIFY(engine.run(config, first).record.status == RunStatus::Finished);
         QVERIFY(first.events.size() > 2);

@@ -10,19 +10,19 @@
 #include <set>
 #include <string>
 
-#include "core/CpuBackend.h"
-#include "core/ModelGraph.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetCondModel.h"
-#include "core/UNetGraph.h"
-#include "core/UNetModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/ModelGraph.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/sd/UNetCondModel.h"
+#include "core/models/unet/UNetGraph.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
 namespace {
 
-ModelConfig cifar10Config() {
-    ModelConfig c;
+UNetConfig cifar10Config() {
+    UNetConfig c;
     c.sampleSize = 32;
     c.blockOutChannels = {128, 256, 256, 256};
     c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown, DownBlockType::Down, DownBlockType::Down};
@@ -36,8 +36,8 @@ ModelConfig cifar10Config() {
 }
 
 // Small, with attention everywhere it can be; `film` switches the other branches on.
-ModelConfig smallConfig(bool film) {
-    ModelConfig c;
+UNetConfig smallConfig(bool film) {
+    UNetConfig c;
     c.blockOutChannels = {16, 32};
     c.downBlocks = {DownBlockType::AttnDown, DownBlockType::Down};
     c.upBlocks = {UpBlockType::Up, UpBlockType::AttnUp};
@@ -182,7 +182,7 @@ private slots:
     }
     void fusionLeavesOnlyWhatTheBackendsRun() {
         QFETCH(bool, film);
-        const ModelConfig c = smallConfig(film);
+        const UNetConfig c = smallConfig(film);
         const ModelGraph prim = buildUNet2DGraph(c);
         const ModelGraph fused = fuseForExecution(prim);
         QCOMPARE(countKind(fused, OpKind::SiLU), 0);
@@ -220,7 +220,7 @@ private slots:
     void fusedGraphComputesWhatThePrimitiveGraphDoes_data() { fusionLeavesOnlyWhatTheBackendsRun_data(); }
     void fusedGraphComputesWhatThePrimitiveGraphDoes() {
         QFETCH(bool, film);
-        const ModelConfig c = smallConfig(film);
+        const UNetConfig c = smallConfig(film);
         const UNetModel model = UNetModel::random(c, 4);
         const ModelGraph prim = buildUNet2DGraph(c);
         const int batch = 2, h = 8, w = 16;
@@ -255,7 +255,7 @@ private slots:
         cond.crossAttentionDim = 12;
         cond.attentionHeads = {2, 4};
         cond.transformerLayers = {1, 1};
-        const ModelConfig c = smallConfig(true);
+        const UNetConfig c = smallConfig(true);
         const TensorMap weights = conditional ? UNetCondModel::random(cond, 6).tensors() : UNetModel::random(c, 6).tensors();
         const ModelGraph fused = conditional ? unet2DConditionExecutionGraph(cond, 5) : unet2DExecutionGraph(c);
         ModelGraph all = fused;  // every value an output, so the CPU keeps them all
@@ -505,7 +505,7 @@ private slots:
     }
 
     void builderRejectsConfigsItCannotBuild() {
-        ModelConfig c = smallConfig(false);
+        UNetConfig c = smallConfig(false);
         c.blockOutChannels.assign(17, 32);
         c.downBlocks.assign(17, DownBlockType::Down);
         c.upBlocks.assign(17, UpBlockType::Up);
@@ -548,7 +548,7 @@ private slots:
     }
 
     void cpuRunChecksItsArguments() {
-        const ModelConfig c = smallConfig(false);
+        const UNetConfig c = smallConfig(false);
         const UNetModel model = UNetModel::random(c, 1);
         CpuBackend cpu(1);
         const ModelGraph g = unet2DExecutionGraph(c);

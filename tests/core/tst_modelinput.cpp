@@ -15,9 +15,9 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "core/ModelConfig.h"
-#include "core/Safetensors.h"
-#include "core/UNetModel.h"
+#include "core/models/unet/UNetConfig.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
@@ -95,7 +95,7 @@ private:
 
     static std::string configError(const nlohmann::json& config) {
         try {
-            (void)modelConfigFromJson(config);
+            (void)unetConfigFromJson(config);
         } catch (const std::exception& e) {
             return e.what();
         }
@@ -272,7 +272,7 @@ private slots:
         ddpm256["sample_size"] = 256;
         ddpm256["freq_shift"] = 1;
         ddpm256["downsample_padding"] = 0;
-        QCOMPARE(modelConfigFromJson(ddpm256).levels(), 6);
+        QCOMPARE(unetConfigFromJson(ddpm256).levels(), 6);
         // SD-sized widths (the UNet2DConditionModel family keeps these ranges).
         nlohmann::json sd = tinyConfig();
         sd["block_out_channels"] = {320, 640, 1280, 1280};
@@ -284,7 +284,7 @@ private slots:
         sd["in_channels"] = 4;
         sd["out_channels"] = 4;
         sd["sample_size"] = 64;
-        QCOMPARE(modelConfigFromJson(sd).timeEmbedDim(), 1280);
+        QCOMPARE(unetConfigFromJson(sd).timeEmbedDim(), 1280);
         // Every bound itself is allowed.
         nlohmann::json edge = tinyConfig();
         edge["block_out_channels"] = std::vector<int>(8, 4096);
@@ -296,7 +296,7 @@ private slots:
         edge["sample_size"] = 1024;
         edge["time_embedding_dim"] = 16384;
         edge["norm_num_groups"] = 4096;
-        const ModelConfig c = modelConfigFromJson(edge);
+        const UNetConfig c = unetConfigFromJson(edge);
         QCOMPARE(c.downsampleFactor(), 128);
         // At the bounds the tensor list stays short: it is sized by levels x layers, not values.
         QVERIFY(UNetModel::expectedTensors(c).size() < 2000);
@@ -310,7 +310,7 @@ private slots:
         config["freq_shift"] = 1;
         EXPECT_MESSAGE(configError(config), "freq_shift = 1: must be less than block_out_channels[0] / 2 = 1");
         config["freq_shift"] = 0;
-        QCOMPARE(modelConfigFromJson(config).freqShift, 0);
+        QCOMPARE(unetConfigFromJson(config).freqShift, 0);
     }
 
     void warningsAreOneSummarisedLine() {
@@ -319,14 +319,14 @@ private slots:
         for (int i = 0; i < 5000; ++i) config["unknown_" + std::to_string(i)] = i;
         {
             LogCapture log;
-            (void)modelConfigFromJson(config);
+            (void)unetConfigFromJson(config);
             const std::string text = log.text();
             QCOMPARE(std::count(text.begin(), text.end(), '\n'), 1);
             EXPECT_MESSAGE(text, "warning: config.json: ignoring 5000 unknown keys: 'unknown_0', 'unknown_1'");
             EXPECT_MESSAGE(text, "and 4995 more");
         }
         // 5,000 tensors the config does not use (the `info` report printed one line each).
-        const ModelConfig tiny = modelConfigFromJson(tinyConfig());
+        const UNetConfig tiny = unetConfigFromJson(tinyConfig());
         std::map<std::string, SafetensorsTensorData> tensors;
         const UNetModel weights = UNetModel::random(tiny, 1);
         for (const auto& [name, t] : weights.tensors())
@@ -359,7 +359,7 @@ private slots:
     }
 
     void flopCountRefusesOverflowingSides() {
-        const UNetModel model = UNetModel::random(modelConfigFromJson(tinyConfig()), 1);
+        const UNetModel model = UNetModel::random(unetConfigFromJson(tinyConfig()), 1);
         QVERIFY(model.flopsPerEvaluation(64, 64) > 0.0);
         try {
             (void)model.flopsPerEvaluation(2147483646, 2147483646);

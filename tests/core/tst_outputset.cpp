@@ -21,9 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/BoundedInput.h"
-#include "core/OutputSet.h"
-#include "core/RunConfig.h"
+#include "core/base/BoundedInput.h"
+#include "core/run/OutputSet.h"
+#include "core/run/RunConfig.h"
 
 using namespace tessera;
 

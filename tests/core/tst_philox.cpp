@@ -1,12 +1,12 @@
 // Philox4x32-10 against the Random123 known-answer vectors, and the statistics of the
-// Box-Muller normals every backend draws its noise from (core/Philox.h).
+// Box-Muller normals every backend draws its noise from (core/sampling/Philox.h).
 #include <QtTest>
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "core/Philox.h"
+#include "core/sampling/Philox.h"
 
 using namespace tessera;
 

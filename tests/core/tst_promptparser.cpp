@@ -8,10 +8,10 @@
 #include <ctime>
 #include <functional>
 
-#include "core/ClipTokenizer.h"
-#include "core/PromptParser.h"
-#include "core/RunConfig.h"
-#include "core/UnicodeText.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/text/PromptParser.h"
+#include "core/run/RunConfig.h"
+#include "core/base/UnicodeText.h"
 
 using namespace tessera;
 using Ids = std::vector<std::int32_t>;

@@ -8,9 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/RunConfig.h"
-#include "core/RunConfigFields.h"
-#include "core/TilePlan.h"
+#include "core/run/Infotext.h"
+#include "core/run/RunConfig.h"
+#include "core/run/RunConfigFields.h"
+#include "core/sampling/TilePlan.h"
 
 using namespace tessera;
 
@@ -692,7 +693,7 @@ private slots:
         QCOMPARE(rejectionOf(c).field, std::string("overlap"));
     }
 
-    // The field table (core/RunConfigFields.h) is the one description: every row's example
+    // The field table (core/run/RunConfigFields.h) is the one description: every row's example
     // changes the configuration, goes through JSON and back unchanged, and JSON keys, flags and
     // the keys toJson writes agree with it.
     void fieldTableRoundTripsJson() {

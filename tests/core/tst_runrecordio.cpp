@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/BoundedInput.h"
-#include "core/RunRecordIO.h"
-#include "core/Sha256.h"
+#include "core/base/BoundedInput.h"
+#include "core/run/RunRecordIO.h"
+#include "core/base/Sha256.h"
 
 using namespace tessera;
 

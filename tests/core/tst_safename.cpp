@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "core/RunConfig.h"
-#include "core/RunRecordIO.h"
-#include "core/SafeName.h"
+#include "core/run/RunConfig.h"
+#include "core/run/RunRecordIO.h"
+#include "core/base/SafeName.h"
 
 using namespace tessera;
 

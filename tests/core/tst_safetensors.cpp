@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/Safetensors.h"
+#include "core/formats/Safetensors.h"
 
 using namespace tessera;
 

@@ -1,4 +1,4 @@
-// The one tiled loop (core/TiledLoop.h) on the CPU device with Stable Diffusion's stateful and
+// The one tiled loop (core/sampling/TiledLoop.h) on the CPU device with Stable Diffusion's stateful and
 // ancestral samplers (Euler a, DPM++ 2M with and without Karras sigmas) against Scheduler::step
 // on the whole canvas: one tile of a tiny random UNet, and any tiling of a per-pixel model (whose
 // tiles agree wherever they overlap, so the blend must give the untiled result); both fusion
@@ -13,19 +13,19 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/CpuBackend.h"
-#include "core/Philox.h"
-#include "core/Scheduler.h"
-#include "core/TiledSampler.h"
-#include "core/UNetModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/sampling/Philox.h"
+#include "core/sampling/Scheduler.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
 namespace {
 
 // An SD-like latent UNet, tiny: 4 channels in and out, two levels.
-ModelConfig latentConfig() {
-    ModelConfig c;
+UNetConfig latentConfig() {
+    UNetConfig c;
     c.sampleSize = 16;
     c.inChannels = 4;
     c.outChannels = 4;
@@ -54,7 +54,7 @@ SchedulerOptions sdOptions(PredictionType prediction, bool karras) {
 }
 
 std::shared_ptr<const UNetModel> sdModel(const SchedulerOptions& options) {
-    const ModelConfig config = latentConfig();
+    const UNetConfig config = latentConfig();
     return std::make_shared<const UNetModel>(
         UNetModel::fromTensors(config, UNetModel::random(config, 4321).tensors(), options));
 }
@@ -208,7 +208,7 @@ private slots:
         RunConfig config = runConfig(SchedulerKind(kind), FusionRule(fusion));
         config.width = config.height = 16;   // one tile
         config.steps = 6;
-        TiledSampler sampler(std::make_unique<CpuBackend>());
+        CpuEngine sampler(std::make_unique<CpuBackend>());
         sampler.setModel(model);
         Previews seen;
         const RunResult result = sampler.run(config, seen);
@@ -244,7 +244,7 @@ private slots:
         const CanvasFunction pixels = [](const std::vector<float>& in, float t, std::vector<float>& out) {
             for (std::size_t i = 0; i < in.size(); ++i) out[i] = perPixel(in[i], t);
         };
-        TiledSampler sampler(std::make_unique<PerPixelBackend>(4));
+        CpuEngine sampler(std::make_unique<PerPixelBackend>(4));
         sampler.setModel(sdModel(options));
 
         for (const bool fromImage : {false, true}) {
@@ -278,7 +278,7 @@ private slots:
         RunConfig config = runConfig(SchedulerKind::DPMPP2M, FusionRule::Sample);
         config.previewEvery = 0;
         const std::size_t n = 4u * static_cast<std::size_t>(config.width) * config.height;
-        TiledSampler used(std::make_unique<PerPixelBackend>(4)), fresh(std::make_unique<PerPixelBackend>(4));
+        CpuEngine used(std::make_unique<PerPixelBackend>(4)), fresh(std::make_unique<PerPixelBackend>(4));
         used.setModel(sdModel(options));
         fresh.setModel(sdModel(options));
         RunObserver quiet;
@@ -295,7 +295,7 @@ private slots:
         const SchedulerOptions options = sdOptions(PredictionType::Epsilon, true);
         const RunConfig config = runConfig(SchedulerKind::DPMPP2M, FusionRule::Sample);
         const std::size_t n = 4u * static_cast<std::size_t>(config.width) * config.height;
-        TiledSampler sampler(std::make_unique<PerPixelBackend>(4));
+        CpuEngine sampler(std::make_unique<PerPixelBackend>(4));
         sampler.setModel(sdModel(options));
         RunObserver quiet;
         const RunResult result = sampler.run(config, quiet);

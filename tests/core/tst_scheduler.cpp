@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "core/Scheduler.h"
+#include "core/sampling/Scheduler.h"
 
 using namespace tessera;
 

@@ -13,13 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "ModelTestSupport.h"
-#include "core/CpuBackend.h"
-#include "core/LoadProgress.h"
-#include "core/NonFiniteError.h"
-#include "core/Safetensors.h"
-#include "core/SdModel.h"
-#include "core/SdPipeline.h"
-#include "core/TiledSampler.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/base/LoadProgress.h"
+#include "core/run/NonFiniteError.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SdPipeline.h"
+#include "core/cpu/CpuEngine.h"
 
 using namespace tessera;
 using model_test::errorOf;
@@ -112,7 +112,7 @@ private slots:
             QVERIFY2(decodeError < 1e-4, qPrintable(QString::fromStdString(name) + " decode " +
                                                     QString::number(decodeError)));
 
-            TiledSampler engine(std::make_unique<CpuBackend>());
+            CpuEngine engine(std::make_unique<CpuBackend>());
             engine.setStartNoise(ImageTensor{shape[1], shape[2], shape[3], readTensor(file, "start_noise")});
             Silent observer;
             const RunResult result = engine.run(config, observer);
@@ -138,7 +138,7 @@ private slots:
         config.steps = 4;
         config.tileBatch = 3;
         Silent observer;
-        TiledSampler a(std::make_unique<CpuBackend>()), b(std::make_unique<CpuBackend>());
+        CpuEngine a(std::make_unique<CpuBackend>()), b(std::make_unique<CpuBackend>());
         const RunResult first = a.run(config, observer);
         const RunResult second = b.run(config, observer);
         QCOMPARE(std::string(toString(first.record.status)), std::string("finished"));
@@ -156,7 +156,7 @@ private slots:
         if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet");
         RunConfig config = configOf(cases()["sd1_ddim_cfg"], "stopped");
         config.steps = 2;
-        TiledSampler engine(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         class StopOnSecondReport : public RunObserver {
         public:
             explicit StopOnSecondReport(Engine& e) : engine(e) {}
@@ -184,7 +184,7 @@ private slots:
         const RunResult result = engine.run(config, again);
         QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
         QVERIFY(again.reports > 102);   // loaded again, from the start
-        TiledSampler fresh(std::make_unique<CpuBackend>());
+        CpuEngine fresh(std::make_unique<CpuBackend>());
         Silent silent;
         QCOMPARE(fresh.run(config, silent).record.imageSha256, result.record.imageSha256);
     }
@@ -212,7 +212,7 @@ private slots:
         config.tile = tile;
         config.overlapPx = overlap;
         config.clipSkip = clipSkip;
-        TiledSampler engine(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         Silent observer;
         try {
             engine.run(config, observer);
@@ -227,7 +227,7 @@ private slots:
         config.model = std::string(TESSERA_SOURCE_DIR) + "/resources/models/default";
         if (!std::filesystem::exists(config.model + "/config.json")) QSKIP("no bundled default model");
         config.prompt = "a cat";
-        TiledSampler engine(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         Silent observer;
         try {
             engine.run(config, observer);

@@ -14,9 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/BoundedInput.h"
-#include "core/Safetensors.h"
-#include "core/Scheduler.h"
+#include "core/base/BoundedInput.h"
+#include "core/formats/Safetensors.h"
+#include "core/run/SamplerNames.h"
+#include "core/sampling/Scheduler.h"
 
 using namespace tessera;
 

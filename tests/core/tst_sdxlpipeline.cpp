@@ -20,16 +20,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/BoundedInput.h"
-#include "core/CpuBackend.h"
-#include "core/Safetensors.h"
-#include "core/SdModel.h"
-#include "core/SdPipeline.h"
-#include "core/TiledLoop.h"
-#include "core/TiledSampler.h"
-#include "core/TiledVae.h"
-#include "core/UNetCondConfig.h"
-#include "core/VaeModel.h"
+#include "core/base/BoundedInput.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SdPipeline.h"
+#include "core/sampling/TiledLoop.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/vae/TiledVae.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/vae/VaeModel.h"
 #include "tests/core/ErrorText.h"
 #include "tests/core/NumericCompare.h"
 #include "tests/core/SdxlPipelineFixture.h"
@@ -60,7 +60,7 @@ const SdModel& model() {
 class Silent : public RunObserver {};
 
 RunResult runWithNoise(const RunConfig& config, const ImageTensor& noise) {
-    TiledSampler engine(std::make_unique<CpuBackend>());
+    CpuEngine engine(std::make_unique<CpuBackend>());
     engine.setStartNoise(noise);
     Silent observer;
     return engine.run(config, observer);
@@ -258,7 +258,7 @@ private slots:
         config.tile = 128;
         config.clipSkip = 2;
         config.steps = 1;
-        TiledSampler engine(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         Silent observer;
         const RunResult r = engine.run(config, observer);
         QVERIFY(std::any_of(r.record.messages.begin(), r.record.messages.end(),

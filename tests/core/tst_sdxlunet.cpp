@@ -17,18 +17,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/CpuBackend.h"
-#include "core/CpuTileDevice.h"
-#include "core/ModelGraph.h"
-#include "core/Safetensors.h"
-#include "core/Scheduler.h"
-#include "core/SdModel.h"
-#include "core/SdPipeline.h"
-#include "core/StepUpdate.h"
-#include "core/TiledLoop.h"
-#include "core/UNetCondConfig.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetCondModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuTileDevice.h"
+#include "core/graph/ModelGraph.h"
+#include "core/formats/Safetensors.h"
+#include "core/sampling/Scheduler.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SdPipeline.h"
+#include "core/sampling/StepUpdate.h"
+#include "core/sampling/TiledLoop.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/sd/UNetCondModel.h"
 #include "tests/core/GraphTestSupport.h"
 
 using namespace tessera;

@@ -1,14 +1,14 @@
 // core/SeamScore: how visible tile borders are in a finished image. Synthetic images with and
-// without a step at a tile border; the runs of `none` against Hann are in tst_tiledsampler.
+// without a step at a tile border; the runs of `none` against Hann are in tst_cpuengine.
 #include <QtTest/QtTest>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/RunConfig.h"
-#include "core/SeamScore.h"
-#include "core/TilePlan.h"
+#include "core/run/RunConfig.h"
+#include "core/sampling/SeamScore.h"
+#include "core/sampling/TilePlan.h"
 
 using namespace tessera;
 

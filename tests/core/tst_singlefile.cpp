@@ -1,4 +1,4 @@
-// Single-file (LDM layout) Stable Diffusion checkpoints (core/SingleFileCheckpoint.h):
+// Single-file (LDM layout) Stable Diffusion checkpoints (core/models/sd/SingleFileCheckpoint.h):
 //  - tests/data/singlefile/{sd1,sd2}.safetensors, made by tools/reference/make_single_file.py from
 //    the diffusers folders beside them, load to bit-identical tensors (every name, shape and
 //    float) as the folders do, with the folders' configurations (the config folder);
@@ -23,11 +23,11 @@
 
 #include "ModelTestSupport.h"
 #include "SingleFileTestSupport.h"
-#include "core/ClipTextGraph.h"
-#include "core/Safetensors.h"
-#include "core/SdModel.h"
-#include "core/Sha256.h"
-#include "core/SingleFileCheckpoint.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/sd/SdModel.h"
+#include "core/base/Sha256.h"
+#include "core/models/sd/SingleFileCheckpoint.h"
 
 using namespace tessera;
 using model_test::errorOf;

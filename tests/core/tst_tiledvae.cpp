@@ -1,4 +1,4 @@
-// Tiled VAE decode and encode with whole-image GroupNorm statistics (core/TiledVae.h): the tile
+// Tiled VAE decode and encode with whole-image GroupNorm statistics (core/models/vae/TiledVae.h): the tile
 // grid, the cut of the VAE graphs at their GroupNorms, tiled against untiled decode and encode of
 // a 1024x1024 image (>= 45 dB; per-tile statistics fall short), one tile equal to untiled, small,
 // odd and border cases, bad inputs, the memory estimate against the run, the auto decision, the
@@ -22,15 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/CpuBackend.h"
-#include "core/HostMemoryEstimate.h"  // formatBytes
-#include "core/Infotext.h"
-#include "core/SdModel.h"
-#include "core/SdPipeline.h"
-#include "core/TiledSampler.h"
-#include "core/TiledVae.h"
-#include "core/VaeGraph.h"
-#include "core/VaeModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/HostMemoryEstimate.h"  // formatBytes
+#include "core/run/Infotext.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SdPipeline.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/vae/TiledVae.h"
+#include "core/models/vae/VaeGraph.h"
+#include "core/models/vae/VaeModel.h"
 #include "tests/core/NumericCompare.h"
 
 using namespace tessera;
@@ -703,7 +703,7 @@ private slots:
         std::vector<RunResult> results;
         for (const VaeTiling mode : {VaeTiling::Off, VaeTiling::On, VaeTiling::Auto}) {
             config.vaeTiling = mode;
-            TiledSampler engine(std::make_unique<CpuBackend>());
+            CpuEngine engine(std::make_unique<CpuBackend>());
             results.push_back(engine.run(config, observer));
             QCOMPARE(std::string(toString(results.back().record.status)), std::string("finished"));
             QVERIFY(results.back().record.config.vaeTiling == mode);
@@ -722,7 +722,7 @@ private slots:
         // Image-to-image: the encode says so too.
         config.vaeTiling = VaeTiling::On;
         config.initImage = "start.png";
-        TiledSampler engine(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         engine.setInitImage(ImageTensor{3, 96, 128, smooth(3, 96, 128).data});
         const RunResult img2img = engine.run(config, observer);
         const auto& m = img2img.record.messages;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/RunConfig.h"
-#include "core/TilePlan.h"
+#include "core/run/RunConfig.h"
+#include "core/sampling/TilePlan.h"
 
 using namespace tessera;
 

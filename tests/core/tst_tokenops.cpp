@@ -1,7 +1,7 @@
-// The token-sequence ops of core/ModelGraph.h (ToTokens, ToFeatureMap, LayerNorm, Linear over
+// The token-sequence ops of core/graph/ModelGraph.h (ToTokens, ToFeatureMap, LayerNorm, Linear over
 // tokens, Attention over tokens with context / causal mask / no q,k,v bias, GEGLU, GELU,
 // QuickGELU) on the CPU reference backend, each as a one-op graph, against a double-precision
-// evaluation written here from the op's definition (no code shared with core/CpuBackend.cpp).
+// evaluation written here from the op's definition (no code shared with core/cpu/CpuBackend.cpp).
 // Also: a tile batch gives every image the bits it gets alone.
 #include <QtTest>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/CpuBackend.h"
-#include "core/ModelGraph.h"
-#include "core/UNetModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/ModelGraph.h"
+#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 

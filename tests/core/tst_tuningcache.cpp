@@ -1,4 +1,4 @@
-// TuningCache (core/TuningCache.h): keys, where the file lives, the round trip, bad files
+// TuningCache (core/formats/TuningCache.h): keys, where the file lives, the round trip, bad files
 // ignored with one warning and rebuilt, a newer format left alone, atomic and merged saves
 // (two objects, and several processes at once), a failed write leaving the old file intact.
 #include <QtTest>
@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/TuningCache.h"
+#include "core/formats/TuningCache.h"
 
 using namespace tessera;
 

@@ -16,12 +16,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/CpuBackend.h"
-#include "core/ModelGraph.h"
-#include "core/Safetensors.h"
-#include "core/UNetCondConfig.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetCondModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/ModelGraph.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/sd/UNetCondModel.h"
 #include "tests/core/GraphTestSupport.h"
 
 using namespace tessera;

@@ -1,4 +1,4 @@
-// UNetModel and ModelConfig (shared/spec/unet2d.md §1, §3): config defaults and rejections,
+// UNetModel and UNetConfig (shared/spec/unet2d.md §1, §3): config defaults and rejections,
 // the exact tensor list of google/ddpm-cifar10-32, parameter counts, and loading model
 // folders written here — valid (F32/F16/BF16, legacy names, sharded) and broken (missing,
 // mis-shaped, NaN, wrong dtype), each broken one named in the message.
@@ -14,10 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/ModelConfig.h"
-#include "core/Safetensors.h"
-#include "core/Sha256.h"
-#include "core/UNetModel.h"
+#include "core/models/unet/UNetConfig.h"
+#include "core/formats/Safetensors.h"
+#include "core/base/Sha256.h"
+#include "core/models/unet/UNetModel.h"
+#include "core/formats/SchedulerConfig.h"
 #include "tests/core/ModelTestSupport.h"
 
 using namespace tessera;
@@ -99,7 +100,7 @@ private:
         return d;
     }
 
-    static ModelConfig tinyConfig() { return modelConfigFromJson(tinyConfigJson()); }
+    static UNetConfig tinyConfig() { return unetConfigFromJson(tinyConfigJson()); }
     static std::map<std::string, HostTensor> tinyWeights(std::uint64_t seed = 7) {
         return UNetModel::random(tinyConfig(), seed).tensors();
     }
@@ -110,7 +111,7 @@ private slots:
     // --- config.json -----------------------------------------------------------------
 
     void configDefaultsMatchDiffusers() {
-        const ModelConfig c = modelConfigFromJson(nlohmann::json::object());
+        const UNetConfig c = unetConfigFromJson(nlohmann::json::object());
         QCOMPARE(c.sampleSize, 0);
         QCOMPARE(c.inChannels, 3);
         QCOMPARE(c.outChannels, 3);
@@ -137,7 +138,7 @@ private slots:
     }
 
     void cifarConfigParsed() {
-        const ModelConfig c = modelConfigFromJson(nlohmann::json::parse(kCifarConfig));
+        const UNetConfig c = unetConfigFromJson(nlohmann::json::parse(kCifarConfig));
         QCOMPARE(c.sampleSize, 32);
         QCOMPARE(c.blockOutChannels, (std::vector<int>{128, 256, 256, 256}));
         QVERIFY(!c.attentionHeadDim.has_value());  // null: one head of width C
@@ -151,7 +152,7 @@ private slots:
         QVERIFY(c.downBlocks[1] == DownBlockType::AttnDown && c.downBlocks[0] == DownBlockType::Down);
         QVERIFY(c.upBlocks[2] == UpBlockType::AttnUp && c.upBlocks[3] == UpBlockType::Up);
         // Round trip through toJson.
-        const ModelConfig back = modelConfigFromJson(toJson(c));
+        const UNetConfig back = unetConfigFromJson(toJson(c));
         QCOMPARE(toJson(back), toJson(c));
         QCOMPARE(toJson(c).at("norm_eps").get<double>(), 1e-6);
         QVERIFY(toJson(c).at("attention_head_dim").is_null());
@@ -164,26 +165,26 @@ private slots:
         j["_some_private_key"] = {1, 2, 3};
         j["resnet_skip_time_act"] = true;  // a UNet2DConditionModel key: ignored
         j["sample_size"] = {64, 64};
-        ModelConfig c = modelConfigFromJson(j);
+        UNetConfig c = unetConfigFromJson(j);
         QVERIFY(c.downBlocks[0] == DownBlockType::Down && c.downBlocks[1] == DownBlockType::AttnDown);
         QCOMPARE(c.sampleSize, 64);
         // _use_default_values forces the listed keys back to __init__ defaults.
         j["_use_default_values"] = {"norm_eps", "freq_shift"};
-        c = modelConfigFromJson(j);
+        c = unetConfigFromJson(j);
         QCOMPARE(c.normEps, 1e-5f);
         QCOMPARE(c.freqShift, 0);
         QCOMPARE(c.flipSinToCos, false);  // not listed: kept from the file
         // Explicit null mid block and time_embedding_dim.
         j["mid_block_type"] = nullptr;
         j["time_embedding_dim"] = 256;
-        c = modelConfigFromJson(j);
+        c = unetConfigFromJson(j);
         QCOMPARE(c.hasMidBlock, false);
         QCOMPARE(c.timeEmbedDim(), 256);
         // "resnet" downsampling is ignored by DownBlock2D (diffusers), so no attention -> accepted.
         nlohmann::json plain = j;
         plain["down_block_types"] = {"DownBlock2D", "DownBlock2D", "DownBlock2D", "DownBlock2D"};
         plain["downsample_type"] = "resnet";
-        QCOMPARE(modelConfigFromJson(plain).downBlocks.size(), std::size_t{4});
+        QCOMPARE(unetConfigFromJson(plain).downBlocks.size(), std::size_t{4});
     }
 
     void configRejectsUnsupportedValues_data() {
@@ -217,7 +218,7 @@ private slots:
         QFETCH(QString, expected);
         nlohmann::json j = nlohmann::json::parse(kCifarConfig);
         j[key.toStdString()] = nlohmann::json::parse(value.toStdString());
-        const std::string m = configErrorOf([&] { (void)modelConfigFromJson(j); });
+        const std::string m = configErrorOf([&] { (void)unetConfigFromJson(j); });
         EXPECT_MESSAGE(m, expected.toStdString());
         EXPECT_MESSAGE(m, "config.json");
     }
@@ -266,7 +267,7 @@ private slots:
             if (!line.empty()) lines.push_back(line);
         QCOMPARE(lines.size(), std::size_t{328});
 
-        const auto expected = UNetModel::expectedTensors(modelConfigFromJson(nlohmann::json::parse(kCifarConfig)));
+        const auto expected = UNetModel::expectedTensors(unetConfigFromJson(nlohmann::json::parse(kCifarConfig)));
         QCOMPARE(expected.size(), std::size_t{328});
         for (std::size_t i = 0; i < lines.size(); ++i)
             QCOMPARE(expected[i].first + " " + shapeText(expected[i].second), lines[i]);
@@ -276,12 +277,12 @@ private slots:
     }
 
     void parameterCounts() {
-        const ModelConfig cifar = modelConfigFromJson(nlohmann::json::parse(kCifarConfig));
+        const UNetConfig cifar = unetConfigFromJson(nlohmann::json::parse(kCifarConfig));
         const UNetModel model = UNetModel::random(cifar, 1);
         QCOMPARE(model.parameterCount(), std::int64_t{35'746'307});
         QCOMPARE(model.tensors().size(), std::size_t{328});
 
-        const auto big = UNetModel::expectedTensors(modelConfigFromJson(config256()));
+        const auto big = UNetModel::expectedTensors(unetConfigFromJson(config256()));
         QCOMPARE(big.size(), std::size_t{450});
         std::int64_t params = 0;
         for (const auto& [name, shape] : big) {
@@ -295,7 +296,7 @@ private slots:
     void variantsChangeTheTensorList() {
         nlohmann::json j = nlohmann::json::parse(kCifarConfig);
         j["resnet_time_scale_shift"] = "scale_shift";
-        auto list = UNetModel::expectedTensors(modelConfigFromJson(j));
+        auto list = UNetModel::expectedTensors(unetConfigFromJson(j));
         auto find = [&](const std::string& name) {
             for (const auto& [n, s] : list)
                 if (n == name) return s;
@@ -304,10 +305,10 @@ private slots:
         QCOMPARE(find("mid_block.resnets.0.time_emb_proj.weight"), (Shape{512, 512}));  // 2*Cout
         QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), Shape{});          // no GN (§2.8)
         j["attn_norm_num_groups"] = 16;
-        list = UNetModel::expectedTensors(modelConfigFromJson(j));
+        list = UNetModel::expectedTensors(unetConfigFromJson(j));
         QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), (Shape{256}));
         j["mid_block_type"] = nullptr;
-        list = UNetModel::expectedTensors(modelConfigFromJson(j));
+        list = UNetModel::expectedTensors(unetConfigFromJson(j));
         for (const auto& [n, s] : list) QVERIFY(n.rfind("mid_block.", 0) != 0);
     }
 
@@ -323,7 +324,7 @@ private slots:
         } catch (const ModelError& e) {
             EXPECT_MESSAGE(std::string(e.what()), "downsample_padding = 2: expected an integer from 0 to 1");
         }
-        QVERIFY_THROWS_EXCEPTION(std::runtime_error, (void)modelConfigFromJson(config));  // read from memory: no file to name
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, (void)unetConfigFromJson(config));  // read from memory: no file to name
     }
 
     void flopsCountConvsLinearsAndAttention() {
@@ -331,7 +332,7 @@ private slots:
         nlohmann::json j = {{"block_out_channels", {32}}, {"down_block_types", {"DownBlock2D"}},
                             {"up_block_types", {"UpBlock2D"}}, {"layers_per_block", 1},
                             {"norm_num_groups", 8}, {"mid_block_type", nullptr}, {"attention_head_dim", nullptr}};
-        const ModelConfig plain = modelConfigFromJson(j);
+        const UNetConfig plain = unetConfigFromJson(j);
         const double px = 64, t = 128;
         const double expected = 2 * 32 * 3 * 9 * px                                      // conv_in
                                 + 2 * t * 32 + 2 * t * t                                 // time MLP
@@ -342,11 +343,11 @@ private slots:
         const UNetModel a = UNetModel::random(plain, 0);
         QCOMPARE(a.flopsPerEvaluation(8, 8), expected);
         j["down_block_types"] = {"AttnDownBlock2D"};
-        const UNetModel b = UNetModel::random(modelConfigFromJson(j), 0);
+        const UNetModel b = UNetModel::random(unetConfigFromJson(j), 0);
         const double attention = 4 * 2 * px * 32 * 32 + 2 * 2 * px * px * 32;
         QCOMPARE(b.flopsPerEvaluation(8, 8), expected + attention);
         // Convolutions scale with area; cifar at 64x64 costs more than 4x 32x32 (attention is N^2).
-        const UNetModel cifar = UNetModel::random(modelConfigFromJson(nlohmann::json::parse(kCifarConfig)), 0);
+        const UNetModel cifar = UNetModel::random(unetConfigFromJson(nlohmann::json::parse(kCifarConfig)), 0);
         const double f32 = cifar.flopsPerEvaluation(32, 32);
         // Published: 6.1 G MACs (Diff-Pruning, Fang et al. 2023), counting conv and linear layers
         // only. The attention matmuls at 16x16 (5 layers) and 4x4 (mid) add 2*N*N*C MACs each.
@@ -357,7 +358,7 @@ private slots:
     }
 
     void randomWeightsAreDeterministicWithPyTorchScales() {
-        const ModelConfig c = tinyConfig();
+        const UNetConfig c = tinyConfig();
         const UNetModel a = UNetModel::random(c, 5);
         const UNetModel b = UNetModel::random(c, 5);
         const UNetModel other = UNetModel::random(c, 6);

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/UnicodeText.h"
+#include "core/base/UnicodeText.h"
 
 using namespace tessera;
 namespace u = tessera::unicode;

@@ -18,12 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/CpuBackend.h"
-#include "core/Safetensors.h"
-#include "core/Sha256.h"
-#include "core/VaeConfig.h"
-#include "core/VaeGraph.h"
-#include "core/VaeModel.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/formats/Safetensors.h"
+#include "core/base/Sha256.h"
+#include "core/models/vae/VaeConfig.h"
+#include "core/models/vae/VaeGraph.h"
+#include "core/models/vae/VaeModel.h"
 #include "tests/core/ModelTestSupport.h"
 
 using namespace tessera;

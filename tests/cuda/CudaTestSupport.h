@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/Backend.h"
-#include "core/ModelGraph.h"
-#include "core/ModelWeights.h"
-#include "kernels/CudaBackend.h"
+#include "core/graph/Backend.h"
+#include "core/graph/ModelGraph.h"
+#include "core/formats/ModelWeights.h"
+#include "kernels/backend/CudaBackend.h"
 
 // Skips the test where no CUDA device is present.
 #define REQUIRE_DEVICE()                                    \

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/RunConfig.h"
+#include "core/run/RunConfig.h"
 
 namespace tessera::testing {
 

@@ -46,15 +46,15 @@
 #include <tuple>
 #include <vector>
 
-#include "app/BenchCommand.h"
-#include "core/ClipTextGraph.h"
-#include "core/CpuBackend.h"
-#include "core/ModelGraph.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetGraph.h"
-#include "core/UNetModel.h"
-#include "core/VaeGraph.h"
-#include "kernels/CudaBackend.h"
+#include "app/cli/BenchCommand.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/ModelGraph.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/unet/UNetGraph.h"
+#include "core/models/unet/UNetModel.h"
+#include "core/models/vae/VaeGraph.h"
+#include "kernels/backend/CudaBackend.h"
 #include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
@@ -63,8 +63,8 @@ using tessera::testing::precisionName;
 namespace {
 
 // The branches the two DDPM configs do not take.
-ModelConfig variantConfig() {
-    ModelConfig c;
+UNetConfig variantConfig() {
+    UNetConfig c;
     c.blockOutChannels = {32, 48};
     c.downBlocks = {DownBlockType::AttnDown, DownBlockType::AttnDown};
     c.upBlocks = {UpBlockType::AttnUp, UpBlockType::AttnUp};
@@ -81,7 +81,7 @@ ModelConfig variantConfig() {
 
 struct ModelCase {
     std::string name;
-    ModelConfig config;
+    UNetConfig config;
     int tile = 32;
     bool primitive = false;  // also the primitive graph's ops that the fusion removes
     std::shared_ptr<const UNetModel> weights;

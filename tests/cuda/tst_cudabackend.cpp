@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/CpuBackend.h"
-#include "core/UNetModel.h"
-#include "kernels/CudaBackend.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/models/unet/UNetModel.h"
+#include "kernels/backend/CudaBackend.h"
 
 using namespace tessera;
 
@@ -20,8 +20,8 @@ namespace {
 
 // DDPM-like: one head per attention, downsample_padding 0 (pad right/bottom), freq_shift 1,
 // sin first; three levels, a conv_shortcut in every up resnet.
-ModelConfig ddpmLike() {
-    ModelConfig c;
+UNetConfig ddpmLike() {
+    UNetConfig c;
     c.inChannels = 3;
     c.outChannels = 3;
     c.blockOutChannels = {32, 64, 64};
@@ -40,8 +40,8 @@ ModelConfig ddpmLike() {
 // The other branches: multi-head attention everywhere, symmetric downsample padding,
 // FiLM time conditioning (so the mid attention has no GroupNorm), a mid-block rescale,
 // an explicit time-embedding width, 3 channels per group (scalar GroupNorm path).
-ModelConfig variant() {
-    ModelConfig c;
+UNetConfig variant() {
+    UNetConfig c;
     c.inChannels = 3;
     c.outChannels = 3;
     c.blockOutChannels = {32, 48};
@@ -257,7 +257,7 @@ private slots:
         QFETCH(int, feature);
         QFETCH(int, precision);
         const Precision prec = static_cast<Precision>(precision);
-        ModelConfig c = ddpmLike();
+        UNetConfig c = ddpmLike();
         int tileH = 32, tileW = 32;
         switch (feature) {
         case 0: c.attentionHeadDim = 8; break;

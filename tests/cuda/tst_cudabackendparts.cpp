@@ -1,4 +1,4 @@
-// The parts of the CUDA backend that need no device (kernels/CudaMemoryPlan.h, CudaAlgorithmChoice.h,
+// The parts of the CUDA backend that need no device (kernels/backend/CudaMemoryPlan.h, CudaAlgorithmChoice.h,
 // CudaSettings.h, CudaWeights.h): buffer placement, the tuning ledger and the choice texts, the
 // environment settings, bf16 rounding and conv weight repacking. Runs without a GPU.
 #include <QtTest/QtTest>
@@ -9,11 +9,11 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "core/TuningCache.h"
-#include "kernels/CudaAlgorithmChoice.h"
-#include "kernels/CudaMemoryPlan.h"
-#include "kernels/CudaSettings.h"
-#include "kernels/CudaWeights.h"
+#include "core/formats/TuningCache.h"
+#include "kernels/backend/CudaAlgorithmChoice.h"
+#include "kernels/backend/CudaMemoryPlan.h"
+#include "kernels/backend/CudaSettings.h"
+#include "kernels/backend/CudaWeights.h"
 #include "CudaTestSupport.h"
 
 using namespace tessera;

@@ -4,7 +4,7 @@
 // or $TESSERA_TEST_DATA_DIR/models) a 256x256 tiled DDIM run against the CPU engine
 // (PSNR >= 40 dB) and tile batch 1 against 8; a NaN or infinity (a poisoned latent, weights that
 // overflow fp16) stops the run naming the step and tile batch, in every graph mode; both engines
-// being the one tiled loop (core/TiledLoop.h), the same events and record structure as the CPU
+// being the one tiled loop (core/sampling/TiledLoop.h), the same events and record structure as the CPU
 // engine in every graph mode, and the CUDA device refusing passes it cannot lower (map, guidance).
 // Skips where no CUDA device is present.
 #include <QtTest/QtTest>
@@ -15,25 +15,25 @@
 #include <memory>
 #include <string>
 
-#include "core/CpuBackend.h"
-#include "core/ImageOps.h"
-#include "core/NonFiniteError.h"
-#include "core/BlendWindow.h"
-#include "core/TileDevice.h"
-#include "core/TilePlan.h"
-#include "core/TiledLoop.h"
-#include "core/TiledSampler.h"
-#include "core/UNetModel.h"
-#include "kernels/CudaBackend.h"
-#include "kernels/CudaEngine.h"
-#include "kernels/CudaTileDevice.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/sampling/ImageOps.h"
+#include "core/run/NonFiniteError.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/sampling/TileDevice.h"
+#include "core/sampling/TilePlan.h"
+#include "core/sampling/TiledLoop.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
+#include "kernels/backend/CudaBackend.h"
+#include "kernels/engine/CudaEngine.h"
+#include "kernels/engine/CudaTileDevice.h"
 
 using namespace tessera;
 
 namespace {
 
-ModelConfig smallConfig() {
-    ModelConfig c;
+UNetConfig smallConfig() {
+    UNetConfig c;
     c.blockOutChannels = {32, 64};
     c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown};
     c.upBlocks = {UpBlockType::AttnUp, UpBlockType::Up};
@@ -157,7 +157,7 @@ private slots:
         auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 77));
         const RunConfig cfg = runConfig(static_cast<SchedulerKind>(scheduler), static_cast<FusionRule>(fusion),
                                         static_cast<Precision>(precision));
-        TiledSampler cpu(std::make_unique<CpuBackend>(2));
+        CpuEngine cpu(std::make_unique<CpuBackend>(2));
         cpu.setModel(model);
         Counting cpuSeen;
         const RunResult ref = cpu.run(cfg, cpuSeen);
@@ -222,7 +222,7 @@ private slots:
     void psnr256AgainstCpuEngine() {
         auto model = std::make_shared<const UNetModel>(UNetModel::load(testData() + "/models/cifar_like"));
         const RunConfig cfg = fixtureRun(4);
-        TiledSampler cpu(std::make_unique<CpuBackend>(std::max(2, QThread::idealThreadCount())));
+        CpuEngine cpu(std::make_unique<CpuBackend>(std::max(2, QThread::idealThreadCount())));
         cpu.setModel(model);
         RunObserver quiet;
         const RunResult ref = cpu.run(cfg, quiet);
@@ -471,7 +471,7 @@ private slots:
         cfg.previewEvery = 2;
         cfg.graphs = static_cast<GraphMode>(graphs);
         cfg.graphWarmup = 1;
-        TiledSampler cpu(std::make_unique<CpuBackend>(2));
+        CpuEngine cpu(std::make_unique<CpuBackend>(2));
         cpu.setModel(model);
         Events cpuSeen, gpuSeen;
         const RunResult ref = cpu.run(cfg, cpuSeen);

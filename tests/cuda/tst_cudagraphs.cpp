@@ -12,16 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "core/UNetModel.h"
-#include "kernels/CudaBackend.h"
-#include "kernels/CudaEngine.h"
+#include "core/models/unet/UNetModel.h"
+#include "kernels/backend/CudaBackend.h"
+#include "kernels/engine/CudaEngine.h"
 
 using namespace tessera;
 
 namespace {
 
-ModelConfig smallConfig() {
-    ModelConfig c;
+UNetConfig smallConfig() {
+    UNetConfig c;
     c.blockOutChannels = {32, 64};
     c.downBlocks = {DownBlockType::Down, DownBlockType::AttnDown};
     c.upBlocks = {UpBlockType::AttnUp, UpBlockType::Up};

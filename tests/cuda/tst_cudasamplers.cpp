@@ -10,17 +10,17 @@
 #include <memory>
 #include <string>
 
-#include "core/CpuBackend.h"
-#include "core/TiledSampler.h"
-#include "core/UNetModel.h"
-#include "kernels/CudaEngine.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
+#include "kernels/engine/CudaEngine.h"
 
 using namespace tessera;
 
 namespace {
 
-ModelConfig smallConfig() {
-    ModelConfig c;
+UNetConfig smallConfig() {
+    UNetConfig c;
     c.inChannels = 4;
     c.outChannels = 4;
     c.blockOutChannels = {32, 64};
@@ -41,7 +41,7 @@ std::shared_ptr<const UNetModel> sdModel(bool karras) {
     o.clipSample = false;
     o.setAlphaToOne = false;
     o.karrasSigmas = karras;
-    const ModelConfig config = smallConfig();
+    const UNetConfig config = smallConfig();
     return std::make_shared<const UNetModel>(UNetModel::fromTensors(config, UNetModel::random(config, 91).tensors(), o));
 }
 
@@ -88,7 +88,7 @@ ImageTensor startImage(const RunConfig& c) {
 // Runs `cfg` on both engines (`gpu` holds `model` already: setting it again would start a new
 // plan); the final images and every preview (x0 canvas, then the canvas) within float32 tolerance.
 void compareEngines(const std::shared_ptr<const UNetModel>& model, const RunConfig& cfg, CudaEngine& gpu) {
-    TiledSampler cpu(std::make_unique<CpuBackend>(2));
+    CpuEngine cpu(std::make_unique<CpuBackend>(2));
     cpu.setModel(model);
     if (!cfg.initImage.empty()) {
         cpu.setInitImage(startImage(cfg));

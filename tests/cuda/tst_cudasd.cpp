@@ -1,5 +1,5 @@
 // The CUDA pieces Stable Diffusion needs beside the UNet's ops (issue 15 items 3, 6, 10):
-//  - attention scores in query blocks within a budget (kernels/AttentionPlan.h): the sizing,
+//  - attention scores in query blocks within a budget (kernels/backend/AttentionPlan.h): the sizing,
 //    and TESSERA_CUDA_ATTENTION_MIB checked and recorded (no device needed);
 //  - the SD VAE decoder's mid-block attention (one head of 512 channels) where its scores do not
 //    fit whole: a 1024 x 1024 tile (latent 128: 16,384 pixels, 1 GiB of float32 scores per image)
@@ -27,13 +27,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/BenchCommand.h"
-#include "core/ClipTextGraph.h"
-#include "core/CpuBackend.h"
-#include "core/ModelWeights.h"
-#include "core/VaeGraph.h"
-#include "kernels/AttentionPlan.h"
-#include "kernels/CudaBackend.h"
+#include "app/cli/BenchCommand.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/formats/ModelWeights.h"
+#include "core/models/vae/VaeGraph.h"
+#include "kernels/backend/AttentionPlan.h"
+#include "kernels/backend/CudaBackend.h"
 #include "tests/app/CsvRecord.h"
 #include "tests/cuda/CudaTestSupport.h"
 #include "tests/cuda/OutputComparison.h"

@@ -9,12 +9,12 @@
 #include <memory>
 #include <string>
 
-#include "core/CpuBackend.h"
-#include "core/ImageOps.h"
-#include "core/SdModel.h"
-#include "core/TiledSampler.h"
-#include "kernels/CudaBackend.h"
-#include "kernels/CudaEngine.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/sampling/ImageOps.h"
+#include "core/models/sd/SdModel.h"
+#include "core/cpu/CpuEngine.h"
+#include "kernels/backend/CudaBackend.h"
+#include "kernels/engine/CudaEngine.h"
 
 using namespace tessera;
 
@@ -107,7 +107,7 @@ private slots:
         config.cfgScale = cfg;
         config.precision = Precision::FP32;
         config.backend = BackendKind::CPU;
-        TiledSampler cpu(std::make_unique<CpuBackend>());
+        CpuEngine cpu(std::make_unique<CpuBackend>());
         Quiet quiet;
         const RunResult ref = cpu.run(config, quiet);
 

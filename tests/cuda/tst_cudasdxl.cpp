@@ -23,17 +23,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/CpuBackend.h"
-#include "core/CpuTileDevice.h"
-#include "core/ImageOps.h"
-#include "core/SdModel.h"
-#include "core/TiledLoop.h"
-#include "core/UNetCondGraph.h"
-#include "core/UNetCondModel.h"
-#include "core/TiledSampler.h"
-#include "kernels/CudaBackend.h"
-#include "kernels/CudaEngine.h"
-#include "kernels/CudaTileDevice.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuTileDevice.h"
+#include "core/sampling/ImageOps.h"
+#include "core/models/sd/SdModel.h"
+#include "core/sampling/TiledLoop.h"
+#include "core/models/sd/UNetCondGraph.h"
+#include "core/models/sd/UNetCondModel.h"
+#include "core/cpu/CpuEngine.h"
+#include "kernels/backend/CudaBackend.h"
+#include "kernels/engine/CudaEngine.h"
+#include "kernels/engine/CudaTileDevice.h"
 #include "tests/core/SdxlPipelineFixture.h"
 #include "tests/cuda/OutputComparison.h"
 
@@ -280,7 +280,7 @@ private slots:
         RunConfig config = sdxl_fixture::runConfig(c, id);
         config.tile = tile;
         Quiet quiet;
-        TiledSampler cpu(std::make_unique<CpuBackend>(4));
+        CpuEngine cpu(std::make_unique<CpuBackend>(4));
         cpu.setStartNoise(noise);
         const RunResult ref = cpu.run(config, quiet);
 

@@ -1,8 +1,8 @@
-// The tiled VAE (core/TiledVae.h) on the CUDA backend: a 1024x1024 decode of a smooth latent
+// The tiled VAE (core/models/vae/TiledVae.h) on the CUDA backend: a 1024x1024 decode of a smooth latent
 // tiled (4x4 tiles, whole-image GroupNorm statistics, attention over the whole image; canvases in
-// device memory, kernels/CudaCanvasStore.h) against the untiled decode on the same device, in
+// device memory, kernels/backend/CudaCanvasStore.h) against the untiled decode on the same device, in
 // fp32, fp16 and bf16, against the CPU reference and against the same pass with host canvases;
-// the same for the encoder. The device's GroupNorm statistics (kernels/GroupMoments.cuh) against
+// the same for the encoder. The device's GroupNorm statistics (kernels/ops/GroupMoments.cuh) against
 // float64 on the host; CudaTileDevice's VAE budget (free memory, 2 bytes a value, cuDNN's element
 // limit) and vae_tiling auto under a small forced budget. The tiled pass feeds the backend what no other graph does (a statistics
 // vector into a lone ScaleShift, a context of every latent pixel into a token attention, ~30
@@ -20,14 +20,14 @@
 
 #include <cuda_fp16.h>
 
-#include "core/CpuBackend.h"
-#include "core/TiledVae.h"
-#include "core/VaeGraph.h"
-#include "core/VaeModel.h"
-#include "kernels/CudaCheck.h"
-#include "kernels/CudaTileDevice.h"
-#include "kernels/DeviceResources.h"
-#include "kernels/GroupMoments.cuh"
+#include "core/cpu/CpuBackend.h"
+#include "core/models/vae/TiledVae.h"
+#include "core/models/vae/VaeGraph.h"
+#include "core/models/vae/VaeModel.h"
+#include "kernels/device/CudaCheck.h"
+#include "kernels/engine/CudaTileDevice.h"
+#include "kernels/device/DeviceResources.h"
+#include "kernels/ops/GroupMoments.cuh"
 #include "tests/cuda/CudaTestSupport.h"
 
 using namespace tessera;

@@ -1,4 +1,4 @@
-// The fused attention kernel (kernels/FlashAttention.cuh, issue 18 item 1) through the CUDA
+// The fused attention kernel (kernels/ops/FlashAttention.cuh, issue 18 item 1) through the CUDA
 // backend's lowering, against the float32 CPU reference:
 //  - the attention shapes of the supported models, fp16 and bf16 at the per-op tolerances of
 //    tst_backendops (fp32 stays on the blocked path; checked too): SD 1.x self-attention with
@@ -39,15 +39,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/CpuBackend.h"
-#include "core/ModelGraph.h"
-#include "core/ModelWeights.h"
-#include "core/TuningCache.h"
-#include "kernels/AttentionPlan.h"
-#include "kernels/CudaBackend.h"
-#include "kernels/DeviceResources.h"
-#include "kernels/FlashAttention.cuh"
-#include "kernels/LayoutConvert.cuh"
+#include "core/cpu/CpuBackend.h"
+#include "core/graph/ModelGraph.h"
+#include "core/formats/ModelWeights.h"
+#include "core/formats/TuningCache.h"
+#include "kernels/backend/AttentionPlan.h"
+#include "kernels/backend/CudaBackend.h"
+#include "kernels/device/DeviceResources.h"
+#include "kernels/ops/FlashAttention.cuh"
+#include "kernels/ops/LayoutConvert.cuh"
 #include "tests/cuda/CudaTestSupport.h"
 #include "tests/cuda/OutputComparison.h"
 
@@ -455,7 +455,7 @@ private slots:
         }
     }
 
-    // cuDNN's fused attention (kernels/CudnnSdpa.h) forced (TESSERA_CUDA_SDPA=1) on every
+    // cuDNN's fused attention (kernels/backend/CudnnSdpa.h) forced (TESSERA_CUDA_SDPA=1) on every
     // non-causal case it may take, fp16 and bf16, against the CPU at the fused kernel's
     // tolerances. A loaded cuDNN of 9.13 or later must take the 64-wide heads (its flash
     // attention's home shape); other head dims where it offers a plan (the reason is printed

@@ -14,7 +14,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
-#include "kernels/CudaBackend.h"
+#include "kernels/backend/CudaBackend.h"
 
 using namespace tessera;
 

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/BoundedInput.h"
+#include "core/base/BoundedInput.h"
 
 namespace tessera::fuzz {
 

@@ -8,7 +8,7 @@
 
 #include <stdexcept>
 
-#include "core/Infotext.h"
+#include "core/run/Infotext.h"
 
 using namespace tessera;
 

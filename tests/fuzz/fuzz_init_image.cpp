@@ -4,7 +4,7 @@
 // InitImageError and a readable message; an accepted image must have a pixel buffer of its size.
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "app/InitImage.h"
+#include "app/cli/InitImage.h"
 
 using namespace tessera;
 

@@ -5,8 +5,8 @@
 // be written (manifestJson) and read back unchanged.
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "core/RunConfig.h"
-#include "core/RunRecordIO.h"
+#include "core/run/RunConfig.h"
+#include "core/run/RunRecordIO.h"
 
 using namespace tessera;
 

@@ -1,22 +1,23 @@
 // Fuzz target: a diffusers model folder's config.json and scheduler_config.json. Each input
 // is read as both, the way the model loader reads them: bounded JSON parsing, then
-// modelConfigFromJson / schedulerOptionsFromJson. Input may only be rejected with a
+// unetConfigFromJson / schedulerOptionsFromJson. Input may only be rejected with a
 // std::runtime_error naming the key, with a readable message. An accepted model config must
 // give well-defined derived sizes (no overflow) and survive toJson and back unchanged.
 #include "tests/fuzz/FuzzSupport.h"
 
 #include <spdlog/spdlog.h>
 
-#include "core/ModelConfig.h"
+#include "core/models/unet/UNetConfig.h"
+#include "core/formats/SchedulerConfig.h"
 
 using namespace tessera;
 
 namespace {
 
 void checkModelConfig(const nlohmann::json& json) {
-    ModelConfig config;
+    UNetConfig config;
     try {
-        config = modelConfigFromJson(json);
+        config = unetConfigFromJson(json);
     } catch (const std::runtime_error& e) {
         fuzz::checkRejection(e);
         return;
@@ -25,8 +26,8 @@ void checkModelConfig(const nlohmann::json& json) {
     (void)config.limits();
     (void)config.timeEmbedDim();
     for (const int channels : config.blockOutChannels) (void)config.headsFor(channels);
-    fuzz::checkRoundTrip(toJson(config), modelConfigFromJson,
-                         static_cast<nlohmann::json (*)(const ModelConfig&)>(toJson), "model config.json");
+    fuzz::checkRoundTrip(toJson(config), unetConfigFromJson,
+                         static_cast<nlohmann::json (*)(const UNetConfig&)>(toJson), "model config.json");
 }
 
 void checkSchedulerConfig(const nlohmann::json& json) {

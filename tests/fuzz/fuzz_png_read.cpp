@@ -4,7 +4,7 @@
 // with PngError and a readable message; an accepted image must have a pixel buffer of its size.
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "app/PngIO.h"
+#include "app/cli/PngIO.h"
 
 using namespace tessera;
 

@@ -11,9 +11,9 @@
 #include <cmath>
 #include <memory>
 
-#include "core/ClipTokenizer.h"
-#include "core/PromptParser.h"
-#include "core/RunConfig.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/text/PromptParser.h"
+#include "core/run/RunConfig.h"
 
 using namespace tessera;
 

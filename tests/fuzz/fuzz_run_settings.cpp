@@ -5,7 +5,8 @@
 // must be written (toJson) and read back unchanged.
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "core/RunConfig.h"
+#include "core/run/Infotext.h"
+#include "core/run/RunConfig.h"
 
 using namespace tessera;
 

@@ -8,7 +8,7 @@
 // inside the file, and reading one as float32 must give numel values or a SafetensorsError.
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "core/Safetensors.h"
+#include "core/formats/Safetensors.h"
 
 using namespace tessera;
 

@@ -13,9 +13,9 @@
 #include <QString>
 #include <QtTest>
 
-#include "app/Exporters.h"
-#include "app/GuiThreadGuard.h"
-#include "core/RunConfig.h"
+#include "app/qt/Exporters.h"
+#include "app/qt/GuiThreadGuard.h"
+#include "core/run/RunConfig.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
@@ -23,7 +23,7 @@
 namespace tessera::testing {
 
 // Makes the running test function fail if the window's code reads or writes a file on the GUI
-// thread (app/GuiThreadGuard.h). Every window suite calls it from init().
+// thread (app/qt/GuiThreadGuard.h). Every window suite calls it from init().
 inline void failOnGuiThreadIo() {
     QTest::failOnWarning(QRegularExpression(QRegularExpression::escape(QString::fromLatin1(kGuiThreadViolationPrefix))));
 }

@@ -27,9 +27,9 @@
 
 #include <qcustomplot.h>
 
-#include "app/Exporters.h"
-#include "app/RunWorker.h"
-#include "app/RunHistory.h"
+#include "app/qt/Exporters.h"
+#include "app/qt/RunWorker.h"
+#include "app/qt/RunHistory.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"

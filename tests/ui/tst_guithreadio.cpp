@@ -1,5 +1,5 @@
 // The GUI thread reads and writes no file and encodes no image (issue 14, item 7). The guard
-// (app/GuiThreadGuard.h) fires on a QApplication's thread and nowhere else; a finished run, a
+// (app/qt/GuiThreadGuard.h) fires on a QApplication's thread and nowhere else; a finished run, a
 // history reload, a model change, a delete, a comparison and a preset reach the window by
 // queued signal, with the IO done elsewhere, and the guard never fires while they do (every
 // test fails on its warning: init() and cleanup()). Answers to superseded requests are
@@ -19,11 +19,11 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "app/GuiThreadGuard.h"
-#include "app/HistoryStore.h"
-#include "app/ModelInspector.h"
-#include "app/ModelLocator.h"
-#include "app/RunHistory.h"
+#include "app/qt/GuiThreadGuard.h"
+#include "app/qt/HistoryStore.h"
+#include "app/qt/ModelInspector.h"
+#include "app/qt/ModelLocator.h"
+#include "app/qt/RunHistory.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"

@@ -16,9 +16,9 @@
 #include <QTabWidget>
 #include <QtTest>
 
-#include "app/EngineFactory.h"
-#include "app/PngIO.h"
-#include "app/RunWorker.h"
+#include "app/cli/EngineFactory.h"
+#include "app/cli/PngIO.h"
+#include "app/qt/RunWorker.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"

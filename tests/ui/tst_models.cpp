@@ -19,7 +19,7 @@
 
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
-#include "ui/ModelCatalog.h"
+#include "app/qt/ModelCatalog.h"
 #include "ui/ModelPicker.h"
 #include "TinyRun.h"
 #include "../core/SingleFileTestSupport.h"

@@ -15,7 +15,7 @@
 #include <QLineEdit>
 #include <QtTest>
 
-#include "core/PromptParser.h"
+#include "core/text/PromptParser.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/PromptEditor.h"

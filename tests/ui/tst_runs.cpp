@@ -34,10 +34,10 @@
 
 #include <qcustomplot.h>
 
-#include "app/HistoryStore.h"
-#include "app/PngIO.h"
-#include "app/RunHistory.h"
-#include "core/ImageOps.h"
+#include "app/qt/HistoryStore.h"
+#include "app/cli/PngIO.h"
+#include "app/qt/RunHistory.h"
+#include "core/sampling/ImageOps.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"

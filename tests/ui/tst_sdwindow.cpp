@@ -21,10 +21,10 @@
 #include <QThread>
 #include <QtTest>
 
-#include "app/RunHistory.h"
-#include "app/RunWorker.h"
-#include "core/ClipTokenizer.h"
-#include "core/PromptParser.h"
+#include "app/qt/RunHistory.h"
+#include "app/qt/RunWorker.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/text/PromptParser.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"

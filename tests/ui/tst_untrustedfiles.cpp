@@ -20,8 +20,8 @@
 
 #include <sys/stat.h>
 
-#include "app/RunHistory.h"
-#include "core/RunConfig.h"
+#include "app/qt/RunHistory.h"
+#include "core/run/RunConfig.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"

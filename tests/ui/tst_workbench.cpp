@@ -24,11 +24,11 @@
 #include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
-#include "app/Exporters.h"
-#include "app/PngIO.h"
-#include "app/HistoryStore.h"
-#include "core/BlendWindow.h"
-#include "core/RunRecordIO.h"
+#include "app/qt/Exporters.h"
+#include "app/cli/PngIO.h"
+#include "app/qt/HistoryStore.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/run/RunRecordIO.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HeatMap.h"

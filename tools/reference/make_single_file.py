@@ -4,7 +4,7 @@
     python3 tools/reference/make_single_file.py FOLDER OUT.safetensors --layout sd1|sd2|sdxl
     python3 tools/reference/make_single_file.py FOLDER OUT.safetensors --layout sd1 --random
 
-The reverse of what core/SingleFileCheckpoint.cpp (and diffusers' single_file_utils.py:
+The reverse of what core/models/sd/SingleFileCheckpoint.cpp (and diffusers' single_file_utils.py:
 convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint, convert_ldm_clip_checkpoint,
 convert_open_clip_checkpoint) do; shared/spec/sd-models.md §5.4-§5.6. Pure Python with numpy
 (Debian's python3-numpy), so it runs on the build machines; safetensors is read and written by

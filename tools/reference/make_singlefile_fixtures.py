@@ -20,7 +20,7 @@ seeds), then:
 Writes OUTDIR/cases.json (a few KB): per layout the checkpoint's sha256 (so the C++ test knows these
 are the bytes it loads), the model type diffusers infers, and for each model the keys missing,
 unexpected and mismatched. Nothing is raised on a mismatch: the report is the result.
-core/SingleFileCheckpoint.cpp maps the same files the other way (tests/core/tst_singlefile.cpp), so
+core/models/sd/SingleFileCheckpoint.cpp maps the same files the other way (tests/core/tst_singlefile.cpp), so
 the two together tie Tessera's LDM names to diffusers' converters.
 """
 import hashlib

@@ -1,5 +1,5 @@
 """Float64 PyTorch reference for Tessera: diffusers UNet2DModel, DDPM/DDIM scheduler math,
-the Philox4x32-10 + Box-Muller noise of core/Philox.h, and the tiled sampler of
+the Philox4x32-10 + Box-Muller noise of core/sampling/Philox.h, and the tiled sampler of
 docs/ENGINE_SEMANTICS.md.
 
 diffusers is not installed here: the network is rebuilt from shared/spec/unet2d.md (§2 forward,
@@ -388,7 +388,7 @@ def leading_timesteps(num_train, steps, offset=0):
 
 class Scheduler:
     """DDPM or DDIM for one number of inference steps. All math in float64 from the float32
-    alphas_cumprod. coefficients(k) returns core/StepUpdate.h's StepCoefficients fields;
+    alphas_cumprod. coefficients(k) returns core/sampling/StepUpdate.h's StepCoefficients fields;
     step_direct() is the spec formula, used to check the coefficients."""
 
     def __init__(self, kind, sched_cfg, steps, eta=0.0):
@@ -481,7 +481,7 @@ class Scheduler:
 
 
 def apply_step(K, x, eps, z):
-    """core/StepUpdate.h applyStep, elementwise on float64 numpy arrays."""
+    """core/sampling/StepUpdate.h applyStep, elementwise on float64 numpy arrays."""
     x0 = K["ax"] * x + K["ae"] * eps
     if K["clip"] != 0:
         x0 = np.clip(x0, -K["clipRange"], K["clipRange"])
@@ -497,7 +497,7 @@ COEFF_FIELDS = ["ax", "ae", "clip", "clipRange", "ee", "ex", "e0", "cx0", "cx", 
 
 
 # ----------------------------------------------------------------------------------------------
-# Philox4x32-10 + Box-Muller (core/Philox.h)
+# Philox4x32-10 + Box-Muller (core/sampling/Philox.h)
 # ----------------------------------------------------------------------------------------------
 
 PHILOX_TAG = 0x7E55E7A0
@@ -557,7 +557,7 @@ def canvas_noise(seed, draw, C, H, W):
 
 
 # ----------------------------------------------------------------------------------------------
-# Tile plan and blend windows (docs/ENGINE_SEMANTICS.md, core/TilePlan.cpp, core/BlendWindow.cpp)
+# Tile plan and blend windows (docs/ENGINE_SEMANTICS.md, core/sampling/TilePlan.cpp, core/sampling/BlendWindow.cpp)
 # ----------------------------------------------------------------------------------------------
 
 def axis_positions(length, tile, overlap):

@@ -1,0 +1,176 @@
+#include "app/cli/TokensCommand.h"
+
+#include <charconv>
+#include <filesystem>
+#include <optional>
+#include <ostream>
+
+#include "app/cli/CliOptions.h"
+#include "core/base/BoundedInput.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/text/PromptParser.h"
+#include "core/run/RunConfig.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+
+namespace {
+
+
+constexpr const char* kBundledVocabulary = "clip/bpe_simple_vocab_16e6.txt.gz";
+
+struct TokensOptions {
+    std::optional<std::string> prompt;      // the positional argument
+    std::optional<std::string> promptFile;  // --prompt-file
+    std::string model;                      // --model, empty: the bundled vocabulary
+    bool weights = false;
+    bool help = false;
+};
+
+// The installation lacks a file it should have (exit 1, not the user's input).
+struct MissingResource {
+    std::string message;
+};
+
+TokensOptions parseTokensOptions(const std::vector<std::string>& args) {
+    TokensOptions o;
+    bool optionsEnded = false;  // after "--" every word is the prompt (one starting with "--")
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--" && !optionsEnded) {
+            optionsEnded = true;
+            continue;
+        }
+        auto value = [&](const char* name) -> std::string {
+            if (i + 1 >= args.size()) throw ValidationError("option", std::string("--") + name + " needs a value");
+            return args[++i];
+        };
+        if (optionsEnded) {
+            if (o.prompt) throw ValidationError("prompt", "prompt: tokens takes one prompt (quote it)");
+            o.prompt = a;
+        } else if (a == "--weights") {
+            o.weights = true;
+        } else if (a == "--help" || a == "-h") {
+            o.help = true;
+        } else if (a == "--model") {
+            o.model = value("model");
+            checkPathText("model", o.model, "a model folder or .safetensors file");
+        } else if (a == "--prompt-file") {
+            o.promptFile = value("prompt-file");
+            checkPathText("prompt-file", *o.promptFile, "a prompt file");
+        } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
+            throw ValidationError("option", "tokens: unknown option '" + excerpt(a) +
+                                                "'; allowed: --weights, --model PATH, --prompt-file FILE, --help");
+        } else if (o.prompt) {
+            throw ValidationError("prompt", "prompt: tokens takes one prompt (quote it); a second one was given: '" +
+                                                excerpt(a) + "'");
+        } else {
+            o.prompt = a;
+        }
+    }
+    if (!o.help && o.prompt.has_value() == o.promptFile.has_value())
+        throw ValidationError("prompt", o.prompt ? "prompt: give the prompt or --prompt-file, not both"
+                                                 : "prompt: tokens needs a prompt: tessera-cli tokens \"PROMPT\"");
+    return o;
+}
+
+// The tokenizer of `model` (see TokensCommand.h). A folder must hold tokenizer/ (or be one).
+ClipTokenizer loadTokenizer(const std::string& model, const std::string& executableDir) {
+    if (!model.empty()) {
+        std::error_code ec;
+        const fs::path path = fs::absolute(model, ec);
+        if (!ec && fs::is_directory(path, ec)) {
+            for (const fs::path& folder : {path / "tokenizer", path})
+                if (fs::exists(folder / "vocab.json", ec) || fs::exists(folder / "merges.txt", ec))
+                    return ClipTokenizer::fromDiffusersFolder(folder);
+            throw ValidationError("model", "model: '" + excerpt(model) +
+                                               "' has no tokenizer/ folder with vocab.json and merges.txt (a diffusers "
+                                               "pipeline folder has one); leave out --model for the bundled CLIP "
+                                               "vocabulary");
+        }
+        if (ec || !fs::is_regular_file(path, ec) || path.extension() != ".safetensors")
+            throw ValidationError("model", "model: '" + excerpt(model) +
+                                               "' is neither a diffusers pipeline folder nor a .safetensors file");
+        // A single-file checkpoint carries no tokenizer: SD's own vocabulary, bundled (spec §1.1).
+    }
+    const std::vector<std::string> candidates = resourceCandidates(executableDir, kBundledVocabulary);
+    std::error_code ec;
+    for (const std::string& candidate : candidates)
+        if (fs::is_regular_file(candidate, ec)) return ClipTokenizer::fromMergesGz(candidate);
+    std::string looked;
+    for (const std::string& candidate : candidates) looked += "\n  " + candidate;
+    throw MissingResource{"tokenizer: the bundled CLIP vocabulary is not installed (looked in:" + looked + ")"};
+}
+
+std::string shortest(float value) {
+    char text[32];
+    const auto result = std::to_chars(text, text + sizeof text, value);
+    return std::string(text, result.ptr);
+}
+
+}  // namespace
+
+void printTokenChunks(const ClipTokenizer& tokenizer, std::string_view text, bool weights, std::ostream& out) {
+    const PromptChunks prompt = chunkPrompt(tokenizer, text);
+    for (std::size_t n = 0; n < prompt.chunks.size(); ++n) {
+        const PromptChunk& chunk = prompt.chunks[n];
+        // BOS, the prompt's tokens, and the EOS that follows them (index contentTokens + 1).
+        const std::size_t shown = static_cast<std::size_t>(chunk.contentTokens) + 2;
+        out << "chunk " << n + 1 << ":";
+        for (std::size_t i = 0; i < shown; ++i) out << ' ' << chunk.ids[i];
+        out << '\n';
+        if (!weights) continue;
+        out << "weights " << n + 1 << ":";
+        for (std::size_t i = 0; i < shown; ++i) out << ' ' << shortest(chunk.weights[i]);
+        out << '\n';
+    }
+}
+
+std::string tokensUsage() {
+    return "usage: tessera-cli tokens \"PROMPT\" [--weights] [--model PATH]\n"
+           "       tessera-cli tokens --prompt-file FILE [--weights] [--model PATH]\n"
+           "\n"
+           "Prints the CLIP token ids of a prompt as the text encoder receives them, one line\n"
+           "'chunk N: ...' per 75-token chunk (A1111's chunking: emphasis such as (word:1.2), [word],\n"
+           "BREAK, commas), with the start and end tokens and without padding.\n"
+           "\n"
+           "  --weights           after each chunk, a line 'weights N: ...' with each token's weight\n"
+           "  --model PATH        a diffusers pipeline folder: its tokenizer/ (vocab.json + merges.txt);\n"
+           "                      a .safetensors checkpoint, or no --model: the bundled CLIP vocabulary\n"
+           "                      as SD 1.x uses it\n"
+           "  --prompt-file FILE  read the prompt from a UTF-8 file (at most 1 MiB)\n"
+           "  --                  the next word is the prompt even if it starts with --\n";
+}
+
+int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                     const std::string& executableDir) {
+    try {
+        const TokensOptions options = parseTokensOptions(args);
+        if (options.help) {
+            out << tokensUsage();
+            return kExitOk;
+        }
+        const std::string prompt = options.promptFile ? readBoundedFile(*options.promptFile, "prompt-file",
+                                                                        prompt_limits::kMaxPromptBytes)
+                                                      : *options.prompt;
+        // The tokenizer would read ill-formed bytes as U+FFFD; a command that shows ids refuses them instead.
+        if (!isValidUtf8(prompt))
+            throw ValidationError(options.promptFile ? "prompt-file" : "prompt",
+                                  "prompt: is not valid UTF-8 ('" + excerpt(prompt) + "'); give UTF-8 text");
+        const ClipTokenizer tokenizer = loadTokenizer(options.model, executableDir);
+        printTokenChunks(tokenizer, prompt, options.weights, out);
+        return kExitOk;
+    } catch (const ValidationError& e) {
+        err << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const InputFileError& e) {
+        err << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const MissingResource& e) {
+        err << "tessera-cli: " << e.message << "\n";
+        return kExitFailure;
+    }
+}
+
+}  // namespace tessera

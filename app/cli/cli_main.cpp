@@ -1,0 +1,412 @@
+// tessera-cli: plan, render, info, bench, compare and tokens, headless. Exit status: 0 success, 2 invalid input
+// (the message names the field), 1 failure while running.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "app/cli/BenchCommand.h"
+#include "app/cli/CliOptions.h"
+#include "app/cli/CliText.h"
+#include "app/cli/CompareCommand.h"
+#include "app/cli/EngineFactory.h"
+#include "app/cli/InitImage.h"
+#include "app/cli/InterruptCancels.h"
+#include "app/cli/PngIO.h"
+#include "app/cli/SdInfoCommand.h"
+#include "app/cli/TokensCommand.h"
+#include "core/base/BoundedInput.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/base/FormatNumber.h"
+#include "core/cpu/HostMemoryEstimate.h"
+#include "core/sampling/ImageOps.h"
+#include "core/base/LoadProgress.h"
+#include "core/run/OutputSet.h"
+#include "core/run/RunRecordIO.h"
+#include "core/sampling/Scheduler.h"
+#include "core/models/sd/SdPipeline.h"
+#include "core/models/sd/SdModel.h"
+#include "core/sampling/TilePlan.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
+
+namespace fs = std::filesystem;
+using namespace tessera;
+
+namespace {
+
+
+// Thrown for invalid input detected here rather than by the core (no default model, ...).
+struct InputError {
+    std::string message;
+};
+
+// Resolves config.model to an absolute folder: the given one, or the default model.
+std::string resolveModel(const std::string& given) {
+    try {
+        return resolveModelFolder(given, executableDir());
+    } catch (const ValidationError& e) {
+        throw InputError{e.what()};
+    }
+}
+
+// Host memory check (core/cpu/HostMemoryEstimate.h) where the machine says what it has.
+void checkRunMemory(const RunConfig& config, const UNetConfig& model, BackendKind backend,
+                    const std::optional<StartImageSize>& startImage) {
+    if (const std::optional<HostMemory> available = availableHostMemory())
+        checkHostMemory(config, model, backend, startImage, *available);
+}
+
+std::string humanFlops(double flops) {
+    const char* units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+    int unit = 0;
+    while (flops >= 1000.0 && unit < 5) {
+        flops /= 1000.0;
+        ++unit;
+    }
+    return fixed(flops, 2) + " " + units[unit];
+}
+
+// Upscaling (Stable Diffusion image-to-image): the canvas is the init image's size times
+// config.upscale, each side rounded down to a multiple of 8 (the VAE's cell).
+void applyUpscale(RunConfig& config) {
+    Rgb8Image decoded;
+    try {
+        decoded = decodeImageFile(config.initImage);
+    } catch (const InitImageError& e) {
+        throw InputError{std::string("init: ") + e.what()};
+    }
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
+        throw InputError{"upscale: " + fixed(config.upscale, 3) + " is not allowed; 1 to " + fixed(kMaxUpscale, 0)};
+    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
+    config.width = side(decoded.width);
+    config.height = side(decoded.height);
+    std::cerr << "note: upscale: " << decoded.width << "x" << decoded.height << " x " << fixed(config.upscale, 2)
+              << " -> " << config.width << "x" << config.height << "\n";
+}
+
+int cmdPlan(const CliOptions& options) {
+    RunConfig config = options.config;
+    std::unique_ptr<UNetModel> model;
+    std::optional<ModelFolderConfig> folder;
+    bool sd = false;
+    if (!config.model.empty()) {
+        config.model = resolveModel(config.model);
+        // A Stable Diffusion model is planned from the run's fields alone, with render's checks; its
+        // limits come from three components, which the engine checks once it has loaded them.
+        sd = isSdModelPath(config.model);
+        if (!sd) folder = readModelFolderConfig(config.model);
+    }
+    if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
+    validate(config, sd ? ModelLimits{8, 1000, 3} : folder ? folder->limits() : ModelLimits{});
+    if (sd) checkSdCells(config);
+    if (folder) model = std::make_unique<UNetModel>(UNetModel::load(config.model));
+    const TilePlan plan = TilePlan::fromConfig(config);
+    const int tiles = plan.count();
+    const int batch = resolveTileBatch(config.tileBatch, tiles);
+    const int stepsRun = config.steps - firstStepRun(config, !config.initImage.empty());
+    std::cout << "image        " << config.width << " x " << config.height << " px\n"
+              << "tile grid    " << plan.cols() << " cols x " << plan.rows() << " rows\n"
+              << "tile         " << plan.tileW() << " x " << plan.tileH() << " px\n"
+              << "stride       " << plan.stride() << " px\n"
+              << "overlap      " << config.overlapPixels() << " px\n"
+              << "tiles        " << tiles << "\n"
+              << "redundancy   " << fixed(plan.redundancy(), 3) << " (tile area / image area)\n"
+              << "batch        " << batch << " tiles per UNet call" << (config.tileBatch <= 0 ? " (auto)" : "")
+              << ", " << (tiles + batch - 1) / batch << " calls per step\n"
+              << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun
+              << " total (" << stepsRun << " steps)\n";
+    if (sd) {
+        std::cout << "latent       " << config.width / 8 << " x " << config.height / 8 << ", tiles of " << plan.tileW() / 8
+                  << " x " << plan.tileH() / 8 << " (Stable Diffusion: 8 image px per latent px)\n"
+                  << "guidance     "
+                  << (config.cfgScale != 1.0 ? "cfg " + fixed(config.cfgScale, 1) +
+                                                   ": each tile evaluated twice (conditional and unconditional rows)"
+                                             : std::string("cfg 1: the conditional row only"))
+                  << "\n"
+                  << "model        " << config.model << " ('tessera-cli info' describes it; render and bench report "
+                  << "FLOPs and memory)\n";
+    }
+    if (model) {
+        const double perEval = model->flopsPerEvaluation(plan.tileH(), plan.tileW());
+        std::cout << "FLOPs        " << humanFlops(perEval * tiles) << " per step, "
+                  << humanFlops(perEval * tiles * stepsRun) << " total (" << humanFlops(perEval)
+                  << " per tile evaluation)\n";
+        // What a render of this plan would ask of the host, on the CPU engine and on the CUDA one.
+        const HostMemoryEstimate cpu = estimateHostMemory(config, folder->config, BackendKind::CPU);
+        const HostMemoryEstimate cuda = estimateHostMemory(config, folder->config, BackendKind::CUDA);
+        const std::optional<HostMemory> available = availableHostMemory();
+        std::cout << "host memory  about " << formatBytes(cpu.peakBytes()) << " at the peak with the cpu engine, "
+                  << formatBytes(cuda.peakBytes()) << " with the cuda engine";
+        if (available) std::cout << "; " << formatBytes(available->availableBytes) << " available";
+        std::cout << "\n";
+    }
+    return kExitOk;
+}
+
+int cmdInfo(const CliOptions& options) {
+    if (options.infoDir.empty()) throw InputError{"model: info needs a model folder: tessera-cli info DIR"};
+    // Stable Diffusion pipeline folders and checkpoint files (app/cli/SdInfoCommand.h).
+    if (isSdModelPath(options.infoDir)) {
+        printSdModelInfo(options.infoDir, executableDir(), std::cout);
+        return kExitOk;
+    }
+    const std::string dir = resolveModel(options.infoDir);
+    const UNetModel model = UNetModel::load(dir);
+    const int tile = options.fieldsGiven.count("tile") ? options.config.tile : 64;
+    if (tile <= 0 || tile % model.config().downsampleFactor() != 0)
+        throw InputError{"tile: " + std::to_string(tile) + " is not allowed; this model needs a positive multiple of " +
+                         std::to_string(model.config().downsampleFactor())};
+    const UNetConfig& c = model.config();
+    std::string channels;
+    for (int ch : c.blockOutChannels) channels += (channels.empty() ? "" : ", ") + std::to_string(ch);
+    std::string blocks;
+    for (auto b : c.downBlocks) blocks += (blocks.empty() ? "" : ", ") + std::string(b == DownBlockType::AttnDown ? "AttnDown" : "Down");
+    const SchedulerOptions& s = model.schedulerOptions();
+    std::cout << "model        " << model.name() << " (" << dir << ")\n"
+              << "sample size  " << (c.sampleSize > 0 ? std::to_string(c.sampleSize) : std::string("not given")) << "\n"
+              << "channels     in " << c.inChannels << ", out " << c.outChannels << "\n"
+              << "blocks       " << blocks << "\n"
+              << "block width  " << channels << " (" << c.layersPerBlock << " layers per block)\n"
+              << "downsample   x" << c.downsampleFactor() << " (tile sizes must be multiples of it)\n"
+              << "scheduler    " << model.schedulerClass() << ": " << s.numTrainTimesteps << " train steps, beta "
+              << toString(s.betaSchedule) << " " << s.betaStart << " .. " << s.betaEnd << ", variance "
+              << toString(s.varianceType) << ", prediction " << toString(s.predictionType) << ", clip "
+              << (s.clipSample ? "on" : "off") << "\n"
+              << "tensors      " << model.tensors().size() << "\n"
+              << "parameters   " << withThousands(model.parameterCount()) << "\n"
+              << "FLOPs        " << humanFlops(model.flopsPerEvaluation(tile, tile)) << " per evaluation of a "
+              << tile << " x " << tile << " tile\n"
+              << "weights      sha256 " << model.weightsSha256() << "\n";
+    if (!model.extraTensors().empty())
+        std::cout << "unused       " << model.extraTensors().size() << " tensors in the file are not used by the config\n";
+    return kExitOk;
+}
+
+// Progress on stderr: the model load by phase and tenths (a multi-GB checkpoint takes a while),
+// then one line per step.
+class ConsoleObserver : public RunObserver {
+public:
+    void onLoadProgress(const LoadProgress& p) override {
+        const int tenth = static_cast<int>(p.fraction() * 10.0);
+        const bool done = p.done == p.total;
+        if (p.phase == lastPhase_ && tenth == lastTenth_ && !(done && !doneShown_)) return;
+        lastPhase_ = p.phase;
+        lastTenth_ = tenth;
+        doneShown_ = done;
+        std::cerr << "loading: " << p.phase << " " << static_cast<int>(p.fraction() * 100.0) << "% ("
+                  << fixed(static_cast<double>(p.done) / 1048576.0, 1) << " of "
+                  << fixed(static_cast<double>(p.total) / 1048576.0, 1) << " MiB)\n";
+    }
+    void onStarted(const RunRecord& record) override {
+        std::cerr << "run " << record.runId << ": " << record.tileCount << " tiles of " << record.tileW << "x"
+                  << record.tileH << ", " << record.config.steps << " steps on " << record.environment.backend
+                  << " (" << record.environment.device << ")\n";
+    }
+    void onStep(const StepEvent& e) override {
+        std::cerr << "step " << (e.step + 1) << "/" << e.steps << "  t=" << e.timestep << "  "
+                  << fixed(e.timing.wallMs, 1) << " ms\n";
+    }
+    void onMessage(const std::string& message) override { std::cerr << "note: " << message << "\n"; }
+
+private:
+    std::string lastPhase_;
+    int lastTenth_ = -1;
+    bool doneShown_ = false;
+};
+
+std::unique_ptr<Engine> makeEngine(BackendKind kind) {
+    std::string note;
+    std::unique_ptr<Engine> engine = createEngine(kind, &note);
+    if (!note.empty()) std::cerr << "note: " << note << "\n";
+    return engine;
+}
+
+// The start image decoded and resampled to the run's size in model space (app/cli/InitImage.h);
+// every engine takes it. Called after every check: a damaged file is refused here (exit 2).
+ImageTensor startImageTensor(const RunConfig& config, int channels) {
+    Rgb8Image decoded;
+    try {
+        decoded = decodeImageFile(config.initImage);
+    } catch (const InitImageError& e) {
+        throw InputError{std::string("init: ") + e.what()};
+    }
+    if (decoded.width != config.width || decoded.height != config.height) {
+        std::cerr << "note: init: '" << excerpt(config.initImage, 200) << "' is " << decoded.width << "x"
+                  << decoded.height << ", resized to " << config.width << "x" << config.height;
+        const double inAspect = static_cast<double>(decoded.width) / decoded.height;
+        const double runAspect = static_cast<double>(config.width) / config.height;
+        if (std::abs(inAspect / runAspect - 1.0) > 0.01) std::cerr << " (stretched: the aspect ratios differ)";
+        std::cerr << "\n";
+    }
+    return resampleToModelSpace(decoded, config.width, config.height, channels);
+}
+
+int cmdRender(const CliOptions& options) {
+    RunConfig config = options.config;
+    // Every check before any work, cheapest first: the fields against the model's limits
+    // (its config.json alone), the backend, the start image's header, the host memory.
+    config.model = resolveModel(config.model);
+    const bool sd = isSdModelPath(config.model);
+    std::optional<ModelFolderConfig> model;
+    if (!sd) model = readModelFolderConfig(config.model);
+    if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
+    validate(config, sd ? ModelLimits{8, 1000, 3} : model->limits());
+    if (sd) checkSdCells(config);  // before the model is loaded: a multi-GB read for nothing otherwise
+    const BackendKind backend = checkRunBackend(config.backend);
+    const int channels = sd ? 3 : model->config.inChannels;
+    const std::optional<StartImageSize> startImage = checkStartImageHeader(config, channels);
+    // Stable Diffusion: the engine checks the run against the model once it is loaded (its
+    // limits come from three components); the host estimate covers UNet2DModel runs.
+    if (!sd) checkRunMemory(config, model->config, backend, startImage);
+
+    // The output folder (owned by the outputs work): the last validation, before any work. It
+    // creates nothing: the --out folder (and missing parents) are created only when the
+    // outputs are written, so a rejected render leaves no folder behind.
+    checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
+
+    std::unique_ptr<Engine> engine = makeEngine(config.backend);
+    if (startImage) engine->setInitImage(startImageTensor(config, channels));
+
+    ConsoleObserver observer;
+    RunResult result;
+    {
+        const InterruptCancels interrupt(*engine);   // Ctrl-C: finish the tile batch, keep what was made
+        result = engine->run(config, observer);
+    }
+    // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
+    if (const std::string note = tuningMismatchNote(result.record.tuning.digest, options.presetTuningDigest);
+        !note.empty()) {
+        std::cerr << "note: " << note << "\n";
+        result.record.messages.push_back(note);
+    }
+    const RunRecord& record = result.record;
+
+    // ---- Outputs (owned by the outputs work): one all-or-nothing set (core/run/OutputSet.h) —
+    // temporary files, fsync, then renames with the manifest last, so a manifest means a
+    // complete set; a failure or SIGINT/SIGTERM while writing leaves nothing of it. Text is
+    // stored as valid UTF-8 (a Latin-1 label is escaped, never a reason to lose the run).
+    const fs::path base = fs::path(options.outDir) / record.runId;
+    const std::string manifest = jsonText(manifestJson(record), 2);
+    OutputSet outputs;
+    outputs.createFolders(options.outDir);
+    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record, manifest));
+    outputs.addText(base.string() + ".csv", timingsCsv(record));
+    outputs.addText(base.string() + ".json", manifest);
+    outputs.commit();
+
+    const double seconds = record.totalMs / 1000.0;
+    long long evaluations = 0;
+    for (const auto& batch : record.batches) evaluations += static_cast<long long>(batch.tileIds.size());
+    std::cout << toString(record.status) << ": " << record.stepsRun << " steps in " << fixed(seconds, 2) << " s (prepare "
+              << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations << " tile evaluations, "
+              << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
+              << "image     " << base.string() << ".png\n"
+              << "timings   " << base.string() << ".csv\n"
+              << "manifest  " << base.string() << ".json\n";
+    return record.status == RunStatus::Cancelled ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // OpenBLAS's kernels for this CPU where it loaded older ones (a restart, before anything runs).
+    restartWithOpenblasKernelsForThisCpu(argv);
+    // Warnings (unused tensors, unknown config keys) are diagnostics: stderr, never the report on stdout.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tessera-cli"));
+    // The CLIP vocabulary Stable Diffusion models without tokenizer/ use (resources/clip).
+    for (const std::string& candidate : resourceCandidates(executableDir(), "clip/bpe_simple_vocab_16e6.txt.gz"))
+        if (fs::is_regular_file(candidate)) {
+            setBundledClipVocabulary(candidate);
+            break;
+        }
+    std::vector<std::string> args(argv + 1, argv + argc);
+    // bench has its own options (lists of batches, precisions, graph modes): app/cli/BenchCommand.h.
+    if (!args.empty() && args.front() == "bench") {
+        try {
+            return runBenchCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+        } catch (const std::exception& e) {
+            std::cerr << "tessera-cli: bench failed: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+    // compare takes two configurations (files, or render flags with --a/--b): app/cli/CompareCommand.h.
+    if (!args.empty() && args.front() == "compare") {
+        try {
+            return runCompareCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+        } catch (const std::exception& e) {
+            std::cerr << "tessera-cli: compare failed: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+    // tokens prints a prompt's CLIP token ids per 75-token chunk: app/cli/TokensCommand.h.
+    if (!args.empty() && args.front() == "tokens") {
+        try {
+            return runTokensCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr,
+                                    executableDir());
+        } catch (const std::exception& e) {
+            std::cerr << "tessera-cli: tokens failed: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+    CliOptions options;
+    try {
+        options = parseCliOptions(args);
+    } catch (const ValidationError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    }
+    for (const std::string& note : options.paramsFromNotes) std::cerr << note << "\n";  // --params-from
+    if (options.command == CliCommand::Version) {
+        std::cout << "tessera-cli " << TESSERA_VERSION << "\n";
+        return kExitOk;
+    }
+    if (options.help || options.command == CliCommand::Help) {
+        std::cout << cliUsage(options.command);
+        if (options.command == CliCommand::Help)
+            std::cout << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n"
+                      << "  compare   run two configurations interleaved: speedup, memory, pixel difference\n"
+                      << "            ('tessera-cli compare --help')\n"
+                      << "  tokens    a prompt's CLIP token ids (and weights) per 75-token chunk ('tessera-cli tokens --help')\n";
+        return kExitOk;
+    }
+    try {
+        switch (options.command) {
+            case CliCommand::Plan: return cmdPlan(options);
+            case CliCommand::Render: return cmdRender(options);
+            case CliCommand::Info: return cmdInfo(options);
+            default: return kExitOk;
+        }
+    } catch (const InputError& e) {
+        std::cerr << "tessera-cli: " << e.message << "\n";
+        return kExitInvalid;
+    } catch (const ValidationError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const ModelError& e) {  // an InputFileError of field "model": first
+        std::cerr << "tessera-cli: model: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const InputFileError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitInvalid;
+    } catch (const PngError& e) {
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitFailure;
+    } catch (const LoadCancelled& e) {   // Ctrl-C while the model loads: nothing was run or written
+        std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitFailure;
+    } catch (const std::exception& e) {
+        std::cerr << "tessera-cli: failed: " << e.what() << "\n";
+        return kExitFailure;
+    }
+}

@@ -1,0 +1,141 @@
+#include "app/qt/ModelInspector.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <QDir>
+#include <QFileInfo>
+#include <QStringList>
+
+#include "app/qt/GuiThreadGuard.h"
+#include "app/qt/ModelLocator.h"
+#include "app/qt/RunWorker.h"
+#include "core/text/PromptParser.h"
+#include "core/models/sd/SdModel.h"
+
+namespace tessera {
+
+namespace {
+
+// The files a folder's limits are read from (core/UNetModel readModelFolderConfig: a model
+// folder or a pipeline folder with unet/ and scheduler/), each as modification time and size;
+// -1 for a file that is not there. Equal stamps: the limits read before still hold.
+std::vector<qint64> stampOf(const QString& folder) {
+    assertNotGuiThread("ModelInspector stampOf");
+    std::vector<qint64> stamp;
+    const QDir dir(folder);
+    QStringList files{folder};  // a checkpoint file; a folder's own time changes with its entries
+    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json", "scheduler/scheduler_config.json",
+                             "model_index.json", "vae/config.json"})
+        files << dir.filePath(QString::fromLatin1(name));
+    for (const QString& file : files) {
+        const QFileInfo info(file);
+        const bool there = info.exists();
+        stamp.push_back(there ? info.lastModified().toMSecsSinceEpoch() : -1);
+        stamp.push_back(there ? info.size() : -1);
+    }
+    return stamp;
+}
+
+}  // namespace
+
+struct ModelInspector::Cache {
+    struct Entry {
+        std::vector<qint64> stamp;
+        ModelInspection inspection;
+    };
+    std::mutex mutex;
+    std::map<QString, Entry> entries;  // by folder as asked
+    std::atomic<int> reads{0};
+    std::map<std::string, std::shared_ptr<const ClipTokenizer>> tokenizers;  // by source; under mutex
+
+    std::shared_ptr<const ClipTokenizer> tokenizerFor(const QString& model) {
+        assertNotGuiThread("ModelInspector tokenizerFor");
+        const QDir folder(model);
+        const bool own = !model.startsWith(QString::fromLatin1(kRandomModelPrefix)) && folder.exists(QStringLiteral("tokenizer"));
+        useBundledClipVocabulary();
+        const std::string source = own ? folder.filePath(QStringLiteral("tokenizer")).toStdString() : bundledClipVocabulary();
+        {
+            std::lock_guard lock(mutex);
+            if (const auto it = tokenizers.find(source); it != tokenizers.end()) return it->second;
+        }
+        // Token counts do not depend on the pad token (SD 1.x vs 2.x), so one bundled tokenizer serves both.
+        auto tokenizer = own ? std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(source))
+                             : bundledTokenizer(SdFamily::SD1);
+        std::lock_guard lock(mutex);
+        return tokenizers.emplace(source, std::move(tokenizer)).first->second;
+    }
+
+    ModelInspection inspect(const QString& folder) {
+        ModelInspection result{folder, std::nullopt, {}};
+        const bool random = folder.startsWith(QString::fromLatin1(kRandomModelPrefix));
+        result.stableDiffusion = random || ModelLocator::isStableDiffusion(folder);
+        if (random) {  // nothing to read or cache
+            result.limits = ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error);
+            return result;
+        }
+        if (!result.stableDiffusion && !QFileInfo(folder).isDir()) {
+            result.error = QFileInfo::exists(folder)
+                               ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(folder)
+                               : QStringLiteral("'%1' is not a folder").arg(folder);
+            return result;
+        }
+        const std::vector<qint64> stamp = stampOf(folder);
+        {
+            std::lock_guard lock(mutex);
+            const auto it = entries.find(folder);
+            if (it != entries.end() && it->second.stamp == stamp) return it->second.inspection;
+        }
+        reads.fetch_add(1);
+        result.limits = result.stableDiffusion ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error)
+                                               : ModelLocator::readLimits(folder, &result.error);
+        std::lock_guard lock(mutex);
+        entries[folder] = Entry{stamp, result};
+        return result;
+    }
+};
+
+ModelInspector::ModelInspector(QObject* parent) : QObject(parent), cache_(std::make_shared<Cache>()) {
+    qRegisterMetaType<tessera::ModelInspection>();
+}
+
+ModelInspector::~ModelInspector() = default;
+
+int ModelInspector::configurationReads() const { return cache_->reads.load(); }
+
+quint64 ModelInspector::inspect(const QString& folder) {
+    inspectJob_ = jobs_.start([cache = cache_, folder] { return cache->inspect(folder); },
+                              [this](quint64 id, const ModelInspection& inspection) {
+                                  if (id == inspectJob_) emit inspected(id, inspection);
+                              },
+                              [this, folder](quint64 id, const QString& error) {
+                                  if (id == inspectJob_) emit inspected(id, ModelInspection{folder, std::nullopt, error});
+                              });
+    return inspectJob_;
+}
+
+quint64 ModelInspector::countTokens(const QString& model, const QString& field, const QString& prompt) {
+    const quint64 id = jobs_.start(
+        [cache = cache_, model, text = prompt.toStdString()] {
+            return chunkPrompt(*cache->tokenizerFor(model), text).tokenCount;
+        },
+        [this, field](quint64 job, int tokens) {
+            if (countJobs_[field] == job) emit tokensCounted(job, field, tokens, {});
+        },
+        [this, field](quint64 job, const QString& error) {
+            if (countJobs_[field] == job) emit tokensCounted(job, field, -1, error);
+        });
+    countJobs_[field] = id;
+    return id;
+}
+
+quint64 ModelInspector::locateDefault(const QString& executableDir) {
+    return jobs_.start([executableDir] { return ModelLocator(executableDir).defaultModelFolder(); },
+                       [this](quint64, const QString& folder) { emit defaultModelLocated(folder); },
+                       [this](quint64, const QString&) { emit defaultModelLocated({}); });
+}
+
+}  // namespace tessera

@@ -1,0 +1,139 @@
+#include "app/qt/ModelLocator.h"
+
+#include <filesystem>
+#include <string>
+
+#include <QDir>
+#include <QFileInfo>
+
+#include "app/cli/CliOptions.h"
+#include "app/qt/GuiThreadGuard.h"
+#include "core/base/BoundedInput.h"
+#include "core/models/unet/UNetConfig.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SingleFileCheckpoint.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/unet/UNetModel.h"
+#include "core/models/vae/VaeModel.h"
+#include "core/formats/SchedulerConfig.h"
+
+namespace tessera {
+
+ModelLocator::ModelLocator(QString executableDir) : executableDir_(std::move(executableDir)) {}
+
+QStringList ModelLocator::candidates() const {
+    // The same search order as tessera-cli, so both front ends find the same model.
+    QStringList list;
+    for (const std::string& candidate : defaultModelCandidates(executableDir_.toStdString()))
+        list << QDir::cleanPath(QString::fromStdString(candidate));
+    return list;
+}
+
+QString ModelLocator::defaultModelFolder() const {
+    assertNotGuiThread("ModelLocator::defaultModelFolder");
+    for (const QString& candidate : candidates())
+        if (looksLikeModelFolder(candidate)) return QFileInfo(candidate).absoluteFilePath();
+    return {};
+}
+
+bool ModelLocator::looksLikeModelFolder(const QString& dir) {
+    assertNotGuiThread("ModelLocator::looksLikeModelFolder");
+    return !dir.isEmpty() && QFileInfo(QDir(dir).filePath(QStringLiteral("config.json"))).isFile();
+}
+
+std::optional<ModelLimits> ModelLocator::readLimits(const QString& dir, QString* error) {
+    assertNotGuiThread("ModelLocator::readLimits");
+    try {
+        return readModelFolderConfig(dir.toStdString()).limits();
+    } catch (const ModelError& e) {
+        if (error) *error = QString::fromUtf8(e.what());
+        return std::nullopt;
+    }
+}
+
+bool ModelLocator::isStableDiffusion(const QString& path) {
+    assertNotGuiThread("ModelLocator::isStableDiffusion");
+    return isSdModelPath(path.toStdString());
+}
+
+namespace {
+
+// The SD 1.x / 2.x shapes: a 4-level UNet (8x) over an 8x VAE.
+constexpr ModelLimits kSdCheckpointLimits{64, 1000, 3};
+constexpr int kSdVaeScale = 8;
+
+// A single file's limits from its header (core inspectSingleFileCheckpoint: the family and the
+// configurations diffusers' single-file loader uses, read from the tensors' shapes; no tensor
+// data read, no hash): SDXL's 3-level UNet takes 32-px tiles, SD 1.x / 2.x's 4 levels 64. A
+// header that cannot be read keeps SD 1.x's limits: the run that loads the file says why (and
+// the model picker, which inspects it too).
+ModelLimits readCheckpointLimits(const std::string& path, int* pixelMultiple) {
+    SingleFileOptions options;
+    options.digest = FileDigest::Skip;
+    try {
+        const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, options);
+        *pixelMultiple = info.vae.scaleFactor();
+        return ModelLimits{info.unet.downsampleFactor() * info.vae.scaleFactor(), kSdCheckpointLimits.numTrainTimesteps,
+                           3};
+    } catch (const ModelError&) {
+        return kSdCheckpointLimits;
+    } catch (const ValidationError&) {  // a path the model field refuses (too long, control characters)
+        return kSdCheckpointLimits;
+    }
+}
+
+ModelLimits readPipelineLimits(const std::filesystem::path& root, int* pixelMultiple) {
+    const UNetCondConfig unet = unetCondConfigFromJson(readBoundedJson(root / "unet" / "config.json", "model"));
+    const VaeConfig vae = readVaeConfig(root.string());
+    int trainSteps = sdSchedulerDefaults().numTrainTimesteps;
+    const std::filesystem::path scheduler = root / "scheduler" / "scheduler_config.json";
+    std::error_code ec;
+    if (std::filesystem::exists(scheduler, ec))
+        trainSteps = schedulerOptionsFromJson(readBoundedJson(scheduler, "model")).numTrainTimesteps;
+    *pixelMultiple = vae.scaleFactor();
+    return ModelLimits{unet.downsampleFactor() * vae.scaleFactor(), trainSteps, 3};
+}
+
+}  // namespace
+
+std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* pixelMultiple, QString* error) {
+    assertNotGuiThread("ModelLocator::readSdLimits");
+    const auto fail = [error](const QString& message) -> std::optional<ModelLimits> {
+        if (error) *error = message;
+        return std::nullopt;
+    };
+    *pixelMultiple = kSdVaeScale;
+    const std::string text = path.toStdString();
+    if (text.rfind(kRandomModelPrefix, 0) == 0) {
+        // The shapes randomSdModel builds (SD 1.5, SD 2.1: 64; SDXL's 3-level UNet: 32).
+        try {
+            const SdModelConfigs c = randomSdModelConfigs(text);
+            return ModelLimits{c.unet.downsampleFactor() * c.vae.scaleFactor(), sdSchedulerDefaults().numTrainTimesteps, 3};
+        } catch (const ValidationError&) {
+            return fail(QStringLiteral("'%1' is not a random model; random weights are random:sd15, random:sd21 or "
+                                       "random:sdxl")
+                            .arg(QString::fromStdString(excerpt(text))));
+        }
+    }
+    const QFileInfo info(path);
+    if (info.isDir()) {
+        try {
+            return readPipelineLimits(std::filesystem::path(text), pixelMultiple);
+        } catch (const std::exception& e) {
+            // Shown beside the model field: its "model: " prefix would say it twice.
+            QString message = QString::fromUtf8(e.what());
+            if (message.startsWith(QStringLiteral("model: "))) message.remove(0, 7);
+            return fail(message);
+        }
+    }
+    if (info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) != 0)
+        return fail(QStringLiteral("'%1' is a pickled PyTorch checkpoint, which Tessera never loads (unpickling can run "
+                                   "code); convert it to .safetensors")
+                        .arg(info.fileName()));
+    if (!info.isFile())
+        return fail(QString::fromLatin1(info.exists() ? "'%1' is not a file" : "'%1' does not exist")
+                        .arg(QString::fromStdString(excerpt(text))));
+    return readCheckpointLimits(text, pixelMultiple);
+}
+
+}  // namespace tessera

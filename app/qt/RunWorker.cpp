@@ -1,0 +1,246 @@
+#include "app/qt/RunWorker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <utility>
+
+#include <filesystem>
+#include <mutex>
+
+#include <QCoreApplication>
+
+#include "app/cli/CliOptions.h"
+#include "app/cli/InitImage.h"
+#include "core/sampling/ImageOps.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/unet/UNetModel.h"
+
+namespace tessera {
+
+void registerRunMetaTypes() {
+    qRegisterMetaType<tessera::RunConfig>();
+    qRegisterMetaType<tessera::RunRecord>();
+    qRegisterMetaType<tessera::LoadProgress>();
+    qRegisterMetaType<tessera::StepEvent>();
+    qRegisterMetaType<tessera::TileBatchEvent>();
+    qRegisterMetaType<std::vector<tessera::TileBatchTiming>>();
+    qRegisterMetaType<tessera::MemorySample>();
+    qRegisterMetaType<tessera::FinishedRun>();
+    qRegisterMetaType<tessera::DeviceReport>();
+}
+
+namespace {
+
+QImage fromRgb8Pixels(const Rgb8Image& rgb) {
+    QImage out(rgb.width, rgb.height, QImage::Format_RGB888);
+    const std::size_t rowBytes = static_cast<std::size_t>(rgb.width) * 3;
+    for (int y = 0; y < rgb.height; ++y)
+        std::copy_n(rgb.pixels.data() + static_cast<std::size_t>(y) * rowBytes, rowBytes, out.scanLine(y));
+    return out;
+}
+
+// Image-to-image with an upscale factor: the canvas is the start image's size times the
+// factor, rounded down to multiples of 8 (as tessera-cli render does). Reads the header only.
+RunConfig withUpscaledCanvas(RunConfig config) {
+    if (config.initImage.empty() || config.upscale == 1.0 || !isSdModelPath(config.model)) return config;
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale)) return config;  // the engine's validation says why
+    ImageHeader header;
+    try {
+        header = readImageHeader(config.initImage);
+    } catch (const InitImageError& e) {
+        throw ValidationError("init", std::string("init: ") + e.what());
+    }
+    config.width = upscaledCanvasSide(header.width, config.upscale);
+    config.height = upscaledCanvasSide(header.height, config.upscale);
+    return config;
+}
+
+}  // namespace
+
+void useBundledClipVocabulary() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const std::string dir = QCoreApplication::applicationDirPath().toStdString();
+        for (const std::string& candidate : resourceCandidates(dir, "clip/bpe_simple_vocab_16e6.txt.gz")) {
+            std::error_code ec;
+            if (std::filesystem::is_regular_file(candidate, ec)) {
+                setBundledClipVocabulary(candidate);
+                return;
+            }
+        }
+    });
+}
+
+QImage toQImage(const ImageTensor& image) {
+    if (image.data.empty()) return {};
+    return fromRgb8Pixels(toRgb8(image));
+}
+
+QImage heatmapToQImage(const ImageTensor& map) {
+    if (map.data.empty()) return {};
+    return fromRgb8Pixels(heatmapToRgb8(map));
+}
+
+// Turns engine callbacks (on the worker thread) into queued signals.
+class RunWorker::Observer : public RunObserver {
+public:
+    Observer(RunWorker& worker, quint64 runId)
+        : worker_(worker), runId_(runId), interval_(worker.tileBatchIntervalMs_.load()) {}
+
+    void onLoadProgress(const LoadProgress& progress) override {
+        // Reported once per tensor (thousands for SDXL): forwarded at most every interval_, but
+        // always a phase's first report and the load's last.
+        const auto now = Clock::now();
+        const bool newPhase = progress.phase != lastLoadPhase_, last = progress.done == progress.total;
+        if (!newPhase && !last && lastLoadSignal_ && now - *lastLoadSignal_ < interval_) return;
+        lastLoadSignal_ = now;
+        lastLoadPhase_ = progress.phase;
+        emit worker_.modelLoadProgress(runId_, progress);
+    }
+
+    void onStarted(const RunRecord& record) override { emit worker_.runStarted(runId_, record); }
+
+    void onTileBatch(const TileBatchEvent& event) override {
+        // A fast device finishes thousands of batches a second; the window only needs enough
+        // of them to move the highlight, and always the last one of a step. The timings of the
+        // batches not forwarded travel with the next one that is.
+        pendingTimings_.push_back(event.timing);
+        const auto now = Clock::now();
+        const bool lastOfStep = event.batchIndex + 1 >= event.batches;
+        if (!lastOfStep && lastBatchSignal_ && now - *lastBatchSignal_ < interval_)
+            return;
+        lastBatchSignal_ = now;
+        std::vector<TileBatchTiming> timings;
+        timings.swap(pendingTimings_);
+        emit worker_.tileBatchesTimed(runId_, timings);
+        emit worker_.tileBatchFinished(runId_, event);
+    }
+
+    void onStep(const StepEvent& event) override { emit worker_.stepFinished(runId_, event); }
+
+    void onPreview(const PreviewEvent& event) override {
+        // Converted here, off the GUI thread.
+        emit worker_.previewReady(runId_, event.step, toQImage(event.image));
+    }
+
+    void onMemory(const MemorySample& sample) override { emit worker_.memorySampled(runId_, sample); }
+
+    void onMessage(const std::string& text) override { emit worker_.message(runId_, QString::fromStdString(text)); }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    RunWorker& worker_;
+    quint64 runId_;
+    std::chrono::milliseconds interval_;
+    std::optional<Clock::time_point> lastBatchSignal_;
+    std::optional<Clock::time_point> lastLoadSignal_;
+    std::string lastLoadPhase_;
+    std::vector<TileBatchTiming> pendingTimings_;
+};
+
+RunWorker::RunWorker(QObject* parent) : QObject(parent) { registerRunMetaTypes(); }
+
+RunWorker::~RunWorker() = default;
+
+void RunWorker::cancel(quint64 runId) {
+    quint64 seen = cancelledUpTo_.load();
+    while (seen < runId && !cancelledUpTo_.compare_exchange_weak(seen, runId)) {
+    }
+    std::lock_guard lock(engineMutex_);
+    if (engine_ && activeRunId_ != 0 && activeRunId_ <= runId) engine_->requestCancel();
+}
+
+Engine& RunWorker::engineFor(BackendKind backend, quint64 runId) {
+    // Engines keep their loaded model and prepared memory between runs; rebuild only when the
+    // backend choice changes.
+    if (engine_ && engineBackend_ == backend) return *engine_;
+    std::string note;
+    auto engine = createEngine(backend, &note);
+    {
+        std::lock_guard lock(engineMutex_);
+        engine_ = std::move(engine);
+        engineBackend_ = backend;
+    }
+    if (!note.empty()) emit message(runId, QString::fromStdString(note));
+    return *engine_;
+}
+
+void RunWorker::start(const RunConfig& config, quint64 runId) { runOne(config, runId); }
+
+void RunWorker::startSequence(const std::vector<RunConfig>& configs, quint64 firstRunId) {
+    int finished = 0;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+        const quint64 runId = firstRunId + i;
+        // Stop cancels the rest of the sequence: a run cancelled before it starts is skipped,
+        // not reported (the window is told by sequenceFinished).
+        if (runId <= cancelledUpTo_.load()) break;
+        if (!runOne(configs[i], runId)) break;
+        ++finished;
+    }
+    emit sequenceFinished(firstRunId, finished, finished == static_cast<int>(configs.size()));
+}
+
+bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
+    try {
+        useBundledClipVocabulary();
+        const RunConfig config = withUpscaledCanvas(given);
+        Engine& engine = engineFor(config.backend, runId);
+        {
+            std::lock_guard lock(engineMutex_);
+            activeRunId_ = runId;
+            engine.resetCancel();
+            if (runId <= cancelledUpTo_.load()) engine.requestCancel();
+        }
+        FinishedRun finished;
+        {
+            // Any PNG or JPEG, resampled to the run's size (app/cli/InitImage.h); every engine takes
+            // it, and an empty tensor clears the last run's. The file is read once: the bytes
+            // decoded are the bytes the history keeps.
+            ImageTensor init;
+            if (!config.initImage.empty()) {
+                try {
+                    auto file = std::make_shared<const ImageFile>(readImageFile(config.initImage));
+                    init = loadInitImage(config.initImage, *file, config.width, config.height, 3);
+                    finished.startFile = std::move(file);
+                } catch (const InitImageError& e) {
+                    throw ValidationError("init", std::string("init: ") + e.what());
+                }
+                finished.startImage = toQImage(init);
+            }
+            engine.setInitImage(std::move(init));
+        }
+
+        Observer observer(*this, runId);
+        auto result = std::make_shared<RunResult>(engine.run(config, observer));
+        {
+            std::lock_guard lock(engineMutex_);
+            activeRunId_ = 0;
+        }
+        finished.image = toQImage(result->image);
+        finished.seamMap = heatmapToQImage(result->seamMap);
+        const bool completed = result->record.status == RunStatus::Finished;
+        finished.result = std::move(result);
+        emit runFinished(runId, finished);
+        return completed;
+    } catch (const std::exception& e) {
+        {
+            std::lock_guard lock(engineMutex_);
+            activeRunId_ = 0;
+        }
+        emit runFailed(runId, QString::fromUtf8(e.what()));
+        return false;
+    } catch (...) {
+        {
+            std::lock_guard lock(engineMutex_);
+            activeRunId_ = 0;
+        }
+        emit runFailed(runId, QStringLiteral("the engine failed with an unknown error"));
+        return false;
+    }
+}
+
+void RunWorker::probeDevices() { emit devicesProbed(tessera::probeDevices()); }
+
+}  // namespace tessera

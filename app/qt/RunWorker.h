@@ -1,0 +1,138 @@
+// RunWorker: runs the engine on its own thread and reports in queued Qt signals.
+//
+// Usage: create it without a parent, moveToThread(thread), connect QThread::finished to
+// deleteLater (so the engine, and any CUDA context it holds, dies on the worker thread), and
+// call start() through a queued invocation (QMetaObject::invokeMethod or a signal). Every
+// signal carries the run id given to start(); receivers drop signals of any run other than
+// the one they are waiting for (a Stop followed by a new Run can leave a few in flight).
+//
+// Threads: start() and probeDevices() run on the worker thread and block it for the whole
+// run. cancel() is the one member that may be called from any thread, directly (it must be:
+// the worker's event loop is busy inside Engine::run). The GUI thread never touches the
+// engine, and so never makes a CUDA call.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <QImage>
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+
+#include "app/cli/EngineFactory.h"
+#include "app/cli/InitImage.h"
+#include "core/run/Engine.h"
+#include "core/run/RunConfig.h"
+#include "core/run/RunRecord.h"
+
+namespace tessera {
+
+// A finished (or cancelled) run as the window needs it. The result is shared, not copied,
+// on its way through the event queue: a 4K image is hundreds of MB of floats.
+struct FinishedRun {
+    std::shared_ptr<const RunResult> result;
+    QImage image;    // 8-bit RGB of result->image
+    QImage seamMap;  // grey heat map of result->seamMap; null when the engine gave none
+    // Image-to-image: the start image as the engine took it (resampled to the canvas), and the
+    // file it came from as it was read (the run history keeps a copy). Null without one.
+    QImage startImage;
+    std::shared_ptr<const ImageFile> startFile;
+};
+
+// Points core at the bundled CLIP vocabulary (resources/clip, found as tessera-cli finds it),
+// which SD models without tokenizer/ use. Once per process; looks at files, so call it off the
+// GUI thread (the worker and the model inspector do, before they need a tokenizer).
+void useBundledClipVocabulary();
+
+// Registers every type the worker's signals carry (idempotent; the worker's constructor calls it).
+void registerRunMetaTypes();
+
+// Model-space image -> QImage (RGB888), as ImageOps' toRgb8. Null for an empty tensor.
+QImage toQImage(const ImageTensor& image);
+// A 1 x H x W map -> grey QImage scaled by its maximum. Null for an empty tensor.
+QImage heatmapToQImage(const ImageTensor& map);
+
+class RunWorker : public QObject {
+    Q_OBJECT
+public:
+    explicit RunWorker(QObject* parent = nullptr);
+    ~RunWorker() override;
+
+    // Thread-safe. Asks run `runId` (and every run with a smaller id) to stop at the next
+    // tile-batch boundary; also marks runs not started yet (queued behind another, or later in
+    // a sequence) as cancelled, so they finish at once or are skipped. Cancelling the last id of
+    // a sequence therefore stops the whole sequence.
+    void cancel(quint64 runId);
+
+    // Tile-batch events closer together than this (ms) are not all forwarded (the last batch
+    // of each step always is); the RunRecord keeps every timing. Model-load progress is thinned
+    // the same way (the first report of each phase and the last of the load always go).
+    static constexpr int kTileBatchSignalIntervalMs = 15;
+    // Thread-safe; applies from the next run. Tests widen it to see the thinning at work.
+    void setTileBatchSignalInterval(int ms) { tileBatchIntervalMs_.store(ms); }
+
+public slots:
+    // Runs `config` to the end on the calling (worker) thread. Creates or reuses the engine for
+    // config.backend. Emits modelLoadProgress while the engine reads the model (not when it
+    // keeps the last run's), runStarted, then stepFinished/tileBatchFinished/previewReady/
+    // memorySampled as the engine reports, then exactly one of runFinished or runFailed.
+    void start(const tessera::RunConfig& config, quint64 runId);
+    // Runs `configs` one after the other on the worker thread, run i with id firstRunId + i,
+    // each reported exactly as start() reports a run. The sequence stops early after a run
+    // that did not finish (cancelled or failed); the runs after it are not started. Ends with
+    // sequenceFinished. The engine (and its loaded model) is shared by the whole sequence.
+    void startSequence(const std::vector<tessera::RunConfig>& configs, quint64 firstRunId);
+    // Looks for devices on the worker thread; answers with devicesProbed.
+    void probeDevices();
+
+signals:
+    // The engine is reading the run's model: bytes done of the load's total, the phase under
+    // way (core/base/LoadProgress.h). Fractions never decrease; the last of a load has done == total.
+    void modelLoadProgress(quint64 runId, const tessera::LoadProgress& progress);
+    void runStarted(quint64 runId, const tessera::RunRecord& record);
+    void tileBatchFinished(quint64 runId, const tessera::TileBatchEvent& event);
+    // The timings of every tile batch finished since the last such signal, in order, sent just
+    // before each tileBatchFinished: tileBatchFinished is thinned out on fast devices, these
+    // are not, so a live per-tile chart sees every batch.
+    void tileBatchesTimed(quint64 runId, const std::vector<tessera::TileBatchTiming>& batches);
+    void stepFinished(quint64 runId, const tessera::StepEvent& event);
+    void previewReady(quint64 runId, int step, const QImage& image);
+    void memorySampled(quint64 runId, const tessera::MemorySample& sample);
+    void message(quint64 runId, const QString& text);  // fallbacks and warnings worth showing
+    void runFinished(quint64 runId, const tessera::FinishedRun& run);
+    void runFailed(quint64 runId, const QString& error);
+    void devicesProbed(const tessera::DeviceReport& report);
+    // A startSequence ended: `runsFinished` runs finished (status "finished"); `completed`
+    // when that is every run of the sequence.
+    void sequenceFinished(quint64 firstRunId, int runsFinished, bool completed);
+
+private:
+    class Observer;
+
+    Engine& engineFor(BackendKind backend, quint64 runId);
+    // One run, reported as start() says; true when it finished (not cancelled, not failed).
+    bool runOne(const RunConfig& config, quint64 runId);
+
+    // Guards engine_ and activeRunId_ against cancel() from other threads.
+    std::mutex engineMutex_;
+    std::unique_ptr<Engine> engine_;
+    BackendKind engineBackend_ = BackendKind::Auto;
+    quint64 activeRunId_ = 0;
+    std::atomic<quint64> cancelledUpTo_{0};  // every run id <= this is cancelled
+    std::atomic<int> tileBatchIntervalMs_{kTileBatchSignalIntervalMs};
+};
+
+}  // namespace tessera
+
+Q_DECLARE_METATYPE(tessera::RunConfig)
+Q_DECLARE_METATYPE(tessera::RunRecord)
+Q_DECLARE_METATYPE(tessera::LoadProgress)
+Q_DECLARE_METATYPE(tessera::StepEvent)
+Q_DECLARE_METATYPE(tessera::TileBatchEvent)
+Q_DECLARE_METATYPE(std::vector<tessera::TileBatchTiming>)
+Q_DECLARE_METATYPE(tessera::MemorySample)
+Q_DECLARE_METATYPE(tessera::FinishedRun)
+Q_DECLARE_METATYPE(tessera::DeviceReport)

@@ -1,0 +1,361 @@
+#include "core/cpu/HostMemoryEstimate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/cpu/CpuBackend.h"
+#include "core/run/RunRecord.h"
+#include "core/sampling/TilePlan.h"
+#include "core/models/unet/UNetGraph.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr std::uint64_t kFloat = sizeof(float);
+constexpr std::uint64_t kMiB = 1024 * 1024;
+constexpr unsigned kStart = static_cast<unsigned>(MemoryPhase::StartImage);
+constexpr unsigned kSampling = static_cast<unsigned>(MemoryPhase::Sampling);
+constexpr unsigned kOutput = static_cast<unsigned>(MemoryPhase::Output);
+
+// Host memory per tile-batch row of the run record, measured with mallinfo2 on records of
+// 10,000 rows (tests/core/tst_hostmemory.cpp checks these stay upper bounds):
+// the TileBatchTiming with its tile-id vector while sampling, and at output the manifest's
+// JSON document, its text (held three times: the string, inside the PNG's iTXt chunk and the
+// PNG's byte copy) and the CSV text.
+constexpr std::uint64_t kRecordRowBytes = 96;
+constexpr std::uint64_t kRecordRowBytesPerTile = 4;
+constexpr std::uint64_t kOutputRowBytes = 1800;
+constexpr std::uint64_t kOutputRowBytesPerTile = 60;
+// The process itself: code and runtimes (tessera-cli render of a 32x32 image peaks at 13 MiB
+// RSS, measured), with room for OpenBLAS's GEMM buffers (allocated per thread on first use)
+// and allocator slack. The CUDA runtime, cuDNN and cuBLAS add host-side state: 1 GiB is a
+// stated allowance, not measured on this CPU-only machine.
+constexpr std::uint64_t kProcessBytes = 128 * kMiB;
+constexpr std::uint64_t kCudaRuntimeBytes = 1024 * kMiB;
+
+std::string dims(int c, int h, int w) {
+    return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
+}
+
+std::uint64_t weightBytes(const ModelGraph& graph) {
+    std::uint64_t floats = 0;
+    for (const auto& [name, shape] : graph.parameterList()) {
+        std::uint64_t n = 1;
+        for (const std::int64_t d : shape) n *= static_cast<std::uint64_t>(std::max<std::int64_t>(d, 0));
+        floats += n;
+    }
+    return floats * kFloat;
+}
+
+// Peak of the activations alive at once, walking the ops of the graph the CPU backend runs in
+// order with each value released after its last reader (what CpuBackend's buffer plan reuses),
+// plus the scratch CpuBackend plans (shared, and each of `threads` workers' own). CpuBackend's
+// greedy best-fit reuse (a free buffer is grown when none fits) leaves gaps between differently
+// sized values: measured 13-27% above the liveness peak on the fixture and cifar10 UNets
+// (tst_hostmemoryestimate checks the bound), hence half on top.
+std::uint64_t activationBytes(const ModelGraph& graph, int batch, int tileH, int tileW, int threads) {
+    const std::vector<int> last = graph.lastUse();
+    std::vector<char> released(graph.values().size(), 0);
+    auto size = [&](int value) { return static_cast<std::uint64_t>(graph.elements(value, batch, tileH, tileW)); };
+    std::uint64_t live = 0;
+    for (const int input : graph.inputs()) live += size(input);
+    std::uint64_t peak = live;
+    const auto release = [&](int value) {
+        if (value < 0 || released[static_cast<std::size_t>(value)]) return;
+        released[static_cast<std::size_t>(value)] = 1;
+        live -= size(value);
+    };
+    for (std::size_t i = 0; i < graph.ops().size(); ++i) {
+        const GraphOp& op = graph.ops()[i];
+        live += size(op.output);
+        peak = std::max(peak, live);
+        for (const int v : op.operands())
+            if (last[static_cast<std::size_t>(v)] == static_cast<int>(i)) release(v);
+        if (last[static_cast<std::size_t>(op.output)] < 0) release(op.output);
+    }
+    const CpuBackend::Scratch scratch = CpuBackend::scratchNeeded(graph, batch, tileH, tileW);
+    return (peak + peak / 2 + scratch.shared + static_cast<std::uint64_t>(threads) * scratch.perWorker) * kFloat;
+}
+
+int cpuThreads(const RunConfig& config) { return cpu::resolveThreads(config.threads); }
+
+struct RunShape {
+    int cols = 0, rows = 0, tiles = 0, tileH = 0, tileW = 0, batch = 0, batchesPerStep = 0, stepsRun = 0;
+    int windowMaps = 1;  // BlendWeights' distinct maps
+};
+
+RunShape runShape(const RunConfig& config) {
+    const int overlap = config.overlapPixels();
+    RunShape s;
+    s.cols = static_cast<int>(TilePlan::axisPositions(config.width, config.tile, overlap).size());
+    s.rows = static_cast<int>(TilePlan::axisPositions(config.height, config.tile, overlap).size());
+    s.tiles = s.cols * s.rows;
+    // One map for a smooth window; with `none`, one per kind of position along each axis
+    // (first, interior, next-to-last, last): core/sampling/BlendWindow.h.
+    if (config.window == BlendWindowKind::None) s.windowMaps = std::min(s.cols, 4) * std::min(s.rows, 4);
+    s.tileH = std::min(config.tile, config.height);
+    s.tileW = std::min(config.tile, config.width);
+    s.batch = resolveTileBatch(config.tileBatch, s.tiles);
+    s.batchesPerStep = (s.tiles + s.batch - 1) / s.batch;
+    s.stepsRun = config.initImage.empty() ? config.steps : static_cast<int>(config.steps * config.strength);
+    return s;
+}
+
+void addStartImage(HostMemoryEstimate& e, const RunConfig& config, int channels, const StartImageSize& image) {
+    const std::uint64_t canvas = static_cast<std::uint64_t>(channels) * config.width * config.height;
+    const std::uint64_t pixels = static_cast<std::uint64_t>(image.width) * image.height;
+    // The file, the decoder's rows (up to 4 bytes a pixel for CMYK) and the RGB copy, then the
+    // resize's row pass (source rows x run width x 3 floats).
+    e.items.push_back({MemoryPart::StartImageFile, "start image: file and decoded " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+                           " pixels",
+                       "init", image.fileBytes + pixels * (4 + 3), kStart});
+    e.items.push_back({MemoryPart::StartImageResize, "start image: resize buffer", "init",
+                       static_cast<std::uint64_t>(image.height) * config.width * 3 * kFloat, kStart});
+    e.items.push_back({MemoryPart::StartImage, "start image in model space (" + dims(channels, config.height, config.width) + " float32)", "init",
+                       canvas * kFloat, kStart | kSampling | kOutput});
+}
+
+}  // namespace
+
+std::string_view toString(MemoryPhase phase) {
+    switch (phase) {
+        case MemoryPhase::StartImage: return "preparing the start image";
+        case MemoryPhase::Sampling: return "sampling";
+        case MemoryPhase::Output: return "writing the outputs";
+    }
+    return "sampling";
+}
+
+std::uint64_t HostMemoryEstimate::bytesOf(MemoryPart part) const {
+    std::uint64_t total = 0;
+    for (const MemoryItem& item : items)
+        if (item.part == part) total += item.bytes;
+    return total;
+}
+
+std::uint64_t HostMemoryEstimate::bytesIn(MemoryPhase phase) const {
+    std::uint64_t total = 0;
+    for (const MemoryItem& item : items)
+        if (item.heldIn(phase)) total += item.bytes;
+    return total;
+}
+
+MemoryPhase HostMemoryEstimate::peakPhase() const {
+    MemoryPhase best = MemoryPhase::Sampling;
+    for (const MemoryPhase phase : {MemoryPhase::StartImage, MemoryPhase::Output})
+        if (bytesIn(phase) > bytesIn(best)) best = phase;
+    return best;
+}
+
+std::uint64_t cpuActivationBytes(const UNetConfig& model, int batch, int tileH, int tileW, int threads) {
+    return activationBytes(unet2DExecutionGraph(model), batch, tileH, tileW, threads);
+}
+
+HostMemoryEstimate estimateHostMemory(const RunConfig& config, const UNetConfig& model, BackendKind backend,
+                                      const std::optional<StartImageSize>& startImage) {
+    const bool onDevice = backend == BackendKind::CUDA;
+    const int channels = model.inChannels;
+    const RunShape s = runShape(config);
+    const std::uint64_t plane = static_cast<std::uint64_t>(config.width) * config.height;
+    const std::uint64_t canvas = plane * channels;
+    const std::string canvasDims = dims(channels, config.height, config.width);
+    const ModelGraph graph = unet2DExecutionGraph(model);
+
+    HostMemoryEstimate e;
+    e.items.push_back({MemoryPart::Process, "the process itself" + std::string(onDevice ? " with the CUDA runtime" : ""), "",
+                       kProcessBytes + (onDevice ? kCudaRuntimeBytes : 0), kStart | kSampling | kOutput});
+    e.items.push_back({MemoryPart::Weights, "model weights (float32)", "model", weightBytes(graph), kSampling | kOutput});
+    if (!onDevice) {
+        e.items.push_back({MemoryPart::Activations, "UNet activations for a batch of " + std::to_string(s.batch) +
+                               (s.batch == 1 ? " tile of " : " tiles of ") +
+                               std::to_string(s.tileW) + "x" + std::to_string(s.tileH),
+                           "batch", activationBytes(graph, s.batch, s.tileH, s.tileW, cpuThreads(config)), kSampling | kOutput});
+        e.items.push_back({MemoryPart::TileBuffers, "tile batch input and output", "batch",
+                           2 * static_cast<std::uint64_t>(s.batch) * channels * s.tileH * s.tileW * kFloat, kSampling});
+        e.items.push_back({MemoryPart::Canvas, "canvas: latents, noise and two accumulators (4 x " + canvasDims + " float32)", "width",
+                           4 * canvas * kFloat, kSampling});
+    }
+    e.items.push_back({MemoryPart::Seams, "seam statistics of the last step (2 x " + canvasDims + " float64)", "width", 2 * canvas * 8,
+                       kSampling});
+    // Previews (one canvas, while the observer holds it) come and go before the final image is
+    // made; they never add to the peak.
+    e.items.push_back({MemoryPart::FinalImage, "final image and seam map", "width", canvas * kFloat + plane * kFloat, kSampling | kOutput});
+    // Normaliser and its inverse per pixel, the distinct window maps, the tile tables.
+    e.items.push_back({MemoryPart::Blend, "blend weights and tile tables", "width",
+                       2 * plane * kFloat + static_cast<std::uint64_t>(s.windowMaps) * s.tileH * s.tileW * kFloat +
+                           static_cast<std::uint64_t>(s.tiles) * (sizeof(TileRect) + sizeof(int)),
+                       kSampling});
+    const std::uint64_t rows = static_cast<std::uint64_t>(std::max(s.stepsRun, 0)) * s.batchesPerStep;
+    e.items.push_back({MemoryPart::Record, "run record: " + std::to_string(rows) + " tile-batch timing rows", "steps",
+                       rows * (kRecordRowBytes + kRecordRowBytesPerTile * s.batch), kSampling | kOutput});
+    e.items.push_back({MemoryPart::OutputText, "manifest and CSV text of the timing rows", "steps",
+                       rows * (kOutputRowBytes + kOutputRowBytesPerTile * s.batch), kOutput});
+    // toRgb8, and the PNG: its encoded bytes and their copy for the atomic write (noise does
+    // not compress: up to 3 bytes a pixel each).
+    e.items.push_back({MemoryPart::Png, "8-bit image and its PNG encoding", "width", 3 * plane * 3, kOutput});
+    if (startImage) addStartImage(e, config, channels, *startImage);
+    return e;
+}
+
+std::optional<std::uint64_t> parseMemAvailable(std::string_view meminfo) {
+    constexpr std::string_view key = "MemAvailable:";
+    std::size_t at = 0;
+    while ((at = meminfo.find(key, at)) != std::string_view::npos) {
+        if (at == 0 || meminfo[at - 1] == '\n') break;
+        at += key.size();
+    }
+    if (at == std::string_view::npos) return std::nullopt;
+    std::size_t i = at + key.size();
+    while (i < meminfo.size() && (meminfo[i] == ' ' || meminfo[i] == '\t')) ++i;
+    std::uint64_t kib = 0;
+    const auto [ptr, ec] = std::from_chars(meminfo.data() + i, meminfo.data() + meminfo.size(), kib);
+    if (ec != std::errc() || ptr == meminfo.data() + i) return std::nullopt;
+    const std::string_view rest = meminfo.substr(static_cast<std::size_t>(ptr - meminfo.data()));
+    if (rest.rfind(" kB", 0) != 0) return std::nullopt;
+    if (kib > UINT64_MAX / 1024) return std::nullopt;
+    return kib * 1024;
+}
+
+namespace {
+
+std::optional<std::uint64_t> readNumberFile(const char* path) {
+    std::ifstream in(path);
+    std::string text;
+    if (!(in >> text) || text == "max") return std::nullopt;
+    std::uint64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+    return value;
+}
+
+}  // namespace
+
+std::optional<HostMemory> availableHostMemory() {
+    std::optional<HostMemory> best;
+    {
+        std::ifstream in("/proc/meminfo");
+        std::stringstream text;
+        text << in.rdbuf();
+        if (const auto bytes = parseMemAvailable(text.str())) best = HostMemory{*bytes, "MemAvailable in /proc/meminfo"};
+    }
+    // cgroup v2 (the process's own group is mounted at /sys/fs/cgroup in a container).
+    const auto limit = readNumberFile("/sys/fs/cgroup/memory.max");
+    const auto used = readNumberFile("/sys/fs/cgroup/memory.current");
+    if (limit && used) {
+        const std::uint64_t left = *limit > *used ? *limit - *used : 0;
+        if (!best || left < best->availableBytes) best = HostMemory{left, "the cgroup's memory.max less memory.current"};
+    }
+    return best;
+}
+
+namespace {
+
+// The largest value in [lo, hi] for which fits(value) holds, assuming fits is monotone
+// (smaller never needs more); nullopt when not even lo fits.
+template <typename Fits>
+std::optional<int> largestFitting(int lo, int hi, Fits fits) {
+    if (hi < lo || !fits(lo)) return std::nullopt;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (fits(mid)) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+std::string genericAdvice(const std::string& field) {
+    if (field == "width") return "lower width and height";
+    if (field == "batch") return "lower batch or the tile size";
+    if (field == "steps") return "lower steps or raise batch";
+    if (field == "init") return "use a smaller start image (init)";
+    return "use a smaller model or free memory";
+}
+
+// What to lower, and to what, for the part that dominates the peak.
+std::string advice(const std::string& field, const RunConfig& config, const UNetConfig& model, BackendKind backend,
+                   const std::optional<StartImageSize>& startImage, std::uint64_t available) {
+    const auto fitsWith = [&](auto change) {
+        RunConfig c = config;
+        change(c);
+        return estimateHostMemory(c, model, backend, startImage).peakBytes() <= available;
+    };
+    if (field == "width") {
+        // Scale both sides by the same factor, keeping them multiples of the model's factor.
+        const int step = std::max(1, model.downsampleFactor());
+        const auto scaled = [&](int side, int percent) { return std::max(step, side * percent / 100 / step * step); };
+        const auto percent = largestFitting(1, 99, [&](int p) {
+            return fitsWith([&](RunConfig& c) {
+                c.width = scaled(config.width, p);
+                c.height = scaled(config.height, p);
+            });
+        });
+        if (percent)
+            return "lower width and height (at most about " + std::to_string(scaled(config.width, *percent)) + "x" +
+                   std::to_string(scaled(config.height, *percent)) + " fits)";
+    }
+    if (field == "batch") {
+        const int now = resolveTileBatch(config.tileBatch, runShape(config).tiles);
+        const auto batch = largestFitting(1, now - 1, [&](int b) { return fitsWith([&](RunConfig& c) { c.tileBatch = b; }); });
+        if (batch) return "lower batch (at most " + std::to_string(*batch) + " fits)";
+    }
+    if (field == "steps") {
+        const auto steps = largestFitting(1, config.steps - 1, [&](int k) { return fitsWith([&](RunConfig& c) { c.steps = k; }); });
+        if (steps) return "lower steps (at most " + std::to_string(*steps) + " fits) or raise batch";
+    }
+    return genericAdvice(field);
+}
+
+}  // namespace
+
+namespace {
+
+// The refusal for `estimate`, without advice: its field and message; nullopt when it fits.
+std::optional<ValidationError> refusal(const HostMemoryEstimate& estimate, const HostMemory& available) {
+    const MemoryPhase phase = estimate.peakPhase();
+    const std::uint64_t need = estimate.bytesIn(phase);
+    if (need <= available.availableBytes) return std::nullopt;
+    std::vector<const MemoryItem*> parts;
+    for (const MemoryItem& item : estimate.items)
+        if (item.heldIn(phase)) parts.push_back(&item);
+    std::sort(parts.begin(), parts.end(), [](const MemoryItem* a, const MemoryItem* b) { return a->bytes > b->bytes; });
+    // The field to lower: the one whose parts weigh most at the peak.
+    std::vector<std::pair<std::string, std::uint64_t>> byField;
+    for (const MemoryItem* item : parts) {
+        if (item->field.empty()) continue;  // the process itself: nothing to lower
+        auto it = std::find_if(byField.begin(), byField.end(), [&](const auto& f) { return f.first == item->field; });
+        if (it == byField.end()) byField.emplace_back(item->field, item->bytes);
+        else it->second += item->bytes;
+    }
+    const auto heaviest =
+        std::max_element(byField.begin(), byField.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    const std::string field = heaviest == byField.end() ? std::string("width") : heaviest->first;
+    std::string largest;
+    for (std::size_t i = 0; i < parts.size() && i < 3; ++i)
+        largest += (i ? "; " : "") + parts[i]->what + " " + formatBytes(parts[i]->bytes);
+    return ValidationError(field, field + ": the run needs about " + formatBytes(need) + " of host memory while " +
+                                      std::string(toString(phase)) + ", more than the " +
+                                      formatBytes(available.availableBytes) + " available (" + available.source +
+                                      "); the largest parts: " + largest + "; ");
+}
+
+}  // namespace
+
+void checkHostMemory(const HostMemoryEstimate& estimate, const HostMemory& available) {
+    if (auto error = refusal(estimate, available))
+        throw ValidationError(error->field(), error->what() + genericAdvice(error->field()));
+}
+
+void checkHostMemory(const RunConfig& config, const UNetConfig& model, BackendKind backend,
+                     const std::optional<StartImageSize>& startImage, const HostMemory& available) {
+    if (auto error = refusal(estimateHostMemory(config, model, backend, startImage), available))
+        throw ValidationError(error->field(), error->what() + advice(error->field(), config, model, backend, startImage,
+                                                                     available.availableBytes));
+}
+
+}  // namespace tessera

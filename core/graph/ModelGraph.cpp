@@ -1,0 +1,530 @@
+#include "core/graph/ModelGraph.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace tessera {
+
+const char* toString(OpKind k) {
+    switch (k) {
+    case OpKind::Affine: return "affine";
+    case OpKind::SiLU: return "silu";
+    case OpKind::Add: return "add";
+    case OpKind::ScaleShift: return "scale_shift";
+    case OpKind::TimestepEmbedding: return "timestep_embedding";
+    case OpKind::Linear: return "linear";
+    case OpKind::Conv: return "conv";
+    case OpKind::GroupNorm: return "group_norm";
+    case OpKind::Attention: return "attention";
+    case OpKind::Concat: return "concat";
+    case OpKind::Upsample: return "upsample";
+    case OpKind::ToTokens: return "to_tokens";
+    case OpKind::ToFeatureMap: return "to_feature_map";
+    case OpKind::LayerNorm: return "layer_norm";
+    case OpKind::GEGLU: return "geglu";
+    case OpKind::GELU: return "gelu";
+    case OpKind::QuickGELU: return "quick_gelu";
+    case OpKind::TokenEmbedding: return "token_embedding";
+    case OpKind::EosPool: return "eos_pool";
+    }
+    return "?";
+}
+
+std::vector<int> GraphOp::operands() const {
+    std::vector<int> ids;
+    for (int v : {input, input2, preAdd, scaleShift, residual})
+        if (v >= 0) ids.push_back(v);
+    return ids;
+}
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+std::string shapeText(const Shape& s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+bool sameShape(const GraphValue& a, const GraphValue& b) {
+    return a.kind == b.kind && a.channels == b.channels && a.divisor == b.divisor && a.tokens == b.tokens;
+}
+
+bool isMap(const GraphValue& v) { return v.kind == ValueKind::FeatureMap; }
+bool isVector(const GraphValue& v) { return v.kind == ValueKind::Vector; }
+bool isTokens(const GraphValue& v) { return v.kind == ValueKind::Tokens; }
+// Feature maps and the tokens of one: their size follows the tile.
+bool followsTile(const GraphValue& v) { return isMap(v) || (isTokens(v) && v.tokens == 0); }
+
+}  // namespace
+
+int ModelGraph::addValue(std::string name, ValueKind kind, int channels, int divisor, int tokens) {
+    const bool fixed = kind == ValueKind::Tokens && tokens > 0;
+    values_.push_back(GraphValue{std::move(name), kind, channels, kind == ValueKind::Vector || fixed ? 0 : divisor,
+                                 fixed ? tokens : 0});
+    return static_cast<int>(values_.size()) - 1;
+}
+
+int ModelGraph::addInput(std::string name, ValueKind kind, int channels, int divisor) {
+    if (channels < 1 || (kind != ValueKind::Vector && divisor < 1))
+        throw std::logic_error("ModelGraph: input '" + name + "' needs channels >= 1 and divisor >= 1");
+    const int id = addValue(std::move(name), kind, channels, divisor);
+    inputs_.push_back(id);
+    return id;
+}
+
+int ModelGraph::addTokenInput(std::string name, int tokens, int channels) {
+    if (channels < 1 || tokens < 1)
+        throw std::logic_error("ModelGraph: input '" + name + "' needs channels >= 1 and tokens >= 1");
+    const int id = addValue(std::move(name), ValueKind::Tokens, channels, 0, tokens);
+    inputs_.push_back(id);
+    return id;
+}
+
+int ModelGraph::addInputValue(const GraphValue& v) {
+    return v.kind == ValueKind::Tokens && v.tokens > 0 ? addTokenInput(v.name, v.tokens, v.channels)
+                                                       : addInput(v.name, v.kind, v.channels, v.divisor);
+}
+
+int ModelGraph::addParam(std::string name, std::vector<std::int64_t> shape) {
+    params_.push_back(GraphParam{std::move(name), std::move(shape)});
+    return static_cast<int>(params_.size()) - 1;
+}
+
+void ModelGraph::markOutput(int value) {
+    if (value < 0 || value >= static_cast<int>(values_.size()))
+        throw std::logic_error("ModelGraph: output " + std::to_string(value) + " is not a value of the graph");
+    outputs_.push_back(value);
+}
+
+// Over 150 lines on purpose: one switch with a short case per OpKind (operand kinds, attributes,
+// parameter shapes), so every kind's contract reads in one place beside toString and flops.
+void ModelGraph::checkOp(const GraphOp& op) const {
+    auto fail = [&op](const std::string& what) {
+        throw std::logic_error("ModelGraph: op '" + op.name + "' (" + toString(op.kind) + "): " + what);
+    };
+    auto operand = [&](int id, const char* role) -> const GraphValue& {
+        if (id < 0 || id >= static_cast<int>(values_.size())) fail(std::string(role) + " is not a value of the graph");
+        return values_[static_cast<std::size_t>(id)];
+    };
+    auto needParams = [&](const std::vector<Shape>& shapes) {
+        if (op.params.size() != shapes.size())
+            fail("takes " + std::to_string(shapes.size()) + " parameters, has " + std::to_string(op.params.size()));
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+            const int id = op.params[i];
+            if (id < 0 || id >= static_cast<int>(params_.size())) fail("parameter " + std::to_string(id) + " is not declared");
+            const GraphParam& p = params_[static_cast<std::size_t>(id)];
+            if (p.shape != shapes[i]) fail(p.name + " has shape " + shapeText(p.shape) + ", expected " + shapeText(shapes[i]));
+        }
+    };
+    const GraphValue& x = operand(op.input, "input");
+    const std::int64_t C = x.channels, out = op.channels;
+    switch (op.kind) {
+    case OpKind::Affine:
+    case OpKind::SiLU: needParams({}); break;
+    case OpKind::Add: {
+        const GraphValue& b = operand(op.input2, "input2");
+        if (!sameShape(x, b) && !(isMap(x) && isVector(b) && b.channels == x.channels))
+            fail("operands '" + x.name + "' and '" + b.name + "' differ in shape");
+        needParams({});
+        break;
+    }
+    case OpKind::ScaleShift: {
+        const GraphValue& v = operand(op.input2, "input2");
+        if (!isMap(x) || !isVector(v) || v.channels != 2 * x.channels) fail("needs a feature map of C and a vector of 2C");
+        needParams({});
+        break;
+    }
+    case OpKind::TimestepEmbedding:
+        if (!isVector(x) || x.channels != 1 || op.channels < 1) fail("needs a vector [B, 1] and channels >= 1");
+        needParams({});
+        break;
+    case OpKind::Linear:
+        if ((!isVector(x) && !isTokens(x)) || op.channels < 1) fail("needs a vector or tokens input and channels >= 1");
+        needParams({{out, C}, {out}});
+        break;
+    case OpKind::Conv: {
+        if (!isMap(x) || op.channels < 1 || op.kernel < 1) fail("needs a feature map, channels >= 1 and kernel >= 1");
+        const int pad = op.padBegin + op.padEnd;
+        const bool sizeKept = op.stride == 1 && pad == op.kernel - 1;
+        const bool halved = op.stride == 2 && pad >= op.kernel - 2 && pad <= op.kernel - 1;
+        if (!(sizeKept || halved) || op.padBegin < 0 || (op.padEnd != op.padBegin && op.padEnd != op.padBegin + 1))
+            fail("stride " + std::to_string(op.stride) + ", padding " + std::to_string(op.padBegin) + "+" +
+                 std::to_string(op.padEnd) + " for kernel " + std::to_string(op.kernel) +
+                 " does not keep or halve the size (or pads the bottom/right less than, or 2+ more than, the top/left)");
+        needParams({{out, C, op.kernel, op.kernel}, {out}});
+        break;
+    }
+    case OpKind::GroupNorm:
+        if (!isMap(x) || op.groups < 1 || x.channels % op.groups != 0 || !(op.eps > 0.0f))
+            fail("needs a feature map whose channels the groups divide, and eps > 0");
+        needParams({{C}, {C}});
+        break;
+    case OpKind::Attention: {
+        if ((!isMap(x) && !isTokens(x)) || op.heads < 1 || x.channels % op.heads != 0)
+            fail("needs a feature map or tokens whose channels the heads divide");
+        std::int64_t kv = C;
+        if (op.input2 >= 0) {
+            const GraphValue& context = operand(op.input2, "context");
+            if (!isTokens(x) || !isTokens(context)) fail("takes a context only for tokens, and the context must be tokens");
+            kv = context.channels;
+        }
+        if (op.causal && (!isTokens(x) || op.input2 >= 0)) fail("a causal mask needs tokens and no context");
+        std::vector<Shape> shapes{{C, C}};
+        if (op.qkvBias) shapes.push_back({C});
+        for (int k = 0; k < 2; ++k) {
+            shapes.push_back({C, kv});
+            if (op.qkvBias) shapes.push_back({C});
+        }
+        shapes.push_back({C, C});
+        shapes.push_back({C});
+        needParams(shapes);
+        break;
+    }
+    case OpKind::Concat: {
+        const GraphValue& b = operand(op.input2, "input2");
+        if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) fail("needs two feature maps of one size");
+        needParams({});
+        break;
+    }
+    case OpKind::Upsample:
+        if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) fail("needs a feature map of an even divisor");
+        needParams({});
+        break;
+    case OpKind::ToTokens:
+        if (!isMap(x)) fail("needs a feature map");
+        needParams({});
+        break;
+    case OpKind::ToFeatureMap:
+        if (!isTokens(x) || x.tokens != 0) fail("needs tokens that follow the tile (one per pixel)");
+        needParams({});
+        break;
+    case OpKind::LayerNorm:
+        if (!isTokens(x) || !(op.eps > 0.0f)) fail("needs tokens and eps > 0");
+        needParams({{C}, {C}});
+        break;
+    case OpKind::GEGLU:
+        if (!isTokens(x) || op.channels < 1) fail("needs tokens and channels >= 1");
+        needParams({{2 * out, C}, {2 * out}});
+        break;
+    case OpKind::GELU:
+    case OpKind::QuickGELU: needParams({}); break;
+    case OpKind::TokenEmbedding: {
+        if (!isTokens(x) || x.tokens < 1 || x.channels != 1 || op.channels < 1)
+            fail("needs ids as tokens [B, N, 1] of a fixed count and channels >= 1");
+        // The tables' row counts (vocabulary, positions) are the parameters' own.
+        auto rowsOf = [&](std::size_t i) -> std::int64_t {
+            if (i >= op.params.size() || op.params[i] < 0 || op.params[i] >= static_cast<int>(params_.size())) return 0;
+            const Shape& s = params_[static_cast<std::size_t>(op.params[i])].shape;
+            return s.empty() ? 0 : s[0];
+        };
+        if (rowsOf(0) < 1 || rowsOf(1) < x.tokens)
+            fail("needs a token table and a position table of at least " + std::to_string(x.tokens) + " rows");
+        needParams({{rowsOf(0), out}, {rowsOf(1), out}});
+        break;
+    }
+    case OpKind::EosPool: {
+        const GraphValue& ids = operand(op.input2, "input2");
+        if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens || op.token < -1)
+            fail("needs tokens of a fixed count, their ids [B, N, 1] and token >= -1");
+        needParams({});
+        break;
+    }
+    }
+    if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
+        op.kind != OpKind::EosPool &&
+        op.kind != OpKind::Attention)
+        fail("takes no second operand");
+    if (op.silu && !(op.kind == OpKind::Linear && isVector(x)) && op.kind != OpKind::GroupNorm)
+        fail("cannot carry a SiLU");
+    if ((op.preAdd >= 0 || op.scaleShift >= 0) && op.kind != OpKind::GroupNorm) fail("cannot carry a pre-add or FiLM");
+    if (op.preAdd >= 0) {
+        const GraphValue& v = operand(op.preAdd, "preAdd");
+        if (!isVector(v) || v.channels != x.channels) fail("preAdd must be a vector of the input's channels");
+    }
+    if (op.scaleShift >= 0) {
+        const GraphValue& v = operand(op.scaleShift, "scaleShift");
+        if (!isVector(v) || v.channels != 2 * x.channels) fail("scaleShift must be a vector of twice the input's channels");
+    }
+    const bool epilogue = op.kind == OpKind::Conv || op.kind == OpKind::Attention;
+    const bool residualOnly = op.kind == OpKind::ToFeatureMap || (op.kind == OpKind::Linear && isTokens(x));
+    if (op.outputScale != 1.0f && !epilogue) fail("cannot carry an output scale");
+    if (op.residual >= 0 && !epilogue && !residualOnly) fail("cannot carry a residual");
+    if (op.residual >= 0) {
+        const GraphValue& r = operand(op.residual, "residual");
+        GraphValue expected = x;
+        if (op.kind == OpKind::Conv) expected = GraphValue{"", ValueKind::FeatureMap, op.channels, x.divisor * op.stride, 0};
+        if (op.kind == OpKind::Linear) expected.channels = op.channels;
+        if (op.kind == OpKind::ToFeatureMap) expected.kind = ValueKind::FeatureMap;
+        if (!sameShape(r, expected)) fail("residual '" + r.name + "' differs in shape");
+    }
+}
+
+int ModelGraph::inferOutput(const GraphOp& op, std::string name) {
+    const GraphValue x = values_[static_cast<std::size_t>(op.input)];
+    switch (op.kind) {
+    case OpKind::TimestepEmbedding: return addValue(std::move(name), ValueKind::Vector, op.channels, 0);
+    case OpKind::Linear:
+    case OpKind::GEGLU: return addValue(std::move(name), x.kind, op.channels, x.divisor, x.tokens);
+    case OpKind::ToTokens: return addValue(std::move(name), ValueKind::Tokens, x.channels, x.divisor);
+    case OpKind::ToFeatureMap: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor);
+    case OpKind::Conv: return addValue(std::move(name), ValueKind::FeatureMap, op.channels, x.divisor * op.stride);
+    case OpKind::Concat:
+        return addValue(std::move(name), ValueKind::FeatureMap,
+                        x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
+    case OpKind::Upsample: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / 2);
+    case OpKind::TokenEmbedding: return addValue(std::move(name), ValueKind::Tokens, op.channels, 0, x.tokens);
+    case OpKind::EosPool: return addValue(std::move(name), ValueKind::Vector, x.channels, 0);
+    default: return addValue(std::move(name), x.kind, x.channels, x.divisor, x.tokens);
+    }
+}
+
+int ModelGraph::addOp(GraphOp op, std::string valueName) {
+    checkOp(op);
+    op.output = inferOutput(op, valueName.empty() ? op.name : std::move(valueName));
+    ops_.push_back(std::move(op));
+    return ops_.back().output;
+}
+
+int ModelGraph::downsampleFactor() const {
+    int f = 1;
+    for (const GraphValue& v : values_)
+        if (followsTile(v)) f = std::max(f, v.divisor);
+    return f;
+}
+
+void ModelGraph::checkTileSize(int h, int w) const {
+    const int f = downsampleFactor();
+    auto check = [f](const char* what, int v) {
+        if (v <= 0 || v % f != 0)
+            throw std::invalid_argument(std::string("tile ") + what + " " + std::to_string(v) +
+                                        " is not a positive multiple of " + std::to_string(f) +
+                                        ", the model's downsampling factor");
+    };
+    check("height", h);
+    check("width", w);
+}
+
+std::vector<std::int64_t> ModelGraph::shape(int id, int batch, int h, int w) const {
+    const GraphValue& v = value(id);
+    if (isVector(v)) return {batch, v.channels};
+    if (isTokens(v)) return {batch, rows(id, h, w), v.channels};
+    return {batch, v.channels, h / v.divisor, w / v.divisor};
+}
+
+std::int64_t ModelGraph::rows(int id, int h, int w) const {
+    const GraphValue& v = value(id);
+    if (isVector(v)) return 1;
+    if (isTokens(v) && v.tokens > 0) return v.tokens;
+    return std::int64_t(h / v.divisor) * (w / v.divisor);
+}
+
+std::int64_t ModelGraph::elements(int id, int batch, int h, int w) const {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape(id, batch, h, w)) n *= d;
+    return n;
+}
+
+double ModelGraph::flops(const GraphOp& op, int h, int w) const {
+    const GraphValue& x = value(op.input);
+    const double outPixels = double(rows(op.output, h, w));
+    switch (op.kind) {
+    case OpKind::Conv: return 2.0 * op.channels * x.channels * op.kernel * op.kernel * outPixels;
+    case OpKind::Linear: return 2.0 * x.channels * op.channels * outPixels;
+    case OpKind::GEGLU: return 2.0 * x.channels * 2.0 * op.channels * outPixels;
+    case OpKind::Attention: {
+        const double C = x.channels, N = outPixels;
+        const double M = op.input2 >= 0 ? double(rows(op.input2, h, w)) : N;
+        const double kv = op.input2 >= 0 ? double(value(op.input2).channels) : C;
+        return 2.0 * 2.0 * C * C * N + 2.0 * 2.0 * kv * C * M + 2.0 * 2.0 * N * M * C;
+    }
+    default: return 0.0;
+    }
+}
+
+double ModelGraph::flops(int h, int w) const {
+    double total = 0;
+    for (const GraphOp& op : ops_) total += flops(op, h, w);
+    return total;
+}
+
+std::int64_t ModelGraph::parameterCount() const {
+    std::int64_t n = 0;
+    for (const GraphParam& p : params_) {
+        std::int64_t e = 1;
+        for (std::int64_t d : p.shape) e *= d;
+        n += e;
+    }
+    return n;
+}
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelGraph::parameterList() const {
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> list;
+    list.reserve(params_.size());
+    for (const GraphParam& p : params_) list.emplace_back(p.name, p.shape);
+    return list;
+}
+
+std::vector<int> ModelGraph::lastUse() const {
+    std::vector<int> last(values_.size(), -1);
+    for (std::size_t i = 0; i < ops_.size(); ++i)
+        for (int v : ops_[i].operands()) last[static_cast<std::size_t>(v)] = static_cast<int>(i);
+    for (int v : outputs_) last[static_cast<std::size_t>(v)] = static_cast<int>(ops_.size());
+    return last;
+}
+
+ModelGraph ModelGraph::extract(std::size_t index) const {
+    const GraphOp& src = ops_.at(index);
+    ModelGraph g;
+    GraphOp op = src;
+    std::vector<std::pair<int, int>> mapped;  // old value id -> new
+    auto remap = [&](int& id) {
+        if (id < 0) return;
+        for (const auto& [from, to] : mapped)
+            if (from == id) {
+                id = to;
+                return;
+            }
+        const int fresh = g.addInputValue(value(id));
+        mapped.emplace_back(id, fresh);
+        id = fresh;
+    };
+    for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual}) remap(*id);
+    for (int& p : op.params) p = g.addParam(param(p).name, param(p).shape);
+    g.markOutput(g.addOp(std::move(op), value(src.output).name));
+    return g;
+}
+
+std::string ModelGraph::describe(const GraphOp& op) const {
+    const GraphValue& x = value(op.input);
+    const GraphValue& y = value(op.output);
+    std::ostringstream s;
+    s << toString(op.kind);
+    switch (op.kind) {
+    case OpKind::Conv:
+        s << ' ' << op.kernel << 'x' << op.kernel << '/' << op.stride << " pad " << op.padBegin << '+' << op.padEnd << ' '
+          << x.channels << "->" << op.channels;
+        break;
+    case OpKind::Linear: s << ' ' << x.channels << "->" << op.channels; break;
+    case OpKind::GroupNorm: s << ' ' << op.groups << "g " << x.channels << "ch"; break;
+    case OpKind::Attention:
+        s << ' ' << x.channels << "ch " << op.heads << 'h';
+        if (op.input2 >= 0) s << " ctx " << value(op.input2).channels << "ch";
+        if (!op.qkvBias) s << " nobias";
+        if (op.causal) s << " causal";
+        break;
+    case OpKind::LayerNorm: s << ' ' << x.channels << "ch"; break;
+    case OpKind::GEGLU: s << ' ' << x.channels << "->" << op.channels; break;
+    case OpKind::GELU: s << (op.geluTanh ? " tanh " : " ") << x.channels << "ch"; break;
+    case OpKind::EosPool: s << ' ' << x.channels << "ch at " << (op.token < 0 ? "argmax" : "id " + std::to_string(op.token)); break;
+    case OpKind::Affine: s << ' ' << op.scale << "x" << (op.shift < 0 ? "" : "+") << op.shift << ' ' << x.channels << "ch"; break;
+    case OpKind::Concat: s << ' ' << x.channels << '+' << value(op.input2).channels; break;
+    case OpKind::Add:
+    case OpKind::ScaleShift:
+        s << ' ' << x.channels << "ch" << (isVector(value(op.input2)) && isMap(x) ? " +vector" : "");
+        break;
+    default: s << ' ' << y.channels << "ch"; break;
+    }
+    if (followsTile(y)) s << " @1/" << y.divisor;
+    if (isTokens(y)) s << " tokens" << (y.tokens > 0 ? " " + std::to_string(y.tokens) : std::string());
+    if (op.preAdd >= 0) s << " +preadd";
+    if (op.scaleShift >= 0) s << " +film";
+    if (op.silu) s << " +silu";
+    if (op.residual >= 0) s << " +residual";
+    if (op.outputScale != 1.0f) s << " *" << op.outputScale;
+    return s.str();
+}
+
+// ---------------------------------------------------------------- the fusion rewrite
+
+namespace {
+
+// Merges `next` (the only reader of cur's output) into `cur`; false when no rule applies.
+bool absorb(GraphOp& cur, const GraphOp& next, const ModelGraph& g) {
+    const int v = cur.output;
+    const bool epilogue = cur.kind == OpKind::Conv || cur.kind == OpKind::Attention;
+    const bool tokenLinear = cur.kind == OpKind::Linear && g.value(v).kind == ValueKind::Tokens;
+    switch (next.kind) {
+    case OpKind::SiLU:
+        if ((cur.kind != OpKind::Linear && cur.kind != OpKind::GroupNorm) || tokenLinear || cur.silu) return false;
+        cur.silu = true;
+        break;
+    case OpKind::ScaleShift:
+        if (cur.kind != OpKind::GroupNorm || cur.silu || cur.scaleShift >= 0 || next.input != v) return false;
+        cur.scaleShift = next.input2;
+        break;
+    case OpKind::GroupNorm: {
+        // Add(x, vector) -> GroupNorm: the norm with the vector as its pre-add.
+        const bool addVector = cur.kind == OpKind::Add && g.value(cur.input2).kind == ValueKind::Vector &&
+                               g.value(cur.input).kind == ValueKind::FeatureMap;
+        if (!addVector || next.preAdd >= 0 || next.scaleShift >= 0 || next.silu) return false;
+        GraphOp norm = next;
+        norm.input = cur.input;
+        norm.preAdd = cur.input2;
+        cur = std::move(norm);
+        return true;  // `next` already carries its own output
+    }
+    case OpKind::Add: {
+        const bool residualOnly = cur.kind == OpKind::ToFeatureMap || tokenLinear;
+        if ((!epilogue && !residualOnly) || cur.residual >= 0 || cur.outputScale != 1.0f) return false;
+        const int other = next.input == v ? next.input2 : next.input;
+        if (!sameShape(g.value(other), g.value(v))) return false;
+        cur.residual = other;
+        break;
+    }
+    case OpKind::Affine:
+        if (!epilogue || cur.outputScale != 1.0f || next.shift != 0.0f) return false;
+        cur.outputScale = next.scale;
+        break;
+    default: return false;
+    }
+    cur.output = next.output;
+    return true;
+}
+
+}  // namespace
+
+ModelGraph fuseForExecution(const ModelGraph& g) {
+    const std::vector<GraphOp>& ops = g.ops();
+    const std::size_t n = ops.size();
+    std::vector<int> uses(g.values().size(), 0), reader(g.values().size(), -1);
+    for (std::size_t i = 0; i < n; ++i)
+        for (int v : ops[i].operands()) {
+            ++uses[static_cast<std::size_t>(v)];
+            reader[static_cast<std::size_t>(v)] = static_cast<int>(i);
+        }
+    for (int v : g.outputs()) uses[static_cast<std::size_t>(v)] += 2;  // never merged away
+
+    std::vector<char> absorbed(n, 0);
+    std::vector<std::vector<GraphOp>> at(n);  // fused ops by the position of their chain's last op
+    for (std::size_t i = 0; i < n; ++i) {
+        if (absorbed[i]) continue;
+        GraphOp cur = ops[i];
+        std::size_t last = i;
+        while (uses[static_cast<std::size_t>(cur.output)] == 1) {
+            const auto j = static_cast<std::size_t>(reader[static_cast<std::size_t>(cur.output)]);
+            if (absorbed[j] || !absorb(cur, ops[j], g)) break;
+            absorbed[j] = 1;
+            last = j;
+        }
+        at[last].push_back(std::move(cur));
+    }
+
+    ModelGraph f;
+    std::vector<int> map(g.values().size(), -1);
+    for (int v : g.inputs()) map[static_cast<std::size_t>(v)] = f.addInputValue(g.value(v));
+    for (const GraphParam& p : g.params()) f.addParam(p.name, p.shape);
+    for (auto& list : at)
+        for (GraphOp& op : list) {
+            const int out = op.output;
+            for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual})
+                if (*id >= 0) *id = map[static_cast<std::size_t>(*id)];
+            map[static_cast<std::size_t>(out)] = f.addOp(std::move(op), g.value(out).name);
+        }
+    for (int v : g.outputs()) f.markOutput(map[static_cast<std::size_t>(v)]);
+    return f;
+}
+
+}  // namespace tessera

@@ -1,0 +1,197 @@
+// ModelGraph: a model written once, as typed operations over typed values. A model family's
+// builder (core/models/unet/UNetGraph.h: diffusers' UNet2DModel) makes it from the config in primitive
+// ops; fuseForExecution() rewrites it into the form the backends run (the CPU reference,
+// core/cpu/CpuBackend.h, and the CUDA backend, kernels/backend/CudaBackend.h, lower the same graph).
+// Parameter lists, parameter counts and FLOPs are read from it. Qt-free.
+// docs/ENGINE_GRAPH.md says where each responsibility lives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera {
+
+// What a value holds, for a batch of B tiles of H x W.
+enum class ValueKind {
+    FeatureMap,  // [B, channels, H / divisor, W / divisor]
+    Vector,      // [B, channels]: timesteps, time embeddings
+    Tokens,      // [B, tokens, channels], channels contiguous: a fixed token count (77 text
+                 // tokens: GraphValue::tokens) or one token per pixel of a feature map of the
+                 // tile / divisor (tokens 0; token index y * W + x)
+};
+
+// Operations. Every one is implemented by every backend (tests/cuda/tst_backendops.cpp runs
+// each on the CUDA backend against the CPU reference). `input` is the first operand, `input2`
+// the second; parameters are listed in the order given here (PyTorch shapes).
+enum class OpKind {
+    Affine,             // input * scale + shift, elementwise
+    SiLU,               // input * sigmoid(input), elementwise
+    Add,                // input + input2: the same shape, or a feature map plus a vector [B, C]
+                        // added to every pixel
+    ScaleShift,         // FiLM: input * (1 + v[:, :C]) + v[:, C:], input a feature map of C
+                        // channels, v = input2 a vector [B, 2C]
+    TimestepEmbedding,  // vector [B, 1] -> [B, channels]: the sinusoid of shared/spec/unet2d.md §2.2
+    Linear,             // vector [B, in] -> [B, channels], or tokens [B, N, in] -> [B, N, channels] per
+                        // token: input W^T + b (weight [channels, in], bias [channels])
+    Conv,               // feature map: kernel x kernel, stride 1 or 2, zero padding padBegin rows/columns
+                        // at the top/left and padEnd at the bottom/right; + bias (weight [channels, in, k, k],
+                        // bias [channels])
+    GroupNorm,          // feature map: `groups` groups, statistics over (channels of the group, pixels),
+                        // then * gamma + beta (weight [C], bias [C])
+    Attention,          // multi-head attention, heads of d = C / heads channels (channel h*d + i of Q, K,
+                        // V is head h's i-th): to_out(softmax(Q K^T / sqrt(d) [+ causal mask]) V), the
+                        // softmax in float32. Q = to_q(input); K, V = to_k/to_v(input2 if given, else
+                        // input). input: a feature map (each pixel a token of C features; no input2)
+                        // or tokens [B, N, C]; input2: tokens [B, M, Ckv] (cross-attention: the
+                        // context). Parameters: to_q.weight [C, C], to_q.bias [C], to_k.weight
+                        // [C, Ckv], to_k.bias, to_v.weight [C, Ckv], to_v.bias, to_out.0.weight [C, C],
+                        // to_out.0.bias [C]; the three q/k/v biases only when qkvBias. causal (tokens,
+                        // no input2): query i sees keys 0..i only (CLIP).
+    Concat,             // feature maps [input, input2] along channels
+    Upsample,           // feature map, nearest neighbour x2
+    ToTokens,           // feature map [B, C, H, W] -> tokens [B, H*W, C] (tokens follow the tile)
+    ToFeatureMap,       // tokens that follow the tile [B, H*W, C] -> feature map [B, C, H, W]
+    LayerNorm,          // tokens: per token, statistics over its C channels (mean, biased
+                        // variance), then * gamma + beta (weight [C], bias [C]), eps
+    GEGLU,              // tokens [B, N, C] -> [B, N, channels]: p = input W^T + b (weight [2 * channels, C],
+                        // bias [2 * channels]); out = p[:, :channels] * gelu(p[:, channels:]), exact GELU
+    GELU,               // elementwise 0.5 x (1 + erf(x / sqrt 2)); geluTanh: PyTorch's approximate="tanh"
+    QuickGELU,          // elementwise x * sigmoid(1.702 x) (CLIP)
+    TokenEmbedding,     // ids (tokens [B, N, 1] of a fixed count, the ids as floats) -> tokens [B, N, channels]:
+                        // table[id] + positions[n] (token table [V, channels], position table [P, channels],
+                        // P >= N); an id that is not an integer in [0, V) is an error at run time (CLIP)
+    EosPool,            // tokens [B, N, C], input2 = their ids [B, N, 1] -> vector [B, C]: each row's token at
+                        // the first position holding id `token`, position 0 if none; token -1: at the first
+                        // largest id (transformers' CLIP pooling, shared/spec/sd-models.md §3.3)
+};
+const char* toString(OpKind);
+
+struct GraphValue {
+    std::string name;  // "down_blocks.1.attentions.0", "time_embedding.act"
+    ValueKind kind = ValueKind::FeatureMap;
+    int channels = 0;
+    int divisor = 1;   // FeatureMap, Tokens following the tile: spatial size = tile / divisor; else 0
+    int tokens = 0;    // Tokens of a fixed count (77 text tokens); 0 otherwise
+};
+
+struct GraphParam {
+    std::string name;                  // diffusers parameter name: "conv_in.weight"
+    std::vector<std::int64_t> shape;   // PyTorch layout
+};
+
+struct GraphOp {
+    OpKind kind = OpKind::Conv;
+    std::string name;          // module path ("down_blocks.0.resnets.1.conv1"); unique in a graph
+    int input = -1;            // value ids
+    int input2 = -1;           // Add, ScaleShift, Concat; Attention: the context (optional)
+    int output = -1;
+    std::vector<int> params;   // parameter ids, in the order OpKind states
+    int channels = 0;          // output channels: TimestepEmbedding, Linear, Conv, GEGLU
+    int kernel = 1, stride = 1, padBegin = 0, padEnd = 0;  // Conv
+    int groups = 0;            // GroupNorm
+    float eps = 1e-5f;         // GroupNorm, LayerNorm
+    int heads = 1;             // Attention
+    bool qkvBias = true;       // Attention: to_q/to_k/to_v have biases (SD's transformer blocks: none)
+    bool causal = false;       // Attention over tokens without context: causal mask
+    bool geluTanh = false;     // GELU: tanh approximation
+    int token = -1;            // EosPool: the id pooled at; -1: the largest id
+    float scale = 1.0f, shift = 0.0f;  // Affine
+    int freqShift = 0;         // TimestepEmbedding
+    bool flipSinToCos = false;
+
+    // Fusions, set by fuseForExecution() (builders leave them alone):
+    bool silu = false;         // Linear, GroupNorm: SiLU on the result
+    int preAdd = -1;           // GroupNorm: vector [B, C] added to every pixel before the statistics
+    int scaleShift = -1;       // GroupNorm: vector [B, 2C], FiLM after the norm (before the SiLU)
+    int residual = -1;         // Conv, Attention, ToFeatureMap, Linear over tokens: a value of the
+                               // output's shape added after the bias
+    float outputScale = 1.0f;  // Conv, Attention: y = (result + residual) * outputScale
+
+    // Every value the op reads (input, input2, preAdd, scaleShift, residual; those present).
+    std::vector<int> operands() const;
+};
+
+class ModelGraph {
+public:
+    // Feature maps, vectors, and tokens that follow the tile (divisor >= 1 for both).
+    int addInput(std::string name, ValueKind kind, int channels, int divisor = 1);
+    // Tokens of a fixed count [B, tokens, channels] (the 77 text tokens of a prompt).
+    int addTokenInput(std::string name, int tokens, int channels);
+    // An input shaped like `v` (its name, kind, channels, divisor or fixed token count).
+    int addInputValue(const GraphValue& v);
+    int addParam(std::string name, std::vector<std::int64_t> shape);
+    // Appends `op` (its operands and parameters already in the graph), infers its output value
+    // (named valueName, or the op's name) and returns that value's id. Throws std::logic_error
+    // when operands, attributes or parameter shapes do not fit the kind (a builder bug).
+    int addOp(GraphOp op, std::string valueName = {});
+    void markOutput(int value);
+
+    const std::vector<GraphValue>& values() const { return values_; }
+    const std::vector<GraphOp>& ops() const { return ops_; }
+    const std::vector<GraphParam>& params() const { return params_; }
+    const std::vector<int>& inputs() const { return inputs_; }
+    const std::vector<int>& outputs() const { return outputs_; }
+    const GraphValue& value(int id) const { return values_.at(static_cast<std::size_t>(id)); }
+    const GraphParam& param(int id) const { return params_.at(static_cast<std::size_t>(id)); }
+
+    // Tiles must be multiples of the largest feature-map divisor; checkTileSize throws
+    // std::invalid_argument otherwise ("tile height 36 is not a positive multiple of 8, the
+    // model's downsampling factor").
+    int downsampleFactor() const;
+    void checkTileSize(int h, int w) const;
+    // {batch, C, h/d, w/d}, {batch, C} for vectors, {batch, tokens(value, h, w), C} for tokens.
+    std::vector<std::int64_t> shape(int value, int batch, int h, int w) const;
+    // A tokens value's count: its fixed count, or (h/d) * (w/d). Pixels of a feature map, 1 for a vector.
+    std::int64_t rows(int value, int h, int w) const;
+    std::int64_t elements(int value, int batch, int h, int w) const;
+
+    // Floating-point operations of one op for a single tile of h x w: multiply-adds x 2 of
+    // convolutions, linear layers (per token over tokens), GEGLU's projection and attention
+    // (the four projections, K and V over the context's tokens, Q K^T and A V).
+    // Normalisation and elementwise ops count 0 (they are memory-bound).
+    double flops(const GraphOp&, int h, int w) const;
+    double flops(int h, int w) const;  // all ops
+    std::int64_t parameterCount() const;
+    // (name, shape) of every parameter, in declaration order (the builder declares them in
+    // the order of the model's state dict).
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> parameterList() const;
+
+    // For each value, the index of the last op that reads it (-1 if none; ops().size() for
+    // graph outputs, which live to the end).
+    std::vector<int> lastUse() const;
+
+    // Op `index` alone: its operands (in operands() order, each once) are the inputs, its
+    // output the output, its parameters the only parameters. For per-op tests.
+    ModelGraph extract(std::size_t index) const;
+    // A short description for tables and test names: "conv 3x3/2 pad 0+1 128->128 @1/2 +residual".
+    std::string describe(const GraphOp&) const;
+
+private:
+    int addValue(std::string name, ValueKind kind, int channels, int divisor, int tokens = 0);
+    void checkOp(const GraphOp&) const;
+    int inferOutput(const GraphOp&, std::string name);
+
+    std::vector<GraphValue> values_;
+    std::vector<GraphOp> ops_;
+    std::vector<GraphParam> params_;
+    std::vector<int> inputs_, outputs_;
+};
+
+// The graph rewrite that both backends run: chains whose intermediate value has exactly one
+// reader (and is not a graph output) are merged into one op:
+//   Linear -> SiLU                      => Linear{silu}
+//   Add(x, vector) -> GroupNorm         => GroupNorm{preAdd = vector}
+//   GroupNorm -> ScaleShift(v)          => GroupNorm{scaleShift = v}
+//   GroupNorm -> SiLU                   => GroupNorm{silu}
+//   Conv|Attention -> Add(other)        => Conv|Attention{residual = other}
+//   ToFeatureMap -> Add(other)          => ToFeatureMap{residual = other}
+//   Linear over tokens -> Add(other)    => Linear{residual = other}
+//   Conv|Attention -> Affine(s, 0)      => Conv|Attention{outputScale = s}
+// applied repeatedly along a chain. The fused op takes the place of the chain's last op and its
+// output value's name. Inputs, outputs and parameters are unchanged.
+ModelGraph fuseForExecution(const ModelGraph&);
+
+}  // namespace tessera

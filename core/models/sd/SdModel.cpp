@@ -1,0 +1,448 @@
+#include "core/models/sd/SdModel.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/base/BoundedInput.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/models/unet/UNetConfig.h"
+#include "core/formats/ModelWeights.h"
+#include "core/base/Sha256.h"
+#include "core/models/sd/SingleFileCheckpoint.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/formats/SchedulerConfig.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::mutex gVocabularyMutex;
+std::string gVocabulary;
+
+std::string quoted(const std::string& s) { return "'" + excerpt(s) + "'"; }
+
+// SDXL base's size ids: original (h, w), crop (top, left), target (h, w) (spec §1.3 item 5).
+constexpr int kSdxlTimeIds = 6;
+// SDXL's VAE latent scale (its vae/config.json; SD 1.x/2.x: 0.18215).
+constexpr float kSdxlScalingFactor = 0.13025f;
+
+// The text encoders of the families (spec §3.1): width, MLP width, layers, heads, activation,
+// projection (CLIPTextModelWithProjection when `projected`).
+struct ClipShape {
+    int hidden, intermediate, layers, heads;
+    ClipActivation act;
+    int projection;
+    bool projected;
+};
+constexpr ClipShape kClipL{768, 3072, 12, 12, ClipActivation::QuickGelu, 768, false};
+constexpr ClipShape kOpenClipH{1024, 4096, 23, 16, ClipActivation::Gelu, 512, false};  // 23 of OpenCLIP's 24
+constexpr ClipShape kOpenClipBigG{1280, 5120, 32, 20, ClipActivation::Gelu, 1280, true};
+
+ClipTextConfig clipConfig(const ClipShape& s) {
+    ClipTextConfig c;
+    c.hiddenSize = s.hidden;
+    c.intermediateSize = s.intermediate;
+    c.numHiddenLayers = s.layers;
+    c.numAttentionHeads = s.heads;
+    c.hiddenAct = s.act;
+    c.projectionDim = s.projection;
+    c.withProjection = s.projected;
+    return c;
+}
+
+// Peak resident set of this process (VmHWM), MiB; 0 where unknown.
+double peakResidentMiB() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    return 0;
+}
+
+bool listed(const nlohmann::json& index, const char* component) {
+    return index.contains(component) && index[component].is_array() && index[component].size() == 2 &&
+           index[component][1].is_string();
+}
+
+// What model_index.json says about the pipeline (spec §6).
+struct PipelineIndex {
+    bool sdxl = false;
+    bool forceZerosForEmptyPrompt = true;
+};
+
+// An SDXL refiner folder (StableDiffusionXLImg2ImgPipeline with requires_aesthetics_score, and
+// only the second text encoder) is recognised and refused.
+void refuseRefiner(const nlohmann::json& index, const std::string& shown) {
+    const bool aesthetic = index.contains("requires_aesthetics_score") && index["requires_aesthetics_score"] == true;
+    const bool bigGOnly = listed(index, "text_encoder_2") && !listed(index, "text_encoder");
+    if (!aesthetic && !bigGOnly) return;
+    throw ModelError(shown + ": an SDXL refiner pipeline (" +
+                     (aesthetic ? std::string("requires_aesthetics_score is true")
+                                : std::string("text_encoder_2 without text_encoder")) +
+                     "): refiners condition on the second text encoder alone and an aesthetic score; they are not "
+                     "supported yet (SDXL base pipelines are)");
+}
+
+// model_index.json's pipeline classes: SD 1.x / 2.x / XL text-to-image and image-to-image
+// pipelines; an SDXL refiner is recognised and refused.
+PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string& shown) {
+    if (!index.is_object()) throw ModelError(shown + ": must be a JSON object (a diffusers model_index.json)");
+    const std::string cls = index.contains("_class_name") && index["_class_name"].is_string()
+                                ? index["_class_name"].get<std::string>()
+                                : std::string();
+    if (!cls.empty() && cls.rfind("StableDiffusion", 0) != 0)
+        throw ModelError(shown + ": _class_name " + quoted(cls) +
+                         " is not a Stable Diffusion pipeline; Tessera runs StableDiffusionPipeline (SD 1.x, 2.x) and "
+                         "StableDiffusionXLPipeline (SDXL base) folders, and UNet2DModel folders");
+    PipelineIndex p;
+    p.sdxl = cls.rfind("StableDiffusionXL", 0) == 0 || (cls.empty() && listed(index, "text_encoder_2"));
+    if (p.sdxl) refuseRefiner(index, shown);
+    const std::vector<const char*> components =
+        p.sdxl ? std::vector<const char*>{"unet", "vae", "text_encoder", "text_encoder_2"}
+               : std::vector<const char*>{"unet", "vae", "text_encoder"};
+    for (const char* component : components)
+        if (!listed(index, component))
+            throw ModelError(shown + ": no " + component + " component listed; " +
+                             (p.sdxl ? "an SDXL pipeline folder lists unet, vae, text_encoder, text_encoder_2, "
+                                       "tokenizer, tokenizer_2 and scheduler"
+                                     : "a Stable Diffusion pipeline folder lists unet, vae, text_encoder, tokenizer "
+                                       "and scheduler"));
+    const std::string encoder = index["text_encoder"][1].get<std::string>();
+    if (encoder != "CLIPTextModel")
+        throw ModelError(shown + ": text_encoder is " + quoted(encoder) + "; Tessera runs CLIPTextModel text encoders");
+    if (p.sdxl) {
+        const std::string encoder2 = index["text_encoder_2"][1].get<std::string>();
+        if (encoder2 != "CLIPTextModelWithProjection")
+            throw ModelError(shown + ": text_encoder_2 is " + quoted(encoder2) +
+                             "; SDXL's second text encoder is a CLIPTextModelWithProjection (its projection gives the "
+                             "pooled text)");
+        if (index.contains("force_zeros_for_empty_prompt")) {
+            const nlohmann::json& flag = index["force_zeros_for_empty_prompt"];
+            if (!flag.is_boolean())
+                throw ModelError(shown + ": force_zeros_for_empty_prompt = " + excerptJson(flag) + ": expected true or false");
+            p.forceZerosForEmptyPrompt = flag.get<bool>();
+        }
+    }
+    return p;
+}
+
+std::string requireComponent(const fs::path& root, const char* component) {
+    const fs::path dir = root / component;
+    if (!fs::is_directory(dir))
+        throw ModelError(shownPath(dir) + ": not found; model_index.json lists " + component +
+                         " and a pipeline folder holds it as a subfolder");
+    return dir.string();
+}
+
+// scheduler/scheduler_config.json over SD's defaults, with the repairs StableDiffusionPipeline
+// makes at construction (steps_offset forced to 1, clip_sample forced off; sd-pipeline.md §3.1).
+SchedulerOptions readSdScheduler(const fs::path& root, std::string& className) {
+    nlohmann::json merged = {{"num_train_timesteps", 1000}, {"beta_start", 0.00085}, {"beta_end", 0.012},
+                             {"beta_schedule", "scaled_linear"}, {"timestep_spacing", "leading"},
+                             {"steps_offset", 1}, {"clip_sample", false}, {"set_alpha_to_one", false},
+                             {"prediction_type", "epsilon"}, {"use_karras_sigmas", false}};
+    const fs::path path = root / "scheduler" / "scheduler_config.json";
+    if (folderEntryPresent(path)) {
+        const nlohmann::json file = readModelJson(path);
+        if (!file.is_object()) throw ModelError(shownPath(path) + ": must be a JSON object");
+        for (const auto& [key, value] : file.items()) merged[key] = value;
+    }
+    SchedulerOptions options;
+    try {
+        options = schedulerOptionsFromJson(merged, &className);
+    } catch (const std::exception& e) {
+        throw ModelError(shownPath(path) + ": " + withoutPrefix(e.what(), "scheduler_config.json: "));
+    }
+    options.stepsOffset = 1;
+    options.clipSample = false;
+    return options;
+}
+
+SdFamily familyOf(const UNetCondModel& unet, const ClipTextModel& encoder, const std::string& shown) {
+    const int context = unet.config().crossAttentionDim;
+    if (context != encoder.config().hiddenSize)
+        throw ModelError(shown + ": the UNet's cross_attention_dim " + std::to_string(context) +
+                         " does not match the text encoder's hidden_size " +
+                         std::to_string(encoder.config().hiddenSize) + "; the components are from different models");
+    // SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
+    // ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (sd-pipeline.md §1.9).
+    return encoder.config().hiddenAct == ClipActivation::QuickGelu && context < 1024 ? SdFamily::SD1 : SdFamily::SD2;
+}
+
+// The empty string when the UNet's add_embedding takes `pooledWidth` pooled values and six size
+// ids (SDXL's text-time embedding), else what is wrong.
+std::string textTimeMismatch(const UNetCondConfig& unet, int pooledWidth) {
+    if (!unet.hasTextTime())
+        return "the UNet has no text-time embedding (its addition_embed_type is not \"text_time\")";
+    const int expected = pooledWidth + kSdxlTimeIds * unet.additionTimeEmbedDim;
+    const int input = unet.projectionClassEmbeddingsInputDim.value_or(0);
+    if (input == expected) return {};
+    return "the UNet's add_embedding takes " + std::to_string(input) + " values (projection_class_embeddings_"
+           "input_dim), not the second text encoder's " + std::to_string(pooledWidth) + " pooled values and " +
+           std::to_string(kSdxlTimeIds) + " size ids of " + std::to_string(unet.additionTimeEmbedDim) + " (" +
+           std::to_string(expected) + "); an SDXL refiner takes 5 ids (not supported yet)";
+}
+
+}  // namespace
+
+void checkSdxlComponents(const UNetCondConfig& unet, const ClipTextConfig& text, const ClipTextConfig& text2,
+                         const std::string& shown) {
+    if (!text2.withProjection)
+        throw ModelError(shown + ": text_encoder_2's config is a CLIPTextModel; SDXL's second text encoder is a "
+                         "CLIPTextModelWithProjection (architectures), whose text_projection gives the pooled text");
+    const int context = text.hiddenSize + text2.hiddenSize;
+    if (unet.crossAttentionDim != context)
+        throw ModelError(shown + ": the UNet's cross_attention_dim " + std::to_string(unet.crossAttentionDim) +
+                         " is not the text encoders' hidden sizes " + std::to_string(text.hiddenSize) + " + " +
+                         std::to_string(text2.hiddenSize) + " = " + std::to_string(context) +
+                         "; the components are from different models");
+    const std::string problem = textTimeMismatch(unet, text2.projectionDim);
+    if (!problem.empty()) throw ModelError(shown + ": " + problem);
+}
+
+namespace {
+
+std::shared_ptr<const ClipTokenizer> folderTokenizer(const fs::path& root, const char* component, SdFamily family,
+                                                     int encoder) {
+    const fs::path dir = root / component;
+    if (!fs::is_directory(dir)) return bundledTokenizer(family, encoder);
+    try {
+        return std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(dir));
+    } catch (const InputFileError& e) {
+        throw ModelError(e.what());
+    }
+}
+
+// A component's share of a folder's load: the tensor bytes of its weight files, from their
+// headers. 0 where they cannot be read: the component's load, which follows, says why (after
+// its config.json, as without progress).
+std::uint64_t componentBytes(const std::string& dir, const WeightFileLayout& layout) {
+    try {
+        return ModelWeights::storedBytes(dir, layout);
+    } catch (const ModelError&) {
+        return 0;
+    }
+}
+
+// `load()` as one phase of `meter`, counted whole at its end (tensors the model does not use too).
+template <typename Load>
+auto inPhase(LoadMeter& meter, std::string phase, std::uint64_t bytes, const Load& load) {
+    meter.beginPhase(std::move(phase), bytes);
+    auto loaded = load();
+    meter.endPhase();
+    return loaded;
+}
+
+SdModel loadFolder(const std::string& dir, const LoadProgressCallback& progress) {
+    const fs::path root(dir);
+    const fs::path indexPath = root / "model_index.json";
+    const std::string shown = shownPath(indexPath);
+    const PipelineIndex index = checkPipelineIndex(readModelJson(indexPath), shown);
+
+    // Every component's folder before any is read.
+    const std::string unetDir = requireComponent(root, "unet"), vaeDir = requireComponent(root, "vae");
+    const std::string textDir = requireComponent(root, "text_encoder");
+    const std::string text2Dir = index.sdxl ? requireComponent(root, "text_encoder_2") : std::string();
+    const std::uint64_t unetBytes = componentBytes(unetDir, {}), vaeBytes = componentBytes(vaeDir, {});
+    const std::uint64_t textBytes = componentBytes(textDir, transformersWeightFiles());
+    const std::uint64_t text2Bytes = index.sdxl ? componentBytes(text2Dir, transformersWeightFiles()) : 0;
+    LoadMeter meter(progress, unetBytes + vaeBytes + textBytes + text2Bytes);
+    SdModel model;
+    model.unet = inPhase(meter, "reading the UNet", unetBytes,
+                         [&] { return std::make_shared<const UNetCondModel>(UNetCondModel::load(unetDir, &meter)); });
+    model.vae = inPhase(meter, "reading the VAE", vaeBytes,
+                        [&] { return std::make_shared<const VaeModel>(VaeModel::load(vaeDir, &meter)); });
+    model.textEncoder = inPhase(meter, "reading the text encoder", textBytes, [&] {
+        return std::make_shared<const ClipTextModel>(ClipTextModel::load(textDir, &meter));
+    });
+    if (index.sdxl)
+        model.textEncoder2 = inPhase(meter, "reading the second text encoder", text2Bytes, [&] {
+            return std::make_shared<const ClipTextModel>(ClipTextModel::load(text2Dir, &meter));
+        });
+    if (index.sdxl) {
+        checkSdxlComponents(model.unet->config(), model.textEncoder->config(), model.textEncoder2->config(), shown);
+        model.family = SdFamily::SDXL;
+        model.forceZerosForEmptyPrompt = index.forceZerosForEmptyPrompt;
+    } else {
+        model.family = familyOf(*model.unet, *model.textEncoder, shown);
+    }
+    if (model.unet->config().inChannels != model.vae->config().latentChannels)
+        throw ModelError(shown + ": the UNet takes " + std::to_string(model.unet->config().inChannels) +
+                         " channels but the VAE's latents have " + std::to_string(model.vae->config().latentChannels));
+    model.tokenizer = folderTokenizer(root, "tokenizer", model.family, 1);
+    if (index.sdxl) model.tokenizer2 = folderTokenizer(root, "tokenizer_2", model.family, 2);
+    model.scheduler = readSdScheduler(root, model.schedulerClass);
+    Sha256 digest;
+    for (const std::string& part :
+         {model.unet->weightsSha256(), model.vae->weightsSha256(), std::string(toString(model.family))})
+        digest.update(part.data(), part.size());
+    model.sha256 = digest.hexDigest();
+    meter.finish();
+    return model;
+}
+
+}  // namespace
+
+std::string_view toString(SdFamily family) {
+    switch (family) {
+    case SdFamily::SD1: return "sd1";
+    case SdFamily::SD2: return "sd2";
+    case SdFamily::SDXL: return "sdxl";
+    }
+    return "sd1";
+}
+
+std::int64_t SdModel::parameterCount() const {
+    return unet->parameterCount() + vae->parameterCount() + textEncoder->parameterCount() +
+           (textEncoder2 ? textEncoder2->parameterCount() : 0);
+}
+
+SdModelConfigs randomSdModelConfigs(const std::string& name) {
+    const std::string shape = name.rfind(kRandomModelPrefix, 0) == 0 ? name.substr(7) : name;
+    if (shape != "sd15" && shape != "sd21" && shape != "sdxl")
+        throw ValidationError("model", "model: " + quoted(name) +
+                                           " is not a random model; random:sd15, random:sd21 and random:sdxl are");
+    SdModelConfigs c;
+    c.family = shape == "sd15" ? SdFamily::SD1 : shape == "sd21" ? SdFamily::SD2 : SdFamily::SDXL;
+    const bool sd2 = c.family == SdFamily::SD2, xl = c.family == SdFamily::SDXL;
+    if (xl) {
+        c.unet = sdxlBaseUNetConfig();
+    } else {  // the defaults are SD 1.x's blocks, widths and depths
+        c.unet.sampleSize = sd2 ? 96 : 64;
+        c.unet.crossAttentionDim = sd2 ? 1024 : 768;
+        c.unet.attentionHeads = sd2 ? std::vector<int>{5, 10, 20, 20} : std::vector<int>{8, 8, 8, 8};
+        c.unet.useLinearProjection = sd2;
+        c.unet.upcastAttention = sd2;
+    }
+    c.vae.blockOutChannels = {128, 256, 512, 512};
+    c.vae.layersPerBlock = 2;
+    c.vae.sampleSize = xl ? 1024 : sd2 ? 768 : 512;
+    if (xl) c.vae.scalingFactor = kSdxlScalingFactor;
+    c.textEncoder = clipConfig(sd2 ? kOpenClipH : kClipL);
+    if (xl) c.textEncoder2 = clipConfig(kOpenClipBigG);
+    c.prediction = sd2 ? PredictionType::VPrediction : PredictionType::Epsilon;
+    c.schedulerClass = xl ? "EulerDiscreteScheduler" : sd2 ? "DDIMScheduler" : "PNDMScheduler";
+    return c;
+}
+
+SdModel randomSdModel(const std::string& name, std::uint64_t seed, const LoadProgressCallback& progress) {
+    const SdModelConfigs c = randomSdModelConfigs(name);
+    const TensorList unetList = UNetCondModel::expectedTensors(c.unet), vaeList = VaeModel::expectedTensors(c.vae);
+    const TensorList textList = ClipTextModel::expectedTensors(c.textEncoder);
+    const TensorList text2List = c.textEncoder2 ? ClipTextModel::expectedTensors(*c.textEncoder2) : TensorList{};
+    LoadMeter meter(progress, float32Bytes(unetList) + float32Bytes(vaeList) + float32Bytes(textList) +
+                                  float32Bytes(text2List));
+    auto text = [&meter](const ClipTextConfig& config, const TensorList& list, std::uint64_t s, const char* phase) {
+        return inPhase(meter, phase, float32Bytes(list), [&] {
+            return std::make_shared<const ClipTextModel>(ClipTextModel::fromTensors(config, randomTensors(list, s, &meter)));
+        });
+    };
+    SdModel model;
+    model.family = c.family;
+    model.unet = inPhase(meter, "random weights for the UNet", float32Bytes(unetList), [&] {
+        return std::make_shared<const UNetCondModel>(UNetCondModel::random(c.unet, seed, &meter));
+    });
+    model.vae = inPhase(meter, "random weights for the VAE", float32Bytes(vaeList), [&] {
+        return std::make_shared<const VaeModel>(VaeModel::fromTensors(c.vae, randomTensors(vaeList, seed + 1, &meter)));
+    });
+    model.textEncoder = text(c.textEncoder, textList, seed + 2, "random weights for the text encoder");
+    model.tokenizer = bundledTokenizer(model.family, 1);
+    if (c.textEncoder2) {
+        model.textEncoder2 = text(*c.textEncoder2, text2List, seed + 3, "random weights for the second text encoder");
+        model.tokenizer2 = bundledTokenizer(model.family, 2);
+    }
+    meter.finish();
+    model.scheduler = sdSchedulerDefaults(c.prediction);
+    model.schedulerClass = c.schedulerClass;
+    model.name = std::string(kRandomModelPrefix) + name.substr(name.rfind(':') + 1);
+    model.sha256 = sha256Hex(model.name.data(), model.name.size());
+    return model;
+}
+
+SdModel loadSdModel(const std::string& path, const LoadProgressCallback& progress) {
+    const auto start = std::chrono::steady_clock::now();
+    checkPathText("model", path, "a model folder or checkpoint file");
+    SdModel model;
+    std::error_code ec;
+    if (path.rfind(kRandomModelPrefix, 0) == 0) {
+        model = randomSdModel(path, 0, progress);
+        model.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        model.hostPeakMiB = peakResidentMiB();
+        return model;
+    }
+    if (fs::is_directory(path, ec)) {
+        model = loadFolder(path, progress);
+    } else if (!fs::exists(path, ec)) {
+        throw ModelError(shownPath(path) + ": not found; give a Stable Diffusion pipeline folder (with "
+                         "model_index.json) or a .safetensors checkpoint");
+    } else {
+        // Pickles (by name or by their bytes) are refused there, unread.
+        SingleFileOptions options;
+        options.progress = progress;
+        model = loadSingleFileCheckpoint(path, options);
+        model.tokenizer = bundledTokenizer(model.family, 1);
+        if (model.family == SdFamily::SDXL) model.tokenizer2 = bundledTokenizer(model.family, 2);
+    }
+    model.source = path;
+    std::string name = fs::path(path).filename().string();
+    if (name.empty()) name = fs::path(path).parent_path().filename().string();
+    if (!fs::is_directory(path, ec)) name = fs::path(path).stem().string();
+    model.name = name;
+    model.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    model.hostPeakMiB = peakResidentMiB();
+    return model;
+}
+
+void setBundledClipVocabulary(std::string gzPath) {
+    std::lock_guard<std::mutex> lock(gVocabularyMutex);
+    gVocabulary = std::move(gzPath);
+}
+
+std::string bundledClipVocabulary() {
+    std::lock_guard<std::mutex> lock(gVocabularyMutex);
+    return gVocabulary;
+}
+
+std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family, int encoder) {
+    const std::string path = bundledClipVocabulary();
+    if (path.empty())
+        throw ModelError("tokenizer: the model has no tokenizer/ folder and the bundled CLIP vocabulary "
+                         "(resources/clip/bpe_simple_vocab_16e6.txt.gz) was not found");
+    ClipTokenizerOptions options;
+    if (family == SdFamily::SD2 || (family == SdFamily::SDXL && encoder == 2)) {
+        // open_clip's tokenizer (SD 2.x): pads with id 0 ("!") and reads "!" in text as text.
+        options.padToken = "!";
+        options.splitPadToken = false;
+    }
+    try {
+        return std::make_shared<const ClipTokenizer>(ClipTokenizer::fromMergesGz(path, options));
+    } catch (const InputFileError& e) {
+        throw ModelError(e.what());
+    }
+}
+
+SchedulerOptions sdSchedulerDefaults(PredictionType prediction) {
+    SchedulerOptions o;
+    o.numTrainTimesteps = 1000;
+    o.betaStart = 0.00085f;
+    o.betaEnd = 0.012f;
+    o.betaSchedule = BetaSchedule::ScaledLinear;
+    o.timestepSpacing = TimestepSpacing::Leading;
+    o.stepsOffset = 1;
+    o.clipSample = false;
+    o.setAlphaToOne = false;
+    o.predictionType = prediction;
+    o.karrasSigmas = false;
+    return o;
+}
+
+}  // namespace tessera

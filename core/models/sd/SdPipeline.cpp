@@ -1,0 +1,236 @@
+#include "core/models/sd/SdPipeline.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "core/graph/Backend.h"
+#include "core/models/clip/ClipTextModel.h"
+#include "core/base/FormatNumber.h"
+#include "core/models/sd/UNetCondConfig.h"
+#include "core/models/vae/VaeModel.h"
+
+namespace tessera {
+
+namespace {
+
+void requireMultiple(const std::string& field, int value, int factor, const std::string& what) {
+    if (value % factor == 0) return;
+    const int below = value / factor * factor, above = below + factor;
+    throw ValidationError(field, field + ": " + std::to_string(value) + " is not a multiple of " +
+                                     std::to_string(factor) + "; " + what + " of a Stable Diffusion run must be (its " +
+                                     "VAE works in " + std::to_string(factor) + "-pixel cells): use " +
+                                     (below > 0 ? std::to_string(below) + " or " : std::string()) +
+                                     std::to_string(above));
+}
+
+HostTensor toHost(const ImageTensor& image) {
+    HostTensor t;
+    t.shape = {1, image.channels, image.height, image.width};
+    t.data = image.data;
+    return t;
+}
+
+ImageTensor fromHost(const HostTensor& t) {
+    if (t.shape.size() != 4 || t.shape[0] != 1) throw std::logic_error("SdPipeline: expected one NCHW image");
+    return ImageTensor{static_cast<int>(t.shape[1]), static_cast<int>(t.shape[2]), static_cast<int>(t.shape[3]),
+                       t.data};
+}
+
+}  // namespace
+
+void checkSdCells(const RunConfig& config, int vaeScale) {
+    requireMultiple("width", config.width, vaeScale, "the width");
+    requireMultiple("height", config.height, vaeScale, "the height");
+    requireMultiple("overlap", config.overlapPixels(), vaeScale, "the tile overlap");
+}
+
+RunConfig checkSdRun(const RunConfig& config, const SdModel& model) {
+    const int f = model.vaeScale();
+    ModelLimits limits = model.unet->config().limits(model.scheduler.numTrainTimesteps);
+    limits.downsampleFactor *= f;
+    limits.inChannels = 3;
+    validate(config, limits);
+    checkSdCells(config, f);
+    RunConfig canvas = config;
+    canvas.width = config.width / f;
+    canvas.height = config.height / f;
+    canvas.tile = config.tile / f;
+    canvas.overlapPx = config.overlapPixels() / f;
+    canvas.overlapFraction.reset();
+    return canvas;
+}
+
+namespace {
+
+std::string guidanceText(const RunConfig& config) {
+    return config.cfgScale != 1.0 ? ", guidance " + formatNumber(config.cfgScale) + " (conditional and unconditional)"
+                                  : ", no guidance (cfg 1: conditional only)";
+}
+
+// The UNet's context holds at most unet_cond_bounds::kMaxContextTokens tokens.
+void checkContext(int chunks) {
+    if (chunks * clip_limits::kContextLength <= unet_cond_bounds::kMaxContextTokens) return;
+    throw ValidationError("prompt", "prompt: " + std::to_string(chunks) + " chunks of 75 tokens; at most " +
+                                        std::to_string(unet_cond_bounds::kMaxContextTokens / clip_limits::kContextLength) +
+                                        " fit the UNet's context: shorten the prompt or the negative prompt");
+}
+
+SdConditioning encodeSd12Prompts(const SdModel& model, const RunConfig& config) {
+    PromptConditioningOptions options;
+    options.clipSkip = config.clipSkip;
+    const bool guided = config.cfgScale != 1.0;
+    // The prompt and the negative prompt as two encodePrompt calls with their chunk counts
+    // equalised would give them, in one encoder batch.
+    std::vector<std::string> texts{config.prompt};
+    if (guided) texts.push_back(config.negativePrompt);
+    std::vector<PromptConditioning> each = encodeEachPrompt(*model.textEncoder, *model.tokenizer, texts, options);
+    PromptConditioning& cond = each.front();
+    SdConditioning out;
+    out.tokens = cond.chunks * clip_limits::kContextLength;
+    out.channels = cond.channels;
+    checkContext(cond.chunks);
+    out.cond = std::move(cond.values);
+    if (guided) out.uncond = std::move(each.back().values);
+    out.messages.push_back("text: " + std::to_string(cond.chunks) + " chunk(s) of 75 tokens, " +
+                           std::string(toString(model.family)) + " text encoder, clip skip " +
+                           std::to_string(config.clipSkip) + guidanceText(config));
+    return out;
+}
+
+// The texts through both SDXL encoders, `chunks` chunks each, one batch per encoder: per text
+// and token row the first encoder's values then the second's; the pooled text of the second.
+std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(const SdModel& model,
+                                                                               const std::vector<std::string>& texts,
+                                                                               int chunks) {
+    PromptConditioningOptions options;
+    options.layer = PromptLayer::Penultimate;
+    options.minChunks = chunks;
+    const std::vector<PromptConditioning> first = encodeEachPrompt(*model.textEncoder, *model.tokenizer, texts, options);
+    std::vector<PromptConditioning> second = encodeEachPrompt(*model.textEncoder2, *model.tokenizer2, texts, options);
+    const std::size_t rows = static_cast<std::size_t>(chunks) * clip_limits::kContextLength;
+    std::vector<std::pair<std::vector<float>, std::vector<float>>> out;
+    for (std::size_t t = 0; t < texts.size(); ++t) {
+        const PromptConditioning& a = first[t];
+        PromptConditioning& b = second[t];
+        const std::size_t ca = static_cast<std::size_t>(a.channels), cb = static_cast<std::size_t>(b.channels);
+        std::vector<float> joined(rows * (ca + cb));
+        for (std::size_t r = 0; r < rows; ++r) {
+            std::copy_n(a.values.begin() + static_cast<std::ptrdiff_t>(r * ca), ca,
+                        joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb)));
+            std::copy_n(b.values.begin() + static_cast<std::ptrdiff_t>(r * cb), cb,
+                        joined.begin() + static_cast<std::ptrdiff_t>(r * (ca + cb) + ca));
+        }
+        out.emplace_back(std::move(joined), std::move(b.pooled));
+    }
+    return out;
+}
+
+SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) {
+    if (!model.textEncoder2 || !model.tokenizer2)
+        throw std::logic_error("encodeSdPrompts: an SDXL model without its second text encoder or tokenizer");
+    const bool guided = config.cfgScale != 1.0;
+    const bool zeros = guided && config.negativePrompt.empty() && model.forceZerosForEmptyPrompt;
+    // Every text and encoder gets as many chunks as the longest needs (the encoders' tokenizers
+    // may differ: a folder's second one reads "!" as its pad token).
+    int chunks = 1;
+    std::vector<const std::string*> texts{&config.prompt};
+    if (guided && !zeros) texts.push_back(&config.negativePrompt);
+    for (const std::string* text : texts)
+        for (const ClipTokenizer* tokenizer : {model.tokenizer.get(), model.tokenizer2.get()})
+            chunks = std::max(chunks, static_cast<int>(chunkPrompt(*tokenizer, *text).chunks.size()));
+    checkContext(chunks);
+    SdConditioning out;
+    out.tokens = chunks * clip_limits::kContextLength;
+    out.channels = model.textEncoder->config().hiddenSize + model.textEncoder2->config().hiddenSize;
+    std::vector<std::string> encoded{config.prompt};
+    if (guided && !zeros) encoded.push_back(config.negativePrompt);
+    auto joined = encodeSdxlTexts(model, encoded, chunks);
+    std::tie(out.cond, out.pooledCond) = std::move(joined.front());
+    if (zeros) {
+        out.uncond.assign(out.cond.size(), 0.0f);
+        out.pooledUncond.assign(out.pooledCond.size(), 0.0f);
+    } else if (guided) {
+        std::tie(out.uncond, out.pooledUncond) = std::move(joined.back());
+    }
+    out.messages.push_back(
+        "text: " + std::to_string(chunks) + " chunk(s) of 75 tokens, sdxl text encoders (penultimate layers, " +
+        std::to_string(model.textEncoder->config().hiddenSize) + " + " +
+        std::to_string(model.textEncoder2->config().hiddenSize) + " wide; pooled text of the first chunk)" +
+        guidanceText(config) + (zeros ? "; empty negative prompt: zeros (force_zeros_for_empty_prompt)" : ""));
+    if (config.clipSkip != 1)
+        out.messages.push_back("text: clip skip " + std::to_string(config.clipSkip) +
+                               " not applied: SDXL conditions on both encoders' penultimate layers (A1111 ignores "
+                               "Clip skip for SDXL)");
+    return out;
+}
+
+}  // namespace
+
+SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
+    return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, config) : encodeSd12Prompts(model, config);
+}
+
+ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents,
+                          const VaePassOptions& options, std::string* description) {
+    const HostTensor z = unscaleLatents(model.vae->config(), toHost(latents));
+    return fromHost(runVaePass(backend, *model.vae, z, true, options.tiling, options.budget, description));
+}
+
+ImageTensor encodeImage(const SdModel& model, Backend& backend, const ImageTensor& image, const VaePassOptions& options,
+                        std::string* description) {
+    const HostTensor moments =
+        runVaePass(backend, *model.vae, toHost(image), false, options.tiling, options.budget, description);
+    return fromHost(scaleLatents(model.vae->config(), posteriorMean(moments)));
+}
+
+namespace {
+
+// rgb = bias + latent @ factors, per latent pixel, on the latents as the UNet sees them (scaled).
+struct LatentRgbMap {
+    std::array<std::array<float, 3>, 4> factors;  // row c: latent channel c's R, G, B
+    std::array<float, 3> bias;
+};
+
+// SD 1.x and 2.x: A1111's "Approx cheap" (modules/sd_samplers_common.py), no bias.
+constexpr LatentRgbMap kSdLatentRgb{
+    {{{0.298f, 0.207f, 0.208f}, {0.187f, 0.286f, 0.173f}, {-0.158f, 0.189f, 0.264f}, {-0.184f, -0.271f, -0.473f}}},
+    {0.0f, 0.0f, 0.0f}};
+// SDXL's VAE has its own latent space (and scaling factor 0.13025): ComfyUI's SDXL latent format,
+// comfy/latent_formats.py, class SDXL, latent_rgb_factors and latent_rgb_factors_bias (the map its
+// Latent2RGB previewer applies to the scaled latents).
+constexpr LatentRgbMap kSdxlLatentRgb{
+    {{{0.3651f, 0.4232f, 0.4341f}, {-0.2533f, -0.0042f, 0.1068f}, {0.1076f, 0.1111f, -0.0362f}, {-0.3165f, -0.2492f, -0.2188f}}},
+    {0.1084f, -0.0175f, -0.0011f}};
+
+}  // namespace
+
+ImageTensor latentPreview(const SdModel& model, const ImageTensor& latents) {
+    const LatentRgbMap& map = model.family == SdFamily::SDXL ? kSdxlLatentRgb : kSdLatentRgb;
+    const std::size_t plane = static_cast<std::size_t>(latents.height) * latents.width;
+    ImageTensor rgb{3, latents.height, latents.width, std::vector<float>(3 * plane)};
+    for (std::size_t o = 0; o < 3; ++o) std::fill_n(rgb.data.begin() + static_cast<std::ptrdiff_t>(o * plane), plane, map.bias[o]);
+    const int channels = std::min(latents.channels, 4);
+    for (int c = 0; c < channels; ++c)
+        for (std::size_t o = 0; o < 3; ++o) {
+            const float k = map.factors[static_cast<std::size_t>(c)][o];
+            for (std::size_t p = 0; p < plane; ++p) rgb.data[o * plane + p] += k * latents.data[c * plane + p];
+        }
+    return upsampleNearest(rgb, model.vaeScale());
+}
+
+ImageTensor upsampleNearest(const ImageTensor& image, int factor) {
+    ImageTensor out{image.channels, image.height * factor, image.width * factor, {}};
+    out.data.resize(static_cast<std::size_t>(out.channels) * out.height * out.width);
+    for (int c = 0; c < image.channels; ++c)
+        for (int y = 0; y < out.height; ++y) {
+            const float* src = image.data.data() + (static_cast<std::size_t>(c) * image.height + y / factor) * image.width;
+            float* dst = out.data.data() + (static_cast<std::size_t>(c) * out.height + y) * out.width;
+            for (int x = 0; x < out.width; ++x) dst[x] = src[x / factor];
+        }
+    return out;
+}
+
+}  // namespace tessera

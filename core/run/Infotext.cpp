@@ -1,0 +1,965 @@
+// Infotext: A1111's "parameters" text both ways, and ComfyUI's "prompt" graph read back.
+#include "core/run/Infotext.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/base/BoundedInput.h"
+#include "core/base/FormatNumber.h"
+#include "core/run/SamplerNames.h"
+#include "core/run/ModelName.h"
+#include "core/base/UnicodeText.h"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
+namespace tessera {
+
+namespace {
+
+using unicode::isPythonSpace;
+using unicode::isPythonWordChar;
+
+// ---------------------------------------------------------------------------
+// Python's str.strip() and friends on code points.
+
+std::u32string_view pyStrip(std::u32string_view s) {
+    std::size_t b = 0, e = s.size();
+    while (b < e && isPythonSpace(s[b])) ++b;
+    while (e > b && isPythonSpace(s[e - 1])) --e;
+    return s.substr(b, e - b);
+}
+
+std::string pyStrip(std::string_view utf8) { return unicode::encodeUtf8(pyStrip(unicode::decodeUtf8(utf8))); }
+
+bool startsWith(std::u32string_view s, std::u32string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+std::string utf8(std::u32string_view s) { return unicode::encodeUtf8(s); }
+
+}  // namespace
+
+
+// ---------------------------------------------------------------------------
+// Writing
+
+namespace {
+
+// The model as named in the infotext: its folder (or file) name without the path, so a PNG does
+// not carry the user's directory layout, and without a ".safetensors"/".ckpt" extension (A1111).
+std::string modelNameOf(const std::string& model) {
+    if (model.empty()) return "default";
+    std::string trimmed = model;
+    while (trimmed.size() > 1 && (trimmed.back() == '/' || trimmed.back() == '\\')) trimmed.pop_back();
+    const auto slash = trimmed.find_last_of("/\\");
+    std::string name = slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
+    for (std::string_view extension : {".safetensors", ".ckpt"})
+        if (name.size() > extension.size() && name.compare(name.size() - extension.size(), extension.size(),
+                                                           extension.data(), extension.size()) == 0)
+            return name.substr(0, name.size() - extension.size());
+    return name;
+}
+
+bool isLowerHex(std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+}  // namespace
+
+InfotextExtras infotextExtras(const RunConfig& config) {
+    InfotextExtras extras;
+    extras.modelName = modelNameOf(config.model);
+    extras.stableDiffusion =
+        !config.prompt.empty() || !config.negativePrompt.empty() || isSdModelPath(config.model);
+    return extras;
+}
+
+InfotextExtras infotextExtras(const RunRecord& record) {
+    InfotextExtras extras = infotextExtras(record.config);
+    if (!record.modelName.empty()) extras.modelName = record.modelName;
+    if (record.modelHash.size() >= 10 && isLowerHex(record.modelHash)) extras.modelHash = record.modelHash.substr(0, 10);
+    return extras;
+}
+
+const std::vector<InfotextCoverage>& infotextCoverage() {
+    // In the order of infotext() below; then the settings it leaves out.
+    static const std::vector<InfotextCoverage> coverage{
+        {"prompt", "Prompt", ""},  // the first lines, not a key
+        {"negative_prompt", "Negative prompt", ""},
+        {"steps", "Steps", ""},
+        {"scheduler", "Sampler", ""},
+        {"cfg", "CFG scale", ""},
+        {"seed", "Seed", ""},
+        {"width", "Size", ""},
+        {"height", "Size", ""},
+        {"model", "Model", ""},
+        {"strength", "Denoising strength", ""},
+        {"clip_skip", "Clip skip", ""},
+        {"tile", "Tile", ""},
+        {"overlap", "Overlap", ""},
+        {"window", "Window", ""},
+        {"fusion", "Fusion", ""},
+        {"batch", "Batch", ""},
+        {"graphs", "Graphs", ""},
+        {"precision", "Precision", ""},
+        {"backend", "Backend", ""},
+        {"upscale", "Upscale", ""},
+        {"preserve_color", "Preserve color", ""},
+        {"sdxl_size_conditioning", "SDXL size conditioning", ""},
+        {"vae_tiling", "VAE tiling", ""},
+        {"eta", "Eta DDIM", ""},
+        {"timestep_spacing", "", "A1111 has no key for it (its samplers fix the spacing); the manifest keeps it"},
+        {"scheduler_options", "", "diffusers' scheduler settings: A1111 has no keys for them beyond Schedule type "
+                                  "and Eta DDIM; the manifest keeps them"},
+        {"init", "", "a path on this machine; Denoising strength says the run started from an image"},
+        {"graph_warmup", "", "CUDA graph bookkeeping; the image does not depend on it"},
+        {"graph_cache", "", "CUDA graph bookkeeping; the image does not depend on it"},
+        {"lanes", "", "how many tile batches run at once; the image does not depend on it"},
+        {"threads", "", "CPU threads; the image does not depend on them"},
+        {"preview_every", "", "how often the window shows a preview; the image does not depend on it"},
+        {"label", "", "the run's name in the history, not a generation setting"},
+        {"tuning_cache", "", "a path on this machine; the manifest records the tuning digest"},
+    };
+    return coverage;
+}
+
+std::string quoteInfotextValue(std::string_view text) {
+    if (text.find_first_of(",\n:") == std::string_view::npos) return std::string(text);
+    // nlohmann's escaping is Python's json.dumps(ensure_ascii=False): \" \\ \b \f \n \r \t, other
+    // controls as \u00xx, everything else (non-ASCII too) as it is.
+    return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string infotext(const RunConfig& c, const InfotextExtras& x) {
+    std::vector<std::pair<std::string, std::string>> params;
+    const auto add = [&](std::string key, std::string value) { params.emplace_back(std::move(key), std::move(value)); };
+    add("Steps", std::to_string(c.steps));
+    const auto sampler = samplerDisplayName(c.scheduler, c.schedulerOptions);
+    add("Sampler", sampler.sampler);
+    if (!sampler.scheduleType.empty()) add("Schedule type", sampler.scheduleType);
+    if (x.stableDiffusion) add("CFG scale", formatNumber(c.cfgScale));
+    add("Seed", std::to_string(c.seed));
+    add("Size", std::to_string(c.width) + "x" + std::to_string(c.height));
+    if (!x.modelHash.empty()) add("Model hash", x.modelHash);
+    if (!x.modelName.empty()) add("Model", x.modelName);
+    if (!c.initImage.empty()) add("Denoising strength", formatNumber(c.strength));
+    if (x.stableDiffusion && c.clipSkip > 1) add("Clip skip", std::to_string(c.clipSkip));
+    // Tessera's own, as A1111's extra_generation_params.
+    add("Tile", std::to_string(c.tile));
+    add("Overlap", std::to_string(c.overlapPixels()));
+    add("Window", std::string(toString(c.window)));
+    add("Fusion", std::string(toString(c.fusion)));
+    add("Batch", c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto"));   // a record's: what ran
+    add("Graphs", std::string(toString(c.graphs)));
+    add("Precision", std::string(toString(c.precision)));
+    add("Backend", std::string(toString(c.backend)));
+    if (c.upscale != 1.0) add("Upscale", formatNumber(c.upscale));
+    if (c.preserveColor) add("Preserve color", "True");
+    if (c.sdxlSizeConditioning != SdxlSizeConditioning::Image)
+        add("SDXL size conditioning", std::string(toString(c.sdxlSizeConditioning)));
+    if (c.vaeTiling != VaeTiling::Auto) add("VAE tiling", std::string(toString(c.vaeTiling)));
+    if (c.scheduler == SchedulerKind::DDIM && c.schedulerOptions.eta != 0.0f)
+        add("Eta DDIM", formatNumber(c.schedulerOptions.eta));
+    add("Version", std::string("tessera-") + TESSERA_VERSION);
+
+    std::string line;
+    for (const auto& [key, value] : params) {
+        if (!line.empty()) line += ", ";
+        line += key == value ? key : key + ": " + quoteInfotextValue(value);
+    }
+    std::string text;
+    if (x.stableDiffusion) {
+        text = c.prompt;
+        if (!c.negativePrompt.empty()) text += "\nNegative prompt: " + c.negativePrompt;
+    }
+    text += "\n" + line;
+    return pyStrip(toValidUtf8(text));
+}
+
+// ---------------------------------------------------------------------------
+// Reading: parse_generation_parameters
+
+namespace {
+
+// One match of A1111's re_param, \s*(\w[\w \-/]+):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$), over `s`
+// from `pos`, as Python's re finds it: the key and value groups and where the match ends.
+struct ParamMatch {
+    std::u32string_view key, value;
+    std::size_t end = 0;
+};
+
+bool isKeyChar(char32_t c) { return isPythonWordChar(c) || c == U' ' || c == U'-' || c == U'/'; }
+
+// The quoted alternative "(?:\\.|[^\\"])+" at s[v] followed by ',' or the end: its end (after
+// the closing quote), or 0 when it does not match there. Inside, a backslash always takes the
+// next character and a quote always closes, so there is no other way to match.
+std::size_t quotedEnd(std::u32string_view s, std::size_t v) {
+    const std::size_t n = s.size();
+    std::size_t q = v + 1;
+    while (q < n && s[q] != U'"') {
+        if (s[q] == U'\\') {
+            if (q + 1 >= n || s[q + 1] == U'\n') return 0;
+            q += 2;
+        } else {
+            ++q;
+        }
+    }
+    if (q >= n || q == v + 1) return 0;  // no closing quote, or nothing inside ('+')
+    if (q + 1 < n && s[q + 1] != U',') return 0;
+    return q + 1;
+}
+
+// The next match at or after `pos`, or nullopt. Linear overall: a start that fails because the
+// key run [\w \-/]+ from position p ends at e without a ':' fails for every start up to e too
+// (each reaches the same run end, or skips white space to a start at or beyond e), so the search
+// goes on from e rather than p + 1. Python's re retries each start and is quadratic here.
+std::optional<ParamMatch> nextParam(std::u32string_view s, std::size_t pos) {
+    const std::size_t n = s.size();
+    while (pos < n) {
+        std::size_t p = pos;
+        while (p < n && isPythonSpace(s[p])) ++p;
+        if (p >= n) return std::nullopt;
+        if (!isPythonWordChar(s[p])) {
+            pos = p + 1;
+            continue;
+        }
+        std::size_t e = p + 1;
+        while (e < n && isKeyChar(s[e])) ++e;
+        if (e - p < 2 || e >= n || s[e] != U':') {
+            pos = std::max(e, pos + 1);
+            continue;
+        }
+        ParamMatch match;
+        match.key = s.substr(p, e - p);
+        std::size_t v = e + 1;
+        while (v < n && isPythonSpace(s[v])) ++v;
+        if (const std::size_t q = v < n && s[v] == U'"' ? quotedEnd(s, v) : 0; q != 0) {
+            match.value = s.substr(v, q - v);
+            match.end = q < n ? q + 1 : q;
+            return match;
+        }
+        std::size_t c = v;
+        while (c < n && s[c] != U',') ++c;
+        match.value = s.substr(v, c - v);
+        match.end = c < n ? c + 1 : c;
+        return match;
+    }
+    return std::nullopt;
+}
+
+std::vector<ParamMatch> findParams(std::u32string_view line) {
+    std::vector<ParamMatch> matches;
+    std::size_t pos = 0;
+    while (auto match = nextParam(line, pos)) {
+        pos = match->end;
+        matches.push_back(*match);
+    }
+    return matches;
+}
+
+// unquote: a value in double quotes is JSON-decoded, or kept as written when that fails.
+std::string unquote(std::u32string_view value) {
+    std::string text = utf8(value);
+    if (value.size() < 2 || value.front() != U'"' || value.back() != U'"') return text;
+    const nlohmann::json decoded = nlohmann::json::parse(text, nullptr, false);
+    return decoded.is_string() ? decoded.get<std::string>() : text;
+}
+
+// re_imagesize ^(\d+)x(\d+)$ (Python's \d: any decimal digit; $ also before a final newline).
+std::optional<std::pair<std::string, std::string>> imageSize(const std::string& value) {
+    std::u32string_view s;
+    const std::u32string decoded = unicode::decodeUtf8(value);
+    s = decoded;
+    if (!s.empty() && s.back() == U'\n') s.remove_suffix(1);
+    const auto digits = [&](std::size_t from) {
+        std::size_t i = from;
+        while (i < s.size() && unicode::decimalValue(s[i]) >= 0) ++i;
+        return i;
+    };
+    const std::size_t x = digits(0);
+    if (x == 0 || x >= s.size() || s[x] != U'x') return std::nullopt;
+    const std::size_t end = digits(x + 1);
+    if (end == x + 1 || end != s.size()) return std::nullopt;
+    return std::pair{utf8(s.substr(0, x)), utf8(s.substr(x + 1, end - x - 1))};
+}
+
+// The defaults parse_generation_parameters adds for absent keys.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kA1111Defaults{{
+    {"Clip skip", "1"},
+    {"Hires resize-1", "0"},
+    {"Hires resize-2", "0"},
+    {"Hires sampler", "Use same sampler"},
+    {"Hires checkpoint", "Use same checkpoint"},
+    {"Hires prompt", ""},
+    {"Hires negative prompt", ""},
+    {"Mask mode", "Inpaint masked"},
+    {"Masked content", "original"},
+    {"Inpaint area", "Whole picture"},
+    {"Masked area padding", "32"},
+    {"RNG", "GPU"},
+    {"Schedule type", "Automatic"},
+    {"Schedule max sigma", "0"},
+    {"Schedule min sigma", "0"},
+    {"Schedule rho", "0"},
+    {"VAE Encoder", "Full"},
+    {"VAE Decoder", "Full"},
+    {"FP8 weight", "Disable"},
+}};
+
+class ParamTable {
+public:
+    explicit ParamTable(std::vector<InfotextParam>& params) : params_(params) {}
+    void set(std::string key, std::string value, bool defaulted = false) {
+        const auto [at, inserted] = index_.try_emplace(key, params_.size());
+        if (inserted) params_.push_back(InfotextParam{std::move(key), std::move(value), defaulted});
+        else params_[at->second].value = std::move(value);
+    }
+    bool has(const std::string& key) const { return index_.count(key) != 0; }
+
+private:
+    std::vector<InfotextParam>& params_;
+    std::unordered_map<std::string, std::size_t> index_;
+};
+
+}  // namespace
+
+const InfotextParam* ParsedInfotext::find(std::string_view key) const {
+    for (const InfotextParam& p : params)
+        if (p.key == key) return &p;
+    return nullptr;
+}
+
+ParsedInfotext parseInfotext(std::string_view text) {
+    ParsedInfotext parsed;
+    const std::u32string decoded = unicode::decodeUtf8(text);
+    const std::u32string_view all = pyStrip(decoded);
+    std::vector<std::u32string_view> lines;
+    for (std::size_t start = 0;;) {
+        const std::size_t nl = all.find(U'\n', start);
+        lines.push_back(all.substr(start, nl == std::u32string_view::npos ? std::u32string_view::npos : nl - start));
+        if (nl == std::u32string_view::npos) break;
+        start = nl + 1;
+    }
+    std::u32string_view last = lines.back();
+    lines.pop_back();
+    std::vector<ParamMatch> matches = findParams(last);
+    if (matches.size() < 3) {
+        lines.push_back(last);
+        matches.clear();
+    }
+
+    static constexpr std::u32string_view kNegative = U"Negative prompt:";
+    bool negative = false;
+    std::u32string prompt, negativePrompt;
+    for (std::u32string_view line : lines) {
+        line = pyStrip(line);
+        if (startsWith(line, kNegative)) {
+            negative = true;
+            line = pyStrip(line.substr(kNegative.size()));
+        }
+        std::u32string& target = negative ? negativePrompt : prompt;
+        if (!target.empty()) target += U'\n';
+        target += line;
+    }
+    parsed.prompt = utf8(prompt);
+    parsed.negativePrompt = utf8(negativePrompt);
+
+    ParamTable table(parsed.params);
+    for (const ParamMatch& match : matches) {
+        if (match.value.empty()) continue;  // A1111: v[0] raises on an empty value; the key is skipped
+        const std::string key = utf8(match.key);
+        std::string value = unquote(match.value);
+        if (const auto size = imageSize(value)) {
+            table.set(key + "-1", size->first);
+            table.set(key + "-2", size->second);
+        } else {
+            table.set(key, std::move(value));
+        }
+    }
+    for (const auto& [key, value] : kA1111Defaults)
+        if (!table.has(std::string(key))) table.set(std::string(key), std::string(value), true);
+    return parsed;
+}
+
+// ---------------------------------------------------------------------------
+// Mapping onto a RunConfig
+
+std::string UnmappedSetting::message() const { return "'" + shown + "' " + reason; }
+
+namespace {
+
+constexpr std::string_view kNotSupported = "is not supported; ignored";
+constexpr std::string_view kModelNotApplied = "is not applied: Tessera picks the model by its path";
+
+std::string shownSetting(std::string_view key, std::string_view value) {
+    return excerpt(key, 40) + ": " + excerpt(value, 80);
+}
+
+std::string_view trimAscii(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+// Python's int() of the text (white space around, an optional sign, Unicode decimal digits too)
+// as a sign and a magnitude; nullopt when it is no whole number or beyond 64 bits.
+std::optional<std::pair<bool, std::uint64_t>> signedWhole(std::string_view text) {
+    const std::u32string decoded = unicode::decodeUtf8(text);
+    std::u32string_view s = pyStrip(decoded);
+    bool minus = false;
+    if (!s.empty() && (s.front() == U'+' || s.front() == U'-')) {
+        minus = s.front() == U'-';
+        s.remove_prefix(1);
+    }
+    if (s.empty()) return std::nullopt;
+    std::uint64_t magnitude = 0;
+    for (char32_t c : s) {
+        const int digit = unicode::decimalValue(c);
+        if (digit < 0 || magnitude > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return std::nullopt;
+        magnitude = magnitude * 10 + static_cast<unsigned>(digit);
+    }
+    return std::pair{minus, magnitude};
+}
+
+// A whole number in [lo, hi].
+std::optional<long long> wholeNumber(std::string_view text, long long lo, long long hi) {
+    const auto whole = signedWhole(text);
+    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<long long>::max());
+    if (!whole || whole->second > kMax + (whole->first ? 1 : 0)) return std::nullopt;
+    const long long value = whole->first ? static_cast<long long>(0 - whole->second) : static_cast<long long>(whole->second);
+    if (value < lo || value > hi) return std::nullopt;
+    return value;
+}
+
+// A seed: any uint64 ("-0" too, as Python's int()).
+std::optional<std::uint64_t> seedNumber(std::string_view text) {
+    const auto whole = signedWhole(text);
+    if (!whole || (whole->first && whole->second != 0)) return std::nullopt;
+    return whole->second;
+}
+
+std::optional<double> realNumber(std::string_view text) {
+    const std::string_view s = trimAscii(text);
+    double value = 0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(value)) return std::nullopt;
+    return value;
+}
+
+// One key of the text onto the config: "" when applied, else why not.
+using KeyReader = std::string (*)(std::string_view value, RunConfig& config);
+
+std::string readInt(std::string_view value, int& out) {
+    const auto n = wholeNumber(value, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+    if (!n) return "is not a whole number; ignored";
+    out = static_cast<int>(*n);
+    return {};
+}
+
+std::string readReal(std::string_view value, double& out) {
+    const auto x = realNumber(value);
+    if (!x) return "is not a number; ignored";
+    out = *x;
+    return {};
+}
+
+template <typename E>
+std::string readName(std::string_view value, E& out, E (*parse)(std::string_view, std::string_view)) {
+    try {
+        out = parse(trimAscii(value), "");
+        return {};
+    } catch (const ValidationError& e) {
+        // "...: 'x' is not one of a, b or c": keep what is allowed.
+        const std::string what = e.what();
+        const auto at = what.find("is not one of");
+        return (at == std::string::npos ? std::string("is not allowed") : what.substr(at)) + "; ignored";
+    }
+}
+
+struct KeyRule {
+    std::string_view key;
+    std::string_view field;  // the RunConfig field, by CLI name
+    KeyReader read;
+};
+
+// clang-format off
+const std::array<KeyRule, 21> kKeyRules{{
+    {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps); }},
+    {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale); }},
+    {"Seed", "seed", [](std::string_view v, RunConfig& c) -> std::string {
+        const auto seed = seedNumber(v);
+        if (!seed) return "is not a whole number from 0 to 18446744073709551615; ignored";
+        c.seed = *seed;
+        return {};
+    }},
+    {"Size-1", "width", [](std::string_view v, RunConfig& c) { return readInt(v, c.width); }},
+    {"Size-2", "height", [](std::string_view v, RunConfig& c) { return readInt(v, c.height); }},
+    {"Clip skip", "clip_skip", [](std::string_view v, RunConfig& c) { return readInt(v, c.clipSkip); }},
+    {"Denoising strength", "strength", [](std::string_view v, RunConfig& c) { return readReal(v, c.strength); }},
+    {"Tile", "tile", [](std::string_view v, RunConfig& c) { return readInt(v, c.tile); }},
+    {"Overlap", "overlap", [](std::string_view v, RunConfig& c) {
+        std::string why = readInt(v, c.overlapPx);
+        if (why.empty()) c.overlapFraction.reset();
+        return why;
+    }},
+    {"Window", "window", [](std::string_view v, RunConfig& c) { return readName(v, c.window, parseBlendWindow); }},
+    {"Fusion", "fusion", [](std::string_view v, RunConfig& c) { return readName(v, c.fusion, parseFusionRule); }},
+    {"Batch", "batch", [](std::string_view v, RunConfig& c) {
+        if (trimAscii(v) == "auto") {
+            c.tileBatch = 0;
+            return std::string();
+        }
+        return readInt(v, c.tileBatch);
+    }},
+    {"Graphs", "graphs", [](std::string_view v, RunConfig& c) { return readName(v, c.graphs, parseGraphMode); }},
+    {"Precision", "precision", [](std::string_view v, RunConfig& c) { return readName(v, c.precision, parsePrecision); }},
+    {"Backend", "backend", [](std::string_view v, RunConfig& c) { return readName(v, c.backend, parseBackend); }},
+    {"Upscale", "upscale", [](std::string_view v, RunConfig& c) { return readReal(v, c.upscale); }},
+    {"VAE tiling", "vae_tiling", [](std::string_view v, RunConfig& c) { return readName(v, c.vaeTiling, parseVaeTiling); }},
+    {"Preserve color", "preserve_color", [](std::string_view v, RunConfig& c) -> std::string {
+        const std::string_view s = trimAscii(v);
+        if (s != "True" && s != "False") return "is not True or False; ignored";
+        c.preserveColor = s == "True";
+        return {};
+    }},
+    {"SDXL size conditioning", "sdxl_size_conditioning", [](std::string_view v, RunConfig& c) {
+        return readName(v, c.sdxlSizeConditioning, parseSdxlSizeConditioning);
+    }},
+    {"Eta DDIM", "eta", [](std::string_view v, RunConfig& c) -> std::string {
+        double eta = 0;
+        std::string why = readReal(v, eta);
+        if (why.empty()) c.schedulerOptions.eta = static_cast<float>(eta);
+        return why;
+    }},
+    {"Version", "", [](std::string_view, RunConfig&) { return std::string(); }},  // not a setting
+}};
+// clang-format on
+
+class Importer {
+public:
+    Importer(RunConfig& config, ImportedSettings& result) : config_(config), result_(result) {}
+
+    void applied(std::string_view field) {
+        if (!field.empty() && std::find(result_.fields.begin(), result_.fields.end(), field) == result_.fields.end())
+            result_.fields.emplace_back(field);
+    }
+    void unmapped(std::string shown, std::string_view reason) {
+        result_.unmapped.push_back(UnmappedSetting{std::move(shown), std::string(reason)});
+    }
+    RunConfig& config() { return config_; }
+
+private:
+    RunConfig& config_;
+    ImportedSettings& result_;
+};
+
+bool isHiresKey(const std::string& key) { return key.rfind("Hires ", 0) == 0 || key.rfind("First pass size", 0) == 0; }
+
+// Sampler and Schedule type together. Returns the scheduler kind applied, if any.
+std::optional<SchedulerKind> applySampler(const ParsedInfotext& parsed, Importer& importer) {
+    const InfotextParam* sampler = parsed.find("Sampler");
+    const InfotextParam* schedule = parsed.find("Schedule type");
+    if (!sampler) {
+        if (schedule && !schedule->defaulted) importer.unmapped(shownSetting(schedule->key, schedule->value), kNotSupported);
+        return std::nullopt;
+    }
+    // An absent key (A1111's parser fills in "Automatic") is a pre-1.9 infotext: the sampler alone,
+    // which then meant no Karras ("DPM++ 2M Karras" was a sampler of its own).
+    const std::string scheduleType = schedule && !schedule->defaulted ? schedule->value : std::string();
+    const auto mapped = samplerFromDisplayName(trimAscii(sampler->value), trimAscii(scheduleType));
+    if (!mapped) {
+        std::string shown = shownSetting(sampler->key, sampler->value);
+        if (schedule && !schedule->defaulted) shown += ", " + shownSetting(schedule->key, schedule->value);
+        importer.unmapped(shown, kNotSupported);
+        return std::nullopt;
+    }
+    RunConfig& config = importer.config();
+    config.scheduler = mapped->first;
+    importer.applied("scheduler");
+    if (mapped->first == SchedulerKind::Euler || mapped->first == SchedulerKind::DPMPP2M) {
+        config.schedulerOptions.karrasSigmas = mapped->second;
+        importer.applied("use_karras_sigmas");
+    }
+    return mapped->first;
+}
+
+// A1111's "Eta" is the ancestral samplers' eta (1 = Euler a's own); Tessera's earlier
+// parameters line wrote DDIM's eta under it.
+void applyEta(const InfotextParam& eta, std::optional<SchedulerKind> scheduler, Importer& importer) {
+    double value = 0;
+    const std::string why = readReal(eta.value, value);
+    if (!why.empty()) {
+        importer.unmapped(shownSetting(eta.key, eta.value), why);
+    } else if (scheduler == SchedulerKind::DDIM) {
+        importer.config().schedulerOptions.eta = static_cast<float>(value);
+        importer.applied("eta");
+    } else if (!(scheduler == SchedulerKind::EulerAncestral && value == 1.0)) {
+        importer.unmapped(shownSetting(eta.key, eta.value), kNotSupported);
+    }
+}
+
+}  // namespace
+
+ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) {
+    ImportedSettings result;
+    Importer importer(config, result);
+    config.prompt = parsed.prompt;
+    config.negativePrompt = parsed.negativePrompt;
+    importer.applied("prompt");
+    importer.applied("negative_prompt");
+    const std::optional<SchedulerKind> scheduler = applySampler(parsed, importer);
+    const bool hires = std::any_of(parsed.params.begin(), parsed.params.end(),
+                                   [](const InfotextParam& p) { return !p.defaulted && isHiresKey(p.key); });
+
+    for (std::size_t i = 0; i < parsed.params.size(); ++i) {
+        const InfotextParam& param = parsed.params[i];
+        if (param.key == "Sampler" || param.key == "Schedule type") continue;
+        // A WxH value split in two is shown once, as written.
+        std::string shown = shownSetting(param.key, param.value);
+        const bool firstOfPair = param.key.size() > 2 && param.key.compare(param.key.size() - 2, 2, "-1") == 0 &&
+                                 i + 1 < parsed.params.size() &&
+                                 parsed.params[i + 1].key == param.key.substr(0, param.key.size() - 2) + "-2";
+        if (firstOfPair)
+            shown = shownSetting(param.key.substr(0, param.key.size() - 2), param.value + "x" + parsed.params[i + 1].value);
+        const auto rule = std::find_if(kKeyRules.begin(), kKeyRules.end(),
+                                       [&](const KeyRule& r) { return r.key == param.key; });
+        if (param.key == "Eta") {
+            applyEta(param, scheduler, importer);
+        } else if (param.key == "Model hash" || param.key == "Model") {
+            importer.unmapped(shown, kModelNotApplied);
+        } else if (param.key == "Denoising strength" && hires) {
+            importer.unmapped(shown, "belongs to the hires fix, which is not supported; ignored");
+        } else if (rule != kKeyRules.end()) {
+            const std::string why = rule->read(param.value, config);
+            if (why.empty()) importer.applied(rule->field);
+            else importer.unmapped(shown, why);
+        } else if (!param.defaulted) {
+            const bool secondOfPair = param.key.size() > 2 && param.key.compare(param.key.size() - 2, 2, "-2") == 0 &&
+                                      i > 0 && parsed.params[i - 1].key == param.key.substr(0, param.key.size() - 2) + "-1";
+            if (!secondOfPair) importer.unmapped(shown, kNotSupported);
+        }
+    }
+    return result;
+}
+
+std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b) {
+    std::vector<std::string> differ;
+    const auto check = [&](bool same, const char* field) {
+        if (!same) differ.emplace_back(field);
+    };
+    const bool karras = a.scheduler == SchedulerKind::Euler || a.scheduler == SchedulerKind::DPMPP2M;
+    check(a.prompt == b.prompt, "prompt");
+    check(a.negativePrompt == b.negativePrompt, "negative_prompt");
+    check(a.steps == b.steps, "steps");
+    check(a.scheduler == b.scheduler, "scheduler");
+    check(!karras || a.schedulerOptions.karrasSigmas == b.schedulerOptions.karrasSigmas, "use_karras_sigmas");
+    check(a.cfgScale == b.cfgScale, "cfg");
+    check(a.seed == b.seed, "seed");
+    check(a.width == b.width, "width");
+    check(a.height == b.height, "height");
+    check(a.clipSkip == b.clipSkip, "clip_skip");
+    check(a.initImage.empty() || a.strength == b.strength, "strength");
+    check(a.tile == b.tile, "tile");
+    check(a.overlapPixels() == b.overlapPixels(), "overlap");
+    check(a.window == b.window, "window");
+    check(a.fusion == b.fusion, "fusion");
+    check(a.tileBatch == b.tileBatch, "batch");
+    check(a.graphs == b.graphs, "graphs");
+    check(a.precision == b.precision, "precision");
+    check(a.backend == b.backend, "backend");
+    check(a.upscale == b.upscale, "upscale");
+    check(a.preserveColor == b.preserveColor, "preserve_color");
+    check(a.sdxlSizeConditioning == b.sdxlSizeConditioning, "sdxl_size_conditioning");
+    check(a.vaeTiling == b.vaeTiling, "vae_tiling");
+    check(a.scheduler != SchedulerKind::DDIM || a.schedulerOptions.eta == b.schedulerOptions.eta, "eta");
+    return differ;
+}
+
+// ---------------------------------------------------------------------------
+// ComfyUI's "prompt" graph (sd-pipeline.md §6)
+
+namespace {
+
+// Most links followed from the sampler to a text encoder or a checkpoint: real graphs pass a
+// handful of nodes (ControlNet, area, LoRA); the bound keeps a cyclic graph from looping.
+constexpr int kMaxComfyHops = 32;
+
+using Json = nlohmann::json;
+
+// Node ids in ComfyUI's order: numbers by value ("3" before "10"), then other ids as text.
+bool comfyIdLess(const std::string& a, const std::string& b) {
+    const auto numeric = [](const std::string& s) {
+        return !s.empty() && s.size() < 19 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    const bool na = numeric(a), nb = numeric(b);
+    if (na != nb) return na;
+    if (na && a.size() != b.size()) return a.size() < b.size();
+    return a < b;
+}
+
+class ComfyGraph {
+public:
+    explicit ComfyGraph(const Json& graph) : graph_(graph) {}
+
+    const Json* node(const std::string& id) const {
+        const auto it = graph_.find(id);
+        return it != graph_.end() && it->is_object() ? &*it : nullptr;
+    }
+    static std::string classOf(const Json& node) {
+        const auto it = node.find("class_type");
+        return it != node.end() && it->is_string() ? it->get<std::string>() : std::string("?");
+    }
+    static const Json* input(const Json& node, const char* name) {
+        const auto inputs = node.find("inputs");
+        if (inputs == node.end() || !inputs->is_object()) return nullptr;
+        const auto it = inputs->find(name);
+        return it == inputs->end() ? nullptr : &*it;
+    }
+    // A link input is [node id, output index]; the node it names, with its id.
+    std::optional<std::pair<std::string, const Json*>> linked(const Json& node, const char* name) const {
+        const Json* value = input(node, name);
+        if (!value || !value->is_array() || value->size() != 2) return std::nullopt;
+        const Json& id = (*value)[0];
+        const std::string key = id.is_string() ? id.get<std::string>()
+                                : id.is_number_integer() ? id.dump() : std::string();
+        const Json* target = key.empty() ? nullptr : this->node(key);
+        if (!target) return std::nullopt;
+        return std::pair{key, target};
+    }
+    std::vector<std::string> samplerIds() const {
+        std::vector<std::string> ids;
+        for (const auto& [id, node] : graph_.items())
+            if (node.is_object() && (classOf(node) == "KSampler" || classOf(node) == "KSamplerAdvanced")) ids.push_back(id);
+        std::sort(ids.begin(), ids.end(), comfyIdLess);
+        return ids;
+    }
+
+private:
+    const Json& graph_;
+};
+
+std::string nodeName(const std::string& id, const Json& node) {
+    return "node " + excerpt(id, 20) + " (" + excerpt(ComfyGraph::classOf(node), 40) + ")";
+}
+
+std::string jsonShown(const Json& value) { return excerptJson(value, 80); }
+
+// A whole number in a JSON value (an integral float too), within [lo, hi].
+std::optional<long double> jsonWhole(const Json& value, long double lo, long double hi) {
+    long double x = 0;
+    if (value.is_number_unsigned()) x = static_cast<long double>(value.get<std::uint64_t>());
+    else if (value.is_number_integer()) x = static_cast<long double>(value.get<std::int64_t>());
+    else if (value.is_number_float() && std::isfinite(value.get<double>()) && value.get<double>() == std::floor(value.get<double>()))
+        x = value.get<double>();
+    else return std::nullopt;
+    if (x < lo || x > hi) return std::nullopt;
+    return x;
+}
+
+struct ComfyReader {
+    const ComfyGraph& graph;
+    Importer& importer;
+
+    void unmapped(const std::string& shown, std::string_view reason) { importer.unmapped(shown, reason); }
+
+    // Whether `id` was seen on this walk already (a cycle); records it.
+    static bool visited(std::vector<std::string>& seen, const std::string& id) {
+        if (std::find(seen.begin(), seen.end(), id) != seen.end()) return true;
+        seen.push_back(id);
+        return false;
+    }
+
+    // An input that must be a literal value: a link (to a primitive or another node) is not read.
+    const Json* literal(const Json& node, const char* name) {
+        const Json* value = ComfyGraph::input(node, name);
+        if (value && value->is_array()) {
+            unmapped(std::string(name) + ": " + jsonShown(*value), "is a link to another node, which is not supported; ignored");
+            return nullptr;
+        }
+        return value;
+    }
+
+    template <typename Set>
+    void whole(const Json& node, const char* name, std::string_view field, long double lo, long double hi, Set set) {
+        const Json* value = literal(node, name);
+        if (!value) return;
+        if (const auto x = jsonWhole(*value, lo, hi)) {
+            set(*x);
+            importer.applied(field);
+        } else {
+            unmapped(std::string(name) + ": " + jsonShown(*value), "is not a whole number; ignored");
+        }
+    }
+
+    // The text of the CLIPTextEncode behind a sampler's conditioning input, through nodes that
+    // take one "conditioning" (ControlNet, area, timestep range: each reported, not applied).
+    void text(const Json& sampler, const char* name, std::string& out, std::string_view field) {
+        auto at = graph.linked(sampler, name);
+        std::vector<std::string> seen;
+        for (int hop = 0; at && hop < kMaxComfyHops && !visited(seen, at->first); ++hop) {
+            const Json& node = *at->second;
+            if (ComfyGraph::classOf(node) == "CLIPTextEncode") {
+                const Json* value = literal(node, "text");
+                if (value && value->is_string()) {
+                    out = value->get<std::string>();
+                    importer.applied(field);
+                    if (std::string(name) == "positive") clipSkip(node);
+                } else if (value) {
+                    unmapped(std::string(name) + " text: " + jsonShown(*value), "is not text; ignored");
+                }
+                return;
+            }
+            const auto next = graph.linked(node, "conditioning");
+            if (!next) break;
+            unmapped(std::string(name) + " through " + nodeName(at->first, node), kNotSupported);
+            at = next;
+        }
+        const Json* value = ComfyGraph::input(sampler, name);
+        unmapped(std::string(name) + ": " + (at ? nodeName(at->first, *at->second) : value ? jsonShown(*value) : "none"),
+                 "is not a CLIPTextEncode node, which is not supported; ignored");
+    }
+
+    // CLIPSetLastLayer's stop_at_clip_layer -k is A1111's clip skip k.
+    void clipSkip(const Json& encoder) {
+        const auto at = graph.linked(encoder, "clip");
+        if (!at || ComfyGraph::classOf(*at->second) != "CLIPSetLastLayer") return;
+        whole(*at->second, "stop_at_clip_layer", "clip_skip", -1000, -1,
+              [&](long double x) { importer.config().clipSkip = static_cast<int>(-x); });
+    }
+
+    void size(const Json& sampler) {
+        const auto at = graph.linked(sampler, "latent_image");
+        if (!at || ComfyGraph::classOf(*at->second) != "EmptyLatentImage") {
+            unmapped("latent_image: " + (at ? nodeName(at->first, *at->second) : std::string("none")),
+                     "is not an EmptyLatentImage (image-to-image from a ComfyUI graph is not supported); ignored");
+            return;
+        }
+        RunConfig& c = importer.config();
+        whole(*at->second, "width", "width", 1, 1e9, [&](long double x) { c.width = static_cast<int>(x); });
+        whole(*at->second, "height", "height", 1, 1e9, [&](long double x) { c.height = static_cast<int>(x); });
+    }
+
+    void checkpoint(const Json& sampler) {
+        auto at = graph.linked(sampler, "model");
+        std::vector<std::string> seen;
+        for (int hop = 0; at && hop < kMaxComfyHops && !visited(seen, at->first); ++hop) {
+            const Json& node = *at->second;
+            if (const Json* name = ComfyGraph::input(node, "ckpt_name"); name && name->is_string()) {
+                unmapped("ckpt_name: " + excerpt(name->get<std::string>(), 80), kModelNotApplied);
+                return;
+            }
+            unmapped("model through " + nodeName(at->first, node), kNotSupported);
+            at = graph.linked(node, "model");
+        }
+    }
+
+    void sampler(const Json& node) {
+        const Json* name = literal(node, "sampler_name");
+        const Json* schedule = literal(node, "scheduler");
+        if (!name || !schedule) return;
+        const std::string shown = "sampler_name: " + jsonShown(*name) + ", scheduler: " + jsonShown(*schedule);
+        // ComfyUI's names (comfy/samplers.py KSAMPLER_NAMES, SCHEDULER_NAMES) that Tessera runs.
+        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 8> kComfy{{
+            {"euler", "normal", SchedulerKind::Euler, false},
+            {"euler", "karras", SchedulerKind::Euler, true},
+            {"euler_ancestral", "normal", SchedulerKind::EulerAncestral, false},
+            {"dpmpp_2m", "normal", SchedulerKind::DPMPP2M, false},
+            {"dpmpp_2m", "karras", SchedulerKind::DPMPP2M, true},
+            {"ddim", "normal", SchedulerKind::DDIM, false},
+            {"ddim", "ddim_uniform", SchedulerKind::DDIM, false},
+            {"ddpm", "normal", SchedulerKind::DDPM, false},
+        }};
+        for (const auto& [sampler, scheduler, kind, karras] : kComfy)
+            if (name->is_string() && schedule->is_string() && *name == sampler && *schedule == scheduler) {
+                importer.config().scheduler = kind;
+                importer.applied("scheduler");
+                if (kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M) {
+                    importer.config().schedulerOptions.karrasSigmas = karras;
+                    importer.applied("use_karras_sigmas");
+                }
+                return;
+            }
+        unmapped(shown, kNotSupported);
+    }
+
+    // KSampler's denoise below 1, KSamplerAdvanced's partial step range or disabled noise.
+    void partialSampling(const Json& node, bool advanced) {
+        const auto check = [&](const char* name, auto ok) {
+            const Json* value = ComfyGraph::input(node, name);
+            if (value && !ok(*value)) unmapped(std::string(name) + ": " + jsonShown(*value), kNotSupported);
+        };
+        check("denoise", [](const Json& v) { return v.is_number() && v.get<double>() == 1.0; });
+        if (!advanced) return;
+        check("add_noise", [](const Json& v) { return v == "enable"; });
+        check("start_at_step", [](const Json& v) { return jsonWhole(v, 0, 0).has_value(); });
+        const Json* steps = ComfyGraph::input(node, "steps");
+        check("end_at_step", [&](const Json& v) {
+            const auto end = jsonWhole(v, 0, 1e18);
+            const auto total = steps ? jsonWhole(*steps, 0, 1e18) : std::nullopt;
+            return end && (!total || *end >= *total);
+        });
+    }
+};
+
+}  // namespace
+
+ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std::string_view field) {
+    const Json graph = parseBoundedJson(json, field, "its ComfyUI prompt chunk");
+    if (!graph.is_object())
+        throw InputFileError(std::string(field), std::string(field) + ": its ComfyUI prompt chunk is " + excerptJson(graph) +
+                                                     ", not a JSON object of nodes");
+    ImportedSettings result;
+    Importer importer(config, result);
+    const ComfyGraph nodes(graph);
+    const std::vector<std::string> samplers = nodes.samplerIds();
+    if (samplers.empty()) {
+        importer.unmapped("prompt: " + excerptJson(graph, 80), "has no KSampler or KSamplerAdvanced node; nothing applied");
+        return result;
+    }
+    // The base pass: the first sampler starting from an empty latent (a hires pass starts from
+    // the base pass's latent).
+    std::string chosen = samplers.front();
+    for (const std::string& id : samplers) {
+        const auto latent = nodes.linked(*nodes.node(id), "latent_image");
+        if (latent && ComfyGraph::classOf(*latent->second) == "EmptyLatentImage") {
+            chosen = id;
+            break;
+        }
+    }
+    const Json& sampler = *nodes.node(chosen);
+    const bool advanced = ComfyGraph::classOf(sampler) == "KSamplerAdvanced";
+    ComfyReader reader{nodes, importer};
+    RunConfig& c = config;
+    reader.whole(sampler, advanced ? "noise_seed" : "seed", "seed", 0,
+                 static_cast<long double>(std::numeric_limits<std::uint64_t>::max()),
+                 [&](long double x) { c.seed = static_cast<std::uint64_t>(x); });
+    reader.whole(sampler, "steps", "steps", std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
+                 [&](long double x) { c.steps = static_cast<int>(x); });
+    if (const Json* cfg = reader.literal(sampler, "cfg")) {
+        if (cfg->is_number() && std::isfinite(cfg->get<double>())) {
+            c.cfgScale = cfg->get<double>();
+            importer.applied("cfg");
+        } else {
+            reader.unmapped("cfg: " + jsonShown(*cfg), "is not a number; ignored");
+        }
+    }
+    reader.sampler(sampler);
+    reader.text(sampler, "positive", c.prompt, "prompt");
+    reader.text(sampler, "negative", c.negativePrompt, "negative_prompt");
+    reader.size(sampler);
+    reader.partialSampling(sampler, advanced);
+    reader.checkpoint(sampler);
+    for (const std::string& id : samplers)
+        if (id != chosen) reader.unmapped("a second sampler, " + nodeName(id, *nodes.node(id)), kNotSupported);
+    return result;
+}
+
+std::string parametersLine(const RunConfig& c) { return infotext(c, infotextExtras(c)); }
+
+}  // namespace tessera

@@ -1,0 +1,155 @@
+// Infotext: the generation settings A1111 (AUTOMATIC1111's stable-diffusion-webui) writes into a
+// PNG's "parameters" text chunk, both ways, and ComfyUI's "prompt" chunk read back
+// (shared/spec/sd-pipeline.md §5.5-§5.8, §6). Writing follows A1111's create_infotext, so A1111's
+// PNG Info and every tool that reads A1111 PNGs read Tessera's; reading follows its
+// parse_generation_parameters, so an A1111 (or ComfyUI, or Tessera) PNG can start a run with the
+// same settings. Qt-free; every function is pure and thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/run/RunConfig.h"
+#include "core/run/RunRecord.h"
+
+namespace tessera {
+
+// ---------------------------------------------------------------------------
+// Writing
+
+// What the infotext needs that RunConfig does not hold.
+struct InfotextExtras {
+    std::string modelName;         // "Model": the file or folder name without extension; "" = not written
+    std::string modelHash;         // "Model hash": 10 lowercase hex (A1111's short SHA-256); "" = not written
+    // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
+    // written. An unconditional model has none of them.
+    bool stableDiffusion = false;
+};
+
+// Extras known from the configuration alone: the model's folder name ("default" for none), no
+// hash; Stable Diffusion when the run has a prompt or a negative prompt (an unconditional model
+// refuses both).
+InfotextExtras infotextExtras(const RunConfig& config);
+// Extras of a finished run: its model name and the first 10 hex digits of its weights' SHA-256,
+// and Stable Diffusion as infotextExtras(config) decides it (the record does not name the model
+// family yet).
+InfotextExtras infotextExtras(const RunRecord& record);
+
+// The A1111 infotext of a run, as valid UTF-8:
+//   <prompt>                                  (Stable Diffusion only; may hold newlines)
+//   Negative prompt: <negative>               (only when not empty)
+//   Steps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 512x512,
+//   Model hash: 0123456789, Model: name, Denoising strength: 0.5, Clip skip: 2, Tile: 64, ...,
+//   Version: tessera-<version>
+// Keys in A1111's order (Steps, Sampler, Schedule type, CFG scale, Seed, Size, Model hash, Model,
+// Denoising strength (with an init image), Clip skip (> 1)), then Tessera's own as A1111's
+// extra_generation_params (Tile, Overlap (pixels), Window, Fusion, Batch, Graphs, Precision,
+// Backend, Upscale (when not 1), Preserve color (when on), VAE tiling (when not auto), Eta DDIM (DDIM with eta not 0, A1111's
+// key for it)), then Version. A value holding ',', '\n' or ':' is written as a JSON string
+// literal (A1111's quote); the whole text is stripped of surrounding white space.
+std::string infotext(const RunConfig& config, const InfotextExtras& extras);
+
+// The infotext of a run known only by its configuration (no model hash): what a preset or a
+// plan writes; a finished run writes infotext(record.config, infotextExtras(record)).
+std::string parametersLine(const RunConfig& config);
+
+// How each RunConfig setting (core/run/RunConfigFields.h, by field name) stands in the infotext:
+// the key that carries it, or why it is not written. The infotext keeps its own list rather
+// than a column of the field table because its keys, their order and their conditions are
+// A1111's fixed external format (create_infotext), and several settings share one key (width
+// and height in "Size", scheduler and its options in "Sampler"/"Schedule type"). Every field of
+// the table has exactly one entry here (tst_infotext checks it), so a new setting needs a
+// decision: an infotext key, or a reason it is left out.
+struct InfotextCoverage {
+    std::string_view field;       // RunConfigField::name
+    std::string_view key;         // the infotext key ("Size", "Tile"); "" when not written
+    std::string_view notWritten;  // why it is left out; "" when written
+};
+const std::vector<InfotextCoverage>& infotextCoverage();
+
+// Python's json.dumps(text, ensure_ascii=False) when `text` holds ',', '\n' or ':', else `text`.
+std::string quoteInfotextValue(std::string_view text);
+
+// ---------------------------------------------------------------------------
+// Reading
+
+struct InfotextParam {
+    std::string key;
+    std::string value;
+    bool defaulted = false;  // not in the text: a default A1111's parser adds ("Clip skip" "1", ...)
+};
+
+// What parse_generation_parameters returns: the prompt, the negative prompt and the parameters
+// by key, in the order of first appearance (a key given twice keeps its first place and its last
+// value, as a Python dict). A value of the form WxH (ASCII or Unicode digits) is split into
+// "<Key>-1" (W) and "<Key>-2" (H); a quoted value is JSON-decoded (kept as written when that
+// fails); a key with an empty value is dropped (A1111's parser raises and skips it). Then the
+// defaults A1111 adds for absent keys: Clip skip 1, Hires resize-1/-2 0, Hires sampler, Hires
+// checkpoint, Hires prompt, Hires negative prompt, Mask mode, Masked content, Inpaint area,
+// Masked area padding, RNG GPU, Schedule type Automatic, Schedule max/min sigma 0, Schedule rho 0,
+// VAE Encoder/Decoder Full, FP8 weight Disable (its version-dependent back-compatibility flags and
+// style extraction, which depend on A1111's settings, are not applied).
+struct ParsedInfotext {
+    std::string prompt;
+    std::string negativePrompt;
+    std::vector<InfotextParam> params;
+    // The value of `key`, or nullptr.
+    const InfotextParam* find(std::string_view key) const;
+};
+
+// Never throws for any input; linear in the text's length (a 1 MB line of 10,000 keys is
+// parsed in milliseconds). Text that is not valid UTF-8 is read with U+FFFD for bad bytes.
+// Python's str.strip/isspace white space and \w word characters are used, as A1111's regex.
+ParsedInfotext parseInfotext(std::string_view text);
+
+// A setting found in a PNG that is not applied to the run.
+struct UnmappedSetting {
+    std::string shown;   // as written, "Hires upscale: 2" (long values shortened and escaped)
+    std::string reason;  // "is not supported; ignored"
+    // "'Hires upscale: 2' is not supported; ignored"
+    std::string message() const;
+};
+
+// What reading a PNG's settings changed and what it left alone.
+struct ImportedSettings {
+    // RunConfig fields set, by CLI name ("steps", "scheduler", ...; "use_karras_sigmas" for
+    // scheduler_options.use_karras_sigmas).
+    std::vector<std::string> fields;
+    std::vector<UnmappedSetting> unmapped;   // one per setting not applied, in the order found
+};
+
+// Applies what maps onto `config`: the prompt and negative prompt (always, as A1111 pastes them),
+// Steps, Sampler with Schedule type (Euler a, Euler, DPM++ 2M (Karras or not), DDIM, DDPM; the
+// pre-1.9 combined names "DPM++ 2M Karras"; no Schedule type key = pre-1.9 = no Karras), CFG scale, Seed, Size, Clip skip, Denoising strength
+// (unless it belongs to a hires fix), and Tessera's own keys (Tile, Overlap, Window, Fusion,
+// Batch, Graphs, Precision, Backend, Upscale, Preserve color, VAE tiling, Eta DDIM or Eta). Model hash and
+// Model are reported, not applied (the model is chosen by path); Version is ignored; every other
+// key, and a value that cannot be read ("Steps: many"), is listed in `unmapped`. Values are not
+// range-checked here: validate() names a bad one. Never throws.
+ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
+
+// The fields that infotext writes and applyInfotext reads back whose values differ between `a`
+// and `b`, by CLI name: the prompt and negative prompt, steps, scheduler (and
+// use_karras_sigmas for Euler and DPM++ 2M), cfg, seed, width, height, clip_skip, strength (when
+// `a` has an init image), tile, overlap (in pixels), window, fusion, batch, graphs, precision,
+// backend, upscale, preserve_color, vae_tiling, eta (DDIM). Empty when a PNG written from `a` reads back as `a`.
+std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b);
+
+// ComfyUI's "prompt" chunk (its API graph: node id -> {"class_type", "inputs"}), parsed through
+// core/BoundedInput (depth bounded). The sampler node is the first KSampler or KSamplerAdvanced
+// (by node id) whose latent comes from an EmptyLatentImage, else the first sampler; from it:
+// seed (noise_seed), steps, cfg, sampler_name + scheduler (euler, euler_ancestral, dpmpp_2m with
+// normal or karras, ddim with normal or ddim_uniform, ddpm with normal), the positive and negative
+// CLIPTextEncode texts (through conditioning-only nodes) and their CLIPSetLastLayer (clip skip),
+// and the EmptyLatentImage size. What cannot be mapped (other samplers or schedulers, a second
+// sampler, denoise below 1, an image-to-image latent, linked values, the checkpoint name) is
+// listed in `unmapped`. Throws InputFileError on `field` when `json` is not a JSON object of
+// nodes; never for an odd graph.
+ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std::string_view field);
+
+
+}  // namespace tessera

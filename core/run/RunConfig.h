@@ -1,0 +1,194 @@
+// RunConfig: everything that defines one tiled generation, and its validation.
+// Qt-free. Every rejection names the field, the value and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/base/ValidationError.h"
+
+namespace tessera {
+
+// EulerAncestral ("euler_a", A1111 "Euler a") and DPMPP2M ("dpmpp_2m", A1111 "DPM++ 2M";
+// with scheduler_options.use_karras_sigmas its "Karras" schedule type) follow sd-pipeline.md §4.
+enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M };
+enum class BetaSchedule { Linear, ScaledLinear, SquaredCosCapV2 };
+enum class TimestepSpacing { Leading, Trailing, Linspace };
+enum class VarianceType { FixedSmall, FixedLarge };
+enum class PredictionType { Epsilon, Sample, VPrediction };
+enum class BlendWindowKind { None, Linear, Hann, Gaussian };
+// Sample: MultiDiffusion, average the per-tile x(t-1).
+// Noise: Mixture of Diffusers, average the per-tile noise prediction, then one scheduler step.
+enum class FusionRule { Sample, Noise };
+enum class GraphMode { Off, Tile, Step };
+enum class Precision { FP32, FP16, BF16 };
+enum class BackendKind { Auto, CPU, CUDA };
+// SDXL's micro-conditioning per tile (shared/spec/sd-pipeline.md §3.5): Image = every tile gets the
+// whole image's size and crop (0, 0), as A1111's Tiled Diffusion passes it; Tile = original size the
+// image, crop the tile's offset, target size the tile's.
+enum class SdxlSizeConditioning { Image, Tile };
+// The VAE's decode and encode (Stable Diffusion models): tiled with whole-image GroupNorm
+// statistics (core/models/vae/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
+enum class VaeTiling { Auto, On, Off };
+
+// Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...).
+std::string_view toString(SchedulerKind);
+std::string_view toString(BetaSchedule);
+std::string_view toString(TimestepSpacing);
+std::string_view toString(VarianceType);
+std::string_view toString(PredictionType);
+std::string_view toString(BlendWindowKind);
+std::string_view toString(FusionRule);
+std::string_view toString(GraphMode);
+std::string_view toString(Precision);
+std::string_view toString(BackendKind);
+std::string_view toString(SdxlSizeConditioning);
+std::string_view toString(VaeTiling);
+// parseX throws ValidationError(field, "... 'x' is not one of a, b, c") on an unknown name.
+SchedulerKind parseScheduler(std::string_view, std::string_view field = "scheduler");
+BetaSchedule parseBetaSchedule(std::string_view, std::string_view field = "beta_schedule");
+TimestepSpacing parseTimestepSpacing(std::string_view, std::string_view field = "timestep_spacing");
+VarianceType parseVarianceType(std::string_view, std::string_view field = "variance_type");
+PredictionType parsePredictionType(std::string_view, std::string_view field = "prediction_type");
+BlendWindowKind parseBlendWindow(std::string_view, std::string_view field = "window");
+FusionRule parseFusionRule(std::string_view, std::string_view field = "fusion");
+GraphMode parseGraphMode(std::string_view, std::string_view field = "graphs");
+Precision parsePrecision(std::string_view, std::string_view field = "precision");
+BackendKind parseBackend(std::string_view, std::string_view field = "backend");
+SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view, std::string_view field = "sdxl_size_conditioning");
+VaeTiling parseVaeTiling(std::string_view, std::string_view field = "vae_tiling");
+
+// Scheduler options, with diffusers' names and defaults (shared/spec/unet2d.md §5).
+struct SchedulerOptions {
+    int numTrainTimesteps = 1000;
+    float betaStart = 1e-4f;
+    float betaEnd = 0.02f;
+    BetaSchedule betaSchedule = BetaSchedule::Linear;
+    TimestepSpacing timestepSpacing = TimestepSpacing::Leading;
+    int stepsOffset = 0;
+    bool clipSample = true;
+    float clipSampleRange = 1.0f;
+    bool setAlphaToOne = true;               // DDIM
+    float eta = 0.0f;                         // DDIM
+    VarianceType varianceType = VarianceType::FixedSmall;  // DDPM
+    PredictionType predictionType = PredictionType::Epsilon;
+    bool karrasSigmas = true;                 // Euler
+};
+
+// Most tile batches in flight at once (RunConfig::lanes, CudaBackend lanes).
+inline constexpr int kMaxLanes = 8;
+// Most CPU threads a run may ask for (RunConfig::threads): beyond any machine Tessera runs on.
+inline constexpr int kMaxThreads = 1024;
+// The auto tile batch (RunConfig::tileBatch 0) puts at most this many tiles in one UNet call.
+inline constexpr int kAutoTileBatchMost = 32;
+
+// The auto tile batch: the tiles spread evenly over the fewest UNet calls of at most `most`
+// tiles (25 tiles: one call of 25; 441: 14 calls of at most 32). A larger call keeps the GPU's
+// (and the CPU engine's threads') work in fewer, fuller launches; the cap bounds activations.
+int autoTileBatch(int tiles, int most = kAutoTileBatchMost);
+// The tiles per UNet call of a run over `tiles` tiles: the asked-for batch (at most all the
+// tiles), or autoTileBatch where it is 0.
+int resolveTileBatch(int tileBatch, int tiles);
+
+struct RunConfig {
+    int width = 256;
+    int height = 256;
+    std::uint64_t seed = 0;
+    int steps = 20;
+    SchedulerKind scheduler = SchedulerKind::DDIM;
+    SchedulerOptions schedulerOptions;
+
+    int tile = 64;                 // tile edge in pixels (tiles are square unless the image is smaller)
+    int overlapPx = 16;            // used when overlapFraction is not set
+    std::optional<double> overlapFraction;  // 0 <= f < 1, of the tile; wins over overlapPx when set
+    BlendWindowKind window = BlendWindowKind::Hann;
+    FusionRule fusion = FusionRule::Sample;
+    int tileBatch = 0;             // tiles evaluated per UNet call (0 = auto: resolveTileBatch)
+    GraphMode graphs = GraphMode::Off;
+    int graphWarmup = 2;
+    int graphCacheSize = 16;
+    int lanes = 0;                 // tile batches in flight at once (CUDA engine; 0 = auto, 1..kMaxLanes)
+    Precision precision = Precision::FP16;
+    BackendKind backend = BackendKind::Auto;
+    int threads = 0;               // CPU engine: threads that compute (0 = all cores); the image does not depend on it
+    std::string model;             // model folder; empty = the default model
+    int previewEvery = 1;          // observer preview every N steps (0 = never)
+
+    // Image-to-image (SDEdit): empty = from noise.
+    std::string initImage;
+    double strength = 0.5;
+    bool preserveColor = false;
+
+    std::string label;             // free text shown in the run history
+
+    // Text conditioning (Stable Diffusion models; an unconditional model refuses a prompt).
+    // A1111's emphasis syntax and BREAK apply (core/text/PromptParser.h).
+    std::string prompt;
+    std::string negativePrompt;
+    double cfgScale = 7.0;         // classifier-free guidance scale; 1 evaluates the conditional half only
+    int clipSkip = 1;              // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
+    // SDXL UNets: the size and crop ids each tile's added conditioning carries (ignored by SD 1.x / 2.x).
+    SdxlSizeConditioning sdxlSizeConditioning = SdxlSizeConditioning::Image;
+    // Image-to-image: the canvas is the init image resized by this factor (width / height are
+    // then the init image's size times upscale, rounded down to multiples of 8).
+    double upscale = 1.0;
+    VaeTiling vaeTiling = VaeTiling::Auto;   // the VAE's decode/encode: auto, on (tiled), off (whole)
+
+    // Where timed algorithm choices are kept (core/formats/TuningCache.h), so that another process
+    // makes the same choices: "" = the user's cache folder ($TESSERA_TUNING_CACHE, else
+    // $XDG_CACHE_HOME/tessera/tuning.json, else ~/.cache/tessera/tuning.json), "off" = none
+    // (every prepare times again), else that file.
+    std::string tuningCache;
+
+    // Overlap in pixels after resolving the fraction (rounded to nearest pixel).
+    int overlapPixels() const;
+};
+
+// What the model allows, for validation. downsampleFactor = 2^(levels-1).
+struct ModelLimits {
+    int downsampleFactor = 8;
+    int numTrainTimesteps = 1000;
+    int inChannels = 3;
+};
+
+// The label is free text shown as one line in the run history and stored in PNG text chunks;
+// a thousand bytes is a paragraph, far beyond any useful label.
+inline constexpr std::size_t kMaxLabelBytes = 1000;
+// A prompt of 32 KiB is thousands of tokens (over 40 chunks of 75), far beyond what any user writes.
+inline constexpr std::size_t kMaxPromptBytes = 32768;
+inline constexpr double kMaxCfgScale = 100.0;
+inline constexpr int kMaxClipSkip = 12;
+inline constexpr double kMaxUpscale = 16.0;
+
+// Throws ValidationError(field) for a path no run can use: longer than
+// input_limits::kPathChars (core/base/BoundedInput.h, Linux's PATH_MAX) or holding a NUL character.
+// `what` names it in the message ("the output folder"). The message quotes a short excerpt.
+void checkPathText(std::string_view field, std::string_view path, std::string_view what);
+
+// Throws ValidationError naming the first bad field. Messages look like:
+//   "tile: 0 is not allowed; the tile size must be a positive multiple of 8 (e.g. 64)"
+void validate(const RunConfig&, const ModelLimits& = {});
+// Same, but returns every problem (for the GUI, which marks each field).
+std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = {});
+
+// The schedule index of the first step a run evaluates: 0 from noise; from a start image,
+// steps - floor(steps * strength) (diffusers' img2img: strength 0.35 of 20 steps runs the last 7;
+// strength 0 gives `steps`, nothing to denoise). The steps a run evaluates are steps minus this.
+int firstStepRun(const RunConfig& config, bool fromImage);
+
+// JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
+// tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
+// graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,
+// strength, preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
+// sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key; missing
+// keys keep defaults.
+nlohmann::json toJson(const RunConfig&);
+RunConfig runConfigFromJson(const nlohmann::json&);
+
+}  // namespace tessera

@@ -1,0 +1,623 @@
+#include "core/run/RunConfigFields.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/base/BoundedInput.h"
+#include "core/base/FormatNumber.h"
+#include "core/run/SamplerNames.h"
+
+namespace tessera {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// JSON reading: each reader names the key in its error.
+
+// A JSON value as a short excerpt for messages: a 50 MB string or array is not echoed whole,
+// and text that is not valid UTF-8 is shown escaped rather than making dump() throw.
+std::string jsonExcerpt(const nlohmann::json& value) {
+    if (value.is_string()) return "\"" + excerpt(value.get_ref<const std::string&>()) + "\"";
+    return excerpt(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+[[noreturn]] void wrongType(const std::string& key, const nlohmann::json& value, const std::string& expected) {
+    throw ValidationError(key, key + ": expected " + expected + ", got " + jsonExcerpt(value));
+}
+
+int readInt(const nlohmann::json& value, const std::string& key) {
+    if (value.is_number_integer()) {
+        if (value.is_number_unsigned()) {
+            const auto u = value.get<std::uint64_t>();
+            if (u > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) wrongType(key, value, "a whole number");
+            return static_cast<int>(u);
+        }
+        const auto v = value.get<std::int64_t>();
+        if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+            wrongType(key, value, "a whole number");
+        return static_cast<int>(v);
+    }
+    if (value.is_number_float()) {
+        const double d = value.get<double>();
+        if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 1e9) return static_cast<int>(d);
+    }
+    wrongType(key, value, "a whole number");
+}
+
+double readReal(const nlohmann::json& value, const std::string& key) {
+    if (!value.is_number()) wrongType(key, value, "a number");
+    return value.get<double>();
+}
+
+bool readBool(const nlohmann::json& value, const std::string& key) {
+    if (!value.is_boolean()) wrongType(key, value, "true or false");
+    return value.get<bool>();
+}
+
+std::string readString(const nlohmann::json& value, const std::string& key) {
+    if (!value.is_string()) wrongType(key, value, "a string");
+    return value.get<std::string>();
+}
+
+// A seed is any uint64; a decimal string is accepted too because JSON tools that hold numbers
+// as doubles cannot carry 64-bit seeds exactly.
+std::uint64_t readSeed(const nlohmann::json& value) {
+    if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+    if (value.is_number_integer() && value.get<std::int64_t>() >= 0)
+        return static_cast<std::uint64_t>(value.get<std::int64_t>());
+    if (value.is_string()) {
+        const auto text = value.get<std::string>();
+        std::uint64_t seed = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+        if (!text.empty() && ec == std::errc() && ptr == text.data() + text.size()) return seed;
+    }
+    wrongType("seed", value, "a whole number from 0 to 18446744073709551615");
+}
+
+bool parseDouble(const std::string& text, double& out) {
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return !text.empty() && ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(out);
+}
+
+// overlap: a whole number = pixels; a number below 1 = a fraction of the tile; "25%" = a percentage;
+// a string holding either of the first two is read the same way.
+void readOverlap(const nlohmann::json& value, RunConfig& config) {
+    const std::string expected = "pixels (16), a fraction below 1 (0.25) or a percentage (\"25%\")";
+    auto setPixels = [&](double px) {
+        if (px != std::floor(px) || std::abs(px) > 1e9) wrongType("overlap", value, expected);
+        config.overlapPx = static_cast<int>(px);
+        config.overlapFraction.reset();
+    };
+    if (value.is_number_integer()) {
+        config.overlapPx = readInt(value, "overlap");
+        config.overlapFraction.reset();
+        return;
+    }
+    if (value.is_number_float()) {
+        const double d = value.get<double>();
+        if (!std::isfinite(d)) wrongType("overlap", value, expected);
+        if (d < 1.0) config.overlapFraction = d;  // negative fractions are left for validate() to name
+        else setPixels(d);
+        return;
+    }
+    if (value.is_string()) {
+        std::string text = value.get<std::string>();
+        double number = 0;
+        if (!text.empty() && text.back() == '%') {
+            if (!parseDouble(text.substr(0, text.size() - 1), number)) wrongType("overlap", value, expected);
+            config.overlapFraction = number / 100.0;
+            return;
+        }
+        if (!parseDouble(text, number)) wrongType("overlap", value, expected);
+        if (text.find_first_of(".eE") != std::string::npos && number < 1.0) config.overlapFraction = number;
+        else setPixels(number);
+        return;
+    }
+    wrongType("overlap", value, expected);
+}
+
+[[noreturn]] void unknownKey(const std::string& key, const std::vector<std::string_view>& known) {
+    std::string list;
+    for (std::size_t i = 0; i < known.size(); ++i) {
+        if (i > 0) list += ", ";
+        list += known[i];
+    }
+    throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; known keys are " + list);
+}
+
+const std::vector<std::string_view> kSchedulerOptionKeys{
+    "num_train_timesteps", "beta_start",       "beta_end", "beta_schedule", "timestep_spacing",
+    "steps_offset",        "clip_sample",      "clip_sample_range", "set_alpha_to_one", "eta",
+    "variance_type",       "prediction_type",  "use_karras_sigmas"};
+
+SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
+    if (!j.is_object()) wrongType("scheduler_options", j, "an object");
+    for (const auto& [key, value] : j.items()) {
+        if (key == "num_train_timesteps") o.numTrainTimesteps = readInt(value, key);
+        else if (key == "beta_start") o.betaStart = static_cast<float>(readReal(value, key));
+        else if (key == "beta_end") o.betaEnd = static_cast<float>(readReal(value, key));
+        else if (key == "beta_schedule") o.betaSchedule = parseBetaSchedule(readString(value, key), key);
+        else if (key == "timestep_spacing") o.timestepSpacing = parseTimestepSpacing(readString(value, key), key);
+        else if (key == "steps_offset") o.stepsOffset = readInt(value, key);
+        else if (key == "clip_sample") o.clipSample = readBool(value, key);
+        else if (key == "clip_sample_range") o.clipSampleRange = static_cast<float>(readReal(value, key));
+        else if (key == "set_alpha_to_one") o.setAlphaToOne = readBool(value, key);
+        else if (key == "eta") o.eta = static_cast<float>(readReal(value, key));
+        else if (key == "variance_type") o.varianceType = parseVarianceType(readString(value, key), key);
+        else if (key == "prediction_type") o.predictionType = parsePredictionType(readString(value, key), key);
+        else if (key == "use_karras_sigmas") o.karrasSigmas = readBool(value, key);
+        else unknownKey("scheduler_options." + key, kSchedulerOptionKeys);
+    }
+    return o;
+}
+
+
+// A float stored in JSON as the double whose shortest text equals the float's shortest text,
+// so 1e-4f is written as 0.0001 rather than 9.99999974737875e-05 (and still reads back exactly).
+double tidyDouble(float value) {
+    if (!std::isfinite(value)) return static_cast<double>(value);
+    return std::strtod(formatNumber(value).c_str(), nullptr);
+}
+
+
+// ---------------------------------------------------------------------------
+// CLI text: each parser names the field in its error, quoting a short excerpt of the text.
+
+[[noreturn]] void fail(const std::string& field, const std::string& message) {
+    throw ValidationError(field, field + ": " + message);
+}
+
+std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
+
+int parseIntText(const std::string& field, const std::string& text) {
+    constexpr long long lo = -1000000000LL, hi = 1000000000LL;
+    long long value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
+        fail(field, inQuotes(text) + " is not a whole number");
+    if (ec == std::errc::result_out_of_range || value < lo || value > hi)
+        fail(field, inQuotes(text) + " is out of range; allowed " + std::to_string(lo) + " to " + std::to_string(hi));
+    return static_cast<int>(value);
+}
+
+double parseRealText(const std::string& field, const std::string& text) {
+    double value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
+        fail(field, inQuotes(text) + " is not a number");
+    return value;
+}
+
+std::uint64_t parseSeedText(const std::string& text) {
+    std::uint64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        fail("seed", inQuotes(text) + " is not a whole number from 0 to 18446744073709551615");
+    return value;
+}
+
+// "16" = pixels; "25%" or "0.25" = a fraction of the tile.
+void parseOverlapText(RunConfig& config, const std::string& text) {
+    if (!text.empty() && text.back() == '%') {
+        const double percent = parseRealText("overlap", text.substr(0, text.size() - 1));
+        if (percent < 0 || percent >= 100) fail("overlap", inQuotes(text) + " is not allowed; a percentage must be 0% to below 100%");
+        config.overlapFraction = percent / 100.0;
+    } else if (text.find_first_of(".eE") != std::string::npos) {
+        const double fraction = parseRealText("overlap", text);
+        if (fraction < 0 || fraction >= 1)
+            fail("overlap", inQuotes(text) + " is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
+        config.overlapFraction = fraction;
+    } else {
+        config.overlapPx = parseIntText("overlap", text);
+        config.overlapFraction.reset();
+    }
+}
+
+// A1111's names: "Euler a", "DPM++ 2M Karras", "DPM++ 2M", "Euler", "DDIM".
+void parseSamplerText(RunConfig& config, const std::string& text) {
+    const auto found = samplerFromDisplayName(text, "");
+    if (!found)
+        fail("sampler", inQuotes(text) + " is not a sampler Tessera has; use Euler, Euler a, DPM++ 2M, "
+                                         "DPM++ 2M Karras, DDIM or DDPM");
+    config.scheduler = found->first;
+    config.schedulerOptions.karrasSigmas = found->second;
+}
+
+Json schedulerOptionsJson(const SchedulerOptions& o) {
+    return {
+        {"num_train_timesteps", o.numTrainTimesteps},
+        {"beta_start", tidyDouble(o.betaStart)},
+        {"beta_end", tidyDouble(o.betaEnd)},
+        {"beta_schedule", toString(o.betaSchedule)},
+        {"timestep_spacing", toString(o.timestepSpacing)},
+        {"steps_offset", o.stepsOffset},
+        {"clip_sample", o.clipSample},
+        {"clip_sample_range", tidyDouble(o.clipSampleRange)},
+        {"set_alpha_to_one", o.setAlphaToOne},
+        {"eta", tidyDouble(o.eta)},
+        {"variance_type", toString(o.varianceType)},
+        {"prediction_type", toString(o.predictionType)},
+        {"use_karras_sigmas", o.karrasSigmas},
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Row builders: one per kind of value, so each row says only what is its own.
+
+struct Names {
+    std::string_view name, flag, valueName, help, uiLabel, example;
+};
+
+// The JSON key is the name unless a row says otherwise.
+RunConfigField row(const Names& n) {
+    return RunConfigField{n.name, n.name, n.flag, n.valueName, n.help, n.uiLabel, n.example, {}, {}, {}, {}, {}};
+}
+
+RunConfigField intRow(const Names& n, int RunConfig::*m, std::optional<IntLimit> range = std::nullopt) {
+    RunConfigField f = row(n);
+    const std::string key(n.name);
+    f.write = [m](const RunConfig& c) { return Json(c.*m); };
+    f.read = [m, key](RunConfig& c, const Json& v) { c.*m = readInt(v, key); };
+    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = parseIntText(key, t); };
+    f.range = range;
+    return f;
+}
+
+// A count whose 0 means "auto": the word itself is read too, on the command line and in JSON.
+RunConfigField autoIntRow(const Names& n, int RunConfig::*m, IntLimit range) {
+    RunConfigField f = intRow(n, m, range);
+    const std::string key(n.name);
+    f.read = [m, key](RunConfig& c, const Json& v) {
+        c.*m = v.is_string() && v.get_ref<const std::string&>() == "auto" ? 0 : readInt(v, key);
+    };
+    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = t == "auto" ? 0 : parseIntText(key, t); };
+    return f;
+}
+
+RunConfigField realRow(const Names& n, double RunConfig::*m) {
+    RunConfigField f = row(n);
+    const std::string key(n.name);
+    f.write = [m](const RunConfig& c) { return Json(c.*m); };
+    f.read = [m, key](RunConfig& c, const Json& v) { c.*m = readReal(v, key); };
+    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = parseRealText(key, t); };
+    return f;
+}
+
+// `path`: the CLI refuses an unusable path at once (checkPathText), as validateAll would.
+RunConfigField textRow(const Names& n, std::string RunConfig::*m, TextLimit limit, bool path) {
+    RunConfigField f = row(n);
+    const std::string key(n.name);
+    f.write = [m](const RunConfig& c) { return Json(c.*m); };
+    f.read = [m, key](RunConfig& c, const Json& v) { c.*m = readString(v, key); };
+    f.parse = [m, key, path, what = limit.what](RunConfig& c, const std::string& t) {
+        if (path) checkPathText(key, t, what);
+        c.*m = t;
+    };
+    f.text = limit;
+    return f;
+}
+
+template <typename E>
+RunConfigField choiceRow(const Names& n, E RunConfig::*m, E (*parse)(std::string_view, std::string_view)) {
+    RunConfigField f = row(n);
+    const std::string key(n.name);
+    f.write = [m](const RunConfig& c) { return Json(toString(c.*m)); };
+    f.read = [m, key, parse](RunConfig& c, const Json& v) { c.*m = parse(readString(v, key), key); };
+    f.parse = [m, key, parse](RunConfig& c, const std::string& t) { c.*m = parse(t, key); };
+    return f;
+}
+
+IntLimit limit(int lo, int hi, std::string_view what) { return IntLimit{lo, hi, what}; }
+
+}  // namespace
+
+namespace {
+
+constexpr int kMaxTileBatch = 1024;
+constexpr int kMaxGraphWarmup = 100;
+constexpr int kMaxGraphCache = 1024;
+
+using C = RunConfig;
+
+// Size, seed, steps and the scheduler.
+void addSamplingFields(std::vector<RunConfigField>& f) {
+    f.push_back(intRow({"width", "width", "PX", "image width in pixels (default {default})", "Size", "320"}, &C::width));
+    f.push_back(intRow({"height", "height", "PX", "image height in pixels (default {default})", "Size", "192"}, &C::height));
+    {
+        RunConfigField seed = row({"seed", "seed", "N", "noise seed (default {default})", "Seed", "18446744073709551615"});
+        seed.write = [](const C& c) { return Json(c.seed); };
+        seed.read = [](C& c, const Json& v) { c.seed = readSeed(v); };
+        seed.parse = [](C& c, const std::string& t) { c.seed = parseSeedText(t); };
+        f.push_back(std::move(seed));
+    }
+    f.push_back(intRow({"steps", "steps", "N", "sampling steps (default {default})", "Steps", "7"}, &C::steps));
+    f.push_back(choiceRow<SchedulerKind>({"scheduler", "scheduler", "NAME",
+                                          "ddpm, ddim, euler, euler_a or dpmpp_2m (default {default})", "Sampler", "euler_a"},
+                                         &C::scheduler, parseScheduler));
+    {
+        RunConfigField sampler = row({"scheduler", "sampler", "NAME",
+                                      "the sampler as A1111 names it: \"Euler a\", \"DPM++ 2M Karras\", Euler,\n"
+                                      "\"DPM++ 2M\", DDIM (sets --scheduler and the Karras schedule)",
+                                      "Sampler", "DPM++ 2M"});
+        sampler.jsonKey = "";
+        sampler.parse = parseSamplerText;
+        f.push_back(std::move(sampler));
+    }
+    {
+        RunConfigField eta = row({"eta", "eta", "X", "DDIM eta (default {default})", "", "0.5"});
+        eta.jsonKey = "";  // scheduler_options.eta
+        eta.write = [](const C& c) { return Json(tidyDouble(c.schedulerOptions.eta)); };
+        eta.parse = [](C& c, const std::string& t) { c.schedulerOptions.eta = static_cast<float>(parseRealText("eta", t)); };
+        f.push_back(std::move(eta));
+    }
+    {
+        RunConfigField spacing = row({"timestep_spacing", "timestep-spacing", "S",
+                                      "leading, trailing or linspace (default {default})", "", "trailing"});
+        spacing.jsonKey = "";  // scheduler_options.timestep_spacing
+        spacing.write = [](const C& c) { return Json(toString(c.schedulerOptions.timestepSpacing)); };
+        spacing.parse = [](C& c, const std::string& t) {
+            c.schedulerOptions.timestepSpacing = parseTimestepSpacing(t, "timestep_spacing");
+        };
+        f.push_back(std::move(spacing));
+    }
+    {
+        RunConfigField options = row({"scheduler_options", "", "", "", "", ""});
+        options.write = [](const C& c) { return schedulerOptionsJson(c.schedulerOptions); };
+        options.read = [](C& c, const Json& v) { c.schedulerOptions = schedulerOptionsFromJson(v, c.schedulerOptions); };
+        f.push_back(std::move(options));
+    }
+}
+
+// Tiling, CUDA graphs, precision, backend, threads.
+void addTilingFields(std::vector<RunConfigField>& f) {
+    f.push_back(intRow({"tile", "tile", "PX", "tile edge in pixels (default {default})", "Tile", "96"}, &C::tile));
+    {
+        RunConfigField overlap = row({"overlap", "overlap", "PX|NN%",
+                                      "tile overlap in pixels, or a percentage of the tile (default {default})",
+                                      "Overlap", "25%"});
+        // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
+        // pixels as a JSON integer.
+        overlap.write = [](const C& c) { return c.overlapFraction ? Json(*c.overlapFraction) : Json(c.overlapPx); };
+        overlap.read = [](C& c, const Json& v) { readOverlap(v, c); };
+        overlap.parse = parseOverlapText;
+        f.push_back(std::move(overlap));
+    }
+    f.push_back(choiceRow<BlendWindowKind>({"window", "window", "NAME",
+                                            "blend window: none, linear, hann or gaussian (default {default})",
+                                            "Blend window", "gaussian"},
+                                           &C::window, parseBlendWindow));
+    f.push_back(choiceRow<FusionRule>({"fusion", "fusion", "NAME",
+                                       "sample (MultiDiffusion) or noise (Mixture of Diffusers) (default {default})",
+                                       "Fusion", "noise"},
+                                      &C::fusion, parseFusionRule));
+    f.push_back(autoIntRow({"batch", "batch", "N",
+                            "tiles per UNet call (0 or auto: every tile spread evenly over the fewest\n"
+                            "calls of at most 32, fewer where the GPU's memory is short; default auto)",
+                            "Tile batch", "4"},
+                           &C::tileBatch, limit(0, kMaxTileBatch, "the tile batch (0 = auto)")));
+    f.push_back(choiceRow<GraphMode>({"graphs", "graphs", "MODE", "CUDA graphs: off, tile or step (default {default})",
+                                      "Mode", "step"},
+                                     &C::graphs, parseGraphMode));
+    f.push_back(intRow({"graph_warmup", "graph-warmup", "N", "warm-up launches before graph capture (default {default})",
+                        "Warm-up", "5"},
+                       &C::graphWarmup, limit(0, kMaxGraphWarmup, "the graph warm-up count")));
+    f.push_back(intRow({"graph_cache", "graph-cache", "N", "graphs kept per run (default {default})", "", "8"},
+                       &C::graphCacheSize, limit(1, kMaxGraphCache, "the graph cache size")));
+    f.push_back(autoIntRow({"lanes", "lanes", "N",
+                        "CUDA: tile batches in flight at once, each on its own stream with its\n"
+                        "own activations (0 = auto, 1..8; default {default})",
+                        "Lanes", "2"},
+                       &C::lanes, limit(0, kMaxLanes, "the lane count (0 = auto)")));
+    f.push_back(choiceRow<Precision>({"precision", "precision", "NAME",
+                                      "fp32, fp16 or bf16 (default {default}; the CPU always computes fp32)", "Precision",
+                                      "bf16"},
+                                     &C::precision, parsePrecision));
+    f.push_back(choiceRow<BackendKind>({"backend", "backend", "NAME",
+                                        "auto (CUDA when built and a device is usable, else cpu), cpu or cuda", "Precision",
+                                        "cpu"},
+                                       &C::backend, parseBackend));
+    f.push_back(intRow({"threads", "threads", "N",
+                        "CPU engine: threads that compute, 1..1024 (default {default} = all cores);\n"
+                        "the image is the same bits for any count",
+                        "Threads", "3"},
+                       &C::threads, limit(0, kMaxThreads, "the CPU thread count (0 = all cores)")));
+}
+
+// The model, previews, the start image, the text conditioning, the VAE and the rest.
+void addInputFields(std::vector<RunConfigField>& f) {
+    f.push_back(textRow({"model", "model", "PATH",
+                         "a Stable Diffusion 1.x/2.x/XL checkpoint (.safetensors file or diffusers\n"
+                         "pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
+                         "bundled unconditional model)",
+                         "Model", "models/sd15"},
+                        &C::model, {input_limits::kPathChars, "a model folder path"}, true));
+    f.push_back(intRow({"preview_every", "preview-every", "N", "preview every N steps, 0 = never (default {default})",
+                        "", "0"},
+                       &C::previewEvery));
+    f.push_back(textRow({"init", "init", "FILE", "start from this PNG or JPEG, resized to the run (image-to-image)",
+                         "Image", "start.png"},
+                        &C::initImage, {input_limits::kPathChars, "an init image path"}, true));
+    f.push_back(realRow({"strength", "strength", "X", "image-to-image strength, 0 to 1 (default {default})", "Strength",
+                         "0.75"},
+                        &C::strength));
+    {
+        RunConfigField preserve = row({"preserve_color", "preserve-color", "", "keep the init image's colours", "", ""});
+        preserve.write = [](const C& c) { return Json(c.preserveColor); };
+        preserve.read = [](C& c, const Json& v) { c.preserveColor = readBool(v, "preserve_color"); };
+        preserve.parse = [](C& c, const std::string&) { c.preserveColor = true; };
+        f.push_back(std::move(preserve));
+    }
+    f.push_back(realRow({"upscale", "upscale", "X", "image-to-image: the canvas is the init image times X (1 to 16)",
+                         "Scale", "2"},
+                        &C::upscale));
+    f.push_back(textRow({"prompt", "prompt", "TEXT",
+                         "Stable Diffusion: the prompt (A1111 emphasis (word:1.2), [word], BREAK)", "Prompt",
+                         "a (red:1.2) fox"},
+                        &C::prompt, {kMaxPromptBytes, "the prompt"}, false));
+    f.push_back(textRow({"negative_prompt", "negative-prompt", "TEXT", "Stable Diffusion: what to steer away from",
+                         "Negative", "blurry"},
+                        &C::negativePrompt, {kMaxPromptBytes, "the negative prompt"}, false));
+    f.push_back(realRow({"cfg", "cfg", "X", "classifier-free guidance scale, 0 to 100 (default {default}; 1 = off)",
+                         "CFG scale", "4.5"},
+                        &C::cfgScale));
+    f.push_back(intRow({"clip_skip", "clip-skip", "N", "text layer counted from the last, as A1111 (default {default})",
+                        "Clip skip", "2"},
+                       &C::clipSkip, limit(1, kMaxClipSkip, "clip skip (1 = the model's usual text layer, as A1111)")));
+    f.push_back(choiceRow<SdxlSizeConditioning>(
+        {"sdxl_size_conditioning", "sdxl-size-conditioning", "image|tile",
+         "SDXL: the size ids each tile's conditioning carries: the\n"
+         "whole image's, crop 0,0 ({default}, A1111's Tiled Diffusion; default) or\n"
+         "crop = the tile's offset, target = the tile's size (tile)",
+         "", "tile"},
+        &C::sdxlSizeConditioning, parseSdxlSizeConditioning));
+    f.push_back(choiceRow<VaeTiling>({"vae_tiling", "vae-tiling", "MODE",
+                                      "Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
+                                      "GroupNorm statistics (on), whole (off), or whole where it fits the\n"
+                                      "memory the run may use, else tiled ({default}, the default)",
+                                      "", "on"},
+                                     &C::vaeTiling, parseVaeTiling));
+    f.push_back(textRow({"label", "label", "TEXT", "free text stored with the run", "", "first try"}, &C::label,
+                        {kMaxLabelBytes, "the label"}, false));
+    {
+        RunConfigField cache = textRow({"tuning_cache", "tuning-cache", "FILE|off",
+                                        "CUDA: file of timed algorithm choices reused by later runs, so that\n"
+                                        "a new process makes the same choices and the same image (default\n"
+                                        "$XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
+                                        "$TESSERA_TUNING_CACHE overrides it); off times every prepare again",
+                                        "", "off"},
+                                       &C::tuningCache, {input_limits::kPathChars, "the tuning cache path (or off)"}, true);
+        cache.parse = [path = cache.parse](C& c, const std::string& t) {
+            if (t.empty()) fail("tuning_cache", "a file path or off is needed");
+            path(c, t);
+        };
+        f.push_back(std::move(cache));
+    }
+}
+
+std::vector<RunConfigField> makeFields() {
+    std::vector<RunConfigField> f;
+    addSamplingFields(f);
+    addTilingFields(f);
+    addInputFields(f);
+    return f;
+}
+
+}  // namespace
+
+const std::vector<RunConfigField>& runConfigFields() {
+    static const std::vector<RunConfigField> fields = makeFields();
+    return fields;
+}
+
+const RunConfigField* findRunConfigField(std::string_view nameKeyOrFlag) {
+    for (const RunConfigField& field : runConfigFields())
+        if (field.name == nameKeyOrFlag || field.jsonKey == nameKeyOrFlag || field.flag == nameKeyOrFlag) return &field;
+    return nullptr;
+}
+
+std::vector<std::string_view> runConfigJsonKeys() {
+    std::vector<std::string_view> keys;
+    for (const RunConfigField& field : runConfigFields())
+        if (!field.jsonKey.empty()) keys.push_back(field.jsonKey);
+    return keys;
+}
+
+namespace {
+
+// "sampler": A1111's name ("DPM++ 2M Karras"), read as --sampler reads it into scheduler and
+// scheduler_options.use_karras_sigmas; never written (a config writes those two). Refused next
+// to either of them: the two spellings could disagree.
+void readSamplerAlias(RunConfig& c, const nlohmann::json& j) {
+    const std::string name = readString(j.at("sampler"), "sampler");
+    const bool karrasGiven = j.contains("scheduler_options") && j.at("scheduler_options").is_object() &&
+                             j.at("scheduler_options").contains("use_karras_sigmas");
+    if (j.contains("scheduler") || karrasGiven)
+        fail("sampler", std::string("\"sampler\" and ") +
+                            (j.contains("scheduler") ? "\"scheduler\"" : "\"scheduler_options.use_karras_sigmas\"") +
+                            " both given; give A1111's sampler name (\"DPM++ 2M Karras\") or scheduler and "
+                            "scheduler_options.use_karras_sigmas, not both");
+    parseSamplerText(c, name);
+}
+
+}  // namespace
+
+std::string defaultText(const RunConfigField& field) {
+    if (!field.write) return {};
+    const Json value = field.write(RunConfig{});
+    if (value.is_string()) return value.get<std::string>();
+    if (value.is_number_float()) return formatNumber(value.get<double>());
+    if (value.is_number()) return value.dump();
+    return {};
+}
+
+std::string usageEntry(std::string_view flagAndValue, std::string_view help) {
+    constexpr std::size_t kColumn = 23;  // after the two leading spaces
+    std::string head(flagAndValue);
+    head += head.size() < kColumn ? std::string(kColumn - head.size(), ' ') : std::string("  ");
+    std::string text = "  " + head;
+    std::size_t start = 0;
+    while (true) {
+        const std::size_t end = help.find('\n', start);
+        text += std::string(help.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)) + "\n";
+        if (end == std::string_view::npos) break;
+        text += std::string(kColumn + 2, ' ');
+        start = end + 1;
+    }
+    return text;
+}
+
+std::string runConfigOptionsUsage() {
+    std::string text;
+    for (const RunConfigField& field : runConfigFields()) {
+        if (field.flag.empty()) continue;
+        std::string help(field.help);
+        if (const auto at = help.find("{default}"); at != std::string::npos)
+            help.replace(at, std::string_view("{default}").size(), defaultText(field));
+        const std::string flag = "--" + std::string(field.flag) + (field.valueName.empty() ? "" : " ") +
+                                 std::string(field.valueName);
+        text += usageEntry(flag, help);
+    }
+    return text;
+}
+
+nlohmann::json toJson(const RunConfig& c) {
+    Json j = Json::object();
+    for (const RunConfigField& field : runConfigFields())
+        if (!field.jsonKey.empty()) j[std::string(field.jsonKey)] = field.write(c);
+    return j;
+}
+
+RunConfig runConfigFromJson(const nlohmann::json& j) {
+    if (!j.is_object()) wrongType("config", j, "a JSON object");
+    static const std::vector<std::string_view> known = [] {
+        std::vector<std::string_view> keys = runConfigJsonKeys();
+        keys.push_back("sampler");   // read, never written (readSamplerAlias)
+        return keys;
+    }();
+    RunConfig c;
+    const std::vector<RunConfigField>& fields = runConfigFields();
+    for (const auto& item : j.items()) {
+        // item.key(), not a structured binding: clang before 16 cannot capture one in a lambda.
+        const std::string& key = item.key();
+        if (key == "sampler") continue;   // after the rest (readSamplerAlias)
+        const auto field = std::find_if(fields.begin(), fields.end(), [&](const RunConfigField& f) {
+            return !f.jsonKey.empty() && f.jsonKey == key;  // a CLI-only row has no JSON key and no reader
+        });
+        if (field == fields.end()) unknownKey(key, known);
+        field->read(c, item.value());
+    }
+    if (j.contains("sampler")) readSamplerAlias(c, j);
+    return c;
+}
+
+}  // namespace tessera

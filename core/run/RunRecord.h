@@ -1,0 +1,144 @@
+// RunRecord: everything a finished (or cancelled/failed) run leaves behind; what every
+// exporter and chart reads. Plain data, Qt-free. Writers in core/run/RunRecordIO.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/run/RunConfig.h"
+
+namespace tessera {
+
+// How a run ended. The manifest, the CLI's summary line and the history keep the names
+// "finished", "cancelled", "failed" (toString / parseRunStatus, core/run/RunRecord.cpp).
+enum class RunStatus { Finished, Cancelled, Failed };
+std::string_view toString(RunStatus);
+// nullopt for any other text (a manifest from elsewhere; the reader names it).
+std::optional<RunStatus> parseRunStatus(std::string_view);
+
+struct TileBatchTiming {
+    int step = 0;              // 0-based step index
+    float timestep = 0;        // the UNet timestep of that step
+    int batchIndex = 0;        // 0-based tile batch within the step
+    std::vector<int> tileIds;  // tiles in this batch (TilePlan ids)
+    double gpuMs = -1;         // device time (CUDA events); -1 where not measured (CPU)
+    double hostMs = 0;         // wall time on the host for this batch (CPU: compute; CUDA: enqueue)
+    double deviceMiB = -1;     // device memory in use after the batch; -1 on CPU
+};
+
+struct StepTiming {
+    int step = 0;
+    float timestep = 0;
+    double gpuMs = -1;         // whole step on the device; -1 on CPU
+    double hostEnqueueMs = 0;  // host time to enqueue the step (CPU: wall time of the step)
+    double wallMs = 0;         // wall time of the step, host clock
+    // CUDA graphs: "eager" (kernels launched from the host: graphs off, warm-up, fallback),
+    // "capture" (a graph of this step was captured, or updated, before it ran: first-run
+    // cost), "replay" (cached graphs only: the steady state). Empty on CPU.
+    std::string graph{};
+    bool captured = false;     // graph == "capture"
+};
+
+struct MemorySample {
+    double tMs = 0;            // since run start
+    double usedMiB = 0;        // device memory in use (cudaMemGetInfo); host RSS for CPU
+    double arenaMiB = 0;       // arena high-water mark (CUDA)
+};
+
+// One executable graph of the engine's graph cache, as a run used it.
+struct GraphEntryStats {
+    std::string name;          // what it holds, e.g. "step normal 64x64 ..." or "tile forward x3 ..."
+    int nodes = 0;
+    double captureMs = 0;      // its (last) capture
+    double instantiateMs = 0;  // cudaGraphInstantiate + upload; 0 when the exec came from an update
+    double updateMs = 0;       // cudaGraphExecUpdate onto a cached exec; 0 when instantiated
+    double deviceMiB = 0;      // cudaMemGetInfo delta over instantiate + upload
+    int launches = 0;          // launches in this run
+    bool captured = false;     // captured (or updated) during this run
+    bool updated = false;      // the exec is a cached one updated with cudaGraphExecUpdate
+};
+
+struct GraphStats {
+    // The effective mode as its RunConfig name ("off" after a fallback): the CUDA backend and
+    // the manifest write it as text; compare it through effectiveGraphMode.
+    std::string mode = "off";
+    std::string fallbackReason;  // why capture failed, empty when it did not
+    // This run's share of the engine's graph cache (which lives across runs).
+    int captures = 0, hits = 0, misses = 0, evictions = 0, updates = 0, instantiations = 0;
+    int nodes = 0;             // largest graph used by the run
+    double captureMs = 0, instantiateMs = 0;   // summed over this run's captures / instantiations
+    double graphMemMiB = 0;    // device memory held by every cached graph after the run
+    int cacheCapacity = 0;     // graph cache size limit in effect (graph_cache)
+    int lanes = 1;             // tile batches that were in flight at once (streams; config lanes resolved)
+    int cacheEntries = 0;      // graphs cached after the run
+    int invalidations = 0;     // cached graphs dropped because the UNet plan they bake in is gone
+    int failures = 0;          // failed captures (the run then continued with graphs off)
+    double updateMs = 0;       // summed over this run's cudaGraphExecUpdate calls
+    std::vector<GraphEntryStats> used{};    // the graphs this run launched
+};
+
+// GraphStats::mode as a GraphMode; nullopt for a name this build does not know (a manifest from
+// elsewhere).
+std::optional<GraphMode> effectiveGraphMode(const GraphStats& stats);
+
+struct EnvironmentInfo {
+    std::string tesseraVersion;
+    std::string backend;       // "cpu" / "cuda"
+    std::string device;        // CPU model / GPU name
+    std::string driver;        // CUDA driver/runtime, cuDNN versions; BLAS on CPU
+    std::string host;
+    int threads = 0;           // CPU engine: the threads that computed (RunConfig::threads resolved); else the host's
+};
+
+struct MemoryPlanInfo {
+    double weightsMiB = 0, activationsMiB = 0, workspaceMiB = 0, canvasMiB = 0, totalMiB = 0;
+};
+
+// Choices made by timing at prepare (cuDNN algorithms, graph plans, fused or not) and the
+// settings that change a backend's numerics, so that a run can be reproduced and compared.
+struct TuningInfo {
+    std::string cachePath;     // the tuning cache file used; "" = none (off, or a backend without one)
+    int hits = 0;              // choices taken from the cache
+    int misses = 0;            // choices timed (then stored)
+    int rejected = 0;          // cached choices the library refused now: timed again and replaced
+    std::string digest;        // core/formats/TuningCache.h tuningDigest of every choice the plan uses; "" = none
+    // Every setting that changes the numerical path, by name (the former TESSERA_CUD* environment
+    // variables; "" = not set), e.g. {"TESSERA_CUDNN_FUSE", "0"}.
+    std::map<std::string, std::string> settings{};
+};
+
+struct RunRecord {
+    static constexpr int kSchemaVersion = 1;
+    std::string runId;                 // unique, e.g. "20261122-061500-3f2a"
+    std::string startedAt;             // ISO 8601 UTC
+    RunConfig config;                  // as run (overlap resolved)
+    std::string modelName;             // folder name or "default"
+    std::string modelHash;             // hash of the weights file
+    EnvironmentInfo environment;
+    int tileCount = 0, tileW = 0, tileH = 0;
+    int stepsRun = 0;
+    std::vector<float> timesteps;
+    std::vector<StepTiming> steps;
+    std::vector<TileBatchTiming> batches;
+    std::vector<MemorySample> memory;
+    GraphStats graphs;
+    TuningInfo tuning;
+    MemoryPlanInfo memoryPlan;
+    double prepareMs = 0;              // load + prepare (+ capture for the first run)
+    double totalMs = 0;                // sampling wall time, prepare excluded
+    double peakDeviceMiB = -1;
+    RunStatus status = RunStatus::Finished;
+    std::string error;                 // for failed
+    std::string imageSha256;           // of the 8-bit RGB image, row-major
+    // How visible the tile borders are in the finished image (core/sampling/SeamScore.h): 1.0 = not at
+    // all; -1 = not measured (one tile, or the run did not finish).
+    double seamScore = -1;
+    double seamWorst = -1;             // the most visible border line's ratio
+    std::vector<std::string> messages; // warnings shown to the user (fallbacks, etc.)
+};
+
+}  // namespace tessera

@@ -1,0 +1,547 @@
+#include "core/run/RunRecordIO.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <optional>
+#include <random>
+#include <stdexcept>
+
+#include "core/base/BoundedInput.h"
+
+namespace tessera {
+
+namespace {
+
+// Locale-independent fixed-point text (std::to_chars ignores the C locale, which Qt
+// applications set from the environment, e.g. a decimal comma).
+std::string fixed(double v, int decimals) {
+    if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
+    return std::string(buf, r.ptr);
+}
+
+std::string shortest(float v) {
+    if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+}
+
+std::string csvField(const std::string& s) {
+    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (const char c : s) {
+        if (c == '"') q += '"';
+        q += c;
+    }
+    return q + '"';
+}
+
+std::string joinIds(const std::vector<int>& ids, char sep) {
+    std::string s;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (i) s += sep;
+        s += std::to_string(ids[i]);
+    }
+    return s;
+}
+
+// nlohmann writes NaN/inf as null; read null back as NaN rather than failing.
+class ManifestReader {
+public:
+    explicit ManifestReader(std::string path) : path_(std::move(path)) {}
+
+    template <typename T>
+    void read(const nlohmann::json& obj, const char* key, T& out) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return;
+        const std::string where = path_.empty() ? key : path_ + "." + key;
+        if constexpr (std::is_same_v<T, std::string>) {
+            if (!it->is_string()) fail(where, "a string");
+            out = it->template get<std::string>();
+        } else if constexpr (std::is_same_v<T, RunStatus>) {
+            const std::optional<RunStatus> status = it->is_string() ? parseRunStatus(it->template get<std::string>())
+                                                                    : std::nullopt;
+            if (!status) fail(where, "\"finished\", \"cancelled\" or \"failed\"");
+            out = *status;
+        } else if constexpr (std::is_same_v<T, bool>) {
+            if (!it->is_boolean()) fail(where, "true or false");
+            out = it->template get<bool>();
+        } else if constexpr (std::is_integral_v<T>) {
+            if (!it->is_number_integer()) fail(where, "an integer");
+            out = it->template get<T>();
+        } else {
+            if (it->is_null()) {
+                out = std::numeric_limits<T>::quiet_NaN();
+                return;
+            }
+            if (!it->is_number()) fail(where, "a number");
+            out = it->template get<T>();
+        }
+    }
+
+    // An array of objects: calls fn(element, elementPath) for each.
+    template <typename Fn>
+    void readArray(const nlohmann::json& obj, const char* key, Fn&& fn) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return;
+        const std::string where = path_.empty() ? key : path_ + "." + key;
+        if (!it->is_array()) fail(where, "an array");
+        for (std::size_t i = 0; i < it->size(); ++i) fn((*it)[i], ManifestReader(where + "[" + std::to_string(i) + "]"));
+    }
+
+    const nlohmann::json& object(const nlohmann::json& obj, const char* key, const nlohmann::json& empty) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return empty;
+        if (!it->is_object()) fail(path_.empty() ? key : path_ + "." + key, "an object");
+        return *it;
+    }
+
+    void requireObject(const nlohmann::json& j) const {
+        if (!j.is_object()) fail(path_.empty() ? "manifest" : path_, "an object");
+    }
+
+    [[noreturn]] static void fail(const std::string& where, const char* what) {
+        throw std::runtime_error("manifest: '" + where + "' must be " + what);
+    }
+
+private:
+    std::string path_;
+};
+
+std::string randomHex32() {
+    std::random_device device;
+    const std::uint32_t bits = device();
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", bits);
+    return buf;
+}
+
+}  // namespace
+
+std::string timingsCsv(const RunRecord& record) {
+    std::string out = "run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib\n";
+    const std::string runId = csvField(record.runId);
+    for (const TileBatchTiming& b : record.batches) {
+        out += runId;
+        out += ',' + std::to_string(b.step);
+        out += ',' + shortest(b.timestep);
+        out += ',' + std::to_string(b.batchIndex);
+        out += ',' + joinIds(b.tileIds, ';');
+        out += ',' + (b.gpuMs >= 0 ? fixed(b.gpuMs, 4) : std::string());
+        out += ',' + fixed(b.hostMs, 4);
+        out += ',' + (b.deviceMiB >= 0 ? fixed(b.deviceMiB, 2) : std::string());
+        out += '\n';
+    }
+    return out;
+}
+
+nlohmann::json manifestJson(const RunRecord& r) {
+    using nlohmann::json;
+    json steps = json::array();
+    for (const StepTiming& s : r.steps)
+        steps.push_back({{"step", s.step},
+                         {"timestep", s.timestep},
+                         {"gpu_ms", s.gpuMs},
+                         {"host_enqueue_ms", s.hostEnqueueMs},
+                         {"wall_ms", s.wallMs},
+                         {"graph", s.graph},
+                         {"captured", s.captured}});
+    json graphEntries = json::array();
+    for (const GraphEntryStats& g : r.graphs.used)
+        graphEntries.push_back({{"name", g.name},
+                                {"nodes", g.nodes},
+                                {"capture_ms", g.captureMs},
+                                {"instantiate_ms", g.instantiateMs},
+                                {"update_ms", g.updateMs},
+                                {"device_mib", g.deviceMiB},
+                                {"launches", g.launches},
+                                {"captured", g.captured},
+                                {"updated", g.updated}});
+    json batches = json::array();
+    for (const TileBatchTiming& b : r.batches)
+        batches.push_back({{"step", b.step},
+                           {"timestep", b.timestep},
+                           {"batch", b.batchIndex},
+                           {"tile_ids", b.tileIds},
+                           {"gpu_ms", b.gpuMs},
+                           {"host_ms", b.hostMs},
+                           {"device_mib", b.deviceMiB}});
+    json memory = json::array();
+    for (const MemorySample& m : r.memory)
+        memory.push_back({{"t_ms", m.tMs}, {"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}});
+
+    json j;
+    j["schema_version"] = RunRecord::kSchemaVersion;
+    j["run_id"] = r.runId;
+    j["started_at"] = r.startedAt;
+    j["status"] = std::string(toString(r.status));
+    j["error"] = r.error;
+    j["config"] = toJson(r.config);
+    j["model_name"] = r.modelName;
+    j["model_hash"] = r.modelHash;
+    j["environment"] = {{"tessera_version", r.environment.tesseraVersion},
+                        {"backend", r.environment.backend},
+                        {"device", r.environment.device},
+                        {"driver", r.environment.driver},
+                        {"host", r.environment.host},
+                        {"threads", r.environment.threads}};
+    j["tile_count"] = r.tileCount;
+    j["tile_w"] = r.tileW;
+    j["tile_h"] = r.tileH;
+    j["steps_run"] = r.stepsRun;
+    j["timesteps"] = r.timesteps;
+    j["steps"] = std::move(steps);
+    j["batches"] = std::move(batches);
+    j["memory"] = std::move(memory);
+    j["graphs"] = {{"mode", r.graphs.mode},
+                   {"fallback_reason", r.graphs.fallbackReason},
+                   {"captures", r.graphs.captures},
+                   {"hits", r.graphs.hits},
+                   {"misses", r.graphs.misses},
+                   {"evictions", r.graphs.evictions},
+                   {"updates", r.graphs.updates},
+                   {"instantiations", r.graphs.instantiations},
+                   {"nodes", r.graphs.nodes},
+                   {"capture_ms", r.graphs.captureMs},
+                   {"instantiate_ms", r.graphs.instantiateMs},
+                   {"graph_mem_mib", r.graphs.graphMemMiB},
+                   {"cache_capacity", r.graphs.cacheCapacity},
+                   {"lanes", r.graphs.lanes},
+                   {"cache_entries", r.graphs.cacheEntries},
+                   {"invalidations", r.graphs.invalidations},
+                   {"failures", r.graphs.failures},
+                   {"update_ms", r.graphs.updateMs},
+                   {"used", std::move(graphEntries)}};
+    j["tuning"] = {{"cache", r.tuning.cachePath},
+                   {"hits", r.tuning.hits},
+                   {"misses", r.tuning.misses},
+                   {"rejected", r.tuning.rejected},
+                   {"digest", r.tuning.digest},
+                   {"settings", r.tuning.settings}};
+    j["memory_plan"] = {{"weights_mib", r.memoryPlan.weightsMiB},
+                        {"activations_mib", r.memoryPlan.activationsMiB},
+                        {"workspace_mib", r.memoryPlan.workspaceMiB},
+                        {"canvas_mib", r.memoryPlan.canvasMiB},
+                        {"total_mib", r.memoryPlan.totalMiB}};
+    j["prepare_ms"] = r.prepareMs;
+    j["total_ms"] = r.totalMs;
+    j["peak_device_mib"] = r.peakDeviceMiB;
+    j["image_sha256"] = r.imageSha256;
+    j["seam_score"] = r.seamScore;
+    j["seam_worst"] = r.seamWorst;
+    j["messages"] = r.messages;
+    return j;
+}
+
+RunRecord runRecordFromManifest(const nlohmann::json& j) {
+    const ManifestReader top("");
+    top.requireObject(j);
+    int version = 0;
+    if (!j.contains("schema_version")) throw std::runtime_error("manifest: 'schema_version' is missing");
+    top.read(j, "schema_version", version);
+    if (version < 1 || version > RunRecord::kSchemaVersion)
+        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) + " is not supported (this build reads 1 to " +
+                                 std::to_string(RunRecord::kSchemaVersion) + ")");
+
+    const nlohmann::json empty = nlohmann::json::object();
+    RunRecord r;
+    top.read(j, "run_id", r.runId);
+    top.read(j, "started_at", r.startedAt);
+    top.read(j, "status", r.status);
+    top.read(j, "error", r.error);
+    if (j.contains("config")) r.config = runConfigFromJson(top.object(j, "config", empty));
+    top.read(j, "model_name", r.modelName);
+    top.read(j, "model_hash", r.modelHash);
+
+    const nlohmann::json& env = top.object(j, "environment", empty);
+    const ManifestReader envReader("environment");
+    envReader.read(env, "tessera_version", r.environment.tesseraVersion);
+    envReader.read(env, "backend", r.environment.backend);
+    envReader.read(env, "device", r.environment.device);
+    envReader.read(env, "driver", r.environment.driver);
+    envReader.read(env, "host", r.environment.host);
+    envReader.read(env, "threads", r.environment.threads);
+
+    top.read(j, "tile_count", r.tileCount);
+    top.read(j, "tile_w", r.tileW);
+    top.read(j, "tile_h", r.tileH);
+    top.read(j, "steps_run", r.stepsRun);
+    if (const auto it = j.find("timesteps"); it != j.end()) {
+        if (!it->is_array()) ManifestReader::fail("timesteps", "an array of numbers");
+        for (const auto& t : *it) {
+            if (!t.is_number()) ManifestReader::fail("timesteps", "an array of numbers");
+            r.timesteps.push_back(t.get<float>());
+        }
+    }
+    top.readArray(j, "steps", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        StepTiming s;
+        in.read(e, "step", s.step);
+        in.read(e, "timestep", s.timestep);
+        in.read(e, "gpu_ms", s.gpuMs);
+        in.read(e, "host_enqueue_ms", s.hostEnqueueMs);
+        in.read(e, "wall_ms", s.wallMs);
+        in.read(e, "graph", s.graph);
+        in.read(e, "captured", s.captured);
+        r.steps.push_back(s);
+    });
+    top.readArray(j, "batches", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        TileBatchTiming b;
+        in.read(e, "step", b.step);
+        in.read(e, "timestep", b.timestep);
+        in.read(e, "batch", b.batchIndex);
+        if (const auto it = e.find("tile_ids"); it != e.end()) {
+            if (!it->is_array()) ManifestReader::fail("batches[].tile_ids", "an array of integers");
+            for (const auto& id : *it) {
+                if (!id.is_number_integer()) ManifestReader::fail("batches[].tile_ids", "an array of integers");
+                b.tileIds.push_back(id.get<int>());
+            }
+        }
+        in.read(e, "gpu_ms", b.gpuMs);
+        in.read(e, "host_ms", b.hostMs);
+        in.read(e, "device_mib", b.deviceMiB);
+        r.batches.push_back(std::move(b));
+    });
+    top.readArray(j, "memory", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        MemorySample m;
+        in.read(e, "t_ms", m.tMs);
+        in.read(e, "used_mib", m.usedMiB);
+        in.read(e, "arena_mib", m.arenaMiB);
+        r.memory.push_back(m);
+    });
+
+    const nlohmann::json& g = top.object(j, "graphs", empty);
+    const ManifestReader gr("graphs");
+    gr.read(g, "mode", r.graphs.mode);
+    gr.read(g, "fallback_reason", r.graphs.fallbackReason);
+    gr.read(g, "captures", r.graphs.captures);
+    gr.read(g, "hits", r.graphs.hits);
+    gr.read(g, "misses", r.graphs.misses);
+    gr.read(g, "evictions", r.graphs.evictions);
+    gr.read(g, "updates", r.graphs.updates);
+    gr.read(g, "instantiations", r.graphs.instantiations);
+    gr.read(g, "nodes", r.graphs.nodes);
+    gr.read(g, "capture_ms", r.graphs.captureMs);
+    gr.read(g, "instantiate_ms", r.graphs.instantiateMs);
+    gr.read(g, "graph_mem_mib", r.graphs.graphMemMiB);
+    gr.read(g, "cache_capacity", r.graphs.cacheCapacity);
+    gr.read(g, "lanes", r.graphs.lanes);
+    gr.read(g, "cache_entries", r.graphs.cacheEntries);
+    gr.read(g, "invalidations", r.graphs.invalidations);
+    gr.read(g, "failures", r.graphs.failures);
+    gr.read(g, "update_ms", r.graphs.updateMs);
+    gr.readArray(g, "used", [&r](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        GraphEntryStats entry;
+        in.read(e, "name", entry.name);
+        in.read(e, "nodes", entry.nodes);
+        in.read(e, "capture_ms", entry.captureMs);
+        in.read(e, "instantiate_ms", entry.instantiateMs);
+        in.read(e, "update_ms", entry.updateMs);
+        in.read(e, "device_mib", entry.deviceMiB);
+        in.read(e, "launches", entry.launches);
+        in.read(e, "captured", entry.captured);
+        in.read(e, "updated", entry.updated);
+        r.graphs.used.push_back(std::move(entry));
+    });
+
+    const nlohmann::json& t = top.object(j, "tuning", empty);
+    const ManifestReader tr("tuning");
+    tr.read(t, "cache", r.tuning.cachePath);
+    tr.read(t, "hits", r.tuning.hits);
+    tr.read(t, "misses", r.tuning.misses);
+    tr.read(t, "rejected", r.tuning.rejected);
+    tr.read(t, "digest", r.tuning.digest);
+    const nlohmann::json& settings = tr.object(t, "settings", empty);
+    for (const auto& item : settings.items()) {
+        if (!item.value().is_string()) ManifestReader::fail("tuning.settings." + excerpt(item.key()), "a string");
+        r.tuning.settings[item.key()] = item.value().get<std::string>();
+    }
+
+    const nlohmann::json& mp = top.object(j, "memory_plan", empty);
+    const ManifestReader mr("memory_plan");
+    mr.read(mp, "weights_mib", r.memoryPlan.weightsMiB);
+    mr.read(mp, "activations_mib", r.memoryPlan.activationsMiB);
+    mr.read(mp, "workspace_mib", r.memoryPlan.workspaceMiB);
+    mr.read(mp, "canvas_mib", r.memoryPlan.canvasMiB);
+    mr.read(mp, "total_mib", r.memoryPlan.totalMiB);
+
+    top.read(j, "prepare_ms", r.prepareMs);
+    top.read(j, "total_ms", r.totalMs);
+    top.read(j, "peak_device_mib", r.peakDeviceMiB);
+    top.read(j, "image_sha256", r.imageSha256);
+    top.read(j, "seam_score", r.seamScore);
+    top.read(j, "seam_worst", r.seamWorst);
+    if (const auto it = j.find("messages"); it != j.end()) {
+        if (!it->is_array()) ManifestReader::fail("messages", "an array of strings");
+        for (const auto& m : *it) {
+            if (!m.is_string()) ManifestReader::fail("messages", "an array of strings");
+            r.messages.push_back(m.get<std::string>());
+        }
+    }
+    return r;
+}
+
+nlohmann::json chromeTrace(const std::vector<const RunRecord*>& runs) {
+    using nlohmann::json;
+    constexpr int kStepThread = 1, kBatchThread = 2;
+    json events = json::array();
+    int pid = 0;
+    for (const RunRecord* run : runs) {
+        ++pid;
+        if (!run) continue;
+        const std::string name = run->config.label.empty() ? run->runId : run->runId + " " + run->config.label;
+        events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
+        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kStepThread}, {"args", {{"name", "steps"}}}});
+        events.push_back(
+            {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kBatchThread}, {"args", {{"name", "tile batches"}}}});
+
+        const double prepareUs = std::max(run->prepareMs, 0.0) * 1000.0;
+        events.push_back({{"name", "prepare"}, {"cat", "run"}, {"ph", "X"}, {"pid", pid}, {"tid", kStepThread},
+                          {"ts", 0.0}, {"dur", prepareUs}});
+        double stepStartUs = prepareUs;
+        for (const StepTiming& s : run->steps) {
+            const double durUs = std::max(s.wallMs, 0.0) * 1000.0;
+            events.push_back({{"name", "step " + std::to_string(s.step)},
+                              {"cat", "step"},
+                              {"ph", "X"},
+                              {"pid", pid},
+                              {"tid", kStepThread},
+                              {"ts", stepStartUs},
+                              {"dur", durUs},
+                              {"args",
+                               {{"step", s.step},
+                                {"timestep", s.timestep},
+                                {"gpu_ms", s.gpuMs},
+                                {"host_enqueue_ms", s.hostEnqueueMs},
+                                {"wall_ms", s.wallMs}}}});
+            double batchStartUs = stepStartUs;
+            for (const TileBatchTiming& b : run->batches) {
+                if (b.step != s.step) continue;
+                const double batchUs = std::max(b.gpuMs >= 0 ? b.gpuMs : b.hostMs, 0.0) * 1000.0;
+                events.push_back({{"name", "batch " + std::to_string(b.batchIndex)},
+                                  {"cat", "tile_batch"},
+                                  {"ph", "X"},
+                                  {"pid", pid},
+                                  {"tid", kBatchThread},
+                                  {"ts", batchStartUs},
+                                  {"dur", batchUs},
+                                  {"args",
+                                   {{"step", b.step},
+                                    {"batch", b.batchIndex},
+                                    {"tiles", joinIds(b.tileIds, ';')},
+                                    {"gpu_ms", b.gpuMs},
+                                    {"host_ms", b.hostMs},
+                                    {"device_mib", b.deviceMiB}}}});
+                batchStartUs += batchUs;
+            }
+            stepStartUs += durUs;
+        }
+        for (const MemorySample& m : run->memory)
+            events.push_back({{"name", "memory"},
+                              {"ph", "C"},
+                              {"pid", pid},
+                              {"ts", prepareUs + m.tMs * 1000.0},
+                              {"args", {{"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}}}});
+    }
+    return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
+namespace {
+// A copy of `value` whose strings (keys and values) are valid UTF-8.
+nlohmann::json withValidUtf8(const nlohmann::json& value) {
+    if (value.is_string()) return toValidUtf8(value.get_ref<const std::string&>());
+    if (value.is_array()) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& element : value) out.push_back(withValidUtf8(element));
+        return out;
+    }
+    if (value.is_object()) {
+        nlohmann::json out = nlohmann::json::object();
+        for (const auto& [key, element] : value.items()) out[toValidUtf8(key)] = withValidUtf8(element);
+        return out;
+    }
+    return value;
+}
+}  // namespace
+
+std::string jsonText(const nlohmann::json& value, int indent) {
+    try {
+        return value.dump(indent);  // valid UTF-8 throughout: the usual case, no copy
+    } catch (const nlohmann::json::type_error& e) {
+        if (e.id != 316) throw;
+    }
+    return withValidUtf8(value).dump(indent);
+}
+
+OutputNeeds renderOutputNeeds(const RunConfig& config) {
+    const auto positive = [](std::int64_t v) { return static_cast<std::uintmax_t>(std::max<std::int64_t>(v, 0)); };
+    // Tiles per axis as TilePlan::axisPositions places them: 0, stride, 2 stride, ... and the
+    // last one snapped to the far edge; at most ceil((length - tile) / stride) + 1.
+    const std::int64_t tile = config.tile, stride = tile - config.overlapPixels();
+    const auto perAxis = [&](std::int64_t length) -> std::uintmax_t {
+        if (length < 1) return 0;
+        if (tile >= length || stride <= 0) return 1;
+        return static_cast<std::uintmax_t>((length - tile + stride - 1) / stride + 1);
+    };
+    const std::uintmax_t tiles = perAxis(config.width) * perAxis(config.height);
+    const std::uintmax_t steps = positive(config.steps), batch = std::max<std::uintmax_t>(positive(config.tileBatch), 1);
+    const std::uintmax_t calls = steps * ((tiles + batch - 1) / batch);
+    // User strings appear in the manifest (and the PNG's copy of it); one byte can become six
+    // ("\u0001"). Measured with dump(2)'s indentation and numbers at full length: fixed parts
+    // about 9 KiB (with a full graph cache and notes), each step (timing and memory sample)
+    // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
+    // 5 per tile id.
+    const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size());
+    const std::uintmax_t manifest = (16u << 10) + strings + steps * 384 + calls * (240 + 16 * batch);
+    const std::uintmax_t csv = 256 + calls * (96 + 8 * batch);
+    // PNG: one filter byte per row plus 3 bytes per pixel, when incompressible stored as is
+    // with IDAT chunk headers (12 bytes per 8 KiB) and deflate's stored blocks (5 per 64 KiB),
+    // under 0.2%, counted as 1/256; the parameters line; and the manifest's copy, which is
+    // deflated (zTXt): its JSON structure shrinks 10-30 times, so half of it plus the strings.
+    const std::uintmax_t raw = positive(config.height) * (1 + 3 * positive(config.width));
+    const std::uintmax_t png = raw + raw / 256 + manifest / 2 + strings + (8u << 10);
+    OutputNeeds needs;
+    needs.totalBytes = png + csv + manifest;
+    needs.largestBytes = std::max({png, csv, manifest});
+    needs.what = "image up to " + byteCountText(png) + ", timings up to " + byteCountText(csv) + ", manifest up to " +
+                 byteCountText(manifest);
+    return needs;
+}
+
+namespace {
+// `when` (UTC) formatted by strftime's `format`.
+std::string utcText(std::chrono::system_clock::time_point when, const char* format) {
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(when);
+    std::tm utc{};
+#if defined(_WIN32)
+    gmtime_s(&utc, &seconds);
+#else
+    gmtime_r(&seconds, &utc);
+#endif
+    char text[64];
+    std::strftime(text, sizeof text, format, &utc);
+    return text;
+}
+}  // namespace
+
+std::string isoUtcNow() {
+    const auto now = std::chrono::system_clock::now();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    char fraction[8];
+    std::snprintf(fraction, sizeof fraction, ".%03dZ", static_cast<int>(ms));
+    return utcText(now, "%Y-%m-%dT%H:%M:%S") + fraction;
+}
+
+std::string newRunId() { return utcText(std::chrono::system_clock::now(), "%Y%m%d-%H%M%S") + "-" + randomHex32(); }
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+#include "core/run/SamplerNames.h"
+
+#include <stdexcept>
+
+namespace tessera {
+
+// A1111's sampler names (sd-pipeline.md §5.8).
+
+namespace {
+
+struct DisplayNameEntry {
+    SchedulerKind kind;
+    std::string_view name;
+    bool hasKarras;        // Tessera runs this sampler with Karras sigmas too
+    bool automaticKarras;  // A1111's "Automatic" schedule for it is Karras
+};
+constexpr DisplayNameEntry kDisplayNames[] = {
+    {SchedulerKind::EulerAncestral, "Euler a", false, false},
+    {SchedulerKind::Euler, "Euler", true, false},
+    {SchedulerKind::DPMPP2M, "DPM++ 2M", true, true},
+    {SchedulerKind::DDIM, "DDIM", false, false},
+    {SchedulerKind::DDPM, "DDPM", false, false},
+};
+
+bool equalIgnoringCase(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+        if (lower(a[i]) != lower(b[i])) return false;
+    }
+    return true;
+}
+
+const DisplayNameEntry* findSampler(std::string_view name) {
+    for (const DisplayNameEntry& e : kDisplayNames)
+        if (equalIgnoringCase(e.name, name)) return &e;
+    return nullptr;
+}
+
+// A1111's schedule labels (sd_schedulers.py); Tessera runs Automatic, Uniform and Karras.
+constexpr std::string_view kScheduleLabels[] = {"Automatic",   "Uniform", "Karras",           "Exponential",
+                                                "Polyexponential", "SGM Uniform", "KL Optimal", "Align Your Steps",
+                                                "Simple",      "Normal",  "DDIM",             "Beta"};
+
+}  // namespace
+
+SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options) {
+    for (const DisplayNameEntry& e : kDisplayNames) {
+        if (e.kind != kind) continue;
+        const bool karras = e.hasKarras && options.karrasSigmas;
+        const std::string schedule = karras ? "Karras" : (e.automaticKarras ? "Uniform" : "Automatic");
+        return SamplerDisplay{std::string(e.name), schedule};
+    }
+    throw std::invalid_argument("samplerDisplayName: unknown SchedulerKind value");
+}
+
+std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string_view sampler,
+                                                                    std::string_view scheduleType) {
+    const DisplayNameEntry* entry = findSampler(sampler);
+    if (!entry) {  // a pre-1.9 combined name: "<sampler> <schedule label>"
+        for (const std::string_view label : kScheduleLabels) {
+            if (sampler.size() <= label.size() + 1) continue;
+            const std::string_view tail = sampler.substr(sampler.size() - label.size());
+            if (sampler[sampler.size() - label.size() - 1] != ' ' || !equalIgnoringCase(tail, label)) continue;
+            if (const DisplayNameEntry* base = findSampler(sampler.substr(0, sampler.size() - label.size() - 1))) {
+                entry = base;   // e.g. "Euler SGM Uniform": not "Euler SGM" + "Uniform"
+                scheduleType = label;
+                break;
+            }
+        }
+        if (!entry) return std::nullopt;
+    }
+    bool karras = false;
+    if (scheduleType.empty() || equalIgnoringCase(scheduleType, "Uniform"))
+        karras = false;
+    else if (equalIgnoringCase(scheduleType, "Automatic"))
+        karras = entry->automaticKarras;
+    else if (equalIgnoringCase(scheduleType, "Karras") && entry->hasKarras)
+        karras = true;
+    else
+        return std::nullopt;
+    return std::make_pair(entry->kind, karras);
+}
+
+}  // namespace tessera

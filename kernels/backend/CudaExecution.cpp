@@ -1,0 +1,230 @@
+// CudaBackend::Impl: execution. Lanes, the launches the ops make (convolutions, GEMMs), the
+// host path (run: upload, enqueue, download) and enqueue with the forward's own CUDA graphs
+// (one per batch size, captured on first use when setGraphs(true): used by `tessera-cli bench`,
+// the forward profile and tst_cudabackend; the engine captures its own, CudaTileDevice.cpp).
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "core/cpu/CpuBackend.h"
+#include "kernels/backend/CudaBackendImpl.h"
+#include "kernels/device/CudaCheck.h"
+#include "kernels/ops/LayoutConvert.cuh"
+
+namespace tessera {
+
+void CudaBackend::Impl::selectLane(int lane, cudaStream_t s) {
+    if (lane < 0 || lane >= lanes)
+        throw std::invalid_argument("CudaBackend: lane " + std::to_string(lane) + " outside 0.." +
+                                    std::to_string(lanes - 1) + " (the prepared lanes)");
+    actBase = laneAct[static_cast<std::size_t>(lane)];
+    workspace = actBase + activationBytes;
+    opStream = s;
+    opCublas = lane == 0 ? cublas.get() : laneCublas[static_cast<std::size_t>(lane) - 1].get();
+    TESSERA_CHECK(cudnnSetStream(cudnn.get(), s));
+    // cublasSetStream resets the handle's workspace to cuBLAS' own pool: set ours again.
+    TESSERA_CHECK(cublasSetStream(opCublas, s));
+    TESSERA_CHECK(cublasSetWorkspace(opCublas, workspace + convWorkspace, kCublasWorkspace));
+}
+
+char* CudaBackend::Impl::lanePtr(int lane, int buf) const {
+    if (lane < 0 || lane >= static_cast<int>(laneAct.size()) || !laneAct[static_cast<std::size_t>(lane)])
+        throw std::invalid_argument("CudaBackend: lane " + std::to_string(lane) + " is not prepared");
+    return laneAct[static_cast<std::size_t>(lane)] + buffers[static_cast<std::size_t>(buf)].offset;
+}
+
+void CudaBackend::Impl::setConvBatch(ConvLayer& c, int batch) {
+    if (c.descBatch == batch) return;
+    TESSERA_CHECK(cudnnSetTensor4dDescriptor(c.xDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cin, c.h, c.w));
+    TESSERA_CHECK(cudnnSetTensor4dDescriptor(c.yDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cout, c.ho, c.wo));
+    TESSERA_CHECK(cudnnSetConvolutionMathType(c.convDesc.get(), c.math[static_cast<std::size_t>(batch)]));
+    c.descBatch = batch;
+}
+
+void CudaBackend::Impl::runConv(int layer, const void* x, void* y, float alpha, float beta, int batch) {
+    ConvLayer& c = convs[static_cast<std::size_t>(layer)];
+    if (c.graph && batch == maxBatch && beta == 0.0f && alpha == c.alpha) {
+        c.graph->run(x, wt(c.weight), y, nullptr, nullptr, workspace);
+        return;
+    }
+    setConvBatch(c, batch);
+    TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &alpha, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
+                                          c.convDesc.get(), c.algo[static_cast<std::size_t>(batch)], workspace,
+                                          convWorkspace, &beta, c.yDesc.get(), y));
+}
+
+bool CudaBackend::Impl::runConvFused(int layer, const void* x, void* y, const void* residual, int batch) {
+    ConvLayer& c = convs[static_cast<std::size_t>(layer)];
+    if (!c.fused || batch != maxBatch) return false;
+    c.fused->run(x, wt(c.weight), y, wf(c.epilogueBias), residual, workspace);
+    return true;
+}
+
+void CudaBackend::Impl::gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha,
+                                 float beta) {
+    const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k,
+                               x, cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+void* CudaBackend::Impl::graphValuePtr(int v) const {
+    if (!prepared) throw std::logic_error("CudaBackend: device buffers before prepare");
+    if (graph.value(v).kind == ValueKind::Vector) return lanePtr(0, valueVec[static_cast<std::size_t>(v)].buf) +
+                                                         valueVec[static_cast<std::size_t>(v)].offset * sizeof(float);
+    const int buf = valueAct[static_cast<std::size_t>(v)].buf;
+    return buf < 0 ? nullptr : lanePtr(0, buf);
+}
+
+void CudaBackend::Impl::checkIds(const std::vector<const float*>& inputs, int batch) const {
+    const auto& in = graph.inputs();
+    for (const GraphOp& op : graph.ops()) {
+        if (op.kind != OpKind::TokenEmbedding) continue;
+        const auto k = static_cast<std::size_t>(std::find(in.begin(), in.end(), op.input) - in.begin());
+        if (k < inputs.size())
+            cpu::checkTokenIds(batch, graph.value(op.input).tokens, graph.param(op.params[0]).shape.at(0), inputs[k]);
+    }
+}
+
+void CudaBackend::Impl::runOps(int batch) {
+    for (Op& op : ops) {
+        op.run(batch);
+        if (syncEveryOp) TESSERA_CHECK(cudaStreamSynchronize(opStream));
+    }
+}
+
+cudaGraphExec_t CudaBackend::Impl::capture(int batch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cudaGraph_t raw = nullptr;
+    TESSERA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    try {
+        runOps(batch);
+    } catch (const std::exception& e) {
+        (void)cudaStreamEndCapture(stream.get(), &raw);
+        if (raw) (void)cudaGraphDestroy(raw);
+        (void)cudaGetLastError();
+        graphsFailed = true;
+        graphStats.mode = "off";
+        graphStats.fallbackReason = std::string("capture failed: ") + e.what();
+        return nullptr;
+    }
+    const cudaError_t end = cudaStreamEndCapture(stream.get(), &raw);
+    if (end != cudaSuccess || !raw) {
+        (void)cudaGetLastError();
+        graphsFailed = true;
+        graphStats.mode = "off";
+        graphStats.fallbackReason = std::string("capture failed: ") + cudaGetErrorString(end);
+        return nullptr;
+    }
+    CudaGraph graph(raw);
+    const auto t1 = std::chrono::steady_clock::now();
+    cudaGraphExec_t exec = nullptr;
+    TESSERA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+    const auto t2 = std::chrono::steady_clock::now();
+    std::size_t nodes = 0;
+    TESSERA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes));
+    graphStats.captures += 1;
+    graphStats.instantiations += 1;
+    graphStats.nodes = static_cast<int>(nodes);
+    graphStats.captureMs += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    graphStats.instantiateMs += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    graphs[batch] = CudaGraphExec(exec);
+    return exec;
+}
+
+void CudaBackend::Impl::enqueue(int batch, int lane, cudaStream_t s) {
+    if (!prepared) throw std::logic_error("CudaBackend: enqueue before prepare");
+    if (batch < 1 || batch > maxBatch)
+        throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
+                                    std::to_string(maxBatch) + " (the prepared tile batch)");
+    if (!s) s = stream.get();
+    selectLane(lane, s);
+    // Inside a capture of the caller's own (a step graph) the forward's kernels become
+    // nodes of that graph directly.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    TESSERA_CHECK(cudaStreamIsCapturing(s, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone || lane != 0 || s != stream.get()) {
+        runOps(batch);
+        return;
+    }
+    if (graphsWanted && !graphsFailed && !syncEveryOp) {
+        auto it = graphs.find(batch);
+        cudaGraphExec_t exec = nullptr;
+        if (it != graphs.end()) {
+            exec = it->second.get();
+            graphStats.hits += 1;
+        } else {
+            graphStats.misses += 1;
+            exec = capture(batch);
+        }
+        if (exec) {
+            TESSERA_CHECK(cudaGraphLaunch(exec, stream.get()));
+            return;
+        }
+    }
+    runOps(batch);
+}
+
+void CudaBackend::Impl::upload(const std::vector<const float*>& inputs, int batch, cudaStream_t s) {
+    if (inputs.size() != graph.inputs().size())
+        throw std::invalid_argument("CudaBackend: " + std::to_string(inputs.size()) + " inputs for a graph of " +
+                                    std::to_string(graph.inputs().size()));
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+        const int v = graph.inputs()[k];
+        const GraphValue& g = graph.value(v);
+        if (g.kind == ValueKind::Vector) {
+            TESSERA_CHECK(cudaMemcpyAsync(vec(valueVec[static_cast<std::size_t>(v)]), inputs[k],
+                                          static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyHostToDevice, s));
+            continue;
+        }
+        const Act& a = valueAct[static_cast<std::size_t>(v)];
+        TESSERA_CHECK(cudaMemcpyAsync(ptr(stageIn[k]), inputs[k],
+                                      static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
+                                      cudaMemcpyHostToDevice, s));
+        if (a.buf < 0) continue;  // ids only: read from the staging buffer
+        // Tokens: host [B, rows, C] is the device layout; as one-channel NCHW the conversion
+        // is a plain type conversion.
+        const bool tokens = g.kind == ValueKind::Tokens;
+        launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageIn[k])), dtype, ptr(a.buf), batch,
+                         tokens ? 1 : g.channels, tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c,
+                         1.0f, s);
+    }
+}
+
+void CudaBackend::Impl::download(const std::vector<float*>& outputs, int batch, cudaStream_t s) {
+    if (outputs.size() != graph.outputs().size())
+        throw std::invalid_argument("CudaBackend: " + std::to_string(outputs.size()) + " outputs for a graph of " +
+                                    std::to_string(graph.outputs().size()));
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+        const int v = graph.outputs()[k];
+        const GraphValue& g = graph.value(v);
+        if (g.kind == ValueKind::Vector) {
+            TESSERA_CHECK(cudaMemcpyAsync(outputs[k], vec(valueVec[static_cast<std::size_t>(v)]),
+                                          static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyDeviceToHost, s));
+            continue;
+        }
+        const Act& a = valueAct[static_cast<std::size_t>(v)];
+        const bool tokens = g.kind == ValueKind::Tokens;  // as in upload()
+        launchNhwcToNchw(dtype, ptr(a.buf), reinterpret_cast<float*>(ptr(stageOut[k])), batch, tokens ? 1 : g.channels,
+                         tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c, s);
+        TESSERA_CHECK(cudaMemcpyAsync(outputs[k], ptr(stageOut[k]),
+                                      static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
+                                      cudaMemcpyDeviceToHost, s));
+    }
+}
+
+void CudaBackend::Impl::run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) {
+    if (!prepared) throw std::logic_error("CudaBackend: run before prepare");
+    selectOwnLane();
+    if (batch < 1 || batch > maxBatch)
+        throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
+                                    std::to_string(maxBatch) + " (the prepared tile batch)");
+    TESSERA_CHECK(cudaSetDevice(device));
+    checkIds(inputs, batch);
+    cudaStream_t s = stream.get();
+    upload(inputs, batch, s);
+    enqueue(batch, 0, s);
+    download(outputs, batch, s);
+    TESSERA_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace tessera

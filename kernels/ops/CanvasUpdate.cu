@@ -1,0 +1,74 @@
+#include "kernels/ops/CanvasUpdate.cuh"
+
+#include "core/sampling/Philox.h"
+#include "kernels/device/CudaCheck.h"
+#include "kernels/device/DeviceTypes.cuh"
+
+namespace tessera {
+namespace {
+
+__global__ void setStepState(StepState* state, std::uint64_t seed, int step, int hasX0Prev) {
+    state->seed = seed;
+    state->step = step;
+    state->hasX0Prev = hasX0Prev;
+}
+
+__global__ void canvasInit(std::uint64_t seed, long long total, float* __restrict__ x, const float* __restrict__ init,
+                           unsigned draw, float sigma, float a, float b, float scale) {
+    for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
+         p += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float z = philoxNormal(seed, draw, static_cast<std::uint64_t>(p));
+        x[p] = init ? (a * init[p] + b * z) * scale : z * sigma;
+    }
+}
+
+__global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict__ x, float* __restrict__ acc,
+                           float* __restrict__ accEps, float* __restrict__ x0,
+                           const StepCoefficients* __restrict__ coeff, const StepState* __restrict__ state,
+                           bool sampleFusion) {
+    const StepState s = *state;
+    const StepCoefficients K = stepCoefficients(coeff, s);
+    const unsigned draw = static_cast<unsigned>(s.step + 1);
+    const long long plane = static_cast<long long>(g.height) * g.width;
+    for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
+         p += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float n = g.normalizer[p % plane];
+        const float xOld = x[p];
+        float e = 0.0f;
+        if (accEps) {
+            e = accEps[p] / n;
+            accEps[p] = 0.0f;
+        }
+        if (sampleFusion) {
+            x[p] = acc[p] / n;
+            acc[p] = 0.0f;
+        } else {
+            const float z = K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
+            x[p] = applyStep(K, xOld, e, z, K.cprev != 0.0f && x0 ? x0[p] : 0.0f);
+        }
+        if (x0) x0[p] = predictX0(K, xOld, e);
+    }
+}
+
+}  // namespace
+
+void launchSetStepState(StepState* state, std::uint64_t seed, int step, bool hasX0Prev, cudaStream_t stream) {
+    setStepState<<<1, 1, 0, stream>>>(state, seed, step, hasX0Prev ? 1 : 0);
+    TESSERA_CHECK_LAUNCH();
+}
+
+void launchCanvasInit(const CanvasGeometry& g, float* x, const float* init, unsigned draw, float sigma, float a,
+                      float b, float scale, cudaStream_t stream) {
+    const long long total = static_cast<long long>(g.channels) * g.height * g.width;
+    canvasInit<<<gridFor(total, 256), 256, 0, stream>>>(g.seed, total, x, init, draw, sigma, a, b, scale);
+    TESSERA_CHECK_LAUNCH();
+}
+
+void launchCanvasFuse(const CanvasGeometry& g, float* x, float* acc, float* accEps, float* x0,
+                      const StepCoefficients* coeff, const StepState* state, bool sampleFusion, cudaStream_t stream) {
+    const long long total = static_cast<long long>(g.channels) * g.height * g.width;
+    canvasFuse<<<gridFor(total, 256), 256, 0, stream>>>(g, total, x, acc, accEps, x0, coeff, state, sampleFusion);
+    TESSERA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera
