@@ -28,6 +28,7 @@
 #include <QVBoxLayout>
 
 #include "core/models/sd/SdModel.h"
+#include "core/run/SamplerNames.h"
 #include "core/sampling/Scheduler.h"
 #include "core/sampling/TilePlan.h"
 #include "app/qt/ModelCatalog.h"
