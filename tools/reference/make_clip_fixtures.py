@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference outputs for Tessera's CLIP text encoder (core/ClipText*) from transformers' CLIPTextModel.
+"""Reference outputs for Tessera's CLIP text encoder (core/models/clip/ClipText*) from transformers' CLIPTextModel.
 
     PYTHONPATH=/path/to/diffusers/src python3 tools/reference/make_clip_fixtures.py OUTDIR
 
@@ -8,15 +8,16 @@ no pickle. Every model is built from a config dict with a fixed seed, in float32
 deterministic algorithms and one thread, so two runs with the same library versions write the same
 numbers.
 
-Cases (shared/spec/sd-models.md §3; ids are framed as SD's tokenizers frame them, spec sd-pipeline
-§1.9, with a small vocabulary: BOS = 998 and EOS = 999 stand for 49406 / 49407, the largest ids):
+Cases (transformers models/clip/modeling_clip.py CLIPTextModel; ids are framed as SD's tokenizers frame them,
+BOS, content cut to 75, EOS, padding to 77 as CLIPTokenizer(max_length=77) does, with a small vocabulary:
+BOS = 998 and EOS = 999 stand for 49406 / 49407, the largest ids):
   sd1      quick_gelu, 3 layers, pad = EOS (SD 1.x tokenizer/)
   sd2      gelu, 3 layers, pad = 0 after the first EOS (SD 2.x tokenizer/); the penultimate layer
            (clip skip 1, diffusers: final_layer_norm(hidden_states[-2])) is written as well
   eos_mid  quick_gelu, 2 layers, eos_token_id 500 (not the largest id) and ids above 500 before the
            first 500, so pooling at "first position equal to eos_token_id" differs from pooling at
            argmax(ids). Every case has eos_token_id != 2: transformers' legacy argmax rule (config
-           eos_token_id == 2, spec §3.3) is spelled differently across versions for ids that do not
+           eos_token_id == 2, CLIPTextTransformer.forward's pooling) is spelled differently across versions for ids that do not
            contain 49407, so it is checked by hand in tests/core/tst_cliptext.cpp instead.
 
 Outputs per case, under OUTDIR/<case>/:
@@ -54,7 +55,7 @@ CASES = {
 
 
 def frame(content, pad, eos=EOS):
-    """BOS + content (cut to 75) + EOS, padded to 77 with `pad` (spec sd-pipeline §1.9)."""
+    """BOS + content (cut to 75) + EOS, padded to 77 with `pad` (CLIPTokenizer with padding="max_length", max_length=77)."""
     row = [BOS] + list(content[:SEQ - 2]) + [eos]
     return row + [pad] * (SEQ - len(row))
 
@@ -120,10 +121,10 @@ def run_case(name, cfg_dict, outdir, torch, transformers, save_file, seed):
         hs = out.hidden_states
         n = cfg.num_hidden_layers
         assert len(hs) == n + 1, "expected %d hidden states, got %d" % (n + 1, len(hs))
-        # transformers >= 5.6 may flatten CLIPTextModel (no `text_model` submodule; spec §3.5)
+        # transformers >= 5.6 may flatten CLIPTextModel (no `text_model` submodule)
         final_ln = getattr(model, "text_model", model).final_layer_norm
         skip1 = final_ln(hs[-2])
-        # spec §3.2: last_hidden_state = final_layer_norm(hidden_states[-1]); recorded, not asserted,
+        # CLIPTextTransformer.forward: last_hidden_state = final_layer_norm(hidden_states[-1]); recorded, not asserted,
         # so a transformers that differs still writes its fixtures and the C++ test names the difference
         last_is_prenorm = bool(torch.allclose(final_ln(hs[-1]), out.last_hidden_state, atol=1e-6))
         if not last_is_prenorm:

@@ -6,7 +6,7 @@ Deterministic: the same bytes on every run. Run with Debian's PyTorch:
     /usr/bin/python3 tools/reference/make_fixtures.py [--models-only] [--check]
 
 --models-only: checkpoints + forward goldens + philox + schedules, no sampling runs.
---check: also re-run the self-tests (coefficients vs spec formulas, legacy load == current load).
+--check: also re-run the self-tests (coefficients vs the schedulers' step formulas, legacy load == current load).
 tools/reference/README.md describes every file.
 """
 import argparse
@@ -26,8 +26,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 MODELS = os.path.join(ROOT, "tests", "data", "models")
 GOLDEN = os.path.join(ROOT, "tests", "data", "golden")
 
-# Channel widths of every fixture model. The issue asked for [32, 64, 64]; at that width the three
-# F32 checkpoints alone are 16 MB, over the 10 MB fixture budget, so the widths are halved. Every
+# Channel widths of every fixture model, halved from [32, 64, 64]: at that width the three
+# F32 checkpoints alone are 16 MB, over the 10 MB fixture budget. Every
 # structural feature (groups, several heads, shortcuts, asymmetric padding...) is kept.
 WIDTHS = [16, 32, 32]
 
@@ -225,7 +225,7 @@ def self_checks(sched_list):
             a = R.apply_step(s.coefficients(k), x, e, z)
             b = s.step_direct(e, k, x, z)
             assert np.abs(a - b).max() < 1e-12, (s.kind, k, np.abs(a - b).max())
-    print("  applyStep coefficients == spec formulas (DDIM, DDPM): ok")
+    print("  applyStep coefficients == step formulas (DDIM, DDPM): ok")
 
 
 def run_sampling(model, ddim, ddpm, model32=None):

@@ -25,7 +25,7 @@ diffusers, transformers, safetensors; no network, no pickle. Layout of OUTDIR:
     vae_decode.safetensors  latents [1,4,h,w] (scaled, as the UNet sees them), image [1,3,8h,8w]
                             = vae.decode(latents / scaling_factor)
 
-Shape (shared/spec/sd-models.md §1.1, sd-pipeline.md §3.4), small: two text encoders, CLIP's real
+Shape (stabilityai/stable-diffusion-xl-base-1.0's configs; diffusers StableDiffusionXLPipeline), small: two text encoders, CLIP's real
 vocabulary (49408 ids, so real prompts tokenize as in SDXL) at widths 2 and 4 (F16 token tables
 ~0.6 MB), the second a CLIPTextModelWithProjection projecting to 6 (not square); a UNet with SDXL's
 blocks (DownBlock2D then two CrossAttnDownBlock2D, mirrored), transformer depths [1, 1, 2] (the

@@ -18,7 +18,8 @@ make_unetcond_fixtures.py does (its `randomize` is reused). Layout of OUTDIR:
                                             forward, stored F32); for "square" also hook.<module>
                                             intermediates (float64 forward, stored F32)
 
-SDXL's shape, small (shared/spec/sd-models.md §1.1, §1.3 item 5, §1.6): three levels, DownBlock2D then two
+SDXL's shape, small (stabilityai/stable-diffusion-xl-base-1.0 unet/config.json; diffusers
+UNet2DConditionModel with addition_embed_type "text_time"): three levels, DownBlock2D then two
 CrossAttnDownBlock2D (up mirrored), two resnets per level, transformer depth [1, 2, 2] (up blocks reversed,
 the mid block the last entry), heads [2, 4, 4], Linear projections, cross-attention 80 wide (= 32 + 48,
 the two tiny text encoders of make_sdxl_text_fixtures.py), addition_embed_type "text_time" with 8-wide
@@ -113,7 +114,7 @@ def make_input(outdir, model, name, spec, g):
     with torch.no_grad():
         vector = text_embeds_time(model, pooled, time_ids)
     # The time ids and the pooled text must visibly change the output, or a wrong text-time path
-    # could pass (warn, do not abort: the lead runs every helper's script in one device call).
+    # could pass (warn, do not abort: the other fixture scripts of the same run still write theirs).
     swapped_ids, _ = forward(model, torch.float64, sample, timestep, context, pooled, time_ids.flip(0))
     swapped_text, _ = forward(model, torch.float64, sample, timestep, context, pooled.flip(0), time_ids)
     ids_effect, text_effect = effect(out64, swapped_ids), effect(out64, swapped_text)

@@ -6,7 +6,7 @@
 
 The reverse of what core/models/sd/SingleFileCheckpoint.cpp (and diffusers' single_file_utils.py:
 convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint, convert_ldm_clip_checkpoint,
-convert_open_clip_checkpoint) do; shared/spec/sd-models.md §5.4-§5.6. Pure Python with numpy
+convert_open_clip_checkpoint) do. Pure Python with numpy
 (Debian's python3-numpy), so it runs on the build machines; safetensors is read and written by
 hand (8-byte little-endian header length, JSON header padded with spaces to a multiple of 8,
 raw little-endian bytes, tensors in name order).
@@ -17,7 +17,7 @@ model.safetensors; text encoder names with or without "text_model."); sdxl also 
 that layout (seeded, deterministic, see TINY below), stored as F16 (UNet, text encoders) and F32
 (VAE), the mix real "fp16" checkpoints show; for sdxl with model_index.json (a loadable folder).
 
-sdxl (SGM's layout, spec §5.1, §5.4, §5.6): the UNet's add_embedding.linear_1/2 become
+sdxl (SGM's layout, Stability-AI/generative-models): the UNet's add_embedding.linear_1/2 become
 label_emb.0.0/0.2, text_encoder goes under conditioner.embedders.0.transformer. in transformers'
 names, text_encoder_2 under conditioner.embedders.1.model. as OpenCLIP (fused q/k/v in_proj, every
 block, text_projection stored transposed as used by x @ W).
@@ -96,7 +96,8 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# diffusers -> LDM names (spec §5.4 UNet, §5.5 VAE, §5.6 text encoders)
+# diffusers -> LDM names (single_file_utils.py convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint,
+# convert_ldm_clip_checkpoint / convert_open_clip_checkpoint, read the other way)
 
 UNET_FIXED = {
     "time_embedding.linear_1.": "time_embed.0.",
@@ -274,7 +275,7 @@ def ldm_extras(unet_ldm, layout, rng):
         "model_ema.decay": np.array(0.9999, dtype=np.float32),
         "model_ema.num_updates": np.array(470000, dtype=np.int64),
     }
-    # EMA copies under flattened names (spec §5.1): model_ema.diffusion_modelinput_blocks00weight
+    # EMA copies under flattened names (LDM's LitEma): model_ema.diffusion_modelinput_blocks00weight
     for name in sorted(unet_ldm)[:6]:
         flat = "model_ema." + "".join(name.split(".")[1:])
         extras[flat] = random_like(unet_ldm[name], rng, unet_ldm[name].dtype)

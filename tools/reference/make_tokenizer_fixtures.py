@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""Reference ids for core/ClipTokenizer from transformers' own CLIPTokenizer.
+"""Reference ids for core/text/ClipTokenizer from transformers' own CLIPTokenizer.
 
     python3 tools/reference/make_tokenizer_fixtures.py resources/clip/bpe_simple_vocab_16e6.txt.gz \
         tests/data/tokenizer/clip_ids.json
 
 Needs `transformers` (and, for transformers >= 5, `tokenizers`); no network: the tokenizer is built
 from the openai merges file given on the command line, written out as the vocab.json + merges.txt
-pair that Hugging Face CLIP checkpoints carry (shared/spec/sd-pipeline.md §1.3-1.4), and loaded
+pair that Hugging Face CLIP checkpoints carry (transformers tokenization_clip.py, openai/CLIP
+simple_tokenizer.py), and loaded
 from that local folder. Nothing of the tokenizer is re-implemented here: every id in the output is
 what transformers returned.
 
 ftfy is blocked before transformers is imported, so a transformers 4.x runs its ftfy-less path
 (BasicTokenizer, "python-basic"); transformers 5 has only the `tokenizers`-backed class
 ("tokenizers"). The flavour used is written into the file, and tests/core/tst_cliptokenizer.cpp
-checks core/ClipTokenizer in that flavour.
+checks core/text/ClipTokenizer in that flavour.
 
 Two tokenizers are run on every prompt: "sd1" (pad <|endoftext|>, SD 1.x and SDXL tokenizer/) and
 "sd2" (pad "!", SD 2.x tokenizer/ and SDXL tokenizer_2/, where "!" is an added token). For each:
@@ -32,11 +33,11 @@ import sys
 import tempfile
 import time
 
-MERGES = 49152 - 256 - 2  # spec §1.4
+MERGES = 49152 - 256 - 2  # openai/CLIP simple_tokenizer.py: merges[1:49152-256-2+1]
 
 
 def bytes_to_unicode_table():
-    """spec §1.2: table order of the 256 bytes and the code point each stands for. (Data layout
+    """openai/CLIP simple_tokenizer.py bytes_to_unicode: table order of the 256 bytes and the code point each stands for. (Data layout
     of the files transformers reads; the tokenizer itself is transformers'.)"""
     kept = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     order = kept + [b for b in range(256) if b not in kept]
@@ -84,7 +85,7 @@ def load_tokenizer(cls, folder, merges, pad_token):
 
 def hand_prompts():
     p = [
-        # spec §1.9 worked examples
+        # worked examples (ids of openai/CLIP's tokenizer)
         "a photo of a cat", "A Photo of an ASTRONAUT riding a horse on Mars!",
         "masterpiece, best quality, 1girl", "don't", "hello!!! ", "café 123", "",
         # casing, apostrophes, contractions anywhere
@@ -126,7 +127,7 @@ def hand_prompts():
         "\U0001f600", "\U0001f600\U0001f600\U0001f600", "cat \U0001f431 dog \U0001f436", "\U0001f44d\U0001f3fd",
         "\U0001f468\u200d\U0001f469\u200d\U0001f467", "\U0001f1ef\U0001f1f5", "\u2764\ufe0f", "\u2b50 star",
         "#\ufe0f\u20e3", "\U0001f9d1\u200d\U0001f680 astronaut",
-        # HTML entities (spec §1.5: unescaped only by ftfy/openai, not by transformers without ftfy)
+        # HTML entities (unescaped only by ftfy/openai's basic_clean, not by transformers without ftfy)
         "&amp;", "rock &amp; roll", "&lt;b&gt;bold&lt;/b&gt;", "&quot;hi&quot;", "&#39;", "&#x263a;",
         "&amp;amp;", "AT&T", "a & b", "&nbsp;",
         # special tokens typed in the text
@@ -203,9 +204,9 @@ def main():
         same = list(theirs.values()) == bytes_to_unicode_table()
         print("check bytes_to_unicode (%s) %s" % (module, "ok" if same else "DIFFERENT"))
         if not same:
-            sys.exit("transformers' bytes_to_unicode differs from spec §1.2; the vocab.json written would be wrong")
+            sys.exit("transformers' bytes_to_unicode differs from openai/CLIP's table; the vocab.json written would be wrong")
     else:
-        print("check bytes_to_unicode: not found in this transformers; spec §1.2 table used")
+        print("check bytes_to_unicode: not found in this transformers; openai/CLIP's table used")
     with tempfile.TemporaryDirectory() as folder:
         vocab_size, merges = write_hf_files(gz_path, folder)
         sd1 = load_tokenizer(CLIPTokenizer, folder, merges, "<|endoftext|>")
@@ -244,7 +245,7 @@ def main():
     for c in cases:
         if c["text"] in spec:
             ok = c["sd1_ids"] == spec[c["text"]]
-            print("spec §1.9 %-36r %s" % (c["text"], "ok" if ok else "DIFFERENT: %s" % c["sd1_ids"]))
+            print("worked example %-36r %s" % (c["text"], "ok" if ok else "DIFFERENT: %s" % c["sd1_ids"]))
 
     sha = hashlib.sha256(open(gz_path, "rb").read()).hexdigest()
     doc = {

@@ -15,7 +15,7 @@ dict with a fixed seed, CPU, deterministic algorithms. Layout of OUTDIR:
                                             float32 forward's distance), and for the "square" input hook.<module>
                                             intermediates (float64 forward, stored F32)
 
-Widths deviate from the issue ([32, 64]): at [32, 64] one float32 checkpoint is ~3 MB, over the
+Widths [16, 32], not [32, 64]: at [32, 64] one float32 checkpoint is ~3 MB, over the
 2 MB fixture budget; [16, 32] keeps every structural feature (several heads, cross-attention width
 unlike the block width, conv shortcuts, both projection kinds). The weights are stored as F16 (what
 real SD checkpoints ship) and the references use exactly those F16-rounded values.
@@ -44,7 +44,7 @@ COMMON = {
     "norm_num_groups": 8,
 }
 CONFIGS = {
-    # SD 1.x-like: 1x1-conv proj_in/proj_out, attention_head_dim 8 (= 8 heads per block, spec §1.2)
+    # SD 1.x-like: 1x1-conv proj_in/proj_out, attention_head_dim 8 (= 8 heads per block: diffusers reads attention_head_dim as the head count, UNet2DConditionModel.__init__)
     "sd1": dict(COMMON, layers_per_block=1, cross_attention_dim=32, attention_head_dim=8,
                 use_linear_projection=False, upcast_attention=False),
     # SD 2.x-like: Linear proj_in/proj_out, per-level heads [2, 4] (up blocks use them reversed),
@@ -53,7 +53,7 @@ CONFIGS = {
                 use_linear_projection=True, upcast_attention=True),
 }
 # name -> (batch, h, w, timesteps); batch 2 with different timesteps everywhere.
-# "odd" is not divisible by 2^(levels-1): the up block upsamples to the skip's size (spec §1.5 step 0).
+# "odd" is not divisible by 2^(levels-1): the up block upsamples to the skip's size (UNet2DConditionModel.forward, upsample_size).
 INPUTS = {
     "square": (2, 16, 16, [10, 500]),
     "wide": (2, 16, 24, [999, 1]),
@@ -142,7 +142,7 @@ def make_case(outdir, case, cfg):
         out32, _ = forward(model, torch.float32, sample, timestep, context)
         swapped, _ = forward(model, torch.float64, sample, timestep.flip(0), context)
         # the timestep must visibly change the output, or a wrong time path could pass (warn, do not
-        # abort: the lead runs every helper's script in one device call)
+        # abort: the other fixture scripts of the same run still write theirs)
         timestep_effect = ((out64 - swapped).abs().max() / out64.abs().max()).item()
         if not timestep_effect > 1e-2 or not torch.isfinite(out64).all():
             print(f"WARNING {case}/{inp}: timestep effect {timestep_effect:.2e} or non-finite output", flush=True)

@@ -2,10 +2,11 @@
 the Philox4x32-10 + Box-Muller noise of core/sampling/Philox.h, and the tiled sampler of
 docs/ENGINE_SEMANTICS.md.
 
-diffusers is not installed here: the network is rebuilt from shared/spec/unet2d.md (§2 forward,
-§3 state-dict names, §5 schedulers) with diffusers' parameter names and semantics, using torch's
+diffusers is not needed: the network is rebuilt from diffusers' models/unets/unet_2d.py (UNet2DModel.forward),
+models/resnet.py, models/attention_processor.py and schedulers/scheduling_ddpm.py, scheduling_ddim.py, with
+diffusers' parameter names and semantics, using torch's
 own functional ops (F.conv2d, F.group_norm, F.linear, softmax, F.interpolate nearest) in float64
-on the CPU. Run with Debian's PyTorch: /usr/bin/python3 (torch 1.13, numpy 1.24).
+on the CPU. Runs with torch 1.13 and numpy 1.24 (Debian 12's python3-torch) and later.
 """
 import json
 import math
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 # ----------------------------------------------------------------------------------------------
-# safetensors (spec §4), written and read with struct + json only
+# safetensors (huggingface/safetensors' file format), written and read with struct + json only
 # ----------------------------------------------------------------------------------------------
 
 _NP_OF_DTYPE = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "U32": np.uint32,
@@ -71,7 +72,7 @@ def read_safetensors(path):
 
 
 # ----------------------------------------------------------------------------------------------
-# config.json (spec §1) with diffusers' UNet2DModel defaults
+# config.json with diffusers' UNet2DModel defaults
 # ----------------------------------------------------------------------------------------------
 
 UNET_DEFAULTS = {
@@ -113,7 +114,7 @@ def load_config(folder):
 
 
 # ----------------------------------------------------------------------------------------------
-# State-dict names (spec §3)
+# State-dict names (diffusers' UNet2DModel, and the legacy attention names its loader converts)
 # ----------------------------------------------------------------------------------------------
 
 def _resnet_keys(p, cin, cout, temb, scale_shift):
@@ -210,11 +211,11 @@ def from_legacy_names(state):
 
 
 # ----------------------------------------------------------------------------------------------
-# UNet2DModel forward (spec §2), float64 on the CPU
+# UNet2DModel forward (diffusers unet_2d.py UNet2DModel.forward), float64 on the CPU
 # ----------------------------------------------------------------------------------------------
 
 def timestep_embedding(timesteps, dim, flip_sin_to_cos, freq_shift):
-    """diffusers get_timestep_embedding, in float32 as diffusers computes it (spec §2.2)."""
+    """diffusers get_timestep_embedding, in float32 as diffusers computes it (models/embeddings.py)."""
     half = dim // 2
     exponent = -math.log(10000) * torch.arange(0, half, dtype=torch.float32)
     exponent = exponent / (half - freq_shift)
@@ -298,7 +299,7 @@ class UNet2DRef:
             return self._conv(p, F.pad(x, (0, 1, 0, 1)), padding=0, stride=2)
         return self._conv(p, x, padding=pad, stride=2)
 
-    # -- forward (spec §2.1 .. §2.10) --
+    # -- forward, in UNet2DModel.forward's order --
     def forward(self, sample, timesteps):
         """sample: [B, Cin, H, W] (any float, converted to float64); timesteps: scalar or [B].
         Returns float64 [B, Cout, H, W] (computed in self.dtype)."""
@@ -355,7 +356,7 @@ class UNet2DRef:
 
 
 # ----------------------------------------------------------------------------------------------
-# Schedulers (spec §5): DDPM and DDIM, "leading" spacing, epsilon prediction
+# Schedulers (diffusers scheduling_ddpm.py, scheduling_ddim.py): DDPM and DDIM, "leading" spacing, epsilon prediction
 # ----------------------------------------------------------------------------------------------
 
 SCHEDULER_DEFAULTS = {"num_train_timesteps": 1000, "beta_start": 1e-4, "beta_end": 0.02,
@@ -389,7 +390,7 @@ def leading_timesteps(num_train, steps, offset=0):
 class Scheduler:
     """DDPM or DDIM for one number of inference steps. All math in float64 from the float32
     alphas_cumprod. coefficients(k) returns core/sampling/StepUpdate.h's StepCoefficients fields;
-    step_direct() is the spec formula, used to check the coefficients."""
+    step_direct() is the schedulers' step() formula, used to check the coefficients."""
 
     def __init__(self, kind, sched_cfg, steps, eta=0.0):
         assert kind in ("ddpm", "ddim")
@@ -452,7 +453,7 @@ class Scheduler:
         return K
 
     def step_direct(self, eps, k, x, z):
-        """The spec §5.2 / §5.3 formulas on float64 arrays (z used only where noise is added)."""
+        """DDPMScheduler.step / DDIMScheduler.step on float64 arrays (z used only where noise is added)."""
         t = self.timesteps[k]
         prev = self._prev(k)
         a_t = self._abar(t)

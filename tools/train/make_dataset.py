@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Build the training set of Tessera's default model from Debian's wallpaper packages.
 
-  /usr/bin/python3 tools/train/make_dataset.py --out .carry/wallpapers.npz \
+  /usr/bin/python3 tools/train/make_dataset.py --out wallpapers.npz \
       --provenance tools/train/provenance.csv
 
 Steps (all reproducible from the Debian archive; needs apt-get, dpkg-deb, numpy and PIL):
@@ -29,7 +29,7 @@ Steps (all reproducible from the Debian archive; needs apt-get, dpkg-deb, numpy 
      `meta` (JSON of the provenance rows: id, split, ...); and the provenance table as CSV.
      Rejected files (license, photo check) are listed on stdout with the reason.
 
-Dataset versions: v1 (session 1) had 37 photos from 4 packages (32 train, 5 held out); v2 adds
+Dataset versions: v1 had 37 photos from 4 packages (32 train, 5 held out); v2 adds
 lxqt-themes (11 photos), python3-skimage (4: upstream marks them public domain or CC0; Debian's
 copyright file covers them as BSD-3-Clause) and sddm-theme-maldives (1, CC-BY-3.0).
 """

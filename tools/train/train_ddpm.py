@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train Tessera's default model: an unconditional pixel-space DDPM (diffusers UNet2DModel).
 
-  python3 tools/train/train_ddpm.py --data .carry/wallpapers.npz --minutes 7.5 --out OUTDIR
+  python3 tools/train/train_ddpm.py --data wallpapers.npz --minutes 7.5 --out OUTDIR
   python3 tools/train/train_ddpm.py --data ... --minutes 5 --resume OLDOUT --out OUTDIR
   python3 tools/train/train_ddpm.py --export-only --resume OLDOUT --out MODELDIR
 

@@ -1,10 +1,10 @@
 """A diffusers-compatible UNet2DModel in plain PyTorch, for training Tessera's default model.
 
-Parameter names, shapes and the forward pass follow ../shared/spec/unet2d.md (diffusers
-UNet2DModel with the google/ddpm conventions), so the state dict written by train_ddpm.py loads
+Parameter names, shapes and the forward pass follow diffusers' UNet2DModel (models/unets/unet_2d.py,
+the google/ddpm conventions), so the state dict written by train_ddpm.py loads
 in diffusers and in Tessera unchanged. Only what the default model needs is built: positional
 time embedding, DownBlock2D / AttnDownBlock2D / UpBlock2D / AttnUpBlock2D, conv resamplers,
-"default" time scale shift, silu. Works with torch 1.13 (CPU here) and torch 2.x (GPU machine).
+"default" time scale shift, silu. Works with torch 1.13 (CPU) and torch 2.x (GPU).
 """
 import math
 
