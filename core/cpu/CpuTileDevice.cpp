@@ -386,6 +386,11 @@ Backend& CpuTileDevice::wholeGraphBackend(const RunConfig& config) {
     return *whole_;
 }
 
+Backend& CpuTileDevice::textBackend() {
+    if (!whole_) whole_ = std::make_unique<CpuBackend>();
+    return *whole_;
+}
+
 std::optional<VaeMemoryBudget> CpuTileDevice::vaeMemoryBudget(const RunConfig&) {
     const std::optional<HostMemory> host = availableHostMemory();
     if (!host) return std::nullopt;

@@ -64,6 +64,10 @@ public:
     Backend& wholeGraphBackend(const RunConfig& config) override;
     // The host memory the process may still allocate (float32 activations).
     std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config) override;
+    // wholeGraphBackend's CPU backend (made on all hardware threads where no whole-graph pass
+    // has asked for it yet; the bits do not depend on the thread count), never the tile
+    // function's: preparing that one for the text would drop the UNet's prepared shape.
+    Backend& textBackend() override;
 
 private:
     std::vector<float>& output() { return pass_->inPlace ? x_ : y_; }
@@ -88,7 +92,7 @@ private:
     // The text conditioning of the run, one [tokens, dim] row per tile of a batch (conditioned
     // models only): the third input of the graph, for each branch.
     std::vector<float> contextCond_, contextUncond_;
-    std::unique_ptr<CpuBackend> whole_;   // wholeGraphBackend's
+    std::unique_ptr<CpuBackend> whole_;   // wholeGraphBackend's and textBackend's
 
     const TiledPass* pass_ = nullptr;
     StepCoefficients K_;

@@ -24,7 +24,7 @@ constexpr unsigned kSampling = static_cast<unsigned>(MemoryPhase::Sampling);
 constexpr unsigned kOutput = static_cast<unsigned>(MemoryPhase::Output);
 
 // Host memory per tile-batch row of the run record, measured with mallinfo2 on records of
-// 10,000 rows (tests/core/tst_hostmemory.cpp checks these stay upper bounds):
+// 10,000 rows (tests/core/tst_hostmemoryestimate.cpp checks these stay upper bounds):
 // the TileBatchTiming with its tile-id vector while sampling, and at output the manifest's
 // JSON document, its text (held three times: the string, inside the PNG's iTXt chunk and the
 // PNG's byte copy) and the CSV text.
@@ -35,7 +35,7 @@ constexpr std::uint64_t kOutputRowBytesPerTile = 60;
 // The process itself: code and runtimes (tessera-cli render of a 32x32 image peaks at 13 MiB
 // RSS, measured), with room for OpenBLAS's GEMM buffers (allocated per thread on first use)
 // and allocator slack. The CUDA runtime, cuDNN and cuBLAS add host-side state: 1 GiB is a
-// stated allowance, not measured on this CPU-only machine.
+// stated allowance, not a measurement.
 constexpr std::uint64_t kProcessBytes = 128 * kMiB;
 constexpr std::uint64_t kCudaRuntimeBytes = 1024 * kMiB;
 

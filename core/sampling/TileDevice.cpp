@@ -1,5 +1,7 @@
 #include "core/sampling/TileDevice.h"
 
+#include <stdexcept>
+
 #include "core/sampling/TilePlan.h"
 
 namespace tessera {
@@ -34,5 +36,9 @@ Backend& TileDevice::wholeGraphBackend(const RunConfig&) {
 }
 
 std::optional<VaeMemoryBudget> TileDevice::vaeMemoryBudget(const RunConfig&) { return std::nullopt; }
+
+Backend& TileDevice::textBackend() {
+    throw std::logic_error("this tile device has no backend for the text encoders");
+}
 
 }  // namespace tessera

@@ -228,6 +228,12 @@ public:
     // GPU device, its free device memory. nullopt where the device cannot tell (then auto
     // decodes whole).
     virtual std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config);
+    // The backend the run's text encoders run on (core/models/clip/ClipTextModel.h encode): a
+    // float32 CPU backend on every device, so that both engines condition on the same bits;
+    // owned by the device and kept across runs (it may be the one wholeGraphBackend returns:
+    // each user prepares it for its own graph). Throws std::logic_error on a device that has
+    // none (test devices).
+    virtual Backend& textBackend();
 };
 
 }  // namespace tessera

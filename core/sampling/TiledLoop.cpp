@@ -530,7 +530,7 @@ namespace {
 
 // encodeSdPrompts, its "text:" line ending in the time it took and how many of its encoder rows
 // ran (the others were remembered from earlier runs by the text encoders' row memo).
-SdConditioning encodeTimed(const SdModel& sd, const RunConfig& config) {
+SdConditioning encodeTimed(const SdModel& sd, Backend& textBackend, const RunConfig& config) {
     std::vector<const ClipTextModel*> encoders{sd.textEncoder.get()};
     if (sd.textEncoder2) encoders.push_back(sd.textEncoder2.get());
     auto rowCounts = [&] {
@@ -544,7 +544,7 @@ SdConditioning encodeTimed(const SdModel& sd, const RunConfig& config) {
     };
     const auto before = rowCounts();
     const auto start = Clock::now();
-    SdConditioning conditioning = encodeSdPrompts(sd, config);
+    SdConditioning conditioning = encodeSdPrompts(sd, textBackend, config);
     const double ms = msSince(start);
     const auto after = rowCounts();
     const std::uint64_t ran = after.first - before.first, held = after.second - before.second;
@@ -570,7 +570,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
                                           "' was not loaded; the front end must decode it and call setInitImage");
 
     // The text conditioning, computed once per run and fixed for every tile and step.
-    SdConditioning conditioning = encodeTimed(*sd, config);
+    SdConditioning conditioning = encodeTimed(*sd, device.textBackend(), config);
     if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != conditioning.tokens) {
         auto denoiser = std::make_shared<Denoiser>();
         denoiser->graph = std::make_shared<const ModelGraph>(

@@ -1,9 +1,10 @@
-// core/ClipTextConfig, core/ClipTextGraph, core/ClipTextModel (shared/spec/sd-models.md §3,
-// sd-pipeline.md §5.2-5.3): config ranges, the graph's parameter list, the forward pass against
-// a plain double-precision implementation written here from the spec (every hidden state, both
-// activations, both pooling rules, clip skip), loading (file + tensor named for every defect),
-// A1111's emphasis on the encoder output, and — when tests/data/clip exists — transformers'
-// own outputs (tools/reference/make_clip_fixtures.py) within 1e-4 relative.
+// core/models/clip: ClipTextConfig, ClipTextGraph, ClipTextModel (transformers
+// models/clip/configuration_clip.py and modeling_clip.py; A1111 modules/sd_hijack_clip.py and
+// modules/sd_emphasis.py): config ranges, the graph's parameter list, the forward pass against
+// a plain double-precision implementation written here from modeling_clip.py (every hidden
+// state, both activations, both pooling rules, clip skip), loading (file + tensor named for
+// every defect), A1111's emphasis on the encoder output, the row memo, and — when tests/data/clip
+// exists — transformers' own outputs (tools/reference/make_clip_fixtures.py) within 1e-4 relative.
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -71,7 +72,7 @@ Tensors randomTensors(const ClipTextConfig& c, unsigned seed) {
     return t;
 }
 
-// ---- The forward pass written plainly, in double, from spec §3.2 ----
+// ---- The forward pass written plainly, in double, from modeling_clip.py (CLIPTextTransformer) ----
 
 struct Reference {
     std::vector<std::vector<double>> hidden;  // hidden_states.0 .. .N, each [B, 77, D]
@@ -200,6 +201,7 @@ QStringList checkFixtures(const std::string& root) {
     for (const auto& [name, c] : doc.at("cases").items()) {
         const std::string dir = root + "/" + name;
         const ClipTextModel model = ClipTextModel::load(dir + "/text_encoder");
+        CpuBackend backend;
         const ClipTextConfig& config = model.config();
         if (config.numHiddenLayers != c.at("layers").get<int>()) check(QString::fromStdString(name) + ": layers differ");
         // The graph's parameters are exactly the file's tensors (names and shapes).
@@ -219,12 +221,12 @@ QStringList checkFixtures(const std::string& root) {
             ids.insert(ids.end(), r.begin(), r.end());
         }
         const int batch = static_cast<int>(ids.size() / kT);
-        const ClipTextOutputs out = model.encode(ids, batch, 0, ClipHiddenStates::All);
+        const ClipTextOutputs out = model.encode(backend, ids, batch, 0, ClipHiddenStates::All);
         const SafetensorsFile want(dir + "/outputs.safetensors");
         check(mismatch(name + " last_hidden_state", out.lastHiddenState, want.readFloat32("last_hidden_state")));
         check(mismatch(name + " pooler_output", out.pooled, want.readFloat32("pooler_output")));
-        // spec §3.2: CLIP's last hidden_states entry is the last layer's output before the final
-        // norm; a transformers that ties it to last_hidden_state is said so and compared as such.
+        // modeling_clip.py: CLIP's last hidden_states entry is the last layer's output before the
+        // final norm; a transformers that ties it to last_hidden_state is said so and compared as such.
         const bool untied = c.at("last_hidden_state_is_final_ln_of_last_hidden_states_entry").get<bool>();
         if (!untied) qWarning("%s: this transformers returns hidden_states[-1] after the final norm", name.c_str());
         for (std::size_t k = 0; k < out.hiddenStates.size(); ++k) {
@@ -235,7 +237,7 @@ QStringList checkFixtures(const std::string& root) {
         if (want.has("hidden_states." + std::to_string(out.hiddenStates.size())))
             check(QString::fromStdString(name) + ": more hidden states than layers + 1");
         // Clip skip 1 (diffusers) / 2 (A1111): final_layer_norm(hidden_states[-2]).
-        check(mismatch(name + " skip1_normed", model.encode(ids, batch, config.numHiddenLayers - 1).lastHiddenState,
+        check(mismatch(name + " skip1_normed", model.encode(backend, ids, batch, config.numHiddenLayers - 1).lastHiddenState,
                        want.readFloat32("skip1_normed")));
         // transformers pooled where Tessera's rule says (recorded by the script).
         if (c.at("pool_index") != c.at("first_eos_index"))
@@ -249,6 +251,8 @@ QStringList checkFixtures(const std::string& root) {
 
 class TestClipText : public QObject {
     Q_OBJECT
+
+    CpuBackend cpu_;  // what the tests encode on, as an engine's TileDevice::textBackend
 
 private slots:
     void configDefaultsAndRanges() {
@@ -326,7 +330,8 @@ private slots:
         const std::int64_t d = 16, i = 32, v = 64, p = 77;
         const std::int64_t perLayer = 4 * (d * d + d) + 4 * d + (d * i + i) + (i * d + d);
         QCOMPARE(g.parameterCount(), v * d + p * d + 3 * perLayer + 2 * d);
-        // SD 1.x's real size: 123,060,480 parameters in 196 tensors (spec §3.1).
+        // SD 1.x's real size (openai/clip-vit-large-patch14's text model): 123,060,480 parameters
+        // in 196 tensors.
         ClipTextConfig sd1 = clipTextConfigFromJson(
             {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_attention_heads", 12}, {"eos_token_id", 2}});
         const ModelGraph real = buildClipTextGraph(sd1, 12);
@@ -350,7 +355,7 @@ private slots:
             const Tensors t = randomTensors(c, 7);
             const ClipTextModel model = ClipTextModel::fromTensors(c, t);
             const Ids ids = framedRows(c, {{5, 9, 17}, {}, Ids(75, 33)}, act == ClipActivation::Gelu ? 0 : c.eosTokenId);
-            const ClipTextOutputs out = model.encode(ids, 3, 0, ClipHiddenStates::All);
+            const ClipTextOutputs out = model.encode(cpu_, ids, 3, 0, ClipHiddenStates::All);
             const Reference ref = reference(c, t, ids, 3, 3);
             QCOMPARE(out.hiddenStates.size(), std::size_t{4});
             for (std::size_t k = 0; k < 4; ++k)
@@ -358,13 +363,13 @@ private slots:
             EXPECT_CLOSE("last_hidden_state", out.lastHiddenState, ref.last);
             EXPECT_CLOSE("pooler_output", out.pooled, ref.pooled);
             // Clip skip: 2 of 3 layers, then the final norm, = the norm of hidden_states[-2].
-            const ClipTextOutputs skip = model.encode(ids, 3, 2);
+            const ClipTextOutputs skip = model.encode(cpu_, ids, 3, 2);
             EXPECT_CLOSE("clip skip", skip.lastHiddenState, reference(c, t, ids, 3, 2).last);
         }
     }
 
-    // spec §3.3: eos_token_id 2 (legacy configs) pools at the first largest id; otherwise at the
-    // first eos_token_id, position 0 when there is none.
+    // CLIPTextTransformer.forward: eos_token_id 2 (legacy configs) pools at the first largest id;
+    // otherwise at the first eos_token_id, position 0 when there is none.
     void poolingRules() {
         ClipTextConfig c = tinyConfig(ClipActivation::QuickGelu, 64, 1);
         const Tensors t = randomTensors(c, 11);
@@ -375,7 +380,7 @@ private slots:
         noEos[0] = c.bosTokenId;
         ids.insert(ids.end(), noEos.begin(), noEos.end());
         auto pooledRows = [&](const ClipTextConfig& config) {
-            const ClipTextOutputs out = ClipTextModel::fromTensors(config, t).encode(ids, 3);
+            const ClipTextOutputs out = ClipTextModel::fromTensors(config, t).encode(cpu_, ids, 3);
             std::vector<int> at;
             for (int b = 0; b < 3; ++b)
                 for (int j = 0; j < kT; ++j)
@@ -392,7 +397,7 @@ private slots:
         // Argmax: row 0's 62 (BOS) at 0, row 1's 63 at 10, row 2's BOS at 0.
         QCOMPARE(pooledRows(legacy), (std::vector<int>{0, 10, 0}));
         QVERIFY(legacy.poolsAtArgmax());
-        EXPECT_CLOSE("legacy pooled", ClipTextModel::fromTensors(legacy, t).encode(ids, 3).pooled,
+        EXPECT_CLOSE("legacy pooled", ClipTextModel::fromTensors(legacy, t).encode(cpu_, ids, 3).pooled,
                      reference(legacy, t, ids, 3, 1).pooled);
     }
 
@@ -450,12 +455,12 @@ private slots:
         const ClipTextModel model = ClipTextModel::fromTensors(c, randomTensors(c, 3));
         Ids ids = framedRows(c, {{1, 2}}, c.eosTokenId);
         ids[5] = 64;
-        EXPECT_MESSAGE(errorOf([&] { model.encode(ids, 1); }),
+        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, ids, 1); }),
                        "row 0 position 5 holds id 64; this text encoder's vocabulary has ids 0 to 63");
         ids[5] = -1;
-        EXPECT_MESSAGE(errorOf([&] { model.encode(ids, 1); }), "holds id -1");
-        EXPECT_MESSAGE(errorOf([&] { model.encode(ids, 2); }), "77 ids for a batch of 2 rows of 77");
-        EXPECT_MESSAGE(errorOf([&] { model.encode(Ids(kT, 1), 1, 3); }), "clip skip");
+        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, ids, 1); }), "holds id -1");
+        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, ids, 2); }), "77 ids for a batch of 2 rows of 77");
+        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, Ids(kT, 1), 1, 3); }), "clip skip");
     }
 
     // A text_encoder/ folder: loaded as written (F32 and F16, either name spelling), and every
@@ -555,8 +560,8 @@ private slots:
         EXPECT_MESSAGE(errorOf([&] { ClipTextModel::fromTensors(c, nan); }), "non-finite");
     }
 
-    // A1111's "Original" emphasis on explicit numbers (spec sd-pipeline §5.2): z * w, then
-    // * mean(z) / mean(z * w) over the whole chunk batch.
+    // A1111's "Original" emphasis (modules/sd_emphasis.py, EmphasisOriginal) on explicit numbers:
+    // z * w, then * mean(z) / mean(z * w) over the whole chunk batch.
     void emphasisRuleByHand() {
         // 2 tokens x 2 channels: z = [1 2; 3 4], weights [1, 2]: z*w = [1 2; 6 8], mean 2.5 -> 4.25.
         std::vector<float> z{1, 2, 3, 4};
@@ -578,7 +583,7 @@ private slots:
         const PromptChunks chunks = chunkPrompt(tok, prompt);
         QCOMPARE(chunks.chunks.size(), std::size_t{1});
         const PromptChunk& chunk = chunks.chunks[0];
-        const std::vector<float> z = model.encode(chunk.ids, 1).lastHiddenState;
+        const std::vector<float> z = model.encode(cpu_, chunk.ids, 1).lastHiddenState;
         // The rule computed here in double: scale by the weights, restore the chunk's mean.
         double before = 0, after = 0;
         std::vector<double> want(z.size());
@@ -588,7 +593,7 @@ private slots:
             after += want[i];
         }
         for (double& v : want) v *= before / after;
-        const PromptConditioning cond = encodePrompt(model, tok, prompt);
+        const PromptConditioning cond = encodePrompt(model, cpu_, tok, prompt);
         QCOMPARE(cond.chunks, 1);
         QCOMPARE(cond.channels, 16);
         EXPECT_CLOSE("emphasis", cond.values, want);
@@ -598,18 +603,18 @@ private slots:
         o.emphasis = EmphasisMode::NoNorm;
         std::vector<double> scaled(z.size());
         for (std::size_t i = 0; i < z.size(); ++i) scaled[i] = double(z[i]) * chunk.weights[i / 16];
-        EXPECT_CLOSE("no norm", encodePrompt(model, tok, prompt, o).values, scaled);
+        EXPECT_CLOSE("no norm", encodePrompt(model, cpu_, tok, prompt, o).values, scaled);
         o.emphasis = EmphasisMode::Ignore;
-        EXPECT_CLOSE("ignore", encodePrompt(model, tok, prompt, o).values, z);
+        EXPECT_CLOSE("ignore", encodePrompt(model, cpu_, tok, prompt, o).values, z);
 
         // Two chunks (BREAK), a third empty one asked for: each chunk as encoded alone.
         o = {};
         o.minChunks = 3;
-        const PromptConditioning three = encodePrompt(model, tok, "red fox BREAK snow", o);
+        const PromptConditioning three = encodePrompt(model, cpu_, tok, "red fox BREAK snow", o);
         QCOMPARE(three.chunks, 3);
         QCOMPARE(three.values.size(), std::size_t{3 * 77 * 16});
-        const std::vector<float> empty = encodePrompt(model, tok, "").values;
-        const std::vector<float> snow = encodePrompt(model, tok, "snow").values;
+        const std::vector<float> empty = encodePrompt(model, cpu_, tok, "").values;
+        const std::vector<float> snow = encodePrompt(model, cpu_, tok, "snow").values;
         EXPECT_CLOSE("chunk 2", std::vector<float>(three.values.begin() + 77 * 16, three.values.begin() + 2 * 77 * 16), snow);
         EXPECT_CLOSE("padding chunk", std::vector<float>(three.values.begin() + 2 * 77 * 16, three.values.end()), empty);
 
@@ -617,16 +622,16 @@ private slots:
         o = {};
         o.clipSkip = 2;
         o.emphasis = EmphasisMode::Ignore;
-        EXPECT_CLOSE("clip skip 2", encodePrompt(model, tok, "red fox", o).values,
-                     model.encode(chunkPrompt(tok, "red fox").chunks[0].ids, 1, 2).lastHiddenState);
+        EXPECT_CLOSE("clip skip 2", encodePrompt(model, cpu_, tok, "red fox", o).values,
+                     model.encode(cpu_, chunkPrompt(tok, "red fox").chunks[0].ids, 1, 2).lastHiddenState);
         o.clipSkip = 4;
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, "x", o); }),
+        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, "x", o); }),
                        "[clip skip] clip skip: 4 is not allowed; this text encoder has 3 layers, so 1 (the last layer) to 3");
         o.clipSkip = 0;
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, "x", o); }), "[clip skip]");
+        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, "x", o); }), "[clip skip]");
         // Texts in one call: the shorter padded with empty chunks; chunk i of both is one batch
         // with one emphasis mean (computed here in double).
-        const PromptConditioning pair = encodePrompts(model, tok, {"a (red:1.5) fox BREAK snow", "[blurry]"});
+        const PromptConditioning pair = encodePrompts(model, cpu_, tok, {"a (red:1.5) fox BREAK snow", "[blurry]"});
         QCOMPARE(pair.chunks, 2);
         QCOMPARE(pair.values.size(), std::size_t{2 * 2 * 77 * 16});
         const PromptChunks first = chunkPrompt(tok, "a (red:1.5) fox BREAK snow"), second = chunkPrompt(tok, "[blurry]");
@@ -637,7 +642,7 @@ private slots:
             ids.insert(ids.end(), b.ids.begin(), b.ids.end());
             std::vector<float> w(first.chunks[i].weights.begin(), first.chunks[i].weights.end());
             w.insert(w.end(), b.weights.begin(), b.weights.end());
-            const std::vector<float> zz = model.encode(ids, 2).lastHiddenState;
+            const std::vector<float> zz = model.encode(cpu_, ids, 2).lastHiddenState;
             double m0 = 0, m1 = 0;
             std::vector<double> joint(zz.size());
             for (std::size_t k = 0; k < zz.size(); ++k) {
@@ -653,11 +658,11 @@ private slots:
                                                 pair.values.begin() + (row * 2 + i + 1) * chunkFloats),
                              std::vector<double>(joint.begin() + row * chunkFloats, joint.begin() + (row + 1) * chunkFloats));
         }
-        EXPECT_MESSAGE(errorOf([&] { encodePrompts(model, tok, {}); }), "0 prompts");
+        EXPECT_MESSAGE(errorOf([&] { encodePrompts(model, cpu_, tok, {}); }), "0 prompts");
         std::string huge;
         for (int i = 0; i < 65; ++i) huge += "x BREAK ";
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, huge); }), "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, tok, "(x:1.2.3)"); }), "[prompt]");
+        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, huge); }), "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
+        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, "(x:1.2.3)"); }), "[prompt]");
     }
 
     // The row memo: a row's outputs depend on its ids alone, so rows seen before are not run
@@ -692,8 +697,8 @@ private slots:
         };
         const Ids a = row(1), b = row(2), cc = row(3);
         // A row repeated within one batch runs once.
-        const ClipTextOutputs aba = model.encode(join({a, b, a}), 3, 0, ClipHiddenStates::All);
-        same(aba, plain.encode(join({a, b, a}), 3, 0, ClipHiddenStates::All));
+        const ClipTextOutputs aba = model.encode(cpu_, join({a, b, a}), 3, 0, ClipHiddenStates::All);
+        same(aba, plain.encode(cpu_, join({a, b, a}), 3, 0, ClipHiddenStates::All));
         QCOMPARE(aba.hiddenStates.size(), std::size_t{4});
         QCOMPARE(aba.textEmbeds.size(), std::size_t{3 * 8});
         ClipTextModel::RowMemoStats s = model.rowMemoStats();
@@ -701,16 +706,16 @@ private slots:
         QCOMPARE(s.rowsRemembered, std::uint64_t{1});
         QCOMPARE(s.rows, std::size_t{2});
         // Seen and new rows in one batch: only the new one runs; the same bits as without memo.
-        const ClipTextOutputs bc = model.encode(join({b, cc}), 2, 0, ClipHiddenStates::All);
-        same(bc, plain.encode(join({b, cc}), 2, 0, ClipHiddenStates::All));
+        const ClipTextOutputs bc = model.encode(cpu_, join({b, cc}), 2, 0, ClipHiddenStates::All);
+        same(bc, plain.encode(cpu_, join({b, cc}), 2, 0, ClipHiddenStates::All));
         s = model.rowMemoStats();
         QCOMPARE(s.rowsEncoded, std::uint64_t{3});
         QCOMPARE(s.rowsRemembered, std::uint64_t{2});
         // Other layers (clip skip) or other hidden states are other rows.
-        same(model.encode(b, 1, 2), plain.encode(b, 1, 2));
-        same(model.encode(b, 1, 0, ClipHiddenStates::Penultimate), plain.encode(b, 1, 0, ClipHiddenStates::Penultimate));
+        same(model.encode(cpu_, b, 1, 2), plain.encode(cpu_, b, 1, 2));
+        same(model.encode(cpu_, b, 1, 0, ClipHiddenStates::Penultimate), plain.encode(cpu_, b, 1, 0, ClipHiddenStates::Penultimate));
         QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{5});
-        same(model.encode(b, 1, 2), plain.encode(b, 1, 2));
+        same(model.encode(cpu_, b, 1, 2), plain.encode(cpu_, b, 1, 2));
         QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{5});
         // The model without memo ran every row and holds none.
         QCOMPARE(plain.rowMemoStats().rows, std::size_t{0});
@@ -718,24 +723,24 @@ private slots:
         // Bad ids are refused before the memo is asked, hit or not.
         Ids bad = a;
         bad[5] = 64;
-        EXPECT_MESSAGE(errorOf([&] { model.encode(join({a, bad}), 2); }), "input ids: row 1 position 5 holds id 64");
-        EXPECT_MESSAGE(errorOf([&] { model.encode(a, 1, 4); }), "clip skip");
+        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, join({a, bad}), 2); }), "input ids: row 1 position 5 holds id 64");
+        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, a, 1, 4); }), "clip skip");
 
         // The bound: the least recently used rows go; what stays is still right.
         ClipTextModel small = ClipTextModel::fromTensors(c, t);
-        small.encode(a, 1);
+        small.encode(cpu_, a, 1);
         const std::size_t one = small.rowMemoStats().bytes;
         QCOMPARE(one, (kT * 16 + 16 + 8) * sizeof(float));  // last hidden state, pooled, projected
         small.setRowMemoBytes(2 * one);
-        small.encode(b, 1);
-        small.encode(a, 1);   // a is now the most recent
-        small.encode(cc, 1);  // b goes
+        small.encode(cpu_, b, 1);
+        small.encode(cpu_, a, 1);   // a is now the most recent
+        small.encode(cpu_, cc, 1);  // b goes
         QCOMPARE(small.rowMemoStats().rows, std::size_t{2});
         QCOMPARE(small.rowMemoStats().bytes, 2 * one);
         const std::uint64_t ran = small.rowMemoStats().rowsEncoded;
-        same(small.encode(a, 1), plain.encode(a, 1));
+        same(small.encode(cpu_, a, 1), plain.encode(cpu_, a, 1));
         QCOMPARE(small.rowMemoStats().rowsEncoded, ran);
-        same(small.encode(b, 1), plain.encode(b, 1));
+        same(small.encode(cpu_, b, 1), plain.encode(cpu_, b, 1));
         QCOMPARE(small.rowMemoStats().rowsEncoded, ran + 1);
         small.setRowMemoBytes(0);
         QCOMPARE(small.rowMemoStats().rows, std::size_t{0});
@@ -746,9 +751,12 @@ private slots:
         std::vector<ClipTextOutputs> got(6);
         std::vector<std::thread> threads;
         for (int i = 0; i < 6; ++i)
-            threads.emplace_back([&, i] { got[i] = shared.encode(join({row(i % 3), row(10 + i)}), 2); });
+            threads.emplace_back([&, i] {
+                CpuBackend own(1);  // each run its own backend
+                got[i] = shared.encode(own, join({row(i % 3), row(10 + i)}), 2);
+            });
         for (std::thread& th : threads) th.join();
-        for (int i = 0; i < 6; ++i) same(got[i], plain.encode(join({row(i % 3), row(10 + i)}), 2));
+        for (int i = 0; i < 6; ++i) same(got[i], plain.encode(cpu_, join({row(i % 3), row(10 + i)}), 2));
     }
 
     // encodeEachPrompt: each text as encodePrompt gives it alone with the chunk counts equalised,
@@ -768,11 +776,11 @@ private slots:
             else o.clipSkip = 2;
             const std::vector<std::string> texts{"a (red:1.5) fox BREAK [snow], (night:1.2)", "(blurry:1.3), ugly",
                                                  "a (red:1.5) fox BREAK [snow], (night:1.2)"};
-            const std::vector<PromptConditioning> each = encodeEachPrompt(model, tok, texts, o);
+            const std::vector<PromptConditioning> each = encodeEachPrompt(model, cpu_, tok, texts, o);
             QCOMPARE(each.size(), std::size_t{3});
             o.minChunks = 2;
             for (std::size_t i = 0; i < texts.size(); ++i) {
-                const PromptConditioning want = encodePrompt(alone, tok, texts[i], o);
+                const PromptConditioning want = encodePrompt(alone, cpu_, tok, texts[i], o);
                 QCOMPARE(each[i].chunks, 2);
                 QCOMPARE(each[i].channels, want.channels);
                 QCOMPARE(each[i].values, want.values);
@@ -784,9 +792,33 @@ private slots:
             QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{4});
             // minChunks above every text's count pads each; bad options as encodePrompts says.
             o.minChunks = 3;
-            QCOMPARE(encodeEachPrompt(model, tok, {"fox"}, o).front().values, encodePrompt(alone, tok, "fox", o).values);
-            EXPECT_MESSAGE(errorOf([&] { encodeEachPrompt(model, tok, {}, o); }), "0 prompts");
+            QCOMPARE(encodeEachPrompt(model, cpu_, tok, {"fox"}, o).front().values, encodePrompt(alone, cpu_, tok, "fox", o).values);
+            EXPECT_MESSAGE(errorOf([&] { encodeEachPrompt(model, cpu_, tok, {}, o); }), "0 prompts");
         }
+    }
+
+    // encode runs the rows it has not seen on the backend it is given, prepared for the text
+    // graph even when it last ran another graph; rows it remembers touch no backend.
+    void encodesOnTheGivenBackend() {
+        const ClipTextConfig c = tinyConfig(ClipActivation::QuickGelu, 64, 2);
+        const Tensors t = randomTensors(c, 43);
+        const ClipTextModel model = ClipTextModel::fromTensors(c, t);
+        ClipTextModel plain = ClipTextModel::fromTensors(c, t);
+        plain.setRowMemoBytes(0);
+        const Ids ids = framedRows(c, {{5, 9, 17}}, c.eosTokenId);
+        // A backend prepared for another graph (the VAE's or the UNet's, in a run) first.
+        CpuBackend backend(2);
+        const ClipTextConfig other = tinyConfig(ClipActivation::Gelu, 64, 1);
+        const Tensors otherWeights = randomTensors(other, 44);
+        backend.prepareGraph(fuseForExecution(buildClipTextGraph(other, 1)), otherWeights, 3, 1, 1);
+        const ClipTextOutputs got = model.encode(backend, ids, 1);
+        QCOMPARE(got.lastHiddenState, plain.encode(cpu_, ids, 1).lastHiddenState);
+        QCOMPARE(backend.graph().ops().size(), fuseForExecution(buildClipTextGraph(c, 2)).ops().size());
+        // A remembered row: the same bits, and an unprepared backend stays unprepared.
+        CpuBackend untouched(1);
+        QCOMPARE(model.encode(untouched, ids, 1).lastHiddenState, got.lastHiddenState);
+        QVERIFY(untouched.graph().ops().empty());
+        QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{1});
     }
 
     // transformers' own outputs (tools/reference/make_clip_fixtures.py -> tests/data/clip).

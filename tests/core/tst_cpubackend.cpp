@@ -1,5 +1,6 @@
 // CpuBackend: every primitive against a direct double-precision implementation written here,
-// the graph against the spec's tensor list, and whole forwards against the PyTorch goldens.
+// the graph against google/ddpm-cifar10-32's tensor list, and whole forwards against the PyTorch
+// goldens.
 #include <QtTest>
 
 #include <algorithm>
@@ -99,7 +100,8 @@ std::vector<double> groupNormDirect(const std::vector<float>& x, int batch, int 
     return y;
 }
 
-// §2.6 in double with tokens as rows: X [N, C] = x^T.
+// Spatial self-attention (diffusers models/attention_processor.py, AttnProcessor on a feature map)
+// in double with tokens as rows: X [N, C] = x^T.
 std::vector<double> attentionDirect(const std::vector<float>& x, int C, int N, int heads, const float* gamma,
                                     const float* beta, int groups, double eps, const std::vector<float>* W,
                                     const std::vector<float>* B, double outScale) {
@@ -242,8 +244,9 @@ private slots:
              b = randomVector(std::size_t(c), 10);
         std::vector<double> ref;
         if (padding == 0) {
-            // Spec §2.7 literally: pad one zero column right and one zero row at the bottom,
-            // then a valid (unpadded) stride-2 convolution.
+            // Downsample2D literally (diffusers models/downsampling.py, F.pad(x, (0, 1, 0, 1))): pad
+            // one zero column right and one zero row at the bottom, then a valid (unpadded)
+            // stride-2 convolution.
             std::vector<float> padded(std::size_t(c) * (h + 1) * (w + 1), 0.0f);
             for (int ch = 0; ch < c; ++ch)
                 for (int yy = 0; yy < h; ++yy)
@@ -430,8 +433,8 @@ private slots:
         QCOMPARE(e[std::size_t(half)], flip ? 0.0f : 1.0f);
     }
 
-    void graphMatchesTheSpecTensorList() {
-        // tests/data/ddpm_cifar10_32_keys.txt is the spec's generated list (name [shape]).
+    void graphMatchesTheCheckpointTensorList() {
+        // tests/data/ddpm_cifar10_32_keys.txt: google/ddpm-cifar10-32's state dict (name [shape]).
         std::ifstream in(TESSERA_TEST_DATA "/ddpm_cifar10_32_keys.txt");
         QVERIFY(in.good());
         std::set<std::string> expected;
@@ -450,7 +453,7 @@ private slots:
         }
         for (const auto& e : expected) QVERIFY2(got.count(e), ("graph lacks " + e).c_str());
         QCOMPARE(got.size(), expected.size());
-        // Shapes of a few activations at 32 x 32 (spec §2.11).
+        // Shapes of a few activations at 32 x 32.
         QCOMPARE(g.shape(g.outputs().at(0), 2, 32, 32), (std::vector<std::int64_t>{2, 3, 32, 32}));
         int attnValues = 0;
         for (const GraphOp& op : g.ops())
@@ -542,7 +545,9 @@ private slots:
 
     void scaleShiftAndCenteredModelsRun() {
         UNetConfig c = smallConfig();
-        c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;  // mid attention without group norm (§2.8)
+        // Mid attention without group norm (diffusers UNetMidBlock2D: attn_groups None unless
+        // resnet_time_scale_shift is "default").
+        c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
         c.centerInputSample = true;
         c.downsamplePadding = 1;
         c.layersPerBlock = 2;

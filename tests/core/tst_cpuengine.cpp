@@ -1,8 +1,8 @@
-// The tiled sampler against docs/ENGINE_SEMANTICS.md, on a tiny random UNet and the CPU backend;
-// the one tiled loop (core/sampling/TiledLoop.h) with its device calls in the documented order, a device
-// that captures each step variant once and replays it (the CUDA step graphs' contract, on the
-// host), and map passes of any per-tile function over any canvas (larger or smaller, other
-// channels, guidance).
+// The CPU engine (CpuEngine) against docs/ENGINE_SEMANTICS.md, on a tiny random UNet and the CPU
+// backend; the one tiled loop (core/sampling/TiledLoop.h) with its device calls in the documented
+// order, a device that captures each step variant once and replays it (the CUDA step graphs'
+// contract, on the host), and map passes of any per-tile function over any canvas (larger or
+// smaller, other channels, guidance).
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -67,10 +67,10 @@ RunConfig baseConfig() {
     return c;
 }
 
-std::unique_ptr<CpuEngine> makeSampler(std::shared_ptr<const UNetModel> model) {
-    auto sampler = std::make_unique<CpuEngine>(std::make_unique<CpuBackend>());
-    sampler->setModel(std::move(model));
-    return sampler;
+std::unique_ptr<CpuEngine> makeEngine(std::shared_ptr<const UNetModel> model) {
+    auto engine = std::make_unique<CpuEngine>(std::make_unique<CpuBackend>());
+    engine->setModel(std::move(model));
+    return engine;
 }
 
 // Counts events; optionally cancels its engine after `cancelAfterBatches` tile batches.
@@ -99,7 +99,7 @@ public:
     void onMemory(const MemorySample&) override { ++memory; }
 };
 
-// The untiled sampler written out independently: the whole canvas through the UNet each step.
+// Untiled sampling written out independently: the whole canvas through the UNet each step.
 std::vector<float> untiledSample(const UNetModel& model, const RunConfig& config) {
     SchedulerOptions options = model.schedulerOptions();
     options.eta = config.schedulerOptions.eta;
@@ -295,7 +295,7 @@ float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-class TestTiledSampler : public QObject {
+class TestCpuEngine : public QObject {
     Q_OBJECT
 
 private:
@@ -337,9 +337,9 @@ private slots:
         config.width = config.height = 16;   // one 16x16 tile covers the image
         config.scheduler = static_cast<SchedulerKind>(scheduler);
         config.fusion = static_cast<FusionRule>(fusion);
-        auto sampler = makeSampler(model_);
+        auto engine = makeEngine(model_);
         CountingObserver observer;
-        const RunResult result = sampler->run(config, observer);
+        const RunResult result = engine->run(config, observer);
         QCOMPARE(result.record.tileCount, 1);
         QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
         const std::vector<float> reference = untiledSample(*model_, config);
@@ -361,23 +361,23 @@ private slots:
         config.scheduler = SchedulerKind::DDPM;  // noise added each step: exercises the canvas-keyed draws
         CountingObserver o1, o3;
         config.tileBatch = 1;
-        const RunResult one = makeSampler(model_)->run(config, o1);
+        const RunResult one = makeEngine(model_)->run(config, o1);
         config.tileBatch = 3;
-        const RunResult three = makeSampler(model_)->run(config, o3);
+        const RunResult three = makeEngine(model_)->run(config, o3);
         QCOMPARE(one.record.tileCount, 6);
         QVERIFY(one.image.data == three.image.data);  // bit-identical
         QCOMPARE(one.record.imageSha256, three.record.imageSha256);
         QVERIFY(one.seamMap.data == three.seamMap.data);
     }
 
-    // Issue #17: the record said "auto" / "fp16" for a run the CPU computed in fp32. It now says
-    // what ran, with a note of what was asked.
+    // The record says what ran (the CPU computes in fp32 whatever was asked), with a note of what
+    // was asked.
     void recordSaysWhatRan() {
         RunConfig config = baseConfig();
         config.backend = BackendKind::Auto;
         config.precision = Precision::FP16;
         CountingObserver observer;
-        const RunResult r = makeSampler(model_)->run(config, observer);
+        const RunResult r = makeEngine(model_)->run(config, observer);
         QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
         QCOMPARE(std::string(toString(r.record.config.backend)), std::string("cpu"));
         QCOMPARE(std::string(toString(r.record.config.precision)), std::string("fp32"));
@@ -389,12 +389,12 @@ private slots:
 
         config.precision = Precision::FP32;   // nothing to say when the request is what ran
         CountingObserver o2;
-        const RunResult same = makeSampler(model_)->run(config, o2);
+        const RunResult same = makeEngine(model_)->run(config, o2);
         for (const std::string& m : same.record.messages) QVERIFY2(m.find("precision:") != 0, m.c_str());
         QCOMPARE(same.record.imageSha256, r.record.imageSha256);
     }
 
-    // Issue #17: the seam score measures how visible the tile borders are in the image (1 = not
+    // The seam score measures how visible the tile borders are in the image (1 = not
     // at all). Tiles that disagree (each adds its own mean level, as tiles of a real model drift
     // apart) through the same tiled pass: `none` hands pixels over with a hard step and reads
     // clearly above Hann, which crosses over smoothly; one tile is not measured. A run records it.
@@ -435,23 +435,23 @@ private slots:
 
         RunConfig config = baseConfig();   // 6 tiles: measured and recorded
         CountingObserver o;
-        const RunResult run = makeSampler(model_)->run(config, o);
+        const RunResult run = makeEngine(model_)->run(config, o);
         QVERIFY(run.record.seamScore > 0 && run.record.seamWorst >= run.record.seamScore);
         config.width = config.height = config.tile;
-        const RunResult single = makeSampler(model_)->run(config, o);
+        const RunResult single = makeEngine(model_)->run(config, o);
         QCOMPARE(single.record.seamScore, -1.0);
     }
 
     void sameSeedSameImageOtherSeedOther() {
         RunConfig config = baseConfig();
-        auto sampler = makeSampler(model_);
+        auto engine = makeEngine(model_);
         CountingObserver o;
-        const RunResult a = sampler->run(config, o);
-        const RunResult b = sampler->run(config, o);   // reuses the prepared backend
+        const RunResult a = engine->run(config, o);
+        const RunResult b = engine->run(config, o);   // reuses the prepared backend
         QVERIFY(a.image.data == b.image.data);
         QVERIFY(a.record.runId != b.record.runId);
         config.seed = 8;
-        const RunResult c = sampler->run(config, o);
+        const RunResult c = engine->run(config, o);
         QVERIFY(a.image.data != c.image.data);
     }
 
@@ -471,7 +471,7 @@ private slots:
         config.tileBatch = batch;
         config.previewEvery = 2;
         CountingObserver observer;
-        const RunResult result = makeSampler(model_)->run(config, observer);
+        const RunResult result = makeEngine(model_)->run(config, observer);
         QCOMPARE(observer.started, 1);
         QCOMPARE(observer.steps, 5);
         QCOMPARE(observer.batches, 5 * expectedBatchesPerStep);
@@ -499,11 +499,11 @@ private slots:
         RunConfig config = baseConfig();
         config.steps = 4;
         config.tileBatch = 2;   // 3 batches per step
-        auto sampler = makeSampler(model_);
+        auto engine = makeEngine(model_);
         CountingObserver observer;
-        observer.engine = sampler.get();
+        observer.engine = engine.get();
         observer.cancelAfterBatches = 4;   // during step 2 (index 1)
-        const RunResult result = sampler->run(config, observer);
+        const RunResult result = engine->run(config, observer);
         QCOMPARE(std::string(toString(result.record.status)), std::string("cancelled"));
         QCOMPARE(observer.batches, 4);
         QCOMPARE(result.record.stepsRun, 1);
@@ -512,19 +512,19 @@ private slots:
         for (float v : result.image.data) QVERIFY(std::isfinite(v));
         // The flag stays set until reset: the next run is cancelled before its first batch.
         CountingObserver second;
-        QCOMPARE(sampler->run(config, second).record.stepsRun, 0);
-        sampler->resetCancel();
+        QCOMPARE(engine->run(config, second).record.stepsRun, 0);
+        engine->resetCancel();
         CountingObserver third;
-        QCOMPARE(std::string(toString(sampler->run(config, third).record.status)), std::string("finished"));
+        QCOMPARE(std::string(toString(engine->run(config, third).record.status)), std::string("finished"));
     }
 
     void bothFusionRulesRun() {
         RunConfig config = baseConfig();
         CountingObserver o;
         config.fusion = FusionRule::Sample;
-        const RunResult sample = makeSampler(model_)->run(config, o);
+        const RunResult sample = makeEngine(model_)->run(config, o);
         config.fusion = FusionRule::Noise;
-        const RunResult noise = makeSampler(model_)->run(config, o);
+        const RunResult noise = makeEngine(model_)->run(config, o);
         for (float v : sample.image.data) QVERIFY(std::isfinite(v));
         for (float v : noise.image.data) QVERIFY(std::isfinite(v));
         // With DDIM (eta 0, clipping) the two rules differ where tiles overlap.
@@ -538,14 +538,14 @@ private slots:
         {
             RunConfig single = config;
             single.width = single.height = 16;
-            const RunResult r = makeSampler(model_)->run(single, o);
+            const RunResult r = makeEngine(model_)->run(single, o);
             QCOMPARE(r.seamMap.channels, 1);
             QCOMPARE(r.seamMap.data.size(), std::size_t(16 * 16));
             for (float v : r.seamMap.data) QCOMPARE(v, 0.0f);
         }
         for (FusionRule rule : {FusionRule::Sample, FusionRule::Noise}) {
             config.fusion = rule;
-            const RunResult r = makeSampler(model_)->run(config, o);
+            const RunResult r = makeEngine(model_)->run(config, o);
             QCOMPARE(r.seamMap.height, 24);
             QCOMPARE(r.seamMap.width, 32);
             float maxSeam = 0;
@@ -565,7 +565,7 @@ private slots:
         RunConfig config = baseConfig();
         config.window = BlendWindowKind::None;
         CountingObserver o;
-        const RunResult r = makeSampler(model_)->run(config, o);
+        const RunResult r = makeEngine(model_)->run(config, o);
         for (float v : r.seamMap.data) QCOMPARE(v, 0.0f);
     }
 
@@ -588,10 +588,10 @@ private slots:
         if (row == "width 0") config.width = 0;
         if (row == "batch -1") config.tileBatch = -1;   // 0 is auto
         if (row == "steps 0") config.steps = 0;
-        auto sampler = makeSampler(model_);
+        auto engine = makeEngine(model_);
         CountingObserver observer;
         try {
-            sampler->run(config, observer);
+            engine->run(config, observer);
             QFAIL("run() accepted a bad configuration");
         } catch (const ValidationError& e) {
             QCOMPARE(QString::fromStdString(e.field()), field);
@@ -601,12 +601,12 @@ private slots:
     }
 
     void missingModelFolderNamed() {
-        CpuEngine sampler(std::make_unique<CpuBackend>());
+        CpuEngine engine(std::make_unique<CpuBackend>());
         RunConfig config = baseConfig();
         config.model = "/nonexistent/tessera-model";
         CountingObserver observer;
         try {
-            sampler.run(config, observer);
+            engine.run(config, observer);
             QFAIL("run() accepted a missing model folder");
         } catch (const std::exception& e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains("tessera-model"), e.what());
@@ -620,29 +620,29 @@ private slots:
         config.strength = 0.5;
         ImageTensor init{3, 24, 32, std::vector<float>(3 * 24 * 32)};
         for (std::size_t i = 0; i < init.data.size(); ++i) init.data[i] = std::sin(0.01f * float(i));
-        auto sampler = makeSampler(model_);
+        auto engine = makeEngine(model_);
         CountingObserver observer;
-        QVERIFY_THROWS_EXCEPTION(ValidationError, sampler->run(config, observer));  // not loaded yet
-        sampler->setInitImage(init);
-        const RunResult r = sampler->run(config, observer);
+        QVERIFY_THROWS_EXCEPTION(ValidationError, engine->run(config, observer));  // not loaded yet
+        engine->setInitImage(init);
+        const RunResult r = engine->run(config, observer);
         QCOMPARE(r.record.stepsRun, 3);   // starts at step index 6 - int(6 * 0.5) = 3
         QCOMPARE(observer.steps, 3);
         for (float v : r.image.data) QVERIFY(std::isfinite(v));
         // Deterministic, and not the same as a run from pure noise.
-        QVERIFY(sampler->run(config, observer).image.data == r.image.data);
+        QVERIFY(engine->run(config, observer).image.data == r.image.data);
         RunConfig fromNoise = config;
         fromNoise.initImage.clear();
-        auto plain = makeSampler(model_);
+        auto plain = makeEngine(model_);
         QVERIFY(plain->run(fromNoise, observer).image.data != r.image.data);
         // int(6 * 0.1) = 0 steps to run: the start image comes back unchanged.
         config.strength = 0.1;
-        const RunResult none = sampler->run(config, observer);
+        const RunResult none = engine->run(config, observer);
         QCOMPARE(none.record.stepsRun, 0);
         QVERIFY(none.image.data == init.data);
         // preserve_color: each channel keeps the start image's mean.
         config.strength = 0.5;
         config.preserveColor = true;
-        const RunResult kept = sampler->run(config, observer);
+        const RunResult kept = engine->run(config, observer);
         const std::size_t plane = 24 * 32;
         for (int c = 0; c < 3; ++c) {
             double a = 0, b = 0;
@@ -655,26 +655,26 @@ private slots:
         QVERIFY(kept.image.data != r.image.data);
         config.preserveColor = false;
         // A start image of the wrong size is named.
-        sampler->setInitImage(ImageTensor{3, 16, 16, std::vector<float>(3 * 16 * 16)});
+        engine->setInitImage(ImageTensor{3, 16, 16, std::vector<float>(3 * 16 * 16)});
         try {
-            sampler->run(config, observer);
+            engine->run(config, observer);
             QFAIL("a mis-sized init image was accepted");
         } catch (const ValidationError& e) {
             QCOMPARE(e.field(), std::string("init"));
         }
     }
 
-    // Issue 13, finding 10: weights scaled by 1e30 rendered saturated noise with exit 0. Here the
-    // time embedding's second linear layer reaches ~1e59, past float32: the run stops at the
-    // first tile batch of the first step, and its record says it failed, and why.
+    // Weights scaled by 1e30 must not render saturated noise as a finished run: here the time
+    // embedding's second linear layer reaches ~1e59, past float32, so the run stops at the first
+    // tile batch of the first step, and its record says it failed, and why.
     void overflowingWeightsStopTheRun() {
         std::map<std::string, HostTensor> tensors = model_->tensors();
         for (auto& entry : tensors)
             for (float& v : entry.second.data) v *= 1e30f;
-        auto sampler = makeSampler(std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors))));
+        auto engine = makeEngine(std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors))));
         CountingObserver observer;
         try {
-            sampler->run(baseConfig(), observer);
+            engine->run(baseConfig(), observer);
             QFAIL("a run whose UNet output is not finite finished");
         } catch (const NonFiniteError& e) {
             const QString what = QString::fromUtf8(e.what());
@@ -719,11 +719,11 @@ private slots:
         const int first = j * batch, last = std::min(plan.count(), first + batch) - 1;
         const QString tiles = first == last ? QString("tile %1").arg(first) : QString("tiles %1-%2").arg(first).arg(last);
 
-        auto sampler = makeSampler(model_);
-        sampler->setInitImage(init);
+        auto engine = makeEngine(model_);
+        engine->setInitImage(init);
         CountingObserver observer;
         try {
-            sampler->run(config, observer);
+            engine->run(config, observer);
             QFAIL("a run with a NaN in its latents finished");
         } catch (const NonFiniteError& e) {
             const QString want = QString("at step 3/4 (timestep 250), tile batch %1/%2 (%3);").arg(j + 1).arg(batches).arg(tiles);
@@ -735,8 +735,8 @@ private slots:
         QCOMPARE(observer.batches, j);
         QCOMPARE(observer.steps, 0);
         // The same engine runs a clean start image to the end afterwards.
-        sampler->setInitImage(ImageTensor{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)});
-        QCOMPARE(std::string(toString(sampler->run(config, observer).record.status)), std::string("finished"));
+        engine->setInitImage(ImageTensor{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)});
+        QCOMPARE(std::string(toString(engine->run(config, observer).record.status)), std::string("finished"));
     }
 
     // The message both engines give: the tiles of the batch, and per precision what to change.
@@ -773,11 +773,11 @@ private slots:
         std::fill(tensors.at("conv_out.bias").data.begin(), tensors.at("conv_out.bias").data.end(), 1e38f);
         SchedulerOptions noClip;
         noClip.clipSample = false;
-        auto sampler = makeSampler(
+        auto engine = makeEngine(
             std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors), noClip)));
         CountingObserver observer;
         try {
-            sampler->run(baseConfig(), observer);
+            engine->run(baseConfig(), observer);
             QFAIL("a run whose latents overflowed finished");
         } catch (const NonFiniteError& e) {
             QVERIFY2(QString::fromUtf8(e.what()).startsWith(
@@ -819,7 +819,7 @@ private slots:
         QCOMPARE(device.log, want);
         QCOMPARE(r.record.stepsRun, 2);
         QCOMPARE(observer.batches, 6);
-        const RunResult direct = makeSampler(model_)->run(config, observer);
+        const RunResult direct = makeEngine(model_)->run(config, observer);
         QVERIFY(r.image.data == direct.image.data);
         QVERIFY(r.seamMap.data == direct.seamMap.data);
     }
@@ -842,7 +842,7 @@ private slots:
         config.previewEvery = 2;
         config.tileBatch = 4;                     // batches of 4 and 2
         CountingObserver direct, replayed;
-        const RunResult want = makeSampler(model_)->run(config, direct);
+        const RunResult want = makeEngine(model_)->run(config, direct);
         CpuBackend backend;
         RecordingDevice device(backend, 1, true);
         TiledLoop loop;
@@ -1072,5 +1072,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestTiledSampler)
+QTEST_GUILESS_MAIN(TestCpuEngine)
 #include "tst_cpuengine.moc"

@@ -752,10 +752,10 @@ private slots:
             cfg.threads = std::abs(threads);
             auto backend = std::make_unique<CpuBackend>();
             if (threads < 0) backend->setWholeForwardMemory(0);
-            CpuEngine sampler(std::move(backend));
-            sampler.setModel(model);
+            CpuEngine engine(std::move(backend));
+            engine.setModel(model);
             NullObserver observer;
-            results.push_back(sampler.run(cfg, observer));
+            results.push_back(engine.run(cfg, observer));
             const RunResult& r = results.back();
             QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
             QCOMPARE(r.record.environment.threads, cfg.threads);
@@ -790,10 +790,10 @@ private slots:
         std::vector<RunResult> results;
         for (int batch : {0, 1, 6, 4}) {
             cfg.tileBatch = batch;
-            CpuEngine sampler(std::make_unique<CpuBackend>());
-            sampler.setModel(model);
+            CpuEngine engine(std::make_unique<CpuBackend>());
+            engine.setModel(model);
             NullObserver observer;
-            results.push_back(sampler.run(cfg, observer));
+            results.push_back(engine.run(cfg, observer));
             const RunRecord& r = results.back().record;
             QCOMPARE(std::string(toString(r.status)), std::string("finished"));
             QCOMPARE(r.config.tileBatch, batch == 0 ? 6 : batch);
@@ -841,10 +841,10 @@ private slots:
         cfg.threads = 4;
         for (int batch : {1, 2, 4}) {
             cfg.tileBatch = batch;
-            CpuEngine sampler(std::make_unique<CpuBackend>());
-            sampler.setModel(model);
+            CpuEngine engine(std::make_unique<CpuBackend>());
+            engine.setModel(model);
             NullObserver observer;
-            const RunResult r = sampler.run(cfg, observer);
+            const RunResult r = engine.run(cfg, observer);
             QCOMPARE(std::string(toString(r.record.status)), std::string("finished"));
             const auto& m = r.record.messages;
             const bool hinted = std::any_of(m.begin(), m.end(), [](const std::string& s) {

@@ -1,4 +1,4 @@
-// core/HostMemoryEstimate: the host memory a run needs, worked out before any work, checked
+// core/cpu/HostMemoryEstimate: the host memory a run needs, worked out before any work, checked
 // against what the machine has; its parts measured against what the code really allocates.
 #include <QtTest/QtTest>
 
@@ -129,7 +129,7 @@ private slots:
         qInfo("%s", qPrintable(text));
     }
 
-    // The case: 16384 x 16384, tile 64, overlap 0 on the CPU needs about 27 GB at the
+    // A very large canvas: 16384 x 16384, tile 64, overlap 0 on the CPU needs about 27 GB at the
     // last step (four float canvases and two double ones); validate() accepts it.
     void bigCanvasOnTheCpuNeedsAbout27GB() {
         const RunConfig config = bigCanvas();

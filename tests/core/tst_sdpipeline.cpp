@@ -90,11 +90,12 @@ private slots:
     void matchesDiffusersEndToEnd() {
         if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet (tools/reference/make_sd_pipeline_fixtures.py)");
         const nlohmann::json all = cases();
+        CpuBackend textBackend;
         for (const auto& [name, c] : all.items()) {
             const RunConfig config = configOf(c, name);
             const std::string file = kFixtures + "/" + name + ".safetensors";
             const SdModel sd = loadSdModel(config.model);
-            const SdConditioning text = encodeSdPrompts(sd, config);
+            const SdConditioning text = encodeSdPrompts(sd, textBackend, config);
             const double condError = relativeError(text.cond, readTensor(file, "prompt_embeds"));
             QVERIFY2(condError < 1e-4, qPrintable(QString::fromStdString(name) + " prompt_embeds " +
                                                   QString::number(condError)));

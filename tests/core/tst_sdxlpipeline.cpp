@@ -124,9 +124,10 @@ private slots:
         REQUIRE_FIXTURES();
         const SdModel& sd = model();
         const nlohmann::json all = fx::document();
+        CpuBackend textBackend;
         for (const auto& [name, c] : all.at("cases").items()) {
             const RunConfig config = fx::runConfig(c, name);
-            const SdConditioning got = encodeSdPrompts(sd, config);
+            const SdConditioning got = encodeSdPrompts(sd, textBackend, config);
             const SafetensorsFile want(fx::file(name));
             EXPECT_CLOSE(name + " prompt_embeds", got.cond, want.readFloat32("prompt_embeds"));
             EXPECT_CLOSE(name + " pooled", got.pooledCond, want.readFloat32("pooled_prompt_embeds"));

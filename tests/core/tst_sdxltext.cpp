@@ -1,5 +1,5 @@
-// SDXL base loading and text conditioning (issue #16 items 1-2; shared/spec/sd-models.md §3-§6,
-// sd-pipeline.md §1.9, §3.4, §5.3):
+// SDXL base loading and text conditioning (diffusers pipeline_stable_diffusion_xl.py encode_prompt
+// and _get_add_time_ids; A1111 modules/sd_models_xl.py; the SGM single-file layout):
 //  - tests/data/sdxltext (tools/reference/make_sdxl_text_fixtures.py: transformers / diffusers on a
 //    tiny SDXL pipeline): both tokenizers' ids exactly, each encoder's hidden_states[-2] and the
 //    pooled projection, StableDiffusionXLPipeline.encode_prompt, and the UNet's add_embedding input
@@ -9,8 +9,8 @@
 //  - refiners refused, text_encoder_2 required and named, random:sdxl at the published shapes,
 //    empty negative prompt -> zeros, pooled text from the first of several chunks, emphasis per
 //    encoder.
-// Parts that need the UNet's text-time embedding (UNetCondConfig's addition_embed_type, another
-// branch of the same issue) skip, saying so, where this build's UNet has none.
+// Parts that need the UNet's text-time embedding (UNetCondConfig's addition_embed_type) skip,
+// saying so, where this build's UNet has none.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -25,6 +25,7 @@
 #include "SingleFileTestSupport.h"
 #include "TokenizerTestSupport.h"
 #include "core/base/BoundedInput.h"
+#include "core/cpu/CpuBackend.h"
 #include "core/models/clip/ClipTextGraph.h"
 #include "core/models/clip/ClipTextModel.h"
 #include "core/text/PromptParser.h"
@@ -67,8 +68,7 @@ bool unetHasTextTime() {
 #define REQUIRE_TEXT_TIME()                                                                              \
     do {                                                                                                 \
         if (!unetHasTextTime())                                                                          \
-            QSKIP("this build's UNetCondConfig has no text-time embedding (addition_embed_type); it comes " \
-                  "with the SDXL UNet branch");                                                          \
+            QSKIP("this build's UNetCondConfig has no text-time embedding (addition_embed_type)");        \
     } while (0)
 
 #define REQUIRE_FIXTURES()                                                                              \
@@ -187,6 +187,8 @@ void compareTensors(const Map& got, const Map& want, const QString& what) {
 class TestSdxlText : public QObject {
     Q_OBJECT
 
+    CpuBackend cpu_;  // the text encoders' backend, as an engine's TileDevice::textBackend
+
 private slots:
     void initTestCase() { setBundledClipVocabulary(kGz); }
 
@@ -199,8 +201,8 @@ private slots:
         QCOMPARE(ClipTextModel::expectedTensors(enc.config()).back().second, (std::vector<std::int64_t>{5, 12}));
         const PromptChunk chunk = chunkPrompt(*m.tokenizer2, "a cat on a mat").chunks.front();
         const Ids ids(chunk.ids.begin(), chunk.ids.end());
-        const ClipTextOutputs all = enc.encode(ids, 1, 0, ClipHiddenStates::All);
-        const ClipTextOutputs pen = enc.encode(ids, 1, 0, ClipHiddenStates::Penultimate);
+        const ClipTextOutputs all = enc.encode(cpu_, ids, 1, 0, ClipHiddenStates::All);
+        const ClipTextOutputs pen = enc.encode(cpu_, ids, 1, 0, ClipHiddenStates::Penultimate);
         QCOMPARE(pen.hiddenStates.size(), std::size_t{1});
         QCOMPARE(pen.hiddenStates[0], all.hiddenStates[2]);  // 3 layers: hidden_states[-2] = layer 2's output
         // text_embeds = text_projection.weight [5, 12] x pooled.
@@ -209,7 +211,7 @@ private slots:
         for (int o = 0; o < 5; ++o)
             for (int i = 0; i < 12; ++i) expected[o] += double(w.data[o * 12 + i]) * double(pen.pooled[i]);
         EXPECT_CLOSE("text_embeds", pen.textEmbeds, expected);
-        QVERIFY(m.textEncoder->encode(ids, 1).textEmbeds.empty());
+        QVERIFY(m.textEncoder->encode(cpu_, ids, 1).textEmbeds.empty());
         QCOMPARE(enc.parameterCount(), m.textEncoder2->parameterCount());
         // A WithProjection folder without its projection is refused naming the tensor.
         const QTemporaryDir tmp;
@@ -260,8 +262,8 @@ private slots:
         for (std::size_t k = 0; k < c.at("prompts").size(); ++k) {
             const std::string p = "p" + std::to_string(k);
             const nlohmann::json& ids = c.at("ids").at(k);
-            const ClipTextOutputs a = m.textEncoder->encode(ids.at("framed1").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
-            const ClipTextOutputs b = m.textEncoder2->encode(ids.at("framed2").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
+            const ClipTextOutputs a = m.textEncoder->encode(cpu_, ids.at("framed1").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
+            const ClipTextOutputs b = m.textEncoder2->encode(cpu_, ids.at("framed2").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
             EXPECT_CLOSE(p + ".hidden1", a.hiddenStates[0], want.readFloat32(p + ".hidden1"));
             EXPECT_CLOSE(p + ".hidden2", b.hiddenStates[0], want.readFloat32(p + ".hidden2"));
             EXPECT_CLOSE(p + ".text_embeds", b.textEmbeds, want.readFloat32(p + ".text_embeds"));
@@ -284,7 +286,7 @@ private slots:
             };
             const std::string prompt = text("prompt"), negative = text("negative_prompt");
             m.forceZerosForEmptyPrompt = spec.at("force_zeros_for_empty_prompt").get<bool>();
-            const SdConditioning got = encodeSdPrompts(m, textConfig(prompt, negative));
+            const SdConditioning got = encodeSdPrompts(m, cpu_, textConfig(prompt, negative));
             QCOMPARE(got.channels, static_cast<int>(width));
             EXPECT_CLOSE(name + " prompt_embeds", rowsOf(got.cond, width, 0, kT), want.readFloat32(name + ".prompt_embeds"));
             EXPECT_CLOSE(name + " pooled", got.pooledCond, want.readFloat32(name + ".pooled_prompt_embeds"));
@@ -376,7 +378,8 @@ private slots:
     }
 
     // SDXL base at full size (only the header is read; the data is a sparse hole): the
-    // configurations and parameter counts the published checkpoint has (spec §0, §1.1, §3.1).
+    // configurations and parameter counts the published checkpoint has
+    // (stabilityai/stable-diffusion-xl-base-1.0's config.json files).
     void fullSizeSdxlHeader() {
         REQUIRE_TEXT_TIME();
         const SdModelConfigs c = randomSdModelConfigs("random:sdxl");
@@ -558,7 +561,7 @@ private slots:
             }
             return n;
         };
-        // spec sd-models.md §3.1 and §0 (CLIP-L 123,060,480; bigG 694,659,840; UNet 2,567,463,684).
+        // The published checkpoint's counts: CLIP-L 123,060,480; bigG 694,659,840; UNet 2,567,463,684.
         QCOMPARE(count(ClipTextModel::expectedTensors(c.textEncoder)), std::int64_t{123060480});
         QCOMPARE(count(ClipTextModel::expectedTensors(*c.textEncoder2)), std::int64_t{694659840});
         QCOMPARE(count(UNetCondModel::expectedTensors(c.unet)), std::int64_t{2567463684});
@@ -572,7 +575,7 @@ private slots:
 
     void emptyNegativePromptIsZeros() {
         SdModel m = tinyTextModel();
-        SdConditioning c = encodeSdPrompts(m, textConfig("a cat", ""));
+        SdConditioning c = encodeSdPrompts(m, cpu_, textConfig("a cat", ""));
         QCOMPARE(c.channels, 8 + 12);
         QCOMPARE(c.tokens, kT);
         QCOMPARE(c.cond.size(), std::size_t(kT * 20));
@@ -581,14 +584,14 @@ private slots:
         QCOMPARE(c.uncond.size(), c.cond.size());
         QVERIFY(allZero(c.uncond) && allZero(c.pooledUncond) && c.pooledUncond.size() == 5);
         // A non-empty negative prompt, or force_zeros_for_empty_prompt off, is encoded.
-        const SdConditioning ugly = encodeSdPrompts(m, textConfig("a cat", "ugly"));
+        const SdConditioning ugly = encodeSdPrompts(m, cpu_, textConfig("a cat", "ugly"));
         QVERIFY(!allZero(ugly.uncond) && !allZero(ugly.pooledUncond));
         m.forceZerosForEmptyPrompt = false;
-        c = encodeSdPrompts(m, textConfig("a cat", ""));
+        c = encodeSdPrompts(m, cpu_, textConfig("a cat", ""));
         QVERIFY(!allZero(c.uncond) && !allZero(c.pooledUncond));
-        QCOMPARE(c.pooledUncond, encodeSdPrompts(m, textConfig("", "", 1.0)).pooledCond);
+        QCOMPARE(c.pooledUncond, encodeSdPrompts(m, cpu_, textConfig("", "", 1.0)).pooledCond);
         // No guidance: no unconditional half.
-        c = encodeSdPrompts(m, textConfig("a cat", "", 1.0));
+        c = encodeSdPrompts(m, cpu_, textConfig("a cat", "", 1.0));
         QVERIFY(c.uncond.empty() && c.pooledUncond.empty());
     }
 
@@ -599,36 +602,36 @@ private slots:
         std::string prompt;
         for (int i = 0; i < 40; ++i) prompt += "red cat ";   // 80 tokens: two chunks
         prompt += "(blue:1.4) dog";
-        const SdConditioning c = encodeSdPrompts(m, textConfig(prompt, ""));
+        const SdConditioning c = encodeSdPrompts(m, cpu_, textConfig(prompt, ""));
         QCOMPARE(c.tokens, 2 * kT);
         QCOMPARE(c.uncond.size(), c.cond.size());   // zeros as long as the prompt
         const PromptChunks chunks = chunkPrompt(*m.tokenizer2, prompt);
         QCOMPARE(chunks.chunks.size(), std::size_t{2});
         auto textEmbeds = [&](const PromptChunk& chunk) {
-            return m.textEncoder2->encode(Ids(chunk.ids.begin(), chunk.ids.end()), 1).textEmbeds;
+            return m.textEncoder2->encode(cpu_, Ids(chunk.ids.begin(), chunk.ids.end()), 1).textEmbeds;
         };
         QCOMPARE(c.pooledCond, textEmbeds(chunks.chunks[0]));
         QVERIFY(c.pooledCond != textEmbeds(chunks.chunks[1]));
         // Each encoder's part is its own A1111 conditioning (emphasis normalised per encoder).
         PromptConditioningOptions options;
         options.layer = PromptLayer::Penultimate;
-        const PromptConditioning a = encodePrompt(*m.textEncoder, *m.tokenizer, prompt, options);
-        const PromptConditioning b = encodePrompt(*m.textEncoder2, *m.tokenizer2, prompt, options);
+        const PromptConditioning a = encodePrompt(*m.textEncoder, cpu_, *m.tokenizer, prompt, options);
+        const PromptConditioning b = encodePrompt(*m.textEncoder2, cpu_, *m.tokenizer2, prompt, options);
         QCOMPARE(channelsOf(c.cond, 20, 0, 8), a.values);
         QCOMPARE(channelsOf(c.cond, 20, 8, 12), b.values);
         QCOMPARE(b.pooled, c.pooledCond);
         // Emphasis leaves the pooled text alone.
-        QCOMPARE(encodeSdPrompts(m, textConfig("(blue:1.4) dog", "")).pooledCond,
-                 encodeSdPrompts(m, textConfig("blue dog", "")).pooledCond);
-        QVERIFY(encodeSdPrompts(m, textConfig("(blue:1.4) dog", "")).cond != encodeSdPrompts(m, textConfig("blue dog", "")).cond);
+        QCOMPARE(encodeSdPrompts(m, cpu_, textConfig("(blue:1.4) dog", "")).pooledCond,
+                 encodeSdPrompts(m, cpu_, textConfig("blue dog", "")).pooledCond);
+        QVERIFY(encodeSdPrompts(m, cpu_, textConfig("(blue:1.4) dog", "")).cond != encodeSdPrompts(m, cpu_, textConfig("blue dog", "")).cond);
     }
 
     void clipSkipIsNotApplied() {
         const SdModel m = tinyTextModel();
         RunConfig config = textConfig("a cat", "ugly");
-        const SdConditioning one = encodeSdPrompts(m, config);
+        const SdConditioning one = encodeSdPrompts(m, cpu_, config);
         config.clipSkip = 2;
-        const SdConditioning two = encodeSdPrompts(m, config);
+        const SdConditioning two = encodeSdPrompts(m, cpu_, config);
         QCOMPARE(two.cond, one.cond);
         QCOMPARE(two.pooledCond, one.pooledCond);
         QVERIFY(std::any_of(two.messages.begin(), two.messages.end(),
@@ -637,7 +640,7 @@ private slots:
         PromptConditioningOptions options;
         options.layer = PromptLayer::Penultimate;
         options.clipSkip = 2;
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(*m.textEncoder, *m.tokenizer, "a", options); }), "[clip skip]");
+        EXPECT_MESSAGE(errorOf([&] { encodePrompt(*m.textEncoder, cpu_, *m.tokenizer, "a", options); }), "[clip skip]");
     }
 
     // SDXL base's add_embedding input (UNetCondConfig textTimeEmbeds, the one function for it):

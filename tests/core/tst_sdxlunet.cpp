@@ -476,7 +476,7 @@ private slots:
         QCOMPARE(result.record.tileCount, 1);
 
         // The same by hand.
-        const SdConditioning text = encodeSdPrompts(*sd, config);
+        const SdConditioning text = encodeSdPrompts(*sd, device.textBackend(), config);
         const std::vector<float> ids{64, 96, 0, 0, 64, 96};
         const std::vector<float> vc = textTimeEmbeds(unet, pooled, ids), vu = textTimeEmbeds(unet, negative, ids);
         const ModelGraph g = unet2DConditionExecutionGraph(unet, text.tokens);

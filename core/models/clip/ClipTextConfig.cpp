@@ -1,4 +1,4 @@
-// transformers CLIPTextConfig reader (shared/spec/sd-models.md §3.1). The defaults are
+// transformers CLIPTextConfig reader (models/clip/configuration_clip.py). The defaults are
 // CLIPTextConfig.__init__'s, so a config.json that leaves a key out means what it means there.
 #include "core/models/clip/ClipTextConfig.h"
 
@@ -61,7 +61,8 @@ void checkCrossKeys(const ClipTextConfig& c, const nlohmann::json& j) {
     if (c.hiddenSize % c.numAttentionHeads != 0)
         reject("num_attention_heads", j.value("num_attention_heads", nlohmann::json(c.numAttentionHeads)),
                "must divide hidden_size " + std::to_string(c.hiddenSize) + " (each head takes hidden_size / heads)");
-    // The pooled row is found by this id (spec §3.3); BOS and pad ids are never looked up.
+    // The pooled row is found by this id (modeling_clip.py, CLIPTextTransformer.forward); BOS and
+    // pad ids are never looked up.
     if (c.eosTokenId >= c.vocabSize)
         reject("eos_token_id", j.value("eos_token_id", nlohmann::json(c.eosTokenId)),
                "must be an id of the vocabulary (below vocab_size " + std::to_string(c.vocabSize) + ")");

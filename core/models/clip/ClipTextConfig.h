@@ -1,6 +1,6 @@
 // ClipTextConfig: a transformers CLIPTextConfig (the `text_encoder/config.json` of a diffusers
 // pipeline folder), with transformers' defaults for missing keys and every value range-checked
-// before anything is sized from it (shared/spec/sd-models.md §3.1). Qt-free.
+// before anything is sized from it (transformers models/clip/configuration_clip.py). Qt-free.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +43,9 @@ struct ClipTextConfig {
     bool withProjection = false;
 
     int headDim() const { return hiddenSize / numAttentionHeads; }
-    // transformers' pooling rule (spec §3.3): eos_token_id 2 is the legacy value of the openai
-    // configs, pooled at the argmax of the ids; otherwise at the first position holding eos.
+    // transformers' pooling rule (modeling_clip.py, CLIPTextTransformer.forward): eos_token_id 2
+    // is the legacy value of the openai configs, pooled at the argmax of the ids; otherwise at
+    // the first position holding eos.
     bool poolsAtArgmax() const { return eosTokenId == 2; }
 };
 

@@ -75,8 +75,8 @@ private:
         return g_.addOp(newOp(OpKind::Add, name, a, b), valueName);
     }
 
-    // CLIPEncoderLayer (spec §3.2 step 3), parameters declared in its state-dict order:
-    // self_attn.{k,v,q,out}_proj, layer_norm1, mlp.fc1, mlp.fc2, layer_norm2.
+    // CLIPEncoderLayer (transformers models/clip/modeling_clip.py), parameters declared in its
+    // state-dict order: self_attn.{k,v,q,out}_proj, layer_norm1, mlp.fc1, mlp.fc2, layer_norm2.
     int encoderLayer(const std::string& prefix, int h, const std::string& valueName) {
         const std::string attn = prefix + ".self_attn";
         const std::vector<int> k = linearParams(attn + ".k_proj", d_, d_);

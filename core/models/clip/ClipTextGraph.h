@@ -1,4 +1,4 @@
-// The CLIP text encoder (transformers CLIPTextModel, shared/spec/sd-models.md §3.2) as a
+// The CLIP text encoder (transformers models/clip/modeling_clip.py, CLIPTextModel) as a
 // ModelGraph: token + position embedding, pre-LN encoder layers with causal self-attention,
 // the final LayerNorm and EOS pooling, with parameters under transformers' names in
 // state-dict order. Qt-free.
@@ -15,12 +15,12 @@ inline constexpr int kClipTextTokens = 77;
 // Which hidden states (layer outputs without the final norm) the graph outputs besides
 // last_hidden_state and pooler_output: none; all of them, transformers' output_hidden_states;
 // or hidden_states[-2] alone (the output of layer layersToRun - 1: what SDXL conditions on with
-// both its encoders, spec §3.4).
+// both its encoders: diffusers pipeline_stable_diffusion_xl.py, encode_prompt).
 enum class ClipHiddenStates { None, All, Penultimate };
 
 // Inputs: "input_ids", tokens [B, 77, 1] holding the ids as floats (exact below 2^24).
 // Outputs, in order: "last_hidden_state" [B, 77, D] = final_layer_norm(output of layer
-// `layersToRun`); "pooler_output" [B, D], its row at the EOS position (spec §3.3:
+// `layersToRun`); "pooler_output" [B, D], its row at the EOS position (CLIPTextTransformer.forward:
 // config.poolsAtArgmax() ? the first largest id : the first eos_token_id, position 0 if none);
 // then All: "hidden_states.0" (the embeddings) .. "hidden_states.<layersToRun>"; Penultimate:
 // "hidden_states.<layersToRun - 1>". CLIPTextModelWithProjection's text_projection is not in
@@ -34,7 +34,7 @@ ModelGraph buildClipTextGraph(const ClipTextConfig& config, int layersToRun,
                               ClipHiddenStates hiddenStates = ClipHiddenStates::None);
 
 // Parameter names: "text_model." + the module path. transformers >= 5.6 may save CLIPTextModel
-// without that prefix (spec §3.5); loaders accept both spellings.
+// without that prefix; loaders accept both spellings.
 inline constexpr const char* kClipTextPrefix = "text_model.";
 // CLIPTextModelWithProjection's projection of the pooled output, [projection_dim, hidden], no bias.
 inline constexpr const char* kClipTextProjection = "text_projection.weight";

@@ -9,7 +9,7 @@
 
 #include "core/base/BoundedInput.h"
 #include "core/models/clip/ClipTextGraph.h"
-#include "core/cpu/CpuBackend.h"
+#include "core/graph/Backend.h"
 #include "core/run/RunConfig.h"
 #include "core/formats/ModelWeights.h"
 
@@ -20,13 +20,14 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
-// transformers >= 5.6 may drop the "text_model." prefix (spec §3.5); text_projection has none.
+// transformers >= 5.6 may drop the "text_model." prefix; text_projection has none.
 std::string flattenedName(const std::string& canonical) {
     const std::size_t prefix = std::strlen(kClipTextPrefix);
     return canonical.compare(0, prefix, kClipTextPrefix) == 0 ? canonical.substr(prefix) : std::string();
 }
 
-// Saved by transformers < 4.31 as a persistent buffer; not a parameter (spec §3.2).
+// Saved by transformers < 4.31 as a persistent buffer (models/clip/modeling_clip.py,
+// CLIPTextEmbeddings); not a parameter.
 bool isPositionIds(const std::string& name) {
     return name == std::string(kClipTextPrefix) + "embeddings.position_ids" || name == "embeddings.position_ids";
 }
@@ -145,8 +146,8 @@ std::int64_t ClipTextModel::parameterCount() const {
     return count;
 }
 
-ClipTextOutputs ClipTextModel::encode(std::span<const std::int32_t> ids, int batch, int layersToRun,
-                                      ClipHiddenStates hiddenStates) const {
+ClipTextOutputs ClipTextModel::encode(Backend& backend, std::span<const std::int32_t> ids, int batch,
+                                      int layersToRun, ClipHiddenStates hiddenStates) const {
     if (batch < 1 || ids.size() != static_cast<std::size_t>(batch) * kClipTextTokens)
         throw std::invalid_argument("input ids: " + std::to_string(ids.size()) + " ids for a batch of " +
                                     std::to_string(batch) + " rows of " + std::to_string(kClipTextTokens));
@@ -182,7 +183,6 @@ ClipTextOutputs ClipTextModel::encode(std::span<const std::int32_t> ids, int bat
         std::vector<float> input(toRun.size() * t);
         for (std::size_t r = 0; r < toRun.size(); ++r)
             for (std::size_t i = 0; i < t; ++i) input[r * t + i] = static_cast<float>(ids[toRun[r] * t + i]);
-        CpuBackend backend;
         backend.prepareGraph(graph, tensors_, runBatch, 1, 1);
         std::vector<float> last(toRun.size() * t * d), pooled(toRun.size() * d);
         std::vector<std::vector<float>> hidden(taps, std::vector<float>(toRun.size() * t * d));
@@ -285,12 +285,12 @@ ChunkedTexts chunkTexts(const ClipTextModel& model, const ClipTokenizer& tokeniz
 }
 
 // `batch` rows of ids through the layers the options ask for.
-ClipTextOutputs encodeRows(const ClipTextModel& model, const std::vector<std::int32_t>& ids, int batch,
-                           const PromptConditioningOptions& options) {
+ClipTextOutputs encodeRows(const ClipTextModel& model, Backend& backend, const std::vector<std::int32_t>& ids,
+                           int batch, const PromptConditioningOptions& options) {
     const int layers = model.config().numHiddenLayers;
     return options.layer == PromptLayer::Penultimate
-               ? model.encode(ids, batch, layers, ClipHiddenStates::Penultimate)
-               : model.encode(ids, batch, layers - (options.clipSkip - 1));
+               ? model.encode(backend, ids, batch, layers, ClipHiddenStates::Penultimate)
+               : model.encode(backend, ids, batch, layers - (options.clipSkip - 1));
 }
 
 // The conditioning rows of encodeRows' outputs (before emphasis).
@@ -300,7 +300,7 @@ std::vector<float>& conditioningRows(ClipTextOutputs& out, const PromptCondition
 
 }  // namespace
 
-PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
+PromptConditioning encodePrompts(const ClipTextModel& model, Backend& backend, const ClipTokenizer& tokenizer,
                                  const std::vector<std::string>& prompts, const PromptConditioningOptions& options) {
     const ChunkedTexts chunked = chunkTexts(model, tokenizer, prompts, options);
     const std::size_t count = chunked.count;
@@ -319,7 +319,7 @@ PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer
             ids.insert(ids.end(), chunks[i].ids.begin(), chunks[i].ids.end());
             weights.insert(weights.end(), chunks[i].weights.begin(), chunks[i].weights.end());
         }
-        ClipTextOutputs out = encodeRows(model, ids, batch, options);
+        ClipTextOutputs out = encodeRows(model, backend, ids, batch, options);
         // A1111 keeps the pooled output of the first chunk, taken before emphasis.
         if (i == 0) {
             c.pooled = out.textEmbeds.empty() ? std::move(out.pooled) : std::move(out.textEmbeds);
@@ -334,8 +334,8 @@ PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer
     return c;
 }
 
-std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer,
-                                                 const std::vector<std::string>& prompts,
+std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, Backend& backend,
+                                                 const ClipTokenizer& tokenizer, const std::vector<std::string>& prompts,
                                                  const PromptConditioningOptions& options) {
     const ChunkedTexts chunked = chunkTexts(model, tokenizer, prompts, options);
     const std::size_t count = chunked.count, rows = prompts.size() * count;
@@ -345,7 +345,7 @@ std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, con
     ids.reserve(rows * t);
     for (const auto& chunks : chunked.chunks)
         for (const PromptChunk& chunk : chunks) ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
-    ClipTextOutputs out = encodeRows(model, ids, static_cast<int>(rows), options);
+    ClipTextOutputs out = encodeRows(model, backend, ids, static_cast<int>(rows), options);
     std::vector<float>& z = conditioningRows(out, options);
     const std::vector<float>& pooled = out.textEmbeds.empty() ? out.pooled : out.textEmbeds;
     const std::size_t pooledWidth = pooled.size() / rows;
@@ -368,9 +368,9 @@ std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, con
     return result;
 }
 
-PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
-                                const PromptConditioningOptions& options) {
-    return encodePrompts(model, tokenizer, {std::string(prompt)}, options);
+PromptConditioning encodePrompt(const ClipTextModel& model, Backend& backend, const ClipTokenizer& tokenizer,
+                                std::string_view prompt, const PromptConditioningOptions& options) {
+    return encodePrompts(model, backend, tokenizer, {std::string(prompt)}, options);
 }
 
 }  // namespace tessera

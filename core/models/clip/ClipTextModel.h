@@ -1,9 +1,11 @@
 // ClipTextModel: a CLIP text encoder (SD 1.x / 2.x / XL `text_encoder/`, SDXL's
 // `text_encoder_2/`: config.json + model.safetensors, transformers' CLIPTextModel or
-// CLIPTextModelWithProjection) bound to float32 host tensors, run on the CPU reference backend
-// through buildClipTextGraph, and the prompt conditioning A1111 feeds the UNet: emphasis,
-// 75-token chunks, clip skip, SDXL's penultimate layer and pooled text (shared/spec/sd-pipeline.md
-// §5.2-5.3, sd-models.md §3.4). Qt-free.
+// CLIPTextModelWithProjection) bound to float32 host tensors, run through buildClipTextGraph on
+// the Backend its caller gives (the engines give a float32 CPU backend, TileDevice::textBackend),
+// and the prompt conditioning A1111 feeds the UNet: emphasis, 75-token chunks, clip skip
+// (A1111 modules/sd_hijack_clip.py, FrozenCLIPEmbedderWithCustomWords), SDXL's penultimate
+// layer and pooled text (diffusers pipelines/stable_diffusion_xl/pipeline_stable_diffusion_xl.py,
+// encode_prompt). Qt-free.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,8 @@
 #include "core/formats/ModelWeights.h"
 
 namespace tessera {
+
+class Backend;  // core/graph/Backend.h
 
 namespace clip_text_limits {
 // 75-token chunks one prompt may take. Each adds 77 context tokens to every cross-attention of
@@ -44,7 +48,8 @@ class ClipTextModel {
 public:
     // `dir`: a text_encoder/ folder (config.json, model.safetensors). Every tensor the config
     // needs is checked for presence and shape before any is read, then for NaN/Inf; names with
-    // or without the "text_model." prefix are accepted (spec §3.5), position_ids is ignored.
+    // or without the "text_model." prefix are accepted (transformers >= 5.6 may leave it
+    // out), position_ids is ignored.
     // Throws ModelError naming the file and the tensor ("…/model.safetensors: tensor
     // 'text_model.final_layer_norm.bias': expected [768], found [1024]").
     // `meter` (optional) counts the tensors read (core/base/LoadProgress.h).
@@ -66,16 +71,19 @@ public:
     static TensorList expectedTensors(const ClipTextConfig& config);
 
     // Runs `batch` rows of kClipTextTokens ids (row-major) through the first `layersToRun`
-    // layers (0: all) on the CPU backend; textEmbeds when the model has a projection. Throws
-    // std::invalid_argument for a size mismatch or an id outside the vocabulary (naming row,
-    // position and id), as buildClipTextGraph for layersToRun.
+    // layers (0: all) on `backend`, which it prepares for the rows it runs (a backend used for
+    // other graphs is prepared again by their next user); textEmbeds when the model has a
+    // projection. Throws std::invalid_argument for a size mismatch or an id outside the
+    // vocabulary (naming row, position and id), as buildClipTextGraph for layersToRun.
     // A row's outputs depend on its ids alone (the CPU backend gives every image of a batch the
     // same bits at any batch size and thread count), so the model remembers the rows it encoded
     // (per ids, layers and hidden states; the least recently used go past the bound, 64 MiB) and
     // runs only rows it has not seen, each distinct row once: a prompt re-run with another seed,
-    // the usual negative prompt and the empty padding chunk cost nothing the second time.
-    // Thread-safe: runs sharing one model may encode at once.
-    ClipTextOutputs encode(std::span<const std::int32_t> ids, int batch, int layersToRun = 0,
+    // the usual negative prompt and the empty padding chunk cost nothing the second time. The
+    // memo does not tell backends apart: encode one model on one kind of backend (both engines
+    // encode on a float32 CPU backend).
+    // Thread-safe for the model: runs sharing one model may encode at once, each on its own backend.
+    ClipTextOutputs encode(Backend& backend, std::span<const std::int32_t> ids, int batch, int layersToRun = 0,
                            ClipHiddenStates hiddenStates = ClipHiddenStates::None) const;
 
     // What the row memo holds: distinct rows and their bytes; rowsEncoded counts the rows this
@@ -122,10 +130,11 @@ struct PromptConditioningOptions {
     int minChunks = 1;
 };
 
-// The conditioning A1111 computes for one prompt (spec sd-pipeline §5.2-5.3): chunkPrompt's
-// 77-id chunks, each encoded (the layer per options.layer and clipSkip), emphasis applied per
-// chunk (Original: scale by the token weights, then restore the chunk's mean), concatenated
-// along the tokens: [1, 77 * chunks, D] row-major. Throws ValidationError("prompt") as
+// The conditioning A1111 computes for one prompt (modules/sd_hijack_clip.py, process_tokens;
+// modules/sd_emphasis.py, EmphasisOriginal): chunkPrompt's 77-id chunks, each encoded on
+// `backend` (the layer per options.layer and clipSkip), emphasis applied per chunk (Original:
+// scale by the token weights, then restore the chunk's mean), concatenated along the tokens:
+// [1, 77 * chunks, D] row-major. Throws ValidationError("prompt") as
 // chunkPrompt does and for more than clip_text_limits::kMaxChunks chunks,
 // ValidationError("clip skip") for clipSkip outside 1..N (or other than 1 with Penultimate).
 struct PromptConditioning {
@@ -138,8 +147,8 @@ struct PromptConditioning {
     int pooledWidth = 0;
     std::vector<float> pooled;
 };
-PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer, std::string_view prompt,
-                                const PromptConditioningOptions& options = {});
+PromptConditioning encodePrompt(const ClipTextModel& model, Backend& backend, const ClipTokenizer& tokenizer,
+                                std::string_view prompt, const PromptConditioningOptions& options = {});
 
 // Several texts in one call, as A1111's FrozenCLIPEmbedderWithCustomWords.forward takes them
 // (a batch of prompts): every text padded with empty-prompt chunks to the longest one's count
@@ -147,15 +156,15 @@ PromptConditioning encodePrompt(const ClipTextModel& model, const ClipTokenizer&
 // mean is taken over the whole batch. values [texts, 77 * chunks, D], in the order given.
 // (A1111 encodes a prompt and its negative prompt in separate calls: use encodePrompt for each
 // and minChunks to equalise them when they go into one doubled UNet batch.)
-PromptConditioning encodePrompts(const ClipTextModel& model, const ClipTokenizer& tokenizer,
+PromptConditioning encodePrompts(const ClipTextModel& model, Backend& backend, const ClipTokenizer& tokenizer,
                                  const std::vector<std::string>& prompts, const PromptConditioningOptions& options = {});
 
 // Each text as encodePrompt encodes it on its own (emphasis normalised per text and chunk, each
 // text's own pooled output), all padded to one chunk count (the longest text's, at least
 // options.minChunks), in a single encoder batch: a prompt and its negative prompt in one pass
 // instead of two, with the same bits as two encodePrompt calls with minChunks equalised.
-std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, const ClipTokenizer& tokenizer,
-                                                 const std::vector<std::string>& prompts,
+std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, Backend& backend,
+                                                 const ClipTokenizer& tokenizer, const std::vector<std::string>& prompts,
                                                  const PromptConditioningOptions& options = {});
 
 }  // namespace tessera

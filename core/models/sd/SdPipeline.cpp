@@ -78,7 +78,7 @@ void checkContext(int chunks) {
                                         " fit the UNet's context: shorten the prompt or the negative prompt");
 }
 
-SdConditioning encodeSd12Prompts(const SdModel& model, const RunConfig& config) {
+SdConditioning encodeSd12Prompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
     PromptConditioningOptions options;
     options.clipSkip = config.clipSkip;
     const bool guided = config.cfgScale != 1.0;
@@ -86,7 +86,8 @@ SdConditioning encodeSd12Prompts(const SdModel& model, const RunConfig& config) 
     // equalised would give them, in one encoder batch.
     std::vector<std::string> texts{config.prompt};
     if (guided) texts.push_back(config.negativePrompt);
-    std::vector<PromptConditioning> each = encodeEachPrompt(*model.textEncoder, *model.tokenizer, texts, options);
+    std::vector<PromptConditioning> each =
+        encodeEachPrompt(*model.textEncoder, textBackend, *model.tokenizer, texts, options);
     PromptConditioning& cond = each.front();
     SdConditioning out;
     out.tokens = cond.chunks * clip_limits::kContextLength;
@@ -103,13 +104,16 @@ SdConditioning encodeSd12Prompts(const SdModel& model, const RunConfig& config) 
 // The texts through both SDXL encoders, `chunks` chunks each, one batch per encoder: per text
 // and token row the first encoder's values then the second's; the pooled text of the second.
 std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(const SdModel& model,
+                                                                               Backend& textBackend,
                                                                                const std::vector<std::string>& texts,
                                                                                int chunks) {
     PromptConditioningOptions options;
     options.layer = PromptLayer::Penultimate;
     options.minChunks = chunks;
-    const std::vector<PromptConditioning> first = encodeEachPrompt(*model.textEncoder, *model.tokenizer, texts, options);
-    std::vector<PromptConditioning> second = encodeEachPrompt(*model.textEncoder2, *model.tokenizer2, texts, options);
+    const std::vector<PromptConditioning> first =
+        encodeEachPrompt(*model.textEncoder, textBackend, *model.tokenizer, texts, options);
+    std::vector<PromptConditioning> second =
+        encodeEachPrompt(*model.textEncoder2, textBackend, *model.tokenizer2, texts, options);
     const std::size_t rows = static_cast<std::size_t>(chunks) * clip_limits::kContextLength;
     std::vector<std::pair<std::vector<float>, std::vector<float>>> out;
     for (std::size_t t = 0; t < texts.size(); ++t) {
@@ -128,7 +132,7 @@ std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(c
     return out;
 }
 
-SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) {
+SdConditioning encodeSdxlPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
     if (!model.textEncoder2 || !model.tokenizer2)
         throw std::logic_error("encodeSdPrompts: an SDXL model without its second text encoder or tokenizer");
     const bool guided = config.cfgScale != 1.0;
@@ -147,7 +151,7 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) 
     out.channels = model.textEncoder->config().hiddenSize + model.textEncoder2->config().hiddenSize;
     std::vector<std::string> encoded{config.prompt};
     if (guided && !zeros) encoded.push_back(config.negativePrompt);
-    auto joined = encodeSdxlTexts(model, encoded, chunks);
+    auto joined = encodeSdxlTexts(model, textBackend, encoded, chunks);
     std::tie(out.cond, out.pooledCond) = std::move(joined.front());
     if (zeros) {
         out.uncond.assign(out.cond.size(), 0.0f);
@@ -169,8 +173,9 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, const RunConfig& config) 
 
 }  // namespace
 
-SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config) {
-    return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, config) : encodeSd12Prompts(model, config);
+SdConditioning encodeSdPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
+    return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, config)
+                                          : encodeSd12Prompts(model, textBackend, config);
 }
 
 ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents,

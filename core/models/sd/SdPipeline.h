@@ -1,7 +1,9 @@
-// SdPipeline: the parts of a Stable Diffusion run around the tiled sampler (core/sampling/TiledLoop.h):
+// SdPipeline: the parts of a Stable Diffusion run around the tiled loop (core/sampling/TiledLoop.h):
 // the run's checks and its latent canvas, the text conditioning of the prompt and negative
-// prompt, the VAE's encode (image-to-image) and decode, and the cheap latent-to-RGB preview.
-// shared/spec/sd-pipeline.md §2, §3.1, §3.3. Qt-free.
+// prompt, the VAE's encode (image-to-image) and decode, and the cheap latent-to-RGB preview
+// (diffusers pipelines/stable_diffusion/pipeline_stable_diffusion.py: check_inputs,
+// prepare_latents, encode_prompt, the VAE's decode; pipeline_stable_diffusion_img2img.py for
+// the encode). Qt-free.
 #pragma once
 
 #include <optional>
@@ -28,22 +30,23 @@ void checkSdCells(const RunConfig& config, int vaeScale = 8);
 RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
 
 // The prompt and negative prompt as A1111 encodes them (emphasis, 75-token chunks, BREAK, clip
-// skip; sd-pipeline.md §5.2-§5.3), as many chunks each (the shorter padded with empty chunks),
-// for a doubled batch. Without guidance (cfg 1) the negative prompt is not encoded.
-// SDXL (sd-pipeline.md §5.3 item 7, sd-models.md §3.4): each text through both encoders, each
-// chunking and weighting on its own (its own tokenizer, emphasis normalised per encoder), their
-// penultimate layers side by side per token (768 + 1280 = 2048 wide); the pooled text is the
-// second encoder's projected pooled output of the FIRST chunk, before emphasis; clip skip does
-// not apply (A1111 ignores it for SDXL; the messages say so); an empty negative prompt is all
-// zeros, text and pooled, where model.forceZerosForEmptyPrompt (A1111 always; diffusers for a
-// negative prompt of None).
+// skip; modules/sd_hijack_clip.py), on `textBackend` (core/models/clip/ClipTextModel.h encode),
+// as many chunks each (the shorter padded with empty chunks), for a doubled batch. Without
+// guidance (cfg 1) the negative prompt is not encoded.
+// SDXL (A1111 modules/sd_models_xl.py; diffusers pipeline_stable_diffusion_xl.py, encode_prompt):
+// each text through both encoders, each chunking and weighting on its own (its own tokenizer,
+// emphasis normalised per encoder), their penultimate layers side by side per token (768 + 1280
+// = 2048 wide); the pooled text is the second encoder's projected pooled output of the FIRST
+// chunk, before emphasis; clip skip does not apply (A1111 ignores it for SDXL; the messages say
+// so); an empty negative prompt is all zeros, text and pooled, where
+// model.forceZerosForEmptyPrompt (A1111 always; diffusers for a negative prompt of None).
 struct SdConditioning {
     int tokens = 0, channels = 0;                // per row: [tokens, channels]
     std::vector<float> cond, uncond;             // uncond empty without guidance
     std::vector<float> pooledCond, pooledUncond; // SDXL: the pooled, projected text (empty otherwise)
     std::vector<std::string> messages;           // what the record says about them
 };
-SdConditioning encodeSdPrompts(const SdModel& model, const RunConfig& config);
+SdConditioning encodeSdPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config);
 
 // How a decode or encode runs: tiled, whole, or by the budget (core/models/vae/TiledVae.h planVaePass).
 struct VaePassOptions {

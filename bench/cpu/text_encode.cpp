@@ -1,22 +1,26 @@
-// How long a Stable Diffusion 1.x run's text conditioning takes on the CPU engine: a CLIP ViT-L/14
-// text encoder (SD 1.5's: 12 layers, 768 wide; random weights) on a prompt and a negative prompt,
-//   two   the way runs encoded them before session 12: encodePrompt on each (two encoder passes)
-//   one   encodeEachPrompt: both in one encoder batch (what runs do now)
+// How long a Stable Diffusion 1.x run's text conditioning takes on the CPU backend (where both
+// engines encode text): a CLIP ViT-L/14 text encoder (SD 1.5's: 12 layers, 768 wide; random
+// weights) on a prompt and a negative prompt,
+//   two   encodePrompt on each text (two encoder passes)
+//   one   encodeEachPrompt: both in one encoder batch (what runs do)
 //   again the same texts once more: the rows come from the encoder's row memo
 // each the median of REPEATS (default 5) on the host clock; the conditionings are checked equal.
+// THREADS: the CPU backend's threads (0, the default: all hardware threads).
 //
-// Build (from a configured build folder that has built tessera_core):
-//   g++ -O2 -std=c++20 -I. bench/text_encode.cpp build-bench/core/libtessera_core.a -lopenblas -lspdlog -lfmt \
-//       -lpng -ljpeg -lz -o /tmp/text_encode && /tmp/text_encode [THREADS]
+// Build, from the source root, with BUILD a build folder that has built tessera_core:
+//   g++ -O2 -std=c++20 -I. -DTESSERA_SOURCE_DIR='"."' bench/cpu/text_encode.cpp BUILD/core/libtessera_core.a \
+//       -lopenblas -lspdlog -lfmt -lnettle -lz -o text_encode && ./text_encode [THREADS]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/cpu/CpuBackend.h"
 #include "core/models/clip/ClipTextGraph.h"
 #include "core/models/clip/ClipTextModel.h"
 #include "core/text/ClipTokenizer.h"
@@ -39,8 +43,9 @@ double msOf(F&& f) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
     const int repeats = std::getenv("REPEATS") ? std::atoi(std::getenv("REPEATS")) : 5;
+    CpuBackend backend(argc > 1 ? std::atoi(argv[1]) : 0);
     ClipTextConfig c;
     c.hiddenSize = 768;
     c.intermediateSize = 3072;
@@ -68,19 +73,19 @@ int main() {
     std::vector<PromptConditioning> each;
     for (int r = 0; r < repeats; ++r) {
         two.push_back(msOf([&] {
-            a = encodePrompt(model, tok, prompt);
-            b = encodePrompt(model, tok, negative);
+            a = encodePrompt(model, backend, tok, prompt);
+            b = encodePrompt(model, backend, tok, negative);
         }));
-        one.push_back(msOf([&] { each = encodeEachPrompt(model, tok, {prompt, negative}); }));
+        one.push_back(msOf([&] { each = encodeEachPrompt(model, backend, tok, {prompt, negative}); }));
     }
     if (each[0].values != a.values || each[1].values != b.values) {
         std::fprintf(stderr, "text_encode: one batch gave other values than two passes\n");
         return 1;
     }
-    encodeEachPrompt(memo, tok, {prompt, negative});
+    encodeEachPrompt(memo, backend, tok, {prompt, negative});
     std::vector<double> again;
     for (int r = 0; r < repeats; ++r)
-        again.push_back(msOf([&] { each = encodeEachPrompt(memo, tok, {prompt, negative}); }));
+        again.push_back(msOf([&] { each = encodeEachPrompt(memo, backend, tok, {prompt, negative}); }));
     if (each[0].values != a.values) return 1;
     std::printf("case,ms_median,ms_min,ms_max,repeats\n");
     for (const auto& [name, v] : {std::pair{"two", two}, {"one", one}, {"again", again}})
