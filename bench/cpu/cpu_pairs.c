@@ -1,7 +1,7 @@
 /* How a machine's CPUs share their cores: what limits the CPU engine's scaling to 16 threads.
  *
  * The CPU engine's work is OpenBLAS's single-threaded sgemm, one call per block of a tile's
- * convolution (core/cpu/CpuBackend.cpp, cpu::gemmBlocks). This runs the same kind of work, one
+ * convolution (core/cpu/ops/Gemm.cpp, cpu::gemmBlocks). This runs the same kind of work, one
  * process per CPU, pinned with sched_setaffinity, and prints how long each took:
  *
  *   cpu_pairs CPU [CPU ...]   one worker per listed CPU, all started together (a barrier in shared

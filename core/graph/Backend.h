@@ -1,5 +1,5 @@
 // Backend: lowers a ModelGraph (core/graph/ModelGraph.h) and evaluates it on a batch of tiles. The
-// tiled sampler (core/cpu/CpuEngine.h) drives any Backend through the UNet entry points
+// CPU engine (core/cpu/CpuEngine.h) drives any Backend through the UNet entry points
 // (prepare(UNetModel) / forward) with host-side float32 NCHW buffers. Qt-free.
 #pragma once
 
