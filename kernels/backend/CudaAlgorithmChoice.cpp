@@ -9,11 +9,11 @@
 #include <tuple>
 
 #include "core/formats/TuningCache.h"
-#include "kernels/ops/BiasResidual.cuh"
 #include "kernels/backend/CudaBackendImpl.h"
-#include "kernels/ops/FlashAttention.cuh"
 #include "kernels/device/GpuTiming.h"
-#include "kernels/ops/LayoutConvert.cuh"
+#include "kernels/ops/BiasResidual.cuh"
+#include "kernels/ops/FillUniform.cuh"
+#include "kernels/ops/FlashAttention.cuh"
 
 namespace tessera {
 
@@ -107,8 +107,8 @@ std::string TuningLedger::summary() const {
 
 namespace {
 
-// The tuning cache's text for an attention path: "blocked", "fused" (64 query rows in 4 warps,
-// as caches before the 128-row tilings wrote it), "fused 128" (4 warps) or "fused 128 8w".
+// The tuning cache's text for an attention path: "blocked", "fused" (64 query rows in 4 warps),
+// "fused 128" (4 warps) or "fused 128 8w".
 std::string attentionChoiceText(bool fused, FlashTiling t) {
     if (!fused) return "blocked";
     if (t.blockQueries != 128) return "fused";

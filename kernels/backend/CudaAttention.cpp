@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "kernels/ops/BiasResidual.cuh"
-#include "kernels/ops/CausalMask.cuh"
 #include "kernels/backend/CudaBackendImpl.h"
 #include "kernels/device/CudaCheck.h"
+#include "kernels/ops/BiasResidual.cuh"
+#include "kernels/ops/CausalMask.cuh"
 #include "kernels/ops/Softmax.cuh"
 
 namespace tessera {

@@ -20,8 +20,8 @@ std::string cudaVersionText(int version) {
     return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
 }
 
-// Why CUDA cannot be used, in words for a person choosing a backend (issue #17: "CUDA driver
-// version is insufficient for CUDA runtime version" said nothing about what to do).
+// Why CUDA cannot be used, in words for a person choosing a backend: the runtime's own text
+// ("CUDA driver version is insufficient for CUDA runtime version") says nothing about what to do.
 std::string cudaUnusableReason(cudaError_t error) {
     int driver = 0;
     (void)cudaDriverGetVersion(&driver);
@@ -83,10 +83,7 @@ void CudaBackend::run(const std::vector<const float*>& inputs, int batch, const 
     impl_->run(inputs, batch, outputs);
 }
 void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW) {
-    prepare(model, batch, tileH, tileW, 1);
-}
-void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes) {
-    impl_->prepare(unet2DExecutionGraph(model.config()), model.tensors(), batch, tileH, tileW, lanes);
+    impl_->prepare(unet2DExecutionGraph(model.config()), model.tensors(), batch, tileH, tileW, 1);
 }
 const ModelGraph& CudaBackend::graph() const { return impl_->graph; }
 int CudaBackend::lanes() const { return impl_->prepared ? impl_->lanes : 0; }
@@ -94,7 +91,6 @@ void CudaBackend::forward(const float* x, const float* timesteps, int batch, flo
     impl_->run({x, timesteps}, batch, {out});
 }
 Precision CudaBackend::precision() const { return impl_->precision; }
-int CudaBackend::preparedBatch() const { return impl_->prepared ? impl_->maxBatch : 0; }
 CudaMemoryPlan CudaBackend::memoryPlan() const { return impl_->plan; }
 std::string CudaBackend::planSummary() const { return impl_->summary; }
 std::vector<CudaBackend::AttentionPath> CudaBackend::attentionPaths() const { return impl_->attentionRecords; }

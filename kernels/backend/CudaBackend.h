@@ -37,14 +37,11 @@ bool cudaDeviceAvailable(std::string* why = nullptr);
 // prepare() could not fit the plan into device memory.
 class CudaOutOfMemory : public std::runtime_error {
 public:
-    CudaOutOfMemory(const std::string& message, double neededMiB, double freeMiB, int largestBatch)
-        : std::runtime_error(message), neededMiB_(neededMiB), freeMiB_(freeMiB), largestBatch_(largestBatch) {}
-    double neededMiB() const noexcept { return neededMiB_; }
-    double freeMiB() const noexcept { return freeMiB_; }
+    CudaOutOfMemory(const std::string& message, int largestBatch)
+        : std::runtime_error(message), largestBatch_(largestBatch) {}
     int largestBatch() const noexcept { return largestBatch_; }   // 0 when not even one tile fits
 
 private:
-    double neededMiB_, freeMiB_;
     int largestBatch_;
 };
 
@@ -69,7 +66,7 @@ public:
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     BackendInfo info() const override;
-    // Throws CudaOutOfMemory (needed/free MiB and the largest batch that fits) when the plan
+    // Throws CudaOutOfMemory (the message names the needed and free MiB; largestBatch()) when the plan
     // does not fit, std::invalid_argument for shapes the graph cannot take. The weights are
     // uploaded here (not read afterwards).
     void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override;
@@ -79,7 +76,6 @@ public:
     // Host float32 in and out (copies through the device); synchronises.
     void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override;
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override;
-    void prepare(const UNetModel& model, int batch, int tileH, int tileW, int lanes);
     void forward(const float* x, const float* timesteps, int batch, float* out) override;
     // A tiled pass's canvases in this device's memory (kernels/backend/CudaCanvasStore.h) when they fit
     // its free memory with room for the segments' plans; else nullptr (host canvases).
@@ -88,7 +84,6 @@ public:
     const ModelGraph& graph() const;  // the prepared graph
 
     Precision precision() const;
-    int preparedBatch() const;
     CudaMemoryPlan memoryPlan() const;
     std::string planSummary() const;   // layers, chosen cuDNN algorithms, buffer counts
 

@@ -26,8 +26,8 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#include "core/graph/ModelGraph.h"
 #include "core/formats/ModelWeights.h"
+#include "core/graph/ModelGraph.h"
 #include "kernels/backend/AttentionPlan.h"
 #include "kernels/backend/CudaAlgorithmChoice.h"
 #include "kernels/backend/CudaBackend.h"
@@ -35,8 +35,8 @@
 #include "kernels/backend/CudaSettings.h"
 #include "kernels/backend/CudaWeights.h"
 #include "kernels/backend/CudnnGraphConv.h"
-#include "kernels/device/DeviceResources.h"
 #include "kernels/backend/CudnnSdpa.h"
+#include "kernels/device/DeviceResources.h"
 #include "kernels/ops/FlashAttention.cuh"
 
 namespace tessera {
@@ -233,8 +233,8 @@ struct CudaBackend::Impl {
     // the convs whose GroupNorm reads a slice added to that slice.
     std::function<void(int)> lowerProjection(Projection& p, std::vector<int>& bufs);
     void lowerPointwise(const GraphOp& op);
-    // conv (+ bias, + residual) * outputScale. Buffer lists as the reference plan had them
-    // (docs/PERFORMANCE.md): the epilogue lists the conv's input only when there is no residual.
+    // conv (+ bias, + residual) * outputScale. The epilogue lists the conv's input among its
+    // buffers only when there is no residual.
     void lowerConv(int index);
     void lowerGroupNorm(int index);
 

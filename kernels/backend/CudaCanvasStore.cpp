@@ -12,9 +12,9 @@
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/device/CudaCheck.h"
 #include "kernels/device/DeviceResources.h"
+#include "kernels/device/NvtxRange.h"
 #include "kernels/ops/GroupMoments.cuh"
 #include "kernels/ops/LayoutConvert.cuh"
-#include "kernels/device/NvtxRange.h"
 
 namespace tessera {
 

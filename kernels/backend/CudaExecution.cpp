@@ -1,7 +1,8 @@
 // CudaBackend::Impl: execution. Lanes, the launches the ops make (convolutions, GEMMs), the
 // host path (run: upload, enqueue, download) and enqueue with the forward's own CUDA graphs
 // (one per batch size, captured on first use when setGraphs(true): used by `tessera-cli bench`,
-// the forward profile and tst_cudabackend; the engine captures its own, CudaTileDevice.cpp).
+// the forward profile and tst_cudabackend; the engine keeps its own in kernels/engine/GraphCache.h;
+// both capture through kernels/device/GraphCapture.h).
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include "core/cpu/CpuBackend.h"
 #include "kernels/backend/CudaBackendImpl.h"
 #include "kernels/device/CudaCheck.h"
+#include "kernels/device/GraphCapture.h"
 #include "kernels/ops/LayoutConvert.cuh"
 
 namespace tessera {
@@ -93,42 +95,26 @@ void CudaBackend::Impl::runOps(int batch) {
 }
 
 cudaGraphExec_t CudaBackend::Impl::capture(int batch) {
-    const auto t0 = std::chrono::steady_clock::now();
-    cudaGraph_t raw = nullptr;
-    TESSERA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    CapturedGraph captured;
     try {
-        runOps(batch);
-    } catch (const std::exception& e) {
-        (void)cudaStreamEndCapture(stream.get(), &raw);
-        if (raw) (void)cudaGraphDestroy(raw);
-        (void)cudaGetLastError();
+        captured = captureGraph(stream.get(), [&] { runOps(batch); });
+    } catch (const GraphCaptureFailed& e) {
         graphsFailed = true;
         graphStats.mode = "off";
-        graphStats.fallbackReason = std::string("capture failed: ") + e.what();
+        graphStats.fallbackReason = e.what();
         return nullptr;
     }
-    const cudaError_t end = cudaStreamEndCapture(stream.get(), &raw);
-    if (end != cudaSuccess || !raw) {
-        (void)cudaGetLastError();
-        graphsFailed = true;
-        graphStats.mode = "off";
-        graphStats.fallbackReason = std::string("capture failed: ") + cudaGetErrorString(end);
-        return nullptr;
-    }
-    CudaGraph graph(raw);
     const auto t1 = std::chrono::steady_clock::now();
-    cudaGraphExec_t exec = nullptr;
-    TESSERA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+    CudaGraphExec exec = instantiateGraph(captured.graph.get());
     const auto t2 = std::chrono::steady_clock::now();
-    std::size_t nodes = 0;
-    TESSERA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes));
     graphStats.captures += 1;
     graphStats.instantiations += 1;
-    graphStats.nodes = static_cast<int>(nodes);
-    graphStats.captureMs += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    graphStats.nodes = captured.nodes;
+    graphStats.captureMs += captured.captureMs;
     graphStats.instantiateMs += std::chrono::duration<double, std::milli>(t2 - t1).count();
-    graphs[batch] = CudaGraphExec(exec);
-    return exec;
+    const cudaGraphExec_t launchable = exec.get();
+    graphs[batch] = std::move(exec);
+    return launchable;
 }
 
 void CudaBackend::Impl::enqueue(int batch, int lane, cudaStream_t s) {

@@ -4,11 +4,13 @@
 #include <stdexcept>
 
 #include "core/formats/Safetensors.h"
-#include "kernels/ops/BiasResidual.cuh"
-#include "kernels/ops/Concat.cuh"
 #include "kernels/backend/CudaBackendImpl.h"
 #include "kernels/device/CudaCheck.h"
+#include "kernels/ops/BiasActivation.cuh"
+#include "kernels/ops/BiasResidual.cuh"
+#include "kernels/ops/Concat.cuh"
 #include "kernels/ops/EosPool.cuh"
+#include "kernels/ops/GegluGate.cuh"
 #include "kernels/ops/Gelu.cuh"
 #include "kernels/ops/GroupNorm.cuh"
 #include "kernels/ops/LayerNorm.cuh"
@@ -361,7 +363,9 @@ void CudaBackend::Impl::lowerConv(int index) {
     const bool output = isGraphOutput[static_cast<std::size_t>(op.output)];
     const int co = output ? (op.channels + 7) / 8 * 8 : op.channels;
     Act src = act(op.input, op, false);
-    if (op.padEnd != op.padBegin) {  // one more row/column at the bottom/right (§2.7)
+    // One more row/column at the bottom/right: diffusers models/downsampling.py Downsample2D
+    // pads (0, 1, 0, 1) before its stride-2 conv when padding is 0.
+    if (op.padEnd != op.padBegin) {
         const Act unpadded = src;
         src = newAct(src.c, src.h + 1, src.w + 1, op.name + ".pad");
         const Act padded = src;

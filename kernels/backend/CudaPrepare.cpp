@@ -8,8 +8,8 @@
 #include "core/formats/TuningCache.h"
 #include "kernels/backend/CudaBackendImpl.h"
 #include "kernels/device/CudaCheck.h"
-#include "kernels/ops/LayoutConvert.cuh"
 #include "kernels/device/NvtxRange.h"
+#include "kernels/ops/FillUniform.cuh"
 
 namespace tessera {
 
@@ -212,9 +212,9 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
     return s.str();
 }
 
-// Built in one place: until 2026-11-28 the message came from a function that also set the
-// largest batch through an out-parameter read in the same throw expression, and GCC read it
-// first (argument order is unspecified), so every error said 0 tiles fit.
+// The message and the largest batch that fits are computed here, in order, and handed to the
+// error together: a function argument read in the same throw expression as a call that sets it
+// would be read in an unspecified order.
 CudaOutOfMemory CudaBackend::Impl::outOfMemory(std::size_t needed, std::size_t freeBytes, std::size_t fixedBytes,
                                                int laneCount) const {
     // In tiles (imagesPerTile UNet images each): what the user's tile batch counts.
@@ -242,7 +242,7 @@ CudaOutOfMemory CudaBackend::Impl::outOfMemory(std::size_t needed, std::size_t f
     else
         s << "not even one tile fits: use a smaller tile or fp16";
     if (laneCount > 1) s << " (with " << laneCount << " lanes, each a copy of the activations: or use fewer lanes)";
-    return CudaOutOfMemory(s.str(), mib(needed), mib(freeBytes), largest);
+    return CudaOutOfMemory(s.str(), largest);
 }
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include "core/formats/Safetensors.h"
 #include "kernels/backend/CudaBackendImpl.h"
 #include "kernels/device/CudaCheck.h"
+#include "kernels/device/GraphCapture.h"
 
 namespace tessera {
 
@@ -27,16 +28,7 @@ std::vector<CudaBackend::OpTime> CudaBackend::Impl::profileOps(int batch, int re
         }
     };
     CudaGraphExec exec;
-    if (inGraph) {
-        cudaGraph_t raw = nullptr;
-        TESSERA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        enqueueMarked();
-        TESSERA_CHECK(cudaStreamEndCapture(s, &raw));
-        CudaGraph graph(raw);
-        cudaGraphExec_t e = nullptr;
-        TESSERA_CHECK(cudaGraphInstantiate(&e, graph.get(), 0));
-        exec = CudaGraphExec(e);
-    }
+    if (inGraph) exec = instantiateGraph(captureGraph(s, enqueueMarked).graph.get());
     std::vector<std::vector<float>> samples(ops.size());
     for (int r = 0; r < repeats + 1; ++r) {   // the first pass is a warm-up
         if (inGraph)

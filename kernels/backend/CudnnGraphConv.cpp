@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "kernels/device/CudaCheck.h"
-#include "kernels/device/GpuTiming.h"
 #include "kernels/device/DeviceResources.h"
+#include "kernels/device/GpuTiming.h"
 
 namespace tessera {
 

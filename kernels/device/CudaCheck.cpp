@@ -12,10 +12,11 @@ std::string shortPath(const char* file) {
 }
 }  // namespace
 
-CudaError::CudaError(std::string statement, std::string status, std::string location, int device, bool oom)
+CudaError::CudaError(const std::string& statement, const std::string& status, const std::string& location,
+                     int device, bool oom)
     : std::runtime_error(status + " in `" + statement + "` at " + location +
                          (device >= 0 ? " (CUDA device " + std::to_string(device) + ")" : std::string())),
-      statement_(std::move(statement)), status_(std::move(status)), location_(std::move(location)), device_(device), oom_(oom) {}
+      oom_(oom) {}
 
 namespace cudacheck {
 

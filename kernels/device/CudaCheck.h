@@ -1,6 +1,7 @@
 // One CHECK family for the CUDA runtime, cuDNN and cuBLAS. A failed call throws
-// tessera::CudaError carrying the statement, file:line and the current device, so the GUI
-// worker can report it (runFailed) instead of aborting. Never used in destructors.
+// tessera::CudaError whose message names the status, the statement, file:line and the current
+// device, so the GUI worker can report it (runFailed) instead of aborting. Never used in
+// destructors.
 #pragma once
 
 #include <cublas_v2.h>
@@ -14,18 +15,17 @@ namespace tessera {
 
 class CudaError : public std::runtime_error {
 public:
-    CudaError(std::string statement, std::string status, std::string location, int device, bool oom = false);
-    const std::string& statement() const noexcept { return statement_; }
-    const std::string& status() const noexcept { return status_; }    // "cudaErrorMemoryAllocation: out of memory"
-    const std::string& location() const noexcept { return location_; }  // "kernels/backend/CudaBackend.cpp:120"
-    int device() const noexcept { return device_; }                   // -1 when it could not be read
+    // what(): "<status> in `<statement>` at <location> (CUDA device <device>)", e.g.
+    // "cudaErrorMemoryAllocation: out of memory in `cudaMalloc(&p, bytes)` at
+    // kernels/device/DeviceResources.h:120 (CUDA device 0)"; device -1 (not readable) leaves
+    // the parenthesis out.
+    CudaError(const std::string& statement, const std::string& status, const std::string& location, int device,
+              bool oom = false);
     // True for allocation failures (cudaErrorMemoryAllocation, CUDNN_STATUS_ALLOC_FAILED,
     // CUBLAS_STATUS_ALLOC_FAILED), which prepare() turns into a sizing message.
     bool outOfMemory() const noexcept { return oom_; }
 
 private:
-    std::string statement_, status_, location_;
-    int device_ = -1;
     bool oom_ = false;
 };
 

@@ -134,18 +134,16 @@ private:
 class PinnedBuffer {
 public:
     PinnedBuffer() = default;
-    explicit PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+    explicit PinnedBuffer(std::size_t bytes) {
         void* p = nullptr;
         if (bytes) TESSERA_CHECK(cudaMallocHost(&p, bytes));
         mem_ = DeviceResource<void*, detail::PinnedMemTraits>(p);
     }
     void* data() const noexcept { return mem_.get(); }
     template <typename T> T* as() const noexcept { return static_cast<T*>(mem_.get()); }
-    std::size_t bytes() const noexcept { return bytes_; }
 
 private:
     DeviceResource<void*, detail::PinnedMemTraits> mem_;
-    std::size_t bytes_ = 0;
 };
 
 }  // namespace tessera

@@ -40,6 +40,8 @@ __device__ __forceinline__ void storeVec(T* p, const float (&in)[VEC]) {
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// GELU with the exact erf (PyTorch's default, approximate="none"): 0.5 x (1 + erf(x / sqrt 2)).
+__device__ __forceinline__ float geluExact(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
 
 // The sum (or, IsMax, the maximum) of `v` over a block of Threads threads (a multiple of 32),
 // the same in every thread. `shared` holds Threads / 32 + 1 floats; the block must reach

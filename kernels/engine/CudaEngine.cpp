@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
-#include "core/sampling/TiledLoop.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/sampling/TiledLoop.h"
 #include "kernels/device/CudaCheck.h"
 #include "kernels/engine/CudaTileDevice.h"
 
@@ -11,7 +11,7 @@ namespace tessera {
 
 struct CudaEngine::Impl {
     explicit Impl(int deviceIndex) : device(deviceIndex) {}
-    // The loop (model, start image) outlives the device (backend, arena, graphs), as before.
+    // The loop (model, start image) outlives the device (backend, arena, graphs): declared first.
     TiledLoop loop;
     CudaTileDevice device;
 };

@@ -32,8 +32,8 @@ public:
     CudaEngine& operator=(const CudaEngine&) = delete;
 
     // TiledLoop::run on the CUDA device. The backend is prepared once per (model, precision,
-    // batch, tile shape, lanes); an out-of-memory plan throws CudaOutOfMemory (needed/free MiB,
-    // largest batch); a NaN or infinity in a tile batch's output or in the latents throws
+    // batch, tile shape, lanes); an out-of-memory plan throws CudaOutOfMemory (the message names
+    // the needed and free MiB; largestBatch()); a NaN or infinity in a tile batch's output or in the latents throws
     // NonFiniteError (precision the run's), read back once per step.
     RunResult run(const RunConfig& config, RunObserver& observer) override;
 

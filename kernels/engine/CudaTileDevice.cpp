@@ -8,18 +8,21 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "core/sampling/BlendWindow.h"
+#include "core/cpu/CpuBackend.h"
 #include "core/cpu/HostMemoryEstimate.h"  // formatBytes
 #include "core/graph/ModelGraph.h"
 #include "core/run/RunRecord.h"
 #include "core/sampling/TilePlan.h"
 #include "core/models/unet/UNetModel.h"
-#include "kernels/ops/CanvasUpdate.cuh"
 #include "kernels/backend/CudaCanvasStore.h"
 #include "kernels/device/CudaCheck.h"
+#include "kernels/device/NvtxRange.h"
+#include "kernels/ops/CanvasFuse.cuh"
+#include "kernels/ops/CanvasInit.cuh"
 #include "kernels/ops/Guidance.cuh"
 #include "kernels/ops/LayoutConvert.cuh"
 #include "kernels/ops/NonFinite.cuh"
-#include "kernels/device/NvtxRange.h"
+#include "kernels/ops/StepState.cuh"
 #include "kernels/ops/TileGather.cuh"
 
 namespace tessera {
@@ -225,7 +228,7 @@ void CudaTileDevice::ensureArena(const ArenaPlan& plan) {
                 " canvas: needs " + std::to_string(static_cast<long long>(mib(static_cast<double>(arena_.bytes())))) +
                 " MiB beyond the UNet's plan, " +
                 std::to_string(static_cast<long long>(mib(static_cast<double>(freeBytes)))) + " MiB free",
-            mib(static_cast<double>(arena_.bytes())), mib(static_cast<double>(freeBytes)), 0);
+            0);
     }
 }
 
@@ -724,6 +727,11 @@ Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {
 }
 
 cudaStream_t CudaTileDevice::wholeGraphStream() const { return whole_ ? whole_->stream() : nullptr; }
+
+Backend& CudaTileDevice::textBackend() {
+    if (!text_) text_ = std::make_unique<CpuBackend>();
+    return *text_;
+}
 
 std::optional<VaeMemoryBudget> CudaTileDevice::vaeMemoryBudget(const RunConfig& config) {
     TESSERA_CHECK(cudaSetDevice(device_));

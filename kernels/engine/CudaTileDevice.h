@@ -57,6 +57,8 @@
 
 namespace tessera {
 
+class CpuBackend;  // core/cpu/CpuBackend.h
+
 class CudaTileDevice final : public TileDevice {
 public:
     explicit CudaTileDevice(int device);
@@ -68,7 +70,7 @@ public:
     const CudaBackend* backend() const { return backend_.get(); }
 
     // Prepares the backend once per (model, precision, batch, tile shape, lanes); an out-of-memory
-    // plan throws CudaOutOfMemory (needed/free MiB, largest batch).
+    // plan throws CudaOutOfMemory (its message names the needed and free MiB; largestBatch()).
     DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
     void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
     void startCanvas(const CanvasStart& start) override;
@@ -105,6 +107,9 @@ public:
     std::optional<VaeMemoryBudget> vaeMemoryBudget(const RunConfig& config) override;
     // The stream wholeGraphBackend's work is ordered on (timing events); nullptr before the first call.
     cudaStream_t wholeGraphStream() const;
+    // A float32 CPU backend of its own on all hardware threads: the text encoders run on the
+    // host in float32 on both engines, so the conditioning is the CPU engine's to the bit.
+    Backend& textBackend() override;
     // Caps vaeMemoryBudget at `bytes` (tests, benchmarks: force a tiled pass); nullopt: no cap.
     void setVaeMemoryLimit(std::optional<std::uint64_t> bytes) { vaeLimit_ = bytes; }
     // What vaeMemoryBudget keeps back from the free memory: the VAE's weights (fp16 SD: 160 MiB),
@@ -170,6 +175,7 @@ private:
     // tuning cache file and store them there, so the VAE decodes to the same bits in every process.
     class TunedBackend;
     std::unique_ptr<TunedBackend> whole_;
+    std::unique_ptr<CpuBackend> text_;   // textBackend's
     std::optional<std::uint64_t> vaeLimit_;
     std::optional<Shape> prepared_;
     // The last auto tile batch lowered to fit: the shape it was asked for (lanes 0) and what

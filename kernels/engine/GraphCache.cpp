@@ -78,34 +78,20 @@ GraphCache::Acquired GraphCache::acquire(const GraphKey& key, cudaStream_t strea
     }
     counters_.misses += 1;
 
-    // Capture. Nothing enqueued while capturing runs, so on failure the caller can simply
-    // enqueue the same work again eagerly.
-    const auto t0 = Clock::now();
-    TESSERA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    cudaGraph_t raw = nullptr;
+    // Nothing enqueued while capturing runs, so on failure the caller can simply enqueue the
+    // same work again eagerly.
+    CapturedGraph captured;
     try {
-        record();
-    } catch (const std::exception& e) {
-        (void)cudaStreamEndCapture(stream, &raw);
-        if (raw) (void)cudaGraphDestroy(raw);
-        (void)cudaGetLastError();
+        captured = captureGraph(stream, record);
+    } catch (const GraphCaptureFailed&) {
         counters_.failures += 1;
-        throw GraphCaptureFailed(std::string("capture failed: ") + e.what());
+        throw;
     }
-    const cudaError_t end = cudaStreamEndCapture(stream, &raw);
-    if (end != cudaSuccess || !raw) {
-        if (raw) (void)cudaGraphDestroy(raw);
-        (void)cudaGetLastError();
-        counters_.failures += 1;
-        throw GraphCaptureFailed(std::string("capture failed: ") + cudaGetErrorName(end) + ": " + cudaGetErrorString(end));
-    }
-    CudaGraph graph(raw);
-    const double captureMs = msSince(t0);
+    const CudaGraph& graph = captured.graph;
+    const double captureMs = captured.captureMs;
+    const int nodes = captured.nodes;
     counters_.captures += 1;
     counters_.captureMs += captureMs;
-    std::size_t nodeCount = 0;
-    TESSERA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodeCount));
-    const int nodes = static_cast<int>(nodeCount);
 
     // From here on existing executables may change: none may be in flight.
     TESSERA_CHECK(cudaStreamSynchronize(stream));
@@ -147,9 +133,7 @@ GraphCache::Acquired GraphCache::acquire(const GraphKey& key, cudaStream_t strea
 
     const double before = usedMiB();
     const auto t1 = Clock::now();
-    cudaGraphExec_t rawExec = nullptr;
-    TESSERA_CHECK(cudaGraphInstantiate(&rawExec, graph.get(), 0));
-    CudaGraphExec exec(rawExec);
+    CudaGraphExec exec = instantiateGraph(graph.get());
     TESSERA_CHECK(cudaGraphUpload(exec.get(), stream));
     TESSERA_CHECK(cudaStreamSynchronize(stream));
     const double instantiateMs = msSince(t1);

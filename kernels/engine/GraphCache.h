@@ -4,7 +4,8 @@
 // A graph is found by its key: the family (everything that fixes its topology and launch
 // shapes: mode, variant, model generation, UNet plan, precision, tile, batch, tile plan,
 // fusion...) and the pointers it bakes in (arena, backend I/O, events). On a miss the caller's
-// work is captured on its stream (thread-local mode) and, in this order of preference:
+// work is captured on its stream (captureGraph, kernels/device/GraphCapture.h) and, in this
+// order of preference:
 //   - a cached graph of the same family whose pointers are stale (its arena is gone) is
 //     updated in place with cudaGraphExecUpdate;
 //   - when the cache is full, the least recently used graph is evicted and its executable
@@ -21,7 +22,6 @@
 #include <cstddef>
 #include <functional>
 #include <list>
-#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,6 +30,7 @@
 
 #include "core/run/RunRecord.h"
 #include "kernels/device/DeviceResources.h"
+#include "kernels/device/GraphCapture.h"   // GraphCaptureFailed
 
 namespace tessera {
 
@@ -37,13 +38,6 @@ struct GraphKey {
     std::string family;     // topology and launch shapes, human readable
     std::string pointers;   // device addresses / handles baked into the nodes
     std::string text() const { return family + " @ " + pointers; }
-};
-
-// A capture that could not be completed; what() says why. Nothing captured was executed
-// and the stream is no longer capturing, so the caller can enqueue the same work eagerly.
-class GraphCaptureFailed : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
 };
 
 struct GraphCacheCounters {

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "core/sampling/StepUpdate.h"
-#include "kernels/ops/CanvasUpdate.cuh"
 #include "kernels/device/DeviceResources.h"
+#include "kernels/ops/StepState.cuh"
 
 namespace tessera {
 

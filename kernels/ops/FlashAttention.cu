@@ -150,21 +150,131 @@ __device__ __forceinline__ void loadBlock(T* dst, const T* src, long long stride
     }
 }
 
-// Over 150 lines (about 215), one kernel on purpose: the Q fragments, the running max/sum and
-// the output accumulators of a warp's MT row tiles live in registers across the whole key loop
-// (load K/V asynchronously, S = Q K^T by mma, online softmax, O += P V by mma); device-function
-// calls across that state would have to keep it in registers anyway, and the loop's stages
-// share the double-buffered shared tiles. Splitting it into inlined helpers over references to
-// those register arrays changes ptxas's allocation (as the GroupNorm helper did, see
-// GroupNorm.cu), and its speed is measured per tiling on the device only (docs/PERFORMANCE.md,
-// session 10). The steps that repeat are its helpers above (loadBlock, the mma wrappers).
+// Steps of flashForward, force-inlined: the arrays they take by reference are the kernel's
+// registers (Q fragments, scores, running max/sum, output accumulators), and nvcc emits the
+// same PTX for every instantiation as for the kernel written in one piece. The P V product and
+// the k8 step stay in the kernel: as helpers they change the PTX of the 128-row and head-dim-40
+// tilings. Lane (g = lane / 4, t = lane % 4) holds, per 8-column tile of a score or output
+// accumulator, rows g and g + 8 at columns 2t and 2t + 1 (mma's accumulator layout).
+template <int D>
+constexpr int queryKSteps() {
+    return D / 16 > 0 ? D / 16 : 1;
+}
+
+// Raw scores (unscaled) of the warp's MT row tiles against one shared block of BN keys: the
+// D / 16 k16 steps (the k8 step of D % 16 == 8 follows in the kernel).
+template <typename T, int D, int MT>
+__device__ __forceinline__ void blockScores(float (&s)[MT][blockKeys<D>() / 8][4],
+                                            const unsigned (&qa)[MT][queryKSteps<D>()][4], const T* const k,
+                                            int lane) {
+    constexpr int BN = blockKeys<D>(), S = rowStride<D>(), KS = D / 16;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+        for (int nn = 0; nn < BN / 16; ++nn) {
+            // Matrices: keys +0..7 dims +0..7, keys +0..7 dims +8..15, keys +8..15 dims
+            // +0..7, keys +8..15 dims +8..15: b0, b1 of key tile 2nn, then of 2nn + 1.
+            unsigned b[4];
+            const int m = lane / 8;
+            loadMatrices(b, k + (nn * 16 + lane % 8 + (m / 2) * 8) * S + kk * 16 + (m % 2) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma16816<T>(s[mt][2 * nn], qa[mt][kk], b[0], b[1]);
+                mma16816<T>(s[mt][2 * nn + 1], qa[mt][kk], b[2], b[3]);
+            }
+        }
+}
+
+// Masks keys past the end and, causal, keys after the query (a score of -inf) in the scores of
+// the block from key `key0`; the warp's rows start at query q0 + warpRow.
+template <int D, int MT>
+__device__ __forceinline__ void maskScores(float (&s)[MT][blockKeys<D>() / 8][4], const Params& p,
+                                           const int (&rowQuery)[MT][2], int key0, int q0, int warpRow, int t) {
+    constexpr int BN = blockKeys<D>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        if (key0 + BN > p.keys || (p.causal && key0 + BN - 1 > q0 + warpRow + 16 * mt)) {
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = key0 + 8 * j + 2 * t + (e & 1);
+                    if (key >= p.keys || (p.causal && key > rowQuery[mt][e / 2])) s[mt][j][e] = -CUDART_INF_F;
+                }
+        }
+    }
+}
+
+// Online softmax per row (the 4 lanes of a quad share a row): new maximum of the raw scores,
+// rescale what was accumulated, exponentiate with the scale folded in (exp2(s x scale log2 e -
+// max x scale log2 e), one FFMA). A row with every key so far masked keeps base 0.
+template <int D, int MT>
+__device__ __forceinline__ void onlineSoftmax(float (&s)[MT][blockKeys<D>() / 8][4], float (&out)[MT][D / 8][4],
+                                              float (&rowMax)[MT][2], float (&rowSum)[MT][2], float scaleLog2) {
+    constexpr int BN = blockKeys<D>(), NT = D / 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float m = rowMax[mt][half];
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) m = fmaxf(m, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            const float base = m == -CUDART_INF_F ? 0.0f : m * scaleLog2;
+            const float correction = fastExp2(rowMax[mt][half] * scaleLog2 - base);
+            rowMax[mt][half] = m;
+            float sum = rowSum[mt][half] * correction;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                out[mt][j][2 * half] *= correction;
+                out[mt][j][2 * half + 1] *= correction;
+            }
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 2 * half; e < 2 * half + 2; ++e) {
+                    s[mt][j][e] = fastExp2(fmaf(s[mt][j][e], scaleLog2, -base));
+                    sum += s[mt][j][e];
+                }
+            rowSum[mt][half] = sum;   // this lane's columns only; the quad's sum is taken at the end
+        }
+}
+
+// Normalise and store rows that exist, dims below headDim (whole 8-column tiles: d % 8 == 0).
+template <typename T, int D, int MT>
+__device__ __forceinline__ void storeOutput(const Params& p, T* const O, const float (&out)[MT][D / 8][4],
+                                            const float (&rowSum)[MT][2], const int (&rowQuery)[MT][2], int t) {
+    constexpr int NT = D / 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float sum = rowSum[mt][half];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = 1.0f / sum;
+            const int query = rowQuery[mt][half];
+            if (query >= p.queries) continue;
+            T* const row = O + static_cast<long long>(query) * p.oRow;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                if (8 * j < p.headDim)
+                    *reinterpret_cast<unsigned*>(row + 8 * j + 2 * t) =
+                        packPair<T>(out[mt][j][2 * half] * inv, out[mt][j][2 * half + 1] * inv);
+        }
+}
+
 // One CTA of W warps: queries blockIdx.x * BM .. + BM - 1 of (image, head) blockIdx.y, BM =
 // 16 MT W; warp w owns rows 16 MT w .. + 16 MT - 1 as MT m16 tiles, so each K and V fragment
-// read from shared memory feeds MT products and each K/V block read from L2 serves BM queries. Lane (g = lane / 4,
-// t = lane % 4) holds, per 8-column tile of a score or output accumulator, rows g and g + 8 at
-// columns 2t and 2t + 1 (mma's accumulator layout). D is the head dim the kernel computes (a
-// multiple of 8; a head dim below it is zero-padded): D / 16 k16 steps, then one k8 step when
-// D % 16 == 8; D / 8 output tiles.
+// read from shared memory feeds MT products and each K/V block read from L2 serves BM queries.
+// D is the head dim the kernel computes (a multiple of 8; a head dim below it is zero-padded):
+// D / 16 k16 steps, then one k8 step when D % 16 == 8; D / 8 output tiles. The Q fragments, the
+// running max/sum and the output accumulators stay in registers across the whole key loop.
 template <typename T, int D, int MT, int W>
 __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
     constexpr int BN = blockKeys<D>(), S = rowStride<D>(), BM = 16 * MT * W, kThreads = 32 * W;
@@ -207,7 +317,7 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
     const int warpRow = warp * 16 * MT;
     waitAsync<1>();
     __syncthreads();
-    unsigned qa[MT][KS > 0 ? KS : 1][4], qt[MT][2];
+    unsigned qa[MT][queryKSteps<D>()][4], qt[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const T* const rowAt = sQ + (warpRow + 16 * mt + lane % 16) * S;
@@ -244,27 +354,8 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
         const T* const k = sK + (kb & 1) * BN * S;
         const T* const v = sV + (kb & 1) * BN * S;
 
-        // Raw scores (unscaled) of this warp's rows against the block's BN keys.
         float s[MT][BN / 8][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-            for (int nn = 0; nn < BN / 16; ++nn) {
-                // Matrices: keys +0..7 dims +0..7, keys +0..7 dims +8..15, keys +8..15 dims
-                // +0..7, keys +8..15 dims +8..15: b0, b1 of key tile 2nn, then of 2nn + 1.
-                unsigned b[4];
-                const int m = lane / 8;
-                loadMatrices(b, k + (nn * 16 + lane % 8 + (m / 2) * 8) * S + kk * 16 + (m % 2) * 8);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma16816<T>(s[mt][2 * nn], qa[mt][kk], b[0], b[1]);
-                    mma16816<T>(s[mt][2 * nn + 1], qa[mt][kk], b[2], b[3]);
-                }
-            }
+        blockScores<T, D, MT>(s, qa, k, lane);
         if constexpr (kTail) {
             // Dims D - 8 .. D - 1: matrix m of one ldmatrix.x4 is key tile 4nn + m's b.
 #pragma unroll
@@ -278,52 +369,11 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
             }
         }
 
-        // Mask keys past the end and, causal, keys after the query (a score of -inf).
-        const int key0 = kb * BN;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            if (key0 + BN > p.keys || (p.causal && key0 + BN - 1 > q0 + warpRow + 16 * mt)) {
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int key = key0 + 8 * j + 2 * t + (e & 1);
-                        if (key >= p.keys || (p.causal && key > rowQuery[mt][e / 2])) s[mt][j][e] = -CUDART_INF_F;
-                    }
-            }
-        }
 
-        // Online softmax per row (the 4 lanes of a quad share a row): new maximum of the raw
-        // scores, rescale what was accumulated, exponentiate with the scale folded in
-        // (exp2(s x scale log2 e - max x scale log2 e), one FFMA). A row with every key so far
-        // masked keeps base 0.
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                float m = rowMax[mt][half];
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) m = fmaxf(m, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                const float base = m == -CUDART_INF_F ? 0.0f : m * p.scaleLog2;
-                const float correction = fastExp2(rowMax[mt][half] * p.scaleLog2 - base);
-                rowMax[mt][half] = m;
-                float sum = rowSum[mt][half] * correction;
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    out[mt][j][2 * half] *= correction;
-                    out[mt][j][2 * half + 1] *= correction;
-                }
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                    for (int e = 2 * half; e < 2 * half + 2; ++e) {
-                        s[mt][j][e] = fastExp2(fmaf(s[mt][j][e], p.scaleLog2, -base));
-                        sum += s[mt][j][e];
-                    }
-                rowSum[mt][half] = sum;   // this lane's columns only; the quad's sum is taken at the end
-            }
+        const int key0 = kb * BN;
+        maskScores<D, MT>(s, p, rowQuery, key0, q0, warpRow, t);
+
+        onlineSoftmax<D, MT>(s, out, rowMax, rowSum, p.scaleLog2);
 
         // out += P V: the score accumulators of key tiles 2kk, 2kk + 1 are the A fragment of
         // keys 16kk..16kk + 15; V through ldmatrix.trans gives the column fragments.
@@ -361,25 +411,8 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
         __syncthreads();   // this stage is overwritten by the next iteration's prefetch
     }
 
-    // Normalise and store rows that exist, dims below headDim (whole 8-column tiles: d % 8 == 0).
     T* const O = static_cast<T*>(p.o) + image * p.oImage + static_cast<long long>(head) * p.headDim;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float sum = rowSum[mt][half];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float inv = 1.0f / sum;
-            const int query = rowQuery[mt][half];
-            if (query >= p.queries) continue;
-            T* const row = O + static_cast<long long>(query) * p.oRow;
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-                if (8 * j < p.headDim)
-                    *reinterpret_cast<unsigned*>(row + 8 * j + 2 * t) =
-                        packPair<T>(out[mt][j][2 * half] * inv, out[mt][j][2 * half + 1] * inv);
-        }
+    storeOutput<T, D, MT>(p, O, out, rowSum, rowQuery, t);
 }
 
 // The head dim the kernel computes for `headDim`: 40 exactly (SD 1.x: two k16 steps and one

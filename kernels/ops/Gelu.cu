@@ -6,8 +6,6 @@
 namespace tessera {
 namespace {
 
-__device__ __forceinline__ float geluExact(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
-
 __device__ __forceinline__ float activate(GeluKind kind, float v) {
     switch (kind) {
     case GeluKind::Tanh: return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
@@ -23,33 +21,6 @@ __global__ void gelu(GeluKind kind, const T* x, T* y, long long n) {
         y[i] = fromFloat<T>(activate(kind, toFloat(x[i])));
 }
 
-// VEC outputs per thread: the value half and the gate half of the projection row, each plus
-// its bias in float32 (the projection GEMM leaves the bias to this pass: one pass over the
-// 2 x inner projection instead of a bias pass and a gate pass).
-template <typename T, int VEC>
-__global__ void gegluGate(const T* __restrict__ proj, const float* __restrict__ bias, T* __restrict__ y,
-                          long long totalVecs, int inner) {
-    const int vecsPerRow = inner / VEC;
-    for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < totalVecs;
-         idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const long long r = idx / vecsPerRow;
-        const int c0 = static_cast<int>(idx - r * vecsPerRow) * VEC;
-        const T* p = proj + r * 2 * inner + c0;
-        float value[VEC], gate[VEC];
-        loadVec<T, VEC>(p, value);
-        loadVec<T, VEC>(p + inner, gate);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-            if (bias) {
-                value[i] += bias[c0 + i];
-                gate[i] += bias[inner + c0 + i];
-            }
-            value[i] *= geluExact(gate[i]);
-        }
-        storeVec<T, VEC>(y + r * inner + c0, value);
-    }
-}
-
 }  // namespace
 
 void launchGelu(DType t, GeluKind kind, const void* x, void* y, long long n, cudaStream_t stream) {
@@ -58,18 +29,6 @@ void launchGelu(DType t, GeluKind kind, const void* x, void* y, long long n, cud
         gelu<T><<<gridFor(n, 256), 256, 0, stream>>>(kind, static_cast<const T*>(x), static_cast<T*>(y), n);
         TESSERA_CHECK_LAUNCH();
     })
-}
-
-void launchGegluGate(DType t, const void* proj, const float* bias, void* y, long long rows, int inner,
-                     cudaStream_t stream) {
-    if (rows <= 0) return;
-    const int vec = vectorWidthFor(inner);
-    const long long totalVecs = rows * (inner / vec);
-    TESSERA_DISPATCH_DTYPE(t, TESSERA_DISPATCH_VEC(vec, {
-        gegluGate<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(static_cast<const T*>(proj), bias,
-                                                                         static_cast<T*>(y), totalVecs, inner);
-        TESSERA_CHECK_LAUNCH();
-    }))
 }
 
 }  // namespace tessera

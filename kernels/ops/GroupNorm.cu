@@ -23,7 +23,7 @@ namespace {
 // Statistics: each thread keeps per-channel sums of (v - K) and (v - K)^2 around the
 // channel's first value K; threads are merged per channel with Chan's (count, mean, M2)
 // update in a fixed tree over rows, channels of a group with the equal-count form of the
-// same update (E[x^2] - mean^2 in float32 lost 2-channel groups' variance before).
+// same update (E[x^2] - mean^2 in float32 loses the variance of 2-channel groups).
 constexpr int kMaxThreads = 512;
 constexpr int kMaxHeld = 8;        // pixel vectors a thread holds in the fused scheme
 constexpr int kStreamUnroll = 4;   // independent 16-byte loads in flight per thread
@@ -158,11 +158,50 @@ constexpr int reduceMinBlocks() {
     return FUSED ? fusedBlocksPerSm(VEC, HELD) : 2;
 }
 
-// Over 150 lines, one kernel on purpose: the fused variants keep every pixel of the slab in
-// registers (held[]) from the load through the statistics to the normalised store, and their
-// register budget (64 or 128 above) is tuned to that one body. Even a force-inlined helper for
-// the normalise-and-store (written again in groupNormApply) changes the code ptxas emits for
-// the fused variants (their sm_90 .text differs), so the body stays as measured.
+// Fixed tree over rows: rows [half, active) hand their values to rows [0, active - half), so
+// row 0 ends with every row's (n, mean, M2). Slot layout [slot row][value][tx] keeps a warp's
+// stores on consecutive banks. Every thread of the block must call it.
+template <int VEC>
+__device__ __forceinline__ void mergeRows(float* shared, int slotStride, float& n, float (&mean)[VEC],
+                                          float (&m2)[VEC]) {
+    const int vecs = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+    for (int active = rows; active > 1;) {
+        const int half = (active + 1) / 2;
+        if (ty >= half && ty < active) {
+            float* slot = shared + (ty - half) * slotStride + tx;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                slot[(2 * i) * vecs] = mean[i];
+                slot[(2 * i + 1) * vecs] = m2[i];
+            }
+            slot[2 * VEC * vecs] = n;
+        }
+        __syncthreads();
+        if (ty < active - half) {
+            const float* slot = shared + ty * slotStride + tx;
+            // Chan's update with the weights shared by the thread's channels (one count).
+            const float nb = slot[2 * VEC * vecs];
+            if (nb > 0.0f) {
+                const float total = n + nb, wb = nb / total, wd = n * wb;
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    const float d = slot[(2 * i) * vecs] - mean[i];
+                    mean[i] += d * wb;
+                    m2[i] += slot[(2 * i + 1) * vecs] + d * d * wd;
+                }
+                n = total;
+            }
+        }
+        __syncthreads();
+        active = half;
+    }
+
+}
+
+// The fused variants keep every pixel of the slab in registers (held[]) from the load through
+// the statistics to the normalised store; their register budget (64 or 128 above) is tuned to
+// this body. The normalise-and-store stays written out here (groupNormApply has its own): as a
+// shared force-inlined helper it changes the sm_90 code of the fused variants.
 template <typename T, int VEC, int HELD, bool FUSED>
 __global__ void __launch_bounds__(kMaxThreads, reduceMinBlocks<VEC, HELD, FUSED>()) groupNormReduce(GroupNormArgs a) {
     extern __shared__ float shared[];
@@ -217,39 +256,8 @@ __global__ void __launch_bounds__(kMaxThreads, reduceMinBlocks<VEC, HELD, FUSED>
         m2[i] = fmaxf(ss[i] - s[i] * s[i] * inv, 0.0f);
     }
 
-    // Fixed tree over rows: rows [half, active) hand their values to rows [0, active - half).
-    // Slot layout [slot row][value][tx] keeps a warp's stores on consecutive banks.
     const int slotStride = vecs * (2 * VEC + 1);
-    for (int active = rows; active > 1;) {
-        const int half = (active + 1) / 2;
-        if (ty >= half && ty < active) {
-            float* slot = shared + (ty - half) * slotStride + tx;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-                slot[(2 * i) * vecs] = mean[i];
-                slot[(2 * i + 1) * vecs] = m2[i];
-            }
-            slot[2 * VEC * vecs] = n;
-        }
-        __syncthreads();
-        if (ty < active - half) {
-            const float* slot = shared + ty * slotStride + tx;
-            // Chan's update with the weights shared by the thread's channels (one count).
-            const float nb = slot[2 * VEC * vecs];
-            if (nb > 0.0f) {
-                const float total = n + nb, wb = nb / total, wd = n * wb;
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {
-                    const float d = slot[(2 * i) * vecs] - mean[i];
-                    mean[i] += d * wb;
-                    m2[i] += slot[(2 * i + 1) * vecs] + d * d * wd;
-                }
-                n = total;
-            }
-        }
-        __syncthreads();
-        active = half;
-    }
+    mergeRows<VEC>(shared, slotStride, n, mean, m2);
 
     // Row 0 now holds every slab channel over the whole chunk (one count for all).
     const int slabChannels = a.slabChannels, cpg = a.cpg, slabGroups = slabChannels / cpg;
@@ -450,7 +458,7 @@ void launchTyped(const GroupNormParams& p, GroupNormArgs a, int cpg, cudaStream_
     FusedPlan fused = planFused(p.pixels, p.channels, cpg, VEC, sizeof(T));
     if (fused.ok) {
         // The fused blocks load, reduce and store in turn; beyond about two waves of them the
-        // streaming scheme (loads overlapping across blocks) was faster on the H100.
+        // streaming scheme (loads overlapping across blocks) is faster (measured on an H100).
         int device = 0, multiprocessors = 0;
         TESSERA_CHECK(cudaGetDevice(&device));
         TESSERA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));

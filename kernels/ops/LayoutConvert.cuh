@@ -1,9 +1,7 @@
 // Conversions between the host-facing float32 NCHW layout and the backend's NHWC
-// activations (channels zero-padded to a multiple that keeps cuDNN on tensor-core paths),
-// and a deterministic fill used to give algorithm benchmarks realistic (non-zero) data.
+// activations (channels zero-padded to a multiple that keeps cuDNN on tensor-core paths), one
+// operation in its two directions.
 #pragma once
-
-#include <cstdint>
 
 #include <cuda_runtime.h>
 
@@ -17,7 +15,5 @@ void launchNchwToNhwc(const float* src, DType, void* dst, int batch, int channel
 // dst[b, c, y, x] = src[b, y, x, c] for c < channels.
 void launchNhwcToNchw(DType, const void* src, float* dst, int batch, int channels, int height, int width,
                       int paddedChannels, cudaStream_t);
-// p[i] = uniform in [-amplitude, amplitude) from a hash of (seed, i).
-void launchFillUniform(DType, void* p, long long count, std::uint32_t seed, float amplitude, cudaStream_t);
 
 }  // namespace tessera

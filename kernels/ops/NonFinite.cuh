@@ -11,8 +11,8 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/ops/CanvasUpdate.cuh"
 #include "kernels/device/DType.h"
+#include "kernels/ops/StepState.cuh"
 
 namespace tessera {
 

@@ -13,7 +13,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/ops/CanvasUpdate.cuh"
+#include "kernels/ops/StepState.cuh"
 #include "kernels/ops/TiledCanvas.cuh"
 
 namespace tessera {

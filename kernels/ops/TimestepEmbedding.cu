@@ -25,28 +25,12 @@ __global__ void timestepEmbedding(const float* __restrict__ timesteps, float* __
     out[idx] = v;
 }
 
-__global__ void biasActivation(float* __restrict__ y, const float* __restrict__ bias, int rows, int cols, bool silu,
-                               float* __restrict__ siluOut) {
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * cols) return;
-    float v = y[idx] + bias[idx % cols];
-    if (silu) v = tessera::silu(v);
-    y[idx] = v;
-    if (siluOut) siluOut[idx] = tessera::silu(v);
-}
-
 }  // namespace
 
 void launchTimestepEmbedding(const float* timesteps, float* out, int batch, int dim, int freqShift,
                              bool flipSinToCos, cudaStream_t stream) {
     timestepEmbedding<<<gridFor(batch * dim, 128), 128, 0, stream>>>(timesteps, out, batch, dim, freqShift,
                                                                      flipSinToCos);
-    TESSERA_CHECK_LAUNCH();
-}
-
-void launchBiasActivationF32(float* y, const float* bias, int rows, int cols, bool silu, float* siluOut,
-                             cudaStream_t stream) {
-    biasActivation<<<gridFor(rows * cols, 256), 256, 0, stream>>>(y, bias, rows, cols, silu, siluOut);
     TESSERA_CHECK_LAUNCH();
 }
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/formats/ModelWeights.h"
 #include "core/graph/Backend.h"
 #include "core/graph/ModelGraph.h"
-#include "core/formats/ModelWeights.h"
 #include "kernels/backend/CudaBackend.h"
 
 // Skips the test where no CUDA device is present.

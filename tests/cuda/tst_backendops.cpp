@@ -47,9 +47,9 @@
 #include <vector>
 
 #include "app/cli/BenchCommand.h"
-#include "core/models/clip/ClipTextGraph.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/graph/ModelGraph.h"
+#include "core/models/clip/ClipTextGraph.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
@@ -100,10 +100,11 @@ struct OpCase {
     bool vectorOp = false;
 };
 
-// Stable Diffusion's published UNet configs (spec sd-models.md §1.1), as bench runs them.
+// Stable Diffusion's published UNet configs (the UNet2DConditionModel config.json of SD 1.5 and
+// SD 2.1), as bench runs them.
 UNetCondConfig sdConfig(bool sd2) { return benchSdShapeConfig(sd2 ? "sd21" : "sd15"); }
 
-// Stable Diffusion's VAE (AutoencoderKL of SD 1.x/2.x, spec sd-models.md §4.1).
+// Stable Diffusion's VAE (diffusers AutoencoderKL of SD 1.x/2.x, its config.json).
 VaeConfig sdVaeConfig() {
     VaeConfig c;
     c.blockOutChannels = {128, 256, 512, 512};

@@ -10,11 +10,11 @@
 #include <tuple>
 
 #include "core/formats/TuningCache.h"
+#include "CudaTestSupport.h"
 #include "kernels/backend/CudaAlgorithmChoice.h"
 #include "kernels/backend/CudaMemoryPlan.h"
 #include "kernels/backend/CudaSettings.h"
 #include "kernels/backend/CudaWeights.h"
-#include "CudaTestSupport.h"
 
 using namespace tessera;
 

@@ -16,14 +16,14 @@
 #include <string>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/sampling/ImageOps.h"
-#include "core/run/NonFiniteError.h"
-#include "core/sampling/BlendWindow.h"
-#include "core/sampling/TileDevice.h"
-#include "core/sampling/TilePlan.h"
-#include "core/sampling/TiledLoop.h"
 #include "core/cpu/CpuEngine.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/NonFiniteError.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/sampling/ImageOps.h"
+#include "core/sampling/TileDevice.h"
+#include "core/sampling/TiledLoop.h"
+#include "core/sampling/TilePlan.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaEngine.h"
 #include "kernels/engine/CudaTileDevice.h"
@@ -217,7 +217,7 @@ private slots:
         QVERIFY2(eager.image.data == graphed.image.data, "tile graphs changed the image");
     }
 
-    // Issue 4's bar: a 256x256 tiled DDIM sampling on the GPU (fp16, 25 tiles of 64, batch 4)
+    // A 256x256 tiled DDIM sampling on the GPU (fp16, 25 tiles of 64, batch 4)
     // against the float32 CPU engine on a fixture model.
     void psnr256AgainstCpuEngine() {
         auto model = std::make_shared<const UNetModel>(UNetModel::load(testData() + "/models/cifar_like"));
@@ -349,7 +349,7 @@ private slots:
         }
     }
 
-    // Issue 13, finding 10 on the GPU, in every graph mode (lanes auto: several lanes here): a NaN
+    // Non-finite values on the GPU, in every graph mode (lanes auto: several lanes here): a NaN
     // in one pixel of the start image (a poisoned latent) stops the run at the first step it runs,
     // in the tile batch holding the first tile that covers the pixel. The poisoned run follows a
     // clean one that captured the graphs, so the flag is written by replayed graphs too; a clean

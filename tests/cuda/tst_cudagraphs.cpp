@@ -1,4 +1,4 @@
-// CUDA graphs in the CudaEngine (issue 5): off / tile / step give bit-identical images,
+// CUDA graphs in the CudaEngine: off / tile / step give bit-identical images,
 // previews and seam maps; step graphs time every tile batch (event-record nodes); cached
 // graphs are replayed across runs; the LRU graph cache keeps device memory flat over 200
 // renders switching among 20 configurations with evictions as counted by hand; a capture

@@ -1,5 +1,5 @@
 // Stable Diffusion's stateful and ancestral samplers on the CUDA device against the CPU device,
-// on a small random UNet with SD's schedule (sd-pipeline.md §4): Euler a (the Philox noise of
+// on a small random UNet with SD's schedule (diffusers' scaled_linear betas): Euler a (the Philox noise of
 // each step drawn on the device) and DPM++ 2M Karras (the x0 canvas: the previous step's blended
 // x0 read by the scatter, fusion sample, or by the fuse, fusion noise; none on the first step
 // run, text-to-image or image-to-image), in every graph mode, and a DPM++ 2M run replaying no

@@ -1,4 +1,4 @@
-// The CUDA pieces Stable Diffusion needs beside the UNet's ops (issue 15 items 3, 6, 10):
+// The CUDA pieces Stable Diffusion needs beside the UNet's ops:
 //  - attention scores in query blocks within a budget (kernels/backend/AttentionPlan.h): the sizing,
 //    and TESSERA_CUDA_ATTENTION_MIB checked and recorded (no device needed);
 //  - the SD VAE decoder's mid-block attention (one head of 512 channels) where its scores do not
@@ -28,9 +28,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/BenchCommand.h"
-#include "core/models/clip/ClipTextGraph.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/formats/ModelWeights.h"
+#include "core/models/clip/ClipTextGraph.h"
 #include "core/models/vae/VaeGraph.h"
 #include "kernels/backend/AttentionPlan.h"
 #include "kernels/backend/CudaBackend.h"
@@ -119,8 +119,8 @@ private slots:
         QCOMPARE(p.imagesPerPass, 8);
         QVERIFY(!p.blocked(1024));
         QCOMPARE(planAttention(100, 1, 1024, 1024, 2, 256u << 20).imagesPerPass, 64);
-        // SD self-attention at latent 64 (4,096 tokens, 8 heads of 64 MiB): 4 heads per pass, as
-        // before blocks existed; at latent 128 (1 GiB per head): one head in blocks of 4,096.
+        // SD self-attention at latent 64 (4,096 tokens, 8 heads of 64 MiB): 4 heads per pass, whole;
+        // at latent 128 (1 GiB per head): one head in blocks of 4,096.
         p = planAttention(4, 8, 4096, 4096, 2, 256u << 20);
         QCOMPARE(p.headsPerPass, 4);
         QCOMPARE(p.imagesPerPass, 1);

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/sampling/ImageOps.h"
-#include "core/models/sd/SdModel.h"
 #include "core/cpu/CpuEngine.h"
+#include "core/models/sd/SdModel.h"
+#include "core/sampling/ImageOps.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaEngine.h"
 

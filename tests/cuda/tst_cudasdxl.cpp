@@ -24,13 +24,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
 #include "core/cpu/CpuTileDevice.h"
-#include "core/sampling/ImageOps.h"
 #include "core/models/sd/SdModel.h"
-#include "core/sampling/TiledLoop.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/sd/UNetCondModel.h"
-#include "core/cpu/CpuEngine.h"
+#include "core/sampling/ImageOps.h"
+#include "core/sampling/TiledLoop.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaEngine.h"
 #include "kernels/engine/CudaTileDevice.h"
@@ -305,9 +305,9 @@ private slots:
         } else {
             qInfo("%s: PSNR %.1f dB (8-bit), latents %.1f dB, run %.0f ms", QTest::currentDataTag(), db,
                   psnr(ref.latents.data, got.latents.data), got.record.totalMs);
-            // fp16 (the default) must reach the 40 dB. bf16 keeps 8 significant bits to fp16's
-            // 11, and ten DPM++ 2M steps (a second-order multistep update) carry its rounding forward:
-            // measured on an H100, 2026-11-24, bf16 rows 37.3-43.9 dB, fp16 rows 55.6-57.8 dB. A bf16
+            // fp16 (the default) must reach 40 dB. bf16 keeps 8 significant bits to fp16's 11, and
+            // ten DPM++ 2M steps (a second-order multistep update) carry its rounding forward:
+            // measured on an H100, bf16 rows 37.3-43.9 dB, fp16 rows 55.6-57.8 dB. A bf16
             // bar 3 dB under the lowest measured still fails on a real defect (a wrong tile or
             // conditioning row costs 15-20 dB).
             const double bar = config.precision == Precision::BF16 ? 34.0 : 40.0;

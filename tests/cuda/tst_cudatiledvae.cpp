@@ -25,8 +25,8 @@
 #include "core/models/vae/VaeGraph.h"
 #include "core/models/vae/VaeModel.h"
 #include "kernels/device/CudaCheck.h"
-#include "kernels/engine/CudaTileDevice.h"
 #include "kernels/device/DeviceResources.h"
+#include "kernels/engine/CudaTileDevice.h"
 #include "kernels/ops/GroupMoments.cuh"
 #include "tests/cuda/CudaTestSupport.h"
 

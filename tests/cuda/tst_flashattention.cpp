@@ -1,4 +1,4 @@
-// The fused attention kernel (kernels/ops/FlashAttention.cuh, issue 18 item 1) through the CUDA
+// The fused attention kernel (kernels/ops/FlashAttention.cuh) through the CUDA
 // backend's lowering, against the float32 CPU reference:
 //  - the attention shapes of the supported models, fp16 and bf16 at the per-op tolerances of
 //    tst_backendops (fp32 stays on the blocked path; checked too): SD 1.x self-attention with
@@ -40,14 +40,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/graph/ModelGraph.h"
 #include "core/formats/ModelWeights.h"
 #include "core/formats/TuningCache.h"
+#include "core/graph/ModelGraph.h"
 #include "kernels/backend/AttentionPlan.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/device/DeviceResources.h"
+#include "kernels/ops/FillUniform.cuh"
 #include "kernels/ops/FlashAttention.cuh"
-#include "kernels/ops/LayoutConvert.cuh"
 #include "tests/cuda/CudaTestSupport.h"
 #include "tests/cuda/OutputComparison.h"
 

@@ -1,4 +1,4 @@
-// Runs that reproduce across processes (issue 14 item 4): `tessera-cli render` twice, as two
+// Runs that reproduce across processes: `tessera-cli render` twice, as two
 // processes, with one config and a fresh tuning cache file (the first fills it, the second
 // takes every choice from it) must give the same image_sha256; graphs off/step/tile and lanes
 // 1/2 must give that same image too. Skips without a CUDA device. tessera-cli is taken from

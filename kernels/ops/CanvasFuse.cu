@@ -1,4 +1,4 @@
-#include "kernels/ops/CanvasUpdate.cuh"
+#include "kernels/ops/CanvasFuse.cuh"
 
 #include "core/sampling/Philox.h"
 #include "kernels/device/CudaCheck.h"
@@ -6,21 +6,6 @@
 
 namespace tessera {
 namespace {
-
-__global__ void setStepState(StepState* state, std::uint64_t seed, int step, int hasX0Prev) {
-    state->seed = seed;
-    state->step = step;
-    state->hasX0Prev = hasX0Prev;
-}
-
-__global__ void canvasInit(std::uint64_t seed, long long total, float* __restrict__ x, const float* __restrict__ init,
-                           unsigned draw, float sigma, float a, float b, float scale) {
-    for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
-         p += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const float z = philoxNormal(seed, draw, static_cast<std::uint64_t>(p));
-        x[p] = init ? (a * init[p] + b * z) * scale : z * sigma;
-    }
-}
 
 __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict__ x, float* __restrict__ acc,
                            float* __restrict__ accEps, float* __restrict__ x0,
@@ -51,18 +36,6 @@ __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict_
 }
 
 }  // namespace
-
-void launchSetStepState(StepState* state, std::uint64_t seed, int step, bool hasX0Prev, cudaStream_t stream) {
-    setStepState<<<1, 1, 0, stream>>>(state, seed, step, hasX0Prev ? 1 : 0);
-    TESSERA_CHECK_LAUNCH();
-}
-
-void launchCanvasInit(const CanvasGeometry& g, float* x, const float* init, unsigned draw, float sigma, float a,
-                      float b, float scale, cudaStream_t stream) {
-    const long long total = static_cast<long long>(g.channels) * g.height * g.width;
-    canvasInit<<<gridFor(total, 256), 256, 0, stream>>>(g.seed, total, x, init, draw, sigma, a, b, scale);
-    TESSERA_CHECK_LAUNCH();
-}
 
 void launchCanvasFuse(const CanvasGeometry& g, float* x, float* acc, float* accEps, float* x0,
                       const StepCoefficients* coeff, const StepState* state, bool sampleFusion, cudaStream_t stream) {

@@ -1,0 +1,20 @@
+// The tiled sampler's end-of-step fuse over the whole canvas: normalise the accumulators by
+// N(p), then (fusion "noise") one scheduler step; it also resets the accumulators for the next
+// step and writes the blended x0 (preview, and DPM++ 2M's previous x0) when asked.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/ops/StepState.cuh"
+#include "kernels/ops/TiledCanvas.cuh"
+
+namespace tessera {
+
+// With K = stepCoefficients(coeff, *state) and z drawn with (state->seed, state->step + 1):
+// sample fusion: x = acc / N, acc = 0.  noise fusion: x = applyStep(K, x, accEps / N, z, x0[p]).
+// x0 (nullptr: none; the x0 canvas): after the update x0 = predictX0(K, x_old, accEps / N).
+// accEps (when given) = 0.
+void launchCanvasFuse(const CanvasGeometry&, float* x, float* acc, float* accEps, float* x0,
+                      const StepCoefficients* coeff, const StepState* state, bool sampleFusion, cudaStream_t);
+
+}  // namespace tessera
