@@ -10,11 +10,9 @@
 #include <QKeyEvent>
 #include <QHeaderView>
 #include <QLabel>
-#include <QMouseEvent>
 #include <QPainter>
 #include <QTableWidget>
 #include <QVBoxLayout>
-#include <QWheelEvent>
 
 #include "app/qt/Exporters.h"
 #include "app/qt/RunHistory.h"
@@ -24,8 +22,8 @@ namespace tessera {
 
 namespace {
 
-constexpr double kMinZoom = 1.0 / 32.0;
-constexpr double kMaxZoom = 64.0;
+// Room left free around a fitted image: the sides, the title strip above and the legend below.
+const QSize kPaneFitMargin(16, 40);
 
 QString runName(const RunRecord& record) {
     if (!record.config.label.empty()) return QString::fromStdString(record.config.label);
@@ -34,8 +32,8 @@ QString runName(const RunRecord& record) {
 
 QString number(double value, int decimals) { return value < 0 ? QStringLiteral("—") : QString::number(value, 'f', decimals); }
 
-// Rounded first: a difference that rounds to zero reads "0.0", never "-0.0" (two runs' equal peak
-// memory showed "-0.0") or "+0.0".
+// Rounded first: a difference that rounds to zero (two runs' equal peak memory) reads "0.0",
+// never "-0.0" or "+0.0".
 QString signedNumber(double value, int decimals) {
     const double scale = std::pow(10.0, decimals);
     const double rounded = std::round(value * scale) / scale;
@@ -104,16 +102,16 @@ QImage differenceImage(const QImage& a, const QImage& b, int scaleMax) {
 
 // --- CompareImagePane ---
 
-CompareImagePane::CompareImagePane(QString title, QWidget* parent) : QWidget(parent), title_(std::move(title)) {
+CompareImagePane::CompareImagePane(QString title, QWidget* parent)
+    : ZoomPanView(kPaneFitMargin, parent), title_(std::move(title)) {
     setMinimumSize(160, 160);
-    setCursor(Qt::OpenHandCursor);
     setAttribute(Qt::WA_OpaquePaintEvent);
 }
 
 void CompareImagePane::setImage(const QImage& image) {
+    const QSize before = contentSize();
     image_ = image;
-    if (fitting_) fitToView();
-    update();
+    contentSizeChanged(before);
 }
 
 void CompareImagePane::setLegend(const QString& title, double low, double high) {
@@ -124,36 +122,14 @@ void CompareImagePane::setLegend(const QString& title, double low, double high) 
     update();
 }
 
-double CompareImagePane::fitZoom() const {
-    if (image_.isNull()) return 1.0;
-    const double sx = (width() - 16.0) / image_.width();
-    const double sy = (height() - 40.0) / image_.height();
-    return std::clamp(std::min(sx, sy), kMinZoom, kMaxZoom);
-}
-
-void CompareImagePane::fitToView() {
-    fitting_ = true;
-    zoom_ = fitZoom();
-    centre_ = image_.isNull() ? QPointF() : QPointF(image_.width() / 2.0, image_.height() / 2.0);
-    update();
-}
-
-void CompareImagePane::setView(double zoom, QPointF centre) {
-    zoom_ = std::clamp(zoom, kMinZoom, kMaxZoom);
-    centre_ = centre;
-    fitting_ = false;
-    update();
-}
-
 void CompareImagePane::paintEvent(QPaintEvent*) {
     QPainter painter(this);
     painter.fillRect(rect(), QColor(0x26, 0x28, 0x2b));
     if (!image_.isNull()) {
         painter.save();
-        const QPointF widgetCentre(width() / 2.0, height() / 2.0);
-        painter.translate(widgetCentre - centre_ * zoom_);
-        painter.scale(zoom_, zoom_);
-        painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom_ < 2.0);
+        painter.translate(contentOrigin());
+        painter.scale(zoom(), zoom());
+        painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom() < 2.0);
         painter.drawImage(QPointF(0, 0), image_);
         painter.restore();
     } else {
@@ -167,49 +143,8 @@ void CompareImagePane::paintEvent(QPaintEvent*) {
     painter.drawText(strip.adjusted(8, 0, -8, 0), Qt::AlignLeft | Qt::AlignVCenter,
                      painter.fontMetrics().elidedText(title_, Qt::ElideMiddle, width() - 70));
     painter.drawText(strip.adjusted(8, 0, -8, 0), Qt::AlignRight | Qt::AlignVCenter,
-                     QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0)));
+                     QStringLiteral("%1%").arg(std::lround(zoom() * 100.0)));
     if (hasLegend_) drawHeatLegend(painter, QPoint(8, height() - 8), legendTitle_, legendLow_, legendHigh_);
-}
-
-void CompareImagePane::wheelEvent(QWheelEvent* event) {
-    const double notches = event->angleDelta().y() / 120.0;
-    if (notches == 0.0 || image_.isNull()) return;
-    // Zoom about the cursor: the image point under it stays put.
-    const QPointF widgetCentre(width() / 2.0, height() / 2.0);
-    const QPointF anchor = event->position();
-    const QPointF imagePoint = centre_ + (anchor - widgetCentre) / zoom_;
-    const double next = std::clamp(zoom_ * std::pow(1.25, notches), kMinZoom, kMaxZoom);
-    setView(next, imagePoint - (anchor - widgetCentre) / next);
-    emit viewChanged(zoom_, centre_);
-    event->accept();
-}
-
-void CompareImagePane::mousePressEvent(QMouseEvent* event) {
-    if (event->button() != Qt::LeftButton && event->button() != Qt::MiddleButton) return;
-    dragging_ = true;
-    dragFrom_ = event->position();
-    setCursor(Qt::ClosedHandCursor);
-}
-
-void CompareImagePane::mouseMoveEvent(QMouseEvent* event) {
-    if (!dragging_) return;
-    setView(zoom_, centre_ - (event->position() - dragFrom_) / zoom_);
-    dragFrom_ = event->position();
-    emit viewChanged(zoom_, centre_);
-}
-
-void CompareImagePane::mouseReleaseEvent(QMouseEvent*) {
-    dragging_ = false;
-    setCursor(Qt::OpenHandCursor);
-}
-
-void CompareImagePane::mouseDoubleClickEvent(QMouseEvent*) {
-    fitToView();
-    emit viewChanged(zoom_, centre_);
-}
-
-void CompareImagePane::resizeEvent(QResizeEvent*) {
-    if (fitting_) fitToView();
 }
 
 // --- CompareView ---
@@ -232,14 +167,11 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     if (deltas_.maxPixelDiff == 0) paneDiff_->setLegend(tr("|A − B|: identical images (no pixel differs)"), 0, scale);
     else if (deltas_.maxPixelDiff > 0) paneDiff_->setLegend(tr("|A − B| in 8-bit levels"), 0, scale);
 
-    // One view for all three panes.
+    // One view for all three panes (setView emits nothing, so the followers do not echo).
     for (CompareImagePane* source : {paneA_, paneB_, paneDiff_}) {
         connect(source, &CompareImagePane::viewChanged, this, [this, source](double zoom, QPointF centre) {
-            if (syncing_) return;
-            syncing_ = true;
             for (CompareImagePane* other : {paneA_, paneB_, paneDiff_})
                 if (other != source) other->setView(zoom, centre);
-            syncing_ = false;
         });
     }
 

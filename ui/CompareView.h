@@ -12,6 +12,7 @@
 
 #include "core/run/ConfigDiff.h"
 #include "core/run/RunRecord.h"
+#include "ui/ZoomPanView.h"
 
 class QKeyEvent;
 class QLabel;
@@ -46,8 +47,9 @@ CompareDeltas compareRuns(const CompareSide& a, const CompareSide& b);
 // (scaleMax <= 0: the largest difference). Null when the sizes differ or an image is null.
 QImage differenceImage(const QImage& a, const QImage& b, int scaleMax = 0);
 
-// A zoomable image shared view: emits viewChanged when the user zooms or pans.
-class CompareImagePane : public QWidget {
+// One image of a comparison, zoomed and panned as ZoomPanView does; the view emits viewChanged
+// so that every pane of a CompareView follows the one the user moves.
+class CompareImagePane : public ZoomPanView {
     Q_OBJECT
 public:
     explicit CompareImagePane(QString title, QWidget* parent = nullptr);
@@ -55,39 +57,18 @@ public:
     const QImage& image() const { return image_; }
     // Legend under the image: the difference pane shows its scale (max value), others none.
     void setLegend(const QString& title, double low, double high);
-    double zoom() const { return zoom_; }
-    QPointF centre() const { return centre_; }
     QSize sizeHint() const override { return {360, 360}; }
-
-public slots:
-    // The view as zoom and the image point shown at the pane's centre.
-    void setView(double zoom, QPointF centre);
-    void fitToView();
-
-signals:
-    void viewChanged(double zoom, QPointF centre);
 
 protected:
     void paintEvent(QPaintEvent* event) override;
-    void wheelEvent(QWheelEvent* event) override;
-    void mousePressEvent(QMouseEvent* event) override;
-    void mouseMoveEvent(QMouseEvent* event) override;
-    void mouseReleaseEvent(QMouseEvent* event) override;
-    void mouseDoubleClickEvent(QMouseEvent* event) override;
-    void resizeEvent(QResizeEvent* event) override;
+    QSize contentSize() const override { return image_.size(); }
 
 private:
-    double fitZoom() const;
     QString title_;
     QImage image_;
     QString legendTitle_;
     double legendLow_ = 0, legendHigh_ = 0;
     bool hasLegend_ = false;
-    bool fitting_ = true;
-    double zoom_ = 1.0;
-    QPointF centre_;
-    QPointF dragFrom_;
-    bool dragging_ = false;
 };
 
 class CompareView : public QWidget {
@@ -120,7 +101,6 @@ private:
     QTableWidget* table_ = nullptr;
     QLabel* note_ = nullptr;
     QLabel* differences_ = nullptr;
-    bool syncing_ = false;
 };
 
 }  // namespace tessera

@@ -1,31 +1,21 @@
-// ConfigPanel: the run settings, grouped Image / Model / Tiling / Graphs, with each invalid
-// value marked beside its field (the reason from validateAll) and a live cost preview
-// (tiles, redundancy, UNet evaluations). Holds no run state; the window asks for config().
+// ConfigPanel: the run settings, in groups (ModelGroup, PromptGroup, StartImageGroup,
+// ImageGroup, TilingGroup, GraphsGroup; each a ConfigGroup) and a CostPreview, with each invalid
+// value marked beside its field (the reason from validateAll) and a live cost preview (tiles,
+// redundancy, UNet evaluations). Holds no run state; the window asks for config().
 //
-// The Model group's "Pick…" opens a ModelPicker (ui/ModelPicker.h): recent models, the models
-// folder's checkpoints and diffusers folders with family, size and short hash, random weights.
-//
-// The model folder's limits come from an app/ModelInspector (files read on a thread pool,
-// cached per folder and file times): a new folder is inspected when the model field (or the
-// default model) changes, never when another field does. Until its answer arrives the panel
-// is not valid ("model: checking the model folder…") and isCheckingModel() is true; the
-// answer revalidates every field and emits modelChecked().
-//
-// The Start image group (image-to-image and upscaling, any model): the file (Open…, dropped on
-// the group or the canvas, Clear) with its name and size, read from its header off this thread
-// (until the answer the panel is not valid: "init: reading the start image…"), the strength,
-// and the scale: ×1, ×2, ×4 or any factor (the canvas is the image's size times it, rounded
-// down to multiples of 8, as tessera-cli render sizes it; the Size fields then show it and are
-// read-only) or Target size (the Size fields; the image is stretched to them).
-//
-// The prompt editors are ui/PromptEditor: A1111's emphasis syntax highlighted, Ctrl+Up/Down
-// change weights. The seed has a dice (a new random seed) and a reuse button (the last run's).
-//
-// The Prompt group (prompt, negative prompt, CFG scale, clip skip) is enabled only
-// when the inspection says the model is Stable Diffusion (a pipeline folder, a .safetensors
-// checkpoint, random:sd15 / random:sd21); for a UNet2DModel folder it is disabled, says why,
-// and config() carries no prompt (such a model refuses one). The sampler list shows A1111's
-// names (core/run/SamplerNames.h samplerDisplayName); a "Karras" entry sets schedulerOptions.karrasSigmas.
+// The panel is what ties the groups to each other and to what is known off this thread:
+//  - the model's limits come from an app/qt ModelInspector (files read on a thread pool, cached
+//    per folder and file times): a new folder is inspected when the model field (or the default
+//    model) changes, never when another field does. Until its answer arrives the panel is not
+//    valid ("model: checking the model folder…") and isCheckingModel() is true; the answer
+//    revalidates every field and emits modelChecked();
+//  - the Prompt group is enabled only when the inspection says the model is Stable Diffusion (a
+//    pipeline folder, a .safetensors checkpoint, random:sd15 / random:sd21); for a UNet2DModel
+//    folder it is disabled, says why, and config() carries no prompt (such a model refuses one);
+//  - the start image's header (StartImageGroup) may set the Size fields (ImageGroup); until it
+//    is read the panel is not valid ("init: reading the start image…");
+//  - the Model group's Pick… opens a ModelPicker (ui/ModelPicker.h): recent models, the models
+//    folder's checkpoints and diffusers folders with family, size and short hash, random weights.
 #pragma once
 
 #include <cstdint>
@@ -33,29 +23,30 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
-#include <QLabel>
 #include <QStringList>
 #include <QWidget>
 
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
-#include "app/qt/JobQueue.h"
 #include "app/qt/ModelInspector.h"
 #include "core/run/RunConfig.h"
+#include "ui/StartImageGroup.h"
 
-class QComboBox;
-class QDoubleSpinBox;
-class QGroupBox;
-class QLineEdit;
-class QPlainTextEdit;
-class QSpinBox;
-class QToolButton;
+class QLabel;
 
 namespace tessera {
 
+class ConfigGroup;
+class CostPreview;
+class GraphsGroup;
+class ImageGroup;
 class ModelCatalog;
+class ModelGroup;
 class ModelPicker;
+class PromptGroup;
+class TilingGroup;
 
 class ConfigPanel : public QWidget {
     Q_OBJECT
@@ -102,7 +93,6 @@ public:
     // The seed of the run shown last (started, finished or reopened): the seed's reuse button
     // (beside the dice, which rolls a new one) puts it back in the field.
     void setLastRunSeed(std::uint64_t seed);
-    std::optional<std::uint64_t> lastRunSeed() const { return lastRunSeed_; }
 
     // The models folder the picker lists (a setting; may be empty) and the models used last,
     // newest first (at most kMaxRecentModels). The window keeps both in its settings.
@@ -124,9 +114,9 @@ public:
     // The start image's header is being read.
     bool isCheckingStartImage() const;
     // What its header said (nullopt without a start image, while reading, or when unusable).
-    const std::optional<ImageHeader>& startImageHeader() const { return startHeader_; }
+    const std::optional<ImageHeader>& startImageHeader() const;
     // How the canvas size follows from the start image.
-    enum class StartScale { Factor, TargetSize };
+    using StartScale = StartImageGroup::Scale;
     StartScale startScale() const;
 
 signals:
@@ -141,27 +131,14 @@ signals:
     void startImageChecked();
 
 private:
-    struct FieldView {
-        QWidget* editor = nullptr;
-        QLabel* error = nullptr;
-    };
-
-    QGroupBox* buildPromptGroup();
-    QGroupBox* buildStartGroup();
-    QGroupBox* buildImageGroup();
-    QGroupBox* buildModelGroup();
-    QGroupBox* buildTilingGroup();
-    QGroupBox* buildGraphsGroup();
-    QGroupBox* buildCostGroup();
-    QLabel* addErrorLabel(const QString& field, QWidget* editor);
-
     void onEdited();
     void revalidate();
     // The problem with model folder `folder` ("" when it is fine, with *limits set from it), as
-    // far as known; asks the inspector about a folder not asked about yet.
-    QString checkModel(const QString& folder, bool isDefault, ModelLimits* limits);
+    // far as known, and in *info what is known of it; asks the inspector about a folder not
+    // asked about yet.
+    QString checkModel(const QString& folder, bool isDefault, ModelLimits* limits, QString* info);
     void onModelInspected(quint64 jobId, const ModelInspection& inspection);
-    void updateCostPreview(const RunConfig& config);
+    void onStartImageHeader(bool usable);
     void updateGraphsAvailability();
     void updateComputeNote();
     // Whether a run would go to the CPU engine: asked for, or CUDA found unusable.
@@ -173,17 +150,10 @@ private:
     // The model is known to be Stable Diffusion / known to be a model that takes no prompt.
     bool modelIsStableDiffusion() const;
     bool modelTakesNoPrompt() const;
-    // SD: width, height and overlap in multiples of the VAE's cell (core/SdPipeline checkSdRun).
+    // SD: width, height and overlap in multiples of the VAE's cell (core/models/sd/SdPipeline.h checkSdRun).
     void checkSdMultiples(const RunConfig& config, int multiple, const std::function<void(const QString&, const QString&)>& add) const;
-    // The start image's problem ("" when fine); asks for its header when not asked yet.
-    QString checkStartImage(const std::string& path);
     // Size fields from the start image and the scale (Factor), else editable (TargetSize).
     void applyStartImageSize();
-    void updateStartImageView();
-    void chooseStartImage();
-    void chooseModelFolder();
-    void chooseModelFile();
-    void rollSeed();
 
     RunConfig base_;  // fields without a widget, carried through
     QString defaultModelFolder_;
@@ -200,71 +170,19 @@ private:
     bool promptStateShown_ = false;  // the Prompt group shows an answer about the model
     bool applying_ = false;  // setConfig in progress: one configChanged at the end, not one per field
 
-    // Prompt (Stable Diffusion)
-    QGroupBox* promptGroup_ = nullptr;
-    QPlainTextEdit* prompt_ = nullptr;
-    QPlainTextEdit* negativePrompt_ = nullptr;
-    QDoubleSpinBox* cfgScale_ = nullptr;
-    QSpinBox* clipSkip_ = nullptr;
-    QLabel* promptReason_ = nullptr;
-    QLabel* promptTokens_ = nullptr;          // "n/75", counted by the inspector off this thread
-    QLabel* negativePromptTokens_ = nullptr;
-    // Start image
-    QGroupBox* startGroup_ = nullptr;
-    QLabel* startName_ = nullptr;
-    QToolButton* startClear_ = nullptr;
-    QDoubleSpinBox* strength_ = nullptr;
-    QComboBox* scale_ = nullptr;
-    QDoubleSpinBox* upscale_ = nullptr;
-    QLabel* canvasSize_ = nullptr;
-    QString startAskedFor_;                  // the path of the newest header request
-    quint64 startJob_ = 0;
-    std::optional<ImageHeader> startHeader_;  // its answer
-    QString startError_;                     // or why it cannot be used
-    // Image
-    QSpinBox* width_ = nullptr;
-    QSpinBox* height_ = nullptr;
-    QLineEdit* seed_ = nullptr;
-    QToolButton* dice_ = nullptr;
-    QToolButton* reuseSeed_ = nullptr;  // enabled once a run's seed is known
-    std::optional<std::uint64_t> lastRunSeed_;
-    QSpinBox* steps_ = nullptr;
-    QSpinBox* previewEvery_ = nullptr;  // RunConfig::previewEvery: live previews every N steps
-    QComboBox* scheduler_ = nullptr;
-    // Model
-    QLineEdit* model_ = nullptr;
-    QComboBox* precision_ = nullptr;
-    QComboBox* backend_ = nullptr;
-    QLabel* modelInfo_ = nullptr;
-    // Tiling
-    QSpinBox* tile_ = nullptr;
-    QSpinBox* overlap_ = nullptr;
-    QComboBox* overlapUnit_ = nullptr;
-    QLabel* stride_ = nullptr;
-    QComboBox* window_ = nullptr;
-    QComboBox* fusion_ = nullptr;
-    QSpinBox* tileBatch_ = nullptr;
-    // Graphs
-    QGroupBox* graphsGroup_ = nullptr;
-    QComboBox* graphMode_ = nullptr;
-    QSpinBox* graphWarmup_ = nullptr;
-    QSpinBox* lanes_ = nullptr;
-    QSpinBox* threads_ = nullptr;   // the CPU engine's threads (0: all cores)
-    QSpinBox* graphCache_ = nullptr;
-    QLabel* graphsReason_ = nullptr;
-    QLabel* computeNote_ = nullptr;
-    // Cost preview
-    QLabel* costTiles_ = nullptr;
-    QLabel* costRedundancy_ = nullptr;
-    QLabel* costEvaluations_ = nullptr;
-    QLabel* costBatches_ = nullptr;
+    ModelGroup* model_ = nullptr;
+    PromptGroup* prompt_ = nullptr;
+    StartImageGroup* start_ = nullptr;
+    ImageGroup* image_ = nullptr;
+    TilingGroup* tiling_ = nullptr;
+    GraphsGroup* graphs_ = nullptr;
+    std::vector<ConfigGroup*> groups_;  // the six above, top to bottom
+    CostPreview* cost_ = nullptr;
     // Problems in fields without a widget of their own.
     QLabel* otherProblems_ = nullptr;
 
-    std::map<QString, FieldView> fields_;
     std::map<QString, QString> problems_;  // field -> reason
     QStringList problemOrder_;
-    JobQueue imageJobs_{1};  // start image headers; last member: waited for first
 };
 
 }  // namespace tessera

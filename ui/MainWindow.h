@@ -1,21 +1,18 @@
-// MainWindow: the workbench. Settings dock on the left, the tile canvas in the middle, the
-// timing charts dock on the right, Run/Stop in the tool bar, two-level progress in the status
-// bar. The engine runs in a RunWorker on its own QThread; this window only reacts to the
-// worker's queued signals (dropping those of any run but the current one) and refreshes the
-// progress display from a short coalescing timer.
+// MainWindow: the workbench. Settings dock on the left (ConfigPanel), the tile canvas in the
+// middle, the charts dock on the right (timing charts; graphs versus eager), the history dock
+// under the canvas, Run/Stop in the tool bar, the status line at the bottom. The window builds
+// these parts and wires them; its runs are a RunController's (ui/RunController.h), which owns
+// the worker thread and shows each run on the canvas, the charts and the status line.
 //
-// "Compare graphs" runs the settings with graphs off and on, interleaved (off, on, off, on...;
-// the first pair warms up and is discarded) as one sequence on the worker, then opens the
-// compare view and the graphs-versus-eager panel on the kept runs.
+// "Compare graphs" runs the settings with graphs off and on, interleaved (ui/GraphComparison.h),
+// then opens the compare view and the graphs-versus-eager panel on the kept runs.
 //
-// Every run that ends goes into the run history (app/qt/HistoryStore.h; a dock with a table):
-// finished, cancelled (with its partial image) and failed (its record and error), marked so in
-// the table; a run started from an image keeps a copy of it. (Compare graphs keeps only the
-// finished runs of the pairs it compares.) Any history entry reopens (openFromHistory): its
-// full-resolution image on the canvas, its charts and settings, and the Export actions act on
-// it as on a run just finished. Two runs open in a CompareView. Delete moves runs to the
-// history's trash; Edit > Undo delete brings them back until the window closes. Exports (File
-// menu) write through app/qt/Exporters.h and never replace an existing file without asking.
+// Every run that ends goes into the run history (app/qt/HistoryStore.h; a dock with a table).
+// Any history entry reopens (openFromHistory): its full-resolution image on the canvas, its
+// charts and settings, and the Export actions act on it as on a run just finished. Two runs
+// open in a CompareView. Delete moves runs to the history's trash; Edit > Undo delete brings
+// them back until the window closes. Exports (File menu) write through app/qt/Exporters.h and
+// never replace an existing file without asking.
 //
 // The canvas keeps the image shown while the settings change: the tile plan of the settings
 // is drawn over it. After a run from a start image, View > Before/after shows the start image
@@ -36,27 +33,22 @@
 #include <string>
 #include <vector>
 
-#include <QElapsedTimer>
 #include <QMainWindow>
-#include <QSettings>
-#include <QThread>
-#include <QTimer>
-
 #include <QPointer>
+#include <QSettings>
 
 #include "app/cli/EngineFactory.h"
 #include "app/qt/Exporters.h"
 #include "app/qt/HistoryStore.h"
-#include "app/qt/JobQueue.h"
 #include "app/qt/RunWorker.h"
 #include "core/run/RunConfig.h"
 #include "ui/CompareView.h"
+#include "ui/FileMenu.h"
+#include "ui/GraphComparison.h"
 #include "ui/TileCanvas.h"
 
 class QAction;
 class QDockWidget;
-class QLabel;
-class QProgressBar;
 class QTabWidget;
 
 namespace tessera {
@@ -64,28 +56,9 @@ namespace tessera {
 class ConfigPanel;
 class GraphsPanel;
 class HistoryPanel;
+class RunController;
+class StatusLine;
 class TimingCharts;
-
-// One "Compare graphs" sequence: its runs in the order they run, and which two were kept.
-struct GraphComparison {
-    struct Run {
-        RunConfig config;
-        bool graphsOn = false;       // config.graphs is the "on" mode (else off)
-        int pair = 0;                // 1-based; pair 1 is the warm-up
-        bool warmUp = false;         // discarded: not compared, not kept in the history
-        std::shared_ptr<const RunResult> result;  // null until it finished
-        QImage image;
-    };
-    quint64 firstRunId = 0;          // run i has id firstRunId + i
-    GraphMode onMode = GraphMode::Tile;
-    std::vector<Run> runs;
-    bool active = false;             // still running
-    bool completed = false;          // every run finished
-    int shownA = -1, shownB = -1;    // indices of the compared runs (A: off, B: on); -1 before
-    QString choice;                  // which runs were compared and why, as the views say it
-    QString error;                   // the failure that ended it, if one did
-    quint64 lastRunId() const { return firstRunId + runs.size() - 1; }
-};
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -101,13 +74,14 @@ public:
     explicit MainWindow(std::unique_ptr<QSettings> settings = nullptr, const QString& historyFolder = {},
                         QWidget* parent = nullptr);
 
+    ~MainWindow() override;
+
     // A run's note in the status bar for 8 s, in place of the status text: drawn cut with "…" where
     // it is longer than the room left of the progress fields, the whole note its tooltip.
     void showNote(const QString& text);
 
     // What to do when an export's target file exists already.
-    enum class Overwrite { Ask, Replace, Refuse };
-    ~MainWindow() override;
+    using Overwrite = FileMenu::Overwrite;
 
     ConfigPanel* configPanel() const { return panel_; }
     TileCanvas* canvas() const { return canvas_; }
@@ -125,14 +99,10 @@ public:
     // Run ▸ Compare graphs (and its tool-bar button). Disabled, with the reason in its tooltip,
     // where CUDA graphs cannot run (no CUDA device, or the CPU backend chosen).
     QAction* compareGraphsAction() const { return compareGraphsAction_; }
-    // Pairs of runs a comparison makes (off + on each); the first pair is the warm-up. 2..9.
-    static constexpr int kDefaultGraphComparisonPairs = 2;
-    void setGraphComparisonPairs(int pairs);
-    int graphComparisonPairs() const { return graphPairs_; }
     // The comparison in flight or the last one (nullopt before the first).
-    const std::optional<GraphComparison>& graphComparison() const { return comparison_; }
-    bool isComparingGraphs() const { return comparison_ && comparison_->active; }
-    bool isRunning() const { return running_; }
+    const std::optional<GraphComparison>& graphComparison() const;
+    bool isComparingGraphs() const;
+    bool isRunning() const;
     // The last finished run (null before the first).
     const FinishedRun* lastRun() const { return lastRun_ ? &*lastRun_ : nullptr; }
 
@@ -163,10 +133,10 @@ public:
 public slots:
     void startRun();
     // Starts "Compare graphs" with the settings shown: graphs off, then the mode chosen in the
-    // Graphs group (tile when that is off), interleaved for graphComparisonPairs() pairs. The
-    // action is disabled where graphs cannot run; this slot runs the sequence regardless (the
-    // CPU engine then runs both eagerly and records the mode asked for in config.graphs and
-    // "off" in graphs.mode), which the tests use.
+    // Graphs group (tile when that is off), interleaved for RunController::kGraphComparisonPairs
+    // pairs. The action is disabled where graphs cannot run; this slot runs the sequence
+    // regardless (the CPU engine then runs both eagerly and records the mode asked for in
+    // config.graphs and "off" in graphs.mode), which the tests use.
     void startGraphComparison();
     // Stops the run in flight, or the whole comparison sequence.
     void stopRun();
@@ -206,38 +176,21 @@ private:
     void buildMenus();
     void buildToolBar();
     void buildDocks();
-    void buildStatusBar();
-    void startWorker();
+    void wireRuns();
     void restoreSettings();
     void saveSettings();
     void updateActions();
     void refreshPlan();
-    void refreshProgress();
-    // The step bar from progress_: the load's fraction and phase while a model loads, busy while
-    // the engine prepares, then step k/N.
-    void updateStepBar();
     void showReadyProgress();
-    void markProgressDirty();
-    // Resets the canvas, charts and progress for a run of `config` about to start.
-    void beginRunDisplay(const RunConfig& config);
-    void showFinishedRun(const FinishedRun& run, bool keepInHistory);
-    void finishGraphComparison();
-    QString graphComparisonStatus(int index) const;
-    CompareView* openCompareView(const CompareSide& a, const CompareSide& b, const QString& note);
     void setStatusText(const QString& text, bool error = false);
+    // A run that ended is shown: the one the Export actions act on.
+    void showRun(const FinishedRun& run);
+    // The canvas's start image and the Before/after action for the run shown.
+    void showStartImage(const QImage& startImage);
+    // The graphs-versus-eager panel and the compare view of a completed comparison.
+    void showGraphComparison(const GraphComparison& comparison);
+    CompareView* openCompareView(const CompareSide& a, const CompareSide& b, const QString& note);
 
-    void openPreset();
-    void savePreset();
-    void exportInteractively(ExportFormat format);
-    // How the window tells the person about an answer that arrives later.
-    enum class Feedback { StatusLine, MessageBox };
-    void restoreConfiguration(const QString& path, Feedback feedback);
-    void startExport(ExportFormat format, const QString& path, Overwrite overwrite, Feedback feedback);
-    // Writes `path` with `write` on files_ unless it exists and `overwrite` says no; with Ask,
-    // asks here and tries again. `done(ok, error)` runs on this thread.
-    void writeInBackground(const QString& path, Overwrite overwrite, std::function<void(const std::string&)> write,
-                           std::function<void(bool, const QString&)> done);
-    bool askToReplace(const QString& path);
     void refreshHistory();
     void onHistoryLoaded();
     void onCompareImages(quint64 jobId, const QStringList& ids, const QList<QImage>& images);
@@ -248,25 +201,7 @@ private:
     void updateUndo();
     void copyParameters(const QString& id);
     void showInFolder(const QString& id);
-    // Keeps a run that failed in the history: the record of its start (or its configuration).
-    void keepFailedRun(const QString& error);
-    // The canvas's start image and the Before/after action for the run shown.
-    void showStartImage(const QImage& startImage);
     void showAbout();
-
-    // Worker signals (queued).
-    void onLoadProgress(quint64 runId, const LoadProgress& progress);
-    void onRunStarted(quint64 runId, const RunRecord& record);
-    void onTileBatch(quint64 runId, const TileBatchEvent& event);
-    void onStep(quint64 runId, const StepEvent& event);
-    void onPreview(quint64 runId, int step, const QImage& image);
-    void onMemory(quint64 runId, const MemorySample& sample);
-    void onMessage(quint64 runId, const QString& text);
-    void onRunFinished(quint64 runId, const FinishedRun& run);
-    void onRunFailed(quint64 runId, const QString& error);
-    void onTileBatchesTimed(quint64 runId, const std::vector<TileBatchTiming>& batches);
-    void onSequenceFinished(quint64 firstRunId, int runsFinished, bool completed);
-    void onDevicesProbed(const DeviceReport& report);
 
     std::unique_ptr<QSettings> settings_;
     ConfigPanel* panel_ = nullptr;
@@ -279,15 +214,12 @@ private:
     QDockWidget* historyDock_ = nullptr;
     HistoryPanel* historyPanel_ = nullptr;
     HistoryStore* history_ = nullptr;  // a child: lives and is deleted with the window
+    StatusLine* statusLine_ = nullptr;
+    RunController* runs_ = nullptr;    // a child, deleted first by ~MainWindow
+    FileMenu* fileMenu_ = nullptr;     // a child: presets and exports
     QPointer<CompareView> compareView_;
     quint64 compareJob_ = 0;  // the images of the newest compareRuns
 
-    QAction* openPresetAction_ = nullptr;
-    QAction* savePresetAction_ = nullptr;
-    QAction* exportAction_ = nullptr;
-    QAction* exportCsvAction_ = nullptr;
-    QAction* exportManifestAction_ = nullptr;
-    QAction* exportTraceAction_ = nullptr;
     QAction* quitAction_ = nullptr;
     QAction* runAction_ = nullptr;
     QAction* stopAction_ = nullptr;
@@ -301,54 +233,12 @@ private:
     QAction* undoDeleteAction_ = nullptr;
     QAction* beforeAfterAction_ = nullptr;
 
-    QLabel* statusText_ = nullptr;
-    QLabel* noteText_ = nullptr;    // a run's note, for 8 s (showNote)
-    QTimer* noteTimer_ = nullptr;
-    QLabel* progressText_ = nullptr;
-    QProgressBar* stepBar_ = nullptr;
-    QProgressBar* tileBar_ = nullptr;
-
-    QThread workerThread_;
-    RunWorker* worker_ = nullptr;  // lives on workerThread_, deleted there
-    std::optional<DeviceReport> devices_;
-
-    // The run in flight. Ids only grow, so a late signal of an older run never matches.
-    quint64 nextRunId_ = 1;
-    quint64 currentRunId_ = 0;
-    bool running_ = false;
-    bool stopping_ = false;
-    RunConfig runConfig_;
-    std::optional<RunRecord> startedRecord_;  // onRunStarted's record of the run in flight
-    std::optional<FinishedRun> lastRun_;      // the run shown: the last that ended, or one reopened
-    quint64 openJob_ = 0;                     // the newest openFromHistory
+    std::optional<FinishedRun> lastRun_;  // the run shown: the last that ended, or one reopened
+    quint64 openJob_ = 0;                 // the newest openFromHistory
     QString openRunId_;
-    std::optional<GraphComparison> comparison_;
-    int graphPairs_ = kDefaultGraphComparisonPairs;
 
-    // Progress, refreshed on screen at most every kProgressIntervalMs.
-    static constexpr int kProgressIntervalMs = 50;
     // Width the charts dock grows to when the graphs panel is brought to front.
     static constexpr int kGraphsDockWidth = 640;
-    struct Progress {
-        int step = 0, steps = 0;          // steps completed / total, as the schedule counts them
-        int firstStep = 0;                // schedule index of the first step run (image-to-image: > 0)
-        int tilesDone = 0, tiles = 0;     // tiles completed in the current step / per step
-        bool started = false;             // onStarted seen (prepare done)
-        double loadFraction = -1;         // of the model load in progress; -1 while none was reported
-        QString loadPhase;
-        bool loading() const { return !started && loadFraction >= 0.0 && loadFraction < 1.0; }
-    } progress_;
-    // The step bar's resolution while it shows a load's fraction.
-    static constexpr int kLoadBarSteps = 1000;
-    QElapsedTimer runClock_;              // since Run was pressed
-    QElapsedTimer samplingClock_;         // since the engine reported onStarted
-    QTimer progressTimer_;
-    bool progressDirty_ = false;
-
-    // Presets, restores and exports, one at a time in the order asked (last member: its
-    // destructor waits for a write in flight before anything it may touch is gone).
-    quint64 restoreJob_ = 0;  // the newest restoreConfigurationFrom
-    JobQueue files_{1};
 };
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
 // PromptEditor: the prompt and negative-prompt editors. A1111's emphasis syntax is highlighted
-// as core/PromptParser reads it (scanPromptSyntax: the same parser that makes the run's
+// as core/text/PromptParser.h reads it (scanPromptSyntax: the same parser that makes the run's
 // weights): matched brackets, weights, escapes and BREAK each in their colour, text tinted by
 // its weight (warm above 1, faded below), and brackets that nothing closes or opens, and
 // weights that are not numbers, in red with a wavy underline.

@@ -10,7 +10,6 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QUrl>
-#include <QWheelEvent>
 
 #include "ui/HeatMap.h"
 
@@ -18,8 +17,7 @@ namespace tessera {
 
 namespace {
 
-constexpr double kMinZoom = 1.0 / 32.0;
-constexpr double kMaxZoom = 64.0;
+// Widget pixels left free on each side of the fitted canvas.
 constexpr int kFitMargin = 12;
 
 const QColor kBackground(0x26, 0x28, 0x2b);
@@ -42,13 +40,12 @@ QString droppedImageFile(const QMimeData* mime) {
     return suffix == QLatin1String("png") || suffix == QLatin1String("jpg") || suffix == QLatin1String("jpeg") ? path : QString();
 }
 
-TileCanvas::TileCanvas(QWidget* parent) : QWidget(parent) {
+TileCanvas::TileCanvas(QWidget* parent) : ZoomPanView(QSize(2 * kFitMargin, 2 * kFitMargin), parent) {
     setObjectName(QStringLiteral("tileCanvas"));
     setMouseTracking(true);  // the blend overlay follows the cursor
     setFocusPolicy(Qt::WheelFocus);
     setAttribute(Qt::WA_OpaquePaintEvent);
     setMinimumSize(240, 200);
-    setCursor(Qt::OpenHandCursor);
     setAcceptDrops(true);
 }
 
@@ -71,7 +68,7 @@ void TileCanvas::setSplitPosition(double fraction) {
     update();
 }
 
-double TileCanvas::splitX() const { return offset_.x() + split_ * contentSize().width() * zoom_; }
+double TileCanvas::splitX() const { return contentOrigin().x() + split_ * contentSize().width() * zoom(); }
 
 bool TileCanvas::nearSplit(QPointF p) const { return isBeforeAfterShown() && std::abs(p.x() - splitX()) <= kSplitGrab; }
 
@@ -95,15 +92,13 @@ void TileCanvas::setPlan(std::optional<TilePlan> plan) {
     invalidateBlend();
     // A seam map of another size belongs to another plan.
     if (!seamImage_.isNull() && seamImage_.size() != contentSize()) setSeamMap({});
-    if (fitting_ || contentSize() != before) applyFit();
-    update();
+    contentSizeChanged(before);
 }
 
 void TileCanvas::setImage(const QImage& image) {
     const QSize before = contentSize();
     image_ = image;
-    if (contentSize() != before) applyFit();
-    update();
+    contentSizeChanged(before);
 }
 
 void TileCanvas::setActiveTiles(std::vector<int> ids) {
@@ -243,44 +238,6 @@ QSize TileCanvas::contentSize() const {
     return image_.size();
 }
 
-void TileCanvas::fitToView() {
-    fitting_ = true;
-    applyFit();
-    update();
-}
-
-void TileCanvas::applyFit() {
-    if (!fitting_) {
-        // A new size while the user holds the view: keep the zoom, re-centre.
-        const QSize content = contentSize();
-        offset_ = QPointF((width() - content.width() * zoom_) / 2.0, (height() - content.height() * zoom_) / 2.0);
-        return;
-    }
-    const QSize content = contentSize();
-    if (content.isEmpty()) return;
-    const double sx = (width() - 2.0 * kFitMargin) / content.width();
-    const double sy = (height() - 2.0 * kFitMargin) / content.height();
-    zoom_ = std::clamp(std::min(sx, sy), kMinZoom, kMaxZoom);
-    offset_ = QPointF((width() - content.width() * zoom_) / 2.0, (height() - content.height() * zoom_) / 2.0);
-}
-
-void TileCanvas::showActualSize() {
-    fitting_ = false;
-    zoom_ = 1.0;
-    applyFit();
-    update();
-}
-
-void TileCanvas::zoomAbout(double factor, QPointF anchor) {
-    const double next = std::clamp(zoom_ * factor, kMinZoom, kMaxZoom);
-    // Keep the image point under the cursor where it is.
-    const QPointF imagePoint = (anchor - offset_) / zoom_;
-    zoom_ = next;
-    offset_ = anchor - imagePoint * zoom_;
-    fitting_ = false;
-    update();
-}
-
 QRectF TileCanvas::tileRect(int id) const {
     if (!plan_ || id < 0 || id >= plan_->count()) return {};
     const TileRect& t = plan_->tile(id);
@@ -298,11 +255,11 @@ void TileCanvas::paintEvent(QPaintEvent*) {
     }
 
     painter.save();
-    painter.translate(offset_);
-    painter.scale(zoom_, zoom_);
+    painter.translate(contentOrigin());
+    painter.scale(zoom(), zoom());
     const QRectF imageRect(QPointF(0, 0), QSizeF(content));
     // Smooth when shrinking, crisp pixels when zoomed in to inspect seams.
-    painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom_ < 2.0);
+    painter.setRenderHint(QPainter::SmoothPixmapTransform, zoom() < 2.0);
     if (image_.isNull()) {
         painter.fillRect(imageRect, kEmptyImage);
     } else if (isBeforeAfterShown()) {
@@ -320,7 +277,7 @@ void TileCanvas::paintEvent(QPaintEvent*) {
 
     if (image_.isNull()) {
         painter.setPen(QColor(200, 200, 200));
-        const QRectF shown(offset_, QSizeF(content) * zoom_);
+        const QRectF shown(contentOrigin(), QSizeF(content) * zoom());
         painter.drawText(shown.intersected(QRectF(rect())), Qt::AlignCenter | Qt::TextWordWrap,
                          placeholder_.isEmpty()
                              ? tr("%1 × %2 px — press Run").arg(content.width()).arg(content.height())
@@ -337,7 +294,7 @@ void TileCanvas::paintEvent(QPaintEvent*) {
     if (isBeforeAfterShown()) paintSplitHandle(painter);
     paintLegend(painter);
     // Zoom readout in the corner.
-    const QString zoomText = QStringLiteral("%1%").arg(std::lround(zoom_ * 100.0));
+    const QString zoomText = QStringLiteral("%1%").arg(std::lround(zoom() * 100.0));
     painter.setPen(QColor(220, 220, 220));
     painter.drawText(rect().adjusted(8, 6, -8, -6), Qt::AlignRight | Qt::AlignBottom, zoomText);
 }
@@ -355,7 +312,7 @@ void TileCanvas::paintBeforeAfter(QPainter& painter, const QRectF& imageRect) {
 }
 
 void TileCanvas::paintSplitHandle(QPainter& painter) {
-    const QRectF shown = QRectF(offset_, QSizeF(contentSize()) * zoom_).intersected(QRectF(rect()));
+    const QRectF shown = QRectF(contentOrigin(), QSizeF(contentSize()) * zoom()).intersected(QRectF(rect()));
     const double x = splitX();
     if (shown.isEmpty() || x < shown.left() - 1 || x > shown.right() + 1) return;
     painter.save();
@@ -478,54 +435,34 @@ void TileCanvas::paintLegend(QPainter& painter) {
 
 void TileCanvas::leaveEvent(QEvent*) { setHoveredTile(-1); }
 
-void TileCanvas::wheelEvent(QWheelEvent* event) {
-    const double notches = event->angleDelta().y() / 120.0;
-    if (notches == 0.0) return;
-    zoomAbout(std::pow(1.25, notches), event->position());
-    event->accept();
-}
-
 void TileCanvas::mousePressEvent(QMouseEvent* event) {
     if (event->button() == Qt::LeftButton && nearSplit(event->position())) {
         draggingSplit_ = true;
         event->accept();
         return;
     }
-    if (event->button() == Qt::LeftButton || event->button() == Qt::MiddleButton) {
-        dragFrom_ = event->position();
-        setCursor(Qt::ClosedHandCursor);
-        event->accept();
-    }
+    ZoomPanView::mousePressEvent(event);
 }
 
 void TileCanvas::mouseMoveEvent(QMouseEvent* event) {
     if (draggingSplit_) {
-        const double width = contentSize().width() * zoom_;
-        if (width > 0) setSplitPosition((event->position().x() - offset_.x()) / width);
+        const double width = contentSize().width() * zoom();
+        if (width > 0) setSplitPosition((event->position().x() - contentOrigin().x()) / width);
         emit splitMoved(split_);
         return;
     }
-    if (!dragFrom_) {
-        if (blendOverlay_) setHoveredTile(tileAt((event->position() - offset_) / zoom_));
+    if (!isPanning()) {
+        if (blendOverlay_) setHoveredTile(tileAt(toContent(event->position())));
         setCursor(nearSplit(event->position()) ? Qt::SplitHCursor : Qt::OpenHandCursor);
         return;
     }
-    offset_ += event->position() - *dragFrom_;
-    dragFrom_ = event->position();
-    fitting_ = false;
-    update();
+    ZoomPanView::mouseMoveEvent(event);
 }
 
 void TileCanvas::mouseReleaseEvent(QMouseEvent* event) {
-    dragFrom_.reset();
+    ZoomPanView::mouseReleaseEvent(event);
     draggingSplit_ = false;
     setCursor(nearSplit(event->position()) ? Qt::SplitHCursor : Qt::OpenHandCursor);
-}
-
-void TileCanvas::mouseDoubleClickEvent(QMouseEvent*) { fitToView(); }
-
-void TileCanvas::resizeEvent(QResizeEvent*) {
-    if (fitting_) applyFit();
 }
 
 }  // namespace tessera

@@ -1,6 +1,6 @@
 // TileCanvas: the image as it forms, with the tile grid, the overlap bands where tiles are
-// blended, and the tile batch being computed highlighted. Wheel zooms about the cursor,
-// dragging pans; fitToView / showActualSize reset the view. Paints only; no run state.
+// blended, and the tile batch being computed highlighted. Zoom and pan are ZoomPanView's
+// (wheel, drag, double-click to fit). Paints only; no run state.
 //
 // The image stays while the plan changes under it (settings edited after a run): it is drawn
 // over the plan's canvas (scaled and dimmed, with a caption, when the sizes differ) and the
@@ -32,6 +32,7 @@
 #include "core/sampling/BlendWindow.h"
 #include "core/run/Engine.h"
 #include "core/sampling/TilePlan.h"
+#include "ui/ZoomPanView.h"
 
 class QMimeData;
 
@@ -43,7 +44,7 @@ enum class CanvasOverlay { TileGrid, BlendWeights, SeamMap };
 // the settings panel's Start image group take as a start image.
 QString droppedImageFile(const QMimeData* mime);
 
-class TileCanvas : public QWidget {
+class TileCanvas : public ZoomPanView {
     Q_OBJECT
 public:
     explicit TileCanvas(QWidget* parent = nullptr);
@@ -75,13 +76,11 @@ public:
 
     // The blend window of the plan shown (for the BlendWeights overlay).
     void setBlendWindow(BlendWindowKind kind);
-    BlendWindowKind blendWindow() const { return window_; }
     // The seam map (1 x H x W) of the image shown; an empty tensor clears it.
     void setSeamMap(const ImageTensor& map);
     bool hasSeamMap() const { return !seamImage_.isNull(); }
     double seamMax() const { return seamMax_; }
 
-    bool overlayVisible() const { return overlay_; }
     bool isOverlayEnabled(CanvasOverlay overlay) const;
     void setOverlayEnabled(CanvasOverlay overlay, bool enabled);
     // The tile whose normalised weight the BlendWeights overlay shows; -1: none (N is shown).
@@ -93,7 +92,6 @@ public:
     int tileAt(QPointF imagePoint) const;
     // The scale the legend currently shows (low, high), for tests; both 0 without a legend.
     std::pair<double, double> legendRange() const { return legendRange_; }
-    double zoom() const { return zoom_; }
     // The canvas in image pixels: the plan's size, else the image's (empty: neither).
     QSize canvasSize() const { return contentSize(); }
     QSize sizeHint() const override { return {720, 640}; }
@@ -104,10 +102,6 @@ public slots:
     void setSeamOverlayVisible(bool visible);
     // Shows the before/after split (when there is a start image) at 1:1, or the plain canvas.
     void setBeforeAfterVisible(bool visible);
-    // Scales the image to fit the widget and keeps fitting it as the widget resizes.
-    void fitToView();
-    // One image pixel per screen pixel, centred.
-    void showActualSize();
 
 signals:
     // A PNG or JPEG file was dropped on the canvas.
@@ -119,18 +113,13 @@ protected:
     void paintEvent(QPaintEvent* event) override;
     void dragEnterEvent(QDragEnterEvent* event) override;
     void dropEvent(QDropEvent* event) override;
-    void wheelEvent(QWheelEvent* event) override;
     void mousePressEvent(QMouseEvent* event) override;
     void mouseMoveEvent(QMouseEvent* event) override;
     void mouseReleaseEvent(QMouseEvent* event) override;
-    void mouseDoubleClickEvent(QMouseEvent* event) override;
-    void resizeEvent(QResizeEvent* event) override;
     void leaveEvent(QEvent* event) override;
+    QSize contentSize() const override;  // the plan's size, else the image's
 
 private:
-    QSize contentSize() const;  // image pixels being shown (the plan's size, else the image's)
-    void zoomAbout(double factor, QPointF anchor);
-    void applyFit();
     QRectF tileRect(int id) const;
     const BlendWeights* blendWeights() const;  // built on first use for plan_ and window_
     const QImage& blendImage() const;          // the heat image for hovered_ (or N), cached
@@ -157,10 +146,6 @@ private:
     QImage seamImage_;
     double seamMax_ = 0;
     std::pair<double, double> legendRange_{0, 0};
-    bool fitting_ = true;   // re-fit on resize until the user zooms or pans
-    double zoom_ = 1.0;
-    QPointF offset_;        // widget position of image pixel (0, 0)
-    std::optional<QPointF> dragFrom_;
     QImage before_;
     bool beforeAfter_ = false;
     double split_ = 0.5;

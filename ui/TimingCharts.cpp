@@ -320,9 +320,14 @@ void TimingCharts::refreshTileScale() {
         high = any ? std::max(high, ms) : ms;
         any = true;
     }
-    if (any && high - low < 1e-9) {
-        low = std::max(0.0, low - 0.5);
-        high += 0.5;
+    // Tiles within a tenth of the slowest one's time took the same time as far as a reader can
+    // tell (a batch's time is shared by its tiles): the scale spans at least that tenth, about
+    // the middle, so two batches 0.01 ms apart are not painted black and yellow.
+    const double minSpan = high > 0 ? 0.1 * high : 1.0;
+    if (any && high - low < minSpan) {
+        const double middle = (low + high) / 2;
+        low = std::max(0.0, middle - minSpan / 2);
+        high = middle + minSpan / 2;
     }
     tileMap_->setDataRange(any ? QCPRange(low, high) : QCPRange(0, 1));
     if (tileCols_ <= 0) tilePlaceholder_->setText(tr("No valid tile plan"));

@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
             whenModelChecked(window, [&window] { window.startGraphComparison(); });
     };
     if (parser.isSet(preset)) {
-        // The same reader as File > Open preset (bounded, through core/BoundedInput, off the GUI
+        // The same reader as File > Open preset (bounded, through core/base/BoundedInput.h, off the GUI
         // thread); its message names the file. The window shows once the preset is in.
         QObject::connect(
             &window, &tessera::MainWindow::configurationRestored, &window,

@@ -37,9 +37,6 @@ public:
 
     // Jobs started whose deliver/fail has not run yet.
     int pending() const { return pending_; }
-    // Blocks the caller until every job has run on the pool (their results are still queued
-    // for the owner's thread: process its events to receive them). For tests and shutdown.
-    void waitForWork() { pool_.waitForDone(); }
 
 private:
     QThreadPool pool_;

@@ -46,7 +46,7 @@ qint64 folderBytes(const QString& folder) {
 }
 
 // SD1 / SD2 / SDXL of a diffusers pipeline folder from its configuration files alone, by
-// core/SdModel's rule: a second text encoder is SDXL; CLIP's quick_gelu encoder with a context
+// core/models/sd/SdModel.h's rule: a second text encoder is SDXL; CLIP's quick_gelu encoder with a context
 // under 1024 wide is SD 1.x, OpenCLIP's (gelu) SD 2.x.
 QString pipelineFamily(const QString& folder) {
     const QDir dir(folder);

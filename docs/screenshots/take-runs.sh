@@ -1,7 +1,7 @@
 #!/bin/sh
-# Screenshots of the before/after view of an upscale and of a run reopened after a restart
-# (issue 17, items 3 and 4), under Xvfb at 1366x768 and 1920x1080, on the CPU engine with the
-# bundled model. Run from the repository root after building build/ (the window, tessera):
+# Screenshots of the before/after view of an upscale and of a run reopened after a restart,
+# under Xvfb at 1366x768 and 1920x1080, on the CPU engine with the bundled model. Run from the
+# repository root after building build/ (the window, tessera):
 #
 #   sh docs/screenshots/take-runs.sh            # writes docs/screenshots/{before-after,reopened}-WxH.png
 #

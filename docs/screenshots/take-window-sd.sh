@@ -1,9 +1,9 @@
 #!/bin/sh
-# Screenshots of the window's prompting, model picker, live previews and charts (issue 17,
-# items 1, 2, 6 and 9), under Xvfb at 1366x768 and 1920x1080, on the CPU engine with the tiny
-# test pipelines. Run from the repository root after building build/ (the window, tessera):
+# Screenshots of the window's prompting, model picker, live previews and charts, under Xvfb at
+# 1366x768 and 1920x1080, on the CPU engine with the tiny test pipelines. Run from the repository
+# root after building build/ (the window, tessera):
 #
-#   sh docs/screenshots/take-window17.sh   # writes docs/screenshots/{window-sd,models}-WxH.png
+#   sh docs/screenshots/take-window-sd.sh   # writes docs/screenshots/{window-sd,models}-WxH.png
 #
 # One window process per size: it loads a preset (an SD 1.x test pipeline, a prompt with
 # emphasis, BREAK and an unclosed bracket, the negative prompt weighted), runs it (previews every

@@ -7,8 +7,9 @@
 #
 #   sh docs/screenshots/take-window.sh
 #
-# The SD prompting and picker pictures are take-window17.sh's; before/after and reopened runs are
-# take-runs.sh's; the GPU pictures (*-h100-*.png) come from kernels/bench/session9.sh on the H100.
+# The SD prompting and picker pictures are take-window-sd.sh's; before/after and reopened runs are
+# take-runs.sh's; the GPU pictures (*-h100-*.png) are taken on an H100 by the GPU bench script's
+# "screens" job (kernels/bench/).
 set -eu
 # shellcheck source=docs/screenshots/xvfb.sh
 . docs/screenshots/xvfb.sh

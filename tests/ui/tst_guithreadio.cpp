@@ -1,4 +1,4 @@
-// The GUI thread reads and writes no file and encodes no image (issue 14, item 7). The guard
+// The GUI thread reads and writes no file and encodes no image. The guard
 // (app/qt/GuiThreadGuard.h) fires on a QApplication's thread and nowhere else; a finished run, a
 // history reload, a model change, a delete, a comparison and a preset reach the window by
 // queued signal, with the IO done elsewhere, and the guard never fires while they do (every

@@ -88,8 +88,8 @@ private slots:
         QVERIFY(!window.stopAction()->isEnabled());
     }
 
-    // Issue #17: scrolling the panel over a combo box flipped its value (Blend window Hann -> None).
-    // A wheel over an unfocused editor now scrolls the panel; once focused, the wheel edits it.
+    // A wheel over an unfocused editor scrolls the panel and leaves the editor's value (Blend
+    // window Hann stays Hann); once focused, the wheel edits it.
     void wheelOverUnfocusedEditorLeavesItsValue() {
         MainWindow window(freshSettings());
         window.resize(1366, 768);
@@ -126,8 +126,8 @@ private slots:
         QVERIFY(spin->value() != steps);
     }
 
-    // Issue #17: CUDA chosen where it cannot run silently ran on the CPU; FP16 was shown for CPU runs.
-    // The panel now says so before Run, with the probe's reason in words.
+    // CUDA chosen where it cannot run, or FP16 for a CPU run: the panel says what will really
+    // compute before Run, with the probe's reason in words.
     void computeNoteSaysWhatWillRun() {
         ConfigPanel panel;
         auto* note = child<QLabel>(&panel, "computeNote");
@@ -341,7 +341,7 @@ private slots:
     }
 
     void windowSizeAndLayoutAreRemembered() {
-        // Issue #17 item 7: size, docks and the chart tab in front come back after a restart,
+        // Size, docks and the chart tab in front come back after a restart,
         // from the window's own settings file (here a throw-away one).
         const QString path = scratch_.filePath(QStringLiteral("layout.ini"));
         QSize chosen;
@@ -409,10 +409,9 @@ private slots:
     }
 
     void stepChartLegendEntriesAreNotCutShort() {
-        // Seen on the H100 (docs/screenshots/window-sd-h100-1920x1080.png, session 9): with GPU
-        // times and an earlier run, the step chart's four legend entries sat in one row of a
-        // 350-px dock and each was cut ("wall (hos", "host enqueu"). Now they wrap; every entry
-        // gets at least the width it asks for, inside the plot, and the summary wraps too.
+        // With GPU times and an earlier run the step chart has four legend entries; in a
+        // 350-px dock they wrap rather than cut ("wall (hos", "host enqueu"): every entry gets
+        // at least the width it asks for, inside the plot, and the summary wraps too.
         TimingCharts charts;
         charts.resize(340, 600);
         charts.show();
@@ -443,7 +442,7 @@ private slots:
     }
 
     void chartsShowTheirWholeRangeWithLegendsOutside() {
-        // Issue #17 item 9: after a run, in every chart tab, each series lies inside its axes'
+        // After a run, in every chart tab, each series lies inside its axes'
         // ranges, no legend overlaps a plot area, and every axis in use has a label and tick
         // labels of a readable size.
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");

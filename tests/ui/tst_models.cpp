@@ -1,4 +1,4 @@
-// The model picker (issue #17 item 2): a models folder's .safetensors checkpoints and diffusers
+// The model picker: a models folder's .safetensors checkpoints and diffusers
 // folders are listed with family, size and details (a file that is no model says why); random
 // weights are always offered; A1111's short hash (first 10 hex digits of SHA-256) is computed
 // when a row is selected, off the GUI thread, once per file unless the file changes; a model
@@ -8,6 +8,7 @@
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QFile>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>

@@ -1,7 +1,7 @@
-// Prompting in the window (issue #17 item 1): Ctrl+Up / Ctrl+Down change emphasis weights as
+// Prompting in the window: Ctrl+Up / Ctrl+Down change emphasis weights as
 // A1111's javascript/edit-attention.js does (adjustEmphasis, and the keys in the panel's
 // editors, one undo step each); the highlighter marks A1111's emphasis syntax as
-// core/PromptParser reads it (brackets, weights, escapes, BREAK, weighted text, and unbalanced
+// core/text/PromptParser.h reads it (brackets, weights, escapes, BREAK, weighted text, and unbalanced
 // brackets or bad weights in red, also across lines); the seed's dice rolls a new seed and its
 // reuse button puts back the last run's.
 #include <QAction>

@@ -1,4 +1,4 @@
-// Runs you can reopen, and image-to-image / upscaling in the window (issue 17, items 3 and 4).
+// Runs you can reopen, and image-to-image / upscaling in the window.
 // The Start image group (open, drop on the group or the canvas, clear, strength, scale x1/x2/x4
 // or target size, the plan following the canvas size), the start image stored with the run,
 // the before/after split at 1:1, reopening a run after a restart (image at full resolution,

@@ -225,7 +225,7 @@ private slots:
         QVERIFY(!child<QLabel>(&panel, "clip_skipError")->isHidden());
 
         // The pipeline's limits, from its config files: tiles in multiples of 16 (a 2-level UNet
-        // over an 8x VAE), sides and overlap in multiples of 8 (core/SdPipeline checkSdRun).
+        // over an 8x VAE), sides and overlap in multiples of 8 (core/models/sd/SdPipeline.h checkSdRun).
         RunConfig c = sdConfig();
         c.width = 124;
         c.overlapPx = 12;
@@ -341,7 +341,7 @@ private slots:
     }
 
     void sdRunShowsLatentPreviewsEveryStep() {
-        // Live previews (issue #17 item 6): an SD run sends A1111's "Approx cheap" preview of the
+        // Live previews: an SD run sends A1111's "Approx cheap" preview of the
         // latents after every `preview_every` steps (the panel's Preview field), at the image's
         // size, and the canvas shows each as it comes; the finished run shows the VAE's decode.
         struct Case {
@@ -380,7 +380,7 @@ private slots:
     }
 
     void sdRunReportsTheModelLoadBeforeTheFirstStep() {
-        // Issue #17 item 2: the worker forwards the engine's load progress (bytes of weights read,
+        // The worker forwards the engine's load progress (bytes of weights read,
         // by phase) before the run starts; a model kept from the last run reports none.
         QThread thread;
         auto* worker = new RunWorker;

@@ -378,7 +378,7 @@ private slots:
         QCOMPARE(same.speedup, 1.0);
         QVERIFY(same.differences.empty() && same.sameWork);
 
-        // Issue #17: the two runs differ in their seed only: the same work, so a speedup, and the
+        // The two runs differ in their seed only: the same work, so a speedup, and the
         // view says which setting differs.
         QVERIFY(d.sameWork);
         QStringList keys;

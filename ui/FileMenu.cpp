@@ -1,0 +1,207 @@
+#include "ui/FileMenu.h"
+
+#include <memory>
+
+#include <QAction>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenu>
+#include <QMessageBox>
+#include <QSettings>
+
+#include "app/qt/RunWorker.h"
+#include "core/run/OutputSet.h"
+#include "core/run/RunRecordIO.h"
+#include "ui/ConfigPanel.h"
+#include "ui/StatusLine.h"
+
+namespace tessera {
+
+namespace {
+
+const QString kPresetDirKey = QStringLiteral("paths/presets");
+const QString kExportDirKey = QStringLiteral("paths/export");
+
+QString presetsFolder() {
+    // Installed (.deb) and bundled copies keep the presets beside the binaries.
+    const QString installed = QCoreApplication::applicationDirPath() + QStringLiteral("/../share/tessera/presets");
+    if (QFileInfo(installed).isDir()) return QDir::cleanPath(installed);
+#ifdef TESSERA_RESOURCE_DIR
+    const QString resources = QStringLiteral(TESSERA_RESOURCE_DIR "/presets");
+    if (QFileInfo(resources).isDir()) return resources;
+#endif
+    return QDir::homePath();
+}
+
+}  // namespace
+
+FileMenu::FileMenu(QWidget* window, QSettings& settings, ConfigPanel* panel, StatusLine* status,
+                   std::function<const FinishedRun*()> shownRun)
+    : QObject(window), window_(window), settings_(settings), panel_(panel), status_(status), shownRun_(std::move(shownRun)) {
+    auto make = [window](const QString& text, const char* name, const QKeySequence& shortcut = {}) {
+        auto* action = new QAction(text, window);
+        action->setObjectName(QString::fromLatin1(name));
+        if (!shortcut.isEmpty()) action->setShortcut(shortcut);
+        return action;
+    };
+    openPresetAction_ = make(tr("&Open preset…"), "actionOpenPreset", QKeySequence::Open);
+    savePresetAction_ = make(tr("&Save preset…"), "actionSavePreset", QKeySequence::Save);
+    exportAction_ = make(tr("&Export image…"), "actionExportImage", QKeySequence(tr("Ctrl+E")));
+    exportCsvAction_ = make(tr("Export &timings (CSV)…"), "actionExportTimings");
+    exportManifestAction_ = make(tr("Export &manifest (JSON)…"), "actionExportManifest");
+    exportTraceAction_ = make(tr("Export Chrome t&race (JSON)…"), "actionExportTrace");
+    connect(openPresetAction_, &QAction::triggered, this, &FileMenu::openPreset);
+    connect(savePresetAction_, &QAction::triggered, this, &FileMenu::savePreset);
+    for (const ExportFormat format :
+         {ExportFormat::ImagePng, ExportFormat::TimingsCsv, ExportFormat::ManifestJson, ExportFormat::ChromeTrace})
+        connect(exportAction(format), &QAction::triggered, this, [this, format] { exportInteractively(format); });
+}
+
+void FileMenu::addTo(QMenu* menu) {
+    menu->addAction(openPresetAction_);
+    menu->addAction(savePresetAction_);
+    menu->addSeparator();
+    menu->addAction(exportAction_);
+    menu->addAction(exportCsvAction_);
+    menu->addAction(exportManifestAction_);
+    menu->addAction(exportTraceAction_);
+}
+
+QAction* FileMenu::exportAction(ExportFormat format) const {
+    switch (format) {
+    case ExportFormat::ImagePng: return exportAction_;
+    case ExportFormat::TimingsCsv: return exportCsvAction_;
+    case ExportFormat::ManifestJson: return exportManifestAction_;
+    case ExportFormat::ChromeTrace: return exportTraceAction_;
+    }
+    return nullptr;
+}
+
+void FileMenu::updateActions() {
+    const FinishedRun* run = shownRun_();
+    exportAction_->setEnabled(run && !run->image.isNull());
+    for (QAction* action : {exportCsvAction_, exportManifestAction_, exportTraceAction_})
+        action->setEnabled(run && run->result);
+}
+
+void FileMenu::openPreset() {
+    const QString path = QFileDialog::getOpenFileName(window_, tr("Open preset"),
+                                                      settings_.value(kPresetDirKey, presetsFolder()).toString(),
+                                                      tr("Presets, manifests and run images (*.json *.png);;All files (*)"));
+    if (path.isEmpty()) return;
+    settings_.setValue(kPresetDirKey, QFileInfo(path).absolutePath());
+    restoreConfiguration(path, Feedback::MessageBox);
+}
+
+void FileMenu::restoreConfigurationFrom(const QString& path) { restoreConfiguration(path, Feedback::StatusLine); }
+
+void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {
+    restoreJob_ = files_.start(
+        [file = path.toStdString()] { return configurationFromFile(file); },
+        [this, path](quint64 id, const RestoredConfig& restored) {
+            if (id != restoreJob_) return;  // a newer file was opened or dropped since
+            panel_->setConfig(restored.config);
+            const QString name = QFileInfo(path).fileName();
+            const QString run = QString::fromStdString(restored.runId);
+            switch (restored.source) {
+            case ConfigSource::RunPng: status_->setStatusText(tr("Settings of run %1 restored from the image %2").arg(run, name)); break;
+            case ConfigSource::Manifest: status_->setStatusText(tr("Settings of run %1 restored from the manifest %2").arg(run, name)); break;
+            case ConfigSource::Preset: status_->setStatusText(tr("Loaded preset %1").arg(name)); break;
+            }
+            emit configurationRestored(path, true, {});
+        },
+        [this, path, feedback](quint64 id, const QString& error) {
+            if (id != restoreJob_) return;
+            if (feedback == Feedback::MessageBox)
+                QMessageBox::warning(window_, tr("Open preset"), tr("This is not a usable preset:\n%1").arg(error));
+            else
+                status_->setStatusText(tr("Nothing restored: %1").arg(error), true);
+            emit configurationRestored(path, false, error);
+        });
+}
+
+void FileMenu::savePreset() {
+    const QString path = QFileDialog::getSaveFileName(window_, tr("Save preset"),
+                                                      settings_.value(kPresetDirKey, QDir::homePath()).toString() +
+                                                          QStringLiteral("/preset.json"),
+                                                      tr("Tessera presets (*.json)"), nullptr,
+                                                      QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty()) return;
+    settings_.setValue(kPresetDirKey, QFileInfo(path).absolutePath());
+    const std::string json = toJson(panel_->config()).dump(2) + "\n";
+    writeInBackground(
+        path, Overwrite::Ask, [json](const std::string& file) { writeFileAtomically(file, json); },
+        [this, path](bool ok, const QString& error) {
+            if (ok) status_->setStatusText(tr("Saved preset %1").arg(QFileInfo(path).fileName()));
+            else if (!error.isEmpty()) QMessageBox::warning(window_, tr("Save preset"), error);
+        });
+}
+
+void FileMenu::writeInBackground(const QString& path, Overwrite overwrite, std::function<void(const std::string&)> write,
+                                   std::function<void(bool, const QString&)> done) {
+    // The existence check runs with the write, off this thread; only the question is asked here.
+    files_.start(
+        [file = path.toStdString(), replace = overwrite == Overwrite::Replace, write] {
+            if (!replace && QFileInfo::exists(QString::fromStdString(file))) return false;
+            write(file);
+            return true;
+        },
+        [this, path, overwrite, write, done](quint64, bool written) {
+            if (written) return done(true, {});
+            if (overwrite == Overwrite::Ask && askToReplace(path))
+                return writeInBackground(path, Overwrite::Replace, write, done);
+            done(false, tr("%1: the file exists and was not replaced").arg(QDir::toNativeSeparators(path)));
+        },
+        [path, done](quint64, const QString& error) {
+            done(false, error.contains(path) ? error : QDir::toNativeSeparators(path) + QStringLiteral(": ") + error);
+        });
+}
+
+bool FileMenu::askToReplace(const QString& path) {
+    return QMessageBox::question(window_, tr("Replace file?"),
+                                 tr("%1 already exists.\nDo you want to replace it?").arg(QDir::toNativeSeparators(path)),
+                                 QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes;
+}
+
+void FileMenu::exportInteractively(ExportFormat format) {
+    const FinishedRun* run = shownRun_();
+    if (!run || !run->result) return;
+    const RunRecord& record = run->result->record;
+    const QString suggested = settings_.value(kExportDirKey, QDir::homePath()).toString() + QLatin1Char('/') +
+                              suggestedExportName(record, format);
+    const QString filter = QStringLiteral("%1 (*.%2)").arg(exportTitle(format), exportSuffix(format));
+    // The overwrite question is ours (writeInBackground), the same for every way of exporting.
+    QString path = QFileDialog::getSaveFileName(window_, tr("Export %1").arg(exportTitle(format)), suggested, filter,
+                                                nullptr, QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty()) return;
+    if (QFileInfo(path).suffix().isEmpty()) path += QLatin1Char('.') + exportSuffix(format);
+    settings_.setValue(kExportDirKey, QFileInfo(path).absolutePath());
+    startExport(format, path, Overwrite::Ask, Feedback::MessageBox);
+}
+
+void FileMenu::exportTo(ExportFormat format, const QString& path, Overwrite overwrite) {
+    startExport(format, path, overwrite, Feedback::StatusLine);
+}
+
+void FileMenu::startExport(ExportFormat format, const QString& path, Overwrite overwrite, Feedback feedback) {
+    const auto done = [this, path, format, feedback](bool ok, const QString& error) {
+        if (ok) status_->setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
+        else if (feedback == Feedback::MessageBox && !error.isEmpty())
+            QMessageBox::warning(window_, tr("Export %1").arg(exportTitle(format)), error);
+        else
+            status_->setStatusText(error, true);
+        emit exportFinished(path, ok, error);
+    };
+    const FinishedRun* run = shownRun_();
+    const std::shared_ptr<const RunResult> result = run ? run->result : nullptr;
+    if (!result) return done(false, QDir::toNativeSeparators(path) + tr(": there is no finished run to export yet"));
+    if (format == ExportFormat::ImagePng && result->image.data.empty())
+        return done(false, QDir::toNativeSeparators(path) + tr(": there is no finished image to export yet"));
+    // The shared result is only read there; the PNG is encoded on files_' thread too.
+    writeInBackground(
+        path, overwrite, [result, format](const std::string& file) { exportRun(*result, format, file); }, done);
+}
+
+}  // namespace tessera

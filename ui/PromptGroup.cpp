@@ -1,0 +1,139 @@
+#include "ui/PromptGroup.h"
+
+#include <algorithm>
+
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSpinBox>
+
+#include "ui/PromptEditor.h"
+
+namespace tessera {
+
+namespace {
+
+PromptEditor* makePromptEdit(const QString& placeholder, int lines) {
+    auto* edit = new PromptEditor;
+    edit->setPlaceholderText(placeholder);
+    edit->setTabChangesFocus(true);
+    edit->setFixedHeight(edit->fontMetrics().lineSpacing() * lines + 14);
+    return edit;
+}
+
+QLabel* makeTokenLabel(const char* name) {
+    auto* label = new QLabel;
+    label->setObjectName(QString::fromLatin1(name));
+    label->setProperty("role", QStringLiteral("hint"));
+    label->setAlignment(Qt::AlignRight);
+    label->setToolTip(PromptGroup::tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+    return label;
+}
+
+}  // namespace
+
+PromptGroup::PromptGroup(QWidget* parent) : ConfigGroup(tr("Prompt"), parent) {
+    setObjectName(QStringLiteral("promptGroup"));
+    auto* form = new QFormLayout(this);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    reason_ = makeRoleLabel("promptReason", "hint");
+    form->addRow(reason_);
+
+    prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
+    prompt_->setObjectName(QStringLiteral("promptEdit"));
+    const QString emphasisHelp = tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \\( for a literal bracket, "
+                                    "BREAK starts a new 75-token chunk. Ctrl+Up / Ctrl+Down change the weight of the "
+                                    "selection or the word at the cursor by 0.1. Red: a bracket nothing closes or opens.");
+    prompt_->setToolTip(emphasisHelp);
+    promptTokens_ = makeTokenLabel("promptTokens");
+    negativePromptTokens_ = makeTokenLabel("negativePromptTokens");
+    form->addRow(tr("Prompt"), prompt_);
+    form->addRow(QString(), promptTokens_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("prompt"), prompt_));
+    negativePrompt_ = makePromptEdit(tr("What to avoid"), 2);
+    negativePrompt_->setObjectName(QStringLiteral("negativePromptEdit"));
+    negativePrompt_->setToolTip(emphasisHelp);
+    form->addRow(tr("Negative"), negativePrompt_);
+    form->addRow(QString(), negativePromptTokens_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("negative_prompt"), negativePrompt_));
+
+    cfgScale_ = makeRealSpin(0, 1000, 0.5, 1);
+    cfgScale_->setObjectName(QStringLiteral("cfgSpin"));
+    cfgScale_->setToolTip(tr("Classifier-free guidance scale, 0 to %1 (1: the prompt alone, no negative half)")
+                              .arg(kMaxCfgScale));
+    clipSkip_ = makeSpin(0, 99);
+    clipSkip_->setObjectName(QStringLiteral("clipSkipSpin"));
+    clipSkip_->setToolTip(tr("A1111's Clip skip, 1 to %1: 1 uses the text encoder's usual layer, 2 one earlier…")
+                              .arg(kMaxClipSkip));
+    auto* guidanceRow = new QHBoxLayout;
+    guidanceRow->setContentsMargins(0, 0, 0, 0);
+    guidanceRow->addWidget(cfgScale_, 1);
+    guidanceRow->addWidget(new QLabel(tr("Clip skip")));
+    guidanceRow->addWidget(clipSkip_, 1);
+    form->addRow(tr("CFG scale"), guidanceRow);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("cfg"), cfgScale_));
+    form->addRow(QString(), addErrorLabel(QStringLiteral("clip_skip"), clipSkip_));
+
+    for (QPlainTextEdit* edit : {prompt_, negativePrompt_}) {
+        connect(edit, &QPlainTextEdit::textChanged, this, &PromptGroup::edited);
+        connect(edit, &QPlainTextEdit::textChanged, this, &PromptGroup::promptTextChanged);
+    }
+    connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, &PromptGroup::edited);
+    connect(clipSkip_, &QSpinBox::valueChanged, this, &PromptGroup::edited);
+}
+
+void PromptGroup::readInto(RunConfig& c) const {
+    c.prompt = promptText().toStdString();
+    c.negativePrompt = negativePromptText().toStdString();
+    c.cfgScale = cfgScale_->value();
+    c.clipSkip = clipSkip_->value();
+}
+
+void PromptGroup::showConfig(const RunConfig& c) {
+    prompt_->setPlainText(QString::fromStdString(c.prompt));
+    negativePrompt_->setPlainText(QString::fromStdString(c.negativePrompt));
+    cfgScale_->setValue(c.cfgScale);
+    clipSkip_->setValue(c.clipSkip);
+}
+
+QString PromptGroup::promptText() const { return prompt_->toPlainText(); }
+
+QString PromptGroup::negativePromptText() const { return negativePrompt_->toPlainText(); }
+
+void PromptGroup::setUnavailableReason(const QString& reason) {
+    const bool available = reason.isEmpty();
+    for (QWidget* editor : {static_cast<QWidget*>(prompt_), static_cast<QWidget*>(negativePrompt_),
+                            static_cast<QWidget*>(cfgScale_), static_cast<QWidget*>(clipSkip_)}) {
+        editor->setEnabled(available);
+        // The editor's own tooltip says what it is; a disabled one says why first.
+        if (!editor->property("ownToolTip").isValid()) editor->setProperty("ownToolTip", editor->toolTip());
+        const QString own = editor->property("ownToolTip").toString();
+        editor->setToolTip(available ? own : (own.isEmpty() ? reason : reason + QStringLiteral("\n\n") + own));
+    }
+    reason_->setText(reason);
+    reason_->setVisible(!available);
+}
+
+QLabel* PromptGroup::tokenLabel(const QString& field) const {
+    return field == QStringLiteral("prompt") ? promptTokens_ : negativePromptTokens_;
+}
+
+void PromptGroup::showTokenCount(const QString& field, int tokens, const QString& error) {
+    QLabel* label = tokenLabel(field);
+    if (tokens < 0) {
+        label->setText(tr("?/75"));
+        label->setToolTip(error);
+        return;
+    }
+    // A1111: the count over the chunks it fills, 75 tokens each.
+    const int chunks = std::max(1, (tokens + 74) / 75);
+    label->setText(QStringLiteral("%1/%2").arg(tokens).arg(chunks * 75));
+    label->setToolTip(tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+}
+
+void PromptGroup::clearTokenCount(const QString& field) { tokenLabel(field)->clear(); }
+
+QString PromptGroup::tokenCountText(const QString& field) const { return tokenLabel(field)->text(); }
+
+}  // namespace tessera

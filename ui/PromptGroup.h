@@ -1,0 +1,50 @@
+// PromptGroup: the settings panel's Prompt group (Stable Diffusion): the prompt and negative
+// prompt in PromptEditors (A1111's emphasis syntax; Ctrl+Up/Down change weights) with their
+// token counts as A1111 shows them ("12/75"), the CFG scale and clip skip. The panel enables the
+// editors only for a model known to be Stable Diffusion; the group box itself stays enabled so
+// the reason it gives stays readable.
+#pragma once
+
+#include "ui/ConfigGroup.h"
+
+class QPlainTextEdit;
+class QSpinBox;
+
+namespace tessera {
+
+class PromptGroup : public ConfigGroup {
+    Q_OBJECT
+public:
+    explicit PromptGroup(QWidget* parent = nullptr);
+
+    void readInto(RunConfig& config) const override;
+    void showConfig(const RunConfig& config) override;
+
+    // Empty `reason`: the editors are enabled; otherwise disabled, the reason above them and
+    // first in each editor's tooltip.
+    void setUnavailableReason(const QString& reason);
+    QString promptText() const;
+    QString negativePromptText() const;
+    // The count of `field` ("prompt" or "negative_prompt"): tokens < 0 shows "?" with `error` as
+    // its tooltip.
+    void showTokenCount(const QString& field, int tokens, const QString& error);
+    void clearTokenCount(const QString& field);
+    QString tokenCountText(const QString& field) const;
+
+signals:
+    // The text of either prompt changed (the panel asks for new token counts).
+    void promptTextChanged();
+
+private:
+    QLabel* tokenLabel(const QString& field) const;
+
+    QPlainTextEdit* prompt_ = nullptr;
+    QPlainTextEdit* negativePrompt_ = nullptr;
+    QDoubleSpinBox* cfgScale_ = nullptr;
+    QSpinBox* clipSkip_ = nullptr;
+    QLabel* reason_ = nullptr;
+    QLabel* promptTokens_ = nullptr;  // "n/75", counted by the panel's inspector off this thread
+    QLabel* negativePromptTokens_ = nullptr;
+};
+
+}  // namespace tessera

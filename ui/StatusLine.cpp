@@ -1,0 +1,162 @@
+#include "ui/StatusLine.h"
+
+#include <algorithm>
+#include <exception>
+
+#include <QCoreApplication>
+#include <QLabel>
+#include <QPainter>
+#include <QProgressBar>
+#include <QStatusBar>
+#include <QTimer>
+
+#include "core/sampling/TilePlan.h"
+
+namespace tessera {
+
+namespace {
+
+// A one-line label drawn cut with "…" to its current width, never wider than the room it is given:
+// a run's note in the status bar keeps the fields beside it and shows that it goes on (the whole
+// note is its tooltip). QStatusBar::showMessage would cut it at the progress fields without a sign.
+class ElidedLabel : public QLabel {
+public:
+    using QLabel::QLabel;
+    QSize minimumSizeHint() const override { return {0, QLabel::minimumSizeHint().height()}; }
+    QSize sizeHint() const override { return {0, QLabel::sizeHint().height()}; }
+
+protected:
+    void paintEvent(QPaintEvent*) override {
+        QPainter painter(this);
+        painter.setPen(palette().color(QPalette::WindowText));
+        const QRect r = contentsRect();
+        painter.drawText(r, Qt::AlignLeft | Qt::AlignVCenter, fontMetrics().elidedText(text(), Qt::ElideRight, r.width()));
+    }
+};
+
+// How long a run's note stays in place of the status text.
+constexpr int kNoteMs = 8000;
+// The step bar's resolution while it shows a load's fraction.
+constexpr int kLoadBarSteps = 1000;
+
+}  // namespace
+
+StatusLine::StatusLine(QStatusBar* bar) : QObject(bar) {
+    statusText_ = new QLabel(tr("Ready"));
+    statusText_->setObjectName(QStringLiteral("statusText"));
+    statusText_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    statusText_->setMinimumWidth(200);
+    progressText_ = new QLabel;
+    progressText_->setObjectName(QStringLiteral("progressText"));
+    stepBar_ = new QProgressBar;
+    stepBar_->setObjectName(QStringLiteral("stepProgress"));
+    stepBar_->setFormat(tr("step %v/%m"));
+    stepBar_->setFixedWidth(170);
+    tileBar_ = new QProgressBar;
+    tileBar_->setObjectName(QStringLiteral("tileProgress"));
+    tileBar_->setFormat(tr("tile %v/%m"));
+    tileBar_->setFixedWidth(150);
+    for (QProgressBar* progress : {stepBar_, tileBar_}) {
+        progress->setRange(0, 1);
+        progress->setValue(0);
+        progress->setTextVisible(true);
+    }
+    noteText_ = new ElidedLabel;
+    noteText_->setObjectName(QStringLiteral("statusNote"));
+    noteText_->setContentsMargins(3, 0, 0, 0);  // where QStatusBar draws its messages
+    noteText_->hide();
+    noteTimer_ = new QTimer(this);
+    noteTimer_->setSingleShot(true);
+    connect(noteTimer_, &QTimer::timeout, this, [this] {
+        noteText_->hide();
+        statusText_->show();
+    });
+    bar->addWidget(statusText_, 1);
+    bar->addWidget(noteText_, 1);
+    bar->addPermanentWidget(progressText_);
+    bar->addPermanentWidget(stepBar_);
+    bar->addPermanentWidget(tileBar_);
+}
+
+void StatusLine::setStatusText(const QString& text, bool error) {
+    statusText_->setText(text);
+    statusText_->setToolTip(text);
+    statusText_->setStyleSheet(error ? QStringLiteral("color: #c0392b;") : QString());
+}
+
+void StatusLine::showNote(const QString& text) {
+    noteText_->setText(text);
+    noteText_->setToolTip(text);
+    statusText_->hide();
+    noteText_->show();
+    noteTimer_->start(kNoteMs);
+}
+
+void StatusLine::showReady(bool valid, const RunConfig& config) {
+    // Before a run the bars would read "step 0/1": say what a run would do instead.
+    hideBars();
+    if (!valid) {
+        progressText_->setText(tr("not ready: fix the marked settings"));
+        return;
+    }
+    try {
+        const TilePlan plan = TilePlan::fromConfig(config);
+        const int batch = resolveTileBatch(config.tileBatch, plan.count());
+        const int batches = (plan.count() + batch - 1) / batch;
+        progressText_->setText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4%5)")
+                                   .arg(config.steps)
+                                   .arg(batches)
+                                   .arg(plan.count())
+                                   .arg(batch)
+                                   .arg(config.tileBatch <= 0 ? tr(", auto") : QString()));
+    } catch (const std::exception&) {
+        progressText_->setText(tr("not ready: fix the marked settings"));
+    }
+}
+
+void StatusLine::showRanOn(const RunRecord& record) {
+    progressText_->setText(tr("%1 %2 · %3 × %4 px · seed %5")
+                               .arg(QString::fromStdString(record.environment.backend).toUpper(),
+                                    QString::fromUtf8(toString(record.config.precision).data()).toUpper())
+                               .arg(record.config.width)
+                               .arg(record.config.height)
+                               .arg(record.config.seed));
+}
+
+void StatusLine::setProgressText(const QString& text) { progressText_->setText(text); }
+
+void StatusLine::clearProgressText() { progressText_->clear(); }
+
+void StatusLine::showBars() {
+    stepBar_->show();
+    tileBar_->show();
+}
+
+void StatusLine::hideBars() {
+    stepBar_->hide();
+    tileBar_->hide();
+}
+
+void StatusLine::showProgress(const RunProgress& p, bool running) {
+    showStepBar(p, running);
+    tileBar_->setRange(0, std::max(1, p.tiles));
+    tileBar_->setValue(std::min(p.tilesDone, std::max(1, p.tiles)));
+}
+
+void StatusLine::showStepBar(const RunProgress& p, bool running) {
+    if (running && p.loading()) {
+        stepBar_->setFormat(p.loadPhase + QStringLiteral(" %p%"));
+        stepBar_->setRange(0, kLoadBarSteps);
+        stepBar_->setValue(static_cast<int>(p.loadFraction * kLoadBarSteps));
+        return;
+    }
+    stepBar_->setFormat(tr("step %v/%m"));
+    // The steps this run evaluates (image-to-image at strength 0.35 of 20: 7, not 20). While
+    // running, the step in progress (1-based); afterwards, the steps completed. Busy while the
+    // engine prepares (and loads a model that reports no fraction).
+    const int runSteps = std::max(1, p.steps - p.firstStep);
+    stepBar_->setRange(0, running && !p.started ? 0 : runSteps);
+    stepBar_->setValue(std::clamp(running && p.started ? p.step + 1 - p.firstStep : p.step - p.firstStep, 0, runSteps));
+}
+
+}  // namespace tessera

@@ -1,0 +1,67 @@
+// StatusLine: the window's status bar fields. On the left the status text (red for an error),
+// replaced for 8 s by a run's note (showNote: drawn cut with "…" where it is longer than the
+// room left, the whole note its tooltip); on the right the progress text and two bars, step k/N
+// (or the model load's fraction and phase) and tile j/M. Before a run the bars are hidden and
+// the progress text says what a run of the settings would do.
+#pragma once
+
+#include <QObject>
+#include <QString>
+
+#include "core/run/RunConfig.h"
+#include "core/run/RunRecord.h"
+
+class QLabel;
+class QProgressBar;
+class QStatusBar;
+class QTimer;
+
+namespace tessera {
+
+// Where a run is, as the status bar shows it.
+struct RunProgress {
+    int step = 0, steps = 0;          // steps completed / total, as the schedule counts them
+    int firstStep = 0;                // schedule index of the first step run (image-to-image: > 0)
+    int tilesDone = 0, tiles = 0;     // tiles completed in the current step / per step
+    bool started = false;             // the engine reported the run started (prepare done)
+    double loadFraction = -1;         // of the model load in progress; -1 while none was reported
+    QString loadPhase;
+    bool loading() const { return !started && loadFraction >= 0.0 && loadFraction < 1.0; }
+};
+
+class StatusLine : public QObject {
+    Q_OBJECT
+public:
+    // Adds the fields to `bar`, which owns them (and this).
+    explicit StatusLine(QStatusBar* bar);
+
+    void setStatusText(const QString& text, bool error = false);
+    // `text` for 8 s in place of the status text.
+    void showNote(const QString& text);
+
+    // No run: the bars hidden; what a run of `config` would do (steps, tile batches), or, when
+    // the settings are not `valid`, that they need fixing.
+    void showReady(bool valid, const RunConfig& config);
+    // What `record` ran on and made ("CPU FP32 · 512 × 512 px · seed 3") in the progress text.
+    void showRanOn(const RunRecord& record);
+    void setProgressText(const QString& text);
+    void clearProgressText();
+
+    void showBars();
+    void hideBars();
+    // Both bars from `progress`. `running`: the step bar shows the step in progress (1-based),
+    // the load's fraction while a model loads and is busy while the engine prepares; otherwise
+    // the steps completed.
+    void showProgress(const RunProgress& progress, bool running);
+    void showStepBar(const RunProgress& progress, bool running);
+
+private:
+    QLabel* statusText_ = nullptr;
+    QLabel* noteText_ = nullptr;  // a run's note, for 8 s (showNote)
+    QTimer* noteTimer_ = nullptr;
+    QLabel* progressText_ = nullptr;
+    QProgressBar* stepBar_ = nullptr;
+    QProgressBar* tileBar_ = nullptr;
+};
+
+}  // namespace tessera
