@@ -116,11 +116,11 @@ private slots:
 
     // The first columns are the PyTorch script's, in its order.
     void csvHeaderSharesThePyTorchColumns() {
-        QFile script(QStringLiteral(TESSERA_SOURCE_DIR "/bench/torch_tiled_ddim.py"));
+        QFile script(QStringLiteral(TESSERA_SOURCE_DIR "/bench/pytorch/torch_tiled_ddim.py"));
         QVERIFY(script.open(QIODevice::ReadOnly));
         const QString text = QString::fromUtf8(script.readAll());
         const auto match = QRegularExpression(QStringLiteral("cols = \\[([^\\]]*)\\]")).match(text);
-        QVERIFY2(match.hasMatch(), "cols = [...] not found in bench/torch_tiled_ddim.py");
+        QVERIFY2(match.hasMatch(), "cols = [...] not found in bench/pytorch/torch_tiled_ddim.py");
         QStringList torchCols;
         auto names = QRegularExpression(QStringLiteral("\"([a-z_]+)\"")).globalMatch(match.captured(1));
         while (names.hasNext()) torchCols << names.next().captured(1);
@@ -247,7 +247,7 @@ private slots:
     }
 
     // diffusers' SD 1.5, 2.1 and XL base UNets: 859,520,964, 865,910,724 and 2,567,463,684 parameters
-    // (spec §0), and the FLOPs of one evaluation from the graph (SD 1.5 at latent 64: about 0.8 TFLOP).
+    // (UNet2DConditionModel of their unet/config.json), and the FLOPs of one evaluation from the graph (SD 1.5 at latent 64: about 0.8 TFLOP).
     void sdShapesMatchDiffusers() {
         for (const auto& [shape, params, latent] : {std::tuple{"sd15", std::int64_t{859520964}, 64},
                                                     std::tuple{"sd21", std::int64_t{865910724}, 96},
@@ -307,13 +307,13 @@ private slots:
         QVERIFY(std::abs(one.unetEvalsPerS - 50.0) < 1e-9);
     }
 
-    // kernels/bench/torch_sd_unet.py prints exactly the SD rows' columns.
+    // bench/pytorch/torch_sd_unet.py prints exactly the SD rows' columns.
     void sdCsvHeaderIsTheTorchScripts() {
-        QFile script(QStringLiteral(TESSERA_SOURCE_DIR "/kernels/bench/torch_sd_unet.py"));
+        QFile script(QStringLiteral(TESSERA_SOURCE_DIR "/bench/pytorch/torch_sd_unet.py"));
         QVERIFY(script.open(QIODevice::ReadOnly));
         const QString text = QString::fromUtf8(script.readAll());
         const auto match = QRegularExpression(QStringLiteral("COLS = \\[([^\\]]*)\\]")).match(text);
-        QVERIFY2(match.hasMatch(), "COLS = [...] not found in kernels/bench/torch_sd_unet.py");
+        QVERIFY2(match.hasMatch(), "COLS = [...] not found in bench/pytorch/torch_sd_unet.py");
         QStringList torchCols;
         auto names = QRegularExpression(QStringLiteral("\"([a-z_]+)\"")).globalMatch(match.captured(1));
         while (names.hasNext()) torchCols << names.next().captured(1);
@@ -369,7 +369,7 @@ private slots:
         }
     }
 
-    // --profile (what tessera-cuda-bench printed): a flag without a value; options of whole runs refused.
+    // --profile: a flag without a value; options of whole runs refused.
     void parsesProfile() {
         const BenchOptions o = parseBenchOptions({"--profile", "--shape", "cifar", "--tile", "64", "--batch", "1,32"});
         QVERIFY(o.profile);
@@ -451,7 +451,7 @@ private slots:
             {{"--precision", "fp8"}, "bench: precision"},
             {{"--frobnicate", "1"}, "bench: option: '--frobnicate' is not an option of bench --shape vae"},
             {{"--size"}, "bench: size: option '--size' needs a value"},
-            // --name=value as every other subcommand reads it (it was taken as an option "size=300").
+            // --name=value as every other subcommand reads it.
             {{"--size=300"}, "bench: size: '300' is not allowed; use 512, 1024, 2048 or 4096"},
         };
         for (const auto& [args, message] : bad) {
