@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "app/cli/EngineFactory.h"
 #include "app/cli/PngIO.h"
 #include "core/base/BoundedInput.h"
+#include "core/formats/PipelinePart.h"
 #include "core/run/Infotext.h"
 #include "core/run/RunConfigFields.h"
 #include "core/run/RunRecordIO.h"
@@ -264,6 +266,9 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
         if (ec || !fs::is_directory(dir, ec))
             throw ValidationError("model", "model: " + inQuotes(given) + " is not a folder" +
                                                (ec ? " (" + ec.message() + ")" : std::string()));
+        if (!isSdModelPath(dir.string()))
+            if (const std::optional<PipelinePart> part = pipelinePartOf(dir))
+                throw ValidationError("model", "model: " + describePipelinePart(dir.lexically_normal(), *part, "--model"));
         return dir.lexically_normal().string();
     }
     const auto candidates = defaultModelCandidates(executableDir);
@@ -272,7 +277,8 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     std::string looked;
     for (const auto& candidate : candidates) looked += "\n  " + candidate;
     throw ValidationError("model", "model: no default model is installed (looked in:" + looked +
-                                       ")\nGive a diffusers UNet2DModel folder with --model DIR.");
+                                       ")\nPoint --model at a Stable Diffusion pipeline folder (with model_index.json), a "
+                                       ".safetensors checkpoint or a diffusers UNet2DModel folder (with config.json).");
 }
 
 BackendKind checkRunBackend(BackendKind requested) {

@@ -12,8 +12,6 @@ namespace tessera {
 
 void fail(const std::string& field, const std::string& message) { throw ValidationError(field, field + ": " + message); }
 
-std::string inQuotes(std::string_view text) { return "'" + excerpt(text) + "'"; }
-
 double median(std::vector<double> values) {
     if (values.empty()) return 0;
     std::sort(values.begin(), values.end());

@@ -12,9 +12,6 @@ namespace tessera {
 // Throws ValidationError(field, "<field>: <message>").
 [[noreturn]] void fail(const std::string& field, const std::string& message);
 
-// A value as typed, quoted for a message: a short escaped excerpt, never the whole of it.
-std::string inQuotes(std::string_view text);
-
 // The median (the mean of the middle two for an even count); 0 for none.
 double median(std::vector<double> values);
 

@@ -468,8 +468,6 @@ ImageDifference imageDifference(const ImageTensor& a, const ImageTensor& b) {
     return d;
 }
 
-// Over 150 lines, not yet split: as runBenchCommand, to part (A/B set-up, the interleaved pairs,
-// the summary) with the Qt-free CLI core and the RunConfig field table (issue 14 items 6 and 8).
 namespace {
 
 // The measured ratios and the image difference of a finished comparison.

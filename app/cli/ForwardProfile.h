@@ -1,7 +1,7 @@
-// Where one UNet forward's GPU time goes: `tessera-cli bench --profile` (what the separate
-// tessera-cuda-bench printed before it folded into the CLI, issue 14 item 8). The CUDA backend
-// times every op with event-record nodes inside one captured forward; the ops are grouped here
-// by kind. Qt-free; the grouping is plain C++ so it is tested without a GPU.
+// Where one UNet forward's GPU time goes: `tessera-cli bench --profile`
+// (app/cli/bench/ProfileBench.h). The CUDA backend times every op with event-record nodes inside
+// one captured forward; the ops are grouped here by kind. Qt-free; the grouping is plain C++ so
+// it is tested without a GPU.
 #pragma once
 
 #include <cstdint>

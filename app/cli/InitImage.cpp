@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 // Paths are quoted as BoundedFile quotes them: a short escaped excerpt.
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
-    throw InitImageError("'" + excerpt(path, 200) + "' " + problem);
+    throw InitImageError(shownPath(path) + " " + problem);
 }
 
 constexpr char kField[] = "init";

@@ -249,7 +249,7 @@ std::string encodePng(const std::string& path, const Rgb8Image& image, const std
         const PngTextChunk& t = texts[i];
         const std::string& text = storedTexts[i];
         if (t.keyword.empty() || t.keyword.size() > 79 || !isAscii(t.keyword))
-            throw PngError(path + ": text keyword '" + excerpt(t.keyword) + "' must be 1 to 79 ASCII characters");
+            throw PngError(path + ": text keyword " + inQuotes(t.keyword) + " must be 1 to 79 ASCII characters");
         png_text chunk{};
         chunk.key = const_cast<char*>(t.keyword.c_str());
         chunk.text = const_cast<char*>(text.c_str());
@@ -297,11 +297,6 @@ std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const 
 std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunRecord& record,
                          const std::string& manifestJson) {
     return encodePng(path, image, runTexts(infotext(record.config, infotextExtras(record)), manifestJson));
-}
-
-void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
-                 const std::string& manifestJson) {
-    writePng(path, image, runTexts(parametersLine(config), manifestJson));
 }
 
 PngFile readPng(const std::string& path) {

@@ -52,8 +52,6 @@ std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const 
                          const std::string& manifestJson);
 std::string encodeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
                          const std::string& manifestJson);
-void writeRunPng(const std::string& path, const Rgb8Image& image, const RunConfig& config,
-                 const std::string& manifestJson);
 
 // Walks a PNG's chunk headers after the signature (read8(offset, out) reads 8 bytes): "" when
 // every chunk fits in `size` bytes, else what is wrong. libpng allocates a text chunk's claimed

@@ -38,15 +38,6 @@ struct Summary {
     std::vector<std::string> ignored;
 };
 
-const char* familyLabel(SdFamily family) {
-    switch (family) {
-    case SdFamily::SD1: return "Stable Diffusion 1.x";
-    case SdFamily::SD2: return "Stable Diffusion 2.x";
-    case SdFamily::SDXL: return "Stable Diffusion XL";
-    }
-    return "Stable Diffusion";
-}
-
 Summary fromCheckpoint(const std::string& path) {
     SingleFileOptions options;
     options.digest = FileDigest::Compute;

@@ -7,6 +7,7 @@
 
 #include "app/cli/CliOptions.h"
 #include "core/base/BoundedInput.h"
+#include "core/formats/PipelinePart.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
 #include "core/run/RunConfig.h"
@@ -60,11 +61,11 @@ TokensOptions parseTokensOptions(const std::vector<std::string>& args) {
             o.promptFile = value("prompt-file");
             checkPathText("prompt-file", *o.promptFile, "a prompt file");
         } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
-            throw ValidationError("option", "tokens: unknown option '" + excerpt(a) +
-                                                "'; allowed: --weights, --model PATH, --prompt-file FILE, --help");
+            throw ValidationError("option", "tokens: unknown option " + inQuotes(a) +
+                                                "; allowed: --weights, --model PATH, --prompt-file FILE, --help");
         } else if (o.prompt) {
-            throw ValidationError("prompt", "prompt: tokens takes one prompt (quote it); a second one was given: '" +
-                                                excerpt(a) + "'");
+            throw ValidationError("prompt", "prompt: tokens takes one prompt (quote it); a second one was given: " +
+                                                inQuotes(a));
         } else {
             o.prompt = a;
         }
@@ -84,15 +85,18 @@ ClipTokenizer loadTokenizer(const std::string& model, const std::string& executa
             for (const fs::path& folder : {path / "tokenizer", path})
                 if (fs::exists(folder / "vocab.json", ec) || fs::exists(folder / "merges.txt", ec))
                     return ClipTokenizer::fromDiffusersFolder(folder);
-            throw ValidationError("model", "model: '" + excerpt(model) +
-                                               "' has no tokenizer/ folder with vocab.json and merges.txt (a diffusers "
+            if (const std::optional<PipelinePart> part = pipelinePartOf(path))
+                throw ValidationError("model", "model: " + describePipelinePart(path, *part, "--model"));
+            throw ValidationError("model", "model: " + inQuotes(model) +
+                                               " has no tokenizer/ folder with vocab.json and merges.txt (a diffusers "
                                                "pipeline folder has one); leave out --model for the bundled CLIP "
                                                "vocabulary");
         }
         if (ec || !fs::is_regular_file(path, ec) || path.extension() != ".safetensors")
-            throw ValidationError("model", "model: '" + excerpt(model) +
-                                               "' is neither a diffusers pipeline folder nor a .safetensors file");
-        // A single-file checkpoint carries no tokenizer: SD's own vocabulary, bundled (spec §1.1).
+            throw ValidationError("model", "model: " + inQuotes(model) +
+                                               " is neither a diffusers pipeline folder nor a .safetensors file");
+        // A single-file checkpoint carries no tokenizer: SD's own vocabulary (openai CLIP's
+        // bpe_simple_vocab_16e6.txt.gz), bundled.
     }
     const std::vector<std::string> candidates = resourceCandidates(executableDir, kBundledVocabulary);
     std::error_code ec;
@@ -157,14 +161,11 @@ int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, st
         // The tokenizer would read ill-formed bytes as U+FFFD; a command that shows ids refuses them instead.
         if (!isValidUtf8(prompt))
             throw ValidationError(options.promptFile ? "prompt-file" : "prompt",
-                                  "prompt: is not valid UTF-8 ('" + excerpt(prompt) + "'); give UTF-8 text");
+                                  "prompt: is not valid UTF-8 (" + inQuotes(prompt) + "); give UTF-8 text");
         const ClipTokenizer tokenizer = loadTokenizer(options.model, executableDir);
         printTokenChunks(tokenizer, prompt, options.weights, out);
         return kExitOk;
-    } catch (const ValidationError& e) {
-        err << "tessera-cli: " << e.what() << "\n";
-        return kExitInvalid;
-    } catch (const InputFileError& e) {
+    } catch (const FieldError& e) {  // a bad option or prompt, an unreadable file
         err << "tessera-cli: " << e.what() << "\n";
         return kExitInvalid;
     } catch (const MissingResource& e) {

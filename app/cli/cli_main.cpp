@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -242,7 +244,7 @@ ImageTensor startImageTensor(const RunConfig& config, int channels) {
         throw InputError{std::string("init: ") + e.what()};
     }
     if (decoded.width != config.width || decoded.height != config.height) {
-        std::cerr << "note: init: '" << excerpt(config.initImage, 200) << "' is " << decoded.width << "x"
+        std::cerr << "note: init: " << shownPath(config.initImage) << " is " << decoded.width << "x"
                   << decoded.height << ", resized to " << config.width << "x" << config.height;
         const double inAspect = static_cast<double>(decoded.width) / decoded.height;
         const double runAspect = static_cast<double>(config.width) / config.height;
@@ -331,34 +333,24 @@ int main(int argc, char** argv) {
             break;
         }
     std::vector<std::string> args(argv + 1, argv + argc);
-    // bench has its own options (lists of batches, precisions, graph modes): app/cli/BenchCommand.h.
-    if (!args.empty() && args.front() == "bench") {
-        try {
-            return runBenchCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
-        } catch (const std::exception& e) {
-            std::cerr << "tessera-cli: bench failed: " << e.what() << "\n";
-            return kExitFailure;
+    // The subcommands with option parsers of their own, each given the words after its name:
+    // bench (lists of batches, precisions, graph modes: app/cli/BenchCommand.h), compare (two
+    // configurations, files or render flags with --a/--b: app/cli/CompareCommand.h) and tokens (a
+    // prompt's CLIP token ids per 75-token chunk: app/cli/TokensCommand.h).
+    using Subcommand = std::function<int(const std::vector<std::string>&)>;
+    const std::pair<const char*, Subcommand> subcommands[] = {
+        {"bench", [](const auto& words) { return runBenchCommand(words, std::cout, std::cerr); }},
+        {"compare", [](const auto& words) { return runCompareCommand(words, std::cout, std::cerr); }},
+        {"tokens", [](const auto& words) { return runTokensCommand(words, std::cout, std::cerr, executableDir()); }}};
+    for (const auto& [name, run] : subcommands)
+        if (!args.empty() && args.front() == name) {
+            try {
+                return run(std::vector<std::string>(args.begin() + 1, args.end()));
+            } catch (const std::exception& e) {
+                std::cerr << "tessera-cli: " << name << " failed: " << e.what() << "\n";
+                return kExitFailure;
+            }
         }
-    }
-    // compare takes two configurations (files, or render flags with --a/--b): app/cli/CompareCommand.h.
-    if (!args.empty() && args.front() == "compare") {
-        try {
-            return runCompareCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
-        } catch (const std::exception& e) {
-            std::cerr << "tessera-cli: compare failed: " << e.what() << "\n";
-            return kExitFailure;
-        }
-    }
-    // tokens prints a prompt's CLIP token ids per 75-token chunk: app/cli/TokensCommand.h.
-    if (!args.empty() && args.front() == "tokens") {
-        try {
-            return runTokensCommand(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr,
-                                    executableDir());
-        } catch (const std::exception& e) {
-            std::cerr << "tessera-cli: tokens failed: " << e.what() << "\n";
-            return kExitFailure;
-        }
-    }
     CliOptions options;
     try {
         options = parseCliOptions(args);
@@ -390,13 +382,10 @@ int main(int argc, char** argv) {
     } catch (const InputError& e) {
         std::cerr << "tessera-cli: " << e.message << "\n";
         return kExitInvalid;
-    } catch (const ValidationError& e) {
-        std::cerr << "tessera-cli: " << e.what() << "\n";
-        return kExitInvalid;
-    } catch (const ModelError& e) {  // an InputFileError of field "model": first
+    } catch (const ModelError& e) {  // an InputFileError of field "model": before FieldError
         std::cerr << "tessera-cli: model: " << e.what() << "\n";
         return kExitInvalid;
-    } catch (const InputFileError& e) {
+    } catch (const FieldError& e) {  // ValidationError, InputFileError
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitInvalid;
     } catch (const PngError& e) {

@@ -104,11 +104,9 @@ std::string excerpt(std::string_view text, std::size_t maxChars) {
     return out;
 }
 
-namespace {
+std::string inQuotes(std::string_view text, std::size_t maxChars) { return "'" + excerpt(text, maxChars) + "'"; }
 
-std::string shownPath(const std::filesystem::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
-
-}  // namespace
+std::string shownPath(const std::filesystem::path& path) { return inQuotes(path.string(), input_limits::kNameChars); }
 
 BoundedFile BoundedFile::open(const std::filesystem::path& path, std::string_view field, std::size_t maxBytes) {
     BoundedFile file(-1, 0, std::string(field), shownPath(path));
@@ -181,7 +179,7 @@ std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {
 std::string excerptList(const std::vector<std::string>& names, std::size_t maxShown) {
     std::string text;
     for (std::size_t i = 0; i < names.size() && i < maxShown; ++i)
-        text += (i ? ", '" : "'") + excerpt(names[i]) + "'";
+        text += (i ? ", " : "") + inQuotes(names[i]);
     if (names.size() > maxShown) text += " and " + std::to_string(names.size() - maxShown) + " more";
     return text;
 }

@@ -9,10 +9,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/base/ValidationError.h"
 
 namespace tessera {
 
@@ -26,6 +30,8 @@ inline constexpr std::size_t kJsonBytes = 16u << 20;
 inline constexpr int kJsonDepth = 64;
 // Characters of a bad value quoted back in an error message.
 inline constexpr std::size_t kExcerptChars = 60;
+// Characters of a path or tensor name quoted back: real ones reach about 120.
+inline constexpr std::size_t kNameChars = 200;
 // Longest path accepted anywhere (Linux PATH_MAX is 4096).
 inline constexpr std::size_t kPathChars = 4096;
 }  // namespace input_limits
@@ -33,19 +39,21 @@ inline constexpr std::size_t kPathChars = 4096;
 // Thrown for a file that cannot be read as asked or whose contents break a bound.
 // what() is the whole message, naming the file; field() the setting it came from
 // ("preset", "model", ...) so front ends can say which and exit with "invalid input".
-class InputFileError : public std::runtime_error {
+class InputFileError : public FieldError {
 public:
-    InputFileError(std::string field, const std::string& message)
-        : std::runtime_error(message), field_(std::move(field)) {}
-    const std::string& field() const noexcept { return field_; }
-
-private:
-    std::string field_;
+    using FieldError::FieldError;
 };
 
 // `text` shortened to at most `maxChars` characters (then "..." and the total length) with
 // control characters, quotes, backslashes and invalid UTF-8 escaped, for error messages.
 std::string excerpt(std::string_view text, std::size_t maxChars = input_limits::kExcerptChars);
+
+// `text` as a short escaped excerpt between single quotes ("'abc'"), to name a value, key or
+// option in a message.
+std::string inQuotes(std::string_view text, std::size_t maxChars = input_limits::kExcerptChars);
+
+// A path as messages show it: inQuotes with room for input_limits::kNameChars characters.
+std::string shownPath(const std::filesystem::path& path);
 
 // A JSON value as compact ASCII text of at most `maxChars` characters (invalid UTF-8 replaced),
 // for messages that quote a value from an untrusted file.

@@ -1,4 +1,5 @@
-// ValidationError: bad user input, named by the field it came from. Qt-free.
+// ValidationError: bad user input, named by the field it came from; FieldError, what it shares
+// with the errors about input files (BoundedInput.h InputFileError). Qt-free.
 #pragma once
 
 #include <stdexcept>
@@ -7,16 +8,22 @@
 
 namespace tessera {
 
-// Thrown (or returned) for bad user input. `field` is the RunConfig field name
-// as spelled on the CLI (e.g. "tile", "overlap"); what() is the full message.
-class ValidationError : public std::runtime_error {
+// An error about one input: what() is the full message, field() the setting it came from.
+class FieldError : public std::runtime_error {
 public:
-    ValidationError(std::string field, const std::string& message)
+    FieldError(std::string field, const std::string& message)
         : std::runtime_error(message), field_(std::move(field)) {}
     const std::string& field() const noexcept { return field_; }
 
 private:
     std::string field_;
+};
+
+// Thrown (or returned) for bad user input. `field` is the RunConfig field name
+// as spelled on the CLI (e.g. "tile", "overlap"); what() is the full message.
+class ValidationError : public FieldError {
+public:
+    using FieldError::FieldError;
 };
 
 }  // namespace tessera

@@ -79,7 +79,7 @@ std::vector<std::size_t> readBlockNames(const nlohmann::json& value, const std::
     for (const auto& item : value) {
         const std::string name = stripUNetRes(readString(item, key));
         const auto it = std::find_if(allowed.begin(), allowed.end(), [&name](const char* a) { return name == a; });
-        if (it == allowed.end()) reject(key, value, "'" + excerpt(name) + "' is not supported (" + names + ")");
+        if (it == allowed.end()) reject(key, value, inQuotes(name) + " is not supported (" + names + ")");
         blocks.push_back(static_cast<std::size_t>(it - allowed.begin()));
     }
     return blocks;

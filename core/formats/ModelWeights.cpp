@@ -1,5 +1,6 @@
-// ModelWeights: diffusers weight files (shared/spec/unet2d.md §4, sd-models.md §6) bound by name
-// against a model's tensor list.
+// ModelWeights: diffusers weight files (safetensors, sharded or not, and diffusers' fp16 variants:
+// diffusers utils/constants.py and modeling_utils.py load_state_dict) bound by name against a
+// model's tensor list.
 #include "core/formats/ModelWeights.h"
 
 #include <algorithm>
@@ -25,8 +26,6 @@ bool folderEntryPresent(const fs::path& path) {
     std::error_code ec;
     return fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec;
 }
-
-std::string shownPath(const fs::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
 
 nlohmann::json readModelJson(const fs::path& path) {
     try {
@@ -71,7 +70,8 @@ namespace {
 // ---------------------------------------------------------------------------
 // Names
 
-// diffusers <= 0.15 attention parameter names (spec §3); empty when `canonical` has none.
+// diffusers <= 0.15 attention parameter names (diffusers modeling_utils.py
+// _fix_state_dict_keys_on_load); empty when `canonical` has none.
 std::string legacyName(const std::string& canonical) {
     if (canonical.find("attentions.") == std::string::npos) return {};
     static constexpr std::pair<std::string_view, std::string_view> kRenames[] = {
@@ -83,10 +83,16 @@ std::string legacyName(const std::string& canonical) {
     return {};
 }
 
-// Names can come from a file: shown as a short escaped excerpt.
-std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
-// Names the graph declares (not from a file) are shown whole: SD's run to 80 characters.
-std::string declaredName(const std::string& s) { return "'" + s + "'"; }
+using input_limits::kNameChars;
+
+// The names of a map's entries, in its order.
+template <typename Map>
+std::vector<std::string> keysOf(const Map& map) {
+    std::vector<std::string> keys;
+    keys.reserve(map.size());
+    for (const auto& entry : map) keys.push_back(entry.first);
+    return keys;
+}
 
 // ---------------------------------------------------------------------------
 // Where tensors come from: safetensors files or an in-memory map.
@@ -115,11 +121,7 @@ public:
             }
         }
     }
-    std::vector<std::string> names() const override {
-        std::vector<std::string> list;
-        for (const auto& [name, entry] : entries_) list.push_back(name);
-        return list;
-    }
+    std::vector<std::string> names() const override { return keysOf(entries_); }
     const Shape* shapeOf(const std::string& name) const override {
         const auto it = entries_.find(name);
         return it == entries_.end() ? nullptr : &it->second.info->shape;
@@ -153,11 +155,7 @@ private:
 class MemorySource final : public TensorSource {
 public:
     explicit MemorySource(std::map<std::string, HostTensor> tensors) : tensors_(std::move(tensors)) {}
-    std::vector<std::string> names() const override {
-        std::vector<std::string> list;
-        for (const auto& [name, t] : tensors_) list.push_back(name);
-        return list;
-    }
+    std::vector<std::string> names() const override { return keysOf(tensors_); }
     const Shape* shapeOf(const std::string& name) const override {
         const auto it = tensors_.find(name);
         return it == tensors_.end() ? nullptr : &it->second.shape;
@@ -192,13 +190,14 @@ ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const
             stored = legacy;
         }
         if (found == nullptr)
-            throw ModelError(source.where(name) + ": missing tensor " + declaredName(name) +
+            throw ModelError(source.where(name) + ": missing tensor " + inQuotes(name, kNameChars) +
                              (legacy.empty() ? std::string()
-                                             : std::string(layout.alias ? " (or " : " (or legacy ") + declaredName(legacy) + ")") +
+                                             : std::string(layout.alias ? " (or " : " (or legacy ") +
+                                                   inQuotes(legacy, kNameChars) + ")") +
                              ", expected shape " + shapeToString(shape));
         if (*found != shape)
-            throw ModelError(source.where(stored) + ": tensor " + declaredName(name) +
-                             (stored != name ? " (stored as " + declaredName(stored) + ")" : std::string()) +
+            throw ModelError(source.where(stored) + ": tensor " + inQuotes(name, kNameChars) +
+                             (stored != name ? " (stored as " + inQuotes(stored, kNameChars) + ")" : std::string()) +
                              ": expected " + shapeToString(shape) + ", found " + shapeToString(*found));
         storedNames.push_back(std::move(stored));
     }
@@ -218,7 +217,7 @@ ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const
         if (meter != nullptr) meter->advance(source.storedBytes(stored));
         const auto bad = std::find_if(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); });
         if (bad != t.data.end())
-            throw ModelError(where + ": tensor " + declaredName(name) + " holds a non-finite value (" +
+            throw ModelError(where + ": tensor " + inQuotes(name, kNameChars) + " holds a non-finite value (" +
                              (std::isnan(*bad) ? "NaN" : "Inf") + ") at element " +
                              std::to_string(bad - t.data.begin()));
         bound.tensors.emplace(name, std::move(t));
@@ -261,8 +260,9 @@ std::vector<SafetensorsFile> openShards(const fs::path& modelDir, const fs::path
 }
 
 // The weight files of a model folder: one safetensors file or the shards of an index, the
-// full-precision names first, then diffusers' "fp16" variant (§6: the variant goes before the
-// extension, or before ".json" of the index; older writers put it before ".index").
+// full-precision names first, then diffusers' "fp16" variant (diffusers utils/hub_utils.py
+// _add_variant: the variant goes before the extension, or before ".json" of the index; older
+// writers put it before ".index").
 std::vector<SafetensorsFile> openWeights(const fs::path& modelDir, const WeightFileLayout& layout,
                                          std::string& indexPath) {
     struct Candidate {

@@ -113,7 +113,6 @@ void checkModelFolder(const std::string& dir);
 std::string componentFolder(const std::string& dir, const char* component, const char* what);
 // An entry of that name exists (a dangling link counts, so that reading it reports why).
 bool folderEntryPresent(const std::filesystem::path& path);
-std::string shownPath(const std::filesystem::path& path);
 // A JSON file through BoundedInput; errors as ModelError naming the file.
 nlohmann::json readModelJson(const std::filesystem::path& path);
 // `message` without a leading `prefix` (config readers prefix "config.json: "; the loader

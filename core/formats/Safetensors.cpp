@@ -74,15 +74,6 @@ bool byteSizeOf(SafetensorsDtype dtype, std::uint64_t numel, std::uint64_t& byte
     return true;
 }
 
-std::string inQuotes(std::string_view name) {
-    std::string quoted;
-    quoted.reserve(name.size() + 2);
-    quoted.push_back('\'');
-    quoted.append(name);
-    quoted.push_back('\'');
-    return quoted;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -181,7 +172,6 @@ namespace {
 // A short, escaped rendering of a header value or name for messages (a hostile header can
 // hold a name or value megabytes long).
 std::string shown(const nlohmann::json& value) { return excerptJson(value); }
-std::string quotedName(std::string_view name) { return inQuotes(excerpt(name)); }
 
 // One linear pass over the header text before it is parsed into a tree: bounds the nesting,
 // the number of tensors and metadata entries and every array's length, and finds a repeated
@@ -210,7 +200,7 @@ public:
                 return fail("more than " + std::to_string(SafetensorsFile::kMaxTensors) +
                             " tensors; the largest real checkpoints have a few thousand");
             if (!names_.insert(name).second)
-                return fail((metadata ? std::string("__metadata__") : "tensor " + quotedName(name)) +
+                return fail((metadata ? std::string("__metadata__") : "tensor " + inQuotes(name)) +
                             " appears twice in the header");
         } else if (depth_ == 2 && current_ == "__metadata__" && ++metadata_ > SafetensorsFile::kMaxMetadataEntries) {
             return fail("__metadata__ has more than " + std::to_string(SafetensorsFile::kMaxMetadataEntries) +
@@ -228,7 +218,7 @@ private:
     // Counts a value inside a shape/data_offsets array (depth 3).
     bool value() {
         if (depth_ == SafetensorsFile::kMaxHeaderDepth && ++elements_ > SafetensorsFile::kMaxRank)
-            return fail("tensor " + quotedName(current_) + ": an array of more than " +
+            return fail("tensor " + inQuotes(current_) + ": an array of more than " +
                         std::to_string(SafetensorsFile::kMaxRank) + " entries; shapes have at most " +
                         std::to_string(SafetensorsFile::kMaxRank) + " dimensions");
         return true;
@@ -254,7 +244,7 @@ private:
 // One tensor entry, checked against the data buffer's size.
 SafetensorsTensorInfo parseEntry(const std::string& name, const nlohmann::json& entry, std::uint64_t dataSize,
                                  const std::string& where) {
-    const std::string at = where + "tensor " + quotedName(name) + ": ";
+    const std::string at = where + "tensor " + inQuotes(name) + ": ";
     if (!entry.is_object()) throw SafetensorsError(at + "entry is not an object");
     for (const char* field : {"dtype", "shape", "data_offsets"})
         if (!entry.contains(field)) throw SafetensorsError(at + "no \"" + field + "\" field");
@@ -266,7 +256,7 @@ SafetensorsTensorInfo parseEntry(const std::string& name, const nlohmann::json& 
     try {
         info.dtype = parseSafetensorsDtype(dtype.get<std::string>());
     } catch (const SafetensorsError&) {
-        throw SafetensorsError(at + "unknown dtype " + quotedName(dtype.get<std::string>()));
+        throw SafetensorsError(at + "unknown dtype " + inQuotes(dtype.get<std::string>()));
     }
 
     const auto& shape = entry.at("shape");
@@ -312,13 +302,13 @@ void checkTiling(std::vector<SafetensorsTensorInfo>& tensors, std::uint64_t data
     const SafetensorsTensorInfo* previous = nullptr;
     for (const auto& info : tensors) {
         if (info.begin < covered)
-            throw SafetensorsError(where + "tensor " + quotedName(info.name) + " (bytes " + std::to_string(info.begin) +
+            throw SafetensorsError(where + "tensor " + inQuotes(info.name) + " (bytes " + std::to_string(info.begin) +
                                    ".." + std::to_string(info.end) + ") overlaps tensor " +
-                                   quotedName(previous->name) + " (bytes " + std::to_string(previous->begin) + ".." +
+                                   inQuotes(previous->name) + " (bytes " + std::to_string(previous->begin) + ".." +
                                    std::to_string(previous->end) + ")");
         if (info.begin > covered)
             throw SafetensorsError(where + "bytes " + std::to_string(covered) + ".." + std::to_string(info.begin) +
-                                   " of the data buffer before tensor " + quotedName(info.name) +
+                                   " of the data buffer before tensor " + inQuotes(info.name) +
                                    " belong to no tensor");
         covered = info.end;
         previous = &info;
@@ -371,7 +361,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         if (!scan.problem.empty()) throw SafetensorsError(where + scan.problem);
         nlohmann::json header;
         try {
-            header = parseBoundedJson(text, "weights", "'" + excerpt(path, 200) + "' header", kMaxHeaderDepth);
+            header = parseBoundedJson(text, "weights", shownPath(path) + " header", kMaxHeaderDepth);
         } catch (const InputFileError& e) {
             throw SafetensorsError(e.what());
         }
@@ -385,7 +375,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             if (!entry.is_object()) throw SafetensorsError(where + "__metadata__ is not an object of strings");
             for (const auto& [key, value] : entry.items()) {
                 if (!value.is_string())
-                    throw SafetensorsError(where + "__metadata__ value for " + quotedName(key) + " is not a string");
+                    throw SafetensorsError(where + "__metadata__ value for " + inQuotes(key) + " is not a string");
                 metadata_[key] = value.get<std::string>();
             }
         }
@@ -453,7 +443,7 @@ void SafetensorsFile::releasePages(std::span<const std::byte> range) const noexc
 
 std::vector<float> SafetensorsFile::readFloat32(const std::string& name) const {
     const SafetensorsTensorInfo* info = find(name);
-    if (info == nullptr) throw SafetensorsError(path_ + ": no tensor " + quotedName(name));
+    if (info == nullptr) throw SafetensorsError(path_ + ": no tensor " + inQuotes(name));
     return readFloat32(*info);
 }
 
@@ -465,7 +455,7 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
                                                 std::size_t count) const {
     const auto numel = static_cast<std::size_t>(info.numel());
     if (first > numel || count > numel - first)
-        throw SafetensorsError(path_ + ": tensor " + quotedName(info.name) + ": elements " + std::to_string(first) +
+        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + ": elements " + std::to_string(first) +
                                ".." + std::to_string(first + count) + " are outside its " + std::to_string(numel));
     const auto raw = bytes(info);
     std::vector<float> values(count);
@@ -499,7 +489,7 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
         return values;
     }
     default:
-        throw SafetensorsError(path_ + ": tensor " + quotedName(info.name) + " has dtype " +
+        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
                                std::string(toString(info.dtype)) +
                                "; only F32, F16 and BF16 can be read as float32");
     }
@@ -516,7 +506,7 @@ void writeSafetensors(const std::string& path, const std::map<std::string, Safet
         std::uint64_t expected = 0;
         if (numel < 0 || !byteSizeOf(data.dtype, static_cast<std::uint64_t>(numel), expected) ||
             expected != data.bytes.size())
-            throw SafetensorsError(path + ": tensor " + quotedName(name) + ": " + std::to_string(data.bytes.size()) +
+            throw SafetensorsError(path + ": tensor " + inQuotes(name) + ": " + std::to_string(data.bytes.size()) +
                                    " bytes do not match shape " + shapeToString(data.shape) + " of " +
                                    std::string(toString(data.dtype)));
         if (name == "__metadata__") throw SafetensorsError(path + ": '__metadata__' is not a tensor name");

@@ -1,15 +1,14 @@
-// safetensors files (shared/spec/unet2d.md §4): a validating, memory-mapped reader and a
-// small writer for tests and tools. Qt-free.
+// safetensors files (huggingface/safetensors README.md, safetensors/src/tensor.rs): a validating,
+// memory-mapped reader and a small writer for tests and tools. Qt-free.
 //
-// The reader checks everything a hostile or damaged file could get wrong before any tensor
-// is touched: the header length is bounded and inside the file, the header is a JSON object,
-// every tensor has a known dtype, a valid shape and data_offsets whose length equals
-// numel * sizeof(dtype), and the ranges, sorted by their start, tile the data buffer exactly
-// (no gap, no overlap, nothing after the last one). Only the header's padding and key order
-// are taken as they come (older writers do not pad; the spec says not to rely on order).
-// Opening never blocks (a FIFO or device is refused before it is read), and the header is
-// bounded (bytes, nesting, tensor count, rank, dimensions) before it is parsed, in time
-// linear in its length.
+// The reader checks everything a hostile or damaged file could get wrong before any tensor is
+// touched: the header length is bounded and inside the file, the header is a JSON object, every
+// tensor has a known dtype, a valid shape and data_offsets whose length equals numel *
+// sizeof(dtype), and the ranges, sorted by their start, tile the data buffer exactly (no gap, no
+// overlap, nothing after the last one). Only the header's padding and key order are taken as they
+// come (older writers do not pad; the format's README says not to rely on order). Opening never
+// blocks (a FIFO or device is refused before it is read), and the header is bounded (bytes,
+// nesting, tensor count, rank, dimensions) before it is parsed, in time linear in its length.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +22,8 @@
 
 namespace tessera {
 
-// Every dtype the format defines (spec §4). Only F32, F16 and BF16 can be read as float32.
+// Every dtype the format defines (safetensors/src/tensor.rs Dtype). Only F32, F16 and BF16 can be
+// read as float32.
 enum class SafetensorsDtype {
     BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64,
     F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F4, F6_E2M3, F6_E3M2

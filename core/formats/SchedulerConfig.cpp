@@ -66,7 +66,8 @@ SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, std::string* 
         else if (key == "clip_sample_range") o.clipSampleRange = static_cast<float>(number(key, value));
         else if (key == "set_alpha_to_one") o.setAlphaToOne = boolean(key, value);
         else if (key == "variance_type") {
-            // fixed_small_log is the same σ as fixed_small (spec §5.2).
+            // fixed_small_log is the same σ as fixed_small (diffusers scheduling_ddpm.py
+            // _get_variance).
             const std::string v = text(key, value);
             o.varianceType = parseVarianceType(v == "fixed_small_log" ? "fixed_small" : v, key);
         } else if (key == "prediction_type") o.predictionType = parsePredictionType(text(key, value), key);

@@ -21,9 +21,6 @@ namespace tessera {
 namespace {
 
 constexpr const char* kFormatName = "tessera-tuning";
-constexpr std::size_t kShownPathChars = 200;
-
-std::string shown(const std::string& path) { return "'" + excerpt(path, kShownPathChars) + "'"; }
 
 std::string envText(const char* name) {
     const char* v = std::getenv(name);
@@ -48,11 +45,11 @@ Contexts contextsFromJson(const nlohmann::json& j) {
     std::size_t count = 0;
     for (const auto& [context, ops] : it->items()) {
         if (context.size() > tuning_limits::kKeyChars) throw std::runtime_error("a context key is too long");
-        if (!ops.is_object()) throw std::runtime_error("context '" + excerpt(context) + "' is not an object");
+        if (!ops.is_object()) throw std::runtime_error("context " + inQuotes(context) + " is not an object");
         auto& target = contexts[context];
         for (const auto& [op, choice] : ops.items()) {
             if (!choice.is_string())
-                throw std::runtime_error("the choice for '" + excerpt(op) + "' is " + excerptJson(choice) +
+                throw std::runtime_error("the choice for " + inQuotes(op) + " is " + excerptJson(choice) +
                                          ", not a string");
             const auto& text = choice.get_ref<const std::string&>();
             if (op.size() > tuning_limits::kKeyChars || text.size() > tuning_limits::kKeyChars)
@@ -156,9 +153,9 @@ TuningCache::TuningCache(std::string path) : path_(std::move(path)) {
     loaded_ = std::move(l.contexts);
     newerFormat_ = l.status == LoadStatus::Newer;
     if (l.status == LoadStatus::Ignored)
-        warnings_.push_back("tuning cache: " + shown(path_) + " ignored (" + l.why + "); it is rebuilt from this run");
+        warnings_.push_back("tuning cache: " + shownPath(path_) + " ignored (" + l.why + "); it is rebuilt from this run");
     else if (newerFormat_)
-        warnings_.push_back("tuning cache: " + shown(path_) + " ignored (" + l.why +
+        warnings_.push_back("tuning cache: " + shownPath(path_) + " ignored (" + l.why +
                             "); left as it is, so this run's choices are not stored");
 }
 
@@ -198,7 +195,7 @@ bool TuningCache::save() {
         // What other processes wrote since we loaded, then ours over it.
         Loaded current = load(path_);
         if (current.status == LoadStatus::Newer) {
-            warnings_.push_back("tuning cache: " + shown(path_) + " was replaced by a newer format (" + current.why +
+            warnings_.push_back("tuning cache: " + shownPath(path_) + " was replaced by a newer format (" + current.why +
                                 "); this run's choices are not stored");
             return true;
         }
@@ -218,7 +215,7 @@ bool TuningCache::save() {
         stored_.clear();
         return true;
     } catch (const std::exception& e) {
-        warnings_.push_back("tuning cache: could not write " + shown(path_) + " (" + excerpt(e.what(), 300) +
+        warnings_.push_back("tuning cache: could not write " + shownPath(path_) + " (" + excerpt(e.what(), 300) +
                             "); the choices are not stored");
         return false;
     }

@@ -24,7 +24,7 @@ GraphOp newOp(OpKind kind, std::string name, int input, int input2 = -1);
 
 class GraphBuilder {
 public:
-    // diffusers ResnetBlock2D (shared/spec/unet2d.md §2.5) as the families configure it.
+    // diffusers ResnetBlock2D (models/resnet.py) as the families configure it.
     struct ResnetOptions {
         int groups = 32;
         float eps = 1e-5f;

@@ -99,166 +99,187 @@ void ModelGraph::markOutput(int value) {
     outputs_.push_back(value);
 }
 
-// Over 150 lines on purpose: one switch with a short case per OpKind (operand kinds, attributes,
-// parameter shapes), so every kind's contract reads in one place beside toString and flops.
+namespace {
+
+[[noreturn]] void failOp(const GraphOp& op, const std::string& what) {
+    throw std::logic_error("ModelGraph: op '" + op.name + "' (" + toString(op.kind) + "): " + what);
+}
+
+// A convolution keeps the size (stride 1) or halves it (stride 2), padding the bottom/right as
+// much as the top/left or one more.
+std::vector<Shape> convParams(const GraphOp& op, const GraphValue& x) {
+    if (!isMap(x) || op.channels < 1 || op.kernel < 1) failOp(op, "needs a feature map, channels >= 1 and kernel >= 1");
+    const int pad = op.padBegin + op.padEnd;
+    const bool sizeKept = op.stride == 1 && pad == op.kernel - 1;
+    const bool halved = op.stride == 2 && pad >= op.kernel - 2 && pad <= op.kernel - 1;
+    if (!(sizeKept || halved) || op.padBegin < 0 || (op.padEnd != op.padBegin && op.padEnd != op.padBegin + 1))
+        failOp(op, "stride " + std::to_string(op.stride) + ", padding " + std::to_string(op.padBegin) + "+" +
+                       std::to_string(op.padEnd) + " for kernel " + std::to_string(op.kernel) +
+                       " does not keep or halve the size (or pads the bottom/right less than, or 2+ more than, the "
+                       "top/left)");
+    return {{op.channels, x.channels, op.kernel, op.kernel}, {op.channels}};
+}
+
+}  // namespace
+
 void ModelGraph::checkOp(const GraphOp& op) const {
-    auto fail = [&op](const std::string& what) {
-        throw std::logic_error("ModelGraph: op '" + op.name + "' (" + toString(op.kind) + "): " + what);
-    };
-    auto operand = [&](int id, const char* role) -> const GraphValue& {
-        if (id < 0 || id >= static_cast<int>(values_.size())) fail(std::string(role) + " is not a value of the graph");
-        return values_[static_cast<std::size_t>(id)];
-    };
-    auto needParams = [&](const std::vector<Shape>& shapes) {
-        if (op.params.size() != shapes.size())
-            fail("takes " + std::to_string(shapes.size()) + " parameters, has " + std::to_string(op.params.size()));
-        for (std::size_t i = 0; i < shapes.size(); ++i) {
-            const int id = op.params[i];
-            if (id < 0 || id >= static_cast<int>(params_.size())) fail("parameter " + std::to_string(id) + " is not declared");
-            const GraphParam& p = params_[static_cast<std::size_t>(id)];
-            if (p.shape != shapes[i]) fail(p.name + " has shape " + shapeText(p.shape) + ", expected " + shapeText(shapes[i]));
-        }
-    };
-    const GraphValue& x = operand(op.input, "input");
+    const GraphValue& x = operandOf(op, op.input, "input");
+    checkParams(op, expectedParams(op, x));
+    checkFusions(op, x);
+}
+
+const GraphValue& ModelGraph::operandOf(const GraphOp& op, int id, const char* role) const {
+    if (id < 0 || id >= static_cast<int>(values_.size())) failOp(op, std::string(role) + " is not a value of the graph");
+    return values_[static_cast<std::size_t>(id)];
+}
+
+void ModelGraph::checkParams(const GraphOp& op, const std::vector<Shape>& shapes) const {
+    if (op.params.size() != shapes.size())
+        failOp(op, "takes " + std::to_string(shapes.size()) + " parameters, has " + std::to_string(op.params.size()));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const int id = op.params[i];
+        if (id < 0 || id >= static_cast<int>(params_.size()))
+            failOp(op, "parameter " + std::to_string(id) + " is not declared");
+        const GraphParam& p = params_[static_cast<std::size_t>(id)];
+        if (p.shape != shapes[i])
+            failOp(op, p.name + " has shape " + shapeText(p.shape) + ", expected " + shapeText(shapes[i]));
+    }
+}
+
+// One short case per OpKind, so every kind's operand contract reads in one place beside toString
+// and flops; the longer ones (Conv, Attention, TokenEmbedding) in their own functions.
+std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValue& x) const {
     const std::int64_t C = x.channels, out = op.channels;
     switch (op.kind) {
     case OpKind::Affine:
-    case OpKind::SiLU: needParams({}); break;
+    case OpKind::SiLU:
+    case OpKind::GELU:
+    case OpKind::QuickGELU: return {};
     case OpKind::Add: {
-        const GraphValue& b = operand(op.input2, "input2");
+        const GraphValue& b = operandOf(op, op.input2, "input2");
         if (!sameShape(x, b) && !(isMap(x) && isVector(b) && b.channels == x.channels))
-            fail("operands '" + x.name + "' and '" + b.name + "' differ in shape");
-        needParams({});
-        break;
+            failOp(op, "operands '" + x.name + "' and '" + b.name + "' differ in shape");
+        return {};
     }
     case OpKind::ScaleShift: {
-        const GraphValue& v = operand(op.input2, "input2");
-        if (!isMap(x) || !isVector(v) || v.channels != 2 * x.channels) fail("needs a feature map of C and a vector of 2C");
-        needParams({});
-        break;
+        const GraphValue& v = operandOf(op, op.input2, "input2");
+        if (!isMap(x) || !isVector(v) || v.channels != 2 * x.channels)
+            failOp(op, "needs a feature map of C and a vector of 2C");
+        return {};
     }
     case OpKind::TimestepEmbedding:
-        if (!isVector(x) || x.channels != 1 || op.channels < 1) fail("needs a vector [B, 1] and channels >= 1");
-        needParams({});
-        break;
+        if (!isVector(x) || x.channels != 1 || op.channels < 1) failOp(op, "needs a vector [B, 1] and channels >= 1");
+        return {};
     case OpKind::Linear:
-        if ((!isVector(x) && !isTokens(x)) || op.channels < 1) fail("needs a vector or tokens input and channels >= 1");
-        needParams({{out, C}, {out}});
-        break;
-    case OpKind::Conv: {
-        if (!isMap(x) || op.channels < 1 || op.kernel < 1) fail("needs a feature map, channels >= 1 and kernel >= 1");
-        const int pad = op.padBegin + op.padEnd;
-        const bool sizeKept = op.stride == 1 && pad == op.kernel - 1;
-        const bool halved = op.stride == 2 && pad >= op.kernel - 2 && pad <= op.kernel - 1;
-        if (!(sizeKept || halved) || op.padBegin < 0 || (op.padEnd != op.padBegin && op.padEnd != op.padBegin + 1))
-            fail("stride " + std::to_string(op.stride) + ", padding " + std::to_string(op.padBegin) + "+" +
-                 std::to_string(op.padEnd) + " for kernel " + std::to_string(op.kernel) +
-                 " does not keep or halve the size (or pads the bottom/right less than, or 2+ more than, the top/left)");
-        needParams({{out, C, op.kernel, op.kernel}, {out}});
-        break;
-    }
+        if ((!isVector(x) && !isTokens(x)) || op.channels < 1)
+            failOp(op, "needs a vector or tokens input and channels >= 1");
+        return {{out, C}, {out}};
+    case OpKind::Conv: return convParams(op, x);
     case OpKind::GroupNorm:
         if (!isMap(x) || op.groups < 1 || x.channels % op.groups != 0 || !(op.eps > 0.0f))
-            fail("needs a feature map whose channels the groups divide, and eps > 0");
-        needParams({{C}, {C}});
-        break;
-    case OpKind::Attention: {
-        if ((!isMap(x) && !isTokens(x)) || op.heads < 1 || x.channels % op.heads != 0)
-            fail("needs a feature map or tokens whose channels the heads divide");
-        std::int64_t kv = C;
-        if (op.input2 >= 0) {
-            const GraphValue& context = operand(op.input2, "context");
-            if (!isTokens(x) || !isTokens(context)) fail("takes a context only for tokens, and the context must be tokens");
-            kv = context.channels;
-        }
-        if (op.causal && (!isTokens(x) || op.input2 >= 0)) fail("a causal mask needs tokens and no context");
-        std::vector<Shape> shapes{{C, C}};
-        if (op.qkvBias) shapes.push_back({C});
-        for (int k = 0; k < 2; ++k) {
-            shapes.push_back({C, kv});
-            if (op.qkvBias) shapes.push_back({C});
-        }
-        shapes.push_back({C, C});
-        shapes.push_back({C});
-        needParams(shapes);
-        break;
-    }
+            failOp(op, "needs a feature map whose channels the groups divide, and eps > 0");
+        return {{C}, {C}};
+    case OpKind::Attention: return attentionParams(op, x);
     case OpKind::Concat: {
-        const GraphValue& b = operand(op.input2, "input2");
-        if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) fail("needs two feature maps of one size");
-        needParams({});
-        break;
+        const GraphValue& b = operandOf(op, op.input2, "input2");
+        if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) failOp(op, "needs two feature maps of one size");
+        return {};
     }
     case OpKind::Upsample:
-        if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) fail("needs a feature map of an even divisor");
-        needParams({});
-        break;
+        if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) failOp(op, "needs a feature map of an even divisor");
+        return {};
     case OpKind::ToTokens:
-        if (!isMap(x)) fail("needs a feature map");
-        needParams({});
-        break;
+        if (!isMap(x)) failOp(op, "needs a feature map");
+        return {};
     case OpKind::ToFeatureMap:
-        if (!isTokens(x) || x.tokens != 0) fail("needs tokens that follow the tile (one per pixel)");
-        needParams({});
-        break;
+        if (!isTokens(x) || x.tokens != 0) failOp(op, "needs tokens that follow the tile (one per pixel)");
+        return {};
     case OpKind::LayerNorm:
-        if (!isTokens(x) || !(op.eps > 0.0f)) fail("needs tokens and eps > 0");
-        needParams({{C}, {C}});
-        break;
+        if (!isTokens(x) || !(op.eps > 0.0f)) failOp(op, "needs tokens and eps > 0");
+        return {{C}, {C}};
     case OpKind::GEGLU:
-        if (!isTokens(x) || op.channels < 1) fail("needs tokens and channels >= 1");
-        needParams({{2 * out, C}, {2 * out}});
-        break;
-    case OpKind::GELU:
-    case OpKind::QuickGELU: needParams({}); break;
-    case OpKind::TokenEmbedding: {
-        if (!isTokens(x) || x.tokens < 1 || x.channels != 1 || op.channels < 1)
-            fail("needs ids as tokens [B, N, 1] of a fixed count and channels >= 1");
-        // The tables' row counts (vocabulary, positions) are the parameters' own.
-        auto rowsOf = [&](std::size_t i) -> std::int64_t {
-            if (i >= op.params.size() || op.params[i] < 0 || op.params[i] >= static_cast<int>(params_.size())) return 0;
-            const Shape& s = params_[static_cast<std::size_t>(op.params[i])].shape;
-            return s.empty() ? 0 : s[0];
-        };
-        if (rowsOf(0) < 1 || rowsOf(1) < x.tokens)
-            fail("needs a token table and a position table of at least " + std::to_string(x.tokens) + " rows");
-        needParams({{rowsOf(0), out}, {rowsOf(1), out}});
-        break;
-    }
+        if (!isTokens(x) || op.channels < 1) failOp(op, "needs tokens and channels >= 1");
+        return {{2 * out, C}, {2 * out}};
+    case OpKind::TokenEmbedding: return tokenEmbeddingParams(op, x);
     case OpKind::EosPool: {
-        const GraphValue& ids = operand(op.input2, "input2");
-        if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens || op.token < -1)
-            fail("needs tokens of a fixed count, their ids [B, N, 1] and token >= -1");
-        needParams({});
-        break;
+        const GraphValue& ids = operandOf(op, op.input2, "input2");
+        if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens ||
+            op.token < -1)
+            failOp(op, "needs tokens of a fixed count, their ids [B, N, 1] and token >= -1");
+        return {};
     }
     }
+    failOp(op, "is not a kind of op");
+}
+
+std::vector<Shape> ModelGraph::attentionParams(const GraphOp& op, const GraphValue& x) const {
+    const std::int64_t C = x.channels;
+    if ((!isMap(x) && !isTokens(x)) || op.heads < 1 || x.channels % op.heads != 0)
+        failOp(op, "needs a feature map or tokens whose channels the heads divide");
+    std::int64_t kv = C;
+    if (op.input2 >= 0) {
+        const GraphValue& context = operandOf(op, op.input2, "context");
+        if (!isTokens(x) || !isTokens(context))
+            failOp(op, "takes a context only for tokens, and the context must be tokens");
+        kv = context.channels;
+    }
+    if (op.causal && (!isTokens(x) || op.input2 >= 0)) failOp(op, "a causal mask needs tokens and no context");
+    std::vector<Shape> shapes{{C, C}};
+    if (op.qkvBias) shapes.push_back({C});
+    for (int k = 0; k < 2; ++k) {
+        shapes.push_back({C, kv});
+        if (op.qkvBias) shapes.push_back({C});
+    }
+    shapes.push_back({C, C});
+    shapes.push_back({C});
+    return shapes;
+}
+
+std::vector<Shape> ModelGraph::tokenEmbeddingParams(const GraphOp& op, const GraphValue& x) const {
+    if (!isTokens(x) || x.tokens < 1 || x.channels != 1 || op.channels < 1)
+        failOp(op, "needs ids as tokens [B, N, 1] of a fixed count and channels >= 1");
+    // The tables' row counts (vocabulary, positions) are the parameters' own.
+    auto rowsOf = [&](std::size_t i) -> std::int64_t {
+        if (i >= op.params.size() || op.params[i] < 0 || op.params[i] >= static_cast<int>(params_.size())) return 0;
+        const Shape& s = params_[static_cast<std::size_t>(op.params[i])].shape;
+        return s.empty() ? 0 : s[0];
+    };
+    if (rowsOf(0) < 1 || rowsOf(1) < x.tokens)
+        failOp(op, "needs a token table and a position table of at least " + std::to_string(x.tokens) + " rows");
+    return {{rowsOf(0), op.channels}, {rowsOf(1), op.channels}};
+}
+
+// The second operand and the fused epilogues (SiLU, pre-add, FiLM, output scale, residual) only
+// where fuseForExecution puts them and the backends run them.
+void ModelGraph::checkFusions(const GraphOp& op, const GraphValue& x) const {
     if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
-        op.kind != OpKind::EosPool &&
-        op.kind != OpKind::Attention)
-        fail("takes no second operand");
+        op.kind != OpKind::EosPool && op.kind != OpKind::Attention)
+        failOp(op, "takes no second operand");
     if (op.silu && !(op.kind == OpKind::Linear && isVector(x)) && op.kind != OpKind::GroupNorm)
-        fail("cannot carry a SiLU");
-    if ((op.preAdd >= 0 || op.scaleShift >= 0) && op.kind != OpKind::GroupNorm) fail("cannot carry a pre-add or FiLM");
+        failOp(op, "cannot carry a SiLU");
+    if ((op.preAdd >= 0 || op.scaleShift >= 0) && op.kind != OpKind::GroupNorm)
+        failOp(op, "cannot carry a pre-add or FiLM");
     if (op.preAdd >= 0) {
-        const GraphValue& v = operand(op.preAdd, "preAdd");
-        if (!isVector(v) || v.channels != x.channels) fail("preAdd must be a vector of the input's channels");
+        const GraphValue& v = operandOf(op, op.preAdd, "preAdd");
+        if (!isVector(v) || v.channels != x.channels) failOp(op, "preAdd must be a vector of the input's channels");
     }
     if (op.scaleShift >= 0) {
-        const GraphValue& v = operand(op.scaleShift, "scaleShift");
-        if (!isVector(v) || v.channels != 2 * x.channels) fail("scaleShift must be a vector of twice the input's channels");
+        const GraphValue& v = operandOf(op, op.scaleShift, "scaleShift");
+        if (!isVector(v) || v.channels != 2 * x.channels)
+            failOp(op, "scaleShift must be a vector of twice the input's channels");
     }
     const bool epilogue = op.kind == OpKind::Conv || op.kind == OpKind::Attention;
     const bool residualOnly = op.kind == OpKind::ToFeatureMap || (op.kind == OpKind::Linear && isTokens(x));
-    if (op.outputScale != 1.0f && !epilogue) fail("cannot carry an output scale");
-    if (op.residual >= 0 && !epilogue && !residualOnly) fail("cannot carry a residual");
+    if (op.outputScale != 1.0f && !epilogue) failOp(op, "cannot carry an output scale");
+    if (op.residual >= 0 && !epilogue && !residualOnly) failOp(op, "cannot carry a residual");
     if (op.residual >= 0) {
-        const GraphValue& r = operand(op.residual, "residual");
+        const GraphValue& r = operandOf(op, op.residual, "residual");
         GraphValue expected = x;
-        if (op.kind == OpKind::Conv) expected = GraphValue{"", ValueKind::FeatureMap, op.channels, x.divisor * op.stride, 0};
+        if (op.kind == OpKind::Conv)
+            expected = GraphValue{"", ValueKind::FeatureMap, op.channels, x.divisor * op.stride, 0};
         if (op.kind == OpKind::Linear) expected.channels = op.channels;
         if (op.kind == OpKind::ToFeatureMap) expected.kind = ValueKind::FeatureMap;
-        if (!sameShape(r, expected)) fail("residual '" + r.name + "' differs in shape");
+        if (!sameShape(r, expected)) failOp(op, "residual '" + r.name + "' differs in shape");
     }
 }
 

@@ -33,7 +33,8 @@ enum class OpKind {
                         // added to every pixel
     ScaleShift,         // FiLM: input * (1 + v[:, :C]) + v[:, C:], input a feature map of C
                         // channels, v = input2 a vector [B, 2C]
-    TimestepEmbedding,  // vector [B, 1] -> [B, channels]: the sinusoid of shared/spec/unet2d.md §2.2
+    TimestepEmbedding,  // vector [B, 1] -> [B, channels]: the sinusoid of diffusers
+                        // models/embeddings.py get_timestep_embedding
     Linear,             // vector [B, in] -> [B, channels], or tokens [B, N, in] -> [B, N, channels] per
                         // token: input W^T + b (weight [channels, in], bias [channels])
     Conv,               // feature map: kernel x kernel, stride 1 or 2, zero padding padBegin rows/columns
@@ -65,7 +66,7 @@ enum class OpKind {
                         // P >= N); an id that is not an integer in [0, V) is an error at run time (CLIP)
     EosPool,            // tokens [B, N, C], input2 = their ids [B, N, 1] -> vector [B, C]: each row's token at
                         // the first position holding id `token`, position 0 if none; token -1: at the first
-                        // largest id (transformers' CLIP pooling, shared/spec/sd-models.md §3.3)
+                        // largest id (transformers' CLIPTextTransformer pooling)
 };
 const char* toString(OpKind);
 
@@ -171,7 +172,15 @@ public:
 
 private:
     int addValue(std::string name, ValueKind kind, int channels, int divisor, int tokens = 0);
+    // checkOp: the op's operands and parameters as its kind requires (expectedParams, one case a
+    // kind), then the second operand and fused epilogues it carries (checkFusions).
     void checkOp(const GraphOp&) const;
+    const GraphValue& operandOf(const GraphOp& op, int id, const char* role) const;
+    void checkParams(const GraphOp& op, const std::vector<std::vector<std::int64_t>>& shapes) const;
+    std::vector<std::vector<std::int64_t>> expectedParams(const GraphOp& op, const GraphValue& x) const;
+    std::vector<std::vector<std::int64_t>> attentionParams(const GraphOp& op, const GraphValue& x) const;
+    std::vector<std::vector<std::int64_t>> tokenEmbeddingParams(const GraphOp& op, const GraphValue& x) const;
+    void checkFusions(const GraphOp& op, const GraphValue& x) const;
     int inferOutput(const GraphOp&, std::string name);
 
     std::vector<GraphValue> values_;

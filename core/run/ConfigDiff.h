@@ -1,6 +1,6 @@
 // ConfigDiff: which settings two run configurations differ in, and whether they describe the
 // same work. Shared by `tessera-cli compare` and the window's comparison, so that neither calls
-// a time ratio a "speedup" when the runs made different images (issue #17). Qt-free.
+// a time ratio a "speedup" when the runs made different images. Qt-free.
 #pragma once
 
 #include <string>

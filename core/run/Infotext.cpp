@@ -682,7 +682,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
 }
 
 // ---------------------------------------------------------------------------
-// ComfyUI's "prompt" graph (sd-pipeline.md §6)
+// ComfyUI's "prompt" graph (ComfyUI nodes.py SaveImage.save_images)
 
 namespace {
 

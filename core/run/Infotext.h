@@ -1,9 +1,9 @@
 // Infotext: the generation settings A1111 (AUTOMATIC1111's stable-diffusion-webui) writes into a
-// PNG's "parameters" text chunk, both ways, and ComfyUI's "prompt" chunk read back
-// (shared/spec/sd-pipeline.md §5.5-§5.8, §6). Writing follows A1111's create_infotext, so A1111's
-// PNG Info and every tool that reads A1111 PNGs read Tessera's; reading follows its
-// parse_generation_parameters, so an A1111 (or ComfyUI, or Tessera) PNG can start a run with the
-// same settings. Qt-free; every function is pure and thread-safe.
+// PNG's "parameters" text chunk, both ways, and ComfyUI's "prompt" chunk read back (A1111's
+// modules/processing.py, infotext_utils.py, sd_models.py; ComfyUI's nodes.py). Writing follows
+// A1111's create_infotext, so A1111's PNG Info and every tool that reads A1111 PNGs read Tessera's;
+// reading follows its parse_generation_parameters, so an A1111 (or ComfyUI, or Tessera) PNG can
+// start a run with the same settings. Qt-free; every function is pure and thread-safe.
 #pragma once
 
 #include <cstddef>

@@ -116,8 +116,6 @@ void restoreSignalHandlers() {
     }
 }
 
-std::string shown(const fs::path& path) { return "'" + excerpt(path.string(), 200) + "'"; }
-
 std::string randomSuffix() {
     thread_local std::mt19937 bits{std::random_device{}()};
     char text[16];
@@ -159,7 +157,7 @@ struct OutputSet::State {
 
     // Creates the missing folders of `dir`, remembering which, for discard().
     void createFolders(const fs::path& dir) {
-        if (done) throw OutputError("cannot create " + shown(dir) + ": this output set is already finished");
+        if (done) throw OutputError("cannot create " + shownPath(dir) + ": this output set is already finished");
         std::vector<fs::path> missing;
         for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
             struct stat st{};
@@ -172,7 +170,7 @@ struct OutputSet::State {
                 createdFolders.push_back(*it);
             } else if (errno != EEXIST) {
                 const int error = errno;
-                throw OutputError("cannot create the folder " + shown(*it) + ": " + std::strerror(error));
+                throw OutputError("cannot create the folder " + shownPath(*it) + ": " + std::strerror(error));
             }
         }
     }
@@ -186,7 +184,7 @@ struct OutputSet::State {
     }
 
     [[noreturn]] void failWrite(const fs::path& target, int error, std::uintmax_t size, std::uintmax_t freeBefore) const {
-        std::string message = "cannot write " + shown(target) + ": " + std::strerror(error);
+        std::string message = "cannot write " + shownPath(target) + ": " + std::strerror(error);
         if (error == ENOSPC || error == EDQUOT)
             message += " (the file needs " + byteCountText(size) + "; " + byteCountText(freeBefore) + " was free)";
         if (error == EFBIG)
@@ -210,19 +208,19 @@ struct OutputSet::State {
     }
 
     void write(const fs::path& target, std::string_view bytes) {
-        if (done) throw OutputError("cannot add " + shown(target) + ": this output set is already finished");
+        if (done) throw OutputError("cannot add " + shownPath(target) + ": this output set is already finished");
         checkNotInterrupted();
         const std::string name = target.filename().string();
         if (name.empty() || name == "." || name == "..")
-            throw OutputError("cannot write " + shown(target) + ": it does not name a file");
+            throw OutputError("cannot write " + shownPath(target) + ": it does not name a file");
         if (name.size() + kTempSuffixChars >= kNameBytes)
-            throw OutputError("cannot write " + shown(target) + ": the file name is " + std::to_string(name.size()) +
+            throw OutputError("cannot write " + shownPath(target) + ": the file name is " + std::to_string(name.size()) +
                               " bytes long; at most " + std::to_string(kNameBytes - 1 - kTempSuffixChars) + " are allowed");
         const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
         const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dirFd < 0) {
             const int error = errno;
-            throw OutputError("cannot write " + shown(target) + ": its folder cannot be opened: " + std::strerror(error));
+            throw OutputError("cannot write " + shownPath(target) + ": its folder cannot be opened: " + std::strerror(error));
         }
         Slot* slot = nullptr;
         try {
@@ -245,7 +243,7 @@ struct OutputSet::State {
         }
         if (fd < 0) {
             const int error = errno;
-            throw OutputError("cannot write " + shown(target) + ": no file can be created in its folder: " +
+            throw OutputError("cannot write " + shownPath(target) + ": no file can be created in its folder: " +
                               std::strerror(error));
         }
         struct statvfs space{};
@@ -265,8 +263,8 @@ struct OutputSet::State {
             file.slot->state.store(kRenaming);
             if (::renameat(file.slot->dirFd, file.slot->temp, file.slot->dirFd, file.slot->target) != 0) {
                 const int error = errno;
-                throw OutputError("cannot rename " + shown(file.target.parent_path() / file.slot->temp) + " to " +
-                                  shown(file.target) + ": " + std::strerror(error) + "; nothing of this output set was kept");
+                throw OutputError("cannot rename " + shownPath(file.target.parent_path() / file.slot->temp) + " to " +
+                                  shownPath(file.target) + ": " + std::strerror(error) + "; nothing of this output set was kept");
             }
             file.slot->state.store(kFinal);
             checkNotInterrupted();
@@ -381,16 +379,16 @@ std::string folderProblem(const fs::path& asked, const std::string& it, const Ou
     for (;;) {
         struct stat st{};
         if (::stat(existing.c_str(), &st) == 0) {
-            if (!S_ISDIR(st.st_mode)) return (existing == asked ? it : shown(existing)) + " is a file, not a folder";
+            if (!S_ISDIR(st.st_mode)) return (existing == asked ? it : shownPath(existing)) + " is a file, not a folder";
             break;
         }
         const int error = errno;
         const fs::path parent = existing.has_relative_path() ? existing.parent_path() : existing;
         if ((error != ENOENT && error != ENOTDIR) || parent == existing)
-            return (existing == asked ? it : shown(existing)) + " cannot be used: " + std::strerror(error);
+            return (existing == asked ? it : shownPath(existing)) + " cannot be used: " + std::strerror(error);
         existing = parent.empty() ? fs::path(".") : parent;
     }
-    const std::string where = existing == asked ? it : shown(existing) + " (where the folder would be created)";
+    const std::string where = existing == asked ? it : shownPath(existing) + " (where the folder would be created)";
     // An unnamed file (O_TMPFILE) vanishes on close, so even a signal leaves nothing behind.
     int probe = ::open(existing.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (probe < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
@@ -422,12 +420,12 @@ void checkOutputFolder(const fs::path& folder, std::string_view field, const Out
     const fs::path asked = folder.empty() ? fs::path(".") : folder;
     const std::string problem = folderProblem(asked, "it", needs);
     if (!problem.empty())
-        throw ValidationError(std::string(field), std::string(field) + ": " + shown(asked) + ": " + problem);
+        throw ValidationError(std::string(field), std::string(field) + ": " + shownPath(asked) + ": " + problem);
 }
 
 void checkOutputFile(const fs::path& file, std::string_view field, const OutputNeeds& needs) {
     const auto fail = [&](const std::string& why) {
-        throw ValidationError(std::string(field), std::string(field) + ": cannot write " + shown(file) + ": " + why);
+        throw ValidationError(std::string(field), std::string(field) + ": cannot write " + shownPath(file) + ": " + why);
     };
     const std::string name = file.filename().string();
     if (name.empty() || name == "." || name == "..") fail("a file name is needed, not a folder");
@@ -439,9 +437,9 @@ void checkOutputFile(const fs::path& file, std::string_view field, const OutputN
     const fs::path folder = file.parent_path().empty() ? fs::path(".") : file.parent_path();
     if (::stat(folder.c_str(), &st) != 0) {
         const int error = errno;
-        fail("its folder " + shown(folder) + " cannot be used: " + std::strerror(error));
+        fail("its folder " + shownPath(folder) + " cannot be used: " + std::strerror(error));
     }
-    const std::string problem = folderProblem(folder, "its folder " + shown(folder), needs);
+    const std::string problem = folderProblem(folder, "its folder " + shownPath(folder), needs);
     if (!problem.empty()) fail(problem);
 }
 

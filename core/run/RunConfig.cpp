@@ -82,7 +82,7 @@ E parseName(const NameTable<E, N>& table, std::string_view text, std::string_vie
         allowed += table[i].second;
     }
     throw ValidationError(std::string(field),
-                          std::string(field) + ": '" + excerpt(text) + "' is not one of " + allowed);
+                          std::string(field) + ": " + inQuotes(text) + " is not one of " + allowed);
 }
 
 // ---------------------------------------------------------------------------
@@ -195,10 +195,10 @@ void checkOverlap(Problems& problems, const RunConfig& config) {
 // line of the history) and free of NUL characters, which would cut a path short in the OS.
 std::string textProblem(std::string_view value, std::size_t maxBytes, const std::string& what) {
     if (value.size() > maxBytes)
-        return "'" + excerpt(value) + "' is not allowed; " + what + " may be at most " + std::to_string(maxBytes) +
+        return inQuotes(value) + " is not allowed; " + what + " may be at most " + std::to_string(maxBytes) +
                " bytes long";
     if (value.find('\0') != std::string_view::npos)
-        return "'" + excerpt(value) + "' is not allowed; " + what + " may not contain a NUL character";
+        return inQuotes(value) + " is not allowed; " + what + " may not contain a NUL character";
     return {};
 }
 

@@ -15,8 +15,9 @@
 
 namespace tessera {
 
-// EulerAncestral ("euler_a", A1111 "Euler a") and DPMPP2M ("dpmpp_2m", A1111 "DPM++ 2M";
-// with scheduler_options.use_karras_sigmas its "Karras" schedule type) follow sd-pipeline.md §4.
+// EulerAncestral ("euler_a", A1111 "Euler a") and DPMPP2M ("dpmpp_2m", A1111 "DPM++ 2M"; with
+// scheduler_options.use_karras_sigmas its "Karras" schedule type) follow diffusers'
+// EulerAncestralDiscreteScheduler and DPMSolverMultistepScheduler.
 enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M };
 enum class BetaSchedule { Linear, ScaledLinear, SquaredCosCapV2 };
 enum class TimestepSpacing { Leading, Trailing, Linspace };
@@ -29,9 +30,9 @@ enum class FusionRule { Sample, Noise };
 enum class GraphMode { Off, Tile, Step };
 enum class Precision { FP32, FP16, BF16 };
 enum class BackendKind { Auto, CPU, CUDA };
-// SDXL's micro-conditioning per tile (shared/spec/sd-pipeline.md §3.5): Image = every tile gets the
-// whole image's size and crop (0, 0), as A1111's Tiled Diffusion passes it; Tile = original size the
-// image, crop the tile's offset, target size the tile's.
+// SDXL's micro-conditioning per tile (diffusers StableDiffusionXLPipeline._get_add_time_ids): Image
+// = every tile gets the whole image's size and crop (0, 0), as A1111's Tiled Diffusion passes it;
+// Tile = original size the image, crop the tile's offset, target size the tile's.
 enum class SdxlSizeConditioning { Image, Tile };
 // The VAE's decode and encode (Stable Diffusion models): tiled with whole-image GroupNorm
 // statistics (core/models/vae/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
@@ -64,7 +65,7 @@ BackendKind parseBackend(std::string_view, std::string_view field = "backend");
 SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view, std::string_view field = "sdxl_size_conditioning");
 VaeTiling parseVaeTiling(std::string_view, std::string_view field = "vae_tiling");
 
-// Scheduler options, with diffusers' names and defaults (shared/spec/unet2d.md §5).
+// Scheduler options, with diffusers' names and defaults (the schedulers' __init__).
 struct SchedulerOptions {
     int numTrainTimesteps = 1000;
     float betaStart = 1e-4f;

@@ -174,8 +174,6 @@ double tidyDouble(float value) {
     throw ValidationError(field, field + ": " + message);
 }
 
-std::string inQuotes(const std::string& text) { return "'" + excerpt(text) + "'"; }
-
 int parseIntText(const std::string& field, const std::string& text) {
     constexpr long long lo = -1000000000LL, hi = 1000000000LL;
     long long value = 0;

@@ -1,6 +1,6 @@
-// RunConfigFields: every RunConfig setting described once (issue 14 item 6): its name (as
-// messages and ValidationError::field() spell it), JSON key, CLI flag, help text, default, UI
-// label and simple validation limits. JSON IO (toJson / runConfigFromJson, core/run/RunConfig.h),
+// RunConfigFields: every RunConfig setting described once: its name (as messages and
+// ValidationError::field() spell it), JSON key, CLI flag, help text, default, UI label and
+// simple validation limits. JSON IO (toJson / runConfigFromJson, core/run/RunConfig.h),
 // the known-keys list, the CLI parser and usage text (app/CliOptions) and the range checks of
 // validateAll are derived from this table. Qt-free.
 //

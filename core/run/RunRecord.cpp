@@ -1,7 +1,10 @@
 #include "core/run/RunRecord.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
+
+#include "core/base/FormatNumber.h"
 
 namespace tessera {
 
@@ -23,6 +26,59 @@ std::optional<RunStatus> parseRunStatus(std::string_view text) {
     for (const auto& [s, name] : kStatusNames)
         if (name == text) return s;
     return std::nullopt;
+}
+
+namespace {
+
+std::string wholeMs(double ms) { return std::to_string(static_cast<long long>(ms)) + " ms"; }
+
+std::string tilesText(int n) { return std::to_string(n) + (n == 1 ? " tile" : " tiles"); }
+
+}  // namespace
+
+std::string describe(const TextEncodeRecord& text) {
+    const std::uint64_t rows = text.rowsRun + text.rowsRemembered;
+    return wholeMs(text.ms) + ", " + std::to_string(text.rowsRun) + " of " + std::to_string(rows) +
+           " encoder rows run" + (text.rowsRemembered ? " (the rest remembered or repeated)" : "");
+}
+
+std::string describe(const VaeTilingRecord& t) {
+    std::string text = std::to_string(t.cols) + "x" + std::to_string(t.rows) + " tiles of " + std::to_string(t.tile) +
+                       " latent px + " + std::to_string(t.halo) + " halo (" + std::to_string(t.evaluatedW) + "x" +
+                       std::to_string(t.evaluatedH) + " px evaluated), " +
+                       (t.wholeImageNorm ? "whole-image GroupNorm" : "per-tile GroupNorm") + ", " +
+                       (t.wholeImageAttention ? "attention over the whole image" : "attention within each tile");
+    if (t.halo < t.requiredHalo) text += ", halo below the exact " + std::to_string(t.requiredHalo);
+    if (t.canvases != "host") return text + ", canvases on the " + t.canvases + " (peak " + formatBytes(t.devicePeakBytes) + ")";
+    return text + ", host peak " + formatBytes(t.hostPeakBytes);
+}
+
+std::string describeVaePass(const VaePassRecord& pass) {
+    return (pass.tiled ? "tiled " + describe(pass.tiling) : std::string("untiled")) + " (" + pass.reason + ")";
+}
+
+std::string describeVaeDecode(const VaePassRecord& decode) {
+    return "vae decode: " + std::to_string(decode.width) + "x" + std::to_string(decode.height) + " " +
+           describeVaePass(decode) + ", " + wholeMs(decode.ms);
+}
+
+std::string describeVaeEncode(const VaePassRecord& encode) {
+    return "vae encode: " + describeVaePass(encode) + ", " + wholeMs(encode.ms);
+}
+
+std::string describe(const TileBatchLowering& lowering) {
+    return "batch: " + std::to_string(lowering.from) + " tiles per call do not fit (" + lowering.reason + "); trying " +
+           std::to_string(lowering.to);
+}
+
+std::string describeAutoTileBatch(const TileBatchRecord& batch) {
+    const int size = std::max(batch.ran, 1);
+    const int calls = (batch.tiles + size - 1) / size;
+    std::string note = "batch: auto, " + tilesText(batch.ran) + " per UNet call (" + tilesText(batch.tiles);
+    note += calls == 1 ? " in one call" : " in " + std::to_string(calls) + " calls";
+    if (batch.loweredToFit())
+        note += "; fewer than the " + std::to_string(batch.autoBatch) + " asked for, to fit the device";
+    return note + ")";
 }
 
 std::optional<GraphMode> effectiveGraphMode(const GraphStats& stats) {

@@ -106,9 +106,60 @@ struct TuningInfo {
     int misses = 0;            // choices timed (then stored)
     int rejected = 0;          // cached choices the library refused now: timed again and replaced
     std::string digest;        // core/formats/TuningCache.h tuningDigest of every choice the plan uses; "" = none
-    // Every setting that changes the numerical path, by name (the former TESSERA_CUD* environment
-    // variables; "" = not set), e.g. {"TESSERA_CUDNN_FUSE", "0"}.
+    // Every setting that changes the numerical path, by name (TESSERA_CUD* variables; "" = not
+    // set), e.g. {"TESSERA_CUDNN_FUSE", "0"}.
     std::map<std::string, std::string> settings{};
+};
+
+// The text encoders' share of a Stable Diffusion run: the prompt and negative prompt encoded once,
+// before sampling.
+struct TextEncodeRecord {
+    double ms = 0;                     // wall time of the encode, host clock
+    std::uint64_t rowsRun = 0;         // token rows the encoders computed
+    std::uint64_t rowsRemembered = 0;  // rows taken from the encoders' row memo, or repeated in the batch
+};
+
+// How a tiled VAE pass (core/models/vae/TiledVae.h runTiledGraph) cut the image.
+struct VaeTilingRecord {
+    int cols = 0, rows = 0;            // tiles across and down
+    int tile = 0;                      // core edge, latent pixels
+    int halo = 0;                      // latent pixels of context on each side of a core
+    int requiredHalo = 0;              // the halo that makes the pass exact
+    int evaluatedW = 0, evaluatedH = 0;   // one tile's extent (core and halo), image pixels
+    bool wholeImageNorm = true;        // GroupNorm statistics of the whole image (else each tile's own)
+    bool wholeImageAttention = true;   // attention over the whole image (else within each tile)
+    std::string canvases = "host";     // where the whole-image canvases lived: "host" or "device"
+    std::uint64_t hostPeakBytes = 0;   // host canvases and tile buffers at their peak (canvases "host")
+    std::uint64_t devicePeakBytes = 0; // device canvases and tile buffers at their peak (canvases "device")
+};
+
+// One VAE pass of a Stable Diffusion run: the decode of the finished latents, or the encode of
+// the start image.
+struct VaePassRecord {
+    double ms = 0;                     // wall time of the phase (the VAE's backend and budget, the pass), host clock
+    int width = 0, height = 0;         // the image, pixels
+    bool tiled = false;
+    std::string reason;                // why whole or tiled, e.g. "vae_tiling on", "activations 3.0 GiB exceed ..."
+    VaeTilingRecord tiling;            // tiled only
+};
+
+// A tile batch the device tried at prepare and could not fit; it then tried `to`.
+struct TileBatchLowering {
+    int from = 0, to = 0;              // tiles per call
+    std::string reason;                // what did not fit (the device's out-of-memory message)
+};
+
+// Tiles per model call: what the run asked for and what ran.
+struct TileBatchRecord {
+    int asked = 0;                     // RunConfig::tileBatch as given (0 = auto)
+    int ran = 0;                       // tiles per call the run used
+    int tiles = 0;                     // tiles of the plan
+    int autoBatch = 0;                 // auto: what autoTileBatch chose before fitting the device
+    std::vector<TileBatchLowering> lowered{};   // auto: this prepare's batches that did not fit, in order
+    bool automatic() const { return asked <= 0; }
+    // Auto chose fewer tiles per call than autoTileBatch for the device's memory (in this
+    // prepare, or one before it with the same plan).
+    bool loweredToFit() const { return automatic() && ran < autoBatch; }
 };
 
 struct RunRecord {
@@ -138,7 +189,35 @@ struct RunRecord {
     // all; -1 = not measured (one tile, or the run did not finish).
     double seamScore = -1;
     double seamWorst = -1;             // the most visible border line's ratio
-    std::vector<std::string> messages; // warnings shown to the user (fallbacks, etc.)
+    // The phases around sampling and the tile batch, as data; nullopt where the run had no such
+    // phase, or the record (an older manifest) does not say.
+    std::optional<TextEncodeRecord> textEncode;
+    std::optional<VaePassRecord> vaeEncode;    // image-to-image: the start image into latents
+    std::optional<VaePassRecord> vaeDecode;    // the finished latents into the image
+    std::optional<TileBatchRecord> tileBatch;
+    // What the user is told: warnings (fallbacks, etc.) and notes, among them each phase above as
+    // its describe function words it.
+    std::vector<std::string> messages;
 };
+
+// The record's words for its phases, one place for every front end (the messages the engine
+// adds, the CLI bench's notes):
+//   describe(TextEncodeRecord)   "812 ms, 2 of 4 encoder rows run (the rest remembered or repeated)"
+//   describe(VaeTilingRecord)    "2x2 tiles of 64 latent px + 2 halo (544x544 px evaluated), whole-image
+//                                 GroupNorm, attention over the whole image, host peak 1.2 GiB"
+//   describeVaeDecode            "vae decode: 1024x1024 untiled (activations ...), 812 ms"
+//   describeVaeEncode            "vae encode: tiled 2x2 tiles ... (vae_tiling on), 95 ms"
+//   describe(TileBatchLowering)  "batch: 25 tiles per call do not fit (...); trying 13"
+//   describeAutoTileBatch        "batch: auto, 13 tiles per UNet call (25 tiles in 2 calls; fewer than
+//                                 the 25 asked for, to fit the device)"
+// Milliseconds are whole (truncated), byte counts as formatBytes writes them.
+std::string describe(const TextEncodeRecord& text);
+std::string describe(const VaeTilingRecord& tiling);
+// "untiled (reason)" / "tiled <describe(tiling)> (reason)": how the pass ran.
+std::string describeVaePass(const VaePassRecord& pass);
+std::string describeVaeDecode(const VaePassRecord& decode);
+std::string describeVaeEncode(const VaePassRecord& encode);
+std::string describe(const TileBatchLowering& lowering);
+std::string describeAutoTileBatch(const TileBatchRecord& batch);
 
 }  // namespace tessera

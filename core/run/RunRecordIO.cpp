@@ -96,6 +96,19 @@ public:
         for (std::size_t i = 0; i < it->size(); ++i) fn((*it)[i], ManifestReader(where + "[" + std::to_string(i) + "]"));
     }
 
+    // An array of plain values at `key`, each one `accept` takes (else the error names `what`).
+    template <typename T, typename Accept>
+    void readList(const nlohmann::json& obj, const char* key, const char* what, Accept accept, std::vector<T>& out) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) return;
+        const std::string where = path_.empty() ? key : path_ + "." + key;
+        if (!it->is_array()) fail(where, what);
+        for (const auto& v : *it) {
+            if (!accept(v)) fail(where, what);
+            out.push_back(v.template get<T>());
+        }
+    }
+
     const nlohmann::json& object(const nlohmann::json& obj, const char* key, const nlohmann::json& empty) const {
         const auto it = obj.find(key);
         if (it == obj.end()) return empty;
@@ -142,42 +155,109 @@ std::string timingsCsv(const RunRecord& record) {
     return out;
 }
 
-nlohmann::json manifestJson(const RunRecord& r) {
-    using nlohmann::json;
-    json steps = json::array();
-    for (const StepTiming& s : r.steps)
-        steps.push_back({{"step", s.step},
-                         {"timestep", s.timestep},
-                         {"gpu_ms", s.gpuMs},
-                         {"host_enqueue_ms", s.hostEnqueueMs},
-                         {"wall_ms", s.wallMs},
-                         {"graph", s.graph},
-                         {"captured", s.captured}});
-    json graphEntries = json::array();
-    for (const GraphEntryStats& g : r.graphs.used)
-        graphEntries.push_back({{"name", g.name},
-                                {"nodes", g.nodes},
-                                {"capture_ms", g.captureMs},
-                                {"instantiate_ms", g.instantiateMs},
-                                {"update_ms", g.updateMs},
-                                {"device_mib", g.deviceMiB},
-                                {"launches", g.launches},
-                                {"captured", g.captured},
-                                {"updated", g.updated}});
-    json batches = json::array();
-    for (const TileBatchTiming& b : r.batches)
-        batches.push_back({{"step", b.step},
-                           {"timestep", b.timestep},
-                           {"batch", b.batchIndex},
-                           {"tile_ids", b.tileIds},
-                           {"gpu_ms", b.gpuMs},
-                           {"host_ms", b.hostMs},
-                           {"device_mib", b.deviceMiB}});
-    json memory = json::array();
-    for (const MemorySample& m : r.memory)
-        memory.push_back({{"t_ms", m.tMs}, {"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}});
+namespace {
 
-    json j;
+// ---- The manifest's parts, written --------------------------------------------------------
+
+nlohmann::json stepsJson(const std::vector<StepTiming>& steps) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const StepTiming& s : steps)
+        out.push_back({{"step", s.step},
+                       {"timestep", s.timestep},
+                       {"gpu_ms", s.gpuMs},
+                       {"host_enqueue_ms", s.hostEnqueueMs},
+                       {"wall_ms", s.wallMs},
+                       {"graph", s.graph},
+                       {"captured", s.captured}});
+    return out;
+}
+
+nlohmann::json batchesJson(const std::vector<TileBatchTiming>& batches) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const TileBatchTiming& b : batches)
+        out.push_back({{"step", b.step},
+                       {"timestep", b.timestep},
+                       {"batch", b.batchIndex},
+                       {"tile_ids", b.tileIds},
+                       {"gpu_ms", b.gpuMs},
+                       {"host_ms", b.hostMs},
+                       {"device_mib", b.deviceMiB}});
+    return out;
+}
+
+nlohmann::json memoryJson(const std::vector<MemorySample>& memory) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const MemorySample& m : memory) out.push_back({{"t_ms", m.tMs}, {"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}});
+    return out;
+}
+
+nlohmann::json graphsJson(const GraphStats& g) {
+    nlohmann::json used = nlohmann::json::array();
+    for (const GraphEntryStats& e : g.used)
+        used.push_back({{"name", e.name},
+                        {"nodes", e.nodes},
+                        {"capture_ms", e.captureMs},
+                        {"instantiate_ms", e.instantiateMs},
+                        {"update_ms", e.updateMs},
+                        {"device_mib", e.deviceMiB},
+                        {"launches", e.launches},
+                        {"captured", e.captured},
+                        {"updated", e.updated}});
+    return {{"mode", g.mode},
+            {"fallback_reason", g.fallbackReason},
+            {"captures", g.captures},
+            {"hits", g.hits},
+            {"misses", g.misses},
+            {"evictions", g.evictions},
+            {"updates", g.updates},
+            {"instantiations", g.instantiations},
+            {"nodes", g.nodes},
+            {"capture_ms", g.captureMs},
+            {"instantiate_ms", g.instantiateMs},
+            {"graph_mem_mib", g.graphMemMiB},
+            {"cache_capacity", g.cacheCapacity},
+            {"lanes", g.lanes},
+            {"cache_entries", g.cacheEntries},
+            {"invalidations", g.invalidations},
+            {"failures", g.failures},
+            {"update_ms", g.updateMs},
+            {"used", std::move(used)}};
+}
+
+nlohmann::json textEncodeJson(const TextEncodeRecord& t) {
+    return {{"ms", t.ms}, {"rows_run", t.rowsRun}, {"rows_remembered", t.rowsRemembered}};
+}
+
+nlohmann::json vaePassJson(const VaePassRecord& p) {
+    nlohmann::json j = {{"ms", p.ms}, {"width", p.width}, {"height", p.height}, {"tiled", p.tiled}, {"reason", p.reason}};
+    if (!p.tiled) return j;
+    const VaeTilingRecord& t = p.tiling;
+    j["tiling"] = {{"cols", t.cols},
+                   {"rows", t.rows},
+                   {"tile", t.tile},
+                   {"halo", t.halo},
+                   {"required_halo", t.requiredHalo},
+                   {"evaluated_w", t.evaluatedW},
+                   {"evaluated_h", t.evaluatedH},
+                   {"whole_image_norm", t.wholeImageNorm},
+                   {"whole_image_attention", t.wholeImageAttention},
+                   {"canvases", t.canvases},
+                   {"host_peak_bytes", t.hostPeakBytes},
+                   {"device_peak_bytes", t.devicePeakBytes}};
+    return j;
+}
+
+nlohmann::json tileBatchJson(const TileBatchRecord& b) {
+    nlohmann::json lowered = nlohmann::json::array();
+    for (const TileBatchLowering& l : b.lowered) lowered.push_back({{"from", l.from}, {"to", l.to}, {"reason", l.reason}});
+    return {{"asked", b.asked}, {"ran", b.ran}, {"tiles", b.tiles}, {"auto_batch", b.autoBatch},
+            {"lowered", std::move(lowered)}};
+}
+
+}  // namespace
+
+nlohmann::json manifestJson(const RunRecord& r) {
+    nlohmann::json j;
     j["schema_version"] = RunRecord::kSchemaVersion;
     j["run_id"] = r.runId;
     j["started_at"] = r.startedAt;
@@ -197,28 +277,10 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["tile_h"] = r.tileH;
     j["steps_run"] = r.stepsRun;
     j["timesteps"] = r.timesteps;
-    j["steps"] = std::move(steps);
-    j["batches"] = std::move(batches);
-    j["memory"] = std::move(memory);
-    j["graphs"] = {{"mode", r.graphs.mode},
-                   {"fallback_reason", r.graphs.fallbackReason},
-                   {"captures", r.graphs.captures},
-                   {"hits", r.graphs.hits},
-                   {"misses", r.graphs.misses},
-                   {"evictions", r.graphs.evictions},
-                   {"updates", r.graphs.updates},
-                   {"instantiations", r.graphs.instantiations},
-                   {"nodes", r.graphs.nodes},
-                   {"capture_ms", r.graphs.captureMs},
-                   {"instantiate_ms", r.graphs.instantiateMs},
-                   {"graph_mem_mib", r.graphs.graphMemMiB},
-                   {"cache_capacity", r.graphs.cacheCapacity},
-                   {"lanes", r.graphs.lanes},
-                   {"cache_entries", r.graphs.cacheEntries},
-                   {"invalidations", r.graphs.invalidations},
-                   {"failures", r.graphs.failures},
-                   {"update_ms", r.graphs.updateMs},
-                   {"used", std::move(graphEntries)}};
+    j["steps"] = stepsJson(r.steps);
+    j["batches"] = batchesJson(r.batches);
+    j["memory"] = memoryJson(r.memory);
+    j["graphs"] = graphsJson(r.graphs);
     j["tuning"] = {{"cache", r.tuning.cachePath},
                    {"hits", r.tuning.hits},
                    {"misses", r.tuning.misses},
@@ -236,50 +298,38 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["image_sha256"] = r.imageSha256;
     j["seam_score"] = r.seamScore;
     j["seam_worst"] = r.seamWorst;
+    // The phases only where the run had them: a key that is absent reads back as unknown.
+    if (r.textEncode) j["text_encode"] = textEncodeJson(*r.textEncode);
+    if (r.vaeEncode) j["vae_encode"] = vaePassJson(*r.vaeEncode);
+    if (r.vaeDecode) j["vae_decode"] = vaePassJson(*r.vaeDecode);
+    if (r.tileBatch) j["tile_batch"] = tileBatchJson(*r.tileBatch);
     j["messages"] = r.messages;
     return j;
 }
 
-RunRecord runRecordFromManifest(const nlohmann::json& j) {
+namespace {
+
+// ---- The manifest's parts, read -----------------------------------------------------------
+
+const nlohmann::json& emptyObject() {
+    static const nlohmann::json empty = nlohmann::json::object();
+    return empty;
+}
+
+void readEnvironment(const nlohmann::json& j, EnvironmentInfo& env) {
+    const nlohmann::json& e = ManifestReader("").object(j, "environment", emptyObject());
+    const ManifestReader in("environment");
+    in.read(e, "tessera_version", env.tesseraVersion);
+    in.read(e, "backend", env.backend);
+    in.read(e, "device", env.device);
+    in.read(e, "driver", env.driver);
+    in.read(e, "host", env.host);
+    in.read(e, "threads", env.threads);
+}
+
+void readTimings(const nlohmann::json& j, RunRecord& r) {
     const ManifestReader top("");
-    top.requireObject(j);
-    int version = 0;
-    if (!j.contains("schema_version")) throw std::runtime_error("manifest: 'schema_version' is missing");
-    top.read(j, "schema_version", version);
-    if (version < 1 || version > RunRecord::kSchemaVersion)
-        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) + " is not supported (this build reads 1 to " +
-                                 std::to_string(RunRecord::kSchemaVersion) + ")");
-
-    const nlohmann::json empty = nlohmann::json::object();
-    RunRecord r;
-    top.read(j, "run_id", r.runId);
-    top.read(j, "started_at", r.startedAt);
-    top.read(j, "status", r.status);
-    top.read(j, "error", r.error);
-    if (j.contains("config")) r.config = runConfigFromJson(top.object(j, "config", empty));
-    top.read(j, "model_name", r.modelName);
-    top.read(j, "model_hash", r.modelHash);
-
-    const nlohmann::json& env = top.object(j, "environment", empty);
-    const ManifestReader envReader("environment");
-    envReader.read(env, "tessera_version", r.environment.tesseraVersion);
-    envReader.read(env, "backend", r.environment.backend);
-    envReader.read(env, "device", r.environment.device);
-    envReader.read(env, "driver", r.environment.driver);
-    envReader.read(env, "host", r.environment.host);
-    envReader.read(env, "threads", r.environment.threads);
-
-    top.read(j, "tile_count", r.tileCount);
-    top.read(j, "tile_w", r.tileW);
-    top.read(j, "tile_h", r.tileH);
-    top.read(j, "steps_run", r.stepsRun);
-    if (const auto it = j.find("timesteps"); it != j.end()) {
-        if (!it->is_array()) ManifestReader::fail("timesteps", "an array of numbers");
-        for (const auto& t : *it) {
-            if (!t.is_number()) ManifestReader::fail("timesteps", "an array of numbers");
-            r.timesteps.push_back(t.get<float>());
-        }
-    }
+    top.readList(j, "timesteps", "an array of numbers", [](const nlohmann::json& v) { return v.is_number(); }, r.timesteps);
     top.readArray(j, "steps", [&r](const nlohmann::json& e, const ManifestReader& in) {
         in.requireObject(e);
         StepTiming s;
@@ -298,13 +348,8 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
         in.read(e, "step", b.step);
         in.read(e, "timestep", b.timestep);
         in.read(e, "batch", b.batchIndex);
-        if (const auto it = e.find("tile_ids"); it != e.end()) {
-            if (!it->is_array()) ManifestReader::fail("batches[].tile_ids", "an array of integers");
-            for (const auto& id : *it) {
-                if (!id.is_number_integer()) ManifestReader::fail("batches[].tile_ids", "an array of integers");
-                b.tileIds.push_back(id.get<int>());
-            }
-        }
+        in.readList(e, "tile_ids", "an array of integers", [](const nlohmann::json& v) { return v.is_number_integer(); },
+                    b.tileIds);
         in.read(e, "gpu_ms", b.gpuMs);
         in.read(e, "host_ms", b.hostMs);
         in.read(e, "device_mib", b.deviceMiB);
@@ -318,76 +363,168 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
         in.read(e, "arena_mib", m.arenaMiB);
         r.memory.push_back(m);
     });
+}
 
-    const nlohmann::json& g = top.object(j, "graphs", empty);
-    const ManifestReader gr("graphs");
-    gr.read(g, "mode", r.graphs.mode);
-    gr.read(g, "fallback_reason", r.graphs.fallbackReason);
-    gr.read(g, "captures", r.graphs.captures);
-    gr.read(g, "hits", r.graphs.hits);
-    gr.read(g, "misses", r.graphs.misses);
-    gr.read(g, "evictions", r.graphs.evictions);
-    gr.read(g, "updates", r.graphs.updates);
-    gr.read(g, "instantiations", r.graphs.instantiations);
-    gr.read(g, "nodes", r.graphs.nodes);
-    gr.read(g, "capture_ms", r.graphs.captureMs);
-    gr.read(g, "instantiate_ms", r.graphs.instantiateMs);
-    gr.read(g, "graph_mem_mib", r.graphs.graphMemMiB);
-    gr.read(g, "cache_capacity", r.graphs.cacheCapacity);
-    gr.read(g, "lanes", r.graphs.lanes);
-    gr.read(g, "cache_entries", r.graphs.cacheEntries);
-    gr.read(g, "invalidations", r.graphs.invalidations);
-    gr.read(g, "failures", r.graphs.failures);
-    gr.read(g, "update_ms", r.graphs.updateMs);
-    gr.readArray(g, "used", [&r](const nlohmann::json& e, const ManifestReader& in) {
-        in.requireObject(e);
+void readGraphs(const nlohmann::json& j, GraphStats& stats) {
+    const nlohmann::json& g = ManifestReader("").object(j, "graphs", emptyObject());
+    const ManifestReader in("graphs");
+    in.read(g, "mode", stats.mode);
+    in.read(g, "fallback_reason", stats.fallbackReason);
+    in.read(g, "captures", stats.captures);
+    in.read(g, "hits", stats.hits);
+    in.read(g, "misses", stats.misses);
+    in.read(g, "evictions", stats.evictions);
+    in.read(g, "updates", stats.updates);
+    in.read(g, "instantiations", stats.instantiations);
+    in.read(g, "nodes", stats.nodes);
+    in.read(g, "capture_ms", stats.captureMs);
+    in.read(g, "instantiate_ms", stats.instantiateMs);
+    in.read(g, "graph_mem_mib", stats.graphMemMiB);
+    in.read(g, "cache_capacity", stats.cacheCapacity);
+    in.read(g, "lanes", stats.lanes);
+    in.read(g, "cache_entries", stats.cacheEntries);
+    in.read(g, "invalidations", stats.invalidations);
+    in.read(g, "failures", stats.failures);
+    in.read(g, "update_ms", stats.updateMs);
+    in.readArray(g, "used", [&stats](const nlohmann::json& e, const ManifestReader& entryIn) {
+        entryIn.requireObject(e);
         GraphEntryStats entry;
-        in.read(e, "name", entry.name);
-        in.read(e, "nodes", entry.nodes);
-        in.read(e, "capture_ms", entry.captureMs);
-        in.read(e, "instantiate_ms", entry.instantiateMs);
-        in.read(e, "update_ms", entry.updateMs);
-        in.read(e, "device_mib", entry.deviceMiB);
-        in.read(e, "launches", entry.launches);
-        in.read(e, "captured", entry.captured);
-        in.read(e, "updated", entry.updated);
-        r.graphs.used.push_back(std::move(entry));
+        entryIn.read(e, "name", entry.name);
+        entryIn.read(e, "nodes", entry.nodes);
+        entryIn.read(e, "capture_ms", entry.captureMs);
+        entryIn.read(e, "instantiate_ms", entry.instantiateMs);
+        entryIn.read(e, "update_ms", entry.updateMs);
+        entryIn.read(e, "device_mib", entry.deviceMiB);
+        entryIn.read(e, "launches", entry.launches);
+        entryIn.read(e, "captured", entry.captured);
+        entryIn.read(e, "updated", entry.updated);
+        stats.used.push_back(std::move(entry));
     });
+}
 
-    const nlohmann::json& t = top.object(j, "tuning", empty);
-    const ManifestReader tr("tuning");
-    tr.read(t, "cache", r.tuning.cachePath);
-    tr.read(t, "hits", r.tuning.hits);
-    tr.read(t, "misses", r.tuning.misses);
-    tr.read(t, "rejected", r.tuning.rejected);
-    tr.read(t, "digest", r.tuning.digest);
-    const nlohmann::json& settings = tr.object(t, "settings", empty);
-    for (const auto& item : settings.items()) {
+void readTuning(const nlohmann::json& j, TuningInfo& tuning) {
+    const nlohmann::json& t = ManifestReader("").object(j, "tuning", emptyObject());
+    const ManifestReader in("tuning");
+    in.read(t, "cache", tuning.cachePath);
+    in.read(t, "hits", tuning.hits);
+    in.read(t, "misses", tuning.misses);
+    in.read(t, "rejected", tuning.rejected);
+    in.read(t, "digest", tuning.digest);
+    for (const auto& item : in.object(t, "settings", emptyObject()).items()) {
         if (!item.value().is_string()) ManifestReader::fail("tuning.settings." + excerpt(item.key()), "a string");
-        r.tuning.settings[item.key()] = item.value().get<std::string>();
+        tuning.settings[item.key()] = item.value().get<std::string>();
     }
+}
 
-    const nlohmann::json& mp = top.object(j, "memory_plan", empty);
-    const ManifestReader mr("memory_plan");
-    mr.read(mp, "weights_mib", r.memoryPlan.weightsMiB);
-    mr.read(mp, "activations_mib", r.memoryPlan.activationsMiB);
-    mr.read(mp, "workspace_mib", r.memoryPlan.workspaceMiB);
-    mr.read(mp, "canvas_mib", r.memoryPlan.canvasMiB);
-    mr.read(mp, "total_mib", r.memoryPlan.totalMiB);
+void readMemoryPlan(const nlohmann::json& j, MemoryPlanInfo& plan) {
+    const nlohmann::json& m = ManifestReader("").object(j, "memory_plan", emptyObject());
+    const ManifestReader in("memory_plan");
+    in.read(m, "weights_mib", plan.weightsMiB);
+    in.read(m, "activations_mib", plan.activationsMiB);
+    in.read(m, "workspace_mib", plan.workspaceMiB);
+    in.read(m, "canvas_mib", plan.canvasMiB);
+    in.read(m, "total_mib", plan.totalMiB);
+}
 
+std::optional<TextEncodeRecord> readTextEncode(const nlohmann::json& j) {
+    if (!j.contains("text_encode")) return std::nullopt;
+    const nlohmann::json& t = ManifestReader("").object(j, "text_encode", emptyObject());
+    const ManifestReader in("text_encode");
+    TextEncodeRecord text;
+    in.read(t, "ms", text.ms);
+    in.read(t, "rows_run", text.rowsRun);
+    in.read(t, "rows_remembered", text.rowsRemembered);
+    return text;
+}
+
+std::optional<VaePassRecord> readVaePass(const nlohmann::json& j, const char* key) {
+    if (!j.contains(key)) return std::nullopt;
+    const nlohmann::json& p = ManifestReader("").object(j, key, emptyObject());
+    const ManifestReader in(key);
+    VaePassRecord pass;
+    in.read(p, "ms", pass.ms);
+    in.read(p, "width", pass.width);
+    in.read(p, "height", pass.height);
+    in.read(p, "tiled", pass.tiled);
+    in.read(p, "reason", pass.reason);
+    const nlohmann::json& t = in.object(p, "tiling", emptyObject());
+    const ManifestReader tilingIn(std::string(key) + ".tiling");
+    VaeTilingRecord& tiling = pass.tiling;
+    tilingIn.read(t, "cols", tiling.cols);
+    tilingIn.read(t, "rows", tiling.rows);
+    tilingIn.read(t, "tile", tiling.tile);
+    tilingIn.read(t, "halo", tiling.halo);
+    tilingIn.read(t, "required_halo", tiling.requiredHalo);
+    tilingIn.read(t, "evaluated_w", tiling.evaluatedW);
+    tilingIn.read(t, "evaluated_h", tiling.evaluatedH);
+    tilingIn.read(t, "whole_image_norm", tiling.wholeImageNorm);
+    tilingIn.read(t, "whole_image_attention", tiling.wholeImageAttention);
+    tilingIn.read(t, "canvases", tiling.canvases);
+    tilingIn.read(t, "host_peak_bytes", tiling.hostPeakBytes);
+    tilingIn.read(t, "device_peak_bytes", tiling.devicePeakBytes);
+    return pass;
+}
+
+std::optional<TileBatchRecord> readTileBatch(const nlohmann::json& j) {
+    if (!j.contains("tile_batch")) return std::nullopt;
+    const nlohmann::json& b = ManifestReader("").object(j, "tile_batch", emptyObject());
+    const ManifestReader in("tile_batch");
+    TileBatchRecord batch;
+    in.read(b, "asked", batch.asked);
+    in.read(b, "ran", batch.ran);
+    in.read(b, "tiles", batch.tiles);
+    in.read(b, "auto_batch", batch.autoBatch);
+    in.readArray(b, "lowered", [&batch](const nlohmann::json& e, const ManifestReader& loweringIn) {
+        loweringIn.requireObject(e);
+        TileBatchLowering lowering;
+        loweringIn.read(e, "from", lowering.from);
+        loweringIn.read(e, "to", lowering.to);
+        loweringIn.read(e, "reason", lowering.reason);
+        batch.lowered.push_back(std::move(lowering));
+    });
+    return batch;
+}
+
+}  // namespace
+
+RunRecord runRecordFromManifest(const nlohmann::json& j) {
+    const ManifestReader top("");
+    top.requireObject(j);
+    int version = 0;
+    if (!j.contains("schema_version")) throw std::runtime_error("manifest: 'schema_version' is missing");
+    top.read(j, "schema_version", version);
+    if (version < 1 || version > RunRecord::kSchemaVersion)
+        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) + " is not supported (this build reads 1 to " +
+                                 std::to_string(RunRecord::kSchemaVersion) + ")");
+
+    RunRecord r;
+    top.read(j, "run_id", r.runId);
+    top.read(j, "started_at", r.startedAt);
+    top.read(j, "status", r.status);
+    top.read(j, "error", r.error);
+    if (j.contains("config")) r.config = runConfigFromJson(top.object(j, "config", emptyObject()));
+    top.read(j, "model_name", r.modelName);
+    top.read(j, "model_hash", r.modelHash);
+    readEnvironment(j, r.environment);
+    top.read(j, "tile_count", r.tileCount);
+    top.read(j, "tile_w", r.tileW);
+    top.read(j, "tile_h", r.tileH);
+    top.read(j, "steps_run", r.stepsRun);
+    readTimings(j, r);
+    readGraphs(j, r.graphs);
+    readTuning(j, r.tuning);
+    readMemoryPlan(j, r.memoryPlan);
     top.read(j, "prepare_ms", r.prepareMs);
     top.read(j, "total_ms", r.totalMs);
     top.read(j, "peak_device_mib", r.peakDeviceMiB);
     top.read(j, "image_sha256", r.imageSha256);
     top.read(j, "seam_score", r.seamScore);
     top.read(j, "seam_worst", r.seamWorst);
-    if (const auto it = j.find("messages"); it != j.end()) {
-        if (!it->is_array()) ManifestReader::fail("messages", "an array of strings");
-        for (const auto& m : *it) {
-            if (!m.is_string()) ManifestReader::fail("messages", "an array of strings");
-            r.messages.push_back(m.get<std::string>());
-        }
-    }
+    r.textEncode = readTextEncode(j);
+    r.vaeEncode = readVaePass(j, "vae_encode");
+    r.vaeDecode = readVaePass(j, "vae_decode");
+    r.tileBatch = readTileBatch(j);
+    top.readList(j, "messages", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); }, r.messages);
     return r;
 }
 
@@ -498,7 +635,7 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
     const std::uintmax_t calls = steps * ((tiles + batch - 1) / batch);
     // User strings appear in the manifest (and the PNG's copy of it); one byte can become six
     // ("\u0001"). Measured with dump(2)'s indentation and numbers at full length: fixed parts
-    // about 9 KiB (with a full graph cache and notes), each step (timing and memory sample)
+    // about 10 KiB (with a full graph cache, notes and the phases around sampling), each step (timing and memory sample)
     // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
     // 5 per tile id.
     const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size());

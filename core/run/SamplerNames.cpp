@@ -4,7 +4,7 @@
 
 namespace tessera {
 
-// A1111's sampler names (sd-pipeline.md §5.8).
+// A1111's sampler names (modules/sd_samplers_kdiffusion.py, modules/sd_schedulers.py).
 
 namespace {
 

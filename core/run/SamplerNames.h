@@ -11,11 +11,11 @@
 
 namespace tessera {
 
-// A1111's names for a sampler (shared/spec/sd-pipeline.md §5.8), as its PNG infotext writes
-// them ("Sampler", "Schedule type"): {"Euler a", "Automatic"}, {"Euler", "Karras" or
-// "Automatic"}, {"DPM++ 2M", "Karras" or "Uniform"} (Automatic would mean Karras there),
-// {"DDIM", "Automatic"}, and Tessera's own {"DDPM", "Automatic"}. Karras is
-// options.karrasSigmas where the kind has it (Euler, DPM++ 2M).
+// A1111's names for a sampler (modules/sd_samplers_kdiffusion.py), as its PNG infotext writes them
+// ("Sampler", "Schedule type"): {"Euler a", "Automatic"}, {"Euler", "Karras" or "Automatic"},
+// {"DPM++ 2M", "Karras" or "Uniform"} (Automatic would mean Karras there), {"DDIM", "Automatic"},
+// and Tessera's own {"DDPM", "Automatic"}. Karras is options.karrasSigmas where the kind has it
+// (Euler, DPM++ 2M).
 struct SamplerDisplay {
     std::string sampler, scheduleType;
 };

@@ -119,14 +119,14 @@ void setClip(StepCoefficients& k, const SchedulerOptions& o) {
     k.clipRange = o.clipSampleRange;
 }
 
-// DDPMScheduler.step (spec §5.2): x_prev = μ(x0, x) + σ z, σ = 0 at t = 0.
+// diffusers DDPMScheduler.step (schedulers/scheduling_ddpm.py):
+// x_prev = μ(x0, x) + σ z, σ = 0 at t = 0.
 class DdpmScheduler final : public Scheduler {
 public:
     explicit DdpmScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::DDPM, o) {}
 
     void setTimesteps(int n) override {
-        checkSteps(n);
-        const std::vector<int> ts = spacedTimesteps(options_.numTrainTimesteps, n, options_.timestepSpacing, options_.stepsOffset);
+        const std::vector<int> ts = checkedTimesteps(n);
         std::vector<StepCoefficients> coeffs(ts.size());
         for (std::size_t k = 0; k < ts.size(); ++k) {
             const int t = ts[k];
@@ -153,14 +153,14 @@ public:
     }
 };
 
-// DDIMScheduler.step (spec §5.3); prev = t - Tn // N whatever the spacing.
+// diffusers DDIMScheduler.step (schedulers/scheduling_ddim.py); prev = t - Tn // N whatever the
+// spacing.
 class DdimScheduler final : public Scheduler {
 public:
     explicit DdimScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::DDIM, o) {}
 
     void setTimesteps(int n) override {
-        checkSteps(n);
-        const std::vector<int> ts = spacedTimesteps(options_.numTrainTimesteps, n, options_.timestepSpacing, options_.stepsOffset);
+        const std::vector<int> ts = checkedTimesteps(n);
         const int ratio = options_.numTrainTimesteps / n;
         const double finalAbar = options_.setAlphaToOne ? 1.0 : static_cast<double>(alphasCumprod_[0]);
         const double eta = options_.eta;
@@ -275,8 +275,8 @@ void checkFinite(const std::vector<StepCoefficients>& coeffs, SchedulerKind kind
     }
 }
 
-// EulerDiscreteScheduler (spec §5.4) and EulerAncestralDiscreteScheduler (sd-pipeline.md §4.3),
-// s_churn = 0: x_next = x + (x - x0)/σ · (σ_target - σ) + σ_up z, with σ_target = σ_next and
+// diffusers EulerDiscreteScheduler and EulerAncestralDiscreteScheduler, s_churn = 0:
+// x_next = x + (x - x0)/σ · (σ_target - σ) + σ_up z, with σ_target = σ_next and
 // σ_up = 0 for Euler, σ_down for Euler a. x0 clipped when the model's schedule says clip_sample
 // (a deliberate difference, see below).
 class EulerScheduler final : public Scheduler {
@@ -380,8 +380,9 @@ private:
     TrainSigmas train_;
 };
 
-// DPMSolverMultistepScheduler (sd-pipeline.md §4.4) as "DPM++ 2M": dpmsolver++, order 2,
-// midpoint, lower_order_final, final sigma 0. In VP form (α = 1/√(σ²+1), s = σα, λ = -ln σ):
+// diffusers DPMSolverMultistepScheduler as "DPM++ 2M" (k-diffusion sample_dpmpp_2m):
+// dpmsolver++, order 2, midpoint, lower_order_final, final sigma 0. In VP form
+// (α = 1/√(σ²+1), s = σα, λ = -ln σ):
 // D_k = x0 of step k; x' = (s_{k+1}/s_k) x + α_{k+1}(1 - e^{-h}) D', h = λ_{k+1} - λ_k, with
 // D' = D_k on first-order steps (the first step run, and the last: σ_N = 0 returns D_k) and
 // D' = (1 + 1/(2 r)) D_k - 1/(2 r) D_{k-1}, r = (λ_k - λ_{k-1}) / h, otherwise.
@@ -616,6 +617,11 @@ void Scheduler::checkSteps(int n) const {
 }
 
 void Scheduler::setTimesteps(int n) { checkSteps(n); }
+
+std::vector<int> Scheduler::checkedTimesteps(int n) const {
+    checkSteps(n);
+    return spacedTimesteps(options_.numTrainTimesteps, n, options_.timestepSpacing, options_.stepsOffset);
+}
 
 StepCoefficients Scheduler::coefficients(int stepIndex) const {
     if (coefficients_.empty()) throw std::logic_error("Scheduler::coefficients: setTimesteps was not called");

@@ -1,7 +1,6 @@
-// Scheduler: diffusers' noise schedules and the DDPM, DDIM, Euler, Euler ancestral and
-// DPM++ 2M samplers (shared/spec/unet2d.md §5, shared/spec/sd-pipeline.md §4), each step
-// reduced to the per-step scalars of core/sampling/StepUpdate.h so that every backend applies the
-// same arithmetic.
+// Scheduler: diffusers' noise schedules and the DDPM, DDIM, Euler, Euler ancestral and DPM++ 2M
+// samplers (diffusers schedulers/scheduling_*.py), each step reduced to the per-step scalars of
+// core/sampling/StepUpdate.h so that every backend applies the same arithmetic.
 //
 // Usage: create(kind, options), setTimesteps(N), then for k = 0 … N-1 feed the UNet
 // x * coefficients(k).modelInputScale with timestep coefficients(k).timestep and
@@ -143,6 +142,8 @@ public:
 protected:
     Scheduler(SchedulerKind kind, const SchedulerOptions& options);
     void checkSteps(int n) const;
+    // checkSteps(n), then the n timesteps of the configured spacing (spacedTimesteps).
+    std::vector<int> checkedTimesteps(int n) const;
 
     SchedulerKind kind_;
     SchedulerOptions options_;

@@ -1,6 +1,6 @@
 // SeamScore: how visible the tile borders are in a finished image, measured on the image itself
-// (issue #17: the former "seam score" was the disagreement of overlapping tiles, which reads 0
-// for `none`, whose hard block edges are plainly visible).
+// (not the disagreement of overlapping tiles, which reads 0 for `none`, whose hard block edges are
+// plainly visible).
 //
 // Lines are where neighbouring tiles meet: the middle of their overlap (where `none` hands a
 // pixel from one tile to the next and smooth windows cross over), the shared edge without

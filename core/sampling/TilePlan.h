@@ -32,7 +32,6 @@ public:
 
     int width() const { return width_; }
     int height() const { return height_; }
-    int configuredTile() const { return tile_; }
     int tileW() const { return tileW_; }   // min(tile, width)
     int tileH() const { return tileH_; }   // min(tile, height)
     int stride() const { return tile_ - overlap_; }  // configured tile - overlap

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -20,6 +21,8 @@
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/models/vae/TiledVae.h"
+#include "core/models/vae/VaeModel.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -80,9 +83,9 @@ ImageTensor seamMapFrom(int channels, int height, int width, const SeamSums& s) 
     return map;
 }
 
-// The record's configuration says what ran, not what was asked (issue #17: a CUDA request that
-// ran on the CPU was listed as "cuda", and fp16 where the CPU computes fp32): the backend the
-// device reported and the precision it computes in; a note says what was asked instead.
+// The record's configuration says what ran, not what was asked (a CUDA request that ran on the
+// CPU is listed as "cpu", and fp32 where the CPU computes fp32 for an fp16 request): the backend
+// the device reported and the precision it computes in; a note says what was asked instead.
 void recordWhatRan(RunRecord& record, const DevicePlan& plan) {
     RunConfig& c = record.config;
     if (plan.precision != c.precision) {
@@ -124,17 +127,6 @@ void describeRun(RunRecord& record, const RunConfig& config, const SchedulerOpti
     record.tileW = plan.tileW();
     record.tileH = plan.tileH();
     record.timesteps = timesteps;
-}
-
-// What the auto tile batch chose, for the record.
-std::string autoBatchNote(int batchSize, int tiles) {
-    const int calls = (tiles + batchSize - 1) / batchSize;
-    std::string note = "batch: auto, " + std::to_string(batchSize) + (batchSize == 1 ? " tile" : " tiles") +
-                       " per UNet call (" + std::to_string(tiles) + (tiles == 1 ? " tile" : " tiles");
-    note += calls == 1 ? " in one call" : " in " + std::to_string(calls) + " calls";
-    if (batchSize < autoTileBatch(tiles)) note += "; fewer than the " + std::to_string(autoTileBatch(tiles)) +
-                                                  " asked for, to fit the device";
-    return note + ")";
 }
 
 // Tile batches of `batchSize` in id order, on lanes round robin, bounded in `outPlan`'s pixels.
@@ -528,9 +520,9 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
 
 namespace {
 
-// encodeSdPrompts, its "text:" line ending in the time it took and how many of its encoder rows
-// ran (the others were remembered from earlier runs by the text encoders' row memo).
-SdConditioning encodeTimed(const SdModel& sd, Backend& textBackend, const RunConfig& config) {
+// encodeSdPrompts, timed, with how many of its encoder rows ran (the others were remembered from
+// earlier runs by the text encoders' row memo, or repeated within the batch).
+SdConditioning encodeTimed(const SdModel& sd, Backend& textBackend, const RunConfig& config, TextEncodeRecord& text) {
     std::vector<const ClipTextModel*> encoders{sd.textEncoder.get()};
     if (sd.textEncoder2) encoders.push_back(sd.textEncoder2.get());
     auto rowCounts = [&] {
@@ -545,16 +537,37 @@ SdConditioning encodeTimed(const SdModel& sd, Backend& textBackend, const RunCon
     const auto before = rowCounts();
     const auto start = Clock::now();
     SdConditioning conditioning = encodeSdPrompts(sd, textBackend, config);
-    const double ms = msSince(start);
+    text.ms = msSince(start);
     const auto after = rowCounts();
-    const std::uint64_t ran = after.first - before.first, held = after.second - before.second;
-    for (std::string& m : conditioning.messages)
-        if (m.rfind("text: ", 0) == 0) {
-            m += "; " + std::to_string(static_cast<long long>(ms)) + " ms, " + std::to_string(ran) + " of " +
-                 std::to_string(ran + held) + " encoder rows run" + (held ? " (the rest remembered or repeated)" : "");
-            break;
-        }
+    text.rowsRun = after.first - before.first;
+    text.rowsRemembered = after.second - before.second;
+    // encodeSdPrompts's first message says what the encoders did ("text: 1 chunk(s) of 75 tokens,
+    // ..."); the record's words for the encode's cost follow it.
+    if (!conditioning.messages.empty()) conditioning.messages.front() += "; " + describe(text);
     return conditioning;
+}
+
+HostTensor hostImage(const ImageTensor& image) {
+    return HostTensor{{1, image.channels, image.height, image.width}, image.data};
+}
+
+ImageTensor imageOf(const HostTensor& t) {
+    if (t.shape.size() != 4 || t.shape[0] != 1) throw std::logic_error("TiledLoop: expected one NCHW image");
+    return ImageTensor{static_cast<int>(t.shape[1]), static_cast<int>(t.shape[2]), static_cast<int>(t.shape[3]), t.data};
+}
+
+// SdPipeline's decodeLatents and encodeImage (the latents' scaling around the VAE's pass), with
+// the pass kept as the record's data (its time is the caller's to set).
+ImageTensor decodeRecorded(const SdModel& sd, Backend& backend, const ImageTensor& latents, const VaePassOptions& options,
+                           VaePassRecord& pass) {
+    const HostTensor z = unscaleLatents(sd.vae->config(), hostImage(latents));
+    return imageOf(runVaePass(backend, *sd.vae, z, true, options.tiling, options.budget, pass));
+}
+
+ImageTensor encodeRecorded(const SdModel& sd, Backend& backend, const ImageTensor& image, const VaePassOptions& options,
+                           VaePassRecord& pass) {
+    const HostTensor moments = runVaePass(backend, *sd.vae, hostImage(image), false, options.tiling, options.budget, pass);
+    return imageOf(scaleLatents(sd.vae->config(), posteriorMean(moments)));
 }
 
 }  // namespace
@@ -570,7 +583,8 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
                                           "' was not loaded; the front end must decode it and call setInitImage");
 
     // The text conditioning, computed once per run and fixed for every tile and step.
-    SdConditioning conditioning = encodeTimed(*sd, device.textBackend(), config);
+    TextEncodeRecord text;
+    SdConditioning conditioning = encodeTimed(*sd, device.textBackend(), config, text);
     if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != conditioning.tokens) {
         auto denoiser = std::make_shared<Denoiser>();
         denoiser->graph = std::make_shared<const ModelGraph>(
@@ -598,31 +612,35 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     job.modelName = sd->name;
     job.modelHash = sd->sha256;
     job.messages = std::move(conditioning.messages);
+    job.textEncode = text;
     job.preview = [sd](const ImageTensor& latents) { return latentPreview(*sd, latents); };
     job.pixelScale = sd->vaeScale();
     ImageTensor initLatents;
     if (hasInitImage()) {
+        // The phase's time includes making the VAE's backend and its budget (the CUDA device may
+        // give the sampler's plan back for it).
         const auto encodeStart = Clock::now();
-        std::string how;
-        initLatents = encodeImage(*sd, device.wholeGraphBackend(vaeConfig), init_,
-                                  VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
+        VaePassRecord encode;
+        initLatents = encodeRecorded(*sd, device.wholeGraphBackend(vaeConfig), init_,
+                                     VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, encode);
+        encode.ms = msSince(encodeStart);
         job.init = &initLatents;
         job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample)");
-        job.messages.push_back("vae encode: " + how + ", " + std::to_string(static_cast<long long>(msSince(encodeStart))) +
-                               " ms");
+        job.messages.push_back(describeVaeEncode(encode));
+        job.vaeEncode = std::move(encode);
     }
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     RunRecord& record = result.record;
     if (record.status == RunStatus::Finished) {
         const auto decodeStart = Clock::now();
-        std::string how;
+        VaePassRecord decode;
         result.latents = result.image;
-        result.image = decodeLatents(*sd, device.wholeGraphBackend(vaeConfig), result.latents,
-                                     VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, &how);
-        record.messages.push_back("vae decode: " + std::to_string(config.width) + "x" + std::to_string(config.height) +
-                                  " " + how + ", " + std::to_string(static_cast<long long>(msSince(decodeStart))) +
-                                  " ms");
-        record.totalMs += msSince(decodeStart);
+        result.image = decodeRecorded(*sd, device.wholeGraphBackend(vaeConfig), result.latents,
+                                      VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)}, decode);
+        decode.ms = msSince(decodeStart);
+        record.messages.push_back(describeVaeDecode(decode));
+        record.totalMs += decode.ms;
+        record.vaeDecode = std::move(decode);
         if (!result.seamMap.data.empty()) result.seamMap = upsampleNearest(result.seamMap, sd->vaeScale());
         if (hasInitImage() && config.preserveColor) matchColour(result.image, init_);
     } else {
@@ -655,12 +673,18 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     const BlendWeights weights(plan, config.window, plan.overlap());
     const bool batchAuto = config.tileBatch <= 0;
     int batchSize = resolveTileBatch(config.tileBatch, plan.count());
+    TileBatchRecord& tileBatch = record.tileBatch.emplace();
+    tileBatch.asked = config.tileBatch;
+    tileBatch.tiles = plan.count();
+    if (batchAuto) tileBatch.autoBatch = batchSize;
     std::optional<Guidance> guidance;
     if (job.denoiser.conditioned() && config.cfgScale != 1.0) guidance = Guidance{static_cast<float>(config.cfgScale)};
 
     describeRun(record, config, options, job.modelName, job.modelHash, TilePlan::fromConfig(config),
                 scheduler->timesteps());
     for (const std::string& message : job.messages) record.messages.push_back(message);
+    record.textEncode = job.textEncode;
+    record.vaeEncode = job.vaeEncode;
     if (config.preserveColor && !imageToImage)
         record.messages.push_back("preserve_color: ignored without an init image");
     const DevicePlan devicePlan = device.prepare(
@@ -670,7 +694,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
         record);
     if (devicePlan.batchSize > 0) batchSize = devicePlan.batchSize;   // auto, lowered to fit the device
     record.config.tileBatch = batchSize;   // the record and the PNG's parameters say what ran
-    if (batchAuto) record.messages.push_back(autoBatchNote(batchSize, plan.count()));
+    tileBatch.ran = batchSize;
+    if (batchAuto) record.messages.push_back(describeAutoTileBatch(tileBatch));
     recordWhatRan(record, devicePlan);
 
     TiledPass pass;

@@ -32,7 +32,8 @@ using PreviewMap = std::function<ImageTensor(const ImageTensor&)>;
 // True when the run should stop (checked between tile batches and before each step).
 using CancelCheck = std::function<bool()>;
 
-// SDXL's size ids for a tile (shared/spec/sd-pipeline.md §3.5), in pixels: (original height,
+// SDXL's size ids for a tile (the micro-conditioning of Podell et al. 2023, "SDXL", section 2.2;
+// diffusers pipeline_stable_diffusion_xl.py _get_add_time_ids), in pixels: (original height,
 // original width, crop top, crop left, target height, target width). Image: the whole image's size
 // twice and crop (0, 0) for every tile, as A1111's Tiled Diffusion passes them (and diffusers for an
 // untiled image). Tile: original = the whole image, crop = the tile's offset, target = the tile's
@@ -47,8 +48,8 @@ AddedConditioning sdxlAddedConditioning(const UNetCondConfig& unet, SdxlSizeCond
                                         std::vector<float> pooledCond, std::vector<float> pooledUncond);
 
 // The VAE's precision for a run asking `requested`: float32 where the VAE config says force_upcast
-// and the run asks fp16 for an SDXL model (its decoder's activations overflow fp16, sd-models.md
-// §4.6); else `requested`. SD 1.x / 2.x VAEs keep the run's precision (diffusers' SD pipelines never
+// and the run asks fp16 for an SDXL model (its decoder's activations overflow fp16: diffusers
+// pipeline_stable_diffusion_xl.py upcast_vae); else `requested`. SD 1.x / 2.x VAEs keep the run's precision (diffusers' SD pipelines never
 // read force_upcast). `why`, when given, is set to the record's message ("vae: fp32 (force_upcast)")
 // or cleared.
 Precision sdVaePrecision(const SdModel& model, Precision requested, std::string* why = nullptr);
@@ -118,6 +119,8 @@ private:
         SchedulerOptions schedule;        // the model's
         std::string modelName, modelHash;
         std::vector<std::string> messages;
+        std::optional<TextEncodeRecord> textEncode;   // the record's phases before sampling
+        std::optional<VaePassRecord> vaeEncode;
         const ImageTensor* init = nullptr;   // in canvas space
         PreviewMap preview;
         int pixelScale = 1;                  // image pixels per canvas pixel (the VAE's 8 for Stable Diffusion)

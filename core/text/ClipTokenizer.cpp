@@ -24,8 +24,9 @@ constexpr std::string_view kField = "tokenizer";
 constexpr std::size_t kCachedPieceBytes = 64;
 constexpr std::size_t kCacheEntries = std::size_t{1} << 16;
 
-// bytes_to_unicode (spec §1.2): the table order of the 256 byte values (kept bytes in their
-// three ranges, then the rest ascending) and the code point each byte stands for.
+// bytes_to_unicode (openai CLIP simple_tokenizer.py, transformers tokenization_clip.py): the table
+// order of the 256 byte values (kept bytes in their three ranges, then the rest ascending) and the
+// code point each byte stands for.
 struct ByteTable {
     std::array<unsigned char, 256> order{};
     std::array<char32_t, 256> symbol{};
@@ -112,8 +113,9 @@ std::vector<std::string_view> splitFields(std::string_view line) {
     return fields;
 }
 
-// Lines [1, 1 + kMerges) of `text` split on '\n' (the first is the "#version" header), each
-// two symbols (spec §1.4). Lines beyond are ignored, as both references ignore them.
+// Lines [1, 1 + kMerges) of `text` split on '\n' (the first is the "#version" header), each two
+// symbols (openai CLIP simple_tokenizer.py SimpleTokenizer.__init__). Lines beyond are ignored, as
+// openai's and transformers' tokenizers ignore them.
 std::vector<std::pair<std::string, std::string>> parseMerges(std::string_view text, const std::filesystem::path& file) {
     if (!isValidUtf8(text)) fail(file, "is not valid UTF-8");
     std::vector<std::pair<std::string, std::string>> merges;
@@ -126,8 +128,8 @@ std::vector<std::pair<std::string, std::string>> parseMerges(std::string_view te
         if (end == text.size() && line.empty()) break;  // the file's final newline
         const auto fields = splitFields(line);
         if (fields.size() != 2)
-            fail(file, "line " + std::to_string(lineNo) + " is not two symbols separated by a space: '" +
-                           excerpt(line) + "'");
+            fail(file, "line " + std::to_string(lineNo) + " is not two symbols separated by a space: " +
+                           inQuotes(line));
         merges.emplace_back(std::string(fields[0]), std::string(fields[1]));
     }
     if (merges.empty()) fail(file, "holds no merges after its header line");
@@ -148,7 +150,7 @@ struct ClipTokenizer::Vocabulary {
 
     std::int32_t require(const std::string& token, const std::filesystem::path& file) const {
         const auto it = ids.find(token);
-        if (it == ids.end()) fail(file, "the vocabulary has no entry '" + excerpt(token) + "'");
+        if (it == ids.end()) fail(file, "the vocabulary has no entry " + inQuotes(token));
         return it->second;
     }
 
@@ -191,15 +193,15 @@ ClipTextFlavour parseClipTextFlavour(std::string_view name, std::string_view fie
     if (name == "tokenizers") return ClipTextFlavour::Tokenizers;
     if (name == "python-basic") return ClipTextFlavour::PythonBasic;
     throw ValidationError(std::string(field),
-                          std::string(field) + ": '" + excerpt(name) + "' is not one of tokenizers, python-basic");
+                          std::string(field) + ": " + inQuotes(name) + " is not one of tokenizers, python-basic");
 }
 
 ClipTokenizer::ClipTokenizer(std::shared_ptr<const Vocabulary> vocabulary, ClipTokenizerOptions options)
     : vocab_(std::move(vocabulary)), options_(std::move(options)), cache_(std::make_unique<Cache>()) {
     const auto it = vocab_->ids.find(options_.padToken);
     if (it == vocab_->ids.end())
-        throw InputFileError(std::string(kField), "pad token '" + excerpt(options_.padToken) +
-                                                      "' is not in the vocabulary (SD uses <|endoftext|> or !)");
+        throw InputFileError(std::string(kField), "pad token " + inQuotes(options_.padToken) +
+                                                      " is not in the vocabulary (SD uses <|endoftext|> or !)");
     padId_ = it->second;
 }
 
@@ -211,8 +213,8 @@ ClipTokenizer ClipTokenizer::fromMergesGz(const std::filesystem::path& gzFile, C
     const std::string text = gunzip(readBoundedFile(gzFile, kField, clip_limits::kGzBytes), gzFile);
     const auto mergeList = parseMerges(text, gzFile);
     auto v = std::make_shared<Vocabulary>();
-    // Spec §1.3: the 256 symbols in table order, the same with "</w>", one entry per merge,
-    // then BOS and EOS.
+    // As SimpleTokenizer.__init__ builds it: the 256 symbols in table order, the same with "</w>",
+    // one entry per merge, then BOS and EOS.
     std::vector<std::string> spellings;
     spellings.reserve(512 + mergeList.size() + 2);
     for (unsigned char b : byteTable().order) spellings.push_back(symbolUtf8(b));
@@ -253,7 +255,7 @@ ClipTokenizer ClipTokenizer::fromDiffusersFolder(const std::filesystem::path& fo
     v->ids.reserve(vocabJson.size());
     for (const auto& [token, id] : vocabJson.items()) {
         if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= (1 << 20))
-            fail(vocabFile, "the id of '" + excerpt(token) + "' is not an integer in [0, 1048576)");
+            fail(vocabFile, "the id of " + inQuotes(token) + " is not an integer in [0, 1048576)");
         v->add(token, static_cast<std::int32_t>(id.get<std::int64_t>()));
     }
     // transformers reads merges.txt as read().strip().split("\n")[1:48895].
@@ -329,8 +331,8 @@ std::vector<std::int32_t> ClipTokenizer::encode(std::u32string_view text) const 
     if (text.size() > clip_limits::kMaxTextBytes)
         throw ValidationError("prompt", "prompt: " + std::to_string(text.size()) + " characters of text; at most " +
                                             std::to_string(clip_limits::kMaxTextBytes) + " are allowed");
-    // Added tokens are cut out of the raw text first and map straight to their ids (spec
-    // §1.8): transformers' trie (4.x) and AddedVocabulary (5.x) both match them exactly.
+    // Added tokens are cut out of the raw text first and map straight to their ids: transformers'
+    // trie (4.x) and AddedVocabulary (5.x) both match them exactly.
     struct Added {
         std::u32string text;
         std::int32_t id;
@@ -392,8 +394,8 @@ std::u32string normaliseTokenizers(std::u32string_view span) {
 
 // transformers 4's BasicTokenizer(do_lower_case, strip_accents=False, do_split_on_punc=False,
 // tokenize_chinese_chars) followed by " ".join(...). "Control" is category C* as in the
-// transformers sources read for this (tokenization_utils._is_control); spec §1.5/§7.3 notes that
-// some versions test Cc/Cf only: unverified which a given 4.x release has.
+// transformers sources read for this (tokenization_utils._is_control); some versions test Cc/Cf
+// only: unverified which a given 4.x release has.
 std::u32string normalisePythonBasic(std::u32string_view span) {
     std::u32string cleaned;
     cleaned.reserve(span.size());
@@ -444,8 +446,8 @@ bool matchesAt(std::u32string_view text, std::size_t i, std::string_view literal
     return true;
 }
 
-// The CLIP split regex (spec §1.6) as find-all: calls emit(piece, isSpecialLiteral) for every
-// match, left to right; whitespace between matches is dropped.
+// The CLIP split regex (SimpleTokenizer.pat) as find-all: calls emit(piece, isSpecialLiteral) for
+// every match, left to right; whitespace between matches is dropped.
 template <typename Emit>
 void preTokenize(std::u32string_view text, bool ignoreCase, Emit&& emit) {
     static constexpr std::string_view kContractions[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
@@ -548,7 +550,7 @@ void ClipTokenizer::bpe(std::string_view bytes, std::vector<std::int32_t>& out) 
         out.push_back(vocab_->byteEndId[static_cast<unsigned char>(bytes[0])]);
         return;
     }
-    // The word as a linked list of symbol ids; "</w>" rides on the last byte (spec §1.7).
+    // The word as a linked list of symbol ids; "</w>" rides on the last byte (SimpleTokenizer.bpe).
     struct Symbol {
         std::int32_t id, prev, next;
     };

@@ -1,8 +1,9 @@
-// ClipTokenizer: the CLIP byte-level BPE tokenizer of Stable Diffusion's text encoders
-// (shared/spec/sd-pipeline.md §1), loaded from openai's bpe_simple_vocab_16e6.txt.gz (bundled in
-// resources/clip/) or from a diffusers `tokenizer/` folder (vocab.json + merges.txt). Text goes
-// to ids exactly as transformers' CLIPTokenizer does; which transformers is a choice
-// (ClipTextFlavour), because its text normalisation changed between versions. Qt-free.
+// ClipTokenizer: the CLIP byte-level BPE tokenizer of Stable Diffusion's text encoders (openai CLIP
+// clip/simple_tokenizer.py, transformers CLIPTokenizer), loaded from openai's
+// bpe_simple_vocab_16e6.txt.gz (bundled in resources/clip/) or from a diffusers `tokenizer/` folder
+// (vocab.json + merges.txt). Text goes to ids exactly as transformers' CLIPTokenizer does; which
+// transformers is a choice (ClipTextFlavour), because its text normalisation changed between
+// versions. Qt-free.
 #pragma once
 
 #include <array>
@@ -19,7 +20,7 @@
 namespace tessera {
 
 namespace clip_limits {
-// The encoder's context: BOS, 75 content tokens, EOS (spec §1.9).
+// The encoder's context: BOS, 75 content tokens, EOS (openai CLIP clip.py tokenize).
 inline constexpr int kContextLength = 77;
 inline constexpr int kChunkTokens = kContextLength - 2;
 // Longest text encode() accepts, in UTF-8 bytes. Real prompts are a few KiB; 1 MiB of any text
@@ -32,25 +33,26 @@ inline constexpr std::size_t kMaxTextBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kGzBytes = std::size_t{8} << 20;
 inline constexpr std::size_t kUnpackedBytes = std::size_t{32} << 20;
 inline constexpr std::size_t kVocabJsonBytes = std::size_t{16} << 20;
-// The number of merges CLIP uses: 49152 - 256 - 2 (spec §1.4); later lines are ignored.
+// The number of merges CLIP uses: 49152 - 256 - 2 (SimpleTokenizer.__init__); later lines are
+// ignored.
 inline constexpr std::size_t kMerges = 48894;
 }  // namespace clip_limits
 
-// How text is normalised before pre-tokenization (spec §1.5). Both give the same ids for
-// ordinary prompts (ASCII, accented Latin, most punctuation); they differ on CJK runs, control
-// characters, U+03A3 at a word's end, and "<|endoftext|>" typed in other than lower case.
+// How text is normalised before pre-tokenization (transformers CLIPTokenizer). Both give the same
+// ids for ordinary prompts (ASCII, accented Latin, most punctuation); they differ on CJK runs,
+// control characters, U+03A3 at a word's end, and "<|endoftext|>" typed in other than lower case.
 enum class ClipTextFlavour {
     // transformers >= 5 (and CLIPTokenizerFast before it): the `tokenizers` library's pipeline:
     // NFC, every run of White_Space -> one space, lowercase code point by code point, the CLIP
     // split regex, then byte-level BPE. This is what `tools/reference/make_tokenizer_fixtures.py`
-    // runs under transformers 5 (the GPU machine lists 5.17) and what the fixture test checks.
+    // runs under transformers 5 (5.17) and what the fixture test checks.
     Tokenizers,
-    // transformers 4.x's Python CLIPTokenizer when ftfy is not installed (spec §1.5, the
-    // recommended path there): BasicTokenizer (drop NUL, U+FFFD and C* controls, whitespace to
-    // spaces, spaces around CJK ideographs, NFC, split on Python whitespace, str.lower with
-    // Final_Sigma), then the split regex with IGNORECASE, where a typed special-token literal
-    // maps to its id. Checked against cases derived from transformers' source, not against a
-    // run of it (no transformers 4 is available here or on the GPU machine).
+    // transformers 4.x's Python CLIPTokenizer when ftfy is not installed (the recommended path
+    // there): BasicTokenizer (drop NUL, U+FFFD and C* controls, whitespace to spaces, spaces around
+    // CJK ideographs, NFC, split on Python whitespace, str.lower with Final_Sigma), then the split
+    // regex with IGNORECASE, where a typed special-token literal maps to its id. Checked against
+    // cases derived from transformers' source, not against a run of it (no transformers 4 was at
+    // hand to run).
     PythonBasic,
 };
 std::string_view toString(ClipTextFlavour);
@@ -59,20 +61,21 @@ ClipTextFlavour parseClipTextFlavour(std::string_view name, std::string_view fie
 
 struct ClipTokenizerOptions {
     ClipTextFlavour flavour = ClipTextFlavour::Tokenizers;
-    // The padding token (spec §1.9): "<|endoftext|>" for SD 1.x and SDXL `tokenizer/`, "!"
-    // (id 0) for SD 2.x `tokenizer/` and SDXL `tokenizer_2/` (for SD 2.x this rests on
-    // transformers#24925, not on its tokenizer_config.json: unverified, spec §7.2).
+    // The padding token (the pipelines' tokenizer_config.json): "<|endoftext|>" for SD 1.x and SDXL
+    // `tokenizer/`, "!" (id 0) for SD 2.x `tokenizer/` and SDXL `tokenizer_2/` (for SD 2.x this
+    // rests on transformers#24925, not on its tokenizer_config.json: unverified).
     std::string padToken = "<|endoftext|>";
     // A pad token other than BOS/EOS is an added token in transformers: every occurrence in
-    // the text becomes the pad id on its own (spec §1.8, "! !!" -> 0 0 0). false gives
+    // the text becomes the pad id on its own ("! !!" -> 0 0 0). false gives
     // openai's/open_clip's behaviour, where "!" is ordinary text (A1111 on SD2 and SDXL-G).
     bool splitPadToken = true;
 };
 
 class ClipTokenizer {
 public:
-    // openai's merges file (gzip), ids built as spec §1.3. Throws InputFileError("tokenizer")
-    // naming the file for anything unreadable, too large, or not a CLIP merges file.
+    // openai's merges file (gzip), ids built as SimpleTokenizer.__init__ builds them. Throws
+    // InputFileError("tokenizer") naming the file for anything unreadable, too large, or not a CLIP
+    // merges file.
     static ClipTokenizer fromMergesGz(const std::filesystem::path& gzFile, ClipTokenizerOptions options = {});
     // A diffusers/transformers tokenizer folder: vocab.json, merges.txt, and the pad token
     // from special_tokens_map.json (else tokenizer_config.json, else "<|endoftext|>").
@@ -90,7 +93,8 @@ public:
     std::vector<std::int32_t> encode(std::string_view utf8) const;
     std::vector<std::int32_t> encode(std::u32string_view text) const;
 
-    // diffusers' framing (spec §1.9): BOS, the first 75 content ids, EOS, then pad ids.
+    // diffusers' framing (StableDiffusionPipeline.encode_prompt, padding "max_length"): BOS, the
+    // first 75 content ids, EOS, then pad ids.
     std::array<std::int32_t, clip_limits::kContextLength> frame(std::span<const std::int32_t> content) const;
 
     std::int32_t bosId() const;

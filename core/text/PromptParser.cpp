@@ -64,12 +64,12 @@ double parseWeight(std::u32string_view number, std::u32string_view closer) {
         }
     }
     if (dots > 1 || digits == 0)
-        reject("the emphasis weight in '" + excerpt(unicode::encodeUtf8(closer)) +
-               "' is not a number; write (text:1.2) with one decimal point");
+        reject("the emphasis weight in " + inQuotes(unicode::encodeUtf8(closer)) +
+               " is not a number; write (text:1.2) with one decimal point");
     const double value = std::strtod(ascii.c_str(), nullptr);  // correctly rounded, as Python
     if (!fitsFloat(value))
-        reject("the emphasis weight in '" + excerpt(unicode::encodeUtf8(closer)) +
-               "' is too large; weights are applied in float32, at most 3.4e38 in magnitude");
+        reject("the emphasis weight in " + inQuotes(unicode::encodeUtf8(closer)) +
+               " is too large; weights are applied in float32, at most 3.4e38 in magnitude");
     return value;
 }
 
@@ -146,9 +146,7 @@ private:
             std::size_t numStart = 0, numEnd = 0;
             const std::size_t len = weightCloserAt(t, i, numStart, numEnd);
             if (len != 0 && !round_.empty()) {
-                const std::size_t start = round_.back();
-                round_.pop_back();
-                closeBracket(roundAt_, i + len - 1);
+                const std::size_t start = closeBracket(round_, roundAt_, i + len - 1);
                 const std::optional<double> w = weight(t.substr(numStart, numEnd - numStart), t.substr(i, len));
                 mark(i, len - 1, w ? PromptSyntaxKind::Weight : PromptSyntaxKind::BadWeight);
                 if (w) multiply(start, *w);
@@ -159,17 +157,11 @@ private:
             return len != 0 ? len : 1;
         }
         if (c == U')' && !round_.empty()) {
-            const std::size_t start = round_.back();
-            round_.pop_back();
-            closeBracket(roundAt_, i);
-            multiply(start, kRoundMultiplier);
+            multiply(closeBracket(round_, roundAt_, i), kRoundMultiplier);
             return 1;
         }
         if (c == U']' && !square_.empty()) {
-            const std::size_t start = square_.back();
-            square_.pop_back();
-            closeBracket(squareAt_, i);
-            multiply(start, kSquareMultiplier);
+            multiply(closeBracket(square_, squareAt_, i), kSquareMultiplier);
             return 1;
         }
         if (c == U')' || c == U']') {
@@ -208,12 +200,16 @@ private:
         if (spans_ && length > 0) spans_->push_back({begin, begin + length, kind, 1.0});
     }
 
-    // A bracket closed at `close`: its opener and closer are marked as a pair.
-    void closeBracket(std::vector<std::size_t>& openers, std::size_t close) {
+    // A bracket closed at `close`: its opener and closer are marked as a pair. Returns where the
+    // bracket's text starts in the result (`starts`' last entry, taken off with its opener).
+    std::size_t closeBracket(std::vector<std::size_t>& starts, std::vector<std::size_t>& openers, std::size_t close) {
+        const std::size_t start = starts.back();
+        starts.pop_back();
         const std::size_t open = openers.back();
         openers.pop_back();
         mark(open, 1, PromptSyntaxKind::Open);
         mark(close, 1, PromptSyntaxKind::Close);
+        return start;
     }
 
     void multiply(std::size_t start, double m) {
@@ -285,7 +281,7 @@ public:
         chunk.ids[0] = tok_.bosId();
         std::copy(ids_.begin(), ids_.end(), chunk.ids.begin() + 1);
         std::copy(weights_.begin(), weights_.end(), chunk.weights.begin() + 1);
-        if (tok_.padId() != tok_.eosId()) {  // spec §5.3.5: after the first EOS, pad ids
+        if (tok_.padId() != tok_.eosId()) {  // A1111 sd_hijack_open_clip.py: after the first EOS, pad ids
             std::size_t firstEos = 0;
             while (chunk.ids[firstEos] != tok_.eosId()) ++firstEos;
             std::fill(chunk.ids.begin() + static_cast<std::ptrdiff_t>(firstEos) + 1, chunk.ids.end(), tok_.padId());

@@ -1,9 +1,9 @@
-// PromptParser: AUTOMATIC1111's prompt conventions (shared/spec/sd-pipeline.md §5.1-5.3):
-// emphasis syntax "(word:1.2)", "(word)", "[word]", escapes, BREAK; tokenization of the
-// weighted segments; 75-token chunks with comma backtracking, each framed to 77 ids with one
-// weight per id; and the emphasis applied to the text encoder's output. Qt-free.
+// PromptParser: AUTOMATIC1111's prompt conventions (modules/prompt_parser.py, sd_hijack_clip.py):
+// emphasis syntax "(word:1.2)", "(word)", "[word]", escapes, BREAK; tokenization of the weighted
+// segments; 75-token chunks with comma backtracking, each framed to 77 ids with one weight per id;
+// and the emphasis applied to the text encoder's output. Qt-free.
 //
-// Not covered (spec §5.1): prompt editing "[a:b:when]", alternation "[a|b]" and "AND"
+// Not covered: prompt editing "[a:b:when]", alternation "[a|b]" and "AND"
 // composition, which A1111 resolves with a grammar before this step; here their brackets and
 // colons are read as emphasis syntax and text. Textual-inversion embeddings are not looked up.
 #pragma once
@@ -30,18 +30,18 @@ inline constexpr std::uint64_t kMaxWeightMultiplications = std::uint64_t{1} << 2
 }  // namespace prompt_limits
 
 // One run of text with its weight. A BREAK marker is {"BREAK", -1.0}, exactly as A1111 keeps it
-// (so a marker whose weight a bracket changed is ordinary text, spec §5.1's quirk).
+// (so a marker whose weight a bracket changed is ordinary text, a quirk of A1111's parser).
 struct PromptSegment {
     std::string text;  // UTF-8
     double weight = 1.0;
     bool operator==(const PromptSegment&) const = default;
 };
 
-// A1111's parse_prompt_attention, exactly (spec §5.1): weights are multiplied in the same
-// order in double precision, adjacent segments of equal weight merged. Ill-formed UTF-8 is
-// read as U+FFFD. Throws ValidationError("prompt") for a prompt over kMaxPromptBytes, a weight
-// that is not a number ("(a:1.2.3)", where A1111 raises), a weight that is or becomes
-// infinite, or brackets needing more than kMaxWeightMultiplications.
+// A1111's parse_prompt_attention (modules/prompt_parser.py), exactly: weights are multiplied in the
+// same order in double precision, adjacent segments of equal weight merged. Ill-formed UTF-8 is
+// read as U+FFFD. Throws ValidationError("prompt") for a prompt over kMaxPromptBytes, a weight that
+// is not a number ("(a:1.2.3)", where A1111 raises), a weight that is or becomes infinite, or
+// brackets needing more than kMaxWeightMultiplications.
 std::vector<PromptSegment> parsePromptAttention(std::string_view prompt);
 
 // What each part of a prompt is to parsePromptAttention, for an editor to highlight.
@@ -68,7 +68,7 @@ std::vector<PromptSyntaxSpan> scanPromptSyntax(std::u32string_view prompt);
 
 // One 77-token chunk as fed to the text encoder: BOS, up to 75 prompt tokens, EOS padding,
 // EOS; for a tokenizer whose pad id is not EOS (SD 2.x, SDXL-G), every id after the first EOS
-// is the pad id (spec §5.3.5). weights[0] and framing/padding weights are 1.
+// is the pad id (A1111 sd_hijack_open_clip.py). weights[0] and framing/padding weights are 1.
 struct PromptChunk {
     std::array<std::int32_t, clip_limits::kContextLength> ids{};
     std::array<float, clip_limits::kContextLength> weights{};
@@ -101,13 +101,13 @@ struct PromptChunks {
     std::vector<PromptSegment> segments;  // what the parser made of the prompt
 };
 
-// A1111's tokenize_line (spec §5.3): parse, tokenize each segment without special tokens or
-// truncation, fill chunks of 75 (BREAK closes one; comma backtracking), frame each to 77.
+// A1111's tokenize_line (modules/sd_hijack_clip.py): parse, tokenize each segment without special
+// tokens or truncation, fill chunks of 75 (BREAK closes one; comma backtracking), frame each to 77.
 // Throws ValidationError("prompt") as parsePromptAttention does.
 PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt,
                          const PromptChunkOptions& options = {});
 
-// A1111's emphasis modes (setting `emphasis`), spec §5.2.
+// A1111's emphasis modes (setting `emphasis`, modules/sd_emphasis.py).
 enum class EmphasisMode { Original, NoNorm, Ignore };
 
 // Applies the token multipliers to one encoded chunk batch z[batch][tokens][channels]

@@ -176,8 +176,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
                 const int fits = std::min(e.largestBatch(), batch - 1);
                 if (!request.batchAuto || fits < 1) throw;
                 const int lowered = autoTileBatch(request.tiles, fits);
-                record.messages.push_back("batch: " + std::to_string(batch) + " tiles per call do not fit (" +
-                                          e.what() + "); trying " + std::to_string(lowered));
+                const TileBatchLowering lowering{batch, lowered, e.what()};
+                record.messages.push_back(describe(lowering));
+                if (record.tileBatch) record.tileBatch->lowered.push_back(lowering);
                 batch = lowered;
                 batches = (request.tiles + batch - 1) / batch;
                 shape.batch = batch;

@@ -1,7 +1,8 @@
-// tessera-cli info and plan with model folders that are broken or hostile: each is refused
-// with exit 2 ("invalid input") and a short message naming the file and what is wrong, at
-// once (no blocking on a FIFO, no stack overflow, no runaway allocation); warnings go to
-// stderr as one summarised line and the report on stdout stays the report.
+// tessera-cli info and plan with model folders that are broken or hostile, or that are one part of
+// a Stable Diffusion pipeline: each is refused with exit 2 ("invalid input") and a short message
+// naming the file and what is wrong (and, for a part, what to give instead), at once (no blocking
+// on a FIFO, no stack overflow, no runaway allocation); warnings go to stderr as one summarised
+// line and the report on stdout stays the report.
 #include <QtTest/QtTest>
 
 #include <sys/stat.h>
@@ -169,6 +170,51 @@ private slots:
         QVERIFY2(r.err.contains(QStringLiteral("5000 tensors are not used by this config: 'ema.0'")), qPrintable(r.err));
         QVERIFY2(r.err.contains(QStringLiteral("and 4995 more")), qPrintable(r.err));
         QCOMPARE(r.err.count('\n'), 1);
+    }
+
+    // A Stable Diffusion pipeline's unet/, vae/, text_encoder/, scheduler/ or tokenizer/ folder
+    // given as the model: refused (exit 2) naming the part it is and what to point --model at
+    // instead.
+    void pipelinePartsSayWhatToGive() {
+        const QString data = QStringLiteral(TESSERA_TEST_DATA);
+        const QString sd1 = data + "/sdpipeline/sd1";
+        const auto refusal = [](const QString& dir, const QString& part, const QString& pipeline) {
+            return "tessera-cli: model: '" + dir + "' is one part (" + part +
+                   ") of a Stable Diffusion pipeline, not a model of its own; point --model at the pipeline folder "
+                   "that holds model_index.json" +
+                   (pipeline.isEmpty() ? QString() : " (here the folder above, '" + pipeline + "')") +
+                   ", or at a single-file checkpoint (.safetensors)\n";
+        };
+        const auto expectRefusal = [](const QStringList& args, const QString& expected) {
+            const CliRun r = runCli(args);
+            QVERIFY2(r.exitCode == 2, qPrintable(args.join(' ') + "\n" + describe(r).left(2000)));
+            QCOMPARE(r.err, expected);
+            QVERIFY2(r.out.isEmpty(), qPrintable(r.out.left(2000)));
+        };
+        // The UNet of SDXL's fixture has no model_index.json above it.
+        expectRefusal({"info", data + "/sdxlunet/unet"},
+                      refusal(data + "/sdxlunet/unet",
+                              "the UNet: config.json's _class_name is 'UNet2DConditionModel'", {}));
+        expectRefusal({"info", "--model", sd1 + "/unet"},
+                      refusal(sd1 + "/unet", "the UNet: config.json's _class_name is 'UNet2DConditionModel'", sd1));
+        expectRefusal({"render", "--model", sd1 + "/vae", "--out", tmp_.filePath(QStringLiteral("out"))},
+                      refusal(sd1 + "/vae", "the VAE: config.json's _class_name is 'AutoencoderKL'", sd1));
+        expectRefusal({"plan", "--model", sd1 + "/text_encoder"},
+                      refusal(sd1 + "/text_encoder", "the text encoder: config.json's architectures names 'CLIPTextModel'",
+                              sd1));
+        expectRefusal({"render", "--model", sd1 + "/scheduler", "--out", tmp_.filePath(QStringLiteral("out"))},
+                      refusal(sd1 + "/scheduler", "the scheduler: scheduler_config.json and no config.json", sd1));
+        expectRefusal({"tokens", "--model", sd1 + "/unet", "a cat"},
+                      refusal(sd1 + "/unet", "the UNet: config.json's _class_name is 'UNet2DConditionModel'", sd1));
+
+        const QString pipeline = tmp_.filePath(QStringLiteral("pipeline"));
+        QVERIFY(QDir().mkpath(pipeline + "/tokenizer_2"));
+        writeText(pipeline + "/model_index.json", "{\"_class_name\": \"StableDiffusionXLPipeline\"}");
+        writeText(pipeline + "/tokenizer_2/vocab.json", "{}");
+        writeText(pipeline + "/tokenizer_2/merges.txt", "#version: 0.2\n");
+        expectRefusal({"info", pipeline + "/tokenizer_2/"},
+                      refusal(pipeline + "/tokenizer_2/",
+                              "the second tokenizer: vocab.json and merges.txt and no config.json", pipeline));
     }
 };
 

@@ -74,7 +74,7 @@ private slots:
                  "build the tessera-cli target first");
     }
 
-    // tessera-cli links no Qt (app/CMakeLists.txt: tessera_cli_core), so a bare GPU machine needs
+    // tessera-cli links no Qt (app/CMakeLists.txt: tessera_cli_core), so a bare GPU server needs
     // no Qt, ICU or fontconfig for it: no libQt6 name in its dynamic section (nor anywhere else).
     void linksNoQt() {
         QFile binary(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"));
@@ -144,9 +144,8 @@ private slots:
     }
 
     void planTakesAStableDiffusionModel() {
-        // Session 9: plan refused every SD model ("_class_name is 'UNet2DConditionModel'; Tessera
-        // loads UNet2DModel checkpoints"), though render takes them. It plans them with render's
-        // checks and says what guidance doubles.
+        // plan takes every SD model render takes, with render's checks, and says what guidance
+        // doubles.
         const QString model = QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1");
         CliRun r = runCli({"plan", "--model", model, "--width", "1536", "--height", "1024", "--tile", "512", "--overlap",
                            "64", "--cfg", "7", "--steps", "20"});
@@ -272,9 +271,6 @@ private slots:
         QCOMPARE(defaultModelCandidates("/opt/tessera/bin").back(), std::string("/opt/tessera/share/tessera/models/default"));
     }
 
-    // Issue 15: Euler on the bundled model (20 steps, one untiled 64x64 tile, CPU) made
-    // saturated blue/magenta noise while DDIM with the same seed was clean: the model's schedule
-    // clips x0 and Euler did not. Both samplers must give an image, not saturation.
     // Every run option comes from the field table (core/run/RunConfigFields.h): each row's flag with
     // its example sets what the row's own parser sets, is counted as given under the row's name,
     // reads back from the settings' JSON unchanged, and every subcommand's usage names the flag.

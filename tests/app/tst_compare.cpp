@@ -109,7 +109,7 @@ private slots:
         QCOMPARE(fieldOf({"--steps", "many"}), std::string("steps"));  // a render flag's value
     }
 
-    // Overrides and files that used to crash or throw something other than a ValidationError.
+    // Overrides and files that must be refused with a ValidationError, not a crash or another exception.
     void hostileOverridesAndFiles() {
         // 100,000 levels of nesting: kept as text (the parser's recursion would overflow the stack).
         const std::string deep = "width=" + std::string(100000, '[') + std::string(100000, ']');

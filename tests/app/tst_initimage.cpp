@@ -572,8 +572,8 @@ private slots:
         QVERIFY2(clock.elapsed() < 2000, qPrintable(QString::number(clock.elapsed()) + " ms"));
     }
 
-    // The start-image reader (libpng's simplified API) allocated a text chunk's claimed 1.7 GB
-    // too (fuzz finding on the GPU machine's million-execution run, now a seed).
+    // The start-image reader (libpng's simplified API) must not allocate a text chunk's claimed
+    // 1.7 GB (a file the fuzzer found, kept as a seed).
     void decodeRefusesOverlongTextChunk() {
         const std::string path = TESSERA_SOURCE_DIR "/tests/fuzz/corpus/fuzz_init_image/huge_text_chunk_oom.png";
         QElapsedTimer clock;

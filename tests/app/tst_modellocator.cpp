@@ -200,6 +200,25 @@ private slots:
         QVERIFY2(plainFile.error.contains("neither a model folder nor a .safetensors checkpoint"), qPrintable(plainFile.error));
     }
 
+    // The window's model field given a pipeline's unet/ folder: no limits, and the reason says
+    // which part it is and what to choose instead.
+    void pipelinePartSaysWhatToGive() {
+        const QString unet = sdPipeline() + QStringLiteral("/unet");
+        const QString expected = "'" + unet +
+                                 "' is one part (the UNet: config.json's _class_name is 'UNet2DConditionModel') of a "
+                                 "Stable Diffusion pipeline, not a model of its own; point the model at the pipeline "
+                                 "folder that holds model_index.json (here the folder above, '" +
+                                 sdPipeline() + "'), or at a single-file checkpoint (.safetensors)";
+        QString error;
+        QVERIFY(!ModelLocator::readLimits(unet, &error));
+        QCOMPARE(error, expected);
+        ModelInspector inspector;
+        const ModelInspection inspection = inspectAndWait(inspector, unet);
+        QVERIFY(!inspection.stableDiffusion);
+        QVERIFY(!inspection.limits);
+        QCOMPARE(inspection.error, expected);
+    }
+
     void summaryShowsSamplerNamesAndPrompts() {
         RunConfig c;
         c.scheduler = SchedulerKind::DPMPP2M;

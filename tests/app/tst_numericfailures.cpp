@@ -1,4 +1,4 @@
-// Issue 13, finding 10: "Success reported for garbage." tessera-cli as a user runs it: scheduler
+// No success reported for garbage: tessera-cli as a user runs it. Scheduler
 // values outside their ranges (a model's scheduler_config.json, --eta) are invalid input (exit 2,
 // the field named, nothing rendered), and a run whose values stop being finite is a failure
 // while running (exit 1, the step and tile batch named, no image written), never exit 0.

@@ -171,8 +171,8 @@ private slots:
         if (!QFileInfo::exists(kModel + "/config.json")) QSKIP("the cifar_like fixture model is missing");
     }
 
-    // Issue 13, finding 5: a Latin-1 label, init file name and model folder name no longer
-    // throw the finished render away (exit 1, nothing written); they are stored escaped.
+    // A Latin-1 label, init file name and model folder name do not throw the finished render
+    // away (exit 1, nothing written); they are stored escaped.
     void latin1StringsDoNotLoseARun() {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
@@ -201,7 +201,7 @@ private slots:
         QCOMPARE(QByteArray::fromStdString(png.text("tessera-manifest")), json);
     }
 
-    // Finding 8: a rejected render does not create its --out folder.
+    // A rejected render does not create its --out folder.
     void rejectedRenderCreatesNoFolder() {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());

@@ -26,8 +26,8 @@ namespace {
 const QString kSourceDir = QStringLiteral(TESSERA_SOURCE_DIR);
 const QString kBinaryDir = QStringLiteral(TESSERA_BINARY_DIR);
 const QString kAppId = QStringLiteral("io.github.tessera.Tessera");
-// Issue 8: "well under 60 MB compressed". The xz tarball of a CUDA build was 40.3 MB (2026-11-28);
-// as .tar.gz it had reached 59.84 MB, which is why xz is the default.
+// The bundle must stay well under 60 MB compressed. The xz tarball of a CUDA build is about 40 MB;
+// as .tar.gz it comes near 60 MB, which is why xz is the default.
 constexpr qint64 kBundleLimitBytes = 50'000'000;
 
 struct Outcome {

@@ -1,4 +1,4 @@
-// `tessera-cli tokens` (app/cli/TokensCommand.h, issue #15 item 9): one line per 75-token chunk with
+// `tessera-cli tokens` (app/cli/TokensCommand.h): one line per 75-token chunk with
 // start and end ids and no padding, --weights, --model (a pipeline folder's tokenizer/, a
 // single file's bundled vocabulary), bad input refused with exit 2 naming it, and — when
 // tests/data/tokenizer/clip_ids.json exists — every fixture prompt's ids as transformers made them.
@@ -83,8 +83,9 @@ class TestTokens : public QObject {
     Q_OBJECT
 
 private slots:
-    // The spec's worked examples (sd-pipeline.md §1.9), as a user runs the program.
-    void specExamplesThroughTheProgram() {
+    // Worked examples of CLIP's framing (openai CLIP clip.py tokenize, transformers
+    // CLIPTokenizer), as a user runs the program.
+    void workedExamplesThroughTheProgram() {
         const CliRun r = runCli({QStringLiteral("tokens"), QStringLiteral("a photo of a cat")}, 60000);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QCOMPARE(r.out, QStringLiteral("chunk 1: 49406 320 1125 539 320 2368 49407\n"));
@@ -249,10 +250,10 @@ private slots:
             std::ostringstream out;
             printTokenChunks(tok, text, false, out);
             QVERIFY2(out.str() == expected,
-                     ("'" + excerpt(text) + "'\nexpected:\n" + expected + "\ngot:\n" + out.str()).c_str());
+                     (inQuotes(text) + "\nexpected:\n" + expected + "\ngot:\n" + out.str()).c_str());
             if (checked++ % 25 == 0) {
                 const Result r = tokens({text});
-                QVERIFY2(r.exitCode == 0 && r.out == expected, ("'" + excerpt(text) + "'\n" + show(r)).c_str());
+                QVERIFY2(r.exitCode == 0 && r.out == expected, (inQuotes(text) + "\n" + show(r)).c_str());
             }
         }
         qInfo("%d fixture prompts checked", checked);

@@ -1,5 +1,5 @@
-// core/ClipTokenizer (shared/spec/sd-pipeline.md §1): the bundled merges file, the spec's worked
-// ids, framing, the two normalisation flavours where they differ, the "!" pad token, hostile and
+// core/ClipTokenizer (openai CLIP simple_tokenizer.py, transformers CLIPTokenizer): the bundled
+// merges file, worked ids, framing, the two normalisation flavours where they differ, the "!" pad token, hostile and
 // broken input, diffusers folders, speed on 1 MiB of text, and — when
 // tests/data/tokenizer/clip_ids.json exists — every id transformers produced for ~700 prompts
 // (tools/reference/make_tokenizer_fixtures.py, run where transformers is installed).
@@ -115,7 +115,7 @@ private slots:
         QCOMPARE(t.bosId(), 49406);
         QCOMPARE(t.eosId(), 49407);
         QCOMPARE(t.padId(), 49407);
-        // Spec §1.3 ids.
+        // Ids as SimpleTokenizer.__init__ numbers them.
         QCOMPARE(t.idOf("!"), std::optional<std::int32_t>(0));
         QCOMPARE(t.idOf("a"), std::optional<std::int32_t>(64));
         QCOMPARE(t.idOf("!</w>"), std::optional<std::int32_t>(256));
@@ -132,7 +132,7 @@ private slots:
         QCOMPARE(t.tokenString(49408), std::string());
     }
 
-    void specExamples_data() {
+    void workedExamples_data() {
         QTest::addColumn<std::string>("text");
         QTest::addColumn<Ids>("ids");
         QTest::newRow("cat") << std::string("a photo of a cat") << Ids{320, 1125, 539, 320, 2368};
@@ -146,7 +146,7 @@ private slots:
         QTest::newRow("empty") << std::string() << Ids{};
         QTest::newRow("only whitespace") << std::string(" \t\n ") << Ids{};
     }
-    void specExamples() {
+    void workedExamples() {
         QFETCH(std::string, text);
         QFETCH(Ids, ids);
         COMPARE_IDS(fast_->encode(text), ids);
@@ -178,7 +178,7 @@ private slots:
     void padTokenBang() {
         const ClipTokenizer sd2 = load(ClipTextFlavour::Tokenizers, "!");
         QCOMPARE(sd2.padId(), 0);
-        COMPARE_IDS(sd2.encode("! !! !!!"), Ids(6, 0));  // spec §1.8 (diffusers#4153)
+        COMPARE_IDS(sd2.encode("! !! !!!"), Ids(6, 0));  // an added token (diffusers#4153)
         COMPARE_IDS(sd2.encode("hello!"), concat({fast_->encode("hello"), Ids{0}}));
         const ClipTokenizer openClip = load(ClipTextFlavour::Tokenizers, "!", false);
         QCOMPARE(openClip.padId(), 0);
@@ -187,7 +187,7 @@ private slots:
                 std::string::npos);
     }
 
-    // Where the two flavours part (spec §1.5), each side derived from its reference's rules.
+    // Where the two flavours part, each side derived from its reference's rules.
     void flavours() {
         const ClipTokenizer& f = *fast_;
         const ClipTokenizer& b = *basic_;
@@ -412,7 +412,7 @@ private slots:
             QSKIP(
                 "tests/data/tokenizer/clip_ids.json is not there yet: run tools/reference/make_tokenizer_fixtures.py "
                 "resources/clip/bpe_simple_vocab_16e6.txt.gz tests/data/tokenizer/clip_ids.json where transformers "
-                "is installed (the GPU machine); the spec's examples above are checked meanwhile");
+                "is installed; the worked examples above are checked meanwhile");
         const nlohmann::json doc = readBoundedJson(kFixture, "fixture");
         std::ifstream gz(kGz, std::ios::binary);
         const std::string gzBytes((std::istreambuf_iterator<char>(gz)), {});

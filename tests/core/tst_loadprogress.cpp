@@ -1,4 +1,4 @@
-// Model-load progress (core/base/LoadProgress.h, issue #17 item 2):
+// Model-load progress (core/base/LoadProgress.h):
 //  - LoadMeter: phases take their share of a fixed total, advances are clamped to it, done never
 //    goes back and ends at the total;
 //  - loadSdModel of a diffusers folder (SD 1.x, SDXL) and of a single .safetensors file (SD 1.x,

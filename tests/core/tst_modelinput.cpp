@@ -166,7 +166,7 @@ private slots:
         QDir().mkpath(zeroDir);
         QVERIFY(QFile::link(QStringLiteral("/dev/zero"), zeroDir + "/config.json"));
         EXPECT_MESSAGE(modelErrorOf([&] { (void)readModelFolderConfig(zeroDir.toStdString()); }), "is not a regular file");
-        // A folder named config.json used to be reported as "unexpected end of input".
+        // A folder named config.json is named as a folder, not as "unexpected end of input".
         const QString folderDir = tmp_.filePath(QStringLiteral("folder"));
         QDir().mkpath(folderDir + "/config.json");
         EXPECT_MESSAGE(modelErrorOf([&] { (void)readModelFolderConfig(folderDir.toStdString()); }),
@@ -190,7 +190,7 @@ private slots:
     }
 
     void refusesDeepAndOversizedJson() {
-        // ~60,000 levels (a 120 KB file) used to overflow the stack (exit 139).
+        // ~60,000 levels (a 120 KB file) must not overflow the stack (exit 139).
         const std::string deep = R"({"block_out_channels": )" + std::string(60000, '[') + std::string(60000, ']') + "}";
         const QString deepDir = folderWithConfig(deep);
         const std::string m1 = modelErrorOf([&] { (void)readModelFolderConfig(deepDir.toStdString()); });
@@ -345,8 +345,8 @@ private slots:
     }
 
     void shardIndexIsBounded() {
-        // A weight_map of many distinct shard names is refused before any is opened (the
-        // shard list used to be searched linearly for every entry).
+        // A weight_map of many distinct shard names is refused before any is opened (and without
+        // a linear search of the shard list for every entry).
         const QString dir = folderWithConfig(tinyConfig());
         nlohmann::json map = nlohmann::json::object();
         for (int i = 0; i < 2000; ++i) map["t" + std::to_string(i)] = "shard-" + std::to_string(i) + ".safetensors";

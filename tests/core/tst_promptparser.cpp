@@ -1,8 +1,8 @@
-// core/PromptParser (shared/spec/sd-pipeline.md §5.1-5.3): A1111's emphasis syntax, BREAK,
-// 75-token chunks with comma backtracking and framing, the emphasis applied to encoder output,
-// and hostile prompts. Expected weights are written as the same double products the spec's
-// rule makes, in the order it makes them (e.g. house in the spec's example: 1.3, then 1.1 for the
-// second bracket, then 1.1 for the one left open).
+// core/PromptParser (A1111 modules/prompt_parser.py, sd_hijack_clip.py): A1111's emphasis
+// syntax, BREAK, 75-token chunks with comma backtracking and framing, the emphasis applied to
+// encoder output, and hostile prompts. Expected weights are written as the same double products
+// parse_prompt_attention makes, in the order it makes them (e.g. house in its docstring's example:
+// 1.3, then 1.1 for the second bracket, then 1.1 for the one left open).
 #include <QtTest/QtTest>
 
 #include <ctime>
@@ -111,8 +111,8 @@ private slots:
         QTest::newRow("two open, bottom first") << std::string("(a [b") << Segments{{"a ", kUp}, {"b", kUp * kDown}};
         QTest::newRow("escapes") << std::string("\\(literal\\]") << Segments{{"(literal]", 1.0}};
         QTest::newRow("escaped backslash") << std::string("a\\\\b") << Segments{{"a\\b", 1.0}};
-        // A lone backslash is A1111's text[1:] of "\": nothing (the spec's "appended as text"
-        // is that empty text).
+        // A lone backslash is A1111's text[1:] of "\": nothing (parse_prompt_attention's
+        // "appended as text" is that empty text).
         QTest::newRow("lone backslash") << std::string("a\\b") << Segments{{"ab", 1.0}};
         QTest::newRow("weight closer without open") << std::string("a:1.2) b") << Segments{{"a:1.2) b", 1.0}};
         QTest::newRow("colon without number") << std::string("(a:b)") << Segments{{"a:b", kUp}};
@@ -127,7 +127,7 @@ private slots:
         QTest::newRow("BREAK twice") << std::string("BREAK  BREAK")
                                      << Segments{{"", 1.0}, {"BREAK", -1.0}, {"", 1.0}, {"BREAK", -1.0}, {"", 1.0}};
         QTest::newRow("lower-case break is text") << std::string("a break b") << Segments{{"a break b", 1.0}};
-        // Spec §5.1's quirk: inside brackets the marker's -1 is multiplied, so it becomes text.
+        // A1111's quirk: inside brackets the marker's -1 is multiplied, so it becomes text.
         QTest::newRow("BREAK in brackets")
             << std::string("(a BREAK b)") << Segments{{"a", kUp}, {"BREAK", -1.0 * kUp}, {"b", kUp}};
         QTest::newRow("ill-formed UTF-8") << std::string("a\xff(b)") << Segments{{"a\xef\xbf\xbd", 1.0}, {"b", kUp}};
@@ -274,7 +274,8 @@ private slots:
         QCOMPARE(ids[0], 49406);
         QCOMPARE(ids[3], 49407);
         QVERIFY(std::all_of(ids.begin() + 4, ids.end(), [](auto id) { return id == 0; }));
-        // A typed end-of-text is the first EOS: everything after it becomes padding (spec §5.3.5).
+        // A typed end-of-text is the first EOS: everything after it becomes padding (A1111
+        // sd_hijack_open_clip.py).
         r = chunkPrompt(*sd2_, "cat <|endoftext|> dog");
         QCOMPARE(r.chunks[0].contentTokens, 3);
         QCOMPARE(r.chunks[0].ids[2], 49407);

@@ -9,6 +9,7 @@
 
 #include <clocale>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/base/BoundedInput.h"
@@ -29,7 +30,7 @@ RunRecord sampleRecord() {
     r.modelName = "ddpm-cifar10-32";
     r.modelHash = std::string(64, 'a');
     r.environment = {"0.1.0", "cuda", "NVIDIA H100", "CUDA 12.4, cuDNN 9", "box", 16};
-    r.tuning.cachePath = "/home/u/.cache/tessera/tuning.json";
+    r.tuning.cachePath = "tuning/choices.json";
     r.tuning.hits = 7;
     r.tuning.misses = 2;
     r.tuning.rejected = 1;
@@ -69,6 +70,12 @@ RunRecord sampleRecord() {
     r.status = RunStatus::Finished;
     r.imageSha256 = std::string(64, 'b');
     r.messages = {"graphs: fell back, \"quoted\"", "second"};
+    r.textEncode = TextEncodeRecord{812.75, 2, 6};
+    r.vaeEncode = VaePassRecord{95.5, 320, 256, false, "vae_tiling off", {}};
+    VaePassRecord decode{1234.5, 320, 256, true, "vae_tiling on", {}};
+    decode.tiling = {3, 2, 16, 2, 3, 160, 160, true, false, "device", 0, 5u << 20};
+    r.vaeDecode = decode;
+    r.tileBatch = TileBatchRecord{0, 2, 3, 3, {{3, 2, "needs 900 MiB, 512 MiB free"}}};
     return r;
 }
 
@@ -205,7 +212,81 @@ private slots:
         QCOMPARE(std::string(toString(back.status)), std::string(toString(r.status)));
         QCOMPARE(back.imageSha256, r.imageSha256);
         QCOMPARE(back.messages, r.messages);
+        QVERIFY(back.textEncode && back.vaeEncode && back.vaeDecode && back.tileBatch);
+        QCOMPARE(back.textEncode->ms, 812.75);
+        QCOMPARE(back.textEncode->rowsRun, std::uint64_t{2});
+        QCOMPARE(back.textEncode->rowsRemembered, std::uint64_t{6});
+        QCOMPARE(back.vaeEncode->tiled, false);
+        QCOMPARE(back.vaeEncode->reason, std::string("vae_tiling off"));
+        QVERIFY(!j.at("vae_encode").contains("tiling"));  // whole: no tiling to say
+        QCOMPARE(back.vaeDecode->ms, 1234.5);
+        QCOMPARE(back.vaeDecode->width, 320);
+        QCOMPARE(back.vaeDecode->tiling.cols, 3);
+        QCOMPARE(back.vaeDecode->tiling.requiredHalo, 3);
+        QCOMPARE(back.vaeDecode->tiling.wholeImageAttention, false);
+        QCOMPARE(back.vaeDecode->tiling.canvases, std::string("device"));
+        QCOMPARE(back.vaeDecode->tiling.devicePeakBytes, std::uint64_t{5u << 20});
+        QCOMPARE(back.tileBatch->asked, 0);
+        QCOMPARE(back.tileBatch->ran, 2);
+        QCOMPARE(back.tileBatch->lowered.size(), std::size_t{1});
+        QCOMPARE(back.tileBatch->lowered[0].reason, std::string("needs 900 MiB, 512 MiB free"));
+        QVERIFY(back.tileBatch->loweredToFit());
         QCOMPARE(manifestJson(back), j);  // nothing lost either way
+    }
+
+    // A manifest without the phases (a run without them, or one written before they were data)
+    // reads as "unknown", not as zeros; a phase of the wrong type is named.
+    void manifestPhasesAreOptional() {
+        nlohmann::json j = manifestJson(sampleRecord());
+        for (const char* key : {"text_encode", "vae_encode", "vae_decode", "tile_batch"}) j.erase(key);
+        const RunRecord old = runRecordFromManifest(j);
+        QVERIFY(!old.textEncode && !old.vaeEncode && !old.vaeDecode && !old.tileBatch);
+        QCOMPARE(old.messages, sampleRecord().messages);
+        QVERIFY(!manifestJson(old).contains("vae_decode"));
+        for (const auto& [key, value, where] :
+             {std::tuple{"vae_decode", nlohmann::json(3), "vae_decode"},
+              {"text_encode", nlohmann::json{{"ms", "slow"}}, "text_encode.ms"},
+              {"tile_batch", nlohmann::json{{"lowered", {{{"from", 1.5}}}}}, "tile_batch.lowered[0].from"},
+              {"vae_decode", nlohmann::json{{"tiling", {{"halo", "2"}}}}, "vae_decode.tiling.halo"}}) {
+            nlohmann::json bad = manifestJson(sampleRecord());
+            bad[key] = value;
+            try {
+                runRecordFromManifest(bad);
+                QFAIL(qPrintable(QString("a wrong-typed %1 was accepted").arg(key)));
+            } catch (const std::runtime_error& e) {
+                QVERIFY2(QString(e.what()).contains(QString("'") + where + "'"), e.what());
+            }
+        }
+    }
+
+    // The record's words for its phases: the texts the engines put in the messages.
+    void phasesDescribeThemselves() {
+        const RunRecord r = sampleRecord();
+        QCOMPARE(describe(*r.textEncode), std::string("812 ms, 2 of 8 encoder rows run (the rest remembered or repeated)"));
+        QCOMPARE(describe(TextEncodeRecord{40.9, 4, 0}), std::string("40 ms, 4 of 4 encoder rows run"));
+        QCOMPARE(describeVaeEncode(*r.vaeEncode), std::string("vae encode: untiled (vae_tiling off), 95 ms"));
+        QCOMPARE(describeVaeDecode(*r.vaeDecode),
+                 std::string("vae decode: 320x256 tiled 3x2 tiles of 16 latent px + 2 halo (160x160 px evaluated), "
+                             "whole-image GroupNorm, attention within each tile, halo below the exact 3, canvases on "
+                             "the device (peak 5.0 MiB) (vae_tiling on), 1234 ms"));
+        VaeTilingRecord host = r.vaeDecode->tiling;
+        host.canvases = "host";
+        host.hostPeakBytes = 3u << 30;
+        host.halo = 3;
+        host.wholeImageNorm = false;
+        host.wholeImageAttention = true;
+        QCOMPARE(describe(host), std::string("3x2 tiles of 16 latent px + 3 halo (160x160 px evaluated), per-tile "
+                                             "GroupNorm, attention over the whole image, host peak 3.0 GiB"));
+        QCOMPARE(describe(r.tileBatch->lowered[0]),
+                 std::string("batch: 3 tiles per call do not fit (needs 900 MiB, 512 MiB free); trying 2"));
+        QCOMPARE(describeAutoTileBatch(*r.tileBatch),
+                 std::string("batch: auto, 2 tiles per UNet call (3 tiles in 2 calls; fewer than the 3 asked for, to "
+                             "fit the device)"));
+        QCOMPARE(describeAutoTileBatch(TileBatchRecord{0, 1, 1, 1, {}}),
+                 std::string("batch: auto, 1 tile per UNet call (1 tile in one call)"));
+        const TileBatchRecord asked{4, 4, 9, 0, {}};
+        QVERIFY(!asked.automatic());
+        QVERIFY(!asked.loweredToFit());
     }
 
     void manifestRejectsBadInput() {

@@ -1,4 +1,4 @@
-// Safetensors reader/writer (shared/spec/unet2d.md §4): round trips through the writer and
+// Safetensors reader/writer (huggingface/safetensors README.md): round trips through the writer and
 // hand-crafted damaged files. Every rejection must be a SafetensorsError whose message names
 // the file and the offending tensor — never a crash, never a silent success.
 #include <QtTest/QtTest>
@@ -289,7 +289,7 @@ private slots:
     }
 
     void rejectsDeepNestingWithoutEchoingIt() {
-        // ~60,000 levels in a shape used to overflow the stack while the message echoed it.
+        // ~60,000 levels in a shape must neither overflow the stack nor be echoed in the message.
         const std::string file = path("deep.safetensors");
         const std::string deep = std::string(60000, '[') + std::string(60000, ']');
         writeRaw(file, R"({"t.w":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,4]}})", 4);

@@ -38,7 +38,7 @@ UNetConfig latentConfig() {
     return c;
 }
 
-// diffusers' SD scheduler configuration (sd-pipeline.md §4.1).
+// diffusers' SD scheduler configuration (stable-diffusion-v1-5's scheduler/scheduler_config.json).
 SchedulerOptions sdOptions(PredictionType prediction, bool karras) {
     SchedulerOptions o;
     o.betaStart = 0.00085f;

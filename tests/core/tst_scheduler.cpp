@@ -1,5 +1,6 @@
 // Scheduler checks against values written out by hand and against the textbook update
-// formulas of shared/spec/unet2d.md §5 evaluated in double precision.
+// formulas of diffusers' schedulers (scheduling_ddpm.py, scheduling_ddim.py,
+// scheduling_euler_discrete.py) evaluated in double precision.
 #include <QtTest>
 
 #include <cmath>
@@ -499,8 +500,8 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(ValidationError, Scheduler::create(SchedulerKind::DDIM, o));
     }
 
-    // Issue 13, finding 10: a schedule with beta_start = beta_end = 0 rendered black with exit 0;
-    // eta 1e30 rendered noise. Every value outside its range is refused, naming the field.
+    // A schedule with beta_start = beta_end = 0 would render black, eta 1e30 noise: every value
+    // outside its range is refused, naming the field.
     void badValuesRefusedWithField_data() {
         QTest::addColumn<int>("caseIndex");
         QTest::addColumn<QString>("field");

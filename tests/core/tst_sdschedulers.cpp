@@ -1,9 +1,9 @@
-// Stable Diffusion's samplers (shared/spec/sd-pipeline.md §4): Euler a and DPM++ 2M (with and
-// without Karras sigmas) against the spec's worked numbers and against diffusers' update formulas
+// Stable Diffusion's samplers (diffusers' schedulers with SD's configuration): Euler a and DPM++ 2M
+// (with and without Karras sigmas) against worked numbers and against diffusers' update formulas
 // written out here in double; every scheduler (DDIM, DDPM, Euler, Euler a, DPM++ 2M) against
 // diffusers itself (tests/data/schedulers, written by tools/reference/make_scheduler_fixtures.py:
 // tables, every step of a text-to-image and an image-to-image run, add_noise); the
-// image-to-image start per scheduler; A1111's sampler display names (§5.8).
+// image-to-image start per scheduler; A1111's sampler display names (modules/sd_samplers_kdiffusion.py).
 #include <QtTest>
 
 #include <cmath>
@@ -23,7 +23,8 @@ using namespace tessera;
 
 namespace {
 
-// diffusers' SD scheduler configuration (sd-pipeline.md §4.1), after the pipelines' repairs.
+// diffusers' SD scheduler configuration (stable-diffusion-v1-5's scheduler_config.json), after the
+// pipelines' repairs.
 SchedulerOptions sdOptions(PredictionType prediction = PredictionType::Epsilon,
                            TimestepSpacing spacing = TimestepSpacing::Leading, bool karras = false) {
     SchedulerOptions o;
@@ -210,7 +211,7 @@ private slots:
         }
     }
 
-    // sd-pipeline.md §4.1/§4.2 worked numbers (N = 20).
+    // EulerDiscreteScheduler's tables with SD's configuration, worked out (N = 20).
     void eulerSdTables() {
         auto lead = made(SchedulerKind::Euler, sdOptions(), 20);
         const std::vector<float>& s = lead->sigmas();
@@ -231,7 +232,7 @@ private slots:
         EXPECT_CLOSE(lin->initNoiseSigma(), lin->sigmas()[0], 0.0);
     }
 
-    // §4.3: σ_up, σ_down of step 0 (leading, N = 20); σ_up² + σ_down² = σ_next² at every step; the
+    // EulerAncestralDiscreteScheduler: σ_up, σ_down of step 0 (leading, N = 20); σ_up² + σ_down² = σ_next² at every step; the
     // same σ tables as Euler; no Karras option.
     void eulerAncestralSigmas() {
         auto ea = made(SchedulerKind::EulerAncestral, sdOptions(), 20);
@@ -284,7 +285,7 @@ private slots:
         }
     }
 
-    // §4.4 worked numbers: Karras σ and rounded t (N = 20), the first two steps' coefficients.
+    // DPMSolverMultistepScheduler with Karras sigmas, worked out: σ and rounded t (N = 20), the first two steps' coefficients.
     void dpmKarrasWorkedNumbers() {
         auto s = made(SchedulerKind::DPMPP2M, sdOptions(PredictionType::Epsilon, TimestepSpacing::Leading, true), 20);
         const double sig[] = {14.6147, 11.7254, 9.3402, 7.3836, 5.7894, 4.4998, 3.4648, 2.6408, 1.9909, 1.4832, 1.0908,
@@ -409,7 +410,7 @@ private slots:
         QVERIFY(plain == bOut);
     }
 
-    // §4.7 add_noise at begin index 5 (leading, N = 20, strength 0.75: t 701).
+    // add_noise at begin index 5 (leading, N = 20, strength 0.75: t 701).
     void addNoisePerScheduler() {
         auto ddim = made(SchedulerKind::DDIM, sdOptions(), 20), ddpm = made(SchedulerKind::DDPM, sdOptions(), 20);
         QCOMPARE(ddim->timesteps()[5], 701.0f);

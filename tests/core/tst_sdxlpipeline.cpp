@@ -1,5 +1,5 @@
 // Stable Diffusion XL text-to-image through the one tiled loop on the CPU engine, against complete
-// diffusers StableDiffusionXLPipeline runs (issue #16; tests/data/sdxlpipeline, made by
+// diffusers StableDiffusionXLPipeline runs (tests/data/sdxlpipeline, made by
 // tools/reference/make_sdxl_pipeline_fixtures.py on a tiny SDXL-shaped pipeline: two text encoders,
 // the text-time embedding, a depth-2 transformer level, the VAE at scaling factor 0.13025):
 //  - the fixture's layout, and the pipeline folder loading as SDXL;

@@ -1,9 +1,10 @@
-// The Stable Diffusion XL UNet (shared/spec/sd-models.md §1.1, §1.3 item 5, §1.6): config parsing of
-// the text-time keys and their rejections, the SDXL base graph (diffusers' parameter count, depths 1/2/10
-// per level, the add_embedding), the text_embeds_time vector, the CPU forward against diffusers'
-// own outputs (tests/data/sdxlunet, tools/reference/make_sdxl_unet_fixtures.py), the per-tile added
-// conditioning through the one tiled loop (shared/spec/sd-pipeline.md §3.5: image and tile size ids,
-// both branches of guidance) and the SDXL VAE's float32 upcast.
+// The Stable Diffusion XL UNet (diffusers UNet2DConditionModel with addition_embed_type
+// "text_time"): config parsing of the text-time keys and their rejections, the SDXL base graph
+// (diffusers' parameter count, depths 1/2/10 per level, the add_embedding), the text_embeds_time
+// vector, the CPU forward against diffusers' own outputs (tests/data/sdxlunet,
+// tools/reference/make_sdxl_unet_fixtures.py), the per-tile added conditioning through the one
+// tiled loop (StableDiffusionXLPipeline._get_add_time_ids: image and tile size ids, both branches
+// of guidance) and the SDXL VAE's float32 upcast.
 #include <QtTest>
 
 #include <cmath>
@@ -40,8 +41,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// stabilityai/stable-diffusion-xl-base-1.0 unet/config.json (the keys diffusers writes; values as
-// spec §1.1 gives them).
+// stabilityai/stable-diffusion-xl-base-1.0 unet/config.json (the keys diffusers writes, with the
+// published values).
 const char* kSdxlBase = R"({"_class_name": "UNet2DConditionModel", "_diffusers_version": "0.19.0.dev0",
   "act_fn": "silu", "addition_embed_type": "text_time", "addition_embed_type_num_heads": 64,
   "addition_time_embed_dim": 256, "attention_head_dim": [5, 10, 20], "block_out_channels": [320, 640, 1280],
@@ -183,7 +184,7 @@ class TestSdxlUNet : public QObject {
 private slots:
     void initTestCase() { setBundledClipVocabulary(kVocabulary); }
 
-    // SDXL base: diffusers' 2,567,463,684 parameters in 1680 tensors (sd-models.md §0), the depths
+    // SDXL base: diffusers' 2,567,463,684 parameters in 1680 tensors, the depths
     // per level (down and mid as given, up reversed), heads, the add_embedding and its input.
     void sdxlBaseConfig() {
         const UNetCondConfig parsed = unetCondConfigFromJson(nlohmann::json::parse(kSdxlBase));
@@ -206,7 +207,7 @@ private slots:
                  (std::vector<std::int64_t>{640, 2048}));
         int shortcuts = 0;
         for (const auto& [name, shape] : list) shortcuts += name.ends_with("conv_shortcut.weight");
-        QCOMPARE(shortcuts, 11);  // spec §1.7: 2 down + 9 up
+        QCOMPARE(shortcuts, 11);  // 2 down + 9 up
         // Depth per level: down 1 (none at level 0), 2, 10; mid 10; up reversed: 10, 2, none.
         auto depth = [&](const std::string& attention) {
             int k = 0;
@@ -229,7 +230,7 @@ private slots:
         QVERIFY(v.kind == ValueKind::Vector);
         QCOMPARE(v.channels, 2816);
         QCOMPARE(g.value(g.inputs()[2]).channels, 2048);
-        // spec §1.6: at 1024 px (latent 128) attention runs on 4096 tokens (640) and 1024 (1280).
+        // At 1024 px (latent 128) attention runs on 4096 tokens (640) and 1024 (1280).
         const ModelGraph f = unet2DConditionExecutionGraph(preset);
         QCOMPARE(f.rows(opNamed(f, "down_blocks.1.attentions.0.transformer_blocks.0.attn1")->input, 128, 128),
                  std::int64_t{4096});
@@ -419,7 +420,7 @@ private slots:
         QVERIFY2(rel <= 1e-4, qPrintable(QString::number(rel)));
     }
 
-    // Size ids per tile (sd-pipeline.md §3.5) and the pooled-width check.
+    // Size ids per tile (StableDiffusionXLPipeline._get_add_time_ids) and the pooled-width check.
     void sizeConditioning() {
         const TileSite site{256, 128, 512, 384, 1536, 1024};
         QCOMPARE(sdxlTimeIds(site, SdxlSizeConditioning::Image), (std::vector<float>{1024, 1536, 0, 0, 1024, 1536}));

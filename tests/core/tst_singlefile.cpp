@@ -92,7 +92,7 @@ void compareUNetConfigs(const UNetCondConfig& a, const UNetCondConfig& b) {
     QCOMPARE(a.timeEmbedDim(), b.timeEmbedDim());
 }
 
-// The published configurations (spec §1.1, §3.1, §4.1), as the hub's config.json files give them.
+// The published configurations, as the hub's config.json files give them.
 UNetCondConfig hubUNet(SdFamily family) {
     nlohmann::json j = {{"block_out_channels", {320, 640, 1280, 1280}}, {"layers_per_block", 2}};
     if (family == SdFamily::SD1) {

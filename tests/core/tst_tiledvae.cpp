@@ -3,7 +3,7 @@
 // a 1024x1024 image (>= 45 dB; per-tile statistics fall short), one tile equal to untiled, small,
 // odd and border cases, bad inputs, the memory estimate against the run, the auto decision, the
 // vae_tiling setting and what the run record says; no grid pattern at the tile borders when an
-// SDXL-shaped VAE decodes a gradient (issue #16).
+// SDXL-shaped VAE decodes a gradient.
 //
 // Weights: the tiny SD 1.x pipeline of tests/data/sdpipeline (diffusers' own random
 // initialisation; block_out_channels [8, 8, 16, 16], 4 GroupNorm groups, mid-block attention:
@@ -89,7 +89,7 @@ VaeModel twoLevelVae() {
                      5);
 }
 
-// SDXL's VAE (sd-models.md §1.1: four levels, scale 8, two resnets per level, mid-block
+// SDXL's VAE (its vae/config.json: four levels, scale 8, two resnets per level, mid-block
 // attention; scaling_factor 0.13025, force_upcast) at widths [8, 8, 16, 16] with 4 groups.
 VaeModel sdxlShapedVae() {
     return randomVae(R"({
@@ -433,7 +433,7 @@ private slots:
         QVERIFY(best < exact - 20 && noHalo < exact - 20);
     }
 
-    // Issue #16: no dot or grid pattern from a tiled decode with an SDXL-shaped VAE. A smooth
+    // No dot or grid pattern from a tiled decode with an SDXL-shaped VAE. A smooth
     // gradient latent (scaled by 0.13025 as SDXL's are) decoded in 4 x 3 tiles: with whole-image
     // GroupNorm statistics the tile borders look like everywhere else (gridScore as untiled); the
     // per-tile statistics other tilers use put a pattern there, which the same measure catches.

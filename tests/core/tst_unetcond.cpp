@@ -119,7 +119,7 @@ private slots:
         QCOMPARE(g.parameterCount(), std::int64_t{parameters});
         QCOMPARE(g.parameterList().size(), std::size_t{686});
         QCOMPARE(g.downsampleFactor(), 8);
-        // spec §1.2: heads per block; up blocks take the list reversed; the mid block the last entry
+        // attention_head_dim is heads per block; up blocks take the list reversed; the mid block the last entry
         QCOMPARE(opNamed(g, "down_blocks.0.attentions.0.transformer_blocks.0.attn1")->heads, heads[0]);
         QCOMPARE(opNamed(g, "mid_block.attentions.0.transformer_blocks.0.attn2")->heads, heads[3]);
         QCOMPARE(opNamed(g, "up_blocks.1.attentions.2.transformer_blocks.0.attn2")->heads, heads[2]);
@@ -140,7 +140,7 @@ private slots:
         QVERIFY(!shapes.count("down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.bias"));
         int shortcuts = 0;
         for (const auto& [name, shape] : list) shortcuts += name.ends_with("conv_shortcut.weight");
-        QCOMPARE(shortcuts, 14);  // spec §1.7: 2 down + 12 up
+        QCOMPARE(shortcuts, 14);  // 2 down + 12 up
         // Tokens at 512 x 512 (latent 64): 4096 at the first level
         const ModelGraph f = unet2DConditionExecutionGraph(c);
         const GraphOp* attn = opNamed(f, "down_blocks.0.attentions.0.transformer_blocks.0.attn1");

@@ -1,4 +1,4 @@
-// UNetModel and UNetConfig (shared/spec/unet2d.md §1, §3): config defaults and rejections,
+// UNetModel and UNetConfig (diffusers UNet2DModel): config defaults and rejections,
 // the exact tensor list of google/ddpm-cifar10-32, parameter counts, and loading model
 // folders written here — valid (F32/F16/BF16, legacy names, sharded) and broken (missing,
 // mis-shaped, NaN, wrong dtype), each broken one named in the message.
@@ -27,7 +27,7 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
-// google/ddpm-cifar10-32 config.json as published (spec §1).
+// google/ddpm-cifar10-32 config.json as published.
 const char* kCifarConfig = R"({
   "_class_name": "UNet2DModel",
   "_diffusers_version": "0.0.4",
@@ -303,7 +303,7 @@ private slots:
             return Shape{};
         };
         QCOMPARE(find("mid_block.resnets.0.time_emb_proj.weight"), (Shape{512, 512}));  // 2*Cout
-        QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), Shape{});          // no GN (§2.8)
+        QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), Shape{});          // no GN (UNetMidBlock2D)
         j["attn_norm_num_groups"] = 16;
         list = UNetModel::expectedTensors(unetConfigFromJson(j));
         QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), (Shape{256}));

@@ -1,4 +1,4 @@
-// AutoencoderKL (shared/spec/sd-models.md §4): config defaults and rejections, the graphs'
+// AutoencoderKL (diffusers models/autoencoders/autoencoder_kl.py): config defaults and rejections, the graphs'
 // tensor list (SD's 248 tensors / 83,653,863 parameters; every fixture file's list), shapes and
 // FLOPs, loading VAE folders written here (F32/F16/BF16, legacy attention names, a pipeline
 // folder) and broken ones (missing, mis-shaped, NaN tensors named with their file), input
@@ -35,7 +35,7 @@ namespace {
 const std::string kFixtures = TESSERA_TEST_DATA "/vae";
 const char* kCases[] = {"kl2", "kl4", "kl_plain"};
 
-// stabilityai/sd-vae-ft-mse / runwayml SD 1.5 vae/config.json (spec §4.1).
+// stabilityai/sd-vae-ft-mse / runwayml SD 1.5 vae/config.json.
 const char* kSdConfig = R"({
   "_class_name": "AutoencoderKL",
   "_diffusers_version": "0.4.2",
@@ -259,7 +259,7 @@ private slots:
     void sdTensorList() {
         const VaeConfig c = vaeConfigFromJson(nlohmann::json::parse(kSdConfig));
         const TensorList list = VaeModel::expectedTensors(c);
-        QCOMPARE(list.size(), std::size_t{248});  // spec §4.4
+        QCOMPARE(list.size(), std::size_t{248});  // SD's VAE: 248 tensors
         const std::set<std::string> set = nameShapes(list);
         QCOMPARE(set.size(), list.size());  // no name twice
         for (const char* entry : {"encoder.conv_in.weight [128, 3, 3, 3]",
@@ -384,7 +384,7 @@ private slots:
         }
     }
 
-    // diffusers' fp16 variant names (spec §6), used only when the full-precision files are absent.
+    // diffusers' fp16 variant names (utils/hub_utils.py _add_variant), used only when the full-precision files are absent.
     void loadsFp16VariantFiles() {
         const auto weights = randomWeights(tinyConfig());
         auto rename = [](const std::string& dir, const char* from, const char* to) {

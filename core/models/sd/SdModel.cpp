@@ -28,15 +28,15 @@ namespace {
 std::mutex gVocabularyMutex;
 std::string gVocabulary;
 
-std::string quoted(const std::string& s) { return "'" + excerpt(s) + "'"; }
-
-// SDXL base's size ids: original (h, w), crop (top, left), target (h, w) (spec §1.3 item 5).
+// SDXL base's size ids: original (h, w), crop (top, left), target (h, w) (diffusers
+// pipeline_stable_diffusion_xl.py _get_add_time_ids).
 constexpr int kSdxlTimeIds = 6;
 // SDXL's VAE latent scale (its vae/config.json; SD 1.x/2.x: 0.18215).
 constexpr float kSdxlScalingFactor = 0.13025f;
 
-// The text encoders of the families (spec §3.1): width, MLP width, layers, heads, activation,
-// projection (CLIPTextModelWithProjection when `projected`).
+// The text encoders of the families (their hub configs; OpenCLIP's ViT-H-14 and ViT-bigG-14):
+// width, MLP width, layers, heads, activation, projection (CLIPTextModelWithProjection when
+// `projected`).
 struct ClipShape {
     int hidden, intermediate, layers, heads;
     ClipActivation act;
@@ -73,7 +73,7 @@ bool listed(const nlohmann::json& index, const char* component) {
            index[component][1].is_string();
 }
 
-// What model_index.json says about the pipeline (spec §6).
+// What model_index.json says about the pipeline (diffusers DiffusionPipeline.save_pretrained).
 struct PipelineIndex {
     bool sdxl = false;
     bool forceZerosForEmptyPrompt = true;
@@ -100,7 +100,7 @@ PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string&
                                 ? index["_class_name"].get<std::string>()
                                 : std::string();
     if (!cls.empty() && cls.rfind("StableDiffusion", 0) != 0)
-        throw ModelError(shown + ": _class_name " + quoted(cls) +
+        throw ModelError(shown + ": _class_name " + inQuotes(cls) +
                          " is not a Stable Diffusion pipeline; Tessera runs StableDiffusionPipeline (SD 1.x, 2.x) and "
                          "StableDiffusionXLPipeline (SDXL base) folders, and UNet2DModel folders");
     PipelineIndex p;
@@ -118,11 +118,11 @@ PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string&
                                        "and scheduler"));
     const std::string encoder = index["text_encoder"][1].get<std::string>();
     if (encoder != "CLIPTextModel")
-        throw ModelError(shown + ": text_encoder is " + quoted(encoder) + "; Tessera runs CLIPTextModel text encoders");
+        throw ModelError(shown + ": text_encoder is " + inQuotes(encoder) + "; Tessera runs CLIPTextModel text encoders");
     if (p.sdxl) {
         const std::string encoder2 = index["text_encoder_2"][1].get<std::string>();
         if (encoder2 != "CLIPTextModelWithProjection")
-            throw ModelError(shown + ": text_encoder_2 is " + quoted(encoder2) +
+            throw ModelError(shown + ": text_encoder_2 is " + inQuotes(encoder2) +
                              "; SDXL's second text encoder is a CLIPTextModelWithProjection (its projection gives the "
                              "pooled text)");
         if (index.contains("force_zeros_for_empty_prompt")) {
@@ -144,7 +144,8 @@ std::string requireComponent(const fs::path& root, const char* component) {
 }
 
 // scheduler/scheduler_config.json over SD's defaults, with the repairs StableDiffusionPipeline
-// makes at construction (steps_offset forced to 1, clip_sample forced off; sd-pipeline.md §3.1).
+// makes at construction (steps_offset forced to 1, clip_sample forced off; diffusers
+// pipeline_stable_diffusion.py StableDiffusionPipeline.__init__).
 SchedulerOptions readSdScheduler(const fs::path& root, std::string& className) {
     nlohmann::json merged = {{"num_train_timesteps", 1000}, {"beta_start", 0.00085}, {"beta_end", 0.012},
                              {"beta_schedule", "scaled_linear"}, {"timestep_spacing", "leading"},
@@ -174,7 +175,7 @@ SdFamily familyOf(const UNetCondModel& unet, const ClipTextModel& encoder, const
                          " does not match the text encoder's hidden_size " +
                          std::to_string(encoder.config().hiddenSize) + "; the components are from different models");
     // SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
-    // ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (sd-pipeline.md §1.9).
+    // ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (diffusers#4153).
     return encoder.config().hiddenAct == ClipActivation::QuickGelu && context < 1024 ? SdFamily::SD1 : SdFamily::SD2;
 }
 
@@ -292,14 +293,27 @@ SdModel loadFolder(const std::string& dir, const LoadProgressCallback& progress)
 
 }  // namespace
 
-std::string_view toString(SdFamily family) {
-    switch (family) {
-    case SdFamily::SD1: return "sd1";
-    case SdFamily::SD2: return "sd2";
-    case SdFamily::SDXL: return "sdxl";
-    }
-    return "sd1";
+namespace {
+
+struct FamilyNames {
+    SdFamily family;
+    std::string_view name, label;
+};
+constexpr FamilyNames kFamilyNames[] = {{SdFamily::SD1, "sd1", "Stable Diffusion 1.x"},
+                                        {SdFamily::SD2, "sd2", "Stable Diffusion 2.x"},
+                                        {SdFamily::SDXL, "sdxl", "Stable Diffusion XL"}};
+
+const FamilyNames& namesOf(SdFamily family) {
+    for (const FamilyNames& names : kFamilyNames)
+        if (names.family == family) return names;
+    return kFamilyNames[0];
 }
+
+}  // namespace
+
+std::string_view toString(SdFamily family) { return namesOf(family).name; }
+
+std::string_view familyLabel(SdFamily family) { return namesOf(family).label; }
 
 std::int64_t SdModel::parameterCount() const {
     return unet->parameterCount() + vae->parameterCount() + textEncoder->parameterCount() +
@@ -309,7 +323,7 @@ std::int64_t SdModel::parameterCount() const {
 SdModelConfigs randomSdModelConfigs(const std::string& name) {
     const std::string shape = name.rfind(kRandomModelPrefix, 0) == 0 ? name.substr(7) : name;
     if (shape != "sd15" && shape != "sd21" && shape != "sdxl")
-        throw ValidationError("model", "model: " + quoted(name) +
+        throw ValidationError("model", "model: " + inQuotes(name) +
                                            " is not a random model; random:sd15, random:sd21 and random:sdxl are");
     SdModelConfigs c;
     c.family = shape == "sd15" ? SdFamily::SD1 : shape == "sd21" ? SdFamily::SD2 : SdFamily::SDXL;

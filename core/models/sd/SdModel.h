@@ -1,10 +1,10 @@
-// SdModel: a whole Stable Diffusion 1.x / 2.x / XL (base) model in memory, the same whichever
-// form it came from: a diffusers pipeline folder (model_index.json, unet/, vae/, text_encoder/,
-// tokenizer/, scheduler/; SDXL adds text_encoder_2/ and tokenizer_2/) or a single-file
-// checkpoint in the original LDM / SGM layout (core/models/sd/SingleFileCheckpoint.h). The UNet, VAE and
-// text encoders are bound float32 host tensors under diffusers' / transformers' names; the
-// tokenizers are the folder's or the bundled CLIP vocabulary. Qt-free. See
-// shared/spec/sd-models.md §3, §6 and sd-pipeline.md §2-§3.
+// SdModel: a whole Stable Diffusion 1.x / 2.x / XL (base) model in memory, the same whichever form
+// it came from: a diffusers pipeline folder (model_index.json, unet/, vae/, text_encoder/,
+// tokenizer/, scheduler/; SDXL adds text_encoder_2/ and tokenizer_2/) or a single-file checkpoint
+// in the original LDM / SGM layout (core/models/sd/SingleFileCheckpoint.h). The UNet, VAE and text
+// encoders are bound float32 host tensors under diffusers' / transformers' names; the tokenizers
+// are the folder's or the bundled CLIP vocabulary. Qt-free. Follows diffusers'
+// DiffusionPipeline.from_pretrained and StableDiffusion(XL)Pipeline.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,8 @@
 namespace tessera {
 
 enum class SdFamily { SD1, SD2, SDXL };
-std::string_view toString(SdFamily);   // "sd1", "sd2", "sdxl"
+std::string_view toString(SdFamily);     // "sd1", "sd2", "sdxl"
+std::string_view familyLabel(SdFamily);  // "Stable Diffusion 1.x", "Stable Diffusion 2.x", "Stable Diffusion XL"
 
 struct SdModel {
     SdFamily family = SdFamily::SD1;
@@ -97,11 +98,12 @@ struct SdModelConfigs {
 };
 SdModelConfigs randomSdModelConfigs(const std::string& name);
 
-// Throws ModelError("<where>: ...") unless SDXL base's parts fit together (spec §1.1, §3.4):
-// text2 is a CLIPTextModelWithProjection, the UNet attends to both encoders' widths side by side
+// Throws ModelError("<where>: ...") unless SDXL base's parts fit together (as diffusers'
+// StableDiffusionXLPipeline.encode_prompt and UNet2DConditionModel use them): text2 is a
+// CLIPTextModelWithProjection, the UNet attends to both encoders' widths side by side
 // (cross_attention_dim = hidden + hidden2) and its add_embedding takes text2's projected pooled
-// text and six size ids (addition_embed_type "text_time", projection_class_embeddings_input_dim
-// = projection_dim + 6 x addition_time_embed_dim; a refiner's 5 ids do not fit).
+// text and six size ids (addition_embed_type "text_time", projection_class_embeddings_input_dim =
+// projection_dim + 6 x addition_time_embed_dim; a refiner's 5 ids do not fit).
 void checkSdxlComponents(const UNetCondConfig& unet, const ClipTextConfig& text, const ClipTextConfig& text2,
                          const std::string& where);
 

@@ -3,12 +3,12 @@
 // and the text encoder (cond_stage_model.*), or an SDXL base checkpoint in SGM's layout (text
 // encoders conditioner.embedders.0.transformer.* = CLIP ViT-L in transformers' names and
 // conditioner.embedders.1.model.* = OpenCLIP bigG with its fused q/k/v in_proj and transposed
-// text_projection), as A1111 and ComfyUI users keep them (shared/spec/sd-models.md §5). The file is memory-mapped, never read into a buffer; its family
-// is told from its tensors as diffusers' infer_diffusers_model_type does, its configurations are
-// the ones diffusers' single-file loader uses for that family (sizes read from the tensors),
-// and every tensor is renamed to diffusers' names, checked and upcast into the same UNetCondModel,
-// VaeModel and ClipTextModel a pipeline folder gives. Pickled checkpoints are refused unread.
-// Qt-free.
+// text_projection), as A1111 and ComfyUI users keep them. The file is memory-mapped, never read
+// into a buffer; its family is told from its tensors as diffusers' infer_diffusers_model_type
+// does, its configurations are the ones diffusers' single-file loader uses for that family (sizes
+// read from the tensors), and every tensor is renamed to diffusers' names, checked and upcast into
+// the same UNetCondModel, VaeModel and ClipTextModel a pipeline folder gives. Pickled checkpoints
+// are refused unread. Qt-free.
 #pragma once
 
 #include <cstdint>

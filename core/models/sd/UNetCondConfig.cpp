@@ -1,5 +1,5 @@
-// diffusers UNet2DConditionModel config.json reader (shared/spec/sd-models.md §1.1). The
-// defaults in UNetCondConfig's member initialisers are UNet2DConditionModel.__init__'s.
+// diffusers UNet2DConditionModel config.json reader (diffusers models/unets/unet_2d_condition.py).
+// The defaults in UNetCondConfig's member initialisers are UNet2DConditionModel.__init__'s.
 #include "core/models/sd/UNetCondConfig.h"
 
 #include <algorithm>
@@ -89,7 +89,8 @@ std::vector<int> readIntOrList(const nlohmann::json& value, const std::string& k
     return list;
 }
 
-// Reads one key of the table in spec §1.1 into `c`; false for a key this reader does not know.
+// Reads one key of UNet2DConditionModel.__init__ into `c`; false for a key this reader does not
+// know.
 bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& value) {
     if (key == "sample_size") {
         if (value.is_array() && value.size() == 2) c.sampleSize = readInt(value[0], key, kSampleSize);

@@ -1,8 +1,8 @@
 // UNet2DConditionModel (Stable Diffusion 1.x / 2.x / XL) configuration, read from a diffusers
-// unet/config.json with UNet2DConditionModel.__init__'s defaults for missing keys
-// (shared/spec/sd-models.md §1.1). A struct of its own rather than more UNetConfig fields:
+// unet/config.json with UNet2DConditionModel.__init__'s defaults for missing keys (diffusers
+// models/unets/unet_2d_condition.py). A struct of its own rather than more UNetConfig fields:
 // the block kinds, the per-level head and depth lists, the cross-attention width and SDXL's
-// text-time embedding (addition_embed_type "text_time", spec §1.3 item 5) are this family's.
+// text-time embedding (addition_embed_type "text_time") are this family's.
 // Qt-free.
 #pragma once
 
@@ -16,6 +16,7 @@
 
 namespace tessera {
 
+// The values Tessera accepts beyond unet_config_bounds (which apply too), each with what SD uses.
 namespace unet_cond_bounds {
 // cross_attention_dim: SD 1.x 768, SD 2.x 1024, SDXL 2048.
 inline constexpr int kMaxCrossAttentionDim = 8192;
@@ -53,16 +54,18 @@ struct UNetCondConfig {
     int normNumGroups = 32;            // resnets, the transformers' GroupNorm, conv_norm_out
     float normEps = 1e-5f;             // resnets and conv_norm_out (the transformers' GroupNorm: 1e-6)
     int crossAttentionDim = 1280;      // X: the width of encoder_hidden_states
-    // Per level (length levels()); the mid block uses the last entry, up block i entry levels()-1-i.
-    // attention_head_dim is the number of heads (spec §1.2); head width = channels / heads.
+    // Per level (length levels()); the mid block uses the last entry, up block i entry
+    // levels()-1-i. attention_head_dim is the number of heads (a naming kept for compatibility, as
+    // UNet2DConditionModel.__init__ notes); head width = channels / heads.
     std::vector<int> attentionHeads{8, 8, 8, 8};
     std::vector<int> transformerLayers{1, 1, 1, 1};
     bool useLinearProjection = false;  // proj_in/proj_out Linear (SD 2.x) or 1x1 conv (SD 1.x)
     bool upcastAttention = false;      // SD 2.1: scores and softmax in float32 (the CPU always is)
     std::optional<int> timeEmbeddingDim;  // null -> 4 * block_out_channels[0]
-    // SDXL (spec §1.3 item 5): "text_time" adds add_embedding(text_embeds ++ sinusoids of the
-    // size ids) to the time embedding; "" = none. The graph then takes the 2816-wide vector
-    // (projectionClassEmbeddingsInputDim) as its input "text_embeds_time" (textTimeEmbeds builds it).
+    // SDXL (UNet2DConditionModel.get_aug_embed): "text_time" adds add_embedding(text_embeds ++
+    // sinusoids of the size ids) to the time embedding; "" = none. The graph then takes the
+    // 2816-wide vector (projectionClassEmbeddingsInputDim) as its input "text_embeds_time"
+    // (textTimeEmbeds builds it).
     std::string additionEmbedType;
     int additionTimeEmbedDim = 256;                        // width of each size id's sinusoid
     std::optional<int> projectionClassEmbeddingsInputDim;  // add_embedding.linear_1's input width
@@ -89,9 +92,9 @@ struct UNetCondConfig {
 // with one spdlog warning. Callers read the file through BoundedInput.
 UNetCondConfig unetCondConfigFromJson(const nlohmann::json&);
 
-// Stable Diffusion XL base 1.0's UNet (spec §1.1: 320/640/1280, depths 1/2/10, heads 5/10/20,
-// context 2048, text_time with 256-wide sinusoids and a 2816-wide add_embedding input; 2,567,463,684
-// parameters): random:sdxl and `bench --shape sdxl`.
+// Stable Diffusion XL base 1.0's UNet (its unet/config.json: 320/640/1280, depths 1/2/10, heads
+// 5/10/20, context 2048, text_time with 256-wide sinusoids and a 2816-wide add_embedding input;
+// 2,567,463,684 parameters): random:sdxl and `bench --shape sdxl`.
 UNetCondConfig sdxlBaseUNetConfig();
 
 // The "text_embeds_time" vector of one sample (diffusers get_aug_embed before add_embedding):

@@ -10,7 +10,8 @@ namespace tessera {
 
 namespace {
 
-// The transformers' GroupNorm has a fixed eps (spec §2.1), their LayerNorms diffusers' default.
+// The transformers' GroupNorm has a fixed eps (diffusers Transformer2DModel: 1e-6), their
+// LayerNorms diffusers' default.
 constexpr float kTransformerGroupNormEps = 1e-6f;
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kFeedForwardMult = 4;
@@ -54,7 +55,8 @@ int UNetCondBuilder::tokenOp(OpKind kind, const std::string& name, int x, int ch
     return g_.addOp(std::move(op));
 }
 
-// spec §2.4: to_q/to_k/to_v without bias, to_out.0 with; K, V from `context` (self: -1).
+// diffusers Attention (attention_processor.py): to_q/to_k/to_v without bias, to_out.0 with; K, V
+// from `context` (self: -1).
 int UNetCondBuilder::attention(const std::string& prefix, int x, int context, int heads) {
     const std::int64_t C = channels(x), kv = context >= 0 ? channels(context) : C;
     GraphOp op = newOp(OpKind::Attention, prefix, x, context);
@@ -65,8 +67,8 @@ int UNetCondBuilder::attention(const std::string& prefix, int x, int context, in
     return g_.addOp(std::move(op), prefix + ".out");
 }
 
-// spec §2.3: pre-norm self-attention, cross-attention on the context, GEGLU feed-forward, each
-// added to its input.
+// diffusers BasicTransformerBlock (attention.py): pre-norm self-attention, cross-attention on the
+// context, GEGLU feed-forward, each added to its input.
 int UNetCondBuilder::basicBlock(const std::string& p, int x, int heads) {
     const int C = channels(x);
     int h = attention(p + ".attn1", tokenOp(OpKind::LayerNorm, p + ".norm1", x), -1, heads);
@@ -78,8 +80,8 @@ int UNetCondBuilder::basicBlock(const std::string& p, int x, int heads) {
     return residual(h, x, p + ".ff", p);
 }
 
-// spec §2.1-2.2: GroupNorm (eps 1e-6), proj_in (1x1 conv before the tokens, or Linear on them),
-// the blocks, proj_out, + input.
+// diffusers Transformer2DModel (continuous input): GroupNorm (eps 1e-6), proj_in (1x1 conv before
+// the tokens, or Linear on them), the blocks, proj_out, + input.
 int UNetCondBuilder::transformer(const std::string& p, int x, int heads, int depth) {
     const int C = channels(x);
     if (C % heads != 0)
@@ -141,13 +143,15 @@ void UNetCondBuilder::checkConfig() const {
                                     std::to_string(unet_cond_bounds::kMaxContextTokens) + " are allowed");
 }
 
-// spec §1.4-1.5.
+// UNet2DConditionModel.forward with the blocks of unet_2d_blocks.py (CrossAttnDownBlock2D,
+// DownBlock2D, UNetMidBlock2DCrossAttn, CrossAttnUpBlock2D, UpBlock2D).
 ModelGraph UNetCondBuilder::build() {
     checkConfig();
     const UNetCondConfig& c = c_;
     const std::vector<int>& C = c.blockOutChannels;
     const int L = c.levels(), n = c.layersPerBlock;
 
+    // Spelled out as in UNet2DBuilder::build: the order of inputs and parameters is the graph's identity.
     int h = g_.addInput("sample", ValueKind::FeatureMap, c.inChannels, 1);
     const int timestep = g_.addInput("timestep", ValueKind::Vector, 1, 0);
     context_ = g_.addTokenInput("encoder_hidden_states", contextTokens_, c.crossAttentionDim);
@@ -155,7 +159,8 @@ ModelGraph UNetCondBuilder::build() {
     std::vector<int> convIn = declareConv("conv_in", c.inChannels, C[0], c.convInKernel);
     if (c.centerInputSample) h = affine(h, 2.0f, -1.0f, "sample.centered");
     if (c.hasTextTime()) {
-        // spec §1.3 item 5: emb = time MLP + add_embedding(text_embeds_time), then act(emb).
+        // UNet2DConditionModel.get_aug_embed: emb = time MLP + add_embedding(text_embeds_time),
+        // then act(emb).
         const int textTime = g_.addInput("text_embeds_time", ValueKind::Vector, c.textTimeDim(), 0);
         const int emb = timeEmbeddingMlp(timestep, C[0], c.freqShift, c.flipSinToCos, c.timeEmbedDim());
         int aug = silu(linear("add_embedding.linear_1", textTime, c.timeEmbedDim()), "add_embedding.linear_1.silu");

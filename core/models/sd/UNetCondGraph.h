@@ -1,7 +1,7 @@
-// The UNet2DConditionModel family (Stable Diffusion 1.x / 2.x / XL; shared/spec/sd-models.md §1-§2)
-// as a ModelGraph: block composition, skip stack, Transformer2DModel with its
-// BasicTransformerBlocks (self-attention, cross-attention on the text context, GEGLU
-// feed-forward), both projection kinds and the per-level head counts. Qt-free.
+// The UNet2DConditionModel family (Stable Diffusion 1.x / 2.x / XL; diffusers
+// models/unets/unet_2d_condition.py) as a ModelGraph: block composition, skip stack,
+// Transformer2DModel with its BasicTransformerBlocks (self-attention, cross-attention on the text
+// context, GEGLU feed-forward), both projection kinds and the per-level head counts. Qt-free.
 #pragma once
 
 #include "core/graph/ModelGraph.h"

@@ -1,7 +1,7 @@
 // UNetCondModel: a diffusers UNet2DConditionModel folder (unet/config.json and
 // diffusion_pytorch_model.safetensors, or a pipeline folder holding unet/) loaded through the
 // same folder and weight readers as UNetModel and VaeModel (core/formats/ModelWeights.h) and bound to
-// float32 host tensors by diffusers parameter name. Qt-free. See shared/spec/sd-models.md §1, §2.5.
+// float32 host tensors by diffusers parameter name. Qt-free.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// diffusers config.json / scheduler_config.json readers (shared/spec/unet2d.md §1, §5).
+// diffusers config.json / scheduler_config.json readers (diffusers models/unets/unet_2d.py
+// UNet2DModel.__init__, configuration_utils.py extract_init_dict, the schedulers' __init__).
 //
 // diffusers builds the model from UNet2DModel.__init__'s defaults overridden by the file's
 // keys, so the defaults below (in UNetConfig's member initialisers) must match __init__.
@@ -38,7 +39,7 @@ constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published 
 constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
 
-// Keys of UNet2DModel.__init__ (spec §1 table).
+// Keys of UNet2DModel.__init__.
 const std::set<std::string, std::less<>> kModelKeys{
     "sample_size",       "in_channels",         "out_channels",         "center_input_sample",
     "time_embedding_type", "time_embedding_dim", "freq_shift",          "flip_sin_to_cos",

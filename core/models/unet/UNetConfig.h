@@ -1,5 +1,5 @@
 // UNet2DModel configuration, read from a diffusers config.json with the library's
-// defaults for missing keys (shared/spec/unet2d.md §1). Qt-free.
+// defaults for missing keys (diffusers models/unets/unet_2d.py UNet2DModel.__init__). Qt-free.
 #pragma once
 
 #include <optional>

@@ -28,7 +28,7 @@ private:
     int embAct_ = -1;  // act(emb): SiLU of the time embedding, read by every resnet's projection
 };
 
-// §2.5
+// diffusers ResnetBlock2D (models/resnet.py).
 int UNet2DBuilder::resnet(const std::string& p, int x, int cout, float outputScaleFactor) {
     ResnetOptions o;
     o.groups = c_.normNumGroups;
@@ -38,8 +38,9 @@ int UNet2DBuilder::resnet(const std::string& p, int x, int cout, float outputSca
     return GraphBuilder::resnet(p, x, cout, embAct_, o);
 }
 
-// §2.6: [group_norm], attention over the pixels, + input, / rescale_output_factor.
-// groups == 0: no GroupNorm (mid block with scale_shift, §2.8).
+// diffusers Attention with _from_deprecated_attn_block (attention_processor.py): [group_norm],
+// attention over the pixels, + input, / rescale_output_factor. groups == 0: no GroupNorm
+// (UNetMidBlock2D with resnet_time_scale_shift "scale_shift" and no attn_norm_num_groups).
 int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float rescale, const char* groupsKey) {
     const int ch = channels(x);
     const int heads = c_.headsFor(ch);
@@ -49,8 +50,8 @@ int UNet2DBuilder::attention(const std::string& prefix, int x, int groups, float
     return attentionBlock(prefix, x, groups, c_.normEps, heads, rescale, groupsKey);
 }
 
-// §2.2-2.3: sinusoid, linear_1, SiLU, linear_2; then act(emb) for the resnets (resnet_skip_time_act
-// is always false here).
+// diffusers Timesteps and TimestepEmbedding (models/embeddings.py): sinusoid, linear_1, SiLU,
+// linear_2; then act(emb) for the resnets (resnet_skip_time_act is always false here).
 int UNet2DBuilder::timeEmbedding() {
     return GraphBuilder::timeEmbedding(g_.inputs().at(1), c_.blockOutChannels[0], c_.freqShift, c_.flipSinToCos,
                                        c_.timeEmbedDim());
@@ -85,6 +86,7 @@ ModelGraph UNet2DBuilder::build() {
     const std::vector<int>& C = c.blockOutChannels;
     const int L = c.levels(), n = c.layersPerBlock;
 
+    // Spelled out as in UNetCondBuilder::build: the order of inputs and parameters is the graph's identity.
     int h = g_.addInput("sample", ValueKind::FeatureMap, c.inChannels, 1);
     g_.addInput("timestep", ValueKind::Vector, 1, 0);
     // conv_in is the state dict's first module but runs after the time embedding.
@@ -102,7 +104,7 @@ ModelGraph UNet2DBuilder::build() {
                 h = attention(indexed(p, ".attentions.", j), h, c.normNumGroups, 1.0f);
             skips.push_back(h);
         }
-        if (i < L - 1) {  // §2.7: padding 0 pads one row/column at the bottom/right only
+        if (i < L - 1) {  // Downsample2D: padding 0 pads one row/column at the bottom/right only
             const int pad = c.downsamplePadding;
             h = conv(p + ".downsamplers.0.conv", h, channels(h), 3, 2, pad, pad == 0 ? 1 : pad, {},
                      p + ".downsamplers.0");
@@ -110,7 +112,7 @@ ModelGraph UNet2DBuilder::build() {
         }
     }
 
-    if (c.hasMidBlock) {  // §2.8
+    if (c.hasMidBlock) {  // UNetMidBlock2D
         const float s = c.midBlockScaleFactor;
         h = resnet("mid_block.resnets.0", h, C.back(), s);
         if (c.addAttention) {
@@ -123,7 +125,7 @@ ModelGraph UNet2DBuilder::build() {
         h = resnet("mid_block.resnets.1", h, C.back(), s);
     }
 
-    for (int i = 0; i < L; ++i) {  // §2.9: concat [h, skip], the last skip first
+    for (int i = 0; i < L; ++i) {  // up blocks: concat [h, skip], the last skip first
         const std::string p = indexed("up_blocks.", "", i);
         const int out = C[static_cast<std::size_t>(L - 1 - i)];
         for (int j = 0; j <= n; ++j) {
@@ -141,7 +143,7 @@ ModelGraph UNet2DBuilder::build() {
     }
     if (!skips.empty()) throw std::logic_error("UNet2D graph: skip stack not empty after the up blocks");
 
-    h = silu(groupNorm("conv_norm_out", h, c.normNumGroups), "conv_norm_out.silu");  // §2.10
+    h = silu(groupNorm("conv_norm_out", h, c.normNumGroups), "conv_norm_out.silu");  // the output head
     g_.markOutput(sameConv("conv_out", h, c.outChannels, 3));
     return std::move(g_);
 }

@@ -1,6 +1,6 @@
-// The UNet2DModel family (diffusers; shared/spec/unet2d.md §2) as a ModelGraph: the one place
-// where its structure (block order, skip stack, concat order, which norms exist, head counts,
-// paddings) is written. Qt-free.
+// The UNet2DModel family (diffusers models/unets/unet_2d.py, unet_2d_blocks.py) as a ModelGraph:
+// the one place where its structure (block order, skip stack, concat order, which norms exist, head
+// counts, paddings) is written. Qt-free.
 #pragma once
 
 #include "core/models/unet/UNetConfig.h"

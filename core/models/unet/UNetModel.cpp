@@ -1,5 +1,5 @@
-// UNetModel: diffusers UNet2DModel parameters, named and shaped as in shared/spec/unet2d.md §3,
-// loaded from safetensors (§4) and checked against the config (§1).
+// UNetModel: diffusers UNet2DModel parameters, named and shaped as the module attributes of
+// models/unets/unet_2d.py name them, loaded from safetensors and checked against the config.
 #include "core/models/unet/UNetModel.h"
 
 #include <filesystem>
@@ -9,19 +9,13 @@
 #include "core/base/BoundedInput.h"
 #include "core/base/Sha256.h"
 #include "core/models/unet/UNetGraph.h"
+#include "core/formats/PipelinePart.h"
 #include "core/formats/SchedulerConfig.h"
 
 namespace tessera {
 
 namespace fs = std::filesystem;
 using Shape = std::vector<std::int64_t>;
-
-namespace {
-
-// Names can come from a file: shown as a short escaped excerpt.
-std::string inQuotes(const std::string& s) { return "'" + excerpt(s) + "'"; }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 
@@ -34,6 +28,9 @@ std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const UNet
 }
 
 ModelFolderConfig readModelFolderConfig(const std::string& dir) {
+    // A Stable Diffusion pipeline's unet/, vae/, ... folder is refused saying what to give instead.
+    checkModelFolder(dir);
+    if (const std::optional<PipelinePart> part = pipelinePartOf(dir)) throw ModelError(describePipelinePart(dir, *part));
     // A pipeline folder keeps the UNet in unet/ and the scheduler in scheduler/.
     ModelFolderConfig folder;
     folder.unetDir = componentFolder(dir, "unet", "a model folder");
@@ -45,7 +42,8 @@ ModelFolderConfig readModelFolderConfig(const std::string& dir) {
     if (configJson.is_object() && configJson.contains("_class_name") && configJson["_class_name"].is_string() &&
         configJson["_class_name"].get<std::string>() != "UNet2DModel")
         throw ModelError(shownConfig + ": _class_name is " + inQuotes(configJson["_class_name"].get<std::string>()) +
-                         "; Tessera loads UNet2DModel checkpoints");
+                         "; a model folder holds a UNet2DModel (Stable Diffusion models are pipeline folders "
+                         "with model_index.json, or single-file .safetensors checkpoints)");
     try {
         folder.config = unetConfigFromJson(configJson);
     } catch (const std::exception& e) {

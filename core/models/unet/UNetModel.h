@@ -1,6 +1,6 @@
 // UNetModel: a diffusers UNet2DModel folder (config.json, scheduler_config.json,
 // diffusion_pytorch_model.safetensors) loaded and bound to float32 host tensors by
-// diffusers parameter name. Qt-free. See shared/spec/unet2d.md §1-§4.
+// diffusers parameter name. Qt-free.
 #pragma once
 
 #include <cstdint>

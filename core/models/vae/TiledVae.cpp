@@ -548,10 +548,6 @@ void checkGraphInput(const ModelGraph& g, const HostTensor& t) {
         bad(v.name + ": " + std::to_string(t.data.size()) + " values for shape " + shapeToString(t.shape));
 }
 
-const char* describeAttention(AttentionContext a) {
-    return a == AttentionContext::Image ? "attention over the whole image" : "attention within each tile";
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------- public
@@ -621,17 +617,24 @@ int requiredHalo(const std::vector<GraphSegment>& segments, int cellPixels) {
     return static_cast<int>(ceilDiv(radius, std::max(cellPixels, 1)));
 }
 
-std::string TiledGraphReport::describe() const {
-    std::string text = std::to_string(grid.cols) + "x" + std::to_string(grid.rows) + " tiles of " +
-                       std::to_string(grid.tile) + " latent px + " + std::to_string(grid.halo) + " halo (" +
-                       std::to_string(grid.extentW * cellPixels) + "x" + std::to_string(grid.extentH * cellPixels) +
-                       " px evaluated), " +
-                       (statistics == NormStatistics::WholeImage ? "whole-image GroupNorm" : "per-tile GroupNorm") +
-                       ", " + describeAttention(attention);
-    if (grid.halo < requiredHalo) text += ", halo below the exact " + std::to_string(requiredHalo);
-    if (canvases != "host") return text + ", canvases on the " + canvases + " (peak " + formatBytes(storePeakBytes) + ")";
-    return text + ", host peak " + formatBytes(hostPeakBytes);
+VaeTilingRecord TiledGraphReport::record() const {
+    VaeTilingRecord r;
+    r.cols = grid.cols;
+    r.rows = grid.rows;
+    r.tile = grid.tile;
+    r.halo = grid.halo;
+    r.requiredHalo = requiredHalo;
+    r.evaluatedW = grid.extentW * cellPixels;
+    r.evaluatedH = grid.extentH * cellPixels;
+    r.wholeImageNorm = statistics == NormStatistics::WholeImage;
+    r.wholeImageAttention = attention == AttentionContext::Image;
+    r.canvases = canvases;
+    r.hostPeakBytes = hostPeakBytes;
+    r.devicePeakBytes = canvases == "host" ? 0 : storePeakBytes;
+    return r;
 }
+
+std::string TiledGraphReport::describe() const { return tessera::describe(record()); }
 
 HostTensor runTiledGraph(Backend& backend, const ModelGraph& primitive, const TensorMap& weights,
                          const HostTensor& input, const GraphTiling& tiling, TiledGraphReport* report) {
@@ -786,20 +789,29 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
 }
 
 HostTensor runVaePass(Backend& backend, const VaeModel& model, const HostTensor& input, bool decoder, VaeTiling mode,
-                      const std::optional<VaeMemoryBudget>& budget, std::string* description) {
+                      const std::optional<VaeMemoryBudget>& budget, VaePassRecord& pass) {
     const ModelGraph primitive = decoder ? buildVaeDecoderGraph(model.config()) : buildVaeEncoderGraph(model.config());
     checkGraphInput(primitive, input);
     const int divisor = primitive.value(primitive.inputs().front()).divisor;
-    const VaePassPlan plan = planVaePass(mode, primitive, static_cast<int>(input.shape[2]) * divisor,
-                                         static_cast<int>(input.shape[3]) * divisor, budget);
-    if (!plan.tiled) {
-        HostTensor out = decoder ? model.decode(backend, input) : model.encode(backend, input);
-        if (description) *description = "untiled (" + plan.reason + ")";
-        return out;
-    }
+    const int imageH = static_cast<int>(input.shape[2]) * divisor, imageW = static_cast<int>(input.shape[3]) * divisor;
+    const VaePassPlan plan = planVaePass(mode, primitive, imageH, imageW, budget);
+    pass = VaePassRecord{};
+    pass.width = imageW;
+    pass.height = imageH;
+    pass.tiled = plan.tiled;
+    pass.reason = plan.reason;
+    if (!plan.tiled) return decoder ? model.decode(backend, input) : model.encode(backend, input);
     TiledGraphReport report;
     HostTensor out = runTiledGraph(backend, primitive, model.tensors(), input, plan.tiling, &report);
-    if (description) *description = "tiled " + report.describe() + " (" + plan.reason + ")";
+    pass.tiling = report.record();
+    return out;
+}
+
+HostTensor runVaePass(Backend& backend, const VaeModel& model, const HostTensor& input, bool decoder, VaeTiling mode,
+                      const std::optional<VaeMemoryBudget>& budget, std::string* description) {
+    VaePassRecord pass;
+    HostTensor out = runVaePass(backend, model, input, decoder, mode, budget, pass);
+    if (description) *description = describeVaePass(pass);
     return out;
 }
 

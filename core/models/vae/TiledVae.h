@@ -1,5 +1,6 @@
 // TiledVae: the VAE's decoder and encoder evaluated tile by tile with GroupNorm statistics of
-// the whole image, so that a tiled decode matches an untiled one (issue #15 item 6). Qt-free.
+// the whole image, so that a tiled decode matches an untiled one (where A1111's and ComfyUI's
+// tilers, normalising each tile on its own, leave seams). Qt-free.
 //
 // How (docs in the comments below; the design is general over a primitive ModelGraph):
 //  * The graph, before fuseForExecution, is cut before every GroupNorm (and, by default, before
@@ -34,6 +35,7 @@
 #include "core/graph/Backend.h"  // Backend, TensorMap
 #include "core/graph/ModelGraph.h"
 #include "core/run/RunConfig.h"
+#include "core/run/RunRecord.h"   // VaeTilingRecord, VaePassRecord
 
 namespace tessera {
 
@@ -123,8 +125,10 @@ struct TiledGraphReport {
     std::string canvases = "host";      // where the canvases were kept (TiledCanvasStore::where)
     std::uint64_t storePeakBytes = 0;   // runTiledGraph: the store's peak (device bytes for a device store)
     std::uint64_t deviceBytes = 0;      // estimateTiledGraph: the largest segment's activations for one batch
-    // "2x2 tiles of 64 latent px + 2 halo (544x544 px evaluated), whole-image GroupNorm,
-    // attention over the whole image, host peak 1.2 GiB"
+    // What the run record keeps of it (core/run/RunRecord.h).
+    VaeTilingRecord record() const;
+    // describe(record()): "2x2 tiles of 64 latent px + 2 halo (544x544 px evaluated), whole-image
+    // GroupNorm, attention over the whole image, host peak 1.2 GiB"
     std::string describe() const;
 };
 
@@ -230,7 +234,11 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
                         const std::optional<VaeMemoryBudget>& budget);
 
 // A decode (decoder true) or encode as planVaePass plans it for `budget`, on `backend`;
-// `description` (when non-null) receives what the run record says: "untiled (activations
+// `pass` receives what the run record keeps of it: the image's size in pixels, whole or tiled,
+// planVaePass's reason and, tiled, the tiling (pass.ms is left to the caller, who times the phase).
+HostTensor runVaePass(Backend& backend, const VaeModel& model, const HostTensor& input, bool decoder, VaeTiling mode,
+                      const std::optional<VaeMemoryBudget>& budget, VaePassRecord& pass);
+// The same; `description` (when non-null) receives describeVaePass of it: "untiled (activations
 // 1.1 GiB of 30.2 GiB (host: MemAvailable in /proc/meminfo))" / "tiled 2x2 tiles of 64 latent px + 2 halo ...".
 HostTensor runVaePass(Backend& backend, const VaeModel& model, const HostTensor& input, bool decoder, VaeTiling mode,
                       const std::optional<VaeMemoryBudget>& budget, std::string* description);

@@ -1,6 +1,6 @@
-// diffusers AutoencoderKL config.json reader (shared/spec/sd-models.md §4.1). The defaults in
-// VaeConfig's member initialisers are AutoencoderKL.__init__'s; keys starting with '_' are
-// bookkeeping and ignored, as are those listed in _use_default_values.
+// diffusers AutoencoderKL config.json reader (diffusers models/autoencoders/autoencoder_kl.py). The
+// defaults in VaeConfig's member initialisers are AutoencoderKL.__init__'s; keys starting with '_'
+// are bookkeeping and ignored, as are those listed in _use_default_values.
 #include "core/models/vae/VaeConfig.h"
 
 #include <set>
@@ -20,6 +20,7 @@ namespace {
 namespace bounds = vae_config_bounds;
 using namespace config_json;
 
+// One range per key with what SD's VAEs use: a table shaped like every config reader's.
 constexpr IntRange kImageChannels{1, bounds::kMaxImageChannels, "3 for RGB images"};
 constexpr IntRange kLatentChannels{1, bounds::kMaxLatentChannels, "4 in SD 1.x/2.x/XL, 16 in newer latent spaces"};
 constexpr IntRange kBlockChannels{1, bounds::kMaxBlockChannels, "SD's VAE uses 128 to 512 per level"};

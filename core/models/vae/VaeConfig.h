@@ -1,6 +1,6 @@
-// AutoencoderKL (the Stable Diffusion VAE) configuration, read from a diffusers config.json
-// with AutoencoderKL.__init__'s defaults for missing keys (shared/spec/sd-models.md §4.1).
-// Qt-free.
+// AutoencoderKL (the Stable Diffusion VAE) configuration, read from a diffusers config.json with
+// AutoencoderKL.__init__'s defaults for missing keys (diffusers
+// models/autoencoders/autoencoder_kl.py). Qt-free.
 #pragma once
 
 #include <optional>
@@ -11,7 +11,8 @@
 
 namespace tessera {
 
-// The values Tessera accepts, checked before anything is sized from a config.
+// The values Tessera accepts, checked before anything is sized from a config. Apart from
+// unet_config_bounds though some values agree: each table follows its own family's configs.
 namespace vae_config_bounds {
 // Resolution levels: 4 in SD 1.x/2.x/XL (scale factor 8); 8 keeps the factor at most 128.
 inline constexpr int kMaxLevels = 8;
@@ -39,7 +40,8 @@ struct VaeConfig {
     std::optional<float> shiftFactor;                // null: not used by SD pipelines
     std::optional<std::vector<float>> latentsMean;   // null, or latent_channels values (Playground)
     std::optional<std::vector<float>> latentsStd;
-    bool forceUpcast = true;  // recorded: run in float32 (or bf16) unless false (§4.6)
+    bool forceUpcast = true;  // recorded: run in float32 (or bf16) unless false (SDXL's VAE
+                              // overflows in fp16: StableDiffusionXLPipeline upcasts it)
     bool useQuantConv = true;
     bool usePostQuantConv = true;
     bool midBlockAddAttention = true;

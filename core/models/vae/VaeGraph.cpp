@@ -27,8 +27,9 @@ private:
     const VaeConfig& c_;
 };
 
-// ResnetBlock2D with temb None (§4.2): norm1, SiLU, conv1, norm2, SiLU, conv2 (dropout is the
-// identity at inference), then (input or conv_shortcut(input)) + h; output_scale_factor 1.
+// ResnetBlock2D with temb None (diffusers models/autoencoders/vae.py Encoder, Decoder): norm1,
+// SiLU, conv1, norm2, SiLU, conv2 (dropout is the identity at inference), then (input or
+// conv_shortcut(input)) + h; output_scale_factor 1.
 int VaeBuilder::resnet(const std::string& p, int x, int cout) {
     ResnetOptions o;
     o.groups = c_.normNumGroups;
@@ -36,8 +37,8 @@ int VaeBuilder::resnet(const std::string& p, int x, int cout) {
     return GraphBuilder::resnet(p, x, cout, -1, o);
 }
 
-// UNetMidBlock2D (§4.2 item 3): resnet, [attention: one head of all channels, GroupNorm with
-// eps 1e-6, residual, rescale 1], resnet.
+// UNetMidBlock2D (as the VAE's Encoder and Decoder build it): resnet, [attention: one head of all
+// channels, GroupNorm with eps 1e-6, residual, rescale 1], resnet.
 int VaeBuilder::midBlock(const std::string& p, int x) {
     const int ch = channels(x);
     int h = resnet(p + ".resnets.0", x, ch);

@@ -1,5 +1,5 @@
-// The AutoencoderKL family (diffusers; shared/spec/sd-models.md §4.2-4.4) as ModelGraphs: the
-// one place where the VAE's encoder and decoder structure is written. Qt-free.
+// The AutoencoderKL family (diffusers models/autoencoders/vae.py Encoder, Decoder) as ModelGraphs:
+// the one place where the VAE's encoder and decoder structure is written. Qt-free.
 //
 // Sizes follow ModelGraph's convention: a value's divisor is relative to the graph's finest
 // resolution, the image. So both graphs are prepared and run at the IMAGE size H x W (a

@@ -1,4 +1,4 @@
-// VaeModel: diffusers AutoencoderKL weights (shared/spec/sd-models.md §4.4) bound by name, and
+// VaeModel: diffusers AutoencoderKL weights bound by name, and
 // whole-image decode / encode through the graphs of core/models/vae/VaeGraph.h.
 #include "core/models/vae/VaeModel.h"
 
@@ -108,8 +108,8 @@ VaeConfig readVaeConfig(const std::string& dir, std::string* vaeDir) {
     const nlohmann::json json = readModelJson(configPath);
     const auto className = json.is_object() ? json.find("_class_name") : json.end();
     if (className != json.end() && className->is_string() && className->get<std::string>() != "AutoencoderKL")
-        throw ModelError(shown + ": _class_name is '" + excerpt(className->get<std::string>()) +
-                         "'; a VAE folder holds an AutoencoderKL");
+        throw ModelError(shown + ": _class_name is " + inQuotes(className->get<std::string>()) +
+                         "; a VAE folder holds an AutoencoderKL");
     if (vaeDir != nullptr) *vaeDir = folder;
     try {
         return vaeConfigFromJson(json);

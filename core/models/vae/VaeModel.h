@@ -1,5 +1,5 @@
 // VaeModel: a diffusers AutoencoderKL folder (config.json + diffusion_pytorch_model.safetensors,
-// shared/spec/sd-models.md §4, §6) loaded and bound to float32 host tensors by diffusers
+// or a pipeline folder holding vae/) loaded and bound to float32 host tensors by diffusers
 // parameter name, and its whole-image decode / encode on a Backend. Qt-free.
 #pragma once
 
@@ -64,14 +64,15 @@ private:
     ModelWeights weights_;  // tensors by canonical name, extra names, sha256
 };
 
-// DiagonalGaussianDistribution (§4.5) of encoder moments [B, 2C, h, w]: the mean (channels
-// 0 .. C-1), which img2img uses when it does not sample, and the log-variance (channels C ..
-// 2C-1) clamped to [-30, 20]. Throws std::invalid_argument for moments of odd channel count.
+// diffusers' DiagonalGaussianDistribution (models/autoencoders/vae.py) of encoder moments
+// [B, 2C, h, w]: the mean (channels 0 .. C-1), which img2img uses when it does not sample, and
+// the log-variance (channels C .. 2C-1) clamped to [-30, 20]. Throws std::invalid_argument for
+// moments of odd channel count.
 HostTensor posteriorMean(const HostTensor& moments);
 HostTensor posteriorLogvar(const HostTensor& moments);
 
-// The pipelines' latent scaling (§4.5), per element in float32 and in diffusers' order of
-// operations, on [B, latent_channels, h, w]:
+// The pipelines' latent scaling (StableDiffusionPipeline, StableDiffusionXLPipeline), per element
+// in float32 and in diffusers' order of operations, on [B, latent_channels, h, w]:
 //   scaleLatents (after encode):    z * scaling_factor, or (z - mean) * scaling_factor / std
 //   unscaleLatents (before decode): latents / scaling_factor, or latents * std / scaling_factor + mean
 // with mean/std the config's latents_mean/latents_std per channel, used only when both are set
