@@ -8,14 +8,10 @@ function(tessera_warnings target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
       $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
   endif()
+  # TESSERA_FUZZ turns this on too; libFuzzer's coverage counters are added by tests/fuzz to the
+  # libraries the fuzz targets exercise.
   if(TESSERA_SANITIZE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
-  endif()
-  if(TESSERA_FUZZ)
-    # Coverage counters for libFuzzer's guidance in every object of ours; libFuzzer's main is
-    # linked into the fuzz targets only (tests/fuzz/CMakeLists.txt).
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined
-      -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
   endif()
 endfunction()

@@ -9,7 +9,7 @@ packages=(
   libspdlog-dev nlohmann-json3-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev nettle-dev
   xvfb xauth fonts-dejavu-core
   patchelf appstream desktop-file-utils xz-utils
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,37 +1,68 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, build everything with warnings as
-# errors (the CUDA backend too when /usr/local/cuda has the toolkit and cuDNN), run
-# every Qt Test suite under CTest, then build the core library and its tests again
-# with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) together with the
-# window's suites (offscreen: settings, runs, cancel, export) and run those,
-# then the libFuzzer target of every parser (tests/fuzz, clang): seeds replayed, then fuzzed.
-# GPU suites skip (QSKIP) with a message where no CUDA device is present.
+# The whole test suite, exactly what CI runs (.ci/run), in the CMake presets of CMakePresets.json:
+#   format     clang-format --dry-run --Werror over every C++/CUDA file (.clang-format)
+#   dev        everything built with warnings as errors (the CUDA backend too when /usr/local/cuda
+#              has the toolkit and cuDNN); every Qt Test suite (GPU suites skip without a device)
+#   asan       one clang tree with AddressSanitizer + UBSan + LeakSanitizer: the core and window
+#              suites (offscreen: settings, runs, cancel, export) and the libFuzzer target of every
+#              parser (tests/fuzz), whose libraries it shares; every committed seed replayed
+#   tidy       clang-tidy (.clang-tidy) over core/, app/ and ui/ with the asan tree's compile commands
+#   fuzz       each fuzz target fuzzed for TESSERA_FUZZ_SECONDS (tests/fuzz/README.md: longer runs)
+# A line "phase NAME: N s" per phase closes the log, also when a phase fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install-deps.sh
 jobs="$(nproc)"
 
-# CI needs no debug info in the plain build (the sanitized build below keeps it): -O2 without -g.
-cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
-cmake --build build-test --parallel "$jobs"
-(cd build-test && ctest --output-on-failure --timeout 900 -j "$jobs")
+phases=()
+current=""
+started=$SECONDS
+phase_report() {
+    local status=$?
+    if [ -n "$current" ]; then phases+=("phase $current: $((SECONDS - current_began)) s (failed)"); fi
+    for line in "${phases[@]}"; do echo "$line"; done
+    echo "phase total: $((SECONDS - started)) s"
+    exit "$status"
+}
+trap phase_report EXIT
+# run_phase NAME COMMAND...: runs the command (set -e stops the script where it fails) and
+# records how long it took.
+run_phase() {
+    current="$1"
+    current_began=$SECONDS
+    shift
+    echo "=== phase $current"
+    "$@"
+    phases+=("phase $current: $((SECONDS - current_began)) s")
+    current=""
+}
 
-# One sanitized tree for the core suites and the window's (the core library is built once).
-# -g1: line tables only (sanitizer reports still name file and line), 10 min instead of 13.5 on a
-# 2-core machine.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_CUDA=OFF \
-  -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1"
-asan_suites=$(for f in tests/core/tst_*.cpp tests/ui/tst_*.cpp; do
-  l="$(basename "$(dirname "$f")")"; echo "${l}_$(basename "$f" .cpp)"; done)
-# shellcheck disable=SC2086 # one target per word
-cmake --build build-asan --parallel "$jobs" --target $asan_suites
-(cd build-asan && ctest --output-on-failure --timeout 900 -j "$jobs" -L '^core$')
-(cd build-asan && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900 -L '^ui$')
+format_check() {
+    git ls-files -z '*.h' '*.cpp' '*.cu' '*.cuh' | xargs -0 -n 40 -P "$jobs" clang-format --dry-run --Werror
+}
+dev() {
+    cmake --preset dev
+    cmake --build --preset dev --parallel "$jobs"
+}
+dev_tests() { ctest --preset dev -j "$jobs"; }
+asan() {
+    cmake --preset asan
+    cmake --build --preset asan --parallel "$jobs"
+}
+asan_tests() { ctest --preset asan -j "$jobs"; }
+# clang-tidy straight from xargs (run-clang-tidy prints every command line); CUDA sources and the
+# tests are not checked (.clang-tidy says why).
+tidy() {
+    git ls-files -z 'core/*.cpp' 'app/*.cpp' 'ui/*.cpp' |
+        xargs -0 -n 1 -P "$jobs" clang-tidy -p build-asan --quiet 2>&1 |
+        { grep -v '^[0-9]* warnings\? generated\.$' || true; }
+}
+fuzz() { ctest --preset asan-fuzz -j "$jobs"; }
 
-# Every parser's libFuzzer target (tests/fuzz/README.md), built with clang: the committed seeds
-# replayed once, then each target fuzzed for TESSERA_FUZZ_SECONDS (20 s), "$jobs" at a time.
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON -DTESSERA_WERROR=ON
-cmake --build build-fuzz --parallel "$jobs"
-(cd build-fuzz && ctest --output-on-failure -L '^fuzz-replay$' && ctest --output-on-failure -j "$jobs" -L '^fuzz-run$')
+run_phase deps bash tools/install-deps.sh
+run_phase format format_check
+run_phase dev-build dev
+run_phase dev-test dev_tests
+run_phase asan-build asan
+run_phase asan-test asan_tests
+run_phase tidy tidy
+run_phase fuzz fuzz

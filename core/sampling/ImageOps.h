@@ -1,6 +1,6 @@
 // Conversions between the engine's model-space images (float32 NCHW, [-1, 1] nominal)
 // and 8-bit RGB pixels, exactly as diffusers post-processes: clamp(x / 2 + 0.5, 0, 1),
-// then round(255 v) (docs/ENGINE_SEMANTICS.md §Sampling 3). Qt-free.
+// then round(255 v) (diffusers VaeImageProcessor.postprocess / numpy_to_pil; docs/ENGINE_SEMANTICS.md, "Sampling"). Qt-free.
 #pragma once
 
 #include <cstdint>

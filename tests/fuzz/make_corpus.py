@@ -25,7 +25,7 @@ root = os.path.normpath(os.path.join(here, "..", ".."))
 # Seeds that today's parsers fail on (each a finding, see crashes/README.md): written to
 # crashes/<target>/ instead, so the corpus replay passes and the finding stays reproducible.
 # Move an entry back into the corpus once its parser is fixed.
-FAILING_TODAY = set()  # every finding of session 4 is fixed; its reproducers are seeds now
+FAILING_TODAY = set()  # every earlier finding is fixed; its reproducers are seeds now
 
 
 def write(target, name, data):
