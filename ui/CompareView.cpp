@@ -7,8 +7,8 @@
 
 #include <QDialogButtonBox>
 #include <QHBoxLayout>
-#include <QKeyEvent>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QPainter>
 #include <QTableWidget>
@@ -30,7 +30,9 @@ QString runName(const RunRecord& record) {
     return QString::fromStdString(record.runId);
 }
 
-QString number(double value, int decimals) { return value < 0 ? QStringLiteral("—") : QString::number(value, 'f', decimals); }
+QString number(double value, int decimals) {
+    return value < 0 ? QStringLiteral("—") : QString::number(value, 'f', decimals);
+}
 
 // Rounded first: a difference that rounds to zero (two runs' equal peak memory) reads "0.0",
 // never "-0.0" or "+0.0".
@@ -164,8 +166,10 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     paneB_->setImage(b.image);
     const int scale = std::max(deltas_.maxPixelDiff, 1);
     paneDiff_->setImage(differenceImage(a.image, b.image, scale));
-    if (deltas_.maxPixelDiff == 0) paneDiff_->setLegend(tr("|A − B|: identical images (no pixel differs)"), 0, scale);
-    else if (deltas_.maxPixelDiff > 0) paneDiff_->setLegend(tr("|A − B| in 8-bit levels"), 0, scale);
+    if (deltas_.maxPixelDiff == 0)
+        paneDiff_->setLegend(tr("|A − B|: identical images (no pixel differs)"), 0, scale);
+    else if (deltas_.maxPixelDiff > 0)
+        paneDiff_->setLegend(tr("|A − B| in 8-bit levels"), 0, scale);
 
     // One view for all three panes (setView emits nothing, so the followers do not echo).
     for (CompareImagePane* source : {paneA_, paneB_, paneDiff_}) {
@@ -178,12 +182,11 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     table_ = new QTableWidget(7, 3);
     table_->setObjectName(QStringLiteral("compareTable"));
     table_->setHorizontalHeaderLabels({tr("A"), tr("B"), tr("B − A")});
-    table_->setVerticalHeaderLabels({tr("Total time (s)"),
-                                     deltas_.sameWork ? tr("Speedup (A time / B time)")
-                                                      : tr("Time ratio (not a speedup: the work differs)"),
-                                     tr("Peak memory (MiB)"),
-                                     tr("Max pixel difference"), tr("Mean pixel difference"),
-                                     tr("Seam visibility (1 = invisible)"), tr("Tile disagreement (mean)")});
+    table_->setVerticalHeaderLabels(
+        {tr("Total time (s)"),
+         deltas_.sameWork ? tr("Speedup (A time / B time)") : tr("Time ratio (not a speedup: the work differs)"),
+         tr("Peak memory (MiB)"), tr("Max pixel difference"), tr("Mean pixel difference"),
+         tr("Seam visibility (1 = invisible)"), tr("Tile disagreement (mean)")});
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
     table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
     table_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
@@ -200,9 +203,10 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     panes->addWidget(paneB_);
     panes->addWidget(paneDiff_);
     auto* layout = new QVBoxLayout(this);
-    auto* caption = new QLabel(tr("A: %1 — %2<br>B: %3 — %4")
-                                   .arg(runName(a.record).toHtmlEscaped(), configSummary(a.record.config).toHtmlEscaped(),
-                                        runName(b.record).toHtmlEscaped(), configSummary(b.record.config).toHtmlEscaped()));
+    auto* caption =
+        new QLabel(tr("A: %1 — %2<br>B: %3 — %4")
+                       .arg(runName(a.record).toHtmlEscaped(), configSummary(a.record.config).toHtmlEscaped(),
+                            runName(b.record).toHtmlEscaped(), configSummary(b.record.config).toHtmlEscaped()));
     caption->setTextFormat(Qt::RichText);
     layout->addWidget(caption);
     differences_ = new QLabel(differencesText());
@@ -271,7 +275,8 @@ void CompareView::fillTable(const CompareSide&, const CompareSide&) {
     set(4, 2, d.meanPixelDiff >= 0 ? QString::number(d.meanPixelDiff, 'f', 3) : QStringLiteral("—"));
     set(5, 0, number(d.seamScoreA, 2));
     set(5, 1, number(d.seamScoreB, 2));
-    set(5, 2, d.seamScoreA >= 0 && d.seamScoreB >= 0 ? signedNumber(d.seamScoreB - d.seamScoreA, 2) : QStringLiteral("—"));
+    set(5, 2,
+        d.seamScoreA >= 0 && d.seamScoreB >= 0 ? signedNumber(d.seamScoreB - d.seamScoreA, 2) : QStringLiteral("—"));
     set(6, 0, number(d.seamMeanA, 5));
     set(6, 1, number(d.seamMeanB, 5));
     set(6, 2, d.seamMeanA >= 0 && d.seamMeanB >= 0 ? signedNumber(d.seamMeanB - d.seamMeanA, 5) : QStringLiteral("—"));

@@ -23,22 +23,22 @@ namespace tessera {
 // One side of a comparison.
 struct CompareSide {
     RunRecord record;
-    QImage image;            // the run's image; may be null (then no pixel difference)
-    double seamMean = -1;    // mean of its seam map; < 0: unknown
+    QImage image;          // the run's image; may be null (then no pixel difference)
+    double seamMean = -1;  // mean of its seam map; < 0: unknown
 };
 
 struct CompareDeltas {
     double totalMsA = 0, totalMsB = 0;
-    double speedup = 0;              // totalMsA / totalMsB (> 1: B is faster); 0 when unknown
+    double speedup = 0;  // totalMsA / totalMsB (> 1: B is faster); 0 when unknown
     // The settings B differs from A in; sameWork is false when one of them changes the work
     // (steps, size, model, ...): the time ratio is then not a speedup and is labelled so.
     std::vector<SettingDifference> differences;
     bool sameWork = true;
     double peakMiBA = -1, peakMiBB = -1;
-    int maxPixelDiff = -1;           // 0..255 over R, G, B; -1 when the sizes differ or an image is missing
+    int maxPixelDiff = -1;  // 0..255 over R, G, B; -1 when the sizes differ or an image is missing
     double meanPixelDiff = -1;
-    double seamMeanA = -1, seamMeanB = -1;     // tile disagreement: the mean of the seam maps
-    double seamScoreA = -1, seamScoreB = -1;   // border visibility in the image (core/sampling/SeamScore.h)
+    double seamMeanA = -1, seamMeanB = -1;    // tile disagreement: the mean of the seam maps
+    double seamScoreA = -1, seamScoreB = -1;  // border visibility in the image (core/sampling/SeamScore.h)
 };
 
 // The numbers in the table (pure; no widgets).
@@ -89,7 +89,7 @@ public:
     QString differencesText() const;
 
 protected:
-    void keyPressEvent(QKeyEvent* event) override;   // Escape closes
+    void keyPressEvent(QKeyEvent* event) override;  // Escape closes
 
 private:
     void fillTable(const CompareSide& a, const CompareSide& b);

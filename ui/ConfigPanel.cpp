@@ -62,15 +62,17 @@ ConfigPanel::ConfigPanel(QWidget* parent)
         emit modelChecked();
     });
     connect(inspector_, &ModelInspector::tokensCounted, this,
-            [this](quint64, const QString& field, int tokens, const QString& error) { onTokensCounted(field, tokens, error); });
+            [this](quint64, const QString& field, int tokens, const QString& error) {
+                onTokensCounted(field, tokens, error);
+            });
     // Invalid editors get a red frame; the reason sits right under them.
-    setStyleSheet(QStringLiteral(
-        "QSpinBox[invalid=\"true\"], QDoubleSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"],"
-        " QComboBox[invalid=\"true\"], QPlainTextEdit[invalid=\"true\"] {"
-        " border: 1px solid #d64541; border-radius: 3px; padding: 1px 2px; }"
-        "QLabel[role=\"error\"] { color: #c0392b; }"
-        "QLabel[role=\"hint\"] { color: #5a6270; }"
-        "QLabel[role=\"warning\"] { color: #a05a00; }"));
+    setStyleSheet(
+        QStringLiteral("QSpinBox[invalid=\"true\"], QDoubleSpinBox[invalid=\"true\"], QLineEdit[invalid=\"true\"],"
+                       " QComboBox[invalid=\"true\"], QPlainTextEdit[invalid=\"true\"] {"
+                       " border: 1px solid #d64541; border-radius: 3px; padding: 1px 2px; }"
+                       "QLabel[role=\"error\"] { color: #c0392b; }"
+                       "QLabel[role=\"hint\"] { color: #5a6270; }"
+                       "QLabel[role=\"warning\"] { color: #a05a00; }"));
 
     model_ = new ModelGroup;
     prompt_ = new PromptGroup;
@@ -131,9 +133,9 @@ RunConfig ConfigPanel::config() const {
 void ConfigPanel::setConfig(const RunConfig& config) {
     applying_ = true;
     base_ = config;
-    for (ConfigGroup* group : {static_cast<ConfigGroup*>(image_), static_cast<ConfigGroup*>(prompt_),
-                               static_cast<ConfigGroup*>(start_), static_cast<ConfigGroup*>(model_),
-                               static_cast<ConfigGroup*>(tiling_), static_cast<ConfigGroup*>(graphs_)})
+    for (ConfigGroup* group :
+         {static_cast<ConfigGroup*>(image_), static_cast<ConfigGroup*>(prompt_), static_cast<ConfigGroup*>(start_),
+          static_cast<ConfigGroup*>(model_), static_cast<ConfigGroup*>(tiling_), static_cast<ConfigGroup*>(graphs_)})
         group->showConfig(config);
     applying_ = false;
     onEdited();
@@ -156,9 +158,7 @@ void ConfigPanel::locateDefaultModel(const QString& executableDir) {
     revalidate();
 }
 
-bool ConfigPanel::isCheckingModel() const {
-    return locatingDefault_ || (!inspectedFolder_.isEmpty() && !inspection_);
-}
+bool ConfigPanel::isCheckingModel() const { return locatingDefault_ || (!inspectedFolder_.isEmpty() && !inspection_); }
 
 void ConfigPanel::setDefaultModelFolder(const QString& folder) {
     defaultModelFolder_ = folder;
@@ -218,8 +218,9 @@ QString ConfigPanel::promptUnavailableReason() const {
         return tr("Disabled: %1 is an unconditional UNet2DModel, which takes no prompt. Choose a Stable Diffusion "
                   "model (a pipeline folder, a .safetensors checkpoint or random:sd15) for prompts and guidance.")
             .arg(QFileInfo(inspection_->folder).fileName());
-    return tr("Disabled until the model is known to be Stable Diffusion (a pipeline folder, a .safetensors "
-              "checkpoint or random:sd15).");
+    return tr(
+        "Disabled until the model is known to be Stable Diffusion (a pipeline folder, a .safetensors "
+        "checkpoint or random:sd15).");
 }
 
 void ConfigPanel::updatePromptAvailability() {
@@ -254,7 +255,8 @@ void ConfigPanel::checkSdMultiples(const RunConfig& c, int multiple,
         if (value <= 0 || value % multiple == 0) return;
         const int below = value / multiple * multiple;
         add(QString::fromLatin1(field),
-            tr("%1 is not a multiple of %2; %3 of a Stable Diffusion run must be (its VAE works in %2-pixel cells): use %4")
+            tr("%1 is not a multiple of %2; %3 of a Stable Diffusion run must be (its VAE works in %2-pixel cells): "
+               "use %4")
                 .arg(value)
                 .arg(multiple)
                 .arg(what)
@@ -299,7 +301,8 @@ void ConfigPanel::revalidate() {
         addProblem(field, withoutFieldPrefix(field, QString::fromUtf8(problem.what())));
     }
     if (modelIsStableDiffusion()) checkSdMultiples(c, inspection_->pixelMultiple, addProblem);
-    if (const QString problem = start_->check(c.initImage); !problem.isEmpty()) addProblem(QStringLiteral("init"), problem);
+    if (const QString problem = start_->check(c.initImage); !problem.isEmpty())
+        addProblem(QStringLiteral("init"), problem);
     updatePromptAvailability();
     start_->showStartImage(base_.initImage, image_->canvasSize());
 
@@ -313,8 +316,9 @@ void ConfigPanel::revalidate() {
 
     updateComputeNote();
     tiling_->showStride(c);
-    const bool planValid = problems_.count(QStringLiteral("width")) == 0 && problems_.count(QStringLiteral("height")) == 0 &&
-                           problems_.count(QStringLiteral("tile")) == 0 && problems_.count(QStringLiteral("overlap")) == 0;
+    const bool planValid =
+        problems_.count(QStringLiteral("width")) == 0 && problems_.count(QStringLiteral("height")) == 0 &&
+        problems_.count(QStringLiteral("tile")) == 0 && problems_.count(QStringLiteral("overlap")) == 0;
     cost_->showCost(c, planValid);
     if (wasValid != problems_.empty()) emit validityChanged(problems_.empty());
 }
@@ -323,7 +327,8 @@ QString ConfigPanel::checkModel(const QString& folder, bool isDefault, ModelLimi
     info->clear();
     if (isDefault && !defaultKnown_) {
         *limits = lastLimits_;
-        return locatingDefault_ ? tr("looking for the default model…") : tr("no default model is set; choose a model folder");
+        return locatingDefault_ ? tr("looking for the default model…")
+                                : tr("no default model is set; choose a model folder");
     }
     if (folder.isEmpty()) return tr("no default model is installed; choose a model folder");
     if (folder != inspectedFolder_) {
@@ -340,7 +345,8 @@ QString ConfigPanel::checkModel(const QString& folder, bool isDefault, ModelLimi
     }
     if (!inspection_->limits) return inspection_->error;
     *limits = lastLimits_ = *inspection_->limits;
-    const QString name = folder.startsWith(QString::fromLatin1(kRandomModelPrefix)) ? folder : QFileInfo(folder).fileName();
+    const QString name =
+        folder.startsWith(QString::fromLatin1(kRandomModelPrefix)) ? folder : QFileInfo(folder).fileName();
     if (inspection_->stableDiffusion)
         *info = tr("%1: Stable Diffusion, tiles in multiples of %2, sizes and overlap of %3")
                     .arg(name)
@@ -375,8 +381,10 @@ bool ConfigPanel::isCheckingStartImage() const { return start_->isChecking(base_
 const std::optional<ImageHeader>& ConfigPanel::startImageHeader() const { return start_->header(); }
 
 void ConfigPanel::onStartImageHeader(bool usable) {
-    if (usable) onEdited();  // the canvas size may follow from it
-    else revalidate();
+    if (usable)
+        onEdited();  // the canvas size may follow from it
+    else
+        revalidate();
     emit startImageChecked();
 }
 
@@ -388,7 +396,8 @@ void ConfigPanel::applyStartImageSize() {
 void ConfigPanel::setRecentModels(const QStringList& models) {
     recentModels_.clear();
     for (const QString& model : models)
-        if (!model.isEmpty() && !recentModels_.contains(model) && recentModels_.size() < kMaxRecentModels) recentModels_ << model;
+        if (!model.isEmpty() && !recentModels_.contains(model) && recentModels_.size() < kMaxRecentModels)
+            recentModels_ << model;
 }
 
 void ConfigPanel::noteModelUsed(const QString& model) {

@@ -151,7 +151,8 @@ private:
     bool modelIsStableDiffusion() const;
     bool modelTakesNoPrompt() const;
     // SD: width, height and overlap in multiples of the VAE's cell (core/models/sd/SdPipeline.h checkSdRun).
-    void checkSdMultiples(const RunConfig& config, int multiple, const std::function<void(const QString&, const QString&)>& add) const;
+    void checkSdMultiples(const RunConfig& config, int multiple,
+                          const std::function<void(const QString&, const QString&)>& add) const;
     // Size fields from the start image and the scale (Factor), else editable (TargetSize).
     void applyStartImageSize();
 
@@ -163,12 +164,12 @@ private:
     ModelCatalog* catalog_ = nullptr;  // the picker's listings and hashes (kept between pickers)
     QString modelsFolder_;
     QStringList recentModels_;
-    QString inspectedFolder_;                  // the folder of the newest inspection
+    QString inspectedFolder_;                    // the folder of the newest inspection
     std::optional<ModelInspection> inspection_;  // its answer; empty while awaited
-    ModelLimits lastLimits_;                   // of the last folder that had limits: used while checking
+    ModelLimits lastLimits_;                     // of the last folder that had limits: used while checking
     std::optional<DeviceReport> devices_;
     bool promptStateShown_ = false;  // the Prompt group shows an answer about the model
-    bool applying_ = false;  // setConfig in progress: one configChanged at the end, not one per field
+    bool applying_ = false;          // setConfig in progress: one configChanged at the end, not one per field
 
     ModelGroup* model_ = nullptr;
     PromptGroup* prompt_ = nullptr;

@@ -42,9 +42,10 @@ void CostPreview::showCost(const RunConfig& c, bool planValid) {
                                 .arg(plan.tileW())
                                 .arg(plan.tileH()));
             redundancy_->setText(tr("%1×").arg(plan.redundancy(), 0, 'f', 2));
-            evaluations_->setText(tr("%1 per step, %2 total")
-                                      .arg(plan.evaluationsPerStep())
-                                      .arg(QLocale().toString(static_cast<qlonglong>(plan.totalEvaluations(std::max(0, c.steps))))));
+            evaluations_->setText(
+                tr("%1 per step, %2 total")
+                    .arg(plan.evaluationsPerStep())
+                    .arg(QLocale().toString(static_cast<qlonglong>(plan.totalEvaluations(std::max(0, c.steps))))));
             batches_->setText(tr("%1 (batch %2)").arg((plan.count() + batch - 1) / batch).arg(batch));
             return;
         } catch (const std::exception& e) {

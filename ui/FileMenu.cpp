@@ -39,7 +39,12 @@ QString presetsFolder() {
 
 FileMenu::FileMenu(QWidget* window, QSettings& settings, ConfigPanel* panel, StatusLine* status,
                    std::function<const FinishedRun*()> shownRun)
-    : QObject(window), window_(window), settings_(settings), panel_(panel), status_(status), shownRun_(std::move(shownRun)) {
+    : QObject(window),
+      window_(window),
+      settings_(settings),
+      panel_(panel),
+      status_(status),
+      shownRun_(std::move(shownRun)) {
     auto make = [window](const QString& text, const char* name, const QKeySequence& shortcut = {}) {
         auto* action = new QAction(text, window);
         action->setObjectName(QString::fromLatin1(name));
@@ -71,10 +76,14 @@ void FileMenu::addTo(QMenu* menu) {
 
 QAction* FileMenu::exportAction(ExportFormat format) const {
     switch (format) {
-    case ExportFormat::ImagePng: return exportAction_;
-    case ExportFormat::TimingsCsv: return exportCsvAction_;
-    case ExportFormat::ManifestJson: return exportManifestAction_;
-    case ExportFormat::ChromeTrace: return exportTraceAction_;
+        case ExportFormat::ImagePng:
+            return exportAction_;
+        case ExportFormat::TimingsCsv:
+            return exportCsvAction_;
+        case ExportFormat::ManifestJson:
+            return exportManifestAction_;
+        case ExportFormat::ChromeTrace:
+            return exportTraceAction_;
     }
     return nullptr;
 }
@@ -87,9 +96,9 @@ void FileMenu::updateActions() {
 }
 
 void FileMenu::openPreset() {
-    const QString path = QFileDialog::getOpenFileName(window_, tr("Open preset"),
-                                                      settings_.value(kPresetDirKey, presetsFolder()).toString(),
-                                                      tr("Presets, manifests and run images (*.json *.png);;All files (*)"));
+    const QString path = QFileDialog::getOpenFileName(
+        window_, tr("Open preset"), settings_.value(kPresetDirKey, presetsFolder()).toString(),
+        tr("Presets, manifests and run images (*.json *.png);;All files (*)"));
     if (path.isEmpty()) return;
     settings_.setValue(kPresetDirKey, QFileInfo(path).absolutePath());
     restoreConfiguration(path, Feedback::MessageBox);
@@ -106,9 +115,15 @@ void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {
             const QString name = QFileInfo(path).fileName();
             const QString run = QString::fromStdString(restored.runId);
             switch (restored.source) {
-            case ConfigSource::RunPng: status_->setStatusText(tr("Settings of run %1 restored from the image %2").arg(run, name)); break;
-            case ConfigSource::Manifest: status_->setStatusText(tr("Settings of run %1 restored from the manifest %2").arg(run, name)); break;
-            case ConfigSource::Preset: status_->setStatusText(tr("Loaded preset %1").arg(name)); break;
+                case ConfigSource::RunPng:
+                    status_->setStatusText(tr("Settings of run %1 restored from the image %2").arg(run, name));
+                    break;
+                case ConfigSource::Manifest:
+                    status_->setStatusText(tr("Settings of run %1 restored from the manifest %2").arg(run, name));
+                    break;
+                case ConfigSource::Preset:
+                    status_->setStatusText(tr("Loaded preset %1").arg(name));
+                    break;
             }
             emit configurationRestored(path, true, {});
         },
@@ -123,24 +138,26 @@ void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {
 }
 
 void FileMenu::savePreset() {
-    const QString path = QFileDialog::getSaveFileName(window_, tr("Save preset"),
-                                                      settings_.value(kPresetDirKey, QDir::homePath()).toString() +
-                                                          QStringLiteral("/preset.json"),
-                                                      tr("Tessera presets (*.json)"), nullptr,
-                                                      QFileDialog::DontConfirmOverwrite);
+    const QString path = QFileDialog::getSaveFileName(
+        window_, tr("Save preset"),
+        settings_.value(kPresetDirKey, QDir::homePath()).toString() + QStringLiteral("/preset.json"),
+        tr("Tessera presets (*.json)"), nullptr, QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty()) return;
     settings_.setValue(kPresetDirKey, QFileInfo(path).absolutePath());
     const std::string json = toJson(panel_->config()).dump(2) + "\n";
     writeInBackground(
         path, Overwrite::Ask, [json](const std::string& file) { writeFileAtomically(file, json); },
         [this, path](bool ok, const QString& error) {
-            if (ok) status_->setStatusText(tr("Saved preset %1").arg(QFileInfo(path).fileName()));
-            else if (!error.isEmpty()) QMessageBox::warning(window_, tr("Save preset"), error);
+            if (ok)
+                status_->setStatusText(tr("Saved preset %1").arg(QFileInfo(path).fileName()));
+            else if (!error.isEmpty())
+                QMessageBox::warning(window_, tr("Save preset"), error);
         });
 }
 
-void FileMenu::writeInBackground(const QString& path, Overwrite overwrite, std::function<void(const std::string&)> write,
-                                   std::function<void(bool, const QString&)> done) {
+void FileMenu::writeInBackground(const QString& path, Overwrite overwrite,
+                                 std::function<void(const std::string&)> write,
+                                 std::function<void(bool, const QString&)> done) {
     // The existence check runs with the write, off this thread; only the question is asked here.
     files_.start(
         [file = path.toStdString(), replace = overwrite == Overwrite::Replace, write] {
@@ -160,9 +177,10 @@ void FileMenu::writeInBackground(const QString& path, Overwrite overwrite, std::
 }
 
 bool FileMenu::askToReplace(const QString& path) {
-    return QMessageBox::question(window_, tr("Replace file?"),
-                                 tr("%1 already exists.\nDo you want to replace it?").arg(QDir::toNativeSeparators(path)),
-                                 QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes;
+    return QMessageBox::question(
+               window_, tr("Replace file?"),
+               tr("%1 already exists.\nDo you want to replace it?").arg(QDir::toNativeSeparators(path)),
+               QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes;
 }
 
 void FileMenu::exportInteractively(ExportFormat format) {
@@ -187,7 +205,8 @@ void FileMenu::exportTo(ExportFormat format, const QString& path, Overwrite over
 
 void FileMenu::startExport(ExportFormat format, const QString& path, Overwrite overwrite, Feedback feedback) {
     const auto done = [this, path, format, feedback](bool ok, const QString& error) {
-        if (ok) status_->setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
+        if (ok)
+            status_->setStatusText(tr("Exported %1").arg(QDir::toNativeSeparators(path)));
         else if (feedback == Feedback::MessageBox && !error.isEmpty())
             QMessageBox::warning(window_, tr("Export %1").arg(exportTitle(format)), error);
         else

@@ -64,7 +64,8 @@ bool GraphComparison::chooseCompared() {
     if (keptOff.empty() || keptOn.empty()) return false;
     const auto median = [this](std::vector<int> indices) {
         std::sort(indices.begin(), indices.end(), [this](int x, int y) {
-            return runs[static_cast<std::size_t>(x)].result->record.totalMs < runs[static_cast<std::size_t>(y)].result->record.totalMs;
+            return runs[static_cast<std::size_t>(x)].result->record.totalMs <
+                   runs[static_cast<std::size_t>(y)].result->record.totalMs;
         });
         return indices[(indices.size() - 1) / 2];  // the lower median: always a real run
     };
@@ -88,17 +89,23 @@ QString GraphComparison::note() const {
         QStringList times;
         for (const Run& run : runs)
             if (run.pair == pair && run.result)
-                times << tr("%1 %2 s").arg(modeName(run.config.graphs)).arg(run.result->record.totalMs / 1000.0, 0, 'f', 3);
-        lines << tr("pair %1%2: %3").arg(pair).arg(pair == 1 ? tr(" (warm-up, discarded)") : QString(), times.join(QStringLiteral(", ")));
+                times << tr("%1 %2 s")
+                             .arg(modeName(run.config.graphs))
+                             .arg(run.result->record.totalMs / 1000.0, 0, 'f', 3);
+        lines << tr("pair %1%2: %3")
+                     .arg(pair)
+                     .arg(pair == 1 ? tr(" (warm-up, discarded)") : QString(), times.join(QStringLiteral(", ")));
     }
-    QString text = tr("Compare graphs, interleaved %1 — %2. %3").arg(order.join(QStringLiteral(", ")), lines.join(QStringLiteral("; ")), choice);
+    QString text = tr("Compare graphs, interleaved %1 — %2. %3")
+                       .arg(order.join(QStringLiteral(", ")), lines.join(QStringLiteral("; ")), choice);
     if (shownB < 0) return text;
     const RunRecord& on = runs[static_cast<std::size_t>(shownB)].result->record;
     if (effectiveGraphMode(on.graphs) == GraphMode::Off)
         text += tr(" Graphs %1 ran as off (%2), so both runs launched eagerly: the times differ only by run-to-run "
                    "variation.")
-                    .arg(modeName(onMode), on.environment.backend == "cpu" ? tr("the CPU engine has no CUDA graphs")
-                                                                           : QString::fromStdString(on.graphs.fallbackReason));
+                    .arg(modeName(onMode), on.environment.backend == "cpu"
+                                               ? tr("the CPU engine has no CUDA graphs")
+                                               : QString::fromStdString(on.graphs.fallbackReason));
     return text;
 }
 

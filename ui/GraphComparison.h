@@ -18,20 +18,20 @@ namespace tessera {
 struct GraphComparison {
     struct Run {
         RunConfig config;
-        bool graphsOn = false;       // config.graphs is the "on" mode (else off)
-        int pair = 0;                // 1-based; pair 1 is the warm-up
-        bool warmUp = false;         // discarded: not compared, not kept in the history
+        bool graphsOn = false;                    // config.graphs is the "on" mode (else off)
+        int pair = 0;                             // 1-based; pair 1 is the warm-up
+        bool warmUp = false;                      // discarded: not compared, not kept in the history
         std::shared_ptr<const RunResult> result;  // null until it finished
         QImage image;
     };
-    quint64 firstRunId = 0;          // run i has id firstRunId + i
+    quint64 firstRunId = 0;  // run i has id firstRunId + i
     GraphMode onMode = GraphMode::Tile;
     std::vector<Run> runs;
-    bool active = false;             // still running
-    bool completed = false;          // every run finished
-    int shownA = -1, shownB = -1;    // indices of the compared runs (A: off, B: on); -1 before
-    QString choice;                  // which runs were compared and why, as the views say it
-    QString error;                   // the failure that ended it, if one did
+    bool active = false;           // still running
+    bool completed = false;        // every run finished
+    int shownA = -1, shownB = -1;  // indices of the compared runs (A: off, B: on); -1 before
+    QString choice;                // which runs were compared and why, as the views say it
+    QString error;                 // the failure that ended it, if one did
 
     // The runs of `pairs` pairs of `base` (graphs off, then base's mode or tile when that is
     // off), labelled with their mode and pair, with ids from `firstRunId`; active.

@@ -32,9 +32,10 @@ GraphsGroup::GraphsGroup(QWidget* parent) : ConfigGroup(tr("CUDA graphs"), paren
     lanes_ = makeSpin(0, 99);
     lanes_->setObjectName(QStringLiteral("lanesSpin"));
     lanes_->setSpecialValueText(tr("auto"));
-    lanes_->setToolTip(tr("Tile batches in flight at once, each on its own CUDA stream with its own copy of the "
-                          "activations (0 = auto: 4 for small forwards, else 2). More lanes fill the GPU when "
-                          "one forward is small, at the cost of memory; the image is the same bits."));
+    lanes_->setToolTip(
+        tr("Tile batches in flight at once, each on its own CUDA stream with its own copy of the "
+           "activations (0 = auto: 4 for small forwards, else 2). More lanes fill the GPU when "
+           "one forward is small, at the cost of memory; the image is the same bits."));
     form->addRow(tr("Lanes"), lanes_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("lanes"), lanes_));
     reason_ = makeRoleLabel("graphsReason", "hint");

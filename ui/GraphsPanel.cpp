@@ -28,28 +28,37 @@ constexpr double kBarOffset = 0.2, kBarWidth = 0.38;
 
 int rectOf(GraphsPanel::Metric metric) {
     switch (metric) {
-    case GraphsPanel::TotalTime: return kTotalRect;
-    case GraphsPanel::StepMedian:
-    case GraphsPanel::StepP95:
-    case GraphsPanel::HostEnqueue: return kStepRect;
-    default: return kMemoryRect;
+        case GraphsPanel::TotalTime:
+            return kTotalRect;
+        case GraphsPanel::StepMedian:
+        case GraphsPanel::StepP95:
+        case GraphsPanel::HostEnqueue:
+            return kStepRect;
+        default:
+            return kMemoryRect;
     }
 }
 
 // Position of the metric's group on its rect's key axis (groups 1, 2, 3 within a rect).
 double groupKey(GraphsPanel::Metric metric) {
     switch (metric) {
-    case GraphsPanel::TotalTime: return 1;
-    case GraphsPanel::StepMedian: return 1;
-    case GraphsPanel::StepP95: return 2;
-    case GraphsPanel::HostEnqueue: return 3;
-    case GraphsPanel::GraphMemory: return 1;
-    default: return 2;
+        case GraphsPanel::TotalTime:
+            return 1;
+        case GraphsPanel::StepMedian:
+            return 1;
+        case GraphsPanel::StepP95:
+            return 2;
+        case GraphsPanel::HostEnqueue:
+            return 3;
+        case GraphsPanel::GraphMemory:
+            return 1;
+        default:
+            return 2;
     }
 }
 
-const QColor kColorA(0x7f, 0x7f, 0x7f);   // eager: grey
-const QColor kColorB(0x2c, 0xa0, 0x2c);   // graphs: the GPU green of the timing chart
+const QColor kColorA(0x7f, 0x7f, 0x7f);  // eager: grey
+const QColor kColorB(0x2c, 0xa0, 0x2c);  // graphs: the GPU green of the timing chart
 
 QString modeText(const GraphRunMetrics& m) {
     QString text = QString::fromStdString(m.requestedMode);
@@ -92,8 +101,8 @@ double nearestRankPercentile(std::vector<double> values, double p) {
 GraphRunMetrics graphRunMetrics(const RunRecord& record) {
     GraphRunMetrics m;
     m.totalMs = record.totalMs;
-    m.stepTimeOnGpu = !record.steps.empty() &&
-                      std::all_of(record.steps.begin(), record.steps.end(), [](const StepTiming& s) { return s.gpuMs >= 0; });
+    m.stepTimeOnGpu = !record.steps.empty() && std::all_of(record.steps.begin(), record.steps.end(),
+                                                           [](const StepTiming& s) { return s.gpuMs >= 0; });
     std::vector<double> stepMs, enqueueMs;
     for (const StepTiming& step : record.steps) {
         stepMs.push_back(m.stepTimeOnGpu ? step.gpuMs : step.wallMs);
@@ -166,8 +175,10 @@ GraphsPanel::GraphsPanel(QWidget* parent) : QWidget(parent) {
     plot_->setMouseTracking(true);
     connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
         const QString text = hoverText(event->position());
-        if (text.isEmpty()) QToolTip::hideText();
-        else QToolTip::showText(plot_->mapToGlobal(event->position().toPoint()), text, plot_);
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(plot_->mapToGlobal(event->position().toPoint()), text, plot_);
     });
     plot_->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(plot_, &QWidget::customContextMenuRequested, this, &GraphsPanel::showContextMenu);
@@ -179,8 +190,9 @@ void GraphsPanel::clear() {
     metrics_ = {};
     runIdA_.clear();
     runIdB_.clear();
-    caption_->setText(tr("No comparison yet. <b>Compare graphs</b> (Run menu) runs the settings with graphs off "
-                         "and on; or pick two runs in the history and press Compare."));
+    caption_->setText(
+        tr("No comparison yet. <b>Compare graphs</b> (Run menu) runs the settings with graphs off "
+           "and on; or pick two runs in the history and press Compare."));
     rebuildChart();
     fillTable();
 }
@@ -213,35 +225,52 @@ QString GraphsPanel::metricLabel(Metric metric) const {
     const bool gpu = hasRuns_ && metrics_[SideA].stepTimeOnGpu && metrics_[SideB].stepTimeOnGpu;
     const bool device = hasRuns_ && metrics_[SideA].peakOnDevice && metrics_[SideB].peakOnDevice;
     switch (metric) {
-    case TotalTime: return tr("Total time (s)");
-    case StepMedian: return gpu ? tr("Step median, GPU (ms)") : tr("Step median, wall (ms)");
-    case StepP95: return gpu ? tr("Step p95, GPU (ms)") : tr("Step p95, wall (ms)");
-    case HostEnqueue: return tr("Host enqueue per step, median (ms)");
-    case GraphMemory: return tr("Graph memory (MiB)");
-    case PeakMemory: return device ? tr("Peak device memory (MiB)") : tr("Peak memory, host RSS (MiB)");
-    case MetricCount: break;
+        case TotalTime:
+            return tr("Total time (s)");
+        case StepMedian:
+            return gpu ? tr("Step median, GPU (ms)") : tr("Step median, wall (ms)");
+        case StepP95:
+            return gpu ? tr("Step p95, GPU (ms)") : tr("Step p95, wall (ms)");
+        case HostEnqueue:
+            return tr("Host enqueue per step, median (ms)");
+        case GraphMemory:
+            return tr("Graph memory (MiB)");
+        case PeakMemory:
+            return device ? tr("Peak device memory (MiB)") : tr("Peak memory, host RSS (MiB)");
+        case MetricCount:
+            break;
     }
     return {};
 }
 
 QString GraphsPanel::unitOf(Metric metric) const {
     switch (rectOf(metric)) {
-    case kTotalRect: return tr("s");
-    case kStepRect: return tr("ms");
-    default: return tr("MiB");
+        case kTotalRect:
+            return tr("s");
+        case kStepRect:
+            return tr("ms");
+        default:
+            return tr("MiB");
     }
 }
 
 double GraphsPanel::valueOf(Side side, Metric metric) const {
     const GraphRunMetrics& m = metrics_[side];
     switch (metric) {
-    case TotalTime: return m.totalMs / 1000.0;
-    case StepMedian: return m.stepMedianMs;
-    case StepP95: return m.stepP95Ms;
-    case HostEnqueue: return m.enqueueMedianMs;
-    case GraphMemory: return m.graphMemMiB;
-    case PeakMemory: return m.peakMiB;
-    case MetricCount: break;
+        case TotalTime:
+            return m.totalMs / 1000.0;
+        case StepMedian:
+            return m.stepMedianMs;
+        case StepP95:
+            return m.stepP95Ms;
+        case HostEnqueue:
+            return m.enqueueMedianMs;
+        case GraphMemory:
+            return m.graphMemMiB;
+        case PeakMemory:
+            return m.peakMiB;
+        case MetricCount:
+            break;
     }
     return -1;
 }
@@ -257,10 +286,14 @@ void GraphsPanel::rebuildChart() {
     plot_->clearItems();
     bars_.clear();
     // Short names under each group; the table carries the full labels.
-    const QString shortNames[MetricCount] = {tr("total"),        tr("median"),        tr("p95"), tr("enqueue"),
-                                             tr("graph mem."), hasRuns_ && metrics_[SideA].peakOnDevice && metrics_[SideB].peakOnDevice
-                                                                    ? tr("peak device")
-                                                                    : tr("peak (host)")};
+    const QString shortNames[MetricCount] = {tr("total"),
+                                             tr("median"),
+                                             tr("p95"),
+                                             tr("enqueue"),
+                                             tr("graph mem."),
+                                             hasRuns_ && metrics_[SideA].peakOnDevice && metrics_[SideB].peakOnDevice
+                                                 ? tr("peak device")
+                                                 : tr("peak (host)")};
     std::array<QSharedPointer<QCPAxisTickerText>, 3> tickers;
     std::array<double, 3> top{};
     for (auto& ticker : tickers) ticker = QSharedPointer<QCPAxisTickerText>::create();
@@ -364,7 +397,8 @@ QPointF GraphsPanel::barCentre(Side side, Metric metric) const {
     for (const Bar& bar : bars_) {
         if (bar.side != side || bar.metric != metric) continue;
         QCPAxisRect* rect = rects_[static_cast<std::size_t>(bar.rect)];
-        return {rect->axis(QCPAxis::atBottom)->coordToPixel(bar.key), rect->axis(QCPAxis::atLeft)->coordToPixel(bar.value / 2)};
+        return {rect->axis(QCPAxis::atBottom)->coordToPixel(bar.key),
+                rect->axis(QCPAxis::atLeft)->coordToPixel(bar.value / 2)};
     }
     return {-1, -1};
 }
@@ -382,9 +416,10 @@ void GraphsPanel::showContextMenu(const QPoint& pos) {
     QAction* chosen = menu.exec(plot_->mapToGlobal(pos));
     if (!chosen) return;
     const bool asPdf = chosen == pdf;
-    const QString path = QFileDialog::getSaveFileName(this, chosen->text().remove(QStringLiteral("…")),
-                                                      asPdf ? QStringLiteral("graphs.pdf") : QStringLiteral("graphs.png"),
-                                                      asPdf ? tr("PDF (*.pdf)") : tr("PNG images (*.png)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, chosen->text().remove(QStringLiteral("…")),
+                                     asPdf ? QStringLiteral("graphs.pdf") : QStringLiteral("graphs.png"),
+                                     asPdf ? tr("PDF (*.pdf)") : tr("PNG images (*.png)"));
     if (path.isEmpty()) return;
     if (!saveChart(path)) QMessageBox::warning(this, tr("Save chart"), tr("%1 could not be written").arg(path));
 }

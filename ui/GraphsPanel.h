@@ -27,19 +27,19 @@ namespace tessera {
 
 // What the panel shows of one run.
 struct GraphRunMetrics {
-    double totalMs = 0;            // record.totalMs (sampling, prepare excluded)
+    double totalMs = 0;  // record.totalMs (sampling, prepare excluded)
     // Per-step time: the device time (StepTiming::gpuMs) when every step has one, else the
     // host wall time (the CPU engine measures no device time).
     bool stepTimeOnGpu = false;
-    double stepMedianMs = -1;      // -1 without steps
-    double stepP95Ms = -1;         // nearest-rank 95th percentile
-    double enqueueMedianMs = -1;   // median StepTiming::hostEnqueueMs (CPU: the step's wall time)
-    double graphMemMiB = 0;        // record.graphs.graphMemMiB
+    double stepMedianMs = -1;     // -1 without steps
+    double stepP95Ms = -1;        // nearest-rank 95th percentile
+    double enqueueMedianMs = -1;  // median StepTiming::hostEnqueueMs (CPU: the step's wall time)
+    double graphMemMiB = 0;       // record.graphs.graphMemMiB
     // record.peakDeviceMiB when measured, else the largest memory sample (host RSS on CPU).
     bool peakOnDevice = false;
     double peakMiB = -1;
-    std::string requestedMode;     // record.config.graphs ("off", "tile", "step")
-    std::string effectiveMode;     // record.graphs.mode (differs after a fallback, or on CPU)
+    std::string requestedMode;  // record.config.graphs ("off", "tile", "step")
+    std::string effectiveMode;  // record.graphs.mode (differs after a fallback, or on CPU)
 };
 
 GraphRunMetrics graphRunMetrics(const RunRecord& record);
@@ -87,8 +87,8 @@ private:
     struct Bar {
         Side side;
         Metric metric;
-        int rect;        // which axis rect (unit panel)
-        double key;      // bar centre on that rect's key axis
+        int rect;    // which axis rect (unit panel)
+        double key;  // bar centre on that rect's key axis
         double value;
     };
 

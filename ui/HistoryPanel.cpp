@@ -38,9 +38,12 @@ QPushButton* makeButton(const QString& text, const char* name, const QString& ti
 
 QString HistoryPanel::statusText(const RunRecord& r) {
     switch (r.status) {
-    case RunStatus::Finished: return tr("finished");
-    case RunStatus::Cancelled: return tr("cancelled at step %1 of %2").arg(r.stepsRun).arg(r.config.steps);
-    case RunStatus::Failed: return tr("failed");
+        case RunStatus::Finished:
+            return tr("finished");
+        case RunStatus::Cancelled:
+            return tr("cancelled at step %1 of %2").arg(r.stepsRun).arg(r.config.steps);
+        case RunStatus::Failed:
+            return tr("failed");
     }
     return {};  // every RunStatus is handled above
 }
@@ -71,7 +74,8 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent) {
     showInFolder_ = makeButton(tr("Show in folder"), "historyShowInFolder",
                                tr("Open the folder that holds the run's image, manifest and start image"));
     undo_ = makeButton(tr("Undo delete"), "historyUndo", QString());
-    remove_ = makeButton(tr("Delete"), "historyDelete", tr("Move the selected runs to the trash (Del); Undo brings them back"));
+    remove_ = makeButton(tr("Delete"), "historyDelete",
+                         tr("Move the selected runs to the trash (Del); Undo brings them back"));
 
     auto* buttons = new QHBoxLayout;
     for (QPushButton* button : {open_, compare_, copyParameters_, showInFolder_}) buttons->addWidget(button);
@@ -105,8 +109,9 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent) {
         if (QTableWidgetItem* item = table_->item(row, LabelColumn)) emit openRequested(item->data(kIdRole).toString());
     });
     // Keys while the table has the focus: Enter opens, Delete deletes.
-    for (const auto& [key, button] : {std::pair{QKeySequence(Qt::Key_Return), open_}, std::pair{QKeySequence(Qt::Key_Enter), open_},
-                                      std::pair{QKeySequence(QKeySequence::Delete), remove_}}) {
+    for (const auto& [key, button] :
+         {std::pair{QKeySequence(Qt::Key_Return), open_}, std::pair{QKeySequence(Qt::Key_Enter), open_},
+          std::pair{QKeySequence(QKeySequence::Delete), remove_}}) {
         auto* shortcut = new QShortcut(key, table_, nullptr, nullptr, Qt::WidgetShortcut);
         connect(shortcut, &QShortcut::activated, button, &QPushButton::click);
     }
@@ -124,8 +129,10 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         const HistoryEntry& entry = *it;
         const RunRecord& r = entry.record;
         auto* thumb = new QTableWidgetItem;
-        if (!entry.thumbnail.isNull()) thumb->setIcon(QIcon(QPixmap::fromImage(entry.thumbnail)));
-        else if (r.status == RunStatus::Failed) thumb->setIcon(style()->standardIcon(QStyle::SP_MessageBoxCritical));
+        if (!entry.thumbnail.isNull())
+            thumb->setIcon(QIcon(QPixmap::fromImage(entry.thumbnail)));
+        else if (r.status == RunStatus::Failed)
+            thumb->setIcon(style()->standardIcon(QStyle::SP_MessageBoxCritical));
         table_->setItem(row, ThumbnailColumn, thumb);
         QString label = QString::fromStdString(r.config.label);
         const QDateTime started = QDateTime::fromString(QString::fromStdString(r.startedAt), Qt::ISODate);
@@ -146,18 +153,21 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         }
         table_->setItem(row, StatusColumn, status);
         QString config = configSummary(r.config) + QStringLiteral(" · seed %1").arg(r.config.seed);
-        if (!entry.startImagePath.isEmpty())
-            config += tr(" · from an image, strength %1").arg(r.config.strength);
+        if (!entry.startImagePath.isEmpty()) config += tr(" · from an image, strength %1").arg(r.config.strength);
         table_->setItem(row, ConfigColumn, textItem(config));
         // A failed run measured nothing worth comparing.
         const bool failed = r.status == RunStatus::Failed;
-        table_->setItem(row, TimeColumn, textItem(failed ? QStringLiteral("—") : QStringLiteral("%1 s").arg(r.totalMs / 1000.0, 0, 'f', 2),
-                                                  Qt::AlignRight | Qt::AlignVCenter));
+        table_->setItem(
+            row, TimeColumn,
+            textItem(failed ? QStringLiteral("—") : QStringLiteral("%1 s").arg(r.totalMs / 1000.0, 0, 'f', 2),
+                     Qt::AlignRight | Qt::AlignVCenter));
         const double peak = peakMemoryMiB(r);
-        table_->setItem(row, MemoryColumn, textItem(peak >= 0 ? QStringLiteral("%1 MiB").arg(peak, 0, 'f', 0) : QStringLiteral("—"),
-                                                    Qt::AlignRight | Qt::AlignVCenter));
+        table_->setItem(row, MemoryColumn,
+                        textItem(peak >= 0 ? QStringLiteral("%1 MiB").arg(peak, 0, 'f', 0) : QStringLiteral("—"),
+                                 Qt::AlignRight | Qt::AlignVCenter));
         // Lanes beside the mode: how many tile batches were in flight (CUDA engine).
-        QString graphs = failed && r.environment.backend.empty() ? QStringLiteral("—") : QString::fromStdString(r.graphs.mode);
+        QString graphs =
+            failed && r.environment.backend.empty() ? QStringLiteral("—") : QString::fromStdString(r.graphs.mode);
         if (r.graphs.lanes > 1) graphs += QStringLiteral(" · %1 lanes").arg(r.graphs.lanes);
         table_->setItem(row, GraphsColumn, textItem(graphs));
     }
@@ -196,9 +206,10 @@ void HistoryPanel::selectIds(const QStringList& ids) {
 
 void HistoryPanel::setUndoText(const QString& what) {
     undo_->setEnabled(!what.isEmpty());
-    undo_->setToolTip(what.isEmpty() ? tr("Nothing deleted to bring back")
-                                     : tr("Bring back %1 from the trash (Ctrl+Z); the trash is emptied when Tessera closes")
-                                           .arg(what));
+    undo_->setToolTip(
+        what.isEmpty()
+            ? tr("Nothing deleted to bring back")
+            : tr("Bring back %1 from the trash (Ctrl+Z); the trash is emptied when Tessera closes").arg(what));
 }
 
 void HistoryPanel::updateButtons() {

@@ -21,7 +21,16 @@ namespace tessera {
 class HistoryPanel : public QWidget {
     Q_OBJECT
 public:
-    enum Column { ThumbnailColumn, LabelColumn, StatusColumn, ConfigColumn, TimeColumn, MemoryColumn, GraphsColumn, ColumnCount };
+    enum Column {
+        ThumbnailColumn,
+        LabelColumn,
+        StatusColumn,
+        ConfigColumn,
+        TimeColumn,
+        MemoryColumn,
+        GraphsColumn,
+        ColumnCount
+    };
 
     explicit HistoryPanel(QWidget* parent = nullptr);
 

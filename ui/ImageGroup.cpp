@@ -37,8 +37,9 @@ QComboBox* makeSamplerCombo() {
             SchedulerOptions options;
             options.karrasSigmas = karras;
             const SamplerDisplay shown = samplerDisplayName(kind, options);
-            const QString text = QString::fromStdString(shown.sampler) +
-                                 (karras ? QStringLiteral(" ") + QString::fromStdString(shown.scheduleType) : QString());
+            const QString text =
+                QString::fromStdString(shown.sampler) +
+                (karras ? QStringLiteral(" ") + QString::fromStdString(shown.scheduleType) : QString());
             combo->addItem(text, enumName(kind));
             combo->setItemData(combo->count() - 1, karras, kKarrasRole);
         }
@@ -49,7 +50,8 @@ QComboBox* makeSamplerCombo() {
 void selectSampler(QComboBox* combo, SchedulerKind kind, bool karras) {
     const QString name = enumName(kind);
     for (int i = 0; i < combo->count(); ++i)
-        if (combo->itemData(i).toString() == name && (!hasKarras(kind) || combo->itemData(i, kKarrasRole).toBool() == karras)) {
+        if (combo->itemData(i).toString() == name &&
+            (!hasKarras(kind) || combo->itemData(i, kKarrasRole).toBool() == karras)) {
             combo->setCurrentIndex(i);
             return;
         }
@@ -144,8 +146,9 @@ ImageGroup::ImageGroup(QWidget* parent) : ConfigGroup(tr("Image"), parent) {
     previewEvery_->setPrefix(tr("every "));
     previewEvery_->setSuffix(tr(" steps"));
     previewEvery_->setSpecialValueText(tr("never (the final image only)"));
-    previewEvery_->setToolTip(tr("The canvas shows the image forming after every N steps (Stable Diffusion: A1111's "
-                                 "\"Approx cheap\" preview of the latents; the VAE decodes the final image). 0: never."));
+    previewEvery_->setToolTip(
+        tr("The canvas shows the image forming after every N steps (Stable Diffusion: A1111's "
+           "\"Approx cheap\" preview of the latents; the VAE decodes the final image). 0: never."));
     form->addRow(tr("Preview"), previewEvery_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("preview_every"), previewEvery_));
 

@@ -7,16 +7,16 @@
 #include <QClipboard>
 #include <QCloseEvent>
 #include <QDesktopServices>
-#include <QDragEnterEvent>
-#include <QDropEvent>
 #include <QDir>
 #include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
 #include <QFileInfo>
 #include <QGuiApplication>
-#include <QMimeData>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QMimeData>
 #include <QScreen>
 #include <QScrollArea>
 #include <QSettings>
@@ -29,10 +29,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
-#include "core/sampling/ImageOps.h"
+#include "core/models/sd/SdModel.h"
 #include "core/run/Infotext.h"
 #include "core/run/RunRecordIO.h"
-#include "core/models/sd/SdModel.h"
+#include "core/sampling/ImageOps.h"
 #include "core/sampling/TilePlan.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
@@ -197,8 +197,9 @@ void MainWindow::buildActions() {
     overlayAction_->setToolTip(tr("Tile edges and the overlap bands where tiles are blended (Ctrl+G)"));
     blendOverlayAction_ = make(tr("&Blend weights"), "actionBlendOverlay", QKeySequence(tr("Ctrl+B")));
     blendOverlayAction_->setCheckable(true);
-    blendOverlayAction_->setToolTip(tr("Normalised blend weight of the tile under the cursor; "
-                                       "elsewhere the normaliser N (Ctrl+B)"));
+    blendOverlayAction_->setToolTip(
+        tr("Normalised blend weight of the tile under the cursor; "
+           "elsewhere the normaliser N (Ctrl+B)"));
     seamOverlayAction_ = make(tr("&Seam map"), "actionSeamOverlay", QKeySequence(tr("Ctrl+M")));
     seamOverlayAction_->setCheckable(true);
     seamOverlayAction_->setToolTip(tr("Where overlapping tiles disagreed at the last step (Ctrl+M)"));
@@ -209,8 +210,9 @@ void MainWindow::buildActions() {
     beforeAfterAction_ = make(tr("&Before/after"), "actionBeforeAfter", QKeySequence(tr("Ctrl+D")));
     beforeAfterAction_->setCheckable(true);
     beforeAfterAction_->setEnabled(false);
-    beforeAfterAction_->setToolTip(tr("The start image and the result side by side with a split you drag, at 1:1 "
-                                      "(runs started from an image; Ctrl+D)"));
+    beforeAfterAction_->setToolTip(
+        tr("The start image and the result side by side with a split you drag, at 1:1 "
+           "(runs started from an image; Ctrl+D)"));
 
     connect(quitAction_, &QAction::triggered, this, &QWidget::close);
     connect(runAction_, &QAction::triggered, this, &MainWindow::startRun);
@@ -335,8 +337,10 @@ void MainWindow::restoreSettings() {
         try {
             if (json.size() > input_limits::kJsonBytes)
                 throw InputFileError("settings", "settings: the saved configuration is " + std::to_string(json.size()) +
-                                                     " bytes; at most " + std::to_string(input_limits::kJsonBytes) + " are allowed");
-            const std::string where = "'" + excerpt(settings_->fileName().toStdString(), 200) + "' key " + kLastConfigKey.toStdString();
+                                                     " bytes; at most " + std::to_string(input_limits::kJsonBytes) +
+                                                     " are allowed");
+            const std::string where =
+                "'" + excerpt(settings_->fileName().toStdString(), 200) + "' key " + kLastConfigKey.toStdString();
             config = runConfigFromJson(parseBoundedJson(json, "settings", where));
         } catch (const std::exception& e) {
             const QString why = QString::fromStdString(toValidUtf8(e.what()));
@@ -374,20 +378,23 @@ void MainWindow::updateActions() {
     const bool valid = panel_->isValid();
     const bool running = runs_->isRunning();
     runAction_->setEnabled(valid && !running);
-    runAction_->setToolTip(valid ? tr("Generate the image with the current settings (Ctrl+R)")
-                                 : tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
+    runAction_->setToolTip(
+        valid ? tr("Generate the image with the current settings (Ctrl+R)")
+              : tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
     stopAction_->setEnabled(running && !runs_->isStopping());
     const QString blocker = panel_->graphsUnavailableReason();
     compareGraphsAction_->setEnabled(valid && !running && blocker.isEmpty());
     if (!blocker.isEmpty())
         compareGraphsAction_->setToolTip(tr("Compare graphs is unavailable. %1").arg(blocker));
     else if (!valid)
-        compareGraphsAction_->setToolTip(tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
+        compareGraphsAction_->setToolTip(
+            tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
     else
-        compareGraphsAction_->setToolTip(tr("Run the settings with graphs off and with graphs %1, interleaved "
-                                            "(off, on, off, on); the first pair warms up and is discarded (Ctrl+Shift+R)")
-                                             .arg(QString::fromStdString(std::string(toString(
-                                                 panel_->config().graphs != GraphMode::Off ? panel_->config().graphs : GraphMode::Tile)))));
+        compareGraphsAction_->setToolTip(
+            tr("Run the settings with graphs off and with graphs %1, interleaved "
+               "(off, on, off, on); the first pair warms up and is discarded (Ctrl+Shift+R)")
+                .arg(QString::fromStdString(std::string(
+                    toString(panel_->config().graphs != GraphMode::Off ? panel_->config().graphs : GraphMode::Tile)))));
     fileMenu_->updateActions();
     beforeAfterAction_->setEnabled(!canvas_->beforeImage().isNull() && !canvas_->image().isNull());
     // The panel stays editable during a run: the run took a copy of the settings, and the
@@ -512,9 +519,12 @@ void MainWindow::dropEvent(QDropEvent* event) {
 
 QAction* MainWindow::overlayAction(CanvasOverlay which) const {
     switch (which) {
-    case CanvasOverlay::TileGrid: return overlayAction_;
-    case CanvasOverlay::BlendWeights: return blendOverlayAction_;
-    case CanvasOverlay::SeamMap: return seamOverlayAction_;
+        case CanvasOverlay::TileGrid:
+            return overlayAction_;
+        case CanvasOverlay::BlendWeights:
+            return blendOverlayAction_;
+        case CanvasOverlay::SeamMap:
+            return seamOverlayAction_;
     }
     return nullptr;
 }
@@ -533,9 +543,9 @@ void MainWindow::refreshHistory() {
 
 bool MainWindow::openFromHistory(const QString& id, QString* error) {
     const HistoryEntry* entry = history_->find(id);
-    const QString why = !entry ? tr("Run %1 is not in the history").arg(id)
+    const QString why = !entry               ? tr("Run %1 is not in the history").arg(id)
                         : runs_->isRunning() ? tr("A run is in progress; open run %1 when it has ended").arg(id)
-                                   : QString();
+                                             : QString();
     if (!why.isEmpty()) {
         if (error) *error = why;
         return false;
@@ -618,7 +628,9 @@ void MainWindow::undoRemove() {
 
 void MainWindow::updateUndo() {
     const QStringList ids = history_->undoableRemoval();
-    const QString what = ids.isEmpty() ? QString() : ids.size() == 1 ? tr("run %1").arg(ids.front()) : tr("%1 runs").arg(ids.size());
+    const QString what = ids.isEmpty()     ? QString()
+                         : ids.size() == 1 ? tr("run %1").arg(ids.front())
+                                           : tr("%1 runs").arg(ids.size());
     undoDeleteAction_->setEnabled(!ids.isEmpty());
     undoDeleteAction_->setText(ids.isEmpty() ? tr("&Undo delete") : tr("&Undo delete (%1)").arg(what));
     historyPanel_->setUndoText(what);
@@ -667,7 +679,8 @@ void MainWindow::onCompareImages(quint64 jobId, const QStringList& ids, const QL
         setStatusText(tr("Run %1 is no longer in the history").arg(a ? ids.at(1) : ids.at(0)), true);
         return;
     }
-    CompareView* view = openCompareView({a->record, images.at(0), a->seamMean}, {b->record, images.at(1), b->seamMean}, {});
+    CompareView* view =
+        openCompareView({a->record, images.at(0), a->seamMean}, {b->record, images.at(1), b->seamMean}, {});
     emit compareViewOpened(view);
 }
 

@@ -215,8 +215,8 @@ private:
     HistoryPanel* historyPanel_ = nullptr;
     HistoryStore* history_ = nullptr;  // a child: lives and is deleted with the window
     StatusLine* statusLine_ = nullptr;
-    RunController* runs_ = nullptr;    // a child, deleted first by ~MainWindow
-    FileMenu* fileMenu_ = nullptr;     // a child: presets and exports
+    RunController* runs_ = nullptr;  // a child, deleted first by ~MainWindow
+    FileMenu* fileMenu_ = nullptr;   // a child: presets and exports
     QPointer<CompareView> compareView_;
     quint64 compareJob_ = 0;  // the images of the newest compareRuns
 

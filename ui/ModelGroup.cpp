@@ -26,8 +26,9 @@ ModelGroup::ModelGroup(QWidget* parent) : ConfigGroup(tr("Model"), parent) {
     auto* browse = new QToolButton;
     browse->setObjectName(QStringLiteral("modelBrowse"));
     browse->setIcon(style()->standardIcon(QStyle::SP_DirOpenIcon));
-    browse->setToolTip(tr("Choose a model folder: a diffusers UNet2DModel or a Stable Diffusion pipeline "
-                          "(model_index.json)"));
+    browse->setToolTip(
+        tr("Choose a model folder: a diffusers UNet2DModel or a Stable Diffusion pipeline "
+           "(model_index.json)"));
     auto* browseFile = new QToolButton;
     browseFile->setObjectName(QStringLiteral("modelBrowseFile"));
     browseFile->setIcon(style()->standardIcon(QStyle::SP_FileIcon));
@@ -36,8 +37,9 @@ ModelGroup::ModelGroup(QWidget* parent) : ConfigGroup(tr("Model"), parent) {
     auto* pick = new QToolButton;
     pick->setObjectName(QStringLiteral("modelPick"));
     pick->setText(tr("Pick…"));
-    pick->setToolTip(tr("Pick from the models folder, the recently used models or random weights, with each "
-                        "model's family, size and hash"));
+    pick->setToolTip(
+        tr("Pick from the models folder, the recently used models or random weights, with each "
+           "model's family, size and hash"));
     auto* modelRow = new QHBoxLayout;
     modelRow->setContentsMargins(0, 0, 0, 0);
     modelRow->addWidget(model_, 1);

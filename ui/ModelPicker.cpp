@@ -126,11 +126,15 @@ QTreeWidgetItem* ModelPicker::addRow(QTreeWidgetItem* group, const CatalogEntry&
     auto* row = new QTreeWidgetItem(group, {entry.name, entry.family, sizeCell(entry.bytes), QString()});
     row->setData(NameColumn, kPathRole, entry.path);
     row->setData(NameColumn, kEntryRole, QVariant::fromValue(entry));
-    const QString tip = entry.path == entry.name ? entry.details : QDir::toNativeSeparators(entry.path) + QStringLiteral("\n\n") + entry.details;
+    const QString tip = entry.path == entry.name
+                            ? entry.details
+                            : QDir::toNativeSeparators(entry.path) + QStringLiteral("\n\n") + entry.details;
     for (int column = 0; column < tree_->columnCount(); ++column) row->setToolTip(column, tip);
     row->setTextAlignment(SizeColumn, Qt::AlignRight | Qt::AlignVCenter);
-    if (!entry.checkpoint) row->setText(HashColumn, entry.bytes < 0 ? QString() : tr("—"));
-    else if (const auto hash = catalog_->cachedHash(entry)) row->setText(HashColumn, *hash);
+    if (!entry.checkpoint)
+        row->setText(HashColumn, entry.bytes < 0 ? QString() : tr("—"));
+    else if (const auto hash = catalog_->cachedHash(entry))
+        row->setText(HashColumn, *hash);
     if (!entry.error.isEmpty()) {
         row->setForeground(NameColumn, QColor(0xc0, 0x39, 0x2b));
         row->setForeground(FamilyColumn, QColor(0xc0, 0x39, 0x2b));
@@ -141,7 +145,8 @@ QTreeWidgetItem* ModelPicker::addRow(QTreeWidgetItem* group, const CatalogEntry&
 void ModelPicker::onScanned(quint64, const CatalogScan& scan) {
     if (scan.folder != folder_) return;  // an answer for a folder left since
     scanning_ = false;
-    const QString current = tree_->currentItem() ? tree_->currentItem()->data(NameColumn, kPathRole).toString() : QString();
+    const QString current =
+        tree_->currentItem() ? tree_->currentItem()->data(NameColumn, kPathRole).toString() : QString();
     qDeleteAll(recentGroup_->takeChildren());
     qDeleteAll(folderGroup_->takeChildren());
     for (const QString& path : recent_) {
@@ -155,15 +160,20 @@ void ModelPicker::onScanned(quint64, const CatalogScan& scan) {
     }
     for (const CatalogEntry& entry : scan.inFolder) addRow(folderGroup_, entry);
     recentGroup_->setHidden(recentGroup_->childCount() == 0);
-    folderGroup_->setText(NameColumn, folder_.isEmpty() ? tr("Models folder (none set)")
-                                                        : tr("Models folder: %1").arg(QDir::toNativeSeparators(folder_)));
-    if (!scan.folderError.isEmpty()) folderNote_->setText(scan.folderError);
-    else if (folder_.isEmpty()) folderNote_->setText(tr("No models folder set: Browse… to list one."));
-    else folderNote_->setText(tr("%n model(s) found; select one to see its hash, hover it for details.", nullptr,
-                                 static_cast<int>(scan.inFolder.size())));
+    folderGroup_->setText(NameColumn, folder_.isEmpty()
+                                          ? tr("Models folder (none set)")
+                                          : tr("Models folder: %1").arg(QDir::toNativeSeparators(folder_)));
+    if (!scan.folderError.isEmpty())
+        folderNote_->setText(scan.folderError);
+    else if (folder_.isEmpty())
+        folderNote_->setText(tr("No models folder set: Browse… to list one."));
+    else
+        folderNote_->setText(tr("%n model(s) found; select one to see its hash, hover it for details.", nullptr,
+                                static_cast<int>(scan.inFolder.size())));
     for (QTreeWidgetItem* group : {recentGroup_, folderGroup_, randomGroup_})
         for (int i = 0; i < group->childCount(); ++i)
-            if (group->child(i)->data(NameColumn, kPathRole).toString() == current) tree_->setCurrentItem(group->child(i));
+            if (group->child(i)->data(NameColumn, kPathRole).toString() == current)
+                tree_->setCurrentItem(group->child(i));
     emit listed();
 }
 

@@ -27,7 +27,8 @@ public:
     // Roles of a model row's name cell.
     static constexpr int kPathRole = Qt::UserRole + 1;
 
-    ModelPicker(ModelCatalog* catalog, const QString& modelsFolder, const QStringList& recent, QWidget* parent = nullptr);
+    ModelPicker(ModelCatalog* catalog, const QString& modelsFolder, const QStringList& recent,
+                QWidget* parent = nullptr);
 
     QString modelsFolder() const { return folder_; }
     // Lists another folder (what Browse… does); modelsFolderChanged tells the owner.

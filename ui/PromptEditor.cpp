@@ -90,13 +90,16 @@ EmphasisEdit adjustEmphasis(const QString& original, int selectionStart, int sel
     int start = std::clamp(std::min(selectionStart, selectionEnd), 0, static_cast<int>(text.size()));
     int end = std::clamp(std::max(selectionStart, selectionEnd), 0, static_cast<int>(text.size()));
     if (start == end) {
-        if (const auto block = parenthesisBlockAt(text, start)) std::tie(start, end) = *block;
-        else std::tie(start, end) = wordAt(text, start, end);
+        if (const auto block = parenthesisBlockAt(text, start))
+            std::tie(start, end) = *block;
+        else
+            std::tie(start, end) = wordAt(text, start, end);
     }
     if (start == 0 || text.at(start - 1) != QLatin1Char('(')) {
         while (end > start && text.at(end - 1) == QLatin1Char(' ')) --end;
         if (start == end) return edit;
-        text = text.left(start) + QLatin1Char('(') + text.mid(start, end - start) + QStringLiteral(":1.0)") + text.mid(end);
+        text = text.left(start) + QLatin1Char('(') + text.mid(start, end - start) + QStringLiteral(":1.0)") +
+               text.mid(end);
         ++start;
         ++end;
     }
@@ -154,41 +157,41 @@ PromptHighlighter::PromptHighlighter(QTextDocument* document) : QSyntaxHighlight
 QTextCharFormat PromptHighlighter::formatFor(PromptSyntaxKind kind, double weight) {
     QTextCharFormat format;
     switch (kind) {
-    case PromptSyntaxKind::Open:
-    case PromptSyntaxKind::Close:
-        format.setForeground(QColor(0x1f, 0x5f, 0xbf));
-        format.setFontWeight(QFont::Bold);
-        break;
-    case PromptSyntaxKind::Weight:
-        format.setForeground(QColor(0x8e, 0x44, 0xad));
-        format.setFontWeight(QFont::Bold);
-        break;
-    case PromptSyntaxKind::Escape:
-        format.setForeground(QColor(0x7f, 0x8c, 0x8d));
-        break;
-    case PromptSyntaxKind::Break:
-        format.setForeground(QColor(0xb3, 0x4d, 0x00));
-        format.setBackground(QColor(0xfd, 0xeb, 0xd0));
-        format.setFontWeight(QFont::Bold);
-        break;
-    case PromptSyntaxKind::Unbalanced:
-    case PromptSyntaxKind::BadWeight:
-        format.setForeground(QColor(0xc0, 0x39, 0x2b));
-        format.setBackground(QColor(0xfd, 0xe2, 0xe1));
-        format.setFontWeight(QFont::Bold);
-        format.setUnderlineStyle(QTextCharFormat::WaveUnderline);
-        format.setUnderlineColor(QColor(0xc0, 0x39, 0x2b));
-        break;
-    case PromptSyntaxKind::Text:
-        if (weight > 1.0) {
-            // Warmer the stronger, saturating at twice the weight.
-            const double strength = std::clamp(weight - 1.0, 0.1, 1.0);
-            format.setBackground(QColor(255, 140, 0, static_cast<int>(35 + 110 * strength)));
-        } else if (weight < 1.0) {
-            format.setForeground(QColor(0x6c, 0x7a, 0x89));
-            format.setFontItalic(true);
-        }
-        break;
+        case PromptSyntaxKind::Open:
+        case PromptSyntaxKind::Close:
+            format.setForeground(QColor(0x1f, 0x5f, 0xbf));
+            format.setFontWeight(QFont::Bold);
+            break;
+        case PromptSyntaxKind::Weight:
+            format.setForeground(QColor(0x8e, 0x44, 0xad));
+            format.setFontWeight(QFont::Bold);
+            break;
+        case PromptSyntaxKind::Escape:
+            format.setForeground(QColor(0x7f, 0x8c, 0x8d));
+            break;
+        case PromptSyntaxKind::Break:
+            format.setForeground(QColor(0xb3, 0x4d, 0x00));
+            format.setBackground(QColor(0xfd, 0xeb, 0xd0));
+            format.setFontWeight(QFont::Bold);
+            break;
+        case PromptSyntaxKind::Unbalanced:
+        case PromptSyntaxKind::BadWeight:
+            format.setForeground(QColor(0xc0, 0x39, 0x2b));
+            format.setBackground(QColor(0xfd, 0xe2, 0xe1));
+            format.setFontWeight(QFont::Bold);
+            format.setUnderlineStyle(QTextCharFormat::WaveUnderline);
+            format.setUnderlineColor(QColor(0xc0, 0x39, 0x2b));
+            break;
+        case PromptSyntaxKind::Text:
+            if (weight > 1.0) {
+                // Warmer the stronger, saturating at twice the weight.
+                const double strength = std::clamp(weight - 1.0, 0.1, 1.0);
+                format.setBackground(QColor(255, 140, 0, static_cast<int>(35 + 110 * strength)));
+            } else if (weight < 1.0) {
+                format.setForeground(QColor(0x6c, 0x7a, 0x89));
+                format.setFontItalic(true);
+            }
+            break;
     }
     return format;
 }

@@ -25,7 +25,7 @@ struct EmphasisEdit {
     QString text;
     int selectionStart = 0;  // UTF-16 positions, as QTextCursor counts them
     int selectionEnd = 0;
-    bool changed = false;    // false: nothing to change (text and selection as given)
+    bool changed = false;  // false: nothing to change (text and selection as given)
 };
 
 // A1111's edit-attention.js on `text` with the selection [selectionStart, selectionEnd):

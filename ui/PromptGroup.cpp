@@ -42,9 +42,10 @@ PromptGroup::PromptGroup(QWidget* parent) : ConfigGroup(tr("Prompt"), parent) {
 
     prompt_ = makePromptEdit(tr("What to draw; A1111 syntax: (word:1.2), [word], BREAK"), 3);
     prompt_->setObjectName(QStringLiteral("promptEdit"));
-    const QString emphasisHelp = tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \\( for a literal bracket, "
-                                    "BREAK starts a new 75-token chunk. Ctrl+Up / Ctrl+Down change the weight of the "
-                                    "selection or the word at the cursor by 0.1. Red: a bracket nothing closes or opens.");
+    const QString emphasisHelp =
+        tr("A1111 emphasis: (word) ×1.1, [word] ÷1.1, (word:1.3), \\( for a literal bracket, "
+           "BREAK starts a new 75-token chunk. Ctrl+Up / Ctrl+Down change the weight of the "
+           "selection or the word at the cursor by 0.1. Red: a bracket nothing closes or opens.");
     prompt_->setToolTip(emphasisHelp);
     promptTokens_ = makeTokenLabel("promptTokens");
     negativePromptTokens_ = makeTokenLabel("negativePromptTokens");
@@ -60,12 +61,12 @@ PromptGroup::PromptGroup(QWidget* parent) : ConfigGroup(tr("Prompt"), parent) {
 
     cfgScale_ = makeRealSpin(0, 1000, 0.5, 1);
     cfgScale_->setObjectName(QStringLiteral("cfgSpin"));
-    cfgScale_->setToolTip(tr("Classifier-free guidance scale, 0 to %1 (1: the prompt alone, no negative half)")
-                              .arg(kMaxCfgScale));
+    cfgScale_->setToolTip(
+        tr("Classifier-free guidance scale, 0 to %1 (1: the prompt alone, no negative half)").arg(kMaxCfgScale));
     clipSkip_ = makeSpin(0, 99);
     clipSkip_->setObjectName(QStringLiteral("clipSkipSpin"));
-    clipSkip_->setToolTip(tr("A1111's Clip skip, 1 to %1: 1 uses the text encoder's usual layer, 2 one earlier…")
-                              .arg(kMaxClipSkip));
+    clipSkip_->setToolTip(
+        tr("A1111's Clip skip, 1 to %1: 1 uses the text encoder's usual layer, 2 one earlier…").arg(kMaxClipSkip));
     auto* guidanceRow = new QHBoxLayout;
     guidanceRow->setContentsMargins(0, 0, 0, 0);
     guidanceRow->addWidget(cfgScale_, 1);

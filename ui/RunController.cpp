@@ -80,7 +80,8 @@ void RunController::start(const RunConfig& config) {
 
     const quint64 runId = currentRunId_;
     RunWorker* worker = worker_;
-    QMetaObject::invokeMethod(worker, [worker, config, runId] { worker->start(config, runId); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        worker, [worker, config, runId] { worker->start(config, runId); }, Qt::QueuedConnection);
 }
 
 void RunController::startGraphComparison(const RunConfig& base) {
@@ -99,8 +100,8 @@ void RunController::startGraphComparison(const RunConfig& base) {
 
     const quint64 firstRunId = comparison_->firstRunId;
     RunWorker* worker = worker_;
-    QMetaObject::invokeMethod(worker, [worker, configs, firstRunId] { worker->startSequence(configs, firstRunId); },
-                              Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        worker, [worker, configs, firstRunId] { worker->startSequence(configs, firstRunId); }, Qt::QueuedConnection);
 }
 
 void RunController::stop() {
@@ -188,13 +189,15 @@ void RunController::onRunStarted(quint64 runId, const RunRecord& record) {
     startedRecord_ = record;
     emit runStarted(record);
     samplingClock_.start();
-    canvas_->setPlaceholderText(tr("Step 1 of %1 — the image appears after each step").arg(progress_.steps - progress_.firstStep));
+    canvas_->setPlaceholderText(
+        tr("Step 1 of %1 — the image appears after each step").arg(progress_.steps - progress_.firstStep));
     QString text = tr("Running on %1 — %2 (prepared in %3 s)")
                        .arg(QString::fromStdString(record.environment.backend).toUpper(),
                             QString::fromStdString(record.environment.device))
                        .arg(record.prepareMs / 1000.0, 0, 'f', 2);
     if (isComparingGraphs())
-        text = comparison_->runStatus(static_cast<int>(currentRunId_ - comparison_->firstRunId)) + QStringLiteral(" · ") + text;
+        text = comparison_->runStatus(static_cast<int>(currentRunId_ - comparison_->firstRunId)) +
+               QStringLiteral(" · ") + text;
     if (stopping_) text = tr("Stopping after the current tile batch…");
     status_->setStatusText(text);
     markProgressDirty();
@@ -249,20 +252,22 @@ void RunController::showFinishedRun(const FinishedRun& run, bool keepInHistory) 
     // The bars keep the run's end state: the steps run of those it was to run (its first step
     // from the record), and all tiles of a finished run.
     progress_.steps = record.config.steps;
-    progress_.firstStep = !record.steps.empty()
-                              ? std::clamp(record.steps.front().step, 0, progress_.steps)
-                              : std::clamp(firstStepRun(record.config, !record.config.initImage.empty()), 0, progress_.steps);
+    progress_.firstStep =
+        !record.steps.empty()
+            ? std::clamp(record.steps.front().step, 0, progress_.steps)
+            : std::clamp(firstStepRun(record.config, !record.config.initImage.empty()), 0, progress_.steps);
     progress_.step = progress_.firstStep + record.stepsRun;
     progress_.tilesDone = record.status == RunStatus::Finished ? progress_.tiles : progress_.tilesDone;
     status_->showProgress(progress_, running_);
     progressDirty_ = false;
     const bool cancelled = record.status == RunStatus::Cancelled;
-    QString text = cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(progress_.steps - progress_.firstStep)
-                             : tr("Finished %1 steps, %2 tiles in %3 s (%4 ms/step)")
-                                   .arg(record.stepsRun)
-                                   .arg(record.tileCount)
-                                   .arg(record.totalMs / 1000.0, 0, 'f', 2)
-                                   .arg(record.stepsRun > 0 ? record.totalMs / record.stepsRun : 0.0, 0, 'f', 1);
+    QString text =
+        cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(progress_.steps - progress_.firstStep)
+                  : tr("Finished %1 steps, %2 tiles in %3 s (%4 ms/step)")
+                        .arg(record.stepsRun)
+                        .arg(record.tileCount)
+                        .arg(record.totalMs / 1000.0, 0, 'f', 2)
+                        .arg(record.stepsRun > 0 ? record.totalMs / record.stepsRun : 0.0, 0, 'f', 1);
     if (record.seamScore > 0)
         text += tr(" · seams %1 (1 = invisible, worst border %2)")
                     .arg(record.seamScore, 0, 'f', 2)

@@ -126,8 +126,8 @@ private:
     // Progress, refreshed on screen at most every kProgressIntervalMs.
     static constexpr int kProgressIntervalMs = 50;
     RunProgress progress_;
-    QElapsedTimer runClock_;              // since Run was pressed
-    QElapsedTimer samplingClock_;         // since the engine reported the run started
+    QElapsedTimer runClock_;       // since Run was pressed
+    QElapsedTimer samplingClock_;  // since the engine reported the run started
     QTimer progressTimer_;
     bool progressDirty_ = false;
 };

@@ -27,7 +27,8 @@ constexpr double kAnyFactor = 0.0, kTargetSize = -1.0;
 // Drops of one PNG or JPEG file on the start image group.
 class StartImageDrop : public QObject {
 public:
-    StartImageDrop(QObject* parent, std::function<void(const QString&)> take) : QObject(parent), take_(std::move(take)) {}
+    StartImageDrop(QObject* parent, std::function<void(const QString&)> take)
+        : QObject(parent), take_(std::move(take)) {}
 
 protected:
     bool eventFilter(QObject*, QEvent* event) override {
@@ -65,7 +66,8 @@ StartImageGroup::StartImageGroup(QWidget* parent) : ConfigGroup(tr("Start image"
     auto* open = new QToolButton;
     open->setObjectName(QStringLiteral("startImageOpen"));
     open->setText(tr("Open…"));
-    open->setToolTip(tr("Start from a PNG or JPEG (image-to-image, upscaling); you can also drop one here or on the canvas"));
+    open->setToolTip(
+        tr("Start from a PNG or JPEG (image-to-image, upscaling); you can also drop one here or on the canvas"));
     clear_ = new QToolButton;
     clear_->setObjectName(QStringLiteral("startImageClear"));
     clear_->setText(tr("Clear"));
@@ -82,8 +84,9 @@ StartImageGroup::StartImageGroup(QWidget* parent) : ConfigGroup(tr("Start image"
 
     strength_ = makeRealSpin(0, 1, 0.05, 2);
     strength_->setObjectName(QStringLiteral("strengthSpin"));
-    strength_->setToolTip(tr("How much the image may change, above 0 to 1: 0.3 keeps the picture and adds detail, "
-                             "1 keeps only its colours' layout"));
+    strength_->setToolTip(
+        tr("How much the image may change, above 0 to 1: 0.3 keeps the picture and adds detail, "
+           "1 keeps only its colours' layout"));
     form->addRow(tr("Strength"), strength_);
     form->addRow(QString(), addErrorLabel(QStringLiteral("strength"), strength_));
 
@@ -94,8 +97,9 @@ StartImageGroup::StartImageGroup(QWidget* parent) : ConfigGroup(tr("Start image"
     scale_->addItem(tr("×4"), 4.0);
     scale_->addItem(tr("Factor"), kAnyFactor);
     scale_->addItem(tr("Target size"), kTargetSize);
-    scale_->setToolTip(tr("The canvas: the start image's size times a factor (rounded down to multiples of 8), or "
-                          "the Size fields (Target size: the image is stretched to them)"));
+    scale_->setToolTip(
+        tr("The canvas: the start image's size times a factor (rounded down to multiples of 8), or "
+           "the Size fields (Target size: the image is stretched to them)"));
     upscale_ = makeRealSpin(0, 100, 0.25, 2);
     upscale_->setObjectName(QStringLiteral("upscaleSpin"));
     upscale_->setSuffix(QStringLiteral(" ×"));
@@ -143,8 +147,8 @@ void StartImageGroup::showConfig(const RunConfig& c) {
     // With a start image and no factor the Size fields are the canvas (what the run used).
     const int preset = scale_->findData(c.upscale);
     scale_->setCurrentIndex(!c.initImage.empty() && c.upscale == 1.0 ? scale_->findData(kTargetSize)
-                            : preset >= 0                           ? preset
-                                                                    : scale_->findData(kAnyFactor));
+                            : preset >= 0                            ? preset
+                                                                     : scale_->findData(kAnyFactor));
 }
 
 StartImageGroup::Scale StartImageGroup::scale() const {
@@ -159,18 +163,17 @@ QString StartImageGroup::check(const std::string& path) {
         askedFor_ = asked;
         header_.reset();
         error_.clear();
-        job_ = headerJobs_.start(
-            [path] { return readImageHeader(path); },
-            [this](quint64 id, const ImageHeader& header) {
-                if (id != job_) return;
-                header_ = header;
-                emit headerChecked(true);
-            },
-            [this](quint64 id, const QString& error) {
-                if (id != job_) return;
-                error_ = error;
-                emit headerChecked(false);
-            });
+        job_ = headerJobs_.start([path] { return readImageHeader(path); },
+                                 [this](quint64 id, const ImageHeader& header) {
+                                     if (id != job_) return;
+                                     header_ = header;
+                                     emit headerChecked(true);
+                                 },
+                                 [this](quint64 id, const QString& error) {
+                                     if (id != job_) return;
+                                     error_ = error;
+                                     emit headerChecked(false);
+                                 });
     }
     if (!error_.isEmpty()) return error_;
     if (!header_) return tr("reading the start image…");
@@ -211,14 +214,12 @@ void StartImageGroup::showStartImage(const std::string& path, QSize canvas) {
                        .arg(header_->width)
                        .arg(header_->height)
                        .arg(fileSizeText(header_->fileBytes)));
-    canvasSize_->setText(scale() == Scale::TargetSize
-                             ? tr("Canvas %1 × %2 px (the Size fields); the image is stretched to it")
-                                   .arg(canvas.width())
-                                   .arg(canvas.height())
-                             : tr("Canvas %1 × %2 px: the image × %3")
-                                   .arg(canvas.width())
-                                   .arg(canvas.height())
-                                   .arg(upscale_->value()));
+    canvasSize_->setText(
+        scale() == Scale::TargetSize
+            ? tr("Canvas %1 × %2 px (the Size fields); the image is stretched to it")
+                  .arg(canvas.width())
+                  .arg(canvas.height())
+            : tr("Canvas %1 × %2 px: the image × %3").arg(canvas.width()).arg(canvas.height()).arg(upscale_->value()));
 }
 
 void StartImageGroup::chooseStartImage() {

@@ -68,12 +68,12 @@ private:
     QComboBox* scale_ = nullptr;
     QDoubleSpinBox* upscale_ = nullptr;
     QLabel* canvasSize_ = nullptr;
-    std::string shownPath_;     // the start image shown
-    QString askedFor_;          // the path of the newest header request
+    std::string shownPath_;  // the start image shown
+    QString askedFor_;       // the path of the newest header request
     quint64 job_ = 0;
     std::optional<ImageHeader> header_;  // its answer
     QString error_;                      // or why it cannot be used
-    JobQueue headerJobs_{1};  // last member: waited for first
+    JobQueue headerJobs_{1};             // last member: waited for first
 };
 
 }  // namespace tessera

@@ -20,11 +20,11 @@ namespace tessera {
 
 // Where a run is, as the status bar shows it.
 struct RunProgress {
-    int step = 0, steps = 0;          // steps completed / total, as the schedule counts them
-    int firstStep = 0;                // schedule index of the first step run (image-to-image: > 0)
-    int tilesDone = 0, tiles = 0;     // tiles completed in the current step / per step
-    bool started = false;             // the engine reported the run started (prepare done)
-    double loadFraction = -1;         // of the model load in progress; -1 while none was reported
+    int step = 0, steps = 0;       // steps completed / total, as the schedule counts them
+    int firstStep = 0;             // schedule index of the first step run (image-to-image: > 0)
+    int tilesDone = 0, tiles = 0;  // tiles completed in the current step / per step
+    bool started = false;          // the engine reported the run started (prepare done)
+    double loadFraction = -1;      // of the model load in progress; -1 while none was reported
     QString loadPhase;
     bool loading() const { return !started && loadFraction >= 0.0 && loadFraction < 1.0; }
 };

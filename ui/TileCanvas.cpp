@@ -37,7 +37,9 @@ QString droppedImageFile(const QMimeData* mime) {
     if (urls.size() != 1 || !urls.front().isLocalFile()) return {};
     const QString path = urls.front().toLocalFile();
     const QString suffix = QFileInfo(path).suffix().toLower();
-    return suffix == QLatin1String("png") || suffix == QLatin1String("jpg") || suffix == QLatin1String("jpeg") ? path : QString();
+    return suffix == QLatin1String("png") || suffix == QLatin1String("jpg") || suffix == QLatin1String("jpeg")
+               ? path
+               : QString();
 }
 
 TileCanvas::TileCanvas(QWidget* parent) : ZoomPanView(QSize(2 * kFitMargin, 2 * kFitMargin), parent) {
@@ -73,8 +75,10 @@ double TileCanvas::splitX() const { return contentOrigin().x() + split_ * conten
 bool TileCanvas::nearSplit(QPointF p) const { return isBeforeAfterShown() && std::abs(p.x() - splitX()) <= kSplitGrab; }
 
 void TileCanvas::dragEnterEvent(QDragEnterEvent* event) {
-    if (!droppedImageFile(event->mimeData()).isEmpty()) event->acceptProposedAction();
-    else event->ignore();  // the window takes presets, manifests and run PNGs elsewhere
+    if (!droppedImageFile(event->mimeData()).isEmpty())
+        event->acceptProposedAction();
+    else
+        event->ignore();  // the window takes presets, manifests and run PNGs elsewhere
 }
 
 void TileCanvas::dropEvent(QDropEvent* event) {
@@ -128,18 +132,27 @@ void TileCanvas::setSeamOverlayVisible(bool visible) {
 
 bool TileCanvas::isOverlayEnabled(CanvasOverlay overlay) const {
     switch (overlay) {
-    case CanvasOverlay::TileGrid: return overlay_;
-    case CanvasOverlay::BlendWeights: return blendOverlay_;
-    case CanvasOverlay::SeamMap: return seamOverlay_;
+        case CanvasOverlay::TileGrid:
+            return overlay_;
+        case CanvasOverlay::BlendWeights:
+            return blendOverlay_;
+        case CanvasOverlay::SeamMap:
+            return seamOverlay_;
     }
     return false;
 }
 
 void TileCanvas::setOverlayEnabled(CanvasOverlay overlay, bool enabled) {
     switch (overlay) {
-    case CanvasOverlay::TileGrid: setOverlayVisible(enabled); break;
-    case CanvasOverlay::BlendWeights: setBlendOverlayVisible(enabled); break;
-    case CanvasOverlay::SeamMap: setSeamOverlayVisible(enabled); break;
+        case CanvasOverlay::TileGrid:
+            setOverlayVisible(enabled);
+            break;
+        case CanvasOverlay::BlendWeights:
+            setBlendOverlayVisible(enabled);
+            break;
+        case CanvasOverlay::SeamMap:
+            setSeamOverlayVisible(enabled);
+            break;
     }
 }
 

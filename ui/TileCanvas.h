@@ -29,8 +29,8 @@
 #include <QPointF>
 #include <QWidget>
 
-#include "core/sampling/BlendWindow.h"
 #include "core/run/Engine.h"
+#include "core/sampling/BlendWindow.h"
 #include "core/sampling/TilePlan.h"
 #include "ui/ZoomPanView.h"
 

@@ -8,7 +8,6 @@
 #include <QLabel>
 #include <QSpinBox>
 
-
 namespace tessera {
 
 namespace {
@@ -49,8 +48,8 @@ TilingGroup::TilingGroup(QWidget* parent) : ConfigGroup(tr("Tiling"), parent) {
                                           {BlendWindowKind::None, tr("None (hard seams)")}});
     window_->setObjectName(QStringLiteral("windowCombo"));
     form->addRow(tr("Blend window"), window_);
-    fusion_ = makeCombo<FusionRule>({{FusionRule::Sample, tr("Sample (MultiDiffusion)")},
-                                     {FusionRule::Noise, tr("Noise (Mixture of Diffusers)")}});
+    fusion_ = makeCombo<FusionRule>(
+        {{FusionRule::Sample, tr("Sample (MultiDiffusion)")}, {FusionRule::Noise, tr("Noise (Mixture of Diffusers)")}});
     fusion_->setObjectName(QStringLiteral("fusionCombo"));
     form->addRow(tr("Fusion"), fusion_);
     tileBatch_ = makeSpin(0, 4096);

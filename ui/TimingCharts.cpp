@@ -115,7 +115,7 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     tilePlaceholder_->setColor(QColor(0x55, 0x5a, 0x60));
     tilePlaceholder_->setBrush(QColor(255, 255, 255, 210));
     tilePlaceholder_->setPadding(QMargins(6, 3, 6, 3));
-    tilePlaceholder_->setLayer(QStringLiteral("legend"));   // above the cell borders (layer "axes")
+    tilePlaceholder_->setLayer(QStringLiteral("legend"));  // above the cell borders (layer "axes")
     auto* marginGroup = new QCPMarginGroup(tilePlot_);
     tilePlot_->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
     tileScale_->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
@@ -132,15 +132,18 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     layout->addWidget(tilePlot_, 2);
 
     // Hover: the value under the mouse. Right click: save the chart.
-    const std::pair<Chart, QCustomPlot*> charts[] = {{Chart::Steps, stepPlot_}, {Chart::Memory, memoryPlot_}, {Chart::Tiles, tilePlot_}};
+    const std::pair<Chart, QCustomPlot*> charts[] = {
+        {Chart::Steps, stepPlot_}, {Chart::Memory, memoryPlot_}, {Chart::Tiles, tilePlot_}};
     for (const auto& [chart, plotWidget] : charts) {
         QCustomPlot* widget = plotWidget;
         const Chart which = chart;
         widget->setMouseTracking(true);
         connect(widget, &QCustomPlot::mouseMove, this, [this, widget, which](QMouseEvent* event) {
             const QString text = hoverText(which, event->position());
-            if (text.isEmpty()) QToolTip::hideText();
-            else QToolTip::showText(widget->mapToGlobal(event->position().toPoint()), text, widget);
+            if (text.isEmpty())
+                QToolTip::hideText();
+            else
+                QToolTip::showText(widget->mapToGlobal(event->position().toPoint()), text, widget);
         });
         widget->setContextMenuPolicy(Qt::CustomContextMenu);
         connect(widget, &QWidget::customContextMenuRequested, this,
@@ -156,9 +159,12 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
 
 QCustomPlot* TimingCharts::plot(Chart chart) const {
     switch (chart) {
-    case Chart::Steps: return stepPlot_;
-    case Chart::Memory: return memoryPlot_;
-    case Chart::Tiles: return tilePlot_;
+        case Chart::Steps:
+            return stepPlot_;
+        case Chart::Memory:
+            return memoryPlot_;
+        case Chart::Tiles:
+            return tilePlot_;
     }
     return nullptr;
 }
@@ -330,7 +336,8 @@ void TimingCharts::refreshTileScale() {
         high = middle + minSpan / 2;
     }
     tileMap_->setDataRange(any ? QCPRange(low, high) : QCPRange(0, 1));
-    if (tileCols_ <= 0) tilePlaceholder_->setText(tr("No valid tile plan"));
+    if (tileCols_ <= 0)
+        tilePlaceholder_->setText(tr("No valid tile plan"));
     else
         tilePlaceholder_->setText(tr("%1 × %2 tiles · no times yet").arg(tileCols_).arg(tileRows_));
     tilePlaceholder_->setVisible(!any);
@@ -362,8 +369,10 @@ void TimingCharts::setEarlierRuns(const std::vector<const RunRecord*>& runs) {
         graph->setPen(QPen(QColor(150, 150, 150, 150), 1.0));
         for (const StepTiming& step : run->steps) graph->addData(step.step + 1, step.wallMs);
         // One legend entry for all of them; the tooltip names each.
-        if (first) graph->setName(tr("earlier runs"));
-        else graph->removeFromLegend();
+        if (first)
+            graph->setName(tr("earlier runs"));
+        else
+            graph->removeFromLegend();
         // Behind the current run's series.
         graph->setLayer(stepPlot_->layer(QStringLiteral("grid")));
         graph->setProperty("runName", QString::fromStdString(name));
@@ -459,7 +468,8 @@ void TimingCharts::replotNow() {
     for (QCPGraph* graph : earlierGraphs_) {
         bool found = false;
         const QCPRange range = graph->getValueRange(found);
-        if (found && range.upper * 1.12 > stepPlot_->yAxis->range().upper) stepPlot_->yAxis->setRangeUpper(range.upper * 1.12);
+        if (found && range.upper * 1.12 > stepPlot_->yAxis->range().upper)
+            stepPlot_->yAxis->setRangeUpper(range.upper * 1.12);
     }
     bool found = false;
     const QCPRange keys = memoryGraph_->getKeyRange(found);

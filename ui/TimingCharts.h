@@ -102,7 +102,7 @@ private:
     QCPColorMap* tileMap_ = nullptr;
     QCPColorScale* tileScale_ = nullptr;
     QCPItemText* tilePlaceholder_ = nullptr;
-    std::vector<double> tileMs_;       // mean ms per tile and step; -1 without a sample
+    std::vector<double> tileMs_;  // mean ms per tile and step; -1 without a sample
     std::vector<double> tileSum_;
     std::vector<int> tileSamples_;
     int tileCols_ = 0, tileRows_ = 0;

@@ -35,8 +35,10 @@ void ZoomPanView::showActualSize() {
 }
 
 void ZoomPanView::contentSizeChanged(QSize before) {
-    if (fitting_) applyFit();
-    else if (contentSize() != before) centreContent();
+    if (fitting_)
+        applyFit();
+    else if (contentSize() != before)
+        centreContent();
     update();
 }
 

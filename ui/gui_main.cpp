@@ -29,13 +29,13 @@
 #include <vector>
 
 #include <QApplication>
-#include <QTreeWidget>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QSettings>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTimer>
+#include <QTreeWidget>
 
 #include "app/qt/JobQueue.h"
 #include "core/cpu/CpuBackend.h"
@@ -135,14 +135,16 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
     }
     if (tessera::CompareView* open = window.compareView()) open->close();
     window.chartTabs()->setCurrentWidget(view == QLatin1String("graphs") ? static_cast<QWidget*>(window.graphsPanel())
-                                                                          : static_cast<QWidget*>(window.charts()));
+                                                                         : static_cast<QWidget*>(window.charts()));
     window.overlayAction(CanvasOverlay::TileGrid)->setChecked(view != QLatin1String("seam"));
     window.overlayAction(CanvasOverlay::BlendWeights)->setChecked(view == QLatin1String("blend"));
     window.overlayAction(CanvasOverlay::SeamMap)->setChecked(view == QLatin1String("seam"));
-    if (view == QLatin1String("window") || view == QLatin1String("seam") || view == QLatin1String("graphs")) return ready(&window);
+    if (view == QLatin1String("window") || view == QLatin1String("seam") || view == QLatin1String("graphs"))
+        return ready(&window);
     if (view == QLatin1String("before-after")) {
         if (!window.beforeAfterAction()->isEnabled()) {
-            std::fprintf(stderr, "tessera: --show before-after needs a run from a start image (--preset with init, --run)\n");
+            std::fprintf(stderr,
+                         "tessera: --show before-after needs a run from a start image (--preset with init, --run)\n");
             return ready(nullptr);
         }
         window.beforeAfterAction()->setChecked(true);
@@ -164,7 +166,8 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
         }
         const auto& entries = history.entries();
         if (entries.size() < 2) {
-            std::fprintf(stderr, "tessera: --show compare needs two runs in the history (it has %zu)\n", entries.size());
+            std::fprintf(stderr, "tessera: --show compare needs two runs in the history (it has %zu)\n",
+                         entries.size());
             return ready(nullptr);
         }
         QObject::connect(&window, &tessera::MainWindow::compareViewOpened, &window, ready, Qt::SingleShotConnection);
@@ -175,16 +178,18 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
         }
         return;
     }
-    std::fprintf(stderr,
-                 "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
-                 "reopened, models)\n",
-                 qPrintable(view));
+    std::fprintf(
+        stderr,
+        "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
+        "reopened, models)\n",
+        qPrintable(view));
     ready(nullptr);
 }
 
 // Takes screenshot `index` of `paths` (view views[index]), then the next; quits after the last.
 // The pictures are encoded and written on `files`, off the GUI thread.
-void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStringList views, QStringList paths, int index) {
+void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStringList views, QStringList paths,
+                     int index) {
     if (index >= paths.size()) {
         QApplication::exit(0);
         return;
@@ -204,7 +209,9 @@ void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStr
                     if (!image.save(path)) throw std::runtime_error("cannot write " + path.toStdString());
                     return true;
                 },
-                [&window, &files, views, paths, index](quint64, bool) { takeScreenshots(window, files, views, paths, index + 1); },
+                [&window, &files, views, paths, index](quint64, bool) {
+                    takeScreenshots(window, files, views, paths, index + 1);
+                },
                 [](quint64, const QString& error) {
                     std::fprintf(stderr, "tessera: %s\n", qPrintable(error));
                     QApplication::exit(1);
@@ -241,12 +248,17 @@ int main(int argc, char** argv) {
     QCommandLineOption delay(QStringLiteral("delay"), QStringLiteral("Milliseconds before the screenshot."),
                              QStringLiteral("MS"), QStringLiteral("1500"));
     QCommandLineOption runAtStart(QStringLiteral("run"), QStringLiteral("Start a run at once."));
-    QCommandLineOption compareAtStart(QStringLiteral("compare-graphs"), QStringLiteral("Start Compare graphs at once."));
-    QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Load a preset at start."), QStringLiteral("FILE"));
+    QCommandLineOption compareAtStart(QStringLiteral("compare-graphs"),
+                                      QStringLiteral("Start Compare graphs at once."));
+    QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Load a preset at start."),
+                              QStringLiteral("FILE"));
     QCommandLineOption fresh(QStringLiteral("fresh"), QStringLiteral("Ignore the saved settings."));
-    QCommandLineOption show(QStringLiteral("show"), QStringLiteral("What the matching screenshot shows."), QStringLiteral("VIEW"));
-    QCommandLineOption historyDir(QStringLiteral("history"), QStringLiteral("Run history folder."), QStringLiteral("DIR"));
-    QCommandLineOption modelsDir(QStringLiteral("models"), QStringLiteral("Models folder the picker lists."), QStringLiteral("DIR"));
+    QCommandLineOption show(QStringLiteral("show"), QStringLiteral("What the matching screenshot shows."),
+                            QStringLiteral("VIEW"));
+    QCommandLineOption historyDir(QStringLiteral("history"), QStringLiteral("Run history folder."),
+                                  QStringLiteral("DIR"));
+    QCommandLineOption modelsDir(QStringLiteral("models"), QStringLiteral("Models folder the picker lists."),
+                                 QStringLiteral("DIR"));
     for (QCommandLineOption* option :
          {&screenshot, &delay, &runAtStart, &compareAtStart, &preset, &fresh, &show, &historyDir, &modelsDir}) {
         option->setFlags(QCommandLineOption::HiddenFromHelp);

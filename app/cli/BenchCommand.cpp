@@ -3,7 +3,7 @@
 #include "app/cli/CliOptions.h"
 #include "app/cli/bench/JobBench.h"
 #include "app/cli/bench/VaeBench.h"
-#include "core/formats/ModelWeights.h"   // ModelError
+#include "core/formats/ModelWeights.h"  // ModelError
 #include "core/models/sd/UNetCondConfig.h"
 
 namespace tessera {

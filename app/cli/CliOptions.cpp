@@ -16,18 +16,18 @@
 #include "app/cli/PngIO.h"
 #include "core/base/BoundedInput.h"
 #include "core/formats/PipelinePart.h"
+#include "core/models/sd/SdModel.h"
 #include "core/run/Infotext.h"
 #include "core/run/RunConfigFields.h"
 #include "core/run/RunRecordIO.h"
 #include "core/sampling/Scheduler.h"
-#include "core/models/sd/SdModel.h"
 
 namespace tessera {
 
 namespace {
 
 struct OptionSpec {
-    std::string field;   // RunConfig field name (CLI spelling), or "" for non-config options
+    std::string field;  // RunConfig field name (CLI spelling), or "" for non-config options
     bool takesValue = true;
     std::function<void(CliOptions&, const std::string&)> apply;
 };
@@ -39,15 +39,18 @@ const std::map<std::string, OptionSpec>& optionTable() {
         std::map<std::string, OptionSpec> options;
         for (const RunConfigField& field : runConfigFields())
             if (!field.flag.empty())
-                options[std::string(field.flag)] = {std::string(field.name), !field.valueName.empty(),
-                                                    [&field](CliOptions& o, const std::string& v) { field.parse(o.config, v); }};
+                options[std::string(field.flag)] = {
+                    std::string(field.name), !field.valueName.empty(),
+                    [&field](CliOptions& o, const std::string& v) { field.parse(o.config, v); }};
         options["out"] = {"", true, [](CliOptions& o, const std::string& v) {
                               if (v.empty()) fail("out", "an output folder is needed");
                               checkPathText("out", v, "the output folder");
                               o.outDir = v;
                           }};
-        options["preset"] = {"", true, [](CliOptions& o, const std::string& v) { o.presetPath = v; }};  // read first: loadPreset
-        options["params-from"] = {"", true, [](CliOptions& o, const std::string& v) { o.paramsFromPath = v; }};  // then loadParamsFrom
+        options["preset"] = {"", true,
+                             [](CliOptions& o, const std::string& v) { o.presetPath = v; }};  // read first: loadPreset
+        options["params-from"] = {
+            "", true, [](CliOptions& o, const std::string& v) { o.paramsFromPath = v; }};  // then loadParamsFrom
         options["help"] = {"", false, [](CliOptions& o, const std::string&) { o.help = true; }};
         return options;
     }();
@@ -104,11 +107,12 @@ void loadParamsFrom(CliOptions& options) {
     const std::string comfyPrompt = png.text("prompt");
     const std::string& used = parameters.empty() ? comfyPrompt : parameters;
     if (used.empty())
-        fail("params-from", inQuotes(path) + " has no 'parameters' text chunk (A1111, Tessera) and no 'prompt' "
-                            "chunk (ComfyUI): no settings to read");
+        fail("params-from", inQuotes(path) +
+                                " has no 'parameters' text chunk (A1111, Tessera) and no 'prompt' "
+                                "chunk (ComfyUI): no settings to read");
     if (used.size() > input_limits::kJsonBytes)
-        fail("params-from", inQuotes(path) + ": its '" + (parameters.empty() ? "prompt" : "parameters") + "' chunk is " +
-                                std::to_string(used.size()) + " bytes; at most " +
+        fail("params-from", inQuotes(path) + ": its '" + (parameters.empty() ? "prompt" : "parameters") +
+                                "' chunk is " + std::to_string(used.size()) + " bytes; at most " +
                                 std::to_string(input_limits::kJsonBytes) + " are read");
     ImportedSettings imported;
     try {
@@ -120,14 +124,16 @@ void loadParamsFrom(CliOptions& options) {
         fail("params-from", inQuotes(path) + ": " + (what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what));
     }
     for (const std::string& field : imported.fields) options.fieldsGiven.insert(field);
-    for (const UnmappedSetting& setting : imported.unmapped) options.paramsFromNotes.push_back("params-from: " + setting.message());
+    for (const UnmappedSetting& setting : imported.unmapped)
+        options.paramsFromNotes.push_back("params-from: " + setting.message());
 }
 
 }  // namespace
 
 RunConfig runSettingsFromJson(const nlohmann::json& json, std::string* tuningDigest) {
     if (tuningDigest) tuningDigest->clear();
-    if (!(json.is_object() && json.contains("schema_version") && json.contains("config"))) return runConfigFromJson(json);
+    if (!(json.is_object() && json.contains("schema_version") && json.contains("config")))
+        return runConfigFromJson(json);
     const RunRecord record = runRecordFromManifest(json);
     if (tuningDigest) *tuningDigest = record.tuning.digest;
     return record.config;
@@ -143,11 +149,16 @@ std::string tuningMismatchNote(const std::string& runDigest, const std::string& 
 
 std::string_view toString(CliCommand command) {
     switch (command) {
-        case CliCommand::Help: return "help";
-        case CliCommand::Version: return "--version";
-        case CliCommand::Plan: return "plan";
-        case CliCommand::Render: return "render";
-        case CliCommand::Info: return "info";
+        case CliCommand::Help:
+            return "help";
+        case CliCommand::Version:
+            return "--version";
+        case CliCommand::Plan:
+            return "plan";
+        case CliCommand::Render:
+            return "render";
+        case CliCommand::Info:
+            return "info";
     }
     return "help";
 }
@@ -164,9 +175,12 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
         options.command = CliCommand::Version;
         return options;
     }
-    if (first == "plan") options.command = CliCommand::Plan;
-    else if (first == "render") options.command = CliCommand::Render;
-    else if (first == "info") options.command = CliCommand::Info;
+    if (first == "plan")
+        options.command = CliCommand::Plan;
+    else if (first == "render")
+        options.command = CliCommand::Render;
+    else if (first == "info")
+        options.command = CliCommand::Info;
     else if (first.rfind("-", 0) == 0)
         fail("command", "expected a subcommand (plan, render, info) before " + inQuotes(first));
     else
@@ -218,7 +232,8 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     }
 
     if (options.command == CliCommand::Info) {
-        if (positional.size() > 1) fail("option", "info takes one model folder or checkpoint, got " + inQuotes(positional[1]) + " as well");
+        if (positional.size() > 1)
+            fail("option", "info takes one model folder or checkpoint, got " + inQuotes(positional[1]) + " as well");
         options.infoDir = positional.empty() ? options.config.model : positional.front();
         checkPathText("model", options.infoDir, "a model folder path");
     } else if (!positional.empty()) {
@@ -253,13 +268,12 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     namespace fs = std::filesystem;
     if (!given.empty()) {
         checkPathText("model", given, "a model folder path");
-        if (given.rfind(kRandomModelPrefix, 0) == 0) return given;   // random weights (benchmarks)
+        if (given.rfind(kRandomModelPrefix, 0) == 0) return given;  // random weights (benchmarks)
         std::error_code ec;
         const fs::path dir = fs::absolute(given, ec);
         // A Stable Diffusion checkpoint file (loadSdModel reads or refuses it, naming why).
         if (!ec && !fs::is_directory(dir, ec) && isSdModelPath(dir.string())) {
-            if (!fs::exists(dir, ec))
-                throw ValidationError("model", "model: " + inQuotes(given) + " does not exist");
+            if (!fs::exists(dir, ec)) throw ValidationError("model", "model: " + inQuotes(given) + " does not exist");
             return dir.lexically_normal().string();
         }
         // is_directory's error_code form: a link loop or an over-long component is a message, not a throw.
@@ -268,7 +282,8 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
                                                (ec ? " (" + ec.message() + ")" : std::string()));
         if (!isSdModelPath(dir.string()))
             if (const std::optional<PipelinePart> part = pipelinePartOf(dir))
-                throw ValidationError("model", "model: " + describePipelinePart(dir.lexically_normal(), *part, "--model"));
+                throw ValidationError("model",
+                                      "model: " + describePipelinePart(dir.lexically_normal(), *part, "--model"));
         return dir.lexically_normal().string();
     }
     const auto candidates = defaultModelCandidates(executableDir);
@@ -276,9 +291,10 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
         if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
     std::string looked;
     for (const auto& candidate : candidates) looked += "\n  " + candidate;
-    throw ValidationError("model", "model: no default model is installed (looked in:" + looked +
-                                       ")\nPoint --model at a Stable Diffusion pipeline folder (with model_index.json), a "
-                                       ".safetensors checkpoint or a diffusers UNet2DModel folder (with config.json).");
+    throw ValidationError("model",
+                          "model: no default model is installed (looked in:" + looked +
+                              ")\nPoint --model at a Stable Diffusion pipeline folder (with model_index.json), a "
+                              ".safetensors checkpoint or a diffusers UNet2DModel folder (with config.json).");
 }
 
 BackendKind checkRunBackend(BackendKind requested) {
@@ -292,12 +308,14 @@ BackendKind checkRunBackend(BackendKind requested) {
 std::string cliUsage(CliCommand command) {
     static const std::string kRunOptions =
         "Run options (the same in every subcommand; a preset is applied first, flags override it):\n" +
-        usageEntry("--preset FILE", "JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
-                                    "render's <run-id>.json manifest to run it again") +
+        usageEntry("--preset FILE",
+                   "JSON file of run settings (e.g. resources/presets/quick-cpu.json), or a\n"
+                   "render's <run-id>.json manifest to run it again") +
         runConfigOptionsUsage() +
-        usageEntry("--params-from FILE.png", "the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
-                                             "steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
-                                             "and before the flags; each setting it cannot apply is named on stderr") +
+        usageEntry("--params-from FILE.png",
+                   "the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
+                   "steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
+                   "and before the flags; each setting it cannot apply is named on stderr") +
         usageEntry("--out DIR", "output folder (render; default .)") + usageEntry("--help, -h", "this text");
     std::string text;
     switch (command) {
@@ -313,25 +331,29 @@ std::string cliUsage(CliCommand command) {
                    "  --help    this text; 'tessera-cli <command> --help' for a command's options\n\n"
                    "Exit status: 0 success, 2 invalid input (the message names the field), 1 failure while running.\n";
         case CliCommand::Plan:
-            text = "Usage: tessera-cli plan [options]\n"
-                   "Prints the tile grid (columns x rows, tile size, stride, overlap), the tile count,\n"
-                   "redundancy, UNet evaluations per step and in total, and, when --model is given, FLOPs per\n"
-                   "step and the host memory a render would need on the cpu and cuda engines.\n\n";
+            text =
+                "Usage: tessera-cli plan [options]\n"
+                "Prints the tile grid (columns x rows, tile size, stride, overlap), the tile count,\n"
+                "redundancy, UNet evaluations per step and in total, and, when --model is given, FLOPs per\n"
+                "step and the host memory a render would need on the cpu and cuda engines.\n\n";
             break;
         case CliCommand::Render:
-            text = "Usage: tessera-cli render [options]\n"
-                   "Runs a generation and writes <out>/<run-id>.png (with 'parameters' and 'tessera-manifest'\n"
-                   "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest). Everything is checked\n"
-                   "before any work: the settings, the start image's header (--init) and the host memory the\n"
-                   "run needs against what is available; a refusal names the setting to lower (exit 2).\n\n";
+            text =
+                "Usage: tessera-cli render [options]\n"
+                "Runs a generation and writes <out>/<run-id>.png (with 'parameters' and 'tessera-manifest'\n"
+                "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest). Everything is checked\n"
+                "before any work: the settings, the start image's header (--init) and the host memory the\n"
+                "run needs against what is available; a refusal names the setting to lower (exit 2).\n\n";
             break;
         case CliCommand::Info:
-            text = "Usage: tessera-cli info PATH [--tile PX] [options]\n"
-                   "Prints a model folder's configuration, scheduler, tensor and parameter counts and the\n"
-                   "FLOPs of one UNet evaluation at the tile size (--tile, default 64). PATH may also be given as --model.\n"
-                   "For a Stable Diffusion pipeline folder or .safetensors checkpoint: the family, parameters and\n"
-                   "stored precision of the UNet, VAE and text encoder, the prediction type, A1111's model hash\n"
-                   "and the tensors no model uses (a checkpoint's header is read and the file hashed).\n\n";
+            text =
+                "Usage: tessera-cli info PATH [--tile PX] [options]\n"
+                "Prints a model folder's configuration, scheduler, tensor and parameter counts and the\n"
+                "FLOPs of one UNet evaluation at the tile size (--tile, default 64). PATH may also be given as "
+                "--model.\n"
+                "For a Stable Diffusion pipeline folder or .safetensors checkpoint: the family, parameters and\n"
+                "stored precision of the UNet, VAE and text encoder, the prediction type, A1111's model hash\n"
+                "and the tensors no model uses (a checkpoint's header is read and the file hashed).\n\n";
             break;
     }
     return text + kRunOptions;

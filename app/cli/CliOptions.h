@@ -11,8 +11,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/models/unet/UNetConfig.h"
-#include "core/run/RunConfig.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/RunConfig.h"
 
 namespace tessera {
 
@@ -20,11 +20,11 @@ enum class CliCommand { Help, Version, Plan, Render, Info };
 
 struct CliOptions {
     CliCommand command = CliCommand::Help;
-    bool help = false;             // --help / -h after a subcommand: print its usage
-    RunConfig config;              // preset (if any) with the flags applied on top
-    std::string presetPath;        // --preset, empty when none
-    std::string outDir = ".";      // --out
-    std::string infoDir;           // `info DIR` (also taken from --model)
+    bool help = false;         // --help / -h after a subcommand: print its usage
+    RunConfig config;          // preset (if any) with the flags applied on top
+    std::string presetPath;    // --preset, empty when none
+    std::string outDir = ".";  // --out
+    std::string infoDir;       // `info DIR` (also taken from --model)
     // RunConfig fields given on the command line or in the preset, by CLI name ("tile", "model").
     std::set<std::string> fieldsGiven;
     // When the preset is a run manifest: the digest of the timed choices its run used ("" = none).
@@ -114,6 +114,5 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
 // ValidationError on field "backend" rather than the window's quiet fallback: a script asking
 // for the GPU should not time the CPU. May probe for a CUDA device (not for `cpu`).
 BackendKind checkRunBackend(BackendKind requested);
-
 
 }  // namespace tessera

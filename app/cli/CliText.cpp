@@ -10,7 +10,9 @@
 
 namespace tessera {
 
-void fail(const std::string& field, const std::string& message) { throw ValidationError(field, field + ": " + message); }
+void fail(const std::string& field, const std::string& message) {
+    throw ValidationError(field, field + ": " + message);
+}
 
 double median(std::vector<double> values) {
     if (values.empty()) return 0;

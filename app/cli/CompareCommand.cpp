@@ -23,18 +23,17 @@
 #include "app/cli/InitImage.h"
 #include "app/cli/InterruptCancels.h"
 #include "core/base/BoundedInput.h"
-#include "core/run/ConfigDiff.h"
 #include "core/cpu/HostMemoryEstimate.h"
-#include "core/sampling/ImageOps.h"
-#include "core/run/RunRecordIO.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/ConfigDiff.h"
+#include "core/run/RunRecordIO.h"
+#include "core/sampling/ImageOps.h"
 
 namespace fs = std::filesystem;
 
 namespace tessera {
 
 namespace {
-
 
 constexpr const char* kTimingNote = "RunRecord.totalMs, the sampling wall time (prepare excluded)";
 
@@ -49,11 +48,13 @@ void addOverrides(const std::string& option, const std::string& text,
         const auto eq = piece.find('=');
         if (eq == std::string::npos) {
             if (added == 0)
-                fail(option, inQuotes(text) + " is not KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile,batch=8)");
+                fail(option,
+                     inQuotes(text) + " is not KEY=VALUE[,KEY=VALUE...] (e.g. --" + option + " graphs=tile,batch=8)");
             into.back().second += "," + piece;
             continue;
         }
-        if (eq == 0) fail(option, inQuotes(piece) + " has no key; expected KEY=VALUE, KEY a run setting (e.g. batch=8)");
+        if (eq == 0)
+            fail(option, inQuotes(piece) + " has no key; expected KEY=VALUE, KEY a run setting (e.g. batch=8)");
         into.emplace_back(piece.substr(0, eq), piece.substr(eq + 1));
         ++added;
     }
@@ -89,7 +90,9 @@ void applyOverride(nlohmann::json& config, std::string key, const std::string& v
     if (const auto dot = key.find('.'); dot != std::string::npos) {
         const std::string parent = key.substr(0, dot);
         if (parent != "scheduler_options")
-            throw ValidationError(excerpt(key), excerpt(key) + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
+            throw ValidationError(
+                excerpt(key),
+                excerpt(key) + ": unknown key; only scheduler_options holds keys (e.g. scheduler_options.eta)");
         leaf = key.substr(dot + 1);
         target = &config["scheduler_options"];
         fallback = &defaults["scheduler_options"];
@@ -120,13 +123,13 @@ public:
 
 // One side of the comparison: its configuration, start image, and what its measured runs left.
 struct Side {
-    std::string name;                 // "A" / "B"
+    std::string name;  // "A" / "B"
     RunConfig config;
-    ImageTensor initImage;            // empty: from noise
-    std::vector<RunRecord> runs;      // measured runs, in order
+    ImageTensor initImage;        // empty: from noise
+    std::vector<RunRecord> runs;  // measured runs, in order
     ImageTensor firstImage, lastImage;
-    bool repeatable = true;           // every measured image bit-identical to the first
-    std::string manifestDigest;       // tuning choices its manifest recorded ("" = none given)
+    bool repeatable = true;      // every measured image bit-identical to the first
+    std::string manifestDigest;  // tuning choices its manifest recorded ("" = none given)
     std::vector<std::string> notes;
 
     void addNote(const std::string& note) {
@@ -181,7 +184,8 @@ HostMemoryEstimate compareMemory(const Side& a, const Side& b, int repeats) {
         total.items.push_back({MemoryPart::Record, name + "records of " + std::to_string(repeats) + " measured runs",
                                "steps", static_cast<std::uint64_t>(repeats) * e->bytesOf(MemoryPart::Record), kAlways});
         if (peaks) continue;
-        total.items.push_back({MemoryPart::StartImage, name + "start image", "init", e->bytesOf(MemoryPart::StartImage), kAlways});
+        total.items.push_back(
+            {MemoryPart::StartImage, name + "start image", "init", e->bytesOf(MemoryPart::StartImage), kAlways});
         if (a.backend != b.backend)
             total.items.push_back({MemoryPart::Weights, name + "its engine's weights and activations", "batch",
                                    e->bytesOf(MemoryPart::Weights) + e->bytesOf(MemoryPart::Activations), kAlways});
@@ -211,9 +215,9 @@ std::string graphSummary(const Side& side) {
     std::string text = "requested " + std::string(toString(c.graphs)) + ", ran " + (g.mode.empty() ? "off" : g.mode);
     if (!g.fallbackReason.empty()) text += " (fallback: " + g.fallbackReason + ")";
     text += ", " + std::to_string(g.captures) + " captures, " + std::to_string(g.hits) + " hits";
-    if (g.misses || g.evictions || g.updates) text += ", " + std::to_string(g.misses) + " misses, " +
-                                                      std::to_string(g.evictions) + " evictions, " +
-                                                      std::to_string(g.updates) + " updates";
+    if (g.misses || g.evictions || g.updates)
+        text += ", " + std::to_string(g.misses) + " misses, " + std::to_string(g.evictions) + " evictions, " +
+                std::to_string(g.updates) + " updates";
     if (g.nodes) text += ", " + std::to_string(g.nodes) + " nodes";
     if (g.graphMemMiB > 0) text += ", " + fixed(g.graphMemMiB, 1) + " MiB of graphs";
     return text;
@@ -265,10 +269,11 @@ std::string csvText(const Side& a, const Side& b) {
             std::vector<double> gpu;
             for (const auto& step : r.steps)
                 if (step.gpuMs >= 0) gpu.push_back(step.gpuMs);
-            text += std::to_string(i + 1) + "," + side->name + "," + csvField(r.runId) + "," + significant(r.totalMs / 1000.0, 6) +
-                    "," + significant(r.prepareMs, 6) + "," + std::to_string(r.stepsRun) + "," +
-                    (gpu.empty() ? "" : significant(median(gpu), 6)) + "," + (r.peakDeviceMiB >= 0 ? significant(r.peakDeviceMiB, 6) : "") +
-                    "," + std::string(toString(side->config.graphs)) + "," + csvField(r.graphs.mode) + "," +
+            text += std::to_string(i + 1) + "," + side->name + "," + csvField(r.runId) + "," +
+                    significant(r.totalMs / 1000.0, 6) + "," + significant(r.prepareMs, 6) + "," +
+                    std::to_string(r.stepsRun) + "," + (gpu.empty() ? "" : significant(median(gpu), 6)) + "," +
+                    (r.peakDeviceMiB >= 0 ? significant(r.peakDeviceMiB, 6) : "") + "," +
+                    std::string(toString(side->config.graphs)) + "," + csvField(r.graphs.mode) + "," +
                     std::to_string(r.graphs.captures) + "," + std::to_string(r.graphs.hits) + "," +
                     csvField(r.environment.backend) + "," + r.imageSha256 + "\n";
         }
@@ -369,10 +374,14 @@ CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
         if (name == "a" || name == "b" || name == "repeats" || name == "warmup" || name == "csv" || name == "json") {
             takeOptionValue(*word, args, i, name);
             const std::string& value = word->value;
-            if (name == "a") addOverrides(name, value, o.overridesA);
-            else if (name == "b") addOverrides(name, value, o.overridesB);
-            else if (name == "repeats") o.repeats = parseCount(name, value, 1);
-            else if (name == "warmup") o.warmup = parseCount(name, value, 0);
+            if (name == "a")
+                addOverrides(name, value, o.overridesA);
+            else if (name == "b")
+                addOverrides(name, value, o.overridesB);
+            else if (name == "repeats")
+                o.repeats = parseCount(name, value, 1);
+            else if (name == "warmup")
+                o.warmup = parseCount(name, value, 0);
             else {
                 if (value.empty()) fail(name, "a file name is needed");
                 checkPathText(name, value, "the " + name + " file");
@@ -407,8 +416,8 @@ ComparedConfigs compareConfigs(const CompareOptions& options) {
 
     auto base = [&](std::size_t index, const std::string& side) {
         if (options.configFiles.empty()) return flags;
-        nlohmann::json config =
-            readConfigFile(options.configFiles.at(index), side, index == 0 ? &configs.tuningDigestA : &configs.tuningDigestB);
+        nlohmann::json config = readConfigFile(options.configFiles.at(index), side,
+                                               index == 0 ? &configs.tuningDigestA : &configs.tuningDigestB);
         // Run options on the line apply to both files.
         for (const std::string& field : common.fieldsGiven) {
             if (field == "eta" || field == "timestep_spacing")
@@ -464,7 +473,8 @@ ImageDifference imageDifference(const ImageTensor& a, const ImageTensor& b) {
     }
     const Rgb8Image ra = toRgb8(a), rb = toRgb8(b);
     for (std::size_t i = 0; i < ra.pixels.size(); ++i)
-        d.maxAbsRgb8 = std::max(d.maxAbsRgb8, std::abs(static_cast<int>(ra.pixels[i]) - static_cast<int>(rb.pixels[i])));
+        d.maxAbsRgb8 =
+            std::max(d.maxAbsRgb8, std::abs(static_cast<int>(ra.pixels[i]) - static_cast<int>(rb.pixels[i])));
     return d;
 }
 
@@ -472,7 +482,7 @@ namespace {
 
 // The measured ratios and the image difference of a finished comparison.
 struct CompareResult {
-    std::vector<double> ratios;   // per measured pair: A seconds / B seconds
+    std::vector<double> ratios;  // per measured pair: A seconds / B seconds
     RatioSpread speedup;
     ImageDifference pixels;
 };
@@ -507,7 +517,7 @@ void runInterleaved(const CompareOptions& options, const std::vector<std::string
             NoteObserver observer;
             RunResult result;
             {
-                const InterruptCancels interrupt(engine);   // Ctrl-C: the run ends "cancelled", compare stops
+                const InterruptCancels interrupt(engine);  // Ctrl-C: the run ends "cancelled", compare stops
                 result = engine.run(side->config, observer);
             }
             if (result.record.status != RunStatus::Finished)
@@ -521,15 +531,17 @@ void runInterleaved(const CompareOptions& options, const std::vector<std::string
                 !note.empty())
                 side->addNote(note);
             if (!measured) continue;
-            if (side->runs.empty()) side->firstImage = result.image;
-            else if (!imageDifference(side->firstImage, result.image).bitIdentical) side->repeatable = false;
+            if (side->runs.empty())
+                side->firstImage = result.image;
+            else if (!imageDifference(side->firstImage, result.image).bitIdentical)
+                side->repeatable = false;
             side->lastImage = std::move(result.image);
             side->runs.push_back(std::move(result.record));
         }
-        err << "compare: " << (measured ? "pair " + std::to_string(pair - options.warmup + 1) + "/" +
-                                              std::to_string(options.repeats)
-                                        : "warm-up pair " + std::to_string(pair + 1) + "/" +
-                                              std::to_string(options.warmup) + " (discarded)")
+        err << "compare: "
+            << (measured ? "pair " + std::to_string(pair - options.warmup + 1) + "/" + std::to_string(options.repeats)
+                         : "warm-up pair " + std::to_string(pair + 1) + "/" + std::to_string(options.warmup) +
+                               " (discarded)")
             << ": A " << fixed(seconds[0], 3) << " s, B " << fixed(seconds[1], 3) << " s\n";
     }
 }
@@ -543,9 +555,10 @@ void printReport(const CompareOptions& options, const std::vector<std::string>& 
     auto describe = [](const Side& side) {
         const RunRecord& r = side.last();
         const RunConfig& c = side.config;
-        return r.environment.backend + " (" + r.environment.device + "), " + r.modelName + ", " + std::to_string(c.width) +
-               "x" + std::to_string(c.height) + ", " + std::to_string(r.tileCount) + " tiles of " +
-               std::to_string(r.tileW) + "x" + std::to_string(r.tileH) + ", batch " + (c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto")) + ", " +
+        return r.environment.backend + " (" + r.environment.device + "), " + r.modelName + ", " +
+               std::to_string(c.width) + "x" + std::to_string(c.height) + ", " + std::to_string(r.tileCount) +
+               " tiles of " + std::to_string(r.tileW) + "x" + std::to_string(r.tileH) + ", batch " +
+               (c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto")) + ", " +
                std::to_string(r.stepsRun) + " " + std::string(toString(c.scheduler)) + " steps, " +
                std::string(toString(c.precision)) + ", graphs " + std::string(toString(c.graphs)) + ", seed " +
                std::to_string(c.seed);
@@ -589,15 +602,16 @@ void printReport(const CompareOptions& options, const std::vector<std::string>& 
         << "                 B " << graphSummary(b) << "\n"
         << "                 (captures and hits summed over each side's measured runs)\n";
     if (pixels.comparable) {
-        out << "pixels           max |A - B| " << pixels.maxAbsRgb8 << " of 255 (8-bit RGB), " << significant(pixels.maxAbsModel, 6)
+        out << "pixels           max |A - B| " << pixels.maxAbsRgb8 << " of 255 (8-bit RGB), "
+            << significant(pixels.maxAbsModel, 6)
             << " (model space); bit-identical: " << (pixels.bitIdentical ? "yes" : "no") << "\n";
     } else {
-        out << "pixels           max |A - B| n/a (sizes differ: A " << a.config.width << "x" << a.config.height << ", B "
-            << b.config.width << "x" << b.config.height << ")\n";
+        out << "pixels           max |A - B| n/a (sizes differ: A " << a.config.width << "x" << a.config.height
+            << ", B " << b.config.width << "x" << b.config.height << ")\n";
     }
     out << "repeatability    A " << (a.repeatable ? "bit-identical" : "NOT bit-identical") << " across its "
-        << a.runs.size() << " measured runs, B " << (b.repeatable ? "bit-identical" : "NOT bit-identical") << " across its "
-        << b.runs.size() << "\n";
+        << a.runs.size() << " measured runs, B " << (b.repeatable ? "bit-identical" : "NOT bit-identical")
+        << " across its " << b.runs.size() << "\n";
     for (const Side* side : {&a, &b})
         for (const auto& note : side->notes) out << "note " << side->name << "           " << note << "\n";
 }
@@ -614,13 +628,14 @@ nlohmann::json summaryJson(const CompareOptions& options, const nlohmann::json& 
     for (std::size_t i = 0; i < a.runs.size(); ++i)
         for (const Side* side : {&a, &b}) {
             const RunRecord& r = side->runs[i];
-            runs.push_back({{"pair", i + 1},
-                            {"side", side->name},
-                            {"run_id", r.runId},
-                            {"seconds", r.totalMs / 1000.0},
-                            {"prepare_ms", r.prepareMs},
-                            {"peak_device_mib", r.peakDeviceMiB >= 0 ? nlohmann::json(r.peakDeviceMiB) : nlohmann::json(nullptr)},
-                            {"image_sha256", r.imageSha256}});
+            runs.push_back(
+                {{"pair", i + 1},
+                 {"side", side->name},
+                 {"run_id", r.runId},
+                 {"seconds", r.totalMs / 1000.0},
+                 {"prepare_ms", r.prepareMs},
+                 {"peak_device_mib", r.peakDeviceMiB >= 0 ? nlohmann::json(r.peakDeviceMiB) : nlohmann::json(nullptr)},
+                 {"image_sha256", r.imageSha256}});
         }
     nlohmann::json pixelJson = {{"comparable", pixels.comparable}};
     if (pixels.comparable) {

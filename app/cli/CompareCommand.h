@@ -23,9 +23,9 @@ struct CompareOptions {
     std::vector<std::string> runFlags;     // the render flags given (e.g. "--steps", "4"), in order
     // RunConfig JSON keys and their values as typed, from --a / --b (applied in order).
     std::vector<std::pair<std::string, std::string>> overridesA, overridesB;
-    int warmup = 1;                        // pairs run first and discarded
-    int repeats = 5;                       // measured pairs
-    std::string csvPath, jsonPath;         // empty: not written
+    int warmup = 1;                 // pairs run first and discarded
+    int repeats = 5;                // measured pairs
+    std::string csvPath, jsonPath;  // empty: not written
     bool help = false;
 };
 

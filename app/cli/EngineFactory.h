@@ -15,10 +15,10 @@ namespace tessera {
 
 // What a probe found; plain data, copied to the GUI thread.
 struct DeviceReport {
-    bool cudaBuilt = false;       // this binary contains the CUDA backend
-    bool cudaAvailable = false;   // ... and a device can be used
-    std::string cudaReason;       // why not, when !cudaAvailable (empty otherwise)
-    std::string cpuDevice;        // e.g. "AMD EPYC 7B13 (2 threads)"
+    bool cudaBuilt = false;      // this binary contains the CUDA backend
+    bool cudaAvailable = false;  // ... and a device can be used
+    std::string cudaReason;      // why not, when !cudaAvailable (empty otherwise)
+    std::string cpuDevice;       // e.g. "AMD EPYC 7B13 (2 threads)"
 };
 
 // True when the binary was built with the CUDA backend (a compile-time fact; no CUDA call).

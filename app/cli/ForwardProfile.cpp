@@ -47,7 +47,8 @@ std::vector<OpKindTime> opTimesByKind(const std::vector<OpTiming>& ops) {
         kind.kind = name;
         sorted.push_back(kind);
     }
-    std::stable_sort(sorted.begin(), sorted.end(), [](const OpKindTime& a, const OpKindTime& b) { return a.ms > b.ms; });
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const OpKindTime& a, const OpKindTime& b) { return a.ms > b.ms; });
     return sorted;
 }
 
@@ -122,10 +123,11 @@ void printForwardProfile(std::ostream& out, const ModelGraph& graph, const Tenso
     cache.save();
     const double prepareMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     runForwardOnRandomInputs(gpu, graph, s.batch, s.tileH, s.tileW, s.seed);
-    const std::string what = s.name + " " + std::string(toString(s.precision)) + " tile " +
-                             std::to_string(s.tileW) + "x" + std::to_string(s.tileH) + " batch " + std::to_string(s.batch);
+    const std::string what = s.name + " " + std::string(toString(s.precision)) + " tile " + std::to_string(s.tileW) +
+                             "x" + std::to_string(s.tileH) + " batch " + std::to_string(s.batch);
     out << "\n== profile " << what << " on " << gpu.info().device << " (prepare " << format("%.0f", prepareMs)
-        << " ms)\n" << gpu.planSummary();
+        << " ms)\n"
+        << gpu.planSummary();
     std::vector<OpTiming> ops;
     for (const CudaBackend::OpTime& op : gpu.profileOps(s.batch, s.repeats, true)) ops.push_back({op.name, op.ms});
     const double gflop = graph.flops(s.tileH, s.tileW) * s.batch / 1e9;

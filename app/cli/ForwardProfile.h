@@ -54,13 +54,13 @@ void runForwardOnRandomInputs(CudaBackend& gpu, const ModelGraph& graph, int bat
                               std::uint64_t seed);
 
 struct ForwardProfileSettings {
-    std::string name;             // the model's shape or folder name, for the titles
+    std::string name;  // the model's shape or folder name, for the titles
     Precision precision = Precision::FP16;
-    int batch = 1;                // tiles (forward batch) of the prepared plan
-    int tileH = 0, tileW = 0;     // in the graph's own units (latents for Stable Diffusion)
-    int warmup = 3, repeats = 20; // untimed and timed forwards per mode
+    int batch = 1;                 // tiles (forward batch) of the prepared plan
+    int tileH = 0, tileW = 0;      // in the graph's own units (latents for Stable Diffusion)
+    int warmup = 3, repeats = 20;  // untimed and timed forwards per mode
     std::uint64_t seed = 0;
-    std::string tuningCache;      // RunConfig::tuningCache ("" = the default file, "off", a path)
+    std::string tuningCache;  // RunConfig::tuningCache ("" = the default file, "off", a path)
 };
 // Prepares `graph` on a new CudaBackend, prints its plan summary and the per-op profile, then
 // the forward timed eagerly and as one captured graph (median and minimum GPU ms, host enqueue

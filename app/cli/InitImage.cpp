@@ -20,8 +20,8 @@
 // JPEG decoding needs libjpeg-turbo at link time (CMake: find_package(JPEG), JPEG::JPEG and
 // TESSERA_HAVE_JPEG=1 on tessera_app). Without it a JPEG is refused with a clear message.
 #if defined(TESSERA_HAVE_JPEG) && TESSERA_HAVE_JPEG
-#include <jpeglib.h>
 #include <jerror.h>
+#include <jpeglib.h>
 #define TESSERA_INIT_JPEG 1
 #else
 #define TESSERA_INIT_JPEG 0
@@ -86,7 +86,8 @@ bool isJpeg(std::string_view b) { return b.size() >= 3 && b.substr(0, 3) == std:
 
 unsigned bigEndian(std::string_view bytes, std::size_t at, int count) {
     unsigned value = 0;
-    for (int i = 0; i < count; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[at + static_cast<std::size_t>(i)]);
+    for (int i = 0; i < count; ++i)
+        value = (value << 8) | static_cast<unsigned char>(bytes[at + static_cast<std::size_t>(i)]);
     return value;
 }
 
@@ -123,7 +124,8 @@ void readJpegHeader(const std::string& path, const BoundedFile& file, ImageHeade
             at += 2;
             continue;
         }
-        if (marker == 0xd9 || marker == 0xda) fail(path, "is not a readable JPEG: no frame header before its end or its data");
+        if (marker == 0xd9 || marker == 0xda)
+            fail(path, "is not a readable JPEG: no frame header before its end or its data");
         const std::string body = file.readAt(at + 2, 7);
         if (body.size() < 2) fail(path, "is not a readable JPEG: it ends inside a marker segment");
         const unsigned length = bigEndian(body, 0, 2);
@@ -235,9 +237,12 @@ bool isDamageWarning(j_common_ptr cinfo, const char* message) {
         case JWRN_HIT_MARKER:
         case JWRN_HUFF_BAD_CODE:
         case JWRN_MUST_RESYNC:
-        case JWRN_BOGUS_PROGRESSION: return true;
-        case JWRN_BOGUS_ICC: return false;
-        default: break;
+        case JWRN_BOGUS_PROGRESSION:
+            return true;
+        case JWRN_BOGUS_ICC:
+            return false;
+        default:
+            break;
     }
     // "Corrupt JPEG data: bad arithmetic code" has no code in every libjpeg build.
     return std::strncmp(message, "Corrupt JPEG data: bad ", 23) == 0;
@@ -337,8 +342,9 @@ Rgb8Image decodeJpeg(const std::string& path, const std::string& bytes) {
 #else
 
 Rgb8Image decodeJpeg(const std::string& path, const std::string&) {
-    fail(path, "is a JPEG, but this build of Tessera has no JPEG support (libjpeg-turbo was not found "
-               "at build time); convert it to PNG");
+    fail(path,
+         "is a JPEG, but this build of Tessera has no JPEG support (libjpeg-turbo was not found "
+         "at build time); convert it to PNG");
 }
 
 #endif
@@ -381,7 +387,8 @@ std::vector<Taps> axisTaps(int in, int out) {
             t.first = static_cast<int>(std::floor(lo));
             const int last = std::min(in - 1, static_cast<int>(std::ceil(hi)) - 1);
             for (int i = t.first; i <= last; ++i)
-                t.weights.push_back(static_cast<float>((std::min<double>(hi, i + 1) - std::max<double>(lo, i)) / scale));
+                t.weights.push_back(
+                    static_cast<float>((std::min<double>(hi, i + 1) - std::max<double>(lo, i)) / scale));
         } else {
             // Pixel centres aligned: output centre o + 0.5 sits at source (o + 0.5) * scale.
             const double centre = (o + 0.5) * scale - 0.5;
@@ -432,8 +439,7 @@ int upscaledCanvasSide(int side, double factor) { return std::max(8, static_cast
 ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, int channels) {
     if (channels != 1 && channels != 3)
         throw std::invalid_argument("init: " + std::to_string(channels) + " channels are not supported (1 or 3)");
-    if (width <= 0 || height <= 0)
-        throw std::invalid_argument("init: cannot resample to " + pixelsText(width, height));
+    if (width <= 0 || height <= 0) throw std::invalid_argument("init: cannot resample to " + pixelsText(width, height));
     if (image.width <= 0 || image.height <= 0 ||
         image.pixels.size() != static_cast<std::size_t>(image.width) * image.height * 3)
         throw std::invalid_argument("init: the decoded image is empty or its size does not match " +

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/run/Engine.h"
 #include "core/cpu/HostMemoryEstimate.h"
+#include "core/run/Engine.h"
 #include "core/sampling/ImageOps.h"
 
 namespace tessera {

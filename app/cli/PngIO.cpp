@@ -15,9 +15,9 @@
 
 #include "app/cli/InitImage.h"
 #include "core/base/BoundedInput.h"
+#include "core/base/UnicodeText.h"
 #include "core/run/Infotext.h"
 #include "core/run/OutputSet.h"
-#include "core/base/UnicodeText.h"
 
 namespace tessera {
 
@@ -161,13 +161,14 @@ bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png
     png_set_chunk_malloc_max(png, kMaxPngChunkBytes);
     png_init_io(png, file);
     png_read_info(png, info);
-    if (static_cast<long long>(png_get_image_width(png, info)) * png_get_image_height(png, info) > kMaxInitImagePixels) {
+    if (static_cast<long long>(png_get_image_width(png, info)) * png_get_image_height(png, info) >
+        kMaxInitImagePixels) {
         std::snprintf(sink.message, sizeof sink.message, "the image is %ux%u; at most %lld megapixels are read",
                       png_get_image_width(png, info), png_get_image_height(png, info), kMaxInitImagePixels / 1000000);
         png_destroy_read_struct(&png, &info, &endInfo);
         return false;
     }
-    png_set_expand(png);        // palette -> RGB, grey < 8 bit -> 8 bit, tRNS -> alpha
+    png_set_expand(png);  // palette -> RGB, grey < 8 bit -> 8 bit, tRNS -> alpha
     png_set_strip_16(png);
     png_set_strip_alpha(png);
     png_set_gray_to_rgb(png);
@@ -182,7 +183,8 @@ bool decode(std::FILE* file, std::vector<unsigned char>& pixels, std::vector<png
     }
     pixels.resize(static_cast<std::size_t>(state.width) * state.height * 3);
     rows.resize(state.height);
-    for (png_uint_32 y = 0; y < state.height; ++y) rows[y] = pixels.data() + static_cast<std::size_t>(y) * state.width * 3;
+    for (png_uint_32 y = 0; y < state.height; ++y)
+        rows[y] = pixels.data() + static_cast<std::size_t>(y) * state.width * 3;
     png_read_image(png, rows.data());
     png_read_end(png, endInfo);
     for (png_infop source : {info, endInfo}) {
@@ -213,7 +215,8 @@ std::string firstOverlongPngChunk(std::int64_t size, const std::function<bool(st
         const std::int64_t end = at + 12 + static_cast<std::int64_t>(length);  // length, name, data, CRC
         if (end > size)
             return "chunk " + excerpt(name) + " claims " + std::to_string(length) + " bytes but the file has " +
-                   std::to_string(std::max<std::int64_t>(0, size - at - 12)) + " after its header (truncated or corrupt)";
+                   std::to_string(std::max<std::int64_t>(0, size - at - 12)) +
+                   " after its header (truncated or corrupt)";
         if (std::memcmp(name, "IEND", 4) == 0) break;
         at = end;
     }
@@ -254,8 +257,8 @@ std::string encodePng(const std::string& path, const Rgb8Image& image, const std
         chunk.key = const_cast<char*>(t.keyword.c_str());
         chunk.text = const_cast<char*>(text.c_str());
         if (!asTExt[i]) {
-            chunk.compression = t.international && text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt
-                                                                       : PNG_ITXT_COMPRESSION_NONE;
+            chunk.compression =
+                t.international && text.size() > 1024 ? PNG_ITXT_COMPRESSION_zTXt : PNG_ITXT_COMPRESSION_NONE;
             chunk.itxt_length = text.size();
             chunk.lang = const_cast<char*>("");
             chunk.lang_key = const_cast<char*>("");

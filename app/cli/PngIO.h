@@ -3,21 +3,21 @@
 // (core/run/OutputSet.h); writePng writes one through such a set, so a reader never sees half a PNG.
 #pragma once
 
-#include <stdexcept>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "core/sampling/ImageOps.h"
 #include "core/run/RunConfig.h"
 #include "core/run/RunRecord.h"
+#include "core/sampling/ImageOps.h"
 
 namespace tessera {
 
 struct PngTextChunk {
-    std::string keyword;     // 1-79 printable ASCII characters, e.g. "parameters"
-    std::string text;        // valid UTF-8: invalid bytes as "\xNN" (toValidUtf8), written and read
+    std::string keyword;  // 1-79 printable ASCII characters, e.g. "parameters"
+    std::string text;     // valid UTF-8: invalid bytes as "\xNN" (toValidUtf8), written and read
     // Written: true = iTXt (UTF-8, zlib-compressed above 1 KiB); false = as Pillow's add_text
     // (A1111): tEXt in Latin-1 when every character is U+0000..U+00FF, else uncompressed iTXt.
     // Read: true for an iTXt chunk, false for tEXt and zTXt (Latin-1, given here as UTF-8).
@@ -25,7 +25,7 @@ struct PngTextChunk {
 };
 
 struct PngFile {
-    Rgb8Image image;               // always RGB8 after reading (grey/palette/alpha/16-bit converted)
+    Rgb8Image image;  // always RGB8 after reading (grey/palette/alpha/16-bit converted)
     std::vector<PngTextChunk> texts;
     // The text of the first chunk named `keyword`, or "" when there is none.
     std::string text(const std::string& keyword) const;

@@ -43,7 +43,8 @@ Summary fromCheckpoint(const std::string& path) {
     options.digest = FileDigest::Compute;
     const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, options);
     Summary s;
-    s.format = "single-file checkpoint (LDM layout), " + withThousands(static_cast<std::int64_t>(info.fileBytes)) + " bytes";
+    s.format =
+        "single-file checkpoint (LDM layout), " + withThousands(static_cast<std::int64_t>(info.fileBytes)) + " bytes";
     s.family = info.family;
     s.familyReason = info.familyReason;
     s.configSource = info.configSource;
@@ -75,7 +76,8 @@ std::map<std::string, std::size_t> storedDtypes(const fs::path& dir, const std::
     if (files.empty())
         for (const auto& entry : fs::directory_iterator(dir, ec)) {
             const std::string name = entry.path().filename().string();
-            if (name.rfind(stem + "-", 0) == 0 && entry.path().extension() == ".safetensors") files.push_back(entry.path());
+            if (name.rfind(stem + "-", 0) == 0 && entry.path().extension() == ".safetensors")
+                files.push_back(entry.path());
         }
     std::map<std::string, std::size_t> counts;
     for (const fs::path& path : files) {
@@ -99,8 +101,10 @@ Summary fromFolder(const std::string& path, const std::string& executableDir) {
     s.family = model.family;
     s.familyReason = "from its components' configurations";
     s.configSource = "the folder's config.json files";
-    s.parts = {{"unet", model.unet->parameterCount(), model.unet->tensors().size(), storedDtypes(root / "unet", "diffusion_pytorch_model")},
-               {"vae", model.vae->parameterCount(), model.vae->tensors().size(), storedDtypes(root / "vae", "diffusion_pytorch_model")},
+    s.parts = {{"unet", model.unet->parameterCount(), model.unet->tensors().size(),
+                storedDtypes(root / "unet", "diffusion_pytorch_model")},
+               {"vae", model.vae->parameterCount(), model.vae->tensors().size(),
+                storedDtypes(root / "vae", "diffusion_pytorch_model")},
                {"text encoder", model.textEncoder->parameterCount(), model.textEncoder->tensors().size(),
                 storedDtypes(root / "text_encoder", "model")}};
     if (model.textEncoder2)
@@ -110,10 +114,12 @@ Summary fromFolder(const std::string& path, const std::string& executableDir) {
     s.predictionReason = "scheduler/scheduler_config.json, or SD's default without one";
     s.schedulerClass = model.schedulerClass;
     s.hashLine = "none (A1111 hashes single files); sha256 of the parts' digests " + model.sha256;
-    for (const auto* extra : {&model.unet->extraTensors(), &model.vae->extraTensors(), &model.textEncoder->extraTensors()})
+    for (const auto* extra :
+         {&model.unet->extraTensors(), &model.vae->extraTensors(), &model.textEncoder->extraTensors()})
         s.ignored.insert(s.ignored.end(), extra->begin(), extra->end());
     if (model.textEncoder2)
-        s.ignored.insert(s.ignored.end(), model.textEncoder2->extraTensors().begin(), model.textEncoder2->extraTensors().end());
+        s.ignored.insert(s.ignored.end(), model.textEncoder2->extraTensors().begin(),
+                         model.textEncoder2->extraTensors().end());
     return s;
 }
 
@@ -132,9 +138,8 @@ void printSdModelInfo(const std::string& path, const std::string& executableDir,
         << "configs      " << s.configSource << "\n";
     for (const ModelPart& part : s.parts) {
         const std::string label = part.label;
-        out << label + std::string(label.size() < 13 ? 13 - label.size() : 1, ' ')
-            << withThousands(part.parameters) << " parameters, " << part.tensors << " tensors, stored "
-            << describeDtypes(part.dtypes) << "\n";
+        out << label + std::string(label.size() < 13 ? 13 - label.size() : 1, ' ') << withThousands(part.parameters)
+            << " parameters, " << part.tensors << " tensors, stored " << describeDtypes(part.dtypes) << "\n";
         total += part.parameters;
         for (const auto& [dtype, count] : part.dtypes) all[dtype] += count;
     }
@@ -145,8 +150,8 @@ void printSdModelInfo(const std::string& path, const std::string& executableDir,
         << "model hash   " << s.hashLine << "\n"
         << "ignored      "
         << (s.ignored.empty() ? std::string("none")
-                              : withThousands(static_cast<std::int64_t>(s.ignored.size())) + " tensors: " +
-                                    describeIgnored(s.ignored))
+                              : withThousands(static_cast<std::int64_t>(s.ignored.size())) +
+                                    " tensors: " + describeIgnored(s.ignored))
         << "\n";
 }
 

@@ -8,16 +8,15 @@
 #include "app/cli/CliOptions.h"
 #include "core/base/BoundedInput.h"
 #include "core/formats/PipelinePart.h"
+#include "core/run/RunConfig.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
-#include "core/run/RunConfig.h"
 
 namespace fs = std::filesystem;
 
 namespace tessera {
 
 namespace {
-
 
 constexpr const char* kBundledVocabulary = "clip/bpe_simple_vocab_16e6.txt.gz";
 
@@ -64,8 +63,8 @@ TokensOptions parseTokensOptions(const std::vector<std::string>& args) {
             throw ValidationError("option", "tokens: unknown option " + inQuotes(a) +
                                                 "; allowed: --weights, --model PATH, --prompt-file FILE, --help");
         } else if (o.prompt) {
-            throw ValidationError("prompt", "prompt: tokens takes one prompt (quote it); a second one was given: " +
-                                                inQuotes(a));
+            throw ValidationError("prompt",
+                                  "prompt: tokens takes one prompt (quote it); a second one was given: " + inQuotes(a));
         } else {
             o.prompt = a;
         }
@@ -155,9 +154,9 @@ int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, st
             out << tokensUsage();
             return kExitOk;
         }
-        const std::string prompt = options.promptFile ? readBoundedFile(*options.promptFile, "prompt-file",
-                                                                        prompt_limits::kMaxPromptBytes)
-                                                      : *options.prompt;
+        const std::string prompt =
+            options.promptFile ? readBoundedFile(*options.promptFile, "prompt-file", prompt_limits::kMaxPromptBytes)
+                               : *options.prompt;
         // The tokenizer would read ill-formed bytes as U+FFFD; a command that shows ids refuses them instead.
         if (!isValidUtf8(prompt))
             throw ValidationError(options.promptFile ? "prompt-file" : "prompt",

@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "app/cli/BenchCommand.h"
 #include "app/cli/CliOptions.h"
@@ -28,25 +28,24 @@
 #include "app/cli/SdInfoCommand.h"
 #include "app/cli/TokensCommand.h"
 #include "core/base/BoundedInput.h"
-#include "core/cpu/CpuBackend.h"
 #include "core/base/FormatNumber.h"
-#include "core/cpu/HostMemoryEstimate.h"
-#include "core/sampling/ImageOps.h"
 #include "core/base/LoadProgress.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/cpu/HostMemoryEstimate.h"
+#include "core/models/sd/SdModel.h"
+#include "core/models/sd/SdPipeline.h"
+#include "core/models/unet/UNetModel.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
+#include "core/sampling/ImageOps.h"
 #include "core/sampling/Scheduler.h"
-#include "core/models/sd/SdPipeline.h"
-#include "core/models/sd/SdModel.h"
 #include "core/sampling/TilePlan.h"
-#include "core/cpu/CpuEngine.h"
-#include "core/models/unet/UNetModel.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
 
 namespace {
-
 
 // Thrown for invalid input detected here rather than by the core (no default model, ...).
 struct InputError {
@@ -124,13 +123,13 @@ int cmdPlan(const CliOptions& options) {
               << "overlap      " << config.overlapPixels() << " px\n"
               << "tiles        " << tiles << "\n"
               << "redundancy   " << fixed(plan.redundancy(), 3) << " (tile area / image area)\n"
-              << "batch        " << batch << " tiles per UNet call" << (config.tileBatch <= 0 ? " (auto)" : "")
-              << ", " << (tiles + batch - 1) / batch << " calls per step\n"
-              << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun
-              << " total (" << stepsRun << " steps)\n";
+              << "batch        " << batch << " tiles per UNet call" << (config.tileBatch <= 0 ? " (auto)" : "") << ", "
+              << (tiles + batch - 1) / batch << " calls per step\n"
+              << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun << " total ("
+              << stepsRun << " steps)\n";
     if (sd) {
-        std::cout << "latent       " << config.width / 8 << " x " << config.height / 8 << ", tiles of " << plan.tileW() / 8
-                  << " x " << plan.tileH() / 8 << " (Stable Diffusion: 8 image px per latent px)\n"
+        std::cout << "latent       " << config.width / 8 << " x " << config.height / 8 << ", tiles of "
+                  << plan.tileW() / 8 << " x " << plan.tileH() / 8 << " (Stable Diffusion: 8 image px per latent px)\n"
                   << "guidance     "
                   << (config.cfgScale != 1.0 ? "cfg " + fixed(config.cfgScale, 1) +
                                                    ": each tile evaluated twice (conditional and unconditional rows)"
@@ -173,7 +172,8 @@ int cmdInfo(const CliOptions& options) {
     std::string channels;
     for (int ch : c.blockOutChannels) channels += (channels.empty() ? "" : ", ") + std::to_string(ch);
     std::string blocks;
-    for (auto b : c.downBlocks) blocks += (blocks.empty() ? "" : ", ") + std::string(b == DownBlockType::AttnDown ? "AttnDown" : "Down");
+    for (auto b : c.downBlocks)
+        blocks += (blocks.empty() ? "" : ", ") + std::string(b == DownBlockType::AttnDown ? "AttnDown" : "Down");
     const SchedulerOptions& s = model.schedulerOptions();
     std::cout << "model        " << model.name() << " (" << dir << ")\n"
               << "sample size  " << (c.sampleSize > 0 ? std::to_string(c.sampleSize) : std::string("not given")) << "\n"
@@ -187,11 +187,12 @@ int cmdInfo(const CliOptions& options) {
               << (s.clipSample ? "on" : "off") << "\n"
               << "tensors      " << model.tensors().size() << "\n"
               << "parameters   " << withThousands(model.parameterCount()) << "\n"
-              << "FLOPs        " << humanFlops(model.flopsPerEvaluation(tile, tile)) << " per evaluation of a "
-              << tile << " x " << tile << " tile\n"
+              << "FLOPs        " << humanFlops(model.flopsPerEvaluation(tile, tile)) << " per evaluation of a " << tile
+              << " x " << tile << " tile\n"
               << "weights      sha256 " << model.weightsSha256() << "\n";
     if (!model.extraTensors().empty())
-        std::cout << "unused       " << model.extraTensors().size() << " tensors in the file are not used by the config\n";
+        std::cout << "unused       " << model.extraTensors().size()
+                  << " tensors in the file are not used by the config\n";
     return kExitOk;
 }
 
@@ -212,8 +213,8 @@ public:
     }
     void onStarted(const RunRecord& record) override {
         std::cerr << "run " << record.runId << ": " << record.tileCount << " tiles of " << record.tileW << "x"
-                  << record.tileH << ", " << record.config.steps << " steps on " << record.environment.backend
-                  << " (" << record.environment.device << ")\n";
+                  << record.tileH << ", " << record.config.steps << " steps on " << record.environment.backend << " ("
+                  << record.environment.device << ")\n";
     }
     void onStep(const StepEvent& e) override {
         std::cerr << "step " << (e.step + 1) << "/" << e.steps << "  t=" << e.timestep << "  "
@@ -244,8 +245,8 @@ ImageTensor startImageTensor(const RunConfig& config, int channels) {
         throw InputError{std::string("init: ") + e.what()};
     }
     if (decoded.width != config.width || decoded.height != config.height) {
-        std::cerr << "note: init: " << shownPath(config.initImage) << " is " << decoded.width << "x"
-                  << decoded.height << ", resized to " << config.width << "x" << config.height;
+        std::cerr << "note: init: " << shownPath(config.initImage) << " is " << decoded.width << "x" << decoded.height
+                  << ", resized to " << config.width << "x" << config.height;
         const double inAspect = static_cast<double>(decoded.width) / decoded.height;
         const double runAspect = static_cast<double>(config.width) / config.height;
         if (std::abs(inAspect / runAspect - 1.0) > 0.01) std::cerr << " (stretched: the aspect ratios differ)";
@@ -283,7 +284,7 @@ int cmdRender(const CliOptions& options) {
     ConsoleObserver observer;
     RunResult result;
     {
-        const InterruptCancels interrupt(*engine);   // Ctrl-C: finish the tile batch, keep what was made
+        const InterruptCancels interrupt(*engine);  // Ctrl-C: finish the tile batch, keep what was made
         result = engine->run(config, observer);
     }
     // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
@@ -310,9 +311,9 @@ int cmdRender(const CliOptions& options) {
     const double seconds = record.totalMs / 1000.0;
     long long evaluations = 0;
     for (const auto& batch : record.batches) evaluations += static_cast<long long>(batch.tileIds.size());
-    std::cout << toString(record.status) << ": " << record.stepsRun << " steps in " << fixed(seconds, 2) << " s (prepare "
-              << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations << " tile evaluations, "
-              << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
+    std::cout << toString(record.status) << ": " << record.stepsRun << " steps in " << fixed(seconds, 2)
+              << " s (prepare " << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations
+              << " tile evaluations, " << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
               << "image     " << base.string() << ".png\n"
               << "timings   " << base.string() << ".csv\n"
               << "manifest  " << base.string() << ".json\n";
@@ -366,18 +367,24 @@ int main(int argc, char** argv) {
     if (options.help || options.command == CliCommand::Help) {
         std::cout << cliUsage(options.command);
         if (options.command == CliCommand::Help)
-            std::cout << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n"
-                      << "  compare   run two configurations interleaved: speedup, memory, pixel difference\n"
-                      << "            ('tessera-cli compare --help')\n"
-                      << "  tokens    a prompt's CLIP token ids (and weights) per 75-token chunk ('tessera-cli tokens --help')\n";
+            std::cout
+                << "\n  bench     time a matrix of batch x precision x graph mode runs ('tessera-cli bench --help')\n"
+                << "  compare   run two configurations interleaved: speedup, memory, pixel difference\n"
+                << "            ('tessera-cli compare --help')\n"
+                << "  tokens    a prompt's CLIP token ids (and weights) per 75-token chunk ('tessera-cli tokens "
+                   "--help')\n";
         return kExitOk;
     }
     try {
         switch (options.command) {
-            case CliCommand::Plan: return cmdPlan(options);
-            case CliCommand::Render: return cmdRender(options);
-            case CliCommand::Info: return cmdInfo(options);
-            default: return kExitOk;
+            case CliCommand::Plan:
+                return cmdPlan(options);
+            case CliCommand::Render:
+                return cmdRender(options);
+            case CliCommand::Info:
+                return cmdInfo(options);
+            default:
+                return kExitOk;
         }
     } catch (const InputError& e) {
         std::cerr << "tessera-cli: " << e.message << "\n";
@@ -391,7 +398,7 @@ int main(int argc, char** argv) {
     } catch (const PngError& e) {
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitFailure;
-    } catch (const LoadCancelled& e) {   // Ctrl-C while the model loads: nothing was run or written
+    } catch (const LoadCancelled& e) {  // Ctrl-C while the model loads: nothing was run or written
         std::cerr << "tessera-cli: " << e.what() << "\n";
         return kExitFailure;
     } catch (const std::exception& e) {

@@ -7,31 +7,38 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/qt/GuiThreadGuard.h"
 #include "app/cli/PngIO.h"
+#include "app/qt/GuiThreadGuard.h"
 #include "core/base/BoundedInput.h"
-#include "core/sampling/ImageOps.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
+#include "core/sampling/ImageOps.h"
 
 namespace tessera {
 
 QString exportSuffix(ExportFormat format) {
     switch (format) {
-    case ExportFormat::ImagePng: return QStringLiteral("png");
-    case ExportFormat::TimingsCsv: return QStringLiteral("csv");
-    case ExportFormat::ManifestJson:
-    case ExportFormat::ChromeTrace: return QStringLiteral("json");
+        case ExportFormat::ImagePng:
+            return QStringLiteral("png");
+        case ExportFormat::TimingsCsv:
+            return QStringLiteral("csv");
+        case ExportFormat::ManifestJson:
+        case ExportFormat::ChromeTrace:
+            return QStringLiteral("json");
     }
     return {};
 }
 
 QString exportTitle(ExportFormat format) {
     switch (format) {
-    case ExportFormat::ImagePng: return QStringLiteral("Image (PNG)");
-    case ExportFormat::TimingsCsv: return QStringLiteral("Timings (CSV)");
-    case ExportFormat::ManifestJson: return QStringLiteral("Manifest (JSON)");
-    case ExportFormat::ChromeTrace: return QStringLiteral("Chrome trace (JSON)");
+        case ExportFormat::ImagePng:
+            return QStringLiteral("Image (PNG)");
+        case ExportFormat::TimingsCsv:
+            return QStringLiteral("Timings (CSV)");
+        case ExportFormat::ManifestJson:
+            return QStringLiteral("Manifest (JSON)");
+        case ExportFormat::ChromeTrace:
+            return QStringLiteral("Chrome trace (JSON)");
     }
     return {};
 }
@@ -39,10 +46,14 @@ QString exportTitle(ExportFormat format) {
 QString suggestedExportName(const RunRecord& record, ExportFormat format) {
     const QString id = QString::fromStdString(record.runId.empty() ? std::string("run") : record.runId);
     switch (format) {
-    case ExportFormat::ImagePng: return QStringLiteral("tessera-%1-seed%2.png").arg(id).arg(record.config.seed);
-    case ExportFormat::TimingsCsv: return QStringLiteral("tessera-%1-timings.csv").arg(id);
-    case ExportFormat::ManifestJson: return QStringLiteral("tessera-%1-manifest.json").arg(id);
-    case ExportFormat::ChromeTrace: return QStringLiteral("tessera-%1-trace.json").arg(id);
+        case ExportFormat::ImagePng:
+            return QStringLiteral("tessera-%1-seed%2.png").arg(id).arg(record.config.seed);
+        case ExportFormat::TimingsCsv:
+            return QStringLiteral("tessera-%1-timings.csv").arg(id);
+        case ExportFormat::ManifestJson:
+            return QStringLiteral("tessera-%1-manifest.json").arg(id);
+        case ExportFormat::ChromeTrace:
+            return QStringLiteral("tessera-%1-trace.json").arg(id);
     }
     return {};
 }
@@ -51,17 +62,19 @@ std::string exportBytes(const RunResult& result, ExportFormat format, const std:
                         const std::vector<const RunRecord*>& earlier) {
     const RunRecord& record = result.record;
     switch (format) {
-    case ExportFormat::ImagePng:
-        if (result.image.data.empty()) throw std::runtime_error(path + ": the run has no image to export");
-        // The A1111 infotext (with the model's name and hash) and the whole manifest travel inside the PNG.
-        return encodeRunPng(path, toRgb8(result.image), record, jsonText(manifestJson(record)));
-    case ExportFormat::TimingsCsv: return timingsCsv(record);
-    case ExportFormat::ManifestJson: return jsonText(manifestJson(record), 2) + "\n";
-    case ExportFormat::ChromeTrace: {
-        std::vector<const RunRecord*> runs{&record};
-        runs.insert(runs.end(), earlier.begin(), earlier.end());
-        return jsonText(chromeTrace(runs)) + "\n";
-    }
+        case ExportFormat::ImagePng:
+            if (result.image.data.empty()) throw std::runtime_error(path + ": the run has no image to export");
+            // The A1111 infotext (with the model's name and hash) and the whole manifest travel inside the PNG.
+            return encodeRunPng(path, toRgb8(result.image), record, jsonText(manifestJson(record)));
+        case ExportFormat::TimingsCsv:
+            return timingsCsv(record);
+        case ExportFormat::ManifestJson:
+            return jsonText(manifestJson(record), 2) + "\n";
+        case ExportFormat::ChromeTrace: {
+            std::vector<const RunRecord*> runs{&record};
+            runs.insert(runs.end(), earlier.begin(), earlier.end());
+            return jsonText(chromeTrace(runs)) + "\n";
+        }
     }
     throw std::logic_error("exportBytes: unknown format");
 }
@@ -70,8 +83,10 @@ void exportRun(const RunResult& result, ExportFormat format, const std::string& 
                const std::vector<const RunRecord*>& earlier) {
     assertNotGuiThread("exportRun");
     const std::string bytes = exportBytes(result, format, path, earlier);
-    if (format == ExportFormat::ImagePng) writeFileAtomically(path, bytes);
-    else writeTextFileAtomically(path, bytes);
+    if (format == ExportFormat::ImagePng)
+        writeFileAtomically(path, bytes);
+    else
+        writeTextFileAtomically(path, bytes);
 }
 
 RestoredConfig configurationFromFile(const std::string& path) {
@@ -86,7 +101,8 @@ RestoredConfig configurationFromFile(const std::string& path) {
     // A FIFO must be refused, not opened (which would wait for a writer).
     std::error_code ignored;
     if (pngName && !std::filesystem::is_regular_file(path, ignored))
-        throw InputFileError("preset", "preset: '" + excerpt(path, 200) + "': is not a regular file; a run PNG is needed");
+        throw InputFileError("preset",
+                             "preset: '" + excerpt(path, 200) + "': is not a regular file; a run PNG is needed");
     const std::string bytes = pngName ? std::string() : readBoundedFile(path, "preset");
     RestoredConfig restored;
     try {
@@ -95,7 +111,8 @@ RestoredConfig configurationFromFile(const std::string& path) {
             const std::string manifest = png.text("tessera-manifest");
             if (manifest.empty())
                 throw std::runtime_error("the PNG has no tessera-manifest chunk (it was not written by Tessera)");
-            const RunRecord record = runRecordFromManifest(parseBoundedJson(manifest, "preset", "its tessera-manifest chunk"));
+            const RunRecord record =
+                runRecordFromManifest(parseBoundedJson(manifest, "preset", "its tessera-manifest chunk"));
             restored.config = record.config;
             restored.source = ConfigSource::RunPng;
             restored.runId = record.runId;

@@ -147,8 +147,10 @@ quint64 HistoryStore::undoRemove() {
             Restored restored;
             for (const QString& runId : runIds) {
                 if (disk->get().find(runId)) continue;  // never left (its removal failed)
-                if (const HistoryEntry* entry = disk->get().restoreFromTrash(runId)) restored.entries.push_back(*entry);
-                else restored.missing << runId;
+                if (const HistoryEntry* entry = disk->get().restoreFromTrash(runId))
+                    restored.entries.push_back(*entry);
+                else
+                    restored.missing << runId;
             }
             return restored;
         },

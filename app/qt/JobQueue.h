@@ -66,8 +66,10 @@ quint64 JobQueue::start(Work work, Deliver deliver, Fail fail) {
             [this, id, result = std::move(result), error = std::move(error), deliver = std::move(deliver),
              fail = std::move(fail)]() mutable {
                 --pending_;
-                if (result) deliver(id, std::move(*result));
-                else fail(id, error);
+                if (result)
+                    deliver(id, std::move(*result));
+                else
+                    fail(id, error);
             },
             Qt::QueuedConnection);
     });

@@ -14,8 +14,8 @@
 #include "app/qt/GuiThreadGuard.h"
 #include "app/qt/ModelLocator.h"
 #include "core/base/BoundedInput.h"
-#include "core/models/sd/SdModel.h"
 #include "core/base/Sha256.h"
+#include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 
 namespace tessera {
@@ -51,12 +51,15 @@ qint64 folderBytes(const QString& folder) {
 QString pipelineFamily(const QString& folder) {
     const QDir dir(folder);
     if (QFileInfo(dir.filePath(QStringLiteral("text_encoder_2"))).isDir()) return QStringLiteral("SDXL");
-    const nlohmann::json unet = readBoundedJson(dir.filePath(QStringLiteral("unet/config.json")).toStdString(), "model");
-    const nlohmann::json text = readBoundedJson(dir.filePath(QStringLiteral("text_encoder/config.json")).toStdString(), "model");
+    const nlohmann::json unet =
+        readBoundedJson(dir.filePath(QStringLiteral("unet/config.json")).toStdString(), "model");
+    const nlohmann::json text =
+        readBoundedJson(dir.filePath(QStringLiteral("text_encoder/config.json")).toStdString(), "model");
     const nlohmann::json context = unet.value("cross_attention_dim", nlohmann::json(768));
     const nlohmann::json act = text.value("hidden_act", nlohmann::json("quick_gelu"));
     const bool clip = act.is_string() && act.get<std::string>() == "quick_gelu";
-    return clip && context.is_number_integer() && context.get<int>() < 1024 ? QStringLiteral("SD1") : QStringLiteral("SD2");
+    return clip && context.is_number_integer() && context.get<int>() < 1024 ? QStringLiteral("SD1")
+                                                                            : QStringLiteral("SD2");
 }
 
 void describeCheckpoint(CatalogEntry& e) {
@@ -65,8 +68,9 @@ void describeCheckpoint(CatalogEntry& e) {
     const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(e.path.toStdString(), options);
     const std::string_view family = toString(info.family);
     e.family = QString::fromLatin1(family.data(), static_cast<qsizetype>(family.size())).toUpper();
-    e.details = QStringLiteral("%1: Stable Diffusion checkpoint, %2\nfamily %3 (%4)\n%5 parameters (UNet %6, VAE %7, text %8)\n"
-                               "stored %9\nprediction %10 (%11)")
+    e.details = QStringLiteral(
+                    "%1: Stable Diffusion checkpoint, %2\nfamily %3 (%4)\n%5 parameters (UNet %6, VAE %7, text %8)\n"
+                    "stored %9\nprediction %10 (%11)")
                     .arg(QFileInfo(e.path).fileName(), sizeText(e.bytes), e.family, qs(info.familyReason),
                          parametersText(info.parameterCount()), parametersText(info.unetPart.parameters),
                          parametersText(info.vaePart.parameters),
@@ -84,8 +88,9 @@ void describeFolder(CatalogEntry& e) {
         const auto limits = ModelLocator::readSdLimits(e.path, &multiple, &error);
         if (!limits) throw std::runtime_error(error.toStdString());
         e.family = pipelineFamily(e.path);
-        e.details = QStringLiteral("%1: diffusers pipeline folder, %2\nfamily %3\ntiles in multiples of %4, sizes and "
-                                   "overlaps of %5")
+        e.details = QStringLiteral(
+                        "%1: diffusers pipeline folder, %2\nfamily %3\ntiles in multiples of %4, sizes and "
+                        "overlaps of %5")
                         .arg(QFileInfo(e.path).fileName(), sizeText(e.bytes), e.family)
                         .arg(limits->downsampleFactor)
                         .arg(multiple);
@@ -94,8 +99,9 @@ void describeFolder(CatalogEntry& e) {
     const auto limits = ModelLocator::readLimits(e.path, &error);
     if (!limits) throw std::runtime_error(error.toStdString());
     e.family = QStringLiteral("pixel");
-    e.details = QStringLiteral("%1: pixel-space UNet2DModel folder, %2\n%3 input channels, tiles in multiples of %4, %5 "
-                               "training timesteps")
+    e.details = QStringLiteral(
+                    "%1: pixel-space UNet2DModel folder, %2\n%3 input channels, tiles in multiples of %4, %5 "
+                    "training timesteps")
                     .arg(QFileInfo(e.path).fileName(), sizeText(e.bytes))
                     .arg(limits->inChannels)
                     .arg(limits->downsampleFactor)
@@ -132,13 +138,14 @@ ModelCatalog::~ModelCatalog() { stopping_->store(true); }
 QList<CatalogEntry> ModelCatalog::randomEntries() {
     QList<CatalogEntry> entries;
     for (const auto& [name, family, what] :
-         {std::tuple{"random:sd15", "SD1", "Stable Diffusion 1.5"}, std::tuple{"random:sd21", "SD2", "Stable Diffusion 2.1"},
-          std::tuple{"random:sdxl", "SDXL", "SDXL base"}}) {
+         {std::tuple{"random:sd15", "SD1", "Stable Diffusion 1.5"},
+          std::tuple{"random:sd21", "SD2", "Stable Diffusion 2.1"}, std::tuple{"random:sdxl", "SDXL", "SDXL base"}}) {
         CatalogEntry e;
         e.path = e.name = QString::fromLatin1(name);
         e.family = QString::fromLatin1(family);
-        e.details = QStringLiteral("%1: random weights at %2's real shapes (for timing; the image is noise). No file "
-                                   "is read.")
+        e.details = QStringLiteral(
+                        "%1: random weights at %2's real shapes (for timing; the image is noise). No file "
+                        "is read.")
                         .arg(e.name, QString::fromLatin1(what));
         entries << e;
     }
@@ -165,8 +172,9 @@ CatalogEntry ModelCatalog::describe(const QString& path, const QString& shownNam
             e.checkpoint = true;
             describeCheckpoint(e);
         } else {
-            e.error = info.exists() ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(path)
-                                    : QStringLiteral("'%1' does not exist").arg(path);
+            e.error = info.exists()
+                          ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(path)
+                          : QStringLiteral("'%1' does not exist").arg(path);
         }
     } catch (const std::exception& ex) {
         e.family = QStringLiteral("?");
@@ -186,7 +194,8 @@ quint64 ModelCatalog::scan(const QString& folder, const QStringList& others) {
                 if (!root.exists()) result.folderError = QStringLiteral("'%1' is not a folder").arg(folder);
                 // Breadth-first to kMaxDepth; a model folder is one entry, not descended into.
                 QStringList level{root.absolutePath()};
-                for (int depth = 0; depth < kMaxDepth && !level.isEmpty() && result.inFolder.size() < kMaxEntries; ++depth) {
+                for (int depth = 0; depth < kMaxDepth && !level.isEmpty() && result.inFolder.size() < kMaxEntries;
+                     ++depth) {
                     QStringList next;
                     for (const QString& dirPath : level) {
                         const QDir dir(dirPath);
@@ -196,7 +205,8 @@ quint64 ModelCatalog::scan(const QString& folder, const QStringList& others) {
                             const QString shown = root.relativeFilePath(info.absoluteFilePath());
                             if (info.isDir() && isModelFolder(QDir(info.absoluteFilePath())))
                                 result.inFolder << describe(info.absoluteFilePath(), shown);
-                            else if (info.isDir() && !info.isSymLink()) next << info.absoluteFilePath();
+                            else if (info.isDir() && !info.isSymLink())
+                                next << info.absoluteFilePath();
                             else if (info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) == 0)
                                 result.inFolder << describe(info.absoluteFilePath(), shown);
                         }
@@ -204,7 +214,9 @@ quint64 ModelCatalog::scan(const QString& folder, const QStringList& others) {
                     level = next;
                 }
                 std::sort(result.inFolder.begin(), result.inFolder.end(),
-                          [](const CatalogEntry& a, const CatalogEntry& b) { return a.name.compare(b.name, Qt::CaseInsensitive) < 0; });
+                          [](const CatalogEntry& a, const CatalogEntry& b) {
+                              return a.name.compare(b.name, Qt::CaseInsensitive) < 0;
+                          });
             }
             for (const QString& path : others) result.others << describe(path);
             return result;
@@ -225,15 +237,16 @@ quint64 ModelCatalog::scan(const QString& folder, const QStringList& others) {
 std::optional<QString> ModelCatalog::cachedHash(const CatalogEntry& entry) const {
     std::lock_guard lock(cacheMutex_);
     const auto it = cache_.find(entry.path);
-    if (it == cache_.end() || it->second.bytes != entry.bytes || it->second.modified != entry.modified) return std::nullopt;
+    if (it == cache_.end() || it->second.bytes != entry.bytes || it->second.modified != entry.modified)
+        return std::nullopt;
     return it->second.hash;
 }
 
 void ModelCatalog::requestHash(const CatalogEntry& entry) {
     if (!entry.checkpoint) return;
     if (const auto hash = cachedHash(entry)) {
-        QMetaObject::invokeMethod(this, [this, path = entry.path, hash = *hash] { emit hashed(path, hash, {}); },
-                                  Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            this, [this, path = entry.path, hash = *hash] { emit hashed(path, hash, {}); }, Qt::QueuedConnection);
         return;
     }
     hashes_.start(

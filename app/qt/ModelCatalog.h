@@ -28,14 +28,14 @@
 namespace tessera {
 
 struct CatalogEntry {
-    QString path;        // absolute path, or random:sd15 / random:sd21 / random:sdxl
-    QString name;        // as listed: the file or folder name relative to the models folder
-    QString family;      // "SD1", "SD2", "SDXL", "pixel"; "?" when it cannot be used
-    qint64 bytes = -1;   // the file, or every file in the folder; -1 for random weights
-    qint64 modified = 0; // ms since the epoch (with bytes, keys the hash cache)
+    QString path;             // absolute path, or random:sd15 / random:sd21 / random:sdxl
+    QString name;             // as listed: the file or folder name relative to the models folder
+    QString family;           // "SD1", "SD2", "SDXL", "pixel"; "?" when it cannot be used
+    qint64 bytes = -1;        // the file, or every file in the folder; -1 for random weights
+    qint64 modified = 0;      // ms since the epoch (with bytes, keys the hash cache)
     bool checkpoint = false;  // a single .safetensors file: it has an A1111 short hash
-    QString details;     // several lines, as `tessera-cli info` would describe it
-    QString error;       // why it cannot be used (family "?"), empty otherwise
+    QString details;          // several lines, as `tessera-cli info` would describe it
+    QString error;            // why it cannot be used (family "?"), empty otherwise
 };
 
 // What a scan found: the models folder's entries and the other paths asked about.

@@ -13,8 +13,8 @@
 #include "app/qt/GuiThreadGuard.h"
 #include "app/qt/ModelLocator.h"
 #include "app/qt/RunWorker.h"
-#include "core/text/PromptParser.h"
 #include "core/models/sd/SdModel.h"
+#include "core/text/PromptParser.h"
 
 namespace tessera {
 
@@ -28,8 +28,8 @@ std::vector<qint64> stampOf(const QString& folder) {
     std::vector<qint64> stamp;
     const QDir dir(folder);
     QStringList files{folder};  // a checkpoint file; a folder's own time changes with its entries
-    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json", "scheduler/scheduler_config.json",
-                             "model_index.json", "vae/config.json"})
+    for (const char* name : {"config.json", "unet/config.json", "scheduler_config.json",
+                             "scheduler/scheduler_config.json", "model_index.json", "vae/config.json"})
         files << dir.filePath(QString::fromLatin1(name));
     for (const QString& file : files) {
         const QFileInfo info(file);
@@ -55,9 +55,11 @@ struct ModelInspector::Cache {
     std::shared_ptr<const ClipTokenizer> tokenizerFor(const QString& model) {
         assertNotGuiThread("ModelInspector tokenizerFor");
         const QDir folder(model);
-        const bool own = !model.startsWith(QString::fromLatin1(kRandomModelPrefix)) && folder.exists(QStringLiteral("tokenizer"));
+        const bool own =
+            !model.startsWith(QString::fromLatin1(kRandomModelPrefix)) && folder.exists(QStringLiteral("tokenizer"));
         useBundledClipVocabulary();
-        const std::string source = own ? folder.filePath(QStringLiteral("tokenizer")).toStdString() : bundledClipVocabulary();
+        const std::string source =
+            own ? folder.filePath(QStringLiteral("tokenizer")).toStdString() : bundledClipVocabulary();
         {
             std::lock_guard lock(mutex);
             if (const auto it = tokenizers.find(source); it != tokenizers.end()) return it->second;
@@ -78,11 +80,14 @@ struct ModelInspector::Cache {
             return result;
         }
         if (!result.stableDiffusion && !QFileInfo(folder).isDir()) {
-            const QString choose = QStringLiteral("; choose a Stable Diffusion pipeline folder (with model_index.json), "
-                                                  "a .safetensors checkpoint or a UNet2DModel folder (with config.json)");
-            result.error = QFileInfo::exists(folder)
-                               ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(folder) + choose
-                               : QStringLiteral("'%1' is not a folder: nothing is there").arg(folder) + choose;
+            const QString choose = QStringLiteral(
+                "; choose a Stable Diffusion pipeline folder (with model_index.json), "
+                "a .safetensors checkpoint or a UNet2DModel folder (with config.json)");
+            result.error =
+                QFileInfo::exists(folder)
+                    ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(folder) +
+                          choose
+                    : QStringLiteral("'%1' is not a folder: nothing is there").arg(folder) + choose;
             return result;
         }
         const std::vector<qint64> stamp = stampOf(folder);
@@ -92,8 +97,9 @@ struct ModelInspector::Cache {
             if (it != entries.end() && it->second.stamp == stamp) return it->second.inspection;
         }
         reads.fetch_add(1);
-        result.limits = result.stableDiffusion ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error)
-                                               : ModelLocator::readLimits(folder, &result.error);
+        result.limits = result.stableDiffusion
+                            ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error)
+                            : ModelLocator::readLimits(folder, &result.error);
         std::lock_guard lock(mutex);
         entries[folder] = Entry{stamp, result};
         return result;
@@ -114,22 +120,22 @@ quint64 ModelInspector::inspect(const QString& folder) {
                                   if (id == inspectJob_) emit inspected(id, inspection);
                               },
                               [this, folder](quint64 id, const QString& error) {
-                                  if (id == inspectJob_) emit inspected(id, ModelInspection{folder, std::nullopt, error});
+                                  if (id == inspectJob_)
+                                      emit inspected(id, ModelInspection{folder, std::nullopt, error});
                               });
     return inspectJob_;
 }
 
 quint64 ModelInspector::countTokens(const QString& model, const QString& field, const QString& prompt) {
-    const quint64 id = jobs_.start(
-        [cache = cache_, model, text = prompt.toStdString()] {
-            return chunkPrompt(*cache->tokenizerFor(model), text).tokenCount;
-        },
-        [this, field](quint64 job, int tokens) {
-            if (countJobs_[field] == job) emit tokensCounted(job, field, tokens, {});
-        },
-        [this, field](quint64 job, const QString& error) {
-            if (countJobs_[field] == job) emit tokensCounted(job, field, -1, error);
-        });
+    const quint64 id =
+        jobs_.start([cache = cache_, model,
+                     text = prompt.toStdString()] { return chunkPrompt(*cache->tokenizerFor(model), text).tokenCount; },
+                    [this, field](quint64 job, int tokens) {
+                        if (countJobs_[field] == job) emit tokensCounted(job, field, tokens, {});
+                    },
+                    [this, field](quint64 job, const QString& error) {
+                        if (countJobs_[field] == job) emit tokensCounted(job, field, -1, error);
+                    });
     countJobs_[field] = id;
     return id;
 }

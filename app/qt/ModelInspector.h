@@ -69,10 +69,10 @@ signals:
 
 private:
     struct Cache;
-    std::shared_ptr<Cache> cache_;  // shared with the jobs; locked inside
-    quint64 inspectJob_ = 0;        // the newest inspect(): the only one answered
+    std::shared_ptr<Cache> cache_;          // shared with the jobs; locked inside
+    quint64 inspectJob_ = 0;                // the newest inspect(): the only one answered
     std::map<QString, quint64> countJobs_;  // the newest countTokens() per field
-    JobQueue jobs_{2};              // last member: destroyed (waited for) first
+    JobQueue jobs_{2};                      // last member: destroyed (waited for) first
 };
 
 }  // namespace tessera

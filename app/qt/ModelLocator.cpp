@@ -9,13 +9,13 @@
 #include "app/cli/CliOptions.h"
 #include "app/qt/GuiThreadGuard.h"
 #include "core/base/BoundedInput.h"
-#include "core/models/unet/UNetConfig.h"
+#include "core/formats/SchedulerConfig.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/UNetCondConfig.h"
+#include "core/models/unet/UNetConfig.h"
 #include "core/models/unet/UNetModel.h"
 #include "core/models/vae/VaeModel.h"
-#include "core/formats/SchedulerConfig.h"
 
 namespace tessera {
 
@@ -108,7 +108,8 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
         // The shapes randomSdModel builds (SD 1.5, SD 2.1: 64; SDXL's 3-level UNet: 32).
         try {
             const SdModelConfigs c = randomSdModelConfigs(text);
-            return ModelLimits{c.unet.downsampleFactor() * c.vae.scaleFactor(), sdSchedulerDefaults().numTrainTimesteps, 3};
+            return ModelLimits{c.unet.downsampleFactor() * c.vae.scaleFactor(), sdSchedulerDefaults().numTrainTimesteps,
+                               3};
         } catch (const ValidationError&) {
             return fail(QStringLiteral("'%1' is not a random model; random weights are random:sd15, random:sd21 or "
                                        "random:sdxl")
@@ -127,9 +128,10 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
         }
     }
     if (info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) != 0)
-        return fail(QStringLiteral("'%1' is a pickled PyTorch checkpoint, which Tessera never loads (unpickling can run "
-                                   "code); convert it to .safetensors")
-                        .arg(info.fileName()));
+        return fail(
+            QStringLiteral("'%1' is a pickled PyTorch checkpoint, which Tessera never loads (unpickling can run "
+                           "code); convert it to .safetensors")
+                .arg(info.fileName()));
     if (!info.isFile())
         return fail(QString::fromLatin1(info.exists() ? "'%1' is not a file" : "'%1' does not exist")
                         .arg(QString::fromStdString(excerpt(text))));

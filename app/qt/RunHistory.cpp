@@ -1,8 +1,8 @@
 #include "app/qt/RunHistory.h"
 
 #include <algorithm>
-#include <cstring>
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -14,16 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/PngIO.h"
 #include "app/qt/Exporters.h"
 #include "app/qt/GuiThreadGuard.h"
-#include "app/cli/PngIO.h"
 #include "app/qt/RunWorker.h"
 #include "core/base/BoundedInput.h"
-#include "core/sampling/ImageOps.h"
+#include "core/base/SafeName.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
-#include "core/base/SafeName.h"
 #include "core/run/SamplerNames.h"
+#include "core/sampling/ImageOps.h"
 
 namespace tessera {
 
@@ -84,8 +84,8 @@ QString RunHistory::trashFolder() const { return folder_ + QStringLiteral("/tras
 QString RunHistory::fileOf(const QString& id, const char* suffix) const {
     const std::string runId = id.toStdString();
     if (!isSafeRunId(runId))
-        throw ValidationError("history", "history: the run id \"" + excerpt(runId) + "\" is not allowed; " +
-                                             std::string(kRunIdRule));
+        throw ValidationError(
+            "history", "history: the run id \"" + excerpt(runId) + "\" is not allowed; " + std::string(kRunIdRule));
     return QFile::decodeName(fileInFolder(nativePath(folder_), runId + suffix, "history").c_str());
 }
 
@@ -153,7 +153,8 @@ void RunHistory::findStartImage(HistoryEntry& entry) {
         const QString path = fileOf(entry.id(), suffix);
         if (!present(path)) continue;
         if (const QString why = notPlainFile(path); !why.isEmpty()) {
-            note(QStringLiteral("%1: %2; the run is listed without its start image").arg(QDir::toNativeSeparators(path), why));
+            note(QStringLiteral("%1: %2; the run is listed without its start image")
+                     .arg(QDir::toNativeSeparators(path), why));
             continue;
         }
         entry.startImagePath = path;
@@ -166,7 +167,8 @@ void RunHistory::readSeamStats(HistoryEntry& entry) {
     try {
         if (const QString why = notPlainFile(path); !why.isEmpty()) throw std::runtime_error(why.toStdString());
         const nlohmann::json seam = readBoundedJson(nativePath(path), "history", kSeamBytes);
-        if (!seam.is_object() || !seam.value("mean", nlohmann::json()).is_number() || !seam.value("max", nlohmann::json()).is_number())
+        if (!seam.is_object() || !seam.value("mean", nlohmann::json()).is_number() ||
+            !seam.value("max", nlohmann::json()).is_number())
             throw std::runtime_error("needs an object with the numbers \"mean\" and \"max\"");
         entry.seamMean = seam["mean"].get<double>();
         entry.seamMax = seam["max"].get<double>();
@@ -183,7 +185,8 @@ void RunHistory::reload() {
     const QDir dir(folder_);
     if (!dir.exists()) return;
     // Manifests only: "<id>.json", not "<id>.seam.json". System: dangling links are reported too.
-    const QStringList names = dir.entryList({QStringLiteral("*.json")}, QDir::Files | QDir::System | QDir::Hidden, QDir::Name);
+    const QStringList names =
+        dir.entryList({QStringLiteral("*.json")}, QDir::Files | QDir::System | QDir::Hidden, QDir::Name);
     for (const QString& name : names) {
         if (name.endsWith(QStringLiteral(".seam.json"))) continue;
         if (std::optional<HistoryEntry> entry = readEntry(name)) entries_.push_back(std::move(*entry));
@@ -216,7 +219,8 @@ const HistoryEntry& RunHistory::add(const RunResult& result, const ImageFile* st
         files.addText(nativePath(seam), jsonText(nlohmann::json{{"mean", stats.mean}, {"max", stats.max}}) + "\n");
     }
     if (startFile) {
-        entry.startImagePath = fileOf(id, startFile->header.format == ImageHeader::Format::Png ? ".init.png" : ".init.jpg");
+        entry.startImagePath =
+            fileOf(id, startFile->header.format == ImageHeader::Format::Png ? ".init.png" : ".init.jpg");
         files.add(nativePath(entry.startImagePath), startFile->bytes);
     }
     files.addText(nativePath(manifest), jsonText(manifestJson(entry.record), 2) + "\n");
@@ -233,7 +237,8 @@ const HistoryEntry& RunHistory::add(const RunResult& result, const ImageFile* st
 
 bool RunHistory::remove(const QString& runId) {
     assertNotGuiThread("RunHistory::remove");
-    const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
+    const auto it =
+        std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
     if (it == entries_.end()) return false;
     // Entries only ever hold safe run ids; fileOf checks each path again before it is deleted.
     // The manifest first, so a half-removed run is not listed again.
@@ -246,10 +251,12 @@ QString RunHistory::usableTrash() const {
     const QString trash = trashFolder();
     const QFileInfo info(trash);
     if (info.isSymLink() || (info.exists() && !info.isDir()))
-        throw std::runtime_error(QDir::toNativeSeparators(trash).toStdString() +
-                                 ": is not a plain folder; the history's trash must be one (move it away to delete runs)");
+        throw std::runtime_error(
+            QDir::toNativeSeparators(trash).toStdString() +
+            ": is not a plain folder; the history's trash must be one (move it away to delete runs)");
     if (!info.exists() && !QDir().mkpath(trash))
-        throw std::runtime_error(QDir::toNativeSeparators(trash).toStdString() + ": the history's trash folder cannot be created");
+        throw std::runtime_error(QDir::toNativeSeparators(trash).toStdString() +
+                                 ": the history's trash folder cannot be created");
     return trash;
 }
 
@@ -272,7 +279,8 @@ void RunHistory::moveRunFiles(const QString& id, const QString& from, const QStr
 
 bool RunHistory::moveToTrash(const QString& runId) {
     assertNotGuiThread("RunHistory::moveToTrash");
-    const auto it = std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
+    const auto it =
+        std::find_if(entries_.begin(), entries_.end(), [&runId](const HistoryEntry& e) { return e.id() == runId; });
     if (it == entries_.end()) return false;
     // The manifest first: a run half moved is not listed (and its other files are purged later).
     moveRunFiles(runId, folder_, usableTrash(), true);
@@ -282,7 +290,8 @@ bool RunHistory::moveToTrash(const QString& runId) {
     while (trashed_.size() > trashDepth_) {
         const QString oldest = trashed_.takeFirst();
         for (const char* suffix : kRunFileSuffixes)
-            QFile::remove(QFile::decodeName(fileInFolder(nativePath(trashFolder()), oldest.toStdString() + suffix, "history").c_str()));
+            QFile::remove(QFile::decodeName(
+                fileInFolder(nativePath(trashFolder()), oldest.toStdString() + suffix, "history").c_str()));
     }
     return true;
 }
@@ -291,7 +300,8 @@ const HistoryEntry* RunHistory::restoreFromTrash(const QString& runId) {
     assertNotGuiThread("RunHistory::restoreFromTrash");
     if (!trashed_.contains(runId)) return nullptr;
     const QString trash = usableTrash();
-    const QString manifest = QFile::decodeName(fileInFolder(nativePath(trash), runId.toStdString() + ".json", "history").c_str());
+    const QString manifest =
+        QFile::decodeName(fileInFolder(nativePath(trash), runId.toStdString() + ".json", "history").c_str());
     if (!QFileInfo(manifest).isFile()) {
         trashed_.removeAll(runId);
         return nullptr;
@@ -300,7 +310,9 @@ const HistoryEntry* RunHistory::restoreFromTrash(const QString& runId) {
     moveRunFiles(runId, trash, folder_, false);
     trashed_.removeAll(runId);
     std::optional<HistoryEntry> entry = readEntry(runId + QStringLiteral(".json"));
-    if (!entry) throw std::runtime_error(problems_.isEmpty() ? std::string("the run cannot be read back") : problems_.back().toStdString());
+    if (!entry)
+        throw std::runtime_error(problems_.isEmpty() ? std::string("the run cannot be read back")
+                                                     : problems_.back().toStdString());
     insertByStart(entries_, std::move(*entry));
     return find(runId);
 }
@@ -318,7 +330,9 @@ void RunHistory::deleteTrashedFiles() {
     for (const QString& name : names) {
         // Only run files ("<run id><suffix>"): whatever else someone put there is theirs.
         for (const char* suffix : kRunFileSuffixes) {
-            const QString stem = name.endsWith(QLatin1String(suffix)) ? name.chopped(static_cast<qsizetype>(std::strlen(suffix))) : QString();
+            const QString stem = name.endsWith(QLatin1String(suffix))
+                                     ? name.chopped(static_cast<qsizetype>(std::strlen(suffix)))
+                                     : QString();
             if (!stem.isEmpty() && isSafeRunId(stem.toStdString())) {
                 QFile::remove(trashFolder() + QLatin1Char('/') + name);
                 break;
@@ -365,23 +379,26 @@ void RunHistory::trim() {
 void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry) {
     const QString id = entry.id();
     std::erase_if(entries, [&id](const HistoryEntry& e) { return e.id() == id; });
-    const auto at = std::upper_bound(entries.begin(), entries.end(), entry.record.startedAt,
-                                     [](const std::string& started, const HistoryEntry& e) { return started < e.record.startedAt; });
+    const auto at = std::upper_bound(
+        entries.begin(), entries.end(), entry.record.startedAt,
+        [](const std::string& started, const HistoryEntry& e) { return started < e.record.startedAt; });
     entries.insert(at, std::move(entry));
 }
 
 QString configSummary(const RunConfig& c) {
     // The sampler as A1111 names it ("DPM++ 2M Karras"), as the window's sampler list shows it.
     const SamplerDisplay sampler = samplerDisplayName(c.scheduler, c.schedulerOptions);
-    QString summary = QStringLiteral("%1×%2 · %3 %4 · tile %5/%6 %7 · %8")
-        .arg(c.width)
-        .arg(c.height)
-        .arg(c.steps)
-        .arg(QString::fromStdString(sampler.scheduleType == "Karras" ? sampler.sampler + " Karras" : sampler.sampler))
-        .arg(c.tile)
-        .arg(c.overlapPixels())
-        .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
-        .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())));
+    QString summary =
+        QStringLiteral("%1×%2 · %3 %4 · tile %5/%6 %7 · %8")
+            .arg(c.width)
+            .arg(c.height)
+            .arg(c.steps)
+            .arg(QString::fromStdString(sampler.scheduleType == "Karras" ? sampler.sampler + " Karras"
+                                                                         : sampler.sampler))
+            .arg(c.tile)
+            .arg(c.overlapPixels())
+            .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
+            .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())));
     // Stable Diffusion runs (a prompt): guidance, clip skip and the start of the prompt.
     if (!c.prompt.empty() || !c.negativePrompt.empty()) {
         QString prompt = QString::fromStdString(toValidUtf8(c.prompt)).simplified();  // one line

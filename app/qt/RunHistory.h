@@ -38,10 +38,10 @@ struct FinishedRun;
 
 struct HistoryEntry {
     RunRecord record;
-    QString imagePath;         // the run PNG (may be missing if deleted behind our back); empty without image
-    QString startImagePath;    // the copy of its start image; empty for a run from noise
-    QImage thumbnail;          // at most kThumbnailSize px on its longer side; null without image
-    double seamMean = -1;      // of the run's seam map; -1 when unknown
+    QString imagePath;       // the run PNG (may be missing if deleted behind our back); empty without image
+    QString startImagePath;  // the copy of its start image; empty for a run from noise
+    QImage thumbnail;        // at most kThumbnailSize px on its longer side; null without image
+    double seamMean = -1;    // of the run's seam map; -1 when unknown
     double seamMax = -1;
     QString id() const { return QString::fromStdString(record.runId); }
     // The full-size image, read from imagePath (null when it cannot be read). File IO: never

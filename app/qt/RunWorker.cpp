@@ -13,9 +13,9 @@
 
 #include "app/cli/CliOptions.h"
 #include "app/cli/InitImage.h"
-#include "core/sampling/ImageOps.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/sampling/ImageOps.h"
 
 namespace tessera {
 
@@ -109,8 +109,7 @@ public:
         pendingTimings_.push_back(event.timing);
         const auto now = Clock::now();
         const bool lastOfStep = event.batchIndex + 1 >= event.batches;
-        if (!lastOfStep && lastBatchSignal_ && now - *lastBatchSignal_ < interval_)
-            return;
+        if (!lastOfStep && lastBatchSignal_ && now - *lastBatchSignal_ < interval_) return;
         lastBatchSignal_ = now;
         std::vector<TileBatchTiming> timings;
         timings.swap(pendingTimings_);
@@ -146,8 +145,7 @@ RunWorker::~RunWorker() = default;
 
 void RunWorker::cancel(quint64 runId) {
     quint64 seen = cancelledUpTo_.load();
-    while (seen < runId && !cancelledUpTo_.compare_exchange_weak(seen, runId)) {
-    }
+    while (seen < runId && !cancelledUpTo_.compare_exchange_weak(seen, runId)) {}
     std::lock_guard lock(engineMutex_);
     if (engine_ && activeRunId_ != 0 && activeRunId_ <= runId) engine_->requestCancel();
 }

@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
     ClipTextModel model = ClipTextModel::fromTensors(c, t, WeightsDigest::Skip);
     model.setRowMemoBytes(0);
     const ClipTextModel memo = ClipTextModel::fromTensors(c, std::move(t), WeightsDigest::Skip);
-    const ClipTokenizer tok = ClipTokenizer::fromMergesGz(TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz");
+    const ClipTokenizer tok =
+        ClipTokenizer::fromMergesGz(TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz");
     const std::string prompt = "a lighthouse on a cliff above a stormy sea, dramatic light";
     const std::string negative = "blurry, low quality";
 

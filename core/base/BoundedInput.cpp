@@ -23,7 +23,8 @@ std::size_t utf8SequenceLength(std::string_view text, std::size_t i) {
     if (c < 0x80) return 1;
     std::size_t n = 0;
     unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         n = 3;
         if (c == 0xE0) lo = 0xA0;
@@ -85,10 +86,17 @@ std::string excerpt(std::string_view text, std::size_t maxChars) {
         const std::size_t n = utf8SequenceLength(text, i);
         if (n == 0 || c < 0x20 || c == 0x7F) {
             switch (c) {
-                case '\n': out += "\\n"; break;
-                case '\t': out += "\\t"; break;
-                case '\r': out += "\\r"; break;
-                default: appendHexByte(out, c);
+                case '\n':
+                    out += "\\n";
+                    break;
+                case '\t':
+                    out += "\\t";
+                    break;
+                case '\r':
+                    out += "\\r";
+                    break;
+                default:
+                    appendHexByte(out, c);
             }
             ++i;
         } else if (c == '"' || c == '\\') {
@@ -138,7 +146,9 @@ BoundedFile::~BoundedFile() {
 }
 
 BoundedFile::BoundedFile(BoundedFile&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), size_(other.size_), field_(std::move(other.field_)),
+    : fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_),
+      field_(std::move(other.field_)),
       shown_(std::move(other.shown_)) {}
 
 BoundedFile& BoundedFile::operator=(BoundedFile&& other) noexcept {
@@ -152,7 +162,9 @@ BoundedFile& BoundedFile::operator=(BoundedFile&& other) noexcept {
     return *this;
 }
 
-void BoundedFile::fail(const std::string& why) const { throw InputFileError(field_, field_ + ": " + shown_ + ": " + why); }
+void BoundedFile::fail(const std::string& why) const {
+    throw InputFileError(field_, field_ + ": " + shown_ + ": " + why);
+}
 
 std::string BoundedFile::readAt(std::uint64_t offset, std::size_t count) const {
     if (offset >= size_) return {};
@@ -178,8 +190,7 @@ std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {
 
 std::string excerptList(const std::vector<std::string>& names, std::size_t maxShown) {
     std::string text;
-    for (std::size_t i = 0; i < names.size() && i < maxShown; ++i)
-        text += (i ? ", " : "") + inQuotes(names[i]);
+    for (std::size_t i = 0; i < names.size() && i < maxShown; ++i) text += (i ? ", " : "") + inQuotes(names[i]);
     if (names.size() > maxShown) text += " and " + std::to_string(names.size() - maxShown) + " more";
     return text;
 }
@@ -194,12 +205,16 @@ int jsonNestingDepth(std::string_view text, int limit) {
     bool inString = false, escaped = false;
     for (const char c : text) {
         if (inString) {
-            if (escaped) escaped = false;
-            else if (c == '\\') escaped = true;
-            else if (c == '"') inString = false;
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                inString = false;
             continue;
         }
-        if (c == '"') inString = true;
+        if (c == '"')
+            inString = true;
         else if (c == '[' || c == '{') {
             if (++depth > deepest) {
                 deepest = depth;
@@ -229,8 +244,8 @@ nlohmann::json parseBoundedJson(std::string_view text, std::string_view field, s
         // nlohmann's own message can quote a whole (huge) token: say where, and show a little.
         const std::size_t at = e.byte > 0 ? std::min<std::size_t>(e.byte - 1, text.size()) : 0;
         const std::size_t from = at > 20 ? at - 20 : 0;
-        fail("not valid JSON at byte " + std::to_string(e.byte) + " (near \"" +
-             excerpt(text.substr(from, 40), 40) + "\")");
+        fail("not valid JSON at byte " + std::to_string(e.byte) + " (near \"" + excerpt(text.substr(from, 40), 40) +
+             "\")");
     } catch (const nlohmann::json::exception& e) {
         // out_of_range 406: a number beyond double's range; the message quotes the whole number.
         fail("not valid JSON: " + excerpt(e.what(), 120));

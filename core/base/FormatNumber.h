@@ -6,8 +6,8 @@
 #include <array>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace tessera {
@@ -17,8 +17,9 @@ std::string formatNumber(Real value) {
     std::array<char, 128> buffer{};
     const Real magnitude = std::abs(value);
     const bool plain = std::isfinite(value) && (magnitude == 0 || (magnitude >= Real(1e-6) && magnitude < Real(1e9)));
-    const auto result = plain ? std::to_chars(buffer.data(), buffer.data() + buffer.size(), value, std::chars_format::fixed)
-                              : std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+    const auto result =
+        plain ? std::to_chars(buffer.data(), buffer.data() + buffer.size(), value, std::chars_format::fixed)
+              : std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
     return std::string(buffer.data(), result.ptr);
 }
 

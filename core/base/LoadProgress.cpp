@@ -33,8 +33,7 @@ void LoadMeter::report() const {
 }
 
 LoadCancelled::LoadCancelled(const LoadProgress& at)
-    : std::runtime_error("stopped while loading the model (" + at.phase + ", " +
-                         std::to_string(at.done >> 20) + " of " + std::to_string(at.total >> 20) +
-                         " MiB); nothing was run") {}
+    : std::runtime_error("stopped while loading the model (" + at.phase + ", " + std::to_string(at.done >> 20) +
+                         " of " + std::to_string(at.total >> 20) + " MiB); nothing was run") {}
 
 }  // namespace tessera

@@ -13,9 +13,9 @@
 namespace tessera {
 
 struct LoadProgress {
-    std::string phase;         // what is under way: "reading the UNet", "random weights for the VAE", ...
-    std::uint64_t done = 0;    // bytes done, all phases so far; never decreases
-    std::uint64_t total = 0;   // bytes of the whole load, fixed before the first report; done <= total
+    std::string phase;        // what is under way: "reading the UNet", "random weights for the VAE", ...
+    std::uint64_t done = 0;   // bytes done, all phases so far; never decreases
+    std::uint64_t total = 0;  // bytes of the whole load, fixed before the first report; done <= total
     double fraction() const { return total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total); }
 };
 

@@ -36,7 +36,8 @@ bool isSafeFileName(std::string_view name) {
 
 std::filesystem::path fileInFolder(const std::filesystem::path& folder, std::string_view name, std::string_view field) {
     const auto refuse = [&](const std::string& why) {
-        throw ValidationError(std::string(field), std::string(field) + ": the file name \"" + excerpt(name) + "\" " + why);
+        throw ValidationError(std::string(field),
+                              std::string(field) + ": the file name \"" + excerpt(name) + "\" " + why);
     };
     if (!isSafeFileName(name))
         refuse("is not allowed; a file name is 1 to " + std::to_string(kFileNameChars) +

@@ -11,8 +11,7 @@ namespace tessera {
 // An error about one input: what() is the full message, field() the setting it came from.
 class FieldError : public std::runtime_error {
 public:
-    FieldError(std::string field, const std::string& message)
-        : std::runtime_error(message), field_(std::move(field)) {}
+    FieldError(std::string field, const std::string& message) : std::runtime_error(message), field_(std::move(field)) {}
     const std::string& field() const noexcept { return field_; }
 
 private:

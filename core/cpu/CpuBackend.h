@@ -110,21 +110,21 @@ private:
         std::vector<const float*> params;  // the op's parameters' data, in op.params order
         cpu::AttentionWeights attn;
         cpu::ConvShape conv;
-        int queryBlock = 1;     // Attention: query rows per task
+        int queryBlock = 1;  // Attention: query rows per task
     };
     // The activations of `batch` images: buffers reused after each value's last reader, and the
     // scratch all workers share (attention's Q, K, V, O of the images attended at once).
     struct Workspace {
         int batch = 0;
-        std::vector<std::size_t> sizes;   // of each buffer, in floats
+        std::vector<std::size_t> sizes;  // of each buffer, in floats
         std::size_t sharedFloats = 0;
-        std::vector<int> bufferOf;        // value -> buffer index
-        std::vector<int> scratchImages;   // per op: Attention's images attended at once
+        std::vector<int> bufferOf;                // value -> buffer index
+        std::vector<int> scratchImages;           // per op: Attention's images attended at once
         std::vector<std::vector<float>> buffers;  // sizes, once allocated
         std::vector<float> shared;
         void allocate();
         float* data(int value);
-        std::size_t floats() const;       // what allocate() holds
+        std::size_t floats() const;  // what allocate() holds
     };
     // A thread's own one-thread pool (its worker scratch) and activations for whole forwards.
     struct Lane {
@@ -149,15 +149,15 @@ private:
     bool prepared_ = false;
     ModelGraph graph_;
     int batch_ = 0, tileH_ = 0, tileW_ = 0;
-    std::size_t workerFloats_ = 0;           // each worker's scratch, as prepare() planned it
+    std::size_t workerFloats_ = 0;  // each worker's scratch, as prepare() planned it
     bool profiling_ = false;
     bool wholeForwards_ = true;
     std::optional<std::uint64_t> wholeForwardMemory_;
-    std::string note_;                       // parallelismNote()
-    std::vector<double> opMs_;  // per op, sized in prepare()
-    std::vector<OpWeights> weights_;         // per op
-    Workspace batched_;                      // op by op: the images a call runs that way
-    std::vector<Lane> lanes_;                // whole forwards: one per thread or image
+    std::string note_;                               // parallelismNote()
+    std::vector<double> opMs_;                       // per op, sized in prepare()
+    std::vector<OpWeights> weights_;                 // per op
+    Workspace batched_;                              // op by op: the images a call runs that way
+    std::vector<Lane> lanes_;                        // whole forwards: one per thread or image
     std::vector<std::vector<float>> helperScratch_;  // the threads beyond the lanes: their scratch
 };
 

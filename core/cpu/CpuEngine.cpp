@@ -15,8 +15,7 @@ Backend& required(const std::unique_ptr<Backend>& backend) {
 
 }  // namespace
 
-CpuEngine::CpuEngine(std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), device_(required(backend_)) {}
+CpuEngine::CpuEngine(std::unique_ptr<Backend> backend) : backend_(std::move(backend)), device_(required(backend_)) {}
 
 CpuEngine::~CpuEngine() = default;
 

@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "core/graph/Backend.h"
 #include "core/cpu/CpuTileDevice.h"
+#include "core/graph/Backend.h"
 #include "core/run/Engine.h"
 #include "core/sampling/TiledLoop.h"
 

@@ -19,7 +19,7 @@ inline constexpr std::int64_t kWorkerFloats = 1 << 18;
 struct ConvShape {
     int cin = 0, cout = 0, h = 0, w = 0;  // input
     int kernel = 3, stride = 1;
-    int padTop = 1, padLeft = 1;          // zeros beyond the input on the other sides as needed
+    int padTop = 1, padLeft = 1;  // zeros beyond the input on the other sides as needed
     int hout = 0, wout = 0;
     // kernel x kernel, stride 1, symmetric padding kernel/2.
     static ConvShape same(int cin, int cout, int h, int w, int kernel);

@@ -10,11 +10,11 @@
 
 #include <unistd.h>
 
-#include "core/sampling/BlendWindow.h"
 #include "core/cpu/HostMemoryEstimate.h"
 #include "core/run/NonFiniteError.h"
-#include "core/sampling/Philox.h"
 #include "core/run/RunRecord.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/sampling/Philox.h"
 #include "core/sampling/TilePlan.h"
 
 namespace tessera {
@@ -39,9 +39,7 @@ struct Canvas {
 };
 
 Canvas inputCanvas(const TiledPass& pass) { return {pass.inChannels, pass.height, pass.width}; }
-Canvas outputCanvas(const TiledPass& pass) {
-    return {pass.outChannels, pass.outHeight, pass.outWidth};
-}
+Canvas outputCanvas(const TiledPass& pass) { return {pass.outChannels, pass.outHeight, pass.outWidth}; }
 
 // Host loops over a canvas run on the pool in pieces of this many elements (each element is
 // written by one piece, so the results do not depend on the thread count).
@@ -68,7 +66,8 @@ void fillParallel(cpu::WorkerPool& pool, std::vector<T>& v, T value) {
 bool allFiniteParallel(cpu::WorkerPool& pool, const float* data, std::size_t n) {
     std::atomic<bool> finite{true};
     pool.parallelRange(static_cast<std::int64_t>(n), kCanvasGrain, [&](std::int64_t begin, std::int64_t end) {
-        if (!allFinite(data + begin, static_cast<std::size_t>(end - begin))) finite.store(false, std::memory_order_relaxed);
+        if (!allFinite(data + begin, static_cast<std::size_t>(end - begin)))
+            finite.store(false, std::memory_order_relaxed);
     });
     return finite.load();
 }
@@ -114,8 +113,14 @@ ScatterStep stepOf(const StepCoefficients& K, const std::vector<float>& x, const
                    const std::vector<float>& x0, bool stepNoise, const StepVariant& variant) {
     if (K.cprev != 0.0f && x0.size() != x.size())
         throw std::logic_error("CpuTileDevice: the step reads the previous x0, but no step wrote it (keepX0 off)");
-    return ScatterStep{K, x, z, K.cprev != 0.0f ? x0.data() : nullptr, variant.sampleFusion, stepNoise,
-                       variant.blendsNoise(), variant.seams};
+    return ScatterStep{K,
+                       x,
+                       z,
+                       K.cprev != 0.0f ? x0.data() : nullptr,
+                       variant.sampleFusion,
+                       stepNoise,
+                       variant.blendsNoise(),
+                       variant.seams};
 }
 
 // Window-weighted scatter of each tile's contribution (x'_t or eps_t) of tiles [first, first + count)
@@ -123,8 +128,7 @@ ScatterStep stepOf(const StepCoefficients& K, const std::vector<float>& x, const
 // row), each adding the tiles that cover it in tile order: every element sums in the same order
 // as one thread would.
 void scatterTiles(cpu::WorkerPool& pool, const TilePlan& plan, const BlendWeights& weights, const Canvas& canvas,
-                  const ScatterStep& step, int first, int count, int y0, int y1, const float* tileOut,
-                  Accumulators a) {
+                  const ScatterStep& step, int first, int count, int y0, int y1, const float* tileOut, Accumulators a) {
     const int tileH = plan.tileH(), tileW = plan.tileW();
     const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
     const std::vector<float>& normalizer = weights.normalizer();  // N(p), height x width
@@ -257,7 +261,8 @@ std::size_t CpuTileDevice::outTileElems() const {
 
 void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<void(const std::string&)>) {
     const std::size_t addedSize = static_cast<std::size_t>(pass.addedCondDim) * pass.tileCount();
-    if (pass.addedCondDim > 0 && (pass.addedCond.size() != addedSize || (pass.guidance && pass.addedUncond.size() != addedSize)))
+    if (pass.addedCondDim > 0 &&
+        (pass.addedCond.size() != addedSize || (pass.guidance && pass.addedUncond.size() != addedSize)))
         throw std::logic_error("CpuTileDevice: the pass's added conditioning is not one row per tile and branch");
     pass_ = &pass;
     const std::size_t inSize = inputCanvas(pass).size(), outSize = outputCanvas(pass).size();
@@ -280,18 +285,18 @@ void CpuTileDevice::startCanvas(const CanvasStart& start) {
     if (start.kind != CanvasStart::Kind::Noise && (!image || image->size() != x_.size()))
         throw std::invalid_argument("CpuTileDevice: the start image does not have the input canvas's size");
     switch (start.kind) {
-    case CanvasStart::Kind::Noise:
-        fillNoise(pool(), z_, pass_->seed, start.draw);
-        forEachElement(pool(), x_.size(), [&](std::size_t i) { x_[i] = z_[i] * start.sigma; });
-        break;
-    case CanvasStart::Kind::NoisedImage:
-        fillNoise(pool(), z_, pass_->seed, start.draw);
-        forEachElement(pool(), x_.size(),
-                       [&](std::size_t i) { x_[i] = (start.a * (*image)[i] + start.b * z_[i]) * start.scale; });
-        break;
-    case CanvasStart::Kind::Image:
-        x_ = *image;
-        break;
+        case CanvasStart::Kind::Noise:
+            fillNoise(pool(), z_, pass_->seed, start.draw);
+            forEachElement(pool(), x_.size(), [&](std::size_t i) { x_[i] = z_[i] * start.sigma; });
+            break;
+        case CanvasStart::Kind::NoisedImage:
+            fillNoise(pool(), z_, pass_->seed, start.draw);
+            forEachElement(pool(), x_.size(),
+                           [&](std::size_t i) { x_[i] = (start.a * (*image)[i] + start.b * z_[i]) * start.scale; });
+            break;
+        case CanvasStart::Kind::Image:
+            x_ = *image;
+            break;
     }
     std::fill(y_.begin(), y_.end(), 0.0f);
     hasX0Prev_ = false;
@@ -299,7 +304,7 @@ void CpuTileDevice::startCanvas(const CanvasStart& start) {
 
 void CpuTileDevice::beginStep(int step, const StepVariant& variant) {
     K_ = pass_->coefficients.at(static_cast<std::size_t>(step));
-    if (!hasX0Prev_) K_ = withoutPreviousX0(K_);   // the first step after startCanvas
+    if (!hasX0Prev_) K_ = withoutPreviousX0(K_);  // the first step after startCanvas
     hasX0Prev_ = true;
     stepNoise_ = K_.sigma != 0.0f;
     if (stepNoise_) {
@@ -340,7 +345,7 @@ void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
     } else {
         std::vector<const float*> inputs{tileIn_.data(), tileT_.data(),
                                          conditional ? contextCond_.data() : contextUncond_.data()};
-        if (pass_->addedCondDim > 0) {   // the batch's tiles' rows of the pass's table (ids first..first+count)
+        if (pass_->addedCondDim > 0) {  // the batch's tiles' rows of the pass's table (ids first..first+count)
             const std::vector<float>& table = conditional ? pass_->addedCond : pass_->addedUncond;
             const auto dim = static_cast<std::ptrdiff_t>(pass_->addedCondDim);
             inputs.push_back(table.data() + batch.first * dim);

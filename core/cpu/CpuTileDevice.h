@@ -79,7 +79,7 @@ private:
     std::size_t outTileElems() const;
 
     Backend* backend_ = nullptr;
-    CpuBackend* cpuBackend_ = nullptr;        // backend_ when it is the CPU reference backend
+    CpuBackend* cpuBackend_ = nullptr;          // backend_ when it is the CPU reference backend
     std::unique_ptr<cpu::WorkerPool> ownPool_;  // the host work's pool otherwise
     HostTileFunction function_;
     // What the backend was last prepared for; prepared again only when this changes.
@@ -92,17 +92,17 @@ private:
     // The text conditioning of the run, one [tokens, dim] row per tile of a batch (conditioned
     // models only): the third input of the graph, for each branch.
     std::vector<float> contextCond_, contextUncond_;
-    std::unique_ptr<CpuBackend> whole_;   // wholeGraphBackend's and textBackend's
+    std::unique_ptr<CpuBackend> whole_;  // wholeGraphBackend's and textBackend's
 
     const TiledPass* pass_ = nullptr;
     StepCoefficients K_;
     bool stepNoise_ = false;
-    bool hasX0Prev_ = false;                 // a step has run since startCanvas (TileDevice.h: x0 canvas)
-    std::vector<float> x_, y_, z_;          // input canvas, output canvas (map pass), noise
-    std::vector<float> acc_, accEps_;       // sum of w * x'_t (sample fusion), of w * eps (noise fusion, previews)
-    SeamSums seams_;                         // the last step's seam statistics
+    bool hasX0Prev_ = false;           // a step has run since startCanvas (TileDevice.h: x0 canvas)
+    std::vector<float> x_, y_, z_;     // input canvas, output canvas (map pass), noise
+    std::vector<float> acc_, accEps_;  // sum of w * x'_t (sample fusion), of w * eps (noise fusion, previews)
+    SeamSums seams_;                   // the last step's seam statistics
     std::vector<float> tileIn_, tileOut_, tileUncond_, tileT_;
-    std::vector<float> x0_;                  // the x0 canvas: previews, DPM++ 2M's previous x0
+    std::vector<float> x0_;  // the x0 canvas: previews, DPM++ 2M's previous x0
 };
 
 }  // namespace tessera

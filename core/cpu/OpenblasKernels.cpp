@@ -20,11 +20,11 @@ std::string openblasKernels() {
     const std::string core = name ? name : "unknown";
     std::string text = "OpenBLAS " + core;
     if (const char* was = std::getenv(kOpenblasRestartVariable); was && *was)
-        text += std::string(" (OPENBLAS_CORETYPE set by Tessera: OpenBLAS had loaded its ") + was +
-                " kernels on this CPU)";
+        text +=
+            std::string(" (OPENBLAS_CORETYPE set by Tessera: OpenBLAS had loaded its ") + was + " kernels on this CPU)";
 #if defined(__x86_64__) || defined(__i386__)
-    const std::string suggest = openblasCoreTypeFor(core, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                                                    __builtin_cpu_supports("avx512f"));
+    const std::string suggest = openblasCoreTypeFor(
+        core, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), __builtin_cpu_supports("avx512f"));
     if (!suggest.empty())
         text += " kernels on a CPU with AVX2: slower than this CPU allows; set OPENBLAS_CORETYPE=" + suggest +
                 " before starting Tessera";
@@ -33,9 +33,9 @@ std::string openblasKernels() {
 }
 
 std::string openblasCoreTypeFor(std::string_view loaded, bool avx2Fma, bool avx512) {
-    static const char* const kPreAvx2[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge",
-                                           "atom", "katmai", "coppermine", "northwood", "banias", "opteron",
-                                           "barcelona", "bobcat", "generic"};
+    static const char* const kPreAvx2[] = {"prescott",    "core2",   "penryn",    "dunnington", "nehalem",
+                                           "sandybridge", "atom",    "katmai",    "coppermine", "northwood",
+                                           "banias",      "opteron", "barcelona", "bobcat",     "generic"};
     std::string lower(loaded);
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     const bool old = std::any_of(std::begin(kPreAvx2), std::end(kPreAvx2), [&](const char* k) { return lower == k; });
@@ -50,8 +50,8 @@ void restartWithOpenblasKernelsForThisCpu(char** argv) {
     if ((set && *set) || (restarted && *restarted) || !argv || !argv[0]) return;
     const char* name = openblas_get_corename();
     const std::string loaded = name ? name : "unknown";
-    const std::string want = openblasCoreTypeFor(loaded, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                                                 __builtin_cpu_supports("avx512f"));
+    const std::string want = openblasCoreTypeFor(
+        loaded, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), __builtin_cpu_supports("avx512f"));
     if (want.empty()) return;
     if (setenv("OPENBLAS_CORETYPE", want.c_str(), 1) != 0 || setenv(kOpenblasRestartVariable, loaded.c_str(), 1) != 0)
         return;

@@ -54,8 +54,7 @@ public:
     // body(begin, end) for the pieces [i * grain, min(n, (i + 1) * grain)) of [0, n), as parallelFor.
     template <class F>
     void parallelRange(std::int64_t n, std::int64_t grain, F&& body) {
-        parallelFor((n + grain - 1) / grain,
-                    [&](std::int64_t i) { body(i * grain, std::min(n, (i + 1) * grain)); });
+        parallelFor((n + grain - 1) / grain, [&](std::int64_t i) { body(i * grain, std::min(n, (i + 1) * grain)); });
     }
 
     // Each worker's own scratch of at least `floats` floats (grown here, never shrunk; call it

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
 
@@ -27,8 +27,9 @@ int readInt(const nlohmann::json& value, const std::string& key, const IntRange&
     const bool huge = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(kLargest);
     const std::int64_t v = huge ? kLargest : value.get<std::int64_t>();
     if (v < range.min || v > range.max)
-        reject(key, value, "expected an integer from " + std::to_string(range.min) + " to " +
-                               std::to_string(range.max) + " (" + range.why + ")");
+        reject(key, value,
+               "expected an integer from " + std::to_string(range.min) + " to " + std::to_string(range.max) + " (" +
+                   range.why + ")");
     return static_cast<int>(v);
 }
 
@@ -46,8 +47,9 @@ double readNumber(const nlohmann::json& value, const std::string& key, double mi
     if (!value.is_number()) reject(key, value, "expected a number");
     const double v = value.get<double>();
     if (!std::isfinite(v) || v < min || v > max)
-        reject(key, value, "expected a number from " + nlohmann::json(min).dump() + " to " +
-                               nlohmann::json(max).dump() + " (" + why + ")");
+        reject(key, value,
+               "expected a number from " + nlohmann::json(min).dump() + " to " + nlohmann::json(max).dump() + " (" +
+                   why + ")");
     return v;
 }
 
@@ -59,8 +61,9 @@ std::string readString(const nlohmann::json& value, const std::string& key) {
 void requireLevelArray(const nlohmann::json& value, const std::string& key, const char* what, const LevelLimit& limit) {
     if (!value.is_array() || value.empty()) reject(key, value, std::string("expected a non-empty array of ") + what);
     if (value.size() > static_cast<std::size_t>(limit.max))
-        reject(key, value, "has " + std::to_string(value.size()) + " entries; at most " + std::to_string(limit.max) +
-                               " levels are allowed (" + limit.published + ")");
+        reject(key, value,
+               "has " + std::to_string(value.size()) + " entries; at most " + std::to_string(limit.max) +
+                   " levels are allowed (" + limit.published + ")");
 }
 
 std::string stripUNetRes(std::string name) {
@@ -121,7 +124,8 @@ void requireGroupsDivide(int groups, const std::vector<int>& blockOutChannels) {
 
 void requireFreqShiftBelowHalf(int freqShift, int firstChannels) {
     if (freqShift > 0 && firstChannels / 2 <= freqShift)
-        reject("freq_shift", freqShift, "must be less than block_out_channels[0] / 2 = " + std::to_string(firstChannels / 2));
+        reject("freq_shift", freqShift,
+               "must be less than block_out_channels[0] / 2 = " + std::to_string(firstChannels / 2));
 }
 
 void requireSampleSizeDivisible(const nlohmann::json& value, int height, int width, int factor) {

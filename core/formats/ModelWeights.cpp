@@ -10,8 +10,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/formats/Safetensors.h"
 #include "core/base/Sha256.h"
+#include "core/formats/Safetensors.h"
 
 namespace tessera {
 
@@ -48,8 +48,9 @@ void checkModelFolder(const std::string& dir) {
     if (status.type() == fs::file_type::not_found) throw ModelError(shown + ": not a model folder (no such folder)");
     if (ec) throw ModelError(shown + ": cannot be read: " + ec.message());
     if (!fs::is_directory(status))
-        throw ModelError(shown + ": not a folder; a model folder holds config.json and "
-                                 "diffusion_pytorch_model.safetensors");
+        throw ModelError(shown +
+                         ": not a folder; a model folder holds config.json and "
+                         "diffusion_pytorch_model.safetensors");
 }
 
 std::string componentFolder(const std::string& dir, const char* component, const char* what) {
@@ -78,7 +79,8 @@ std::string legacyName(const std::string& canonical) {
         {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
     for (const auto& [now, old] : kRenames) {
         const auto at = canonical.rfind(now);
-        if (at != std::string::npos) return canonical.substr(0, at) + std::string(old) + canonical.substr(at + now.size());
+        if (at != std::string::npos)
+            return canonical.substr(0, at) + std::string(old) + canonical.substr(at + now.size());
     }
     return {};
 }
@@ -101,9 +103,9 @@ class TensorSource {
 public:
     virtual ~TensorSource() = default;
     virtual std::vector<std::string> names() const = 0;
-    virtual const Shape* shapeOf(const std::string& name) const = 0;  // nullptr when absent
-    virtual std::vector<float> take(const std::string& name) = 0;     // throws ModelError
-    virtual std::string where(const std::string& name) const = 0;     // file for messages
+    virtual const Shape* shapeOf(const std::string& name) const = 0;           // nullptr when absent
+    virtual std::vector<float> take(const std::string& name) = 0;              // throws ModelError
+    virtual std::string where(const std::string& name) const = 0;              // file for messages
     virtual std::uint64_t storedBytes(const std::string&) const { return 0; }  // as stored, for progress
 };
 
@@ -182,7 +184,7 @@ ModelWeights bindTensors(const TensorList& expected, TensorSource& source, const
     for (const auto& [name, shape] : expected) {
         std::string stored = name;
         const Shape* found = source.shapeOf(name);
-        const std::string legacy = layout.alias ? layout.alias(name)
+        const std::string legacy = layout.alias                                           ? layout.alias(name)
                                    : layout.legacyNames == LegacyAttentionNames::Accepted ? legacyName(name)
                                                                                           : std::string();
         if (found == nullptr && !legacy.empty()) {
@@ -235,8 +237,8 @@ std::vector<SafetensorsFile> openShards(const fs::path& modelDir, const fs::path
         throw ModelError(indexPath + ": no \"weight_map\" object");
     const nlohmann::json& weightMap = indexJson["weight_map"];
     if (weightMap.size() > SafetensorsFile::kMaxTensors)
-        throw ModelError(indexPath + ": weight_map lists " + std::to_string(weightMap.size()) +
-                         " tensors; at most " + std::to_string(SafetensorsFile::kMaxTensors) + " are allowed");
+        throw ModelError(indexPath + ": weight_map lists " + std::to_string(weightMap.size()) + " tensors; at most " +
+                         std::to_string(SafetensorsFile::kMaxTensors) + " are allowed");
     std::map<std::string, std::size_t> shards;  // file name -> index into the sorted list
     for (const auto& [name, shard] : weightMap.items()) {
         if (!shard.is_string() || shard.get<std::string>().find_first_of("/\\") != std::string::npos ||
@@ -339,8 +341,8 @@ WeightFileLayout transformersWeightFiles() {
     return layout;
 }
 
-ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected,
-                                LegacyAttentionNames legacyNames, LoadMeter* meter) {
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, LegacyAttentionNames legacyNames,
+                                LoadMeter* meter) {
     WeightFileLayout layout;
     layout.legacyNames = legacyNames;
     return load(folder, expected, layout, meter);

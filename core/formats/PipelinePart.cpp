@@ -42,7 +42,8 @@ PipelinePart partOfConfig(const nlohmann::json& json, bool second) {
     for (const nlohmann::json& entry : *architectures)
         if (entry.is_string() && entry.get<std::string>().starts_with("CLIPTextModel"))
             return {second ? "the second text encoder" : "the text encoder",
-                    "config.json's architectures names " + inQuotes(entry.get<std::string>()), {}};
+                    "config.json's architectures names " + inQuotes(entry.get<std::string>()),
+                    {}};
     return {};
 }
 

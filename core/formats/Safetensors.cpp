@@ -33,17 +33,28 @@ struct DtypeInfo {
 };
 
 constexpr std::array<DtypeInfo, 22> kDtypes{{
-    {SafetensorsDtype::BOOL, "BOOL", 8},         {SafetensorsDtype::U8, "U8", 8},
-    {SafetensorsDtype::I8, "I8", 8},             {SafetensorsDtype::I16, "I16", 16},
-    {SafetensorsDtype::U16, "U16", 16},          {SafetensorsDtype::F16, "F16", 16},
-    {SafetensorsDtype::BF16, "BF16", 16},        {SafetensorsDtype::I32, "I32", 32},
-    {SafetensorsDtype::U32, "U32", 32},          {SafetensorsDtype::F32, "F32", 32},
-    {SafetensorsDtype::F64, "F64", 64},          {SafetensorsDtype::I64, "I64", 64},
-    {SafetensorsDtype::U64, "U64", 64},          {SafetensorsDtype::C64, "C64", 64},
-    {SafetensorsDtype::F8_E4M3, "F8_E4M3", 8},   {SafetensorsDtype::F8_E5M2, "F8_E5M2", 8},
-    {SafetensorsDtype::F8_E8M0, "F8_E8M0", 8},   {SafetensorsDtype::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8},
-    {SafetensorsDtype::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8}, {SafetensorsDtype::F4, "F4", 4},
-    {SafetensorsDtype::F6_E2M3, "F6_E2M3", 6},   {SafetensorsDtype::F6_E3M2, "F6_E3M2", 6},
+    {SafetensorsDtype::BOOL, "BOOL", 8},
+    {SafetensorsDtype::U8, "U8", 8},
+    {SafetensorsDtype::I8, "I8", 8},
+    {SafetensorsDtype::I16, "I16", 16},
+    {SafetensorsDtype::U16, "U16", 16},
+    {SafetensorsDtype::F16, "F16", 16},
+    {SafetensorsDtype::BF16, "BF16", 16},
+    {SafetensorsDtype::I32, "I32", 32},
+    {SafetensorsDtype::U32, "U32", 32},
+    {SafetensorsDtype::F32, "F32", 32},
+    {SafetensorsDtype::F64, "F64", 64},
+    {SafetensorsDtype::I64, "I64", 64},
+    {SafetensorsDtype::U64, "U64", 64},
+    {SafetensorsDtype::C64, "C64", 64},
+    {SafetensorsDtype::F8_E4M3, "F8_E4M3", 8},
+    {SafetensorsDtype::F8_E5M2, "F8_E5M2", 8},
+    {SafetensorsDtype::F8_E8M0, "F8_E8M0", 8},
+    {SafetensorsDtype::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8},
+    {SafetensorsDtype::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8},
+    {SafetensorsDtype::F4, "F4", 4},
+    {SafetensorsDtype::F6_E2M3, "F6_E2M3", 6},
+    {SafetensorsDtype::F6_E3M2, "F6_E3M2", 6},
 }};
 
 const DtypeInfo& infoOf(SafetensorsDtype dtype) {
@@ -157,8 +168,7 @@ std::vector<std::byte> encodeFloats(SafetensorsDtype dtype, std::span<const floa
                                "; only F32, F16 and BF16 are supported");
     bytes.resize(values.size() * 2);
     for (std::size_t i = 0; i < values.size(); ++i) {
-        const std::uint16_t h =
-            dtype == SafetensorsDtype::F16 ? floatToHalf(values[i]) : floatToBfloat16(values[i]);
+        const std::uint16_t h = dtype == SafetensorsDtype::F16 ? floatToHalf(values[i]) : floatToBfloat16(values[i]);
         std::memcpy(bytes.data() + 2 * i, &h, 2);
     }
     return bytes;
@@ -303,13 +313,12 @@ void checkTiling(std::vector<SafetensorsTensorInfo>& tensors, std::uint64_t data
     for (const auto& info : tensors) {
         if (info.begin < covered)
             throw SafetensorsError(where + "tensor " + inQuotes(info.name) + " (bytes " + std::to_string(info.begin) +
-                                   ".." + std::to_string(info.end) + ") overlaps tensor " +
-                                   inQuotes(previous->name) + " (bytes " + std::to_string(previous->begin) + ".." +
-                                   std::to_string(previous->end) + ")");
+                                   ".." + std::to_string(info.end) + ") overlaps tensor " + inQuotes(previous->name) +
+                                   " (bytes " + std::to_string(previous->begin) + ".." + std::to_string(previous->end) +
+                                   ")");
         if (info.begin > covered)
             throw SafetensorsError(where + "bytes " + std::to_string(covered) + ".." + std::to_string(info.begin) +
-                                   " of the data buffer before tensor " + inQuotes(info.name) +
-                                   " belong to no tensor");
+                                   " of the data buffer before tensor " + inQuotes(info.name) + " belong to no tensor");
         covered = info.end;
         previous = &info;
     }
@@ -346,8 +355,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         std::uint64_t headerLength = 0;
         std::memcpy(&headerLength, map_, 8);
         if (headerLength > kMaxHeaderBytes)
-            throw SafetensorsError(where + "header length " + std::to_string(headerLength) +
-                                   " exceeds the limit of " + std::to_string(kMaxHeaderBytes) + " bytes");
+            throw SafetensorsError(where + "header length " + std::to_string(headerLength) + " exceeds the limit of " +
+                                   std::to_string(kMaxHeaderBytes) + " bytes");
         if (headerLength > fileSize - 8)
             throw SafetensorsError(where + "header length " + std::to_string(headerLength) +
                                    " runs past the end of the file (" + std::to_string(fileSize) +
@@ -436,7 +445,7 @@ void SafetensorsFile::releasePages(std::span<const std::byte> range) const noexc
     const auto begin = reinterpret_cast<std::uintptr_t>(range.data());
     const auto end = begin + range.size();
     const auto mapBegin = reinterpret_cast<std::uintptr_t>(map_);
-    if (map_ == nullptr || begin < mapBegin || end > mapBegin + mapSize_) return;  // not ours
+    if (map_ == nullptr || begin < mapBegin || end > mapBegin + mapSize_) return;             // not ours
     const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
     if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
@@ -460,38 +469,39 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
     const auto raw = bytes(info);
     std::vector<float> values(count);
     switch (info.dtype) {
-    case SafetensorsDtype::F32:
-        if (count > 0) std::memcpy(values.data(), raw.data() + first * sizeof(float), count * sizeof(float));
-        return values;
-    case SafetensorsDtype::F16: {
-        // Every half value's float, once per process (256 KiB): a lookup beats the branches of
-        // halfToFloat by several times over the billion values of an SD checkpoint.
-        static const std::vector<float> kHalves = [] {
-            std::vector<float> table(65536);
-            for (std::uint32_t bits = 0; bits < 65536; ++bits) table[bits] = halfToFloat(static_cast<std::uint16_t>(bits));
-            return table;
-        }();
-        const std::byte* source = raw.data() + 2 * first;
-        for (std::size_t i = 0; i < count; ++i) {
-            std::uint16_t bits = 0;
-            std::memcpy(&bits, source + 2 * i, 2);
-            values[i] = kHalves[bits];
+        case SafetensorsDtype::F32:
+            if (count > 0) std::memcpy(values.data(), raw.data() + first * sizeof(float), count * sizeof(float));
+            return values;
+        case SafetensorsDtype::F16: {
+            // Every half value's float, once per process (256 KiB): a lookup beats the branches of
+            // halfToFloat by several times over the billion values of an SD checkpoint.
+            static const std::vector<float> kHalves = [] {
+                std::vector<float> table(65536);
+                for (std::uint32_t bits = 0; bits < 65536; ++bits)
+                    table[bits] = halfToFloat(static_cast<std::uint16_t>(bits));
+                return table;
+            }();
+            const std::byte* source = raw.data() + 2 * first;
+            for (std::size_t i = 0; i < count; ++i) {
+                std::uint16_t bits = 0;
+                std::memcpy(&bits, source + 2 * i, 2);
+                values[i] = kHalves[bits];
+            }
+            return values;
         }
-        return values;
-    }
-    case SafetensorsDtype::BF16: {
-        const std::byte* source = raw.data() + 2 * first;
-        for (std::size_t i = 0; i < count; ++i) {
-            std::uint16_t bits = 0;
-            std::memcpy(&bits, source + 2 * i, 2);
-            values[i] = bfloat16ToFloat(bits);
+        case SafetensorsDtype::BF16: {
+            const std::byte* source = raw.data() + 2 * first;
+            for (std::size_t i = 0; i < count; ++i) {
+                std::uint16_t bits = 0;
+                std::memcpy(&bits, source + 2 * i, 2);
+                values[i] = bfloat16ToFloat(bits);
+            }
+            return values;
         }
-        return values;
-    }
-    default:
-        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
-                               std::string(toString(info.dtype)) +
-                               "; only F32, F16 and BF16 can be read as float32");
+        default:
+            throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
+                                   std::string(toString(info.dtype)) +
+                                   "; only F32, F16 and BF16 can be read as float32");
     }
 }
 

@@ -25,8 +25,28 @@ namespace tessera {
 // Every dtype the format defines (safetensors/src/tensor.rs Dtype). Only F32, F16 and BF16 can be
 // read as float32.
 enum class SafetensorsDtype {
-    BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64,
-    F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F4, F6_E2M3, F6_E3M2
+    BOOL,
+    U8,
+    I8,
+    I16,
+    U16,
+    F16,
+    BF16,
+    I32,
+    U32,
+    F32,
+    F64,
+    I64,
+    U64,
+    C64,
+    F8_E4M3,
+    F8_E5M2,
+    F8_E8M0,
+    F8_E4M3FNUZ,
+    F8_E5M2FNUZ,
+    F4,
+    F6_E2M3,
+    F6_E3M2
 };
 
 std::string_view toString(SafetensorsDtype);

@@ -8,8 +8,8 @@
 #include <set>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
 #include "core/formats/ConfigJson.h"
@@ -56,22 +56,33 @@ SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, std::string* 
             continue;
         }
         if (key.empty() || key.front() == '_' || defaults.count(key) != 0) continue;
-        if (key == "num_train_timesteps") o.numTrainTimesteps = integer(key, value, 1);
-        else if (key == "beta_start") o.betaStart = static_cast<float>(number(key, value));
-        else if (key == "beta_end") o.betaEnd = static_cast<float>(number(key, value));
-        else if (key == "beta_schedule") o.betaSchedule = parseBetaSchedule(text(key, value), key);
-        else if (key == "timestep_spacing") o.timestepSpacing = parseTimestepSpacing(text(key, value), key);
-        else if (key == "steps_offset") o.stepsOffset = integer(key, value, 0);
-        else if (key == "clip_sample") o.clipSample = boolean(key, value);
-        else if (key == "clip_sample_range") o.clipSampleRange = static_cast<float>(number(key, value));
-        else if (key == "set_alpha_to_one") o.setAlphaToOne = boolean(key, value);
+        if (key == "num_train_timesteps")
+            o.numTrainTimesteps = integer(key, value, 1);
+        else if (key == "beta_start")
+            o.betaStart = static_cast<float>(number(key, value));
+        else if (key == "beta_end")
+            o.betaEnd = static_cast<float>(number(key, value));
+        else if (key == "beta_schedule")
+            o.betaSchedule = parseBetaSchedule(text(key, value), key);
+        else if (key == "timestep_spacing")
+            o.timestepSpacing = parseTimestepSpacing(text(key, value), key);
+        else if (key == "steps_offset")
+            o.stepsOffset = integer(key, value, 0);
+        else if (key == "clip_sample")
+            o.clipSample = boolean(key, value);
+        else if (key == "clip_sample_range")
+            o.clipSampleRange = static_cast<float>(number(key, value));
+        else if (key == "set_alpha_to_one")
+            o.setAlphaToOne = boolean(key, value);
         else if (key == "variance_type") {
             // fixed_small_log is the same σ as fixed_small (diffusers scheduling_ddpm.py
             // _get_variance).
             const std::string v = text(key, value);
             o.varianceType = parseVarianceType(v == "fixed_small_log" ? "fixed_small" : v, key);
-        } else if (key == "prediction_type") o.predictionType = parsePredictionType(text(key, value), key);
-        else if (key == "use_karras_sigmas") o.karrasSigmas = boolean(key, value);
+        } else if (key == "prediction_type")
+            o.predictionType = parsePredictionType(text(key, value), key);
+        else if (key == "use_karras_sigmas")
+            o.karrasSigmas = boolean(key, value);
         else if (key == "trained_betas") {
             if (!value.is_null()) fail(key, value, "trained betas are not supported");
         } else if (key == "thresholding" || key == "rescale_betas_zero_snr") {

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
+#include "core/base/Sha256.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
-#include "core/base/Sha256.h"
 
 namespace tessera {
 
@@ -34,7 +34,7 @@ enum class LoadStatus { Missing, Loaded, Ignored, Newer };
 struct Loaded {
     LoadStatus status = LoadStatus::Missing;
     Contexts contexts;
-    std::string why;   // for Ignored / Newer
+    std::string why;  // for Ignored / Newer
 };
 
 // Throws std::runtime_error naming what is wrong with the parsed file.
@@ -69,9 +69,10 @@ Loaded load(const std::string& path) {
     const auto st = std::filesystem::symlink_status(path, ec);
     if (st.type() == std::filesystem::file_type::not_found || ec == std::errc::no_such_file_or_directory ||
         ec == std::errc::not_a_directory)
-        return out;   // no cache yet: not a problem
+        return out;  // no cache yet: not a problem
     try {
-        const nlohmann::json j = readBoundedJson(path, "tuning_cache", tuning_limits::kFileBytes, tuning_limits::kDepth);
+        const nlohmann::json j =
+            readBoundedJson(path, "tuning_cache", tuning_limits::kFileBytes, tuning_limits::kDepth);
         if (!j.is_object()) throw std::runtime_error("not a JSON object");
         const auto format = j.find("format");
         if (format == j.end() || *format != kFormatName) throw std::runtime_error("'format' is not \"tessera-tuning\"");
@@ -118,7 +119,7 @@ public:
         }
     }
     ~FileLock() {
-        if (fd_ >= 0) ::close(fd_);   // closing releases the lock
+        if (fd_ >= 0) ::close(fd_);  // closing releases the lock
     }
     FileLock(const FileLock&) = delete;
     FileLock& operator=(const FileLock&) = delete;
@@ -153,7 +154,8 @@ TuningCache::TuningCache(std::string path) : path_(std::move(path)) {
     loaded_ = std::move(l.contexts);
     newerFormat_ = l.status == LoadStatus::Newer;
     if (l.status == LoadStatus::Ignored)
-        warnings_.push_back("tuning cache: " + shownPath(path_) + " ignored (" + l.why + "); it is rebuilt from this run");
+        warnings_.push_back("tuning cache: " + shownPath(path_) + " ignored (" + l.why +
+                            "); it is rebuilt from this run");
     else if (newerFormat_)
         warnings_.push_back("tuning cache: " + shownPath(path_) + " ignored (" + l.why +
                             "); left as it is, so this run's choices are not stored");
@@ -195,8 +197,8 @@ bool TuningCache::save() {
         // What other processes wrote since we loaded, then ours over it.
         Loaded current = load(path_);
         if (current.status == LoadStatus::Newer) {
-            warnings_.push_back("tuning cache: " + shownPath(path_) + " was replaced by a newer format (" + current.why +
-                                "); this run's choices are not stored");
+            warnings_.push_back("tuning cache: " + shownPath(path_) + " was replaced by a newer format (" +
+                                current.why + "); this run's choices are not stored");
             return true;
         }
         Contexts merged = std::move(current.contexts);

@@ -42,7 +42,7 @@ namespace tuning_limits {
 // model and precision): ~100 bytes each. 4 MiB and 20,000 choices are far beyond that.
 inline constexpr std::size_t kFileBytes = 4u << 20;
 inline constexpr std::size_t kChoices = 20000;
-inline constexpr std::size_t kKeyChars = 512;   // a context or op key, or a choice
+inline constexpr std::size_t kKeyChars = 512;  // a context or op key, or a choice
 // The format nests three levels; anything deeper is not ours.
 inline constexpr int kDepth = 8;
 }  // namespace tuning_limits
@@ -78,13 +78,13 @@ public:
 
     // What went wrong while loading or saving, one line each, naming the file.
     const std::vector<std::string>& warnings() const { return warnings_; }
-    std::size_t size() const;   // choices held (loaded + stored)
+    std::size_t size() const;  // choices held (loaded + stored)
 
 private:
     using Contexts = std::map<std::string, std::map<std::string, std::string>>;
     std::string path_;
-    Contexts loaded_;    // as read from the file
-    Contexts stored_;    // new since loading
+    Contexts loaded_;  // as read from the file
+    Contexts stored_;  // new since loading
     bool newerFormat_ = false;
     std::vector<std::string> warnings_;
 };

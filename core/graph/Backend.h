@@ -11,17 +11,17 @@
 
 namespace tessera {
 
-class ModelGraph;  // core/graph/ModelGraph.h
-class UNetModel;   // core/models/unet/UNetModel.h: config + bound float32 weights
-struct HostTensor; // core/models/unet/UNetModel.h
+class ModelGraph;        // core/graph/ModelGraph.h
+class UNetModel;         // core/models/unet/UNetModel.h: config + bound float32 weights
+struct HostTensor;       // core/models/unet/UNetModel.h
 class TiledCanvasStore;  // core/models/vae/TiledVae.h
 
 // Float32 weights by parameter name (PyTorch layouts), e.g. UNetModel::tensors().
 using TensorMap = std::map<std::string, HostTensor>;
 
 struct BackendInfo {
-    std::string name;        // "cpu", "cuda"
-    std::string device;      // "AMD EPYC ... (2 threads)" / "NVIDIA H100 80GB HBM3"
+    std::string name;    // "cpu", "cuda"
+    std::string device;  // "AMD EPYC ... (2 threads)" / "NVIDIA H100 80GB HBM3"
 };
 
 class Backend {
@@ -33,8 +33,7 @@ public:
     // `weights` (shapes checked; ModelError names a missing or mis-shaped one). The weights are
     // read where they are until the next prepare, so they must outlive it. Everything that
     // allocates happens here. Throws std::invalid_argument for a tile the graph cannot take.
-    virtual void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH,
-                              int tileW) = 0;
+    virtual void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) = 0;
     // Evaluates the prepared graph for the first `batch` tiles (batch <= the prepared batch).
     // inputs/outputs: one host float32 buffer per graph input/output, in graph order; feature
     // maps NCHW [batch, C, tileH / divisor, tileW / divisor], vectors [batch, C].

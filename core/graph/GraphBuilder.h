@@ -28,7 +28,7 @@ public:
     struct ResnetOptions {
         int groups = 32;
         float eps = 1e-5f;
-        bool scaleShift = false;     // resnet_time_scale_shift "scale_shift" (FiLM) instead of "default"
+        bool scaleShift = false;  // resnet_time_scale_shift "scale_shift" (FiLM) instead of "default"
         float outputScaleFactor = 1.0f;
         const char* groupsKey = "norm_num_groups";  // the config key behind `groups`, for messages
     };

@@ -8,25 +8,44 @@ namespace tessera {
 
 const char* toString(OpKind k) {
     switch (k) {
-    case OpKind::Affine: return "affine";
-    case OpKind::SiLU: return "silu";
-    case OpKind::Add: return "add";
-    case OpKind::ScaleShift: return "scale_shift";
-    case OpKind::TimestepEmbedding: return "timestep_embedding";
-    case OpKind::Linear: return "linear";
-    case OpKind::Conv: return "conv";
-    case OpKind::GroupNorm: return "group_norm";
-    case OpKind::Attention: return "attention";
-    case OpKind::Concat: return "concat";
-    case OpKind::Upsample: return "upsample";
-    case OpKind::ToTokens: return "to_tokens";
-    case OpKind::ToFeatureMap: return "to_feature_map";
-    case OpKind::LayerNorm: return "layer_norm";
-    case OpKind::GEGLU: return "geglu";
-    case OpKind::GELU: return "gelu";
-    case OpKind::QuickGELU: return "quick_gelu";
-    case OpKind::TokenEmbedding: return "token_embedding";
-    case OpKind::EosPool: return "eos_pool";
+        case OpKind::Affine:
+            return "affine";
+        case OpKind::SiLU:
+            return "silu";
+        case OpKind::Add:
+            return "add";
+        case OpKind::ScaleShift:
+            return "scale_shift";
+        case OpKind::TimestepEmbedding:
+            return "timestep_embedding";
+        case OpKind::Linear:
+            return "linear";
+        case OpKind::Conv:
+            return "conv";
+        case OpKind::GroupNorm:
+            return "group_norm";
+        case OpKind::Attention:
+            return "attention";
+        case OpKind::Concat:
+            return "concat";
+        case OpKind::Upsample:
+            return "upsample";
+        case OpKind::ToTokens:
+            return "to_tokens";
+        case OpKind::ToFeatureMap:
+            return "to_feature_map";
+        case OpKind::LayerNorm:
+            return "layer_norm";
+        case OpKind::GEGLU:
+            return "geglu";
+        case OpKind::GELU:
+            return "gelu";
+        case OpKind::QuickGELU:
+            return "quick_gelu";
+        case OpKind::TokenEmbedding:
+            return "token_embedding";
+        case OpKind::EosPool:
+            return "eos_pool";
     }
     return "?";
 }
@@ -129,7 +148,8 @@ void ModelGraph::checkOp(const GraphOp& op) const {
 }
 
 const GraphValue& ModelGraph::operandOf(const GraphOp& op, int id, const char* role) const {
-    if (id < 0 || id >= static_cast<int>(values_.size())) failOp(op, std::string(role) + " is not a value of the graph");
+    if (id < 0 || id >= static_cast<int>(values_.size()))
+        failOp(op, std::string(role) + " is not a value of the graph");
     return values_[static_cast<std::size_t>(id)];
 }
 
@@ -151,63 +171,68 @@ void ModelGraph::checkParams(const GraphOp& op, const std::vector<Shape>& shapes
 std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValue& x) const {
     const std::int64_t C = x.channels, out = op.channels;
     switch (op.kind) {
-    case OpKind::Affine:
-    case OpKind::SiLU:
-    case OpKind::GELU:
-    case OpKind::QuickGELU: return {};
-    case OpKind::Add: {
-        const GraphValue& b = operandOf(op, op.input2, "input2");
-        if (!sameShape(x, b) && !(isMap(x) && isVector(b) && b.channels == x.channels))
-            failOp(op, "operands '" + x.name + "' and '" + b.name + "' differ in shape");
-        return {};
-    }
-    case OpKind::ScaleShift: {
-        const GraphValue& v = operandOf(op, op.input2, "input2");
-        if (!isMap(x) || !isVector(v) || v.channels != 2 * x.channels)
-            failOp(op, "needs a feature map of C and a vector of 2C");
-        return {};
-    }
-    case OpKind::TimestepEmbedding:
-        if (!isVector(x) || x.channels != 1 || op.channels < 1) failOp(op, "needs a vector [B, 1] and channels >= 1");
-        return {};
-    case OpKind::Linear:
-        if ((!isVector(x) && !isTokens(x)) || op.channels < 1)
-            failOp(op, "needs a vector or tokens input and channels >= 1");
-        return {{out, C}, {out}};
-    case OpKind::Conv: return convParams(op, x);
-    case OpKind::GroupNorm:
-        if (!isMap(x) || op.groups < 1 || x.channels % op.groups != 0 || !(op.eps > 0.0f))
-            failOp(op, "needs a feature map whose channels the groups divide, and eps > 0");
-        return {{C}, {C}};
-    case OpKind::Attention: return attentionParams(op, x);
-    case OpKind::Concat: {
-        const GraphValue& b = operandOf(op, op.input2, "input2");
-        if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) failOp(op, "needs two feature maps of one size");
-        return {};
-    }
-    case OpKind::Upsample:
-        if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) failOp(op, "needs a feature map of an even divisor");
-        return {};
-    case OpKind::ToTokens:
-        if (!isMap(x)) failOp(op, "needs a feature map");
-        return {};
-    case OpKind::ToFeatureMap:
-        if (!isTokens(x) || x.tokens != 0) failOp(op, "needs tokens that follow the tile (one per pixel)");
-        return {};
-    case OpKind::LayerNorm:
-        if (!isTokens(x) || !(op.eps > 0.0f)) failOp(op, "needs tokens and eps > 0");
-        return {{C}, {C}};
-    case OpKind::GEGLU:
-        if (!isTokens(x) || op.channels < 1) failOp(op, "needs tokens and channels >= 1");
-        return {{2 * out, C}, {2 * out}};
-    case OpKind::TokenEmbedding: return tokenEmbeddingParams(op, x);
-    case OpKind::EosPool: {
-        const GraphValue& ids = operandOf(op, op.input2, "input2");
-        if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens ||
-            op.token < -1)
-            failOp(op, "needs tokens of a fixed count, their ids [B, N, 1] and token >= -1");
-        return {};
-    }
+        case OpKind::Affine:
+        case OpKind::SiLU:
+        case OpKind::GELU:
+        case OpKind::QuickGELU:
+            return {};
+        case OpKind::Add: {
+            const GraphValue& b = operandOf(op, op.input2, "input2");
+            if (!sameShape(x, b) && !(isMap(x) && isVector(b) && b.channels == x.channels))
+                failOp(op, "operands '" + x.name + "' and '" + b.name + "' differ in shape");
+            return {};
+        }
+        case OpKind::ScaleShift: {
+            const GraphValue& v = operandOf(op, op.input2, "input2");
+            if (!isMap(x) || !isVector(v) || v.channels != 2 * x.channels)
+                failOp(op, "needs a feature map of C and a vector of 2C");
+            return {};
+        }
+        case OpKind::TimestepEmbedding:
+            if (!isVector(x) || x.channels != 1 || op.channels < 1)
+                failOp(op, "needs a vector [B, 1] and channels >= 1");
+            return {};
+        case OpKind::Linear:
+            if ((!isVector(x) && !isTokens(x)) || op.channels < 1)
+                failOp(op, "needs a vector or tokens input and channels >= 1");
+            return {{out, C}, {out}};
+        case OpKind::Conv:
+            return convParams(op, x);
+        case OpKind::GroupNorm:
+            if (!isMap(x) || op.groups < 1 || x.channels % op.groups != 0 || !(op.eps > 0.0f))
+                failOp(op, "needs a feature map whose channels the groups divide, and eps > 0");
+            return {{C}, {C}};
+        case OpKind::Attention:
+            return attentionParams(op, x);
+        case OpKind::Concat: {
+            const GraphValue& b = operandOf(op, op.input2, "input2");
+            if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) failOp(op, "needs two feature maps of one size");
+            return {};
+        }
+        case OpKind::Upsample:
+            if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) failOp(op, "needs a feature map of an even divisor");
+            return {};
+        case OpKind::ToTokens:
+            if (!isMap(x)) failOp(op, "needs a feature map");
+            return {};
+        case OpKind::ToFeatureMap:
+            if (!isTokens(x) || x.tokens != 0) failOp(op, "needs tokens that follow the tile (one per pixel)");
+            return {};
+        case OpKind::LayerNorm:
+            if (!isTokens(x) || !(op.eps > 0.0f)) failOp(op, "needs tokens and eps > 0");
+            return {{C}, {C}};
+        case OpKind::GEGLU:
+            if (!isTokens(x) || op.channels < 1) failOp(op, "needs tokens and channels >= 1");
+            return {{2 * out, C}, {2 * out}};
+        case OpKind::TokenEmbedding:
+            return tokenEmbeddingParams(op, x);
+        case OpKind::EosPool: {
+            const GraphValue& ids = operandOf(op, op.input2, "input2");
+            if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens ||
+                op.token < -1)
+                failOp(op, "needs tokens of a fixed count, their ids [B, N, 1] and token >= -1");
+            return {};
+        }
     }
     failOp(op, "is not a kind of op");
 }
@@ -286,19 +311,28 @@ void ModelGraph::checkFusions(const GraphOp& op, const GraphValue& x) const {
 int ModelGraph::inferOutput(const GraphOp& op, std::string name) {
     const GraphValue x = values_[static_cast<std::size_t>(op.input)];
     switch (op.kind) {
-    case OpKind::TimestepEmbedding: return addValue(std::move(name), ValueKind::Vector, op.channels, 0);
-    case OpKind::Linear:
-    case OpKind::GEGLU: return addValue(std::move(name), x.kind, op.channels, x.divisor, x.tokens);
-    case OpKind::ToTokens: return addValue(std::move(name), ValueKind::Tokens, x.channels, x.divisor);
-    case OpKind::ToFeatureMap: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor);
-    case OpKind::Conv: return addValue(std::move(name), ValueKind::FeatureMap, op.channels, x.divisor * op.stride);
-    case OpKind::Concat:
-        return addValue(std::move(name), ValueKind::FeatureMap,
-                        x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
-    case OpKind::Upsample: return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / 2);
-    case OpKind::TokenEmbedding: return addValue(std::move(name), ValueKind::Tokens, op.channels, 0, x.tokens);
-    case OpKind::EosPool: return addValue(std::move(name), ValueKind::Vector, x.channels, 0);
-    default: return addValue(std::move(name), x.kind, x.channels, x.divisor, x.tokens);
+        case OpKind::TimestepEmbedding:
+            return addValue(std::move(name), ValueKind::Vector, op.channels, 0);
+        case OpKind::Linear:
+        case OpKind::GEGLU:
+            return addValue(std::move(name), x.kind, op.channels, x.divisor, x.tokens);
+        case OpKind::ToTokens:
+            return addValue(std::move(name), ValueKind::Tokens, x.channels, x.divisor);
+        case OpKind::ToFeatureMap:
+            return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor);
+        case OpKind::Conv:
+            return addValue(std::move(name), ValueKind::FeatureMap, op.channels, x.divisor * op.stride);
+        case OpKind::Concat:
+            return addValue(std::move(name), ValueKind::FeatureMap,
+                            x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
+        case OpKind::Upsample:
+            return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / 2);
+        case OpKind::TokenEmbedding:
+            return addValue(std::move(name), ValueKind::Tokens, op.channels, 0, x.tokens);
+        case OpKind::EosPool:
+            return addValue(std::move(name), ValueKind::Vector, x.channels, 0);
+        default:
+            return addValue(std::move(name), x.kind, x.channels, x.divisor, x.tokens);
     }
 }
 
@@ -352,16 +386,20 @@ double ModelGraph::flops(const GraphOp& op, int h, int w) const {
     const GraphValue& x = value(op.input);
     const double outPixels = double(rows(op.output, h, w));
     switch (op.kind) {
-    case OpKind::Conv: return 2.0 * op.channels * x.channels * op.kernel * op.kernel * outPixels;
-    case OpKind::Linear: return 2.0 * x.channels * op.channels * outPixels;
-    case OpKind::GEGLU: return 2.0 * x.channels * 2.0 * op.channels * outPixels;
-    case OpKind::Attention: {
-        const double C = x.channels, N = outPixels;
-        const double M = op.input2 >= 0 ? double(rows(op.input2, h, w)) : N;
-        const double kv = op.input2 >= 0 ? double(value(op.input2).channels) : C;
-        return 2.0 * 2.0 * C * C * N + 2.0 * 2.0 * kv * C * M + 2.0 * 2.0 * N * M * C;
-    }
-    default: return 0.0;
+        case OpKind::Conv:
+            return 2.0 * op.channels * x.channels * op.kernel * op.kernel * outPixels;
+        case OpKind::Linear:
+            return 2.0 * x.channels * op.channels * outPixels;
+        case OpKind::GEGLU:
+            return 2.0 * x.channels * 2.0 * op.channels * outPixels;
+        case OpKind::Attention: {
+            const double C = x.channels, N = outPixels;
+            const double M = op.input2 >= 0 ? double(rows(op.input2, h, w)) : N;
+            const double kv = op.input2 >= 0 ? double(value(op.input2).channels) : C;
+            return 2.0 * 2.0 * C * C * N + 2.0 * 2.0 * kv * C * M + 2.0 * 2.0 * N * M * C;
+        }
+        default:
+            return 0.0;
     }
 }
 
@@ -424,29 +462,47 @@ std::string ModelGraph::describe(const GraphOp& op) const {
     std::ostringstream s;
     s << toString(op.kind);
     switch (op.kind) {
-    case OpKind::Conv:
-        s << ' ' << op.kernel << 'x' << op.kernel << '/' << op.stride << " pad " << op.padBegin << '+' << op.padEnd << ' '
-          << x.channels << "->" << op.channels;
-        break;
-    case OpKind::Linear: s << ' ' << x.channels << "->" << op.channels; break;
-    case OpKind::GroupNorm: s << ' ' << op.groups << "g " << x.channels << "ch"; break;
-    case OpKind::Attention:
-        s << ' ' << x.channels << "ch " << op.heads << 'h';
-        if (op.input2 >= 0) s << " ctx " << value(op.input2).channels << "ch";
-        if (!op.qkvBias) s << " nobias";
-        if (op.causal) s << " causal";
-        break;
-    case OpKind::LayerNorm: s << ' ' << x.channels << "ch"; break;
-    case OpKind::GEGLU: s << ' ' << x.channels << "->" << op.channels; break;
-    case OpKind::GELU: s << (op.geluTanh ? " tanh " : " ") << x.channels << "ch"; break;
-    case OpKind::EosPool: s << ' ' << x.channels << "ch at " << (op.token < 0 ? "argmax" : "id " + std::to_string(op.token)); break;
-    case OpKind::Affine: s << ' ' << op.scale << "x" << (op.shift < 0 ? "" : "+") << op.shift << ' ' << x.channels << "ch"; break;
-    case OpKind::Concat: s << ' ' << x.channels << '+' << value(op.input2).channels; break;
-    case OpKind::Add:
-    case OpKind::ScaleShift:
-        s << ' ' << x.channels << "ch" << (isVector(value(op.input2)) && isMap(x) ? " +vector" : "");
-        break;
-    default: s << ' ' << y.channels << "ch"; break;
+        case OpKind::Conv:
+            s << ' ' << op.kernel << 'x' << op.kernel << '/' << op.stride << " pad " << op.padBegin << '+' << op.padEnd
+              << ' ' << x.channels << "->" << op.channels;
+            break;
+        case OpKind::Linear:
+            s << ' ' << x.channels << "->" << op.channels;
+            break;
+        case OpKind::GroupNorm:
+            s << ' ' << op.groups << "g " << x.channels << "ch";
+            break;
+        case OpKind::Attention:
+            s << ' ' << x.channels << "ch " << op.heads << 'h';
+            if (op.input2 >= 0) s << " ctx " << value(op.input2).channels << "ch";
+            if (!op.qkvBias) s << " nobias";
+            if (op.causal) s << " causal";
+            break;
+        case OpKind::LayerNorm:
+            s << ' ' << x.channels << "ch";
+            break;
+        case OpKind::GEGLU:
+            s << ' ' << x.channels << "->" << op.channels;
+            break;
+        case OpKind::GELU:
+            s << (op.geluTanh ? " tanh " : " ") << x.channels << "ch";
+            break;
+        case OpKind::EosPool:
+            s << ' ' << x.channels << "ch at " << (op.token < 0 ? "argmax" : "id " + std::to_string(op.token));
+            break;
+        case OpKind::Affine:
+            s << ' ' << op.scale << "x" << (op.shift < 0 ? "" : "+") << op.shift << ' ' << x.channels << "ch";
+            break;
+        case OpKind::Concat:
+            s << ' ' << x.channels << '+' << value(op.input2).channels;
+            break;
+        case OpKind::Add:
+        case OpKind::ScaleShift:
+            s << ' ' << x.channels << "ch" << (isVector(value(op.input2)) && isMap(x) ? " +vector" : "");
+            break;
+        default:
+            s << ' ' << y.channels << "ch";
+            break;
     }
     if (followsTile(y)) s << " @1/" << y.divisor;
     if (isTokens(y)) s << " tokens" << (y.tokens > 0 ? " " + std::to_string(y.tokens) : std::string());
@@ -468,38 +524,39 @@ bool absorb(GraphOp& cur, const GraphOp& next, const ModelGraph& g) {
     const bool epilogue = cur.kind == OpKind::Conv || cur.kind == OpKind::Attention;
     const bool tokenLinear = cur.kind == OpKind::Linear && g.value(v).kind == ValueKind::Tokens;
     switch (next.kind) {
-    case OpKind::SiLU:
-        if ((cur.kind != OpKind::Linear && cur.kind != OpKind::GroupNorm) || tokenLinear || cur.silu) return false;
-        cur.silu = true;
-        break;
-    case OpKind::ScaleShift:
-        if (cur.kind != OpKind::GroupNorm || cur.silu || cur.scaleShift >= 0 || next.input != v) return false;
-        cur.scaleShift = next.input2;
-        break;
-    case OpKind::GroupNorm: {
-        // Add(x, vector) -> GroupNorm: the norm with the vector as its pre-add.
-        const bool addVector = cur.kind == OpKind::Add && g.value(cur.input2).kind == ValueKind::Vector &&
-                               g.value(cur.input).kind == ValueKind::FeatureMap;
-        if (!addVector || next.preAdd >= 0 || next.scaleShift >= 0 || next.silu) return false;
-        GraphOp norm = next;
-        norm.input = cur.input;
-        norm.preAdd = cur.input2;
-        cur = std::move(norm);
-        return true;  // `next` already carries its own output
-    }
-    case OpKind::Add: {
-        const bool residualOnly = cur.kind == OpKind::ToFeatureMap || tokenLinear;
-        if ((!epilogue && !residualOnly) || cur.residual >= 0 || cur.outputScale != 1.0f) return false;
-        const int other = next.input == v ? next.input2 : next.input;
-        if (!sameShape(g.value(other), g.value(v))) return false;
-        cur.residual = other;
-        break;
-    }
-    case OpKind::Affine:
-        if (!epilogue || cur.outputScale != 1.0f || next.shift != 0.0f) return false;
-        cur.outputScale = next.scale;
-        break;
-    default: return false;
+        case OpKind::SiLU:
+            if ((cur.kind != OpKind::Linear && cur.kind != OpKind::GroupNorm) || tokenLinear || cur.silu) return false;
+            cur.silu = true;
+            break;
+        case OpKind::ScaleShift:
+            if (cur.kind != OpKind::GroupNorm || cur.silu || cur.scaleShift >= 0 || next.input != v) return false;
+            cur.scaleShift = next.input2;
+            break;
+        case OpKind::GroupNorm: {
+            // Add(x, vector) -> GroupNorm: the norm with the vector as its pre-add.
+            const bool addVector = cur.kind == OpKind::Add && g.value(cur.input2).kind == ValueKind::Vector &&
+                                   g.value(cur.input).kind == ValueKind::FeatureMap;
+            if (!addVector || next.preAdd >= 0 || next.scaleShift >= 0 || next.silu) return false;
+            GraphOp norm = next;
+            norm.input = cur.input;
+            norm.preAdd = cur.input2;
+            cur = std::move(norm);
+            return true;  // `next` already carries its own output
+        }
+        case OpKind::Add: {
+            const bool residualOnly = cur.kind == OpKind::ToFeatureMap || tokenLinear;
+            if ((!epilogue && !residualOnly) || cur.residual >= 0 || cur.outputScale != 1.0f) return false;
+            const int other = next.input == v ? next.input2 : next.input;
+            if (!sameShape(g.value(other), g.value(v))) return false;
+            cur.residual = other;
+            break;
+        }
+        case OpKind::Affine:
+            if (!epilogue || cur.outputScale != 1.0f || next.shift != 0.0f) return false;
+            cur.outputScale = next.scale;
+            break;
+        default:
+            return false;
     }
     cur.output = next.output;
     return true;

@@ -74,33 +74,33 @@ struct GraphValue {
     std::string name;  // "down_blocks.1.attentions.0", "time_embedding.act"
     ValueKind kind = ValueKind::FeatureMap;
     int channels = 0;
-    int divisor = 1;   // FeatureMap, Tokens following the tile: spatial size = tile / divisor; else 0
-    int tokens = 0;    // Tokens of a fixed count (77 text tokens); 0 otherwise
+    int divisor = 1;  // FeatureMap, Tokens following the tile: spatial size = tile / divisor; else 0
+    int tokens = 0;   // Tokens of a fixed count (77 text tokens); 0 otherwise
 };
 
 struct GraphParam {
-    std::string name;                  // diffusers parameter name: "conv_in.weight"
-    std::vector<std::int64_t> shape;   // PyTorch layout
+    std::string name;                 // diffusers parameter name: "conv_in.weight"
+    std::vector<std::int64_t> shape;  // PyTorch layout
 };
 
 struct GraphOp {
     OpKind kind = OpKind::Conv;
-    std::string name;          // module path ("down_blocks.0.resnets.1.conv1"); unique in a graph
-    int input = -1;            // value ids
-    int input2 = -1;           // Add, ScaleShift, Concat; Attention: the context (optional)
+    std::string name;  // module path ("down_blocks.0.resnets.1.conv1"); unique in a graph
+    int input = -1;    // value ids
+    int input2 = -1;   // Add, ScaleShift, Concat; Attention: the context (optional)
     int output = -1;
-    std::vector<int> params;   // parameter ids, in the order OpKind states
-    int channels = 0;          // output channels: TimestepEmbedding, Linear, Conv, GEGLU
+    std::vector<int> params;                               // parameter ids, in the order OpKind states
+    int channels = 0;                                      // output channels: TimestepEmbedding, Linear, Conv, GEGLU
     int kernel = 1, stride = 1, padBegin = 0, padEnd = 0;  // Conv
-    int groups = 0;            // GroupNorm
-    float eps = 1e-5f;         // GroupNorm, LayerNorm
-    int heads = 1;             // Attention
-    bool qkvBias = true;       // Attention: to_q/to_k/to_v have biases (SD's transformer blocks: none)
-    bool causal = false;       // Attention over tokens without context: causal mask
-    bool geluTanh = false;     // GELU: tanh approximation
-    int token = -1;            // EosPool: the id pooled at; -1: the largest id
+    int groups = 0;                                        // GroupNorm
+    float eps = 1e-5f;                                     // GroupNorm, LayerNorm
+    int heads = 1;                                         // Attention
+    bool qkvBias = true;               // Attention: to_q/to_k/to_v have biases (SD's transformer blocks: none)
+    bool causal = false;               // Attention over tokens without context: causal mask
+    bool geluTanh = false;             // GELU: tanh approximation
+    int token = -1;                    // EosPool: the id pooled at; -1: the largest id
     float scale = 1.0f, shift = 0.0f;  // Affine
-    int freqShift = 0;         // TimestepEmbedding
+    int freqShift = 0;                 // TimestepEmbedding
     bool flipSinToCos = false;
 
     // Fusions, set by fuseForExecution() (builders leave them alone):

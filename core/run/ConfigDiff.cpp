@@ -30,8 +30,8 @@ std::string shown(const nlohmann::json& value) {
 }  // namespace
 
 const std::vector<std::string>& workKeys() {
-    static const std::vector<std::string> keys{"model", "width", "height", "steps", "scheduler", "init",
-                                               "strength", "upscale", "cfg"};
+    static const std::vector<std::string> keys{"model", "width",    "height",  "steps", "scheduler",
+                                               "init",  "strength", "upscale", "cfg"};
     return keys;
 }
 

@@ -13,10 +13,10 @@
 namespace tessera {
 
 struct SettingDifference {
-    std::string key;        // the RunConfig JSON key, nested keys joined by '.': "steps", "scheduler_options.eta"
-    std::string a, b;       // the two values as JSON text (strings as short escaped excerpts)
-    nlohmann::json valueA, valueB;   // the two values as they are in the configurations' JSON
-    bool changesWork = false;   // a setting that changes what is computed, not how fast (see workKeys)
+    std::string key;   // the RunConfig JSON key, nested keys joined by '.': "steps", "scheduler_options.eta"
+    std::string a, b;  // the two values as JSON text (strings as short escaped excerpts)
+    nlohmann::json valueA, valueB;  // the two values as they are in the configurations' JSON
+    bool changesWork = false;       // a setting that changes what is computed, not how fast (see workKeys)
 };
 
 // Every setting of `a` whose value differs in `b`, in key order. The scheduler's noise schedule

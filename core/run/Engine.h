@@ -25,21 +25,21 @@ struct ImageTensor {
 };
 
 struct StepEvent {
-    int step = 0, steps = 0;   // 0-based step index and total
+    int step = 0, steps = 0;  // 0-based step index and total
     float timestep = 0;
     StepTiming timing;
 };
 
 struct TileBatchEvent {
     int step = 0, steps = 0;
-    int batchIndex = 0, batches = 0;   // batch j of M within the step
+    int batchIndex = 0, batches = 0;  // batch j of M within the step
     std::vector<int> tileIds;
     TileBatchTiming timing;
 };
 
 struct PreviewEvent {
     int step = 0;
-    ImageTensor image;          // current estimate of the image (x0 prediction blended, or x_t)
+    ImageTensor image;  // current estimate of the image (x0 prediction blended, or x_t)
 };
 
 class RunObserver {
@@ -59,8 +59,8 @@ public:
 
 struct RunResult {
     RunRecord record;
-    ImageTensor image;          // final image, model space
-    ImageTensor seamMap;        // 1 x H x W per-pixel disagreement between overlapping tiles at the last step
+    ImageTensor image;    // final image, model space
+    ImageTensor seamMap;  // 1 x H x W per-pixel disagreement between overlapping tiles at the last step
     // Stable Diffusion runs that finished: the latent canvas after the last step, as the UNet
     // sees it (scaled; what the VAE decoded into `image`). Empty otherwise.
     ImageTensor latents;

@@ -12,9 +12,9 @@
 
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
-#include "core/run/SamplerNames.h"
-#include "core/run/ModelName.h"
 #include "core/base/UnicodeText.h"
+#include "core/run/ModelName.h"
+#include "core/run/SamplerNames.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -45,7 +45,6 @@ std::string utf8(std::u32string_view s) { return unicode::encodeUtf8(s); }
 
 }  // namespace
 
-
 // ---------------------------------------------------------------------------
 // Writing
 
@@ -60,8 +59,8 @@ std::string modelNameOf(const std::string& model) {
     const auto slash = trimmed.find_last_of("/\\");
     std::string name = slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
     for (std::string_view extension : {".safetensors", ".ckpt"})
-        if (name.size() > extension.size() && name.compare(name.size() - extension.size(), extension.size(),
-                                                           extension.data(), extension.size()) == 0)
+        if (name.size() > extension.size() &&
+            name.compare(name.size() - extension.size(), extension.size(), extension.data(), extension.size()) == 0)
             return name.substr(0, name.size() - extension.size());
     return name;
 }
@@ -75,15 +74,15 @@ bool isLowerHex(std::string_view s) {
 InfotextExtras infotextExtras(const RunConfig& config) {
     InfotextExtras extras;
     extras.modelName = modelNameOf(config.model);
-    extras.stableDiffusion =
-        !config.prompt.empty() || !config.negativePrompt.empty() || isSdModelPath(config.model);
+    extras.stableDiffusion = !config.prompt.empty() || !config.negativePrompt.empty() || isSdModelPath(config.model);
     return extras;
 }
 
 InfotextExtras infotextExtras(const RunRecord& record) {
     InfotextExtras extras = infotextExtras(record.config);
     if (!record.modelName.empty()) extras.modelName = record.modelName;
-    if (record.modelHash.size() >= 10 && isLowerHex(record.modelHash)) extras.modelHash = record.modelHash.substr(0, 10);
+    if (record.modelHash.size() >= 10 && isLowerHex(record.modelHash))
+        extras.modelHash = record.modelHash.substr(0, 10);
     return extras;
 }
 
@@ -115,8 +114,9 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"vae_tiling", "VAE tiling", ""},
         {"eta", "Eta DDIM", ""},
         {"timestep_spacing", "", "A1111 has no key for it (its samplers fix the spacing); the manifest keeps it"},
-        {"scheduler_options", "", "diffusers' scheduler settings: A1111 has no keys for them beyond Schedule type "
-                                  "and Eta DDIM; the manifest keeps them"},
+        {"scheduler_options", "",
+         "diffusers' scheduler settings: A1111 has no keys for them beyond Schedule type "
+         "and Eta DDIM; the manifest keeps them"},
         {"init", "", "a path on this machine; Denoising strength says the run started from an image"},
         {"graph_warmup", "", "CUDA graph bookkeeping; the image does not depend on it"},
         {"graph_cache", "", "CUDA graph bookkeeping; the image does not depend on it"},
@@ -155,7 +155,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Overlap", std::to_string(c.overlapPixels()));
     add("Window", std::string(toString(c.window)));
     add("Fusion", std::string(toString(c.fusion)));
-    add("Batch", c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto"));   // a record's: what ran
+    add("Batch", c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto"));  // a record's: what ran
     add("Graphs", std::string(toString(c.graphs)));
     add("Precision", std::string(toString(c.precision)));
     add("Backend", std::string(toString(c.backend)));
@@ -317,8 +317,10 @@ public:
     explicit ParamTable(std::vector<InfotextParam>& params) : params_(params) {}
     void set(std::string key, std::string value, bool defaulted = false) {
         const auto [at, inserted] = index_.try_emplace(key, params_.size());
-        if (inserted) params_.push_back(InfotextParam{std::move(key), std::move(value), defaulted});
-        else params_[at->second].value = std::move(value);
+        if (inserted)
+            params_.push_back(InfotextParam{std::move(key), std::move(value), defaulted});
+        else
+            params_[at->second].value = std::move(value);
     }
     bool has(const std::string& key) const { return index_.count(key) != 0; }
 
@@ -432,7 +434,8 @@ std::optional<long long> wholeNumber(std::string_view text, long long lo, long l
     const auto whole = signedWhole(text);
     constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<long long>::max());
     if (!whole || whole->second > kMax + (whole->first ? 1 : 0)) return std::nullopt;
-    const long long value = whole->first ? static_cast<long long>(0 - whole->second) : static_cast<long long>(whole->second);
+    const long long value =
+        whole->first ? static_cast<long long>(0 - whole->second) : static_cast<long long>(whole->second);
     if (value < lo || value > hi) return std::nullopt;
     return value;
 }
@@ -566,7 +569,8 @@ std::optional<SchedulerKind> applySampler(const ParsedInfotext& parsed, Importer
     const InfotextParam* sampler = parsed.find("Sampler");
     const InfotextParam* schedule = parsed.find("Schedule type");
     if (!sampler) {
-        if (schedule && !schedule->defaulted) importer.unmapped(shownSetting(schedule->key, schedule->value), kNotSupported);
+        if (schedule && !schedule->defaulted)
+            importer.unmapped(shownSetting(schedule->key, schedule->value), kNotSupported);
         return std::nullopt;
     }
     // An absent key (A1111's parser fills in "Automatic") is a pre-1.9 infotext: the sampler alone,
@@ -626,9 +630,10 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) 
                                  i + 1 < parsed.params.size() &&
                                  parsed.params[i + 1].key == param.key.substr(0, param.key.size() - 2) + "-2";
         if (firstOfPair)
-            shown = shownSetting(param.key.substr(0, param.key.size() - 2), param.value + "x" + parsed.params[i + 1].value);
-        const auto rule = std::find_if(kKeyRules.begin(), kKeyRules.end(),
-                                       [&](const KeyRule& r) { return r.key == param.key; });
+            shown =
+                shownSetting(param.key.substr(0, param.key.size() - 2), param.value + "x" + parsed.params[i + 1].value);
+        const auto rule =
+            std::find_if(kKeyRules.begin(), kKeyRules.end(), [&](const KeyRule& r) { return r.key == param.key; });
         if (param.key == "Eta") {
             applyEta(param, scheduler, importer);
         } else if (param.key == "Model hash" || param.key == "Model") {
@@ -637,11 +642,14 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) 
             importer.unmapped(shown, "belongs to the hires fix, which is not supported; ignored");
         } else if (rule != kKeyRules.end()) {
             const std::string why = rule->read(param.value, config);
-            if (why.empty()) importer.applied(rule->field);
-            else importer.unmapped(shown, why);
+            if (why.empty())
+                importer.applied(rule->field);
+            else
+                importer.unmapped(shown, why);
         } else if (!param.defaulted) {
             const bool secondOfPair = param.key.size() > 2 && param.key.compare(param.key.size() - 2, 2, "-2") == 0 &&
-                                      i > 0 && parsed.params[i - 1].key == param.key.substr(0, param.key.size() - 2) + "-1";
+                                      i > 0 &&
+                                      parsed.params[i - 1].key == param.key.substr(0, param.key.size() - 2) + "-1";
             if (!secondOfPair) importer.unmapped(shown, kNotSupported);
         }
     }
@@ -695,7 +703,8 @@ using Json = nlohmann::json;
 // Node ids in ComfyUI's order: numbers by value ("3" before "10"), then other ids as text.
 bool comfyIdLess(const std::string& a, const std::string& b) {
     const auto numeric = [](const std::string& s) {
-        return !s.empty() && s.size() < 19 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+        return !s.empty() && s.size() < 19 &&
+               std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     };
     const bool na = numeric(a), nb = numeric(b);
     if (na != nb) return na;
@@ -726,8 +735,9 @@ public:
         const Json* value = input(node, name);
         if (!value || !value->is_array() || value->size() != 2) return std::nullopt;
         const Json& id = (*value)[0];
-        const std::string key = id.is_string() ? id.get<std::string>()
-                                : id.is_number_integer() ? id.dump() : std::string();
+        const std::string key = id.is_string()           ? id.get<std::string>()
+                                : id.is_number_integer() ? id.dump()
+                                                         : std::string();
         const Json* target = key.empty() ? nullptr : this->node(key);
         if (!target) return std::nullopt;
         return std::pair{key, target};
@@ -735,7 +745,8 @@ public:
     std::vector<std::string> samplerIds() const {
         std::vector<std::string> ids;
         for (const auto& [id, node] : graph_.items())
-            if (node.is_object() && (classOf(node) == "KSampler" || classOf(node) == "KSamplerAdvanced")) ids.push_back(id);
+            if (node.is_object() && (classOf(node) == "KSampler" || classOf(node) == "KSamplerAdvanced"))
+                ids.push_back(id);
         std::sort(ids.begin(), ids.end(), comfyIdLess);
         return ids;
     }
@@ -753,11 +764,15 @@ std::string jsonShown(const Json& value) { return excerptJson(value, 80); }
 // A whole number in a JSON value (an integral float too), within [lo, hi].
 std::optional<long double> jsonWhole(const Json& value, long double lo, long double hi) {
     long double x = 0;
-    if (value.is_number_unsigned()) x = static_cast<long double>(value.get<std::uint64_t>());
-    else if (value.is_number_integer()) x = static_cast<long double>(value.get<std::int64_t>());
-    else if (value.is_number_float() && std::isfinite(value.get<double>()) && value.get<double>() == std::floor(value.get<double>()))
+    if (value.is_number_unsigned())
+        x = static_cast<long double>(value.get<std::uint64_t>());
+    else if (value.is_number_integer())
+        x = static_cast<long double>(value.get<std::int64_t>());
+    else if (value.is_number_float() && std::isfinite(value.get<double>()) &&
+             value.get<double>() == std::floor(value.get<double>()))
         x = value.get<double>();
-    else return std::nullopt;
+    else
+        return std::nullopt;
     if (x < lo || x > hi) return std::nullopt;
     return x;
 }
@@ -779,7 +794,8 @@ struct ComfyReader {
     const Json* literal(const Json& node, const char* name) {
         const Json* value = ComfyGraph::input(node, name);
         if (value && value->is_array()) {
-            unmapped(std::string(name) + ": " + jsonShown(*value), "is a link to another node, which is not supported; ignored");
+            unmapped(std::string(name) + ": " + jsonShown(*value),
+                     "is a link to another node, which is not supported; ignored");
             return nullptr;
         }
         return value;
@@ -821,7 +837,10 @@ struct ComfyReader {
             at = next;
         }
         const Json* value = ComfyGraph::input(sampler, name);
-        unmapped(std::string(name) + ": " + (at ? nodeName(at->first, *at->second) : value ? jsonShown(*value) : "none"),
+        unmapped(std::string(name) + ": " +
+                     (at      ? nodeName(at->first, *at->second)
+                      : value ? jsonShown(*value)
+                              : "none"),
                  "is not a CLIPTextEncode node, which is not supported; ignored");
     }
 
@@ -912,14 +931,15 @@ struct ComfyReader {
 ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std::string_view field) {
     const Json graph = parseBoundedJson(json, field, "its ComfyUI prompt chunk");
     if (!graph.is_object())
-        throw InputFileError(std::string(field), std::string(field) + ": its ComfyUI prompt chunk is " + excerptJson(graph) +
-                                                     ", not a JSON object of nodes");
+        throw InputFileError(std::string(field), std::string(field) + ": its ComfyUI prompt chunk is " +
+                                                     excerptJson(graph) + ", not a JSON object of nodes");
     ImportedSettings result;
     Importer importer(config, result);
     const ComfyGraph nodes(graph);
     const std::vector<std::string> samplers = nodes.samplerIds();
     if (samplers.empty()) {
-        importer.unmapped("prompt: " + excerptJson(graph, 80), "has no KSampler or KSamplerAdvanced node; nothing applied");
+        importer.unmapped("prompt: " + excerptJson(graph, 80),
+                          "has no KSampler or KSamplerAdvanced node; nothing applied");
         return result;
     }
     // The base pass: the first sampler starting from an empty latent (a hires pass starts from

@@ -23,8 +23,8 @@ namespace tessera {
 
 // What the infotext needs that RunConfig does not hold.
 struct InfotextExtras {
-    std::string modelName;         // "Model": the file or folder name without extension; "" = not written
-    std::string modelHash;         // "Model hash": 10 lowercase hex (A1111's short SHA-256); "" = not written
+    std::string modelName;  // "Model": the file or folder name without extension; "" = not written
+    std::string modelHash;  // "Model hash": 10 lowercase hex (A1111's short SHA-256); "" = not written
     // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
     // written. An unconditional model has none of them.
     bool stableDiffusion = false;
@@ -119,7 +119,7 @@ struct ImportedSettings {
     // RunConfig fields set, by CLI name ("steps", "scheduler", ...; "use_karras_sigmas" for
     // scheduler_options.use_karras_sigmas).
     std::vector<std::string> fields;
-    std::vector<UnmappedSetting> unmapped;   // one per setting not applied, in the order found
+    std::vector<UnmappedSetting> unmapped;  // one per setting not applied, in the order found
 };
 
 // Applies what maps onto `config`: the prompt and negative prompt (always, as A1111 pastes them),
@@ -150,6 +150,5 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
 // listed in `unmapped`. Throws InputFileError on `field` when `json` is not a JSON object of
 // nodes; never for an odd graph.
 ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std::string_view field);
-
 
 }  // namespace tessera

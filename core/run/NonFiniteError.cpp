@@ -12,14 +12,14 @@ namespace {
 // What the precision allows and what to do: fp16 is the one that overflows where float32 does not.
 std::string precisionAdvice(Precision precision) {
     switch (precision) {
-    case Precision::FP16:
-        return "the UNet computed in fp16, which overflows above 65504: run again with precision bf16 or fp32 "
-               "(float32's range)";
-    case Precision::BF16:
-        return "the UNet computed in bf16 (float32's range, 8 bits of precision): run again with precision fp32, "
-               "and check the model's weights";
-    case Precision::FP32:
-        break;
+        case Precision::FP16:
+            return "the UNet computed in fp16, which overflows above 65504: run again with precision bf16 or fp32 "
+                   "(float32's range)";
+        case Precision::BF16:
+            return "the UNet computed in bf16 (float32's range, 8 bits of precision): run again with precision fp32, "
+                   "and check the model's weights";
+        case Precision::FP32:
+            break;
     }
     return "the UNet computed in fp32, which overflows above 3.4e38: the model's weights or its input are out of "
            "range; check the model (and the init image)";
@@ -34,9 +34,9 @@ std::string nonFiniteMessage(const NonFiniteSite& s) {
         return "non-finite values (NaN or infinity) in the latents after the scheduler update of " + when +
                ", although every tile's UNet output was finite: the update overflowed; check the scheduler settings "
                "(scheduler_options: beta_start, beta_end, eta, clip_sample)";
-    const std::string tiles = s.tileCount == 1 ? "tile " + std::to_string(s.firstTile)
-                                               : "tiles " + std::to_string(s.firstTile) + "-" +
-                                                     std::to_string(s.firstTile + s.tileCount - 1);
+    const std::string tiles =
+        s.tileCount == 1 ? "tile " + std::to_string(s.firstTile)
+                         : "tiles " + std::to_string(s.firstTile) + "-" + std::to_string(s.firstTile + s.tileCount - 1);
     return "non-finite values (NaN or infinity) in the UNet output at " + when + ", tile batch " +
            std::to_string(s.batch + 1) + "/" + std::to_string(s.batches) + " (" + tiles + "); " +
            precisionAdvice(s.precision);

@@ -17,10 +17,10 @@
 namespace tessera {
 
 struct NonFiniteSite {
-    int step = 0, steps = 0;       // 0-based step index; the run's step count
-    float timestep = 0;            // the UNet timestep of that step
-    int batch = -1, batches = 0;   // 0-based tile batch whose UNet output was not finite;
-                                   // -1: the latents after the step's scheduler update
+    int step = 0, steps = 0;                // 0-based step index; the run's step count
+    float timestep = 0;                     // the UNet timestep of that step
+    int batch = -1, batches = 0;            // 0-based tile batch whose UNet output was not finite;
+                                            // -1: the latents after the step's scheduler update
     int firstTile = 0, tileCount = 0;       // that batch's tiles: ids firstTile .. firstTile + tileCount - 1
     Precision precision = Precision::FP32;  // what the UNet computed in (the CPU engine: fp32)
 };
@@ -39,7 +39,7 @@ public:
 
 private:
     NonFiniteSite site_;
-    std::shared_ptr<const RunRecord> record_;   // shared: copying the exception never throws
+    std::shared_ptr<const RunRecord> record_;  // shared: copying the exception never throws
 };
 
 // Whether every value of [data, data + n) is finite.

@@ -26,7 +26,7 @@ namespace tessera::output_detail {
 // Each file of a live set holds one slot: its folder (as an open descriptor) and the names of
 // its temporary file and target, so the handler can remove them without allocating.
 enum SlotState : int { kFree, kFilling, kTemp, kRenaming, kFinal };
-constexpr std::size_t kNameBytes = 256;  // NAME_MAX + 1 on Linux
+constexpr std::size_t kNameBytes = 256;       // NAME_MAX + 1 on Linux
 constexpr std::size_t kTempSuffixChars = 13;  // ".tmp-XXXXXXXX"
 
 struct Slot {
@@ -89,13 +89,13 @@ namespace {
 
 void installSignalHandlers() {
     for (int i = 0; i < 2; ++i) {
-        struct sigaction current{};
+        struct sigaction current {};
         ::sigaction(kSignals[i], nullptr, &current);
         // An ignored signal (nohup) stays ignored.
         installed[i] = (current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_IGN;
         if (!installed[i]) continue;
         previous[i] = current;
-        struct sigaction ours{};
+        struct sigaction ours {};
         ours.sa_sigaction = tesseraOutputSetOnSignal;
         ours.sa_flags = SA_SIGINFO | SA_RESTART;
         sigemptyset(&ours.sa_mask);
@@ -107,7 +107,7 @@ void installSignalHandlers() {
 void restoreSignalHandlers() {
     for (int i = 0; i < 2; ++i) {
         if (!installed[i]) continue;
-        struct sigaction current{};
+        struct sigaction current {};
         ::sigaction(kSignals[i], nullptr, &current);
         // Only if still ours: whoever replaced it since keeps theirs.
         if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == tesseraOutputSetOnSignal)
@@ -129,7 +129,7 @@ std::uintmax_t freeBytes(const struct statvfs& v) {
 
 // The soft file size limit (ulimit -f) in bytes; 0 when there is none.
 std::uintmax_t fileSizeLimit() {
-    struct rlimit limit{};
+    struct rlimit limit {};
     if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
     return static_cast<std::uintmax_t>(limit.rlim_cur);
 }
@@ -160,7 +160,7 @@ struct OutputSet::State {
         if (done) throw OutputError("cannot create " + shownPath(dir) + ": this output set is already finished");
         std::vector<fs::path> missing;
         for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
-            struct stat st{};
+            struct stat st {};
             if (::stat(p.c_str(), &st) == 0) break;
             missing.push_back(p);
             if (p == p.parent_path()) break;
@@ -183,7 +183,8 @@ struct OutputSet::State {
         throw OutputError("more than " + std::to_string(kSlots) + " output files are being written at once");
     }
 
-    [[noreturn]] void failWrite(const fs::path& target, int error, std::uintmax_t size, std::uintmax_t freeBefore) const {
+    [[noreturn]] void failWrite(const fs::path& target, int error, std::uintmax_t size,
+                                std::uintmax_t freeBefore) const {
         std::string message = "cannot write " + shownPath(target) + ": " + std::strerror(error);
         if (error == ENOSPC || error == EDQUOT)
             message += " (the file needs " + byteCountText(size) + "; " + byteCountText(freeBefore) + " was free)";
@@ -214,13 +215,15 @@ struct OutputSet::State {
         if (name.empty() || name == "." || name == "..")
             throw OutputError("cannot write " + shownPath(target) + ": it does not name a file");
         if (name.size() + kTempSuffixChars >= kNameBytes)
-            throw OutputError("cannot write " + shownPath(target) + ": the file name is " + std::to_string(name.size()) +
-                              " bytes long; at most " + std::to_string(kNameBytes - 1 - kTempSuffixChars) + " are allowed");
+            throw OutputError("cannot write " + shownPath(target) + ": the file name is " +
+                              std::to_string(name.size()) + " bytes long; at most " +
+                              std::to_string(kNameBytes - 1 - kTempSuffixChars) + " are allowed");
         const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
         const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dirFd < 0) {
             const int error = errno;
-            throw OutputError("cannot write " + shownPath(target) + ": its folder cannot be opened: " + std::strerror(error));
+            throw OutputError("cannot write " + shownPath(target) +
+                              ": its folder cannot be opened: " + std::strerror(error));
         }
         Slot* slot = nullptr;
         try {
@@ -243,10 +246,10 @@ struct OutputSet::State {
         }
         if (fd < 0) {
             const int error = errno;
-            throw OutputError("cannot write " + shownPath(target) + ": no file can be created in its folder: " +
-                              std::strerror(error));
+            throw OutputError("cannot write " + shownPath(target) +
+                              ": no file can be created in its folder: " + std::strerror(error));
         }
-        struct statvfs space{};
+        struct statvfs space {};
         const std::uintmax_t freeBefore = ::fstatvfs(fd, &space) == 0 ? freeBytes(space) : 0;
         int error = writeAll(fd, bytes);
         // The data must be on disk before a rename makes it visible, or a crash can leave an empty file.
@@ -264,7 +267,8 @@ struct OutputSet::State {
             if (::renameat(file.slot->dirFd, file.slot->temp, file.slot->dirFd, file.slot->target) != 0) {
                 const int error = errno;
                 throw OutputError("cannot rename " + shownPath(file.target.parent_path() / file.slot->temp) + " to " +
-                                  shownPath(file.target) + ": " + std::strerror(error) + "; nothing of this output set was kept");
+                                  shownPath(file.target) + ": " + std::strerror(error) +
+                                  "; nothing of this output set was kept");
             }
             file.slot->state.store(kFinal);
             checkNotInterrupted();
@@ -277,7 +281,8 @@ struct OutputSet::State {
     void discard() noexcept {
         if (done) return;
         for (auto it = files.rbegin(); it != files.rend(); ++it) removeSlotFiles(*it->slot);
-        for (auto it = createdFolders.rbegin(); it != createdFolders.rend(); ++it) ::rmdir(it->c_str());  // only if empty
+        for (auto it = createdFolders.rbegin(); it != createdFolders.rend(); ++it)
+            ::rmdir(it->c_str());  // only if empty
         release();
     }
 
@@ -323,8 +328,10 @@ void OutputSet::createFolders(const fs::path& folder) {
 }
 
 void OutputSet::addText(const fs::path& target, std::string_view text) {
-    if (isValidUtf8(text)) add(target, text);
-    else add(target, toValidUtf8(text));
+    if (isValidUtf8(text))
+        add(target, text);
+    else
+        add(target, toValidUtf8(text));
 }
 
 void OutputSet::commit() {
@@ -377,9 +384,10 @@ std::string folderProblem(const fs::path& asked, const std::string& it, const Ou
                std::to_string(input_limits::kPathChars) + " are allowed";
     fs::path existing = asked;
     for (;;) {
-        struct stat st{};
+        struct stat st {};
         if (::stat(existing.c_str(), &st) == 0) {
-            if (!S_ISDIR(st.st_mode)) return (existing == asked ? it : shownPath(existing)) + " is a file, not a folder";
+            if (!S_ISDIR(st.st_mode))
+                return (existing == asked ? it : shownPath(existing)) + " is a file, not a folder";
             break;
         }
         const int error = errno;
@@ -400,7 +408,7 @@ std::string folderProblem(const fs::path& asked, const std::string& it, const Ou
         const int error = errno;
         return "no file can be created in " + where + ": " + std::strerror(error);
     }
-    struct statvfs space{};
+    struct statvfs space {};
     const bool haveSpace = ::fstatvfs(probe, &space) == 0;
     ::close(probe);
     const std::string whatFor = needs.what.empty() ? std::string() : " (" + needs.what + ")";
@@ -425,14 +433,15 @@ void checkOutputFolder(const fs::path& folder, std::string_view field, const Out
 
 void checkOutputFile(const fs::path& file, std::string_view field, const OutputNeeds& needs) {
     const auto fail = [&](const std::string& why) {
-        throw ValidationError(std::string(field), std::string(field) + ": cannot write " + shownPath(file) + ": " + why);
+        throw ValidationError(std::string(field),
+                              std::string(field) + ": cannot write " + shownPath(file) + ": " + why);
     };
     const std::string name = file.filename().string();
     if (name.empty() || name == "." || name == "..") fail("a file name is needed, not a folder");
     if (name.size() + kTempSuffixChars >= kNameBytes)
         fail("the file name is " + std::to_string(name.size()) + " bytes long; at most " +
              std::to_string(kNameBytes - 1 - kTempSuffixChars) + " are allowed");
-    struct stat st{};
+    struct stat st {};
     if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("it is a folder; a file name is needed");
     const fs::path folder = file.parent_path().empty() ? fs::path(".") : file.parent_path();
     if (::stat(folder.c_str(), &st) != 0) {

@@ -37,8 +37,8 @@ constexpr NameTable<BetaSchedule, 3> kBetaScheduleNames{{{BetaSchedule::Linear, 
 constexpr NameTable<TimestepSpacing, 3> kSpacingNames{{{TimestepSpacing::Leading, "leading"},
                                                        {TimestepSpacing::Trailing, "trailing"},
                                                        {TimestepSpacing::Linspace, "linspace"}}};
-constexpr NameTable<VarianceType, 2> kVarianceNames{{{VarianceType::FixedSmall, "fixed_small"},
-                                                     {VarianceType::FixedLarge, "fixed_large"}}};
+constexpr NameTable<VarianceType, 2> kVarianceNames{
+    {{VarianceType::FixedSmall, "fixed_small"}, {VarianceType::FixedLarge, "fixed_large"}}};
 constexpr NameTable<PredictionType, 3> kPredictionNames{{{PredictionType::Epsilon, "epsilon"},
                                                          {PredictionType::Sample, "sample"},
                                                          {PredictionType::VPrediction, "v_prediction"}}};
@@ -81,8 +81,7 @@ E parseName(const NameTable<E, N>& table, std::string_view text, std::string_vie
         if (i > 0) allowed += (i + 1 == N) ? " or " : ", ";
         allowed += table[i].second;
     }
-    throw ValidationError(std::string(field),
-                          std::string(field) + ": " + inQuotes(text) + " is not one of " + allowed);
+    throw ValidationError(std::string(field), std::string(field) + ": " + inQuotes(text) + " is not one of " + allowed);
 }
 
 // ---------------------------------------------------------------------------
@@ -103,13 +102,11 @@ std::string nearestMultiples(int value, int factor) {
 
 constexpr int kMaxImageSide = 16384;
 constexpr int kMaxTile = 4096;
-constexpr std::int64_t kMaxTiles = 65536;   // e.g. 16384x16384 with tile 64, overlap 0
+constexpr std::int64_t kMaxTiles = 65536;  // e.g. 16384x16384 with tile 64, overlap 0
 
 class Problems {
 public:
-    void add(const std::string& field, const std::string& message) {
-        list.emplace_back(field, field + ": " + message);
-    }
+    void add(const std::string& field, const std::string& message) { list.emplace_back(field, field + ": " + message); }
     std::vector<ValidationError> list;
 };
 
@@ -127,9 +124,8 @@ void checkImageSide(Problems& problems, const std::string& field, int value, con
     if (config.tile > 0 && value < config.tile && value % factor != 0) {
         problems.add(field, std::to_string(value) + " is smaller than the tile (" + std::to_string(config.tile) +
                                 ") and not a multiple of " + std::to_string(factor) +
-                                ", so no tile the model accepts can cover it; use " +
-                                nearestMultiples(value, factor) + " (or any size from " +
-                                std::to_string(config.tile) + " up)");
+                                ", so no tile the model accepts can cover it; use " + nearestMultiples(value, factor) +
+                                " (or any size from " + std::to_string(config.tile) + " up)");
     }
 }
 
@@ -149,8 +145,8 @@ void checkTile(Problems& problems, const RunConfig& config, const ModelLimits& l
         problems.add("tile", value + " is too large; the tile size must be at most " + std::to_string(kMaxTile));
     } else if (config.tile % factor != 0) {
         problems.add("tile", value + " is not a multiple of " + std::to_string(factor) +
-                                 " (the model halves the tile " + std::to_string(factor) +
-                                 "x over its levels); use " + nearestMultiples(config.tile, factor));
+                                 " (the model halves the tile " + std::to_string(factor) + "x over its levels); use " +
+                                 nearestMultiples(config.tile, factor));
     }
 }
 
@@ -223,8 +219,9 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
         problems.add("clip_sample_range",
                      formatNumber(o.clipSampleRange) + " is not allowed; it must be above 0 when clip_sample is on");
     if (!(o.eta >= 0.0f && o.eta <= 1.0f))
-        problems.add("eta", formatNumber(o.eta) + " is not allowed; eta must be 0 or more and at most 1 (DDIM's "
-                                                  "noise weight: 0 deterministic, 1 as much noise as DDPM)");
+        problems.add("eta", formatNumber(o.eta) +
+                                " is not allowed; eta must be 0 or more and at most 1 (DDIM's "
+                                "noise weight: 0 deterministic, 1 as much noise as DDPM)");
     if ((config.scheduler == SchedulerKind::Euler || config.scheduler == SchedulerKind::EulerAncestral) &&
         o.predictionType == PredictionType::Sample)
         problems.add("prediction_type", "'sample' is not allowed with the " + std::string(toString(config.scheduler)) +
@@ -290,8 +287,7 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     checkTile(problems, config, limits);
     checkOverlap(problems, config);
 
-    const int maxSteps =
-        std::max(1, std::min(limits.numTrainTimesteps, config.schedulerOptions.numTrainTimesteps));
+    const int maxSteps = std::max(1, std::min(limits.numTrainTimesteps, config.schedulerOptions.numTrainTimesteps));
     checkIntRange(problems, "steps", config.steps, 1, maxSteps,
                   "the step count (at most the model's " + std::to_string(maxSteps) + " training timesteps)");
     // Integer ranges and text limits: the field table's (core/run/RunConfigFields.h).
@@ -300,8 +296,8 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
             checkIntRange(problems, std::string(field.name), field.write(config).get<int>(), field.range->lo,
                           field.range->hi, std::string(field.range->what));
     if (config.previewEvery < 0)
-        problems.add("preview_every", std::to_string(config.previewEvery) +
-                                          " is not allowed; preview_every must be 0 (never) or more");
+        problems.add("preview_every",
+                     std::to_string(config.previewEvery) + " is not allowed; preview_every must be 0 (never) or more");
     if (!config.initImage.empty() && !(config.strength > 0.0 && config.strength <= 1.0))
         problems.add("strength", formatNumber(config.strength) +
                                      " is not allowed; with an init image the strength must be above 0 and at most 1");

@@ -75,11 +75,11 @@ struct SchedulerOptions {
     int stepsOffset = 0;
     bool clipSample = true;
     float clipSampleRange = 1.0f;
-    bool setAlphaToOne = true;               // DDIM
-    float eta = 0.0f;                         // DDIM
+    bool setAlphaToOne = true;                             // DDIM
+    float eta = 0.0f;                                      // DDIM
     VarianceType varianceType = VarianceType::FixedSmall;  // DDPM
     PredictionType predictionType = PredictionType::Epsilon;
-    bool karrasSigmas = true;                 // Euler
+    bool karrasSigmas = true;  // Euler
 };
 
 // Most tile batches in flight at once (RunConfig::lanes, CudaBackend lanes).
@@ -105,41 +105,41 @@ struct RunConfig {
     SchedulerKind scheduler = SchedulerKind::DDIM;
     SchedulerOptions schedulerOptions;
 
-    int tile = 64;                 // tile edge in pixels (tiles are square unless the image is smaller)
-    int overlapPx = 16;            // used when overlapFraction is not set
+    int tile = 64;                          // tile edge in pixels (tiles are square unless the image is smaller)
+    int overlapPx = 16;                     // used when overlapFraction is not set
     std::optional<double> overlapFraction;  // 0 <= f < 1, of the tile; wins over overlapPx when set
     BlendWindowKind window = BlendWindowKind::Hann;
     FusionRule fusion = FusionRule::Sample;
-    int tileBatch = 0;             // tiles evaluated per UNet call (0 = auto: resolveTileBatch)
+    int tileBatch = 0;  // tiles evaluated per UNet call (0 = auto: resolveTileBatch)
     GraphMode graphs = GraphMode::Off;
     int graphWarmup = 2;
     int graphCacheSize = 16;
-    int lanes = 0;                 // tile batches in flight at once (CUDA engine; 0 = auto, 1..kMaxLanes)
+    int lanes = 0;  // tile batches in flight at once (CUDA engine; 0 = auto, 1..kMaxLanes)
     Precision precision = Precision::FP16;
     BackendKind backend = BackendKind::Auto;
-    int threads = 0;               // CPU engine: threads that compute (0 = all cores); the image does not depend on it
-    std::string model;             // model folder; empty = the default model
-    int previewEvery = 1;          // observer preview every N steps (0 = never)
+    int threads = 0;       // CPU engine: threads that compute (0 = all cores); the image does not depend on it
+    std::string model;     // model folder; empty = the default model
+    int previewEvery = 1;  // observer preview every N steps (0 = never)
 
     // Image-to-image (SDEdit): empty = from noise.
     std::string initImage;
     double strength = 0.5;
     bool preserveColor = false;
 
-    std::string label;             // free text shown in the run history
+    std::string label;  // free text shown in the run history
 
     // Text conditioning (Stable Diffusion models; an unconditional model refuses a prompt).
     // A1111's emphasis syntax and BREAK apply (core/text/PromptParser.h).
     std::string prompt;
     std::string negativePrompt;
-    double cfgScale = 7.0;         // classifier-free guidance scale; 1 evaluates the conditional half only
-    int clipSkip = 1;              // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
+    double cfgScale = 7.0;  // classifier-free guidance scale; 1 evaluates the conditional half only
+    int clipSkip = 1;       // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
     // SDXL UNets: the size and crop ids each tile's added conditioning carries (ignored by SD 1.x / 2.x).
     SdxlSizeConditioning sdxlSizeConditioning = SdxlSizeConditioning::Image;
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
     // then the init image's size times upscale, rounded down to multiples of 8).
     double upscale = 1.0;
-    VaeTiling vaeTiling = VaeTiling::Auto;   // the VAE's decode/encode: auto, on (tiled), off (whole)
+    VaeTiling vaeTiling = VaeTiling::Auto;  // the VAE's decode/encode: auto, on (tiled), off (whole)
 
     // Where timed algorithm choices are kept (core/formats/TuningCache.h), so that another process
     // makes the same choices: "" = the user's cache folder ($TESSERA_TUNING_CACHE, else

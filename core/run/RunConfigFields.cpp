@@ -36,7 +36,8 @@ int readInt(const nlohmann::json& value, const std::string& key) {
     if (value.is_number_integer()) {
         if (value.is_number_unsigned()) {
             const auto u = value.get<std::uint64_t>();
-            if (u > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) wrongType(key, value, "a whole number");
+            if (u > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
+                wrongType(key, value, "a whole number");
             return static_cast<int>(u);
         }
         const auto v = value.get<std::int64_t>();
@@ -103,8 +104,10 @@ void readOverlap(const nlohmann::json& value, RunConfig& config) {
     if (value.is_number_float()) {
         const double d = value.get<double>();
         if (!std::isfinite(d)) wrongType("overlap", value, expected);
-        if (d < 1.0) config.overlapFraction = d;  // negative fractions are left for validate() to name
-        else setPixels(d);
+        if (d < 1.0)
+            config.overlapFraction = d;  // negative fractions are left for validate() to name
+        else
+            setPixels(d);
         return;
     }
     if (value.is_string()) {
@@ -116,8 +119,10 @@ void readOverlap(const nlohmann::json& value, RunConfig& config) {
             return;
         }
         if (!parseDouble(text, number)) wrongType("overlap", value, expected);
-        if (text.find_first_of(".eE") != std::string::npos && number < 1.0) config.overlapFraction = number;
-        else setPixels(number);
+        if (text.find_first_of(".eE") != std::string::npos && number < 1.0)
+            config.overlapFraction = number;
+        else
+            setPixels(number);
         return;
     }
     wrongType("overlap", value, expected);
@@ -133,31 +138,44 @@ void readOverlap(const nlohmann::json& value, RunConfig& config) {
 }
 
 const std::vector<std::string_view> kSchedulerOptionKeys{
-    "num_train_timesteps", "beta_start",       "beta_end", "beta_schedule", "timestep_spacing",
-    "steps_offset",        "clip_sample",      "clip_sample_range", "set_alpha_to_one", "eta",
-    "variance_type",       "prediction_type",  "use_karras_sigmas"};
+    "num_train_timesteps", "beta_start",      "beta_end",          "beta_schedule",    "timestep_spacing",
+    "steps_offset",        "clip_sample",     "clip_sample_range", "set_alpha_to_one", "eta",
+    "variance_type",       "prediction_type", "use_karras_sigmas"};
 
 SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOptions o) {
     if (!j.is_object()) wrongType("scheduler_options", j, "an object");
     for (const auto& [key, value] : j.items()) {
-        if (key == "num_train_timesteps") o.numTrainTimesteps = readInt(value, key);
-        else if (key == "beta_start") o.betaStart = static_cast<float>(readReal(value, key));
-        else if (key == "beta_end") o.betaEnd = static_cast<float>(readReal(value, key));
-        else if (key == "beta_schedule") o.betaSchedule = parseBetaSchedule(readString(value, key), key);
-        else if (key == "timestep_spacing") o.timestepSpacing = parseTimestepSpacing(readString(value, key), key);
-        else if (key == "steps_offset") o.stepsOffset = readInt(value, key);
-        else if (key == "clip_sample") o.clipSample = readBool(value, key);
-        else if (key == "clip_sample_range") o.clipSampleRange = static_cast<float>(readReal(value, key));
-        else if (key == "set_alpha_to_one") o.setAlphaToOne = readBool(value, key);
-        else if (key == "eta") o.eta = static_cast<float>(readReal(value, key));
-        else if (key == "variance_type") o.varianceType = parseVarianceType(readString(value, key), key);
-        else if (key == "prediction_type") o.predictionType = parsePredictionType(readString(value, key), key);
-        else if (key == "use_karras_sigmas") o.karrasSigmas = readBool(value, key);
-        else unknownKey("scheduler_options." + key, kSchedulerOptionKeys);
+        if (key == "num_train_timesteps")
+            o.numTrainTimesteps = readInt(value, key);
+        else if (key == "beta_start")
+            o.betaStart = static_cast<float>(readReal(value, key));
+        else if (key == "beta_end")
+            o.betaEnd = static_cast<float>(readReal(value, key));
+        else if (key == "beta_schedule")
+            o.betaSchedule = parseBetaSchedule(readString(value, key), key);
+        else if (key == "timestep_spacing")
+            o.timestepSpacing = parseTimestepSpacing(readString(value, key), key);
+        else if (key == "steps_offset")
+            o.stepsOffset = readInt(value, key);
+        else if (key == "clip_sample")
+            o.clipSample = readBool(value, key);
+        else if (key == "clip_sample_range")
+            o.clipSampleRange = static_cast<float>(readReal(value, key));
+        else if (key == "set_alpha_to_one")
+            o.setAlphaToOne = readBool(value, key);
+        else if (key == "eta")
+            o.eta = static_cast<float>(readReal(value, key));
+        else if (key == "variance_type")
+            o.varianceType = parseVarianceType(readString(value, key), key);
+        else if (key == "prediction_type")
+            o.predictionType = parsePredictionType(readString(value, key), key);
+        else if (key == "use_karras_sigmas")
+            o.karrasSigmas = readBool(value, key);
+        else
+            unknownKey("scheduler_options." + key, kSchedulerOptionKeys);
     }
     return o;
 }
-
 
 // A float stored in JSON as the double whose shortest text equals the float's shortest text,
 // so 1e-4f is written as 0.0001 rather than 9.99999974737875e-05 (and still reads back exactly).
@@ -165,7 +183,6 @@ double tidyDouble(float value) {
     if (!std::isfinite(value)) return static_cast<double>(value);
     return std::strtod(formatNumber(value).c_str(), nullptr);
 }
-
 
 // ---------------------------------------------------------------------------
 // CLI text: each parser names the field in its error, quoting a short excerpt of the text.
@@ -208,12 +225,14 @@ std::uint64_t parseSeedText(const std::string& text) {
 void parseOverlapText(RunConfig& config, const std::string& text) {
     if (!text.empty() && text.back() == '%') {
         const double percent = parseRealText("overlap", text.substr(0, text.size() - 1));
-        if (percent < 0 || percent >= 100) fail("overlap", inQuotes(text) + " is not allowed; a percentage must be 0% to below 100%");
+        if (percent < 0 || percent >= 100)
+            fail("overlap", inQuotes(text) + " is not allowed; a percentage must be 0% to below 100%");
         config.overlapFraction = percent / 100.0;
     } else if (text.find_first_of(".eE") != std::string::npos) {
         const double fraction = parseRealText("overlap", text);
         if (fraction < 0 || fraction >= 1)
-            fail("overlap", inQuotes(text) + " is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
+            fail("overlap",
+                 inQuotes(text) + " is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
         config.overlapFraction = fraction;
     } else {
         config.overlapPx = parseIntText("overlap", text);
@@ -225,8 +244,9 @@ void parseOverlapText(RunConfig& config, const std::string& text) {
 void parseSamplerText(RunConfig& config, const std::string& text) {
     const auto found = samplerFromDisplayName(text, "");
     if (!found)
-        fail("sampler", inQuotes(text) + " is not a sampler Tessera has; use Euler, Euler a, DPM++ 2M, "
-                                         "DPM++ 2M Karras, DDIM or DDPM");
+        fail("sampler", inQuotes(text) +
+                            " is not a sampler Tessera has; use Euler, Euler a, DPM++ 2M, "
+                            "DPM++ 2M Karras, DDIM or DDPM");
     config.scheduler = found->first;
     config.schedulerOptions.karrasSigmas = found->second;
 }
@@ -329,19 +349,23 @@ using C = RunConfig;
 
 // Size, seed, steps and the scheduler.
 void addSamplingFields(std::vector<RunConfigField>& f) {
-    f.push_back(intRow({"width", "width", "PX", "image width in pixels (default {default})", "Size", "320"}, &C::width));
-    f.push_back(intRow({"height", "height", "PX", "image height in pixels (default {default})", "Size", "192"}, &C::height));
+    f.push_back(
+        intRow({"width", "width", "PX", "image width in pixels (default {default})", "Size", "320"}, &C::width));
+    f.push_back(
+        intRow({"height", "height", "PX", "image height in pixels (default {default})", "Size", "192"}, &C::height));
     {
-        RunConfigField seed = row({"seed", "seed", "N", "noise seed (default {default})", "Seed", "18446744073709551615"});
+        RunConfigField seed =
+            row({"seed", "seed", "N", "noise seed (default {default})", "Seed", "18446744073709551615"});
         seed.write = [](const C& c) { return Json(c.seed); };
         seed.read = [](C& c, const Json& v) { c.seed = readSeed(v); };
         seed.parse = [](C& c, const std::string& t) { c.seed = parseSeedText(t); };
         f.push_back(std::move(seed));
     }
     f.push_back(intRow({"steps", "steps", "N", "sampling steps (default {default})", "Steps", "7"}, &C::steps));
-    f.push_back(choiceRow<SchedulerKind>({"scheduler", "scheduler", "NAME",
-                                          "ddpm, ddim, euler, euler_a or dpmpp_2m (default {default})", "Sampler", "euler_a"},
-                                         &C::scheduler, parseScheduler));
+    f.push_back(
+        choiceRow<SchedulerKind>({"scheduler", "scheduler", "NAME",
+                                  "ddpm, ddim, euler, euler_a or dpmpp_2m (default {default})", "Sampler", "euler_a"},
+                                 &C::scheduler, parseScheduler));
     {
         RunConfigField sampler = row({"scheduler", "sampler", "NAME",
                                       "the sampler as A1111 names it: \"Euler a\", \"DPM++ 2M Karras\", Euler,\n"
@@ -355,7 +379,9 @@ void addSamplingFields(std::vector<RunConfigField>& f) {
         RunConfigField eta = row({"eta", "eta", "X", "DDIM eta (default {default})", "", "0.5"});
         eta.jsonKey = "";  // scheduler_options.eta
         eta.write = [](const C& c) { return Json(tidyDouble(c.schedulerOptions.eta)); };
-        eta.parse = [](C& c, const std::string& t) { c.schedulerOptions.eta = static_cast<float>(parseRealText("eta", t)); };
+        eta.parse = [](C& c, const std::string& t) {
+            c.schedulerOptions.eta = static_cast<float>(parseRealText("eta", t));
+        };
         f.push_back(std::move(eta));
     }
     {
@@ -371,7 +397,9 @@ void addSamplingFields(std::vector<RunConfigField>& f) {
     {
         RunConfigField options = row({"scheduler_options", "", "", "", "", ""});
         options.write = [](const C& c) { return schedulerOptionsJson(c.schedulerOptions); };
-        options.read = [](C& c, const Json& v) { c.schedulerOptions = schedulerOptionsFromJson(v, c.schedulerOptions); };
+        options.read = [](C& c, const Json& v) {
+            c.schedulerOptions = schedulerOptionsFromJson(v, c.schedulerOptions);
+        };
         f.push_back(std::move(options));
     }
 }
@@ -380,9 +408,9 @@ void addSamplingFields(std::vector<RunConfigField>& f) {
 void addTilingFields(std::vector<RunConfigField>& f) {
     f.push_back(intRow({"tile", "tile", "PX", "tile edge in pixels (default {default})", "Tile", "96"}, &C::tile));
     {
-        RunConfigField overlap = row({"overlap", "overlap", "PX|NN%",
-                                      "tile overlap in pixels, or a percentage of the tile (default {default})",
-                                      "Overlap", "25%"});
+        RunConfigField overlap =
+            row({"overlap", "overlap", "PX|NN%",
+                 "tile overlap in pixels, or a percentage of the tile (default {default})", "Overlap", "25%"});
         // A fraction is written as a JSON float (0.25, or 0.0), which reads back as a fraction;
         // pixels as a JSON integer.
         overlap.write = [](const C& c) { return c.overlapFraction ? Json(*c.overlapFraction) : Json(c.overlapPx); };
@@ -390,40 +418,40 @@ void addTilingFields(std::vector<RunConfigField>& f) {
         overlap.parse = parseOverlapText;
         f.push_back(std::move(overlap));
     }
-    f.push_back(choiceRow<BlendWindowKind>({"window", "window", "NAME",
-                                            "blend window: none, linear, hann or gaussian (default {default})",
-                                            "Blend window", "gaussian"},
-                                           &C::window, parseBlendWindow));
-    f.push_back(choiceRow<FusionRule>({"fusion", "fusion", "NAME",
-                                       "sample (MultiDiffusion) or noise (Mixture of Diffusers) (default {default})",
-                                       "Fusion", "noise"},
-                                      &C::fusion, parseFusionRule));
+    f.push_back(choiceRow<BlendWindowKind>(
+        {"window", "window", "NAME", "blend window: none, linear, hann or gaussian (default {default})", "Blend window",
+         "gaussian"},
+        &C::window, parseBlendWindow));
+    f.push_back(choiceRow<FusionRule>(
+        {"fusion", "fusion", "NAME", "sample (MultiDiffusion) or noise (Mixture of Diffusers) (default {default})",
+         "Fusion", "noise"},
+        &C::fusion, parseFusionRule));
     f.push_back(autoIntRow({"batch", "batch", "N",
                             "tiles per UNet call (0 or auto: every tile spread evenly over the fewest\n"
                             "calls of at most 32, fewer where the GPU's memory is short; default auto)",
                             "Tile batch", "4"},
                            &C::tileBatch, limit(0, kMaxTileBatch, "the tile batch (0 = auto)")));
-    f.push_back(choiceRow<GraphMode>({"graphs", "graphs", "MODE", "CUDA graphs: off, tile or step (default {default})",
-                                      "Mode", "step"},
-                                     &C::graphs, parseGraphMode));
-    f.push_back(intRow({"graph_warmup", "graph-warmup", "N", "warm-up launches before graph capture (default {default})",
-                        "Warm-up", "5"},
+    f.push_back(choiceRow<GraphMode>(
+        {"graphs", "graphs", "MODE", "CUDA graphs: off, tile or step (default {default})", "Mode", "step"}, &C::graphs,
+        parseGraphMode));
+    f.push_back(intRow({"graph_warmup", "graph-warmup", "N",
+                        "warm-up launches before graph capture (default {default})", "Warm-up", "5"},
                        &C::graphWarmup, limit(0, kMaxGraphWarmup, "the graph warm-up count")));
     f.push_back(intRow({"graph_cache", "graph-cache", "N", "graphs kept per run (default {default})", "", "8"},
                        &C::graphCacheSize, limit(1, kMaxGraphCache, "the graph cache size")));
     f.push_back(autoIntRow({"lanes", "lanes", "N",
-                        "CUDA: tile batches in flight at once, each on its own stream with its\n"
-                        "own activations (0 = auto, 1..8; default {default})",
-                        "Lanes", "2"},
-                       &C::lanes, limit(0, kMaxLanes, "the lane count (0 = auto)")));
-    f.push_back(choiceRow<Precision>({"precision", "precision", "NAME",
-                                      "fp32, fp16 or bf16 (default {default}; the CPU always computes fp32)", "Precision",
-                                      "bf16"},
-                                     &C::precision, parsePrecision));
-    f.push_back(choiceRow<BackendKind>({"backend", "backend", "NAME",
-                                        "auto (CUDA when built and a device is usable, else cpu), cpu or cuda", "Precision",
-                                        "cpu"},
-                                       &C::backend, parseBackend));
+                            "CUDA: tile batches in flight at once, each on its own stream with its\n"
+                            "own activations (0 = auto, 1..8; default {default})",
+                            "Lanes", "2"},
+                           &C::lanes, limit(0, kMaxLanes, "the lane count (0 = auto)")));
+    f.push_back(choiceRow<Precision>(
+        {"precision", "precision", "NAME", "fp32, fp16 or bf16 (default {default}; the CPU always computes fp32)",
+         "Precision", "bf16"},
+        &C::precision, parsePrecision));
+    f.push_back(choiceRow<BackendKind>(
+        {"backend", "backend", "NAME", "auto (CUDA when built and a device is usable, else cpu), cpu or cuda",
+         "Precision", "cpu"},
+        &C::backend, parseBackend));
     f.push_back(intRow({"threads", "threads", "N",
                         "CPU engine: threads that compute, 1..1024 (default {default} = all cores);\n"
                         "the image is the same bits for any count",
@@ -439,29 +467,30 @@ void addInputFields(std::vector<RunConfigField>& f) {
                          "bundled unconditional model)",
                          "Model", "models/sd15"},
                         &C::model, {input_limits::kPathChars, "a model folder path"}, true));
-    f.push_back(intRow({"preview_every", "preview-every", "N", "preview every N steps, 0 = never (default {default})",
-                        "", "0"},
-                       &C::previewEvery));
+    f.push_back(
+        intRow({"preview_every", "preview-every", "N", "preview every N steps, 0 = never (default {default})", "", "0"},
+               &C::previewEvery));
     f.push_back(textRow({"init", "init", "FILE", "start from this PNG or JPEG, resized to the run (image-to-image)",
                          "Image", "start.png"},
                         &C::initImage, {input_limits::kPathChars, "an init image path"}, true));
-    f.push_back(realRow({"strength", "strength", "X", "image-to-image strength, 0 to 1 (default {default})", "Strength",
-                         "0.75"},
-                        &C::strength));
+    f.push_back(realRow(
+        {"strength", "strength", "X", "image-to-image strength, 0 to 1 (default {default})", "Strength", "0.75"},
+        &C::strength));
     {
-        RunConfigField preserve = row({"preserve_color", "preserve-color", "", "keep the init image's colours", "", ""});
+        RunConfigField preserve =
+            row({"preserve_color", "preserve-color", "", "keep the init image's colours", "", ""});
         preserve.write = [](const C& c) { return Json(c.preserveColor); };
         preserve.read = [](C& c, const Json& v) { c.preserveColor = readBool(v, "preserve_color"); };
         preserve.parse = [](C& c, const std::string&) { c.preserveColor = true; };
         f.push_back(std::move(preserve));
     }
-    f.push_back(realRow({"upscale", "upscale", "X", "image-to-image: the canvas is the init image times X (1 to 16)",
-                         "Scale", "2"},
-                        &C::upscale));
-    f.push_back(textRow({"prompt", "prompt", "TEXT",
-                         "Stable Diffusion: the prompt (A1111 emphasis (word:1.2), [word], BREAK)", "Prompt",
-                         "a (red:1.2) fox"},
-                        &C::prompt, {kMaxPromptBytes, "the prompt"}, false));
+    f.push_back(realRow(
+        {"upscale", "upscale", "X", "image-to-image: the canvas is the init image times X (1 to 16)", "Scale", "2"},
+        &C::upscale));
+    f.push_back(
+        textRow({"prompt", "prompt", "TEXT", "Stable Diffusion: the prompt (A1111 emphasis (word:1.2), [word], BREAK)",
+                 "Prompt", "a (red:1.2) fox"},
+                &C::prompt, {kMaxPromptBytes, "the prompt"}, false));
     f.push_back(textRow({"negative_prompt", "negative-prompt", "TEXT", "Stable Diffusion: what to steer away from",
                          "Negative", "blurry"},
                         &C::negativePrompt, {kMaxPromptBytes, "the negative prompt"}, false));
@@ -471,13 +500,13 @@ void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(intRow({"clip_skip", "clip-skip", "N", "text layer counted from the last, as A1111 (default {default})",
                         "Clip skip", "2"},
                        &C::clipSkip, limit(1, kMaxClipSkip, "clip skip (1 = the model's usual text layer, as A1111)")));
-    f.push_back(choiceRow<SdxlSizeConditioning>(
-        {"sdxl_size_conditioning", "sdxl-size-conditioning", "image|tile",
-         "SDXL: the size ids each tile's conditioning carries: the\n"
-         "whole image's, crop 0,0 ({default}, A1111's Tiled Diffusion; default) or\n"
-         "crop = the tile's offset, target = the tile's size (tile)",
-         "", "tile"},
-        &C::sdxlSizeConditioning, parseSdxlSizeConditioning));
+    f.push_back(
+        choiceRow<SdxlSizeConditioning>({"sdxl_size_conditioning", "sdxl-size-conditioning", "image|tile",
+                                         "SDXL: the size ids each tile's conditioning carries: the\n"
+                                         "whole image's, crop 0,0 ({default}, A1111's Tiled Diffusion; default) or\n"
+                                         "crop = the tile's offset, target = the tile's size (tile)",
+                                         "", "tile"},
+                                        &C::sdxlSizeConditioning, parseSdxlSizeConditioning));
     f.push_back(choiceRow<VaeTiling>({"vae_tiling", "vae-tiling", "MODE",
                                       "Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
                                       "GroupNorm statistics (on), whole (off), or whole where it fits the\n"
@@ -487,13 +516,14 @@ void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(textRow({"label", "label", "TEXT", "free text stored with the run", "", "first try"}, &C::label,
                         {kMaxLabelBytes, "the label"}, false));
     {
-        RunConfigField cache = textRow({"tuning_cache", "tuning-cache", "FILE|off",
-                                        "CUDA: file of timed algorithm choices reused by later runs, so that\n"
-                                        "a new process makes the same choices and the same image (default\n"
-                                        "$XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
-                                        "$TESSERA_TUNING_CACHE overrides it); off times every prepare again",
-                                        "", "off"},
-                                       &C::tuningCache, {input_limits::kPathChars, "the tuning cache path (or off)"}, true);
+        RunConfigField cache =
+            textRow({"tuning_cache", "tuning-cache", "FILE|off",
+                     "CUDA: file of timed algorithm choices reused by later runs, so that\n"
+                     "a new process makes the same choices and the same image (default\n"
+                     "$XDG_CACHE_HOME/tessera/tuning.json or ~/.cache/tessera/tuning.json;\n"
+                     "$TESSERA_TUNING_CACHE overrides it); off times every prepare again",
+                     "", "off"},
+                    &C::tuningCache, {input_limits::kPathChars, "the tuning cache path (or off)"}, true);
         cache.parse = [path = cache.parse](C& c, const std::string& t) {
             if (t.empty()) fail("tuning_cache", "a file path or off is needed");
             path(c, t);
@@ -566,7 +596,8 @@ std::string usageEntry(std::string_view flagAndValue, std::string_view help) {
     std::size_t start = 0;
     while (true) {
         const std::size_t end = help.find('\n', start);
-        text += std::string(help.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)) + "\n";
+        text += std::string(help.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)) +
+                "\n";
         if (end == std::string_view::npos) break;
         text += std::string(kColumn + 2, ' ');
         start = end + 1;
@@ -581,8 +612,8 @@ std::string runConfigOptionsUsage() {
         std::string help(field.help);
         if (const auto at = help.find("{default}"); at != std::string::npos)
             help.replace(at, std::string_view("{default}").size(), defaultText(field));
-        const std::string flag = "--" + std::string(field.flag) + (field.valueName.empty() ? "" : " ") +
-                                 std::string(field.valueName);
+        const std::string flag =
+            "--" + std::string(field.flag) + (field.valueName.empty() ? "" : " ") + std::string(field.valueName);
         text += usageEntry(flag, help);
     }
     return text;
@@ -599,7 +630,7 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
     if (!j.is_object()) wrongType("config", j, "a JSON object");
     static const std::vector<std::string_view> known = [] {
         std::vector<std::string_view> keys = runConfigJsonKeys();
-        keys.push_back("sampler");   // read, never written (readSamplerAlias)
+        keys.push_back("sampler");  // read, never written (readSamplerAlias)
         return keys;
     }();
     RunConfig c;
@@ -607,7 +638,7 @@ RunConfig runConfigFromJson(const nlohmann::json& j) {
     for (const auto& item : j.items()) {
         // item.key(), not a structured binding: clang before 16 cannot capture one in a lambda.
         const std::string& key = item.key();
-        if (key == "sampler") continue;   // after the rest (readSamplerAlias)
+        if (key == "sampler") continue;  // after the rest (readSamplerAlias)
         const auto field = std::find_if(fields.begin(), fields.end(), [&](const RunConfigField& f) {
             return !f.jsonKey.empty() && f.jsonKey == key;  // a CLI-only row has no JSON key and no reader
         });

@@ -45,9 +45,9 @@ struct RunConfigField {
     std::string_view help;       // the usage text; "{default}" stands for the default; '\n' starts a new line
     std::string_view uiLabel;    // the window's label (ui/ConfigPanel); "" where the window has no field for it
     std::string_view example;    // a valid value other than the default, as typed on the CLI (tests, docs)
-    std::function<nlohmann::json(const RunConfig&)> write;          // the value as JSON (null: none)
-    std::function<void(RunConfig&, const nlohmann::json&)> read;   // throws ValidationError naming the key
-    std::function<void(RunConfig&, const std::string&)> parse;      // CLI text; throws ValidationError naming the field
+    std::function<nlohmann::json(const RunConfig&)> write;        // the value as JSON (null: none)
+    std::function<void(RunConfig&, const nlohmann::json&)> read;  // throws ValidationError naming the key
+    std::function<void(RunConfig&, const std::string&)> parse;    // CLI text; throws ValidationError naming the field
     std::optional<IntLimit> range;
     std::optional<TextLimit> text;
 };

@@ -49,7 +49,8 @@ std::string describe(const VaeTilingRecord& t) {
                        (t.wholeImageNorm ? "whole-image GroupNorm" : "per-tile GroupNorm") + ", " +
                        (t.wholeImageAttention ? "attention over the whole image" : "attention within each tile");
     if (t.halo < t.requiredHalo) text += ", halo below the exact " + std::to_string(t.requiredHalo);
-    if (t.canvases != "host") return text + ", canvases on the " + t.canvases + " (peak " + formatBytes(t.devicePeakBytes) + ")";
+    if (t.canvases != "host")
+        return text + ", canvases on the " + t.canvases + " (peak " + formatBytes(t.devicePeakBytes) + ")";
     return text + ", host peak " + formatBytes(t.hostPeakBytes);
 }
 

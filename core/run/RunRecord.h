@@ -40,18 +40,18 @@ struct StepTiming {
     // "capture" (a graph of this step was captured, or updated, before it ran: first-run
     // cost), "replay" (cached graphs only: the steady state). Empty on CPU.
     std::string graph{};
-    bool captured = false;     // graph == "capture"
+    bool captured = false;  // graph == "capture"
 };
 
 struct MemorySample {
-    double tMs = 0;            // since run start
-    double usedMiB = 0;        // device memory in use (cudaMemGetInfo); host RSS for CPU
-    double arenaMiB = 0;       // arena high-water mark (CUDA)
+    double tMs = 0;       // since run start
+    double usedMiB = 0;   // device memory in use (cudaMemGetInfo); host RSS for CPU
+    double arenaMiB = 0;  // arena high-water mark (CUDA)
 };
 
 // One executable graph of the engine's graph cache, as a run used it.
 struct GraphEntryStats {
-    std::string name;          // what it holds, e.g. "step normal 64x64 ..." or "tile forward x3 ..."
+    std::string name;  // what it holds, e.g. "step normal 64x64 ..." or "tile forward x3 ..."
     int nodes = 0;
     double captureMs = 0;      // its (last) capture
     double instantiateMs = 0;  // cudaGraphInstantiate + upload; 0 when the exec came from an update
@@ -69,16 +69,16 @@ struct GraphStats {
     std::string fallbackReason;  // why capture failed, empty when it did not
     // This run's share of the engine's graph cache (which lives across runs).
     int captures = 0, hits = 0, misses = 0, evictions = 0, updates = 0, instantiations = 0;
-    int nodes = 0;             // largest graph used by the run
-    double captureMs = 0, instantiateMs = 0;   // summed over this run's captures / instantiations
-    double graphMemMiB = 0;    // device memory held by every cached graph after the run
-    int cacheCapacity = 0;     // graph cache size limit in effect (graph_cache)
-    int lanes = 1;             // tile batches that were in flight at once (streams; config lanes resolved)
-    int cacheEntries = 0;      // graphs cached after the run
-    int invalidations = 0;     // cached graphs dropped because the UNet plan they bake in is gone
-    int failures = 0;          // failed captures (the run then continued with graphs off)
-    double updateMs = 0;       // summed over this run's cudaGraphExecUpdate calls
-    std::vector<GraphEntryStats> used{};    // the graphs this run launched
+    int nodes = 0;                            // largest graph used by the run
+    double captureMs = 0, instantiateMs = 0;  // summed over this run's captures / instantiations
+    double graphMemMiB = 0;                   // device memory held by every cached graph after the run
+    int cacheCapacity = 0;                    // graph cache size limit in effect (graph_cache)
+    int lanes = 1;                        // tile batches that were in flight at once (streams; config lanes resolved)
+    int cacheEntries = 0;                 // graphs cached after the run
+    int invalidations = 0;                // cached graphs dropped because the UNet plan they bake in is gone
+    int failures = 0;                     // failed captures (the run then continued with graphs off)
+    double updateMs = 0;                  // summed over this run's cudaGraphExecUpdate calls
+    std::vector<GraphEntryStats> used{};  // the graphs this run launched
 };
 
 // GraphStats::mode as a GraphMode; nullopt for a name this build does not know (a manifest from
@@ -87,11 +87,11 @@ std::optional<GraphMode> effectiveGraphMode(const GraphStats& stats);
 
 struct EnvironmentInfo {
     std::string tesseraVersion;
-    std::string backend;       // "cpu" / "cuda"
-    std::string device;        // CPU model / GPU name
-    std::string driver;        // CUDA driver/runtime, cuDNN versions; BLAS on CPU
+    std::string backend;  // "cpu" / "cuda"
+    std::string device;   // CPU model / GPU name
+    std::string driver;   // CUDA driver/runtime, cuDNN versions; BLAS on CPU
     std::string host;
-    int threads = 0;           // CPU engine: the threads that computed (RunConfig::threads resolved); else the host's
+    int threads = 0;  // CPU engine: the threads that computed (RunConfig::threads resolved); else the host's
 };
 
 struct MemoryPlanInfo {
@@ -101,11 +101,11 @@ struct MemoryPlanInfo {
 // Choices made by timing at prepare (cuDNN algorithms, graph plans, fused or not) and the
 // settings that change a backend's numerics, so that a run can be reproduced and compared.
 struct TuningInfo {
-    std::string cachePath;     // the tuning cache file used; "" = none (off, or a backend without one)
-    int hits = 0;              // choices taken from the cache
-    int misses = 0;            // choices timed (then stored)
-    int rejected = 0;          // cached choices the library refused now: timed again and replaced
-    std::string digest;        // core/formats/TuningCache.h tuningDigest of every choice the plan uses; "" = none
+    std::string cachePath;  // the tuning cache file used; "" = none (off, or a backend without one)
+    int hits = 0;           // choices taken from the cache
+    int misses = 0;         // choices timed (then stored)
+    int rejected = 0;       // cached choices the library refused now: timed again and replaced
+    std::string digest;     // core/formats/TuningCache.h tuningDigest of every choice the plan uses; "" = none
     // Every setting that changes the numerical path, by name (TESSERA_CUD* variables; "" = not
     // set), e.g. {"TESSERA_CUDNN_FUSE", "0"}.
     std::map<std::string, std::string> settings{};
@@ -121,41 +121,41 @@ struct TextEncodeRecord {
 
 // How a tiled VAE pass (core/models/vae/TiledVae.h runTiledGraph) cut the image.
 struct VaeTilingRecord {
-    int cols = 0, rows = 0;            // tiles across and down
-    int tile = 0;                      // core edge, latent pixels
-    int halo = 0;                      // latent pixels of context on each side of a core
-    int requiredHalo = 0;              // the halo that makes the pass exact
-    int evaluatedW = 0, evaluatedH = 0;   // one tile's extent (core and halo), image pixels
-    bool wholeImageNorm = true;        // GroupNorm statistics of the whole image (else each tile's own)
-    bool wholeImageAttention = true;   // attention over the whole image (else within each tile)
-    std::string canvases = "host";     // where the whole-image canvases lived: "host" or "device"
-    std::uint64_t hostPeakBytes = 0;   // host canvases and tile buffers at their peak (canvases "host")
-    std::uint64_t devicePeakBytes = 0; // device canvases and tile buffers at their peak (canvases "device")
+    int cols = 0, rows = 0;              // tiles across and down
+    int tile = 0;                        // core edge, latent pixels
+    int halo = 0;                        // latent pixels of context on each side of a core
+    int requiredHalo = 0;                // the halo that makes the pass exact
+    int evaluatedW = 0, evaluatedH = 0;  // one tile's extent (core and halo), image pixels
+    bool wholeImageNorm = true;          // GroupNorm statistics of the whole image (else each tile's own)
+    bool wholeImageAttention = true;     // attention over the whole image (else within each tile)
+    std::string canvases = "host";       // where the whole-image canvases lived: "host" or "device"
+    std::uint64_t hostPeakBytes = 0;     // host canvases and tile buffers at their peak (canvases "host")
+    std::uint64_t devicePeakBytes = 0;   // device canvases and tile buffers at their peak (canvases "device")
 };
 
 // One VAE pass of a Stable Diffusion run: the decode of the finished latents, or the encode of
 // the start image.
 struct VaePassRecord {
-    double ms = 0;                     // wall time of the phase (the VAE's backend and budget, the pass), host clock
-    int width = 0, height = 0;         // the image, pixels
+    double ms = 0;              // wall time of the phase (the VAE's backend and budget, the pass), host clock
+    int width = 0, height = 0;  // the image, pixels
     bool tiled = false;
-    std::string reason;                // why whole or tiled, e.g. "vae_tiling on", "activations 3.0 GiB exceed ..."
-    VaeTilingRecord tiling;            // tiled only
+    std::string reason;      // why whole or tiled, e.g. "vae_tiling on", "activations 3.0 GiB exceed ..."
+    VaeTilingRecord tiling;  // tiled only
 };
 
 // A tile batch the device tried at prepare and could not fit; it then tried `to`.
 struct TileBatchLowering {
-    int from = 0, to = 0;              // tiles per call
-    std::string reason;                // what did not fit (the device's out-of-memory message)
+    int from = 0, to = 0;  // tiles per call
+    std::string reason;    // what did not fit (the device's out-of-memory message)
 };
 
 // Tiles per model call: what the run asked for and what ran.
 struct TileBatchRecord {
-    int asked = 0;                     // RunConfig::tileBatch as given (0 = auto)
-    int ran = 0;                       // tiles per call the run used
-    int tiles = 0;                     // tiles of the plan
-    int autoBatch = 0;                 // auto: what autoTileBatch chose before fitting the device
-    std::vector<TileBatchLowering> lowered{};   // auto: this prepare's batches that did not fit, in order
+    int asked = 0;                             // RunConfig::tileBatch as given (0 = auto)
+    int ran = 0;                               // tiles per call the run used
+    int tiles = 0;                             // tiles of the plan
+    int autoBatch = 0;                         // auto: what autoTileBatch chose before fitting the device
+    std::vector<TileBatchLowering> lowered{};  // auto: this prepare's batches that did not fit, in order
     bool automatic() const { return asked <= 0; }
     // Auto chose fewer tiles per call than autoTileBatch for the device's memory (in this
     // prepare, or one before it with the same plan).
@@ -164,11 +164,11 @@ struct TileBatchRecord {
 
 struct RunRecord {
     static constexpr int kSchemaVersion = 1;
-    std::string runId;                 // unique, e.g. "20261122-061500-3f2a"
-    std::string startedAt;             // ISO 8601 UTC
-    RunConfig config;                  // as run (overlap resolved)
-    std::string modelName;             // folder name or "default"
-    std::string modelHash;             // hash of the weights file
+    std::string runId;      // unique, e.g. "20261122-061500-3f2a"
+    std::string startedAt;  // ISO 8601 UTC
+    RunConfig config;       // as run (overlap resolved)
+    std::string modelName;  // folder name or "default"
+    std::string modelHash;  // hash of the weights file
     EnvironmentInfo environment;
     int tileCount = 0, tileW = 0, tileH = 0;
     int stepsRun = 0;
@@ -179,21 +179,21 @@ struct RunRecord {
     GraphStats graphs;
     TuningInfo tuning;
     MemoryPlanInfo memoryPlan;
-    double prepareMs = 0;              // load + prepare (+ capture for the first run)
-    double totalMs = 0;                // sampling wall time, prepare excluded
+    double prepareMs = 0;  // load + prepare (+ capture for the first run)
+    double totalMs = 0;    // sampling wall time, prepare excluded
     double peakDeviceMiB = -1;
     RunStatus status = RunStatus::Finished;
-    std::string error;                 // for failed
-    std::string imageSha256;           // of the 8-bit RGB image, row-major
+    std::string error;        // for failed
+    std::string imageSha256;  // of the 8-bit RGB image, row-major
     // How visible the tile borders are in the finished image (core/sampling/SeamScore.h): 1.0 = not at
     // all; -1 = not measured (one tile, or the run did not finish).
     double seamScore = -1;
-    double seamWorst = -1;             // the most visible border line's ratio
+    double seamWorst = -1;  // the most visible border line's ratio
     // The phases around sampling and the tile batch, as data; nullopt where the run had no such
     // phase, or the record (an older manifest) does not say.
     std::optional<TextEncodeRecord> textEncode;
-    std::optional<VaePassRecord> vaeEncode;    // image-to-image: the start image into latents
-    std::optional<VaePassRecord> vaeDecode;    // the finished latents into the image
+    std::optional<VaePassRecord> vaeEncode;  // image-to-image: the start image into latents
+    std::optional<VaePassRecord> vaeDecode;  // the finished latents into the image
     std::optional<TileBatchRecord> tileBatch;
     // What the user is told: warnings (fallbacks, etc.) and notes, among them each phase above as
     // its describe function words it.

@@ -66,8 +66,8 @@ public:
             if (!it->is_string()) fail(where, "a string");
             out = it->template get<std::string>();
         } else if constexpr (std::is_same_v<T, RunStatus>) {
-            const std::optional<RunStatus> status = it->is_string() ? parseRunStatus(it->template get<std::string>())
-                                                                    : std::nullopt;
+            const std::optional<RunStatus> status =
+                it->is_string() ? parseRunStatus(it->template get<std::string>()) : std::nullopt;
             if (!status) fail(where, "\"finished\", \"cancelled\" or \"failed\"");
             out = *status;
         } else if constexpr (std::is_same_v<T, bool>) {
@@ -93,12 +93,14 @@ public:
         if (it == obj.end()) return;
         const std::string where = path_.empty() ? key : path_ + "." + key;
         if (!it->is_array()) fail(where, "an array");
-        for (std::size_t i = 0; i < it->size(); ++i) fn((*it)[i], ManifestReader(where + "[" + std::to_string(i) + "]"));
+        for (std::size_t i = 0; i < it->size(); ++i)
+            fn((*it)[i], ManifestReader(where + "[" + std::to_string(i) + "]"));
     }
 
     // An array of plain values at `key`, each one `accept` takes (else the error names `what`).
     template <typename T, typename Accept>
-    void readList(const nlohmann::json& obj, const char* key, const char* what, Accept accept, std::vector<T>& out) const {
+    void readList(const nlohmann::json& obj, const char* key, const char* what, Accept accept,
+                  std::vector<T>& out) const {
         const auto it = obj.find(key);
         if (it == obj.end()) return;
         const std::string where = path_.empty() ? key : path_ + "." + key;
@@ -187,7 +189,8 @@ nlohmann::json batchesJson(const std::vector<TileBatchTiming>& batches) {
 
 nlohmann::json memoryJson(const std::vector<MemorySample>& memory) {
     nlohmann::json out = nlohmann::json::array();
-    for (const MemorySample& m : memory) out.push_back({{"t_ms", m.tMs}, {"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}});
+    for (const MemorySample& m : memory)
+        out.push_back({{"t_ms", m.tMs}, {"used_mib", m.usedMiB}, {"arena_mib", m.arenaMiB}});
     return out;
 }
 
@@ -229,7 +232,8 @@ nlohmann::json textEncodeJson(const TextEncodeRecord& t) {
 }
 
 nlohmann::json vaePassJson(const VaePassRecord& p) {
-    nlohmann::json j = {{"ms", p.ms}, {"width", p.width}, {"height", p.height}, {"tiled", p.tiled}, {"reason", p.reason}};
+    nlohmann::json j = {
+        {"ms", p.ms}, {"width", p.width}, {"height", p.height}, {"tiled", p.tiled}, {"reason", p.reason}};
     if (!p.tiled) return j;
     const VaeTilingRecord& t = p.tiling;
     j["tiling"] = {{"cols", t.cols},
@@ -249,8 +253,12 @@ nlohmann::json vaePassJson(const VaePassRecord& p) {
 
 nlohmann::json tileBatchJson(const TileBatchRecord& b) {
     nlohmann::json lowered = nlohmann::json::array();
-    for (const TileBatchLowering& l : b.lowered) lowered.push_back({{"from", l.from}, {"to", l.to}, {"reason", l.reason}});
-    return {{"asked", b.asked}, {"ran", b.ran}, {"tiles", b.tiles}, {"auto_batch", b.autoBatch},
+    for (const TileBatchLowering& l : b.lowered)
+        lowered.push_back({{"from", l.from}, {"to", l.to}, {"reason", l.reason}});
+    return {{"asked", b.asked},
+            {"ran", b.ran},
+            {"tiles", b.tiles},
+            {"auto_batch", b.autoBatch},
             {"lowered", std::move(lowered)}};
 }
 
@@ -281,12 +289,8 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["batches"] = batchesJson(r.batches);
     j["memory"] = memoryJson(r.memory);
     j["graphs"] = graphsJson(r.graphs);
-    j["tuning"] = {{"cache", r.tuning.cachePath},
-                   {"hits", r.tuning.hits},
-                   {"misses", r.tuning.misses},
-                   {"rejected", r.tuning.rejected},
-                   {"digest", r.tuning.digest},
-                   {"settings", r.tuning.settings}};
+    j["tuning"] = {{"cache", r.tuning.cachePath},   {"hits", r.tuning.hits},     {"misses", r.tuning.misses},
+                   {"rejected", r.tuning.rejected}, {"digest", r.tuning.digest}, {"settings", r.tuning.settings}};
     j["memory_plan"] = {{"weights_mib", r.memoryPlan.weightsMiB},
                         {"activations_mib", r.memoryPlan.activationsMiB},
                         {"workspace_mib", r.memoryPlan.workspaceMiB},
@@ -329,7 +333,8 @@ void readEnvironment(const nlohmann::json& j, EnvironmentInfo& env) {
 
 void readTimings(const nlohmann::json& j, RunRecord& r) {
     const ManifestReader top("");
-    top.readList(j, "timesteps", "an array of numbers", [](const nlohmann::json& v) { return v.is_number(); }, r.timesteps);
+    top.readList(
+        j, "timesteps", "an array of numbers", [](const nlohmann::json& v) { return v.is_number(); }, r.timesteps);
     top.readArray(j, "steps", [&r](const nlohmann::json& e, const ManifestReader& in) {
         in.requireObject(e);
         StepTiming s;
@@ -348,8 +353,9 @@ void readTimings(const nlohmann::json& j, RunRecord& r) {
         in.read(e, "step", b.step);
         in.read(e, "timestep", b.timestep);
         in.read(e, "batch", b.batchIndex);
-        in.readList(e, "tile_ids", "an array of integers", [](const nlohmann::json& v) { return v.is_number_integer(); },
-                    b.tileIds);
+        in.readList(
+            e, "tile_ids", "an array of integers", [](const nlohmann::json& v) { return v.is_number_integer(); },
+            b.tileIds);
         in.read(e, "gpu_ms", b.gpuMs);
         in.read(e, "host_ms", b.hostMs);
         in.read(e, "device_mib", b.deviceMiB);
@@ -494,7 +500,8 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     if (!j.contains("schema_version")) throw std::runtime_error("manifest: 'schema_version' is missing");
     top.read(j, "schema_version", version);
     if (version < 1 || version > RunRecord::kSchemaVersion)
-        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) + " is not supported (this build reads 1 to " +
+        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) +
+                                 " is not supported (this build reads 1 to " +
                                  std::to_string(RunRecord::kSchemaVersion) + ")");
 
     RunRecord r;
@@ -524,7 +531,8 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     r.vaeEncode = readVaePass(j, "vae_encode");
     r.vaeDecode = readVaePass(j, "vae_decode");
     r.tileBatch = readTileBatch(j);
-    top.readList(j, "messages", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); }, r.messages);
+    top.readList(
+        j, "messages", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); }, r.messages);
     return r;
 }
 
@@ -538,13 +546,22 @@ nlohmann::json chromeTrace(const std::vector<const RunRecord*>& runs) {
         if (!run) continue;
         const std::string name = run->config.label.empty() ? run->runId : run->runId + " " + run->config.label;
         events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
-        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kStepThread}, {"args", {{"name", "steps"}}}});
         events.push_back(
-            {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kBatchThread}, {"args", {{"name", "tile batches"}}}});
+            {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kStepThread}, {"args", {{"name", "steps"}}}});
+        events.push_back({{"name", "thread_name"},
+                          {"ph", "M"},
+                          {"pid", pid},
+                          {"tid", kBatchThread},
+                          {"args", {{"name", "tile batches"}}}});
 
         const double prepareUs = std::max(run->prepareMs, 0.0) * 1000.0;
-        events.push_back({{"name", "prepare"}, {"cat", "run"}, {"ph", "X"}, {"pid", pid}, {"tid", kStepThread},
-                          {"ts", 0.0}, {"dur", prepareUs}});
+        events.push_back({{"name", "prepare"},
+                          {"cat", "run"},
+                          {"ph", "X"},
+                          {"pid", pid},
+                          {"tid", kStepThread},
+                          {"ts", 0.0},
+                          {"dur", prepareUs}});
         double stepStartUs = prepareUs;
         for (const StepTiming& s : run->steps) {
             const double durUs = std::max(s.wallMs, 0.0) * 1000.0;
@@ -631,7 +648,8 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
         return static_cast<std::uintmax_t>((length - tile + stride - 1) / stride + 1);
     };
     const std::uintmax_t tiles = perAxis(config.width) * perAxis(config.height);
-    const std::uintmax_t steps = positive(config.steps), batch = std::max<std::uintmax_t>(positive(config.tileBatch), 1);
+    const std::uintmax_t steps = positive(config.steps),
+                         batch = std::max<std::uintmax_t>(positive(config.tileBatch), 1);
     const std::uintmax_t calls = steps * ((tiles + batch - 1) / batch);
     // User strings appear in the manifest (and the PNG's copy of it); one byte can become six
     // ("\u0001"). Measured with dump(2)'s indentation and numbers at full length: fixed parts

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/Sha256.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecord.h"
-#include "core/base/Sha256.h"
 
 namespace tessera {
 

@@ -38,9 +38,9 @@ const DisplayNameEntry* findSampler(std::string_view name) {
 }
 
 // A1111's schedule labels (sd_schedulers.py); Tessera runs Automatic, Uniform and Karras.
-constexpr std::string_view kScheduleLabels[] = {"Automatic",   "Uniform", "Karras",           "Exponential",
+constexpr std::string_view kScheduleLabels[] = {"Automatic",       "Uniform",     "Karras",     "Exponential",
                                                 "Polyexponential", "SGM Uniform", "KL Optimal", "Align Your Steps",
-                                                "Simple",      "Normal",  "DDIM",             "Beta"};
+                                                "Simple",          "Normal",      "DDIM",       "Beta"};
 
 }  // namespace
 
@@ -55,7 +55,7 @@ SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& op
 }
 
 std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string_view sampler,
-                                                                    std::string_view scheduleType) {
+                                                                     std::string_view scheduleType) {
     const DisplayNameEntry* entry = findSampler(sampler);
     if (!entry) {  // a pre-1.9 combined name: "<sampler> <schedule label>"
         for (const std::string_view label : kScheduleLabels) {
@@ -63,7 +63,7 @@ std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string
             const std::string_view tail = sampler.substr(sampler.size() - label.size());
             if (sampler[sampler.size() - label.size() - 1] != ' ' || !equalIgnoringCase(tail, label)) continue;
             if (const DisplayNameEntry* base = findSampler(sampler.substr(0, sampler.size() - label.size() - 1))) {
-                entry = base;   // e.g. "Euler SGM Uniform": not "Euler SGM" + "Uniform"
+                entry = base;  // e.g. "Euler SGM Uniform": not "Euler SGM" + "Uniform"
                 scheduleType = label;
                 break;
             }

@@ -28,6 +28,6 @@ SamplerDisplay samplerDisplayName(SchedulerKind, const SchedulerOptions&);
 // alone, i.e. no Karras; "Automatic" means the sampler's A1111 default (Karras for DPM++ 2M,
 // Uniform otherwise); "Karras" and "Uniform" as named (Karras only for Euler and DPM++ 2M).
 std::optional<std::pair<SchedulerKind, bool /*karras*/>> samplerFromDisplayName(std::string_view sampler,
-                                                                               std::string_view scheduleType);
+                                                                                std::string_view scheduleType);
 
 }  // namespace tessera

@@ -16,15 +16,17 @@ constexpr double kGaussianVariance = 0.01;
 double windowValue(BlendWindowKind kind, int i, int length, int overlap) {
     const double T = length;
     switch (kind) {
-    case BlendWindowKind::None: return 1.0;
-    case BlendWindowKind::Linear:
-        if (overlap == 0) return 1.0;
-        return std::min({1.0, (i + 0.5) / overlap, (T - i - 0.5) / overlap});
-    case BlendWindowKind::Hann: return 0.5 - 0.5 * std::cos(2.0 * std::numbers::pi * (i + 0.5) / T);
-    case BlendWindowKind::Gaussian: {
-        const double d = i - (T - 1.0) / 2.0;
-        return std::exp(-(d * d) / (T * T) / (2.0 * kGaussianVariance));
-    }
+        case BlendWindowKind::None:
+            return 1.0;
+        case BlendWindowKind::Linear:
+            if (overlap == 0) return 1.0;
+            return std::min({1.0, (i + 0.5) / overlap, (T - i - 0.5) / overlap});
+        case BlendWindowKind::Hann:
+            return 0.5 - 0.5 * std::cos(2.0 * std::numbers::pi * (i + 0.5) / T);
+        case BlendWindowKind::Gaussian: {
+            const double d = i - (T - 1.0) / 2.0;
+            return std::exp(-(d * d) / (T * T) / (2.0 * kGaussianVariance));
+        }
     }
     return 1.0;
 }
@@ -95,7 +97,11 @@ std::vector<float> axisWindow(BlendWindowKind kind, int length, int overlap) {
 }
 
 BlendWeights::BlendWeights(const TilePlan& plan, BlendWindowKind kind, int overlap)
-    : kind_(kind), width_(plan.width()), height_(plan.height()), tileW_(plan.tileW()), tileH_(plan.tileH()),
+    : kind_(kind),
+      width_(plan.width()),
+      height_(plan.height()),
+      tileW_(plan.tileW()),
+      tileH_(plan.tileH()),
       cols_(plan.cols()) {
     axisClasses(kind, plan.columnPositions(), width_, tileW_, overlap, xWindows_, colClass_);
     axisClasses(kind, plan.rowPositions(), height_, tileH_, overlap, yWindows_, rowClass_);
@@ -153,8 +159,8 @@ float BlendWeights::weight(int id, int localY, int localX) const {
     if (localY < 0 || localY >= tileH_ || localX < 0 || localX >= tileW_)
         throw std::out_of_range("tile-local pixel (" + std::to_string(localY) + ", " + std::to_string(localX) +
                                 ") is outside the " + std::to_string(tileH_) + "x" + std::to_string(tileW_) + " tile");
-    return tileWeights(id)[static_cast<std::size_t>(localY) * static_cast<std::size_t>(tileW_) +
-                           static_cast<std::size_t>(localX)];
+    return tileWeights(
+        id)[static_cast<std::size_t>(localY) * static_cast<std::size_t>(tileW_) + static_cast<std::size_t>(localX)];
 }
 
 const float* BlendWeights::map(int index) const {

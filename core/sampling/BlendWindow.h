@@ -51,7 +51,8 @@ public:
     const std::vector<float>& normalizer() const { return normalizer_; }
     const std::vector<float>& inverseNormalizer() const { return inverseNormalizer_; }
     float normalizerAt(int y, int x) const {
-        return normalizer_[static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) + static_cast<std::size_t>(x)];
+        return normalizer_[static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) +
+                           static_cast<std::size_t>(x)];
     }
 
 private:

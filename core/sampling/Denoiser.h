@@ -12,17 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "core/graph/ModelGraph.h"
 #include "core/formats/ModelWeights.h"
+#include "core/graph/ModelGraph.h"
 
 namespace tessera {
 
-enum class Branch { Conditional, Unconditional };   // an unguided pass evaluates Conditional only
+enum class Branch { Conditional, Unconditional };  // an unguided pass evaluates Conditional only
 
 // Where a tile of a Stable Diffusion run lies, in image pixels (SDXL's size conditioning reads it).
 struct TileSite {
-    int x = 0, y = 0, width = 0, height = 0;   // the tile's top-left corner and size
-    int imageWidth = 0, imageHeight = 0;       // the whole image
+    int x = 0, y = 0, width = 0, height = 0;  // the tile's top-left corner and size
+    int imageWidth = 0, imageHeight = 0;      // the whole image
 };
 
 // A tile's added conditioning for one branch: a vector of Denoiser::addedCondDim floats.
@@ -34,9 +34,9 @@ struct Denoiser {
     // "text_embeds_time" [B, addedCondDim] (in that order); output [B, channels, h, w].
     std::shared_ptr<const ModelGraph> graph;
     const std::map<std::string, HostTensor>* weights = nullptr;
-    std::shared_ptr<const void> owner;   // keeps `weights` alive
+    std::shared_ptr<const void> owner;  // keeps `weights` alive
     int channels = 3;
-    int downsample = 1;                  // tile sides must be multiples of it
+    int downsample = 1;  // tile sides must be multiples of it
 
     // Text conditioning, one row of [contextTokens, contextDim] per branch.
     int contextTokens = 0, contextDim = 0;

@@ -69,8 +69,8 @@ ImageTensor fromRgb8(const Rgb8Image& image, int channels) {
             for (std::size_t p = 0; p < plane; ++p) out.data[c * plane + p] = toModel(image.pixels[p * 3 + c]);
     } else {
         for (std::size_t p = 0; p < plane; ++p) {
-            const float mean = (float(image.pixels[p * 3]) + float(image.pixels[p * 3 + 1]) +
-                                float(image.pixels[p * 3 + 2])) / 3.0f;
+            const float mean =
+                (float(image.pixels[p * 3]) + float(image.pixels[p * 3 + 1]) + float(image.pixels[p * 3 + 2])) / 3.0f;
             out.data[p] = toModel(mean);
         }
     }
@@ -98,8 +98,6 @@ Rgb8Image heatmapToRgb8(const ImageTensor& map, float maxValue) {
     return out;
 }
 
-std::string imageSha256(const Rgb8Image& image) {
-    return sha256Hex(image.pixels.data(), image.pixels.size());
-}
+std::string imageSha256(const Rgb8Image& image) { return sha256Hex(image.pixels.data(), image.pixels.size()); }
 
 }  // namespace tessera

@@ -39,33 +39,42 @@ std::vector<double> trailingValues(int numTrainTimesteps, int n) {
 // The ranges of the option values themselves (checkSchedulerOptions adds the schedule's table).
 void checkOptionRanges(const SchedulerOptions& o) {
     if (o.numTrainTimesteps < 1 || o.numTrainTimesteps > kMaxTrainTimesteps)
-        throw ValidationError("num_train_timesteps", "num_train_timesteps: " + std::to_string(o.numTrainTimesteps) +
-                                                         " is not allowed; it must be 1 to " +
-                                                         std::to_string(kMaxTrainTimesteps) +
-                                                         " (diffusers models use 1000; the schedule holds one entry per timestep)");
+        throw ValidationError("num_train_timesteps",
+                              "num_train_timesteps: " + std::to_string(o.numTrainTimesteps) +
+                                  " is not allowed; it must be 1 to " + std::to_string(kMaxTrainTimesteps) +
+                                  " (diffusers models use 1000; the schedule holds one entry per timestep)");
     if (o.betaSchedule != BetaSchedule::SquaredCosCapV2) {
         // beta is the variance of the noise added at one training timestep: 0 adds none (every
         // alphas_cumprod 1, a division by zero in the update), 1 destroys the signal.
         if (!(o.betaStart > 0.0f && o.betaStart < 1.0f))
-            throw ValidationError("beta_start", "beta_start: " + formatNumber(o.betaStart) +
-                                                    " is not allowed; it must be above 0 and below 1 (diffusers models use 0.0001 to 0.00085)");
+            throw ValidationError(
+                "beta_start",
+                "beta_start: " + formatNumber(o.betaStart) +
+                    " is not allowed; it must be above 0 and below 1 (diffusers models use 0.0001 to 0.00085)");
         if (!(o.betaEnd > 0.0f && o.betaEnd < 1.0f))
-            throw ValidationError("beta_end", "beta_end: " + formatNumber(o.betaEnd) +
-                                                  " is not allowed; it must be above 0 and below 1 (diffusers models use 0.012 to 0.02)");
+            throw ValidationError(
+                "beta_end", "beta_end: " + formatNumber(o.betaEnd) +
+                                " is not allowed; it must be above 0 and below 1 (diffusers models use 0.012 to 0.02)");
         if (!(o.betaStart <= o.betaEnd))
-            throw ValidationError("beta_end", "beta_end: " + formatNumber(o.betaEnd) + " is below beta_start (" + formatNumber(o.betaStart) +
-                                                  "); the noise schedule must not decrease, so beta_end must be at least beta_start");
+            throw ValidationError(
+                "beta_end", "beta_end: " + formatNumber(o.betaEnd) + " is below beta_start (" +
+                                formatNumber(o.betaStart) +
+                                "); the noise schedule must not decrease, so beta_end must be at least beta_start");
     }
     if (o.stepsOffset < 0 || o.stepsOffset >= o.numTrainTimesteps)
         throw ValidationError("steps_offset", "steps_offset: " + std::to_string(o.stepsOffset) +
                                                   " is not allowed; it must be 0 to num_train_timesteps - 1 (" +
                                                   std::to_string(o.numTrainTimesteps - 1) + ")");
     if (o.clipSample && !(o.clipSampleRange > 0.0f && std::isfinite(o.clipSampleRange)))
-        throw ValidationError("clip_sample_range", "clip_sample_range: " + formatNumber(o.clipSampleRange) +
-                                                       " is not allowed; it must be a finite number above 0 when clip_sample is on (1 for images in [-1, 1])");
+        throw ValidationError(
+            "clip_sample_range",
+            "clip_sample_range: " + formatNumber(o.clipSampleRange) +
+                " is not allowed; it must be a finite number above 0 when clip_sample is on (1 for images in [-1, 1])");
     if (!(o.eta >= 0.0f && o.eta <= 1.0f))
-        throw ValidationError("eta", "eta: " + formatNumber(o.eta) +
-                                         " is not allowed; it must be 0 to 1 (DDIM's noise weight: 0 deterministic, 1 as much noise as DDPM)");
+        throw ValidationError(
+            "eta",
+            "eta: " + formatNumber(o.eta) +
+                " is not allowed; it must be 0 to 1 (DDIM's noise weight: 0 deterministic, 1 as much noise as DDPM)");
 }
 
 // Every alphas_cumprod in (0, 1) and strictly decreasing (float32, as the tables are stored):
@@ -99,18 +108,18 @@ void checkAlphasCumprod(const std::vector<float>& abar, const SchedulerOptions& 
 // x0 = ax * x + ae * out for DDPM/DDIM (ᾱ_t, 1 - ᾱ_t in double).
 void setX0(StepCoefficients& k, PredictionType type, double abarT, double betaT) {
     switch (type) {
-    case PredictionType::Epsilon:
-        k.ax = static_cast<float>(1.0 / std::sqrt(abarT));
-        k.ae = static_cast<float>(-std::sqrt(betaT) / std::sqrt(abarT));
-        break;
-    case PredictionType::Sample:
-        k.ax = 0.0f;
-        k.ae = 1.0f;
-        break;
-    case PredictionType::VPrediction:
-        k.ax = static_cast<float>(std::sqrt(abarT));
-        k.ae = static_cast<float>(-std::sqrt(betaT));
-        break;
+        case PredictionType::Epsilon:
+            k.ax = static_cast<float>(1.0 / std::sqrt(abarT));
+            k.ae = static_cast<float>(-std::sqrt(betaT) / std::sqrt(abarT));
+            break;
+        case PredictionType::Sample:
+            k.ax = 0.0f;
+            k.ae = 1.0f;
+            break;
+        case PredictionType::VPrediction:
+            k.ax = static_cast<float>(std::sqrt(abarT));
+            k.ae = static_cast<float>(-std::sqrt(betaT));
+            break;
     }
 }
 
@@ -144,7 +153,7 @@ public:
             if (t > 0) {
                 const double variance = std::max(betaP / betaT * betaStepT, 1e-20);
                 c.sigma = static_cast<float>(options_.varianceType == VarianceType::FixedLarge ? std::sqrt(betaStepT)
-                                                                                              : std::sqrt(variance));
+                                                                                               : std::sqrt(variance));
             }
             c.timestep = static_cast<float>(t);
         }
@@ -169,7 +178,8 @@ public:
             const int t = ts[k];
             const int prev = t - ratio;
             const double abarT = alphasCumprod_[static_cast<std::size_t>(t)];
-            const double abarP = prev >= 0 ? static_cast<double>(alphasCumprod_[static_cast<std::size_t>(prev)]) : finalAbar;
+            const double abarP =
+                prev >= 0 ? static_cast<double>(alphasCumprod_[static_cast<std::size_t>(prev)]) : finalAbar;
             const double betaT = 1.0 - abarT, betaP = 1.0 - abarP;
 
             StepCoefficients& c = coeffs[k];
@@ -177,17 +187,17 @@ public:
             setClip(c, options_);
             // ε̂ from the unclipped prediction (use_clipped_model_output = false).
             switch (options_.predictionType) {
-            case PredictionType::Epsilon:
-                c.ee = 1.0f;
-                break;
-            case PredictionType::Sample:  // ε̂ = (x - √ᾱ_t · out) / √b_t
-                c.ee = static_cast<float>(-std::sqrt(abarT) / std::sqrt(betaT));
-                c.ex = static_cast<float>(1.0 / std::sqrt(betaT));
-                break;
-            case PredictionType::VPrediction:  // ε̂ = √ᾱ_t · v + √b_t · x
-                c.ee = static_cast<float>(std::sqrt(abarT));
-                c.ex = static_cast<float>(std::sqrt(betaT));
-                break;
+                case PredictionType::Epsilon:
+                    c.ee = 1.0f;
+                    break;
+                case PredictionType::Sample:  // ε̂ = (x - √ᾱ_t · out) / √b_t
+                    c.ee = static_cast<float>(-std::sqrt(abarT) / std::sqrt(betaT));
+                    c.ex = static_cast<float>(1.0 / std::sqrt(betaT));
+                    break;
+                case PredictionType::VPrediction:  // ε̂ = √ᾱ_t · v + √b_t · x
+                    c.ee = static_cast<float>(std::sqrt(abarT));
+                    c.ex = static_cast<float>(std::sqrt(betaT));
+                    break;
             }
             const double variance = betaP / betaT * (1.0 - abarT / abarP);
             const double stdDev = eta * std::sqrt(std::max(variance, 0.0));
@@ -269,9 +279,10 @@ void checkFinite(const std::vector<StepCoefficients>& coeffs, SchedulerKind kind
         const float values[] = {c.ax, c.ae, c.ee, c.ex, c.e0, c.cx0, c.cx, c.ceps, c.cprev, c.sigma, c.modelInputScale};
         for (const float v : values)
             if (!std::isfinite(v))
-                throw ValidationError("steps", "steps: " + std::to_string(n) + " " + std::string(toString(kind)) +
-                                                   " steps give step " + std::to_string(k) +
-                                                   " a non-finite update (two steps at the same noise level); use fewer steps");
+                throw ValidationError(
+                    "steps", "steps: " + std::to_string(n) + " " + std::string(toString(kind)) + " steps give step " +
+                                 std::to_string(k) +
+                                 " a non-finite update (two steps at the same noise level); use fewer steps");
     }
 }
 
@@ -308,8 +319,8 @@ public:
         sigmas_.assign(sig.begin(), sig.end());  // float32, as diffusers stores them
         sigmas_.push_back(0.0f);                 // final_sigmas_type "zero"
         const float maxSigma = *std::max_element(sigmas_.begin(), sigmas_.end());
-        initNoiseSigma_ = options_.timestepSpacing == TimestepSpacing::Leading ? std::sqrt(maxSigma * maxSigma + 1.0f)
-                                                                               : maxSigma;
+        initNoiseSigma_ =
+            options_.timestepSpacing == TimestepSpacing::Leading ? std::sqrt(maxSigma * maxSigma + 1.0f) : maxSigma;
 
         std::vector<StepCoefficients> coeffs(ts.size());
         for (std::size_t k = 0; k < ts.size(); ++k) {
@@ -344,36 +355,37 @@ private:
     void setPrediction(StepCoefficients& c, std::size_t k) const {
         const double s = sigmas_[k];
         switch (options_.predictionType) {
-        case PredictionType::Epsilon:  // x0 = x - σ ε, and (x - x0)/σ is ε itself
-            c.ax = 1.0f;
-            c.ae = static_cast<float>(-s);
-            c.ee = 1.0f;
-            // The model's schedule clips x0 (pixel-space DDPMs: clip_sample true): then
-            // x_next = clip(x0) + σ_target ε, which is x + (σ_target - σ) ε when nothing is
-            // clipped, and is DDIM's update (clipped x0, the model's own ε) in σ form.
-            // diffusers' Euler schedulers have no clip_sample: on such a model their x0
-            // drifts out of [-1, 1] and the image saturates (the bundled default model went
-            // pure blue; DDIM without clipping does the same). Latent models (SD) set
-            // clip_sample false, where this is exactly diffusers.
-            if (options_.clipSample) setClip(c, options_);
-            return;
-        case PredictionType::Sample:
-        case PredictionType::VPrediction:
-            if (!(s > 0.0))
-                throw ValidationError("prediction_type", "prediction_type: " + std::string(toString(kind_)) + " with '" +
-                                                             std::string(toString(options_.predictionType)) +
-                                                             "' needs sigma > 0 at every step; step " + std::to_string(k) +
-                                                             " has sigma 0 (beta_start 0?)");
-            if (options_.predictionType == PredictionType::Sample) {
-                c.ax = 0.0f;
-                c.ae = 1.0f;
-            } else {  // x0 = out · (-σ / √(σ²+1)) + x / (σ²+1)
-                c.ax = static_cast<float>(1.0 / (s * s + 1.0));
-                c.ae = static_cast<float>(-s / std::sqrt(s * s + 1.0));
-            }
-            c.ex = static_cast<float>(1.0 / s);
-            c.e0 = static_cast<float>(-1.0 / s);
-            return;
+            case PredictionType::Epsilon:  // x0 = x - σ ε, and (x - x0)/σ is ε itself
+                c.ax = 1.0f;
+                c.ae = static_cast<float>(-s);
+                c.ee = 1.0f;
+                // The model's schedule clips x0 (pixel-space DDPMs: clip_sample true): then
+                // x_next = clip(x0) + σ_target ε, which is x + (σ_target - σ) ε when nothing is
+                // clipped, and is DDIM's update (clipped x0, the model's own ε) in σ form.
+                // diffusers' Euler schedulers have no clip_sample: on such a model their x0
+                // drifts out of [-1, 1] and the image saturates (the bundled default model went
+                // pure blue; DDIM without clipping does the same). Latent models (SD) set
+                // clip_sample false, where this is exactly diffusers.
+                if (options_.clipSample) setClip(c, options_);
+                return;
+            case PredictionType::Sample:
+            case PredictionType::VPrediction:
+                if (!(s > 0.0))
+                    throw ValidationError("prediction_type", "prediction_type: " + std::string(toString(kind_)) +
+                                                                 " with '" +
+                                                                 std::string(toString(options_.predictionType)) +
+                                                                 "' needs sigma > 0 at every step; step " +
+                                                                 std::to_string(k) + " has sigma 0 (beta_start 0?)");
+                if (options_.predictionType == PredictionType::Sample) {
+                    c.ax = 0.0f;
+                    c.ae = 1.0f;
+                } else {  // x0 = out · (-σ / √(σ²+1)) + x / (σ²+1)
+                    c.ax = static_cast<float>(1.0 / (s * s + 1.0));
+                    c.ae = static_cast<float>(-s / std::sqrt(s * s + 1.0));
+                }
+                c.ex = static_cast<float>(1.0 / s);
+                c.e0 = static_cast<float>(-1.0 / s);
+                return;
         }
     }
 
@@ -388,7 +400,8 @@ private:
 // D' = (1 + 1/(2 r)) D_k - 1/(2 r) D_{k-1}, r = (λ_k - λ_{k-1}) / h, otherwise.
 class DpmSolverScheduler final : public Scheduler {
 public:
-    explicit DpmSolverScheduler(const SchedulerOptions& o) : Scheduler(SchedulerKind::DPMPP2M, o), train_(alphasCumprod_) {}
+    explicit DpmSolverScheduler(const SchedulerOptions& o)
+        : Scheduler(SchedulerKind::DPMPP2M, o), train_(alphasCumprod_) {}
 
     void setTimesteps(int n) override {
         checkSteps(n);
@@ -399,7 +412,8 @@ public:
             sig = karrasSigmas(train_.first(), train_.last(), n);
             for (const double s : sig) {
                 const double t = train_.sigmaToT(s);
-                ts.push_back(static_cast<float>(options_.betaSchedule == BetaSchedule::SquaredCosCapV2 ? t : roundHalfEven(t)));
+                ts.push_back(
+                    static_cast<float>(options_.betaSchedule == BetaSchedule::SquaredCosCapV2 ? t : roundHalfEven(t)));
             }
         } else {
             for (const int t : timestepsFor(n)) {
@@ -417,18 +431,18 @@ public:
             const double s = sigmas_[k], sNext = sigmas_[k + 1];
             const double alpha = 1.0 / std::sqrt(s * s + 1.0), sd = s * alpha;
             switch (options_.predictionType) {
-            case PredictionType::Epsilon:  // D = (x - s ε) / α
-                c.ax = static_cast<float>(1.0 / alpha);
-                c.ae = static_cast<float>(-sd / alpha);
-                break;
-            case PredictionType::VPrediction:  // D = α x - s v
-                c.ax = static_cast<float>(alpha);
-                c.ae = static_cast<float>(-sd);
-                break;
-            case PredictionType::Sample:
-                c.ax = 0.0f;
-                c.ae = 1.0f;
-                break;
+                case PredictionType::Epsilon:  // D = (x - s ε) / α
+                    c.ax = static_cast<float>(1.0 / alpha);
+                    c.ae = static_cast<float>(-sd / alpha);
+                    break;
+                case PredictionType::VPrediction:  // D = α x - s v
+                    c.ax = static_cast<float>(alpha);
+                    c.ae = static_cast<float>(-sd);
+                    break;
+                case PredictionType::Sample:
+                    c.ax = 0.0f;
+                    c.ae = 1.0f;
+                    break;
             }
             // As Euler: the model's clip_sample clips D (diffusers' class has thresholding instead).
             if (options_.clipSample) setClip(c, options_);
@@ -437,7 +451,7 @@ public:
             } else {
                 const double alphaNext = 1.0 / std::sqrt(sNext * sNext + 1.0), sdNext = sNext * alphaNext;
                 const double h = std::log(s) - std::log(sNext);
-                const double d = -alphaNext * std::expm1(-h);   // α_{k+1} (1 - e^{-h})
+                const double d = -alphaNext * std::expm1(-h);  // α_{k+1} (1 - e^{-h})
                 c.cx = static_cast<float>(sdNext / sd);
                 c.cx0 = static_cast<float>(d);
                 if (k > 0 && k + 1 < ts.size()) {  // second order (lower_order_final: the last step is not)
@@ -460,26 +474,32 @@ private:
         const int tn = options_.numTrainTimesteps;
         std::vector<int> ts(static_cast<std::size_t>(n));
         switch (options_.timestepSpacing) {
-        case TimestepSpacing::Linspace: {
-            const std::vector<double> y = numpyLinspaceFromZero(tn - 1, n + 1);
-            for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = static_cast<int>(roundHalfEven(y[static_cast<std::size_t>(n - k)]));
-            break;
-        }
-        case TimestepSpacing::Leading: {
-            const int ratio = tn / (n + 1);
-            if (ratio == 0)
-                throw ValidationError("steps", "steps: " + std::to_string(n) + " is not allowed for dpmpp_2m with leading spacing; it places steps + 1 points on " +
-                                                   std::to_string(tn) + " timesteps, so at most " + std::to_string(tn - 1) + " steps");
-            for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - k) * ratio + options_.stepsOffset;
-            break;
-        }
-        case TimestepSpacing::Trailing:
-            return spacedTimesteps(tn, n, TimestepSpacing::Trailing, options_.stepsOffset);
+            case TimestepSpacing::Linspace: {
+                const std::vector<double> y = numpyLinspaceFromZero(tn - 1, n + 1);
+                for (int k = 0; k < n; ++k)
+                    ts[static_cast<std::size_t>(k)] =
+                        static_cast<int>(roundHalfEven(y[static_cast<std::size_t>(n - k)]));
+                break;
+            }
+            case TimestepSpacing::Leading: {
+                const int ratio = tn / (n + 1);
+                if (ratio == 0)
+                    throw ValidationError(
+                        "steps",
+                        "steps: " + std::to_string(n) +
+                            " is not allowed for dpmpp_2m with leading spacing; it places steps + 1 points on " +
+                            std::to_string(tn) + " timesteps, so at most " + std::to_string(tn - 1) + " steps");
+                for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - k) * ratio + options_.stepsOffset;
+                break;
+            }
+            case TimestepSpacing::Trailing:
+                return spacedTimesteps(tn, n, TimestepSpacing::Trailing, options_.stepsOffset);
         }
         for (const int t : ts)
             if (t < 0 || t >= tn)
-                throw ValidationError("steps_offset", "steps_offset: " + std::to_string(options_.stepsOffset) + " with " +
-                                                          std::to_string(n) + " dpmpp_2m steps gives timestep " + std::to_string(t) +
+                throw ValidationError("steps_offset", "steps_offset: " + std::to_string(options_.stepsOffset) +
+                                                          " with " + std::to_string(n) +
+                                                          " dpmpp_2m steps gives timestep " + std::to_string(t) +
                                                           ", outside [0, " + std::to_string(tn - 1) + "]");
         return ts;
     }
@@ -501,8 +521,7 @@ std::vector<float> torchLinspace(float start, float end, int n) {
     const float step = (end - start) / static_cast<float>(n - 1);
     const int halfway = n / 2;
     for (int i = 0; i < n; ++i) {
-        const float v = i < halfway ? start + step * static_cast<float>(i)
-                                    : end - step * static_cast<float>(n - 1 - i);
+        const float v = i < halfway ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - 1 - i);
         out[static_cast<std::size_t>(i)] = v;
     }
     return out;
@@ -516,29 +535,29 @@ std::vector<float> betaSchedule(const SchedulerOptions& o) {
     checkOptionRanges(o);
     const int tn = o.numTrainTimesteps;
     switch (o.betaSchedule) {
-    case BetaSchedule::Linear:
-        return torchLinspace(o.betaStart, o.betaEnd, tn);
-    case BetaSchedule::ScaledLinear: {
-        // Python takes beta ** 0.5 in double, torch.linspace then squares in float32.
-        std::vector<float> b = torchLinspace(static_cast<float>(std::sqrt(static_cast<double>(o.betaStart))),
-                                             static_cast<float>(std::sqrt(static_cast<double>(o.betaEnd))), tn);
-        for (float& v : b) v = v * v;
-        return b;
-    }
-    case BetaSchedule::SquaredCosCapV2: {
-        // betas_for_alpha_bar(cosine), max_beta 0.999, all in double, stored float32.
-        const double pi = 3.141592653589793;
-        auto alphaBar = [pi](double t) {
-            const double c = std::cos((t + 0.008) / 1.008 * pi / 2);
-            return c * c;
-        };
-        std::vector<float> b(static_cast<std::size_t>(tn));
-        for (int i = 0; i < tn; ++i) {
-            const double t1 = static_cast<double>(i) / tn, t2 = static_cast<double>(i + 1) / tn;
-            b[static_cast<std::size_t>(i)] = static_cast<float>(std::min(1.0 - alphaBar(t2) / alphaBar(t1), 0.999));
+        case BetaSchedule::Linear:
+            return torchLinspace(o.betaStart, o.betaEnd, tn);
+        case BetaSchedule::ScaledLinear: {
+            // Python takes beta ** 0.5 in double, torch.linspace then squares in float32.
+            std::vector<float> b = torchLinspace(static_cast<float>(std::sqrt(static_cast<double>(o.betaStart))),
+                                                 static_cast<float>(std::sqrt(static_cast<double>(o.betaEnd))), tn);
+            for (float& v : b) v = v * v;
+            return b;
         }
-        return b;
-    }
+        case BetaSchedule::SquaredCosCapV2: {
+            // betas_for_alpha_bar(cosine), max_beta 0.999, all in double, stored float32.
+            const double pi = 3.141592653589793;
+            auto alphaBar = [pi](double t) {
+                const double c = std::cos((t + 0.008) / 1.008 * pi / 2);
+                return c * c;
+            };
+            std::vector<float> b(static_cast<std::size_t>(tn));
+            for (int i = 0; i < tn; ++i) {
+                const double t1 = static_cast<double>(i) / tn, t2 = static_cast<double>(i + 1) / tn;
+                b[static_cast<std::size_t>(i)] = static_cast<float>(std::min(1.0 - alphaBar(t2) / alphaBar(t1), 0.999));
+            }
+            return b;
+        }
     }
     throw std::logic_error("betaSchedule: unknown BetaSchedule value");
 }
@@ -556,32 +575,35 @@ std::vector<float> alphasCumprodFromBetas(const std::vector<float>& betas) {
 
 std::vector<int> spacedTimesteps(int numTrainTimesteps, int n, TimestepSpacing spacing, int stepsOffset) {
     if (n < 1 || n > numTrainTimesteps)
-        throw ValidationError("steps", "steps: " + std::to_string(n) + " is not allowed; the scheduler needs between 1 and " +
+        throw ValidationError("steps", "steps: " + std::to_string(n) +
+                                           " is not allowed; the scheduler needs between 1 and " +
                                            std::to_string(numTrainTimesteps) + " steps (num_train_timesteps)");
     std::vector<int> ts(static_cast<std::size_t>(n));
     switch (spacing) {
-    case TimestepSpacing::Leading: {
-        const int ratio = numTrainTimesteps / n;
-        for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - 1 - k) * ratio + stepsOffset;
-        break;
-    }
-    case TimestepSpacing::Trailing: {
-        const std::vector<double> v = trailingValues(numTrainTimesteps, n);
-        for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = static_cast<int>(v[static_cast<std::size_t>(k)]) - 1;
-        break;
-    }
-    case TimestepSpacing::Linspace: {
-        const std::vector<double> y = numpyLinspaceFromZero(numTrainTimesteps - 1, n);
-        for (int k = 0; k < n; ++k)
-            ts[static_cast<std::size_t>(k)] = static_cast<int>(roundHalfEven(y[static_cast<std::size_t>(n - 1 - k)]));
-        break;
-    }
+        case TimestepSpacing::Leading: {
+            const int ratio = numTrainTimesteps / n;
+            for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - 1 - k) * ratio + stepsOffset;
+            break;
+        }
+        case TimestepSpacing::Trailing: {
+            const std::vector<double> v = trailingValues(numTrainTimesteps, n);
+            for (int k = 0; k < n; ++k)
+                ts[static_cast<std::size_t>(k)] = static_cast<int>(v[static_cast<std::size_t>(k)]) - 1;
+            break;
+        }
+        case TimestepSpacing::Linspace: {
+            const std::vector<double> y = numpyLinspaceFromZero(numTrainTimesteps - 1, n);
+            for (int k = 0; k < n; ++k)
+                ts[static_cast<std::size_t>(k)] =
+                    static_cast<int>(roundHalfEven(y[static_cast<std::size_t>(n - 1 - k)]));
+            break;
+        }
     }
     for (const int t : ts)
         if (t < 0 || t >= numTrainTimesteps)
-            throw ValidationError("steps_offset", "steps_offset: " + std::to_string(stepsOffset) + " with " + std::to_string(n) +
-                                                      " steps gives timestep " + std::to_string(t) + ", outside [0, " +
-                                                      std::to_string(numTrainTimesteps - 1) + "]");
+            throw ValidationError("steps_offset", "steps_offset: " + std::to_string(stepsOffset) + " with " +
+                                                      std::to_string(n) + " steps gives timestep " + std::to_string(t) +
+                                                      ", outside [0, " + std::to_string(numTrainTimesteps - 1) + "]");
     return ts;
 }
 
@@ -592,27 +614,29 @@ Scheduler::Scheduler(SchedulerKind kind, const SchedulerOptions& options)
 
 std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const SchedulerOptions& options) {
     switch (kind) {
-    case SchedulerKind::DDPM:
-        return std::make_unique<DdpmScheduler>(options);
-    case SchedulerKind::DDIM:
-        return std::make_unique<DdimScheduler>(options);
-    case SchedulerKind::Euler:
-        return std::make_unique<EulerScheduler>(kind, options);
-    case SchedulerKind::EulerAncestral:
-        if (options.predictionType == PredictionType::Sample)
-            throw ValidationError("prediction_type", "prediction_type: 'sample' is not allowed with the euler_a scheduler "
-                                                     "(diffusers' EulerAncestralDiscreteScheduler has none); use epsilon "
-                                                     "or v_prediction, or another scheduler");
-        return std::make_unique<EulerScheduler>(kind, options);
-    case SchedulerKind::DPMPP2M:
-        return std::make_unique<DpmSolverScheduler>(options);
+        case SchedulerKind::DDPM:
+            return std::make_unique<DdpmScheduler>(options);
+        case SchedulerKind::DDIM:
+            return std::make_unique<DdimScheduler>(options);
+        case SchedulerKind::Euler:
+            return std::make_unique<EulerScheduler>(kind, options);
+        case SchedulerKind::EulerAncestral:
+            if (options.predictionType == PredictionType::Sample)
+                throw ValidationError("prediction_type",
+                                      "prediction_type: 'sample' is not allowed with the euler_a scheduler "
+                                      "(diffusers' EulerAncestralDiscreteScheduler has none); use epsilon "
+                                      "or v_prediction, or another scheduler");
+            return std::make_unique<EulerScheduler>(kind, options);
+        case SchedulerKind::DPMPP2M:
+            return std::make_unique<DpmSolverScheduler>(options);
     }
     throw std::invalid_argument("Scheduler::create: unknown SchedulerKind value");
 }
 
 void Scheduler::checkSteps(int n) const {
     if (n < 1 || n > options_.numTrainTimesteps)
-        throw ValidationError("steps", "steps: " + std::to_string(n) + " is not allowed; the scheduler needs between 1 and " +
+        throw ValidationError("steps", "steps: " + std::to_string(n) +
+                                           " is not allowed; the scheduler needs between 1 and " +
                                            std::to_string(options_.numTrainTimesteps) + " steps (num_train_timesteps)");
 }
 
@@ -674,25 +698,25 @@ Scheduler::AddNoise Scheduler::addNoise(int stepIndex) const {
     const StepCoefficients k = coefficients(stepIndex);  // validates the index
     AddNoise start;
     switch (kind_) {
-    case SchedulerKind::DDPM:
-    case SchedulerKind::DDIM: {
-        // alphas_cumprod[t] ** 0.5 and (1 - alphas_cumprod[t]) ** 0.5 on float32 tensors.
-        const float abar = alphasCumprod_[static_cast<std::size_t>(k.timestep)];
-        start.image = static_cast<float>(std::sqrt(static_cast<double>(abar)));
-        start.noise = static_cast<float>(std::sqrt(static_cast<double>(1.0f - abar)));
-        break;
-    }
-    case SchedulerKind::Euler:
-    case SchedulerKind::EulerAncestral:
-        start.noise = sigmas_[static_cast<std::size_t>(stepIndex)];
-        break;
-    case SchedulerKind::DPMPP2M: {
-        // _sigma_to_alpha_sigma_t on a float32 tensor.
-        const float sigma = sigmas_[static_cast<std::size_t>(stepIndex)];
-        start.image = 1.0f / std::sqrt(sigma * sigma + 1.0f);
-        start.noise = sigma * start.image;
-        break;
-    }
+        case SchedulerKind::DDPM:
+        case SchedulerKind::DDIM: {
+            // alphas_cumprod[t] ** 0.5 and (1 - alphas_cumprod[t]) ** 0.5 on float32 tensors.
+            const float abar = alphasCumprod_[static_cast<std::size_t>(k.timestep)];
+            start.image = static_cast<float>(std::sqrt(static_cast<double>(abar)));
+            start.noise = static_cast<float>(std::sqrt(static_cast<double>(1.0f - abar)));
+            break;
+        }
+        case SchedulerKind::Euler:
+        case SchedulerKind::EulerAncestral:
+            start.noise = sigmas_[static_cast<std::size_t>(stepIndex)];
+            break;
+        case SchedulerKind::DPMPP2M: {
+            // _sigma_to_alpha_sigma_t on a float32 tensor.
+            const float sigma = sigmas_[static_cast<std::size_t>(stepIndex)];
+            start.image = 1.0f / std::sqrt(sigma * sigma + 1.0f);
+            start.noise = sigma * start.image;
+            break;
+        }
     }
     return start;
 }

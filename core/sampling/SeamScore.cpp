@@ -9,9 +9,9 @@ namespace tessera {
 
 namespace {
 
-constexpr double kFlat = 1e-6;   // mean steps below this are a flat image: ratio 1
-constexpr int kBand = 3;         // pixels averaged on each side of a line
-constexpr int kSegment = 16;     // pixels along a line scored together
+constexpr double kFlat = 1e-6;  // mean steps below this are a flat image: ratio 1
+constexpr int kBand = 3;        // pixels averaged on each side of a line
+constexpr int kSegment = 16;    // pixels along a line scored together
 
 // Where neighbouring tiles meet along one axis: the middle of their overlap (where `none` hands
 // a pixel from one tile to the next and the smooth windows cross), or the edge without overlap.

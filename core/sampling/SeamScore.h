@@ -21,14 +21,14 @@
 namespace tessera {
 
 struct SeamLine {
-    bool vertical = true;   // a vertical line between columns position-1 and position
+    bool vertical = true;  // a vertical line between columns position-1 and position
     int position = 0;
-    double ratio = 1.0;     // mean over its segments of: step across the line / step near it
+    double ratio = 1.0;  // mean over its segments of: step across the line / step near it
 };
 
 struct SeamScore {
-    double score = -1;      // -1: no border lines (one tile), or an image too small to measure
-    double worst = -1;      // the most visible 16-pixel segment of any line
+    double score = -1;  // -1: no border lines (one tile), or an image too small to measure
+    double worst = -1;  // the most visible 16-pixel segment of any line
     std::vector<SeamLine> lines;
 };
 

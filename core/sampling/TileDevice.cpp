@@ -26,8 +26,8 @@ bool TiledPass::keepsX0() const {
 
 StepCoefficients identityStep() {
     StepCoefficients k;
-    k.ae = 1.0f;    // x0 = eps
-    k.cx0 = 1.0f;   // x' = x0: applyStep gives eps, with no clip and no noise
+    k.ae = 1.0f;   // x0 = eps
+    k.cx0 = 1.0f;  // x' = x0: applyStep gives eps, with no clip and no noise
     return k;
 }
 
@@ -37,8 +37,6 @@ Backend& TileDevice::wholeGraphBackend(const RunConfig&) {
 
 std::optional<VaeMemoryBudget> TileDevice::vaeMemoryBudget(const RunConfig&) { return std::nullopt; }
 
-Backend& TileDevice::textBackend() {
-    throw std::logic_error("this tile device has no backend for the text encoders");
-}
+Backend& TileDevice::textBackend() { throw std::logic_error("this tile device has no backend for the text encoders"); }
 
 }  // namespace tessera

@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "core/sampling/Denoiser.h"
-#include "core/run/RunConfig.h"
-#include "core/sampling/StepUpdate.h"
 #include "core/models/vae/TiledVae.h"
+#include "core/run/RunConfig.h"
+#include "core/sampling/Denoiser.h"
+#include "core/sampling/StepUpdate.h"
 
 namespace tessera {
 
@@ -44,9 +44,9 @@ struct TileBatch {
 // What a step accumulates besides the blended update: the only differences between the work
 // of two steps (a device may capture one graph per variant and replay it for every step).
 struct StepVariant {
-    bool sampleFusion = true;   // fusion "sample": the update fused into the scatter; "noise": after the normalise
-    bool preview = false;       // also blend the noise, and write the x0 preview in the fuse
-    bool seams = false;         // the last step: accumulate the seam statistics
+    bool sampleFusion = true;  // fusion "sample": the update fused into the scatter; "noise": after the normalise
+    bool preview = false;      // also blend the noise, and write the x0 preview in the fuse
+    bool seams = false;        // the last step: accumulate the seam statistics
     // The pass's update reads the previous step's x0 (DPM++ 2M; the same for every step of a
     // pass): also blend the noise, and write the blended x0 to the x0 canvas in every fuse.
     bool keepX0 = false;
@@ -65,10 +65,10 @@ struct Guidance {
 struct CanvasStart {
     enum class Kind { Noise, NoisedImage, Image };
     Kind kind = Kind::Noise;
-    std::uint32_t draw = 0;                    // Noise, NoisedImage: the Philox draw of z
-    float sigma = 1.0f;                        // Noise: x = z * sigma
-    float a = 0.0f, b = 0.0f, scale = 1.0f;    // NoisedImage: x = (a * image + b * z) * scale
-    const std::vector<float>* image = nullptr; // NoisedImage, Image (x = image): the input canvas's size
+    std::uint32_t draw = 0;                     // Noise, NoisedImage: the Philox draw of z
+    float sigma = 1.0f;                         // Noise: x = z * sigma
+    float a = 0.0f, b = 0.0f, scale = 1.0f;     // NoisedImage: x = (a * image + b * z) * scale
+    const std::vector<float>* image = nullptr;  // NoisedImage, Image (x = image): the input canvas's size
 };
 
 // One tiled pass: tiles cut from the input canvas, a function evaluated on each, the values
@@ -86,26 +86,26 @@ struct CanvasStart {
 // another size (a decoder's larger, an encoder's smaller) with its own channels.
 struct TiledPass {
     int inChannels = 0, outChannels = 0;
-    int height = 0, width = 0;            // the input canvas: inChannels x height x width
-    int outHeight = 0, outWidth = 0;      // the output canvas: outChannels x outHeight x outWidth
-    bool inPlace = true;                  // output canvas == input canvas (same size and channels)
-    const TilePlan* plan = nullptr;       // tiles in input-canvas pixels
-    const TilePlan* outPlan = nullptr;    // the same tiles (same ids) in output-canvas pixels (the sampler: plan)
-    const BlendWeights* weights = nullptr;   // over outPlan
+    int height = 0, width = 0;              // the input canvas: inChannels x height x width
+    int outHeight = 0, outWidth = 0;        // the output canvas: outChannels x outHeight x outWidth
+    bool inPlace = true;                    // output canvas == input canvas (same size and channels)
+    const TilePlan* plan = nullptr;         // tiles in input-canvas pixels
+    const TilePlan* outPlan = nullptr;      // the same tiles (same ids) in output-canvas pixels (the sampler: plan)
+    const BlendWeights* weights = nullptr;  // over outPlan
     BlendWindowKind window = BlendWindowKind::Hann;
     FusionRule fusion = FusionRule::Sample;
     int batchSize = 1, lanes = 1;
-    std::vector<TileBatch> batches;       // in order; the same every step
-    std::vector<StepCoefficients> coefficients;   // per step index k (coefficients.size() steps)
-    std::uint64_t seed = 0;               // Philox key of every draw
-    int previewEvery = 0;                 // previews after every N-th step (0: never)
-    bool seamMap = true;                  // seam statistics at the last step
+    std::vector<TileBatch> batches;              // in order; the same every step
+    std::vector<StepCoefficients> coefficients;  // per step index k (coefficients.size() steps)
+    std::uint64_t seed = 0;                      // Philox key of every draw
+    int previewEvery = 0;                        // previews after every N-th step (0: never)
+    bool seamMap = true;                         // seam statistics at the last step
     std::optional<Guidance> guidance;
     // Denoiser::addedCond of every tile (id order), [tiles][addedCondDim] per branch (addedUncond
     // when guided); empty without added conditioning. A device places tile t's rows beside its input.
     int addedCondDim = 0;
     std::vector<float> addedCond, addedUncond;
-    Precision precision = Precision::FP32;   // what the function computes in (for messages)
+    Precision precision = Precision::FP32;  // what the function computes in (for messages)
     CanvasStart start;
 
     int steps() const { return static_cast<int>(coefficients.size()); }
@@ -124,36 +124,36 @@ StepCoefficients identityStep();
 // run them as one doubled batch).
 struct DevicePrepare {
     const Denoiser& model;
-    std::uint64_t modelGeneration = 0;    // changes whenever the model does
-    const RunConfig& config;              // precision, lanes, graphs
+    std::uint64_t modelGeneration = 0;  // changes whenever the model does
+    const RunConfig& config;            // precision, lanes, graphs
     int batchSize = 1, tileH = 0, tileW = 0, batches = 1;
     bool guided = false;
-    int tiles = 0;                        // of the plan (the last batch may hold fewer than batchSize)
-    bool batchAuto = false;               // batchSize is the auto tile batch: the device may lower it to fit
-    int pixelScale = 1;                   // image pixels per tile pixel (8 for SD latents): for messages
+    int tiles = 0;           // of the plan (the last batch may hold fewer than batchSize)
+    bool batchAuto = false;  // batchSize is the auto tile batch: the device may lower it to fit
+    int pixelScale = 1;      // image pixels per tile pixel (8 for SD latents): for messages
 };
 
 struct DevicePlan {
-    int lanes = 1;                        // tile batches in flight at once (batch j on lane j % lanes)
-    Precision precision = Precision::FP32;   // what the UNet computes in
-    int batchSize = 0;                    // tiles per call where the device lowered an auto batch; 0: as asked
+    int lanes = 1;                          // tile batches in flight at once (batch j on lane j % lanes)
+    Precision precision = Precision::FP32;  // what the UNet computes in
+    int batchSize = 0;                      // tiles per call where the device lowered an auto batch; 0: as asked
 };
 
 // What a device knows after a step has finished.
 struct BatchReport {
-    double gpuMs = -1;                    // device time of the batch; -1 where not measured
-    double deviceMiB = -1;                // device memory in use after the step; -1 on the CPU
+    double gpuMs = -1;      // device time of the batch; -1 where not measured
+    double deviceMiB = -1;  // device memory in use after the step; -1 on the CPU
 };
 struct NonFiniteAt {
     int step = 0;
-    int batch = -1;                       // tile batch whose output held it; -1: the canvas after the update
+    int batch = -1;  // tile batch whose output held it; -1: the canvas after the update
 };
 struct StepReport {
-    std::optional<NonFiniteAt> nonFinite; // the first NaN or infinity of the step (asynchronous devices)
-    std::vector<BatchReport> batches;     // per batch (asynchronous devices); empty when reported as they ran
-    double gpuMs = -1;                    // the step on the device; -1 where not measured
-    std::string graph;                    // "eager", "capture", "replay" (StepTiming::graph); empty on the CPU
-    double usedMiB = 0, arenaMiB = 0;     // MemorySample: memory in use (device, or host RSS) and the plan's
+    std::optional<NonFiniteAt> nonFinite;  // the first NaN or infinity of the step (asynchronous devices)
+    std::vector<BatchReport> batches;      // per batch (asynchronous devices); empty when reported as they ran
+    double gpuMs = -1;                     // the step on the device; -1 where not measured
+    std::string graph;                     // "eager", "capture", "replay" (StepTiming::graph); empty on the CPU
+    double usedMiB = 0, arenaMiB = 0;      // MemorySample: memory in use (device, or host RSS) and the plan's
 };
 
 // The per-step and per-run accumulators of the seam map (ENGINE_SEMANTICS.md), output canvas sized.
@@ -193,27 +193,27 @@ public:
     virtual bool synchronous() const = 0;
 
     // --- The body's calls (in the order of the header comment) ------------------------
-    virtual void forkLanes() {}                     // the step's batches may start on their lanes
-    virtual void beginBatch(const TileBatch&) {}    // the batch's lane may reuse its buffers; timing starts
-    virtual void gather(const TileBatch&) = 0;      // input-canvas tiles x modelInputScale -> the function's input
-    virtual void evaluate(const TileBatch&, Branch) = 0;   // the tile function
-    virtual void combineGuidance(const TileBatch&, float scale) = 0;   // output = u + scale (c - u)
-    virtual void joinBatch(const TileBatch&) {}     // the output is complete: what follows runs in batch order
+    virtual void forkLanes() {}                   // the step's batches may start on their lanes
+    virtual void beginBatch(const TileBatch&) {}  // the batch's lane may reuse its buffers; timing starts
+    virtual void gather(const TileBatch&) = 0;    // input-canvas tiles x modelInputScale -> the function's input
+    virtual void evaluate(const TileBatch&, Branch) = 0;              // the tile function
+    virtual void combineGuidance(const TileBatch&, float scale) = 0;  // output = u + scale (c - u)
+    virtual void joinBatch(const TileBatch&) {}  // the output is complete: what follows runs in batch order
     // The non-finite watch of the batch's output. A synchronous device returns true when it found
     // a NaN or an infinity; an asynchronous one returns false and reports it with the step.
     virtual bool checkOutput(const TileBatch&) = 0;
-    virtual void scatter(const TileBatch&, const StepVariant&) = 0;   // window-weighted, batch order
-    virtual void endBatch(const TileBatch&) {}      // timing ends
-    virtual void fuse(const StepVariant&) = 0;      // normalise (and, for fusion noise, the update)
-    virtual bool checkCanvas() = 0;                 // as checkOutput, for the output canvas after the update
+    virtual void scatter(const TileBatch&, const StepVariant&) = 0;  // window-weighted, batch order
+    virtual void endBatch(const TileBatch&) {}                       // timing ends
+    virtual void fuse(const StepVariant&) = 0;                       // normalise (and, for fusion noise, the update)
+    virtual bool checkCanvas() = 0;  // as checkOutput, for the output canvas after the update
     // The body stopped between batches (cancellation): wait for what it enqueued.
     virtual void abandonStep() {}
 
     // --- Results (after endStep, or after the run) ------------------------------------
     // The x0 canvas after a preview step (x0), or the output canvas.
     virtual std::vector<float> readPreview(bool x0) = 0;
-    virtual std::vector<float> readCanvas() = 0;    // the output canvas, C x H x W float32
-    virtual SeamSums readSeams() = 0;               // after a pass whose last step accumulated them
+    virtual std::vector<float> readCanvas() = 0;  // the output canvas, C x H x W float32
+    virtual SeamSums readSeams() = 0;             // after a pass whose last step accumulated them
     // What the device adds to the record at the end of a run (or before a failure is thrown):
     // graph statistics, peak memory.
     virtual void finishRun(RunRecord& record) = 0;

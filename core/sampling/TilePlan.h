@@ -32,8 +32,8 @@ public:
 
     int width() const { return width_; }
     int height() const { return height_; }
-    int tileW() const { return tileW_; }   // min(tile, width)
-    int tileH() const { return tileH_; }   // min(tile, height)
+    int tileW() const { return tileW_; }             // min(tile, width)
+    int tileH() const { return tileH_; }             // min(tile, height)
     int stride() const { return tile_ - overlap_; }  // configured tile - overlap
     int overlap() const { return overlap_; }         // configured overlap in pixels
     int cols() const { return static_cast<int>(xs_.size()); }

@@ -9,20 +9,20 @@
 
 #include <unistd.h>
 
-#include "core/sampling/BlendWindow.h"
-#include "core/sampling/ImageOps.h"
-#include "core/run/NonFiniteError.h"
-#include "core/sampling/Philox.h"
-#include "core/run/RunRecordIO.h"  // newRunId
-#include "core/sampling/Scheduler.h"
 #include "core/models/sd/SdPipeline.h"
-#include "core/sampling/SeamScore.h"
-#include "core/sampling/TilePlan.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
 #include "core/models/vae/TiledVae.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/run/NonFiniteError.h"
+#include "core/run/RunRecordIO.h"  // newRunId
+#include "core/sampling/BlendWindow.h"
+#include "core/sampling/ImageOps.h"
+#include "core/sampling/Philox.h"
+#include "core/sampling/Scheduler.h"
+#include "core/sampling/SeamScore.h"
+#include "core/sampling/TilePlan.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -169,7 +169,7 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
     startStep = firstStepRun(config, true);
     start.image = &init->data;
     if (startStep >= config.steps) {
-        start.kind = CanvasStart::Kind::Image;   // strength 0: nothing to denoise
+        start.kind = CanvasStart::Kind::Image;  // strength 0: nothing to denoise
         return start;
     }
     // diffusers' add_noise at the begin index, in the state the scheduler steps: VP for
@@ -189,8 +189,14 @@ class PassRunner {
 public:
     PassRunner(TileDevice& device, const TiledPass& pass, RunRecord& record, RunObserver& observer,
                const CancelCheck& cancelled, Clock::time_point runStart, PreviewMap preview = {})
-        : device_(device), pass_(pass), record_(record), observer_(observer), cancelled_(cancelled),
-          runStart_(runStart), preview_(std::move(preview)), hostMs_(pass.batches.size(), 0.0) {}
+        : device_(device),
+          pass_(pass),
+          record_(record),
+          observer_(observer),
+          cancelled_(cancelled),
+          runStart_(runStart),
+          preview_(std::move(preview)),
+          hostMs_(pass.batches.size(), 0.0) {}
 
     // Steps [startStep, steps); false when cancelled.
     bool run(int startStep) {
@@ -238,8 +244,8 @@ private:
         if (variant.preview || (k == pass_.steps() - 1 && pass_.previewEvery > 0)) {
             PreviewEvent preview;
             preview.step = k;
-            preview.image = ImageTensor{pass_.outChannels, pass_.outHeight, pass_.outWidth,
-                                        device_.readPreview(variant.preview)};
+            preview.image =
+                ImageTensor{pass_.outChannels, pass_.outHeight, pass_.outWidth, device_.readPreview(variant.preview)};
             if (preview_) preview.image = preview_(preview.image);
             observer_.onPreview(preview);
         }
@@ -321,7 +327,7 @@ private:
     const CancelCheck& cancelled_;
     const Clock::time_point runStart_;
     const PreviewMap preview_;
-    std::vector<double> hostMs_;   // per batch, this step's host time (0 when captured or replayed)
+    std::vector<double> hostMs_;  // per batch, this step's host time (0 when captured or replayed)
 };
 
 // Denoiser::addedCond of every tile of `plan` (canvas pixels times `scale` = image pixels), in id
@@ -351,10 +357,10 @@ void addSdxlConditioning(Denoiser& denoiser, const SdModel& sd, const RunConfig&
                          const AddedConditioning& replaced) {
     const UNetCondConfig& unet = sd.unet->config();
     denoiser.addedCondDim = unet.textTimeDim();
-    denoiser.addedCond = replaced ? replaced
-                                  : sdxlAddedConditioning(unet, config.sdxlSizeConditioning,
-                                                          std::move(conditioning.pooledCond),
-                                                          std::move(conditioning.pooledUncond));
+    denoiser.addedCond =
+        replaced ? replaced
+                 : sdxlAddedConditioning(unet, config.sdxlSizeConditioning, std::move(conditioning.pooledCond),
+                                         std::move(conditioning.pooledUncond));
     std::string how = replaced ? "replaced by the caller's per-tile vectors"
                       : config.sdxlSizeConditioning == SdxlSizeConditioning::Image
                           ? "every tile: original and target size " + std::to_string(config.width) + "x" +
@@ -383,8 +389,7 @@ std::vector<float> sdxlTimeIds(const TileSite& site, SdxlSizeConditioning mode) 
 
 AddedConditioning sdxlAddedConditioning(const UNetCondConfig& unet, SdxlSizeConditioning mode,
                                         std::vector<float> pooledCond, std::vector<float> pooledUncond) {
-    if (!unet.hasTextTime())
-        throw std::logic_error("sdxlAddedConditioning: the UNet has no text-time embedding");
+    if (!unet.hasTextTime()) throw std::logic_error("sdxlAddedConditioning: the UNet has no text-time embedding");
     const std::size_t pooled = static_cast<std::size_t>(unet.textTimeDim() - 6 * unet.additionTimeEmbedDim);
     auto check = [pooled](const std::vector<float>& p) {
         if (p.size() != pooled)
@@ -396,7 +401,7 @@ AddedConditioning sdxlAddedConditioning(const UNetCondConfig& unet, SdxlSizeCond
     check(pooledCond);
     if (!pooledUncond.empty()) check(pooledUncond);
     return [unet, mode, cond = std::move(pooledCond), uncond = std::move(pooledUncond)](const TileSite& site,
-                                                                                       Branch branch) {
+                                                                                        Branch branch) {
         if (branch == Branch::Unconditional && uncond.empty())
             throw std::logic_error("sdxlAddedConditioning: no pooled text for the unconditional branch");
         return textTimeEmbeds(unet, branch == Branch::Conditional ? cond : uncond, sdxlTimeIds(site, mode));
@@ -513,7 +518,8 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     job.modelHash = model->weightsSha256();
     job.init = hasInitImage() ? &init_ : nullptr;
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
-    if (job.init && config.preserveColor && result.record.status == RunStatus::Finished) matchColour(result.image, init_);
+    if (job.init && config.preserveColor && result.record.status == RunStatus::Finished)
+        matchColour(result.image, init_);
     describeImage(result, config);
     return result;
 }
@@ -553,20 +559,22 @@ HostTensor hostImage(const ImageTensor& image) {
 
 ImageTensor imageOf(const HostTensor& t) {
     if (t.shape.size() != 4 || t.shape[0] != 1) throw std::logic_error("TiledLoop: expected one NCHW image");
-    return ImageTensor{static_cast<int>(t.shape[1]), static_cast<int>(t.shape[2]), static_cast<int>(t.shape[3]), t.data};
+    return ImageTensor{static_cast<int>(t.shape[1]), static_cast<int>(t.shape[2]), static_cast<int>(t.shape[3]),
+                       t.data};
 }
 
 // SdPipeline's decodeLatents and encodeImage (the latents' scaling around the VAE's pass), with
 // the pass kept as the record's data (its time is the caller's to set).
-ImageTensor decodeRecorded(const SdModel& sd, Backend& backend, const ImageTensor& latents, const VaePassOptions& options,
-                           VaePassRecord& pass) {
+ImageTensor decodeRecorded(const SdModel& sd, Backend& backend, const ImageTensor& latents,
+                           const VaePassOptions& options, VaePassRecord& pass) {
     const HostTensor z = unscaleLatents(sd.vae->config(), hostImage(latents));
     return imageOf(runVaePass(backend, *sd.vae, z, true, options.tiling, options.budget, pass));
 }
 
 ImageTensor encodeRecorded(const SdModel& sd, Backend& backend, const ImageTensor& image, const VaePassOptions& options,
                            VaePassRecord& pass) {
-    const HostTensor moments = runVaePass(backend, *sd.vae, hostImage(image), false, options.tiling, options.budget, pass);
+    const HostTensor moments =
+        runVaePass(backend, *sd.vae, hostImage(image), false, options.tiling, options.budget, pass);
     return imageOf(scaleLatents(sd.vae->config(), posteriorMean(moments)));
 }
 
@@ -576,7 +584,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
                            const CancelCheck& cancelled) {
     const auto prepareStart = Clock::now();
     const std::shared_ptr<const SdModel> sd = sdModelFor(config, observer, cancelled);
-    const RunConfig canvas = checkSdRun(config, *sd);   // the latent canvas's sizes
+    const RunConfig canvas = checkSdRun(config, *sd);  // the latent canvas's sizes
     checkInit(3, config.height, config.width);
     if (!hasInitImage() && !config.initImage.empty())
         throw ValidationError("init", "init: '" + config.initImage +
@@ -587,8 +595,8 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     SdConditioning conditioning = encodeTimed(*sd, device.textBackend(), config, text);
     if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != conditioning.tokens) {
         auto denoiser = std::make_shared<Denoiser>();
-        denoiser->graph = std::make_shared<const ModelGraph>(
-            unet2DConditionExecutionGraph(sd->unet->config(), conditioning.tokens));
+        denoiser->graph =
+            std::make_shared<const ModelGraph>(unet2DConditionExecutionGraph(sd->unet->config(), conditioning.tokens));
         denoiser->weights = &sd->unet->tensors();
         denoiser->owner = sd;
         denoiser->channels = sd->latentChannels();
@@ -598,7 +606,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
         denoiser_ = std::move(denoiser);
         denoiserGeneration_ = modelGeneration_;
     }
-    auto denoiser = std::make_shared<Denoiser>(*denoiser_);   // this run's conditioning, same graph
+    auto denoiser = std::make_shared<Denoiser>(*denoiser_);  // this run's conditioning, same graph
     denoiser->cond = std::move(conditioning.cond);
     denoiser->uncond = std::move(conditioning.uncond);
     if (sd->unet->config().hasTextTime()) addSdxlConditioning(*denoiser, *sd, config, conditioning, addedCond_);
@@ -687,13 +695,13 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     record.vaeEncode = job.vaeEncode;
     if (config.preserveColor && !imageToImage)
         record.messages.push_back("preserve_color: ignored without an init image");
-    const DevicePlan devicePlan = device.prepare(
-        DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(),
-                      (plan.count() + batchSize - 1) / batchSize, guidance.has_value(), plan.count(), batchAuto,
-                      job.pixelScale},
-        record);
-    if (devicePlan.batchSize > 0) batchSize = devicePlan.batchSize;   // auto, lowered to fit the device
-    record.config.tileBatch = batchSize;   // the record and the PNG's parameters say what ran
+    const DevicePlan devicePlan =
+        device.prepare(DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(),
+                                     (plan.count() + batchSize - 1) / batchSize, guidance.has_value(), plan.count(),
+                                     batchAuto, job.pixelScale},
+                       record);
+    if (devicePlan.batchSize > 0) batchSize = devicePlan.batchSize;  // auto, lowered to fit the device
+    record.config.tileBatch = batchSize;                             // the record and the PNG's parameters say what ran
     tileBatch.ran = batchSize;
     if (batchAuto) record.messages.push_back(describeAutoTileBatch(tileBatch));
     recordWhatRan(record, devicePlan);
@@ -738,8 +746,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
 
     const auto runStart = Clock::now();
     device.startCanvas(pass.start);
-    const bool finished =
-        PassRunner(device, pass, record, observer, cancelled, runStart, job.preview).run(startStep);
+    const bool finished = PassRunner(device, pass, record, observer, cancelled, runStart, job.preview).run(startStep);
 
     record.totalMs = msSince(runStart);
     device.finishRun(record);

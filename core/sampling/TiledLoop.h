@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/sampling/Denoiser.h"
-#include "core/run/Engine.h"
 #include "core/models/sd/SdModel.h"
+#include "core/run/Engine.h"
+#include "core/sampling/Denoiser.h"
 #include "core/sampling/TileDevice.h"
 
 namespace tessera {
@@ -56,14 +56,14 @@ Precision sdVaePrecision(const SdModel& model, Precision requested, std::string*
 
 // A map pass: a tile function over a whole canvas, blended like a sampling step.
 struct MapSpec {
-    int tile = 64, overlap = 16;      // in input-canvas pixels, as RunConfig's tile / overlap
+    int tile = 64, overlap = 16;  // in input-canvas pixels, as RunConfig's tile / overlap
     BlendWindowKind window = BlendWindowKind::Hann;
-    int batch = 1;                    // tiles per evaluation
+    int batch = 1;  // tiles per evaluation
     // The output canvas is upscale / downscale times the input's size (a VAE decoder 8 / 1, an
     // encoder 1 / 8); the input's size, the tile and the overlap must be multiples of downscale.
     int upscale = 1, downscale = 1;
-    int outChannels = 0;              // the function's output channels
-    std::optional<Guidance> guidance; // evaluate twice and blend (classifier-free guidance)
+    int outChannels = 0;               // the function's output channels
+    std::optional<Guidance> guidance;  // evaluate twice and blend (classifier-free guidance)
 };
 
 class TiledLoop {
@@ -116,14 +116,14 @@ private:
         const RunConfig& config;
         const RunConfig& canvas;
         const Denoiser& denoiser;
-        SchedulerOptions schedule;        // the model's
+        SchedulerOptions schedule;  // the model's
         std::string modelName, modelHash;
         std::vector<std::string> messages;
-        std::optional<TextEncodeRecord> textEncode;   // the record's phases before sampling
+        std::optional<TextEncodeRecord> textEncode;  // the record's phases before sampling
         std::optional<VaePassRecord> vaeEncode;
-        const ImageTensor* init = nullptr;   // in canvas space
+        const ImageTensor* init = nullptr;  // in canvas space
         PreviewMap preview;
-        int pixelScale = 1;                  // image pixels per canvas pixel (the VAE's 8 for Stable Diffusion)
+        int pixelScale = 1;  // image pixels per canvas pixel (the VAE's 8 for Stable Diffusion)
     };
     RunResult sample(const SamplingJob& job, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled,
                      std::chrono::steady_clock::time_point prepareStart);
@@ -140,16 +140,16 @@ private:
     std::shared_ptr<const SdModel> sd_;
     std::string sdPath_;
     bool sdPinned_ = false;
-    std::shared_ptr<const Denoiser> denoiser_;   // the graph of the current model (and context length)
+    std::shared_ptr<const Denoiser> denoiser_;  // the graph of the current model (and context length)
     std::uint64_t denoiserGeneration_ = ~std::uint64_t{0};
     std::shared_ptr<const UNetModel> model_;
-    std::string modelPath_;              // folder model_ was loaded from; empty when pinned
+    std::string modelPath_;  // folder model_ was loaded from; empty when pinned
     bool modelPinned_ = false;
     std::uint64_t modelGeneration_ = 0;  // bumped whenever model_ changes
     ImageTensor init_;
     ImageTensor startNoise_;
     AddedConditioning addedCond_;
-    std::vector<float> startImage_;   // startNoise_ * sigma for the run in progress
+    std::vector<float> startImage_;  // startNoise_ * sigma for the run in progress
 };
 
 }  // namespace tessera

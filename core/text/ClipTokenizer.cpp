@@ -8,8 +8,8 @@
 #include <zlib.h>
 
 #include "core/base/BoundedInput.h"
-#include "core/base/ValidationError.h"
 #include "core/base/UnicodeText.h"
+#include "core/base/ValidationError.h"
 
 namespace tessera {
 
@@ -128,8 +128,8 @@ std::vector<std::pair<std::string, std::string>> parseMerges(std::string_view te
         if (end == text.size() && line.empty()) break;  // the file's final newline
         const auto fields = splitFields(line);
         if (fields.size() != 2)
-            fail(file, "line " + std::to_string(lineNo) + " is not two symbols separated by a space: " +
-                           inQuotes(line));
+            fail(file,
+                 "line " + std::to_string(lineNo) + " is not two symbols separated by a space: " + inQuotes(line));
         merges.emplace_back(std::string(fields[0]), std::string(fields[1]));
     }
     if (merges.empty()) fail(file, "holds no merges after its header line");

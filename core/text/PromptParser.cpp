@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
-#include <limits>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "core/base/BoundedInput.h"
-#include "core/base/ValidationError.h"
 #include "core/base/UnicodeText.h"
+#include "core/base/ValidationError.h"
 
 namespace tessera {
 
@@ -17,7 +17,9 @@ namespace {
 
 // Weights reach the text encoder's output as float32: a finite double beyond float's range
 // (1e39, or 1.1 multiplied a thousand times) would become infinite there.
-bool fitsFloat(double w) { return std::isfinite(w) && std::fabs(w) <= static_cast<double>(std::numeric_limits<float>::max()); }
+bool fitsFloat(double w) {
+    return std::isfinite(w) && std::fabs(w) <= static_cast<double>(std::numeric_limits<float>::max());
+}
 
 constexpr double kRoundMultiplier = 1.1;
 constexpr double kSquareMultiplier = 1 / 1.1;
@@ -326,7 +328,8 @@ std::vector<PromptSyntaxSpan> scanPromptSyntax(std::u32string_view prompt) {
     for (const Segment& s : text) {
         // A marker whose weight a bracket changed is ordinary text, as parsePromptAttention keeps it.
         const bool marker = s.weight == -1.0 && s.text == kBreak;
-        if (marker) spans.push_back({s.begin, s.begin + kBreak.size(), PromptSyntaxKind::Break, 1.0});
+        if (marker)
+            spans.push_back({s.begin, s.begin + kBreak.size(), PromptSyntaxKind::Break, 1.0});
         else if (!s.text.empty() && parser.weightsKnown_)
             spans.push_back({s.begin, s.begin + s.text.size(), PromptSyntaxKind::Text, s.weight});
     }

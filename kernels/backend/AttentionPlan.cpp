@@ -13,7 +13,8 @@ long long AttentionPlan::passes(int batch, int heads, long long queries) const {
 
 std::string AttentionPlan::describe(long long queries) const {
     char text[160];
-    std::snprintf(text, sizeof text, "query block %d of %lld, %d %s x %d %s per pass, scores %.1f MiB + probabilities %.1f MiB",
+    std::snprintf(text, sizeof text,
+                  "query block %d of %lld, %d %s x %d %s per pass, scores %.1f MiB + probabilities %.1f MiB",
                   queryBlock, queries, headsPerPass, headsPerPass == 1 ? "head" : "heads", imagesPerPass,
                   imagesPerPass == 1 ? "image" : "images", static_cast<double>(scoreBytes) / (1 << 20),
                   static_cast<double>(probBytes) / (1 << 20));
@@ -23,9 +24,9 @@ std::string AttentionPlan::describe(long long queries) const {
 AttentionPlan planAttention(int maxBatch, int heads, long long queries, long long keys, std::size_t probElementBytes,
                             std::size_t budgetBytes) {
     if (maxBatch < 1 || heads < 1 || queries < 1 || keys < 1 || probElementBytes < 1)
-        throw std::invalid_argument("planAttention: batch " + std::to_string(maxBatch) + ", heads " + std::to_string(heads) +
-                                    ", queries " + std::to_string(queries) + ", keys " + std::to_string(keys) +
-                                    ": every size must be at least 1");
+        throw std::invalid_argument("planAttention: batch " + std::to_string(maxBatch) + ", heads " +
+                                    std::to_string(heads) + ", queries " + std::to_string(queries) + ", keys " +
+                                    std::to_string(keys) + ": every size must be at least 1");
     const std::size_t rowBytes = static_cast<std::size_t>(keys) * sizeof(float);
     const std::size_t matrixBytes = rowBytes * static_cast<std::size_t>(queries);
     AttentionPlan p;

@@ -13,9 +13,9 @@
 namespace tessera {
 
 struct AttentionPlan {
-    int imagesPerPass = 1;     // > 1 only with one head (one strided GEMM over images)
-    int headsPerPass = 1;      // heads whose scores one pass holds
-    int queryBlock = 0;        // query rows per pass; all queries when a whole matrix fits
+    int imagesPerPass = 1;       // > 1 only with one head (one strided GEMM over images)
+    int headsPerPass = 1;        // heads whose scores one pass holds
+    int queryBlock = 0;          // query rows per pass; all queries when a whole matrix fits
     std::size_t scoreBytes = 0;  // float32 scores of one pass
     std::size_t probBytes = 0;   // probabilities of one pass, in the activation type
 

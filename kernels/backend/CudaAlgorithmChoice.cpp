@@ -44,15 +44,24 @@ std::optional<GraphConv::PlanId> parsePlanChoice(const std::string& text, const 
 
 const char* algoName(cudnnConvolutionFwdAlgo_t a) {
     switch (a) {
-    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "implicit_gemm";
-    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "implicit_precomp_gemm";
-    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "gemm";
-    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "direct";
-    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "fft";
-    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "fft_tiling";
-    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "winograd";
-    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "winograd_nonfused";
-    default: return "?";
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM:
+            return "implicit_gemm";
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+            return "implicit_precomp_gemm";
+        case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+            return "gemm";
+        case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT:
+            return "direct";
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
+            return "fft";
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING:
+            return "fft_tiling";
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD:
+            return "winograd";
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED:
+            return "winograd_nonfused";
+        default:
+            return "?";
     }
 }
 
@@ -125,9 +134,9 @@ std::optional<std::pair<bool, FlashTiling>> parseAttentionChoice(const std::stri
 
 }  // namespace
 
-std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(
-        const AttentionPlan& plan, std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind,
-        float scale, FlashTiling& best, std::string& times) {
+std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(const AttentionPlan& plan, std::size_t inBytes,
+                                                                std::size_t outBytes, const AttentionBinder& bind,
+                                                                float scale, FlashTiling& best, std::string& times) {
     const std::size_t in = alignUp(inBytes), out = alignUp(outBytes), sc = alignUp(plan.scoreBytes);
     DeviceBuffer scratch(in + out + sc + alignUp(plan.probBytes));
     char* base = scratch.as<char>();
@@ -153,10 +162,9 @@ std::pair<double, double> CudaBackend::Impl::timeAttentionPaths(
     return {fused, blocked};
 }
 
-CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key, int headDim,
-                                                         const AttentionPlan& plan, std::size_t inBytes,
-                                                         std::size_t outBytes, const AttentionBinder& bind,
-                                                         float scale) {
+CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key, int headDim, const AttentionPlan& plan,
+                                                         std::size_t inBytes, std::size_t outBytes,
+                                                         const AttentionBinder& bind, float scale) {
     CudaBackend::AttentionPath r;
     auto take = [&r](bool fused, FlashTiling t) {
         r.fused = fused;
@@ -204,9 +212,10 @@ CudaBackend::AttentionPath CudaBackend::Impl::choosePath(const std::string& key,
     return r;
 }
 
-std::shared_ptr<CudnnSdpa> CudaBackend::Impl::chooseCudnnAttention(
-        const std::string& key, const AttentionOperands& a, const AttentionPlan& plan, std::size_t inBytes,
-        std::size_t outBytes, const AttentionBinder& bind, float scale, CudaBackend::AttentionPath& record) {
+std::shared_ptr<CudnnSdpa> CudaBackend::Impl::chooseCudnnAttention(const std::string& key, const AttentionOperands& a,
+                                                                   const AttentionPlan& plan, std::size_t inBytes,
+                                                                   std::size_t outBytes, const AttentionBinder& bind,
+                                                                   float scale, CudaBackend::AttentionPath& record) {
     if (dtype == DType::F32) return nullptr;
     if (settings.sdpa == FlashMode::Off) {
         record.cudnnReason = "TESSERA_CUDA_SDPA=0";
@@ -252,7 +261,8 @@ std::shared_ptr<CudnnSdpa> CudaBackend::Impl::chooseCudnnAttention(
     // Timed (or forced) on scratch operands: the inputs, the output and, for the blocked path,
     // its scores.
     const std::size_t in = alignUp(inBytes), out = alignUp(outBytes);
-    const bool timeOwn = settings.sdpa == FlashMode::Auto && !(record.fused ? record.fusedMs >= 0 : record.blockedMs >= 0);
+    const bool timeOwn =
+        settings.sdpa == FlashMode::Auto && !(record.fused ? record.fusedMs >= 0 : record.blockedMs >= 0);
     const std::size_t own = timeOwn && !record.fused ? alignUp(plan.scoreBytes) + alignUp(plan.probBytes) : 0;
     std::shared_ptr<CudnnSdpa> sdpa;
     try {
@@ -311,13 +321,14 @@ std::string CudaBackend::Impl::legacyRefusal(ConvLayer& c, cudnnConvolutionFwdAl
     const cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
                                                                     c.convDesc.get(), c.yDesc.get(), algo, &bytes);
     if (s != CUDNN_STATUS_SUCCESS) return std::string("cuDNN: ") + cudnnGetErrorString(s);
-    if (bytes > wsCap) return "needs " + std::to_string(bytes) + " bytes of workspace, more than the " +
-                              std::to_string(wsCap) + " available";
+    if (bytes > wsCap)
+        return "needs " + std::to_string(bytes) + " bytes of workspace, more than the " + std::to_string(wsCap) +
+               " available";
     return {};
 }
 
-std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyAlgorithm(
-        ConvLayer& c, void* ws, std::size_t wsCap) {
+std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyAlgorithm(ConvLayer& c, void* ws,
+                                                                                         std::size_t wsCap) {
     const std::string op = "conv " + c.key() + " n" + std::to_string(maxBatch);
     if (auto cached = settings.heuristicsOnly ? std::nullopt : tuning.cached(op)) {
         const auto parsed = parseLegacyChoice(*cached);
@@ -356,8 +367,8 @@ std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyA
         tuning.useNew(op, legacyChoice(p.algo, p.mathType), !settings.heuristicsOnly);
         return {p.algo, p.mathType};
     }
-    throw std::runtime_error("cuDNN offers no deterministic forward algorithm for " + c.name + " (" + c.key() +
-                             ", " + dtypeName(dtype) + ")");
+    throw std::runtime_error("cuDNN offers no deterministic forward algorithm for " + c.name + " (" + c.key() + ", " +
+                             dtypeName(dtype) + ")");
 }
 
 std::size_t CudaBackend::Impl::applyAlgorithm(ConvLayer& c,
@@ -371,9 +382,8 @@ std::size_t CudaBackend::Impl::applyAlgorithm(ConvLayer& c,
         c.descBatch = -1;
         setConvBatch(c, b);
         std::size_t bytes = 0;
-        cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
-                                                                  c.convDesc.get(), c.yDesc.get(), chosen.first,
-                                                                  &bytes);
+        cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(
+            cudnn.get(), c.xDesc.get(), c.wDesc.get(), c.convDesc.get(), c.yDesc.get(), chosen.first, &bytes);
         if (s != CUDNN_STATUS_SUCCESS) {
             // Not usable at this batch: take the heuristics' first deterministic choice.
             c.math[static_cast<std::size_t>(b)] = wantMath;
@@ -394,8 +404,8 @@ std::size_t CudaBackend::Impl::applyAlgorithm(ConvLayer& c,
                 c.math[static_cast<std::size_t>(b)] = perf[i].mathType;
                 c.descBatch = -1;
                 setConvBatch(c, b);
-                s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
-                                                            c.convDesc.get(), c.yDesc.get(), perf[i].algo, &bytes);
+                s = cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), c.xDesc.get(), c.wDesc.get(), c.convDesc.get(),
+                                                            c.yDesc.get(), perf[i].algo, &bytes);
                 ok = s == CUDNN_STATUS_SUCCESS;
             }
             if (!ok) TESSERA_CHECK(s);
@@ -417,8 +427,9 @@ std::size_t CudaBackend::Impl::chooseAlgorithms(void* ws, std::size_t wsCap) {
     return alignUp(need);
 }
 
-std::optional<std::shared_ptr<GraphConv>> CudaBackend::Impl::cachedPlan(
-        const std::string& op, const char* none, const GraphConvShape& shape, std::size_t wsCap) {
+std::optional<std::shared_ptr<GraphConv>> CudaBackend::Impl::cachedPlan(const std::string& op, const char* none,
+                                                                        const GraphConvShape& shape,
+                                                                        std::size_t wsCap) {
     const auto cached = tuning.cached(op);
     if (!cached) return std::nullopt;
     const auto id = parsePlanChoice(*cached, none);
@@ -447,13 +458,13 @@ double CudaBackend::Impl::timeLegacy(ConvLayer& c, void* ws, std::size_t wsCap) 
     return medianGpuMs(stream.get(), 5, 1, [&] {
         const float one = c.alpha, zero = 0.0f;
         TESSERA_CHECK(cudnnConvolutionForward(cudnn.get(), &one, c.xDesc.get(), x, c.wDesc.get(), wt(c.weight),
-                                              c.convDesc.get(), c.algo[static_cast<std::size_t>(maxBatch)], ws,
-                                              wsCap, &zero, c.yDesc.get(), y));
+                                              c.convDesc.get(), c.algo[static_cast<std::size_t>(maxBatch)], ws, wsCap,
+                                              &zero, c.yDesc.get(), y));
     });
 }
 
-CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(
-        ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
+CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws,
+                                                              std::size_t wsCap) {
     const std::string op = "graph conv " + shape.key();
     if (auto plan = cachedPlan(op, "legacy", shape, wsCap)) return {*plan, -1.0, -1.0};
     const double legacy = timeLegacy(c, ws, wsCap);
@@ -475,8 +486,8 @@ CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(
     return {graph, legacy, graphMs};
 }
 
-CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(
-        ConvLayer& c, const GraphConvShape& shape, void* ws, std::size_t wsCap) {
+CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws,
+                                                              std::size_t wsCap) {
     const std::string op = "fused conv " + shape.key();
     if (auto plan = cachedPlan(op, "apart", shape, wsCap)) return {*plan, -1.0, -1.0};
     const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
@@ -506,9 +517,10 @@ CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(
     }
     // The unfused side: this layer's graph plan when it has one, else the legacy algorithm
     // (timed here when its graph choice came from the cache).
-    const double convMs = c.graph ? (c.graphMs >= 0 ? c.graphMs : c.graph->benchmark(stream.get(), x, wt(c.weight), y,
-                                                                                     nullptr, nullptr, ws))
-                                  : (c.legacyMs >= 0 ? c.legacyMs : timeLegacy(c, ws, wsCap));
+    const double convMs =
+        c.graph
+            ? (c.graphMs >= 0 ? c.graphMs : c.graph->benchmark(stream.get(), x, wt(c.weight), y, nullptr, nullptr, ws))
+            : (c.legacyMs >= 0 ? c.legacyMs : timeLegacy(c, ws, wsCap));
     if (fused && !(fusedMs < convMs + epilogueMs)) fused.reset();
     tuning.useNew(op, planChoice(fused, "apart"), true);
     return {fused, epilogueMs, fusedMs};

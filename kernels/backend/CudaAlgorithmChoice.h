@@ -22,7 +22,7 @@
 
 namespace tessera {
 
-class TuningCache;   // core/formats/TuningCache.h
+class TuningCache;  // core/formats/TuningCache.h
 
 // "algo=1 math=1" <-> (algorithm, math type) of a legacy cuDNN convolution; nullopt for text
 // that is not one (a damaged or foreign cache entry).
@@ -31,7 +31,7 @@ std::optional<std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> parseLegacy
 // "engine=12 config=0" <-> a graph-API plan (GraphConv::PlanId); `none` ("legacy" / "apart")
 // <-> no plan (engine -1).
 std::string planChoiceText(std::optional<GraphPlanId> id, const char* none);
-template <typename Plan>   // GraphConv or CudnnSdpa
+template <typename Plan>  // GraphConv or CudnnSdpa
 std::string planChoice(const std::shared_ptr<Plan>& plan, const char* none) {
     return planChoiceText(plan ? std::optional<GraphPlanId>(plan->planId()) : std::nullopt, none);
 }
@@ -48,7 +48,7 @@ public:
     // Not owned; nullptr = no cache (every choice timed). It must outlive the prepare.
     void setCache(TuningCache* cache) { cache_ = cache; }
     void setContext(std::string context) { context_ = std::move(context); }
-    void clear();   // a new prepare
+    void clear();  // a new prepare
 
     // The cached choice for `op`, if any.
     std::optional<std::string> cached(const std::string& op) const;

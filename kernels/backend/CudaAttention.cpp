@@ -27,8 +27,8 @@ void CudaBackend::Impl::attend(const AttentionOperands& a, const AttentionPlan& 
     for (int b0 = 0; b0 < batch; b0 += plan.imagesPerPass)
         for (int h0 = 0; h0 < a.heads; h0 += plan.headsPerPass)
             for (int q0 = 0; q0 < a.queries; q0 += plan.queryBlock) {
-                const int count = overImages ? std::min(plan.imagesPerPass, batch - b0)
-                                             : std::min(plan.headsPerPass, a.heads - h0);
+                const int count =
+                    overImages ? std::min(plan.imagesPerPass, batch - b0) : std::min(plan.headsPerPass, a.heads - h0);
                 const int nq = std::min(plan.queryBlock, a.queries - q0);
                 const long long block = static_cast<long long>(nq) * a.keys;
                 const long long head = static_cast<long long>(h0) * a.headDim;
@@ -37,17 +37,17 @@ void CudaBackend::Impl::attend(const AttentionOperands& a, const AttentionPlan& 
                 const char* vB = static_cast<const char*>(a.v) + (b0 * a.vImage + head) * es;
                 char* oB = static_cast<char*>(a.o) + (b0 * a.oImage + q0 * a.oRow + head) * es;
                 // S^T (keys x queries, column-major) = K_h^T-view x Q_h: row-major S[query][key].
-                TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    opCublas, CUBLAS_OP_T, CUBLAS_OP_N, a.keys, nq, a.headDim, &scale, kB, ct, static_cast<int>(a.kRow),
-                    kStride, qB, ct, static_cast<int>(a.qRow), qStride, &zero, scores, CUDA_R_32F, a.keys, block,
-                    count, compute, CUBLAS_GEMM_DEFAULT));
+                TESSERA_CHECK(cublasGemmStridedBatchedEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, a.keys, nq, a.headDim,
+                                                         &scale, kB, ct, static_cast<int>(a.kRow), kStride, qB, ct,
+                                                         static_cast<int>(a.qRow), qStride, &zero, scores, CUDA_R_32F,
+                                                         a.keys, block, count, compute, CUBLAS_GEMM_DEFAULT));
                 if (a.causal) launchCausalMask(scores, count, nq, a.keys, q0, opStream);
                 launchSoftmaxRows(t, scores, probs, static_cast<long long>(count) * nq, a.keys, opStream);
                 // O_h^T (d x queries) = V_h^T-view x P^T-view.
-                TESSERA_CHECK(cublasGemmStridedBatchedEx(
-                    opCublas, CUBLAS_OP_N, CUBLAS_OP_N, a.headDim, nq, a.keys, &one, vB, ct, static_cast<int>(a.vRow),
-                    vStride, probs, ct, a.keys, block, &zero, oB, ct, static_cast<int>(a.oRow), oStride, count,
-                    compute, CUBLAS_GEMM_DEFAULT));
+                TESSERA_CHECK(cublasGemmStridedBatchedEx(opCublas, CUBLAS_OP_N, CUBLAS_OP_N, a.headDim, nq, a.keys,
+                                                         &one, vB, ct, static_cast<int>(a.vRow), vStride, probs, ct,
+                                                         a.keys, block, &zero, oB, ct, static_cast<int>(a.oRow),
+                                                         oStride, count, compute, CUBLAS_GEMM_DEFAULT));
             }
 }
 
@@ -59,16 +59,16 @@ FlashAttentionArgs CudaBackend::Impl::flashArgs(DType t, const AttentionOperands
     return f;
 }
 
-CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
-        const GraphOp& op, const AttentionOperands& a, std::initializer_list<long long> offsets, std::size_t inBytes,
-        std::size_t outBytes, const AttentionBinder& bind, float scale) {
+CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(const GraphOp& op, const AttentionOperands& a,
+                                                                    std::initializer_list<long long> offsets,
+                                                                    std::size_t inBytes, std::size_t outBytes,
+                                                                    const AttentionBinder& bind, float scale) {
     const AttentionPlan plan =
         planAttention(maxBatch, a.heads, a.queries, a.keys, dtypeSize(dtype), settings.attentionBudgetBytes);
-    const std::string key = "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" +
-                            std::to_string(a.queries) + " k" + std::to_string(a.keys) + " d" +
-                            std::to_string(a.headDim) + (a.causal ? " causal" : "") + " rows " +
-                            std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " +
-                            std::to_string(plan.scoreBytes);
+    const std::string key =
+        "attention n" + std::to_string(maxBatch) + " h" + std::to_string(a.heads) + " q" + std::to_string(a.queries) +
+        " k" + std::to_string(a.keys) + " d" + std::to_string(a.headDim) + (a.causal ? " causal" : "") + " rows " +
+        std::to_string(a.qRow) + "," + std::to_string(a.kRow) + " scores " + std::to_string(plan.scoreBytes);
     // Once per distinct shape and layout in a prepare (later ops of the shape take it).
     auto it = attentionChosen.find(key);
     if (it == attentionChosen.end()) {
@@ -117,7 +117,8 @@ CudaBackend::Impl::AttentionChoice CudaBackend::Impl::attentionPath(
 
 void CudaBackend::Impl::lowerAttention(int index) {
     const GraphOp& op = opAt(index);
-    if (!op.qkvBias) throw std::invalid_argument("CudaBackend: " + op.name + ": attention over a feature map needs q/k/v biases");
+    if (!op.qkvBias)
+        throw std::invalid_argument("CudaBackend: " + op.name + ": attention over a feature map needs q/k/v biases");
     const Act xn = act(op.input, op);
     const Act res = op.residual >= 0 ? act(op.residual, op) : Act{};
     const int C = xn.c, N = xn.h * xn.w, heads = op.heads, d = C / heads;
@@ -182,8 +183,7 @@ void CudaBackend::Impl::runAttention(const AttentionChoice& path, const Attentio
         f.blockQueries = path.tiling.blockQueries;
         f.warps = path.tiling.warps;
         launchFlashAttention(f, opStream);
-    }
-    else
+    } else
         attend(a, path.plan, batch, scale, reinterpret_cast<float*>(ptr(path.scores)), ptr(path.probs));
 }
 

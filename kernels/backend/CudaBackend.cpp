@@ -28,11 +28,11 @@ std::string cudaUnusableReason(cudaError_t error) {
     (void)cudaGetLastError();
     const std::string needed = cudaVersionText(CUDART_VERSION);
     if (driver == 0)
-        return "no NVIDIA driver is installed (libcuda was not found); install the NVIDIA driver for CUDA " +
-               needed + " or use the CPU";
+        return "no NVIDIA driver is installed (libcuda was not found); install the NVIDIA driver for CUDA " + needed +
+               " or use the CPU";
     if (error == cudaErrorInsufficientDriver || driver < CUDART_VERSION)
-        return "the NVIDIA driver is too old: it supports CUDA " + cudaVersionText(driver) + ", this build needs CUDA " +
-               needed + " (a newer driver)";
+        return "the NVIDIA driver is too old: it supports CUDA " + cudaVersionText(driver) +
+               ", this build needs CUDA " + needed + " (a newer driver)";
     if (error == cudaErrorNoDevice) return "the NVIDIA driver found no GPU";
     return std::string("no usable CUDA device: ") + cudaGetErrorString(error);
 }

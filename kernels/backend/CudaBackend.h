@@ -28,7 +28,7 @@ struct CUstream_st;
 
 namespace tessera {
 
-class TuningCache;   // core/formats/TuningCache.h
+class TuningCache;  // core/formats/TuningCache.h
 
 // True when a CUDA device can be used; otherwise `why` (if given) says why
 // ("no CUDA device: <cudaGetErrorString>").
@@ -39,7 +39,7 @@ class CudaOutOfMemory : public std::runtime_error {
 public:
     CudaOutOfMemory(const std::string& message, int largestBatch)
         : std::runtime_error(message), largestBatch_(largestBatch) {}
-    int largestBatch() const noexcept { return largestBatch_; }   // 0 when not even one tile fits
+    int largestBatch() const noexcept { return largestBatch_; }  // 0 when not even one tile fits
 
 private:
     int largestBatch_;
@@ -47,12 +47,12 @@ private:
 
 struct CudaMemoryPlan {
     std::size_t weightsBytes = 0;
-    std::size_t activationsBytes = 0;      // planned (shared) activation region
+    std::size_t activationsBytes = 0;          // planned (shared) activation region
     std::size_t unsharedActivationsBytes = 0;  // what one buffer per tensor would need
-    std::size_t workspaceBytes = 0;        // cuDNN + cuBLAS workspace
-    std::size_t totalBytes = 0;            // the one arena
+    std::size_t workspaceBytes = 0;            // cuDNN + cuBLAS workspace
+    std::size_t totalBytes = 0;                // the one arena
     int tensors = 0;
-    int lanes = 1;                         // copies of activations + workspace in the arena
+    int lanes = 1;  // copies of activations + workspace in the arena
 };
 
 class CudaBackend final : public Backend {
@@ -80,12 +80,12 @@ public:
     // A tiled pass's canvases in this device's memory (kernels/backend/CudaCanvasStore.h) when they fit
     // its free memory with room for the segments' plans; else nullptr (host canvases).
     std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes) override;
-    int lanes() const;   // prepared lanes (0 before prepare)
+    int lanes() const;                // prepared lanes (0 before prepare)
     const ModelGraph& graph() const;  // the prepared graph
 
     Precision precision() const;
     CudaMemoryPlan memoryPlan() const;
-    std::string planSummary() const;   // layers, chosen cuDNN algorithms, buffer counts
+    std::string planSummary() const;  // layers, chosen cuDNN algorithms, buffer counts
 
     // The last prepare's Attention ops, in plan order: the path each takes (fp16/bf16: the fused
     // kernel of kernels/ops/FlashAttention.cuh, or the blocked plan of kernels/backend/AttentionPlan.h; fp32:
@@ -97,10 +97,10 @@ public:
         std::string op;
         bool fused = false;
         std::string reason;
-        int blockQueries = 0, warps = 0;       // fused: the kernel's query rows and warps per CTA
-        double fusedMs = -1, blockedMs = -1;   // -1: not timed; fusedMs is the fastest fused tiling
-        std::string tilingTimes;               // timed: each fused tiling's ms ("64/4w 0.1234 ms, ...")
-        double flops = 0;                       // of softmax(Q K^T) V: 4 x batch x heads x queries x keys x d
+        int blockQueries = 0, warps = 0;      // fused: the kernel's query rows and warps per CTA
+        double fusedMs = -1, blockedMs = -1;  // -1: not timed; fusedMs is the fastest fused tiling
+        std::string tilingTimes;              // timed: each fused tiling's ms ("64/4w 0.1234 ms, ...")
+        double flops = 0;                     // of softmax(Q K^T) V: 4 x batch x heads x queries x keys x d
         // cuDNN's fused attention (kernels/backend/CudnnSdpa.h, TESSERA_CUDA_SDPA) at the prepared batch:
         // its plan when taken ("" = not: the path above runs every batch), why taken or not
         // ("timed", "tuning cache", "TESSERA_CUDA_SDPA=0"/"=1", or cuDNN's refusal), and where
@@ -115,9 +115,10 @@ public:
     // first vector input and first output); all work is ordered on stream().
     CUstream_st* stream() const;
     // Per lane (0..lanes()-1):
-    void* deviceInput(int lane = 0) const;          // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
-    const void* deviceOutput(int lane = 0) const;   // NHWC [batch, tileH, tileW, outputChannelsPadded()], activation type
-    float* deviceTimesteps(int lane = 0) const;     // [batch] float32
+    void* deviceInput(int lane = 0) const;  // NHWC [batch, tileH, tileW, inputChannelsPadded()], activation type
+    const void* deviceOutput(
+        int lane = 0) const;                     // NHWC [batch, tileH, tileW, outputChannelsPadded()], activation type
+    float* deviceTimesteps(int lane = 0) const;  // [batch] float32
     // The first token-sequence input ([batch, tokens, C], activation type, C unpadded: the text
     // context of a conditioned UNet); nullptr when the graph has none.
     void* deviceTokens(int lane = 0) const;
@@ -161,7 +162,7 @@ public:
     // The last prepare's hits, misses (timed choices), refused cached choices, the digest of
     // every choice the plan uses, and the numerics-changing settings (cachePath left empty).
     TuningInfo tuningInfo() const;
-    std::vector<std::string> tuningWarnings() const;   // the last prepare's refused cached choices
+    std::vector<std::string> tuningWarnings() const;  // the last prepare's refused cached choices
 
     // Diagnostics: GPU time of every op of the forward (CUDA events around each op; with
     // inGraph, event-record nodes inside one captured graph of the forward, free of host

@@ -61,12 +61,12 @@ struct CudaBackend::Impl {
     struct ConvLayer {
         std::string name;
         int cin = 0, cout = 0, k = 3, stride = 1, pad = 1;
-        int h = 0, w = 0, ho = 0, wo = 0;   // input and output size
-        std::size_t weight = 0;             // offset in the weight blob: [cout][k][k][cin]
+        int h = 0, w = 0, ho = 0, wo = 0;  // input and output size
+        std::size_t weight = 0;            // offset in the weight blob: [cout][k][k][cin]
         TensorDescriptor xDesc, yDesc;
         FilterDescriptor wDesc;
         ConvDescriptor convDesc;
-        float alpha = 1.0f;                 // the scale every call of this layer uses
+        float alpha = 1.0f;  // the scale every call of this layer uses
         // At the prepared batch: cuDNN graph-API plan when it benchmarked faster than the legacy
         // algorithm (shared between layers of one shape), else null.
         std::shared_ptr<GraphConv> graph;
@@ -74,11 +74,11 @@ struct CudaBackend::Impl {
         // Layers followed by a bias(+residual) epilogue: the epilogue's inputs, and at the
         // prepared batch a graph plan with the epilogue fused when that benchmarked faster.
         bool hasEpilogue = false;
-        std::size_t epilogueBias = 0;   // weight-blob offset of the float32 bias
+        std::size_t epilogueBias = 0;  // weight-blob offset of the float32 bias
         bool epilogueResidual = false;
         std::shared_ptr<GraphConv> fused;
         double epilogueMs = 0, fusedMs = 0;
-        std::vector<cudnnConvolutionFwdAlgo_t> algo;   // per batch size (index = batch)
+        std::vector<cudnnConvolutionFwdAlgo_t> algo;  // per batch size (index = batch)
         std::vector<cudnnMathType_t> math;
         int descBatch = -1;
         std::string key() const {
@@ -114,10 +114,10 @@ struct CudaBackend::Impl {
     cublasHandle_t opCublas = nullptr;
 
     // ==== the plan ==============================================================================
-    ModelGraph graph;                       // the graph being run
-    const TensorMap* weightMap = nullptr;   // during prepare only
+    ModelGraph graph;                      // the graph being run
+    const TensorMap* weightMap = nullptr;  // during prepare only
     int maxBatch = 0, tileH = 0, tileW = 0;
-    int imagesPerTile = 1, pixelScale = 1;   // setTileTerms: how an out-of-memory message counts
+    int imagesPerTile = 1, pixelScale = 1;  // setTileTerms: how an out-of-memory message counts
     int inPad = 0, outPad = 0;
     WeightBlob blob;
     std::vector<PlanBuffer> buffers;
@@ -192,17 +192,17 @@ struct CudaBackend::Impl {
         int width = 0;
         std::vector<int> members;  // Linear op indices
     };
-    std::vector<Act> valueAct;          // per graph value (feature maps)
-    std::vector<VectorRef> valueVec;    // per graph value (vectors)
+    std::vector<Act> valueAct;                // per graph value (feature maps)
+    std::vector<VectorRef> valueVec;          // per graph value (vectors)
     std::vector<std::vector<int>> readersOf;  // per value: op indices that read it
-    std::vector<char> isGraphOutput;    // per value
-    std::vector<int> projectionOf;      // per op: Projection index of a merged Linear, else -1
+    std::vector<char> isGraphOutput;          // per value
+    std::vector<int> projectionOf;            // per op: Projection index of a merged Linear, else -1
     std::vector<Projection> projections;
-    std::vector<int> biasIntoNorm;      // per op: for a GroupNorm, the conv whose bias it adds; else -1
-    std::vector<char> biasMoved;        // per op: conv runs without bias (into a norm)
-    std::vector<int> shortcutOf;        // per op: the shortcut conv lowered with this conv, else -1
-    std::vector<char> deferred;         // per op: lowered by its consumer
-    std::vector<int> stageIn, stageOut; // per graph input / output: float32 NCHW staging, -1 for vectors
+    std::vector<int> biasIntoNorm;       // per op: for a GroupNorm, the conv whose bias it adds; else -1
+    std::vector<char> biasMoved;         // per op: conv runs without bias (into a norm)
+    std::vector<int> shortcutOf;         // per op: the shortcut conv lowered with this conv, else -1
+    std::vector<char> deferred;          // per op: lowered by its consumer
+    std::vector<int> stageIn, stageOut;  // per graph input / output: float32 NCHW staging, -1 for vectors
 
     void build(const ModelGraph& g, const TensorMap& weights);
     // The lowering choices above, decided before anything is emitted.
@@ -270,10 +270,10 @@ struct CudaBackend::Impl {
     // plan with its score and probability buffers.
     struct AttentionChoice {
         bool fused = false;
-        FlashTiling tiling;   // fused: query rows and warps per CTA
+        FlashTiling tiling;  // fused: query rows and warps per CTA
         AttentionPlan plan;
         int scores = -1, probs = -1;
-        std::shared_ptr<CudnnSdpa> sdpa;   // cuDNN's fused attention at the prepared batch (else null)
+        std::shared_ptr<CudnnSdpa> sdpa;  // cuDNN's fused attention at the prepared batch (else null)
     };
     // Lays an attention's operands over buffers: its inputs (Q, K, V) from `in`, the heads'
     // output at `out`.
@@ -294,8 +294,9 @@ struct CudaBackend::Impl {
     // scratch operands laid out by `bind` (inputs of `inBytes`, output of `outBytes`) and keeps
     // the faster (stored in the cache). `offsets` are the operands' offsets within their
     // buffers (elements). Noted for planSummary and attentionPaths().
-    AttentionChoice attentionPath(const GraphOp& op, const AttentionOperands& a, std::initializer_list<long long> offsets,
-                                  std::size_t inBytes, std::size_t outBytes, const AttentionBinder& bind, float scale);
+    AttentionChoice attentionPath(const GraphOp& op, const AttentionOperands& a,
+                                  std::initializer_list<long long> offsets, std::size_t inBytes, std::size_t outBytes,
+                                  const AttentionBinder& bind, float scale);
     void runAttention(const AttentionChoice& path, const AttentionOperands& a, int batch, float scale);
     // O = softmax(Q K^T * scale [+ causal mask]) V for `batch` images in the passes of `plan`:
     // per pass one strided GEMM of float32 scores (over the images when there is one head,
@@ -303,11 +304,11 @@ struct CudaBackend::Impl {
     void attend(const AttentionOperands& a, const AttentionPlan& plan, int batch, float scale, float* scores,
                 void* probs);
     static FlashAttentionArgs flashArgs(DType t, const AttentionOperands& a, int batch, float scale);
-    std::string attentionNotes;   // one line per attention op: its path (attentionPath)
+    std::string attentionNotes;  // one line per attention op: its path (attentionPath)
     std::vector<CudaBackend::AttentionPath> attentionRecords;
-    std::map<std::string, CudaBackend::AttentionPath> attentionChosen;   // per op key, this prepare
-    std::map<std::string, std::shared_ptr<CudnnSdpa>> sdpaChosen;        // per op key (null: not cuDNN)
-    std::size_t sdpaWorkspace = 0;   // the largest workspace a chosen cuDNN attention plan needs
+    std::map<std::string, CudaBackend::AttentionPath> attentionChosen;  // per op key, this prepare
+    std::map<std::string, std::shared_ptr<CudnnSdpa>> sdpaChosen;       // per op key (null: not cuDNN)
+    std::size_t sdpaWorkspace = 0;  // the largest workspace a chosen cuDNN attention plan needs
 
     // ==== choices made by timing or from the tuning cache (CudaAlgorithmChoice.cpp) =============
     // Each choice has an op key (the shape, batch included); the tuning cache is keyed by it

@@ -22,7 +22,9 @@ namespace {
 
 constexpr std::uint64_t kReserveBytes = 2ull << 30;
 
-DType dtypeOf(Precision p) { return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16); }
+DType dtypeOf(Precision p) {
+    return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16);
+}
 int padded(int channels) { return (channels + 7) / 8 * 8; }
 
 // One canvas: [h, w, stride] in the activation type.
@@ -37,8 +39,12 @@ struct DeviceCanvas {
 class CudaCanvasStore final : public TiledCanvasStore {
 public:
     CudaCanvasStore(Backend& preparer, CudaBackend& device)
-        : preparer_(preparer), device_(device), dtype_(dtypeOf(device.precision())), es_(dtypeSize(dtype_)),
-          stream_(device.stream()), moments_(sizeof(double) * 2 * 4096) {}
+        : preparer_(preparer),
+          device_(device),
+          dtype_(dtypeOf(device.precision())),
+          es_(dtypeSize(dtype_)),
+          stream_(device.stream()),
+          moments_(sizeof(double) * 2 * 4096) {}
 
     std::string where() const override { return "device"; }
 
@@ -67,7 +73,8 @@ public:
         const std::size_t n = static_cast<std::size_t>(c.channels) * c.h * c.w;
         DeviceBuffer staging(n * sizeof(float));
         TESSERA_CHECK(cudaMemcpyAsync(staging.data(), nchw, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-        launchNchwToNhwc(staging.as<float>(), dtype_, c.buffer.data(), 1, c.channels, c.h, c.w, c.stride, 1.0f, stream_);
+        launchNchwToNhwc(staging.as<float>(), dtype_, c.buffer.data(), 1, c.channels, c.h, c.w, c.stride, 1.0f,
+                         stream_);
         TESSERA_CHECK(cudaStreamSynchronize(stream_));
     }
     std::vector<float> read(int value) override {
@@ -75,7 +82,8 @@ public:
         std::vector<float> out(static_cast<std::size_t>(c.channels) * c.h * c.w);
         DeviceBuffer staging(out.size() * sizeof(float));
         launchNhwcToNchw(dtype_, c.buffer.data(), staging.as<float>(), 1, c.channels, c.h, c.w, c.stride, stream_);
-        TESSERA_CHECK(cudaMemcpyAsync(out.data(), staging.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        TESSERA_CHECK(
+            cudaMemcpyAsync(out.data(), staging.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
         TESSERA_CHECK(cudaStreamSynchronize(stream_));
         return out;
     }
@@ -100,11 +108,12 @@ public:
             moments_ = DeviceBuffer(2 * sizeof(double) * static_cast<std::size_t>(groups));
         launchGroupMoments(p, moments_.as<double>(), scratch_.as<double>(), stream_);
         std::vector<double> host(2 * static_cast<std::size_t>(groups));
-        TESSERA_CHECK(cudaMemcpyAsync(host.data(), moments_.data(), host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                      stream_));
+        TESSERA_CHECK(cudaMemcpyAsync(host.data(), moments_.data(), host.size() * sizeof(double),
+                                      cudaMemcpyDeviceToHost, stream_));
         TESSERA_CHECK(cudaStreamSynchronize(stream_));
         std::vector<std::pair<double, double>> out;
-        for (int g = 0; g < groups; ++g) out.emplace_back(host[2 * static_cast<std::size_t>(g)], host[2 * static_cast<std::size_t>(g) + 1]);
+        for (int g = 0; g < groups; ++g)
+            out.emplace_back(host[2 * static_cast<std::size_t>(g)], host[2 * static_cast<std::size_t>(g) + 1]);
         return out;
     }
 
@@ -113,19 +122,21 @@ public:
         preparer_.prepareGraph(graph, weights, batch, tileH, tileW);
     }
 
-    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid, int first,
-             int count) override {
+    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid,
+             int first, int count) override {
         const NvtxRange range("vae segment tiles " + std::to_string(first) + "+" + std::to_string(count));
         const ModelGraph& g = device_.graph();
         for (std::size_t k = 0; k < inputs.size(); ++k) {
             char* dst = static_cast<char*>(device_.deviceGraphInput(k));
             const GraphValue& v = g.value(g.inputs().at(k));
-            for (int t = 0; t < count; ++t) feed(inputs[k], v, grid.tiles[static_cast<std::size_t>(first + t)], first + t, t, dst);
+            for (int t = 0; t < count; ++t)
+                feed(inputs[k], v, grid.tiles[static_cast<std::size_t>(first + t)], first + t, t, dst);
         }
         device_.enqueue(count);
         for (std::size_t o = 0; o < outputs.size(); ++o) {
             const char* src = static_cast<const char*>(device_.deviceGraphOutput(o));
-            for (int t = 0; t < count; ++t) paste(src, grid.tiles[static_cast<std::size_t>(first + t)], t, canvases_.at(outputs[o]));
+            for (int t = 0; t < count; ++t)
+                paste(src, grid.tiles[static_cast<std::size_t>(first + t)], t, canvases_.at(outputs[o]));
         }
     }
     std::uint64_t peakBytes() const override { return peak_; }
@@ -134,32 +145,36 @@ private:
     // Tile `t` of the batch (grid tile `tile`) of input `in` into its buffer `dst` (value `v`).
     void feed(const StoreInput& in, const GraphValue& v, const GraphTile& tile, int index, int t, char* dst) {
         if (in.kind == SegmentInput::Kind::NormVector) {
-            const std::vector<float>& data = in.vectors->size() == 1 ? in.vectors->front()
-                                                                     : (*in.vectors)[static_cast<std::size_t>(index)];
+            const std::vector<float>& data =
+                in.vectors->size() == 1 ? in.vectors->front() : (*in.vectors)[static_cast<std::size_t>(index)];
             const std::size_t bytes = data.size() * sizeof(float);
             TESSERA_CHECK(cudaMemcpyAsync(dst + t * bytes, data.data(), bytes, cudaMemcpyHostToDevice, stream_));
             return;
         }
         const DeviceCanvas& c = canvases_.at(in.value);
-        if (in.kind == SegmentInput::Kind::Context) {   // [pixels, C], channels unpadded
-            const std::size_t row = static_cast<std::size_t>(v.channels) * es_, pixels = static_cast<std::size_t>(c.h) * c.w;
+        if (in.kind == SegmentInput::Kind::Context) {  // [pixels, C], channels unpadded
+            const std::size_t row = static_cast<std::size_t>(v.channels) * es_,
+                              pixels = static_cast<std::size_t>(c.h) * c.w;
             TESSERA_CHECK(cudaMemcpy2DAsync(dst + t * pixels * row, row, c.buffer.data(), c.stride * es_, row, pixels,
                                             cudaMemcpyDeviceToDevice, stream_));
             return;
         }
-        if (c.stride != padded(v.channels)) throw std::logic_error("CudaCanvasStore: the canvas of '" + v.name + "' has another layout");
+        if (c.stride != padded(v.channels))
+            throw std::logic_error("CudaCanvasStore: the canvas of '" + v.name + "' has another layout");
         const int h = tile.h * c.scale, w = tile.w * c.scale;
         const std::size_t row = static_cast<std::size_t>(w) * c.stride * es_;
         TESSERA_CHECK(cudaMemcpy2DAsync(dst + t * row * h, row, c.at(tile.y * c.scale, tile.x * c.scale, es_),
-                                        static_cast<std::size_t>(c.w) * c.stride * es_, row, h, cudaMemcpyDeviceToDevice,
-                                        stream_));
+                                        static_cast<std::size_t>(c.w) * c.stride * es_, row, h,
+                                        cudaMemcpyDeviceToDevice, stream_));
     }
     // The core of tile `t` of the batch out of output buffer `src` (its extents) into canvas `c`.
     void paste(const char* src, const GraphTile& tile, int t, DeviceCanvas& c) {
         const int s = c.scale, h = tile.h * s, w = tile.w * s;
         const std::size_t pixel = static_cast<std::size_t>(c.stride) * es_, row = w * pixel;
-        const char* from = src + t * row * h + (static_cast<std::size_t>((tile.coreY - tile.y) * s) * w +
-                                                static_cast<std::size_t>((tile.coreX - tile.x) * s)) * pixel;
+        const char* from = src + t * row * h +
+                           (static_cast<std::size_t>((tile.coreY - tile.y) * s) * w +
+                            static_cast<std::size_t>((tile.coreX - tile.x) * s)) *
+                               pixel;
         TESSERA_CHECK(cudaMemcpy2DAsync(c.at(tile.coreY * s, tile.coreX * s, es_), c.w * pixel, from, row,
                                         static_cast<std::size_t>(tile.coreW) * s * pixel, tile.coreH * s,
                                         cudaMemcpyDeviceToDevice, stream_));
@@ -177,9 +192,12 @@ private:
 
 }  // namespace
 
-std::uint64_t canvasStoreReserveBytes(std::uint64_t totalDeviceBytes) { return std::min(kReserveBytes, totalDeviceBytes / 4); }
+std::uint64_t canvasStoreReserveBytes(std::uint64_t totalDeviceBytes) {
+    return std::min(kReserveBytes, totalDeviceBytes / 4);
+}
 
-std::unique_ptr<TiledCanvasStore> makeCudaCanvasStore(Backend& preparer, CudaBackend& device, std::uint64_t canvasBytes) {
+std::unique_ptr<TiledCanvasStore> makeCudaCanvasStore(Backend& preparer, CudaBackend& device,
+                                                      std::uint64_t canvasBytes) {
     std::size_t freeBytes = 0, totalBytes = 0;
     TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
     const std::uint64_t need = canvasBytes / sizeof(float) * dtypeSize(dtypeOf(device.precision()));

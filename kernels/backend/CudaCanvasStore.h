@@ -24,6 +24,7 @@ std::uint64_t canvasStoreReserveBytes(std::uint64_t totalDeviceBytes);
 // a wrapper that adds the tuning cache; it must prepare `device`), when canvases of `canvasBytes`
 // (float32; the store holds them at the activation type's size) fit the free memory less
 // canvasStoreReserveBytes; else nullptr. Both must outlive the store.
-std::unique_ptr<TiledCanvasStore> makeCudaCanvasStore(Backend& preparer, CudaBackend& device, std::uint64_t canvasBytes);
+std::unique_ptr<TiledCanvasStore> makeCudaCanvasStore(Backend& preparer, CudaBackend& device,
+                                                      std::uint64_t canvasBytes);
 
 }  // namespace tessera

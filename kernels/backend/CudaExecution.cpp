@@ -37,8 +37,10 @@ char* CudaBackend::Impl::lanePtr(int lane, int buf) const {
 
 void CudaBackend::Impl::setConvBatch(ConvLayer& c, int batch) {
     if (c.descBatch == batch) return;
-    TESSERA_CHECK(cudnnSetTensor4dDescriptor(c.xDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cin, c.h, c.w));
-    TESSERA_CHECK(cudnnSetTensor4dDescriptor(c.yDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cout, c.ho, c.wo));
+    TESSERA_CHECK(
+        cudnnSetTensor4dDescriptor(c.xDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cin, c.h, c.w));
+    TESSERA_CHECK(
+        cudnnSetTensor4dDescriptor(c.yDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cout, c.ho, c.wo));
     TESSERA_CHECK(cudnnSetConvolutionMathType(c.convDesc.get(), c.math[static_cast<std::size_t>(batch)]));
     c.descBatch = batch;
 }
@@ -65,14 +67,15 @@ bool CudaBackend::Impl::runConvFused(int layer, const void* x, void* y, const vo
 void CudaBackend::Impl::gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha,
                                  float beta) {
     const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-    TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k,
-                               x, cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
+    TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k, x,
+                               cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void* CudaBackend::Impl::graphValuePtr(int v) const {
     if (!prepared) throw std::logic_error("CudaBackend: device buffers before prepare");
-    if (graph.value(v).kind == ValueKind::Vector) return lanePtr(0, valueVec[static_cast<std::size_t>(v)].buf) +
-                                                         valueVec[static_cast<std::size_t>(v)].offset * sizeof(float);
+    if (graph.value(v).kind == ValueKind::Vector)
+        return lanePtr(0, valueVec[static_cast<std::size_t>(v)].buf) +
+               valueVec[static_cast<std::size_t>(v)].offset * sizeof(float);
     const int buf = valueAct[static_cast<std::size_t>(v)].buf;
     return buf < 0 ? nullptr : lanePtr(0, buf);
 }

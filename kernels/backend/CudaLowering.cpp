@@ -68,8 +68,8 @@ int CudaBackend::Impl::addConv(const std::string& name, int cin, int cout, int k
     TESSERA_CHECK(cudnnSetFilter4dDescriptor(c.wDesc.get(), cudnnType(dtype), CUDNN_TENSOR_NHWC, cout, cin, k, k));
     TESSERA_CHECK(cudnnSetConvolution2dDescriptor(c.convDesc.get(), pad, pad, stride, stride, 1, 1,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    TESSERA_CHECK(cudnnSetConvolutionMathType(c.convDesc.get(),
-                                              dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    TESSERA_CHECK(
+        cudnnSetConvolutionMathType(c.convDesc.get(), dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     c.algo.assign(static_cast<std::size_t>(maxBatch) + 1, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
     c.math.assign(static_cast<std::size_t>(maxBatch) + 1, dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
     convs.push_back(std::move(c));
@@ -81,7 +81,8 @@ const HostTensor& CudaBackend::Impl::weight(int param) const {
     const auto it = weightMap->find(p.name);
     if (it == weightMap->end()) throw ModelError("weights: no tensor '" + p.name + "'");
     if (it->second.shape != p.shape)
-        throw ModelError(p.name + ": expected " + shapeToString(p.shape) + ", found " + shapeToString(it->second.shape));
+        throw ModelError(p.name + ": expected " + shapeToString(p.shape) + ", found " +
+                         shapeToString(it->second.shape));
     return it->second;
 }
 
@@ -135,7 +136,8 @@ void CudaBackend::Impl::analyse() {
             return n.kind == OpKind::GroupNorm && n.input != op.output;
         });
         if (!normsOnly) continue;
-        auto p = std::find_if(projections.begin(), projections.end(), [&](const Projection& q) { return q.input == op.input; });
+        auto p = std::find_if(projections.begin(), projections.end(),
+                              [&](const Projection& q) { return q.input == op.input; });
         if (p == projections.end()) p = projections.insert(projections.end(), Projection{op.input, -1, 0, {}});
         projectionOf[i] = static_cast<int>(p - projections.begin());
         p->members.push_back(static_cast<int>(i));
@@ -148,8 +150,8 @@ void CudaBackend::Impl::analyse() {
         // The bias goes into the projection feeding the pre-add (read by this norm only), or
         // becomes the pre-add itself.
         const int p = norm.preAdd >= 0 ? producerOf(norm.preAdd) : -1;
-        if (norm.preAdd >= 0 && (p < 0 || projectionOf[static_cast<std::size_t>(p)] < 0 ||
-                                 !onlyReader(norm.preAdd, static_cast<int>(i))))
+        if (norm.preAdd >= 0 &&
+            (p < 0 || projectionOf[static_cast<std::size_t>(p)] < 0 || !onlyReader(norm.preAdd, static_cast<int>(i))))
             continue;
         biasIntoNorm[i] = c;
         biasMoved[static_cast<std::size_t>(c)] = 1;
@@ -184,8 +186,8 @@ void CudaBackend::Impl::lowerInputs() {
     for (int v : graph.inputs()) {
         const GraphValue& g = graph.value(v);
         if (g.kind != ValueKind::Vector) continue;
-        valueVec[static_cast<std::size_t>(v)] = {newBuffer(static_cast<std::size_t>(maxBatch) * g.channels * 4, g.name), 0,
-                                                 g.channels};
+        valueVec[static_cast<std::size_t>(v)] = {newBuffer(static_cast<std::size_t>(maxBatch) * g.channels * 4, g.name),
+                                                 0, g.channels};
         if (timestepBuf < 0) timestepBuf = valueVec[static_cast<std::size_t>(v)].buf;
     }
     for (int v : graph.inputs()) {
@@ -200,7 +202,8 @@ void CudaBackend::Impl::lowerInputs() {
             continue;
         }
         if (g.kind != ValueKind::FeatureMap) continue;
-        valueAct[static_cast<std::size_t>(v)] = newAct((g.channels + 7) / 8 * 8, tileH / g.divisor, tileW / g.divisor, g.name);
+        valueAct[static_cast<std::size_t>(v)] =
+            newAct((g.channels + 7) / 8 * 8, tileH / g.divisor, tileW / g.divisor, g.name);
         if (inputBuf < 0) {
             inputBuf = valueAct[static_cast<std::size_t>(v)].buf;
             inPad = valueAct[static_cast<std::size_t>(v)].c;
@@ -236,39 +239,39 @@ void CudaBackend::Impl::lowerVectors() {
         valueVec[static_cast<std::size_t>(op.output)] = y;
         bufs.push_back(y.buf);
         switch (op.kind) {
-        case OpKind::TimestepEmbedding:
-            timestep = true;
-            steps.push_back([=, this](int batch) {
-                launchTimestepEmbedding(vec(x), vec(y), batch, C, op.freqShift, op.flipSinToCos, opStream);
-            });
-            break;
-        case OpKind::Linear: {
-            const std::size_t w = floats(op.params[0]), b = floats(op.params[1]);
-            const bool silu = op.silu;
-            steps.push_back([=, this](int batch) {
-                gemmRows(DType::F32, wf(w), vec(x), vec(y), batch, in, C, 1.0f, 0.0f);
-                launchBiasActivationF32(vec(y), wf(b), batch, C, silu, nullptr, opStream);
-            });
-            break;
-        }
-        default: {  // Affine, SiLU, Add of vectors
-            PointwiseParams p;
-            p.op = op.kind == OpKind::Affine ? PointwiseOp::Affine
-                                             : (op.kind == OpKind::SiLU ? PointwiseOp::Silu : PointwiseOp::Add);
-            if (op.kind != OpKind::Affine && op.kind != OpKind::SiLU && op.kind != OpKind::Add)
-                throw std::logic_error("CudaBackend: " + op.name + " is not a vector op");
-            p.channels = C;
-            p.scale = op.scale;
-            p.shift = op.shift;
-            const VectorRef other = op.input2 >= 0 ? valueVec[static_cast<std::size_t>(op.input2)] : VectorRef{};
-            steps.push_back([=, this](int batch) mutable {
-                p.x = vec(x);
-                p.other = other.buf >= 0 ? vec(other) : nullptr;
-                p.y = vec(y);
-                p.rows = batch;
-                launchPointwise(p, opStream);
-            });
-        }
+            case OpKind::TimestepEmbedding:
+                timestep = true;
+                steps.push_back([=, this](int batch) {
+                    launchTimestepEmbedding(vec(x), vec(y), batch, C, op.freqShift, op.flipSinToCos, opStream);
+                });
+                break;
+            case OpKind::Linear: {
+                const std::size_t w = floats(op.params[0]), b = floats(op.params[1]);
+                const bool silu = op.silu;
+                steps.push_back([=, this](int batch) {
+                    gemmRows(DType::F32, wf(w), vec(x), vec(y), batch, in, C, 1.0f, 0.0f);
+                    launchBiasActivationF32(vec(y), wf(b), batch, C, silu, nullptr, opStream);
+                });
+                break;
+            }
+            default: {  // Affine, SiLU, Add of vectors
+                PointwiseParams p;
+                p.op = op.kind == OpKind::Affine ? PointwiseOp::Affine
+                                                 : (op.kind == OpKind::SiLU ? PointwiseOp::Silu : PointwiseOp::Add);
+                if (op.kind != OpKind::Affine && op.kind != OpKind::SiLU && op.kind != OpKind::Add)
+                    throw std::logic_error("CudaBackend: " + op.name + " is not a vector op");
+                p.channels = C;
+                p.scale = op.scale;
+                p.shift = op.shift;
+                const VectorRef other = op.input2 >= 0 ? valueVec[static_cast<std::size_t>(op.input2)] : VectorRef{};
+                steps.push_back([=, this](int batch) mutable {
+                    p.x = vec(x);
+                    p.other = other.buf >= 0 ? vec(other) : nullptr;
+                    p.y = vec(y);
+                    p.rows = batch;
+                    launchPointwise(p, opStream);
+                });
+            }
         }
     }
     addOp(timestep ? "time_embedding" : "vectors", bufs, Act{}, [steps](int batch) {
@@ -323,24 +326,30 @@ void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
     Act other;
     VectorRef v;
     switch (op.kind) {
-    case OpKind::Affine: p.op = PointwiseOp::Affine; break;
-    case OpKind::SiLU: p.op = PointwiseOp::Silu; break;
-    case OpKind::Add:
-        if (sameShape) {
-            p.op = PointwiseOp::Add;
-            other = act(op.input2, op, false);
-            if (other.c != x.c) throw std::invalid_argument("CudaBackend: " + op.name + ": operands stored differently");
-            bufs.push_back(other.buf);
-        } else {
-            p.op = PointwiseOp::AddVector;
+        case OpKind::Affine:
+            p.op = PointwiseOp::Affine;
+            break;
+        case OpKind::SiLU:
+            p.op = PointwiseOp::Silu;
+            break;
+        case OpKind::Add:
+            if (sameShape) {
+                p.op = PointwiseOp::Add;
+                other = act(op.input2, op, false);
+                if (other.c != x.c)
+                    throw std::invalid_argument("CudaBackend: " + op.name + ": operands stored differently");
+                bufs.push_back(other.buf);
+            } else {
+                p.op = PointwiseOp::AddVector;
+                v = valueVec[static_cast<std::size_t>(op.input2)];
+            }
+            break;
+        case OpKind::ScaleShift:
+            p.op = PointwiseOp::ScaleShift;
             v = valueVec[static_cast<std::size_t>(op.input2)];
-        }
-        break;
-    case OpKind::ScaleShift:
-        p.op = PointwiseOp::ScaleShift;
-        v = valueVec[static_cast<std::size_t>(op.input2)];
-        break;
-    default: throw std::logic_error("CudaBackend: " + op.name + " is not elementwise");
+            break;
+        default:
+            throw std::logic_error("CudaBackend: " + op.name + " is not elementwise");
     }
     if (v.buf >= 0) {
         bufs.push_back(v.buf);
@@ -449,7 +458,8 @@ void CudaBackend::Impl::lowerGroupNorm(int index) {
     const Act y = newAct(x.c, x.h, x.w, op.name);
     const int pixels = x.h * x.w;
     const int chunks = groupNormChunks(pixels, maxBatch, props.multiProcessorCount);
-    const int scratch = newBuffer(groupNormScratchFloats(maxBatch, chunks, op.groups) * sizeof(float), op.name + ".stats");
+    const int scratch =
+        newBuffer(groupNormScratchFloats(maxBatch, chunks, op.groups) * sizeof(float), op.name + ".stats");
     const std::size_t gamma = floats(op.params[0]), beta = floats(op.params[1]);
     std::vector<int> bufs{x.buf, y.buf, scratch};
     // Pre-add: a vector (the projection, which holds the conv bias when it was moved), or the
@@ -537,7 +547,8 @@ void CudaBackend::Impl::lowerLayerNorm(const GraphOp& op) {
 }
 
 void CudaBackend::Impl::lowerTokenLinear(const GraphOp& op) {
-    if (graph.value(op.input).kind != ValueKind::Tokens) throw std::logic_error("CudaBackend: " + op.name + " is not over tokens");
+    if (graph.value(op.input).kind != ValueKind::Tokens)
+        throw std::logic_error("CudaBackend: " + op.name + " is not over tokens");
     const Act x = act(op.input, op);
     const Act r = op.residual >= 0 ? act(op.residual, op) : Act{};
     const int in = x.c, out = op.channels;
@@ -548,7 +559,8 @@ void CudaBackend::Impl::lowerTokenLinear(const GraphOp& op) {
     addOp(op.name, bufs, y, [=, this](int batch) {
         const long long rows = static_cast<long long>(batch) * x.h * x.w;
         gemmRows(dtype, wt(w), ptr(x.buf), ptr(y.buf), static_cast<int>(rows), in, out, 1.0f, 0.0f);
-        launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r.buf >= 0 ? ptr(r.buf) : nullptr, rows, out, 1.0f, opStream);
+        launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r.buf >= 0 ? ptr(r.buf) : nullptr, rows, out, 1.0f,
+                           opStream);
     });
     valueAct[static_cast<std::size_t>(op.output)] = y;
 }
@@ -556,8 +568,8 @@ void CudaBackend::Impl::lowerTokenLinear(const GraphOp& op) {
 void CudaBackend::Impl::lowerGeglu(const GraphOp& op) {
     const Act x = act(op.input, op);
     const int in = x.c, inner = op.channels;
-    const int proj = newBuffer(static_cast<std::size_t>(maxBatch) * x.h * x.w * 2 * inner * dtypeSize(dtype),
-                               op.name + ".proj");
+    const int proj =
+        newBuffer(static_cast<std::size_t>(maxBatch) * x.h * x.w * 2 * inner * dtypeSize(dtype), op.name + ".proj");
     const Act y = newAct(inner, x.h, x.w, op.name);
     const std::size_t w = blob.addTyped(weight(op.params[0]).data, dtype), b = floats(op.params[1]);
     addOp(op.name, {x.buf, proj, y.buf}, y, [=, this](int batch) {
@@ -571,7 +583,8 @@ void CudaBackend::Impl::lowerGeglu(const GraphOp& op) {
 void CudaBackend::Impl::lowerGelu(const GraphOp& op) {
     const Act x = act(op.input, op);
     const Act y = newAct(x.c, x.h, x.w, op.name);
-    const GeluKind kind = op.kind == OpKind::QuickGELU ? GeluKind::Quick : (op.geluTanh ? GeluKind::Tanh : GeluKind::Exact);
+    const GeluKind kind =
+        op.kind == OpKind::QuickGELU ? GeluKind::Quick : (op.geluTanh ? GeluKind::Tanh : GeluKind::Exact);
     addOp(op.name, {x.buf, y.buf}, y, [=, this](int batch) {
         launchGelu(dtype, kind, ptr(x.buf), ptr(y.buf), static_cast<long long>(batch) * x.h * x.w * x.c, opStream);
     });
@@ -659,26 +672,50 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
             continue;
         }
         switch (op.kind) {
-        case OpKind::Conv:
-            if (!deferred[i]) lowerConv(static_cast<int>(i));
-            break;
-        case OpKind::GroupNorm: lowerGroupNorm(static_cast<int>(i)); break;
-        case OpKind::Attention:
-            if (graph.value(op.input).kind == ValueKind::Tokens) lowerTokenAttention(static_cast<int>(i));
-            else lowerAttention(static_cast<int>(i));
-            break;
-        case OpKind::ToTokens:
-        case OpKind::ToFeatureMap: lowerLayoutChange(op); break;
-        case OpKind::LayerNorm: lowerLayerNorm(op); break;
-        case OpKind::Linear: lowerTokenLinear(op); break;
-        case OpKind::GEGLU: lowerGeglu(op); break;
-        case OpKind::GELU:
-        case OpKind::QuickGELU: lowerGelu(op); break;
-        case OpKind::Concat: lowerConcat(op); break;
-        case OpKind::Upsample: lowerUpsample(op); break;
-        case OpKind::TokenEmbedding: lowerTokenEmbedding(op); break;
-        case OpKind::EosPool: lowerEosPool(op); break;
-        default: lowerPointwise(op); break;
+            case OpKind::Conv:
+                if (!deferred[i]) lowerConv(static_cast<int>(i));
+                break;
+            case OpKind::GroupNorm:
+                lowerGroupNorm(static_cast<int>(i));
+                break;
+            case OpKind::Attention:
+                if (graph.value(op.input).kind == ValueKind::Tokens)
+                    lowerTokenAttention(static_cast<int>(i));
+                else
+                    lowerAttention(static_cast<int>(i));
+                break;
+            case OpKind::ToTokens:
+            case OpKind::ToFeatureMap:
+                lowerLayoutChange(op);
+                break;
+            case OpKind::LayerNorm:
+                lowerLayerNorm(op);
+                break;
+            case OpKind::Linear:
+                lowerTokenLinear(op);
+                break;
+            case OpKind::GEGLU:
+                lowerGeglu(op);
+                break;
+            case OpKind::GELU:
+            case OpKind::QuickGELU:
+                lowerGelu(op);
+                break;
+            case OpKind::Concat:
+                lowerConcat(op);
+                break;
+            case OpKind::Upsample:
+                lowerUpsample(op);
+                break;
+            case OpKind::TokenEmbedding:
+                lowerTokenEmbedding(op);
+                break;
+            case OpKind::EosPool:
+                lowerEosPool(op);
+                break;
+            default:
+                lowerPointwise(op);
+                break;
         }
         // The op that completes the value (not a conv whose bias went into the norm after it).
         if (ops.size() > before && !biasMoved[i]) ops.back().value = op.output;

@@ -11,23 +11,23 @@
 
 namespace tessera {
 
-inline constexpr std::size_t kAlign = 256;                    // every buffer and weight offset
-inline constexpr std::size_t kCublasWorkspace = 32u << 20;    // cuBLAS' recommendation for Hopper
+inline constexpr std::size_t kAlign = 256;                  // every buffer and weight offset
+inline constexpr std::size_t kCublasWorkspace = 32u << 20;  // cuBLAS' recommendation for Hopper
 
 inline std::size_t alignUp(std::size_t v, std::size_t a = kAlign) { return (v + a - 1) / a * a; }
 inline double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 struct PlanBuffer {
     std::size_t bytes = 0;
-    int first = INT_MAX, last = -1;   // the ops that use it (set by placeBuffers)
-    bool wholeRun = false;            // touched between calls (inputs, outputs, staging): never shared
-    std::size_t offset = 0;           // in the activation region (set by placeBuffers)
+    int first = INT_MAX, last = -1;  // the ops that use it (set by placeBuffers)
+    bool wholeRun = false;           // touched between calls (inputs, outputs, staging): never shared
+    std::size_t offset = 0;          // in the activation region (set by placeBuffers)
     std::string name;
 };
 
 struct ActivationLayout {
-    std::size_t bytes = 0;           // the activation region with buffers shared
-    std::size_t unsharedBytes = 0;   // what one region per buffer would need
+    std::size_t bytes = 0;          // the activation region with buffers shared
+    std::size_t unsharedBytes = 0;  // what one region per buffer would need
 };
 
 // Sets every buffer's lifetime from `buffersPerOp` (op i uses the buffers buffersPerOp[i]; a

@@ -19,22 +19,18 @@ CudaBackend::Impl::Impl(Precision p, int dev) : precision(p), dtype(dtypeFor(p))
     int count = 0;
     TESSERA_CHECK(cudaGetDeviceCount(&count));
     if (dev < 0 || dev >= count)
-        throw std::runtime_error("CUDA device " + std::to_string(dev) + " does not exist (" +
-                                 std::to_string(count) + " present)");
+        throw std::runtime_error("CUDA device " + std::to_string(dev) + " does not exist (" + std::to_string(count) +
+                                 " present)");
     TESSERA_CHECK(cudaSetDevice(dev));
     TESSERA_CHECK(cudaGetDeviceProperties(&props, dev));
     if (p == Precision::BF16 && props.major < 8)
-        throw std::runtime_error(std::string("bf16 needs compute capability 8.0 or newer; ") + props.name +
-                                 " has " + std::to_string(props.major) + "." + std::to_string(props.minor));
+        throw std::runtime_error(std::string("bf16 needs compute capability 8.0 or newer; ") + props.name + " has " +
+                                 std::to_string(props.major) + "." + std::to_string(props.minor));
     int driver = 0, runtime = 0;
     TESSERA_CHECK(cudaDriverGetVersion(&driver));
     TESSERA_CHECK(cudaRuntimeGetVersion(&runtime));
-    tuning.setContext(TuningContext{props.name,
-                                    std::to_string(props.major) + "." + std::to_string(props.minor),
-                                    driver,
-                                    runtime,
-                                    static_cast<int>(cudnnGetVersion()),
-                                    std::string(toString(p))}
+    tuning.setContext(TuningContext{props.name, std::to_string(props.major) + "." + std::to_string(props.minor), driver,
+                                    runtime, static_cast<int>(cudnnGetVersion()), std::string(toString(p))}
                           .key());
     stream = makeStream(!settings.nonblockingStream);
     cudnn = makeCudnn();
@@ -59,7 +55,7 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
     tileH = h;
     tileW = w;
     const NvtxRange nvtxPrepare("CudaBackend prepare " + std::to_string(batch) + "x" + std::to_string(w) + "x" +
-                          std::to_string(h));
+                                std::to_string(h));
     {
         const NvtxRange nvtxLower("lower + plan arena");
         build(g, tensors);
@@ -185,8 +181,8 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
     std::ostringstream s;
     s.setf(std::ios::fixed);
     s.precision(1);
-    s << "CudaBackend " << dtypeName(dtype) << " on " << props.name << ": batch " << maxBatch << " of " << tileW
-      << "x" << tileH << ", " << ops.size() << " layers, " << convs.size() << " convolutions, " << buffers.size()
+    s << "CudaBackend " << dtypeName(dtype) << " on " << props.name << ": batch " << maxBatch << " of " << tileW << "x"
+      << tileH << ", " << ops.size() << " layers, " << convs.size() << " convolutions, " << buffers.size()
       << " tensors; arena " << mib(total) << " MiB = weights " << mib(weights) << " + " << lanes
       << (lanes == 1 ? " lane" : " lanes") << " x (activations " << mib(activationBytes) << " (unshared "
       << mib(unsharedBytes) << ") + workspace " << mib(convWorkspace + kCublasWorkspace) << ")\n";
@@ -196,8 +192,8 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
         // Times where this prepare measured them (-1: not measured, or the tuning cache chose).
         const auto ms = [](double v) { return v >= 0 ? std::to_string(v).substr(0, 6) + " ms" : std::string("-"); };
         if (c.legacyMs != 0 || c.graph) {
-            s << " " << ms(c.legacyMs) << "; " << (c.graph ? c.graph->engineName() : std::string("graph API"))
-              << " " << ms(c.graphMs) << (c.graph ? " [graph]" : " [legacy]")
+            s << " " << ms(c.legacyMs) << "; " << (c.graph ? c.graph->engineName() : std::string("graph API")) << " "
+              << ms(c.graphMs) << (c.graph ? " [graph]" : " [legacy]")
               << (c.legacyMs < 0 && c.graphMs < 0 ? " (tuning cache)" : "");
             if (c.hasEpilogue && (c.fused || c.epilogueMs != 0))
                 s << "; epilogue " << ms(c.epilogueMs) << ", fused " << ms(c.fusedMs)

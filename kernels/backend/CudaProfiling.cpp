@@ -30,7 +30,7 @@ std::vector<CudaBackend::OpTime> CudaBackend::Impl::profileOps(int batch, int re
     CudaGraphExec exec;
     if (inGraph) exec = instantiateGraph(captureGraph(s, enqueueMarked).graph.get());
     std::vector<std::vector<float>> samples(ops.size());
-    for (int r = 0; r < repeats + 1; ++r) {   // the first pass is a warm-up
+    for (int r = 0; r < repeats + 1; ++r) {  // the first pass is a warm-up
         if (inGraph)
             TESSERA_CHECK(cudaGraphLaunch(exec.get(), s));
         else
@@ -78,8 +78,8 @@ CudaBackend::ForwardTimes CudaBackend::Impl::timeForwards(int batch, int warmup,
     return times;
 }
 
-std::vector<CudaBackend::LayerTrace> CudaBackend::Impl::traceForward(
-        const float* x, const float* timesteps, int batch) {
+std::vector<CudaBackend::LayerTrace> CudaBackend::Impl::traceForward(const float* x, const float* timesteps,
+                                                                     int batch) {
     if (!prepared) throw std::logic_error("CudaBackend: traceForward before prepare");
     selectOwnLane();
     cudaStream_t s = stream.get();

@@ -9,10 +9,10 @@ namespace tessera {
 
 CudaSettings CudaSettings::fromEnvironment() {
     CudaSettings s;
-    for (const char* name : {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE",
-                             "TESSERA_CUDNN_RUNTIME_FUSION", "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC",
-                             "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB", "TESSERA_CUDA_FLASH",
-                             "TESSERA_CUDA_SDPA"}) {
+    for (const char* name :
+         {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE", "TESSERA_CUDNN_RUNTIME_FUSION",
+          "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC", "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB",
+          "TESSERA_CUDA_FLASH", "TESSERA_CUDA_SDPA"}) {
         const char* v = std::getenv(name);
         s.values[name] = v ? v : "";
     }

@@ -31,19 +31,19 @@
 
 namespace tessera {
 
-inline constexpr std::size_t kAttentionScoreMiB = 256;   // float32 scores of one attention pass (AttentionPlan)
+inline constexpr std::size_t kAttentionScoreMiB = 256;  // float32 scores of one attention pass (AttentionPlan)
 inline constexpr std::size_t kMaxAttentionScoreMiB = 1u << 20;
 
 enum class FlashMode { Auto, Off, On };
 
 struct CudaSettings {
-    std::map<std::string, std::string> values;   // name -> value ("" = not set)
+    std::map<std::string, std::string> values;  // name -> value ("" = not set)
     bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
     bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
     std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
     FlashMode flash = FlashMode::Auto;
-    int flashBlockQueries = 64, flashWarps = 4;   // the fused kernel's tiling when flash is On
-    FlashMode sdpa = FlashMode::Auto;              // cuDNN's fused attention: Off never, On always
+    int flashBlockQueries = 64, flashWarps = 4;  // the fused kernel's tiling when flash is On
+    FlashMode sdpa = FlashMode::Auto;            // cuDNN's fused attention: Off never, On always
 
     // Throws std::invalid_argument naming the variable for a value it cannot take.
     static CudaSettings fromEnvironment();

@@ -54,7 +54,7 @@ std::string GraphConvShape::key() const {
 struct GraphConv::Impl {
     cudnnHandle_t handle = nullptr;
     GraphConvShape shape;
-    std::vector<Desc> keep;   // descriptors the graph refers to
+    std::vector<Desc> keep;  // descriptors the graph refers to
     Desc graph;
     using Candidate = cudnn::Plan;
     std::vector<Candidate> plans;
@@ -82,7 +82,8 @@ struct GraphConv::Impl {
         Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
         pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<std::int64_t>(ptrs.size()),
                  ptrs.data())
-            .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(ids.size()), ids.data())
+            .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(ids.size()),
+                 ids.data())
             .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
         pack.finalize();
         if (&c != &plans[static_cast<std::size_t>(chosen)]) {
@@ -102,7 +103,7 @@ struct GraphConv::Impl {
 // conv, then the bias/residual pointwise nodes), each pointing at the previous.
 void GraphConv::Impl::buildGraph() {
     Impl& s = *this;
-    s.keep.reserve(64);   // `last` below points into it; configs join later
+    s.keep.reserve(64);  // `last` below points into it; configs join later
     const cudnnDataType_t io = cudnn::typeOf(shape.dtype);
     const bool fused = shape.bias || shape.residual;
     Desc x = tensor(kX, io, shape.n, shape.cin, shape.h, shape.w);
@@ -156,8 +157,9 @@ void GraphConv::Impl::buildGraph() {
         Desc* last = &convOut;
         if (shape.bias) {
             Desc b = tensor(kBias, CUDNN_DATA_FLOAT, 1, shape.cout, 1, 1);
-            Desc out = shape.residual ? tensor(kBiasOut, CUDNN_DATA_FLOAT, shape.n, shape.cout, shape.ho, shape.wo, true)
-                                      : tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo);
+            Desc out = shape.residual
+                           ? tensor(kBiasOut, CUDNN_DATA_FLOAT, shape.n, shape.cout, shape.ho, shape.wo, true)
+                           : tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo);
             Desc op = pointwiseAdd(*last, b, out);
             ops.push_back(op.get());
             s.keep.push_back(std::move(b));
@@ -176,8 +178,9 @@ void GraphConv::Impl::buildGraph() {
         }
     }
     s.graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    s.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(ops.size()),
-                ops.data())
+    s.graph
+        .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(ops.size()),
+             ops.data())
         .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     s.graph.finalize();
     s.keep.push_back(std::move(x));

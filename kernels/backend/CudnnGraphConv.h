@@ -22,13 +22,13 @@ namespace tessera {
 
 struct GraphConvShape {
     DType dtype = DType::F16;
-    int n = 1, cin = 0, h = 0, w = 0;   // input NHWC [n, h, w, cin]
+    int n = 1, cin = 0, h = 0, w = 0;  // input NHWC [n, h, w, cin]
     int cout = 0, k = 3, stride = 1, pad = 1;
-    int ho = 0, wo = 0;                 // output NHWC [n, ho, wo, cout]
+    int ho = 0, wo = 0;  // output NHWC [n, ho, wo, cout]
     float alpha = 1.0f;
-    bool bias = false;       // + bias[cout] (float32)
-    bool residual = false;   // + residual NHWC [n, ho, wo, cout], activation type
-    bool allowRuntimeCompiled = false;   // engines that compile at prepare time (NVRTC)
+    bool bias = false;                  // + bias[cout] (float32)
+    bool residual = false;              // + residual NHWC [n, ho, wo, cout], activation type
+    bool allowRuntimeCompiled = false;  // engines that compile at prepare time (NVRTC)
     std::string key() const;
 };
 
@@ -54,8 +54,8 @@ public:
     void run(const void* x, const void* w, void* y, const float* bias, const void* residual, void* workspace);
 
     std::size_t workspaceBytes() const;
-    std::string engineName() const;   // e.g. "graph engine 12 (of 9 candidates)"
-    PlanId planId() const;   // the chosen plan's engine and ordinal
+    std::string engineName() const;  // e.g. "graph engine 12 (of 9 candidates)"
+    PlanId planId() const;           // the chosen plan's engine and ordinal
     int candidates() const;
 
 private:

@@ -23,8 +23,7 @@ Desc& Desc::operator=(Desc&& o) noexcept {
     return *this;
 }
 
-Desc& Desc::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count,
-                const void* v) {
+Desc& Desc::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count, const void* v) {
     TESSERA_CHECK(cudnnBackendSetAttribute(d_, name, type, count, v));
     return *this;
 }
@@ -78,7 +77,7 @@ std::vector<Note> notesOf(cudnnBackendDescriptor_t engine, cudnnBackendAttribute
 std::vector<Plan> findPlans(cudnnHandle_t handle, const Desc& graph, std::size_t workspaceCap, int maxPlans,
                             GraphPlanId only, PlanFilter filter, int& offered, std::vector<Desc>& keep) {
     std::vector<Plan> plans;
-    std::map<std::int64_t, int> skipped;   // usable configurations passed over per engine (GraphPlanId)
+    std::map<std::int64_t, int> skipped;  // usable configurations passed over per engine (GraphPlanId)
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
         skipped.clear();
         Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
@@ -86,8 +85,8 @@ std::vector<Plan> findPlans(cudnnHandle_t handle, const Desc& graph, std::size_t
             .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
         if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) continue;
         std::int64_t count = 0;
-        if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                     nullptr) != CUDNN_STATUS_SUCCESS)
+        if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                     &count, nullptr) != CUDNN_STATUS_SUCCESS)
             continue;
         std::vector<Desc> configs;
         std::vector<cudnnBackendDescriptor_t> raw;
@@ -96,9 +95,9 @@ std::vector<Plan> findPlans(cudnnHandle_t handle, const Desc& graph, std::size_t
             raw.push_back(configs.back().get());
         }
         std::int64_t got = 0;
-        if (count == 0 || cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                                                   raw.data()) != CUDNN_STATUS_SUCCESS)
+        if (count == 0 ||
+            cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                     &got, raw.data()) != CUDNN_STATUS_SUCCESS)
             continue;
         offered += static_cast<int>(got);
         for (std::int64_t i = 0; i < got && static_cast<int>(plans.size()) < maxPlans; ++i) {
@@ -145,7 +144,7 @@ std::vector<Plan> findPlans(cudnnHandle_t handle, const Desc& graph, std::size_t
             c.runtimeCompiled = runtimeCompiled;
             plans.push_back(std::move(c));
         }
-        for (Desc& c : configs) keep.push_back(std::move(c));   // plans were made from them
+        for (Desc& c : configs) keep.push_back(std::move(c));  // plans were made from them
         if (!plans.empty()) break;
     }
     return plans;

@@ -19,8 +19,8 @@ namespace tessera {
 
 // One execution plan, as the tuning cache keeps it.
 struct GraphPlanId {
-    std::int64_t engine = -1;   // CUDNN_ATTR_ENGINE_GLOBAL_INDEX; -1 = none
-    int ordinal = 0;            // among the usable configurations of that engine, in heuristics order
+    std::int64_t engine = -1;  // CUDNN_ATTR_ENGINE_GLOBAL_INDEX; -1 = none
+    int ordinal = 0;           // among the usable configurations of that engine, in heuristics order
 };
 
 namespace cudnn {
@@ -53,15 +53,15 @@ Desc tensor(std::int64_t id, cudnnDataType_t type, const std::vector<std::int64_
 
 // Which engines a graph may run on.
 struct PlanFilter {
-    bool noTensorCores = false;          // fp32: no tensor-core or down-converting engines
-    bool allowRuntimeCompiled = false;   // engines compiled at prepare time (NVRTC)
+    bool noTensorCores = false;         // fp32: no tensor-core or down-converting engines
+    bool allowRuntimeCompiled = false;  // engines compiled at prepare time (NVRTC)
 };
 
 struct Plan {
     Desc plan;
     std::int64_t workspace = 0;
     std::int64_t engineIndex = -1;
-    int ordinal = 0;   // among the usable configurations of that engine (GraphPlanId)
+    int ordinal = 0;  // among the usable configurations of that engine (GraphPlanId)
     bool runtimeCompiled = false;
     double ms = 0;
 };

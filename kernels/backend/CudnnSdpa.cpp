@@ -39,7 +39,8 @@ std::string shapeText(const FlashAttentionArgs& a) {
 
 std::string CudnnSdpa::refusal(const FlashAttentionArgs& a) {
     if (!kHeadersHaveSdpa)
-        return "built against cuDNN " + versionText(CUDNN_VERSION) + ", whose graph API has no fused attention node "
+        return "built against cuDNN " + versionText(CUDNN_VERSION) +
+               ", whose graph API has no fused attention node "
                "(9.13 and later)";
     if (cudnnGetVersion() < kMinRuntime)
         return "cuDNN " + versionText(cudnnGetVersion()) + " is loaded; its fused attention node needs 9.13 or later";
@@ -48,14 +49,15 @@ std::string CudnnSdpa::refusal(const FlashAttentionArgs& a) {
     if (a.headDim > 256 || a.headDim % 8 != 0)
         return "head dim " + std::to_string(a.headDim) + " (cuDNN's fused attention takes multiples of 8 up to 256)";
     for (long long stride : {a.qRow, a.qImage, a.kRow, a.kImage, a.vRow, a.vImage, a.oRow, a.oImage})
-        if (stride % 8 != 0) return "a row or image stride of " + std::to_string(stride) + " elements (not 16-byte aligned)";
+        if (stride % 8 != 0)
+            return "a row or image stride of " + std::to_string(stride) + " elements (not 16-byte aligned)";
     return {};
 }
 
 struct CudnnSdpa::Impl {
     cudnnHandle_t handle = nullptr;
     FlashAttentionArgs shape;
-    float scale = 1.0f;   // the by-value scale tensor's host copy, read at every execute
+    float scale = 1.0f;  // the by-value scale tensor's host copy, read at every execute
     std::vector<Desc> keep;
     Desc graph;
     std::vector<cudnn::Plan> plans;
@@ -124,15 +126,14 @@ void CudnnSdpa::Impl::buildGraph() {
 CudnnSdpa::CudnnSdpa(cudnnHandle_t handle, const FlashAttentionArgs& shape, std::size_t workspaceCap, int maxPlans,
                      PlanId only)
     : impl_(std::make_unique<Impl>()) {
-    if (const std::string why = refusal(shape); !why.empty())
-        throw std::runtime_error("cuDNN fused attention: " + why);
+    if (const std::string why = refusal(shape); !why.empty()) throw std::runtime_error("cuDNN fused attention: " + why);
     Impl& s = *impl_;
     s.handle = handle;
     s.shape = shape;
     s.scale = shape.scale;
     s.buildGraph();
     cudnn::PlanFilter filter;
-    filter.allowRuntimeCompiled = true;   // noted in engineName; prepare's timing includes the compile
+    filter.allowRuntimeCompiled = true;  // noted in engineName; prepare's timing includes the compile
     s.plans = cudnn::findPlans(handle, s.graph, workspaceCap, maxPlans, only, filter, s.offered, s.keep);
     if (s.plans.empty())
         throw std::runtime_error("cuDNN fused attention: no plan for " + shapeText(shape) +

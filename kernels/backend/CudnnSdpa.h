@@ -44,7 +44,7 @@ public:
     int batch() const;
     std::size_t workspaceBytes() const;
     PlanId planId() const;
-    std::string engineName() const;   // "cuDNN SDPA engine 12 (1 of 2 candidates, compiled at prepare)"
+    std::string engineName() const;  // "cuDNN SDPA engine 12 (1 of 2 candidates, compiled at prepare)"
 
 private:
     struct Impl;

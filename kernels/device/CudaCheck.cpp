@@ -12,8 +12,8 @@ std::string shortPath(const char* file) {
 }
 }  // namespace
 
-CudaError::CudaError(const std::string& statement, const std::string& status, const std::string& location,
-                     int device, bool oom)
+CudaError::CudaError(const std::string& statement, const std::string& status, const std::string& location, int device,
+                     bool oom)
     : std::runtime_error(status + " in `" + statement + "` at " + location +
                          (device >= 0 ? " (CUDA device " + std::to_string(device) + ")" : std::string())),
       oom_(oom) {}

@@ -45,11 +45,11 @@ inline bool isOom(cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }
 }  // namespace tessera
 
 // TESSERA_CHECK(cudaMalloc(...)); TESSERA_CHECK(cudnnCreate(...)); TESSERA_CHECK(cublasCreate(...));
-#define TESSERA_CHECK(stmt)                                                                        \
-    do {                                                                                           \
-        const auto tessera_check_status_ = (stmt);                                                 \
-        if (::tessera::cudacheck::failed(tessera_check_status_))                                   \
-            ::tessera::cudacheck::raise(#stmt, ::tessera::cudacheck::describe(tessera_check_status_), \
+#define TESSERA_CHECK(stmt)                                                                                      \
+    do {                                                                                                         \
+        const auto tessera_check_status_ = (stmt);                                                               \
+        if (::tessera::cudacheck::failed(tessera_check_status_))                                                 \
+            ::tessera::cudacheck::raise(#stmt, ::tessera::cudacheck::describe(tessera_check_status_),            \
                                         ::tessera::cudacheck::isOom(tessera_check_status_), __FILE__, __LINE__); \
     } while (0)
 

@@ -44,12 +44,24 @@ private:
 };
 
 namespace detail {
-struct StreamTraits { static void destroy(cudaStream_t h) noexcept { (void)cudaStreamDestroy(h); } };
-struct EventTraits { static void destroy(cudaEvent_t h) noexcept { (void)cudaEventDestroy(h); } };
-struct GraphTraits { static void destroy(cudaGraph_t h) noexcept { (void)cudaGraphDestroy(h); } };
-struct GraphExecTraits { static void destroy(cudaGraphExec_t h) noexcept { (void)cudaGraphExecDestroy(h); } };
-struct CudnnTraits { static void destroy(cudnnHandle_t h) noexcept { (void)cudnnDestroy(h); } };
-struct CublasTraits { static void destroy(cublasHandle_t h) noexcept { (void)cublasDestroy(h); } };
+struct StreamTraits {
+    static void destroy(cudaStream_t h) noexcept { (void)cudaStreamDestroy(h); }
+};
+struct EventTraits {
+    static void destroy(cudaEvent_t h) noexcept { (void)cudaEventDestroy(h); }
+};
+struct GraphTraits {
+    static void destroy(cudaGraph_t h) noexcept { (void)cudaGraphDestroy(h); }
+};
+struct GraphExecTraits {
+    static void destroy(cudaGraphExec_t h) noexcept { (void)cudaGraphExecDestroy(h); }
+};
+struct CudnnTraits {
+    static void destroy(cudnnHandle_t h) noexcept { (void)cudnnDestroy(h); }
+};
+struct CublasTraits {
+    static void destroy(cublasHandle_t h) noexcept { (void)cublasDestroy(h); }
+};
 struct TensorDescTraits {
     static void destroy(cudnnTensorDescriptor_t h) noexcept { (void)cudnnDestroyTensorDescriptor(h); }
 };
@@ -59,8 +71,12 @@ struct FilterDescTraits {
 struct ConvDescTraits {
     static void destroy(cudnnConvolutionDescriptor_t h) noexcept { (void)cudnnDestroyConvolutionDescriptor(h); }
 };
-struct DeviceMemTraits { static void destroy(void* p) noexcept { (void)cudaFree(p); } };
-struct PinnedMemTraits { static void destroy(void* p) noexcept { (void)cudaFreeHost(p); } };
+struct DeviceMemTraits {
+    static void destroy(void* p) noexcept { (void)cudaFree(p); }
+};
+struct PinnedMemTraits {
+    static void destroy(void* p) noexcept { (void)cudaFreeHost(p); }
+};
 }  // namespace detail
 
 using CudaStream = DeviceResource<cudaStream_t, detail::StreamTraits>;
@@ -121,9 +137,15 @@ public:
         mem_ = DeviceResource<void*, detail::DeviceMemTraits>(p);
     }
     void* data() const noexcept { return mem_.get(); }
-    template <typename T> T* as() const noexcept { return static_cast<T*>(mem_.get()); }
+    template <typename T>
+    T* as() const noexcept {
+        return static_cast<T*>(mem_.get());
+    }
     std::size_t bytes() const noexcept { return bytes_; }
-    void reset() noexcept { mem_.reset(); bytes_ = 0; }
+    void reset() noexcept {
+        mem_.reset();
+        bytes_ = 0;
+    }
 
 private:
     DeviceResource<void*, detail::DeviceMemTraits> mem_;
@@ -140,7 +162,10 @@ public:
         mem_ = DeviceResource<void*, detail::PinnedMemTraits>(p);
     }
     void* data() const noexcept { return mem_.get(); }
-    template <typename T> T* as() const noexcept { return static_cast<T*>(mem_.get()); }
+    template <typename T>
+    T* as() const noexcept {
+        return static_cast<T*>(mem_.get());
+    }
 
 private:
     DeviceResource<void*, detail::PinnedMemTraits> mem_;

@@ -13,10 +13,20 @@ __device__ __forceinline__ float toFloat(float v) { return v; }
 __device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
 __device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-template <typename T> __device__ __forceinline__ T fromFloat(float v);
-template <> __device__ __forceinline__ float fromFloat<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ T fromFloat(float v);
+template <>
+__device__ __forceinline__ float fromFloat<float>(float v) {
+    return v;
+}
+template <>
+__device__ __forceinline__ __half fromFloat<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
 
 // VEC consecutive elements, aligned to their size so that one access is one wide load/store.
 template <typename T, int VEC>
@@ -92,19 +102,40 @@ inline int vectorWidthFor(int a, int b = 8, int c = 8) {
 }
 
 // Calls f.template operator()<T>() with the storage type for `t`.
-#define TESSERA_DISPATCH_DTYPE(t, ...)                                   \
-    switch (t) {                                                         \
-    case ::tessera::DType::F32: { using T = float; __VA_ARGS__; } break; \
-    case ::tessera::DType::F16: { using T = __half; __VA_ARGS__; } break; \
-    case ::tessera::DType::BF16: { using T = __nv_bfloat16; __VA_ARGS__; } break; \
+#define TESSERA_DISPATCH_DTYPE(t, ...) \
+    switch (t) {                       \
+        case ::tessera::DType::F32: {  \
+            using T = float;           \
+            __VA_ARGS__;               \
+        } break;                       \
+        case ::tessera::DType::F16: {  \
+            using T = __half;          \
+            __VA_ARGS__;               \
+        } break;                       \
+        case ::tessera::DType::BF16: { \
+            using T = __nv_bfloat16;   \
+            __VA_ARGS__;               \
+        } break;                       \
     }
 
-#define TESSERA_DISPATCH_VEC(vec, ...)                        \
-    switch (vec) {                                            \
-    case 8: { constexpr int VEC = 8; __VA_ARGS__; } break;    \
-    case 4: { constexpr int VEC = 4; __VA_ARGS__; } break;    \
-    case 2: { constexpr int VEC = 2; __VA_ARGS__; } break;    \
-    default: { constexpr int VEC = 1; __VA_ARGS__; } break;   \
+#define TESSERA_DISPATCH_VEC(vec, ...) \
+    switch (vec) {                     \
+        case 8: {                      \
+            constexpr int VEC = 8;     \
+            __VA_ARGS__;               \
+        } break;                       \
+        case 4: {                      \
+            constexpr int VEC = 4;     \
+            __VA_ARGS__;               \
+        } break;                       \
+        case 2: {                      \
+            constexpr int VEC = 2;     \
+            __VA_ARGS__;               \
+        } break;                       \
+        default: {                     \
+            constexpr int VEC = 1;     \
+            __VA_ARGS__;               \
+        } break;                       \
     }
 
 inline unsigned gridFor(long long n, int block, long long cap = 65535LL * 32) {

@@ -23,7 +23,7 @@ public:
 
 struct CapturedGraph {
     CudaGraph graph;
-    double captureMs = 0;   // host time from the start of the capture to its end
+    double captureMs = 0;  // host time from the start of the capture to its end
     int nodes = 0;
 };
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "core/run/Engine.h"
-#include "kernels/backend/CudaBackend.h"   // cudaDeviceAvailable, CudaOutOfMemory
+#include "kernels/backend/CudaBackend.h"  // cudaDeviceAvailable, CudaOutOfMemory
 
 namespace tessera {
 

@@ -7,13 +7,13 @@
 
 #include <nvtx3/nvToolsExt.h>
 
-#include "core/sampling/BlendWindow.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/HostMemoryEstimate.h"  // formatBytes
 #include "core/graph/ModelGraph.h"
-#include "core/run/RunRecord.h"
-#include "core/sampling/TilePlan.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/RunRecord.h"
+#include "core/sampling/BlendWindow.h"
+#include "core/sampling/TilePlan.h"
 #include "kernels/backend/CudaCanvasStore.h"
 #include "kernels/device/CudaCheck.h"
 #include "kernels/device/NvtxRange.h"
@@ -94,7 +94,7 @@ std::size_t CudaTileDevice::canvasSize() const {
 
 void CudaTileDevice::openRange(int level, const std::string& name) {
     closeRanges(level);
-    while (nvtxDepth_ < level - 1) {   // a level skipped (e.g. a step without its run): keep the depths aligned
+    while (nvtxDepth_ < level - 1) {  // a level skipped (e.g. a step without its run): keep the depths aligned
         nvtxRangePushA("");
         ++nvtxDepth_;
     }
@@ -112,7 +112,7 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     countersBefore_ = graphs_.counters();
     const RunConfig& config = request.config;
     if (!backend_ || backend_->precision() != config.precision) {
-        if (backend_) graphs_.clear(backend_->stream());   // they bake in the old backend's memory
+        if (backend_) graphs_.clear(backend_->stream());  // they bake in the old backend's memory
         prepared_.reset();
         backend_.reset();
         backend_ = std::make_unique<CudaBackend>(config.precision, device_);
@@ -134,8 +134,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     // Lanes: tile batches in flight at once, each with its own copy of the activations.
     int batch = request.batchSize, batches = request.batches;
     const int imagesPerTile = request.guided ? 2 : 1;
-    const Shape autoKey{request.modelGeneration, request.model.graph.get(), config.precision, batch, request.tileH,
-                        request.tileW, 0, request.guided};
+    const Shape autoKey{
+        request.modelGeneration, request.model.graph.get(), config.precision, batch, request.tileH, request.tileW, 0,
+        request.guided};
     if (request.batchAuto && autoFit_ && autoFit_->first == autoKey) {
         batch = autoFit_->second;
         batches = (request.tiles + batch - 1) / batch;
@@ -144,8 +145,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     int lanes = lanesAuto ? autoLanes(static_cast<long long>(batch) * request.tileH * request.tileW) : config.lanes;
     lanes = std::max(1, std::min(lanes, batches));
     const Denoiser& model = request.model;
-    Shape shape{request.modelGeneration, model.graph.get(), config.precision, batch, request.tileH,
-                request.tileW, lanes, request.guided};
+    Shape shape{
+        request.modelGeneration, model.graph.get(), config.precision, batch, request.tileH, request.tileW, lanes,
+        request.guided};
     // A plan with more lanes serves fewer (same algorithms, so the bits of a 1-lane run do
     // not depend on the lanes of the run before it); only more lanes re-plan.
     Shape fewer = shape;
@@ -159,8 +161,8 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         backend.setTileTerms(imagesPerTile, request.pixelScale);
         for (;;) {
             try {
-                backend.prepareGraph(*model.graph, *model.weights, imagesPerTile * batch, request.tileH,
-                                     request.tileW, lanes);
+                backend.prepareGraph(*model.graph, *model.weights, imagesPerTile * batch, request.tileH, request.tileW,
+                                     lanes);
                 break;
             } catch (const CudaOutOfMemory& e) {
                 // Auto halves the lanes until the plan fits; asked-for lanes are the user's.
@@ -186,7 +188,7 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
             }
         }
         backend.setTuningCache(nullptr);
-        tuning_->save();   // a failure is a warning (below), never the run's end
+        tuning_->save();  // a failure is a warning (below), never the run's end
         for (const std::string& w : backend.tuningWarnings()) record.messages.push_back(w);
         for (const std::string& w : tuning_->warnings()) record.messages.push_back(w);
         closeRanges(2);
@@ -217,7 +219,7 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
 
 void CudaTileDevice::ensureArena(const ArenaPlan& plan) {
     try {
-        TESSERA_CHECK(cudaStreamSynchronize(stream()));   // the previous run's work is done with the old arena
+        TESSERA_CHECK(cudaStreamSynchronize(stream()));  // the previous run's work is done with the old arena
         arena_.ensure(plan);
     } catch (const CudaError& e) {
         if (!e.outOfMemory()) throw;
@@ -262,14 +264,15 @@ void CudaTileDevice::uploadTables(const TiledPass& pass) {
     TESSERA_CHECK(cudaMemsetAsync(arena_.at<char>(arena_.seam), 0, canvasSize() * sizeof(double), s));
     TESSERA_CHECK(cudaMemsetAsync(arena_.at<char>(arena_.seamSq), 0, canvasSize() * sizeof(double), s));
     TESSERA_CHECK(cudaMemsetAsync(arena_.at<char>(arena_.nonFinite), 0xFF, sizeof(unsigned long long), s));
-    TESSERA_CHECK(cudaStreamSynchronize(s));   // the host vectors die at this scope's end
+    TESSERA_CHECK(cudaStreamSynchronize(s));  // the host vectors die at this scope's end
 }
 
 void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) {
     if (!pass.inPlace || pass.outHeight != pass.height || pass.outWidth != pass.width ||
         pass.inChannels != pass.outChannels)
-        throw std::invalid_argument("CUDA device: its tile function is the UNet over the latents; map passes "
-                                    "(another canvas size or channel count) need a lowered VAE");
+        throw std::invalid_argument(
+            "CUDA device: its tile function is the UNet over the latents; map passes "
+            "(another canvas size or channel count) need a lowered VAE");
     if (pass.guidance.has_value() != guided_)
         throw std::invalid_argument(std::string("CUDA device: the pass ") + (guided_ ? "has no" : "asks for") +
                                     " guidance but the prepared plan " + (guided_ ? "doubles" : "does not double") +
@@ -347,15 +350,15 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
 void CudaTileDevice::startCanvas(const CanvasStart& start) {
     const float* init = arena_.at<float>(arena_.init);
     switch (start.kind) {
-    case CanvasStart::Kind::Noise:
-        launchCanvasInit(geo_, x_, nullptr, start.draw, start.sigma, 0, 0, 0, stream());
-        break;
-    case CanvasStart::Kind::NoisedImage:
-        launchCanvasInit(geo_, x_, init, start.draw, 1.0f, start.a, start.b, start.scale, stream());
-        break;
-    case CanvasStart::Kind::Image:
-        TESSERA_CHECK(cudaMemcpyAsync(x_, init, canvasSize() * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
-        break;
+        case CanvasStart::Kind::Noise:
+            launchCanvasInit(geo_, x_, nullptr, start.draw, start.sigma, 0, 0, 0, stream());
+            break;
+        case CanvasStart::Kind::NoisedImage:
+            launchCanvasInit(geo_, x_, init, start.draw, 1.0f, start.a, start.b, start.scale, stream());
+            break;
+        case CanvasStart::Kind::Image:
+            TESSERA_CHECK(cudaMemcpyAsync(x_, init, canvasSize() * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+            break;
     }
     peak_ = deviceUsedMiB();
     hasX0Prev_ = false;
@@ -370,18 +373,18 @@ std::string CudaTileDevice::lanePointers(int lane) const {
 }
 
 GraphKey CudaTileDevice::tileKey(int count, int lane) const {
-    return GraphKey{"tile forward x" + std::to_string(forwardRows(count)) + " lane " + std::to_string(lane) + " " +
-                        planFamily_,
-                    lanePointers(lane)};
+    return GraphKey{
+        "tile forward x" + std::to_string(forwardRows(count)) + " lane " + std::to_string(lane) + " " + planFamily_,
+        lanePointers(lane)};
 }
 
 GraphKey CudaTileDevice::stepKey(const StepVariant& variant) const {
     const TiledPass& p = *pass_;
     std::ostringstream f;
     f << "step " << variant.name() << (variant.keepX0 ? " keeps-x0" : "") << " " << p.width << "x" << p.height << "x"
-      << p.inChannels << " overlap " << p.plan->overlap() << " window " << toString(p.window) << " maps " << p.weights->mapCount() << " fusion "
-      << toString(p.fusion) << " tiles " << p.tileCount() << " batches " << p.batches.size() << " steps<="
-      << stepsCapacity_ << " " << planFamily_;
+      << p.inChannels << " overlap " << p.plan->overlap() << " window " << toString(p.window) << " maps "
+      << p.weights->mapCount() << " fusion " << toString(p.fusion) << " tiles " << p.tileCount() << " batches "
+      << p.batches.size() << " steps<=" << stepsCapacity_ << " " << planFamily_;
     std::string pointers = hexPointer(arena_.base()) + " " + hexPointer(addedTable_.data());
     for (int l = 0; l < lanes_; ++l) pointers += " " + lanePointers(l);
     for (std::size_t i = 0; i < 2 * p.batches.size(); ++i) pointers += " " + hexPointer(batchEvents_[i].get());
@@ -398,7 +401,7 @@ void CudaTileDevice::noteUse(const std::string& key, const GraphCache::Acquired&
     }
     if (!a.hit) {
         const int launches = it->second.launches;
-        it->second = *a.stats;   // the new capture's numbers
+        it->second = *a.stats;  // the new capture's numbers
         it->second.launches = launches;
         it->second.captured = true;
     }
@@ -426,14 +429,14 @@ void CudaTileDevice::fallBack(const std::string& why) {
 // timings. Warm-up steps and a failed capture leave it empty.
 void CudaTileDevice::acquireTileGraphs() {
     tileGraphs_.clear();
-    std::vector<std::string> keep;   // this step's graphs: not to be evicted by the next
+    std::vector<std::string> keep;  // this step's graphs: not to be evicted by the next
     for (const TileBatch& b : pass_->batches) {
         if (tileGraphs_.count({b.count, b.lane})) continue;
         const GraphKey key = tileKey(b.count, b.lane);
         if (!graphs_.contains(key) && stepsDone_ < graphWarmup_) continue;
         try {
-            const GraphCache::Acquired a =
-                graphs_.acquire(key, stream(), [&] { backend_->enqueue(forwardRows(b.count), b.lane, stream()); }, keep);
+            const GraphCache::Acquired a = graphs_.acquire(
+                key, stream(), [&] { backend_->enqueue(forwardRows(b.count), b.lane, stream()); }, keep);
             keep.push_back(key.text());
             noteUse(key.text(), a);
             (a.hit ? stepReplayed_ : stepCaptured_) = true;
@@ -453,7 +456,7 @@ void CudaTileDevice::beginStep(int step, const StepVariant&) {
     openRange(2, "step " + std::to_string(step));
     stepCaptured_ = stepReplayed_ = false;
     launchSetStepState(state_, pass_->seed, step, hasX0Prev_, stream());
-    hasX0Prev_ = true;   // from the next step on, the x0 canvas holds this step's x0 (when the pass keeps it)
+    hasX0Prev_ = true;  // from the next step on, the x0 canvas holds this step's x0 (when the pass keeps it)
     if (mode_ == GraphMode::Tile) acquireTileGraphs();
 }
 
@@ -567,7 +570,7 @@ void CudaTileDevice::uploadContext(const Denoiser& model, int batch) {
     TESSERA_CHECK(cudaMemcpyAsync(staging.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, s));
     launchNchwToNhwc(staging.as<float>(), dtypeOf(backend_->precision()), context_.data(), 1, 1,
                      static_cast<int>(host.size()), 1, 1, 1.0f, s);
-    TESSERA_CHECK(cudaStreamSynchronize(s));   // staging and host die here
+    TESSERA_CHECK(cudaStreamSynchronize(s));  // staging and host die here
 }
 
 // The forward's token input for this batch: its tiles' conditional rows, then (guided) as many
@@ -582,8 +585,8 @@ void CudaTileDevice::placeContext(const TileBatch& b, cudaStream_t ls) {
     if (!guided_) return;
     TESSERA_CHECK(cudaMemcpyAsync(tokens + n * contextRowBytes_, store + contextBatch_ * contextRowBytes_,
                                   n * contextRowBytes_, cudaMemcpyDeviceToDevice, ls));
-    const std::size_t tileBytes = static_cast<std::size_t>(geo_.tileH) * geo_.tileW * inIo_.paddedChannels *
-                                  dtypeSize(inIo_.dtype);
+    const std::size_t tileBytes =
+        static_cast<std::size_t>(geo_.tileH) * geo_.tileW * inIo_.paddedChannels * dtypeSize(inIo_.dtype);
     char* input = static_cast<char*>(backend_->deviceInput(b.lane));
     TESSERA_CHECK(cudaMemcpyAsync(input + n * tileBytes, input, n * tileBytes, cudaMemcpyDeviceToDevice, ls));
     float* t = backend_->deviceTimesteps(b.lane);
@@ -607,9 +610,9 @@ void CudaTileDevice::uploadAddedCond(const TiledPass& pass) {
     cudaStream_t s = stream();
     TESSERA_CHECK(cudaMemcpyAsync(addedTable_.data(), pass.addedCond.data(), half, cudaMemcpyHostToDevice, s));
     if (guided_)
-        TESSERA_CHECK(cudaMemcpyAsync(addedTable_.as<char>() + half, pass.addedUncond.data(), half,
-                                      cudaMemcpyHostToDevice, s));
-    TESSERA_CHECK(cudaStreamSynchronize(s));   // the pass's host vectors may change after beginRun
+        TESSERA_CHECK(
+            cudaMemcpyAsync(addedTable_.as<char>() + half, pass.addedUncond.data(), half, cudaMemcpyHostToDevice, s));
+    TESSERA_CHECK(cudaStreamSynchronize(s));  // the pass's host vectors may change after beginRun
 }
 
 // The forward's text_embeds_time rows for this batch: its tiles' conditional rows, then (guided)
@@ -628,7 +631,7 @@ void CudaTileDevice::placeAddedCond(const TileBatch& b, cudaStream_t ls) {
 }
 
 void CudaTileDevice::evaluate(const TileBatch& b, Branch branch) {
-    if (branch == Branch::Unconditional) return;   // a guided forward ran both halves as one batch
+    if (branch == Branch::Unconditional) return;  // a guided forward ran both halves as one batch
     const cudaStream_t ls = laneStream(b.lane);
     placeContext(b, ls);
     const auto tileGraph = capturing_ ? tileGraphs_.end() : tileGraphs_.find({b.count, b.lane});
@@ -636,7 +639,7 @@ void CudaTileDevice::evaluate(const TileBatch& b, Branch branch) {
         TESSERA_CHECK(cudaGraphLaunch(tileGraph->second.exec, ls));
         usedGraphs_[tileGraph->second.key].launches += 1;
     } else {
-        backend_->enqueue(forwardRows(b.count), b.lane, ls);   // while capturing: the forward's kernels become nodes
+        backend_->enqueue(forwardRows(b.count), b.lane, ls);  // while capturing: the forward's kernels become nodes
     }
 }
 
@@ -662,7 +665,7 @@ public:
         if (!key.empty() && key == preparedKey_) return;
         const NvtxRange range("whole-graph prepare (tuning cache)");
         preparedKey_.clear();
-        TuningCache cache(path_);   // read fresh: other processes may have stored choices since
+        TuningCache cache(path_);  // read fresh: other processes may have stored choices since
         backend_.setTuningCache(&cache);
         try {
             backend_.prepareGraph(graph, weights, batch, tileH, tileW);
@@ -700,8 +703,9 @@ private:
         for (int v : graph.inputs()) k << ",in" << v;
         for (int v : graph.outputs()) k << ",out" << v;
         for (const GraphOp& op : graph.ops()) {
-            k << '\n' << op.name << ' ' << graph.describe(op) << ' ' << op.input << ' ' << op.input2 << ' ' << op.output
-              << ' ' << op.eps << ' ' << op.silu << ' ' << op.preAdd << ' ' << op.scaleShift << ' ' << op.residual << ' '
+            k << '\n'
+              << op.name << ' ' << graph.describe(op) << ' ' << op.input << ' ' << op.input2 << ' ' << op.output << ' '
+              << op.eps << ' ' << op.silu << ' ' << op.preAdd << ' ' << op.scaleShift << ' ' << op.residual << ' '
               << op.outputScale << ' ' << op.stride << ' ' << op.padBegin << ' ' << op.padEnd;
             for (int p : op.params) k << ' ' << p;
         }
@@ -741,7 +745,7 @@ std::optional<VaeMemoryBudget> CudaTileDevice::vaeMemoryBudget(const RunConfig& 
     std::string released;
     if (freeBytes < kVaeReserveBytes + kVaeTightBytes && backend_) {
         const std::size_t before = freeBytes;
-        graphs_.clear(backend_->stream());   // they bake in the plan's memory
+        graphs_.clear(backend_->stream());  // they bake in the plan's memory
         TESSERA_CHECK(cudaStreamSynchronize(backend_->stream()));
         prepared_.reset();
         preparedGraph_.reset();

@@ -46,8 +46,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/sampling/TileDevice.h"
 #include "core/formats/TuningCache.h"
+#include "core/sampling/TileDevice.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/device/DeviceResources.h"
 #include "kernels/engine/GraphCache.h"
@@ -114,8 +114,8 @@ public:
     void setVaeMemoryLimit(std::optional<std::uint64_t> bytes) { vaeLimit_ = bytes; }
     // What vaeMemoryBudget keeps back from the free memory: the VAE's weights (fp16 SD: 160 MiB),
     // cuDNN's and cuBLAS' workspaces and the allocator's slack.
-    static constexpr std::uint64_t kVaeReserveBytes = 3ull << 29;   // 1.5 GiB
-    static constexpr std::uint64_t kVaeTightBytes = 2ull << 30;     // 2 GiB
+    static constexpr std::uint64_t kVaeReserveBytes = 3ull << 29;  // 1.5 GiB
+    static constexpr std::uint64_t kVaeTightBytes = 2ull << 30;    // 2 GiB
 
 private:
     // Rows of one forward for a batch of `count` tiles: doubled when guided (conditional rows,
@@ -153,7 +153,7 @@ private:
     std::unique_ptr<TuningCache> tuning_;
     struct Shape {
         std::uint64_t generation = 0;
-        const ModelGraph* graph = nullptr;   // held by preparedGraph_
+        const ModelGraph* graph = nullptr;  // held by preparedGraph_
         Precision precision = Precision::FP16;
         int batch = 0, tileH = 0, tileW = 0, lanes = 1;
         bool guided = false;
@@ -175,17 +175,17 @@ private:
     // tuning cache file and store them there, so the VAE decodes to the same bits in every process.
     class TunedBackend;
     std::unique_ptr<TunedBackend> whole_;
-    std::unique_ptr<CpuBackend> text_;   // textBackend's
+    std::unique_ptr<CpuBackend> text_;  // textBackend's
     std::optional<std::uint64_t> vaeLimit_;
     std::optional<Shape> prepared_;
     // The last auto tile batch lowered to fit: the shape it was asked for (lanes 0) and what
     // fitted, so that the next run of that shape starts there instead of failing again.
     std::optional<std::pair<Shape, int>> autoFit_;
-    std::uint64_t planEpoch_ = 0;   // counts backend (re)plans: graphs bake in the plan's memory
+    std::uint64_t planEpoch_ = 0;  // counts backend (re)plans: graphs bake in the plan's memory
     RunArena arena_;
-    std::vector<CudaEvent> batchEvents_;   // two per batch: start (lane stream), end (after the scatter)
+    std::vector<CudaEvent> batchEvents_;  // two per batch: start (lane stream), end (after the scatter)
     CudaEvent stepBegin_, stepEnd_;
-    PinnedBuffer nonFiniteHost_;   // the arena's non-finite word, copied back after each step
+    PinnedBuffer nonFiniteHost_;  // the arena's non-finite word, copied back after each step
     // Lanes (when more than one): one stream per lane for gathers and forwards, the backend's
     // stream for checks, scatters and fuses, and the dependency events between them (no timing):
     // the step's start, and per batch its forward's end and its scatter's end.
@@ -202,15 +202,15 @@ private:
     int graphWarmup_ = 0, lanes_ = 1;
     std::string planFamily_, fallbackReason_;
     int stepsCapacity_ = 0;
-    CanvasGeometry geo_, stepGeo_;   // stepGeo_: seed 0 (the step kernels read it from the StepState)
+    CanvasGeometry geo_, stepGeo_;  // stepGeo_: seed 0 (the step kernels read it from the StepState)
     TileTensor inIo_, outIo_;
     float* x_ = nullptr;
     const StepCoefficients* coeff_ = nullptr;
     StepState* state_ = nullptr;
     unsigned long long* nonFinite_ = nullptr;
-    bool capturing_ = false;   // the step body is being recorded into a step graph
-    bool hasX0Prev_ = false;   // a step has begun since startCanvas (core/sampling/TileDevice.h: the x0 canvas)
-    int stepsDone_ = 0;        // steps run so far in this run: the warm-up before the first capture
+    bool capturing_ = false;  // the step body is being recorded into a step graph
+    bool hasX0Prev_ = false;  // a step has begun since startCanvas (core/sampling/TileDevice.h: the x0 canvas)
+    int stepsDone_ = 0;       // steps run so far in this run: the warm-up before the first capture
     bool stepCaptured_ = false, stepReplayed_ = false;
     double peak_ = -1;
     // The graphs this run launched, for record.graphs.used.

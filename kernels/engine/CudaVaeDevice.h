@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "core/graph/Backend.h"
-#include "core/models/vae/TiledVae.h"   // VaeMemoryBudget
+#include "core/models/vae/TiledVae.h"  // VaeMemoryBudget
 #include "core/run/RunConfig.h"
 
 namespace tessera {
@@ -38,7 +38,7 @@ public:
     void setMemoryLimit(std::optional<std::uint64_t> bytes);
 
 private:
-    friend class DeviceClock;   // times work on backend()'s stream
+    friend class DeviceClock;  // times work on backend()'s stream
     std::unique_ptr<CudaTileDevice> device_;
 };
 

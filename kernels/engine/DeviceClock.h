@@ -10,8 +10,8 @@
 
 namespace tessera {
 
-class CudaBackend;     // kernels/backend/CudaBackend.h
-class CudaVaeDevice;   // kernels/engine/CudaVaeDevice.h
+class CudaBackend;    // kernels/backend/CudaBackend.h
+class CudaVaeDevice;  // kernels/engine/CudaVaeDevice.h
 
 class DeviceClock {
 public:

@@ -18,14 +18,13 @@ bool usedBytes(std::uint64_t& used) {
 
 void raisePeak(std::atomic<std::uint64_t>& peak, std::uint64_t value) {
     std::uint64_t seen = peak.load();
-    while (value > seen && !peak.compare_exchange_weak(seen, value)) {
-    }
+    while (value > seen && !peak.compare_exchange_weak(seen, value)) {}
 }
 
 }  // namespace
 
 DeviceMemoryProbe::DeviceMemoryProbe(int device, std::chrono::milliseconds interval) : device_(device) {
-    (void)currentBytes();   // the first sample, and a device that cannot be queried throws here
+    (void)currentBytes();  // the first sample, and a device that cannot be queried throws here
     sampler_ = std::thread([this, interval] {
         if (cudaSetDevice(device_) != cudaSuccess) return;
         while (!stop_) {

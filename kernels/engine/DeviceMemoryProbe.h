@@ -17,12 +17,12 @@ class DeviceMemoryProbe {
 public:
     // Starts sampling device `device`. Throws (CudaError) when the device cannot be queried.
     explicit DeviceMemoryProbe(int device = 0, std::chrono::milliseconds interval = std::chrono::milliseconds(2));
-    ~DeviceMemoryProbe();   // stops the sampling thread
+    ~DeviceMemoryProbe();  // stops the sampling thread
     DeviceMemoryProbe(const DeviceMemoryProbe&) = delete;
     DeviceMemoryProbe& operator=(const DeviceMemoryProbe&) = delete;
 
-    std::uint64_t currentBytes() const;   // in use now (one query, also counted in the peak)
-    std::uint64_t peakBytes() const;      // the most in use at any sample so far
+    std::uint64_t currentBytes() const;  // in use now (one query, also counted in the peak)
+    std::uint64_t peakBytes() const;     // the most in use at any sample so far
     double peakMiB() const { return static_cast<double>(peakBytes()) / (1 << 20); }
 
 private:

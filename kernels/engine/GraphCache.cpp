@@ -12,7 +12,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+double msSince(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
 
 double usedMiB() {
     std::size_t freeBytes = 0, total = 0;
@@ -38,7 +40,7 @@ void GraphCache::setCapacity(int capacity, cudaStream_t stream) {
 
 void GraphCache::erase(List::iterator entry) {
     index_.erase(entry->key.text());
-    lru_.erase(entry);   // destroys the executable
+    lru_.erase(entry);  // destroys the executable
 }
 
 bool GraphCache::updateInto(List::iterator entry, cudaGraph_t graph, const GraphKey& key, double captureMs, int nodes) {
@@ -46,7 +48,7 @@ bool GraphCache::updateInto(List::iterator entry, cudaGraph_t graph, const Graph
     cudaGraphExecUpdateResultInfo info{};
     const cudaError_t status = cudaGraphExecUpdate(entry->exec.get(), graph, &info);
     if (status != cudaSuccess) {
-        (void)cudaGetLastError();   // not sticky; the caller instantiates instead
+        (void)cudaGetLastError();  // not sticky; the caller instantiates instead
         return false;
     }
     const double ms = msSince(t0);

@@ -30,13 +30,13 @@
 
 #include "core/run/RunRecord.h"
 #include "kernels/device/DeviceResources.h"
-#include "kernels/device/GraphCapture.h"   // GraphCaptureFailed
+#include "kernels/device/GraphCapture.h"  // GraphCaptureFailed
 
 namespace tessera {
 
 struct GraphKey {
-    std::string family;     // topology and launch shapes, human readable
-    std::string pointers;   // device addresses / handles baked into the nodes
+    std::string family;    // topology and launch shapes, human readable
+    std::string pointers;  // device addresses / handles baked into the nodes
     std::string text() const { return family + " @ " + pointers; }
 };
 
@@ -62,7 +62,7 @@ public:
     struct Acquired {
         cudaGraphExec_t exec = nullptr;
         bool hit = false;
-        const GraphEntryStats* stats = nullptr;   // valid until the next call that changes the cache
+        const GraphEntryStats* stats = nullptr;  // valid until the next call that changes the cache
     };
     // The executable graph for `key`; on a miss `record` enqueues the work on `stream` while
     // it is being captured. Graphs whose key text is in `keep` (acquired earlier for the same
@@ -79,7 +79,7 @@ public:
     const GraphCacheCounters& counters() const { return counters_; }
     // Device memory measured at instantiation, summed over the cached graphs.
     double deviceMiB() const;
-    std::vector<GraphEntryStats> entries() const;   // most recently used first
+    std::vector<GraphEntryStats> entries() const;  // most recently used first
 
 private:
     struct Entry {
@@ -94,7 +94,7 @@ private:
     void erase(List::iterator entry);
 
     int capacity_;
-    List lru_;   // front = most recently used
+    List lru_;  // front = most recently used
     std::unordered_map<std::string, List::iterator> index_;
     GraphCacheCounters counters_;
 };

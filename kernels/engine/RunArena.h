@@ -25,12 +25,12 @@ public:
     // preview: the x0 canvas (core/sampling/TileDevice.h): previews, and DPM++ 2M's previous x0.
     std::size_t x = 0, acc = 0, accEps = 0, preview = 0, seam = 0, seamSq = 0, norm = 0, maps = 0;
     std::size_t tileX = 0, tileY = 0, tileMap = 0, coeff = 0, init = 0, state = 0;
-    std::size_t nonFinite = 0;   // the first (step, slot) with a NaN or infinity (kernels/ops/NonFinite.cuh)
+    std::size_t nonFinite = 0;  // the first (step, slot) with a NaN or infinity (kernels/ops/NonFinite.cuh)
 
     // Returns true when the arena was (re)allocated.
     bool ensure(const ArenaPlan& plan) {
         if (buffer_.data() && plan_ && *plan_ == plan) return false;
-        buffer_.reset();   // free first: peak memory and a flat footprint across size changes
+        buffer_.reset();  // free first: peak memory and a flat footprint across size changes
         plan_.reset();
         bytes_ = 0;
         const std::size_t canvas = static_cast<std::size_t>(plan.channels) * plan.height * plan.width;
@@ -53,12 +53,16 @@ public:
         plan_ = plan;
         return true;
     }
-    template <typename T> T* at(std::size_t off) const { return reinterpret_cast<T*>(buffer_.as<char>() + off); }
+    template <typename T>
+    T* at(std::size_t off) const {
+        return reinterpret_cast<T*>(buffer_.as<char>() + off);
+    }
     const void* base() const { return buffer_.data(); }
     std::size_t bytes() const { return bytes_; }
 
 private:
-    template <typename T> std::size_t reserve(std::size_t count) {
+    template <typename T>
+    std::size_t reserve(std::size_t count) {
         const std::size_t off = (bytes_ + 255) / 256 * 256;
         bytes_ = off + count * sizeof(T);
         return off;

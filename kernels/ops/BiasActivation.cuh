@@ -7,7 +7,6 @@ namespace tessera {
 
 // y[r, c] = act(y[r, c] + bias[c]) in place, act = SiLU or identity; also
 // copies silu(y) into siluOut when siluOut != nullptr (the resnets' act(emb)).
-void launchBiasActivationF32(float* y, const float* bias, int rows, int cols, bool silu, float* siluOut,
-                             cudaStream_t);
+void launchBiasActivationF32(float* y, const float* bias, int rows, int cols, bool silu, float* siluOut, cudaStream_t);
 
 }  // namespace tessera

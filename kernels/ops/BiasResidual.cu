@@ -40,10 +40,11 @@ void launchBiasResidual(DType dtype, void* y, bool accumulate, const float* bias
     const int vec = vectorWidthFor(channels);
     const long long totalVecs = rows * (channels / vec);
     TESSERA_DISPATCH_DTYPE(dtype, TESSERA_DISPATCH_VEC(vec, {
-        biasResidual<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
-            static_cast<T*>(y), accumulate, bias, static_cast<const T*>(residual), totalVecs, channels, scale);
-        TESSERA_CHECK_LAUNCH();
-    }))
+                               biasResidual<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
+                                   static_cast<T*>(y), accumulate, bias, static_cast<const T*>(residual), totalVecs,
+                                   channels, scale);
+                               TESSERA_CHECK_LAUNCH();
+                           }))
 }
 
 }  // namespace tessera

@@ -26,10 +26,11 @@ void launchConcatChannels(DType dtype, const void* a, int channelsA, const void*
     const int vec = vectorWidthFor(channelsA, channelsB);
     const long long totalVecs = pixels * ((channelsA + channelsB) / vec);
     TESSERA_DISPATCH_DTYPE(dtype, TESSERA_DISPATCH_VEC(vec, {
-        concatChannels<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
-            static_cast<const T*>(a), channelsA, static_cast<const T*>(b), channelsB, static_cast<T*>(out), totalVecs);
-        TESSERA_CHECK_LAUNCH();
-    }))
+                               concatChannels<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
+                                   static_cast<const T*>(a), channelsA, static_cast<const T*>(b), channelsB,
+                                   static_cast<T*>(out), totalVecs);
+                               TESSERA_CHECK_LAUNCH();
+                           }))
 }
 
 }  // namespace tessera

@@ -11,7 +11,7 @@ constexpr int kThreads = 256;
 // One block per row of ids: one thread finds the position (a row is 77 ids), all copy.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) eosPool(const T* __restrict__ x, const float* __restrict__ ids,
-                                                   float* __restrict__ y, int tokens, int channels, int token) {
+                                                    float* __restrict__ y, int tokens, int channels, int token) {
     __shared__ int position;
     const long long b = blockIdx.x;
     if (threadIdx.x == 0) {
@@ -39,7 +39,7 @@ void launchEosPool(DType t, const void* x, const float* ids, float* y, int batch
     if (batch <= 0) return;
     TESSERA_DISPATCH_DTYPE(t, {
         eosPool<T><<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(static_cast<const T*>(x), ids, y, tokens,
-                                                                         channels, token);
+                                                                          channels, token);
         TESSERA_CHECK_LAUNCH();
     })
 }

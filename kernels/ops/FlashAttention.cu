@@ -133,7 +133,7 @@ struct Params {
     void* o;
     long long qRow, qImage, kRow, kImage, vRow, vImage, oRow, oImage;
     int heads, queries, keys, headDim;
-    float scaleLog2;   // scale * log2(e) > 0: the softmax runs on exp2
+    float scaleLog2;  // scale * log2(e) > 0: the softmax runs on exp2
     bool causal;
 };
 
@@ -165,8 +165,7 @@ constexpr int queryKSteps() {
 // D / 16 k16 steps (the k8 step of D % 16 == 8 follows in the kernel).
 template <typename T, int D, int MT>
 __device__ __forceinline__ void blockScores(float (&s)[MT][blockKeys<D>() / 8][4],
-                                            const unsigned (&qa)[MT][queryKSteps<D>()][4], const T* const k,
-                                            int lane) {
+                                            const unsigned (&qa)[MT][queryKSteps<D>()][4], const T* const k, int lane) {
     constexpr int BN = blockKeys<D>(), S = rowStride<D>(), KS = D / 16;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -241,7 +240,7 @@ __device__ __forceinline__ void onlineSoftmax(float (&s)[MT][blockKeys<D>() / 8]
                     s[mt][j][e] = fastExp2(fmaf(s[mt][j][e], scaleLog2, -base));
                     sum += s[mt][j][e];
                 }
-            rowSum[mt][half] = sum;   // this lane's columns only; the quad's sum is taken at the end
+            rowSum[mt][half] = sum;  // this lane's columns only; the quad's sum is taken at the end
         }
 }
 
@@ -281,9 +280,9 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
     constexpr int KS = D / 16, NT = D / 8;
     constexpr bool kTail = D % 16 == 8;
     extern __shared__ __align__(16) unsigned char shared[];
-    T* const sQ = reinterpret_cast<T*>(shared);   // [BM][S]
-    T* const sK = sQ + BM * S;                     // [2][BN][S]
-    T* const sV = sK + 2 * BN * S;                 // [2][BN][S]
+    T* const sQ = reinterpret_cast<T*>(shared);  // [BM][S]
+    T* const sK = sQ + BM * S;                   // [2][BN][S]
+    T* const sV = sK + 2 * BN * S;               // [2][BN][S]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int image = blockIdx.y / p.heads, head = blockIdx.y % p.heads;
@@ -291,7 +290,7 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
     const T* const Q = static_cast<const T*>(p.q) + image * p.qImage + static_cast<long long>(head) * p.headDim;
     const T* const K = static_cast<const T*>(p.k) + image * p.kImage + static_cast<long long>(head) * p.headDim;
     const T* const V = static_cast<const T*>(p.v) + image * p.vImage + static_cast<long long>(head) * p.headDim;
-    const int chunks = p.headDim / 8;   // 16-byte pieces of a row
+    const int chunks = p.headDim / 8;  // 16-byte pieces of a row
 
     // Padding columns headDim..D-1 of every shared row: zero once (cp.async never writes them),
     // so padded dims add 0 x 0 to the scores and the outputs read there are never stored.
@@ -369,7 +368,6 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
             }
         }
 
-
         const int key0 = kb * BN;
         maskScores<D, MT>(s, p, rowQuery, key0, q0, warpRow, t);
 
@@ -408,7 +406,7 @@ __global__ void __launch_bounds__(32 * W) flashForward(const Params p) {
                 for (int mt = 0; mt < MT; ++mt) mma16816<T>(out[mt][NT - 1], a[mt], b[0], b[1]);
             }
         }
-        __syncthreads();   // this stage is overwritten by the next iteration's prefetch
+        __syncthreads();  // this stage is overwritten by the next iteration's prefetch
     }
 
     T* const O = static_cast<T*>(p.o) + image * p.oImage + static_cast<long long>(head) * p.headDim;
@@ -429,9 +427,24 @@ void launchFor(const FlashAttentionArgs& a, cudaStream_t stream) {
     if constexpr (bytes > 48 * 1024)
         TESSERA_CHECK(cudaFuncSetAttribute(flashForward<T, D, MT, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(bytes)));
-    Params p{a.q,    a.k,      a.v,    a.o,      a.qRow,  a.qImage,  a.kRow,      a.kImage,
-             a.vRow, a.vImage, a.oRow, a.oImage, a.heads, a.queries, a.keys, a.headDim,
-             a.scale * 1.4426950408889634f, a.causal};
+    Params p{a.q,
+             a.k,
+             a.v,
+             a.o,
+             a.qRow,
+             a.qImage,
+             a.kRow,
+             a.kImage,
+             a.vRow,
+             a.vImage,
+             a.oRow,
+             a.oImage,
+             a.heads,
+             a.queries,
+             a.keys,
+             a.headDim,
+             a.scale * 1.4426950408889634f,
+             a.causal};
     constexpr int rows = 16 * MT * W;
     const dim3 grid(static_cast<unsigned>((a.queries + rows - 1) / rows), static_cast<unsigned>(a.batch * a.heads));
     flashForward<T, D, MT, W><<<grid, 32 * W, bytes, stream>>>(p);
@@ -452,18 +465,41 @@ void launchRows(const FlashAttentionArgs& a, cudaStream_t stream) {
 template <typename T>
 void launchTyped(const FlashAttentionArgs& a, cudaStream_t stream) {
     switch (computedHeadDim(a.headDim)) {
-    case 16: launchRows<T, 16>(a, stream); break;
-    case 32: launchRows<T, 32>(a, stream); break;
-    case 40: launchRows<T, 40>(a, stream); break;
-    case 48: launchRows<T, 48>(a, stream); break;
-    case 64: launchRows<T, 64>(a, stream); break;
-    case 80: launchRows<T, 80>(a, stream); break;
-    case 96: launchRows<T, 96>(a, stream); break;
-    case 112: launchRows<T, 112>(a, stream); break;
-    case 128: launchRows<T, 128>(a, stream); break;
-    case 144: launchRows<T, 144>(a, stream); break;
-    case 160: launchRows<T, 160>(a, stream); break;
-    default: throw std::logic_error("launchFlashAttention: head dim " + std::to_string(a.headDim) + " passed the check");
+        case 16:
+            launchRows<T, 16>(a, stream);
+            break;
+        case 32:
+            launchRows<T, 32>(a, stream);
+            break;
+        case 40:
+            launchRows<T, 40>(a, stream);
+            break;
+        case 48:
+            launchRows<T, 48>(a, stream);
+            break;
+        case 64:
+            launchRows<T, 64>(a, stream);
+            break;
+        case 80:
+            launchRows<T, 80>(a, stream);
+            break;
+        case 96:
+            launchRows<T, 96>(a, stream);
+            break;
+        case 112:
+            launchRows<T, 112>(a, stream);
+            break;
+        case 128:
+            launchRows<T, 128>(a, stream);
+            break;
+        case 144:
+            launchRows<T, 144>(a, stream);
+            break;
+        case 160:
+            launchRows<T, 160>(a, stream);
+            break;
+        default:
+            throw std::logic_error("launchFlashAttention: head dim " + std::to_string(a.headDim) + " passed the check");
     }
 }
 
@@ -501,8 +537,8 @@ std::string flashAttentionTiling(int headDim, FlashTiling tiling) {
 }
 
 void launchFlashAttention(const FlashAttentionArgs& a, cudaStream_t stream) {
-    const std::string why = flashAttentionRefusal(a.dtype, a.headDim, a.batch, a.heads,
-                                                  {a.qRow, a.qImage, a.kRow, a.kImage, a.vRow, a.vImage, a.oRow, a.oImage});
+    const std::string why = flashAttentionRefusal(
+        a.dtype, a.headDim, a.batch, a.heads, {a.qRow, a.qImage, a.kRow, a.kImage, a.vRow, a.vImage, a.oRow, a.oImage});
     if (!why.empty()) throw std::invalid_argument("launchFlashAttention: " + why);
     if (a.batch < 1 || a.heads < 1 || a.queries < 1 || a.keys < 1)
         throw std::invalid_argument("launchFlashAttention: batch " + std::to_string(a.batch) + ", heads " +

@@ -45,7 +45,7 @@ struct FlashAttentionArgs {
     // registers), in 8 warps one. Which is fastest depends on the shape; the backend times
     // every offered tiling at prepare.
     int blockQueries = 0;
-    int warps = 0;   // 4 or 8 (128 rows only); 0 means 4
+    int warps = 0;  // 4 or 8 (128 rows only); 0 means 4
 };
 
 struct FlashTiling {

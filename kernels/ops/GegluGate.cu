@@ -41,10 +41,10 @@ void launchGegluGate(DType t, const void* proj, const float* bias, void* y, long
     const int vec = vectorWidthFor(inner);
     const long long totalVecs = rows * (inner / vec);
     TESSERA_DISPATCH_DTYPE(t, TESSERA_DISPATCH_VEC(vec, {
-        gegluGate<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(static_cast<const T*>(proj), bias,
-                                                                         static_cast<T*>(y), totalVecs, inner);
-        TESSERA_CHECK_LAUNCH();
-    }))
+                               gegluGate<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
+                                   static_cast<const T*>(proj), bias, static_cast<T*>(y), totalVecs, inner);
+                               TESSERA_CHECK_LAUNCH();
+                           }))
 }
 
 }  // namespace tessera

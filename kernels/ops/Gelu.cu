@@ -8,9 +8,12 @@ namespace {
 
 __device__ __forceinline__ float activate(GeluKind kind, float v) {
     switch (kind) {
-    case GeluKind::Tanh: return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-    case GeluKind::Quick: return v / (1.0f + expf(-1.702f * v));
-    default: return geluExact(v);
+        case GeluKind::Tanh:
+            return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+        case GeluKind::Quick:
+            return v / (1.0f + expf(-1.702f * v));
+        default:
+            return geluExact(v);
     }
 }
 

@@ -20,16 +20,16 @@ long long chunksOf(const GroupMomentsParams& p) { return (regionPixels(p) + kChu
 // partial[chunk * groups + g]: the sum over the chunk's pixels and group g's channels of
 // x (means == nullptr) or of (x - means[2 g])^2.
 template <typename T>
-__global__ void chunkSums(const T* __restrict__ x, int width, int stride, int channels, int groups, int x0, int y0, int w,
-                          long long pixels, const double* __restrict__ means, double* __restrict__ partial) {
-    extern __shared__ double channelSum[];   // [channels]
+__global__ void chunkSums(const T* __restrict__ x, int width, int stride, int channels, int groups, int x0, int y0,
+                          int w, long long pixels, const double* __restrict__ means, double* __restrict__ partial) {
+    extern __shared__ double channelSum[];  // [channels]
     const long long first = static_cast<long long>(blockIdx.x) * kChunkPixels;
     const long long last = min(first + kChunkPixels, pixels);
     const int perGroup = channels / groups;
     for (int c = threadIdx.x; c < channels; c += blockDim.x) {
         const float mean = means ? static_cast<float>(means[2 * (c / perGroup)]) : 0.0f;
         float sum = 0.0f;
-        long long y = y0 + first / w, xx = x0 + first % w;   // walked along the rows: no division per pixel
+        long long y = y0 + first / w, xx = x0 + first % w;  // walked along the rows: no division per pixel
         for (long long i = first; i < last; ++i) {
             const float v = toFloat(x[(y * width + xx) * stride + c]);
             sum += means ? (v - mean) * (v - mean) : v;
@@ -69,10 +69,10 @@ void launchGroupMoments(const GroupMomentsParams& p, double* moments, double* sc
         p.stride < p.channels || p.w < 1 || p.h < 1 || p.x0 < 0 || p.y0 < 0 || p.x0 + p.w > p.width)
         throw std::invalid_argument("GroupMoments: " + std::to_string(p.channels) + " channels (stride " +
                                     std::to_string(p.stride) + ") in " + std::to_string(p.groups) + " groups over " +
-                                    std::to_string(p.w) + "x" + std::to_string(p.h) + " px at (" + std::to_string(p.x0) +
-                                    ", " + std::to_string(p.y0) + ") of width " + std::to_string(p.width) +
-                                    "; the channels must split into the groups, at most " + std::to_string(kMaxChannels) +
-                                    ", the region inside the image");
+                                    std::to_string(p.w) + "x" + std::to_string(p.h) + " px at (" +
+                                    std::to_string(p.x0) + ", " + std::to_string(p.y0) + ") of width " +
+                                    std::to_string(p.width) + "; the channels must split into the groups, at most " +
+                                    std::to_string(kMaxChannels) + ", the region inside the image");
     const long long chunks = chunksOf(p), pixels = regionPixels(p);
     const double count = static_cast<double>(pixels) * (p.channels / p.groups);
     const std::size_t shared = static_cast<std::size_t>(p.channels) * sizeof(double);

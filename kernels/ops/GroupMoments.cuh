@@ -15,9 +15,9 @@ namespace tessera {
 
 struct GroupMomentsParams {
     DType dtype = DType::F32;
-    const void* x = nullptr;        // [height, width, stride] NHWC, the first `channels` real
-    int width = 0, stride = 0, channels = 0, groups = 0;   // channels a multiple of groups, at most 4096
-    int x0 = 0, y0 = 0, w = 0, h = 0;                      // the region, pixels
+    const void* x = nullptr;                              // [height, width, stride] NHWC, the first `channels` real
+    int width = 0, stride = 0, channels = 0, groups = 0;  // channels a multiple of groups, at most 4096
+    int x0 = 0, y0 = 0, w = 0, h = 0;                     // the region, pixels
 };
 
 // Doubles of scratch launchGroupMoments needs for `p`.

@@ -25,9 +25,9 @@ namespace {
 // update in a fixed tree over rows, channels of a group with the equal-count form of the
 // same update (E[x^2] - mean^2 in float32 loses the variance of 2-channel groups).
 constexpr int kMaxThreads = 512;
-constexpr int kMaxHeld = 8;        // pixel vectors a thread holds in the fused scheme
-constexpr int kStreamUnroll = 4;   // independent 16-byte loads in flight per thread
-constexpr int kMaxSlabVecs = 64;   // channel vectors per block in the streaming scheme
+constexpr int kMaxHeld = 8;       // pixel vectors a thread holds in the fused scheme
+constexpr int kStreamUnroll = 4;  // independent 16-byte loads in flight per thread
+constexpr int kMaxSlabVecs = 64;  // channel vectors per block in the streaming scheme
 
 struct GroupNormArgs {
     const void* x;
@@ -69,8 +69,7 @@ __device__ __forceinline__ void chanMerge(F& n, F& mean, F& m2, F nb, F meanb, F
 // with gain = rstd * gamma * (1 + scale), bias = beta * (1 + scale) + shift. Folding moves
 // results by float32 rounding of O(1) values only; the centring (v - mean), where
 // cancellation lives, stays as it is.
-__device__ __forceinline__ void affineFor(const GroupNormArgs& a, int b, int c, float rstd, float& gain,
-                                          float& bias) {
+__device__ __forceinline__ void affineFor(const GroupNormArgs& a, int b, int c, float rstd, float& gain, float& bias) {
     gain = rstd * a.gamma[c];
     bias = a.beta[c];
     if (a.scale) {
@@ -150,9 +149,7 @@ std::size_t reduceSharedFloats(int vecs, int rows, int vec, int slabChannels, in
 // Two resident 512-thread blocks per multiprocessor (64 registers) for the streaming partials
 // and for the fused variants whose held data fits without spilling (checked with ptxas -v);
 // the wider fused ones keep 128 registers and one block.
-constexpr int fusedBlocksPerSm(int vec, int held) {
-    return vec * held < 16 || (vec * held == 16 && vec <= 4) ? 2 : 1;
-}
+constexpr int fusedBlocksPerSm(int vec, int held) { return vec * held < 16 || (vec * held == 16 && vec <= 4) ? 2 : 1; }
 template <int VEC, int HELD, bool FUSED>
 constexpr int reduceMinBlocks() {
     return FUSED ? fusedBlocksPerSm(VEC, HELD) : 2;
@@ -195,7 +192,6 @@ __device__ __forceinline__ void mergeRows(float* shared, int slotStride, float& 
         __syncthreads();
         active = half;
     }
-
 }
 
 // The fused variants keep every pixel of the slab in registers (held[]) from the load through
@@ -263,7 +259,7 @@ __global__ void __launch_bounds__(kMaxThreads, reduceMinBlocks<VEC, HELD, FUSED>
     const int slabChannels = a.slabChannels, cpg = a.cpg, slabGroups = slabChannels / cpg;
     float* channelStats = shared + ((rows + 1) / 2) * slotStride;  // [slab channel][mean, M2]
     float* chunkCount = channelStats + 2 * slabChannels;
-    float* groupStats = chunkCount + 1;                            // [slab group][mean, rstd]
+    float* groupStats = chunkCount + 1;  // [slab group][mean, rstd]
     if (ty == 0) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
@@ -291,8 +287,8 @@ __global__ void __launch_bounds__(kMaxThreads, reduceMinBlocks<VEC, HELD, FUSED>
             groupStats[gl * 2] = gmean;
             groupStats[gl * 2 + 1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(a.eps)));
         } else {
-            float* out = a.partials +
-                         ((static_cast<long long>(b) * a.chunks + chunk) * a.groups + slab * slabGroups + gl) * 3;
+            float* out =
+                a.partials + ((static_cast<long long>(b) * a.chunks + chunk) * a.groups + slab * slabGroups + gl) * 3;
             out[0] = gn;
             out[1] = gmean;
             out[2] = gm2;
@@ -473,13 +469,20 @@ void launchTyped(const GroupNormParams& p, GroupNormArgs a, int cpg, cudaStream_
         a.chunkPixels = p.pixels;
         const int vecs = fused.slabChannels / VEC;
         const dim3 block(vecs, fused.rows), grid(a.slabs, p.batch);
-        const std::size_t shared =
-            reduceSharedFloats(vecs, fused.rows, VEC, fused.slabChannels, cpg) * sizeof(float);
+        const std::size_t shared = reduceSharedFloats(vecs, fused.rows, VEC, fused.slabChannels, cpg) * sizeof(float);
         switch (fused.held) {
-        case 1: groupNormReduce<T, VEC, 1, true><<<grid, block, shared, stream>>>(a); break;
-        case 2: groupNormReduce<T, VEC, 2, true><<<grid, block, shared, stream>>>(a); break;
-        case 4: groupNormReduce<T, VEC, 4, true><<<grid, block, shared, stream>>>(a); break;
-        default: groupNormReduce<T, VEC, kMaxHeld, true><<<grid, block, shared, stream>>>(a); break;
+            case 1:
+                groupNormReduce<T, VEC, 1, true><<<grid, block, shared, stream>>>(a);
+                break;
+            case 2:
+                groupNormReduce<T, VEC, 2, true><<<grid, block, shared, stream>>>(a);
+                break;
+            case 4:
+                groupNormReduce<T, VEC, 4, true><<<grid, block, shared, stream>>>(a);
+                break;
+            default:
+                groupNormReduce<T, VEC, kMaxHeld, true><<<grid, block, shared, stream>>>(a);
+                break;
         }
         TESSERA_CHECK_LAUNCH();
         return;
@@ -548,10 +551,18 @@ void launchGroupNorm(const GroupNormParams& p, cudaStream_t stream) {
     TESSERA_DISPATCH_DTYPE(p.dtype, {
         const int vec = vectorWidth(p.channels, sizeof(T));
         switch (vec) {
-        case 8: if constexpr (sizeof(T) == 2) launchTyped<T, 8>(p, a, cpg, stream); break;
-        case 4: launchTyped<T, 4>(p, a, cpg, stream); break;
-        case 2: launchTyped<T, 2>(p, a, cpg, stream); break;
-        default: launchTyped<T, 1>(p, a, cpg, stream); break;
+            case 8:
+                if constexpr (sizeof(T) == 2) launchTyped<T, 8>(p, a, cpg, stream);
+                break;
+            case 4:
+                launchTyped<T, 4>(p, a, cpg, stream);
+                break;
+            case 2:
+                launchTyped<T, 2>(p, a, cpg, stream);
+                break;
+            default:
+                launchTyped<T, 1>(p, a, cpg, stream);
+                break;
         }
     })
 }

@@ -22,14 +22,17 @@ namespace tessera {
 
 struct GroupNormParams {
     DType dtype = DType::F32;
-    const void* x = nullptr;   // [batch, pixels, channels]
-    void* y = nullptr;         // same shape; may not alias x
+    const void* x = nullptr;  // [batch, pixels, channels]
+    void* y = nullptr;        // same shape; may not alias x
     int batch = 0, pixels = 0, channels = 0, groups = 0;
     float eps = 1e-5f;
     const float* gamma = nullptr;
     const float* beta = nullptr;
-    const float* preAdd = nullptr;  long long preAddBatchStride = 0;    // floats between samples (0 = shared)
-    const float* scale = nullptr;   const float* shift = nullptr;  long long filmBatchStride = 0;
+    const float* preAdd = nullptr;
+    long long preAddBatchStride = 0;  // floats between samples (0 = shared)
+    const float* scale = nullptr;
+    const float* shift = nullptr;
+    long long filmBatchStride = 0;
     bool silu = false;
     int chunks = 1;            // pixel chunks per sample for the partial sums (streaming scheme)
     float* scratch = nullptr;  // groupNormScratchFloats(batch, chunks, groups) floats

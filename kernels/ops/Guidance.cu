@@ -19,8 +19,8 @@ __global__ void guidanceCombine(T* out, long long half, float scale) {
 
 void launchGuidanceCombine(DType dtype, void* output, long long half, float scale, cudaStream_t stream) {
     if (half <= 0) return;
-    TESSERA_DISPATCH_DTYPE(dtype, guidanceCombine<T><<<gridFor(half, 256), 256, 0, stream>>>(
-                                      static_cast<T*>(output), half, scale));
+    TESSERA_DISPATCH_DTYPE(
+        dtype, guidanceCombine<T><<<gridFor(half, 256), 256, 0, stream>>>(static_cast<T*>(output), half, scale));
     TESSERA_CHECK_LAUNCH();
 }
 

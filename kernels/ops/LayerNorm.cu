@@ -38,15 +38,15 @@ __device__ __forceinline__ float warpSum(float v) {
     return v;
 }
 
-constexpr int kRowsPerBlock = 4;   // one warp per row
+constexpr int kRowsPerBlock = 4;  // one warp per row
 
 // One warp per row, the row held in registers (MAXV vectors of VEC elements per lane): one
 // read of the row and one write, the same two-pass statistics as above (mean, then the centred
 // sum of squares) over the values in registers. Row widths up to 32 x MAXV x VEC.
 template <typename T, int VEC, int MAXV>
-__global__ void __launch_bounds__(32 * kRowsPerBlock) layerNormWarp(const T* x, T* y, const float* __restrict__ gamma,
-                                                                    const float* __restrict__ beta, long long rows,
-                                                                    int channels, float eps) {
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    layerNormWarp(const T* x, T* y, const float* __restrict__ gamma, const float* __restrict__ beta, long long rows,
+                  int channels, float eps) {
     const long long row = blockIdx.x * static_cast<long long>(kRowsPerBlock) + threadIdx.x / 32;
     if (row >= rows) return;
     const int lane = threadIdx.x % 32, vecs = channels / VEC;
@@ -108,8 +108,8 @@ bool launchWarp(const T* x, T* y, const float* gamma, const float* beta, long lo
 
 }  // namespace
 
-void launchLayerNorm(DType t, const void* x, void* y, const float* gamma, const float* beta, long long rows, int channels,
-                     float eps, cudaStream_t stream) {
+void launchLayerNorm(DType t, const void* x, void* y, const float* gamma, const float* beta, long long rows,
+                     int channels, float eps, cudaStream_t stream) {
     if (rows <= 0) return;
     // Rows in registers, one warp each, where the row is whole 16-byte vectors (channels a
     // multiple of 8) and fits (up to 2,048 channels); else one block per row.
@@ -118,8 +118,8 @@ void launchLayerNorm(DType t, const void* x, void* y, const float* gamma, const 
                          reinterpret_cast<std::uintptr_t>(gamma) % 32 == 0 &&
                          reinterpret_cast<std::uintptr_t>(beta) % 32 == 0;
     TESSERA_DISPATCH_DTYPE(t, {
-        if (!vectors || !launchWarp<T, 8>(static_cast<const T*>(x), static_cast<T*>(y), gamma, beta, rows, channels,
-                                          eps, stream))
+        if (!vectors ||
+            !launchWarp<T, 8>(static_cast<const T*>(x), static_cast<T*>(y), gamma, beta, rows, channels, eps, stream))
             layerNorm<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
                 static_cast<const T*>(x), static_cast<T*>(y), gamma, beta, channels, eps);
         TESSERA_CHECK_LAUNCH();

@@ -40,7 +40,7 @@ void launchNchwToNhwc(const float* src, DType dtype, void* dst, int batch, int c
     const long long total = static_cast<long long>(batch) * height * width * paddedChannels;
     TESSERA_DISPATCH_DTYPE(dtype, {
         nchwToNhwc<T><<<gridFor(total, 256), 256, 0, stream>>>(src, static_cast<T*>(dst), channels, height, width,
-                                                                paddedChannels, scale, total);
+                                                               paddedChannels, scale, total);
         TESSERA_CHECK_LAUNCH();
     })
 }
@@ -49,8 +49,8 @@ void launchNhwcToNchw(DType dtype, const void* src, float* dst, int batch, int c
                       int paddedChannels, cudaStream_t stream) {
     const long long total = static_cast<long long>(batch) * height * width * channels;
     TESSERA_DISPATCH_DTYPE(dtype, {
-        nhwcToNchw<T><<<gridFor(total, 256), 256, 0, stream>>>(static_cast<const T*>(src), dst, channels, height,
-                                                                width, paddedChannels, total);
+        nhwcToNchw<T><<<gridFor(total, 256), 256, 0, stream>>>(static_cast<const T*>(src), dst, channels, height, width,
+                                                               paddedChannels, total);
         TESSERA_CHECK_LAUNCH();
     })
 }

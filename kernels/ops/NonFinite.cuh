@@ -16,8 +16,8 @@
 
 namespace tessera {
 
-inline constexpr unsigned long long kNonFiniteClean = ~0ull;   // the word while nothing was found
-inline constexpr unsigned kNonFiniteLatents = 0xFFFFFFFEu;      // slot of the canvas check
+inline constexpr unsigned long long kNonFiniteClean = ~0ull;  // the word while nothing was found
+inline constexpr unsigned kNonFiniteLatents = 0xFFFFFFFEu;    // slot of the canvas check
 
 // Checks `elements` values of `data` (storage type `dtype`) laid out in rows of `stride` values
 // of which the first `channels` are real (NHWC with padded channels; a plain tensor has

@@ -32,10 +32,10 @@ void launchPadRightBottom(DType dtype, const void* in, void* out, int batch, int
     const int vecs = channels / vec;
     const long long totalVecs = static_cast<long long>(batch) * (height + 1) * (width + 1) * vecs;
     TESSERA_DISPATCH_DTYPE(dtype, TESSERA_DISPATCH_VEC(vec, {
-        padRightBottom<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
-            static_cast<const T*>(in), static_cast<T*>(out), height, width, vecs, totalVecs);
-        TESSERA_CHECK_LAUNCH();
-    }))
+                               padRightBottom<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
+                                   static_cast<const T*>(in), static_cast<T*>(out), height, width, vecs, totalVecs);
+                               TESSERA_CHECK_LAUNCH();
+                           }))
 }
 
 }  // namespace tessera

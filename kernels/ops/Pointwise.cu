@@ -19,15 +19,23 @@ __global__ void pointwise(PointwiseParams p) {
         const long long sample = i / p.channels / p.rowsPerSample;
         float r = v;
         switch (p.op) {
-        case PointwiseOp::Affine: r = v * p.scale + p.shift; break;
-        case PointwiseOp::Silu: r = silu(v); break;
-        case PointwiseOp::Add: r = v + toFloat(static_cast<const T*>(p.other)[i]); break;
-        case PointwiseOp::AddVector: r = v + p.vector[sample * p.vectorStride + c]; break;
-        case PointwiseOp::ScaleShift: {
-            const float* s = p.vector + sample * p.vectorStride;
-            r = v * (1.0f + s[c]) + s[p.channels + c];
-            break;
-        }
+            case PointwiseOp::Affine:
+                r = v * p.scale + p.shift;
+                break;
+            case PointwiseOp::Silu:
+                r = silu(v);
+                break;
+            case PointwiseOp::Add:
+                r = v + toFloat(static_cast<const T*>(p.other)[i]);
+                break;
+            case PointwiseOp::AddVector:
+                r = v + p.vector[sample * p.vectorStride + c];
+                break;
+            case PointwiseOp::ScaleShift: {
+                const float* s = p.vector + sample * p.vectorStride;
+                r = v * (1.0f + s[c]) + s[p.channels + c];
+                break;
+            }
         }
         y[i] = fromFloat<T>(r);
     }

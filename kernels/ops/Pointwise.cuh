@@ -15,14 +15,14 @@ enum class PointwiseOp { Affine, Silu, Add, AddVector, ScaleShift };
 
 struct PointwiseParams {
     PointwiseOp op = PointwiseOp::Affine;
-    DType dtype = DType::F32;          // of x, other and y
-    const void* x = nullptr;           // [rows, channels]
-    const void* other = nullptr;       // Add: [rows, channels]
-    const float* vector = nullptr;     // AddVector [b, channels], ScaleShift [b, 2 * channels] at vectorStride
-    long long vectorStride = 0;        // floats between samples of `vector`
-    void* y = nullptr;                 // [rows, channels]; may alias x
-    long long rows = 0;                // batch * pixels
-    long long rowsPerSample = 1;       // pixels (which sample a row belongs to)
+    DType dtype = DType::F32;       // of x, other and y
+    const void* x = nullptr;        // [rows, channels]
+    const void* other = nullptr;    // Add: [rows, channels]
+    const float* vector = nullptr;  // AddVector [b, channels], ScaleShift [b, 2 * channels] at vectorStride
+    long long vectorStride = 0;     // floats between samples of `vector`
+    void* y = nullptr;              // [rows, channels]; may alias x
+    long long rows = 0;             // batch * pixels
+    long long rowsPerSample = 1;    // pixels (which sample a row belongs to)
     int channels = 0;
     float scale = 1.0f, shift = 0.0f;  // Affine
 };

@@ -11,8 +11,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) softmaxRows(const float* __restrict__ scores, T* __restrict__ probs,
-                                                       int cols) {
+__global__ void __launch_bounds__(kThreads)
+    softmaxRows(const float* __restrict__ scores, T* __restrict__ probs, int cols) {
     __shared__ float shared[kThreads / 32 + 1];
     const long long row = blockIdx.x;
     const float* s = scores + row * cols;
@@ -29,8 +29,7 @@ __global__ void __launch_bounds__(kThreads) softmaxRows(const float* __restrict_
 
 }  // namespace
 
-void launchSoftmaxRows(DType outType, const float* scores, void* probs, long long rows, int cols,
-                       cudaStream_t stream) {
+void launchSoftmaxRows(DType outType, const float* scores, void* probs, long long rows, int cols, cudaStream_t stream) {
     TESSERA_DISPATCH_DTYPE(outType, {
         softmaxRows<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(scores, static_cast<T*>(probs), cols);
         TESSERA_CHECK_LAUNCH();

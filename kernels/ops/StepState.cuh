@@ -14,9 +14,9 @@
 namespace tessera {
 
 struct StepState {
-    std::uint64_t seed = 0;   // Philox key of the run
-    int step = 0;             // 0-based step index k: coefficients coeff[k], noise draw k + 1
-    int hasX0Prev = 0;        // 0: the first step after the canvas start, no previous x0 (core/sampling/TileDevice.h)
+    std::uint64_t seed = 0;  // Philox key of the run
+    int step = 0;            // 0-based step index k: coefficients coeff[k], noise draw k + 1
+    int hasX0Prev = 0;       // 0: the first step after the canvas start, no previous x0 (core/sampling/TileDevice.h)
 };
 
 // The step's coefficients: coeff[state.step], without the previous-x0 term when there is none.

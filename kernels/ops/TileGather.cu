@@ -7,9 +7,10 @@ namespace tessera {
 namespace {
 
 template <typename T>
-__global__ void tileGather(CanvasGeometry g, const float* __restrict__ canvas, const StepCoefficients* __restrict__ coeff,
-                           const StepState* __restrict__ state, int first, int count, int padded, long long total,
-                           T* __restrict__ input, float* __restrict__ timesteps) {
+__global__ void tileGather(CanvasGeometry g, const float* __restrict__ canvas,
+                           const StepCoefficients* __restrict__ coeff, const StepState* __restrict__ state, int first,
+                           int count, int padded, long long total, T* __restrict__ input,
+                           float* __restrict__ timesteps) {
     const StepCoefficients* step = coeff + state->step;
     const float scale = step->modelInputScale;
     if (blockIdx.x == 0)
@@ -34,8 +35,9 @@ __global__ void tileGather(CanvasGeometry g, const float* __restrict__ canvas, c
 
 }  // namespace
 
-void launchTileGather(const CanvasGeometry& g, const float* canvas, const StepCoefficients* coeff, const StepState* state,
-                      int first, int count, const TileTensor& io, void* input, float* timesteps, cudaStream_t stream) {
+void launchTileGather(const CanvasGeometry& g, const float* canvas, const StepCoefficients* coeff,
+                      const StepState* state, int first, int count, const TileTensor& io, void* input, float* timesteps,
+                      cudaStream_t stream) {
     const long long total = static_cast<long long>(count) * g.tileH * g.tileW * io.paddedChannels;
     TESSERA_DISPATCH_DTYPE(io.dtype, {
         tileGather<T><<<gridFor(total, 256), 256, 0, stream>>>(g, canvas, coeff, state, first, count, io.paddedChannels,

@@ -8,9 +8,10 @@ namespace tessera {
 namespace {
 
 template <typename T>
-__global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, const StepCoefficients* __restrict__ coeff,
-                            const StepState* __restrict__ state, bool sampleFusion, int first, int count, int y0,
-                            int x0, int boxH, int boxW, int padded, const T* __restrict__ output, ScatterTargets out) {
+__global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas,
+                            const StepCoefficients* __restrict__ coeff, const StepState* __restrict__ state,
+                            bool sampleFusion, int first, int count, int y0, int x0, int boxH, int boxW, int padded,
+                            const T* __restrict__ output, ScatterTargets out) {
     const StepState s = *state;
     const StepCoefficients K = stepCoefficients(coeff, s);
     const unsigned draw = static_cast<unsigned>(s.step + 1);
@@ -24,7 +25,8 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
         const long long pix = static_cast<long long>(y) * g.width + x;
         const long long p = static_cast<long long>(c) * g.height * g.width + pix;
         const float xp = canvas[p];
-        const float z = sampleFusion && K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
+        const float z =
+            sampleFusion && K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;
         const float x0Prev = sampleFusion && K.cprev != 0.0f && out.x0Prev ? out.x0Prev[p] : 0.0f;
         float acc = sampleFusion ? out.acc[p] : 0.0f;
         float accEps = out.accEps ? out.accEps[p] : 0.0f;
@@ -62,8 +64,8 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas, 
 }  // namespace
 
 void launchTileScatter(const CanvasGeometry& g, const float* canvas, const StepCoefficients* coeff,
-                       const StepState* state, bool sampleFusion, int first, int count, int y0, int y1, int x0,
-                       int x1, const TileTensor& io, const void* output, const ScatterTargets& targets, cudaStream_t stream) {
+                       const StepState* state, bool sampleFusion, int first, int count, int y0, int y1, int x0, int x1,
+                       const TileTensor& io, const void* output, const ScatterTargets& targets, cudaStream_t stream) {
     const int boxH = y1 - y0, boxW = x1 - x0;
     const long long total = static_cast<long long>(g.channels) * boxH * boxW;
     TESSERA_DISPATCH_DTYPE(io.dtype, {

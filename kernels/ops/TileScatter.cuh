@@ -19,17 +19,17 @@
 namespace tessera {
 
 struct ScatterTargets {
-    const float* x0Prev = nullptr;   // read: the x0 canvas, the previous step's x0 (nullptr: the pass keeps none)
-    float* acc = nullptr;        // sample fusion
-    float* accEps = nullptr;     // noise fusion or preview (nullptr: not accumulated)
-    double* seamSum = nullptr;   // last step only (nullptr: not accumulated)
+    const float* x0Prev = nullptr;  // read: the x0 canvas, the previous step's x0 (nullptr: the pass keeps none)
+    float* acc = nullptr;           // sample fusion
+    float* accEps = nullptr;        // noise fusion or preview (nullptr: not accumulated)
+    double* seamSum = nullptr;      // last step only (nullptr: not accumulated)
     double* seamSumSq = nullptr;
 };
 
 // Tiles [first, first + count); the bounding box of their rectangles is
 // rows [y0, y1) x columns [x0, x1) of the canvas.
 void launchTileScatter(const CanvasGeometry&, const float* canvas, const StepCoefficients* coeff,
-                       const StepState* state, bool sampleFusion, int first, int count, int y0, int y1, int x0,
-                       int x1, const TileTensor&, const void* output, const ScatterTargets&, cudaStream_t);
+                       const StepState* state, bool sampleFusion, int first, int count, int y0, int y1, int x0, int x1,
+                       const TileTensor&, const void* output, const ScatterTargets&, cudaStream_t);
 
 }  // namespace tessera

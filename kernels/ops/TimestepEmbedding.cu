@@ -27,8 +27,8 @@ __global__ void timestepEmbedding(const float* __restrict__ timesteps, float* __
 
 }  // namespace
 
-void launchTimestepEmbedding(const float* timesteps, float* out, int batch, int dim, int freqShift,
-                             bool flipSinToCos, cudaStream_t stream) {
+void launchTimestepEmbedding(const float* timesteps, float* out, int batch, int dim, int freqShift, bool flipSinToCos,
+                             cudaStream_t stream) {
     timestepEmbedding<<<gridFor(batch * dim, 128), 128, 0, stream>>>(timesteps, out, batch, dim, freqShift,
                                                                      flipSinToCos);
     TESSERA_CHECK_LAUNCH();

@@ -8,7 +8,7 @@ namespace tessera {
 
 // out[b, :] = [sin(t_b f_i), cos(t_b f_i)] (halves swapped when flipSinToCos), f_i =
 // exp(-ln(10000) i / (half - freqShift)); a trailing zero when dim is odd.
-void launchTimestepEmbedding(const float* timesteps, float* out, int batch, int dim, int freqShift,
-                             bool flipSinToCos, cudaStream_t);
+void launchTimestepEmbedding(const float* timesteps, float* out, int batch, int dim, int freqShift, bool flipSinToCos,
+                             cudaStream_t);
 
 }  // namespace tessera

@@ -12,9 +12,9 @@ constexpr int kThreads = 256;
 
 // One block per row (token).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) tokenEmbedding(const float* __restrict__ ids, const T* __restrict__ table,
-                                                          const T* __restrict__ positions, T* __restrict__ y, int tokens,
-                                                          int channels, long long vocab) {
+__global__ void __launch_bounds__(kThreads)
+    tokenEmbedding(const float* __restrict__ ids, const T* __restrict__ table, const T* __restrict__ positions,
+                   T* __restrict__ y, int tokens, int channels, long long vocab) {
     const long long row = blockIdx.x;
     const float id = ids[row];
     const bool valid = id >= 0.0f && id < static_cast<float>(vocab) && id == floorf(id);

@@ -26,10 +26,10 @@ void launchUpsampleNearest2x(DType dtype, const void* in, void* out, int batch, 
     const int vecs = channels / vec;
     const long long totalVecs = static_cast<long long>(batch) * height * 2 * width * 2 * vecs;
     TESSERA_DISPATCH_DTYPE(dtype, TESSERA_DISPATCH_VEC(vec, {
-        upsampleNearest2x<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
-            static_cast<const T*>(in), static_cast<T*>(out), height, width, vecs, totalVecs);
-        TESSERA_CHECK_LAUNCH();
-    }))
+                               upsampleNearest2x<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
+                                   static_cast<const T*>(in), static_cast<T*>(out), height, width, vecs, totalVecs);
+                               TESSERA_CHECK_LAUNCH();
+                           }))
 }
 
 }  // namespace tessera

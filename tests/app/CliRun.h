@@ -9,7 +9,7 @@
 namespace tessera::testing {
 
 struct CliRun {
-    int exitCode = -1;   // -1 when it crashed or timed out
+    int exitCode = -1;  // -1 when it crashed or timed out
     QString out, err;
 };
 

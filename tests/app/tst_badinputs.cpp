@@ -24,10 +24,14 @@ const QString kJpeg = QStringLiteral(TESSERA_TEST_DATA "/images/quadrants.jpg");
 CliRun refused(const QStringList& args, const QString& field, int seconds = 20) {
     const CliRun r = tessera::testing::runCli(args, seconds * 1000);
     const QString what = describe(r).left(2000);
-    if (r.exitCode != 2) QTest::qFail(qPrintable("expected exit 2\n" + what), __FILE__, __LINE__);
-    else if (!r.err.contains(field + ":")) QTest::qFail(qPrintable("field '" + field + "' not named\n" + what), __FILE__, __LINE__);
-    else if (!r.out.isEmpty()) QTest::qFail(qPrintable("something was printed on stdout\n" + what), __FILE__, __LINE__);
-    else if (r.err.size() > 1500) QTest::qFail(qPrintable(QStringLiteral("stderr is %1 characters").arg(r.err.size())), __FILE__, __LINE__);
+    if (r.exitCode != 2)
+        QTest::qFail(qPrintable("expected exit 2\n" + what), __FILE__, __LINE__);
+    else if (!r.err.contains(field + ":"))
+        QTest::qFail(qPrintable("field '" + field + "' not named\n" + what), __FILE__, __LINE__);
+    else if (!r.out.isEmpty())
+        QTest::qFail(qPrintable("something was printed on stdout\n" + what), __FILE__, __LINE__);
+    else if (r.err.size() > 1500)
+        QTest::qFail(qPrintable(QStringLiteral("stderr is %1 characters").arg(r.err.size())), __FILE__, __LINE__);
     return r;
 }
 
@@ -72,8 +76,8 @@ quint32 crc32(const QByteArray& bytes) {
 }
 
 QStringList tinyRender(const QString& out) {
-    return {"render", "--model", kModel, "--backend", "cpu", "--width", "32", "--height", "32", "--tile", "32",
-            "--steps", "1", "--out", out};
+    return {"render", "--model", kModel, "--backend", "cpu", "--width", "32", "--height",
+            "32",     "--tile",  "32",   "--steps",   "1",   "--out",   out};
 }
 
 }  // namespace
@@ -98,7 +102,8 @@ private slots:
         QVERIFY2(r.err.contains("nested deeper"), qPrintable(r.err));
         // --a KEY=VALUE values are JSON too: deep ones stay text and are named by their key
         // (60,000 levels: one argument may hold at most 128 KiB).
-        r = refused({"compare", "--model", kModel, "--a", "width=" + QString(60000, '[') + QString(60000, ']')}, "width");
+        r = refused({"compare", "--model", kModel, "--a", "width=" + QString(60000, '[') + QString(60000, ']')},
+                    "width");
         QVERIFY2(r.err.contains("expected a whole number"), qPrintable(r.err));
     }
 
@@ -154,7 +159,8 @@ private slots:
         // A number beyond double's range: nlohmann threw out_of_range, which nothing caught (abort).
         writeFile(preset, "{\"width\": " + QByteArray(5000000, '1') + "}");
         r = refused({"plan", "--preset", preset}, "preset");
-        QVERIFY2(r.err.contains("not valid JSON: [json.exception.out_of_range.406] number overflow"), qPrintable(r.err));
+        QVERIFY2(r.err.contains("not valid JSON: [json.exception.out_of_range.406] number overflow"),
+                 qPrintable(r.err));
         const QString digits(100000, '9');
         refused({"plan", "--width", digits}, "width");
         refused({"plan", "--scheduler", digits}, "scheduler");
@@ -190,9 +196,9 @@ private slots:
     void fieldsBeforeTheStartImage() {
         QFETCH(QStringList, size);
         QTemporaryDir dir;
-        const CliRun r = refused(QStringList{"render", "--model", kModel, "--backend", "cpu", "--init", kJpeg, "--out",
-                                             dir.path()} + size,
-                                 "width", 5);
+        const CliRun r = refused(
+            QStringList{"render", "--model", kModel, "--backend", "cpu", "--init", kJpeg, "--out", dir.path()} + size,
+            "width", 5);
         QVERIFY2(!r.err.contains("resized"), qPrintable(r.err));
         QVERIFY(QDir(dir.path()).entryList(QDir::Files).isEmpty());
     }
@@ -232,12 +238,13 @@ private slots:
     // 169 tiles of 4096 x 4096 in one batch need terabytes of activations on the CPU.
     void hostMemoryRefusedBeforeWork() {
         QTemporaryDir dir;
-        const QStringList huge{"--model", kModel, "--backend", "cpu", "--width", "16384", "--height", "16384",
-                               "--tile", "4096", "--overlap", "3072", "--batch", "169"};
+        const QStringList huge{"--model", kModel,   "--backend", "cpu",       "--width", "16384",   "--height",
+                               "16384",   "--tile", "4096",      "--overlap", "3072",    "--batch", "169"};
         CliRun r = refused(QStringList{"render", "--out", dir.path()} + huge, "batch", 10);
         QVERIFY2(r.err.contains("of host memory while sampling, more than the"), qPrintable(r.err));
         QVERIFY2(r.err.contains("UNet activations for a batch of 169 tiles of 4096x4096"), qPrintable(r.err));
-        QVERIFY2(r.err.contains("lower batch (at most ") || r.err.contains("lower batch or the tile size"), qPrintable(r.err));
+        QVERIFY2(r.err.contains("lower batch (at most ") || r.err.contains("lower batch or the tile size"),
+                 qPrintable(r.err));
         QVERIFY(QDir(dir.path()).entryList(QDir::Files).isEmpty());
         r = refused(QStringList{"compare", "--repeats", "1", "--warmup", "0"} + huge, "batch", 10);
         r = refused({"bench", "--model", kModel, "--backend", "cpu", "--size", "16384", "--tile", "4096", "--overlap",
@@ -246,8 +253,10 @@ private slots:
         // plan states the need and what is available.
         const CliRun plan = tessera::testing::runCli(QStringList{"plan"} + huge);
         QCOMPARE(plan.exitCode, 0);
-        QVERIFY2(plan.out.contains(QRegularExpression("host memory  about [0-9.]+ GiB at the peak with the cpu engine, [0-9.]+ GiB with the cuda engine")),
-                 qPrintable(plan.out));
+        QVERIFY2(
+            plan.out.contains(QRegularExpression(
+                "host memory  about [0-9.]+ GiB at the peak with the cpu engine, [0-9.]+ GiB with the cuda engine")),
+            qPrintable(plan.out));
     }
 };
 

@@ -90,7 +90,8 @@ private slots:
         const QString loop = tmp_.filePath(QStringLiteral("loop"));
         QVERIFY(QFile::link(loop, loop));
         expectRefused(loop, QStringLiteral("Too many levels of symbolic links"));
-        expectRefused(QStringLiteral("/tmp/") + QString(10000, 'x'), QStringLiteral("a model folder path may be at most 4096 bytes long"));
+        expectRefused(QStringLiteral("/tmp/") + QString(10000, 'x'),
+                      QStringLiteral("a model folder path may be at most 4096 bytes long"));
         const QString folderConfig = modelFolder();
         QFile::remove(folderConfig + "/config.json");
         QVERIFY(QDir().mkpath(folderConfig + "/config.json"));
@@ -167,7 +168,8 @@ private slots:
         QVERIFY2(!r.out.contains(QStringLiteral("ema.")), qPrintable(r.out.left(3000)));
         QVERIFY2(r.out.contains(QStringLiteral("5000 tensors in the file are not used")), qPrintable(r.out));
         QCOMPARE(r.err.count(QStringLiteral("ema.")), 5);
-        QVERIFY2(r.err.contains(QStringLiteral("5000 tensors are not used by this config: 'ema.0'")), qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("5000 tensors are not used by this config: 'ema.0'")),
+                 qPrintable(r.err));
         QVERIFY2(r.err.contains(QStringLiteral("and 4995 more")), qPrintable(r.err));
         QCOMPARE(r.err.count('\n'), 1);
     }
@@ -192,16 +194,16 @@ private slots:
             QVERIFY2(r.out.isEmpty(), qPrintable(r.out.left(2000)));
         };
         // The UNet of SDXL's fixture has no model_index.json above it.
-        expectRefusal({"info", data + "/sdxlunet/unet"},
-                      refusal(data + "/sdxlunet/unet",
-                              "the UNet: config.json's _class_name is 'UNet2DConditionModel'", {}));
+        expectRefusal(
+            {"info", data + "/sdxlunet/unet"},
+            refusal(data + "/sdxlunet/unet", "the UNet: config.json's _class_name is 'UNet2DConditionModel'", {}));
         expectRefusal({"info", "--model", sd1 + "/unet"},
                       refusal(sd1 + "/unet", "the UNet: config.json's _class_name is 'UNet2DConditionModel'", sd1));
         expectRefusal({"render", "--model", sd1 + "/vae", "--out", tmp_.filePath(QStringLiteral("out"))},
                       refusal(sd1 + "/vae", "the VAE: config.json's _class_name is 'AutoencoderKL'", sd1));
-        expectRefusal({"plan", "--model", sd1 + "/text_encoder"},
-                      refusal(sd1 + "/text_encoder", "the text encoder: config.json's architectures names 'CLIPTextModel'",
-                              sd1));
+        expectRefusal(
+            {"plan", "--model", sd1 + "/text_encoder"},
+            refusal(sd1 + "/text_encoder", "the text encoder: config.json's architectures names 'CLIPTextModel'", sd1));
         expectRefusal({"render", "--model", sd1 + "/scheduler", "--out", tmp_.filePath(QStringLiteral("out"))},
                       refusal(sd1 + "/scheduler", "the scheduler: scheduler_config.json and no config.json", sd1));
         expectRefusal({"tokens", "--model", sd1 + "/unet", "a cat"},

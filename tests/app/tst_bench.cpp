@@ -12,14 +12,14 @@
 #include <sstream>
 #include <tuple>
 
-#include "tests/app/CliRun.h"
-#include "tests/app/CsvRecord.h"
 #include "app/cli/BenchCommand.h"
 #include "app/cli/EngineFactory.h"
 #include "app/cli/ForwardProfile.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/models/unet/UNetModel.h"
+#include "tests/app/CliRun.h"
+#include "tests/app/CsvRecord.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -45,10 +45,10 @@ class TestBench : public QObject {
 
 private slots:
     void parsesLists() {
-        const BenchOptions o = parseBenchOptions({"--shape", "church", "--size", "512", "--tile", "256", "--overlap", "32",
-                                                  "--batch", "1,4,16", "--precision", "fp16,bf16", "--graphs",
-                                                  "off,tile,step", "--lanes", "0,1,8", "--steps", "5", "--repeats", "2",
-                                                  "--csv", "x.csv"});
+        const BenchOptions o = parseBenchOptions(
+            {"--shape", "church", "--size",      "512",       "--tile",   "256",           "--overlap", "32",
+             "--batch", "1,4,16", "--precision", "fp16,bf16", "--graphs", "off,tile,step", "--lanes",   "0,1,8",
+             "--steps", "5",      "--repeats",   "2",         "--csv",    "x.csv"});
         QCOMPARE(o.shape, std::string("church"));
         QCOMPARE(o.width, 512);
         QCOMPARE(o.height, 512);
@@ -63,7 +63,8 @@ private slots:
         QCOMPARE(o.csvPath, std::string("x.csv"));
         QCOMPARE(o.tuningCache, std::string());
         QCOMPARE(parseBenchOptions({"--shape", "cifar", "--tuning-cache", "off"}).tuningCache, std::string("off"));
-        QCOMPARE(parseBenchOptions({"--shape", "cifar", "--tuning-cache=/t/c.json"}).tuningCache, std::string("/t/c.json"));
+        QCOMPARE(parseBenchOptions({"--shape", "cifar", "--tuning-cache=/t/c.json"}).tuningCache,
+                 std::string("/t/c.json"));
     }
 
     void rejectsBadOptionsNamingTheField() {
@@ -140,9 +141,9 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const QString csvPath = dir.filePath(QStringLiteral("bench.csv"));
-        const CliRun r = runCli({"bench", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu", "--size",
-                                 "64", "--tile", "32", "--overlap", "8", "--batch", "1,4", "--steps", "1", "--repeats",
-                                 "2", "--csv", csvPath});
+        const CliRun r = runCli({"bench", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu",
+                                 "--size", "64", "--tile", "32", "--overlap", "8", "--batch", "1,4", "--steps", "1",
+                                 "--repeats", "2", "--csv", csvPath});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains(QStringLiteral("s/image")) && r.out.contains(QStringLiteral("tessera-cpu")),
                  qPrintable(describe(r)));
@@ -184,7 +185,8 @@ private slots:
             const double gflop = col("gflop_per_eval").toDouble(&ok);
             QVERIFY2(ok && gflop > 0, qPrintable(lines[i]));
             const double tflops = col("tflops").toDouble(&ok);
-            QVERIFY2(ok && std::abs(tflops - gflop * 9 / seconds / 1000) <= 0.002 * tflops + 1e-6, qPrintable(lines[i]));
+            QVERIFY2(ok && std::abs(tflops - gflop * 9 / seconds / 1000) <= 0.002 * tflops + 1e-6,
+                     qPrintable(lines[i]));
             QVERIFY2(col("host_enqueue_ms_per_step").toDouble(&ok) > 0 && ok, qPrintable(lines[i]));
             QVERIFY2(col("first_run_s").toDouble(&ok) > 0 && ok, qPrintable(lines[i]));
             QVERIFY2(col("prepare_s").toDouble(&ok) >= 0 && ok, qPrintable(lines[i]));
@@ -249,9 +251,9 @@ private slots:
     // diffusers' SD 1.5, 2.1 and XL base UNets: 859,520,964, 865,910,724 and 2,567,463,684 parameters
     // (UNet2DConditionModel of their unet/config.json), and the FLOPs of one evaluation from the graph (SD 1.5 at latent 64: about 0.8 TFLOP).
     void sdShapesMatchDiffusers() {
-        for (const auto& [shape, params, latent] : {std::tuple{"sd15", std::int64_t{859520964}, 64},
-                                                    std::tuple{"sd21", std::int64_t{865910724}, 96},
-                                                    std::tuple{"sdxl", std::int64_t{2567463684}, 128}}) {
+        for (const auto& [shape, params, latent] :
+             {std::tuple{"sd15", std::int64_t{859520964}, 64}, std::tuple{"sd21", std::int64_t{865910724}, 96},
+              std::tuple{"sdxl", std::int64_t{2567463684}, 128}}) {
             const UNetCondConfig c = benchSdShapeConfig(shape);
             std::int64_t n = 0;
             for (const auto& [name, dims] : UNetCondModel::expectedTensors(c)) {
@@ -356,7 +358,8 @@ private slots:
         QCOMPARE(given.warmupSteps, 5);
         QCOMPARE(given.tile, 1024);
         for (const auto& [args, field, words] :
-             {std::tuple{std::vector<std::string>{"--job", "--shape", "cifar"}, "job", "give --shape sd15, sd21 or sdxl"},
+             {std::tuple{std::vector<std::string>{"--job", "--shape", "cifar"}, "job",
+                         "give --shape sd15, sd21 or sdxl"},
               {{"--job", "--profile", "--shape", "sd15"}, "job", "give --job or --profile, not both"},
               {{"--job", "--shape", "sd15", "--lanes", "2"}, "lanes", "--lanes does not apply to --job"}}) {
             try {
@@ -379,7 +382,8 @@ private slots:
         QVERIFY(!parseBenchOptions({"--shape", "cifar"}).profile);
         QVERIFY(parseBenchOptions({"--shape", "sd15", "--profile"}).profile);
         for (const char* field : {"graphs", "lanes", "csv", "steps"}) {
-            const std::string value = std::string(field) == "graphs" ? "tile" : (std::string(field) == "csv" ? "x.csv" : "1");
+            const std::string value =
+                std::string(field) == "graphs" ? "tile" : (std::string(field) == "csv" ? "x.csv" : "1");
             QCOMPARE(expectValidationField({"--shape", "cifar", "--profile", std::string("--") + field, value}),
                      std::string(field));
         }
@@ -398,12 +402,13 @@ private slots:
         QCOMPARE(opKind("mid_block.attentions.0.group_norm"), std::string("attention.group_norm"));
         QCOMPARE(opKind("down_blocks.1.attn1.softmax"), std::string("attention"));
         QCOMPARE(opKind("conv_in"), std::string("conv_in"));
-        QCOMPARE(opKind("down_blocks.1.attentions.0.transformer_blocks.1.ff.net.0"), std::string("transformer.ff.net.0"));
+        QCOMPARE(opKind("down_blocks.1.attentions.0.transformer_blocks.1.ff.net.0"),
+                 std::string("transformer.ff.net.0"));
         QCOMPARE(opKind("mid_block.attentions.0.transformer_blocks.9.attn2"), std::string("transformer.attn2"));
         QCOMPARE(opKind("up_blocks.1.attentions.2.proj_out"), std::string("attention"));
-        const std::vector<OpTiming> ops{{"a.resnets.0.conv1", 1.0},      {"a.attentions.0.to_q", 0.5},
+        const std::vector<OpTiming> ops{{"a.resnets.0.conv1", 1.0},          {"a.attentions.0.to_q", 0.5},
                                         {"a.attentions.0.group_norm", 0.25}, {"b.resnets.0.conv1", 2.0},
-                                        {"a.attentions.0.to_k", 0.75},   {"conv_out", 0.125}};
+                                        {"a.attentions.0.to_k", 0.75},       {"conv_out", 0.125}};
         const std::vector<OpKindTime> kinds = opTimesByKind(ops);
         QCOMPARE(kinds.size(), std::size_t{4});
         QCOMPARE(kinds[0].kind, std::string("conv1"));
@@ -420,7 +425,8 @@ private slots:
         QVERIFY2(printed.startsWith("profile x: 6 ops, sum of op times 4.625 ms (1.0 TFLOP/s)\n"), qPrintable(printed));
         QVERIFY2(printed.contains(QRegularExpression("kind conv1 +2 ops +3.000 ms +64.9%")), qPrintable(printed));
         // The two slowest ops, slowest first, and no third.
-        QVERIFY2(printed.contains(QRegularExpression("op b.resnets.0.conv1 +2.0000 ms\n  op a.resnets.0.conv1 +1.0000 ms\n$")),
+        QVERIFY2(printed.contains(
+                     QRegularExpression("op b.resnets.0.conv1 +2.0000 ms\n  op a.resnets.0.conv1 +1.0000 ms\n$")),
                  qPrintable(printed));
     }
 
@@ -429,10 +435,12 @@ private slots:
     void profileRefusesCpu() {
         const CliRun cpu = runCli({"bench", "--profile", "--shape", "church", "--backend", "cpu"});
         QCOMPARE(cpu.exitCode, 2);
-        QVERIFY2(cpu.err.contains(QStringLiteral("backend: cpu is not allowed for --profile")), qPrintable(describe(cpu)));
+        QVERIFY2(cpu.err.contains(QStringLiteral("backend: cpu is not allowed for --profile")),
+                 qPrintable(describe(cpu)));
         const CliRun sd = runCli({"bench", "--profile", "--shape", "sd15", "--backend", "cpu"});
         QCOMPARE(sd.exitCode, 2);
-        QVERIFY2(sd.err.contains(QStringLiteral("backend: cpu is not allowed for --profile")), qPrintable(describe(sd)));
+        QVERIFY2(sd.err.contains(QStringLiteral("backend: cpu is not allowed for --profile")),
+                 qPrintable(describe(sd)));
         if (probeDevices().cudaAvailable) QSKIP("a CUDA device is present: auto would profile");
         const CliRun automatic = runCli({"bench", "--profile", "--model", TESSERA_TEST_DATA "/models/cifar_like"});
         QCOMPARE(automatic.exitCode, 2);

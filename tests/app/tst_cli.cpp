@@ -1,24 +1,24 @@
 // tessera-cli as a user runs it (through QProcess), its option parser, and PNG IO.
 #include <QtTest/QtTest>
 
+#include <sys/types.h>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFileInfo>
-#include <QJsonDocument>
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
-#include <sys/types.h>
-#include <csignal>
-#include <QElapsedTimer>
 #include <QTemporaryDir>
+#include <csignal>
 
-#include "tests/app/CliRun.h"
-#include "tests/core/SingleFileTestSupport.h"
-#include "core/base/Sha256.h"
 #include "app/cli/CliOptions.h"
 #include "app/cli/EngineFactory.h"
 #include "app/cli/PngIO.h"
+#include "core/base/Sha256.h"
 #include "core/run/RunConfigFields.h"
+#include "tests/app/CliRun.h"
+#include "tests/core/SingleFileTestSupport.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -45,9 +45,13 @@ private slots:
         QVERIFY(dir.isValid());
         QProcess process;
         process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"),
-                      {"render", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu", "--width", "256",
-                       "--height", "256", "--tile", "32", "--overlap", "8", "--batch", "1", "--steps", "50",
-                       "--precision", "fp32", "--out", dir.path()});
+                      {"render",    "--model",  TESSERA_TEST_DATA "/models/cifar_like",
+                       "--backend", "cpu",      "--width",
+                       "256",       "--height", "256",
+                       "--tile",    "32",       "--overlap",
+                       "8",         "--batch",  "1",
+                       "--steps",   "50",       "--precision",
+                       "fp32",      "--out",    dir.path()});
         QVERIFY(process.waitForStarted());
         QString err;
         QElapsedTimer clock;
@@ -80,7 +84,9 @@ private slots:
         QFile binary(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"));
         QVERIFY2(binary.open(QIODevice::ReadOnly), "build the tessera-cli target first");
         const QByteArray bytes = binary.readAll();
-        QVERIFY(bytes.startsWith("\x7f" "ELF"));
+        QVERIFY(
+            bytes.startsWith("\x7f"
+                             "ELF"));
         for (const char* library : {"libQt6Core.so", "libQt6Gui.so", "libQt6Widgets.so", "libicu", "libfontconfig"})
             QVERIFY2(!bytes.contains(library), library);
         QVERIFY2(bytes.contains("libspdlog.so"), "the check reads the dynamic section's names");
@@ -147,14 +153,14 @@ private slots:
         // plan takes every SD model render takes, with render's checks, and says what guidance
         // doubles.
         const QString model = QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1");
-        CliRun r = runCli({"plan", "--model", model, "--width", "1536", "--height", "1024", "--tile", "512", "--overlap",
-                           "64", "--cfg", "7", "--steps", "20"});
+        CliRun r = runCli({"plan", "--model", model, "--width", "1536", "--height", "1024", "--tile", "512",
+                           "--overlap", "64", "--cfg", "7", "--steps", "20"});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains("4 cols x 3 rows"), qPrintable(r.out));
         QVERIFY2(r.out.contains("latent       192 x 128, tiles of 64 x 64"), qPrintable(r.out));
         QVERIFY2(r.out.contains("cfg 7.0: each tile evaluated twice"), qPrintable(r.out));
-        r = runCli({"plan", "--model", "random:sdxl", "--cfg", "1", "--width", "2048", "--height", "2048", "--tile", "1024",
-                    "--overlap", "128"});
+        r = runCli({"plan", "--model", "random:sdxl", "--cfg", "1", "--width", "2048", "--height", "2048", "--tile",
+                    "1024", "--overlap", "128"});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains("cfg 1: the conditional row only"), qPrintable(r.out));
         // Render's checks: a size that is not a multiple of 8 is refused, naming the field.
@@ -164,8 +170,8 @@ private slots:
         // render checks the same before it loads anything: random:sdxl would draw 14 GB of weights first.
         QElapsedTimer clock;
         clock.start();
-        r = runCli({"render", "--model", "random:sdxl", "--width", "1001", "--height", "512", "--tile", "512", "--backend",
-                    "cpu", "--out", QDir::temp().filePath(QStringLiteral("tessera-never-written"))});
+        r = runCli({"render", "--model", "random:sdxl", "--width", "1001", "--height", "512", "--tile", "512",
+                    "--backend", "cpu", "--out", QDir::temp().filePath(QStringLiteral("tessera-never-written"))});
         QCOMPARE(r.exitCode, 2);
         QVERIFY2(r.err.contains("width: 1001 is not a multiple of 8"), qPrintable(describe(r)));
         QVERIFY2(clock.elapsed() < 20000, qPrintable(QString::number(clock.elapsed())));
@@ -207,8 +213,8 @@ private slots:
         QTest::newRow("preset missing") << QStringList{"plan", "--preset", "/nonexistent/p.json"} << "preset:";
         QTest::newRow("model missing") << QStringList{"info", "/nonexistent/model-dir"} << "model:";
         QTest::newRow("tuning cache empty") << QStringList{"plan", "--tuning-cache", ""} << "tuning_cache:";
-        QTest::newRow("tuning cache too long") << QStringList{"plan", "--tuning-cache", QString(5000, 'p')}
-                                               << "tuning_cache:";
+        QTest::newRow("tuning cache too long")
+            << QStringList{"plan", "--tuning-cache", QString(5000, 'p')} << "tuning_cache:";
     }
     void badInputExitsTwoNamingTheField() {
         QFETCH(QStringList, args);
@@ -233,7 +239,7 @@ private slots:
         QCOMPARE(o.config.width, 512);
         QVERIFY(o.config.overlapFraction.has_value());
         QCOMPARE(*o.config.overlapFraction, 0.25);
-        QCOMPARE(o.config.overlapPixels(), 16);   // of the default 64 tile
+        QCOMPARE(o.config.overlapPixels(), 16);  // of the default 64 tile
         QCOMPARE(o.config.tileBatch, 8);
         QCOMPARE(o.config.schedulerOptions.eta, 0.5f);
         QCOMPARE(o.config.label, std::string("a b"));
@@ -268,7 +274,8 @@ private slots:
             QCOMPARE(e.field(), std::string("strength"));
         }
         QVERIFY(!defaultModelCandidates("/opt/tessera/bin").empty());
-        QCOMPARE(defaultModelCandidates("/opt/tessera/bin").back(), std::string("/opt/tessera/share/tessera/models/default"));
+        QCOMPARE(defaultModelCandidates("/opt/tessera/bin").back(),
+                 std::string("/opt/tessera/share/tessera/models/default"));
     }
 
     // Every run option comes from the field table (core/run/RunConfigFields.h): each row's flag with
@@ -293,7 +300,8 @@ private slots:
                 QVERIFY2(toJson(inline_.config) == toJson(expected), flag.c_str());
             }
             for (CliCommand command : {CliCommand::Plan, CliCommand::Render, CliCommand::Info})
-                QVERIFY2(cliUsage(command).find("  " + flag + (field.valueName.empty() ? " " : " " + std::string(field.valueName))) !=
+                QVERIFY2(cliUsage(command).find("  " + flag +
+                                                (field.valueName.empty() ? " " : " " + std::string(field.valueName))) !=
                              std::string::npos,
                          flag.c_str());
         }
@@ -311,9 +319,9 @@ private slots:
         QFETCH(QString, scheduler);
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
-        const CliRun r = runCli({"render", "--backend", "cpu", "--width", "64", "--height", "64", "--tile", "64",
-                                 "--overlap", "0", "--steps", "20", "--scheduler", scheduler, "--seed", "1", "--out",
-                                 dir.path()});
+        const CliRun r =
+            runCli({"render", "--backend", "cpu", "--width", "64", "--height", "64", "--tile", "64", "--overlap", "0",
+                    "--steps", "20", "--scheduler", scheduler, "--seed", "1", "--out", dir.path()});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         const QStringList pngs = QDir(dir.path()).entryList({QStringLiteral("*.png")});
         QCOMPARE(pngs.size(), 1);
@@ -341,9 +349,10 @@ private slots:
         for (int i = 0; i < 5 * 3 * 3; ++i) image.pixels.push_back(static_cast<std::uint8_t>(i * 5));
         const std::string path = dir.filePath("a.png").toStdString();
         const std::string manifest = R"({"label":"caf\u00e9 ☕","runId":"x"})";
-        writePng(path, image, {{"parameters", "Steps: 20, Sampler: ddim", false},
-                               {"tessera-manifest", manifest, true},
-                               {"Comment", "naïve UTF-8 in tEXt goes to iTXt", false}});
+        writePng(path, image,
+                 {{"parameters", "Steps: 20, Sampler: ddim", false},
+                  {"tessera-manifest", manifest, true},
+                  {"Comment", "naïve UTF-8 in tEXt goes to iTXt", false}});
         // Written atomically: no temporary file left behind.
         QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 1);
         const PngFile back = readPng(path);
@@ -391,9 +400,8 @@ private slots:
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         for (const QString& line :
              {QStringLiteral("format       single-file checkpoint (LDM layout)"),
-              QStringLiteral("family       Stable Diffusion 1.x (sd1)"),
-              QStringLiteral("stored F16"), QStringLiteral("prediction   epsilon"),
-              QStringLiteral("scheduler    PNDMScheduler"),
+              QStringLiteral("family       Stable Diffusion 1.x (sd1)"), QStringLiteral("stored F16"),
+              QStringLiteral("prediction   epsilon"), QStringLiteral("scheduler    PNDMScheduler"),
               QStringLiteral("model hash   ") + QString::fromStdString(sha.substr(0, 10)) +
                   QStringLiteral(" (A1111's model hash; sha256 ") + QString::fromStdString(sha),
               QStringLiteral("ignored      none")})
@@ -403,7 +411,8 @@ private slots:
         // --model works too; SD 2.x keeps OpenCLIP parts no model reads.
         r = runCli({"info", "--model", QString::fromStdString(single_file_test::writeSmall(dir, SdFamily::SD2))});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
-        QVERIFY2(r.out.contains("Stable Diffusion 2.x (sd2)") && r.out.contains("prediction   v_prediction (the file cannot tell") &&
+        QVERIFY2(r.out.contains("Stable Diffusion 2.x (sd2)") &&
+                     r.out.contains("prediction   v_prediction (the file cannot tell") &&
                      r.out.contains("ignored      13 tensors: cond_stage_model (13)"),
                  qPrintable(r.out));
         // A pipeline folder.
@@ -417,7 +426,8 @@ private slots:
         QVERIFY2(r.exitCode == 2 && r.err.contains("sd1.safetensors") && r.err.contains("GroupNorm groups 32"),
                  qPrintable(describe(r)));
         r = runCli({"info", dir.filePath("model.ckpt")});
-        QVERIFY2(r.exitCode == 2 && r.err.contains("model.ckpt") && r.err.contains("never unpickles"), qPrintable(describe(r)));
+        QVERIFY2(r.exitCode == 2 && r.err.contains("model.ckpt") && r.err.contains("never unpickles"),
+                 qPrintable(describe(r)));
     }
 
     void renderOnFixture() {
@@ -426,10 +436,11 @@ private slots:
             QSKIP("tests/data/models/cifar_like is not there yet (written by tools/reference)");
         QTemporaryDir out;
         QVERIFY(out.isValid());
-        const CliRun r = runCli({"render", "--model", model, "--width", "48", "--height", "40", "--tile", "32",
-                                 "--overlap", "16", "--steps", "2", "--batch", "2", "--backend", "cpu", "--seed",
-                                 "3", "--label", "cli test", "--out", out.path()},
-                                600000);
+        const CliRun r =
+            runCli({"render", "--model",   model, "--width", "48",       "--height", "40",      "--tile",
+                    "32",     "--overlap", "16",  "--steps", "2",        "--batch",  "2",       "--backend",
+                    "cpu",    "--seed",    "3",   "--label", "cli test", "--out",    out.path()},
+                   600000);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains("tile evals/s"), qPrintable(r.out));
         const QStringList pngs = QDir(out.path()).entryList({"*.png"}, QDir::Files);
@@ -460,9 +471,13 @@ private slots:
     void renderShowsLoadProgress() {
         QTemporaryDir out;
         QVERIFY(out.isValid());
-        const CliRun r = runCli({"render", "--model", QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1"), "--width",
-                                 "64", "--height", "64", "--tile", "64", "--overlap", "0", "--steps", "1", "--cfg", "1",
-                                 "--prompt", "a cube", "--backend", "cpu", "--out", out.path()});
+        const CliRun r = runCli({"render",    "--model", QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1"),
+                                 "--width",   "64",      "--height",
+                                 "64",        "--tile",  "64",
+                                 "--overlap", "0",       "--steps",
+                                 "1",         "--cfg",   "1",
+                                 "--prompt",  "a cube",  "--backend",
+                                 "cpu",       "--out",   out.path()});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         const QStringList lines = r.err.split('\n').filter(QRegularExpression("^loading: "));
         QVERIFY2(lines.size() >= 2, qPrintable(r.err));
@@ -483,13 +498,13 @@ private slots:
             QFile f(dir + "/" + files.front());
             return f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object() : QJsonObject{};
         };
-        const CliRun first = runCli({"render", "--model", model, "--width", "40", "--height", "32", "--tile", "32",
-                                     "--overlap", "8", "--steps", "2", "--backend", "cpu", "--seed", "5", "--out",
-                                     out.filePath("1")});
+        const CliRun first =
+            runCli({"render", "--model", model, "--width", "40", "--height", "32", "--tile", "32", "--overlap", "8",
+                    "--steps", "2", "--backend", "cpu", "--seed", "5", "--out", out.filePath("1")});
         QVERIFY2(first.exitCode == 0, qPrintable(describe(first)));
         QJsonObject manifest = manifestIn(out.filePath("1"));
         QVERIFY(manifest.contains("tuning"));
-        QCOMPARE(manifest["tuning"].toObject()["digest"].toString(), QString());   // the CPU times nothing
+        QCOMPARE(manifest["tuning"].toObject()["digest"].toString(), QString());  // the CPU times nothing
         QFile saved(out.filePath("m.json"));
         QVERIFY(saved.open(QIODevice::WriteOnly));
         saved.write(QJsonDocument(manifest).toJson());
@@ -520,7 +535,8 @@ private slots:
         saved.write(QJsonDocument(manifest).toJson());
         saved.close();
         const CliRun bad = runCli({"render", "--preset", out.filePath("m.json"), "--out", out.filePath("4")});
-        QVERIFY2(bad.exitCode == 2 && bad.err.contains("preset:") && bad.err.contains("tuning"), qPrintable(describe(bad)));
+        QVERIFY2(bad.exitCode == 2 && bad.err.contains("preset:") && bad.err.contains("tuning"),
+                 qPrintable(describe(bad)));
     }
 };
 

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/app/CliRun.h"
 #include "app/cli/CompareCommand.h"
 #include "core/run/RunRecordIO.h"
+#include "tests/app/CliRun.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -25,8 +25,15 @@ namespace {
 
 // 48 x 48 with 32 px tiles overlapping by 8: 2 x 2 tiles; two DDIM steps on the CPU.
 QStringList tinyRun() {
-    return {"--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu", "--width", "48", "--height", "48",
-            "--tile", "32", "--overlap", "8", "--steps", "2", "--repeats", "2", "--warmup", "1"};
+    return {"--model",   TESSERA_TEST_DATA "/models/cifar_like",
+            "--backend", "cpu",
+            "--width",   "48",
+            "--height",  "48",
+            "--tile",    "32",
+            "--overlap", "8",
+            "--steps",   "2",
+            "--repeats", "2",
+            "--warmup",  "1"};
 }
 
 std::string fieldOf(const std::vector<std::string>& args) {
@@ -87,9 +94,9 @@ private slots:
     void rejectsBadOptionsNamingThem() {
         QCOMPARE(fieldOf({"--repeats", "0"}), std::string("repeats"));
         QCOMPARE(fieldOf({"--warmup", "-1"}), std::string("warmup"));
-        QCOMPARE(fieldOf({"--a", "graphs"}), std::string("a"));       // no '='
-        QCOMPARE(fieldOf({"--b", "=tile"}), std::string("b"));        // no key
-        QCOMPARE(fieldOf({"--a"}), std::string("a"));                 // no value
+        QCOMPARE(fieldOf({"--a", "graphs"}), std::string("a"));  // no '='
+        QCOMPARE(fieldOf({"--b", "=tile"}), std::string("b"));   // no key
+        QCOMPARE(fieldOf({"--a"}), std::string("a"));            // no value
         QCOMPARE(fieldOf({"--frobnicate", "1"}), std::string("option"));
         QCOMPARE(fieldOf({"--out", "dir"}), std::string("out"));
         QCOMPARE(fieldOf({"only-one.json"}), std::string("option"));
@@ -98,11 +105,13 @@ private slots:
         // Keys and values of --a / --b, named by the loader, with where they came from.
         QCOMPARE(fieldOf({"--a", "frobnicate=1"}), std::string("frobnicate"));
         const std::string unknown = messageOf({"--a", "frobnicate=1"});
-        QVERIFY2(unknown.find("--a: frobnicate: unknown key; known keys are width") != std::string::npos, unknown.c_str());
+        QVERIFY2(unknown.find("--a: frobnicate: unknown key; known keys are width") != std::string::npos,
+                 unknown.c_str());
         QCOMPARE(fieldOf({"--b", "graphs=always"}), std::string("graphs"));
         const std::string badMode = messageOf({"--b", "graphs=always"});
-        QVERIFY2(badMode.find("--b: graphs: 'always'") != std::string::npos && badMode.find("tile") != std::string::npos,
-                 badMode.c_str());
+        QVERIFY2(
+            badMode.find("--b: graphs: 'always'") != std::string::npos && badMode.find("tile") != std::string::npos,
+            badMode.c_str());
         QCOMPARE(fieldOf({"--b", "batch=x"}), std::string("batch"));
         QCOMPARE(fieldOf({"--b", "scheduler_options.foo=1"}), std::string("scheduler_options.foo"));
         QCOMPARE(fieldOf({"--b", "tile.size=1"}), std::string("tile.size"));
@@ -123,17 +132,19 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         QCOMPARE(fieldOf({dir.path().toStdString(), dir.path().toStdString()}), std::string("a"));
-        QVERIFY2(messageOf({dir.path().toStdString(), dir.path().toStdString()}).find("is a folder") != std::string::npos,
-                 messageOf({dir.path().toStdString(), dir.path().toStdString()}).c_str());
+        QVERIFY2(
+            messageOf({dir.path().toStdString(), dir.path().toStdString()}).find("is a folder") != std::string::npos,
+            messageOf({dir.path().toStdString(), dir.path().toStdString()}).c_str());
         const QString list = dir.filePath(QStringLiteral("list.json"));
         writeText(list, "[1, 2]");
         QCOMPARE(fieldOf({list.toStdString(), list.toStdString()}), std::string("a"));
     }
 
     void overridesAreTypedByKey() {
-        const ComparedConfigs c = compareConfigs(parseCompareOptions(
-            {"--seed", "9", "--batch", "2", "--a", "batch=1,overlap=25%,graph-warmup=3", "--b",
-             "batch=8,graphs=tile,precision=bf16,eta=0.5,label=1,2,preserve_color=true,scheduler_options.timestep_spacing=trailing"}));
+        const ComparedConfigs c = compareConfigs(
+            parseCompareOptions({"--seed", "9", "--batch", "2", "--a", "batch=1,overlap=25%,graph-warmup=3", "--b",
+                                 "batch=8,graphs=tile,precision=bf16,eta=0.5,label=1,2,preserve_color=true,scheduler_"
+                                 "options.timestep_spacing=trailing"}));
         QCOMPARE(c.a.seed, std::uint64_t{9});
         QCOMPARE(c.b.seed, std::uint64_t{9});
         QCOMPARE(c.a.tileBatch, 1);
@@ -164,8 +175,8 @@ private slots:
         record.config.seed = 2;
         record.config.graphs = GraphMode::Step;
         writeText(b, manifestJson(record).dump(2));
-        const ComparedConfigs c = compareConfigs(
-            parseCompareOptions({a.toStdString(), b.toStdString(), "--steps", "3", "--b", "batch=16"}));
+        const ComparedConfigs c =
+            compareConfigs(parseCompareOptions({a.toStdString(), b.toStdString(), "--steps", "3", "--b", "batch=16"}));
         QCOMPARE(c.a.width, 96);
         QCOMPARE(c.a.height, 64);
         QCOMPARE(c.a.tileBatch, 4);
@@ -178,8 +189,8 @@ private slots:
         QCOMPARE(c.b.steps, 3);
         QCOMPARE(c.b.tileBatch, 16);
         QCOMPARE(c.a.tuningCache, std::string());
-        QCOMPARE(c.tuningDigestA, std::string());   // a settings file has no choices
-        QCOMPARE(c.tuningDigestB, std::string());   // a manifest that recorded none
+        QCOMPARE(c.tuningDigestA, std::string());  // a settings file has no choices
+        QCOMPARE(c.tuningDigestB, std::string());  // a manifest that recorded none
 
         // A manifest's recorded tuning choices come along with its config.
         record.tuning.digest = "00112233aabbccdd";
@@ -192,14 +203,16 @@ private slots:
         const QString broken = dir.filePath(QStringLiteral("broken.json"));
         writeText(broken, "{\"width\": 48,");
         const std::string notJson = messageOf({broken.toStdString(), b.toStdString()});
-        QVERIFY2(notJson.find(broken.toStdString()) != std::string::npos && notJson.find("not valid JSON") != std::string::npos,
+        QVERIFY2(notJson.find(broken.toStdString()) != std::string::npos &&
+                     notJson.find("not valid JSON") != std::string::npos,
                  notJson.c_str());
         QCOMPARE(fieldOf({broken.toStdString(), b.toStdString()}), std::string("a"));
         const QString typo = dir.filePath(QStringLiteral("typo.json"));
         writeText(typo, R"({"widht": 48})");
         QCOMPARE(fieldOf({a.toStdString(), typo.toStdString()}), std::string("widht"));
         QVERIFY(messageOf({a.toStdString(), typo.toStdString()}).find(typo.toStdString()) != std::string::npos);
-        const std::string missing = messageOf({a.toStdString(), dir.filePath(QStringLiteral("none.json")).toStdString()});
+        const std::string missing =
+            messageOf({a.toStdString(), dir.filePath(QStringLiteral("none.json")).toStdString()});
         QVERIFY2(missing.find("none.json") != std::string::npos, missing.c_str());
     }
 
@@ -246,13 +259,16 @@ private slots:
     void identicalConfigsAreBitIdentical() {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
-        const QString csv = dir.filePath(QStringLiteral("runs.csv")), json = dir.filePath(QStringLiteral("summary.json"));
+        const QString csv = dir.filePath(QStringLiteral("runs.csv")),
+                      json = dir.filePath(QStringLiteral("summary.json"));
         const CliRun r = runCli(QStringList{"compare"} + tinyRun() + QStringList{"--csv", csv, "--json", json});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
-        QVERIFY2(r.out.contains(QStringLiteral("RunRecord.totalMs")) && r.out.contains(QStringLiteral("prepare excluded")),
-                 qPrintable(r.out));
-        QVERIFY2(r.out.contains(QStringLiteral("max |A - B| 0 of 255 (8-bit RGB), 0 (model space); bit-identical: yes")),
-                 qPrintable(r.out));
+        QVERIFY2(
+            r.out.contains(QStringLiteral("RunRecord.totalMs")) && r.out.contains(QStringLiteral("prepare excluded")),
+            qPrintable(r.out));
+        QVERIFY2(
+            r.out.contains(QStringLiteral("max |A - B| 0 of 255 (8-bit RGB), 0 (model space); bit-identical: yes")),
+            qPrintable(r.out));
         QVERIFY2(r.out.contains(QStringLiteral("B differs from A in: nothing")), qPrintable(r.out));
         QVERIFY2(r.out.contains(QStringLiteral("speedup B vs A")), qPrintable(r.out));
         QVERIFY2(r.err.contains(QStringLiteral("warm-up pair 1/1 (discarded)")), qPrintable(r.err));
@@ -293,7 +309,7 @@ private slots:
         QVERIFY(std::abs(s["speedup_b_vs_a"]["median"].get<double>() - 0.5 * (r0 + r1)) < 1e-9);
         QVERIFY(std::abs(s["speedup_b_vs_a"]["min"].get<double>() - std::min(r0, r1)) < 1e-9);
         QCOMPARE(s["a"]["config"]["preview_every"].get<int>(), 0);  // previews off
-        QVERIFY(s["a"]["peak_device_mib"].is_null());                 // no device memory on the CPU
+        QVERIFY(s["a"]["peak_device_mib"].is_null());               // no device memory on the CPU
         QVERIFY(s["a"]["step_gpu_ms"].is_null());
         QVERIFY(s["peak_device_mib_delta"].is_null());
         QCOMPARE(s["a"]["repeatable"].get<bool>(), true);
@@ -304,7 +320,8 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const QString json = dir.filePath(QStringLiteral("summary.json"));
-        const CliRun r = runCli(QStringList{"compare"} + tinyRun() + QStringList{"--a", "seed=1", "--b", "seed=2", "--json", json});
+        const CliRun r =
+            runCli(QStringList{"compare"} + tinyRun() + QStringList{"--a", "seed=1", "--b", "seed=2", "--json", json});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains(QStringLiteral("seed 1 -> 2")), qPrintable(r.out));
         QVERIFY2(r.out.contains(QStringLiteral("bit-identical: no")), qPrintable(r.out));
@@ -349,8 +366,12 @@ private slots:
     void manifestReproducesRender() {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
-        QStringList render{"render", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend", "cpu", "--width", "48",
-                           "--height", "48", "--tile", "32", "--overlap", "8", "--steps", "2", "--seed", "4", "--out",
+        QStringList render{"render",    "--model",  TESSERA_TEST_DATA "/models/cifar_like",
+                           "--backend", "cpu",      "--width",
+                           "48",        "--height", "48",
+                           "--tile",    "32",       "--overlap",
+                           "8",         "--steps",  "2",
+                           "--seed",    "4",        "--out",
                            dir.path()};
         const CliRun rendered = runCli(render);
         QVERIFY2(rendered.exitCode == 0, qPrintable(describe(rendered)));
@@ -359,8 +380,8 @@ private slots:
         const QString manifest = dir.filePath(manifests.front());
         const std::string renderedSha = readJson(manifest)["image_sha256"].get<std::string>();
         const QString json = dir.filePath(QStringLiteral("summary.out"));
-        const CliRun r = runCli({"compare", manifest, manifest, "--repeats", "1", "--warmup", "0", "--b", "batch=4",
-                                 "--json", json});
+        const CliRun r = runCli(
+            {"compare", manifest, manifest, "--repeats", "1", "--warmup", "0", "--b", "batch=4", "--json", json});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         const nlohmann::json s = readJson(json);
         QVERIFY(s.is_object());
@@ -368,7 +389,7 @@ private slots:
         QCOMPARE(s["pixels"]["bit_identical"].get<bool>(), true);  // batch 1 vs 4 on the CPU
         QCOMPARE(s["b"]["config"]["batch"].get<int>(), 4);
         QVERIFY2(!r.err.contains(QStringLiteral("warm-up pair 1/")), qPrintable(r.err));  // --warmup 0
-        QVERIFY2(!r.out.contains(QStringLiteral("tuning:")), qPrintable(r.out));  // same (no) choices: no note
+        QVERIFY2(!r.out.contains(QStringLiteral("tuning:")), qPrintable(r.out));          // same (no) choices: no note
 
         // A manifest whose recorded choices this run does not make (here: the CPU makes none) is
         // said to be so, on the side it belongs to.
@@ -378,8 +399,8 @@ private slots:
         writeText(other, edited.dump(2));
         const CliRun noted = runCli({"compare", manifest, other, "--repeats", "1", "--warmup", "0"});
         QVERIFY2(noted.exitCode == 0, qPrintable(describe(noted)));
-        QVERIFY2(noted.out.contains(QRegularExpression(
-                     "note B +tuning: this run's choices \\(digest none\\) differ from its manifest's \\(00112233aabbccdd\\)")),
+        QVERIFY2(noted.out.contains(QRegularExpression("note B +tuning: this run's choices \\(digest none\\) differ "
+                                                       "from its manifest's \\(00112233aabbccdd\\)")),
                  qPrintable(describe(noted)));
         QVERIFY2(!noted.out.contains(QStringLiteral("note A           tuning:")), qPrintable(describe(noted)));
     }

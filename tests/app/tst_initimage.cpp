@@ -14,14 +14,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "tests/app/CliRun.h"
 #include "app/cli/InitImage.h"
 #include "app/cli/PngIO.h"
+#include "tests/app/CliRun.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -64,7 +64,8 @@ Rgb8Image makeImage(int width, int height, const std::function<std::array<int, 3
     for (int y = 0; y < height; ++y)
         for (int x = 0; x < width; ++x) {
             const auto c = colour(x, y);
-            for (int k = 0; k < 3; ++k) image.pixels[(static_cast<std::size_t>(y) * width + x) * 3 + k] = static_cast<std::uint8_t>(c[k]);
+            for (int k = 0; k < 3; ++k)
+                image.pixels[(static_cast<std::size_t>(y) * width + x) * 3 + k] = static_cast<std::uint8_t>(c[k]);
         }
     return image;
 }
@@ -98,8 +99,12 @@ private slots:
             for (int y = 0; y < 8; ++y)
                 for (int x = 0; x < 8; ++x) {
                     const auto got = rgbAt(image, x + 8 * (q % 2), y + 8 * (q / 2));
-                    QVERIFY2(near(got, want[q], 4), qPrintable(QStringLiteral("quadrant %1 pixel %2,%3 is %4, expected %5")
-                                                                  .arg(q).arg(x).arg(y).arg(rgbText(got), rgbText(want[q]))));
+                    QVERIFY2(near(got, want[q], 4),
+                             qPrintable(QStringLiteral("quadrant %1 pixel %2,%3 is %4, expected %5")
+                                            .arg(q)
+                                            .arg(x)
+                                            .arg(y)
+                                            .arg(rgbText(got), rgbText(want[q]))));
                 }
     }
 
@@ -108,7 +113,8 @@ private slots:
         QCOMPARE(image.width, 8);
         QCOMPARE(image.height, 8);
         for (int y = 0; y < 8; ++y)
-            for (int x = 0; x < 8; ++x) QVERIFY2(near(rgbAt(image, x, y), {128, 128, 128}, 1), qPrintable(rgbText(rgbAt(image, x, y))));
+            for (int x = 0; x < 8; ++x)
+                QVERIFY2(near(rgbAt(image, x, y), {128, 128, 128}, 1), qPrintable(rgbText(rgbAt(image, x, y))));
     }
 
     void jpegCmykBecomesRgb() {
@@ -120,7 +126,9 @@ private slots:
 
     void pngExactPixels() {
         QTemporaryDir dir;
-        const Rgb8Image written = makeImage(5, 3, [](int x, int y) { return std::array<int, 3>{x * 50, y * 100, 255 - x * y * 10}; });
+        const Rgb8Image written = makeImage(5, 3, [](int x, int y) {
+            return std::array<int, 3>{x * 50, y * 100, 255 - x * y * 10};
+        });
         const std::string path = dir.filePath("exact.png").toStdString();
         writePng(path, written, {});
         const Rgb8Image read = decodeImageFile(path);
@@ -158,14 +166,22 @@ private slots:
     void badFiles_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<QString>("problem");
-        QTest::newRow("missing") << "missing.png" << "cannot open: No such file";
-        QTest::newRow("empty") << "empty.png" << "is empty";
-        QTest::newRow("text renamed .png") << "notes.png" << "is neither a PNG nor a JPEG file";
-        QTest::newRow("truncated png") << "cut.png" << "is a damaged or truncated PNG";
-        QTest::newRow("png header only") << "header.png" << "is not a readable PNG";
-        QTest::newRow("truncated jpeg") << "cut.jpg" << "is a damaged or truncated JPEG";
-        QTest::newRow("jpeg marker only") << "marker.jpg" << "is not a readable JPEG";
-        QTest::newRow("folder") << "folder.png" << "is a folder";
+        QTest::newRow("missing") << "missing.png"
+                                 << "cannot open: No such file";
+        QTest::newRow("empty") << "empty.png"
+                               << "is empty";
+        QTest::newRow("text renamed .png") << "notes.png"
+                                           << "is neither a PNG nor a JPEG file";
+        QTest::newRow("truncated png") << "cut.png"
+                                       << "is a damaged or truncated PNG";
+        QTest::newRow("png header only") << "header.png"
+                                         << "is not a readable PNG";
+        QTest::newRow("truncated jpeg") << "cut.jpg"
+                                        << "is a damaged or truncated JPEG";
+        QTest::newRow("jpeg marker only") << "marker.jpg"
+                                          << "is not a readable JPEG";
+        QTest::newRow("folder") << "folder.png"
+                                << "is a folder";
     }
     void badFiles() {
         QFETCH(QString, name);
@@ -234,13 +250,17 @@ private slots:
                     QCOMPARE(image.height, whole.height);
                 } catch (const InitImageError& e) {
                     ++refused;
-                    QVERIFY2(QString::fromUtf8(e.what()).startsWith("'" + QString::fromStdString(path) + "'"), e.what());
+                    QVERIFY2(QString::fromUtf8(e.what()).startsWith("'" + QString::fromStdString(path) + "'"),
+                             e.what());
                 }
             }
             // A PNG whose image data is complete decodes without its 12-byte IEND chunk; a JPEG
             // must be whole (a missing end marker is what libjpeg calls a premature end).
             const int mustRefuse = static_cast<int>(bytes.size()) - (QByteArray(name).endsWith(".png") ? 12 : 0);
-            QVERIFY2(refused >= mustRefuse, qPrintable(QStringLiteral("%1: only %2 of %3 prefixes refused").arg(name).arg(refused).arg(bytes.size())));
+            QVERIFY2(
+                refused >= mustRefuse,
+                qPrintable(
+                    QStringLiteral("%1: only %2 of %3 prefixes refused").arg(name).arg(refused).arg(bytes.size())));
         }
     }
 
@@ -289,8 +309,10 @@ private slots:
         for (std::size_t i = 2; i + 3 < bytes.size() && !sos;) {
             const unsigned marker = bytes[i + 1];
             if (marker == 0xc0 || marker == 0xc2) sof = i;
-            if (marker == 0xda) sos = i;
-            else i += 2 + ((bytes[i + 2] << 8) | bytes[i + 3]);
+            if (marker == 0xda)
+                sos = i;
+            else
+                i += 2 + ((bytes[i + 2] << 8) | bytes[i + 3]);
         }
         QVERIFY(sos > 0 && sof > 0);
         const std::size_t scan = sos + 2 + ((bytes[sos + 2] << 8) | bytes[sos + 3]);
@@ -304,7 +326,8 @@ private slots:
             }
         } else {
             // Entropy-coded bytes that hold no marker (no 0xFF): nothing but bad data.
-            for (std::size_t i = scan + 4; i + 8 < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(0x12 + (i * 37) % 0xe0);
+            for (std::size_t i = scan + 4; i + 8 < bytes.size(); ++i)
+                bytes[i] = static_cast<unsigned char>(0x12 + (i * 37) % 0xe0);
         }
         const std::string path = dir.filePath("damaged.jpg").toStdString();
         writeBytes(path, bytes, bytes.size());
@@ -341,7 +364,8 @@ private slots:
                 read();
                 QFAIL("a 65536 x 65536 PNG was accepted");
             } catch (const InitImageError& e) {
-                QVERIFY2(QString::fromUtf8(e.what()).contains("is 65536x65536 pixels, more than the 150 megapixels"), e.what());
+                QVERIFY2(QString::fromUtf8(e.what()).contains("is 65536x65536 pixels, more than the 150 megapixels"),
+                         e.what());
             }
         }
     }
@@ -407,22 +431,27 @@ private slots:
         for (int c = 0; c < 3; ++c)
             for (int y = 0; y < outH; ++y)
                 for (int x = 0; x < outW; ++x)
-                    QVERIFY2(std::abs(level(t, c, x, y) - want[c]) < 1e-3,
-                             qPrintable(QStringLiteral("channel %1 at %2,%3: %4").arg(c).arg(x).arg(y).arg(level(t, c, x, y))));
+                    QVERIFY2(
+                        std::abs(level(t, c, x, y) - want[c]) < 1e-3,
+                        qPrintable(
+                            QStringLiteral("channel %1 at %2,%3: %4").arg(c).arg(x).arg(y).arg(level(t, c, x, y))));
     }
 
     void upscaledRampStaysRamp() {
         // v(x) = 10 x + 5 at pixel centres. Catmull-Rom reproduces a linear function wherever its
         // four taps are inside the image.
         const int inW = 16, outW = 40;
-        const Rgb8Image image = makeImage(inW, 3, [](int x, int) { return std::array<int, 3>{10 * x + 5, 10 * x + 5, 250 - 10 * x}; });
+        const Rgb8Image image = makeImage(inW, 3, [](int x, int) {
+            return std::array<int, 3>{10 * x + 5, 10 * x + 5, 250 - 10 * x};
+        });
         const ImageTensor t = resampleToModelSpace(image, outW, 3, 3);
         int checked = 0;
         for (int x = 0; x < outW; ++x) {
             const double u = (x + 0.5) * inW / outW - 0.5;  // source coordinate of this output centre
             if (u < 1 || u > inW - 2) continue;
             ++checked;
-            QVERIFY2(std::abs(level(t, 0, x, 1) - (10 * u + 5)) < 1e-3, qPrintable(QStringLiteral("x %1: %2 vs %3").arg(x).arg(level(t, 0, x, 1)).arg(10 * u + 5)));
+            QVERIFY2(std::abs(level(t, 0, x, 1) - (10 * u + 5)) < 1e-3,
+                     qPrintable(QStringLiteral("x %1: %2 vs %3").arg(x).arg(level(t, 0, x, 1)).arg(10 * u + 5)));
             QVERIFY2(std::abs(level(t, 2, x, 1) - (250 - 10 * u)) < 1e-3, qPrintable(QString::number(x)));
         }
         QVERIFY(checked >= 30);
@@ -436,7 +465,8 @@ private slots:
         const ImageTensor t = resampleToModelSpace(image, 8, 2, 3);
         for (int x = 0; x < 8; ++x) {
             const double want = 7 * (4 * x + 1.5) + 3;
-            QVERIFY2(std::abs(level(t, 0, x, 0) - want) < 1e-3, qPrintable(QStringLiteral("x %1: %2 vs %3").arg(x).arg(level(t, 0, x, 0)).arg(want)));
+            QVERIFY2(std::abs(level(t, 0, x, 0) - want) < 1e-3,
+                     qPrintable(QStringLiteral("x %1: %2 vs %3").arg(x).arg(level(t, 0, x, 0)).arg(want)));
         }
         // A non-integer factor (30 -> 7) keeps the ramp within a fraction of one source step.
         const Rgb8Image odd = makeImage(30, 1, [](int x, int) { return std::array<int, 3>{8 * x, 0, 0}; });
@@ -450,7 +480,8 @@ private slots:
     void twoByTwoToFourByFour() {
         // Catmull-Rom weights of the two source pixels for output centres at source -0.25, 0.25,
         // 0.75, 1.25 (edge pixels repeated), worked out by hand from the kernel:
-        const double w[4][2] = {{1.0703125, -0.0703125}, {0.796875, 0.203125}, {0.203125, 0.796875}, {-0.0703125, 1.0703125}};
+        const double w[4][2] = {
+            {1.0703125, -0.0703125}, {0.796875, 0.203125}, {0.203125, 0.796875}, {-0.0703125, 1.0703125}};
         const double m[2][2] = {{0, 255}, {255, 60}};  // [y][x], red channel; green = 255 - red
         const Rgb8Image image = makeImage(2, 2, [&](int x, int y) {
             const int v = static_cast<int>(m[y][x]);
@@ -463,13 +494,18 @@ private slots:
                 for (int i = 0; i < 2; ++i)
                     for (int j = 0; j < 2; ++j) v += w[y][i] * w[x][j] * m[i][j];
                 const double red = std::clamp(v, 0.0, 255.0), green = std::clamp(255.0 - v, 0.0, 255.0);
-                QVERIFY2(std::abs(level(t, 0, x, y) - red) < 1e-3,
-                         qPrintable(QStringLiteral("red at %1,%2: %3, expected %4").arg(x).arg(y).arg(level(t, 0, x, y)).arg(red)));
-                QVERIFY2(std::abs(level(t, 1, x, y) - green) < 1e-3, qPrintable(QStringLiteral("green at %1,%2").arg(x).arg(y)));
+                QVERIFY2(
+                    std::abs(level(t, 0, x, y) - red) < 1e-3,
+                    qPrintable(
+                        QStringLiteral("red at %1,%2: %3, expected %4").arg(x).arg(y).arg(level(t, 0, x, y)).arg(red)));
+                QVERIFY2(std::abs(level(t, 1, x, y) - green) < 1e-3,
+                         qPrintable(QStringLiteral("green at %1,%2").arg(x).arg(y)));
                 QVERIFY(std::abs(level(t, 2, x, y) - 128) < 1e-3);
             }
         // Spot values: row 1 (weights 0.797/0.203 both ways) and the clamped corner.
-        QVERIFY(std::abs(level(t, 0, 1, 0) - std::clamp(1.0703125 * (0.796875 * 0 + 0.203125 * 255) - 0.0703125 * (0.796875 * 255 + 0.203125 * 60), 0.0, 255.0)) < 1e-3);
+        QVERIFY(std::abs(level(t, 0, 1, 0) - std::clamp(1.0703125 * (0.796875 * 0 + 0.203125 * 255) -
+                                                            0.0703125 * (0.796875 * 255 + 0.203125 * 60),
+                                                        0.0, 255.0)) < 1e-3);
         QCOMPARE(level(t, 0, 0, 0), 0.0);  // undershoot clamped
     }
 
@@ -484,7 +520,9 @@ private slots:
     }
 
     void oneChannelIsMeanOfRgb() {
-        const Rgb8Image image = makeImage(2, 1, [](int x, int) { return x ? std::array<int, 3>{255, 0, 0} : std::array<int, 3>{30, 60, 90}; });
+        const Rgb8Image image = makeImage(2, 1, [](int x, int) {
+            return x ? std::array<int, 3>{255, 0, 0} : std::array<int, 3>{30, 60, 90};
+        });
         const ImageTensor t = resampleToModelSpace(image, 2, 1, 1);
         QCOMPARE(t.channels, 1);
         QVERIFY(std::abs(level(t, 0, 0, 0) - 60.0) < 1e-3);
@@ -518,13 +556,15 @@ private slots:
         if (!QFileInfo::exists(model + "/config.json")) QSKIP("tests/data/models/cifar_like is missing");
         QVERIFY2(QFileInfo::exists(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli")), "build tessera-cli first");
         const QString init = kImages + "quadrants.jpg";  // 16x16 JPEG; the run is 48x40
-        const QStringList common{"render", "--model", model, "--width", "48", "--height", "40", "--tile", "32",
-                                 "--overlap", "16", "--steps", "4", "--batch", "2", "--backend", "cpu", "--seed", "5"};
+        const QStringList common{"render", "--model",   model,       "--width", "48",      "--height", "40",
+                                 "--tile", "32",        "--overlap", "16",      "--steps", "4",        "--batch",
+                                 "2",      "--backend", "cpu",       "--seed",  "5"};
 
         QTemporaryDir plainDir, initDir, zeroDir;
         const CliRun plain = runCli(common + QStringList{"--out", plainDir.path()});
         QVERIFY2(plain.exitCode == 0, qPrintable(describe(plain)));
-        const CliRun withInit = runCli(common + QStringList{"--init", init, "--strength", "0.5", "--out", initDir.path()});
+        const CliRun withInit =
+            runCli(common + QStringList{"--init", init, "--strength", "0.5", "--out", initDir.path()});
         QVERIFY2(withInit.exitCode == 0, qPrintable(describe(withInit)));
         QVERIFY2(withInit.err.contains("is 16x16, resized to 48x40 (stretched"), qPrintable(describe(withInit)));
 
@@ -535,7 +575,9 @@ private slots:
         long long differing = 0;
         for (std::size_t i = 0; i < a.pixels.size(); ++i) differing += a.pixels[i] != b.pixels[i];
         QVERIFY2(differing > static_cast<long long>(a.pixels.size() / 4),
-                 qPrintable(QStringLiteral("only %1 of %2 values differ from the run without --init").arg(differing).arg(a.pixels.size())));
+                 qPrintable(QStringLiteral("only %1 of %2 values differ from the run without --init")
+                                .arg(differing)
+                                .arg(a.pixels.size())));
 
         // A strength under one step (0.1 of 4 steps) denoises nothing: the PNG is the resampled
         // start image itself, which pins the CLI's decode + resize to loadInitImage's.
@@ -552,8 +594,10 @@ private slots:
     void readPngRefusesHugeClaims_data() {
         QTest::addColumn<QString>("file");
         QTest::addColumn<QString>("expected");
-        QTest::newRow("100000x100000 pixels") << "huge_header.png" << "Invalid IHDR data";
-        QTest::newRow("1.9 GB text chunk") << "huge_text_chunk.png" << "claims 1935998995 bytes";
+        QTest::newRow("100000x100000 pixels") << "huge_header.png"
+                                              << "Invalid IHDR data";
+        QTest::newRow("1.9 GB text chunk") << "huge_text_chunk.png"
+                                           << "claims 1935998995 bytes";
     }
     void readPngRefusesHugeClaims() {
         QFETCH(QString, file);
@@ -596,8 +640,8 @@ private slots:
         QVERIFY(file.open(QIODevice::WriteOnly));
         file.write("not an image");
         file.close();
-        const CliRun r = runCli({"render", "--model", model, "--width", "32", "--height", "32", "--tile", "32", "--steps",
-                                 "1", "--backend", "cpu", "--init", bad, "--out", dir.path()});
+        const CliRun r = runCli({"render", "--model", model, "--width", "32", "--height", "32", "--tile", "32",
+                                 "--steps", "1", "--backend", "cpu", "--init", bad, "--out", dir.path()});
         QCOMPARE(r.exitCode, 2);
         QVERIFY2(r.err.contains("init: '" + bad + "' is neither a PNG nor a JPEG file"), qPrintable(describe(r)));
     }

@@ -26,8 +26,8 @@ QString sdPipeline() { return QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1"
 // few bytes of garbage: inspecting it must not touch (or need) the weights.
 bool copyConfigsOnly(const QString& to) {
     QDir source(sdPipeline());
-    for (const QString& part : {QString(), QStringLiteral("unet"), QStringLiteral("vae"), QStringLiteral("text_encoder"),
-                                QStringLiteral("scheduler")}) {
+    for (const QString& part : {QString(), QStringLiteral("unet"), QStringLiteral("vae"),
+                                QStringLiteral("text_encoder"), QStringLiteral("scheduler")}) {
         const QDir from(source.filePath(part));
         if (!QDir().mkpath(QDir(to).filePath(part))) return false;
         for (const QFileInfo& file : from.entryInfoList(QDir::Files)) {
@@ -117,9 +117,10 @@ private slots:
         // of 32, SD 1.5's 4 levels 64 (full-size headers; the data is a sparse hole, never read).
         for (const auto& [shape, factor] : {std::pair{"random:sdxl", 32}, std::pair{"random:sd15", 64}}) {
             const SdModelConfigs c = randomSdModelConfigs(shape);
-            const QString file = scratch_.filePath(QStringLiteral("%1.safetensors").arg(QString::fromLatin1(shape + 7)));
-            single_file_test::writeHeaderOnly(file.toStdString(),
-                                              singleFileTensors(c.family, c.unet, c.vae, c.textEncoder, c.textEncoder2));
+            const QString file =
+                scratch_.filePath(QStringLiteral("%1.safetensors").arg(QString::fromLatin1(shape + 7)));
+            single_file_test::writeHeaderOnly(
+                file.toStdString(), singleFileTensors(c.family, c.unet, c.vae, c.textEncoder, c.textEncoder2));
             multiple = 0;
             const auto found = ModelLocator::readSdLimits(file, &multiple, &error);
             QVERIFY2(found, qPrintable(error));
@@ -127,7 +128,8 @@ private slots:
             QCOMPARE(multiple, 8);
         }
 
-        QVERIFY(!ModelLocator::readSdLimits(scratch_.filePath(QStringLiteral("absent.safetensors")), &multiple, &error));
+        QVERIFY(
+            !ModelLocator::readSdLimits(scratch_.filePath(QStringLiteral("absent.safetensors")), &multiple, &error));
         QVERIFY2(error.contains("absent.safetensors' does not exist"), qPrintable(error));
         const QString pickle = scratch_.filePath(QStringLiteral("model.ckpt"));
         QVERIFY(writeFile(pickle, "PK"));
@@ -140,7 +142,8 @@ private slots:
     void badPipelineConfigsNameTheFile() {
         const QString copy = scratch_.filePath(QStringLiteral("bad-unet"));
         QVERIFY(copyConfigsOnly(copy));
-        QVERIFY(writeFile(copy + QStringLiteral("/unet/config.json"), "{\"block_out_channels\": [16, 32], \"in_channels\": "));
+        QVERIFY(writeFile(copy + QStringLiteral("/unet/config.json"),
+                          "{\"block_out_channels\": [16, 32], \"in_channels\": "));
         int multiple = 0;
         QString error;
         QVERIFY(!ModelLocator::readSdLimits(copy, &multiple, &error));
@@ -195,9 +198,11 @@ private slots:
         const ModelInspection unet = inspectAndWait(inspector, QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like"));
         QVERIFY(!unet.stableDiffusion);
         QVERIFY(unet.limits);
-        const ModelInspection plainFile = inspectAndWait(inspector, QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1/model_index.json"));
+        const ModelInspection plainFile =
+            inspectAndWait(inspector, QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1/model_index.json"));
         QVERIFY(!plainFile.limits);
-        QVERIFY2(plainFile.error.contains("neither a model folder nor a .safetensors checkpoint"), qPrintable(plainFile.error));
+        QVERIFY2(plainFile.error.contains("neither a model folder nor a .safetensors checkpoint"),
+                 qPrintable(plainFile.error));
     }
 
     // The window's model field given a pipeline's unet/ folder: no limits, and the reason says
@@ -229,10 +234,12 @@ private slots:
         c.cfgScale = 7.5;
         c.clipSkip = 2;
         const QString summary = configSummary(c);
-        QVERIFY2(summary.endsWith("cfg 7.5 · clip skip 2 · “a lighthouse at dusk, (oil painting:1.3)”"), qPrintable(summary));
+        QVERIFY2(summary.endsWith("cfg 7.5 · clip skip 2 · “a lighthouse at dusk, (oil painting:1.3)”"),
+                 qPrintable(summary));
         // A long prompt is cut to one short line.
         c.prompt = std::string(50, 'a') + "\n" + std::string(50, 'b');
-        QVERIFY2(configSummary(c).endsWith("“" + QString(50, 'a') + " " + QString(8, 'b') + "…”"), qPrintable(configSummary(c)));
+        QVERIFY2(configSummary(c).endsWith("“" + QString(50, 'a') + " " + QString(8, 'b') + "…”"),
+                 qPrintable(configSummary(c)));
     }
 };
 

@@ -26,8 +26,8 @@ const QString kFixture = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
 
 // A quick CPU render: one 32x32 tile, two steps.
 QStringList renderArgs(const QString& model, const QString& out) {
-    return {"render", "--model", model, "--backend", "cpu", "--width", "32", "--height", "32", "--tile", "32",
-            "--overlap", "0", "--steps", "2", "--precision", "fp32", "--out", out};
+    return {"render", "--model",   model, "--backend", "cpu", "--width",     "32",   "--height", "32", "--tile",
+            "32",     "--overlap", "0",   "--steps",   "2",   "--precision", "fp32", "--out",    out};
 }
 
 int pngCount(const QString& folder) {
@@ -54,15 +54,17 @@ private slots:
         QTest::addColumn<QByteArray>("json");
         QTest::addColumn<QString>("field");
         // The issue's case: every beta 0, every alphas_cumprod 1; it rendered black with exit 0.
-        QTest::newRow("beta_start = beta_end = 0") << QByteArray(R"({"beta_start": 0.0, "beta_end": 0.0})") << "beta_start";
-        QTest::newRow("beta_end below beta_start") << QByteArray(R"({"beta_start": 0.02, "beta_end": 0.0001})") << "beta_end";
+        QTest::newRow("beta_start = beta_end = 0")
+            << QByteArray(R"({"beta_start": 0.0, "beta_end": 0.0})") << "beta_start";
+        QTest::newRow("beta_end below beta_start")
+            << QByteArray(R"({"beta_start": 0.02, "beta_end": 0.0001})") << "beta_end";
         QTest::newRow("beta_end 1") << QByteArray(R"({"beta_end": 1.0})") << "beta_end";
         QTest::newRow("betas below float32's resolution")
             << QByteArray(R"({"beta_start": 1e-9, "beta_end": 1e-9})") << "beta_start";
-        QTest::newRow("a million training timesteps") << QByteArray(R"({"num_train_timesteps": 1000000})")
-                                                      << "num_train_timesteps";
-        QTest::newRow("clip_sample_range 0") << QByteArray(R"({"clip_sample": true, "clip_sample_range": 0})")
-                                             << "clip_sample_range";
+        QTest::newRow("a million training timesteps")
+            << QByteArray(R"({"num_train_timesteps": 1000000})") << "num_train_timesteps";
+        QTest::newRow("clip_sample_range 0")
+            << QByteArray(R"({"clip_sample": true, "clip_sample_range": 0})") << "clip_sample_range";
     }
 
     void schedulerConfigOutOfRangeExits2() {

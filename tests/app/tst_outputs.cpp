@@ -17,13 +17,13 @@
 #include <QRandomGenerator>
 #include <QTemporaryDir>
 
-#include <csignal>
-#include <filesystem>
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <csignal>
+#include <filesystem>
 
-#include "app/qt/Exporters.h"
 #include "app/cli/PngIO.h"
+#include "app/qt/Exporters.h"
 #include "app/qt/RunHistory.h"
 #include "core/base/BoundedInput.h"
 #include "core/run/RunRecordIO.h"
@@ -42,8 +42,8 @@ const QString kModel = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
 
 // A small CPU render of the fixture model; `more` are added after.
 QStringList smallRender(const QStringList& more) {
-    return QStringList{"render", "--model", kModel, "--backend", "cpu", "--width", "48", "--height", "40", "--tile", "32",
-                       "--overlap", "16", "--steps", "2", "--batch", "2"} +
+    return QStringList{"render", "--model", kModel,      "--backend", "cpu",     "--width", "48",      "--height", "40",
+                       "--tile", "32",      "--overlap", "16",        "--steps", "2",       "--batch", "2"} +
            more;
 }
 
@@ -52,7 +52,8 @@ CliRun runShell(const QString& script, const QStringList& args, bool unshare = f
     QProcess process;
     const QStringList shArgs = QStringList{"-c", script, "sh"} + args;
     if (unshare)
-        process.start(QStringLiteral("unshare"), QStringList{"--mount", "--propagation", "private", "/bin/sh"} + shArgs);
+        process.start(QStringLiteral("unshare"),
+                      QStringList{"--mount", "--propagation", "private", "/bin/sh"} + shArgs);
     else
         process.start(QStringLiteral("/bin/sh"), shArgs);
     CliRun run;
@@ -107,13 +108,14 @@ RunRecord engineLikeRecord(const RunConfig& config) {
     r.modelName = std::filesystem::path(config.model).filename().string();
     r.modelHash = std::string(64, 'a');
     r.imageSha256 = std::string(64, 'b');
-    r.environment = {"0.1.0", "cuda", "NVIDIA H100 80GB HBM3", "CUDA 12.4, cuDNN 9.1, driver 550.54.15", "host-name", 16};
+    r.environment = {"0.1.0",     "cuda", "NVIDIA H100 80GB HBM3", "CUDA 12.4, cuDNN 9.1, driver 550.54.15",
+                     "host-name", 16};
     const TilePlan plan = TilePlan::fromConfig(config);
     r.tileCount = plan.count();
     r.tileW = plan.tileW();
     r.tileH = plan.tileH();
     r.stepsRun = config.steps;
-    const int batch = resolveTileBatch(config.tileBatch, plan.count());   // a record holds the batch that ran
+    const int batch = resolveTileBatch(config.tileBatch, plan.count());  // a record holds the batch that ran
     r.config.tileBatch = batch;
     const double ms = 0.30000000000000004;  // 17 significant digits, as printed
     for (int k = 0; k < config.steps; ++k) {
@@ -177,8 +179,10 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const QString script = QStringLiteral(
-            "set -e; m=\"$4/$(printf 'mod\\351le')\"; ln -s \"$2\" \"$m\"; i=\"$4/$(printf 'init\\351.png')\"; cp \"$3\" \"$i\";"
-            "set +e; \"$1\" render --model \"$m\" --init \"$i\" --label \"$(printf 'caf\\351')\" --backend cpu --width 48"
+            "set -e; m=\"$4/$(printf 'mod\\351le')\"; ln -s \"$2\" \"$m\"; i=\"$4/$(printf 'init\\351.png')\"; cp "
+            "\"$3\" \"$i\";"
+            "set +e; \"$1\" render --model \"$m\" --init \"$i\" --label \"$(printf 'caf\\351')\" --backend cpu --width "
+            "48"
             " --height 40 --tile 32 --overlap 16 --steps 2 --batch 2 --seed 3 --out \"$4/out\"; rc=$?;"
             " rm -f \"$m\" \"$i\"; exit $rc");  // Qt cannot name, so cannot remove, non-UTF-8 file names
         const CliRun r = runShell(script, {kCli, kModel, TESSERA_TEST_DATA "/images/alpha.png", dir.path()});
@@ -197,7 +201,8 @@ private slots:
         QCOMPARE(manifest["model_name"].toString(), QString("mod\\xE9le"));
         const PngFile png = readPng((out + "/" + id + ".png").toStdString());
         QVERIFY(isValidUtf8(png.text("parameters")));
-        QVERIFY2(QString::fromStdString(png.text("parameters")).contains("Model: mod\\xE9le"), png.text("parameters").c_str());
+        QVERIFY2(QString::fromStdString(png.text("parameters")).contains("Model: mod\\xE9le"),
+                 png.text("parameters").c_str());
         QCOMPARE(QByteArray::fromStdString(png.text("tessera-manifest")), json);
     }
 
@@ -234,14 +239,15 @@ private slots:
         QProcess process;
         process.setChildProcessModifier([] {
             std::signal(SIGXFSZ, SIG_IGN);
-            const struct rlimit limit{16 * 1024, RLIM_INFINITY};
+            const struct rlimit limit { 16 * 1024, RLIM_INFINITY };
             ::setrlimit(RLIMIT_FSIZE, &limit);
         });
         process.start(kCli, smallRender({"--out", dir.path()}));
         QVERIFY(process.waitForFinished(300000));
         const QString err = QString::fromUtf8(process.readAllStandardError());
         QCOMPARE(process.exitCode(), 2);
-        QVERIFY2(err.contains("out: '" + dir.path() + "': the file size limit (ulimit -f) is 16.0 KiB (16384 bytes); "
+        QVERIFY2(err.contains("out: '" + dir.path() +
+                              "': the file size limit (ulimit -f) is 16.0 KiB (16384 bytes); "
                               "the largest output file needs about"),
                  qPrintable(err));
         QVERIFY2(!err.contains("step 1/"), qPrintable(err));
@@ -254,8 +260,8 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const CliRun r = runShell(QStringLiteral("mount -t tmpfs -o size=64k tmpfs \"$1\" && shift && exec \"$@\""),
-                                  QStringList{dir.path(), kCli} + smallRender({"--width", "128", "--height", "128",
-                                                                               "--out", dir.filePath("out")}),
+                                  QStringList{dir.path(), kCli} +
+                                      smallRender({"--width", "128", "--height", "128", "--out", dir.filePath("out")}),
                                   true);
         QCOMPARE(r.exitCode, 2);
         QVERIFY2(r.err.contains("out: '" + dir.filePath("out") + "': 64.0 KiB (65536 bytes) free in '" + dir.path() +
@@ -286,7 +292,8 @@ private slots:
         QVERIFY(dir.isValid() && logs.isValid());
         const QString script = QStringLiteral(
             "mount -t tmpfs -o size=1m tmpfs \"$1\" || exit 77\n"
-            "\"$2\" render --model \"$3\" --backend cpu --width 64 --height 64 --tile 32 --overlap 8 --steps 3 --batch 1"
+            "\"$2\" render --model \"$3\" --backend cpu --width 64 --height 64 --tile 32 --overlap 8 --steps 3 --batch "
+            "1"
             " --out \"$1/out\" 2>\"$4/err\" >\"$4/out\" &\n"
             "pid=$!; n=0\n"
             "while ! grep -q 'step 1/' \"$4/err\" && [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done\n"
@@ -295,7 +302,8 @@ private slots:
         const CliRun r = runShell(script, {dir.path(), kCli, kModel, logs.path()}, true);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QVERIFY2(r.out.contains("rc=1\nleft: filler \n"), qPrintable(describe(r)));
-        QVERIFY2(r.out.contains("cannot write '" + dir.filePath("out/")) && r.out.contains(".png': No space left on device (the file needs"),
+        QVERIFY2(r.out.contains("cannot write '" + dir.filePath("out/")) &&
+                     r.out.contains(".png': No space left on device (the file needs"),
                  qPrintable(r.out));
         QVERIFY2(r.out.contains("nothing of this output set was kept"), qPrintable(r.out));
     }
@@ -307,9 +315,9 @@ private slots:
             QTemporaryDir dir;
             QVERIFY(dir.isValid());
             QProcess process;
-            process.start(kCli, QStringList{"render", "--model", kModel, "--backend", "cpu", "--width", "256", "--height",
-                                            "256", "--tile", "32", "--overlap", "8", "--batch", "1", "--steps", "50",
-                                            "--out", dir.path()});
+            process.start(kCli, QStringList{"render", "--model", kModel, "--backend", "cpu", "--width", "256",
+                                            "--height", "256", "--tile", "32", "--overlap", "8", "--batch", "1",
+                                            "--steps", "50", "--out", dir.path()});
             QVERIFY(process.waitForStarted());
             QString err;
             QElapsedTimer clock;
@@ -343,9 +351,10 @@ private slots:
                                     dir.filePath("plain") + "' is a file, not a folder"),
                  qPrintable(describe(bench)));
         QVERIFY2(!bench.err.contains("s/image"), qPrintable(describe(bench)));
-        const CliRun compare = runCli({"compare", "--model", kModel, "--backend", "cpu", "--width", "48", "--height", "48",
-                                       "--tile", "32", "--steps", "1", "--repeats", "1", "--warmup", "0", "--b", "seed=2",
-                                       "--json", dir.filePath("plain/s.json")});
+        const CliRun compare =
+            runCli({"compare",  "--model",  kModel,   "--backend", "cpu",     "--width", "48",
+                    "--height", "48",       "--tile", "32",        "--steps", "1",       "--repeats",
+                    "1",        "--warmup", "0",      "--b",       "seed=2",  "--json",  dir.filePath("plain/s.json")});
         QCOMPARE(compare.exitCode, 2);
         QVERIFY2(compare.err.contains("json: cannot write '" + dir.filePath("plain/s.json") + "': its folder '" +
                                       dir.filePath("plain") + "' is a file, not a folder"),
@@ -359,9 +368,10 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const CliRun r = runShell(
-            QStringLiteral("set -e; m=\"$3/$(printf 'mod\\351le')\"; ln -s \"$2\" \"$m\"; set +e; \"$1\" bench --model \"$m\""
-                           " --backend cpu --size 32 --tile 32 --batch 1 --steps 1 --repeats 1 --csv \"$3/b.csv\";"
-                           " rc=$?; rm -f \"$m\"; exit $rc"),
+            QStringLiteral(
+                "set -e; m=\"$3/$(printf 'mod\\351le')\"; ln -s \"$2\" \"$m\"; set +e; \"$1\" bench --model \"$m\""
+                " --backend cpu --size 32 --tile 32 --batch 1 --steps 1 --repeats 1 --csv \"$3/b.csv\";"
+                " rc=$?; rm -f \"$m\"; exit $rc"),
             {kCli, kModel, dir.path()});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         const QByteArray csv = readAll(dir.filePath("b.csv"));
@@ -390,7 +400,8 @@ private slots:
                 QVERIFY2(validUtf8(bytes), qPrintable(path));
             }
         }
-        QVERIFY(readAll(dir.filePath(suggestedExportName(result.record, ExportFormat::ManifestJson))).contains("\"label\": \"caf\\\\xE9\""));
+        QVERIFY(readAll(dir.filePath(suggestedExportName(result.record, ExportFormat::ManifestJson)))
+                    .contains("\"label\": \"caf\\\\xE9\""));
         QCOMPARE(entries(dir.path()).size(), 4);
         const std::string missing = dir.filePath("no/such/x.json").toStdString();
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, exportRun(result, ExportFormat::ManifestJson, missing));
@@ -460,7 +471,11 @@ private slots:
         const OutputNeeds needs = renderOutputNeeds(c);
         const std::uintmax_t actual = png + csv + manifest.size();
         QVERIFY2(needs.totalBytes >= actual, qPrintable(QString("needs %1 < actual %2 (png %3, csv %4, manifest %5)")
-                                                          .arg(needs.totalBytes).arg(actual).arg(png).arg(csv).arg(manifest.size())));
+                                                            .arg(needs.totalBytes)
+                                                            .arg(actual)
+                                                            .arg(png)
+                                                            .arg(csv)
+                                                            .arg(manifest.size())));
         QVERIFY(needs.largestBytes >= std::max({png, csv, manifest.size()}));
         QVERIFY2(needs.totalBytes <= 2 * actual + (128u << 10),
                  qPrintable(QString("needs %1 for actual %2").arg(needs.totalBytes).arg(actual)));

@@ -39,14 +39,15 @@ struct Outcome {
     QString describe() const {
         return QStringLiteral("exit %1%2\n--- stdout\n%3\n--- stderr\n%4")
             .arg(exitCode)
-            .arg(!started ? QStringLiteral(" (did not start)") : !finished ? QStringLiteral(" (timed out)") : QString())
+            .arg(!started    ? QStringLiteral(" (did not start)")
+                 : !finished ? QStringLiteral(" (timed out)")
+                             : QString())
             .arg(out.right(3000), err.right(3000));
     }
     bool ok() const { return started && finished && exitCode == 0; }
 };
 
-Outcome runProcess(const QString& program, const QStringList& args, int timeoutMs,
-                   const QString& workDir = QString(),
+Outcome runProcess(const QString& program, const QStringList& args, int timeoutMs, const QString& workDir = QString(),
                    const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
     QProcess process;
     process.setProcessEnvironment(env);
@@ -76,9 +77,10 @@ QString missingTool(const QStringList& tools) {
 // Libraries a bundled program may load from outside the bundle: the base system (glibc and the
 // C++ runtime, which every glibc >= 2.36 system has at least as new) and NVIDIA's (driver,
 // CUDA, cuDNN, cuBLAS), which the target machine provides.
-const QRegularExpression kSystemLibrary(QStringLiteral(
-    "^(ld-linux.*|lib(c|m|mvec|dl|rt|pthread|resolv|util|anl|nsl)\\.so.*|libnss_.*|libstdc\\+\\+\\.so.*|libgcc_s\\.so.*|"
-    "libcuda\\.so.*|libcudnn.*|libcublas.*|libcudart.*|libnvidia.*|libnvrtc.*|libnvJitLink.*)$"));
+const QRegularExpression kSystemLibrary(
+    QStringLiteral("^(ld-linux.*|lib(c|m|mvec|dl|rt|pthread|resolv|util|anl|nsl)\\.so.*|libnss_.*|libstdc\\+\\+\\.so.*|"
+                   "libgcc_s\\.so.*|"
+                   "libcuda\\.so.*|libcudnn.*|libcublas.*|libcudart.*|libnvidia.*|libnvrtc.*|libnvJitLink.*)$"));
 
 }  // namespace
 
@@ -87,7 +89,7 @@ class TestPackaging : public QObject {
 
 private:
     QTemporaryDir work_;
-    QString bundle_;      // the unpacked bundle's top folder (canonical path)
+    QString bundle_;  // the unpacked bundle's top folder (canonical path)
     QString tarball_;
     QString skipReason_;  // set when the bundle cannot be made here for a reason outside it
     QString failure_;     // set when packaging/bundle or unpacking failed
@@ -161,10 +163,11 @@ private:
                             QStringLiteral("; loaded:\n") + libraries.join(QLatin1Char('\n'))));
         for (const QString& name : expected)
             QVERIFY2(fromBundle.contains(bundle_ + QStringLiteral("/lib/") + name),
-                     qPrintable(what + QStringLiteral(": ") + name + QStringLiteral(" was not loaded from the bundle; from it came:\n") +
+                     qPrintable(what + QStringLiteral(": ") + name +
+                                QStringLiteral(" was not loaded from the bundle; from it came:\n") +
                                 fromBundle.join(QLatin1Char('\n'))));
-        QVERIFY2(foreign.isEmpty(), qPrintable(what + QStringLiteral(" loaded libraries from outside the bundle ") + bundle_ +
-                                               QStringLiteral(":\n") + foreign.join(QLatin1Char('\n'))));
+        QVERIFY2(foreign.isEmpty(), qPrintable(what + QStringLiteral(" loaded libraries from outside the bundle ") +
+                                               bundle_ + QStringLiteral(":\n") + foreign.join(QLatin1Char('\n'))));
     }
 
     QString writeFontsConf(const QString& name, const QString& dirs) {
@@ -192,9 +195,9 @@ private slots:
             skipReason_ = QStringLiteral("the bundle needs both %1 and %2 built (is TESSERA_GUI off?)").arg(cli, gui);
             return;
         }
-        if (const QString tool = missingTool({QStringLiteral("bash"), QStringLiteral("patchelf"), QStringLiteral("strip"),
-                                              QStringLiteral("ldd"), QStringLiteral("tar"), QStringLiteral("xz"),
-                                              QStringLiteral("qtpaths6")});
+        if (const QString tool = missingTool({QStringLiteral("bash"), QStringLiteral("patchelf"),
+                                              QStringLiteral("strip"), QStringLiteral("ldd"), QStringLiteral("tar"),
+                                              QStringLiteral("xz"), QStringLiteral("qtpaths6")});
             !tool.isEmpty()) {
             skipReason_ = tool + QStringLiteral(" is missing; tools/install-deps.sh installs it");
             return;
@@ -220,14 +223,16 @@ private slots:
 
         const QString unpacked = work_.filePath(QStringLiteral("unpacked"));
         QDir().mkpath(unpacked);
-        const Outcome untar = runProcess(QStringLiteral("tar"), {QStringLiteral("-xJf"), tarball_, QStringLiteral("-C"), unpacked}, 120'000);
+        const Outcome untar = runProcess(QStringLiteral("tar"),
+                                         {QStringLiteral("-xJf"), tarball_, QStringLiteral("-C"), unpacked}, 120'000);
         if (!untar.ok()) {
             failure_ = QStringLiteral("tar could not unpack ") + tarball_ + QStringLiteral(": ") + untar.describe();
             return;
         }
         const QStringList top = QDir(unpacked).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
         if (top.size() != 1) {
-            failure_ = QStringLiteral("the tarball should hold one top folder, it holds: ") + top.join(QStringLiteral(", "));
+            failure_ =
+                QStringLiteral("the tarball should hold one top folder, it holds: ") + top.join(QStringLiteral(", "));
             return;
         }
         bundle_ = QFileInfo(QDir(unpacked).filePath(top.front())).canonicalFilePath();
@@ -237,7 +242,8 @@ private slots:
         if (!bundleReady()) return;
         const qint64 size = QFileInfo(tarball_).size();
         QVERIFY2(size < kBundleLimitBytes,
-                 qPrintable(QStringLiteral("%1 is %2 bytes, the limit is %3").arg(tarball_).arg(size).arg(kBundleLimitBytes)));
+                 qPrintable(
+                     QStringLiteral("%1 is %2 bytes, the limit is %3").arg(tarball_).arg(size).arg(kBundleLimitBytes)));
         QVERIFY2(QFileInfo(tarball_).fileName().startsWith(QStringLiteral("tessera-" TESSERA_VERSION "-linux-x86_64-")),
                  qPrintable(tarball_));
     }
@@ -245,11 +251,12 @@ private slots:
     void layout() {
         if (!bundleReady()) return;
         const QDir root(bundle_);
-        for (const char* path :
-             {"bin/tessera", "bin/tessera-cli", "bin/qt.conf", "plugins/platforms/libqxcb.so", "plugins/platforms/libqoffscreen.so",
-              "lib/libQt6Core.so.6", "lib/libQt6Gui.so.6", "lib/libQt6Widgets.so.6", "lib/libQCustomPlotQt6.so.2.1",
-              "share/tessera/fonts/DejaVuSans.ttf", "share/tessera/fonts/fonts.conf", "share/tessera/presets/quick-cpu.json",
-              "share/tessera/models/default/config.json", "share/tessera/models/default/diffusion_pytorch_model.safetensors"})
+        for (const char* path : {"bin/tessera", "bin/tessera-cli", "bin/qt.conf", "plugins/platforms/libqxcb.so",
+                                 "plugins/platforms/libqoffscreen.so", "lib/libQt6Core.so.6", "lib/libQt6Gui.so.6",
+                                 "lib/libQt6Widgets.so.6", "lib/libQCustomPlotQt6.so.2.1",
+                                 "share/tessera/fonts/DejaVuSans.ttf", "share/tessera/fonts/fonts.conf",
+                                 "share/tessera/presets/quick-cpu.json", "share/tessera/models/default/config.json",
+                                 "share/tessera/models/default/diffusion_pytorch_model.safetensors"})
             QVERIFY2(QFileInfo::exists(root.filePath(QString::fromLatin1(path))),
                      qPrintable(QStringLiteral("the bundle lacks ") + QString::fromLatin1(path)));
 
@@ -257,7 +264,8 @@ private slots:
         const QStringList nvidia = QDir(root.filePath(QStringLiteral("lib")))
                                        .entryList({QStringLiteral("libcud*"), QStringLiteral("libcublas*"),
                                                    QStringLiteral("libnvidia*"), QStringLiteral("libnvrtc*")});
-        QVERIFY2(nvidia.isEmpty(), qPrintable(QStringLiteral("NVIDIA libraries were bundled: ") + nvidia.join(QStringLiteral(", "))));
+        QVERIFY2(nvidia.isEmpty(),
+                 qPrintable(QStringLiteral("NVIDIA libraries were bundled: ") + nvidia.join(QStringLiteral(", "))));
 
         // Every ELF file finds its libraries relative to itself.
         QStringList files;
@@ -268,10 +276,12 @@ private slots:
         }
         QVERIFY(files.size() > 20);
         for (const QString& file : files) {
-            const Outcome rpath = runProcess(QStringLiteral("patchelf"), {QStringLiteral("--print-rpath"), file}, 30'000);
+            const Outcome rpath =
+                runProcess(QStringLiteral("patchelf"), {QStringLiteral("--print-rpath"), file}, 30'000);
             QVERIFY2(rpath.ok(), qPrintable(file + QStringLiteral(": ") + rpath.describe()));
             QVERIFY2(rpath.out.startsWith(QStringLiteral("$ORIGIN")),
-                     qPrintable(file + QStringLiteral(" has RUNPATH '") + rpath.out.trimmed() + QStringLiteral("', not $ORIGIN-relative")));
+                     qPrintable(file + QStringLiteral(" has RUNPATH '") + rpath.out.trimmed() +
+                                QStringLiteral("', not $ORIGIN-relative")));
         }
     }
 
@@ -288,9 +298,9 @@ private slots:
         if (!bundleReady()) return;
         QString ldLog;
         const Outcome plan = runBundled(QStringLiteral("bin/tessera-cli"),
-                                        {QStringLiteral("plan"), QStringLiteral("--width"), QStringLiteral("256"), QStringLiteral("--height"),
-                                         QStringLiteral("256"), QStringLiteral("--tile"), QStringLiteral("64"), QStringLiteral("--overlap"),
-                                         QStringLiteral("16")},
+                                        {QStringLiteral("plan"), QStringLiteral("--width"), QStringLiteral("256"),
+                                         QStringLiteral("--height"), QStringLiteral("256"), QStringLiteral("--tile"),
+                                         QStringLiteral("64"), QStringLiteral("--overlap"), QStringLiteral("16")},
                                         &ldLog);
         QVERIFY2(plan.ok(), qPrintable(plan.describe()));
         QVERIFY2(plan.out.contains(QRegularExpression(QStringLiteral("tiles\\s+25\\b"))), qPrintable(plan.out));
@@ -305,11 +315,11 @@ private slots:
         QString ldLog;
         const Outcome render = runBundled(
             QStringLiteral("bin/tessera-cli"),
-            {QStringLiteral("render"), QStringLiteral("--model"), model, QStringLiteral("--width"), QStringLiteral("64"),
-             QStringLiteral("--height"), QStringLiteral("64"), QStringLiteral("--tile"), QStringLiteral("64"),
-             QStringLiteral("--overlap"), QStringLiteral("16"), QStringLiteral("--steps"), QStringLiteral("2"),
-             QStringLiteral("--backend"), QStringLiteral("cpu"), QStringLiteral("--precision"), QStringLiteral("fp32"),
-             QStringLiteral("--out"), out},
+            {QStringLiteral("render"), QStringLiteral("--model"), model, QStringLiteral("--width"),
+             QStringLiteral("64"), QStringLiteral("--height"), QStringLiteral("64"), QStringLiteral("--tile"),
+             QStringLiteral("64"), QStringLiteral("--overlap"), QStringLiteral("16"), QStringLiteral("--steps"),
+             QStringLiteral("2"), QStringLiteral("--backend"), QStringLiteral("cpu"), QStringLiteral("--precision"),
+             QStringLiteral("fp32"), QStringLiteral("--out"), out},
             &ldLog, {}, 300'000);
         QVERIFY2(render.ok(), qPrintable(render.describe()));
         const QStringList pngs = QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files);
@@ -317,7 +327,8 @@ private slots:
         const QImage image(QDir(out).filePath(pngs.front()));
         QCOMPARE(image.size(), QSize(64, 64));
         verifyLoadedFromBundle(ldLog, QStringLiteral("tessera-cli render"),
-                               {QStringLiteral("libspdlog.so.1.10"), QStringLiteral("libopenblas.so.0"), QStringLiteral("libpng16.so.16")});
+                               {QStringLiteral("libspdlog.so.1.10"), QStringLiteral("libopenblas.so.0"),
+                                QStringLiteral("libpng16.so.16")});
     }
 
     void windowScreenshotOffscreen() {
@@ -333,9 +344,10 @@ private slots:
         QVERIFY2(!image.isNull(), qPrintable(shot + QStringLiteral(" is not an image")));
         QVERIFY2(image.width() >= 600 && image.height() >= 400,
                  qPrintable(QStringLiteral("window picture is only %1x%2").arg(image.width()).arg(image.height())));
-        verifyLoadedFromBundle(ldLog, QStringLiteral("tessera (offscreen)"),
-                               {QStringLiteral("libQt6Core.so.6"), QStringLiteral("libQt6Gui.so.6"), QStringLiteral("libQt6Widgets.so.6"),
-                                QStringLiteral("libQCustomPlotQt6.so.2.1"), QStringLiteral("libfontconfig.so.1")});
+        verifyLoadedFromBundle(
+            ldLog, QStringLiteral("tessera (offscreen)"),
+            {QStringLiteral("libQt6Core.so.6"), QStringLiteral("libQt6Gui.so.6"), QStringLiteral("libQt6Widgets.so.6"),
+             QStringLiteral("libQCustomPlotQt6.so.2.1"), QStringLiteral("libfontconfig.so.1")});
         const QStringList loaded = loadedLibraries(ldLog);
         QVERIFY2(loaded.contains(bundle_ + QStringLiteral("/plugins/platforms/libqoffscreen.so")),
                  qPrintable(QStringLiteral("the offscreen platform plugin was not the bundle's; loaded:\n") +
@@ -358,11 +370,11 @@ private slots:
         for (int i = 0; i < 2; ++i) {
             const QString shot = work_.filePath(QStringLiteral("fonts-%1.png").arg(i));
             QString ldLog;
-            const Outcome window = runBundled(QStringLiteral("bin/tessera"),
-                                              {QStringLiteral("--fresh"), QStringLiteral("--screenshot"), shot,
-                                               QStringLiteral("--delay"), QStringLiteral("300")},
-                                              &ldLog,
-                                              {QStringLiteral("QT_QPA_PLATFORM=offscreen"), QStringLiteral("FONTCONFIG_FILE=") + configs[i]});
+            const Outcome window = runBundled(
+                QStringLiteral("bin/tessera"),
+                {QStringLiteral("--fresh"), QStringLiteral("--screenshot"), shot, QStringLiteral("--delay"),
+                 QStringLiteral("300")},
+                &ldLog, {QStringLiteral("QT_QPA_PLATFORM=offscreen"), QStringLiteral("FONTCONFIG_FILE=") + configs[i]});
             QVERIFY2(window.ok(), qPrintable(configs[i] + QStringLiteral(": ") + window.describe()));
             pictures[i] = QImage(shot).convertToFormat(QImage::Format_RGB32);
             QVERIFY2(!pictures[i].isNull(), qPrintable(shot));
@@ -376,12 +388,14 @@ private slots:
         }
         const qint64 total = qint64(pictures[0].width()) * pictures[0].height();
         QVERIFY2(differing * 1000 < total,  // empty boxes instead of text change a few percent of the pixels
-                 qPrintable(QStringLiteral("without system fonts %1 of %2 pixels differ from the picture with the bundled font: "
-                                           "text is not drawn with the bundled font (does ui/gui_main.cpp call "
-                                           "tessera::registerBundledFonts() after creating QApplication?); pictures: %3, %4")
+                 qPrintable(QStringLiteral(
+                                "without system fonts %1 of %2 pixels differ from the picture with the bundled font: "
+                                "text is not drawn with the bundled font (does ui/gui_main.cpp call "
+                                "tessera::registerBundledFonts() after creating QApplication?); pictures: %3, %4")
                                 .arg(differing)
                                 .arg(total)
-                                .arg(work_.filePath(QStringLiteral("fonts-0.png")), work_.filePath(QStringLiteral("fonts-1.png")))));
+                                .arg(work_.filePath(QStringLiteral("fonts-0.png")),
+                                     work_.filePath(QStringLiteral("fonts-1.png")))));
     }
 
     void desktopFileValidates() {
@@ -398,15 +412,16 @@ private slots:
         if (const QString tool = missingTool({QStringLiteral("appstreamcli")}); !tool.isEmpty())
             QSKIP("appstreamcli is missing (package appstream; tools/install-deps.sh installs it)");
         const QString metainfo = kSourceDir + QStringLiteral("/packaging/") + kAppId + QStringLiteral(".metainfo.xml");
-        const Outcome check = runProcess(QStringLiteral("appstreamcli"), {QStringLiteral("validate"), QStringLiteral("--no-net"), metainfo}, 120'000);
+        const Outcome check = runProcess(QStringLiteral("appstreamcli"),
+                                         {QStringLiteral("validate"), QStringLiteral("--no-net"), metainfo}, 120'000);
         QVERIFY2(check.ok(), qPrintable(check.describe()));
     }
 
     // cpack in this build folder (it installs this build's binaries, building nothing new when
     // the build is up to date) into a scratch folder; then the package's fields and files.
     void debPackage() {
-        if (const QString tool = missingTool({QStringLiteral("cpack"), QStringLiteral("dpkg-deb"), QStringLiteral("dpkg-shlibdeps"),
-                                              QStringLiteral("dpkg")});
+        if (const QString tool = missingTool({QStringLiteral("cpack"), QStringLiteral("dpkg-deb"),
+                                              QStringLiteral("dpkg-shlibdeps"), QStringLiteral("dpkg")});
             !tool.isEmpty())
             QSKIP(qPrintable(tool + QStringLiteral(" is missing (cpack: cmake; dpkg-shlibdeps: dpkg-dev)")));
         const QString config = kBinaryDir + QStringLiteral("/CPackConfig.cmake");
@@ -452,9 +467,9 @@ private slots:
         }
         QStringList binaries{cli};
         if (withGui) binaries << gui;
-        const Outcome shlibs = runProcess(QStringLiteral("dpkg-shlibdeps"),
-                                          QStringList{QStringLiteral("--ignore-missing-info"), QStringLiteral("-O")} + binaries,
-                                          120'000, shlibDir);
+        const Outcome shlibs = runProcess(
+            QStringLiteral("dpkg-shlibdeps"),
+            QStringList{QStringLiteral("--ignore-missing-info"), QStringLiteral("-O")} + binaries, 120'000, shlibDir);
         QVERIFY2(shlibs.ok(), qPrintable(shlibs.describe()));
         const QString found = shlibs.out.section(QStringLiteral("shlibs:Depends="), 1).trimmed();
         QVERIFY2(!found.isEmpty(), qPrintable(shlibs.describe()));
@@ -463,28 +478,33 @@ private slots:
             const QString package = entry.trimmed().section(QLatin1Char(' '), 0, 0);
             const QRegularExpression declared(QStringLiteral("(^|[,|]\\s*)") + QRegularExpression::escape(package) +
                                               QStringLiteral("(\\s|,|$)"));
-            QVERIFY2(declared.match(depends).hasMatch(),
-                     qPrintable(QStringLiteral("the binaries need %1 (dpkg-shlibdeps: %2) but the .deb's Depends is: %3")
-                                    .arg(package, found, depends)));
+            QVERIFY2(
+                declared.match(depends).hasMatch(),
+                qPrintable(QStringLiteral("the binaries need %1 (dpkg-shlibdeps: %2) but the .deb's Depends is: %3")
+                               .arg(package, found, depends)));
         }
         for (const char* package : {"qt6-qpa-plugins", "fonts-dejavu-core"})
-            QVERIFY2(depends.contains(QLatin1String(package)), qPrintable(QStringLiteral("Depends lacks ") + QLatin1String(package)));
+            QVERIFY2(depends.contains(QLatin1String(package)),
+                     qPrintable(QStringLiteral("Depends lacks ") + QLatin1String(package)));
 
         const Outcome contents = runProcess(QStringLiteral("dpkg-deb"), {QStringLiteral("-c"), deb}, 60'000);
         QVERIFY2(contents.ok(), qPrintable(contents.describe()));
-        QStringList expected{QStringLiteral("./usr/bin/tessera-cli"),
-                             QStringLiteral("./usr/share/applications/") + kAppId + QStringLiteral(".desktop"),
-                             QStringLiteral("./usr/share/metainfo/") + kAppId + QStringLiteral(".metainfo.xml"),
-                             QStringLiteral("./usr/share/icons/hicolor/scalable/apps/") + kAppId + QStringLiteral(".svg"),
-                             QStringLiteral("./usr/share/tessera/presets/quick-cpu.json"),
-                             QStringLiteral("./usr/share/tessera/models/default/config.json"),
-                             QStringLiteral("./usr/share/tessera/models/default/diffusion_pytorch_model.safetensors")};
+        QStringList expected{
+            QStringLiteral("./usr/bin/tessera-cli"),
+            QStringLiteral("./usr/share/applications/") + kAppId + QStringLiteral(".desktop"),
+            QStringLiteral("./usr/share/metainfo/") + kAppId + QStringLiteral(".metainfo.xml"),
+            QStringLiteral("./usr/share/icons/hicolor/scalable/apps/") + kAppId + QStringLiteral(".svg"),
+            QStringLiteral("./usr/share/tessera/presets/quick-cpu.json"),
+            QStringLiteral("./usr/share/tessera/models/default/config.json"),
+            QStringLiteral("./usr/share/tessera/models/default/diffusion_pytorch_model.safetensors")};
         for (const char* size : {"48x48", "128x128", "256x256"})
             expected << QStringLiteral("./usr/share/icons/hicolor/%1/apps/%2.png").arg(QLatin1String(size), kAppId);
         if (withGui) expected << QStringLiteral("./usr/bin/tessera");
         for (const QString& path : expected)
-            QVERIFY2(contents.out.contains(QLatin1Char(' ') + path + QLatin1Char('\n')) || contents.out.endsWith(QLatin1Char(' ') + path),
-                     qPrintable(QStringLiteral("the .deb lacks ") + path + QStringLiteral("; it holds:\n") + contents.out));
+            QVERIFY2(
+                contents.out.contains(QLatin1Char(' ') + path + QLatin1Char('\n')) ||
+                    contents.out.endsWith(QLatin1Char(' ') + path),
+                qPrintable(QStringLiteral("the .deb lacks ") + path + QStringLiteral("; it holds:\n") + contents.out));
     }
 };
 

@@ -4,8 +4,8 @@
 #include <QtTest/QtTest>
 
 #include <QDir>
-#include <QRegularExpression>
 #include <QFile>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 
 #include <string>
@@ -31,9 +31,7 @@ int n(E value) {
     return static_cast<int>(value);
 }
 
-std::string be32(std::uint32_t v) {
-    return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-}
+std::string be32(std::uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
 
 // One PNG chunk: length, type, data, CRC.
 std::string chunk(const std::string& type, const std::string& data) {
@@ -105,8 +103,8 @@ private slots:
     // `international` chunks as iTXt, compressed above 1 KiB. Every form reads back as UTF-8.
     void textChunkStorageAsPillow() {
         QTemporaryDir dir;
-        const std::string latin1 = "caf\xC3\xA9 \xC2\xB1 plain";     // é ±: Latin-1 characters
-        const std::string cjk = "\xE7\x8C\xAB \xE2\x98\x95 cat";      // 猫 ☕: not Latin-1
+        const std::string latin1 = "caf\xC3\xA9 \xC2\xB1 plain";  // é ±: Latin-1 characters
+        const std::string cjk = "\xE7\x8C\xAB \xE2\x98\x95 cat";  // 猫 ☕: not Latin-1
         const std::string manifest = std::string(3000, 'm') + " \xE2\x82\xAC";
         const QString path = dir.filePath("texts.png");
         writePng(path.toStdString(), tinyImage(),
@@ -114,7 +112,7 @@ private slots:
         const std::string bytes = readFile(path);
         QVERIFY(bytes.find("tEXtparameters\0caf\xE9 \xB1 plain"s) != std::string::npos);  // Latin-1 bytes
         QVERIFY(bytes.find("iTXtComment\0\0\0"s) != std::string::npos);                   // iTXt, uncompressed
-        QVERIFY(bytes.find("iTXttessera-manifest\0\1\0"s) != std::string::npos);           // iTXt, compressed
+        QVERIFY(bytes.find("iTXttessera-manifest\0\1\0"s) != std::string::npos);          // iTXt, compressed
         const PngFile back = readPng(path.toStdString());
         QCOMPARE(back.text("parameters"), latin1);
         QCOMPARE(back.text("Comment"), cjk);
@@ -194,8 +192,8 @@ private slots:
         QCOMPARE(o.config.width, 256);
         QCOMPARE(o.config.height, 192);
         QCOMPARE(o.config.clipSkip, 2);
-        for (const char* field : {"prompt", "negative_prompt", "steps", "scheduler", "cfg", "seed", "width", "height",
-                                  "clip_skip"})
+        for (const char* field :
+             {"prompt", "negative_prompt", "steps", "scheduler", "cfg", "seed", "width", "height", "clip_skip"})
             QVERIFY2(o.fieldsGiven.count(field), field);
         const std::vector<std::string> notes{
             "params-from: 'Model hash: 6ce0161689' is not applied: Tessera picks the model by its path",
@@ -250,12 +248,14 @@ private slots:
         QTest::newRow("not a PNG") << "text.png" << QByteArray("Steps: 20, Sampler: Euler") << "not a PNG file";
         QTest::newRow("no settings") << "bare.png" << QByteArray::fromStdString(pngWith(tEXt("Comment", "hello")))
                                      << "has no 'parameters' text chunk (A1111, Tessera) and no 'prompt' chunk";
-        QTest::newRow("bad ComfyUI JSON") << "comfy.png" << QByteArray::fromStdString(pngWith(tEXt("prompt", "{\"3\": [")))
-                                          << "its ComfyUI prompt chunk";
-        QTest::newRow("deep ComfyUI JSON") << "deep.png"
-                                           << QByteArray::fromStdString(pngWith(tEXt("prompt", std::string(5000, '['))))
-                                           << "its ComfyUI prompt chunk";
-        QTest::newRow("truncated") << "cut.png" << QByteArray::fromStdString(pngWith(tEXt("parameters", "x")).substr(0, 50))
+        QTest::newRow("bad ComfyUI JSON")
+            << "comfy.png" << QByteArray::fromStdString(pngWith(tEXt("prompt", "{\"3\": [")))
+            << "its ComfyUI prompt chunk";
+        QTest::newRow("deep ComfyUI JSON")
+            << "deep.png" << QByteArray::fromStdString(pngWith(tEXt("prompt", std::string(5000, '['))))
+            << "its ComfyUI prompt chunk";
+        QTest::newRow("truncated") << "cut.png"
+                                   << QByteArray::fromStdString(pngWith(tEXt("parameters", "x")).substr(0, 50))
                                    << "truncated or corrupt";
     }
     void paramsFromBadFiles() {
@@ -278,9 +278,9 @@ private slots:
         if (!QFileInfo::exists(model + "/config.json")) QSKIP("tests/data/models/cifar_like is not there");
         QTemporaryDir out;
         const CliRun r = tessera::testing::runCli(
-            {"render", "--model", model, "--width", "40", "--height", "32", "--tile", "32", "--overlap", "8", "--steps",
-             "2", "--batch", "2", "--backend", "cpu", "--seed", "11", "--window", "linear", "--eta", "0.5", "--out",
-             out.path()},
+            {"render",    "--model",  model,     "--width", "40",      "--height", "32",        "--tile", "32",
+             "--overlap", "8",        "--steps", "2",       "--batch", "2",        "--backend", "cpu",    "--seed",
+             "11",        "--window", "linear",  "--eta",   "0.5",     "--out",    out.path()},
             600000);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         const QStringList pngs = QDir(out.path()).entryList({"*.png"}, QDir::Files);
@@ -288,9 +288,10 @@ private slots:
         const std::string png = out.filePath(pngs.front()).toStdString();
         const std::string parameters = readPng(png).text("parameters");
         QVERIFY2(QString::fromStdString(parameters)
-                     .contains(QRegularExpression("^Steps: 2, Sampler: DDIM, Schedule type: Automatic, Seed: 11, Size: 40x32, Model hash: "
-                                                  "[0-9a-f]{10}, Model: cifar_like, Tile: 32, Overlap: 8, Window: "
-                                                  "linear, .*, Eta DDIM: 0.5, Version: tessera-")),
+                     .contains(QRegularExpression(
+                         "^Steps: 2, Sampler: DDIM, Schedule type: Automatic, Seed: 11, Size: 40x32, Model hash: "
+                         "[0-9a-f]{10}, Model: cifar_like, Tile: 32, Overlap: 8, Window: "
+                         "linear, .*, Eta DDIM: 0.5, Version: tessera-")),
                  parameters.c_str());
         const CliOptions back = parseCliOptions({"render", "--params-from", png});
         QCOMPARE(back.config.steps, 2);

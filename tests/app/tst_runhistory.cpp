@@ -14,11 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "HistoryFiles.h"
 #include "app/qt/RunHistory.h"
+#include "core/base/SafeName.h"
 #include "core/run/RunConfig.h"
 #include "core/run/RunRecordIO.h"
-#include "core/base/SafeName.h"
-#include "HistoryFiles.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -36,7 +36,9 @@ RunResult resultOf(const std::string& id, const std::string& startedAt) {
     return result;
 }
 
-QStringList filesIn(const QString& folder) { return QDir(folder).entryList(QDir::Files | QDir::System | QDir::Hidden, QDir::Name); }
+QStringList filesIn(const QString& folder) {
+    return QDir(folder).entryList(QDir::Files | QDir::System | QDir::Hidden, QDir::Name);
+}
 
 }  // namespace
 
@@ -49,7 +51,9 @@ private:
     QString history_;
 
     QString inRoot(const QString& name) const { return root_.filePath(name); }
-    QString inHistory(const std::string& name) const { return history_ + QLatin1Char('/') + QString::fromStdString(name); }
+    QString inHistory(const std::string& name) const {
+        return history_ + QLatin1Char('/') + QString::fromStdString(name);
+    }
 
     // victim.json / victim.png / victim.seam.json next to the history folder.
     void plantVictims() {
@@ -76,9 +80,11 @@ private slots:
         for (int i = 0; i < 3; ++i) history.add(resultOf(runIdOf(i), startOf(i)));
         // Capacity 2: the oldest run is gone, on disk too.
         QCOMPARE(history.entries().size(), std::size_t(2));
-        QCOMPARE(filesIn(history_), QStringList({QString::fromStdString(runIdOf(1) + ".json"), QString::fromStdString(runIdOf(1) + ".png"),
-                                                 QString::fromStdString(runIdOf(1) + ".seam.json"), QString::fromStdString(runIdOf(2) + ".json"),
-                                                 QString::fromStdString(runIdOf(2) + ".png"), QString::fromStdString(runIdOf(2) + ".seam.json")}));
+        QCOMPARE(filesIn(history_),
+                 QStringList({QString::fromStdString(runIdOf(1) + ".json"), QString::fromStdString(runIdOf(1) + ".png"),
+                              QString::fromStdString(runIdOf(1) + ".seam.json"),
+                              QString::fromStdString(runIdOf(2) + ".json"), QString::fromStdString(runIdOf(2) + ".png"),
+                              QString::fromStdString(runIdOf(2) + ".seam.json")}));
         RunHistory again(history_);
         QVERIFY2(again.problems().isEmpty(), qPrintable(again.problems().join('\n')));
         QCOMPARE(again.entries().size(), std::size_t(2));
@@ -99,7 +105,8 @@ private slots:
         RunResult result = resultOf(runIdOf(0), startOf(0));
         for (int c = 0; c < 3; ++c)
             for (int y = 0; y < 8; ++y)
-                for (int x = 0; x < 8; ++x) result.image.data[static_cast<std::size_t>((c * 8 + y) * 8 + x)] = x < 4 ? -1.f : 1.f;
+                for (int x = 0; x < 8; ++x)
+                    result.image.data[static_cast<std::size_t>((c * 8 + y) * 8 + x)] = x < 4 ? -1.f : 1.f;
         RunHistory history(history_);
         const HistoryEntry& entry = history.add(result);
         const QImage thumb = entry.thumbnail;
@@ -120,9 +127,11 @@ private slots:
         QTest::addColumn<QString>("fileName");
         QTest::addColumn<QString>("runId");
         // As in the issue: a planted manifest whose run_id walks out of the folder.
-        QTest::newRow("relative, any name") << "evil.json" << "../victim";
+        QTest::newRow("relative, any name") << "evil.json"
+                                            << "../victim";
         QTest::newRow("relative, a run id's name") << QString::fromStdString(runIdOf(50) + ".json") << "../victim";
-        QTest::newRow("deep relative") << "evil.json" << QString(QStringLiteral("../").repeated(30) + root_.filePath("victim"));
+        QTest::newRow("deep relative") << "evil.json"
+                                       << QString(QStringLiteral("../").repeated(30) + root_.filePath("victim"));
         QTest::newRow("absolute") << QString::fromStdString(runIdOf(51) + ".json") << root_.filePath("victim");
     }
 
@@ -164,7 +173,8 @@ private slots:
         QCOMPARE(history.entries().size(), std::size_t(1));
         QCOMPARE(history.entries().front().id(), QString::fromStdString(runIdOf(3)));
         QCOMPARE(history.problems().size(), 1);
-        QVERIFY2(history.problems().front().contains("does not match the file name"), qPrintable(history.problems().front()));
+        QVERIFY2(history.problems().front().contains("does not match the file name"),
+                 qPrintable(history.problems().front()));
     }
 
     void badManifestsAreSkipped_data() {
@@ -172,15 +182,17 @@ private slots:
         QTest::addColumn<qint64>("sparseSize");  // > 0: a file of this many (zero) bytes instead
         QTest::addColumn<QString>("reason");
         // About 120 KB: enough to overflow the stack of a recursive reader.
-        QTest::newRow("60,000 levels deep") << QByteArray::fromStdString(deepManifest(60000)) << qint64(0)
-                                            << "nested deeper than 64 levels";
-        QTest::newRow("65 levels deep") << QByteArray::fromStdString(deepManifest(63)) << qint64(0) << "nested deeper than 64 levels";
+        QTest::newRow("60,000 levels deep")
+            << QByteArray::fromStdString(deepManifest(60000)) << qint64(0) << "nested deeper than 64 levels";
+        QTest::newRow("65 levels deep") << QByteArray::fromStdString(deepManifest(63)) << qint64(0)
+                                        << "nested deeper than 64 levels";
         // At the bound the manifest is parsed; the reader then refuses the width.
         QTest::newRow("64 levels deep") << QByteArray::fromStdString(deepManifest(62)) << qint64(0) << "width";
         QTest::newRow("too large") << QByteArray() << qint64(17 << 20) << "at most 16777216 bytes";
         QTest::newRow("not JSON") << QByteArray("{\"schema_version\": 1,") << qint64(0) << "not valid JSON";
         QTest::newRow("not an object") << QByteArray("[1, 2]") << qint64(0) << "must be an object";
-        QTest::newRow("wrong type") << QByteArray(R"({"schema_version": 1, "total_ms": "fast"})") << qint64(0) << "total_ms";
+        QTest::newRow("wrong type") << QByteArray(R"({"schema_version": 1, "total_ms": "fast"})") << qint64(0)
+                                    << "total_ms";
         QTest::newRow("newer schema") << QByteArray(R"({"schema_version": 99})") << qint64(0) << "schema_version";
     }
 
@@ -202,9 +214,10 @@ private slots:
         QCOMPARE(history.entries().front().id(), QString::fromStdString(runIdOf(0)));
         QCOMPARE(history.problems().size(), 1);
         const QString& problem = history.problems().front();
-        QVERIFY2(problem.contains(QString::fromStdString(runIdOf(1) + ".json")) && problem.contains(reason), qPrintable(problem));
+        QVERIFY2(problem.contains(QString::fromStdString(runIdOf(1) + ".json")) && problem.contains(reason),
+                 qPrintable(problem));
         QVERIFY2(problem.size() < 800, qPrintable(problem));  // an excerpt, never the file
-        QVERIFY(QFileInfo::exists(bad));                       // skipped, not deleted
+        QVERIFY(QFileInfo::exists(bad));                      // skipped, not deleted
     }
 
     void linksAreNotFollowed() {
@@ -261,14 +274,15 @@ private slots:
         QCOMPARE(history.entries().front().seamMean, -1.0);
         QVERIFY(!history.entries().front().thumbnail.isNull());
         QCOMPARE(history.problems().size(), 1);
-        QVERIFY2(history.problems().front().contains("without seam statistics"), qPrintable(history.problems().front()));
+        QVERIFY2(history.problems().front().contains("without seam statistics"),
+                 qPrintable(history.problems().front()));
     }
 
     void addRefusesAnUnsafeRunId() {
         plantVictims();
         RunHistory history(history_);
-        for (const std::string& id : {std::string("../victim"), root_.filePath("victim").toStdString(), std::string("a/b"),
-                                      std::string("20260101-000000-ABCDEF12")}) {
+        for (const std::string& id : {std::string("../victim"), root_.filePath("victim").toStdString(),
+                                      std::string("a/b"), std::string("20260101-000000-ABCDEF12")}) {
             try {
                 history.add(resultOf(id, startOf(0)));
                 QFAIL(("add accepted the run id " + id).c_str());

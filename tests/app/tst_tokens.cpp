@@ -61,20 +61,20 @@ void writeFile(const QString& path, const QByteArray& bytes) {
     QCOMPARE(file.write(bytes), static_cast<qint64>(bytes.size()));
 }
 
-#define EXPECT_OK(result, expected)                                                                         \
-    do {                                                                                                    \
-        const Result r_ = (result);                                                                         \
-        QVERIFY2(r_.exitCode == 0 && r_.err.empty(), show(r_).c_str());                                     \
+#define EXPECT_OK(result, expected)                                                                              \
+    do {                                                                                                         \
+        const Result r_ = (result);                                                                              \
+        QVERIFY2(r_.exitCode == 0 && r_.err.empty(), show(r_).c_str());                                          \
         QVERIFY2(r_.out == (expected), ("expected:\n" + std::string(expected) + "\ngot:\n" + show(r_)).c_str()); \
     } while (0)
 
 // Exit 2, `part` (the field or file) in the message, nothing on stdout.
-#define EXPECT_REFUSED(result, part)                                                                  \
-    do {                                                                                              \
-        const Result r_ = (result);                                                                   \
-        QVERIFY2(r_.exitCode == 2 && r_.out.empty(), show(r_).c_str());                               \
+#define EXPECT_REFUSED(result, part)                                                                                   \
+    do {                                                                                                               \
+        const Result r_ = (result);                                                                                    \
+        QVERIFY2(r_.exitCode == 2 && r_.out.empty(), show(r_).c_str());                                                \
         QVERIFY2(r_.err.find(part) != std::string::npos, ("'" + std::string(part) + "' not in\n" + show(r_)).c_str()); \
-        QVERIFY2(r_.err.size() < 1200, show(r_).c_str());                                             \
+        QVERIFY2(r_.err.size() < 1200, show(r_).c_str());                                                              \
     } while (0)
 
 }  // namespace
@@ -90,7 +90,8 @@ private slots:
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QCOMPARE(r.out, QStringLiteral("chunk 1: 49406 320 1125 539 320 2368 49407\n"));
         const CliRun w = runCli({QStringLiteral("tokens"), QStringLiteral("--weights"),
-                                 QStringLiteral("masterpiece, (best quality:1.3), [1girl]")}, 60000);
+                                 QStringLiteral("masterpiece, (best quality:1.3), [1girl]")},
+                                60000);
         QVERIFY2(w.exitCode == 0, qPrintable(describe(w)));
         QCOMPARE(w.out, QStringLiteral("chunk 1: 49406 12066 267 949 3027 267 272 1611 49407\n"
                                        "weights 1: 1 1 1 1.3 1.3 1 0.90909094 0.90909094 1\n"));
@@ -104,8 +105,8 @@ private slots:
     void chunksOf75AndBreak() {
         std::string hundred;
         for (int i = 0; i < 100; ++i) hundred += "a ";
-        EXPECT_OK(tokens({hundred}), chunkLine(1, std::vector<std::int32_t>(75, 320)) +
-                                         chunkLine(2, std::vector<std::int32_t>(25, 320)));
+        EXPECT_OK(tokens({hundred}),
+                  chunkLine(1, std::vector<std::int32_t>(75, 320)) + chunkLine(2, std::vector<std::int32_t>(25, 320)));
         EXPECT_OK(tokens({"a cat BREAK a"}), chunkLine(1, {320, 2368}) + chunkLine(2, {320}));
         std::string seventyFive;
         for (int i = 0; i < 75; ++i) seventyFive += "a ";
@@ -118,16 +119,22 @@ private slots:
         for (std::string line; std::getline(lines, line);) got.push_back(line);
         QCOMPARE(got.size(), std::size_t{4});
         QVERIFY(got[1].rfind("weights 1: 1 1 ", 0) == 0);
-        QVERIFY2(got[3] == "weights 2: 1 " + [] {
-            std::string w;
-            for (int i = 0; i < 25; ++i) w += "1 ";
-            return w;
-        }() + "1.1 1", got[3].c_str());
-        QCOMPARE(got[2], chunkLine(2, [] {
-                     std::vector<std::int32_t> ids(25, 320);
-                     ids.push_back(2368);
-                     return ids;
-                 }()).substr(0, got[2].size()));
+        QVERIFY2(
+            got[3] == "weights 2: 1 " +
+                          [] {
+                              std::string w;
+                              for (int i = 0; i < 25; ++i) w += "1 ";
+                              return w;
+                          }() +
+                          "1.1 1",
+            got[3].c_str());
+        QCOMPARE(got[2], chunkLine(2,
+                                   [] {
+                                       std::vector<std::int32_t> ids(25, 320);
+                                       ids.push_back(2368);
+                                       return ids;
+                                   }())
+                             .substr(0, got[2].size()));
     }
 
     // The same lines as chunkPrompt's chunks (comma backtracking included), shown unpadded.
@@ -167,7 +174,8 @@ private slots:
         // The tokenizer folder itself is accepted too.
         EXPECT_OK(tokens({"--model", (pipeline + "/tokenizer").toStdString(), "cat"}), chunkLine(1, {701}, 800, 801));
         // As the program: the same lines.
-        const CliRun r = runCli({QStringLiteral("tokens"), QStringLiteral("cat cab"), QStringLiteral("--model"), pipeline});
+        const CliRun r =
+            runCli({QStringLiteral("tokens"), QStringLiteral("cat cab"), QStringLiteral("--model"), pipeline});
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         QCOMPARE(r.out.toStdString(), chunkLine(1, {701, 700, b}, 800, 801));
 
@@ -243,10 +251,10 @@ private slots:
                 continue;
             std::string expected;
             for (std::size_t i = 0, n = 1; i < ids.size() || n == 1; i += 75, ++n)
-                expected += chunkLine(static_cast<int>(n),
-                                      std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(i),
-                                                                ids.begin() + static_cast<std::ptrdiff_t>(
-                                                                                  std::min(ids.size(), i + 75))));
+                expected += chunkLine(
+                    static_cast<int>(n),
+                    std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                              ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), i + 75))));
             std::ostringstream out;
             printTokenChunks(tok, text, false, out);
             QVERIFY2(out.str() == expected,

@@ -31,8 +31,8 @@ inline std::string errorOf(const std::function<void()>& f) {
 }  // namespace tessera::testing
 
 // The message holds `part` (a std::string or literal).
-#define EXPECT_MESSAGE(message, part)                                                      \
-    do {                                                                                   \
-        const std::string m_ = (message);                                                  \
+#define EXPECT_MESSAGE(message, part)                                                                        \
+    do {                                                                                                     \
+        const std::string m_ = (message);                                                                    \
         QVERIFY2(m_.find(part) != std::string::npos, ("'" + std::string(part) + "' not in: " + m_).c_str()); \
     } while (0)

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/graph/Backend.h"
 #include "core/cpu/CpuBackend.h"
+#include "core/graph/Backend.h"
 #include "core/graph/ModelGraph.h"
 
 namespace tessera::graphtest {

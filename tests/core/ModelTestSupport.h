@@ -14,10 +14,10 @@
 #include "core/formats/Safetensors.h"
 
 // `part` must occur in `message`; a failure shows both.
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
+#define EXPECT_MESSAGE(message, part)                     \
+    QVERIFY2((message).find(part) != std::string::npos,   \
+             qPrintable(QStringLiteral("'%1' not in: %2") \
+                            .arg(QString::fromStdString(std::string(part)), QString::fromStdString(message))))
 
 namespace model_test {
 

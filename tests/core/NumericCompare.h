@@ -18,10 +18,14 @@ QString mismatch(const std::string& what, const A& got, const B& want, double to
     std::size_t at = 0;
     for (std::size_t i = 0; i < want.size(); ++i) scale = std::max(scale, std::abs(double(want[i])));
     for (std::size_t i = 0; i < want.size(); ++i)
-        if (std::abs(double(got[i]) - double(want[i])) > worst) worst = std::abs(double(got[i]) - double(want[i])), at = i;
+        if (std::abs(double(got[i]) - double(want[i])) > worst)
+            worst = std::abs(double(got[i]) - double(want[i])), at = i;
     if (worst <= tolerance * scale) return {};
     return QStringLiteral("%1: element %2 is %3, expected %4 (max |want| %5)")
-        .arg(QString::fromStdString(what)).arg(at).arg(double(got[at]), 0, 'g', 9).arg(double(want[at]), 0, 'g', 9)
+        .arg(QString::fromStdString(what))
+        .arg(at)
+        .arg(double(got[at]), 0, 'g', 9)
+        .arg(double(want[at]), 0, 'g', 9)
         .arg(scale);
 }
 
@@ -48,8 +52,8 @@ double psnrOverRange(const A& got, const B& want) {
     return mse == 0 ? INFINITY : 10 * std::log10(range * range / mse);
 }
 
-#define EXPECT_CLOSE(what, got, want)                               \
-    do {                                                            \
-        const QString m_ = mismatch(what, got, want);               \
-        QVERIFY2(m_.isEmpty(), qPrintable(m_));                     \
+#define EXPECT_CLOSE(what, got, want)                 \
+    do {                                              \
+        const QString m_ = mismatch(what, got, want); \
+        QVERIFY2(m_.isEmpty(), qPrintable(m_));       \
     } while (0)

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
+#include "core/formats/Safetensors.h"
 #include "core/run/Engine.h"
 #include "core/run/RunConfig.h"
-#include "core/formats/Safetensors.h"
 
 namespace tessera::sdxl_fixture {
 
@@ -49,7 +49,7 @@ inline RunConfig runConfig(const nlohmann::json& c, const std::string& label) {
     config.prompt = c.at("prompt");
     config.negativePrompt = c.at("negative_prompt");
     config.cfgScale = c.at("cfg");
-    config.tile = 128;   // covers the cases' 96 x 64 and 64 x 96
+    config.tile = 128;  // covers the cases' 96 x 64 and 64 x 96
     config.overlapPx = 32;
     config.precision = Precision::FP32;
     config.backend = BackendKind::CPU;

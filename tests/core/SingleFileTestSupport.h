@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/models/clip/ClipTextConfig.h"
 #include "core/formats/Safetensors.h"
+#include "core/models/clip/ClipTextConfig.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/vae/VaeConfig.h"
@@ -79,23 +79,31 @@ inline SmallModel smallModel(SdFamily family) {
     const bool sd2 = family == SdFamily::SD2;
     const int c0 = sd2 ? 64 : 32, width = 64;
     SmallModel m;
-    nlohmann::json unet = {{"block_out_channels", {c0, 2 * c0}}, {"layers_per_block", 1},
+    nlohmann::json unet = {{"block_out_channels", {c0, 2 * c0}},
+                           {"layers_per_block", 1},
                            {"down_block_types", {"CrossAttnDownBlock2D", "DownBlock2D"}},
                            {"up_block_types", {"UpBlock2D", "CrossAttnUpBlock2D"}},
-                           {"cross_attention_dim", width}, {"sample_size", sd2 ? 96 : 64}};
+                           {"cross_attention_dim", width},
+                           {"sample_size", sd2 ? 96 : 64}};
     if (sd2)
-        unet.update({{"attention_head_dim", {c0 / 64, 2 * c0 / 64}}, {"use_linear_projection", true},
+        unet.update({{"attention_head_dim", {c0 / 64, 2 * c0 / 64}},
+                     {"use_linear_projection", true},
                      {"upcast_attention", true}});
     else
         unet["attention_head_dim"] = 8;
     m.unet = unetCondConfigFromJson(unet);
-    m.vae = vaeConfigFromJson({{"block_out_channels", {32, 64}}, {"layers_per_block", 1},
+    m.vae = vaeConfigFromJson({{"block_out_channels", {32, 64}},
+                               {"layers_per_block", 1},
                                {"down_block_types", {"DownEncoderBlock2D", "DownEncoderBlock2D"}},
                                {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D"}},
                                {"sample_size", sd2 ? 768 : 512}});
-    m.text = clipTextConfigFromJson({{"hidden_size", width}, {"intermediate_size", 4 * width},
-                                     {"num_hidden_layers", 2}, {"num_attention_heads", 1}, {"vocab_size", 100},
-                                     {"hidden_act", sd2 ? "gelu" : "quick_gelu"}, {"bos_token_id", 0},
+    m.text = clipTextConfigFromJson({{"hidden_size", width},
+                                     {"intermediate_size", 4 * width},
+                                     {"num_hidden_layers", 2},
+                                     {"num_attention_heads", 1},
+                                     {"vocab_size", 100},
+                                     {"hidden_act", sd2 ? "gelu" : "quick_gelu"},
+                                     {"bos_token_id", 0},
                                      {"eos_token_id", 2}});
     return m;
 }
@@ -104,7 +112,8 @@ inline std::string writeSmall(const QTemporaryDir& dir, SdFamily family, float v
     const SmallModel m = smallModel(family);
     TensorList tensors = singleFileTensors(family, m.unet, m.vae, m.text);
     if (family == SdFamily::SD2) tensors = withDroppedOpenClipParts(tensors, 2, 64);
-    const std::string path = dir.filePath(family == SdFamily::SD2 ? "small2.safetensors" : "small1.safetensors").toStdString();
+    const std::string path =
+        dir.filePath(family == SdFamily::SD2 ? "small2.safetensors" : "small1.safetensors").toStdString();
     writeFilled(path, tensors, value);
     return path;
 }

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include "core/text/ClipTokenizer.h"
 

@@ -23,14 +23,16 @@ struct Layout {
 };
 
 const Layout kOddLayouts[] = {
-    {97, 61, 32, 7},    {129, 255, 64, 17}, {33, 33, 32, 31}, {1000, 1000, 64, 16},
-    {96, 64, 32, 8},    {40, 24, 64, 16},   {36, 32, 32, 31}, {57, 200, 32, 7},
-    {64, 64, 64, 0},    {130, 70, 64, 0},
+    {97, 61, 32, 7},  {129, 255, 64, 17}, {33, 33, 32, 31}, {1000, 1000, 64, 16}, {96, 64, 32, 8},
+    {40, 24, 64, 16}, {36, 32, 32, 31},   {57, 200, 32, 7}, {64, 64, 64, 0},      {130, 70, 64, 0},
 };
 
 QByteArray describe(const Layout& l, BlendWindowKind kind) {
     return QStringLiteral("%1x%2 tile %3 overlap %4 window %5")
-        .arg(l.width).arg(l.height).arg(l.tile).arg(l.overlap)
+        .arg(l.width)
+        .arg(l.height)
+        .arg(l.tile)
+        .arg(l.overlap)
         .arg(QString::fromUtf8(toString(kind).data(), static_cast<int>(toString(kind).size())))
         .toUtf8();
 }
@@ -57,8 +59,9 @@ private slots:
                     const float* w = weights.tileWeights(t.id);
                     for (int y = 0; y < t.h; ++y) {
                         for (int x = 0; x < t.w; ++x) {
-                            const std::size_t p = static_cast<std::size_t>(t.y + y) * static_cast<std::size_t>(l.width) +
-                                                  static_cast<std::size_t>(t.x + x);
+                            const std::size_t p =
+                                static_cast<std::size_t>(t.y + y) * static_cast<std::size_t>(l.width) +
+                                static_cast<std::size_t>(t.x + x);
                             const float v = w[static_cast<std::size_t>(y) * static_cast<std::size_t>(t.w) +
                                               static_cast<std::size_t>(x)];
                             QVERIFY2(v >= 0.0f && std::isfinite(v), where.constData());
@@ -150,7 +153,8 @@ private slots:
                 QCOMPARE(weights.tileWeights(id), weights.map(0));
                 for (int y = 0; y < plan.tileH(); y += 5)
                     for (int x = 0; x < plan.tileW(); x += 3)
-                        QCOMPARE(weights.weight(id, y, x), wy[static_cast<std::size_t>(y)] * wx[static_cast<std::size_t>(x)]);
+                        QCOMPARE(weights.weight(id, y, x),
+                                 wy[static_cast<std::size_t>(y)] * wx[static_cast<std::size_t>(x)]);
             }
             std::vector<float> copy(static_cast<std::size_t>(plan.tileW() * plan.tileH()));
             weights.fillTileWeights(3, copy.data());
@@ -182,7 +186,7 @@ private slots:
         // x positions 0, 24, 48, 64 with T = 32: centres 16, 40, 64, 80; boundaries at 28, 52, 72.
         const TilePlan plan = TilePlan::make(96, 64, 32, 8);
         const BlendWeights weights(plan, BlendWindowKind::None, 8);
-        const int firstOwned[] = {0, 4, 4, 8};   // tile-local
+        const int firstOwned[] = {0, 4, 4, 8};  // tile-local
         const int lastOwned[] = {27, 27, 23, 31};
         for (int col = 0; col < 4; ++col) {
             const auto& w = weights.columnWeights(col);

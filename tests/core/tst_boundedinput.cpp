@@ -35,9 +35,12 @@ private slots:
     void numberOutOfRange_data() {
         QTest::addColumn<QString>("text");
         QTest::addColumn<QString>("shown");
-        QTest::newRow("1e400") << R"({"width": 1e400})" << "1e400";
-        QTest::newRow("negative") << "[1, -2.5e999]" << "-2.5e999";
-        QTest::newRow("long digits") << QString("1") + QString(5000, '0') + ".5" << "10000000";
+        QTest::newRow("1e400") << R"({"width": 1e400})"
+                               << "1e400";
+        QTest::newRow("negative") << "[1, -2.5e999]"
+                                  << "-2.5e999";
+        QTest::newRow("long digits") << QString("1") + QString(5000, '0') + ".5"
+                                     << "10000000";
     }
     void numberOutOfRange() {
         QFETCH(QString, text);
@@ -104,7 +107,8 @@ private slots:
         QVERIFY(file.open(QIODevice::ReadOnly));
         const QByteArray bytes = file.readAll();
         try {
-            const nlohmann::json j = parseBoundedJson(std::string_view(bytes.constData(), bytes.size()), "seed", "'seed'");
+            const nlohmann::json j =
+                parseBoundedJson(std::string_view(bytes.constData(), bytes.size()), "seed", "'seed'");
             QVERIFY(jsonNestingDepth(j.dump()) <= input_limits::kJsonDepth);
         } catch (const InputFileError& e) {
             verifyReadable(e.what());

@@ -20,12 +20,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/formats/Safetensors.h"
 #include "core/models/clip/ClipTextConfig.h"
 #include "core/models/clip/ClipTextGraph.h"
 #include "core/models/clip/ClipTextModel.h"
 #include "core/text/ClipTokenizer.h"
-#include "core/cpu/CpuBackend.h"
-#include "core/formats/Safetensors.h"
 #include "tests/core/ErrorText.h"
 #include "tests/core/NumericCompare.h"
 
@@ -152,9 +152,12 @@ Reference reference(const ClipTextConfig& c, const Tensors& t, const Ids& ids, i
     for (int b = 0; b < batch; ++b) {
         const auto row = ids.begin() + b * kT;
         int at = 0;
-        if (c.eosTokenId == 2) at = static_cast<int>(std::max_element(row, row + kT) - row);
-        else if (const auto e = std::find(row, row + kT, c.eosTokenId); e != row + kT) at = static_cast<int>(e - row);
-        ref.pooled.insert(ref.pooled.end(), ref.last.begin() + (b * kT + at) * d, ref.last.begin() + (b * kT + at + 1) * d);
+        if (c.eosTokenId == 2)
+            at = static_cast<int>(std::max_element(row, row + kT) - row);
+        else if (const auto e = std::find(row, row + kT, c.eosTokenId); e != row + kT)
+            at = static_cast<int>(e - row);
+        ref.pooled.insert(ref.pooled.end(), ref.last.begin() + (b * kT + at) * d,
+                          ref.last.begin() + (b * kT + at + 1) * d);
     }
     return ref;
 }
@@ -203,7 +206,8 @@ QStringList checkFixtures(const std::string& root) {
         const ClipTextModel model = ClipTextModel::load(dir + "/text_encoder");
         CpuBackend backend;
         const ClipTextConfig& config = model.config();
-        if (config.numHiddenLayers != c.at("layers").get<int>()) check(QString::fromStdString(name) + ": layers differ");
+        if (config.numHiddenLayers != c.at("layers").get<int>())
+            check(QString::fromStdString(name) + ": layers differ");
         // The graph's parameters are exactly the file's tensors (names and shapes).
         std::map<std::string, std::vector<std::int64_t>> graphParams, fileParams;
         for (const auto& [p, shape] : buildClipTextGraph(config, config.numHiddenLayers).parameterList())
@@ -237,7 +241,8 @@ QStringList checkFixtures(const std::string& root) {
         if (want.has("hidden_states." + std::to_string(out.hiddenStates.size())))
             check(QString::fromStdString(name) + ": more hidden states than layers + 1");
         // Clip skip 1 (diffusers) / 2 (A1111): final_layer_norm(hidden_states[-2]).
-        check(mismatch(name + " skip1_normed", model.encode(backend, ids, batch, config.numHiddenLayers - 1).lastHiddenState,
+        check(mismatch(name + " skip1_normed",
+                       model.encode(backend, ids, batch, config.numHiddenLayers - 1).lastHiddenState,
                        want.readFloat32("skip1_normed")));
         // transformers pooled where Tessera's rule says (recorded by the script).
         if (c.at("pool_index") != c.at("first_eos_index"))
@@ -263,10 +268,16 @@ private slots:
         QVERIFY(d.hiddenAct == ClipActivation::QuickGelu);
         QCOMPARE(d.eosTokenId, 49407);
         // SD 2.x's text encoder, as its config.json says it.
-        const ClipTextConfig sd2 = clipTextConfigFromJson(nlohmann::json{
-            {"architectures", {"CLIPTextModel"}}, {"model_type", "clip_text_model"}, {"hidden_size", 1024},
-            {"intermediate_size", 4096}, {"num_hidden_layers", 23}, {"num_attention_heads", 16},
-            {"hidden_act", "gelu"}, {"eos_token_id", 2}, {"projection_dim", 512}, {"torch_dtype", "float32"}});
+        const ClipTextConfig sd2 = clipTextConfigFromJson(nlohmann::json{{"architectures", {"CLIPTextModel"}},
+                                                                         {"model_type", "clip_text_model"},
+                                                                         {"hidden_size", 1024},
+                                                                         {"intermediate_size", 4096},
+                                                                         {"num_hidden_layers", 23},
+                                                                         {"num_attention_heads", 16},
+                                                                         {"hidden_act", "gelu"},
+                                                                         {"eos_token_id", 2},
+                                                                         {"projection_dim", 512},
+                                                                         {"torch_dtype", "float32"}});
         QCOMPARE(sd2.numHiddenLayers, 23);
         QCOMPARE(sd2.headDim(), 64);
         QVERIFY(sd2.hiddenAct == ClipActivation::Gelu);
@@ -354,7 +365,8 @@ private slots:
             const ClipTextConfig c = tinyConfig(act, 64, 3);
             const Tensors t = randomTensors(c, 7);
             const ClipTextModel model = ClipTextModel::fromTensors(c, t);
-            const Ids ids = framedRows(c, {{5, 9, 17}, {}, Ids(75, 33)}, act == ClipActivation::Gelu ? 0 : c.eosTokenId);
+            const Ids ids =
+                framedRows(c, {{5, 9, 17}, {}, Ids(75, 33)}, act == ClipActivation::Gelu ? 0 : c.eosTokenId);
             const ClipTextOutputs out = model.encode(cpu_, ids, 3, 0, ClipHiddenStates::All);
             const Reference ref = reference(c, t, ids, 3, 3);
             QCOMPARE(out.hiddenStates.size(), std::size_t{4});
@@ -430,13 +442,16 @@ private slots:
         cpu::WorkerPool workers(1);
         const std::vector<float> table{0, 1, 2, 10, 11, 12}, positions{100, 200, 300, 400, 500, 600};
         std::vector<float> y(6, -1.0f);
-        cpu::tokenEmbedding(workers, 1, 2, 3, 2, std::vector<float>{1, 0}.data(), table.data(), positions.data(), y.data());
+        cpu::tokenEmbedding(workers, 1, 2, 3, 2, std::vector<float>{1, 0}.data(), table.data(), positions.data(),
+                            y.data());
         QCOMPARE(y, (std::vector<float>{110, 211, 312, 400, 501, 602}));
         for (const float bad : {2.0f, -1.0f, 0.5f, std::nanf("")}) {
             std::vector<float> z(6, -1.0f);
             EXPECT_MESSAGE(errorOf([&] {
-                cpu::tokenEmbedding(workers, 1, 2, 3, 2, std::vector<float>{0, bad}.data(), table.data(), positions.data(), z.data());
-            }), "row 0 position 1 holds id");
+                               cpu::tokenEmbedding(workers, 1, 2, 3, 2, std::vector<float>{0, bad}.data(), table.data(),
+                                                   positions.data(), z.data());
+                           }),
+                           "row 0 position 1 holds id");
             QCOMPARE(z, std::vector<float>(6, -1.0f));
         }
         const std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8};  // 4 tokens of 2 channels
@@ -482,9 +497,8 @@ private slots:
         Tensors more = t;
         more.emplace("text_model.embeddings.position_ids", HostTensor{{1, 77}, std::vector<float>(77, 0.0f)});
         more.emplace("text_projection.weight", HostTensor{{16, 16}, std::vector<float>(256, 0.5f)});
-        writeFolder(d, c, more, [](const std::string& n) {
-            return n.rfind("text_model.encoder", 0) == 0 ? n.substr(11) : n;
-        });
+        writeFolder(d, c, more,
+                    [](const std::string& n) { return n.rfind("text_model.encoder", 0) == 0 ? n.substr(11) : n; });
         const ClipTextModel flat = ClipTextModel::load(d);
         QVERIFY(flat.tensors().at("text_model.encoder.layers.1.mlp.fc2.bias").data ==
                 t.at("text_model.encoder.layers.1.mlp.fc2.bias").data);
@@ -496,8 +510,9 @@ private slots:
             nlohmann::json weightMap = nlohmann::json::object();
             for (const auto& [name, tensor] : t) {
                 const bool first = name.find("layers.1.") == std::string::npos;
-                (first ? a : b).emplace(name, SafetensorsTensorData{SafetensorsDtype::F32, tensor.shape,
-                                                                    encodeFloats(SafetensorsDtype::F32, tensor.data)});
+                (first ? a : b)
+                    .emplace(name, SafetensorsTensorData{SafetensorsDtype::F32, tensor.shape,
+                                                         encodeFloats(SafetensorsDtype::F32, tensor.data)});
                 weightMap[name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
             }
             QVERIFY(QFile::remove(QString::fromStdString(d + "/model.safetensors")));
@@ -535,8 +550,9 @@ private slots:
                        file + ": tensor 'text_model.final_layer_norm.bias': expected [16], found [17]");
         Tensors nan = t;
         nan["text_model.encoder.layers.0.mlp.fc1.weight"].data[9] = std::nanf("");
-        EXPECT_MESSAGE(failure(nan),
-                       file + ": tensor 'text_model.encoder.layers.0.mlp.fc1.weight' holds a non-finite value (NaN) at element 9");
+        EXPECT_MESSAGE(
+            failure(nan),
+            file + ": tensor 'text_model.encoder.layers.0.mlp.fc1.weight' holds a non-finite value (NaN) at element 9");
         Tensors inf = t;
         inf["text_model.embeddings.token_embedding.weight"].data[0] = INFINITY;
         EXPECT_MESSAGE(failure(inf), "'text_model.embeddings.token_embedding.weight' holds a non-finite value (Inf)");
@@ -615,8 +631,10 @@ private slots:
         QCOMPARE(three.values.size(), std::size_t{3 * 77 * 16});
         const std::vector<float> empty = encodePrompt(model, cpu_, tok, "").values;
         const std::vector<float> snow = encodePrompt(model, cpu_, tok, "snow").values;
-        EXPECT_CLOSE("chunk 2", std::vector<float>(three.values.begin() + 77 * 16, three.values.begin() + 2 * 77 * 16), snow);
-        EXPECT_CLOSE("padding chunk", std::vector<float>(three.values.begin() + 2 * 77 * 16, three.values.end()), empty);
+        EXPECT_CLOSE("chunk 2", std::vector<float>(three.values.begin() + 77 * 16, three.values.begin() + 2 * 77 * 16),
+                     snow);
+        EXPECT_CLOSE("padding chunk", std::vector<float>(three.values.begin() + 2 * 77 * 16, three.values.end()),
+                     empty);
 
         // Clip skip 2 (A1111): layer 2 of 3, then the final norm.
         o = {};
@@ -625,8 +643,9 @@ private slots:
         EXPECT_CLOSE("clip skip 2", encodePrompt(model, cpu_, tok, "red fox", o).values,
                      model.encode(cpu_, chunkPrompt(tok, "red fox").chunks[0].ids, 1, 2).lastHiddenState);
         o.clipSkip = 4;
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, "x", o); }),
-                       "[clip skip] clip skip: 4 is not allowed; this text encoder has 3 layers, so 1 (the last layer) to 3");
+        EXPECT_MESSAGE(
+            errorOf([&] { encodePrompt(model, cpu_, tok, "x", o); }),
+            "[clip skip] clip skip: 4 is not allowed; this text encoder has 3 layers, so 1 (the last layer) to 3");
         o.clipSkip = 0;
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, "x", o); }), "[clip skip]");
         // Texts in one call: the shorter padded with empty chunks; chunk i of both is one batch
@@ -634,7 +653,8 @@ private slots:
         const PromptConditioning pair = encodePrompts(model, cpu_, tok, {"a (red:1.5) fox BREAK snow", "[blurry]"});
         QCOMPARE(pair.chunks, 2);
         QCOMPARE(pair.values.size(), std::size_t{2 * 2 * 77 * 16});
-        const PromptChunks first = chunkPrompt(tok, "a (red:1.5) fox BREAK snow"), second = chunkPrompt(tok, "[blurry]");
+        const PromptChunks first = chunkPrompt(tok, "a (red:1.5) fox BREAK snow"),
+                           second = chunkPrompt(tok, "[blurry]");
         const PromptChunk blank = chunkPrompt(tok, "").chunks[0];
         for (std::size_t i = 0; i < 2; ++i) {
             const PromptChunk& b = i == 0 ? second.chunks[0] : blank;
@@ -653,15 +673,17 @@ private slots:
             for (double& v : joint) v *= m0 / m1;
             const std::size_t chunkFloats = 77 * 16;
             for (std::size_t row = 0; row < 2; ++row)
-                EXPECT_CLOSE("pair row " + std::to_string(row) + " chunk " + std::to_string(i),
-                             std::vector<float>(pair.values.begin() + (row * 2 + i) * chunkFloats,
-                                                pair.values.begin() + (row * 2 + i + 1) * chunkFloats),
-                             std::vector<double>(joint.begin() + row * chunkFloats, joint.begin() + (row + 1) * chunkFloats));
+                EXPECT_CLOSE(
+                    "pair row " + std::to_string(row) + " chunk " + std::to_string(i),
+                    std::vector<float>(pair.values.begin() + (row * 2 + i) * chunkFloats,
+                                       pair.values.begin() + (row * 2 + i + 1) * chunkFloats),
+                    std::vector<double>(joint.begin() + row * chunkFloats, joint.begin() + (row + 1) * chunkFloats));
         }
         EXPECT_MESSAGE(errorOf([&] { encodePrompts(model, cpu_, tok, {}); }), "0 prompts");
         std::string huge;
         for (int i = 0; i < 65; ++i) huge += "x BREAK ";
-        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, huge); }), "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
+        EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, huge); }),
+                       "[prompt] prompt: 65 chunks of 75 tokens; at most 64");
         EXPECT_MESSAGE(errorOf([&] { encodePrompt(model, cpu_, tok, "(x:1.2.3)"); }), "[prompt]");
     }
 
@@ -713,7 +735,8 @@ private slots:
         QCOMPARE(s.rowsRemembered, std::uint64_t{2});
         // Other layers (clip skip) or other hidden states are other rows.
         same(model.encode(cpu_, b, 1, 2), plain.encode(cpu_, b, 1, 2));
-        same(model.encode(cpu_, b, 1, 0, ClipHiddenStates::Penultimate), plain.encode(cpu_, b, 1, 0, ClipHiddenStates::Penultimate));
+        same(model.encode(cpu_, b, 1, 0, ClipHiddenStates::Penultimate),
+             plain.encode(cpu_, b, 1, 0, ClipHiddenStates::Penultimate));
         QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{5});
         same(model.encode(cpu_, b, 1, 2), plain.encode(cpu_, b, 1, 2));
         QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{5});
@@ -723,7 +746,10 @@ private slots:
         // Bad ids are refused before the memo is asked, hit or not.
         Ids bad = a;
         bad[5] = 64;
-        EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, join({a, bad}), 2); }), "input ids: row 1 position 5 holds id 64");
+        EXPECT_MESSAGE(errorOf([&] {
+                           model.encode(cpu_, join({a, bad}), 2);
+                       }),
+                       "input ids: row 1 position 5 holds id 64");
         EXPECT_MESSAGE(errorOf([&] { model.encode(cpu_, a, 1, 4); }), "clip skip");
 
         // The bound: the least recently used rows go; what stays is still right.
@@ -772,8 +798,10 @@ private slots:
             ClipTextModel alone = ClipTextModel::fromTensors(c, t);
             alone.setRowMemoBytes(0);
             PromptConditioningOptions o;
-            if (penultimate) o.layer = PromptLayer::Penultimate;
-            else o.clipSkip = 2;
+            if (penultimate)
+                o.layer = PromptLayer::Penultimate;
+            else
+                o.clipSkip = 2;
             const std::vector<std::string> texts{"a (red:1.5) fox BREAK [snow], (night:1.2)", "(blurry:1.3), ugly",
                                                  "a (red:1.5) fox BREAK [snow], (night:1.2)"};
             const std::vector<PromptConditioning> each = encodeEachPrompt(model, cpu_, tok, texts, o);
@@ -792,7 +820,8 @@ private slots:
             QCOMPARE(model.rowMemoStats().rowsEncoded, std::uint64_t{4});
             // minChunks above every text's count pads each; bad options as encodePrompts says.
             o.minChunks = 3;
-            QCOMPARE(encodeEachPrompt(model, cpu_, tok, {"fox"}, o).front().values, encodePrompt(alone, cpu_, tok, "fox", o).values);
+            QCOMPARE(encodeEachPrompt(model, cpu_, tok, {"fox"}, o).front().values,
+                     encodePrompt(alone, cpu_, tok, "fox", o).values);
             EXPECT_MESSAGE(errorOf([&] { encodeEachPrompt(model, cpu_, tok, {}, o); }), "0 prompts");
         }
     }
@@ -824,8 +853,9 @@ private slots:
     // transformers' own outputs (tools/reference/make_clip_fixtures.py -> tests/data/clip).
     void transformersFixtures() {
         if (!QFile::exists(QString::fromStdString(kFixtures + "/clip_cases.json")))
-            QSKIP("tests/data/clip is not there yet: the lead runs tools/reference/make_clip_fixtures.py on the GPU "
-                  "machine; the plain implementation above checks the forward pass meanwhile");
+            QSKIP(
+                "tests/data/clip is not there yet: the lead runs tools/reference/make_clip_fixtures.py on the GPU "
+                "machine; the plain implementation above checks the forward pass meanwhile");
         const QStringList problems = checkFixtures(kFixtures);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join('\n')));
     }
@@ -837,10 +867,12 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const std::string root = dir.path().toStdString();
-        nlohmann::json doc{{"transformers", "none (synthetic)"}, {"torch", "none"}, {"cases", nlohmann::json::object()}};
+        nlohmann::json doc{
+            {"transformers", "none (synthetic)"}, {"torch", "none"}, {"cases", nlohmann::json::object()}};
         for (const bool flat : {false, true})
             for (const ClipActivation act : {ClipActivation::QuickGelu, ClipActivation::Gelu}) {
-                const std::string name = std::string(flat ? "flat_" : "") + (act == ClipActivation::Gelu ? "gelu" : "quick");
+                const std::string name =
+                    std::string(flat ? "flat_" : "") + (act == ClipActivation::Gelu ? "gelu" : "quick");
                 const ClipTextConfig c = tinyConfig(act, 64, 2);
                 const Tensors t = randomTensors(c, 31);
                 QVERIFY(QDir().mkpath(QString::fromStdString(root + "/" + name + "/text_encoder")));
@@ -857,14 +889,18 @@ private slots:
                 put("last_hidden_state", ref.last, {2, kT, 16});
                 put("pooler_output", ref.pooled, {2, 16});
                 put("skip1_normed", reference(c, t, ids, 2, 1).last, {2, kT, 16});
-                for (std::size_t k = 0; k < ref.hidden.size(); ++k) put("hidden_states." + std::to_string(k), ref.hidden[k], {2, kT, 16});
+                for (std::size_t k = 0; k < ref.hidden.size(); ++k)
+                    put("hidden_states." + std::to_string(k), ref.hidden[k], {2, kT, 16});
                 writeSafetensors(root + "/" + name + "/outputs.safetensors", outputs);
                 nlohmann::json weights = nlohmann::json::object();
                 for (const auto& [n, tensor] : t) weights[flat ? n.substr(11) : n] = tensor.shape;
-                doc["cases"][name] = {{"layers", 2}, {"weights", weights},
-                                      {"input_ids", {Ids(ids.begin(), ids.begin() + kT), Ids(ids.begin() + kT, ids.end())}},
-                                      {"pool_index", {4, 76}}, {"first_eos_index", {4, 76}},
-                                      {"last_hidden_state_is_final_ln_of_last_hidden_states_entry", true}};
+                doc["cases"][name] = {
+                    {"layers", 2},
+                    {"weights", weights},
+                    {"input_ids", {Ids(ids.begin(), ids.begin() + kT), Ids(ids.begin() + kT, ids.end())}},
+                    {"pool_index", {4, 76}},
+                    {"first_eos_index", {4, 76}},
+                    {"last_hidden_state_is_final_ln_of_last_hidden_states_entry", true}};
             }
         writeText(root + "/clip_cases.json", doc.dump());
         const QStringList problems = checkFixtures(root);

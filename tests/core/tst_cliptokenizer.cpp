@@ -12,15 +12,15 @@
 #include <random>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include "TokenizerTestSupport.h"
 #include "core/base/BoundedInput.h"
-#include "core/text/ClipTokenizer.h"
-#include "core/run/RunConfig.h"
 #include "core/base/Sha256.h"
 #include "core/base/UnicodeText.h"
+#include "core/run/RunConfig.h"
+#include "core/text/ClipTokenizer.h"
 
 using namespace tessera;
 using Ids = std::vector<std::int32_t>;

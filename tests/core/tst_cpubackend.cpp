@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/graph/TimestepEmbedding.h"
 #include "core/formats/Safetensors.h"
+#include "core/graph/TimestepEmbedding.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
 
@@ -181,8 +181,8 @@ UNetConfig cifar10Config() {
     return c;
 }
 
-std::vector<float> forwardOnce(CpuBackend& backend, const std::vector<float>& x, const std::vector<float>& t,
-                               int batch, std::size_t outPerImage) {
+std::vector<float> forwardOnce(CpuBackend& backend, const std::vector<float>& x, const std::vector<float>& t, int batch,
+                               std::size_t outPerImage) {
     std::vector<float> out(outPerImage * std::size_t(batch));
     backend.forward(x.data(), t.data(), batch, out.data());
     return out;
@@ -251,7 +251,8 @@ private slots:
             for (int ch = 0; ch < c; ++ch)
                 for (int yy = 0; yy < h; ++yy)
                     for (int xx = 0; xx < w; ++xx)
-                        padded[(std::size_t(ch) * (h + 1) + yy) * (w + 1) + xx] = x[(std::size_t(ch) * h + yy) * w + xx];
+                        padded[(std::size_t(ch) * (h + 1) + yy) * (w + 1) + xx] =
+                            x[(std::size_t(ch) * h + yy) * w + xx];
             ref = convDirect(padded, c, h + 1, w + 1, wt, b, c, 3, 2, 0, h / 2, w / 2);
         } else {
             ref = convDirect(x, c, h, w, wt, b, c, 3, 2, 1, h / 2, w / 2);
@@ -326,16 +327,20 @@ private slots:
                            xn.data());
         }
         cpu::AttentionWeights aw;
-        aw.wq = W[0].data(); aw.bq = B[0].data();
-        aw.wk = W[1].data(); aw.bk = B[1].data();
-        aw.wv = W[2].data(); aw.bv = B[2].data();
-        aw.wo = W[3].data(); aw.bo = B[3].data();
+        aw.wq = W[0].data();
+        aw.bq = B[0].data();
+        aw.wk = W[1].data();
+        aw.bk = B[1].data();
+        aw.wv = W[2].data();
+        aw.bv = B[2].data();
+        aw.wo = W[3].data();
+        aw.bo = B[3].data();
         if (queryBlock == 0) queryBlock = cpu::attentionQueryBlock(N, 1 << 20);
         std::vector<float> scratch(cpu::attentionScratchFloats(C, N)), y(x.size());
         cpu::WorkerPool pool(2);
         cpu::attention(pool, C, N, heads, aw, xn.data(), x.data(), outScale, y.data(), scratch.data(), queryBlock);
-        const auto ref = attentionDirect(x, C, N, heads, norm ? gamma.data() : nullptr, beta.data(), groups, 1e-6, W, B,
-                                         outScale);
+        const auto ref =
+            attentionDirect(x, C, N, heads, norm ? gamma.data() : nullptr, beta.data(), groups, 1e-6, W, B, outScale);
         QVERIFY2(maxAbs(y, ref) < 2e-5, qPrintable(QString::number(maxAbs(y, ref))));
         // Heads matter: a different head count gives a different result.
         const auto other = attentionDirect(x, C, N, heads == 1 ? 4 : 1, norm ? gamma.data() : nullptr, beta.data(),
@@ -347,7 +352,8 @@ private slots:
         const int batch = 2, C = 5;
         const std::int64_t P = 7;
         const std::size_t n = std::size_t(batch) * C * P;
-        const auto x = randomVector(n, 60), other = randomVector(n, 61), v = randomVector(std::size_t(batch) * 2 * C, 62);
+        const auto x = randomVector(n, 60), other = randomVector(n, 61),
+                   v = randomVector(std::size_t(batch) * 2 * C, 62);
         cpu::WorkerPool pool(3);
         std::vector<float> y(n);
         cpu::affine(pool, std::int64_t(n), x.data(), 2.0f, -1.0f, y.data());
@@ -363,7 +369,8 @@ private slots:
             for (int c = 0; c < C; ++c)
                 for (std::int64_t p = 0; p < P; ++p) {
                     const std::size_t i = (std::size_t(b) * C + c) * std::size_t(P) + std::size_t(p);
-                    const double want = double(x[i]) * (1.0 + v[std::size_t(b * 2 * C + c)]) + v[std::size_t(b * 2 * C + C + c)];
+                    const double want =
+                        double(x[i]) * (1.0 + v[std::size_t(b * 2 * C + c)]) + v[std::size_t(b * 2 * C + C + c)];
                     QVERIFY(std::fabs(y[i] - want) < 1e-5);
                 }
         // In place.
@@ -381,7 +388,8 @@ private slots:
         for (int p = 0; p < planes; ++p)
             for (int oy = 0; oy < 2 * h; ++oy)
                 for (int ox = 0; ox < 2 * w; ++ox)
-                    QCOMPARE(y[(std::size_t(p) * 2 * h + oy) * 2 * w + ox], x[(std::size_t(p) * h + oy / 2) * w + ox / 2]);
+                    QCOMPARE(y[(std::size_t(p) * 2 * h + oy) * 2 * w + ox],
+                             x[(std::size_t(p) * h + oy / 2) * w + ox / 2]);
     }
 
     void linearMatchesDouble() {
@@ -419,7 +427,8 @@ private slots:
         for (std::size_t b = 0; b < t.size(); ++b) {
             for (int i = 0; i < half; ++i) {
                 const double arg = double(t[b]) * std::exp(-std::log(10000.0) * i / double(half - shift));
-                const double first = flip ? std::cos(arg) : std::sin(arg), second = flip ? std::sin(arg) : std::cos(arg);
+                const double first = flip ? std::cos(arg) : std::sin(arg),
+                             second = flip ? std::sin(arg) : std::cos(arg);
                 // float32 arguments up to ~1000 carry ~1e-4 absolute error (2 ulp of the argument).
                 const double tol = 1e-6 + 3e-7 * std::fabs(arg);
                 QVERIFY2(std::fabs(e[b * dim + i] - first) < tol,
@@ -471,8 +480,9 @@ private slots:
         const double flops = g.flops(32, 32);
         QVERIFY(flops > 1e9);
         QVERIFY2(std::fabs(flops - UNetModel::random(cifar10Config(), 1).flopsPerEvaluation(32, 32)) < 1e-6 * flops,
-                 qPrintable(QString("graph %1 vs model %2").arg(flops).arg(
-                     UNetModel::random(cifar10Config(), 1).flopsPerEvaluation(32, 32))));
+                 qPrintable(QString("graph %1 vs model %2")
+                                .arg(flops)
+                                .arg(UNetModel::random(cifar10Config(), 1).flopsPerEvaluation(32, 32))));
     }
 
     void graphRejectsBadConfigs() {
@@ -595,7 +605,8 @@ private slots:
     void matchesPyTorchGoldens() {
         QFETCH(QString, name);
         const std::string model = std::string(TESSERA_TEST_DATA "/models/") + name.toStdString();
-        const std::string golden = std::string(TESSERA_TEST_DATA "/golden/forward_") + name.toStdString() + ".safetensors";
+        const std::string golden =
+            std::string(TESSERA_TEST_DATA "/golden/forward_") + name.toStdString() + ".safetensors";
         if (!std::ifstream(golden).good()) QSKIP("golden fixture not present (tools/reference/make_fixtures.py)");
         const UNetModel m = UNetModel::load(model);
         const SafetensorsFile file(golden);

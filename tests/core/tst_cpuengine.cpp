@@ -14,17 +14,17 @@
 #include <string>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/sampling/ImageOps.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/models/unet/UNetModel.h"
 #include "core/run/NonFiniteError.h"
+#include "core/sampling/ImageOps.h"
 #include "core/sampling/Philox.h"
 #include "core/sampling/Scheduler.h"
+#include "core/sampling/SeamScore.h"
 #include "core/sampling/StepUpdate.h"
 #include "core/sampling/TileDevice.h"
 #include "core/sampling/TilePlan.h"
-#include "core/sampling/SeamScore.h"
 #include "core/sampling/TiledLoop.h"
-#include "core/cpu/CpuEngine.h"
-#include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
 
@@ -58,7 +58,7 @@ RunConfig baseConfig() {
     c.steps = 4;
     c.scheduler = SchedulerKind::DDIM;
     c.tile = 16;
-    c.overlapPx = 8;     // 3 columns x 2 rows = 6 tiles
+    c.overlapPx = 8;  // 3 columns x 2 rows = 6 tiles
     c.window = BlendWindowKind::Hann;
     c.tileBatch = 1;
     c.backend = BackendKind::CPU;
@@ -181,16 +181,25 @@ public:
     }
     bool synchronous() const override { return !replay_; }
 
-    void forkLanes() override { issue("forkLanes", [] {}); }
-    void beginBatch(const TileBatch& b) override { issue("beginBatch " + std::to_string(b.index), [] {}); }
-    void gather(const TileBatch& b) override { issue("gather", [this, b] { inner_.gather(b); }); }
+    void forkLanes() override {
+        issue("forkLanes", [] {});
+    }
+    void beginBatch(const TileBatch& b) override {
+        issue("beginBatch " + std::to_string(b.index), [] {});
+    }
+    void gather(const TileBatch& b) override {
+        issue("gather", [this, b] { inner_.gather(b); });
+    }
     void evaluate(const TileBatch& b, Branch branch) override {
-        issue(branch == Branch::Conditional ? "evaluate" : "evaluate unconditional", [this, b, branch] { inner_.evaluate(b, branch); });
+        issue(branch == Branch::Conditional ? "evaluate" : "evaluate unconditional",
+              [this, b, branch] { inner_.evaluate(b, branch); });
     }
     void combineGuidance(const TileBatch& b, float scale) override {
         issue("combineGuidance", [this, b, scale] { inner_.combineGuidance(b, scale); });
     }
-    void joinBatch(const TileBatch&) override { issue("joinBatch", [] {}); }
+    void joinBatch(const TileBatch&) override {
+        issue("joinBatch", [] {});
+    }
     bool checkOutput(const TileBatch& b) override {
         if (!replay_) {
             log.push_back("checkOutput");
@@ -199,9 +208,15 @@ public:
         issue("checkOutput", [this, b] { note(inner_.checkOutput(b), b.index); });
         return false;
     }
-    void scatter(const TileBatch& b, const StepVariant& v) override { issue("scatter", [this, b, v] { inner_.scatter(b, v); }); }
-    void endBatch(const TileBatch& b) override { issue("endBatch " + std::to_string(b.index), [] {}); }
-    void fuse(const StepVariant& v) override { issue("fuse", [this, v] { inner_.fuse(v); }); }
+    void scatter(const TileBatch& b, const StepVariant& v) override {
+        issue("scatter", [this, b, v] { inner_.scatter(b, v); });
+    }
+    void endBatch(const TileBatch& b) override {
+        issue("endBatch " + std::to_string(b.index), [] {});
+    }
+    void fuse(const StepVariant& v) override {
+        issue("fuse", [this, v] { inner_.fuse(v); });
+    }
     bool checkCanvas() override {
         if (!replay_) {
             log.push_back("checkCanvas");
@@ -247,9 +262,12 @@ private:
 struct ResampleMix {
     int inChannels = 3, outChannels = 4, up = 2, down = 1, tileH = 0, tileW = 0;
     float weight(int o, int c, Branch branch) const {
-        return (branch == Branch::Conditional ? 0.25f : -0.5f) * static_cast<float>(1 + o - c) + 0.1f * static_cast<float>(c);
+        return (branch == Branch::Conditional ? 0.25f : -0.5f) * static_cast<float>(1 + o - c) +
+               0.1f * static_cast<float>(c);
     }
-    float bias(int o, Branch branch) const { return branch == Branch::Conditional ? 0.1f * static_cast<float>(o) : -0.3f; }
+    float bias(int o, Branch branch) const {
+        return branch == Branch::Conditional ? 0.1f * static_cast<float>(o) : -0.3f;
+    }
     // Input channel c at output pixel (y, x).
     float sample(const float* in, int h, int w, int c, int y, int x) const {
         const float* plane = in + static_cast<std::size_t>(c) * h * w;
@@ -273,7 +291,8 @@ struct ResampleMix {
     HostTileFunction tiles() const {
         return [*this](const float* in, const float*, int count, float* out, Branch branch) {
             const std::size_t inElems = static_cast<std::size_t>(inChannels) * tileH * tileW;
-            const std::size_t outElems = static_cast<std::size_t>(outChannels) * (tileH / down * up) * (tileW / down * up);
+            const std::size_t outElems =
+                static_cast<std::size_t>(outChannels) * (tileH / down * up) * (tileW / down * up);
             for (int b = 0; b < count; ++b) apply(in + b * inElems, tileH, tileW, out + b * outElems, branch);
         };
     }
@@ -281,7 +300,8 @@ struct ResampleMix {
 
 ImageTensor testCanvas(int channels, int height, int width) {
     ImageTensor t{channels, height, width, std::vector<float>(static_cast<std::size_t>(channels) * height * width)};
-    for (std::size_t i = 0; i < t.data.size(); ++i) t.data[i] = std::sin(0.37f * static_cast<float>(i)) + 0.01f * float(i % 7);
+    for (std::size_t i = 0; i < t.data.size(); ++i)
+        t.data[i] = std::sin(0.37f * static_cast<float>(i)) + 0.01f * float(i % 7);
     return t;
 }
 
@@ -334,7 +354,7 @@ private slots:
         QFETCH(int, scheduler);
         QFETCH(int, fusion);
         RunConfig config = baseConfig();
-        config.width = config.height = 16;   // one 16x16 tile covers the image
+        config.width = config.height = 16;  // one 16x16 tile covers the image
         config.scheduler = static_cast<SchedulerKind>(scheduler);
         config.fusion = static_cast<FusionRule>(fusion);
         auto engine = makeEngine(model_);
@@ -387,7 +407,7 @@ private slots:
             noted = noted || (m.find("precision: fp32") == 0 && m.find("fp16 was asked") != std::string::npos);
         QVERIFY(noted);
 
-        config.precision = Precision::FP32;   // nothing to say when the request is what ran
+        config.precision = Precision::FP32;  // nothing to say when the request is what ran
         CountingObserver o2;
         const RunResult same = makeEngine(model_)->run(config, o2);
         for (const std::string& m : same.record.messages) QVERIFY2(m.find("precision:") != 0, m.c_str());
@@ -412,7 +432,8 @@ private slots:
                 double mean = 0;
                 for (std::size_t i = 0; i < per; ++i) mean += in[t * per + i];
                 mean /= static_cast<double>(per);
-                for (std::size_t i = 0; i < per; ++i) out[t * per + i] = in[t * per + i] + 4.0f * static_cast<float>(mean);
+                for (std::size_t i = 0; i < per; ++i)
+                    out[t * per + i] = in[t * per + i] + 4.0f * static_cast<float>(mean);
             }
         };
         MapSpec spec;
@@ -428,12 +449,14 @@ private slots:
             return seamScore(*out, TilePlan::make(w, h, spec.tile, spec.overlap));
         };
         const SeamScore none = scoreOf(BlendWindowKind::None), hann = scoreOf(BlendWindowKind::Hann);
-        qInfo("seam score: none %.3f (worst %.3f), hann %.3f (worst %.3f)", none.score, none.worst, hann.score, hann.worst);
-        QVERIFY2(none.score > 1.5 * hann.score, qPrintable(QString::number(none.score) + " vs " + QString::number(hann.score)));
+        qInfo("seam score: none %.3f (worst %.3f), hann %.3f (worst %.3f)", none.score, none.worst, hann.score,
+              hann.worst);
+        QVERIFY2(none.score > 1.5 * hann.score,
+                 qPrintable(QString::number(none.score) + " vs " + QString::number(hann.score)));
         QVERIFY(none.worst > hann.worst);
         QVERIFY(hann.score > 0);
 
-        RunConfig config = baseConfig();   // 6 tiles: measured and recorded
+        RunConfig config = baseConfig();  // 6 tiles: measured and recorded
         CountingObserver o;
         const RunResult run = makeEngine(model_)->run(config, o);
         QVERIFY(run.record.seamScore > 0 && run.record.seamWorst >= run.record.seamScore);
@@ -447,7 +470,7 @@ private slots:
         auto engine = makeEngine(model_);
         CountingObserver o;
         const RunResult a = engine->run(config, o);
-        const RunResult b = engine->run(config, o);   // reuses the prepared backend
+        const RunResult b = engine->run(config, o);  // reuses the prepared backend
         QVERIFY(a.image.data == b.image.data);
         QVERIFY(a.record.runId != b.record.runId);
         config.seed = 8;
@@ -498,11 +521,11 @@ private slots:
     void cancelBetweenTileBatches() {
         RunConfig config = baseConfig();
         config.steps = 4;
-        config.tileBatch = 2;   // 3 batches per step
+        config.tileBatch = 2;  // 3 batches per step
         auto engine = makeEngine(model_);
         CountingObserver observer;
         observer.engine = engine.get();
-        observer.cancelAfterBatches = 4;   // during step 2 (index 1)
+        observer.cancelAfterBatches = 4;  // during step 2 (index 1)
         const RunResult result = engine->run(config, observer);
         QCOMPARE(std::string(toString(result.record.status)), std::string("cancelled"));
         QCOMPARE(observer.batches, 4);
@@ -583,10 +606,10 @@ private slots:
         RunConfig config = baseConfig();
         const QString row = QString::fromLatin1(QTest::currentDataTag());
         if (row == "tile 0") config.tile = 0;
-        if (row == "tile odd") config.tile = 15;   // the tiny model halves once: multiples of 2
+        if (row == "tile odd") config.tile = 15;  // the tiny model halves once: multiples of 2
         if (row == "overlap >= tile") config.overlapPx = 16;
         if (row == "width 0") config.width = 0;
-        if (row == "batch -1") config.tileBatch = -1;   // 0 is auto
+        if (row == "batch -1") config.tileBatch = -1;  // 0 is auto
         if (row == "steps 0") config.steps = 0;
         auto engine = makeEngine(model_);
         CountingObserver observer;
@@ -625,7 +648,7 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(ValidationError, engine->run(config, observer));  // not loaded yet
         engine->setInitImage(init);
         const RunResult r = engine->run(config, observer);
-        QCOMPARE(r.record.stepsRun, 3);   // starts at step index 6 - int(6 * 0.5) = 3
+        QCOMPARE(r.record.stepsRun, 3);  // starts at step index 6 - int(6 * 0.5) = 3
         QCOMPARE(observer.steps, 3);
         for (float v : r.image.data) QVERIFY(std::isfinite(v));
         // Deterministic, and not the same as a run from pure noise.
@@ -671,7 +694,8 @@ private slots:
         std::map<std::string, HostTensor> tensors = model_->tensors();
         for (auto& entry : tensors)
             for (float& v : entry.second.data) v *= 1e30f;
-        auto engine = makeEngine(std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors))));
+        auto engine =
+            makeEngine(std::make_shared<const UNetModel>(UNetModel::fromTensors(tinyConfig(), std::move(tensors))));
         CountingObserver observer;
         try {
             engine->run(baseConfig(), observer);
@@ -717,7 +741,8 @@ private slots:
         QCOMPARE(covering.size(), std::size_t(1));
         const int tile = covering.front(), batches = (plan.count() + batch - 1) / batch, j = tile / batch;
         const int first = j * batch, last = std::min(plan.count(), first + batch) - 1;
-        const QString tiles = first == last ? QString("tile %1").arg(first) : QString("tiles %1-%2").arg(first).arg(last);
+        const QString tiles =
+            first == last ? QString("tile %1").arg(first) : QString("tiles %1-%2").arg(first).arg(last);
 
         auto engine = makeEngine(model_);
         engine->setInitImage(init);
@@ -726,7 +751,8 @@ private slots:
             engine->run(config, observer);
             QFAIL("a run with a NaN in its latents finished");
         } catch (const NonFiniteError& e) {
-            const QString want = QString("at step 3/4 (timestep 250), tile batch %1/%2 (%3);").arg(j + 1).arg(batches).arg(tiles);
+            const QString want =
+                QString("at step 3/4 (timestep 250), tile batch %1/%2 (%3);").arg(j + 1).arg(batches).arg(tiles);
             QVERIFY2(QString::fromUtf8(e.what()).contains(want), qPrintable(QString(e.what()) + "\nwanted: " + want));
             QCOMPARE(e.site().step, 2);
             QCOMPARE(e.site().batch, j);
@@ -753,7 +779,8 @@ private slots:
         QVERIFY(nonFiniteMessage(site).find("run again with precision fp32") != std::string::npos);
         site.precision = Precision::FP32;
         QVERIFY(nonFiniteMessage(site).find("fp32, which overflows above 3.4e38") != std::string::npos);
-        const float values[] = {0.0f, -1.0f, std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()};
+        const float values[] = {0.0f, -1.0f, std::numeric_limits<float>::max(),
+                                std::numeric_limits<float>::denorm_min()};
         QVERIFY(allFinite(values, 4));
         for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                                 std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
@@ -796,7 +823,7 @@ private slots:
     void loopIssuesTheDocumentedCalls() {
         RunConfig config = baseConfig();
         config.steps = 2;
-        config.tileBatch = 2;   // 6 tiles: 3 batches
+        config.tileBatch = 2;  // 6 tiles: 3 batches
         CpuBackend backend;
         RecordingDevice device(backend, 2, false);
         TiledLoop loop;
@@ -809,9 +836,10 @@ private slots:
             want.push_back("beginStep " + std::to_string(k) + (k == 1 ? " last" : " normal"));
             want.push_back("forkLanes");
             for (int j = 0; j < 3; ++j)
-                for (const std::string& call : {"beginBatch " + std::to_string(j), std::string("gather"), std::string("evaluate"),
-                                                std::string("joinBatch"), std::string("checkOutput"), std::string("scatter"),
-                                                "endBatch " + std::to_string(j)})
+                for (const std::string& call :
+                     {"beginBatch " + std::to_string(j), std::string("gather"), std::string("evaluate"),
+                      std::string("joinBatch"), std::string("checkOutput"), std::string("scatter"),
+                      "endBatch " + std::to_string(j)})
                     want.push_back(call);
             want.push_back("fuse");
             want.push_back("checkCanvas");
@@ -837,10 +865,10 @@ private slots:
         QFETCH(int, fusion);
         RunConfig config = baseConfig();
         config.fusion = static_cast<FusionRule>(fusion);
-        config.scheduler = SchedulerKind::DDPM;   // noise every step: the draw follows the step index
-        config.steps = 5;                         // normal, preview, normal, preview, last
+        config.scheduler = SchedulerKind::DDPM;  // noise every step: the draw follows the step index
+        config.steps = 5;                        // normal, preview, normal, preview, last
         config.previewEvery = 2;
-        config.tileBatch = 4;                     // batches of 4 and 2
+        config.tileBatch = 4;  // batches of 4 and 2
         CountingObserver direct, replayed;
         const RunResult want = makeEngine(model_)->run(config, direct);
         CpuBackend backend;
@@ -870,7 +898,7 @@ private slots:
         RunConfig config = baseConfig();
         config.tileBatch = 2;
         config.initImage = "in-memory";
-        config.strength = 0.75;   // starts at step index 4 - int(4 * 0.75) = 1: steps 2 and 3 replay
+        config.strength = 0.75;  // starts at step index 4 - int(4 * 0.75) = 1: steps 2 and 3 replay
         ImageTensor init{3, 24, 32, std::vector<float>(3 * 24 * 32, 0.25f)};
         CpuBackend backend;
         RecordingDevice device(backend, 1, true);
@@ -878,8 +906,9 @@ private slots:
         loop.setModel(model_);
         loop.setInitImage(init);
         CountingObserver observer;
-        QCOMPARE(std::string(toString(loop.run(config, observer, device, kNeverCancel).record.status)), std::string("finished"));
-        init.data[(2 * 24 + 23) * 32 + 31] = std::numeric_limits<float>::quiet_NaN();   // tile 5 only: batch 3/3
+        QCOMPARE(std::string(toString(loop.run(config, observer, device, kNeverCancel).record.status)),
+                 std::string("finished"));
+        init.data[(2 * 24 + 23) * 32 + 31] = std::numeric_limits<float>::quiet_NaN();  // tile 5 only: batch 3/3
         loop.setInitImage(init);
         CountingObserver failing;
         try {
@@ -920,7 +949,7 @@ private slots:
         RecordingDevice eager(backend, 1, false);
         CancelAfter o1;
         o1.flag = &cancel;
-        o1.afterBatches = 4;   // step 2's first batch
+        o1.afterBatches = 4;  // step 2's first batch
         const RunResult a = loop.run(config, o1, eager, check);
         QCOMPARE(std::string(toString(a.record.status)), std::string("cancelled"));
         QCOMPARE(a.record.stepsRun, 1);
@@ -930,7 +959,7 @@ private slots:
         RecordingDevice replaying(backend, 1, true);
         CancelAfter o2;
         o2.flag = &cancel;
-        o2.afterBatches = 4;   // during step 2's reports: the step has run; step 3 does not start
+        o2.afterBatches = 4;  // during step 2's reports: the step has run; step 3 does not start
         const RunResult b = loop.run(config, o2, replaying, check);
         QCOMPARE(std::string(toString(b.record.status)), std::string("cancelled"));
         QCOMPARE(b.record.stepsRun, 2);
@@ -1015,7 +1044,7 @@ private slots:
         for (std::size_t i = 0; i < want.size(); ++i) want[i] = u[i] + 3.5f * (c[i] - u[i]);
         const float diff = maxAbsDiff(out->data, want);
         QVERIFY2(diff < 1e-4f, qPrintable(QString("max |guided - expected| = %1").arg(diff)));
-        QVERIFY(maxAbsDiff(out->data, c) > 0.1f);   // not the conditional evaluation alone
+        QVERIFY(maxAbsDiff(out->data, c) > 0.1f);  // not the conditional evaluation alone
     }
 
     // A map pass stops like a run: cancelled (no image), a NaN named by its tile batch, a bad spec
@@ -1033,23 +1062,26 @@ private slots:
         CountingObserver observer;
         int checks = 0;
         QVERIFY(!TiledLoop::map(device, input, spec, observer, [&checks] { return ++checks > 2; }).has_value());
-        QCOMPARE(observer.batches, 1);   // checked before the step and the first batch, stopped before the second
+        QCOMPARE(observer.batches, 1);  // checked before the step and the first batch, stopped before the second
         QCOMPARE(observer.steps, 0);
 
-        input.data[(1 * 16 + 15) * 24 + 0] = std::numeric_limits<float>::quiet_NaN();   // bottom-left tile only
+        input.data[(1 * 16 + 15) * 24 + 0] = std::numeric_limits<float>::quiet_NaN();  // bottom-left tile only
         const TilePlan plan = TilePlan::make(24, 16, 8, 2);
         const int tile = (plan.rows() - 1) * plan.cols();
         try {
             (void)TiledLoop::map(device, input, spec, observer, kNeverCancel);
             QFAIL("a map pass with a NaN in its input finished");
         } catch (const NonFiniteError& e) {
-            const QString want =
-                QString("at step 1/1 (timestep 0), tile batch %1/%2 (tile %3);").arg(tile + 1).arg(plan.count()).arg(tile);
+            const QString want = QString("at step 1/1 (timestep 0), tile batch %1/%2 (tile %3);")
+                                     .arg(tile + 1)
+                                     .arg(plan.count())
+                                     .arg(tile);
             QVERIFY2(QString::fromUtf8(e.what()).contains(want), qPrintable(QString(e.what()) + "\nwanted: " + want));
             QCOMPARE(e.site().batch, tile);
         }
 
-        for (const auto& [up, down] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{1, 3}}) {   // 3 does not divide 16x24 tile 8
+        for (const auto& [up, down] :
+             {std::pair{0, 1}, std::pair{1, 0}, std::pair{1, 3}}) {  // 3 does not divide 16x24 tile 8
             spec.upscale = up;
             spec.downscale = down;
             try {

@@ -13,19 +13,19 @@
 #include <random>
 #include <thread>
 
-#include "core/models/clip/ClipTextConfig.h"
-#include "core/models/clip/ClipTextGraph.h"
 #include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
 #include "core/cpu/CpuTileDevice.h"
 #include "core/graph/ModelGraph.h"
-#include "core/run/RunConfig.h"
-#include "core/cpu/CpuEngine.h"
+#include "core/models/clip/ClipTextConfig.h"
+#include "core/models/clip/ClipTextGraph.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
 #include "core/models/vae/VaeConfig.h"
 #include "core/models/vae/VaeGraph.h"
+#include "core/run/RunConfig.h"
 
 using namespace tessera;
 
@@ -59,8 +59,8 @@ TensorMap randomWeights(const ModelGraph& graph, std::uint32_t seed) {
             n *= p.shape[d];
             if (d > 0) fanIn *= p.shape[d];
         }
-        const bool norm = p.shape.size() == 1 && p.name.find("norm") != std::string::npos &&
-                          p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+        const bool norm = p.shape.size() == 1 && p.name.find("norm") != std::string::npos && p.name.size() > 7 &&
+                          p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
         const float scale = p.shape.size() == 1 ? 0.1f : 1.0f / std::sqrt(float(fanIn));
         std::vector<float> data = randomVector(std::size_t(n), seed++, scale);
         if (norm)
@@ -298,7 +298,7 @@ private slots:
         QCOMPARE(openblasCoreTypeFor("prescott", true, false), std::string("Haswell"));
         QCOMPARE(openblasCoreTypeFor("Sandybridge", true, false), std::string("Haswell"));
         QCOMPARE(openblasCoreTypeFor("Prescott", false, false), std::string());  // an SSE3 CPU: right
-        QCOMPARE(openblasCoreTypeFor("Haswell", true, true), std::string());      // AVX2 kernels: left as they are
+        QCOMPARE(openblasCoreTypeFor("Haswell", true, true), std::string());     // AVX2 kernels: left as they are
         QCOMPARE(openblasCoreTypeFor("SkylakeX", true, true), std::string());
         QCOMPARE(openblasCoreTypeFor("Zen", true, false), std::string());
         QCOMPARE(openblasCoreTypeFor("", true, true), std::string());
@@ -407,8 +407,13 @@ private slots:
     // The blocks cover C, are at least 64 wide (or all of it), and the default model's GEMMs
     // give a batch of 4 tiles dozens of tasks at its large levels.
     void gemmBlocksCoverAndFeedTheCores() {
-        for (auto [m, n, k] : {std::tuple{32, 4096, 288}, {64, 1024, 576}, {128, 256, 1152}, {128, 64, 2304},
-                               {7, 5, 3}, {1280, 64, 11520}, {320, 4096, 2880}}) {
+        for (auto [m, n, k] : {std::tuple{32, 4096, 288},
+                               {64, 1024, 576},
+                               {128, 256, 1152},
+                               {128, 64, 2304},
+                               {7, 5, 3},
+                               {1280, 64, 11520},
+                               {320, 4096, 2880}}) {
             const cpu::GemmBlocks b = cpu::gemmBlocks(m, n, k);
             QVERIFY(b.mc >= 1 && b.nc >= 1);
             QVERIFY(b.mBlocks * b.mc >= m && (b.mBlocks - 1) * b.mc < m);
@@ -417,8 +422,8 @@ private slots:
             // A block is one sgemm of at most a few tens of millions of multiply-adds.
             QVERIFY(std::int64_t(b.mc) * b.nc * k <= std::max<std::int64_t>(std::int64_t(64) * 64 * k, 8 << 20));
         }
-        QVERIFY(cpu::gemmBlocks(32, 4096, 288).nBlocks >= 8);                            // 64x64 tile, 32 channels
-        const cpu::GemmBlocks mid = cpu::gemmBlocks(128, 256, 1152);                     // 16x16, 128 channels
+        QVERIFY(cpu::gemmBlocks(32, 4096, 288).nBlocks >= 8);         // 64x64 tile, 32 channels
+        const cpu::GemmBlocks mid = cpu::gemmBlocks(128, 256, 1152);  // 16x16, 128 channels
         QVERIFY(mid.mBlocks * mid.nBlocks >= 4);
     }
 
@@ -465,8 +470,8 @@ private slots:
         const auto y = run(3, images, x.data(), withResidual ? res.data() : nullptr);
         for (int i = 0; i < images; ++i) {
             const std::vector<float> yi(y.begin() + long(outImage * i), y.begin() + long(outImage * (i + 1)));
-            const auto ref = convDirect(s, x.data() + inImage * i, wt, b,
-                                        withResidual ? res.data() + outImage * i : nullptr, scale);
+            const auto ref =
+                convDirect(s, x.data() + inImage * i, wt, b, withResidual ? res.data() + outImage * i : nullptr, scale);
             QVERIFY2(maxAbs(yi, ref) < 1e-4, qPrintable(QString::number(maxAbs(yi, ref))));
             // The image alone, on one thread: the same bits.
             QCOMPARE(run(1, 1, x.data() + inImage * i, withResidual ? res.data() + outImage * i : nullptr), yi);
@@ -489,7 +494,8 @@ private slots:
         QFETCH(bool, featureMap);
         QFETCH(bool, causal);
         QFETCH(int, contextTokens);
-        const int images = 2, N = 70, C = 8, heads = 2, Ckv = contextTokens ? 6 : C, M = contextTokens ? contextTokens : N;
+        const int images = 2, N = 70, C = 8, heads = 2, Ckv = contextTokens ? 6 : C,
+                  M = contextTokens ? contextTokens : N;
         const int queryBlock = cpu::attentionTaskRows(N, M, 1 << 18);
         QVERIFY2(queryBlock < N && N % queryBlock != 0, "the queries should make several blocks, the last ragged");
         const RandomAttention ra = randomAttention(C, Ckv, 40);
@@ -524,14 +530,15 @@ private slots:
                         tokens[std::size_t(p) * C + c] = x[per * i + std::size_t(c) * N + p];
                         residual[std::size_t(p) * C + c] = res[per * i + std::size_t(c) * N + p];
                     }
-                const auto t = attentionDirect(tokens.data(), N, C, nullptr, N, C, heads, false, aw, residual.data(),
-                                               outScale);
+                const auto t =
+                    attentionDirect(tokens.data(), N, C, nullptr, N, C, heads, false, aw, residual.data(), outScale);
                 ref.resize(per);
                 for (int c = 0; c < C; ++c)
                     for (int p = 0; p < N; ++p) ref[std::size_t(c) * N + p] = t[std::size_t(p) * C + c];
             } else {
-                ref = attentionDirect(x.data() + per * i, N, C, contextTokens ? ctx.data() + std::size_t(M) * Ckv * i : nullptr,
-                                      M, Ckv, heads, causal, aw, res.data() + per * i, outScale);
+                ref = attentionDirect(x.data() + per * i, N, C,
+                                      contextTokens ? ctx.data() + std::size_t(M) * Ckv * i : nullptr, M, Ckv, heads,
+                                      causal, aw, res.data() + per * i, outScale);
             }
             const std::vector<float> yi(y.begin() + long(per * i), y.begin() + long(per * (i + 1)));
             QVERIFY2(maxAbs(yi, ref) < 2e-5, qPrintable(QString::number(maxAbs(yi, ref))));
@@ -657,8 +664,9 @@ private slots:
         QVERIFY2(note.rfind("whole forwards on 3 threads would need ", 0) == 0, note.c_str());
         QVERIFY2(note.find(" of host memory (op by op ") != std::string::npos, note.c_str());
         QVERIFY2(note.find("), over the 0 bytes they may take") != std::string::npos, note.c_str());
-        QVERIFY2(backend.info().device.find(": tile batch of 3 op by op (whole forwards on 3 threads") !=
-                     std::string::npos, backend.info().device.c_str());
+        QVERIFY2(
+            backend.info().device.find(": tile batch of 3 op by op (whole forwards on 3 threads") != std::string::npos,
+            backend.info().device.c_str());
         QVERIFY(runPrepared(backend, graph, 3, h, w, inputs) == reference);
         backend.setWholeForwardMemory(std::uint64_t(1) << 30);
         QCOMPARE(backend.wholeForwardLanes(), 3);
@@ -798,14 +806,16 @@ private slots:
             QCOMPARE(std::string(toString(r.status)), std::string("finished"));
             QCOMPARE(r.config.tileBatch, batch == 0 ? 6 : batch);
             const auto& m = r.messages;
-            const auto notes = std::count_if(m.begin(), m.end(), [](const std::string& s) { return s.rfind("batch: auto", 0) == 0; });
+            const auto notes =
+                std::count_if(m.begin(), m.end(), [](const std::string& s) { return s.rfind("batch: auto", 0) == 0; });
             QCOMPARE(notes, std::ptrdiff_t(batch == 0 ? 1 : 0));
             if (batch == 0) {
-                QVERIFY(std::find(m.begin(), m.end(), "batch: auto, 6 tiles per UNet call (6 tiles in one call)") != m.end());
+                QVERIFY(std::find(m.begin(), m.end(), "batch: auto, 6 tiles per UNet call (6 tiles in one call)") !=
+                        m.end());
                 QVERIFY2(r.environment.device.find(": tile batch of 6: 2 images in parallel, whole forwards") !=
                              std::string::npos,
                          r.environment.device.c_str());
-                QCOMPARE(r.batches.size(), std::size_t(cfg.steps));   // one call per step
+                QCOMPARE(r.batches.size(), std::size_t(cfg.steps));  // one call per step
             }
         }
         for (std::size_t i = 1; i < results.size(); ++i) {
@@ -827,11 +837,11 @@ private slots:
         QCOMPARE(tileBatchHint(4, 9, 16).rfind("threads: a tile batch of 4 gives the 16 threads 4 tiles at a time", 0),
                  std::size_t(0));
         QVERIFY(tileBatchHint(4, 9, 16).find("a tile batch of 9 would give") != std::string::npos);
-        QCOMPARE(tileBatchHint(8, 25, 16), std::string());   // half the threads have a tile
+        QCOMPARE(tileBatchHint(8, 25, 16), std::string());  // half the threads have a tile
         QVERIFY(!tileBatchHint(7, 25, 16).empty());
         QCOMPARE(tileBatchHint(13, 25, 16), std::string());
-        QCOMPARE(tileBatchHint(1, 25, 3), std::string());    // fewer than 4 threads
-        QCOMPARE(tileBatchHint(1, 1, 16), std::string());    // one call takes every tile
+        QCOMPARE(tileBatchHint(1, 25, 3), std::string());  // fewer than 4 threads
+        QCOMPARE(tileBatchHint(1, 1, 16), std::string());  // one call takes every tile
         QCOMPARE(tileBatchHint(4, 4, 16), std::string());
 
         const auto model = smallPixelUNet();
@@ -932,7 +942,8 @@ private slots:
         backend.setProfiling(false);
         const auto split = std::chrono::steady_clock::now();
         for (int r = 0; r < reps; ++r) backend.forward(x.data(), t.data(), batch, out.data());
-        const double splitWall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - split).count();
+        const double splitWall =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - split).count();
         qInfo("as split (%s): %.1f ms per call, %.2f tiles/s", backend.parallelism().c_str(), splitWall / reps,
               reps * batch * 1e3 / splitWall);
     }

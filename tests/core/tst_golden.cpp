@@ -10,12 +10,12 @@
 #include <string>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/sampling/Philox.h"
-#include "core/run/RunConfig.h"
-#include "core/formats/Safetensors.h"
-#include "core/sampling/Scheduler.h"
 #include "core/cpu/CpuEngine.h"
+#include "core/formats/Safetensors.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/RunConfig.h"
+#include "core/sampling/Philox.h"
+#include "core/sampling/Scheduler.h"
 
 using namespace tessera;
 
@@ -184,13 +184,14 @@ private slots:
         for (int k = 0; k < steps; ++k) {
             QCOMPARE(s->timesteps()[size_t(k)], ts[size_t(k)]);
             const StepCoefficients c = s->coefficients(k);
-            const float mine[13] = {c.ax, c.ae, c.clip, c.clipRange, c.ee, c.ex, c.e0,
-                                    c.cx0, c.cx, c.ceps, c.sigma, c.modelInputScale, c.timestep};
+            const float mine[13] = {c.ax, c.ae,   c.clip,  c.clipRange,       c.ee,      c.ex, c.e0, c.cx0,
+                                    c.cx, c.ceps, c.sigma, c.modelInputScale, c.timestep};
             for (int j = 0; j < 13; ++j) {
                 const float want = coef[size_t(k) * 13 + j];
                 const float tol = 2e-6f * std::max(1.0f, std::abs(want));
-                QVERIFY2(std::abs(mine[j] - want) <= tol,
-                         qPrintable(QString("step %1 column %2: %3 vs reference %4").arg(k).arg(j).arg(mine[j]).arg(want)));
+                QVERIFY2(
+                    std::abs(mine[j] - want) <= tol,
+                    qPrintable(QString("step %1 column %2: %3 vs reference %4").arg(k).arg(j).arg(mine[j]).arg(want)));
             }
         }
     }

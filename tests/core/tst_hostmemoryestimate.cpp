@@ -12,10 +12,10 @@
 #include <string>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/cpu/HostMemoryEstimate.h"
-#include "core/run/RunRecordIO.h"
 #include "core/cpu/CpuEngine.h"
+#include "core/cpu/HostMemoryEstimate.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/RunRecordIO.h"
 
 using namespace tessera;
 
@@ -58,8 +58,8 @@ const MemoryItem* itemOf(const HostMemoryEstimate& e, MemoryPart part) {
     return nullptr;
 }
 
-ValidationError refusalOf(const RunConfig& config, const UNetConfig& model, BackendKind backend, std::uint64_t available,
-                          const std::optional<StartImageSize>& start = std::nullopt) {
+ValidationError refusalOf(const RunConfig& config, const UNetConfig& model, BackendKind backend,
+                          std::uint64_t available, const std::optional<StartImageSize>& start = std::nullopt) {
     try {
         checkHostMemory(config, model, backend, start, HostMemory{available, "a test's budget"});
     } catch (const ValidationError& e) {
@@ -122,8 +122,8 @@ private slots:
         QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
         const std::uint64_t grown = peakResidentBytes() - before;
         const std::uint64_t estimated = e.bytesIn(MemoryPhase::Sampling);
-        const QString text = QStringLiteral("estimated %1 MiB, the run added %2 MiB at its peak")
-                                 .arg(estimated >> 20).arg(grown >> 20);
+        const QString text =
+            QStringLiteral("estimated %1 MiB, the run added %2 MiB at its peak").arg(estimated >> 20).arg(grown >> 20);
         QVERIFY2(estimated >= grown, qPrintable(text));
         QVERIFY2(estimated - e.bytesOf(MemoryPart::Process) <= grown + grown / 2, qPrintable(text));
         qInfo("%s", qPrintable(text));
@@ -139,7 +139,8 @@ private slots:
         QCOMPARE(itemOf(e, MemoryPart::Canvas)->bytes, 4 * canvas * 4);
         QCOMPARE(itemOf(e, MemoryPart::Seams)->bytes, 2 * canvas * 8);
         QVERIFY(e.peakPhase() == MemoryPhase::Sampling);
-        QVERIFY2(e.peakBytes() > 28 * kGiB && e.peakBytes() < 32 * kGiB, qPrintable(QString::fromStdString(formatBytes(e.peakBytes()))));
+        QVERIFY2(e.peakBytes() > 28 * kGiB && e.peakBytes() < 32 * kGiB,
+                 qPrintable(QString::fromStdString(formatBytes(e.peakBytes()))));
         // The CUDA engine keeps the canvas and activations on the GPU: the host needs far less.
         const HostMemoryEstimate cuda = estimateHostMemory(config, cifarConfig(), BackendKind::CUDA);
         QVERIFY(itemOf(cuda, MemoryPart::Canvas) == nullptr && itemOf(cuda, MemoryPart::Activations) == nullptr);
@@ -232,7 +233,8 @@ private slots:
         QFETCH(bool, cifar);
         QFETCH(int, batch);
         QFETCH(int, tile);
-        const UNetModel model = cifar ? UNetModel::random(cifarConfig(), 1) : UNetModel::load(TESSERA_TEST_DATA "/models/cifar_like");
+        const UNetModel model =
+            cifar ? UNetModel::random(cifarConfig(), 1) : UNetModel::load(TESSERA_TEST_DATA "/models/cifar_like");
         CpuBackend backend(1);
         backend.prepare(model, batch, tile, tile);
         const std::uint64_t actual = backend.preparedFloats() * sizeof(float);
@@ -260,7 +262,7 @@ private slots:
         config.height = 64 * 40;  // 1000 tiles of 64, overlap 0
         config.overlapPx = 0;
         config.tileBatch = 4;
-        config.steps = 40;        // 250 batches a step: 10,000 rows
+        config.steps = 40;  // 250 batches a step: 10,000 rows
         config.previewEvery = 0;
         const HostMemoryEstimate e = estimateHostMemory(config, fixtureConfig(), BackendKind::CPU);
         const std::size_t before = heapInUse();
@@ -278,20 +280,25 @@ private slots:
             }
         record.batches.shrink_to_fit();
         const std::size_t recordBytes = heapInUse() - before;
-        QVERIFY2(recordBytes <= itemOf(e, MemoryPart::Record)->bytes,
-                 qPrintable(QStringLiteral("record %1 > estimate %2").arg(recordBytes).arg(itemOf(e, MemoryPart::Record)->bytes)));
+        QVERIFY2(
+            recordBytes <= itemOf(e, MemoryPart::Record)->bytes,
+            qPrintable(
+                QStringLiteral("record %1 > estimate %2").arg(recordBytes).arg(itemOf(e, MemoryPart::Record)->bytes)));
         const std::size_t beforeText = heapInUse();
         const std::string manifest = manifestJson(record).dump(2);
         const std::string csv = timingsCsv(record);
         // The manifest text lives again in the PNG's iTXt chunk and in the PNG bytes' copy.
         const std::size_t textBytes = heapInUse() - beforeText + 2 * manifest.size();
-        QVERIFY2(textBytes <= itemOf(e, MemoryPart::OutputText)->bytes,
-                 qPrintable(QStringLiteral("text %1 > estimate %2").arg(textBytes).arg(itemOf(e, MemoryPart::OutputText)->bytes)));
+        QVERIFY2(
+            textBytes <= itemOf(e, MemoryPart::OutputText)->bytes,
+            qPrintable(
+                QStringLiteral("text %1 > estimate %2").arg(textBytes).arg(itemOf(e, MemoryPart::OutputText)->bytes)));
         QVERIFY(!csv.empty());
     }
 
     void memAvailableParsed() {
-        const std::string meminfo = "MemTotal:       24684096 kB\nMemFree:         1000 kB\nMemAvailable:   19555376 kB\n";
+        const std::string meminfo =
+            "MemTotal:       24684096 kB\nMemFree:         1000 kB\nMemAvailable:   19555376 kB\n";
         QCOMPARE(parseMemAvailable(meminfo).value_or(0), 19555376ull * 1024);
         QVERIFY(!parseMemAvailable("MemTotal: 5 kB\n").has_value());
         QVERIFY(!parseMemAvailable("XMemAvailable: 5 kB\n").has_value());

@@ -132,7 +132,8 @@ private slots:
             const QString name = QString::fromUtf8(field.name.data(), int(field.name.size()));
             const auto entry = std::find_if(coverage.begin(), coverage.end(),
                                             [&](const InfotextCoverage& e) { return e.field == field.name; });
-            QVERIFY2(entry != coverage.end(), qPrintable("RunConfig field '" + name + "' has neither an infotext key "
+            QVERIFY2(entry != coverage.end(), qPrintable("RunConfig field '" + name +
+                                                         "' has neither an infotext key "
                                                          "nor a 'not written' mark in infotextCoverage()"));
             QVERIFY2(std::count_if(coverage.begin(), coverage.end(),
                                    [&](const InfotextCoverage& e) { return e.field == field.name; }) == 1,
@@ -142,15 +143,19 @@ private slots:
             field.parse(changed, std::string(field.example));
             const std::string after = text(changed);
             if (entry->key.empty()) {
-                QVERIFY2(after == before, qPrintable(name + " is marked as not written, but its example changes the "
-                                                            "infotext:\n" + QString::fromStdString(after)));
+                QVERIFY2(after == before, qPrintable(name +
+                                                     " is marked as not written, but its example changes the "
+                                                     "infotext:\n" +
+                                                     QString::fromStdString(after)));
             } else {
-                QVERIFY2(after != before, qPrintable(name + " is marked as written, but its example '" +
-                                                     QString::fromUtf8(field.example.data(), int(field.example.size())) +
-                                                     "' leaves the infotext as it was"));
+                QVERIFY2(after != before,
+                         qPrintable(name + " is marked as written, but its example '" +
+                                    QString::fromUtf8(field.example.data(), int(field.example.size())) +
+                                    "' leaves the infotext as it was"));
                 const std::string key = std::string(entry->key) + ":";
                 QVERIFY2(entry->key == "Prompt" || after.find(key) != std::string::npos,
-                         qPrintable(name + ": no '" + QString::fromStdString(key) + "' in " + QString::fromStdString(after)));
+                         qPrintable(name + ": no '" + QString::fromStdString(key) + "' in " +
+                                    QString::fromStdString(after)));
             }
         }
     }
@@ -158,8 +163,10 @@ private slots:
     void unconditionalRunWritesNoPromptLines() {
         RunConfig c;
         QCOMPARE(infotext(c, infotextExtras(c)),
-                 "Steps: 20, Sampler: DDIM, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: default, Tile: 64, Overlap: 16, Window: hann, "
-                 "Fusion: sample, Batch: auto, Graphs: off, Precision: fp16, Backend: auto, " + kVersion);
+                 "Steps: 20, Sampler: DDIM, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: default, Tile: "
+                 "64, Overlap: 16, Window: hann, "
+                 "Fusion: sample, Batch: auto, Graphs: off, Precision: fp16, Backend: auto, " +
+                     kVersion);
         // An unconditional model writes neither prompt lines nor CFG scale nor Clip skip.
         InfotextExtras x;
         x.modelName = "ddpm-church-256";
@@ -170,10 +177,12 @@ private slots:
         c.initImage = "in.png";
         c.strength = 0.4;
         c.overlapFraction = 0.25;
-        QCOMPARE(infotext(c, x),
-                 "Steps: 20, Sampler: Euler, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: ddpm-church-256, "
-                 "Denoising strength: 0.4, Tile: 64, Overlap: 16, Window: hann, Fusion: sample, Batch: auto, Graphs: off, "
-                 "Precision: fp16, Backend: auto, " + kVersion);
+        QCOMPARE(
+            infotext(c, x),
+            "Steps: 20, Sampler: Euler, Schedule type: Automatic, Seed: 0, Size: 256x256, Model: ddpm-church-256, "
+            "Denoising strength: 0.4, Tile: 64, Overlap: 16, Window: hann, Fusion: sample, Batch: auto, Graphs: off, "
+            "Precision: fp16, Backend: auto, " +
+                kVersion);
     }
 
     void stableDiffusionRunInA1111Order() {
@@ -182,12 +191,14 @@ private slots:
         c.strength = 0.75;
         c.upscale = 2;
         c.preserveColor = true;
-        QCOMPARE(infotext(c, sdExtras()),
-                 "a cat, (detailed:1.2)\nNegative prompt: blurry\n"
-                 "Steps: 25, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7.5, Seed: 1234, Size: 512x768, "
-                 "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Denoising strength: 0.75, Clip skip: 2, Tile: 512, "
-                 "Overlap: 64, Window: hann, Fusion: sample, Batch: 2, Graphs: step, Precision: fp16, Backend: cuda, "
-                 "Upscale: 2, Preserve color: True, " + kVersion);
+        QCOMPARE(
+            infotext(c, sdExtras()),
+            "a cat, (detailed:1.2)\nNegative prompt: blurry\n"
+            "Steps: 25, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7.5, Seed: 1234, Size: 512x768, "
+            "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Denoising strength: 0.75, Clip skip: 2, Tile: 512, "
+            "Overlap: 64, Window: hann, Fusion: sample, Batch: 2, Graphs: step, Precision: fp16, Backend: cuda, "
+            "Upscale: 2, Preserve color: True, " +
+                kVersion);
         // Clip skip 1 and an empty negative prompt are not written; DDIM's eta as A1111's "Eta DDIM".
         c = sdConfig();
         c.clipSkip = 1;
@@ -196,9 +207,11 @@ private slots:
         c.schedulerOptions.eta = 0.25f;
         c.cfgScale = 7;
         QCOMPARE(infotext(c, sdExtras()),
-                 "a cat, (detailed:1.2)\nSteps: 25, Sampler: DDIM, Schedule type: Automatic, CFG scale: 7, Seed: 1234, Size: 512x768, "
+                 "a cat, (detailed:1.2)\nSteps: 25, Sampler: DDIM, Schedule type: Automatic, CFG scale: 7, Seed: 1234, "
+                 "Size: 512x768, "
                  "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Tile: 512, Overlap: 64, Window: hann, "
-                 "Fusion: sample, Batch: 2, Graphs: step, Precision: fp16, Backend: cuda, Eta DDIM: 0.25, " + kVersion);
+                 "Fusion: sample, Batch: 2, Graphs: step, Precision: fp16, Backend: cuda, Eta DDIM: 0.25, " +
+                     kVersion);
         // No prompt but a negative one: the text starts with it (A1111 strips the leading newline).
         c.prompt.clear();
         c.negativePrompt = "low quality";
@@ -217,7 +230,8 @@ private slots:
         QCOMPARE(quoteInfotextValue("a, b"), std::string("\"a, b\""));
         QCOMPARE(quoteInfotextValue("x: \"y\" \\ z"), std::string("\"x: \\\"y\\\" \\\\ z\""));
         QCOMPARE(quoteInfotextValue("one\ntwo\t\x01"), std::string("\"one\\ntwo\\t\\u0001\""));
-        QCOMPARE(quoteInfotextValue("caf\xC3\xA9: \xE2\x98\x95"), std::string("\"caf\xC3\xA9: \xE2\x98\x95\""));  // UTF-8 kept
+        QCOMPARE(quoteInfotextValue("caf\xC3\xA9: \xE2\x98\x95"),
+                 std::string("\"caf\xC3\xA9: \xE2\x98\x95\""));  // UTF-8 kept
         RunConfig c = sdConfig();
         InfotextExtras x = sdExtras();
         x.modelName = "my, model: v2";
@@ -315,14 +329,15 @@ private slots:
         QCOMPARE(joined(messages(imported)),
                  std::string("'Model hash: 6ce0161689' is not applied: Tessera picks the model by its path\n"
                              "'Model: v1-5-pruned-emaonly' is not applied: Tessera picks the model by its path\n"));
-        const std::vector<std::string> expected{"prompt", "negative_prompt", "scheduler", "use_karras_sigmas", "steps",
-                                                "cfg", "seed", "width", "height", "clip_skip"};
+        const std::vector<std::string> expected{
+            "prompt", "negative_prompt", "scheduler", "use_karras_sigmas", "steps", "cfg",
+            "seed",   "width",           "height",    "clip_skip"};
         QCOMPARE(imported.fields, expected);
     }
 
     void samplerNamesOldAndNew_data() {
         QTest::addColumn<QString>("line");
-        QTest::addColumn<int>("kind");       // -1: not supported
+        QTest::addColumn<int>("kind");  // -1: not supported
         QTest::addColumn<bool>("karras");
         const auto row = [](const char* name, const char* line, int kind, bool karras) {
             QTest::newRow(name) << QString::fromUtf8(line) << kind << karras;
@@ -331,7 +346,8 @@ private slots:
                   dpm = n(SchedulerKind::DPMPP2M), ddim = n(SchedulerKind::DDIM), ddpm = n(SchedulerKind::DDPM);
         row("pre-1.9 combined Karras", "Steps: 20, Sampler: DPM++ 2M Karras, Seed: 1", dpm, true);
         row("pre-1.9 DPM++ 2M is not Karras", "Steps: 20, Sampler: DPM++ 2M, Seed: 1", dpm, false);
-        row("Automatic DPM++ 2M is Karras", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Automatic, Seed: 1", dpm, true);
+        row("Automatic DPM++ 2M is Karras", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Automatic, Seed: 1", dpm,
+            true);
         row("DPM++ 2M Uniform", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Uniform, Seed: 1", dpm, false);
         row("Euler Automatic is Uniform", "Steps: 20, Sampler: Euler, Seed: 1", euler, false);
         row("Euler Karras", "Steps: 20, Sampler: Euler, Schedule type: Karras, Seed: 1", euler, true);
@@ -376,10 +392,10 @@ private slots:
         (void)applyInfotext(parseInfotext("Steps: 20, Seed: 1, Batch: 25"), c);
         QCOMPARE(c.tileBatch, 25);
         const ImportedSettings bad = applyInfotext(parseInfotext("Steps: 20, Seed: 1, Batch: automatic"), c);
-        QCOMPARE(c.tileBatch, 25);   // unreadable: listed, not applied
+        QCOMPARE(c.tileBatch, 25);  // unreadable: listed, not applied
         QVERIFY(joined(messages(bad)).find("Batch: automatic") != std::string::npos);
         RunRecord r;
-        r.config.tileBatch = 25;   // what auto chose
+        r.config.tileBatch = 25;  // what auto chose
         QVERIFY(infotext(r.config, infotextExtras(r)).find(", Batch: 25,") != std::string::npos);
     }
 
@@ -395,8 +411,8 @@ private slots:
         QCOMPARE(valueOf(p, "Lora hashes"), std::string("add_detail: 7c6bad76eb54, more_details: 3b8aa1d351ef"));
         QCOMPARE(valueOf(p, "Escapes"), std::string("say \"hi\", back\\slash"));
         QCOMPARE(valueOf(p, "Bad json"), std::string("\"\\q, x\""));  // not JSON: kept as written
-        QCOMPARE(valueOf(p, "Empty"), std::string("<absent>"));  // A1111 skips an empty value
-        QCOMPARE(valueOf(p, "Steps"), std::string("30"));         // the last value, in the first place
+        QCOMPARE(valueOf(p, "Empty"), std::string("<absent>"));       // A1111 skips an empty value
+        QCOMPARE(valueOf(p, "Steps"), std::string("30"));             // the last value, in the first place
         QCOMPARE(p.params.front().key, std::string("Steps"));
         RunConfig c;
         const ImportedSettings imported = applyInfotext(p, c);
@@ -461,48 +477,49 @@ private slots:
         QFETCH(int, variant);
         RunConfig c = sdConfig();
         switch (variant) {
-        case 0: break;
-        case 1:
-            c.scheduler = SchedulerKind::DDIM;
-            c.schedulerOptions.eta = 0.125f;
-            c.initImage = "in.png";
-            c.strength = 0.35;
-            c.preserveColor = true;
-            c.upscale = 1.5;
-            c.cfgScale = 1;
-            break;
-        case 2:
-            c.scheduler = SchedulerKind::Euler;
-            c.schedulerOptions.karrasSigmas = false;
-            c.prompt = "line one, with: colon\n\"quoted\" line two\n(weight:1.3) \xE7\x8C\xAB";
-            c.negativePrompt = "neg\nsecond: line";
-            c.seed = 18446744073709551615ULL;
-            c.window = BlendWindowKind::Gaussian;
-            c.fusion = FusionRule::Noise;
-            c.precision = Precision::BF16;
-            break;
-        case 3:
-            c.scheduler = SchedulerKind::EulerAncestral;
-            c.negativePrompt.clear();
-            c.clipSkip = 1;
-            c.overlapFraction = 0.3;
-            c.graphs = GraphMode::Tile;
-            c.backend = BackendKind::CPU;
-            c.sdxlSizeConditioning = SdxlSizeConditioning::Tile;
-            break;
-        case 4:
-            c.scheduler = SchedulerKind::DPMPP2M;
-            c.schedulerOptions.karrasSigmas = false;
-            c.prompt.clear();
-            c.cfgScale = 12.25;
-            c.clipSkip = 12;
-            c.window = BlendWindowKind::None;
-            break;
-        default:
-            c.scheduler = SchedulerKind::DDPM;
-            c.prompt = "Negative prompt is a phrase, not a line start";
-            c.precision = Precision::FP32;
-            c.window = BlendWindowKind::Linear;
+            case 0:
+                break;
+            case 1:
+                c.scheduler = SchedulerKind::DDIM;
+                c.schedulerOptions.eta = 0.125f;
+                c.initImage = "in.png";
+                c.strength = 0.35;
+                c.preserveColor = true;
+                c.upscale = 1.5;
+                c.cfgScale = 1;
+                break;
+            case 2:
+                c.scheduler = SchedulerKind::Euler;
+                c.schedulerOptions.karrasSigmas = false;
+                c.prompt = "line one, with: colon\n\"quoted\" line two\n(weight:1.3) \xE7\x8C\xAB";
+                c.negativePrompt = "neg\nsecond: line";
+                c.seed = 18446744073709551615ULL;
+                c.window = BlendWindowKind::Gaussian;
+                c.fusion = FusionRule::Noise;
+                c.precision = Precision::BF16;
+                break;
+            case 3:
+                c.scheduler = SchedulerKind::EulerAncestral;
+                c.negativePrompt.clear();
+                c.clipSkip = 1;
+                c.overlapFraction = 0.3;
+                c.graphs = GraphMode::Tile;
+                c.backend = BackendKind::CPU;
+                c.sdxlSizeConditioning = SdxlSizeConditioning::Tile;
+                break;
+            case 4:
+                c.scheduler = SchedulerKind::DPMPP2M;
+                c.schedulerOptions.karrasSigmas = false;
+                c.prompt.clear();
+                c.cfgScale = 12.25;
+                c.clipSkip = 12;
+                c.window = BlendWindowKind::None;
+                break;
+            default:
+                c.scheduler = SchedulerKind::DDPM;
+                c.prompt = "Negative prompt is a phrase, not a line start";
+                c.precision = Precision::FP32;
+                c.window = BlendWindowKind::Linear;
         }
         const std::string text = infotext(c, sdExtras());
         RunConfig back;
@@ -600,8 +617,8 @@ private slots:
 
     void invalidUtf8AndControlsInMessages() {
         RunConfig c;
-        const ImportedSettings imported =
-            applyInfotext(parseInfotext("Steps: 1, Seed: 2, Te\xFFrm: \x1b[31mred\x07, Long: " + std::string(5000, 'z')), c);
+        const ImportedSettings imported = applyInfotext(
+            parseInfotext("Steps: 1, Seed: 2, Te\xFFrm: \x1b[31mred\x07, Long: " + std::string(5000, 'z')), c);
         QCOMPARE(imported.unmapped.size(), std::size_t{2});
         for (const UnmappedSetting& u : imported.unmapped) {
             const std::string m = u.message();
@@ -703,7 +720,7 @@ private slots:
         EXPECT_MESSAGE(errorOf([&] { applyComfyPrompt("[1, 2]", c, "params-from"); }),
                        "[params-from] params-from: its ComfyUI prompt chunk is [1,2], not a JSON object of nodes");
         EXPECT_MESSAGE(errorOf([&] { applyComfyPrompt("{\"3\": {", c, "params-from"); }), "[params-from]");
-        EXPECT_MESSAGE(errorOf([&] { applyComfyPrompt(std::string(100000, '[') , c, "params-from"); }), "[params-from]");
+        EXPECT_MESSAGE(errorOf([&] { applyComfyPrompt(std::string(100000, '['), c, "params-from"); }), "[params-from]");
     }
 };
 

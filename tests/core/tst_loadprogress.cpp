@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu/CpuBackend.h"
 #include "core/base/LoadProgress.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
 #include "core/formats/ModelWeights.h"
 #include "core/formats/Safetensors.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
-#include "core/cpu/CpuEngine.h"
 
 using namespace tessera;
 
@@ -132,8 +132,8 @@ private slots:
              {"reading the second text encoder", model.textEncoder2 ? model.textEncoder2->tensors().size() : 0}}};
         std::uint64_t total = 0;
         for (const QString& component : components) {
-            const std::string stem = component.startsWith("text_encoder") ? "/model.safetensors"
-                                                                          : "/diffusion_pytorch_model.safetensors";
+            const std::string stem =
+                component.startsWith("text_encoder") ? "/model.safetensors" : "/diffusion_pytorch_model.safetensors";
             total += tensorBytes(root + "/" + component.toStdString() + stem);
         }
         QCOMPARE(reports.front().total, total);
@@ -151,7 +151,8 @@ private slots:
     void singleFileLoadCoversEveryTensor_data() {
         QTest::addColumn<QString>("layout");
         QTest::newRow("sd1") << QStringLiteral("sd1");
-        QTest::newRow("sd2") << QStringLiteral("sd2");  // OpenCLIP's fused q/k/v: one tensor read three times, counted once
+        QTest::newRow("sd2") << QStringLiteral(
+            "sd2");  // OpenCLIP's fused q/k/v: one tensor read three times, counted once
         QTest::newRow("sdxl") << QStringLiteral("sdxl");
     }
     void singleFileLoadCoversEveryTensor() {

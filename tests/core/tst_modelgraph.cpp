@@ -83,7 +83,8 @@ GraphOp op(OpKind kind, const std::string& name, int in, int in2 = -1) {
 }
 
 int countKind(const ModelGraph& g, OpKind k) {
-    return static_cast<int>(std::count_if(g.ops().begin(), g.ops().end(), [k](const GraphOp& op) { return op.kind == k; }));
+    return static_cast<int>(
+        std::count_if(g.ops().begin(), g.ops().end(), [k](const GraphOp& op) { return op.kind == k; }));
 }
 
 bool anyFusion(const GraphOp& op) {
@@ -256,7 +257,8 @@ private slots:
         cond.attentionHeads = {2, 4};
         cond.transformerLayers = {1, 1};
         const UNetConfig c = smallConfig(true);
-        const TensorMap weights = conditional ? UNetCondModel::random(cond, 6).tensors() : UNetModel::random(c, 6).tensors();
+        const TensorMap weights =
+            conditional ? UNetCondModel::random(cond, 6).tensors() : UNetModel::random(c, 6).tensors();
         const ModelGraph fused = conditional ? unet2DConditionExecutionGraph(cond, 5) : unet2DExecutionGraph(c);
         ModelGraph all = fused;  // every value an output, so the CPU keeps them all
         for (const GraphOp& op : fused.ops()) all.markOutput(op.output);
@@ -431,20 +433,21 @@ private slots:
         attn.qkvBias = false;
         attn.params = {g.addParam("q", {8, 8}), g.addParam("k", {8, 8}), g.addParam("v", {8, 8}),
                        g.addParam("o", {8, 8}), g.addParam("ob", {8})};
-        const int h1 = g.addOp(op(OpKind::Add, "attn.residual", g.addOp(attn), t));          // fused
-        const int h2 = g.addOp(op(OpKind::Add, "ff.residual", h1, linear("ff", h1)));        // fused
-        const int s = g.addOp(op(OpKind::SiLU, "act", linear("proj", h2)));                  // not: tokens
+        const int h1 = g.addOp(op(OpKind::Add, "attn.residual", g.addOp(attn), t));    // fused
+        const int h2 = g.addOp(op(OpKind::Add, "ff.residual", h1, linear("ff", h1)));  // fused
+        const int s = g.addOp(op(OpKind::SiLU, "act", linear("proj", h2)));            // not: tokens
         GraphOp ge = op(OpKind::GEGLU, "geglu", s);
         ge.channels = 8;
         ge.params = {g.addParam("geglu.weight", {16, 8}), g.addParam("geglu.bias", {8 * 2})};
-        const int h3 = g.addOp(op(OpKind::Add, "geglu.residual", g.addOp(ge), s));          // not: GEGLU
+        const int h3 = g.addOp(op(OpKind::Add, "geglu.residual", g.addOp(ge), s));  // not: GEGLU
         const int m = g.addOp(op(OpKind::ToFeatureMap, "map", h3));
-        g.markOutput(g.addOp(op(OpKind::Add, "out", m, x)));                                // fused
+        g.markOutput(g.addOp(op(OpKind::Add, "out", m, x)));  // fused
         const ModelGraph f = fuseForExecution(g);
         std::vector<std::string> names;
-        for (const GraphOp& o : f.ops()) names.push_back(o.name + (o.residual >= 0 ? "+r" : "") + (o.silu ? "+silu" : ""));
-        QCOMPARE(names, (std::vector<std::string>{"t", "attn+r", "ff+r", "proj", "act", "geglu", "geglu.residual",
-                                                  "map+r"}));
+        for (const GraphOp& o : f.ops())
+            names.push_back(o.name + (o.residual >= 0 ? "+r" : "") + (o.silu ? "+silu" : ""));
+        QCOMPARE(names,
+                 (std::vector<std::string>{"t", "attn+r", "ff+r", "proj", "act", "geglu", "geglu.residual", "map+r"}));
         QCOMPARE(f.value(f.outputs()[0]).name, std::string("out"));
     }
 
@@ -543,7 +546,8 @@ private slots:
             g.checkTileSize(36, 32);
             QFAIL("tile 36 accepted");
         } catch (const std::invalid_argument& e) {
-            QCOMPARE(QString(e.what()), QString("tile height 36 is not a positive multiple of 8, the model's downsampling factor"));
+            QCOMPARE(QString(e.what()),
+                     QString("tile height 36 is not a positive multiple of 8, the model's downsampling factor"));
         }
     }
 

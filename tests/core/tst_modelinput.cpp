@@ -11,12 +11,12 @@
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
-#include "core/models/unet/UNetConfig.h"
 #include "core/formats/Safetensors.h"
+#include "core/models/unet/UNetConfig.h"
 #include "core/models/unet/UNetModel.h"
 
 using namespace tessera;
@@ -54,10 +54,10 @@ std::string modelErrorOf(const std::function<void()>& f) {
     return "<no error>";
 }
 
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
+#define EXPECT_MESSAGE(message, part)                     \
+    QVERIFY2((message).find(part) != std::string::npos,   \
+             qPrintable(QStringLiteral("'%1' not in: %2") \
+                            .arg(QString::fromStdString(std::string(part)), QString::fromStdString(message))))
 
 // Captures spdlog's default logger while alive.
 class LogCapture {
@@ -165,7 +165,8 @@ private slots:
         const QString zeroDir = tmp_.filePath(QStringLiteral("zero"));
         QDir().mkpath(zeroDir);
         QVERIFY(QFile::link(QStringLiteral("/dev/zero"), zeroDir + "/config.json"));
-        EXPECT_MESSAGE(modelErrorOf([&] { (void)readModelFolderConfig(zeroDir.toStdString()); }), "is not a regular file");
+        EXPECT_MESSAGE(modelErrorOf([&] { (void)readModelFolderConfig(zeroDir.toStdString()); }),
+                       "is not a regular file");
         // A folder named config.json is named as a folder, not as "unexpected end of input".
         const QString folderDir = tmp_.filePath(QStringLiteral("folder"));
         QDir().mkpath(folderDir + "/config.json");
@@ -216,32 +217,83 @@ private slots:
         QTest::addColumn<QString>("value");  // JSON
         QTest::addColumn<QString>("expected");
         // The 700-byte config that grew `info` past 8 GB: refused before any tensor is listed.
-        QTest::newRow("layers 1e9") << "layers_per_block" << "1000000000" << "layers_per_block = 1000000000: expected an integer from 1 to 8";
-        QTest::newRow("layers 9") << "layers_per_block" << "9" << "from 1 to 8";
-        QTest::newRow("layers 0") << "layers_per_block" << "0" << "from 1 to 8";
-        QTest::newRow("channels 1e9") << "block_out_channels" << "[1000000000, 64]" << "expected an integer from 1 to 4096";
-        QTest::newRow("9 levels") << "block_out_channels" << "[32,32,32,32,32,32,32,32,32]" << "has 9 entries; at most 8 levels";
-        QTest::newRow("9 down blocks") << "down_block_types" << R"(["DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D"])" << "has 9 entries; at most 8 levels";
-        QTest::newRow("in 65") << "in_channels" << "65" << "in_channels = 65: expected an integer from 1 to 64";
-        QTest::newRow("out 1e6") << "out_channels" << "1000000" << "from 1 to 64";
-        QTest::newRow("sample 2048") << "sample_size" << "2048" << "sample_size = 2048: expected an integer from 1 to 1024";
-        QTest::newRow("sample hw") << "sample_size" << "[32, 4096]" << "from 1 to 1024";
-        QTest::newRow("time dim") << "time_embedding_dim" << "1000000000" << "from 1 to 16384";
-        QTest::newRow("freq shift") << "freq_shift" << "1000000" << "freq_shift = 1000000: expected an integer from 0 to 1";
-        QTest::newRow("freq shift neg") << "freq_shift" << "-1" << "from 0 to 1";
+        QTest::newRow("layers 1e9") << "layers_per_block"
+                                    << "1000000000"
+                                    << "layers_per_block = 1000000000: expected an integer from 1 to 8";
+        QTest::newRow("layers 9") << "layers_per_block"
+                                  << "9"
+                                  << "from 1 to 8";
+        QTest::newRow("layers 0") << "layers_per_block"
+                                  << "0"
+                                  << "from 1 to 8";
+        QTest::newRow("channels 1e9") << "block_out_channels"
+                                      << "[1000000000, 64]"
+                                      << "expected an integer from 1 to 4096";
+        QTest::newRow("9 levels") << "block_out_channels"
+                                  << "[32,32,32,32,32,32,32,32,32]"
+                                  << "has 9 entries; at most 8 levels";
+        QTest::newRow("9 down blocks")
+            << "down_block_types"
+            << R"(["DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D"])"
+            << "has 9 entries; at most 8 levels";
+        QTest::newRow("in 65") << "in_channels"
+                               << "65"
+                               << "in_channels = 65: expected an integer from 1 to 64";
+        QTest::newRow("out 1e6") << "out_channels"
+                                 << "1000000"
+                                 << "from 1 to 64";
+        QTest::newRow("sample 2048") << "sample_size"
+                                     << "2048"
+                                     << "sample_size = 2048: expected an integer from 1 to 1024";
+        QTest::newRow("sample hw") << "sample_size"
+                                   << "[32, 4096]"
+                                   << "from 1 to 1024";
+        QTest::newRow("time dim") << "time_embedding_dim"
+                                  << "1000000000"
+                                  << "from 1 to 16384";
+        QTest::newRow("freq shift") << "freq_shift"
+                                    << "1000000"
+                                    << "freq_shift = 1000000: expected an integer from 0 to 1";
+        QTest::newRow("freq shift neg") << "freq_shift"
+                                        << "-1"
+                                        << "from 0 to 1";
         // Accepted by info and plan, then refused by render: now refused up front.
-        QTest::newRow("padding 1e9") << "downsample_padding" << "1000000000" << "downsample_padding = 1000000000: expected an integer from 0 to 1";
-        QTest::newRow("padding 2") << "downsample_padding" << "2" << "from 0 to 1";
-        QTest::newRow("head dim") << "attention_head_dim" << "1000000000" << "from 1 to 4096";
-        QTest::newRow("groups") << "norm_num_groups" << "1000000000" << "from 1 to 4096";
-        QTest::newRow("attn groups") << "attn_norm_num_groups" << "1000000000" << "from 1 to 4096";
-        QTest::newRow("scale huge") << "mid_block_scale_factor" << "1e30" << "expected a number from 0.01 to 100.0";
-        QTest::newRow("scale negative") << "mid_block_scale_factor" << "-1" << "expected a number from 0.01 to 100.0";
-        QTest::newRow("eps tiny") << "norm_eps" << "1e-50" << "norm_eps = 1e-50: expected a number from 1e-12 to 1.0";
-        QTest::newRow("eps big") << "norm_eps" << "10" << "from 1e-12 to 1.0";
-        QTest::newRow("dropout") << "dropout" << "2" << "from 0.0 to 1.0";
-        QTest::newRow("train steps") << "num_train_timesteps" << "1000000000000" << "from 1 to 100000";
-        QTest::newRow("u64 max") << "layers_per_block" << "18446744073709551615" << "from 1 to 8";
+        QTest::newRow("padding 1e9") << "downsample_padding"
+                                     << "1000000000"
+                                     << "downsample_padding = 1000000000: expected an integer from 0 to 1";
+        QTest::newRow("padding 2") << "downsample_padding"
+                                   << "2"
+                                   << "from 0 to 1";
+        QTest::newRow("head dim") << "attention_head_dim"
+                                  << "1000000000"
+                                  << "from 1 to 4096";
+        QTest::newRow("groups") << "norm_num_groups"
+                                << "1000000000"
+                                << "from 1 to 4096";
+        QTest::newRow("attn groups") << "attn_norm_num_groups"
+                                     << "1000000000"
+                                     << "from 1 to 4096";
+        QTest::newRow("scale huge") << "mid_block_scale_factor"
+                                    << "1e30"
+                                    << "expected a number from 0.01 to 100.0";
+        QTest::newRow("scale negative") << "mid_block_scale_factor"
+                                        << "-1"
+                                        << "expected a number from 0.01 to 100.0";
+        QTest::newRow("eps tiny") << "norm_eps"
+                                  << "1e-50"
+                                  << "norm_eps = 1e-50: expected a number from 1e-12 to 1.0";
+        QTest::newRow("eps big") << "norm_eps"
+                                 << "10"
+                                 << "from 1e-12 to 1.0";
+        QTest::newRow("dropout") << "dropout"
+                                 << "2"
+                                 << "from 0.0 to 1.0";
+        QTest::newRow("train steps") << "num_train_timesteps"
+                                     << "1000000000000"
+                                     << "from 1 to 100000";
+        QTest::newRow("u64 max") << "layers_per_block"
+                                 << "18446744073709551615"
+                                 << "from 1 to 8";
         QTest::newRow("long string") << "act_fn" << (QStringLiteral("\"") + QString(100000, 'g') + "\"")
                                      << "... (100002 bytes)";
     }
@@ -265,7 +317,8 @@ private slots:
         // google/ddpm-*-256: six levels up to 512 channels.
         nlohmann::json ddpm256 = tinyConfig();
         ddpm256["block_out_channels"] = {128, 128, 256, 256, 512, 512};
-        ddpm256["down_block_types"] = {"DownBlock2D", "DownBlock2D", "DownBlock2D", "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"};
+        ddpm256["down_block_types"] = {"DownBlock2D", "DownBlock2D",     "DownBlock2D",
+                                       "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"};
         ddpm256["up_block_types"] = {"UpBlock2D", "AttnUpBlock2D", "UpBlock2D", "UpBlock2D", "UpBlock2D", "UpBlock2D"};
         ddpm256["layers_per_block"] = 2;
         ddpm256["norm_num_groups"] = 32;
@@ -332,7 +385,8 @@ private slots:
         for (const auto& [name, t] : weights.tensors())
             tensors[name] = {SafetensorsDtype::F32, t.shape, encodeFloats(SafetensorsDtype::F32, t.data)};
         for (int i = 0; i < 5000; ++i)
-            tensors["ema." + std::to_string(i)] = {SafetensorsDtype::F32, {1}, encodeFloats(SafetensorsDtype::F32, std::vector<float>{0.5f})};
+            tensors["ema." + std::to_string(i)] = {
+                SafetensorsDtype::F32, {1}, encodeFloats(SafetensorsDtype::F32, std::vector<float>{0.5f})};
         const QString dir = folderWithConfig(tinyConfig());
         writeSafetensors((dir + "/diffusion_pytorch_model.safetensors").toStdString(), tensors);
         LogCapture log;
@@ -340,7 +394,8 @@ private slots:
         QCOMPARE(model.extraTensors().size(), std::size_t{5000});
         const std::string text = log.text();
         QCOMPARE(std::count(text.begin(), text.end(), '\n'), 1);
-        EXPECT_MESSAGE(text, "diffusion_pytorch_model.safetensors: 5000 tensors are not used by this config: 'ema.0', 'ema.1'");
+        EXPECT_MESSAGE(
+            text, "diffusion_pytorch_model.safetensors: 5000 tensors are not used by this config: 'ema.0', 'ema.1'");
         EXPECT_MESSAGE(text, "and 4995 more");
     }
 

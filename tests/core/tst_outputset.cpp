@@ -114,7 +114,7 @@ std::pair<std::string, std::string> validationOf(const std::function<void()>& ch
 }
 
 struct sigaction currentAction(int signal) {
-    struct sigaction action{};
+    struct sigaction action {};
     ::sigaction(signal, nullptr, &action);
     return action;
 }
@@ -137,7 +137,8 @@ private slots:
         const QStringList staged = entries(dir.path());
         QCOMPARE(staged.size(), 3);
         for (const QString& name : staged)
-            QVERIFY2(QRegularExpression("^run\\.(png|csv|json)\\.tmp-[0-9a-f]{8}$").match(name).hasMatch(), qPrintable(name));
+            QVERIFY2(QRegularExpression("^run\\.(png|csv|json)\\.tmp-[0-9a-f]{8}$").match(name).hasMatch(),
+                     qPrintable(name));
         set.commit();
         QCOMPARE(entries(dir.path()), (QStringList{"run.csv", "run.json", "run.png"}));
         QCOMPARE(readAll(dir.filePath("run.png")), QByteArray("\x89PNG\0bytes", 10));
@@ -181,7 +182,7 @@ private slots:
             set.add(path(dir, "new/deeper/a.png"), "x");
             set.add(path(dir, "existing/b.json"), "y");
             QVERIFY(QFileInfo(dir.filePath("new/deeper")).isDir());
-        }  // destroyed without commit
+        }                                                        // destroyed without commit
         QCOMPARE(entries(dir.path()), QStringList{"existing"});  // created folders gone, the old one kept
         QVERIFY(entries(dir.filePath("existing")).isEmpty());
         // Committed: the created folders stay.
@@ -266,7 +267,8 @@ private slots:
             report(QString("\nleft: %1").arg(entries(QString::fromStdString(mount)).join(',')).toStdString());
         });
         SKIP_IF_CHILD_SKIPPED(child);
-        QVERIFY2(child.report.contains("big.png") && child.report.contains("No space left on device"), qPrintable(child.report));
+        QVERIFY2(child.report.contains("big.png") && child.report.contains("No space left on device"),
+                 qPrintable(child.report));
         QVERIFY2(child.report.contains("the file needs 200.0 KiB (204800 bytes)"), qPrintable(child.report));
         QVERIFY2(child.report.contains("was free"), qPrintable(child.report));
         QVERIFY2(child.report.endsWith("\nleft: "), qPrintable(child.report));
@@ -279,7 +281,7 @@ private slots:
         const std::string folder = dir.path().toStdString();
         const Child child = inChild([&] {
             std::signal(SIGXFSZ, SIG_IGN);
-            const struct rlimit limit{64 * 1024, RLIM_INFINITY};
+            const struct rlimit limit { 64 * 1024, RLIM_INFINITY };
             ::setrlimit(RLIMIT_FSIZE, &limit);
             OutputSet set;
             set.add(folder + "/a.csv", blob(1000));
@@ -327,7 +329,10 @@ private slots:
         QVERIFY(dir.isValid());
         const QStringList before = entries(dir.path());
         // A folder that does not exist yet is fine (created when writing) and is not created now.
-        QCOMPARE(validationOf([&] { checkOutputFolder(path(dir, "new/deeper"), "out", {1024, 1024, {}}); }).first, std::string());
+        QCOMPARE(validationOf([&] {
+                     checkOutputFolder(path(dir, "new/deeper"), "out", {1024, 1024, {}});
+                 }).first,
+                 std::string());
         QCOMPARE(validationOf([&] { checkOutputFolder("", "out", {}); }).first, std::string());  // "" is "."
         QCOMPARE(entries(dir.path()), before);  // the probe left nothing
         // A path under a regular file.
@@ -343,8 +348,11 @@ private slots:
         const OutputNeeds huge{std::uintmax_t(1) << 60, 1024, "image up to 1 EiB"};
         std::tie(field, message) = validationOf([&] { checkOutputFolder(dir.path().toStdString(), "out", huge); });
         QCOMPARE(field, std::string("out"));
-        QVERIFY2(QRegularExpression(" free in it; these outputs need about 1024\\.0 PiB \\(1152921504606846976 bytes\\) \\(image up to 1 EiB\\)$")
-                     .match(QString::fromStdString(message)).hasMatch(), message.c_str());
+        QVERIFY2(QRegularExpression(" free in it; these outputs need about 1024\\.0 PiB \\(1152921504606846976 "
+                                    "bytes\\) \\(image up to 1 EiB\\)$")
+                     .match(QString::fromStdString(message))
+                     .hasMatch(),
+                 message.c_str());
         // A path longer than any the system takes.
         std::tie(field, message) = validationOf([&] { checkOutputFolder(std::string(5000, 'a'), "out", {}); });
         QVERIFY2(QString::fromStdString(message).contains("5000 characters long; at most 4096"), message.c_str());
@@ -357,13 +365,15 @@ private slots:
         QCOMPARE(message, "json: cannot write '" + path(dir, "none/x.csv") + "': its folder '" + path(dir, "none") +
                               "' cannot be used: No such file or directory");
         std::tie(field, message) = validationOf([&] { checkOutputFile(path(dir, "x.csv"), "csv", huge); });
-        QVERIFY2(QString::fromStdString(message).startsWith(QString::fromStdString(
-                     "csv: cannot write '" + path(dir, "x.csv") + "': ")) &&
-                     QString::fromStdString(message).contains(QString::fromStdString(" free in its folder '" + dir.path().toStdString() + "'; these outputs need about")),
+        QVERIFY2(QString::fromStdString(message).startsWith(
+                     QString::fromStdString("csv: cannot write '" + path(dir, "x.csv") + "': ")) &&
+                     QString::fromStdString(message).contains(QString::fromStdString(
+                         " free in its folder '" + dir.path().toStdString() + "'; these outputs need about")),
                  message.c_str());
         QCOMPARE(validationOf([&] { checkOutputFile(path(dir, "x.csv"), "csv", {}); }).first, std::string());
         // Names are quoted as short escaped excerpts.
-        std::tie(field, message) = validationOf([&] { checkOutputFolder(dir.path().toStdString() + "/file/caf\xE9", "out", {}); });
+        std::tie(field, message) =
+            validationOf([&] { checkOutputFolder(dir.path().toStdString() + "/file/caf\xE9", "out", {}); });
         QVERIFY2(isValidUtf8(message) && QString::fromStdString(message).contains("caf\\xE9"), message.c_str());
     }
 
@@ -372,12 +382,15 @@ private slots:
         QVERIFY(dir.isValid());
         const std::string folder = dir.path().toStdString();
         const Child child = inChild([&] {
-            const struct rlimit limit{16 * 1024, RLIM_INFINITY};
+            const struct rlimit limit { 16 * 1024, RLIM_INFINITY };
             ::setrlimit(RLIMIT_FSIZE, &limit);
-            report(validationOf([&] { checkOutputFolder(folder, "out", {40000, 32768, "image up to 32 KiB"}); }).second);
+            report(validationOf([&] {
+                       checkOutputFolder(folder, "out", {40000, 32768, "image up to 32 KiB"});
+                   }).second);
         });
-        QCOMPARE(child.report, "out: '" + dir.path() + "': the file size limit (ulimit -f) is 16.0 KiB (16384 bytes); "
-                               "the largest output file needs about 32.0 KiB (32768 bytes) (image up to 32 KiB)");
+        QCOMPARE(child.report, "out: '" + dir.path() +
+                                   "': the file size limit (ulimit -f) is 16.0 KiB (16384 bytes); "
+                                   "the largest output file needs about 32.0 KiB (32768 bytes) (image up to 32 KiB)");
     }
 
     // SIGINT/SIGTERM while a set is being written: its files are removed, then the signal's
@@ -479,7 +492,8 @@ private slots:
             } catch (const OutputError& e) {
                 report(e.what());
             }
-            report(std::string("\nafter: ") + (currentAction(SIGTERM).sa_handler == SIG_DFL ? "default" : "the earlier handler"));
+            report(std::string("\nafter: ") +
+                   (currentAction(SIGTERM).sa_handler == SIG_DFL ? "default" : "the earlier handler"));
         });
         QCOMPARE(child.report, QString("handler calls 1, left 0\n"
                                        "writing was interrupted by a signal; nothing of this output set was kept\n"

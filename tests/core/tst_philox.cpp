@@ -33,7 +33,8 @@ private slots:
         QFETCH(QList<quint32>, counter);
         QFETCH(QList<quint32>, key);
         QFETCH(QList<quint32>, expected);
-        const Philox4x32 out = philox4x32_10(Philox4x32{{counter[0], counter[1], counter[2], counter[3]}}, key[0], key[1]);
+        const Philox4x32 out =
+            philox4x32_10(Philox4x32{{counter[0], counter[1], counter[2], counter[3]}}, key[0], key[1]);
         for (int i = 0; i < 4; ++i)
             QVERIFY2(out.v[i] == expected[i], qPrintable(QString("word %1: %2 vs %3")
                                                              .arg(i)
@@ -75,11 +76,11 @@ private slots:
             const Philox4x32 a = philoxBits(7, 3, i), b = philoxBits(7, 3, i);
             for (int w = 0; w < 4; ++w) QCOMPARE(a.v[w], b.v[w]);
         }
-        QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(8, 3, 10));  // the seed matters
-        QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(7, 4, 10));  // the draw matters
-        QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(7, 3, 11));  // the index matters
+        QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(8, 3, 10));                 // the seed matters
+        QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(7, 4, 10));                 // the draw matters
+        QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(7, 3, 11));                 // the index matters
         QVERIFY(philoxNormal(7, 3, 10) != philoxNormal(7, 3, 10 + (1ull << 32)));  // the index's high word too
-        QVERIFY(philoxNormal(1ull << 32, 3, 10) != philoxNormal(0, 3, 10));         // the seed's high word too
+        QVERIFY(philoxNormal(1ull << 32, 3, 10) != philoxNormal(0, 3, 10));        // the seed's high word too
     }
 
     void independentAcrossDrawAndIndex() {

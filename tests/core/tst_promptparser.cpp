@@ -8,10 +8,10 @@
 #include <ctime>
 #include <functional>
 
+#include "core/base/UnicodeText.h"
+#include "core/run/RunConfig.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
-#include "core/run/RunConfig.h"
-#include "core/base/UnicodeText.h"
 
 using namespace tessera;
 using Ids = std::vector<std::int32_t>;
@@ -154,8 +154,9 @@ private slots:
         // findings: a weight of -1.5e39, and 1.1 multiplied by a thousand nested brackets).
         EXPECT_MESSAGE(errorOf([] { parsePromptAttention("(dog:-1544444444444444444444444444444444444444)"); }),
                        "is too large; weights are applied in float32");
-        EXPECT_MESSAGE(errorOf([] { parsePromptAttention("((a:1" + std::string(30, '0') + "):1" + std::string(30, '0') + ")"); }),
-                       "emphasis weights multiply to a value too large for float32");
+        EXPECT_MESSAGE(
+            errorOf([] { parsePromptAttention("((a:1" + std::string(30, '0') + "):1" + std::string(30, '0') + ")"); }),
+            "emphasis weights multiply to a value too large for float32");
         EXPECT_MESSAGE(errorOf([] { parsePromptAttention(std::string(1000, '(') + "a"); }),
                        "emphasis weights multiply to a value too large for float32");
         QCOMPARE(parsePromptAttention(std::string(900, '(') + "a").front().weight, std::pow(1.1, 900));
@@ -306,11 +307,12 @@ private slots:
         const std::u32string prompt = U"a (b:1.5) [c] d) \\( e BREAK (f:1.2.3) (g";
         std::vector<std::pair<std::string, K>> got;
         for (const PromptSyntaxSpan& s : scanPromptSyntax(prompt))
-            if (s.kind != K::Text) got.emplace_back(unicode::encodeUtf8(prompt.substr(s.begin, s.end - s.begin)), s.kind);
+            if (s.kind != K::Text)
+                got.emplace_back(unicode::encodeUtf8(prompt.substr(s.begin, s.end - s.begin)), s.kind);
         const std::vector<std::pair<std::string, K>> expected = {
-            {"(", K::Open},  {":1.5", K::Weight}, {")", K::Close},       {"[", K::Open},
-            {"]", K::Close}, {")", K::Unbalanced}, {"\\(", K::Escape},   {"BREAK", K::Break},
-            {"(", K::Open},  {":1.2.3", K::BadWeight}, {")", K::Close},  {"(", K::Unbalanced}};
+            {"(", K::Open},  {":1.5", K::Weight},      {")", K::Close},    {"[", K::Open},
+            {"]", K::Close}, {")", K::Unbalanced},     {"\\(", K::Escape}, {"BREAK", K::Break},
+            {"(", K::Open},  {":1.2.3", K::BadWeight}, {")", K::Close},    {"(", K::Unbalanced}};
         QCOMPARE(got.size(), expected.size());
         for (std::size_t i = 0; i < got.size(); ++i) {
             QCOMPARE(QString::fromStdString(got[i].first), QString::fromStdString(expected[i].first));

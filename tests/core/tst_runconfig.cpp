@@ -62,15 +62,20 @@ private slots:
             QCOMPARE(n(parseBetaSchedule(toString(k))), n(k));
         for (auto k : {TimestepSpacing::Leading, TimestepSpacing::Trailing, TimestepSpacing::Linspace})
             QCOMPARE(n(parseTimestepSpacing(toString(k))), n(k));
-        for (auto k : {VarianceType::FixedSmall, VarianceType::FixedLarge}) QCOMPARE(n(parseVarianceType(toString(k))), n(k));
+        for (auto k : {VarianceType::FixedSmall, VarianceType::FixedLarge})
+            QCOMPARE(n(parseVarianceType(toString(k))), n(k));
         for (auto k : {PredictionType::Epsilon, PredictionType::Sample, PredictionType::VPrediction})
             QCOMPARE(n(parsePredictionType(toString(k))), n(k));
-        for (auto k : {BlendWindowKind::None, BlendWindowKind::Linear, BlendWindowKind::Hann, BlendWindowKind::Gaussian})
+        for (auto k :
+             {BlendWindowKind::None, BlendWindowKind::Linear, BlendWindowKind::Hann, BlendWindowKind::Gaussian})
             QCOMPARE(n(parseBlendWindow(toString(k))), n(k));
         for (auto k : {FusionRule::Sample, FusionRule::Noise}) QCOMPARE(n(parseFusionRule(toString(k))), n(k));
-        for (auto k : {GraphMode::Off, GraphMode::Tile, GraphMode::Step}) QCOMPARE(n(parseGraphMode(toString(k))), n(k));
-        for (auto k : {Precision::FP32, Precision::FP16, Precision::BF16}) QCOMPARE(n(parsePrecision(toString(k))), n(k));
-        for (auto k : {BackendKind::Auto, BackendKind::CPU, BackendKind::CUDA}) QCOMPARE(n(parseBackend(toString(k))), n(k));
+        for (auto k : {GraphMode::Off, GraphMode::Tile, GraphMode::Step})
+            QCOMPARE(n(parseGraphMode(toString(k))), n(k));
+        for (auto k : {Precision::FP32, Precision::FP16, Precision::BF16})
+            QCOMPARE(n(parsePrecision(toString(k))), n(k));
+        for (auto k : {BackendKind::Auto, BackendKind::CPU, BackendKind::CUDA})
+            QCOMPARE(n(parseBackend(toString(k))), n(k));
     }
 
     void enumNamesAreTheDocumentedOnes() {
@@ -137,9 +142,9 @@ private slots:
         QCOMPARE(resolveTileBatch(0, 25), 25);
         QCOMPARE(resolveTileBatch(0, 441), 32);
         QCOMPARE(resolveTileBatch(8, 25), 8);
-        QCOMPARE(resolveTileBatch(64, 25), 25);   // at most every tile
+        QCOMPARE(resolveTileBatch(64, 25), 25);  // at most every tile
         QCOMPARE(resolveTileBatch(1, 25), 1);
-        QCOMPARE(RunConfig{}.tileBatch, 0);      // auto unless asked
+        QCOMPARE(RunConfig{}.tileBatch, 0);  // auto unless asked
     }
     // "auto" is read as 0 where a 0 means auto (batch, lanes), on the command line and in JSON;
     // other words are refused naming the field.
@@ -220,7 +225,8 @@ private slots:
             {"num_train_timesteps", "num_train_timesteps: 0 is not allowed"},
             {"steps_offset", "steps_offset: -1 is not allowed"},
             {"clip_sample_range", "clip_sample_range: 0 is not allowed"},
-            {"overlap", "overlap: tile 64 with overlap 56 px gives 4165681 tiles on 16384x16384; at most 65536 are allowed"},
+            {"overlap",
+             "overlap: tile 64 with overlap 56 px gives 4165681 tiles on 16384x16384; at most 65536 are allowed"},
         };
         for (const auto& c : cases) {
             QTest::newRow(c[1]) << QString::fromUtf8(c[0]) << QString::fromUtf8(c[1]) << i;
@@ -239,8 +245,14 @@ private slots:
             [](RunConfig& c) { c.height = 60; },
             [](RunConfig& c) { c.width = 5; },
             [](RunConfig& c) { c.tile = 0; },
-            [](RunConfig& c) { c.tile = 60; c.width = c.height = 240; },
-            [](RunConfig& c) { c.tile = 5000; c.width = c.height = 8192; },
+            [](RunConfig& c) {
+                c.tile = 60;
+                c.width = c.height = 240;
+            },
+            [](RunConfig& c) {
+                c.tile = 5000;
+                c.width = c.height = 8192;
+            },
             [](RunConfig& c) { c.overlapPx = -1; },
             [](RunConfig& c) { c.overlapPx = 64; },
             [](RunConfig& c) { c.overlapFraction = 1.0; },
@@ -256,16 +268,32 @@ private slots:
             [](RunConfig& c) { c.lanes = -1; },
             [](RunConfig& c) { c.lanes = 9; },
             [](RunConfig& c) { c.previewEvery = -1; },
-            [](RunConfig& c) { c.initImage = "in.png"; c.strength = 0.0; },
-            [](RunConfig& c) { c.initImage = "in.png"; c.strength = 1.5; },
+            [](RunConfig& c) {
+                c.initImage = "in.png";
+                c.strength = 0.0;
+            },
+            [](RunConfig& c) {
+                c.initImage = "in.png";
+                c.strength = 1.5;
+            },
             [](RunConfig& c) { c.schedulerOptions.eta = -0.5f; },
             [](RunConfig& c) { c.schedulerOptions.betaStart = 0.0f; },
             [](RunConfig& c) { c.schedulerOptions.betaEnd = 1e-4f; },
-            [](RunConfig& c) { c.scheduler = SchedulerKind::Euler; c.schedulerOptions.predictionType = PredictionType::Sample; },
-            [](RunConfig& c) { c.schedulerOptions.numTrainTimesteps = 0; c.steps = 1; },
+            [](RunConfig& c) {
+                c.scheduler = SchedulerKind::Euler;
+                c.schedulerOptions.predictionType = PredictionType::Sample;
+            },
+            [](RunConfig& c) {
+                c.schedulerOptions.numTrainTimesteps = 0;
+                c.steps = 1;
+            },
             [](RunConfig& c) { c.schedulerOptions.stepsOffset = -1; },
             [](RunConfig& c) { c.schedulerOptions.clipSampleRange = 0.0f; },
-            [](RunConfig& c) { c.width = c.height = 16384; c.tile = 64; c.overlapPx = 56; },
+            [](RunConfig& c) {
+                c.width = c.height = 16384;
+                c.tile = 64;
+                c.overlapPx = 56;
+            },
         };
         QCOMPARE(edits.size(), static_cast<std::size_t>(33));
         RunConfig config;
@@ -309,7 +337,7 @@ private slots:
     }
 
     void smallImageRule() {
-        RunConfig c;  // tile 64, model downsamples 8x
+        RunConfig c;   // tile 64, model downsamples 8x
         c.width = 40;  // smaller than the tile, multiple of 8: one 40-wide tile
         c.height = 8;
         QVERIFY(validateAll(c).empty());
@@ -481,7 +509,8 @@ private slots:
     }
 
     void jsonMissingKeysKeepDefaults() {
-        const RunConfig c = runConfigFromJson(nlohmann::json::parse(R"({"width": 512, "scheduler_options": {"eta": 0.5}})"));
+        const RunConfig c =
+            runConfigFromJson(nlohmann::json::parse(R"({"width": 512, "scheduler_options": {"eta": 0.5}})"));
         QCOMPARE(c.width, 512);
         QCOMPARE(c.height, RunConfig{}.height);
         QCOMPARE(c.schedulerOptions.eta, 0.5f);
@@ -611,13 +640,16 @@ private slots:
             (void)runConfigFromJson(nlohmann::json{{huge, 1}});
             QFAIL("a 1 MB key was accepted");
         } catch (const ValidationError& e) {
-            QVERIFY2(std::string(e.what()).size() < 600 && contains(e.what(), ": unknown key; known keys are width"), e.what());
+            QVERIFY2(std::string(e.what()).size() < 600 && contains(e.what(), ": unknown key; known keys are width"),
+                     e.what());
         }
         QVERIFY2(contains(rejectionOf([] {
-                     RunConfig c;
-                     c.label = std::string(2000, 'l');
-                     return c;
-                 }()).message, "... (2000 bytes)"),
+                              RunConfig c;
+                              c.label = std::string(2000, 'l');
+                              return c;
+                          }())
+                              .message,
+                          "... (2000 bytes)"),
                  "the label was echoed whole");
     }
 
@@ -630,7 +662,8 @@ private slots:
         QVERIFY(validateAll(c).empty());
         c.model += "m";
         QCOMPARE(rejectionOf(c).field, std::string("model"));
-        QVERIFY2(contains(rejectionOf(c).message, "a model folder path may be at most 4096 bytes long"), rejectionOf(c).message.c_str());
+        QVERIFY2(contains(rejectionOf(c).message, "a model folder path may be at most 4096 bytes long"),
+                 rejectionOf(c).message.c_str());
         c.model = "m";
         c.initImage = std::string("a\0b", 3);
         QCOMPARE(rejectionOf(c).field, std::string("init"));
@@ -646,7 +679,9 @@ private slots:
             QFAIL("a 4097-character path was accepted");
         } catch (const ValidationError& e) {
             QCOMPARE(e.field(), std::string("out"));
-            QVERIFY2(contains(e.what(), "out: 'oooo") && contains(e.what(), "the output folder may be at most 4096 bytes"), e.what());
+            QVERIFY2(
+                contains(e.what(), "out: 'oooo") && contains(e.what(), "the output folder may be at most 4096 bytes"),
+                e.what());
         }
     }
 
@@ -672,8 +707,10 @@ private slots:
         QFETCH(int, pixelsAtTile64);
         const RunConfig c = runConfigFromJson(nlohmann::json::parse(json.toStdString()));
         QCOMPARE(c.overlapFraction.has_value(), isFraction);
-        if (isFraction) QCOMPARE(*c.overlapFraction, value);
-        else QCOMPARE(c.overlapPx, static_cast<int>(value));
+        if (isFraction)
+            QCOMPARE(*c.overlapFraction, value);
+        else
+            QCOMPARE(c.overlapPx, static_cast<int>(value));
         QCOMPARE(c.overlapPixels(), pixelsAtTile64);
         // Round trip keeps the form.
         const RunConfig back = runConfigFromJson(nlohmann::json::parse(toJson(c).dump()));
@@ -713,7 +750,8 @@ private slots:
             RunConfig changed;
             field.parse(changed, std::string(field.example));
             const nlohmann::json json = toJson(changed);
-            QVERIFY2(json != defaults, (name + ": the example " + std::string(field.example) + " changes nothing").c_str());
+            QVERIFY2(json != defaults,
+                     (name + ": the example " + std::string(field.example) + " changes nothing").c_str());
             const Rejection invalid = rejectionOf(changed);
             QVERIFY2(invalid.field.empty(), (name + ": the example is refused: " + invalid.message).c_str());
             const RunConfig back = runConfigFromJson(nlohmann::json::parse(json.dump()));
@@ -777,17 +815,18 @@ private slots:
         QVERIFY2(!contains(usage, "{default}"), usage.c_str());
         for (const RunConfigField& field : runConfigFields()) {
             if (field.flag.empty()) continue;
-            const std::string head = "  --" + std::string(field.flag) +
-                                     (field.valueName.empty() ? "" : " " + std::string(field.valueName));
+            const std::string head =
+                "  --" + std::string(field.flag) + (field.valueName.empty() ? "" : " " + std::string(field.valueName));
             QVERIFY2(contains(usage, head + " "), head.c_str());
         }
         QVERIFY2(contains(usage, "  --width PX             image width in pixels (default 256)\n"), usage.c_str());
-        QVERIFY2(contains(usage, "(default 0.5)"), usage.c_str());   // strength
-        QVERIFY2(contains(usage, "(default 7; 1 = off)"), usage.c_str());   // cfg
+        QVERIFY2(contains(usage, "(default 0.5)"), usage.c_str());         // strength
+        QVERIFY2(contains(usage, "(default 7; 1 = off)"), usage.c_str());  // cfg
         QVERIFY2(contains(usage, "(default fp16; the CPU"), usage.c_str());
         QVERIFY2(contains(usage, "  --sdxl-size-conditioning image|tile  SDXL: the size ids"), usage.c_str());
         QVERIFY2(contains(usage, "own activations (0 = auto, 1..8; default 0)\n"), usage.c_str());
-        QCOMPARE(usageEntry("--x N", "one\ntwo"), std::string("  --x N                  one\n                         two\n"));
+        QCOMPARE(usageEntry("--x N", "one\ntwo"),
+                 std::string("  --x N                  one\n                         two\n"));
         QCOMPARE(defaultText(*findRunConfigField("scheduler")), std::string("ddim"));
         QCOMPARE(defaultText(*findRunConfigField("eta")), std::string("0"));
         QCOMPARE(defaultText(*findRunConfigField("sampler")), std::string());

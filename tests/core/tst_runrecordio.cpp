@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/base/BoundedInput.h"
-#include "core/run/RunRecordIO.h"
 #include "core/base/Sha256.h"
+#include "core/run/RunRecordIO.h"
 
 using namespace tessera;
 
@@ -262,7 +262,8 @@ private slots:
     // The record's words for its phases: the texts the engines put in the messages.
     void phasesDescribeThemselves() {
         const RunRecord r = sampleRecord();
-        QCOMPARE(describe(*r.textEncode), std::string("812 ms, 2 of 8 encoder rows run (the rest remembered or repeated)"));
+        QCOMPARE(describe(*r.textEncode),
+                 std::string("812 ms, 2 of 8 encoder rows run (the rest remembered or repeated)"));
         QCOMPARE(describe(TextEncodeRecord{40.9, 4, 0}), std::string("40 ms, 4 of 4 encoder rows run"));
         QCOMPARE(describeVaeEncode(*r.vaeEncode), std::string("vae encode: untiled (vae_tiling off), 95 ms"));
         QCOMPARE(describeVaeDecode(*r.vaeDecode),
@@ -459,7 +460,8 @@ private slots:
         }
         QCOMPARE(readAll(keep), QByteArray("kept"));
         QVERIFY(QFileInfo(QString::fromStdString(busy)).isDir());
-        QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot), QStringList{"busy"});
+        QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot),
+                 QStringList{"busy"});
     }
 
     // Stored JSON text is valid UTF-8 whatever the strings hold: invalid bytes become "\xNN".
@@ -475,7 +477,8 @@ private slots:
         QCOMPARE(back["label"].get<std::string>(), std::string("caf\\xE9"));
         QVERIFY(back.contains("k\\xFF"));
         QCOMPARE(back["k\\xFF"][1].get<std::string>(), std::string("b\\xC0"));
-        QCOMPARE(back["k\\xFF"][2]["deep"].get<std::string>(), std::string("\\xED\\xA0\\x80"));  // a surrogate is not UTF-8
+        QCOMPARE(back["k\\xFF"][2]["deep"].get<std::string>(),
+                 std::string("\\xED\\xA0\\x80"));  // a surrogate is not UTF-8
     }
 
     // A run whose label, init file and model folder are Latin-1 bytes: its manifest is stored
@@ -508,7 +511,8 @@ private slots:
                  std::string("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
         QCOMPARE(sha256Hex("", 0), std::string("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
         const std::string m896 =
-            "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+            "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstno"
+            "pqrstu";
         QCOMPARE(sha256Hex(m896.data(), m896.size()),
                  std::string("cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"));
         const std::string million(1000000, 'a');

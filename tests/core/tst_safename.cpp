@@ -4,9 +4,9 @@
 
 #include <string>
 
+#include "core/base/SafeName.h"
 #include "core/run/RunConfig.h"
 #include "core/run/RunRecordIO.h"
-#include "core/base/SafeName.h"
 
 using namespace tessera;
 

@@ -54,10 +54,10 @@ std::string errorOf(const std::function<void()>& f) {
     return "<no error>";
 }
 
-#define EXPECT_MESSAGE(message, part)                                                                   \
-    QVERIFY2((message).find(part) != std::string::npos,                                                 \
-             qPrintable(QStringLiteral("'%1' not in: %2").arg(QString::fromStdString(std::string(part)), \
-                                                              QString::fromStdString(message))))
+#define EXPECT_MESSAGE(message, part)                     \
+    QVERIFY2((message).find(part) != std::string::npos,   \
+             qPrintable(QStringLiteral("'%1' not in: %2") \
+                            .arg(QString::fromStdString(std::string(part)), QString::fromStdString(message))))
 
 SafetensorsTensorData floats(SafetensorsDtype dtype, std::vector<std::int64_t> shape, const std::vector<float>& v) {
     return {dtype, std::move(shape), encodeFloats(dtype, v)};
@@ -80,7 +80,8 @@ private slots:
 
     void roundTripF32F16BF16() {
         // Values exactly representable in every dtype, so all three read back bit-exact.
-        const std::vector<float> values{0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, 256.0f, -3.0f, 0.5f, 1024.0f, -0.25f, 7.0f, 96.0f};
+        const std::vector<float> values{0.0f,  -0.0f, 1.0f,    -2.5f,  0.15625f, 256.0f,
+                                        -3.0f, 0.5f,  1024.0f, -0.25f, 7.0f,     96.0f};
         const std::string file = path("roundtrip.safetensors");
         std::map<std::string, SafetensorsTensorData> tensors;
         tensors["a.weight"] = floats(SafetensorsDtype::F32, {3, 4}, values);
@@ -127,12 +128,12 @@ private slots:
         QCOMPARE(floatToHalf(1.0f), std::uint16_t{0x3c00});
         QCOMPARE(floatToHalf(-2.0f), std::uint16_t{0xc000});
         QCOMPARE(floatToHalf(65504.0f), std::uint16_t{0x7bff});
-        QCOMPARE(floatToHalf(65520.0f), std::uint16_t{0x7c00});   // rounds to +Inf
-        QCOMPARE(floatToHalf(1.0f + 0x1p-11f), std::uint16_t{0x3c00});        // tie -> even
-        QCOMPARE(floatToHalf(1.0f + 3 * 0x1p-11f), std::uint16_t{0x3c02});    // tie -> even (up)
-        QCOMPARE(floatToHalf(0x1p-24f), std::uint16_t{0x0001});   // smallest subnormal
-        QCOMPARE(floatToHalf(0x1p-26f), std::uint16_t{0x0000});   // below half of it
-        QCOMPARE(floatToHalf(0x1p-14f), std::uint16_t{0x0400});   // smallest normal
+        QCOMPARE(floatToHalf(65520.0f), std::uint16_t{0x7c00});             // rounds to +Inf
+        QCOMPARE(floatToHalf(1.0f + 0x1p-11f), std::uint16_t{0x3c00});      // tie -> even
+        QCOMPARE(floatToHalf(1.0f + 3 * 0x1p-11f), std::uint16_t{0x3c02});  // tie -> even (up)
+        QCOMPARE(floatToHalf(0x1p-24f), std::uint16_t{0x0001});             // smallest subnormal
+        QCOMPARE(floatToHalf(0x1p-26f), std::uint16_t{0x0000});             // below half of it
+        QCOMPARE(floatToHalf(0x1p-14f), std::uint16_t{0x0400});             // smallest normal
         QCOMPARE(halfToFloat(0x0001), 0x1p-24f);
         QCOMPARE(halfToFloat(0x03ff), 1023.0f * 0x1p-24f);
         QCOMPARE(halfToFloat(0x7bff), 65504.0f);
@@ -156,9 +157,10 @@ private slots:
     void unpaddedHeaderAndAnyKeyOrderAccepted() {
         // Older writers did not pad; keys need not follow data order.
         const std::string file = path("unpadded.safetensors");
-        writeRaw(file,
-                 R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-                 8);
+        writeRaw(
+            file,
+            R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+            8);
         const SafetensorsFile st(file);
         QCOMPARE(st.tensors().size(), std::size_t{2});
         QCOMPARE(st.tensors().front().name, std::string("a"));
@@ -229,9 +231,10 @@ private slots:
         EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }), "not a JSON object");
         writeRaw(file, "{\"a\": \"\xff\xfe\"}", 0);  // invalid UTF-8
         EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }), "not valid JSON");
-        writeRaw(file,
-                 R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-                 4);
+        writeRaw(
+            file,
+            R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+            4);
         EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }), "tensor 'w' appears twice");
         writeRaw(file, R"({"__metadata__":{"format":1}})", 0);
         EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }), "__metadata__ value for 'format'");
@@ -249,7 +252,8 @@ private slots:
             {R"({"t.w":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}})", 4, "tensor 't.w': unknown dtype 'F12'"},
             {R"({"t.w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "tensor 't.w': shape [-1]"},
             {R"({"t.w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", 4, "tensor 't.w': shape [1.5]"},
-            {R"({"t.w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4, "tensor 't.w': data_offsets [4, 0] end before begin"},
+            {R"({"t.w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4,
+             "tensor 't.w': data_offsets [4, 0] end before begin"},
             {R"({"t.w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4, "tensor 't.w': data_offsets [0]"},
             {R"({"t.w":{"dtype":"F32","shape":[2147483647,2147483647,2147483647],"data_offsets":[0,4]}})", 4,
              "tensor 't.w': shape [2147483647, 2147483647, 2147483647] of dtype F32 has no valid byte size"},
@@ -367,29 +371,33 @@ private slots:
 
     void rejectsOverlappingOffsets() {
         const std::string file = path("overlap.safetensors");
-        writeRaw(file,
-                 R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"second":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
-                 24);
+        writeRaw(
+            file,
+            R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"second":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+            24);
         const std::string m = errorOf([&] { SafetensorsFile f(file); });
         EXPECT_MESSAGE(m, file);
         EXPECT_MESSAGE(m, "tensor 'second' (bytes 8..24) overlaps tensor 'first' (bytes 0..16)");
         // Two tensors on exactly the same bytes are also overlapping.
-        writeRaw(file,
-                 R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"second":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-                 16);
+        writeRaw(
+            file,
+            R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"second":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+            16);
         EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }), "overlaps tensor 'first'");
     }
 
     void rejectsGapsAndTrailingBytes() {
         const std::string file = path("gap.safetensors");
-        writeRaw(file,
-                 R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"second":{"dtype":"F32","shape":[4],"data_offsets":[20,36]}})",
-                 36);
+        writeRaw(
+            file,
+            R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"second":{"dtype":"F32","shape":[4],"data_offsets":[20,36]}})",
+            36);
         const std::string m1 = errorOf([&] { SafetensorsFile f(file); });
         EXPECT_MESSAGE(m1, file);
         EXPECT_MESSAGE(m1, "bytes 16..20 of the data buffer before tensor 'second' belong to no tensor");
         writeRaw(file, R"({"first":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 20);
-        EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }), "the data buffer has 20 bytes but the tensors cover 16");
+        EXPECT_MESSAGE(errorOf([&] { SafetensorsFile f(file); }),
+                       "the data buffer has 20 bytes but the tensors cover 16");
     }
 
     void rejectsOffsetsOutsideTheBuffer() {
@@ -422,9 +430,10 @@ private slots:
         EXPECT_MESSAGE(m, file);
         EXPECT_MESSAGE(m, "tensor 'step' has dtype I64");
         EXPECT_MESSAGE(errorOf([&] { (void)st.readFloat32("flags"); }), "tensor 'flags' has dtype BOOL");
-        for (const char* name : {"BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64",
-                                 "U64", "C64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",
-                                 "F6_E2M3", "F6_E3M2"})
+        for (const char* name :
+             {"BOOL",    "U8",          "I8",          "I16", "U16",     "F16",    "BF16",    "I32",
+              "U32",     "F32",         "F64",         "I64", "U64",     "C64",    "F8_E4M3", "F8_E5M2",
+              "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",  "F6_E2M3", "F6_E3M2"})
             QVERIFY(toString(parseSafetensorsDtype(name)) == std::string_view(name));
     }
 

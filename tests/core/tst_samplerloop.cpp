@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/sampling/Philox.h"
-#include "core/sampling/Scheduler.h"
 #include "core/cpu/CpuEngine.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/sampling/Philox.h"
+#include "core/sampling/Scheduler.h"
 
 using namespace tessera;
 
@@ -97,9 +97,9 @@ RunConfig runConfig(SchedulerKind kind, FusionRule fusion) {
     c.seed = 11;
     c.steps = 8;
     c.scheduler = kind;
-    c.schedulerOptions.timestepSpacing = TimestepSpacing::Leading;   // the loop takes the spacing from the run
+    c.schedulerOptions.timestepSpacing = TimestepSpacing::Leading;  // the loop takes the spacing from the run
     c.tile = 16;
-    c.overlapPx = 8;   // 3 x 2 tiles
+    c.overlapPx = 8;  // 3 x 2 tiles
     c.window = BlendWindowKind::Hann;
     c.fusion = fusion;
     c.tileBatch = 2;
@@ -113,7 +113,7 @@ RunConfig runConfig(SchedulerKind kind, FusionRule fusion) {
 // Scheduler::step with z(k + 1) and the previous step's x0 (none at the first step run).
 struct Untiled {
     std::vector<float> image;
-    std::vector<std::vector<float>> x0;   // per step run
+    std::vector<std::vector<float>> x0;  // per step run
 };
 using CanvasFunction = std::function<void(const std::vector<float>& in, float t, std::vector<float>& out)>;
 
@@ -126,7 +126,8 @@ Untiled untiled(const SchedulerOptions& options, const RunConfig& config, std::s
     if (init) {
         begin = config.steps - static_cast<int>(config.steps * config.strength);
         const Scheduler::AddNoise c = s->addNoise(begin);
-        for (std::size_t i = 0; i < n; ++i) x[i] = c.image * (*init)[i] + c.noise * philoxNormal(config.seed, kInitNoiseDraw, i);
+        for (std::size_t i = 0; i < n; ++i)
+            x[i] = c.image * (*init)[i] + c.noise * philoxNormal(config.seed, kInitNoiseDraw, i);
     } else {
         for (std::size_t i = 0; i < n; ++i) x[i] = philoxNormal(config.seed, 0, i) * s->initNoiseSigma();
     }
@@ -185,9 +186,9 @@ void addRows() {
     for (const auto& s : samplers)
         for (const FusionRule fusion : {FusionRule::Sample, FusionRule::Noise})
             for (const PredictionType prediction : {PredictionType::Epsilon, PredictionType::VPrediction})
-                QTest::newRow(qPrintable(QStringLiteral("%1 %2 %3")
-                                             .arg(s.name, QString::fromUtf8(toString(fusion)),
-                                                  QString::fromUtf8(toString(prediction)))))
+                QTest::newRow(qPrintable(
+                    QStringLiteral("%1 %2 %3")
+                        .arg(s.name, QString::fromUtf8(toString(fusion)), QString::fromUtf8(toString(prediction)))))
                     << int(s.kind) << s.karras << int(fusion) << int(prediction);
 }
 
@@ -206,7 +207,7 @@ private slots:
         const SchedulerOptions options = sdOptions(PredictionType(prediction), karras);
         const auto model = sdModel(options);
         RunConfig config = runConfig(SchedulerKind(kind), FusionRule(fusion));
-        config.width = config.height = 16;   // one tile
+        config.width = config.height = 16;  // one tile
         config.steps = 6;
         CpuEngine sampler(std::make_unique<CpuBackend>());
         sampler.setModel(model);
@@ -225,14 +226,13 @@ private slots:
         QVERIFY2(err < 1e-5, qPrintable(QStringLiteral("tiled vs Scheduler::step: %1").arg(err)));
         QCOMPARE(static_cast<int>(seen.images.size()), config.steps);
         for (int k = 0; k + 1 < config.steps; ++k) {
-            const double previewErr = relativeError(seen.images[static_cast<std::size_t>(k)], ref.x0[static_cast<std::size_t>(k)]);
+            const double previewErr =
+                relativeError(seen.images[static_cast<std::size_t>(k)], ref.x0[static_cast<std::size_t>(k)]);
             QVERIFY2(previewErr < 1e-5, qPrintable(QStringLiteral("step %1 x0 preview: %2").arg(k).arg(previewErr)));
         }
     }
 
-    void anyTilingEqualsUntiledForPerPixelModel_data() {
-        addRows();
-    }
+    void anyTilingEqualsUntiledForPerPixelModel_data() { addRows(); }
     void anyTilingEqualsUntiledForPerPixelModel() {
         QFETCH(int, kind);
         QFETCH(bool, karras);
@@ -252,7 +252,7 @@ private slots:
             const std::vector<float> init = startImage(n);
             if (fromImage) {
                 c.initImage = "in-memory";
-                c.strength = 0.6;   // begins at step 8 - int(4.8) = 4: a second-order step for DPM++ 2M
+                c.strength = 0.6;  // begins at step 8 - int(4.8) = 4: a second-order step for DPM++ 2M
                 sampler.setInitImage(ImageTensor{4, c.height, c.width, init});
             } else {
                 sampler.setInitImage(ImageTensor{});
@@ -262,7 +262,9 @@ private slots:
             QCOMPARE(result.record.tileCount, 6);
             const Untiled ref = untiled(options, c, n, fromImage ? &init : nullptr, pixels);
             const double err = relativeError(result.image.data, ref.image);
-            QVERIFY2(err < 1e-5, qPrintable(QStringLiteral("%1: tiled vs untiled %2").arg(fromImage ? "img2img" : "txt2img").arg(err)));
+            QVERIFY2(
+                err < 1e-5,
+                qPrintable(QStringLiteral("%1: tiled vs untiled %2").arg(fromImage ? "img2img" : "txt2img").arg(err)));
             QCOMPARE(seen.images.size(), ref.x0.size());
             for (std::size_t k = 0; k + 1 < ref.x0.size(); ++k) {
                 const double previewErr = relativeError(seen.images[k], ref.x0[k]);

@@ -178,7 +178,8 @@ private slots:
         QTest::newRow("eps") << int(PredictionType::Epsilon) << false << 0.0f << int(TimestepSpacing::Leading);
         QTest::newRow("eps-clip") << int(PredictionType::Epsilon) << true << 0.0f << int(TimestepSpacing::Leading);
         QTest::newRow("eps-eta") << int(PredictionType::Epsilon) << true << 0.7f << int(TimestepSpacing::Leading);
-        QTest::newRow("eps-trailing") << int(PredictionType::Epsilon) << false << 0.0f << int(TimestepSpacing::Trailing);
+        QTest::newRow("eps-trailing") << int(PredictionType::Epsilon) << false << 0.0f
+                                      << int(TimestepSpacing::Trailing);
         QTest::newRow("sample") << int(PredictionType::Sample) << true << 0.0f << int(TimestepSpacing::Leading);
         QTest::newRow("v") << int(PredictionType::VPrediction) << true << 1.0f << int(TimestepSpacing::Linspace);
     }
@@ -222,7 +223,8 @@ private slots:
                     e = std::sqrt(at) * m + std::sqrt(bt) * x;
                 }
                 if (clip) x0 = clampD(x0, 1.0);
-                const double want = std::sqrt(ap) * x0 + std::sqrt(1 - ap - sd * sd) * e + (eta > 0 ? sd * smp.z[i] : 0.0);
+                const double want =
+                    std::sqrt(ap) * x0 + std::sqrt(1 - ap - sd * sd) * e + (eta > 0 ? sd * smp.z[i] : 0.0);
                 const double scale = std::fabs(x) / std::sqrt(at) + std::fabs(m) * std::sqrt(bt / at) + std::fabs(e);
                 QVERIFY2(close(out[i], want, scale),
                          qPrintable(QString("step %1 i %2: %3 vs %4").arg(k).arg(i).arg(out[i]).arg(want)));
@@ -274,9 +276,10 @@ private slots:
             const double at = ac[static_cast<std::size_t>(t)];
             const double ap = prev >= 0 ? double(ac[static_cast<std::size_t>(prev)]) : 1.0;
             const double bt = 1 - at, bp = 1 - ap, acur = at / ap, bcur = 1 - acur;
-            const double sigma = t > 0 ? (o.varianceType == VarianceType::FixedLarge ? std::sqrt(bcur)
-                                                                                      : std::sqrt(std::max(bp / bt * bcur, 1e-20)))
-                                       : 0.0;
+            const double sigma =
+                t > 0 ? (o.varianceType == VarianceType::FixedLarge ? std::sqrt(bcur)
+                                                                    : std::sqrt(std::max(bp / bt * bcur, 1e-20)))
+                      : 0.0;
             QCOMPARE(s->addsNoise(k), t > 0);
             for (std::size_t i = 0; i < smp.x.size(); ++i) {
                 const double x = smp.x[i], e = smp.eps[i];
@@ -286,7 +289,8 @@ private slots:
                 const double want = mu + sigma * smp.z[i];
                 const float got = applyStep(s->coefficients(k), smp.x[i], smp.eps[i], smp.z[i], 0.0f);
                 const double scale = std::fabs(x) / std::sqrt(at) + std::fabs(e) * std::sqrt(bt / at);
-                QVERIFY2(close(got, want, scale), qPrintable(QString("step %1 t %2: %3 vs %4").arg(k).arg(t).arg(got).arg(want)));
+                QVERIFY2(close(got, want, scale),
+                         qPrintable(QString("step %1 t %2: %3 vs %4").arg(k).arg(t).arg(got).arg(want)));
             }
         }
     }
@@ -347,23 +351,28 @@ private slots:
             for (int k = 0; k < N; ++k) sig[k] = std::pow(hi + k / double(N - 1) * (lo - hi), 7.0);
         }
         for (int k = 0; k < N; ++k) {
-            QVERIFY2(std::fabs(s->sigmas()[static_cast<std::size_t>(k)] - sig[k]) <= 2e-5 * sig[k],
-                     qPrintable(QString("sigma %1: %2 vs %3").arg(k).arg(s->sigmas()[static_cast<std::size_t>(k)]).arg(sig[k])));
+            QVERIFY2(
+                std::fabs(s->sigmas()[static_cast<std::size_t>(k)] - sig[k]) <= 2e-5 * sig[k],
+                qPrintable(
+                    QString("sigma %1: %2 vs %3").arg(k).arg(s->sigmas()[static_cast<std::size_t>(k)]).arg(sig[k])));
             if (!karras) QVERIFY(std::fabs(s->timesteps()[static_cast<std::size_t>(k)] - t[k]) < 1e-3);
         }
         if (karras) {  // endpoints: σ_max = σ_train(t_0), σ_min = σ_train(t_{N-1}); t_k recovered from σ
             QVERIFY(std::fabs(s->timesteps().front() - t.front()) < 1e-2);
             QVERIFY(std::fabs(s->timesteps().back() - t.back()) < 1e-2);
-            for (int k = 1; k < N; ++k) QVERIFY(s->timesteps()[static_cast<std::size_t>(k)] < s->timesteps()[static_cast<std::size_t>(k - 1)]);
+            for (int k = 1; k < N; ++k)
+                QVERIFY(s->timesteps()[static_cast<std::size_t>(k)] < s->timesteps()[static_cast<std::size_t>(k - 1)]);
         }
         const double maxSigma = sig[0];
-        const double wantInit = o.timestepSpacing == TimestepSpacing::Leading ? std::sqrt(maxSigma * maxSigma + 1) : maxSigma;
+        const double wantInit =
+            o.timestepSpacing == TimestepSpacing::Leading ? std::sqrt(maxSigma * maxSigma + 1) : maxSigma;
         QVERIFY(std::fabs(s->initNoiseSigma() - wantInit) <= 2e-5 * wantInit);
 
         const Sample smp = randomSample(32, 5, 10.0f);
         for (int k = 0; k < N; ++k) {
             const StepCoefficients c = s->coefficients(k);
-            const double sg = s->sigmas()[static_cast<std::size_t>(k)], sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
+            const double sg = s->sigmas()[static_cast<std::size_t>(k)],
+                         sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
             QVERIFY(std::fabs(c.modelInputScale - 1 / std::sqrt(sg * sg + 1)) <= 1e-6 / std::sqrt(sg * sg + 1));
             QCOMPARE(c.timestep, s->timesteps()[static_cast<std::size_t>(k)]);
             QVERIFY(!s->addsNoise(k));
@@ -390,7 +399,8 @@ private slots:
         int clipped = 0;
         for (int k = 0; k < 20; ++k) {
             const StepCoefficients c = s->coefficients(k);
-            const double sg = s->sigmas()[static_cast<std::size_t>(k)], sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
+            const double sg = s->sigmas()[static_cast<std::size_t>(k)],
+                         sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
             for (std::size_t i = 0; i < smp.x.size(); ++i) {
                 const double x = smp.x[i], e = smp.eps[i];
                 const double raw = x - sg * e, x0 = clampD(raw, 1.0);
@@ -412,13 +422,15 @@ private slots:
         s->setTimesteps(10);
         const Sample smp = randomSample(16, 3, 4.0f);
         for (int k = 0; k < 10; ++k) {
-            const double sg = s->sigmas()[static_cast<std::size_t>(k)], sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
+            const double sg = s->sigmas()[static_cast<std::size_t>(k)],
+                         sn = s->sigmas()[static_cast<std::size_t>(k + 1)];
             for (std::size_t i = 0; i < smp.x.size(); ++i) {
                 const double x = smp.x[i], v = smp.eps[i];
                 const double x0 = v * (-sg / std::sqrt(sg * sg + 1)) + x / (sg * sg + 1);
                 const double want = x + (x - x0) / sg * (sn - sg);
                 const float got = applyStep(s->coefficients(k), smp.x[i], smp.eps[i], 0.0f, 0.0f);
-                QVERIFY2(close(got, want, std::fabs(x) + std::fabs(v) * sg + std::fabs(x - x0) / sg * std::fabs(sn - sg), 2e-5),
+                QVERIFY2(close(got, want,
+                               std::fabs(x) + std::fabs(v) * sg + std::fabs(x - x0) / sg * std::fabs(sn - sg), 2e-5),
                          qPrintable(QString("step %1: %2 vs %3").arg(k).arg(got).arg(want)));
             }
         }
@@ -469,7 +481,8 @@ private slots:
                     QFAIL(qPrintable(QString("setTimesteps(%1) was accepted").arg(n)));
                 } catch (const ValidationError& e) {
                     QCOMPARE(QString::fromStdString(e.field()), QString("steps"));
-                    QVERIFY2(QString(e.what()).contains(QString::number(n)) && QString(e.what()).contains("1000"), e.what());
+                    QVERIFY2(QString(e.what()).contains(QString::number(n)) && QString(e.what()).contains("1000"),
+                             e.what());
                 }
             }
             s->setTimesteps(1000);  // the upper limit itself is fine
@@ -537,11 +550,17 @@ private slots:
         QFETCH(QString, messagePart);
         const float nan = std::numeric_limits<float>::quiet_NaN();
         const std::vector<std::function<void(SchedulerOptions&)>> edits = {
-            [](SchedulerOptions& o) { o.betaStart = 0.0f; o.betaEnd = 0.0f; },
+            [](SchedulerOptions& o) {
+                o.betaStart = 0.0f;
+                o.betaEnd = 0.0f;
+            },
             [](SchedulerOptions& o) { o.betaStart = -1e-4f; },
             [nan](SchedulerOptions& o) { o.betaStart = nan; },
             [](SchedulerOptions& o) { o.betaEnd = 1.0f; },
-            [](SchedulerOptions& o) { o.betaStart = 0.02f; o.betaEnd = 1e-4f; },
+            [](SchedulerOptions& o) {
+                o.betaStart = 0.02f;
+                o.betaEnd = 1e-4f;
+            },
             [](SchedulerOptions& o) { o.numTrainTimesteps = 0; },
             [](SchedulerOptions& o) { o.numTrainTimesteps = 100001; },
             [](SchedulerOptions& o) { o.stepsOffset = -1; },
@@ -552,8 +571,14 @@ private slots:
             [](SchedulerOptions& o) { o.eta = 1.5f; },
             [](SchedulerOptions& o) { o.eta = 1e30f; },
             [nan](SchedulerOptions& o) { o.eta = nan; },
-            [](SchedulerOptions& o) { o.betaStart = 1e-9f; o.betaEnd = 1e-9f; },
-            [](SchedulerOptions& o) { o.numTrainTimesteps = 100000; o.betaEnd = 0.5f; },
+            [](SchedulerOptions& o) {
+                o.betaStart = 1e-9f;
+                o.betaEnd = 1e-9f;
+            },
+            [](SchedulerOptions& o) {
+                o.numTrainTimesteps = 100000;
+                o.betaEnd = 0.5f;
+            },
         };
         QCOMPARE(int(edits.size()), 17);  // one edit per row of the _data table
         SchedulerOptions o;

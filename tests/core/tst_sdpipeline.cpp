@@ -13,13 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "ModelTestSupport.h"
-#include "core/cpu/CpuBackend.h"
 #include "core/base/LoadProgress.h"
-#include "core/run/NonFiniteError.h"
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
 #include "core/formats/Safetensors.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SdPipeline.h"
-#include "core/cpu/CpuEngine.h"
+#include "core/run/NonFiniteError.h"
 
 using namespace tessera;
 using model_test::errorOf;
@@ -66,7 +66,7 @@ RunConfig configOf(const nlohmann::json& c, const std::string& name) {
     config.prompt = c["prompt"];
     config.negativePrompt = c["negative_prompt"];
     config.cfgScale = c["cfg"];
-    config.tile = 128;      // one tile over the whole canvas: the untiled pipeline
+    config.tile = 128;  // one tile over the whole canvas: the untiled pipeline
     config.overlapPx = 16;
     config.precision = Precision::FP32;
     config.backend = BackendKind::CPU;
@@ -88,7 +88,8 @@ private slots:
     // Every case: the conditioning and the decoded image of a whole 10-step run within 1e-4 of
     // diffusers (float64 reference; float32 runs there differ by less, cases.json says by how much).
     void matchesDiffusersEndToEnd() {
-        if (!fixturesPresent()) QSKIP("tests/data/sdpipeline is not there yet (tools/reference/make_sd_pipeline_fixtures.py)");
+        if (!fixturesPresent())
+            QSKIP("tests/data/sdpipeline is not there yet (tools/reference/make_sd_pipeline_fixtures.py)");
         const nlohmann::json all = cases();
         CpuBackend textBackend;
         for (const auto& [name, c] : all.items()) {
@@ -97,12 +98,12 @@ private slots:
             const SdModel sd = loadSdModel(config.model);
             const SdConditioning text = encodeSdPrompts(sd, textBackend, config);
             const double condError = relativeError(text.cond, readTensor(file, "prompt_embeds"));
-            QVERIFY2(condError < 1e-4, qPrintable(QString::fromStdString(name) + " prompt_embeds " +
-                                                  QString::number(condError)));
+            QVERIFY2(condError < 1e-4,
+                     qPrintable(QString::fromStdString(name) + " prompt_embeds " + QString::number(condError)));
             if (config.cfgScale != 1.0) {
                 const double uncondError = relativeError(text.uncond, readTensor(file, "negative_prompt_embeds"));
-                QVERIFY2(uncondError < 1e-4, qPrintable(QString::fromStdString(name) + " negative " +
-                                                        QString::number(uncondError)));
+                QVERIFY2(uncondError < 1e-4,
+                         qPrintable(QString::fromStdString(name) + " negative " + QString::number(uncondError)));
             }
             // The decoder alone, on the reference's final latents.
             const auto shape = c["shapes"]["latents"];
@@ -110,8 +111,8 @@ private slots:
             const ImageTensor latents{shape[1], shape[2], shape[3], readTensor(file, "latents")};
             const ImageTensor decoded = decodeLatents(sd, backend, latents);
             const double decodeError = relativeError(decoded.data, readTensor(file, "image"));
-            QVERIFY2(decodeError < 1e-4, qPrintable(QString::fromStdString(name) + " decode " +
-                                                    QString::number(decodeError)));
+            QVERIFY2(decodeError < 1e-4,
+                     qPrintable(QString::fromStdString(name) + " decode " + QString::number(decodeError)));
 
             CpuEngine engine(std::make_unique<CpuBackend>());
             engine.setStartNoise(ImageTensor{shape[1], shape[2], shape[3], readTensor(file, "start_noise")});
@@ -124,8 +125,8 @@ private slots:
             const double imageError = relativeError(result.image.data, readTensor(file, "image"));
             qInfo("%s: prompt %.2g, decode %.2g, image %.2g (max |diff| / max |ref|)", name.c_str(), condError,
                   decodeError, imageError);
-            QVERIFY2(imageError < 1e-4, qPrintable(QString::fromStdString(name) + " image " +
-                                                   QString::number(imageError)));
+            QVERIFY2(imageError < 1e-4,
+                     qPrintable(QString::fromStdString(name) + " image " + QString::number(imageError)));
         }
     }
 
@@ -143,7 +144,7 @@ private slots:
         const RunResult first = a.run(config, observer);
         const RunResult second = b.run(config, observer);
         QCOMPARE(std::string(toString(first.record.status)), std::string("finished"));
-        QCOMPARE(first.record.tileCount, 6);   // 128x96: 3 x 2 tiles of 64 at stride 32
+        QCOMPARE(first.record.tileCount, 6);  // 128x96: 3 x 2 tiles of 64 at stride 32
         QCOMPARE(first.record.imageSha256, second.record.imageSha256);
         QCOMPARE(first.seamMap.width, config.width);
         config.seed = 1;
@@ -181,10 +182,10 @@ private slots:
         QVERIFY(!observer.started);
         engine.resetCancel();
         StopOnSecondReport again(engine);
-        again.reports = 100;   // never stops
+        again.reports = 100;  // never stops
         const RunResult result = engine.run(config, again);
         QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
-        QVERIFY(again.reports > 102);   // loaded again, from the start
+        QVERIFY(again.reports > 102);  // loaded again, from the start
         CpuEngine fresh(std::make_unique<CpuBackend>());
         Silent silent;
         QCOMPARE(fresh.run(config, silent).record.imageSha256, result.record.imageSha256);
@@ -247,13 +248,18 @@ private slots:
             std::ofstream(root + "/" + rel) << text;
         };
         // SDXL pipeline: recognised and refused.
-        write("xl/model_index.json", R"({"_class_name": "StableDiffusionXLPipeline", "unet": ["diffusers", "UNet2DConditionModel"]})");
+        write("xl/model_index.json",
+              R"({"_class_name": "StableDiffusionXLPipeline", "unet": ["diffusers", "UNet2DConditionModel"]})");
         EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/xl"); }), "SDXL");
         // No text encoder listed.
-        write("notext/model_index.json", R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]})");
+        write(
+            "notext/model_index.json",
+            R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]})");
         EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/notext"); }), "text_encoder");
         // Listed but missing on disk.
-        write("missing/model_index.json", R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"], "text_encoder": ["transformers", "CLIPTextModel"]})");
+        write(
+            "missing/model_index.json",
+            R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"], "text_encoder": ["transformers", "CLIPTextModel"]})");
         EXPECT_MESSAGE(errorOf([&] { loadSdModel(root + "/missing"); }), "unet");
         // Not JSON.
         write("broken/model_index.json", "{not json");

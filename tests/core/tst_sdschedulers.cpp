@@ -67,12 +67,12 @@ double relativeError(const std::vector<float>& got, const std::vector<float>& wa
     return std::isfinite(err) ? err / scale : 1e30;
 }
 
-#define EXPECT_CLOSE(got, want, tol)                                                                         \
-    QVERIFY2(std::fabs(static_cast<double>(got) - static_cast<double>(want)) <= (tol),                       \
-             qPrintable(QStringLiteral("%1 = %2, expected %3 (tolerance %4)")                                \
-                            .arg(#got)                                                                       \
-                            .arg(static_cast<double>(got), 0, 'g', 9)                                        \
-                            .arg(static_cast<double>(want), 0, 'g', 9)                                       \
+#define EXPECT_CLOSE(got, want, tol)                                                   \
+    QVERIFY2(std::fabs(static_cast<double>(got) - static_cast<double>(want)) <= (tol), \
+             qPrintable(QStringLiteral("%1 = %2, expected %3 (tolerance %4)")          \
+                            .arg(#got)                                                 \
+                            .arg(static_cast<double>(got), 0, 'g', 9)                  \
+                            .arg(static_cast<double>(want), 0, 'g', 9)                 \
                             .arg(static_cast<double>(tol))))
 
 // diffusers' DPMSolverMultistepScheduler.step (dpmsolver++, order 2, midpoint, lower_order_final)
@@ -242,18 +242,20 @@ private slots:
         QCOMPARE(ea->initNoiseSigma(), eu->initNoiseSigma());
         const StepCoefficients c0 = ea->coefficients(0);
         EXPECT_CLOSE(c0.sigma, 5.44515, 1e-5);
-        EXPECT_CLOSE(c0.ceps + ea->sigmas()[0], 6.38389, 1e-5);   // dt = σ_down - σ
+        EXPECT_CLOSE(c0.ceps + ea->sigmas()[0], 6.38389, 1e-5);  // dt = σ_down - σ
         for (int k = 0; k < 20; ++k) {
             const StepCoefficients c = ea->coefficients(k);
-            const double down = c.ceps + ea->sigmas()[static_cast<std::size_t>(k)], next = ea->sigmas()[static_cast<std::size_t>(k) + 1];
+            const double down = c.ceps + ea->sigmas()[static_cast<std::size_t>(k)],
+                         next = ea->sigmas()[static_cast<std::size_t>(k) + 1];
             EXPECT_CLOSE(c.sigma * c.sigma + down * down, next * next, 1e-5 * std::max(1.0, next * next));
             QCOMPARE(c.modelInputScale, eu->coefficients(k).modelInputScale);
             QCOMPARE(c.cprev, 0.0f);
         }
-        QVERIFY(!ea->addsNoise(19));   // σ_up = 0 at the last step
+        QVERIFY(!ea->addsNoise(19));  // σ_up = 0 at the last step
         QVERIFY(ea->addsNoise(18));
-        auto karras = made(SchedulerKind::EulerAncestral, sdOptions(PredictionType::Epsilon, TimestepSpacing::Leading, true), 20);
-        QVERIFY(karras->sigmas() == ea->sigmas());   // ignored: diffusers' class has no Karras sigmas
+        auto karras =
+            made(SchedulerKind::EulerAncestral, sdOptions(PredictionType::Epsilon, TimestepSpacing::Leading, true), 20);
+        QVERIFY(karras->sigmas() == ea->sigmas());  // ignored: diffusers' class has no Karras sigmas
     }
 
     // Euler a against diffusers' step written out in double, epsilon and v.
@@ -264,10 +266,12 @@ private slots:
     }
     void eulerAncestralMatchesFormula() {
         QFETCH(int, prediction);
-        auto s = made(SchedulerKind::EulerAncestral, sdOptions(PredictionType(prediction), TimestepSpacing::Trailing), 12);
+        auto s =
+            made(SchedulerKind::EulerAncestral, sdOptions(PredictionType(prediction), TimestepSpacing::Trailing), 12);
         const std::size_t n = 64;
         for (int k = 0; k < 12; ++k) {
-            const double sf = s->sigmas()[static_cast<std::size_t>(k)], st = s->sigmas()[static_cast<std::size_t>(k) + 1];
+            const double sf = s->sigmas()[static_cast<std::size_t>(k)],
+                         st = s->sigmas()[static_cast<std::size_t>(k) + 1];
             const std::vector<float> x = randomVector(n, 10 + k, static_cast<float>(sf)), e = randomVector(n, 40 + k),
                                      z = randomVector(n, 70 + k);
             std::vector<float> out(n);
@@ -289,12 +293,12 @@ private slots:
     void dpmKarrasWorkedNumbers() {
         auto s = made(SchedulerKind::DPMPP2M, sdOptions(PredictionType::Epsilon, TimestepSpacing::Leading, true), 20);
         const double sig[] = {14.6147, 11.7254, 9.3402, 7.3836, 5.7894, 4.4998, 3.4648, 2.6408, 1.9909, 1.4832, 1.0908,
-                              0.7909, 0.5647,  0.3964,  0.2730, 0.1842, 0.1213, 0.0779, 0.0485, 0.0292, 0.0};
+                              0.7909,  0.5647,  0.3964, 0.2730, 0.1842, 0.1213, 0.0779, 0.0485, 0.0292, 0.0};
         const int ts[] = {999, 962, 921, 876, 827, 772, 710, 640, 561, 474, 380, 285, 197, 123, 69, 35, 15, 6, 2, 0};
         QCOMPARE(s->sigmas().size(), std::size_t(21));
         for (std::size_t k = 0; k < 21; ++k) EXPECT_CLOSE(s->sigmas()[k], sig[k], 6e-5);
-        EXPECT_CLOSE(s->sigmas()[0], 14.6146526, 2e-5);   // σ_train[999]
-        EXPECT_CLOSE(s->sigmas()[19], 0.0291675, 1e-6);   // σ_train[0]
+        EXPECT_CLOSE(s->sigmas()[0], 14.6146526, 2e-5);  // σ_train[999]
+        EXPECT_CLOSE(s->sigmas()[19], 0.0291675, 1e-6);  // σ_train[0]
         for (std::size_t k = 0; k < 20; ++k) QCOMPARE(s->timesteps()[k], float(ts[k]));
         QCOMPARE(s->initNoiseSigma(), 1.0f);
         auto alpha = [&](std::size_t k) { return 1.0 / std::sqrt(double(s->sigmas()[k]) * s->sigmas()[k] + 1.0); };
@@ -305,7 +309,7 @@ private slots:
         EXPECT_CLOSE(c0.cx0 / alpha(1), 0.197697, 2e-6);
         QCOMPARE(c0.cprev, 0.0f);
         EXPECT_CLOSE(c0.modelInputScale, 1.0, 0.0);
-        EXPECT_CLOSE(c0.ax, 1.0 / 0.0682649, 1e-4);   // D = (x - s ε)/α
+        EXPECT_CLOSE(c0.ax, 1.0 / 0.0682649, 1e-4);  // D = (x - s ε)/α
         EXPECT_CLOSE(c0.ae, -14.6146526, 2e-5);
         // Step 1 (second order): D' = 1.516246 D1 - 0.516246 D0, x coef 0.796581, D coef 0.203419.
         EXPECT_CLOSE(c1.cx * alpha(1) / alpha(2), 0.796581, 2e-6);
@@ -328,7 +332,7 @@ private slots:
             const float a = s.alphasCumprod()[static_cast<std::size_t>(t)];
             return std::sqrt((1.0f - a) / a);
         };
-        auto lead = made(SchedulerKind::DPMPP2M, sdOptions(), 20);   // 1000 // 21 = 47: 940 + 1 ... 47 + 1
+        auto lead = made(SchedulerKind::DPMPP2M, sdOptions(), 20);  // 1000 // 21 = 47: 940 + 1 ... 47 + 1
         for (std::size_t k = 0; k < 20; ++k) {
             QCOMPARE(lead->timesteps()[k], float((20 - static_cast<int>(k)) * 47 + 1));
             QCOMPARE(lead->sigmas()[k], trainSigma(*lead, lead->timesteps()[k]));
@@ -357,7 +361,8 @@ private slots:
         QFETCH(int, prediction);
         QFETCH(bool, karras);
         QFETCH(int, steps);
-        auto s = made(SchedulerKind::DPMPP2M, sdOptions(PredictionType(prediction), TimestepSpacing::Leading, karras), steps);
+        auto s = made(SchedulerKind::DPMPP2M, sdOptions(PredictionType(prediction), TimestepSpacing::Leading, karras),
+                      steps);
         const std::size_t n = 48;
         std::vector<float> x = randomVector(n, 3), x0Prev(n);
         std::vector<double> dPrev(n);
@@ -385,7 +390,7 @@ private slots:
     // the previous x0 is read only where the coefficient is not 0.
     void firstStepRunHasNoPreviousX0() {
         auto s = made(SchedulerKind::DPMPP2M, sdOptions(), 10);
-        const int b = 4;   // an image-to-image begin index
+        const int b = 4;  // an image-to-image begin index
         QVERIFY(s->usesPreviousX0(b));
         const StepCoefficients k = s->coefficients(b), first = withoutPreviousX0(k);
         QCOMPARE(first.cprev, 0.0f);
@@ -395,7 +400,7 @@ private slots:
         std::vector<float> out(n), x0(n), withSelf(n);
         s->step(b, e.data(), x.data(), nullptr, out.data(), n);
         s->predictX0(b, e.data(), x.data(), x0.data(), n);
-        s->step(b, e.data(), x.data(), nullptr, withSelf.data(), n, x0.data());   // x0Prev = this x0: same thing
+        s->step(b, e.data(), x.data(), nullptr, withSelf.data(), n, x0.data());  // x0Prev = this x0: same thing
         QVERIFY(relativeError(out, withSelf) < 1e-6);
         const double sg = s->sigmas()[b], a = 1.0 / std::sqrt(sg * sg + 1.0);
         std::vector<float> want(n);
@@ -454,7 +459,8 @@ private slots:
             QVERIFY(std::string(e.what()).find("at most 999") != std::string::npos);
         }
         // linspace over 1001 points rounds two timesteps together: refused, not NaN.
-        auto lin = Scheduler::create(SchedulerKind::DPMPP2M, sdOptions(PredictionType::Epsilon, TimestepSpacing::Linspace));
+        auto lin =
+            Scheduler::create(SchedulerKind::DPMPP2M, sdOptions(PredictionType::Epsilon, TimestepSpacing::Linspace));
         try {
             lin->setTimesteps(1000);
             QFAIL("coinciding dpmpp_2m noise levels were accepted");
@@ -505,7 +511,7 @@ private slots:
         expect("DPM++ 2M", "Karras", parsed(SchedulerKind::DPMPP2M, true));
         expect("DPM++ 2M", "Automatic", parsed(SchedulerKind::DPMPP2M, true));
         expect("DPM++ 2M", "Uniform", parsed(SchedulerKind::DPMPP2M, false));
-        expect("DPM++ 2M", "", parsed(SchedulerKind::DPMPP2M, false));   // pre-1.9
+        expect("DPM++ 2M", "", parsed(SchedulerKind::DPMPP2M, false));  // pre-1.9
         expect("DPM++ 2M Karras", "", parsed(SchedulerKind::DPMPP2M, true));
         expect("DPM++ 2M Karras", "Uniform", parsed(SchedulerKind::DPMPP2M, true));
         expect("dpm++ 2m karras", "", parsed(SchedulerKind::DPMPP2M, true));
@@ -522,7 +528,7 @@ private slots:
         expect("DDIM", "Karras", Parsed());
         expect("DPM++ 2M", "Exponential", Parsed());
         expect("DPM++ 2M SGM Uniform", "", Parsed());
-        expect("Euler SGM Uniform", "", Parsed());   // the longer label, not "Euler SGM" + Uniform
+        expect("Euler SGM Uniform", "", Parsed());  // the longer label, not "Euler SGM" + Uniform
         expect("DPM++ 2M SDE", "Karras", Parsed());
         expect("LMS", "", Parsed());
         expect("", "", Parsed());
@@ -571,10 +577,11 @@ private slots:
             }
             ++files;
         }
-        QCOMPARE(files, 42);   // 7 scheduler variants x 2 predictions x 3 spacings
-        qInfo("%d fixture files, %d runs matched; worst relative errors: prev_sample %.2e, x0 %.2e, model input %.2e, "
-              "add_noise %.2e, sigma %.2e, timestep %.2e",
-              files, runs, worst.sample, worst.x0, worst.input, worst.addNoise, worst.sigma, worst.timestep);
+        QCOMPARE(files, 42);  // 7 scheduler variants x 2 predictions x 3 spacings
+        qInfo(
+            "%d fixture files, %d runs matched; worst relative errors: prev_sample %.2e, x0 %.2e, model input %.2e, "
+            "add_noise %.2e, sigma %.2e, timestep %.2e",
+            files, runs, worst.sample, worst.x0, worst.input, worst.addNoise, worst.sigma, worst.timestep);
     }
 };
 

@@ -22,14 +22,14 @@
 
 #include "core/base/BoundedInput.h"
 #include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
 #include "core/formats/Safetensors.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SdPipeline.h"
-#include "core/sampling/TiledLoop.h"
-#include "core/cpu/CpuEngine.h"
-#include "core/models/vae/TiledVae.h"
 #include "core/models/sd/UNetCondConfig.h"
+#include "core/models/vae/TiledVae.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/sampling/TiledLoop.h"
 #include "tests/core/ErrorText.h"
 #include "tests/core/NumericCompare.h"
 #include "tests/core/SdxlPipelineFixture.h"
@@ -42,9 +42,9 @@ namespace {
 namespace fx = sdxl_fixture;
 const std::string kVocabulary = TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 
-#define REQUIRE_FIXTURES()                                                                                   \
-    do {                                                                                                     \
-        if (!fx::present())                                                                                  \
+#define REQUIRE_FIXTURES()                                                                                      \
+    do {                                                                                                        \
+        if (!fx::present())                                                                                     \
             QSKIP("tests/data/sdxlpipeline is not there yet (tools/reference/make_sdxl_pipeline_fixtures.py)"); \
     } while (0)
 
@@ -133,12 +133,14 @@ private slots:
             EXPECT_CLOSE(name + " pooled", got.pooledCond, want.readFloat32("pooled_prompt_embeds"));
             const std::vector<float> wantUncond = want.readFloat32("negative_prompt_embeds");
             if (config.negativePrompt.empty()) {
-                QVERIFY2(allZero(wantUncond) && allZero(want.readFloat32("negative_pooled_prompt_embeds")), name.c_str());
+                QVERIFY2(allZero(wantUncond) && allZero(want.readFloat32("negative_pooled_prompt_embeds")),
+                         name.c_str());
                 QVERIFY2(allZero(got.uncond) && got.uncond.size() == wantUncond.size(), name.c_str());
                 QVERIFY2(allZero(got.pooledUncond) && got.pooledUncond.size() == got.pooledCond.size(), name.c_str());
             } else {
                 EXPECT_CLOSE(name + " negative_prompt_embeds", got.uncond, wantUncond);
-                EXPECT_CLOSE(name + " negative pooled", got.pooledUncond, want.readFloat32("negative_pooled_prompt_embeds"));
+                EXPECT_CLOSE(name + " negative pooled", got.pooledUncond,
+                             want.readFloat32("negative_pooled_prompt_embeds"));
             }
             const UNetCondConfig& unet = sd.unet->config();
             const TileSite whole{0, 0, config.width, config.height, config.width, config.height};
@@ -174,10 +176,10 @@ private slots:
         QCOMPARE(whole.width, 8 * latents.width);
         EXPECT_CLOSE(name + " untiled", whole.data, want);
         GraphTiling tiling;
-        tiling.tile = 2;   // 8 x 12 latent px: 4 x 6 tiles (with the 2-cell halo)
+        tiling.tile = 2;  // 8 x 12 latent px: 4 x 6 tiles (with the 2-cell halo)
         TiledGraphReport report;
-        const HostTensor z = unscaleLatents(sd.vae->config(), HostTensor{{1, latents.channels, latents.height, latents.width},
-                                                                         latents.data});
+        const HostTensor z = unscaleLatents(
+            sd.vae->config(), HostTensor{{1, latents.channels, latents.height, latents.width}, latents.data});
         const HostTensor tiled = decodeTiled(backend, *sd.vae, z, tiling, &report);
         QCOMPARE(report.grid.rows, 4);
         QCOMPARE(report.grid.cols, 6);
@@ -197,8 +199,7 @@ private slots:
         const nlohmann::json all = fx::document();
         for (const auto& [name, c] : all.at("cases").items()) {
             const RunConfig config = fx::runConfig(c, name);
-            const RunResult result =
-                runWithNoise(config, fx::startNoise(c, name));
+            const RunResult result = runWithNoise(config, fx::startNoise(c, name));
             QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
             QCOMPARE(result.record.tileCount, 1);
             QCOMPARE(result.image.channels, 3);
@@ -236,7 +237,8 @@ private slots:
         const double unrelated = psnrOverRange(runWithNoise(config, other).image.data, reference);
         qInfo("tiled (2 tiles) vs the untiled reference: %.1f dB; a run from other noise: %.1f dB", close, unrelated);
         // Measured: 27.5 dB tiled, 18.6 dB from other noise (the CPU's bits do not depend on threads).
-        QVERIFY2(close >= 25.0 && close >= unrelated + 6.0, qPrintable(QString("%1 dB vs %2 dB").arg(close).arg(unrelated)));
+        QVERIFY2(close >= 25.0 && close >= unrelated + 6.0,
+                 qPrintable(QString("%1 dB vs %2 dB").arg(close).arg(unrelated)));
 
         config.sdxlSizeConditioning = SdxlSizeConditioning::Tile;
         const RunResult perTile = runWithNoise(config, noise);
@@ -262,10 +264,12 @@ private slots:
         CpuEngine engine(std::make_unique<CpuBackend>());
         Silent observer;
         const RunResult r = engine.run(config, observer);
-        QVERIFY(std::any_of(r.record.messages.begin(), r.record.messages.end(),
-                            [](const std::string& m) { return m.find("clip skip 2 not applied") != std::string::npos; }));
-        QVERIFY(std::any_of(r.record.messages.begin(), r.record.messages.end(),
-                            [](const std::string& m) { return m.find("sdxl: size conditioning image") != std::string::npos; }));
+        QVERIFY(std::any_of(r.record.messages.begin(), r.record.messages.end(), [](const std::string& m) {
+            return m.find("clip skip 2 not applied") != std::string::npos;
+        }));
+        QVERIFY(std::any_of(r.record.messages.begin(), r.record.messages.end(), [](const std::string& m) {
+            return m.find("sdxl: size conditioning image") != std::string::npos;
+        }));
     }
 
     // The live preview of an SDXL run maps its latents with SDXL's coefficients (ComfyUI's

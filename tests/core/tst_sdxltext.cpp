@@ -26,16 +26,16 @@
 #include "TokenizerTestSupport.h"
 #include "core/base/BoundedInput.h"
 #include "core/cpu/CpuBackend.h"
+#include "core/formats/Safetensors.h"
 #include "core/models/clip/ClipTextGraph.h"
 #include "core/models/clip/ClipTextModel.h"
-#include "core/text/PromptParser.h"
-#include "core/formats/Safetensors.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SdPipeline.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/text/PromptParser.h"
 #include "tests/core/ErrorText.h"
 #include "tests/core/NumericCompare.h"
 
@@ -65,10 +65,9 @@ bool unetHasTextTime() {
     }
 }
 
-#define REQUIRE_TEXT_TIME()                                                                              \
-    do {                                                                                                 \
-        if (!unetHasTextTime())                                                                          \
-            QSKIP("this build's UNetCondConfig has no text-time embedding (addition_embed_type)");        \
+#define REQUIRE_TEXT_TIME()                                                                                            \
+    do {                                                                                                               \
+        if (!unetHasTextTime()) QSKIP("this build's UNetCondConfig has no text-time embedding (addition_embed_type)"); \
     } while (0)
 
 #define REQUIRE_FIXTURES()                                                                              \
@@ -262,8 +261,10 @@ private slots:
         for (std::size_t k = 0; k < c.at("prompts").size(); ++k) {
             const std::string p = "p" + std::to_string(k);
             const nlohmann::json& ids = c.at("ids").at(k);
-            const ClipTextOutputs a = m.textEncoder->encode(cpu_, ids.at("framed1").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
-            const ClipTextOutputs b = m.textEncoder2->encode(cpu_, ids.at("framed2").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
+            const ClipTextOutputs a =
+                m.textEncoder->encode(cpu_, ids.at("framed1").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
+            const ClipTextOutputs b =
+                m.textEncoder2->encode(cpu_, ids.at("framed2").get<Ids>(), 1, 0, ClipHiddenStates::Penultimate);
             EXPECT_CLOSE(p + ".hidden1", a.hiddenStates[0], want.readFloat32(p + ".hidden1"));
             EXPECT_CLOSE(p + ".hidden2", b.hiddenStates[0], want.readFloat32(p + ".hidden2"));
             EXPECT_CLOSE(p + ".text_embeds", b.textEmbeds, want.readFloat32(p + ".text_embeds"));
@@ -288,7 +289,8 @@ private slots:
             m.forceZerosForEmptyPrompt = spec.at("force_zeros_for_empty_prompt").get<bool>();
             const SdConditioning got = encodeSdPrompts(m, cpu_, textConfig(prompt, negative));
             QCOMPARE(got.channels, static_cast<int>(width));
-            EXPECT_CLOSE(name + " prompt_embeds", rowsOf(got.cond, width, 0, kT), want.readFloat32(name + ".prompt_embeds"));
+            EXPECT_CLOSE(name + " prompt_embeds", rowsOf(got.cond, width, 0, kT),
+                         want.readFloat32(name + ".prompt_embeds"));
             EXPECT_CLOSE(name + " pooled", got.pooledCond, want.readFloat32(name + ".pooled_prompt_embeds"));
             const std::vector<float> wantUncond = want.readFloat32(name + ".negative_prompt_embeds");
             const std::vector<float> wantPooled = want.readFloat32(name + ".negative_pooled_prompt_embeds");
@@ -306,10 +308,12 @@ private slots:
         REQUIRE_FIXTURES();
         const nlohmann::json c = cases();
         const SafetensorsFile want(kFixtures + "/time_ids.safetensors");
-        const std::vector<float> pooled = SafetensorsFile(kFixtures + "/encode.safetensors").readFloat32("short_zero.pooled_prompt_embeds");
+        const std::vector<float> pooled =
+            SafetensorsFile(kFixtures + "/encode.safetensors").readFloat32("short_zero.pooled_prompt_embeds");
         const UNetCondConfig unet = unetCondConfigFromJson(readBoundedJson(kPipeline + "/unet/config.json", "test"));
         for (const auto& [name, s] : c.at("time_settings").items()) {
-            const auto o = s.at("original_size").get<std::vector<int>>(), k = s.at("crops_coords_top_left").get<std::vector<int>>(),
+            const auto o = s.at("original_size").get<std::vector<int>>(),
+                       k = s.at("crops_coords_top_left").get<std::vector<int>>(),
                        t = s.at("target_size").get<std::vector<int>>();
             const std::vector<float> ids{float(o[0]), float(o[1]), float(k[0]), float(k[1]), float(t[0]), float(t[1])};
             QCOMPARE(want.readFloat32(name + ".add_time_ids"), ids);
@@ -327,7 +331,7 @@ private slots:
         QCOMPARE(std::string(toString(m.family)), std::string("sdxl"));
         QVERIFY(m.textEncoder2 && m.textEncoder2->config().withProjection);
         QCOMPARE(m.tokenizer->padId(), 49407);
-        QCOMPARE(m.tokenizer2->padId(), 0);   // no tokenizer_2/: the bundled vocabulary, pad "!"
+        QCOMPARE(m.tokenizer2->padId(), 0);  // no tokenizer_2/: the bundled vocabulary, pad "!"
         QVERIFY(m.forceZerosForEmptyPrompt);
         QCOMPARE(m.schedulerClass, std::string("EulerDiscreteScheduler"));
         QCOMPARE(m.vae->config().scalingFactor, 0.13025f);
@@ -352,17 +356,19 @@ private slots:
         QCOMPARE(std::string(toString(info.family)), std::string("sdxl"));
         QVERIFY(info.textEncoder2 && info.textEncoder2->withProjection);
         QVERIFY(info.textEncoder2Part.parameters > 0);
-        QCOMPARE(info.ignored, (std::vector<std::string>{
-                                   "conditioner.embedders.0.transformer.text_model.embeddings.position_ids",
-                                   "conditioner.embedders.1.model.logit_scale", "denoiser.sigmas"}));
+        QCOMPARE(info.ignored,
+                 (std::vector<std::string>{"conditioner.embedders.0.transformer.text_model.embeddings.position_ids",
+                                           "conditioner.embedders.1.model.logit_scale", "denoiser.sigmas"}));
         // The C++ mapping names exactly the file's tensors (shapes as stored: in_proj fused,
         // text_projection transposed).
         std::map<std::string, std::vector<std::int64_t>> expected, stored;
-        for (auto& [name, shape] : singleFileTensors(SdFamily::SDXL, info.unet, info.vae, info.textEncoder, info.textEncoder2))
+        for (auto& [name, shape] :
+             singleFileTensors(SdFamily::SDXL, info.unet, info.vae, info.textEncoder, info.textEncoder2))
             expected[name] = shape;
         const SafetensorsFile file(kSingleFile);
         for (const auto& t : file.tensors())
-            if (std::find(info.ignored.begin(), info.ignored.end(), t.name) == info.ignored.end()) stored[t.name] = t.shape;
+            if (std::find(info.ignored.begin(), info.ignored.end(), t.name) == info.ignored.end())
+                stored[t.name] = t.shape;
         QVERIFY(expected == stored);
 
         const SdModel single = loadSingleFileCheckpoint(kSingleFile, options);
@@ -400,7 +406,8 @@ private slots:
         QCOMPARE(info.unet.sampleSize, 128);
         QCOMPARE(toJson(info.vae), toJson(c.vae));
         QCOMPARE(info.textEncoder2->projectionDim, 1280);
-        for (const auto& [got, want] : {std::pair{info.textEncoder, c.textEncoder}, std::pair{*info.textEncoder2, *c.textEncoder2}}) {
+        for (const auto& [got, want] :
+             {std::pair{info.textEncoder, c.textEncoder}, std::pair{*info.textEncoder2, *c.textEncoder2}}) {
             QCOMPARE(got.hiddenSize, want.hiddenSize);
             QCOMPARE(got.numHiddenLayers, want.numHiddenLayers);
             QCOMPARE(got.numAttentionHeads, want.numAttentionHeads);
@@ -421,17 +428,23 @@ private slots:
     void derivedSdxlConfigurations() {
         REQUIRE_TEXT_TIME();
         const QTemporaryDir tmp;
-        nlohmann::json unetJson = {{"block_out_channels", {64, 128}}, {"layers_per_block", 1},
+        nlohmann::json unetJson = {{"block_out_channels", {64, 128}},
+                                   {"layers_per_block", 1},
                                    {"down_block_types", {"DownBlock2D", "CrossAttnDownBlock2D"}},
                                    {"up_block_types", {"CrossAttnUpBlock2D", "UpBlock2D"}},
-                                   {"attention_head_dim", {1, 2}}, {"transformer_layers_per_block", {1, 2}},
-                                   {"cross_attention_dim", 192}, {"use_linear_projection", true},
-                                   {"sample_size", 128}, {"addition_embed_type", "text_time"},
-                                   {"addition_time_embed_dim", 8}, {"projection_class_embeddings_input_dim", 32 + 48}};
+                                   {"attention_head_dim", {1, 2}},
+                                   {"transformer_layers_per_block", {1, 2}},
+                                   {"cross_attention_dim", 192},
+                                   {"use_linear_projection", true},
+                                   {"sample_size", 128},
+                                   {"addition_embed_type", "text_time"},
+                                   {"addition_time_embed_dim", 8},
+                                   {"projection_class_embeddings_input_dim", 32 + 48}};
         const UNetCondConfig unet = unetCondConfigFromJson(unetJson);
         VaeConfig vae;
         vae.blockOutChannels = {32, 64};
-        ClipTextConfig a = tinyClip(64, 1, 2, ClipActivation::QuickGelu, 0), b = tinyClip(128, 2, 2, ClipActivation::Gelu, 32);
+        ClipTextConfig a = tinyClip(64, 1, 2, ClipActivation::QuickGelu, 0),
+                       b = tinyClip(128, 2, 2, ClipActivation::Gelu, 32);
         vae.normNumGroups = 32;
         a.vocabSize = b.vocabSize = 100;
         a.eosTokenId = b.eosTokenId = 2;
@@ -439,8 +452,9 @@ private slots:
         for (const auto& [name, shape] : singleFileTensors(SdFamily::SDXL, unet, vae, a, b)) {
             std::int64_t n = 1;
             for (const auto d : shape) n *= d;
-            tensors[name] = {SafetensorsDtype::F16, shape,
-                             encodeFloats(SafetensorsDtype::F16, std::vector<float>(static_cast<std::size_t>(n), 0.125f))};
+            tensors[name] = {
+                SafetensorsDtype::F16, shape,
+                encodeFloats(SafetensorsDtype::F16, std::vector<float>(static_cast<std::size_t>(n), 0.125f))};
         }
         const std::string path = tmp.filePath("small_xl.safetensors").toStdString();
         writeSafetensors(path, tensors);
@@ -449,12 +463,12 @@ private slots:
         const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, options);
         QCOMPARE(info.unet.crossAttentionDim, 192);
         QCOMPARE(info.unet.transformerLayers, (std::vector<int>{1, 2}));
-        QCOMPARE(info.unet.attentionHeads, (std::vector<int>{1, 2}));   // 64-wide heads
+        QCOMPARE(info.unet.attentionHeads, (std::vector<int>{1, 2}));  // 64-wide heads
         // add_embedding takes the 32 pooled values and 6 ids of (80 - 32) / 6 = 8.
         QVERIFY(UNetCondModel::expectedTensors(info.unet) == UNetCondModel::expectedTensors(unet));
         QVERIFY(info.textEncoder.hiddenAct == ClipActivation::QuickGelu);
         QCOMPARE(info.textEncoder2->projectionDim, 32);
-        QCOMPARE(info.textEncoder2->numHiddenLayers, 2);   // every block (SD 2.x drops its last)
+        QCOMPARE(info.textEncoder2->numHiddenLayers, 2);  // every block (SD 2.x drops its last)
         QCOMPARE(info.vae.scalingFactor, 0.13025f);
         const SdModel m = loadSingleFileCheckpoint(path, options);
         QCOMPARE(m.textEncoder2->tensors().at(kClipTextProjection).shape, (std::vector<std::int64_t>{32, 128}));
@@ -463,10 +477,12 @@ private slots:
         QCOMPARE(std::string(toString(viaSd.family)), std::string("sdxl"));
         QCOMPARE(viaSd.tokenizer->padId(), 49407);
         QCOMPARE(viaSd.tokenizer2->padId(), 0);
-        QCOMPARE(viaSd.tokenizer2->encode("!"), (Ids{256}));   // open_clip (A1111) reads "!" as text
+        QCOMPARE(viaSd.tokenizer2->encode("!"), (Ids{256}));  // open_clip (A1111) reads "!" as text
         // add_embedding of 5 ids (a refiner's) does not fit: named.
         tensors["model.diffusion_model.label_emb.0.0.weight"] = {
-            SafetensorsDtype::F16, {256, 32 + 5 * 8}, encodeFloats(SafetensorsDtype::F16, std::vector<float>(256 * 72, 0.125f))};
+            SafetensorsDtype::F16,
+            {256, 32 + 5 * 8},
+            encodeFloats(SafetensorsDtype::F16, std::vector<float>(256 * 72, 0.125f))};
         writeSafetensors(path, tensors);
         EXPECT_MESSAGE(errorOf([&] { inspectSingleFileCheckpoint(path, options); }), "label_emb.0.0.weight");
     }
@@ -481,8 +497,10 @@ private slots:
         EXPECT_MESSAGE(errorOf([&] { checkSdxlComponents(unet, a, tinyClip(12, 3, 2, ClipActivation::Gelu, 5), "x"); }),
                        "8 + 12 = 20");
         if (!unetHasTextTime()) return;
-        unet = unetCondConfigFromJson({{"cross_attention_dim", 20}, {"addition_embed_type", "text_time"},
-                                       {"addition_time_embed_dim", 4}, {"projection_class_embeddings_input_dim", 5 + 20}});
+        unet = unetCondConfigFromJson({{"cross_attention_dim", 20},
+                                       {"addition_embed_type", "text_time"},
+                                       {"addition_time_embed_dim", 4},
+                                       {"projection_class_embeddings_input_dim", 5 + 20}});
         EXPECT_MESSAGE(errorOf([&] { checkSdxlComponents(unet, a, tinyClip(12, 3, 2, ClipActivation::Gelu, 5), "x"); }),
                        "refiner");
     }
@@ -520,19 +538,22 @@ private slots:
                "text_encoder": ["transformers", "CLIPTextModel"])";
         writeText(root / "a/model_index.json", R"({"_class_name": "StableDiffusionXLPipeline", )" + components + "}");
         EXPECT_MESSAGE(errorOf([&] { loadSdModel((root / "a").string()); }), "no text_encoder_2 component listed");
-        writeText(root / "b/model_index.json",
-                  R"({"_class_name": "StableDiffusionXLPipeline", "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"], )" +
-                      components + "}");
+        writeText(
+            root / "b/model_index.json",
+            R"({"_class_name": "StableDiffusionXLPipeline", "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"], )" +
+                components + "}");
         for (const char* sub : {"unet", "vae", "text_encoder"}) fs::create_directories(root / "b" / sub);
         std::string m = errorOf([&] { loadSdModel((root / "b").string()); });
         EXPECT_MESSAGE(m, "text_encoder_2': not found");
-        writeText(root / "c/model_index.json",
-                  R"({"_class_name": "StableDiffusionXLPipeline", "text_encoder_2": ["transformers", "CLIPTextModel"], )" +
-                      components + "}");
+        writeText(
+            root / "c/model_index.json",
+            R"({"_class_name": "StableDiffusionXLPipeline", "text_encoder_2": ["transformers", "CLIPTextModel"], )" +
+                components + "}");
         EXPECT_MESSAGE(errorOf([&] { loadSdModel((root / "c").string()); }), "CLIPTextModelWithProjection");
-        writeText(root / "d/model_index.json",
-                  R"({"_class_name": "StableDiffusionXLPipeline", "force_zeros_for_empty_prompt": "yes", "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"], )" +
-                      components + "}");
+        writeText(
+            root / "d/model_index.json",
+            R"({"_class_name": "StableDiffusionXLPipeline", "force_zeros_for_empty_prompt": "yes", "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"], )" +
+                components + "}");
         EXPECT_MESSAGE(errorOf([&] { loadSdModel((root / "d").string()); }), "force_zeros_for_empty_prompt");
     }
 
@@ -600,11 +621,11 @@ private slots:
     void pooledFromTheFirstChunk() {
         const SdModel m = tinyTextModel();
         std::string prompt;
-        for (int i = 0; i < 40; ++i) prompt += "red cat ";   // 80 tokens: two chunks
+        for (int i = 0; i < 40; ++i) prompt += "red cat ";  // 80 tokens: two chunks
         prompt += "(blue:1.4) dog";
         const SdConditioning c = encodeSdPrompts(m, cpu_, textConfig(prompt, ""));
         QCOMPARE(c.tokens, 2 * kT);
-        QCOMPARE(c.uncond.size(), c.cond.size());   // zeros as long as the prompt
+        QCOMPARE(c.uncond.size(), c.cond.size());  // zeros as long as the prompt
         const PromptChunks chunks = chunkPrompt(*m.tokenizer2, prompt);
         QCOMPARE(chunks.chunks.size(), std::size_t{2});
         auto textEmbeds = [&](const PromptChunk& chunk) {
@@ -623,7 +644,8 @@ private slots:
         // Emphasis leaves the pooled text alone.
         QCOMPARE(encodeSdPrompts(m, cpu_, textConfig("(blue:1.4) dog", "")).pooledCond,
                  encodeSdPrompts(m, cpu_, textConfig("blue dog", "")).pooledCond);
-        QVERIFY(encodeSdPrompts(m, cpu_, textConfig("(blue:1.4) dog", "")).cond != encodeSdPrompts(m, cpu_, textConfig("blue dog", "")).cond);
+        QVERIFY(encodeSdPrompts(m, cpu_, textConfig("(blue:1.4) dog", "")).cond !=
+                encodeSdPrompts(m, cpu_, textConfig("blue dog", "")).cond);
     }
 
     void clipSkipIsNotApplied() {
@@ -634,8 +656,9 @@ private slots:
         const SdConditioning two = encodeSdPrompts(m, cpu_, config);
         QCOMPARE(two.cond, one.cond);
         QCOMPARE(two.pooledCond, one.pooledCond);
-        QVERIFY(std::any_of(two.messages.begin(), two.messages.end(),
-                            [](const std::string& s) { return s.find("clip skip 2 not applied") != std::string::npos; }));
+        QVERIFY(std::any_of(two.messages.begin(), two.messages.end(), [](const std::string& s) {
+            return s.find("clip skip 2 not applied") != std::string::npos;
+        }));
         // Penultimate is SDXL's; clip skip with it is refused where asked directly.
         PromptConditioningOptions options;
         options.layer = PromptLayer::Penultimate;

@@ -20,16 +20,16 @@
 
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuTileDevice.h"
-#include "core/graph/ModelGraph.h"
 #include "core/formats/Safetensors.h"
-#include "core/sampling/Scheduler.h"
+#include "core/graph/ModelGraph.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SdPipeline.h"
-#include "core/sampling/StepUpdate.h"
-#include "core/sampling/TiledLoop.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/sd/UNetCondModel.h"
+#include "core/sampling/Scheduler.h"
+#include "core/sampling/StepUpdate.h"
+#include "core/sampling/TiledLoop.h"
 #include "tests/core/GraphTestSupport.h"
 
 using namespace tessera;
@@ -71,7 +71,7 @@ nlohmann::json tinyConfig(int crossAttentionDim = 80) {
     j["cross_attention_dim"] = crossAttentionDim;
     return j;
 }
-constexpr int kPooled = 48;   // 96 - 6 x 8
+constexpr int kPooled = 48;  // 96 - 6 x 8
 
 const std::string kFixtures = std::string(TESSERA_TEST_DATA) + "/sdxlunet";
 const std::string kSdPipeline = std::string(TESSERA_TEST_DATA) + "/sdpipeline/sd1";
@@ -170,7 +170,7 @@ RunConfig tinySdxlRun(int width, int height, int tile) {
     config.prompt = "a lighthouse at dusk";
     config.negativePrompt = "fog";
     config.cfgScale = 5.0;
-    config.precision = Precision::FP16;   // the CPU computes float32; the VAE rule reads what was asked
+    config.precision = Precision::FP16;  // the CPU computes float32; the VAE rule reads what was asked
     config.backend = BackendKind::CPU;
     config.previewEvery = 0;
     return config;
@@ -249,21 +249,26 @@ private slots:
         QTest::addColumn<QString>("message");
         QTest::newRow("Kandinsky text") << R"({"addition_embed_type": "text"})"
                                         << "addition_embed_type = \"text\": only null or \"text_time\" (SDXL)";
-        QTest::newRow("not a string") << R"({"addition_embed_type": 3})" << "addition_embed_type = 3:";
+        QTest::newRow("not a string") << R"({"addition_embed_type": 3})"
+                                      << "addition_embed_type = 3:";
         QTest::newRow("no time dim") << R"({"addition_time_embed_dim": null})"
                                      << "addition_time_embed_dim = null: addition_embed_type \"text_time\" needs";
-        QTest::newRow("odd time dim") << R"({"addition_time_embed_dim": 7})" << "addition_time_embed_dim = 7: must be even";
+        QTest::newRow("odd time dim") << R"({"addition_time_embed_dim": 7})"
+                                      << "addition_time_embed_dim = 7: must be even";
         QTest::newRow("time dim range") << R"({"addition_time_embed_dim": 0})"
                                         << "addition_time_embed_dim = 0: expected an integer from 2 to 4096";
-        QTest::newRow("no projection") << R"({"projection_class_embeddings_input_dim": null})"
-                                       << "projection_class_embeddings_input_dim = null: addition_embed_type \"text_time\" needs";
+        QTest::newRow("no projection")
+            << R"({"projection_class_embeddings_input_dim": null})"
+            << "projection_class_embeddings_input_dim = null: addition_embed_type \"text_time\" needs";
         QTest::newRow("projection too small") << R"({"projection_class_embeddings_input_dim": 48})"
                                               << "projection_class_embeddings_input_dim = 48: must exceed 6 x "
                                                  "addition_time_embed_dim = 48";
-        QTest::newRow("projection range") << R"({"projection_class_embeddings_input_dim": 70000})"
-                                          << "projection_class_embeddings_input_dim = 70000: expected an integer from 1 to 65536";
-        QTest::newRow("depth list length") << R"({"transformer_layers_per_block": [1, 2]})"
-                                           << "transformer_layers_per_block = [1,2]: has 2 entries but block_out_channels has 3";
+        QTest::newRow("projection range")
+            << R"({"projection_class_embeddings_input_dim": 70000})"
+            << "projection_class_embeddings_input_dim = 70000: expected an integer from 1 to 65536";
+        QTest::newRow("depth list length")
+            << R"({"transformer_layers_per_block": [1, 2]})"
+            << "transformer_layers_per_block = [1,2]: has 2 entries but block_out_channels has 3";
     }
     void textTimeRejections() {
         QFETCH(QString, patch);
@@ -313,7 +318,8 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)textTimeEmbeds(c, pooled, {1, 2, 3, 4, 5}));
         nlohmann::json plain = tinyConfig();
         plain.erase("addition_embed_type");
-        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, (void)textTimeEmbeds(unetCondConfigFromJson(plain), pooled, ids));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                                 (void)textTimeEmbeds(unetCondConfigFromJson(plain), pooled, ids));
     }
 
     // The fused graph computes what the primitive one does, a tile batch gives each sample the bits
@@ -330,7 +336,8 @@ private slots:
         const auto b = runCpu(fused, model.tensors(), batch, h, w, in);
         QVERIFY2(relativeL2(b[0], a[0]) < 1e-5, qPrintable(QString::number(relativeL2(b[0], a[0]))));
         std::vector<std::vector<float>> first;
-        for (const auto& x : in) first.emplace_back(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / batch));
+        for (const auto& x : in)
+            first.emplace_back(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / batch));
         const auto alone = runCpu(fused, model.tensors(), 1, h, w, first);
         QVERIFY(std::equal(alone[0].begin(), alone[0].end(), b[0].begin()));
         auto otherVector = in;
@@ -393,10 +400,14 @@ private slots:
         const int tokens = static_cast<int>(io.find("encoder_hidden_states")->shape[1]);
         ModelGraph g = buildUNet2DConditionGraph(model.config(), tokens);
         const std::map<std::string, std::string> hookValue{
-            {"hook.time_embedding", "time_embedding.linear_2"}, {"hook.add_embedding", "add_embedding.linear_2"},
-            {"hook.conv_in", "conv_in"}, {"hook.down_blocks.1.attentions.0", "down_blocks.1.attentions.0"},
-            {"hook.down_blocks.2", "down_blocks.2.attentions.1"}, {"hook.mid_block", "mid_block.resnets.1"},
-            {"hook.up_blocks.0", "up_blocks.0.upsamplers.0"}, {"hook.up_blocks.1", "up_blocks.1.upsamplers.0"},
+            {"hook.time_embedding", "time_embedding.linear_2"},
+            {"hook.add_embedding", "add_embedding.linear_2"},
+            {"hook.conv_in", "conv_in"},
+            {"hook.down_blocks.1.attentions.0", "down_blocks.1.attentions.0"},
+            {"hook.down_blocks.2", "down_blocks.2.attentions.1"},
+            {"hook.mid_block", "mid_block.resnets.1"},
+            {"hook.up_blocks.0", "up_blocks.0.upsamplers.0"},
+            {"hook.up_blocks.1", "up_blocks.1.upsamplers.0"},
             {"hook.conv_norm_out", "conv_norm_out"}};
         std::vector<std::string> hooks;
         for (const auto& [hook, value] : hookValue)
@@ -407,9 +418,9 @@ private slots:
                         hooks.push_back(hook);
                     }
         QCOMPARE(hooks.size(), cases.at("inputs").at(input.toStdString()).at("hooks").size());
-        const auto out = runCpu(g, model.tensors(), batch, h, w,
-                                {io.readFloat32("sample"), io.readFloat32("timestep"),
-                                 io.readFloat32("encoder_hidden_states"), vectors});
+        const auto out = runCpu(
+            g, model.tensors(), batch, h, w,
+            {io.readFloat32("sample"), io.readFloat32("timestep"), io.readFloat32("encoder_hidden_states"), vectors});
         for (std::size_t k = 0; k < hooks.size(); ++k) {
             const double rel = relativeL2(out[k + 1], io.readFloat32(hooks[k]));
             qInfo("%s: relative L2 %.2e", hooks[k].c_str(), rel);
@@ -438,8 +449,10 @@ private slots:
                 QFAIL("accepted a pooled text of the wrong width");
             } catch (const ValidationError& e) {
                 QCOMPARE(e.field(), std::string("model"));
-                QVERIFY2(QString(e.what()).contains("takes 48 pooled text values beside 6 size ids; the text encoder gave " +
-                                                    QString::number(bad.size())), e.what());
+                QVERIFY2(
+                    QString(e.what()).contains("takes 48 pooled text values beside 6 size ids; the text encoder gave " +
+                                               QString::number(bad.size())),
+                    e.what());
             }
         }
         QVERIFY(parseSdxlSizeConditioning("TILE") == SdxlSizeConditioning::Tile);
@@ -461,7 +474,7 @@ private slots:
     // whole image's size ids, then the VAE's decode.
     void oneTileEqualsDirectCalls() {
         const std::shared_ptr<SdModel> sd = tinySdxlPipeline(21);
-        const RunConfig config = tinySdxlRun(96, 64, 96);   // latent 12 x 8: one tile
+        const RunConfig config = tinySdxlRun(96, 64, 96);  // latent 12 x 8: one tile
         const auto pooled = randomVector(kPooled, 4), negative = randomVector(kPooled, 5);
         const UNetCondConfig& unet = sd->unet->config();
         const std::vector<float> z = randomVector(4 * 8 * 12, 6);
@@ -529,7 +542,7 @@ private slots:
         QFETCH(int, tileBatch);
         const auto sizeMode = static_cast<SdxlSizeConditioning>(mode);
         const std::shared_ptr<SdModel> sd = tinySdxlPipeline(22);
-        RunConfig config = tinySdxlRun(160, 64, 96);   // latent 20 x 8, tiles of 12 x 8 at x = 0 and 8
+        RunConfig config = tinySdxlRun(160, 64, 96);  // latent 20 x 8, tiles of 12 x 8 at x = 0 and 8
         config.tileBatch = tileBatch;
         config.sdxlSizeConditioning = sizeMode;
         const auto pooled = randomVector(kPooled, 7), negative = randomVector(kPooled, 8);
@@ -556,15 +569,17 @@ private slots:
             QCOMPARE(call.batch, tileBatch);
             QCOMPARE(call.inputs.size(), std::size_t{4});
             for (int row = 0; row < call.batch; ++row) {
-                const std::vector<float> want =
-                    textTimeEmbeds(unet, conditional ? pooled : negative, ids[static_cast<std::size_t>(firstTile + row)]);
-                const std::vector<float> got(call.inputs[3].begin() + row * 96, call.inputs[3].begin() + (row + 1) * 96);
+                const std::vector<float> want = textTimeEmbeds(unet, conditional ? pooled : negative,
+                                                               ids[static_cast<std::size_t>(firstTile + row)]);
+                const std::vector<float> got(call.inputs[3].begin() + row * 96,
+                                             call.inputs[3].begin() + (row + 1) * 96);
                 QVERIFY2(got == want, qPrintable(QString("call %1 row %2").arg(n).arg(row)));
             }
         }
-        const bool tileMessage = std::any_of(result.record.messages.begin(), result.record.messages.end(),
-                                             [&](const std::string& m) { return m.starts_with("sdxl: size conditioning " +
-                                                                                              std::string(toString(sizeMode))); });
+        const bool tileMessage =
+            std::any_of(result.record.messages.begin(), result.record.messages.end(), [&](const std::string& m) {
+                return m.starts_with("sdxl: size conditioning " + std::string(toString(sizeMode)));
+            });
         QVERIFY(tileMessage);
     }
 
@@ -582,7 +597,8 @@ private slots:
             QFAIL("ran without pooled text");
         } catch (const ValidationError& e) {
             QCOMPARE(e.field(), std::string("model"));
-            QVERIFY2(QString(e.what()).contains("the text encoder gave 0 (it has no pooled, projected output)"), e.what());
+            QVERIFY2(QString(e.what()).contains("the text encoder gave 0 (it has no pooled, projected output)"),
+                     e.what());
         }
     }
 
@@ -619,7 +635,8 @@ private slots:
             config.steps = 1;
             const RunResult result = loop.run(config, observer, device, [] { return false; });
             const auto& m = result.record.messages;
-            QCOMPARE(std::any_of(m.begin(), m.end(), [](const std::string& s) { return s.starts_with("vae: fp32 (force_upcast"); }),
+            QCOMPARE(std::any_of(m.begin(), m.end(),
+                                 [](const std::string& s) { return s.starts_with("vae: fp32 (force_upcast"); }),
                      recorded);
         }
     }

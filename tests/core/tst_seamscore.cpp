@@ -46,7 +46,7 @@ private slots:
         // edge, as `none` makes when tiles disagree.
         const auto& xs = plan.columnPositions();
         QVERIFY(xs.size() >= 2);
-        const int middle = (xs[1] + xs[0] + plan.tileW()) / 2;   // where tiles 0 and 1 meet
+        const int middle = (xs[1] + xs[0] + plan.tileW()) / 2;  // where tiles 0 and 1 meet
         for (int c = 0; c < 3; ++c)
             for (int y = 0; y < 80; ++y)
                 for (int x = middle; x < 96; ++x) im.data[(static_cast<std::size_t>(c) * 80 + y) * 96 + x] += 0.15f;
@@ -57,7 +57,7 @@ private slots:
                                           [](const SeamLine& a, const SeamLine& b) { return a.ratio < b.ratio; });
         QVERIFY(top->vertical);
         QCOMPARE(top->position, middle);
-        QVERIFY2(s.score > 1.2, qPrintable(QString::number(s.score)));   // one line of three
+        QVERIFY2(s.score > 1.2, qPrintable(QString::number(s.score)));  // one line of three
     }
 
     void oneTileOrMismatchedPlanIsNotMeasured() {

@@ -23,10 +23,10 @@
 
 #include "ModelTestSupport.h"
 #include "SingleFileTestSupport.h"
-#include "core/models/clip/ClipTextGraph.h"
-#include "core/formats/Safetensors.h"
-#include "core/models/sd/SdModel.h"
 #include "core/base/Sha256.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 
 using namespace tessera;
@@ -63,12 +63,13 @@ SingleFileOptions withConfigs(const std::string& layout, FileDigest digest = Fil
 // Bit-identical maps: the same names, shapes and float bits.
 void compareTensors(const std::map<std::string, HostTensor>& got, const std::map<std::string, HostTensor>& want,
                     const char* what) {
-    QVERIFY2(got.size() == want.size(), qPrintable(QStringLiteral("%1: %2 tensors, folder %3")
-                                                       .arg(what).arg(got.size()).arg(want.size())));
+    QVERIFY2(got.size() == want.size(),
+             qPrintable(QStringLiteral("%1: %2 tensors, folder %3").arg(what).arg(got.size()).arg(want.size())));
     for (const auto& [name, t] : want) {
         const auto it = got.find(name);
         QVERIFY2(it != got.end(), qPrintable(QString::fromStdString(std::string(what) + ": no " + name)));
-        QVERIFY2(it->second.shape == t.shape, qPrintable(QString::fromStdString(std::string(what) + ": shape of " + name)));
+        QVERIFY2(it->second.shape == t.shape,
+                 qPrintable(QString::fromStdString(std::string(what) + ": shape of " + name)));
         QVERIFY2(it->second.data.size() == t.data.size() &&
                      std::memcmp(it->second.data.data(), t.data.data(), t.data.size() * sizeof(float)) == 0,
                  qPrintable(QString::fromStdString(std::string(what) + ": values of " + name)));
@@ -98,25 +99,39 @@ UNetCondConfig hubUNet(SdFamily family) {
     if (family == SdFamily::SD1) {
         j.update({{"sample_size", 64}, {"cross_attention_dim", 768}, {"attention_head_dim", 8}});
     } else {
-        j.update({{"sample_size", 96}, {"cross_attention_dim", 1024}, {"attention_head_dim", {5, 10, 20, 20}},
-                  {"use_linear_projection", true}, {"upcast_attention", true}});
+        j.update({{"sample_size", 96},
+                  {"cross_attention_dim", 1024},
+                  {"attention_head_dim", {5, 10, 20, 20}},
+                  {"use_linear_projection", true},
+                  {"upcast_attention", true}});
     }
     return unetCondConfigFromJson(j);
 }
 
 VaeConfig hubVae(SdFamily family) {
     const std::vector<std::string> down(4, "DownEncoderBlock2D"), up(4, "UpDecoderBlock2D");
-    return vaeConfigFromJson({{"block_out_channels", {128, 256, 512, 512}}, {"layers_per_block", 2},
-                              {"down_block_types", down}, {"up_block_types", up}, {"latent_channels", 4},
+    return vaeConfigFromJson({{"block_out_channels", {128, 256, 512, 512}},
+                              {"layers_per_block", 2},
+                              {"down_block_types", down},
+                              {"up_block_types", up},
+                              {"latent_channels", 4},
                               {"sample_size", family == SdFamily::SD1 ? 512 : 768}});
 }
 
 ClipTextConfig hubText(SdFamily family) {
     if (family == SdFamily::SD1)
-        return clipTextConfigFromJson({{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                                       {"num_attention_heads", 12}, {"projection_dim", 768}, {"vocab_size", 49408}});
-    return clipTextConfigFromJson({{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 23},
-                                   {"num_attention_heads", 16}, {"hidden_act", "gelu"}, {"vocab_size", 49408}});
+        return clipTextConfigFromJson({{"hidden_size", 768},
+                                       {"intermediate_size", 3072},
+                                       {"num_hidden_layers", 12},
+                                       {"num_attention_heads", 12},
+                                       {"projection_dim", 768},
+                                       {"vocab_size", 49408}});
+    return clipTextConfigFromJson({{"hidden_size", 1024},
+                                   {"intermediate_size", 4096},
+                                   {"num_hidden_layers", 23},
+                                   {"num_attention_heads", 16},
+                                   {"hidden_act", "gelu"},
+                                   {"vocab_size", 49408}});
 }
 
 }  // namespace
@@ -169,12 +184,14 @@ private slots:
         QCOMPARE(model.source, folder + ".safetensors");
         QVERIFY(model.sha256.empty());  // skipped
         QVERIFY(model.loadSeconds > 0 && model.hostPeakMiB > 0);
-        COMPARE_NAMES(model.scheduler.predictionType, l == "sd1" ? PredictionType::Epsilon : PredictionType::VPrediction);
+        COMPARE_NAMES(model.scheduler.predictionType,
+                      l == "sd1" ? PredictionType::Epsilon : PredictionType::VPrediction);
     }
 
     void inspectCountsAndHashes() {
         const std::string path = kData + "/sd2.safetensors";
-        const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, withConfigs("sd2", FileDigest::Compute));
+        const SingleFileCheckpointInfo info =
+            inspectSingleFileCheckpoint(path, withConfigs("sd2", FileDigest::Compute));
         const std::string bytes = readBytes(path);
         QCOMPARE(info.sha256, sha256Hex(bytes.data(), bytes.size()));
         QCOMPARE(info.fileBytes, static_cast<std::uint64_t>(bytes.size()));
@@ -202,7 +219,8 @@ private slots:
         QVERIFY(has("cond_stage_model.model.transformer.resblocks.2.attn.in_proj_weight"));  // the dropped block
         QVERIFY(has("cond_stage_model.model.logit_scale"));
         QVERIFY(!has("cond_stage_model.model.transformer.resblocks.1.attn.in_proj_weight"));
-        const SingleFileCheckpointInfo sd1 = inspectSingleFileCheckpoint(kData + "/sd1.safetensors", withConfigs("sd1"));
+        const SingleFileCheckpointInfo sd1 =
+            inspectSingleFileCheckpoint(kData + "/sd1.safetensors", withConfigs("sd1"));
         QVERIFY(sd1.sha256.empty());
         QVERIFY(std::find(sd1.ignored.begin(), sd1.ignored.end(),
                           "cond_stage_model.transformer.text_model.embeddings.position_ids") != sd1.ignored.end());
@@ -242,7 +260,8 @@ private slots:
             }
             for (std::size_t i = 0; i < whole.size(); ++i) QCOMPARE(whole[i], model_test::storedAs(dtype, values[i]));
             file.releasePages(info);
-            file.releasePages(std::span<const std::byte>(reinterpret_cast<const std::byte*>(values.data()), 64));  // not its own: ignored
+            file.releasePages(std::span<const std::byte>(reinterpret_cast<const std::byte*>(values.data()),
+                                                         64));  // not its own: ignored
             QVERIFY(file.readFloat32(info) == whole);
             const std::string m = [&] {
                 try {
@@ -337,7 +356,8 @@ private slots:
         };
         const std::string ckpt = writeRaw("model.ckpt", "anything");
         const std::string zip = writeRaw("zip.safetensors", std::string("PK\x03\x04", 4) + std::string(100, 'x'));
-        const std::string pickle = writeRaw("pickle.safetensors", std::string("\x80\x02}q\x00(X", 7) + std::string(100, 'y'));
+        const std::string pickle =
+            writeRaw("pickle.safetensors", std::string("\x80\x02}q\x00(X", 7) + std::string(100, 'y'));
         for (const std::string& path : {ckpt, zip, pickle}) {
             const std::string m = loadError(path);
             EXPECT_MESSAGE(m, fs::path(path).filename().string());
@@ -363,15 +383,16 @@ private slots:
                                          std::vector<std::byte>(static_cast<std::size_t>(2 * n))};
         };
         const std::string convIn = "model.diffusion_model.input_blocks.0.0.weight";
-        std::string m = file("xl.safetensors", {{convIn, zeros({320, 4, 3, 3})},
-                                                {"conditioner.embedders.1.model.transformer.resblocks.9.mlp.c_proj.bias",
-                                                 zeros({1280})}});
+        std::string m =
+            file("xl.safetensors",
+                 {{convIn, zeros({320, 4, 3, 3})},
+                  {"conditioner.embedders.1.model.transformer.resblocks.9.mlp.c_proj.bias", zeros({1280})}});
         // SDXL base is read (tests/core/tst_sdxltext.cpp): this stub has none of its other parts.
         EXPECT_MESSAGE(m, "xl.safetensors");
         EXPECT_MESSAGE(m, "no VAE");
-        m = file("refiner.safetensors", {{convIn, zeros({384, 4, 3, 3})},
-                                         {"conditioner.embedders.0.model.transformer.resblocks.9.mlp.c_proj.bias",
-                                          zeros({1280})}});
+        m = file("refiner.safetensors",
+                 {{convIn, zeros({384, 4, 3, 3})},
+                  {"conditioner.embedders.0.model.transformer.resblocks.9.mlp.c_proj.bias", zeros({1280})}});
         EXPECT_MESSAGE(m, "SDXL refiner");
         m = file("inpaint.safetensors", {{convIn, zeros({320, 9, 3, 3})}});
         EXPECT_MESSAGE(m, "inpainting");
@@ -381,7 +402,8 @@ private slots:
         EXPECT_MESSAGE(m, convIn);
         EXPECT_MESSAGE(m, "double_blocks.0.img_attn.norm.key_norm.scale");
         // A diffusers UNet2DModel weights file.
-        const std::string unet2d = std::string(TESSERA_TEST_DATA) + "/models/cifar_like/diffusion_pytorch_model.safetensors";
+        const std::string unet2d =
+            std::string(TESSERA_TEST_DATA) + "/models/cifar_like/diffusion_pytorch_model.safetensors";
         m = loadError(unet2d);
         EXPECT_MESSAGE(m, "cifar_like/diffusion_pytorch_model.safetensors");
         EXPECT_MESSAGE(m, convIn);
@@ -390,9 +412,12 @@ private slots:
 
     void refusesMissingModels() {
         const auto without = [&](const char* name, const std::string& prefix, const char* layout = "sd1") {
-            return variant(name, [&](TensorBytes& t) {
-                std::erase_if(t, [&](const auto& entry) { return entry.first.rfind(prefix, 0) == 0; });
-            }, layout);
+            return variant(
+                name,
+                [&](TensorBytes& t) {
+                    std::erase_if(t, [&](const auto& entry) { return entry.first.rfind(prefix, 0) == 0; });
+                },
+                layout);
         };
         std::string m = loadError(without("notext.safetensors", "cond_stage_model."));
         EXPECT_MESSAGE(m, "notext.safetensors");
@@ -402,14 +427,16 @@ private slots:
         EXPECT_MESSAGE(m, "no VAE");
         EXPECT_MESSAGE(m, "first_stage_model.encoder.conv_in.weight");
         m = loadError(without("nodecoder.safetensors", "first_stage_model.decoder.up.1.block.1."));
-        EXPECT_MESSAGE(m, "nodecoder.safetensors': missing tensor 'first_stage_model.decoder.up.1.block.1.norm1.weight'"
-                          " (the VAE's 'decoder.up_blocks.0.resnets.1.norm1.weight'), expected shape [8]");
-        m = loadError(without("noqkv.safetensors", "cond_stage_model.model.transformer.resblocks.1.attn.in_proj_bias",
-                              "sd2"),
-                      "sd2");
-        EXPECT_MESSAGE(m, "noqkv.safetensors': missing tensor "
-                          "'cond_stage_model.model.transformer.resblocks.1.attn.in_proj_bias' (the text encoder's "
-                          "'text_model.encoder.layers.1.self_attn.k_proj.bias'), expected shape [36]");
+        EXPECT_MESSAGE(m,
+                       "nodecoder.safetensors': missing tensor 'first_stage_model.decoder.up.1.block.1.norm1.weight'"
+                       " (the VAE's 'decoder.up_blocks.0.resnets.1.norm1.weight'), expected shape [8]");
+        m = loadError(
+            without("noqkv.safetensors", "cond_stage_model.model.transformer.resblocks.1.attn.in_proj_bias", "sd2"),
+            "sd2");
+        EXPECT_MESSAGE(m,
+                       "noqkv.safetensors': missing tensor "
+                       "'cond_stage_model.model.transformer.resblocks.1.attn.in_proj_bias' (the text encoder's "
+                       "'text_model.encoder.layers.1.self_attn.k_proj.bias'), expected shape [36]");
     }
 
     void refusesBadTensors() {
@@ -417,33 +444,42 @@ private slots:
         std::string m = loadError(variant("missing.safetensors", [](TensorBytes& t) {
             t.erase("model.diffusion_model.output_blocks.1.1.conv.weight");
         }));
-        EXPECT_MESSAGE(m, "missing.safetensors': missing tensor 'model.diffusion_model.output_blocks.1.1.conv.weight' "
-                          "(the UNet's 'up_blocks.0.upsamplers.0.conv.weight')");
+        EXPECT_MESSAGE(m,
+                       "missing.safetensors': missing tensor 'model.diffusion_model.output_blocks.1.1.conv.weight' "
+                       "(the UNet's 'up_blocks.0.upsamplers.0.conv.weight')");
         // A shape mismatch.
         m = loadError(variant("shape.safetensors", [](TensorBytes& t) {
             auto& v = t.at("model.diffusion_model.middle_block.1.proj_in.weight");
             v.shape = {8, 8};  // 1x1 conv in SD1: [8, 8, 1, 1]
         }));
-        EXPECT_MESSAGE(m, "shape.safetensors': tensor 'model.diffusion_model.middle_block.1.proj_in.weight' (the UNet's "
-                          "'mid_block.attentions.0.proj_in.weight'): expected [8, 8, 1, 1], found [8, 8]");
+        EXPECT_MESSAGE(m,
+                       "shape.safetensors': tensor 'model.diffusion_model.middle_block.1.proj_in.weight' (the UNet's "
+                       "'mid_block.attentions.0.proj_in.weight'): expected [8, 8, 1, 1], found [8, 8]");
         // A NaN in the VAE's attention (a 1x1 conv in the file).
         m = loadError(variant("nan.safetensors", [](TensorBytes& t) {
             auto& v = t.at("first_stage_model.decoder.mid.attn_1.k.weight");
             const float nan = std::numeric_limits<float>::quiet_NaN();
             std::memcpy(v.bytes.data() + 4 * 5, &nan, 4);
         }));
-        EXPECT_MESSAGE(m, "nan.safetensors': tensor 'first_stage_model.decoder.mid.attn_1.k.weight' (the VAE's "
-                          "'decoder.mid_block.attentions.0.to_k.weight') holds a non-finite value (NaN) at element 5");
+        EXPECT_MESSAGE(m,
+                       "nan.safetensors': tensor 'first_stage_model.decoder.mid.attn_1.k.weight' (the VAE's "
+                       "'decoder.mid_block.attentions.0.to_k.weight') holds a non-finite value (NaN) at element 5");
         // Inf in the second block (v) of a fused OpenCLIP in_proj: the element counts in the file's tensor.
-        m = loadError(variant("inf.safetensors", [](TensorBytes& t) {
-            auto& v = t.at("cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight");
-            v = {SafetensorsDtype::F32, v.shape, encodeFloats(SafetensorsDtype::F32, std::vector<float>(36 * 12, 0.5f))};
-            const float inf = std::numeric_limits<float>::infinity();
-            std::memcpy(v.bytes.data() + 4 * (24 * 12 + 3), &inf, 4);
-        }, "sd2"), "sd2");
-        EXPECT_MESSAGE(m, "'cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight' (the text encoder's "
-                          "'text_model.encoder.layers.0.self_attn.v_proj.weight') holds a non-finite value (Inf) at "
-                          "element 291");
+        m = loadError(variant(
+                          "inf.safetensors",
+                          [](TensorBytes& t) {
+                              auto& v = t.at("cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight");
+                              v = {SafetensorsDtype::F32, v.shape,
+                                   encodeFloats(SafetensorsDtype::F32, std::vector<float>(36 * 12, 0.5f))};
+                              const float inf = std::numeric_limits<float>::infinity();
+                              std::memcpy(v.bytes.data() + 4 * (24 * 12 + 3), &inf, 4);
+                          },
+                          "sd2"),
+                      "sd2");
+        EXPECT_MESSAGE(m,
+                       "'cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight' (the text encoder's "
+                       "'text_model.encoder.layers.0.self_attn.v_proj.weight') holds a non-finite value (Inf) at "
+                       "element 291");
         // A model tensor of an integer dtype.
         m = loadError(variant("dtype.safetensors", [](TensorBytes& t) {
             auto& v = t.at("first_stage_model.quant_conv.bias");
@@ -455,8 +491,9 @@ private slots:
             t["model.diffusion_model.input_blocks.1.1.transformer_blocks.1.norm1.weight"] =
                 t.at("model.diffusion_model.input_blocks.1.1.transformer_blocks.0.norm1.weight");
         }));
-        EXPECT_MESSAGE(m, "'model.diffusion_model.input_blocks.1.1.transformer_blocks.1.norm1.weight' [4] belongs to no "
-                          "part of the UNet");
+        EXPECT_MESSAGE(m,
+                       "'model.diffusion_model.input_blocks.1.1.transformer_blocks.1.norm1.weight' [4] belongs to no "
+                       "part of the UNet");
         // Truncated: the header promises more bytes than there are.
         const std::string bytes = readBytes(kData + "/sd1.safetensors");
         model_test::writeText(tmp("truncated.safetensors"), bytes.substr(0, bytes.size() - 100));
@@ -479,7 +516,8 @@ private slots:
             TensorBytes renamed;
             const std::string from = "cond_stage_model.transformer.text_model.";
             for (auto& [name, data] : t)
-                renamed[name.rfind(from, 0) == 0 ? "cond_stage_model.transformer." + name.substr(from.size()) : name] = data;
+                renamed[name.rfind(from, 0) == 0 ? "cond_stage_model.transformer." + name.substr(from.size()) : name] =
+                    data;
             t = std::move(renamed);
         });
         const SdModel flat = loadSingleFileCheckpoint(path, withConfigs("sd1"));
@@ -505,15 +543,18 @@ private slots:
                                                                               names.dump())));
             for (const auto& [model, r] : c.at("conversion").items()) {
                 const std::string where = layout + " " + model + ": ";
-                QVERIFY2(r.at("compared").get<int>() > 0, qPrintable(QString::fromStdString(where + "nothing compared")));
+                QVERIFY2(r.at("compared").get<int>() > 0,
+                         qPrintable(QString::fromStdString(where + "nothing compared")));
                 QVERIFY2(r.at("missing").empty(), qPrintable(QString::fromStdString(where + r.at("missing").dump())));
-                QVERIFY2(r.at("mismatched").empty(), qPrintable(QString::fromStdString(where + r.at("mismatched").dump())));
+                QVERIFY2(r.at("mismatched").empty(),
+                         qPrintable(QString::fromStdString(where + r.at("mismatched").dump())));
                 // What diffusers converts but the model has no place for: SD1's position_ids buffer, and
                 // the OpenCLIP block a narrow model drops (diffusers drops only ViT-H's block 23 by name).
                 for (const auto& name : r.at("unexpected")) {
                     const std::string n = name.get<std::string>();
-                    const bool expected = model == "text_encoder" && (layout == "sd1" ? n == "embeddings.position_ids"
-                                                                                      : n.rfind("encoder.layers.2.", 0) == 0);
+                    const bool expected =
+                        model == "text_encoder" &&
+                        (layout == "sd1" ? n == "embeddings.position_ids" : n.rfind("encoder.layers.2.", 0) == 0);
                     QVERIFY2(expected, qPrintable(QString::fromStdString(where + "unexpected " + n)));
                 }
             }
@@ -536,7 +577,8 @@ private slots:
         const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(kData + "/sd2.safetensors", options);
         COMPARE_NAMES(info.prediction, PredictionType::Epsilon);
         EXPECT_MESSAGE(info.predictionReason, "scheduler_config.json");
-        model_test::writeText((folder / "scheduler" / "scheduler_config.json").string(), R"({"prediction_type": "x0"})");
+        model_test::writeText((folder / "scheduler" / "scheduler_config.json").string(),
+                              R"({"prediction_type": "x0"})");
         EXPECT_MESSAGE(errorOf([&] { (void)inspectSingleFileCheckpoint(kData + "/sd2.safetensors", options); }),
                        "prediction_type");
         options.configFolder = tmp("nowhere");

@@ -23,14 +23,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
 #include "core/cpu/HostMemoryEstimate.h"  // formatBytes
-#include "core/run/Infotext.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SdPipeline.h"
-#include "core/cpu/CpuEngine.h"
 #include "core/models/vae/TiledVae.h"
 #include "core/models/vae/VaeGraph.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/run/Infotext.h"
 #include "tests/core/NumericCompare.h"
 
 using namespace tessera;
@@ -121,8 +121,9 @@ HostTensor gradient(int channels, int h, int w) {
 // either side, the same positions in the decoder's own 8-pixel pattern and nearly the same image
 // content. About 1 without a grid; a step or a kink at the tile borders raises it.
 double gridScore(const HostTensor& image, const GraphTileGrid& grid, int cell) {
-    const int C = static_cast<int>(image.shape[1]), H = static_cast<int>(image.shape[2]), W = static_cast<int>(image.shape[3]);
-    std::set<int> xs, ys;   // borders, pixels
+    const int C = static_cast<int>(image.shape[1]), H = static_cast<int>(image.shape[2]),
+              W = static_cast<int>(image.shape[3]);
+    std::set<int> xs, ys;  // borders, pixels
     for (const GraphTile& t : grid.tiles) {
         if (t.coreX > 0) xs.insert(t.coreX * cell);
         if (t.coreY > 0) ys.insert(t.coreY * cell);
@@ -134,7 +135,8 @@ double gridScore(const HostTensor& image, const GraphTileGrid& grid, int cell) {
         for (int c = 0; c < C; ++c)
             for (int j = 0; j < across; ++j) {
                 const auto at = [&](int k) {
-                    return static_cast<double>(image.data[(static_cast<std::size_t>(c) * H + (alongX ? j : k)) * W + (alongX ? k : j)]);
+                    return static_cast<double>(
+                        image.data[(static_cast<std::size_t>(c) * H + (alongX ? j : k)) * W + (alongX ? k : j)]);
                 };
                 sum += std::abs(at(i - 1) - 2 * at(i) + at(i + 1));
             }
@@ -158,8 +160,9 @@ HostTensor smooth(int channels, int h, int w) {
         for (int y = 0; y < h; ++y)
             for (int x = 0; x < w; ++x) {
                 const double u = static_cast<double>(x) / w, v = static_cast<double>(y) / h;
-                t.data[(static_cast<std::size_t>(c) * h + y) * w + x] = static_cast<float>(
-                    0.5 * std::sin(2 * pi * ((1 + c % 2) * u + 0.5 * v) + c) + 0.3 * std::cos(2 * pi * (1.5 * v - 0.5 * u) * (1 + c % 3)));
+                t.data[(static_cast<std::size_t>(c) * h + y) * w + x] =
+                    static_cast<float>(0.5 * std::sin(2 * pi * ((1 + c % 2) * u + 0.5 * v) + c) +
+                                       0.3 * std::cos(2 * pi * (1.5 * v - 0.5 * u) * (1 + c % 3)));
             }
     return t;
 }
@@ -181,12 +184,13 @@ std::string invalidArgument(const std::function<void()>& f) {
     return "<no error>";
 }
 
-#define EXPECT_IN(text, part)                                                                              \
-    QVERIFY2(std::string(text).find(part) != std::string::npos,                                            \
+#define EXPECT_IN(text, part)                                   \
+    QVERIFY2(std::string(text).find(part) != std::string::npos, \
              qPrintable(QString::fromStdString(std::string("'") + (part) + "' not in: " + std::string(text))))
 
 int countOps(const ModelGraph& g, OpKind kind) {
-    return static_cast<int>(std::count_if(g.ops().begin(), g.ops().end(), [&](const GraphOp& op) { return op.kind == kind; }));
+    return static_cast<int>(
+        std::count_if(g.ops().begin(), g.ops().end(), [&](const GraphOp& op) { return op.kind == kind; }));
 }
 
 class Silent : public RunObserver {};
@@ -218,8 +222,8 @@ public:
         ++calls_.prepares;
         host_->prepare(graph, weights, batch, tileH, tileW);
     }
-    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid, int first,
-             int count) override {
+    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid,
+             int first, int count) override {
         ++calls_.runs;
         host_->run(inputs, outputs, grid, first, count);
     }
@@ -297,7 +301,7 @@ private slots:
             QCOMPARE(t.w, grid.extentW);
             QCOMPARE(t.h, grid.extentH);
             QVERIFY(t.x >= 0 && t.y >= 0 && t.x + t.w <= width && t.y + t.h <= height);
-            QVERIFY(t.coreW <= tile || cols == 1);   // one tile on an axis owns all of it
+            QVERIFY(t.coreW <= tile || cols == 1);  // one tile on an axis owns all of it
             QVERIFY(t.coreH <= tile || rows == 1);
             coreW.push_back(t.coreW);
             coreH.push_back(t.coreH);
@@ -347,8 +351,9 @@ private slots:
                     normInputs += in.kind == SegmentInput::Kind::NormVector;
                     if (in.kind == SegmentInput::Kind::Context) {
                         ++contexts;
-                        QCOMPARE(s.graph.value(s.graph.inputs()[static_cast<std::size_t>(&in - s.inputs.data())]).tokens,
-                                 64 * 64);   // every latent pixel of the 512x512 image
+                        QCOMPARE(
+                            s.graph.value(s.graph.inputs()[static_cast<std::size_t>(&in - s.inputs.data())]).tokens,
+                            64 * 64);  // every latent pixel of the 512x512 image
                     }
                 }
             }
@@ -356,7 +361,8 @@ private slots:
             QCOMPARE(contexts, 1);
             QCOMPARE(requiredHalo(segments, 8), decoder ? 2 : 1);
             // Tile-local attention: the attention stays inside its segment.
-            QCOMPARE(static_cast<int>(cutAtNorms(g, SegmentOptions{AttentionContext::Tile, 512, 512}).size()), norms + 1);
+            QCOMPARE(static_cast<int>(cutAtNorms(g, SegmentOptions{AttentionContext::Tile, 512, 512}).size()),
+                     norms + 1);
         }
         // What tiling saves: SD's decoder at 2048x2048 in fp16 whole, and in 64-px tiles.
         const ModelGraph decoder = buildVaeDecoderGraph(sd);
@@ -408,7 +414,7 @@ private slots:
     void approximationsMeasured() {
         if (!pipelinePresent()) QSKIP("tests/data/sdpipeline is not there");
         const VaeModel& vae = pipelineVae();
-        const int side = 32;   // in every build: a smaller latent leaves the larger halo no room
+        const int side = 32;  // in every build: a smaller latent leaves the larger halo no room
         const HostTensor latent = smooth(4, side, side);
         CpuBackend backend;
         const HostTensor whole = vae.decode(backend, latent);
@@ -441,7 +447,7 @@ private slots:
         const VaeModel vae = sdxlShapedVae();
         QCOMPARE(vae.config().scalingFactor, 0.13025f);
         QVERIFY(vae.config().forceUpcast);
-        const HostTensor z = unscaleLatents(vae.config(), gradient(4, 48, 64));   // 384 x 512 px
+        const HostTensor z = unscaleLatents(vae.config(), gradient(4, 48, 64));  // 384 x 512 px
         CpuBackend backend;
         GraphTiling tiling;
         tiling.tile = 16;
@@ -456,12 +462,13 @@ private slots:
         QCOMPARE(cell, 8);
         const double untiledScore = gridScore(whole, report.grid, cell);
         const double ours = gridScore(tiled, report.grid, cell), theirs = gridScore(perTile, report.grid, cell);
-        qInfo("grid score at the tile borders (1 = none): untiled %.3f, tiled whole-image statistics %.3f, "
-              "per-tile statistics %.3f; PSNR vs untiled %.1f / %.1f dB",
-              untiledScore, ours, theirs, psnr(tiled, whole), psnr(perTile, whole));
+        qInfo(
+            "grid score at the tile borders (1 = none): untiled %.3f, tiled whole-image statistics %.3f, "
+            "per-tile statistics %.3f; PSNR vs untiled %.1f / %.1f dB",
+            untiledScore, ours, theirs, psnr(tiled, whole), psnr(perTile, whole));
         // Measured: untiled 0.995, ours 0.995, per-tile statistics 5.7.
         QVERIFY2(std::abs(ours - untiledScore) < 0.02 && ours < 1.1, qPrintable(QString::number(ours)));
-        QVERIFY2(theirs > 1.5, qPrintable(QString::number(theirs)));   // the same bar fails where there is a grid
+        QVERIFY2(theirs > 1.5, qPrintable(QString::number(theirs)));  // the same bar fails where there is a grid
     }
 
     // The encoder over a 512x512 smooth image: posterior means within 45 dB of untiled.
@@ -499,11 +506,10 @@ private slots:
         const HostTensor tiled = decodeTiled(backend, vae, latent, tiling, &report);
         const HostTensor whole = vae.decode(backend, latent);
         QCOMPARE(report.grid.tiles.size(), std::size_t{1});
-        QCOMPARE(report.prepares, 2 * report.segments);   // once per segment and image
+        QCOMPARE(report.prepares, 2 * report.segments);  // once per segment and image
         const double decodeError = maxRelative(tiled, whole);
         const HostTensor image = smooth(3, 48, 40);
-        const double encodeError =
-            maxRelative(encodeTiled(backend, vae, image, tiling), vae.encode(backend, image));
+        const double encodeError = maxRelative(encodeTiled(backend, vae, image, tiling), vae.encode(backend, image));
         qInfo("one tile vs untiled: decode %.2g, encode %.2g (max |diff| / max |untiled|)", decodeError, encodeError);
         QVERIFY2(decodeError < 1e-5, qPrintable(QString::number(decodeError)));
         QVERIFY2(encodeError < 1e-5, qPrintable(QString::number(encodeError)));
@@ -549,19 +555,20 @@ private slots:
         const VaeModel vae = twoLevelVae();
         CpuBackend backend;
         const GraphTiling tiling;
-        HostTensor latent = smooth(3, 4, 4);   // 3 channels; the VAE takes 4
+        HostTensor latent = smooth(3, 4, 4);  // 3 channels; the VAE takes 4
         EXPECT_IN(invalidArgument([&] { decodeTiled(backend, vae, latent, tiling); }), "latent: shape [1, 3, 4, 4]");
         latent = smooth(4, 4, 4);
         latent.shape = {4, 4, 4};
         EXPECT_IN(invalidArgument([&] { decodeTiled(backend, vae, latent, tiling); }), "expected [batch 1 to");
-        const HostTensor odd = smooth(3, 5, 4);   // 5 is no multiple of the scale 2
+        const HostTensor odd = smooth(3, 5, 4);  // 5 is no multiple of the scale 2
         EXPECT_IN(invalidArgument([&] { encodeTiled(backend, vae, odd, tiling); }), "each side a multiple of 2");
         latent = smooth(4, 4, 4);
         latent.data.pop_back();
         EXPECT_IN(invalidArgument([&] { decodeTiled(backend, vae, latent, tiling); }), "63 values for shape");
         latent = smooth(4, 4, 4);
         for (const GraphTiling& bad : {GraphTiling{0, -1, 1}, GraphTiling{4, -2, 1}, GraphTiling{4, 1, 0}})
-            EXPECT_IN(invalidArgument([&] { decodeTiled(backend, vae, latent, bad); }), "the tile must be at least 1 cell");
+            EXPECT_IN(invalidArgument([&] { decodeTiled(backend, vae, latent, bad); }),
+                      "the tile must be at least 1 cell");
     }
 
     // What the run held on the host is what the estimate says, for both statistics modes and
@@ -617,22 +624,24 @@ private slots:
         EXPECT_IN(plan.reason, "no memory budget known");
         plan = planVaePass(VaeTiling::Auto, g, 1024, 1024, roomy);
         QVERIFY(!plan.tiled);
-        EXPECT_IN(plan.reason, "activations " + formatBytes(untiled) + " of " + formatBytes(roomy.bytes) + " (test budget)");
+        EXPECT_IN(plan.reason,
+                  "activations " + formatBytes(untiled) + " of " + formatBytes(roomy.bytes) + " (test budget)");
         QCOMPARE(plan.untiledBytes, untiled);
 
         plan = planVaePass(VaeTiling::Auto, g, 1024, 1024, tight);
         QVERIFY(plan.tiled);
-        EXPECT_IN(plan.reason, "activations " + formatBytes(untiled) + " exceed " + formatBytes(tight.bytes) + " (test budget)");
+        EXPECT_IN(plan.reason,
+                  "activations " + formatBytes(untiled) + " exceed " + formatBytes(tight.bytes) + " (test budget)");
         QVERIFY(plan.estimate.deviceBytes <= tight.bytes);
         QCOMPARE(plan.tiling.tile, 64);
         plan = planVaePass(VaeTiling::Auto, g, 1024, 1024, tiny);
         QVERIFY(plan.tiled);
-        QCOMPARE(plan.tiling.tile, 8);   // halved as far as it goes
+        QCOMPARE(plan.tiling.tile, 8);  // halved as far as it goes
         plan = planVaePass(VaeTiling::On, g, 1024, 1024, roomy);
         QVERIFY(plan.tiled);
         QCOMPARE(plan.reason, std::string("vae_tiling on"));
         QCOMPARE(plan.tiling.tile, 64);
-        QCOMPARE(plan.estimate.grid.cols, 8);   // 512 latent px in 64-px tiles
+        QCOMPARE(plan.estimate.grid.cols, 8);  // 512 latent px in 64-px tiles
     }
 
     // runVaePass says which way it went; on, the image is the untiled one's.
@@ -644,10 +653,12 @@ private slots:
         const HostTensor whole = runVaePass(backend, vae, latent, true, VaeTiling::Off, std::nullopt, &off);
         const HostTensor tiled = runVaePass(backend, vae, latent, true, VaeTiling::On, std::nullopt, &on);
         QCOMPARE(off, std::string("untiled (vae_tiling off)"));
-        EXPECT_IN(on, "tiled 1x1 tiles of 64 latent px + 2 halo (80x80 px evaluated)");  // one tile over the 40x40 latent
+        EXPECT_IN(on,
+                  "tiled 1x1 tiles of 64 latent px + 2 halo (80x80 px evaluated)");  // one tile over the 40x40 latent
         EXPECT_IN(on, "whole-image GroupNorm, attention over the whole image, host peak ");
         QVERIFY(maxRelative(tiled, whole) < 1e-5);
-        EXPECT_IN(invalidArgument([&] { runVaePass(backend, vae, smooth(2, 4, 4), true, VaeTiling::Auto, std::nullopt, nullptr); }),
+        EXPECT_IN(invalidArgument(
+                      [&] { runVaePass(backend, vae, smooth(2, 4, 4), true, VaeTiling::Auto, std::nullopt, nullptr); }),
                   "latent: shape [1, 2, 4, 4]");
     }
 
@@ -726,7 +737,8 @@ private slots:
         engine.setInitImage(ImageTensor{3, 96, 128, smooth(3, 96, 128).data});
         const RunResult img2img = engine.run(config, observer);
         const auto& m = img2img.record.messages;
-        QVERIFY2(std::any_of(m.begin(), m.end(), [](const std::string& s) { return s.rfind("vae encode: tiled 1x1 tiles", 0) == 0; }),
+        QVERIFY2(std::any_of(m.begin(), m.end(),
+                             [](const std::string& s) { return s.rfind("vae encode: tiled 1x1 tiles", 0) == 0; }),
                  qPrintable(QString::fromStdString(nlohmann::json(m).dump())));
     }
 
@@ -746,7 +758,7 @@ private slots:
         TiledGraphReport storeReport;
         const HostTensor stored = decodeTiled(offering, vae, latent, tiling, &storeReport);
         QVERIFY(host.shape == stored.shape);
-        QVERIFY(host.data == stored.data);   // bit-identical
+        QVERIFY(host.data == stored.data);  // bit-identical
         QCOMPARE(offering.asked, hostReport.hostPeakBytes);
         QCOMPARE(storeReport.canvases, std::string("counting"));
         QCOMPARE(storeReport.storePeakBytes, hostReport.hostPeakBytes);
@@ -754,9 +766,9 @@ private slots:
         EXPECT_IN(storeReport.describe(), "canvases on the counting (peak ");
         QCOMPARE(offering.calls.prepares, storeReport.prepares);
         QCOMPARE(offering.calls.runs, storeReport.batchRuns);
-        QCOMPARE(offering.calls.releases, offering.calls.allocates);   // every canvas given back
+        QCOMPARE(offering.calls.releases, offering.calls.allocates);  // every canvas given back
         const ModelGraph g = buildVaeDecoderGraph(vae.config());
-        QCOMPARE(offering.calls.moments, countOps(g, OpKind::GroupNorm));   // whole-image: once per GroupNorm
+        QCOMPARE(offering.calls.moments, countOps(g, OpKind::GroupNorm));  // whole-image: once per GroupNorm
 
         StoreBackend declining(hostReport.hostPeakBytes - 1);
         TiledGraphReport declined;
@@ -813,9 +825,10 @@ private slots:
         ample.bytes = whole4096;
         plan = planVaePass(VaeTiling::Auto, decoder, 4096, 4096, ample);
         QVERIFY(plan.tiled);
-        EXPECT_IN(plan.reason, "activations " + formatBytes(whole4096) + " of " + formatBytes(whole4096) +
-                                   " (test budget), but its largest tensor has 4294967296 elements, over the 2147483647 "
-                                   "the device takes");
+        EXPECT_IN(plan.reason,
+                  "activations " + formatBytes(whole4096) + " of " + formatBytes(whole4096) +
+                      " (test budget), but its largest tensor has 4294967296 elements, over the 2147483647 "
+                      "the device takes");
         const ModelGraph execution = fuseForExecution(decoder);
         const int cell = plan.estimate.cellPixels;
         QVERIFY(largestTensorElements(execution, plan.tiling.batch, plan.estimate.grid.extentH * cell,
@@ -829,8 +842,9 @@ private slots:
         unlimited.maxTensorElements = 0;
         QVERIFY(!planVaePass(VaeTiling::Auto, decoder, 4096, 4096, unlimited).tiled);
         EXPECT_IN(planVaePass(VaeTiling::Auto, decoder, 4096, 4096, h100).reason,
-                  "activations " + formatBytes(whole4096) + " exceed 70.0 GiB (test budget), and its largest tensor has "
-                  "4294967296 elements");
+                  "activations " + formatBytes(whole4096) +
+                      " exceed 70.0 GiB (test budget), and its largest tensor has "
+                      "4294967296 elements");
         // A small forced budget tiles a size that fits the element limit.
         VaeMemoryBudget small = h100;
         small.bytes = 256ull << 20;

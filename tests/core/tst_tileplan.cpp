@@ -44,14 +44,14 @@ private slots:
         QTest::newRow("96x64 t32 o8") << 96 << 64 << 32 << 8 << QList<int>{0, 24, 48, 64} << QList<int>{0, 24, 32};
         QTest::newRow("exact fit") << 128 << 64 << 64 << 0 << QList<int>{0, 64} << QList<int>{0};
         QTest::newRow("exact stride fit") << 112 << 64 << 64 << 16 << QList<int>{0, 48} << QList<int>{0};
-        QTest::newRow("not a multiple of stride") << 100 << 70 << 32 << 8 << QList<int>{0, 24, 48, 68}
-                                                  << QList<int>{0, 24, 38};
+        QTest::newRow("not a multiple of stride")
+            << 100 << 70 << 32 << 8 << QList<int>{0, 24, 48, 68} << QList<int>{0, 24, 38};
         QTest::newRow("one pixel over") << 65 << 64 << 64 << 16 << QList<int>{0, 1} << QList<int>{0};
         QTest::newRow("image smaller than tile") << 40 << 24 << 64 << 16 << QList<int>{0} << QList<int>{0};
         QTest::newRow("one axis smaller") << 200 << 48 << 64 << 16 << QList<int>{0, 48, 96, 136} << QList<int>{0};
         QTest::newRow("stride one") << 36 << 32 << 32 << 31 << QList<int>{0, 1, 2, 3, 4} << QList<int>{0};
-        QTest::newRow("no overlap remainder") << 100 << 100 << 32 << 0 << QList<int>{0, 32, 64, 68}
-                                              << QList<int>{0, 32, 64, 68};
+        QTest::newRow("no overlap remainder")
+            << 100 << 100 << 32 << 0 << QList<int>{0, 32, 64, 68} << QList<int>{0, 32, 64, 68};
     }
 
     void exactPositions() {
@@ -121,8 +121,8 @@ private slots:
                 for (int width : {1, 7, tile - 1, tile, tile + 1, 97, 2 * tile + 3, 255}) {
                     for (int height : {3, tile, 61, 129}) {
                         const TilePlan plan = TilePlan::make(width, height, tile, overlap);
-                        const QByteArray where = QStringLiteral("%1x%2 t%3 o%4")
-                                                     .arg(width).arg(height).arg(tile).arg(overlap).toUtf8();
+                        const QByteArray where =
+                            QStringLiteral("%1x%2 t%3 o%4").arg(width).arg(height).arg(tile).arg(overlap).toUtf8();
                         QVERIFY2(plan.cols() == expectedCount(width, tile, overlap), where.constData());
                         QVERIFY2(plan.rows() == expectedCount(height, tile, overlap), where.constData());
                         QVERIFY2(plan.columnPositions() == expectedPositions(width, tile, overlap), where.constData());

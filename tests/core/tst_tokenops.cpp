@@ -94,7 +94,8 @@ GraphOp makeOp(OpKind kind, const std::string& name, int input, int input2 = -1)
     return op;
 }
 
-std::vector<int> params(ModelGraph& g, const std::string& prefix, const std::vector<std::pair<const char*, std::vector<std::int64_t>>>& list) {
+std::vector<int> params(ModelGraph& g, const std::string& prefix,
+                        const std::vector<std::pair<const char*, std::vector<std::int64_t>>>& list) {
     std::vector<int> ids;
     for (const auto& [name, shape] : list) ids.push_back(g.addParam(prefix + name, shape));
     return ids;
@@ -116,7 +117,8 @@ Values attentionRef(const float* x, int N, int C, const float* ctx, int M, int C
             double m = -1e300, sum = 0;
             for (int j = 0; j < keys; ++j) {
                 double dot = 0;
-                for (int c = 0; c < d; ++c) dot += q[std::size_t(i) * C + h * d + c] * k[std::size_t(j) * C + h * d + c];
+                for (int c = 0; c < d; ++c)
+                    dot += q[std::size_t(i) * C + h * d + c] * k[std::size_t(j) * C + h * d + c];
                 s[j] = dot / std::sqrt(double(d));
                 m = std::max(m, s[j]);
             }
@@ -149,7 +151,8 @@ private slots:
         const auto y = runCpu(g, {}, batch, h, w, in);
         for (int b = 0; b < batch; ++b)
             for (int c = 0; c < C; ++c)
-                for (int p = 0; p < H * W; ++p) QCOMPARE(y[(std::size_t(b) * H * W + p) * C + c], in[0][(std::size_t(b) * C + c) * H * W + p]);
+                for (int p = 0; p < H * W; ++p)
+                    QCOMPARE(y[(std::size_t(b) * H * W + p) * C + c], in[0][(std::size_t(b) * C + c) * H * W + p]);
 
         ModelGraph back;
         const int tok = back.addInput("t", ValueKind::Tokens, 3, 2);
@@ -185,7 +188,8 @@ private slots:
             for (int c = 0; c < 6; ++c) mean += v[c] / 6.0;
             for (int c = 0; c < 6; ++c) var += (v[c] - mean) * (v[c] - mean) / 6.0;
             for (int c = 0; c < 6; ++c)
-                ref.push_back((v[c] - mean) / std::sqrt(var + 1e-5) * param(w, "ln.weight")[c] + param(w, "ln.bias")[c]);
+                ref.push_back((v[c] - mean) / std::sqrt(var + 1e-5) * param(w, "ln.weight")[c] +
+                              param(w, "ln.bias")[c]);
         }
         expectClose(runCpu(g, w, batch, 8, 8, in), ref, 1e-6);
     }
@@ -231,10 +235,12 @@ private slots:
         Values ref;
         for (float v : in[0]) {
             const double d = v;
-            if (static_cast<OpKind>(kind) == OpKind::QuickGELU) ref.push_back(d / (1.0 + std::exp(-1.702 * d)));
+            if (static_cast<OpKind>(kind) == OpKind::QuickGELU)
+                ref.push_back(d / (1.0 + std::exp(-1.702 * d)));
             else if (tanhApproximation)
                 ref.push_back(0.5 * d * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (d + 0.044715 * d * d * d))));
-            else ref.push_back(geluExact(d));
+            else
+                ref.push_back(geluExact(d));
         }
         expectClose(runCpu(g, {}, 2, 8, 8, in), ref, 2e-6);
     }
@@ -254,7 +260,8 @@ private slots:
                                     &param(w, "ff.net.0.proj.bias"), 6);
         Values ref;
         for (int r = 0; r < batch * 4; ++r)
-            for (int o = 0; o < 3; ++o) ref.push_back(p[std::size_t(r) * 6 + o] * geluExact(p[std::size_t(r) * 6 + 3 + o]));
+            for (int o = 0; o < 3; ++o)
+                ref.push_back(p[std::size_t(r) * 6 + o] * geluExact(p[std::size_t(r) * 6 + 3 + o]));
         expectClose(runCpu(g, w, batch, h, wd, in), ref, 1e-6);
         QCOMPARE(g.flops(g.ops()[0], h, wd), 2.0 * 4 * 6 * 4);
     }

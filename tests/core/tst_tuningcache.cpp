@@ -40,8 +40,8 @@ std::string readFile(const std::string& p) {
 }
 
 QStringList entries(const QTemporaryDir& dir) {
-    return QDir(dir.path()).entryList(QDir::AllEntries | QDir::Hidden | QDir::System | QDir::NoDotAndDotDot,
-                                      QDir::Name);
+    return QDir(dir.path())
+        .entryList(QDir::AllEntries | QDir::Hidden | QDir::System | QDir::NoDotAndDotDot, QDir::Name);
 }
 
 // Sets (or, with nullptr, unsets) an environment variable for a scope.
@@ -49,12 +49,16 @@ class EnvScope {
 public:
     EnvScope(const char* name, const char* value) : name_(name) {
         if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-        if (value) ::setenv(name, value, 1);
-        else ::unsetenv(name);
+        if (value)
+            ::setenv(name, value, 1);
+        else
+            ::unsetenv(name);
     }
     ~EnvScope() {
-        if (had_) ::setenv(name_, old_.c_str(), 1);
-        else ::unsetenv(name_);
+        if (had_)
+            ::setenv(name_, old_.c_str(), 1);
+        else
+            ::unsetenv(name_);
     }
     EnvScope(const EnvScope&) = delete;
     EnvScope& operator=(const EnvScope&) = delete;
@@ -72,8 +76,7 @@ int inChild(const std::function<int()>& body) {
         int code = 99;
         try {
             code = body();
-        } catch (...) {
-        }
+        } catch (...) {}
         ::_exit(code);
     }
     int status = 0;
@@ -144,11 +147,11 @@ private slots:
 
     void roundTrip() {
         QTemporaryDir dir;
-        const std::string p = path(dir, "sub/dir/tuning.json");   // folders are created
+        const std::string p = path(dir, "sub/dir/tuning.json");  // folders are created
         {
             TuningCache c(p);
             QVERIFY(c.enabled());
-            QVERIFY(c.warnings().empty());   // a missing file is an empty cache, not a problem
+            QVERIFY(c.warnings().empty());  // a missing file is an empty cache, not a problem
             QVERIFY(!c.find(kCtx, "conv a").has_value());
             c.store(kCtx, "conv a", "algo=1 math=1");
             c.store(kCtx, "conv b n8", "engine=12");
@@ -165,7 +168,7 @@ private slots:
         QCOMPARE(again.size(), std::size_t(3));
         QCOMPARE(QString::fromStdString(*again.find(kCtx, "conv b n8")), QStringLiteral("engine=12"));
         QCOMPARE(QString::fromStdString(*again.find("other", "conv a")), QStringLiteral("algo=6 math=0"));
-        QVERIFY(!again.find("other", "conv b n8").has_value());   // contexts do not mix
+        QVERIFY(!again.find("other", "conv b n8").has_value());  // contexts do not mix
     }
 
     void disabled() {
@@ -199,12 +202,14 @@ private slots:
         QTest::newRow("context not object")
             << QByteArray(R"({"format": "tessera-tuning", "version": 1, "contexts": {"c": 5}})") << "not an object";
         QTest::newRow("choice number")
-            << QByteArray(R"({"format": "tessera-tuning", "version": 1, "contexts": {"c": {"op": 7}}})") << "not a string";
-        QTest::newRow("choice too long")
-            << QByteArray::fromStdString(nlohmann::json{{"format", "tessera-tuning"}, {"version", 1},
-                                                      {"contexts", {{"c", {{"op", std::string(600, 'a')}}}}}}
-                                          .dump())
-            << "longer than";
+            << QByteArray(R"({"format": "tessera-tuning", "version": 1, "contexts": {"c": {"op": 7}}})")
+            << "not a string";
+        QTest::newRow("choice too long") << QByteArray::fromStdString(
+                                                nlohmann::json{{"format", "tessera-tuning"},
+                                                               {"version", 1},
+                                                               {"contexts", {{"c", {{"op", std::string(600, 'a')}}}}}}
+                                                    .dump())
+                                         << "longer than";
     }
     void badFilesIgnoredWithOneWarningAndRebuilt() {
         QFETCH(QByteArray, bytes);
@@ -215,15 +220,15 @@ private slots:
         TuningCache c(p);
         QCOMPARE(c.warnings().size(), std::size_t(1));
         const QString warning = QString::fromStdString(c.warnings().front());
-        QVERIFY2(warning.contains(QString::fromStdString(p)) && warning.contains("ignored") &&
-                     warning.contains("rebuilt"),
-                 qPrintable(warning));
+        QVERIFY2(
+            warning.contains(QString::fromStdString(p)) && warning.contains("ignored") && warning.contains("rebuilt"),
+            qPrintable(warning));
         if (!why.isEmpty()) QVERIFY2(warning.contains(why), qPrintable(warning));
-        QVERIFY2(warning.size() < 600, qPrintable(warning));   // never the file's contents
+        QVERIFY2(warning.size() < 600, qPrintable(warning));  // never the file's contents
         QCOMPARE(c.size(), std::size_t(0));
         c.store(kCtx, "conv a", "algo=1 math=1");
         QVERIFY(c.save());
-        QCOMPARE(c.warnings().size(), std::size_t(1));   // the save adds none
+        QCOMPARE(c.warnings().size(), std::size_t(1));  // the save adds none
         TuningCache rebuilt(p);
         QVERIFY(rebuilt.warnings().empty());
         QCOMPARE(rebuilt.size(), std::size_t(1));
@@ -242,7 +247,7 @@ private slots:
         TuningCache d(folder);
         QCOMPARE(d.warnings().size(), std::size_t(1));
         d.store(kCtx, "conv a", "x");
-        QVERIFY(!d.save());   // cannot replace a folder: a second warning, no exception
+        QVERIFY(!d.save());  // cannot replace a folder: a second warning, no exception
         QCOMPARE(d.warnings().size(), std::size_t(2));
         QVERIFY(QString::fromStdString(d.warnings().back()).contains("could not write"));
     }
@@ -268,7 +273,8 @@ private slots:
         QVERIFY(c.save());
         QCOMPARE(entries(dir), QStringList({"tuning.json", "tuning.json.lock"}));
         // Nothing new: no write at all (the file's time does not move).
-        struct stat before{}, after{};
+        struct stat before {
+        }, after{};
         QCOMPARE(::stat(p.c_str(), &before), 0);
         TuningCache same(p);
         QVERIFY(same.save());
@@ -288,16 +294,16 @@ private slots:
             std::signal(SIGXFSZ, SIG_IGN);
             TuningCache c(p);
             for (int i = 0; i < 50; ++i) c.store(kCtx, "conv " + std::to_string(i), "algo=1 math=1");
-            struct rlimit limit{};
+            struct rlimit limit {};
             limit.rlim_cur = limit.rlim_max = 200;
             if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 3;
-            if (c.save()) return 1;   // must report the failure
+            if (c.save()) return 1;  // must report the failure
             if (c.warnings().size() != 1 || c.warnings().front().find("could not write") == std::string::npos) return 2;
             return 0;
         });
         QCOMPARE(code, 0);
         QCOMPARE(readFile(p), old);
-        QCOMPARE(entries(dir), QStringList({"tuning.json", "tuning.json.lock"}));   // no temporary file left
+        QCOMPARE(entries(dir), QStringList({"tuning.json", "tuning.json.lock"}));  // no temporary file left
         TuningCache c(p);
         QVERIFY(c.warnings().empty());
         QVERIFY(c.find(kCtx, "conv old").has_value());
@@ -306,7 +312,7 @@ private slots:
     void unwritableFolder() {
         QTemporaryDir dir;
         writeFile(path(dir, "file"), "x");
-        TuningCache c(path(dir, "file/tuning.json"));   // its folder is a file
+        TuningCache c(path(dir, "file/tuning.json"));  // its folder is a file
         QVERIFY(c.warnings().empty());
         c.store(kCtx, "conv a", "x");
         QVERIFY(!c.save());
@@ -318,7 +324,7 @@ private slots:
         QTemporaryDir dir;
         const std::string p = path(dir, "tuning.json");
         writeFile(p, validFile("conv old", "algo=0 math=0"));
-        TuningCache a(p), b(p);   // both loaded the same file
+        TuningCache a(p), b(p);  // both loaded the same file
         a.store(kCtx, "conv a", "algo=1 math=1");
         a.store(kCtx, "conv shared", "from a");
         b.store(kCtx, "conv b", "algo=2 math=1");
@@ -331,7 +337,7 @@ private slots:
         QCOMPARE(QString::fromStdString(*merged.find(kCtx, "conv old")), QStringLiteral("algo=0 math=0"));
         QCOMPARE(QString::fromStdString(*merged.find(kCtx, "conv a")), QStringLiteral("algo=1 math=1"));
         QCOMPARE(QString::fromStdString(*merged.find(kCtx, "conv b")), QStringLiteral("algo=2 math=1"));
-        QCOMPARE(QString::fromStdString(*merged.find(kCtx, "conv shared")), QStringLiteral("from b"));   // last wins
+        QCOMPARE(QString::fromStdString(*merged.find(kCtx, "conv shared")), QStringLiteral("from b"));  // last wins
     }
 
     void processesWritingAtOnce() {
@@ -345,7 +351,7 @@ private slots:
                 int code = 0;
                 for (int r = 0; r < kRounds; ++r) {
                     TuningCache c(p);
-                    if (!c.warnings().empty()) {   // a torn file would warn here
+                    if (!c.warnings().empty()) {  // a torn file would warn here
                         std::fprintf(stderr, "%s\n", c.warnings().front().c_str());
                         code = 1;
                     }

@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu/CpuBackend.h"
-#include "core/graph/ModelGraph.h"
 #include "core/formats/Safetensors.h"
+#include "core/graph/ModelGraph.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/sd/UNetCondModel.h"
@@ -77,7 +77,8 @@ void writeFolder(const fs::path& dir, const nlohmann::json& config, const UNetCo
     std::ofstream(dir / "config.json") << config.dump(2);
     std::map<std::string, SafetensorsTensorData> tensors;
     for (const auto& [name, t] : model.tensors())
-        tensors[name] = SafetensorsTensorData{SafetensorsDtype::F16, t.shape, encodeFloats(SafetensorsDtype::F16, t.data)};
+        tensors[name] =
+            SafetensorsTensorData{SafetensorsDtype::F16, t.shape, encodeFloats(SafetensorsDtype::F16, t.data)};
     if (edit) edit(tensors);
     writeSafetensors((dir / "diffusion_pytorch_model.safetensors").string(), tensors, {{"format", "pt"}});
 }
@@ -133,9 +134,10 @@ private slots:
                  (std::vector<std::int64_t>{5120, 640}));
         QCOMPARE(shapes.at("down_blocks.1.attentions.0.transformer_blocks.0.ff.net.2.weight"),
                  (std::vector<std::int64_t>{640, 2560}));
-        QCOMPARE(shapes.at("up_blocks.1.resnets.2.conv_shortcut.weight"), (std::vector<std::int64_t>{1280, 1920, 1, 1}));
-        const std::vector<std::int64_t> projIn = linear ? std::vector<std::int64_t>{1280, 1280}
-                                                        : std::vector<std::int64_t>{1280, 1280, 1, 1};
+        QCOMPARE(shapes.at("up_blocks.1.resnets.2.conv_shortcut.weight"),
+                 (std::vector<std::int64_t>{1280, 1920, 1, 1}));
+        const std::vector<std::int64_t> projIn =
+            linear ? std::vector<std::int64_t>{1280, 1280} : std::vector<std::int64_t>{1280, 1280, 1, 1};
         QCOMPARE(shapes.at("mid_block.attentions.0.proj_in.weight"), projIn);
         QVERIFY(!shapes.count("down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.bias"));
         int shortcuts = 0;
@@ -152,32 +154,45 @@ private slots:
     void configRejections_data() {
         QTest::addColumn<QString>("patch");  // merged into tinyConfig()
         QTest::addColumn<QString>("message");
-        QTest::newRow("heads list length") << R"({"attention_head_dim": [2, 4, 8]})"
-                                           << "attention_head_dim = [2,4,8]: has 3 entries but block_out_channels has 2";
+        QTest::newRow("heads list length")
+            << R"({"attention_head_dim": [2, 4, 8]})"
+            << "attention_head_dim = [2,4,8]: has 3 entries but block_out_channels has 2";
         QTest::newRow("heads do not divide") << R"({"attention_head_dim": [3, 4]})"
                                              << "3 heads (the entry for level 0) do not divide its 16 channels";
-        QTest::newRow("heads range") << R"({"attention_head_dim": 0})" << "attention_head_dim = 0: expected an integer from 1 to 256";
+        QTest::newRow("heads range") << R"({"attention_head_dim": 0})"
+                                     << "attention_head_dim = 0: expected an integer from 1 to 256";
         QTest::newRow("Kandinsky image") << R"({"addition_embed_type": "image"})"
                                          << "addition_embed_type = \"image\": only null or \"text_time\" (SDXL)";
-        QTest::newRow("num_attention_heads") << R"({"num_attention_heads": 8})" << "num_attention_heads = 8: must be null";
-        QTest::newRow("layers list") << R"({"layers_per_block": [1, 1]})" << "layers_per_block = [1,1]: a per-block list";
+        QTest::newRow("num_attention_heads") << R"({"num_attention_heads": 8})"
+                                             << "num_attention_heads = 8: must be null";
+        QTest::newRow("layers list") << R"({"layers_per_block": [1, 1]})"
+                                     << "layers_per_block = [1,1]: a per-block list";
         QTest::newRow("cross dim range") << R"({"cross_attention_dim": 9000})"
                                          << "cross_attention_dim = 9000: expected an integer from 1 to 8192";
-        QTest::newRow("cross dim list") << R"({"cross_attention_dim": [24, 24]})" << "cross_attention_dim = [24,24]: a per-block list";
-        QTest::newRow("block type") << R"({"down_block_types": ["SimpleCrossAttnDownBlock2D", "DownBlock2D"]})"
-                                    << "'SimpleCrossAttnDownBlock2D' is not supported (DownBlock2D or CrossAttnDownBlock2D)";
-        QTest::newRow("up block count") << R"({"up_block_types": ["UpBlock2D"]})"
-                                        << "up_block_types = [\"UpBlock2D\"]: has 1 entries but block_out_channels has 2";
+        QTest::newRow("cross dim list") << R"({"cross_attention_dim": [24, 24]})"
+                                        << "cross_attention_dim = [24,24]: a per-block list";
+        QTest::newRow("block type")
+            << R"({"down_block_types": ["SimpleCrossAttnDownBlock2D", "DownBlock2D"]})"
+            << "'SimpleCrossAttnDownBlock2D' is not supported (DownBlock2D or CrossAttnDownBlock2D)";
+        QTest::newRow("up block count")
+            << R"({"up_block_types": ["UpBlock2D"]})"
+            << "up_block_types = [\"UpBlock2D\"]: has 1 entries but block_out_channels has 2";
         QTest::newRow("mid block") << R"({"mid_block_type": "UNetMidBlock2DSimpleCrossAttn"})"
                                    << "only \"UNetMidBlock2DCrossAttn\" or null";
-        QTest::newRow("groups") << R"({"norm_num_groups": 5})" << "norm_num_groups = 5: does not divide block_out_channels entry 16";
-        QTest::newRow("sample size") << R"({"sample_size": 15})" << "sample_size = 15: must be divisible by 2";
-        QTest::newRow("scale shift") << R"({"resnet_time_scale_shift": "scale_shift"})" << "only \"default\"";
-        QTest::newRow("LCM") << R"({"time_cond_proj_dim": 256})" << "time_cond_proj_dim = 256: a guidance embedding";
+        QTest::newRow("groups") << R"({"norm_num_groups": 5})"
+                                << "norm_num_groups = 5: does not divide block_out_channels entry 16";
+        QTest::newRow("sample size") << R"({"sample_size": 15})"
+                                     << "sample_size = 15: must be divisible by 2";
+        QTest::newRow("scale shift") << R"({"resnet_time_scale_shift": "scale_shift"})"
+                                     << "only \"default\"";
+        QTest::newRow("LCM") << R"({"time_cond_proj_dim": 256})"
+                             << "time_cond_proj_dim = 256: a guidance embedding";
         QTest::newRow("depth range") << R"({"transformer_layers_per_block": 33})"
                                      << "transformer_layers_per_block = 33: expected an integer from 1 to 32";
-        QTest::newRow("not a bool") << R"({"use_linear_projection": "yes"})" << "use_linear_projection = \"yes\": expected true or false";
-        QTest::newRow("even kernel") << R"({"conv_in_kernel": 4})" << "conv_in_kernel = 4: expected an odd kernel size";
+        QTest::newRow("not a bool") << R"({"use_linear_projection": "yes"})"
+                                    << "use_linear_projection = \"yes\": expected true or false";
+        QTest::newRow("even kernel") << R"({"conv_in_kernel": 4})"
+                                     << "conv_in_kernel = 4: expected an odd kernel size";
     }
     void configRejections() {
         QFETCH(QString, patch);
@@ -196,7 +211,7 @@ private slots:
     void configDefaultsAndLists() {
         nlohmann::json j = tinyConfig();
         j["transformer_layers_per_block"] = nlohmann::json::array({1, 2});
-        j["some_future_key"] = 3;                                        // ignored with a warning
+        j["some_future_key"] = 3;  // ignored with a warning
         j["_use_default_values"] = nlohmann::json::array({"upcast_attention"});
         const UNetCondConfig c = unetCondConfigFromJson(j);
         QCOMPARE(c.transformerLayers, (std::vector<int>{1, 2}));
@@ -205,7 +220,7 @@ private slots:
         QCOMPARE(c.crossAttentionDim, 24);
         QCOMPARE(c.timeEmbedDim(), 64);
         const ModelGraph g = buildUNet2DConditionGraph(c);
-        QVERIFY(opNamed(g, "mid_block.attentions.0.transformer_blocks.1.attn1"));  // depth 2 at the last level
+        QVERIFY(opNamed(g, "mid_block.attentions.0.transformer_blocks.1.attn1"));     // depth 2 at the last level
         QVERIFY(!opNamed(g, "up_blocks.1.attentions.0.transformer_blocks.1.attn1"));  // depth 1 at level 0
         QVERIFY(opNamed(g, "up_blocks.1.attentions.1.transformer_blocks.0.attn2"));
         // A default (4-entry) list applies to any level count when the key is absent.
@@ -237,7 +252,8 @@ private slots:
         const auto b = runCpu(fused, model.tensors(), batch, h, w, in);
         QVERIFY2(relativeL2(b[0], a[0]) < 1e-5, qPrintable(QString::number(relativeL2(b[0], a[0]))));
         std::vector<std::vector<float>> first;
-        for (const auto& x : in) first.emplace_back(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / batch));
+        for (const auto& x : in)
+            first.emplace_back(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / batch));
         const auto alone = runCpu(fused, model.tensors(), 1, h, w, first);
         QVERIFY(std::equal(alone[0].begin(), alone[0].end(), b[0].begin()));
         auto otherContext = in;
@@ -258,8 +274,10 @@ private slots:
         QCOMPARE(model.parameterCount(), source.parameterCount());
         const HostTensor& t = model.tensors().at("down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight");
         QCOMPARE(t.shape, (std::vector<std::int64_t>{16, 24}));
-        const std::vector<float>& s = source.tensors().at("down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight").data;
-        for (std::size_t i = 0; i < s.size(); ++i) QVERIFY(std::abs(t.data[i] - s[i]) <= 1e-3f * std::abs(s[i]));  // F16
+        const std::vector<float>& s =
+            source.tensors().at("down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight").data;
+        for (std::size_t i = 0; i < s.size(); ++i)
+            QVERIFY(std::abs(t.data[i] - s[i]) <= 1e-3f * std::abs(s[i]));  // F16
         QVERIFY(model.extraTensors().empty());
         QCOMPARE(model.weightsSha256().size(), std::size_t{64});
     }
@@ -272,10 +290,12 @@ private slots:
         const std::string k = "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight";
         const std::string file = "diffusion_pytorch_model.safetensors";
         writeFolder(root / "missing", config, source, [&](auto& t) { t.erase(k); });
-        expectModelError((root / "missing").string(), {QString::fromStdString(file), "missing tensor '" + QString::fromStdString(k) + "'",
-                                                       "expected shape [16, 24]"});
+        expectModelError((root / "missing").string(),
+                         {QString::fromStdString(file), "missing tensor '" + QString::fromStdString(k) + "'",
+                          "expected shape [16, 24]"});
         writeFolder(root / "shape", config, source, [&](auto& t) {
-            t[k] = SafetensorsTensorData{SafetensorsDtype::F32, {16, 16}, encodeFloats(SafetensorsDtype::F32, std::vector<float>(256))};
+            t[k] = SafetensorsTensorData{
+                SafetensorsDtype::F32, {16, 16}, encodeFloats(SafetensorsDtype::F32, std::vector<float>(256))};
         });
         expectModelError((root / "shape").string(), {QString::fromStdString(file), QString::fromStdString(k),
                                                      "expected [16, 24], found [16, 16]"});
@@ -284,12 +304,13 @@ private slots:
             v[7] = NAN;
             t[k] = SafetensorsTensorData{SafetensorsDtype::F32, {16, 24}, encodeFloats(SafetensorsDtype::F32, v)};
         });
-        expectModelError((root / "nan").string(), {QString::fromStdString(file), QString::fromStdString(k), "NaN", "element 7"});
+        expectModelError((root / "nan").string(),
+                         {QString::fromStdString(file), QString::fromStdString(k), "NaN", "element 7"});
         nlohmann::json wrongClass = config;
         wrongClass["_class_name"] = "UNet2DModel";
         writeFolder(root / "class", wrongClass, source);
-        expectModelError((root / "class").string(), {"config.json", "_class_name is \"UNet2DModel\"",
-                                                     "expected \"UNet2DConditionModel\""});
+        expectModelError((root / "class").string(),
+                         {"config.json", "_class_name is \"UNet2DModel\"", "expected \"UNet2DConditionModel\""});
         nlohmann::json badHeads = config;
         badHeads["attention_head_dim"] = nlohmann::json::array({3, 4});
         writeFolder(root / "heads", badHeads, source);
@@ -308,11 +329,13 @@ private slots:
         const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kFixtures + "/cases.json"));
         for (const auto& [name, c] : cases.at("cases").items())
             for (const auto& [input, info] : c.at("inputs").items())
-                QTest::newRow((name + "/" + input).c_str()) << QString::fromStdString(name) << QString::fromStdString(input);
+                QTest::newRow((name + "/" + input).c_str())
+                    << QString::fromStdString(name) << QString::fromStdString(input);
     }
     void forwardMatchesDiffusers() {
-        QVERIFY2(fs::exists(kFixtures + "/cases.json"), "tests/data/unetcond/cases.json is missing "
-                                                        "(tools/reference/make_unetcond_fixtures.py makes it)");
+        QVERIFY2(fs::exists(kFixtures + "/cases.json"),
+                 "tests/data/unetcond/cases.json is missing "
+                 "(tools/reference/make_unetcond_fixtures.py makes it)");
         QFETCH(QString, unetCase);
         QFETCH(QString, input);
         const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kFixtures + "/cases.json"));
@@ -344,9 +367,12 @@ private slots:
         }
         // Intermediates diffusers' hooks recorded, by the graph value that holds them.
         const std::map<std::string, std::string> hookValue{
-            {"hook.time_embedding", "time_embedding.linear_2"}, {"hook.conv_in", "conv_in"},
-            {"hook.down_blocks.0.attentions.0", "down_blocks.0.attentions.0"}, {"hook.mid_block", "mid_block.resnets.1"},
-            {"hook.up_blocks.0", "up_blocks.0.upsamplers.0"}, {"hook.conv_norm_out", "conv_norm_out"}};
+            {"hook.time_embedding", "time_embedding.linear_2"},
+            {"hook.conv_in", "conv_in"},
+            {"hook.down_blocks.0.attentions.0", "down_blocks.0.attentions.0"},
+            {"hook.mid_block", "mid_block.resnets.1"},
+            {"hook.up_blocks.0", "up_blocks.0.upsamplers.0"},
+            {"hook.conv_norm_out", "conv_norm_out"}};
         std::vector<std::string> hooks;
         for (const auto& [hook, value] : hookValue)
             if (io.has(hook))

@@ -14,11 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/models/unet/UNetConfig.h"
-#include "core/formats/Safetensors.h"
 #include "core/base/Sha256.h"
-#include "core/models/unet/UNetModel.h"
+#include "core/formats/Safetensors.h"
 #include "core/formats/SchedulerConfig.h"
+#include "core/models/unet/UNetConfig.h"
+#include "core/models/unet/UNetModel.h"
 #include "tests/core/ModelTestSupport.h"
 
 using namespace tessera;
@@ -53,7 +53,8 @@ const char* kCifarConfig = R"({
 nlohmann::json config256() {
     nlohmann::json j = nlohmann::json::parse(kCifarConfig);
     j["block_out_channels"] = {128, 128, 256, 256, 512, 512};
-    j["down_block_types"] = {"DownBlock2D", "DownBlock2D", "DownBlock2D", "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"};
+    j["down_block_types"] = {"DownBlock2D", "DownBlock2D",     "DownBlock2D",
+                             "DownBlock2D", "AttnDownBlock2D", "DownBlock2D"};
     j["up_block_types"] = {"UpBlock2D", "AttnUpBlock2D", "UpBlock2D", "UpBlock2D", "UpBlock2D", "UpBlock2D"};
     j["sample_size"] = 256;
     return j;
@@ -121,8 +122,8 @@ private slots:
         QCOMPARE(c.flipSinToCos, true);
         QVERIFY((c.downBlocks == std::vector<DownBlockType>{DownBlockType::Down, DownBlockType::AttnDown,
                                                             DownBlockType::AttnDown, DownBlockType::AttnDown}));
-        QVERIFY((c.upBlocks ==
-                 std::vector<UpBlockType>{UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::Up}));
+        QVERIFY((c.upBlocks == std::vector<UpBlockType>{UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::AttnUp,
+                                                        UpBlockType::Up}));
         QCOMPARE(c.blockOutChannels, (std::vector<int>{224, 448, 672, 896}));
         QCOMPARE(c.hasMidBlock, true);
         QCOMPARE(c.layersPerBlock, 2);
@@ -191,26 +192,57 @@ private slots:
         QTest::addColumn<QString>("key");
         QTest::addColumn<QString>("value");  // JSON
         QTest::addColumn<QString>("expected");
-        QTest::newRow("act_fn") << "act_fn" << R"("gelu")" << R"(act_fn = "gelu")";
-        QTest::newRow("time embedding") << "time_embedding_type" << R"("fourier")" << "time_embedding_type";
+        QTest::newRow("act_fn") << "act_fn"
+                                << R"("gelu")"
+                                << R"(act_fn = "gelu")";
+        QTest::newRow("time embedding") << "time_embedding_type"
+                                        << R"("fourier")"
+                                        << "time_embedding_type";
         QTest::newRow("down block") << "down_block_types"
                                     << R"(["CrossAttnDownBlock2D","DownBlock2D","DownBlock2D","DownBlock2D"])"
                                     << "'CrossAttnDownBlock2D' is not supported";
-        QTest::newRow("up block") << "up_block_types" << R"(["UpBlock2D","UpBlock2D","SkipUpBlock2D","UpBlock2D"])"
+        QTest::newRow("up block") << "up_block_types"
+                                  << R"(["UpBlock2D","UpBlock2D","SkipUpBlock2D","UpBlock2D"])"
                                   << "up_block_types";
-        QTest::newRow("block count") << "block_out_channels" << "[128, 256]" << "down_block_types";
-        QTest::newRow("groups") << "norm_num_groups" << "48" << "norm_num_groups = 48";
-        QTest::newRow("class embed") << "class_embed_type" << R"("timestep")" << "class_embed_type";
-        QTest::newRow("num class") << "num_class_embeds" << "10" << "num_class_embeds";
-        QTest::newRow("shift") << "resnet_time_scale_shift" << R"("film")" << "resnet_time_scale_shift";
-        QTest::newRow("sample size") << "sample_size" << "36" << "sample_size = 36";
-        QTest::newRow("sample size type") << "sample_size" << R"("32")" << "sample_size";
-        QTest::newRow("channels type") << "in_channels" << "3.5" << "in_channels = 3.5";
-        QTest::newRow("negative channels") << "out_channels" << "0" << "out_channels = 0";
-        QTest::newRow("mid block") << "mid_block_type" << R"("UNetMidBlock2DCrossAttn")" << "mid_block_type";
-        QTest::newRow("resnet downsample") << "downsample_type" << R"("resnet")" << "downsample_type";
-        QTest::newRow("head dim") << "attention_head_dim" << "48" << "attention_head_dim = 48";
-        QTest::newRow("eps") << "norm_eps" << "-1" << "norm_eps";
+        QTest::newRow("block count") << "block_out_channels"
+                                     << "[128, 256]"
+                                     << "down_block_types";
+        QTest::newRow("groups") << "norm_num_groups"
+                                << "48"
+                                << "norm_num_groups = 48";
+        QTest::newRow("class embed") << "class_embed_type"
+                                     << R"("timestep")"
+                                     << "class_embed_type";
+        QTest::newRow("num class") << "num_class_embeds"
+                                   << "10"
+                                   << "num_class_embeds";
+        QTest::newRow("shift") << "resnet_time_scale_shift"
+                               << R"("film")"
+                               << "resnet_time_scale_shift";
+        QTest::newRow("sample size") << "sample_size"
+                                     << "36"
+                                     << "sample_size = 36";
+        QTest::newRow("sample size type") << "sample_size"
+                                          << R"("32")"
+                                          << "sample_size";
+        QTest::newRow("channels type") << "in_channels"
+                                       << "3.5"
+                                       << "in_channels = 3.5";
+        QTest::newRow("negative channels") << "out_channels"
+                                           << "0"
+                                           << "out_channels = 0";
+        QTest::newRow("mid block") << "mid_block_type"
+                                   << R"("UNetMidBlock2DCrossAttn")"
+                                   << "mid_block_type";
+        QTest::newRow("resnet downsample") << "downsample_type"
+                                           << R"("resnet")"
+                                           << "downsample_type";
+        QTest::newRow("head dim") << "attention_head_dim"
+                                  << "48"
+                                  << "attention_head_dim = 48";
+        QTest::newRow("eps") << "norm_eps"
+                             << "-1"
+                             << "norm_eps";
     }
     void configRejectsUnsupportedValues() {
         QFETCH(QString, key);
@@ -237,9 +269,11 @@ private slots:
         QCOMPARE(o.betaEnd, 0.02f);
         QVERIFY(o.betaSchedule == BetaSchedule::Linear);
 
-        const SchedulerOptions d = schedulerOptionsFromJson(nlohmann::json::parse(
-            R"({"_class_name": "DDIMScheduler", "steps_offset": 1, "set_alpha_to_one": false, "unknown": 3,
-                "variance_type": "fixed_large", "_use_default_values": ["variance_type"]})"), &cls);
+        const SchedulerOptions d = schedulerOptionsFromJson(
+            nlohmann::json::parse(
+                R"({"_class_name": "DDIMScheduler", "steps_offset": 1, "set_alpha_to_one": false, "unknown": 3,
+                "variance_type": "fixed_large", "_use_default_values": ["variance_type"]})"),
+            &cls);
         QCOMPARE(cls, std::string("DDIMScheduler"));
         QCOMPARE(d.stepsOffset, 1);
         QCOMPARE(d.setAlphaToOne, false);
@@ -303,7 +337,7 @@ private slots:
             return Shape{};
         };
         QCOMPARE(find("mid_block.resnets.0.time_emb_proj.weight"), (Shape{512, 512}));  // 2*Cout
-        QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), Shape{});          // no GN (UNetMidBlock2D)
+        QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), Shape{});            // no GN (UNetMidBlock2D)
         j["attn_norm_num_groups"] = 16;
         list = UNetModel::expectedTensors(unetConfigFromJson(j));
         QCOMPARE(find("mid_block.attentions.0.group_norm.weight"), (Shape{256}));
@@ -324,22 +358,27 @@ private slots:
         } catch (const ModelError& e) {
             EXPECT_MESSAGE(std::string(e.what()), "downsample_padding = 2: expected an integer from 0 to 1");
         }
-        QVERIFY_THROWS_EXCEPTION(std::runtime_error, (void)unetConfigFromJson(config));  // read from memory: no file to name
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error,
+                                 (void)unetConfigFromJson(config));  // read from memory: no file to name
     }
 
     void flopsCountConvsLinearsAndAttention() {
         // One level of 32 channels, no mid block, 8x8 tile: every term written out.
-        nlohmann::json j = {{"block_out_channels", {32}}, {"down_block_types", {"DownBlock2D"}},
-                            {"up_block_types", {"UpBlock2D"}}, {"layers_per_block", 1},
-                            {"norm_num_groups", 8}, {"mid_block_type", nullptr}, {"attention_head_dim", nullptr}};
+        nlohmann::json j = {{"block_out_channels", {32}},
+                            {"down_block_types", {"DownBlock2D"}},
+                            {"up_block_types", {"UpBlock2D"}},
+                            {"layers_per_block", 1},
+                            {"norm_num_groups", 8},
+                            {"mid_block_type", nullptr},
+                            {"attention_head_dim", nullptr}};
         const UNetConfig plain = unetConfigFromJson(j);
         const double px = 64, t = 128;
-        const double expected = 2 * 32 * 3 * 9 * px                                      // conv_in
-                                + 2 * t * 32 + 2 * t * t                                 // time MLP
-                                + 2 * 32 * 32 * 9 * px * 2 + 2 * 32 * t                  // down resnet
-                                + 2 * (2 * 32 * 64 * 9 * px + 2 * 32 * 32 * 9 * px      // 2 up resnets 64->32
-                                       + 2 * 32 * t + 2 * 32 * 64 * px)                 //   + shortcut
-                                + 2 * 3 * 32 * 9 * px;                                   // conv_out
+        const double expected = 2 * 32 * 3 * 9 * px                                 // conv_in
+                                + 2 * t * 32 + 2 * t * t                            // time MLP
+                                + 2 * 32 * 32 * 9 * px * 2 + 2 * 32 * t             // down resnet
+                                + 2 * (2 * 32 * 64 * 9 * px + 2 * 32 * 32 * 9 * px  // 2 up resnets 64->32
+                                       + 2 * 32 * t + 2 * 32 * 64 * px)             //   + shortcut
+                                + 2 * 3 * 32 * 9 * px;                              // conv_out
         const UNetModel a = UNetModel::random(plain, 0);
         QCOMPARE(a.flopsPerEvaluation(8, 8), expected);
         j["down_block_types"] = {"AttnDownBlock2D"};
@@ -431,8 +470,11 @@ private slots:
         int renamed = 0;
         for (const auto& [name, t] : weights) {
             std::string n = name;
-            for (const auto& [now, old] : std::vector<std::pair<std::string, std::string>>{
-                     {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}}) {
+            for (const auto& [now, old] :
+                 std::vector<std::pair<std::string, std::string>>{{".to_q.", ".query."},
+                                                                  {".to_k.", ".key."},
+                                                                  {".to_v.", ".value."},
+                                                                  {".to_out.0.", ".proj_attn."}}) {
                 const auto at = n.find(now);
                 if (at != std::string::npos) {
                     n.replace(at, now.size(), old);
@@ -458,7 +500,8 @@ private slots:
 
     void reportsExtraTensors() {
         auto tensors = encode(tinyWeights());
-        tensors["ema.decay"] = {SafetensorsDtype::F32, {}, encodeFloats(SafetensorsDtype::F32, std::vector<float>{0.999f})};
+        tensors["ema.decay"] = {
+            SafetensorsDtype::F32, {}, encodeFloats(SafetensorsDtype::F32, std::vector<float>{0.999f})};
         tensors["class_embedding.weight"] = {SafetensorsDtype::I64, {2}, std::vector<std::byte>(16)};
         const UNetModel model = UNetModel::load(writeModel(tensors));
         QCOMPARE(model.extraTensors(), (std::vector<std::string>{"class_embedding.weight", "ema.decay"}));
@@ -484,7 +527,8 @@ private slots:
         const std::string dir = writeModel(encode(weights));
         const std::string m = errorOf([&] { (void)UNetModel::load(dir); });
         EXPECT_MESSAGE(m, dir + "/diffusion_pytorch_model.safetensors");
-        EXPECT_MESSAGE(m, "tensor 'up_blocks.1.resnets.0.conv_shortcut.weight': expected [32, 96, 1, 1], found [32, 80, 1, 1]");
+        EXPECT_MESSAGE(
+            m, "tensor 'up_blocks.1.resnets.0.conv_shortcut.weight': expected [32, 96, 1, 1], found [32, 80, 1, 1]");
 
         // Through a legacy name the stored name is given too.
         auto legacy = encode(tinyWeights());
@@ -493,8 +537,9 @@ private slots:
         node.mapped().shape = {64, 1, 1, 64};  // an unsqueezed conv kernel
         legacy.insert(std::move(node));
         const std::string m2 = errorOf([&] { (void)UNetModel::load(writeModel(legacy)); });
-        EXPECT_MESSAGE(m2, "tensor 'mid_block.attentions.0.to_q.weight' (stored as 'mid_block.attentions.0.query.weight'): "
-                           "expected [64, 64], found [64, 1, 1, 64]");
+        EXPECT_MESSAGE(m2,
+                       "tensor 'mid_block.attentions.0.to_q.weight' (stored as 'mid_block.attentions.0.query.weight'): "
+                       "expected [64, 64], found [64, 1, 1, 64]");
     }
 
     void rejectsNonFiniteWeights() {
@@ -512,7 +557,8 @@ private slots:
         // F16 overflow becomes Inf on disk and is caught the same way.
         auto weights = tinyWeights();
         weights["conv_out.bias"].data[1] = 1e6f;
-        const std::string m = errorOf([&] { (void)UNetModel::load(writeModel(encode(weights, SafetensorsDtype::F16))); });
+        const std::string m =
+            errorOf([&] { (void)UNetModel::load(writeModel(encode(weights, SafetensorsDtype::F16))); });
         EXPECT_MESSAGE(m, "tensor 'conv_out.bias' holds a non-finite value (Inf) at element 1");
     }
 

@@ -18,9 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/Sha256.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/formats/Safetensors.h"
-#include "core/base/Sha256.h"
 #include "core/models/vae/VaeConfig.h"
 #include "core/models/vae/VaeGraph.h"
 #include "core/models/vae/VaeModel.h"
@@ -219,8 +219,7 @@ private slots:
         row("up count", R"({"up_block_types": ["UpDecoderBlock2D","UpDecoderBlock2D","UpDecoderBlock2D"]})",
             "up_block_types", "has 3 entries but block_out_channels has 2");
         row("no levels", R"({"block_out_channels": []})", "block_out_channels", "non-empty array");
-        row("too many levels", R"({"block_out_channels": [8,8,8,8,8,8,8,8,8]})", "has 9 entries",
-            "at most 8 levels");
+        row("too many levels", R"({"block_out_channels": [8,8,8,8,8,8,8,8,8]})", "has 9 entries", "at most 8 levels");
         row("zero width", R"({"block_out_channels": [0, 16]})", "block_out_channels = 0", "from 1 to 4096");
         row("huge width", R"({"block_out_channels": [8, 18446744073709551615]})", "block_out_channels",
             "from 1 to 4096");
@@ -251,7 +250,8 @@ private slots:
         EXPECT_MESSAGE(m, "config.json: ");
         EXPECT_MESSAGE(m, part1.toStdString());
         EXPECT_MESSAGE(m, part2.toStdString());
-        EXPECT_MESSAGE(configErrorOf([] { (void)vaeConfigFromJson(nlohmann::json::array()); }), "expected a JSON object");
+        EXPECT_MESSAGE(configErrorOf([] { (void)vaeConfigFromJson(nlohmann::json::array()); }),
+                       "expected a JSON object");
     }
 
     // --- the graphs ----------------------------------------------------------------------
@@ -262,19 +262,18 @@ private slots:
         QCOMPARE(list.size(), std::size_t{248});  // SD's VAE: 248 tensors
         const std::set<std::string> set = nameShapes(list);
         QCOMPARE(set.size(), list.size());  // no name twice
-        for (const char* entry : {"encoder.conv_in.weight [128, 3, 3, 3]",
-                                  "encoder.down_blocks.1.resnets.0.conv_shortcut.weight [256, 128, 1, 1]",
-                                  "encoder.down_blocks.2.downsamplers.0.conv.weight [512, 512, 3, 3]",
-                                  "encoder.mid_block.attentions.0.to_q.weight [512, 512]",
-                                  "encoder.mid_block.attentions.0.group_norm.bias [512]",
-                                  "encoder.conv_out.weight [8, 512, 3, 3]", "quant_conv.weight [8, 8, 1, 1]",
-                                  "post_quant_conv.weight [4, 4, 1, 1]", "decoder.conv_in.weight [512, 4, 3, 3]",
-                                  "decoder.mid_block.attentions.0.to_out.0.bias [512]",
-                                  "decoder.up_blocks.0.resnets.0.conv1.weight [512, 512, 3, 3]",
-                                  "decoder.up_blocks.2.resnets.0.conv_shortcut.weight [256, 512, 1, 1]",
-                                  "decoder.up_blocks.3.resnets.2.norm2.weight [128]",
-                                  "decoder.up_blocks.2.upsamplers.0.conv.bias [256]",
-                                  "decoder.conv_norm_out.weight [128]", "decoder.conv_out.weight [3, 128, 3, 3]"})
+        for (const char* entry :
+             {"encoder.conv_in.weight [128, 3, 3, 3]",
+              "encoder.down_blocks.1.resnets.0.conv_shortcut.weight [256, 128, 1, 1]",
+              "encoder.down_blocks.2.downsamplers.0.conv.weight [512, 512, 3, 3]",
+              "encoder.mid_block.attentions.0.to_q.weight [512, 512]",
+              "encoder.mid_block.attentions.0.group_norm.bias [512]", "encoder.conv_out.weight [8, 512, 3, 3]",
+              "quant_conv.weight [8, 8, 1, 1]", "post_quant_conv.weight [4, 4, 1, 1]",
+              "decoder.conv_in.weight [512, 4, 3, 3]", "decoder.mid_block.attentions.0.to_out.0.bias [512]",
+              "decoder.up_blocks.0.resnets.0.conv1.weight [512, 512, 3, 3]",
+              "decoder.up_blocks.2.resnets.0.conv_shortcut.weight [256, 512, 1, 1]",
+              "decoder.up_blocks.3.resnets.2.norm2.weight [128]", "decoder.up_blocks.2.upsamplers.0.conv.bias [256]",
+              "decoder.conv_norm_out.weight [128]", "decoder.conv_out.weight [3, 128, 3, 3]"})
             QVERIFY2(set.count(entry) == 1, entry);
         int shortcuts = 0, downsamplers = 0, upsamplers = 0;
         for (const auto& [name, shape] : list) {
@@ -287,8 +286,9 @@ private slots:
         QCOMPARE(upsamplers, 3);
         QVERIFY(!set.count("decoder.up_blocks.3.upsamplers.0.conv.weight [128, 128, 3, 3]"));
         // 83,653,863: the published SD VAE's parameter count.
-        QCOMPARE(VaeModel::fromTensors(tinyConfig(), randomWeights(tinyConfig())).parameterCount(),
-                 buildVaeEncoderGraph(tinyConfig()).parameterCount() + buildVaeDecoderGraph(tinyConfig()).parameterCount());
+        QCOMPARE(
+            VaeModel::fromTensors(tinyConfig(), randomWeights(tinyConfig())).parameterCount(),
+            buildVaeEncoderGraph(tinyConfig()).parameterCount() + buildVaeDecoderGraph(tinyConfig()).parameterCount());
         QCOMPARE(buildVaeEncoderGraph(c).parameterCount() + buildVaeDecoderGraph(c).parameterCount(),
                  std::int64_t{83'653'863});
 
@@ -318,7 +318,8 @@ private slots:
         QCOMPARE(enc.shape(enc.outputs()[0], 1, 64, 80), (Shape{1, 8, 8, 10}));
         QCOMPARE(dec.downsampleFactor(), 8);
         QCOMPARE(enc.downsampleFactor(), 8);
-        EXPECT_MESSAGE(configErrorOf([&] { dec.checkTileSize(60, 80); }), "tile height 60 is not a positive multiple of 8");
+        EXPECT_MESSAGE(configErrorOf([&] { dec.checkTileSize(60, 80); }),
+                       "tile height 60 is not a positive multiple of 8");
         // The fused graphs keep inputs, outputs and parameters.
         const ModelGraph fused = vaeDecoderExecutionGraph(c);
         QVERIFY(fused.ops().size() < dec.ops().size());
@@ -327,8 +328,9 @@ private slots:
         // A config the graph cannot be built from names the key.
         VaeConfig bad = c;
         bad.normNumGroups = 48;
-        EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::expectedTensors(bad); }),
-                       "config.json: norm_num_groups: 48 does not divide 128 channels of encoder.down_blocks.0.resnets.0.norm1");
+        EXPECT_MESSAGE(
+            errorOf([&] { (void)VaeModel::expectedTensors(bad); }),
+            "config.json: norm_num_groups: 48 does not divide 128 channels of encoder.down_blocks.0.resnets.0.norm1");
         bad = c;
         bad.blockOutChannels.clear();
         EXPECT_MESSAGE(errorOf([&] { (void)VaeModel::expectedTensors(bad); }), "block_out_channels: 0 levels");
@@ -353,13 +355,15 @@ private slots:
         // SD at 512 x 512: 1.257 T multiply-adds in the decoder (the published ~1.24-1.27 T),
         // 0.558 T in the encoder (counted layer by layer outside this code base).
         const VaeConfig sd = vaeConfigFromJson(nlohmann::json::parse(kSdConfig));
-        const double decoder = buildVaeDecoderGraph(sd).flops(512, 512), encoder = buildVaeEncoderGraph(sd).flops(512, 512);
+        const double decoder = buildVaeDecoderGraph(sd).flops(512, 512),
+                     encoder = buildVaeEncoderGraph(sd).flops(512, 512);
         QVERIFY2(std::abs(decoder / 2.514518933504e12 - 1.0) < 1e-9, qPrintable(QString::number(decoder)));
         QVERIFY2(std::abs(encoder / 1.116658466816e12 - 1.0) < 1e-9, qPrintable(QString::number(encoder)));
         // Doubling both sides: convs x4, the attention's N^2 part x16.
         QVERIFY(buildVaeDecoderGraph(sd).flops(1024, 1024) > 4.0 * decoder);
         const VaeModel two = VaeModel::fromTensors(tinyConfig(), randomWeights(tinyConfig()));
-        EXPECT_MESSAGE(configErrorOf([&] { (void)two.decoderFlops(13, 20); }), "tile height 13 is not a positive multiple of 2");
+        EXPECT_MESSAGE(configErrorOf([&] { (void)two.decoderFlops(13, 20); }),
+                       "tile height 13 is not a positive multiple of 2");
     }
 
     // --- loading -------------------------------------------------------------------------
@@ -378,7 +382,8 @@ private slots:
                     for (float& x : expected) x = storedAs(dtype, x);
                     QCOMPARE(vae.tensors().at(name).data, expected);
                 }
-                const std::string bytes = readBytes(dir + (pipeline ? "/vae" : "") + "/diffusion_pytorch_model.safetensors");
+                const std::string bytes =
+                    readBytes(dir + (pipeline ? "/vae" : "") + "/diffusion_pytorch_model.safetensors");
                 QCOMPARE(vae.weightsSha256(), sha256Hex(bytes.data(), bytes.size()));
             }
         }
@@ -395,16 +400,17 @@ private slots:
         const VaeModel fp16 = VaeModel::load(single);
         QCOMPARE(fp16.tensors().at("decoder.conv_out.weight").data.front(),
                  storedAs(SafetensorsDtype::F16, weights.at("decoder.conv_out.weight").data.front()));
-        QCOMPARE(fp16.weightsSha256(), sha256Hex(readBytes(single + "/diffusion_pytorch_model.fp16.safetensors").data(),
-                                                 readBytes(single + "/diffusion_pytorch_model.fp16.safetensors").size()));
+        QCOMPARE(fp16.weightsSha256(),
+                 sha256Hex(readBytes(single + "/diffusion_pytorch_model.fp16.safetensors").data(),
+                           readBytes(single + "/diffusion_pytorch_model.fp16.safetensors").size()));
         // Both present: the full-precision file.
         writeSafetensors(single + "/diffusion_pytorch_model.safetensors", encode(weights));
         QCOMPARE(VaeModel::load(single).tensors().at("decoder.conv_out.weight").data,
                  weights.at("decoder.conv_out.weight").data);
 
         // Sharded fp16, under both index spellings.
-        for (const char* indexName :
-             {"diffusion_pytorch_model.safetensors.index.fp16.json", "diffusion_pytorch_model.safetensors.fp16.index.json"}) {
+        for (const char* indexName : {"diffusion_pytorch_model.safetensors.index.fp16.json",
+                                      "diffusion_pytorch_model.safetensors.fp16.index.json"}) {
             const std::string dir = writeVae(encode(weights, SafetensorsDtype::F16));
             QFile::remove(QString::fromStdString(dir + "/diffusion_pytorch_model.safetensors"));
             std::map<std::string, HostTensor> encoder, rest;
@@ -419,7 +425,8 @@ private slots:
                              encode(encoder, SafetensorsDtype::F16));
             writeSafetensors(dir + "/diffusion_pytorch_model.fp16-00002-of-00002.safetensors",
                              encode(rest, SafetensorsDtype::F16));
-            writeText(dir + "/" + indexName, nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump());
+            writeText(dir + "/" + indexName,
+                      nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump());
             const VaeModel sharded = VaeModel::load(dir);
             QCOMPARE(sharded.tensors().size(), weights.size());
             QCOMPARE(sharded.tensors().at("encoder.conv_in.bias").data, fp16.tensors().at("encoder.conv_in.bias").data);
@@ -429,9 +436,10 @@ private slots:
         const std::string none = writeVae(encode(weights));
         QFile::remove(QString::fromStdString(none + "/diffusion_pytorch_model.safetensors"));
         const std::string m = errorOf([&] { (void)VaeModel::load(none); });
-        EXPECT_MESSAGE(m, none + "/diffusion_pytorch_model.safetensors: not found (nor its sharded index, nor the fp16 "
-                                 "variants diffusion_pytorch_model.fp16.safetensors and "
-                                 "diffusion_pytorch_model.safetensors.index.fp16.json)");
+        EXPECT_MESSAGE(m, none +
+                              "/diffusion_pytorch_model.safetensors: not found (nor its sharded index, nor the fp16 "
+                              "variants diffusion_pytorch_model.fp16.safetensors and "
+                              "diffusion_pytorch_model.safetensors.index.fp16.json)");
     }
 
     void acceptsLegacyAttentionNamesAndExtraTensors() {
@@ -514,19 +522,31 @@ private slots:
         const VaeConfig c = tinyConfig();
         const VaeModel vae = VaeModel::fromTensors(c, randomWeights(c));
         CpuBackend cpu(1);
-        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({1, 3, 4, 4}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] {
+                           (void)vae.decode(cpu, randomTensor({1, 3, 4, 4}, 1));
+                       }),
                        "latent: 3 channels; this VAE takes 4");
-        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({4, 4, 4}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] {
+                           (void)vae.decode(cpu, randomTensor({4, 4, 4}, 1));
+                       }),
                        "latent: shape [4, 4, 4]; expected [batch, 4, height, width]");
         EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 0, 4}, 1)); }), "latent: 0 x 4");
-        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.decode(cpu, randomTensor({1, 4, 4, 9000}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] {
+                           (void)vae.decode(cpu, randomTensor({1, 4, 4, 9000}, 1));
+                       }),
                        "latent: 4 x 9000; each side must be from 1 to 8192 (images up to 16384 px)");
-        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.encode(cpu, randomTensor({1, 3, 6, 7}, 1)); }),
+        EXPECT_MESSAGE(configErrorOf([&] {
+                           (void)vae.encode(cpu, randomTensor({1, 3, 6, 7}, 1));
+                       }),
                        "image: 6 x 7; each side must be a multiple of 2 (the VAE's scale factor) from 2 to 16384");
         HostTensor shortData = randomTensor({1, 3, 4, 4}, 1);
         shortData.data.pop_back();
-        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.encode(cpu, shortData); }), "image: 47 values for shape [1, 3, 4, 4]");
-        EXPECT_MESSAGE(configErrorOf([&] { (void)posteriorMean(randomTensor({1, 3, 2, 2}, 1)); }), "moments: shape [1, 3, 2, 2]");
+        EXPECT_MESSAGE(configErrorOf([&] { (void)vae.encode(cpu, shortData); }),
+                       "image: 47 values for shape [1, 3, 4, 4]");
+        EXPECT_MESSAGE(configErrorOf([&] {
+                           (void)posteriorMean(randomTensor({1, 3, 2, 2}, 1));
+                       }),
+                       "moments: shape [1, 3, 2, 2]");
     }
 
     // Batch entries are independent and the batch does not change an entry's bits; mean and
@@ -545,8 +565,8 @@ private slots:
         const HostTensor moments = vae.encode(cpu, image);
         QCOMPARE(moments.shape, (Shape{2, 8, 5, 7}));
         HostTensor clamped = moments;
-        clamped.data[4 * 35 + 1] = 50.0f;   // batch 0, logvar channel 0
-        clamped.data[12 * 35 + 2] = -99.0f; // batch 1, logvar channel 0
+        clamped.data[4 * 35 + 1] = 50.0f;    // batch 0, logvar channel 0
+        clamped.data[12 * 35 + 2] = -99.0f;  // batch 1, logvar channel 0
         const HostTensor mean = posteriorMean(clamped), logvar = posteriorLogvar(clamped);
         QCOMPARE(mean.shape, (Shape{2, 4, 5, 7}));
         QCOMPARE(logvar.shape, (Shape{2, 4, 5, 7}));
@@ -588,7 +608,9 @@ private slots:
         const HostTensor u2 = unscaleLatents(c, s2);
         QCOMPARE(u2.data[2], s2.data[2] * 4.0f / 0.18215f + 1.0f);
         for (std::size_t i = 0; i < z.data.size(); ++i) QVERIFY(std::abs(u2.data[i] - z.data[i]) <= 1e-5f);
-        EXPECT_MESSAGE(configErrorOf([&] { (void)unscaleLatents(c, HostTensor{{1, 3, 1, 1}, {0, 0, 0}}); }),
+        EXPECT_MESSAGE(configErrorOf([&] {
+                           (void)unscaleLatents(c, HostTensor{{1, 3, 1, 1}, {0, 0, 0}});
+                       }),
                        "latents: shape [1, 3, 1, 1]; expected [batch, 4, height, width]");
     }
 
@@ -631,8 +653,8 @@ private slots:
         const nlohmann::json ours = toJson(config);
         for (const auto& [key, value] : cases.at("config").items()) {
             const nlohmann::json& got = ours.at(key);
-            const bool same = value.is_number_float() ? static_cast<float>(got.get<double>()) == value.get<float>()
-                                                      : got == value;
+            const bool same =
+                value.is_number_float() ? static_cast<float>(got.get<double>()) == value.get<float>() : got == value;
             QVERIFY2(same, qPrintable(QString::fromStdString(key + ": " + got.dump() + " vs " + value.dump())));
         }
         const VaeModel vae = VaeModel::load(dir);

@@ -16,9 +16,9 @@
 #include "kernels/backend/CudaBackend.h"
 
 // Skips the test where no CUDA device is present.
-#define REQUIRE_DEVICE()                                    \
-    do {                                                    \
-        std::string why;                                    \
+#define REQUIRE_DEVICE()                                             \
+    do {                                                             \
+        std::string why;                                             \
         if (!tessera::cudaDeviceAvailable(&why)) QSKIP(why.c_str()); \
     } while (0)
 
@@ -27,7 +27,8 @@ namespace tessera::testing {
 // Sets (or with an empty value, unsets) an environment variable for one scope.
 class ScopedEnv {
 public:
-    ScopedEnv(const char* name, const QByteArray& value) : name_(name), old_(qgetenv(name)), had_(qEnvironmentVariableIsSet(name)) {
+    ScopedEnv(const char* name, const QByteArray& value)
+        : name_(name), old_(qgetenv(name)), had_(qEnvironmentVariableIsSet(name)) {
         if (value.isEmpty())
             qunsetenv(name);
         else
@@ -70,8 +71,8 @@ inline std::vector<const float*> pointers(const std::vector<std::vector<float>>&
 
 // Every output of `g` for `batch` tiles of `tile`, NaN-poisoned first (so an unwritten one
 // shows), run at `runBatch` (default: the prepared batch) of the prepared `batch`.
-inline std::vector<std::vector<float>> runGraph(Backend& b, const ModelGraph& g, const TensorMap& w, int batch, int tile,
-                                                const std::vector<std::vector<float>>& in, int runBatch = 0) {
+inline std::vector<std::vector<float>> runGraph(Backend& b, const ModelGraph& g, const TensorMap& w, int batch,
+                                                int tile, const std::vector<std::vector<float>>& in, int runBatch = 0) {
     b.prepareGraph(g, w, batch, tile, tile);
     if (runBatch < 1) runBatch = batch;
     std::vector<std::vector<float>> out;

@@ -39,7 +39,8 @@ inline QString outputMismatch(const std::vector<float>& ref, const std::vector<f
     if (log)
         qInfo("%s: relative L2 %.3e, max |d| %.3e (max |ref| %.3e), tolerance %.0e", qPrintable(what), rel, maxAbs,
               maxRef, tol);
-    if (nonFinite) return QString("%1: %2 of %3 outputs not finite (unwritten?)").arg(what).arg(nonFinite).arg(out.size());
+    if (nonFinite)
+        return QString("%1: %2 of %3 outputs not finite (unwritten?)").arg(what).arg(nonFinite).arg(out.size());
     if (!(rel < tol)) return QString("%1: relative L2 %2 exceeds %3").arg(what).arg(rel).arg(tol);
     if (!(maxAbs <= 10 * tol * maxRef))
         return QString("%1: max |d| %2 exceeds %3 x max |ref| %4").arg(what).arg(maxAbs).arg(10 * tol).arg(maxRef);

@@ -91,8 +91,8 @@ struct ModelCase {
 
 struct OpCase {
     std::string model;
-    std::string key;  // description and shapes: one case per distinct key
-    ModelGraph graph; // the op alone
+    std::string key;   // description and shapes: one case per distinct key
+    ModelGraph graph;  // the op alone
     int tile = 32;
     const TensorMap* weights = nullptr;
     std::shared_ptr<const TensorMap> ownWeights;  // for ops of the graphs given directly
@@ -131,7 +131,8 @@ ModelGraph clipLayerGraph() {
     ModelGraph g;
     const int C = 768, T = 77;
     int x = g.addTokenInput("hidden_states", T, C);
-    auto params = [&](const std::string& p, std::vector<std::vector<std::int64_t>> shapes, std::vector<std::string> names) {
+    auto params = [&](const std::string& p, std::vector<std::vector<std::int64_t>> shapes,
+                      std::vector<std::string> names) {
         std::vector<int> ids;
         for (std::size_t i = 0; i < shapes.size(); ++i) ids.push_back(g.addParam(p + names[i], shapes[i]));
         return ids;
@@ -148,8 +149,9 @@ ModelGraph clipLayerGraph() {
     attn.heads = 12;
     attn.causal = true;
     attn.residual = x;
-    attn.params = params("self_attn", {{C, C}, {C}, {C, C}, {C}, {C, C}, {C}, {C, C}, {C}},
-                         {".q.weight", ".q.bias", ".k.weight", ".k.bias", ".v.weight", ".v.bias", ".out.weight", ".out.bias"});
+    attn.params =
+        params("self_attn", {{C, C}, {C}, {C, C}, {C}, {C, C}, {C}, {C, C}, {C}},
+               {".q.weight", ".q.bias", ".k.weight", ".k.bias", ".v.weight", ".v.bias", ".out.weight", ".out.bias"});
     x = g.addOp(attn);
     GraphOp fc1;
     fc1.kind = OpKind::Linear;
@@ -158,8 +160,9 @@ ModelGraph clipLayerGraph() {
     fc1.channels = 4 * C;
     fc1.params = params("mlp.fc1", {{4 * C, C}, {4 * C}}, {".weight", ".bias"});
     const int h = g.addOp(fc1);
-    for (const auto& [kind, tanh, name] : {std::tuple{OpKind::QuickGELU, false, "quick_gelu"},
-                                           std::tuple{OpKind::GELU, false, "gelu"}, std::tuple{OpKind::GELU, true, "gelu_tanh"}}) {
+    for (const auto& [kind, tanh, name] :
+         {std::tuple{OpKind::QuickGELU, false, "quick_gelu"}, std::tuple{OpKind::GELU, false, "gelu"},
+          std::tuple{OpKind::GELU, true, "gelu_tanh"}}) {
         GraphOp act;
         act.kind = kind;
         act.geluTanh = tanh;
@@ -219,7 +222,8 @@ std::vector<std::vector<float>> inputsFor(const ModelGraph& g, int batch, int ti
         std::uniform_real_distribution<float> step(0.0f, 1000.0f);
         std::vector<float> x(static_cast<std::size_t>(g.elements(v, batch, tile, tile)));
         const bool timestep = g.value(v).kind == ValueKind::Vector && g.value(v).channels == 1;
-        for (float& e : x) e = timestep ? step(rng) : (g.value(v).kind == ValueKind::Vector ? 0.5f : 1.0f) * normal(rng);
+        for (float& e : x)
+            e = timestep ? step(rng) : (g.value(v).kind == ValueKind::Vector ? 0.5f : 1.0f) * normal(rng);
         in.push_back(std::move(x));
     }
     return in;
@@ -263,8 +267,9 @@ double opBytes(const OpCase& c, int batch, Precision p) {
         double n = 1;
         for (auto d : prm.shape) n *= double(d);
         const bool tokens = g.value(op.input).kind == ValueKind::Tokens;
-        const bool matrix = prm.shape.size() >= 2 && (op.kind == OpKind::Conv || op.kind == OpKind::Attention ||
-                                                      op.kind == OpKind::GEGLU || (op.kind == OpKind::Linear && tokens));
+        const bool matrix =
+            prm.shape.size() >= 2 && (op.kind == OpKind::Conv || op.kind == OpKind::Attention ||
+                                      op.kind == OpKind::GEGLU || (op.kind == OpKind::Linear && tokens));
         bytes += n * (matrix ? act : 4.0);
     }
     return bytes;
@@ -298,13 +303,16 @@ class TestBackendOps : public QObject {
                    {"open-clip-h-text", {}, 64, false, nullptr, {clipTextGraph(true)}},
                    {"vae-dec", {}, 256, false, nullptr, {vaeDecoderExecutionGraph(sdVaeConfig())}},
                    {"vae-enc", {}, 256, false, nullptr, {vaeEncoderExecutionGraph(sdVaeConfig())}}};
-        const QStringList only = QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_MODELS")).split(',', Qt::SkipEmptyParts);
+        const QStringList only =
+            QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_MODELS")).split(',', Qt::SkipEmptyParts);
         if (!only.isEmpty())
-            models_.erase(std::remove_if(models_.begin(), models_.end(),
-                                         [&](const ModelCase& m) { return !only.contains(QString::fromStdString(m.name)); }),
-                          models_.end());
+            models_.erase(
+                std::remove_if(models_.begin(), models_.end(),
+                               [&](const ModelCase& m) { return !only.contains(QString::fromStdString(m.name)); }),
+                models_.end());
         std::set<std::string> seen;
-        const QStringList kinds = QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_KINDS")).split(',', Qt::SkipEmptyParts);
+        const QStringList kinds =
+            QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_KINDS")).split(',', Qt::SkipEmptyParts);
         for (ModelCase& m : models_) {
             const bool given = !m.graphs.empty();
             if (!given) m.weights = std::make_shared<const UNetModel>(UNetModel::random(m.config, 17));
@@ -330,7 +338,8 @@ class TestBackendOps : public QObject {
                     c.graph = g.extract(i);
                     c.tile = m.tile;
                     if (given) {
-                        c.ownWeights = std::make_shared<const TensorMap>(randomTensors(c.graph.parameterList(), 17 + i));
+                        c.ownWeights =
+                            std::make_shared<const TensorMap>(randomTensors(c.graph.parameterList(), 17 + i));
                         c.weights = c.ownWeights.get();
                     } else {
                         c.weights = &m.weights->tensors();
@@ -350,7 +359,8 @@ class TestBackendOps : public QObject {
             if (count > 0 && index >= 0 && index < count) {
                 std::vector<OpCase> kept;
                 for (std::size_t i = 0; i < cases_.size(); ++i)
-                    if (static_cast<int>(i % static_cast<std::size_t>(count)) == index) kept.push_back(std::move(cases_[i]));
+                    if (static_cast<int>(i % static_cast<std::size_t>(count)) == index)
+                        kept.push_back(std::move(cases_[i]));
                 cases_ = std::move(kept);
             }
         }
@@ -384,7 +394,8 @@ private slots:
         QTest::addColumn<int>("precision");
         for (std::size_t i = 0; i < cases_.size(); ++i)
             for (int p : {0, 1, 2})
-                QTest::newRow((cases_[i].model + " " + cases_[i].key + " " + precisionName(static_cast<Precision>(p))).c_str())
+                QTest::newRow(
+                    (cases_[i].model + " " + cases_[i].key + " " + precisionName(static_cast<Precision>(p))).c_str())
                     << static_cast<int>(i) << p;
     }
 
@@ -418,7 +429,8 @@ private slots:
         QFETCH(int, precision);
         const Precision prec = static_cast<Precision>(precision);
         // The variant: every branch, centred input included.
-        const auto variant = std::find_if(models_.begin(), models_.end(), [](const ModelCase& c) { return c.name == "variant"; });
+        const auto variant =
+            std::find_if(models_.begin(), models_.end(), [](const ModelCase& c) { return c.name == "variant"; });
         if (variant == models_.end()) QSKIP("the variant model is not among TESSERA_BACKENDOPS_MODELS");
         const ModelCase& m = *variant;
         const ModelGraph fused = unet2DExecutionGraph(m.config);
@@ -494,8 +506,7 @@ private slots:
                 std::string name = c.key.substr(0, c.key.find(" |"));
                 for (const auto& path : cuda.attentionPaths()) name += path.fused ? " [fused]" : " [blocked]";
                 std::printf("%-8s %-52s %-34s %-5s %9.4f %9.1f %9.2f\n", c.model.c_str(), name.c_str(), out.c_str(),
-                            precisionName(p), ms,
-                            ms > 0 ? opBytes(c, batch, p) / (ms * 1e-3) / 1e9 : 0.0,
+                            precisionName(p), ms, ms > 0 ? opBytes(c, batch, p) / (ms * 1e-3) / 1e9 : 0.0,
                             ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0);
             }
     }

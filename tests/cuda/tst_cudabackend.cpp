@@ -87,7 +87,9 @@ Comparison compare(const std::vector<float>& got, const std::vector<float>& ref)
     return c;
 }
 
-const char* precisionName(Precision p) { return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16"); }
+const char* precisionName(Precision p) {
+    return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16");
+}
 
 // Relative L2 difference of two layer traces over the first `count` values (all when 0).
 double relDiff(const std::vector<float>& a, const std::vector<float>& b, std::size_t count = 0) {
@@ -102,8 +104,9 @@ double relDiff(const std::vector<float>& a, const std::vector<float>& b, std::si
 }
 
 // Prints the first layers where two traces differ by more than `limit` (diagnostics).
-void reportTraceDifferences(const std::vector<CudaBackend::LayerTrace>& a, const std::vector<CudaBackend::LayerTrace>& b,
-                            double limit, const char* what, int batchA = 1, int batchB = 1) {
+void reportTraceDifferences(const std::vector<CudaBackend::LayerTrace>& a,
+                            const std::vector<CudaBackend::LayerTrace>& b, double limit, const char* what,
+                            int batchA = 1, int batchB = 1) {
     int shown = 0;
     for (std::size_t i = 0; i < a.size() && i < b.size() && shown < 6; ++i) {
         if (a[i].values.empty()) continue;
@@ -166,16 +169,18 @@ private slots:
 
         const Comparison c = compare(out, ref);
         const CudaMemoryPlan plan = gpu.memoryPlan();
-        qInfo("%s %s %dx%d: rel %.3e max|d| %.3e (tolerance %.0e); arena %.2f MiB = weights %.2f + activations %.2f "
-              "(unshared %.2f) + workspace %.2f",
-              model == 0 ? "ddpm-like" : "variant", precisionName(prec), tileW, tileH, c.rel, c.maxAbs,
-              tolerance(prec), plan.totalBytes / 1048576.0, plan.weightsBytes / 1048576.0,
-              plan.activationsBytes / 1048576.0, plan.unsharedActivationsBytes / 1048576.0,
-              plan.workspaceBytes / 1048576.0);
-        QVERIFY2(c.nonFinite == 0, qPrintable(QString("%1 output elements not finite (unwritten or overflowed)")
-                                                  .arg(c.nonFinite)));
-        QVERIFY2(c.rel < tolerance(prec), qPrintable(QString("relative error %1 exceeds %2 (%3)")
-                                                         .arg(c.rel).arg(tolerance(prec)).arg(precisionName(prec))));
+        qInfo(
+            "%s %s %dx%d: rel %.3e max|d| %.3e (tolerance %.0e); arena %.2f MiB = weights %.2f + activations %.2f "
+            "(unshared %.2f) + workspace %.2f",
+            model == 0 ? "ddpm-like" : "variant", precisionName(prec), tileW, tileH, c.rel, c.maxAbs, tolerance(prec),
+            plan.totalBytes / 1048576.0, plan.weightsBytes / 1048576.0, plan.activationsBytes / 1048576.0,
+            plan.unsharedActivationsBytes / 1048576.0, plan.workspaceBytes / 1048576.0);
+        QVERIFY2(c.nonFinite == 0,
+                 qPrintable(QString("%1 output elements not finite (unwritten or overflowed)").arg(c.nonFinite)));
+        QVERIFY2(
+            c.rel < tolerance(prec),
+            qPrintable(
+                QString("relative error %1 exceeds %2 (%3)").arg(c.rel).arg(tolerance(prec)).arg(precisionName(prec))));
         QVERIFY(plan.totalBytes == plan.weightsBytes + plan.activationsBytes + plan.workspaceBytes);
         QVERIFY(plan.activationsBytes <= plan.unsharedActivationsBytes);
     }
@@ -238,7 +243,8 @@ private slots:
                 reportTraceDifferences(t1, t4, tolerance(prec) / 4, "batch 1 vs 4", 1, 4);
             }
             QCOMPARE(c.nonFinite, 0LL);
-            QVERIFY2(c.rel < tolerance(prec), qPrintable(QString("sample %1: batch 1 vs 4 differ by %2").arg(i).arg(c.rel)));
+            QVERIFY2(c.rel < tolerance(prec),
+                     qPrintable(QString("sample %1: batch 1 vs 4 differ by %2").arg(i).arg(c.rel)));
         }
     }
 
@@ -247,10 +253,12 @@ private slots:
     void features_data() {
         QTest::addColumn<int>("feature");
         QTest::addColumn<int>("precision");
-        const char* names[] = {"heads8", "pad1", "scaleshift", "midscale", "tembdim", "groups16", "nonsquare", "allattn"};
+        const char* names[] = {"heads8",  "pad1",     "scaleshift", "midscale",
+                               "tembdim", "groups16", "nonsquare",  "allattn"};
         for (int p : {0, 1})
             for (int f = 0; f < 8; ++f)
-                QTest::newRow((std::string(names[f]) + " " + precisionName(static_cast<Precision>(p))).c_str()) << f << p;
+                QTest::newRow((std::string(names[f]) + " " + precisionName(static_cast<Precision>(p))).c_str())
+                    << f << p;
     }
 
     void features() {
@@ -260,17 +268,33 @@ private slots:
         UNetConfig c = ddpmLike();
         int tileH = 32, tileW = 32;
         switch (feature) {
-        case 0: c.attentionHeadDim = 8; break;
-        case 1: c.downsamplePadding = 1; break;
-        case 2: c.resnetTimeScaleShift = TimeScaleShift::ScaleShift; break;
-        case 3: c.midBlockScaleFactor = 1.41421356f; break;
-        case 4: c.timeEmbeddingDim = 96; break;
-        case 5: c.normNumGroups = 16; c.blockOutChannels = {32, 48, 48}; break;
-        case 6: tileH = 16; tileW = 24; break;
-        case 7:
-            c.downBlocks = {DownBlockType::AttnDown, DownBlockType::AttnDown, DownBlockType::AttnDown};
-            c.upBlocks = {UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::AttnUp};
-            break;
+            case 0:
+                c.attentionHeadDim = 8;
+                break;
+            case 1:
+                c.downsamplePadding = 1;
+                break;
+            case 2:
+                c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
+                break;
+            case 3:
+                c.midBlockScaleFactor = 1.41421356f;
+                break;
+            case 4:
+                c.timeEmbeddingDim = 96;
+                break;
+            case 5:
+                c.normNumGroups = 16;
+                c.blockOutChannels = {32, 48, 48};
+                break;
+            case 6:
+                tileH = 16;
+                tileW = 24;
+                break;
+            case 7:
+                c.downBlocks = {DownBlockType::AttnDown, DownBlockType::AttnDown, DownBlockType::AttnDown};
+                c.upBlocks = {UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::AttnUp};
+                break;
         }
         const UNetModel m = UNetModel::random(c, 21);
         const int batch = 2;
@@ -317,7 +341,7 @@ private slots:
               g.mode.c_str(), g.captures, g.hits, g.misses, g.nodes, g.captureMs, g.instantiateMs,
               g.fallbackReason.empty() ? "" : ", fallback: ", g.fallbackReason.c_str());
         QVERIFY2(g.fallbackReason.empty(), g.fallbackReason.c_str());
-        QCOMPARE(g.captures, 2);   // batch 2 and batch 1
+        QCOMPARE(g.captures, 2);  // batch 2 and batch 1
         QCOMPARE(g.hits, 1);
         QVERIFY(g.nodes > 100);
         QVERIFY2(std::memcmp(eager.data(), captured.data(), eager.size() * sizeof(float)) == 0, "captured run differs");

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "core/formats/TuningCache.h"
 #include "CudaTestSupport.h"
+#include "core/formats/TuningCache.h"
 #include "kernels/backend/CudaAlgorithmChoice.h"
 #include "kernels/backend/CudaMemoryPlan.h"
 #include "kernels/backend/CudaSettings.h"
@@ -48,8 +48,8 @@ private slots:
         QCOMPARE(b[1].first, 1);
         QCOMPARE(b[1].last, 2);
         QCOMPARE(b[0].offset, std::size_t(0));
-        QCOMPARE(b[1].offset, std::size_t(0));      // after buffer 0's last use
-        QCOMPARE(b[2].offset, std::size_t(1024));   // lives with both
+        QCOMPARE(b[1].offset, std::size_t(0));     // after buffer 0's last use
+        QCOMPARE(b[2].offset, std::size_t(1024));  // lives with both
         QCOMPARE(layout.bytes, std::size_t(1536));
         QCOMPARE(layout.unsharedBytes, std::size_t(2560));
     }
@@ -64,7 +64,7 @@ private slots:
         QCOMPARE(b[3].last, 2);
         for (std::size_t i = 0; i < b.size(); ++i)
             for (std::size_t j = i + 1; j < b.size(); ++j) QVERIFY(!overlaps(b[i], b[j]));
-        QCOMPARE(b[0].offset, b[2].offset);   // ops 0 and 1: apart in time
+        QCOMPARE(b[0].offset, b[2].offset);  // ops 0 and 1: apart in time
         QCOMPARE(layout.bytes, std::size_t(768));
     }
 
@@ -94,7 +94,7 @@ private slots:
     // Choices stored when timed (not when heuristic), found again in the same context only,
     // counted, and a refused one warned about; the digest is core's over the choices used.
     void tuningLedgerCountsStoresAndWarns() {
-        TuningLedger off;   // no cache: finds nothing
+        TuningLedger off;  // no cache: finds nothing
         QVERIFY(!off.cached("conv 1").has_value());
 
         QTemporaryDir dir;
@@ -103,7 +103,7 @@ private slots:
         ledger.setCache(&stored);
         ledger.setContext("H100|9.0");
         ledger.useNew("conv a", "algo=1 math=1", true);
-        ledger.useNew("attention b", "fused", false);   // forced by a setting: not stored
+        ledger.useNew("attention b", "fused", false);  // forced by a setting: not stored
         QCOMPARE(stored.find("H100|9.0", "conv a").value_or(""), std::string("algo=1 math=1"));
         QVERIFY(!stored.find("H100|9.0", "attention b").has_value());
         QCOMPARE(ledger.cached("conv a").value_or(""), std::string("algo=1 math=1"));
@@ -121,8 +121,9 @@ private slots:
         QCOMPARE(info.digest, tuningDigest({{"conv a", "algo=1 math=1"}, {"graph conv c", "legacy"}}));
         QCOMPARE(info.settings.at("TESSERA_CUDNN_FUSE"), std::string("0"));
         QCOMPARE(ledger.warnings().size(), std::size_t(1));
-        QCOMPARE(ledger.warnings()[0], std::string("tuning cache: the stored choice 'engine=9 config=0' for graph conv c "
-                                                   "is refused now (not offered); timed again and replaced"));
+        QCOMPARE(ledger.warnings()[0],
+                 std::string("tuning cache: the stored choice 'engine=9 config=0' for graph conv c "
+                             "is refused now (not offered); timed again and replaced"));
         QVERIFY(ledger.summary().starts_with("  tuning: 1 choices from the cache, 1 timed, 1 refused; digest " +
                                              info.digest + "\n  tuning cache: the stored choice"));
         ledger.clear();
@@ -162,7 +163,7 @@ private slots:
             QVERIFY(s.flash == FlashMode::On);
             QVERIFY(!s.fuse);
             QVERIFY(s.syncEveryOp);
-            QCOMPARE(s.values.size(), std::size_t(10));   // every setting recorded, set or not
+            QCOMPARE(s.values.size(), std::size_t(10));  // every setting recorded, set or not
             QCOMPARE(s.values.at("TESSERA_CUDNN_FUSE"), std::string("0"));
             QCOMPARE(s.values.at("TESSERA_CUDNN_API"), std::string(""));
         }
@@ -179,8 +180,9 @@ private slots:
                 QFAIL(bad);
             } catch (const std::invalid_argument& e) {
                 const std::string m = e.what();
-                QVERIFY2(m.starts_with("TESSERA_CUDA_ATTENTION_MIB: '") && m.find("from 1 to 1048576") != std::string::npos,
-                         e.what());
+                QVERIFY2(
+                    m.starts_with("TESSERA_CUDA_ATTENTION_MIB: '") && m.find("from 1 to 1048576") != std::string::npos,
+                    e.what());
             }
         }
         for (const auto& [value, rows, warps] : {std::tuple{"1", 64, 4}, {"128", 128, 4}, {"128w8", 128, 8}}) {
@@ -190,8 +192,8 @@ private slots:
             QCOMPARE(s.flashBlockQueries, rows);
             QCOMPARE(s.flashWarps, warps);
         }
-        for (const auto& [value, mode] : {std::pair{"0", FlashMode::Off}, {"1", FlashMode::On}, {"auto", FlashMode::Auto},
-                                          {"", FlashMode::Auto}}) {
+        for (const auto& [value, mode] :
+             {std::pair{"0", FlashMode::Off}, {"1", FlashMode::On}, {"auto", FlashMode::Auto}, {"", FlashMode::Auto}}) {
             const ScopedEnv sdpa("TESSERA_CUDA_SDPA", value);
             QVERIFY(CudaSettings::fromEnvironment().sdpa == mode);
         }
@@ -205,12 +207,12 @@ private slots:
 
     void bf16RoundsToNearestEven() {
         QCOMPARE(floatToBf16(1.0f), std::uint16_t(0x3F80));
-        QCOMPARE(floatToBf16(std::bit_cast<float>(0x3F808000u)), std::uint16_t(0x3F80));   // tie: even
-        QCOMPARE(floatToBf16(std::bit_cast<float>(0x3F818000u)), std::uint16_t(0x3F82));   // tie: even
+        QCOMPARE(floatToBf16(std::bit_cast<float>(0x3F808000u)), std::uint16_t(0x3F80));  // tie: even
+        QCOMPARE(floatToBf16(std::bit_cast<float>(0x3F818000u)), std::uint16_t(0x3F82));  // tie: even
         QCOMPARE(floatToBf16(std::bit_cast<float>(0x3F808001u)), std::uint16_t(0x3F81));
         QCOMPARE(floatToBf16(-2.0f), std::uint16_t(0xC000));
         QCOMPARE(floatToBf16(std::numeric_limits<float>::quiet_NaN()), std::uint16_t(0x7FC0));
-        QCOMPARE(floatToBf16(std::bit_cast<float>(0xFF800001u)), std::uint16_t(0x7FC0));   // any NaN: canonical
+        QCOMPARE(floatToBf16(std::bit_cast<float>(0xFF800001u)), std::uint16_t(0x7FC0));  // any NaN: canonical
     }
 
     // [O, I, kh, kw] -> [opad][kh][kw][ipad], padding zero; the blob keeps 256-byte offsets.

@@ -22,8 +22,8 @@
 #include "core/sampling/BlendWindow.h"
 #include "core/sampling/ImageOps.h"
 #include "core/sampling/TileDevice.h"
-#include "core/sampling/TiledLoop.h"
 #include "core/sampling/TilePlan.h"
+#include "core/sampling/TiledLoop.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaEngine.h"
 #include "kernels/engine/CudaTileDevice.h"
@@ -53,14 +53,14 @@ RunConfig runConfig(SchedulerKind scheduler, FusionRule fusion, Precision precis
     r.seed = 42;
     r.steps = 4;
     r.scheduler = scheduler;
-    r.schedulerOptions.eta = 0.5f;   // DDIM adds noise too
+    r.schedulerOptions.eta = 0.5f;  // DDIM adds noise too
     r.tile = 32;
     r.overlapPx = 12;
     r.window = BlendWindowKind::Hann;
     r.fusion = fusion;
     r.tileBatch = 3;
     r.precision = precision;
-    r.previewEvery = 1;   // every step: per-step images to compare
+    r.previewEvery = 1;  // every step: per-step images to compare
     return r;
 }
 
@@ -182,7 +182,7 @@ private slots:
         QCOMPARE(static_cast<int>(got.record.batches.size()), cfg.steps * batches);
         QVERIFY(seen.gpuMs > 0);
         for (const StepTiming& s : got.record.steps) QVERIFY(s.gpuMs > 0);
-        QCOMPARE(seen.previews, cfg.steps);   // x0 previews, then the final canvas
+        QCOMPARE(seen.previews, cfg.steps);  // x0 previews, then the final canvas
         QVERIFY(got.record.memoryPlan.totalMiB > 0);
         QVERIFY(got.record.peakDeviceMiB > 0);
     }
@@ -259,8 +259,10 @@ private slots:
         const double fp16Error = std::max(rel(one.image.data, ref.image.data), rel(eight.image.data, ref.image.data));
         qInfo("tile batch 1 vs 8: rel %.3e, max |diff| %.3e, PSNR %.2f dB; fp16 vs fp32: rel %.3e", r, maxAbs, db,
               fp16Error);
-        QVERIFY2(r <= 2.0 * fp16Error,
-                 qPrintable(QString("batch 1 and 8 differ by rel %1, more than twice fp16's own error %2").arg(r).arg(fp16Error)));
+        QVERIFY2(
+            r <= 2.0 * fp16Error,
+            qPrintable(
+                QString("batch 1 and 8 differ by rel %1, more than twice fp16's own error %2").arg(r).arg(fp16Error)));
         QVERIFY2(r < 2e-2, qPrintable(QString("batch 1 and 8 differ by rel %1").arg(r)));
         QVERIFY2(db >= 45.0, qPrintable(QString("batch 1 vs 8: PSNR %1 dB").arg(db)));
     }
@@ -273,7 +275,7 @@ private slots:
         auto model = std::make_shared<const UNetModel>(UNetModel::load(testData() + "/models/cifar_like"));
         RunObserver quiet;
         RunConfig cfg = fixtureRun(0);
-        cfg.width = cfg.height = 1024;   // 25 tiles of 256: activations of hundreds of MiB, far above the slack
+        cfg.width = cfg.height = 1024;  // 25 tiles of 256: activations of hundreds of MiB, far above the slack
         cfg.tile = 256;
         cfg.overlapPx = 32;
         cfg.steps = 2;
@@ -289,7 +291,7 @@ private slots:
             QVERIFY(std::find(m.begin(), m.end(), "batch: auto, 25 tiles per UNet call (25 tiles in one call)") !=
                     m.end());
             QCOMPARE(all.record.batches.size(), std::size_t(cfg.steps));
-            totalAt25 = all.record.memoryPlan.totalMiB;   // weights, activations, workspace, canvas
+            totalAt25 = all.record.memoryPlan.totalMiB;  // weights, activations, workspace, canvas
             activationsAt25 = all.record.memoryPlan.activationsMiB;
             workspaceAt25 = all.record.memoryPlan.workspaceMiB;
             qInfo("batch 25: plan %.1f MiB, activations %.1f MiB, workspace %.1f MiB", totalAt25, activationsAt25,
@@ -314,7 +316,7 @@ private slots:
         qInfo("auto under pressure: batch %d", batch);
         for (const std::string& m : lowered.record.messages) qInfo("  %s", m.c_str());
         QVERIFY2(batch >= 1 && batch < 25, qPrintable(QString::number(batch)));
-        QCOMPARE(batch, autoTileBatch(25, batch));   // spread evenly
+        QCOMPARE(batch, autoTileBatch(25, batch));  // spread evenly
         const auto& m = lowered.record.messages;
         const auto has = [&](const std::vector<std::string>& ms, const std::string& prefix) {
             return std::any_of(ms.begin(), ms.end(), [&](const std::string& x) { return x.rfind(prefix, 0) == 0; });
@@ -342,8 +344,9 @@ private slots:
             QVERIFY2(r.record.error.find("not enough GPU memory for tile batch 25 of 256x256") != std::string::npos,
                      r.record.error.c_str());
         } catch (const std::exception& e) {
-            QVERIFY2(std::string(e.what()).find("not enough GPU memory for tile batch 25 of 256x256") != std::string::npos,
-                     e.what());
+            QVERIFY2(
+                std::string(e.what()).find("not enough GPU memory for tile batch 25 of 256x256") != std::string::npos,
+                e.what());
             QVERIFY2(std::string(e.what()).find("the largest tile batch that fits is about") != std::string::npos,
                      e.what());
         }
@@ -369,7 +372,7 @@ private slots:
         cfg.graphWarmup = 0;
         cfg.previewEvery = 0;
         cfg.initImage = "in-memory";
-        cfg.strength = 0.5;   // starts at step index 4 - int(4 * 0.5) = 2
+        cfg.strength = 0.5;  // starts at step index 4 - int(4 * 0.5) = 2
         const ImageTensor clean{3, cfg.height, cfg.width, std::vector<float>(3 * cfg.height * cfg.width, 0.25f)};
         ImageTensor poisoned = clean;
         const int y = cfg.height - 1, x = cfg.width - 1;
@@ -430,8 +433,9 @@ private slots:
             QFAIL("an fp16 run whose UNet output overflowed finished");
         } catch (const NonFiniteError& e) {
             qInfo("%s", e.what());
-            QVERIFY2(QString::fromUtf8(e.what()).contains("in the UNet output at step 1/4 (timestep 750), tile batch 1/"),
-                     e.what());
+            QVERIFY2(
+                QString::fromUtf8(e.what()).contains("in the UNet output at step 1/4 (timestep 750), tile batch 1/"),
+                e.what());
             QVERIFY2(QString::fromUtf8(e.what()).contains("fp16, which overflows above 65504: run again with precision "
                                                           "bf16 or fp32"),
                      e.what());

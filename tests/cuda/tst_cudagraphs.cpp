@@ -58,7 +58,7 @@ RunConfig identityConfig(SchedulerKind scheduler, FusionRule fusion, GraphMode g
     r.previewEvery = 2;
     r.graphs = graphs;
     r.graphWarmup = 1;
-    r.lanes = 1;   // one tile batch in flight: the counts below are per lane (lanesAreBitIdentical: more)
+    r.lanes = 1;  // one tile batch in flight: the counts below are per lane (lanesAreBitIdentical: more)
     return r;
 }
 
@@ -75,8 +75,8 @@ std::string describe(const GraphStats& g) {
     return "mode " + g.mode + ", captures " + std::to_string(g.captures) + ", hits " + std::to_string(g.hits) +
            ", misses " + std::to_string(g.misses) + ", evictions " + std::to_string(g.evictions) + ", updates " +
            std::to_string(g.updates) + ", instantiations " + std::to_string(g.instantiations) + ", nodes " +
-           std::to_string(g.nodes) + ", entries " + std::to_string(g.cacheEntries) + ", fallback '" +
-           g.fallbackReason + "'";
+           std::to_string(g.nodes) + ", entries " + std::to_string(g.cacheEntries) + ", fallback '" + g.fallbackReason +
+           "'";
 }
 
 }  // namespace
@@ -118,7 +118,8 @@ private slots:
             qInfo("  %s: %d nodes, capture %.2f ms, instantiate %.2f ms, update %.2f ms, %.2f MiB", e.name.c_str(),
                   e.nodes, e.captureMs, e.instantiateMs, e.updateMs, e.deviceMiB);
         for (const StepTiming& t : step.record.steps)
-            qInfo("  step %d: %s, gpu %.3f ms, host enqueue %.3f ms", t.step, t.graph.c_str(), t.gpuMs, t.hostEnqueueMs);
+            qInfo("  step %d: %s, gpu %.3f ms, host enqueue %.3f ms", t.step, t.graph.c_str(), t.gpuMs,
+                  t.hostEnqueueMs);
 
         QCOMPARE(off.record.tileCount, 12);
         QCOMPARE(static_cast<int>(off.record.batches.size()), 5 * 3);
@@ -135,7 +136,7 @@ private slots:
         QVERIFY2(off.seamMap.data == step.seamMap.data, "step graphs changed the seam map (last-step variant)");
         QVERIFY2(off.seamMap.data == tile.seamMap.data, "tile graphs changed the seam map");
         QCOMPARE(off.record.imageSha256, step.record.imageSha256);
-        QCOMPARE(offSeen.previews.size(), std::size_t(3));   // steps 1 and 3, then the final canvas
+        QCOMPARE(offSeen.previews.size(), std::size_t(3));  // steps 1 and 3, then the final canvas
         QVERIFY2(offSeen.previews == stepSeen.previews, "step graphs changed a preview (preview variant)");
         QVERIFY2(offSeen.previews == tileSeen.previews, "tile graphs changed a preview");
 
@@ -157,11 +158,12 @@ private slots:
         QCOMPARE(sg.hits, 1);
         QCOMPARE(sg.instantiations + sg.updates, 3);
         QCOMPARE(static_cast<int>(sg.used.size()), 3);
-        QVERIFY(sg.nodes > 3 * 2 + 1);   // at least gather + scatter per batch and the fuse
+        QVERIFY(sg.nodes > 3 * 2 + 1);  // at least gather + scatter per batch and the fuse
         const std::vector<std::string> kinds{"eager", "capture", "capture", "replay", "capture"};
         for (int k = 0; k < 5; ++k) {
             QCOMPARE(step.record.steps[static_cast<std::size_t>(k)].graph, kinds[static_cast<std::size_t>(k)]);
-            QCOMPARE(step.record.steps[static_cast<std::size_t>(k)].captured, kinds[static_cast<std::size_t>(k)] == "capture");
+            QCOMPARE(step.record.steps[static_cast<std::size_t>(k)].captured,
+                     kinds[static_cast<std::size_t>(k)] == "capture");
         }
         for (const GraphEntryStats& e : sg.used) {
             QVERIFY2(e.nodes > 0 && e.captureMs > 0, e.name.c_str());
@@ -171,7 +173,8 @@ private slots:
         // (event-record nodes inside the step graph).
         QCOMPARE(stepSeen.batches.size(), std::size_t(5 * 3));
         for (const TileBatchTiming& b : step.record.batches)
-            QVERIFY2(b.gpuMs > 0, qPrintable(QString("step %1 batch %2: gpuMs %3").arg(b.step).arg(b.batchIndex).arg(b.gpuMs)));
+            QVERIFY2(b.gpuMs > 0,
+                     qPrintable(QString("step %1 batch %2: gpuMs %3").arg(b.step).arg(b.batchIndex).arg(b.gpuMs)));
         for (const StepTiming& t : step.record.steps) QVERIFY(t.gpuMs > 0);
 
         // The same run again: every graph is cached, no warm-up, nothing captured.
@@ -201,7 +204,7 @@ private slots:
         Seen refSeen;
         const RunResult ref = gpu.run(identityConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Off), refSeen);
         QCOMPARE(ref.record.graphs.lanes, 1);
-        QCOMPARE(gpu.backend()->lanes(), 3);   // the 3-lane plan served the 1-lane run
+        QCOMPARE(gpu.backend()->lanes(), 3);  // the 3-lane plan served the 1-lane run
         for (int lanes : {2, 3, 0}) {
             for (GraphMode mode : {GraphMode::Off, GraphMode::Tile, GraphMode::Step}) {
                 RunConfig cfg = identityConfig(SchedulerKind::DDIM, FusionRule::Sample, mode);
@@ -214,7 +217,7 @@ private slots:
                       r.record.steps.back().gpuMs);
                 QVERIFY2(g.fallbackReason.empty(), (what + ": " + g.fallbackReason).c_str());
                 QCOMPARE(g.mode, std::string(toString(mode)));
-                QCOMPARE(g.lanes, lanes == 0 ? 3 : lanes);   // auto: 5 tiles of 32x32 are small (4 lanes); 3 batches
+                QCOMPARE(g.lanes, lanes == 0 ? 3 : lanes);  // auto: 5 tiles of 32x32 are small (4 lanes); 3 batches
                 QVERIFY2(r.image.data == ref.image.data, (what + ": the image differs from one lane's").c_str());
                 QVERIFY2(r.seamMap.data == ref.seamMap.data, (what + ": the seam map differs").c_str());
                 QVERIFY2(seen.previews == refSeen.previews, (what + ": a preview differs").c_str());
@@ -273,7 +276,7 @@ private slots:
                     r.graphs = GraphMode::Step;
                     r.graphWarmup = 1;
                     r.graphCacheSize = 4;
-                    r.lanes = 2;   // two tile batches in flight: streams, lane buffers, forked graphs
+                    r.lanes = 2;  // two tile batches in flight: streams, lane buffers, forked graphs
                     configs.push_back(r);
                 }
         QCOMPARE(configs.size(), std::size_t(20));
@@ -305,8 +308,8 @@ private slots:
                     qInfo("run %d (%dx%d): %s, graph memory %.2f MiB, device used %.1f MiB", run, cfg.width, cfg.height,
                           describe(g).c_str(), g.graphMemMiB, r.record.memory.back().usedMiB);
             }
-        qInfo("200 runs: misses %d, hits %d, evictions %d, instantiations %d, updates %d, invalidations %d", misses, hits,
-              evictions, instantiations, updates, invalidations);
+        qInfo("200 runs: misses %d, hits %d, evictions %d, instantiations %d, updates %d, invalidations %d", misses,
+              hits, evictions, instantiations, updates, invalidations);
         QCOMPARE(misses, 400);
         QCOMPARE(hits, 200);
         QCOMPARE(evictions, 400 - 4);
@@ -371,14 +374,16 @@ private slots:
             const GraphStats& g = res.record.graphs;
             double batchGpu = 0;
             for (const TileBatchTiming& b : res.record.batches) batchGpu += b.gpuMs;
-            qInfo("B=%d %-4s: %d tiles, steady step wall %.2f ms, host enqueue %.2f ms, gpu %.2f ms; total %.1f ms; "
-                  "graphs: %d captured, nodes %d, capture %.1f ms, instantiate %.1f ms, graph memory %.2f MiB; "
-                  "peak device %.0f MiB; per-batch gpu sum %.1f ms",
-                  batch, std::string(toString(mode)).c_str(), res.record.tileCount, median(wall), median(host),
-                  median(gpuMs), res.record.totalMs, g.captures, g.nodes, g.captureMs, g.instantiateMs, g.graphMemMiB,
-                  res.record.peakDeviceMiB, batchGpu);
+            qInfo(
+                "B=%d %-4s: %d tiles, steady step wall %.2f ms, host enqueue %.2f ms, gpu %.2f ms; total %.1f ms; "
+                "graphs: %d captured, nodes %d, capture %.1f ms, instantiate %.1f ms, graph memory %.2f MiB; "
+                "peak device %.0f MiB; per-batch gpu sum %.1f ms",
+                batch, std::string(toString(mode)).c_str(), res.record.tileCount, median(wall), median(host),
+                median(gpuMs), res.record.totalMs, g.captures, g.nodes, g.captureMs, g.instantiateMs, g.graphMemMiB,
+                res.record.peakDeviceMiB, batchGpu);
             for (const StepTiming& t : res.record.steps)
-                if (t.captured) qInfo("    step %d (capture): host %.1f ms, wall %.1f ms", t.step, t.hostEnqueueMs, t.wallMs);
+                if (t.captured)
+                    qInfo("    step %d (capture): host %.1f ms, wall %.1f ms", t.step, t.hostEnqueueMs, t.wallMs);
             if (mode == GraphMode::Off) {
                 offHost = median(host);
                 offSha = res.record.imageSha256;
@@ -387,9 +392,9 @@ private slots:
             QCOMPARE(res.record.imageSha256, offSha);
             QVERIFY2(g.fallbackReason.empty(), g.fallbackReason.c_str());
         }
-        QVERIFY2(stepHost < offHost, qPrintable(QString("step graphs' host enqueue %1 ms is not below eager %2 ms")
-                                                    .arg(stepHost)
-                                                    .arg(offHost)));
+        QVERIFY2(
+            stepHost < offHost,
+            qPrintable(QString("step graphs' host enqueue %1 ms is not below eager %2 ms").arg(stepHost).arg(offHost)));
     }
 
     // TESSERA_CUDA_SYNC=op makes the backend synchronise after every op, which a stream
@@ -398,13 +403,13 @@ private slots:
     void failedCaptureFallsBackToOff_data() {
         QTest::addColumn<int>("lanes");
         QTest::newRow("1 lane") << 1;
-        QTest::newRow("3 lanes") << 3;   // the capture had forked onto the lane streams when it failed
+        QTest::newRow("3 lanes") << 3;  // the capture had forked onto the lane streams when it failed
     }
     void failedCaptureFallsBackToOff() {
         QFETCH(int, lanes);
         qputenv("TESSERA_CUDA_SYNC", "op");
         auto model = std::make_shared<const UNetModel>(UNetModel::random(smallConfig(), 23));
-        CudaEngine gpu;   // its backend (created by the first run) reads the variable
+        CudaEngine gpu;  // its backend (created by the first run) reads the variable
         gpu.setModel(model);
         Seen seen;
         RunConfig cfg = identityConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Step);

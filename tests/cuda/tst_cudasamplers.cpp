@@ -42,7 +42,8 @@ std::shared_ptr<const UNetModel> sdModel(bool karras) {
     o.setAlphaToOne = false;
     o.karrasSigmas = karras;
     const UNetConfig config = smallConfig();
-    return std::make_shared<const UNetModel>(UNetModel::fromTensors(config, UNetModel::random(config, 91).tensors(), o));
+    return std::make_shared<const UNetModel>(
+        UNetModel::fromTensors(config, UNetModel::random(config, 91).tensors(), o));
 }
 
 RunConfig runConfig(SchedulerKind scheduler, FusionRule fusion, GraphMode graphs) {
@@ -149,7 +150,7 @@ private slots:
         cfg.graphWarmup = 1;
         if (fromImage) {
             cfg.initImage = "in-memory";
-            cfg.strength = 0.6;   // begins at step 6 - int(3.6) = 3: second order for DPM++ 2M
+            cfg.strength = 0.6;  // begins at step 6 - int(3.6) = 3: second order for DPM++ 2M
         }
         const auto model = sdModel(true);
         CudaEngine gpu;

@@ -51,7 +51,8 @@ using tessera::testing::ScopedEnv;
 
 // The SD VAE decoder's mid-block attention alone (GroupNorm'd input, residual), its weights.
 ModelGraph vaeAttentionGraph() {
-    const VaeConfig c = vaeConfigFromJson(nlohmann::json::parse(R"({"block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
+    const VaeConfig c =
+        vaeConfigFromJson(nlohmann::json::parse(R"({"block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
         "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"],
         "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"]})"));
     const ModelGraph decoder = vaeDecoderExecutionGraph(c);
@@ -106,8 +107,10 @@ private slots:
         QCOMPARE(p.probBytes, std::size_t(128) << 20);
         QCOMPARE(p.passes(1, 1, 65536), 64LL);
         QVERIFY(p.blocked(65536));
-        QCOMPARE(QString::fromStdString(p.describe(65536)),
-                 QStringLiteral("query block 1024 of 65536, 1 head x 1 image per pass, scores 256.0 MiB + probabilities 128.0 MiB"));
+        QCOMPARE(
+            QString::fromStdString(p.describe(65536)),
+            QStringLiteral(
+                "query block 1024 of 65536, 1 head x 1 image per pass, scores 256.0 MiB + probabilities 128.0 MiB"));
         // 16,384 pixels at 12 MiB: 192 rows (not a divisor: 85 blocks of 192 and one of 64).
         p = planAttention(2, 1, 16384, 16384, 4, 12u << 20);
         QCOMPARE(p.queryBlock, 192);
@@ -251,7 +254,8 @@ private slots:
             CudaBackend gpu(p);
             const auto out = runGraph(gpu, g, w, 2, 64, in);
             for (std::size_t k = 0; k < out.size(); ++k) {
-                const QString what = QString("%1 %2").arg(precisionName(p), QString::fromStdString(g.value(g.outputs()[k]).name));
+                const QString what =
+                    QString("%1 %2").arg(precisionName(p), QString::fromStdString(g.value(g.outputs()[k]).name));
                 const QString bad = tessera::testing::outputMismatch(ref[k], out[k], opTolerance(p), what, true);
                 QVERIFY2(bad.isEmpty(), qPrintable(bad));
             }
@@ -330,7 +334,8 @@ private slots:
             QCOMPARE(col("forwards_per_step"), QStringLiteral("1"));
             QVERIFY2(num("forward_ms") > 0, qPrintable(lines[i]));
             QVERIFY(std::abs(num("seconds_per_step") - num("forward_ms") / 1000) <= 1e-3 * num("seconds_per_step"));
-            QVERIFY(std::abs(num("seconds_per_image") - 2 * num("seconds_per_step")) <= 1e-3 * num("seconds_per_image"));
+            QVERIFY(std::abs(num("seconds_per_image") - 2 * num("seconds_per_step")) <=
+                    1e-3 * num("seconds_per_image"));
             QVERIFY(std::abs(num("unet_evals_per_s") * num("seconds_per_step") - 2) < 1e-2);
             const double tflops = num("gflop_per_eval") * 2 / num("seconds_per_step") / 1000;
             QVERIFY2(std::abs(num("tflops") - tflops) <= 2e-3 * tflops, qPrintable(lines[i]));

@@ -168,7 +168,7 @@ private slots:
             std::vector<std::vector<float>> in;
             for (std::size_t k = 0; k < g.inputs().size(); ++k)
                 in.push_back(normal(static_cast<std::size_t>(g.elements(g.inputs()[k], batch, h, w)), 40 + k));
-            in[1] = {981.0f, 17.0f};   // timesteps
+            in[1] = {981.0f, 17.0f};  // timesteps
             const std::vector<float> pooled = normal(kPooled, 3), other = normal(kPooled, 4);
             in[3] = textTimeEmbeds(c, pooled, {1024, 1024, 0, 0, 1024, 1024});
             const std::vector<float> second = textTimeEmbeds(c, other, {768, 1344, 64, 32, 512, 768});
@@ -231,7 +231,7 @@ private slots:
         TiledLoop gpuLoop;
         gpuLoop.setSdModel(sd);
         const RunResult got = runLoop(gpuLoop, gpu, *sd, config, pooled, negative);
-        const RunResult got2 = runLoop(gpuLoop, gpu, *sd, config, pooled2, negative2);   // cached graphs, new vectors
+        const RunResult got2 = runLoop(gpuLoop, gpu, *sd, config, pooled2, negative2);  // cached graphs, new vectors
         for (const auto& [result, reference, name] :
              {std::tuple{&got, &ref, "first run"}, std::tuple{&got2, &ref2, "second run (other vectors)"}}) {
             QCOMPARE(std::string(toString(result->record.status)), std::string("finished"));
@@ -239,14 +239,15 @@ private slots:
             QVERIFY2(result->record.graphs.fallbackReason.empty(), result->record.graphs.fallbackReason.c_str());
             const double db = psnr8(result->image, reference->image);
             if (config.precision == Precision::FP32) {
-                const QString bad = testing::outputMismatch(reference->image.data, result->image.data, 1e-4, name, true);
+                const QString bad =
+                    testing::outputMismatch(reference->image.data, result->image.data, 1e-4, name, true);
                 QVERIFY2(bad.isEmpty(), qPrintable(bad));
             } else {
                 qInfo("%s: PSNR %.1f dB (8-bit)", name, db);
                 QVERIFY2(db >= 40.0, qPrintable(QString("%1: PSNR %2 dB against the CPU").arg(name).arg(db)));
             }
         }
-        QVERIFY(psnr8(got.image, got2.image) < 40.0);   // the vectors changed the picture
+        QVERIFY(psnr8(got.image, got2.image) < 40.0);  // the vectors changed the picture
         // The second run replays what the first captured (its step or tile graphs), reading the new vectors.
         if (config.graphs != GraphMode::Off) QVERIFY(got2.record.graphs.hits > 0 && got2.record.graphs.captures == 0);
     }
@@ -294,8 +295,9 @@ private slots:
         QCOMPARE(std::string(toString(got.record.status)), std::string("finished"));
         QCOMPARE(got.record.tileCount, ref.record.tileCount);
         QVERIFY2(got.record.graphs.fallbackReason.empty(), got.record.graphs.fallbackReason.c_str());
-        const bool upcast = std::any_of(got.record.messages.begin(), got.record.messages.end(),
-                                        [](const std::string& m) { return m.find("force_upcast") != std::string::npos; });
+        const bool upcast =
+            std::any_of(got.record.messages.begin(), got.record.messages.end(),
+                        [](const std::string& m) { return m.find("force_upcast") != std::string::npos; });
         QCOMPARE(upcast, config.precision == Precision::FP16);
         const double db = psnr8(got.image, ref.image);
         const QString what = QString::fromLatin1(QTest::currentDataTag());
@@ -311,7 +313,8 @@ private slots:
             // bar 3 dB under the lowest measured still fails on a real defect (a wrong tile or
             // conditioning row costs 15-20 dB).
             const double bar = config.precision == Precision::BF16 ? 34.0 : 40.0;
-            QVERIFY2(db >= bar, qPrintable(QString("%1: PSNR %2 dB against the CPU (at least %3)").arg(what).arg(db).arg(bar)));
+            QVERIFY2(db >= bar,
+                     qPrintable(QString("%1: PSNR %2 dB against the CPU (at least %3)").arg(what).arg(db).arg(bar)));
         }
     }
 };

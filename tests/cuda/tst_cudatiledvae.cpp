@@ -43,9 +43,9 @@ HostTensor smooth(int channels, int h, int w, double amplitude) {
         for (int y = 0; y < h; ++y)
             for (int x = 0; x < w; ++x) {
                 const double u = static_cast<double>(x) / w, v = static_cast<double>(y) / h;
-                t.data[(static_cast<std::size_t>(c) * h + y) * w + x] = static_cast<float>(
-                    amplitude * (0.6 * std::sin(2 * pi * ((1 + c % 2) * u + 0.5 * v) + c) +
-                                 0.4 * std::cos(2 * pi * (1.5 * v - 0.5 * u) * (1 + c % 3))));
+                t.data[(static_cast<std::size_t>(c) * h + y) * w + x] =
+                    static_cast<float>(amplitude * (0.6 * std::sin(2 * pi * ((1 + c % 2) * u + 0.5 * v) + c) +
+                                                    0.4 * std::cos(2 * pi * (1.5 * v - 0.5 * u) * (1 + c % 3))));
             }
     return t;
 }
@@ -65,7 +65,8 @@ double psnr(const HostTensor& got, const HostTensor& want) {
     if (got.data.size() != want.data.size()) return -INFINITY;
     const auto [lo, hi] = std::minmax_element(want.data.begin(), want.data.end());
     double se = 0;
-    for (std::size_t i = 0; i < want.data.size(); ++i) se += std::pow(static_cast<double>(got.data[i]) - want.data[i], 2);
+    for (std::size_t i = 0; i < want.data.size(); ++i)
+        se += std::pow(static_cast<double>(got.data[i]) - want.data[i], 2);
     const double mse = se / static_cast<double>(want.data.size()), range = static_cast<double>(*hi) - *lo;
     return mse == 0 ? INFINITY : 10 * std::log10(range * range / mse);
 }
@@ -75,8 +76,12 @@ class HostCanvases final : public Backend {
 public:
     explicit HostCanvases(CudaBackend& b) : b_(b) {}
     BackendInfo info() const override { return b_.info(); }
-    void prepareGraph(const ModelGraph& g, const TensorMap& w, int batch, int h, int wd) override { b_.prepareGraph(g, w, batch, h, wd); }
-    void run(const std::vector<const float*>& in, int batch, const std::vector<float*>& out) override { b_.run(in, batch, out); }
+    void prepareGraph(const ModelGraph& g, const TensorMap& w, int batch, int h, int wd) override {
+        b_.prepareGraph(g, w, batch, h, wd);
+    }
+    void run(const std::vector<const float*>& in, int batch, const std::vector<float*>& out) override {
+        b_.run(in, batch, out);
+    }
     void prepare(const UNetModel& m, int batch, int h, int w) override { b_.prepare(m, batch, h, w); }
     void forward(const float* x, const float* t, int batch, float* out) override { b_.forward(x, t, batch, out); }
 
@@ -105,7 +110,7 @@ private slots:
         QFETCH(int, precision);
         QFETCH(double, minDb);
         const VaeModel vae = VaeModel::load(kPipeline);
-        const HostTensor latent = smooth(4, 128, 128, 1.0);   // 1024 x 1024 pixels
+        const HostTensor latent = smooth(4, 128, 128, 1.0);  // 1024 x 1024 pixels
         CudaBackend backend(static_cast<Precision>(precision));
         const HostTensor whole = vae.decode(backend, latent);
         GraphTiling tiling;
@@ -116,8 +121,9 @@ private slots:
         CpuBackend cpu;
         const HostTensor reference = vae.decode(cpu, latent);
         const double db = psnr(tiled, whole), dbCpu = psnr(tiled, reference), untiledCpu = psnr(whole, reference);
-        qInfo("decode 1024x1024 %s: tiled (%s) vs untiled on CUDA %.1f dB; tiled vs CPU %.1f dB; untiled vs CPU %.1f dB",
-              QTest::currentDataTag(), report.describe().c_str(), db, dbCpu, untiledCpu);
+        qInfo(
+            "decode 1024x1024 %s: tiled (%s) vs untiled on CUDA %.1f dB; tiled vs CPU %.1f dB; untiled vs CPU %.1f dB",
+            QTest::currentDataTag(), report.describe().c_str(), db, dbCpu, untiledCpu);
         QCOMPARE(report.grid.cols, 4);
         QCOMPARE(report.canvases, std::string("device"));
         QVERIFY(report.storePeakBytes > 0);
@@ -166,16 +172,21 @@ private slots:
             for (int g = 0; g < groups; ++g) {
                 double sum = 0, sq = 0;
                 const int per = C / groups;
-                const auto at = [&](int y, int xx, int c) { return static_cast<double>(values[(static_cast<std::size_t>(y) * W + xx) * stride + c]); };
+                const auto at = [&](int y, int xx, int c) {
+                    return static_cast<double>(values[(static_cast<std::size_t>(y) * W + xx) * stride + c]);
+                };
                 for (int y = y0; y < y0 + h; ++y)
                     for (int xx = x0; xx < x0 + w; ++xx)
                         for (int c = g * per; c < (g + 1) * per; ++c) sum += at(y, xx, c);
                 const double count = static_cast<double>(w) * h * per, mean = sum / count;
                 for (int y = y0; y < y0 + h; ++y)
                     for (int xx = x0; xx < x0 + w; ++xx)
-                        for (int c = g * per; c < (g + 1) * per; ++c) sq += (at(y, xx, c) - mean) * (at(y, xx, c) - mean);
-                QVERIFY2(std::abs(got[2 * g] - mean) <= 1e-4 * (1 + std::abs(mean)), qPrintable(QString::number(got[2 * g] - mean)));
-                QVERIFY2(std::abs(got[2 * g + 1] - sq / count) <= 1e-4 * sq / count, qPrintable(QString::number(got[2 * g + 1] - sq / count)));
+                        for (int c = g * per; c < (g + 1) * per; ++c)
+                            sq += (at(y, xx, c) - mean) * (at(y, xx, c) - mean);
+                QVERIFY2(std::abs(got[2 * g] - mean) <= 1e-4 * (1 + std::abs(mean)),
+                         qPrintable(QString::number(got[2 * g] - mean)));
+                QVERIFY2(std::abs(got[2 * g + 1] - sq / count) <= 1e-4 * sq / count,
+                         qPrintable(QString::number(got[2 * g + 1] - sq / count)));
             }
         }
         QVERIFY(invalidRegionRefused());
@@ -202,14 +213,13 @@ private slots:
         config.precision = Precision::FP16;
 
         Backend& backend = device.wholeGraphBackend(config);
-        const HostTensor latent = smooth(4, 64, 64, 1.0);   // 512 x 512 pixels
+        const HostTensor latent = smooth(4, 64, 64, 1.0);  // 512 x 512 pixels
         std::string whole, tiled;
         const HostTensor untiled = runVaePass(backend, vae, latent, true, VaeTiling::Auto, budget, &whole);
         QVERIFY2(whole.rfind("untiled (activations ", 0) == 0, whole.c_str());
         // The same decode again (the same graph, weights and shape: the plan is kept): the same bits.
         QVERIFY(runVaePass(backend, vae, latent, true, VaeTiling::Auto, budget, nullptr).data == untiled.data);
-        const std::uint64_t untiledBytes =
-            graphActivationBytes(vaeDecoderExecutionGraph(vae.config()), 1, 512, 512, 2);
+        const std::uint64_t untiledBytes = graphActivationBytes(vaeDecoderExecutionGraph(vae.config()), 1, 512, 512, 2);
         device.setVaeMemoryLimit(untiledBytes / 2);
         budget = device.vaeMemoryBudget(config);
         QCOMPARE(budget->bytes, untiledBytes / 2);

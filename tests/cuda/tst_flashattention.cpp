@@ -72,7 +72,7 @@ struct AttentionCase {
     int contextTokens = 0, contextChannels = 0;
     bool featureMap = false;
     int batch = 2;
-    bool fused = true;   // the fused kernel takes it (fp16/bf16)
+    bool fused = true;  // the fused kernel takes it (fp16/bf16)
 };
 
 const std::vector<AttentionCase>& cases() {
@@ -158,7 +158,7 @@ std::map<std::string, std::string> attentionChoices(const std::string& file) {
 class TestFlashAttention : public QObject {
     Q_OBJECT
 
-    std::map<int, std::vector<float>> reference_;   // CPU output per case
+    std::map<int, std::vector<float>> reference_;  // CPU output per case
 
     const std::vector<float>& reference(int index, const ModelGraph& g, const TensorMap& w,
                                         const std::vector<std::vector<float>>& in) {
@@ -277,7 +277,7 @@ private slots:
         std::vector<std::vector<float>> outs;
         for (FlashTiling t : flashTilings(headDim)) {
             DeviceBuffer o(qElems * 2);
-            TESSERA_CHECK(cudaMemset(o.data(), 0xFF, o.bytes()));   // NaN poison
+            TESSERA_CHECK(cudaMemset(o.data(), 0xFF, o.bytes()));  // NaN poison
             a.o = o.data();
             a.blockQueries = t.blockQueries;
             a.warps = t.warps;
@@ -288,7 +288,8 @@ private slots:
             std::vector<float> f(qElems);
             for (std::size_t i = 0; i < qElems; ++i) {
                 f[i] = __half2float(host[i]);
-                if (!std::isfinite(f[i])) QFAIL(qPrintable(QString("%1/%2w: element %3 not finite").arg(t.blockQueries).arg(t.warps).arg(i)));
+                if (!std::isfinite(f[i]))
+                    QFAIL(qPrintable(QString("%1/%2w: element %3 not finite").arg(t.blockQueries).arg(t.warps).arg(i)));
             }
             outs.push_back(std::move(f));
         }
@@ -302,7 +303,7 @@ private slots:
     // Prepared for 3 images, run for 2: the first two images' outputs, from the fused kernel.
     void fewerImagesThanPrepared() {
         REQUIRE_DEVICE();
-        const int index = 1;   // sd15 self d40 900 batch 3
+        const int index = 1;  // sd15 self d40 900 batch 3
         const AttentionCase& c = cases()[index];
         const ModelGraph g = attentionGraph(c);
         const TensorMap w = randomTensors(g.parameterList(), 40 + index);
@@ -347,7 +348,7 @@ private slots:
     // plan of the same graph holds no scores (at least their bytes less).
     void forcedBlocked() {
         REQUIRE_DEVICE();
-        const int index = 2;   // sd21 self d64 9216
+        const int index = 2;  // sd21 self d64 9216
         const AttentionCase& c = cases()[index];
         const ModelGraph g = attentionGraph(c);
         const TensorMap w = randomTensors(g.parameterList(), 40 + index);
@@ -380,7 +381,7 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const std::string file = dir.filePath("tuning.json").toStdString();
-        const AttentionCase& c = cases()[8];   // sd15 cross d40 4096 x 77x768
+        const AttentionCase& c = cases()[8];  // sd15 cross d40 4096 x 77x768
         const ModelGraph g = attentionGraph(c, 2);
         const TensorMap w = randomTensors(g.parameterList(), 48);
         const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
@@ -411,7 +412,7 @@ private slots:
             QCOMPARE(rows, fused ? rows : 0);
             QCOMPARE(paths[1].op, std::string("attn1"));
             QCOMPARE(paths[1].fused, fused);
-            QCOMPARE(paths[1].fusedMs, path.fusedMs);   // the same measurement: timed once
+            QCOMPARE(paths[1].fusedMs, path.fusedMs);  // the same measurement: timed once
             QCOMPARE(gpu.tuningInfo().misses, 1);
             QVERIFY(cache.save());
         }
@@ -498,8 +499,8 @@ private slots:
         QVERIFY2(path.cudnn.rfind("cuDNN SDPA engine ", 0) == 0, path.cudnn.c_str());
         const QString summary = QString::fromStdString(gpu.planSummary());
         QVERIFY2(summary.contains(QString("at batch %1: cuDNN SDPA engine").arg(c.batch)), qPrintable(summary));
-        const QString bad = tessera::testing::outputMismatch(ref, out, opTolerance(prec),
-                                                             QString("%1 %2 cuDNN").arg(c.name, precisionName(prec)), true);
+        const QString bad = tessera::testing::outputMismatch(
+            ref, out, opTolerance(prec), QString("%1 %2 cuDNN").arg(c.name, precisionName(prec)), true);
         QVERIFY2(bad.isEmpty(), qPrintable(bad));
     }
 
@@ -507,7 +508,7 @@ private slots:
     // computes them (the same outputs as the CPU's first two images); run for 3, cuDNN.
     void cudnnAtThePreparedBatchOnly() {
         REQUIRE_DEVICE();
-        const int index = 1;   // sd15 self d40 900 batch 3
+        const int index = 1;  // sd15 self d40 900 batch 3
         const AttentionCase& c = cases()[index];
         const ModelGraph g = attentionGraph(c);
         const TensorMap w = randomTensors(g.parameterList(), 40 + index);
@@ -535,7 +536,7 @@ private slots:
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const std::string file = dir.filePath("tuning.json").toStdString();
-        const AttentionCase& c = cases()[3];   // sdxl self d64 1024
+        const AttentionCase& c = cases()[3];  // sdxl self d64 1024
         const ModelGraph g = attentionGraph(c, 2);
         const TensorMap w = randomTensors(g.parameterList(), 43);
         const auto in = normalInputs(g, c.batch, c.tile, 7, kInputStd);
@@ -556,8 +557,8 @@ private slots:
             QCOMPARE(path.cudnnReason, std::string("timed"));
             QVERIFY(path.cudnnMs > 0 && path.ownMs > 0);
             QCOMPARE(!path.cudnn.empty(), path.cudnnMs < path.ownMs);
-            QCOMPARE(paths[1].cudnnMs, path.cudnnMs);   // timed once per shape
-            QCOMPARE(gpu.tuningInfo().misses, 2);       // the own path and cuDNN's
+            QCOMPARE(paths[1].cudnnMs, path.cudnnMs);  // timed once per shape
+            QCOMPARE(gpu.tuningInfo().misses, 2);      // the own path and cuDNN's
             taken = path.cudnn;
             QVERIFY(cache.save());
         }
@@ -615,9 +616,10 @@ private slots:
         {
             ScopedEnv env("TESSERA_CUDA_SDPA", "1");
             CudaBackend b(Precision::FP16);
-            const ModelGraph g = attentionGraph(cases()[12]);   // clip-l causal
+            const ModelGraph g = attentionGraph(cases()[12]);  // clip-l causal
             b.prepareGraph(g, randomTensors(g.parameterList(), 5), 1, 64, 64);
-            QCOMPARE(b.attentionPaths().at(0).cudnnReason, std::string("causal mask (not built for cuDNN's fused attention)"));
+            QCOMPARE(b.attentionPaths().at(0).cudnnReason,
+                     std::string("causal mask (not built for cuDNN's fused attention)"));
         }
         {
             ScopedEnv env("TESSERA_CUDA_SDPA", "0");
@@ -644,7 +646,7 @@ private slots:
             const ModelGraph g = attentionGraph(c);
             const TensorMap w = randomTensors(g.parameterList(), 5);
             for (Precision p : {Precision::FP16, Precision::BF16}) {
-                CudaBackend gpu(p);   // no tuning cache: every prepare times both paths
+                CudaBackend gpu(p);  // no tuning cache: every prepare times both paths
                 gpu.prepareGraph(g, w, batch, c.tile, c.tile);
                 const auto path = gpu.attentionPaths().at(0);
                 const QString summary = QString::fromStdString(gpu.planSummary());

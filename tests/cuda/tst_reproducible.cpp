@@ -54,10 +54,35 @@ Render render(const QString& cache, const QString& graphs, int lanes) {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.remove("TESSERA_TUNING_CACHE");
     p.setProcessEnvironment(env);
-    p.start(cliPath(), {"render", "--backend", "cuda", "--model", modelPath(), "--width", "512", "--height", "384",
-                        "--tile", "64", "--overlap", "16", "--batch", "8", "--precision", "fp16", "--steps", "10",
-                        "--seed", "7", "--graphs", graphs, "--lanes", QString::number(lanes), "--tuning-cache", cache,
-                        "--out", out.path()});
+    p.start(cliPath(), {"render",
+                        "--backend",
+                        "cuda",
+                        "--model",
+                        modelPath(),
+                        "--width",
+                        "512",
+                        "--height",
+                        "384",
+                        "--tile",
+                        "64",
+                        "--overlap",
+                        "16",
+                        "--batch",
+                        "8",
+                        "--precision",
+                        "fp16",
+                        "--steps",
+                        "10",
+                        "--seed",
+                        "7",
+                        "--graphs",
+                        graphs,
+                        "--lanes",
+                        QString::number(lanes),
+                        "--tuning-cache",
+                        cache,
+                        "--out",
+                        out.path()});
     if (!p.waitForFinished(300000)) {
         p.kill();
         p.waitForFinished();
@@ -125,7 +150,8 @@ private slots:
                 const QString what = "graphs " + graphs + " lanes " + QString::number(lanes) + ": ";
                 QVERIFY2(r.exitCode == 0, qPrintable(what + describe(r)));
                 QVERIFY2(r.misses() == 0 && r.digest() == base.digest(), qPrintable(what + describe(r)));
-                QVERIFY2(r.sha() == base.sha(), qPrintable(what + describe(r) + "\n--- graphs off lanes 1:\n" + describe(base)));
+                QVERIFY2(r.sha() == base.sha(),
+                         qPrintable(what + describe(r) + "\n--- graphs off lanes 1:\n" + describe(base)));
             }
     }
 };

@@ -82,8 +82,8 @@ public:
         if (::ftruncate(fd_, 0) != 0) violation(std::string("ftruncate failed: ") + std::strerror(errno));
         std::size_t done = 0;
         while (done < size) {
-            const ssize_t n = ::pwrite(fd_, static_cast<const char*>(bytes) + done, size - done,
-                                       static_cast<off_t>(done));
+            const ssize_t n =
+                ::pwrite(fd_, static_cast<const char*>(bytes) + done, size - done, static_cast<off_t>(done));
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) violation(std::string("writing the memory file failed: ") + std::strerror(errno));
             done += static_cast<std::size_t>(n);

@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
         imported = applyInfotext(parseInfotext(text), config);
     }
-    for (const UnmappedSetting& setting : imported.unmapped) fuzz::checkRejection(std::runtime_error(setting.message()));
+    for (const UnmappedSetting& setting : imported.unmapped)
+        fuzz::checkRejection(std::runtime_error(setting.message()));
 
     InfotextExtras extras;
     extras.stableDiffusion = true;

@@ -7,8 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/models/unet/UNetConfig.h"
 #include "core/formats/SchedulerConfig.h"
+#include "core/models/unet/UNetConfig.h"
 
 using namespace tessera;
 
@@ -26,8 +26,8 @@ void checkModelConfig(const nlohmann::json& json) {
     (void)config.limits();
     (void)config.timeEmbedDim();
     for (const int channels : config.blockOutChannels) (void)config.headsFor(channels);
-    fuzz::checkRoundTrip(toJson(config), unetConfigFromJson,
-                         static_cast<nlohmann::json (*)(const UNetConfig&)>(toJson), "model config.json");
+    fuzz::checkRoundTrip(toJson(config), unetConfigFromJson, static_cast<nlohmann::json (*)(const UNetConfig&)>(toJson),
+                         "model config.json");
 }
 
 void checkSchedulerConfig(const nlohmann::json& json) {

@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (png.image.width <= 0 || png.image.height <= 0 ||
         png.image.pixels.size() != static_cast<std::size_t>(png.image.width) * png.image.height * 3)
-        fuzz::violation("read " + std::to_string(png.image.width) + "x" + std::to_string(png.image.height) +
-                        " with " + std::to_string(png.image.pixels.size()) + " bytes of RGB");
+        fuzz::violation("read " + std::to_string(png.image.width) + "x" + std::to_string(png.image.height) + " with " +
+                        std::to_string(png.image.pixels.size()) + " bytes of RGB");
     (void)png.text("tessera-manifest");
     return 0;
 }

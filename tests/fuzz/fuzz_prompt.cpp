@@ -11,9 +11,9 @@
 #include <cmath>
 #include <memory>
 
+#include "core/run/RunConfig.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
-#include "core/run/RunConfig.h"
 
 using namespace tessera;
 
@@ -66,8 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // A1111 counts 75 for a last chunk closed by BREAK (or by filling up) and its tokens otherwise.
         const int closed = clip_limits::kChunkTokens * static_cast<int>(result.chunks.size());
         if (tokens != result.tokenCount && closed != result.tokenCount)
-            fuzz::violation("token count " + std::to_string(result.tokenCount) + ", chunks say " + std::to_string(tokens) +
-                            " or " + std::to_string(closed));
+            fuzz::violation("token count " + std::to_string(result.tokenCount) + ", chunks say " +
+                            std::to_string(tokens) + " or " + std::to_string(closed));
     }
     return 0;
 }

@@ -25,7 +25,8 @@ namespace tessera::testing {
 // Makes the running test function fail if the window's code reads or writes a file on the GUI
 // thread (app/qt/GuiThreadGuard.h). Every window suite calls it from init().
 inline void failOnGuiThreadIo() {
-    QTest::failOnWarning(QRegularExpression(QRegularExpression::escape(QString::fromLatin1(kGuiThreadViolationPrefix))));
+    QTest::failOnWarning(
+        QRegularExpression(QRegularExpression::escape(QString::fromLatin1(kGuiThreadViolationPrefix))));
 }
 
 inline QString testModelFolder() { return QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like"); }
@@ -66,7 +67,8 @@ inline bool setConfigAndWait(ConfigPanel& panel, const RunConfig& config) {
 
 // Waits until the history is loaded and every request sent to it is answered.
 inline bool waitForHistory(const MainWindow& window) {
-    return QTest::qWaitFor([&window] { return window.history().isLoaded() && window.history().pendingJobs() == 0; }, 60000);
+    return QTest::qWaitFor([&window] { return window.history().isLoaded() && window.history().pendingJobs() == 0; },
+                           60000);
 }
 
 // Puts `config` in the window, presses Run and waits for the end, and for a finished run to

@@ -27,15 +27,15 @@
 
 #include <qcustomplot.h>
 
+#include "TinyRun.h"
 #include "app/qt/Exporters.h"
-#include "app/qt/RunWorker.h"
 #include "app/qt/RunHistory.h"
+#include "app/qt/RunWorker.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/GraphsPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/TimingCharts.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 
@@ -51,7 +51,9 @@ std::string readAll(const QString& path) {
     return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
 }
 
-QString historyFolder() { return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"); }
+QString historyFolder() {
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history");
+}
 
 QString fixed(double value, int decimals) { return QString::number(value, 'f', decimals); }
 
@@ -127,8 +129,10 @@ private slots:
 
         // Cancelling the last id before the sequence starts: nothing runs at all.
         worker->cancel(102);
-        QMetaObject::invokeMethod(worker, [worker, configs] { worker->startSequence(configs, 101); }, Qt::QueuedConnection);
-        QVERIFY(QTest::qWaitFor([&] { return !sequence.isEmpty(); }, 300000));  // not wait(): the signal may come before it
+        QMetaObject::invokeMethod(
+            worker, [worker, configs] { worker->startSequence(configs, 101); }, Qt::QueuedConnection);
+        QVERIFY(
+            QTest::qWaitFor([&] { return !sequence.isEmpty(); }, 300000));  // not wait(): the signal may come before it
         QCOMPARE(sequence.at(0).at(0).value<quint64>(), quint64(101));
         QCOMPARE(sequence.at(0).at(1).toInt(), 0);
         QCOMPARE(sequence.at(0).at(2).toBool(), false);
@@ -138,8 +142,10 @@ private slots:
         // A fresh sequence runs both, in order, and every tile batch's timing reaches the GUI
         // thread, even where tileBatchFinished is thinned out.
         sequence.clear();
-        QMetaObject::invokeMethod(worker, [worker, configs] { worker->startSequence(configs, 103); }, Qt::QueuedConnection);
-        QVERIFY(QTest::qWaitFor([&] { return !sequence.isEmpty(); }, 300000));  // not wait(): the signal may come before it
+        QMetaObject::invokeMethod(
+            worker, [worker, configs] { worker->startSequence(configs, 103); }, Qt::QueuedConnection);
+        QVERIFY(
+            QTest::qWaitFor([&] { return !sequence.isEmpty(); }, 300000));  // not wait(): the signal may come before it
         QCOMPARE(sequence.at(0).at(1).toInt(), 2);
         QCOMPARE(sequence.at(0).at(2).toBool(), true);
         QCOMPARE(finished.count(), 2);
@@ -149,7 +155,8 @@ private slots:
         std::vector<TileBatchTiming> forwarded;
         for (const QList<QVariant>& signal : timed)
             if (signal.at(0).value<quint64>() == 103)
-                for (const TileBatchTiming& t : signal.at(1).value<std::vector<TileBatchTiming>>()) forwarded.push_back(t);
+                for (const TileBatchTiming& t : signal.at(1).value<std::vector<TileBatchTiming>>())
+                    forwarded.push_back(t);
         QCOMPARE(forwarded.size(), record.batches.size());
         QCOMPARE(forwarded.size(), std::size_t(10));
         int events = 0;
@@ -184,7 +191,7 @@ private slots:
         config.tileBatch = 0;
         QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(text->text(), QStringLiteral("ready: 20 steps × 1 tile batches (25 tiles, batch 25, auto)"));
-        config.width = 1024;   // 21 x 5 tiles: 4 calls of at most 32, spread evenly
+        config.width = 1024;  // 21 x 5 tiles: 4 calls of at most 32, spread evenly
         QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(text->text(), QStringLiteral("ready: 20 steps × 4 tile batches (105 tiles, batch 27, auto)"));
 
@@ -214,7 +221,8 @@ private slots:
         QCOMPARE(tiles->xAxis->range().upper, 4.5);
         QCOMPARE(tiles->yAxis->range().upper, 4.5);
         QCOMPARE(charts->timedTileCount(), 0);
-        QVERIFY2(charts->tilePlaceholderText().startsWith(QStringLiteral("5 × 5 tiles")), qPrintable(charts->tilePlaceholderText()));
+        QVERIFY2(charts->tilePlaceholderText().startsWith(QStringLiteral("5 × 5 tiles")),
+                 qPrintable(charts->tilePlaceholderText()));
 
         config.overlapPx = 0;
         QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
@@ -232,7 +240,11 @@ private slots:
         } live;
         connect(charts, &TimingCharts::tileTimesChanged, this, [&] {
             if (live.seen || charts->timedTileCount() == 0) return;
-            live = {true, window.isRunning(), charts->timedTileCount(), charts->tileTimeMs(0), charts->tileTimeMs(1),
+            live = {true,
+                    window.isRunning(),
+                    charts->timedTileCount(),
+                    charts->tileTimeMs(0),
+                    charts->tileTimeMs(1),
                     charts->tileTimeMs(2)};
         });
         QSignalSpy ended(&window, &MainWindow::runEnded);
@@ -275,7 +287,9 @@ private slots:
         QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QCOMPARE(charts->tileGridSize(), QSize(2, 2));
         QCOMPARE(charts->timedTileCount(), 0);
-        QVERIFY(child<QLabel>(&window, "progressText")->text().startsWith(QStringLiteral("ready: 2 steps × 2 tile batches")));
+        QVERIFY(child<QLabel>(&window, "progressText")
+                    ->text()
+                    .startsWith(QStringLiteral("ready: 2 steps × 2 tile batches")));
     }
 
     void compareGraphsDisabledWithoutUsableGraphs() {
@@ -298,7 +312,8 @@ private slots:
         QVERIFY(!reason.isEmpty());
         QVERIFY(!action->isEnabled());
         QVERIFY2(action->toolTip().contains(reason), qPrintable(action->toolTip()));
-        QVERIFY2(action->toolTip().startsWith(QStringLiteral("Compare graphs is unavailable")), qPrintable(action->toolTip()));
+        QVERIFY2(action->toolTip().startsWith(QStringLiteral("Compare graphs is unavailable")),
+                 qPrintable(action->toolTip()));
         QCOMPARE(child<QLabel>(panel, "graphsReason")->text(), reason);
         QVERIFY(!child<QComboBox>(panel, "graphModeCombo")->isEnabled());
     }
@@ -309,7 +324,8 @@ private slots:
         window_->resize(1400, 900);
         window_->show();
         QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
-        QVERIFY(testing::setConfigAndWait(*window_->configPanel(), tinyConfig()));  // graphs off in the settings: "on" is tile
+        QVERIFY(testing::setConfigAndWait(*window_->configPanel(),
+                                          tinyConfig()));  // graphs off in the settings: "on" is tile
         QVERIFY(testing::waitForHistory(*window_));
         const std::size_t historyBefore = window_->history().entries().size();
 
@@ -354,9 +370,9 @@ private slots:
             QCOMPARE(record.environment.backend, std::string("cpu"));
             QCOMPARE(record.graphs.mode, std::string("off"));
             QCOMPARE(record.graphs.captures, 0);
-            const bool explained = std::any_of(record.messages.begin(), record.messages.end(), [](const std::string& m) {
-                return m.find("no CUDA graphs") != std::string::npos;
-            });
+            const bool explained =
+                std::any_of(record.messages.begin(), record.messages.end(),
+                            [](const std::string& m) { return m.find("no CUDA graphs") != std::string::npos; });
             QCOMPARE(explained, order[i] == GraphMode::Tile);
             // Same kernels either way: the same image.
             QCOMPARE(record.imageSha256, c.runs[0].result->record.imageSha256);
@@ -367,7 +383,8 @@ private slots:
         // The last pair is compared: off as A, tile as B.
         QCOMPARE(c.shownA, 2);
         QCOMPARE(c.shownB, 3);
-        QVERIFY2(c.choice.contains(QStringLiteral("last pair")) && c.choice.contains(QStringLiteral("warm-up")), qPrintable(c.choice));
+        QVERIFY2(c.choice.contains(QStringLiteral("last pair")) && c.choice.contains(QStringLiteral("warm-up")),
+                 qPrintable(c.choice));
 
         // Only the kept pair goes into the history.
         QVERIFY(testing::waitForHistory(*window_));
@@ -390,7 +407,9 @@ private slots:
         QCOMPARE(window_->chartTabs()->currentWidget(), static_cast<QWidget*>(window_->graphsPanel()));
         QCOMPARE(window_->graphsPanel()->runIdA(), ids.at(2));
         QCOMPARE(window_->graphsPanel()->runIdB(), ids.at(3));
-        QVERIFY2(child<QLabel>(window_.get(), "statusText")->text().startsWith(QStringLiteral("Compare graphs: graphs tile took")),
+        QVERIFY2(child<QLabel>(window_.get(), "statusText")
+                     ->text()
+                     .startsWith(QStringLiteral("Compare graphs: graphs tile took")),
                  qPrintable(child<QLabel>(window_.get(), "statusText")->text()));
     }
 
@@ -432,13 +451,16 @@ private slots:
         check(a, GraphsPanel::SideA, 0);
         check(b, GraphsPanel::SideB, 1);
         QTableWidget* table = panel->table();
-        QCOMPARE(table->item(GraphsPanel::TotalTime, 2)->text(), QStringLiteral("%1×").arg(b.totalMs / a.totalMs, 0, 'f', 2));
+        QCOMPARE(table->item(GraphsPanel::TotalTime, 2)->text(),
+                 QStringLiteral("%1×").arg(b.totalMs / a.totalMs, 0, 'f', 2));
         // The labels say what was measured: wall time and host memory on the CPU.
         QCOMPARE(table->verticalHeaderItem(GraphsPanel::StepMedian)->text(), QStringLiteral("Step median, wall (ms)"));
-        QCOMPARE(table->verticalHeaderItem(GraphsPanel::PeakMemory)->text(), QStringLiteral("Peak memory, host RSS (MiB)"));
+        QCOMPARE(table->verticalHeaderItem(GraphsPanel::PeakMemory)->text(),
+                 QStringLiteral("Peak memory, host RSS (MiB)"));
         QCOMPARE(table->horizontalHeaderItem(0)->text(), QStringLiteral("A: off"));
         QCOMPARE(table->horizontalHeaderItem(1)->text(), QStringLiteral("B: tile (ran off)"));
-        QVERIFY2(panel->caption()->text().contains(QStringLiteral("Neither run used CUDA graphs")), qPrintable(panel->caption()->text()));
+        QVERIFY2(panel->caption()->text().contains(QStringLiteral("Neither run used CUDA graphs")),
+                 qPrintable(panel->caption()->text()));
 
         // Hovering a bar names it and gives its value; away from the bars, nothing.
         panel->plot()->replot(QCustomPlot::rpImmediateRefresh);
@@ -450,7 +472,8 @@ private slots:
                  qPrintable(text));
         QVERIFY(panel->hoverText(QPointF(-50, -50)).isEmpty());
 
-        const QString png = scratch_.filePath(QStringLiteral("graphs.png")), pdf = scratch_.filePath(QStringLiteral("graphs.pdf"));
+        const QString png = scratch_.filePath(QStringLiteral("graphs.png")),
+                      pdf = scratch_.filePath(QStringLiteral("graphs.pdf"));
         QVERIFY(panel->saveChart(png));
         QVERIFY(panel->saveChart(pdf));
         QCOMPARE(readAll(png).substr(1, 3), std::string("PNG"));
@@ -459,7 +482,8 @@ private slots:
         // Picking two runs in the history puts them in the panel as well (older as A).
         const auto& entries = window_->history().entries();
         QString error;
-        QVERIFY2(testing::compareAndWait(*window_, entries.back().id(), entries[entries.size() - 2].id(), &error), qPrintable(error));
+        QVERIFY2(testing::compareAndWait(*window_, entries.back().id(), entries[entries.size() - 2].id(), &error),
+                 qPrintable(error));
         QCOMPARE(panel->runIdA(), entries[entries.size() - 2].id());
         QCOMPARE(panel->runIdB(), entries.back().id());
         window_->compareView()->close();
@@ -491,7 +515,8 @@ private slots:
         QCOMPARE(panel.barValue(GraphsPanel::SideA, GraphsPanel::StepMedian), 59.5);  // (59 + 60) / 2
         QCOMPARE(panel.barValue(GraphsPanel::SideA, GraphsPanel::StepP95), 68.0);     // 19th of 20
         QCOMPARE(panel.barValue(GraphsPanel::SideB, GraphsPanel::StepP95), 58.0);
-        QCOMPARE(panel.barValue(GraphsPanel::SideA, GraphsPanel::HostEnqueue), ((4.0 + 9 * 0.1) + (4.0 + 10 * 0.1)) / 2);
+        QCOMPARE(panel.barValue(GraphsPanel::SideA, GraphsPanel::HostEnqueue),
+                 ((4.0 + 9 * 0.1) + (4.0 + 10 * 0.1)) / 2);
         QCOMPARE(panel.barValue(GraphsPanel::SideB, GraphsPanel::HostEnqueue), 0.2);
         QCOMPARE(panel.barValue(GraphsPanel::SideB, GraphsPanel::GraphMemory), 12.5);
         QCOMPARE(panel.barValue(GraphsPanel::SideB, GraphsPanel::PeakMemory), 912.5);
@@ -556,7 +581,9 @@ private slots:
         QVERIFY(!window.isRunning());
         QVERIFY(window.runAction()->isEnabled());
         QVERIFY(!window.stopAction()->isEnabled());
-        QVERIFY2(child<QLabel>(&window, "statusText")->text().startsWith(QStringLiteral("Compare graphs stopped after 1 of 4 runs")),
+        QVERIFY2(child<QLabel>(&window, "statusText")
+                     ->text()
+                     .startsWith(QStringLiteral("Compare graphs stopped after 1 of 4 runs")),
                  qPrintable(child<QLabel>(&window, "statusText")->text()));
 
         // The worker is free again: a plain run afterwards finishes.
@@ -565,7 +592,8 @@ private slots:
         window.runAction()->trigger();
         QVERIFY(runEnded.wait(300000));
         QCOMPARE(runEnded.at(0).at(0).toBool(), true);
-        QCOMPARE(QString::fromStdString(std::string(toString(window.lastRun()->result->record.status))), QStringLiteral("finished"));
+        QCOMPARE(QString::fromStdString(std::string(toString(window.lastRun()->result->record.status))),
+                 QStringLiteral("finished"));
     }
 };
 

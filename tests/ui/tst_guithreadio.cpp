@@ -19,6 +19,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "../app/HistoryFiles.h"
+#include "TinyRun.h"
 #include "app/qt/GuiThreadGuard.h"
 #include "app/qt/HistoryStore.h"
 #include "app/qt/ModelInspector.h"
@@ -27,8 +29,6 @@
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"
-#include "../app/HistoryFiles.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -72,7 +72,8 @@ private:
         return path;
     }
     std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("io-%1.ini").arg(++count_)), QSettings::IniFormat);
+        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("io-%1.ini").arg(++count_)),
+                                           QSettings::IniFormat);
     }
 
 private slots:
@@ -114,7 +115,8 @@ private slots:
     void historyLoadsAndReloadsBySignal() {
         const QString folder = freshFolder();
         for (int i = 0; i < 3; ++i)
-            writeFile(folder + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(i))), manifestOf(runIdOf(i), startOf(i)));
+            writeFile(folder + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(i))),
+                      manifestOf(runIdOf(i), startOf(i)));
         HistoryStore store(folder);
         QSignalSpy loaded(&store, &HistoryStore::loaded);
         // Nothing read on this thread: nothing known before the answer.
@@ -126,7 +128,8 @@ private slots:
 
         // Two reloads in a row: the first's answer is stale and dropped; the second sees the
         // run written in between.
-        writeFile(folder + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(3))), manifestOf(runIdOf(3), startOf(3)));
+        writeFile(folder + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(3))),
+                  manifestOf(runIdOf(3), startOf(3)));
         const quint64 first = store.reload();
         const quint64 second = store.reload();
         QVERIFY(second > first);
@@ -181,7 +184,8 @@ private slots:
         // Compare: the images are read on the history's thread; the view opens on the signal.
         QSignalSpy opened(&window, &MainWindow::compareViewOpened);
         QString error;
-        QVERIFY2(window.compareRuns(QString::fromStdString(runIdOf(0)), QString::fromStdString(runIdOf(1)), &error), qPrintable(error));
+        QVERIFY2(window.compareRuns(QString::fromStdString(runIdOf(0)), QString::fromStdString(runIdOf(1)), &error),
+                 qPrintable(error));
         QVERIFY(!window.compareView());
         QVERIFY(opened.wait(60000));
         QVERIFY(window.compareView());
@@ -234,7 +238,9 @@ private slots:
         QVERIFY2(panel->isValid(), qPrintable(panel->problems().join('\n')));
         QVERIFY(window.runAction()->isEnabled());
         QCOMPARE(inspector.configurationReads(), readsBefore + 1);
-        QVERIFY2(panel->findChild<QLabel*>(QStringLiteral("modelInfo"))->text().startsWith(QStringLiteral("model-a: 3 input channels")),
+        QVERIFY2(panel->findChild<QLabel*>(QStringLiteral("modelInfo"))
+                     ->text()
+                     .startsWith(QStringLiteral("model-a: 3 input channels")),
                  qPrintable(panel->findChild<QLabel*>(QStringLiteral("modelInfo"))->text()));
 
         // Edits of other fields read nothing and ask nothing: valid at once.
@@ -267,7 +273,9 @@ private slots:
         edit->setText(a);
         QVERIFY(waitForModelCheck(*panel));
         QCOMPARE(inspector.configurationReads(), readsBefore + 3);
-        QVERIFY2(panel->findChild<QLabel*>(QStringLiteral("modelInfo"))->text().startsWith(QStringLiteral("model-a: 1 input channels")),
+        QVERIFY2(panel->findChild<QLabel*>(QStringLiteral("modelInfo"))
+                     ->text()
+                     .startsWith(QStringLiteral("model-a: 1 input channels")),
                  qPrintable(panel->findChild<QLabel*>(QStringLiteral("modelInfo"))->text()));
 
         // Typed letter by letter: only the last folder's answer is used.
@@ -309,7 +317,8 @@ private slots:
 
         // Nothing to export yet: said by the same signal, at once.
         QString error;
-        QVERIFY(!exportAndWait(window, ExportFormat::ManifestJson, folder + QStringLiteral("/m.json"), MainWindow::Overwrite::Refuse, &error));
+        QVERIFY(!exportAndWait(window, ExportFormat::ManifestJson, folder + QStringLiteral("/m.json"),
+                               MainWindow::Overwrite::Refuse, &error));
         QVERIFY2(error.contains(QStringLiteral("no finished run")), qPrintable(error));
     }
 };

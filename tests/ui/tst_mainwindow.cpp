@@ -3,19 +3,20 @@
 #include <QAction>
 #include <QComboBox>
 #include <QDir>
+#include <QDockWidget>
 #include <QLabel>
-#include <QStatusBar>
 #include <QMenuBar>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QStatusBar>
+#include <QTabWidget>
 #include <QTemporaryDir>
 #include <QThread>
 #include <QWheelEvent>
-#include <QDockWidget>
-#include <QTabWidget>
 #include <QtTest>
 
+#include "TinyRun.h"
 #include "app/cli/EngineFactory.h"
 #include "app/cli/PngIO.h"
 #include "app/qt/RunWorker.h"
@@ -23,7 +24,6 @@
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
-#include "TinyRun.h"
 
 #include <qcustomplot.h>
 
@@ -66,7 +66,8 @@ private slots:
     }
 
     void cleanupTestCase() {
-        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"))
+            .removeRecursively();
     }
 
     void windowOpensWithMenusAndAbout() {
@@ -79,9 +80,9 @@ private slots:
         auto* about = window.findChild<QAction*>(QStringLiteral("actionAbout"));
         QVERIFY(about);
         QCOMPARE(about->text().remove(QLatin1Char('&')), QStringLiteral("About Tessera"));
-        for (const char* name : {"actionOpenPreset", "actionSavePreset", "actionExportImage", "actionQuit",
-                                 "actionToggleConfig", "actionToggleCharts", "actionTileOverlay", "actionFit",
-                                 "actionActualSize"})
+        for (const char* name :
+             {"actionOpenPreset", "actionSavePreset", "actionExportImage", "actionQuit", "actionToggleConfig",
+              "actionToggleCharts", "actionTileOverlay", "actionFit", "actionActualSize"})
             QVERIFY2(window.findChild<QAction*>(QString::fromLatin1(name)), name);
         // Nothing rendered yet: nothing to export, nothing to stop.
         QVERIFY(!child<QAction>(&window, "actionExportImage")->isEnabled());
@@ -137,17 +138,19 @@ private slots:
         panel.setConfig(c);
         DeviceReport none;
         none.cudaBuilt = true;
-        none.cudaReason = "the NVIDIA driver is too old: it supports CUDA 12.4, this build needs CUDA 13.0 (a newer driver)";
+        none.cudaReason =
+            "the NVIDIA driver is too old: it supports CUDA 12.4, this build needs CUDA 13.0 (a newer driver)";
         panel.setDeviceReport(none);
         QVERIFY(!note->isHidden());
-        QVERIFY2(note->text().contains("CUDA cannot be used on this machine: the NVIDIA driver is too old"), qPrintable(note->text()));
+        QVERIFY2(note->text().contains("CUDA cannot be used on this machine: the NVIDIA driver is too old"),
+                 qPrintable(note->text()));
         QVERIFY2(note->text().contains("CPU engine computes in FP32"), qPrintable(note->text()));
 
-        c.precision = Precision::FP32;   // CUDA still asked for: the first sentence stays
+        c.precision = Precision::FP32;  // CUDA still asked for: the first sentence stays
         panel.setConfig(c);
         QVERIFY(note->text().contains("CUDA cannot be used") && !note->text().contains("FP32;"));
 
-        c.backend = BackendKind::CPU;    // as asked: nothing to say
+        c.backend = BackendKind::CPU;  // as asked: nothing to say
         panel.setConfig(c);
         QVERIFY(note->isHidden());
         c.precision = Precision::BF16;
@@ -386,8 +389,9 @@ private slots:
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         auto* progress = child<QLabel>(&window, "progressText");
         progress->setText(QStringLiteral("CPU FP32 · 256 × 192 px · seed 7"));
-        const QString note = QStringLiteral("text: 2 chunk(s) of 75 tokens, sd1 text encoder, clip skip 1, guidance 6 "
-                                            "(conditional and unconditional); 4 ms, 4 of 4 encoder rows run ") +
+        const QString note = QStringLiteral(
+                                 "text: 2 chunk(s) of 75 tokens, sd1 text encoder, clip skip 1, guidance 6 "
+                                 "(conditional and unconditional); 4 ms, 4 of 4 encoder rows run ") +
                              QString(200, QChar('x'));
         window.showNote(note);
         auto* shown = child<QLabel>(&window, "statusNote");
@@ -466,7 +470,8 @@ private slots:
                     for (QCPAxis* axis : rect->axes()) {
                         if (!axis->visible() || !axis->tickLabels()) continue;
                         if (axis->axisType() == QCPAxis::atLeft || axis->axisType() == QCPAxis::atBottom)
-                            QVERIFY2(!axis->label().isEmpty() || rect->axis(QCPAxis::atBottom) == axis, qPrintable(name));
+                            QVERIFY2(!axis->label().isEmpty() || rect->axis(QCPAxis::atBottom) == axis,
+                                     qPrintable(name));
                         QVERIFY2(QFontInfo(axis->tickLabelFont()).pixelSize() >= 9, qPrintable(name));
                     }
                 }
@@ -478,7 +483,8 @@ private slots:
                     if (!found) continue;
                     const QCPRange values = series->getValueRange(found);
                     const QString what = name + QStringLiteral(" ") + series->name();
-                    QVERIFY2(series->keyAxis()->range().contains(keys.lower) && series->keyAxis()->range().contains(keys.upper),
+                    QVERIFY2(series->keyAxis()->range().contains(keys.lower) &&
+                                 series->keyAxis()->range().contains(keys.upper),
                              qPrintable(what));
                     QVERIFY2(series->valueAxis()->range().contains(values.lower) &&
                                  series->valueAxis()->range().contains(values.upper),
@@ -507,7 +513,8 @@ private slots:
         QSignalSpy failed(worker, &RunWorker::runFailed);
 
         const RunConfig config = tinyConfig();
-        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 41); }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            worker, [worker, config] { worker->start(config, 41); }, Qt::QueuedConnection);
         QVERIFY(QTest::qWaitFor([&] { return !finished.isEmpty() || !failed.isEmpty(); }, 300000));
         if (!failed.isEmpty()) QFAIL(qPrintable("runFailed: " + failed.at(0).at(1).toString()));
 
@@ -538,11 +545,13 @@ private slots:
         steps.clear();
         finished.clear();
         worker->cancel(42);
-        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 42); }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            worker, [worker, config] { worker->start(config, 42); }, Qt::QueuedConnection);
         QVERIFY(QTest::qWaitFor([&] { return !finished.isEmpty() || failed.count() > 0; }, 300000));
         QVERIFY(failed.isEmpty());
         const auto cancelled = finished.at(0).at(1).value<FinishedRun>();
-        QCOMPARE(QString::fromStdString(std::string(toString(cancelled.result->record.status))), QStringLiteral("cancelled"));
+        QCOMPARE(QString::fromStdString(std::string(toString(cancelled.result->record.status))),
+                 QStringLiteral("cancelled"));
         QCOMPARE(cancelled.result->record.stepsRun, 0);
         QCOMPARE(steps.count(), 0);
 
@@ -576,13 +585,15 @@ private slots:
         // Export: the PNG holds the image and the A1111 parameters line of this run.
         const QString png = scratch_.filePath(QStringLiteral("export.png"));
         QString error;
-        QVERIFY2(testing::exportAndWait(window, ExportFormat::ImagePng, png, MainWindow::Overwrite::Ask, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(window, ExportFormat::ImagePng, png, MainWindow::Overwrite::Ask, &error),
+                 qPrintable(error));
         const PngFile file = readPng(png.toStdString());
         QCOMPARE(file.image.width, 64);
         QCOMPARE(file.image.height, 64);
         QVERIFY2(QString::fromStdString(file.text("parameters")).contains("Seed: 7"), file.text("parameters").c_str());
         QVERIFY(!file.text("tessera-manifest").empty());
-        QVERIFY(!testing::exportAndWait(window, ExportFormat::ImagePng, scratch_.filePath(QStringLiteral("no-such-dir/x.png")),
+        QVERIFY(!testing::exportAndWait(window, ExportFormat::ImagePng,
+                                        scratch_.filePath(QStringLiteral("no-such-dir/x.png")),
                                         MainWindow::Overwrite::Ask, &error));
         QVERIFY2(error.contains("no-such-dir"), qPrintable(error));
     }

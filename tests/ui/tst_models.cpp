@@ -18,12 +18,12 @@
 #include <QTreeWidget>
 #include <QtTest>
 
+#include "../core/SingleFileTestSupport.h"
+#include "TinyRun.h"
+#include "app/qt/ModelCatalog.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
-#include "app/qt/ModelCatalog.h"
 #include "ui/ModelPicker.h"
-#include "TinyRun.h"
-#include "../core/SingleFileTestSupport.h"
 
 using namespace tessera;
 
@@ -101,7 +101,8 @@ private slots:
     }
 
     void cleanupTestCase() {
-        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"))
+            .removeRecursively();
     }
 
     void listsTheModelsFolderWithFamiliesAndSizes() {
@@ -144,8 +145,8 @@ private slots:
         QVERIFY(sd1->text(ModelPicker::HashColumn).isEmpty());
         QCOMPARE(pipeline->text(ModelPicker::HashColumn), QStringLiteral("—"));  // A1111 hashes single files
         // Random weights are always there.
-        for (const auto& [path, family] : {std::pair{"random:sd15", "SD1"}, std::pair{"random:sd21", "SD2"},
-                                           std::pair{"random:sdxl", "SDXL"}}) {
+        for (const auto& [path, family] :
+             {std::pair{"random:sd15", "SD1"}, std::pair{"random:sd21", "SD2"}, std::pair{"random:sdxl", "SDXL"}}) {
             QTreeWidgetItem* row = picker.rowOf(QString::fromLatin1(path), 2);
             QVERIFY2(row, path);
             QCOMPARE(row->text(ModelPicker::FamilyColumn), QString::fromLatin1(family));
@@ -242,7 +243,8 @@ private slots:
         const QString ini = scratch_.filePath(QStringLiteral("models.ini"));
         const QString pipeline = models_ + QStringLiteral("/pipeline-sd1");
         {
-            MainWindow window(std::make_unique<QSettings>(ini, QSettings::IniFormat), scratch_.filePath(QStringLiteral("h1")));
+            MainWindow window(std::make_unique<QSettings>(ini, QSettings::IniFormat),
+                              scratch_.filePath(QStringLiteral("h1")));
             ConfigPanel& panel = *window.configPanel();
             QVERIFY(panel.recentModels().isEmpty());
             ModelPicker* picker = panel.openModelPicker();
@@ -258,7 +260,8 @@ private slots:
             QCOMPARE(panel.recentModels(), (QStringList{QStringLiteral("random:sd15"), pipeline}));
             window.close();
         }
-        MainWindow again(std::make_unique<QSettings>(ini, QSettings::IniFormat), scratch_.filePath(QStringLiteral("h2")));
+        MainWindow again(std::make_unique<QSettings>(ini, QSettings::IniFormat),
+                         scratch_.filePath(QStringLiteral("h2")));
         QCOMPARE(again.configPanel()->modelsFolder(), models_);
         QCOMPARE(again.configPanel()->recentModels(), (QStringList{QStringLiteral("random:sd15"), pipeline}));
         // The picker lists them under Recent, described like the folder's.
@@ -267,16 +270,19 @@ private slots:
         QTreeWidgetItem* recent = picker->rowOf(pipeline, 0);
         QVERIFY(recent);
         QCOMPARE(recent->text(ModelPicker::FamilyColumn), QStringLiteral("SD1"));
-        QCOMPARE(picker->tree()->topLevelItem(0)->child(0)->data(0, ModelPicker::kPathRole).toString(), QStringLiteral("random:sd15"));
+        QCOMPARE(picker->tree()->topLevelItem(0)->child(0)->data(0, ModelPicker::kPathRole).toString(),
+                 QStringLiteral("random:sd15"));
         picker->close();
     }
 
     void runningAModelPutsItFirstInRecent() {
         if (!testing::haveTestModel()) QSKIP("test model not present");
-        MainWindow window(std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("run.ini")), QSettings::IniFormat),
-                          scratch_.filePath(QStringLiteral("h3")));
+        MainWindow window(
+            std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("run.ini")), QSettings::IniFormat),
+            scratch_.filePath(QStringLiteral("h3")));
         QVERIFY(testing::runOnce(window, testing::tinyRunConfig(5)));
-        QCOMPARE(window.configPanel()->recentModels().value(0), QFileInfo(testing::testModelFolder()).absoluteFilePath());
+        QCOMPARE(window.configPanel()->recentModels().value(0),
+                 QFileInfo(testing::testModelFolder()).absoluteFilePath());
     }
 };
 

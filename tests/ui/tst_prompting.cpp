@@ -5,6 +5,7 @@
 // brackets or bad weights in red, also across lines); the seed's dice rolls a new seed and its
 // reuse button puts back the last run's.
 #include <QAction>
+#include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QStandardPaths>
@@ -12,14 +13,13 @@
 #include <QTextBlock>
 #include <QTextLayout>
 #include <QToolButton>
-#include <QLineEdit>
 #include <QtTest>
 
+#include "TinyRun.h"
 #include "core/text/PromptParser.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/PromptEditor.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 
@@ -64,7 +64,8 @@ private slots:
     }
 
     void cleanupTestCase() {
-        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"))
+            .removeRecursively();
     }
 
     void adjustEmphasisFollowsA1111_data() {
@@ -168,8 +169,8 @@ private slots:
         editor.setPlainText(QStringLiteral("a (red:1.2) [b] c) BREAK \\(d\\) (e"));
         const QTextDocument& doc = *editor.document();
         const QTextCharFormat open = PromptHighlighter::formatFor(PromptSyntaxKind::Open);
-        QCOMPARE(formatAt(doc, 2).foreground(), open.foreground());    // "("
-        QCOMPARE(formatAt(doc, 10).foreground(), open.foreground());   // its ")"
+        QCOMPARE(formatAt(doc, 2).foreground(), open.foreground());   // "("
+        QCOMPARE(formatAt(doc, 10).foreground(), open.foreground());  // its ")"
         QCOMPARE(formatAt(doc, 6).foreground(), PromptHighlighter::formatFor(PromptSyntaxKind::Weight).foreground());
         QCOMPARE(formatAt(doc, 9).foreground(), PromptHighlighter::formatFor(PromptSyntaxKind::Weight).foreground());
         // Weighted text: "red" (1.2) tinted, "b" (1/1.1) faded, "a" plain.
@@ -180,7 +181,8 @@ private slots:
         // ")" that nothing opened and "(" that nothing closes: red; the matched ones are not.
         QVERIFY(markedRed(doc, 17));
         QVERIFY(markedRed(doc, 31));
-        for (const int matched : {2, 10, 12, 14}) QVERIFY2(!markedRed(doc, matched), qPrintable(QString::number(matched)));
+        for (const int matched : {2, 10, 12, 14})
+            QVERIFY2(!markedRed(doc, matched), qPrintable(QString::number(matched)));
         // BREAK, and escapes (not brackets).
         QCOMPARE(formatAt(doc, 21).foreground(), PromptHighlighter::formatFor(PromptSyntaxKind::Break).foreground());
         QCOMPARE(formatAt(doc, 25).foreground(), PromptHighlighter::formatFor(PromptSyntaxKind::Escape).foreground());
@@ -229,13 +231,19 @@ private slots:
         std::vector<PromptSegment> fromSpans;
         for (const PromptSyntaxSpan& span : promptSyntaxSpans(prompt)) {
             PromptSegment segment;
-            if (span.kind == PromptSyntaxKind::Break) segment = {"BREAK", -1.0};
+            if (span.kind == PromptSyntaxKind::Break)
+                segment = {"BREAK", -1.0};
             else if (span.kind == PromptSyntaxKind::Text)
-                segment = {prompt.mid(static_cast<int>(span.begin), static_cast<int>(span.end - span.begin)).toStdString(), span.weight};
-            else continue;
+                segment = {
+                    prompt.mid(static_cast<int>(span.begin), static_cast<int>(span.end - span.begin)).toStdString(),
+                    span.weight};
+            else
+                continue;
             // An escape's text is its second character (the span starts after the backslash).
-            if (!fromSpans.empty() && fromSpans.back().weight == segment.weight) fromSpans.back().text += segment.text;
-            else fromSpans.push_back(segment);
+            if (!fromSpans.empty() && fromSpans.back().weight == segment.weight)
+                fromSpans.back().text += segment.text;
+            else
+                fromSpans.push_back(segment);
         }
         const std::vector<PromptSegment> parsed = parsePromptAttention(prompt.toStdString());
         QCOMPARE(fromSpans.size(), parsed.size());
@@ -265,9 +273,10 @@ private slots:
 
     void reuseTakesTheLastRunsSeed() {
         if (!testing::haveTestModel()) QSKIP("test model not present");
-        MainWindow window(std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("p-%1.ini").arg(++settingsCount_)),
-                                                      QSettings::IniFormat),
-                          scratch_.filePath(QStringLiteral("history")));
+        MainWindow window(
+            std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("p-%1.ini").arg(++settingsCount_)),
+                                        QSettings::IniFormat),
+            scratch_.filePath(QStringLiteral("history")));
         QVERIFY(testing::runOnce(window, testing::tinyRunConfig(4242)));
         auto* reuse = window.configPanel()->findChild<QToolButton*>(QStringLiteral("reuseSeedButton"));
         QVERIFY(reuse->isEnabled());

@@ -10,9 +10,9 @@
 
 #include <QAction>
 #include <QClipboard>
+#include <QComboBox>
 #include <QDesktopServices>
 #include <QDir>
-#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QDropEvent>
@@ -34,8 +34,10 @@
 
 #include <qcustomplot.h>
 
-#include "app/qt/HistoryStore.h"
+#include "../app/HistoryFiles.h"
+#include "TinyRun.h"
 #include "app/cli/PngIO.h"
+#include "app/qt/HistoryStore.h"
 #include "app/qt/RunHistory.h"
 #include "core/sampling/ImageOps.h"
 #include "ui/ConfigPanel.h"
@@ -43,8 +45,6 @@
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
-#include "../app/HistoryFiles.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -133,7 +133,8 @@ private:
     int count_ = 0;
 
     std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("runs-%1.ini").arg(++count_)), QSettings::IniFormat);
+        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("runs-%1.ini").arg(++count_)),
+                                           QSettings::IniFormat);
     }
     QString freshFolder() {
         const QString folder = scratch_.filePath(QStringLiteral("folder-%1").arg(++count_));
@@ -190,7 +191,8 @@ private slots:
         QCOMPARE(panel->config().upscale, 2.0);
         QCOMPARE(QSize(panel->config().width, panel->config().height), QSize(96, 80));
         QCOMPARE(window.canvas()->canvasSize(), QSize(96, 80));
-        QVERIFY2(child<QLabel>(panel, "costTiles")->text().startsWith("12 (4 × 3)"), qPrintable(child<QLabel>(panel, "costTiles")->text()));
+        QVERIFY2(child<QLabel>(panel, "costTiles")->text().startsWith("12 (4 × 3)"),
+                 qPrintable(child<QLabel>(panel, "costTiles")->text()));
         scale->setCurrentIndex(scale->findText(QStringLiteral("×4")));
         QCOMPARE(window.canvas()->canvasSize(), QSize(192, 160));
         QVERIFY2(child<QLabel>(panel, "startCanvasSize")->text().contains("192 × 160"),
@@ -230,7 +232,8 @@ private slots:
         panel->setStartImage(bogus);
         QVERIFY(waitForStartImage(*panel));
         QVERIFY(!panel->isValid());
-        QVERIFY2(panel->problemFor("init").contains("not-an-image.png") && panel->problemFor("init").contains("neither a PNG nor a JPEG"),
+        QVERIFY2(panel->problemFor("init").contains("not-an-image.png") &&
+                     panel->problemFor("init").contains("neither a PNG nor a JPEG"),
                  qPrintable(panel->problemFor("init")));
         QVERIFY(!child<QLabel>(panel, "initError")->isHidden());
         QVERIFY(!window.runAction()->isEnabled());
@@ -261,7 +264,8 @@ private slots:
         RunConfig other;
         other.seed = 4242;
         writeFile(preset, toJson(other).dump());
-        for (QWidget* target : {static_cast<QWidget*>(window.canvas()), static_cast<QWidget*>(child<QGroupBox>(panel, "startGroup"))}) {
+        for (QWidget* target :
+             {static_cast<QWidget*>(window.canvas()), static_cast<QWidget*>(child<QGroupBox>(panel, "startGroup"))}) {
             QSignalSpy restored(&window, &MainWindow::configurationRestored);
             QVERIFY(dropFile(target, preset));
             QVERIFY(restored.wait(60000));
@@ -298,8 +302,8 @@ private slots:
         QSignalSpy moved(&canvas, &TileCanvas::splitMoved);
         const auto drag = [&canvas](QPoint from, QPoint to) {
             QTest::mousePress(&canvas, Qt::LeftButton, {}, from);
-            QMouseEvent move(QEvent::MouseMove, QPointF(to), canvas.mapToGlobal(QPointF(to)), Qt::NoButton, Qt::LeftButton,
-                             Qt::NoModifier);
+            QMouseEvent move(QEvent::MouseMove, QPointF(to), canvas.mapToGlobal(QPointF(to)), Qt::NoButton,
+                             Qt::LeftButton, Qt::NoModifier);
             QApplication::sendEvent(&canvas, &move);
             QTest::mouseRelease(&canvas, Qt::LeftButton, {}, to);
         };
@@ -307,7 +311,7 @@ private slots:
         QVERIFY(!moved.isEmpty());
         QCOMPARE(canvas.splitPosition(), 0.25);
         QCOMPARE(at(10), QColor(Qt::red));
-        QCOMPARE(at(20), QColor(Qt::blue));  // right of the new split: the result
+        QCOMPARE(at(20), QColor(Qt::blue));                    // right of the new split: the result
         drag(QPoint(left + 40, 110), QPoint(left + 50, 120));  // not on the line: a pan
         QCOMPARE(moved.count(), 1);
         QCOMPARE(canvas.splitPosition(), 0.25);
@@ -321,7 +325,8 @@ private slots:
     void imageToImageRunKeepsItsStartImageAndOpensBeforeAfter() {
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         const QString history = freshFolder();
-        const QString start = writeStartImage(scratch_.filePath("photo.png"), QSize(32, 32), QColor(220, 40, 40), QColor(40, 40, 220));
+        const QString start =
+            writeStartImage(scratch_.filePath("photo.png"), QSize(32, 32), QColor(220, 40, 40), QColor(40, 40, 220));
         RunConfig config = tinyRunConfig(5, "upscale x2");
         config.initImage = start.toStdString();
         config.strength = 0.5;
@@ -349,7 +354,8 @@ private slots:
             QCOMPARE(record.stepsRun, 1);
             window.charts()->flush();
             const QCPRange steps = window.charts()->plot(TimingCharts::Chart::Steps)->xAxis->range();
-            QVERIFY2(steps.contains(record.steps.front().step + 1), qPrintable(QStringLiteral("%1 .. %2").arg(steps.lower).arg(steps.upper)));
+            QVERIFY2(steps.contains(record.steps.front().step + 1),
+                     qPrintable(QStringLiteral("%1 .. %2").arg(steps.lower).arg(steps.upper)));
             // The step bar counts the steps the run evaluated: 1 of 1, not "step 1/2" (seen on the
             // H100 as "step 7/20" after a finished x8 upscale at strength 0.35).
             const auto* stepBar = window.findChild<QProgressBar*>(QStringLiteral("stepProgress"));
@@ -368,7 +374,11 @@ private slots:
             QVERIFY(entry);
             QCOMPARE(entry->startImagePath, history + "/" + runId + ".init.png");
             QCOMPARE(bytesOf(entry->startImagePath), bytesOf(start));
-            QVERIFY2(window.historyPanel()->table()->item(0, HistoryPanel::ConfigColumn)->text().contains("from an image, strength 0.5"),
+            QVERIFY2(window.historyPanel()
+                         ->table()
+                         ->item(0, HistoryPanel::ConfigColumn)
+                         ->text()
+                         .contains("from an image, strength 0.5"),
                      qPrintable(window.historyPanel()->table()->item(0, HistoryPanel::ConfigColumn)->text()));
 
             // A run from noise afterwards: no start image, no before/after.
@@ -386,7 +396,8 @@ private slots:
         QVERIFY2(openAndWait(again, runId, &error), qPrintable(error));
         QCOMPARE(again.canvas()->image(), result);
         QCOMPARE(again.canvas()->beforeImage(), startSeen);
-        QVERIFY(!again.findChild<QProgressBar*>(QStringLiteral("stepProgress"))->isVisible());  // a reopened run shows no bars
+        QVERIFY(!again.findChild<QProgressBar*>(QStringLiteral("stepProgress"))
+                     ->isVisible());  // a reopened run shows no bars
         QVERIFY(again.beforeAfterAction()->isChecked());
         QVERIFY(again.canvas()->isBeforeAfterShown());
     }
@@ -409,7 +420,8 @@ private slots:
         window.show();
         QVERIFY(waitForHistory(window));
         QVERIFY(window.canvas()->image().isNull());
-        for (ExportFormat format : {ExportFormat::ImagePng, ExportFormat::TimingsCsv, ExportFormat::ManifestJson, ExportFormat::ChromeTrace})
+        for (ExportFormat format :
+             {ExportFormat::ImagePng, ExportFormat::TimingsCsv, ExportFormat::ManifestJson, ExportFormat::ChromeTrace})
             QVERIFY(!window.exportAction(format)->isEnabled());
 
         // Open the older run: its settings at once, its image once read off this thread.
@@ -423,15 +435,18 @@ private slots:
         QCOMPARE(window.configPanel()->config().label, std::string("seven"));
         QCOMPARE(window.charts()->stepCount(), 2);
         QCOMPARE(window.charts()->timedTileCount(), 9);
-        for (ExportFormat format : {ExportFormat::ImagePng, ExportFormat::TimingsCsv, ExportFormat::ManifestJson, ExportFormat::ChromeTrace})
+        for (ExportFormat format :
+             {ExportFormat::ImagePng, ExportFormat::TimingsCsv, ExportFormat::ManifestJson, ExportFormat::ChromeTrace})
             QVERIFY(window.exportAction(format)->isEnabled());
-        QVERIFY2(statusOf(window).contains(older) && statusOf(window).contains("reopened"), qPrintable(statusOf(window)));
+        QVERIFY2(statusOf(window).contains(older) && statusOf(window).contains("reopened"),
+                 qPrintable(statusOf(window)));
         // The settings shown are the run's: the image stays (the plan matches it).
         QVERIFY(window.canvas()->imageMatchesPlan());
 
         // Exports act on the reopened run: the same pixels, its parameters and manifest.
         const QString exported = scratch_.filePath("reopened.png");
-        QVERIFY2(exportAndWait(window, ExportFormat::ImagePng, exported, MainWindow::Overwrite::Replace, &error), qPrintable(error));
+        QVERIFY2(exportAndWait(window, ExportFormat::ImagePng, exported, MainWindow::Overwrite::Replace, &error),
+                 qPrintable(error));
         QCOMPARE(imageOf(exported), imageOf(png));
         const PngFile file = offGuiThread([&] { return readPng(exported.toStdString()); });
         QVERIFY2(QString::fromStdString(file.text("parameters")).contains("Seed: 7"), file.text("parameters").c_str());
@@ -517,7 +532,10 @@ private slots:
         QCOMPARE(std::string(toString(cancelled->record.status)), std::string("cancelled"));
         QVERIFY(cancelled->record.stepsRun >= 1 && cancelled->record.stepsRun < 50);
         QVERIFY(!cancelled->thumbnail.isNull());
-        QCOMPARE(window.historyPanel()->table()->item(rowOf(window.historyPanel(), cancelledId), HistoryPanel::StatusColumn)->text(),
+        QCOMPARE(window.historyPanel()
+                     ->table()
+                     ->item(rowOf(window.historyPanel(), cancelledId), HistoryPanel::StatusColumn)
+                     ->text(),
                  QStringLiteral("cancelled at step %1 of 50").arg(cancelled->record.stepsRun));
 
         // Failed: the start image was replaced by junk after the panel read it; the worker
@@ -542,10 +560,12 @@ private slots:
         QVERIFY2(QString::fromStdString(failed->record.error).contains("spoiled.png"), failed->record.error.c_str());
         QCOMPARE(failed->record.config.label, std::string("spoiled"));
         QVERIFY(failed->imagePath.isEmpty());
-        QTableWidgetItem* status = window.historyPanel()->table()->item(rowOf(window.historyPanel(), failedId), HistoryPanel::StatusColumn);
+        QTableWidgetItem* status =
+            window.historyPanel()->table()->item(rowOf(window.historyPanel(), failedId), HistoryPanel::StatusColumn);
         QCOMPARE(status->text(), QStringLiteral("failed"));
         QVERIFY2(status->toolTip().contains("spoiled.png"), qPrintable(status->toolTip()));
-        QCOMPARE(window.historyPanel()->table()->item(status->row(), HistoryPanel::TimeColumn)->text(), QStringLiteral("—"));
+        QCOMPARE(window.historyPanel()->table()->item(status->row(), HistoryPanel::TimeColumn)->text(),
+                 QStringLiteral("—"));
 
         // Both are listed after a restart and open: the failed one with its record, no image.
         MainWindow again(freshSettings(), history);
@@ -589,7 +609,8 @@ private slots:
                     QVERIFY2(QFileInfo(history + "/trash/" + id + suffix).isFile(), suffix);
                 }
             QVERIFY(window.undoDeleteAction()->isEnabled());
-            QVERIFY2(window.undoDeleteAction()->text().contains("2 runs"), qPrintable(window.undoDeleteAction()->text()));
+            QVERIFY2(window.undoDeleteAction()->text().contains("2 runs"),
+                     qPrintable(window.undoDeleteAction()->text()));
             QVERIFY(child<QPushButton>(panel, "historyUndo")->isEnabled());
             QVERIFY2(statusOf(window).contains("Undo"), qPrintable(statusOf(window)));
 
@@ -695,7 +716,8 @@ private slots:
         QGuiApplication::clipboard()->clear();
         child<QPushButton>(panel, "historyCopyParameters")->click();
         const QString text = QGuiApplication::clipboard()->text();
-        QVERIFY2(text.contains("Steps: 2") && text.contains("Seed: 31") && text.contains("Size: 64x64") && text.contains("Tile: 32"),
+        QVERIFY2(text.contains("Steps: 2") && text.contains("Seed: 31") && text.contains("Size: 64x64") &&
+                     text.contains("Tile: 32"),
                  qPrintable(text));
 
         openedUrls_.clear();

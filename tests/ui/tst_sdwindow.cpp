@@ -12,15 +12,16 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QProgressBar>
+#include <QScopeGuard>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
-#include <QScopeGuard>
 #include <QThread>
 #include <QtTest>
 
+#include "TinyRun.h"
 #include "app/qt/RunHistory.h"
 #include "app/qt/RunWorker.h"
 #include "core/text/ClipTokenizer.h"
@@ -29,7 +30,6 @@
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 
@@ -91,7 +91,8 @@ private slots:
     }
 
     void cleanupTestCase() {
-        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history")).removeRecursively();
+        QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"))
+            .removeRecursively();
     }
 
     void promptFieldsAreEnabledOnlyForSdModels() {
@@ -109,13 +110,14 @@ private slots:
         QFile checkpoint(scratch_.filePath(QStringLiteral("model.safetensors")));
         QVERIFY(checkpoint.open(QIODevice::WriteOnly));
         checkpoint.close();
-        for (const QString& model : {sdPipeline(), QStringLiteral("random:sd15"), QStringLiteral("random:sd21"),
-                                     checkpoint.fileName()}) {
+        for (const QString& model :
+             {sdPipeline(), QStringLiteral("random:sd15"), QStringLiteral("random:sd21"), checkpoint.fileName()}) {
             RunConfig c = sdConfig();
             c.model = model.toStdString();
             QVERIFY(testing::setConfigAndWait(panel, c));
             QVERIFY2(panel.promptUnavailableReason().isEmpty(), qPrintable(model));
-            for (QWidget* editor : sdEditors(panel)) QVERIFY2(editor->isEnabled(), qPrintable(model + editor->objectName()));
+            for (QWidget* editor : sdEditors(panel))
+                QVERIFY2(editor->isEnabled(), qPrintable(model + editor->objectName()));
             QVERIFY(child<QLabel>(&panel, "promptReason")->isHidden());
             QCOMPARE(panel.config().prompt, sdConfig().prompt);
             QVERIFY2(child<QLabel>(&panel, "modelInfo")->text().contains("Stable Diffusion"),
@@ -151,7 +153,8 @@ private slots:
         auto* combo = child<QComboBox>(&panel, "schedulerCombo");
         QStringList names;
         for (int i = 0; i < combo->count(); ++i) names << combo->itemText(i);
-        QCOMPARE(names, QStringList({"Euler", "Euler Karras", "Euler a", "DPM++ 2M", "DPM++ 2M Karras", "DDIM", "DDPM"}));
+        QCOMPARE(names,
+                 QStringList({"Euler", "Euler Karras", "Euler a", "DPM++ 2M", "DPM++ 2M Karras", "DDIM", "DDPM"}));
 
         combo->setCurrentIndex(names.indexOf("DPM++ 2M Karras"));
         QVERIFY(panel.config().scheduler == SchedulerKind::DPMPP2M);
@@ -204,7 +207,8 @@ private slots:
         QVERIFY(restored.scheduler == SchedulerKind::DPMPP2M);
         QVERIFY(restored.schedulerOptions.karrasSigmas);
         QCOMPARE(child<QPlainTextEdit>(again.configPanel(), "promptEdit")->toPlainText().toStdString(), config.prompt);
-        QCOMPARE(child<QComboBox>(again.configPanel(), "schedulerCombo")->currentText(), QStringLiteral("DPM++ 2M Karras"));
+        QCOMPARE(child<QComboBox>(again.configPanel(), "schedulerCombo")->currentText(),
+                 QStringLiteral("DPM++ 2M Karras"));
     }
 
     void badSdValuesAreMarked() {
@@ -252,7 +256,8 @@ private slots:
         RunConfig c = sdConfig();
         c.model = "random:sd99";
         QVERIFY(testing::setConfigAndWait(panel, c));
-        QVERIFY2(panel.problemFor("model").contains("random:sd15, random:sd21 or random:sdxl"), qPrintable(panel.problemFor("model")));
+        QVERIFY2(panel.problemFor("model").contains("random:sd15, random:sd21 or random:sdxl"),
+                 qPrintable(panel.problemFor("model")));
         c.model = scratch_.filePath(QStringLiteral("absent.safetensors")).toStdString();
         QVERIFY(testing::setConfigAndWait(panel, c));
         QVERIFY2(panel.problemFor("model").contains("does not exist"), qPrintable(panel.problemFor("model")));
@@ -276,7 +281,8 @@ private slots:
         QVERIFY(testing::setConfigAndWait(panel, c));
         QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("%1/75").arg(promptTokens), 30000);
         QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("negative_prompt"),
-                                  QStringLiteral("%1/%2").arg(negativeTokens).arg((negativeTokens + 74) / 75 * 75), 30000);
+                                  QStringLiteral("%1/%2").arg(negativeTokens).arg((negativeTokens + 74) / 75 * 75),
+                                  30000);
         // Typing updates it; a prompt A1111 refuses says why.
         child<QPlainTextEdit>(&panel, "promptEdit")->setPlainText(QStringLiteral("a red cube"));
         QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("3/75"), 30000);
@@ -398,7 +404,8 @@ private slots:
         connect(worker, &RunWorker::runStarted, this, [&order] { order << QStringLiteral("started"); });
         connect(worker, &RunWorker::stepFinished, this, [&order] { order << QStringLiteral("step"); });
         const RunConfig config = sdConfig();
-        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 1); }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            worker, [worker, config] { worker->start(config, 1); }, Qt::QueuedConnection);
         QVERIFY(finished.wait(300000));
         // One per phase at least (UNet, VAE, text encoder), fractions never going back, ending at 1.
         QVERIFY2(loads.count() >= 3, qPrintable(QString::number(loads.count())));
@@ -422,7 +429,8 @@ private slots:
         // The same model again: kept by the engine, nothing to load.
         loads.clear();
         finished.clear();
-        QMetaObject::invokeMethod(worker, [worker, config] { worker->start(config, 2); }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            worker, [worker, config] { worker->start(config, 2); }, Qt::QueuedConnection);
         QVERIFY(finished.wait(300000));
         QCOMPARE(loads.count(), 0);
     }

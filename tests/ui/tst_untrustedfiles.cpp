@@ -20,13 +20,13 @@
 
 #include <sys/stat.h>
 
+#include "../app/HistoryFiles.h"
+#include "TinyRun.h"
 #include "app/qt/RunHistory.h"
 #include "core/run/RunConfig.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"
-#include "../app/HistoryFiles.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -77,10 +77,13 @@ private slots:
     void windowComesUpWithDeepSettingsAndDeepHistory() {
         const QString folder = freshFolder(), history = folder + QStringLiteral("/history");
         QVERIFY(QDir().mkpath(history));
-        writeFile(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(0))), manifestOf(runIdOf(0), startOf(0)));
+        writeFile(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(0))),
+                  manifestOf(runIdOf(0), startOf(0)));
         writeFile(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(1))), deepManifest(60000));
-        QTest::ignoreMessage(QtWarningMsg, QRegularExpression("saved settings are ignored.*nested deeper than 64 levels"));
-        QTest::ignoreMessage(QtWarningMsg, QRegularExpression(QString::fromStdString(runIdOf(1)) + "\\.json.*nested deeper than 64 levels.*; skipped"));
+        QTest::ignoreMessage(QtWarningMsg,
+                             QRegularExpression("saved settings are ignored.*nested deeper than 64 levels"));
+        QTest::ignoreMessage(QtWarningMsg, QRegularExpression(QString::fromStdString(runIdOf(1)) +
+                                                              "\\.json.*nested deeper than 64 levels.*; skipped"));
         MainWindow window(settingsWith(folder, deepJson(60000)), history);
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
@@ -88,16 +91,19 @@ private slots:
         QCOMPARE(window.configPanel()->config().width, RunConfig().width);  // the defaults
         QCOMPARE(window.history().entries().size(), std::size_t(1));
         QCOMPARE(window.historyPanel()->rowCount(), 1);
-        QVERIFY2(statusOf(window).contains("could not be used") && statusOf(window).contains(QString::fromStdString(runIdOf(1))),
+        QVERIFY2(statusOf(window).contains("could not be used") &&
+                     statusOf(window).contains(QString::fromStdString(runIdOf(1))),
                  qPrintable(statusOf(window)));
-        QVERIFY(QFileInfo::exists(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(1)))));  // not deleted
+        QVERIFY(QFileInfo::exists(history +
+                                  QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(1)))));  // not deleted
     }
 
     void badSavedSettingsAreIgnored_data() {
         QTest::addColumn<QByteArray>("json");
         QTest::addColumn<QString>("reason");
         QTest::newRow("just too deep") << QByteArray::fromStdString(deepJson(64)) << "nested deeper than 64 levels";
-        QTest::newRow("too large") << QByteArray::fromStdString("{\"label\": \"" + std::string((16u << 20) + 1, 'x') + "\"}")
+        QTest::newRow("too large") << QByteArray::fromStdString("{\"label\": \"" + std::string((16u << 20) + 1, 'x') +
+                                                                "\"}")
                                    << "at most 16777216";
         QTest::newRow("not JSON") << QByteArray("{\"width\": 64,") << "not valid JSON";
         QTest::newRow("wrong type") << QByteArray("{\"tile\": \"wide\"}") << "tile";
@@ -108,7 +114,8 @@ private slots:
         QFETCH(QByteArray, json);
         QFETCH(QString, reason);
         const QString folder = freshFolder();
-        QTest::ignoreMessage(QtWarningMsg, QRegularExpression("saved settings are ignored.*" + QRegularExpression::escape(reason)));
+        QTest::ignoreMessage(QtWarningMsg,
+                             QRegularExpression("saved settings are ignored.*" + QRegularExpression::escape(reason)));
         MainWindow window(settingsWith(folder, json.toStdString()), folder + QStringLiteral("/history"));
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
@@ -133,7 +140,8 @@ private slots:
         writeFile(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(999))),
                   manifestOf("../../../../../../../.." + root.toStdString() + "/victim", "1999-01-01T00:00:01.000Z"));
         for (int i = 0; i < RunHistory::kDefaultCapacity; ++i)
-            writeFile(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(i))), manifestOf(runIdOf(i), startOf(i)));
+            writeFile(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(i))),
+                      manifestOf(runIdOf(i), startOf(i)));
 
         MainWindow window(settingsWith(root, {}), history);
         window.show();
@@ -141,11 +149,13 @@ private slots:
         QVERIFY(waitForHistory(window));
         QCOMPARE(window.history().problems().size(), 2);
         QCOMPARE(window.historyPanel()->rowCount(), RunHistory::kDefaultCapacity);  // the planted rows are absent
-        for (const HistoryEntry& entry : window.history().entries()) QVERIFY2(!entry.id().contains("victim"), qPrintable(entry.id()));
+        for (const HistoryEntry& entry : window.history().entries())
+            QVERIFY2(!entry.id().contains("victim"), qPrintable(entry.id()));
 
         QVERIFY(runOnce(window, tinyRunConfig(5)));
         QCOMPARE(window.historyPanel()->rowCount(), RunHistory::kDefaultCapacity);
-        QVERIFY(!QFileInfo::exists(history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(0)))));  // the oldest run went
+        QVERIFY(!QFileInfo::exists(
+            history + QStringLiteral("/%1.json").arg(QString::fromStdString(runIdOf(0)))));  // the oldest run went
         for (const char* name : {"victim.json", "victim.png", "victim.seam.json"})
             QVERIFY2(QFileInfo(root + QLatin1Char('/') + QLatin1String(name)).isFile(), name);
         QVERIFY(QFileInfo::exists(history + QStringLiteral("/evil.json")));  // reported, not deleted
@@ -155,18 +165,25 @@ private slots:
     void unusablePresetIsRefusedByTheWindow_data() {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<QString>("reason");
-        QTest::newRow("deep") << "deep" << "nested deeper than 64 levels";
-        QTest::newRow("deep run PNG manifest") << "png" << "nested deeper than 64 levels";
-        QTest::newRow("too large") << "large" << "at most 16777216 bytes";
-        QTest::newRow("FIFO") << "fifo" << "not a regular file";
-        QTest::newRow("FIFO named .png") << "fifo-png" << "not a regular file";
-        QTest::newRow("folder") << "folder" << "is a folder";
+        QTest::newRow("deep") << "deep"
+                              << "nested deeper than 64 levels";
+        QTest::newRow("deep run PNG manifest") << "png"
+                                               << "nested deeper than 64 levels";
+        QTest::newRow("too large") << "large"
+                                   << "at most 16777216 bytes";
+        QTest::newRow("FIFO") << "fifo"
+                              << "not a regular file";
+        QTest::newRow("FIFO named .png") << "fifo-png"
+                                         << "not a regular file";
+        QTest::newRow("folder") << "folder"
+                                << "is a folder";
     }
 
     void unusablePresetIsRefusedByTheWindow() {
         QFETCH(QString, kind);
         QFETCH(QString, reason);
-        const QString folder = freshFolder(), path = folder + QStringLiteral("/preset.") + (kind.contains("png") ? "png" : "json");
+        const QString folder = freshFolder(),
+                      path = folder + QStringLiteral("/preset.") + (kind.contains("png") ? "png" : "json");
         if (kind == "deep") writeFile(path, deepJson(60000));
         if (kind == "png") {
             QImage image(2, 2, QImage::Format_RGB888);
@@ -178,7 +195,9 @@ private slots:
             QFile file(path);
             QVERIFY(file.open(QIODevice::WriteOnly) && file.resize(qint64(17) << 20));
         }
-        if (kind.startsWith("fifo")) QCOMPARE(::mkfifo(QFile::encodeName(path).constData(), 0600), 0);  // no writer: a blocking open waits forever
+        if (kind.startsWith("fifo"))
+            QCOMPARE(::mkfifo(QFile::encodeName(path).constData(), 0600),
+                     0);  // no writer: a blocking open waits forever
         if (kind == "folder") QVERIFY(QDir().mkpath(path));
         MainWindow window(settingsWith(folder, {}), folder + QStringLiteral("/history"));
         RunConfig config = window.configPanel()->config();
@@ -186,7 +205,8 @@ private slots:
         QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
         QString error;
         QVERIFY(!restoreAndWait(window, path, &error));
-        QVERIFY2(error.contains("preset.") && error.contains(reason) && error.size() < 600, qPrintable(error.left(1000)));
+        QVERIFY2(error.contains("preset.") && error.contains(reason) && error.size() < 600,
+                 qPrintable(error.left(1000)));
         QCOMPARE(window.configPanel()->config().seed, std::uint64_t(4242));  // unchanged
     }
 
@@ -205,15 +225,17 @@ private slots:
                 env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
                 return env;
             }());
-            process.start(gui, {QStringLiteral("--fresh"), QStringLiteral("--preset"), preset, QStringLiteral("--screenshot"),
-                                folder + QStringLiteral("/shot.png"), QStringLiteral("--delay"), QStringLiteral("0")});
+            process.start(
+                gui, {QStringLiteral("--fresh"), QStringLiteral("--preset"), preset, QStringLiteral("--screenshot"),
+                      folder + QStringLiteral("/shot.png"), QStringLiteral("--delay"), QStringLiteral("0")});
             if (!process.waitForFinished(120000)) return -1;
             *err = QString::fromUtf8(process.readAllStandardError());
             return process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
         };
         QString err;
         QCOMPARE(run(folder + QStringLiteral("/deep.json"), &err), 2);
-        QVERIFY2(err.contains("deep.json") && err.contains("nested deeper than 64 levels") && err.size() < 1000, qPrintable(err));
+        QVERIFY2(err.contains("deep.json") && err.contains("nested deeper than 64 levels") && err.size() < 1000,
+                 qPrintable(err));
         QVERIFY(!QFileInfo::exists(folder + QStringLiteral("/shot.png")));
         QCOMPARE(run(folder + QStringLiteral("/good.json"), &err), 0);
         QVERIFY(QFileInfo(folder + QStringLiteral("/shot.png")).size() > 0);

@@ -3,8 +3,8 @@
 // view's numbers, and the charts' tile heat map, tooltips and PNG/PDF export. Offscreen; the
 // history lives in QStandardPaths' test-mode folder, emptied at the start.
 #include <cmath>
-#include <future>
 #include <fstream>
+#include <future>
 #include <iterator>
 
 #include <QAction>
@@ -21,14 +21,15 @@
 #include <QUrl>
 #include <QtTest>
 
-#include <nlohmann/json.hpp>
 #include <qcustomplot.h>
+#include <nlohmann/json.hpp>
 
-#include "app/qt/Exporters.h"
+#include "TinyRun.h"
 #include "app/cli/PngIO.h"
+#include "app/qt/Exporters.h"
 #include "app/qt/HistoryStore.h"
-#include "core/sampling/BlendWindow.h"
 #include "core/run/RunRecordIO.h"
+#include "core/sampling/BlendWindow.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HeatMap.h"
@@ -36,7 +37,6 @@
 #include "ui/MainWindow.h"
 #include "ui/TileCanvas.h"
 #include "ui/TimingCharts.h"
-#include "TinyRun.h"
 
 using namespace tessera;
 
@@ -58,7 +58,9 @@ auto offGuiThread(Read read) {
     return std::async(std::launch::async, read).get();
 }
 
-QString historyFolder() { return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history"); }
+QString historyFolder() {
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/history");
+}
 
 // Fraction of pixels that differ between two grabs of the same size.
 double changedFraction(const QImage& a, const QImage& b) {
@@ -170,7 +172,8 @@ private slots:
             entries.front().record.graphs.lanes = 3;
             HistoryPanel panel;
             panel.setEntries(entries);
-            QCOMPARE(panel.table()->item(0, panel.table()->columnCount() - 1)->text(), QStringLiteral("step · 3 lanes"));
+            QCOMPARE(panel.table()->item(0, panel.table()->columnCount() - 1)->text(),
+                     QStringLiteral("step · 3 lanes"));
             entries.front().record.graphs.lanes = 1;
             panel.setEntries(entries);
             QCOMPARE(panel.table()->item(0, panel.table()->columnCount() - 1)->text(), QStringLiteral("step"));
@@ -186,7 +189,8 @@ private slots:
         QVERIFY(loaded.wait(60000));
         QCOMPARE(reread.entries().size(), std::size_t(1));
         QCOMPARE(reread.problems().size(), 1);
-        QVERIFY2(reread.problems().front().contains("20260101-000002-cccccccc.json") && reread.problems().front().contains("total_ms"),
+        QVERIFY2(reread.problems().front().contains("20260101-000002-cccccccc.json") &&
+                     reread.problems().front().contains("total_ms"),
                  qPrintable(reread.problems().front()));
     }
 
@@ -209,12 +213,14 @@ private slots:
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         const RunRecord& record = window_->lastRun()->result->record;
         QCOMPARE(record.config.seed, std::uint64_t(8));
-        for (const char* name : {"actionExportImage", "actionExportTimings", "actionExportManifest", "actionExportTrace"})
+        for (const char* name :
+             {"actionExportImage", "actionExportTimings", "actionExportManifest", "actionExportTrace"})
             QVERIFY2(window_->findChild<QAction*>(QString::fromLatin1(name))->isEnabled(), name);
         QString error;
 
         const QString png = scratch_.filePath("run.png");
-        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ImagePng, png, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ImagePng, png, MainWindow::Overwrite::Refuse, &error),
+                 qPrintable(error));
         const PngFile file = readPng(png.toStdString());
         QCOMPARE(file.image.width, 64);
         QVERIFY2(QString::fromStdString(file.text("parameters")).contains("Seed: 8"), file.text("parameters").c_str());
@@ -223,7 +229,8 @@ private slots:
         QCOMPARE(fromPng.imageSha256, imageSha256(file.image));
 
         const QString csv = scratch_.filePath("timings.csv");
-        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::TimingsCsv, csv, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::TimingsCsv, csv, MainWindow::Overwrite::Refuse, &error),
+                 qPrintable(error));
         const QStringList lines = QString::fromStdString(readAll(csv)).split('\n', Qt::SkipEmptyParts);
         QCOMPARE(lines.front(), QStringLiteral("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib"));
         QCOMPARE(lines.size(), static_cast<int>(record.batches.size()) + 1);
@@ -231,14 +238,18 @@ private slots:
         QVERIFY2(lines.at(1).startsWith(QString::fromStdString(record.runId) + ",0,"), qPrintable(lines.at(1)));
 
         const QString manifest = scratch_.filePath("manifest.json");
-        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Refuse,
+                                        &error),
+                 qPrintable(error));
         const RunRecord fromManifest = runRecordFromManifest(nlohmann::json::parse(readAll(manifest)));
         QCOMPARE(fromManifest.runId, record.runId);
         QCOMPARE(fromManifest.batches.size(), record.batches.size());
         QCOMPARE(fromManifest.config.tile, 32);
 
         const QString trace = scratch_.filePath("trace.json");
-        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ChromeTrace, trace, MainWindow::Overwrite::Refuse, &error), qPrintable(error));
+        QVERIFY2(
+            testing::exportAndWait(*window_, ExportFormat::ChromeTrace, trace, MainWindow::Overwrite::Refuse, &error),
+            qPrintable(error));
         const nlohmann::json events = nlohmann::json::parse(readAll(trace)).at("traceEvents");
         QVERIFY(events.is_array());
         int steps = 0, batches = 0;
@@ -255,10 +266,12 @@ private slots:
 
         // Existing files: refused unless replacing is allowed; the old bytes stay.
         const std::string before = readAll(csv);
-        QVERIFY(!testing::exportAndWait(*window_, ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Refuse, &error));
+        QVERIFY(
+            !testing::exportAndWait(*window_, ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Refuse, &error));
         QVERIFY2(error.contains("timings.csv") && error.contains("not replaced"), qPrintable(error));
         QCOMPARE(readAll(csv), before);
-        QVERIFY(testing::exportAndWait(*window_, ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Replace, &error));
+        QVERIFY(
+            testing::exportAndWait(*window_, ExportFormat::ManifestJson, csv, MainWindow::Overwrite::Replace, &error));
         QVERIFY(readAll(csv) != before);
         // No temporary files left behind by the atomic writes.
         QCOMPARE(QDir(scratch_.path()).entryList({"*.tmp-*"}, QDir::Files).size(), 0);
@@ -268,9 +281,11 @@ private slots:
         if (!haveTestModel()) QSKIP("tests/data/models/cifar_like is missing");
         const QString png = scratch_.filePath("restore.png");
         QString error;
-        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ImagePng, png, MainWindow::Overwrite::Replace, &error), qPrintable(error));
+        QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ImagePng, png, MainWindow::Overwrite::Replace, &error),
+                 qPrintable(error));
         const QString manifest = scratch_.filePath("restore.json");
-        QVERIFY(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Replace, &error));
+        QVERIFY(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Replace,
+                                       &error));
 
         MainWindow other(freshSettings());
         QCOMPARE(other.configPanel()->config().seed, RunConfig{}.seed);
@@ -296,7 +311,8 @@ private slots:
         QCOMPARE(other.configPanel()->config().overlapPixels(), 8);
 
         // A manifest JSON and a preset JSON work too; the source is told apart.
-        QCOMPARE(offGuiThread([&] { return configurationFromFile(manifest.toStdString()); }).source, ConfigSource::Manifest);
+        QCOMPARE(offGuiThread([&] { return configurationFromFile(manifest.toStdString()); }).source,
+                 ConfigSource::Manifest);
         QCOMPARE(offGuiThread([&] { return configurationFromFile(png.toStdString()); }).source, ConfigSource::RunPng);
         const QString preset = scratch_.filePath("preset.json");
         writeFileAtomically(preset.toStdString(), toJson(tinyConfig(99)).dump());
@@ -343,7 +359,7 @@ private slots:
         QCOMPARE(table->item(3, 2)->text(), QString::number(maxDiff));
         QCOMPARE(table->verticalHeaderItem(5)->text(), QStringLiteral("Seam visibility (1 = invisible)"));
         QCOMPARE(table->item(5, 0)->text(), QString::number(a.record.seamScore, 'f', 2));
-        QVERIFY(a.record.seamScore > 0);   // two tiles: measured
+        QVERIFY(a.record.seamScore > 0);  // two tiles: measured
         QCOMPARE(table->verticalHeaderItem(6)->text(), QStringLiteral("Tile disagreement (mean)"));
         QCOMPARE(table->item(6, 0)->text(), QString::number(a.seamMean, 'f', 5));
 
@@ -399,7 +415,8 @@ private slots:
                  qPrintable(other.deltaTable()->verticalHeaderItem(1)->text()));
         auto* differences = other.findChild<QLabel*>(QStringLiteral("compareDifferences"));
         QVERIFY(differences);
-        QVERIFY2(differences->text().contains(QStringLiteral("steps %1 -> %2").arg(a.record.config.steps).arg(fewer.config.steps)),
+        QVERIFY2(differences->text().contains(
+                     QStringLiteral("steps %1 -> %2").arg(a.record.config.steps).arg(fewer.config.steps)),
                  qPrintable(differences->text()));
         // A Close button and Escape both close it.
         other.show();
@@ -442,7 +459,8 @@ private slots:
         QCOMPARE(canvas->tileAt(QPointF(63, 63)), 8);
         // The cursor picks the tile: move over the image centre (pixel 32, 32: tile 4 of 3 x 3).
         const QPointF centre = canvas->rect().center();
-        QMouseEvent move(QEvent::MouseMove, centre, canvas->mapToGlobal(centre), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
+        QMouseEvent move(QEvent::MouseMove, centre, canvas->mapToGlobal(centre), Qt::NoButton, Qt::NoButton,
+                         Qt::NoModifier);
         QApplication::sendEvent(canvas, &move);
         QCOMPARE(canvas->hoveredTile(), 4);
         const QImage tile = canvas->grab().toImage();
@@ -486,12 +504,13 @@ private slots:
         const StepTiming& last = record.steps.back();
         const QPointF at(steps->xAxis->coordToPixel(last.step + 1), steps->yAxis->coordToPixel(last.wallMs));
         const QString text = charts->hoverText(TimingCharts::Chart::Steps, at);
-        QVERIFY2(text.contains(QStringLiteral("step 2")) && text.contains(QString::number(last.wallMs, 'f', 2)), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("step 2")) && text.contains(QString::number(last.wallMs, 'f', 2)),
+                 qPrintable(text));
         QVERIFY(charts->hoverText(TimingCharts::Chart::Steps, QPointF(-100, -100)).isEmpty());
         QCustomPlot* tiles = charts->plot(TimingCharts::Chart::Tiles);
         tiles->replot(QCustomPlot::rpImmediateRefresh);
-        const QString tileText = charts->hoverText(TimingCharts::Chart::Tiles,
-                                                   QPointF(tiles->xAxis->coordToPixel(2), tiles->yAxis->coordToPixel(2)));
+        const QString tileText = charts->hoverText(
+            TimingCharts::Chart::Tiles, QPointF(tiles->xAxis->coordToPixel(2), tiles->yAxis->coordToPixel(2)));
         QVERIFY2(tileText.startsWith(QStringLiteral("tile 8 (column 2, row 2)")), qPrintable(tileText));
 
         const QString png = scratch_.filePath("steps.png"), pdf = scratch_.filePath("tiles.pdf");

@@ -40,19 +40,22 @@ void applySdOptions(BenchOptions& o) {
     if (!o.given.count("batch") && !o.job) o.batches = {1, 2, 4};
     if (!o.given.count("repeats") && !o.job) o.repeats = 20;
     if (o.given.count("lanes"))
-        fail("lanes", "the " + o.shape + " bench times one UNet stream; --lanes is for --shape cifar|church and --model");
+        fail("lanes",
+             "the " + o.shape + " bench times one UNet stream; --lanes is for --shape cifar|church and --model");
     for (GraphMode g : o.graphs)
         if (g == GraphMode::Step && !o.job)
             fail("graphs", "step is not allowed for " + o.shape + ": it captures the tiled loop, which the " + o.shape +
                                " bench does not run (it times UNet forwards); use off or tile");
     for (const auto& [field, value] : {std::pair{"width", o.width}, std::pair{"height", o.height}})
         if (value % 8)
-            fail(field, std::to_string(value) + " is not allowed; Stable Diffusion images are multiples of 8 pixels "
-                                                "(one latent pixel each)");
+            fail(field, std::to_string(value) +
+                            " is not allowed; Stable Diffusion images are multiples of 8 pixels "
+                            "(one latent pixel each)");
     if (o.tile % 64 || o.tile > std::min(o.width, o.height))
         fail("tile", std::to_string(o.tile) + " is not allowed; for " + o.shape +
                          " the tile is a multiple of 64 pixels (8 latent pixels, the UNet's downsampling factor) "
-                         "no larger than the " + std::to_string(o.width) + "x" + std::to_string(o.height) + " image");
+                         "no larger than the " +
+                         std::to_string(o.width) + "x" + std::to_string(o.height) + " image");
     if (o.overlap % 8 || o.overlap >= o.tile)
         fail("overlap", std::to_string(o.overlap) + " is not allowed; for " + o.shape +
                             " the overlap is a multiple of 8 pixels below the tile (" + std::to_string(o.tile) + ")");
@@ -76,8 +79,9 @@ void applyJobOptions(BenchOptions& o) {
 void applyProfileOptions(BenchOptions& o) {
     for (const char* field : {"graphs", "lanes", "csv", "steps"})
         if (o.given.count(field))
-            fail(field, std::string("--") + field + " does not apply to --profile: it times one forward per precision "
-                        "x batch, eagerly and as one captured graph, and prints the table (no runs, no CSV)");
+            fail(field, std::string("--") + field +
+                            " does not apply to --profile: it times one forward per precision "
+                            "x batch, eagerly and as one captured graph, and prints the table (no runs, no CSV)");
     if (!o.given.count("repeats")) o.repeats = 20;
 }
 
@@ -172,14 +176,26 @@ std::string benchUsage() {
 
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     // Every bench option takes a value (--help, -h aside); its field as messages name it.
-    static const std::map<std::string, std::string> kOptions{
-        {"shape", "shape"},     {"model", "model"},     {"size", "size"},
-        {"width", "width"},     {"height", "height"},   {"tile", "tile"},
-        {"overlap", "overlap"}, {"batch", "batch"},     {"precision", "precision"},
-        {"graphs", "graphs"},   {"lanes", "lanes"},     {"steps", "steps"},
-        {"repeats", "repeats"}, {"warmup-steps", "warmup_steps"}, {"backend", "backend"},
-        {"seed", "seed"},       {"peak-tflops", "peak_tflops"},   {"csv", "csv"},
-        {"tuning-cache", "tuning_cache"}, {"cfg", "cfg"}};
+    static const std::map<std::string, std::string> kOptions{{"shape", "shape"},
+                                                             {"model", "model"},
+                                                             {"size", "size"},
+                                                             {"width", "width"},
+                                                             {"height", "height"},
+                                                             {"tile", "tile"},
+                                                             {"overlap", "overlap"},
+                                                             {"batch", "batch"},
+                                                             {"precision", "precision"},
+                                                             {"graphs", "graphs"},
+                                                             {"lanes", "lanes"},
+                                                             {"steps", "steps"},
+                                                             {"repeats", "repeats"},
+                                                             {"warmup-steps", "warmup_steps"},
+                                                             {"backend", "backend"},
+                                                             {"seed", "seed"},
+                                                             {"peak-tflops", "peak_tflops"},
+                                                             {"csv", "csv"},
+                                                             {"tuning-cache", "tuning_cache"},
+                                                             {"cfg", "cfg"}};
     BenchOptions o;
     bool sizeGiven = false, widthGiven = false, heightGiven = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -238,7 +254,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             for (const auto& item : splitList("lanes", value)) {
                 const int lanes = parsePositive("lanes", item, 0);
                 if (lanes > kMaxLanes)
-                    fail("lanes", inQuotes(item) + " is not allowed; lanes must be 0 (auto) to " + std::to_string(kMaxLanes));
+                    fail("lanes",
+                         inQuotes(item) + " is not allowed; lanes must be 0 (auto) to " + std::to_string(kMaxLanes));
                 o.lanes.push_back(lanes);
             }
         } else if (name == "steps") {
@@ -272,7 +289,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         } else if (name == "cfg") {
             double cfg = 0;
             const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), cfg);
-            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || !(cfg >= 0.0 && cfg <= kMaxCfgScale))
+            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
+                !(cfg >= 0.0 && cfg <= kMaxCfgScale))
                 fail("cfg", inQuotes(value) + " is not allowed; the guidance scale is a number from 0 to " +
                                 fixed(kMaxCfgScale, 0) + " (1 = guidance off)");
             o.cfg = cfg;
@@ -332,17 +350,18 @@ RunConfig benchRowConfig(const BenchOptions& options, Precision precision, Graph
 void checkCudaBench(const BenchOptions& o) {
     const std::string what = o.profile ? "--profile" : o.shape;
     if (o.backend == BackendKind::CPU)
-        fail("backend", "cpu is not allowed for " + what + ": " +
-                            (o.profile ? std::string("it times the CUDA backend's ops with CUDA events; use cuda or auto")
-                                       : "the Stable Diffusion shapes are timed on the CUDA backend only (one CPU "
-                                         "forward of an 860 M-parameter UNet takes minutes); use cuda or auto"));
+        fail("backend",
+             "cpu is not allowed for " + what + ": " +
+                 (o.profile ? std::string("it times the CUDA backend's ops with CUDA events; use cuda or auto")
+                            : "the Stable Diffusion shapes are timed on the CUDA backend only (one CPU "
+                              "forward of an 860 M-parameter UNet takes minutes); use cuda or auto"));
     if (checkRunBackend(o.backend) != BackendKind::CUDA) {
         const DeviceReport report = probeDevices();
         fail("backend", "auto found no CUDA backend to time " + what + " on (" +
-                            (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) + ")");
+                            (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) +
+                            ")");
     }
 }
-
 
 std::string benchSizeText(const BenchOptions& options) {
     return options.width == options.height ? std::to_string(options.width)

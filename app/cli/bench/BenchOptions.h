@@ -17,18 +17,18 @@
 namespace tessera {
 
 struct BenchOptions {
-    std::string shape;                 // "cifar" / "church" / "sd15" / "sd21" / "sdxl"; empty when --model is given
-    std::string model;                 // model folder; empty when --shape is given
+    std::string shape;  // "cifar" / "church" / "sd15" / "sd21" / "sdxl"; empty when --model is given
+    std::string model;  // model folder; empty when --shape is given
     int width = 1024, height = 1024;
     int tile = 64;
-    int overlap = 16;                  // pixels
+    int overlap = 16;  // pixels
     std::vector<int> batches{1, 8, 32};
     std::vector<Precision> precisions{Precision::FP16};
     std::vector<GraphMode> graphs{GraphMode::Off};
-    std::vector<int> lanes{0};         // CUDA lanes (tile batches in flight); 0 = auto
+    std::vector<int> lanes{0};  // CUDA lanes (tile batches in flight); 0 = auto
     int steps = 20;
-    int repeats = 3;                   // measured runs per row; the median is reported
-    int warmupSteps = 3;               // steps of the warm-up run (0 = as many as --steps)
+    int repeats = 3;      // measured runs per row; the median is reported
+    int warmupSteps = 3;  // steps of the warm-up run (0 = as many as --steps)
     BackendKind backend = BackendKind::Auto;
     std::uint64_t seed = 0;            // noise seed, and the random weights' seed
     std::optional<double> peakTflops;  // overrides the table of known GPUs

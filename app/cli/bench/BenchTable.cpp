@@ -13,7 +13,8 @@ std::string pad(const std::string& text, std::size_t width) {
 
 }  // namespace
 
-void printCells(std::ostream& out, const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& cells) {
+void printCells(std::ostream& out, const std::vector<std::string>& head,
+                const std::vector<std::vector<std::string>>& cells) {
     std::vector<std::size_t> widths(head.size());
     for (std::size_t c = 0; c < head.size(); ++c) {
         widths[c] = head[c].size();
@@ -44,7 +45,7 @@ std::optional<double> denseTensorPeakTflops(std::string_view name) {
         if (has("NVL")) return 835.0;
         return 989.0;  // SXM5 (reported as "NVIDIA H100 80GB HBM3")
     }
-    if (has("H200")) return 989.0;   // also GH200's name
+    if (has("H200")) return 989.0;  // also GH200's name
     if (has("A100")) return 312.0;
     if (has("L40S")) return 362.0;
     if (has("A10G")) return 70.0;

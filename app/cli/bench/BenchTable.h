@@ -25,7 +25,8 @@ public:
 };
 
 // Right-aligned columns, two spaces apart, under the head line.
-void printCells(std::ostream& out, const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& cells);
+void printCells(std::ostream& out, const std::vector<std::string>& head,
+                const std::vector<std::vector<std::string>>& cells);
 
 // `note` appended to `notes` after "; " (nothing before the first).
 void appendNote(std::string& notes, const std::string& note);

@@ -23,7 +23,7 @@ struct SdJobRow {
     int tile = 0, overlap = 0, steps = 0, batch = 0, tiles = 0, repeats = 0;
     double cfg = 0;
     double prepareS = 0, textS = 0, sampleS = 0, decodeS = 0, totalS = 0, firstJobS = 0, peakMiB = -1;
-    std::vector<double> totals;   // every timed job's total_s
+    std::vector<double> totals;  // every timed job's total_s
     bool failed = false;
 };
 
@@ -35,10 +35,10 @@ std::string sdJobCsvLine(const SdJobRow& r) {
     return csvField(r.engine) + "," + r.shape + "," + r.size + "," + std::to_string(r.tile) + "," +
            std::to_string(r.overlap) + "," + std::to_string(r.steps) + "," + significant(r.cfg, 4) + "," +
            std::to_string(r.batch) + "," + std::to_string(r.tiles) + "," + r.precision + "," + r.graphs + "," +
-           num(r.prepareS, 3) + "," + num(r.textS, 3) + "," + num(r.sampleS, 3) + "," + num(r.decodeS, 3) + "," + num(r.totalS, 3) + "," +
-           num(r.sampleS / std::max(1, r.steps), 4) + "," + num(lo, 3) + "," + num(hi, 3) + "," + num(r.firstJobS, 2) +
-           "," + (!r.failed && r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "") + "," + std::to_string(r.repeats) + "," +
-           csvField(r.device) + "," + csvField(r.note);
+           num(r.prepareS, 3) + "," + num(r.textS, 3) + "," + num(r.sampleS, 3) + "," + num(r.decodeS, 3) + "," +
+           num(r.totalS, 3) + "," + num(r.sampleS / std::max(1, r.steps), 4) + "," + num(lo, 3) + "," + num(hi, 3) +
+           "," + num(r.firstJobS, 2) + "," + (!r.failed && r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "") + "," +
+           std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note);
 }
 
 // Job `take` of a row: the prompt and the negative prompt end in its number, so no job finds
@@ -64,7 +64,8 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     auto t0 = std::chrono::steady_clock::now();
     const RunResult first = engine->run(warm, observer);
     if (first.record.status != RunStatus::Finished)
-        throw std::runtime_error("warm-up job " + std::string(toString(first.record.status)) + ": " + first.record.error);
+        throw std::runtime_error("warm-up job " + std::string(toString(first.record.status)) + ": " +
+                                 first.record.error);
     row.firstJobS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     row.device = first.record.environment.device;
     row.engine = "tessera-" + first.record.environment.backend;
@@ -85,7 +86,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
         sample.push_back(steps / 1000.0);
         decode.push_back(result.record.vaeDecode ? result.record.vaeDecode->ms / 1000.0 : 0.0);
         row.peakMiB = std::max(row.peakMiB, result.record.peakDeviceMiB);
-        if (config.tileBatch <= 0) row.batch = result.record.config.tileBatch;   // what auto chose
+        if (config.tileBatch <= 0) row.batch = result.record.config.tileBatch;  // what auto chose
         last = std::move(result.record);
     }
     row.totalS = median(row.totals);
@@ -98,8 +99,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     if (last.tileBatch && last.tileBatch->automatic()) appendNote(row.note, describeAutoTileBatch(*last.tileBatch));
     if (last.vaeDecode) appendNote(row.note, describeVaeDecode(*last.vaeDecode));
     err << " " << fixed(row.totalS, 3) << " s per job (text " << fixed(row.textS, 3) << " s, sampling "
-        << fixed(row.sampleS, 3) << " s, decode "
-        << fixed(row.decodeS, 3) << " s)\n";
+        << fixed(row.sampleS, 3) << " s, decode " << fixed(row.decodeS, 3) << " s)\n";
 }
 
 // The DDPM rows' run as a text-to-image job: DPM++ 2M Karras, noise-prediction blending, a
@@ -118,7 +118,8 @@ RunConfig jobConfig(const BenchOptions& o, Precision precision, GraphMode graphs
 }  // namespace
 
 std::string sdJobCsvHeader() {
-    return "engine,shape,size,tile,overlap,steps,cfg,batch,tiles,precision,graphs,prepare_s,text_s,sample_s,decode_s,total_s,"
+    return "engine,shape,size,tile,overlap,steps,cfg,batch,tiles,precision,graphs,prepare_s,text_s,sample_s,decode_s,"
+           "total_s,"
            "s_per_step,total_min_s,total_max_s,first_job_s,peak_mib,repeats,device,note";
 }
 

@@ -14,15 +14,17 @@ int runProfiles(const BenchOptions& o, const std::string& name, const ModelGraph
         for (int batch : o.batches) {
             try {
 #if TESSERA_FORWARD_PROFILE_CUDA
-                printForwardProfile(out, graph, weights, {name, p, batch * factor, tileH, tileW, o.warmupSteps, o.repeats,
-                                                          o.seed, o.tuningCache});
+                printForwardProfile(
+                    out, graph, weights,
+                    {name, p, batch * factor, tileH, tileW, o.warmupSteps, o.repeats, o.seed, o.tuningCache});
 #else
                 (void)graph, (void)weights, (void)tileH, (void)tileW, (void)factor, (void)out;
                 throw std::runtime_error("this build has no CUDA backend");
 #endif
             } catch (const std::exception& e) {
                 anyFailed = true;
-                err << "bench: profile " << name << " " << toString(p) << " batch " << batch << " failed: " << e.what() << "\n";
+                err << "bench: profile " << name << " " << toString(p) << " batch " << batch << " failed: " << e.what()
+                    << "\n";
             }
         }
     return anyFailed ? kExitFailure : kExitOk;

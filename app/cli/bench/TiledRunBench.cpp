@@ -24,7 +24,7 @@ namespace {
 struct BenchRow {
     std::string engine, shape, size, precision, graphs, graphsEffective, device, note;
     int tile = 0, overlap = 0, batch = 0, steps = 0, tiles = 0, repeats = 0;
-    int lanesRequested = 0, lanes = 0;   // config lanes (0 = auto) and the lanes the runs used
+    int lanesRequested = 0, lanes = 0;  // config lanes (0 = auto) and the lanes the runs used
     double secondsPerImage = 0, tileEvalsPerS = 0, tflops = 0, peakMiB = -1, hostEnqueueMsPerStep = 0;
     double prepareS = 0, firstRunS = 0, gflopPerEval = 0;
     // Graphs: device memory of the executable graphs, nodes, capture + instantiate time (all
@@ -38,14 +38,14 @@ struct BenchRow {
 std::string csvLine(const BenchRow& r) {
     const bool ran = !r.failed;
     auto num = [&](double v) { return ran ? significant(v, 4) : std::string(); };
-    std::string line = csvField(r.engine) + "," + csvField(r.shape) + "," + r.size + "," + std::to_string(r.tile) + "," +
-                       std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + r.precision + "," +
+    std::string line = csvField(r.engine) + "," + csvField(r.shape) + "," + r.size + "," + std::to_string(r.tile) +
+                       "," + std::to_string(r.overlap) + "," + std::to_string(r.batch) + "," + r.precision + "," +
                        std::to_string(r.steps) + "," + std::to_string(r.tiles) + "," + num(r.secondsPerImage) + "," +
-                       num(r.tileEvalsPerS) + "," + num(r.tflops) + "," + (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") +
-                       "," + num(r.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," + significant(r.gflopPerEval, 4) + "," +
-                       r.graphs + "," + r.graphsEffective + "," +
-                       (ran && r.peakTflops ? significant(r.tflops / *r.peakTflops, 4) : "") + "," +
-                       (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + num(r.firstRunS) + "," +
+                       num(r.tileEvalsPerS) + "," + num(r.tflops) + "," +
+                       (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") + "," + num(r.hostEnqueueMsPerStep) +
+                       "," + num(r.prepareS) + "," + significant(r.gflopPerEval, 4) + "," + r.graphs + "," +
+                       r.graphsEffective + "," + (ran && r.peakTflops ? significant(r.tflops / *r.peakTflops, 4) : "") +
+                       "," + (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + num(r.firstRunS) + "," +
                        std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note) + "," +
                        (ran ? significant(r.graphMiB, 4) : "") + "," + (ran ? std::to_string(r.graphNodes) : "") + "," +
                        (ran ? num(r.captureMs) : "") + "," + (ran ? num(r.stepGpuMs) : "") + "," +
@@ -54,8 +54,9 @@ std::string csvLine(const BenchRow& r) {
 }
 
 void printTable(std::ostream& out, const std::vector<BenchRow>& rows) {
-    const std::vector<std::string> head{"engine", "prec", "graphs", "B", "lanes", "tiles", "s/image", "evals/s",
-                                        "TFLOP/s", "%peak", "peak MiB", "enq ms/step", "prep s", "1st run s"};
+    const std::vector<std::string> head{"engine",   "prec",        "graphs",  "B",        "lanes",
+                                        "tiles",    "s/image",     "evals/s", "TFLOP/s",  "%peak",
+                                        "peak MiB", "enq ms/step", "prep s",  "1st run s"};
     std::vector<std::vector<std::string>> cells;
     for (const BenchRow& r : rows) {
         if (r.failed) {
@@ -64,14 +65,13 @@ void printTable(std::ostream& out, const std::vector<BenchRow>& rows) {
                              "failed", "", "", "", "", "", "", ""});
             continue;
         }
-        cells.push_back({r.engine, r.precision, r.graphsEffective == r.graphs ? r.graphs : r.graphs + ">" + r.graphsEffective,
-                         std::to_string(r.batch),
-                         std::to_string(r.lanes) + (r.lanesRequested ? "" : " (auto)"), std::to_string(r.tiles),
-                         fixed(r.secondsPerImage, 3),
-                         fixed(r.tileEvalsPerS, 0), fixed(r.tflops, 1),
-                         r.peakTflops ? fixed(100.0 * r.tflops / *r.peakTflops, 1) : "-",
-                         r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.hostEnqueueMsPerStep, 2), fixed(r.prepareS, 2),
-                         fixed(r.firstRunS, 2)});
+        cells.push_back({r.engine, r.precision,
+                         r.graphsEffective == r.graphs ? r.graphs : r.graphs + ">" + r.graphsEffective,
+                         std::to_string(r.batch), std::to_string(r.lanes) + (r.lanesRequested ? "" : " (auto)"),
+                         std::to_string(r.tiles), fixed(r.secondsPerImage, 3), fixed(r.tileEvalsPerS, 0),
+                         fixed(r.tflops, 1), r.peakTflops ? fixed(100.0 * r.tflops / *r.peakTflops, 1) : "-",
+                         r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.hostEnqueueMsPerStep, 2),
+                         fixed(r.prepareS, 2), fixed(r.firstRunS, 2)});
     }
     printCells(out, head, cells);
 }
@@ -91,7 +91,8 @@ void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<co
     if (options.warmupSteps > 0) warm.steps = std::min(options.steps, options.warmupSteps);
     const RunResult first = engine->run(warm, observer);
     if (first.record.status != RunStatus::Finished)
-        throw std::runtime_error("warm-up run " + std::string(toString(first.record.status)) + ": " + first.record.error);
+        throw std::runtime_error("warm-up run " + std::string(toString(first.record.status)) + ": " +
+                                 first.record.error);
     row.prepareS = first.record.prepareMs / 1000.0;
     row.firstRunS = (first.record.prepareMs + first.record.totalMs) / 1000.0;
     row.engine = "tessera-" + first.record.environment.backend;
@@ -134,7 +135,6 @@ void runDdpmRow(BenchRow& row, const RunConfig& config, const std::shared_ptr<co
     err << " " << fixed(row.secondsPerImage, 3) << " s/image\n";
     for (const auto& m : notes) err << "note: " << m << "\n";
 }
-
 
 // The model of the rows: every row's settings, the backend and the host memory are checked
 // before any work (from the model's config alone), then its weights are loaded or drawn.
@@ -241,21 +241,22 @@ int runTiledRunBench(const BenchOptions& options, std::ostream& out, std::ostrea
     const std::string size = benchSizeText(options);
     err << "bench: " << shapeName << " (" << fixed(model->parameterCount() / 1e6, 1) << " M parameters), " << size
         << ", tile " << options.tile << ", overlap " << options.overlap << ", " << options.steps << " DDIM steps, "
-        << options.repeats << " measured run(s) per row after a " << (options.warmupSteps ? options.warmupSteps : options.steps)
-        << "-step warm-up run; " << benchDate() << "\n";
+        << options.repeats << " measured run(s) per row after a "
+        << (options.warmupSteps ? options.warmupSteps : options.steps) << "-step warm-up run; " << benchDate() << "\n";
     const std::vector<BenchRow> rows = runRows(options, model, shapeName, err);
     const bool anyFailed = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.failed; });
     if (!options.csvPath.empty() && !writeBenchCsv(options.csvPath, benchCsvHeader(), rows, csvLine, err))
         return kExitFailure;
 
-    out << "\n" << shapeName << " " << size << ", tile " << options.tile << ", overlap " << options.overlap << " ("
+    out << "\n"
+        << shapeName << " " << size << ", tile " << options.tile << ", overlap " << options.overlap << " ("
         << (rows.empty() ? 0 : rows.front().tiles) << " tiles), " << options.steps << " DDIM steps, "
         << fixed(rows.empty() ? 0.0 : rows.front().gflopPerEval, 2) << " GFLOP per tile evaluation; median of "
         << options.repeats << "\n";
     printTable(out, rows);
     // The peak of the last row that knew one, and whose device it is.
-    const auto shown =
-        std::find_if(rows.rbegin(), rows.rend(), [](const BenchRow& r) { return !r.failed && r.peakTflops.has_value(); });
+    const auto shown = std::find_if(rows.rbegin(), rows.rend(),
+                                    [](const BenchRow& r) { return !r.failed && r.peakTflops.has_value(); });
     if (shown != rows.rend())
         out << "peak assumed: " << fixed(*shown->peakTflops, 0) << " TFLOP/s dense fp16/bf16 tensor"
             << (options.peakTflops ? " (--peak-tflops)" : " (" + shown->device + ")") << "\n";

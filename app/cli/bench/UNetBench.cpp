@@ -43,26 +43,31 @@ std::string sdCsvLine(const SdBenchRow& r) {
            std::to_string(r.tiles) + "," + std::to_string(r.step.forwardsPerStep) + "," + num(r.step.secondsPerStep) +
            "," + num(r.step.secondsPerStep * r.steps) + "," + num(r.step.unetEvalsPerS) + "," + num(r.forwardMs) + "," +
            num(r.step.tflops) + "," + (ran && r.peakTflops ? significant(r.step.tflops / *r.peakTflops, 4) : "") + "," +
-           (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," + (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") + "," +
-           significant(r.gflopPerEval, 4) + "," + num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," +
-           num(r.firstRunS) + "," + r.graphs + "," + std::to_string(r.repeats) + "," + csvField(r.device) + "," +
-           csvField(r.note);
+           (r.peakTflops ? significant(*r.peakTflops, 4) : "") + "," +
+           (ran && r.peakMiB >= 0 ? significant(r.peakMiB, 4) : "") + "," + significant(r.gflopPerEval, 4) + "," +
+           num(r.step.hostEnqueueMsPerStep) + "," + num(r.prepareS) + "," + num(r.firstRunS) + "," + r.graphs + "," +
+           std::to_string(r.repeats) + "," + csvField(r.device) + "," + csvField(r.note);
 }
 
 void printSdTable(std::ostream& out, const std::vector<SdBenchRow>& rows) {
-    const std::vector<std::string> head{"engine", "prec", "graphs", "B", "UNet B", "tiles", "fwd/step", "fwd ms",
-                                        "s/step", "evals/s", "TFLOP/s", "%peak", "peak MiB", "prep s"};
+    const std::vector<std::string> head{"engine", "prec",   "graphs",  "B",       "UNet B", "tiles",    "fwd/step",
+                                        "fwd ms", "s/step", "evals/s", "TFLOP/s", "%peak",  "peak MiB", "prep s"};
     std::vector<std::vector<std::string>> cells;
     for (const SdBenchRow& r : rows) {
-        std::vector<std::string> row{r.engine, r.precision, r.graphs, std::to_string(r.batch), std::to_string(r.unetBatch),
-                                     std::to_string(r.tiles), std::to_string(r.step.forwardsPerStep)};
+        std::vector<std::string> row{r.engine,
+                                     r.precision,
+                                     r.graphs,
+                                     std::to_string(r.batch),
+                                     std::to_string(r.unetBatch),
+                                     std::to_string(r.tiles),
+                                     std::to_string(r.step.forwardsPerStep)};
         if (r.failed) {
             row.insert(row.end(), {"failed", "", "", "", "", "", ""});
         } else {
-            row.insert(row.end(), {fixed(r.forwardMs, 2), fixed(r.step.secondsPerStep, 3), fixed(r.step.unetEvalsPerS, 1),
-                                   fixed(r.step.tflops, 1),
-                                   r.peakTflops ? fixed(100.0 * r.step.tflops / *r.peakTflops, 1) : "-",
-                                   r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.prepareS, 2)});
+            row.insert(row.end(),
+                       {fixed(r.forwardMs, 2), fixed(r.step.secondsPerStep, 3), fixed(r.step.unetEvalsPerS, 1),
+                        fixed(r.step.tflops, 1), r.peakTflops ? fixed(100.0 * r.step.tflops / *r.peakTflops, 1) : "-",
+                        r.peakMiB >= 0 ? fixed(r.peakMiB, 0) : "-", fixed(r.prepareS, 2)});
         }
         cells.push_back(std::move(row));
     }
@@ -99,9 +104,9 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
     CudaBackend::ForwardTimes remainder;
     if (rest) remainder = gpu.timeForwards(rest * factor, warmup, o.repeats);
     row.forwardMs = median(full.gpuMs);
-    row.step = unetStepTiming(row.tiles, std::min(row.batch, row.tiles), guidance, row.forwardMs,
-                              median(remainder.gpuMs), median(full.hostEnqueueMs), median(remainder.hostEnqueueMs),
-                              row.gflopPerEval);
+    row.step =
+        unetStepTiming(row.tiles, std::min(row.batch, row.tiles), guidance, row.forwardMs, median(remainder.gpuMs),
+                       median(full.hostEnqueueMs), median(remainder.hostEnqueueMs), row.gflopPerEval);
     row.peakMiB = std::max(full.deviceUsedMiB, remainder.deviceUsedMiB);
     row.device = gpu.info().device;
     const GraphStats stats = gpu.graphStats();
@@ -134,7 +139,8 @@ std::vector<SdBenchRow> runSdRows(const BenchOptions& o, const ModelGraph& graph
                 row.tiles = plan.count();
                 row.unetBatch = std::min(batch, row.tiles) * (o.cfg != 1.0 ? 2 : 1);
                 row.step.forwardsPerStep = (row.tiles + batch - 1) / batch;
-                err << "bench: " << row.precision << ", graphs " << row.graphs << ", batch " << batch << " ..." << std::flush;
+                err << "bench: " << row.precision << ", graphs " << row.graphs << ", batch " << batch << " ..."
+                    << std::flush;
                 try {
 #if TESSERA_FORWARD_PROFILE_CUDA
                     runSdRow(row, o, graph, model.tensors(), p, mode, plan);
@@ -186,8 +192,8 @@ void checkSdHostMemory(const BenchOptions& o, const UNetCondConfig& config) {
     if (available && needed > available->availableBytes)
         fail("shape", o.shape + " needs about " + fixed(static_cast<double>(needed) / (1 << 20), 0) +
                           " MiB of host memory for its random weights; " +
-                          fixed(static_cast<double>(available->availableBytes) / (1 << 20), 0) + " MiB are available (" +
-                          available->source + ")");
+                          fixed(static_cast<double>(available->availableBytes) / (1 << 20), 0) +
+                          " MiB are available (" + available->source + ")");
 }
 
 int runSdUNetBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
@@ -202,13 +208,14 @@ int runSdUNetBench(const BenchOptions& o, std::ostream& out, std::ostream& err) 
     const std::string size = benchSizeText(o);
     err << "bench: " << o.shape << " UNet (" << fixed(static_cast<double>(graph.parameterCount()) / 1e6, 1)
         << " M parameters, random weights), " << size << ", tile " << o.tile << ", overlap " << o.overlap
-        << " pixels (latent 1/8), cfg " << significant(o.cfg, 4) << ", " << o.repeats << " timed forwards per row after "
-        << o.warmupSteps << " untimed; " << benchDate() << "\n";
+        << " pixels (latent 1/8), cfg " << significant(o.cfg, 4) << ", " << o.repeats
+        << " timed forwards per row after " << o.warmupSteps << " untimed; " << benchDate() << "\n";
     const UNetCondModel model = UNetCondModel::random(config, o.seed);
     const std::vector<SdBenchRow> rows = runSdRows(o, graph, model, plan, err);
     const bool anyFailed = std::any_of(rows.begin(), rows.end(), [](const SdBenchRow& r) { return r.failed; });
     if (!o.csvPath.empty() && !writeBenchCsv(o.csvPath, sdBenchCsvHeader(), rows, sdCsvLine, err)) return kExitFailure;
-    out << "\n" << o.shape << " UNet " << size << ", tile " << o.tile << ", overlap " << o.overlap << " ("
+    out << "\n"
+        << o.shape << " UNet " << size << ", tile " << o.tile << ", overlap " << o.overlap << " ("
         << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << significant(o.cfg, 4) << " ("
         << (o.cfg != 1.0 ? "guidance: 2 evaluations per tile" : "no guidance: 1 evaluation per tile") << "), "
         << fixed(gflop, 1) << " GFLOP per evaluation; UNet forwards only (s/step and evals/s leave out gather, "

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -41,14 +41,15 @@ struct VaeBenchOptions {
     bool encode = false;
     Precision precision = Precision::FP16;
     int warmup = 1, repeats = 5;
-    std::optional<std::uint64_t> budgetBytes;   // --budget-mib: caps the device's VAE budget
+    std::optional<std::uint64_t> budgetBytes;  // --budget-mib: caps the device's VAE budget
     std::string csvPath, tuningCache;
     std::uint64_t seed = 0;
     bool help = false;
 };
 
 std::string vaeBenchUsage() {
-    return "Usage: tessera-cli bench --shape vae [--size 512|1024|2048|4096] [--tiling auto|on|off] [--encode] [options]\n"
+    return "Usage: tessera-cli bench --shape vae [--size 512|1024|2048|4096] [--tiling auto|on|off] [--encode] "
+           "[options]\n"
            "Times the Stable Diffusion VAE (AutoencoderKL of SD 1.x/2.x/XL: 83.7 M parameters, random weights)\n"
            "decoding a size x size image (or, with --encode, encoding one) on the CUDA backend, as a render\n"
            "job runs it (vae_tiling, the device's memory budget): --warmup untimed passes (the first one\n"
@@ -129,7 +130,8 @@ VaeBenchOptions parseVaeBenchOptions(const std::vector<std::string>& args) {
         const bool norm = shape.size() == 1 && name.find("norm") != std::string::npos;
         const bool gamma = norm && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
         const double fanIn = shape.size() > 1 ? static_cast<double>(t.numel() / shape[0]) : 1.0;
-        for (float& v : t.data) v = gamma ? 1.0f + 0.1f * u(rng) : (norm ? 0.1f : static_cast<float>(1.0 / std::sqrt(fanIn))) * u(rng);
+        for (float& v : t.data)
+            v = gamma ? 1.0f + 0.1f * u(rng) : (norm ? 0.1f : static_cast<float>(1.0 / std::sqrt(fanIn))) * u(rng);
         tensors[name] = std::move(t);
     }
     return VaeModel::fromTensors(config, std::move(tensors));
@@ -180,7 +182,8 @@ int runVaeBench(const VaeBenchOptions& o, std::ostream& out, std::ostream& err) 
     if (checkRunBackend(BackendKind::Auto) != BackendKind::CUDA) {
         const DeviceReport report = probeDevices();
         fail("backend", "bench --shape vae times the CUDA backend and found none (" +
-                            (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) + ")");
+                            (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) +
+                            ")");
     }
     const VaeModel vae = randomSdVae(o.seed);
     CudaVaeDevice device(0);
@@ -194,18 +197,19 @@ int runVaeBench(const VaeBenchOptions& o, std::ostream& out, std::ostream& err) 
     const std::optional<VaeMemoryBudget> budget = device.memoryBudget(config);
     const VaePassPlan plan = planVaePass(o.tiling, primitive, o.size, o.size, budget);
     VaePassRecord pass;
-    const VaeTimings t = timePasses(o, device, [&] { runVaePass(backend, vae, input, !o.encode, o.tiling, budget, pass); });
+    const VaeTimings t =
+        timePasses(o, device, [&] { runVaePass(backend, vae, input, !o.encode, o.tiling, budget, pass); });
     const std::string choice = describeVaePass(pass);
 
     const double med = median(t.ms);
     const auto [lo, hi] = std::minmax_element(t.ms.begin(), t.ms.end());
-    const std::string row = std::string("tessera-vae,sd,") + std::to_string(o.size) + "," + (o.encode ? "encode" : "decode") +
-                            "," + std::string(toString(o.tiling)) + "," + std::string(toString(o.precision)) + "," + fixed(med, 2) + "," +
-                            fixed(*lo, 2) + "," + fixed(*hi, 2) + "," + std::to_string(o.repeats) + "," + fixed(t.firstS, 3) +
-                            "," + fixed(t.peakMiB, 0) + "," + fixed(budget ? static_cast<double>(budget->bytes) / (1 << 20) : -1, 0) +
-                            "," + fixed(static_cast<double>(plan.untiledBytes) / (1 << 20), 0) + "," +
-                            std::to_string(plan.untiledLargest) + "," + csvField(choice) + "," +
-                            csvField(backend.info().device);
+    const std::string row =
+        std::string("tessera-vae,sd,") + std::to_string(o.size) + "," + (o.encode ? "encode" : "decode") + "," +
+        std::string(toString(o.tiling)) + "," + std::string(toString(o.precision)) + "," + fixed(med, 2) + "," +
+        fixed(*lo, 2) + "," + fixed(*hi, 2) + "," + std::to_string(o.repeats) + "," + fixed(t.firstS, 3) + "," +
+        fixed(t.peakMiB, 0) + "," + fixed(budget ? static_cast<double>(budget->bytes) / (1 << 20) : -1, 0) + "," +
+        fixed(static_cast<double>(plan.untiledBytes) / (1 << 20), 0) + "," + std::to_string(plan.untiledLargest) + "," +
+        csvField(choice) + "," + csvField(backend.info().device);
     out << vaeBenchCsvHeader() << "\n" << row << "\n";
     out << (o.encode ? "encode " : "decode ") << o.size << "x" << o.size << " " << toString(o.precision) << ": median "
         << fixed(med, 1) << " ms (min " << fixed(*lo, 1) << ", max " << fixed(*hi, 1) << ", " << o.repeats

@@ -74,11 +74,11 @@ void attendHeads(WorkerPool& pool, int images, const AttentionCore& a) {
         float* o = a.o(image);
         float* scores = pool.scratch(worker);
         if (a.tokenMajor)  // scores[i, j] = scale * sum_c Q[i0 + i, h d + c] K[j, h d + c]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, M, d, scale, q + std::int64_t(i0) * C + h * d,
-                        C, k + h * d, C, 0.0f, scores, M);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, M, d, scale, q + std::int64_t(i0) * C + h * d, C,
+                        k + h * d, C, 0.0f, scores, M);
         else  // scores[i, j] = scale * sum_c Q[h d + c, i0 + i] K[h d + c, j]
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, M, d, scale, q + std::int64_t(h) * d * N + i0,
-                        N, k + std::int64_t(h) * d * M, M, 0.0f, scores, M);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, M, d, scale, q + std::int64_t(h) * d * N + i0, N,
+                        k + std::int64_t(h) * d * M, M, 0.0f, scores, M);
         for (int i = 0; i < rows; ++i)
             softmaxRow(scores + std::int64_t(i) * M, a.causal ? std::min(M, i0 + i + 1) : M, M);
         if (a.tokenMajor)  // O[i0 + i, h d + c] = sum_j A[i, j] V[j, h d + c]

@@ -24,9 +24,8 @@ void elementwise(WorkerPool& pool, std::int64_t n, F&& body) {
 }  // namespace
 
 void copyFloats(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
-    pool.parallelRange(n, kElementwiseChunk, [&](std::int64_t begin, std::int64_t end) {
-        std::copy(x + begin, x + end, y + begin);
-    });
+    pool.parallelRange(n, kElementwiseChunk,
+                       [&](std::int64_t begin, std::int64_t end) { std::copy(x + begin, x + end, y + begin); });
 }
 
 void affine(WorkerPool& pool, std::int64_t n, const float* x, float scale, float shift, float* y) {

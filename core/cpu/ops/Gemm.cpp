@@ -12,7 +12,8 @@ GemmBlocks gemmBlocks(int m, int n, int k) {
     b.mc = m;
     const std::int64_t perRow = std::max<std::int64_t>(std::int64_t(b.nc) * k, 1);
     if (std::int64_t(m) * perRow > 2 * kGemmTaskFma)
-        b.mc = static_cast<int>(std::min<std::int64_t>(m, std::max<std::int64_t>(64, floorPow2(kGemmTaskFma / perRow))));
+        b.mc =
+            static_cast<int>(std::min<std::int64_t>(m, std::max<std::int64_t>(64, floorPow2(kGemmTaskFma / perRow))));
     b.mc = std::max(b.mc, 1);
     b.nc = std::max(b.nc, 1);
     b.mBlocks = (m + b.mc - 1) / b.mc;

@@ -86,8 +86,7 @@ void layerNorm(WorkerPool& pool, std::int64_t rows, int channels, float eps, con
         for (int c = 0; c < channels; ++c) sq += (v[c] - mean) * (v[c] - mean);
         const double inv = 1.0 / std::sqrt(sq / channels + double(eps));
         float* out = y + row * channels;
-        for (int c = 0; c < channels; ++c)
-            out[c] = static_cast<float>((v[c] - mean) * inv) * gamma[c] + beta[c];
+        for (int c = 0; c < channels; ++c) out[c] = static_cast<float>((v[c] - mean) * inv) * gamma[c] + beta[c];
     });
 }
 

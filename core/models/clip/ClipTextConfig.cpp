@@ -34,9 +34,12 @@ ClipActivation readActivation(const nlohmann::json& value, const std::string& ke
 
 const char* toString(ClipActivation a) {
     switch (a) {
-    case ClipActivation::QuickGelu: return "quick_gelu";
-    case ClipActivation::Gelu: return "gelu";
-    case ClipActivation::GeluTanh: return "gelu_pytorch_tanh";
+        case ClipActivation::QuickGelu:
+            return "quick_gelu";
+        case ClipActivation::Gelu:
+            return "gelu";
+        case ClipActivation::GeluTanh:
+            return "gelu_pytorch_tanh";
     }
     return "quick_gelu";
 }
@@ -75,19 +78,30 @@ ClipTextConfig clipTextConfigFromJson(const nlohmann::json& j) {
     checkModelKind(j);
     ClipTextConfig c;
     for (const auto& [key, value] : j.items()) {
-        if (key == "vocab_size") c.vocabSize = readInt(value, key, kVocab);
-        else if (key == "hidden_size") c.hiddenSize = readInt(value, key, kHidden);
-        else if (key == "intermediate_size") c.intermediateSize = readInt(value, key, kIntermediate);
-        else if (key == "projection_dim") c.projectionDim = readInt(value, key, kProjection);
-        else if (key == "num_hidden_layers") c.numHiddenLayers = readInt(value, key, kLayers);
-        else if (key == "num_attention_heads") c.numAttentionHeads = readInt(value, key, kHeads);
-        else if (key == "max_position_embeddings") c.maxPositionEmbeddings = readInt(value, key, kPositions);
-        else if (key == "hidden_act") c.hiddenAct = readActivation(value, key);
+        if (key == "vocab_size")
+            c.vocabSize = readInt(value, key, kVocab);
+        else if (key == "hidden_size")
+            c.hiddenSize = readInt(value, key, kHidden);
+        else if (key == "intermediate_size")
+            c.intermediateSize = readInt(value, key, kIntermediate);
+        else if (key == "projection_dim")
+            c.projectionDim = readInt(value, key, kProjection);
+        else if (key == "num_hidden_layers")
+            c.numHiddenLayers = readInt(value, key, kLayers);
+        else if (key == "num_attention_heads")
+            c.numAttentionHeads = readInt(value, key, kHeads);
+        else if (key == "max_position_embeddings")
+            c.maxPositionEmbeddings = readInt(value, key, kPositions);
+        else if (key == "hidden_act")
+            c.hiddenAct = readActivation(value, key);
         else if (key == "layer_norm_eps")
             c.layerNormEps = static_cast<float>(readNumber(value, key, 1e-12, 0.1, "1e-5 in SD's encoders"));
-        else if (key == "pad_token_id") c.padTokenId = value.is_null() ? 0 : readInt(value, key, kTokenId);
-        else if (key == "bos_token_id") c.bosTokenId = readInt(value, key, kTokenId);
-        else if (key == "eos_token_id") c.eosTokenId = readInt(value, key, kTokenId);
+        else if (key == "pad_token_id")
+            c.padTokenId = value.is_null() ? 0 : readInt(value, key, kTokenId);
+        else if (key == "bos_token_id")
+            c.bosTokenId = readInt(value, key, kTokenId);
+        else if (key == "eos_token_id")
+            c.eosTokenId = readInt(value, key, kTokenId);
         else if (key == "architectures" && value.is_array() && value.size() == 1)
             c.withProjection = value[0] == "CLIPTextModelWithProjection";
     }

@@ -116,8 +116,8 @@ private:
 ModelGraph buildClipTextGraph(const ClipTextConfig& config, int layersToRun, ClipHiddenStates hiddenStates) {
     if (layersToRun < 1 || layersToRun > config.numHiddenLayers)
         throw std::invalid_argument("clip skip: the text encoder has " + std::to_string(config.numHiddenLayers) +
-                                    " layers; running " + std::to_string(layersToRun) + " of them is not possible (1 to " +
-                                    std::to_string(config.numHiddenLayers) + ")");
+                                    " layers; running " + std::to_string(layersToRun) +
+                                    " of them is not possible (1 to " + std::to_string(config.numHiddenLayers) + ")");
     if (config.maxPositionEmbeddings < kClipTextTokens)
         throw std::invalid_argument("max_position_embeddings: " + std::to_string(config.maxPositionEmbeddings) +
                                     " positions are fewer than the " + std::to_string(kClipTextTokens) +

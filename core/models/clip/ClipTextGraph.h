@@ -4,8 +4,8 @@
 // state-dict order. Qt-free.
 #pragma once
 
-#include "core/models/clip/ClipTextConfig.h"
 #include "core/graph/ModelGraph.h"
+#include "core/models/clip/ClipTextConfig.h"
 
 namespace tessera {
 

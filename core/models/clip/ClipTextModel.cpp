@@ -8,10 +8,10 @@
 #include <unordered_map>
 
 #include "core/base/BoundedInput.h"
-#include "core/models/clip/ClipTextGraph.h"
-#include "core/graph/Backend.h"
-#include "core/run/RunConfig.h"
 #include "core/formats/ModelWeights.h"
+#include "core/graph/Backend.h"
+#include "core/models/clip/ClipTextGraph.h"
+#include "core/run/RunConfig.h"
 
 namespace tessera {
 
@@ -146,8 +146,8 @@ std::int64_t ClipTextModel::parameterCount() const {
     return count;
 }
 
-ClipTextOutputs ClipTextModel::encode(Backend& backend, std::span<const std::int32_t> ids, int batch,
-                                      int layersToRun, ClipHiddenStates hiddenStates) const {
+ClipTextOutputs ClipTextModel::encode(Backend& backend, std::span<const std::int32_t> ids, int batch, int layersToRun,
+                                      ClipHiddenStates hiddenStates) const {
     if (batch < 1 || ids.size() != static_cast<std::size_t>(batch) * kClipTextTokens)
         throw std::invalid_argument("input ids: " + std::to_string(ids.size()) + " ids for a batch of " +
                                     std::to_string(batch) + " rows of " + std::to_string(kClipTextTokens));
@@ -162,7 +162,7 @@ ClipTextOutputs ClipTextModel::encode(Backend& backend, std::span<const std::int
     const std::size_t t = kClipTextTokens, d = static_cast<std::size_t>(config_.hiddenSize);
     const std::size_t taps = hiddenStates == ClipHiddenStates::All           ? static_cast<std::size_t>(layers) + 1
                              : hiddenStates == ClipHiddenStates::Penultimate ? 1
-                                                                            : 0;
+                                                                             : 0;
 
     // Each row from the memo, or run: the distinct rows not held, in one batch.
     std::vector<std::shared_ptr<const RowMemo::Row>> rows(static_cast<std::size_t>(batch));
@@ -232,7 +232,8 @@ ClipTextOutputs ClipTextModel::encode(Backend& backend, std::span<const std::int
 // text_embeds = pooled W^T (W [P, D], no bias), accumulated in double.
 std::vector<float> ClipTextModel::project(const std::vector<float>& pooled, int batch) const {
     const HostTensor& w = tensors_.at(kClipTextProjection);
-    const std::size_t p = static_cast<std::size_t>(config_.projectionDim), d = static_cast<std::size_t>(config_.hiddenSize);
+    const std::size_t p = static_cast<std::size_t>(config_.projectionDim),
+                      d = static_cast<std::size_t>(config_.hiddenSize);
     std::vector<float> out(static_cast<std::size_t>(batch) * p);
     for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
         for (std::size_t o = 0; o < p; ++o) {
@@ -328,14 +329,16 @@ PromptConditioning encodePrompts(const ClipTextModel& model, Backend& backend, c
         std::vector<float>& z = conditioningRows(out, options);
         applyEmphasis(z, weights, batch, kClipTextTokens, c.channels, options.emphasis);
         for (std::size_t b = 0; b < prompts.size(); ++b)
-            std::copy(z.begin() + static_cast<std::ptrdiff_t>(b * t * d), z.begin() + static_cast<std::ptrdiff_t>((b + 1) * t * d),
+            std::copy(z.begin() + static_cast<std::ptrdiff_t>(b * t * d),
+                      z.begin() + static_cast<std::ptrdiff_t>((b + 1) * t * d),
                       c.values.begin() + static_cast<std::ptrdiff_t>((b * count + i) * t * d));
     }
     return c;
 }
 
 std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, Backend& backend,
-                                                 const ClipTokenizer& tokenizer, const std::vector<std::string>& prompts,
+                                                 const ClipTokenizer& tokenizer,
+                                                 const std::vector<std::string>& prompts,
                                                  const PromptConditioningOptions& options) {
     const ChunkedTexts chunked = chunkTexts(model, tokenizer, prompts, options);
     const std::size_t count = chunked.count, rows = prompts.size() * count;

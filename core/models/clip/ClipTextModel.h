@@ -17,11 +17,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/formats/ModelWeights.h"
 #include "core/models/clip/ClipTextConfig.h"
 #include "core/models/clip/ClipTextGraph.h"
-#include "core/text/PromptParser.h"
 #include "core/run/RunConfig.h"
-#include "core/formats/ModelWeights.h"
+#include "core/text/PromptParser.h"
 
 namespace tessera {
 
@@ -35,8 +35,8 @@ inline constexpr int kMaxChunks = 64;
 
 // What one encode() returns for a batch of B rows of 77 ids, D = hidden_size.
 struct ClipTextOutputs {
-    std::vector<float> lastHiddenState;            // [B, 77, D], after the final LayerNorm
-    std::vector<float> pooled;                     // [B, D], last_hidden_state at the EOS position
+    std::vector<float> lastHiddenState;  // [B, 77, D], after the final LayerNorm
+    std::vector<float> pooled;           // [B, D], last_hidden_state at the EOS position
     // [B, P]: text_projection(pooled), CLIPTextModelWithProjection's text_embeds (SDXL's pooled
     // text); empty for a model without projection.
     std::vector<float> textEmbeds;
@@ -157,14 +157,16 @@ PromptConditioning encodePrompt(const ClipTextModel& model, Backend& backend, co
 // (A1111 encodes a prompt and its negative prompt in separate calls: use encodePrompt for each
 // and minChunks to equalise them when they go into one doubled UNet batch.)
 PromptConditioning encodePrompts(const ClipTextModel& model, Backend& backend, const ClipTokenizer& tokenizer,
-                                 const std::vector<std::string>& prompts, const PromptConditioningOptions& options = {});
+                                 const std::vector<std::string>& prompts,
+                                 const PromptConditioningOptions& options = {});
 
 // Each text as encodePrompt encodes it on its own (emphasis normalised per text and chunk, each
 // text's own pooled output), all padded to one chunk count (the longest text's, at least
 // options.minChunks), in a single encoder batch: a prompt and its negative prompt in one pass
 // instead of two, with the same bits as two encodePrompt calls with minChunks equalised.
 std::vector<PromptConditioning> encodeEachPrompt(const ClipTextModel& model, Backend& backend,
-                                                 const ClipTokenizer& tokenizer, const std::vector<std::string>& prompts,
+                                                 const ClipTokenizer& tokenizer,
+                                                 const std::vector<std::string>& prompts,
                                                  const PromptConditioningOptions& options = {});
 
 }  // namespace tessera

@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
-#include "core/models/clip/ClipTextGraph.h"
-#include "core/models/unet/UNetConfig.h"
-#include "core/formats/ModelWeights.h"
 #include "core/base/Sha256.h"
+#include "core/formats/ModelWeights.h"
+#include "core/formats/SchedulerConfig.h"
+#include "core/models/clip/ClipTextGraph.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/UNetCondConfig.h"
-#include "core/formats/SchedulerConfig.h"
+#include "core/models/unet/UNetConfig.h"
 
 namespace tessera {
 
@@ -118,7 +118,8 @@ PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string&
                                        "and scheduler"));
     const std::string encoder = index["text_encoder"][1].get<std::string>();
     if (encoder != "CLIPTextModel")
-        throw ModelError(shown + ": text_encoder is " + inQuotes(encoder) + "; Tessera runs CLIPTextModel text encoders");
+        throw ModelError(shown + ": text_encoder is " + inQuotes(encoder) +
+                         "; Tessera runs CLIPTextModel text encoders");
     if (p.sdxl) {
         const std::string encoder2 = index["text_encoder_2"][1].get<std::string>();
         if (encoder2 != "CLIPTextModelWithProjection")
@@ -128,7 +129,8 @@ PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string&
         if (index.contains("force_zeros_for_empty_prompt")) {
             const nlohmann::json& flag = index["force_zeros_for_empty_prompt"];
             if (!flag.is_boolean())
-                throw ModelError(shown + ": force_zeros_for_empty_prompt = " + excerptJson(flag) + ": expected true or false");
+                throw ModelError(shown + ": force_zeros_for_empty_prompt = " + excerptJson(flag) +
+                                 ": expected true or false");
             p.forceZerosForEmptyPrompt = flag.get<bool>();
         }
     }
@@ -147,10 +149,16 @@ std::string requireComponent(const fs::path& root, const char* component) {
 // makes at construction (steps_offset forced to 1, clip_sample forced off; diffusers
 // pipeline_stable_diffusion.py StableDiffusionPipeline.__init__).
 SchedulerOptions readSdScheduler(const fs::path& root, std::string& className) {
-    nlohmann::json merged = {{"num_train_timesteps", 1000}, {"beta_start", 0.00085}, {"beta_end", 0.012},
-                             {"beta_schedule", "scaled_linear"}, {"timestep_spacing", "leading"},
-                             {"steps_offset", 1}, {"clip_sample", false}, {"set_alpha_to_one", false},
-                             {"prediction_type", "epsilon"}, {"use_karras_sigmas", false}};
+    nlohmann::json merged = {{"num_train_timesteps", 1000},
+                             {"beta_start", 0.00085},
+                             {"beta_end", 0.012},
+                             {"beta_schedule", "scaled_linear"},
+                             {"timestep_spacing", "leading"},
+                             {"steps_offset", 1},
+                             {"clip_sample", false},
+                             {"set_alpha_to_one", false},
+                             {"prediction_type", "epsilon"},
+                             {"use_karras_sigmas", false}};
     const fs::path path = root / "scheduler" / "scheduler_config.json";
     if (folderEntryPresent(path)) {
         const nlohmann::json file = readModelJson(path);
@@ -187,10 +195,12 @@ std::string textTimeMismatch(const UNetCondConfig& unet, int pooledWidth) {
     const int expected = pooledWidth + kSdxlTimeIds * unet.additionTimeEmbedDim;
     const int input = unet.projectionClassEmbeddingsInputDim.value_or(0);
     if (input == expected) return {};
-    return "the UNet's add_embedding takes " + std::to_string(input) + " values (projection_class_embeddings_"
-           "input_dim), not the second text encoder's " + std::to_string(pooledWidth) + " pooled values and " +
-           std::to_string(kSdxlTimeIds) + " size ids of " + std::to_string(unet.additionTimeEmbedDim) + " (" +
-           std::to_string(expected) + "); an SDXL refiner takes 5 ids (not supported yet)";
+    return "the UNet's add_embedding takes " + std::to_string(input) +
+           " values (projection_class_embeddings_"
+           "input_dim), not the second text encoder's " +
+           std::to_string(pooledWidth) + " pooled values and " + std::to_string(kSdxlTimeIds) + " size ids of " +
+           std::to_string(unet.additionTimeEmbedDim) + " (" + std::to_string(expected) +
+           "); an SDXL refiner takes 5 ids (not supported yet)";
 }
 
 }  // namespace
@@ -198,7 +208,8 @@ std::string textTimeMismatch(const UNetCondConfig& unet, int pooledWidth) {
 void checkSdxlComponents(const UNetCondConfig& unet, const ClipTextConfig& text, const ClipTextConfig& text2,
                          const std::string& shown) {
     if (!text2.withProjection)
-        throw ModelError(shown + ": text_encoder_2's config is a CLIPTextModel; SDXL's second text encoder is a "
+        throw ModelError(shown +
+                         ": text_encoder_2's config is a CLIPTextModel; SDXL's second text encoder is a "
                          "CLIPTextModelWithProjection (architectures), whose text_projection gives the pooled text");
     const int context = text.hiddenSize + text2.hiddenSize;
     if (unet.crossAttentionDim != context)
@@ -353,11 +364,12 @@ SdModel randomSdModel(const std::string& name, std::uint64_t seed, const LoadPro
     const TensorList unetList = UNetCondModel::expectedTensors(c.unet), vaeList = VaeModel::expectedTensors(c.vae);
     const TensorList textList = ClipTextModel::expectedTensors(c.textEncoder);
     const TensorList text2List = c.textEncoder2 ? ClipTextModel::expectedTensors(*c.textEncoder2) : TensorList{};
-    LoadMeter meter(progress, float32Bytes(unetList) + float32Bytes(vaeList) + float32Bytes(textList) +
-                                  float32Bytes(text2List));
+    LoadMeter meter(progress,
+                    float32Bytes(unetList) + float32Bytes(vaeList) + float32Bytes(textList) + float32Bytes(text2List));
     auto text = [&meter](const ClipTextConfig& config, const TensorList& list, std::uint64_t s, const char* phase) {
         return inPhase(meter, phase, float32Bytes(list), [&] {
-            return std::make_shared<const ClipTextModel>(ClipTextModel::fromTensors(config, randomTensors(list, s, &meter)));
+            return std::make_shared<const ClipTextModel>(
+                ClipTextModel::fromTensors(config, randomTensors(list, s, &meter)));
         });
     };
     SdModel model;
@@ -396,7 +408,8 @@ SdModel loadSdModel(const std::string& path, const LoadProgressCallback& progres
     if (fs::is_directory(path, ec)) {
         model = loadFolder(path, progress);
     } else if (!fs::exists(path, ec)) {
-        throw ModelError(shownPath(path) + ": not found; give a Stable Diffusion pipeline folder (with "
+        throw ModelError(shownPath(path) +
+                         ": not found; give a Stable Diffusion pipeline folder (with "
                          "model_index.json) or a .safetensors checkpoint");
     } else {
         // Pickles (by name or by their bytes) are refused there, unread.
@@ -429,8 +442,9 @@ std::string bundledClipVocabulary() {
 std::shared_ptr<const ClipTokenizer> bundledTokenizer(SdFamily family, int encoder) {
     const std::string path = bundledClipVocabulary();
     if (path.empty())
-        throw ModelError("tokenizer: the model has no tokenizer/ folder and the bundled CLIP vocabulary "
-                         "(resources/clip/bpe_simple_vocab_16e6.txt.gz) was not found");
+        throw ModelError(
+            "tokenizer: the model has no tokenizer/ folder and the bundled CLIP vocabulary "
+            "(resources/clip/bpe_simple_vocab_16e6.txt.gz) was not found");
     ClipTokenizerOptions options;
     if (family == SdFamily::SD2 || (family == SdFamily::SDXL && encoder == 2)) {
         // open_clip's tokenizer (SD 2.x): pads with id 0 ("!") and reads "!" in text as text.

@@ -12,13 +12,13 @@
 #include <optional>
 #include <string>
 
-#include "core/models/clip/ClipTextModel.h"
-#include "core/text/ClipTokenizer.h"
 #include "core/base/LoadProgress.h"
-#include "core/run/ModelName.h"
-#include "core/run/RunConfig.h"
+#include "core/models/clip/ClipTextModel.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/run/ModelName.h"
+#include "core/run/RunConfig.h"
+#include "core/text/ClipTokenizer.h"
 
 namespace tessera {
 
@@ -39,14 +39,14 @@ struct SdModel {
     // SDXL: an empty negative prompt conditions on zeros, text and pooled (model_index.json's
     // force_zeros_for_empty_prompt, true for SDXL base and for single files; A1111 always).
     bool forceZerosForEmptyPrompt = true;
-    SchedulerOptions scheduler;              // scheduler/scheduler_config.json, SD's defaults without one
+    SchedulerOptions scheduler;  // scheduler/scheduler_config.json, SD's defaults without one
     std::string schedulerClass = "PNDMScheduler";
-    std::string source;                      // the folder or file it was loaded from; empty in memory
-    std::string name;                        // folder or file name without extension ("random" in memory)
-    std::string sha256;                      // single file: of the whole file; folder: of its parts' digests
-    std::string modelHash() const { return sha256.substr(0, 10); }   // A1111's "Model hash"
-    double loadSeconds = 0;                  // wall time of the load
-    double hostPeakMiB = 0;                  // host memory the load needed at its peak (resident set)
+    std::string source;  // the folder or file it was loaded from; empty in memory
+    std::string name;    // folder or file name without extension ("random" in memory)
+    std::string sha256;  // single file: of the whole file; folder: of its parts' digests
+    std::string modelHash() const { return sha256.substr(0, 10); }  // A1111's "Model hash"
+    double loadSeconds = 0;                                         // wall time of the load
+    double hostPeakMiB = 0;  // host memory the load needed at its peak (resident set)
 
     // The latent canvas: image pixels per latent pixel (8 for SD), latent channels (4).
     int vaeScale() const { return vae->config().scaleFactor(); }

@@ -6,9 +6,9 @@
 #include <tuple>
 #include <utility>
 
+#include "core/base/FormatNumber.h"
 #include "core/graph/Backend.h"
 #include "core/models/clip/ClipTextModel.h"
-#include "core/base/FormatNumber.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/vae/VaeModel.h"
 
@@ -73,9 +73,10 @@ std::string guidanceText(const RunConfig& config) {
 // The UNet's context holds at most unet_cond_bounds::kMaxContextTokens tokens.
 void checkContext(int chunks) {
     if (chunks * clip_limits::kContextLength <= unet_cond_bounds::kMaxContextTokens) return;
-    throw ValidationError("prompt", "prompt: " + std::to_string(chunks) + " chunks of 75 tokens; at most " +
-                                        std::to_string(unet_cond_bounds::kMaxContextTokens / clip_limits::kContextLength) +
-                                        " fit the UNet's context: shorten the prompt or the negative prompt");
+    throw ValidationError("prompt",
+                          "prompt: " + std::to_string(chunks) + " chunks of 75 tokens; at most " +
+                              std::to_string(unet_cond_bounds::kMaxContextTokens / clip_limits::kContextLength) +
+                              " fit the UNet's context: shorten the prompt or the negative prompt");
 }
 
 SdConditioning encodeSd12Prompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
@@ -206,9 +207,11 @@ constexpr LatentRgbMap kSdLatentRgb{
 // SDXL's VAE has its own latent space (and scaling factor 0.13025): ComfyUI's SDXL latent format,
 // comfy/latent_formats.py, class SDXL, latent_rgb_factors and latent_rgb_factors_bias (the map its
 // Latent2RGB previewer applies to the scaled latents).
-constexpr LatentRgbMap kSdxlLatentRgb{
-    {{{0.3651f, 0.4232f, 0.4341f}, {-0.2533f, -0.0042f, 0.1068f}, {0.1076f, 0.1111f, -0.0362f}, {-0.3165f, -0.2492f, -0.2188f}}},
-    {0.1084f, -0.0175f, -0.0011f}};
+constexpr LatentRgbMap kSdxlLatentRgb{{{{0.3651f, 0.4232f, 0.4341f},
+                                        {-0.2533f, -0.0042f, 0.1068f},
+                                        {0.1076f, 0.1111f, -0.0362f},
+                                        {-0.3165f, -0.2492f, -0.2188f}}},
+                                      {0.1084f, -0.0175f, -0.0011f}};
 
 }  // namespace
 
@@ -216,7 +219,8 @@ ImageTensor latentPreview(const SdModel& model, const ImageTensor& latents) {
     const LatentRgbMap& map = model.family == SdFamily::SDXL ? kSdxlLatentRgb : kSdLatentRgb;
     const std::size_t plane = static_cast<std::size_t>(latents.height) * latents.width;
     ImageTensor rgb{3, latents.height, latents.width, std::vector<float>(3 * plane)};
-    for (std::size_t o = 0; o < 3; ++o) std::fill_n(rgb.data.begin() + static_cast<std::ptrdiff_t>(o * plane), plane, map.bias[o]);
+    for (std::size_t o = 0; o < 3; ++o)
+        std::fill_n(rgb.data.begin() + static_cast<std::ptrdiff_t>(o * plane), plane, map.bias[o]);
     const int channels = std::min(latents.channels, 4);
     for (int c = 0; c < channels; ++c)
         for (std::size_t o = 0; o < 3; ++o) {
@@ -231,7 +235,8 @@ ImageTensor upsampleNearest(const ImageTensor& image, int factor) {
     out.data.resize(static_cast<std::size_t>(out.channels) * out.height * out.width);
     for (int c = 0; c < image.channels; ++c)
         for (int y = 0; y < out.height; ++y) {
-            const float* src = image.data.data() + (static_cast<std::size_t>(c) * image.height + y / factor) * image.width;
+            const float* src =
+                image.data.data() + (static_cast<std::size_t>(c) * image.height + y / factor) * image.width;
             float* dst = out.data.data() + (static_cast<std::size_t>(c) * out.height + y) * out.width;
             for (int x = 0; x < out.width; ++x) dst[x] = src[x / factor];
         }

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/run/Engine.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/vae/TiledVae.h"
+#include "core/run/Engine.h"
 
 namespace tessera {
 
@@ -41,10 +41,10 @@ RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
 // so); an empty negative prompt is all zeros, text and pooled, where
 // model.forceZerosForEmptyPrompt (A1111 always; diffusers for a negative prompt of None).
 struct SdConditioning {
-    int tokens = 0, channels = 0;                // per row: [tokens, channels]
-    std::vector<float> cond, uncond;             // uncond empty without guidance
-    std::vector<float> pooledCond, pooledUncond; // SDXL: the pooled, projected text (empty otherwise)
-    std::vector<std::string> messages;           // what the record says about them
+    int tokens = 0, channels = 0;                 // per row: [tokens, channels]
+    std::vector<float> cond, uncond;              // uncond empty without guidance
+    std::vector<float> pooledCond, pooledUncond;  // SDXL: the pooled, projected text (empty otherwise)
+    std::vector<std::string> messages;            // what the record says about them
 };
 SdConditioning encodeSdPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config);
 

@@ -21,12 +21,12 @@
 #include "core/base/BoundedInput.h"
 #include "core/base/Sha256.h"
 #include "core/formats/Safetensors.h"
-#include "core/run/ModelName.h"
 #include "core/models/sd/SingleFileConfigs.h"
 #include "core/models/sd/SingleFileLayout.h"
 #include "core/models/sd/SingleFilePlan.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/run/ModelName.h"
 
 namespace tessera {
 

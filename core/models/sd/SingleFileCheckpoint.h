@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/models/clip/ClipTextConfig.h"
 #include "core/formats/ModelWeights.h"
+#include "core/models/clip/ClipTextConfig.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/vae/VaeConfig.h"
@@ -51,7 +51,7 @@ struct SingleFileOptions {
 // One model inside the file.
 struct SingleFileComponent {
     std::int64_t parameters = 0;
-    std::size_t tensors = 0;                         // the file's tensors it reads (a fused q/k/v counts once)
+    std::size_t tensors = 0;                          // the file's tensors it reads (a fused q/k/v counts once)
     std::map<std::string, std::size_t> storedDtypes;  // "F16" -> tensor count
 };
 
@@ -60,15 +60,15 @@ struct SingleFileCheckpointInfo {
     std::string path;
     std::uint64_t fileBytes = 0;
     SdFamily family = SdFamily::SD1;
-    std::string familyReason;       // which tensor decided it
+    std::string familyReason;  // which tensor decided it
     UNetCondConfig unet;
     VaeConfig vae;
     ClipTextConfig textEncoder;
     std::optional<ClipTextConfig> textEncoder2;  // SDXL: OpenCLIP bigG with its projection
-    std::string configSource;       // how the configurations were obtained
+    std::string configSource;                    // how the configurations were obtained
     PredictionType prediction = PredictionType::Epsilon;
-    std::string predictionReason;   // the file cannot tell: which rule gave it
-    std::string schedulerClass;     // the family's pipeline scheduler
+    std::string predictionReason;  // the file cannot tell: which rule gave it
+    std::string schedulerClass;    // the family's pipeline scheduler
     SingleFileComponent unetPart, vaePart, textEncoderPart, textEncoder2Part;
     std::vector<std::string> ignored;  // tensors no model uses (EMA copies, schedule buffers, ...)
     std::string sha256;                // of the whole file; empty when skipped

@@ -22,11 +22,23 @@ namespace {
 
 using input_limits::kNameChars;
 
-constexpr FamilyDefaults kSd1{64, 512, 0.18215, false, "quick_gelu", 768, PredictionType::Epsilon,
+constexpr FamilyDefaults kSd1{64,
+                              512,
+                              0.18215,
+                              false,
+                              "quick_gelu",
+                              768,
+                              PredictionType::Epsilon,
                               "SD 1.x models predict noise (diffusers: stable-diffusion-v1-5's scheduler)",
                               "PNDMScheduler"};
 constexpr FamilyDefaults kSd2{
-    96, 768, 0.18215, true, "gelu", 512, PredictionType::VPrediction,
+    96,
+    768,
+    0.18215,
+    true,
+    "gelu",
+    512,
+    PredictionType::VPrediction,
     "the file cannot tell; diffusers reads SD 2.x single files with stable-diffusion-2-1's configuration "
     "(v-prediction, 768 px). A 2.x-base checkpoint predicts noise (epsilon): give its pipeline folder's "
     "configurations (the config folder) or set prediction_type",
@@ -34,7 +46,12 @@ constexpr FamilyDefaults kSd2{
 
 // SDXL base: the first text encoder's values (CLIP ViT-L); the second's are OpenCLIP bigG's,
 // read from its tensors (projection included).
-constexpr FamilyDefaults kSdxl{128, 1024, 0.13025, false, "quick_gelu", 768,
+constexpr FamilyDefaults kSdxl{128,
+                               1024,
+                               0.13025,
+                               false,
+                               "quick_gelu",
+                               768,
                                PredictionType::Epsilon,
                                "SDXL base predicts noise (diffusers: stable-diffusion-xl-base-1.0's scheduler)",
                                "EulerDiscreteScheduler"};
@@ -265,8 +282,8 @@ Configs derivedConfigs(const SafetensorsFile& file, const Layout& layout, const 
         derivedVaeJson(file, layout.family, layout.vae, where),
         [](const nlohmann::json& j) { return vaeConfigFromJson(j); }, "VAE", layout, where);
     const FamilyDefaults& d = defaultsOf(layout.family);
-    c.source = std::string("sizes from the tensors, the rest as diffusers' ") + std::string(familyLabel(layout.family)) +
-               " configuration";
+    c.source = std::string("sizes from the tensors, the rest as diffusers' ") +
+               std::string(familyLabel(layout.family)) + " configuration";
     c.prediction = d.prediction;
     c.predictionReason = d.predictionReason;
     return c;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
 #include "core/formats/ConfigJson.h"
@@ -36,7 +36,8 @@ constexpr IntRange kHeads{1, cond::kMaxHeads,
                           "the number of heads per level (diffusers' name for it): 8 in SD 1.x, 5 to 20 in SD 2.x"};
 constexpr IntRange kTransformerLayers{1, cond::kMaxTransformerLayers, "1 in SD 1.x/2.x, up to 10 in SDXL"};
 constexpr IntRange kKernel{1, 7, "3 in SD; an odd size"};
-constexpr IntRange kAdditionTimeEmbedDim{2, cond::kMaxAdditionTimeEmbedDim, "256 in SDXL: the width of each size id's sinusoid"};
+constexpr IntRange kAdditionTimeEmbedDim{2, cond::kMaxAdditionTimeEmbedDim,
+                                         "256 in SDXL: the width of each size id's sinusoid"};
 constexpr IntRange kProjectionInputDim{1, cond::kMaxProjectionInputDim,
                                        "2816 in SDXL base (1280 pooled text + 6 x 256)"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
@@ -71,7 +72,8 @@ const std::vector<FixedKey>& fixedKeys() {
         {"attention_type", {"default"}, "only \"default\" is supported (\"gated\" is GLIGEN)"},
         {"cross_attention_norm", {nullptr}, "only null is supported"},
         {"reverse_transformer_layers_per_block", {nullptr}, "only null is supported (symmetric UNets)"},
-        {"num_attention_heads", {nullptr},
+        {"num_attention_heads",
+         {nullptr},
          "must be null; diffusers takes the head counts from attention_head_dim (and rejects this key)"},
     };
     return keys;
@@ -93,29 +95,41 @@ std::vector<int> readIntOrList(const nlohmann::json& value, const std::string& k
 // know.
 bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& value) {
     if (key == "sample_size") {
-        if (value.is_array() && value.size() == 2) c.sampleSize = readInt(value[0], key, kSampleSize);
-        else c.sampleSize = readOptionalInt(value, key, kSampleSize).value_or(0);
-    } else if (key == "in_channels") c.inChannels = readInt(value, key, kSampleChannels);
-    else if (key == "out_channels") c.outChannels = readInt(value, key, kSampleChannels);
-    else if (key == "center_input_sample") c.centerInputSample = readBool(value, key);
-    else if (key == "flip_sin_to_cos") c.flipSinToCos = readBool(value, key);
-    else if (key == "freq_shift") c.freqShift = readInt(value, key, kFreqShift);
+        if (value.is_array() && value.size() == 2)
+            c.sampleSize = readInt(value[0], key, kSampleSize);
+        else
+            c.sampleSize = readOptionalInt(value, key, kSampleSize).value_or(0);
+    } else if (key == "in_channels")
+        c.inChannels = readInt(value, key, kSampleChannels);
+    else if (key == "out_channels")
+        c.outChannels = readInt(value, key, kSampleChannels);
+    else if (key == "center_input_sample")
+        c.centerInputSample = readBool(value, key);
+    else if (key == "flip_sin_to_cos")
+        c.flipSinToCos = readBool(value, key);
+    else if (key == "freq_shift")
+        c.freqShift = readInt(value, key, kFreqShift);
     else if (key == "down_block_types")
-        c.downBlocks = readBlocks<CondDownBlock>(value, key, kLevels,
-                                                 {{"DownBlock2D", CondDownBlock::Down},
-                                                  {"CrossAttnDownBlock2D", CondDownBlock::CrossAttnDown}});
+        c.downBlocks = readBlocks<CondDownBlock>(
+            value, key, kLevels,
+            {{"DownBlock2D", CondDownBlock::Down}, {"CrossAttnDownBlock2D", CondDownBlock::CrossAttnDown}});
     else if (key == "up_block_types")
         c.upBlocks = readBlocks<CondUpBlock>(
             value, key, kLevels, {{"UpBlock2D", CondUpBlock::Up}, {"CrossAttnUpBlock2D", CondUpBlock::CrossAttnUp}});
     else if (key == "mid_block_type") {
-        if (value.is_null()) c.hasMidBlock = false;
-        else if (readString(value, key) == "UNetMidBlock2DCrossAttn") c.hasMidBlock = true;
-        else reject(key, value, "only \"UNetMidBlock2DCrossAttn\" or null is supported");
-    } else if (key == "block_out_channels") c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
+        if (value.is_null())
+            c.hasMidBlock = false;
+        else if (readString(value, key) == "UNetMidBlock2DCrossAttn")
+            c.hasMidBlock = true;
+        else
+            reject(key, value, "only \"UNetMidBlock2DCrossAttn\" or null is supported");
+    } else if (key == "block_out_channels")
+        c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
     else if (key == "layers_per_block") {
         if (value.is_array()) reject(key, value, "a per-block list is not supported; expected one integer");
         c.layersPerBlock = readInt(value, key, kLayersPerBlock);
-    } else if (key == "downsample_padding") c.downsamplePadding = readInt(value, key, kDownsamplePadding);
+    } else if (key == "downsample_padding")
+        c.downsamplePadding = readInt(value, key, kDownsamplePadding);
     else if (key == "mid_block_scale_factor")
         c.midBlockScaleFactor = static_cast<float>(
             readNumber(value, key, 0.01, 100.0, "1 in SD; the mid block's resnet outputs are divided by it"));
@@ -127,19 +141,29 @@ bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& va
     else if (key == "cross_attention_dim") {
         if (value.is_array()) reject(key, value, "a per-block list is not supported; expected one integer");
         c.crossAttentionDim = readInt(value, key, kCrossAttentionDim);
-    } else if (key == "attention_head_dim") c.attentionHeads = readIntOrList(value, key, kHeads);
-    else if (key == "transformer_layers_per_block") c.transformerLayers = readIntOrList(value, key, kTransformerLayers);
-    else if (key == "use_linear_projection") c.useLinearProjection = readBool(value, key);
-    else if (key == "upcast_attention") c.upcastAttention = !value.is_null() && readBool(value, key);
-    else if (key == "time_embedding_dim") c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
+    } else if (key == "attention_head_dim")
+        c.attentionHeads = readIntOrList(value, key, kHeads);
+    else if (key == "transformer_layers_per_block")
+        c.transformerLayers = readIntOrList(value, key, kTransformerLayers);
+    else if (key == "use_linear_projection")
+        c.useLinearProjection = readBool(value, key);
+    else if (key == "upcast_attention")
+        c.upcastAttention = !value.is_null() && readBool(value, key);
+    else if (key == "time_embedding_dim")
+        c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
     else if (key == "addition_embed_type") {
-        if (value.is_null()) c.additionEmbedType.clear();
-        else if (readString(value, key) == "text_time") c.additionEmbedType = "text_time";
-        else reject(key, value, "only null or \"text_time\" (SDXL) is supported; \"text\", \"text_image\", \"image\" "
-                                "and \"image_hint\" (Kandinsky) are not");
+        if (value.is_null())
+            c.additionEmbedType.clear();
+        else if (readString(value, key) == "text_time")
+            c.additionEmbedType = "text_time";
+        else
+            reject(key, value,
+                   "only null or \"text_time\" (SDXL) is supported; \"text\", \"text_image\", \"image\" "
+                   "and \"image_hint\" (Kandinsky) are not");
     } else if (key == "addition_time_embed_dim") {
         // diffusers' default is null; only "text_time" reads it, and checkTextTime requires it then.
-        if (const std::optional<int> dim = readOptionalInt(value, key, kAdditionTimeEmbedDim)) c.additionTimeEmbedDim = *dim;
+        if (const std::optional<int> dim = readOptionalInt(value, key, kAdditionTimeEmbedDim))
+            c.additionTimeEmbedDim = *dim;
     } else if (key == "projection_class_embeddings_input_dim")
         c.projectionClassEmbeddingsInputDim = readOptionalInt(value, key, kProjectionInputDim);
     else if (key == "conv_in_kernel" || key == "conv_out_kernel") {
@@ -156,8 +180,8 @@ bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& va
 void expandPerLevel(std::vector<int>& list, int levels, const char* key) {
     if (list.size() == 1) list.assign(static_cast<std::size_t>(levels), list.front());
     if (static_cast<int>(list.size()) != levels)
-        reject(key, list, "has " + std::to_string(list.size()) + " entries but block_out_channels has " +
-                              std::to_string(levels));
+        reject(key, list,
+               "has " + std::to_string(list.size()) + " entries but block_out_channels has " + std::to_string(levels));
 }
 
 // "text_time" needs both widths; diffusers builds add_embedding from them, and the pooled text
@@ -171,7 +195,8 @@ void checkTextTime(UNetCondConfig& c, const nlohmann::json& j) {
     if (c.additionTimeEmbedDim % 2 != 0)
         reject("addition_time_embed_dim", c.additionTimeEmbedDim, "must be even (cos and sin halves; 256 in SDXL)");
     if (!c.projectionClassEmbeddingsInputDim)
-        reject("projection_class_embeddings_input_dim", j.value("projection_class_embeddings_input_dim", nlohmann::json()),
+        reject("projection_class_embeddings_input_dim",
+               j.value("projection_class_embeddings_input_dim", nlohmann::json()),
                "addition_embed_type \"text_time\" needs add_embedding's input width (2816 in SDXL base)");
     const int ids = kSdxlTimeIds * c.additionTimeEmbedDim;
     if (*c.projectionClassEmbeddingsInputDim <= ids)
@@ -203,7 +228,8 @@ void checkCrossKeys(UNetCondConfig& c, const nlohmann::json& j) {
                        ") do not divide its " + std::to_string(channels) + " channels");
     }
     requireFreqShiftBelowHalf(c.freqShift, c.blockOutChannels.front());
-    if (c.sampleSize > 0) requireSampleSizeDivisible(given(j, "sample_size"), c.sampleSize, c.sampleSize, c.downsampleFactor());
+    if (c.sampleSize > 0)
+        requireSampleSizeDivisible(given(j, "sample_size"), c.sampleSize, c.sampleSize, c.downsampleFactor());
     checkTextTime(c, j);
 }
 
@@ -255,19 +281,20 @@ UNetCondConfig sdxlBaseUNetConfig() {
 std::vector<float> textTimeEmbeds(const UNetCondConfig& c, const std::vector<float>& textEmbeds,
                                   const std::vector<float>& timeIds) {
     if (!c.hasTextTime())
-        throw std::invalid_argument("text_embeds_time: the UNet has no text-time embedding (addition_embed_type is not "
-                                    "\"text_time\")");
+        throw std::invalid_argument(
+            "text_embeds_time: the UNet has no text-time embedding (addition_embed_type is not "
+            "\"text_time\")");
     const int D = c.additionTimeEmbedDim;
     const std::size_t width = textEmbeds.size() + timeIds.size() * static_cast<std::size_t>(D);
     if (D <= 0 || width != static_cast<std::size_t>(c.textTimeDim()))
-        throw std::invalid_argument("text_embeds_time: " + std::to_string(textEmbeds.size()) + " pooled text values + " +
-                                    std::to_string(timeIds.size()) + " ids x " + std::to_string(D) + " = " +
-                                    std::to_string(width) + "; projection_class_embeddings_input_dim is " +
-                                    std::to_string(c.textTimeDim()));
+        throw std::invalid_argument("text_embeds_time: " + std::to_string(textEmbeds.size()) +
+                                    " pooled text values + " + std::to_string(timeIds.size()) + " ids x " +
+                                    std::to_string(D) + " = " + std::to_string(width) +
+                                    "; projection_class_embeddings_input_dim is " + std::to_string(c.textTimeDim()));
     std::vector<float> out(textEmbeds);
     out.resize(width);
     timestepEmbedding(timeIds.data(), static_cast<int>(timeIds.size()), D, c.freqShift, c.flipSinToCos,
-                           out.data() + textEmbeds.size());
+                      out.data() + textEmbeds.size());
     return out;
 }
 

@@ -59,8 +59,8 @@ struct UNetCondConfig {
     // UNet2DConditionModel.__init__ notes); head width = channels / heads.
     std::vector<int> attentionHeads{8, 8, 8, 8};
     std::vector<int> transformerLayers{1, 1, 1, 1};
-    bool useLinearProjection = false;  // proj_in/proj_out Linear (SD 2.x) or 1x1 conv (SD 1.x)
-    bool upcastAttention = false;      // SD 2.1: scores and softmax in float32 (the CPU always is)
+    bool useLinearProjection = false;     // proj_in/proj_out Linear (SD 2.x) or 1x1 conv (SD 1.x)
+    bool upcastAttention = false;         // SD 2.1: scores and softmax in float32 (the CPU always is)
     std::optional<int> timeEmbeddingDim;  // null -> 4 * block_out_channels[0]
     // SDXL (UNet2DConditionModel.get_aug_embed): "text_time" adds add_embedding(text_embeds ++
     // sinusoids of the size ids) to the time embedding; "" = none. The graph then takes the

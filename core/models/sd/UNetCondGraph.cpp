@@ -110,8 +110,8 @@ void UNetCondBuilder::checkConfig() const {
                                     std::to_string(unet_config_bounds::kMaxLevels) + " are supported");
     auto perLevel = [L](std::size_t n, const char* key) {
         if (static_cast<int>(n) != L)
-            throw std::invalid_argument(std::string(key) + ": " + std::to_string(n) + " entries, block_out_channels has " +
-                                        std::to_string(L));
+            throw std::invalid_argument(std::string(key) + ": " + std::to_string(n) +
+                                        " entries, block_out_channels has " + std::to_string(L));
     };
     perLevel(c_.downBlocks.size(), "down_block_types");
     perLevel(c_.upBlocks.size(), "up_block_types");
@@ -136,8 +136,9 @@ void UNetCondBuilder::checkConfig() const {
         throw std::invalid_argument("addition_embed_type: \"" + c_.additionEmbedType +
                                     "\" is not supported (null or \"text_time\")");
     if (c_.hasTextTime() && (c_.textTimeDim() <= 0 || c_.additionTimeEmbedDim <= 0))
-        throw std::invalid_argument("projection_class_embeddings_input_dim/addition_time_embed_dim: \"text_time\" "
-                                    "needs both to be positive");
+        throw std::invalid_argument(
+            "projection_class_embeddings_input_dim/addition_time_embed_dim: \"text_time\" "
+            "needs both to be positive");
     if (contextTokens_ < 1 || contextTokens_ > unet_cond_bounds::kMaxContextTokens)
         throw std::invalid_argument("encoder_hidden_states: " + std::to_string(contextTokens_) + " tokens; 1 to " +
                                     std::to_string(unet_cond_bounds::kMaxContextTokens) + " are allowed");
@@ -184,7 +185,8 @@ ModelGraph UNetCondBuilder::build() {
         }
         if (i < L - 1) {  // padding 0 pads one row/column at the bottom/right only
             const int pad = c.downsamplePadding;
-            h = conv(p + ".downsamplers.0.conv", h, channels(h), 3, 2, pad, pad == 0 ? 1 : pad, {}, p + ".downsamplers.0");
+            h = conv(p + ".downsamplers.0.conv", h, channels(h), 3, 2, pad, pad == 0 ? 1 : pad, {},
+                     p + ".downsamplers.0");
             skips.push_back(h);
         }
     }

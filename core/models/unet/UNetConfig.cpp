@@ -12,8 +12,8 @@
 #include <set>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "core/base/BoundedInput.h"
 #include "core/formats/ConfigJson.h"
@@ -32,22 +32,41 @@ constexpr IntRange kLayersPerBlock{1, bounds::kMaxLayersPerBlock, "2 in ddpm and
 constexpr IntRange kSampleSize{1, bounds::kMaxSampleSize, "32 to 256 in ddpm, 64 to 128 for SD latents"};
 constexpr IntRange kTimeEmbeddingDim{1, bounds::kMaxTimeEmbeddingDim, "4 x block_out_channels[0] by default"};
 constexpr IntRange kFreqShift{0, 1, "ddpm uses 1, SD 0"};
-constexpr IntRange kDownsamplePadding{0, 1,
-                                      "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"};
+constexpr IntRange kDownsamplePadding{0, 1, "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"};
 constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
 constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
 constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
 
 // Keys of UNet2DModel.__init__.
-const std::set<std::string, std::less<>> kModelKeys{
-    "sample_size",       "in_channels",         "out_channels",         "center_input_sample",
-    "time_embedding_type", "time_embedding_dim", "freq_shift",          "flip_sin_to_cos",
-    "down_block_types",  "mid_block_type",      "up_block_types",       "block_out_channels",
-    "layers_per_block",  "mid_block_scale_factor", "downsample_padding", "downsample_type",
-    "upsample_type",     "dropout",             "act_fn",               "attention_head_dim",
-    "norm_num_groups",   "attn_norm_num_groups", "norm_eps",            "resnet_time_scale_shift",
-    "add_attention",     "class_embed_type",    "num_class_embeds",     "num_train_timesteps"};
+const std::set<std::string, std::less<>> kModelKeys{"sample_size",
+                                                    "in_channels",
+                                                    "out_channels",
+                                                    "center_input_sample",
+                                                    "time_embedding_type",
+                                                    "time_embedding_dim",
+                                                    "freq_shift",
+                                                    "flip_sin_to_cos",
+                                                    "down_block_types",
+                                                    "mid_block_type",
+                                                    "up_block_types",
+                                                    "block_out_channels",
+                                                    "layers_per_block",
+                                                    "mid_block_scale_factor",
+                                                    "downsample_padding",
+                                                    "downsample_type",
+                                                    "upsample_type",
+                                                    "dropout",
+                                                    "act_fn",
+                                                    "attention_head_dim",
+                                                    "norm_num_groups",
+                                                    "attn_norm_num_groups",
+                                                    "norm_eps",
+                                                    "resnet_time_scale_shift",
+                                                    "add_attention",
+                                                    "class_embed_type",
+                                                    "num_class_embeds",
+                                                    "num_train_timesteps"};
 
 // What the loop over the file's keys collects besides the config itself.
 struct KeyState {
@@ -60,7 +79,8 @@ struct KeyState {
 // Reads one known key into `c`.
 void readKey(UNetConfig& c, KeyState& s, const std::string& key, const nlohmann::json& value) {
     if (key == "sample_size") {
-        if (value.is_null()) s.sampleSize.reset();
+        if (value.is_null())
+            s.sampleSize.reset();
         else if (value.is_number_integer()) {
             const int size = readInt(value, key, kSampleSize);
             s.sampleSize = std::pair{size, size};
@@ -69,14 +89,21 @@ void readKey(UNetConfig& c, KeyState& s, const std::string& key, const nlohmann:
         } else {
             reject(key, value, "expected null, an integer or [height, width]");
         }
-    } else if (key == "in_channels") c.inChannels = readInt(value, key, kSampleChannels);
-    else if (key == "out_channels") c.outChannels = readInt(value, key, kSampleChannels);
-    else if (key == "center_input_sample") c.centerInputSample = readBool(value, key);
+    } else if (key == "in_channels")
+        c.inChannels = readInt(value, key, kSampleChannels);
+    else if (key == "out_channels")
+        c.outChannels = readInt(value, key, kSampleChannels);
+    else if (key == "center_input_sample")
+        c.centerInputSample = readBool(value, key);
     else if (key == "time_embedding_type") {
-        if (readString(value, key) != "positional") reject(key, value, "only \"positional\" time embeddings are supported");
-    } else if (key == "time_embedding_dim") c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
-    else if (key == "freq_shift") c.freqShift = readInt(value, key, kFreqShift);
-    else if (key == "flip_sin_to_cos") c.flipSinToCos = readBool(value, key);
+        if (readString(value, key) != "positional")
+            reject(key, value, "only \"positional\" time embeddings are supported");
+    } else if (key == "time_embedding_dim")
+        c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
+    else if (key == "freq_shift")
+        c.freqShift = readInt(value, key, kFreqShift);
+    else if (key == "flip_sin_to_cos")
+        c.flipSinToCos = readBool(value, key);
     else if (key == "down_block_types")
         c.downBlocks = readBlocks<DownBlockType>(
             value, key, kLevels, {{"DownBlock2D", DownBlockType::Down}, {"AttnDownBlock2D", DownBlockType::AttnDown}});
@@ -84,30 +111,47 @@ void readKey(UNetConfig& c, KeyState& s, const std::string& key, const nlohmann:
         c.upBlocks = readBlocks<UpBlockType>(value, key, kLevels,
                                              {{"UpBlock2D", UpBlockType::Up}, {"AttnUpBlock2D", UpBlockType::AttnUp}});
     else if (key == "mid_block_type") {
-        if (value.is_null()) c.hasMidBlock = false;
-        else if (readString(value, key) == "UNetMidBlock2D") c.hasMidBlock = true;
-        else reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
-    } else if (key == "block_out_channels") c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
-    else if (key == "layers_per_block") c.layersPerBlock = readInt(value, key, kLayersPerBlock);
+        if (value.is_null())
+            c.hasMidBlock = false;
+        else if (readString(value, key) == "UNetMidBlock2D")
+            c.hasMidBlock = true;
+        else
+            reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
+    } else if (key == "block_out_channels")
+        c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
+    else if (key == "layers_per_block")
+        c.layersPerBlock = readInt(value, key, kLayersPerBlock);
     else if (key == "mid_block_scale_factor")
-        c.midBlockScaleFactor = static_cast<float>(
-            readNumber(value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
-    else if (key == "downsample_padding") c.downsamplePadding = readInt(value, key, kDownsamplePadding);
-    else if (key == "downsample_type") s.downsampleType = readString(value, key);
-    else if (key == "upsample_type") s.upsampleType = readString(value, key);
-    else if (key == "dropout") (void)readNumber(value, key, 0.0, 1.0, "a probability; identity at inference");
-    else if (key == "act_fn") requireSilu(value, key);
-    else if (key == "attention_head_dim") c.attentionHeadDim = readOptionalInt(value, key, kHeadDim);
-    else if (key == "norm_num_groups") c.normNumGroups = readInt(value, key, kGroups);
-    else if (key == "attn_norm_num_groups") c.attnNormNumGroups = readOptionalInt(value, key, kGroups);
+        c.midBlockScaleFactor = static_cast<float>(readNumber(
+            value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
+    else if (key == "downsample_padding")
+        c.downsamplePadding = readInt(value, key, kDownsamplePadding);
+    else if (key == "downsample_type")
+        s.downsampleType = readString(value, key);
+    else if (key == "upsample_type")
+        s.upsampleType = readString(value, key);
+    else if (key == "dropout")
+        (void)readNumber(value, key, 0.0, 1.0, "a probability; identity at inference");
+    else if (key == "act_fn")
+        requireSilu(value, key);
+    else if (key == "attention_head_dim")
+        c.attentionHeadDim = readOptionalInt(value, key, kHeadDim);
+    else if (key == "norm_num_groups")
+        c.normNumGroups = readInt(value, key, kGroups);
+    else if (key == "attn_norm_num_groups")
+        c.attnNormNumGroups = readOptionalInt(value, key, kGroups);
     else if (key == "norm_eps")
         c.normEps = static_cast<float>(readNumber(value, key, 1e-12, 1.0, "1e-5 or 1e-6 in published UNets"));
     else if (key == "resnet_time_scale_shift") {
         const std::string shift = readString(value, key);
-        if (shift == "default") c.resnetTimeScaleShift = TimeScaleShift::Default;
-        else if (shift == "scale_shift") c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
-        else reject(key, value, "expected \"default\" or \"scale_shift\"");
-    } else if (key == "add_attention") c.addAttention = readBool(value, key);
+        if (shift == "default")
+            c.resnetTimeScaleShift = TimeScaleShift::Default;
+        else if (shift == "scale_shift")
+            c.resnetTimeScaleShift = TimeScaleShift::ScaleShift;
+        else
+            reject(key, value, "expected \"default\" or \"scale_shift\"");
+    } else if (key == "add_attention")
+        c.addAttention = readBool(value, key);
     else if (key == "class_embed_type" || key == "num_class_embeds") {
         if (!value.is_null()) reject(key, value, "class-conditional models are not supported");
     } else if (key == "num_train_timesteps") {
@@ -164,8 +208,10 @@ UNetConfig unetConfigFromJson(const nlohmann::json& j) {
     for (const auto& [key, value] : j.items()) {
         if (key.empty() || key.front() == '_') continue;  // _class_name, _diffusers_version, ...
         if (defaults.count(key) != 0) continue;
-        if (kModelKeys.count(key) == 0) state.unknownKeys.push_back(key);
-        else readKey(c, state, key, value);
+        if (kModelKeys.count(key) == 0)
+            state.unknownKeys.push_back(key);
+        else
+            readKey(c, state, key, value);
     }
     checkCrossKeys(c, state, j);
     warnUnknownKeys(state.unknownKeys);

@@ -39,17 +39,16 @@ enum class UpBlockType { Up, AttnUp };
 enum class TimeScaleShift { Default, ScaleShift };
 
 struct UNetConfig {
-    int sampleSize = 0;                 // 0 = not given
+    int sampleSize = 0;  // 0 = not given
     int inChannels = 3;
     int outChannels = 3;
     bool centerInputSample = false;
     std::optional<int> timeEmbeddingDim;  // null -> 4*C0
     int freqShift = 0;
     bool flipSinToCos = true;
-    std::vector<DownBlockType> downBlocks{DownBlockType::Down, DownBlockType::AttnDown,
-                                          DownBlockType::AttnDown, DownBlockType::AttnDown};
-    std::vector<UpBlockType> upBlocks{UpBlockType::AttnUp, UpBlockType::AttnUp,
-                                      UpBlockType::AttnUp, UpBlockType::Up};
+    std::vector<DownBlockType> downBlocks{DownBlockType::Down, DownBlockType::AttnDown, DownBlockType::AttnDown,
+                                          DownBlockType::AttnDown};
+    std::vector<UpBlockType> upBlocks{UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::AttnUp, UpBlockType::Up};
     std::vector<int> blockOutChannels{224, 448, 672, 896};
     bool hasMidBlock = true;
     int layersPerBlock = 2;
@@ -80,6 +79,5 @@ struct UNetConfig {
 // through BoundedInput (size and depth bounded) first.
 UNetConfig unetConfigFromJson(const nlohmann::json&);
 nlohmann::json toJson(const UNetConfig&);
-
 
 }  // namespace tessera

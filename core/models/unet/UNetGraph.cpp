@@ -20,7 +20,8 @@ private:
         return GraphBuilder::groupNorm(prefix, x, groups, c_.normEps, key);
     }
     int resnet(const std::string& prefix, int x, int cout, float outputScaleFactor);
-    int attention(const std::string& prefix, int x, int groups, float rescale, const char* groupsKey = "norm_num_groups");
+    int attention(const std::string& prefix, int x, int groups, float rescale,
+                  const char* groupsKey = "norm_num_groups");
     int timeEmbedding();
     void checkConfig() const;
 
@@ -117,8 +118,10 @@ ModelGraph UNet2DBuilder::build() {
         h = resnet("mid_block.resnets.0", h, C.back(), s);
         if (c.addAttention) {
             int groups = 0;
-            if (c.attnNormNumGroups) groups = *c.attnNormNumGroups;
-            else if (c.resnetTimeScaleShift == TimeScaleShift::Default) groups = c.normNumGroups;
+            if (c.attnNormNumGroups)
+                groups = *c.attnNormNumGroups;
+            else if (c.resnetTimeScaleShift == TimeScaleShift::Default)
+                groups = c.normNumGroups;
             h = attention("mid_block.attentions.0", h, groups, s,
                           c.attnNormNumGroups ? "attn_norm_num_groups" : "norm_num_groups");
         }

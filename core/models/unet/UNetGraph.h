@@ -3,8 +3,8 @@
 // counts, paddings) is written. Qt-free.
 #pragma once
 
-#include "core/models/unet/UNetConfig.h"
 #include "core/graph/ModelGraph.h"
+#include "core/models/unet/UNetConfig.h"
 
 namespace tessera {
 

@@ -8,9 +8,9 @@
 
 #include "core/base/BoundedInput.h"
 #include "core/base/Sha256.h"
-#include "core/models/unet/UNetGraph.h"
 #include "core/formats/PipelinePart.h"
 #include "core/formats/SchedulerConfig.h"
+#include "core/models/unet/UNetGraph.h"
 
 namespace tessera {
 
@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, Shape>> UNetModel::expectedTensors(const UNet
 ModelFolderConfig readModelFolderConfig(const std::string& dir) {
     // A Stable Diffusion pipeline's unet/, vae/, ... folder is refused saying what to give instead.
     checkModelFolder(dir);
-    if (const std::optional<PipelinePart> part = pipelinePartOf(dir)) throw ModelError(describePipelinePart(dir, *part));
+    if (const std::optional<PipelinePart> part = pipelinePartOf(dir))
+        throw ModelError(describePipelinePart(dir, *part));
     // A pipeline folder keeps the UNet in unet/ and the scheduler in scheduler/.
     ModelFolderConfig folder;
     folder.unetDir = componentFolder(dir, "unet", "a model folder");
@@ -70,8 +71,7 @@ UNetModel UNetModel::load(const std::string& dir) {
     model.scheduler_ = folder.scheduler;
     model.schedulerClass_ = std::move(folder.schedulerClass);
 
-    model.weights_ =
-        ModelWeights::load(folder.unetDir, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
+    model.weights_ = ModelWeights::load(folder.unetDir, expectedTensors(model.config_), LegacyAttentionNames::Accepted);
     return model;
 }
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/models/unet/UNetConfig.h"
 #include "core/formats/ModelWeights.h"
+#include "core/models/unet/UNetConfig.h"
 #include "core/run/RunConfig.h"
 
 namespace tessera {
@@ -49,7 +49,7 @@ public:
     const SchedulerOptions& schedulerOptions() const { return scheduler_; }
     const std::string& schedulerClass() const { return schedulerClass_; }  // e.g. "DDPMScheduler"
     const std::string& directory() const { return dir_; }
-    std::string name() const;   // folder name, or "random" / "in-memory"
+    std::string name() const;  // folder name, or "random" / "in-memory"
 
     // Canonical diffusers names (to_q/to_k/to_v/to_out.0). Throws ModelError naming a missing one.
     const HostTensor& tensor(const std::string& name) const;
@@ -79,7 +79,7 @@ private:
     std::string schedulerClass_ = "DDPMScheduler";
     std::string dir_;
     std::string origin_ = "in-memory";  // name() when there is no folder
-    ModelWeights weights_;  // tensors by canonical name, extra names, sha256
+    ModelWeights weights_;              // tensors by canonical name, extra names, sha256
 };
 
 }  // namespace tessera

@@ -8,10 +8,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "core/graph/Backend.h"
 #include "core/base/FormatNumber.h"
 #include "core/formats/ModelWeights.h"
 #include "core/formats/Safetensors.h"  // shapeToString
+#include "core/graph/Backend.h"
 #include "core/models/vae/VaeGraph.h"
 #include "core/models/vae/VaeModel.h"
 
@@ -48,7 +48,7 @@ AxisSplit splitAxis(int length, int tile, int halo) {
     AxisSplit a;
     std::int64_t n = ceilDiv(length, tile);
     const std::int64_t maxCore = ceilDiv(length, n);
-    if (maxCore + 2 * static_cast<std::int64_t>(halo) >= length) n = 1;   // one extent covers the axis
+    if (maxCore + 2 * static_cast<std::int64_t>(halo) >= length) n = 1;  // one extent covers the axis
     a.extent = n == 1 ? length : static_cast<int>(maxCore + 2 * static_cast<std::int64_t>(halo));
     for (std::int64_t i = 0; i < n; ++i) {
         const int cs = static_cast<int>(i * length / n), ce = static_cast<int>((i + 1) * length / n);
@@ -72,7 +72,8 @@ void checkPrimitive(const ModelGraph& g) {
         bad("tiled graph: " + std::to_string(g.inputs().size()) + " inputs and " + std::to_string(g.outputs().size()) +
             " outputs; a tiled pass takes one feature map in and one out");
     for (int v : {g.inputs().front(), g.outputs().front()})
-        if (g.value(v).kind != ValueKind::FeatureMap) bad("tiled graph: '" + g.value(v).name + "' is not a feature map");
+        if (g.value(v).kind != ValueKind::FeatureMap)
+            bad("tiled graph: '" + g.value(v).name + "' is not a feature map");
     if (g.ops().empty()) bad("tiled graph: no ops");
     for (const GraphOp& op : g.ops())
         if (op.silu || op.preAdd >= 0 || op.scaleShift >= 0 || op.residual >= 0 || op.outputScale != 1.0f)
@@ -97,20 +98,23 @@ public:
         for (std::size_t i = begin; i < end; ++i) {
             const GraphOp& op = g_.ops()[i];
             if (i == begin && startsAtCut) {
-                if (op.kind == OpKind::GroupNorm) normStart(op, static_cast<int>(i));
-                else attentionStart(op, static_cast<int>(i));
+                if (op.kind == OpKind::GroupNorm)
+                    normStart(op, static_cast<int>(i));
+                else
+                    attentionStart(op, static_cast<int>(i));
             } else {
                 copy(op);
             }
         }
-        std::map<int, int> reach;   // segment value -> pixels it reads beyond itself
+        std::map<int, int> reach;  // segment value -> pixels it reads beyond itself
         for (const GraphOp& op : s_.ops()) {
             int r = 0;
             for (int v : op.operands()) r = std::max(r, reach[v]);
             reach[op.output] = r + reachOf(s_, op);
         }
         for (const auto& [whole, local] : value_) {
-            if (produced_.count(whole) == 0 || lastUse[static_cast<std::size_t>(whole)] < static_cast<int>(end)) continue;
+            if (produced_.count(whole) == 0 || lastUse[static_cast<std::size_t>(whole)] < static_cast<int>(end))
+                continue;
             s_.markOutput(local);
             out_.outputs.push_back(whole);
             out_.radius = std::max(out_.radius, reach[local]);
@@ -126,7 +130,8 @@ private:
         if (it != value_.end()) return it->second;
         const GraphValue& gv = g_.value(v);
         if (gv.kind != ValueKind::FeatureMap)
-            bad("tiled graph: '" + gv.name + "' is live across a GroupNorm and is not a feature map; tiles carry feature maps only");
+            bad("tiled graph: '" + gv.name +
+                "' is live across a GroupNorm and is not a feature map; tiles carry feature maps only");
         const int id = s_.addInputValue(gv);
         value_[v] = id;
         out_.inputs.push_back({SegmentInput::Kind::Tile, v, -1});
@@ -194,8 +199,8 @@ private:
     const SegmentOptions& options_;
     ModelGraph s_;
     GraphSegment out_;
-    std::map<int, int> value_, param_;   // whole graph id -> segment id
-    std::set<int> produced_;             // whole values an op of this segment makes
+    std::map<int, int> value_, param_;  // whole graph id -> segment id
+    std::set<int> produced_;            // whole values an op of this segment makes
 };
 
 // ---------------------------------------------------------------------------------- statistics
@@ -214,7 +219,8 @@ std::vector<float> normVector(const std::vector<std::pair<double, double>>& mome
         for (int c = group * perGroup; c < (group + 1) * perGroup; ++c) {
             const double scale = invStd * gamma[static_cast<std::size_t>(c)];
             v[static_cast<std::size_t>(c)] = static_cast<float>(scale - 1.0);
-            v[static_cast<std::size_t>(channels + c)] = static_cast<float>(beta[static_cast<std::size_t>(c)] - mean * scale);
+            v[static_cast<std::size_t>(channels + c)] =
+                static_cast<float>(beta[static_cast<std::size_t>(c)] - mean * scale);
         }
     }
     return v;
@@ -225,7 +231,7 @@ std::vector<float> normVector(const std::vector<std::pair<double, double>>& mome
 // One value over the whole image at its resolution: channels x h x w float32.
 struct Canvas {
     int channels = 0, h = 0, w = 0;
-    int scale = 1;                       // pixels of this value per cell
+    int scale = 1;  // pixels of this value per cell
     std::vector<float> data;
     std::uint64_t bytes() const { return data.size() * sizeof(float); }
 };
@@ -292,8 +298,8 @@ public:
         noted_ = false;
     }
 
-    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid, int first,
-             int count) override {
+    void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid,
+             int first, int count) override {
         if (!noted_) noteBuffers(inputs);
         for (std::size_t i = 0; i < in_.size(); ++i) {
             const std::size_t per = in_[i].size() / static_cast<std::size_t>(batch_);
@@ -305,8 +311,8 @@ public:
                     cut(canvases_.at(si.value), grid.tiles[tile], dst);
                 } else {
                     const std::vector<float>& data = si.kind == SegmentInput::Kind::Context ? tokens(si.value)
-                                                     : si.vectors->size() == 1             ? si.vectors->front()
-                                                                                           : (*si.vectors)[tile];
+                                                     : si.vectors->size() == 1              ? si.vectors->front()
+                                                                                            : (*si.vectors)[tile];
                     std::copy(data.begin(), data.end(), dst);
                 }
             }
@@ -319,8 +325,8 @@ public:
         for (std::size_t o = 0; o < out_.size(); ++o) {
             const std::size_t per = out_[o].size() / static_cast<std::size_t>(batch_);
             for (int t = 0; t < count; ++t)
-                paste(out_[o].data() + static_cast<std::size_t>(t) * per, grid.tiles[static_cast<std::size_t>(first + t)],
-                      canvases_.at(outputs[o]));
+                paste(out_[o].data() + static_cast<std::size_t>(t) * per,
+                      grid.tiles[static_cast<std::size_t>(first + t)], canvases_.at(outputs[o]));
         }
     }
     std::uint64_t peakBytes() const override { return peak_; }
@@ -387,7 +393,7 @@ private:
 struct TiledLayout {
     int imageH = 0, imageW = 0, cell = 1;
     std::vector<GraphSegment> segments;
-    std::vector<ModelGraph> execution;   // fuseForExecution of each segment's graph
+    std::vector<ModelGraph> execution;  // fuseForExecution of each segment's graph
     GraphTileGrid grid;
     int batch = 1, requiredHalo = 0;
     GraphTiling tiling;
@@ -396,8 +402,10 @@ struct TiledLayout {
         checkPrimitive(primitive);
         if (t.tile < 1 || t.halo < -1 || t.batch < 1 || t.batch > kMaxTileBatch)
             bad("tiled graph: tile " + std::to_string(t.tile) + ", halo " + std::to_string(t.halo) + ", batch " +
-                std::to_string(t.batch) + "; the tile must be at least 1 cell, the halo at least 0 (or -1: the "
-                "smallest exact one), the batch 1 to " + std::to_string(kMaxTileBatch));
+                std::to_string(t.batch) +
+                "; the tile must be at least 1 cell, the halo at least 0 (or -1: the "
+                "smallest exact one), the batch 1 to " +
+                std::to_string(kMaxTileBatch));
         cell = primitive.downsampleFactor();
         segments = cutAtNorms(primitive, SegmentOptions{t.attention, h, w});
         requiredHalo = tessera::requiredHalo(segments, cell);
@@ -411,7 +419,9 @@ struct TiledLayout {
     int tileH() const { return grid.extentH * cell; }
     int tileW() const { return grid.extentW * cell; }
     // Elements of segment input/output value `local` for a batch of tiles.
-    std::int64_t elements(const GraphSegment& s, int local) const { return s.graph.elements(local, batch, tileH(), tileW()); }
+    std::int64_t elements(const GraphSegment& s, int local) const {
+        return s.graph.elements(local, batch, tileH(), tileW());
+    }
     std::uint64_t canvasBytes(const ModelGraph& whole, int value) const {
         const GraphValue& v = whole.value(value);
         return static_cast<std::uint64_t>(v.channels) * (imageH / v.divisor) * (imageW / v.divisor) * sizeof(float);
@@ -423,9 +433,11 @@ struct TiledLayout {
         std::int64_t n = 0;
         for (const SegmentInput& si : s.inputs) {
             const std::int64_t channels = whole.value(si.value).channels;
-            if (si.kind == SegmentInput::Kind::Context) n += static_cast<std::int64_t>(canvasBytes(whole, si.value) / sizeof(float));
+            if (si.kind == SegmentInput::Kind::Context)
+                n += static_cast<std::int64_t>(canvasBytes(whole, si.value) / sizeof(float));
             if (si.kind == SegmentInput::Kind::NormVector)
-                n += 2 * channels * (tiling.statistics == NormStatistics::PerTile ? static_cast<std::int64_t>(grid.tiles.size()) : 1);
+                n += 2 * channels *
+                     (tiling.statistics == NormStatistics::PerTile ? static_cast<std::int64_t>(grid.tiles.size()) : 1);
         }
         for (int v : s.graph.inputs()) n += elements(s, v);
         for (int v : s.graph.outputs()) n += elements(s, v);
@@ -503,9 +515,9 @@ private:
             return {normVector(store_.groupMoments(si.value, gn.groups, 0, 0, w, h), gn, g_, weights_, x.channels)};
         std::vector<std::vector<float>> perTile;
         for (const GraphTile& t : L_.grid.tiles)
-            perTile.push_back(normVector(
-                store_.groupMoments(si.value, gn.groups, t.x * scale, t.y * scale, t.w * scale, t.h * scale), gn, g_,
-                weights_, x.channels));
+            perTile.push_back(
+                normVector(store_.groupMoments(si.value, gn.groups, t.x * scale, t.y * scale, t.w * scale, t.h * scale),
+                           gn, g_, weights_, x.channels));
         return perTile;
     }
 
@@ -514,7 +526,7 @@ private:
     const TensorMap& weights_;
     const TiledLayout& L_;
     TiledGraphReport& report_;
-    std::set<int> live_;   // values with a canvas in the store
+    std::set<int> live_;  // values with a canvas in the store
 };
 
 // The host store's peak: the canvases live at each segment plus its buffers, float32.
@@ -535,10 +547,10 @@ void checkGraphInput(const ModelGraph& g, const HostTensor& t) {
     const GraphValue& v = g.value(g.inputs().front());
     const std::int64_t f = g.downsampleFactor(), multiple = std::max<std::int64_t>(1, f / v.divisor);
     const std::int64_t maxSide = kMaxTiledSide / v.divisor / multiple * multiple;
-    const std::string expected = "; expected [batch 1 to " + std::to_string(kMaxBatch) + ", " + std::to_string(v.channels) +
-                                 ", height, width], each side a multiple of " + std::to_string(multiple) + " from " +
-                                 std::to_string(multiple) + " to " + std::to_string(maxSide) + " (images up to " +
-                                 std::to_string(kMaxTiledSide) + " px)";
+    const std::string expected = "; expected [batch 1 to " + std::to_string(kMaxBatch) + ", " +
+                                 std::to_string(v.channels) + ", height, width], each side a multiple of " +
+                                 std::to_string(multiple) + " from " + std::to_string(multiple) + " to " +
+                                 std::to_string(maxSide) + " (images up to " + std::to_string(kMaxTiledSide) + " px)";
     const bool ok = t.shape.size() == 4 && t.shape[0] >= 1 && t.shape[0] <= kMaxBatch && t.shape[1] == v.channels &&
                     std::all_of(t.shape.begin() + 2, t.shape.end(), [&](std::int64_t side) {
                         return side >= multiple && side <= maxSide && side % multiple == 0;
@@ -560,8 +572,9 @@ std::unique_ptr<TiledCanvasStore> Backend::makeCanvasStore(std::uint64_t) { retu
 
 GraphTileGrid GraphTileGrid::make(int width, int height, int tile, int halo) {
     if (width < 1 || height < 1 || tile < 1 || halo < 0)
-        bad("tile grid: " + std::to_string(width) + " x " + std::to_string(height) + " cells, tile " + std::to_string(tile) +
-            ", halo " + std::to_string(halo) + "; the image and the tile must be at least 1 cell, the halo at least 0");
+        bad("tile grid: " + std::to_string(width) + " x " + std::to_string(height) + " cells, tile " +
+            std::to_string(tile) + ", halo " + std::to_string(halo) +
+            "; the image and the tile must be at least 1 cell, the halo at least 0");
     GraphTileGrid grid;
     grid.width = width;
     grid.height = height;
@@ -592,7 +605,7 @@ std::vector<GraphSegment> cutAtNorms(const ModelGraph& primitive, const SegmentO
     for (std::size_t c : cuts)
         if (c != 0) starts.push_back(c);
     std::vector<GraphSegment> segments;
-    std::set<int> alive{primitive.inputs().front()};   // values with a canvas
+    std::set<int> alive{primitive.inputs().front()};  // values with a canvas
     for (std::size_t k = 0; k < starts.size(); ++k) {
         const std::size_t begin = starts[k], end = k + 1 < starts.size() ? starts[k + 1] : primitive.ops().size();
         const bool startsAtCut = std::find(cuts.begin(), cuts.end(), begin) != cuts.end();
@@ -641,7 +654,8 @@ HostTensor runTiledGraph(Backend& backend, const ModelGraph& primitive, const Te
     checkPrimitive(primitive);
     checkGraphInput(primitive, input);
     const GraphValue& in = primitive.value(primitive.inputs().front());
-    const int imageH = static_cast<int>(input.shape[2]) * in.divisor, imageW = static_cast<int>(input.shape[3]) * in.divisor;
+    const int imageH = static_cast<int>(input.shape[2]) * in.divisor,
+              imageW = static_cast<int>(input.shape[3]) * in.divisor;
     const TiledLayout layout(primitive, imageH, imageW, tiling);
     TiledGraphReport r = layout.report();
     std::unique_ptr<TiledCanvasStore> store = backend.makeCanvasStore(hostPeak(primitive, layout));
@@ -710,8 +724,8 @@ TiledGraphReport estimateTiledGraph(const ModelGraph& primitive, int imageH, int
     TiledGraphReport r = layout.report();
     r.hostPeakBytes = hostPeak(primitive, layout);
     for (const ModelGraph& segment : layout.execution)
-        r.deviceBytes = std::max(r.deviceBytes, graphActivationBytes(segment, layout.batch, layout.tileH(), layout.tileW(),
-                                                                     bytesPerValue));
+        r.deviceBytes = std::max(
+            r.deviceBytes, graphActivationBytes(segment, layout.batch, layout.tileH(), layout.tileW(), bytesPerValue));
     return r;
 }
 
@@ -736,8 +750,8 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
     const bool tooLarge = limit > 0 && plan.untiledLargest > limit;
     const std::string untiled = "activations " + formatBytes(plan.untiledBytes);
     const std::string budgetText = budget ? formatBytes(budget->bytes) + " (" + budget->source + ")" : std::string();
-    const std::string largest = "its largest tensor has " + std::to_string(plan.untiledLargest) + " elements, over the " +
-                                std::to_string(limit) + " the device takes";
+    const std::string largest = "its largest tensor has " + std::to_string(plan.untiledLargest) +
+                                " elements, over the " + std::to_string(limit) + " the device takes";
     if (mode == VaeTiling::Off) {
         plan.reason = "vae_tiling off" + (tooLarge ? ", although " + largest : std::string());
         return plan;
@@ -748,9 +762,12 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
     }
     plan.tiled = true;
     const bool fits = !budget || plan.untiledBytes <= budget->bytes;
-    if (mode == VaeTiling::On) plan.reason = "vae_tiling on";
-    else if (!fits) plan.reason = untiled + " exceed " + budgetText + (tooLarge ? ", and " + largest : std::string());
-    else plan.reason = untiled + " of " + budgetText + ", but " + largest;
+    if (mode == VaeTiling::On)
+        plan.reason = "vae_tiling on";
+    else if (!fits)
+        plan.reason = untiled + " exceed " + budgetText + (tooLarge ? ", and " + largest : std::string());
+    else
+        plan.reason = untiled + " of " + budgetText + ", but " + largest;
     plan.tiling.tile = kDefaultTile;
     // On the host the canvases share the budget with the tile's activations.
     const auto need = [&](const TiledGraphReport& r) {
@@ -758,7 +775,8 @@ VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH,
     };
     const auto tileTooLarge = [&] {
         if (limit <= 0) return false;
-        const int h = plan.estimate.grid.extentH * plan.estimate.cellPixels, w = plan.estimate.grid.extentW * plan.estimate.cellPixels;
+        const int h = plan.estimate.grid.extentH * plan.estimate.cellPixels,
+                  w = plan.estimate.grid.extentW * plan.estimate.cellPixels;
         return largestTensorElements(execution, plan.tiling.batch, h, w, kChannelPadding) > limit;
     };
     plan.estimate = estimateTiledGraph(primitive, imageH, imageW, plan.tiling, bytesPerValue);

@@ -35,7 +35,7 @@
 #include "core/graph/Backend.h"  // Backend, TensorMap
 #include "core/graph/ModelGraph.h"
 #include "core/run/RunConfig.h"
-#include "core/run/RunRecord.h"   // VaeTilingRecord, VaePassRecord
+#include "core/run/RunRecord.h"  // VaeTilingRecord, VaePassRecord
 
 namespace tessera {
 
@@ -54,7 +54,7 @@ enum class NormStatistics {
 
 // One tile: its extent (what it reads and evaluates) and its core (what it writes), in cells.
 struct GraphTile {
-    int x = 0, y = 0, w = 0, h = 0;              // extent
+    int x = 0, y = 0, w = 0, h = 0;  // extent
     int coreX = 0, coreY = 0, coreW = 0, coreH = 0;
 };
 
@@ -66,8 +66,8 @@ struct GraphTile {
 struct GraphTileGrid {
     int width = 0, height = 0, tile = 0, halo = 0;
     int cols = 0, rows = 0;
-    int extentW = 0, extentH = 0;                // every tile's extent, cells
-    std::vector<GraphTile> tiles;                // row-major
+    int extentW = 0, extentH = 0;  // every tile's extent, cells
+    std::vector<GraphTile> tiles;  // row-major
     static GraphTileGrid make(int width, int height, int tile, int halo);
 };
 
@@ -80,20 +80,20 @@ struct SegmentInput {
     };
     Kind kind = Kind::Tile;
     int value = -1;
-    int op = -1;     // NormVector, Context: the whole graph's op
+    int op = -1;  // NormVector, Context: the whole graph's op
 };
 
 struct GraphSegment {
-    ModelGraph graph;                   // primitive; backends run fuseForExecution(graph)
-    std::vector<SegmentInput> inputs;   // per graph.inputs(), in order
-    std::vector<int> outputs;           // per graph.outputs(): the whole graph's value ids
-    std::vector<int> releases;          // whole-graph values no later segment reads (canvases to free)
-    int radius = 0;                     // pixels (finest resolution) an output reads beyond itself
+    ModelGraph graph;                  // primitive; backends run fuseForExecution(graph)
+    std::vector<SegmentInput> inputs;  // per graph.inputs(), in order
+    std::vector<int> outputs;          // per graph.outputs(): the whole graph's value ids
+    std::vector<int> releases;         // whole-graph values no later segment reads (canvases to free)
+    int radius = 0;                    // pixels (finest resolution) an output reads beyond itself
 };
 
 struct SegmentOptions {
     AttentionContext attention = AttentionContext::Image;
-    int imageH = 0, imageW = 0;         // pixels: the context token counts (AttentionContext::Image)
+    int imageH = 0, imageW = 0;  // pixels: the context token counts (AttentionContext::Image)
 };
 
 // Cuts `primitive` (a graph with one feature-map input and one feature-map output, as its
@@ -106,9 +106,9 @@ std::vector<GraphSegment> cutAtNorms(const ModelGraph& primitive, const SegmentO
 int requiredHalo(const std::vector<GraphSegment>& segments, int cellPixels);
 
 struct GraphTiling {
-    int tile = 64;            // core edge, cells (latent pixels)
-    int halo = -1;            // cells of context on each side; -1: requiredHalo (with AttentionContext::Tile at least tile / 4)
-    int batch = 1;            // tiles per Backend::run
+    int tile = 64;  // core edge, cells (latent pixels)
+    int halo = -1;  // cells of context on each side; -1: requiredHalo (with AttentionContext::Tile at least tile / 4)
+    int batch = 1;  // tiles per Backend::run
     AttentionContext attention = AttentionContext::Image;
     NormStatistics statistics = NormStatistics::WholeImage;
 };
@@ -116,15 +116,15 @@ struct GraphTiling {
 // What a tiled pass did (or, from estimateTiledGraph, would do).
 struct TiledGraphReport {
     GraphTileGrid grid;
-    int cellPixels = 1;                 // pixels of one cell at the graph's finest resolution
+    int cellPixels = 1;  // pixels of one cell at the graph's finest resolution
     int requiredHalo = 0;
     int segments = 0, prepares = 0, batchRuns = 0;
     AttentionContext attention = AttentionContext::Image;
     NormStatistics statistics = NormStatistics::WholeImage;
-    std::uint64_t hostPeakBytes = 0;    // canvases + one batch's host buffers, float32
-    std::string canvases = "host";      // where the canvases were kept (TiledCanvasStore::where)
-    std::uint64_t storePeakBytes = 0;   // runTiledGraph: the store's peak (device bytes for a device store)
-    std::uint64_t deviceBytes = 0;      // estimateTiledGraph: the largest segment's activations for one batch
+    std::uint64_t hostPeakBytes = 0;   // canvases + one batch's host buffers, float32
+    std::string canvases = "host";     // where the canvases were kept (TiledCanvasStore::where)
+    std::uint64_t storePeakBytes = 0;  // runTiledGraph: the store's peak (device bytes for a device store)
+    std::uint64_t deviceBytes = 0;     // estimateTiledGraph: the largest segment's activations for one batch
     // What the run record keeps of it (core/run/RunRecord.h).
     VaeTilingRecord record() const;
     // describe(record()): "2x2 tiles of 64 latent px + 2 halo (544x544 px evaluated), whole-image
@@ -141,7 +141,7 @@ struct TiledGraphReport {
 // times `scale`.
 struct StoreInput {
     SegmentInput::Kind kind = SegmentInput::Kind::Tile;
-    int value = -1;                          // Tile, Context: the canvas
+    int value = -1;  // Tile, Context: the canvas
     // NormVector: the [2C] vector, one shared by every tile or one per tile of the grid.
     const std::vector<std::vector<float>>* vectors = nullptr;
 };
@@ -153,11 +153,12 @@ public:
     // A zeroed canvas of whole-graph value `value`: channels x h x w pixels, `scale` pixels a cell.
     virtual void allocate(int value, int channels, int h, int w, int scale) = 0;
     virtual void release(int value) = 0;
-    virtual void write(int value, const float* nchw) = 0;    // the canvas from host float32 NCHW
-    virtual std::vector<float> read(int value) = 0;          // the canvas as host float32 NCHW
+    virtual void write(int value, const float* nchw) = 0;  // the canvas from host float32 NCHW
+    virtual std::vector<float> read(int value) = 0;        // the canvas as host float32 NCHW
     // Per group of `groups` consecutive channels: {mean, biased variance} over the canvas pixels
     // [x0, x0 + w) x [y0, y0 + h) of its channels.
-    virtual std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w, int h) = 0;
+    virtual std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w,
+                                                                int h) = 0;
     // The backend made ready for segment graph `graph` (fused) on `batch` tiles of tileH x tileW pixels.
     virtual void prepare(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) = 0;
     // The prepared segment over tiles[first, first + count) of `grid` (count <= the prepared
@@ -202,8 +203,8 @@ HostTensor encodeTiled(Backend& backend, const VaeModel& model, const HostTensor
 struct VaeMemoryBudget {
     std::uint64_t bytes = 0;
     int bytesPerValue = 4;
-    bool sharedWithHost = true;         // the host's memory: a tiled pass's canvases count against it too
-    std::string source;                 // "host: MemAvailable in /proc/meminfo", "device free memory"
+    bool sharedWithHost = true;  // the host's memory: a tiled pass's canvases count against it too
+    std::string source;          // "host: MemAvailable in /proc/meminfo", "device free memory"
     // The most elements one tensor may have there; 0: no limit. CUDA: 2^31 - 1 (cuDNN refuses
     // larger tensors: the SD decoder's 256-channel activations at 4096x4096 have 2^32).
     std::int64_t maxTensorElements = 0;
@@ -225,10 +226,10 @@ std::int64_t largestTensorElements(const ModelGraph& graph, int batch, int h, in
 struct VaePassPlan {
     bool tiled = false;
     GraphTiling tiling;
-    std::uint64_t untiledBytes = 0;     // graphActivationBytes of the whole image
-    std::int64_t untiledLargest = 0;    // largestTensorElements of the whole image (channels padded to 8)
-    TiledGraphReport estimate;          // tiled only
-    std::string reason;                 // "vae_tiling on", "activations 3.0 GiB exceed 1.0 GiB (host: MemAvailable ...)"
+    std::uint64_t untiledBytes = 0;   // graphActivationBytes of the whole image
+    std::int64_t untiledLargest = 0;  // largestTensorElements of the whole image (channels padded to 8)
+    TiledGraphReport estimate;        // tiled only
+    std::string reason;               // "vae_tiling on", "activations 3.0 GiB exceed 1.0 GiB (host: MemAvailable ...)"
 };
 VaePassPlan planVaePass(VaeTiling mode, const ModelGraph& primitive, int imageH, int imageW,
                         const std::optional<VaeMemoryBudget>& budget);

@@ -37,8 +37,8 @@ struct VaeConfig {
     int normNumGroups = 32;
     int sampleSize = 32;  // a [h, w] sample_size is recorded by its height (as diffusers' tiling does)
     float scalingFactor = 0.18215f;
-    std::optional<float> shiftFactor;                // null: not used by SD pipelines
-    std::optional<std::vector<float>> latentsMean;   // null, or latent_channels values (Playground)
+    std::optional<float> shiftFactor;               // null: not used by SD pipelines
+    std::optional<std::vector<float>> latentsMean;  // null, or latent_channels values (Playground)
     std::optional<std::vector<float>> latentsStd;
     bool forceUpcast = true;  // recorded: run in float32 (or bf16) unless false (SDXL's VAE
                               // overflows in fp16: StableDiffusionXLPipeline upcasts it)

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "core/graph/Backend.h"
 #include "core/formats/Safetensors.h"
+#include "core/graph/Backend.h"
 #include "core/models/vae/VaeGraph.h"
 
 namespace tessera {
@@ -31,7 +31,8 @@ void checkInput(const HostTensor& t, const char* what, std::int64_t channels, st
                                     std::to_string(channels) + ", height, width]");
     const std::int64_t b = t.shape[0], c = t.shape[1], h = t.shape[2], w = t.shape[3];
     if (b < 1 || b > kMaxBatch)
-        throw std::invalid_argument(name + ": batch " + std::to_string(b) + "; expected 1 to " + std::to_string(kMaxBatch));
+        throw std::invalid_argument(name + ": batch " + std::to_string(b) + "; expected 1 to " +
+                                    std::to_string(kMaxBatch));
     if (c != channels)
         throw std::invalid_argument(name + ": " + std::to_string(c) + " channels; this VAE takes " +
                                     std::to_string(channels));
