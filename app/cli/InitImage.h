@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "app/cli/ImageLimits.h"
 #include "core/cpu/HostMemoryEstimate.h"
 #include "core/run/Engine.h"
 #include "core/sampling/ImageOps.h"
@@ -29,11 +30,6 @@ struct ImageHeader {
     int width = 0, height = 0;
     std::uint64_t fileBytes = 0;
 };
-
-// The largest start image: 150 megapixels (a 14000 x 10700 photograph) decodes to 450 MB of
-// RGB; a file of more than 1 GiB is no photograph.
-inline constexpr long long kMaxInitImagePixels = 150LL * 1000 * 1000;
-inline constexpr std::uint64_t kMaxInitFileBytes = std::uint64_t{1} << 30;
 
 // Reads only the header of a PNG (its IHDR chunk) or JPEG (the markers up to its frame
 // header), recognised by content, and refuses before any decoding: a path that is not a

@@ -13,7 +13,7 @@
 
 #include <png.h>
 
-#include "app/cli/InitImage.h"
+#include "app/cli/ImageLimits.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/UnicodeText.h"
 #include "core/run/Infotext.h"

@@ -8,7 +8,8 @@
 
 #include <cblas.h>
 
-#include "core/cpu/HostMemoryEstimate.h"
+#include "core/base/FormatNumber.h"
+#include "core/base/HostMemory.h"
 #include "core/graph/TimestepEmbedding.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
@@ -198,8 +199,8 @@ CpuBackend::Scratch CpuBackend::scratchNeeded(const ModelGraph& graph, int batch
     return need;
 }
 
-std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& graph, const TensorMap& weights,
-                                                           int tileH, int tileW) {
+std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH,
+                                                           int tileW) {
     std::vector<OpWeights> bound(graph.ops().size());
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
         const GraphOp& op = graph.ops()[i];
@@ -209,7 +210,8 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
             const auto it = weights.find(p.name);
             if (it == weights.end()) throw ModelError("weights: no tensor '" + p.name + "' (read by " + op.name + ")");
             if (it->second.shape != p.shape)
-                throw ModelError(p.name + ": expected " + shapeText(p.shape) + ", found " + shapeText(it->second.shape));
+                throw ModelError(p.name + ": expected " + shapeText(p.shape) + ", found " +
+                                 shapeText(it->second.shape));
             w.params.push_back(it->second.data.data());
         }
         w.queryBlock = planOp(graph, op, 1, tileH, tileW).queryBlock;
@@ -440,8 +442,8 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
                 int target = -1;
                 for (int l = 0; l < lanes; ++l) {
                     const auto k = static_cast<std::size_t>(l);
-                    if (busy[k].load() && (target < 0 || helpers[k].load() <
-                                                              helpers[static_cast<std::size_t>(target)].load()))
+                    if (busy[k].load() &&
+                        (target < 0 || helpers[k].load() < helpers[static_cast<std::size_t>(target)].load()))
                         target = l;
                 }
                 if (target < 0) return;
@@ -457,8 +459,8 @@ void CpuBackend::run(const std::vector<const float*>& inputs, int batch, const s
     if (split.opByOp > 0) runImages(*pool_, batched_, inputs, split.wholeForwards, split.opByOp, outputs);
 }
 
-void CpuBackend::runImages(cpu::WorkerPool& pool, Workspace& space, const std::vector<const float*>& inputs,
-                           int first, int count, const std::vector<float*>& outputs) {
+void CpuBackend::runImages(cpu::WorkerPool& pool, Workspace& space, const std::vector<const float*>& inputs, int first,
+                           int count, const std::vector<float*>& outputs) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const int v = graph_.inputs()[i];
         const std::int64_t perImage = graph_.elements(v, 1, tileH_, tileW_);
@@ -490,74 +492,87 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
     const std::int64_t inPixels = pixels(op.input);
     const std::int64_t count = std::int64_t(batch) * channels * inPixels;
     switch (op.kind) {
-    case OpKind::Affine: cpu::affine(pool, count, in, op.scale, op.shift, y); break;
-    case OpKind::SiLU: cpu::silu(pool, count, in, y); break;
-    case OpKind::Add:
-        cpu::add(pool, batch, channels, inPixels, in, space.data(op.input2),
-                 graph_.value(op.input2).kind == ValueKind::Vector && graph_.value(op.input).kind == ValueKind::FeatureMap,
-                 y);
-        break;
-    case OpKind::ScaleShift: cpu::scaleShift(pool, batch, channels, inPixels, in, space.data(op.input2), y); break;
-    case OpKind::TimestepEmbedding:
-        timestepEmbedding(in, batch, op.channels, op.freqShift, op.flipSinToCos, y);
-        break;
-    case OpKind::Linear:
-        if (graph_.value(op.input).kind == ValueKind::Tokens)
-            cpu::tokenLinear(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0],
-                             w.params[1], space.data(op.residual), y);
-        else
-            cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
-        break;
-    case OpKind::Conv:
-        cpu::conv2d(pool, w.conv, batch, in, w.params[0], w.params[1], space.data(op.residual), op.outputScale, y);
-        break;
-    case OpKind::GroupNorm:
-        cpu::groupNorm(pool, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
-                       space.data(op.preAdd), space.data(op.scaleShift), op.silu, y);
-        break;
-    case OpKind::Attention:
-        if (graph_.value(op.input).kind == ValueKind::Tokens)
-            cpu::tokenAttention(pool, batch, tokenAttentionShape(graph_, op, tileH_, tileW_), w.attn, in,
-                                space.data(op.input2), space.data(op.residual), op.outputScale, y, space.shared.data(),
-                                space.scratchImages[index], w.queryBlock);
-        else
-            cpu::attention(pool, batch, channels, inPixels, op.heads, w.attn, in, space.data(op.residual),
-                           op.outputScale, y, space.shared.data(), space.scratchImages[index], w.queryBlock);
-        break;
-    case OpKind::Concat: {
-        const float* skip = space.data(op.input2);
-        const int c1 = channels, c2 = graph_.value(op.input2).channels, cOut = c1 + c2;
-        pool.parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
-            const std::int64_t b = plane / cOut, c = plane % cOut;
-            const float* src = c < c1 ? in + (b * c1 + c) * inPixels : skip + (b * c2 + (c - c1)) * inPixels;
-            std::copy(src, src + inPixels, y + plane * inPixels);
-        });
-        break;
-    }
-    case OpKind::Upsample: {
-        const int d = graph_.value(op.input).divisor;
-        cpu::upsampleNearest2x(pool, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
-        break;
-    }
-    case OpKind::ToTokens: cpu::toTokens(pool, batch, channels, inPixels, in, y); break;
-    case OpKind::ToFeatureMap:
-        cpu::toFeatureMap(pool, batch, channels, inPixels, in, space.data(op.residual), y);
-        break;
-    case OpKind::LayerNorm:
-        cpu::layerNorm(pool, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
-        break;
-    case OpKind::GEGLU:
-        cpu::geglu(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0], w.params[1], y);
-        break;
-    case OpKind::GELU: cpu::gelu(pool, count, in, op.geluTanh, y); break;
-    case OpKind::QuickGELU: cpu::quickGelu(pool, count, in, y); break;
-    case OpKind::TokenEmbedding:
-        cpu::tokenEmbedding(pool, batch, static_cast<int>(inPixels), op.channels, graph_.param(op.params[0]).shape[0],
-                            in, w.params[0], w.params[1], y);
-        break;
-    case OpKind::EosPool:
-        cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);
-        break;
+        case OpKind::Affine:
+            cpu::affine(pool, count, in, op.scale, op.shift, y);
+            break;
+        case OpKind::SiLU:
+            cpu::silu(pool, count, in, y);
+            break;
+        case OpKind::Add:
+            cpu::add(pool, batch, channels, inPixels, in, space.data(op.input2),
+                     graph_.value(op.input2).kind == ValueKind::Vector &&
+                         graph_.value(op.input).kind == ValueKind::FeatureMap,
+                     y);
+            break;
+        case OpKind::ScaleShift:
+            cpu::scaleShift(pool, batch, channels, inPixels, in, space.data(op.input2), y);
+            break;
+        case OpKind::TimestepEmbedding:
+            timestepEmbedding(in, batch, op.channels, op.freqShift, op.flipSinToCos, y);
+            break;
+        case OpKind::Linear:
+            if (graph_.value(op.input).kind == ValueKind::Tokens)
+                cpu::tokenLinear(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0],
+                                 w.params[1], space.data(op.residual), y);
+            else
+                cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
+            break;
+        case OpKind::Conv:
+            cpu::conv2d(pool, w.conv, batch, in, w.params[0], w.params[1], space.data(op.residual), op.outputScale, y);
+            break;
+        case OpKind::GroupNorm:
+            cpu::groupNorm(pool, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
+                           space.data(op.preAdd), space.data(op.scaleShift), op.silu, y);
+            break;
+        case OpKind::Attention:
+            if (graph_.value(op.input).kind == ValueKind::Tokens)
+                cpu::tokenAttention(pool, batch, tokenAttentionShape(graph_, op, tileH_, tileW_), w.attn, in,
+                                    space.data(op.input2), space.data(op.residual), op.outputScale, y,
+                                    space.shared.data(), space.scratchImages[index], w.queryBlock);
+            else
+                cpu::attention(pool, batch, channels, inPixels, op.heads, w.attn, in, space.data(op.residual),
+                               op.outputScale, y, space.shared.data(), space.scratchImages[index], w.queryBlock);
+            break;
+        case OpKind::Concat: {
+            const float* skip = space.data(op.input2);
+            const int c1 = channels, c2 = graph_.value(op.input2).channels, cOut = c1 + c2;
+            pool.parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
+                const std::int64_t b = plane / cOut, c = plane % cOut;
+                const float* src = c < c1 ? in + (b * c1 + c) * inPixels : skip + (b * c2 + (c - c1)) * inPixels;
+                std::copy(src, src + inPixels, y + plane * inPixels);
+            });
+            break;
+        }
+        case OpKind::Upsample: {
+            const int d = graph_.value(op.input).divisor;
+            cpu::upsampleNearest2x(pool, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
+            break;
+        }
+        case OpKind::ToTokens:
+            cpu::toTokens(pool, batch, channels, inPixels, in, y);
+            break;
+        case OpKind::ToFeatureMap:
+            cpu::toFeatureMap(pool, batch, channels, inPixels, in, space.data(op.residual), y);
+            break;
+        case OpKind::LayerNorm:
+            cpu::layerNorm(pool, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
+            break;
+        case OpKind::GEGLU:
+            cpu::geglu(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0], w.params[1], y);
+            break;
+        case OpKind::GELU:
+            cpu::gelu(pool, count, in, op.geluTanh, y);
+            break;
+        case OpKind::QuickGELU:
+            cpu::quickGelu(pool, count, in, y);
+            break;
+        case OpKind::TokenEmbedding:
+            cpu::tokenEmbedding(pool, batch, static_cast<int>(inPixels), op.channels,
+                                graph_.param(op.params[0]).shape[0], in, w.params[0], w.params[1], y);
+            break;
+        case OpKind::EosPool:
+            cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);
+            break;
     }
 }
 

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "core/cpu/CpuBackend.h"
+#include "core/models/unet/UNetGraph.h"
 #include "core/run/RunRecord.h"
 #include "core/sampling/TilePlan.h"
-#include "core/models/unet/UNetGraph.h"
 
 namespace tessera {
 
@@ -39,9 +39,7 @@ constexpr std::uint64_t kOutputRowBytesPerTile = 60;
 constexpr std::uint64_t kProcessBytes = 128 * kMiB;
 constexpr std::uint64_t kCudaRuntimeBytes = 1024 * kMiB;
 
-std::string dims(int c, int h, int w) {
-    return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
-}
+std::string dims(int c, int h, int w) { return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w); }
 
 std::uint64_t weightBytes(const ModelGraph& graph) {
     std::uint64_t floats = 0;
@@ -112,22 +110,27 @@ void addStartImage(HostMemoryEstimate& e, const RunConfig& config, int channels,
     const std::uint64_t pixels = static_cast<std::uint64_t>(image.width) * image.height;
     // The file, the decoder's rows (up to 4 bytes a pixel for CMYK) and the RGB copy, then the
     // resize's row pass (source rows x run width x 3 floats).
-    e.items.push_back({MemoryPart::StartImageFile, "start image: file and decoded " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                           " pixels",
+    e.items.push_back({MemoryPart::StartImageFile,
+                       "start image: file and decoded " + std::to_string(image.width) + "x" +
+                           std::to_string(image.height) + " pixels",
                        "init", image.fileBytes + pixels * (4 + 3), kStart});
     e.items.push_back({MemoryPart::StartImageResize, "start image: resize buffer", "init",
                        static_cast<std::uint64_t>(image.height) * config.width * 3 * kFloat, kStart});
-    e.items.push_back({MemoryPart::StartImage, "start image in model space (" + dims(channels, config.height, config.width) + " float32)", "init",
-                       canvas * kFloat, kStart | kSampling | kOutput});
+    e.items.push_back({MemoryPart::StartImage,
+                       "start image in model space (" + dims(channels, config.height, config.width) + " float32)",
+                       "init", canvas * kFloat, kStart | kSampling | kOutput});
 }
 
 }  // namespace
 
 std::string_view toString(MemoryPhase phase) {
     switch (phase) {
-        case MemoryPhase::StartImage: return "preparing the start image";
-        case MemoryPhase::Sampling: return "sampling";
-        case MemoryPhase::Output: return "writing the outputs";
+        case MemoryPhase::StartImage:
+            return "preparing the start image";
+        case MemoryPhase::Sampling:
+            return "sampling";
+        case MemoryPhase::Output:
+            return "writing the outputs";
     }
     return "sampling";
 }
@@ -168,24 +171,29 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const UNetConfig&
     const ModelGraph graph = unet2DExecutionGraph(model);
 
     HostMemoryEstimate e;
-    e.items.push_back({MemoryPart::Process, "the process itself" + std::string(onDevice ? " with the CUDA runtime" : ""), "",
+    e.items.push_back({MemoryPart::Process,
+                       "the process itself" + std::string(onDevice ? " with the CUDA runtime" : ""), "",
                        kProcessBytes + (onDevice ? kCudaRuntimeBytes : 0), kStart | kSampling | kOutput});
-    e.items.push_back({MemoryPart::Weights, "model weights (float32)", "model", weightBytes(graph), kSampling | kOutput});
+    e.items.push_back(
+        {MemoryPart::Weights, "model weights (float32)", "model", weightBytes(graph), kSampling | kOutput});
     if (!onDevice) {
-        e.items.push_back({MemoryPart::Activations, "UNet activations for a batch of " + std::to_string(s.batch) +
-                               (s.batch == 1 ? " tile of " : " tiles of ") +
-                               std::to_string(s.tileW) + "x" + std::to_string(s.tileH),
-                           "batch", activationBytes(graph, s.batch, s.tileH, s.tileW, cpuThreads(config)), kSampling | kOutput});
+        e.items.push_back(
+            {MemoryPart::Activations,
+             "UNet activations for a batch of " + std::to_string(s.batch) +
+                 (s.batch == 1 ? " tile of " : " tiles of ") + std::to_string(s.tileW) + "x" + std::to_string(s.tileH),
+             "batch", activationBytes(graph, s.batch, s.tileH, s.tileW, cpuThreads(config)), kSampling | kOutput});
         e.items.push_back({MemoryPart::TileBuffers, "tile batch input and output", "batch",
                            2 * static_cast<std::uint64_t>(s.batch) * channels * s.tileH * s.tileW * kFloat, kSampling});
-        e.items.push_back({MemoryPart::Canvas, "canvas: latents, noise and two accumulators (4 x " + canvasDims + " float32)", "width",
+        e.items.push_back({MemoryPart::Canvas,
+                           "canvas: latents, noise and two accumulators (4 x " + canvasDims + " float32)", "width",
                            4 * canvas * kFloat, kSampling});
     }
-    e.items.push_back({MemoryPart::Seams, "seam statistics of the last step (2 x " + canvasDims + " float64)", "width", 2 * canvas * 8,
-                       kSampling});
+    e.items.push_back({MemoryPart::Seams, "seam statistics of the last step (2 x " + canvasDims + " float64)", "width",
+                       2 * canvas * 8, kSampling});
     // Previews (one canvas, while the observer holds it) come and go before the final image is
     // made; they never add to the peak.
-    e.items.push_back({MemoryPart::FinalImage, "final image and seam map", "width", canvas * kFloat + plane * kFloat, kSampling | kOutput});
+    e.items.push_back({MemoryPart::FinalImage, "final image and seam map", "width", canvas * kFloat + plane * kFloat,
+                       kSampling | kOutput});
     // Normaliser and its inverse per pixel, the distinct window maps, the tile tables.
     e.items.push_back({MemoryPart::Blend, "blend weights and tile tables", "width",
                        2 * plane * kFloat + static_cast<std::uint64_t>(s.windowMaps) * s.tileH * s.tileW * kFloat +
@@ -203,57 +211,6 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const UNetConfig&
     return e;
 }
 
-std::optional<std::uint64_t> parseMemAvailable(std::string_view meminfo) {
-    constexpr std::string_view key = "MemAvailable:";
-    std::size_t at = 0;
-    while ((at = meminfo.find(key, at)) != std::string_view::npos) {
-        if (at == 0 || meminfo[at - 1] == '\n') break;
-        at += key.size();
-    }
-    if (at == std::string_view::npos) return std::nullopt;
-    std::size_t i = at + key.size();
-    while (i < meminfo.size() && (meminfo[i] == ' ' || meminfo[i] == '\t')) ++i;
-    std::uint64_t kib = 0;
-    const auto [ptr, ec] = std::from_chars(meminfo.data() + i, meminfo.data() + meminfo.size(), kib);
-    if (ec != std::errc() || ptr == meminfo.data() + i) return std::nullopt;
-    const std::string_view rest = meminfo.substr(static_cast<std::size_t>(ptr - meminfo.data()));
-    if (rest.rfind(" kB", 0) != 0) return std::nullopt;
-    if (kib > UINT64_MAX / 1024) return std::nullopt;
-    return kib * 1024;
-}
-
-namespace {
-
-std::optional<std::uint64_t> readNumberFile(const char* path) {
-    std::ifstream in(path);
-    std::string text;
-    if (!(in >> text) || text == "max") return std::nullopt;
-    std::uint64_t value = 0;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
-    return value;
-}
-
-}  // namespace
-
-std::optional<HostMemory> availableHostMemory() {
-    std::optional<HostMemory> best;
-    {
-        std::ifstream in("/proc/meminfo");
-        std::stringstream text;
-        text << in.rdbuf();
-        if (const auto bytes = parseMemAvailable(text.str())) best = HostMemory{*bytes, "MemAvailable in /proc/meminfo"};
-    }
-    // cgroup v2 (the process's own group is mounted at /sys/fs/cgroup in a container).
-    const auto limit = readNumberFile("/sys/fs/cgroup/memory.max");
-    const auto used = readNumberFile("/sys/fs/cgroup/memory.current");
-    if (limit && used) {
-        const std::uint64_t left = *limit > *used ? *limit - *used : 0;
-        if (!best || left < best->availableBytes) best = HostMemory{left, "the cgroup's memory.max less memory.current"};
-    }
-    return best;
-}
-
 namespace {
 
 // The largest value in [lo, hi] for which fits(value) holds, assuming fits is monotone
@@ -263,8 +220,10 @@ std::optional<int> largestFitting(int lo, int hi, Fits fits) {
     if (hi < lo || !fits(lo)) return std::nullopt;
     while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
-        if (fits(mid)) lo = mid;
-        else hi = mid - 1;
+        if (fits(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -301,11 +260,13 @@ std::string advice(const std::string& field, const RunConfig& config, const UNet
     }
     if (field == "batch") {
         const int now = resolveTileBatch(config.tileBatch, runShape(config).tiles);
-        const auto batch = largestFitting(1, now - 1, [&](int b) { return fitsWith([&](RunConfig& c) { c.tileBatch = b; }); });
+        const auto batch =
+            largestFitting(1, now - 1, [&](int b) { return fitsWith([&](RunConfig& c) { c.tileBatch = b; }); });
         if (batch) return "lower batch (at most " + std::to_string(*batch) + " fits)";
     }
     if (field == "steps") {
-        const auto steps = largestFitting(1, config.steps - 1, [&](int k) { return fitsWith([&](RunConfig& c) { c.steps = k; }); });
+        const auto steps =
+            largestFitting(1, config.steps - 1, [&](int k) { return fitsWith([&](RunConfig& c) { c.steps = k; }); });
         if (steps) return "lower steps (at most " + std::to_string(*steps) + " fits) or raise batch";
     }
     return genericAdvice(field);
@@ -329,11 +290,13 @@ std::optional<ValidationError> refusal(const HostMemoryEstimate& estimate, const
     for (const MemoryItem* item : parts) {
         if (item->field.empty()) continue;  // the process itself: nothing to lower
         auto it = std::find_if(byField.begin(), byField.end(), [&](const auto& f) { return f.first == item->field; });
-        if (it == byField.end()) byField.emplace_back(item->field, item->bytes);
-        else it->second += item->bytes;
+        if (it == byField.end())
+            byField.emplace_back(item->field, item->bytes);
+        else
+            it->second += item->bytes;
     }
-    const auto heaviest =
-        std::max_element(byField.begin(), byField.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    const auto heaviest = std::max_element(byField.begin(), byField.end(),
+                                           [](const auto& a, const auto& b) { return a.second < b.second; });
     const std::string field = heaviest == byField.end() ? std::string("width") : heaviest->first;
     std::string largest;
     for (std::size_t i = 0; i < parts.size() && i < 3; ++i)

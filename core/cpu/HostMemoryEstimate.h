@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/base/FormatNumber.h"
+#include "core/base/HostMemory.h"
 #include "core/models/unet/UNetConfig.h"
 #include "core/run/RunConfig.h"
 
@@ -33,16 +34,28 @@ std::string_view toString(MemoryPhase);
 // Each part of the estimate, so callers that keep some of them (compare keeps every side's
 // images and records) can count those again.
 enum class MemoryPart {
-    Process, Weights, Activations, TileBuffers, Canvas, Seams, FinalImage, Blend,
-    Record, OutputText, Png, StartImageFile, StartImageResize, StartImage
+    Process,
+    Weights,
+    Activations,
+    TileBuffers,
+    Canvas,
+    Seams,
+    FinalImage,
+    Blend,
+    Record,
+    OutputText,
+    Png,
+    StartImageFile,
+    StartImageResize,
+    StartImage
 };
 
 struct MemoryItem {
     MemoryPart part = MemoryPart::Process;
-    std::string what;        // "canvas: latents, noise and two accumulators (4 x 3x256x256 float32)"
-    std::string field;       // the setting that makes it smaller: "width", "batch", "steps", "init", "model"; "" none
+    std::string what;   // "canvas: latents, noise and two accumulators (4 x 3x256x256 float32)"
+    std::string field;  // the setting that makes it smaller: "width", "batch", "steps", "init", "model"; "" none
     std::uint64_t bytes = 0;
-    unsigned phases = 0;     // MemoryPhase bits it is held in
+    unsigned phases = 0;  // MemoryPhase bits it is held in
     bool heldIn(MemoryPhase phase) const { return (phases & static_cast<unsigned>(phase)) != 0; }
 };
 
@@ -54,7 +67,7 @@ struct StartImageSize {
 
 struct HostMemoryEstimate {
     std::vector<MemoryItem> items;
-    std::uint64_t bytesOf(MemoryPart part) const;   // 0 when the part is not there
+    std::uint64_t bytesOf(MemoryPart part) const;  // 0 when the part is not there
     std::uint64_t bytesIn(MemoryPhase phase) const;
     MemoryPhase peakPhase() const;
     std::uint64_t peakBytes() const { return bytesIn(peakPhase()); }
@@ -70,16 +83,6 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const UNetConfig&
 // allocates to run op by op: the least a run needs. Its whole forwards, one image per thread,
 // may hold more, and only within half of availableHostMemory() at prepare: CpuBackend.h).
 std::uint64_t cpuActivationBytes(const UNetConfig& model, int batch, int tileH, int tileW, int threads = 1);
-
-// What this process may still allocate: MemAvailable from /proc/meminfo, or the cgroup's
-// memory limit less its usage when that is smaller. `source` says which, for messages.
-struct HostMemory {
-    std::uint64_t availableBytes = 0;
-    std::string source;
-};
-std::optional<HostMemory> availableHostMemory();
-// "MemAvailable:   19555376 kB" in /proc/meminfo text, in bytes; nullopt when absent.
-std::optional<std::uint64_t> parseMemAvailable(std::string_view meminfo);
 
 // Throws ValidationError when the estimate's peak exceeds `available`. Its field is the setting
 // whose parts weigh most at the peak ("width", "batch", "steps", "init", "model"); the message
