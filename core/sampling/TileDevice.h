@@ -131,6 +131,9 @@ struct DevicePrepare {
     int tiles = 0;           // of the plan (the last batch may hold fewer than batchSize)
     bool batchAuto = false;  // batchSize is the auto tile batch: the device may lower it to fit
     int pixelScale = 1;      // image pixels per tile pixel (8 for SD latents): for messages
+    // The canvas the run will sample (channels x height x width) and the blend window's weight
+    // maps: a device that keeps the canvas beside the UNet's plan counts it when it fits the plan.
+    int canvasChannels = 0, canvasHeight = 0, canvasWidth = 0, weightMaps = 0, steps = 0;
 };
 
 struct DevicePlan {

@@ -698,7 +698,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     const DevicePlan devicePlan =
         device.prepare(DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(),
                                      (plan.count() + batchSize - 1) / batchSize, guidance.has_value(), plan.count(),
-                                     batchAuto, job.pixelScale},
+                                     batchAuto, job.pixelScale, C, canvas.height, canvas.width, weights.mapCount(),
+                                     static_cast<int>(scheduler->timesteps().size())},
                        record);
     if (devicePlan.batchSize > 0) batchSize = devicePlan.batchSize;  // auto, lowered to fit the device
     record.config.tileBatch = batchSize;                             // the record and the PNG's parameters say what ran

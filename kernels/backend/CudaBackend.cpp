@@ -132,6 +132,7 @@ void CudaBackend::setTileTerms(int imagesPerTile, int pixelScale) {
     impl_->imagesPerTile = std::max(1, imagesPerTile);
     impl_->pixelScale = std::max(1, pixelScale);
 }
+void CudaBackend::setReservedBytes(std::size_t bytes) { impl_->reservedBytes = bytes; }
 TuningInfo CudaBackend::tuningInfo() const { return impl_->tuning.info(impl_->settings.values); }
 std::vector<std::string> CudaBackend::tuningWarnings() const { return impl_->tuning.warnings(); }
 std::vector<CudaBackend::OpTime> CudaBackend::profileOps(int batch, int repeats, bool inGraph) {

@@ -159,6 +159,10 @@ public:
     // guidance) and image pixels per tile pixel (8 for SD latents). An out-of-memory plan then
     // names the tile batch and tile size as the user set them.
     void setTileTerms(int imagesPerTile, int pixelScale);
+    // Device memory the caller will allocate after the plan (the tile device's canvas): a prepare
+    // fits its plan into what is free less this, so that an auto tile batch lowered to fit leaves
+    // room for it.
+    void setReservedBytes(std::size_t bytes);
     // The last prepare's hits, misses (timed choices), refused cached choices, the digest of
     // every choice the plan uses, and the numerics-changing settings (cachePath left empty).
     TuningInfo tuningInfo() const;

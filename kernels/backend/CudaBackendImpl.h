@@ -118,6 +118,9 @@ struct CudaBackend::Impl {
     const TensorMap* weightMap = nullptr;  // during prepare only
     int maxBatch = 0, tileH = 0, tileW = 0;
     int imagesPerTile = 1, pixelScale = 1;  // setTileTerms: how an out-of-memory message counts
+    std::size_t reservedBytes = 0;          // setReservedBytes: kept free for the caller
+    // What cudaMemGetInfo reports free, less reservedBytes.
+    std::size_t freeForPlan() const;
     int inPad = 0, outPad = 0;
     WeightBlob blob;
     std::vector<PlanBuffer> buffers;

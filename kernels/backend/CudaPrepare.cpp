@@ -62,8 +62,7 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
         planArena();
     }
 
-    std::size_t freeBytes = 0, totalBytes = 0;
-    TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    const std::size_t freeBytes = freeForPlan();
     const std::size_t weights = blob.size();
     const std::size_t base = weights + activationBytes + kCublasWorkspace;
     if (base > freeBytes) throw outOfMemory(base, freeBytes, weights + kCublasWorkspace);
@@ -148,8 +147,7 @@ std::size_t CudaBackend::Impl::placeArena(int laneCount) {
     const std::size_t laneBytes = alignUp(activationBytes + convWorkspace + kCublasWorkspace);
     const std::size_t total = weights + static_cast<std::size_t>(laneCount) * laneBytes;
     const std::size_t fixed = weights + static_cast<std::size_t>(laneCount) * (convWorkspace + kCublasWorkspace);
-    std::size_t freeBytes = 0, totalBytes = 0;
-    TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    const std::size_t freeBytes = freeForPlan();
     if (total > freeBytes) throw outOfMemory(total, freeBytes, fixed, laneCount);
     const NvtxRange nvtxPlace("arena + weights upload");
     try {
@@ -208,6 +206,12 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
     return s.str();
 }
 
+std::size_t CudaBackend::Impl::freeForPlan() const {
+    std::size_t freeBytes = 0, totalBytes = 0;
+    TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    return freeBytes > reservedBytes ? freeBytes - reservedBytes : 0;
+}
+
 // The message and the largest batch that fits are computed here, in order, and handed to the
 // error together: a function argument read in the same throw expression as a call that sets it
 // would be read in an unspecified order.
@@ -232,7 +236,9 @@ CudaOutOfMemory CudaBackend::Impl::outOfMemory(std::size_t needed, std::size_t f
         s << ")";
     }
     s << " (" << dtypeName(dtype) << "): needs " << mib(needed) << " MiB, " << mib(freeBytes) << " MiB free on "
-      << props.name << "; ";
+      << props.name;
+    if (reservedBytes > 0) s << " beside the " << mib(reservedBytes) << " MiB the canvas needs";
+    s << "; ";
     if (largest > 0)
         s << "the largest tile batch that fits is about " << largest;
     else

@@ -40,6 +40,22 @@ int autoLanes(long long forwardPixels) { return forwardPixels < 16384 ? 4 : 2; }
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+// The run arena of a canvas; the coefficient table is sized in powers of two so that runs of
+// different step counts share it.
+ArenaPlan arenaPlanFor(int channels, int height, int width, int tileH, int tileW, int maps, int tiles, int steps) {
+    ArenaPlan plan;
+    plan.channels = channels;
+    plan.height = height;
+    plan.width = width;
+    plan.tileH = tileH;
+    plan.tileW = tileW;
+    plan.maps = maps;
+    plan.tiles = tiles;
+    plan.stepsCapacity = 64;
+    while (plan.stepsCapacity < steps) plan.stepsCapacity *= 2;
+    return plan;
+}
+
 DType dtypeOf(Precision p) {
     return p == Precision::FP32 ? DType::F32 : (p == Precision::FP16 ? DType::F16 : DType::BF16);
 }
@@ -159,6 +175,7 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         tuning_ = std::make_unique<TuningCache>(TuningCache::resolvePath(config.tuningCache));
         backend.setTuningCache(tuning_.get());
         backend.setTileTerms(imagesPerTile, request.pixelScale);
+        backend.setReservedBytes(arenaGrowth(request));
         for (;;) {
             try {
                 backend.prepareGraph(*model.graph, *model.weights, imagesPerTile * batch, request.tileH, request.tileW,
@@ -215,6 +232,17 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
            << " tile " << request.tileW << "x" << request.tileH << " batch " << batch << " lanes " << lanes;
     planFamily_ = family.str();
     return DevicePlan{lanes, config.precision, batch == request.batchSize ? 0 : batch};
+}
+
+// The run arena's growth for this request's canvas: what beginRun will allocate beyond the arena
+// it holds (freed before the new one is allocated). Counted when the UNet's plan is fitted, so
+// that an auto tile batch lowered to fit the plan leaves room for the canvas.
+std::size_t CudaTileDevice::arenaGrowth(const DevicePrepare& request) const {
+    if (request.canvasChannels <= 0) return 0;
+    const std::size_t need = RunArena::bytesFor(arenaPlanFor(request.canvasChannels, request.canvasHeight,
+                                                             request.canvasWidth, request.tileH, request.tileW,
+                                                             request.weightMaps, request.tiles, request.steps));
+    return need > arena_.bytes() ? need - arena_.bytes() : 0;
 }
 
 void CudaTileDevice::ensureArena(const ArenaPlan& plan) {
@@ -288,16 +316,8 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
     // Run arena: canvas, accumulators, constant tables, step state; kept while the plan's
     // sizes stay the same. The coefficient table is sized in powers of two so that runs of
     // different step counts share it.
-    ArenaPlan arenaPlan;
-    arenaPlan.channels = C;
-    arenaPlan.height = H;
-    arenaPlan.width = W;
-    arenaPlan.tileH = tileH;
-    arenaPlan.tileW = tileW;
-    arenaPlan.maps = pass.weights->mapCount();
-    arenaPlan.tiles = pass.tileCount();
-    arenaPlan.stepsCapacity = 64;
-    while (arenaPlan.stepsCapacity < pass.steps()) arenaPlan.stepsCapacity *= 2;
+    const ArenaPlan arenaPlan =
+        arenaPlanFor(C, H, W, tileH, tileW, pass.weights->mapCount(), pass.tileCount(), pass.steps());
     stepsCapacity_ = arenaPlan.stepsCapacity;
     ensureArena(arenaPlan);
     uploadTables(pass);

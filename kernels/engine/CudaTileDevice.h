@@ -130,6 +130,7 @@ private:
     std::size_t canvasSize() const;
     ScatterTargets targets(const StepVariant& variant) const;
     void ensureArena(const ArenaPlan& plan);
+    std::size_t arenaGrowth(const DevicePrepare& request) const;
     void uploadTables(const TiledPass& pass);
     // Graph keys: the family holds everything that fixes a graph's nodes and launch shapes, the
     // pointers what it bakes in (kernels/engine/GraphCache.h).

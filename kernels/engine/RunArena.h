@@ -32,6 +32,26 @@ public:
         if (buffer_.data() && plan_ && *plan_ == plan) return false;
         buffer_.reset();  // free first: peak memory and a flat footprint across size changes
         plan_.reset();
+        layout(plan);
+        buffer_ = DeviceBuffer(bytes_);
+        plan_ = plan;
+        return true;
+    }
+    // What ensure(plan) allocates, in bytes, without allocating it.
+    static std::size_t bytesFor(const ArenaPlan& plan) {
+        RunArena sizing;
+        sizing.layout(plan);
+        return sizing.bytes_;
+    }
+    template <typename T>
+    T* at(std::size_t off) const {
+        return reinterpret_cast<T*>(buffer_.as<char>() + off);
+    }
+    const void* base() const { return buffer_.data(); }
+    std::size_t bytes() const { return bytes_; }
+
+private:
+    void layout(const ArenaPlan& plan) {
         bytes_ = 0;
         const std::size_t canvas = static_cast<std::size_t>(plan.channels) * plan.height * plan.width;
         x = reserve<float>(canvas);
@@ -49,18 +69,7 @@ public:
         coeff = reserve<StepCoefficients>(static_cast<std::size_t>(plan.stepsCapacity));
         state = reserve<StepState>(1);
         nonFinite = reserve<unsigned long long>(1);
-        buffer_ = DeviceBuffer(bytes_);
-        plan_ = plan;
-        return true;
     }
-    template <typename T>
-    T* at(std::size_t off) const {
-        return reinterpret_cast<T*>(buffer_.as<char>() + off);
-    }
-    const void* base() const { return buffer_.data(); }
-    std::size_t bytes() const { return bytes_; }
-
-private:
     template <typename T>
     std::size_t reserve(std::size_t count) {
         const std::size_t off = (bytes_ + 255) / 256 * 256;
