@@ -29,7 +29,7 @@ QString presetsFolder() {
     const QString installed = QCoreApplication::applicationDirPath() + QStringLiteral("/../share/tessera/presets");
     if (QFileInfo(installed).isDir()) return QDir::cleanPath(installed);
 #ifdef TESSERA_RESOURCE_DIR
-    const QString resources = QStringLiteral(TESSERA_RESOURCE_DIR "/presets");
+    QString resources = QStringLiteral(TESSERA_RESOURCE_DIR "/presets");
     if (QFileInfo(resources).isDir()) return resources;
 #endif
     return QDir::homePath();
@@ -156,8 +156,8 @@ void FileMenu::savePreset() {
 }
 
 void FileMenu::writeInBackground(const QString& path, Overwrite overwrite,
-                                 std::function<void(const std::string&)> write,
-                                 std::function<void(bool, const QString&)> done) {
+                                 const std::function<void(const std::string&)>& write,
+                                 const std::function<void(bool, const QString&)>& done) {
     // The existence check runs with the write, off this thread; only the question is asked here.
     files_.start(
         [file = path.toStdString(), replace = overwrite == Overwrite::Replace, write] {

@@ -69,8 +69,9 @@ private:
     void startExport(ExportFormat format, const QString& path, Overwrite overwrite, Feedback feedback);
     // Writes `path` with `write` on files_ unless it exists and `overwrite` says no; with Ask,
     // asks and tries again. `done(ok, error)` runs on the GUI thread.
-    void writeInBackground(const QString& path, Overwrite overwrite, std::function<void(const std::string&)> write,
-                           std::function<void(bool, const QString&)> done);
+    void writeInBackground(const QString& path, Overwrite overwrite,
+                           const std::function<void(const std::string&)>& write,
+                           const std::function<void(bool, const QString&)>& done);
     bool askToReplace(const QString& path);
 
     QWidget* window_;

@@ -43,7 +43,6 @@ int rectOf(GraphsPanel::Metric metric) {
 double groupKey(GraphsPanel::Metric metric) {
     switch (metric) {
         case GraphsPanel::TotalTime:
-            return 1;
         case GraphsPanel::StepMedian:
             return 1;
         case GraphsPanel::StepP95:

@@ -61,7 +61,7 @@ namespace {
 // Calls `then` once nothing about the model or the start image is being looked up any more
 // (the default model is located, the folder shown inspected and the start image's header read,
 // off the GUI thread), so Run is enabled if it can be.
-void whenModelChecked(tessera::MainWindow& window, std::function<void()> then) {
+void whenModelChecked(tessera::MainWindow& window, const std::function<void()>& then) {
     tessera::ConfigPanel* panel = window.configPanel();
     const auto checking = [panel] { return panel->isCheckingModel() || panel->isCheckingStartImage(); };
     if (!checking()) return then();
@@ -188,8 +188,8 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
 
 // Takes screenshot `index` of `paths` (view views[index]), then the next; quits after the last.
 // The pictures are encoded and written on `files`, off the GUI thread.
-void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStringList views, QStringList paths,
-                     int index) {
+void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, const QStringList& views,
+                     const QStringList& paths, int index) {
     if (index >= paths.size()) {
         QApplication::exit(0);
         return;
@@ -203,7 +203,7 @@ void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, QStr
         }
         // Let the queued replots and repaints land before grabbing.
         QTimer::singleShot(300, &window, [&window, &files, target, views, paths, index] {
-            const QString path = paths.at(index);
+            const QString& path = paths.at(index);
             files.start(
                 [image = target->grab().toImage(), path] {
                     if (!image.save(path)) throw std::runtime_error("cannot write " + path.toStdString());

@@ -181,7 +181,7 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
         options.command = CliCommand::Render;
     else if (first == "info")
         options.command = CliCommand::Info;
-    else if (first.rfind("-", 0) == 0)
+    else if (first.rfind('-', 0) == 0)
         fail("command", "expected a subcommand (plan, render, info) before " + inQuotes(first));
     else
         fail("command", inQuotes(first) + " is not one of plan, render, info");

@@ -411,7 +411,7 @@ ComparedConfigs compareConfigs(const CompareOptions& options) {
     std::vector<std::string> renderArgs{"render"};
     renderArgs.insert(renderArgs.end(), options.runFlags.begin(), options.runFlags.end());
     const CliOptions common = parseCliOptions(renderArgs);
-    const nlohmann::json flags = toJson(common.config);
+    nlohmann::json flags = toJson(common.config);
     ComparedConfigs configs;
 
     auto base = [&](std::size_t index, const std::string& side) {
@@ -648,7 +648,7 @@ nlohmann::json summaryJson(const CompareOptions& options, const nlohmann::json& 
         pixelJson["bit_identical"] = nullptr;
         pixelJson["note"] = "n/a (sizes differ)";
     }
-    const nlohmann::json summary = {
+    nlohmann::json summary = {
         {"timing", kTimingNote},
         {"order", "interleaved A B, warm-up pairs discarded, previews off"},
         {"warmup", options.warmup},

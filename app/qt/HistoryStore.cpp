@@ -178,7 +178,7 @@ quint64 HistoryStore::loadImages(const QStringList& runIds) {
             for (const QString& id : runIds) read.images << disk->get().image(id);
             return read;
         },
-        [this](quint64 id, Images read) { emit imagesAvailable(id, read.ids, read.images); },
+        [this](quint64 id, const Images& read) { emit imagesAvailable(id, read.ids, read.images); },
         [this](quint64 id, const QString& error) { emit failed(id, error); });
 }
 

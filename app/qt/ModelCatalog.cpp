@@ -203,11 +203,11 @@ quint64 ModelCatalog::scan(const QString& folder, const QStringList& others) {
                              dir.entryInfoList(QDir::Dirs | QDir::Files | QDir::NoDotAndDotDot, QDir::Name)) {
                             if (result.inFolder.size() >= kMaxEntries) break;
                             const QString shown = root.relativeFilePath(info.absoluteFilePath());
-                            if (info.isDir() && isModelFolder(QDir(info.absoluteFilePath())))
-                                result.inFolder << describe(info.absoluteFilePath(), shown);
-                            else if (info.isDir() && !info.isSymLink())
+                            const bool modelFolder = info.isDir() && isModelFolder(QDir(info.absoluteFilePath()));
+                            if (info.isDir() && !modelFolder && !info.isSymLink())
                                 next << info.absoluteFilePath();
-                            else if (info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) == 0)
+                            else if (modelFolder ||
+                                     info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) == 0)
                                 result.inFolder << describe(info.absoluteFilePath(), shown);
                         }
                     }
@@ -252,8 +252,8 @@ void ModelCatalog::requestHash(const CatalogEntry& entry) {
     hashes_.start(
         [this, entry, stopping = stopping_] {
             // Asked twice before the first answer: the second finds it cached here.
-            if (const auto hash = cachedHash(entry)) return *hash;
-            const QString hash = shortSha256(entry.path, *stopping);
+            if (auto hash = cachedHash(entry)) return *hash;
+            QString hash = shortSha256(entry.path, *stopping);
             if (hash.isEmpty()) return hash;
             hashesComputed_.fetch_add(1);
             std::lock_guard lock(cacheMutex_);

@@ -248,7 +248,7 @@ bool RunHistory::remove(const QString& runId) {
 }
 
 QString RunHistory::usableTrash() const {
-    const QString trash = trashFolder();
+    QString trash = trashFolder();
     const QFileInfo info(trash);
     if (info.isSymLink() || (info.exists() && !info.isDir()))
         throw std::runtime_error(

@@ -138,7 +138,7 @@ std::string TuningContext::key() const {
 std::string TuningCache::resolvePath(const std::string& setting) {
     if (setting == "off") return {};
     if (!setting.empty()) return setting;
-    const std::string env = envText("TESSERA_TUNING_CACHE");
+    std::string env = envText("TESSERA_TUNING_CACHE");
     if (env == "off") return {};
     if (!env.empty()) return env;
     const std::string xdg = envText("XDG_CACHE_HOME");

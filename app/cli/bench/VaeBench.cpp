@@ -129,7 +129,7 @@ VaeBenchOptions parseVaeBenchOptions(const std::vector<std::string>& args) {
         HostTensor t{shape, std::vector<float>(static_cast<std::size_t>(HostTensor{shape, {}}.numel()))};
         const bool norm = shape.size() == 1 && name.find("norm") != std::string::npos;
         const bool gamma = norm && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-        const double fanIn = shape.size() > 1 ? static_cast<double>(t.numel() / shape[0]) : 1.0;
+        const double fanIn = shape.size() > 1 ? static_cast<double>(t.numel()) / static_cast<double>(shape[0]) : 1.0;
         for (float& v : t.data)
             v = gamma ? 1.0f + 0.1f * u(rng) : (norm ? 0.1f : static_cast<float>(1.0 / std::sqrt(fanIn))) * u(rng);
         tensors[name] = std::move(t);
