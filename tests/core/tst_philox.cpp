@@ -84,8 +84,8 @@ private slots:
     }
 
     void independentAcrossDrawAndIndex() {
-        const int n = 200000;
-        auto correlation = [n](auto first, auto second) {
+        constexpr int n = 200000;
+        auto correlation = [](auto first, auto second) {
             double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
             for (int i = 0; i < n; ++i) {
                 const double a = first(i), b = second(i);
