@@ -280,7 +280,10 @@ private slots:
         SdModel m = fixtureTextModel();
         const SafetensorsFile want(kFixtures + "/encode.safetensors");
         const std::size_t width = 3 + 6;
-        for (const auto& [name, spec] : c.at("cases").items()) {
+        // Named apart, not as a structured binding: clang 14 cannot capture a binding in a lambda.
+        for (const auto& item : c.at("cases").items()) {
+            const std::string& name = item.key();
+            const nlohmann::json& spec = item.value();
             const auto text = [&](const char* key) {
                 return spec.at(key).is_null() ? std::string()
                                               : c.at("prompts").at(spec.at(key).get<std::size_t>()).get<std::string>();
