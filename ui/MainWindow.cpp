@@ -340,7 +340,7 @@ void MainWindow::restoreSettings() {
                                                      " bytes; at most " + std::to_string(input_limits::kJsonBytes) +
                                                      " are allowed");
             const std::string where =
-                "'" + excerpt(settings_->fileName().toStdString(), 200) + "' key " + kLastConfigKey.toStdString();
+                shownPath(settings_->fileName().toStdString()) + " key " + kLastConfigKey.toStdString();
             config = runConfigFromJson(parseBoundedJson(json, "settings", where));
         } catch (const std::exception& e) {
             const QString why = QString::fromStdString(toValidUtf8(e.what()));

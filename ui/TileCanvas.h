@@ -110,6 +110,7 @@ signals:
     void splitMoved(double fraction);
 
 protected:
+    // QWidget's event handlers, overridden as ZoomPanView's are (the canvas extends its mouse handling).
     void paintEvent(QPaintEvent* event) override;
     void dragEnterEvent(QDragEnterEvent* event) override;
     void dropEvent(QDropEvent* event) override;

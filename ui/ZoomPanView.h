@@ -58,6 +58,7 @@ protected:
     // A drag is panning the view.
     bool isPanning() const { return panFrom_.has_value(); }
 
+    // QWidget's event handlers, overridden as TileCanvas's are (it extends the mouse handling).
     void wheelEvent(QWheelEvent* event) override;
     void mousePressEvent(QMouseEvent* event) override;
     void mouseMoveEvent(QMouseEvent* event) override;

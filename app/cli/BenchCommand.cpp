@@ -3,7 +3,6 @@
 #include "app/cli/CliOptions.h"
 #include "app/cli/bench/JobBench.h"
 #include "app/cli/bench/VaeBench.h"
-#include "core/formats/ModelWeights.h"  // ModelError
 #include "core/models/sd/UNetCondConfig.h"
 
 namespace tessera {
@@ -32,12 +31,8 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
         }
         if (options.profile) checkCudaBench(options);  // before any weights are loaded or drawn
         if (isSdBenchShape(options.shape)) return runSdBench(options, out, err);
-    } catch (const ValidationError& e) {
-        err << "tessera-cli bench: " << e.what() << "\n";
-        return kExitInvalid;
-    } catch (const ModelError& e) {
-        err << "tessera-cli bench: model: " << e.what() << "\n";
-        return kExitInvalid;
+    } catch (...) {
+        return benchInputFailure(err);
     }
     return runTiledRunBench(options, out, err);
 }

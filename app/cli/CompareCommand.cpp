@@ -225,17 +225,10 @@ std::string graphSummary(const Side& side) {
 
 nlohmann::json graphJson(const Side& side) {
     const GraphStats g = measuredGraphStats(side);
-    return {{"requested", toString(side.config.graphs)},
-            {"mode", g.mode},
-            {"fallback_reason", g.fallbackReason},
-            {"captures", g.captures},
-            {"hits", g.hits},
-            {"misses", g.misses},
-            {"evictions", g.evictions},
-            {"updates", g.updates},
-            {"instantiations", g.instantiations},
-            {"nodes", g.nodes},
-            {"graph_mib", g.graphMemMiB}};
+    nlohmann::json j = graphCountersJson(g);
+    j["requested"] = toString(side.config.graphs);
+    j["graph_mib"] = g.graphMemMiB;
+    return j;
 }
 
 nlohmann::json optionalJson(const std::optional<double>& value) {
@@ -390,7 +383,8 @@ CompareOptions parseCompareOptions(const std::vector<std::string>& args) {
             continue;
         }
         const std::optional<bool> takesValue = cliOptionTakesValue(name);
-        if (!takesValue) fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli compare --help'");
+        if (!takesValue)
+            fail("option", "unknown option " + inQuotes("--" + name) + "; see 'tessera-cli compare --help'");
         if (name == "out") fail("out", "compare writes no images; give --csv FILE or --json FILE for its results");
         o.runFlags.push_back(arg);
         if (*takesValue && !word->inlineValue) {

@@ -101,8 +101,7 @@ RestoredConfig configurationFromFile(const std::string& path) {
     // A FIFO must be refused, not opened (which would wait for a writer).
     std::error_code ignored;
     if (pngName && !std::filesystem::is_regular_file(path, ignored))
-        throw InputFileError("preset",
-                             "preset: '" + excerpt(path, 200) + "': is not a regular file; a run PNG is needed");
+        throw InputFileError("preset", "preset: " + shownPath(path) + ": is not a regular file; a run PNG is needed");
     const std::string bytes = pngName ? std::string() : readBoundedFile(path, "preset");
     RestoredConfig restored;
     try {
@@ -118,7 +117,7 @@ RestoredConfig configurationFromFile(const std::string& path) {
             restored.runId = record.runId;
             return restored;
         }
-        const nlohmann::json json = parseBoundedJson(bytes, "preset", "'" + excerpt(path, 200) + "'");
+        const nlohmann::json json = parseBoundedJson(bytes, "preset", shownPath(path));
         if (json.is_object() && json.contains("schema_version")) {
             const RunRecord record = runRecordFromManifest(json);
             restored.config = record.config;

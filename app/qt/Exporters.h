@@ -46,8 +46,8 @@ struct RestoredConfig {
     std::string runId;  // of the run, for RunPng and Manifest; empty for a preset
 };
 
-// The configuration stored in `path`: a PNG written by writeRunPng (its "tessera-manifest"
-// chunk), a run manifest JSON (has "schema_version") or a preset JSON (runConfigFromJson).
+// The configuration stored in `path`: a run PNG (its "tessera-manifest" chunk; app/cli/PngIO.h
+// encodeRunPng), a run manifest JSON (has "schema_version") or a preset JSON (runConfigFromJson).
 // Throws std::runtime_error (or ValidationError) naming the path and what is wrong.
 RestoredConfig configurationFromFile(const std::string& path);
 

@@ -4,8 +4,8 @@
 a tile batch (doubled when guidance is on, cfg != 1) timed with CUDA events after warm-up, median of
 --repeats; from it the UNet's share of one step of the tiled job (tiles of the latent canvas in calls
 of --batch tiles, the last call the remainder, timed apart). Prints the same CSV columns as Tessera's
-SD rows (app/cli/BenchCommand.cpp sdBenchCsvHeader; tests/app/tst_bench.cpp checks they agree). SDXL's forward
-also takes added_cond_kwargs: text_embeds [B, 1280] N(0,1) and time_ids (1024, 1024, 0, 0, 1024, 1024), as
+SD rows (app/cli/bench/UNetBench.cpp sdBenchCsvHeader; tests/app/tst_bench.cpp checks they agree). SDXL's
+forward also takes added_cond_kwargs: text_embeds [B, 1280] N(0,1) and time_ids (1024, 1024, 0, 0, 1024, 1024), as
 Tessera's bench feeds its 2816-wide text_embeds_time.
 
 Modes (what a PyTorch user would write):
@@ -72,7 +72,7 @@ def axis_positions(length, tile, overlap):
 
 
 def dense_peak_tflops(name):
-    """app/cli/BenchCommand.cpp denseTensorPeakTflops: datasheet dense fp16/bf16 tensor peak."""
+    """app/cli/bench/BenchTable.cpp denseTensorPeakTflops: datasheet dense fp16/bf16 tensor peak."""
     if "H100" in name:
         return 756.0 if "PCIe" in name else (835.0 if "NVL" in name else 989.0)
     for part, peak in (("H200", 989.0), ("GH200", 989.0), ("A100", 312.0), ("L40S", 362.0), ("A10G", 70.0),

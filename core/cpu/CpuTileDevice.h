@@ -40,6 +40,7 @@ public:
     explicit CpuTileDevice(HostTileFunction function);
     ~CpuTileDevice() override;
 
+    // TileDevice's overrides, declared as in CudaTileDevice.h: one interface, two devices.
     DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
     void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
     void startCanvas(const CanvasStart& start) override;

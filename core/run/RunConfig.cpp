@@ -245,6 +245,7 @@ int resolveTileBatch(int tileBatch, int tiles) {
     return std::max(1, std::min(tileBatch, tiles));
 }
 
+// One line per enum, alike on purpose: each looks its value up in its own name table.
 std::string_view toString(SchedulerKind v) { return nameOf(kSchedulerNames, v); }
 std::string_view toString(BetaSchedule v) { return nameOf(kBetaScheduleNames, v); }
 std::string_view toString(TimestepSpacing v) { return nameOf(kSpacingNames, v); }

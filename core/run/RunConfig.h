@@ -38,7 +38,8 @@ enum class SdxlSizeConditioning { Image, Tile };
 // statistics (core/models/vae/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
 enum class VaeTiling { Auto, On, Off };
 
-// Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...).
+// Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...): one
+// toString and one parseX per enum, alike on purpose (each a lookup in its own name table).
 std::string_view toString(SchedulerKind);
 std::string_view toString(BetaSchedule);
 std::string_view toString(TimestepSpacing);

@@ -157,6 +157,14 @@ std::string timingsCsv(const RunRecord& record) {
     return out;
 }
 
+nlohmann::json graphCountersJson(const GraphStats& g) {
+    return {{"mode", g.mode},         {"fallback_reason", g.fallbackReason},
+            {"captures", g.captures}, {"hits", g.hits},
+            {"misses", g.misses},     {"evictions", g.evictions},
+            {"updates", g.updates},   {"instantiations", g.instantiations},
+            {"nodes", g.nodes}};
+}
+
 namespace {
 
 // ---- The manifest's parts, written --------------------------------------------------------
@@ -206,25 +214,18 @@ nlohmann::json graphsJson(const GraphStats& g) {
                         {"launches", e.launches},
                         {"captured", e.captured},
                         {"updated", e.updated}});
-    return {{"mode", g.mode},
-            {"fallback_reason", g.fallbackReason},
-            {"captures", g.captures},
-            {"hits", g.hits},
-            {"misses", g.misses},
-            {"evictions", g.evictions},
-            {"updates", g.updates},
-            {"instantiations", g.instantiations},
-            {"nodes", g.nodes},
-            {"capture_ms", g.captureMs},
-            {"instantiate_ms", g.instantiateMs},
-            {"graph_mem_mib", g.graphMemMiB},
-            {"cache_capacity", g.cacheCapacity},
-            {"lanes", g.lanes},
-            {"cache_entries", g.cacheEntries},
-            {"invalidations", g.invalidations},
-            {"failures", g.failures},
-            {"update_ms", g.updateMs},
-            {"used", std::move(used)}};
+    nlohmann::json j = graphCountersJson(g);
+    j.update({{"capture_ms", g.captureMs},
+              {"instantiate_ms", g.instantiateMs},
+              {"graph_mem_mib", g.graphMemMiB},
+              {"cache_capacity", g.cacheCapacity},
+              {"lanes", g.lanes},
+              {"cache_entries", g.cacheEntries},
+              {"invalidations", g.invalidations},
+              {"failures", g.failures},
+              {"update_ms", g.updateMs},
+              {"used", std::move(used)}});
+    return j;
 }
 
 nlohmann::json textEncodeJson(const TextEncodeRecord& t) {

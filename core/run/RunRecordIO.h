@@ -25,6 +25,12 @@ std::string timingsCsv(const RunRecord& record);
 // config as tessera::toJson(RunConfig). Keys are snake_case.
 nlohmann::json manifestJson(const RunRecord& record);
 
+// A run's CUDA-graph counters under the manifest's "graphs" key names: mode, fallback_reason,
+// captures, hits, misses, evictions, updates, instantiations and nodes. manifestJson's "graphs"
+// object adds the timings, the cache and the graphs used; `tessera-cli compare --json` reports
+// these per side.
+nlohmann::json graphCountersJson(const GraphStats& stats);
+
 // Reads manifestJson's output back. Missing keys keep RunRecord's defaults; a wrong type,
 // or a schema_version newer than this build's, throws std::runtime_error naming the key.
 // The config is read with runConfigFromJson (ValidationError on bad config fields).

@@ -10,7 +10,8 @@ namespace tessera {
 
 struct RunConfig;
 
-// One tile in image pixels. id = row * cols + col; (x, y) is the top-left corner.
+// One tile in image pixels. id = row * cols + col; (x, y) is the top-left corner. A plain record of
+// ints, alike in shape to other field lists (ClipTextConfig's).
 struct TileRect {
     int id = 0;
     int col = 0;

@@ -531,6 +531,7 @@ std::size_t CudaBackend::Impl::chooseGraphConvs(void* ws, std::size_t wsCap) {
     std::map<std::string, PlanChoice> chosen;
     std::size_t need = 0;
     for (ConvLayer& c : convs) {
+        // Filled field by field like other parameter blocks: alike in shape only.
         GraphConvShape shape;
         shape.dtype = dtype;
         shape.n = maxBatch;

@@ -91,6 +91,7 @@ public:
     std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w, int h) override {
         const NvtxRange range("vae statistics");
         const DeviceCanvas& c = canvases_.at(value);
+        // Filled field by field like other parameter blocks: alike in shape only.
         GroupMomentsParams p;
         p.dtype = dtype_;
         p.x = c.buffer.data();

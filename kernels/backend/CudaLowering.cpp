@@ -49,6 +49,7 @@ std::size_t CudaBackend::Impl::convWeight(int param, int ipad, int opad) {
 
 int CudaBackend::Impl::addConv(const std::string& name, int cin, int cout, int k, int stride, int pad, int h, int w,
                                std::size_t weight) {
+    // Filled field by field like other parameter blocks: alike in shape only.
     ConvLayer c;
     c.name = name;
     c.cin = cin;

@@ -28,8 +28,8 @@ CudaSettings CudaSettings::fromEnvironment() {
         const bool digits = budget.size() <= 8 && budget.find_first_not_of("0123456789") == std::string::npos;
         const unsigned long mibValue = digits ? std::stoul(budget) : 0;
         if (mibValue < 1 || mibValue > kMaxAttentionScoreMiB)
-            throw std::invalid_argument("TESSERA_CUDA_ATTENTION_MIB: '" + excerpt(budget) +
-                                        "' is not allowed; give a whole number of MiB from 1 to " +
+            throw std::invalid_argument("TESSERA_CUDA_ATTENTION_MIB: " + inQuotes(budget) +
+                                        " is not allowed; give a whole number of MiB from 1 to " +
                                         std::to_string(kMaxAttentionScoreMiB));
         s.attentionBudgetBytes = static_cast<std::size_t>(mibValue) << 20;
     }
@@ -41,8 +41,8 @@ CudaSettings CudaSettings::fromEnvironment() {
         s.flashBlockQueries = flash == "1" ? 64 : 128;
         s.flashWarps = flash == "128w8" ? 8 : 4;
     } else if (!flash.empty() && flash != "auto")
-        throw std::invalid_argument("TESSERA_CUDA_FLASH: '" + excerpt(flash) +
-                                    "' is not allowed; give 0 (the blocked attention path), 1 (the fused kernel "
+        throw std::invalid_argument("TESSERA_CUDA_FLASH: " + inQuotes(flash) +
+                                    " is not allowed; give 0 (the blocked attention path), 1 (the fused kernel "
                                     "wherever it applies), 128 or 128w8 (the fused kernel with 128 query rows "
                                     "per block in 4 or 8 warps) or auto (the fastest per shape)");
     const std::string& sdpa = s.values["TESSERA_CUDA_SDPA"];
@@ -51,8 +51,8 @@ CudaSettings CudaSettings::fromEnvironment() {
     else if (sdpa == "1")
         s.sdpa = FlashMode::On;
     else if (!sdpa.empty() && sdpa != "auto")
-        throw std::invalid_argument("TESSERA_CUDA_SDPA: '" + excerpt(sdpa) +
-                                    "' is not allowed; give 0 (never cuDNN's fused attention), 1 (cuDNN's wherever "
+        throw std::invalid_argument("TESSERA_CUDA_SDPA: " + inQuotes(sdpa) +
+                                    " is not allowed; give 0 (never cuDNN's fused attention), 1 (cuDNN's wherever "
                                     "it offers a plan) or auto (cuDNN's where it times faster)");
     return s;
 }

@@ -42,6 +42,7 @@ double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // The run arena of a canvas; the coefficient table is sized in powers of two so that runs of
 // different step counts share it.
+// (Filled field by field like other parameter blocks: alike in shape only.)
 ArenaPlan arenaPlanFor(int channels, int height, int width, int tileH, int tileW, int maps, int tiles, int steps) {
     ArenaPlan plan;
     plan.channels = channels;

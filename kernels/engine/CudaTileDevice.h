@@ -69,6 +69,7 @@ public:
     // The backend of the last run (nullptr before the first prepare).
     const CudaBackend* backend() const { return backend_.get(); }
 
+    // TileDevice's overrides, declared as in CpuTileDevice.h: one interface, two devices.
     // Prepares the backend once per (model, precision, batch, tile shape, lanes); an out-of-memory
     // plan throws CudaOutOfMemory (its message names the needed and free MiB; largestBatch()).
     DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;

@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kMaxThreads, reduceMinBlocks<VEC, HELD, FUSED>
 #pragma unroll
     for (int r = 0; r < HELD; ++r) {
         const int p = p0 + ty + r * rows;
-        if (p < p1) {
+        if (p < p1) {  // as groupNormApply's normalise-and-store, apart on purpose (groupNormReduce's comment)
             float v[VEC];
             unpack<T, VEC>(held[r], v);
 #pragma unroll
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(kMaxThreads) groupNormApply(GroupNormArgs a) {
 #pragma unroll
         for (int r = 0; r < UNROLL; ++r) {
             const int p = base + r * rows;
-            if (p < p1) {
+            if (p < p1) {  // as groupNormReduce's normalise-and-store, apart on purpose (see its comment)
                 float v[VEC];
                 unpack<T, VEC>(cur[r], v);
 #pragma unroll
@@ -529,6 +529,7 @@ void launchGroupNorm(const GroupNormParams& p, cudaStream_t stream) {
                                     std::to_string(p.groups) + " groups");
     if (p.batch <= 0 || p.pixels <= 0) return;
     const int cpg = p.channels / p.groups;
+    // Filled field by field like other parameter blocks: alike in shape only.
     GroupNormArgs a{};
     a.x = p.x;
     a.y = p.y;

@@ -10,6 +10,7 @@
 #include "app/cli/CliText.h"
 #include "app/cli/EngineFactory.h"
 #include "core/base/BoundedInput.h"
+#include "core/formats/ModelWeights.h"  // ModelError
 #include "core/models/sd/UNetCondGraph.h"
 
 namespace tessera {
@@ -214,7 +215,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         name = word->name;
         const auto known = kOptions.find(name);
         if (known == kOptions.end())
-            fail("option", "unknown option '--" + excerpt(name) + "'; see 'tessera-cli bench --help'");
+            fail("option", "unknown option " + inQuotes("--" + name) + "; see 'tessera-cli bench --help'");
         takeOptionValue(*word, args, i, known->second);
         value = word->value;
         o.given.insert(known->second);
@@ -327,7 +328,8 @@ UNetCondConfig benchSdShapeConfig(std::string_view shape) {
     return c;
 }
 
-RunConfig benchRowConfig(const BenchOptions& options, Precision precision, GraphMode graphs, int lanes, int batch) {
+RunConfig benchCanvasConfig(const BenchOptions& options, int batch) {
+    // Filled field by field like other parameter blocks: alike in shape only.
     RunConfig config;
     config.width = options.width;
     config.height = options.height;
@@ -335,13 +337,18 @@ RunConfig benchRowConfig(const BenchOptions& options, Precision precision, Graph
     config.overlapPx = options.overlap;
     config.tileBatch = batch;
     config.steps = options.steps;
+    config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
+    return config;
+}
+
+RunConfig benchRowConfig(const BenchOptions& options, Precision precision, GraphMode graphs, int lanes, int batch) {
+    RunConfig config = benchCanvasConfig(options, batch);
     config.scheduler = SchedulerKind::DDIM;
     config.precision = precision;
     config.graphs = graphs;
     config.lanes = lanes;
     config.backend = options.backend;
     config.seed = options.seed;
-    config.previewEvery = 0;  // a benchmark measures sampling, not preview copies
     config.label = "bench";
     config.tuningCache = options.tuningCache;
     return config;
@@ -366,6 +373,17 @@ void checkCudaBench(const BenchOptions& o) {
 std::string benchSizeText(const BenchOptions& options) {
     return options.width == options.height ? std::to_string(options.width)
                                            : std::to_string(options.width) + "x" + std::to_string(options.height);
+}
+
+int benchInputFailure(std::ostream& err) {
+    try {
+        throw;
+    } catch (const ValidationError& e) {
+        err << "tessera-cli bench: " << e.what() << "\n";
+    } catch (const ModelError& e) {
+        err << "tessera-cli bench: model: " << e.what() << "\n";
+    }
+    return kExitInvalid;
 }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <string>
 #include <string_view>
@@ -62,8 +63,11 @@ bool isSdBenchShape(std::string_view shape);
 // 865,910,724 and 2,567,463,684 parameters). Throws ValidationError("shape") for another name.
 UNetCondConfig benchSdShapeConfig(std::string_view shape);
 
-// The run of one (precision, graphs, lanes, batch) row: DDIM over the options' image and tiles,
-// previews off, labelled "bench".
+// The image, tiles, steps and tile batch of a row, previews off: what validate() and the host
+// memory check read before any work.
+RunConfig benchCanvasConfig(const BenchOptions& options, int batch);
+// The run of one (precision, graphs, lanes, batch) row: benchCanvasConfig's with DDIM, the
+// options' backend, seed and tuning cache, labelled "bench".
 RunConfig benchRowConfig(const BenchOptions& options, Precision precision, GraphMode graphs, int lanes, int batch);
 
 // The SD shapes and --profile run on the CUDA backend only; anything else is refused with the
@@ -72,5 +76,10 @@ void checkCudaBench(const BenchOptions& options);
 
 // "2048" for a square image, else "2048x1024".
 std::string benchSizeText(const BenchOptions& options);
+
+// For a `catch (...)` around a bench's checks before its work: a ValidationError in flight is
+// reported on `err` as "tessera-cli bench: <what>", a ModelError as "tessera-cli bench: model:
+// <what>", and either gives kExitInvalid; anything else is thrown on.
+int benchInputFailure(std::ostream& err);
 
 }  // namespace tessera

@@ -137,6 +137,7 @@ int runSdJobBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     for (Precision p : o.precisions)
         for (GraphMode mode : o.graphs)
             for (int batch : o.batches) {
+                // Filled field by field like other parameter blocks: alike in shape only.
                 SdJobRow row;
                 row.shape = o.shape;
                 row.size = size;

@@ -150,14 +150,7 @@ std::shared_ptr<const UNetModel> benchModel(const BenchOptions& options, std::st
     const BackendKind backend = checkRunBackend(options.backend);
     const std::optional<HostMemory> available = availableHostMemory();
     for (int batch : options.batches) {
-        RunConfig probe;
-        probe.width = options.width;
-        probe.height = options.height;
-        probe.tile = options.tile;
-        probe.overlapPx = options.overlap;
-        probe.tileBatch = batch;
-        probe.steps = options.steps;
-        probe.previewEvery = 0;
+        const RunConfig probe = benchCanvasConfig(options, batch);
         validate(probe, folder.limits());
         if (available) checkHostMemory(probe, folder.config, backend, std::nullopt, *available);
     }
@@ -230,12 +223,8 @@ int runTiledRunBench(const BenchOptions& options, std::ostream& out, std::ostrea
         if (!options.csvPath.empty())
             checkBenchCsv(options.csvPath, options.precisions.size() * options.graphs.size() * options.lanes.size() *
                                                options.batches.size());
-    } catch (const ValidationError& e) {
-        err << "tessera-cli bench: " << e.what() << "\n";
-        return kExitInvalid;
-    } catch (const ModelError& e) {
-        err << "tessera-cli bench: model: " << e.what() << "\n";
-        return kExitInvalid;
+    } catch (...) {
+        return benchInputFailure(err);
     }
 
     const std::string size = benchSizeText(options);

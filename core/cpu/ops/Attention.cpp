@@ -95,6 +95,7 @@ void attendHeads(WorkerPool& pool, int images, const AttentionCore& a) {
 void projectChannels(WorkerPool& pool, int images, int C, int N, const float* w, const float* bias, const float* src,
                      std::int64_t srcStride, const float* residual, float outScale, float* dst,
                      std::int64_t dstStride) {
+    // Filled field by field like other parameter blocks: alike in shape only.
     Gemm g;
     g.m = C;
     g.n = N;
@@ -162,6 +163,7 @@ void tokenAttention(WorkerPool& pool, int images, const TokenAttentionShape& s, 
     const int N = s.tokens, C = s.channels;
     const int M = context ? s.contextTokens : N, Ckv = context ? s.contextChannels : C;
     const std::int64_t xImage = std::int64_t(N) * C, kvImage = std::int64_t(M) * Ckv;
+    // Set up and looped over like attention()'s core, but token-major with its own projections.
     AttentionCore a;
     a.queries = N;
     a.keys = M;

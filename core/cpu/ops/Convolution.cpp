@@ -9,6 +9,7 @@ namespace tessera {
 namespace cpu {
 
 ConvShape ConvShape::same(int cin, int cout, int h, int w, int kernel) {
+    // Filled field by field like other parameter blocks: alike in shape only.
     ConvShape s;
     s.cin = cin;
     s.cout = cout;
@@ -101,6 +102,7 @@ void conv2d(WorkerPool& pool, const ConvShape& s, int images, const float* x, co
         }
     };
     if (isPointwise(s)) {
+        // Filled field by field like other parameter blocks: alike in shape only.
         Gemm g;
         g.m = s.cout;
         g.n = outPixels;

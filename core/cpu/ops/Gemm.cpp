@@ -24,6 +24,7 @@ GemmBlocks gemmBlocks(int m, int n, int k) {
 void linearRows(WorkerPool& pool, int images, int rows, int in, int out, const float* x, std::int64_t xStride,
                 const float* weight, const float* bias, const float* residual, float outScale, float* y,
                 std::int64_t yStride) {
+    // Filled field by field like other parameter blocks: alike in shape only.
     Gemm g;
     g.transB = CblasTrans;
     g.m = rows;

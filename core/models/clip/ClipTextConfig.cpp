@@ -15,6 +15,7 @@ namespace {
 namespace bounds = clip_config_bounds;
 using namespace config_json;
 
+// One range per key with what SD's text encoders use: a table shaped like every config reader's.
 constexpr IntRange kVocab{1, bounds::kMaxVocab, "49408 in SD's encoders"};
 constexpr IntRange kHidden{1, bounds::kMaxHidden, "768 (SD 1.x), 1024 (SD 2.x), 1280 (SDXL's second encoder)"};
 constexpr IntRange kIntermediate{1, bounds::kMaxIntermediate, "4 x hidden_size in published CLIPs"};

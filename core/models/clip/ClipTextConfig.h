@@ -10,7 +10,8 @@
 
 namespace tessera {
 
-// The values Tessera accepts: what SD 1.x/2.x and SDXL's encoders use, with room to spare.
+// The values Tessera accepts: what SD 1.x/2.x and SDXL's encoders use, with room to spare (a
+// table shaped like every family's bounds on purpose).
 namespace clip_config_bounds {
 // 49408 in every SD encoder; multilingual CLIPs go to ~250k.
 inline constexpr int kMaxVocab = 1 << 18;
@@ -28,6 +29,7 @@ inline constexpr int kMaxPositions = 4096;
 
 enum class ClipActivation { QuickGelu, Gelu, GeluTanh };
 
+// CLIPTextConfig's fields with its defaults: a plain field list, alike in shape to other records.
 struct ClipTextConfig {
     int vocabSize = 49408;
     int hiddenSize = 512;

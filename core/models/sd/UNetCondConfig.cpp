@@ -14,6 +14,7 @@
 #include "core/base/BoundedInput.h"
 #include "core/formats/ConfigJson.h"
 #include "core/graph/TimestepEmbedding.h"
+#include "core/models/unet/UNetSharedKeys.h"
 
 namespace tessera {
 
@@ -23,13 +24,9 @@ using namespace config_json;
 namespace bounds = unet_config_bounds;
 namespace cond = unet_cond_bounds;
 
-constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels, "4 for SD latents, 9 for inpainting UNets"};
-constexpr IntRange kBlockChannels{1, bounds::kMaxBlockChannels, "SD uses 320 to 1280 per level"};
+// One range per key with what SD's UNets use: a table shaped like every config reader's.
 constexpr IntRange kLayersPerBlock{1, bounds::kMaxLayersPerBlock, "2 in SD 1.x, 2.x and SDXL"};
 constexpr IntRange kSampleSize{1, bounds::kMaxSampleSize, "64 to 128 for SD latents"};
-constexpr IntRange kTimeEmbeddingDim{1, bounds::kMaxTimeEmbeddingDim, "4 x block_out_channels[0] by default"};
-constexpr IntRange kFreqShift{0, 1, "SD uses 0"};
-constexpr IntRange kDownsamplePadding{0, 1, "SD uses 1; others change the resolution"};
 constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in SD; it must divide the channels"};
 constexpr IntRange kCrossAttentionDim{1, cond::kMaxCrossAttentionDim, "768 in SD 1.x, 1024 in SD 2.x, 2048 in SDXL"};
 constexpr IntRange kHeads{1, cond::kMaxHeads,
@@ -41,6 +38,19 @@ constexpr IntRange kAdditionTimeEmbedDim{2, cond::kMaxAdditionTimeEmbedDim,
 constexpr IntRange kProjectionInputDim{1, cond::kMaxProjectionInputDim,
                                        "2816 in SDXL base (1280 pooled text + 6 x 256)"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
+
+// The keys read alike with UNet2DModel's (its reader gives ddpm's ranges in the same fields).
+constexpr UNetSharedKeys kSharedKeys{
+    .sampleChannels = {1, bounds::kMaxSampleChannels, "4 for SD latents, 9 for inpainting UNets"},
+    .blockChannels = {1, bounds::kMaxBlockChannels, "SD uses 320 to 1280 per level"},
+    .freqShift = {0, 1, "SD uses 0"},
+    .downsamplePadding = {0, 1, "SD uses 1; others change the resolution"},
+    .levels = kLevels,
+    .midBlockType = "UNetMidBlock2DCrossAttn",
+    .midBlockScaleWhy = "1 in SD; the mid block's resnet outputs are divided by it",
+    .normEpsWhy = "1e-5 in SD",
+};
+
 // SDXL base's size ids: original (h, w), crop (top, left), target (h, w).
 constexpr int kSdxlTimeIds = 6;
 
@@ -94,51 +104,26 @@ std::vector<int> readIntOrList(const nlohmann::json& value, const std::string& k
 // Reads one key of UNet2DConditionModel.__init__ into `c`; false for a key this reader does not
 // know.
 bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& value) {
+    if (kSharedKeys.read(c, key, value)) return true;
     if (key == "sample_size") {
         if (value.is_array() && value.size() == 2)
             c.sampleSize = readInt(value[0], key, kSampleSize);
         else
             c.sampleSize = readOptionalInt(value, key, kSampleSize).value_or(0);
-    } else if (key == "in_channels")
-        c.inChannels = readInt(value, key, kSampleChannels);
-    else if (key == "out_channels")
-        c.outChannels = readInt(value, key, kSampleChannels);
-    else if (key == "center_input_sample")
-        c.centerInputSample = readBool(value, key);
-    else if (key == "flip_sin_to_cos")
-        c.flipSinToCos = readBool(value, key);
-    else if (key == "freq_shift")
-        c.freqShift = readInt(value, key, kFreqShift);
-    else if (key == "down_block_types")
+    } else if (key == "down_block_types")
         c.downBlocks = readBlocks<CondDownBlock>(
             value, key, kLevels,
             {{"DownBlock2D", CondDownBlock::Down}, {"CrossAttnDownBlock2D", CondDownBlock::CrossAttnDown}});
     else if (key == "up_block_types")
         c.upBlocks = readBlocks<CondUpBlock>(
             value, key, kLevels, {{"UpBlock2D", CondUpBlock::Up}, {"CrossAttnUpBlock2D", CondUpBlock::CrossAttnUp}});
-    else if (key == "mid_block_type") {
-        if (value.is_null())
-            c.hasMidBlock = false;
-        else if (readString(value, key) == "UNetMidBlock2DCrossAttn")
-            c.hasMidBlock = true;
-        else
-            reject(key, value, "only \"UNetMidBlock2DCrossAttn\" or null is supported");
-    } else if (key == "block_out_channels")
-        c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
     else if (key == "layers_per_block") {
         if (value.is_array()) reject(key, value, "a per-block list is not supported; expected one integer");
         c.layersPerBlock = readInt(value, key, kLayersPerBlock);
-    } else if (key == "downsample_padding")
-        c.downsamplePadding = readInt(value, key, kDownsamplePadding);
-    else if (key == "mid_block_scale_factor")
-        c.midBlockScaleFactor = static_cast<float>(
-            readNumber(value, key, 0.01, 100.0, "1 in SD; the mid block's resnet outputs are divided by it"));
-    else if (key == "norm_num_groups") {
+    } else if (key == "norm_num_groups") {
         if (value.is_null()) reject(key, value, "null (no output norm) is not supported; expected an integer");
         c.normNumGroups = readInt(value, key, kGroups);
-    } else if (key == "norm_eps")
-        c.normEps = static_cast<float>(readNumber(value, key, 1e-12, 1.0, "1e-5 in SD"));
-    else if (key == "cross_attention_dim") {
+    } else if (key == "cross_attention_dim") {
         if (value.is_array()) reject(key, value, "a per-block list is not supported; expected one integer");
         c.crossAttentionDim = readInt(value, key, kCrossAttentionDim);
     } else if (key == "attention_head_dim")
@@ -149,8 +134,6 @@ bool readKey(UNetCondConfig& c, const std::string& key, const nlohmann::json& va
         c.useLinearProjection = readBool(value, key);
     else if (key == "upcast_attention")
         c.upcastAttention = !value.is_null() && readBool(value, key);
-    else if (key == "time_embedding_dim")
-        c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
     else if (key == "addition_embed_type") {
         if (value.is_null())
             c.additionEmbedType.clear();

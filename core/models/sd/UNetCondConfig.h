@@ -16,7 +16,8 @@
 
 namespace tessera {
 
-// The values Tessera accepts beyond unet_config_bounds (which apply too), each with what SD uses.
+// The values Tessera accepts beyond unet_config_bounds (which apply too), each with what SD uses:
+// a table shaped like every family's bounds on purpose.
 namespace unet_cond_bounds {
 // cross_attention_dim: SD 1.x 768, SD 2.x 1024, SDXL 2048.
 inline constexpr int kMaxCrossAttentionDim = 8192;

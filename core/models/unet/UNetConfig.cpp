@@ -17,6 +17,7 @@
 
 #include "core/base/BoundedInput.h"
 #include "core/formats/ConfigJson.h"
+#include "core/models/unet/UNetSharedKeys.h"
 
 namespace tessera {
 
@@ -25,18 +26,26 @@ namespace {
 namespace bounds = unet_config_bounds;
 using namespace config_json;
 
-constexpr IntRange kSampleChannels{1, bounds::kMaxSampleChannels,
-                                   "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"};
-constexpr IntRange kBlockChannels{1, bounds::kMaxBlockChannels, "published UNets use 32 to 1280 per level"};
+// One range per key with what published UNet2DModels use: a table shaped like every config reader's.
 constexpr IntRange kLayersPerBlock{1, bounds::kMaxLayersPerBlock, "2 in ddpm and SD, up to 4 in larger UNets"};
 constexpr IntRange kSampleSize{1, bounds::kMaxSampleSize, "32 to 256 in ddpm, 64 to 128 for SD latents"};
-constexpr IntRange kTimeEmbeddingDim{1, bounds::kMaxTimeEmbeddingDim, "4 x block_out_channels[0] by default"};
-constexpr IntRange kFreqShift{0, 1, "ddpm uses 1, SD 0"};
-constexpr IntRange kDownsamplePadding{0, 1, "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"};
 constexpr IntRange kGroups{1, bounds::kMaxBlockChannels, "32 in published UNets; it must divide the channels"};
 constexpr IntRange kHeadDim{1, bounds::kMaxBlockChannels, "8 to 64 in published UNets; it must divide the channels"};
 constexpr IntRange kTrainTimesteps{1, bounds::kMaxTrainTimesteps, "1000 in published UNets"};
 constexpr LevelLimit kLevels{bounds::kMaxLevels, "published UNets have 3 to 7"};
+
+// The keys read alike with UNet2DConditionModel's (its reader gives SD's ranges in the same fields).
+constexpr UNetSharedKeys kSharedKeys{
+    .sampleChannels = {1, bounds::kMaxSampleChannels,
+                       "3 for pixel models, 4 for SD latents, up to 16 in newer latent spaces"},
+    .blockChannels = {1, bounds::kMaxBlockChannels, "published UNets use 32 to 1280 per level"},
+    .freqShift = {0, 1, "ddpm uses 1, SD 0"},
+    .downsamplePadding = {0, 1, "ddpm uses 0 (one extra row/column), SD 1; others change the resolution"},
+    .levels = kLevels,
+    .midBlockType = "UNetMidBlock2D",
+    .midBlockScaleWhy = "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it",
+    .normEpsWhy = "1e-5 or 1e-6 in published UNets",
+};
 
 // Keys of UNet2DModel.__init__.
 const std::set<std::string, std::less<>> kModelKeys{"sample_size",
@@ -78,6 +87,7 @@ struct KeyState {
 
 // Reads one known key into `c`.
 void readKey(UNetConfig& c, KeyState& s, const std::string& key, const nlohmann::json& value) {
+    if (kSharedKeys.read(c, key, value)) return;
     if (key == "sample_size") {
         if (value.is_null())
             s.sampleSize.reset();
@@ -89,43 +99,17 @@ void readKey(UNetConfig& c, KeyState& s, const std::string& key, const nlohmann:
         } else {
             reject(key, value, "expected null, an integer or [height, width]");
         }
-    } else if (key == "in_channels")
-        c.inChannels = readInt(value, key, kSampleChannels);
-    else if (key == "out_channels")
-        c.outChannels = readInt(value, key, kSampleChannels);
-    else if (key == "center_input_sample")
-        c.centerInputSample = readBool(value, key);
-    else if (key == "time_embedding_type") {
+    } else if (key == "time_embedding_type") {
         if (readString(value, key) != "positional")
             reject(key, value, "only \"positional\" time embeddings are supported");
-    } else if (key == "time_embedding_dim")
-        c.timeEmbeddingDim = readOptionalInt(value, key, kTimeEmbeddingDim);
-    else if (key == "freq_shift")
-        c.freqShift = readInt(value, key, kFreqShift);
-    else if (key == "flip_sin_to_cos")
-        c.flipSinToCos = readBool(value, key);
-    else if (key == "down_block_types")
+    } else if (key == "down_block_types")
         c.downBlocks = readBlocks<DownBlockType>(
             value, key, kLevels, {{"DownBlock2D", DownBlockType::Down}, {"AttnDownBlock2D", DownBlockType::AttnDown}});
     else if (key == "up_block_types")
         c.upBlocks = readBlocks<UpBlockType>(value, key, kLevels,
                                              {{"UpBlock2D", UpBlockType::Up}, {"AttnUpBlock2D", UpBlockType::AttnUp}});
-    else if (key == "mid_block_type") {
-        if (value.is_null())
-            c.hasMidBlock = false;
-        else if (readString(value, key) == "UNetMidBlock2D")
-            c.hasMidBlock = true;
-        else
-            reject(key, value, "only \"UNetMidBlock2D\" or null is supported");
-    } else if (key == "block_out_channels")
-        c.blockOutChannels = readChannelList(value, key, kLevels, kBlockChannels);
     else if (key == "layers_per_block")
         c.layersPerBlock = readInt(value, key, kLayersPerBlock);
-    else if (key == "mid_block_scale_factor")
-        c.midBlockScaleFactor = static_cast<float>(readNumber(
-            value, key, 0.01, 100.0, "1 in ddpm and SD, sqrt(2) in score models; outputs are divided by it"));
-    else if (key == "downsample_padding")
-        c.downsamplePadding = readInt(value, key, kDownsamplePadding);
     else if (key == "downsample_type")
         s.downsampleType = readString(value, key);
     else if (key == "upsample_type")
@@ -140,8 +124,6 @@ void readKey(UNetConfig& c, KeyState& s, const std::string& key, const nlohmann:
         c.normNumGroups = readInt(value, key, kGroups);
     else if (key == "attn_norm_num_groups")
         c.attnNormNumGroups = readOptionalInt(value, key, kGroups);
-    else if (key == "norm_eps")
-        c.normEps = static_cast<float>(readNumber(value, key, 1e-12, 1.0, "1e-5 or 1e-6 in published UNets"));
     else if (key == "resnet_time_scale_shift") {
         const std::string shift = readString(value, key);
         if (shift == "default")

@@ -15,7 +15,8 @@ namespace tessera {
 // The config.json values Tessera accepts: what published UNets use (google/ddpm-*, and the
 // Stable Diffusion family that comes next), with room to spare. unetConfigFromJson checks
 // them before anything is sized from a config, so every count derived from one (tensor list,
-// channel sums, 4 x channels time embedding) stays small and fits an int.
+// channel sums, 4 x channels time embedding) stays small and fits an int. Shaped like the other
+// families' tables (vae_config_bounds, unet_cond_bounds) on purpose: each follows its own configs.
 namespace unet_config_bounds {
 // Resolution levels: SDXL has 3, SD 1.x/2.x 4, google/ddpm-*-256 6, ADM ImageNet-512 7.
 inline constexpr int kMaxLevels = 8;

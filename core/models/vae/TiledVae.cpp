@@ -631,6 +631,7 @@ int requiredHalo(const std::vector<GraphSegment>& segments, int cellPixels) {
 }
 
 VaeTilingRecord TiledGraphReport::record() const {
+    // Filled field by field like other parameter blocks: alike in shape only.
     VaeTilingRecord r;
     r.cols = grid.cols;
     r.rows = grid.rows;

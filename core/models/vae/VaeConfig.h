@@ -12,7 +12,8 @@
 namespace tessera {
 
 // The values Tessera accepts, checked before anything is sized from a config. Apart from
-// unet_config_bounds though some values agree: each table follows its own family's configs.
+// unet_config_bounds, and shaped like it, though some values agree: each table follows its own
+// family's configs.
 namespace vae_config_bounds {
 // Resolution levels: 4 in SD 1.x/2.x/XL (scale factor 8); 8 keeps the factor at most 128.
 inline constexpr int kMaxLevels = 8;
