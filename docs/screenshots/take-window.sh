@@ -9,7 +9,7 @@
 #
 # The SD prompting and picker pictures are take-window-sd.sh's; before/after and reopened runs are
 # take-runs.sh's; the GPU pictures (*-h100-*.png) are taken on an H100 by the GPU bench script's
-# "screens" job (kernels/bench/).
+# window mode (bench/gpu/run.sh window).
 set -eu
 # shellcheck source=docs/screenshots/xvfb.sh
 . docs/screenshots/xvfb.sh
