@@ -25,8 +25,8 @@ Cases (spandrel architectures/<Arch>/__init__.py for detection, __arch/ for the 
 
 Outputs per case, under OUTDIR/<case>/:
   model.safetensors   the state dict (float32) as the file holds it
-  model.pth           torch.save zip format (esrgan_old_x4, esrgan_basicsr_x2_unshuffle, compact_x4, span_x4)
-  model_legacy.pth    torch.save(_use_new_zipfile_serialization=False) (esrgan_old_x4, compact_x4)
+  model.pth           torch.save zip format (esrgan_basicsr_x2_unshuffle, under its params_ema wrapper; compact_x4)
+  model_legacy.pth    torch.save(_use_new_zipfile_serialization=False) (compact_x4)
   model_fp16.safetensors  float16 copy (esrgan_old_x4)
   io.safetensors      input [1,C,H,W] in [0,1]; output = spandrel's ImageModelDescriptor.__call__ without its
                       final clamp (pad to the size requirements, forward, crop), float32; output64 = the same
@@ -188,7 +188,7 @@ def main():
 
     sd = esrgan_old_state(3, 3, 8, 2, 4, False, None, 1)
     case(outdir, "esrgan_old_x4", sd, 3, (13, 11), {"arch": "ESRGAN", "nf": 8, "nb": 2, "scale": 4}, 1,
-         pth=True, legacy=True, fp16=True)
+         fp16=True)
 
     sd = esrgan_old_state(3, 3, 8, 1, 2, False, 2, 2)
     bsr = old_to_basicsr(sd, 1, 2, trunk=False)
@@ -216,7 +216,7 @@ def main():
     case(outdir, "compact_x3", sd, 3, (11, 14), {"arch": "Compact", "nf": 8, "num_conv": 3, "scale": 3}, 7)
 
     sd = span_state(3, 3, 16, 4, True, 8)
-    case(outdir, "span_x4", sd, 3, (12, 9), {"arch": "SPAN", "nf": 16, "scale": 4, "norm": True}, 8, pth=True)
+    case(outdir, "span_x4", sd, 3, (12, 9), {"arch": "SPAN", "nf": 16, "scale": 4, "norm": True}, 8)
 
     sd = span_state(3, 3, 8, 2, False, 9)
     case(outdir, "span_x2_nonorm_noeval", sd, 3, (8, 13), {"arch": "SPAN", "nf": 8, "scale": 2, "norm": False}, 9,
