@@ -199,6 +199,11 @@ CpuBackend::Scratch CpuBackend::scratchNeeded(const ModelGraph& graph, int batch
     return need;
 }
 
+std::size_t CpuBackend::activationFloats(const ModelGraph& graph, int batch, int tileH, int tileW) {
+    graph.checkTileSize(tileH, tileW);
+    return planWorkspace(graph, batch, tileH, tileW).floats();
+}
+
 std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH,
                                                            int tileW) {
     std::vector<OpWeights> bound(graph.ops().size());
@@ -253,9 +258,7 @@ std::size_t CpuBackend::Workspace::floats() const {
 
 // Activation buffers reused after each value's last reader (greedy best fit, in op order), and
 // the attention scratch of the images attended at once.
-CpuBackend::Workspace CpuBackend::planWorkspace(int batch) const {
-    const ModelGraph& graph = graph_;
-    const int tileH = tileH_, tileW = tileW_;
+CpuBackend::Workspace CpuBackend::planWorkspace(const ModelGraph& graph, int batch, int tileH, int tileW) {
     const std::vector<int> last = graph.lastUse();
     const std::size_t valueCount = graph.values().size();
     std::vector<int> bufferOf(valueCount, -1);
@@ -322,11 +325,11 @@ void CpuBackend::planParallelism() {
     batched_ = {};  // released first, so the memory available counts them free
     const int threads = pool_->threads();
     const int lanes = wholeForwards_ && !profiling_ ? cpu::splitImages(batch_, threads).lanes : 0;
-    Workspace batched = planWorkspace(lanes > 0 ? 1 : batch_);  // with lanes: a call of one image
-    Workspace lane = planWorkspace(1);
+    Workspace batched = planWorkspace(graph_, lanes > 0 ? 1 : batch_, tileH_, tileW_);  // lanes: one image a call
+    Workspace lane = planWorkspace(graph_, 1, tileH_, tileW_);
     note_.clear();
     if (lanes > 0) {
-        Workspace all = planWorkspace(batch_);
+        Workspace all = planWorkspace(graph_, batch_, tileH_, tileW_);
         const auto bytes = [](std::size_t floats) { return static_cast<std::uint64_t>(floats) * sizeof(float); };
         const std::uint64_t need =
             bytes(batched.floats() + lanes * lane.floats() + std::size_t(threads) * workerFloats_);
@@ -518,7 +521,8 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
                 cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
             break;
         case OpKind::Conv:
-            cpu::conv2d(pool, w.conv, batch, in, w.params[0], w.params[1], space.data(op.residual), op.outputScale, y);
+            cpu::conv2d(pool, w.conv, batch, in, w.params[0], w.params[1], space.data(op.residual), op.outputScale, y,
+                        op.leakyRelu ? op.slope : 1.0f);
             break;
         case OpKind::GroupNorm:
             cpu::groupNorm(pool, batch, channels, inPixels, op.groups, op.eps, in, w.params[0], w.params[1],
@@ -545,9 +549,34 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
         }
         case OpKind::Upsample: {
             const int d = graph_.value(op.input).divisor;
-            cpu::upsampleNearest2x(pool, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
+            if (op.factor == 2)
+                cpu::upsampleNearest2x(pool, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, in, y);
+            else
+                cpu::upsampleNearest(pool, std::int64_t(batch) * channels, tileH_ / d, tileW_ / d, op.factor, in, y);
             break;
         }
+        case OpKind::PixelShuffle: {
+            const int d = graph_.value(op.input).divisor;
+            cpu::pixelShuffle(pool, batch, graph_.value(op.output).channels, tileH_ / d, tileW_ / d, op.factor, in, y);
+            break;
+        }
+        case OpKind::PixelUnshuffle: {
+            const int d = graph_.value(op.output).divisor;
+            cpu::pixelUnshuffle(pool, batch, channels, tileH_ / d, tileW_ / d, op.factor, in, y);
+            break;
+        }
+        case OpKind::LeakyReLU:
+            cpu::leakyRelu(pool, count, in, op.slope, y);
+            break;
+        case OpKind::PReLU:
+            cpu::prelu(pool, batch, channels, inPixels, in, w.params[0], y);
+            break;
+        case OpKind::Sigmoid:
+            cpu::sigmoid(pool, count, in, y);
+            break;
+        case OpKind::Mul:
+            cpu::mul(pool, count, in, space.data(op.input2), y);
+            break;
         case OpKind::ToTokens:
             cpu::toTokens(pool, batch, channels, inPixels, in, y);
             break;

@@ -96,6 +96,10 @@ public:
         std::size_t shared = 0, perWorker = 0;
     };
     static Scratch scratchNeeded(const ModelGraph& graph, int batch, int tileH, int tileW);
+    // The activation buffers (and shared scratch) prepare() allocates to run `graph` op by op on
+    // `batch` images of tileH x tileW, in floats, planned without allocating (the workers' own
+    // scratch is scratchNeeded().perWorker each). Throws std::invalid_argument for a bad tile.
+    static std::size_t activationFloats(const ModelGraph& graph, int batch, int tileH, int tileW);
 
     const ModelGraph& graph() const { return graph_; }
     // Floats held by activation buffers and scratch after prepare() (for memory reports).
@@ -133,8 +137,8 @@ private:
     };
     // Per-op weights and plans.
     std::vector<OpWeights> bindWeights(const ModelGraph& graph, const TensorMap& weights, int tileH, int tileW);
-    // The plan of graph_'s activations for `batch` images (not allocated).
-    Workspace planWorkspace(int batch) const;
+    // The plan of `graph`'s activations for `batch` images of tileH x tileW (not allocated).
+    static Workspace planWorkspace(const ModelGraph& graph, int batch, int tileH, int tileW);
     // The op-by-op workspace and the lanes for the current thread count (prepared_ graph).
     void planParallelism();
     std::int64_t pixels(int value) const;

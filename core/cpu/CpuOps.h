@@ -43,12 +43,13 @@ std::size_t convWorkerFloats(const ConvShape&);
 // y = (conv(x) + bias + residual) * outScale for `images` images (NCHW, one after another):
 // one task per (image, block of the output), each with its own im2col columns in the pool's
 // worker scratch (convWorkerFloats() floats). residual may be null; y must not alias x. An
-// image's result does not depend on `images` or on the thread count.
+// image's result does not depend on `images` or on the thread count. negativeSlope != 1: then
+// LeakyReLU(negativeSlope) on y (slope 1 is the identity).
 void conv2d(WorkerPool&, const ConvShape&, int images, const float* x, const float* weight, const float* bias,
-            const float* residual, float outScale, float* y);
+            const float* residual, float outScale, float* y, float negativeSlope = 1.0f);
 // One image; reserves the pool's worker scratch it needs.
 void conv2d(WorkerPool&, const ConvShape&, const float* x, const float* weight, const float* bias,
-            const float* residual, float outScale, float* y);
+            const float* residual, float outScale, float* y, float negativeSlope = 1.0f);
 
 // y[0, n) = x[0, n) on the pool; y must not overlap x.
 void copyFloats(WorkerPool&, std::int64_t n, const float* x, float* y);
@@ -61,6 +62,13 @@ void add(WorkerPool&, int batch, int channels, std::int64_t pixels, const float*
          float* y);
 // FiLM: y[b, c, p] = x[b, c, p] * (1 + v[b, c]) + v[b, channels + c], v [batch, 2*channels].
 void scaleShift(WorkerPool&, int batch, int channels, std::int64_t pixels, const float* x, const float* v, float* y);
+// Elementwise over n floats: y = x >= 0 ? x : slope * x (PyTorch's LeakyReLU); y = sigmoid(x);
+// y = a * b. y may alias x (a).
+void leakyRelu(WorkerPool&, std::int64_t n, const float* x, float slope, float* y);
+void sigmoid(WorkerPool&, std::int64_t n, const float* x, float* y);
+void mul(WorkerPool&, std::int64_t n, const float* a, const float* b, float* y);
+// PReLU over [batch, channels, pixels]: y = x >= 0 ? x : weight[c] * x. y may alias x.
+void prelu(WorkerPool&, int batch, int channels, std::int64_t pixels, const float* x, const float* weight, float* y);
 
 // GroupNorm over [batch, channels, pixels] with statistics (mean, biased variance) in double:
 //   v = x + preAdd[b, c]  (preAdd [batch, channels] or null)
@@ -76,6 +84,13 @@ void linear(int batch, int in, int out, const float* x, const float* weight, con
 
 // Nearest x2 over `planes` planes of h x w.
 void upsampleNearest2x(WorkerPool&, std::int64_t planes, int h, int w, const float* x, float* y);
+// Nearest by an integer factor: y[p][oy][ox] = x[p][oy / factor][ox / factor], planes of h x w in.
+void upsampleNearest(WorkerPool&, std::int64_t planes, int h, int w, int factor, const float* x, float* y);
+// PyTorch's pixel_shuffle for `batch` images of channels * r^2 planes of h x w (r = factor):
+// y[b][c][oy * r + i][ox * r + j] = x[b][c * r^2 + i * r + j][oy][ox], y [batch, channels, h r, w r].
+void pixelShuffle(WorkerPool&, int batch, int channels, int h, int w, int factor, const float* x, float* y);
+// Its inverse (pixel_unshuffle): x [batch, channels, h r, w r] -> y [batch, channels * r^2, h, w].
+void pixelUnshuffle(WorkerPool&, int batch, int channels, int h, int w, int factor, const float* x, float* y);
 
 struct AttentionWeights {
     const float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;

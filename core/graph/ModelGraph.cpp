@@ -46,6 +46,18 @@ const char* toString(OpKind k) {
             return "token_embedding";
         case OpKind::EosPool:
             return "eos_pool";
+        case OpKind::LeakyReLU:
+            return "leaky_relu";
+        case OpKind::PReLU:
+            return "prelu";
+        case OpKind::PixelShuffle:
+            return "pixel_shuffle";
+        case OpKind::PixelUnshuffle:
+            return "pixel_unshuffle";
+        case OpKind::Sigmoid:
+            return "sigmoid";
+        case OpKind::Mul:
+            return "mul";
     }
     return "?";
 }
@@ -175,6 +187,23 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
         case OpKind::SiLU:
         case OpKind::GELU:
         case OpKind::QuickGELU:
+        case OpKind::LeakyReLU:
+        case OpKind::Sigmoid:
+            return {};
+        case OpKind::PReLU:
+            if (!isMap(x)) failOp(op, "needs a feature map");
+            return {{C}};
+        case OpKind::Mul: {
+            const GraphValue& b = operandOf(op, op.input2, "input2");
+            if (!sameShape(x, b)) failOp(op, "operands '" + x.name + "' and '" + b.name + "' differ in shape");
+            return {};
+        }
+        case OpKind::PixelShuffle:
+            if (!isMap(x) || op.factor < 1 || x.divisor % op.factor != 0 || x.channels % (op.factor * op.factor) != 0)
+                failOp(op, "needs a feature map whose divisor the factor divides and whose channels factor^2 divides");
+            return {};
+        case OpKind::PixelUnshuffle:
+            if (!isMap(x) || op.factor < 1) failOp(op, "needs a feature map and factor >= 1");
             return {};
         case OpKind::Add: {
             const GraphValue& b = operandOf(op, op.input2, "input2");
@@ -210,7 +239,10 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
             return {};
         }
         case OpKind::Upsample:
-            if (!isMap(x) || x.divisor < 2 || x.divisor % 2 != 0) failOp(op, "needs a feature map of an even divisor");
+            if (!isMap(x) || op.factor < 1 || x.divisor % op.factor != 0)
+                failOp(op, op.factor == 2 ? std::string("needs a feature map of an even divisor")
+                                          : "needs a feature map whose divisor the factor " +
+                                                std::to_string(op.factor) + " divides");
             return {};
         case OpKind::ToTokens:
             if (!isMap(x)) failOp(op, "needs a feature map");
@@ -278,8 +310,9 @@ std::vector<Shape> ModelGraph::tokenEmbeddingParams(const GraphOp& op, const Gra
 // where fuseForExecution puts them and the backends run them.
 void ModelGraph::checkFusions(const GraphOp& op, const GraphValue& x) const {
     if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
-        op.kind != OpKind::EosPool && op.kind != OpKind::Attention)
+        op.kind != OpKind::EosPool && op.kind != OpKind::Attention && op.kind != OpKind::Mul)
         failOp(op, "takes no second operand");
+    if (op.leakyRelu && op.kind != OpKind::Conv) failOp(op, "cannot carry a LeakyReLU");
     if (op.silu && !(op.kind == OpKind::Linear && isVector(x)) && op.kind != OpKind::GroupNorm)
         failOp(op, "cannot carry a SiLU");
     if ((op.preAdd >= 0 || op.scaleShift >= 0) && op.kind != OpKind::GroupNorm)
@@ -326,7 +359,13 @@ int ModelGraph::inferOutput(const GraphOp& op, std::string name) {
             return addValue(std::move(name), ValueKind::FeatureMap,
                             x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
         case OpKind::Upsample:
-            return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / 2);
+            return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / op.factor);
+        case OpKind::PixelShuffle:
+            return addValue(std::move(name), ValueKind::FeatureMap, x.channels / (op.factor * op.factor),
+                            x.divisor / op.factor);
+        case OpKind::PixelUnshuffle:
+            return addValue(std::move(name), ValueKind::FeatureMap, x.channels * op.factor * op.factor,
+                            x.divisor * op.factor);
         case OpKind::TokenEmbedding:
             return addValue(std::move(name), ValueKind::Tokens, op.channels, 0, x.tokens);
         case OpKind::EosPool:
@@ -500,6 +539,17 @@ std::string ModelGraph::describe(const GraphOp& op) const {
         case OpKind::ScaleShift:
             s << ' ' << x.channels << "ch" << (isVector(value(op.input2)) && isMap(x) ? " +vector" : "");
             break;
+        case OpKind::Upsample:
+            if (op.factor != 2) s << " x" << op.factor;
+            s << ' ' << y.channels << "ch";
+            break;
+        case OpKind::PixelShuffle:
+        case OpKind::PixelUnshuffle:
+            s << " x" << op.factor << ' ' << x.channels << "->" << y.channels;
+            break;
+        case OpKind::LeakyReLU:
+            s << ' ' << op.slope << ' ' << x.channels << "ch";
+            break;
         default:
             s << ' ' << y.channels << "ch";
             break;
@@ -511,6 +561,7 @@ std::string ModelGraph::describe(const GraphOp& op) const {
     if (op.silu) s << " +silu";
     if (op.residual >= 0) s << " +residual";
     if (op.outputScale != 1.0f) s << " *" << op.outputScale;
+    if (op.leakyRelu) s << " +lrelu " << op.slope;
     return s.str();
 }
 
@@ -545,15 +596,21 @@ bool absorb(GraphOp& cur, const GraphOp& next, const ModelGraph& g) {
         }
         case OpKind::Add: {
             const bool residualOnly = cur.kind == OpKind::ToFeatureMap || tokenLinear;
-            if ((!epilogue && !residualOnly) || cur.residual >= 0 || cur.outputScale != 1.0f) return false;
+            if ((!epilogue && !residualOnly) || cur.residual >= 0 || cur.outputScale != 1.0f || cur.leakyRelu)
+                return false;
             const int other = next.input == v ? next.input2 : next.input;
             if (!sameShape(g.value(other), g.value(v))) return false;
             cur.residual = other;
             break;
         }
         case OpKind::Affine:
-            if (!epilogue || cur.outputScale != 1.0f || next.shift != 0.0f) return false;
+            if (!epilogue || cur.outputScale != 1.0f || next.shift != 0.0f || cur.leakyRelu) return false;
             cur.outputScale = next.scale;
+            break;
+        case OpKind::LeakyReLU:
+            if (cur.kind != OpKind::Conv || cur.leakyRelu) return false;
+            cur.leakyRelu = true;
+            cur.slope = next.slope;
             break;
         default:
             return false;

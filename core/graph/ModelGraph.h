@@ -52,7 +52,8 @@ enum class OpKind {
                         // to_out.0.bias [C]; the three q/k/v biases only when qkvBias. causal (tokens,
                         // no input2): query i sees keys 0..i only (CLIP).
     Concat,             // feature maps [input, input2] along channels
-    Upsample,           // feature map, nearest neighbour x2
+    Upsample,           // feature map, nearest neighbour by the integer `factor` (2 unless set):
+                        // out[y][x] = in[y / factor][x / factor] (PyTorch's F.interpolate mode="nearest")
     ToTokens,           // feature map [B, C, H, W] -> tokens [B, H*W, C] (tokens follow the tile)
     ToFeatureMap,       // tokens that follow the tile [B, H*W, C] -> feature map [B, C, H, W]
     LayerNorm,          // tokens: per token, statistics over its C channels (mean, biased
@@ -67,6 +68,14 @@ enum class OpKind {
     EosPool,            // tokens [B, N, C], input2 = their ids [B, N, 1] -> vector [B, C]: each row's token at
                         // the first position holding id `token`, position 0 if none; token -1: at the first
                         // largest id (transformers' CLIPTextTransformer pooling)
+    LeakyReLU,          // elementwise x >= 0 ? x : slope * x (PyTorch's nn.LeakyReLU(negative_slope))
+    PReLU,              // feature map: x >= 0 ? x : w[c] * x per channel (nn.PReLU(num_parameters=C): weight [C])
+    PixelShuffle,       // feature map [C * r^2, H, W] -> [C, H * r, W * r], r = factor (the divisor / r):
+                        // out[c][y * r + i][x * r + j] = in[c * r^2 + i * r + j][y][x] (nn.PixelShuffle)
+    PixelUnshuffle,     // its inverse [C, H * r, W * r] -> [C * r^2, H, W], r = factor (the divisor * r)
+                        // (F.pixel_unshuffle)
+    Sigmoid,            // elementwise 1 / (1 + exp(-x))
+    Mul,                // input * input2, elementwise, two values of one shape
 };
 const char* toString(OpKind);
 
@@ -100,6 +109,8 @@ struct GraphOp {
     bool geluTanh = false;             // GELU: tanh approximation
     int token = -1;                    // EosPool: the id pooled at; -1: the largest id
     float scale = 1.0f, shift = 0.0f;  // Affine
+    float slope = 0.01f;               // LeakyReLU (and a Conv's fused one): negative slope, PyTorch's default
+    int factor = 2;                    // Upsample, PixelShuffle, PixelUnshuffle
     int freqShift = 0;                 // TimestepEmbedding
     bool flipSinToCos = false;
 
@@ -110,6 +121,7 @@ struct GraphOp {
     int residual = -1;         // Conv, Attention, ToFeatureMap, Linear over tokens: a value of the
                                // output's shape added after the bias
     float outputScale = 1.0f;  // Conv, Attention: y = (result + residual) * outputScale
+    bool leakyRelu = false;    // Conv: LeakyReLU(slope) on y, after the residual and the scale
 
     // Every value the op reads (input, input2, preAdd, scaleShift, residual; those present).
     std::vector<int> operands() const;
@@ -199,6 +211,7 @@ private:
 //   ToFeatureMap -> Add(other)          => ToFeatureMap{residual = other}
 //   Linear over tokens -> Add(other)    => Linear{residual = other}
 //   Conv|Attention -> Affine(s, 0)      => Conv|Attention{outputScale = s}
+//   Conv -> LeakyReLU                   => Conv{leakyRelu, slope} (nothing absorbed after it)
 // applied repeatedly along a chain. The fused op takes the place of the chain's last op and its
 // output value's name. Inputs, outputs and parameters are unchanged.
 ModelGraph fuseForExecution(const ModelGraph&);

@@ -255,6 +255,9 @@ struct CudaBackend::Impl {
     void lowerGelu(const GraphOp& op);
     void lowerConcat(const GraphOp& op);
     void lowerUpsample(const GraphOp& op);
+    void lowerPixelShuffle(const GraphOp& op);  // PixelShuffle and PixelUnshuffle
+    // A conv's fused LeakyReLU (GraphOp::leakyRelu) in place on its output y, after its epilogue.
+    void lowerConvActivation(const GraphOp& op, const Act& y);
 
     // ---- CLIP's first and last ops: ids are graph inputs, read as float32 from their staging
     // buffer (exact up to 2^24; fp16 holds integers exactly only up to 2048) ----

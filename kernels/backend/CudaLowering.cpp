@@ -15,6 +15,7 @@
 #include "kernels/ops/GroupNorm.cuh"
 #include "kernels/ops/LayerNorm.cuh"
 #include "kernels/ops/PadRightBottom.cuh"
+#include "kernels/ops/PixelShuffle.cuh"
 #include "kernels/ops/Pointwise.cuh"
 #include "kernels/ops/TimestepEmbedding.cuh"
 #include "kernels/ops/TokenEmbedding.cuh"
@@ -99,7 +100,7 @@ bool CudaBackend::Impl::onlyReader(int value, int op) const {
 }
 
 bool CudaBackend::Impl::plainConv(const GraphOp& op) {
-    return op.kind == OpKind::Conv && op.residual < 0 && op.outputScale == 1.0f;
+    return op.kind == OpKind::Conv && op.residual < 0 && op.outputScale == 1.0f && !op.leakyRelu;
 }
 
 const CudaBackend::Impl::Act& CudaBackend::Impl::act(int value, const GraphOp& op, bool unpadded) const {
@@ -314,7 +315,9 @@ std::function<void(int)> CudaBackend::Impl::lowerProjection(Projection& p, std::
 }
 
 void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
-    const bool sameShape = op.kind == OpKind::Affine || op.kind == OpKind::SiLU ||
+    // Ops that read padded channels as they are (PReLU's weights are padded with zeros below).
+    const bool sameShape = op.kind == OpKind::Affine || op.kind == OpKind::SiLU || op.kind == OpKind::LeakyReLU ||
+                           op.kind == OpKind::Sigmoid || op.kind == OpKind::PReLU || op.kind == OpKind::Mul ||
                            (op.kind == OpKind::Add && graph.value(op.input2).kind != ValueKind::Vector);
     const Act x = act(op.input, op, !sameShape);
     const Act y = newAct(x.c, x.h, x.w, op.name);
@@ -326,6 +329,7 @@ void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
     p.shift = op.shift;
     Act other;
     VectorRef v;
+    std::size_t prelu = 0;  // PReLU: weight-blob offset of its slopes
     switch (op.kind) {
         case OpKind::Affine:
             p.op = PointwiseOp::Affine;
@@ -349,6 +353,27 @@ void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
             p.op = PointwiseOp::ScaleShift;
             v = valueVec[static_cast<std::size_t>(op.input2)];
             break;
+        case OpKind::LeakyReLU:
+            p.op = PointwiseOp::LeakyRelu;
+            p.scale = op.slope;
+            break;
+        case OpKind::Sigmoid:
+            p.op = PointwiseOp::Sigmoid;
+            break;
+        case OpKind::Mul:
+            p.op = PointwiseOp::Mul;
+            other = act(op.input2, op, false);
+            if (other.c != x.c)
+                throw std::invalid_argument("CudaBackend: " + op.name + ": operands stored differently");
+            bufs.push_back(other.buf);
+            break;
+        case OpKind::PReLU: {
+            p.op = PointwiseOp::Prelu;
+            std::vector<float> w = weight(op.params[0]).data;
+            w.resize(static_cast<std::size_t>(x.c), 0.0f);  // padded channels stay 0
+            prelu = blob.addFloats(w);
+            break;
+        }
         default:
             throw std::logic_error("CudaBackend: " + op.name + " is not elementwise");
     }
@@ -360,12 +385,27 @@ void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
         p.dtype = dtype;
         p.x = ptr(x.buf);
         p.other = other.buf >= 0 ? ptr(other.buf) : nullptr;
-        p.vector = v.buf >= 0 ? vec(v) : nullptr;
+        p.vector = v.buf >= 0 ? vec(v) : (p.op == PointwiseOp::Prelu ? wf(prelu) : nullptr);
         p.y = ptr(y.buf);
         p.rows = batch * p.rowsPerSample;
         launchPointwise(p, opStream);
     });
     valueAct[static_cast<std::size_t>(op.output)] = y;
+}
+
+void CudaBackend::Impl::lowerConvActivation(const GraphOp& op, const Act& y) {
+    if (!op.leakyRelu) return;
+    PointwiseParams p;
+    p.op = PointwiseOp::LeakyRelu;
+    p.scale = op.slope;
+    p.channels = y.c;
+    addOp(op.name + ".lrelu", {y.buf}, y, [=, this](int batch) mutable {
+        p.dtype = dtype;
+        p.x = ptr(y.buf);
+        p.y = ptr(y.buf);
+        p.rows = static_cast<long long>(batch) * y.h * y.w;
+        launchPointwise(p, opStream);
+    });
 }
 
 void CudaBackend::Impl::lowerConv(int index) {
@@ -427,6 +467,7 @@ void CudaBackend::Impl::lowerConv(int index) {
             if (sc >= 0) runConv(sc, ptr(xs.buf), ptr(y.buf), scale, 1.0f, batch);
             runConv(layer, ptr(src.buf), ptr(y.buf), scale, 1.0f, batch);
         });
+        lowerConvActivation(op, y);
         valueAct[static_cast<std::size_t>(op.output)] = y;
         return;
     }
@@ -450,6 +491,7 @@ void CudaBackend::Impl::lowerConv(int index) {
         launchBiasResidual(dtype, ptr(y.buf), true, wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
                            opStream);
     });
+    lowerConvActivation(op, y);
     valueAct[static_cast<std::size_t>(op.output)] = y;
 }
 
@@ -649,11 +691,31 @@ void CudaBackend::Impl::lowerConcat(const GraphOp& op) {
 
 void CudaBackend::Impl::lowerUpsample(const GraphOp& op) {
     const Act src = act(op.input, op, false);
-    const Act up = newAct(src.c, src.h * 2, src.w * 2, op.name);
-    addOp(op.name, {src.buf, up.buf}, up, [this, src, up](int batch) {
-        launchUpsampleNearest2x(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, opStream);
+    const int f = op.factor;
+    const Act up = newAct(src.c, src.h * f, src.w * f, op.name);
+    addOp(op.name, {src.buf, up.buf}, up, [this, src, up, f](int batch) {
+        launchUpsampleNearest(dtype, ptr(src.buf), ptr(up.buf), batch, src.h, src.w, src.c, f, opStream);
     });
     valueAct[static_cast<std::size_t>(op.output)] = up;
+}
+
+void CudaBackend::Impl::lowerPixelShuffle(const GraphOp& op) {
+    // The output stored padded to a multiple of 8 channels where its count is not one, like a
+    // graph input, so that it meets the padded image in an Add (Compact's + upsampled input).
+    const Act src = act(op.input, op, false);
+    const int logical = graph.value(op.output).channels, stored = logical % 8 ? (logical + 7) / 8 * 8 : logical;
+    const int r = op.factor;
+    const bool shuffle = op.kind == OpKind::PixelShuffle;
+    const Act y =
+        shuffle ? newAct(stored, src.h * r, src.w * r, op.name) : newAct(stored, src.h / r, src.w / r, op.name);
+    const int channels = shuffle ? logical : graph.value(op.input).channels;
+    addOp(op.name, {src.buf, y.buf}, y, [this, src, y, r, channels, shuffle](int batch) {
+        if (shuffle)
+            launchPixelShuffle(dtype, ptr(src.buf), src.c, ptr(y.buf), y.c, batch, src.h, src.w, channels, r, opStream);
+        else
+            launchPixelUnshuffle(dtype, ptr(src.buf), src.c, ptr(y.buf), y.c, batch, y.h, y.w, channels, r, opStream);
+    });
+    valueAct[static_cast<std::size_t>(op.output)] = y;
 }
 
 void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
@@ -707,6 +769,10 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
                 break;
             case OpKind::Upsample:
                 lowerUpsample(op);
+                break;
+            case OpKind::PixelShuffle:
+            case OpKind::PixelUnshuffle:
+                lowerPixelShuffle(op);
                 break;
             case OpKind::TokenEmbedding:
                 lowerTokenEmbedding(op);

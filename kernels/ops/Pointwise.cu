@@ -36,6 +36,18 @@ __global__ void pointwise(PointwiseParams p) {
                 r = v * (1.0f + s[c]) + s[p.channels + c];
                 break;
             }
+            case PointwiseOp::LeakyRelu:
+                r = v >= 0.0f ? v : v * p.scale;
+                break;
+            case PointwiseOp::Prelu:
+                r = v >= 0.0f ? v : v * p.vector[sample * p.vectorStride + c];
+                break;
+            case PointwiseOp::Sigmoid:
+                r = 1.0f / (1.0f + expf(-v));
+                break;
+            case PointwiseOp::Mul:
+                r = v * toFloat(static_cast<const T*>(p.other)[i]);
+                break;
         }
         y[i] = fromFloat<T>(r);
     }

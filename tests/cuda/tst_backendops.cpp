@@ -6,8 +6,10 @@
 // 512 x 512 (latent tile 64: 4096 tokens, 77 context tokens) and the token ops of a CLIP-L
 // text encoder layer (77 x 768: LayerNorm, causal attention with q/k/v biases, GELU,
 // QuickGELU), the embeddings and pooling of CLIP-L (pooled at the largest id) and OpenCLIP-H
-// (pooled at the first id 49407), and the SD VAE's decoder and encoder at 256 x 256 (latent 32:
-// the mid-block attention over 1,024 pixels, one head of 512), each with random weights of its
+// (pooled at the first id 49407), the SD VAE's decoder and encoder at 256 x 256 (latent 32:
+// the mid-block attention over 1,024 pixels, one head of 512), and the upscale models' graphs at a
+// 128 x 128 output tile (ESRGAN 4x and Real-ESRGAN x2plus' pixel-unshuffled input at 64 features,
+// Real-ESRGAN Compact 4x, SPAN 4x at 48 features), each with random weights of its
 // own), each on its own (ModelGraph::extract), on the CUDA backend in fp32, fp16 and bf16
 // against the float32 CPU reference. Ids are integers in the vocabulary (TokenEmbedding) or
 // small ones with ties and the pooled id at known places (EosPool). Attention large enough to
@@ -53,6 +55,7 @@
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/models/upscale/UpscaleModel.h"
 #include "core/models/vae/VaeGraph.h"
 #include "kernels/backend/CudaBackend.h"
 #include "tests/cuda/OutputComparison.h"
@@ -123,6 +126,21 @@ ModelGraph clipTextGraph(bool openClip) {
     c.hiddenAct = openClip ? ClipActivation::Gelu : ClipActivation::QuickGelu;
     c.eosTokenId = openClip ? 49407 : 2;
     return fuseForExecution(buildClipTextGraph(c, 1));
+}
+
+// The upscale families at the shapes of the files users have (core/models/upscale/UpscaleConfig.h):
+// 4x-UltraSharp / RealESRGAN_x4plus (ESRGAN 64 features; one block: the others repeat its ops),
+// RealESRGAN_x2plus (its pixel-unshuffled input), realesr-general-x4v3 (Compact 64 features) and a
+// 48-feature SPAN (4x-ClearRealityV1's base).
+// `primitive`: as built, before fuseForExecution (its LeakyReLUs apart).
+ModelGraph upscaleGraph(UpscaleArchitecture a, int unshuffle = 1, bool primitive = false) {
+    UpscaleConfig c;
+    c.architecture = a;
+    c.blocks = a == UpscaleArchitecture::Compact ? 4 : 1;
+    c.features = a == UpscaleArchitecture::Span ? 48 : 64;
+    c.unshuffle = unshuffle;
+    c.scale = 4 / unshuffle;
+    return primitive ? buildUpscaleGraph(c) : fuseForExecution(buildUpscaleGraph(c));
 }
 
 // One CLIP-L text encoder layer's token ops (77 x 768, 12 heads): layer norm, causal
@@ -302,7 +320,16 @@ class TestBackendOps : public QObject {
                    {"clip-l-text", {}, 64, false, nullptr, {clipTextGraph(false)}},
                    {"open-clip-h-text", {}, 64, false, nullptr, {clipTextGraph(true)}},
                    {"vae-dec", {}, 256, false, nullptr, {vaeDecoderExecutionGraph(sdVaeConfig())}},
-                   {"vae-enc", {}, 256, false, nullptr, {vaeEncoderExecutionGraph(sdVaeConfig())}}};
+                   {"vae-enc", {}, 256, false, nullptr, {vaeEncoderExecutionGraph(sdVaeConfig())}},
+                   {"esrgan",
+                    {},
+                    128,
+                    false,
+                    nullptr,
+                    {upscaleGraph(UpscaleArchitecture::Esrgan), upscaleGraph(UpscaleArchitecture::Esrgan, 1, true)}},
+                   {"esrgan-x2plus", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Esrgan, 2)}},
+                   {"compact", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Compact)}},
+                   {"span", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Span)}}};
         const QStringList only =
             QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_MODELS")).split(',', Qt::SkipEmptyParts);
         if (!only.isEmpty())
@@ -325,7 +352,8 @@ class TestBackendOps : public QObject {
                     // From the primitive graph only the kinds the fusion removes (the rest run
                     // unfused in the fused graphs too, where the model does not fuse them).
                     const bool fusedAway = op.kind == OpKind::SiLU || op.kind == OpKind::Add ||
-                                           op.kind == OpKind::ScaleShift || op.kind == OpKind::Affine;
+                                           op.kind == OpKind::ScaleShift || op.kind == OpKind::Affine ||
+                                           op.kind == OpKind::LeakyReLU;
                     if (k == 1 && !fusedAway) continue;
                     std::string key = g.describe(op) + " |";
                     for (int v : op.operands()) key += " " + shapeText(g.shape(v, 1, m.tile, m.tile));
@@ -385,6 +413,9 @@ private slots:
                          OpKind::Linear, OpKind::Conv, OpKind::GroupNorm, OpKind::Attention, OpKind::Concat,
                          OpKind::Upsample, OpKind::ToTokens, OpKind::ToFeatureMap, OpKind::LayerNorm, OpKind::GEGLU,
                          OpKind::GELU, OpKind::QuickGELU, OpKind::TokenEmbedding, OpKind::EosPool})
+            QVERIFY2(kinds.count(k), toString(k));
+        for (OpKind k : {OpKind::LeakyReLU, OpKind::PReLU, OpKind::PixelShuffle, OpKind::PixelUnshuffle,
+                         OpKind::Sigmoid, OpKind::Mul})
             QVERIFY2(kinds.count(k), toString(k));
         qInfo("%zu distinct ops", cases_.size());
     }

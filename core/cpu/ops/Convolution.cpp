@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu/ops/Activation.h"
 #include "core/cpu/ops/Gemm.h"
 
 namespace tessera {
@@ -85,7 +86,7 @@ std::size_t convWorkerFloats(const ConvShape& s) {
 }
 
 void conv2d(WorkerPool& pool, const ConvShape& s, int images, const float* x, const float* weight, const float* bias,
-            const float* residual, float outScale, float* y) {
+            const float* residual, float outScale, float* y, float negativeSlope) {
     const int outPixels = s.hout * s.wout, K = static_cast<int>(s.colRows());
     const std::int64_t inImage = std::int64_t(s.cin) * s.h * s.w, outImage = std::int64_t(s.cout) * outPixels;
     // A block of y starts as (bias + residual) * scale and its GEMM adds scale * W col onto it.
@@ -99,6 +100,14 @@ void conv2d(WorkerPool& pool, const ConvShape& s, int images, const float* x, co
             } else {
                 std::fill(yo + p0, yo + p1, b * outScale);
             }
+        }
+    };
+    // The block's LeakyReLU once its GEMM is done (slope 1: none).
+    auto finish = [&](int image, int o0, int o1, int p0, int p1) {
+        if (negativeSlope == 1.0f) return;
+        for (int o = o0; o < o1; ++o) {
+            float* yo = y + image * outImage + std::int64_t(o) * outPixels;
+            for (int p = p0; p < p1; ++p) yo[p] = leakyReluValue(yo[p], negativeSlope);
         }
     };
     if (isPointwise(s)) {
@@ -116,7 +125,7 @@ void conv2d(WorkerPool& pool, const ConvShape& s, int images, const float* x, co
         g.c = y;
         g.ldc = outPixels;
         g.cStride = outImage;
-        gemmImages(pool, images, g, start);
+        gemmImages(pool, images, g, start, finish);
         return;
     }
     // One task per (image, block of C): it writes its block's columns into its worker's
@@ -134,13 +143,14 @@ void conv2d(WorkerPool& pool, const ConvShape& s, int images, const float* x, co
         start(image, o0, o1, p0, p1);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o1 - o0, n, K, outScale, weight + std::int64_t(o0) * K,
                     K, col, n, 1.0f, y + image * outImage + std::int64_t(o0) * outPixels + p0, outPixels);
+        finish(image, o0, o1, p0, p1);
     });
 }
 
 void conv2d(WorkerPool& pool, const ConvShape& s, const float* x, const float* weight, const float* bias,
-            const float* residual, float outScale, float* y) {
+            const float* residual, float outScale, float* y, float negativeSlope) {
     pool.reserveScratch(convWorkerFloats(s));
-    conv2d(pool, s, 1, x, weight, bias, residual, outScale, y);
+    conv2d(pool, s, 1, x, weight, bias, residual, outScale, y, negativeSlope);
 }
 
 }  // namespace cpu

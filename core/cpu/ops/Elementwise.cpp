@@ -1,5 +1,6 @@
 // The CPU backend's elementwise operations (core/cpu/CpuOps.h): copy, affine, SiLU, GELU,
-// QuickGELU, broadcast add and FiLM scale-shift, each in chunks of kElementwiseChunk floats.
+// QuickGELU, LeakyReLU, PReLU, sigmoid, products, broadcast add and FiLM scale-shift, each in
+// chunks of kElementwiseChunk floats (per plane where a value depends on the channel).
 #include <algorithm>
 #include <cmath>
 
@@ -64,6 +65,26 @@ void gelu(WorkerPool& pool, std::int64_t n, const float* x, bool tanhApproximati
 
 void quickGelu(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
     elementwise(pool, n, [&](std::int64_t i) { y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i])); });
+}
+
+void leakyRelu(WorkerPool& pool, std::int64_t n, const float* x, float slope, float* y) {
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = leakyReluValue(x[i], slope); });
+}
+
+void sigmoid(WorkerPool& pool, std::int64_t n, const float* x, float* y) {
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = 1.0f / (1.0f + std::exp(-x[i])); });
+}
+
+void mul(WorkerPool& pool, std::int64_t n, const float* a, const float* b, float* y) {
+    elementwise(pool, n, [&](std::int64_t i) { y[i] = a[i] * b[i]; });
+}
+
+void prelu(WorkerPool& pool, int batch, int channels, std::int64_t pixels, const float* x, const float* weight,
+           float* y) {
+    pool.parallelFor(std::int64_t(batch) * channels, [&](std::int64_t plane) {
+        const float w = weight[plane % channels];
+        for (std::int64_t p = plane * pixels; p < (plane + 1) * pixels; ++p) y[p] = leakyReluValue(x[p], w);
+    });
 }
 
 }  // namespace cpu

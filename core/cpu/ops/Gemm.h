@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include <cblas.h>
 
@@ -42,9 +43,10 @@ struct Gemm {
 
 // The GEMMs of `images` images as one set of tasks, one per (image, block of C): each block is
 // first prepared by start(image, r0, r1, c0, c1) (C's rows [r0, r1) and columns [c0, c1)), then
-// one single-threaded sgemm adds to it. The blocks depend on the shape alone (gemmBlocks).
-template <class Start>
-void gemmImages(WorkerPool& pool, int images, const Gemm& g, Start&& start) {
+// one single-threaded sgemm adds to it, then finish(image, r0, r1, c0, c1) may rewrite it (an
+// activation). The blocks depend on the shape alone (gemmBlocks).
+template <class Start, class Finish>
+void gemmImages(WorkerPool& pool, int images, const Gemm& g, Start&& start, Finish&& finish) {
     const GemmBlocks bl = gemmBlocks(g.m, g.n, g.k);
     const std::int64_t perImage = std::int64_t(bl.mBlocks) * bl.nBlocks;
     pool.parallelFor(images * perImage, [&](std::int64_t task) {
@@ -57,7 +59,13 @@ void gemmImages(WorkerPool& pool, int images, const Gemm& g, Start&& start) {
         float* c = g.c + image * g.cStride + std::int64_t(r0) * g.ldc + c0;
         cblas_sgemm(CblasRowMajor, g.transA, g.transB, r1 - r0, c1 - c0, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c,
                     g.ldc);
+        finish(image, r0, r1, c0, c1);
     });
+}
+
+template <class Start>
+void gemmImages(WorkerPool& pool, int images, const Gemm& g, Start&& start) {
+    gemmImages(pool, images, g, std::forward<Start>(start), [](int, int, int, int, int) {});
 }
 
 // Rows of `images` images' token matrices: y [rows, out] = (x [rows, in] W^T + bias + residual)
