@@ -13,8 +13,10 @@
 
 #include "app/cli/CliText.h"
 #include "app/cli/EngineFactory.h"
+#include "app/cli/PathStatus.h"
 #include "app/cli/PngIO.h"
 #include "core/base/BoundedInput.h"
+#include "core/base/FormatNumber.h"
 #include "core/formats/PipelinePart.h"
 #include "core/models/sd/SdModel.h"
 #include "core/run/Infotext.h"
@@ -228,7 +230,10 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     for (const auto& [name, value] : given) {
         const OptionSpec& spec = table.at(name);
         spec.apply(options, value);
-        if (!spec.field.empty()) options.fieldsGiven.insert(spec.field);
+        if (!spec.field.empty()) {
+            options.fieldsGiven.insert(spec.field);
+            options.flagsGiven.insert(spec.field);
+        }
     }
 
     if (options.command == CliCommand::Info) {
@@ -271,15 +276,17 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
         if (given.rfind(kRandomModelPrefix, 0) == 0) return given;  // random weights (benchmarks)
         std::error_code ec;
         const fs::path dir = fs::absolute(given, ec);
+        if (ec)
+            throw ValidationError("model", "model: " + inQuotes(given) + " cannot be resolved (" + ec.message() + ")");
+        // Nothing there, a symbolic-link loop or a link to nothing is said as such, not as "not a
+        // folder" or "does not exist" (app/cli/PathStatus.h).
+        const PathStatus status = pathStatus(dir);
+        if (!status.there()) throw ValidationError("model", "model: " + shownPath(given) + " " + status.problem);
         // A Stable Diffusion checkpoint file (loadSdModel reads or refuses it, naming why).
-        if (!ec && !fs::is_directory(dir, ec) && isSdModelPath(dir.string())) {
-            if (!fs::exists(dir, ec)) throw ValidationError("model", "model: " + inQuotes(given) + " does not exist");
+        if (status.kind != PathStatus::Kind::Folder && isSdModelPath(dir.string()))
             return dir.lexically_normal().string();
-        }
-        // is_directory's error_code form: a link loop or an over-long component is a message, not a throw.
-        if (ec || !fs::is_directory(dir, ec))
-            throw ValidationError("model", "model: " + inQuotes(given) + " is not a folder" +
-                                               (ec ? " (" + ec.message() + ")" : std::string()));
+        if (status.kind != PathStatus::Kind::Folder)
+            throw ValidationError("model", "model: " + inQuotes(given) + " is not a folder");
         if (!isSdModelPath(dir.string()))
             if (const std::optional<PipelinePart> part = pipelinePartOf(dir))
                 throw ValidationError("model",
@@ -288,13 +295,20 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
     }
     const auto candidates = defaultModelCandidates(executableDir);
     for (const auto& candidate : candidates)
-        if (fs::is_regular_file(fs::path(candidate) / "config.json")) return fs::absolute(candidate).string();
+        if (pathStatus(fs::path(candidate) / "config.json").kind == PathStatus::Kind::File)
+            return fs::absolute(candidate).string();
     std::string looked;
     for (const auto& candidate : candidates) looked += "\n  " + candidate;
     throw ValidationError("model",
                           "model: no default model is installed (looked in:" + looked +
                               ")\nPoint --model at a Stable Diffusion pipeline folder (with model_index.json), a "
                               ".safetensors checkpoint or a diffusers UNet2DModel folder (with config.json).");
+}
+
+void checkStrengthRange(const RunConfig& config) {
+    if (!(config.strength >= 0.0 && config.strength <= 1.0))
+        fail("strength", formatNumber(config.strength) +
+                             " is not allowed; the strength must be 0 to 1 (above 0 with an init image)");
 }
 
 BackendKind checkRunBackend(BackendKind requested) {

@@ -27,6 +27,8 @@ struct CliOptions {
     std::string infoDir;       // `info DIR` (also taken from --model)
     // RunConfig fields given on the command line or in the preset, by CLI name ("tile", "model").
     std::set<std::string> fieldsGiven;
+    // The same for flags typed on the command line alone (not from a preset or --params-from).
+    std::set<std::string> flagsGiven;
     // When the preset is a run manifest: the digest of the timed choices its run used ("" = none).
     std::string presetTuningDigest;
     // --params-from: a PNG whose generation settings (A1111/Tessera "parameters", or ComfyUI
@@ -114,5 +116,10 @@ std::string resolveModelFolder(const std::string& given, const std::string& exec
 // ValidationError on field "backend" rather than the window's quiet fallback: a script asking
 // for the GPU should not time the CPU. May probe for a CUDA device (not for `cpu`).
 BackendKind checkRunBackend(BackendKind requested);
+
+// The image-to-image strength of `config` is 0 to 1 whether or not the run starts from an image
+// (validate() checks it only with one, as above 0): a value out of range is a mistake however
+// it came (flag, preset, --params-from). Throws ValidationError on field "strength".
+void checkStrengthRange(const RunConfig& config);
 
 }  // namespace tessera

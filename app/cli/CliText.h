@@ -28,4 +28,7 @@ std::string csvField(const std::string& text);
 // The folder of the running executable (/proc/self/exe); empty when it cannot be read.
 std::string executableDir();
 
+// Usage text of `tessera-cli upscale` (app/cli/UpscaleCommand.h).
+std::string upscaleUsage();
+
 }  // namespace tessera

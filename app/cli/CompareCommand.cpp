@@ -307,6 +307,7 @@ void checkSides(Side& a, Side& b, int repeats) {
             c.model = resolveModel(c.model);
             const ModelFolderConfig folder = readModelFolderConfig(c.model);
             validate(c, folder.limits());
+            checkStrengthRange(c);
             s.model = folder.config;
             s.backend = checkRunBackend(c.backend);
         });
@@ -677,6 +678,15 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         if (options.help) {
             out << compareUsage();
             return kExitOk;
+        }
+        // Nothing says what A and B are: usage, not a comparison of the default run with itself.
+        if (options.configFiles.empty() && options.runFlags.empty() && options.overridesA.empty() &&
+            options.overridesB.empty()) {
+            const std::string usage = compareUsage();
+            err << "tessera-cli compare: nothing to compare: give two configuration files (A.json B.json), or run "
+                   "options with --a and --b changing A's and B's settings\n\n"
+                << usage.substr(0, usage.find("Run options")) << "Run options: 'tessera-cli compare --help'.\n";
+            return kExitInvalid;
         }
         const ComparedConfigs configs = compareConfigs(options);
         a.config = configs.a;

@@ -72,7 +72,8 @@ struct ImageDifference {
 ImageDifference imageDifference(const ImageTensor& a, const ImageTensor& b);
 
 // Runs the comparison. Progress goes to `err`, the report to `out`. Returns the exit
-// status: 0 success, 2 invalid input (the message names the key, file or option), 1 a
+// status: 0 success, 2 invalid input (the message names the key, file or option; with no
+// files, run options, --a or --b there is nothing to compare: the usage goes to `err`), 1 a
 // failure while running.
 int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

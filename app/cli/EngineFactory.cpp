@@ -2,6 +2,7 @@
 
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuEngine.h"
+#include "core/cpu/CpuUpscaler.h"
 
 #if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/engine/CudaEngine.h")
 #include "kernels/engine/CudaEngine.h"
@@ -50,6 +51,23 @@ std::unique_ptr<Engine> createEngine(BackendKind requested, std::string* message
 BackendKind effectiveBackend(BackendKind requested, const DeviceReport& report) {
     if (requested == BackendKind::CPU) return BackendKind::CPU;
     return report.cudaAvailable ? BackendKind::CUDA : BackendKind::CPU;
+}
+
+UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, int threads, std::string* message) {
+    if (message) message->clear();
+    // The CUDA upscaler's place: where a CUDA device is usable (cudaUsable) and the run asks for
+    // auto or cuda, return it here with the run's precision. Until then the CPU engine's upscaler
+    // serves both engines, and a run on the CUDA engine says so.
+    if (requested != BackendKind::CPU && message) {
+        std::string why;
+        if (cudaUsable(&why))
+            *message =
+                "upscale model: runs on the CPU engine (float32) although CUDA is usable: this build has no "
+                "CUDA upscaler";
+    }
+    auto cpu = std::make_unique<CpuUpscaler>(threads);
+    const int computing = cpu->cpu().threads();
+    return UpscaleDeviceChoice{std::move(cpu), Precision::FP32, computing};
 }
 
 DeviceReport probeDevices() {

@@ -10,6 +10,7 @@
 
 #include "core/run/Engine.h"
 #include "core/run/RunConfig.h"
+#include "core/sampling/UpscaleTiler.h"
 
 namespace tessera {
 
@@ -35,5 +36,19 @@ BackendKind effectiveBackend(BackendKind requested, const DeviceReport& report);
 
 // Looks for a CUDA device (when built) and describes the CPU. May call CUDA.
 DeviceReport probeDevices();
+
+// What runs an upscale model's graph (core/sampling/UpscaleTiler.h) for a run.
+struct UpscaleDeviceChoice {
+    std::unique_ptr<UpscaleDevice> device;
+    Precision precision = Precision::FP32;  // what it computes in
+    int threads = 0;                        // the CPU threads that compute (the CPU engine's); 0 on a GPU
+};
+
+// The device an upscale model runs on for a run asking for backend `requested` with `threads`
+// CPU threads (0: all cores). The CPU engine's (core/cpu/CpuUpscaler.h: all threads, float32) for
+// every backend for now; the CUDA upscaler plugs in here (createUpscaleDevice's CUDA branch in
+// EngineFactory.cpp). *message (when non-null) is set to a note where the run's engine is the CUDA
+// one but the model runs on the CPU, and cleared otherwise. Like createEngine, may call CUDA.
+UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, int threads, std::string* message);
 
 }  // namespace tessera

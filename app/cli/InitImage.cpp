@@ -445,10 +445,59 @@ ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, 
         throw std::invalid_argument("init: the decoded image is empty or its size does not match " +
                                     pixelsText(image.width, image.height));
     const int inW = image.width, inH = image.height;
-
-    // Rows first (inH x width x 3), then columns (height x width x 3). Source indices out of
-    // range repeat the edge pixel.
     const std::vector<Taps> across = axisTaps(inW, width);
+    const std::vector<Taps> down = axisTaps(inH, height);
+    ImageTensor tensor;
+    tensor.channels = channels;
+    tensor.height = height;
+    tensor.width = width;
+    const std::size_t plane = static_cast<std::size_t>(width) * height;
+    tensor.data.assign(plane * channels, 0.0f);
+    // 0..255 -> [-1, 1], as fromRgb8 (v / 255 * 2 - 1), without rounding to 8 bits.
+    const auto store = [&tensor, plane, channels, width](int x, int y, float(&acc)[3]) {
+        for (int c = 0; c < 3; ++c) acc[c] = std::clamp(acc[c], 0.0f, 255.0f) / 255.0f * 2.0f - 1.0f;
+        const std::size_t at = static_cast<std::size_t>(y) * width + x;
+        if (channels == 3) {
+            for (int c = 0; c < 3; ++c) tensor.data[c * plane + at] = acc[c];
+        } else {
+            tensor.data[at] = (acc[0] + acc[1] + acc[2]) / 3.0f;
+        }
+    };
+    // Source indices out of range repeat the edge pixel. The pass held in between is the smaller
+    // one (core/sampling/ImageOps.h resizeColumnsFirst): a tall, narrow image widened and made
+    // shorter would otherwise hold its every row at the run's width.
+    if (resizeColumnsFirst(inW, inH, width, height)) {
+        // Columns first (height x inW x 3), then rows (height x width x 3).
+        std::vector<float> columns(static_cast<std::size_t>(height) * inW * 3);
+        for (int y = 0; y < height; ++y) {
+            const Taps& t = down[static_cast<std::size_t>(y)];
+            float* dst = columns.data() + static_cast<std::size_t>(y) * inW * 3;
+            for (int x = 0; x < inW; ++x) {
+                float acc[3] = {0, 0, 0};
+                for (std::size_t k = 0; k < t.weights.size(); ++k) {
+                    const int i = std::clamp(t.first + static_cast<int>(k), 0, inH - 1);
+                    const unsigned char* src = image.pixels.data() + (static_cast<std::size_t>(i) * inW + x) * 3;
+                    for (int c = 0; c < 3; ++c) acc[c] += t.weights[k] * src[c];
+                }
+                for (int c = 0; c < 3; ++c) dst[3 * x + c] = acc[c];
+            }
+        }
+        for (int y = 0; y < height; ++y) {
+            const float* src = columns.data() + static_cast<std::size_t>(y) * inW * 3;
+            for (int x = 0; x < width; ++x) {
+                const Taps& t = across[static_cast<std::size_t>(x)];
+                float acc[3] = {0, 0, 0};
+                for (std::size_t k = 0; k < t.weights.size(); ++k) {
+                    const int i = std::clamp(t.first + static_cast<int>(k), 0, inW - 1);
+                    for (int c = 0; c < 3; ++c) acc[c] += t.weights[k] * src[3 * i + c];
+                }
+                store(x, y, acc);
+            }
+        }
+        return tensor;
+    }
+
+    // Rows first (inH x width x 3), then columns (height x width x 3).
     std::vector<float> rows(static_cast<std::size_t>(inH) * width * 3);
     for (int y = 0; y < inH; ++y) {
         const unsigned char* src = image.pixels.data() + static_cast<std::size_t>(y) * inW * 3;
@@ -463,14 +512,6 @@ ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, 
             for (int c = 0; c < 3; ++c) dst[3 * x + c] = acc[c];
         }
     }
-
-    const std::vector<Taps> down = axisTaps(inH, height);
-    ImageTensor tensor;
-    tensor.channels = channels;
-    tensor.height = height;
-    tensor.width = width;
-    const std::size_t plane = static_cast<std::size_t>(width) * height;
-    tensor.data.assign(plane * channels, 0.0f);
     for (int y = 0; y < height; ++y) {
         const Taps& t = down[static_cast<std::size_t>(y)];
         for (int x = 0; x < width; ++x) {
@@ -480,14 +521,7 @@ ImageTensor resampleToModelSpace(const Rgb8Image& image, int width, int height, 
                 const float* src = rows.data() + (static_cast<std::size_t>(i) * width + x) * 3;
                 for (int c = 0; c < 3; ++c) acc[c] += t.weights[k] * src[c];
             }
-            // 0..255 -> [-1, 1], as fromRgb8 (v / 255 * 2 - 1), without rounding to 8 bits.
-            for (int c = 0; c < 3; ++c) acc[c] = std::clamp(acc[c], 0.0f, 255.0f) / 255.0f * 2.0f - 1.0f;
-            const std::size_t at = static_cast<std::size_t>(y) * width + x;
-            if (channels == 3) {
-                for (int c = 0; c < 3; ++c) tensor.data[c * plane + at] = acc[c];
-            } else {
-                tensor.data[at] = (acc[0] + acc[1] + acc[2]) / 3.0f;
-            }
+            store(x, y, acc);
         }
     }
     return tensor;

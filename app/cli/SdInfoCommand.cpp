@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "app/cli/CliOptions.h"
+#include "app/cli/PathStatus.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/formats/Safetensors.h"
@@ -68,7 +69,7 @@ Summary fromCheckpoint(const std::string& path) {
 std::map<std::string, std::size_t> storedDtypes(const fs::path& dir, const std::string& stem) {
     std::vector<fs::path> files;
     for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors"})
-        if (fs::is_regular_file(dir / name)) {
+        if (pathStatus(dir / name).kind == PathStatus::Kind::File) {
             files.push_back(dir / name);
             break;
         }
@@ -90,7 +91,7 @@ std::map<std::string, std::size_t> storedDtypes(const fs::path& dir, const std::
 Summary fromFolder(const std::string& path, const std::string& executableDir) {
     if (bundledClipVocabulary().empty())
         for (const std::string& candidate : resourceCandidates(executableDir, "clip/bpe_simple_vocab_16e6.txt.gz"))
-            if (fs::is_regular_file(candidate)) {
+            if (pathStatus(candidate).kind == PathStatus::Kind::File) {
                 setBundledClipVocabulary(candidate);
                 break;
             }

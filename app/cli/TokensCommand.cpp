@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "app/cli/CliOptions.h"
+#include "app/cli/PathStatus.h"
 #include "core/base/BoundedInput.h"
 #include "core/formats/PipelinePart.h"
 #include "core/run/RunConfig.h"
@@ -80,9 +81,17 @@ ClipTokenizer loadTokenizer(const std::string& model, const std::string& executa
     if (!model.empty()) {
         std::error_code ec;
         const fs::path path = fs::absolute(model, ec);
-        if (!ec && fs::is_directory(path, ec)) {
+        // A link loop or a link to nothing is said as such (app/cli/PathStatus.h).
+        const PathStatus status = pathStatus(ec ? fs::path(model) : path);
+        if (!status.there()) throw ValidationError("model", "model: " + shownPath(model) + " " + status.problem);
+        if (!ec && status.kind == PathStatus::Kind::Folder) {
+            // Something named vocab.json or merges.txt (a link loop too): the tokenizer's reader says
+            // what is wrong with it.
+            const auto present = [](const fs::path& file) {
+                return pathStatus(file).kind != PathStatus::Kind::Missing;
+            };
             for (const fs::path& folder : {path / "tokenizer", path})
-                if (fs::exists(folder / "vocab.json", ec) || fs::exists(folder / "merges.txt", ec))
+                if (present(folder / "vocab.json") || present(folder / "merges.txt"))
                     return ClipTokenizer::fromDiffusersFolder(folder);
             if (const std::optional<PipelinePart> part = pipelinePartOf(path))
                 throw ValidationError("model", "model: " + describePipelinePart(path, *part, "--model"));
@@ -91,7 +100,7 @@ ClipTokenizer loadTokenizer(const std::string& model, const std::string& executa
                                                "pipeline folder has one); leave out --model for the bundled CLIP "
                                                "vocabulary");
         }
-        if (ec || !fs::is_regular_file(path, ec) || path.extension() != ".safetensors")
+        if (status.kind != PathStatus::Kind::File || path.extension() != ".safetensors")
             throw ValidationError("model", "model: " + inQuotes(model) +
                                                " is neither a diffusers pipeline folder nor a .safetensors file");
         // A single-file checkpoint carries no tokenizer: SD's own vocabulary (openai CLIP's

@@ -1,5 +1,5 @@
-// tessera-cli: plan, render, info, bench, compare and tokens, headless. Exit status: 0 success, 2 invalid input
-// (the message names the field), 1 failure while running.
+// tessera-cli: plan, render, info, bench, compare, tokens and upscale, headless. Exit status: 0 success, 2 invalid
+// input (the message names the field), 1 failure while running.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,9 +24,13 @@
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
 #include "app/cli/InterruptCancels.h"
+#include "app/cli/PathStatus.h"
 #include "app/cli/PngIO.h"
+#include "app/cli/RunMemoryCheck.h"
 #include "app/cli/SdInfoCommand.h"
 #include "app/cli/TokensCommand.h"
+#include "app/cli/UpscaleCommand.h"
+#include "app/cli/UpscaleModelRun.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/base/LoadProgress.h"
@@ -61,13 +65,6 @@ std::string resolveModel(const std::string& given) {
     }
 }
 
-// Host memory check (core/cpu/HostMemoryEstimate.h) where the machine says what it has.
-void checkRunMemory(const RunConfig& config, const UNetConfig& model, BackendKind backend,
-                    const std::optional<StartImageSize>& startImage) {
-    if (const std::optional<HostMemory> available = availableHostMemory())
-        checkHostMemory(config, model, backend, startImage, *available);
-}
-
 std::string humanFlops(double flops) {
     const char* units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
     int unit = 0;
@@ -79,21 +76,55 @@ std::string humanFlops(double flops) {
 }
 
 // Upscaling (Stable Diffusion image-to-image): the canvas is the init image's size times
-// config.upscale, each side rounded down to a multiple of 8 (the VAE's cell).
+// config.upscale, each side rounded down to a multiple of 8 (the VAE's cell). The size comes
+// from the image's header: nothing is decoded before the run's checks.
 void applyUpscale(RunConfig& config) {
-    Rgb8Image decoded;
+    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
+        throw InputError{"upscale: " + formatNumber(config.upscale) +
+                         " is not allowed; the upscale factor must be 1 to " + formatNumber(kMaxUpscale)};
+    ImageHeader header;
     try {
-        decoded = decodeImageFile(config.initImage);
+        header = readImageHeader(config.initImage);
     } catch (const InitImageError& e) {
         throw InputError{std::string("init: ") + e.what()};
     }
-    if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
-        throw InputError{"upscale: " + fixed(config.upscale, 3) + " is not allowed; 1 to " + fixed(kMaxUpscale, 0)};
-    const auto side = [&](int v) { return std::max(8, static_cast<int>(v * config.upscale) / 8 * 8); };
-    config.width = side(decoded.width);
-    config.height = side(decoded.height);
-    std::cerr << "note: upscale: " << decoded.width << "x" << decoded.height << " x " << fixed(config.upscale, 2)
+    config.width = upscaledCanvasSide(header.width, config.upscale);
+    config.height = upscaledCanvasSide(header.height, config.upscale);
+    std::cerr << "note: upscale: " << header.width << "x" << header.height << " x " << fixed(config.upscale, 2)
               << " -> " << config.width << "x" << config.height << "\n";
+}
+
+// The strength of image-to-image (core/run/RunConfig.h): a value outside 0..1 is refused
+// whether or not the run starts from an image (validate() checks it only with one); without
+// --init the --strength given is unused, and the user is told so rather than left guessing.
+void checkStrength(const CliOptions& options) {
+    const RunConfig& config = options.config;
+    checkStrengthRange(config);
+    if (config.initImage.empty() && options.flagsGiven.count("strength"))
+        std::cerr << "note: strength: " << formatNumber(config.strength)
+                  << " is unused: it applies to image-to-image runs (--init); this run starts from noise\n";
+}
+
+// What the host-memory estimate sizes the run by (app/cli/RunMemoryCheck.h).
+RunModelShape runModelShape(const RunConfig& config, const std::optional<ModelFolderConfig>& folder) {
+    RunModelShape shape;
+    shape.stableDiffusion = !folder;
+    if (folder)
+        shape.pixel = folder->config;
+    else
+        shape.sdModel = readSdModelConfigs(config.model);
+    return shape;
+}
+
+// What a render of this plan would ask of the host, on the CPU engine and on the CUDA one.
+void printHostMemory(const RunConfig& config, const RunModelShape& model) {
+    const HostMemoryEstimate cpu = estimateRunMemory(config, model, BackendKind::CPU, std::nullopt);
+    const HostMemoryEstimate cuda = estimateRunMemory(config, model, BackendKind::CUDA, std::nullopt);
+    const std::optional<HostMemory> available = availableHostMemory();
+    std::cout << "host memory  about " << formatBytes(cpu.peakBytes()) << " at the peak with the cpu engine, "
+              << formatBytes(cuda.peakBytes()) << " with the cuda engine";
+    if (available) std::cout << "; " << formatBytes(available->availableBytes) << " available";
+    std::cout << "\n";
 }
 
 int cmdPlan(const CliOptions& options) {
@@ -108,6 +139,7 @@ int cmdPlan(const CliOptions& options) {
         sd = isSdModelPath(config.model);
         if (!sd) folder = readModelFolderConfig(config.model);
     }
+    checkStrength(options);
     if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
     validate(config, sd ? ModelLimits{8, 1000, 3} : folder ? folder->limits() : ModelLimits{});
     if (sd) checkSdCells(config);
@@ -137,20 +169,14 @@ int cmdPlan(const CliOptions& options) {
                   << "\n"
                   << "model        " << config.model << " ('tessera-cli info' describes it; render and bench report "
                   << "FLOPs and memory)\n";
+        printHostMemory(config, runModelShape(config, std::nullopt));
     }
     if (model) {
         const double perEval = model->flopsPerEvaluation(plan.tileH(), plan.tileW());
         std::cout << "FLOPs        " << humanFlops(perEval * tiles) << " per step, "
                   << humanFlops(perEval * tiles * stepsRun) << " total (" << humanFlops(perEval)
                   << " per tile evaluation)\n";
-        // What a render of this plan would ask of the host, on the CPU engine and on the CUDA one.
-        const HostMemoryEstimate cpu = estimateHostMemory(config, folder->config, BackendKind::CPU);
-        const HostMemoryEstimate cuda = estimateHostMemory(config, folder->config, BackendKind::CUDA);
-        const std::optional<HostMemory> available = availableHostMemory();
-        std::cout << "host memory  about " << formatBytes(cpu.peakBytes()) << " at the peak with the cpu engine, "
-                  << formatBytes(cuda.peakBytes()) << " with the cuda engine";
-        if (available) std::cout << "; " << formatBytes(available->availableBytes) << " available";
-        std::cout << "\n";
+        printHostMemory(config, runModelShape(config, folder));
     }
     return kExitOk;
 }
@@ -159,6 +185,14 @@ int cmdInfo(const CliOptions& options) {
     if (options.infoDir.empty()) throw InputError{"model: info needs a model folder: tessera-cli info DIR"};
     // Stable Diffusion pipeline folders and checkpoint files (app/cli/SdInfoCommand.h).
     if (isSdModelPath(options.infoDir)) {
+        // A link loop or a link to nothing is said as such (app/cli/PathStatus.h); the model's
+        // reader says what else is wrong, or that nothing is there.
+        if (options.infoDir.rfind(kRandomModelPrefix, 0) != 0) {
+            checkPathText("model", options.infoDir, "a model folder or checkpoint file");
+            const PathStatus status = pathStatus(options.infoDir);
+            if (status.kind == PathStatus::Kind::LinkLoop || status.kind == PathStatus::Kind::DanglingLink)
+                throw InputError{"model: " + shownPath(options.infoDir) + " " + status.problem};
+        }
         printSdModelInfo(options.infoDir, executableDir(), std::cout);
         return kExitOk;
     }
@@ -263,23 +297,33 @@ int cmdRender(const CliOptions& options) {
     const bool sd = isSdModelPath(config.model);
     std::optional<ModelFolderConfig> model;
     if (!sd) model = readModelFolderConfig(config.model);
+    checkStrength(options);
     if (sd && !config.initImage.empty() && config.upscale != 1.0) applyUpscale(config);
     validate(config, sd ? ModelLimits{8, 1000, 3} : model->limits());
     if (sd) checkSdCells(config);  // before the model is loaded: a multi-GB read for nothing otherwise
     const BackendKind backend = checkRunBackend(config.backend);
     const int channels = sd ? 3 : model->config.inChannels;
     const std::optional<StartImageSize> startImage = checkStartImageHeader(config, channels);
-    // Stable Diffusion: the engine checks the run against the model once it is loaded (its
-    // limits come from three components); the host estimate covers UNet2DModel runs.
-    if (!sd) checkRunMemory(config, model->config, backend, startImage);
+    // The host memory of the whole run, every family (a Stable Diffusion model's parts from its
+    // config files or header), before the start image is decoded or any model loaded. The engine
+    // checks a Stable Diffusion run against the model once it is loaded (its limits come from
+    // three components).
+    checkRunMemory(config, runModelShape(config, model), backend, startImage);
 
     // The output folder (owned by the outputs work): the last validation, before any work. It
     // creates nothing: the --out folder (and missing parents) are created only when the
     // outputs are written, so a rejected render leaves no folder behind.
     checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
 
+    // --upscale-model: the model's pass over the start image, found, read and checked before the
+    // engine loads anything, run before the canvas resize (app/cli/UpscaleModelRun.h).
+    std::optional<StartImageUpscale> upscaleModel;
+    if (!config.upscaleModel.empty()) upscaleModel.emplace(config, startImage, std::cerr);
+
     std::unique_ptr<Engine> engine = makeEngine(config.backend);
-    if (startImage) engine->setInitImage(startImageTensor(config, channels));
+    if (startImage)
+        engine->setInitImage(upscaleModel ? upscaleModel->startImage(config, channels, std::cerr)
+                                          : startImageTensor(config, channels));
 
     ConsoleObserver observer;
     RunResult result;
@@ -287,6 +331,7 @@ int cmdRender(const CliOptions& options) {
         const InterruptCancels interrupt(*engine);  // Ctrl-C: finish the tile batch, keep what was made
         result = engine->run(config, observer);
     }
+    if (upscaleModel) upscaleModel->addTo(result.record);
     // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
     if (const std::string note = tuningMismatchNote(result.record.tuning.digest, options.presetTuningDigest);
         !note.empty()) {
@@ -297,13 +342,16 @@ int cmdRender(const CliOptions& options) {
 
     // ---- Outputs (owned by the outputs work): one all-or-nothing set (core/run/OutputSet.h) —
     // temporary files, fsync, then renames with the manifest last, so a manifest means a
-    // complete set; a failure or SIGINT/SIGTERM while writing leaves nothing of it. Text is
-    // stored as valid UTF-8 (a Latin-1 label is escaped, never a reason to lose the run).
+    // complete set. A failure, a full disk or a fatal signal (HUP, INT, QUIT, TERM, PIPE) while
+    // writing leaves none of the set, except the finished image once written whole: it is kept
+    // as <run-id>.incomplete.png and the error or a line on stderr says so. Text is stored as
+    // valid UTF-8 (a Latin-1 label is escaped, never a reason to lose the run).
     const fs::path base = fs::path(options.outDir) / record.runId;
     const std::string manifest = jsonText(manifestJson(record), 2);
     OutputSet outputs;
     outputs.createFolders(options.outDir);
-    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record, manifest));
+    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record, manifest),
+                OutputSet::IfIncomplete::Keep);
     outputs.addText(base.string() + ".csv", timingsCsv(record));
     outputs.addText(base.string() + ".json", manifest);
     outputs.commit();
@@ -320,6 +368,16 @@ int cmdRender(const CliOptions& options) {
     return record.status == RunStatus::Cancelled ? kExitFailure : kExitOk;
 }
 
+// An allocation failed past the up-front check (an estimate, not a reservation): say what ran
+// out and what can be done, rather than "std::bad_alloc".
+void reportOutOfMemory() {
+    const std::optional<HostMemory> available = availableHostMemory();
+    std::cerr << "tessera-cli: out of memory: an allocation failed while running"
+              << (available ? " (" + formatBytes(available->availableBytes) + " left: " + available->source + ")"
+                            : std::string())
+              << "; lower width and height, batch or the tile size, or raise the memory limit\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -329,24 +387,29 @@ int main(int argc, char** argv) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("tessera-cli"));
     // The CLIP vocabulary Stable Diffusion models without tokenizer/ use (resources/clip).
     for (const std::string& candidate : resourceCandidates(executableDir(), "clip/bpe_simple_vocab_16e6.txt.gz"))
-        if (fs::is_regular_file(candidate)) {
+        if (pathStatus(candidate).kind == PathStatus::Kind::File) {
             setBundledClipVocabulary(candidate);
             break;
         }
     std::vector<std::string> args(argv + 1, argv + argc);
     // The subcommands with option parsers of their own, each given the words after its name:
     // bench (lists of batches, precisions, graph modes: app/cli/BenchCommand.h), compare (two
-    // configurations, files or render flags with --a/--b: app/cli/CompareCommand.h) and tokens (a
-    // prompt's CLIP token ids per 75-token chunk: app/cli/TokensCommand.h).
+    // configurations, files or render flags with --a/--b: app/cli/CompareCommand.h), tokens (a
+    // prompt's CLIP token ids per 75-token chunk: app/cli/TokensCommand.h) and upscale (an upscale
+    // model alone: app/cli/UpscaleCommand.h).
     using Subcommand = std::function<int(const std::vector<std::string>&)>;
     const std::pair<const char*, Subcommand> subcommands[] = {
         {"bench", [](const auto& words) { return runBenchCommand(words, std::cout, std::cerr); }},
         {"compare", [](const auto& words) { return runCompareCommand(words, std::cout, std::cerr); }},
-        {"tokens", [](const auto& words) { return runTokensCommand(words, std::cout, std::cerr, executableDir()); }}};
+        {"tokens", [](const auto& words) { return runTokensCommand(words, std::cout, std::cerr, executableDir()); }},
+        {"upscale", [](const auto& words) { return runUpscaleCommand(words, std::cout, std::cerr); }}};
     for (const auto& [name, run] : subcommands)
         if (!args.empty() && args.front() == name) {
             try {
                 return run(std::vector<std::string>(args.begin() + 1, args.end()));
+            } catch (const std::bad_alloc&) {
+                reportOutOfMemory();
+                return kExitFailure;
             } catch (const std::exception& e) {
                 std::cerr << "tessera-cli: " << name << " failed: " << e.what() << "\n";
                 return kExitFailure;
@@ -372,7 +435,9 @@ int main(int argc, char** argv) {
                 << "  compare   run two configurations interleaved: speedup, memory, pixel difference\n"
                 << "            ('tessera-cli compare --help')\n"
                 << "  tokens    a prompt's CLIP token ids (and weights) per 75-token chunk ('tessera-cli tokens "
-                   "--help')\n";
+                   "--help')\n"
+                << "  upscale   an upscale model alone over an image, no diffusion model needed ('tessera-cli "
+                   "upscale --help')\n";
         return kExitOk;
     }
     try {
@@ -400,6 +465,9 @@ int main(int argc, char** argv) {
         return kExitFailure;
     } catch (const LoadCancelled& e) {  // Ctrl-C while the model loads: nothing was run or written
         std::cerr << "tessera-cli: " << e.what() << "\n";
+        return kExitFailure;
+    } catch (const std::bad_alloc&) {
+        reportOutOfMemory();
         return kExitFailure;
     } catch (const std::exception& e) {
         std::cerr << "tessera-cli: failed: " << e.what() << "\n";

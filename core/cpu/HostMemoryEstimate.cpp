@@ -9,8 +9,13 @@
 #include <sstream>
 
 #include "core/cpu/CpuBackend.h"
+#include "core/formats/ModelWeights.h"
+#include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
+#include "core/models/vae/TiledVae.h"
+#include "core/models/vae/VaeGraph.h"
 #include "core/run/RunRecord.h"
+#include "core/sampling/ImageOps.h"
 #include "core/sampling/TilePlan.h"
 
 namespace tessera {
@@ -109,13 +114,14 @@ void addStartImage(HostMemoryEstimate& e, const RunConfig& config, int channels,
     const std::uint64_t canvas = static_cast<std::uint64_t>(channels) * config.width * config.height;
     const std::uint64_t pixels = static_cast<std::uint64_t>(image.width) * image.height;
     // The file, the decoder's rows (up to 4 bytes a pixel for CMYK) and the RGB copy, then the
-    // resize's row pass (source rows x run width x 3 floats).
+    // resize's first pass (3 floats a pixel; core/sampling/ImageOps.h resizeIntermediatePixels).
     e.items.push_back({MemoryPart::StartImageFile,
                        "start image: file and decoded " + std::to_string(image.width) + "x" +
                            std::to_string(image.height) + " pixels",
                        "init", image.fileBytes + pixels * (4 + 3), kStart});
     e.items.push_back({MemoryPart::StartImageResize, "start image: resize buffer", "init",
-                       static_cast<std::uint64_t>(image.height) * config.width * 3 * kFloat, kStart});
+                       resizeIntermediatePixels(image.width, image.height, config.width, config.height) * 3 * kFloat,
+                       kStart});
     e.items.push_back({MemoryPart::StartImage,
                        "start image in model space (" + dims(channels, config.height, config.width) + " float32)",
                        "init", canvas * kFloat, kStart | kSampling | kOutput});
@@ -213,6 +219,113 @@ HostMemoryEstimate estimateHostMemory(const RunConfig& config, const UNetConfig&
 
 namespace {
 
+// The CPU's least need for a VAE pass over an image of imageH x imageW pixels (decoder or
+// encoder graph): whole, the activations as the CPU backend runs it (attention in blocks of
+// query rows, so no score matrix is held whole); tiled, what a tiled pass keeps however small
+// its tiles (planVaePass with a budget nothing fits: its smallest tile), whose whole-image
+// canvases (one per value live at a cut, float32) dominate; auto takes the smaller.
+std::uint64_t cpuVaePassBytes(const VaeConfig& vae, bool decoder, int imageH, int imageW, VaeTiling mode, int threads) {
+    const ModelGraph execution = decoder ? vaeDecoderExecutionGraph(vae) : vaeEncoderExecutionGraph(vae);
+    const std::uint64_t whole = activationBytes(execution, 1, imageH, imageW, threads);
+    if (mode == VaeTiling::Off) return whole;
+    const ModelGraph primitive = decoder ? buildVaeDecoderGraph(vae) : buildVaeEncoderGraph(vae);
+    const VaePassPlan plan = planVaePass(VaeTiling::On, primitive, imageH, imageW, VaeMemoryBudget{1, 4, true, ""});
+    const std::uint64_t tiled = plan.estimate.hostPeakBytes;
+    return mode == VaeTiling::On ? tiled : std::min(whole, tiled);
+}
+
+std::uint64_t sdWeightBytes(const SdModelConfigs& model) {
+    std::uint64_t bytes = float32Bytes(UNetCondModel::expectedTensors(model.unet)) +
+                          float32Bytes(VaeModel::expectedTensors(model.vae)) +
+                          float32Bytes(ClipTextModel::expectedTensors(model.textEncoder));
+    if (model.textEncoder2) bytes += float32Bytes(ClipTextModel::expectedTensors(*model.textEncoder2));
+    return bytes;
+}
+
+}  // namespace
+
+// One list of parts per phase, as estimateHostMemory's, at the latent canvas's size (one of
+// the VAE's cells a latent pixel); the reasons for each part are given there.
+HostMemoryEstimate estimateSdHostMemory(const RunConfig& config, const SdModelConfigs* model, BackendKind backend,
+                                        const std::optional<StartImageSize>& startImage) {
+    const bool onDevice = backend == BackendKind::CUDA;
+    const int f = model ? model->vae.scaleFactor() : 8;
+    const int channels = model ? model->unet.inChannels : 4;
+    RunConfig latent = config;  // the canvas the tiled loop runs on (core/models/sd/SdPipeline.h checkSdRun)
+    latent.width = std::max(1, config.width / f);
+    latent.height = std::max(1, config.height / f);
+    latent.tile = std::max(1, config.tile / f);
+    latent.overlapPx = config.overlapPixels() / f;
+    latent.overlapFraction.reset();
+    const RunShape s = runShape(latent);
+    // Guidance evaluates every tile twice, conditional and unconditional, as one doubled batch.
+    const int rows = s.batch * (config.cfgScale != 1.0 ? 2 : 1);
+    const std::uint64_t latentPlane = static_cast<std::uint64_t>(latent.width) * latent.height;
+    const std::uint64_t canvas = latentPlane * channels;
+    const std::uint64_t plane = static_cast<std::uint64_t>(config.width) * config.height;
+    const std::string canvasDims = dims(channels, latent.height, latent.width);
+
+    HostMemoryEstimate e;
+    e.items.push_back({MemoryPart::Process,
+                       "the process itself" + std::string(onDevice ? " with the CUDA runtime" : ""), "",
+                       kProcessBytes + (onDevice ? kCudaRuntimeBytes : 0), kStart | kSampling | kOutput});
+    if (model) {
+        e.items.push_back(
+            {MemoryPart::Weights,
+             std::string("model weights (float32): UNet, VAE and text encoder") + (model->textEncoder2 ? "s" : ""),
+             "model", sdWeightBytes(*model), kSampling | kOutput});
+        if (!onDevice)
+            e.items.push_back({MemoryPart::Activations,
+                               "UNet activations for " + std::to_string(rows) +
+                                   (rows == 1 ? " latent tile of " : " latent tiles of ") + std::to_string(s.tileW) +
+                                   "x" + std::to_string(s.tileH),
+                               "batch",
+                               activationBytes(unet2DConditionExecutionGraph(model->unet), rows, s.tileH, s.tileW,
+                                               cpuThreads(config)),
+                               kSampling | kOutput});
+    }
+    if (!onDevice) {
+        e.items.push_back({MemoryPart::TileBuffers, "tile batch input and output", "batch",
+                           2 * static_cast<std::uint64_t>(rows) * channels * s.tileH * s.tileW * kFloat, kSampling});
+        e.items.push_back({MemoryPart::Canvas,
+                           "latent canvas: latents, noise and two accumulators (4 x " + canvasDims + " float32)",
+                           "width", 4 * canvas * kFloat, kSampling});
+        if (model) {
+            std::uint64_t vae =
+                cpuVaePassBytes(model->vae, true, config.height, config.width, config.vaeTiling, cpuThreads(config));
+            if (startImage)
+                vae = std::max(vae, cpuVaePassBytes(model->vae, false, config.height, config.width, config.vaeTiling,
+                                                    cpuThreads(config)));
+            e.items.push_back({MemoryPart::Activations,
+                               std::string("VAE ") + (startImage ? "encode and decode" : "decode") + " of " +
+                                   std::to_string(config.width) + "x" + std::to_string(config.height) + " px" +
+                                   (config.vaeTiling == VaeTiling::Off ? " (untiled)" : ""),
+                               "width", vae, kSampling});
+        }
+    }
+    e.items.push_back({MemoryPart::Seams, "seam statistics of the last step (2 x " + canvasDims + " float64)", "width",
+                       2 * canvas * 8, kSampling});
+    e.items.push_back({MemoryPart::FinalImage,
+                       "final latents, seam map and the decoded image (3x" + std::to_string(config.height) + "x" +
+                           std::to_string(config.width) + " float32)",
+                       "width", (canvas + latentPlane + 3 * plane) * kFloat, kSampling | kOutput});
+    e.items.push_back({MemoryPart::Blend, "blend weights and tile tables", "width",
+                       2 * latentPlane * kFloat +
+                           static_cast<std::uint64_t>(s.windowMaps) * s.tileH * s.tileW * kFloat +
+                           static_cast<std::uint64_t>(s.tiles) * (sizeof(TileRect) + sizeof(int)),
+                       kSampling});
+    const std::uint64_t records = static_cast<std::uint64_t>(std::max(s.stepsRun, 0)) * s.batchesPerStep;
+    e.items.push_back({MemoryPart::Record, "run record: " + std::to_string(records) + " tile-batch timing rows",
+                       "steps", records * (kRecordRowBytes + kRecordRowBytesPerTile * s.batch), kSampling | kOutput});
+    e.items.push_back({MemoryPart::OutputText, "manifest and CSV text of the timing rows", "steps",
+                       records * (kOutputRowBytes + kOutputRowBytesPerTile * s.batch), kOutput});
+    e.items.push_back({MemoryPart::Png, "8-bit image and its PNG encoding", "width", 3 * plane * 3, kOutput});
+    if (startImage) addStartImage(e, config, 3, *startImage);
+    return e;
+}
+
+namespace {
+
 // The largest value in [lo, hi] for which fits(value) holds, assuming fits is monotone
 // (smaller never needs more); nullopt when not even lo fits.
 template <typename Fits>
@@ -233,20 +346,23 @@ std::string genericAdvice(const std::string& field) {
     if (field == "batch") return "lower batch or the tile size";
     if (field == "steps") return "lower steps or raise batch";
     if (field == "init") return "use a smaller start image (init)";
+    if (field == "threads") return "lower threads, or raise the process's memory limit (ulimit -v / -d)";
     return "use a smaller model or free memory";
 }
 
-// What to lower, and to what, for the part that dominates the peak.
-std::string advice(const std::string& field, const RunConfig& config, const UNetConfig& model, BackendKind backend,
-                   const std::optional<StartImageSize>& startImage, std::uint64_t available) {
+// What to lower, and to what, for the part that dominates the peak. `peakOf` is the estimate's
+// peak for a changed configuration; `sideStep` what width and height must stay multiples of.
+template <typename PeakOf>
+std::string advice(const std::string& field, const RunConfig& config, int sideStep, const PeakOf& peakOf,
+                   std::uint64_t available) {
     const auto fitsWith = [&](auto change) {
         RunConfig c = config;
         change(c);
-        return estimateHostMemory(c, model, backend, startImage).peakBytes() <= available;
+        return peakOf(c) <= available;
     };
     if (field == "width") {
         // Scale both sides by the same factor, keeping them multiples of the model's factor.
-        const int step = std::max(1, model.downsampleFactor());
+        const int step = std::max(1, sideStep);
         const auto scaled = [&](int side, int percent) { return std::max(step, side * percent / 100 / step * step); };
         const auto percent = largestFitting(1, 99, [&](int p) {
             return fitsWith([&](RunConfig& c) {
@@ -271,10 +387,6 @@ std::string advice(const std::string& field, const RunConfig& config, const UNet
     }
     return genericAdvice(field);
 }
-
-}  // namespace
-
-namespace {
 
 // The refusal for `estimate`, without advice: its field and message; nullopt when it fits.
 std::optional<ValidationError> refusal(const HostMemoryEstimate& estimate, const HostMemory& available) {
@@ -307,6 +419,21 @@ std::optional<ValidationError> refusal(const HostMemoryEstimate& estimate, const
                                       "); the largest parts: " + largest + "; ");
 }
 
+// Under a process limit (available.countsAddressSpace), the address space the run's computing
+// threads will map beyond their data (core/base/HostMemory.h kThreadAddressSpaceBytes): with
+// it left out, a run that passed the check could stop in an allocation, or hang in OpenBLAS.
+HostMemoryEstimate withThreadAddressSpace(HostMemoryEstimate estimate, const RunConfig& config, BackendKind backend,
+                                          const HostMemory& available) {
+    if (!available.countsAddressSpace) return estimate;
+    const int threads = backend == BackendKind::CUDA ? 1 : cpuThreads(config);
+    estimate.items.push_back({MemoryPart::Process,
+                              "address space of " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+                                  " (stacks, malloc arenas, OpenBLAS buffers; mapped, mostly never touched)",
+                              "threads", static_cast<std::uint64_t>(threads) * kThreadAddressSpaceBytes,
+                              kStart | kSampling | kOutput});
+    return estimate;
+}
+
 }  // namespace
 
 void checkHostMemory(const HostMemoryEstimate& estimate, const HostMemory& available) {
@@ -316,9 +443,27 @@ void checkHostMemory(const HostMemoryEstimate& estimate, const HostMemory& avail
 
 void checkHostMemory(const RunConfig& config, const UNetConfig& model, BackendKind backend,
                      const std::optional<StartImageSize>& startImage, const HostMemory& available) {
-    if (auto error = refusal(estimateHostMemory(config, model, backend, startImage), available))
-        throw ValidationError(error->field(), error->what() + advice(error->field(), config, model, backend, startImage,
-                                                                     available.availableBytes));
+    const auto estimate = [&](const RunConfig& c) {
+        return withThreadAddressSpace(estimateHostMemory(c, model, backend, startImage), c, backend, available);
+    };
+    if (auto error = refusal(estimate(config), available)) {
+        const auto peakOf = [&](const RunConfig& c) { return estimate(c).peakBytes(); };
+        throw ValidationError(error->field(), error->what() + advice(error->field(), config, model.downsampleFactor(),
+                                                                     peakOf, available.availableBytes));
+    }
+}
+
+void checkSdHostMemory(const RunConfig& config, const SdModelConfigs* model, BackendKind backend,
+                       const std::optional<StartImageSize>& startImage, const HostMemory& available) {
+    const auto estimate = [&](const RunConfig& c) {
+        return withThreadAddressSpace(estimateSdHostMemory(c, model, backend, startImage), c, backend, available);
+    };
+    if (auto error = refusal(estimate(config), available)) {
+        const auto peakOf = [&](const RunConfig& c) { return estimate(c).peakBytes(); };
+        const int step = model ? model->vae.scaleFactor() : 8;
+        throw ValidationError(error->field(),
+                              error->what() + advice(error->field(), config, step, peakOf, available.availableBytes));
+    }
 }
 
 }  // namespace tessera

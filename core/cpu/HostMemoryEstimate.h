@@ -13,6 +13,11 @@
 //   output       the final image, the 8-bit image and its PNG encoding, the manifest and CSV.
 // The CUDA engine keeps canvas and activations on the GPU: only what it copies back to the
 // host is counted. Its device memory is planned (and refused) by the engine at prepare.
+// Stable Diffusion runs (estimateSdHostMemory) count the same at the latent canvas's size, the
+// UNet, VAE and text encoders' float32 weights (every engine keeps the loaded model on the
+// host), the doubled tile batch of guidance, the decoded image and, on the CPU, the VAE's pass
+// over the whole image (whole, or the least a tiled pass keeps: its whole-image canvases).
+// "Available" is what the machine and the process's own limits leave (core/base/HostMemory.h).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,7 @@
 
 #include "core/base/FormatNumber.h"
 #include "core/base/HostMemory.h"
+#include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetConfig.h"
 #include "core/run/RunConfig.h"
 
@@ -92,5 +98,16 @@ void checkHostMemory(const RunConfig& config, const UNetConfig& model, BackendKi
                      const std::optional<StartImageSize>& startImage, const HostMemory& available);
 // The same for an estimate a caller put together (several runs' parts), without the numbers.
 void checkHostMemory(const HostMemoryEstimate& estimate, const HostMemory& available);
+
+// A Stable Diffusion run (image sizes in pixels, as the user gives them) on `backend` for a
+// model of `model`'s configurations (nullptr where they could not be read: the model's weights
+// and activations are then left out, and its load, which follows, says what is wrong). Expects
+// a configuration that passed validate() and checkSdCells().
+HostMemoryEstimate estimateSdHostMemory(const RunConfig& config, const SdModelConfigs* model, BackendKind backend,
+                                        const std::optional<StartImageSize>& startImage = std::nullopt);
+// checkHostMemory for a Stable Diffusion run: the same message, with the largest width x height
+// (multiples of 8), batch or step count that fits where one does.
+void checkSdHostMemory(const RunConfig& config, const SdModelConfigs* model, BackendKind backend,
+                       const std::optional<StartImageSize>& startImage, const HostMemory& available);
 
 }  // namespace tessera

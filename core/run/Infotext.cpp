@@ -16,6 +16,7 @@
 #include "core/run/ModelName.h"
 #include "core/run/RunConfigFields.h"
 #include "core/run/SamplerNames.h"
+#include "core/run/UpscaleModelFile.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -84,6 +85,7 @@ InfotextExtras infotextExtras(const RunRecord& record) {
     if (!record.modelName.empty()) extras.modelName = record.modelName;
     if (record.modelHash.size() >= 10 && isLowerHex(record.modelHash))
         extras.modelHash = record.modelHash.substr(0, 10);
+    extras.upscaleOnly = record.upscaleModel && record.upscaleModel->alone;
     return extras;
 }
 
@@ -110,6 +112,7 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"precision", "Precision", ""},
         {"backend", "Backend", ""},
         {"upscale", "Upscale", ""},
+        {"upscale_model", "SD upscale upscaler", ""},
         {"preserve_color", "Preserve color", ""},
         {"sdxl_size_conditioning", "SDXL size conditioning", ""},
         {"vae_tiling", "VAE tiling", ""},
@@ -137,9 +140,29 @@ std::string quoteInfotextValue(std::string_view text) {
     return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+std::string joinParams(const std::vector<std::pair<std::string, std::string>>& params) {
+    std::string line;
+    for (const auto& [key, value] : params) {
+        if (!line.empty()) line += ", ";
+        line += key == value ? key : key + ": " + quoteInfotextValue(value);
+    }
+    return line;
+}
+
+}  // namespace
+
 std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     std::vector<std::pair<std::string, std::string>> params;
     const auto add = [&](std::string key, std::string value) { params.emplace_back(std::move(key), std::move(value)); };
+    if (x.upscaleOnly) {
+        // A1111's extras tab (scripts/postprocessing_upscale.py ScriptPostprocessingUpscale.upscale).
+        add("Postprocess upscale by", formatNumber(c.upscale));
+        add("Postprocess upscaler", upscalerName(c.upscaleModel));
+        add("Version", std::string("tessera-") + TESSERA_VERSION);
+        return pyStrip(toValidUtf8(joinParams(params)));
+    }
     add("Steps", std::to_string(c.steps));
     const auto sampler = samplerDisplayName(c.scheduler, c.schedulerOptions);
     add("Sampler", sampler.sampler);
@@ -161,6 +184,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Precision", std::string(toString(c.precision)));
     add("Backend", std::string(toString(c.backend)));
     if (c.upscale != 1.0) add("Upscale", formatNumber(c.upscale));
+    if (!c.upscaleModel.empty()) add("SD upscale upscaler", upscalerName(c.upscaleModel));
     if (c.preserveColor) add("Preserve color", "True");
     if (c.sdxlSizeConditioning != SdxlSizeConditioning::Image)
         add("SDXL size conditioning", std::string(toString(c.sdxlSizeConditioning)));
@@ -169,11 +193,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
         add("Eta DDIM", formatNumber(c.schedulerOptions.eta));
     add("Version", std::string("tessera-") + TESSERA_VERSION);
 
-    std::string line;
-    for (const auto& [key, value] : params) {
-        if (!line.empty()) line += ", ";
-        line += key == value ? key : key + ": " + quoteInfotextValue(value);
-    }
+    const std::string line = joinParams(params);
     std::string text;
     if (x.stableDiffusion) {
         text = c.prompt;
@@ -547,6 +567,38 @@ std::string readName(std::string_view value, E& out, E (*parse)(std::string_view
     }
 }
 
+// A1111's built-in Real-ESRGAN upscalers by the name its infotext gives them, with the file each
+// downloads (A1111 modules/realesrgan_model.py get_realesrgan_models): looked up as that file.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kRealEsrganUpscalers{{
+    {"R-ESRGAN General 4xV3", "realesr-general-x4v3"},
+    {"R-ESRGAN General WDN 4xV3", "realesr-general-wdn-x4v3"},
+    {"R-ESRGAN AnimeVideo", "realesr-animevideov3"},
+    {"R-ESRGAN 4x+", "RealESRGAN_x4plus"},
+    {"R-ESRGAN 4x+ Anime6B", "RealESRGAN_x4plus_anime_6B"},
+    {"R-ESRGAN 2x+", "RealESRGAN_x2plus"},
+}};
+
+// An upscaler as A1111 names it onto upscale_model: a model's name (its file's name without the
+// extension), "None" for none. A resize filter is not a model, and a value that is no plain name
+// (a path, a hidden file) is not taken from a file that came from elsewhere.
+std::string readUpscaler(std::string_view value, RunConfig& config) {
+    const std::string_view name = trimAscii(value);
+    if (name == "None") {
+        config.upscaleModel.clear();
+        return {};
+    }
+    if (name == "Lanczos" || name == "Nearest")
+        return "is a resize filter, not an upscale model (Tessera resizes with Catmull-Rom and area averaging); "
+               "ignored";
+    if (name.empty() || name.front() == '.' || name.find_first_of("/\\") != std::string_view::npos ||
+        name.size() > input_limits::kNameChars)
+        return "is not an upscale model's name; ignored";
+    const auto builtIn = std::find_if(kRealEsrganUpscalers.begin(), kRealEsrganUpscalers.end(),
+                                      [name](const auto& entry) { return entry.first == name; });
+    config.upscaleModel = std::string(builtIn != kRealEsrganUpscalers.end() ? builtIn->second : name);
+    return {};
+}
+
 struct KeyRule {
     std::string_view key;
     std::string_view field;  // the RunConfig field, by CLI name
@@ -554,7 +606,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 21> kKeyRules{{
+const std::array<KeyRule, 25> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps, "steps", c); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale, kCfgRange); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) { return readSeed(v, c.seed); }},
@@ -583,6 +635,12 @@ const std::array<KeyRule, 21> kKeyRules{{
     {"Precision", "precision", [](std::string_view v, RunConfig& c) { return readName(v, c.precision, parsePrecision); }},
     {"Backend", "backend", [](std::string_view v, RunConfig& c) { return readName(v, c.backend, parseBackend); }},
     {"Upscale", "upscale", [](std::string_view v, RunConfig& c) { return readReal(v, c.upscale, kUpscaleRange); }},
+    {"SD upscale upscaler", "upscale_model", readUpscaler},
+    {"Ultimate SD upscale upscaler", "upscale_model", readUpscaler},
+    {"Postprocess upscaler", "upscale_model", readUpscaler},
+    {"Postprocess upscale by", "upscale", [](std::string_view v, RunConfig& c) {
+        return readReal(v, c.upscale, kUpscaleRange);
+    }},
     {"VAE tiling", "vae_tiling", [](std::string_view v, RunConfig& c) { return readName(v, c.vaeTiling, parseVaeTiling); }},
     {"Preserve color", "preserve_color", [](std::string_view v, RunConfig& c) -> std::string {
         const std::string_view s = trimAscii(v);
@@ -741,6 +799,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.precision == b.precision, "precision");
     check(a.backend == b.backend, "backend");
     check(a.upscale == b.upscale, "upscale");
+    check(upscalerName(a.upscaleModel) == upscalerName(b.upscaleModel), "upscale_model");
     check(a.preserveColor == b.preserveColor, "preserve_color");
     check(a.sdxlSizeConditioning == b.sdxlSizeConditioning, "sdxl_size_conditioning");
     check(a.vaeTiling == b.vaeTiling, "vae_tiling");

@@ -28,6 +28,10 @@ struct InfotextExtras {
     // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
     // written. An unconditional model has none of them.
     bool stableDiffusion = false;
+    // The upscale model ran alone (tessera-cli upscale): the infotext is what A1111's extras tab
+    // writes for an upscale (scripts/postprocessing_upscale.py), "Postprocess upscale by: <upscale>,
+    // Postprocess upscaler: <name>", then Version; nothing of sampling.
+    bool upscaleOnly = false;
 };
 
 // Extras known from the configuration alone: the model's folder name ("default" for none), no
@@ -36,7 +40,7 @@ struct InfotextExtras {
 InfotextExtras infotextExtras(const RunConfig& config);
 // Extras of a finished run: its model name and the first 10 hex digits of its weights' SHA-256,
 // and Stable Diffusion as infotextExtras(config) decides it (the record does not name the model
-// family yet).
+// family yet); upscaleOnly when its upscale model's pass was the whole run.
 InfotextExtras infotextExtras(const RunRecord& record);
 
 // The A1111 infotext of a run, as valid UTF-8:
@@ -48,9 +52,12 @@ InfotextExtras infotextExtras(const RunRecord& record);
 // Keys in A1111's order (Steps, Sampler, Schedule type, CFG scale, Seed, Size, Model hash, Model,
 // Denoising strength (with an init image), Clip skip (> 1)), then Tessera's own as A1111's
 // extra_generation_params (Tile, Overlap (pixels), Window, Fusion, Batch, Graphs, Precision,
-// Backend, Upscale (when not 1), Preserve color (when on), VAE tiling (when not auto), Eta DDIM (DDIM with eta not 0, A1111's
-// key for it)), then Version. A value holding ',', '\n' or ':' is written as a JSON string
-// literal (A1111's quote); the whole text is stripped of surrounding white space.
+// Backend, Upscale (when not 1), SD upscale upscaler (with an upscale model: its name as A1111's
+// img2img "SD upscale" script writes the upscaler it ran first, scripts/sd_upscale.py; A1111 writes
+// no hash of it), Preserve color (when on), VAE tiling (when not auto), Eta DDIM (DDIM with eta not 0,
+// A1111's key for it)), then Version. A value holding ',', '\n' or ':' is written as a JSON string
+// literal (A1111's quote); the whole text is stripped of surrounding white space. With
+// extras.upscaleOnly: the extras tab's keys only (InfotextExtras).
 std::string infotext(const RunConfig& config, const InfotextExtras& extras);
 
 // The infotext of a run known only by its configuration (no model hash): what a preset or a
@@ -126,7 +133,11 @@ struct ImportedSettings {
 // Steps, Sampler with Schedule type (Euler a, Euler, DPM++ 2M (Karras or not), DDIM, DDPM; the
 // pre-1.9 combined names "DPM++ 2M Karras"; no Schedule type key = pre-1.9 = no Karras), CFG scale, Seed, Size, Clip skip, Denoising strength
 // (unless it belongs to a hires fix), and Tessera's own keys (Tile, Overlap, Window, Fusion,
-// Batch, Graphs, Precision, Backend, Upscale, Preserve color, VAE tiling, Eta DDIM or Eta). Model hash and
+// Batch, Graphs, Precision, Backend, Upscale, Preserve color, VAE tiling, Eta DDIM or Eta), and the
+// upscaler: "SD upscale upscaler", "Ultimate SD upscale upscaler" (the Ultimate SD Upscale extension)
+// and "Postprocess upscaler" set upscale_model to the name ("None" clears it; A1111's resize filters
+// Lanczos and Nearest, and a value that is no plain name, are listed), "Postprocess upscale by" sets
+// upscale. Model hash and
 // Model are reported, not applied (the model is chosen by path); Version is ignored; every other
 // key, and a value that cannot be read ("Steps: many"), is listed in `unmapped`. A number outside
 // the range its setting allows (core/run/RunConfigFields.h intSettingRange; the cfg, strength,
@@ -138,7 +149,8 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 // and `b`, by CLI name: the prompt and negative prompt, steps, scheduler (and
 // use_karras_sigmas for Euler and DPM++ 2M), cfg, seed, width, height, clip_skip, strength (when
 // `a` has an init image), tile, overlap (in pixels), window, fusion, batch, graphs, precision,
-// backend, upscale, preserve_color, vae_tiling, eta (DDIM). Empty when a PNG written from `a` reads back as `a`.
+// backend, upscale, upscale_model (by A1111's name for it: upscalerName), preserve_color, vae_tiling, eta
+// (DDIM). Empty when a PNG written from `a` reads back as `a`.
 std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b);
 
 // ComfyUI's "prompt" chunk (its API graph: node id -> {"class_type", "inputs"}), parsed through

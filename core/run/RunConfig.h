@@ -140,6 +140,11 @@ struct RunConfig {
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
     // then the init image's size times upscale, rounded down to multiples of 8).
     double upscale = 1.0;
+    // Image-to-image upscaling: a super-resolution model (ESRGAN, Real-ESRGAN Compact, SPAN) run on
+    // the start image before it is resized to the canvas: a file path, used as given, or a name
+    // looked up in a models folder's ESRGAN/ and upscale_models/ (core/run/UpscaleModelFile.h);
+    // "" = the start image is only resized.
+    std::string upscaleModel;
     VaeTiling vaeTiling = VaeTiling::Auto;  // the VAE's decode/encode: auto, on (tiled), off (whole)
 
     // Where timed algorithm choices are kept (core/formats/TuningCache.h), so that another process
@@ -193,8 +198,8 @@ int firstStepRun(const RunConfig& config, bool fromImage);
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,
 // strength, preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
-// sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key; missing
-// keys keep defaults.
+// upscale_model, sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key;
+// missing keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);
 

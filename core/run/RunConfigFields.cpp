@@ -517,6 +517,13 @@ void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(realRow(
         {"upscale", "upscale", "X", "image-to-image: the canvas is the init image times X (1 to 16)", "Scale", "2"},
         &C::upscale));
+    f.push_back(textRow({"upscale_model", "upscale-model", "FILE|NAME",
+                         "image-to-image: an upscale model (ESRGAN, Real-ESRGAN Compact, SPAN)\n"
+                         "run on the init image before the canvas resize: a .safetensors or .pth\n"
+                         "file, or a name looked up in ESRGAN/ and upscale_models/ of\n"
+                         "$TESSERA_MODELS and of the models folder holding --model's folder",
+                         "", "4x-UltraSharp"},
+                        &C::upscaleModel, {input_limits::kPathChars, "an upscale model path or name"}, true));
     f.push_back(
         textRow({"prompt", "prompt", "TEXT", "Stable Diffusion: the prompt (A1111 emphasis (word:1.2), [word], BREAK)",
                  "Prompt", "a (red:1.2) fox"},

@@ -82,6 +82,19 @@ std::string describeAutoTileBatch(const TileBatchRecord& batch) {
     return note + ")";
 }
 
+std::string describe(const UpscaleModelRecord& u) {
+    const auto size = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
+    std::string text = "upscale model: " + u.name + " (" + u.architecture + ", " +
+                       (u.pickle ? "a PyTorch checkpoint read without executing it" : std::string("safetensors")) +
+                       ") on " + u.backend + " in " + u.precision + ": " + size(u.inputW, u.inputH) + " -> " +
+                       size(u.outputW, u.outputH) + " in " + tilesText(u.tiles);
+    if (u.tiles > 1) text += " of " + std::to_string(u.tile) + " px, overlap " + std::to_string(u.overlap);
+    if (!u.tileNote.empty()) text += " (" + u.tileNote + ")";
+    text += ", " + wholeMs(u.ms);
+    if (u.resized()) text += "; resized to " + size(u.resizedW, u.resizedH) + " (" + u.resizeFilter + ")";
+    return text;
+}
+
 std::optional<GraphMode> effectiveGraphMode(const GraphStats& stats) {
     for (const GraphMode mode : {GraphMode::Off, GraphMode::Tile, GraphMode::Step})
         if (toString(mode) == stats.mode) return mode;

@@ -162,6 +162,33 @@ struct TileBatchRecord {
     bool loweredToFit() const { return automatic() && ran < autoBatch; }
 };
 
+// An upscale model's pass (core/models/upscale/): over the start image of an image-to-image
+// upscale, before the canvas resize; or the whole run, with no diffusion pass (tessera-cli upscale).
+struct UpscaleModelRecord {
+    std::string file;          // the file's name without its folder ("4x-UltraSharp.pth")
+    std::string name;          // as A1111 names it (core/run/UpscaleModelFile.h upscalerName): "4x-UltraSharp"
+    std::string sha256;        // of the whole file, 64 lowercase hex digits (A1111 writes no upscaler hash)
+    std::string architecture;  // UpscaleConfig::describe(): "ESRGAN 4x, 64 features, 23 blocks"
+    int scale = 0;             // the model's factor
+    // Read from a PyTorch checkpoint by the restricted reader (pickle opcodes parsed as data, nothing
+    // executed); false for a safetensors file.
+    bool pickle = false;
+    std::string backend;             // where it ran: "cpu" / "cuda"
+    std::string precision;           // what it computed in: "fp32", "fp16", "bf16"
+    int tile = 0, overlap = 0;       // input pixels, after fitting the memory budget
+    int tiles = 0;                   // tiles run (1: the image fit one tile, run unblended)
+    std::uint64_t planBytes = 0;     // the tiler's plan: one tile on the device, the tile buffers, the row band
+    std::uint64_t budgetBytes = 0;   // what that had to fit
+    std::string tileNote;            // why the tile is smaller than asked; "" when it is not
+    int inputW = 0, inputH = 0;      // the start image
+    int outputW = 0, outputH = 0;    // the model's output: the input times scale
+    int resizedW = 0, resizedH = 0;  // after the resize to the asked size; the output's where there is none
+    std::string resizeFilter;        // "" (none), "area average" (shrinking) or "Catmull-Rom" (growing)
+    double ms = 0;                   // wall time of the model's pass, host clock (the resize excluded)
+    bool alone = false;              // the whole run: no diffusion pass followed
+    bool resized() const { return !resizeFilter.empty(); }
+};
+
 struct RunRecord {
     static constexpr int kSchemaVersion = 1;
     std::string runId;      // unique, e.g. "20261122-061500-3f2a"
@@ -195,6 +222,7 @@ struct RunRecord {
     std::optional<VaePassRecord> vaeEncode;  // image-to-image: the start image into latents
     std::optional<VaePassRecord> vaeDecode;  // the finished latents into the image
     std::optional<TileBatchRecord> tileBatch;
+    std::optional<UpscaleModelRecord> upscaleModel;  // the run had an upscale model's pass
     // What the user is told: warnings (fallbacks, etc.) and notes, among them each phase above as
     // its describe function words it.
     std::vector<std::string> messages;
@@ -219,5 +247,9 @@ std::string describeVaeDecode(const VaePassRecord& decode);
 std::string describeVaeEncode(const VaePassRecord& encode);
 std::string describe(const TileBatchLowering& lowering);
 std::string describeAutoTileBatch(const TileBatchRecord& batch);
+//   describe(UpscaleModelRecord) "upscale model: 4x-UltraSharp (ESRGAN 4x, 64 features, 23 blocks, safetensors)
+//                                 on cpu in fp32: 512x384 -> 2048x1536 in 6 tiles of 512 px, overlap 32,
+//                                 1234 ms; resized to 1024x768 (area average)"
+std::string describe(const UpscaleModelRecord& upscale);
 
 }  // namespace tessera

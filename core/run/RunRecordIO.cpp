@@ -290,6 +290,32 @@ nlohmann::json tileBatchJson(const TileBatchRecord& b) {
             {"lowered", std::move(lowered)}};
 }
 
+nlohmann::json upscaleModelJson(const UpscaleModelRecord& u) {
+    return {{"file", u.file},
+            {"name", u.name},
+            {"sha256", u.sha256},
+            {"architecture", u.architecture},
+            {"scale", u.scale},
+            {"pickle", u.pickle},
+            {"backend", u.backend},
+            {"precision", u.precision},
+            {"tile", u.tile},
+            {"overlap", u.overlap},
+            {"tiles", u.tiles},
+            {"plan_bytes", u.planBytes},
+            {"budget_bytes", u.budgetBytes},
+            {"tile_note", u.tileNote},
+            {"input_w", u.inputW},
+            {"input_h", u.inputH},
+            {"output_w", u.outputW},
+            {"output_h", u.outputH},
+            {"resized_w", u.resizedW},
+            {"resized_h", u.resizedH},
+            {"resize_filter", u.resizeFilter},
+            {"ms", u.ms},
+            {"alone", u.alone}};
+}
+
 }  // namespace
 
 nlohmann::json manifestJson(const RunRecord& r) {
@@ -335,6 +361,7 @@ nlohmann::json manifestJson(const RunRecord& r) {
     if (r.vaeEncode) j["vae_encode"] = vaePassJson(*r.vaeEncode);
     if (r.vaeDecode) j["vae_decode"] = vaePassJson(*r.vaeDecode);
     if (r.tileBatch) j["tile_batch"] = tileBatchJson(*r.tileBatch);
+    if (r.upscaleModel) j["upscale_model"] = upscaleModelJson(*r.upscaleModel);
     j["messages"] = r.messages;
     return j;
 }
@@ -519,6 +546,37 @@ std::optional<TileBatchRecord> readTileBatch(const nlohmann::json& j) {
     return batch;
 }
 
+std::optional<UpscaleModelRecord> readUpscaleModel(const nlohmann::json& j) {
+    if (!j.contains("upscale_model")) return std::nullopt;
+    const nlohmann::json& u = ManifestReader("").object(j, "upscale_model", emptyObject());
+    const ManifestReader in("upscale_model");
+    UpscaleModelRecord upscale;
+    in.read(u, "file", upscale.file);
+    in.read(u, "name", upscale.name);
+    in.read(u, "sha256", upscale.sha256);
+    in.read(u, "architecture", upscale.architecture);
+    in.read(u, "scale", upscale.scale);
+    in.read(u, "pickle", upscale.pickle);
+    in.read(u, "backend", upscale.backend);
+    in.read(u, "precision", upscale.precision);
+    in.read(u, "tile", upscale.tile);
+    in.read(u, "overlap", upscale.overlap);
+    in.read(u, "tiles", upscale.tiles);
+    in.read(u, "plan_bytes", upscale.planBytes);
+    in.read(u, "budget_bytes", upscale.budgetBytes);
+    in.read(u, "tile_note", upscale.tileNote);
+    in.read(u, "input_w", upscale.inputW);
+    in.read(u, "input_h", upscale.inputH);
+    in.read(u, "output_w", upscale.outputW);
+    in.read(u, "output_h", upscale.outputH);
+    in.read(u, "resized_w", upscale.resizedW);
+    in.read(u, "resized_h", upscale.resizedH);
+    in.read(u, "resize_filter", upscale.resizeFilter);
+    in.read(u, "ms", upscale.ms);
+    in.read(u, "alone", upscale.alone);
+    return upscale;
+}
+
 }  // namespace
 
 RunRecord runRecordFromManifest(const nlohmann::json& j) {
@@ -565,6 +623,7 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     r.vaeEncode = readVaePass(j, "vae_encode");
     r.vaeDecode = readVaePass(j, "vae_decode");
     r.tileBatch = readTileBatch(j);
+    r.upscaleModel = readUpscaleModel(j);
     top.readList(
         j, "messages", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); }, r.messages);
     return r;
@@ -690,7 +749,8 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
     // about 10 KiB (with a full graph cache, notes and the phases around sampling), each step (timing and memory sample)
     // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
     // 5 per tile id.
-    const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size());
+    const std::uintmax_t strings =
+        6 * (config.label.size() + config.initImage.size() + 2 * config.model.size() + 3 * config.upscaleModel.size());
     const std::uintmax_t manifest = (16u << 10) + strings + steps * 384 + calls * (240 + 16 * batch);
     const std::uintmax_t csv = 256 + calls * (96 + 8 * batch);
     // PNG: one filter byte per row plus 3 bytes per pixel, when incompressible stored as is

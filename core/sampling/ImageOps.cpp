@@ -100,4 +100,14 @@ Rgb8Image heatmapToRgb8(const ImageTensor& map, float maxValue) {
 
 std::string imageSha256(const Rgb8Image& image) { return sha256Hex(image.pixels.data(), image.pixels.size()); }
 
+bool resizeColumnsFirst(int inW, int inH, int outW, int outH) {
+    return static_cast<std::uint64_t>(outH) * static_cast<std::uint64_t>(inW) <
+           static_cast<std::uint64_t>(inH) * static_cast<std::uint64_t>(outW);
+}
+
+std::uint64_t resizeIntermediatePixels(int inW, int inH, int outW, int outH) {
+    return std::min(static_cast<std::uint64_t>(outH) * static_cast<std::uint64_t>(inW),
+                    static_cast<std::uint64_t>(inH) * static_cast<std::uint64_t>(outW));
+}
+
 }  // namespace tessera

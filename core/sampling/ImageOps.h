@@ -33,4 +33,14 @@ Rgb8Image heatmapToRgb8(const ImageTensor& map, float maxValue = 0.0f);
 // SHA-256 (hex) of the 8-bit pixels, the value stored as RunRecord::imageSha256.
 std::string imageSha256(const Rgb8Image& image);
 
+// A separable resize of inW x inH pixels to outW x outH (start images: app/cli/InitImage.h
+// resampleToModelSpace) resamples one axis over the whole image, then the other; the first
+// pass's result is held in between: inH x outW pixels when rows go first, outH x inW when
+// columns go first. Rows go first unless columns first holds fewer pixels, so what is held in
+// between is never more than the larger of the source and the result (a 1 x 65535 image made
+// 4096 x 64 holds 64 x 1 pixels in between, not 65535 x 4096). Sides must be positive.
+bool resizeColumnsFirst(int inW, int inH, int outW, int outH);
+// The pixels held in between by that resize: min(inH x outW, outH x inW).
+std::uint64_t resizeIntermediatePixels(int inW, int inH, int outW, int outH);
+
 }  // namespace tessera

@@ -538,6 +538,95 @@ private slots:
         QVERIFY2(bad.exitCode == 2 && bad.err.contains("preset:") && bad.err.contains("tuning"),
                  qPrintable(describe(bad)));
     }
+
+    // --strength outside 0..1 is refused with the allowed range whether or not the run starts
+    // from an image (exit 0 with no word before); an in-range strength without --init is said
+    // to be unused, as A1111's txt2img has no denoising strength of its own.
+    void strengthOutOfRangeRefusedWithoutInit() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QStringList tiny{"--model",   TESSERA_TEST_DATA "/models/cifar_like",
+                               "--backend", "cpu",
+                               "--width",   "32",
+                               "--height",  "32",
+                               "--tile",    "32",
+                               "--steps",   "1",
+                               "--out",     dir.path()};
+        for (const char* value : {"2", "-0.5", "1.0000001"}) {
+            for (const char* command : {"render", "plan"}) {
+                const CliRun r = runCli(QStringList{command, "--strength", value} + tiny);
+                QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
+                QVERIFY2(r.err.contains(QStringLiteral("strength: %1 is not allowed; the strength must be 0 to 1")
+                                            .arg(QLatin1String(value))),
+                         qPrintable(describe(r)));
+            }
+        }
+        QVERIFY(QDir(dir.path()).entryList(QDir::Files).isEmpty());
+        // compare checks both sides the same way.
+        const CliRun compared = runCli({"compare", "--model", TESSERA_TEST_DATA "/models/cifar_like", "--backend",
+                                        "cpu", "--a", "strength=3", "--b", "seed=2"});
+        QVERIFY2(compared.exitCode == 2 && compared.err.contains("A: strength: 3 is not allowed"),
+                 qPrintable(describe(compared)));
+        const CliRun unused = runCli(QStringList{"render", "--strength", "0.3"} + tiny);
+        QVERIFY2(unused.exitCode == 0, qPrintable(describe(unused)));
+        QVERIFY2(unused.err.contains("note: strength: 0.3 is unused: it applies to image-to-image runs (--init)"),
+                 qPrintable(describe(unused)));
+        const CliRun silent = runCli(QStringList{"render"} + tiny);
+        QVERIFY2(silent.exitCode == 0 && !silent.err.contains("strength"), qPrintable(describe(silent)));
+    }
+
+    // A model path that is a symbolic-link loop, or a link to nothing, is said to be one (not
+    // "does not exist" or "is not a folder"), in every subcommand that takes a model, exit 2,
+    // and never with a raw "filesystem error: ...".
+    void modelPathLinkLoopAndDanglingLink() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString loopFile = dir.filePath(QStringLiteral("loop.safetensors"));
+        const QString loopFolder = dir.filePath(QStringLiteral("loop"));
+        const QString dangling = dir.filePath(QStringLiteral("dangling.safetensors"));
+        QVERIFY(QFile::link(loopFile, loopFile));
+        QVERIFY(QFile::link(loopFolder, loopFolder));
+        QVERIFY(QFile::link(dir.filePath(QStringLiteral("nothing.safetensors")), dangling));
+        const QList<QStringList> commands{{"render", "--backend", "cpu", "--out", dir.filePath("out"), "--model"},
+                                          {"plan", "--model"},
+                                          {"info"},
+                                          {"tokens", "a cat", "--model"}};
+        for (const QString& path : {loopFile, loopFolder, dangling}) {
+            for (const QStringList& command : commands) {
+                const CliRun r = runCli(command + QStringList{path});
+                QVERIFY2(r.exitCode == 2, qPrintable(command.first() + ": " + describe(r)));
+                const QString expected = path == dangling ? QStringLiteral("' is a dangling symbolic link (to '") +
+                                                                dir.filePath(QStringLiteral("nothing.safetensors")) +
+                                                                QStringLiteral("', which does not exist)")
+                                                          : QStringLiteral("' is a symbolic-link loop (");
+                QVERIFY2(r.err.contains("model: '" + path + expected),
+                         qPrintable(command.first() + ": " + describe(r)));
+                QVERIFY2(!r.err.contains(QStringLiteral("does not exist'")) &&
+                             !r.err.contains(QStringLiteral("is not a folder")) &&
+                             !r.err.contains(QStringLiteral("filesystem error")),
+                         qPrintable(describe(r)));
+            }
+        }
+        const CliRun missing = runCli({"plan", "--model", dir.filePath(QStringLiteral("missing.safetensors"))});
+        QVERIFY2(missing.exitCode == 2 && missing.err.contains("missing.safetensors' does not exist"),
+                 qPrintable(describe(missing)));
+        QVERIFY(!QFileInfo::exists(dir.filePath("out")));
+    }
+
+    // --upscale beyond its range quotes the value as given, with the range.
+    void upscaleFactorEdgesQuotedAsGiven() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString init = QStringLiteral(TESSERA_TEST_DATA "/images/quadrants.jpg");
+        for (const char* value : {"16.0000001", "0.999", "100"}) {
+            const CliRun r = runCli({"render", "--model", TESSERA_TEST_DATA "/sdpipeline/sd1", "--backend", "cpu",
+                                     "--init", init, "--upscale", value, "--out", dir.path()});
+            QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
+            QVERIFY2(r.err.contains(QStringLiteral("upscale: %1 is not allowed; the upscale factor must be 1 to 16")
+                                        .arg(QLatin1String(value))),
+                     qPrintable(describe(r)));
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QTemporaryDir>
 
@@ -441,6 +442,23 @@ private slots:
         QVERIFY2(help.out.contains(QStringLiteral("--repeats")) && help.out.contains(QStringLiteral("--a KEY=VALUE")) &&
                      help.out.contains(QStringLiteral("--tile PX")),
                  qPrintable(help.out));
+    }
+
+    // Nothing to compare (no files, run options, --a or --b; compare's own options alone change
+    // nothing): the usage on stderr and exit 2 at once, not the default run against itself.
+    void nothingToCompareShowsUsage() {
+        for (const QStringList& args : {QStringList{"compare"}, QStringList{"compare", "--repeats", "3"}}) {
+            QElapsedTimer clock;
+            clock.start();
+            const CliRun r = runCli(args, 20000);
+            QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
+            QVERIFY2(clock.elapsed() < 10000, qPrintable(describe(r)));
+            QVERIFY2(r.err.contains(QStringLiteral("compare: nothing to compare: give two configuration files")),
+                     qPrintable(describe(r)));
+            QVERIFY2(r.err.contains(QStringLiteral("Usage: tessera-cli compare A.json B.json [options]")),
+                     qPrintable(describe(r)));
+            QVERIFY2(!r.err.contains(QStringLiteral("warm-up pair")) && r.out.isEmpty(), qPrintable(describe(r)));
+        }
     }
 };
 

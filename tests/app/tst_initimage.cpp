@@ -437,6 +437,32 @@ private slots:
                             QStringLiteral("channel %1 at %2,%3: %4").arg(c).arg(x).arg(y).arg(level(t, c, x, y))));
     }
 
+    // A tall, narrow image widened and made shorter is resized columns first (so that only
+    // height x its width is held in between; core/sampling/ImageOps.h resizeColumnsFirst): each
+    // output row is the area average of its source rows, the same across the row.
+    void tallImageWidenedAndShortened() {
+        const int inH = 1000, outW = 50, outH = 10;
+        const Rgb8Image image = makeImage(1, inH, [](int, int y) { return std::array<int, 3>{y / 4, 255 - y / 4, 7}; });
+        const ImageTensor t = resampleToModelSpace(image, outW, outH, 3);
+        QCOMPARE(t.width, outW);
+        QCOMPARE(t.height, outH);
+        for (int y = 0; y < outH; ++y) {
+            double mean = 0;  // rows [100 y, 100 y + 100) of the ramp
+            for (int i = 100 * y; i < 100 * y + 100; ++i) mean += i / 4;
+            mean /= 100;
+            for (int x = 0; x < outW; ++x) {
+                QVERIFY2(std::abs(level(t, 0, x, y) - mean) < 1e-3,
+                         qPrintable(QStringLiteral("red at %1,%2: %3, expected %4")
+                                        .arg(x)
+                                        .arg(y)
+                                        .arg(level(t, 0, x, y))
+                                        .arg(mean)));
+                QVERIFY(std::abs(level(t, 1, x, y) - (255 - mean)) < 1e-3);
+                QVERIFY(std::abs(level(t, 2, x, y) - 7) < 1e-3);
+            }
+        }
+    }
+
     void upscaledRampStaysRamp() {
         // v(x) = 10 x + 5 at pixel centres. Catmull-Rom reproduces a linear function wherever its
         // four taps are inside the image.

@@ -4,24 +4,43 @@
 
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuEngine.h"
 #include "core/cpu/HostMemoryEstimate.h"
+#include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetModel.h"
 #include "core/run/RunRecordIO.h"
+#include "core/sampling/ImageOps.h"
 
 using namespace tessera;
 
 namespace {
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+
+// AddressSanitizer reserves terabytes of address space for its shadow: it cannot run under an
+// RLIMIT_AS.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 // google/ddpm-cifar10-32's UNet (the bench's "cifar" shape): 35.7 M parameters, attention at 16x16.
 UNetConfig cifarConfig() {
@@ -310,6 +329,139 @@ private slots:
         QVERIFY(here.has_value());
         QVERIFY(here->availableBytes > 0);
         QVERIFY(!here->source.empty());
+    }
+
+    // The start image's resize holds the smaller of its two first passes (core/sampling/ImageOps.h):
+    // a 1 x 65535 image made 4096 x 64 holds 64 x 1 pixels in between, not 65535 x 4096 (3.2 GB).
+    void startImageResizeCountedInItsOrder() {
+        QVERIFY(resizeColumnsFirst(1, 65535, 4096, 64));
+        QCOMPARE(resizeIntermediatePixels(1, 65535, 4096, 64), 64ull);
+        QVERIFY(!resizeColumnsFirst(512, 512, 768, 768));  // the same scale both ways: rows first
+        QVERIFY(!resizeColumnsFirst(41, 3, 6, 20));
+        QCOMPARE(resizeIntermediatePixels(41, 3, 6, 20), 18ull);
+        RunConfig config;
+        config.initImage = "tall.png";
+        config.width = 4096;
+        config.height = 64;
+        const StartImageSize tall{1, 65535, 338};
+        for (const HostMemoryEstimate& e : {estimateHostMemory(config, fixtureConfig(), BackendKind::CPU, tall),
+                                            estimateSdHostMemory(config, nullptr, BackendKind::CPU, tall)}) {
+            QCOMPARE(itemOf(e, MemoryPart::StartImageResize)->bytes, 64ull * 3 * sizeof(float));
+            QVERIFY(e.bytesIn(MemoryPhase::StartImage) < 256 * kMiB);
+        }
+    }
+
+    // Stable Diffusion: every component's weights as float32 (on either engine: the loaded model
+    // stays on the host), the latent canvas at an eighth of each side, guidance's doubled tile
+    // batch and the VAE's pass on the CPU; without the model's configurations, what the request
+    // alone sizes.
+    void stableDiffusionEstimate() {
+        const SdModelConfigs sd15 = randomSdModelConfigs("random:sd15");
+        RunConfig config;
+        config.width = config.height = 512;
+        config.tile = 512;
+        config.cfgScale = 7;
+        const HostMemoryEstimate cpu = estimateSdHostMemory(config, &sd15, BackendKind::CPU);
+        const std::uint64_t weights = itemOf(cpu, MemoryPart::Weights)->bytes;
+        // SD 1.5: 1.07 G parameters (UNet 860 M, CLIP ViT-L 123 M, VAE 84 M).
+        QVERIFY2(weights > 4000 * kMiB && weights < 4100 * kMiB, qPrintable(QString::number(weights)));
+        QCOMPARE(itemOf(cpu, MemoryPart::Canvas)->bytes, 4ull * 4 * 64 * 64 * sizeof(float));
+        bool doubled = false, vae = false;
+        for (const MemoryItem& item : cpu.items) {
+            doubled = doubled || item.what.find("UNet activations for 2 latent tiles of 64x64") != std::string::npos;
+            vae = vae || item.what.find("VAE decode of 512x512 px") != std::string::npos;
+        }
+        QVERIFY(doubled && vae);
+        const HostMemoryEstimate cuda = estimateSdHostMemory(config, &sd15, BackendKind::CUDA);
+        QCOMPARE(itemOf(cuda, MemoryPart::Weights)->bytes, weights);
+        QVERIFY(!itemOf(cuda, MemoryPart::Canvas) && !itemOf(cuda, MemoryPart::Activations));
+        const HostMemoryEstimate unknown = estimateSdHostMemory(config, nullptr, BackendKind::CPU);
+        QVERIFY(!itemOf(unknown, MemoryPart::Weights) && !itemOf(unknown, MemoryPart::Activations));
+        QCOMPARE(itemOf(unknown, MemoryPart::Canvas)->bytes, itemOf(cpu, MemoryPart::Canvas)->bytes);
+        RunConfig larger = config;
+        larger.width = larger.height = 2048;
+        QVERIFY(estimateSdHostMemory(larger, &sd15, BackendKind::CPU).peakBytes() > cpu.peakBytes() + 200 * kMiB);
+
+        // Refused naming what weighs most, with a size that fits where the size is to blame.
+        try {
+            checkSdHostMemory(config, &sd15, BackendKind::CPU, std::nullopt, HostMemory{2 * kGiB, "a test's budget"});
+            QFAIL("a 4 GiB model fitted in 2 GiB");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("model"));
+            QVERIFY2(
+                std::string(e.what()).find("more than the 2.0 GiB available (a test's budget)") != std::string::npos,
+                e.what());
+        }
+        RunConfig huge = config;
+        huge.width = huge.height = 16384;
+        try {
+            checkSdHostMemory(huge, &sd15, BackendKind::CPU, std::nullopt, HostMemory{16 * kGiB, "a test's budget"});
+            QFAIL("16384 x 16384 fitted in 16 GiB");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("width"));
+            QVERIFY2(matchOf(e.what(), "lower width and height \\(at most about \\d+x\\d+ fits\\)").hasMatch(),
+                     e.what());
+        }
+    }
+
+    // Under one of the process's limits (it counts address space mapped, touched or not), the
+    // computing threads' stacks, arenas and BLAS buffers are counted too.
+    void threadAddressSpaceCountedUnderAProcessLimit() {
+        RunConfig config;
+        config.width = config.height = 64;
+        config.threads = 4;
+        const std::uint64_t peak = estimateHostMemory(config, fixtureConfig(), BackendKind::CPU).peakBytes();
+        checkHostMemory(config, fixtureConfig(), BackendKind::CPU, std::nullopt, HostMemory{peak + kMiB, "RAM"});
+        try {
+            checkHostMemory(config, fixtureConfig(), BackendKind::CPU, std::nullopt,
+                            HostMemory{peak + kMiB, "a process limit", true});
+            QFAIL("four threads' address space was not counted");
+        } catch (const ValidationError& e) {
+            QCOMPARE(e.field(), std::string("threads"));
+            QVERIFY2(std::string(e.what()).find("address space of 4 threads") != std::string::npos, e.what());
+        }
+    }
+
+    void statusLinesParsed() {
+        const std::string status = "Name:\ttessera-cli\nVmPeak:\t  900000 kB\nVmSize:\t  876543 kB\nVmData:   12 kB\n";
+        QCOMPARE(parseKibLine(status, "VmSize").value_or(0), 876543ull * 1024);
+        QCOMPARE(parseKibLine(status, "VmData").value_or(0), 12ull * 1024);
+        QVERIFY(!parseKibLine(status, "VmSwap").has_value());
+        QVERIFY(!parseKibLine("XVmSize: 5 kB\n", "VmSize").has_value());
+        QVERIFY(!parseKibLine("VmSizeX: 5 kB\n", "VmSize").has_value());
+        QVERIFY(!parseKibLine("VmSize: 5 MB\n", "VmSize").has_value());
+        const ProcessMemoryLimit limit{kGiB, 900 * kMiB, "address-space limit (RLIMIT_AS, ulimit -v)",
+                                       "already mapped"};
+        QCOMPARE(limit.leftBytes(), 124 * kMiB);
+        QCOMPARE(limit.describe(), std::string("the process's address-space limit (RLIMIT_AS, ulimit -v) of 1.0 GiB "
+                                               "less the 900.0 MiB already mapped"));
+        QCOMPARE((ProcessMemoryLimit{kMiB, 2 * kMiB, "", ""}.leftBytes()), 0ull);
+    }
+
+    // RLIMIT_AS set in a child (nothing else here runs under it): what is available is at most
+    // the limit less what the child has mapped, and says so.
+    void addressSpaceLimitBindsWhatIsAvailable() {
+        if (kAddressSanitizer) QSKIP("AddressSanitizer cannot run under RLIMIT_AS");
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            std::ifstream in("/proc/self/status");
+            std::stringstream text;
+            text << in.rdbuf();
+            const std::optional<std::uint64_t> mapped = parseKibLine(text.str(), "VmSize");
+            if (!mapped) ::_exit(3);
+            const rlim_t cap = static_cast<rlim_t>(*mapped + 256 * kMiB);
+            const rlimit limit{cap, cap};
+            if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(4);
+            const std::optional<HostMemory> available = availableHostMemory();
+            const bool ok = available && available->availableBytes <= 256 * kMiB && available->countsAddressSpace &&
+                            available->source.find("RLIMIT_AS") != std::string::npos;
+            ::_exit(ok ? 0 : 1);
+        }
+        QVERIFY(pid > 0);
+        int status = 0;
+        QCOMPARE(::waitpid(pid, &status, 0), pid);
+        QVERIFY(WIFEXITED(status));
+        QCOMPARE(WEXITSTATUS(status), 0);
     }
 
     void bytesFormatted() {

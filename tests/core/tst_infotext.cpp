@@ -563,6 +563,7 @@ private slots:
                 c.strength = 0.35;
                 c.preserveColor = true;
                 c.upscale = 1.5;
+                c.upscaleModel = "/home/me/models/ESRGAN/4x-UltraSharp.pth";
                 c.cfgScale = 1;
                 break;
             case 2:
@@ -630,6 +631,7 @@ private slots:
             {"precision", [](RunConfig& c) { c.precision = Precision::BF16; }},
             {"backend", [](RunConfig& c) { c.backend = BackendKind::CPU; }},
             {"upscale", [](RunConfig& c) { c.upscale = 3; }},
+            {"upscale_model", [](RunConfig& c) { c.upscaleModel = "4x-UltraSharp"; }},
             {"preserve_color", [](RunConfig& c) { c.preserveColor = true; }},
             {"sdxl_size_conditioning", [](RunConfig& c) { c.sdxlSizeConditioning = SdxlSizeConditioning::Tile; }},
         };
@@ -647,6 +649,96 @@ private slots:
         RunConfig eta = ddim;
         eta.schedulerOptions.eta = 0.5f;
         QCOMPARE(joined(mappedFieldDifferences(ddim, eta)), std::string("eta\n"));
+    }
+
+    // An image-to-image upscale with an upscale model names it as A1111's img2img "SD upscale"
+    // script does (scripts/sd_upscale.py): the file's name without folder and extension, no hash.
+    void upscaleModelIsNamedAsA1111NamesUpscalers() {
+        RunConfig c;
+        c.initImage = "in.png";
+        c.upscale = 2;
+        c.upscaleModel = "/home/me/models/ESRGAN/4x-UltraSharp.pth";
+        const std::string text = infotext(c, infotextExtras(c));
+        QVERIFY2(text.find(", Upscale: 2, SD upscale upscaler: 4x-UltraSharp, ") != std::string::npos, text.c_str());
+        QVERIFY2(text.find("/home/me") == std::string::npos, text.c_str());
+        c.upscaleModel = "realesr-general-x4v3.safetensors";
+        QVERIFY(infotext(c, infotextExtras(c)).find("SD upscale upscaler: realesr-general-x4v3, ") !=
+                std::string::npos);
+        c.upscaleModel = "4x_NMKD-Siax_200k";  // a name: kept whole
+        QVERIFY(infotext(c, infotextExtras(c)).find("SD upscale upscaler: 4x_NMKD-Siax_200k, ") != std::string::npos);
+        c.upscaleModel.clear();
+        QVERIFY(infotext(c, infotextExtras(c)).find("upscaler") == std::string::npos);
+    }
+
+    // The upscale model alone (tessera-cli upscale) writes what A1111's extras tab writes
+    // (scripts/postprocessing_upscale.py), nothing of sampling; its record says so.
+    void upscaleOnlyWritesTheExtrasTabsKeys() {
+        RunRecord r;
+        r.config.initImage = "photo.png";
+        r.config.upscale = 4;
+        r.config.upscaleModel = "models/upscale_models/4x-UltraSharp.safetensors";
+        QVERIFY(!infotextExtras(r).upscaleOnly);
+        r.upscaleModel = UpscaleModelRecord{};
+        QVERIFY(!infotextExtras(r).upscaleOnly);
+        r.upscaleModel->alone = true;
+        QVERIFY(infotextExtras(r).upscaleOnly);
+        QCOMPARE(infotext(r.config, infotextExtras(r)),
+                 "Postprocess upscale by: 4, Postprocess upscaler: 4x-UltraSharp, " + kVersion);
+        r.config.upscale = 2.5;
+        const std::string text = infotext(r.config, infotextExtras(r));
+        QCOMPARE(text, "Postprocess upscale by: 2.5, Postprocess upscaler: 4x-UltraSharp, " + kVersion);
+        // Read back: the upscaler and the factor, nothing left over.
+        RunConfig back;
+        const ImportedSettings imported = applyInfotext(parseInfotext(text), back);
+        QCOMPARE(back.upscaleModel, std::string("4x-UltraSharp"));
+        QCOMPARE(back.upscale, 2.5);
+        QCOMPARE(joined(messages(imported)), std::string());
+        QVERIFY(std::find(imported.fields.begin(), imported.fields.end(), "upscale_model") != imported.fields.end());
+        QVERIFY(std::find(imported.fields.begin(), imported.fields.end(), "upscale") != imported.fields.end());
+    }
+
+    // Every key A1111 and its Ultimate SD Upscale extension name an upscaler by is read; "None" is
+    // no model, a resize filter is no model, a path is not taken from a file that came from
+    // elsewhere, and A1111's built-in Real-ESRGAN names are looked up as the files they download.
+    void upscalerKeysAreReadBack_data() {
+        QTest::addColumn<QString>("line");
+        QTest::addColumn<QString>("model");  // upscale_model after reading ("-": unchanged)
+        QTest::addColumn<QString>("notes");
+        QTest::newRow("sd upscale") << "Steps: 5, Seed: 1, SD upscale overlap: 64, SD upscale upscaler: 4x-UltraSharp"
+                                    << "4x-UltraSharp"
+                                    << "'SD upscale overlap: 64' is not supported; ignored\n";
+        QTest::newRow("ultimate") << "Steps: 5, Seed: 1, Ultimate SD upscale upscaler: 4x_foolhardy_Remacri"
+                                  << "4x_foolhardy_Remacri"
+                                  << "";
+        QTest::newRow("postprocess") << "Postprocess upscale by: 2, Postprocess upscaler: SPAN x4, Version: v1.10.1"
+                                     << "SPAN x4"
+                                     << "";
+        QTest::newRow("none") << "Steps: 5, Seed: 1, SD upscale upscaler: None"
+                              << ""
+                              << "";
+        QTest::newRow("built-in") << "Steps: 5, Seed: 1, SD upscale upscaler: R-ESRGAN 4x+"
+                                  << "RealESRGAN_x4plus"
+                                  << "";
+        QTest::newRow("lanczos") << "Steps: 5, Seed: 1, SD upscale upscaler: Lanczos"
+                                 << "-"
+                                 << "'SD upscale upscaler: Lanczos' is a resize filter, not an upscale model (Tessera "
+                                    "resizes with Catmull-Rom and area averaging); ignored\n";
+        QTest::newRow("path") << "Steps: 5, Seed: 1, Postprocess upscaler: \"../../etc/x\""
+                              << "-"
+                              << "'Postprocess upscaler: ../../etc/x' is not an upscale model's name; ignored\n";
+        QTest::newRow("hidden") << "Steps: 5, Seed: 1, Postprocess upscaler: .x"
+                                << "-"
+                                << "'Postprocess upscaler: .x' is not an upscale model's name; ignored\n";
+    }
+    void upscalerKeysAreReadBack() {
+        QFETCH(QString, line);
+        QFETCH(QString, model);
+        QFETCH(QString, notes);
+        RunConfig c;
+        c.upscaleModel = "before";
+        const ImportedSettings imported = applyInfotext(parseInfotext(line.toStdString()), c);
+        QCOMPARE(QString::fromStdString(c.upscaleModel), model == "-" ? QString("before") : model);
+        QCOMPARE(QString::fromStdString(joined(messages(imported))), notes);
     }
 
     // ---- hostile input ----

@@ -20,6 +20,33 @@ using namespace tessera;
 
 namespace {
 
+// An ESRGAN 4x model's pass over a 160x128 start image, shrunk to the 320x256 canvas.
+UpscaleModelRecord sampleUpscale() {
+    UpscaleModelRecord u;
+    u.file = "4x-UltraSharp.safetensors";
+    u.name = "4x-UltraSharp";
+    u.sha256 = std::string(64, 'c');
+    u.architecture = "ESRGAN 4x, 64 features, 23 blocks";
+    u.scale = 4;
+    u.backend = "cpu";
+    u.precision = "fp32";
+    u.tile = 128;
+    u.overlap = 16;
+    u.tiles = 4;
+    u.planBytes = 700u << 20;
+    u.budgetBytes = 1u << 30;
+    u.tileNote = "tile 512 lowered to 128: 256 needed 1.2 GiB, over the budget of 1.0 GiB";
+    u.inputW = 160;
+    u.inputH = 128;
+    u.outputW = 640;
+    u.outputH = 512;
+    u.resizedW = 320;
+    u.resizedH = 256;
+    u.resizeFilter = "area average";
+    u.ms = 1234.5;
+    return u;
+}
+
 RunRecord sampleRecord() {
     RunRecord r;
     r.runId = "20261122-061500-3f2a9c1d";
@@ -76,6 +103,8 @@ RunRecord sampleRecord() {
     decode.tiling = {3, 2, 16, 2, 3, 160, 160, true, false, "device", 0, 5u << 20};
     r.vaeDecode = decode;
     r.tileBatch = TileBatchRecord{0, 2, 3, 3, {{3, 2, "needs 900 MiB, 512 MiB free"}}};
+    r.config.upscaleModel = "4x-UltraSharp";
+    r.upscaleModel = sampleUpscale();
     return r;
 }
 
@@ -238,16 +267,20 @@ private slots:
     // reads as "unknown", not as zeros; a phase of the wrong type is named.
     void manifestPhasesAreOptional() {
         nlohmann::json j = manifestJson(sampleRecord());
-        for (const char* key : {"text_encode", "vae_encode", "vae_decode", "tile_batch"}) j.erase(key);
+        for (const char* key : {"text_encode", "vae_encode", "vae_decode", "tile_batch", "upscale_model"}) j.erase(key);
         const RunRecord old = runRecordFromManifest(j);
-        QVERIFY(!old.textEncode && !old.vaeEncode && !old.vaeDecode && !old.tileBatch);
+        QVERIFY(!old.textEncode && !old.vaeEncode && !old.vaeDecode && !old.tileBatch && !old.upscaleModel);
+        QVERIFY(!manifestJson(old).contains("upscale_model"));
         QCOMPARE(old.messages, sampleRecord().messages);
         QVERIFY(!manifestJson(old).contains("vae_decode"));
         for (const auto& [key, value, where] :
              {std::tuple{"vae_decode", nlohmann::json(3), "vae_decode"},
               {"text_encode", nlohmann::json{{"ms", "slow"}}, "text_encode.ms"},
               {"tile_batch", nlohmann::json{{"lowered", {{{"from", 1.5}}}}}, "tile_batch.lowered[0].from"},
-              {"vae_decode", nlohmann::json{{"tiling", {{"halo", "2"}}}}, "vae_decode.tiling.halo"}}) {
+              {"vae_decode", nlohmann::json{{"tiling", {{"halo", "2"}}}}, "vae_decode.tiling.halo"},
+              {"upscale_model", nlohmann::json{{"pickle", "no"}}, "upscale_model.pickle"},
+              {"upscale_model", nlohmann::json{{"scale", 4.5}}, "upscale_model.scale"},
+              {"upscale_model", nlohmann::json("4x"), "upscale_model"}}) {
             nlohmann::json bad = manifestJson(sampleRecord());
             bad[key] = value;
             try {
@@ -288,6 +321,42 @@ private slots:
         const TileBatchRecord asked{4, 4, 9, 0, {}};
         QVERIFY(!asked.automatic());
         QVERIFY(!asked.loweredToFit());
+        QCOMPARE(describe(*r.upscaleModel),
+                 std::string("upscale model: 4x-UltraSharp (ESRGAN 4x, 64 features, 23 blocks, safetensors) on cpu in "
+                             "fp32: 160x128 -> 640x512 in 4 tiles of 128 px, overlap 16 (tile 512 lowered to 128: 256 "
+                             "needed 1.2 GiB, over the budget of 1.0 GiB), 1234 ms; resized to 320x256 (area "
+                             "average)"));
+        UpscaleModelRecord one = sampleUpscale();
+        one.pickle = true;
+        one.tiles = 1;
+        one.tileNote.clear();
+        one.resizeFilter.clear();
+        QCOMPARE(describe(one), std::string("upscale model: 4x-UltraSharp (ESRGAN 4x, 64 features, 23 blocks, a "
+                                            "PyTorch checkpoint read without executing it) on cpu in fp32: 160x128 "
+                                            "-> 640x512 in 1 tile, 1234 ms"));
+    }
+
+    // The upscale model's pass in the manifest: every field under "upscale_model", as written.
+    void manifestUpscaleModel() {
+        const nlohmann::json j = manifestJson(sampleRecord());
+        const nlohmann::json& u = j.at("upscale_model");
+        QCOMPARE(u.at("name").get<std::string>(), std::string("4x-UltraSharp"));
+        QCOMPARE(u.at("file").get<std::string>(), std::string("4x-UltraSharp.safetensors"));
+        QCOMPARE(u.at("sha256").get<std::string>(), std::string(64, 'c'));
+        QCOMPARE(u.at("architecture").get<std::string>(), std::string("ESRGAN 4x, 64 features, 23 blocks"));
+        QCOMPARE(u.at("scale").get<int>(), 4);
+        QCOMPARE(u.at("pickle").get<bool>(), false);
+        QCOMPARE(u.at("precision").get<std::string>(), std::string("fp32"));
+        QCOMPARE(u.at("tile").get<int>(), 128);
+        QCOMPARE(u.at("resize_filter").get<std::string>(), std::string("area average"));
+        QCOMPARE(j.at("config").at("upscale_model").get<std::string>(), std::string("4x-UltraSharp"));
+        const RunRecord back = runRecordFromManifest(j);
+        QVERIFY(back.upscaleModel.has_value());
+        QCOMPARE(back.upscaleModel->planBytes, std::uint64_t(700u << 20));
+        QCOMPARE(back.upscaleModel->ms, 1234.5);
+        QVERIFY(back.upscaleModel->resized());
+        QVERIFY(!back.upscaleModel->alone);
+        QCOMPARE(back.config.upscaleModel, std::string("4x-UltraSharp"));
     }
 
     void manifestRejectsBadInput() {

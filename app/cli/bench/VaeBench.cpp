@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -14,6 +13,7 @@
 #include "app/cli/CliOptions.h"
 #include "app/cli/CliText.h"
 #include "app/cli/EngineFactory.h"
+#include "app/cli/bench/BenchTable.h"
 #include "core/base/BoundedInput.h"
 #include "core/models/vae/TiledVae.h"
 #include "core/models/vae/VaeConfig.h"
@@ -185,6 +185,7 @@ int runVaeBench(const VaeBenchOptions& o, std::ostream& out, std::ostream& err) 
                             (report.cudaBuilt ? report.cudaReason : std::string("this build has no CUDA backend")) +
                             ")");
     }
+    if (!o.csvPath.empty()) checkBenchCsv(o.csvPath, 1);  // before the passes: writable, with room (exit 2)
     const VaeModel vae = randomSdVae(o.seed);
     CudaVaeDevice device(0);
     device.setMemoryLimit(o.budgetBytes);
@@ -216,10 +217,11 @@ int runVaeBench(const VaeBenchOptions& o, std::ostream& out, std::ostream& err) 
         << " passes), first pass " << fixed(t.firstS, 2) << " s, peak " << fixed(t.peakMiB, 0) << " MiB in use\n  "
         << choice << "\n";
     if (!o.csvPath.empty()) {
-        std::ofstream csv(o.csvPath);
-        csv << vaeBenchCsvHeader() << "\n" << row << "\n";
-        if (!csv) {
-            err << "bench: cannot write " << o.csvPath << "\n";
+        // All or nothing, as the other benches' CSV (core/run/OutputSet.h): never a half-written file.
+        try {
+            writeTextFileAtomically(o.csvPath, vaeBenchCsvHeader() + "\n" + row + "\n");
+        } catch (const std::exception& e) {
+            err << "bench: " << e.what() << "\n";
             return kExitFailure;
         }
     }
