@@ -130,12 +130,12 @@ public:
     void forward(const float*, const float*, int, float*) override {}
 };
 
-class FakeDevice : public UpscaleDevice {
+class FakeDevice : public BackendUpscaleDevice {
 public:
     PositionBackend fake;
     Backend& backend() override { return fake; }
-    std::uint64_t tileBytes(const ModelGraph&, int outH, int outW) const override {
-        return std::uint64_t(outH) * outW * 1000;
+    std::uint64_t tileBytes(const UpscaleModel&, int batch, int outH, int outW) const override {
+        return std::uint64_t(outH) * outW * 1000 * batch;
     }
 };
 
@@ -477,6 +477,29 @@ private slots:
         const ImageTensor out = tiler.upscale(in);
         QCOMPARE(out.width, 74);
         for (float v : out.data) QVERIFY(v >= 0.0f && v <= 1.0f);
+    }
+
+    void wholeImageTile() {
+        // Tile 0: one run over the whole image, unless the budget needs tiles (halved from its longer side).
+        const UpscaleModel model = UpscaleModel::loadFile(kFixtures + "/compact_x4/model.safetensors");
+        CpuUpscaler cpu(2);
+        UpscaleTiling whole;
+        whole.tile = 0;
+        UpscaleTiler tiler(model, cpu, whole);
+        const UpscalePlan one = tiler.plan(200, 130);
+        QVERIFY(one.single);
+        QCOMPARE(one.tile, 200);
+        QCOMPARE(one.tiles(), 1);
+        QVERIFY(one.note.empty());
+        const ImageTensor in = randomImage(3, 45, 70, 4);
+        QCOMPARE(tiler.upscale(in).data, cpu.upscale(model, in, untiled(true)).data);
+        whole.memoryBudget = one.bytes() / 2;
+        UpscaleTiler tight(model, cpu, whole);
+        const UpscalePlan halved = tight.plan(200, 130);
+        QVERIFY(!halved.single);
+        QVERIFY(halved.tile <= 100);
+        QVERIFY2(halved.note.find("the whole image lowered to tiles of") == 0, halved.note.c_str());
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, UpscaleTiler(model, cpu, UpscaleTiling{-1, 0}));
     }
 
     void memoryBudget() {
