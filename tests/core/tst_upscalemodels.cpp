@@ -239,7 +239,7 @@ private slots:
         QVERIFY(relativeL2(out.data, tensorImage(io, "output64").data) < 1e-2);  // weights rounded to fp16
         // A .pth is not read here: the checkpoint reader makes its StateDict.
         try {
-            UpscaleModel::loadFile(kFixtures + "/esrgan_old_x4/model.pth");
+            UpscaleModel::loadFile(kFixtures + "/compact_x4/model.pth");
             QFAIL("a .pth loaded as safetensors");
         } catch (const ModelError& e) {
             QVERIFY2(std::string(e.what()).find("a PyTorch checkpoint") != std::string::npos, e.what());
