@@ -14,6 +14,7 @@
 #include "app/qt/RunWorker.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
+#include "core/sampling/ImageOps.h"
 #include "ui/ConfigPanel.h"
 #include "ui/StatusLine.h"
 
@@ -216,11 +217,21 @@ void FileMenu::startExport(ExportFormat format, const QString& path, Overwrite o
     const FinishedRun* run = shownRun_();
     const std::shared_ptr<const RunResult> result = run ? run->result : nullptr;
     if (!result) return done(false, QDir::toNativeSeparators(path) + tr(": there is no finished run to export yet"));
-    if (format == ExportFormat::ImagePng && result->image.data.empty())
+    // A run reopened from the history has its image as shown alone (FinishedRun::image).
+    const QImage shown = format == ExportFormat::ImagePng && result->image.data.empty() ? run->image : QImage();
+    if (format == ExportFormat::ImagePng && result->image.data.empty() && shown.isNull())
         return done(false, QDir::toNativeSeparators(path) + tr(": there is no finished image to export yet"));
     // The shared result is only read there; the PNG is encoded on files_' thread too.
     writeInBackground(
-        path, overwrite, [result, format](const std::string& file) { exportRun(*result, format, file); }, done);
+        path, overwrite,
+        [result, shown, format](const std::string& file) {
+            if (shown.isNull()) return exportRun(*result, format, file);
+            // The model-space image the exporter takes, made only for as long as the export runs.
+            RunResult withImage = *result;
+            withImage.image = fromRgb8(rgb8Of(shown));
+            exportRun(withImage, format, file);
+        },
+        done);
 }
 
 }  // namespace tessera

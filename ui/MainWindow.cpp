@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/qt/ModelCatalog.h"
 #include "core/base/BoundedInput.h"
 #include "core/models/sd/SdModel.h"
 #include "core/run/Infotext.h"
@@ -70,9 +71,9 @@ bool isConfigurationFile(const QString& path) {
 
 }  // namespace
 
-MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& historyFolder, QWidget* parent)
+MainWindow::MainWindow(std::unique_ptr<SettingsFile> settings, const QString& historyFolder, QWidget* parent)
     : QMainWindow(parent),
-      settings_(settings ? std::move(settings) : std::make_unique<QSettings>()),
+      settings_(settings ? std::move(settings) : std::make_unique<SettingsFile>(SettingsFile::defaultPath())),
       history_(new HistoryStore(historyFolder, RunHistory::kDefaultCapacity, RunHistory::kDefaultTrashDepth, this)) {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("Tessera"));
@@ -86,7 +87,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     statusLine_ = new StatusLine(statusBar());
     runs_ = new RunController(canvas_, charts_, statusLine_, history_, this);
     wireRuns();
-    fileMenu_ = new FileMenu(this, *settings_, panel_, statusLine_, [this] { return lastRun(); });
+    fileMenu_ = new FileMenu(this, settings_->values(), panel_, statusLine_, [this] { return lastRun(); });
     connect(fileMenu_, &FileMenu::configurationRestored, this, &MainWindow::configurationRestored);
     connect(fileMenu_, &FileMenu::exportFinished, this, &MainWindow::exportFinished);
     buildMenus();
@@ -131,9 +132,10 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, const QString& histo
     resize(size);
     // The history is a strip under the canvas, a few rows high.
     resizeDocks({historyDock_}, {190}, Qt::Vertical);
-    if (settings_->contains(kGeometryKey)) restoreGeometry(settings_->value(kGeometryKey).toByteArray());
-    if (settings_->contains(kStateKey)) restoreState(settings_->value(kStateKey).toByteArray());
-    const int chartTab = settings_->value(kChartTabKey, 0).toInt();
+    const QSettings& saved = settings_->values();
+    if (saved.contains(kGeometryKey)) restoreGeometry(saved.value(kGeometryKey).toByteArray());
+    if (saved.contains(kStateKey)) restoreState(saved.value(kStateKey).toByteArray());
+    const int chartTab = saved.value(kChartTabKey, 0).toInt();
     if (chartTab >= 0 && chartTab < chartTabs_->count()) chartTabs_->setCurrentIndex(chartTab);
 }
 
@@ -330,9 +332,15 @@ void MainWindow::buildToolBar() {
 }
 
 void MainWindow::restoreSettings() {
+    if (!settings_->problem().isEmpty()) {
+        // Nothing was read from it; it stays as it is (saveSettings writes nothing there).
+        qWarning().noquote() << "tessera:" << settings_->problem();
+        setStatusText(settings_->problem(), true);
+    }
+    const QSettings& saved = settings_->values();
     RunConfig config;
-    // The settings file is input like any other: bounded in size and depth before parsing.
-    const std::string json = settings_->value(kLastConfigKey).toString().toStdString();
+    // The saved configuration is input like any other: bounded in size and depth before parsing.
+    const std::string json = saved.value(kLastConfigKey).toString().toStdString();
     if (!json.empty()) {
         try {
             if (json.size() > input_limits::kJsonBytes)
@@ -340,7 +348,7 @@ void MainWindow::restoreSettings() {
                                                      " bytes; at most " + std::to_string(input_limits::kJsonBytes) +
                                                      " are allowed");
             const std::string where =
-                shownPath(settings_->fileName().toStdString()) + " key " + kLastConfigKey.toStdString();
+                shownPath(settings_->path().toStdString()) + " key " + kLastConfigKey.toStdString();
             config = runConfigFromJson(parseBoundedJson(json, "settings", where));
         } catch (const std::exception& e) {
             const QString why = QString::fromStdString(toValidUtf8(e.what()));
@@ -349,27 +357,33 @@ void MainWindow::restoreSettings() {
         }
     }
     panel_->setConfig(config);
-    panel_->setModelsFolder(settings_->value(kModelsFolderKey).toString());
-    panel_->setRecentModels(settings_->value(kRecentModelsKey).toStringList());
-    overlayAction_->setChecked(settings_->value(kOverlayKey, true).toBool());
-    blendOverlayAction_->setChecked(settings_->value(kBlendOverlayKey, false).toBool());
-    seamOverlayAction_->setChecked(settings_->value(kSeamOverlayKey, false).toBool());
+    panel_->setModelsFolder(saved.value(kModelsFolderKey).toString());
+    panel_->setRecentModels(saved.value(kRecentModelsKey).toStringList());
+    overlayAction_->setChecked(saved.value(kOverlayKey, true).toBool());
+    blendOverlayAction_->setChecked(saved.value(kBlendOverlayKey, false).toBool());
+    seamOverlayAction_->setChecked(saved.value(kSeamOverlayKey, false).toBool());
 }
 
 void MainWindow::saveSettings() {
-    settings_->setValue(kLastConfigKey, QString::fromStdString(toJson(panel_->config()).dump()));
-    settings_->setValue(kGeometryKey, saveGeometry());
-    settings_->setValue(kStateKey, saveState());
-    settings_->setValue(kOverlayKey, overlayAction_->isChecked());
-    settings_->setValue(kBlendOverlayKey, blendOverlayAction_->isChecked());
-    settings_->setValue(kSeamOverlayKey, seamOverlayAction_->isChecked());
-    settings_->setValue(kModelsFolderKey, panel_->modelsFolder());
-    settings_->setValue(kRecentModelsKey, panel_->recentModels());
-    settings_->setValue(kChartTabKey, chartTabs_->currentIndex());
-    settings_->sync();
+    QSettings& values = settings_->values();
+    values.setValue(kLastConfigKey, QString::fromStdString(toJson(panel_->config()).dump()));
+    values.setValue(kGeometryKey, saveGeometry());
+    values.setValue(kStateKey, saveState());
+    values.setValue(kOverlayKey, overlayAction_->isChecked());
+    values.setValue(kBlendOverlayKey, blendOverlayAction_->isChecked());
+    values.setValue(kSeamOverlayKey, seamOverlayAction_->isChecked());
+    values.setValue(kModelsFolderKey, panel_->modelsFolder());
+    values.setValue(kRecentModelsKey, panel_->recentModels());
+    values.setValue(kChartTabKey, chartTabs_->currentIndex());
+    QString error;
+    if (!settings_->save(&error)) {
+        qWarning().noquote() << "tessera:" << error;
+        setStatusText(error, true);
+    }
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    panel_->modelCatalog().cancelHash();  // a checkpoint's hash is of no use once the window is gone
     saveSettings();
     QMainWindow::closeEvent(event);
 }

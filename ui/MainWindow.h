@@ -35,12 +35,12 @@
 
 #include <QMainWindow>
 #include <QPointer>
-#include <QSettings>
 
 #include "app/cli/EngineFactory.h"
 #include "app/qt/Exporters.h"
 #include "app/qt/HistoryStore.h"
 #include "app/qt/RunWorker.h"
+#include "app/qt/SettingsFile.h"
 #include "core/run/RunConfig.h"
 #include "ui/CompareView.h"
 #include "ui/FileMenu.h"
@@ -66,12 +66,14 @@ public:
     // The configuration Run starts: the settings shown with the model folder or checkpoint
     // made absolute (random:sd15 / random:sd21 kept as they are) and the default model filled in.
     RunConfig runnableConfig() const;
-    // `settings`: where the window keeps its geometry and last configuration; null uses the
-    // application's default QSettings. Tests pass a throw-away INI file.
+    // `settings`: where the window keeps its geometry and last configuration, read before this
+    // is called; null reads SettingsFile::defaultPath() (the user's tessera.conf). A file that
+    // could not be used is named in the status line (the window starts with the defaults and
+    // does not save them). Tests pass a throw-away file.
     // `historyFolder`: where finished runs are kept; empty: RunHistory's default
     // (QStandardPaths::AppDataLocation/history). It is loaded off this thread: history()
     // holds it once its loaded() signal came.
-    explicit MainWindow(std::unique_ptr<QSettings> settings = nullptr, const QString& historyFolder = {},
+    explicit MainWindow(std::unique_ptr<SettingsFile> settings = nullptr, const QString& historyFolder = {},
                         QWidget* parent = nullptr);
 
     ~MainWindow() override;
@@ -203,7 +205,7 @@ private:
     void showInFolder(const QString& id);
     void showAbout();
 
-    std::unique_ptr<QSettings> settings_;
+    std::unique_ptr<SettingsFile> settings_;
     ConfigPanel* panel_ = nullptr;
     TileCanvas* canvas_ = nullptr;
     TimingCharts* charts_ = nullptr;

@@ -93,6 +93,15 @@ ModelPicker::ModelPicker(ModelCatalog* catalog, const QString& modelsFolder, con
     });
     connect(catalog_, &ModelCatalog::scanned, this, &ModelPicker::onScanned);
     connect(catalog_, &ModelCatalog::hashed, this, &ModelPicker::onHashed);
+    connect(catalog_, &ModelCatalog::hashStopped, this, [this](const QString& path) {
+        // Not hashed after all: asked again when the row is selected again.
+        for (QTreeWidgetItem* group : {recentGroup_, folderGroup_})
+            for (int i = 0; i < group->childCount(); ++i) {
+                QTreeWidgetItem* row = group->child(i);
+                if (row->data(NameColumn, kPathRole).toString() == path && row->text(HashColumn) == tr("hashing…"))
+                    row->setText(HashColumn, QString());
+            }
+    });
     rescan();
 }
 
@@ -190,12 +199,18 @@ void ModelPicker::onHashed(const QString& path, const QString& shortHash, const 
 void ModelPicker::onCurrentChanged(QTreeWidgetItem* item) {
     const bool model = item && item->parent();
     buttons_->button(QDialogButtonBox::Ok)->setEnabled(model);
-    if (!model) return;
-    const auto entry = item->data(NameColumn, kEntryRole).value<CatalogEntry>();
-    if (entry.checkpoint && item->text(HashColumn).isEmpty()) {
+    const auto entry = model ? item->data(NameColumn, kEntryRole).value<CatalogEntry>() : CatalogEntry();
+    if (entry.checkpoint && (item->text(HashColumn).isEmpty() || item->text(HashColumn) == tr("hashing…"))) {
         item->setText(HashColumn, tr("hashing…"));
-        catalog_->requestHash(entry);
+        catalog_->requestHash(entry);  // stops the hash of the row selected before, if any
+    } else {
+        catalog_->cancelHash();  // nothing to hash here: the last row's hash is of no use now
     }
+}
+
+void ModelPicker::hideEvent(QHideEvent* event) {
+    catalog_->cancelHash();  // closed (used, cancelled or closed): no row is waiting for a hash
+    QDialog::hideEvent(event);
 }
 
 void ModelPicker::chooseFolder() {

@@ -2,8 +2,9 @@
 // Recent (the models used last, newest first), the models folder's checkpoints and diffusers
 // folders (the folder is a setting: Browse… changes it), and the random-weight models. Each row
 // shows the family, the size and, for checkpoints, A1111's short hash, computed off the GUI
-// thread when the row is selected (ModelCatalog caches it); the row's tooltip is its info-style
-// description. Double-click or "Use" picks the model (modelChosen).
+// thread when the row is selected (ModelCatalog caches it) and stopped when another row is
+// selected or the picker closes; the row's tooltip is its info-style description. Double-click
+// or "Use" picks the model (modelChosen).
 #pragma once
 
 #include <QDialog>
@@ -52,6 +53,7 @@ private:
     void onCurrentChanged(QTreeWidgetItem* item);
     void chooseFolder();
     void accept() override;
+    void hideEvent(QHideEvent* event) override;
     QTreeWidgetItem* addRow(QTreeWidgetItem* group, const CatalogEntry& entry);
 
     ModelCatalog* catalog_ = nullptr;

@@ -31,7 +31,6 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
-#include <QSettings>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -268,10 +267,10 @@ int main(int argc, char** argv) {
 
     // --fresh: settings in a throw-away file, so screenshots never depend on (or touch) the user's.
     QTemporaryDir scratch;
-    std::unique_ptr<QSettings> settings;
+    std::unique_ptr<tessera::SettingsFile> settings;
     QString history = parser.value(historyDir);
     if (parser.isSet(fresh)) {
-        settings = std::make_unique<QSettings>(scratch.filePath(QStringLiteral("tessera.ini")), QSettings::IniFormat);
+        settings = std::make_unique<tessera::SettingsFile>(scratch.filePath(QStringLiteral("tessera.conf")));
         if (history.isEmpty()) history = scratch.filePath(QStringLiteral("history"));
     }
 

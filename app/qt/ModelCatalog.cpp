@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <exception>
-#include <limits>
+#include <functional>
 #include <stdexcept>
 #include <tuple>
 
@@ -15,6 +15,7 @@
 #include "app/qt/ModelLocator.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/Sha256.h"
+#include "core/formats/Safetensors.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 
@@ -112,13 +113,14 @@ bool isModelFolder(const QDir& dir) {
     return dir.exists(QStringLiteral("model_index.json")) || dir.exists(QStringLiteral("config.json"));
 }
 
-// The first 10 hex digits of the file's SHA-256, read in blocks; empty when stopped.
-QString shortSha256(const QString& path, const std::atomic<bool>& stopping) {
+// The first 10 hex digits of the file's SHA-256, read in blocks; empty when `stop` says so
+// (checked before every block).
+QString shortSha256(const QString& path, const std::function<bool()>& stop) {
     assertNotGuiThread("ModelCatalog shortSha256");
-    const BoundedFile file = BoundedFile::open(path.toStdString(), "model", std::numeric_limits<std::size_t>::max());
+    const BoundedFile file = BoundedFile::open(path.toStdString(), "model", ModelCatalog::kMaxHashBytes);
     Sha256 sha;
     for (std::uint64_t offset = 0; offset < file.size(); offset += ModelCatalog::kHashBlockBytes) {
-        if (stopping.load()) return {};
+        if (stop()) return {};
         const std::string block = file.readAt(offset, ModelCatalog::kHashBlockBytes);
         if (block.empty()) file.fail("the file shrank while it was hashed");
         sha.update(block.data(), block.size());
@@ -169,12 +171,15 @@ CatalogEntry ModelCatalog::describe(const QString& path, const QString& shownNam
             describeFolder(e);
         } else if (info.isFile() && info.suffix().compare(QStringLiteral("safetensors"), Qt::CaseInsensitive) == 0) {
             e.bytes = info.size();
+            // A file whose safetensors header does not read is no checkpoint: it is never hashed
+            // (a 1 TB sparse file with a broken header would take CPU-minutes for nothing).
+            { const SafetensorsFile header(e.path.toStdString()); }
             e.checkpoint = true;
             describeCheckpoint(e);
+        } else if (const QString why = ModelLocator::whyNotThere(path); !why.isEmpty()) {
+            e.error = why;  // a link loop or a dangling link says so, not "does not exist"
         } else {
-            e.error = info.exists()
-                          ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(path)
-                          : QStringLiteral("'%1' does not exist").arg(path);
+            e.error = QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(path);
         }
     } catch (const std::exception& ex) {
         e.family = QStringLiteral("?");
@@ -191,7 +196,10 @@ quint64 ModelCatalog::scan(const QString& folder, const QStringList& others) {
             result.folder = folder;
             if (!folder.isEmpty()) {
                 const QDir root(folder);
-                if (!root.exists()) result.folderError = QStringLiteral("'%1' is not a folder").arg(folder);
+                if (!root.exists()) {
+                    const QString link = ModelLocator::brokenLink(folder);
+                    result.folderError = link.isEmpty() ? QStringLiteral("'%1' is not a folder").arg(folder) : link;
+                }
                 // Breadth-first to kMaxDepth; a model folder is one entry, not descended into.
                 QStringList level{root.absolutePath()};
                 for (int depth = 0; depth < kMaxDepth && !level.isEmpty() && result.inFolder.size() < kMaxEntries;
@@ -242,28 +250,49 @@ std::optional<QString> ModelCatalog::cachedHash(const CatalogEntry& entry) const
     return it->second.hash;
 }
 
+void ModelCatalog::cancelHash() {
+    if (hashStop_) hashStop_->store(true);
+    hashStop_.reset();
+    hashPath_.clear();
+}
+
 void ModelCatalog::requestHash(const CatalogEntry& entry) {
     if (!entry.checkpoint) return;
+    if (hashStop_ && hashPath_ == entry.path && !hashStop_->load()) return;  // on its way already
+    // Only the newest request is worked on: the hash of the row selected before stops.
+    cancelHash();
     if (const auto hash = cachedHash(entry)) {
         QMetaObject::invokeMethod(
             this, [this, path = entry.path, hash = *hash] { emit hashed(path, hash, {}); }, Qt::QueuedConnection);
         return;
     }
+    hashStop_ = std::make_shared<std::atomic<bool>>(false);
+    hashPath_ = entry.path;
     hashes_.start(
-        [this, entry, stopping = stopping_] {
+        [this, entry, stopping = stopping_, stop = hashStop_] {
+            const auto stopped = [&stopping, &stop] { return stopping->load() || stop->load(); };
+            if (stopped()) return QString();
             // Asked twice before the first answer: the second finds it cached here.
             if (auto hash = cachedHash(entry)) return *hash;
-            QString hash = shortSha256(entry.path, *stopping);
+            hashesStarted_.fetch_add(1);
+            QString hash = shortSha256(entry.path, stopped);
             if (hash.isEmpty()) return hash;
             hashesComputed_.fetch_add(1);
             std::lock_guard lock(cacheMutex_);
             cache_[entry.path] = HashKey{entry.bytes, entry.modified, hash};
             return hash;
         },
-        [this, path = entry.path](quint64, const QString& hash) {
-            if (!hash.isEmpty()) emit hashed(path, hash, {});
+        [this, path = entry.path, stop = hashStop_](quint64, const QString& hash) {
+            if (stop == hashStop_) cancelHash();  // done: nothing left to stop
+            if (hash.isEmpty())
+                emit hashStopped(path);
+            else
+                emit hashed(path, hash, {});
         },
-        [this, path = entry.path](quint64, const QString& error) { emit hashed(path, {}, error); });
+        [this, path = entry.path, stop = hashStop_](quint64, const QString& error) {
+            if (stop == hashStop_) cancelHash();
+            emit hashed(path, {}, error);
+        });
 }
 
 }  // namespace tessera

@@ -83,11 +83,14 @@ struct ModelInspector::Cache {
             const QString choose = QStringLiteral(
                 "; choose a Stable Diffusion pipeline folder (with model_index.json), "
                 "a .safetensors checkpoint or a UNet2DModel folder (with config.json)");
+            const QString link = ModelLocator::brokenLink(folder);
             result.error =
-                QFileInfo::exists(folder)
-                    ? QStringLiteral("'%1' is neither a model folder nor a .safetensors checkpoint").arg(folder) +
-                          choose
-                    : QStringLiteral("'%1' is not a folder: nothing is there").arg(folder) + choose;
+                (!link.isEmpty()             ? link
+                 : QFileInfo::exists(folder) ? QStringLiteral("'%1' is neither a model folder nor a .safetensors "
+                                                              "checkpoint")
+                                                   .arg(folder)
+                                             : QStringLiteral("'%1' is not a folder: nothing is there").arg(folder)) +
+                choose;
             return result;
         }
         const std::vector<qint64> stamp = stampOf(folder);

@@ -1,7 +1,9 @@
 #include "app/qt/ModelLocator.h"
 
+#include <cerrno>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include <QDir>
 #include <QFileInfo>
@@ -49,6 +51,34 @@ std::optional<ModelLimits> ModelLocator::readLimits(const QString& dir, QString*
         if (error) *error = QString::fromUtf8(e.what());
         return std::nullopt;
     }
+}
+
+QString ModelLocator::brokenLink(const QString& path) {
+    namespace fs = std::filesystem;
+    const fs::path native = path.toStdString();
+    std::error_code ec;
+    const fs::file_status status = fs::status(native, ec);  // follows links
+    if (fs::exists(status)) return {};
+    const QString shown = QString::fromStdString(excerpt(native.string()));
+    if (ec && ec.value() == ELOOP)
+        return QStringLiteral("'%1' is a symbolic-link loop (too many levels of symbolic links)").arg(shown);
+    std::error_code linkError;
+    if (!fs::is_symlink(fs::symlink_status(native, linkError))) return {};
+    const fs::path target = fs::read_symlink(native, linkError);
+    return QStringLiteral("'%1' is a dangling symbolic link (to '%2', which does not exist)")
+        .arg(shown, QString::fromStdString(excerpt(target.string())));
+}
+
+QString ModelLocator::whyNotThere(const QString& path) {
+    namespace fs = std::filesystem;
+    const fs::path native = path.toStdString();
+    std::error_code ec;
+    if (fs::exists(fs::status(native, ec))) return {};
+    if (QString link = brokenLink(path); !link.isEmpty()) return link;
+    const QString shown = QString::fromStdString(excerpt(native.string()));
+    if (ec && ec.value() != ENOENT && ec.value() != ENOTDIR)
+        return QStringLiteral("'%1' cannot be reached (%2)").arg(shown, QString::fromStdString(ec.message()));
+    return QStringLiteral("'%1' does not exist").arg(shown);
 }
 
 bool ModelLocator::isStableDiffusion(const QString& path) {
@@ -116,6 +146,9 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
                             .arg(QString::fromStdString(excerpt(text))));
         }
     }
+    // Nothing there (a missing file, a link loop, a dangling link) says so before the suffix is
+    // judged.
+    if (const QString why = whyNotThere(path); !why.isEmpty()) return fail(why);
     const QFileInfo info(path);
     if (info.isDir()) {
         try {
@@ -132,9 +165,7 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
             QStringLiteral("'%1' is a pickled PyTorch checkpoint, which Tessera never loads (unpickling can run "
                            "code); convert it to .safetensors")
                 .arg(info.fileName()));
-    if (!info.isFile())
-        return fail(QString::fromLatin1(info.exists() ? "'%1' is not a file" : "'%1' does not exist")
-                        .arg(QString::fromStdString(excerpt(text))));
+    if (!info.isFile()) return fail(QStringLiteral("'%1' is not a file").arg(QString::fromStdString(excerpt(text))));
     return readCheckpointLimits(text, pixelMultiple);
 }
 

@@ -45,6 +45,16 @@ public:
     // *error set (naming the file) when the model cannot be used.
     static std::optional<ModelLimits> readSdLimits(const QString& path, int* pixelMultiple, QString* error = nullptr);
 
+    // Why nothing usable is at `path`, for messages, or empty when something is there:
+    // brokenLink's message, "'p' cannot be reached (<reason>)" or "'p' does not exist"; `p` is a
+    // short escaped excerpt. Looks at the path and its links alone (stat, lstat, readlink); opens
+    // nothing.
+    static QString whyNotThere(const QString& path);
+    // Why `path` cannot be followed where a symbolic link is in the way: "'p' is a symbolic-link
+    // loop (too many levels of symbolic links)" (ELOOP) or "'p' is a dangling symbolic link (to
+    // 't', which does not exist)"; empty otherwise (also when plainly nothing is there).
+    static QString brokenLink(const QString& path);
+
 private:
     QString executableDir_;
 };

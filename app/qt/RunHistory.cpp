@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include <QDir>
 #include <QFile>
@@ -38,13 +40,53 @@ constexpr std::size_t kSeamBytes = 4096;
 constexpr std::array<const char*, 5> kRunFileSuffixes{".json", ".png", ".seam.json", ".init.png", ".init.jpg"};
 constexpr std::array<const char*, 2> kStartImageSuffixes{".init.png", ".init.jpg"};
 
-QImage thumbnailOf(const QImage& image) {
+// `image` (RGB888) made `factor` times smaller on each side, each pixel the mean of the box of
+// pixels it covers (the last row and column of boxes may be cut short), read in place.
+QImage boxReduced(const QImage& image, int factor) {
+    const int width = (image.width() + factor - 1) / factor, height = (image.height() + factor - 1) / factor;
+    QImage out(width, height, QImage::Format_RGB888);
+    std::vector<std::uint64_t> sums(static_cast<std::size_t>(width) * 3);
+    for (int y = 0; y < height; ++y) {
+        std::fill(sums.begin(), sums.end(), 0);
+        const int top = y * factor, bottom = std::min(image.height(), top + factor);
+        for (int row = top; row < bottom; ++row) {
+            const uchar* pixel = image.constScanLine(row);
+            for (int x = 0; x < image.width(); ++x, pixel += 3) {
+                std::uint64_t* sum = &sums[static_cast<std::size_t>(x / factor) * 3];
+                sum[0] += pixel[0];
+                sum[1] += pixel[1];
+                sum[2] += pixel[2];
+            }
+        }
+        uchar* target = out.scanLine(y);
+        for (int x = 0; x < width; ++x) {
+            const int columns = std::min(image.width(), (x + 1) * factor) - x * factor;
+            const auto count = static_cast<std::uint64_t>(columns) * static_cast<std::uint64_t>(bottom - top);
+            for (int c = 0; c < 3; ++c)
+                target[x * 3 + c] = static_cast<uchar>((sums[static_cast<std::size_t>(x) * 3 + c] + count / 2) / count);
+        }
+    }
+    return out;
+}
+
+// The history's thumbnail of `image`. A large image is first box-reduced in place to about twice
+// the thumbnail's size: QImage::scaled would convert the whole image to 32 bits a pixel first.
+QImage thumbnailOf(QImage image) {
     if (image.isNull()) return {};
+    if (image.format() != QImage::Format_RGB888) image = image.convertToFormat(QImage::Format_RGB888);
+    const int factor = std::max(image.width(), image.height()) / (2 * RunHistory::kThumbnailSize);
+    if (factor >= 2) image = boxReduced(image, factor);
     return image.scaled(RunHistory::kThumbnailSize, RunHistory::kThumbnailSize, Qt::KeepAspectRatio,
                         Qt::SmoothTransformation);
 }
 
 std::string nativePath(const QString& path) { return QFile::encodeName(path).toStdString(); }
+
+// The image file at `path` decoded once, straight into the QImage shown (RGB888, 3 bytes a
+// pixel, no other copy): read through the start images' bounded reader (a regular file opened
+// without blocking, size and pixel count checked from the header before a pixel is decoded).
+// Throws InitImageError naming the file.
+QImage decodedImage(const QString& path) { return toQImage(decodeImageFile(nativePath(path))); }
 
 // A file name from the folder as it may be quoted in a message: short and escaped.
 QString shownName(const QString& name) { return QString::fromStdString(excerpt(nativePath(name))); }
@@ -68,7 +110,13 @@ QString notPlainFile(const QString& path) {
 
 QImage HistoryEntry::loadImage() const {
     assertNotGuiThread("HistoryEntry::loadImage");
-    return imagePath.isEmpty() ? QImage() : QImage(imagePath);
+    if (imagePath.isEmpty() || !notPlainFile(imagePath).isEmpty()) return {};
+    try {
+        return decodedImage(imagePath);
+    } catch (const std::exception& e) {
+        qCWarning(lcHistory).noquote() << QString::fromStdString(toValidUtf8(e.what()));
+        return {};
+    }
 }
 
 RunHistory::RunHistory(QString folder, int capacity, int trashDepth)
@@ -140,7 +188,12 @@ std::optional<HistoryEntry> RunHistory::readEntry(const QString& name) {
             note(QStringLiteral("%1: %2; the run is listed without it").arg(QDir::toNativeSeparators(image), why));
         } else {
             entry.imagePath = image;
-            entry.thumbnail = thumbnailOf(QImage(image));
+            try {
+                entry.thumbnail = thumbnailOf(decodedImage(image));
+            } catch (const std::exception& e) {
+                note(QStringLiteral("%1; the run is listed without a thumbnail")
+                         .arg(QString::fromStdString(toValidUtf8(e.what()))));
+            }
         }
     }
     if (present(seamPath(stem))) readSeamStats(entry);
@@ -352,18 +405,25 @@ FinishedRun RunHistory::open(const QString& runId) const {
     const auto readable = [](const QString& path) { return !path.isEmpty() && notPlainFile(path).isEmpty(); };
     if (readable(entry->imagePath)) {
         try {
-            // The same bounded decoder as start images; the tensor makes the exports byte-equal
-            // to a fresh run's (8-bit pixels survive the trip to model space and back exactly).
-            result->image = fromRgb8(decodeImageFile(nativePath(entry->imagePath)));
-            run.image = toQImage(result->image);
+            // Decoded once into the image shown; result->image stays empty (FinishedRun::image:
+            // an export makes the model-space tensor when it needs one, and 8-bit pixels survive
+            // that trip exactly, so the files are byte-equal to a fresh run's).
+            run.image = decodedImage(entry->imagePath);
         } catch (const std::exception& e) {
             qCWarning(lcHistory).noquote() << QString::fromStdString(toValidUtf8(e.what()));
         }
     }
     if (readable(entry->startImagePath)) {
         try {
+            // As the engine took it: resampled to the canvas in model space. A start image of the
+            // canvas's size is unchanged by that trip, so it is shown as decoded.
             const RunConfig& c = entry->record.config;
-            run.startImage = toQImage(loadInitImage(nativePath(entry->startImagePath), c.width, c.height, 3));
+            const std::string path = nativePath(entry->startImagePath);
+            const ImageFile file = readImageFile(path);
+            Rgb8Image pixels = decodeImage(path, file);
+            run.startImage = pixels.width == c.width && pixels.height == c.height
+                                 ? toQImage(std::move(pixels))
+                                 : toQImage(resampleToModelSpace(pixels, c.width, c.height, 3));
         } catch (const std::exception& e) {
             qCWarning(lcHistory).noquote() << QString::fromStdString(toValidUtf8(e.what()));
         }

@@ -33,14 +33,6 @@ void registerRunMetaTypes() {
 
 namespace {
 
-QImage fromRgb8Pixels(const Rgb8Image& rgb) {
-    QImage out(rgb.width, rgb.height, QImage::Format_RGB888);
-    const std::size_t rowBytes = static_cast<std::size_t>(rgb.width) * 3;
-    for (int y = 0; y < rgb.height; ++y)
-        std::copy_n(rgb.pixels.data() + static_cast<std::size_t>(y) * rowBytes, rowBytes, out.scanLine(y));
-    return out;
-}
-
 // Image-to-image with an upscale factor: the canvas is the start image's size times the
 // factor, rounded down to multiples of 8 (as tessera-cli render does). Reads the header only.
 RunConfig withUpscaledCanvas(RunConfig config) {
@@ -73,14 +65,40 @@ void useBundledClipVocabulary() {
     });
 }
 
+QImage toQImage(Rgb8Image&& rgb) {
+    const auto rowBytes = static_cast<qsizetype>(rgb.width) * 3;
+    if (rgb.width <= 0 || rgb.height <= 0 || rgb.pixels.size() != static_cast<std::size_t>(rowBytes) * rgb.height)
+        return {};
+    // The QImage shares the pixels (read-only: a write would copy them) and frees them with
+    // its last copy, on whichever thread that is.
+    auto* pixels = new std::vector<std::uint8_t>(std::move(rgb.pixels));
+    return QImage(
+        pixels->data(), rgb.width, rgb.height, rowBytes, QImage::Format_RGB888,
+        [](void* owned) { delete static_cast<std::vector<std::uint8_t>*>(owned); }, pixels);
+}
+
+Rgb8Image rgb8Of(const QImage& image) {
+    Rgb8Image rgb;
+    if (image.isNull()) return rgb;
+    const QImage packed =
+        image.format() == QImage::Format_RGB888 ? image : image.convertToFormat(QImage::Format_RGB888);
+    rgb.width = packed.width();
+    rgb.height = packed.height();
+    const auto rowBytes = static_cast<std::size_t>(rgb.width) * 3;
+    rgb.pixels.resize(rowBytes * static_cast<std::size_t>(rgb.height));
+    for (int y = 0; y < rgb.height; ++y)
+        std::copy_n(packed.constScanLine(y), rowBytes, rgb.pixels.data() + static_cast<std::size_t>(y) * rowBytes);
+    return rgb;
+}
+
 QImage toQImage(const ImageTensor& image) {
     if (image.data.empty()) return {};
-    return fromRgb8Pixels(toRgb8(image));
+    return toQImage(toRgb8(image));
 }
 
 QImage heatmapToQImage(const ImageTensor& map) {
     if (map.data.empty()) return {};
-    return fromRgb8Pixels(heatmapToRgb8(map));
+    return toQImage(heatmapToRgb8(map));
 }
 
 // Turns engine callbacks (on the worker thread) into queued signals.

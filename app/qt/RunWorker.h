@@ -34,7 +34,10 @@ namespace tessera {
 // on its way through the event queue: a 4K image is hundreds of MB of floats.
 struct FinishedRun {
     std::shared_ptr<const RunResult> result;
-    QImage image;    // 8-bit RGB of result->image
+    // 8-bit RGB of result->image. A run reopened from the history has this alone (its
+    // result->image is empty: the float copy would take four times the memory); exports make
+    // the model-space image from it when they need one.
+    QImage image;
     QImage seamMap;  // grey heat map of result->seamMap; null when the engine gave none
     // Image-to-image: the start image as the engine took it (resampled to the canvas), and the
     // file it came from as it was read (the run history keeps a copy). Null without one.
@@ -52,6 +55,11 @@ void registerRunMetaTypes();
 
 // Model-space image -> QImage (RGB888), as ImageOps' toRgb8. Null for an empty tensor.
 QImage toQImage(const ImageTensor& image);
+// 8-bit RGB pixels -> QImage (RGB888) that takes them over without a copy. Null for an empty
+// image or one whose pixel count does not match its size.
+QImage toQImage(Rgb8Image&& rgb);
+// QImage -> 8-bit RGB pixels (a copy; other formats converted to RGB888 first).
+Rgb8Image rgb8Of(const QImage& image);
 // A 1 x H x W map -> grey QImage scaled by its maximum. Null for an empty tensor.
 QImage heatmapToQImage(const ImageTensor& map);
 

@@ -166,19 +166,31 @@ void BoundedFile::fail(const std::string& why) const {
     throw InputFileError(field_, field_ + ": " + shown_ + ": " + why);
 }
 
+std::uint64_t BoundedFile::currentSize() const {
+    struct stat info {};
+    if (::fstat(fd_, &info) != 0) fail("cannot stat: " + errnoText(errno));
+    return static_cast<std::uint64_t>(info.st_size);
+}
+
 std::string BoundedFile::readAt(std::uint64_t offset, std::size_t count) const {
     if (offset >= size_) return {};
     std::string text(static_cast<std::size_t>(std::min<std::uint64_t>(count, size_ - offset)), '\0');
+    text.resize(readInto(offset, std::as_writable_bytes(std::span<char>(text))));
+    return text;
+}
+
+std::size_t BoundedFile::readInto(std::uint64_t offset, std::span<std::byte> out) const {
+    if (offset >= size_) return 0;
+    const auto wanted = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), size_ - offset));
     std::size_t got = 0;
-    while (got < text.size()) {
-        const ssize_t n = ::pread(fd_, text.data() + got, text.size() - got, static_cast<off_t>(offset + got));
+    while (got < wanted) {
+        const ssize_t n = ::pread(fd_, out.data() + got, wanted - got, static_cast<off_t>(offset + got));
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) fail("read failed: " + errnoText(errno));
         if (n == 0) break;  // the file shrank while being read: take what is there
         got += static_cast<std::size_t>(n);
     }
-    text.resize(got);
-    return text;
+    return got;
 }
 
 std::string excerptJson(const nlohmann::json& value, std::size_t maxChars) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -80,10 +81,15 @@ public:
     BoundedFile(const BoundedFile&) = delete;
     BoundedFile& operator=(const BoundedFile&) = delete;
 
+    // The size when opened, which every read is bounded by.
     std::uint64_t size() const { return size_; }
-    int fd() const noexcept { return fd_; }  // for readers that map the file (safetensors)
+    // The size now (fstat): differs from size() when the file was changed since it was opened.
+    std::uint64_t currentSize() const;
+    int fd() const noexcept { return fd_; }
     // Up to `count` bytes starting at `offset`: fewer where the file ends (or shrank).
     std::string readAt(std::uint64_t offset, std::size_t count) const;
+    // The same into `out`; returns how many bytes were read. Safe to call from several threads.
+    std::size_t readInto(std::uint64_t offset, std::span<std::byte> out) const;
     // Throws InputFileError "field: 'path': why".
     [[noreturn]] void fail(const std::string& why) const;
 

@@ -21,15 +21,15 @@ void reject(const std::string& key, const nlohmann::json& value, const std::stri
 }
 
 int readInt(const nlohmann::json& value, const std::string& key, const IntRange& range) {
-    if (!value.is_number_integer()) reject(key, value, "expected an integer");
+    // A wrong type (a string, a float such as 77.0) and a value out of range both name the range.
+    const std::string expected = "expected an integer from " + std::to_string(range.min) + " to " +
+                                 std::to_string(range.max) + " (" + range.why + ")";
+    if (!value.is_number_integer()) reject(key, value, expected);
     // Above INT64_MAX is outside every range: clamp so the comparison below stays exact.
     constexpr auto kLargest = std::numeric_limits<std::int64_t>::max();
     const bool huge = value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(kLargest);
     const std::int64_t v = huge ? kLargest : value.get<std::int64_t>();
-    if (v < range.min || v > range.max)
-        reject(key, value,
-               "expected an integer from " + std::to_string(range.min) + " to " + std::to_string(range.max) + " (" +
-                   range.why + ")");
+    if (v < range.min || v > range.max) reject(key, value, expected);
     return static_cast<int>(v);
 }
 
@@ -44,12 +44,11 @@ bool readBool(const nlohmann::json& value, const std::string& key) {
 }
 
 double readNumber(const nlohmann::json& value, const std::string& key, double min, double max, const char* why) {
-    if (!value.is_number()) reject(key, value, "expected a number");
+    const std::string expected =
+        "expected a number from " + nlohmann::json(min).dump() + " to " + nlohmann::json(max).dump() + " (" + why + ")";
+    if (!value.is_number()) reject(key, value, expected);
     const double v = value.get<double>();
-    if (!std::isfinite(v) || v < min || v > max)
-        reject(key, value,
-               "expected a number from " + nlohmann::json(min).dump() + " to " + nlohmann::json(max).dump() + " (" +
-                   why + ")");
+    if (!std::isfinite(v) || v < min || v > max) reject(key, value, expected);
     return v;
 }
 

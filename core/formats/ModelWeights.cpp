@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <set>
+#include <span>
 
 #include <spdlog/spdlog.h>
 
@@ -366,9 +367,14 @@ ModelWeights ModelWeights::load(const std::string& folder, const TensorList& exp
         spdlog::warn("{}: {} tensor{} not used by this config: {}", excerpt(source.where(weights.extra.front()), 200),
                      weights.extra.size(), weights.extra.size() == 1 ? " is" : "s are", excerptList(weights.extra));
     Sha256 hash;
-    for (const auto& file : source.files()) {
-        const auto bytes = file.fileBytes();
-        hash.update(bytes.data(), bytes.size());
+    try {
+        for (const auto& file : source.files())
+            (void)file.readFileInChunks([&](std::span<const std::byte> chunk) {
+                hash.update(chunk.data(), chunk.size());
+                return true;
+            });
+    } catch (const SafetensorsError& e) {
+        throw ModelError(e.what());
     }
     weights.sha256 = hash.hexDigest();
     return weights;

@@ -1,8 +1,5 @@
 #include "core/formats/Safetensors.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -11,7 +8,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -329,102 +325,88 @@ void checkTiling(std::vector<SafetensorsTensorInfo>& tensors, std::uint64_t data
 
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-    const std::string where = excerpt(path, 200) + ": ";
-    std::uint64_t fileSize = 0;
-    {
-        std::optional<BoundedFile> file;
-        try {
-            // Weights have no size bound; a FIFO or device is refused before anything is read.
-            file.emplace(BoundedFile::open(path, "weights", std::numeric_limits<std::size_t>::max()));
-        } catch (const InputFileError& e) {
-            throw SafetensorsError(e.what());
-        }
-        fileSize = file->size();
-        if (fileSize < 8)
-            throw SafetensorsError(where + "file is " + std::to_string(fileSize) +
-                                   " bytes; a safetensors file starts with an 8-byte header length");
-        void* mapped = ::mmap(nullptr, static_cast<std::size_t>(fileSize), PROT_READ, MAP_PRIVATE, file->fd(), 0);
-        if (mapped == MAP_FAILED) throw SafetensorsError(where + "cannot map: " + std::strerror(errno));
-        map_ = static_cast<const std::byte*>(mapped);
-        mapSize_ = static_cast<std::size_t>(fileSize);
-    }  // the mapping keeps the file alive
+namespace {
 
-    // From here on the destructor will not run if we throw, so unmap by hand.
+// Weights have no size bound; a FIFO or device is refused before anything is read.
+std::unique_ptr<const BoundedFile> openWeights(const std::string& path) {
     try {
-        std::uint64_t headerLength = 0;
-        std::memcpy(&headerLength, map_, 8);
-        if (headerLength > kMaxHeaderBytes)
-            throw SafetensorsError(where + "header length " + std::to_string(headerLength) + " exceeds the limit of " +
-                                   std::to_string(kMaxHeaderBytes) + " bytes");
-        if (headerLength > fileSize - 8)
-            throw SafetensorsError(where + "header length " + std::to_string(headerLength) +
-                                   " runs past the end of the file (" + std::to_string(fileSize) +
-                                   " bytes; truncated?)");
-        dataOffset_ = static_cast<std::size_t>(8 + headerLength);
-        const std::uint64_t dataSize = fileSize - dataOffset_;
-        const std::string_view text(reinterpret_cast<const char*>(map_ + 8), static_cast<std::size_t>(headerLength));
-
-        HeaderScan scan;
-        (void)nlohmann::json::sax_parse(text.begin(), text.end(), &scan);
-        if (!scan.problem.empty()) throw SafetensorsError(where + scan.problem);
-        nlohmann::json header;
-        try {
-            header = parseBoundedJson(text, "weights", shownPath(path) + " header", kMaxHeaderDepth);
-        } catch (const InputFileError& e) {
-            throw SafetensorsError(e.what());
-        }
-        if (!header.is_object()) throw SafetensorsError(where + "header is not a JSON object");
-
-        for (const auto& [name, entry] : header.items()) {
-            if (name != "__metadata__") {
-                tensors_.push_back(parseEntry(name, entry, dataSize, where));
-                continue;
-            }
-            if (!entry.is_object()) throw SafetensorsError(where + "__metadata__ is not an object of strings");
-            for (const auto& [key, value] : entry.items()) {
-                if (!value.is_string())
-                    throw SafetensorsError(where + "__metadata__ value for " + inQuotes(key) + " is not a string");
-                metadata_[key] = value.get<std::string>();
-            }
-        }
-        checkTiling(tensors_, dataSize, where);
-        for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
-    } catch (...) {
-        unmap();
-        throw;
+        return std::make_unique<const BoundedFile>(
+            BoundedFile::open(path, "weights", std::numeric_limits<std::size_t>::max()));
+    } catch (const InputFileError& e) {
+        throw SafetensorsError(e.what());
     }
 }
 
-SafetensorsFile::~SafetensorsFile() { unmap(); }
+// A scratch buffer for upcasting F16/BF16 values: a tensor is read in pieces of this many.
+constexpr std::size_t kConvertElements = std::size_t{1} << 20;
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      mapSize_(std::exchange(other.mapSize_, 0)),
-      dataOffset_(other.dataOffset_),
-      metadata_(std::move(other.metadata_)),
-      tensors_(std::move(other.tensors_)),
-      index_(std::move(other.index_)) {}
+}  // namespace
 
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-    if (this != &other) {
-        unmap();
-        path_ = std::move(other.path_);
-        map_ = std::exchange(other.map_, nullptr);
-        mapSize_ = std::exchange(other.mapSize_, 0);
-        dataOffset_ = other.dataOffset_;
-        metadata_ = std::move(other.metadata_);
-        tensors_ = std::move(other.tensors_);
-        index_ = std::move(other.index_);
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(openWeights(path)), fileSize_(file_->size()) {
+    const std::string where = excerpt(path, 200) + ": ";
+    if (fileSize_ < 8)
+        throw SafetensorsError(where + "file is " + std::to_string(fileSize_) +
+                               " bytes; a safetensors file starts with an 8-byte header length");
+    std::uint64_t headerLength = 0;
+    readExactly(0, std::as_writable_bytes(std::span(&headerLength, 1)));
+    if (headerLength > kMaxHeaderBytes)
+        throw SafetensorsError(where + "header length " + std::to_string(headerLength) + " exceeds the limit of " +
+                               std::to_string(kMaxHeaderBytes) + " bytes");
+    if (headerLength > fileSize_ - 8)
+        throw SafetensorsError(where + "header length " + std::to_string(headerLength) +
+                               " runs past the end of the file (" + std::to_string(fileSize_) + " bytes; truncated?)");
+    dataOffset_ = 8 + headerLength;
+    const std::uint64_t dataSize = fileSize_ - dataOffset_;
+    std::string text(static_cast<std::size_t>(headerLength), '\0');
+    readExactly(8, std::as_writable_bytes(std::span<char>(text)));
+
+    HeaderScan scan;
+    (void)nlohmann::json::sax_parse(text.begin(), text.end(), &scan);
+    if (!scan.problem.empty()) throw SafetensorsError(where + scan.problem);
+    nlohmann::json header;
+    try {
+        header = parseBoundedJson(text, "weights", shownPath(path) + " header", kMaxHeaderDepth);
+    } catch (const InputFileError& e) {
+        throw SafetensorsError(e.what());
     }
-    return *this;
+    if (!header.is_object()) throw SafetensorsError(where + "header is not a JSON object");
+
+    for (const auto& [name, entry] : header.items()) {
+        if (name != "__metadata__") {
+            tensors_.push_back(parseEntry(name, entry, dataSize, where));
+            continue;
+        }
+        if (!entry.is_object()) throw SafetensorsError(where + "__metadata__ is not an object of strings");
+        for (const auto& [key, value] : entry.items()) {
+            if (!value.is_string())
+                throw SafetensorsError(where + "__metadata__ value for " + inQuotes(key) + " is not a string");
+            metadata_[key] = value.get<std::string>();
+        }
+    }
+    checkTiling(tensors_, dataSize, where);
+    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
 }
 
-void SafetensorsFile::unmap() noexcept {
-    if (map_ != nullptr) ::munmap(const_cast<std::byte*>(map_), mapSize_);
-    map_ = nullptr;
-    mapSize_ = 0;
+SafetensorsFile::~SafetensorsFile() = default;
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
+
+void SafetensorsFile::fail(const std::string& why) const { throw SafetensorsError(excerpt(path_, 200) + ": " + why); }
+
+void SafetensorsFile::readExactly(std::uint64_t offset, std::span<std::byte> out) const {
+    std::size_t got = 0;
+    std::uint64_t now = 0;
+    try {
+        got = file_->readInto(offset, out);
+        now = file_->currentSize();
+    } catch (const InputFileError& e) {
+        throw SafetensorsError(e.what());
+    }
+    if (got == out.size() && now == fileSize_) return;
+    fail("the file changed while it was being read: it was " + std::to_string(fileSize_) +
+         " bytes when opened and is " + std::to_string(now) + " bytes now" + (got < out.size() ? " (it shrank)" : "") +
+         "; do not modify the file while Tessera loads it (renaming a finished copy over it is safe)");
 }
 
 const SafetensorsTensorInfo* SafetensorsFile::find(const std::string& name) const {
@@ -432,22 +414,28 @@ const SafetensorsTensorInfo* SafetensorsFile::find(const std::string& name) cons
     return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsTensorInfo& info) const {
-    return {map_ + dataOffset_ + info.begin, static_cast<std::size_t>(info.end - info.begin)};
+void SafetensorsFile::readBytes(const SafetensorsTensorInfo& info, std::span<std::byte> out) const {
+    if (out.size() != info.byteSize())
+        fail("tensor " + inQuotes(info.name) + ": " + std::to_string(info.byteSize()) + " bytes cannot be read into " +
+             std::to_string(out.size()));
+    readExactly(dataOffset_ + info.begin, out);
 }
 
-std::span<const std::byte> SafetensorsFile::fileBytes() const { return {map_, mapSize_}; }
+std::vector<std::byte> SafetensorsFile::readBytes(const SafetensorsTensorInfo& info) const {
+    std::vector<std::byte> bytes(static_cast<std::size_t>(info.byteSize()));
+    readBytes(info, bytes);
+    return bytes;
+}
 
-void SafetensorsFile::releasePages(const SafetensorsTensorInfo& info) const noexcept { releasePages(bytes(info)); }
-
-void SafetensorsFile::releasePages(std::span<const std::byte> range) const noexcept {
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto begin = reinterpret_cast<std::uintptr_t>(range.data());
-    const auto end = begin + range.size();
-    const auto mapBegin = reinterpret_cast<std::uintptr_t>(map_);
-    if (map_ == nullptr || begin < mapBegin || end > mapBegin + mapSize_) return;             // not ours
-    const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
-    if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+bool SafetensorsFile::readFileInChunks(const std::function<bool(std::span<const std::byte>)>& consume) const {
+    std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, fileSize_)));
+    for (std::uint64_t at = 0; at < fileSize_; at += buffer.size()) {
+        const auto chunk =
+            std::span(buffer).first(static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), fileSize_ - at)));
+        readExactly(at, chunk);
+        if (!consume(chunk)) return false;
+    }
+    return true;
 }
 
 std::vector<float> SafetensorsFile::readFloat32(const std::string& name) const {
@@ -466,43 +454,36 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
     if (first > numel || count > numel - first)
         throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + ": elements " + std::to_string(first) +
                                ".." + std::to_string(first + count) + " are outside its " + std::to_string(numel));
-    const auto raw = bytes(info);
+    if (info.dtype != SafetensorsDtype::F32 && info.dtype != SafetensorsDtype::F16 &&
+        info.dtype != SafetensorsDtype::BF16)
+        throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
+                               std::string(toString(info.dtype)) + "; only F32, F16 and BF16 can be read as float32");
     std::vector<float> values(count);
-    switch (info.dtype) {
-        case SafetensorsDtype::F32:
-            if (count > 0) std::memcpy(values.data(), raw.data() + first * sizeof(float), count * sizeof(float));
-            return values;
-        case SafetensorsDtype::F16: {
-            // Every half value's float, once per process (256 KiB): a lookup beats the branches of
-            // halfToFloat by several times over the billion values of an SD checkpoint.
-            static const std::vector<float> kHalves = [] {
-                std::vector<float> table(65536);
-                for (std::uint32_t bits = 0; bits < 65536; ++bits)
-                    table[bits] = halfToFloat(static_cast<std::uint16_t>(bits));
-                return table;
-            }();
-            const std::byte* source = raw.data() + 2 * first;
-            for (std::size_t i = 0; i < count; ++i) {
-                std::uint16_t bits = 0;
-                std::memcpy(&bits, source + 2 * i, 2);
-                values[i] = kHalves[bits];
-            }
-            return values;
-        }
-        case SafetensorsDtype::BF16: {
-            const std::byte* source = raw.data() + 2 * first;
-            for (std::size_t i = 0; i < count; ++i) {
-                std::uint16_t bits = 0;
-                std::memcpy(&bits, source + 2 * i, 2);
-                values[i] = bfloat16ToFloat(bits);
-            }
-            return values;
-        }
-        default:
-            throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
-                                   std::string(toString(info.dtype)) +
-                                   "; only F32, F16 and BF16 can be read as float32");
+    const std::uint64_t start = dataOffset_ + info.begin;
+    if (info.dtype == SafetensorsDtype::F32) {
+        readExactly(start + first * sizeof(float), std::as_writable_bytes(std::span(values)));
+        return values;
     }
+    // Every half value's float, once per process (256 KiB): a lookup beats the branches of
+    // halfToFloat by several times over the billion values of an SD checkpoint.
+    static const std::vector<float> kHalves = [] {
+        std::vector<float> table(65536);
+        for (std::uint32_t bits = 0; bits < 65536; ++bits) table[bits] = halfToFloat(static_cast<std::uint16_t>(bits));
+        return table;
+    }();
+    const bool half = info.dtype == SafetensorsDtype::F16;
+    std::vector<std::uint16_t> stored(std::min(count, kConvertElements));
+    for (std::size_t done = 0; done < count;) {
+        const auto piece = std::span(stored).first(std::min(stored.size(), count - done));
+        readExactly(start + 2 * (first + done), std::as_writable_bytes(piece));
+        float* out = values.data() + done;
+        if (half)
+            for (std::size_t i = 0; i < piece.size(); ++i) out[i] = kHalves[piece[i]];
+        else
+            for (std::size_t i = 0; i < piece.size(); ++i) out[i] = bfloat16ToFloat(piece[i]);
+        done += piece.size();
+    }
+    return values;
 }
 
 // ---------------------------------------------------------------------------

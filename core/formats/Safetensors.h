@@ -1,5 +1,5 @@
-// safetensors files (huggingface/safetensors README.md, safetensors/src/tensor.rs): a validating,
-// memory-mapped reader and a small writer for tests and tools. Qt-free.
+// safetensors files (huggingface/safetensors README.md, safetensors/src/tensor.rs): a validating
+// reader and a small writer for tests and tools. Qt-free.
 //
 // The reader checks everything a hostile or damaged file could get wrong before any tensor is
 // touched: the header length is bounded and inside the file, the header is a JSON object, every
@@ -9,11 +9,18 @@
 // come (older writers do not pad; the format's README says not to rely on order). Opening never
 // blocks (a FIFO or device is refused before it is read), and the header is bounded (bytes,
 // nesting, tensor count, rank, dimensions) before it is parsed, in time linear in its length.
+//
+// The file is read with pread, never memory-mapped: a mapped file that another process truncates
+// kills the reader with SIGBUS, in whichever thread touches the lost pages. A read that comes up
+// short, or a file whose size is no longer the size it had when opened, is a SafetensorsError
+// saying the file changed while it was being read.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -21,6 +28,8 @@
 #include <vector>
 
 namespace tessera {
+
+class BoundedFile;  // core/base/BoundedInput.h
 
 // Every dtype the format defines (safetensors/src/tensor.rs Dtype). Only F32, F16 and BF16 can be
 // read as float32.
@@ -72,7 +81,8 @@ struct SafetensorsTensorInfo {
     std::uint64_t byteSize() const { return end - begin; }
 };
 
-// A read-only memory map of one safetensors file. Move-only; unmaps on destruction.
+// One open, validated safetensors file. Move-only; closes the file on destruction. Every read
+// may run on several threads at once (the loader converts tensors while another thread hashes).
 class SafetensorsFile {
 public:
     // Bounds on what a header may hold, each far above what real files need.
@@ -90,8 +100,11 @@ public:
     static constexpr std::size_t kMaxMetadataEntries = 10'000;
     // header object > tensor entry > shape / data_offsets array.
     static constexpr int kMaxHeaderDepth = 3;
+    // readFileInChunks' chunk: large enough that a read costs little beside hashing it, small
+    // enough to stay a fixed, small buffer.
+    static constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
 
-    // Maps and validates `path`. Throws SafetensorsError naming the file on any defect.
+    // Opens and validates `path`. Throws SafetensorsError naming the file on any defect.
     explicit SafetensorsFile(const std::string& path);
     ~SafetensorsFile();
     SafetensorsFile(SafetensorsFile&&) noexcept;
@@ -108,16 +121,16 @@ public:
     const SafetensorsTensorInfo* find(const std::string& name) const;
     bool has(const std::string& name) const { return find(name) != nullptr; }
 
-    // Raw little-endian bytes of a tensor (may be unaligned: copy, do not reinterpret).
-    std::span<const std::byte> bytes(const SafetensorsTensorInfo&) const;
-    // The whole file, e.g. for hashing.
-    std::span<const std::byte> fileBytes() const;
-    // Drops this process's mapping of the whole pages inside a tensor's bytes (they stay in the
-    // page cache; a later read maps them again): a reader that has copied a tensor keeps its
-    // resident set to the copies instead of copies plus the file.
-    void releasePages(const SafetensorsTensorInfo&) const noexcept;
-    // The same for any range of fileBytes() (a range outside the mapping is ignored).
-    void releasePages(std::span<const std::byte> bytes) const noexcept;
+    // The file's size when it was opened, which every tensor was checked against.
+    std::uint64_t fileSize() const { return fileSize_; }
+    // A tensor's raw little-endian bytes, copied into `out` (exactly info.byteSize() bytes, else
+    // SafetensorsError) or into a new vector.
+    void readBytes(const SafetensorsTensorInfo& info, std::span<std::byte> out) const;
+    std::vector<std::byte> readBytes(const SafetensorsTensorInfo& info) const;
+    // The whole file from its first byte, in order, in chunks of at most kChunkBytes read into one
+    // buffer, each handed to `consume` (e.g. for hashing); stops early, returning false, when
+    // `consume` returns false. Returns true once every byte was handed over.
+    bool readFileInChunks(const std::function<bool(std::span<const std::byte>)>& consume) const;
 
     // The tensor upcast to float32 (F32, F16, BF16). Throws SafetensorsError naming the
     // file, the tensor and its dtype for a missing tensor or any other dtype.
@@ -128,12 +141,14 @@ public:
     std::vector<float> readFloat32(const SafetensorsTensorInfo&, std::size_t first, std::size_t count) const;
 
 private:
-    void unmap() noexcept;
+    // Exactly out.size() bytes at `offset` of the file, or SafetensorsError: the file changed.
+    void readExactly(std::uint64_t offset, std::span<std::byte> out) const;
+    [[noreturn]] void fail(const std::string& why) const;
 
     std::string path_;
-    const std::byte* map_ = nullptr;
-    std::size_t mapSize_ = 0;
-    std::size_t dataOffset_ = 0;  // 8 + header length
+    std::unique_ptr<const BoundedFile> file_;  // never null but after a move
+    std::uint64_t fileSize_ = 0;
+    std::uint64_t dataOffset_ = 0;  // 8 + header length
     std::map<std::string, std::string> metadata_;
     std::vector<SafetensorsTensorInfo> tensors_;
     std::map<std::string, std::size_t, std::less<>> index_;

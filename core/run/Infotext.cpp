@@ -14,6 +14,7 @@
 #include "core/base/FormatNumber.h"
 #include "core/base/UnicodeText.h"
 #include "core/run/ModelName.h"
+#include "core/run/RunConfigFields.h"
 #include "core/run/SamplerNames.h"
 
 #ifndef TESSERA_VERSION
@@ -410,64 +411,125 @@ std::string_view trimAscii(std::string_view s) {
 }
 
 // Python's int() of the text (white space around, an optional sign, Unicode decimal digits too)
-// as a sign and a magnitude; nullopt when it is no whole number or beyond 64 bits.
-std::optional<std::pair<bool, std::uint64_t>> signedWhole(std::string_view text) {
+// as a sign and a magnitude (`beyond64` when it needs more than 64 bits: still a whole number, out
+// of every range); nullopt when it is no whole number.
+struct WholeText {
+    bool minus = false;
+    std::uint64_t magnitude = 0;
+    bool beyond64 = false;
+};
+
+std::optional<WholeText> signedWhole(std::string_view text) {
     const std::u32string decoded = unicode::decodeUtf8(text);
     std::u32string_view s = pyStrip(decoded);
-    bool minus = false;
+    WholeText whole;
     if (!s.empty() && (s.front() == U'+' || s.front() == U'-')) {
-        minus = s.front() == U'-';
+        whole.minus = s.front() == U'-';
         s.remove_prefix(1);
     }
     if (s.empty()) return std::nullopt;
-    std::uint64_t magnitude = 0;
     for (char32_t c : s) {
         const int digit = unicode::decimalValue(c);
-        if (digit < 0 || magnitude > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return std::nullopt;
-        magnitude = magnitude * 10 + static_cast<unsigned>(digit);
+        if (digit < 0) return std::nullopt;
+        if (whole.magnitude > (std::numeric_limits<std::uint64_t>::max() - static_cast<unsigned>(digit)) / 10)
+            whole.beyond64 = true;
+        else
+            whole.magnitude = whole.magnitude * 10 + static_cast<unsigned>(digit);
     }
-    return std::pair{minus, magnitude};
+    return whole;
 }
 
-// A whole number in [lo, hi].
-std::optional<long long> wholeNumber(std::string_view text, long long lo, long long hi) {
+// One rule for every number a PNG gives that its setting cannot take: it is not applied, and the
+// note says the range (validate() would refuse it; a value too large for the setting's type
+// could not even reach it).
+std::string outOfRange(const std::string& allowed) { return "is out of range, allowed " + allowed + "; ignored"; }
+
+std::string wholeRange(long long lo, long long hi) { return std::to_string(lo) + " to " + std::to_string(hi); }
+
+// A whole number in [lo, hi] into `out`: "" when applied, else why not.
+std::string readWholeIn(std::string_view text, long long lo, long long hi, long long& out) {
     const auto whole = signedWhole(text);
+    if (!whole) return "is not a whole number; ignored";
     constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<long long>::max());
-    if (!whole || whole->second > kMax + (whole->first ? 1 : 0)) return std::nullopt;
+    if (whole->beyond64 || whole->magnitude > kMax + (whole->minus ? 1 : 0)) return outOfRange(wholeRange(lo, hi));
     const long long value =
-        whole->first ? static_cast<long long>(0 - whole->second) : static_cast<long long>(whole->second);
-    if (value < lo || value > hi) return std::nullopt;
-    return value;
+        whole->minus ? static_cast<long long>(0 - whole->magnitude) : static_cast<long long>(whole->magnitude);
+    if (value < lo || value > hi) return outOfRange(wholeRange(lo, hi));
+    out = value;
+    return {};
 }
 
 // A seed: any uint64 ("-0" too, as Python's int()).
-std::optional<std::uint64_t> seedNumber(std::string_view text) {
+std::string readSeed(std::string_view text, std::uint64_t& out) {
     const auto whole = signedWhole(text);
-    if (!whole || (whole->first && whole->second != 0)) return std::nullopt;
-    return whole->second;
+    if (!whole) return "is not a whole number; ignored";
+    if (whole->beyond64 || (whole->minus && whole->magnitude != 0))
+        return outOfRange("0 to " + std::to_string(std::numeric_limits<std::uint64_t>::max()));
+    out = whole->magnitude;
+    return {};
 }
 
-std::optional<double> realNumber(std::string_view text) {
+// Whether a decimal that no double holds is tiny (1e-400, 0.000...1: read as 0) rather than
+// huge (1e400, 400 digits).
+bool underflows(std::string_view s) {
+    const auto e = s.find_first_of("eE");
+    if (e != std::string_view::npos) return e + 1 < s.size() && s[e + 1] == '-';
+    if (!s.empty() && (s.front() == '+' || s.front() == '-')) s.remove_prefix(1);
+    while (!s.empty() && s.front() == '0') s.remove_prefix(1);
+    return s.empty() || s.front() == '.';
+}
+
+// A finite number (nullopt otherwise); `tooLarge` for a number no double holds (1e400, inf),
+// which is out of every range rather than no number.
+std::optional<double> realNumber(std::string_view text, bool& tooLarge) {
     const std::string_view s = trimAscii(text);
     double value = 0;
     const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-    if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(value)) return std::nullopt;
+    tooLarge = false;
+    if (s.empty() || ptr != s.data() + s.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+        return std::nullopt;
+    if (ec == std::errc::result_out_of_range) {
+        if (underflows(s)) return 0.0;
+        tooLarge = true;
+        return std::nullopt;
+    }
+    if (std::isinf(value)) tooLarge = true;
+    if (!std::isfinite(value)) return std::nullopt;
     return value;
 }
 
 // One key of the text onto the config: "" when applied, else why not.
 using KeyReader = std::string (*)(std::string_view value, RunConfig& config);
 
-std::string readInt(std::string_view value, int& out) {
-    const auto n = wholeNumber(value, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
-    if (!n) return "is not a whole number; ignored";
-    out = static_cast<int>(*n);
-    return {};
+// An int setting from the text: the range intSettingRange gives it for `config`.
+std::string readInt(std::string_view value, int& out, std::string_view field, const RunConfig& config) {
+    const std::optional<IntLimit> range = intSettingRange(field, config);
+    long long n = 0;
+    std::string why = readWholeIn(value, range ? range->lo : std::numeric_limits<int>::min(),
+                                  range ? range->hi : std::numeric_limits<int>::max(), n);
+    if (why.empty()) out = static_cast<int>(n);
+    return why;
 }
 
-std::string readReal(std::string_view value, double& out) {
-    const auto x = realNumber(value);
+// The ranges validate() gives the real-valued settings an infotext carries.
+struct RealRange {
+    double lo, hi;
+    bool aboveLo;  // lo itself is not allowed
+};
+constexpr RealRange kCfgRange{0.0, kMaxCfgScale, false};
+constexpr RealRange kStrengthRange{0.0, 1.0, true};
+constexpr RealRange kUpscaleRange{1.0, kMaxUpscale, false};
+constexpr RealRange kEtaRange{0.0, 1.0, false};
+
+std::string readReal(std::string_view value, double& out, const RealRange& range) {
+    const std::string allowed =
+        (range.aboveLo ? "above " + formatNumber(range.lo) + " up to " : formatNumber(range.lo) + " to ") +
+        formatNumber(range.hi);
+    bool tooLarge = false;
+    const auto x = realNumber(value, tooLarge);
+    if (tooLarge) return outOfRange(allowed);
     if (!x) return "is not a number; ignored";
+    if (*x < range.lo || *x > range.hi || (range.aboveLo && *x == range.lo)) return outOfRange(allowed);
     out = *x;
     return {};
 }
@@ -493,21 +555,18 @@ struct KeyRule {
 
 // clang-format off
 const std::array<KeyRule, 21> kKeyRules{{
-    {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps); }},
-    {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale); }},
-    {"Seed", "seed", [](std::string_view v, RunConfig& c) -> std::string {
-        const auto seed = seedNumber(v);
-        if (!seed) return "is not a whole number from 0 to 18446744073709551615; ignored";
-        c.seed = *seed;
-        return {};
+    {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps, "steps", c); }},
+    {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale, kCfgRange); }},
+    {"Seed", "seed", [](std::string_view v, RunConfig& c) { return readSeed(v, c.seed); }},
+    {"Size-1", "width", [](std::string_view v, RunConfig& c) { return readInt(v, c.width, "width", c); }},
+    {"Size-2", "height", [](std::string_view v, RunConfig& c) { return readInt(v, c.height, "height", c); }},
+    {"Clip skip", "clip_skip", [](std::string_view v, RunConfig& c) { return readInt(v, c.clipSkip, "clip_skip", c); }},
+    {"Denoising strength", "strength", [](std::string_view v, RunConfig& c) {
+        return readReal(v, c.strength, kStrengthRange);
     }},
-    {"Size-1", "width", [](std::string_view v, RunConfig& c) { return readInt(v, c.width); }},
-    {"Size-2", "height", [](std::string_view v, RunConfig& c) { return readInt(v, c.height); }},
-    {"Clip skip", "clip_skip", [](std::string_view v, RunConfig& c) { return readInt(v, c.clipSkip); }},
-    {"Denoising strength", "strength", [](std::string_view v, RunConfig& c) { return readReal(v, c.strength); }},
-    {"Tile", "tile", [](std::string_view v, RunConfig& c) { return readInt(v, c.tile); }},
+    {"Tile", "tile", [](std::string_view v, RunConfig& c) { return readInt(v, c.tile, "tile", c); }},
     {"Overlap", "overlap", [](std::string_view v, RunConfig& c) {
-        std::string why = readInt(v, c.overlapPx);
+        std::string why = readInt(v, c.overlapPx, "overlap", c);
         if (why.empty()) c.overlapFraction.reset();
         return why;
     }},
@@ -518,12 +577,12 @@ const std::array<KeyRule, 21> kKeyRules{{
             c.tileBatch = 0;
             return std::string();
         }
-        return readInt(v, c.tileBatch);
+        return readInt(v, c.tileBatch, "batch", c);
     }},
     {"Graphs", "graphs", [](std::string_view v, RunConfig& c) { return readName(v, c.graphs, parseGraphMode); }},
     {"Precision", "precision", [](std::string_view v, RunConfig& c) { return readName(v, c.precision, parsePrecision); }},
     {"Backend", "backend", [](std::string_view v, RunConfig& c) { return readName(v, c.backend, parseBackend); }},
-    {"Upscale", "upscale", [](std::string_view v, RunConfig& c) { return readReal(v, c.upscale); }},
+    {"Upscale", "upscale", [](std::string_view v, RunConfig& c) { return readReal(v, c.upscale, kUpscaleRange); }},
     {"VAE tiling", "vae_tiling", [](std::string_view v, RunConfig& c) { return readName(v, c.vaeTiling, parseVaeTiling); }},
     {"Preserve color", "preserve_color", [](std::string_view v, RunConfig& c) -> std::string {
         const std::string_view s = trimAscii(v);
@@ -536,7 +595,7 @@ const std::array<KeyRule, 21> kKeyRules{{
     }},
     {"Eta DDIM", "eta", [](std::string_view v, RunConfig& c) -> std::string {
         double eta = 0;
-        std::string why = readReal(v, eta);
+        std::string why = readReal(v, eta, kEtaRange);
         if (why.empty()) c.schedulerOptions.eta = static_cast<float>(eta);
         return why;
     }},
@@ -597,7 +656,7 @@ std::optional<SchedulerKind> applySampler(const ParsedInfotext& parsed, Importer
 // parameters line wrote DDIM's eta under it.
 void applyEta(const InfotextParam& eta, std::optional<SchedulerKind> scheduler, Importer& importer) {
     double value = 0;
-    const std::string why = readReal(eta.value, value);
+    const std::string why = readReal(eta.value, value, kEtaRange);
     if (!why.empty()) {
         importer.unmapped(shownSetting(eta.key, eta.value), why);
     } else if (scheduler == SchedulerKind::DDIM) {
@@ -761,20 +820,26 @@ std::string nodeName(const std::string& id, const Json& node) {
 
 std::string jsonShown(const Json& value) { return excerptJson(value, 80); }
 
-// A whole number in a JSON value (an integral float too), within [lo, hi].
+// A whole number in a JSON value (an integral float too).
+std::optional<long double> jsonWhole(const Json& value) {
+    if (value.is_number_unsigned()) return static_cast<long double>(value.get<std::uint64_t>());
+    if (value.is_number_integer()) return static_cast<long double>(value.get<std::int64_t>());
+    if (value.is_number_float() && std::isfinite(value.get<double>()) &&
+        value.get<double>() == std::floor(value.get<double>()))
+        return value.get<double>();
+    return std::nullopt;
+}
+
+// The same within [lo, hi].
 std::optional<long double> jsonWhole(const Json& value, long double lo, long double hi) {
-    long double x = 0;
-    if (value.is_number_unsigned())
-        x = static_cast<long double>(value.get<std::uint64_t>());
-    else if (value.is_number_integer())
-        x = static_cast<long double>(value.get<std::int64_t>());
-    else if (value.is_number_float() && std::isfinite(value.get<double>()) &&
-             value.get<double>() == std::floor(value.get<double>()))
-        x = value.get<double>();
-    else
-        return std::nullopt;
-    if (x < lo || x > hi) return std::nullopt;
+    const auto x = jsonWhole(value);
+    if (!x || *x < lo || *x > hi) return std::nullopt;
     return x;
+}
+
+// A whole bound of a range as text (the seed's reaches 2^64 - 1).
+std::string wholeText(long double x) {
+    return x < 0 ? std::to_string(static_cast<long long>(x)) : std::to_string(static_cast<unsigned long long>(x));
 }
 
 struct ComfyReader {
@@ -805,11 +870,14 @@ struct ComfyReader {
     void whole(const Json& node, const char* name, std::string_view field, long double lo, long double hi, Set set) {
         const Json* value = literal(node, name);
         if (!value) return;
-        if (const auto x = jsonWhole(*value, lo, hi)) {
+        const auto x = jsonWhole(*value);
+        if (!x) {
+            unmapped(std::string(name) + ": " + jsonShown(*value), "is not a whole number; ignored");
+        } else if (*x < lo || *x > hi) {
+            unmapped(std::string(name) + ": " + jsonShown(*value), outOfRange(wholeText(lo) + " to " + wholeText(hi)));
+        } else {
             set(*x);
             importer.applied(field);
-        } else {
-            unmapped(std::string(name) + ": " + jsonShown(*value), "is not a whole number; ignored");
         }
     }
 
@@ -848,7 +916,7 @@ struct ComfyReader {
     void clipSkip(const Json& encoder) {
         const auto at = graph.linked(encoder, "clip");
         if (!at || ComfyGraph::classOf(*at->second) != "CLIPSetLastLayer") return;
-        whole(*at->second, "stop_at_clip_layer", "clip_skip", -1000, -1,
+        whole(*at->second, "stop_at_clip_layer", "clip_skip", -kMaxClipSkip, -1,
               [&](long double x) { importer.config().clipSkip = static_cast<int>(-x); });
     }
 
@@ -860,8 +928,9 @@ struct ComfyReader {
             return;
         }
         RunConfig& c = importer.config();
-        whole(*at->second, "width", "width", 1, 1e9, [&](long double x) { c.width = static_cast<int>(x); });
-        whole(*at->second, "height", "height", 1, 1e9, [&](long double x) { c.height = static_cast<int>(x); });
+        whole(*at->second, "width", "width", 1, kMaxImageSidePx, [&](long double x) { c.width = static_cast<int>(x); });
+        whole(*at->second, "height", "height", 1, kMaxImageSidePx,
+              [&](long double x) { c.height = static_cast<int>(x); });
     }
 
     void checkpoint(const Json& sampler) {
@@ -959,14 +1028,17 @@ ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std:
     reader.whole(sampler, advanced ? "noise_seed" : "seed", "seed", 0,
                  static_cast<long double>(std::numeric_limits<std::uint64_t>::max()),
                  [&](long double x) { c.seed = static_cast<std::uint64_t>(x); });
-    reader.whole(sampler, "steps", "steps", std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
+    reader.whole(sampler, "steps", "steps", 1, std::max(1, c.schedulerOptions.numTrainTimesteps),
                  [&](long double x) { c.steps = static_cast<int>(x); });
     if (const Json* cfg = reader.literal(sampler, "cfg")) {
-        if (cfg->is_number() && std::isfinite(cfg->get<double>())) {
+        if (!cfg->is_number() || !std::isfinite(cfg->get<double>())) {
+            reader.unmapped("cfg: " + jsonShown(*cfg), "is not a number; ignored");
+        } else if (cfg->get<double>() < kCfgRange.lo || cfg->get<double>() > kCfgRange.hi) {
+            reader.unmapped("cfg: " + jsonShown(*cfg),
+                            outOfRange(formatNumber(kCfgRange.lo) + " to " + formatNumber(kCfgRange.hi)));
+        } else {
             c.cfgScale = cfg->get<double>();
             importer.applied("cfg");
-        } else {
-            reader.unmapped("cfg: " + jsonShown(*cfg), "is not a number; ignored");
         }
     }
     reader.sampler(sampler);

@@ -128,8 +128,10 @@ struct ImportedSettings {
 // (unless it belongs to a hires fix), and Tessera's own keys (Tile, Overlap, Window, Fusion,
 // Batch, Graphs, Precision, Backend, Upscale, Preserve color, VAE tiling, Eta DDIM or Eta). Model hash and
 // Model are reported, not applied (the model is chosen by path); Version is ignored; every other
-// key, and a value that cannot be read ("Steps: many"), is listed in `unmapped`. Values are not
-// range-checked here: validate() names a bad one. Never throws.
+// key, and a value that cannot be read ("Steps: many"), is listed in `unmapped`. A number outside
+// the range its setting allows (core/run/RunConfigFields.h intSettingRange; the cfg, strength,
+// upscale and eta ranges of validate()) is listed too, never applied, whatever its size: "'Steps:
+// 2147483648' is out of range, allowed 1 to 1000; ignored". Never throws.
 ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 
 // The fields that infotext writes and applyInfotext reads back whose values differ between `a`
@@ -146,8 +148,8 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
 // normal or karras, ddim with normal or ddim_uniform, ddpm with normal), the positive and negative
 // CLIPTextEncode texts (through conditioning-only nodes) and their CLIPSetLastLayer (clip skip),
 // and the EmptyLatentImage size. What cannot be mapped (other samplers or schedulers, a second
-// sampler, denoise below 1, an image-to-image latent, linked values, the checkpoint name) is
-// listed in `unmapped`. Throws InputFileError on `field` when `json` is not a JSON object of
+// sampler, denoise below 1, an image-to-image latent, linked values, the checkpoint name, a number
+// outside its setting's range as for applyInfotext) is listed in `unmapped`. Throws InputFileError on `field` when `json` is not a JSON object of
 // nodes; never for an odd graph.
 ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std::string_view field);
 

@@ -1,19 +1,41 @@
 // OutputSet: files that appear together or not at all — a render's image, timings and
 // manifest; compare's CSV and JSON; one exported file. Each file is written to a temporary
-// file beside its target ("<name>.tmp-XXXXXXXX"), flushed to disk with fsync, and only when
-// every file of the set is written are they renamed into place, in the order they were
-// added (add the manifest last: a manifest then means a complete set). On any failure, on
-// destruction without commit(), and on SIGINT/SIGTERM while a set is alive, every temporary
-// file and every file of the set already renamed is removed, so nothing of the set remains.
+// file beside its target ("<name>.tmp-XXXXXXXX", eight lowercase hex digits), flushed to disk
+// with fsync, and only when every file of the set is written are they renamed into place, in
+// the order they were added (add the manifest last: a manifest then means a complete set).
+//
+// A set that is not completed (a failed write or rename, destruction without commit(), or one
+// of the fatal signals SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE) leaves no temporary file and
+// none of its files under their names; a file added with IfIncomplete::Keep (a render's image)
+// that was written whole is kept as "<stem>.incomplete<ext>" (run.png -> run.incomplete.png),
+// and the error, or for a signal a line on stderr, says where. The signals while a set is alive:
+// - during one of its file operations (one file's write and fsync, the renames of commit, a
+//   discard) a signal is held until the operation ends: a signal during commit() lets the set
+//   complete; one during add() lets that file's write finish;
+// - then, or at once between operations, every live set is ended as above and the signal takes
+//   its previous action: the default one ends the process by that signal (the exit status
+//   names it), a handler runs, an ignored signal (nohup) stays ignored and is never caught.
+// Whichever thread the system gives a process-directed signal to, a commit under way on any
+// thread completes first. SIGPIPE: the files are regular files created here, so writing them
+// never raises it; one that arrives (another thread writing to a closed pipe, kill -PIPE) is
+// handled like the others, and a program whose report goes to a closed stdout ends by SIGPIPE
+// after the set is complete.
+// Stale temporary files: the temporary file is locked (flock) by its writer until its set ends,
+// so a lock that can be taken means its writer is gone (killed, or the machine went down). The
+// first file a set adds to a folder removes every regular file there named exactly
+// "<name>.tmp-XXXXXXXX" whose lock can be taken and that was last written more than
+// kStaleTemporarySeconds ago (the age also spares writers that take no lock); nothing else.
 // Qt-free; POSIX.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -26,9 +48,28 @@ public:
 
 class OutputSet {
 public:
-    // While any set is alive, SIGINT and SIGTERM first remove every live set's files, then
-    // take their previous action (the default one ends the process; an ignored signal stays
-    // ignored). A set whose files a signal removed throws OutputError at its next add/commit.
+    // What becomes of a file when its set is not completed.
+    enum class IfIncomplete {
+        Remove,  // removed with the rest of the set
+        Keep,    // once written whole, kept as "<stem>.incomplete<ext>" beside its target
+    };
+    // The steps of the final write, for tests (setStepObserver). Every step runs while the
+    // fatal signals are held.
+    enum class WriteStep {
+        TemporaryWritten,  // a file's bytes are in its temporary file; its fsync comes next
+        TemporarySynced,   // the temporary file is on disk; the file's add() ends next
+        Renaming,          // commit() renames the file into place next
+        Renamed,           // the file is in place
+        FoldersSyncing,    // every file is in place; the folders are flushed next
+    };
+    // A temporary file of this naming unlocked and untouched for this long is stale. The lock
+    // alone tells a live writer of this code; the age spares writers that hold no lock (a file
+    // system without flock, another program using the same naming) and a network file
+    // system's clock running behind, while a killed run's files still go at a run soon after.
+    static constexpr int kStaleTemporarySeconds = 600;
+
+    // Installs the handlers of the fatal signals (those not ignored) while any set is alive.
+    // A set that a signal ended throws OutputError at its next add/commit.
     OutputSet();
     ~OutputSet();  // an uncommitted set is discarded
     OutputSet(const OutputSet&) = delete;
@@ -38,19 +79,33 @@ public:
     // still empty) if the set is discarded. OutputError naming the folder on failure.
     void createFolders(const std::filesystem::path& folder);
     // Writes `bytes`, stored as given, to a temporary file beside `target` (whose folder must
-    // exist). Throws OutputError naming `target`; the set is then discarded.
-    void add(const std::filesystem::path& target, std::string_view bytes);
+    // exist). Throws OutputError naming `target` and what was kept; the set is then discarded.
+    void add(const std::filesystem::path& target, std::string_view bytes,
+             IfIncomplete ifIncomplete = IfIncomplete::Remove);
     // Same for a text file (CSV, JSON): stored as valid UTF-8, each invalid byte written as
     // "\xNN" (core/base/BoundedInput.h toValidUtf8), so a Latin-1 label never loses a run.
-    void addText(const std::filesystem::path& target, std::string_view text);
+    void addText(const std::filesystem::path& target, std::string_view text,
+                 IfIncomplete ifIncomplete = IfIncomplete::Remove);
     // Renames every file into place in the order added, then flushes the folders. Files
-    // already at a target are replaced. On failure every file of the set is removed (a file
-    // it replaced is not restored) and OutputError is thrown.
+    // already at a target are replaced. On failure the set is discarded (a file it replaced is
+    // not restored) and OutputError is thrown.
     void commit();
-    // Removes what the set wrote so far. Safe to call more than once; never throws.
+    // Ends an uncommitted set: removes what it wrote, keeps IfIncomplete::Keep files written
+    // whole (keptFiles()). Safe to call more than once; never throws.
     void discard() noexcept;
 
     std::size_t size() const;
+    // Where the files kept by an incomplete set are ("<stem>.incomplete<ext>"); empty while
+    // the set is alive, after commit, and when nothing was kept.
+    const std::vector<std::filesystem::path>& keptFiles() const;
+    // Tests: `observer` is called at each step of this set's final write with the file's target
+    // (empty for FoldersSyncing). It may raise a signal or throw.
+    void setStepObserver(std::function<void(WriteStep, const std::filesystem::path&)> observer);
+
+    // "run.incomplete.png" for "run.png": the name a kept file gets.
+    static std::filesystem::path incompletePath(const std::filesystem::path& target);
+    // Whether `name` (a file name, no folder) is of the temporary files' naming.
+    static bool isTemporaryName(std::string_view name);
 
 private:
     struct State;

@@ -100,8 +100,8 @@ std::string nearestMultiples(int value, int factor) {
 // ---------------------------------------------------------------------------
 // Validation
 
-constexpr int kMaxImageSide = 16384;
-constexpr int kMaxTile = 4096;
+constexpr int kMaxImageSide = kMaxImageSidePx;
+constexpr int kMaxTile = kMaxTilePx;
 constexpr std::int64_t kMaxTiles = 65536;  // e.g. 16384x16384 with tile 64, overlap 0
 
 class Problems {

@@ -167,6 +167,11 @@ inline constexpr std::size_t kMaxPromptBytes = 32768;
 inline constexpr double kMaxCfgScale = 100.0;
 inline constexpr int kMaxClipSkip = 12;
 inline constexpr double kMaxUpscale = 16.0;
+// An image side and a tile edge validate() accepts, in pixels: 16384 px is a 268-megapixel
+// canvas, beyond what any model here is run at; a 4096-px tile is 512 latent pixels, far past
+// SDXL's 128.
+inline constexpr int kMaxImageSidePx = 16384;
+inline constexpr int kMaxTilePx = 4096;
 
 // Throws ValidationError(field) for a path no run can use: longer than
 // input_limits::kPathChars (core/base/BoundedInput.h, Linux's PATH_MAX) or holding a NUL character.

@@ -32,22 +32,39 @@ std::string jsonExcerpt(const nlohmann::json& value) {
     throw ValidationError(key, key + ": expected " + expected + ", got " + jsonExcerpt(value));
 }
 
-int readInt(const nlohmann::json& value, const std::string& key) {
+// "allowed 1 to 1000": the range intSettingRange gives `field`, else a 32-bit integer's.
+std::string allowedInts(std::string_view field, const RunConfig* config) {
+    const std::optional<IntLimit> range = config ? intSettingRange(field, *config) : std::nullopt;
+    const IntLimit r =
+        range.value_or(IntLimit{std::numeric_limits<int>::min(), std::numeric_limits<int>::max(), "a 32-bit integer"});
+    return "allowed " + std::to_string(r.lo) + " to " + std::to_string(r.hi);
+}
+
+// A whole number no int holds: quoted as written, with the range the setting allows (validate()
+// cannot see it: the value would wrap).
+[[noreturn]] void intOutOfRange(const std::string& key, const std::string& written, const RunConfig* config) {
+    throw ValidationError(key, key + ": " + written + " is out of range; " + allowedInts(key, config));
+}
+
+int readInt(const nlohmann::json& value, const std::string& key, const RunConfig* config = nullptr) {
     if (value.is_number_integer()) {
         if (value.is_number_unsigned()) {
             const auto u = value.get<std::uint64_t>();
             if (u > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
-                wrongType(key, value, "a whole number");
+                intOutOfRange(key, value.dump(), config);
             return static_cast<int>(u);
         }
         const auto v = value.get<std::int64_t>();
         if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
-            wrongType(key, value, "a whole number");
+            intOutOfRange(key, value.dump(), config);
         return static_cast<int>(v);
     }
     if (value.is_number_float()) {
         const double d = value.get<double>();
-        if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 1e9) return static_cast<int>(d);
+        if (std::isfinite(d) && d == std::floor(d)) {
+            if (std::abs(d) >= 1e9) intOutOfRange(key, value.dump(), config);
+            return static_cast<int>(d);
+        }
     }
     wrongType(key, value, "a whole number");
 }
@@ -55,6 +72,19 @@ int readInt(const nlohmann::json& value, const std::string& key) {
 double readReal(const nlohmann::json& value, const std::string& key) {
     if (!value.is_number()) wrongType(key, value, "a number");
     return value.get<double>();
+}
+
+// A number kept as a 32-bit float: refused, quoted as written, where the float would not hold it
+// (1e-300 would read as 0, 1e300 as infinity); `allowed` says what the setting takes.
+float readFloat(const nlohmann::json& value, const std::string& key, const std::string& allowed) {
+    const double d = readReal(value, key);
+    const double magnitude = std::abs(d);
+    if (magnitude > std::numeric_limits<float>::max() ||
+        (magnitude != 0 && magnitude < std::numeric_limits<float>::min()))
+        throw ValidationError(key, key + ": " + value.dump() + " is out of range; allowed " + allowed + " (at least " +
+                                       formatNumber(std::numeric_limits<float>::min()) +
+                                       ", the smallest a 32-bit float holds in full)");
+    return static_cast<float>(d);
 }
 
 bool readBool(const nlohmann::json& value, const std::string& key) {
@@ -97,7 +127,7 @@ void readOverlap(const nlohmann::json& value, RunConfig& config) {
         config.overlapFraction.reset();
     };
     if (value.is_number_integer()) {
-        config.overlapPx = readInt(value, "overlap");
+        config.overlapPx = readInt(value, "overlap", &config);
         config.overlapFraction.reset();
         return;
     }
@@ -148,9 +178,9 @@ SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOpti
         if (key == "num_train_timesteps")
             o.numTrainTimesteps = readInt(value, key);
         else if (key == "beta_start")
-            o.betaStart = static_cast<float>(readReal(value, key));
+            o.betaStart = readFloat(value, key, "above 0 and below 1");
         else if (key == "beta_end")
-            o.betaEnd = static_cast<float>(readReal(value, key));
+            o.betaEnd = readFloat(value, key, "above beta_start and below 1");
         else if (key == "beta_schedule")
             o.betaSchedule = parseBetaSchedule(readString(value, key), key);
         else if (key == "timestep_spacing")
@@ -160,11 +190,11 @@ SchedulerOptions schedulerOptionsFromJson(const nlohmann::json& j, SchedulerOpti
         else if (key == "clip_sample")
             o.clipSample = readBool(value, key);
         else if (key == "clip_sample_range")
-            o.clipSampleRange = static_cast<float>(readReal(value, key));
+            o.clipSampleRange = readFloat(value, key, "above 0");
         else if (key == "set_alpha_to_one")
             o.setAlphaToOne = readBool(value, key);
         else if (key == "eta")
-            o.eta = static_cast<float>(readReal(value, key));
+            o.eta = readFloat(value, key, "0 to 1");
         else if (key == "variance_type")
             o.varianceType = parseVarianceType(readString(value, key), key);
         else if (key == "prediction_type")
@@ -191,7 +221,7 @@ double tidyDouble(float value) {
     throw ValidationError(field, field + ": " + message);
 }
 
-int parseIntText(const std::string& field, const std::string& text) {
+int parseIntText(const std::string& field, const std::string& text, const RunConfig& config) {
     constexpr long long lo = -1000000000LL, hi = 1000000000LL;
     long long value = 0;
     const char* end = text.data() + text.size();
@@ -199,7 +229,7 @@ int parseIntText(const std::string& field, const std::string& text) {
     if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
         fail(field, inQuotes(text) + " is not a whole number");
     if (ec == std::errc::result_out_of_range || value < lo || value > hi)
-        fail(field, inQuotes(text) + " is out of range; allowed " + std::to_string(lo) + " to " + std::to_string(hi));
+        fail(field, inQuotes(text) + " is out of range; " + allowedInts(field, &config));
     return static_cast<int>(value);
 }
 
@@ -235,7 +265,7 @@ void parseOverlapText(RunConfig& config, const std::string& text) {
                  inQuotes(text) + " is not allowed; give pixels (16), a percentage (25%) or a fraction below 1 (0.25)");
         config.overlapFraction = fraction;
     } else {
-        config.overlapPx = parseIntText("overlap", text);
+        config.overlapPx = parseIntText("overlap", text, config);
         config.overlapFraction.reset();
     }
 }
@@ -285,8 +315,8 @@ RunConfigField intRow(const Names& n, int RunConfig::*m, std::optional<IntLimit>
     RunConfigField f = row(n);
     const std::string key(n.name);
     f.write = [m](const RunConfig& c) { return Json(c.*m); };
-    f.read = [m, key](RunConfig& c, const Json& v) { c.*m = readInt(v, key); };
-    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = parseIntText(key, t); };
+    f.read = [m, key](RunConfig& c, const Json& v) { c.*m = readInt(v, key, &c); };
+    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = parseIntText(key, t, c); };
     f.range = range;
     return f;
 }
@@ -296,9 +326,9 @@ RunConfigField autoIntRow(const Names& n, int RunConfig::*m, IntLimit range) {
     RunConfigField f = intRow(n, m, range);
     const std::string key(n.name);
     f.read = [m, key](RunConfig& c, const Json& v) {
-        c.*m = v.is_string() && v.get_ref<const std::string&>() == "auto" ? 0 : readInt(v, key);
+        c.*m = v.is_string() && v.get_ref<const std::string&>() == "auto" ? 0 : readInt(v, key, &c);
     };
-    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = t == "auto" ? 0 : parseIntText(key, t); };
+    f.parse = [m, key](RunConfig& c, const std::string& t) { c.*m = t == "auto" ? 0 : parseIntText(key, t, c); };
     return f;
 }
 
@@ -541,6 +571,17 @@ std::vector<RunConfigField> makeFields() {
 }
 
 }  // namespace
+
+std::optional<IntLimit> intSettingRange(std::string_view field, const RunConfig& config) {
+    if (field == "width" || field == "height") return IntLimit{1, kMaxImageSidePx, "the image side in pixels"};
+    if (field == "steps")
+        return IntLimit{1, std::max(1, config.schedulerOptions.numTrainTimesteps),
+                        "the step count (at most the training timesteps)"};
+    if (field == "tile") return IntLimit{1, kMaxTilePx, "the tile edge in pixels"};
+    if (field == "overlap") return IntLimit{0, kMaxTilePx - 1, "the overlap in pixels (below the tile)"};
+    const RunConfigField* row = findRunConfigField(field);
+    return row ? row->range : std::nullopt;
+}
 
 const std::vector<RunConfigField>& runConfigFields() {
     static const std::vector<RunConfigField> fields = makeFields();

@@ -61,6 +61,13 @@ const RunConfigField* findRunConfigField(std::string_view nameKeyOrFlag);
 // The top-level JSON keys runConfigFromJson knows, in table order.
 std::vector<std::string_view> runConfigJsonKeys();
 
+// The whole numbers validate() can accept for an integer setting (by name, JSON key or flag)
+// with no model at hand: width and height 1 to kMaxImageSidePx, steps 1 to `config`'s
+// num_train_timesteps, tile 1 to kMaxTilePx, overlap (pixels) 0 to kMaxTilePx - 1, and the
+// table's ranges (clip_skip, batch, lanes, ...); nullopt for a setting with none. Readers that
+// cannot hold a value (beyond an int) name this range.
+std::optional<IntLimit> intSettingRange(std::string_view field, const RunConfig& config);
+
 // The default's text as the usage shows it ("256", "ddim", "0.5"); "" when there is none.
 std::string defaultText(const RunConfigField& field);
 

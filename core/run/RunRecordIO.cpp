@@ -75,6 +75,10 @@ public:
             out = it->template get<bool>();
         } else if constexpr (std::is_integral_v<T>) {
             if (!it->is_number_integer()) fail(where, "an integer");
+            if (!fits<T>(*it))
+                outOfRange(where, *it,
+                           std::to_string(std::numeric_limits<T>::min()) + " to " +
+                               std::to_string(std::numeric_limits<T>::max()));
             out = it->template get<T>();
         } else {
             if (it->is_null()) {
@@ -82,6 +86,8 @@ public:
                 return;
             }
             if (!it->is_number()) fail(where, "a number");
+            if (std::abs(it->template get<double>()) > static_cast<double>(std::numeric_limits<T>::max()))
+                outOfRange(where, *it, "magnitudes up to " + nlohmann::json(std::numeric_limits<T>::max()).dump());
             out = it->template get<T>();
         }
     }
@@ -124,6 +130,27 @@ public:
 
     [[noreturn]] static void fail(const std::string& where, const char* what) {
         throw std::runtime_error("manifest: '" + where + "' must be " + what);
+    }
+
+    // The value quoted as written (an integer no T holds would otherwise wrap: 2^64 - 1 as -1).
+    [[noreturn]] static void outOfRange(const std::string& where, const nlohmann::json& value,
+                                        const std::string& allowed) {
+        throw std::runtime_error("manifest: '" + where + "' " + excerptJson(value) + " is out of range; allowed " +
+                                 allowed);
+    }
+
+    // Whether the JSON integer `value` is one T holds.
+    template <typename T>
+    static bool fits(const nlohmann::json& value) {
+        if (value.is_number_unsigned())
+            return value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+        const std::int64_t v = value.get<std::int64_t>();
+        if constexpr (std::is_unsigned_v<T>) {
+            return v >= 0 && static_cast<std::uint64_t>(v) <= std::numeric_limits<T>::max();
+        } else {
+            return v >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+                   v <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
+        }
     }
 
 private:
@@ -497,11 +524,17 @@ std::optional<TileBatchRecord> readTileBatch(const nlohmann::json& j) {
 RunRecord runRecordFromManifest(const nlohmann::json& j) {
     const ManifestReader top("");
     top.requireObject(j);
-    int version = 0;
     if (!j.contains("schema_version")) throw std::runtime_error("manifest: 'schema_version' is missing");
-    top.read(j, "schema_version", version);
-    if (version < 1 || version > RunRecord::kSchemaVersion)
-        throw std::runtime_error("manifest: 'schema_version' " + std::to_string(version) +
+    const nlohmann::json& version = j["schema_version"];
+    if (!version.is_number_integer()) ManifestReader::fail("schema_version", "an integer");
+    // Compared as written: a version beyond 64 bits of sign must not wrap into the range.
+    const bool supported =
+        version.is_number_unsigned()
+            ? version.get<std::uint64_t>() >= 1 &&
+                  version.get<std::uint64_t>() <= static_cast<std::uint64_t>(RunRecord::kSchemaVersion)
+            : version.get<std::int64_t>() >= 1 && version.get<std::int64_t>() <= RunRecord::kSchemaVersion;
+    if (!supported)
+        throw std::runtime_error("manifest: 'schema_version' " + excerptJson(version) +
                                  " is not supported (this build reads 1 to " +
                                  std::to_string(RunRecord::kSchemaVersion) + ")");
 

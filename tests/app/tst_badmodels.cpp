@@ -8,13 +8,18 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QTemporaryDir>
 
+#include "core/models/sd/SdModel.h"
+#include "core/text/ClipTokenizer.h"
 #include "tests/app/CliRun.h"
+#include "tests/core/SingleFileTestSupport.h"
+#include "tests/core/TokenizerTestSupport.h"
 
 using tessera::testing::CliRun;
 using tessera::testing::describe;
@@ -22,6 +27,8 @@ using tessera::testing::describe;
 namespace {
 
 const QString kFixture = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+const QString kSdPipeline = QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1");
+const std::string kVocabulary = TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 
 // Short: every refusal below must come back in well under this.
 CliRun runCli(const QStringList& args) { return tessera::testing::runCli(args, 60000); }
@@ -77,8 +84,102 @@ private:
         }
     }
 
+    // A copy of the SD 1.x fixture pipeline, for breaking one part of it.
+    QString pipelineCopy() {
+        const QString dir = tmp_.filePath(QStringLiteral("pipeline%1").arg(++folders_));
+        std::filesystem::copy(kSdPipeline.toStdString(), dir.toStdString(), std::filesystem::copy_options::recursive);
+        return dir;
+    }
+
+    // `file` with its first `from` replaced by `to`.
+    static void edit(const QString& file, const QByteArray& from, const QByteArray& to) {
+        QFile in(file);
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        QByteArray text = in.readAll();
+        in.close();
+        QVERIFY2(text.contains(from), from.constData());
+        writeText(file, text.replace(text.indexOf(from), from.size(), to));
+    }
+
+    // info DIR and render --model DIR both exit 2 ("invalid input") with `expected` on stderr, at
+    // once: the refusal itself takes milliseconds (tests/core/tst_sdpipeline bounds it to a second in
+    // process); the bound here leaves room for starting a sanitized process on a loaded machine.
+    void expectModelRefused(const QString& model, const QString& expected) {
+        for (const QStringList& args :
+             {QStringList{"info", model}, QStringList{"render", "--model", model, "--out", tmp_.filePath("out"),
+                                                      "--width", "64", "--height", "64", "--steps", "1"}}) {
+            QElapsedTimer clock;
+            clock.start();
+            const CliRun r = runCli(args);
+            const qint64 ms = clock.elapsed();
+            QVERIFY2(r.exitCode == 2, qPrintable(args.join(' ').left(300) + "\n" + describe(r).left(2000)));
+            QVERIFY2(r.err.contains(expected), qPrintable(expected + " not in:\n" + r.err.left(2000)));
+            QVERIFY2(!r.err.contains(QStringLiteral("failed:")), qPrintable(r.err.left(2000)));
+            QVERIFY2(ms < 3000, qPrintable(args.first() + QStringLiteral(" took %1 ms").arg(ms)));
+        }
+    }
+
 private slots:
     void initTestCase() { QVERIFY(tmp_.isValid()); }
+
+    // A pipeline component folder that is a symbolic-link loop: named, exit 2 (the raw
+    // "filesystem error: ... Too many levels of symbolic links" exited 1).
+    void pipelineComponentLinkLoop() {
+        const QString dir = pipelineCopy();
+        QVERIFY(QDir(dir + "/text_encoder").removeRecursively());
+        std::filesystem::create_directory_symlink("text_encoder", (dir + "/text_encoder").toStdString());
+        expectModelRefused(dir, "model: '" + dir + "/text_encoder': is a symbolic-link loop");
+    }
+
+    // Text encoder values no prompt can run with: the file, the key and the range (max_position_embeddings 1
+    // failed at the first prompt, exit 1, naming no file).
+    void textEncoderConfigOutOfRange() {
+        const QString dir = pipelineCopy();
+        edit(dir + "/text_encoder/config.json", "\"max_position_embeddings\": 77", "\"max_position_embeddings\": 1");
+        expectModelRefused(dir, "model: '" + dir +
+                                    "/text_encoder/config.json': max_position_embeddings = 1: expected an integer from "
+                                    "77 to 4096");
+    }
+
+    // A tokenizer/ of another model (ids beyond the text encoder's vocab_size): both folders named
+    // when the pipeline is opened, not at the first prompt.
+    void tokenizerBeyondTheTextEncodersVocabulary() {
+        const QString dir = pipelineCopy();
+        QVERIFY(QDir().mkpath(dir + "/tokenizer"));
+        tokenizer_test::writeFolder((dir + "/tokenizer").toStdString(),
+                                    tessera::ClipTokenizer::fromMergesGz(kVocabulary),
+                                    tokenizer_test::unpackedMerges(kVocabulary));
+        edit(dir + "/text_encoder/config.json", "\"vocab_size\": 49408", "\"vocab_size\": 1000");
+        edit(dir + "/text_encoder/config.json", "\"eos_token_id\": 49407", "\"eos_token_id\": 2");
+        expectModelRefused(dir, "model: '" + dir +
+                                    "/tokenizer': its vocabulary (vocab.json) gives token ids up to 49407, "
+                                    "but the text encoder in '" +
+                                    dir + "/text_encoder' has vocab_size 1000 (ids 0 to 999");
+    }
+
+    // "_class_name": 42 was read as no class name.
+    void modelIndexClassNameOfTheWrongType() {
+        const QString dir = pipelineCopy();
+        edit(dir + "/model_index.json", "\"_class_name\": \"StableDiffusionPipeline\"", "\"_class_name\": 42");
+        expectModelRefused(dir, "model: '" + dir +
+                                    "/model_index.json': _class_name = 42: expected a string (the pipeline class, e.g. "
+                                    "\"StableDiffusionPipeline\")");
+    }
+
+    // An SDXL single file without its second text encoder was called an SD 1.x file with no text encoder.
+    void sdxlSingleFileMissingItsSecondTextEncoder() {
+        using namespace tessera;
+        const SdModelConfigs c = randomSdModelConfigs("random:sdxl");
+        TensorList tensors;
+        for (auto& tensor : singleFileTensors(SdFamily::SDXL, c.unet, c.vae, c.textEncoder, c.textEncoder2))
+            if (tensor.first.rfind("conditioner.embedders.1.", 0) != 0) tensors.push_back(tensor);
+        const QString file = tmp_.filePath(QStringLiteral("sdxl_no_bigg.safetensors"));
+        single_file_test::writeHeaderOnly(file.toStdString(), tensors);
+        expectModelRefused(file, "an SDXL checkpoint by its UNet");
+        const CliRun r = runCli({"info", file});
+        QVERIFY2(r.err.contains(QStringLiteral("without its second text encoder (OpenCLIP bigG")), qPrintable(r.err));
+        QVERIFY2(!r.err.contains(QStringLiteral("SD 1.x")), qPrintable(r.err));
+    }
 
     void fixtureIsAccepted() {
         const CliRun r = runCli({"info", modelFolder()});

@@ -9,6 +9,7 @@
 #include <QThread>
 #include <QtTest>
 
+#include "app/qt/ModelCatalog.h"
 #include "app/qt/ModelInspector.h"
 #include "app/qt/ModelLocator.h"
 #include "app/qt/RunHistory.h"
@@ -222,6 +223,42 @@ private slots:
         QVERIFY(!inspection.stableDiffusion);
         QVERIFY(!inspection.limits);
         QCOMPARE(inspection.error, expected);
+    }
+
+    // A model path that is a symbolic-link loop says so (ELOOP), naming the path, and so does a
+    // dangling link (naming where it points), in the model field's check and in the picker;
+    // neither is "does not exist".
+    void linkLoopsAndDanglingLinksSaySo() {
+        const QString loop = scratch_.filePath(QStringLiteral("loop.safetensors"));
+        const QString loopFolder = scratch_.filePath(QStringLiteral("loop-pipeline"));
+        const QString dangling = scratch_.filePath(QStringLiteral("dangling.safetensors"));
+        QVERIFY(QFile::link(loop, loop));
+        QVERIFY(QFile::link(loopFolder, loopFolder));
+        QVERIFY(QFile::link(scratch_.filePath(QStringLiteral("gone.safetensors")), dangling));
+        int multiple = 0;
+        QString error;
+        QVERIFY(!ModelLocator::readSdLimits(loop, &multiple, &error));
+        QVERIFY2(error.contains("loop.safetensors' is a symbolic-link loop") &&
+                     error.contains("too many levels of symbolic links") && !error.contains("does not exist"),
+                 qPrintable(error));
+        QVERIFY(!ModelLocator::readSdLimits(dangling, &multiple, &error));
+        QVERIFY2(
+            error.contains("dangling.safetensors' is a dangling symbolic link") && error.contains("gone.safetensors"),
+            qPrintable(error));
+        QVERIFY2(ModelLocator::whyNotThere(scratch_.filePath(QStringLiteral("absent"))).endsWith("' does not exist"),
+                 qPrintable(ModelLocator::whyNotThere(scratch_.filePath(QStringLiteral("absent")))));
+        QVERIFY(ModelLocator::whyNotThere(scratch_.path()).isEmpty());
+        // The picker's description of each.
+        const CatalogEntry loopEntry = ModelCatalog::describe(loop);
+        QVERIFY2(loopEntry.error.contains("is a symbolic-link loop"), qPrintable(loopEntry.error));
+        QVERIFY(!loopEntry.checkpoint);
+        const CatalogEntry danglingEntry = ModelCatalog::describe(dangling);
+        QVERIFY2(danglingEntry.error.contains("is a dangling symbolic link"), qPrintable(danglingEntry.error));
+        // The model field's check of a folder path that loops.
+        ModelInspector inspector;
+        const ModelInspection inspection = inspectAndWait(inspector, loopFolder);
+        QVERIFY(!inspection.limits);
+        QVERIFY2(inspection.error.contains("loop-pipeline' is a symbolic-link loop"), qPrintable(inspection.error));
     }
 
     void summaryShowsSamplerNamesAndPrompts() {

@@ -216,6 +216,32 @@ private slots:
         QVERIFY2(r.err.contains("params-from: 'Hires upscale: 2' is not supported; ignored\n"), qPrintable(r.err));
     }
 
+    // A number its setting cannot take is not applied, whatever its size, and the note says the
+    // range: Steps 2147483648 was "not a whole number" and ran 20 steps while Steps 1000000000
+    // was refused; both are now the same note, and the run keeps the steps it had.
+    void paramsFromNumbersOutOfRange() {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("steps.png");
+        for (const std::string steps : {"2147483648", "1000000000", "-1", "99999999999999999999999"}) {
+            writeFile(path, pngWith(tEXt("parameters", "a cat\nSteps: " + steps + ", Seed: 4, Size: 64x64")));
+            const CliOptions o = parseCliOptions({"plan", "--params-from", path.toStdString()});
+            QCOMPARE(o.config.steps, RunConfig{}.steps);
+            const std::vector<std::string> notes{"params-from: 'Steps: " + steps +
+                                                 "' is out of range, allowed 1 to 1000; ignored"};
+            QCOMPARE(o.paramsFromNotes, notes);
+            QVERIFY(o.fieldsGiven.count("steps") == 0);
+        }
+        const CliRun r = tessera::testing::runCli({"plan", "--params-from", path, "--steps", "5"});
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.err.contains("params-from: 'Steps: 99999999999999999999999' is out of range, allowed 1 to 1000; "
+                                "ignored\n"),
+                 qPrintable(r.err));
+        // On the command line the same number is refused, with the same range (exit 2).
+        const CliRun flag = tessera::testing::runCli({"plan", "--steps", "2147483648"});
+        QCOMPARE(flag.exitCode, 2);
+        QVERIFY2(flag.err.contains("steps: '2147483648' is out of range; allowed 1 to 1000"), qPrintable(flag.err));
+    }
+
     void paramsFromComfyUiPng() {
         QTemporaryDir dir;
         const QString path = dir.filePath("comfy.png");

@@ -45,7 +45,7 @@ ErrorStats compare(const std::vector<float>& got, const std::vector<float>& want
 std::vector<std::uint32_t> readU32(const SafetensorsFile& f, const std::string& name) {
     const auto* info = f.find(name);
     if (!info) throw std::runtime_error("missing " + name);
-    const auto bytes = f.bytes(*info);
+    const auto bytes = f.readBytes(*info);
     std::vector<std::uint32_t> out(bytes.size() / 4);
     std::memcpy(out.data(), bytes.data(), bytes.size());
     return out;

@@ -454,7 +454,7 @@ private slots:
         QCOMPARE(c.overlapPx, 24);
         QCOMPARE(joined(messages(imported)),
                  std::string("'Steps: many' is not a whole number; ignored\n"
-                             "'Seed: -4' is not a whole number from 0 to 18446744073709551615; ignored\n"
+                             "'Seed: -4' is out of range, allowed 0 to 18446744073709551615; ignored\n"
                              "'Denoising strength: 0.7' belongs to the hires fix, which is not supported; ignored\n"
                              "'Hires upscale: 2' is not supported; ignored\n"
                              "'Window: square' is not one of none, linear, hann or gaussian; ignored\n"
@@ -467,6 +467,83 @@ private slots:
         QCOMPARE(d.schedulerOptions.eta, 0.3f);
         // Euler a's own eta is 1: nothing to say.
         QVERIFY(applyInfotext(parseInfotext("Steps: 5, Sampler: Euler a, Seed: 1, Eta: 1"), d).unmapped.empty());
+    }
+
+    // A number its setting cannot take is never applied, whatever its size, sign or spelling;
+    // the note quotes it as written and says the range (one rule: Steps 2147483648 was read as
+    // "not a whole number" while Steps 1000000000 reached validate()).
+    void numbersOutOfRangeAreListedWithTheRange_data() {
+        QTest::addColumn<QString>("setting");
+        QTest::addColumn<QString>("note");
+        const QString steps = QStringLiteral("is out of range, allowed 1 to 1000; ignored");
+        QTest::newRow("steps beyond int") << "Steps: 2147483648" << steps;
+        QTest::newRow("steps in int") << "Steps: 1000000000" << steps;
+        QTest::newRow("steps beyond 64 bits") << "Steps: 99999999999999999999999" << steps;
+        QTest::newRow("steps negative") << "Steps: -5" << steps;
+        QTest::newRow("steps zero with sign") << "Steps: +0" << steps;
+        QTest::newRow("steps exponent") << "Steps: 1e3"
+                                        << "is not a whole number; ignored";
+        QTest::newRow("width") << "Size: 99999x64"
+                               << "is out of range, allowed 1 to 16384; ignored";
+        QTest::newRow("clip skip") << "Clip skip: -1"
+                                   << "is out of range, allowed 1 to 12; ignored";
+        QTest::newRow("tile") << "Tile: 4294967296"
+                              << "is out of range, allowed 1 to 4096; ignored";
+        QTest::newRow("batch") << "Batch: 5000"
+                               << "is out of range, allowed 0 to 1024; ignored";
+        QTest::newRow("cfg huge") << "CFG scale: 1e400"
+                                  << "is out of range, allowed 0 to 100; ignored";
+        QTest::newRow("cfg negative") << "CFG scale: -7"
+                                      << "is out of range, allowed 0 to 100; ignored";
+        QTest::newRow("cfg inf") << "CFG scale: inf"
+                                 << "is out of range, allowed 0 to 100; ignored";
+        QTest::newRow("cfg nan") << "CFG scale: nan"
+                                 << "is not a number; ignored";
+        QTest::newRow("upscale") << "Upscale: 0.5"
+                                 << "is out of range, allowed 1 to 16; ignored";
+        QTest::newRow("strength") << "Denoising strength: 0"
+                                  << "is out of range, allowed above 0 up to 1; ignored";
+        QTest::newRow("seed beyond 64 bits") << "Seed: 18446744073709551616"
+                                             << "is out of range, allowed 0 to 18446744073709551615; ignored";
+    }
+
+    void numbersOutOfRangeAreListedWithTheRange() {
+        QFETCH(QString, setting);
+        QFETCH(QString, note);
+        RunConfig c;
+        const ImportedSettings imported = applyInfotext(
+            parseInfotext("a cat\nSampler: Euler, Schedule type: Automatic, " + setting.toStdString()), c);
+        QCOMPARE(joined(messages(imported)), "'" + setting.toStdString() + "' " + note.toStdString() + "\n");
+        const RunConfig defaults;
+        QCOMPARE(c.steps, defaults.steps);
+        QCOMPARE(c.width, defaults.width);
+        QCOMPARE(c.cfgScale, defaults.cfgScale);
+        QCOMPARE(c.seed, defaults.seed);
+        QCOMPARE(c.tile, defaults.tile);
+        // The range follows the run's training timesteps.
+        RunConfig shortSchedule;
+        shortSchedule.schedulerOptions.numTrainTimesteps = 50;
+        EXPECT_MESSAGE(
+            joined(messages(applyInfotext(parseInfotext("a\nSteps: 60, Seed: 1, Size: 64x64"), shortSchedule))),
+            "'Steps: 60' is out of range, allowed 1 to 50; ignored");
+    }
+
+    void comfyNumbersOutOfRange() {
+        RunConfig c;
+        const ImportedSettings imported = applyComfyPrompt(
+            R"({"1": {"class_type": "KSampler", "inputs": {"seed": 18446744073709551615, "steps": 2147483648,
+                "cfg": 1e300, "sampler_name": "euler", "scheduler": "normal", "denoise": 1,
+                "latent_image": ["2", 0]}}, "2": {"class_type": "EmptyLatentImage",
+                "inputs": {"width": 1e9, "height": 64}}})",
+            c, "params-from");
+        const std::string all = joined(messages(imported));
+        EXPECT_MESSAGE(all, "'steps: 2147483648' is out of range, allowed 1 to 1000; ignored");
+        EXPECT_MESSAGE(all, "'cfg: 1e+300' is out of range, allowed 0 to 100; ignored");
+        EXPECT_MESSAGE(all, "is out of range, allowed 1 to 16384; ignored");
+        QCOMPARE(c.seed, std::uint64_t{18446744073709551615ULL});  // the largest seed is a seed
+        QCOMPARE(c.steps, RunConfig{}.steps);
+        QCOMPARE(c.width, RunConfig{}.width);
+        QCOMPARE(c.height, 64);
     }
 
     void roundTripOnEveryMappedField_data() {
@@ -707,7 +784,9 @@ private slots:
             R"({"1": {"class_type": "KSampler", "inputs": {"seed": -1, "steps": "many", "cfg": null,
                 "sampler_name": 3, "scheduler": [], "denoise": "x"}}, "2": 7, "3": {"class_type": 5}})",
             d, "params-from");
-        EXPECT_MESSAGE(joined(messages(wrong)), "'seed: -1' is not a whole number; ignored");
+        EXPECT_MESSAGE(joined(messages(wrong)),
+                       "'seed: -1' is out of range, allowed 0 to 18446744073709551615; ignored");
+        EXPECT_MESSAGE(joined(messages(wrong)), "'steps: \"many\"' is not a whole number; ignored");
         EXPECT_MESSAGE(joined(messages(wrong)), "'cfg: null' is not a number; ignored");
         QCOMPARE(d.seed, RunConfig{}.seed);
         // No sampler at all.

@@ -1,6 +1,8 @@
 // OutputSet: files appear as a whole set or not at all — on commit, failure, destruction,
 // a full disk (a small tmpfs where mounting works here; the file size limit always), a
-// read-only folder and SIGINT/SIGTERM — and the output folder check made before any work.
+// read-only folder and SIGINT/SIGTERM (every fatal signal at every step: tst_outputsignals) —
+// a finished image marked to keep survives as "<stem>.incomplete<ext>", stale temporary files
+// of killed writers are swept, and the output folder check made before any work.
 // Mounts happen in forked children inside their own mount namespace, so nothing outlives them.
 #include <QtTest>
 
@@ -11,13 +13,17 @@
 
 #include <atomic>
 #include <csignal>
+#include <ctime>
 #include <functional>
 #include <string>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,6 +117,15 @@ std::pair<std::string, std::string> validationOf(const std::function<void()>& ch
         return {e.field(), e.what()};
     }
     return {};
+}
+
+// A file `name` in `dir` holding "x", last written `ageSeconds` ago.
+void makeAged(const QString& dir, const QString& name, int ageSeconds) {
+    QFile f(dir + "/" + name);
+    if (!f.open(QIODevice::WriteOnly) || f.write("x") != 1) qFatal("cannot create %s", qPrintable(name));
+    f.close();
+    const struct timespec times[2] = {{std::time(nullptr) - ageSeconds, 0}, {std::time(nullptr) - ageSeconds, 0}};
+    ::utimensat(AT_FDCWD, (dir + "/" + name).toLocal8Bit().constData(), times, AT_SYMLINK_NOFOLLOW);
 }
 
 struct sigaction currentAction(int signal) {
@@ -233,6 +248,151 @@ private slots:
         }
         QCOMPARE(entries(dir.path()), QStringList{"busy.json"});
         QCOMPARE(entries(dir.filePath("busy.json")), QStringList{"inside"});
+    }
+
+    // A finished image marked IfIncomplete::Keep survives a set that cannot complete, under a
+    // name that says so, and the error says where: a later file over the file size limit.
+    void keptImageWhenALaterFileFails() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const std::string folder = dir.path().toStdString();
+        const Child child = inChild([&] {
+            std::signal(SIGXFSZ, SIG_IGN);
+            const struct rlimit limit { 64 * 1024, RLIM_INFINITY };
+            ::setrlimit(RLIMIT_FSIZE, &limit);
+            OutputSet set;
+            set.add(folder + "/run.png", blob(10000), OutputSet::IfIncomplete::Keep);
+            try {
+                set.addText(folder + "/run.csv", blob(100 * 1024));
+                report("no error");
+            } catch (const OutputError& e) {
+                report(std::string(e.what()) + "\nkept: " + set.keptFiles().at(0).string());
+            }
+        });
+        QCOMPARE(child.report, "cannot write '" + dir.filePath("run.csv") +
+                                   "': File too large (the file needs 100.0 KiB (102400 bytes); the file size "
+                                   "limit, ulimit -f, is 64.0 KiB (65536 bytes)); this output set is incomplete: its "
+                                   "finished 'run.png' was kept as '" +
+                                   dir.filePath("run.incomplete.png") +
+                                   "'; nothing else of it was kept\nkept: " + dir.filePath("run.incomplete.png"));
+        QCOMPARE(entries(dir.path()), QStringList{"run.incomplete.png"});
+        QCOMPARE(readAll(dir.filePath("run.incomplete.png")).size(), 10000);
+        // The image itself not written whole: nothing to keep.
+        const Child whole = inChild([&] {
+            std::signal(SIGXFSZ, SIG_IGN);
+            const struct rlimit limit { 64 * 1024, RLIM_INFINITY };
+            ::setrlimit(RLIMIT_FSIZE, &limit);
+            OutputSet set;
+            try {
+                set.add(folder + "/big.png", blob(100 * 1024), OutputSet::IfIncomplete::Keep);
+            } catch (const OutputError& e) {
+                report(e.what());
+            }
+        });
+        QVERIFY2(whole.report.endsWith("; nothing of this output set was kept"), qPrintable(whole.report));
+        QCOMPARE(entries(dir.path()), QStringList{"run.incomplete.png"});
+    }
+
+    // A rename that fails after the image is in place: the image moves to its incomplete name.
+    void keptImageWhenARenameFails() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        QVERIFY(QDir(dir.path()).mkpath("run.json/inside"));
+        OutputSet set;
+        set.add(path(dir, "run.png"), "image", OutputSet::IfIncomplete::Keep);
+        set.add(path(dir, "run.csv"), "timings");
+        set.add(path(dir, "run.json"), "manifest");
+        try {
+            set.commit();
+            QFAIL("renaming over a non-empty folder succeeded");
+        } catch (const OutputError& e) {
+            QVERIFY2(QString(e.what()).contains("its finished 'run.png' was kept as '" +
+                                                dir.filePath("run.incomplete.png") + "'"),
+                     e.what());
+        }
+        QCOMPARE(entries(dir.path()), (QStringList{"run.incomplete.png", "run.json"}));
+        QCOMPARE(readAll(dir.filePath("run.incomplete.png")), QByteArray("image"));
+        // Dropped without commit: kept too; a file not marked is not.
+        {
+            OutputSet dropped;
+            dropped.add(path(dir, "b.png"), "image b", OutputSet::IfIncomplete::Keep);
+            dropped.add(path(dir, "b.csv"), "timings");
+        }
+        QCOMPARE(entries(dir.path()), (QStringList{"b.incomplete.png", "run.incomplete.png", "run.json"}));
+        QCOMPARE(OutputSet::incompletePath("/a/x.tar.gz").string(), std::string("/a/x.tar.incomplete.gz"));
+        QCOMPARE(OutputSet::incompletePath("noext").string(), std::string("noext.incomplete"));
+    }
+
+    // Temporary files of a killed writer (exactly "<name>.tmp-" and eight lowercase hex digits,
+    // unlocked, older than kStaleTemporarySeconds) are removed by the next set written into
+    // their folder; files of other names, young ones and those a live writer locks are not.
+    void staleTemporariesAreSwept() {
+        QTemporaryDir dir, elsewhere;
+        QVERIFY(dir.isValid() && elsewhere.isValid());
+        const QString d = dir.path();
+        const int old = OutputSet::kStaleTemporarySeconds + 60;
+        const QStringList stale{"old.png.tmp-0123abcd", "a.json.tmp-89abcdef", ".tessera-probe.tmp-00ff00ff"};
+        const QStringList similar{"old.png.tmp-0123abc",  "old.png.tmp-0123abcde", "old.png.tmp-0123ABCD",
+                                  "old.png.tmp-0123abcg", "old.png.tmp_0123abcd",  ".tmp-0123abcd",
+                                  "old.png.TMP-0123abcd", "old.png.tmp-0123abcd~", "old.png.tmp-0123abcd.bak",
+                                  "old.png.tmp--123abcd", "old.incomplete.png",    "target"};
+        for (const QString& name : stale + similar) makeAged(d, name, old);
+        makeAged(d, "young.png.tmp-00000000", 5);
+        QVERIFY(QDir(d).mkdir("folder.tmp-11111111"));
+        QVERIFY(QFile::link(d + "/target", d + "/link.tmp-22222222"));
+        makeAged(d, "locked.png.tmp-33333333", old);
+        QVERIFY(OutputSet::isTemporaryName("old.png.tmp-0123abcd"));
+        for (const QString& name : similar) QVERIFY2(!OutputSet::isTemporaryName(name.toStdString()), qPrintable(name));
+
+        // A live writer (another process) holds its lock until told to go, or until this
+        // process ends (a failed check returns early: the guard then lets it go).
+        int toChild[2], fromChild[2];
+        QVERIFY(::pipe2(toChild, O_CLOEXEC) == 0 && ::pipe2(fromChild, O_CLOEXEC) == 0);
+        const pid_t holder = ::fork();
+        if (holder == 0) {
+            ::close(toChild[1]);
+            ::close(fromChild[0]);
+            const int fd = ::open((d + "/locked.png.tmp-33333333").toLocal8Bit().constData(), O_RDONLY | O_CLOEXEC);
+            const bool locked = fd >= 0 && ::flock(fd, LOCK_EX) == 0;
+            (void)!::write(fromChild[1], locked ? "L" : "-", 1);
+            char go = 0;
+            (void)!::read(toChild[0], &go, 1);
+            ::_exit(0);
+        }
+        ::close(toChild[0]);
+        ::close(fromChild[1]);
+        bool holderGone = false;
+        const auto letHolderGo = [&] {
+            if (holderGone) return;
+            ::close(toChild[1]);
+            ::close(fromChild[0]);
+            ::waitpid(holder, nullptr, 0);
+            holderGone = true;
+        };
+        const auto guard = qScopeGuard(letHolderGo);
+        char state = 0;
+        QCOMPARE(::read(fromChild[0], &state, 1), ssize_t(1));
+        QCOMPARE(state, 'L');
+
+        writeFileAtomically(elsewhere.filePath("other.json").toStdString(), "{}");  // another folder: no sweep here
+        QCOMPARE(entries(d).size(), stale.size() + similar.size() + 4);
+        OutputSet set;
+        set.add(path(dir, "new.png"), "x");
+        QStringList expected = similar + QStringList{"young.png.tmp-00000000", "folder.tmp-11111111",
+                                                     "link.tmp-22222222", "locked.png.tmp-33333333"};
+        QStringList now = entries(d);
+        QCOMPARE(now.filter(QRegularExpression("^new\\.png\\.tmp-[0-9a-f]{8}$")).size(), 1);
+        now.removeIf([](const QString& name) { return name.startsWith("new.png."); });
+        expected.sort();
+        QCOMPARE(now, expected);
+        set.commit();
+        QCOMPARE(readAll(d + "/target"), QByteArray("x"));  // the link's target untouched
+
+        // The writer is gone: its file goes with the next set.
+        letHolderGo();
+        writeFileAtomically(path(dir, "next.json"), "{}");
+        QVERIFY(!QFileInfo::exists(d + "/locked.png.tmp-33333333"));
+        QVERIFY(QFileInfo::exists(d + "/young.png.tmp-00000000"));
     }
 
     void textIsStoredAsValidUtf8() {
@@ -502,28 +662,30 @@ private slots:
     }
 
     // The handlers are in place only while a set is alive; then whatever was there is back
-    // (here QtTest's own crash handlers).
+    // (here QtTest's own crash handlers, or the default action).
     void handlersOnlyWhileASetIsAlive() {
         const auto handlerOf = [](int signal) {
             const struct sigaction action = currentAction(signal);
             return (action.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(action.sa_sigaction)
                                                   : reinterpret_cast<void*>(action.sa_handler);
         };
-        void* const intBefore = handlerOf(SIGINT);
-        void* const termBefore = handlerOf(SIGTERM);
+        const int fatal[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE};
+        void* before[5] = {};
+        for (int i = 0; i < 5; ++i) before[i] = handlerOf(fatal[i]);
+        QVERIFY(before[1] != reinterpret_cast<void*>(SIG_IGN));
         {
             OutputSet first;
             void* const ours = handlerOf(SIGINT);
-            QVERIFY(ours != intBefore);
-            QCOMPARE(handlerOf(SIGTERM), ours);
+            QVERIFY(ours != before[1]);
+            for (int i = 0; i < 5; ++i)
+                QCOMPARE(handlerOf(fatal[i]), before[i] == reinterpret_cast<void*>(SIG_IGN) ? before[i] : ours);
             {
                 OutputSet second;
                 QCOMPARE(handlerOf(SIGINT), ours);
             }
             QCOMPARE(handlerOf(SIGINT), ours);  // still one set alive
         }
-        QCOMPARE(handlerOf(SIGINT), intBefore);
-        QCOMPARE(handlerOf(SIGTERM), termBefore);
+        for (int i = 0; i < 5; ++i) QCOMPARE(handlerOf(fatal[i]), before[i]);
     }
 
     void byteCounts() {

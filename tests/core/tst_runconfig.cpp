@@ -5,6 +5,9 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -607,6 +610,47 @@ private slots:
         // A seed as a decimal string is read exactly.
         QCOMPARE(runConfigFromJson(nlohmann::json::parse(R"({"seed": "18446744073709551615"})")).seed,
                  std::numeric_limits<std::uint64_t>::max());
+    }
+
+    // A whole number no int holds (it would wrap before validate() saw it) is quoted as written
+    // with the range its setting allows, from JSON and from the command line alike; a float too
+    // small or too large for a 32-bit float is refused the same way rather than read as 0 or inf.
+    void numbersBeyondTheirTypeNameTheRange() {
+        const std::vector<std::pair<std::string, std::string>> json{
+            {R"({"steps": 2147483648})", "steps: 2147483648 is out of range; allowed 1 to 1000"},
+            {R"({"steps": 18446744073709551615})", "steps: 18446744073709551615 is out of range; allowed 1 to 1000"},
+            {R"({"steps": -9223372036854775808})", "steps: -9223372036854775808 is out of range; allowed 1 to 1000"},
+            {R"({"width": 1e10})", "width: 10000000000.0 is out of range; allowed 1 to 16384"},
+            {R"({"clip_skip": 4294967297})", "clip_skip: 4294967297 is out of range; allowed 1 to 12"},
+            {R"({"scheduler_options": {"num_train_timesteps": 50}, "steps": 3000000000})",
+             "steps: 3000000000 is out of range; allowed 1 to 50"},
+            {R"({"scheduler_options": {"beta_start": 1e-300}})",
+             "beta_start: 1e-300 is out of range; allowed above 0 and below 1 (at least 1.1754944e-38"},
+            {R"({"scheduler_options": {"beta_end": 1e300}})",
+             "beta_end: 1e+300 is out of range; allowed above beta_start and below 1"},
+            {R"({"scheduler_options": {"eta": -1e-45}})", "eta: -1e-45 is out of range; allowed 0 to 1"},
+        };
+        for (const auto& [text, message] : json) {
+            const Rejection r = jsonRejection(text);
+            QVERIFY2(contains(r.message, message), (text + " -> " + r.message).c_str());
+        }
+        QCOMPARE(runConfigFromJson(nlohmann::json::parse(R"({"scheduler_options": {"beta_start": 0.0}})"))
+                     .schedulerOptions.betaStart,
+                 0.0f);  // 0 itself is a float: validate() names it
+        for (const auto& [flag, text, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
+                 {"steps", "2147483648", "steps: '2147483648' is out of range; allowed 1 to 1000"},
+                 {"width", "-99999999999", "width: '-99999999999' is out of range; allowed 1 to 16384"},
+                 {"batch", "2000000000", "batch: '2000000000' is out of range; allowed 0 to 1024"},
+                 {"tile", "99999999999999999999", "tile: '99999999999999999999' is out of range; allowed 1 to 4096"}}) {
+            RunConfig c;
+            try {
+                findRunConfigField(flag)->parse(c, text);
+                QFAIL(("--" + flag + " " + text + " was accepted").c_str());
+            } catch (const ValidationError& e) {
+                QCOMPARE(e.field(), flag);
+                QVERIFY2(contains(e.what(), message), e.what());
+            }
+        }
     }
 
     // Values in messages are short escaped excerpts: a 1 MB string is not echoed whole, and

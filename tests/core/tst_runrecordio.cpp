@@ -336,6 +336,40 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(nlohmann::json::object()));
     }
 
+    // Numbers a field's type cannot hold are quoted as written with the range, never wrapped
+    // (schema_version 2^64 - 1 read as -1, tile_count 2^32 as 0).
+    void manifestNumbersBeyondTheirType() {
+        const auto contains = [](const std::string& text, const char* part) {
+            return text.find(part) != std::string::npos;
+        };
+        const auto messageOf = [](const nlohmann::json& j) -> std::string {
+            try {
+                (void)runRecordFromManifest(j);
+            } catch (const std::exception& e) {
+                return e.what();
+            }
+            return "<accepted>";
+        };
+        nlohmann::json j = manifestJson(sampleRecord());
+        j["schema_version"] = std::numeric_limits<std::uint64_t>::max();
+        QCOMPARE(messageOf(j), std::string("manifest: 'schema_version' 18446744073709551615 is not supported (this "
+                                           "build reads 1 to ") +
+                                   std::to_string(RunRecord::kSchemaVersion) + ")");
+        j["schema_version"] = std::numeric_limits<std::int64_t>::min();
+        QVERIFY(contains(messageOf(j), "'schema_version' -9223372036854775808 is not supported"));
+        j["schema_version"] = 1.0;
+        QVERIFY(contains(messageOf(j), "'schema_version' must be an integer"));
+        j = manifestJson(sampleRecord());
+        j["tile_count"] = std::uint64_t{1} << 32;
+        QCOMPARE(messageOf(j), std::string("manifest: 'tile_count' 4294967296 is out of range; allowed -2147483648 to "
+                                           "2147483647"));
+        j = manifestJson(sampleRecord());
+        j["config"]["scheduler_options"]["beta_start"] = 1e-300;
+        const std::string beta = messageOf(j);
+        QVERIFY2(contains(beta, "beta_start: 1e-300 is out of range; allowed above 0 and below 1"), beta.c_str());
+        QVERIFY2(!contains(beta, "0 is not allowed"), beta.c_str());
+    }
+
     // Status and graph mode are enums inside; the manifest keeps the text history files have.
     void statusAndGraphModeText() {
         const std::pair<RunStatus, const char*> names[] = {

@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -117,7 +119,19 @@ private slots:
         QVERIFY(st.find("nope") == nullptr);
         // The writer's layout: 4-byte dtypes before 2-byte ones.
         QVERIFY(st.find("a.weight")->begin < st.find("b.half")->begin);
-        QCOMPARE(st.fileBytes().size(), bytes.size());
+        QCOMPARE(st.fileSize(), static_cast<std::uint64_t>(bytes.size()));
+        QVERIFY(st.readBytes(*st.find("b.half")) == encodeFloats(SafetensorsDtype::F16, values));
+        std::vector<std::byte> wrong(23);
+        const std::string shortBuffer = errorOf([&] { st.readBytes(*st.find("b.half"), wrong); });
+        EXPECT_MESSAGE(shortBuffer, "tensor 'b.half': 24 bytes cannot be read into 23");
+        // The whole file in order, and a consumer that stops early.
+        std::string whole;
+        QVERIFY(st.readFileInChunks([&](std::span<const std::byte> chunk) {
+            whole.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+            return true;
+        }));
+        QCOMPARE(whole, bytes);
+        QVERIFY(!st.readFileInChunks([](std::span<const std::byte>) { return false; }));
 
         const std::string missing = errorOf([&] { (void)st.readFloat32("nope"); });
         EXPECT_MESSAGE(missing, file);
@@ -167,7 +181,7 @@ private slots:
         QVERIFY(st.metadata().empty());
     }
 
-    void moveTransfersTheMapping() {
+    void moveTransfersTheOpenFile() {
         const std::string file = path("move.safetensors");
         writeSafetensors(file, {{"x", floats(SafetensorsDtype::F32, {2}, {1.0f, 2.0f})}});
         SafetensorsFile a(file);
@@ -176,6 +190,47 @@ private slots:
         SafetensorsFile c(file);
         c = std::move(b);
         QCOMPARE(c.readFloat32("x"), (std::vector<float>{1.0f, 2.0f}));
+    }
+
+    // A file truncated or extended by another process after it was opened: every read says so
+    // (the file is never memory-mapped, so nothing can fault), whichever part of it is read.
+    void fileChangedWhileReadIsAnError() {
+        std::map<std::string, SafetensorsTensorData> tensors;
+        const std::vector<float> values(4096, 0.5f);
+        tensors["a.f32"] = floats(SafetensorsDtype::F32, {4096}, values);
+        tensors["b.f16"] = floats(SafetensorsDtype::F16, {4096}, values);
+        tensors["c.bf16"] = floats(SafetensorsDtype::BF16, {4096}, values);
+        const std::string file = path("shrinks.safetensors");
+        writeSafetensors(file, tensors);
+        const auto size = static_cast<std::uint64_t>(readBytes(file).size());
+        const SafetensorsFile st(file);
+        const std::uint64_t cut = st.fileSize() - st.find("c.bf16")->byteSize() - 100;  // inside b.f16
+        QCOMPARE(::truncate(file.c_str(), static_cast<off_t>(cut)), 0);
+
+        const auto expectChanged = [&](const std::string& m, std::uint64_t now) {
+            EXPECT_MESSAGE(m, file);
+            EXPECT_MESSAGE(m, "changed while it was being read");
+            EXPECT_MESSAGE(m, "it was " + std::to_string(size) + " bytes when opened and is " + std::to_string(now) +
+                                  " bytes now");
+            EXPECT_MESSAGE(m, "do not modify the file while Tessera loads it");
+        };
+        for (const char* name : {"a.f32", "b.f16", "c.bf16"}) {  // before, across and after the cut
+            const std::string m = errorOf([&] { (void)st.readFloat32(name); });
+            expectChanged(m, cut);
+        }
+        EXPECT_MESSAGE(errorOf([&] { (void)st.readFloat32(*st.find("c.bf16"), 10, 20); }), "(it shrank)");
+        expectChanged(errorOf([&] { (void)st.readBytes(*st.find("b.f16")); }), cut);
+        expectChanged(errorOf([&] { (void)st.readFileInChunks([](std::span<const std::byte>) { return true; }); }),
+                      cut);
+
+        // Grown: the size differs from the size at open.
+        writeSafetensors(file, tensors);
+        const SafetensorsFile grown(file);
+        {
+            std::ofstream out(file, std::ios::binary | std::ios::app);
+            out << "appended";
+        }
+        expectChanged(errorOf([&] { (void)grown.readFloat32("a.f32"); }), size + 8);
     }
 
     void rejectsMissingAndTinyFiles() {

@@ -9,10 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ModelTestSupport.h"
+#include "TokenizerTestSupport.h"
 #include "core/base/LoadProgress.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuEngine.h"
@@ -238,6 +241,131 @@ private slots:
             QCOMPARE(e.field(), std::string("prompt"));
             EXPECT_MESSAGE(std::string(e.what()), "unconditional");
         }
+    }
+
+    // A copy of the SD 1.x fixture pipeline broken one way: each is a ModelError naming the folder
+    // or file and what is allowed, within a second (before any weights are read).
+    void hostileComponentFolders() {
+        if (!fixturesPresent()) QSKIP("fixtures missing");
+        namespace fs = std::filesystem;
+        const QTemporaryDir tmp;
+        int copies = 0;
+        const auto copy = [&] {
+            const fs::path dir = fs::path(tmp.path().toStdString()) / ("p" + std::to_string(++copies));
+            fs::copy(kFixtures + "/sd1", dir, fs::copy_options::recursive);
+            return dir;
+        };
+        const auto edit = [](const fs::path& file, const std::string& from, const std::string& to) {
+            std::ifstream in(file);
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            const auto at = text.find(from);
+            QVERIFY2(at != std::string::npos, from.c_str());
+            text.replace(at, from.size(), to);
+            std::ofstream(file, std::ios::trunc) << text;
+        };
+        std::string slow;  // refusals that took a second or more
+        const auto refusal = [&slow](const fs::path& dir) {
+            QElapsedTimer clock;
+            clock.start();
+            std::string message = errorOf([&] { loadSdModel(dir.string()); });
+            if (clock.elapsed() >= 1000) slow += message + "\n";
+            return message;
+        };
+
+        // A component folder, the tokenizer or the scheduler that is a link to itself.
+        for (const char* component : {"text_encoder", "unet", "tokenizer", "scheduler"}) {
+            const fs::path dir = copy();
+            fs::remove_all(dir / component);
+            fs::create_directory_symlink(component, dir / component);
+            const std::string message = refusal(dir);
+            EXPECT_MESSAGE(message, "'" + (dir / component).string() + "': is a symbolic-link loop");
+        }
+        // A link to nothing, and a file where a folder belongs.
+        fs::path dir = copy();
+        fs::remove_all(dir / "vae");
+        fs::create_directory_symlink("gone", dir / "vae");
+        EXPECT_MESSAGE(refusal(dir), "vae': is a symbolic link to something that does not exist");
+        dir = copy();
+        fs::remove_all(dir / "unet");
+        std::ofstream(dir / "unet") << "x";
+        EXPECT_MESSAGE(refusal(dir), "unet': is not a folder");
+        // The pipeline folder itself a loop.
+        const fs::path loop = fs::path(tmp.path().toStdString()) / "loop";
+        fs::create_directory_symlink("loop", loop);
+        EXPECT_MESSAGE(refusal(loop), "'" + loop.string() + "': is a symbolic-link loop");
+        // A component that links outside the pipeline folder (a shared VAE) is followed.
+        dir = copy();
+        fs::remove_all(dir / "vae");
+        fs::create_directory_symlink(fs::absolute(kFixtures + "/sd1/vae"), dir / "vae");
+        QCOMPARE(std::string(toString(loadSdModel(dir.string()).family)), std::string("sd1"));
+
+        // Text encoder values no prompt can run with, named with the file and the range.
+        dir = copy();
+        edit(dir / "text_encoder/config.json", "\"max_position_embeddings\": 77", "\"max_position_embeddings\": 1");
+        EXPECT_MESSAGE(refusal(dir),
+                       "text_encoder/config.json': max_position_embeddings = 1: expected an integer "
+                       "from 77 to 4096");
+        for (const auto& [from, to, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+                 {"\"vocab_size\": 49408", "\"vocab_size\": 1e9",
+                  "vocab_size = 1000000000.0: expected an integer from 1"},
+                 {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2",
+                  "num_hidden_layers = -2: expected an integer from 1 to 128"},
+                 {"\"hidden_size\": 8", "\"hidden_size\": \"8\"",
+                  "hidden_size = \"8\": expected an integer from 1 to 8192"},
+                 {"\"num_attention_heads\": 2", "\"num_attention_heads\": 18446744073709551615",
+                  "num_attention_heads = 18446744073709551615: expected an integer from 1 to 256"},
+                 {"\"layer_norm_eps\": 1e-05", "\"layer_norm_eps\": 1e-300",
+                  "layer_norm_eps = 1e-300: expected a number from"},
+             }) {
+            dir = copy();
+            edit(dir / "text_encoder/config.json", from, to);
+            EXPECT_MESSAGE(refusal(dir), "text_encoder/config.json': " + expected);
+        }
+        // Scheduler values that would wrap or read as 0.
+        for (const auto& [from, to, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+                 {"\"beta_start\": 0.00085", "\"beta_start\": 1e-300",
+                  "beta_start = 1e-300: expected a number above 0 and below 1"},
+                 {"\"num_train_timesteps\": 1000", "\"num_train_timesteps\": 18446744073709551615",
+                  "num_train_timesteps = 18446744073709551615: expected an integer from 1 to 100000"},
+                 {"\"num_train_timesteps\": 1000", "\"num_train_timesteps\": 1000000000",
+                  "num_train_timesteps = 1000000000: expected an integer from 1 to 100000"},
+             }) {
+            dir = copy();
+            edit(dir / "scheduler/scheduler_config.json", from, to);
+            EXPECT_MESSAGE(refusal(dir), "scheduler_config.json': " + expected);
+        }
+
+        // A tokenizer of another model: refused with both folders named, before the weights are
+        // read (the UNet's weights are cut short here, which a load would name first).
+        dir = copy();
+        fs::create_directory(dir / "tokenizer");
+        const ClipTokenizer bundled = ClipTokenizer::fromMergesGz(kVocabulary);
+        tokenizer_test::writeFolder((dir / "tokenizer").string(), bundled, tokenizer_test::unpackedMerges(kVocabulary));
+        QCOMPARE(std::string(toString(loadSdModel(dir.string()).family)), std::string("sd1"));  // it fits
+        edit(dir / "text_encoder/config.json", "\"vocab_size\": 49408", "\"vocab_size\": 1000");
+        edit(dir / "text_encoder/config.json", "\"eos_token_id\": 49407", "\"eos_token_id\": 2");
+        fs::resize_file(dir / "unet/diffusion_pytorch_model.safetensors", 100);
+        const std::string tokens = refusal(dir);
+        EXPECT_MESSAGE(tokens, "'" + (dir / "tokenizer").string() +
+                                   "': its vocabulary (vocab.json) gives token ids up "
+                                   "to 49407, but the text encoder in '" +
+                                   (dir / "text_encoder").string() + "' has vocab_size 1000 (ids 0 to 999");
+
+        // model_index.json keys of the wrong type: named with the key and the type expected.
+        for (const auto& [from, to, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+                 {"\"_class_name\": \"StableDiffusionPipeline\"", "\"_class_name\": 42",
+                  "model_index.json': _class_name = 42: expected a string"},
+                 {"\"_class_name\": \"StableDiffusionPipeline\"", "\"_class_name\": [\"StableDiffusionPipeline\"]",
+                  "_class_name = [\"StableDiffusionPipeline\"]: expected a string"},
+                 {"\"requires_safety_checker\": false", "\"requires_aesthetics_score\": \"yes\"",
+                  "requires_aesthetics_score = \"yes\": expected true or false"},
+                 {"\"unet\": [", "\"unet\": 7, \"x\": [", "unet = 7: expected [library, class name]"},
+             }) {
+            dir = copy();
+            edit(dir / "model_index.json", from, to);
+            EXPECT_MESSAGE(refusal(dir), expected);
+        }
+        QVERIFY2(slow.empty(), slow.c_str());
     }
 
     void pipelineFolderErrors() {

@@ -1,11 +1,12 @@
-// Fuzz target: a safetensors file (core/Safetensors), as the model loader maps it. The input's
+// Fuzz target: a safetensors file (core/Safetensors), as the model loader reads it. The input's
 // first byte picks how the rest becomes the file, so that mutations of the JSON header are not
 // all wasted on a header length that no longer matches:
 //   odd:  the rest is the whole file, 8-byte header length included;
 //   even: the rest is the header up to its last '}' and then the data; the length is prepended.
 // The file goes through a memfd (/proc/self/fd/N), since the reader takes a path. Input may only
 // be rejected with SafetensorsError and a readable message; an accepted file's tensors must lie
-// inside the file, and reading one as float32 must give numel values or a SafetensorsError.
+// inside the file and read back whole, the whole file must read in chunks, and reading a tensor
+// as float32 must give numel values or a SafetensorsError.
 #include "tests/fuzz/FuzzSupport.h"
 
 #include "core/formats/Safetensors.h"
@@ -28,14 +29,17 @@ std::string fileFromInput(std::string_view input) {
 }
 
 void checkTensors(const SafetensorsFile& file) {
-    const auto whole = file.fileBytes();
     std::uint64_t covered = 0;
     for (const SafetensorsTensorInfo& tensor : file.tensors()) {
         if (file.find(tensor.name) != &tensor) fuzz::violation("find() does not return tensor " + excerpt(tensor.name));
-        const auto bytes = file.bytes(tensor);
-        if (bytes.size() != tensor.byteSize() || bytes.data() < whole.data() ||
-            bytes.data() + bytes.size() > whole.data() + whole.size())
+        if (tensor.end < tensor.begin || tensor.end > file.fileSize())
             fuzz::violation("tensor " + excerpt(tensor.name) + " lies outside the file");
+        try {  // the file does not change: its tensors must read
+            if (file.readBytes(tensor).size() != tensor.byteSize())
+                fuzz::violation("readBytes gave the wrong size for tensor " + excerpt(tensor.name));
+        } catch (const SafetensorsError& e) {
+            fuzz::violation("readBytes failed for tensor " + excerpt(tensor.name) + ": " + e.what());
+        }
         covered += tensor.byteSize();
         try {
             const std::vector<float> values = file.readFloat32(tensor);
@@ -46,7 +50,17 @@ void checkTensors(const SafetensorsFile& file) {
             fuzz::checkRejection(e);
         }
     }
-    if (covered > whole.size()) fuzz::violation("the tensors cover more bytes than the file has");
+    if (covered > file.fileSize()) fuzz::violation("the tensors cover more bytes than the file has");
+    std::uint64_t streamed = 0;
+    try {
+        (void)file.readFileInChunks([&](std::span<const std::byte> chunk) {
+            streamed += chunk.size();
+            return true;
+        });
+    } catch (const SafetensorsError& e) {
+        fuzz::violation(std::string("readFileInChunks failed: ") + e.what());
+    }
+    if (streamed != file.fileSize()) fuzz::violation("readFileInChunks did not hand over the whole file");
 }
 
 }  // namespace

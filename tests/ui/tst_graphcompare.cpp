@@ -67,9 +67,8 @@ private:
     int settingsCount_ = 0;
     std::unique_ptr<MainWindow> window_;  // holds the finished comparison for the panel tests
 
-    std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("gc-%1.ini").arg(++settingsCount_)),
-                                           QSettings::IniFormat);
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(scratch_.filePath(QStringLiteral("gc-%1.ini").arg(++settingsCount_)));
     }
 
     template <typename T>

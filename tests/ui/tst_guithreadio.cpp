@@ -71,9 +71,8 @@ private:
         if (!QDir().mkpath(path)) qFatal("cannot create %s", qPrintable(path));
         return path;
     }
-    std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("io-%1.ini").arg(++count_)),
-                                           QSettings::IniFormat);
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(scratch_.filePath(QStringLiteral("io-%1.ini").arg(++count_)));
     }
 
 private slots:

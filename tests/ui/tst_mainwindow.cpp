@@ -6,6 +6,7 @@
 #include <QDockWidget>
 #include <QLabel>
 #include <QMenuBar>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -43,9 +44,9 @@ class TestMainWindow : public QObject {
 
 private:
     QTemporaryDir scratch_;
-    std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("tessera-%1.ini").arg(++settingsCount_)),
-                                           QSettings::IniFormat);
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(
+            scratch_.filePath(QStringLiteral("tessera-%1.ini").arg(++settingsCount_)));
     }
     int settingsCount_ = 0;
 
@@ -333,11 +334,11 @@ private slots:
         config.tile = 48;
         config.lanes = 3;
         {
-            MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
+            MainWindow window(std::make_unique<SettingsFile>(path));
             window.configPanel()->setConfig(config);
             window.close();
         }
-        MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
+        MainWindow again(std::make_unique<SettingsFile>(path));
         QCOMPARE(again.configPanel()->config().seed, config.seed);
         QCOMPARE(again.configPanel()->config().tile, 48);
         QCOMPARE(again.configPanel()->config().lanes, 3);
@@ -350,7 +351,7 @@ private slots:
         QSize chosen;
         int chartsWidth = 0;
         {
-            MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
+            MainWindow window(std::make_unique<SettingsFile>(path));
             window.show();
             QVERIFY(QTest::qWaitForWindowExposed(&window));
             window.resize(window.size() + QSize(157, 43));  // not the size a fresh window opens at
@@ -368,7 +369,7 @@ private slots:
         QSettings saved(path, QSettings::IniFormat);
         QVERIFY(saved.contains(QStringLiteral("window/geometry")));
         QVERIFY(saved.contains(QStringLiteral("window/state")));
-        MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
+        MainWindow again(std::make_unique<SettingsFile>(path));
         again.show();
         QVERIFY(QTest::qWaitForWindowExposed(&again));
         QCOMPARE(again.size(), chosen);

@@ -7,6 +7,7 @@
 #include <QCryptographicHash>
 #include <QDialogButtonBox>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
@@ -195,10 +196,18 @@ private slots:
         picker.tree()->setCurrentItem(picker.rowOf(copy, 1));
         QVERIFY(hashed.wait(60000));
         QCOMPARE(catalog.hashesComputed(), 2);
-        QFile grow(copy);
-        QVERIFY(grow.open(QIODevice::Append));
-        grow.write("x");
-        grow.close();
+        // Its last byte of tensor data changes (bytes appended would break its header: a file
+        // whose header does not read is not hashed at all), and so does its time.
+        QFile change(copy);
+        QVERIFY(change.open(QIODevice::ReadWrite));
+        QVERIFY(change.seek(change.size() - 1));
+        char last = 0;
+        QVERIFY(change.getChar(&last));
+        QVERIFY(change.seek(change.size() - 1));
+        QVERIFY(change.putChar(static_cast<char>(last ^ 1)));
+        QVERIFY(change.setFileTime(change.fileTime(QFileDevice::FileModificationTime).addSecs(2),
+                                   QFileDevice::FileModificationTime));
+        change.close();
         picker.setModelsFolder(models_ + QStringLiteral("/"));  // the same folder, written differently: no rescan
         picker.setModelsFolder(scratch_.path());
         picker.setModelsFolder(models_);
@@ -208,6 +217,66 @@ private slots:
         QTRY_COMPARE_WITH_TIMEOUT(picker.rowOf(copy, 1)->text(ModelPicker::HashColumn), shortSha256(copy), 60000);
         QVERIFY(shortSha256(copy) != shortSha256(file));
         QVERIFY(QFile::remove(copy));
+    }
+
+    // A 1 TB sparse x.safetensors whose header does not read (bytes after its last tensor): the
+    // picker says why, and selecting it starts no hash (the old picker read the whole terabyte).
+    void brokenHeaderIsNeverHashed() {
+        const QString folder = scratch_.filePath(QStringLiteral("broken"));
+        QVERIFY(QDir().mkpath(folder));
+        const QString file = folder + QStringLiteral("/x.safetensors");
+        QVERIFY(QFile::copy(data("singlefile/sd1.safetensors"), file));
+        {
+            QFile sparse(file);
+            QVERIFY(sparse.open(QIODevice::ReadWrite));
+            if (!sparse.resize(qint64{1} << 40)) QSKIP("no 1 TB sparse files on this file system");
+        }
+        ModelCatalog catalog;
+        ModelPicker picker(&catalog, folder, {});
+        QVERIFY(waitListed(picker));
+        QTreeWidgetItem* row = picker.rowOf(file, 1);
+        QVERIFY(row);
+        QCOMPARE(row->text(ModelPicker::FamilyColumn), QStringLiteral("?"));
+        QVERIFY2(row->toolTip(0).contains("x.safetensors"), qPrintable(row->toolTip(0)));
+        picker.tree()->setCurrentItem(row);
+        QTest::qWait(300);
+        QCOMPARE(catalog.hashesStarted(), 0);
+        QCOMPARE(catalog.pendingJobs(), 0);
+        QCOMPARE(row->text(ModelPicker::HashColumn), QStringLiteral("—"));  // no hash, not "hashing…"
+        QVERIFY(QFile::remove(file));
+    }
+
+    // A hash in progress (a 2 GB checkpoint) stops when another row is selected and when the
+    // picker closes; selected again, it starts over.
+    void hashStopsWhenTheSelectionMovesOrThePickerCloses() {
+        const QString big = models_ + QStringLiteral("/v1-5.safetensors");
+        ModelCatalog catalog;
+        ModelPicker picker(&catalog, models_, {});
+        QVERIFY(waitListed(picker));
+        QSignalSpy stopped(&catalog, &ModelCatalog::hashStopped);
+        QSignalSpy hashed(&catalog, &ModelCatalog::hashed);
+        picker.tree()->setCurrentItem(picker.rowOf(big, 1));
+        QCOMPARE(picker.rowOf(big, 1)->text(ModelPicker::HashColumn), QStringLiteral("hashing…"));
+        QTRY_COMPARE_WITH_TIMEOUT(catalog.hashesStarted(), 1, 10000);
+        QElapsedTimer clock;
+        clock.start();
+        picker.tree()->setCurrentItem(picker.rowOf(models_ + QStringLiteral("/pipeline-sd1"), 1));
+        QVERIFY(stopped.wait(5000));
+        QVERIFY2(clock.elapsed() < 1000, qPrintable(QString::number(clock.elapsed())));
+        QCOMPARE(stopped.at(0).at(0).toString(), big);
+        QCOMPARE(catalog.hashesComputed(), 0);
+        QCOMPARE(hashed.count(), 0);
+        QVERIFY(picker.rowOf(big, 1)->text(ModelPicker::HashColumn).isEmpty());  // asked again when selected
+        // Selected again: hashed from the start; closing the picker stops it too.
+        picker.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&picker));
+        picker.tree()->setCurrentItem(picker.rowOf(big, 1));
+        QTRY_COMPARE_WITH_TIMEOUT(catalog.hashesStarted(), 2, 10000);
+        picker.close();
+        QVERIFY(stopped.wait(5000));
+        QCOMPARE(stopped.count(), 2);
+        QCOMPARE(catalog.hashesComputed(), 0);
+        QTRY_COMPARE(catalog.pendingJobs(), 0);
     }
 
     void pickedModelGoesIntoTheField() {
@@ -243,8 +312,7 @@ private slots:
         const QString ini = scratch_.filePath(QStringLiteral("models.ini"));
         const QString pipeline = models_ + QStringLiteral("/pipeline-sd1");
         {
-            MainWindow window(std::make_unique<QSettings>(ini, QSettings::IniFormat),
-                              scratch_.filePath(QStringLiteral("h1")));
+            MainWindow window(std::make_unique<SettingsFile>(ini), scratch_.filePath(QStringLiteral("h1")));
             ConfigPanel& panel = *window.configPanel();
             QVERIFY(panel.recentModels().isEmpty());
             ModelPicker* picker = panel.openModelPicker();
@@ -260,8 +328,7 @@ private slots:
             QCOMPARE(panel.recentModels(), (QStringList{QStringLiteral("random:sd15"), pipeline}));
             window.close();
         }
-        MainWindow again(std::make_unique<QSettings>(ini, QSettings::IniFormat),
-                         scratch_.filePath(QStringLiteral("h2")));
+        MainWindow again(std::make_unique<SettingsFile>(ini), scratch_.filePath(QStringLiteral("h2")));
         QCOMPARE(again.configPanel()->modelsFolder(), models_);
         QCOMPARE(again.configPanel()->recentModels(), (QStringList{QStringLiteral("random:sd15"), pipeline}));
         // The picker lists them under Recent, described like the folder's.
@@ -277,9 +344,8 @@ private slots:
 
     void runningAModelPutsItFirstInRecent() {
         if (!testing::haveTestModel()) QSKIP("test model not present");
-        MainWindow window(
-            std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("run.ini")), QSettings::IniFormat),
-            scratch_.filePath(QStringLiteral("h3")));
+        MainWindow window(std::make_unique<SettingsFile>(scratch_.filePath(QStringLiteral("run.ini"))),
+                          scratch_.filePath(QStringLiteral("h3")));
         QVERIFY(testing::runOnce(window, testing::tinyRunConfig(5)));
         QCOMPARE(window.configPanel()->recentModels().value(0),
                  QFileInfo(testing::testModelFolder()).absoluteFilePath());

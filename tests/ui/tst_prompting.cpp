@@ -274,8 +274,7 @@ private slots:
     void reuseTakesTheLastRunsSeed() {
         if (!testing::haveTestModel()) QSKIP("test model not present");
         MainWindow window(
-            std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("p-%1.ini").arg(++settingsCount_)),
-                                        QSettings::IniFormat),
+            std::make_unique<SettingsFile>(scratch_.filePath(QStringLiteral("p-%1.ini").arg(++settingsCount_))),
             scratch_.filePath(QStringLiteral("history")));
         QVERIFY(testing::runOnce(window, testing::tinyRunConfig(4242)));
         auto* reuse = window.configPanel()->findChild<QToolButton*>(QStringLiteral("reuseSeedButton"));

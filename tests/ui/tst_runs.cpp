@@ -132,9 +132,8 @@ private:
     QTemporaryDir scratch_;
     int count_ = 0;
 
-    std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("runs-%1.ini").arg(++count_)),
-                                           QSettings::IniFormat);
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(scratch_.filePath(QStringLiteral("runs-%1.ini").arg(++count_)));
     }
     QString freshFolder() {
         const QString folder = scratch_.filePath(QStringLiteral("folder-%1").arg(++count_));

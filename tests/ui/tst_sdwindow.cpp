@@ -77,9 +77,8 @@ class TestSdWindow : public QObject {
 private:
     QTemporaryDir scratch_;
     int settingsCount_ = 0;
-    std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("sd-%1.ini").arg(++settingsCount_)),
-                                           QSettings::IniFormat);
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(scratch_.filePath(QStringLiteral("sd-%1.ini").arg(++settingsCount_)));
     }
 
 private slots:
@@ -185,7 +184,7 @@ private slots:
         config.schedulerOptions.karrasSigmas = true;
         const QString path = scratch_.filePath(QStringLiteral("persist-sd.ini"));
         {
-            MainWindow window(std::make_unique<QSettings>(path, QSettings::IniFormat));
+            MainWindow window(std::make_unique<SettingsFile>(path));
             QVERIFY(testing::setConfigAndWait(*window.configPanel(), config));
             const RunConfig shown = window.configPanel()->config();
             QCOMPARE(shown.prompt, config.prompt);
@@ -195,7 +194,7 @@ private slots:
             QCOMPARE(shown.upscale, 2.5);
             window.close();
         }
-        MainWindow again(std::make_unique<QSettings>(path, QSettings::IniFormat));
+        MainWindow again(std::make_unique<SettingsFile>(path));
         QVERIFY(testing::waitForModelCheck(*again.configPanel()));
         const RunConfig restored = again.configPanel()->config();
         QCOMPARE(restored.model, config.model);

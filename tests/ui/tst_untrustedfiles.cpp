@@ -59,11 +59,13 @@ private:
         return path;
     }
     // A settings file whose saved configuration is `json`.
-    static std::unique_ptr<QSettings> settingsWith(const QString& folder, const std::string& json) {
-        auto settings = std::make_unique<QSettings>(folder + QStringLiteral("/tessera.ini"), QSettings::IniFormat);
-        settings->setValue(kLastConfigKey, QString::fromStdString(json));
-        settings->sync();
-        return settings;
+    static std::unique_ptr<SettingsFile> settingsWith(const QString& folder, const std::string& json) {
+        const QString path = folder + QStringLiteral("/tessera.ini");
+        {
+            QSettings settings(path, QSettings::IniFormat);
+            settings.setValue(kLastConfigKey, QString::fromStdString(json));
+        }
+        return std::make_unique<SettingsFile>(path);
     }
 
 private slots:

@@ -86,9 +86,9 @@ private:
     std::unique_ptr<MainWindow> window_;
     QStringList runIds_;  // the two runs of initTestCase, in order
 
-    std::unique_ptr<QSettings> freshSettings() {
-        return std::make_unique<QSettings>(scratch_.filePath(QStringLiteral("workbench-%1.ini").arg(++settingsCount_)),
-                                           QSettings::IniFormat);
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(
+            scratch_.filePath(QStringLiteral("workbench-%1.ini").arg(++settingsCount_)));
     }
 
 private slots:

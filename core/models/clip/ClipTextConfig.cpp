@@ -7,6 +7,7 @@
 #include "core/base/BoundedInput.h"
 #include "core/formats/ConfigJson.h"
 #include "core/formats/ModelWeights.h"
+#include "core/text/ClipTokenizer.h"
 
 namespace tessera {
 
@@ -21,7 +22,10 @@ constexpr IntRange kHidden{1, bounds::kMaxHidden, "768 (SD 1.x), 1024 (SD 2.x), 
 constexpr IntRange kIntermediate{1, bounds::kMaxIntermediate, "4 x hidden_size in published CLIPs"};
 constexpr IntRange kLayers{1, bounds::kMaxLayers, "12 (SD 1.x), 23 (SD 2.x), 32 (SDXL's second encoder)"};
 constexpr IntRange kHeads{1, bounds::kMaxHeads, "12, 16 or 20 in SD's encoders (64 channels each)"};
-constexpr IntRange kPositions{1, bounds::kMaxPositions, "77 in SD's encoders"};
+// Every prompt is framed to 77 tokens (BOS, 75, EOS: clip_limits::kContextLength), each with a
+// position of its own, whatever the tokenizer's model_max_length says.
+constexpr IntRange kPositions{clip_limits::kContextLength, bounds::kMaxPositions,
+                              "each of the 77 tokens of a framed prompt needs a position; 77 in SD's encoders"};
 constexpr IntRange kProjection{1, bounds::kMaxHidden, "768 or 1280 in SD's encoders"};
 constexpr IntRange kTokenId{0, bounds::kMaxVocab - 1, "an id in the vocabulary"};
 

@@ -1,10 +1,13 @@
 #include "core/models/sd/SdModel.h"
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <system_error>
 
 #include <unistd.h>
 
@@ -68,9 +71,37 @@ double peakResidentMiB() {
     return 0;
 }
 
+// A component entry of model_index.json: [library, class name] (diffusers
+// DiffusionPipeline.save_pretrained), or [null, null] for a component the pipeline leaves out.
 bool listed(const nlohmann::json& index, const char* component) {
     return index.contains(component) && index[component].is_array() && index[component].size() == 2 &&
            index[component][1].is_string();
+}
+
+// Every key of model_index.json this reader uses has the type diffusers writes, or the file is
+// refused naming the key, the value and the type expected: a wrong type is never read as absent.
+void checkIndexTypes(const nlohmann::json& index, const std::string& shown) {
+    const auto wrongType = [&shown](const std::string& key, const nlohmann::json& value, const char* expected) {
+        throw ModelError(shown + ": " + key + " = " + excerptJson(value) + ": expected " + expected);
+    };
+    if (const auto it = index.find("_class_name"); it != index.end() && !it->is_string())
+        wrongType("_class_name", *it, "a string (the pipeline class, e.g. \"StableDiffusionPipeline\")");
+    for (const char* key : {"requires_aesthetics_score", "force_zeros_for_empty_prompt"})
+        if (const auto it = index.find(key); it != index.end() && !it->is_boolean())
+            wrongType(key, *it, "true or false");
+    for (const char* component :
+         {"unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"}) {
+        const auto it = index.find(component);
+        if (it == index.end()) continue;
+        const nlohmann::json& entry = *it;
+        const bool pair = entry.is_array() && entry.size() == 2;
+        const bool named = pair && (entry[0].is_string() || entry[0].is_null()) && entry[1].is_string();
+        const bool omitted = pair && entry[0].is_null() && entry[1].is_null();
+        if (!named && !omitted)
+            wrongType(component, entry,
+                      "[library, class name] as diffusers writes it (e.g. [\"diffusers\", \"AutoencoderKL\"]), "
+                      "or [null, null]");
+    }
 }
 
 // What model_index.json says about the pipeline (diffusers DiffusionPipeline.save_pretrained).
@@ -96,9 +127,8 @@ void refuseRefiner(const nlohmann::json& index, const std::string& shown) {
 // pipelines; an SDXL refiner is recognised and refused.
 PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string& shown) {
     if (!index.is_object()) throw ModelError(shown + ": must be a JSON object (a diffusers model_index.json)");
-    const std::string cls = index.contains("_class_name") && index["_class_name"].is_string()
-                                ? index["_class_name"].get<std::string>()
-                                : std::string();
+    checkIndexTypes(index, shown);
+    const std::string cls = index.value("_class_name", std::string());
     if (!cls.empty() && cls.rfind("StableDiffusion", 0) != 0)
         throw ModelError(shown + ": _class_name " + inQuotes(cls) +
                          " is not a Stable Diffusion pipeline; Tessera runs StableDiffusionPipeline (SD 1.x, 2.x) and "
@@ -126,20 +156,36 @@ PipelineIndex checkPipelineIndex(const nlohmann::json& index, const std::string&
             throw ModelError(shown + ": text_encoder_2 is " + inQuotes(encoder2) +
                              "; SDXL's second text encoder is a CLIPTextModelWithProjection (its projection gives the "
                              "pooled text)");
-        if (index.contains("force_zeros_for_empty_prompt")) {
-            const nlohmann::json& flag = index["force_zeros_for_empty_prompt"];
-            if (!flag.is_boolean())
-                throw ModelError(shown + ": force_zeros_for_empty_prompt = " + excerptJson(flag) +
-                                 ": expected true or false");
-            p.forceZerosForEmptyPrompt = flag.get<bool>();
-        }
+        p.forceZerosForEmptyPrompt = index.value("force_zeros_for_empty_prompt", true);
     }
     return p;
 }
 
+// Whether a pipeline's component folder is there: a folder (a symbolic link to one is fine:
+// diffusers follows them), or nothing. Anything else is refused naming the folder: a
+// symbolic-link loop, a link to nothing, a file, a path that cannot be read.
+bool componentPresent(const fs::path& dir) {
+    std::error_code ec;
+    const fs::file_status status = fs::status(dir, ec);
+    if (ec.value() == ELOOP)
+        throw ModelError(shownPath(dir) +
+                         ": is a symbolic-link loop (too many levels of symbolic links); a pipeline's component "
+                         "must be a folder or a link to one");
+    if (status.type() == fs::file_type::not_found) {
+        std::error_code linkEc;
+        if (fs::is_symlink(fs::symlink_status(dir, linkEc)))
+            throw ModelError(shownPath(dir) + ": is a symbolic link to something that does not exist");
+        return false;
+    }
+    if (ec) throw ModelError(shownPath(dir) + ": cannot be read: " + ec.message());
+    if (!fs::is_directory(status))
+        throw ModelError(shownPath(dir) + ": is not a folder; a pipeline folder holds each component as a subfolder");
+    return true;
+}
+
 std::string requireComponent(const fs::path& root, const char* component) {
     const fs::path dir = root / component;
-    if (!fs::is_directory(dir))
+    if (!componentPresent(dir))
         throw ModelError(shownPath(dir) + ": not found; model_index.json lists " + component +
                          " and a pipeline folder holds it as a subfolder");
     return dir.string();
@@ -160,7 +206,7 @@ SchedulerOptions readSdScheduler(const fs::path& root, std::string& className) {
                              {"prediction_type", "epsilon"},
                              {"use_karras_sigmas", false}};
     const fs::path path = root / "scheduler" / "scheduler_config.json";
-    if (folderEntryPresent(path)) {
+    if (componentPresent(root / "scheduler") && folderEntryPresent(path)) {
         const nlohmann::json file = readModelJson(path);
         if (!file.is_object()) throw ModelError(shownPath(path) + ": must be a JSON object");
         for (const auto& [key, value] : file.items()) merged[key] = value;
@@ -176,15 +222,20 @@ SchedulerOptions readSdScheduler(const fs::path& root, std::string& className) {
     return options;
 }
 
-SdFamily familyOf(const UNetCondModel& unet, const ClipTextModel& encoder, const std::string& shown) {
+// SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
+// ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (diffusers#4153). Told from the text
+// encoder's config alone, so that the tokenizer is known before any weights are read;
+// checkTextContext then holds the UNet to the same width.
+SdFamily familyOfText(const ClipTextConfig& encoder) {
+    return encoder.hiddenAct == ClipActivation::QuickGelu && encoder.hiddenSize < 1024 ? SdFamily::SD1 : SdFamily::SD2;
+}
+
+void checkTextContext(const UNetCondModel& unet, const ClipTextModel& encoder, const std::string& shown) {
     const int context = unet.config().crossAttentionDim;
     if (context != encoder.config().hiddenSize)
         throw ModelError(shown + ": the UNet's cross_attention_dim " + std::to_string(context) +
                          " does not match the text encoder's hidden_size " +
                          std::to_string(encoder.config().hiddenSize) + "; the components are from different models");
-    // SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
-    // ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (diffusers#4153).
-    return encoder.config().hiddenAct == ClipActivation::QuickGelu && context < 1024 ? SdFamily::SD1 : SdFamily::SD2;
 }
 
 // The empty string when the UNet's add_embedding takes `pooledWidth` pooled values and six size
@@ -223,15 +274,30 @@ void checkSdxlComponents(const UNetCondConfig& unet, const ClipTextConfig& text,
 
 namespace {
 
-std::shared_ptr<const ClipTokenizer> folderTokenizer(const fs::path& root, const char* component, SdFamily family,
-                                                     int encoder) {
+// The pipeline's tokenizer (tokenizer/ or tokenizer_2/), or the bundled vocabulary without one.
+// A folder's is refused unless every id it can give is one of the text encoder's (`textDir`'s
+// config.json, read before any weights): a tokenizer of another model is named here, not by the
+// first prompt. The bundled vocabulary is not held to it: small test encoders (vocab_size 64)
+// load without a tokenizer/ and are run only on their tensors.
+std::shared_ptr<const ClipTokenizer> pipelineTokenizer(const fs::path& root, const char* component, SdFamily family,
+                                                       int encoder, const std::string& textDir,
+                                                       const ClipTextConfig& text) {
     const fs::path dir = root / component;
-    if (!fs::is_directory(dir)) return bundledTokenizer(family, encoder);
+    if (!componentPresent(dir)) return bundledTokenizer(family, encoder);
+    std::shared_ptr<const ClipTokenizer> tokenizer;
     try {
-        return std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(dir));
+        tokenizer = std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(dir));
     } catch (const InputFileError& e) {
         throw ModelError(e.what());
     }
+    const std::size_t ids = tokenizer->vocabSize();
+    if (ids > static_cast<std::size_t>(text.vocabSize))
+        throw ModelError(shownPath(dir) + ": its vocabulary (vocab.json) gives token ids up to " +
+                         std::to_string(ids - 1) + ", but the text encoder in " + shownPath(textDir) +
+                         " has vocab_size " + std::to_string(text.vocabSize) + " (ids 0 to " +
+                         std::to_string(text.vocabSize - 1) +
+                         ", its config.json): the tokenizer and the text encoder are from different models");
+    return tokenizer;
 }
 
 // A component's share of a folder's load: the tensor bytes of its weight files, from their
@@ -260,15 +326,24 @@ SdModel loadFolder(const std::string& dir, const LoadProgressCallback& progress)
     const std::string shown = shownPath(indexPath);
     const PipelineIndex index = checkPipelineIndex(readModelJson(indexPath), shown);
 
-    // Every component's folder before any is read.
+    // Every component's folder, the text encoders' configs, the tokenizers and the scheduler
+    // before any weights are read: what does not fit together is refused at once.
     const std::string unetDir = requireComponent(root, "unet"), vaeDir = requireComponent(root, "vae");
     const std::string textDir = requireComponent(root, "text_encoder");
     const std::string text2Dir = index.sdxl ? requireComponent(root, "text_encoder_2") : std::string();
+    const ClipTextConfig textConfig = readClipTextConfig(textDir);
+    const std::optional<ClipTextConfig> text2Config =
+        index.sdxl ? std::optional<ClipTextConfig>(readClipTextConfig(text2Dir)) : std::nullopt;
+    SdModel model;
+    model.family = index.sdxl ? SdFamily::SDXL : familyOfText(textConfig);
+    model.tokenizer = pipelineTokenizer(root, "tokenizer", model.family, 1, textDir, textConfig);
+    if (text2Config) model.tokenizer2 = pipelineTokenizer(root, "tokenizer_2", model.family, 2, text2Dir, *text2Config);
+    model.scheduler = readSdScheduler(root, model.schedulerClass);
+
     const std::uint64_t unetBytes = componentBytes(unetDir, {}), vaeBytes = componentBytes(vaeDir, {});
     const std::uint64_t textBytes = componentBytes(textDir, transformersWeightFiles());
     const std::uint64_t text2Bytes = index.sdxl ? componentBytes(text2Dir, transformersWeightFiles()) : 0;
     LoadMeter meter(progress, unetBytes + vaeBytes + textBytes + text2Bytes);
-    SdModel model;
     model.unet = inPhase(meter, "reading the UNet", unetBytes,
                          [&] { return std::make_shared<const UNetCondModel>(UNetCondModel::load(unetDir, &meter)); });
     model.vae = inPhase(meter, "reading the VAE", vaeBytes,
@@ -282,17 +357,13 @@ SdModel loadFolder(const std::string& dir, const LoadProgressCallback& progress)
         });
     if (index.sdxl) {
         checkSdxlComponents(model.unet->config(), model.textEncoder->config(), model.textEncoder2->config(), shown);
-        model.family = SdFamily::SDXL;
         model.forceZerosForEmptyPrompt = index.forceZerosForEmptyPrompt;
     } else {
-        model.family = familyOf(*model.unet, *model.textEncoder, shown);
+        checkTextContext(*model.unet, *model.textEncoder, shown);
     }
     if (model.unet->config().inChannels != model.vae->config().latentChannels)
         throw ModelError(shown + ": the UNet takes " + std::to_string(model.unet->config().inChannels) +
                          " channels but the VAE's latents have " + std::to_string(model.vae->config().latentChannels));
-    model.tokenizer = folderTokenizer(root, "tokenizer", model.family, 1);
-    if (index.sdxl) model.tokenizer2 = folderTokenizer(root, "tokenizer_2", model.family, 2);
-    model.scheduler = readSdScheduler(root, model.schedulerClass);
     Sha256 digest;
     for (const std::string& part :
          {model.unet->weightsSha256(), model.vae->weightsSha256(), std::string(toString(model.family))})
@@ -405,9 +476,12 @@ SdModel loadSdModel(const std::string& path, const LoadProgressCallback& progres
         model.hostPeakMiB = peakResidentMiB();
         return model;
     }
-    if (fs::is_directory(path, ec)) {
+    const fs::file_status status = fs::status(path, ec);
+    if (ec.value() == ELOOP)
+        throw ModelError(shownPath(path) + ": is a symbolic-link loop (too many levels of symbolic links)");
+    if (fs::is_directory(status)) {
         model = loadFolder(path, progress);
-    } else if (!fs::exists(path, ec)) {
+    } else if (status.type() == fs::file_type::not_found) {
         throw ModelError(shownPath(path) +
                          ": not found; give a Stable Diffusion pipeline folder (with "
                          "model_index.json) or a .safetensors checkpoint");

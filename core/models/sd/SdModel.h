@@ -60,7 +60,10 @@ struct SdModel {
 // message says how to convert it to .safetensors), an SDXL refiner (recognised, refused until
 // supported), components that do not fit together (the UNet's context width is not the text
 // encoders' widths; SDXL: its add_embedding does not take the second encoder's pooled text and
-// six size ids), truncated files, shape mismatches, NaN or infinite weights.
+// six size ids), truncated files, shape mismatches, NaN or infinite weights. A folder's
+// model_index.json keys of the wrong type, component folders that are symbolic-link loops (or
+// links to nothing, or files), text encoder configs out of range and a tokenizer/ whose ids
+// exceed its text encoder's vocab_size are refused before any weights are read.
 // A folder without tokenizer/ (tokenizer_2/), and every single-file checkpoint, uses the bundled
 // CLIP vocabulary, openai's bpe_simple_vocab_16e6.txt.gz, at the path front ends set once at start.
 // `progress` (optional, on the calling thread) hears the load as bytes of tensor data done out of

@@ -65,13 +65,14 @@ void checkNotPickled(const std::string& path, const std::string& where) {
 }
 
 // ---------------------------------------------------------------------------
-// SHA-256 of the mapped file on its own thread, cancelled (and joined) when dropped. Hashed pages
-// are released behind it, as the converter releases the tensors it has copied.
+// SHA-256 of the file on its own thread, cancelled (and joined) when dropped. A failure there (the
+// file changed while it was read, a read error) is kept and thrown by result() on the caller's
+// thread as a ModelError: an exception must never leave the thread's function.
 
 class FileHasher {
 public:
     FileHasher(const SafetensorsFile& file, FileDigest digest) : file_(file) {
-        if (digest == FileDigest::Compute) thread_ = std::thread([this] { run(file_.fileBytes()); });
+        if (digest == FileDigest::Compute) thread_ = std::thread([this] { run(); });
     }
     ~FileHasher() {
         cancel_ = true;
@@ -79,27 +80,32 @@ public:
     }
     FileHasher(const FileHasher&) = delete;
     FileHasher& operator=(const FileHasher&) = delete;
-    // The digest (lowercase hex); empty when not computed.
+    // The digest (lowercase hex); empty when not computed. Throws ModelError naming the file
+    // when it could not be read to its end.
     std::string result() {
         if (thread_.joinable()) thread_.join();
+        if (!failure_.empty()) throw ModelError(failure_);
         return digest_;
     }
 
 private:
-    void run(std::span<const std::byte> bytes) {
-        constexpr std::size_t kChunk = std::size_t{16} << 20;
-        Sha256 hash;
-        for (std::size_t at = 0; at < bytes.size(); at += kChunk) {
-            if (cancel_) return;
-            const auto chunk = bytes.subspan(at, std::min(kChunk, bytes.size() - at));
-            hash.update(chunk.data(), chunk.size());
-            file_.releasePages(chunk);
+    void run() noexcept {
+        try {
+            Sha256 hash;
+            const bool whole = file_.readFileInChunks([&](std::span<const std::byte> chunk) {
+                if (cancel_) return false;
+                hash.update(chunk.data(), chunk.size());
+                return true;
+            });
+            if (whole) digest_ = hash.hexDigest();
+        } catch (const std::exception& e) {
+            failure_ = e.what();
+            if (failure_.empty()) failure_ = shownPath(file_.path()) + ": cannot be hashed";
         }
-        digest_ = hash.hexDigest();
     }
     const SafetensorsFile& file_;
     std::atomic<bool> cancel_{false};
-    std::string digest_;
+    std::string digest_, failure_;
     std::thread thread_;
 };
 
@@ -143,7 +149,7 @@ Inspected inspectOpen(const SafetensorsFile& file, const std::string& path, cons
     }
     SingleFileCheckpointInfo& info = r.info;
     info.path = path;
-    info.fileBytes = file.fileBytes().size();
+    info.fileBytes = file.fileSize();
     info.family = r.layout.family;
     info.familyReason = r.layout.reason;
     info.unet = r.configs.unet;

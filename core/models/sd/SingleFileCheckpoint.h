@@ -1,14 +1,14 @@
 // SingleFileCheckpoint: a Stable Diffusion 1.x / 2.x checkpoint in the original LDM layout, one
-// .safetensors file holding the UNet (model.diffusion_model.*), the VAE (first_stage_model.*)
-// and the text encoder (cond_stage_model.*), or an SDXL base checkpoint in SGM's layout (text
-// encoders conditioner.embedders.0.transformer.* = CLIP ViT-L in transformers' names and
+// .safetensors file holding the UNet (model.diffusion_model.*), the VAE (first_stage_model.*) and
+// the text encoder (cond_stage_model.*), or an SDXL base checkpoint in SGM's layout (text encoders
+// conditioner.embedders.0.transformer.* = CLIP ViT-L in transformers' names and
 // conditioner.embedders.1.model.* = OpenCLIP bigG with its fused q/k/v in_proj and transposed
-// text_projection), as A1111 and ComfyUI users keep them. The file is memory-mapped, never read
-// into a buffer; its family is told from its tensors as diffusers' infer_diffusers_model_type
-// does, its configurations are the ones diffusers' single-file loader uses for that family (sizes
-// read from the tensors), and every tensor is renamed to diffusers' names, checked and upcast into
-// the same UNetCondModel, VaeModel and ClipTextModel a pipeline folder gives. Pickled checkpoints
-// are refused unread. Qt-free.
+// text_projection), as A1111 and ComfyUI users keep them. The file is read tensor by tensor
+// (core/formats/Safetensors.h: never mapped, never whole into a buffer); its family is told from
+// its tensors as diffusers' infer_diffusers_model_type does, its configurations are the ones
+// diffusers' single-file loader uses for that family (sizes read from the tensors), and every
+// tensor is renamed to diffusers' names, checked and upcast into the same UNetCondModel, VaeModel
+// and ClipTextModel a pipeline folder gives. Pickled checkpoints are refused unread. Qt-free.
 #pragma once
 
 #include <cstdint>
@@ -100,7 +100,8 @@ SingleFileCheckpointInfo inspectSingleFileCheckpoint(const std::string& path, co
 //  - anything else that is not an SD 1.x/2.x LDM or SDXL base checkpoint, naming the tensors
 //    looked for; SDXL parts that do not fit together (checkSdxlComponents);
 //  - a missing model, a missing tensor, a wrong shape or dtype, a non-finite value, tensors of
-//    a model that its configuration does not describe, a truncated or malformed file.
+//    a model that its configuration does not describe, a truncated or malformed file;
+//  - a file that changed while it was read (truncated, say), by the conversion or the digest.
 SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOptions& options = {});
 
 // (name in the file, stored shape) of every tensor a checkpoint of this family and these

@@ -47,6 +47,33 @@ std::string someNames(const SafetensorsFile& file) {
     return names.empty() ? "no tensors" : names;
 }
 
+// SDXL's refiner UNet takes 5 size ids of 256 besides bigG's 1280-wide pooled text (SGM's
+// adm_in_channels 2560; SDXL base: 2816, six ids).
+constexpr std::int64_t kXlRefinerAdmChannels = 2560;
+
+// A UNet with SGM's text-time embedding (label_emb: SDXL's pooled text and size ids; no SD 1.x or
+// 2.x text-to-image UNet has one) in a file without the text encoder that tells SDXL apart: an SDXL
+// checkpoint with a part missing, named as such rather than read as SD 1.x without a text encoder.
+void refuseSdxlWithoutTextEncoders(const SafetensorsFile& file, const std::string& where) {
+    const SafetensorsTensorInfo* add = file.find(kXlAddEmbedding);
+    if (add == nullptr) return;
+    const std::string unet = std::string("by its UNet (it has ") + inQuotes(kXlAddEmbedding, kNameChars) +
+                             ", the text-time embedding only SDXL's UNet has)";
+    if (add->shape.size() == 2 && add->shape[1] == kXlRefinerAdmChannels)
+        throw ModelError(where + ": an SDXL refiner checkpoint " + unet +
+                         " without its text encoder; SDXL refiners are not supported yet; Tessera runs Stable "
+                         "Diffusion 1.x, 2.x and SDXL base checkpoints");
+    const std::string position = std::string(kClipTextPrefix) + "embeddings.position_embedding.weight";
+    const bool clipL = file.has(std::string(kXlClip) + position) ||
+                       file.has(std::string(kXlClip) + position.substr(std::strlen(kClipTextPrefix)));
+    std::string missing =
+        clipL ? std::string() : "its first text encoder (CLIP ViT-L under " + inQuotes(kXlClip, kNameChars) + ") and ";
+    missing += "its second text encoder (OpenCLIP bigG under " + inQuotes(kXlOpenClip, kNameChars) + "; looked for " +
+               inQuotes(kXlOpenClipKey, kNameChars) + ")";
+    throw ModelError(where + ": an SDXL checkpoint " + unet + " without " + missing +
+                     "; Tessera needs the UNet, the VAE and both text encoders of SDXL base in one file");
+}
+
 // The diffusers tests in their order, then Tessera's: the model must be an SD 1.x/2.x UNet in LDM
 // names. diffusers falls back to "v1" for anything unmatched; Tessera names what it looked for.
 SdFamily detectFamily(const SafetensorsFile& file, const std::string& where, std::string& reason) {
@@ -81,6 +108,7 @@ SdFamily detectFamily(const SafetensorsFile& file, const std::string& where, std
     if (file.has(kUpscaleKey)) refuseFamily(where, "a Stable Diffusion x4 upscaler checkpoint", kUpscaleKey);
     for (const char* key : kControlNetKeys)
         if (file.has(key)) refuseFamily(where, "a ControlNet checkpoint", key);
+    refuseSdxlWithoutTextEncoders(file, where);
     if (convIn == nullptr) {
         const bool diffusersNames = file.has("conv_in.weight") || file.has("down_blocks.0.resnets.0.conv1.weight");
         throw ModelError(where + ": not a Stable Diffusion checkpoint in the original (LDM) layout: no " +

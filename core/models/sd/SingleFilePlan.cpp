@@ -172,10 +172,7 @@ std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Si
                                             count * static_cast<std::size_t>(b.part)));
         if (b.transpose)
             t.data = transposed(t.data, static_cast<std::size_t>(b.shape[1]), static_cast<std::size_t>(b.shape[0]));
-        if (b.part + 1 == b.parts) {
-            file.releasePages(info);
-            meter.advance(info.byteSize());
-        }
+        if (b.part + 1 == b.parts) meter.advance(info.byteSize());
         tensors.emplace(b.name, std::move(t));
     }
     meter.endPhase();

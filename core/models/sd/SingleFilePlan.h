@@ -54,8 +54,7 @@ std::vector<std::string> unusedTensors(const SafetensorsFile& file, const std::v
 std::uint64_t planBytes(const SafetensorsFile& file, const SingleFilePlan& plan);
 
 // Reads, upcasts and checks every bound tensor, in the file's order (one sequential pass over the
-// disk), releasing each tensor's pages once copied (the resident set holds the copies, not also
-// the file). The plan must have passed checkPlan. ModelError for a non-finite value.
+// disk). The plan must have passed checkPlan. ModelError for a non-finite value.
 std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const SingleFilePlan& plan,
                                            const std::string& where, LoadMeter& meter);
 
