@@ -237,13 +237,23 @@ private slots:
         CpuUpscaler cpu(2);
         const ImageTensor out = cpu.upscale(half, tensorImage(io, "input"), untiled(false));
         QVERIFY(relativeL2(out.data, tensorImage(io, "output64").data) < 1e-2);  // weights rounded to fp16
-        // A .pth is not read here: the checkpoint reader makes its StateDict.
-        try {
-            UpscaleModel::loadFile(kFixtures + "/compact_x4/model.pth");
-            QFAIL("a .pth loaded as safetensors");
-        } catch (const ModelError& e) {
-            QVERIFY2(std::string(e.what()).find("a PyTorch checkpoint") != std::string::npos, e.what());
+        // The same model from zip and legacy PyTorch checkpoints, read by the restricted reader:
+        // the weights bit-equal to the safetensors file's, and the run record told how it was read.
+        const UpscaleModel fromSafetensors = UpscaleModel::loadFile(kFixtures + "/compact_x4/model.safetensors");
+        QVERIFY(fromSafetensors.readNote().empty());
+        for (const char* name : {"/compact_x4/model.pth", "/compact_x4/model_legacy.pth"}) {
+            const UpscaleModel fromPickle = UpscaleModel::loadFile(kFixtures + name);
+            QVERIFY2(fromPickle.readNote().find("restricted reader") != std::string::npos,
+                     fromPickle.readNote().c_str());
+            QCOMPARE(fromPickle.description(), fromSafetensors.description());
+            for (const auto& [key, tensor] : fromSafetensors.tensors()) {
+                const auto it = fromPickle.tensors().find(key);
+                QVERIFY2(it != fromPickle.tensors().end(), key.c_str());
+                QVERIFY2(it->second.data == tensor.data, key.c_str());
+            }
         }
+        const UpscaleModel wrapped = UpscaleModel::loadFile(kFixtures + "/esrgan_basicsr_x2_unshuffle/model.pth");
+        QCOMPARE(wrapped.scale(), 2);
     }
 
     void refusesOtherFamilies() {
