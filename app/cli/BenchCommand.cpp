@@ -2,6 +2,7 @@
 
 #include "app/cli/CliOptions.h"
 #include "app/cli/bench/JobBench.h"
+#include "app/cli/bench/UpscaleBench.h"
 #include "app/cli/bench/VaeBench.h"
 #include "core/models/sd/UNetCondConfig.h"
 
@@ -22,6 +23,7 @@ int runSdBench(const BenchOptions& options, std::ostream& out, std::ostream& err
 
 int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
     if (asksForVaeBench(args)) return runVaeBenchCommand(args, out, err);
+    if (asksForUpscaleBench(args)) return runUpscaleBenchCommand(args, out, err);
     BenchOptions options;
     try {
         options = parseBenchOptions(args);

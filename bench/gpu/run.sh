@@ -10,6 +10,8 @@ Usage: bench/gpu/run.sh [options] MODE...
   --before PATH     the build to compare with (env TESSERA_BEFORE): modes before-after and cpu-scaling
   --diffusers PATH  diffusers' src/ folder, or an archive of it (env DIFFUSERS_SRC), for the Stable
                     Diffusion peers; without it, the diffusers PyTorch's Python has installed
+  --spandrel PATH   spandrel's libs/spandrel folder, or an archive holding libs/spandrel (env SPANDREL_SRC),
+                    for the upscale peer; without it, the spandrel PyTorch's Python has installed
   --out DIR         the results folder (env OUT): a log per step, CSVs, steps.tsv, run.log
   --deadline S      no step runs past S seconds after the start (env DEADLINE, default 550)
   --archive         the results as one results.tar.xz in the results folder
@@ -41,6 +43,11 @@ Modes:
   suites        every cuda_tst_* suite; cuda_tst_backendops in SHARDS processes (OPS_MODELS to narrow)
   sanitizer     compute-sanitizer memcheck, racecheck, synccheck on small tiled renders
   renders       the default model at 1024x1024 and image-to-image; an SD 1.5-shaped 4x upscale
+  upscale       an ESRGAN of 4x-UltraSharp's shape (64 features, 23 blocks) upscaling UPSCALE_SIZE (default
+                1024) x4, fp16: Tessera at tiles UPSCALE_TILES (default 0,512,256; 0 the whole image) with
+                CUDA graphs; spandrel + PyTorch (channels_last, cudnn.benchmark, ComfyUI's tiles blended
+                on the GPU) at TORCH_UPSCALE_TILES (default 256,384,512,768,0), eager and CUDA graph; the
+                CPU engine at 96x96 on 2 and 16 threads (UPSCALE_CPU=0: not)
   window        the window on the GPU (a bundle with bin/tessera): an SD run, before/after, reopened
   before-after  the same bench rows with --before and --tessera in the order before, after, after,
                 before; a table of medians and after/before (rows: BEFORE_AFTER_ROWS, ';' between)
@@ -59,6 +66,7 @@ die() {
 tessera_src=${TESSERA:-}
 before_src=${TESSERA_BEFORE:-}
 diffusers_src=${DIFFUSERS_SRC:-}
+spandrel_src=${SPANDREL_SRC:-}
 out=${OUT:-}
 deadline=${DEADLINE:-550}
 archive=0
@@ -68,6 +76,7 @@ while (($#)); do
   --tessera) tessera_src=${2:?--tessera PATH}; shift 2 ;;
   --before) before_src=${2:?--before PATH}; shift 2 ;;
   --diffusers) diffusers_src=${2:?--diffusers PATH}; shift 2 ;;
+  --spandrel) spandrel_src=${2:?--spandrel PATH}; shift 2 ;;
   --out) out=${2:?--out DIR}; shift 2 ;;
   --deadline) deadline=${2:?--deadline SECONDS}; shift 2 ;;
   --archive) archive=1; shift ;;
@@ -80,7 +89,7 @@ done
 [[ -n "$out" ]] || die "give the results folder: --out DIR or OUT=DIR"
 [[ "$deadline" =~ ^[0-9]+$ ]] || die "--deadline takes seconds"
 # Paths as the caller gave them, then everything from the repository's root (the scripts and tests/data).
-for path in tessera_src before_src diffusers_src out; do
+for path in tessera_src before_src diffusers_src spandrel_src out; do
   [[ -n "${!path}" ]] && printf -v "$path" '%s' "$(realpath -m -- "${!path}")"
 done
 cd "$repo" || exit 2
@@ -232,6 +241,16 @@ if [[ -n "$diffusers_src" ]]; then
   [[ -d "$diffusers_src/diffusers" ]] || die "$diffusers_src: no diffusers package in it"
 fi
 torchpy=(env -u LD_LIBRARY_PATH "PYTHONPATH=$diffusers_src${PYTHONPATH:+:$PYTHONPATH}" python3)
+if [[ -n "$spandrel_src" ]]; then
+  if [[ -f "$spandrel_src" ]]; then
+    mkdir -p "$work/spandrel"
+    tar xf "$spandrel_src" -C "$work/spandrel" || die "cannot unpack $spandrel_src"
+    spandrel_src=$work/spandrel
+  fi
+  [[ -d "$spandrel_src/libs/spandrel" ]] && spandrel_src=$spandrel_src/libs/spandrel
+  [[ -d "$spandrel_src/spandrel" ]] || die "$spandrel_src: no spandrel package in it"
+fi
+spandrelpy=(env -u LD_LIBRARY_PATH "PYTHONPATH=$spandrel_src${PYTHONPATH:+:$PYTHONPATH}" python3)
 # PyTorch's caches (inductor, Triton) need a writable home.
 [[ -w "${HOME:-/nonexistent}" ]] || export HOME=$work/home XDG_CACHE_HOME=$work/home/.cache
 mkdir -p "$HOME" 2>/dev/null
@@ -614,6 +633,35 @@ mode_renders() {
   records "$work"/noise/*.json "$work"/i2i_*/*.json "$work"/upscale/*.json | tee "$results/render_records.txt"
 }
 
+# The 4x-UltraSharp-shaped upscale beside spandrel + PyTorch in the same call; both CSVs joined in upscale.csv.
+mode_upscale() {
+  need_tessera upscale || return
+  local size=${UPSCALE_SIZE:-1024} threads
+  stepmem upscale_tessera 200 "${cli[@]}" bench --shape upscale --size "$size" --tile "${UPSCALE_TILES:-0,512,256}" \
+    --repeats 5 --tuning-cache "$tuning" --csv "$results/upscale_tessera.csv"
+  stepmem upscale_torch 240 "${spandrelpy[@]}" $pytorch/upscale_spandrel.py --size "$size" \
+    --tiles "${TORCH_UPSCALE_TILES:-256,384,512,768,0}" --modes eager,graph --repeats 3 \
+    --csv "$results/upscale_torch.csv"
+  if [[ "${UPSCALE_CPU:-1}" != 0 ]]; then
+    for threads in 2 16; do
+      step "upscale_cpu_$threads" 120 "${cli[@]}" bench --shape upscale --engine cpu --threads "$threads" --size 96 \
+        --tile 0 --repeats 2 --csv "$results/upscale_cpu_$threads.csv"
+    done
+  fi
+  join_csv "$results/upscale.csv" "$results/upscale_tessera.csv" "$results/upscale_torch.csv" \
+    "$results"/upscale_cpu_*.csv
+  [[ -f "$results/upscale.csv" ]] || return 0
+  python3 - "$results/upscale.csv" <<'EOF' | tee "$results/upscale_table.txt"
+import csv, sys
+cols = ["engine", "tile", "batch", "precision", "graphs", "tiles", "seconds_per_image", "min_s", "max_s", "tflops",
+        "fraction_of_peak", "peak_mib", "first_s", "forward_share"]
+rows = [cols] + [[r.get(c, "") for c in cols] for r in csv.DictReader(open(sys.argv[1]))]
+widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+for r in rows:
+    print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+EOF
+}
+
 # An offscreen screen of WIDTH x HEIGHT for Qt: the config file's path.
 screen_config() {
   local f=$work/offscreen-$1x$2.json
@@ -714,6 +762,7 @@ for mode in "${modes[@]}"; do
   suites) mode_suites ;;
   sanitizer) mode_sanitizer ;;
   renders) mode_renders ;;
+  upscale) mode_upscale ;;
   window) mode_window ;;
   before-after) mode_before_after ;;
   *)

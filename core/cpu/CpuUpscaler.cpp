@@ -2,9 +2,10 @@
 
 namespace tessera {
 
-std::uint64_t CpuUpscaler::tileBytes(const ModelGraph& graph, int outH, int outW) const {
-    const CpuBackend::Scratch scratch = CpuBackend::scratchNeeded(graph, 1, outH, outW);
-    const std::size_t floats = CpuBackend::activationFloats(graph, 1, outH, outW) +
+std::uint64_t CpuUpscaler::tileBytes(const UpscaleModel& model, int batch, int outH, int outW) const {
+    const ModelGraph& graph = model.executionGraph();
+    const CpuBackend::Scratch scratch = CpuBackend::scratchNeeded(graph, batch, outH, outW);
+    const std::size_t floats = CpuBackend::activationFloats(graph, batch, outH, outW) +
                                scratch.perWorker * static_cast<std::size_t>(backend_.threads());
     return static_cast<std::uint64_t>(floats) * sizeof(float);
 }

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "core/base/FormatNumber.h"
 #include "core/base/HostMemory.h"
@@ -14,8 +16,36 @@ namespace {
 constexpr int kMinimumTile = 64;                                  // input pixels: where halving stops
 constexpr std::uint64_t kDefaultBudget = std::uint64_t(4) << 30;  // 4 GiB
 constexpr int kSinkRows = 64;                                     // rows per sink call of a one-tile run
+constexpr std::int64_t kThreadFloats = std::int64_t(1) << 18;     // host work per thread worth starting it
+constexpr unsigned kMaxHostThreads = 16;
 
 std::uint64_t floatBytes(std::int64_t floats) { return static_cast<std::uint64_t>(floats) * sizeof(float); }
+
+// body(begin, end) over pieces of the rows [0, n), on up to the hardware's threads where the
+// `floats` the rows touch are worth it (the calling thread takes the first piece). The pieces
+// write disjoint rows.
+template <class Body>
+void forRows(int n, std::int64_t floats, const Body& body) {
+    const unsigned hardware = std::max(1u, std::min(kMaxHostThreads, std::thread::hardware_concurrency()));
+    const auto wanted = static_cast<unsigned>(std::clamp<std::int64_t>(floats / kThreadFloats, 1, hardware));
+    const int pieces = std::min(n, static_cast<int>(wanted));
+    if (pieces <= 1) {
+        body(0, n);
+        return;
+    }
+    std::vector<std::thread> helpers;
+    helpers.reserve(static_cast<std::size_t>(pieces) - 1);
+    for (int i = 1; i < pieces; ++i)
+        helpers.emplace_back([&body, i, n, pieces] { body(n * i / pieces, n * (i + 1) / pieces); });
+    body(0, n / pieces);
+    for (std::thread& t : helpers) t.join();
+}
+
+// Where a tile sits: its position in input pixels and its row and column in the plan.
+struct TileSpot {
+    int x = 0, y = 0;
+    std::size_t row = 0, col = 0;
+};
 
 // ComfyUI tiled_scale_multidim's mask along one axis of a tile's output: ones, then for
 // k < feather the k-th row/column from each end multiplied by (k + 1) / feather (not at all when
@@ -79,14 +109,43 @@ std::vector<int> paddedIndices(int n, int padded) {
     return idx;
 }
 
+int UpscaleDevice::maxTileBatch(int /*outH*/, int /*outW*/) const { return 1; }
+
+std::string upscalePlanKey(const UpscaleModel& model, int batch, int outH, int outW) {
+    std::ostringstream k;
+    k << std::hexfloat << static_cast<const void*>(&model) << '|' << model.description() << '|' << batch << 'x' << outH
+      << 'x' << outW;
+    for (const auto& [name, t] : model.tensors()) {
+        const std::vector<float>& d = t.data;
+        k << '\n' << name << '@' << static_cast<const void*>(d.data()) << ':' << d.size();
+        if (!d.empty()) k << ':' << d.front() << ':' << d[d.size() / 2] << ':' << d.back();
+    }
+    return k.str();
+}
+
+void BackendUpscaleDevice::prepare(const UpscaleModel& model, int batch, int outH, int outW) {
+    std::string key = upscalePlanKey(model, batch, outH, outW);
+    const int s = model.scale();
+    input_.resize(static_cast<std::size_t>(batch) * model.inputChannels() * (outH / s) * (outW / s));
+    output_.resize(static_cast<std::size_t>(batch) * model.outputChannels() * outH * outW);
+    if (key == preparedKey_) return;
+    preparedKey_.clear();
+    backend().prepareGraph(model.executionGraph(), model.tensors(), batch, outH, outW);
+    preparedKey_ = std::move(key);
+}
+
+void BackendUpscaleDevice::submit(int /*slot*/, int count, int /*firstTile*/) {
+    backend().run({input_.data()}, count, {output_.data()});
+}
+
 TilePlan UpscalePlan::outputTiles() const {
     return TilePlan::make(width * scale, height * scale, tile * scale, overlap * scale);
 }
 
 UpscaleTiler::UpscaleTiler(const UpscaleModel& model, UpscaleDevice& device, UpscaleTiling tiling)
     : model_(model), device_(device), tiling_(tiling) {
-    if (tiling_.tile < 1) throw std::invalid_argument("tile: " + std::to_string(tiling_.tile) + " must be positive");
-    if (tiling_.overlap < 0 || tiling_.overlap >= tiling_.tile)
+    if (tiling_.tile < 0) throw std::invalid_argument("tile: " + std::to_string(tiling_.tile) + " is negative");
+    if (tiling_.overlap < 0 || (tiling_.tile > 0 && tiling_.overlap >= tiling_.tile))
         throw std::invalid_argument("overlap: " + std::to_string(tiling_.overlap) + " must be 0 to " +
                                     std::to_string(tiling_.tile - 1) + " pixels (below the tile)");
 }
@@ -98,21 +157,36 @@ std::uint64_t UpscaleTiler::budget() const {
     return b;
 }
 
+bool UpscaleTiler::fits(UpscalePlan& p, int batch) const {
+    const int s = p.scale, cin = model_.inputChannels(), cout = model_.outputChannels();
+    const std::int64_t outTile = std::int64_t(p.paddedH) * s * p.paddedW * s;
+    p.deviceBytes = device_.tileBytes(model_, batch, p.paddedH * s, p.paddedW * s);
+    p.bufferBytes = floatBytes(std::int64_t(p.slotCount) * batch *
+                               (std::int64_t(cin) * p.paddedH * p.paddedW + std::int64_t(cout) * outTile));
+    p.bandBytes = p.single ? floatBytes(std::int64_t(kSinkRows) * cout * p.width * s)
+                           : floatBytes(std::int64_t(p.tileH) * s * cout * p.width * s);
+    if (p.deviceBudget > 0) return p.deviceBytes <= p.deviceBudget && p.hostBytes() <= p.budget;
+    return p.bytes() <= p.budget;
+}
+
 UpscalePlan UpscaleTiler::plan(int width, int height) const {
     if (width < 1 || height < 1)
         throw std::invalid_argument("upscale: an image of " + std::to_string(width) + " x " + std::to_string(height) +
                                     " pixels");
     const SizeRequirements req = model_.sizeRequirements();
     const int multiple = std::max(req.multipleOf, model_.inputMultiple());
-    const int s = model_.scale(), cin = model_.inputChannels(), cout = model_.outputChannels();
     auto roundTile = [multiple](int t) { return std::max(multiple, t / multiple * multiple); };
     UpscalePlan p;
     p.width = width;
     p.height = height;
-    p.scale = s;
+    p.scale = model_.scale();
     p.budget = budget();
-    p.tile = roundTile(tiling_.tile);
+    p.deviceBudget = device_.deviceBudget().value_or(0);
+    p.slotCount = std::clamp(device_.slotCount(), 1, 2);
+    const int asked = tiling_.tile > 0 ? tiling_.tile : (std::max(width, height) + multiple - 1) / multiple * multiple;
+    p.tile = roundTile(asked);
     p.overlap = std::min(tiling_.overlap, p.tile - 1);
+    const std::string askedText = tiling_.tile > 0 ? "tile " + std::to_string(tiling_.tile) : "the whole image";
     for (;;) {
         p.single = width <= p.tile && height <= p.tile;
         p.tileW = std::min(p.tile, width);
@@ -121,59 +195,44 @@ UpscalePlan UpscaleTiler::plan(int width, int height) const {
         p.paddedH = req.padded(p.tileH);
         if (p.paddedW % multiple != 0 || p.paddedH % multiple != 0)
             throw std::logic_error("upscale: a tile not a multiple of the model's unshuffle");
-        const std::int64_t outTile = std::int64_t(p.paddedH) * s * p.paddedW * s;
-        p.deviceBytes = device_.tileBytes(model_.executionGraph(), p.paddedH * s, p.paddedW * s);
-        p.bufferBytes = floatBytes(std::int64_t(cin) * p.paddedH * p.paddedW + std::int64_t(cout) * outTile +
-                                   std::int64_t(cout) * p.tileH * s * p.tileW * s);
-        p.bandBytes = p.single ? floatBytes(std::int64_t(kSinkRows) * cout * width * s)
-                               : floatBytes(std::int64_t(p.tileH) * s * cout * width * s);
-        if (p.bytes() <= p.budget) break;
+        if (fits(p, 1)) break;
+        const std::string need = formatBytes(p.bytes()) + " (" + formatBytes(p.deviceBytes) + " on the device)";
+        const std::string over = p.deviceBudget > 0 ? "over the device's budget of " + formatBytes(p.deviceBudget) +
+                                                          " or the host's of " + formatBytes(p.budget)
+                                                    : "over the memory budget of " + formatBytes(p.budget);
         if (p.tile <= kMinimumTile || roundTile(p.tile / 2) == p.tile)
-            throw std::invalid_argument("upscale: tiles of " + std::to_string(p.tile) + " pixels need " +
-                                        formatBytes(p.bytes()) + " (" + formatBytes(p.deviceBytes) +
-                                        " on the device), over the memory budget of " + formatBytes(p.budget));
-        const int asked = p.tile;
+            throw std::invalid_argument("upscale: tiles of " + std::to_string(p.tile) + " pixels need " + need + ", " +
+                                        over);
+        const int from = p.tile;
         p.tile = roundTile(std::max(kMinimumTile, p.tile / 2));
         p.overlap = std::min(p.overlap, p.tile / 4);
-        p.note = "tile " + std::to_string(tiling_.tile) + " lowered to " + std::to_string(p.tile) + ": " +
-                 std::to_string(asked) + " needed " + formatBytes(p.bytes()) + ", over the budget of " +
-                 formatBytes(p.budget);
+        p.note = askedText + " lowered to tiles of " + std::to_string(p.tile) + ": " + std::to_string(from) +
+                 " needed " + need + ", " + over;
     }
     p.xs = p.single ? std::vector<int>{0} : TilePlan::axisPositions(width, p.tile, p.overlap);
     p.ys = p.single ? std::vector<int>{0} : TilePlan::axisPositions(height, p.tile, p.overlap);
+    // The largest batch that fits, from what the device takes at once.
+    int batch = std::min(p.tiles(), std::max(1, device_.maxTileBatch(p.paddedH * p.scale, p.paddedW * p.scale)));
+    while (batch > 1 && !fits(p, batch)) batch = batch * 3 / 4;
+    p.batch = std::max(1, batch);
+    if (!fits(p, p.batch)) throw std::logic_error("upscale: a batch of one tile fitted, then did not");
     return p;
 }
 
-void UpscaleTiler::prepareFor(int outH, int outW) {
-    if (outH == preparedH_ && outW == preparedW_) return;
-    preparedH_ = preparedW_ = 0;
-    device_.backend().prepareGraph(model_.executionGraph(), model_.tensors(), 1, outH, outW);
-    preparedH_ = outH;
-    preparedW_ = outW;
-}
-
-void UpscaleTiler::runTile(const ImageTensor& input, const UpscalePlan& p, int x, int y, std::vector<float>& in,
-                           std::vector<float>& out, std::vector<float>& cropped) {
-    const int s = p.scale, cin = model_.inputChannels(), cout = model_.outputChannels();
+void UpscaleTiler::gatherTile(const ImageTensor& input, const UpscalePlan& p, int x, int y, float* in) const {
     const std::vector<int> rows = paddedIndices(p.tileH, p.paddedH), cols = paddedIndices(p.tileW, p.paddedW);
-    for (int c = 0; c < cin; ++c)
+    for (int c = 0; c < model_.inputChannels(); ++c)
         for (int r = 0; r < p.paddedH; ++r) {
             const float* src = input.data.data() +
                                (std::int64_t(c) * input.height + y + rows[static_cast<std::size_t>(r)]) * input.width +
                                x;
-            float* dst = in.data() + (std::int64_t(c) * p.paddedH + r) * p.paddedW;
+            float* dst = in + (std::int64_t(c) * p.paddedH + r) * p.paddedW;
             for (int k = 0; k < p.paddedW; ++k) dst[k] = src[cols[static_cast<std::size_t>(k)]];
-        }
-    device_.backend().run({in.data()}, 1, {out.data()});
-    const int outW = p.paddedW * s, cropH = p.tileH * s, cropW = p.tileW * s;
-    for (int c = 0; c < cout; ++c)
-        for (int r = 0; r < cropH; ++r) {
-            const float* src = out.data() + (std::int64_t(c) * p.paddedH * s + r) * outW;
-            float* dst = cropped.data() + (std::int64_t(c) * cropH + r) * cropW;
-            for (int k = 0; k < cropW; ++k) dst[k] = tiling_.clamp ? std::clamp(src[k], 0.0f, 1.0f) : src[k];
         }
 }
 
+// The pipeline: batches gathered into a slot and submitted; the previous slot's tiles, once the
+// device has them, blended into the band (or, for one tile, cropped into it) and emitted.
 UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
                               const std::function<void(int, int)>& progress) {
     if (input.channels != model_.inputChannels() ||
@@ -181,79 +240,114 @@ UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
         throw std::invalid_argument("upscale: an image of " + std::to_string(input.channels) + " channels for " +
                                     model_.description() + ", which takes " + std::to_string(model_.inputChannels()));
     UpscalePlan p = plan(input.width, input.height);
-    const int s = p.scale, cout = model_.outputChannels(), outWidth = p.width * s;
-    prepareFor(p.paddedH * s, p.paddedW * s);
-    std::vector<float> in(static_cast<std::size_t>(model_.inputChannels()) * p.paddedH * p.paddedW);
-    std::vector<float> out(static_cast<std::size_t>(cout) * p.paddedH * s * p.paddedW * s);
-    std::vector<float> tile(static_cast<std::size_t>(cout) * p.tileH * s * p.tileW * s);
+    const int s = p.scale, cout = model_.outputChannels(), outWidth = p.width * s, outHeight = p.height * s;
+    device_.prepare(model_, p.batch, p.paddedH * s, p.paddedW * s);
     const std::size_t rowFloats = static_cast<std::size_t>(cout) * outWidth;
+    const std::size_t inFloats = static_cast<std::size_t>(model_.inputChannels()) * p.paddedH * p.paddedW;
+    const int tileOutH = p.paddedH * s, tileOutW = p.paddedW * s, cropH = p.tileH * s, cropW = p.tileW * s;
+    const std::size_t outFloats = static_cast<std::size_t>(cout) * tileOutH * tileOutW;
+    const bool clamp = tiling_.clamp;
+    auto value = [clamp](float v) { return clamp ? std::clamp(v, 0.0f, 1.0f) : v; };
 
-    if (p.single) {
-        runTile(input, p, 0, 0, in, out, tile);
-        if (progress) progress(1, 1);
-        const int outHeight = p.height * s;
-        std::vector<float> band(rowFloats * kSinkRows);
-        for (int r0 = 0; r0 < outHeight; r0 += kSinkRows) {
-            const int n = std::min(kSinkRows, outHeight - r0);
-            for (int r = 0; r < n; ++r)
-                for (int c = 0; c < cout; ++c)
-                    std::memcpy(band.data() + std::size_t(r) * rowFloats + std::size_t(c) * outWidth,
-                                tile.data() + (std::size_t(c) * outHeight + std::size_t(r0 + r)) * outWidth,
-                                sizeof(float) * static_cast<std::size_t>(outWidth));
-            sink(r0, n, band.data());
-        }
-        return p;
-    }
-
-    const AxisWeights wx = axisWeights(p.xs, p.width, p.tileW, s, p.overlap, tiling_.blend);
-    const AxisWeights wy = axisWeights(p.ys, p.height, p.tileH, s, p.overlap, tiling_.blend);
-    const int capacity = p.tileH * s;  // band rows: one tile row of output
+    std::vector<TileSpot> spots;
+    for (std::size_t row = 0; row < p.ys.size(); ++row)
+        for (std::size_t col = 0; col < p.xs.size(); ++col) spots.push_back({p.xs[col], p.ys[row], row, col});
+    const int total = p.tiles();
+    const AxisWeights wx = p.single ? AxisWeights{} : axisWeights(p.xs, p.width, p.tileW, s, p.overlap, tiling_.blend);
+    const AxisWeights wy = p.single ? AxisWeights{} : axisWeights(p.ys, p.height, p.tileH, s, p.overlap, tiling_.blend);
+    const int capacity = p.single ? kSinkRows : cropH;  // band rows: one tile row of output
     std::vector<float> band(rowFloats * static_cast<std::size_t>(capacity), 0.0f);
     int bandStart = 0;
     // Rows [bandStart, end) are final: normalise, clamp, hand over, and move the rest up.
     auto emit = [&](int end) {
         const int n = end - bandStart;
         if (n <= 0) return;
-        for (int r = 0; r < n; ++r) {
-            const float ny = wy.sum[static_cast<std::size_t>(bandStart + r)];
-            for (int c = 0; c < cout; ++c) {
-                float* row = band.data() + std::size_t(r) * rowFloats + std::size_t(c) * outWidth;
-                for (int k = 0; k < outWidth; ++k) {
-                    const float v = row[k] / (ny * wx.sum[static_cast<std::size_t>(k)]);
-                    row[k] = tiling_.clamp ? std::clamp(v, 0.0f, 1.0f) : v;
+        forRows(n, std::int64_t(n) * static_cast<std::int64_t>(rowFloats), [&](int r0, int r1) {
+            for (int r = r0; r < r1; ++r) {
+                const float ny = wy.sum[static_cast<std::size_t>(bandStart + r)];
+                for (int c = 0; c < cout; ++c) {
+                    float* row = band.data() + std::size_t(r) * rowFloats + std::size_t(c) * outWidth;
+                    for (int k = 0; k < outWidth; ++k)
+                        row[k] = value(row[k] / (ny * wx.sum[static_cast<std::size_t>(k)]));
                 }
             }
-        }
+        });
         sink(bandStart, n, band.data());
         const std::size_t kept = std::size_t(capacity - n) * rowFloats;
         std::memmove(band.data(), band.data() + std::size_t(n) * rowFloats, sizeof(float) * kept);
         std::fill(band.begin() + static_cast<std::ptrdiff_t>(kept), band.end(), 0.0f);
         bandStart = end;
     };
-    const int total = p.tiles(), cropH = p.tileH * s, cropW = p.tileW * s;
-    int done = 0;
-    for (std::size_t row = 0; row < p.ys.size(); ++row) {
-        const int y = p.ys[row];
-        emit(y * s);  // no tile of this row or after reaches above it
-        const std::vector<float>& wr = wy.tile[row];
-        for (std::size_t col = 0; col < p.xs.size(); ++col) {
-            const int x = p.xs[col];
-            runTile(input, p, x, y, in, out, tile);
-            const std::vector<float>& wc = wx.tile[col];
-            for (int r = 0; r < cropH; ++r) {
+    // The one tile of a one-tile run: cropped and clamped into bands for the sink.
+    auto emitSingle = [&](const float* out) {
+        for (int r0 = 0; r0 < outHeight; r0 += kSinkRows) {
+            const int n = std::min(kSinkRows, outHeight - r0);
+            forRows(n, std::int64_t(n) * static_cast<std::int64_t>(rowFloats), [&](int a, int b) {
+                for (int r = a; r < b; ++r)
+                    for (int c = 0; c < cout; ++c) {
+                        const float* src = out + (std::size_t(c) * tileOutH + std::size_t(r0 + r)) * tileOutW;
+                        float* dst = band.data() + std::size_t(r) * rowFloats + std::size_t(c) * outWidth;
+                        for (int k = 0; k < outWidth; ++k) dst[k] = value(src[k]);
+                    }
+            });
+            sink(r0, n, band.data());
+        }
+    };
+    // Tile t's output (padded: cropped here), clamped, weighted and added to the band.
+    auto blend = [&](int t, const float* out) {
+        const TileSpot& spot = spots[static_cast<std::size_t>(t)];
+        if (spot.col == 0) emit(spot.y * s);  // no tile of this row or after reaches above it
+        const std::vector<float>& wr = wy.tile[spot.row];
+        const std::vector<float>& wc = wx.tile[spot.col];
+        forRows(cropH, std::int64_t(cropH) * cropW * cout, [&](int r0, int r1) {
+            for (int r = r0; r < r1; ++r) {
                 const float w = wr[static_cast<std::size_t>(r)];
                 if (w == 0.0f) continue;
-                float* dstRow = band.data() + std::size_t(y * s + r - bandStart) * rowFloats + std::size_t(x) * s;
+                float* dstRow =
+                    band.data() + std::size_t(spot.y * s + r - bandStart) * rowFloats + std::size_t(spot.x) * s;
                 for (int c = 0; c < cout; ++c) {
-                    const float* src = tile.data() + (std::size_t(c) * cropH + std::size_t(r)) * cropW;
+                    const float* src = out + (std::size_t(c) * tileOutH + std::size_t(r)) * tileOutW;
                     float* dst = dstRow + std::size_t(c) * outWidth;
-                    for (int k = 0; k < cropW; ++k) dst[k] += src[k] * (w * wc[static_cast<std::size_t>(k)]);
+                    for (int k = 0; k < cropW; ++k) dst[k] += value(src[k]) * (w * wc[static_cast<std::size_t>(k)]);
                 }
             }
+        });
+    };
+    // A slot's tiles once the device has them.
+    int done = 0;
+    auto finish = [&](int slot, int first, int count) {
+        device_.wait(slot);
+        const float* out = device_.tileOutput(slot);
+        for (int j = 0; j < count; ++j) {
+            if (p.single)
+                emitSingle(out);
+            else
+                blend(first + j, out + std::size_t(j) * outFloats);
             if (progress) progress(++done, total);
         }
+    };
+
+    struct Pending {
+        int slot = -1, first = 0, count = 0;
+    } pending;
+    for (int first = 0, k = 0; first < total; first += p.batch, ++k) {
+        const int count = std::min(p.batch, total - first), slot = k % p.slotCount;
+        float* in = device_.tileInput(slot);
+        for (int j = 0; j < count; ++j) {
+            const TileSpot& spot = spots[static_cast<std::size_t>(first + j)];
+            gatherTile(input, p, spot.x, spot.y, in + std::size_t(j) * inFloats);
+        }
+        device_.submit(slot, count, first);
+        if (pending.slot >= 0) finish(pending.slot, pending.first, pending.count);
+        pending = {slot, first, count};
+        if (p.slotCount == 1) {
+            finish(slot, first, count);
+            pending = {};
+        }
     }
-    emit(p.height * s);
+    if (pending.slot >= 0) finish(pending.slot, pending.first, pending.count);
+    if (!p.single) emit(outHeight);
+    p.deviceNote = device_.note();
     return p;
 }
 

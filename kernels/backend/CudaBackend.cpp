@@ -85,6 +85,10 @@ void CudaBackend::run(const std::vector<const float*>& inputs, int batch, const 
 void CudaBackend::prepare(const UNetModel& model, int batch, int tileH, int tileW) {
     impl_->prepare(unet2DExecutionGraph(model.config()), model.tensors(), batch, tileH, tileW, 1);
 }
+CudaMemoryPlan CudaBackend::planGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH,
+                                      int tileW) {
+    return impl_->planOnly(graph, weights, batch, tileH, tileW);
+}
 const ModelGraph& CudaBackend::graph() const { return impl_->graph; }
 int CudaBackend::lanes() const { return impl_->prepared ? impl_->lanes : 0; }
 void CudaBackend::forward(const float* x, const float* timesteps, int batch, float* out) {
@@ -118,6 +122,9 @@ const void* CudaBackend::deviceGraphOutput(std::size_t k) const {
 std::unique_ptr<TiledCanvasStore> CudaBackend::makeCanvasStore(std::uint64_t canvasBytes) {
     return makeCudaCanvasStore(*this, *this, canvasBytes);
 }
+float* CudaBackend::stagedInput(std::size_t k) const { return impl_->stagingPtr(impl_->stageIn, k); }
+const float* CudaBackend::stagedOutput(std::size_t k) const { return impl_->stagingPtr(impl_->stageOut, k); }
+void CudaBackend::enqueueStaged(int batch) { impl_->enqueueStaged(batch); }
 int CudaBackend::inputChannelsPadded() const { return impl_->inPad; }
 int CudaBackend::outputChannelsPadded() const { return impl_->outPad; }
 void CudaBackend::enqueue(int batch) { impl_->enqueue(batch, 0, nullptr); }

@@ -80,6 +80,13 @@ public:
     // A tiled pass's canvases in this device's memory (kernels/backend/CudaCanvasStore.h) when they fit
     // its free memory with room for the segments' plans; else nullptr (host canvases).
     std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes) override;
+    // The memory plan prepareGraph(graph, weights, batch, tileH, tileW) would make, without device
+    // memory: lowering and buffer placement only (weightsBytes, activationsBytes,
+    // unsharedActivationsBytes, tensors; workspaceBytes is cuBLAS' alone: prepare sizes cuDNN's to
+    // the algorithms it chooses, within half of what is free after the rest; totalBytes the sum
+    // without it). Forgets the prepared plan (prepare again before running). For graphs without
+    // attention (an attention's path is timed while lowering).
+    CudaMemoryPlan planGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW);
     int lanes() const;                // prepared lanes (0 before prepare)
     const ModelGraph& graph() const;  // the prepared graph
 
@@ -133,6 +140,17 @@ public:
     const void* deviceGraphOutput(std::size_t k) const;
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
+    // The float32 NCHW staging buffer of the prepared graph's feature-map input / output k (graph
+    // order; lane 0, [batch, C, h, w] at the prepared batch) that run() copies the host's buffers
+    // through; nullptr for a vector. A caller with copies of its own (pinned memory, ordered on
+    // stream()) fills the inputs', calls enqueueStaged and reads the outputs'.
+    float* stagedInput(std::size_t k) const;
+    const float* stagedOutput(std::size_t k) const;
+    // run() between its host copies, on stream() and without synchronising: the staged inputs into
+    // the activations, the forward of the first `batch` tiles (enqueue(batch): the captured graph
+    // when graphs are on), the outputs into their staging. Vector inputs are not staged (set them
+    // through deviceVector).
+    void enqueueStaged(int batch);
     // Enqueues the UNet for the first `batch` tiles of deviceInput(); does not synchronise.
     // While stream() is being captured by the caller (step graphs), the kernels are enqueued
     // directly (no nested tile graph), so they become nodes of the caller's graph.

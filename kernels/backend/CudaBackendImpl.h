@@ -158,6 +158,8 @@ struct CudaBackend::Impl {
     // Checks the device (bf16 needs compute capability 8.0), makes the stream and handles.
     Impl(Precision p, int dev);
     void prepare(const ModelGraph& g, const TensorMap& tensors, int batch, int h, int w, int laneCount);
+    // CudaBackend::planGraph: prepare's lowering and placement, nothing allocated on the device.
+    CudaMemoryPlan planOnly(const ModelGraph& g, const TensorMap& tensors, int batch, int h, int w);
     // prepare's steps: forget the last plan; weights uploaded to a temporary arena with room
     // for benchmarks and every choice made on it (returns the workspace they need); the arena
     // itself; planSummary's text.
@@ -413,6 +415,14 @@ struct CudaBackend::Impl {
     // Host float32 inputs into the staging buffers and on into the NHWC input activations.
     void upload(const std::vector<const float*>& inputs, int batch, cudaStream_t s);
     void download(const std::vector<float*>& outputs, int batch, cudaStream_t s);
+    // The staging of graph input / output k into its activation, and an output's activation into
+    // its staging (upload's and download's device halves).
+    void stagedToActivation(std::size_t k, int batch, cudaStream_t s);
+    void activationToStaged(std::size_t k, int batch, cudaStream_t s);
+    // Lane 0's staging buffer k of `stages` (stageIn or stageOut); nullptr for a vector.
+    float* stagingPtr(const std::vector<int>& stages, std::size_t k) const;
+    // CudaBackend::enqueueStaged.
+    void enqueueStaged(int batch);
     // The forward on lane `lane` and stream `s` (nullptr: stream()): the captured graph of this
     // batch when graphs are on (lane 0 on stream() only, outside a caller's capture), else the
     // ops one by one.

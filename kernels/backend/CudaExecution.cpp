@@ -153,6 +153,34 @@ void CudaBackend::Impl::enqueue(int batch, int lane, cudaStream_t s) {
     runOps(batch);
 }
 
+void CudaBackend::Impl::stagedToActivation(std::size_t k, int batch, cudaStream_t s) {
+    const int v = graph.inputs()[k];
+    const GraphValue& g = graph.value(v);
+    const Act& a = valueAct[static_cast<std::size_t>(v)];
+    if (g.kind == ValueKind::Vector || a.buf < 0) return;  // vectors: not staged; ids only: read from the staging
+    // Tokens: host [B, rows, C] is the device layout; as one-channel NCHW the conversion is a
+    // plain type conversion.
+    const bool tokens = g.kind == ValueKind::Tokens;
+    launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageIn[k])), dtype, ptr(a.buf), batch, tokens ? 1 : g.channels,
+                     tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c, 1.0f, s);
+}
+
+void CudaBackend::Impl::activationToStaged(std::size_t k, int batch, cudaStream_t s) {
+    const int v = graph.outputs()[k];
+    const GraphValue& g = graph.value(v);
+    if (g.kind == ValueKind::Vector) return;
+    const Act& a = valueAct[static_cast<std::size_t>(v)];
+    const bool tokens = g.kind == ValueKind::Tokens;  // as in stagedToActivation
+    launchNhwcToNchw(dtype, ptr(a.buf), reinterpret_cast<float*>(ptr(stageOut[k])), batch, tokens ? 1 : g.channels,
+                     tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c, s);
+}
+
+float* CudaBackend::Impl::stagingPtr(const std::vector<int>& stages, std::size_t k) const {
+    if (!prepared) throw std::logic_error("CudaBackend: staging buffers before prepare");
+    const int buf = stages.at(k);
+    return buf < 0 ? nullptr : reinterpret_cast<float*>(lanePtr(0, buf));
+}
+
 void CudaBackend::Impl::upload(const std::vector<const float*>& inputs, int batch, cudaStream_t s) {
     if (inputs.size() != graph.inputs().size())
         throw std::invalid_argument("CudaBackend: " + std::to_string(inputs.size()) + " inputs for a graph of " +
@@ -165,17 +193,10 @@ void CudaBackend::Impl::upload(const std::vector<const float*>& inputs, int batc
                                           static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyHostToDevice, s));
             continue;
         }
-        const Act& a = valueAct[static_cast<std::size_t>(v)];
         TESSERA_CHECK(cudaMemcpyAsync(ptr(stageIn[k]), inputs[k],
                                       static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
                                       cudaMemcpyHostToDevice, s));
-        if (a.buf < 0) continue;  // ids only: read from the staging buffer
-        // Tokens: host [B, rows, C] is the device layout; as one-channel NCHW the conversion
-        // is a plain type conversion.
-        const bool tokens = g.kind == ValueKind::Tokens;
-        launchNchwToNhwc(reinterpret_cast<const float*>(ptr(stageIn[k])), dtype, ptr(a.buf), batch,
-                         tokens ? 1 : g.channels, tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c,
-                         1.0f, s);
+        stagedToActivation(k, batch, s);
     }
 }
 
@@ -191,14 +212,24 @@ void CudaBackend::Impl::download(const std::vector<float*>& outputs, int batch, 
                                           static_cast<std::size_t>(batch) * g.channels * 4, cudaMemcpyDeviceToHost, s));
             continue;
         }
-        const Act& a = valueAct[static_cast<std::size_t>(v)];
-        const bool tokens = g.kind == ValueKind::Tokens;  // as in upload()
-        launchNhwcToNchw(dtype, ptr(a.buf), reinterpret_cast<float*>(ptr(stageOut[k])), batch, tokens ? 1 : g.channels,
-                         tokens ? a.h * a.w * a.c : a.h, tokens ? 1 : a.w, tokens ? 1 : a.c, s);
+        activationToStaged(k, batch, s);
         TESSERA_CHECK(cudaMemcpyAsync(outputs[k], ptr(stageOut[k]),
                                       static_cast<std::size_t>(graph.elements(v, batch, tileH, tileW)) * 4,
                                       cudaMemcpyDeviceToHost, s));
     }
+}
+
+void CudaBackend::Impl::enqueueStaged(int batch) {
+    if (!prepared) throw std::logic_error("CudaBackend: enqueueStaged before prepare");
+    if (batch < 1 || batch > maxBatch)
+        throw std::invalid_argument("CudaBackend: batch " + std::to_string(batch) + " outside 1.." +
+                                    std::to_string(maxBatch) + " (the prepared tile batch)");
+    TESSERA_CHECK(cudaSetDevice(device));
+    selectOwnLane();
+    cudaStream_t s = stream.get();
+    for (std::size_t k = 0; k < graph.inputs().size(); ++k) stagedToActivation(k, batch, s);
+    enqueue(batch, 0, s);
+    for (std::size_t k = 0; k < graph.outputs().size(); ++k) activationToStaged(k, batch, s);
 }
 
 void CudaBackend::Impl::run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) {

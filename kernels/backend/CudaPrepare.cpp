@@ -81,6 +81,27 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
     prepared = true;
 }
 
+CudaMemoryPlan CudaBackend::Impl::planOnly(const ModelGraph& g, const TensorMap& tensors, int batch, int h, int w) {
+    if (batch < 1) throw std::invalid_argument("tile batch must be at least 1, got " + std::to_string(batch));
+    if (h < 1 || w < 1) throw std::invalid_argument("tile size must be positive");
+    TESSERA_CHECK(cudaSetDevice(device));
+    clearPlan();
+    maxBatch = batch;
+    tileH = h;
+    tileW = w;
+    build(g, tensors);
+    planArena();
+    CudaMemoryPlan p;
+    p.weightsBytes = blob.size();
+    p.activationsBytes = activationBytes;
+    p.unsharedActivationsBytes = unsharedBytes;
+    p.workspaceBytes = kCublasWorkspace;
+    p.totalBytes = p.weightsBytes + p.activationsBytes + p.workspaceBytes;
+    p.tensors = static_cast<int>(buffers.size());
+    clearPlan();  // nothing of this plan may run
+    return p;
+}
+
 void CudaBackend::Impl::clearPlan() {
     prepared = false;
     lanes = 1;

@@ -130,12 +130,12 @@ public:
     void forward(const float*, const float*, int, float*) override {}
 };
 
-class FakeDevice : public UpscaleDevice {
+class FakeDevice : public BackendUpscaleDevice {
 public:
     PositionBackend fake;
     Backend& backend() override { return fake; }
-    std::uint64_t tileBytes(const ModelGraph&, int outH, int outW) const override {
-        return std::uint64_t(outH) * outW * 1000;
+    std::uint64_t tileBytes(const UpscaleModel&, int batch, int outH, int outW) const override {
+        return std::uint64_t(outH) * outW * 1000 * batch;
     }
 };
 
@@ -237,13 +237,23 @@ private slots:
         CpuUpscaler cpu(2);
         const ImageTensor out = cpu.upscale(half, tensorImage(io, "input"), untiled(false));
         QVERIFY(relativeL2(out.data, tensorImage(io, "output64").data) < 1e-2);  // weights rounded to fp16
-        // A .pth is not read here: the checkpoint reader makes its StateDict.
-        try {
-            UpscaleModel::loadFile(kFixtures + "/esrgan_old_x4/model.pth");
-            QFAIL("a .pth loaded as safetensors");
-        } catch (const ModelError& e) {
-            QVERIFY2(std::string(e.what()).find("a PyTorch checkpoint") != std::string::npos, e.what());
+        // The same model from zip and legacy PyTorch checkpoints, read by the restricted reader:
+        // the weights bit-equal to the safetensors file's, and the run record told how it was read.
+        const UpscaleModel fromSafetensors = UpscaleModel::loadFile(kFixtures + "/compact_x4/model.safetensors");
+        QVERIFY(fromSafetensors.readNote().empty());
+        for (const char* name : {"/compact_x4/model.pth", "/compact_x4/model_legacy.pth"}) {
+            const UpscaleModel fromPickle = UpscaleModel::loadFile(kFixtures + name);
+            QVERIFY2(fromPickle.readNote().find("restricted reader") != std::string::npos,
+                     fromPickle.readNote().c_str());
+            QCOMPARE(fromPickle.description(), fromSafetensors.description());
+            for (const auto& [key, tensor] : fromSafetensors.tensors()) {
+                const auto it = fromPickle.tensors().find(key);
+                QVERIFY2(it != fromPickle.tensors().end(), key.c_str());
+                QVERIFY2(it->second.data == tensor.data, key.c_str());
+            }
         }
+        const UpscaleModel wrapped = UpscaleModel::loadFile(kFixtures + "/esrgan_basicsr_x2_unshuffle/model.pth");
+        QCOMPARE(wrapped.scale(), 2);
     }
 
     void refusesOtherFamilies() {
@@ -477,6 +487,29 @@ private slots:
         const ImageTensor out = tiler.upscale(in);
         QCOMPARE(out.width, 74);
         for (float v : out.data) QVERIFY(v >= 0.0f && v <= 1.0f);
+    }
+
+    void wholeImageTile() {
+        // Tile 0: one run over the whole image, unless the budget needs tiles (halved from its longer side).
+        const UpscaleModel model = UpscaleModel::loadFile(kFixtures + "/compact_x4/model.safetensors");
+        CpuUpscaler cpu(2);
+        UpscaleTiling whole;
+        whole.tile = 0;
+        UpscaleTiler tiler(model, cpu, whole);
+        const UpscalePlan one = tiler.plan(200, 130);
+        QVERIFY(one.single);
+        QCOMPARE(one.tile, 200);
+        QCOMPARE(one.tiles(), 1);
+        QVERIFY(one.note.empty());
+        const ImageTensor in = randomImage(3, 45, 70, 4);
+        QCOMPARE(tiler.upscale(in).data, cpu.upscale(model, in, untiled(true)).data);
+        whole.memoryBudget = one.bytes() / 2;
+        UpscaleTiler tight(model, cpu, whole);
+        const UpscalePlan halved = tight.plan(200, 130);
+        QVERIFY(!halved.single);
+        QVERIFY(halved.tile <= 100);
+        QVERIFY2(halved.note.find("the whole image lowered to tiles of") == 0, halved.note.c_str());
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, UpscaleTiler(model, cpu, UpscaleTiling{-1, 0}));
     }
 
     void memoryBudget() {

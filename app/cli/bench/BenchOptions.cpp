@@ -120,6 +120,7 @@ UNetConfig benchShapeConfig(std::string_view shape) {
 std::string benchUsage() {
     return "Usage: tessera-cli bench (--shape cifar|church|sd15|sd21|sdxl | --model DIR) [options]\n"
            "       tessera-cli bench --shape vae [options]   (the SD VAE alone: bench --shape vae --help)\n"
+           "       tessera-cli bench --shape upscale [options]   (an upscale model: bench --shape upscale --help)\n"
            "Times tiled DDIM generations for every combination of --batch x --precision x --graphs x --lanes.\n"
            "Each row: a warm-up run (prepare, cuDNN algorithm search, graph capture), then --repeats\n"
            "measured runs on the same engine; the median is reported. Previews are off.\n\n"

@@ -4,6 +4,7 @@
 
 #include "core/formats/ModelWeights.h"
 #include "core/formats/Safetensors.h"
+#include "core/formats/TorchCheckpoint.h"
 
 namespace tessera {
 
@@ -79,6 +80,8 @@ std::vector<float> StateDict::read(const std::string& name) const {
     try {
         return read_(prefix_ + name);
     } catch (const SafetensorsError& e) {
+        throw ModelError(e.what());
+    } catch (const TorchCheckpointError& e) {
         throw ModelError(e.what());
     }
 }

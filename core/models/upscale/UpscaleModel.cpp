@@ -1,12 +1,15 @@
 #include "core/models/upscale/UpscaleModel.h"
 
-#include <fstream>
+#include <cstddef>
+#include <limits>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
+#include "core/base/BoundedInput.h"
 #include "core/formats/ModelWeights.h"
 #include "core/formats/Safetensors.h"
+#include "core/formats/TorchCheckpoint.h"
 #include "core/models/upscale/CompactGraph.h"
 #include "core/models/upscale/EsrganGraph.h"
 #include "core/models/upscale/SpanGraph.h"
@@ -166,16 +169,25 @@ UpscaleModel UpscaleModel::load(const StateDict& dict) {
 }
 
 UpscaleModel UpscaleModel::loadFile(const std::string& path) {
-    // A PyTorch checkpoint (zip: "PK\3\4"; legacy: a pickle's PROTO 0x80) goes through its own
-    // reader into a StateDict; say so rather than call it a damaged safetensors file.
-    char magic[4] = {};
-    std::ifstream(path, std::ios::binary).read(magic, sizeof magic);
-    if (std::string_view(magic, 4) == std::string_view("PK\3\4", 4) || static_cast<unsigned char>(magic[0]) == 0x80)
-        throw ModelError(path + ": a PyTorch checkpoint; load it through the checkpoint reader (StateDict::fromFile)");
+    std::string head;
     try {
+        // Weights have no size bound; only the first bytes are read here, to tell the formats apart.
+        head = BoundedFile::open(path, "upscale model", std::numeric_limits<std::size_t>::max()).readAt(0, 512);
+    } catch (const InputFileError& e) {
+        throw ModelError(e.what());
+    }
+    try {
+        if (detectTorchContainer(head) != TorchContainer::Unknown) {
+            const TorchCheckpointFile file(path);
+            UpscaleModel model = load(StateDict::fromFile(file));
+            model.readNote_ = file.description();
+            return model;
+        }
         const SafetensorsFile file(path);
         return load(StateDict::fromFile(file));
     } catch (const SafetensorsError& e) {
+        throw ModelError(e.what());
+    } catch (const TorchCheckpointError& e) {
         throw ModelError(e.what());
     }
 }

@@ -29,8 +29,9 @@ public:
     // ModelError naming the file and: the family it is but Tessera does not run; the keys that
     // matched no family; the missing, mis-shaped or unexpected keys of the detected one.
     static UpscaleModel load(const StateDict& dict);
-    // A safetensors file. PyTorch checkpoints come through their own reader as a StateDict
-    // (StateDict::fromFile); one given here is refused saying so.
+    // A safetensors file or a PyTorch checkpoint (.pth/.pt/.ckpt, zip or legacy), told apart by
+    // their first bytes; a checkpoint is read by the restricted reader (core/formats/TorchCheckpoint.h),
+    // never executed. Opened without blocking (a FIFO or device is refused before a byte is read).
     static UpscaleModel loadFile(const std::string& path);
 
     const UpscaleConfig& config() const { return config_; }
@@ -45,6 +46,9 @@ public:
     int inputMultiple() const { return config_.unshuffle; }
     // Where the weights came from ("file.safetensors", "tensors").
     const std::string& source() const { return source_; }
+    // How the file was read, for the run record: empty for safetensors; for a PyTorch checkpoint,
+    // the reader's description ("... a pickle read as data by the restricted reader ...").
+    const std::string& readNote() const { return readNote_; }
 
     // The weights by graph parameter name, held for as long as the model.
     const TensorMap& tensors() const { return tensors_; }
@@ -60,6 +64,7 @@ private:
     UpscaleConfig config_;
     TensorMap tensors_;
     std::string source_;
+    std::string readNote_;
     ModelGraph graph_, execution_;
 };
 
