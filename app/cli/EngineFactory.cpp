@@ -67,7 +67,10 @@ UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, int threads, std:
     }
     auto cpu = std::make_unique<CpuUpscaler>(threads);
     const int computing = cpu->cpu().threads();
-    return UpscaleDeviceChoice{std::move(cpu), Precision::FP32, computing};
+    std::string backendName = cpu->backend().info().name;
+    std::string deviceName = cpu->backend().info().device;
+    return UpscaleDeviceChoice{std::move(cpu), Precision::FP32, computing, std::move(backendName),
+                               std::move(deviceName)};
 }
 
 DeviceReport probeDevices() {

@@ -42,6 +42,8 @@ struct UpscaleDeviceChoice {
     std::unique_ptr<UpscaleDevice> device;
     Precision precision = Precision::FP32;  // what it computes in
     int threads = 0;                        // the CPU threads that compute (the CPU engine's); 0 on a GPU
+    std::string backendName;                // for the run record: the backend's name and its device
+    std::string deviceName;
 };
 
 // The device an upscale model runs on for a run asking for backend `requested` with `threads`

@@ -159,7 +159,7 @@ int runUpscale(const UpscaleOptions& options, std::ostream& out, std::ostream& e
     record.config = config;
     record.environment.tesseraVersion = TESSERA_VERSION;
     record.environment.backend = run.record.backend;
-    record.environment.device = device.device->backend().info().device;
+    record.environment.device = device.deviceName;
     record.environment.host = hostName();
     record.environment.threads = device.threads;
     record.tileCount = run.record.tiles;

@@ -147,7 +147,7 @@ void checkUpscaleModelRun(UpscaleModelRun& run, int inW, int inH, int targetW, i
     } catch (const std::invalid_argument& e) {
         refuse("tile", e.what());
     }
-    r.backend = device.device->backend().info().name;
+    r.backend = device.backendName;
     r.precision = std::string(toString(device.precision));
     r.tile = plan.tile;
     r.overlap = plan.overlap;
