@@ -372,9 +372,9 @@ private slots:
                         "strings are limited to 1048576 bytes");
         EXPECT_CONTAINS(pickleError("\x80\x02(" + std::string(300000, 'N') + "t."), "values on the pickle stack");
         // Offsets name the opcode.
-        EXPECT_CONTAINS(pickleError(std::string("\x80\x02}(cos\nsystem\n", 17)),
+        EXPECT_CONTAINS(pickleError(std::string("\x80\x02}(cos\nsystem\n")),
                         "'os.system', which a state dict does not need");
-        EXPECT_CONTAINS(pickleError(std::string("\x80\x02}(cos\nsystem\n", 17)), "at byte 4 of the pickle");
+        EXPECT_CONTAINS(pickleError(std::string("\x80\x02}(cos\nsystem\n")), "at byte 4 of the pickle");
         try {
             (void)parsePickle("\x80\x02}", PicklePersistentIds::None);
             QFAIL("a pickle without STOP was read");
