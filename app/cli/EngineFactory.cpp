@@ -6,6 +6,7 @@
 
 #if defined(TESSERA_HAVE_CUDA) && TESSERA_HAVE_CUDA && __has_include("kernels/engine/CudaEngine.h")
 #include "kernels/engine/CudaEngine.h"
+#include "kernels/engine/CudaUpscaler.h"
 #define TESSERA_ENGINE_FACTORY_CUDA 1
 #else
 #define TESSERA_ENGINE_FACTORY_CUDA 0
@@ -53,19 +54,29 @@ BackendKind effectiveBackend(BackendKind requested, const DeviceReport& report) 
     return report.cudaAvailable ? BackendKind::CUDA : BackendKind::CPU;
 }
 
-UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, int threads, std::string* message) {
+UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, const UpscaleDeviceRequest& request,
+                                        std::string* message) {
     if (message) message->clear();
-    // The CUDA upscaler's place: where a CUDA device is usable (cudaUsable) and the run asks for
-    // auto or cuda, return it here with the run's precision. Until then the CPU engine's upscaler
-    // serves both engines, and a run on the CUDA engine says so.
-    if (requested != BackendKind::CPU && message) {
+    if (requested != BackendKind::CPU) {
         std::string why;
-        if (cudaUsable(&why))
-            *message =
-                "upscale model: runs on the CPU engine (float32) although CUDA is usable: this build has no "
-                "CUDA upscaler";
+        if (cudaUsable(&why)) {
+#if TESSERA_ENGINE_FACTORY_CUDA
+            CudaUpscaleOptions options;
+            options.precision = request.precision;
+            options.graphs = request.graphs;
+            options.tuningCache = request.tuningCache;
+            auto gpu = std::make_unique<CudaUpscaler>(options);
+            const Precision precision = gpu->precision();
+            std::string deviceName = gpu->deviceName();
+            return UpscaleDeviceChoice{std::move(gpu), precision, 0, "cuda", std::move(deviceName)};
+#endif
+        }
+        if (message && (requested == BackendKind::CUDA || cudaBackendBuilt()))
+            *message = "upscale model: CUDA " +
+                       std::string(requested == BackendKind::CUDA ? "was requested" : "is not used") + " (" + why +
+                       "); it runs on the CPU engine (float32)";
     }
-    auto cpu = std::make_unique<CpuUpscaler>(threads);
+    auto cpu = std::make_unique<CpuUpscaler>(request.threads);
     const int computing = cpu->cpu().threads();
     std::string backendName = cpu->backend().info().name;
     std::string deviceName = cpu->backend().info().device;

@@ -46,11 +46,20 @@ struct UpscaleDeviceChoice {
     std::string deviceName;
 };
 
-// The device an upscale model runs on for a run asking for backend `requested` with `threads`
-// CPU threads (0: all cores). The CPU engine's (core/cpu/CpuUpscaler.h: all threads, float32) for
-// every backend for now; the CUDA upscaler plugs in here (createUpscaleDevice's CUDA branch in
-// EngineFactory.cpp). *message (when non-null) is set to a note where the run's engine is the CUDA
-// one but the model runs on the CPU, and cleared otherwise. Like createEngine, may call CUDA.
-UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, int threads, std::string* message);
+// What a run asks of the device an upscale model runs on.
+struct UpscaleDeviceRequest {
+    int threads = 0;                        // CPU engine: computing threads (0: all cores)
+    Precision precision = Precision::FP16;  // CUDA: the tiles' precision (the CPU computes in float32)
+    bool graphs = true;                     // CUDA: forwards replayed from captured CUDA graphs
+    std::string tuningCache;                // CUDA: as RunConfig::tuningCache
+};
+
+// The device an upscale model runs on for a run asking for backend `requested`: the CUDA
+// upscaler (kernels/engine/CudaUpscaler.h) where auto or cuda is asked and a device is usable,
+// else the CPU engine's (core/cpu/CpuUpscaler.h: float32). *message (when non-null) is set to a
+// note where CUDA was asked for (or built) but the model runs on the CPU, and cleared otherwise.
+// Like createEngine, may call CUDA.
+UpscaleDeviceChoice createUpscaleDevice(BackendKind requested, const UpscaleDeviceRequest& request,
+                                        std::string* message);
 
 }  // namespace tessera

@@ -137,7 +137,7 @@ int runUpscale(const UpscaleOptions& options, std::ostream& out, std::ostream& e
     config.width = targetSide(start->width, config.upscale);
     config.height = targetSide(start->height, config.upscale);
     std::string note;
-    const UpscaleDeviceChoice device = createUpscaleDevice(backend, config.threads, &note);
+    const UpscaleDeviceChoice device = createUpscaleDevice(backend, upscaleDeviceRequest(config), &note);
     if (!note.empty()) err << "note: " << note << "\n";
     checkUpscaleModelRun(run, start->width, start->height, config.width, config.height, device, options.tiling);
     checkOutputFolder(options.outDir, "out", upscaleOutputNeeds(config));

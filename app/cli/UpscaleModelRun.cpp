@@ -16,18 +16,19 @@
 #include "core/base/HostMemory.h"
 #include "core/base/Sha256.h"
 #include "core/formats/Safetensors.h"
-// The restricted reader of PyTorch checkpoints (pickle opcodes parsed as data, nothing executed);
-// without it a checkpoint is refused, saying so.
-#if __has_include("core/formats/TorchCheckpoint.h")
 #include "core/formats/TorchCheckpoint.h"
-#define TESSERA_UPSCALE_READS_CHECKPOINTS 1
-#else
-#define TESSERA_UPSCALE_READS_CHECKPOINTS 0
-#endif
 #include "core/run/ModelName.h"
 #include "core/run/UpscaleModelFile.h"
 
 namespace tessera {
+
+UpscaleDeviceRequest upscaleDeviceRequest(const RunConfig& config) {
+    UpscaleDeviceRequest request;
+    request.threads = config.threads;
+    request.precision = config.precision;
+    request.tuningCache = config.tuningCache;
+    return request;
+}
 
 namespace {
 
@@ -65,15 +66,9 @@ std::string fileSha256(const BoundedFile& file) {
 UpscaleModel readModel(const std::string& path, bool pickle) {
     try {
         if (pickle) {
-#if TESSERA_UPSCALE_READS_CHECKPOINTS
+            // The restricted reader: pickle opcodes parsed as data, nothing executed.
             const TorchCheckpointFile file(path);
             return UpscaleModel::load(StateDict::fromFile(file));
-#else
-            refuse(kField, shownPath(path) +
-                               " is a PyTorch checkpoint (a pickle). Tessera never executes a pickle, and this "
-                               "build has no restricted reader for one: use the model as a .safetensors file "
-                               "(chaiNNer and spandrel convert one)");
-#endif
         }
         const SafetensorsFile file(path);
         return UpscaleModel::load(StateDict::fromFile(file));
@@ -81,10 +76,8 @@ UpscaleModel readModel(const std::string& path, bool pickle) {
         refuse(kField, e.what());
     } catch (const ModelError& e) {
         refuse(kField, e.what());
-#if TESSERA_UPSCALE_READS_CHECKPOINTS
     } catch (const TorchCheckpointError& e) {
         refuse(kField, e.what());
-#endif
     }
 }
 
@@ -228,7 +221,7 @@ StartImageUpscale::StartImageUpscale(const RunConfig& config, const std::optiona
                                      std::ostream& notes)
     : run_(loadForRun(config, start)) {
     std::string note;
-    device_ = createUpscaleDevice(config.backend, config.threads, &note);
+    device_ = createUpscaleDevice(config.backend, upscaleDeviceRequest(config), &note);
     if (!note.empty()) notes << "note: " << note << "\n";
     checkUpscaleModelRun(run_, start->width, start->height, config.width, config.height, device_, tiling_);
 }

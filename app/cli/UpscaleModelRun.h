@@ -35,6 +35,9 @@ struct UpscaleModelRun {
 
 // The models folders tessera-cli looks a name up in (core/run/UpscaleModelFile.h
 // upscaleModelsFolders): $TESSERA_MODELS, then the folder holding the folder of `runModel` (--model).
+// What a run's settings ask of the upscale model's device (threads, precision, tuning cache).
+UpscaleDeviceRequest upscaleDeviceRequest(const RunConfig& config);
+
 std::vector<std::string> cliUpscaleModelsFolders(const std::string& runModel);
 
 // Finds `given` (findUpscaleModel), hashes the file and reads the model: a safetensors file, or a

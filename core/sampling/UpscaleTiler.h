@@ -7,7 +7,9 @@
 // square tiles of `tile` input pixels (512) overlapping by `overlap` (32) at positions 0,
 // tile - overlap, 2 (tile - overlap), ... (TilePlan::axisPositions: ComfyUI's positions, except that
 // a last tile that would be short is moved inside the image instead, so every tile has one shape
-// and the device is prepared once); each tile's output weighted by ComfyUI's feather mask (per
+// and the device is prepared once, and that `tile` is the largest tile: the tiles are shrunk to the
+// smallest size that covers the image with as many tiles, so the moved last tile overlaps its
+// neighbour by little more than `overlap`); each tile's output weighted by ComfyUI's feather mask (per
 // axis, the F = overlap x scale rows/columns nearest each edge scaled by (k + 1) / F, on all four
 // sides, none where F is not below the tile's extent), summed, and divided by the sum of the
 // weights. An image that fits one tile runs once, unblended. Each tile is padded to the model's

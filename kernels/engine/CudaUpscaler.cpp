@@ -234,6 +234,12 @@ CudaUpscaler::CudaUpscaler(CudaUpscaleOptions options, int device) {
 
 CudaUpscaler::~CudaUpscaler() = default;
 
+std::string CudaUpscaler::deviceName() const {
+    cudaDeviceProp props{};
+    TESSERA_CHECK(cudaGetDeviceProperties(&props, impl_->device));
+    return props.name;
+}
+
 std::uint64_t CudaUpscaler::tileBytes(const UpscaleModel& model, int batch, int outH, int outW) const {
     return impl_->bytesAt(model, impl_->precisionFor(model), batch, outH, outW);
 }

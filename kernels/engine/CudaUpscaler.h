@@ -96,6 +96,8 @@ public:
     // Tiles per forward of the prepared backend (at most the tiler's batch).
     int forwardBatch() const;
     CudaUpscaleTimes timings() const;
+    // The device's name (cudaGetDeviceProperties), for the run record before any prepare.
+    std::string deviceName() const;
 
 private:
     struct Impl;

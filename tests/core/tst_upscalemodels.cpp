@@ -512,22 +512,44 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, UpscaleTiler(model, cpu, UpscaleTiling{-1, 0}));
     }
 
+    // The asked tile is the largest: tiles shrink to the least that covers each side with as many.
+    void tilesShrinkToCoverEvenly() {
+        const UpscaleModel model = UpscaleModel::loadFile(kFixtures + "/esrgan_old_x4/model.safetensors");
+        CpuUpscaler cpu(2);
+        for (const int side : {1024, 1000, 700, 513, 4000}) {
+            UpscaleTiler tiler(model, cpu, UpscaleTiling{512, 32});
+            const UpscalePlan p = tiler.plan(side, side);
+            const auto n = static_cast<int>(TilePlan::axisPositions(side, 512, 32).size());
+            QCOMPARE(static_cast<int>(p.xs.size()), n);
+            QVERIFY(p.tile <= 512);
+            QVERIFY(n * p.tile - (n - 1) * 32 >= side);       // covers the side
+            QVERIFY(n * (p.tile - 1) - (n - 1) * 32 < side);  // and one pixel less would not
+            QCOMPARE(p.xs.back() + p.tile, side);
+        }
+        UpscaleTiler tiler(model, cpu, UpscaleTiling{512, 32});
+        QCOMPARE(tiler.plan(1024, 1024).tile, 363);  // three of 363, not three of 512 (2.25x the pixels)
+        QCOMPARE(tiler.plan(512, 300).single, true);
+    }
+
     void memoryBudget() {
         const UpscaleModel model = UpscaleModel::loadFile(kFixtures + "/esrgan_old_x4/model.safetensors");
         CpuUpscaler cpu(2);
         UpscaleTiling tiling;
         UpscaleTiler roomy(model, cpu, tiling);
         const UpscalePlan big = roomy.plan(4000, 3000);
-        QCOMPARE(big.tile, 512);
+        // At most the asked 512, shrunk to the least that keeps nine tiles across 4000 pixels:
+        // (4000 + 8 x 32) / 9 rounded up.
+        QCOMPARE(big.tile, 473);
+        QCOMPARE(big.xs.size(), std::size_t(9));
         QVERIFY(big.note.empty());
         QVERIFY(big.bytes() <= big.budget);
-        // The band is one tile row of output: independent of the image height.
-        QCOMPARE(big.bandBytes, std::uint64_t(512) * 4 * 3 * 4000 * 4 * 4);
-        QCOMPARE(roomy.plan(4000, 30000).bandBytes, big.bandBytes);
+        // The band is one tile row of output: bounded by the largest tile whatever the image height.
+        QCOMPARE(big.bandBytes, std::uint64_t(473) * 4 * 3 * 4000 * 4 * 4);
+        QVERIFY(roomy.plan(4000, 30000).bandBytes <= std::uint64_t(512) * 4 * 3 * 4000 * 4 * 4);
         tiling.memoryBudget = big.bytes() / 3;
         UpscaleTiler tight(model, cpu, tiling);
         const UpscalePlan smaller = tight.plan(4000, 3000);
-        QVERIFY(smaller.tile < 512);
+        QVERIFY(smaller.tile < big.tile);
         QVERIFY(smaller.bytes() <= smaller.budget);
         QVERIFY(!smaller.note.empty());
         qInfo("%s", smaller.note.c_str());
