@@ -193,15 +193,18 @@ Rgb8Image runUpscaleModel(UpscaleModelRun& run, const Rgb8Image& image, const Up
     UpscaleTiler tiler(run.model, *device.device, tiling);
     tiler.run(input, [&out, width](int firstRow, int rows, const float* band) {
         // The band is [rows][3][width]; the image [rows][width][3].
-        for (int y = 0; y < rows; ++y) {
-            const float* row = band + std::size_t(y) * 3 * width;
-            std::uint8_t* px = out.pixels.data() + (std::size_t(firstRow) + std::size_t(y)) * width * 3;
-            for (std::size_t c = 0; c < 3; ++c)
-                for (std::size_t x = 0; x < width; ++x) {
-                    const float v = std::clamp(row[c * width + x], 0.0f, 1.0f);
-                    px[3 * x + c] = static_cast<std::uint8_t>(static_cast<int>(static_cast<double>(255.0f * v) + 0.5));
-                }
-        }
+        parallelRows(rows, std::int64_t(rows) * 3 * static_cast<std::int64_t>(width), [&](int r0, int r1) {
+            for (int y = r0; y < r1; ++y) {
+                const float* row = band + std::size_t(y) * 3 * width;
+                std::uint8_t* px = out.pixels.data() + (std::size_t(firstRow) + std::size_t(y)) * width * 3;
+                for (std::size_t c = 0; c < 3; ++c)
+                    for (std::size_t x = 0; x < width; ++x) {
+                        const float v = std::clamp(row[c * width + x], 0.0f, 1.0f);
+                        px[3 * x + c] =
+                            static_cast<std::uint8_t>(static_cast<int>(static_cast<double>(255.0f * v) + 0.5));
+                    }
+            }
+        });
     });
     run.record.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return out;

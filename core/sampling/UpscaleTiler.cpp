@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kMinimumTile = 64;                                  // input pixels: where halving stops
 constexpr std::uint64_t kDefaultBudget = std::uint64_t(4) << 30;  // 4 GiB
-constexpr int kSinkRows = 64;                                     // rows per sink call of a one-tile run
+constexpr int kSinkRows = 256;                                    // rows per sink call of a one-tile run
 constexpr std::int64_t kThreadFloats = std::int64_t(1) << 18;     // host work per thread worth starting it
 constexpr unsigned kMaxHostThreads = 16;
 
@@ -116,6 +116,10 @@ void evenTiles(UpscalePlan& p, int multiple) {
 }
 
 }  // namespace
+
+void parallelRows(int rows, std::int64_t floats, const std::function<void(int, int)>& body) {
+    forRows(rows, floats, body);
+}
 
 std::vector<int> paddedIndices(int n, int padded) {
     std::vector<int> idx(static_cast<std::size_t>(std::max(padded, n)));

@@ -180,6 +180,11 @@ private:
     UpscaleTiling tiling_;
 };
 
+// body(begin, end) over pieces of the rows [0, rows), on up to 16 hardware threads where the
+// `floats` the rows touch are worth starting them (the calling thread takes the first piece): for a
+// sink that converts or copies a band. The pieces must write disjoint rows.
+void parallelRows(int rows, std::int64_t floats, const std::function<void(int begin, int end)>& body);
+
 // spandrel's pad_tensor for one axis of n pixels padded to `padded`: the source index of each
 // padded position (reflect without repeating the edge up to n - 1 pixels, then the last one
 // repeated).

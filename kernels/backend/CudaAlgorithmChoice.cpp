@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -346,8 +347,8 @@ std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> CudaBackend::Impl::legacyA
     // Real buffers for the benchmark: any activation region of the right size will do.
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
-    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
-    const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
+    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.xElements() * dtypeSize(dtype);
+    const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.yElements() * dtypeSize(dtype);
     if (xBytes + yBytes > activationBytes) throw std::logic_error("conv benchmark buffers exceed the arena");
     if (settings.heuristicsOnly) {
         TESSERA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn.get(), c.xDesc.get(), c.wDesc.get(),
@@ -420,6 +421,7 @@ std::size_t CudaBackend::Impl::chooseAlgorithms(void* ws, std::size_t wsCap) {
     std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> chosen;
     std::size_t need = 0;
     for (ConvLayer& c : convs) {
+        if (c.strided()) continue;  // cuDNN's legacy API has no algorithm for channel slices
         auto it = chosen.find(c.key());
         if (it == chosen.end()) it = chosen.emplace(c.key(), legacyAlgorithm(c, ws, wsCap)).first;
         need = std::max(need, applyAlgorithm(c, it->second, wsCap));
@@ -450,7 +452,7 @@ std::optional<std::shared_ptr<GraphConv>> CudaBackend::Impl::cachedPlan(const st
 }
 
 double CudaBackend::Impl::timeLegacy(ConvLayer& c, void* ws, std::size_t wsCap) {
-    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.xElements() * dtypeSize(dtype);
     void* x = actBase;
     void* y = actBase + alignUp(xBytes);
     c.descBatch = -1;
@@ -466,9 +468,9 @@ double CudaBackend::Impl::timeLegacy(ConvLayer& c, void* ws, std::size_t wsCap) 
 CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(ConvLayer& c, const GraphConvShape& shape, void* ws,
                                                               std::size_t wsCap) {
     const std::string op = "graph conv " + shape.key();
-    if (auto plan = cachedPlan(op, "legacy", shape, wsCap)) return {*plan, -1.0, -1.0};
-    const double legacy = timeLegacy(c, ws, wsCap);
-    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
+    if (auto plan = cachedPlan(op, "legacy", shape, wsCap); plan && (*plan || !c.strided())) return {*plan, -1.0, -1.0};
+    const double legacy = c.strided() ? std::numeric_limits<double>::infinity() : timeLegacy(c, ws, wsCap);
+    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.xElements() * dtypeSize(dtype);
     void* x = actBase;
     void* y = actBase + alignUp(xBytes);
     std::shared_ptr<GraphConv> graph;
@@ -482,6 +484,9 @@ CudaBackend::Impl::PlanChoice CudaBackend::Impl::graphPlanFor(ConvLayer& c, cons
         graphNotes += "  " + c.name + ": legacy only (" + e.what() + ")\n";
     }
     if (graph && !(graphMs < legacy)) graph.reset();
+    if (!graph && c.strided())
+        throw DenseViewsRefused(c.name +
+                                " reads or writes a channel slice, and cuDNN's graph API offers no plan for it");
     tuning.useNew(op, planChoice(graph, "legacy"), true);
     return {graph, legacy, graphMs};
 }
@@ -490,8 +495,8 @@ CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(ConvLayer& c, cons
                                                               std::size_t wsCap) {
     const std::string op = "fused conv " + shape.key();
     if (auto plan = cachedPlan(op, "apart", shape, wsCap)) return {*plan, -1.0, -1.0};
-    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.h * c.w * c.cin * dtypeSize(dtype);
-    const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.ho * c.wo * c.cout * dtypeSize(dtype);
+    const std::size_t xBytes = static_cast<std::size_t>(maxBatch) * c.xElements() * dtypeSize(dtype);
+    const std::size_t yBytes = static_cast<std::size_t>(maxBatch) * c.yElements() * dtypeSize(dtype);
     void* x = actBase;
     void* y = actBase + alignUp(xBytes);
     void* r = c.epilogueResidual && alignUp(xBytes) + 2 * alignUp(yBytes) <= activationBytes
@@ -527,10 +532,12 @@ CudaBackend::Impl::PlanChoice CudaBackend::Impl::fusedPlanFor(ConvLayer& c, cons
 }
 
 std::size_t CudaBackend::Impl::chooseGraphConvs(void* ws, std::size_t wsCap) {
-    if (dtype == DType::F32 || settings.legacyOnly) return 0;
+    // fp32 and the legacy setting take legacy algorithms, except for channel slices (graph plans only).
+    const bool legacy = dtype == DType::F32 || settings.legacyOnly;
     std::map<std::string, PlanChoice> chosen;
     std::size_t need = 0;
     for (ConvLayer& c : convs) {
+        if (legacy && !c.strided()) continue;
         // Filled field by field like other parameter blocks: alike in shape only.
         GraphConvShape shape;
         shape.dtype = dtype;
@@ -545,6 +552,8 @@ std::size_t CudaBackend::Impl::chooseGraphConvs(void* ws, std::size_t wsCap) {
         shape.ho = c.ho;
         shape.wo = c.wo;
         shape.alpha = c.alpha;
+        shape.xPitch = c.xPitch;
+        shape.yPitch = c.yPitch;
         auto it = chosen.find(shape.key());
         if (it == chosen.end()) it = chosen.emplace(shape.key(), graphPlanFor(c, shape, ws, wsCap)).first;
         std::tie(c.graph, c.legacyMs, c.graphMs) = it->second;

@@ -51,17 +51,43 @@ inline cudaDataType_t cublasType(DType t) {
     return t == DType::F32 ? CUDA_R_32F : (t == DType::F16 ? CUDA_R_16F : CUDA_R_16BF);
 }
 
+// cuDNN has no plan for a convolution over a channel slice of a dense group's buffer: prepare
+// lowers the graph again with the concatenations copied (CudaLowering.cpp findDenseGroups).
+class DenseViewsRefused : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 struct CudaBackend::Impl {
     // An NHWC activation: buffer id in the plan and its shape per sample.
     struct Act {
         int buf = -1;
         int c = 0, h = 0, w = 0;
+        // A channel slice of a wider buffer (a dense block's, findDenseGroups): rows `pitch`
+        // elements apart (0: packed, c), starting `offset` channels in. Only convolutions and the
+        // slice kernels (kernels/ops/ChannelSlice.cuh) read or write one.
+        int pitch = 0, offset = 0;
+        int stride() const { return pitch > 0 ? pitch : c; }
+        bool isView() const { return offset != 0 || stride() != c; }
+    };
+
+    // A densely connected block's concatenations kept in one buffer (findDenseGroups).
+    struct DenseGroup {
+        int channels = 0;  // the last concatenation's, the buffer's pitch
+        int buf = -1;      // allocated when the first op that touches it is lowered
+        std::string name;
+    };
+    struct DenseSlot {
+        int group = -1;
+        int offset = 0;       // channels before this value's in the buffer
+        bool direct = false;  // written there by its convolution (else copied there by the Concat)
     };
 
     struct ConvLayer {
         std::string name;
         int cin = 0, cout = 0, k = 3, stride = 1, pad = 1;
         int h = 0, w = 0, ho = 0, wo = 0;  // input and output size
+        int xPitch = 0, yPitch = 0;        // elements between pixels of a slice (0: packed)
         std::size_t weight = 0;            // offset in the weight blob: [cout][k][k][cin]
         TensorDescriptor xDesc, yDesc;
         FilterDescriptor wDesc;
@@ -84,8 +110,13 @@ struct CudaBackend::Impl {
         std::string key() const {
             std::ostringstream s;
             s << cin << ',' << cout << ',' << k << ',' << stride << ',' << pad << ',' << h << ',' << w;
+            if (xPitch || yPitch) s << ",p" << xPitch << ',' << yPitch;
             return s.str();
         }
+        // Elements one sample's input and output span (a slice's rows at their pitch).
+        bool strided() const { return xPitch != 0 || yPitch != 0; }  // graph-API plans only (no legacy algorithm)
+        std::size_t xElements() const { return std::size_t(h) * w * (xPitch ? xPitch : cin); }
+        std::size_t yElements() const { return std::size_t(ho) * wo * (yPitch ? yPitch : cout); }
     };
 
     struct Op {
@@ -141,6 +172,7 @@ struct CudaBackend::Impl {
     // synchronises after every layer.
     const CudaSettings settings = CudaSettings::fromEnvironment();
     bool betaAccumulate = settings.betaAccumulate;
+    bool denseViews = settings.denseViews;  // off after cuDNN refused a slice (denseRefusal)
     bool syncEveryOp = settings.syncEveryOp;
 
     // Tuning: the cache the timed choices are looked up in and stored to (not owned; none by
@@ -203,15 +235,27 @@ struct CudaBackend::Impl {
     std::vector<char> isGraphOutput;          // per value
     std::vector<int> projectionOf;            // per op: Projection index of a merged Linear, else -1
     std::vector<Projection> projections;
-    std::vector<int> biasIntoNorm;       // per op: for a GroupNorm, the conv whose bias it adds; else -1
-    std::vector<char> biasMoved;         // per op: conv runs without bias (into a norm)
-    std::vector<int> shortcutOf;         // per op: the shortcut conv lowered with this conv, else -1
-    std::vector<char> deferred;          // per op: lowered by its consumer
+    std::vector<int> biasIntoNorm;   // per op: for a GroupNorm, the conv whose bias it adds; else -1
+    std::vector<char> biasMoved;     // per op: conv runs without bias (into a norm)
+    std::vector<int> shortcutOf;     // per op: the shortcut conv lowered with this conv, else -1
+    std::vector<char> deferred;      // per op: lowered by its consumer
+    std::vector<int> addIntoConv;    // per op: for a Conv, the Add of its output to a skip it computes too, else -1
+    std::vector<int> affineIntoAdd;  // per op: for an Add, the Affine of an operand it applies itself, else -1
+    std::vector<char> skipped;       // per op: done by another op's lowering (the two above)
+    std::vector<DenseSlot> denseOf;  // per value: its place in a dense group's buffer
+    std::vector<DenseGroup> denseGroups;
+    std::vector<int> denseConcat;        // per op: the group a Concat belongs to, else -1
     std::vector<int> stageIn, stageOut;  // per graph input / output: float32 NCHW staging, -1 for vectors
 
     void build(const ModelGraph& g, const TensorMap& weights);
     // The lowering choices above, decided before anything is emitted.
     void analyse();
+    void findDenseGroups();
+    std::string denseRefusal;  // why cuDNN could not run a dense group's slices: groups off since
+    void findSkipAdds();
+    bool sameShapeAdd(const GraphOp& op) const;
+    bool denseReaderConv(const GraphOp& op, int value) const;
+    int denseBuffer(int group);
     // Staging for the host-facing float32 NCHW inputs/outputs, the vector inputs, and the
     // NHWC input activations (channels padded to a multiple of 8 for cuDNN).
     void lowerInputs();
@@ -230,7 +274,7 @@ struct CudaBackend::Impl {
     int producerOf(int value) const;
     bool onlyReader(int value, int op) const;
     static bool plainConv(const GraphOp& op);
-    const Act& act(int value, const GraphOp& op, bool unpadded = true) const;
+    const Act& act(int value, const GraphOp& op, bool unpadded = true, bool view = false) const;
 
     // Every op on vectors, in graph order, as one float32 op.
     void lowerVectors();
@@ -390,6 +434,7 @@ struct CudaBackend::Impl {
     void selectLane(int lane, cudaStream_t s);
     void selectOwnLane() { selectLane(0, stream.get()); }
     char* ptr(int buf) const { return actBase + buffers[static_cast<std::size_t>(buf)].offset; }
+    char* at(const Act& a) const { return ptr(a.buf) + static_cast<std::size_t>(a.offset) * dtypeSize(dtype); }
     char* lanePtr(int lane, int buf) const;
     const float* wf(std::size_t off) const { return reinterpret_cast<const float*>(weightsBase + off); }
     const void* wt(std::size_t off) const { return weightsBase + off; }

@@ -37,16 +37,31 @@ char* CudaBackend::Impl::lanePtr(int lane, int buf) const {
 
 void CudaBackend::Impl::setConvBatch(ConvLayer& c, int batch) {
     if (c.descBatch == batch) return;
-    TESSERA_CHECK(
-        cudnnSetTensor4dDescriptor(c.xDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cin, c.h, c.w));
-    TESSERA_CHECK(
-        cudnnSetTensor4dDescriptor(c.yDesc.get(), CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, c.cout, c.ho, c.wo));
+    // NHWC with the pixels `pitch` elements apart (a channel slice of a dense group's buffer).
+    auto nhwc = [this, batch](cudnnTensorDescriptor_t d, int ch, int h, int w, int pitch) {
+        if (pitch == 0 || pitch == ch) {
+            TESSERA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NHWC, cudnnType(dtype), batch, ch, h, w));
+            return;
+        }
+        TESSERA_CHECK(
+            cudnnSetTensor4dDescriptorEx(d, cudnnType(dtype), batch, ch, h, w, h * w * pitch, 1, w * pitch, pitch));
+    };
+    nhwc(c.xDesc.get(), c.cin, c.h, c.w, c.xPitch);
+    nhwc(c.yDesc.get(), c.cout, c.ho, c.wo, c.yPitch);
     TESSERA_CHECK(cudnnSetConvolutionMathType(c.convDesc.get(), c.math[static_cast<std::size_t>(batch)]));
     c.descBatch = batch;
 }
 
 void CudaBackend::Impl::runConv(int layer, const void* x, void* y, float alpha, float beta, int batch) {
     ConvLayer& c = convs[static_cast<std::size_t>(layer)];
+    // A channel slice has its graph plan alone, made for the prepared batch: a smaller batch runs
+    // it whole (its buffers hold maxBatch samples; the extra ones are not read).
+    if (c.strided()) {
+        if (!c.graph || beta != 0.0f || alpha != c.alpha)
+            throw std::logic_error("CudaBackend: " + c.name + ": a channel slice's convolution without its plan");
+        c.graph->run(x, wt(c.weight), y, nullptr, nullptr, workspace);
+        return;
+    }
     if (c.graph && batch == maxBatch && beta == 0.0f && alpha == c.alpha) {
         c.graph->run(x, wt(c.weight), y, nullptr, nullptr, workspace);
         return;

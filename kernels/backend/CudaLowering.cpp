@@ -8,6 +8,7 @@
 #include "kernels/device/CudaCheck.h"
 #include "kernels/ops/BiasActivation.cuh"
 #include "kernels/ops/BiasResidual.cuh"
+#include "kernels/ops/ChannelSlice.cuh"
 #include "kernels/ops/Concat.cuh"
 #include "kernels/ops/EosPool.cuh"
 #include "kernels/ops/GegluGate.cuh"
@@ -103,9 +104,12 @@ bool CudaBackend::Impl::plainConv(const GraphOp& op) {
     return op.kind == OpKind::Conv && op.residual < 0 && op.outputScale == 1.0f && !op.leakyRelu;
 }
 
-const CudaBackend::Impl::Act& CudaBackend::Impl::act(int value, const GraphOp& op, bool unpadded) const {
+const CudaBackend::Impl::Act& CudaBackend::Impl::act(int value, const GraphOp& op, bool unpadded, bool view) const {
     const Act& a = valueAct[static_cast<std::size_t>(value)];
     if (a.buf < 0) throw std::logic_error("CudaBackend: " + op.name + " reads a value that is not lowered");
+    if (a.isView() && !view)
+        throw std::logic_error("CudaBackend: " + op.name + " (" + toString(op.kind) + ") reads '" +
+                               graph.value(value).name + "', a slice of a dense block's buffer");
     if (unpadded && a.c != graph.value(value).channels)
         throw std::invalid_argument("CudaBackend: " + op.name + " (" + toString(op.kind) + ") cannot read '" +
                                     graph.value(value).name + "', stored with " + std::to_string(a.c) +
@@ -169,6 +173,161 @@ void CudaBackend::Impl::analyse() {
             deferred[i] = 1;
         }
     }
+    findSkipAdds();
+    findDenseGroups();
+}
+
+bool CudaBackend::Impl::sameShapeAdd(const GraphOp& op) const {
+    return op.kind == OpKind::Add && op.input2 >= 0 && graph.value(op.input2).kind != ValueKind::Vector &&
+           op.input != op.input2;
+}
+
+// Skip connections around a rescaled branch (ESRGAN's x5 * 0.2 + x, out * 0.2 + x) in one pass:
+//   Conv{outputScale s} -> Add(other): the convolution's epilogue adds `other` unscaled
+//     (y = s (conv + bias) + other); the Add is not lowered;
+//   Affine(a, s, 0) -> Add(other): the Add computes a * s + other; the Affine is not lowered.
+// Each where the scaled value has no other reader and `other` exists before the conv runs.
+void CudaBackend::Impl::findSkipAdds() {
+    const auto& all = graph.ops();
+    addIntoConv.assign(all.size(), -1);
+    affineIntoAdd.assign(all.size(), -1);
+    skipped.assign(all.size(), 0);
+    if (betaAccumulate) return;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        const GraphOp& op = all[i];
+        const bool conv = op.kind == OpKind::Conv && op.residual < 0 && !op.leakyRelu && !deferred[i] &&
+                          !biasMoved[i] && shortcutOf[i] < 0 && op.padEnd == op.padBegin;
+        const bool affine = op.kind == OpKind::Affine && op.shift == 0.0f;
+        if (!conv && !affine) continue;
+        if (isGraphOutput[static_cast<std::size_t>(op.output)] || graph.value(op.output).kind != ValueKind::FeatureMap)
+            continue;
+        const auto& readers = readersOf[static_cast<std::size_t>(op.output)];
+        if (readers.size() != 1) continue;
+        const int a = readers[0];
+        const GraphOp& add = opAt(a);
+        if (!sameShapeAdd(add) || skipped[static_cast<std::size_t>(a)] ||
+            affineIntoAdd[static_cast<std::size_t>(a)] >= 0)
+            continue;
+        const int other = add.input == op.output ? add.input2 : add.input;
+        if (isGraphOutput[static_cast<std::size_t>(add.output)]) continue;
+        if (conv) {
+            if (graph.value(op.output).channels % 8 != 0) continue;  // stored padded: the skip is not
+            const int p = producerOf(other);
+            if (p >= static_cast<int>(i)) continue;  // computed after the conv
+            addIntoConv[i] = a;
+        } else {
+            affineIntoAdd[static_cast<std::size_t>(a)] = static_cast<int>(i);
+        }
+        skipped[static_cast<std::size_t>(conv ? a : static_cast<int>(i))] = 1;
+    }
+}
+
+// A convolution that can read `value` as a slice: its input, same-size padding, not a residual.
+bool CudaBackend::Impl::denseReaderConv(const GraphOp& op, int value) const {
+    return op.kind == OpKind::Conv && op.input == value && op.residual != value && op.padEnd == op.padBegin &&
+           op.input2 != value;
+}
+
+// Densely connected blocks (DenseNet; ESRGAN's ResidualDenseBlock_5C: x1 = conv1(x),
+// x2 = conv2([x, x1]), ..., x5 = conv5([x, x1, x2, x3, x4])) lowered without copying their
+// concatenations: a chain of Concats, each growing the last by one value, whose outputs only
+// convolutions read (and the next Concat), becomes one buffer of the last Concat's channels.
+// Each concatenation is a prefix of it (a view at the buffer's pitch), each value joining the
+// chain a slice of it: written there by its convolution where that convolution is its only
+// producer and the Concat its only reader (bias and leaky ReLU applied in place there), else
+// copied there once; the chain's first operand is copied there once. A naive lowering copies
+// every prefix again at every Concat: for ESRGAN's 64 + 4 x 32 channels, 1,152 channels moved
+// per pixel and block instead of 64 + the convolutions' own writes. Opt-in (TESSERA_CUDA_DENSE=1):
+// cuDNN's plans for strided channel slices are slower than the copies save (docs/UPSCALE.md).
+void CudaBackend::Impl::findDenseGroups() {
+    const auto& all = graph.ops();
+    denseOf.assign(graph.values().size(), DenseSlot{});
+    denseGroups.clear();
+    denseConcat.assign(all.size(), -1);
+    if (!denseViews || betaAccumulate) return;
+    auto aligned = [&](int v) {
+        return graph.value(v).channels % 8 == 0 && !isGraphOutput[static_cast<std::size_t>(v)];
+    };
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        if (all[i].kind != OpKind::Concat || denseConcat[i] >= 0) continue;
+        if (denseOf[static_cast<std::size_t>(all[i].input)].group >= 0) continue;
+        // Follow the chain from this Concat: each link's output read by convolutions and by the next link.
+        std::vector<int> chain{static_cast<int>(i)};
+        bool ok = aligned(all[i].input) && aligned(all[i].input2) && all[i].input != all[i].input2;
+        for (;;) {
+            const int out = opAt(chain.back()).output;
+            if (!aligned(out)) {
+                ok = false;
+                break;
+            }
+            int next = -1, convReaders = 0;
+            for (int r : readersOf[static_cast<std::size_t>(out)]) {
+                const GraphOp& reader = opAt(r);
+                if (reader.kind == OpKind::Concat && reader.input == out && reader.input2 != out && next < 0 &&
+                    aligned(reader.input2))
+                    next = r;
+                else if (denseReaderConv(reader, out) && !deferred[static_cast<std::size_t>(r)])
+                    ++convReaders;
+                else
+                    ok = false;
+            }
+            if (!ok) break;
+            if (next < 0) {
+                ok = convReaders > 0;
+                break;
+            }
+            chain.push_back(next);
+        }
+        if (!ok || chain.size() < 2) continue;
+        // A value joining twice (or the first operand again) would need two places.
+        std::vector<int> joined{all[i].input};
+        for (int c : chain) joined.push_back(opAt(c).input2);
+        std::vector<int> sorted = joined;
+        std::sort(sorted.begin(), sorted.end());
+        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) continue;
+        const int g = static_cast<int>(denseGroups.size());
+        DenseGroup group;
+        group.channels = graph.value(opAt(chain.back()).output).channels;
+        group.name = opAt(chain.back()).name + ".dense";
+        denseGroups.push_back(group);
+        int offset = 0;
+        for (std::size_t k = 0; k < joined.size(); ++k) {
+            const int v = joined[k];
+            DenseSlot slot{g, offset, false};
+            const int p = k == 0 ? -1 : producerOf(v);
+            if (p >= 0) {
+                const GraphOp& conv = opAt(p);
+                slot.direct = conv.kind == OpKind::Conv && onlyReader(v, chain[k - 1]) && conv.residual < 0 &&
+                              conv.outputScale == 1.0f && conv.padEnd == conv.padBegin &&
+                              !deferred[static_cast<std::size_t>(p)] && !biasMoved[static_cast<std::size_t>(p)] &&
+                              shortcutOf[static_cast<std::size_t>(p)] < 0;
+            }
+            denseOf[static_cast<std::size_t>(v)] = slot;
+            offset += graph.value(v).channels;
+        }
+        for (int c : chain) {
+            denseConcat[static_cast<std::size_t>(c)] = g;
+            denseOf[static_cast<std::size_t>(opAt(c).output)] = DenseSlot{g, 0, false};
+        }
+        if (offset != group.channels) throw std::logic_error("CudaBackend: a dense group's channels do not add up");
+    }
+}
+
+int CudaBackend::Impl::denseBuffer(int group) {
+    DenseGroup& g = denseGroups[static_cast<std::size_t>(group)];
+    if (g.buf < 0) {
+        // Every member has the first operand's size (Concat joins equal feature maps).
+        int h = 0, w = 0;
+        for (std::size_t c = 0; c < denseConcat.size(); ++c)
+            if (denseConcat[c] == group) {
+                const Act& first = valueAct[static_cast<std::size_t>(opAt(static_cast<int>(c)).input)];
+                h = first.h;
+                w = first.w;
+                break;
+            }
+        g.buf = newBuffer(static_cast<std::size_t>(maxBatch) * h * w * g.channels * dtypeSize(dtype), g.name);
+    }
+    return g.buf;
 }
 
 void CudaBackend::Impl::lowerInputs() {
@@ -319,13 +478,18 @@ void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
     const bool sameShape = op.kind == OpKind::Affine || op.kind == OpKind::SiLU || op.kind == OpKind::LeakyReLU ||
                            op.kind == OpKind::Sigmoid || op.kind == OpKind::PReLU || op.kind == OpKind::Mul ||
                            (op.kind == OpKind::Add && graph.value(op.input2).kind != ValueKind::Vector);
-    const Act x = act(op.input, op, !sameShape);
+    // An Add that applies its operand's Affine itself (findSkipAdds): x * s + other.
+    const std::size_t here = static_cast<std::size_t>(&op - graph.ops().data());
+    const int folded = affineIntoAdd.empty() ? -1 : affineIntoAdd[here];
+    const int first = folded < 0 ? op.input : opAt(folded).input;
+    const int second = folded < 0 ? op.input2 : (op.input == opAt(folded).output ? op.input2 : op.input);
+    const Act x = act(first, op, !sameShape);
     const Act y = newAct(x.c, x.h, x.w, op.name);
     std::vector<int> bufs{x.buf, y.buf};
     PointwiseParams p;
     p.channels = x.c;
     p.rowsPerSample = static_cast<long long>(x.h) * x.w;
-    p.scale = op.scale;
+    p.scale = op.kind == OpKind::Add ? (folded < 0 ? 1.0f : opAt(folded).scale) : op.scale;
     p.shift = op.shift;
     Act other;
     VectorRef v;
@@ -340,7 +504,7 @@ void CudaBackend::Impl::lowerPointwise(const GraphOp& op) {
         case OpKind::Add:
             if (sameShape) {
                 p.op = PointwiseOp::Add;
-                other = act(op.input2, op, false);
+                other = act(second, op, false);
                 if (other.c != x.c)
                     throw std::invalid_argument("CudaBackend: " + op.name + ": operands stored differently");
                 bufs.push_back(other.buf);
@@ -412,7 +576,9 @@ void CudaBackend::Impl::lowerConv(int index) {
     const GraphOp& op = opAt(index);
     const bool output = isGraphOutput[static_cast<std::size_t>(op.output)];
     const int co = output ? (op.channels + 7) / 8 * 8 : op.channels;
-    Act src = act(op.input, op, false);
+    Act src = act(op.input, op, false, true);  // may be a prefix of a dense group's buffer
+    if (src.isView() && op.padEnd != op.padBegin)
+        throw std::logic_error("CudaBackend: " + op.name + " pads a slice of a dense group's buffer");
     // One more row/column at the bottom/right: diffusers models/downsampling.py Downsample2D
     // pads (0, 1, 0, 1) before its stride-2 conv when padding is 0.
     if (op.padEnd != op.padBegin) {
@@ -427,10 +593,26 @@ void CudaBackend::Impl::lowerConv(int index) {
     const std::size_t w = convWeight(op.params[0], src.c, co);
     const int layer = addConv(op.name, src.c, co, op.kernel, op.stride, op.padBegin, src.h, src.w, w);
     const int ho = convs.back().ho, wo = convs.back().wo;
+    if (src.isView()) convs.back().xPitch = src.stride();
+    // A value a dense group keeps: written in its slice of the group's buffer.
+    const DenseSlot slot = denseOf.empty() ? DenseSlot{} : denseOf[static_cast<std::size_t>(op.output)];
+    const bool intoSlice = slot.group >= 0 && slot.direct;
+    auto outputAct = [&] {
+        if (!intoSlice) return newAct(co, ho, wo, op.name);
+        Act a;
+        a.buf = denseBuffer(slot.group);
+        a.c = co;
+        a.h = ho;
+        a.w = wo;
+        a.pitch = denseGroups[static_cast<std::size_t>(slot.group)].channels;
+        a.offset = slot.offset;
+        convs.back().yPitch = a.pitch;
+        return a;
+    };
     if (biasMoved[static_cast<std::size_t>(index)]) {  // into the GroupNorm that reads it
         const Act y = newAct(co, ho, wo, op.name);
         addOp(op.name, {src.buf, y.buf}, y,
-              [this, layer, src, y](int batch) { runConv(layer, ptr(src.buf), ptr(y.buf), 1.0f, 0.0f, batch); });
+              [this, layer, src, y](int batch) { runConv(layer, at(src), ptr(y.buf), 1.0f, 0.0f, batch); });
         valueAct[static_cast<std::size_t>(op.output)] = y;
         return;
     }
@@ -438,7 +620,7 @@ void CudaBackend::Impl::lowerConv(int index) {
     bias.resize(static_cast<std::size_t>(co), 0.0f);
     const float scale = op.outputScale;
     convs.back().alpha = scale;
-    const Act y = newAct(co, ho, wo, op.name);
+    const Act y = outputAct();
     std::vector<int> bufs{src.buf, y.buf};
     int rb = -1, sc = -1;
     Act xs;
@@ -457,6 +639,15 @@ void CudaBackend::Impl::lowerConv(int index) {
         if (r.c != co) throw std::invalid_argument("CudaBackend: " + op.name + ": residual stored with other channels");
         rb = r.buf;
     }
+    // The Add of this output to a skip connection (findSkipAdds), after the scale.
+    const int skipAdd = addIntoConv.empty() ? -1 : addIntoConv[static_cast<std::size_t>(index)];
+    if (skipAdd >= 0) {
+        const GraphOp& add = opAt(skipAdd);
+        const Act r = act(add.input == op.output ? add.input2 : add.input, add, false);
+        if (r.c != co) throw std::invalid_argument("CudaBackend: " + add.name + ": operands stored differently");
+        rb = r.buf;
+    }
+    const bool residualAfterScale = skipAdd >= 0 && scale != 1.0f;
     if (rb >= 0) bufs.push_back(rb);
     const std::size_t b = blob.addFloats(bias);
     const long long pix = static_cast<long long>(ho) * wo;
@@ -465,7 +656,7 @@ void CudaBackend::Impl::lowerConv(int index) {
             launchBiasResidual(dtype, ptr(y.buf), false, wf(b), sc < 0 && rb >= 0 ? ptr(rb) : nullptr, batch * pix, co,
                                scale, opStream);
             if (sc >= 0) runConv(sc, ptr(xs.buf), ptr(y.buf), scale, 1.0f, batch);
-            runConv(layer, ptr(src.buf), ptr(y.buf), scale, 1.0f, batch);
+            runConv(layer, at(src), ptr(y.buf), scale, 1.0f, batch);
         });
         lowerConvActivation(op, y);
         valueAct[static_cast<std::size_t>(op.output)] = y;
@@ -475,23 +666,37 @@ void CudaBackend::Impl::lowerConv(int index) {
         addOp(opAt(s).name, {xs.buf, rb}, Act{rb, co, xs.h, xs.w},
               [=, this](int batch) { runConv(sc, ptr(xs.buf), ptr(rb), 1.0f, 0.0f, batch); });
     ConvLayer& layerRef = convs[static_cast<std::size_t>(layer)];
-    layerRef.hasEpilogue = scale == 1.0f;
+    layerRef.hasEpilogue = scale == 1.0f && !y.isView();  // cuDNN's fused form adds an unscaled bias
     layerRef.epilogueBias = b;
     layerRef.epilogueResidual = rb >= 0;
     // Two ops (same launches) so that profiles show the convolution and its epilogue apart.
     addOp(op.name, bufs, y, [=, this](int batch) {
         const void* r = rb >= 0 ? ptr(rb) : nullptr;
-        if (!runConvFused(layer, ptr(src.buf), ptr(y.buf), r, batch))
-            runConv(layer, ptr(src.buf), ptr(y.buf), scale, 0.0f, batch);
+        if (!runConvFused(layer, at(src), at(y), r, batch)) runConv(layer, at(src), at(y), scale, 0.0f, batch);
     });
     std::vector<int> epilogueBufs = rb >= 0 ? std::vector<int>{y.buf, rb} : std::vector<int>{src.buf, y.buf};
     if (s >= 0) epilogueBufs.push_back(xs.buf);
+    // Bias and leaky ReLU in one pass where nothing else is added (always for a slice).
+    const bool biasActivation = y.isView() || (op.leakyRelu && rb < 0 && scale == 1.0f);
+    const bool leaky = op.leakyRelu;
+    const float slope = op.slope;
     addOp(op.name + ".epilogue", epilogueBufs, y, [=, this](int batch) {
-        if (fusedAt(layer, batch)) return;
-        launchBiasResidual(dtype, ptr(y.buf), true, wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
-                           opStream);
+        const bool fused = fusedAt(layer, batch);
+        if (biasActivation) {
+            if (!fused || leaky)
+                launchSliceBiasActivation(dtype, at(y), y.stride(), batch * pix, co, fused ? nullptr : wf(b), leaky,
+                                          slope, opStream);
+            return;
+        }
+        if (fused) return;
+        if (residualAfterScale)
+            launchBiasThenResidual(dtype, ptr(y.buf), true, wf(b), ptr(rb), batch * pix, co, scale, opStream);
+        else
+            launchBiasResidual(dtype, ptr(y.buf), true, wf(b), rb >= 0 ? ptr(rb) : nullptr, batch * pix, co, scale,
+                               opStream);
     });
-    lowerConvActivation(op, y);
+    if (!biasActivation) lowerConvActivation(op, y);
+    if (skipAdd >= 0) valueAct[static_cast<std::size_t>(opAt(skipAdd).output)] = y;
     valueAct[static_cast<std::size_t>(op.output)] = y;
 }
 
@@ -680,6 +885,34 @@ void CudaBackend::Impl::lowerEosPool(const GraphOp& op) {
 }
 
 void CudaBackend::Impl::lowerConcat(const GraphOp& op) {
+    const int group = denseConcat.empty() ? -1 : denseConcat[static_cast<std::size_t>(&op - graph.ops().data())];
+    if (group >= 0) {
+        // A link of a dense group (findDenseGroups): its operands copied into their slices where
+        // no convolution wrote them there, its output a prefix of the group's buffer.
+        const int buf = denseBuffer(group);
+        const int pitch = denseGroups[static_cast<std::size_t>(group)].channels;
+        auto copyIn = [&](int value) {
+            const Act from = act(value, op, false);
+            const int offset = denseOf[static_cast<std::size_t>(value)].offset;
+            addOp(op.name + ".into", {from.buf, buf}, Act{}, [this, from, buf, pitch, offset](int batch) {
+                launchCopySlice(dtype, at(from), from.stride(),
+                                ptr(buf) + static_cast<std::size_t>(offset) * dtypeSize(dtype), pitch,
+                                static_cast<long long>(batch) * from.h * from.w, from.c, opStream);
+            });
+        };
+        const int p = producerOf(op.input);
+        if (p < 0 || denseConcat[static_cast<std::size_t>(p)] != group) copyIn(op.input);
+        if (!denseOf[static_cast<std::size_t>(op.input2)].direct) copyIn(op.input2);
+        const Act& joined = valueAct[static_cast<std::size_t>(op.input2)];
+        Act cat;
+        cat.buf = buf;
+        cat.c = denseOf[static_cast<std::size_t>(op.input2)].offset + graph.value(op.input2).channels;
+        cat.h = joined.h;
+        cat.w = joined.w;
+        cat.pitch = pitch;
+        valueAct[static_cast<std::size_t>(op.output)] = cat;
+        return;
+    }
     const Act a = act(op.input, op), s = act(op.input2, op);
     const Act cat = newAct(a.c + s.c, a.h, a.w, op.name);
     addOp(op.name, {a.buf, s.buf, cat.buf}, cat, [this, a, s, cat](int batch) {
@@ -728,6 +961,7 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
         const GraphOp& op = graph.ops()[i];
         const std::size_t before = ops.size();
+        if (skipped[i]) continue;  // done by the op it was folded into (findSkipAdds)
         // Every vector op but the pooling (which waits for its tokens) runs as one stage.
         if (graph.value(op.output).kind == ValueKind::Vector && op.kind != OpKind::EosPool) {
             if (!vectorsDone) lowerVectors();

@@ -56,18 +56,31 @@ void CudaBackend::Impl::prepare(const ModelGraph& g, const TensorMap& tensors, i
     tileW = w;
     const NvtxRange nvtxPrepare("CudaBackend prepare " + std::to_string(batch) + "x" + std::to_string(w) + "x" +
                                 std::to_string(h));
-    {
-        const NvtxRange nvtxLower("lower + plan arena");
-        build(g, tensors);
-        planArena();
+    for (;;) {
+        {
+            const NvtxRange nvtxLower("lower + plan arena");
+            build(g, tensors);
+            planArena();
+        }
+        const std::size_t freeBytes = freeForPlan();
+        const std::size_t base = blob.size() + activationBytes + kCublasWorkspace;
+        if (base > freeBytes) throw outOfMemory(base, freeBytes, blob.size() + kCublasWorkspace);
+        try {
+            // The convolutions' workspace also serves cuDNN's fused attention (chosen while lowering).
+            convWorkspace = alignUp(std::max(chooseOnScratchArena(freeBytes, base), sdpaWorkspace));
+            break;
+        } catch (const DenseViewsRefused& e) {
+            // Once per backend: later prepares copy the concatenations from the start.
+            (void)cudaGetLastError();
+            denseRefusal = e.what();
+            denseViews = false;
+            clearPlan();
+            maxBatch = batch;
+            tileH = h;
+            tileW = w;
+        }
     }
-
-    const std::size_t freeBytes = freeForPlan();
     const std::size_t weights = blob.size();
-    const std::size_t base = weights + activationBytes + kCublasWorkspace;
-    if (base > freeBytes) throw outOfMemory(base, freeBytes, weights + kCublasWorkspace);
-    // The convolutions' workspace also serves cuDNN's fused attention (chosen while lowering).
-    convWorkspace = alignUp(std::max(chooseOnScratchArena(freeBytes, base), sdpaWorkspace));
     const std::size_t total = placeArena(laneCount);
 
     plan.weightsBytes = weights;
@@ -221,6 +234,10 @@ std::string CudaBackend::Impl::describePlan(std::size_t total) const {
         }
         s << "\n";
     }
+    if (!denseGroups.empty())
+        s << "  dense groups: " << denseGroups.size() << " (concatenations kept in one buffer of "
+          << denseGroups.front().channels << " channels each, no copies)\n";
+    if (!denseRefusal.empty()) s << "  dense groups off: " << denseRefusal << "\n";
     s << graphNotes << attentionNotes;
     s << "  fused-plan build + benchmark time " << fusedBuildMs << " ms\n";
     s << tuning.summary();

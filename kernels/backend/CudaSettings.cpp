@@ -12,7 +12,7 @@ CudaSettings CudaSettings::fromEnvironment() {
     for (const char* name :
          {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE", "TESSERA_CUDNN_RUNTIME_FUSION",
           "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC", "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB",
-          "TESSERA_CUDA_FLASH", "TESSERA_CUDA_SDPA"}) {
+          "TESSERA_CUDA_FLASH", "TESSERA_CUDA_SDPA", "TESSERA_CUDA_DENSE"}) {
         const char* v = std::getenv(name);
         s.values[name] = v ? v : "";
     }
@@ -20,6 +20,7 @@ CudaSettings CudaSettings::fromEnvironment() {
     s.legacyOnly = s.values["TESSERA_CUDNN_API"] == "legacy";
     s.fuse = s.values["TESSERA_CUDNN_FUSE"] != "0";
     s.runtimeFusion = s.values["TESSERA_CUDNN_RUNTIME_FUSION"] == "1";
+    s.denseViews = s.values["TESSERA_CUDA_DENSE"] == "1";
     s.betaAccumulate = s.values["TESSERA_CUDA_BETA"] == "1";
     s.syncEveryOp = s.values["TESSERA_CUDA_SYNC"] == "op";
     s.nonblockingStream = s.values["TESSERA_CUDA_STREAM"] == "nonblocking";

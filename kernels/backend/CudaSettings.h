@@ -5,6 +5,11 @@
 //  TESSERA_CUDNN_API=legacy         the legacy cuDNN path everywhere (no graph-API plans)
 //  TESSERA_CUDNN_FUSE=0             conv epilogues never fused into a cuDNN plan
 //  TESSERA_CUDNN_RUNTIME_FUSION=1   fused plans may use engines compiled at prepare (NVRTC)
+//  TESSERA_CUDA_DENSE=1             densely connected blocks' concatenations kept in one buffer that
+//                                   each convolution reads a prefix of and writes a slice of, instead of
+//                                   copied: no copies, but cuDNN 9.14's graph plans for channel slices
+//                                   ran ESRGAN's convolutions 1.8x slower on an H200 (docs/UPSCALE.md),
+//                                   so the copies are the default
 //  TESSERA_CUDA_BETA=1              accumulate onto a bias-initialised output (beta = 1)
 //  TESSERA_CUDA_SYNC=op             synchronise after every layer
 //  TESSERA_CUDA_STREAM=nonblocking  the stream does not order against the legacy default stream
@@ -39,6 +44,7 @@ enum class FlashMode { Auto, Off, On };
 struct CudaSettings {
     std::map<std::string, std::string> values;  // name -> value ("" = not set)
     bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
+    bool denseViews = false;  // dense blocks in one buffer (CudaLowering.cpp findDenseGroups)
     bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
     std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
     FlashMode flash = FlashMode::Auto;

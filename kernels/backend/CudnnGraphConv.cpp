@@ -20,10 +20,12 @@ using cudnn::Desc;
 // Unique ids of the graph's tensors (the variant pack names pointers by them).
 enum : std::int64_t { kX = 1, kW = 2, kY = 3, kBias = 4, kResidual = 5, kConvOut = 6, kBiasOut = 7 };
 
-// NHWC tensor [n, c, h, w] (dimensions in NCHW order, strides of the NHWC layout).
+// NHWC tensor [n, c, h, w] (dimensions in NCHW order, strides of the NHWC layout), its pixels
+// `pitch` elements apart (0: packed).
 Desc tensor(std::int64_t id, cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
-            bool isVirtual = false) {
-    return cudnn::tensor(id, type, {n, c, h, w}, {h * w * c, 1, w * c, c}, isVirtual);
+            bool isVirtual = false, std::int64_t pitch = 0) {
+    const std::int64_t p = pitch > 0 ? pitch : c;
+    return cudnn::tensor(id, type, {n, c, h, w}, {h * w * p, 1, w * p, p}, isVirtual);
 }
 
 Desc pointwiseAdd(const Desc& a, const Desc& b, const Desc& y) {
@@ -48,6 +50,7 @@ std::string GraphConvShape::key() const {
     std::ostringstream s;
     s << static_cast<int>(dtype) << ':' << n << ',' << cin << ',' << h << ',' << w << ',' << cout << ',' << k << ','
       << stride << ',' << pad << ',' << alpha << ',' << bias << residual << allowRuntimeCompiled;
+    if (xPitch || yPitch) s << ",p" << xPitch << ',' << yPitch;
     return s.str();
 }
 
@@ -106,7 +109,7 @@ void GraphConv::Impl::buildGraph() {
     s.keep.reserve(64);  // `last` below points into it; configs join later
     const cudnnDataType_t io = cudnn::typeOf(shape.dtype);
     const bool fused = shape.bias || shape.residual;
-    Desc x = tensor(kX, io, shape.n, shape.cin, shape.h, shape.w);
+    Desc x = tensor(kX, io, shape.n, shape.cin, shape.h, shape.w, false, shape.xPitch);
     // Filter [cout, cin, k, k] stored KRSC ([cout][k][k][cin]).
     Desc w(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     {
@@ -123,7 +126,7 @@ void GraphConv::Impl::buildGraph() {
     }
     // The convolution writes y directly, or a float32 virtual tensor the epilogue reads.
     Desc convOut = fused ? tensor(kConvOut, CUDNN_DATA_FLOAT, shape.n, shape.cout, shape.ho, shape.wo, true)
-                         : tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo);
+                         : tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo, false, shape.yPitch);
     Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
     {
         const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
@@ -159,7 +162,7 @@ void GraphConv::Impl::buildGraph() {
             Desc b = tensor(kBias, CUDNN_DATA_FLOAT, 1, shape.cout, 1, 1);
             Desc out = shape.residual
                            ? tensor(kBiasOut, CUDNN_DATA_FLOAT, shape.n, shape.cout, shape.ho, shape.wo, true)
-                           : tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo);
+                           : tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo, false, shape.yPitch);
             Desc op = pointwiseAdd(*last, b, out);
             ops.push_back(op.get());
             s.keep.push_back(std::move(b));
@@ -169,7 +172,7 @@ void GraphConv::Impl::buildGraph() {
         }
         if (shape.residual) {
             Desc r = tensor(kResidual, io, shape.n, shape.cout, shape.ho, shape.wo);
-            Desc y = tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo);
+            Desc y = tensor(kY, io, shape.n, shape.cout, shape.ho, shape.wo, false, shape.yPitch);
             Desc op = pointwiseAdd(*last, r, y);
             ops.push_back(op.get());
             s.keep.push_back(std::move(r));

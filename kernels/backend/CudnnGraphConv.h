@@ -24,7 +24,8 @@ struct GraphConvShape {
     DType dtype = DType::F16;
     int n = 1, cin = 0, h = 0, w = 0;  // input NHWC [n, h, w, cin]
     int cout = 0, k = 3, stride = 1, pad = 1;
-    int ho = 0, wo = 0;  // output NHWC [n, ho, wo, cout]
+    int ho = 0, wo = 0;          // output NHWC [n, ho, wo, cout]
+    int xPitch = 0, yPitch = 0;  // elements between pixels of x and y where they are channel slices (0: packed)
     float alpha = 1.0f;
     bool bias = false;                  // + bias[cout] (float32)
     bool residual = false;              // + residual NHWC [n, ho, wo, cout], activation type

@@ -350,6 +350,8 @@ Precision CudaUpscaler::precision() const {
 
 const CudaBackend* CudaUpscaler::backend() const { return impl_->backend.get(); }
 
+CudaBackend* CudaUpscaler::backend() { return impl_->backend.get(); }
+
 int CudaUpscaler::forwardBatch() const { return impl_->forwardBatch; }
 
 CudaUpscaleTimes CudaUpscaler::timings() const { return impl_->times; }

@@ -93,6 +93,7 @@ public:
     Precision precision() const;
     // The prepared backend (nullptr before the first prepare); replaced by a fallback.
     const CudaBackend* backend() const;
+    CudaBackend* backend();
     // Tiles per forward of the prepared backend (at most the tiler's batch).
     int forwardBatch() const;
     CudaUpscaleTimes timings() const;

@@ -14,5 +14,10 @@ namespace tessera {
 // residual may be nullptr (bias only) and may alias y only element for element.
 void launchBiasResidual(DType, void* y, bool accumulate, const float* bias, const void* residual, long long rows,
                         int channels, float scale, cudaStream_t);
+// The same with the residual added unscaled after the scaled bias:
+//   y[p, c] = (accumulate ? y[p, c] : 0) + scale * bias[c] + residual[p, c]
+// (a convolution whose output is rescaled, then added to a skip connection: ESRGAN's x5 * 0.2 + x).
+void launchBiasThenResidual(DType, void* y, bool accumulate, const float* bias, const void* residual, long long rows,
+                            int channels, float scale, cudaStream_t);
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
 // The graph's elementwise ops over NHWC rows, float32 arithmetic: Affine (x * scale + shift),
-// SiLU, Add (same shape), AddVector (a per-(sample, channel) float32 vector added to every
+// SiLU, Add (same shape: x * scale + other, scale 1 unless a lowering folded a scale into it), AddVector (a per-(sample, channel) float32 vector added to every
 // pixel), FiLM ScaleShift (x * (1 + v[b, c]) + v[b, channels + c]), LeakyRelu (negative side
 // times `scale`), Prelu (negative side times v[b, c]: the weights with vectorStride 0), Sigmoid
 // and Mul (same shape). The UNet runs the fused

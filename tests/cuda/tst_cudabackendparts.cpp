@@ -163,9 +163,14 @@ private slots:
             QVERIFY(s.flash == FlashMode::On);
             QVERIFY(!s.fuse);
             QVERIFY(s.syncEveryOp);
-            QCOMPARE(s.values.size(), std::size_t(10));  // every setting recorded, set or not
+            QCOMPARE(s.values.size(), std::size_t(11));  // every setting recorded, set or not
+            QVERIFY(!s.denseViews);
             QCOMPARE(s.values.at("TESSERA_CUDNN_FUSE"), std::string("0"));
             QCOMPARE(s.values.at("TESSERA_CUDNN_API"), std::string(""));
+        }
+        {
+            const ScopedEnv dense("TESSERA_CUDA_DENSE", "1");
+            QVERIFY(CudaSettings::fromEnvironment().denseViews);
         }
         {
             const ScopedEnv mib("TESSERA_CUDA_ATTENTION_MIB", ""), flash("TESSERA_CUDA_FLASH", "");

@@ -217,6 +217,38 @@ private slots:
         QCOMPARE(without.backend()->graphStats().captures, 0);
     }
 
+    // Dense blocks kept in one buffer (each conv reading a prefix, writing its slice) compute what
+    // the copied concatenations compute.
+    void denseBlocksMatchCopiedConcatenations_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<int>("precision");
+        for (const char* c : {"esrgan_old_x4", "esrgan_plus_x4", "esrgan_basicsr_x2_unshuffle"})
+            for (Precision p : {Precision::FP32, Precision::FP16})
+                QTest::newRow((std::string(c) + " " + precisionName(p)).c_str()) << QString(c) << int(p);
+    }
+    void denseBlocksMatchCopiedConcatenations() {
+        REQUIRE_DEVICE();
+        QFETCH(QString, name);
+        QFETCH(int, precision);
+        const auto p = static_cast<Precision>(precision);
+        const std::string dir = kFixtures + "/" + name.toStdString();
+        const UpscaleModel model = UpscaleModel::loadFile(dir + "/model.safetensors");
+        const ImageTensor input = tensorImage(SafetensorsFile(dir + "/io.safetensors"), "input");
+        ImageTensor a;
+        {
+            const tessera::testing::ScopedEnv slices("TESSERA_CUDA_DENSE", "1");
+            CudaUpscaler dense(options(p));
+            a = dense.upscale(model, input, tiling(0, 0));
+            QVERIFY2(dense.backend()->planSummary().find("dense groups: ") != std::string::npos,
+                     dense.backend()->planSummary().c_str());
+        }
+        CudaUpscaler copied(options(p));
+        const ImageTensor b = copied.upscale(model, input, tiling(0, 0));
+        QVERIFY(copied.backend()->planSummary().find("dense groups: ") == std::string::npos);
+        const QString mismatch = outputMismatch(b.data, a.data, p == Precision::FP32 ? 1e-6 : 2e-3, name, true);
+        QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
+    }
+
     void fallsBackToFp32() {
         REQUIRE_DEVICE();
         const UpscaleModel model = overflowingModel();

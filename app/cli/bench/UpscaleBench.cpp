@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -50,6 +52,7 @@ struct UpscaleBenchOptions {
     std::uint64_t seed = 0;
     std::string csvPath, tuningCache;
     std::optional<double> peakTflops;
+    int profileTop = 0;  // cuda: after each tile size, the N op groups that take the most GPU time
     bool help = false;
 };
 
@@ -81,7 +84,10 @@ std::string upscaleBenchUsage() {
            "  --seed N               the weights' and the image's seed (default 0)\n"
            "  --csv FILE             write the rows as CSV (columns as bench/pytorch/upscale_spandrel.py)\n"
            "  --tuning-cache FILE|off  as render (default: the user's cache file)\n"
-           "  --peak-tflops X        the GPU's dense fp16/bf16 tensor peak (default: known from its name)\n";
+           "  --peak-tflops X        the GPU's dense fp16/bf16 tensor peak (default: known from its name)\n"
+           "  --profile N            cuda: after each tile size, one forward's GPU time per op (CUDA events\n"
+           "                         in a captured graph, median of 3), ops grouped by name with the block\n"
+           "                         numbers taken out; the N groups that take the most time\n";
 }
 
 std::vector<std::string> splitCommas(const std::string& field, const std::string& text) {
@@ -154,6 +160,8 @@ bool takeOption(UpscaleBenchOptions& o, const std::string& name, const std::stri
     } else if (name == "tuning-cache") {
         if (value.empty()) fail("tuning_cache", "a file path or off is needed");
         o.tuningCache = value;
+    } else if (name == "profile") {
+        o.profileTop = parseCount("profile", value, 1);
     } else if (name == "peak-tflops") {
         const double peak = parseNumber<double>("peak_tflops", value);
         if (!(peak > 0)) fail("peak_tflops", inQuotes(value) + " is not a positive number");
@@ -285,13 +293,17 @@ struct TimedImages {
 
 TimedImages timeImages(const UpscaleBenchOptions& o, UpscaleTiler& tiler, const ImageTensor& input, ImageTensor& output,
                        const std::function<void()>& afterImage) {
+    // The whole output image as float32 planes in host memory (what the PyTorch peer ends with),
+    // the band's rows copied on the tiler's threads.
     const auto sink = [&output](int firstRow, int rows, const float* band) {
-        for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < output.channels; ++c)
-                std::memcpy(
-                    output.data.data() + (std::size_t(c) * output.height + std::size_t(firstRow + r)) * output.width,
-                    band + (std::size_t(r) * output.channels + std::size_t(c)) * output.width,
-                    sizeof(float) * static_cast<std::size_t>(output.width));
+        parallelRows(rows, std::int64_t(rows) * output.channels * output.width, [&](int r0, int r1) {
+            for (int r = r0; r < r1; ++r)
+                for (int c = 0; c < output.channels; ++c)
+                    std::memcpy(output.data.data() +
+                                    (std::size_t(c) * output.height + std::size_t(firstRow + r)) * output.width,
+                                band + (std::size_t(r) * output.channels + std::size_t(c)) * output.width,
+                                sizeof(float) * static_cast<std::size_t>(output.width));
+        });
     };
     TimedImages t;
     for (int i = 0; i < o.warmup + o.repeats; ++i) {
@@ -346,6 +358,39 @@ UpscaleRow runCpuRow(const UpscaleBenchOptions& o, const UpscaleModel& model, co
 }
 
 #if TESSERA_UPSCALE_BENCH_CUDA
+// An op's group: its name with every run of digits replaced by '#' ("body.#.rdb#.conv#").
+std::string opGroup(const std::string& name) {
+    std::string g;
+    for (std::size_t i = 0; i < name.size(); ++i) {
+        if (name[i] >= '0' && name[i] <= '9') {
+            if (g.empty() || g.back() != '#') g += '#';
+        } else {
+            g += name[i];
+        }
+    }
+    return g;
+}
+
+void printOpGroups(std::ostream& err, int tile, CudaUpscaler& gpu, int top) {
+    const std::vector<CudaBackend::OpTime> times = gpu.backend()->profileOps(std::max(1, gpu.forwardBatch()), 3);
+    std::map<std::string, std::pair<double, int>> groups;
+    double total = 0;
+    for (const CudaBackend::OpTime& t : times) {
+        auto& g = groups[opGroup(t.name)];
+        g.first += t.ms;
+        g.second += 1;
+        total += t.ms;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int>>> sorted(groups.begin(), groups.end());
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    err << "profile, tile " << tile << ": one forward of " << std::max(1, gpu.forwardBatch()) << " tile(s), "
+        << fixed(total, 2) << " ms in " << times.size() << " ops\n";
+    for (std::size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i)
+        err << "  " << fixed(sorted[i].second.first, 3) << " ms  " << fixed(100.0 * sorted[i].second.first / total, 1)
+            << " %  x" << sorted[i].second.second << "  " << sorted[i].first << "\n";
+}
+
 UpscaleRow runCudaRow(const UpscaleBenchOptions& o, const UpscaleModel& model, const ImageTensor& input,
                       ImageTensor& output, int tile) {
     UpscaleRow row;
@@ -382,6 +427,7 @@ UpscaleRow runCudaRow(const UpscaleBenchOptions& o, const UpscaleModel& model, c
         appendNote(row.note, "the device ran " + std::to_string(row.forwardBatch) + " tiles per forward");
     const GraphStats graphs = gpu.backend()->graphStats();
     if (o.graphs && !graphs.fallbackReason.empty()) appendNote(row.note, "graphs off: " + graphs.fallbackReason);
+    if (o.profileTop > 0) printOpGroups(std::cerr, tile, gpu, o.profileTop);
     return row;
 }
 #else
