@@ -22,6 +22,7 @@
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
 #include "app/cli/InterruptCancels.h"
+#include "app/cli/UpscaleModelRun.h"
 #include "core/base/BoundedInput.h"
 #include "core/cpu/HostMemoryEstimate.h"
 #include "core/models/unet/UNetModel.h"
@@ -290,7 +291,7 @@ std::string padLeft(const std::string& text, std::size_t width) {
 // against the model's limits and the backend, then the start images' headers, then the host
 // memory of the whole comparison; only then decodes the start images. Throws ValidationError
 // whose message begins with the side ("A: tile: ...") where it concerns one.
-void checkSides(Side& a, Side& b, int repeats) {
+void checkSides(Side& a, Side& b, int repeats, std::ostream& err) {
     const auto forSide = [](Side& side, const auto& check) {
         try {
             check(side);
@@ -316,9 +317,15 @@ void checkSides(Side& a, Side& b, int repeats) {
     if (const std::optional<HostMemory> available = availableHostMemory())
         checkHostMemory(compareMemory(a, b, repeats), *available);
     for (Side* side : {&a, &b})
-        forSide(*side, [](Side& s) {
+        forSide(*side, [&err](Side& s) {
             if (!s.startImage) return;
             try {
+                // --upscale-model: the side's start image through its upscale model first, as render runs it.
+                if (!s.config.upscaleModel.empty()) {
+                    StartImageUpscale pass(s.config, s.startImage, err);
+                    s.initImage = pass.startImage(s.config, s.model.inChannels, err);
+                    return;
+                }
                 s.initImage = loadInitImage(s.config.initImage, s.config.width, s.config.height, s.model.inChannels);
             } catch (const InitImageError& e) {
                 fail("init", e.what());
@@ -695,7 +702,7 @@ int runCompareCommand(const std::vector<std::string>& args, std::ostream& out, s
         b.manifestDigest = configs.tuningDigestB;
         checkWritable("csv", options.csvPath, 2 * (options.warmup + options.repeats));
         checkWritable("json", options.jsonPath, 2 * (options.warmup + options.repeats));
-        checkSides(a, b, options.repeats);
+        checkSides(a, b, options.repeats, err);
     } catch (const ValidationError& e) {
         err << "tessera-cli compare: " << e.what() << "\n";
         return kExitInvalid;

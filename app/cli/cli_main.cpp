@@ -127,6 +127,26 @@ void printHostMemory(const RunConfig& config, const RunModelShape& model) {
     std::cout << "\n";
 }
 
+// --upscale-model: the model's pass over the start image as render would run it (found, read and
+// checked the same way), before the diffusion tiles.
+void printUpscaleModelPlan(const RunConfig& config) {
+    const std::optional<StartImageSize> start = checkStartImageHeader(config, 3);
+    if (!start) throw InputError{"upscale_model: an upscale model runs on a start image: give --init FILE"};
+    UpscaleModelRun run = loadUpscaleModelRun(config.upscaleModel, cliUpscaleModelsFolders(config.model));
+    const UpscaleDeviceChoice device = createUpscaleDevice(config.backend, upscaleDeviceRequest(config), nullptr);
+    checkUpscaleModelRun(run, start->width, start->height, config.width, config.height, device, UpscaleTiling{});
+    const UpscaleModelRecord& r = run.record;
+    std::cout << "upscaler     " << r.name << " (" << r.architecture << (r.pickle ? ", a PyTorch checkpoint" : "")
+              << ") on " << r.backend << " " << r.precision << ": " << r.inputW << " x " << r.inputH << " -> "
+              << r.outputW << " x " << r.outputH;
+    if (r.tile >= r.inputW && r.tile >= r.inputH)
+        std::cout << " in one tile";
+    else
+        std::cout << " in tiles of " << r.tile << " px (overlap " << r.overlap << ")";
+    if (r.resized()) std::cout << ", then " << r.resizeFilter << " to " << r.resizedW << " x " << r.resizedH;
+    std::cout << "\n";
+}
+
 int cmdPlan(const CliOptions& options) {
     RunConfig config = options.config;
     std::unique_ptr<UNetModel> model;
@@ -159,6 +179,7 @@ int cmdPlan(const CliOptions& options) {
               << (tiles + batch - 1) / batch << " calls per step\n"
               << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun << " total ("
               << stepsRun << " steps)\n";
+    if (!config.upscaleModel.empty()) printUpscaleModelPlan(config);
     if (sd) {
         std::cout << "latent       " << config.width / 8 << " x " << config.height / 8 << ", tiles of "
                   << plan.tileW() / 8 << " x " << plan.tileH() / 8 << " (Stable Diffusion: 8 image px per latent px)\n"

@@ -468,6 +468,20 @@ private slots:
         QVERIFY2(beyond.err.contains("upscale: 32x32 upscaled to 256x256 needs more than compact_x4 gives (4x"),
                  qPrintable(describe(beyond)));
         QVERIFY(!QFileInfo::exists(dir.filePath("x")) && !QFileInfo::exists(dir.filePath("y")));
+
+        // plan names the pass it would run; compare runs it on each side.
+        const CliRun plan = runCli(QStringList{"plan", "--upscale", "2", "--upscale-model", model} + run);
+        QVERIFY2(plan.exitCode == 0, qPrintable(describe(plan)));
+        QVERIFY2(plan.out.contains("upscaler     compact_x4 (Real-ESRGAN Compact 4x") &&
+                     plan.out.contains("32 x 32 -> 128 x 128 in one tile, then area average to 64 x 64"),
+                 qPrintable(plan.out));
+        // (compare runs the default model, which takes the canvas as given)
+        const CliRun compared =
+            runCli({"compare",         "--init", image,     "--width",  "64",        "--height",  "64",
+                    "--upscale-model", model,    "--steps", "2",        "--backend", "cpu",       "--a",
+                    "tile=32",         "--b",    "tile=64", "--warmup", "0",         "--repeats", "1"});
+        QVERIFY2(compared.exitCode == 0, qPrintable(describe(compared)));
+        QCOMPARE(compared.err.count("note: upscale model: compact_x4"), 2);
     }
 };
 
