@@ -303,6 +303,9 @@ void ConfigPanel::revalidate() {
     if (modelIsStableDiffusion()) checkSdMultiples(c, inspection_->pixelMultiple, addProblem);
     if (const QString problem = start_->check(c.initImage); !problem.isEmpty())
         addProblem(QStringLiteral("init"), problem);
+    // The upscale models of the models folders (and the model's own), listed off this thread.
+    start_->setUpscaleModelSources(modelsFolder_, c.model.empty() ? defaultModelFolder_.toStdString() : c.model);
+    for (const auto& problem : start_->upscaleModelProblems(c)) addProblem(problem.first, problem.second);
     updatePromptAvailability();
     start_->showStartImage(base_.initImage, image_->canvasSize());
 
@@ -393,6 +396,11 @@ void ConfigPanel::applyStartImageSize() {
     image_->followStartImage(canvas.follows, canvas.size);
 }
 
+void ConfigPanel::setModelsFolder(const QString& folder) {
+    modelsFolder_ = folder;
+    revalidate();  // the upscale models listed follow it
+}
+
 void ConfigPanel::setRecentModels(const QStringList& models) {
     recentModels_.clear();
     for (const QString& model : models)
@@ -413,7 +421,7 @@ ModelPicker* ConfigPanel::openModelPicker() {
     picker->setAttribute(Qt::WA_DeleteOnClose);
     connect(picker, &ModelPicker::modelChosen, this, [this](const QString& path) { model_->setModelText(path); });
     connect(picker, &ModelPicker::modelsFolderChanged, this, [this](const QString& folder) {
-        modelsFolder_ = folder;
+        setModelsFolder(folder);
         emit modelsFolderChanged(folder);
     });
     picker->open();

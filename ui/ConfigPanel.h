@@ -97,7 +97,7 @@ public:
     // The models folder the picker lists (a setting; may be empty) and the models used last,
     // newest first (at most kMaxRecentModels). The window keeps both in its settings.
     static constexpr int kMaxRecentModels = 10;
-    void setModelsFolder(const QString& folder) { modelsFolder_ = folder; }
+    void setModelsFolder(const QString& folder);
     QString modelsFolder() const { return modelsFolder_; }
     void setRecentModels(const QStringList& models);
     QStringList recentModels() const { return recentModels_; }
@@ -118,6 +118,10 @@ public:
     // How the canvas size follows from the start image.
     using StartScale = StartImageGroup::Scale;
     StartScale startScale() const;
+    // The Start image group (its Upscaler list, for the window and tests).
+    StartImageGroup* startImageGroup() const { return start_; }
+    // Why the upscale model cannot run alone over the start image shown ("" when it can).
+    QString upscaleOnlyBlocker() const { return start_->upscaleOnlyBlocker(config()); }
 
 signals:
     void configChanged();

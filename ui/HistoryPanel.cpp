@@ -154,6 +154,14 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         table_->setItem(row, StatusColumn, status);
         QString config = configSummary(r.config) + QStringLiteral(" · seed %1").arg(r.config.seed);
         if (!entry.startImagePath.isEmpty()) config += tr(" · from an image, strength %1").arg(r.config.strength);
+        if (r.upscaleModel) {
+            const QString upscaler = QString::fromStdString(r.upscaleModel->name);
+            config = r.upscaleModel->alone ? tr("%1×%2 · upscale model %3 alone · %4")
+                                                 .arg(r.config.width)
+                                                 .arg(r.config.height)
+                                                 .arg(upscaler, QString::fromStdString(r.upscaleModel->architecture))
+                                           : config + tr(" · upscaler %1").arg(upscaler);
+        }
         table_->setItem(row, ConfigColumn, textItem(config));
         // A failed run measured nothing worth comparing.
         const bool failed = r.status == RunStatus::Failed;

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/UpscaleModelRun.h"
 #include "app/qt/ModelCatalog.h"
 #include "core/base/BoundedInput.h"
 #include "core/models/sd/SdModel.h"
@@ -120,6 +121,7 @@ MainWindow::MainWindow(std::unique_ptr<SettingsFile> settings, const QString& hi
                           .arg(QFileInfo(path).fileName()));
     });
 
+    panel_->startImageGroup()->setUpscaleOnlyAction(upscaleOnlyAction_);
     restoreSettings();
     refreshPlan();
     updateActions();
@@ -191,6 +193,7 @@ void MainWindow::buildActions() {
     stopAction_->setToolTip(tr("Stop after the tile batch in progress (Esc)"));
     compareGraphsAction_ = make(tr("Compare &graphs"), "actionCompareGraphs", QKeySequence(tr("Ctrl+Shift+R")));
     compareGraphsAction_->setIcon(style()->standardIcon(QStyle::SP_BrowserReload));
+    upscaleOnlyAction_ = make(tr("&Upscale only"), "actionUpscaleOnly", QKeySequence(tr("Ctrl+U")));
     fitAction_ = make(tr("&Fit"), "actionFit", QKeySequence(tr("Ctrl+0")));
     actualSizeAction_ = make(tr("&Actual size (1:1)"), "actionActualSize", QKeySequence(tr("Ctrl+1")));
     overlayAction_ = make(tr("&Tile grid overlay"), "actionTileOverlay", QKeySequence(tr("Ctrl+G")));
@@ -220,6 +223,7 @@ void MainWindow::buildActions() {
     connect(runAction_, &QAction::triggered, this, &MainWindow::startRun);
     connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
     connect(compareGraphsAction_, &QAction::triggered, this, &MainWindow::startGraphComparison);
+    connect(upscaleOnlyAction_, &QAction::triggered, this, &MainWindow::startUpscaleOnly);
     connect(fitAction_, &QAction::triggered, canvas_, &TileCanvas::fitToView);
     connect(actualSizeAction_, &QAction::triggered, canvas_, &TileCanvas::showActualSize);
     connect(overlayAction_, &QAction::toggled, canvas_, &TileCanvas::setOverlayVisible);
@@ -289,6 +293,7 @@ void MainWindow::buildMenus() {
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addAction(runAction_);
     run->addAction(stopAction_);
+    run->addAction(upscaleOnlyAction_);
     run->addSeparator();
     run->addAction(compareGraphsAction_);
 
@@ -396,6 +401,12 @@ void MainWindow::updateActions() {
         valid ? tr("Generate the image with the current settings (Ctrl+R)")
               : tr("Fix the marked settings first:\n%1").arg(panel_->problems().join(QLatin1Char('\n'))));
     stopAction_->setEnabled(running && !runs_->isStopping());
+    const QString upscaleBlocker = panel_->upscaleOnlyBlocker();
+    upscaleOnlyAction_->setEnabled(!running && upscaleBlocker.isEmpty());
+    upscaleOnlyAction_->setToolTip(upscaleBlocker.isEmpty()
+                                       ? tr("Run the upscale model alone over the start image, no diffusion "
+                                            "(A1111's extras tab; Ctrl+U)")
+                                       : tr("Upscale only: %1").arg(upscaleBlocker));
     const QString blocker = panel_->graphsUnavailableReason();
     compareGraphsAction_->setEnabled(valid && !running && blocker.isEmpty());
     if (!blocker.isEmpty())
@@ -467,6 +478,12 @@ void MainWindow::startGraphComparison() {
     runs_->startGraphComparison(base);
 }
 
+void MainWindow::startUpscaleOnly() {
+    if (runs_->isRunning() || !panel_->upscaleOnlyBlocker().isEmpty()) return;
+    saveSettings();
+    runs_->startUpscaleOnly(runnableConfig());
+}
+
 void MainWindow::stopRun() { runs_->stop(); }
 
 void MainWindow::showRun(const FinishedRun& run) {
@@ -476,6 +493,20 @@ void MainWindow::showRun(const FinishedRun& run) {
 
 void MainWindow::showStartImage(const QImage& startImage) {
     canvas_->setBeforeImage(startImage);
+    // With an upscale model the start image shown is resized alone (FinishedRun::startImage):
+    // the tags say so, and what made the result.
+    const RunRecord* record = lastRun_ && lastRun_->result ? &lastRun_->result->record : nullptr;
+    if (record && record->upscaleModel) {
+        const UpscaleModelRecord& u = *record->upscaleModel;
+        const std::string filter = resizeFilterName(u.inputW, u.inputH, record->config.width, record->config.height);
+        const QString name = QString::fromStdString(u.name);
+        canvas_->setBeforeAfterLabels(filter.empty()
+                                          ? tr("Before: start image")
+                                          : tr("Before: start image, resized (%1)").arg(QString::fromStdString(filter)),
+                                      u.alone ? tr("After: %1").arg(name) : tr("After: %1 + img2img").arg(name));
+    } else {
+        canvas_->setBeforeAfterLabels({}, {});
+    }
     // After a run from an image, the before/after view is what one wants to see first.
     if (startImage.isNull()) beforeAfterAction_->setChecked(false);
     beforeAfterAction_->setEnabled(!startImage.isNull() && !canvas_->image().isNull());

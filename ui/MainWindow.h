@@ -101,6 +101,10 @@ public:
     // Run ▸ Compare graphs (and its tool-bar button). Disabled, with the reason in its tooltip,
     // where CUDA graphs cannot run (no CUDA device, or the CPU backend chosen).
     QAction* compareGraphsAction() const { return compareGraphsAction_; }
+    // Run ▸ Upscale only (and the Start image group's button): the upscale model alone over the
+    // start image, no diffusion model needed. Disabled, with the reason in its tooltip, without a
+    // start image and a usable upscale model, and while running.
+    QAction* upscaleOnlyAction() const { return upscaleOnlyAction_; }
     // The comparison in flight or the last one (nullopt before the first).
     const std::optional<GraphComparison>& graphComparison() const;
     bool isComparingGraphs() const;
@@ -140,6 +144,8 @@ public slots:
     // regardless (the CPU engine then runs both eagerly and records the mode asked for in
     // config.graphs and "off" in graphs.mode), which the tests use.
     void startGraphComparison();
+    // Runs the upscale model alone over the start image (upscaleOnlyAction).
+    void startUpscaleOnly();
     // Stops the run in flight, or the whole comparison sequence.
     void stopRun();
 
@@ -226,6 +232,7 @@ private:
     QAction* runAction_ = nullptr;
     QAction* stopAction_ = nullptr;
     QAction* compareGraphsAction_ = nullptr;
+    QAction* upscaleOnlyAction_ = nullptr;
     QAction* fitAction_ = nullptr;
     QAction* actualSizeAction_ = nullptr;
     QAction* overlayAction_ = nullptr;

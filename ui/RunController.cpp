@@ -57,6 +57,7 @@ void RunController::startWorker() {
     connect(worker_, &RunWorker::previewReady, this, &RunController::onPreview);
     connect(worker_, &RunWorker::memorySampled, this, &RunController::onMemory);
     connect(worker_, &RunWorker::message, this, &RunController::onMessage);
+    connect(worker_, &RunWorker::upscaleModelProgress, this, &RunController::onUpscaleModelProgress);
     connect(worker_, &RunWorker::runFinished, this, &RunController::onRunFinished);
     connect(worker_, &RunWorker::runFailed, this, &RunController::onRunFailed);
     connect(worker_, &RunWorker::devicesProbed, this, [this](const DeviceReport& report) {
@@ -73,6 +74,7 @@ void RunController::start(const RunConfig& config) {
     currentRunId_ = nextRunId_++;
     running_ = true;
     stopping_ = false;
+    upscaleOnly_ = false;
     beginRunDisplay(config);
     status_->setStatusText(tr("Loading the model and preparing the backend…"));
     progressTimer_.start();
@@ -84,8 +86,26 @@ void RunController::start(const RunConfig& config) {
         worker, [worker, config, runId] { worker->start(config, runId); }, Qt::QueuedConnection);
 }
 
+void RunController::startUpscaleOnly(const RunConfig& config) {
+    if (running_) return;
+    currentRunId_ = nextRunId_++;
+    running_ = true;
+    stopping_ = false;
+    upscaleOnly_ = true;
+    beginRunDisplay(config);
+    status_->setStatusText(tr("Reading the upscale model…"));
+    progressTimer_.start();
+    emit runningChanged(true);
+
+    const quint64 runId = currentRunId_;
+    RunWorker* worker = worker_;
+    QMetaObject::invokeMethod(
+        worker, [worker, config, runId] { worker->startUpscale(config, runId); }, Qt::QueuedConnection);
+}
+
 void RunController::startGraphComparison(const RunConfig& base) {
     if (running_) return;
+    upscaleOnly_ = false;
     comparison_ = GraphComparison::plan(base, kGraphComparisonPairs, nextRunId_);
     nextRunId_ += comparison_->runs.size();
     const std::vector<RunConfig> configs = comparison_->configs();
@@ -120,6 +140,7 @@ void RunController::beginRunDisplay(const RunConfig& config) {
     progress_ = RunProgress{};
     progress_.steps = config.steps;
     progress_.firstStep = std::clamp(firstStepRun(config, !config.initImage.empty()), 0, config.steps);
+    upscaleTilesDone_ = upscaleTiles_ = 0;
     try {
         TilePlan plan = TilePlan::fromConfig(config);
         progress_.tiles = plan.count();
@@ -129,12 +150,18 @@ void RunController::beginRunDisplay(const RunConfig& config) {
         charts_->setTilePlan(std::nullopt);
         canvas_->setPlan(std::nullopt);
     }
+    if (upscaleOnly_) {  // an upscale model alone has tiles of its own (its record's), not the diffusion plan's
+        progress_.tiles = 0;
+        charts_->setTilePlan(std::nullopt);
+        canvas_->setPlan(std::nullopt);
+    }
     canvas_->setImage({});
     canvas_->setSeamMap({});
     emit displayCleared();
     startedRecord_.reset();
     canvas_->setBlendWindow(config.window);
-    canvas_->setPlaceholderText(tr("Loading the model and preparing…"));
+    canvas_->setPlaceholderText(upscaleOnly_ ? tr("Upscaling the start image…")
+                                             : tr("Loading the model and preparing…"));
     charts_->clear();
     status_->showBars();
     // Busy until the engine reports the model load's fraction (a model kept from the last run,
@@ -156,7 +183,9 @@ QString RunController::progressText() const {
     const double elapsed = runClock_.isValid() ? runClock_.elapsed() / 1000.0 : 0.0;
     // The bars show step k/N and tile j/M; the text adds time.
     QString text = tr("%1 elapsed").arg(formatDuration(elapsed));
-    if (p.loading())
+    if (!p.started && upscaleTiles_ > 0 && upscaleTilesDone_ < upscaleTiles_)
+        text = tr("upscale model: tile %1 of %2 · ").arg(upscaleTilesDone_ + 1).arg(upscaleTiles_) + text;
+    else if (p.loading())
         text = tr("loading the model: %1 %2% · ").arg(p.loadPhase).arg(static_cast<int>(p.loadFraction * 100)) + text;
     else if (!p.started)
         text = (p.loadFraction < 0 ? tr("loading the model and preparing · ") : tr("preparing · ")) + text;
@@ -241,6 +270,25 @@ void RunController::onMessage(quint64 runId, const QString& text) {
     if (runId == currentRunId_) status_->showNote(text);
 }
 
+void RunController::onUpscaleModelProgress(quint64 runId, int tilesDone, int tiles) {
+    if (runId != currentRunId_ || progress_.started) return;
+    upscaleTilesDone_ = tilesDone;
+    upscaleTiles_ = tiles;
+    // The step bar shows the pass as it shows a model load: its fraction, then busy while the
+    // diffusion model loads and the engine prepares.
+    progress_.loadFraction = tiles > 0 ? static_cast<double>(tilesDone) / tiles : 1.0;
+    progress_.loadPhase = tr("upscale model");
+    status_->showStepBar(progress_, running_);
+    if (tilesDone == 0) {
+        status_->setStatusText(upscaleOnly_ ? tr("Upscaling the start image with the upscale model…")
+                                            : tr("Upscaling the start image with the upscale model first…"));
+        canvas_->setPlaceholderText(tr("Upscaling the start image…"));
+    } else if (tilesDone == tiles && !upscaleOnly_) {
+        canvas_->setPlaceholderText(tr("Loading the model and preparing…"));
+    }
+    markProgressDirty();
+}
+
 void RunController::showFinishedRun(const FinishedRun& run, bool keepInHistory) {
     canvas_->setPlaceholderText({});
     const RunRecord& record = run.result->record;
@@ -261,6 +309,8 @@ void RunController::showFinishedRun(const FinishedRun& run, bool keepInHistory) 
     status_->showProgress(progress_, running_);
     progressDirty_ = false;
     const bool cancelled = record.status == RunStatus::Cancelled;
+    const bool alone = record.upscaleModel && record.upscaleModel->alone;
+    if (alone || (cancelled && record.stepsRun == 0 && record.upscaleModel)) status_->hideBars();
     QString text =
         cancelled ? tr("Cancelled after %1 of %2 steps").arg(record.stepsRun).arg(progress_.steps - progress_.firstStep)
                   : tr("Finished %1 steps, %2 tiles in %3 s (%4 ms/step)")
@@ -268,6 +318,13 @@ void RunController::showFinishedRun(const FinishedRun& run, bool keepInHistory) 
                         .arg(record.tileCount)
                         .arg(record.totalMs / 1000.0, 0, 'f', 2)
                         .arg(record.stepsRun > 0 ? record.totalMs / record.stepsRun : 0.0, 0, 'f', 1);
+    if (alone)
+        text = tr("Upscaled %1 × %2 px to %3 × %4 px in %5 s")
+                   .arg(record.upscaleModel->inputW)
+                   .arg(record.upscaleModel->inputH)
+                   .arg(record.config.width)
+                   .arg(record.config.height)
+                   .arg(record.totalMs / 1000.0, 0, 'f', 2);
     if (record.seamScore > 0)
         text += tr(" · seams %1 (1 = invisible, worst border %2)")
                     .arg(record.seamScore, 0, 'f', 2)

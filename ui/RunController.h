@@ -47,6 +47,9 @@ public:
 
     // Runs `config` (already made runnable: model path absolute). No-op while running.
     void start(const RunConfig& config);
+    // Runs config.upscaleModel alone over config.initImage (RunWorker::startUpscale), shown and
+    // kept as a run is. No-op while running.
+    void startUpscaleOnly(const RunConfig& config);
     // Runs `base` with graphs off and on, interleaved (GraphComparison::plan). No-op while running.
     void startGraphComparison(const RunConfig& base);
     // Stops the run in flight, or the whole comparison sequence, after its tile batch in progress.
@@ -101,6 +104,7 @@ private:
     void onPreview(quint64 runId, int step, const QImage& image);
     void onMemory(quint64 runId, const MemorySample& sample);
     void onMessage(quint64 runId, const QString& text);
+    void onUpscaleModelProgress(quint64 runId, int tilesDone, int tiles);
     void onRunFinished(quint64 runId, const FinishedRun& run);
     void onRunFailed(quint64 runId, const QString& error);
     void onSequenceFinished(quint64 firstRunId, int runsFinished, bool completed);
@@ -119,6 +123,8 @@ private:
     quint64 currentRunId_ = 0;
     bool running_ = false;
     bool stopping_ = false;
+    bool upscaleOnly_ = false;                     // the run in flight is an upscale model alone
+    int upscaleTilesDone_ = 0, upscaleTiles_ = 0;  // its (or the run's) upscale model pass
     RunConfig runConfig_;
     std::optional<RunRecord> startedRecord_;  // onRunStarted's record of the run in flight
     std::optional<GraphComparison> comparison_;

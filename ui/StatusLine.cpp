@@ -43,7 +43,9 @@ constexpr int kLoadBarSteps = 1000;
 }  // namespace
 
 StatusLine::StatusLine(QStatusBar* bar) : QObject(bar) {
-    statusText_ = new QLabel(tr("Ready"));
+    // Drawn cut with "…" like a note: a run's messages follow its summary and often run past the
+    // progress fields (the whole text is the tooltip).
+    statusText_ = new ElidedLabel(tr("Ready"));
     statusText_->setObjectName(QStringLiteral("statusText"));
     statusText_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     statusText_->setMinimumWidth(200);

@@ -1,4 +1,5 @@
-// StatusLine: the window's status bar fields. On the left the status text (red for an error),
+// StatusLine: the window's status bar fields. On the left the status text (red for an error;
+// drawn cut with "…" where it is longer than the room left, the whole text its tooltip),
 // replaced for 8 s by a run's note (showNote: drawn cut with "…" where it is longer than the
 // room left, the whole note its tooltip); on the right the progress text and two bars, step k/N
 // (or the model load's fraction and phase) and tile j/M. Before a run the bars are hidden and

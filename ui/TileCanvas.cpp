@@ -58,6 +58,12 @@ void TileCanvas::setBeforeImage(const QImage& image) {
     update();
 }
 
+void TileCanvas::setBeforeAfterLabels(const QString& before, const QString& after) {
+    beforeLabel_ = before;
+    afterLabel_ = after;
+    update();
+}
+
 void TileCanvas::setBeforeAfterVisible(bool visible) {
     beforeAfter_ = visible;
     // At 1:1, centred: the pixels themselves are what a before/after comparison is about.
@@ -344,7 +350,11 @@ void TileCanvas::paintSplitHandle(QPainter& painter) {
     painter.drawLine(grip + QPointF(5, 0), grip + QPointF(2, -3));
     painter.drawLine(grip + QPointF(5, 0), grip + QPointF(2, 3));
     const QFontMetrics metrics(painter.font());
-    const auto tag = [&](const QString& text, bool left) {
+    const auto tag = [&](const QString& full, bool left) {
+        // Cut with "…" to the room beside the split, so a long tag never runs off the canvas.
+        const double room = (left ? x - 10 - rect().left() : rect().right() - x - 10) - 8 - 14;
+        const QString text = metrics.elidedText(full, Qt::ElideRight, static_cast<int>(std::max(0.0, room)));
+        if (text.isEmpty()) return;
         const QSizeF size(metrics.horizontalAdvance(text) + 14, metrics.height() + 6);
         const QRectF box(left ? x - 10 - size.width() : x + 10, shown.top() + 10, size.width(), size.height());
         painter.setPen(Qt::NoPen);
@@ -353,8 +363,8 @@ void TileCanvas::paintSplitHandle(QPainter& painter) {
         painter.setPen(QColor(240, 240, 240));
         painter.drawText(box, Qt::AlignCenter, text);
     };
-    tag(tr("Before: start image"), true);
-    tag(tr("After"), false);
+    tag(beforeLabel_.isEmpty() ? tr("Before: start image") : beforeLabel_, true);
+    tag(afterLabel_.isEmpty() ? tr("After") : afterLabel_, false);
     painter.restore();
 }
 

@@ -65,6 +65,8 @@ public:
 
     // The start image of the image shown, for the before/after view; null: none.
     void setBeforeImage(const QImage& image);
+    // The tags either side of the split ("Before: start image", "After" unless set).
+    void setBeforeAfterLabels(const QString& before, const QString& after);
     const QImage& beforeImage() const { return before_; }
     // The before/after view is on and has both images to show.
     bool isBeforeAfterShown() const { return beforeAfter_ && !before_.isNull() && !image_.isNull(); }
@@ -148,6 +150,7 @@ private:
     double seamMax_ = 0;
     std::pair<double, double> legendRange_{0, 0};
     QImage before_;
+    QString beforeLabel_, afterLabel_;
     bool beforeAfter_ = false;
     double split_ = 0.5;
     bool draggingSplit_ = false;

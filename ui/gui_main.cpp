@@ -9,8 +9,9 @@
 //                       graphs (the window with the graphs-versus-eager tab in front),
 //                       compare-graphs (the compare window that --compare-graphs opened),
 //                       before-after (the before/after split of the run just made from a
-//                       start image), reopened (the newest run of the history opened again,
-//                       as after a restart) or models (the model picker, once it has listed
+//                       start image, the settings scrolled to the Start image group),
+//                       reopened (the newest run of the history opened again, as after a
+//                       restart) or models (the model picker, once it has listed
 //                       the models folder, with its first checkpoint selected and hashed)
 //   --models DIR        the models folder the picker lists (default: the saved setting)
 //   --history DIR       keep the run history in DIR (default: the user's; with --fresh, a
@@ -31,6 +32,8 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -147,6 +150,14 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
             return ready(nullptr);
         }
         window.beforeAfterAction()->setChecked(true);
+        // The settings it was made with in view: the Start image group (image, scale, upscaler)
+        // at the top of the settings.
+        QWidget* group = window.configPanel()->startImageGroup();
+        for (QWidget* up = group->parentWidget(); up; up = up->parentWidget())
+            if (auto* scroll = qobject_cast<QScrollArea*>(up)) {
+                scroll->verticalScrollBar()->setValue(group->mapTo(scroll->widget(), QPoint(0, 0)).y());
+                break;
+            }
         return ready(&window);
     }
     if (view == QLatin1String("reopened")) return openNewestRun(window, ready);

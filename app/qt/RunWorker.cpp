@@ -10,11 +10,14 @@
 #include <mutex>
 
 #include <QCoreApplication>
+#include <QSysInfo>
 
 #include "app/cli/CliOptions.h"
 #include "app/cli/InitImage.h"
+#include "core/base/FormatNumber.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/RunRecordIO.h"
 #include "core/sampling/ImageOps.h"
 
 namespace tessera {
@@ -47,6 +50,29 @@ RunConfig withUpscaledCanvas(RunConfig config) {
     config.width = upscaledCanvasSide(header.width, config.upscale);
     config.height = upscaledCanvasSide(header.height, config.upscale);
     return config;
+}
+
+// The configuration a window run runs: the canvas from the start image and the factor; an upscale
+// model only with a start image (the setting stays in the window without one, and the run then
+// names none).
+RunConfig windowRunConfig(const RunConfig& given) {
+    RunConfig config = withUpscaledCanvas(given);
+    if (config.initImage.empty()) config.upscaleModel.clear();
+    return config;
+}
+
+// A start image that cannot be read or decoded is a problem of the "init" setting.
+template <typename Read>
+auto withInitError(Read read) {
+    try {
+        return read();
+    } catch (const InitImageError& e) {
+        throw ValidationError("init", std::string("init: ") + e.what());
+    }
+}
+
+ImageFile readStartFile(const std::string& path) {
+    return withInitError([&path] { return readImageFile(path); });
 }
 
 }  // namespace
@@ -198,10 +224,50 @@ void RunWorker::startSequence(const std::vector<RunConfig>& configs, quint64 fir
     emit sequenceFinished(firstRunId, finished, finished == static_cast<int>(configs.size()));
 }
 
+void RunWorker::setActiveRun(quint64 runId) {
+    std::lock_guard lock(engineMutex_);
+    activeRunId_ = runId;
+}
+
+Rgb8Image RunWorker::runUpscalePass(UpscaleModelPass& pass, const Rgb8Image& image, quint64 runId) {
+    using Clock = std::chrono::steady_clock;
+    const std::chrono::milliseconds interval(tileBatchIntervalMs_.load());
+    std::optional<Clock::time_point> last;
+    return pass.run(
+        image, [this, runId] { return isCancelled(runId); },
+        [this, runId, interval, &last](int done, int tiles) {
+            // As tile batches: thinned on a fast device, the first and the last always sent.
+            const auto now = Clock::now();
+            if (done != 0 && done != tiles && last && now - *last < interval) return;
+            last = now;
+            emit upscaleModelProgress(runId, done, tiles);
+        });
+}
+
+FinishedRun RunWorker::cancelledUpscale(const RunConfig& config, const UpscaleModelPass& pass,
+                                        const UpscaleCancelled& stop, bool alone) const {
+    auto result = std::make_shared<RunResult>();
+    RunRecord& record = result->record;
+    record.runId = newRunId();
+    record.startedAt = isoUtcNow();
+    record.config = config;
+    record.status = RunStatus::Cancelled;
+    record.environment.tesseraVersion = TESSERA_VERSION;
+    record.environment.backend = pass.record().backend;
+    record.environment.device = pass.device().deviceName;
+    record.environment.host = QSysInfo::machineHostName().toStdString();
+    record.upscaleModel = pass.record();
+    record.upscaleModel->alone = alone;
+    record.messages.push_back(stop.what());
+    FinishedRun finished;
+    finished.result = std::move(result);
+    return finished;
+}
+
 bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
     try {
         useBundledClipVocabulary();
-        const RunConfig config = withUpscaledCanvas(given);
+        const RunConfig config = windowRunConfig(given);
         Engine& engine = engineFor(config.backend, runId);
         {
             std::lock_guard lock(engineMutex_);
@@ -210,29 +276,52 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
             if (runId <= cancelledUpTo_.load()) engine.requestCancel();
         }
         FinishedRun finished;
+        std::optional<UpscaleModelPass> upscale;
         {
             // Any PNG or JPEG, resampled to the run's size (app/cli/InitImage.h); every engine takes
             // it, and an empty tensor clears the last run's. The file is read once: the bytes
             // decoded are the bytes the history keeps.
             ImageTensor init;
             if (!config.initImage.empty()) {
-                try {
-                    auto file = std::make_shared<const ImageFile>(readImageFile(config.initImage));
-                    init = loadInitImage(config.initImage, *file, config.width, config.height, 3);
-                    finished.startFile = std::move(file);
-                } catch (const InitImageError& e) {
-                    throw ValidationError("init", std::string("init: ") + e.what());
+                auto file = std::make_shared<const ImageFile>(readStartFile(config.initImage));
+                finished.startFile = file;
+                if (config.upscaleModel.empty()) {
+                    init = withInitError(
+                        [&] { return loadInitImage(config.initImage, *file, config.width, config.height, 3); });
+                    finished.startImage = toQImage(init);
+                } else {
+                    // The model over the start image first, checked before any work (as tessera-cli
+                    // render --upscale-model), then resized to the canvas.
+                    std::string note;
+                    upscale.emplace(config, file->header.width, file->header.height, config.width, config.height,
+                                    &note);
+                    if (!note.empty()) emit message(runId, QString::fromStdString(note));
+                    const Rgb8Image decoded = withInitError([&] { return decodeImage(config.initImage, *file); });
+                    Rgb8Image upscaled;
+                    try {
+                        upscaled = runUpscalePass(*upscale, decoded, runId);
+                    } catch (const UpscaleCancelled& stop) {
+                        setActiveRun(0);
+                        FinishedRun cancelled = cancelledUpscale(config, *upscale, stop, false);
+                        cancelled.startFile = finished.startFile;
+                        emit runFinished(runId, cancelled);
+                        return false;
+                    }
+                    emit message(runId, QString::fromStdString(describe(upscale->record())));
+                    init = resampleToModelSpace(upscaled, config.width, config.height, 3);
+                    finished.startImage = toQImage(resampleToModelSpace(decoded, config.width, config.height, 3));
                 }
-                finished.startImage = toQImage(init);
             }
             engine.setInitImage(std::move(init));
         }
 
         Observer observer(*this, runId);
         auto result = std::make_shared<RunResult>(engine.run(config, observer));
-        {
-            std::lock_guard lock(engineMutex_);
-            activeRunId_ = 0;
+        setActiveRun(0);
+        if (upscale) {
+            // As StartImageUpscale::addTo: the pass in the record and its line among the messages.
+            result->record.upscaleModel = upscale->record();
+            result->record.messages.push_back(describe(upscale->record()));
         }
         finished.image = toQImage(result->image);
         finished.seamMap = heatmapToQImage(result->seamMap);
@@ -241,19 +330,86 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
         emit runFinished(runId, finished);
         return completed;
     } catch (const std::exception& e) {
-        {
-            std::lock_guard lock(engineMutex_);
-            activeRunId_ = 0;
-        }
+        setActiveRun(0);
         emit runFailed(runId, QString::fromUtf8(e.what()));
         return false;
     } catch (...) {
-        {
-            std::lock_guard lock(engineMutex_);
-            activeRunId_ = 0;
-        }
+        setActiveRun(0);
         emit runFailed(runId, QStringLiteral("the engine failed with an unknown error"));
         return false;
+    }
+}
+
+void RunWorker::startUpscale(const RunConfig& given, quint64 runId) {
+    try {
+        RunConfig config = given;
+        if (config.initImage.empty())
+            throw ValidationError("init", "init: upscaling needs a start image: open one in the Start image group");
+        if (config.upscaleModel.empty())
+            throw ValidationError("upscale_model",
+                                  "upscale_model: upscaling alone needs an upscale model: choose one in the Start "
+                                  "image group");
+        if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
+            throw ValidationError("upscale", "upscale: " + formatNumber(config.upscale) +
+                                                 " is not allowed; the upscale factor must be 1 to " +
+                                                 formatNumber(kMaxUpscale));
+        const auto file = std::make_shared<const ImageFile>(readStartFile(config.initImage));
+        const int inW = file->header.width, inH = file->header.height;
+        if (config.upscale != 1.0) {
+            // As A1111's extras tab sizes it (and tessera-cli upscale): int(side * factor), at least 1.
+            config.width = std::max(1, static_cast<int>(inW * config.upscale + 1e-9));
+            config.height = std::max(1, static_cast<int>(inH * config.upscale + 1e-9));
+        }
+        const auto started = std::chrono::steady_clock::now();
+        std::string note;
+        UpscaleModelPass pass(config, inW, inH, config.width, config.height, &note);
+        if (!note.empty()) emit message(runId, QString::fromStdString(note));
+        const Rgb8Image decoded = withInitError([&] { return decodeImage(config.initImage, *file); });
+        Rgb8Image upscaled;
+        try {
+            upscaled = runUpscalePass(pass, decoded, runId);
+        } catch (const UpscaleCancelled& stop) {
+            FinishedRun cancelled = cancelledUpscale(config, pass, stop, true);
+            cancelled.startFile = file;
+            emit runFinished(runId, cancelled);
+            return;
+        }
+        if (pass.record().resized()) upscaled = toRgb8(resampleToModelSpace(upscaled, config.width, config.height, 3));
+        pass.record().alone = true;
+
+        // The record tessera-cli upscale writes (app/cli/UpscaleCommand.h).
+        auto result = std::make_shared<RunResult>();
+        RunRecord& record = result->record;
+        record.runId = newRunId();
+        record.startedAt = isoUtcNow();
+        record.config = config;
+        record.status = RunStatus::Finished;
+        record.environment.tesseraVersion = TESSERA_VERSION;
+        record.environment.backend = pass.record().backend;
+        record.environment.device = pass.device().deviceName;
+        record.environment.host = QSysInfo::machineHostName().toStdString();
+        record.environment.threads = pass.device().threads;
+        record.tileCount = pass.record().tiles;
+        record.tileW = std::min(pass.record().tile, inW) * pass.record().scale;
+        record.tileH = std::min(pass.record().tile, inH) * pass.record().scale;
+        record.totalMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+        record.imageSha256 = imageSha256(upscaled);
+        if (!note.empty()) record.messages.push_back(note);
+        record.messages.push_back(describe(pass.record()));
+        record.upscaleModel = pass.record();
+        emit message(runId, QString::fromStdString(describe(pass.record())));
+
+        FinishedRun finished;
+        finished.startFile = file;
+        finished.startImage = toQImage(resampleToModelSpace(decoded, config.width, config.height, 3));
+        result->image = fromRgb8(upscaled);  // what the history and the exports write (8-bit values survive)
+        finished.image = toQImage(std::move(upscaled));
+        finished.result = std::move(result);
+        emit runFinished(runId, finished);
+    } catch (const std::exception& e) {
+        emit runFailed(runId, QString::fromUtf8(e.what()));
+    } catch (...) {
+        emit runFailed(runId, QStringLiteral("the upscale failed with an unknown error"));
     }
 }
 

@@ -1,5 +1,12 @@
 // RunWorker: runs the engine on its own thread and reports in queued Qt signals.
 //
+// Image-to-image with an upscale model (RunConfig::upscaleModel) runs the model over the start
+// image first, as tessera-cli render --upscale-model does (app/qt/UpscaleModelPass.h): its tiles
+// are reported (upscaleModelProgress), Stop ends the pass between tile batches, and the record
+// gets its upscale_model section and line. startUpscale() runs the model alone, as tessera-cli
+// upscale does (no diffusion model needed). The upscale model applies to a start image only: a
+// run without one ignores the setting (the run's configuration then names none).
+//
 // Usage: create it without a parent, moveToThread(thread), connect QThread::finished to
 // deleteLater (so the engine, and any CUDA context it holds, dies on the worker thread), and
 // call start() through a queued invocation (QMetaObject::invokeMethod or a signal). Every
@@ -24,6 +31,7 @@
 
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
+#include "app/qt/UpscaleModelPass.h"
 #include "core/run/Engine.h"
 #include "core/run/RunConfig.h"
 #include "core/run/RunRecord.h"
@@ -39,8 +47,12 @@ struct FinishedRun {
     // the model-space image from it when they need one.
     QImage image;
     QImage seamMap;  // grey heat map of result->seamMap; null when the engine gave none
-    // Image-to-image: the start image as the engine took it (resampled to the canvas), and the
-    // file it came from as it was read (the run history keeps a copy). Null without one.
+    // Image-to-image: the start image resampled to the canvas, as the engine took it, and the
+    // file it came from as it was read (the run history keeps a copy). Null without one. With an
+    // upscale model (RunConfig::upscaleModel) the engine took the model's output; startImage is
+    // then the start image as a plain resize makes it, so that the before/after view compares
+    // the model and the diffusion pass with what resizing alone gives (and a run reopened from
+    // the history, which resizes its copy of the start image, shows the same).
     QImage startImage;
     std::shared_ptr<const ImageFile> startFile;
 };
@@ -93,6 +105,13 @@ public slots:
     // that did not finish (cancelled or failed); the runs after it are not started. Ends with
     // sequenceFinished. The engine (and its loaded model) is shared by the whole sequence.
     void startSequence(const std::vector<tessera::RunConfig>& configs, quint64 firstRunId);
+    // Runs config.upscaleModel alone over config.initImage, as tessera-cli upscale does: the
+    // output is the image times config.upscale (each side truncated, as A1111's extras tab
+    // sizes it), or, with config.upscale 1, config.width x config.height; the model's output is
+    // shrunk to it (never enlarged). Reported as start() reports a run, without runStarted:
+    // upscaleModelProgress, then one of runFinished (the record's upscale_model marked alone;
+    // status cancelled when stopped) or runFailed. The engine (and its model) is not touched.
+    void startUpscale(const tessera::RunConfig& config, quint64 runId);
     // Looks for devices on the worker thread; answers with devicesProbed.
     void probeDevices();
 
@@ -110,6 +129,9 @@ signals:
     void previewReady(quint64 runId, int step, const QImage& image);
     void memorySampled(quint64 runId, const tessera::MemorySample& sample);
     void message(quint64 runId, const QString& text);  // fallbacks and warnings worth showing
+    // The upscale model's pass over the start image: `tilesDone` of `tiles` (0 of n when it
+    // starts, n of n when its last tile is done). Thinned as tile batches are; the last always goes.
+    void upscaleModelProgress(quint64 runId, int tilesDone, int tiles);
     void runFinished(quint64 runId, const tessera::FinishedRun& run);
     void runFailed(quint64 runId, const QString& error);
     void devicesProbed(const tessera::DeviceReport& report);
@@ -123,6 +145,14 @@ private:
     Engine& engineFor(BackendKind backend, quint64 runId);
     // One run, reported as start() says; true when it finished (not cancelled, not failed).
     bool runOne(const RunConfig& config, quint64 runId);
+    // Runs `pass` over `image` for run `runId`, reporting its tiles and stopping when the run is
+    // cancelled (UpscaleCancelled).
+    Rgb8Image runUpscalePass(UpscaleModelPass& pass, const Rgb8Image& image, quint64 runId);
+    // The run was cancelled during its upscale model's pass: a record saying so.
+    FinishedRun cancelledUpscale(const RunConfig& config, const UpscaleModelPass& pass, const UpscaleCancelled& stop,
+                                 bool alone) const;
+    bool isCancelled(quint64 runId) const { return runId <= cancelledUpTo_.load(); }
+    void setActiveRun(quint64 runId);
 
     // Guards engine_ and activeRunId_ against cancel() from other threads.
     std::mutex engineMutex_;
