@@ -179,6 +179,15 @@ std::string BoundedFile::readAt(std::uint64_t offset, std::size_t count) const {
     return text;
 }
 
+std::string BoundedFile::readExactly(std::uint64_t offset, std::span<std::byte> out) const {
+    const std::size_t got = readInto(offset, out);
+    const std::uint64_t now = currentSize();
+    if (got == out.size() && now == size_) return {};
+    return "the file changed while it was being read: it was " + std::to_string(size_) + " bytes when opened and is " +
+           std::to_string(now) + " bytes now" + (got < out.size() ? " (it shrank)" : "") +
+           "; do not modify the file while Tessera loads it (renaming a finished copy over it is safe)";
+}
+
 std::size_t BoundedFile::readInto(std::uint64_t offset, std::span<std::byte> out) const {
     if (offset >= size_) return 0;
     const auto wanted = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), size_ - offset));

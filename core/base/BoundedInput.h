@@ -90,6 +90,10 @@ public:
     std::string readAt(std::uint64_t offset, std::size_t count) const;
     // The same into `out`; returns how many bytes were read. Safe to call from several threads.
     std::size_t readInto(std::uint64_t offset, std::span<std::byte> out) const;
+    // All of `out` from `offset`, the file still of its size at open: "" when so, else why not ("the
+    // file changed while it was being read: ..."), for the caller's own error. A file that shrinks
+    // or grows while a model is read must fail the read, never give a mix of two files.
+    std::string readExactly(std::uint64_t offset, std::span<std::byte> out) const;
     // Throws InputFileError "field: 'path': why".
     [[noreturn]] void fail(const std::string& why) const;
 

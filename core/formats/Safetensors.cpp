@@ -395,18 +395,13 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = defaul
 void SafetensorsFile::fail(const std::string& why) const { throw SafetensorsError(excerpt(path_, 200) + ": " + why); }
 
 void SafetensorsFile::readExactly(std::uint64_t offset, std::span<std::byte> out) const {
-    std::size_t got = 0;
-    std::uint64_t now = 0;
+    std::string why;
     try {
-        got = file_->readInto(offset, out);
-        now = file_->currentSize();
+        why = file_->readExactly(offset, out);
     } catch (const InputFileError& e) {
         throw SafetensorsError(e.what());
     }
-    if (got == out.size() && now == fileSize_) return;
-    fail("the file changed while it was being read: it was " + std::to_string(fileSize_) +
-         " bytes when opened and is " + std::to_string(now) + " bytes now" + (got < out.size() ? " (it shrank)" : "") +
-         "; do not modify the file while Tessera loads it (renaming a finished copy over it is safe)");
+    if (!why.empty()) fail(why);
 }
 
 const SafetensorsTensorInfo* SafetensorsFile::find(const std::string& name) const {
