@@ -267,6 +267,20 @@ void UpscaleTiler::gatherTile(const ImageTensor& input, const UpscalePlan& p, in
 // device has them, blended into the band (or, for one tile, cropped into it) and emitted.
 UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
                               const std::function<void(int, int)>& progress) {
+    return runTo(input, &sink, nullptr, progress);
+}
+
+UpscalePlan UpscaleTiler::runInto(const ImageTensor& input, ImageTensor& output,
+                                  const std::function<void(int, int)>& progress) {
+    output.channels = model_.outputChannels();
+    output.width = input.width * model_.scale();
+    output.height = input.height * model_.scale();
+    output.data.resize(static_cast<std::size_t>(output.channels) * output.height * output.width);
+    return runTo(input, nullptr, &output, progress);
+}
+
+UpscalePlan UpscaleTiler::runTo(const ImageTensor& input, const RowSink* sink, ImageTensor* image,
+                                const std::function<void(int, int)>& progress) {
     if (input.channels != model_.inputChannels() ||
         input.data.size() != static_cast<std::size_t>(input.channels) * input.height * input.width)
         throw std::invalid_argument("upscale: an image of " + std::to_string(input.channels) + " channels for " +
@@ -288,7 +302,8 @@ UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
     const AxisWeights wx = p.single ? AxisWeights{} : axisWeights(p.xs, p.width, p.tileW, s, p.overlap, tiling_.blend);
     const AxisWeights wy = p.single ? AxisWeights{} : axisWeights(p.ys, p.height, p.tileH, s, p.overlap, tiling_.blend);
     const int capacity = p.single ? kSinkRows : cropH;  // band rows: one tile row of output
-    std::vector<float> band(rowFloats * static_cast<std::size_t>(capacity), 0.0f);
+    // (none where one tile goes straight into the image)
+    std::vector<float> band(p.single && image ? 0 : rowFloats * static_cast<std::size_t>(capacity), 0.0f);
     int bandStart = 0;
     // Rows [bandStart, end) are final: normalise, clamp, hand over, and move the rest up.
     auto emit = [&](int end) {
@@ -299,12 +314,15 @@ UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
                 const float ny = wy.sum[static_cast<std::size_t>(bandStart + r)];
                 for (int c = 0; c < cout; ++c) {
                     float* row = band.data() + std::size_t(r) * rowFloats + std::size_t(c) * outWidth;
+                    float* dst = image ? image->data.data() +
+                                             (std::size_t(c) * outHeight + std::size_t(bandStart + r)) * outWidth
+                                       : row;
                     for (int k = 0; k < outWidth; ++k)
-                        row[k] = value(row[k] / (ny * wx.sum[static_cast<std::size_t>(k)]));
+                        dst[k] = value(row[k] / (ny * wx.sum[static_cast<std::size_t>(k)]));
                 }
             }
         });
-        sink(bandStart, n, band.data());
+        if (sink) (*sink)(bandStart, n, band.data());
         const std::size_t kept = std::size_t(capacity - n) * rowFloats;
         std::memmove(band.data(), band.data() + std::size_t(n) * rowFloats, sizeof(float) * kept);
         std::fill(band.begin() + static_cast<std::ptrdiff_t>(kept), band.end(), 0.0f);
@@ -312,6 +330,17 @@ UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
     };
     // The one tile of a one-tile run: cropped and clamped into bands for the sink.
     auto emitSingle = [&](const float* out) {
+        if (image) {  // every row straight from the tile's output
+            forRows(outHeight, std::int64_t(outHeight) * static_cast<std::int64_t>(rowFloats), [&](int a, int b) {
+                for (int r = a; r < b; ++r)
+                    for (int c = 0; c < cout; ++c) {
+                        const float* src = out + (std::size_t(c) * tileOutH + std::size_t(r)) * tileOutW;
+                        float* dst = image->data.data() + (std::size_t(c) * outHeight + std::size_t(r)) * outWidth;
+                        for (int k = 0; k < outWidth; ++k) dst[k] = value(src[k]);
+                    }
+            });
+            return;
+        }
         for (int r0 = 0; r0 < outHeight; r0 += kSinkRows) {
             const int n = std::min(kSinkRows, outHeight - r0);
             forRows(n, std::int64_t(n) * static_cast<std::int64_t>(rowFloats), [&](int a, int b) {
@@ -322,7 +351,7 @@ UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
                         for (int k = 0; k < outWidth; ++k) dst[k] = value(src[k]);
                     }
             });
-            sink(r0, n, band.data());
+            (*sink)(r0, n, band.data());
         }
     };
     // Tile t's output (padded: cropped here), clamped, weighted and added to the band.
@@ -385,17 +414,7 @@ UpscalePlan UpscaleTiler::run(const ImageTensor& input, const RowSink& sink,
 
 ImageTensor UpscaleTiler::upscale(const ImageTensor& input) {
     ImageTensor out;
-    out.channels = model_.outputChannels();
-    out.width = input.width * model_.scale();
-    out.height = input.height * model_.scale();
-    out.data.assign(static_cast<std::size_t>(out.channels) * out.height * out.width, 0.0f);
-    run(input, [&out](int firstRow, int rows, const float* band) {
-        for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < out.channels; ++c)
-                std::memcpy(out.data.data() + (std::size_t(c) * out.height + std::size_t(firstRow + r)) * out.width,
-                            band + (std::size_t(r) * out.channels + std::size_t(c)) * out.width,
-                            sizeof(float) * static_cast<std::size_t>(out.width));
-    });
+    runInto(input, out);
     return out;
 }
 

@@ -165,6 +165,10 @@ public:
     // run. `progress(done, total)` after each tile, when set.
     UpscalePlan run(const ImageTensor& input, const RowSink& sink,
                     const std::function<void(int done, int total)>& progress = {});
+    // The same into `output`, resized to [outputChannels][H x scale][W x scale]: the final values
+    // written there directly (one pass over the output fewer than a sink that copies the bands).
+    UpscalePlan runInto(const ImageTensor& input, ImageTensor& output,
+                        const std::function<void(int done, int total)>& progress = {});
     // The whole output as one image ([outputChannels][H x scale][W x scale]).
     ImageTensor upscale(const ImageTensor& input);
 
@@ -174,6 +178,9 @@ private:
     bool fits(UpscalePlan& p, int batch) const;
     // The input window at (x, y) of tileW x tileH, padded to paddedW x paddedH, into `in`.
     void gatherTile(const ImageTensor& input, const UpscalePlan& plan, int x, int y, float* in) const;
+    // run and runInto: the final rows go to `sink`, or straight into `image` (already sized).
+    UpscalePlan runTo(const ImageTensor& input, const RowSink* sink, ImageTensor* image,
+                      const std::function<void(int, int)>& progress);
 
     const UpscaleModel& model_;
     UpscaleDevice& device_;

@@ -512,6 +512,32 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, UpscaleTiler(model, cpu, UpscaleTiling{-1, 0}));
     }
 
+    // runInto writes what run hands its sink, whole image or tiled, feathered or cropped.
+    void runIntoEqualsTheSinksBands() {
+        const UpscaleModel model = UpscaleModel::loadFile(kFixtures + "/esrgan_old_x4/model.safetensors");
+        CpuUpscaler cpu(2);
+        ImageTensor in{3, 37, 53, std::vector<float>(std::size_t(3) * 37 * 53)};
+        for (std::size_t i = 0; i < in.data.size(); ++i) in.data[i] = float((i * 7919) % 256) / 255.0f;
+        for (const UpscaleTiling& t :
+             {UpscaleTiling{0, 0}, UpscaleTiling{24, 8}, UpscaleTiling{24, 8, UpscaleBlend::Crop}}) {
+            UpscaleTiler tiler(model, cpu, t);
+            ImageTensor banded{3, 37 * 4, 53 * 4, std::vector<float>(std::size_t(3) * 148 * 212, -1.0f)};
+            tiler.run(in, [&banded](int first, int rows, const float* band) {
+                for (int r = 0; r < rows; ++r)
+                    for (int c = 0; c < 3; ++c)
+                        std::copy(band + (std::size_t(r) * 3 + c) * 212, band + (std::size_t(r) * 3 + c + 1) * 212,
+                                  banded.data.begin() +
+                                      static_cast<std::ptrdiff_t>((std::size_t(c) * 148 + first + r) * 212));
+            });
+            ImageTensor direct;
+            direct.data.assign(5, 9.0f);  // resized by runInto
+            tiler.runInto(in, direct);
+            QCOMPARE(direct.width, 212);
+            QCOMPARE(direct.height, 148);
+            QVERIFY(direct.data == banded.data);
+        }
+    }
+
     // The asked tile is the largest: tiles shrink to the least that covers each side with as many.
     void tilesShrinkToCoverEvenly() {
         const UpscaleModel model = UpscaleModel::loadFile(kFixtures + "/esrgan_old_x4/model.safetensors");

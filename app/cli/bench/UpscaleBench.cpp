@@ -293,22 +293,11 @@ struct TimedImages {
 
 TimedImages timeImages(const UpscaleBenchOptions& o, UpscaleTiler& tiler, const ImageTensor& input, ImageTensor& output,
                        const std::function<void()>& afterImage) {
-    // The whole output image as float32 planes in host memory (what the PyTorch peer ends with),
-    // the band's rows copied on the tiler's threads.
-    const auto sink = [&output](int firstRow, int rows, const float* band) {
-        parallelRows(rows, std::int64_t(rows) * output.channels * output.width, [&](int r0, int r1) {
-            for (int r = r0; r < r1; ++r)
-                for (int c = 0; c < output.channels; ++c)
-                    std::memcpy(output.data.data() +
-                                    (std::size_t(c) * output.height + std::size_t(firstRow + r)) * output.width,
-                                band + (std::size_t(r) * output.channels + std::size_t(c)) * output.width,
-                                sizeof(float) * static_cast<std::size_t>(output.width));
-        });
-    };
     TimedImages t;
     for (int i = 0; i < o.warmup + o.repeats; ++i) {
         const auto start = std::chrono::steady_clock::now();
-        t.plan = tiler.run(input, sink);
+        // The whole output image as float32 planes in host memory, what the PyTorch peer ends with.
+        t.plan = tiler.runInto(input, output);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (i == 0) t.firstS = s;
         if (i >= o.warmup) {
