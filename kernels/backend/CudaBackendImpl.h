@@ -242,6 +242,8 @@ struct CudaBackend::Impl {
     std::vector<int> addIntoConv;    // per op: for a Conv, the Add of its output to a skip it computes too, else -1
     std::vector<int> affineIntoAdd;  // per op: for an Add, the Affine of an operand it applies itself, else -1
     std::vector<char> skipped;       // per op: done by another op's lowering (the two above)
+    std::vector<int> tailInto;       // per op: for a Conv, the Concat whose tail its epilogue writes, else -1
+    std::map<int, Act> concatEarly;  // Concat op -> its output, made by the conv that writes its tail
     std::vector<DenseSlot> denseOf;  // per value: its place in a dense group's buffer
     std::vector<DenseGroup> denseGroups;
     std::vector<int> denseConcat;        // per op: the group a Concat belongs to, else -1
@@ -253,6 +255,7 @@ struct CudaBackend::Impl {
     void findDenseGroups();
     std::string denseRefusal;  // why cuDNN could not run a dense group's slices: groups off since
     void findSkipAdds();
+    void findConcatTails();
     bool sameShapeAdd(const GraphOp& op) const;
     bool denseReaderConv(const GraphOp& op, int value) const;
     int denseBuffer(int group);

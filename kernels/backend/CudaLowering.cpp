@@ -175,6 +175,35 @@ void CudaBackend::Impl::analyse() {
     }
     findSkipAdds();
     findDenseGroups();
+    findConcatTails();
+}
+
+// A Concat's last operand made by a convolution that nothing else reads (each dense-block layer of
+// ESRGAN's ResidualDenseBlock_5C): the convolution's epilogue (bias, leaky ReLU) writes its output
+// straight into the concatenation's tail, and the Concat copies only its first operand: 32 of the
+// 96..192 channels of every concatenation are not copied again.
+void CudaBackend::Impl::findConcatTails() {
+    const auto& all = graph.ops();
+    tailInto.assign(all.size(), -1);
+    concatEarly.clear();
+    if (betaAccumulate) return;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        const GraphOp& cat = all[i];
+        if (cat.kind != OpKind::Concat || cat.input == cat.input2 || (!denseConcat.empty() && denseConcat[i] >= 0))
+            continue;
+        if (graph.value(cat.input).kind != ValueKind::FeatureMap || graph.value(cat.input).channels % 8 != 0 ||
+            graph.value(cat.input2).channels % 8 != 0 || isGraphOutput[static_cast<std::size_t>(cat.output)])
+            continue;
+        const int p = producerOf(cat.input2);
+        if (p < 0 || !onlyReader(cat.input2, static_cast<int>(i))) continue;
+        const GraphOp& conv = opAt(p);
+        const auto pi = static_cast<std::size_t>(p);
+        if (conv.kind != OpKind::Conv || conv.residual >= 0 || conv.outputScale != 1.0f || deferred[pi] ||
+            biasMoved[pi] || shortcutOf[pi] >= 0 || addIntoConv[pi] >= 0 || conv.padEnd != conv.padBegin)
+            continue;
+        if (!denseOf.empty() && denseOf[static_cast<std::size_t>(cat.input2)].group >= 0) continue;
+        tailInto[pi] = static_cast<int>(i);
+    }
 }
 
 bool CudaBackend::Impl::sameShapeAdd(const GraphOp& op) const {
@@ -676,12 +705,31 @@ void CudaBackend::Impl::lowerConv(int index) {
     });
     std::vector<int> epilogueBufs = rb >= 0 ? std::vector<int>{y.buf, rb} : std::vector<int>{src.buf, y.buf};
     if (s >= 0) epilogueBufs.push_back(xs.buf);
+    // A Concat's tail (findConcatTails): the concatenation made here, the activated output written there.
+    const int tailCat = tailInto.empty() ? -1 : tailInto[static_cast<std::size_t>(index)];
+    Act cat;
+    int catOffset = 0;
+    if (tailCat >= 0) {
+        const GraphOp& c = opAt(tailCat);
+        catOffset = graph.value(c.input).channels;
+        cat = newAct(catOffset + co, ho, wo, c.name);
+        concatEarly[tailCat] = cat;
+        epilogueBufs.push_back(cat.buf);
+    }
     // Bias and leaky ReLU in one pass where nothing else is added (always for a slice).
-    const bool biasActivation = y.isView() || (op.leakyRelu && rb < 0 && scale == 1.0f);
+    const bool biasActivation = y.isView() || tailCat >= 0 || (op.leakyRelu && rb < 0 && scale == 1.0f);
     const bool leaky = op.leakyRelu;
     const float slope = op.slope;
-    addOp(op.name + ".epilogue", epilogueBufs, y, [=, this](int batch) {
+    // (a slice or a tail written elsewhere: no packed output for traces to read)
+    const Act traced = y.isView() || tailCat >= 0 ? Act{} : y;
+    addOp(op.name + ".epilogue", epilogueBufs, traced, [=, this](int batch) {
         const bool fused = fusedAt(layer, batch);
+        if (tailCat >= 0) {
+            launchSliceBiasActivationTo(dtype, at(y), y.stride(),
+                                        ptr(cat.buf) + static_cast<std::size_t>(catOffset) * dtypeSize(dtype), cat.c,
+                                        batch * pix, co, fused ? nullptr : wf(b), leaky, slope, opStream);
+            return;
+        }
         if (biasActivation) {
             if (!fused || leaky)
                 launchSliceBiasActivation(dtype, at(y), y.stride(), batch * pix, co, fused ? nullptr : wf(b), leaky,
@@ -910,6 +958,18 @@ void CudaBackend::Impl::lowerConcat(const GraphOp& op) {
         cat.h = joined.h;
         cat.w = joined.w;
         cat.pitch = pitch;
+        valueAct[static_cast<std::size_t>(op.output)] = cat;
+        return;
+    }
+    const int here = static_cast<int>(&op - graph.ops().data());
+    if (const auto early = concatEarly.find(here); early != concatEarly.end()) {
+        // The tail is written by its convolution's epilogue: only the first operand is copied.
+        const Act a = act(op.input, op);
+        const Act cat = early->second;
+        addOp(op.name, {a.buf, cat.buf}, cat, [this, a, cat](int batch) {
+            launchCopySlice(dtype, at(a), a.stride(), ptr(cat.buf), cat.c, static_cast<long long>(batch) * a.h * a.w,
+                            a.c, opStream);
+        });
         valueAct[static_cast<std::size_t>(op.output)] = cat;
         return;
     }

@@ -9,9 +9,10 @@
 namespace tessera {
 namespace {
 
+// x and y may be the same slice (in place).
 template <typename T, int VEC>
-__global__ void sliceBiasActivation(T* y, int pitch, long long totalVecs, int channels, const float* __restrict__ bias,
-                                    bool leaky, float slope) {
+__global__ void sliceBiasActivation(const T* x, int xPitch, T* y, int pitch, long long totalVecs, int channels,
+                                    const float* __restrict__ bias, bool leaky, float slope) {
     const int vecsPerRow = channels / VEC;
     for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < totalVecs;
          idx += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -19,7 +20,7 @@ __global__ void sliceBiasActivation(T* y, int pitch, long long totalVecs, int ch
         const int c0 = static_cast<int>(idx % vecsPerRow) * VEC;
         T* p = y + row * pitch + c0;
         float v[VEC];
-        loadVec<T, VEC>(p, v);
+        loadVec<T, VEC>(x + row * xPitch + c0, v);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
             float r = v[i] + (bias ? bias[c0 + i] : 0.0f);
@@ -52,15 +53,21 @@ int sliceVector(DType dtype, int channels, int pitch, const void* p) {
 
 }  // namespace
 
-void launchSliceBiasActivation(DType dtype, void* y, int pitch, long long rows, int channels, const float* bias,
-                               bool leaky, float slope, cudaStream_t stream) {
-    const int vec = sliceVector(dtype, channels, pitch, y);
+void launchSliceBiasActivationTo(DType dtype, const void* x, int xPitch, void* y, int yPitch, long long rows,
+                                 int channels, const float* bias, bool leaky, float slope, cudaStream_t stream) {
+    const int vec = std::min(sliceVector(dtype, channels, xPitch, x), sliceVector(dtype, channels, yPitch, y));
     const long long totalVecs = rows * (channels / vec);
     TESSERA_DISPATCH_DTYPE(dtype, TESSERA_DISPATCH_VEC(vec, {
                                sliceBiasActivation<T, VEC><<<gridFor(totalVecs, 256), 256, 0, stream>>>(
-                                   static_cast<T*>(y), pitch, totalVecs, channels, bias, leaky, slope);
+                                   static_cast<const T*>(x), xPitch, static_cast<T*>(y), yPitch, totalVecs, channels,
+                                   bias, leaky, slope);
                                TESSERA_CHECK_LAUNCH();
                            }))
+}
+
+void launchSliceBiasActivation(DType dtype, void* y, int pitch, long long rows, int channels, const float* bias,
+                               bool leaky, float slope, cudaStream_t stream) {
+    launchSliceBiasActivationTo(dtype, y, pitch, y, pitch, rows, channels, bias, leaky, slope, stream);
 }
 
 void launchCopySlice(DType dtype, const void* src, int srcPitch, void* dst, int dstPitch, long long rows, int channels,

@@ -16,6 +16,11 @@ namespace tessera {
 void launchSliceBiasActivation(DType, void* y, int pitch, long long rows, int channels, const float* bias, bool leaky,
                                float slope, cudaStream_t);
 
+// The same from a packed or sliced x into another slice y (x is left as it was): a convolution's
+// epilogue writing its activated output straight into the concatenation that reads it.
+void launchSliceBiasActivationTo(DType, const void* x, int xPitch, void* y, int yPitch, long long rows, int channels,
+                                 const float* bias, bool leaky, float slope, cudaStream_t);
+
 // dst[r, c] = src[r, c] for `channels` channels of `rows` rows, each side at its own pitch.
 void launchCopySlice(DType, const void* src, int srcPitch, void* dst, int dstPitch, long long rows, int channels,
                      cudaStream_t);
