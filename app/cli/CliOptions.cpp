@@ -1,5 +1,6 @@
 #include "app/cli/CliOptions.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -118,8 +119,24 @@ void loadParamsFrom(CliOptions& options) {
                                 std::to_string(input_limits::kJsonBytes) + " are read");
     ImportedSettings imported;
     try {
-        imported = parameters.empty() ? applyComfyPrompt(comfyPrompt, options.config, "params-from")
-                                      : applyInfotext(parseInfotext(parameters), options.config);
+        if (parameters.empty()) {
+            imported = applyComfyPrompt(comfyPrompt, options.config, "params-from");
+        } else {
+            const ParsedInfotext parsed = parseInfotext(parameters);
+            imported = applyInfotext(parsed, options.config);
+            if (std::find(imported.fields.begin(), imported.fields.end(), "vae") != imported.fields.end()) {
+                options.paramsFromVae = options.config.vae;
+                if (const InfotextParam* hash = parsed.find("VAE hash")) options.paramsFromVaeHash = hash->value;
+            }
+            // "Lora hashes" belong to the LoRAs the prompt's tags name, which the render finds and
+            // compares them with (app/cli/LoraRun.h hashNotes): read here, not a setting left out.
+            if (const InfotextParam* hashes = parsed.find("Lora hashes")) {
+                options.paramsFromLoraHashes = parseLoraHashes(hashes->value);
+                const std::string shown = "Lora hashes: ";
+                std::erase_if(imported.unmapped,
+                              [&shown](const UnmappedSetting& u) { return u.shown.rfind(shown, 0) == 0; });
+            }
+        }
     } catch (const InputFileError& e) {
         // "params-from: its ComfyUI prompt chunk: why" (already short and escaped) as "'path': its ...".
         const std::string what = e.what(), prefix = "params-from: ";
@@ -357,7 +374,11 @@ std::string cliUsage(CliCommand command) {
                 "Runs a generation and writes <out>/<run-id>.png (with 'parameters' and 'tessera-manifest'\n"
                 "text chunks), <run-id>.csv (timings) and <run-id>.json (manifest). Everything is checked\n"
                 "before any work: the settings, the start image's header (--init) and the host memory the\n"
-                "run needs against what is available; a refusal names the setting to lower (exit 2).\n\n";
+                "run needs against what is available; a refusal names the setting to lower (exit 2).\n"
+                "LoRAs, as A1111 takes them: <lora:NAME:W> (or <lora:NAME:TE:UNET>, <lyco:...>) in --prompt,\n"
+                "and --lora FILE[:W]; each is found, hashed and checked against the model before any work\n"
+                "(a LoRA for another family is refused), merged into the model's weights once it is loaded,\n"
+                "and named in the manifest and the PNG's parameters (\"Lora hashes\").\n\n";
             break;
         case CliCommand::Info:
             text =

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -37,6 +38,12 @@ struct CliOptions {
     // One line per setting of that PNG not applied, for stderr:
     // "params-from: 'Hires upscale: 2' is not supported; ignored".
     std::vector<std::string> paramsFromNotes;
+    // The VAE that PNG names ("VAE", A1111's file name) and its "VAE hash" (10 hex), as read; ""
+    // when it names none. The render looks the name up once --model is known.
+    std::string paramsFromVae, paramsFromVaeHash;
+    // That PNG's "Lora hashes" (name as its prompt's tag gave it, A1111's 12 hex digits), in order;
+    // the render compares them with the files it finds (app/cli/LoraRun.h hashNotes).
+    std::vector<std::pair<std::string, std::string>> paramsFromLoraHashes;
 };
 
 // Parses argv[1..] (without the program name). The first word is the subcommand

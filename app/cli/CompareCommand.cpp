@@ -308,6 +308,8 @@ void checkSides(Side& a, Side& b, int repeats, std::ostream& err) {
             c.model = resolveModel(c.model);
             const ModelFolderConfig folder = readModelFolderConfig(c.model);
             validate(c, folder.limits());
+            if (!c.loras.empty())
+                fail("lora", "LoRAs are merged into Stable Diffusion models; compare runs UNet2DModel folders");
             checkStrengthRange(c);
             s.model = folder.config;
             s.backend = checkRunBackend(c.backend);

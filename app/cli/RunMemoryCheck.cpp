@@ -21,6 +21,7 @@ SdModelConfigs folderConfigs(const fs::path& root) {
     c.unet = unetCondConfigFromJson(readModelJson(root / "unet" / "config.json"));
     c.vae = vaeConfigFromJson(readModelJson(root / "vae" / "config.json"));
     c.textEncoder = readClipTextConfig(root / "text_encoder");
+    c.family = familyOfTextEncoder(c.textEncoder);
     std::error_code ec;
     if (fs::is_directory(root / "text_encoder_2", ec)) {
         c.textEncoder2 = readClipTextConfig(root / "text_encoder_2");

@@ -46,6 +46,7 @@ Summary fromCheckpoint(const std::string& path) {
     Summary s;
     s.format =
         "single-file checkpoint (LDM layout), " + withThousands(static_cast<std::int64_t>(info.fileBytes)) + " bytes";
+    if (info.container == TensorContainer::TorchCheckpoint) s.format += "; " + info.reader;
     s.family = info.family;
     s.familyReason = info.familyReason;
     s.configSource = info.configSource;

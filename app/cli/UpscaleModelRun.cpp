@@ -83,10 +83,12 @@ UpscaleModel readModel(const std::string& path, bool pickle) {
 
 }  // namespace
 
-std::vector<std::string> cliUpscaleModelsFolders(const std::string& runModel) {
+std::vector<std::string> cliModelsFolders(const std::string& runModel) {
     const char* variable = std::getenv(kModelsFolderVariable);
-    return upscaleModelsFolders(variable ? std::string_view(variable) : std::string_view(), runModel);
+    return modelsFolders(variable ? std::string_view(variable) : std::string_view(), runModel);
 }
+
+std::vector<std::string> cliUpscaleModelsFolders(const std::string& runModel) { return cliModelsFolders(runModel); }
 
 UpscaleModelRun loadUpscaleModelRun(const std::string& given, const std::vector<std::string>& modelsFolders) {
     const UpscaleModelFile found = findUpscaleModel(given, modelsFolders);

@@ -33,11 +33,14 @@ struct UpscaleModelRun {
     UpscaleModelRecord record;
 };
 
-// The models folders tessera-cli looks a name up in (core/run/UpscaleModelFile.h
-// upscaleModelsFolders): $TESSERA_MODELS, then the folder holding the folder of `runModel` (--model).
 // What a run's settings ask of the upscale model's device (threads, precision, tuning cache).
 UpscaleDeviceRequest upscaleDeviceRequest(const RunConfig& config);
 
+// The models folders tessera-cli looks a model file's NAME up in, for every kind (upscale models,
+// VAEs: core/run/ModelFileLookup.h modelsFolders): $TESSERA_MODELS, then the folder holding the
+// folder of `runModel` (--model).
+std::vector<std::string> cliModelsFolders(const std::string& runModel);
+// cliModelsFolders, for an upscale model's name.
 std::vector<std::string> cliUpscaleModelsFolders(const std::string& runModel);
 
 // Finds `given` (findUpscaleModel), hashes the file and reads the model: a safetensors file, or a

@@ -24,6 +24,7 @@
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
 #include "app/cli/InterruptCancels.h"
+#include "app/cli/LoraRun.h"
 #include "app/cli/PathStatus.h"
 #include "app/cli/PngIO.h"
 #include "app/cli/RunMemoryCheck.h"
@@ -31,6 +32,7 @@
 #include "app/cli/TokensCommand.h"
 #include "app/cli/UpscaleCommand.h"
 #include "app/cli/UpscaleModelRun.h"
+#include "app/cli/VaeReplacement.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/base/LoadProgress.h"
@@ -42,6 +44,7 @@
 #include "core/models/unet/UNetModel.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
+#include "core/run/VaeFile.h"
 #include "core/sampling/ImageOps.h"
 #include "core/sampling/Scheduler.h"
 #include "core/sampling/TilePlan.h"
@@ -105,6 +108,15 @@ void checkStrength(const CliOptions& options) {
                   << " is unused: it applies to image-to-image runs (--init); this run starts from noise\n";
 }
 
+// LoRAs (a <lora:...> tag, --lora) change a Stable Diffusion model's weights; a UNet2DModel has none
+// to change (and takes no prompt).
+std::string loraNeedsSdModel(const RunConfig& config) {
+    return "lora: LoRAs are merged into a Stable Diffusion model; " +
+           (config.model.empty() ? std::string("no --model is given (the default model is an unconditional UNet)")
+                                 : shownPath(config.model) + " is an unconditional UNet2DModel folder") +
+           ": give a Stable Diffusion pipeline folder or checkpoint with --model";
+}
+
 // What the host-memory estimate sizes the run by (app/cli/RunMemoryCheck.h).
 RunModelShape runModelShape(const RunConfig& config, const std::optional<ModelFolderConfig>& folder) {
     RunModelShape shape;
@@ -147,6 +159,29 @@ void printUpscaleModelPlan(const RunConfig& config) {
     std::cout << "\n";
 }
 
+// --vae (app/cli/VaeReplacement.h), found and checked against the model's VAE before any weights
+// are read. A VAE that --params-from's PNG names and that is not found here is left out with a
+// note, as A1111 keeps the checkpoint's own VAE when the one an infotext names is not in its list
+// (modules/sd_vae.py resolve_vae, "VAE not found"); one given any other way must be found.
+std::optional<VaeReplacement> separateVae(const CliOptions& options, RunConfig& config, bool sd) {
+    if (config.vae.empty()) return std::nullopt;
+    if (!sd)
+        throw InputError{"vae: a separate VAE replaces a Stable Diffusion model's own; " + shownPath(config.model) +
+                         " is a UNet2DModel folder, which has none"};
+    const bool fromPng =
+        !options.paramsFromVae.empty() && config.vae == options.paramsFromVae && options.flagsGiven.count("vae") == 0;
+    if (fromPng) {
+        try {
+            (void)findVaeFile(config.vae, cliModelsFolders(config.model));
+        } catch (const ValidationError& e) {
+            std::cerr << "note: params-from: the PNG's VAE is not used, the model's own is: " << e.what() << "\n";
+            config.vae.clear();
+            return std::nullopt;
+        }
+    }
+    return std::optional<VaeReplacement>(std::in_place, config);
+}
+
 int cmdPlan(const CliOptions& options) {
     RunConfig config = options.config;
     std::unique_ptr<UNetModel> model;
@@ -180,6 +215,13 @@ int cmdPlan(const CliOptions& options) {
               << "evaluations  " << tiles << " per step, " << static_cast<long long>(tiles) * stepsRun << " total ("
               << stepsRun << " steps)\n";
     if (!config.upscaleModel.empty()) printUpscaleModelPlan(config);
+    const std::optional<VaeReplacement> vae = separateVae(options, config, sd);
+    if (runHasLoras(config)) {
+        if (!sd) throw InputError{loraNeedsSdModel(config)};
+        const LoraRun loras(config, cliLoraFolders(config.model));
+        for (const std::string& note : loras.notes()) std::cerr << "note: " << note << "\n";
+        for (const std::string& line : loras.describeLines()) std::cout << "lora         " << line << "\n";
+    }
     if (sd) {
         std::cout << "latent       " << config.width / 8 << " x " << config.height / 8 << ", tiles of "
                   << plan.tileW() / 8 << " x " << plan.tileH() / 8 << " (Stable Diffusion: 8 image px per latent px)\n"
@@ -190,6 +232,12 @@ int cmdPlan(const CliOptions& options) {
                   << "\n"
                   << "model        " << config.model << " ('tessera-cli info' describes it; render and bench report "
                   << "FLOPs and memory)\n";
+        if (vae) {
+            std::cout << "vae          " << vaeName(vae->path());
+            if (vae->checked())
+                std::cout << " (" << toString(vae->info().names) << " names, " << vae->info().reader << ")";
+            std::cout << " in place of the model's own; latents scaled as the model's\n";
+        }
         printHostMemory(config, runModelShape(config, std::nullopt));
     }
     if (model) {
@@ -335,11 +383,24 @@ int cmdRender(const CliOptions& options) {
     // creates nothing: the --out folder (and missing parents) are created only when the
     // outputs are written, so a rejected render leaves no folder behind.
     checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
+    std::optional<VaeReplacement> vae = separateVae(options, config, sd);
 
     // --upscale-model: the model's pass over the start image, found, read and checked before the
     // engine loads anything, run before the canvas resize (app/cli/UpscaleModelRun.h).
     std::optional<StartImageUpscale> upscaleModel;
     if (!config.upscaleModel.empty()) upscaleModel.emplace(config, startImage, std::cerr);
+
+    // LoRAs (the prompt's <lora:...> tags, --lora): found, hashed and checked against the model's
+    // configurations before any weights are read, merged once it is loaded (app/cli/LoraRun.h).
+    std::optional<LoraRun> loras;
+    std::vector<std::string> loraHashNotes;  // --params-from's "Lora hashes" against the files found
+    if (runHasLoras(config)) {
+        if (!sd) throw InputError{loraNeedsSdModel(config)};
+        loras.emplace(config, cliLoraFolders(config.model));
+        loraHashNotes = loras->hashNotes(options.paramsFromLoraHashes);
+        for (const std::string& note : loras->notes()) std::cerr << "note: " << note << "\n";
+        for (const std::string& note : loraHashNotes) std::cerr << "note: " << note << "\n";
+    }
 
     std::unique_ptr<Engine> engine = makeEngine(config.backend);
     if (startImage)
@@ -347,12 +408,50 @@ int cmdRender(const CliOptions& options) {
                                           : startImageTensor(config, channels));
 
     ConsoleObserver observer;
+    if (vae || loras) {
+        // The model is loaded here rather than by the engine, to give it the VAE in place of its own
+        // and to merge the LoRAs into its weights before the engine prepares them.
+        const InterruptCancels interrupt(*engine);
+        const LoadProgressCallback progress = [&](const LoadProgress& p) {
+            observer.onLoadProgress(p);
+            if (engine->cancelRequested()) throw LoadCancelled(p);
+        };
+        std::shared_ptr<const SdModel> pinned =
+            vae ? vae->load(config, progress) : std::make_shared<const SdModel>(loadSdModel(config.model, progress));
+        if (loras) {
+            pinned = loras->merge(std::move(pinned));
+            for (const std::string& note : loras->mergeNotes()) std::cerr << "note: " << note << "\n";
+        }
+        engine->setSdModel(std::move(pinned));
+    }
     RunResult result;
     {
         const InterruptCancels interrupt(*engine);  // Ctrl-C: finish the tile batch, keep what was made
         result = engine->run(config, observer);
     }
     if (upscaleModel) upscaleModel->addTo(result.record);
+    if (loras) {
+        loras->addTo(result.record);
+        result.record.messages.insert(result.record.messages.end(), loraHashNotes.begin(), loraHashNotes.end());
+    }
+    if (vae) {
+        const std::size_t noted = result.record.messages.size();
+        vae->addTo(result.record);
+        for (std::size_t i = noted; i < result.record.messages.size(); ++i)
+            std::cerr << "note: " << result.record.messages[i] << "\n";
+        const std::string& pngHash = options.paramsFromVaeHash;
+        if (!pngHash.empty() && config.vae == options.paramsFromVae && vae->record().sha256.rfind(pngHash, 0) != 0) {
+            const std::string note = "params-from: the PNG's VAE hash " + excerpt(pngHash, 20) + " is not that of " +
+                                     shownPath(vae->path()) + " (" + vae->record().sha256.substr(0, 10) +
+                                     "): the image may differ from the PNG's";
+            std::cerr << "note: " << note << "\n";
+            result.record.messages.push_back(note);
+        }
+    }
+    if (sd) {
+        if (const std::string note = recordModelReader(config.model, result.record); !note.empty())
+            std::cerr << "note: " << note << "\n";
+    }
     // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
     if (const std::string note = tuningMismatchNote(result.record.tuning.digest, options.presetTuningDigest);
         !note.empty()) {

@@ -13,10 +13,12 @@
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/base/UnicodeText.h"
+#include "core/run/LoraModelFile.h"
 #include "core/run/ModelName.h"
 #include "core/run/RunConfigFields.h"
 #include "core/run/SamplerNames.h"
 #include "core/run/UpscaleModelFile.h"
+#include "core/run/VaeFile.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -76,6 +78,7 @@ bool isLowerHex(std::string_view s) {
 InfotextExtras infotextExtras(const RunConfig& config) {
     InfotextExtras extras;
     extras.modelName = modelNameOf(config.model);
+    extras.vaeName = vaeName(config.vae);
     extras.stableDiffusion = !config.prompt.empty() || !config.negativePrompt.empty() || isSdModelPath(config.model);
     return extras;
 }
@@ -85,8 +88,46 @@ InfotextExtras infotextExtras(const RunRecord& record) {
     if (!record.modelName.empty()) extras.modelName = record.modelName;
     if (record.modelHash.size() >= 10 && isLowerHex(record.modelHash))
         extras.modelHash = record.modelHash.substr(0, 10);
+    if (record.vaeFile) {
+        extras.vaeName = record.vaeFile->name;
+        if (record.vaeFile->sha256.size() >= 10 && isLowerHex(record.vaeFile->sha256))
+            extras.vaeHash = record.vaeFile->sha256.substr(0, 10);
+    }
     extras.upscaleOnly = record.upscaleModel && record.upscaleModel->alone;
+    extras.loraHashes = loraHashesValue(record.loras);
     return extras;
+}
+
+std::string loraHashesValue(const std::vector<LoraRecord>& loras) {
+    std::vector<std::pair<std::string, std::string>> entries;
+    for (const LoraRecord& lora : loras) {
+        std::string name;
+        for (const char c : lora.name)
+            if (c != ':' && c != ',') name += c;
+        if (name.empty() || lora.shortHash.empty()) continue;
+        const auto same =
+            std::find_if(entries.begin(), entries.end(), [&name](const auto& e) { return e.first == name; });
+        if (same != entries.end())
+            same->second = lora.shortHash;
+        else
+            entries.emplace_back(std::move(name), lora.shortHash);
+    }
+    std::string value;
+    for (const auto& [name, hash] : entries) value += (value.empty() ? "" : ", ") + name + ": " + hash;
+    return value;
+}
+
+std::vector<std::pair<std::string, std::string>> parseLoraHashes(std::string_view value) {
+    std::vector<std::pair<std::string, std::string>> hashes;
+    std::size_t start = 0;
+    while (start <= value.size()) {
+        const std::size_t comma = std::min(value.find(',', start), value.size());
+        const std::string_view item = value.substr(start, comma - start);
+        if (const auto colon = item.find(':'); colon != std::string_view::npos)
+            hashes.emplace_back(pyStrip(item.substr(0, colon)), pyStrip(item.substr(colon + 1)));
+        start = comma + 1;
+    }
+    return hashes;
 }
 
 const std::vector<InfotextCoverage>& infotextCoverage() {
@@ -101,6 +142,8 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"width", "Size", ""},
         {"height", "Size", ""},
         {"model", "Model", ""},
+        {"lora", "Prompt", ""},  // a tag each, appended to the prompt (promptWithLoraTags)
+        {"vae", "VAE", ""},
         {"strength", "Denoising strength", ""},
         {"clip_skip", "Clip skip", ""},
         {"tile", "Tile", ""},
@@ -172,8 +215,11 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Size", std::to_string(c.width) + "x" + std::to_string(c.height));
     if (!x.modelHash.empty()) add("Model hash", x.modelHash);
     if (!x.modelName.empty()) add("Model", x.modelName);
+    if (!x.vaeHash.empty()) add("VAE hash", x.vaeHash);
+    if (!x.vaeName.empty()) add("VAE", x.vaeName);
     if (!c.initImage.empty()) add("Denoising strength", formatNumber(c.strength));
     if (x.stableDiffusion && c.clipSkip > 1) add("Clip skip", std::to_string(c.clipSkip));
+    if (!x.loraHashes.empty()) add("Lora hashes", x.loraHashes);
     // Tessera's own, as A1111's extra_generation_params.
     add("Tile", std::to_string(c.tile));
     add("Overlap", std::to_string(c.overlapPixels()));
@@ -196,7 +242,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     const std::string line = joinParams(params);
     std::string text;
     if (x.stableDiffusion) {
-        text = c.prompt;
+        text = promptWithLoraTags(c);
         if (!c.negativePrompt.empty()) text += "\nNegative prompt: " + c.negativePrompt;
     }
     text += "\n" + line;
@@ -599,6 +645,23 @@ std::string readUpscaler(std::string_view value, RunConfig& config) {
     return {};
 }
 
+// A VAE as A1111 names it onto vae (modules/shared_options.py: the "sd_vae" setting's infotext
+// key is "VAE"; its value the file's name in models/VAE): "None" (the checkpoint's own) and
+// "Automatic" clear it. A value that is no plain name (a path, a hidden file) is not taken from a
+// file that came from elsewhere.
+std::string readVae(std::string_view value, RunConfig& config) {
+    const std::string_view name = trimAscii(value);
+    if (name == "None" || name == "Automatic") {
+        config.vae.clear();
+        return {};
+    }
+    if (name.empty() || name.front() == '.' || name.find_first_of("/\\") != std::string_view::npos ||
+        name.size() > input_limits::kNameChars)
+        return "is not a VAE's name; ignored";
+    config.vae = std::string(name);
+    return {};
+}
+
 struct KeyRule {
     std::string_view key;
     std::string_view field;  // the RunConfig field, by CLI name
@@ -606,7 +669,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 25> kKeyRules{{
+const std::array<KeyRule, 26> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps, "steps", c); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale, kCfgRange); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) { return readSeed(v, c.seed); }},
@@ -638,6 +701,7 @@ const std::array<KeyRule, 25> kKeyRules{{
     {"SD upscale upscaler", "upscale_model", readUpscaler},
     {"Ultimate SD upscale upscaler", "upscale_model", readUpscaler},
     {"Postprocess upscaler", "upscale_model", readUpscaler},
+    {"VAE", "vae", readVae},
     {"Postprocess upscale by", "upscale", [](std::string_view v, RunConfig& c) {
         return readReal(v, c.upscale, kUpscaleRange);
     }},
@@ -732,6 +796,8 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) 
     Importer importer(config, result);
     config.prompt = parsed.prompt;
     config.negativePrompt = parsed.negativePrompt;
+    // The prompt carries the LoRAs, as tags (promptWithLoraTags wrote those of config.loras).
+    config.loras.clear();
     importer.applied("prompt");
     importer.applied("negative_prompt");
     const std::optional<SchedulerKind> scheduler = applySampler(parsed, importer);
@@ -755,6 +821,9 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) 
             applyEta(param, scheduler, importer);
         } else if (param.key == "Model hash" || param.key == "Model") {
             importer.unmapped(shown, kModelNotApplied);
+        } else if (param.key == "VAE hash") {
+            // Beside "VAE" it belongs to the file the name finds, which the front end hashes.
+            if (!parsed.find("VAE")) importer.unmapped(shown, "is not applied: Tessera picks the VAE by its name");
         } else if (param.key == "Denoising strength" && hires) {
             importer.unmapped(shown, "belongs to the hires fix, which is not supported; ignored");
         } else if (rule != kKeyRules.end()) {
@@ -779,7 +848,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
         if (!same) differ.emplace_back(field);
     };
     const bool karras = a.scheduler == SchedulerKind::Euler || a.scheduler == SchedulerKind::DPMPP2M;
-    check(a.prompt == b.prompt, "prompt");
+    check(promptWithLoraTags(a) == promptWithLoraTags(b), "prompt");  // the LoRAs are tags there
     check(a.negativePrompt == b.negativePrompt, "negative_prompt");
     check(a.steps == b.steps, "steps");
     check(a.scheduler == b.scheduler, "scheduler");
@@ -800,6 +869,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.backend == b.backend, "backend");
     check(a.upscale == b.upscale, "upscale");
     check(upscalerName(a.upscaleModel) == upscalerName(b.upscaleModel), "upscale_model");
+    check(vaeName(a.vae) == vaeName(b.vae), "vae");
     check(a.preserveColor == b.preserveColor, "preserve_color");
     check(a.sdxlSizeConditioning == b.sdxlSizeConditioning, "sdxl_size_conditioning");
     check(a.vaeTiling == b.vaeTiling, "vae_tiling");

@@ -25,6 +25,14 @@ namespace tessera {
 struct InfotextExtras {
     std::string modelName;  // "Model": the file or folder name without extension; "" = not written
     std::string modelHash;  // "Model hash": 10 lowercase hex (A1111's short SHA-256); "" = not written
+    // "VAE hash" and "VAE" (A1111 processing.py create_infotext: sd_vae.get_loaded_vae_hash, the
+    // file's SHA-256 cut to 10 hex, and get_loaded_vae_name, its name with the extension) of a
+    // separate VAE; "" = not written.
+    std::string vaeHash;
+    std::string vaeName;
+    // "Lora hashes" (A1111 extensions-builtin/Lora/extra_networks_lora.py: "name: 0123456789ab, ..."
+    // of the LoRAs merged, by the name the prompt gave each); "" = not written.
+    std::string loraHashes;
     // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
     // written. An unconditional model has none of them.
     bool stableDiffusion = false;
@@ -35,23 +43,27 @@ struct InfotextExtras {
 };
 
 // Extras known from the configuration alone: the model's folder name ("default" for none), no
-// hash; Stable Diffusion when the run has a prompt or a negative prompt (an unconditional model
-// refuses both).
+// hash; the separate VAE's name (core/run/VaeFile.h vaeName), no hash; Stable Diffusion when the
+// run has a prompt or a negative prompt (an unconditional model refuses both).
 InfotextExtras infotextExtras(const RunConfig& config);
 // Extras of a finished run: its model name and the first 10 hex digits of its weights' SHA-256,
-// and Stable Diffusion as infotextExtras(config) decides it (the record does not name the model
-// family yet); upscaleOnly when its upscale model's pass was the whole run.
+// the LoRAs it merged (record.loras: loraHashesValue),
+// the separate VAE's name and hash where one ran (record.vaeFile), and Stable Diffusion as
+// infotextExtras(config) decides it (the record does not name the model family yet); upscaleOnly
+// when its upscale model's pass was the whole run.
 InfotextExtras infotextExtras(const RunRecord& record);
 
 // The A1111 infotext of a run, as valid UTF-8:
-//   <prompt>                                  (Stable Diffusion only; may hold newlines)
+//   <prompt>                                  (Stable Diffusion only; may hold newlines; with a
+//                                             tag for each of config.loras: promptWithLoraTags)
 //   Negative prompt: <negative>               (only when not empty)
 //   Steps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 512x512,
-//   Model hash: 0123456789, Model: name, Denoising strength: 0.5, Clip skip: 2, Tile: 64, ...,
-//   Version: tessera-<version>
+//   Model hash: 0123456789, Model: name, VAE hash: 0123456789, VAE: vae.safetensors,
+//   Denoising strength: 0.5, Clip skip: 2, Tile: 64, ..., Version: tessera-<version>
 // Keys in A1111's order (Steps, Sampler, Schedule type, CFG scale, Seed, Size, Model hash, Model,
-// Denoising strength (with an init image), Clip skip (> 1)), then Tessera's own as A1111's
-// extra_generation_params (Tile, Overlap (pixels), Window, Fusion, Batch, Graphs, Precision,
+// VAE hash and VAE (with a separate VAE), Denoising strength (with an init image), Clip skip (> 1)), then Tessera's own as A1111's
+// extra_generation_params (Lora hashes (extras.loraHashes, where LoRAs were merged), Tile, Overlap
+// (pixels), Window, Fusion, Batch, Graphs, Precision,
 // Backend, Upscale (when not 1), SD upscale upscaler (with an upscale model: its name as A1111's
 // img2img "SD upscale" script writes the upscaler it ran first, scripts/sd_upscale.py; A1111 writes
 // no hash of it), Preserve color (when on), VAE tiling (when not auto), Eta DDIM (DDIM with eta not 0,
@@ -59,6 +71,16 @@ InfotextExtras infotextExtras(const RunRecord& record);
 // literal (A1111's quote); the whole text is stripped of surrounding white space. With
 // extras.upscaleOnly: the extras tab's keys only (InfotextExtras).
 std::string infotext(const RunConfig& config, const InfotextExtras& extras);
+
+// A1111's "Lora hashes" value of `loras`: "name: hash, name2: hash2", each name (as the prompt gave
+// it) with ':' and ',' removed, a repeated name in its first place with its last hash (a Python
+// dict), entries without a name or hash left out (extensions-builtin/Lora/extra_networks_lora.py
+// ExtraNetworkLora.activate); "" for none.
+std::string loraHashesValue(const std::vector<LoraRecord>& loras);
+// The "Lora hashes" value read back as A1111 reads it when an infotext is pasted
+// (extensions-builtin/Lora/scripts/lora_script.py infotext_pasted: split at ',', each item at its
+// first ':', both sides stripped): (name, hash) in order; items without ':' are left out.
+std::vector<std::pair<std::string, std::string>> parseLoraHashes(std::string_view value);
 
 // The infotext of a run known only by its configuration (no model hash): what a preset or a
 // plan writes; a finished run writes infotext(record.config, infotextExtras(record)).
@@ -129,7 +151,8 @@ struct ImportedSettings {
     std::vector<UnmappedSetting> unmapped;  // one per setting not applied, in the order found
 };
 
-// Applies what maps onto `config`: the prompt and negative prompt (always, as A1111 pastes them),
+// Applies what maps onto `config`: the prompt and negative prompt (always, as A1111 pastes them;
+// config.loras emptied: the prompt's <lora:...> tags carry the LoRAs, "Lora hashes" is listed),
 // Steps, Sampler with Schedule type (Euler a, Euler, DPM++ 2M (Karras or not), DDIM, DDPM; the
 // pre-1.9 combined names "DPM++ 2M Karras"; no Schedule type key = pre-1.9 = no Karras), CFG scale, Seed, Size, Clip skip, Denoising strength
 // (unless it belongs to a hires fix), and Tessera's own keys (Tile, Overlap, Window, Fusion,
@@ -137,7 +160,10 @@ struct ImportedSettings {
 // upscaler: "SD upscale upscaler", "Ultimate SD upscale upscaler" (the Ultimate SD Upscale extension)
 // and "Postprocess upscaler" set upscale_model to the name ("None" clears it; A1111's resize filters
 // Lanczos and Nearest, and a value that is no plain name, are listed), "Postprocess upscale by" sets
-// upscale. Model hash and
+// upscale; "VAE" sets vae to the name A1111 wrote (a file's name with its extension, looked up in
+// the models folders' VAE/; "None" and "Automatic" clear it; a value that is no plain name is
+// listed), and "VAE hash" beside it is left for the front end to compare with the file it finds
+// (alone it is listed). Model hash and
 // Model are reported, not applied (the model is chosen by path); Version is ignored; every other
 // key, and a value that cannot be read ("Steps: many"), is listed in `unmapped`. A number outside
 // the range its setting allows (core/run/RunConfigFields.h intSettingRange; the cfg, strength,
@@ -146,10 +172,11 @@ struct ImportedSettings {
 ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 
 // The fields that infotext writes and applyInfotext reads back whose values differ between `a`
-// and `b`, by CLI name: the prompt and negative prompt, steps, scheduler (and
+// and `b`, by CLI name: the prompt (with the tags of loras: promptWithLoraTags) and negative prompt, steps, scheduler (and
 // use_karras_sigmas for Euler and DPM++ 2M), cfg, seed, width, height, clip_skip, strength (when
 // `a` has an init image), tile, overlap (in pixels), window, fusion, batch, graphs, precision,
-// backend, upscale, upscale_model (by A1111's name for it: upscalerName), preserve_color, vae_tiling, eta
+// backend, upscale, upscale_model (by A1111's name for it: upscalerName), vae (by its name: vaeName),
+// preserve_color, vae_tiling, eta
 // (DDIM). Empty when a PNG written from `a` reads back as `a`.
 std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b);
 

@@ -229,6 +229,21 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
                                             "scheduler");
 }
 
+// The LoRAs besides the prompt's tags: a bounded list of named files with finite multipliers (a
+// JSON reader or a front end may hand over anything).
+void checkLoras(Problems& problems, const RunConfig& config) {
+    if (config.loras.size() > kMaxLoras)
+        problems.add("lora", std::to_string(config.loras.size()) + " LoRAs are not allowed; at most " +
+                                 std::to_string(kMaxLoras) + " may be given");
+    for (const LoraSetting& lora : config.loras) {
+        if (lora.file.empty()) problems.add("lora", "a LoRA without a file or name is not allowed");
+        checkText(problems, "lora", lora.file, input_limits::kPathChars, "a LoRA path or name");
+        if (!std::isfinite(lora.teMultiplier) || !std::isfinite(lora.unetMultiplier))
+            problems.add("lora", inQuotes(lora.file) + ": its multipliers (" + formatNumber(lora.teMultiplier) + ", " +
+                                     formatNumber(lora.unetMultiplier) + ") must be finite numbers");
+    }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -313,6 +328,7 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
         problems.add("upscale", formatNumber(config.upscale) + " is not allowed; the upscale factor must be 1 to " +
                                     formatNumber(kMaxUpscale));
     checkScheduler(problems, config);
+    checkLoras(problems, config);
     return std::move(problems.list);
 }
 

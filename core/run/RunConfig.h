@@ -98,6 +98,19 @@ int autoTileBatch(int tiles, int most = kAutoTileBatchMost);
 // tiles), or autoTileBatch where it is 0.
 int resolveTileBatch(int tileBatch, int tiles);
 
+// A LoRA / LyCORIS a run merges besides those its prompt's <lora:...> tags name (tessera-cli's
+// --lora, A1111's "Append LoRA to prompt" setting sd_lora): the file (a path, or a NAME looked up in a
+// models folder's Lora/, LyCORIS/ and loras/: core/run/LoraModelFile.h) and A1111's te and unet
+// multipliers.
+struct LoraSetting {
+    std::string file;
+    double teMultiplier = 1.0;
+    double unetMultiplier = 1.0;
+    bool operator==(const LoraSetting&) const = default;
+};
+// The most LoRAs a run's settings name (far beyond the handful users stack).
+inline constexpr std::size_t kMaxLoras = 64;
+
 struct RunConfig {
     int width = 256;
     int height = 256;
@@ -135,6 +148,9 @@ struct RunConfig {
     std::string negativePrompt;
     double cfgScale = 7.0;  // classifier-free guidance scale; 1 evaluates the conditional half only
     int clipSkip = 1;       // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
+    // LoRAs merged after those the prompt's <lora:name:w> tags name, as if their tags followed the
+    // prompt (promptWithLoraTags, core/run/LoraModelFile.h: the prompt an infotext writes).
+    std::vector<LoraSetting> loras;
     // SDXL UNets: the size and crop ids each tile's added conditioning carries (ignored by SD 1.x / 2.x).
     SdxlSizeConditioning sdxlSizeConditioning = SdxlSizeConditioning::Image;
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
@@ -145,6 +161,11 @@ struct RunConfig {
     // looked up in a models folder's ESRGAN/ and upscale_models/ (core/run/UpscaleModelFile.h);
     // "" = the start image is only resized.
     std::string upscaleModel;
+    // Stable Diffusion: a separate VAE replacing the model's own for the decode and the encode (the
+    // latent scaling stays the model's, as A1111 keeps it): a .safetensors/.pt/.ckpt file or a
+    // diffusers AutoencoderKL folder, used as given, or a name looked up in a models folder's VAE/
+    // and vae/ (core/run/VaeFile.h); "" = the model's own VAE.
+    std::string vae;
     VaeTiling vaeTiling = VaeTiling::Auto;  // the VAE's decode/encode: auto, on (tiled), off (whole)
 
     // Where timed algorithm choices are kept (core/formats/TuningCache.h), so that another process
@@ -198,7 +219,7 @@ int firstStepRun(const RunConfig& config, bool fromImage);
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,
 // strength, preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
-// upscale_model, sdxl_size_conditioning, vae_tiling. fromJson: unknown keys are an error naming the key;
+// upscale_model, vae, sdxl_size_conditioning, vae_tiling, loras ([{"file", "te", "unet"}]). fromJson: unknown keys are an error naming the key;
 // missing keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);

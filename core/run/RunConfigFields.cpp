@@ -281,6 +281,60 @@ void parseSamplerText(RunConfig& config, const std::string& text) {
     config.schedulerOptions.karrasSigmas = found->second;
 }
 
+// --lora FILE[:TE[:UNET]]: a path or name, then up to two multipliers, A1111's <lora:name:te:unet>
+// (extensions-builtin/Lora/extra_networks_lora.py: unet defaults to te, te to 1). A trailing ":x"
+// that is no number belongs to the file's name.
+LoraSetting parseLoraText(const std::string& text) {
+    LoraSetting lora;
+    std::string file = text;
+    std::vector<double> multipliers;
+    while (multipliers.size() < 2) {
+        const auto colon = file.rfind(':');
+        double value = 0;
+        if (colon == std::string::npos || colon == 0 || !parseDouble(file.substr(colon + 1), value)) break;
+        multipliers.insert(multipliers.begin(), value);
+        file.resize(colon);
+    }
+    if (file.empty()) fail("lora", inQuotes(text) + " names no LoRA; give FILE, FILE:WEIGHT or FILE:TE:UNET");
+    lora.file = file;
+    if (!multipliers.empty()) lora.teMultiplier = lora.unetMultiplier = multipliers[0];
+    if (multipliers.size() > 1) lora.unetMultiplier = multipliers[1];
+    return lora;
+}
+
+Json lorasJson(const std::vector<LoraSetting>& loras) {
+    Json list = Json::array();
+    for (const LoraSetting& l : loras)
+        list.push_back({{"file", l.file}, {"te", l.teMultiplier}, {"unet", l.unetMultiplier}});
+    return list;
+}
+
+// [{"file": "name or path", "te": 1, "unet": 1}, ...]; te defaults to 1, unet to te.
+std::vector<LoraSetting> lorasFromJson(const Json& value) {
+    if (!value.is_array()) wrongType("loras", value, "an array of {\"file\", \"te\", \"unet\"} objects");
+    std::vector<LoraSetting> loras;
+    for (const Json& item : value) {
+        if (!item.is_object()) wrongType("loras", item, "an object {\"file\", \"te\", \"unet\"}");
+        LoraSetting lora;
+        bool unetGiven = false;
+        for (const auto& [key, v] : item.items()) {
+            if (key == "file") {
+                lora.file = readString(v, "loras.file");
+            } else if (key == "te") {
+                lora.teMultiplier = readReal(v, "loras.te");
+            } else if (key == "unet") {
+                lora.unetMultiplier = readReal(v, "loras.unet");
+                unetGiven = true;
+            } else {
+                unknownKey("loras." + key, {"file", "te", "unet"});
+            }
+        }
+        if (!unetGiven) lora.unetMultiplier = lora.teMultiplier;
+        loras.push_back(std::move(lora));
+    }
+    return loras;
+}
+
 Json schedulerOptionsJson(const SchedulerOptions& o) {
     return {
         {"num_train_timesteps", o.numTrainTimesteps},
@@ -492,9 +546,9 @@ void addTilingFields(std::vector<RunConfigField>& f) {
 // The model, previews, the start image, the text conditioning, the VAE and the rest.
 void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(textRow({"model", "model", "PATH",
-                         "a Stable Diffusion 1.x/2.x/XL checkpoint (.safetensors file or diffusers\n"
-                         "pipeline folder), or a diffusers UNet2DModel folder (default: the\n"
-                         "bundled unconditional model)",
+                         "a Stable Diffusion 1.x/2.x/XL checkpoint (.safetensors file, .ckpt read\n"
+                         "without running it, or diffusers pipeline folder), or a diffusers\n"
+                         "UNet2DModel folder (default: the bundled unconditional model)",
                          "Model", "models/sd15"},
                         &C::model, {input_limits::kPathChars, "a model folder path"}, true));
     f.push_back(
@@ -537,6 +591,24 @@ void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(intRow({"clip_skip", "clip-skip", "N", "text layer counted from the last, as A1111 (default {default})",
                         "Clip skip", "2"},
                        &C::clipSkip, limit(1, kMaxClipSkip, "clip skip (1 = the model's usual text layer, as A1111)")));
+    {
+        RunConfigField loras = row({"lora", "lora", "FILE[:W]",
+                                    "Stable Diffusion: merge a LoRA / LyCORIS at weight W (default 1; FILE:TE:UNET\n"
+                                    "for the text encoder and UNet apart), as if <lora:NAME:W> ended the\n"
+                                    "prompt: a .safetensors, .pt or .ckpt file, or a NAME looked up in Lora/,\n"
+                                    "LyCORIS/ and loras/ of $TESSERA_MODELS and of the models folder holding\n"
+                                    "--model's folder; repeatable. <lora:NAME:W> tags in the prompt are\n"
+                                    "merged as A1111 merges them",
+                                    "", "detail-tweaker:0.5"});
+        loras.jsonKey = "loras";
+        loras.write = [](const C& c) { return lorasJson(c.loras); };
+        loras.read = [](C& c, const Json& v) { c.loras = lorasFromJson(v); };
+        loras.parse = [](C& c, const std::string& t) {
+            checkPathText("lora", t, "a LoRA path or name");
+            c.loras.push_back(parseLoraText(t));
+        };
+        f.push_back(std::move(loras));
+    }
     f.push_back(
         choiceRow<SdxlSizeConditioning>({"sdxl_size_conditioning", "sdxl-size-conditioning", "image|tile",
                                          "SDXL: the size ids each tile's conditioning carries: the\n"
@@ -544,6 +616,14 @@ void addInputFields(std::vector<RunConfigField>& f) {
                                          "crop = the tile's offset, target = the tile's size (tile)",
                                          "", "tile"},
                                         &C::sdxlSizeConditioning, parseSdxlSizeConditioning));
+    f.push_back(textRow({"vae", "vae", "FILE|NAME",
+                         "Stable Diffusion: a separate VAE for the decode and encode (latent\n"
+                         "scaling stays the model's): a .safetensors, .pt or .ckpt file in LDM or\n"
+                         "diffusers names, a diffusers AutoencoderKL folder, or a name looked up in\n"
+                         "VAE/ and vae/ of $TESSERA_MODELS and of the models folder holding --model's\n"
+                         "folder (default: the model's own VAE)",
+                         "", "vae-ft-mse-840000-ema-pruned.safetensors"},
+                        &C::vae, {input_limits::kPathChars, "a VAE path or name"}, true));
     f.push_back(choiceRow<VaeTiling>({"vae_tiling", "vae-tiling", "MODE",
                                       "Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
                                       "GroupNorm statistics (on), whole (off), or whole where it fits the\n"

@@ -95,6 +95,22 @@ std::string describe(const UpscaleModelRecord& u) {
     return text;
 }
 
+std::string describe(const VaeFileRecord& vae) {
+    return "vae: " + vae.name + " (" + vae.layout + " names, " +
+           (vae.pickle ? "a PyTorch checkpoint read without executing it" : std::string("safetensors")) +
+           ", VAE hash " + vae.sha256.substr(0, 10) + ") in place of the model's own";
+}
+
+std::string describe(const LoraRecord& lora) {
+    std::string text = "lora: " + lora.name + " (" + lora.file + ", hash " + lora.shortHash + "), te " +
+                       formatNumber(lora.teMultiplier) + ", unet " + formatNumber(lora.unetMultiplier) + ": " +
+                       std::to_string(lora.modulesMerged) + " modules merged";
+    if (lora.modulesSkipped > 0) text += ", " + std::to_string(lora.modulesSkipped) + " left out at multiplier 0";
+    if (lora.modulesNotMerged > 0) text += "; " + std::to_string(lora.modulesNotMerged) + " modules not merged";
+    if (lora.keysUnmatched > 0) text += "; " + std::to_string(lora.keysUnmatched) + " keys name nothing in the model";
+    return text;
+}
+
 std::optional<GraphMode> effectiveGraphMode(const GraphStats& stats) {
     for (const GraphMode mode : {GraphMode::Off, GraphMode::Tile, GraphMode::Step})
         if (toString(mode) == stats.mode) return mode;

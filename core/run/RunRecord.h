@@ -189,6 +189,32 @@ struct UpscaleModelRecord {
     bool resized() const { return !resizeFilter.empty(); }
 };
 
+// A separate VAE that replaced the Stable Diffusion model's own for the run's decode and encode
+// (RunConfig::vae); the latent scaling stayed the model's.
+struct VaeFileRecord {
+    std::string name;    // A1111's "VAE": the file's name with its extension, or a folder's name (core/run/VaeFile.h)
+    std::string sha256;  // of the weights file read, 64 lowercase hex digits; A1111's "VAE hash" is its first 10
+    std::string layout;  // the names it holds: "LDM" (encoder.down.0.block.0...) or "diffusers"
+    // Read from a PyTorch checkpoint by the restricted reader (pickle opcodes parsed as data, nothing
+    // executed); false for safetensors.
+    bool pickle = false;
+};
+
+// A LoRA / LyCORIS merged into the Stable Diffusion model's weights for the run (a <lora:...> tag of
+// the prompt, or RunConfig::loras), in the order merged.
+struct LoraRecord {
+    std::string name;       // as the tag names it (A1111's mentioned_name): "Lora hashes" writes it
+    std::string file;       // the file's name without its folder ("detail-tweaker.safetensors")
+    std::string sha256;     // of the whole file, 64 lowercase hex digits
+    std::string shortHash;  // A1111's 12 hex digits (its network hash: addnet / sshs_model_hash / sha256)
+    double teMultiplier = 1.0;
+    double unetMultiplier = 1.0;
+    int modulesMerged = 0;     // modules added to the weights
+    int modulesSkipped = 0;    // their component's multiplier was 0
+    int keysUnmatched = 0;     // file keys that name no module of the model
+    int modulesNotMerged = 0;  // modules of a shape that does not fit, or of an algorithm not merged (IA3, OFT, ...)
+};
+
 struct RunRecord {
     static constexpr int kSchemaVersion = 1;
     std::string runId;      // unique, e.g. "20261122-061500-3f2a"
@@ -196,6 +222,9 @@ struct RunRecord {
     RunConfig config;       // as run (overlap resolved)
     std::string modelName;  // folder name or "default"
     std::string modelHash;  // hash of the weights file
+    // The model's file was a PyTorch checkpoint read by the restricted reader (pickle opcodes parsed
+    // as data, nothing executed); false for safetensors files and folders.
+    bool modelPickle = false;
     EnvironmentInfo environment;
     int tileCount = 0, tileW = 0, tileH = 0;
     int stepsRun = 0;
@@ -223,6 +252,8 @@ struct RunRecord {
     std::optional<VaePassRecord> vaeDecode;  // the finished latents into the image
     std::optional<TileBatchRecord> tileBatch;
     std::optional<UpscaleModelRecord> upscaleModel;  // the run had an upscale model's pass
+    std::vector<LoraRecord> loras;                   // merged into the model's weights, in order
+    std::optional<VaeFileRecord> vaeFile;            // a separate VAE replaced the model's own
     // What the user is told: warnings (fallbacks, etc.) and notes, among them each phase above as
     // its describe function words it.
     std::vector<std::string> messages;
@@ -251,5 +282,11 @@ std::string describeAutoTileBatch(const TileBatchRecord& batch);
 //                                 on cpu in fp32: 512x384 -> 2048x1536 in 6 tiles of 512 px, overlap 32,
 //                                 1234 ms; resized to 1024x768 (area average)"
 std::string describe(const UpscaleModelRecord& upscale);
+//   describe(LoraRecord)         "lora: detail-tweaker (detail-tweaker.safetensors, hash 0123456789ab), te 1,
+//                                 unet 0.5: 264 modules merged; 2 keys name nothing in the model"
+std::string describe(const LoraRecord& lora);
+//   describe(VaeFileRecord)      "vae: vae-ft-mse-840000-ema-pruned.safetensors (LDM names, safetensors,
+//                                 VAE hash 735e4c3a44) in place of the model's own"
+std::string describe(const VaeFileRecord& vae);
 
 }  // namespace tessera

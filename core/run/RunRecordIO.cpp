@@ -316,6 +316,26 @@ nlohmann::json upscaleModelJson(const UpscaleModelRecord& u) {
             {"alone", u.alone}};
 }
 
+nlohmann::json vaeFileJson(const VaeFileRecord& v) {
+    return {{"name", v.name}, {"sha256", v.sha256}, {"layout", v.layout}, {"pickle", v.pickle}};
+}
+
+nlohmann::json lorasJson(const std::vector<LoraRecord>& loras) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const LoraRecord& l : loras)
+        list.push_back({{"name", l.name},
+                        {"file", l.file},
+                        {"sha256", l.sha256},
+                        {"short_hash", l.shortHash},
+                        {"te", l.teMultiplier},
+                        {"unet", l.unetMultiplier},
+                        {"modules_merged", l.modulesMerged},
+                        {"modules_skipped", l.modulesSkipped},
+                        {"keys_unmatched", l.keysUnmatched},
+                        {"modules_not_merged", l.modulesNotMerged}});
+    return list;
+}
+
 }  // namespace
 
 nlohmann::json manifestJson(const RunRecord& r) {
@@ -328,6 +348,7 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["config"] = toJson(r.config);
     j["model_name"] = r.modelName;
     j["model_hash"] = r.modelHash;
+    if (r.modelPickle) j["model_pickle"] = true;
     j["environment"] = {{"tessera_version", r.environment.tesseraVersion},
                         {"backend", r.environment.backend},
                         {"device", r.environment.device},
@@ -362,6 +383,8 @@ nlohmann::json manifestJson(const RunRecord& r) {
     if (r.vaeDecode) j["vae_decode"] = vaePassJson(*r.vaeDecode);
     if (r.tileBatch) j["tile_batch"] = tileBatchJson(*r.tileBatch);
     if (r.upscaleModel) j["upscale_model"] = upscaleModelJson(*r.upscaleModel);
+    if (!r.loras.empty()) j["loras"] = lorasJson(r.loras);
+    if (r.vaeFile) j["vae_file"] = vaeFileJson(*r.vaeFile);
     j["messages"] = r.messages;
     return j;
 }
@@ -577,6 +600,38 @@ std::optional<UpscaleModelRecord> readUpscaleModel(const nlohmann::json& j) {
     return upscale;
 }
 
+std::optional<VaeFileRecord> readVaeFile(const nlohmann::json& j) {
+    if (!j.contains("vae_file")) return std::nullopt;
+    const nlohmann::json& v = ManifestReader("").object(j, "vae_file", emptyObject());
+    const ManifestReader in("vae_file");
+    VaeFileRecord vae;
+    in.read(v, "name", vae.name);
+    in.read(v, "sha256", vae.sha256);
+    in.read(v, "layout", vae.layout);
+    in.read(v, "pickle", vae.pickle);
+    return vae;
+}
+
+std::vector<LoraRecord> readLoras(const nlohmann::json& j) {
+    std::vector<LoraRecord> loras;
+    ManifestReader("").readArray(j, "loras", [&loras](const nlohmann::json& e, const ManifestReader& in) {
+        in.requireObject(e);
+        LoraRecord l;
+        in.read(e, "name", l.name);
+        in.read(e, "file", l.file);
+        in.read(e, "sha256", l.sha256);
+        in.read(e, "short_hash", l.shortHash);
+        in.read(e, "te", l.teMultiplier);
+        in.read(e, "unet", l.unetMultiplier);
+        in.read(e, "modules_merged", l.modulesMerged);
+        in.read(e, "modules_skipped", l.modulesSkipped);
+        in.read(e, "keys_unmatched", l.keysUnmatched);
+        in.read(e, "modules_not_merged", l.modulesNotMerged);
+        loras.push_back(std::move(l));
+    });
+    return loras;
+}
+
 }  // namespace
 
 RunRecord runRecordFromManifest(const nlohmann::json& j) {
@@ -604,6 +659,7 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     if (j.contains("config")) r.config = runConfigFromJson(top.object(j, "config", emptyObject()));
     top.read(j, "model_name", r.modelName);
     top.read(j, "model_hash", r.modelHash);
+    top.read(j, "model_pickle", r.modelPickle);
     readEnvironment(j, r.environment);
     top.read(j, "tile_count", r.tileCount);
     top.read(j, "tile_w", r.tileW);
@@ -624,6 +680,8 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     r.vaeDecode = readVaePass(j, "vae_decode");
     r.tileBatch = readTileBatch(j);
     r.upscaleModel = readUpscaleModel(j);
+    r.loras = readLoras(j);
+    r.vaeFile = readVaeFile(j);
     top.readList(
         j, "messages", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); }, r.messages);
     return r;
@@ -749,9 +807,16 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
     // about 10 KiB (with a full graph cache, notes and the phases around sampling), each step (timing and memory sample)
     // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
     // 5 per tile id.
-    const std::uintmax_t strings =
-        6 * (config.label.size() + config.initImage.size() + 2 * config.model.size() + 3 * config.upscaleModel.size());
-    const std::uintmax_t manifest = (16u << 10) + strings + steps * 384 + calls * (240 + 16 * batch);
+    const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size() +
+                                        3 * config.upscaleModel.size() + 3 * config.vae.size());
+    // Each LoRA: its setting (the path three times: config, record, its tag in the parameters) and
+    // its record (about 400 bytes with hashes and counts); a prompt tag's record too.
+    std::uintmax_t loraStrings = 0;
+    for (const LoraSetting& lora : config.loras) loraStrings += 512 + 6 * 3 * lora.file.size();
+    for (const char* tag : {"<lora:", "<lyco:"})
+        for (auto at = config.prompt.find(tag); at != std::string::npos; at = config.prompt.find(tag, at + 1))
+            loraStrings += 512 + 6 * (config.prompt.size() - at < 256 ? config.prompt.size() - at : 256);
+    const std::uintmax_t manifest = (16u << 10) + strings + loraStrings + steps * 384 + calls * (240 + 16 * batch);
     const std::uintmax_t csv = 256 + calls * (96 + 8 * batch);
     // PNG: one filter byte per row plus 3 bytes per pixel, when incompressible stored as is
     // with IDAT chunk headers (12 bytes per 8 KiB) and deflate's stored blocks (5 per 64 KiB),

@@ -1,7 +1,7 @@
 // UpscaleModelFile: where the upscale model a run names (RunConfig::upscaleModel) is found, and the
-// name A1111 gives it. The lookup lives here, beside the setting, so that every front end (the CLI,
-// the window's worker) finds the same file from the same text: it needs the file system only, no
-// model code and no Qt. Qt-free.
+// name A1111 gives it, through the models-folder lookup every model file setting shares
+// (core/run/ModelFileLookup.h), so that every front end (the CLI, the window's worker) finds the
+// same file from the same text. Qt-free.
 //
 // A value is a path when it holds a '/' or names an existing file; it is used as given. Any other
 // value is a NAME, looked up as A1111 and ComfyUI keep upscale models: in each models folder's
@@ -15,30 +15,28 @@
 #include <string_view>
 #include <vector>
 
+#include "core/run/ModelFileLookup.h"
+
 namespace tessera {
 
 // The subfolders of a models folder that hold upscale models, in lookup order.
 inline constexpr std::array<const char*, 2> kUpscaleModelFolders{"ESRGAN", "upscale_models"};
 // The file name extensions an upscale model has, in lookup order.
 inline constexpr std::array<const char*, 3> kUpscaleModelExtensions{".safetensors", ".pth", ".pt"};
-// The environment variable naming the models folder (A1111's or ComfyUI's models/).
-inline constexpr const char* kModelsFolderVariable = "TESSERA_MODELS";
+
+// Upscale models as core/run/ModelFileLookup.h finds them (field "upscale_model", the folders and
+// extensions above, files only).
+const ModelFileKind& upscaleModelKind();
 
 // The upscaler's name as A1111 writes it in an infotext ("SD upscale upscaler", "Postprocess
 // upscaler"): the file name without its folder and without a .safetensors/.pth/.pt extension
 // (A1111 modules/modelloader.py friendly_name). "" for "".
 std::string upscalerName(std::string_view pathOrName);
 
-// The models folders a NAME is looked up in, in order: `modelsVariable` (the value of
-// $TESSERA_MODELS) when not empty, then the folder holding the folder of `runModel` (the run's
-// diffusion model: a checkpoint in models/Stable-diffusion/ (A1111) or models/checkpoints/
-// (ComfyUI) gives models/), when a model is named. Duplicates are dropped; nothing is read.
+// modelsFolders (core/run/ModelFileLookup.h): the models folders a NAME is looked up in.
 std::vector<std::string> upscaleModelsFolders(std::string_view modelsVariable, const std::string& runModel);
 
-struct UpscaleModelFile {
-    std::string path;     // the file: as given for a path; <folder>/<sub>/<NAME><ext> for a name
-    bool byName = false;  // found by name in a models folder
-};
+using UpscaleModelFile = ModelFile;
 
 // Finds the file `given` names (see above). Throws ValidationError on field "upscale_model": an
 // empty value; a path that does not exist or is not a regular file; a NAME found nowhere, listing

@@ -425,8 +425,13 @@ private slots:
         r = runCli({"info", QStringLiteral(TESSERA_TEST_DATA "/singlefile/sd1.safetensors")});
         QVERIFY2(r.exitCode == 2 && r.err.contains("sd1.safetensors") && r.err.contains("GroupNorm groups 32"),
                  qPrintable(describe(r)));
+        {
+            QFile junk(dir.filePath("model.ckpt"));  // a .ckpt that is no checkpoint: the restricted reader says so
+            QVERIFY(junk.open(QIODevice::WriteOnly) && junk.write("anything") == 8);
+        }
         r = runCli({"info", dir.filePath("model.ckpt")});
-        QVERIFY2(r.exitCode == 2 && r.err.contains("model.ckpt") && r.err.contains("never unpickles"),
+        QVERIFY2(r.exitCode == 2 && r.err.contains("model.ckpt") && r.err.contains("not a PyTorch checkpoint") &&
+                     r.err.contains("restricted reader"),
                  qPrintable(describe(r)));
     }
 

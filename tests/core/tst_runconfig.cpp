@@ -850,7 +850,7 @@ private slots:
             }
         }
         QCOMPARE(ranges, 6);  // batch, graph_warmup, graph_cache, lanes, threads, clip_skip
-        QCOMPARE(texts, 7);   // model, init, upscale_model, prompt, negative_prompt, label, tuning_cache
+        QCOMPARE(texts, 8);   // model, init, upscale_model, vae, prompt, negative_prompt, label, tuning_cache
     }
 
     // The usage names every flag once, with its value name, and the defaults as RunConfig has them.

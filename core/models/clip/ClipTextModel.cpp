@@ -96,6 +96,18 @@ ClipTextModel::RowMemoStats ClipTextModel::rowMemoStats() const {
     return s;
 }
 
+void ClipTextModel::forgetEncodedRows() const {
+    auto fresh = std::make_shared<RowMemo>();
+    if (memo_) {
+        // The bound and the counts carry over: the counts say what this model ran since it was made.
+        std::lock_guard lock(memo_->mutex);
+        fresh->limit = memo_->limit;
+        fresh->encoded = memo_->encoded;
+        fresh->remembered = memo_->remembered;
+    }
+    memo_ = std::move(fresh);
+}
+
 void ClipTextModel::setRowMemoBytes(std::size_t bytes) {
     if (!memo_) return;
     std::lock_guard lock(memo_->mutex);

@@ -25,7 +25,8 @@
 
 namespace tessera {
 
-class Backend;  // core/graph/Backend.h
+class Backend;   // core/graph/Backend.h
+struct SdModel;  // core/models/sd/SdModel.h: changes the weights in place (SdModel::changeWeights)
 
 namespace clip_text_limits {
 // 75-token chunks one prompt may take. Each adds 77 context tokens to every cross-attention of
@@ -101,11 +102,20 @@ private:
     struct RowMemo;  // ClipTextModel.cpp
     std::vector<float> project(const std::vector<float>& pooled, int batch) const;
 
+    // Adapters (LoRA, core/models/lora/MergedLoraSet.h) are merged into a loaded model's weights in
+    // place, through SdModel::changeWeights alone, which holds its components as const (engines
+    // share them) and keeps every other reader away meanwhile: the tensors, writable, and the
+    // row memo replaced by an empty one (it is keyed by token ids, not by weights; copies that
+    // shared it keep theirs).
+    friend struct SdModel;
+    std::map<std::string, HostTensor>& weightsToChange() const { return tensors_; }
+    void forgetEncodedRows() const;
+
     ClipTextConfig config_;
-    std::map<std::string, HostTensor> tensors_;
+    mutable std::map<std::string, HostTensor> tensors_;  // mutable: weightsToChange()
     std::vector<std::string> extra_;
     // Shared by copies (same weights, same rows); never null for a loaded or built model.
-    std::shared_ptr<RowMemo> memo_;
+    mutable std::shared_ptr<RowMemo> memo_;  // mutable: forgetEncodedRows()
 };
 
 // Which layer's output conditions the UNet.

@@ -222,14 +222,6 @@ SchedulerOptions readSdScheduler(const fs::path& root, std::string& className) {
     return options;
 }
 
-// SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
-// ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (diffusers#4153). Told from the text
-// encoder's config alone, so that the tokenizer is known before any weights are read;
-// checkTextContext then holds the UNet to the same width.
-SdFamily familyOfText(const ClipTextConfig& encoder) {
-    return encoder.hiddenAct == ClipActivation::QuickGelu && encoder.hiddenSize < 1024 ? SdFamily::SD1 : SdFamily::SD2;
-}
-
 void checkTextContext(const UNetCondModel& unet, const ClipTextModel& encoder, const std::string& shown) {
     const int context = unet.config().crossAttentionDim;
     if (context != encoder.config().hiddenSize)
@@ -335,7 +327,7 @@ SdModel loadFolder(const std::string& dir, const LoadProgressCallback& progress)
     const std::optional<ClipTextConfig> text2Config =
         index.sdxl ? std::optional<ClipTextConfig>(readClipTextConfig(text2Dir)) : std::nullopt;
     SdModel model;
-    model.family = index.sdxl ? SdFamily::SDXL : familyOfText(textConfig);
+    model.family = index.sdxl ? SdFamily::SDXL : familyOfTextEncoder(textConfig);
     model.tokenizer = pipelineTokenizer(root, "tokenizer", model.family, 1, textDir, textConfig);
     if (text2Config) model.tokenizer2 = pipelineTokenizer(root, "tokenizer_2", model.family, 2, text2Dir, *text2Config);
     model.scheduler = readSdScheduler(root, model.schedulerClass);
@@ -400,6 +392,38 @@ std::string_view familyLabel(SdFamily family) { return namesOf(family).label; }
 std::int64_t SdModel::parameterCount() const {
     return unet->parameterCount() + vae->parameterCount() + textEncoder->parameterCount() +
            (textEncoder2 ? textEncoder2->parameterCount() : 0);
+}
+
+// SD 1.x's text encoder is OpenAI's CLIP ViT-L (quick_gelu, 768 wide); SD 2.x's OpenCLIP
+// ViT-H (gelu, 1024 wide), whose tokenizer pads with "!" (diffusers#4153). Told from the text
+// encoder's config alone, so that the tokenizer is known before any weights are read;
+// checkTextContext then holds the UNet to the same width.
+SdFamily familyOfTextEncoder(const ClipTextConfig& encoder) {
+    return encoder.hiddenAct == ClipActivation::QuickGelu && encoder.hiddenSize < 1024 ? SdFamily::SD1 : SdFamily::SD2;
+}
+
+void SdModel::changeWeights(const std::string& variant, const std::function<void(const SdWeightsToChange&)>& change) {
+    // A component another SdModel shares (a copy of this one) is copied, so that its weights stay.
+    if (unet.use_count() > 1) unet = std::make_shared<const UNetCondModel>(*unet);
+    if (textEncoder.use_count() > 1) textEncoder = std::make_shared<const ClipTextModel>(*textEncoder);
+    if (textEncoder2 && textEncoder2.use_count() > 1)
+        textEncoder2 = std::make_shared<const ClipTextModel>(*textEncoder2);
+    const SdWeightsToChange weights{&unet->weightsToChange(), &textEncoder->weightsToChange(),
+                                    textEncoder2 ? &textEncoder2->weightsToChange() : nullptr};
+    // The encoders' row memos are keyed by token ids: rows encoded with other weights must go.
+    const auto forgetRows = [this] {
+        textEncoder->forgetEncodedRows();
+        if (textEncoder2) textEncoder2->forgetEncodedRows();
+    };
+    try {
+        change(weights);
+    } catch (...) {
+        forgetRows();
+        throw;
+    }
+    forgetRows();
+    unet->setWeightsVariant(variant);
+    weightsVariant_ = variant;
 }
 
 SdModelConfigs randomSdModelConfigs(const std::string& name) {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,17 @@ namespace tessera {
 enum class SdFamily { SD1, SD2, SDXL };
 std::string_view toString(SdFamily);     // "sd1", "sd2", "sdxl"
 std::string_view familyLabel(SdFamily);  // "Stable Diffusion 1.x", "Stable Diffusion 2.x", "Stable Diffusion XL"
+// The family of a model with this (first) text encoder and no second one, as loadSdModel tells it:
+// SD 1.x's OpenAI CLIP ViT-L (quick_gelu, under 1024 wide), else SD 2.x's OpenCLIP ViT-H.
+SdFamily familyOfTextEncoder(const ClipTextConfig& encoder);
+
+// What SdModel::changeWeights hands its change: the UNet's tensors under diffusers' names, the text
+// encoders' under transformers' (textEncoder2 null without a second encoder), writable in place.
+struct SdWeightsToChange {
+    std::map<std::string, HostTensor>* unet = nullptr;
+    std::map<std::string, HostTensor>* textEncoder = nullptr;
+    std::map<std::string, HostTensor>* textEncoder2 = nullptr;
+};
 
 struct SdModel {
     SdFamily family = SdFamily::SD1;
@@ -52,6 +65,23 @@ struct SdModel {
     int vaeScale() const { return vae->config().scaleFactor(); }
     int latentChannels() const { return unet->config().inChannels; }
     std::int64_t parameterCount() const;
+
+    // Changes the UNet's and text encoders' weights in place: adapters merged into them or taken
+    // out again (LoRA: core/models/lora/SdModelLoras.h). `change` gets their tensors, writable. A
+    // component this model shares with another holder (a copy of this SdModel) is copied first,
+    // so that only this model's weights change. Afterwards (also when `change` throws) the text
+    // encoders have forgotten the rows they encoded, and, unless `change` threw, weightsVariant()
+    // is `variant` (the digest of what is merged; "" for the file's own weights) and the UNet's
+    // weightsSha256 a fingerprint of its file's and `variant` (the file's again for ""), so that
+    // nothing keyed by it takes these weights for others. sha256 (the checkpoint's, A1111's
+    // "Model hash") stays. Nothing may run on this model meanwhile, and an engine that holds it
+    // must be given it again (Engine::setSdModel) to prepare the new weights.
+    void changeWeights(const std::string& variant, const std::function<void(const SdWeightsToChange&)>& change);
+    // The digest of what changeWeights merged into the weights; "" for the file's own.
+    const std::string& weightsVariant() const { return weightsVariant_; }
+
+private:
+    std::string weightsVariant_;
 };
 
 // Loads a pipeline folder or a single-file checkpoint. Throws ModelError naming the file and,

@@ -6,11 +6,13 @@
 #include <tuple>
 #include <utility>
 
+#include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/graph/Backend.h"
 #include "core/models/clip/ClipTextModel.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/text/ExtraNetworks.h"
 
 namespace tessera {
 
@@ -175,8 +177,23 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, Backend& textBackend, con
 }  // namespace
 
 SdConditioning encodeSdPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
-    return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, config)
-                                          : encodeSd12Prompts(model, textBackend, config);
+    // A1111 takes the extra-network tags out of the prompt before it parses emphasis, and leaves the
+    // negative prompt as written (modules/processing.py parse_extra_network_prompts,
+    // modules/extra_networks.py parse_prompts): the text encoders never see them.
+    const ExtraNetworkPrompt tagged = parseExtraNetworks(config.prompt);
+    if (tagged.tags.empty())
+        return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, config)
+                                              : encodeSd12Prompts(model, textBackend, config);
+    RunConfig text = config;
+    text.prompt = tagged.prompt;
+    SdConditioning out = model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, text)
+                                                        : encodeSd12Prompts(model, textBackend, text);
+    std::string names;
+    for (const ExtraNetworkTag& tag : tagged.tags)
+        names += (names.empty() ? "<" : ", <") + tag.kind + ":" + (tag.items.empty() ? "" : tag.items.front()) + ">";
+    out.messages.push_back("text: " + std::to_string(tagged.tags.size()) + " extra-network tag(s) taken out of the " +
+                           "prompt before tokenizing, as A1111 does (" + excerpt(names, 200) + ")");
+    return out;
 }
 
 ImageTensor decodeLatents(const SdModel& model, Backend& backend, const ImageTensor& latents,

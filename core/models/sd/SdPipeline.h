@@ -30,7 +30,9 @@ void checkSdCells(const RunConfig& config, int vaeScale = 8);
 RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
 
 // The prompt and negative prompt as A1111 encodes them (emphasis, 75-token chunks, BREAK, clip
-// skip; modules/sd_hijack_clip.py), on `textBackend` (core/models/clip/ClipTextModel.h encode),
+// skip; modules/sd_hijack_clip.py), the prompt's extra-network tags (<lora:name:1>, <hypernet:...>:
+// core/text/ExtraNetworks.h) taken out first (the front end merges the LoRAs they name; a message
+// names the tags), on `textBackend` (core/models/clip/ClipTextModel.h encode),
 // as many chunks each (the shorter padded with empty chunks), for a doubled batch. Without
 // guidance (cfg 1) the negative prompt is not encoded.
 // SDXL (A1111 modules/sd_models_xl.py; diffusers pipeline_stable_diffusion_xl.py, encode_prompt):

@@ -1,27 +1,24 @@
 // Single-file (LDM / SGM layout) Stable Diffusion checkpoints, following diffusers'
-// loaders/single_file_utils.py: the file is refused unread when pickled, its family and prefixes
-// told (SingleFileLayout), its configurations built (SingleFileConfigs), every model tensor bound
-// to the file's tensor that holds it (SingleFilePlan, LdmNames), checked, then read.
+// loaders/single_file_utils.py: the file opened as safetensors or as a pickled PyTorch checkpoint
+// through the restricted reader (core/formats/TensorFile.h), its family and prefixes told
+// (SingleFileLayout), its configurations built (SingleFileConfigs), every model tensor bound to the
+// file's tensor that holds it (SingleFilePlan, LdmNames), checked, then read.
 #include "core/models/sd/SingleFileCheckpoint.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <limits>
 #include <set>
-#include <span>
 #include <stdexcept>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "core/base/BoundedInput.h"
-#include "core/base/Sha256.h"
-#include "core/formats/Safetensors.h"
+#include "core/formats/TensorFile.h"
 #include "core/models/sd/SingleFileConfigs.h"
+#include "core/models/sd/SingleFileDigest.h"
 #include "core/models/sd/SingleFileLayout.h"
 #include "core/models/sd/SingleFilePlan.h"
 #include "core/models/sd/UNetCondModel.h"
@@ -35,86 +32,22 @@ using namespace single_file;
 
 namespace {
 
-// ---------------------------------------------------------------------------
-// Pickles: refused without being read.
-
-[[noreturn]] void refusePickle(const std::string& where, const std::string& what) {
-    throw ModelError(where + ": " + what +
-                     ". Tessera never unpickles a file: unpickling runs whatever code the file contains. Convert "
-                     "it to .safetensors where you trust it, e.g. with A1111's Checkpoint Merger (checkpoint "
-                     "format: safetensors), with diffusers' scripts/convert_original_stable_diffusion_to_diffusers.py "
-                     "(a pipeline folder, which Tessera reads too), or with torch.load(path, weights_only=True) "
-                     "and safetensors.torch.save_file");
-}
-
-// Looks at the name and at most the first 4 bytes: a zip archive (torch.save since PyTorch 1.6)
-// or a bare pickle stream (protocol 2-5 opcode), whatever the file is called.
-void checkNotPickled(const std::string& path, const std::string& where) {
-    if (hasFileExtension(path, {".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle"}))
-        refusePickle(where, "a pickled PyTorch checkpoint (by its extension); not read");
-    std::string head;
-    try {
-        head = BoundedFile::open(path, "model", std::numeric_limits<std::size_t>::max()).readAt(0, 4);
-    } catch (const InputFileError& e) {
-        throw ModelError(withoutPrefix(e.what(), "model: "));
-    }
-    if (head.size() >= 4 && head.compare(0, 4, "PK\x03\x04") == 0)
-        refusePickle(where, "a zip archive (a torch.save checkpoint under another name), not safetensors; not read");
-    if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 && head[1] >= 2 && head[1] <= 5)
-        refusePickle(where, "a pickle stream (a torch.save checkpoint under another name), not safetensors; not read");
-}
-
-// ---------------------------------------------------------------------------
-// SHA-256 of the file on its own thread, cancelled (and joined) when dropped. A failure there (the
-// file changed while it was read, a read error) is kept and thrown by result() on the caller's
-// thread as a ModelError: an exception must never leave the thread's function.
-
-class FileHasher {
-public:
-    FileHasher(const SafetensorsFile& file, FileDigest digest) : file_(file) {
-        if (digest == FileDigest::Compute) thread_ = std::thread([this] { run(); });
-    }
-    ~FileHasher() {
-        cancel_ = true;
-        if (thread_.joinable()) thread_.join();
-    }
-    FileHasher(const FileHasher&) = delete;
-    FileHasher& operator=(const FileHasher&) = delete;
-    // The digest (lowercase hex); empty when not computed. Throws ModelError naming the file
-    // when it could not be read to its end.
-    std::string result() {
-        if (thread_.joinable()) thread_.join();
-        if (!failure_.empty()) throw ModelError(failure_);
-        return digest_;
-    }
-
-private:
-    void run() noexcept {
-        try {
-            Sha256 hash;
-            const bool whole = file_.readFileInChunks([&](std::span<const std::byte> chunk) {
-                if (cancel_) return false;
-                hash.update(chunk.data(), chunk.size());
-                return true;
-            });
-            if (whole) digest_ = hash.hexDigest();
-        } catch (const std::exception& e) {
-            failure_ = e.what();
-            if (failure_.empty()) failure_ = shownPath(file_.path()) + ": cannot be hashed";
-        }
-    }
-    const SafetensorsFile& file_;
-    std::atomic<bool> cancel_{false};
-    std::string digest_, failure_;
-    std::thread thread_;
-};
-
-SafetensorsFile openCheckpoint(const std::string& path, const std::string& where) {
+// Either container (core/formats/TensorFile.h): a pickled checkpoint goes through the restricted
+// reader, which parses the pickle as data and refuses, naming it, anything that would run code.
+TensorFile openCheckpoint(const std::string& path) {
     checkPathText("model", path, "a model folder or checkpoint file");
-    checkNotPickled(path, where);
     try {
-        return SafetensorsFile(path);
-    } catch (const SafetensorsError& e) {
+        (void)TensorFile::containerOf(path);  // a file that cannot be opened, said as such
+    } catch (const TensorFileError& e) {
+        throw ModelError(e.what());
+    }
+    try {
+        return TensorFile(path, StateDictWrapper::Unwrap);
+    } catch (const TensorFileError& e) {
+        if (e.container() == TensorContainer::TorchCheckpoint)
+            throw ModelError(
+                std::string(e.what()) +
+                " (read as a PyTorch checkpoint by the restricted reader, which runs nothing in the file)");
         throw ModelError(std::string(e.what()) + " (not a readable safetensors checkpoint)");
     }
 }
@@ -127,7 +60,7 @@ struct Inspected {
     SingleFileCheckpointInfo info;
 };
 
-Inspected inspectOpen(const SafetensorsFile& file, const std::string& path, const SingleFileOptions& options) {
+Inspected inspectOpen(const TensorFile& file, const std::string& path, const SingleFileOptions& options) {
     const std::string where = shownPath(path);
     Inspected r;
     r.layout = detectLayout(file, where);
@@ -150,6 +83,8 @@ Inspected inspectOpen(const SafetensorsFile& file, const std::string& path, cons
     SingleFileCheckpointInfo& info = r.info;
     info.path = path;
     info.fileBytes = file.fileSize();
+    info.container = file.container();
+    info.reader = file.description();
     info.family = r.layout.family;
     info.familyReason = r.layout.reason;
     info.unet = r.configs.unet;
@@ -198,18 +133,18 @@ std::string describeIgnored(const std::vector<std::string>& names, std::size_t m
 }
 
 SingleFileCheckpointInfo inspectSingleFileCheckpoint(const std::string& path, const SingleFileOptions& options) {
-    const SafetensorsFile file = openCheckpoint(path, shownPath(path));
+    const TensorFile file = openCheckpoint(path);
     Inspected r = inspectOpen(file, path, options);
-    r.info.sha256 = FileHasher(file, options.digest).result();
+    r.info.sha256 = SingleFileDigest(file, options.digest == FileDigest::Compute).result();
     return std::move(r.info);
 }
 
 SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOptions& options) {
     const auto start = std::chrono::steady_clock::now();
     const std::string where = shownPath(path);
-    const SafetensorsFile file = openCheckpoint(path, where);
+    const TensorFile file = openCheckpoint(path);
     Inspected r = inspectOpen(file, path, options);
-    FileHasher hasher(file, options.digest);  // runs while the tensors are converted
+    SingleFileDigest hasher(file, options.digest == FileDigest::Compute);  // runs while the tensors are converted
     std::uint64_t total = 0;
     for (const SingleFilePlan& plan : r.plans) total += planBytes(file, plan);
     LoadMeter meter(options.progress, total);
@@ -234,6 +169,7 @@ SdModel loadSingleFileCheckpoint(const std::string& path, const SingleFileOption
     if (!r.info.ignored.empty())
         spdlog::info("{}: {} tensor{} not used by the models: {}", where, r.info.ignored.size(),
                      r.info.ignored.size() == 1 ? " is" : "s are", describeIgnored(r.info.ignored));
+    if (file.pickle()) spdlog::info("{}: {}", where, r.info.reader);
     spdlog::info("{}: {}, {} prediction ({})", where, familyLabel(model.family), toString(r.configs.prediction),
                  r.configs.predictionReason);
     model.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -3,12 +3,15 @@
 // the text encoder (cond_stage_model.*), or an SDXL base checkpoint in SGM's layout (text encoders
 // conditioner.embedders.0.transformer.* = CLIP ViT-L in transformers' names and
 // conditioner.embedders.1.model.* = OpenCLIP bigG with its fused q/k/v in_proj and transposed
-// text_projection), as A1111 and ComfyUI users keep them. The file is read tensor by tensor
-// (core/formats/Safetensors.h: never mapped, never whole into a buffer); its family is told from
-// its tensors as diffusers' infer_diffusers_model_type does, its configurations are the ones
-// diffusers' single-file loader uses for that family (sizes read from the tensors), and every
-// tensor is renamed to diffusers' names, checked and upcast into the same UNetCondModel, VaeModel
-// and ClipTextModel a pipeline folder gives. Pickled checkpoints are refused unread. Qt-free.
+// text_projection), as A1111 and ComfyUI users keep them: a .safetensors file, or a pickled
+// PyTorch checkpoint (.ckpt, .pt, .pth; torch.save's zip or legacy format, the state dict under
+// "state_dict" as training tools save it) read as data by the restricted reader, which runs
+// nothing in the file and refuses, naming it, anything that would (core/formats/TensorFile.h,
+// TorchCheckpoint.h). The file is read tensor by tensor (never mapped, never whole into a buffer);
+// its family is told from its tensors as diffusers' infer_diffusers_model_type does, its
+// configurations are the ones diffusers' single-file loader uses for that family (sizes read from
+// the tensors), and every tensor is renamed to diffusers' names, checked and upcast into the same
+// UNetCondModel, VaeModel and ClipTextModel a pipeline folder gives. Qt-free.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "core/formats/ModelWeights.h"
+#include "core/formats/TensorFile.h"
 #include "core/models/clip/ClipTextConfig.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/UNetCondConfig.h"
@@ -29,8 +33,8 @@ namespace tessera {
 enum class FileDigest { Compute, Skip };
 
 struct SingleFileOptions {
-    // SHA-256 of the whole file (SdModel::sha256; A1111's "model hash" is its first 10 hex
-    // characters). Computed on a second thread while the tensors are converted, so a load costs
+    // SHA-256 of the whole file, whichever container (SdModel::sha256; A1111's "model hash" is its
+    // first 10 hex characters, modules/hashes.py sha256 of the file). Computed on a second thread while the tensors are converted, so a load costs
     // the longer of the two rather than their sum (SHA-256 runs at a few hundred MB/s on one
     // core: seconds for a 2-7 GB file). Skip leaves sha256 empty (model pickers, tests).
     FileDigest digest = FileDigest::Compute;
@@ -59,6 +63,8 @@ struct SingleFileComponent {
 struct SingleFileCheckpointInfo {
     std::string path;
     std::uint64_t fileBytes = 0;
+    TensorContainer container = TensorContainer::Safetensors;
+    std::string reader;  // TensorFile::description(): "safetensors", or the restricted reader's words
     SdFamily family = SdFamily::SD1;
     std::string familyReason;  // which tensor decided it
     UNetCondConfig unet;
@@ -93,8 +99,8 @@ SingleFileCheckpointInfo inspectSingleFileCheckpoint(const std::string& path, co
 // (per options), loadSeconds and hostPeakMiB (the process's peak resident set after the load).
 // The tokenizer is left null: the caller supplies the bundled vocabulary's (loadSdModel does).
 // Throws ModelError naming the file and, for a tensor, its name in the file and in the model:
-//  - a pickle (.ckpt/.pt/.pth/.bin/.pkl, or zip/pickle bytes under any name), refused unread,
-//    saying why (unpickling runs code) and how to convert it to .safetensors;
+//  - a PyTorch checkpoint the restricted reader refuses (a pickle that would call a function,
+//    lying sizes, a damaged archive), with the reader's words for what it found;
 //  - an SDXL refiner, inpainting, instruct-pix2pix, the x4 upscaler, ControlNet, Playground:
 //    recognised and refused ("... not supported yet");
 //  - anything else that is not an SD 1.x/2.x LDM or SDXL base checkpoint, naming the tensors

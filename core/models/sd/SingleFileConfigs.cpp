@@ -12,6 +12,7 @@
 
 #include "core/base/BoundedInput.h"
 #include "core/formats/ModelWeights.h"
+#include "core/formats/Safetensors.h"
 
 namespace tessera::single_file {
 
@@ -63,8 +64,8 @@ constexpr int kHeadWidth = 64;
 // OpenCLIP ViT-H (SD 2.x): 24 blocks, of which diffusers keeps 23 (SD_2_TEXT_ENCODER_KEYS_TO_IGNORE).
 constexpr int kVitHLayers = 23;
 
-const Shape& shapeIn(const SafetensorsFile& file, const std::string& name, const std::string& where, const char* what) {
-    const SafetensorsTensorInfo* info = file.find(name);
+const Shape& shapeIn(const TensorFile& file, const std::string& name, const std::string& where, const char* what) {
+    const TensorFileEntry* info = file.find(name);
     if (info == nullptr) throw ModelError(where + ": missing tensor " + inQuotes(name, kNameChars) + " (" + what + ")");
     return info->shape;
 }
@@ -77,7 +78,7 @@ std::int64_t dim(const Shape& shape, std::size_t axis, const std::string& name, 
 }
 
 // The largest N with some tensor named prefix + N + "." (-1 when none).
-int highestIndex(const SafetensorsFile& file, const std::string& prefix) {
+int highestIndex(const TensorFile& file, const std::string& prefix) {
     int highest = -1;
     for (const auto& info : file.tensors()) {
         if (!info.name.starts_with(prefix)) continue;
@@ -95,7 +96,7 @@ int highestIndex(const SafetensorsFile& file, const std::string& prefix) {
 // create_unet_diffusers_config_from_ldm reads it):
 // add_embedding (label_emb.0) takes adm_in_channels = the pooled text (`pooledWidth`, the second
 // text encoder's projection) and six size ids, whose sinusoid width follows (256 in SDXL base).
-void addTextTime(nlohmann::json& j, const SafetensorsFile& file, int pooledWidth, const std::string& where) {
+void addTextTime(nlohmann::json& j, const TensorFile& file, int pooledWidth, const std::string& where) {
     const std::int64_t adm =
         dim(shapeIn(file, kXlAddEmbedding, where, "the UNet's add_embedding"), 1, kXlAddEmbedding, where);
     constexpr int kIds = 6;
@@ -109,8 +110,7 @@ void addTextTime(nlohmann::json& j, const SafetensorsFile& file, int pooledWidth
     j["projection_class_embeddings_input_dim"] = adm;
 }
 
-nlohmann::json derivedUNetJson(const SafetensorsFile& file, SdFamily family, int pooledWidth,
-                               const std::string& where) {
+nlohmann::json derivedUNetJson(const TensorFile& file, SdFamily family, int pooledWidth, const std::string& where) {
     const std::string p = kUNet;
     auto shape = [&](const std::string& name, const char* what) -> const Shape& {
         return shapeIn(file, p + name, where, what);
@@ -173,8 +173,7 @@ nlohmann::json derivedUNetJson(const SafetensorsFile& file, SdFamily family, int
     return j;
 }
 
-nlohmann::json derivedVaeJson(const SafetensorsFile& file, SdFamily family, const std::string& v,
-                              const std::string& where) {
+nlohmann::json derivedVaeJson(const TensorFile& file, SdFamily family, const std::string& v, const std::string& where) {
     auto shape = [&](const std::string& name, const char* what) -> const Shape& {
         return shapeIn(file, v + name, where, what);
     };
@@ -207,7 +206,7 @@ nlohmann::json derivedVaeJson(const SafetensorsFile& file, SdFamily family, cons
             {"mid_block_add_attention", file.has(v + "encoder.mid.attn_1.q.weight")}};
 }
 
-nlohmann::json derivedTextJson(const SafetensorsFile& file, const std::string& t, TextLayout kind, SdFamily family,
+nlohmann::json derivedTextJson(const TensorFile& file, const std::string& t, TextLayout kind, SdFamily family,
                                const std::string& where) {
     const bool open = kind != TextLayout::Clip;
     const std::string tokens = t + (open ? "token_embedding.weight" : "embeddings.token_embedding.weight");
@@ -266,7 +265,7 @@ const FamilyDefaults& defaultsOf(SdFamily family) {
     return family == SdFamily::SD2 ? kSd2 : family == SdFamily::SDXL ? kSdxl : kSd1;
 }
 
-Configs derivedConfigs(const SafetensorsFile& file, const Layout& layout, const std::string& where) {
+Configs derivedConfigs(const TensorFile& file, const Layout& layout, const std::string& where) {
     Configs c;
     const auto parseText = [&](const std::string& prefix, TextLayout kind, const char* what) {
         return parseDerived<ClipTextConfig>(

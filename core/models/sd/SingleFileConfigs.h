@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "core/formats/Safetensors.h"
+#include "core/formats/TensorFile.h"
 #include "core/models/clip/ClipTextConfig.h"
 #include "core/models/sd/SingleFileLayout.h"
 #include "core/models/sd/UNetCondConfig.h"
@@ -57,7 +57,7 @@ struct Configs {
 
 // The configurations read from the tensors' shapes with the family's defaults for the rest;
 // ModelError naming `where` when a tensor they read is missing or the sizes do not fit them.
-Configs derivedConfigs(const SafetensorsFile& file, const Layout& layout, const std::string& where);
+Configs derivedConfigs(const TensorFile& file, const Layout& layout, const std::string& where);
 
 // diffusers' from_single_file(config=FOLDER): the folder's component configurations.
 Configs folderConfigs(const std::string& folder, const Layout& layout);

@@ -40,7 +40,7 @@ constexpr const char* kVaePrefixes[] = {"first_stage_model.", "vae."};  // diffu
 }
 
 // An example of the file's names for messages about what it is not.
-std::string someNames(const SafetensorsFile& file) {
+std::string someNames(const TensorFile& file) {
     std::string names;
     for (std::size_t i = 0; i < file.tensors().size() && i < 3; ++i)
         names += (i ? ", " : "") + inQuotes(file.tensors()[i].name, kNameChars);
@@ -54,8 +54,8 @@ constexpr std::int64_t kXlRefinerAdmChannels = 2560;
 // A UNet with SGM's text-time embedding (label_emb: SDXL's pooled text and size ids; no SD 1.x or
 // 2.x text-to-image UNet has one) in a file without the text encoder that tells SDXL apart: an SDXL
 // checkpoint with a part missing, named as such rather than read as SD 1.x without a text encoder.
-void refuseSdxlWithoutTextEncoders(const SafetensorsFile& file, const std::string& where) {
-    const SafetensorsTensorInfo* add = file.find(kXlAddEmbedding);
+void refuseSdxlWithoutTextEncoders(const TensorFile& file, const std::string& where) {
+    const TensorFileEntry* add = file.find(kXlAddEmbedding);
     if (add == nullptr) return;
     const std::string unet = std::string("by its UNet (it has ") + inQuotes(kXlAddEmbedding, kNameChars) +
                              ", the text-time embedding only SDXL's UNet has)";
@@ -76,9 +76,9 @@ void refuseSdxlWithoutTextEncoders(const SafetensorsFile& file, const std::strin
 
 // The diffusers tests in their order, then Tessera's: the model must be an SD 1.x/2.x UNet in LDM
 // names. diffusers falls back to "v1" for anything unmatched; Tessera names what it looked for.
-SdFamily detectFamily(const SafetensorsFile& file, const std::string& where, std::string& reason) {
-    const SafetensorsTensorInfo* convIn = file.find(kConvInKey);
-    const SafetensorsTensorInfo* v2 = file.find(kV2Key);
+SdFamily detectFamily(const TensorFile& file, const std::string& where, std::string& reason) {
+    const TensorFileEntry* convIn = file.find(kConvInKey);
+    const TensorFileEntry* v2 = file.find(kV2Key);
     const bool v2Wide = v2 != nullptr && !v2->shape.empty() && v2->shape.back() == kVitHWidth;
     if (convIn != nullptr && convIn->shape.size() == 4 && convIn->shape[1] == 9)
         throw ModelError(where + ": an inpainting checkpoint (" + inQuotes(kConvInKey, kNameChars) +
@@ -135,7 +135,7 @@ SdFamily detectFamily(const SafetensorsFile& file, const std::string& where, std
 
 }  // namespace
 
-Layout detectLayout(const SafetensorsFile& file, const std::string& where) {
+Layout detectLayout(const TensorFile& file, const std::string& where) {
     Layout layout;
     layout.family = detectFamily(file, where, layout.reason);
     for (const char* prefix : kVaePrefixes)

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/formats/Safetensors.h"
+#include "core/formats/TensorFile.h"
 #include "core/models/sd/SdModel.h"
 
 namespace tessera::single_file {
@@ -32,7 +32,7 @@ struct Layout {
 // The family and prefixes of `file`; ModelError naming `where` for a family Tessera does not run
 // (inpainting, refiner, upscaler, ControlNet, InstructPix2Pix, Playground: recognised and named)
 // or a file missing one of the UNet, the VAE and the text encoder(s).
-Layout detectLayout(const SafetensorsFile& file, const std::string& where);
+Layout detectLayout(const TensorFile& file, const std::string& where);
 
 // The prefixes a checkpoint of `family` is written with (the first VAE prefix, transformers'
 // text_model. names for CLIP ViT-L).

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/base/BoundedInput.h"
+#include "core/formats/Safetensors.h"
 #include "core/models/clip/ClipTextGraph.h"
 #include "core/models/clip/ClipTextModel.h"
 #include "core/models/sd/LdmNames.h"
@@ -61,17 +62,22 @@ std::vector<float> transposed(const std::vector<float>& data, std::size_t rows, 
 
 }  // namespace
 
+SingleFilePlan ldmVaePlan(const std::string& prefix, const VaeConfig& config) {
+    SingleFilePlan plan{"VAE", {}, {prefix + "encoder.", prefix + "decoder."}, {}};
+    for (auto& [name, shape] : VaeModel::expectedTensors(config)) {
+        Binding b{name, shape, joined(prefix, vaeLdmName(name, config))};
+        b.squeeze = name.find(".attentions.") != std::string::npos && shape.size() == 2;
+        plan.bindings.push_back(std::move(b));
+    }
+    return plan;
+}
+
 std::vector<SingleFilePlan> makePlans(const Layout& layout, const Configs& c) {
     std::vector<SingleFilePlan> plans(3);
     plans[0] = {"UNet", {}, {kUNet}, {}};
     for (auto& [name, shape] : UNetCondModel::expectedTensors(c.unet))
         plans[0].bindings.push_back({name, shape, joined(kUNet, unetLdmName(name, c.unet))});
-    plans[1] = {"VAE", {}, {layout.vae + "encoder.", layout.vae + "decoder."}, {}};
-    for (auto& [name, shape] : VaeModel::expectedTensors(c.vae)) {
-        Binding b{name, shape, joined(layout.vae, vaeLdmName(name, c.vae))};
-        b.squeeze = name.find(".attentions.") != std::string::npos && shape.size() == 2;
-        plans[1].bindings.push_back(std::move(b));
-    }
+    plans[1] = ldmVaePlan(layout.vae, c.vae);
     plans[2] =
         textPlan("text encoder", layout.text, layout.openClip() ? TextLayout::OpenClipH : TextLayout::Clip, c.text);
     if (c.text2) plans.push_back(textPlan("second text encoder", layout.text2, TextLayout::OpenClipBigG, *c.text2));
@@ -89,31 +95,30 @@ Shape storedShape(const Binding& b) {
     return shape;
 }
 
-SingleFileComponent checkPlan(const SafetensorsFile& file, const SingleFilePlan& plan, const std::string& where) {
+SingleFileComponent checkPlan(const TensorFile& file, const SingleFilePlan& plan, const std::string& where) {
     SingleFileComponent part;
     std::set<std::string> seen;
     for (const Binding& b : plan.bindings) {
-        const SafetensorsTensorInfo* info = file.find(b.stored);
+        const TensorFileEntry* info = file.find(b.stored);
         if (info == nullptr)
             throw ModelError(where + ": missing tensor " + describeBinding(plan, b) + ", expected shape " +
                              shapeToString(storedShape(b)));
-        if (info->dtype != SafetensorsDtype::F32 && info->dtype != SafetensorsDtype::F16 &&
-            info->dtype != SafetensorsDtype::BF16)
-            throw ModelError(where + ": tensor " + describeBinding(plan, b) + " has dtype " +
-                             std::string(toString(info->dtype)) + "; model weights must be F32, F16 or BF16");
+        if (info->dtype != "F32" && info->dtype != "F16" && info->dtype != "BF16")
+            throw ModelError(where + ": tensor " + describeBinding(plan, b) + " has dtype " + info->dtype +
+                             "; model weights must be F32, F16 or BF16");
         if (!shapeFits(b, info->shape))
             throw ModelError(where + ": tensor " + describeBinding(plan, b) + ": expected " +
                              shapeToString(storedShape(b)) + ", found " + shapeToString(info->shape));
         std::int64_t numel = 1;
         for (const std::int64_t d : b.shape) numel *= d;
         part.parameters += numel;
-        if (seen.insert(b.stored).second) ++part.storedDtypes[std::string(toString(info->dtype))];
+        if (seen.insert(b.stored).second) ++part.storedDtypes[info->dtype];
     }
     part.tensors = seen.size();
     return part;
 }
 
-std::vector<std::string> unusedTensors(const SafetensorsFile& file, const std::vector<SingleFilePlan>& plans,
+std::vector<std::string> unusedTensors(const TensorFile& file, const std::vector<SingleFilePlan>& plans,
                                        const std::string& where) {
     std::set<std::string> used;
     for (const SingleFilePlan& plan : plans)
@@ -135,33 +140,33 @@ std::vector<std::string> unusedTensors(const SafetensorsFile& file, const std::v
     return ignored;
 }
 
-std::uint64_t planBytes(const SafetensorsFile& file, const SingleFilePlan& plan) {
+std::uint64_t planBytes(const TensorFile& file, const SingleFilePlan& plan) {
     std::set<std::string> seen;
     std::uint64_t bytes = 0;
     for (const Binding& b : plan.bindings)
-        if (seen.insert(b.stored).second) bytes += file.find(b.stored)->byteSize();
+        if (seen.insert(b.stored).second) bytes += file.find(b.stored)->bytes;
     return bytes;
 }
 
-std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const SingleFilePlan& plan,
-                                           const std::string& where, LoadMeter& meter) {
+std::map<std::string, HostTensor> readPlan(const TensorFile& file, const SingleFilePlan& plan, const std::string& where,
+                                           LoadMeter& meter) {
     meter.beginPhase(std::string("reading the ") + plan.what, planBytes(file, plan));
     std::vector<const Binding*> order;
     for (const Binding& b : plan.bindings) order.push_back(&b);
     std::stable_sort(order.begin(), order.end(), [&](const Binding* x, const Binding* y) {
-        const std::uint64_t a = file.find(x->stored)->begin, b = file.find(y->stored)->begin;
+        const std::uint64_t a = file.find(x->stored)->position, b = file.find(y->stored)->position;
         return a != b ? a < b : x->part < y->part;
     });
     std::map<std::string, HostTensor> tensors;
     for (const Binding* bound : order) {
         const Binding& b = *bound;
-        const SafetensorsTensorInfo& info = *file.find(b.stored);
+        const TensorFileEntry& info = *file.find(b.stored);
         HostTensor t;
         t.shape = b.shape;
         const auto count = static_cast<std::size_t>(t.numel());
         try {
             t.data = file.readFloat32(info, count * static_cast<std::size_t>(b.part), count);
-        } catch (const SafetensorsError& e) {
+        } catch (const TensorFileError& e) {
             throw ModelError(e.what());
         }
         const auto bad = std::find_if(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); });
@@ -172,7 +177,7 @@ std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const Si
                                             count * static_cast<std::size_t>(b.part)));
         if (b.transpose)
             t.data = transposed(t.data, static_cast<std::size_t>(b.shape[1]), static_cast<std::size_t>(b.shape[0]));
-        if (b.part + 1 == b.parts) meter.advance(info.byteSize());
+        if (b.part + 1 == b.parts) meter.advance(info.bytes);
         tensors.emplace(b.name, std::move(t));
     }
     meter.endPhase();

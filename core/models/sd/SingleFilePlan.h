@@ -11,7 +11,7 @@
 
 #include "core/base/LoadProgress.h"
 #include "core/formats/ModelWeights.h"
-#include "core/formats/Safetensors.h"
+#include "core/formats/TensorFile.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/SingleFileConfigs.h"
 
@@ -35,6 +35,10 @@ struct SingleFilePlan {
     std::string allowedUnused;            // ... except this one (SD 2.x's dropped OpenCLIP block)
 };
 
+// The VAE's bindings in LDM names under `prefix` ("first_stage_model.", "vae." or "" for a VAE file
+// of its own; diffusers' convert_ldm_vae_checkpoint read backwards, LdmNames.h vaeLdmName).
+SingleFilePlan ldmVaePlan(const std::string& prefix, const VaeConfig& config);
+
 // The plans of the UNet, the VAE and the text encoder(s), in that order.
 std::vector<SingleFilePlan> makePlans(const Layout& layout, const Configs& configs);
 
@@ -43,19 +47,19 @@ std::vector<std::int64_t> storedShape(const Binding& b);
 
 // Presence, dtype and shape of every bound tensor; the counts and dtypes of the component.
 // ModelError naming `where` and, for a tensor, its name in the file and in the model.
-SingleFileComponent checkPlan(const SafetensorsFile& file, const SingleFilePlan& plan, const std::string& where);
+SingleFileComponent checkPlan(const TensorFile& file, const SingleFilePlan& plan, const std::string& where);
 
 // Every tensor of the file no model reads: an error inside a model's structure (its configuration
 // does not describe this file), otherwise ignored (EMA copies, schedule buffers, position_ids, ...).
-std::vector<std::string> unusedTensors(const SafetensorsFile& file, const std::vector<SingleFilePlan>& plans,
+std::vector<std::string> unusedTensors(const TensorFile& file, const std::vector<SingleFilePlan>& plans,
                                        const std::string& where);
 
 // The stored bytes of the tensors a plan reads (a fused tensor once).
-std::uint64_t planBytes(const SafetensorsFile& file, const SingleFilePlan& plan);
+std::uint64_t planBytes(const TensorFile& file, const SingleFilePlan& plan);
 
 // Reads, upcasts and checks every bound tensor, in the file's order (one sequential pass over the
 // disk). The plan must have passed checkPlan. ModelError for a non-finite value.
-std::map<std::string, HostTensor> readPlan(const SafetensorsFile& file, const SingleFilePlan& plan,
-                                           const std::string& where, LoadMeter& meter);
+std::map<std::string, HostTensor> readPlan(const TensorFile& file, const SingleFilePlan& plan, const std::string& where,
+                                           LoadMeter& meter);
 
 }  // namespace tessera::single_file

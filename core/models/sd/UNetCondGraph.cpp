@@ -16,33 +16,17 @@ constexpr float kTransformerGroupNormEps = 1e-6f;
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kFeedForwardMult = 4;
 
-class UNetCondBuilder : private GraphBuilder {
+// UNet2DConditionModel: the shared encoder half, then the up blocks and the output head.
+class UNetCondBuilder : private UNetCondEncoderBuilder {
 public:
-    UNetCondBuilder(const UNetCondConfig& c, int contextTokens) : c_(c), contextTokens_(contextTokens) {}
+    UNetCondBuilder(const UNetCondConfig& c, int contextTokens) : UNetCondEncoderBuilder(c, contextTokens) {}
     ModelGraph build();
-
-private:
-    int resnet(const std::string& prefix, int x, int cout, float outputScaleFactor = 1.0f) {
-        ResnetOptions o;
-        o.groups = c_.normNumGroups;
-        o.eps = c_.normEps;
-        o.outputScaleFactor = outputScaleFactor;
-        return GraphBuilder::resnet(prefix, x, cout, embAct_, o);
-    }
-    int transformer(const std::string& prefix, int x, int heads, int depth);
-    int basicBlock(const std::string& prefix, int x, int heads);
-    int attention(const std::string& prefix, int x, int context, int heads);
-    int tokenOp(OpKind kind, const std::string& name, int x, int channels = 0);
-    void checkConfig() const;
-
-    const UNetCondConfig& c_;
-    const int contextTokens_;
-    int context_ = -1;  // encoder_hidden_states
-    int embAct_ = -1;   // act(emb), read by every resnet's projection
 };
 
+}  // namespace
+
 // ToTokens / ToFeatureMap / LayerNorm (with its parameters) / GEGLU (its proj parameters).
-int UNetCondBuilder::tokenOp(OpKind kind, const std::string& name, int x, int channels) {
+int UNetCondEncoderBuilder::tokenOp(OpKind kind, const std::string& name, int x, int channels) {
     GraphOp op = newOp(kind, name, x);
     op.channels = channels;
     const std::int64_t C = this->channels(x);
@@ -57,7 +41,7 @@ int UNetCondBuilder::tokenOp(OpKind kind, const std::string& name, int x, int ch
 
 // diffusers Attention (attention_processor.py): to_q/to_k/to_v without bias, to_out.0 with; K, V
 // from `context` (self: -1).
-int UNetCondBuilder::attention(const std::string& prefix, int x, int context, int heads) {
+int UNetCondEncoderBuilder::attention(const std::string& prefix, int x, int context, int heads) {
     const std::int64_t C = channels(x), kv = context >= 0 ? channels(context) : C;
     GraphOp op = newOp(OpKind::Attention, prefix, x, context);
     op.heads = heads;
@@ -69,7 +53,7 @@ int UNetCondBuilder::attention(const std::string& prefix, int x, int context, in
 
 // diffusers BasicTransformerBlock (attention.py): pre-norm self-attention, cross-attention on the
 // context, GEGLU feed-forward, each added to its input.
-int UNetCondBuilder::basicBlock(const std::string& p, int x, int heads) {
+int UNetCondEncoderBuilder::basicBlock(const std::string& p, int x, int heads) {
     const int C = channels(x);
     int h = attention(p + ".attn1", tokenOp(OpKind::LayerNorm, p + ".norm1", x), -1, heads);
     x = residual(h, x, p + ".attn1", p + ".attn1.sum");
@@ -82,7 +66,7 @@ int UNetCondBuilder::basicBlock(const std::string& p, int x, int heads) {
 
 // diffusers Transformer2DModel (continuous input): GroupNorm (eps 1e-6), proj_in (1x1 conv before
 // the tokens, or Linear on them), the blocks, proj_out, + input.
-int UNetCondBuilder::transformer(const std::string& p, int x, int heads, int depth) {
+int UNetCondEncoderBuilder::transformer(const std::string& p, int x, int heads, int depth) {
     const int C = channels(x);
     if (C % heads != 0)
         throw std::invalid_argument("attention_head_dim: " + std::to_string(heads) + " heads do not divide " +
@@ -102,7 +86,7 @@ int UNetCondBuilder::transformer(const std::string& p, int x, int heads, int dep
     return residual(h, x, p, p);
 }
 
-void UNetCondBuilder::checkConfig() const {
+void UNetCondEncoderBuilder::checkConfig(bool upBlocks) const {
     const int L = c_.levels();
     if (L < 1) throw std::invalid_argument("block_out_channels: must not be empty");
     if (L > unet_config_bounds::kMaxLevels)
@@ -114,7 +98,7 @@ void UNetCondBuilder::checkConfig() const {
                                         " entries, block_out_channels has " + std::to_string(L));
     };
     perLevel(c_.downBlocks.size(), "down_block_types");
-    perLevel(c_.upBlocks.size(), "up_block_types");
+    if (upBlocks) perLevel(c_.upBlocks.size(), "up_block_types");
     perLevel(c_.attentionHeads.size(), "attention_head_dim");
     perLevel(c_.transformerLayers.size(), "transformer_layers_per_block");
     for (int ch : c_.blockOutChannels)
@@ -144,14 +128,9 @@ void UNetCondBuilder::checkConfig() const {
                                     std::to_string(unet_cond_bounds::kMaxContextTokens) + " are allowed");
 }
 
-// UNet2DConditionModel.forward with the blocks of unet_2d_blocks.py (CrossAttnDownBlock2D,
-// DownBlock2D, UNetMidBlock2DCrossAttn, CrossAttnUpBlock2D, UpBlock2D).
-ModelGraph UNetCondBuilder::build() {
-    checkConfig();
+int UNetCondEncoderBuilder::stem() {
     const UNetCondConfig& c = c_;
     const std::vector<int>& C = c.blockOutChannels;
-    const int L = c.levels(), n = c.layersPerBlock;
-
     // Spelled out as in UNet2DBuilder::build: the order of inputs and parameters is the graph's identity.
     int h = g_.addInput("sample", ValueKind::FeatureMap, c.inChannels, 1);
     const int timestep = g_.addInput("timestep", ValueKind::Vector, 1, 0);
@@ -171,9 +150,14 @@ ModelGraph UNetCondBuilder::build() {
         embAct_ = timeEmbedding(timestep, C[0], c.freqShift, c.flipSinToCos, c.timeEmbedDim());
     }
     const int kIn = c.convInKernel;
-    h = conv("conv_in", h, C[0], kIn, 1, kIn / 2, kIn / 2, std::move(convIn));
-    std::vector<int> skips{h};
+    return conv("conv_in", h, C[0], kIn, 1, kIn / 2, kIn / 2, std::move(convIn));
+}
 
+// CrossAttnDownBlock2D / DownBlock2D (unet_2d_blocks.py), level by level.
+int UNetCondEncoderBuilder::downBlocks(int h, std::vector<int>& skips) {
+    const UNetCondConfig& c = c_;
+    const std::vector<int>& C = c.blockOutChannels;
+    const int L = c.levels(), n = c.layersPerBlock;
     for (int i = 0; i < L; ++i) {
         const auto at = static_cast<std::size_t>(i);
         const std::string p = indexed("down_blocks.", "", i);
@@ -190,12 +174,31 @@ ModelGraph UNetCondBuilder::build() {
             skips.push_back(h);
         }
     }
+    return h;
+}
 
-    if (c.hasMidBlock) {
-        h = resnet("mid_block.resnets.0", h, C.back(), c.midBlockScaleFactor);
-        h = transformer("mid_block.attentions.0", h, c.attentionHeads.back(), c.transformerLayers.back());
-        h = resnet("mid_block.resnets.1", h, C.back(), c.midBlockScaleFactor);
-    }
+int UNetCondEncoderBuilder::midBlock(int h, bool attention) {
+    const UNetCondConfig& c = c_;
+    h = resnet("mid_block.resnets.0", h, c.blockOutChannels.back(), c.midBlockScaleFactor);
+    if (!attention) return h;
+    h = transformer("mid_block.attentions.0", h, c.attentionHeads.back(), c.transformerLayers.back());
+    return resnet("mid_block.resnets.1", h, c.blockOutChannels.back(), c.midBlockScaleFactor);
+}
+
+namespace {
+
+// UNet2DConditionModel.forward with the blocks of unet_2d_blocks.py (CrossAttnDownBlock2D,
+// DownBlock2D, UNetMidBlock2DCrossAttn, CrossAttnUpBlock2D, UpBlock2D).
+ModelGraph UNetCondBuilder::build() {
+    checkConfig(true);
+    const UNetCondConfig& c = c_;
+    const std::vector<int>& C = c.blockOutChannels;
+    const int L = c.levels(), n = c.layersPerBlock;
+
+    int h = stem();
+    std::vector<int> skips{h};
+    h = downBlocks(h, skips);
+    if (c.hasMidBlock) h = midBlock(h, true);
 
     for (int i = 0; i < L; ++i) {  // concat [h, skip], the last skip first
         const std::string p = indexed("up_blocks.", "", i);

@@ -79,6 +79,15 @@ UNetCondModel UNetCondModel::random(const UNetCondConfig& config, std::uint64_t 
     return model;
 }
 
+void UNetCondModel::setWeightsVariant(const std::string& variant) const {
+    if (variant.empty()) {
+        changedSha256_.clear();
+        return;
+    }
+    const std::string identity = weights_.sha256 + "+" + variant;
+    changedSha256_ = sha256Hex(identity.data(), identity.size());
+}
+
 std::int64_t UNetCondModel::parameterCount() const { return buildUNet2DConditionGraph(config_).parameterCount(); }
 
 }  // namespace tessera

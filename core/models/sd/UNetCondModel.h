@@ -15,6 +15,8 @@
 
 namespace tessera {
 
+struct SdModel;  // core/models/sd/SdModel.h: changes the weights in place (SdModel::changeWeights)
+
 class UNetCondModel {
 public:
     // Reads config.json (through BoundedInput; _class_name, when given, must be
@@ -34,7 +36,10 @@ public:
     const std::map<std::string, HostTensor>& tensors() const { return weights_.tensors; }
     const std::string& directory() const { return dir_; }  // the unet folder; empty for random models
     const std::vector<std::string>& extraTensors() const { return weights_.extra; }
-    const std::string& weightsSha256() const { return weights_.sha256; }
+    // The weights' fingerprint: of the file (or, in memory, of names, shapes and values); where
+    // adapters were merged into them (SdModel::changeWeights), of that and the merged set's digest,
+    // so that nothing keyed by it takes the merged weights for the file's.
+    const std::string& weightsSha256() const { return changedSha256_.empty() ? weights_.sha256 : changedSha256_; }
     std::int64_t parameterCount() const;
 
     // (name, shape) of every parameter the config requires, in the graph's declaration order.
@@ -42,9 +47,18 @@ public:
     static std::vector<std::pair<std::string, std::vector<std::int64_t>>> expectedTensors(const UNetCondConfig&);
 
 private:
+    // Adapters (LoRA, core/models/lora/MergedLoraSet.h) are merged into a loaded model's weights in
+    // place, through SdModel::changeWeights alone, which holds its components as const (engines
+    // share them) and keeps every other reader away meanwhile: the tensors, writable, and the
+    // digest of what was merged into them ("" for the file's own weights).
+    friend struct SdModel;
+    std::map<std::string, HostTensor>& weightsToChange() const { return weights_.tensors; }
+    void setWeightsVariant(const std::string& variant) const;
+
     UNetCondConfig config_;
     std::string dir_;
-    ModelWeights weights_;  // tensors by canonical name, extra names, sha256
+    mutable ModelWeights weights_;       // tensors by canonical name, extra names, sha256; mutable: weightsToChange()
+    mutable std::string changedSha256_;  // "" for the file's weights; mutable: setWeightsVariant()
 };
 
 }  // namespace tessera
