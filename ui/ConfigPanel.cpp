@@ -119,9 +119,14 @@ ConfigPanel::ConfigPanel(QWidget* parent)
     setConfig(RunConfig{});
 }
 
-RunConfig ConfigPanel::config() const {
+RunConfig ConfigPanel::shownSettings() const {
     RunConfig c = base_;
     for (const ConfigGroup* group : groups_) group->readInto(c);
+    return c;
+}
+
+RunConfig ConfigPanel::config() const {
+    RunConfig c = shownSettings();
     // A model known to take no prompt gets none (the text stays in the disabled editors).
     if (modelTakesNoPrompt()) {
         c.prompt.clear();
@@ -169,6 +174,9 @@ void ConfigPanel::setDefaultModelFolder(const QString& folder) {
 
 void ConfigPanel::setDeviceReport(const DeviceReport& report) {
     devices_ = report;
+    // Without a CUDA device every run computes in FP32 (the CPU engine): the precision follows,
+    // unless the person chose one.
+    if (!report.cudaAvailable) model_->defaultPrecisionTo(Precision::FP32);
     updateGraphsAvailability();
     updateComputeNote();
 }
@@ -227,6 +235,12 @@ void ConfigPanel::updatePromptAvailability() {
     // While a model is being checked (a path typed letter by letter) the last answer stands.
     if (isCheckingModel() && promptStateShown_) return;
     promptStateShown_ = true;
+    // SDXL conditions on both encoders' penultimate layers, whatever clip skip says (A1111 too).
+    prompt_->setClipSkipIgnored(
+        modelIsStableDiffusion() && inspection_->family == SdFamily::SDXL
+            ? tr("Stable Diffusion XL ignores clip skip: it conditions on both text encoders' penultimate layers "
+                 "(as A1111)")
+            : QString());
     prompt_->setUnavailableReason(promptUnavailableReason());
 }
 
@@ -351,8 +365,9 @@ QString ConfigPanel::checkModel(const QString& folder, bool isDefault, ModelLimi
     const QString name =
         folder.startsWith(QString::fromLatin1(kRandomModelPrefix)) ? folder : QFileInfo(folder).fileName();
     if (inspection_->stableDiffusion)
-        *info = tr("%1: Stable Diffusion, tiles in multiples of %2, sizes and overlap of %3")
-                    .arg(name)
+        *info = tr("%1: %2, tiles in multiples of %3, sizes and overlap of %4")
+                    .arg(name, QString::fromUtf8(familyLabel(inspection_->family).data(),
+                                                 static_cast<qsizetype>(familyLabel(inspection_->family).size())))
                     .arg(limits->downsampleFactor)
                     .arg(inspection_->pixelMultiple);
     else

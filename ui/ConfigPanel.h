@@ -55,6 +55,9 @@ public:
 
     // The settings as shown (model left empty when the field is empty: the default model).
     RunConfig config() const;
+    // config() with the prompts kept where the model takes none (they stay in the disabled
+    // editors): what the window saves, so that a restart with such a model loses no typed text.
+    RunConfig shownSettings() const;
     // Shows `config`; fields the panel has no widget for (scheduler options, label, init
     // image...) are kept and returned unchanged by config().
     void setConfig(const RunConfig& config);

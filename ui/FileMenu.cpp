@@ -11,7 +11,9 @@
 #include <QMessageBox>
 #include <QSettings>
 
+#include "app/qt/ImportedParameters.h"
 #include "app/qt/RunWorker.h"
+#include "core/base/BoundedInput.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
 #include "core/sampling/ImageOps.h"
@@ -24,6 +26,7 @@ namespace {
 
 const QString kPresetDirKey = QStringLiteral("paths/presets");
 const QString kExportDirKey = QStringLiteral("paths/export");
+const QString kParametersDirKey = QStringLiteral("paths/parameters");
 
 QString presetsFolder() {
     // Installed (.deb) and bundled copies keep the presets beside the binaries.
@@ -53,13 +56,21 @@ FileMenu::FileMenu(QWidget* window, QSettings& settings, ConfigPanel* panel, Sta
         return action;
     };
     openPresetAction_ = make(tr("&Open preset…"), "actionOpenPreset", QKeySequence::Open);
+    openPresetAction_->setToolTip(
+        tr("Replace the settings with a preset, a run's manifest or image, or another tool's PNG or JPEG"));
     savePresetAction_ = make(tr("&Save preset…"), "actionSavePreset", QKeySequence::Save);
+    loadParametersAction_ =
+        make(tr("&Load parameters from PNG/JPEG…"), "actionLoadParameters", QKeySequence(tr("Ctrl+Shift+O")));
+    loadParametersAction_->setToolTip(
+        tr("Apply the generation settings an image holds (A1111's parameters, ComfyUI's prompt, a JPEG's EXIF "
+           "comment) onto the settings shown, as A1111's PNG Info sends them"));
     exportAction_ = make(tr("&Export image…"), "actionExportImage", QKeySequence(tr("Ctrl+E")));
     exportCsvAction_ = make(tr("Export &timings (CSV)…"), "actionExportTimings");
     exportManifestAction_ = make(tr("Export &manifest (JSON)…"), "actionExportManifest");
     exportTraceAction_ = make(tr("Export Chrome t&race (JSON)…"), "actionExportTrace");
     connect(openPresetAction_, &QAction::triggered, this, &FileMenu::openPreset);
     connect(savePresetAction_, &QAction::triggered, this, &FileMenu::savePreset);
+    connect(loadParametersAction_, &QAction::triggered, this, &FileMenu::chooseParametersFile);
     for (const ExportFormat format :
          {ExportFormat::ImagePng, ExportFormat::TimingsCsv, ExportFormat::ManifestJson, ExportFormat::ChromeTrace})
         connect(exportAction(format), &QAction::triggered, this, [this, format] { exportInteractively(format); });
@@ -68,6 +79,7 @@ FileMenu::FileMenu(QWidget* window, QSettings& settings, ConfigPanel* panel, Sta
 void FileMenu::addTo(QMenu* menu) {
     menu->addAction(openPresetAction_);
     menu->addAction(savePresetAction_);
+    menu->addAction(loadParametersAction_);
     menu->addSeparator();
     menu->addAction(exportAction_);
     menu->addAction(exportCsvAction_);
@@ -99,7 +111,7 @@ void FileMenu::updateActions() {
 void FileMenu::openPreset() {
     const QString path = QFileDialog::getOpenFileName(
         window_, tr("Open preset"), settings_.value(kPresetDirKey, presetsFolder()).toString(),
-        tr("Presets, manifests and run images (*.json *.png);;All files (*)"));
+        tr("Presets, manifests and run images (*.json *.png *.jpg *.jpeg);;All files (*)"));
     if (path.isEmpty()) return;
     settings_.setValue(kPresetDirKey, QFileInfo(path).absolutePath());
     restoreConfiguration(path, Feedback::MessageBox);
@@ -107,12 +119,104 @@ void FileMenu::openPreset() {
 
 void FileMenu::restoreConfigurationFrom(const QString& path) { restoreConfiguration(path, Feedback::StatusLine); }
 
+namespace {
+
+QStringList notAppliedOf(const std::vector<UnmappedSetting>& unmapped) {
+    QStringList list;
+    for (const UnmappedSetting& setting : unmapped) list << QString::fromStdString(setting.message());
+    return list;
+}
+
+QStringList fieldsOf(const std::vector<std::string>& fields) {
+    QStringList list;
+    for (const std::string& field : fields)
+        if (!list.contains(QString::fromStdString(field))) list << QString::fromStdString(field);
+    return list;
+}
+
+}  // namespace
+
+void FileMenu::showRestored(RunConfig config, bool keepDevice) {
+    if (keepDevice) {
+        const RunConfig shown = panel_->config();
+        config.backend = shown.backend;
+        config.threads = shown.threads;
+    }
+    panel_->setConfig(config);
+}
+
+void FileMenu::reportApplied(const QString& what, const QStringList& fields,
+                             const std::vector<UnmappedSetting>& unmapped, Feedback feedback) {
+    // What was left out first (the settings as written), where the status line shows it; the
+    // reasons are in the tooltip (the whole text) and the message.
+    const QStringList notApplied = notAppliedOf(unmapped);
+    QStringList shown;
+    for (const UnmappedSetting& setting : unmapped) shown << QString::fromStdString(setting.shown);
+    const QString set = fields.isEmpty() ? tr("nothing") : fields.join(QStringLiteral(", "));
+    const QString text =
+        notApplied.isEmpty()
+            ? tr("Parameters of %1 applied (%2)").arg(what, set)
+            : tr("Parameters of %1 applied but %n setting(s): %2 · set: %3 · not applied: %4", nullptr,
+                 static_cast<int>(notApplied.size()))
+                  .arg(what, shown.join(QStringLiteral(", ")), set, notApplied.join(QStringLiteral("; ")));
+    status_->setStatusText(text, false);
+    if (feedback == Feedback::MessageBox && !notApplied.isEmpty()) {
+        auto* box = new QMessageBox(QMessageBox::Information, tr("Parameters applied"),
+                                    tr("The settings of %1 are in the panel. These could not be applied:").arg(what),
+                                    QMessageBox::Ok, window_);
+        box->setObjectName(QStringLiteral("notAppliedMessage"));
+        box->setInformativeText(notApplied.join(QLatin1Char('\n')));
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open();
+    }
+}
+
+void FileMenu::chooseParametersFile() {
+    const QString path = QFileDialog::getOpenFileName(
+        window_, tr("Load parameters from an image"), settings_.value(kParametersDirKey, QDir::homePath()).toString(),
+        tr("Images with generation parameters (*.png *.jpg *.jpeg);;All files (*)"));
+    if (path.isEmpty()) return;
+    settings_.setValue(kParametersDirKey, QFileInfo(path).absolutePath());
+    loadParametersFrom(path);
+}
+
+void FileMenu::loadParametersFrom(const QString& path) {
+    restoreJob_ =
+        files_.start([file = path.toStdString(), base = panel_->config()] { return parametersFromImage(file, base); },
+                     [this, path](quint64 id, const ImportedParameters& imported) {
+                         if (id != restoreJob_) return;  // a newer file was opened or dropped since
+                         showRestored(imported.config, true);
+                         reportApplied(QFileInfo(path).fileName(), fieldsOf(imported.fields), imported.unmapped,
+                                       Feedback::MessageBox);
+                         emit parametersApplied(path, true, {}, notAppliedOf(imported.unmapped));
+                     },
+                     [this, path](quint64 id, const QString& error) {
+                         if (id != restoreJob_) return;
+                         status_->setStatusText(tr("No parameters loaded: %1").arg(error), true);
+                         emit parametersApplied(path, false, error, {});
+                     });
+}
+
+void FileMenu::applyParametersText(const QString& text) {
+    restoreJob_ = 0;  // an answer of a file still being read is older than this
+    try {
+        const ImportedParameters imported = parametersFromText(text.toStdString(), panel_->config());
+        showRestored(imported.config, true);
+        reportApplied(tr("the clipboard"), fieldsOf(imported.fields), imported.unmapped, Feedback::StatusLine);
+        emit parametersApplied({}, true, {}, notAppliedOf(imported.unmapped));
+    } catch (const std::exception& e) {
+        const QString error = QString::fromStdString(toValidUtf8(e.what()));
+        status_->setStatusText(tr("No parameters pasted: %1").arg(error), true);
+        emit parametersApplied({}, false, error, {});
+    }
+}
+
 void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {
     restoreJob_ = files_.start(
-        [file = path.toStdString()] { return configurationFromFile(file); },
-        [this, path](quint64 id, const RestoredConfig& restored) {
+        [file = path.toStdString(), base = panel_->config()] { return configurationFromFile(file, base); },
+        [this, path, feedback](quint64 id, const RestoredConfig& restored) {
             if (id != restoreJob_) return;  // a newer file was opened or dropped since
-            panel_->setConfig(restored.config);
+            showRestored(restored.config, restored.source != ConfigSource::Preset);
             const QString name = QFileInfo(path).fileName();
             const QString run = QString::fromStdString(restored.runId);
             switch (restored.source) {
@@ -124,6 +228,9 @@ void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {
                     break;
                 case ConfigSource::Preset:
                     status_->setStatusText(tr("Loaded preset %1").arg(name));
+                    break;
+                case ConfigSource::ImageParameters:
+                    reportApplied(name, {tr("its generation settings")}, restored.unmapped, feedback);
                     break;
             }
             emit configurationRestored(path, true, {});

@@ -1,6 +1,8 @@
 #include "ui/HistoryPanel.h"
 
 #include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
@@ -48,12 +50,22 @@ QString HistoryPanel::statusText(const RunRecord& r) {
     return {};  // every RunStatus is handled above
 }
 
+QString HistoryPanel::modelText(const RunRecord& r) {
+    if (!r.modelName.empty()) return QString::fromStdString(toValidUtf8(r.modelName));
+    QString given = QString::fromStdString(toValidUtf8(r.config.model));
+    if (given.isEmpty()) return tr("default");
+    if (given.startsWith(QStringLiteral("random:"))) return given;
+    const QFileInfo file(QDir::cleanPath(given));
+    // A checkpoint by its file name without the suffix (as A1111 names a model), a folder by its name.
+    return file.suffix().isEmpty() ? file.fileName() : file.completeBaseName();
+}
+
 HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("historyPanel"));
     table_ = new QTableWidget(0, ColumnCount);
     table_->setObjectName(QStringLiteral("historyTable"));
-    table_->setHorizontalHeaderLabels(
-        {QString(), tr("Label"), tr("Status"), tr("Configuration"), tr("Time"), tr("Peak mem."), tr("Graphs")});
+    table_->setHorizontalHeaderLabels({QString(), tr("Label"), tr("Status"), tr("Model"), tr("Configuration"),
+                                       tr("Time"), tr("Peak mem."), tr("Graphs")});
     table_->setSelectionBehavior(QAbstractItemView::SelectRows);
     table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -152,6 +164,11 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
                                                          : tr("Stopped early: the image is what the last step made"));
         }
         table_->setItem(row, StatusColumn, status);
+        // Which model made it (or failed): an SD run and a default-model run look alike otherwise.
+        auto* model = textItem(modelText(r));
+        model->setToolTip(r.config.model.empty() ? tr("The default model")
+                                                 : QString::fromStdString(toValidUtf8(r.config.model)));
+        table_->setItem(row, ModelColumn, model);
         QString config = configSummary(r.config) + QStringLiteral(" · seed %1").arg(r.config.seed);
         if (!entry.startImagePath.isEmpty()) config += tr(" · from an image, strength %1").arg(r.config.strength);
         if (r.upscaleModel) {

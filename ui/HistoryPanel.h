@@ -1,5 +1,5 @@
-// HistoryPanel: the run history as a table (thumbnail, label, status, configuration, time,
-// peak memory, graph mode), newest first. Finished, cancelled and failed runs are all listed;
+// HistoryPanel: the run history as a table (thumbnail, label, status, model, configuration,
+// time, peak memory, graph mode), newest first. Finished, cancelled and failed runs are all listed;
 // the Status column says which (a failed run's error in its tooltip). Open (or double-click,
 // or Enter) reopens a run; select two rows and press Compare; Copy parameters, Show in folder;
 // Delete moves the selected runs to the trash and Undo brings the last deleted back. Holds no
@@ -25,6 +25,7 @@ public:
         ThumbnailColumn,
         LabelColumn,
         StatusColumn,
+        ModelColumn,
         ConfigColumn,
         TimeColumn,
         MemoryColumn,
@@ -44,6 +45,10 @@ public:
     void setUndoText(const QString& what);
     // The row's text in the Status column ("finished", "cancelled at step 3 of 20", "failed").
     static QString statusText(const RunRecord& record);
+    // The row's text in the Model column: the model the run loaded (its name in the record), or,
+    // for a run that failed before it loaded one, the file or folder it was given ("default" for
+    // the default model, random:sd15 as it is).
+    static QString modelText(const RunRecord& record);
 
 signals:
     void openRequested(const QString& id);

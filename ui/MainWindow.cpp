@@ -7,24 +7,31 @@
 #include <QClipboard>
 #include <QCloseEvent>
 #include <QDesktopServices>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFileInfo>
 #include <QGuiApplication>
+#include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QPushButton>
 #include <QScreen>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QStatusBar>
 #include <QStyle>
 #include <QTabWidget>
+#include <QTableWidget>
 #include <QToolBar>
 #include <QUrl>
+#include <QVBoxLayout>
 
 #include <nlohmann/json.hpp>
 
@@ -64,10 +71,15 @@ const QString kModelsFolderKey = QStringLiteral("models/folder");
 const QString kRecentModelsKey = QStringLiteral("models/recent");
 const QString kChartTabKey = QStringLiteral("window/chartTab");
 
-// Files whose configuration the window can take: run PNGs, manifests, presets.
-bool isConfigurationFile(const QString& path) {
+// Images: a start image, or the generation settings they hold.
+bool isImageFile(const QString& path) {
     const QString suffix = QFileInfo(path).suffix().toLower();
-    return suffix == QStringLiteral("png") || suffix == QStringLiteral("json");
+    return suffix == QStringLiteral("png") || suffix == QStringLiteral("jpg") || suffix == QStringLiteral("jpeg");
+}
+
+// Files whose configuration the window can take: images, manifests, presets.
+bool isConfigurationFile(const QString& path) {
+    return isImageFile(path) || QFileInfo(path).suffix().toLower() == QStringLiteral("json");
 }
 
 }  // namespace
@@ -91,6 +103,7 @@ MainWindow::MainWindow(std::unique_ptr<SettingsFile> settings, const QString& hi
     fileMenu_ = new FileMenu(this, settings_->values(), panel_, statusLine_, [this] { return lastRun(); });
     connect(fileMenu_, &FileMenu::configurationRestored, this, &MainWindow::configurationRestored);
     connect(fileMenu_, &FileMenu::exportFinished, this, &MainWindow::exportFinished);
+    connect(fileMenu_, &FileMenu::parametersApplied, this, &MainWindow::parametersApplied);
     buildMenus();
     buildToolBar();
 
@@ -105,7 +118,11 @@ MainWindow::MainWindow(std::unique_ptr<SettingsFile> settings, const QString& hi
     connect(panel_, &ConfigPanel::validityChanged, this, &MainWindow::updateActions);
 
     connect(history_, &HistoryStore::loaded, this, &MainWindow::onHistoryLoaded);
-    connect(history_, &HistoryStore::entryAdded, this, &MainWindow::refreshHistory);
+    connect(history_, &HistoryStore::entryAdded, this, [this](quint64, const QString& id, const QStringList&) {
+        refreshHistory();
+        // Runs are added as they end: the newest row is the run just made, not the one selected before.
+        historyPanel_->selectIds({id});
+    });
     connect(history_, &HistoryStore::entryRemoved, this, &MainWindow::refreshHistory);
     connect(history_, &HistoryStore::entryRestored, this, [this](quint64, const QString& id) {
         refreshHistory();
@@ -114,12 +131,7 @@ MainWindow::MainWindow(std::unique_ptr<SettingsFile> settings, const QString& hi
     connect(history_, &HistoryStore::imagesAvailable, this, &MainWindow::onCompareImages);
     connect(history_, &HistoryStore::runOpened, this, &MainWindow::onHistoryRunOpened);
     connect(history_, &HistoryStore::failed, this, &MainWindow::onHistoryFailed);
-    connect(canvas_, &TileCanvas::imageDropped, this, [this](const QString& path) {
-        panel_->setStartImage(path);
-        setStatusText(tr("Start image: %1 (dropped on the canvas; drop a run PNG elsewhere on the window to restore "
-                         "its settings instead)")
-                          .arg(QFileInfo(path).fileName()));
-    });
+    connect(canvas_, &TileCanvas::imageDropped, this, &MainWindow::askAboutDroppedImage);
 
     panel_->startImageGroup()->setUpscaleOnlyAction(upscaleOnlyAction_);
     restoreSettings();
@@ -132,8 +144,9 @@ MainWindow::MainWindow(std::unique_ptr<SettingsFile> settings, const QString& hi
     if (const QScreen* screen = QGuiApplication::primaryScreen())
         size = size.boundedTo(screen->availableGeometry().size());
     resize(size);
-    // The history is a strip under the canvas, a few rows high.
-    resizeDocks({historyDock_}, {190}, Qt::Vertical);
+    // The history is a strip under the canvas, a few rows high; on a 768-px screen one row and its
+    // buttons, so that the charts beside the canvas keep their whole height.
+    resizeDocks({historyDock_}, {size.height() >= 900 ? 190 : 140}, Qt::Vertical);
     const QSettings& saved = settings_->values();
     if (saved.contains(kGeometryKey)) restoreGeometry(saved.value(kGeometryKey).toByteArray());
     if (saved.contains(kStateKey)) restoreState(saved.value(kStateKey).toByteArray());
@@ -156,6 +169,9 @@ void MainWindow::wireRuns() {
         if (!running) refreshPlan();
     });
     connect(runs_, &RunController::displayCleared, this, [this] { showStartImage({}); });
+    connect(runs_, &RunController::displayRestored, this, [this] {
+        if (lastRun_) showStartImage(lastRun_->startImage);
+    });
     connect(runs_, &RunController::runStarted, this,
             [this](const RunRecord& record) { panel_->setLastRunSeed(record.config.seed); });
     connect(runs_, &RunController::runShown, this, &MainWindow::showRun);
@@ -208,8 +224,16 @@ void MainWindow::buildActions() {
     seamOverlayAction_ = make(tr("&Seam map"), "actionSeamOverlay", QKeySequence(tr("Ctrl+M")));
     seamOverlayAction_->setCheckable(true);
     seamOverlayAction_->setToolTip(tr("Where overlapping tiles disagreed at the last step (Ctrl+M)"));
+    focusHistoryAction_ = make(tr("Go to &history"), "actionFocusHistory", QKeySequence(tr("Ctrl+H")));
+    focusHistoryAction_->setToolTip(
+        tr("Move the keyboard focus to the run history (arrows choose a run, Enter opens it, Del deletes it)"));
+    shortcutsAction_ = make(tr("&Keyboard shortcuts"), "actionShortcuts", QKeySequence::HelpContents);
     aboutAction_ = make(tr("&About Tessera"), "actionAbout");
     aboutAction_->setMenuRole(QAction::AboutRole);
+    pasteParametersAction_ = make(tr("&Paste parameters"), "actionPasteParameters", QKeySequence(tr("Ctrl+Shift+V")));
+    pasteParametersAction_->setToolTip(
+        tr("Apply generation settings copied as text (A1111's PNG Info, a run's Copy parameters) onto the settings "
+           "shown (Ctrl+Shift+V)"));
     undoDeleteAction_ = make(tr("&Undo delete"), "actionUndoDelete", QKeySequence::Undo);
     undoDeleteAction_->setEnabled(false);
     beforeAfterAction_ = make(tr("&Before/after"), "actionBeforeAfter", QKeySequence(tr("Ctrl+D")));
@@ -230,7 +254,10 @@ void MainWindow::buildActions() {
     connect(blendOverlayAction_, &QAction::toggled, canvas_, &TileCanvas::setBlendOverlayVisible);
     connect(seamOverlayAction_, &QAction::toggled, canvas_, &TileCanvas::setSeamOverlayVisible);
     connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
+    connect(shortcutsAction_, &QAction::triggered, this, &MainWindow::showShortcuts);
+    connect(focusHistoryAction_, &QAction::triggered, this, &MainWindow::focusHistory);
     connect(undoDeleteAction_, &QAction::triggered, this, &MainWindow::undoRemove);
+    connect(pasteParametersAction_, &QAction::triggered, this, &MainWindow::pasteParameters);
     connect(beforeAfterAction_, &QAction::toggled, canvas_, &TileCanvas::setBeforeAfterVisible);
 }
 
@@ -258,8 +285,19 @@ void MainWindow::buildDocks() {
     chartTabs_->addTab(graphsPanel_, tr("Graphs vs eager"));
     chartsDock_ = new QDockWidget(tr("Charts"), this);
     chartsDock_->setObjectName(QStringLiteral("chartsDock"));
-    chartsDock_->setWidget(chartTabs_);
+    // The charts scroll where the dock is short: their own minimum height (three plots one above the
+    // other) would otherwise be the dock's, and with the history under it make the window taller
+    // than a 1366 x 768 screen and leave the history no room to grow.
+    auto* chartsScroll = new QScrollArea;
+    chartsScroll->setObjectName(QStringLiteral("chartsScroll"));
+    chartsScroll->setWidget(chartTabs_);
+    chartsScroll->setWidgetResizable(true);
+    chartsScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    chartsScroll->setFrameShape(QFrame::NoFrame);
+    chartsDock_->setWidget(chartsScroll);
     charts_->setMinimumWidth(380);
+    chartsScroll->setMinimumWidth(chartTabs_->minimumSizeHint().width() +
+                                  chartsScroll->verticalScrollBar()->sizeHint().width());
     addDockWidget(Qt::RightDockWidgetArea, chartsDock_);
 
     historyPanel_ = new HistoryPanel;
@@ -289,6 +327,8 @@ void MainWindow::buildMenus() {
 
     QMenu* edit = menuBar()->addMenu(tr("&Edit"));
     edit->addAction(undoDeleteAction_);
+    edit->addSeparator();
+    edit->addAction(pasteParametersAction_);
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addAction(runAction_);
@@ -307,6 +347,7 @@ void MainWindow::buildMenus() {
     QAction* historyToggle = historyDock_->toggleViewAction();
     historyToggle->setObjectName(QStringLiteral("actionToggleHistory"));
     view->addAction(historyToggle);
+    view->addAction(focusHistoryAction_);
     view->addSeparator();
     view->addAction(overlayAction_);
     view->addAction(blendOverlayAction_);
@@ -316,6 +357,7 @@ void MainWindow::buildMenus() {
     view->addAction(actualSizeAction_);
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(shortcutsAction_);
     help->addAction(aboutAction_);
 }
 
@@ -371,7 +413,8 @@ void MainWindow::restoreSettings() {
 
 void MainWindow::saveSettings() {
     QSettings& values = settings_->values();
-    values.setValue(kLastConfigKey, QString::fromStdString(toJson(panel_->config()).dump()));
+    // The prompts too where the model takes none: they are the person's text, kept for the next model.
+    values.setValue(kLastConfigKey, QString::fromStdString(toJson(panel_->shownSettings()).dump()));
     values.setValue(kGeometryKey, saveGeometry());
     values.setValue(kStateKey, saveState());
     values.setValue(kOverlayKey, overlayAction_->isChecked());
@@ -454,7 +497,8 @@ void MainWindow::showNote(const QString& text) { statusLine_->showNote(text); }
 void MainWindow::showReadyProgress() { statusLine_->showReady(panel_->isValid(), panel_->config()); }
 
 RunConfig MainWindow::runnableConfig() const {
-    RunConfig config = panel_->config();
+    // What the run uses, and so what its record says: no strength or upscale from noise.
+    RunConfig config = withoutUnusedStartImageSettings(panel_->config());
     // The engine loads models by absolute folder; the empty field means the default model.
     if (config.model.empty()) config.model = panel_->defaultModelFolder().toStdString();
     // random:sd15 names no file (core/models/sd/SdModel.h); anything else is a path (no file is read here).
@@ -557,9 +601,47 @@ void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
 void MainWindow::dropEvent(QDropEvent* event) {
     const QList<QUrl> urls = event->mimeData()->urls();
     if (urls.size() != 1 || !urls.front().isLocalFile()) return;
-    // Read off this thread; what it held, or why nothing, is told in the status line.
     event->acceptProposedAction();
-    fileMenu_->restoreConfigurationFrom(urls.front().toLocalFile());
+    const QString path = urls.front().toLocalFile();
+    if (isImageFile(path)) return askAboutDroppedImage(path);
+    // Read off this thread; what it held, or why nothing, is told in the status line.
+    fileMenu_->restoreConfigurationFrom(path);
+}
+
+void MainWindow::askAboutDroppedImage(const QString& path) {
+    // A dropped image is a start image or a run's (or another tool's) settings: the person says
+    // which. The question does not block: the answer comes as a click.
+    if (QMessageBox* open = dropQuestion()) open->close();
+    auto* box =
+        new QMessageBox(QMessageBox::Question, tr("Dropped image"),
+                        tr("What should %1 be used for?").arg(QFileInfo(path).fileName()), QMessageBox::Cancel, this);
+    box->setObjectName(QStringLiteral("dropQuestion"));
+    box->setInformativeText(
+        tr("As the start image: the run starts from it (image-to-image, upscaling).\nIts parameters: the generation "
+           "settings it holds (a Tessera run's settings, A1111's or ComfyUI's parameters) go into the panel."));
+    QPushButton* start = box->addButton(tr("Use as start image"), QMessageBox::AcceptRole);
+    start->setObjectName(QStringLiteral("dropAsStartImage"));
+    QPushButton* parameters = box->addButton(tr("Use its parameters"), QMessageBox::ActionRole);
+    parameters->setObjectName(QStringLiteral("dropAsParameters"));
+    box->setDefaultButton(start);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    connect(box, &QMessageBox::buttonClicked, this, [this, box, start, parameters, path](QAbstractButton* clicked) {
+        if (clicked == start) {
+            panel_->setStartImage(path);
+            setStatusText(tr("Start image: %1").arg(QFileInfo(path).fileName()));
+        } else if (clicked == parameters) {
+            fileMenu_->restoreConfigurationFrom(path);
+        }
+        box->close();
+    });
+    box->open();
+}
+
+QMessageBox* MainWindow::dropQuestion() const { return findChild<QMessageBox*>(QStringLiteral("dropQuestion")); }
+
+void MainWindow::pasteParameters() {
+    // The clipboard's text (no file is read): A1111's PNG Info text, a run's Copy parameters.
+    fileMenu_->applyParametersText(QGuiApplication::clipboard()->text());
 }
 
 QAction* MainWindow::overlayAction(CanvasOverlay which) const {
@@ -595,7 +677,13 @@ bool MainWindow::openFromHistory(const QString& id, QString* error) {
         if (error) *error = why;
         return false;
     }
-    panel_->setConfig(entry->record.config);
+    // The settings it asked for (its tile batch "auto", not what auto chose), on the window's
+    // device: the record's backend and threads say where it ran, not a choice to make again.
+    RunConfig config = configurationAsAsked(entry->record);
+    const RunConfig shown = panel_->config();
+    config.backend = shown.backend;
+    config.threads = shown.threads;
+    panel_->setConfig(config);
     panel_->setLastRunSeed(entry->record.config.seed);
     charts_->showRecord(entry->record);
     setStatusText(tr("Opening run %1…").arg(id));
@@ -737,6 +825,69 @@ CompareView* MainWindow::openCompareView(const CompareSide& a, const CompareSide
     compareView_->setAttribute(Qt::WA_DeleteOnClose);
     compareView_->show();
     return compareView_;
+}
+
+void MainWindow::focusHistory() {
+    historyDock_->show();
+    historyDock_->raise();
+    QTableWidget* table = historyPanel_->table();
+    table->setFocus(Qt::ShortcutFocusReason);
+    // The keys act on the current row: the selected run, else the newest.
+    if (table->rowCount() > 0 && historyPanel_->selectedIds().isEmpty()) table->selectRow(0);
+}
+
+QList<QPair<QString, QString>> MainWindow::keyboardShortcuts() const {
+    QList<QPair<QString, QString>> list;
+    // Every menu action with a key, in menu order, as the menus name them.
+    for (QAction* menuAction : menuBar()->actions()) {
+        const QMenu* menu = menuAction->menu();
+        if (!menu) continue;
+        const QString menuName = menuAction->text().remove(QLatin1Char('&'));
+        for (QAction* action : menu->actions()) {
+            if (action->shortcut().isEmpty()) continue;
+            list.append({action->shortcut().toString(QKeySequence::NativeText),
+                         menuName + QStringLiteral(" ▸ ") + action->text().remove(QLatin1Char('&'))});
+        }
+    }
+    // The keys of one place, which no menu shows.
+    list.append({tr("Enter"), tr("History: open the selected run")});
+    list.append({QKeySequence(QKeySequence::Delete).toString(QKeySequence::NativeText),
+                 tr("History: move the selected runs to the trash")});
+    list.append({tr("Ctrl+Up / Ctrl+Down"), tr("Prompt: weight of the selection or the word at the cursor ±0.1")});
+    list.append({tr("Tab / Shift+Tab"), tr("Settings: next / previous field")});
+    list.append({tr("Esc"), tr("Compare window: close it")});
+    return list;
+}
+
+void MainWindow::showShortcuts() {
+    if (auto* open = findChild<QDialog*>(QStringLiteral("shortcutsDialog"))) {
+        open->raise();
+        return;
+    }
+    auto* dialog = new QDialog(this);
+    dialog->setObjectName(QStringLiteral("shortcutsDialog"));
+    dialog->setWindowTitle(tr("Keyboard shortcuts"));
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    const QList<QPair<QString, QString>> keys = keyboardShortcuts();
+    auto* table = new QTableWidget(static_cast<int>(keys.size()), 2, dialog);
+    table->setObjectName(QStringLiteral("shortcutsTable"));
+    table->setHorizontalHeaderLabels({tr("Keys"), tr("Does")});
+    table->verticalHeader()->setVisible(false);
+    table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    for (int row = 0; row < keys.size(); ++row) {
+        table->setItem(row, 0, new QTableWidgetItem(keys.at(row).first));
+        table->setItem(row, 1, new QTableWidgetItem(keys.at(row).second));
+    }
+    table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+    table->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, dialog);
+    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::close);
+    auto* layout = new QVBoxLayout(dialog);
+    layout->addWidget(table);
+    layout->addWidget(buttons);
+    dialog->resize(560, 520);
+    dialog->open();
 }
 
 void MainWindow::showAbout() {

@@ -17,8 +17,9 @@
 // The canvas keeps the image shown while the settings change: the tile plan of the settings
 // is drawn over it. After a run from a start image, View > Before/after shows the start image
 // (as the engine took it, resampled to the canvas) and the result with a split between them,
-// at 1:1. A PNG or JPEG dropped on the canvas becomes the start image; dropping a run PNG, a
-// manifest or a preset elsewhere on the window restores its configuration.
+// at 1:1. A PNG or JPEG dropped on the canvas or the window asks whether it is the start image
+// or its generation settings are wanted (a run PNG's, an A1111 or ComfyUI image's); dropping a
+// manifest or a preset restores its configuration. Edit ▸ Paste parameters applies A1111's text.
 //
 // This thread reads and writes no file and encodes no image (app/qt/GuiThreadGuard.h): the
 // history's IO runs on its own thread (HistoryStore), model inspection on a pool
@@ -33,7 +34,9 @@
 #include <string>
 #include <vector>
 
+#include <QList>
 #include <QMainWindow>
+#include <QPair>
 #include <QPointer>
 
 #include "app/cli/EngineFactory.h"
@@ -49,6 +52,7 @@
 
 class QAction;
 class QDockWidget;
+class QMessageBox;
 class QTabWidget;
 
 namespace tessera {
@@ -64,7 +68,8 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
     // The configuration Run starts: the settings shown with the model folder or checkpoint
-    // made absolute (random:sd15 / random:sd21 kept as they are) and the default model filled in.
+    // made absolute (random:sd15 / random:sd21 kept as they are), the default model filled in,
+    // and without a start image none of its settings (withoutUnusedStartImageSettings).
     RunConfig runnableConfig() const;
     // `settings`: where the window keeps its geometry and last configuration, read before this
     // is called; null reads SettingsFile::defaultPath() (the user's tessera.conf). A file that
@@ -130,8 +135,22 @@ public:
     // its image (read off this thread) when historyRunOpened comes. False (with *error) when
     // the run is unknown or a run is in progress.
     bool openFromHistory(const QString& id, QString* error = nullptr);
+    // Applies the generation settings of image `path` onto the settings shown (File ▸ Load
+    // parameters from PNG/JPEG…, read off this thread); parametersApplied tells how it went.
+    void loadParametersFrom(const QString& path) { fileMenu_->loadParametersFrom(path); }
+    // Edit ▸ Paste parameters (Ctrl+Shift+V): the clipboard's A1111 text applied onto the settings.
+    QAction* pasteParametersAction() const { return pasteParametersAction_; }
+    // A PNG or JPEG dropped on the window or the canvas asks what it is for: this question
+    // (buttons "dropAsStartImage" and "dropAsParameters"), null when none is open.
+    QMessageBox* dropQuestion() const;
     // Edit > Undo delete (Ctrl+Z): the runs deleted last come back from the trash.
     QAction* undoDeleteAction() const { return undoDeleteAction_; }
+    // View ▸ Go to history (Ctrl+H): the keyboard focus in the history table (the dock shown).
+    QAction* focusHistoryAction() const { return focusHistoryAction_; }
+    // Help ▸ Keyboard shortcuts (F1): a list of every key (keys, what it does), from the menus'
+    // actions and the keys of single places; shown in a dialog named "shortcutsDialog".
+    QAction* shortcutsAction() const { return shortcutsAction_; }
+    QList<QPair<QString, QString>> keyboardShortcuts() const;
     // View > Before/after (Ctrl+D): enabled when the run shown started from an image.
     QAction* beforeAfterAction() const { return beforeAfterAction_; }
     QAction* exportAction(ExportFormat format) const;
@@ -159,6 +178,10 @@ signals:
     void configurationRestored(const QString& path, bool ok, const QString& error);
     // exportTo(path) ended: written (ok), or `error` names the path and why not.
     void exportFinished(const QString& path, bool ok, const QString& error);
+    // loadParametersFrom(path) or Paste parameters (path empty) ended: the settings are in the
+    // panel (ok) but those in `notApplied` ("'Hires upscale: 2' is not supported; ignored"), or
+    // `error` says why nothing changed.
+    void parametersApplied(const QString& path, bool ok, const QString& error, const QStringList& notApplied);
     // compareRuns' window is open (compareView() returns it).
     void compareViewOpened(tessera::CompareView* view);
     // openFromHistory(id) ended: the run is shown (ok), or `error` says why not.
@@ -210,6 +233,10 @@ private:
     void copyParameters(const QString& id);
     void showInFolder(const QString& id);
     void showAbout();
+    void showShortcuts();
+    void focusHistory();
+    void askAboutDroppedImage(const QString& path);
+    void pasteParameters();
 
     std::unique_ptr<SettingsFile> settings_;
     ConfigPanel* panel_ = nullptr;
@@ -239,7 +266,10 @@ private:
     QAction* blendOverlayAction_ = nullptr;
     QAction* seamOverlayAction_ = nullptr;
     QAction* aboutAction_ = nullptr;
+    QAction* shortcutsAction_ = nullptr;
+    QAction* focusHistoryAction_ = nullptr;
     QAction* undoDeleteAction_ = nullptr;
+    QAction* pasteParametersAction_ = nullptr;
     QAction* beforeAfterAction_ = nullptr;
 
     std::optional<FinishedRun> lastRun_;  // the run shown: the last that ended, or one reopened

@@ -79,6 +79,7 @@ ModelGroup::ModelGroup(QWidget* parent) : ConfigGroup(tr("Model"), parent) {
     connect(browseFile, &QToolButton::clicked, this, &ModelGroup::chooseModelFile);
     connect(pick, &QToolButton::clicked, this, &ModelGroup::pickRequested);
     connect(precision_, &QComboBox::currentIndexChanged, this, &ModelGroup::edited);
+    connect(precision_, &QComboBox::activated, this, [this] { precisionPicked_ = true; });
     connect(backend_, &QComboBox::currentIndexChanged, this, &ModelGroup::edited);
     connect(threads_, &QSpinBox::valueChanged, this, &ModelGroup::edited);
 }
@@ -118,6 +119,10 @@ BackendKind ModelGroup::backend() const { return parseBackend(selectedName(backe
 Precision ModelGroup::precision() const { return parsePrecision(selectedName(precision_)); }
 
 QString ModelGroup::precisionText() const { return precision_->currentText(); }
+
+void ModelGroup::defaultPrecisionTo(Precision precision) {
+    if (!precisionPicked_) selectIn(precision_, precision);
+}
 
 void ModelGroup::showComputeNote(const QString& note, bool onCpu) {
     computeNote_->setText(note);

@@ -30,6 +30,9 @@ public:
     BackendKind backend() const;
     Precision precision() const;
     QString precisionText() const;
+    // Shows `precision` unless the person picked one in the list (what the device computes is the
+    // default where it computes in one precision only).
+    void defaultPrecisionTo(Precision precision);
     // Where the run will not compute as asked (`note`, empty: as asked), and whether it goes to
     // the CPU engine (its threads are editable only then).
     void showComputeNote(const QString& note, bool onCpu);
@@ -48,7 +51,8 @@ private:
     QComboBox* backend_ = nullptr;
     QLabel* modelInfo_ = nullptr;
     QLabel* computeNote_ = nullptr;
-    QSpinBox* threads_ = nullptr;  // the CPU engine's threads (0: all cores)
+    QSpinBox* threads_ = nullptr;   // the CPU engine's threads (0: all cores)
+    bool precisionPicked_ = false;  // the person chose a precision in the list
 };
 
 }  // namespace tessera

@@ -114,6 +114,17 @@ void PromptGroup::setUnavailableReason(const QString& reason) {
     }
     reason_->setText(reason);
     reason_->setVisible(!available);
+    if (available) setClipSkipIgnored(clipSkipIgnored_);
+}
+
+void PromptGroup::setClipSkipIgnored(const QString& reason) {
+    clipSkipIgnored_ = reason;
+    if (!prompt_->isEnabled()) return;  // the whole group's reason stands
+    clipSkip_->setEnabled(reason.isEmpty());
+    const QString own = clipSkip_->property("ownToolTip").isValid() ? clipSkip_->property("ownToolTip").toString()
+                                                                    : clipSkip_->toolTip();
+    clipSkip_->setProperty("ownToolTip", own);
+    clipSkip_->setToolTip(reason.isEmpty() ? own : reason + QStringLiteral("\n\n") + own);
 }
 
 QLabel* PromptGroup::tokenLabel(const QString& field) const {

@@ -23,6 +23,9 @@ public:
     // Empty `reason`: the editors are enabled; otherwise disabled, the reason above them and
     // first in each editor's tooltip.
     void setUnavailableReason(const QString& reason);
+    // Non-empty `reason`: the model ignores clip skip (SDXL): its box is disabled, the reason its
+    // tooltip. Applies while the editors are enabled.
+    void setClipSkipIgnored(const QString& reason);
     QString promptText() const;
     QString negativePromptText() const;
     // The count of `field` ("prompt" or "negative_prompt"): tokens < 0 shows "?" with `error` as
@@ -43,6 +46,7 @@ private:
     QDoubleSpinBox* cfgScale_ = nullptr;
     QSpinBox* clipSkip_ = nullptr;
     QLabel* reason_ = nullptr;
+    QString clipSkipIgnored_;         // why the model ignores clip skip; "" when it applies
     QLabel* promptTokens_ = nullptr;  // "n/75", counted by the panel's inspector off this thread
     QLabel* negativePromptTokens_ = nullptr;
 };

@@ -155,6 +155,7 @@ void RunController::beginRunDisplay(const RunConfig& config) {
         charts_->setTilePlan(std::nullopt);
         canvas_->setPlan(std::nullopt);
     }
+    imageBefore_ = canvas_->image();
     canvas_->setImage({});
     canvas_->setSeamMap({});
     emit displayCleared();
@@ -373,6 +374,7 @@ void RunController::onRunFinished(quint64 runId, const FinishedRun& run) {
     }
     running_ = false;
     stopping_ = false;
+    imageBefore_ = {};
     progressTimer_.stop();
     showFinishedRun(run, true);
     const bool cancelled = run.result->record.status == RunStatus::Cancelled;
@@ -392,6 +394,13 @@ void RunController::onRunFailed(quint64 runId, const QString& error) {
     running_ = false;
     status_->showStepBar(progress_, running_);  // not the failed load's fraction
     canvas_->setPlaceholderText(tr("The run failed: %1").arg(error));
+    // Nothing of this run was shown (a preview would be): the image before it comes back, the
+    // error is in the status line and the history.
+    if (canvas_->image().isNull() && !imageBefore_.isNull()) {
+        canvas_->setImage(imageBefore_);
+        emit displayRestored();
+    }
+    imageBefore_ = {};
     stopping_ = false;
     progressTimer_.stop();
     canvas_->setActiveTiles({});

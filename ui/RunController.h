@@ -15,6 +15,7 @@
 #include <optional>
 
 #include <QElapsedTimer>
+#include <QImage>
 #include <QObject>
 #include <QThread>
 #include <QTimer>
@@ -68,6 +69,9 @@ signals:
     void runningChanged(bool running);
     // The canvas was cleared for a run about to start (its start image too).
     void displayCleared();
+    // A run failed before it showed anything: the canvas shows again the image it had before
+    // (the run shown last stays the one to export and compare).
+    void displayRestored();
     // The engine started the current run (its record: the seed and everything else it runs with).
     void runStarted(const tessera::RunRecord& record);
     // A run that ended (of a comparison too) is on the canvas: its image, its start image.
@@ -126,6 +130,7 @@ private:
     bool upscaleOnly_ = false;                     // the run in flight is an upscale model alone
     int upscaleTilesDone_ = 0, upscaleTiles_ = 0;  // its (or the run's) upscale model pass
     RunConfig runConfig_;
+    QImage imageBefore_;                      // the canvas's image when the run in flight started
     std::optional<RunRecord> startedRecord_;  // onRunStarted's record of the run in flight
     std::optional<GraphComparison> comparison_;
 

@@ -21,9 +21,14 @@ namespace {
 // note is its tooltip). QStatusBar::showMessage would cut it at the progress fields without a sign.
 class ElidedLabel : public QLabel {
 public:
-    using QLabel::QLabel;
+    // `asWideAsText`: the label asks for its text's width (and is cut only where the bar is
+    // short); otherwise it takes the room the bar's stretch gives it.
+    explicit ElidedLabel(const QString& text = {}, bool asWideAsText = false)
+        : QLabel(text), asWideAsText_(asWideAsText) {}
     QSize minimumSizeHint() const override { return {0, QLabel::minimumSizeHint().height()}; }
-    QSize sizeHint() const override { return {0, QLabel::sizeHint().height()}; }
+    QSize sizeHint() const override {
+        return {asWideAsText_ ? QLabel::sizeHint().width() : 0, QLabel::sizeHint().height()};
+    }
 
 protected:
     void paintEvent(QPaintEvent*) override {
@@ -33,6 +38,9 @@ protected:
         painter.drawText(r, Qt::AlignLeft | Qt::AlignVCenter,
                          fontMetrics().elidedText(text(), Qt::ElideRight, r.width()));
     }
+
+private:
+    bool asWideAsText_ = false;
 };
 
 // How long a run's note stays in place of the status text.
@@ -49,7 +57,9 @@ StatusLine::StatusLine(QStatusBar* bar) : QObject(bar) {
     statusText_->setObjectName(QStringLiteral("statusText"));
     statusText_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     statusText_->setMinimumWidth(200);
-    progressText_ = new QLabel;
+    // As wide as its text where there is room, cut with "…" where there is not (the whole text its
+    // tooltip): a long phase name never widens the window past the screen.
+    progressText_ = new ElidedLabel({}, true);
     progressText_->setObjectName(QStringLiteral("progressText"));
     stepBar_ = new QProgressBar;
     stepBar_->setObjectName(QStringLiteral("stepProgress"));
@@ -67,6 +77,7 @@ StatusLine::StatusLine(QStatusBar* bar) : QObject(bar) {
     noteText_ = new ElidedLabel;
     noteText_->setObjectName(QStringLiteral("statusNote"));
     noteText_->setContentsMargins(3, 0, 0, 0);  // where QStatusBar draws its messages
+    noteText_->setMinimumWidth(200);            // as the status text: a long progress text is cut first
     noteText_->hide();
     noteTimer_ = new QTimer(this);
     noteTimer_->setSingleShot(true);
@@ -99,36 +110,40 @@ void StatusLine::showReady(bool valid, const RunConfig& config) {
     // Before a run the bars would read "step 0/1": say what a run would do instead.
     hideBars();
     if (!valid) {
-        progressText_->setText(tr("not ready: fix the marked settings"));
+        setProgressText(tr("not ready: fix the marked settings"));
         return;
     }
     try {
         const TilePlan plan = TilePlan::fromConfig(config);
         const int batch = resolveTileBatch(config.tileBatch, plan.count());
         const int batches = (plan.count() + batch - 1) / batch;
-        progressText_->setText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4%5)")
-                                   .arg(config.steps)
-                                   .arg(batches)
-                                   .arg(plan.count())
-                                   .arg(batch)
-                                   .arg(config.tileBatch <= 0 ? tr(", auto") : QString()));
+        setProgressText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4%5)")
+                            .arg(config.steps)
+                            .arg(batches)
+                            .arg(plan.count())
+                            .arg(batch)
+                            .arg(config.tileBatch <= 0 ? tr(", auto") : QString()));
     } catch (const std::exception&) {
-        progressText_->setText(tr("not ready: fix the marked settings"));
+        setProgressText(tr("not ready: fix the marked settings"));
     }
 }
 
 void StatusLine::showRanOn(const RunRecord& record) {
-    progressText_->setText(tr("%1 %2 · %3 × %4 px · seed %5")
-                               .arg(QString::fromStdString(record.environment.backend).toUpper(),
-                                    QString::fromUtf8(toString(record.config.precision).data()).toUpper())
-                               .arg(record.config.width)
-                               .arg(record.config.height)
-                               .arg(record.config.seed));
+    setProgressText(tr("%1 %2 · %3 × %4 px · seed %5")
+                        .arg(QString::fromStdString(record.environment.backend).toUpper(),
+                             QString::fromUtf8(toString(record.config.precision).data()).toUpper())
+                        .arg(record.config.width)
+                        .arg(record.config.height)
+                        .arg(record.config.seed));
 }
 
-void StatusLine::setProgressText(const QString& text) { progressText_->setText(text); }
+void StatusLine::setProgressText(const QString& text) {
+    progressText_->setText(text);
+    progressText_->setToolTip(text);
+    progressText_->updateGeometry();
+}
 
-void StatusLine::clearProgressText() { progressText_->clear(); }
+void StatusLine::clearProgressText() { setProgressText({}); }
 
 void StatusLine::showBars() {
     stepBar_->show();

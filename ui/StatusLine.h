@@ -1,7 +1,8 @@
 // StatusLine: the window's status bar fields. On the left the status text (red for an error;
 // drawn cut with "…" where it is longer than the room left, the whole text its tooltip),
 // replaced for 8 s by a run's note (showNote: drawn cut with "…" where it is longer than the
-// room left, the whole note its tooltip); on the right the progress text and two bars, step k/N
+// room left, the whole note its tooltip); on the right the progress text (as wide as it is where
+// the bar has room, else cut with "…", the whole text its tooltip) and two bars, step k/N
 // (or the model load's fraction and phase) and tile j/M. Before a run the bars are hidden and
 // the progress text says what a run of the settings would do.
 #pragma once

@@ -41,6 +41,9 @@ TilingGroup::TilingGroup(QWidget* parent) : ConfigGroup(tr("Tiling"), parent) {
     stride_ = makeRoleLabel("strideLabel", "hint");
     stride_->setWordWrap(false);
     form->addRow(tr("Stride"), stride_);
+    clampNote_ = makeRoleLabel("tileClampNote", "warning");
+    clampNote_->hide();
+    form->addRow(QString(), clampNote_);
 
     window_ = makeCombo<BlendWindowKind>({{BlendWindowKind::Hann, tr("Hann")},
                                           {BlendWindowKind::Gaussian, tr("Gaussian")},
@@ -115,6 +118,18 @@ void TilingGroup::convertOverlap(int unit, int overlapPixels) {
 }
 
 void TilingGroup::showStride(const RunConfig& c) {
+    // A tile longer than a side covers that side whole: the run's tiles are the image's size there.
+    const int tileW = std::min(c.tile, c.width), tileH = std::min(c.tile, c.height);
+    const bool clamped = c.tile > 0 && c.width > 0 && c.height > 0 && (tileW < c.tile || tileH < c.tile);
+    clampNote_->setVisible(clamped);
+    if (clamped)
+        clampNote_->setText(tr("The %1 px tile is longer than the %2 × %3 px image: it is clamped to %4 × %5 px%6")
+                                .arg(c.tile)
+                                .arg(c.width)
+                                .arg(c.height)
+                                .arg(tileW)
+                                .arg(tileH)
+                                .arg(tileW == c.width && tileH == c.height ? tr(", one tile, no tiling") : QString()));
     const int overlapPx = c.overlapPixels();
     stride_->setText(c.tile > overlapPx && overlapPx >= 0
                          ? tr("%1 px (tile %2 − overlap %3)").arg(c.tile - overlapPx).arg(c.tile).arg(overlapPx)

@@ -19,7 +19,8 @@ public:
 
     // Shows the overlap in `unit` (0: px, 1: % of the tile) as the same `overlapPixels`.
     void convertOverlap(int unit, int overlapPixels);
-    // The stride line for `config`'s tile and overlap.
+    // The stride line for `config`'s tile and overlap, and, where the tile is longer than a side
+    // of the image, that it is clamped to the image (as every run does: TilePlan).
     void showStride(const RunConfig& config);
 
 signals:
@@ -34,6 +35,7 @@ private:
     QSpinBox* overlap_ = nullptr;
     QComboBox* overlapUnit_ = nullptr;
     QLabel* stride_ = nullptr;
+    QLabel* clampNote_ = nullptr;  // the tile clamped to the image
     QComboBox* window_ = nullptr;
     QComboBox* fusion_ = nullptr;
     QSpinBox* tileBatch_ = nullptr;

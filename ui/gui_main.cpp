@@ -22,6 +22,8 @@
 //   --compare-graphs    press Compare graphs at start; without --delay the picture is taken
 //                       when the comparison ends
 //   --preset FILE       load a preset (or a run manifest or run PNG) at start; exit 2 if unusable
+//   --parameters FILE   then apply an image's generation parameters (File > Load parameters from
+//                       PNG/JPEG…: an A1111 or ComfyUI PNG, an A1111 JPEG); exit 2 if unusable
 //   --fresh             ignore (and do not change) the saved settings
 #include <cstdio>
 #include <functional>
@@ -230,9 +232,72 @@ void takeScreenshots(tessera::MainWindow& window, tessera::JobQueue& files, cons
     });
 }
 
+// The command line's options; the hidden ones serve documentation and smoke tests.
+struct GuiOptions {
+    QCommandLineOption screenshot{QStringLiteral("screenshot"), QStringLiteral("Save the window to PATH and quit."),
+                                  QStringLiteral("PATH")};
+    QCommandLineOption delay{QStringLiteral("delay"), QStringLiteral("Milliseconds before the screenshot."),
+                             QStringLiteral("MS"), QStringLiteral("1500")};
+    QCommandLineOption runAtStart{QStringLiteral("run"), QStringLiteral("Start a run at once.")};
+    QCommandLineOption compareAtStart{QStringLiteral("compare-graphs"),
+                                      QStringLiteral("Start Compare graphs at once.")};
+    QCommandLineOption preset{QStringLiteral("preset"), QStringLiteral("Load a preset at start."),
+                              QStringLiteral("FILE")};
+    QCommandLineOption fresh{QStringLiteral("fresh"), QStringLiteral("Ignore the saved settings.")};
+    QCommandLineOption show{QStringLiteral("show"), QStringLiteral("What the matching screenshot shows."),
+                            QStringLiteral("VIEW")};
+    QCommandLineOption historyDir{QStringLiteral("history"), QStringLiteral("Run history folder."),
+                                  QStringLiteral("DIR")};
+    QCommandLineOption modelsDir{QStringLiteral("models"), QStringLiteral("Models folder the picker lists."),
+                                 QStringLiteral("DIR")};
+    QCommandLineOption parameters{QStringLiteral("parameters"),
+                                  QStringLiteral("Apply an image's generation parameters at start."),
+                                  QStringLiteral("FILE")};
+
+    void addTo(QCommandLineParser& parser) {
+        parser.setApplicationDescription(
+            QStringLiteral("Tiled high-resolution diffusion workbench: the window. tessera-cli renders, benchmarks and "
+                           "compares without one (tessera-cli --help)."));
+        parser.addHelpOption();
+        parser.addVersionOption();
+        for (QCommandLineOption* option : {&screenshot, &delay, &runAtStart, &compareAtStart, &preset, &fresh, &show,
+                                           &historyDir, &modelsDir, &parameters}) {
+            option->setFlags(QCommandLineOption::HiddenFromHelp);
+            parser.addOption(*option);
+        }
+    }
+};
+
+void setApplicationNames() {
+    QCoreApplication::setOrganizationName(QStringLiteral("Tessera"));
+    QCoreApplication::setApplicationName(QStringLiteral("tessera"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
+}
+
+// --help and --version answer on the terminal: they need no display, so they are answered before
+// the window's QApplication (which needs one) exists.
+bool asksForHelpOrVersion(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const QByteArray arg(argv[i]);
+        if (arg == "--") return false;
+        if (arg == "-h" || arg == "--help" || arg == "-?" || arg == "--help-all" || arg == "-v" || arg == "--version")
+            return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (asksForHelpOrVersion(argc, argv)) {
+        QCoreApplication terminal(argc, argv);
+        setApplicationNames();
+        QCommandLineParser parser;
+        GuiOptions options;
+        options.addTo(parser);
+        parser.process(terminal);  // prints the help or the version and exits
+        return 0;
+    }
     // OpenBLAS's kernels for this CPU where it loaded older ones (a restart, before Qt starts).
     tessera::restartWithOpenblasKernelsForThisCpu(argv);
 #ifdef TESSERA_HAVE_BUNDLE_ENVIRONMENT
@@ -243,38 +308,24 @@ int main(int argc, char** argv) {
 #ifdef TESSERA_HAVE_BUNDLE_ENVIRONMENT
     tessera::registerBundledFonts();
 #endif
-    QApplication::setOrganizationName(QStringLiteral("Tessera"));
-    QApplication::setApplicationName(QStringLiteral("tessera"));
+    setApplicationNames();
     QApplication::setApplicationDisplayName(QStringLiteral("Tessera"));
-    QApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
     QApplication::setDesktopFileName(QStringLiteral("io.github.tessera.Tessera"));
 
     QCommandLineParser parser;
-    parser.setApplicationDescription(QStringLiteral("Tiled high-resolution diffusion workbench"));
-    parser.addHelpOption();
-    parser.addVersionOption();
-    QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Save the window to PATH and quit."),
-                                  QStringLiteral("PATH"));
-    QCommandLineOption delay(QStringLiteral("delay"), QStringLiteral("Milliseconds before the screenshot."),
-                             QStringLiteral("MS"), QStringLiteral("1500"));
-    QCommandLineOption runAtStart(QStringLiteral("run"), QStringLiteral("Start a run at once."));
-    QCommandLineOption compareAtStart(QStringLiteral("compare-graphs"),
-                                      QStringLiteral("Start Compare graphs at once."));
-    QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Load a preset at start."),
-                              QStringLiteral("FILE"));
-    QCommandLineOption fresh(QStringLiteral("fresh"), QStringLiteral("Ignore the saved settings."));
-    QCommandLineOption show(QStringLiteral("show"), QStringLiteral("What the matching screenshot shows."),
-                            QStringLiteral("VIEW"));
-    QCommandLineOption historyDir(QStringLiteral("history"), QStringLiteral("Run history folder."),
-                                  QStringLiteral("DIR"));
-    QCommandLineOption modelsDir(QStringLiteral("models"), QStringLiteral("Models folder the picker lists."),
-                                 QStringLiteral("DIR"));
-    for (QCommandLineOption* option :
-         {&screenshot, &delay, &runAtStart, &compareAtStart, &preset, &fresh, &show, &historyDir, &modelsDir}) {
-        option->setFlags(QCommandLineOption::HiddenFromHelp);
-        parser.addOption(*option);
-    }
+    GuiOptions options;
+    options.addTo(parser);
     parser.process(app);
+    const QCommandLineOption& screenshot = options.screenshot;
+    const QCommandLineOption& delay = options.delay;
+    const QCommandLineOption& runAtStart = options.runAtStart;
+    const QCommandLineOption& compareAtStart = options.compareAtStart;
+    const QCommandLineOption& preset = options.preset;
+    const QCommandLineOption& fresh = options.fresh;
+    const QCommandLineOption& show = options.show;
+    const QCommandLineOption& historyDir = options.historyDir;
+    const QCommandLineOption& modelsDir = options.modelsDir;
+    const QCommandLineOption& parameters = options.parameters;
 
     // --fresh: settings in a throw-away file, so screenshots never depend on (or touch) the user's.
     QTemporaryDir scratch;
@@ -288,7 +339,7 @@ int main(int argc, char** argv) {
     tessera::JobQueue files(1);
     tessera::MainWindow window(std::move(settings), history);
     if (parser.isSet(modelsDir)) window.configPanel()->setModelsFolder(parser.value(modelsDir));
-    const auto begin = [&] {
+    const auto showWindow = [&] {
         window.show();
         if (parser.isSet(screenshot)) {
             const QStringList paths = parser.values(screenshot);
@@ -310,6 +361,19 @@ int main(int argc, char** argv) {
             whenModelChecked(window, [&window] { window.startRun(); });
         else if (parser.isSet(compareAtStart))
             whenModelChecked(window, [&window] { window.startGraphComparison(); });
+    };
+    // --parameters after --preset: as File > Load parameters does it (read off the GUI thread).
+    const auto begin = [&] {
+        if (!parser.isSet(parameters)) return showWindow();
+        QObject::connect(
+            &window, &tessera::MainWindow::parametersApplied, &window,
+            [&showWindow](const QString&, bool ok, const QString& error, const QStringList&) {
+                if (ok) return showWindow();
+                std::fprintf(stderr, "tessera: parameters: %s\n", qPrintable(error));
+                QApplication::exit(2);
+            },
+            Qt::SingleShotConnection);
+        window.loadParametersFrom(parser.value(parameters));
     };
     if (parser.isSet(preset)) {
         // The same reader as File > Open preset (bounded, through core/base/BoundedInput.h, off the GUI

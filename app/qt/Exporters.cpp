@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <initializer_list>
 #include <stdexcept>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "app/cli/PngIO.h"
 #include "app/qt/GuiThreadGuard.h"
+#include "app/qt/ImportedParameters.h"
 #include "core/base/BoundedInput.h"
 #include "core/run/OutputSet.h"
 #include "core/run/RunRecordIO.h"
@@ -89,15 +92,42 @@ void exportRun(const RunResult& result, ExportFormat format, const std::string& 
         writeTextFileAtomically(path, bytes);
 }
 
-RestoredConfig configurationFromFile(const std::string& path) {
+namespace {
+
+bool hasSuffix(const std::string& path, std::initializer_list<std::string_view> suffixes) {
+    const std::string suffix = std::filesystem::path(path).extension().string();
+    return std::any_of(suffixes.begin(), suffixes.end(), [&suffix](std::string_view s) {
+        return suffix.size() == s.size() && std::equal(suffix.begin(), suffix.end(), s.begin(), [](char a, char b) {
+                   return std::tolower(static_cast<unsigned char>(a)) == b;
+               });
+    });
+}
+
+RestoredConfig fromImageParameters(const std::string& path, const RunConfig& base) {
+    ImportedParameters imported = parametersFromImage(path, base);
+    RestoredConfig restored;
+    restored.config = std::move(imported.config);
+    restored.source = ConfigSource::ImageParameters;
+    restored.unmapped = std::move(imported.unmapped);
+    return restored;
+}
+
+}  // namespace
+
+RunConfig configurationAsAsked(const RunRecord& record) {
+    RunConfig config = record.config;
+    if (record.tileBatch) config.tileBatch = record.tileBatch->asked;
+    return config;
+}
+
+RestoredConfig configurationFromFile(const std::string& path, const RunConfig& base) {
     assertNotGuiThread("configurationFromFile");
     // Untrusted input, read through core/BoundedInput: JSON is bounded in size and nesting
     // depth. Run PNGs (larger than any JSON) go to PngIO whole; only their manifest is parsed.
     static const std::string kPngSignature("\x89PNG\r\n\x1a\n", 8);
-    const std::string suffix = std::filesystem::path(path).extension().string();
-    const bool pngName = suffix.size() == 4 && std::equal(suffix.begin(), suffix.end(), ".png", [](char a, char b) {
-                             return std::tolower(static_cast<unsigned char>(a)) == b;
-                         });
+    const bool pngName = hasSuffix(path, {".png"});
+    // A JPEG holds no manifest: its parameters, as A1111 wrote them.
+    if (hasSuffix(path, {".jpg", ".jpeg"})) return fromImageParameters(path, base);
     // A FIFO must be refused, not opened (which would wait for a writer).
     std::error_code ignored;
     if (pngName && !std::filesystem::is_regular_file(path, ignored))
@@ -108,26 +138,27 @@ RestoredConfig configurationFromFile(const std::string& path) {
         if (pngName || bytes.compare(0, kPngSignature.size(), kPngSignature) == 0) {
             const PngFile png = readPng(path);
             const std::string manifest = png.text("tessera-manifest");
-            if (manifest.empty())
-                throw std::runtime_error("the PNG has no tessera-manifest chunk (it was not written by Tessera)");
-            const RunRecord record =
-                runRecordFromManifest(parseBoundedJson(manifest, "preset", "its tessera-manifest chunk"));
-            restored.config = record.config;
-            restored.source = ConfigSource::RunPng;
-            restored.runId = record.runId;
+            if (!manifest.empty()) {
+                const RunRecord record =
+                    runRecordFromManifest(parseBoundedJson(manifest, "preset", "its tessera-manifest chunk"));
+                restored.config = configurationAsAsked(record);
+                restored.source = ConfigSource::RunPng;
+                restored.runId = record.runId;
+                return restored;
+            }
+        } else {
+            const nlohmann::json json = parseBoundedJson(bytes, "preset", shownPath(path));
+            if (json.is_object() && json.contains("schema_version")) {
+                const RunRecord record = runRecordFromManifest(json);
+                restored.config = configurationAsAsked(record);
+                restored.source = ConfigSource::Manifest;
+                restored.runId = record.runId;
+                return restored;
+            }
+            restored.config = runConfigFromJson(json);
+            restored.source = ConfigSource::Preset;
             return restored;
         }
-        const nlohmann::json json = parseBoundedJson(bytes, "preset", shownPath(path));
-        if (json.is_object() && json.contains("schema_version")) {
-            const RunRecord record = runRecordFromManifest(json);
-            restored.config = record.config;
-            restored.source = ConfigSource::Manifest;
-            restored.runId = record.runId;
-            return restored;
-        }
-        restored.config = runConfigFromJson(json);
-        restored.source = ConfigSource::Preset;
-        return restored;
     } catch (const ValidationError& e) {
         throw ValidationError(e.field(), path + ": " + e.what());
     } catch (const std::exception& e) {
@@ -136,6 +167,9 @@ RestoredConfig configurationFromFile(const std::string& path) {
         if (what.find(path) != std::string::npos) throw;
         throw std::runtime_error(path + ": " + what);
     }
+    // A PNG without a manifest is another tool's (A1111, ComfyUI): its generation settings, as
+    // tessera-cli --params-from reads them (its errors name the file).
+    return fromImageParameters(path, base);
 }
 
 double peakMemoryMiB(const RunRecord& record) {

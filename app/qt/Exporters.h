@@ -10,6 +10,7 @@
 #include <QString>
 
 #include "core/run/Engine.h"
+#include "core/run/Infotext.h"
 #include "core/run/RunConfig.h"
 #include "core/run/RunRecord.h"
 
@@ -38,18 +39,28 @@ void exportRun(const RunResult& result, ExportFormat format, const std::string& 
                const std::vector<const RunRecord*>& earlier = {});
 
 // Where a configuration came from when read back by configurationFromFile.
-enum class ConfigSource { RunPng, Manifest, Preset };
+// ImageParameters: an image another tool wrote (A1111, ComfyUI), read as app/qt/ImportedParameters.h reads it.
+enum class ConfigSource { RunPng, Manifest, Preset, ImageParameters };
 
 struct RestoredConfig {
     RunConfig config;
     ConfigSource source = ConfigSource::Preset;
-    std::string runId;  // of the run, for RunPng and Manifest; empty for a preset
+    std::string runId;  // of the run, for RunPng and Manifest; empty otherwise
+    // ImageParameters: the settings that were not applied (the rest of the configuration is `base`'s).
+    std::vector<UnmappedSetting> unmapped;
 };
 
 // The configuration stored in `path`: a run PNG (its "tessera-manifest" chunk; app/cli/PngIO.h
-// encodeRunPng), a run manifest JSON (has "schema_version") or a preset JSON (runConfigFromJson).
-// Throws std::runtime_error (or ValidationError) naming the path and what is wrong.
-RestoredConfig configurationFromFile(const std::string& path);
+// encodeRunPng), a run manifest JSON (has "schema_version"), a preset JSON (runConfigFromJson),
+// or a PNG or JPEG without a manifest whose generation settings (A1111's "parameters", ComfyUI's
+// "prompt", a JPEG's EXIF UserComment: parametersFromImage) are applied onto `base`. A run's
+// configuration is the one it asked for (configurationAsAsked). Throws std::runtime_error (or
+// ValidationError) naming the path and what is wrong.
+RestoredConfig configurationFromFile(const std::string& path, const RunConfig& base = RunConfig{});
+
+// The configuration `record` ran with, as it was asked for: the record keeps what ran (the tile
+// batch auto chose, the backend that computed), a restore gives back the choice ("auto").
+RunConfig configurationAsAsked(const RunRecord& record);
 
 // The highest memory the record saw, in MiB: peakDeviceMiB when measured, else the largest
 // memory sample (host RSS on CPU); -1 when there is neither.

@@ -76,7 +76,7 @@ struct ModelInspector::Cache {
         const bool random = folder.startsWith(QString::fromLatin1(kRandomModelPrefix));
         result.stableDiffusion = random || ModelLocator::isStableDiffusion(folder);
         if (random) {  // nothing to read or cache
-            result.limits = ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error);
+            result.limits = ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error, &result.family);
             return result;
         }
         if (!result.stableDiffusion && !QFileInfo(folder).isDir()) {
@@ -101,7 +101,7 @@ struct ModelInspector::Cache {
         }
         reads.fetch_add(1);
         result.limits = result.stableDiffusion
-                            ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error)
+                            ? ModelLocator::readSdLimits(folder, &result.pixelMultiple, &result.error, &result.family)
                             : ModelLocator::readLimits(folder, &result.error);
         std::lock_guard lock(mutex);
         entries[folder] = Entry{stamp, result};

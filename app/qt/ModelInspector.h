@@ -24,6 +24,7 @@
 #include <QString>
 
 #include "app/qt/JobQueue.h"
+#include "core/models/sd/SdModel.h"
 #include "core/run/RunConfig.h"
 
 namespace tessera {
@@ -35,6 +36,7 @@ struct ModelInspection {
     QString error;                      // otherwise: what is wrong, naming the folder or file
     bool stableDiffusion = false;       // a Stable Diffusion model (prompts, guidance, clip skip apply)
     int pixelMultiple = 1;              // SD: image sides and overlaps in multiples of this (the VAE's scale)
+    SdFamily family = SdFamily::SD1;    // SD: which family (SDXL takes no clip skip)
 };
 
 class ModelInspector : public QObject {

@@ -11,7 +11,9 @@
 #include "app/cli/CliOptions.h"
 #include "app/qt/GuiThreadGuard.h"
 #include "core/base/BoundedInput.h"
+#include "core/formats/Safetensors.h"
 #include "core/formats/SchedulerConfig.h"
+#include "core/models/clip/ClipTextConfig.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/UNetCondConfig.h"
@@ -97,12 +99,13 @@ constexpr int kSdVaeScale = 8;
 // data read, no hash): SDXL's 3-level UNet takes 32-px tiles, SD 1.x / 2.x's 4 levels 64. A
 // header that cannot be read keeps SD 1.x's limits: the run that loads the file says why (and
 // the model picker, which inspects it too).
-ModelLimits readCheckpointLimits(const std::string& path, int* pixelMultiple) {
+ModelLimits readCheckpointLimits(const std::string& path, int* pixelMultiple, SdFamily* family) {
     SingleFileOptions options;
     options.digest = FileDigest::Skip;
     try {
         const SingleFileCheckpointInfo info = inspectSingleFileCheckpoint(path, options);
         *pixelMultiple = info.vae.scaleFactor();
+        *family = info.family;
         return ModelLimits{info.unet.downsampleFactor() * info.vae.scaleFactor(), kSdCheckpointLimits.numTrainTimesteps,
                            3};
     } catch (const ModelError&) {
@@ -112,8 +115,19 @@ ModelLimits readCheckpointLimits(const std::string& path, int* pixelMultiple) {
     }
 }
 
-ModelLimits readPipelineLimits(const std::filesystem::path& root, int* pixelMultiple) {
+ModelLimits readPipelineLimits(const std::filesystem::path& root, int* pixelMultiple, SdFamily* family) {
     const UNetCondConfig unet = unetCondConfigFromJson(readBoundedJson(root / "unet" / "config.json", "model"));
+    if (unet.hasTextTime()) {
+        *family = SdFamily::SDXL;
+    } else {
+        // As the loader tells SD 1.x from 2.x (its text encoder); a folder whose encoder config
+        // cannot be read is refused by the run, which names it.
+        try {
+            *family = familyOfTextEncoder(readClipTextConfig(root / "text_encoder"));
+        } catch (const std::exception&) {
+            *family = SdFamily::SD1;
+        }
+    }
     const VaeConfig vae = readVaeConfig(root.string());
     int trainSteps = sdSchedulerDefaults().numTrainTimesteps;
     const std::filesystem::path scheduler = root / "scheduler" / "scheduler_config.json";
@@ -126,18 +140,23 @@ ModelLimits readPipelineLimits(const std::filesystem::path& root, int* pixelMult
 
 }  // namespace
 
-std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* pixelMultiple, QString* error) {
+std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* pixelMultiple, QString* error,
+                                                      SdFamily* family) {
     assertNotGuiThread("ModelLocator::readSdLimits");
     const auto fail = [error](const QString& message) -> std::optional<ModelLimits> {
         if (error) *error = message;
         return std::nullopt;
     };
+    SdFamily unused = SdFamily::SD1;
+    if (!family) family = &unused;
+    *family = SdFamily::SD1;
     *pixelMultiple = kSdVaeScale;
     const std::string text = path.toStdString();
     if (text.rfind(kRandomModelPrefix, 0) == 0) {
         // The shapes randomSdModel builds (SD 1.5, SD 2.1: 64; SDXL's 3-level UNet: 32).
         try {
             const SdModelConfigs c = randomSdModelConfigs(text);
+            *family = c.family;
             return ModelLimits{c.unet.downsampleFactor() * c.vae.scaleFactor(), sdSchedulerDefaults().numTrainTimesteps,
                                3};
         } catch (const ValidationError&) {
@@ -152,7 +171,7 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
     const QFileInfo info(path);
     if (info.isDir()) {
         try {
-            return readPipelineLimits(std::filesystem::path(text), pixelMultiple);
+            return readPipelineLimits(std::filesystem::path(text), pixelMultiple, family);
         } catch (const std::exception& e) {
             // Shown beside the model field: its "model: " prefix would say it twice.
             QString message = QString::fromUtf8(e.what());
@@ -166,7 +185,14 @@ std::optional<ModelLimits> ModelLocator::readSdLimits(const QString& path, int* 
                            "code); convert it to .safetensors")
                 .arg(info.fileName()));
     if (!info.isFile()) return fail(QStringLiteral("'%1' is not a file").arg(QString::fromStdString(excerpt(text))));
-    return readCheckpointLimits(text, pixelMultiple);
+    // No safetensors file at all (a text file renamed, a download cut short): said now, when the
+    // model is chosen, not after Run. Only the header is read.
+    try {
+        const SafetensorsFile header(text);
+    } catch (const SafetensorsError& e) {
+        return fail(QString::fromStdString(toValidUtf8(e.what())));
+    }
+    return readCheckpointLimits(text, pixelMultiple, family);
 }
 
 }  // namespace tessera

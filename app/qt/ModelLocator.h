@@ -8,6 +8,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "core/models/sd/SdModel.h"
 #include "core/run/RunConfig.h"
 
 namespace tessera {
@@ -40,10 +41,14 @@ public:
     // a pipeline folder's unet/ and vae/ config.json and scheduler/scheduler_config.json;
     // a .safetensors checkpoint's header (its family's UNet and VAE as core's
     // inspectSingleFileCheckpoint finds them, no tensor data read: SDXL 32, SD 1.x/2.x 64; a
-    // header that cannot be read: 64, and the run says why); random:sd15 / random:sd21 (64) and random:sdxl
-    // (32: its UNet has 3 levels) as core's randomSdModelConfigs builds them. nullopt with
-    // *error set (naming the file) when the model cannot be used.
-    static std::optional<ModelLimits> readSdLimits(const QString& path, int* pixelMultiple, QString* error = nullptr);
+    // file that is no safetensors file at all (a header that cannot be read: a text file renamed,
+    // a download cut short) cannot be used and says why; a valid header whose tensors are not
+    // recognised: 64, and the run says why); random:sd15 / random:sd21 (64) and random:sdxl (32:
+    // its UNet has 3 levels) as core's randomSdModelConfigs builds them. nullopt with *error set
+    // (naming the file) when the model cannot be used. `family` (when given) is set to the
+    // model's family (a pipeline's: SDXL with a text-time UNet, else its text encoder's).
+    static std::optional<ModelLimits> readSdLimits(const QString& path, int* pixelMultiple, QString* error = nullptr,
+                                                   SdFamily* family = nullptr);
 
     // Why nothing usable is at `path`, for messages, or empty when something is there:
     // brokenLink's message, "'p' cannot be reached (<reason>)" or "'p' does not exist"; `p` is a

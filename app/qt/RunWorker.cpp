@@ -53,13 +53,9 @@ RunConfig withUpscaledCanvas(RunConfig config) {
 }
 
 // The configuration a window run runs: the canvas from the start image and the factor; an upscale
-// model only with a start image (the setting stays in the window without one, and the run then
-// names none).
-RunConfig windowRunConfig(const RunConfig& given) {
-    RunConfig config = withUpscaledCanvas(given);
-    if (config.initImage.empty()) config.upscaleModel.clear();
-    return config;
-}
+// model (and strength, upscale, preserve colour) only with a start image (the settings stay in the
+// window without one, and the run then names none).
+RunConfig windowRunConfig(const RunConfig& given) { return withoutUnusedStartImageSettings(withUpscaledCanvas(given)); }
 
 // A start image that cannot be read or decoded is a problem of the "init" setting.
 template <typename Read>
@@ -76,6 +72,16 @@ ImageFile readStartFile(const std::string& path) {
 }
 
 }  // namespace
+
+RunConfig withoutUnusedStartImageSettings(RunConfig config) {
+    if (!config.initImage.empty()) return config;
+    const RunConfig defaults;
+    config.strength = defaults.strength;
+    config.upscale = defaults.upscale;
+    config.upscaleModel = defaults.upscaleModel;
+    config.preserveColor = defaults.preserveColor;
+    return config;
+}
 
 void useBundledClipVocabulary() {
     static std::once_flag once;
@@ -165,8 +171,14 @@ public:
 
     void onPreview(const PreviewEvent& event) override {
         // Converted here, off the GUI thread.
-        emit worker_.previewReady(runId_, event.step, toQImage(event.image));
+        lastPreview_ = toQImage(event.image);
+        lastPreviewStep_ = event.step;
+        emit worker_.previewReady(runId_, event.step, lastPreview_);
     }
+
+    // The last preview sent (null before the first) and its step.
+    const QImage& lastPreview() const { return lastPreview_; }
+    int lastPreviewStep() const { return lastPreviewStep_; }
 
     void onMemory(const MemorySample& sample) override { emit worker_.memorySampled(runId_, sample); }
 
@@ -181,7 +193,28 @@ private:
     std::optional<Clock::time_point> lastLoadSignal_;
     std::string lastLoadPhase_;
     std::vector<TileBatchTiming> pendingTimings_;
+    QImage lastPreview_;
+    int lastPreviewStep_ = -1;
 };
+
+namespace {
+
+// A run stopped after a step shows what the window showed last, as A1111 keeps the last preview
+// of an interrupted job: the preview of its last step (a pixel model's x0 estimate, an SD run's
+// latent approximation) rather than the canvas mid-schedule, which is mostly noise. The image kept
+// (canvas, history, exports) and its hash are the preview's; the record says so.
+void keepLastPreview(RunResult& result, QImage& shown, const QImage& preview, int step) {
+    RunRecord& record = result.record;
+    if (record.status != RunStatus::Cancelled || preview.isNull() || record.stepsRun == 0) return;
+    Rgb8Image rgb = rgb8Of(preview);
+    record.imageSha256 = imageSha256(rgb);
+    record.messages.push_back("cancelled: the image is the preview of step " + std::to_string(step + 1) +
+                              ", the last shown (the canvas after it is mostly noise)");
+    result.image = fromRgb8(rgb);
+    shown = toQImage(std::move(rgb));
+}
+
+}  // namespace
 
 RunWorker::RunWorker(QObject* parent) : QObject(parent) { registerRunMetaTypes(); }
 
@@ -194,16 +227,20 @@ void RunWorker::cancel(quint64 runId) {
     if (engine_ && activeRunId_ != 0 && activeRunId_ <= runId) engine_->requestCancel();
 }
 
-Engine& RunWorker::engineFor(BackendKind backend, quint64 runId) {
-    // Engines keep their loaded model and prepared memory between runs; rebuild only when the
-    // backend choice changes.
-    if (engine_ && engineBackend_ == backend) return *engine_;
+Engine& RunWorker::engineFor(const RunConfig& config, quint64 runId) {
+    // Engines keep their loaded model and prepared memory between runs of that model. Another
+    // model gets a new engine: an engine keeps one model of each kind (a UNet2DModel folder, a
+    // Stable Diffusion model) and the denoiser of whichever ran last, so a pixel model run again
+    // after an SD run would sample with the SD denoiser's canvas (4 latent channels) and refuse
+    // its own 3-channel start image.
+    if (engine_ && engineBackend_ == config.backend && engineModel_ == config.model) return *engine_;
     std::string note;
-    auto engine = createEngine(backend, &note);
+    auto engine = createEngine(config.backend, &note);
     {
         std::lock_guard lock(engineMutex_);
         engine_ = std::move(engine);
-        engineBackend_ = backend;
+        engineBackend_ = config.backend;
+        engineModel_ = config.model;
     }
     if (!note.empty()) emit message(runId, QString::fromStdString(note));
     return *engine_;
@@ -268,7 +305,7 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
     try {
         useBundledClipVocabulary();
         const RunConfig config = windowRunConfig(given);
-        Engine& engine = engineFor(config.backend, runId);
+        Engine& engine = engineFor(config, runId);
         {
             std::lock_guard lock(engineMutex_);
             activeRunId_ = runId;
@@ -324,6 +361,7 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
             result->record.messages.push_back(describe(upscale->record()));
         }
         finished.image = toQImage(result->image);
+        keepLastPreview(*result, finished.image, observer.lastPreview(), observer.lastPreviewStep());
         finished.seamMap = heatmapToQImage(result->seamMap);
         const bool completed = result->record.status == RunStatus::Finished;
         finished.result = std::move(result);

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <QImage>
@@ -62,6 +63,12 @@ struct FinishedRun {
 // GUI thread (the worker and the model inspector do, before they need a tokenizer).
 void useBundledClipVocabulary();
 
+// `config` as a run without a start image uses it: with no initImage, the settings only a start
+// image gives meaning to (strength, upscale, upscale model, preserve colour) are back at their
+// defaults, so the run's record, its PNG parameters and comparisons with other runs say only what
+// ran. The window keeps showing what was typed; the run is given this.
+RunConfig withoutUnusedStartImageSettings(RunConfig config);
+
 // Registers every type the worker's signals carry (idempotent; the worker's constructor calls it).
 void registerRunMetaTypes();
 
@@ -96,7 +103,9 @@ public:
 
 public slots:
     // Runs `config` to the end on the calling (worker) thread. Creates or reuses the engine for
-    // config.backend. Emits modelLoadProgress while the engine reads the model (not when it
+    // config.backend and config.model: a run of another model gets a new engine, so nothing the
+    // last run's engine kept for its model (the denoiser, its canvas and prepared plan) reaches
+    // it. Emits modelLoadProgress while the engine reads the model (not when it
     // keeps the last run's), runStarted, then stepFinished/tileBatchFinished/previewReady/
     // memorySampled as the engine reports, then exactly one of runFinished or runFailed.
     void start(const tessera::RunConfig& config, quint64 runId);
@@ -142,7 +151,9 @@ signals:
 private:
     class Observer;
 
-    Engine& engineFor(BackendKind backend, quint64 runId);
+    // The engine for a run of `config`: the kept one while the backend and the model stay the
+    // same, else a new one.
+    Engine& engineFor(const RunConfig& config, quint64 runId);
     // One run, reported as start() says; true when it finished (not cancelled, not failed).
     bool runOne(const RunConfig& config, quint64 runId);
     // Runs `pass` over `image` for run `runId`, reporting its tiles and stopping when the run is
@@ -158,6 +169,7 @@ private:
     std::mutex engineMutex_;
     std::unique_ptr<Engine> engine_;
     BackendKind engineBackend_ = BackendKind::Auto;
+    std::string engineModel_;  // RunConfig::model of the runs engine_ made
     quint64 activeRunId_ = 0;
     std::atomic<quint64> cancelledUpTo_{0};  // every run id <= this is cancelled
     std::atomic<int> tileBatchIntervalMs_{kTileBatchSignalIntervalMs};

@@ -107,13 +107,12 @@ private slots:
                      error.contains("random:sd15, random:sd21 or random:sdxl"),
                  qPrintable(error));
 
-        // A .safetensors file whose header cannot be read is taken as SD 1.x/2.x (a run loads it
-        // and says why).
+        // A .safetensors file that is no safetensors file (its header cannot be read) cannot be
+        // used: said when the model is chosen, naming the file and the header's fault.
         const QString checkpoint = scratch_.filePath(QStringLiteral("v1-5.safetensors"));
-        QVERIFY(writeFile(checkpoint, "whatever"));
-        const auto limits = ModelLocator::readSdLimits(checkpoint, &multiple, &error);
-        QVERIFY2(limits, qPrintable(error));
-        QCOMPARE(limits->downsampleFactor, 64);
+        QVERIFY(writeFile(checkpoint, "whatever: a text file renamed"));
+        QVERIFY(!ModelLocator::readSdLimits(checkpoint, &multiple, &error));
+        QVERIFY2(error.contains("v1-5.safetensors") && error.contains("header length"), qPrintable(error));
         // A checkpoint's header tells its family: SDXL base's 3-level UNet takes tiles in multiples
         // of 32, SD 1.5's 4 levels 64 (full-size headers; the data is a sparse hole, never read).
         for (const auto& [shape, factor] : {std::pair{"random:sdxl", 32}, std::pair{"random:sd15", 64}}) {
@@ -123,9 +122,11 @@ private slots:
             single_file_test::writeHeaderOnly(
                 file.toStdString(), singleFileTensors(c.family, c.unet, c.vae, c.textEncoder, c.textEncoder2));
             multiple = 0;
-            const auto found = ModelLocator::readSdLimits(file, &multiple, &error);
+            SdFamily family = c.family == SdFamily::SDXL ? SdFamily::SD1 : SdFamily::SDXL;
+            const auto found = ModelLocator::readSdLimits(file, &multiple, &error, &family);
             QVERIFY2(found, qPrintable(error));
             QCOMPARE(found->downsampleFactor, factor);
+            QVERIFY(family == c.family);  // the family the window names
             QCOMPARE(multiple, 8);
         }
 

@@ -142,6 +142,10 @@ private slots:
         none.cudaReason =
             "the NVIDIA driver is too old: it supports CUDA 12.4, this build needs CUDA 13.0 (a newer driver)";
         panel.setDeviceReport(none);
+        // Without CUDA the precision shown follows what the CPU computes (FP32); a preset's FP16
+        // put in afterwards stays, and the note says what will compute.
+        QCOMPARE(panel.config().precision == Precision::FP32, true);
+        panel.setConfig(c);
         QVERIFY(!note->isHidden());
         QVERIFY2(note->text().contains("CUDA cannot be used on this machine: the NVIDIA driver is too old"),
                  qPrintable(note->text()));

@@ -20,6 +20,7 @@
 #include <QGroupBox>
 #include <QGuiApplication>
 #include <QLabel>
+#include <QMessageBox>
 #include <QMimeData>
 #include <QProgressBar>
 #include <QPushButton>
@@ -249,11 +250,15 @@ private slots:
         MainWindow window(freshSettings(), freshFolder());
         ConfigPanel* panel = window.configPanel();
         const QString png = writeStartImage(scratch_.filePath("dropped.png"), QSize(16, 16), Qt::green, Qt::green);
-        // On the canvas.
+        // On the canvas: the window asks whether it is the start image or its settings are wanted.
         QVERIFY(dropFile(window.canvas(), png));
+        QVERIFY(window.dropQuestion());
+        QVERIFY(panel->config().initImage.empty());
+        child<QPushButton>(window.dropQuestion(), "dropAsStartImage")->click();
         QCOMPARE(QString::fromStdString(panel->config().initImage), png);
         QVERIFY2(statusOf(window).contains("dropped.png"), qPrintable(statusOf(window)));
-        // On the Start image group.
+        QTRY_VERIFY(!window.dropQuestion());
+        // On the Start image group: no question, it is the start image.
         panel->setStartImage({});
         QVERIFY(dropFile(child<QGroupBox>(panel, "startGroup"), png));
         QCOMPARE(QString::fromStdString(panel->config().initImage), png);
@@ -538,19 +543,23 @@ private slots:
                  QStringLiteral("cancelled at step %1 of 50").arg(cancelled->record.stepsRun));
 
         // Failed: the start image was replaced by junk after the panel read it; the worker
-        // refuses it. The run is kept with its error; the canvas says why.
+        // refuses it. The run is kept with its error; the status line says why and the canvas
+        // keeps the image it showed.
         const QString start = writeStartImage(scratch_.filePath("spoiled.png"), QSize(32, 32), Qt::gray, Qt::gray);
         RunConfig config = tinyRunConfig(11, "spoiled");
         config.initImage = start.toStdString();
         QVERIFY(setConfigAndWait(*window.configPanel(), config));
         QVERIFY(window.runAction()->isEnabled());
         writeFile(start, "junk, not a picture");
+        const QImage shownBefore = window.canvas()->image();
+        QVERIFY(!shownBefore.isNull());
         ended.clear();
         added.clear();
         window.runAction()->trigger();
         QVERIFY(QTest::qWaitFor([&] { return !ended.isEmpty(); }, 300000));
         QCOMPARE(ended.at(0).at(0).toBool(), false);
-        QVERIFY2(window.canvas()->image().isNull(), "a failed run shows no image");
+        QVERIFY2(window.canvas()->image() == shownBefore, "a failed run leaves the image shown before it");
+        QVERIFY2(statusOf(window).contains("spoiled.png"), qPrintable(statusOf(window)));
         QVERIFY(QTest::qWaitFor([&] { return !added.isEmpty(); }, 60000));
         const QString failedId = added.at(0).at(1).toString();
         const HistoryEntry* failed = window.history().find(failedId);

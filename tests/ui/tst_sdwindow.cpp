@@ -106,11 +106,10 @@ private slots:
         QVERIFY(!child<QLabel>(&panel, "promptReason")->isHidden());
 
         // Stable Diffusion in each form the picker takes: the fields open, the reason goes.
-        QFile checkpoint(scratch_.filePath(QStringLiteral("model.safetensors")));
-        QVERIFY(checkpoint.open(QIODevice::WriteOnly));
-        checkpoint.close();
+        // (A checkpoint is a safetensors file: its header is read when it is chosen.)
+        const QString checkpoint = QStringLiteral(TESSERA_TEST_DATA "/singlefile/sd1.safetensors");
         for (const QString& model :
-             {sdPipeline(), QStringLiteral("random:sd15"), QStringLiteral("random:sd21"), checkpoint.fileName()}) {
+             {sdPipeline(), QStringLiteral("random:sd15"), QStringLiteral("random:sd21"), checkpoint}) {
             RunConfig c = sdConfig();
             c.model = model.toStdString();
             QVERIFY(testing::setConfigAndWait(panel, c));

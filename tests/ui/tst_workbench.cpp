@@ -12,6 +12,7 @@
 #include <QDir>
 #include <QDropEvent>
 #include <QFile>
+#include <QMessageBox>
 #include <QMimeData>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -295,7 +296,7 @@ private slots:
         QCOMPARE(other.configPanel()->config().width, 64);
         QCOMPARE(other.configPanel()->config().steps, 2);
 
-        // Dropping the PNG on the window does the same.
+        // Dropping the PNG on the window and answering "Use its parameters" does the same.
         QVERIFY(testing::setConfigAndWait(*other.configPanel(), RunConfig{}));
         QMimeData mime;
         mime.setUrls({QUrl::fromLocalFile(png)});
@@ -305,6 +306,8 @@ private slots:
         QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
         QSignalSpy restored(&other, &MainWindow::configurationRestored);
         QApplication::sendEvent(&other, &drop);
+        QVERIFY(other.dropQuestion());
+        other.dropQuestion()->findChild<QPushButton*>(QStringLiteral("dropAsParameters"))->click();
         QVERIFY(restored.wait(60000));
         QCOMPARE(restored.at(0).at(1).toBool(), true);
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(8));
@@ -319,11 +322,12 @@ private slots:
         QVERIFY(testing::restoreAndWait(other, preset, &error));
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(99));
 
-        // A PNG without a manifest is refused, naming the file and the reason.
+        // A PNG with neither a manifest nor another tool's parameters is refused, naming the file
+        // and the reason.
         const QString plain = scratch_.filePath("plain.png");
         writePng(plain.toStdString(), Rgb8Image{2, 2, std::vector<std::uint8_t>(12, 0)}, {});
         QVERIFY(!testing::restoreAndWait(other, plain, &error));
-        QVERIFY2(error.contains("plain.png") && error.contains("tessera-manifest"), qPrintable(error));
+        QVERIFY2(error.contains("plain.png") && error.contains("'parameters'"), qPrintable(error));
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(99));  // unchanged
     }
 

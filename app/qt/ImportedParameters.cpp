@@ -1,0 +1,264 @@
+#include "app/qt/ImportedParameters.h"
+
+#include <cstdint>
+#include <optional>
+
+#include "app/cli/InitImage.h"
+#include "app/cli/PngIO.h"
+#include "core/base/BoundedInput.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr std::string_view kField = "parameters";
+
+// Big- or little-endian reads inside one block, bounds checked.
+class ByteView {
+public:
+    ByteView(std::string_view bytes, bool bigEndian) : bytes_(bytes), big_(bigEndian) {}
+    std::optional<std::uint32_t> u16(std::size_t at) const { return read(at, 2); }
+    std::optional<std::uint32_t> u32(std::size_t at) const { return read(at, 4); }
+    std::string_view slice(std::size_t at, std::size_t n) const {
+        return at <= bytes_.size() && n <= bytes_.size() - at ? bytes_.substr(at, n) : std::string_view();
+    }
+    bool bigEndian() const { return big_; }
+
+private:
+    std::optional<std::uint32_t> read(std::size_t at, std::size_t n) const {
+        if (at > bytes_.size() || n > bytes_.size() - at) return std::nullopt;
+        std::uint32_t v = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto b = static_cast<unsigned char>(bytes_[at + (big_ ? i : n - 1 - i)]);
+            v = (v << 8) | b;
+        }
+        return v;
+    }
+    std::string_view bytes_;
+    bool big_;
+};
+
+// The value bytes of tag `tag` in the IFD at `ifd` (type sizes of TIFF 6.0), or nothing.
+std::optional<std::string_view> ifdValue(const ByteView& tiff, std::uint32_t ifd, std::uint32_t tag) {
+    constexpr std::uint32_t kTypeBytes[] = {0, 1, 1, 2, 4, 8, 1, 1, 2, 4, 8, 4, 8};
+    const auto count = tiff.u16(ifd);
+    if (!count) return std::nullopt;
+    for (std::uint32_t i = 0; i < *count; ++i) {
+        const std::size_t entry = ifd + 2 + std::size_t{12} * i;
+        const auto t = tiff.u16(entry), type = tiff.u16(entry + 2), n = tiff.u32(entry + 4);
+        if (!t || !type || !n) return std::nullopt;
+        if (*t != tag) continue;
+        if (*type == 0 || *type > 12) return std::nullopt;
+        const std::uint64_t bytes = std::uint64_t{kTypeBytes[*type]} * *n;
+        if (bytes <= 4) return tiff.slice(entry + 8, static_cast<std::size_t>(bytes));
+        const auto offset = tiff.u32(entry + 8);
+        if (!offset) return std::nullopt;
+        const std::string_view value = tiff.slice(*offset, static_cast<std::size_t>(bytes));
+        if (value.size() != bytes) return std::nullopt;
+        return value;
+    }
+    return std::nullopt;
+}
+
+void appendUtf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xc0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xe0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+        out += static_cast<char>(0xf0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+}
+
+// UTF-16 as Python's decode(errors='replace'): unpaired surrogates become U+FFFD.
+std::string utf16ToUtf8(std::string_view bytes, bool bigEndian) {
+    const ByteView view(bytes, bigEndian);
+    std::string out;
+    out.reserve(bytes.size() / 2);
+    const std::size_t units = bytes.size() / 2;
+    for (std::size_t i = 0; i < units; ++i) {
+        const std::uint32_t u = *view.u16(2 * i);
+        if (u >= 0xd800 && u < 0xdc00 && i + 1 < units) {
+            const std::uint32_t low = *view.u16(2 * (i + 1));
+            if (low >= 0xdc00 && low < 0xe000) {
+                appendUtf8(out, 0x10000 + ((u - 0xd800) << 10) + (low - 0xdc00));
+                ++i;
+                continue;
+            }
+        }
+        appendUtf8(out, u >= 0xd800 && u < 0xe000 ? 0xfffd : u);
+    }
+    return out;
+}
+
+// piexif's UserComment.load as A1111 calls it (a value it cannot load is read as UTF-8).
+std::string userCommentText(std::string_view data, bool bigEndian) {
+    constexpr std::string_view kUnicode("UNICODE\0", 8), kAscii("ASCII\0\0\0", 8);
+    std::string text;
+    if (data.substr(0, 8) == kUnicode) {
+        std::string_view body = data.substr(8);
+        bool big = bigEndian;
+        if (body.size() >= 2 && body[0] == '\xfe' && body[1] == '\xff') {
+            big = true;
+            body.remove_prefix(2);
+        } else if (body.size() >= 2 && body[0] == '\xff' && body[1] == '\xfe') {
+            big = false;
+            body.remove_prefix(2);
+        }
+        text = utf16ToUtf8(body, big);
+    } else if (data.substr(0, 8) == kAscii) {
+        text = std::string(data.substr(8));
+    } else {
+        // An undefined or unknown character code: the whole value as UTF-8, as A1111 falls back.
+        text = std::string(data);
+        text.erase(0, text.find_first_not_of('\0') == std::string::npos ? text.size() : text.find_first_not_of('\0'));
+    }
+    while (!text.empty() && text.back() == '\0') text.pop_back();
+    return toValidUtf8(text);
+}
+
+std::string exifUserComment(std::string_view exif) {
+    // "Exif\0\0", then a TIFF block: byte order, 42, the first IFD's offset.
+    const std::string_view tiffBytes = exif.substr(6);
+    if (tiffBytes.size() < 8) return {};
+    const bool big = tiffBytes.substr(0, 2) == "MM";
+    if (!big && tiffBytes.substr(0, 2) != "II") return {};
+    const ByteView tiff(tiffBytes, big);
+    const auto ifd0 = tiff.u32(4);
+    if (tiff.u16(2) != 42u || !ifd0) return {};
+    const auto exifPointer = ifdValue(tiff, *ifd0, 0x8769);  // ExifIFDPointer
+    if (!exifPointer || exifPointer->size() != 4) return {};
+    const auto exifIfd = ByteView(*exifPointer, big).u32(0);
+    if (!exifIfd) return {};
+    const auto comment = ifdValue(tiff, *exifIfd, 0x9286);  // UserComment
+    return comment ? userCommentText(*comment, big) : std::string();
+}
+
+ImportedParameters applyText(const std::string& text, const RunConfig& base, std::string source) {
+    ImportedParameters imported;
+    imported.config = base;
+    imported.source = std::move(source);
+    const ImportedSettings settings = applyInfotext(parseInfotext(text), imported.config);
+    imported.fields = settings.fields;
+    imported.unmapped = settings.unmapped;
+    return imported;
+}
+
+[[noreturn]] void refuse(const std::string& path, const std::string& why) {
+    throw InputFileError(std::string(kField), std::string(kField) + ": " + shownPath(path) + ": " + why);
+}
+
+}  // namespace
+
+std::string jpegParametersText(std::string_view bytes) {
+    if (bytes.size() < 4 || static_cast<unsigned char>(bytes[0]) != 0xff ||
+        static_cast<unsigned char>(bytes[1]) != 0xd8)
+        return {};
+    const ByteView view(bytes, true);
+    std::string comment;
+    std::size_t at = 2;
+    while (at + 4 <= bytes.size()) {
+        if (static_cast<unsigned char>(bytes[at]) != 0xff) return comment;  // not a marker: damaged
+        const auto marker = static_cast<unsigned char>(bytes[at + 1]);
+        if (marker == 0xff) {  // fill byte
+            ++at;
+            continue;
+        }
+        if (marker == 0xd8 || marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // no length
+            at += 2;
+            continue;
+        }
+        if (marker == 0xda || marker == 0xd9) break;  // the image data (or its end): no metadata after it
+        const std::uint32_t length = *view.u16(at + 2);
+        if (length < 2) break;
+        const std::string_view payload = view.slice(at + 4, length - 2);
+        if (payload.size() != length - 2) break;
+        if (marker == 0xe1 && payload.substr(0, 6) == std::string_view("Exif\0\0", 6)) {
+            std::string text = exifUserComment(payload);
+            if (!text.empty()) return text;
+        } else if (marker == 0xfe && comment.empty()) {
+            comment = toValidUtf8(payload);
+        }
+        at += 2 + length;
+    }
+    return comment;
+}
+
+ImportedParameters parametersFromImage(const std::string& path, const RunConfig& base) {
+    checkPathText(kField, path, "the image path");
+    ImageFile file;
+    try {
+        // As a start image is read: a regular file within the limits, recognised by content.
+        file = readImageFile(path);
+    } catch (const InitImageError& e) {
+        throw InputFileError(std::string(kField), std::string(kField) + ": " + excerpt(e.what(), 400));
+    }
+    std::string text, source;
+    if (file.header.format == ImageHeader::Format::Jpeg) {
+        text = jpegParametersText(file.bytes);
+        source = "JPEG EXIF UserComment";
+        if (text.empty())
+            refuse(path,
+                   "the JPEG has no EXIF UserComment and no comment (A1111 writes its parameters there): no "
+                   "settings to read");
+    } else {
+        PngFile png;
+        try {
+            png = readPng(path);
+        } catch (const PngError& e) {
+            throw InputFileError(std::string(kField), std::string(kField) + ": " + excerpt(e.what(), 400));
+        }
+        // As tessera-cli --params-from: "parameters" (A1111, Tessera), else ComfyUI's "prompt".
+        text = png.text("parameters");
+        source = "PNG parameters";
+        if (text.empty()) {
+            const std::string comfy = png.text("prompt");
+            if (comfy.empty())
+                refuse(path,
+                       "the PNG has no 'parameters' text chunk (A1111, Tessera) and no 'prompt' chunk (ComfyUI): no "
+                       "settings to read");
+            if (comfy.size() > input_limits::kJsonBytes)
+                refuse(path, "its 'prompt' chunk is " + std::to_string(comfy.size()) + " bytes; at most " +
+                                 std::to_string(input_limits::kJsonBytes) + " are read");
+            ImportedParameters imported;
+            imported.config = base;
+            imported.source = "ComfyUI prompt";
+            try {
+                const ImportedSettings settings = applyComfyPrompt(comfy, imported.config, kField);
+                imported.fields = settings.fields;
+                imported.unmapped = settings.unmapped;
+            } catch (const InputFileError& e) {
+                const std::string what = e.what(), prefix = std::string(kField) + ": ";
+                refuse(path, what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+            }
+            return imported;
+        }
+    }
+    if (text.size() > input_limits::kJsonBytes)
+        refuse(path, "its parameters are " + std::to_string(text.size()) + " bytes; at most " +
+                         std::to_string(input_limits::kJsonBytes) + " are read");
+    return applyText(text, base, source);
+}
+
+ImportedParameters parametersFromText(std::string_view text, const RunConfig& base) {
+    if (text.size() > input_limits::kJsonBytes)
+        throw InputFileError(std::string(kField), std::string(kField) + ": the text is " + std::to_string(text.size()) +
+                                                      " bytes; at most " + std::to_string(input_limits::kJsonBytes) +
+                                                      " are read");
+    const std::string valid = toValidUtf8(text);
+    if (valid.find_first_not_of(" \t\r\n") == std::string::npos)
+        throw InputFileError(std::string(kField), std::string(kField) +
+                                                      ": the clipboard holds no text (copy A1111's PNG Info text, or a "
+                                                      "run's parameters from the history)");
+    return applyText(valid, base, "text");
+}
+
+}  // namespace tessera
