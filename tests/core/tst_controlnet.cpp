@@ -352,7 +352,7 @@ private slots:
         QCOMPARE(controlNetUNetMismatch(x, sdxlBaseUNetConfig()), std::string());
     }
 
-    // diffusers' torch.logspace(-1, 0, N + 1) (the spec's tables for SD 1.5 and SDXL).
+    // diffusers' torch.logspace(-1, 0, N + 1).
     void guessModeScales_() {
         const std::vector<float> sd = guessModeScales(12);
         const std::vector<float> want{0.1000f, 0.1212f, 0.1468f, 0.1778f, 0.2154f, 0.2610f, 0.3162f,
