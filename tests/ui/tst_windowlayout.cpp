@@ -7,6 +7,7 @@
 #include <QAction>
 #include <QDialog>
 #include <QDockWidget>
+#include <QFileInfo>
 #include <QLabel>
 #include <QProcess>
 #include <QProcessEnvironment>
@@ -146,6 +147,8 @@ private slots:
     }
 
     void helpNeedsNoDisplay() {
+        const QString gui = QStringLiteral(TESSERA_BINARY_DIR "/ui/tessera");
+        if (!QFileInfo::exists(gui)) QSKIP("the tessera executable is not built in this build folder");
         // As on a machine without X: no display, and Qt's default platform, which would need one.
         QProcess tessera;
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
@@ -154,7 +157,7 @@ private slots:
         env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("xcb"));
         tessera.setProcessEnvironment(env);
         for (const QString& option : {QStringLiteral("--help"), QStringLiteral("--version")}) {
-            tessera.start(QStringLiteral(TESSERA_BINARY_DIR "/ui/tessera"), {option});
+            tessera.start(gui, {option});
             QVERIFY(tessera.waitForFinished(60000));
             const QString out = QString::fromUtf8(tessera.readAllStandardOutput());
             const QString err = QString::fromUtf8(tessera.readAllStandardError());
