@@ -284,7 +284,8 @@ private slots:
     }
 
     // The disk fills up during the run (after the check; the render is stopped meanwhile, so
-    // it cannot finish first): the write fails naming the file and the bytes it needed, exit 1,
+    // it cannot finish first; 40 steps leave seconds between the first step line and the end,
+    // even on a loaded machine): the write fails naming the file and the bytes it needed, exit 1,
     // and nothing of the set (not even the new folder) remains.
     void diskFullWhileWritingKeepsNothing() {
         if (!canMountTmpfs()) QSKIP("no tmpfs mounts here (unshare --mount failed)");
@@ -292,12 +293,13 @@ private slots:
         QVERIFY(dir.isValid() && logs.isValid());
         const QString script = QStringLiteral(
             "mount -t tmpfs -o size=1m tmpfs \"$1\" || exit 77\n"
-            "\"$2\" render --model \"$3\" --backend cpu --width 64 --height 64 --tile 32 --overlap 8 --steps 3 --batch "
+            "\"$2\" render --model \"$3\" --backend cpu --width 64 --height 64 --tile 32 --overlap 8 --steps 40 --batch "
             "1"
             " --out \"$1/out\" 2>\"$4/err\" >\"$4/out\" &\n"
             "pid=$!; n=0\n"
             "while ! grep -q 'step 1/' \"$4/err\" && [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done\n"
-            "kill -STOP $pid; dd if=/dev/zero of=\"$1/filler\" bs=4k 2>/dev/null; kill -CONT $pid\n"
+            "kill -STOP $pid || exit 78\n"
+            "dd if=/dev/zero of=\"$1/filler\" bs=4k 2>/dev/null; kill -CONT $pid\n"
             "wait $pid; echo \"rc=$?\"; echo \"left: $(ls -A \"$1\" | tr '\\n' ' ')\"; cat \"$4/err\"");
         const CliRun r = runShell(script, {dir.path(), kCli, kModel, logs.path()}, true);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
