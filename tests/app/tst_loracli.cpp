@@ -37,25 +37,7 @@ const QString kHostilePickle = QStringLiteral(TESSERA_TEST_DATA "/pickles/hostil
 const QString kShortHash = QStringLiteral("ca9606b0539c");
 
 // tessera-cli with $TESSERA_MODELS set to `models` (unset when empty).
-CliRun runCli(const QStringList& args, const QString& models = {}) {
-    QProcess process;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.remove(kModelsFolderVariable);
-    if (!models.isEmpty()) env.insert(kModelsFolderVariable, models);
-    process.setProcessEnvironment(env);
-    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
-    CliRun run;
-    if (!process.waitForFinished(300000)) {
-        process.kill();
-        process.waitForFinished();
-        run.err = "timed out";
-        return run;
-    }
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
-}
+CliRun runCli(const QStringList& args, const QString& models = {}) { return testing::runCliWithModels(args, models); }
 
 // A render of the tiny pipeline: 64x64, one tile, 4 DDIM steps, seed 3, on the CPU.
 QStringList renderArgs(const QString& prompt, const QString& out) {

@@ -15,8 +15,10 @@
 
 #include "app/qt/RunWorker.h"
 #include "core/sampling/ImageOps.h"
+#include "tests/app/WorkerThread.h"
 
 using namespace tessera;
+using namespace tessera::testing;
 
 namespace {
 
@@ -66,49 +68,12 @@ RunConfig sdImageToImage(const QString& start) {
     return c;
 }
 
-class WorkerThread {
-public:
-    WorkerThread() : worker(new RunWorker) {
-        worker->moveToThread(&thread_);
-        QObject::connect(&thread_, &QThread::finished, worker, &QObject::deleteLater);
-        thread_.start();
-    }
-    ~WorkerThread() {
-        thread_.quit();
-        thread_.wait();
-    }
-    void start(const RunConfig& config, quint64 runId) {
-        RunWorker* w = worker;
-        QMetaObject::invokeMethod(
-            w, [w, config, runId] { w->start(config, runId); }, Qt::QueuedConnection);
-    }
-    RunWorker* worker;
-
-private:
-    QThread thread_;
-};
-
-struct Ended {
-    std::optional<FinishedRun> run;
-    QString error;
-};
-
 Ended runAndWait(WorkerThread& thread, const RunConfig& config, quint64 runId,
                  const std::function<void()>& whileRunning = {}) {
-    QSignalSpy finished(thread.worker, &RunWorker::runFinished);
-    QSignalSpy failed(thread.worker, &RunWorker::runFailed);
-    thread.start(config, runId);
-    if (whileRunning) whileRunning();
-    Ended ended;
-    if (!QTest::qWaitFor([&] { return !finished.isEmpty() || !failed.isEmpty(); }, 300000)) {
-        ended.error = QStringLiteral("no end within 300 s");
-        return ended;
-    }
-    if (!failed.isEmpty())
-        ended.error = failed.at(0).at(1).toString();
-    else
-        ended.run = finished.at(0).at(1).value<FinishedRun>();
-    return ended;
+    return waitForEnd(thread.worker, [&] {
+        thread.start(config, runId);
+        if (whileRunning) whileRunning();
+    });
 }
 
 }  // namespace

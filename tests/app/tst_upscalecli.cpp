@@ -59,25 +59,9 @@ QString damagedPickle() {
     return path;
 }
 
-// tessera-cli with $TESSERA_MODELS set to `models` (unset when empty).
+// tessera-cli with $TESSERA_MODELS set to `models` (unset when empty); upscales of large images take minutes.
 CliRun runCli(const QStringList& args, const QString& models = {}) {
-    QProcess process;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.remove(kModelsFolderVariable);
-    if (!models.isEmpty()) env.insert(kModelsFolderVariable, models);
-    process.setProcessEnvironment(env);
-    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
-    CliRun run;
-    if (!process.waitForFinished(600000)) {
-        process.kill();
-        process.waitForFinished();
-        run.err = "timed out";
-        return run;
-    }
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
+    return testing::runCliWithModels(args, models, 600000);
 }
 
 // A PNG of random colours.

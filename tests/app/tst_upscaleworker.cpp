@@ -27,8 +27,12 @@
 #include "core/run/UpscaleModelFile.h"
 #include "core/sampling/ImageOps.h"
 #include "tests/app/CliRun.h"
+#include "tests/app/WorkerThread.h"
 
 using namespace tessera;
+using testing::Ended;
+using testing::waitForEnd;
+using testing::WorkerThread;
 
 namespace {
 
@@ -75,55 +79,6 @@ RunConfig imageToImage(const QString& start, const QString& upscaleModel) {
     c.backend = BackendKind::CPU;
     c.precision = Precision::FP32;
     return c;
-}
-
-// A RunWorker on a thread of its own, for one test.
-class WorkerThread {
-public:
-    WorkerThread() : worker(new RunWorker) {
-        worker->moveToThread(&thread_);
-        QObject::connect(&thread_, &QThread::finished, worker, &QObject::deleteLater);
-        thread_.start();
-    }
-    ~WorkerThread() {
-        thread_.quit();
-        thread_.wait();
-    }
-    void start(const RunConfig& config, quint64 runId) {
-        RunWorker* w = worker;
-        QMetaObject::invokeMethod(
-            w, [w, config, runId] { w->start(config, runId); }, Qt::QueuedConnection);
-    }
-    void startUpscale(const RunConfig& config, quint64 runId) {
-        RunWorker* w = worker;
-        QMetaObject::invokeMethod(
-            w, [w, config, runId] { w->startUpscale(config, runId); }, Qt::QueuedConnection);
-    }
-    RunWorker* worker;
-
-private:
-    QThread thread_;
-};
-
-// The run's end: its FinishedRun, or the failure's message in *error.
-struct Ended {
-    std::optional<FinishedRun> run;
-    QString error;
-};
-Ended waitForEnd(RunWorker* worker, const std::function<void()>& start) {
-    QSignalSpy finished(worker, &RunWorker::runFinished);
-    QSignalSpy failed(worker, &RunWorker::runFailed);
-    start();
-    Ended ended;
-    if (!QTest::qWaitFor([&] { return !finished.isEmpty() || !failed.isEmpty(); }, 300000)) {
-        ended.error = QStringLiteral("no end within 300 s");
-        return ended;
-    }
-    if (!failed.isEmpty())
-        ended.error = failed.at(0).at(1).toString();
-    else
-        ended.run = finished.at(0).at(1).value<FinishedRun>();
-    return ended;
 }
 
 }  // namespace

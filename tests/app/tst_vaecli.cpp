@@ -39,25 +39,7 @@ const QString kPipeline = kData + "/sdpipeline/sd1";
 const QString kVae = kData + "/sdfiles/vae/";
 
 // tessera-cli with $TESSERA_MODELS set to `models` (unset when empty).
-CliRun runCli(const QStringList& args, const QString& models = {}) {
-    QProcess process;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.remove(kModelsFolderVariable);
-    if (!models.isEmpty()) env.insert(kModelsFolderVariable, models);
-    process.setProcessEnvironment(env);
-    process.start(QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-cli"), args);
-    CliRun run;
-    if (!process.waitForFinished(300000)) {
-        process.kill();
-        process.waitForFinished();
-        run.err = "timed out";
-        return run;
-    }
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
-}
+CliRun runCli(const QStringList& args, const QString& models = {}) { return testing::runCliWithModels(args, models); }
 
 // The small run every case renders, into `out`.
 QStringList renderArgs(const QString& model, const QString& out) {

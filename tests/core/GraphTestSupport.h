@@ -2,6 +2,7 @@
 // tst_sdxlunet): seeded inputs for every graph input, one CPU run, ops by name.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -11,6 +12,7 @@
 #include "core/cpu/CpuBackend.h"
 #include "core/graph/Backend.h"
 #include "core/graph/ModelGraph.h"
+#include "tests/core/NumericCompare.h"
 
 namespace tessera::graphtest {
 
@@ -49,6 +51,29 @@ inline std::vector<std::vector<float>> inputsFor(const ModelGraph& g, int batch,
         in.push_back(std::move(x));
     }
     return in;
+}
+
+// What fusing for execution must keep, checked on `in` (a batch of `batch` samples): the primitive
+// graph's FLOPs and outputs (relative L2 below 1e-5), each sample of the batch the bits it gets
+// alone, and an effect of input `perturbed` (negated) on the output. Empty when all hold, else
+// what failed.
+inline QString fusedForwardMismatch(const ModelGraph& prim, const ModelGraph& fused, const TensorMap& w, int batch,
+                                    int h, int wd, const std::vector<std::vector<float>>& in, std::size_t perturbed) {
+    if (fused.flops(h, wd) != prim.flops(h, wd)) return QStringLiteral("fusing changed the FLOP count");
+    const auto a = runCpu(prim, w, batch, h, wd, in);
+    const auto b = runCpu(fused, w, batch, h, wd, in);
+    if (!(relativeL2(b[0], a[0]) < 1e-5))
+        return QStringLiteral("fused against primitive: relative L2 %1").arg(relativeL2(b[0], a[0]));
+    std::vector<std::vector<float>> first;
+    for (const auto& x : in) first.emplace_back(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / batch));
+    const auto alone = runCpu(fused, w, 1, h, wd, first);
+    if (!std::equal(alone[0].begin(), alone[0].end(), b[0].begin()))
+        return QStringLiteral("the batch's first sample differs from the same sample alone");
+    auto other = in;
+    for (float& v : other[perturbed]) v = -v;
+    if (!(relativeL2(runCpu(fused, w, batch, h, wd, other)[0], b[0]) > 1e-3))
+        return QStringLiteral("input %1 does not reach the output").arg(perturbed);
+    return {};
 }
 
 inline const GraphOp* opNamed(const ModelGraph& g, const std::string& name) {

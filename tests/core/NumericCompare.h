@@ -1,4 +1,4 @@
-// Comparing computed tensors with reference fixtures (tst_cliptext, tst_sdxltext). Header-only;
+// Comparing computed tensors with each other and with reference fixtures. Header-only;
 // tests/CMakeLists.txt builds only tst_*.cpp.
 #pragma once
 
@@ -39,6 +39,18 @@ double maxRelativeError(const A& got, const B& want) {
         scale = std::max(scale, std::abs(double(want[i])));
     }
     return diff / std::max(scale, 1e-30);
+}
+
+// ||got - want|| / ||want|| in double; infinity when the sizes differ.
+template <class A, class B>
+double relativeL2(const A& got, const B& want) {
+    if (got.size() != want.size()) return INFINITY;
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        num += (double(got[i]) - double(want[i])) * (double(got[i]) - double(want[i]));
+        den += double(want[i]) * double(want[i]);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
 }
 
 // 10 log10(range^2 / MSE), range the reference's max - min; -infinity when the sizes differ.

@@ -17,6 +17,7 @@
 #include "core/graph/TimestepEmbedding.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
+#include "tests/core/NumericCompare.h"
 
 using namespace tessera;
 
@@ -30,18 +31,6 @@ std::vector<float> randomVector(std::size_t n, std::uint32_t seed, float scale =
     return v;
 }
 
-// ||a - b|| / ||b|| in double.
-double relativeL2(const std::vector<float>& a, const std::vector<double>& b) {
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < b.size(); ++i) {
-        num += (a[i] - b[i]) * (a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-300));
-}
-double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
-    return relativeL2(a, std::vector<double>(b.begin(), b.end()));
-}
 double maxAbs(const std::vector<float>& a, const std::vector<double>& b) {
     double m = 0;
     for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));

@@ -16,6 +16,7 @@
 #include "core/models/sd/UNetCondModel.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
+#include "tests/core/NumericCompare.h"
 
 using namespace tessera;
 
@@ -62,15 +63,6 @@ std::vector<float> randomVector(std::size_t n, std::uint32_t seed, float scale =
     std::vector<float> v(n);
     for (float& x : v) x = dist(rng);
     return v;
-}
-
-double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < b.size(); ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-300));
 }
 
 GraphOp op(OpKind kind, const std::string& name, int in, int in2 = -1) {

@@ -27,6 +27,7 @@
 #include "core/models/upscale/UpscaleModel.h"
 #include "core/sampling/SeamScore.h"
 #include "core/sampling/UpscaleTiler.h"
+#include "tests/core/NumericCompare.h"
 
 using namespace tessera;
 
@@ -56,15 +57,6 @@ ImageTensor tensorImage(const SafetensorsFile& f, const char* name) {
     im.width = static_cast<int>(t->shape[3]);
     im.data = f.readFloat32(*t);
     return im;
-}
-
-double relativeL2(const std::vector<float>& a, const std::vector<float>& ref) {
-    double d = 0, n = 0;
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-        d += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-        n += double(ref[i]) * ref[i];
-    }
-    return a.size() == ref.size() ? std::sqrt(d / n) : INFINITY;
 }
 
 double maxAbs(const std::vector<float>& a, const std::vector<float>& b) {

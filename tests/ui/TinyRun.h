@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <string>
 
 #include <QAction>
@@ -11,16 +13,50 @@
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QString>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include "app/qt/Exporters.h"
 #include "app/qt/GuiThreadGuard.h"
+#include "app/qt/SettingsFile.h"
 #include "core/run/RunConfig.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/MainWindow.h"
 
 namespace tessera::testing {
+
+// The child of `parent` named `name`; a missing one ends the suite (a renamed widget, not a
+// failed behaviour).
+template <typename T>
+T* child(QObject* parent, const char* name) {
+    T* found = parent->findChild<T*>(QString::fromLatin1(name));
+    if (!found) qFatal("no child named %s", name);
+    return found;
+}
+
+// Runs `work` on another thread and waits for its result: the suites' own file IO, which the
+// GUI-thread guard would otherwise count against the window.
+template <typename Work>
+auto offGuiThread(Work work) {
+    return std::async(std::launch::async, work).get();
+}
+
+// A scratch folder for the window suites: fresh settings files and history folders, so that no
+// window a test opens starts from what an earlier test left.
+class WindowScratch {
+public:
+    bool isValid() const { return dir_.isValid(); }
+    QString filePath(const QString& name) const { return dir_.filePath(name); }
+    QString freshPath(const QString& what) { return dir_.filePath(QStringLiteral("%1-%2").arg(what).arg(++count_)); }
+    std::unique_ptr<SettingsFile> freshSettings() {
+        return std::make_unique<SettingsFile>(freshPath(QStringLiteral("s.ini")));
+    }
+
+private:
+    QTemporaryDir dir_;
+    int count_ = 0;
+};
 
 // Makes the running test function fail if the window's code reads or writes a file on the GUI
 // thread (app/qt/GuiThreadGuard.h). Every window suite calls it from init().

@@ -24,32 +24,13 @@
 using namespace tessera;
 using namespace tessera::testing;
 
-namespace {
-
-template <typename T>
-T* child(QObject* parent, const char* name) {
-    T* found = parent->findChild<T*>(QString::fromLatin1(name));
-    if (!found) qFatal("no child named %s", name);
-    return found;
-}
-
-template <typename Work>
-auto offGuiThread(Work work) {
-    return std::async(std::launch::async, work).get();
-}
-
-}  // namespace
-
 class TestModelChecks : public QObject {
     Q_OBJECT
 
 private:
-    QTemporaryDir scratch_;
-    int count_ = 0;
-    QString freshPath(const QString& what) {
-        return scratch_.filePath(QStringLiteral("%1-%2").arg(what).arg(++count_));
-    }
-    std::unique_ptr<SettingsFile> freshSettings() { return std::make_unique<SettingsFile>(freshPath("s.ini")); }
+    WindowScratch scratch_;
+    QString freshPath(const QString& what) { return scratch_.freshPath(what); }
+    std::unique_ptr<SettingsFile> freshSettings() { return scratch_.freshSettings(); }
 
 private slots:
     void init() { failOnGuiThreadIo(); }

@@ -30,6 +30,7 @@
 #include "ui/MainWindow.h"
 
 using namespace tessera;
+using testing::offGuiThread;
 
 namespace {
 
@@ -42,11 +43,6 @@ const std::string kA1111Text =
     "Steps: 28, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 6.5, Seed: 1234, Size: 512x768, "
     "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Denoising strength: 0.4, Hires upscale: 2, "
     "Hires upscaler: Latent, Version: v1.10.1";
-
-template <typename Read>
-auto offGuiThread(Read read) {
-    return std::async(std::launch::async, read).get();
-}
 
 Rgb8Image grey(int w, int h) { return Rgb8Image{w, h, std::vector<std::uint8_t>(std::size_t(w) * h * 3, 128)}; }
 

@@ -27,13 +27,6 @@ using namespace tessera::testing;
 
 namespace {
 
-template <typename T>
-T* child(QObject* parent, const char* name) {
-    T* found = parent->findChild<T*>(QString::fromLatin1(name));
-    if (!found) qFatal("no child named %s", name);
-    return found;
-}
-
 QString sdPipeline() { return QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/sd1"); }
 
 QStringList differenceKeys(const RunConfig& a, const RunConfig& b) {
@@ -48,12 +41,9 @@ class TestRunRecords : public QObject {
     Q_OBJECT
 
 private:
-    QTemporaryDir scratch_;
-    int count_ = 0;
-    QString freshPath(const QString& what) {
-        return scratch_.filePath(QStringLiteral("%1-%2").arg(what).arg(++count_));
-    }
-    std::unique_ptr<SettingsFile> freshSettings() { return std::make_unique<SettingsFile>(freshPath("s.ini")); }
+    WindowScratch scratch_;
+    QString freshPath(const QString& what) { return scratch_.freshPath(what); }
+    std::unique_ptr<SettingsFile> freshSettings() { return scratch_.freshSettings(); }
 
 private slots:
     void init() { failOnGuiThreadIo(); }

@@ -52,18 +52,7 @@ using namespace tessera::testing;
 
 namespace {
 
-template <typename T>
-T* child(QObject* parent, const char* name) {
-    T* found = parent->findChild<T*>(QString::fromLatin1(name));
-    if (!found) qFatal("no child named %s", name);
-    return found;
-}
-
 // `read` run on a thread of its own: the suite's GUI thread must not read files (GuiThreadGuard).
-template <typename Read>
-auto offGuiThread(Read read) {
-    return std::async(std::launch::async, read).get();
-}
 
 QByteArray bytesOf(const QString& path) {
     return offGuiThread([path] {

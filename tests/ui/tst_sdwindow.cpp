@@ -32,6 +32,8 @@
 #include "ui/TileCanvas.h"
 
 using namespace tessera;
+using testing::child;
+using testing::offGuiThread;
 
 namespace {
 
@@ -55,13 +57,6 @@ RunConfig sdConfig() {
     c.cfgScale = 5.5;
     c.clipSkip = 2;
     return c;
-}
-
-template <typename T>
-T* child(QObject* parent, const char* name) {
-    T* found = parent->findChild<T*>(QString::fromLatin1(name));
-    if (!found) qFatal("no child named %s", name);
-    return found;
 }
 
 QList<QWidget*> sdEditors(ConfigPanel& panel) {

@@ -36,13 +36,6 @@ namespace {
 
 const QString kUpscale = QStringLiteral(TESSERA_TEST_DATA "/upscale/");
 
-template <typename T>
-T* child(QObject* parent, const char* name) {
-    T* found = parent->findChild<T*>(QString::fromLatin1(name));
-    if (!found) qFatal("no child named %s", name);
-    return found;
-}
-
 QComboBox* upscalerOf(ConfigPanel& panel) { return child<QComboBox>(&panel, "upscaleModelCombo"); }
 
 QStringList itemsOf(const QComboBox* combo) {
