@@ -16,6 +16,7 @@
 #include "ui/CostPreview.h"
 #include "ui/GraphsGroup.h"
 #include "ui/ImageGroup.h"
+#include "ui/LoraGroup.h"
 #include "ui/ModelGroup.h"
 #include "ui/ModelPicker.h"
 #include "ui/PromptGroup.h"
@@ -76,11 +77,12 @@ ConfigPanel::ConfigPanel(QWidget* parent)
 
     model_ = new ModelGroup;
     prompt_ = new PromptGroup;
+    lora_ = new LoraGroup;
     start_ = new StartImageGroup;
     image_ = new ImageGroup;
     tiling_ = new TilingGroup;
     graphs_ = new GraphsGroup;
-    groups_ = {model_, prompt_, start_, image_, tiling_, graphs_};
+    groups_ = {model_, prompt_, lora_, start_, image_, tiling_, graphs_};
     cost_ = new CostPreview;
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
@@ -99,6 +101,7 @@ ConfigPanel::ConfigPanel(QWidget* parent)
 
     connect(model_, &ModelGroup::pickRequested, this, &ConfigPanel::openModelPicker);
     connect(prompt_, &PromptGroup::promptTextChanged, this, &ConfigPanel::requestTokenCounts);
+    connect(lora_, &LoraGroup::tagRequested, prompt_, &PromptGroup::toggleExtraNetworkTag);
     connect(start_, &StartImageGroup::startImageChosen, this, &ConfigPanel::setStartImage);
     connect(start_, &StartImageGroup::headerChecked, this, &ConfigPanel::onStartImageHeader);
     connect(tiling_, &TilingGroup::overlapUnitChanged, this, [this](int unit) {
@@ -139,8 +142,9 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     applying_ = true;
     base_ = config;
     for (ConfigGroup* group :
-         {static_cast<ConfigGroup*>(image_), static_cast<ConfigGroup*>(prompt_), static_cast<ConfigGroup*>(start_),
-          static_cast<ConfigGroup*>(model_), static_cast<ConfigGroup*>(tiling_), static_cast<ConfigGroup*>(graphs_)})
+         {static_cast<ConfigGroup*>(image_), static_cast<ConfigGroup*>(prompt_), static_cast<ConfigGroup*>(lora_),
+          static_cast<ConfigGroup*>(start_), static_cast<ConfigGroup*>(model_), static_cast<ConfigGroup*>(tiling_),
+          static_cast<ConfigGroup*>(graphs_)})
         group->showConfig(config);
     applying_ = false;
     onEdited();
@@ -242,6 +246,10 @@ void ConfigPanel::updatePromptAvailability() {
                  "(as A1111)")
             : QString());
     prompt_->setUnavailableReason(promptUnavailableReason());
+    lora_->setUnavailableReason(
+        promptUnavailableReason().isEmpty()
+            ? QString()
+            : tr("LoRAs and a separate VAE apply to Stable Diffusion models. %1").arg(promptUnavailableReason()));
 }
 
 void ConfigPanel::requestTokenCounts() {
@@ -319,6 +327,8 @@ void ConfigPanel::revalidate() {
         addProblem(QStringLiteral("init"), problem);
     // The upscale models of the models folders (and the model's own), listed off this thread.
     start_->setUpscaleModelSources(modelsFolder_, c.model.empty() ? defaultModelFolder_.toStdString() : c.model);
+    // The LoRAs and VAEs of the same folders, listed off this thread.
+    lora_->setModelSources(modelsFolder_, c.model.empty() ? defaultModelFolder_.toStdString() : c.model);
     for (const auto& problem : start_->upscaleModelProblems(c)) addProblem(problem.first, problem.second);
     updatePromptAvailability();
     start_->showStartImage(base_.initImage, image_->canvasSize());
@@ -444,5 +454,9 @@ ModelPicker* ConfigPanel::openModelPicker() {
 }
 
 void ConfigPanel::setLastRunSeed(std::uint64_t seed) { image_->setLastRunSeed(seed); }
+
+int ConfigPanel::batchCount() const { return prompt_->batchCount(); }
+
+void ConfigPanel::setBatchCount(int count) { prompt_->setBatchCount(count); }
 
 }  // namespace tessera

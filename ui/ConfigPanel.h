@@ -1,4 +1,4 @@
-// ConfigPanel: the run settings, in groups (ModelGroup, PromptGroup, StartImageGroup,
+// ConfigPanel: the run settings, in groups (ModelGroup, PromptGroup, LoraGroup, StartImageGroup,
 // ImageGroup, TilingGroup, GraphsGroup; each a ConfigGroup) and a CostPreview, with each invalid
 // value marked beside its field (the reason from validateAll) and a live cost preview (tiles,
 // redundancy, UNet evaluations). Holds no run state; the window asks for config().
@@ -14,6 +14,9 @@
 //    folder it is disabled, says why, and config() carries no prompt (such a model refuses one);
 //  - the start image's header (StartImageGroup) may set the Size fields (ImageGroup); until it
 //    is read the panel is not valid ("init: reading the start image…");
+//  - the LoRA and VAE group (Stable Diffusion, enabled with the Prompt group) lists the LoRAs and
+//    VAEs of the models folders off this thread (as the upscale models); its Insert tag puts
+//    <lora:name:weight> into the prompt;
 //  - the Model group's Pick… opens a ModelPicker (ui/ModelPicker.h): recent models, the models
 //    folder's checkpoints and diffusers folders with family, size and short hash, random weights.
 #pragma once
@@ -42,6 +45,7 @@ class ConfigGroup;
 class CostPreview;
 class GraphsGroup;
 class ImageGroup;
+class LoraGroup;
 class ModelCatalog;
 class ModelGroup;
 class ModelPicker;
@@ -92,6 +96,12 @@ public:
     QString tokenCountText(const QString& field) const;
     // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
     QString promptUnavailableReason() const;
+
+    // Images per Run (the Prompt group's batch count: seeds seed, seed + 1, ...); a window setting.
+    int batchCount() const;
+    void setBatchCount(int count);
+    // The LoRA and VAE group (its lists, for the window and tests).
+    LoraGroup* loraGroup() const { return lora_; }
 
     // The seed of the run shown last (started, finished or reopened): the seed's reuse button
     // (beside the dice, which rolls a new one) puts it back in the field.
@@ -180,11 +190,12 @@ private:
 
     ModelGroup* model_ = nullptr;
     PromptGroup* prompt_ = nullptr;
+    LoraGroup* lora_ = nullptr;
     StartImageGroup* start_ = nullptr;
     ImageGroup* image_ = nullptr;
     TilingGroup* tiling_ = nullptr;
     GraphsGroup* graphs_ = nullptr;
-    std::vector<ConfigGroup*> groups_;  // the six above, top to bottom
+    std::vector<ConfigGroup*> groups_;  // the seven above, top to bottom
     CostPreview* cost_ = nullptr;
     // Problems in fields without a widget of their own.
     QLabel* otherProblems_ = nullptr;

@@ -31,7 +31,7 @@ bool hasKarras(SchedulerKind kind) {
 QComboBox* makeSamplerCombo() {
     auto* combo = new QComboBox;
     for (const SchedulerKind kind : {SchedulerKind::Euler, SchedulerKind::EulerAncestral, SchedulerKind::DPMPP2M,
-                                     SchedulerKind::DDIM, SchedulerKind::DDPM}) {
+                                     SchedulerKind::DPMPP2MSDE, SchedulerKind::DDIM, SchedulerKind::DDPM}) {
         for (const bool karras : {false, true}) {
             if (karras && !hasKarras(kind)) continue;
             SchedulerOptions options;

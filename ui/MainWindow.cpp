@@ -29,6 +29,7 @@
 #include <QStyle>
 #include <QTabWidget>
 #include <QTableWidget>
+#include <QTimer>
 #include <QToolBar>
 #include <QUrl>
 #include <QVBoxLayout>
@@ -70,6 +71,7 @@ const QString kSeamOverlayKey = QStringLiteral("view/seamOverlay");
 const QString kModelsFolderKey = QStringLiteral("models/folder");
 const QString kRecentModelsKey = QStringLiteral("models/recent");
 const QString kChartTabKey = QStringLiteral("window/chartTab");
+const QString kBatchCountKey = QStringLiteral("run/batchCount");
 
 // Images: a start image, or the generation settings they hold.
 bool isImageFile(const QString& path) {
@@ -174,6 +176,10 @@ void MainWindow::wireRuns() {
     });
     connect(runs_, &RunController::runStarted, this,
             [this](const RunRecord& record) { panel_->setLastRunSeed(record.config.seed); });
+    // The tiles per call the run chose (auto may lower the planned batch to fit the device).
+    connect(runs_, &RunController::runStarted, this, [this](const RunRecord& record) {
+        if (record.tileBatch) statusLine_->setTilesPerBatch(record.tileBatch->ran);
+    });
     connect(runs_, &RunController::runShown, this, &MainWindow::showRun);
     connect(runs_, &RunController::graphComparisonCompared, this, &MainWindow::showGraphComparison);
     connect(runs_, &RunController::devicesProbed, this, [this](const DeviceReport& report) {
@@ -181,6 +187,11 @@ void MainWindow::wireRuns() {
         updateActions();  // Compare graphs depends on the device
     });
     connect(runs_, &RunController::runEnded, this, &MainWindow::runEnded);
+    // A batch count: the next image once this one finished (a stop, a failure ends the batch).
+    connect(runs_, &RunController::runEnded, this, [this](bool succeeded) {
+        if (!succeeded) batchLeft_ = 0;
+        if (batchLeft_ > 0) QTimer::singleShot(0, this, &MainWindow::continueBatch);
+    });
     connect(runs_, &RunController::previewShown, this, &MainWindow::previewShown);
     connect(runs_, &RunController::loadProgressShown, this, &MainWindow::loadProgressShown);
     connect(runs_, &RunController::graphComparisonRunStarted, this, &MainWindow::graphComparisonRunStarted);
@@ -405,6 +416,7 @@ void MainWindow::restoreSettings() {
     }
     panel_->setConfig(config);
     panel_->setModelsFolder(saved.value(kModelsFolderKey).toString());
+    panel_->setBatchCount(saved.value(kBatchCountKey, 1).toInt());
     panel_->setRecentModels(saved.value(kRecentModelsKey).toStringList());
     overlayAction_->setChecked(saved.value(kOverlayKey, true).toBool());
     blendOverlayAction_->setChecked(saved.value(kBlendOverlayKey, false).toBool());
@@ -421,6 +433,7 @@ void MainWindow::saveSettings() {
     values.setValue(kBlendOverlayKey, blendOverlayAction_->isChecked());
     values.setValue(kSeamOverlayKey, seamOverlayAction_->isChecked());
     values.setValue(kModelsFolderKey, panel_->modelsFolder());
+    values.setValue(kBatchCountKey, panel_->batchCount());
     values.setValue(kRecentModelsKey, panel_->recentModels());
     values.setValue(kChartTabKey, chartTabs_->currentIndex());
     QString error;
@@ -512,7 +525,24 @@ void MainWindow::startRun() {
     const RunConfig config = runnableConfig();
     if (!panel_->config().model.empty()) panel_->noteModelUsed(QString::fromStdString(config.model));
     saveSettings();
+    // The prompt's <lora:name> tags are also looked up in the window's models folder.
+    runs_->setModelsFolder(panel_->modelsFolder());
     runs_->start(config);
+    // A1111's batch count: the next images one after the other, seeds seed + 1, seed + 2, ...
+    batchNext_ = config;
+    batchCount_ = panel_->batchCount();
+    batchLeft_ = batchCount_ - 1;
+}
+
+void MainWindow::continueBatch() {
+    if (batchLeft_ <= 0 || runs_->isRunning()) return;
+    --batchLeft_;
+    ++batchNext_.seed;
+    runs_->start(batchNext_);
+    setStatusText(tr("Batch: image %1 of %2, seed %3")
+                      .arg(batchCount_ - batchLeft_)
+                      .arg(batchCount_)
+                      .arg(QString::number(batchNext_.seed)));
 }
 
 void MainWindow::startGraphComparison() {
@@ -528,7 +558,10 @@ void MainWindow::startUpscaleOnly() {
     runs_->startUpscaleOnly(runnableConfig());
 }
 
-void MainWindow::stopRun() { runs_->stop(); }
+void MainWindow::stopRun() {
+    batchLeft_ = 0;  // Stop ends the whole batch
+    runs_->stop();
+}
 
 void MainWindow::showRun(const FinishedRun& run) {
     lastRun_ = run;

@@ -237,6 +237,8 @@ private:
     void focusHistory();
     void askAboutDroppedImage(const QString& path);
     void pasteParameters();
+    // The next image of a batch count (startRun), when the last one finished.
+    void continueBatch();
 
     std::unique_ptr<SettingsFile> settings_;
     ConfigPanel* panel_ = nullptr;
@@ -275,6 +277,9 @@ private:
     std::optional<FinishedRun> lastRun_;  // the run shown: the last that ended, or one reopened
     quint64 openJob_ = 0;                 // the newest openFromHistory
     QString openRunId_;
+    RunConfig batchNext_;  // the batch's last run started
+    int batchCount_ = 1;   // images of the batch
+    int batchLeft_ = 0;    // images still to start
 
     // Width the charts dock grows to when the graphs panel is brought to front.
     static constexpr int kGraphsDockWidth = 640;

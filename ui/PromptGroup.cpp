@@ -6,7 +6,9 @@
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QRegularExpression>
 #include <QSpinBox>
+#include <QTextCursor>
 
 #include "ui/PromptEditor.h"
 
@@ -75,6 +77,12 @@ PromptGroup::PromptGroup(QWidget* parent) : ConfigGroup(tr("Prompt"), parent) {
     form->addRow(tr("CFG scale"), guidanceRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("cfg"), cfgScale_));
     form->addRow(QString(), addErrorLabel(QStringLiteral("clip_skip"), clipSkip_));
+    batchCount_ = makeSpin(1, kMaxBatchCount);
+    batchCount_->setObjectName(QStringLiteral("batchCountSpin"));
+    batchCount_->setToolTip(
+        tr("A1111's Batch count: Run makes this many images one after the other, with seeds seed, seed + 1, "
+           "…; each is a run of its own in the history"));
+    form->addRow(tr("Batch count"), batchCount_);
 
     for (QPlainTextEdit* edit : {prompt_, negativePrompt_}) {
         connect(edit, &QPlainTextEdit::textChanged, this, &PromptGroup::edited);
@@ -147,5 +155,32 @@ void PromptGroup::showTokenCount(const QString& field, int tokens, const QString
 void PromptGroup::clearTokenCount(const QString& field) { tokenLabel(field)->clear(); }
 
 QString PromptGroup::tokenCountText(const QString& field) const { return tokenLabel(field)->text(); }
+
+int PromptGroup::batchCount() const { return batchCount_->value(); }
+
+void PromptGroup::setBatchCount(int count) { batchCount_->setValue(count); }
+
+void PromptGroup::toggleExtraNetworkTag(const QString& tag) {
+    // "<kind:name:...>": the network is (kind, name); any weight of it matches.
+    static const QRegularExpression parts(QStringLiteral("^<([^:>]+):([^:>]+)(:[^>]*)?>$"));
+    const QRegularExpressionMatch m = parts.match(tag);
+    if (!m.hasMatch()) return;
+    QString text = prompt_->toPlainText();
+    const QRegularExpression present(
+        QStringLiteral("\\s*<%1:%2(:[^>]*)?>")
+            .arg(QRegularExpression::escape(m.captured(1)), QRegularExpression::escape(m.captured(2))));
+    if (text.contains(present)) {
+        text.remove(present);
+    } else {
+        // A1111's separator (extra_networks_add_text_separator): one space.
+        if (!text.isEmpty() && !text.endsWith(QLatin1Char(' ')) && !text.endsWith(QLatin1Char('\n')))
+            text += QLatin1Char(' ');
+        text += tag;
+    }
+    prompt_->setPlainText(text);
+    QTextCursor end = prompt_->textCursor();
+    end.movePosition(QTextCursor::End);
+    prompt_->setTextCursor(end);
+}
 
 }  // namespace tessera

@@ -1,6 +1,8 @@
 // PromptGroup: the settings panel's Prompt group (Stable Diffusion): the prompt and negative
 // prompt in PromptEditors (A1111's emphasis syntax; Ctrl+Up/Down change weights) with their
-// token counts as A1111 shows them ("12/75"), the CFG scale and clip skip. The panel enables the
+// token counts as A1111 shows them ("12/75"), the CFG scale and clip skip, and the batch count (A1111's
+// "Batch count": that many images one after the other, seeds seed, seed + 1, ...; a window setting,
+// not part of a run's configuration: each image is a run of its own). The panel enables the
 // editors only for a model known to be Stable Diffusion; the group box itself stays enabled so
 // the reason it gives stays readable.
 #pragma once
@@ -33,6 +35,14 @@ public:
     void showTokenCount(const QString& field, int tokens, const QString& error);
     void clearTokenCount(const QString& field);
     QString tokenCountText(const QString& field) const;
+    // Puts an extra network tag (<lora:name:weight>) at the end of the prompt, or, where the prompt
+    // already names that network, takes its tag out: as a click on a card of A1111's Extra
+    // Networks tab (javascript/extraNetworks.js cardClicked, tryToRemoveExtraNetworkFromPrompt).
+    void toggleExtraNetworkTag(const QString& tag);
+    // Images per Run, 1 to kMaxBatchCount.
+    static constexpr int kMaxBatchCount = 100;
+    int batchCount() const;
+    void setBatchCount(int count);
 
 signals:
     // The text of either prompt changed (the panel asks for new token counts).
@@ -45,6 +55,7 @@ private:
     QPlainTextEdit* negativePrompt_ = nullptr;
     QDoubleSpinBox* cfgScale_ = nullptr;
     QSpinBox* clipSkip_ = nullptr;
+    QSpinBox* batchCount_ = nullptr;
     QLabel* reason_ = nullptr;
     QString clipSkipIgnored_;         // why the model ignores clip skip; "" when it applies
     QLabel* promptTokens_ = nullptr;  // "n/75", counted by the panel's inspector off this thread

@@ -69,6 +69,10 @@ void RunController::startWorker() {
     QMetaObject::invokeMethod(worker_, &RunWorker::probeDevices, Qt::QueuedConnection);
 }
 
+void RunController::setModelsFolder(const QString& folder) {
+    worker_->setModelsFolder(folder.toStdString());  // thread-safe: applies from the next run
+}
+
 void RunController::start(const RunConfig& config) {
     if (running_) return;
     currentRunId_ = nextRunId_++;

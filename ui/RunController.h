@@ -43,6 +43,10 @@ public:
     // Stops a run in flight at its next tile batch and waits for the worker's thread to end.
     ~RunController() override;
 
+    // A models folder where the worker also looks for the LoRAs a prompt's tags name (the
+    // window's models folder); applies from the next run.
+    void setModelsFolder(const QString& folder);
+
     // Pairs of runs a comparison makes (off + on each); the first pair is the warm-up.
     static constexpr int kGraphComparisonPairs = 2;
 

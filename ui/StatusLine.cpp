@@ -68,7 +68,7 @@ StatusLine::StatusLine(QStatusBar* bar) : QObject(bar) {
     tileBar_ = new QProgressBar;
     tileBar_->setObjectName(QStringLiteral("tileProgress"));
     tileBar_->setFormat(tr("tile %v/%m"));
-    tileBar_->setFixedWidth(150);
+    tileBar_->setFixedWidth(tileBar_->fontMetrics().horizontalAdvance(tr("batch 88/88 of step 888/888")) + 24);
     for (QProgressBar* progress : {stepBar_, tileBar_}) {
         progress->setRange(0, 1);
         progress->setValue(0);
@@ -117,6 +117,7 @@ void StatusLine::showReady(bool valid, const RunConfig& config) {
         const TilePlan plan = TilePlan::fromConfig(config);
         const int batch = resolveTileBatch(config.tileBatch, plan.count());
         const int batches = (plan.count() + batch - 1) / batch;
+        tilesPerBatch_ = batch;
         setProgressText(tr("ready: %1 steps × %2 tile batches (%3 tiles, batch %4%5)")
                             .arg(config.steps)
                             .arg(batches)
@@ -157,8 +158,32 @@ void StatusLine::hideBars() {
 
 void StatusLine::showProgress(const RunProgress& p, bool running) {
     showStepBar(p, running);
-    tileBar_->setRange(0, std::max(1, p.tiles));
-    tileBar_->setValue(std::min(p.tilesDone, std::max(1, p.tiles)));
+    const int tiles = std::max(1, p.tiles);
+    const int tilesDone = std::clamp(p.tilesDone, 0, tiles);
+    tileBar_->setRange(0, tiles);
+    tileBar_->setValue(tilesDone);
+    if (!running || !p.started || p.tiles <= 0) {
+        tileBar_->setFormat(tr("tile %v/%m"));
+        return;
+    }
+    // What is under way: the tile, or the batch when a call computes several (all of a step's
+    // tiles in one call finish together, so a count of finished tiles alone would read 0 until
+    // the step ends).
+    const int runSteps = std::max(1, p.steps - p.firstStep);
+    const int step = std::clamp(p.step + 1 - p.firstStep, 1, runSteps);
+    const int perBatch = std::clamp(p.tilesPerBatch > 0 ? p.tilesPerBatch : tilesPerBatch_, 1, tiles);
+    if (perBatch > 1) {
+        const int batches = (tiles + perBatch - 1) / perBatch;
+        const int batchesDone = (tilesDone + perBatch - 1) / perBatch;
+        tileBar_->setFormat(tr("batch %1/%2 of step %3/%4")
+                                .arg(std::min(batchesDone + 1, batches))
+                                .arg(batches)
+                                .arg(step)
+                                .arg(runSteps));
+    } else {
+        tileBar_->setFormat(
+            tr("tile %1/%2 of step %3/%4").arg(std::min(tilesDone + 1, tiles)).arg(tiles).arg(step).arg(runSteps));
+    }
 }
 
 void StatusLine::showStepBar(const RunProgress& p, bool running) {

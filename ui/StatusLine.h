@@ -3,9 +3,13 @@
 // replaced for 8 s by a run's note (showNote: drawn cut with "…" where it is longer than the
 // room left, the whole note its tooltip); on the right the progress text (as wide as it is where
 // the bar has room, else cut with "…", the whole text its tooltip) and two bars, step k/N
-// (or the model load's fraction and phase) and tile j/M. Before a run the bars are hidden and
-// the progress text says what a run of the settings would do.
+// (or the model load's fraction and phase) and the tiles of the step: the bar fills as tiles
+// finish and says which tile, or with several tiles per call which batch, is under way
+// ("batch 2/3 of step 5/20"). Before a run the bars are hidden and the progress text says what
+// a run of the settings would do.
 #pragma once
+
+#include <algorithm>
 
 #include <QObject>
 #include <QString>
@@ -25,6 +29,7 @@ struct RunProgress {
     int step = 0, steps = 0;       // steps completed / total, as the schedule counts them
     int firstStep = 0;             // schedule index of the first step run (image-to-image: > 0)
     int tilesDone = 0, tiles = 0;  // tiles completed in the current step / per step
+    int tilesPerBatch = 0;         // tiles per model call; 0: the status line's own (setTilesPerBatch)
     bool started = false;          // the engine reported the run started (prepare done)
     double loadFraction = -1;      // of the model load in progress; -1 while none was reported
     QString loadPhase;
@@ -54,7 +59,14 @@ public:
     // Both bars from `progress`. `running`: the step bar shows the step in progress (1-based),
     // the load's fraction while a model loads and is busy while the engine prepares; otherwise
     // the steps completed.
+    // The tile bar counts finished tiles; while running its text names the tile in progress
+    // ("tile 8/25 of step 5/20"), or with several tiles per call the batch ("batch 2/3 of step
+    // 5/20"); afterwards the tiles done.
     void showProgress(const RunProgress& progress, bool running);
+    // Tiles per model call of the run shown (RunRecord::tileBatch->ran when it starts; showReady
+    // sets the planned one); used where RunProgress::tilesPerBatch is 0.
+    void setTilesPerBatch(int tiles) { tilesPerBatch_ = std::max(0, tiles); }
+    int tilesPerBatch() const { return tilesPerBatch_; }
     void showStepBar(const RunProgress& progress, bool running);
 
 private:
@@ -64,6 +76,7 @@ private:
     QLabel* progressText_ = nullptr;
     QProgressBar* stepBar_ = nullptr;
     QProgressBar* tileBar_ = nullptr;
+    int tilesPerBatch_ = 0;
 };
 
 }  // namespace tessera

@@ -7,9 +7,11 @@
 
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFontMetrics>
 #include <QLabel>
 #include <QMenu>
 #include <QMessageBox>
+#include <QStringList>
 #include <QToolTip>
 #include <QVBoxLayout>
 
@@ -75,6 +77,15 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     enqueueGraph_->removeFromLegend();
     gpuGraph_->removeFromLegend();
 
+    // Which earlier runs reach above the fitted value axis: a line of its own under the legend
+    // (in the layout only while there is something to say), so it covers no data and goes into
+    // a saved chart.
+    earlierNote_ = new QCPTextElement(stepPlot_, QString(), QFont(font().family(), 8));
+    earlierNote_->setObjectName(QStringLiteral("earlierRunsNote"));
+    earlierNote_->setTextColor(QColor(0x55, 0x5a, 0x60));
+    earlierNote_->setMargins(QMargins(4, 0, 4, 2));
+    earlierNote_->setVisible(false);
+
     memoryPlot_ = makePlot(tr("time (s)"), tr("MiB"));
     memoryPlot_->setObjectName(QStringLiteral("memoryPlot"));
     memoryGraph_ = addSeries(memoryPlot_, tr("host RSS"), QColor(0xd6, 0x27, 0x28), false);
@@ -116,9 +127,12 @@ TimingCharts::TimingCharts(QWidget* parent) : QWidget(parent) {
     tilePlaceholder_->setBrush(QColor(255, 255, 255, 210));
     tilePlaceholder_->setPadding(QMargins(6, 3, 6, 3));
     tilePlaceholder_->setLayer(QStringLiteral("legend"));  // above the cell borders (layer "axes")
+    // Over the whole plot where it is wider than the grid (a grid at the image's aspect can be narrow).
+    tilePlaceholder_->setClipToAxisRect(false);
     auto* marginGroup = new QCPMarginGroup(tilePlot_);
     tilePlot_->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
     tileScale_->setMarginGroup(QCP::msBottom | QCP::msTop, marginGroup);
+    connect(tilePlot_, &QCustomPlot::afterLayout, this, &TimingCharts::keepTileAspect);
 
     summary_ = new QLabel(tr("No run yet"));
     summary_->setObjectName(QStringLiteral("chartSummary"));
@@ -202,6 +216,13 @@ QString TimingCharts::hoverText(Chart chart, QPointF pixel) const {
         const int id = row * tileCols_ + col;
         const double ms = tileMs_[static_cast<std::size_t>(id)];
         if (ms < 0) return tr("tile %1 (column %2, row %3): no time yet").arg(id).arg(col).arg(row);
+        if (oneBatchPerStep_)
+            return tr("tile %1 (column %2, row %3): ran with all %4 tiles in one batch, %5 ms per step")
+                .arg(id)
+                .arg(col)
+                .arg(row)
+                .arg(tileMs_.size())
+                .arg(oneBatchMsSum_ / std::max(oneBatchCount_, 1), 0, 'f', 1);
         return tr("tile %1 (column %2, row %3): %4 ms per step").arg(id).arg(col).arg(row).arg(ms, 0, 'f', 2);
     }
     // The nearest data point (in pixels) of any visible graph, within a small radius.
@@ -238,6 +259,10 @@ void TimingCharts::resetTileGrid(const std::optional<TilePlan>& plan) {
     tileSamples_.clear();
     tileCols_ = tileRows_ = 0;
     tilePlanWidth_ = tilePlanHeight_ = 0;
+    oneBatchPerStep_ = false;
+    oneBatchMsSum_ = 0;
+    oneBatchCount_ = 0;
+    tileAspectPasses_ = 0;
     tilePlanTiles_.clear();
     tileMap_->data()->clear();
     if (plan && plan->count() > 0) {
@@ -251,7 +276,10 @@ void TimingCharts::resetTileGrid(const std::optional<TilePlan>& plan) {
         tileSum_.assign(count, 0.0);
         tileSamples_.assign(count, 0);
         tileMap_->data()->setSize(tileCols_, tileRows_);
-        tileMap_->data()->setRange(QCPRange(0, std::max(tileCols_ - 1, 1)), QCPRange(0, std::max(tileRows_ - 1, 1)));
+        // Cell centres on whole numbers. QCPColorMap draws a single cell over the whole data
+        // range (no half cell either side), so a lone column or row spans -0.5 to 0.5 itself.
+        const auto cellRange = [](int cells) { return cells > 1 ? QCPRange(0, cells - 1) : QCPRange(-0.5, 0.5); };
+        tileMap_->data()->setRange(cellRange(tileCols_), cellRange(tileRows_));
         // NaN: no time yet (drawn in the gradient's "no data" grey).
         for (int row = 0; row < tileRows_; ++row)
             for (int col = 0; col < tileCols_; ++col) tileMap_->data()->setCell(col, row, std::nan(""));
@@ -291,10 +319,20 @@ void TimingCharts::applyTileCell(int id) {
 void TimingCharts::addTileBatches(const std::vector<TileBatchTiming>& batches) {
     if (tileCols_ <= 0 || batches.empty()) return;
     const int count = static_cast<int>(tileMs_.size());
+    const bool firstTimes = timedTileCount() == 0;
+    bool allTogether = count > 1 && (firstTimes || oneBatchPerStep_);
     for (const TileBatchTiming& batch : batches) {
         if (batch.tileIds.empty()) continue;
-        // Device time where measured, else host time; a batch's time split evenly over its tiles.
-        const double ms = (batch.gpuMs >= 0 ? batch.gpuMs : batch.hostMs) / static_cast<double>(batch.tileIds.size());
+        // Device time where measured, else host time.
+        const double batchMs = batch.gpuMs >= 0 ? batch.gpuMs : batch.hostMs;
+        if (static_cast<int>(batch.tileIds.size()) == count) {
+            oneBatchMsSum_ += batchMs;
+            ++oneBatchCount_;
+        } else {
+            allTogether = false;
+        }
+        // A batch's time split evenly over its tiles.
+        const double ms = batchMs / static_cast<double>(batch.tileIds.size());
         for (int id : batch.tileIds) {
             if (id < 0 || id >= count) continue;
             tileSum_[static_cast<std::size_t>(id)] += ms;
@@ -302,6 +340,7 @@ void TimingCharts::addTileBatches(const std::vector<TileBatchTiming>& batches) {
             applyTileCell(id);
         }
     }
+    oneBatchPerStep_ = allTogether && oneBatchCount_ > 0;
     refreshTileScale();
     emit tileTimesChanged();
     scheduleReplot();
@@ -336,11 +375,26 @@ void TimingCharts::refreshTileScale() {
         high = middle + minSpan / 2;
     }
     tileMap_->setDataRange(any ? QCPRange(low, high) : QCPRange(0, 1));
-    if (tileCols_ <= 0)
+    // One batch of every tile: the same time for all of them says nothing about any tile. The
+    // cells are drawn in one flat colour, the colour scale hidden, and the batch's time written.
+    QCPColorGradient gradient = tileMap_->gradient();
+    gradient.setNanColor(oneBatchPerStep_ ? QColor(0xb9, 0xcf, 0xe4) : QColor(0xe4, 0xe6, 0xea));
+    tileMap_->setGradient(gradient);
+    tileScale_->setVisible(!oneBatchPerStep_);
+    if (oneBatchPerStep_) {
+        for (int id = 0; id < static_cast<int>(tileMs_.size()); ++id)
+            tileMap_->data()->setCell(id % tileCols_, id / tileCols_, std::nan(""));
+        tilePlaceholder_->setText(tr("one batch of %1 tiles: %2 ms per step\n(all in one call: no per-tile times)")
+                                      .arg(tileMs_.size())
+                                      .arg(oneBatchMsSum_ / std::max(oneBatchCount_, 1), 0, 'f', 0));
+    } else if (tileCols_ <= 0) {
         tilePlaceholder_->setText(tr("No valid tile plan"));
-    else
+    } else if (any) {
+        for (int id = 0; id < static_cast<int>(tileMs_.size()); ++id) applyTileCell(id);
+    } else {
         tilePlaceholder_->setText(tr("%1 × %2 tiles · no times yet").arg(tileCols_).arg(tileRows_));
-    tilePlaceholder_->setVisible(!any);
+    }
+    tilePlaceholder_->setVisible(!any || oneBatchPerStep_);
     tilePlot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -364,7 +418,8 @@ void TimingCharts::setEarlierRuns(const std::vector<const RunRecord*>& runs) {
     for (const RunRecord* run : runs) {
         if (!run || run->steps.empty()) continue;
         QCPGraph* graph = stepPlot_->addGraph();
-        const std::string name = run->config.label.empty() ? run->runId : run->config.label;
+        std::string name = run->config.label.empty() ? run->runId : run->config.label;
+        if (!run->modelName.empty()) name += " (" + run->modelName + ")";
         graph->setName(tr("earlier: %1").arg(QString::fromStdString(name)));
         graph->setPen(QPen(QColor(150, 150, 150, 150), 1.0));
         for (const StepTiming& step : run->steps) graph->addData(step.step + 1, step.wallMs);
@@ -439,6 +494,74 @@ void TimingCharts::showRecord(const RunRecord& record) {
     showTileTimes(record);
 }
 
+QString TimingCharts::earlierRunsNote() const { return earlierNote_->visible() ? earlierNote_->text() : QString(); }
+
+void TimingCharts::showEarlierRunsNote(const QStringList& clipped, double clippedTop, double currentTop) {
+    QCPLayoutGrid* layout = stepPlot_->plotLayout();
+    const bool shown = layout->hasElement(1, 0) && layout->element(1, 0) == earlierNote_;
+    if (clipped.isEmpty()) {
+        earlierNote_->setVisible(false);
+        earlierNote_->setText({});
+        if (shown) {
+            layout->take(earlierNote_);
+            layout->simplify();
+        }
+        return;
+    }
+    // Two short lines: the charts dock is narrow and a text element does not wrap.
+    const QString who =
+        clipped.size() == 1
+            ? tr("Earlier run %1")
+                  .arg(QFontMetrics(earlierNote_->font()).elidedText(clipped.front(), Qt::ElideMiddle, 260))
+            : tr("%1 earlier runs").arg(clipped.size());
+    const double ratio = clippedTop / currentTop;
+    earlierNote_->setText(tr("%1 cut off at the top:\nup to %2 ms/step, %3× this run's slowest step")
+                              .arg(who)
+                              .arg(clippedTop, 0, 'f', 0)
+                              .arg(ratio, 0, 'f', ratio < 10 ? 1 : 0));
+    earlierNote_->setVisible(true);
+    if (!shown) {
+        // Under the legend (row 0), above the axis rect.
+        layout->insertRow(1);
+        layout->addElement(1, 0, earlierNote_);
+        layout->setRowStretchFactor(1, 0.001);
+    }
+}
+
+void TimingCharts::keepTileAspect() {
+    QCPAxisRect* rect = tilePlot_->axisRect();
+    if (rect->outerRect().size() != tileAspectOuter_) {  // resized: settle afresh
+        tileAspectOuter_ = rect->outerRect().size();
+        tileAspectPasses_ = 0;
+    }
+    // The margins QCustomPlot chose itself: the ones in effect less the letterbox added before.
+    const QMargins current = rect->margins();
+    const QMargins automatic(
+        std::max(0, current.left() - tileLetterbox_.left()), std::max(0, current.top() - tileLetterbox_.top()),
+        std::max(0, current.right() - tileLetterbox_.right()), std::max(0, current.bottom() - tileLetterbox_.bottom()));
+    QMargins letterbox;
+    const QRect room = rect->outerRect().marginsRemoved(automatic);
+    if (tilePlanWidth_ > 0 && tilePlanHeight_ > 0 && room.width() > 0 && room.height() > 0) {
+        // The grid spans the image: as wide and high as the room allows at the image's aspect.
+        const double aspect = static_cast<double>(tilePlanWidth_) / tilePlanHeight_;
+        const int width = std::min(room.width(), static_cast<int>(std::lround(room.height() * aspect)));
+        const int height = std::min(room.height(), static_cast<int>(std::lround(room.width() / aspect)));
+        const int spareX = room.width() - width, spareY = room.height() - height;
+        letterbox = QMargins(spareX / 2, spareY / 2, spareX - spareX / 2, spareY - spareY / 2);
+    }
+    const QMargins change = letterbox - tileLetterbox_;
+    if (std::max({std::abs(change.left()), std::abs(change.top()), std::abs(change.right()),
+                  std::abs(change.bottom())}) <= 1) {
+        tileAspectPasses_ = 0;
+        return;
+    }
+    // A few passes at most: the margins settle in one unless the tick labels change with them.
+    if (++tileAspectPasses_ > 3) return;
+    tileLetterbox_ = letterbox;
+    rect->setMinimumMargins(automatic + letterbox);
+    tilePlot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
 void TimingCharts::scheduleReplot() {
     if (!replotTimer_.isActive()) replotTimer_.start();
 }
@@ -465,12 +588,29 @@ void TimingCharts::replotNow() {
     for (const QCPGraph* graph : earlierGraphs_) cover(graph);
     stepPlot_->xAxis->setRange(firstStep - 0.5, lastStep + 0.5);
     fitValueAxis(stepPlot_->yAxis, {hostGraph_, enqueueGraph_, gpuGraph_});
+    // The current run stays readable: earlier runs widen the value axis only up to a few times
+    // its slowest step; one far slower (another model or size) is cut at the top and named.
+    double currentTop = 0;
+    for (const QCPGraph* graph : {hostGraph_, enqueueGraph_, gpuGraph_}) {
+        bool found = false;
+        const QCPRange range = graph->getValueRange(found);
+        if (found && graph->visible()) currentTop = std::max(currentTop, range.upper);
+    }
+    const double cap = currentTop > 0 ? currentTop * kEarlierRunRangeFactor : -1;
+    QStringList clipped;
+    double clippedTop = 0;
     for (QCPGraph* graph : earlierGraphs_) {
         bool found = false;
         const QCPRange range = graph->getValueRange(found);
-        if (found && range.upper * 1.12 > stepPlot_->yAxis->range().upper)
-            stepPlot_->yAxis->setRangeUpper(range.upper * 1.12);
+        if (!found) continue;
+        if (cap > 0 && range.upper > cap) {
+            clipped << graph->property("runName").toString();
+            clippedTop = std::max(clippedTop, range.upper);
+            continue;
+        }
+        if (range.upper * 1.12 > stepPlot_->yAxis->range().upper) stepPlot_->yAxis->setRangeUpper(range.upper * 1.12);
     }
+    showEarlierRunsNote(clipped, clippedTop, currentTop);
     bool found = false;
     const QCPRange keys = memoryGraph_->getKeyRange(found);
     memoryPlot_->xAxis->setRange(0, found && keys.upper > 0 ? keys.upper * 1.05 : 1.0);

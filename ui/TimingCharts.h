@@ -5,17 +5,22 @@
 //
 // Also: the mean time of each tile as a heat map over the tile grid (live, as tile batches
 // finish, and from the record's tile batches after a run; before a run, the empty grid of the
-// planned tiles), the per-step times of earlier runs in grey behind the current
-// one, values under the mouse in a tooltip, and a context menu on every chart to save it
-// as PNG or PDF.
+// planned tiles), drawn with the image's aspect; where every tile ran in one batch (one model
+// call per step) there is no time per tile, and the map says the batch's time instead of
+// colouring the tiles. The per-step times of earlier runs are drawn in grey behind the current
+// one; the value axis fits the current run, so an earlier run far slower (another model, another
+// size) is cut at the top and a note over the chart says so. Values under the mouse in a tooltip,
+// and a context menu on every chart to save it as PNG or PDF.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <QMargins>
 #include <QPointF>
 #include <QSize>
+#include <QStringList>
 #include <QTimer>
 #include <QWidget>
 
@@ -27,6 +32,7 @@ class QCPGraph;
 class QCPColorMap;
 class QCPColorScale;
 class QCPItemText;
+class QCPTextElement;
 class QLabel;
 
 namespace tessera {
@@ -61,9 +67,14 @@ public:
     QSize tileGridSize() const { return {tileCols_, tileRows_}; }
     // Tiles with at least one time.
     int timedTileCount() const;
-    // Earlier runs drawn in grey behind the current step times (null pointers skipped).
+    // Earlier runs drawn in grey behind the current step times (null pointers skipped). The
+    // value axis shows the current run whole and earlier runs up to kEarlierRunRangeFactor times
+    // its slowest step; a slower one is cut at the top (earlierRunsNote says which).
     void setEarlierRuns(const std::vector<const RunRecord*>& runs);
     int earlierRunCount() const { return static_cast<int>(earlierGraphs_.size()); }
+    static constexpr double kEarlierRunRangeFactor = 2.0;
+    // The note over the step chart naming the earlier runs cut at its top; empty when none is.
+    QString earlierRunsNote() const;
 
     enum class Chart { Steps, Memory, Tiles };
     QCustomPlot* plot(Chart chart) const;
@@ -75,8 +86,12 @@ public:
     double tileTimeMs(int id) const;
 
     int stepCount() const { return steps_; }
-    // The tooltip-free summary over the tile heat map when it has no times yet (empty otherwise).
+    // The text over the tile heat map: its empty grid ("5 × 5 tiles · no times yet"), or, when
+    // every tile ran in one batch per step, that batch's time; empty while it shows per-tile times.
     QString tilePlaceholderText() const;
+    // Every tile of a plan of more than one ran in the same batch (one call per step): the map
+    // shows the batch's time, no per-tile colours and no colour scale.
+    bool tileTimesPerBatchOnly() const { return oneBatchPerStep_; }
     // Replots pending (for tests and the screenshot path); normally the timer does this.
     void flush();
 
@@ -88,6 +103,11 @@ private:
     void resetTileGrid(const std::optional<TilePlan>& plan);
     void applyTileCell(int id);
     void refreshTileScale();
+    // Minimum margins that letterbox the heat map's axis rect to the image's aspect (after the
+    // plot's layout, when its size is known).
+    void keepTileAspect();
+    // The note naming the earlier runs cut at the step chart's top (`clipped` empty: none).
+    void showEarlierRunsNote(const QStringList& clipped, double clippedTop, double currentTop);
     void scheduleReplot();
     void replotNow();
     void showContextMenu(Chart chart, const QPoint& pos);
@@ -110,7 +130,14 @@ private:
     // settings still describe the same tiles.
     int tilePlanWidth_ = 0, tilePlanHeight_ = 0;
     std::vector<TileRect> tilePlanTiles_;
+    bool oneBatchPerStep_ = false;  // every batch so far held every tile (of more than one)
+    double oneBatchMsSum_ = 0;
+    int oneBatchCount_ = 0;
+    QMargins tileLetterbox_;  // added to the heat map's automatic margins by keepTileAspect
+    int tileAspectPasses_ = 0;
+    QSize tileAspectOuter_;
     std::vector<QCPGraph*> earlierGraphs_;
+    QCPTextElement* earlierNote_ = nullptr;  // in the step plot's layout only while shown
     std::vector<std::string> earlierNames_;
     QLabel* summary_ = nullptr;
     QTimer replotTimer_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,8 +20,11 @@
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/formats/PipelinePart.h"
+#include "core/models/clip/TextualInversionFile.h"
 #include "core/models/sd/SdModel.h"
+#include "core/run/EmbeddingFile.h"
 #include "core/run/Infotext.h"
+#include "core/run/ModelFileLookup.h"
 #include "core/run/RunConfigFields.h"
 #include "core/run/RunRecordIO.h"
 #include "core/sampling/Scheduler.h"
@@ -50,6 +54,12 @@ const std::map<std::string, OptionSpec>& optionTable() {
                               checkPathText("out", v, "the output folder");
                               o.outDir = v;
                           }};
+        options["batch-count"] = {"", true, [](CliOptions& o, const std::string& v) {
+                                      o.batchCount = parseCount("batch-count", v, 1);
+                                      if (o.batchCount > kMaxBatchCount)
+                                          fail("batch-count", inQuotes(v) + " is not allowed; it must be 1 to " +
+                                                                  std::to_string(kMaxBatchCount));
+                                  }};
         options["preset"] = {"", true,
                              [](CliOptions& o, const std::string& v) { o.presetPath = v; }};  // read first: loadPreset
         options["params-from"] = {
@@ -96,8 +106,10 @@ void loadPreset(CliOptions& options) {
 
 // --params-from FILE.png: its "parameters" chunk (A1111, Tessera), else its "prompt" chunk
 // (ComfyUI's API graph), applied onto the preset's settings (core/run/Infotext.h). Settings it cannot
-// apply become notes; a file that is no readable PNG, or has neither chunk, is invalid input.
-void loadParamsFrom(CliOptions& options) {
+// apply become notes; a file that is no readable PNG, or has neither chunk, is invalid input. Returns its
+// "TI hashes" (name, hash), which checkParamsFromEmbeddings compares once every option is known.
+std::vector<std::pair<std::string, std::string>> loadParamsFrom(CliOptions& options) {
+    std::vector<std::pair<std::string, std::string>> textualInversionHashes;
     const std::string& path = options.paramsFromPath;
     checkPathText("params-from", path, "the PNG path");
     PngFile png;
@@ -136,6 +148,13 @@ void loadParamsFrom(CliOptions& options) {
                 std::erase_if(imported.unmapped,
                               [&shown](const UnmappedSetting& u) { return u.shown.rfind(shown, 0) == 0; });
             }
+            // "TI hashes" name the embeddings the prompt uses, found by the run by their names.
+            if (const InfotextParam* hashes = parsed.find("TI hashes")) {
+                textualInversionHashes = parseTextualInversionHashes(hashes->value);
+                const std::string shown = "TI hashes: ";
+                std::erase_if(imported.unmapped,
+                              [&shown](const UnmappedSetting& u) { return u.shown.rfind(shown, 0) == 0; });
+            }
         }
     } catch (const InputFileError& e) {
         // "params-from: its ComfyUI prompt chunk: why" (already short and escaped) as "'path': its ...".
@@ -145,6 +164,44 @@ void loadParamsFrom(CliOptions& options) {
     for (const std::string& field : imported.fields) options.fieldsGiven.insert(field);
     for (const UnmappedSetting& setting : imported.unmapped)
         options.paramsFromNotes.push_back("params-from: " + setting.message());
+    return textualInversionHashes;
+}
+
+// --params-from's "TI hashes" against the embeddings this run finds (core/run/EmbeddingFile.h): a note
+// for each one found nowhere (its name in the prompt is then read as words) or found with another
+// hash (the first 12 hex digits of the file's SHA-256, as A1111 writes them).
+void checkParamsFromEmbeddings(CliOptions& options, const std::vector<std::pair<std::string, std::string>>& hashes) {
+    if (hashes.empty()) return;
+    const char* models = std::getenv(kModelsFolderVariable);
+    const std::vector<std::string> folders = embeddingFolders(options.config, models ? models : "");
+    const std::vector<EmbeddingFileEntry> files = listEmbeddingFiles(folders);
+    std::vector<std::string> checked;
+    for (const auto& [name, hash] : hashes) {
+        if (std::find(checked.begin(), checked.end(), name) != checked.end()) continue;  // SDXL writes each twice
+        checked.push_back(name);
+        const EmbeddingFileEntry* found = nullptr;
+        for (const EmbeddingFileEntry& f : files)  // the last of a name is the one registered
+            if (f.name == name) found = &f;
+        if (!found) {
+            std::string looked;
+            for (const std::string& folder : folders) looked += (looked.empty() ? "" : ", ") + folder;
+            options.paramsFromNotes.push_back("params-from: TI hashes name the embedding '" + excerpt(name, 80) +
+                                              "' (" + excerpt(hash, 20) + "), found in no embeddings folder (" +
+                                              (looked.empty() ? std::string("none known") : looked) +
+                                              "): its name in the prompt is read as words; give --embeddings-dir");
+            continue;
+        }
+        std::string sha;
+        try {
+            sha = readTextualInversion(found->path).shortHash();
+        } catch (const InputFileError& e) {
+            options.paramsFromNotes.push_back(std::string("params-from: TI hashes: ") + e.what());
+            continue;
+        }
+        if (sha != hash)
+            options.paramsFromNotes.push_back("params-from: TI hashes give the embedding '" + excerpt(name, 80) +
+                                              "' the hash " + excerpt(hash, 20) + "; " + found->path + " has " + sha);
+    }
 }
 
 }  // namespace
@@ -242,7 +299,8 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
     if (!options.presetPath.empty()) loadPreset(options);
     for (const auto& [name, value] : given)
         if (name == "params-from") options.paramsFromPath = value;
-    if (!options.paramsFromPath.empty()) loadParamsFrom(options);
+    std::vector<std::pair<std::string, std::string>> textualInversionHashes;
+    if (!options.paramsFromPath.empty()) textualInversionHashes = loadParamsFrom(options);
 
     for (const auto& [name, value] : given) {
         const OptionSpec& spec = table.at(name);
@@ -252,6 +310,8 @@ CliOptions parseCliOptions(const std::vector<std::string>& args) {
             options.flagsGiven.insert(spec.field);
         }
     }
+
+    checkParamsFromEmbeddings(options, textualInversionHashes);
 
     if (options.command == CliCommand::Info) {
         if (positional.size() > 1)
@@ -347,7 +407,12 @@ std::string cliUsage(CliCommand command) {
                    "the settings an A1111, ComfyUI or Tessera PNG was made with (prompt,\n"
                    "steps, sampler, CFG, seed, size, clip skip, ...), applied after --preset\n"
                    "and before the flags; each setting it cannot apply is named on stderr") +
-        usageEntry("--out DIR", "output folder (render; default .)") + usageEntry("--help, -h", "this text");
+        usageEntry("--out DIR", "output folder (render; default .)") +
+        usageEntry("--batch-count N",
+                   "render N images, seeds seed .. seed + N - 1, each its own output set\n"
+                   "(render; 1 to " +
+                       std::to_string(kMaxBatchCount) + ", default 1)") +
+        usageEntry("--help, -h", "this text");
     std::string text;
     switch (command) {
         case CliCommand::Help:

@@ -26,6 +26,9 @@ struct CliOptions {
     std::string presetPath;    // --preset, empty when none
     std::string outDir = ".";  // --out
     std::string infoDir;       // `info DIR` (also taken from --model)
+    // --batch-count: images rendered one after another, seeds seed .. seed + batchCount - 1, each
+    // its own output set and record (render only).
+    int batchCount = 1;
     // RunConfig fields given on the command line or in the preset, by CLI name ("tile", "model").
     std::set<std::string> fieldsGiven;
     // The same for flags typed on the command line alone (not from a preset or --params-from).
@@ -69,6 +72,9 @@ RunConfig runSettingsFromJson(const nlohmann::json& json, std::string* tuningDig
 // manifest records (the image may then differ in the last bits); "" when it did not, or when
 // the manifest records none.
 std::string tuningMismatchNote(const std::string& runDigest, const std::string& manifestDigest);
+
+// The most images one render may make with --batch-count (A1111's batch count slider ends at 100).
+inline constexpr int kMaxBatchCount = 100;
 
 // tessera-cli's exit codes (README): 0 success, 1 a failure while running, 2 invalid input.
 inline constexpr int kExitOk = 0;

@@ -1,6 +1,7 @@
 #include "app/cli/TokensCommand.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <ostream>
@@ -9,6 +10,9 @@
 #include "app/cli/PathStatus.h"
 #include "core/base/BoundedInput.h"
 #include "core/formats/PipelinePart.h"
+#include "core/models/clip/TextualInversionFile.h"
+#include "core/run/EmbeddingFile.h"
+#include "core/run/ModelFileLookup.h"
 #include "core/run/RunConfig.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
@@ -25,6 +29,7 @@ struct TokensOptions {
     std::optional<std::string> prompt;      // the positional argument
     std::optional<std::string> promptFile;  // --prompt-file
     std::string model;                      // --model, empty: the bundled vocabulary
+    std::string embeddingsDir;              // --embeddings-dir
     bool weights = false;
     bool help = false;
 };
@@ -57,12 +62,16 @@ TokensOptions parseTokensOptions(const std::vector<std::string>& args) {
         } else if (a == "--model") {
             o.model = value("model");
             checkPathText("model", o.model, "a model folder or .safetensors file");
+        } else if (a == "--embeddings-dir") {
+            o.embeddingsDir = value("embeddings-dir");
+            checkPathText("embeddings_dir", o.embeddingsDir, "an embeddings folder");
         } else if (a == "--prompt-file") {
             o.promptFile = value("prompt-file");
             checkPathText("prompt-file", *o.promptFile, "a prompt file");
         } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
-            throw ValidationError("option", "tokens: unknown option " + inQuotes(a) +
-                                                "; allowed: --weights, --model PATH, --prompt-file FILE, --help");
+            throw ValidationError(
+                "option", "tokens: unknown option " + inQuotes(a) +
+                              "; allowed: --weights, --model PATH, --embeddings-dir DIR, --prompt-file FILE, --help");
         } else if (o.prompt) {
             throw ValidationError("prompt",
                                   "prompt: tokens takes one prompt (quote it); a second one was given: " + inQuotes(a));
@@ -123,8 +132,15 @@ std::string shortest(float value) {
 
 }  // namespace
 
-void printTokenChunks(const ClipTokenizer& tokenizer, std::string_view text, bool weights, std::ostream& out) {
-    const PromptChunks prompt = chunkPrompt(tokenizer, text);
+namespace {
+
+// The chunks, and with embeddings where each one went and A1111's token count (each vector one token).
+void printChunks(const ClipTokenizer& tokenizer, std::string_view text, bool weights, std::ostream& out,
+                 const EmbeddingDatabase* embeddings) {
+    PromptChunkOptions options;
+    options.embeddings = embeddings;
+    const PromptChunks prompt = chunkPrompt(tokenizer, text, options);
+    bool used = false;
     for (std::size_t n = 0; n < prompt.chunks.size(); ++n) {
         const PromptChunk& chunk = prompt.chunks[n];
         // BOS, the prompt's tokens, and the EOS that follows them (index contentTokens + 1).
@@ -132,11 +148,29 @@ void printTokenChunks(const ClipTokenizer& tokenizer, std::string_view text, boo
         out << "chunk " << n + 1 << ":";
         for (std::size_t i = 0; i < shown; ++i) out << ' ' << chunk.ids[i];
         out << '\n';
-        if (!weights) continue;
-        out << "weights " << n + 1 << ":";
-        for (std::size_t i = 0; i < shown; ++i) out << ' ' << shortest(chunk.weights[i]);
+        if (weights) {
+            out << "weights " << n + 1 << ":";
+            for (std::size_t i = 0; i < shown; ++i) out << ' ' << shortest(chunk.weights[i]);
+            out << '\n';
+        }
+        if (chunk.fixes.empty()) continue;
+        used = true;
+        // Their slots hold id 0 above; the vectors take the place of its token embedding.
+        out << "embeddings " << n + 1 << ":";
+        for (const PromptChunkFix& fix : chunk.fixes) {
+            const TextualInversion& e = embeddings->embeddings()[fix.embedding];
+            out << (&fix == &chunk.fixes.front() ? " " : ", ") << e.name << " at " << fix.offset + 1 << " ("
+                << e.vectors << " vector" << (e.vectors == 1 ? "" : "s") << ", " << e.shortHash() << ")";
+        }
         out << '\n';
     }
+    if (used) out << "tokens: " << prompt.tokenCount << " (each embedding vector counts as a token, as in A1111)\n";
+}
+
+}  // namespace
+
+void printTokenChunks(const ClipTokenizer& tokenizer, std::string_view text, bool weights, std::ostream& out) {
+    printChunks(tokenizer, text, weights, out, nullptr);
 }
 
 std::string tokensUsage() {
@@ -151,6 +185,10 @@ std::string tokensUsage() {
            "  --model PATH        a diffusers pipeline folder: its tokenizer/ (vocab.json + merges.txt);\n"
            "                      a .safetensors checkpoint, or no --model: the bundled CLIP vocabulary\n"
            "                      as SD 1.x uses it\n"
+           "  --embeddings-dir DIR  textual-inversion embeddings named in the prompt, found by file name\n"
+           "                      in DIR and in embeddings/ in and beside $TESSERA_MODELS and the models\n"
+           "                      folder holding --model's folder: their vectors take id 0 slots, and a\n"
+           "                      line 'embeddings N: NAME at P (V vectors, HASH)' follows the chunk\n"
            "  --prompt-file FILE  read the prompt from a UTF-8 file (at most 1 MiB)\n"
            "  --                  the next word is the prompt even if it starts with --\n";
 }
@@ -171,7 +209,15 @@ int runTokensCommand(const std::vector<std::string>& args, std::ostream& out, st
             throw ValidationError(options.promptFile ? "prompt-file" : "prompt",
                                   "prompt: is not valid UTF-8 (" + inQuotes(prompt) + "); give UTF-8 text");
         const ClipTokenizer tokenizer = loadTokenizer(options.model, executableDir);
-        printTokenChunks(tokenizer, prompt, options.weights, out);
+        RunConfig config;
+        config.model = options.model;
+        config.embeddingsDir = options.embeddingsDir;
+        const char* models = std::getenv(kModelsFolderVariable);
+        const std::vector<EmbeddingFileEntry> files =
+            listEmbeddingFiles(embeddingFolders(config, models ? models : ""));
+        std::vector<EmbeddingDatabase> embeddings;
+        if (!files.empty()) embeddings = loadPromptEmbeddings({&tokenizer}, files, {prompt});
+        printChunks(tokenizer, prompt, options.weights, out, embeddings.empty() ? nullptr : &embeddings.front());
         return kExitOk;
     } catch (const FieldError& e) {  // a bad option or prompt, an unreadable file
         err << "tessera-cli: " << e.what() << "\n";

@@ -2,11 +2,13 @@
 // input (the message names the field), 1 failure while running.
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -21,6 +23,7 @@
 #include "app/cli/CliOptions.h"
 #include "app/cli/CliText.h"
 #include "app/cli/CompareCommand.h"
+#include "app/cli/ControlImages.h"
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
 #include "app/cli/InterruptCancels.h"
@@ -358,6 +361,53 @@ ImageTensor startImageTensor(const RunConfig& config, int channels) {
     return resampleToModelSpace(decoded, config.width, config.height, channels);
 }
 
+// The outputs of all --batch-count images: seeds seed .. seed + N - 1 (A1111's batch count), each
+// within the seed's range.
+OutputNeeds batchOutputNeeds(const CliOptions& options, const RunConfig& config) {
+    OutputNeeds needs = renderOutputNeeds(config);
+    if (options.batchCount > 1) {
+        const std::uint64_t more = static_cast<std::uint64_t>(options.batchCount - 1);
+        if (config.seed > std::numeric_limits<std::uint64_t>::max() - more)
+            throw ValidationError("batch-count", "batch-count: " + std::to_string(options.batchCount) +
+                                                     " images from seed " + std::to_string(config.seed) +
+                                                     " go past the largest seed, 18446744073709551615; lower the "
+                                                     "seed or the batch count");
+        needs.totalBytes *= static_cast<std::uintmax_t>(options.batchCount);
+        needs.what += " per image, " + std::to_string(options.batchCount) + " images";
+    }
+    return needs;
+}
+
+// One run's outputs and the lines that name them.
+void writeRenderOutputs(const std::string& outDir, const RunResult& result) {
+    const RunRecord& record = result.record;
+    // One all-or-nothing set (core/run/OutputSet.h): temporary files, fsync, then renames with the
+    // manifest last, so a manifest means a complete set. A failure, a full disk or a fatal signal
+    // (HUP, INT, QUIT, TERM, PIPE) while writing leaves none of the set, except the finished image
+    // once written whole: it is kept as <run-id>.incomplete.png and the error or a line on stderr
+    // says so. Text is stored as valid UTF-8 (a Latin-1 label is escaped, never a reason to lose
+    // the run).
+    const fs::path base = fs::path(outDir) / record.runId;
+    const std::string manifest = jsonText(manifestJson(record), 2);
+    OutputSet outputs;
+    outputs.createFolders(outDir);
+    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record, manifest),
+                OutputSet::IfIncomplete::Keep);
+    outputs.addText(base.string() + ".csv", timingsCsv(record));
+    outputs.addText(base.string() + ".json", manifest);
+    outputs.commit();
+
+    const double seconds = record.totalMs / 1000.0;
+    long long evaluations = 0;
+    for (const auto& batch : record.batches) evaluations += static_cast<long long>(batch.tileIds.size());
+    std::cout << toString(record.status) << ": " << record.stepsRun << " steps in " << fixed(seconds, 2)
+              << " s (prepare " << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations
+              << " tile evaluations, " << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
+              << "image     " << base.string() << ".png\n"
+              << "timings   " << base.string() << ".csv\n"
+              << "manifest  " << base.string() << ".json\n";
+}
+
 int cmdRender(const CliOptions& options) {
     RunConfig config = options.config;
     // Every check before any work, cheapest first: the fields against the model's limits
@@ -379,10 +429,10 @@ int cmdRender(const CliOptions& options) {
     // three components).
     checkRunMemory(config, runModelShape(config, model), backend, startImage);
 
-    // The output folder (owned by the outputs work): the last validation, before any work. It
-    // creates nothing: the --out folder (and missing parents) are created only when the
-    // outputs are written, so a rejected render leaves no folder behind.
-    checkOutputFolder(options.outDir, "out", renderOutputNeeds(config));
+    // The output folder: the last validation, before any work. It creates nothing: the --out
+    // folder (and missing parents) are created only when the outputs are written, so a rejected
+    // render leaves no folder behind.
+    checkOutputFolder(options.outDir, "out", batchOutputNeeds(options, config));
     std::optional<VaeReplacement> vae = separateVae(options, config, sd);
 
     // --upscale-model: the model's pass over the start image, found, read and checked before the
@@ -402,7 +452,10 @@ int cmdRender(const CliOptions& options) {
         for (const std::string& note : loraHashNotes) std::cerr << "note: " << note << "\n";
     }
 
+    // Control images are files too: decoded and checked against the run's size before any model loads.
+    std::vector<ImageTensor> controlImages = decodeControlImages(config);
     std::unique_ptr<Engine> engine = makeEngine(config.backend);
+    engine->setControlImages(std::move(controlImages));
     if (startImage)
         engine->setInitImage(upscaleModel ? upscaleModel->startImage(config, channels, std::cerr)
                                           : startImageTensor(config, channels));
@@ -424,68 +477,50 @@ int cmdRender(const CliOptions& options) {
         }
         engine->setSdModel(std::move(pinned));
     }
-    RunResult result;
-    {
-        const InterruptCancels interrupt(*engine);  // Ctrl-C: finish the tile batch, keep what was made
-        result = engine->run(config, observer);
-    }
-    if (upscaleModel) upscaleModel->addTo(result.record);
-    if (loras) {
-        loras->addTo(result.record);
-        result.record.messages.insert(result.record.messages.end(), loraHashNotes.begin(), loraHashNotes.end());
-    }
-    if (vae) {
-        const std::size_t noted = result.record.messages.size();
-        vae->addTo(result.record);
-        for (std::size_t i = noted; i < result.record.messages.size(); ++i)
-            std::cerr << "note: " << result.record.messages[i] << "\n";
-        const std::string& pngHash = options.paramsFromVaeHash;
-        if (!pngHash.empty() && config.vae == options.paramsFromVae && vae->record().sha256.rfind(pngHash, 0) != 0) {
-            const std::string note = "params-from: the PNG's VAE hash " + excerpt(pngHash, 20) + " is not that of " +
-                                     shownPath(vae->path()) + " (" + vae->record().sha256.substr(0, 10) +
-                                     "): the image may differ from the PNG's";
+    // --batch-count: one run and one output set per seed; a cancelled run ends the batch once its
+    // set is written.
+    for (int image = 0; image < options.batchCount; ++image) {
+        RunConfig imageConfig = config;
+        imageConfig.seed = config.seed + static_cast<std::uint64_t>(image);
+        RunResult result;
+        {
+            const InterruptCancels interrupt(*engine);  // Ctrl-C: finish the tile batch, keep what was made
+            result = engine->run(imageConfig, observer);
+        }
+        if (upscaleModel) upscaleModel->addTo(result.record);
+        if (loras) {
+            loras->addTo(result.record);
+            result.record.messages.insert(result.record.messages.end(), loraHashNotes.begin(), loraHashNotes.end());
+        }
+        if (vae) {
+            const std::size_t noted = result.record.messages.size();
+            vae->addTo(result.record);
+            for (std::size_t i = noted; i < result.record.messages.size(); ++i)
+                std::cerr << "note: " << result.record.messages[i] << "\n";
+            const std::string& pngHash = options.paramsFromVaeHash;
+            if (!pngHash.empty() && config.vae == options.paramsFromVae &&
+                vae->record().sha256.rfind(pngHash, 0) != 0) {
+                const std::string note = "params-from: the PNG's VAE hash " + excerpt(pngHash, 20) +
+                                         " is not that of " + shownPath(vae->path()) + " (" +
+                                         vae->record().sha256.substr(0, 10) + "): the image may differ from the PNG's";
+                std::cerr << "note: " << note << "\n";
+                result.record.messages.push_back(note);
+            }
+        }
+        if (sd) {
+            if (const std::string note = recordModelReader(config.model, result.record); !note.empty())
+                std::cerr << "note: " << note << "\n";
+        }
+        // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
+        if (const std::string note = tuningMismatchNote(result.record.tuning.digest, options.presetTuningDigest);
+            !note.empty()) {
             std::cerr << "note: " << note << "\n";
             result.record.messages.push_back(note);
         }
+        writeRenderOutputs(options.outDir, result);
+        if (result.record.status == RunStatus::Cancelled) return kExitFailure;
     }
-    if (sd) {
-        if (const std::string note = recordModelReader(config.model, result.record); !note.empty())
-            std::cerr << "note: " << note << "\n";
-    }
-    // Replayed from a manifest (--preset <run-id>.json): the same bits need the same timed choices.
-    if (const std::string note = tuningMismatchNote(result.record.tuning.digest, options.presetTuningDigest);
-        !note.empty()) {
-        std::cerr << "note: " << note << "\n";
-        result.record.messages.push_back(note);
-    }
-    const RunRecord& record = result.record;
-
-    // ---- Outputs (owned by the outputs work): one all-or-nothing set (core/run/OutputSet.h) —
-    // temporary files, fsync, then renames with the manifest last, so a manifest means a
-    // complete set. A failure, a full disk or a fatal signal (HUP, INT, QUIT, TERM, PIPE) while
-    // writing leaves none of the set, except the finished image once written whole: it is kept
-    // as <run-id>.incomplete.png and the error or a line on stderr says so. Text is stored as
-    // valid UTF-8 (a Latin-1 label is escaped, never a reason to lose the run).
-    const fs::path base = fs::path(options.outDir) / record.runId;
-    const std::string manifest = jsonText(manifestJson(record), 2);
-    OutputSet outputs;
-    outputs.createFolders(options.outDir);
-    outputs.add(base.string() + ".png", encodeRunPng(base.string() + ".png", toRgb8(result.image), record, manifest),
-                OutputSet::IfIncomplete::Keep);
-    outputs.addText(base.string() + ".csv", timingsCsv(record));
-    outputs.addText(base.string() + ".json", manifest);
-    outputs.commit();
-
-    const double seconds = record.totalMs / 1000.0;
-    long long evaluations = 0;
-    for (const auto& batch : record.batches) evaluations += static_cast<long long>(batch.tileIds.size());
-    std::cout << toString(record.status) << ": " << record.stepsRun << " steps in " << fixed(seconds, 2)
-              << " s (prepare " << fixed(record.prepareMs / 1000.0, 2) << " s), " << evaluations
-              << " tile evaluations, " << fixed(seconds > 0 ? evaluations / seconds : 0.0, 2) << " tile evals/s\n"
-              << "image     " << base.string() << ".png\n"
-              << "timings   " << base.string() << ".csv\n"
-              << "manifest  " << base.string() << ".json\n";
-    return record.status == RunStatus::Cancelled ? kExitFailure : kExitOk;
+    return kExitOk;
 }
 
 // An allocation failed past the up-front check (an estimate, not a reservation): say what ran

@@ -1,11 +1,20 @@
 #include "app/qt/ImportedParameters.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "app/cli/InitImage.h"
 #include "app/cli/PngIO.h"
+#include "app/cli/UpscaleModelRun.h"
 #include "core/base/BoundedInput.h"
+#include "core/base/Sha256.h"
+#include "core/models/lora/LoraFile.h"
+#include "core/run/LoraModelFile.h"
+#include "core/run/VaeFile.h"
+#include "core/text/ExtraNetworks.h"
 
 namespace tessera {
 
@@ -146,10 +155,47 @@ ImportedParameters applyText(const std::string& text, const RunConfig& base, std
     ImportedParameters imported;
     imported.config = base;
     imported.source = std::move(source);
-    const ImportedSettings settings = applyInfotext(parseInfotext(text), imported.config);
+    const ParsedInfotext parsed = parseInfotext(text);
+    const ImportedSettings settings = applyInfotext(parsed, imported.config);
     imported.fields = settings.fields;
     imported.unmapped = settings.unmapped;
+    // "Lora hashes" belong to the LoRAs the prompt's tags name, checked against the files a run
+    // finds (checkModelFiles), as tessera-cli --params-from does: read here, not a setting left out.
+    if (const InfotextParam* hashes = parsed.find("Lora hashes")) {
+        imported.loraHashes = parseLoraHashes(hashes->value);
+        const std::string shown = "Lora hashes: ";
+        std::erase_if(imported.unmapped, [&shown](const UnmappedSetting& u) { return u.shown.rfind(shown, 0) == 0; });
+    }
+    if (std::find(imported.fields.begin(), imported.fields.end(), "vae") != imported.fields.end())
+        if (const InfotextParam* hash = parsed.find("VAE hash")) imported.vaeHash = hash->value;
     return imported;
+}
+
+// SHA-256 of a file, lowercase hex; "" when it cannot be read.
+std::string fileSha256(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return {};
+    Sha256 hash;
+    std::vector<char> buffer(std::size_t{1} << 20);
+    while (in) {
+        in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        if (in.gcount() > 0) hash.update(buffer.data(), static_cast<std::size_t>(in.gcount()));
+    }
+    return in.bad() ? std::string() : hash.hexDigest();
+}
+
+// A1111's "Lora hashes" name of a tag's name: ':' and ',' removed (extra_networks_lora.py remove_symbols).
+std::string hashName(const std::string& name) {
+    std::string out;
+    for (const char c : name)
+        if (c != ':' && c != ',') out += c;
+    return out;
+}
+
+// "'folder A', 'folder B'" of a lookup's message is long; the reason beside a setting says what to do.
+std::string withoutField(const std::string& message, std::string_view field) {
+    const std::string prefix = std::string(field) + ": ";
+    return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
@@ -157,6 +203,68 @@ ImportedParameters applyText(const std::string& text, const RunConfig& base, std
 }
 
 }  // namespace
+
+std::vector<std::string> windowModelsFolders(const std::string& runModel, const std::string& windowModelsFolder) {
+    std::vector<std::string> folders = cliModelsFolders(runModel);
+    if (!windowModelsFolder.empty() && std::find(folders.begin(), folders.end(), windowModelsFolder) == folders.end())
+        folders.push_back(windowModelsFolder);
+    return folders;
+}
+
+void checkModelFiles(ImportedParameters& imported, const std::vector<std::string>& modelsFolders) {
+    RunConfig& config = imported.config;
+    std::vector<std::string> seen;
+    for (const LoraTag& tag : loraTags(parseExtraNetworks(config.prompt).tags)) {
+        if (std::find(seen.begin(), seen.end(), tag.name) != seen.end()) continue;
+        seen.push_back(tag.name);
+        const std::string shown = "<lora:" + excerpt(tag.name, 80) + ">";
+        ModelFile found;
+        try {
+            found = findLoraFile(tag.name, modelsFolders);
+        } catch (const ValidationError& e) {
+            imported.unmapped.push_back(UnmappedSetting{
+                shown, "names no LoRA found here, so a run refuses it: " + withoutField(e.what(), "lora")});
+            continue;
+        }
+        const std::string name = hashName(tag.name);
+        const auto given = std::find_if(imported.loraHashes.begin(), imported.loraHashes.end(),
+                                        [&name](const auto& entry) { return entry.first == name; });
+        if (given == imported.loraHashes.end() || given->second.empty()) continue;
+        try {
+            const LoraFile file = LoraFile::open(found.path);
+            if (file.a1111ShortHash() != given->second)
+                imported.unmapped.push_back(
+                    UnmappedSetting{shown, "is " + shownPath(found.path) + " here (hash " + file.a1111ShortHash() +
+                                               "); the image was made with hash " + excerpt(given->second, 40) +
+                                               ": another file or version, so the image may differ"});
+        } catch (const LoraFileError& e) {
+            imported.unmapped.push_back(
+                UnmappedSetting{shown, "cannot be read, so a run refuses it: " + withoutField(e.what(), "lora")});
+        }
+    }
+
+    if (std::find(imported.fields.begin(), imported.fields.end(), "vae") == imported.fields.end() || config.vae.empty())
+        return;
+    const std::string shown = "VAE: " + excerpt(config.vae, 80);
+    ModelFile found;
+    try {
+        found = findVaeFile(config.vae, modelsFolders);
+    } catch (const ValidationError& e) {
+        imported.unmapped.push_back(UnmappedSetting{
+            shown, "is not applied: the model's own VAE is used (" + withoutField(e.what(), "vae") + ")"});
+        config.vae.clear();
+        std::erase(imported.fields, std::string("vae"));
+        return;
+    }
+    config.vae = found.path;
+    std::error_code ec;
+    if (imported.vaeHash.empty() || !std::filesystem::is_regular_file(found.path, ec)) return;
+    const std::string hash = fileSha256(found.path);
+    if (hash.rfind(imported.vaeHash, 0) != 0)
+        imported.unmapped.push_back(UnmappedSetting{
+            "VAE hash: " + excerpt(imported.vaeHash, 20),
+            "is not that of " + shownPath(found.path) + " (" + hash.substr(0, 10) + "): the image may differ"});
+}
 
 std::string jpegParametersText(std::string_view bytes) {
     if (bytes.size() < 4 || static_cast<unsigned char>(bytes[0]) != 0xff ||
@@ -192,7 +300,8 @@ std::string jpegParametersText(std::string_view bytes) {
     return comment;
 }
 
-ImportedParameters parametersFromImage(const std::string& path, const RunConfig& base) {
+ImportedParameters parametersFromImage(const std::string& path, const RunConfig& base,
+                                       const std::string& windowModelsFolder) {
     checkPathText(kField, path, "the image path");
     ImageFile file;
     try {
@@ -239,13 +348,16 @@ ImportedParameters parametersFromImage(const std::string& path, const RunConfig&
                 const std::string what = e.what(), prefix = std::string(kField) + ": ";
                 refuse(path, what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
             }
+            checkModelFiles(imported, windowModelsFolders(imported.config.model, windowModelsFolder));
             return imported;
         }
     }
     if (text.size() > input_limits::kJsonBytes)
         refuse(path, "its parameters are " + std::to_string(text.size()) + " bytes; at most " +
                          std::to_string(input_limits::kJsonBytes) + " are read");
-    return applyText(text, base, source);
+    ImportedParameters imported = applyText(text, base, source);
+    checkModelFiles(imported, windowModelsFolders(imported.config.model, windowModelsFolder));
+    return imported;
 }
 
 ImportedParameters parametersFromText(std::string_view text, const RunConfig& base) {

@@ -14,6 +14,8 @@
 
 #include "app/cli/CliOptions.h"
 #include "app/cli/InitImage.h"
+#include "app/cli/LoraRun.h"
+#include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetModel.h"
@@ -233,20 +235,73 @@ Engine& RunWorker::engineFor(const RunConfig& config, quint64 runId) {
     // Stable Diffusion model) and the denoiser of whichever ran last, so a pixel model run again
     // after an SD run would sample with the SD denoiser's canvas (4 latent channels) and refuse
     // its own 3-channel start image.
-    if (engine_ && engineBackend_ == config.backend && engineModel_ == config.model) return *engine_;
+    // Another separate VAE gets one too, so that the last model (held by the engine) is freed
+    // before the next is read.
+    if (engine_ && engineBackend_ == config.backend && engineModel_ == config.model && engineVae_ == config.vae)
+        return *engine_;
     std::string note;
+    {
+        std::lock_guard lock(engineMutex_);
+        engine_.reset();  // before the new one: its model and buffers go first
+    }
     auto engine = createEngine(config.backend, &note);
     {
         std::lock_guard lock(engineMutex_);
         engine_ = std::move(engine);
         engineBackend_ = config.backend;
         engineModel_ = config.model;
+        engineVae_ = config.vae;
+        enginePinsKept_ = false;
     }
     if (!note.empty()) emit message(runId, QString::fromStdString(note));
     return *engine_;
 }
 
 void RunWorker::start(const RunConfig& config, quint64 runId) { runOne(config, runId); }
+
+void RunWorker::addModelUse(RunRecord& record, const RunConfig& config, const RunLoras& loras,
+                            const KeptSdModel::Use& use) const {
+    // The engine counts the read of a model it loads itself in its prepare time; so does this.
+    if (use.read) record.prepareMs += use.loadMs;
+    if (!use.restored.empty()) {
+        record.messages.push_back(
+            "lora: the last run's LoRAs were taken out of the kept model's weights (bit for bit; the checkpoint "
+            "was not read again)");
+        if (loras.empty()) record.prepareMs += use.mergeMs;
+    }
+    if (!loras.empty()) loras.addTo(record, kept_.mergeReports(), use.mergeMs, !use.merged);
+    if (kept_.vae()) kept_.vae()->addTo(record);
+    (void)recordModelReader(config.model, record);
+}
+
+void RunWorker::setModelsFolder(const std::string& folder) {
+    std::lock_guard lock(foldersMutex_);
+    modelsFolder_ = folder;
+}
+
+std::vector<std::string> RunWorker::loraFolders(const std::string& runModel) const {
+    std::vector<std::string> folders = cliLoraFolders(runModel);
+    std::lock_guard lock(foldersMutex_);
+    if (!modelsFolder_.empty() && std::find(folders.begin(), folders.end(), modelsFolder_) == folders.end())
+        folders.push_back(modelsFolder_);
+    return folders;
+}
+
+void RunWorker::prepareSdModel(const RunConfig& config, Engine& engine, VaeReplacement* vae, const RunLoras& loras,
+                               RunObserver& observer, KeptSdModel::Use& use) {
+    const LoadProgressCallback progress = [&observer, &engine](const LoadProgress& p) {
+        observer.onLoadProgress(p);
+        // Stop between tensors rather than after a load of several GB; the next run reads again.
+        if (engine.cancelRequested()) throw LoadCancelled(p);
+    };
+    std::shared_ptr<const SdModel> model = kept_.modelFor(config, vae, loras, progress, &use);
+    if (use.read) sdModelReads_.fetch_add(1);
+    if (!enginePinsKept_ || keptGenerationPinned_ != kept_.generation()) {
+        engine.setSdModel(std::move(model));  // the engine prepares the new weights at its next run
+        enginePinsKept_ = true;
+        keptGenerationPinned_ = kept_.generation();
+    }
+}
 
 void RunWorker::startSequence(const std::vector<RunConfig>& configs, quint64 firstRunId) {
     int finished = 0;
@@ -305,6 +360,28 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
     try {
         useBundledClipVocabulary();
         const RunConfig config = windowRunConfig(given);
+        // The separate VAE and the LoRAs, found and checked against the model's configurations
+        // before any work, as tessera-cli render checks them.
+        const bool sd = isSdModelPath(config.model);
+        std::optional<VaeReplacement> vae;
+        std::optional<RunLoras> loras;
+        if (sd) {
+            if (!config.vae.empty()) vae.emplace(config);
+            loras.emplace(config, loraFolders(config.model));
+            for (const std::string& note : loras->notes()) emit message(runId, QString::fromStdString(note));
+        } else {
+            kept_.clear();  // as an engine of another model would: its memory back
+            if (runHasLoras(config))
+                throw ValidationError(
+                    "lora", "lora: LoRAs are merged into a Stable Diffusion model; " +
+                                (config.model.empty() ? std::string("the default model") : shownPath(config.model)) +
+                                " is an unconditional UNet2DModel: choose a Stable Diffusion model");
+            if (!config.vae.empty())
+                throw ValidationError(
+                    "vae", "vae: a separate VAE replaces a Stable Diffusion model's own; " +
+                               (config.model.empty() ? std::string("the default model") : shownPath(config.model)) +
+                               " is a UNet2DModel, which has none");
+        }
         Engine& engine = engineFor(config, runId);
         {
             std::lock_guard lock(engineMutex_);
@@ -353,6 +430,8 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
         }
 
         Observer observer(*this, runId);
+        KeptSdModel::Use use;
+        if (sd) prepareSdModel(config, engine, vae ? &*vae : nullptr, *loras, observer, use);
         auto result = std::make_shared<RunResult>(engine.run(config, observer));
         setActiveRun(0);
         if (upscale) {
@@ -360,6 +439,7 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
             result->record.upscaleModel = upscale->record();
             result->record.messages.push_back(describe(upscale->record()));
         }
+        if (sd) addModelUse(result->record, config, *loras, use);
         finished.image = toQImage(result->image);
         keepLastPreview(*result, finished.image, observer.lastPreview(), observer.lastPreviewStep());
         finished.seamMap = heatmapToQImage(result->seamMap);

@@ -13,6 +13,14 @@
 // signal carries the run id given to start(); receivers drop signals of any run other than
 // the one they are waiting for (a Stop followed by a new Run can leave a few in flight).
 //
+// A Stable Diffusion run's model is read by the worker and kept between runs (app/qt/KeptSdModel.h),
+// with the run's separate VAE (RunConfig::vae, as tessera-cli render --vae: app/cli/VaeReplacement.h)
+// in place of its own and its LoRAs (the prompt's <lora:...> tags, then RunConfig::loras, as
+// tessera-cli render: app/qt/RunLoras.h) merged into its weights: a LoRA found nowhere or made for
+// another family is refused before any work; a run with other LoRAs than the last one's takes the
+// kept set out and merges the new one without reading the checkpoint again. The record and the
+// run's messages say what was merged (and the keys that matched nothing), as the CLI's do.
+//
 // Threads: start() and probeDevices() run on the worker thread and block it for the whole
 // run. cancel() is the one member that may be called from any thread, directly (it must be:
 // the worker's event loop is busy inside Engine::run). The GUI thread never touches the
@@ -32,6 +40,7 @@
 
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
+#include "app/qt/KeptSdModel.h"
 #include "app/qt/UpscaleModelPass.h"
 #include "core/run/Engine.h"
 #include "core/run/RunConfig.h"
@@ -100,6 +109,13 @@ public:
     static constexpr int kTileBatchSignalIntervalMs = 15;
     // Thread-safe; applies from the next run. Tests widen it to see the thinning at work.
     void setTileBatchSignalInterval(int ms) { tileBatchIntervalMs_.store(ms); }
+    // Thread-safe; applies from the next run. A models folder where LoRAs named by the prompt's tags
+    // are also looked for (the window's models folder), after those tessera-cli looks in
+    // (app/cli/LoraRun.h cliLoraFolders: $TESSERA_MODELS, the folder above the model's). Empty: none.
+    void setModelsFolder(const std::string& folder);
+    // Thread-safe. How often the worker has read a Stable Diffusion checkpoint (with its VAE):
+    // a run that keeps the model, whatever its LoRAs, reads none.
+    int sdModelReads() const { return sdModelReads_.load(); }
 
 public slots:
     // Runs `config` to the end on the calling (worker) thread. Creates or reuses the engine for
@@ -165,11 +181,29 @@ private:
     bool isCancelled(quint64 runId) const { return runId <= cancelledUpTo_.load(); }
     void setActiveRun(quint64 runId);
 
+    // The kept model for an SD run (read or kept, its VAE and LoRAs in place) given to `engine` where
+    // the engine does not hold it at its present state. Emits the LoRA notes; adds nothing to records.
+    void prepareSdModel(const RunConfig& config, Engine& engine, VaeReplacement* vae, const RunLoras& loras,
+                        RunObserver& observer, KeptSdModel::Use& use);
+    // The record of a run on the kept model: its read time, the LoRAs merged (or kept, or taken
+    // out), the separate VAE and a pickled checkpoint, as tessera-cli render records them.
+    void addModelUse(RunRecord& record, const RunConfig& config, const RunLoras& loras,
+                     const KeptSdModel::Use& use) const;
+    // The folders a run's LoRA names are looked up in.
+    std::vector<std::string> loraFolders(const std::string& runModel) const;
+
+    KeptSdModel kept_;
+    unsigned keptGenerationPinned_ = 0;  // kept_.generation() engine_ was last given
+    bool enginePinsKept_ = false;        // engine_ was given the kept model
+    std::atomic<int> sdModelReads_{0};
+    mutable std::mutex foldersMutex_;
+    std::string modelsFolder_;  // setModelsFolder's
     // Guards engine_ and activeRunId_ against cancel() from other threads.
     std::mutex engineMutex_;
     std::unique_ptr<Engine> engine_;
     BackendKind engineBackend_ = BackendKind::Auto;
     std::string engineModel_;  // RunConfig::model of the runs engine_ made
+    std::string engineVae_;    // RunConfig::vae of the runs engine_ made
     quint64 activeRunId_ = 0;
     std::atomic<quint64> cancelledUpTo_{0};  // every run id <= this is cancelled
     std::atomic<int> tileBatchIntervalMs_{kTileBatchSignalIntervalMs};

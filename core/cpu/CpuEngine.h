@@ -30,6 +30,7 @@ public:
 
     // As TiledLoop::setInitImage: image-to-image start image in model space (C x H x W of the run).
     void setInitImage(ImageTensor image) override { loop_.setInitImage(std::move(image)); }
+    void setControlImages(std::vector<ImageTensor> images) override { loop_.setControlImages(std::move(images)); }
     bool hasInitImage() const { return loop_.hasInitImage(); }
 
     // Pins an in-memory model (tests, random-weight benchmarks); config.model is then ignored.

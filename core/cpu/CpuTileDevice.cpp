@@ -90,6 +90,22 @@ void gatherTiles(cpu::WorkerPool& pool, const TilePlan& plan, const Canvas& canv
     });
 }
 
+// A ControlNet's hint crops of tiles [first, first + count): the hint canvas (f times the input
+// canvas) at each tile's position and size times f.
+void gatherHints(cpu::WorkerPool& pool, const TilePlan& plan, int f, const Canvas& hint, const std::vector<float>& h,
+                 int first, int count, float* dst) {
+    const int tileH = plan.tileH() * f, tileW = plan.tileW() * f;
+    const std::size_t tileElems = static_cast<std::size_t>(hint.channels) * tileH * tileW;
+    pool.parallelFor(std::int64_t(count) * hint.channels, [&](std::int64_t task) {
+        const int b = static_cast<int>(task / hint.channels), c = static_cast<int>(task % hint.channels);
+        const TileRect& r = plan.tile(first + b);
+        for (int i = 0; i < tileH; ++i) {
+            const float* src = h.data() + hint.index(c, r.y * f + i, r.x * f);
+            std::copy_n(src, tileW, dst + b * tileElems + (static_cast<std::size_t>(c) * tileH + i) * tileW);
+        }
+    });
+}
+
 // What one step scatters: its coefficients, noise and previous x0 (nullptr when K.cprev == 0),
 // and which accumulators it feeds.
 struct ScatterStep {
@@ -231,9 +247,11 @@ DevicePlan CpuTileDevice::prepare(const DevicePrepare& request, RunRecord& recor
     if (backend_) {
         const Denoiser& model = request.model;
         const PreparedShape shape{request.modelGeneration, request.batchSize, request.tileH, request.tileW};
+        graphTileScale_ = request.graphTileScale;
         if (!prepared_ || !(*prepared_ == shape)) {
             prepared_.reset();
-            backend_->prepareGraph(*model.graph, *model.weights, request.batchSize, request.tileH, request.tileW);
+            backend_->prepareGraph(*model.graph, *model.weights, request.batchSize, request.tileH * graphTileScale_,
+                                   request.tileW * graphTileScale_);
             prepared_ = shape;
         }
         // Prepared: the CPU backend's device line now says how a tile batch runs over the threads.
@@ -278,6 +296,16 @@ void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<vo
     tileOut_.assign(outTileElems() * batch, 0.0f);
     tileUncond_.assign(pass.guidance ? tileOut_.size() : 0, 0.0f);
     tileT_.assign(batch, 0.0f);
+    hintIn_.clear();
+    controlFilm_.clear();
+    for (const PassControl& c : pass.controls) {
+        if (c.factor != graphTileScale_)
+            throw std::logic_error("CpuTileDevice: a ControlNet's hint factor is not the graph's tile scale");
+        hintIn_.emplace_back(static_cast<std::size_t>(c.channels) * pass.plan->tileH() * c.factor * pass.plan->tileW() *
+                                 c.factor * batch,
+                             0.0f);
+        for (const int C : c.scaleWidths) controlFilm_.emplace_back(2 * static_cast<std::size_t>(C) * batch, 0.0f);
+    }
 }
 
 void CpuTileDevice::startCanvas(const CanvasStart& start) {
@@ -303,14 +331,22 @@ void CpuTileDevice::startCanvas(const CanvasStart& start) {
 }
 
 void CpuTileDevice::beginStep(int step, const StepVariant& variant) {
+    step_ = step;
     K_ = pass_->coefficients.at(static_cast<std::size_t>(step));
     if (!hasX0Prev_) K_ = withoutPreviousX0(K_);  // the first step after startCanvas
     hasX0Prev_ = true;
     stepNoise_ = K_.sigma != 0.0f;
     if (stepNoise_) {
         z_.resize(output().size());
-        fillNoise(pool(), z_, pass_->seed, static_cast<std::uint32_t>(step + 1));
+        if (pass_->hostStepNoise) {
+            if (!stepNoiseGiven_ || stepNoiseGiven_->size() != z_.size())
+                throw std::logic_error("CpuTileDevice: a step with noise has no host noise of the canvas's size");
+            z_ = *stepNoiseGiven_;
+        } else {
+            fillNoise(pool(), z_, pass_->seed, static_cast<std::uint32_t>(step + 1));
+        }
     }
+    stepNoiseGiven_ = nullptr;
     if (variant.sampleFusion) fillParallel(pool(), acc_, 0.0f);
     if (variant.blendsNoise()) fillParallel(pool(), accEps_, 0.0f);
     if (variant.seams) {
@@ -333,6 +369,13 @@ StepReport CpuTileDevice::endStep() {
 void CpuTileDevice::gather(const TileBatch& batch) {
     gatherTiles(pool(), *pass_->plan, inputCanvas(*pass_), x_, batch.first, batch.count, K_.modelInputScale,
                 tileIn_.data());
+    // Each ControlNet's hint: the hint canvas cropped at the tiles' positions times its factor.
+    for (std::size_t i = 0; i < pass_->controls.size(); ++i) {
+        const PassControl& c = pass_->controls[i];
+        const int f = c.factor;
+        gatherHints(pool(), *pass_->plan, f, Canvas{c.channels, pass_->height * f, pass_->width * f}, *c.hint,
+                    batch.first, batch.count, hintIn_[i].data());
+    }
 }
 
 void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
@@ -349,6 +392,22 @@ void CpuTileDevice::evaluate(const TileBatch& batch, Branch branch) {
             const std::vector<float>& table = conditional ? pass_->addedCond : pass_->addedUncond;
             const auto dim = static_cast<std::ptrdiff_t>(pass_->addedCondDim);
             inputs.push_back(table.data() + batch.first * dim);
+        }
+        std::size_t film = 0;  // ControlNets: the hint crops, then the step's and branch's scale as FiLM
+        for (std::size_t i = 0; i < pass_->controls.size(); ++i) {
+            const PassControl& c = pass_->controls[i];
+            inputs.push_back(hintIn_[i].data());
+            const auto k = static_cast<std::size_t>(step_);
+            const float s = conditional ? c.condScale.at(k) : c.uncondScale.at(k);
+            for (const int C : c.scaleWidths) {
+                std::vector<float>& v = controlFilm_[film++];
+                const auto width = static_cast<std::size_t>(C);
+                for (std::size_t b = 0; b < static_cast<std::size_t>(batch.count); ++b) {
+                    std::fill_n(v.begin() + static_cast<std::ptrdiff_t>(b * 2 * width), width, s - 1.0f);
+                    std::fill_n(v.begin() + static_cast<std::ptrdiff_t>((b * 2 + 1) * width), width, 0.0f);
+                }
+                inputs.push_back(v.data());
+            }
         }
         backend_->run(inputs, batch.count, {out});
     }

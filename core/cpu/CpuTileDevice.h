@@ -44,6 +44,7 @@ public:
     DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
     void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
     void startCanvas(const CanvasStart& start) override;
+    void setStepNoise(const std::vector<float>* z) override { stepNoiseGiven_ = z; }
 
     void beginStep(int step, const StepVariant& variant) override;
     bool runStep(const StepVariant& variant, const std::function<bool(bool capturing)>& body) override;
@@ -98,12 +99,19 @@ private:
     const TiledPass* pass_ = nullptr;
     StepCoefficients K_;
     bool stepNoise_ = false;
+    // The host's z for the next step (TiledPass::hostStepNoise).
+    const std::vector<float>* stepNoiseGiven_ = nullptr;
     bool hasX0Prev_ = false;           // a step has run since startCanvas (TileDevice.h: x0 canvas)
     std::vector<float> x_, y_, z_;     // input canvas, output canvas (map pass), noise
     std::vector<float> acc_, accEps_;  // sum of w * x'_t (sample fusion), of w * eps (noise fusion, previews)
     SeamSums seams_;                   // the last step's seam statistics
     std::vector<float> tileIn_, tileOut_, tileUncond_, tileT_;
     std::vector<float> x0_;  // the x0 canvas: previews, DPM++ 2M's previous x0
+    // ControlNets (TiledPass::controls): the step index, each ControlNet's hint crops of the
+    // batch and its FiLM scale vectors.
+    int step_ = 0;
+    int graphTileScale_ = 1;
+    std::vector<std::vector<float>> hintIn_, controlFilm_;
 };
 
 }  // namespace tessera

@@ -74,6 +74,9 @@ public:
     // Image-to-image start image in model space (C x H x W of the next runs, values in
     // [-1, 1]); an empty tensor clears it. The front end decodes and resizes the file.
     virtual void setInitImage(ImageTensor image) = 0;
+    // The decoded control images of RunConfig::controlNets for the next runs (unit i's at i, C x H x W
+    // of the run in [0, 1]; empty where the unit takes the start image). The front end decodes them.
+    virtual void setControlImages(std::vector<ImageTensor> images) = 0;
     // Pins an in-memory model (RunConfig::model is then ignored); nullptr unpins.
     virtual void setModel(std::shared_ptr<const UNetModel> model) = 0;
     // Pins an in-memory Stable Diffusion model (random-weight benchmarks, tests); nullptr unpins.

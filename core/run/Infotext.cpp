@@ -13,6 +13,7 @@
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/base/UnicodeText.h"
+#include "core/run/ControlNetInfotext.h"
 #include "core/run/LoraModelFile.h"
 #include "core/run/ModelName.h"
 #include "core/run/RunConfigFields.h"
@@ -95,6 +96,7 @@ InfotextExtras infotextExtras(const RunRecord& record) {
     }
     extras.upscaleOnly = record.upscaleModel && record.upscaleModel->alone;
     extras.loraHashes = loraHashesValue(record.loras);
+    if (record.textEncode) extras.textualInversionHashes = record.textEncode->textualInversionHashes;
     return extras;
 }
 
@@ -143,6 +145,15 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"height", "Size", ""},
         {"model", "Model", ""},
         {"lora", "Prompt", ""},  // a tag each, appended to the prompt (promptWithLoraTags)
+        // One "ControlNet <i>" entry per unit (core/run/ControlNetInfotext.h), as sd-webui-controlnet writes it.
+        {"controlnet", "ControlNet 0", ""},
+        {"control_weight", "ControlNet 0", ""},
+        {"control_start", "ControlNet 0", ""},
+        {"control_end", "ControlNet 0", ""},
+        {"control_mode", "ControlNet 0", ""},
+        {"control_preprocessor", "ControlNet 0", ""},
+        // control_image: the unit it belongs to; its path is not written (nor by the extension).
+        {"control_image", "ControlNet 0", ""},
         {"vae", "VAE", ""},
         {"strength", "Denoising strength", ""},
         {"clip_skip", "Clip skip", ""},
@@ -160,6 +171,11 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"sdxl_size_conditioning", "SDXL size conditioning", ""},
         {"vae_tiling", "VAE tiling", ""},
         {"eta", "Eta DDIM", ""},
+        {"noise_source", "RNG", ""},
+        {"variation_seed", "Variation seed", ""},
+        {"variation_strength", "Variation seed strength", ""},
+        {"seed_resize_from", "Seed resize from", ""},
+        {"eta_noise_seed_delta", "ENSD", ""},
         {"timestep_spacing", "", "A1111 has no key for it (its samplers fix the spacing); the manifest keeps it"},
         {"scheduler_options", "",
          "diffusers' scheduler settings: A1111 has no keys for them beyond Schedule type "
@@ -172,8 +188,23 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"preview_every", "", "how often the window shows a preview; the image does not depend on it"},
         {"label", "", "the run's name in the history, not a generation setting"},
         {"tuning_cache", "", "a path on this machine; the manifest records the tuning digest"},
+        {"embeddings_dir", "", "a path on this machine; the prompt names the embeddings and \"TI hashes\" their files"},
     };
     return coverage;
+}
+
+std::string infotextRngName(RngSource source) {
+    switch (source) {
+        case RngSource::CPU:
+            return "CPU";
+        case RngSource::GPU:
+            return "GPU";
+        case RngSource::NV:
+            return "NV";
+        case RngSource::Tessera:
+            break;
+    }
+    return "Tessera";
 }
 
 std::string quoteInfotextValue(std::string_view text) {
@@ -217,9 +248,23 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     if (!x.modelName.empty()) add("Model", x.modelName);
     if (!x.vaeHash.empty()) add("VAE hash", x.vaeHash);
     if (!x.vaeName.empty()) add("VAE", x.vaeName);
+    // A1111 writes the variation seed with a strength only; Tessera whenever it is set.
+    if (c.variationSeed != 0 || c.variationStrength != 0.0) add("Variation seed", std::to_string(c.variationSeed));
+    if (c.variationStrength != 0.0) add("Variation seed strength", formatNumber(c.variationStrength));
+    if (c.seedResizeFromWidth > 0 || c.seedResizeFromHeight > 0)
+        add("Seed resize from", std::to_string(c.seedResizeFromWidth) + "x" + std::to_string(c.seedResizeFromHeight));
     if (!c.initImage.empty()) add("Denoising strength", formatNumber(c.strength));
     if (x.stableDiffusion && c.clipSkip > 1) add("Clip skip", std::to_string(c.clipSkip));
+    // A1111 writes ENSD for samplers with eta noise only; Tessera whenever it is set.
+    if (c.etaNoiseSeedDelta != 0) add("ENSD", std::to_string(c.etaNoiseSeedDelta));
+    // A1111 leaves out "RNG" for its default GPU source; Tessera writes it for every torch source,
+    // so that a Tessera infotext without it means Tessera's own noise (infotextNoiseSource).
+    if (c.noiseSource != RngSource::Tessera) add("RNG", infotextRngName(c.noiseSource));
     if (!x.loraHashes.empty()) add("Lora hashes", x.loraHashes);
+    if (!x.textualInversionHashes.empty()) add("TI hashes", x.textualInversionHashes);
+    for (std::size_t i = 0; i < c.controlNets.size(); ++i)
+        add(controlNetInfotextKey(i),
+            controlNetInfotextValue(c.controlNets[i], i < x.controlNetHashes.size() ? x.controlNetHashes[i] : ""));
     // Tessera's own, as A1111's extra_generation_params.
     add("Tile", std::to_string(c.tile));
     add("Overlap", std::to_string(c.overlapPixels()));
@@ -586,6 +631,7 @@ constexpr RealRange kCfgRange{0.0, kMaxCfgScale, false};
 constexpr RealRange kStrengthRange{0.0, 1.0, true};
 constexpr RealRange kUpscaleRange{1.0, kMaxUpscale, false};
 constexpr RealRange kEtaRange{0.0, 1.0, false};
+constexpr RealRange kVariationStrengthRange{0.0, 1.0, false};
 
 std::string readReal(std::string_view value, double& out, const RealRange& range) {
     const std::string allowed =
@@ -662,6 +708,14 @@ std::string readVae(std::string_view value, RunConfig& config) {
     return {};
 }
 
+// One side of "Seed resize from: WxH" (A1111 writes it only when both are above 0).
+std::string readSeedResizeSide(std::string_view value, int& out) {
+    long long side = 0;
+    std::string why = readWholeIn(value, 1, kMaxImageSidePx, side);
+    if (why.empty()) out = static_cast<int>(side);
+    return why;
+}
+
 struct KeyRule {
     std::string_view key;
     std::string_view field;  // the RunConfig field, by CLI name
@@ -669,7 +723,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 26> kKeyRules{{
+const std::array<KeyRule, 31> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps, "steps", c); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale, kCfgRange); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) { return readSeed(v, c.seed); }},
@@ -721,6 +775,23 @@ const std::array<KeyRule, 26> kKeyRules{{
         if (why.empty()) c.schedulerOptions.eta = static_cast<float>(eta);
         return why;
     }},
+    {"Variation seed", "variation_seed", [](std::string_view v, RunConfig& c) { return readSeed(v, c.variationSeed); }},
+    {"Variation seed strength", "variation_strength", [](std::string_view v, RunConfig& c) {
+        return readReal(v, c.variationStrength, kVariationStrengthRange);
+    }},
+    {"Seed resize from-1", "seed_resize_from", [](std::string_view v, RunConfig& c) {
+        return readSeedResizeSide(v, c.seedResizeFromWidth);
+    }},
+    {"Seed resize from-2", "seed_resize_from", [](std::string_view v, RunConfig& c) {
+        return readSeedResizeSide(v, c.seedResizeFromHeight);
+    }},
+    {"ENSD", "eta_noise_seed_delta", [](std::string_view v, RunConfig& c) {
+        long long ensd = 0;
+        std::string why = readWholeIn(v, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max(),
+                                      ensd);
+        if (why.empty()) c.etaNoiseSeedDelta = ensd;
+        return why;
+    }},
     {"Version", "", [](std::string_view, RunConfig&) { return std::string(); }},  // not a setting
 }};
 // clang-format on
@@ -742,6 +813,25 @@ private:
     RunConfig& config_;
     ImportedSettings& result_;
 };
+
+// "RNG": A1111's randn_source (CPU, GPU, NV; "Tessera" is read too). Absent (A1111's parser adds
+// GPU, marked defaulted): Tessera's noise where the Version is Tessera's, whose infotexts name
+// every other source; else A1111's default GPU (an A1111 PNG without RNG).
+void applyRng(const InfotextParam& rng, const ParsedInfotext& parsed, Importer& importer) {
+    RunConfig& config = importer.config();
+    if (rng.defaulted) {
+        const InfotextParam* version = parsed.find("Version");
+        const bool tessera = version && !version->defaulted && version->value.rfind("tessera-", 0) == 0;
+        config.noiseSource = tessera ? RngSource::Tessera : RngSource::GPU;
+        importer.applied("noise_source");
+        return;
+    }
+    const std::string why = readName(rng.value, config.noiseSource, parseRngSource);
+    if (why.empty())
+        importer.applied("noise_source");
+    else
+        importer.unmapped(shownSetting(rng.key, rng.value), why);
+}
 
 bool isHiresKey(const std::string& key) { return key.rfind("Hires ", 0) == 0 || key.rfind("First pass size", 0) == 0; }
 
@@ -767,7 +857,7 @@ std::optional<SchedulerKind> applySampler(const ParsedInfotext& parsed, Importer
     RunConfig& config = importer.config();
     config.scheduler = mapped->first;
     importer.applied("scheduler");
-    if (mapped->first == SchedulerKind::Euler || mapped->first == SchedulerKind::DPMPP2M) {
+    if (samplerHasKarras(mapped->first)) {
         config.schedulerOptions.karrasSigmas = mapped->second;
         importer.applied("use_karras_sigmas");
     }
@@ -817,7 +907,19 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config) 
                 shownSetting(param.key.substr(0, param.key.size() - 2), param.value + "x" + parsed.params[i + 1].value);
         const auto rule =
             std::find_if(kKeyRules.begin(), kKeyRules.end(), [&](const KeyRule& r) { return r.key == param.key; });
-        if (param.key == "Eta") {
+        if (const std::optional<std::size_t> unit = controlNetInfotextIndex(param.key)) {
+            std::string why;
+            const std::optional<ControlNetUnit> read = controlNetFromInfotext(param.value, &why);
+            if (!read) {
+                importer.unmapped(shown, "is not a ControlNet unit Tessera reads (" + why + "); ignored");
+                continue;
+            }
+            if (config.controlNets.size() <= *unit) config.controlNets.resize(*unit + 1);
+            config.controlNets[*unit] = *read;
+            importer.applied("controlnet");
+        } else if (param.key == "RNG") {
+            applyRng(param, parsed, importer);
+        } else if (param.key == "Eta") {
             applyEta(param, scheduler, importer);
         } else if (param.key == "Model hash" || param.key == "Model") {
             importer.unmapped(shown, kModelNotApplied);
@@ -847,7 +949,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     const auto check = [&](bool same, const char* field) {
         if (!same) differ.emplace_back(field);
     };
-    const bool karras = a.scheduler == SchedulerKind::Euler || a.scheduler == SchedulerKind::DPMPP2M;
+    const bool karras = samplerHasKarras(a.scheduler);
     check(promptWithLoraTags(a) == promptWithLoraTags(b), "prompt");  // the LoRAs are tags there
     check(a.negativePrompt == b.negativePrompt, "negative_prompt");
     check(a.steps == b.steps, "steps");
@@ -874,6 +976,23 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.sdxlSizeConditioning == b.sdxlSizeConditioning, "sdxl_size_conditioning");
     check(a.vaeTiling == b.vaeTiling, "vae_tiling");
     check(a.scheduler != SchedulerKind::DDIM || a.schedulerOptions.eta == b.schedulerOptions.eta, "eta");
+    check(a.noiseSource == b.noiseSource, "noise_source");
+    check(a.variationSeed == b.variationSeed, "variation_seed");
+    check(a.variationStrength == b.variationStrength, "variation_strength");
+    check(a.seedResizeFromWidth == b.seedResizeFromWidth && a.seedResizeFromHeight == b.seedResizeFromHeight,
+          "seed_resize_from");
+    check(a.etaNoiseSeedDelta == b.etaNoiseSeedDelta, "eta_noise_seed_delta");
+    // ControlNets: all but the image (the entry names none) and the model's folder (its name stays).
+    const auto unitsRead = [](const RunConfig& c) {
+        std::vector<ControlNetUnit> units = c.controlNets;
+        for (ControlNetUnit& u : units) {
+            u.image.clear();
+            u.model = controlNetInfotextModel(u.model, "");
+            if (u.preprocessor != "tile_resample") u.downSampling = 1.0;
+        }
+        return units;
+    };
+    check(unitsRead(a) == unitsRead(b), "controlnet");
     return differ;
 }
 
@@ -1082,12 +1201,14 @@ struct ComfyReader {
         if (!name || !schedule) return;
         const std::string shown = "sampler_name: " + jsonShown(*name) + ", scheduler: " + jsonShown(*schedule);
         // ComfyUI's names (comfy/samplers.py KSAMPLER_NAMES, SCHEDULER_NAMES) that Tessera runs.
-        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 8> kComfy{{
+        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 10> kComfy{{
             {"euler", "normal", SchedulerKind::Euler, false},
             {"euler", "karras", SchedulerKind::Euler, true},
             {"euler_ancestral", "normal", SchedulerKind::EulerAncestral, false},
             {"dpmpp_2m", "normal", SchedulerKind::DPMPP2M, false},
             {"dpmpp_2m", "karras", SchedulerKind::DPMPP2M, true},
+            {"dpmpp_2m_sde", "normal", SchedulerKind::DPMPP2MSDE, false},
+            {"dpmpp_2m_sde", "karras", SchedulerKind::DPMPP2MSDE, true},
             {"ddim", "normal", SchedulerKind::DDIM, false},
             {"ddim", "ddim_uniform", SchedulerKind::DDIM, false},
             {"ddpm", "normal", SchedulerKind::DDPM, false},
@@ -1096,7 +1217,7 @@ struct ComfyReader {
             if (name->is_string() && schedule->is_string() && *name == sampler && *schedule == scheduler) {
                 importer.config().scheduler = kind;
                 importer.applied("scheduler");
-                if (kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M) {
+                if (samplerHasKarras(kind)) {
                     importer.config().schedulerOptions.karrasSigmas = karras;
                     importer.applied("use_karras_sigmas");
                 }
@@ -1153,6 +1274,9 @@ ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std:
     const Json& sampler = *nodes.node(chosen);
     const bool advanced = ComfyGraph::classOf(sampler) == "KSamplerAdvanced";
     ComfyReader reader{nodes, importer};
+    // ComfyUI draws its start noise with torch's CPU generator (comfy/sample.py prepare_noise).
+    config.noiseSource = RngSource::CPU;
+    importer.applied("noise_source");
     RunConfig& c = config;
     reader.whole(sampler, advanced ? "noise_seed" : "seed", "seed", 0,
                  static_cast<long double>(std::numeric_limits<std::uint64_t>::max()),

@@ -33,6 +33,13 @@ struct InfotextExtras {
     // "Lora hashes" (A1111 extensions-builtin/Lora/extra_networks_lora.py: "name: 0123456789ab, ..."
     // of the LoRAs merged, by the name the prompt gave each); "" = not written.
     std::string loraHashes;
+    // "TI hashes" (A1111 modules/sd_hijack_clip.py forward: "name: 0123456789ab, ..." of the
+    // textual-inversion embeddings the text encoders used, core/text/EmbeddingDatabase.h
+    // addTextualInversionHashes); "" = not written.
+    std::string textualInversionHashes;
+    // The SHA-256 of each ControlNet's file (config.controlNets' order), for its "ControlNet <i>"
+    // entry's "Model: name [hash]"; missing or empty: the name alone.
+    std::vector<std::string> controlNetHashes;
     // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
     // written. An unconditional model has none of them.
     bool stableDiffusion = false;
@@ -62,12 +69,16 @@ InfotextExtras infotextExtras(const RunRecord& record);
 //   Denoising strength: 0.5, Clip skip: 2, Tile: 64, ..., Version: tessera-<version>
 // Keys in A1111's order (Steps, Sampler, Schedule type, CFG scale, Seed, Size, Model hash, Model,
 // VAE hash and VAE (with a separate VAE), Denoising strength (with an init image), Clip skip (> 1)), then Tessera's own as A1111's
-// extra_generation_params (Lora hashes (extras.loraHashes, where LoRAs were merged), Tile, Overlap
+// extra_generation_params (Lora hashes (extras.loraHashes, where LoRAs were merged), TI hashes
+// (extras.textualInversionHashes, where embeddings were used), Tile, Overlap
 // (pixels), Window, Fusion, Batch, Graphs, Precision,
 // Backend, Upscale (when not 1), SD upscale upscaler (with an upscale model: its name as A1111's
 // img2img "SD upscale" script writes the upscaler it ran first, scripts/sd_upscale.py; A1111 writes
 // no hash of it), Preserve color (when on), VAE tiling (when not auto), Eta DDIM (DDIM with eta not 0,
-// A1111's key for it)), then Version. A value holding ',', '\n' or ':' is written as a JSON string
+// A1111's key for it)), then Version. The noise, where not Tessera's default: Variation seed (when
+// it or its strength is not 0), Variation seed strength, Seed resize from (after VAE), ENSD (after
+// Clip skip; A1111 writes these with a variation strength or an ancestral sampler only) and RNG
+// (CPU, GPU or NV: A1111 leaves out its default GPU, Tessera names every torch source). A value holding ',', '\n' or ':' is written as a JSON string
 // literal (A1111's quote); the whole text is stripped of surrounding white space. With
 // extras.upscaleOnly: the extras tab's keys only (InfotextExtras).
 std::string infotext(const RunConfig& config, const InfotextExtras& extras);
@@ -99,6 +110,11 @@ struct InfotextCoverage {
     std::string_view notWritten;  // why it is left out; "" when written
 };
 const std::vector<InfotextCoverage>& infotextCoverage();
+
+// The "RNG" value of a noise source as A1111 writes its randn_source setting: "CPU", "GPU", "NV";
+// "Tessera" for Tessera's own noise (never written: an infotext whose Version is Tessera's and that
+// has no RNG key was drawn with it; any other without one, with A1111's default GPU).
+std::string infotextRngName(RngSource source);
 
 // Python's json.dumps(text, ensure_ascii=False) when `text` holds ',', '\n' or ':', else `text`.
 std::string quoteInfotextValue(std::string_view text);
@@ -169,6 +185,9 @@ struct ImportedSettings {
 // the range its setting allows (core/run/RunConfigFields.h intSettingRange; the cfg, strength,
 // upscale and eta ranges of validate()) is listed too, never applied, whatever its size: "'Steps:
 // 2147483648' is out of range, allowed 1 to 1000; ignored". Never throws.
+// The noise: "RNG" sets noise_source (CPU, GPU, NV; absent: tessera where Version is Tessera's,
+// else A1111's default gpu), "Variation seed", "Variation seed strength", "Seed resize from" and
+// "ENSD" set A1111's seed settings.
 ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 
 // The fields that infotext writes and applyInfotext reads back whose values differ between `a`
@@ -177,7 +196,7 @@ ImportedSettings applyInfotext(const ParsedInfotext& parsed, RunConfig& config);
 // `a` has an init image), tile, overlap (in pixels), window, fusion, batch, graphs, precision,
 // backend, upscale, upscale_model (by A1111's name for it: upscalerName), vae (by its name: vaeName),
 // preserve_color, vae_tiling, eta
-// (DDIM). Empty when a PNG written from `a` reads back as `a`.
+// (DDIM), noise_source, variation_seed, variation_strength, seed_resize_from, eta_noise_seed_delta. Empty when a PNG written from `a` reads back as `a`.
 std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunConfig& b);
 
 // ComfyUI's "prompt" chunk (its API graph: node id -> {"class_type", "inputs"}), parsed through
@@ -186,7 +205,8 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
 // seed (noise_seed), steps, cfg, sampler_name + scheduler (euler, euler_ancestral, dpmpp_2m with
 // normal or karras, ddim with normal or ddim_uniform, ddpm with normal), the positive and negative
 // CLIPTextEncode texts (through conditioning-only nodes) and their CLIPSetLastLayer (clip skip),
-// and the EmptyLatentImage size. What cannot be mapped (other samplers or schedulers, a second
+// and the EmptyLatentImage size; noise_source becomes cpu (ComfyUI's start noise is torch's CPU
+// generator's). What cannot be mapped (other samplers or schedulers, a second
 // sampler, denoise below 1, an image-to-image latent, linked values, the checkpoint name, a number
 // outside its setting's range as for applyInfotext) is listed in `unmapped`. Throws InputFileError on `field` when `json` is not a JSON object of
 // nodes; never for an odd graph.

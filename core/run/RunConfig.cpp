@@ -26,11 +26,16 @@ namespace {
 template <typename E, std::size_t N>
 using NameTable = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr NameTable<SchedulerKind, 5> kSchedulerNames{{{SchedulerKind::DDPM, "ddpm"},
-                                                       {SchedulerKind::DDIM, "ddim"},
-                                                       {SchedulerKind::Euler, "euler"},
-                                                       {SchedulerKind::EulerAncestral, "euler_a"},
-                                                       {SchedulerKind::DPMPP2M, "dpmpp_2m"}}};
+constexpr NameTable<SchedulerKind, 10> kSchedulerNames{{{SchedulerKind::DDPM, "ddpm"},
+                                                        {SchedulerKind::DDIM, "ddim"},
+                                                        {SchedulerKind::Euler, "euler"},
+                                                        {SchedulerKind::EulerAncestral, "euler_a"},
+                                                        {SchedulerKind::DPMPP2M, "dpmpp_2m"},
+                                                        {SchedulerKind::DPMPP2MSDE, "dpmpp_2m_sde"},
+                                                        {SchedulerKind::Heun, "heun"},
+                                                        {SchedulerKind::LMS, "lms"},
+                                                        {SchedulerKind::DPM2, "dpm2"},
+                                                        {SchedulerKind::DPMPPSDE, "dpmpp_sde"}}};
 constexpr NameTable<BetaSchedule, 3> kBetaScheduleNames{{{BetaSchedule::Linear, "linear"},
                                                          {BetaSchedule::ScaledLinear, "scaled_linear"},
                                                          {BetaSchedule::SquaredCosCapV2, "squaredcos_cap_v2"}}};
@@ -57,6 +62,8 @@ constexpr NameTable<SdxlSizeConditioning, 2> kSdxlSizeNames{
     {{SdxlSizeConditioning::Image, "image"}, {SdxlSizeConditioning::Tile, "tile"}}};
 constexpr NameTable<VaeTiling, 3> kVaeTilingNames{
     {{VaeTiling::Auto, "auto"}, {VaeTiling::On, "on"}, {VaeTiling::Off, "off"}}};
+constexpr NameTable<RngSource, 4> kRngSourceNames{
+    {{RngSource::Tessera, "tessera"}, {RngSource::CPU, "cpu"}, {RngSource::GPU, "gpu"}, {RngSource::NV, "nv"}}};
 
 template <typename E, std::size_t N>
 std::string_view nameOf(const NameTable<E, N>& table, E value) {
@@ -204,6 +211,13 @@ void checkText(Problems& problems, const std::string& field, std::string_view va
 }
 
 void checkScheduler(Problems& problems, const RunConfig& config) {
+    // Heun, LMS, DPM2 and DPM++ SDE are diffusers' schedulers in core/sampling/Scheduler.h, but the tiled loop's
+    // devices do not keep their history buffers yet (StepUpdate.h).
+    if (config.scheduler == SchedulerKind::Heun || config.scheduler == SchedulerKind::LMS ||
+        config.scheduler == SchedulerKind::DPM2 || config.scheduler == SchedulerKind::DPMPPSDE)
+        problems.add("scheduler", inQuotes(toString(config.scheduler)) +
+                                      " is not run by Tessera's engines yet; use ddpm, ddim, euler, euler_a, "
+                                      "dpmpp_2m or dpmpp_2m_sde");
     const SchedulerOptions& o = config.schedulerOptions;
     if (o.numTrainTimesteps < 1)
         problems.add("num_train_timesteps",
@@ -222,7 +236,8 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
         problems.add("eta", formatNumber(o.eta) +
                                 " is not allowed; eta must be 0 or more and at most 1 (DDIM's "
                                 "noise weight: 0 deterministic, 1 as much noise as DDPM)");
-    if ((config.scheduler == SchedulerKind::Euler || config.scheduler == SchedulerKind::EulerAncestral) &&
+    if ((config.scheduler == SchedulerKind::Euler || config.scheduler == SchedulerKind::EulerAncestral ||
+         config.scheduler == SchedulerKind::DPM2 || config.scheduler == SchedulerKind::DPMPPSDE) &&
         o.predictionType == PredictionType::Sample)
         problems.add("prediction_type", "'sample' is not allowed with the " + std::string(toString(config.scheduler)) +
                                             " scheduler; use epsilon or v_prediction, or the ddpm, ddim or dpmpp_2m "
@@ -242,6 +257,52 @@ void checkLoras(Problems& problems, const RunConfig& config) {
             problems.add("lora", inQuotes(lora.file) + ": its multipliers (" + formatNumber(lora.teMultiplier) + ", " +
                                      formatNumber(lora.unetMultiplier) + ") must be finite numbers");
     }
+}
+
+// The ControlNets: a bounded list with A1111's ranges: weight 0 to 2, 0 <= start < end <= 1, a
+// known preprocessor, a down sampling rate of 1 to 8. A unit without a model (--control-* before
+// any --controlnet) is refused where the models are found (core/run/ControlNetModelFile.h).
+void checkControlNets(Problems& problems, const RunConfig& config) {
+    if (config.controlNets.size() > kMaxControlNets)
+        problems.add("controlnet", std::to_string(config.controlNets.size()) +
+                                       " ControlNets are not allowed; at most " + std::to_string(kMaxControlNets) +
+                                       " may be given");
+    for (std::size_t i = 0; i < config.controlNets.size(); ++i) {
+        const ControlNetUnit& u = config.controlNets[i];
+        const std::string which = "ControlNet " + std::to_string(i);
+        checkText(problems, "controlnet", u.model, input_limits::kPathChars, "a ControlNet path or name");
+        checkText(problems, "control_image", u.image, input_limits::kPathChars, "a control image path");
+        if (!(u.weight >= 0.0 && u.weight <= 2.0))
+            problems.add("control_weight", which + ": weight " + formatNumber(u.weight) + " is not allowed; 0 to 2");
+        if (!(u.start >= 0.0 && u.start < u.end && u.end <= 1.0))
+            problems.add("control_start", which + ": start " + formatNumber(u.start) + " and end " +
+                                              formatNumber(u.end) +
+                                              " are not allowed; 0 <= start < end <= 1 (fractions of the steps)");
+        bool known = false;
+        for (const char* p : kControlPreprocessors) known = known || u.preprocessor == p;
+        if (!known)
+            problems.add("control_preprocessor", which + ": " + inQuotes(u.preprocessor) +
+                                                     " is not a preprocessor Tessera has; none, tile_resample, "
+                                                     "tile_colorfix or tile_colorfix+sharp");
+        if (!(u.downSampling >= 1.0 && u.downSampling <= 8.0))
+            problems.add("control_preprocessor",
+                         which + ": down sampling rate " + formatNumber(u.downSampling) + " is not allowed; 1 to 8");
+    }
+}
+
+// A1111's noise settings (RunConfig::noiseSource): a variation strength of 0 to 1 (A1111's slider)
+// and a seed-resize size given in full or not at all.
+void checkNoise(Problems& problems, const RunConfig& config) {
+    const double strength = config.variationStrength;
+    if (!(strength >= 0.0 && strength <= 1.0))
+        problems.add("variation_strength",
+                     formatNumber(strength) + " is not allowed; the variation strength must be 0 to 1 (0 = off)");
+    const int w = config.seedResizeFromWidth, h = config.seedResizeFromHeight;
+    const auto side = [](int v) { return v >= 1 && v <= kMaxImageSide; };
+    if (!(w == 0 && h == 0) && !(side(w) && side(h)))
+        problems.add("seed_resize_from", std::to_string(w) + "x" + std::to_string(h) +
+                                             " is not allowed; give both sides, 1 to " + std::to_string(kMaxImageSide) +
+                                             " pixels each, or 0x0 for off");
 }
 
 }  // namespace
@@ -273,6 +334,7 @@ std::string_view toString(Precision v) { return nameOf(kPrecisionNames, v); }
 std::string_view toString(BackendKind v) { return nameOf(kBackendNames, v); }
 std::string_view toString(SdxlSizeConditioning v) { return nameOf(kSdxlSizeNames, v); }
 std::string_view toString(VaeTiling v) { return nameOf(kVaeTilingNames, v); }
+std::string_view toString(RngSource v) { return nameOf(kRngSourceNames, v); }
 
 SchedulerKind parseScheduler(std::string_view s, std::string_view f) { return parseName(kSchedulerNames, s, f); }
 BetaSchedule parseBetaSchedule(std::string_view s, std::string_view f) { return parseName(kBetaScheduleNames, s, f); }
@@ -288,6 +350,7 @@ SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view s, std::string_v
     return parseName(kSdxlSizeNames, s, f);
 }
 VaeTiling parseVaeTiling(std::string_view s, std::string_view f) { return parseName(kVaeTilingNames, s, f); }
+RngSource parseRngSource(std::string_view s, std::string_view f) { return parseName(kRngSourceNames, s, f); }
 
 int RunConfig::overlapPixels() const {
     if (!overlapFraction) return overlapPx;
@@ -329,6 +392,8 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
                                     formatNumber(kMaxUpscale));
     checkScheduler(problems, config);
     checkLoras(problems, config);
+    checkControlNets(problems, config);
+    checkNoise(problems, config);
     return std::move(problems.list);
 }
 

@@ -12,13 +12,17 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/base/ValidationError.h"
+#include "core/run/ControlNetUnit.h"
 
 namespace tessera {
 
 // EulerAncestral ("euler_a", A1111 "Euler a") and DPMPP2M ("dpmpp_2m", A1111 "DPM++ 2M"; with
 // scheduler_options.use_karras_sigmas its "Karras" schedule type) follow diffusers'
-// EulerAncestralDiscreteScheduler and DPMSolverMultistepScheduler.
-enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M };
+// EulerAncestralDiscreteScheduler and DPMSolverMultistepScheduler; DPMPP2MSDE ("dpmpp_2m_sde",
+// A1111 "DPM++ 2M SDE") is the latter with algorithm_type "sde-dpmsolver++"; Heun ("heun"), LMS
+// ("lms"), DPM2 ("dpm2") and DPMPPSDE ("dpmpp_sde") are HeunDiscreteScheduler, LMSDiscreteScheduler,
+// KDPM2DiscreteScheduler and DPMSolverSDEScheduler.
+enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M, DPMPP2MSDE, Heun, LMS, DPM2, DPMPPSDE };
 enum class BetaSchedule { Linear, ScaledLinear, SquaredCosCapV2 };
 enum class TimestepSpacing { Leading, Trailing, Linspace };
 enum class VarianceType { FixedSmall, FixedLarge };
@@ -37,6 +41,13 @@ enum class SdxlSizeConditioning { Image, Tile };
 // The VAE's decode and encode (Stable Diffusion models): tiled with whole-image GroupNorm
 // statistics (core/models/vae/TiledVae.h), untiled, or untiled where it fits the memory the run may use.
 enum class VaeTiling { Auto, On, Off };
+// Where a run's noise (its start latent and the noise of ancestral steps) comes from
+// (core/sampling/LatentNoise.h): Tessera's counter-based Philox, keyed by canvas element (the same
+// bits on every GPU and on the CPU, drawn on the device, independent of the tile plan), or torch's
+// generators as A1111's "Random number generator source" setting picks them: CPU (torch's CPU
+// generator, mt19937; also ComfyUI's start noise), GPU (torch's CUDA generator; A1111's default)
+// and NV (A1111's CPU emulation of the CUDA generator, modules/rng_philox.py).
+enum class RngSource { Tessera, CPU, GPU, NV };
 
 // Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...): one
 // toString and one parseX per enum, alike on purpose (each a lookup in its own name table).
@@ -52,6 +63,7 @@ std::string_view toString(Precision);
 std::string_view toString(BackendKind);
 std::string_view toString(SdxlSizeConditioning);
 std::string_view toString(VaeTiling);
+std::string_view toString(RngSource);
 // parseX throws ValidationError(field, "... 'x' is not one of a, b, c") on an unknown name.
 SchedulerKind parseScheduler(std::string_view, std::string_view field = "scheduler");
 BetaSchedule parseBetaSchedule(std::string_view, std::string_view field = "beta_schedule");
@@ -65,6 +77,7 @@ Precision parsePrecision(std::string_view, std::string_view field = "precision")
 BackendKind parseBackend(std::string_view, std::string_view field = "backend");
 SdxlSizeConditioning parseSdxlSizeConditioning(std::string_view, std::string_view field = "sdxl_size_conditioning");
 VaeTiling parseVaeTiling(std::string_view, std::string_view field = "vae_tiling");
+RngSource parseRngSource(std::string_view, std::string_view field = "noise_source");
 
 // Scheduler options, with diffusers' names and defaults (the schedulers' __init__).
 struct SchedulerOptions {
@@ -115,6 +128,15 @@ struct RunConfig {
     int width = 256;
     int height = 256;
     std::uint64_t seed = 0;
+    // Noise (RngSource). The A1111 settings below act on the A1111 sources (cpu, gpu, nv), as
+    // A1111's modules/rng.py ImageRNG applies them; a run with Tessera's noise ignores them (its
+    // record says so).
+    RngSource noiseSource = RngSource::Tessera;
+    std::uint64_t variationSeed = 0;     // A1111 "Variation seed" (subseed)
+    double variationStrength = 0.0;      // A1111 "Variation strength" (subseed_strength), 0 to 1; 0 = off
+    int seedResizeFromWidth = 0;         // A1111 "Resize seed from width/height" in image pixels;
+    int seedResizeFromHeight = 0;        //   0 x 0 = off
+    std::int64_t etaNoiseSeedDelta = 0;  // A1111 "Eta noise seed delta" (ENSD)
     int steps = 20;
     SchedulerKind scheduler = SchedulerKind::DDIM;
     SchedulerOptions schedulerOptions;
@@ -151,6 +173,9 @@ struct RunConfig {
     // LoRAs merged after those the prompt's <lora:name:w> tags name, as if their tags followed the
     // prompt (promptWithLoraTags, core/run/LoraModelFile.h: the prompt an infotext writes).
     std::vector<LoraSetting> loras;
+    // ControlNets (A1111's ControlNet units), each evaluated with the UNet on every tile batch and
+    // its residuals added to the UNet's skips (core/sampling/ControlNetRun.h).
+    std::vector<ControlNetUnit> controlNets;
     // SDXL UNets: the size and crop ids each tile's added conditioning carries (ignored by SD 1.x / 2.x).
     SdxlSizeConditioning sdxlSizeConditioning = SdxlSizeConditioning::Image;
     // Image-to-image: the canvas is the init image resized by this factor (width / height are
@@ -166,6 +191,10 @@ struct RunConfig {
     // diffusers AutoencoderKL folder, used as given, or a name looked up in a models folder's VAE/
     // and vae/ (core/run/VaeFile.h); "" = the model's own VAE.
     std::string vae;
+    // Stable Diffusion: a folder of textual-inversion embeddings a prompt names by their file names,
+    // looked in after the models folders' embeddings/ (core/run/EmbeddingFile.h; A1111's
+    // --embeddings-dir); "" = those alone.
+    std::string embeddingsDir;
     VaeTiling vaeTiling = VaeTiling::Auto;  // the VAE's decode/encode: auto, on (tiled), off (whole)
 
     // Where timed algorithm choices are kept (core/formats/TuningCache.h), so that another process
@@ -219,7 +248,9 @@ int firstStepRun(const RunConfig& config, bool fromImage);
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,
 // strength, preserve_color, label, tuning_cache, prompt, negative_prompt, cfg, clip_skip, upscale,
-// upscale_model, vae, sdxl_size_conditioning, vae_tiling, loras ([{"file", "te", "unet"}]). fromJson: unknown keys are an error naming the key;
+// upscale_model, vae, embeddings_dir, sdxl_size_conditioning, vae_tiling, loras ([{"file", "te", "unet"}]),
+// noise_source, variation_seed, variation_strength, seed_resize_from ("WxH", "" = off),
+// eta_noise_seed_delta. fromJson: unknown keys are an error naming the key;
 // missing keys keep defaults.
 nlohmann::json toJson(const RunConfig&);
 RunConfig runConfigFromJson(const nlohmann::json&);

@@ -276,7 +276,7 @@ void parseSamplerText(RunConfig& config, const std::string& text) {
     if (!found)
         fail("sampler", inQuotes(text) +
                             " is not a sampler Tessera has; use Euler, Euler a, DPM++ 2M, "
-                            "DPM++ 2M Karras, DDIM or DDPM");
+                            "DPM++ 2M Karras, DPM++ 2M SDE, DPM++ 2M SDE Karras, DDIM or DDPM");
     config.scheduler = found->first;
     config.schedulerOptions.karrasSigmas = found->second;
 }
@@ -333,6 +333,59 @@ std::vector<LoraSetting> lorasFromJson(const Json& value) {
         loras.push_back(std::move(lora));
     }
     return loras;
+}
+
+Json controlNetsJson(const std::vector<ControlNetUnit>& units) {
+    Json list = Json::array();
+    for (const ControlNetUnit& u : units)
+        list.push_back({{"model", u.model},
+                        {"image", u.image},
+                        {"weight", u.weight},
+                        {"start", u.start},
+                        {"end", u.end},
+                        {"mode", toString(u.mode)},
+                        {"preprocessor", u.preprocessor},
+                        {"down_sampling", u.downSampling}});
+    return list;
+}
+
+// [{"model", "image", "weight", "start", "end", "mode", "preprocessor", "down_sampling"}, ...];
+// a missing key keeps ControlNetUnit's default.
+std::vector<ControlNetUnit> controlNetsFromJson(const Json& value) {
+    static const std::vector<std::string_view> keys{"model", "image", "weight",       "start",
+                                                    "end",   "mode",  "preprocessor", "down_sampling"};
+    if (!value.is_array())
+        wrongType("controlnets", value, "an array of {\"model\", \"image\", \"weight\", ...} objects");
+    std::vector<ControlNetUnit> units;
+    for (const Json& item : value) {
+        if (!item.is_object()) wrongType("controlnets", item, "an object {\"model\", \"image\", \"weight\", ...}");
+        ControlNetUnit u;
+        for (const auto& [key, v] : item.items()) {
+            if (key == "model") {
+                u.model = readString(v, "controlnets.model");
+            } else if (key == "image") {
+                u.image = readString(v, "controlnets.image");
+            } else if (key == "weight") {
+                u.weight = readReal(v, "controlnets.weight");
+            } else if (key == "start") {
+                u.start = readReal(v, "controlnets.start");
+            } else if (key == "end") {
+                u.end = readReal(v, "controlnets.end");
+            } else if (key == "mode") {
+                const std::optional<ControlMode> mode = controlModeFromString(readString(v, "controlnets.mode"));
+                if (!mode) wrongType("controlnets.mode", v, "balanced, prompt or controlnet");
+                u.mode = *mode;
+            } else if (key == "preprocessor") {
+                u.preprocessor = readString(v, "controlnets.preprocessor");
+            } else if (key == "down_sampling") {
+                u.downSampling = readReal(v, "controlnets.down_sampling");
+            } else {
+                unknownKey("controlnets." + key, keys);
+            }
+        }
+        units.push_back(std::move(u));
+    }
+    return units;
 }
 
 Json schedulerOptionsJson(const SchedulerOptions& o) {
@@ -446,10 +499,10 @@ void addSamplingFields(std::vector<RunConfigField>& f) {
         f.push_back(std::move(seed));
     }
     f.push_back(intRow({"steps", "steps", "N", "sampling steps (default {default})", "Steps", "7"}, &C::steps));
-    f.push_back(
-        choiceRow<SchedulerKind>({"scheduler", "scheduler", "NAME",
-                                  "ddpm, ddim, euler, euler_a or dpmpp_2m (default {default})", "Sampler", "euler_a"},
-                                 &C::scheduler, parseScheduler));
+    f.push_back(choiceRow<SchedulerKind>(
+        {"scheduler", "scheduler", "NAME", "ddpm, ddim, euler, euler_a, dpmpp_2m or dpmpp_2m_sde (default {default})",
+         "Sampler", "euler_a"},
+        &C::scheduler, parseScheduler));
     {
         RunConfigField sampler = row({"scheduler", "sampler", "NAME",
                                       "the sampler as A1111 names it: \"Euler a\", \"DPM++ 2M Karras\", Euler,\n"
@@ -543,6 +596,79 @@ void addTilingFields(std::vector<RunConfigField>& f) {
                        &C::threads, limit(0, kMaxThreads, "the CPU thread count (0 = all cores)")));
 }
 
+// The unit a --control-* option sets: the last --controlnet's (one without a model where none was
+// given yet: validate() then names the missing --controlnet).
+ControlNetUnit& lastControlNet(C& c) {
+    if (c.controlNets.empty()) c.controlNets.emplace_back();
+    return c.controlNets.back();
+}
+
+double controlNumber(const std::string& field, const std::string& text) {
+    double value = 0;
+    if (!parseDouble(text, value)) fail(field, inQuotes(text) + " is not a number");
+    return value;
+}
+
+// --controlnet and the --control-* options that follow it (repeatable: one unit each).
+void addControlNetFields(std::vector<RunConfigField>& f) {
+    RunConfigField net = row({"controlnet", "controlnet", "FILE|NAME",
+                              "Stable Diffusion: a ControlNet evaluated with the UNet on every tile batch:\n"
+                              "a diffusers folder, a .safetensors or .pth file (read without running it), or\n"
+                              "a NAME looked up in ControlNet/ and controlnet/ of $TESSERA_MODELS and of the\n"
+                              "models folder holding --model's folder; repeatable, the --control-* options\n"
+                              "after it apply to it",
+                              "", "control_v11f1e_sd15_tile"});
+    net.jsonKey = "controlnets";
+    net.write = [](const C& c) { return controlNetsJson(c.controlNets); };
+    net.read = [](C& c, const Json& v) { c.controlNets = controlNetsFromJson(v); };
+    net.parse = [](C& c, const std::string& t) {
+        checkPathText("controlnet", t, "a ControlNet path or name");
+        ControlNetUnit u;
+        u.model = t;
+        c.controlNets.push_back(std::move(u));
+    };
+    f.push_back(std::move(net));
+    auto sub = [&f](const Names& help, std::function<void(ControlNetUnit&, const std::string&)> set) {
+        RunConfigField r = row(help);
+        r.jsonKey = "";  // inside "controlnets"
+        r.write = [](const C&) { return Json(); };
+        r.parse = [set = std::move(set)](C& c, const std::string& t) { set(lastControlNet(c), t); };
+        f.push_back(std::move(r));
+    };
+    sub({"control_image", "control-image", "FILE|init",
+         "the ControlNet's control image, the run's size (default init: the start\n"
+         "image after the upscale model and resize)",
+         "", "hint.png"},
+        [](ControlNetUnit& u, const std::string& t) {
+            checkPathText("control_image", t, "a control image path");
+            u.image = t == "init" ? std::string() : t;
+        });
+    sub({"control_weight", "control-weight", "X", "the ControlNet's weight, 0 to 2 (default 1)", "", "0.6"},
+        [](ControlNetUnit& u, const std::string& t) { u.weight = controlNumber("control_weight", t); });
+    sub({"control_start", "control-start", "X", "the fraction of the steps where it starts (default 0)", "", "0.1"},
+        [](ControlNetUnit& u, const std::string& t) { u.start = controlNumber("control_start", t); });
+    sub({"control_end", "control-end", "X", "the fraction of the steps where it ends (default 1)", "", "0.9"},
+        [](ControlNetUnit& u, const std::string& t) { u.end = controlNumber("control_end", t); });
+    sub({"control_mode", "control-mode", "balanced|prompt|controlnet",
+         "A1111's control mode: Balanced (default), My prompt is more important,\n"
+         "ControlNet is more important",
+         "", "prompt"},
+        [](ControlNetUnit& u, const std::string& t) {
+            const std::optional<ControlMode> mode = controlModeFromString(t);
+            if (!mode) fail("control_mode", inQuotes(t) + " is not a control mode; balanced, prompt or controlnet");
+            u.mode = *mode;
+        });
+    sub({"control_preprocessor", "control-preprocessor", "NAME[:RATE]",
+         "none (default), tile_resample[:down sampling rate 1 to 8], tile_colorfix,\n"
+         "tile_colorfix+sharp",
+         "", "tile_resample:2"},
+        [](ControlNetUnit& u, const std::string& t) {
+            const auto colon = t.find(':');
+            u.preprocessor = t.substr(0, colon);
+            if (colon != std::string::npos) u.downSampling = controlNumber("control_preprocessor", t.substr(colon + 1));
+        });
+}
+
 // The model, previews, the start image, the text conditioning, the VAE and the rest.
 void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(textRow({"model", "model", "PATH",
@@ -609,6 +735,7 @@ void addInputFields(std::vector<RunConfigField>& f) {
         };
         f.push_back(std::move(loras));
     }
+    addControlNetFields(f);
     f.push_back(
         choiceRow<SdxlSizeConditioning>({"sdxl_size_conditioning", "sdxl-size-conditioning", "image|tile",
                                          "SDXL: the size ids each tile's conditioning carries: the\n"
@@ -624,6 +751,13 @@ void addInputFields(std::vector<RunConfigField>& f) {
                          "folder (default: the model's own VAE)",
                          "", "vae-ft-mse-840000-ema-pruned.safetensors"},
                         &C::vae, {input_limits::kPathChars, "a VAE path or name"}, true));
+    f.push_back(textRow({"embeddings_dir", "embeddings-dir", "DIR",
+                         "Stable Diffusion: a folder of textual-inversion embeddings (.safetensors,\n"
+                         "A1111's .pt, diffusers' .bin), named in a prompt by their file names; looked\n"
+                         "in after embeddings/ in and beside $TESSERA_MODELS and the models folder\n"
+                         "holding --model's folder (A1111's --embeddings-dir)",
+                         "", "~/sd/embeddings"},
+                        &C::embeddingsDir, {input_limits::kPathChars, "an embeddings folder"}, true));
     f.push_back(choiceRow<VaeTiling>({"vae_tiling", "vae-tiling", "MODE",
                                       "Stable Diffusion: the VAE decode/encode tiled with whole-image\n"
                                       "GroupNorm statistics (on), whole (off), or whole where it fits the\n"
@@ -649,9 +783,117 @@ void addInputFields(std::vector<RunConfigField>& f) {
     }
 }
 
+// A1111's variation seed (uint64, as the seed: a number or a decimal string), named `key`.
+std::uint64_t readSeedNamed(const nlohmann::json& value, const std::string& key) {
+    try {
+        return readSeed(value);
+    } catch (const ValidationError&) {
+        wrongType(key, value, "a whole number from 0 to 18446744073709551615");
+    }
+}
+
+std::uint64_t parseSeedTextNamed(const std::string& key, const std::string& text) {
+    std::uint64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        fail(key, inQuotes(text) + " is not a whole number from 0 to 18446744073709551615");
+    return value;
+}
+
+// ENSD: any 64-bit signed whole number (A1111 adds it to the seed).
+std::int64_t parseEnsdText(const std::string& text) {
+    std::int64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        fail("eta_noise_seed_delta", inQuotes(text) +
+                                         " is not a whole number from -9223372036854775808 to "
+                                         "9223372036854775807");
+    return value;
+}
+
+std::int64_t readEnsd(const nlohmann::json& value) {
+    if (value.is_number_unsigned() &&
+        value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        throw ValidationError("eta_noise_seed_delta", "eta_noise_seed_delta: " + value.dump() +
+                                                          " is out of range; allowed -9223372036854775808 to "
+                                                          "9223372036854775807");
+    if (value.is_number_integer()) return value.get<std::int64_t>();
+    if (value.is_string()) return parseEnsdText(value.get<std::string>());
+    wrongType("eta_noise_seed_delta", value, "a whole number");
+}
+
+// "WxH" in pixels ("640x512"); "", "off" and "0x0" turn it off. Sizes are checked by validate().
+void parseSeedResizeText(RunConfig& c, const std::string& text) {
+    if (text.empty() || text == "off") {
+        c.seedResizeFromWidth = c.seedResizeFromHeight = 0;
+        return;
+    }
+    const auto x = text.find_first_of("xX");
+    int w = 0, h = 0;
+    const char* begin = text.data();
+    const char* end = begin + text.size();
+    const bool good = x != std::string::npos && x > 0 && x + 1 < text.size() &&
+                      std::from_chars(begin, begin + x, w).ptr == begin + x &&
+                      std::from_chars(begin + x + 1, end, h).ptr == end;
+    if (!good)
+        fail("seed_resize_from", inQuotes(text) + " is not a size; give WIDTHxHEIGHT in pixels (640x512) or off");
+    c.seedResizeFromWidth = w;
+    c.seedResizeFromHeight = h;
+}
+
+// The noise source and A1111's seed settings.
+void addNoiseFields(std::vector<RunConfigField>& f) {
+    f.push_back(choiceRow<RngSource>({"noise_source", "noise-source", "NAME",
+                                      "the noise: tessera (Philox, the same bits on every GPU and the CPU;\n"
+                                      "default), cpu (torch's CPU generator: A1111's \"CPU\", ComfyUI's start\n"
+                                      "noise), gpu (torch's CUDA generator: A1111's default) or nv (A1111's\n"
+                                      "\"NV\")",
+                                      "", "cpu"},
+                                     &C::noiseSource, parseRngSource));
+    {
+        RunConfigField seed =
+            row({"variation_seed", "variation-seed", "N",
+                 "A1111's variation seed, blended in by --variation-strength (cpu, gpu, nv)", "", "555"});
+        seed.write = [](const C& c) { return Json(c.variationSeed); };
+        seed.read = [](C& c, const Json& v) { c.variationSeed = readSeedNamed(v, "variation_seed"); };
+        seed.parse = [](C& c, const std::string& t) { c.variationSeed = parseSeedTextNamed("variation_seed", t); };
+        f.push_back(std::move(seed));
+    }
+    f.push_back(realRow({"variation_strength", "variation-strength", "X",
+                         "A1111's variation strength, 0 to 1 (default {default} = off; cpu, gpu, nv)", "", "0.3"},
+                        &C::variationStrength));
+    {
+        RunConfigField resize = row({"seed_resize_from", "seed-resize-from", "WxH",
+                                     "A1111's \"resize seed from\": the noise of a WxH image, centred\n"
+                                     "(cpu, gpu, nv; off by default)",
+                                     "", "640x512"});
+        resize.write = [](const C& c) {
+            return c.seedResizeFromWidth == 0 && c.seedResizeFromHeight == 0
+                       ? Json("")
+                       : Json(std::to_string(c.seedResizeFromWidth) + "x" + std::to_string(c.seedResizeFromHeight));
+        };
+        resize.read = [](C& c, const Json& v) { parseSeedResizeText(c, readString(v, "seed_resize_from")); };
+        resize.parse = parseSeedResizeText;
+        f.push_back(std::move(resize));
+    }
+    {
+        RunConfigField ensd = row({"eta_noise_seed_delta", "eta-noise-seed-delta", "N",
+                                   "A1111's ENSD: ancestral steps draw from seed + N (default {default};\n"
+                                   "cpu, gpu, nv)",
+                                   "", "31337"});
+        ensd.write = [](const C& c) { return Json(c.etaNoiseSeedDelta); };
+        ensd.read = [](C& c, const Json& v) { c.etaNoiseSeedDelta = readEnsd(v); };
+        ensd.parse = [](C& c, const std::string& t) { c.etaNoiseSeedDelta = parseEnsdText(t); };
+        f.push_back(std::move(ensd));
+    }
+}
+
 std::vector<RunConfigField> makeFields() {
     std::vector<RunConfigField> f;
     addSamplingFields(f);
+    addNoiseFields(f);
     addTilingFields(f);
     addInputFields(f);
     return f;

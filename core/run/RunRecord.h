@@ -117,6 +117,9 @@ struct TextEncodeRecord {
     double ms = 0;                     // wall time of the encode, host clock
     std::uint64_t rowsRun = 0;         // token rows the encoders computed
     std::uint64_t rowsRemembered = 0;  // rows taken from the encoders' row memo, or repeated in the batch
+    // The embeddings the prompts used, as A1111's "TI hashes" value ("name: hash, ..."); empty
+    // when none was used.
+    std::string textualInversionHashes;
 };
 
 // How a tiled VAE pass (core/models/vae/TiledVae.h runTiledGraph) cut the image.

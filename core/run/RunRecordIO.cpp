@@ -256,7 +256,9 @@ nlohmann::json graphsJson(const GraphStats& g) {
 }
 
 nlohmann::json textEncodeJson(const TextEncodeRecord& t) {
-    return {{"ms", t.ms}, {"rows_run", t.rowsRun}, {"rows_remembered", t.rowsRemembered}};
+    nlohmann::json j{{"ms", t.ms}, {"rows_run", t.rowsRun}, {"rows_remembered", t.rowsRemembered}};
+    if (!t.textualInversionHashes.empty()) j["ti_hashes"] = t.textualInversionHashes;
+    return j;
 }
 
 nlohmann::json vaePassJson(const VaePassRecord& p) {
@@ -518,6 +520,7 @@ std::optional<TextEncodeRecord> readTextEncode(const nlohmann::json& j) {
     in.read(t, "ms", text.ms);
     in.read(t, "rows_run", text.rowsRun);
     in.read(t, "rows_remembered", text.rowsRemembered);
+    in.read(t, "ti_hashes", text.textualInversionHashes);
     return text;
 }
 

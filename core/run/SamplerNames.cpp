@@ -8,18 +8,26 @@ namespace tessera {
 
 namespace {
 
+// A1111's "Automatic" schedule of a sampler (its sd_samplers_kdiffusion.py 'scheduler' option).
+enum class AutomaticSchedule {
+    Uniform,
+    Karras,
+    Unsupported,  // one Tessera does not run (DPM++ 2M SDE's exponential)
+};
+
 struct DisplayNameEntry {
     SchedulerKind kind;
     std::string_view name;
-    bool hasKarras;        // Tessera runs this sampler with Karras sigmas too
-    bool automaticKarras;  // A1111's "Automatic" schedule for it is Karras
+    bool hasKarras;  // Tessera runs this sampler with Karras sigmas too
+    AutomaticSchedule automatic;
 };
 constexpr DisplayNameEntry kDisplayNames[] = {
-    {SchedulerKind::EulerAncestral, "Euler a", false, false},
-    {SchedulerKind::Euler, "Euler", true, false},
-    {SchedulerKind::DPMPP2M, "DPM++ 2M", true, true},
-    {SchedulerKind::DDIM, "DDIM", false, false},
-    {SchedulerKind::DDPM, "DDPM", false, false},
+    {SchedulerKind::EulerAncestral, "Euler a", false, AutomaticSchedule::Uniform},
+    {SchedulerKind::Euler, "Euler", true, AutomaticSchedule::Uniform},
+    {SchedulerKind::DPMPP2M, "DPM++ 2M", true, AutomaticSchedule::Karras},
+    {SchedulerKind::DPMPP2MSDE, "DPM++ 2M SDE", true, AutomaticSchedule::Unsupported},
+    {SchedulerKind::DDIM, "DDIM", false, AutomaticSchedule::Uniform},
+    {SchedulerKind::DDPM, "DDPM", false, AutomaticSchedule::Uniform},
 };
 
 bool equalIgnoringCase(std::string_view a, std::string_view b) {
@@ -44,11 +52,18 @@ constexpr std::string_view kScheduleLabels[] = {"Automatic",       "Uniform",   
 
 }  // namespace
 
+bool samplerHasKarras(SchedulerKind kind) {
+    for (const DisplayNameEntry& e : kDisplayNames)
+        if (e.kind == kind) return e.hasKarras;
+    return false;
+}
+
 SamplerDisplay samplerDisplayName(SchedulerKind kind, const SchedulerOptions& options) {
     for (const DisplayNameEntry& e : kDisplayNames) {
         if (e.kind != kind) continue;
         const bool karras = e.hasKarras && options.karrasSigmas;
-        const std::string schedule = karras ? "Karras" : (e.automaticKarras ? "Uniform" : "Automatic");
+        const std::string schedule =
+            karras ? "Karras" : (e.automatic == AutomaticSchedule::Uniform ? "Automatic" : "Uniform");
         return SamplerDisplay{std::string(e.name), schedule};
     }
     throw std::invalid_argument("samplerDisplayName: unknown SchedulerKind value");
@@ -73,8 +88,8 @@ std::optional<std::pair<SchedulerKind, bool>> samplerFromDisplayName(std::string
     bool karras = false;
     if (scheduleType.empty() || equalIgnoringCase(scheduleType, "Uniform"))
         karras = false;
-    else if (equalIgnoringCase(scheduleType, "Automatic"))
-        karras = entry->automaticKarras;
+    else if (equalIgnoringCase(scheduleType, "Automatic") && entry->automatic != AutomaticSchedule::Unsupported)
+        karras = entry->automatic == AutomaticSchedule::Karras;
     else if (equalIgnoringCase(scheduleType, "Karras") && entry->hasKarras)
         karras = true;
     else

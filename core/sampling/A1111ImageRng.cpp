@@ -133,6 +133,10 @@ A1111ImageRng::A1111ImageRng(int channels, int height, int width, A1111NoiseOpti
     if (channels <= 0 || height <= 0 || width <= 0)
         throw std::invalid_argument("A1111 noise: the latent's channels, height and width must be positive");
     if (!makeGenerator_) throw std::invalid_argument("A1111 noise: no generator for the RNG source");
+    const int scale = std::max(options_.seedResizeScale, 1);
+    if (options_.seedResizeFromHeight > 0 && options_.seedResizeFromWidth > 0 &&
+        (options_.seedResizeFromHeight < scale || options_.seedResizeFromWidth < scale))
+        throw std::invalid_argument("A1111 noise: the seed-resize size is under one latent pixel");
     for (const std::uint64_t seed : options_.seeds) generators_.push_back(makeGenerator_(seed));
 }
 
@@ -140,8 +144,9 @@ std::size_t A1111ImageRng::imageElements() const { return elements(channels_, he
 
 void A1111ImageRng::first(float* out) {
     const bool resizeAsked = options_.seedResizeFromHeight > 0 && options_.seedResizeFromWidth > 0;
-    const int noiseHeight = resizeAsked ? options_.seedResizeFromHeight / 8 : height_;
-    const int noiseWidth = resizeAsked ? options_.seedResizeFromWidth / 8 : width_;
+    const int scale = std::max(options_.seedResizeScale, 1);
+    const int noiseHeight = resizeAsked ? options_.seedResizeFromHeight / scale : height_;
+    const int noiseWidth = resizeAsked ? options_.seedResizeFromWidth / scale : width_;
     const bool resized = noiseHeight != height_ || noiseWidth != width_;
     const std::size_t noiseCount = elements(channels_, noiseHeight, noiseWidth);
     const bool variation = options_.subseedStrength != 0.0;

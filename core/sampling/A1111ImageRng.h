@@ -7,7 +7,7 @@
 //   1. with a variation strength != 0: subnoise = the first draw of a fresh generator seeded with
 //      the image's variation seed, at the noise shape;
 //   2. noise = the first draw of the image's generator (seeded s), at the latent shape; with seed
-//      resize the noise shape is [C, resizeH / 8, resizeW / 8] and noise comes from a fresh
+//      resize the noise shape is [C, resizeH / 8, resizeW / 8] (seedResizeScale) and noise comes from a fresh
 //      generator seeded s instead;
 //   3. with variation: noise = a1111Slerp(strength, noise, subnoise);
 //   4. with seed resize: the image's generator draws the latent-shaped x (its first draw) and the
@@ -34,6 +34,9 @@ struct A1111NoiseOptions {
     double subseedStrength = 0.0;         // "Variation strength"; 0 = off
     int seedResizeFromWidth = 0;          // "Resize seed from width/height" in pixels; 0 = off
     int seedResizeFromHeight = 0;
+    // Image pixels per latent pixel: the resized noise is [C, resizeH / scale, resizeW / scale]
+    // (A1111 divides by its latent factor 8; a model sampled in image space has 1).
+    int seedResizeScale = 8;
     std::int64_t etaNoiseSeedDelta = 0;  // ENSD
 };
 

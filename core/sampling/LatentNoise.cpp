@@ -92,6 +92,7 @@ LatentNoise::LatentNoise(NoiseSettings settings, LatentShape shape, NormalGenera
         options.subseedStrength = settings_.subseedStrength;
         options.seedResizeFromWidth = settings_.seedResizeFromWidth;
         options.seedResizeFromHeight = settings_.seedResizeFromHeight;
+        options.seedResizeScale = settings_.seedResizeScale;
         options.etaNoiseSeedDelta = settings_.etaNoiseSeedDelta;
         a1111_ = std::make_unique<A1111ImageRng>(shape_.channels, shape_.height, shape_.width, std::move(options),
                                                  std::move(a1111Generators));
@@ -140,6 +141,33 @@ void LatentNoise::step(float* out) {
             a1111_->next(out);
             return;
     }
+}
+
+NoiseSource noiseSourceOf(RngSource source) {
+    switch (source) {
+        case RngSource::CPU:
+            return NoiseSource::A1111Cpu;
+        case RngSource::GPU:
+            return NoiseSource::A1111Gpu;
+        case RngSource::NV:
+            return NoiseSource::A1111Nv;
+        case RngSource::Tessera:
+            break;
+    }
+    return NoiseSource::Tessera;
+}
+
+NoiseSettings runNoiseSettings(const RunConfig& config, int pixelScale) {
+    NoiseSettings settings;
+    settings.source = noiseSourceOf(config.noiseSource);
+    settings.seed = config.seed;
+    settings.subseed = config.variationSeed;
+    settings.subseedStrength = config.variationStrength;
+    settings.seedResizeFromWidth = config.seedResizeFromWidth;
+    settings.seedResizeFromHeight = config.seedResizeFromHeight;
+    settings.seedResizeScale = std::max(pixelScale, 1);
+    settings.etaNoiseSeedDelta = config.etaNoiseSeedDelta;
+    return settings;
 }
 
 void fillInitialNoise(NoiseSource source, std::uint64_t seed, const LatentShape& shape, float* out) {

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/run/RunConfig.h"
 #include "core/sampling/A1111ImageRng.h"
 #include "core/sampling/NormalGenerator.h"
 #include "core/sampling/TorchCpuGenerator.h"
@@ -55,6 +56,7 @@ struct NoiseSettings {
     std::uint64_t subseed = 0;
     double subseedStrength = 0.0;
     int seedResizeFromWidth = 0, seedResizeFromHeight = 0;
+    int seedResizeScale = 8;  // image pixels per latent pixel (A1111NoiseOptions::seedResizeScale)
     std::int64_t etaNoiseSeedDelta = 0;
     // ComfyUI: the latent's batch_index (latents picked from a larger batch); empty = 0 .. B - 1.
     std::vector<int> batchIndex;
@@ -91,6 +93,14 @@ private:
     std::unique_ptr<NormalGenerator> comfySteps_;
     std::uint32_t tesseraDraw_ = 0;
 };
+
+// A run's noise source: Tessera, A1111Cpu, A1111Gpu or A1111Nv.
+NoiseSource noiseSourceOf(RngSource source);
+
+// The noise of a run (one image: the job's first): config's source, seed, variation seed and
+// strength, seed resize (in image pixels; pixelScale image pixels per canvas pixel, 8 for Stable
+// Diffusion's latents) and ENSD.
+NoiseSettings runNoiseSettings(const RunConfig& config, int pixelScale);
 
 // The initial noise of `source` for `seed` over a [B, C, H, W] latent (B = 1: one [C, H, W]
 // image), with the default settings otherwise: LatentNoise(...).initial(out).

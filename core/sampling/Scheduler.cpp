@@ -398,10 +398,13 @@ private:
 // D_k = x0 of step k; x' = (s_{k+1}/s_k) x + α_{k+1}(1 - e^{-h}) D', h = λ_{k+1} - λ_k, with
 // D' = D_k on first-order steps (the first step run, and the last: σ_N = 0 returns D_k) and
 // D' = (1 + 1/(2 r)) D_k - 1/(2 r) D_{k-1}, r = (λ_k - λ_{k-1}) / h, otherwise.
+//
+// DPM++ 2M SDE (algorithm_type "sde-dpmsolver++", k-diffusion sample_dpmpp_2m_sde with eta 1,
+// midpoint): the same D', with e^{-h} replaced by e^{-2h} in the x0 weight and noise added:
+// x' = (s_{k+1}/s_k) e^{-h} x + α_{k+1}(1 - e^{-2h}) D' + s_{k+1} √(1 - e^{-2h}) z.
 class DpmSolverScheduler final : public Scheduler {
 public:
-    explicit DpmSolverScheduler(const SchedulerOptions& o)
-        : Scheduler(SchedulerKind::DPMPP2M, o), train_(alphasCumprod_) {}
+    DpmSolverScheduler(SchedulerKind kind, const SchedulerOptions& o) : Scheduler(kind, o), train_(alphasCumprod_) {}
 
     void setTimesteps(int n) override {
         checkSteps(n);
@@ -425,6 +428,7 @@ public:
         sigmas_.push_back(0.0f);
         initNoiseSigma_ = 1.0f;
 
+        const bool sde = kind_ == SchedulerKind::DPMPP2MSDE;
         std::vector<StepCoefficients> coeffs(ts.size());
         for (std::size_t k = 0; k < ts.size(); ++k) {
             StepCoefficients& c = coeffs[k];
@@ -451,8 +455,13 @@ public:
             } else {
                 const double alphaNext = 1.0 / std::sqrt(sNext * sNext + 1.0), sdNext = sNext * alphaNext;
                 const double h = std::log(s) - std::log(sNext);
-                const double d = -alphaNext * std::expm1(-h);  // α_{k+1} (1 - e^{-h})
+                double d = -alphaNext * std::expm1(-h);  // α_{k+1} (1 - e^{-h})
                 c.cx = static_cast<float>(sdNext / sd);
+                if (sde) {
+                    d = -alphaNext * std::expm1(-2.0 * h);  // α_{k+1} (1 - e^{-2h})
+                    c.cx = static_cast<float>(sdNext / sd * std::exp(-h));
+                    c.sigma = static_cast<float>(sdNext * std::sqrt(-std::expm1(-2.0 * h)));
+                }
                 c.cx0 = static_cast<float>(d);
                 if (k > 0 && k + 1 < ts.size()) {  // second order (lower_order_final: the last step is not)
                     const double r = (std::log(static_cast<double>(sigmas_[k - 1])) - std::log(s)) / h;
@@ -485,10 +494,9 @@ private:
                 const int ratio = tn / (n + 1);
                 if (ratio == 0)
                     throw ValidationError(
-                        "steps",
-                        "steps: " + std::to_string(n) +
-                            " is not allowed for dpmpp_2m with leading spacing; it places steps + 1 points on " +
-                            std::to_string(tn) + " timesteps, so at most " + std::to_string(tn - 1) + " steps");
+                        "steps", "steps: " + std::to_string(n) + " is not allowed for " + std::string(toString(kind_)) +
+                                     " with leading spacing; it places steps + 1 points on " + std::to_string(tn) +
+                                     " timesteps, so at most " + std::to_string(tn - 1) + " steps");
                 for (int k = 0; k < n; ++k) ts[static_cast<std::size_t>(k)] = (n - k) * ratio + options_.stepsOffset;
                 break;
             }
@@ -498,10 +506,224 @@ private:
         for (const int t : ts)
             if (t < 0 || t >= tn)
                 throw ValidationError("steps_offset", "steps_offset: " + std::to_string(options_.stepsOffset) +
-                                                          " with " + std::to_string(n) +
-                                                          " dpmpp_2m steps gives timestep " + std::to_string(t) +
-                                                          ", outside [0, " + std::to_string(tn - 1) + "]");
+                                                          " with " + std::to_string(n) + " " +
+                                                          std::string(toString(kind_)) + " steps gives timestep " +
+                                                          std::to_string(t) + ", outside [0, " +
+                                                          std::to_string(tn - 1) + "]");
         return ts;
+    }
+
+    TrainSigmas train_;
+};
+
+// diffusers HeunDiscreteScheduler, LMSDiscreteScheduler (order 4) and KDPM2DiscreteScheduler:
+// Euler's σ table (spacing, Karras over the spacing's range), each model evaluation one step of
+// this class (diffusers' scheduler.timesteps), with D = x0 and d = (x - D)/σ at the evaluation's σ:
+//   Heun  2N - 1 evaluations: at σ_i, x_mid = x + (σ_{i+1} - σ_i) d, keeping h0 = x, h1 = d; at
+//         σ_{i+1} (input x_mid), x' = h0 + (σ_{i+1} - σ_i) (h1 + d) / 2. The last is Euler's to σ_N = 0.
+//   DPM2  2N - 1 evaluations: at σ_i, x_mid = x + (σ_mid - σ_i) d, keeping h0 = x, with
+//         σ_mid = exp((ln σ_i + ln σ_{i+1}) / 2); at σ_mid, x' = h0 + (σ_{i+1} - σ_i) d.
+//   LMS   N evaluations: x' = x + Σ_j c_j d_{k-j}, j < min(k + 1, 4), c_j the integral over
+//         [σ_k, σ_{k+1}] of the Lagrange basis polynomial of σ_{k-j}; d_{k-j} kept in h_{(k-j) mod 3}.
+// σ table: the noise level of each evaluation's input, then 0.
+class KarrasOdeScheduler final : public Scheduler {
+public:
+    KarrasOdeScheduler(SchedulerKind kind, const SchedulerOptions& o) : Scheduler(kind, o), train_(alphasCumprod_) {}
+
+    int evaluationsPerStep() const override { return kind_ == SchedulerKind::LMS ? 1 : 2; }
+
+    void setTimesteps(int n) override {
+        checkSteps(n);
+        const int tn = options_.numTrainTimesteps;
+        std::vector<double> ts;
+        if (options_.timestepSpacing == TimestepSpacing::Linspace) {
+            const std::vector<double> y = numpyLinspaceFromZero(tn - 1, n);
+            for (auto it = y.rbegin(); it != y.rend(); ++it) ts.push_back(static_cast<float>(*it));
+        } else {
+            const std::vector<int> ints = spacedTimesteps(tn, n, options_.timestepSpacing, options_.stepsOffset);
+            ts.assign(ints.begin(), ints.end());
+        }
+        std::vector<double> sig(ts.size());
+        for (std::size_t k = 0; k < ts.size(); ++k) sig[k] = train_.interp(ts[k]);
+        if (options_.karrasSigmas) {
+            sig = karrasSigmas(sig.back(), sig.front(), n);
+            for (std::size_t k = 0; k < sig.size(); ++k) {
+                ts[k] = train_.sigmaToT(sig[k]);
+                if (kind_ == SchedulerKind::DPM2) ts[k] = roundHalfEven(ts[k]);  // KDPM2 rounds, Heun and LMS do not
+            }
+        }
+        std::vector<float> s(sig.begin(), sig.end());  // float32, as diffusers stores them
+        s.push_back(0.0f);
+
+        std::vector<StepCoefficients> coeffs;
+        std::vector<float> evalTimesteps, evalSigmas;
+        auto add = [&](StepCoefficients c, float sigma, double t) {
+            c.modelInputScale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sigma) * sigma + 1.0));
+            c.timestep = static_cast<float>(t);
+            c.history = 1.0f;
+            coeffs.push_back(c);
+            evalTimesteps.push_back(c.timestep);
+            evalSigmas.push_back(sigma);
+        };
+        for (int i = 0; i < n; ++i) {
+            const auto u = static_cast<std::size_t>(i);
+            const double si = s[u], sNext = s[u + 1];
+            switch (kind_) {
+                case SchedulerKind::Heun: {
+                    StepCoefficients first = derivativeStep(si);
+                    first.cx = 1.0f;
+                    first.ceps = static_cast<float>(sNext - si);
+                    keepSample(first, 0);
+                    keepDerivative(first, 1, si);
+                    add(first, s[u], ts[u]);
+                    if (i + 1 == n) break;
+                    StepCoefficients second = derivativeStep(sNext);
+                    second.ceps = static_cast<float>((sNext - si) / 2.0);
+                    second.hw[0] = 1.0f;
+                    second.hw[1] = second.ceps;
+                    add(second, s[u + 1], ts[u + 1]);
+                    break;
+                }
+                case SchedulerKind::DPM2: {
+                    const float mid = interpolatedSigma(s[u + 1], s[u]);
+                    StepCoefficients first = derivativeStep(si);
+                    first.cx = 1.0f;
+                    first.ceps = static_cast<float>(static_cast<double>(mid) - si);
+                    keepSample(first, 0);
+                    add(first, s[u], ts[u]);
+                    if (i + 1 == n) break;
+                    StepCoefficients second = derivativeStep(mid);
+                    second.ceps = static_cast<float>(sNext - si);
+                    second.hw[0] = 1.0f;
+                    add(second, mid, train_.sigmaToT(mid));
+                    break;
+                }
+                case SchedulerKind::DPMPPSDE: {
+                    if (sNext == 0.0) {  // the last step: Euler's to σ = 0, one evaluation
+                        StepCoefficients last = derivativeStep(si);
+                        last.cx = 1.0f;
+                        last.ceps = static_cast<float>(-si);
+                        add(last, s[u], ts[u]);
+                        break;
+                    }
+                    // The midpoint in t = -ln σ, from the float64 σ for its timestep (as diffusers'
+                    // _second_order_timesteps) and from the float32 σ for the update.
+                    const double mid = std::exp(-(-std::log(si) + (std::log(si) - std::log(sNext)) * 0.5));
+                    StepCoefficients first = ancestralStep(si, si, mid);
+                    keepSample(first, 0);
+                    add(first, s[u], ts[u]);
+                    StepCoefficients second = ancestralStep(mid, si, sNext);
+                    second.hw[0] = second.cx;
+                    second.cx = 0.0f;
+                    const double midTrain = std::sqrt(sig[u] * sig[u + 1]);
+                    add(second, static_cast<float>(mid), train_.sigmaToT(midTrain));
+                    break;
+                }
+                default: {  // LMS
+                    StepCoefficients c = derivativeStep(si);
+                    c.cx = 1.0f;
+                    const int order = std::min(i + 1, kLmsOrder);
+                    c.ceps = static_cast<float>(lmsCoefficient(s, i, order, 0));
+                    for (int j = 1; j < order; ++j)
+                        c.hw[(i - j) % kStepHistory] = static_cast<float>(lmsCoefficient(s, i, order, j));
+                    keepDerivative(c, i % kStepHistory, si);
+                    add(c, s[u], ts[u]);
+                    break;
+                }
+            }
+        }
+        sigmas_ = std::move(evalSigmas);
+        sigmas_.push_back(0.0f);
+        const float maxSigma = *std::max_element(sigmas_.begin(), sigmas_.end());
+        initNoiseSigma_ =
+            options_.timestepSpacing == TimestepSpacing::Leading ? std::sqrt(maxSigma * maxSigma + 1.0f) : maxSigma;
+        checkFinite(coeffs, kind_, n);
+        timesteps_ = std::move(evalTimesteps);
+        coefficients_ = std::move(coeffs);
+    }
+
+private:
+    static constexpr int kLmsOrder = 4;
+
+    // x0 at σ (as Euler's prediction, clipped when the model's schedule says clip_sample) and the
+    // direction's noise estimate d = (x - x0)/σ as epsHat.
+    StepCoefficients derivativeStep(double sigma) const {
+        StepCoefficients c;
+        if (!(sigma > 0.0))
+            throw ValidationError("steps", "steps: " + std::string(toString(kind_)) +
+                                               " needs sigma > 0 at every model evaluation (beta_start 0?)");
+        switch (options_.predictionType) {
+            case PredictionType::Epsilon:
+                c.ax = 1.0f;
+                c.ae = static_cast<float>(-sigma);
+                break;
+            case PredictionType::VPrediction:
+                c.ax = static_cast<float>(1.0 / (sigma * sigma + 1.0));
+                c.ae = static_cast<float>(-sigma / std::sqrt(sigma * sigma + 1.0));
+                break;
+            case PredictionType::Sample:
+                c.ax = 0.0f;
+                c.ae = 1.0f;
+                break;
+        }
+        if (options_.clipSample) setClip(c, options_);
+        c.ex = static_cast<float>(1.0 / sigma);
+        c.e0 = static_cast<float>(-1.0 / sigma);
+        return c;
+    }
+
+    // DPM++ SDE's update from σ_from towards σ_to with x0 predicted at `at` (eta 1):
+    // x' = (σ_down/σ_from) x + (1 - σ_down/σ_from) x0 + σ_up z, σ_up = min(σ_to, √(σ_to²(σ_from² - σ_to²)/σ_from²)),
+    // σ_down = √(σ_to² - σ_up²) (diffusers DPMSolverSDEScheduler.step, k-diffusion sample_dpmpp_sde).
+    StepCoefficients ancestralStep(double at, double from, double to) const {
+        StepCoefficients c = derivativeStep(at);
+        c.ex = c.e0 = 0.0f;
+        const double up = std::min(to, std::sqrt(to * to * (from * from - to * to) / (from * from)));
+        const double down = std::sqrt(to * to - up * up);
+        c.cx = static_cast<float>(down / from);
+        c.cx0 = static_cast<float>(-std::expm1(std::log(down) - std::log(from)));
+        c.sigma = static_cast<float>(up);
+        return c;
+    }
+
+    // h_j = x (the step's start sample).
+    static void keepSample(StepCoefficients& c, int j) {
+        c.hKeep[j] = 0.0f;
+        c.hx[j] = 1.0f;
+    }
+    // h_j = (x - x0) / σ (the step's derivative).
+    static void keepDerivative(StepCoefficients& c, int j, double sigma) {
+        c.hKeep[j] = 0.0f;
+        c.hx[j] = static_cast<float>(1.0 / sigma);
+        c.h0[j] = static_cast<float>(-1.0 / sigma);
+    }
+
+    // KDPM2's sigmas_interpol: sigmas.log().lerp(sigmas.roll(1).log(), 0.5).exp() in float32
+    // (torch.lerp with weight 0.5: end - (end - start) * 0.5).
+    static float interpolatedSigma(float sigma, float previous) {
+        if (sigma == 0.0f) return 0.0f;
+        const float start = std::log(sigma), end = std::log(previous);
+        return std::exp(end - (end - start) * 0.5f);
+    }
+
+    // ∫_{σ_i}^{σ_{i+1}} Π_{m < order, m != j} (τ - σ_{i-m}) / (σ_{i-j} - σ_{i-m}) dτ: a polynomial
+    // of degree < 4, integrated exactly by 4-point Gauss-Legendre (diffusers: scipy's quad).
+    static double lmsCoefficient(const std::vector<float>& s, int i, int order, int j) {
+        auto at = [&](int k) { return static_cast<double>(s[static_cast<std::size_t>(k)]); };
+        auto basis = [&](double tau) {
+            double prod = 1.0;
+            for (int m = 0; m < order; ++m)
+                if (m != j) prod *= (tau - at(i - m)) / (at(i - j) - at(i - m));
+            return prod;
+        };
+        static constexpr double kNodes[4] = {-0.8611363115940526, -0.3399810435848563, 0.3399810435848563,
+                                             0.8611363115940526};
+        static constexpr double kWeights[4] = {0.3478548451374538, 0.6521451548617462, 0.6521451548617462,
+                                               0.3478548451374538};
+        const double a = at(i), b = at(i + 1), half = (b - a) / 2.0, middle = (a + b) / 2.0;
+        double sum = 0.0;
+        for (int q = 0; q < 4; ++q) sum += kWeights[q] * basis(middle + half * kNodes[q]);
+        return sum * half;
     }
 
     TrainSigmas train_;
@@ -628,7 +850,20 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
                                       "or v_prediction, or another scheduler");
             return std::make_unique<EulerScheduler>(kind, options);
         case SchedulerKind::DPMPP2M:
-            return std::make_unique<DpmSolverScheduler>(options);
+        case SchedulerKind::DPMPP2MSDE:
+            return std::make_unique<DpmSolverScheduler>(kind, options);
+        case SchedulerKind::DPM2:
+        case SchedulerKind::DPMPPSDE:
+            if (options.predictionType == PredictionType::Sample)
+                throw ValidationError("prediction_type",
+                                      "prediction_type: 'sample' is not allowed with the " +
+                                          std::string(toString(kind)) +
+                                          " scheduler (diffusers' KDPM2DiscreteScheduler and DPMSolverSDEScheduler "
+                                          "have none); use epsilon or v_prediction, or another scheduler");
+            return std::make_unique<KarrasOdeScheduler>(kind, options);
+        case SchedulerKind::Heun:
+        case SchedulerKind::LMS:
+            return std::make_unique<KarrasOdeScheduler>(kind, options);
     }
     throw std::invalid_argument("Scheduler::create: unknown SchedulerKind value");
 }
@@ -658,11 +893,37 @@ StepCoefficients Scheduler::coefficients(int stepIndex) const {
 void Scheduler::step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n,
                      const float* x0Prev) const {
     StepCoefficients k = coefficients(stepIndex);
+    if (usesHistory(k))
+        throw std::logic_error("Scheduler::step: " + std::string(toString(kind_)) +
+                               " keeps history buffers; use the StepHistory overload");
     if (k.sigma != 0.0f && z == nullptr)
         throw std::invalid_argument("Scheduler::step: step " + std::to_string(stepIndex) + " adds noise but z is null");
     if (x0Prev == nullptr) k = withoutPreviousX0(k);
     for (std::size_t i = 0; i < n; ++i)
         out[i] = applyStep(k, x[i], eps[i], z ? z[i] : 0.0f, k.cprev != 0.0f ? x0Prev[i] : 0.0f);
+}
+
+void Scheduler::step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n,
+                     StepHistory& history) const {
+    StepCoefficients k = coefficients(stepIndex);
+    if (k.sigma != 0.0f && z == nullptr)
+        throw std::invalid_argument("Scheduler::step: step " + std::to_string(stepIndex) + " adds noise but z is null");
+    const bool started = history.x0Prev.size() == n;
+    if (!started) {
+        k = withoutPreviousX0(k);
+        history.x0Prev.assign(n, 0.0f);
+        for (std::vector<float>& h : history.h) h.assign(n, 0.0f);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        const float xi = x[i], e = eps[i];
+        float h[kStepHistory];
+        for (int j = 0; j < kStepHistory; ++j) h[j] = history.h[j][i];
+        const float x0 = tessera::predictX0(k, xi, e);
+        out[i] = applyStepWithHistory(k, xi, e, z ? z[i] : 0.0f, k.cprev != 0.0f ? history.x0Prev[i] : 0.0f, h);
+        history.x0Prev[i] = x0;
+        if (usesHistory(k))
+            for (int j = 0; j < kStepHistory; ++j) history.h[j][i] = nextHistory(k, j, h[j], xi, x0);
+    }
 }
 
 void Scheduler::predictX0(int stepIndex, const float* eps, const float* x, float* out, std::size_t n) const {
@@ -708,9 +969,14 @@ Scheduler::AddNoise Scheduler::addNoise(int stepIndex) const {
         }
         case SchedulerKind::Euler:
         case SchedulerKind::EulerAncestral:
+        case SchedulerKind::Heun:
+        case SchedulerKind::LMS:
+        case SchedulerKind::DPM2:
+        case SchedulerKind::DPMPPSDE:
             start.noise = sigmas_[static_cast<std::size_t>(stepIndex)];
             break;
-        case SchedulerKind::DPMPP2M: {
+        case SchedulerKind::DPMPP2M:
+        case SchedulerKind::DPMPP2MSDE: {
             // _sigma_to_alpha_sigma_t on a float32 tensor.
             const float sigma = sigmas_[static_cast<std::size_t>(stepIndex)];
             start.image = 1.0f / std::sqrt(sigma * sigma + 1.0f);

@@ -1,5 +1,5 @@
-// Scheduler: diffusers' noise schedules and the DDPM, DDIM, Euler, Euler ancestral and DPM++ 2M
-// samplers (diffusers schedulers/scheduling_*.py), each step reduced to the per-step scalars of
+// Scheduler: diffusers' noise schedules and the DDPM, DDIM, Euler, Euler ancestral, DPM++ 2M
+// (SDE), Heun, LMS and DPM2 samplers (diffusers schedulers/scheduling_*.py), each step reduced to the per-step scalars of
 // core/sampling/StepUpdate.h so that every backend applies the same arithmetic.
 //
 // Usage: create(kind, options), setTimesteps(N), then for k = 0 … N-1 feed the UNet
@@ -17,7 +17,19 @@
 //             no Karras option: use_karras_sigmas is ignored;
 //   dpmpp_2m  DPMSolverMultistepScheduler, algorithm_type "dpmsolver++", solver_order 2,
 //             solver_type "midpoint", lower_order_final true, final_sigmas_type "zero"
-//             (diffusers' defaults; the last step is first order), use_karras_sigmas.
+//             (diffusers' defaults; the last step is first order), use_karras_sigmas;
+//   dpmpp_2m_sde  the same class and options with algorithm_type "sde-dpmsolver++" (A1111's
+//             "DPM++ 2M SDE", k-diffusion sample_dpmpp_2m_sde, eta 1, midpoint): noise z of step k on
+//             every step but the last (σ_N = 0). diffusers draws it with randn_tensor, k-diffusion
+//             and A1111 from a Brownian tree; Tessera uses the run's noise of step k (see README).
+//   heun, lms, dpm2  HeunDiscreteScheduler, LMSDiscreteScheduler (order 4, as k-diffusion and
+//             A1111), KDPM2DiscreteScheduler (use_karras_sigmas): Euler's σ table, one step of this
+//             class per model evaluation, earlier evaluations kept in history buffers (StepUpdate.h);
+//   dpmpp_sde DPMSolverSDEScheduler (A1111's "DPM++ SDE", k-diffusion sample_dpmpp_sde, eta 1, r 1/2):
+//             two evaluations per step, each adding noise z of its own (diffusers and A1111 draw
+//             from a Brownian tree; Tessera uses the run's noise of that evaluation, see README).
+// Where this header says DPM++ 2M, it means dpmpp_2m_sde as well; where it says Euler, it means
+// Heun, LMS, DPM2 and DPM++ SDE as well (σ tables, initNoiseSigma, addNoise).
 // Euler, Euler a and DPM++ 2M clip x0 when clip_sample (pixel-space models; diffusers' classes
 // have no clip_sample); SD's schedules set it false, where they are diffusers exactly.
 // Every kind takes scaled_linear (SD) or the other beta schedules, epsilon / v_prediction /
@@ -84,7 +96,11 @@ public:
     Scheduler& operator=(const Scheduler&) = delete;
 
     // Plans n sampling steps. Throws ValidationError("steps") unless 1 <= n <= numTrainTimesteps.
+    // numSteps() is then the number of model evaluations: n, or 2n - 1 for Heun, DPM2, DPM++ SDE.
     virtual void setTimesteps(int n);
+    // Model evaluations per step (diffusers' scheduler.order): 2 for Heun, DPM2, DPM++ SDE, else 1. An
+    // image-to-image start at step b of n begins at evaluation b * evaluationsPerStep().
+    virtual int evaluationsPerStep() const { return 1; }
 
     SchedulerKind kind() const { return kind_; }
     const SchedulerOptions& options() const { return options_; }
@@ -103,7 +119,7 @@ public:
     // std::out_of_range for k outside [0, numSteps()).
     StepCoefficients coefficients(int stepIndex) const;
     // Whether step k draws fresh noise z (sigma != 0): DDPM for t > 0, DDIM with eta > 0,
-    // Euler a where sigma_up != 0.
+    // Euler a where sigma_up != 0, DPM++ 2M SDE but at its last step.
     bool addsNoise(int stepIndex) const { return coefficients(stepIndex).sigma != 0.0f; }
     // Whether step k reads the previous step's x0 (DPM++ 2M's second-order steps).
     bool usesPreviousX0(int stepIndex) const { return coefficients(stepIndex).cprev != 0.0f; }
@@ -116,6 +132,19 @@ public:
               const float* x0Prev = nullptr) const;
     // out[i] = predictX0(coefficients(k), x[i], eps[i]): what step k's successor reads as x0Prev.
     void predictX0(int stepIndex, const float* eps, const float* x, float* out, std::size_t n) const;
+
+    // What a run carries from step to step: the previous x0 and the history buffers
+    // (StepUpdate.h), empty until the first step after the start.
+    struct StepHistory {
+        std::vector<float> x0Prev;
+        std::vector<float> h[kStepHistory];
+    };
+    // Step k for any kind: step() with history.x0Prev (none while empty), the history terms of
+    // applyStepWithHistory, then history.x0Prev = this step's x0 and each h_j rewritten
+    // (nextHistory). out may alias x or eps. The plain step() above throws std::logic_error for a
+    // step that uses history (Heun, LMS, DPM2).
+    void step(int stepIndex, const float* eps, const float* x, const float* z, float* out, std::size_t n,
+              StepHistory& history) const;
 
     const std::vector<float>& betas() const { return betas_; }
     const std::vector<float>& alphasCumprod() const { return alphasCumprod_; }

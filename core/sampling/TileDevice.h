@@ -18,12 +18,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/models/vae/TiledVae.h"
 #include "core/run/RunConfig.h"
 #include "core/sampling/Denoiser.h"
+#include "core/sampling/NormalGenerator.h"
 #include "core/sampling/StepUpdate.h"
 
 namespace tessera {
@@ -71,6 +73,17 @@ struct CanvasStart {
     const std::vector<float>* image = nullptr;  // NoisedImage, Image (x = image): the input canvas's size
 };
 
+// One ControlNet of a controlled sampling pass (core/sampling/ControlNetRun.h): the tile function's
+// graph takes, after its own inputs, per ControlNet its hint crop [B, channels, tile * factor]
+// (the hint canvas at the tile's position times factor) and one FiLM vector [B, 2C] per width of
+// scaleWidths (s - 1 in the first C entries, 0 in the others; s the row's scale for the step).
+struct PassControl {
+    const std::vector<float>* hint = nullptr;  // channels x (height * factor) x (width * factor)
+    int channels = 3, factor = 8;
+    std::vector<int> scaleWidths;
+    std::vector<float> condScale, uncondScale;  // per step index k, per branch
+};
+
 // One tiled pass: tiles cut from the input canvas, a function evaluated on each, the values
 // window-weighted and blended into the output canvas, once per step.
 //
@@ -107,6 +120,10 @@ struct TiledPass {
     std::vector<float> addedCond, addedUncond;
     Precision precision = Precision::FP32;  // what the function computes in (for messages)
     CanvasStart start;
+    // The steps' noise z comes from the host (TileDevice::setStepNoise: torch's generators as
+    // A1111 draws them, core/sampling/LatentNoise.h) instead of the Philox draw step + 1.
+    bool hostStepNoise = false;
+    std::vector<PassControl> controls;  // ControlNets, in the graph's input order; empty: none
 
     int steps() const { return static_cast<int>(coefficients.size()); }
     int tileCount() const;
@@ -134,6 +151,9 @@ struct DevicePrepare {
     // The canvas the run will sample (channels x height x width) and the blend window's weight
     // maps: a device that keeps the canvas beside the UNet's plan counts it when it fits the plan.
     int canvasChannels = 0, canvasHeight = 0, canvasWidth = 0, weightMaps = 0, steps = 0;
+    // The model's graph takes tiles this many times tileH x tileW (a controlled UNet's graph works
+    // at its ControlNets' hint size, core/models/controlnet/ControlledUNetGraph.h); 1 otherwise.
+    int graphTileScale = 1;
 };
 
 struct DevicePlan {
@@ -178,6 +198,16 @@ public:
     virtual void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) = 0;
     // Fills the input canvas (and zeroes the output canvas of a map pass).
     virtual void startCanvas(const CanvasStart& start) = 0;
+    // A pass with hostStepNoise: z of the next beginStep (input-canvas sized, read during that
+    // call), given before each beginStep whose coefficients have sigma != 0; nullptr for the others.
+    // A device that cannot take host noise throws std::logic_error.
+    virtual void setStepNoise(const std::vector<float>* z) {
+        if (z) throw std::logic_error("this tile device draws its own noise; it takes no host step noise");
+    }
+    // torch's CUDA generator on this device (torch.Generator("cuda").manual_seed(seed) and its
+    // randn, bit for bit for this GPU: kernels/ops/TorchCudaRandn.cuh), for A1111's "GPU" noise;
+    // empty where the device has none (the CPU: LatentNoise then uses A1111's NV emulation).
+    virtual NormalGeneratorFactory torchCudaGenerators() { return {}; }
 
     // --- One step ---------------------------------------------------------------------
     // Per-step scalars (the step index k: coefficients[k], or withoutPreviousX0 of it for the

@@ -19,6 +19,7 @@
 #include "core/run/RunRecordIO.h"  // newRunId
 #include "core/sampling/BlendWindow.h"
 #include "core/sampling/ImageOps.h"
+#include "core/sampling/LatentNoise.h"
 #include "core/sampling/Philox.h"
 #include "core/sampling/Scheduler.h"
 #include "core/sampling/SeamScore.h"
@@ -183,6 +184,81 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
     return start;
 }
 
+// A seed-resize size (RunConfig::seedResizeFromWidth/Height, image pixels) must cover at least one
+// canvas pixel (pixelScale image pixels per canvas pixel).
+void checkSeedResize(const RunConfig& config, int pixelScale) {
+    const int w = config.seedResizeFromWidth, h = config.seedResizeFromHeight;
+    const int scale = std::max(pixelScale, 1);
+    if (config.noiseSource == RngSource::Tessera || (w == 0 && h == 0) || (w >= scale && h >= scale)) return;
+    throw ValidationError("seed_resize_from", "seed_resize_from: " + std::to_string(w) + "x" + std::to_string(h) +
+                                                  " is under one latent pixel; this model's latents are " +
+                                                  std::to_string(scale) + " image pixels wide");
+}
+
+// The noise of a run whose RunConfig::noiseSource is one of torch's generators: the whole canvas's
+// noise, drawn on the host as an untiled run draws it (A1111 modules/rng.py ImageRNG), so a tile plan
+// never changes it; nullptr for Tessera's Philox noise, which the device draws. Notes go to `messages`.
+std::unique_ptr<LatentNoise> runNoise(const RunConfig& config, int channels, int height, int width, int pixelScale,
+                                      TileDevice& device, std::vector<std::string>& messages) {
+    if (config.noiseSource == RngSource::Tessera) {
+        std::string ignored;
+        const auto note = [&ignored](bool given, const char* field) {
+            if (given) ignored += (ignored.empty() ? "" : ", ") + std::string(field);
+        };
+        note(config.variationStrength != 0.0, "variation_strength");
+        note(config.seedResizeFromWidth != 0 || config.seedResizeFromHeight != 0, "seed_resize_from");
+        note(config.etaNoiseSeedDelta != 0, "eta_noise_seed_delta");
+        if (!ignored.empty())
+            messages.push_back(ignored +
+                               ": ignored with noise_source tessera (A1111's seed settings act on the cpu, gpu and nv "
+                               "sources)");
+        return nullptr;
+    }
+    checkSeedResize(config, pixelScale);
+    NormalGeneratorFactory gpu;
+    std::string how;
+    switch (config.noiseSource) {
+        case RngSource::CPU:
+            how = "torch's CPU generator (A1111's \"CPU\" RNG)";
+            break;
+        case RngSource::NV:
+            how = "A1111's \"NV\" RNG (its emulation of torch's CUDA generator)";
+            break;
+        case RngSource::GPU:
+            gpu = device.torchCudaGenerators();
+            how =
+                gpu ? "torch's CUDA generator on this GPU (A1111's \"GPU\" RNG; its layout follows the GPU's SM count)"
+                    : "A1111's \"NV\" emulation of torch's CUDA generator: this engine has no GPU, so A1111's "
+                      "\"GPU\" noise is matched within about 3e-6, not bit for bit";
+            break;
+        case RngSource::Tessera:
+            break;
+    }
+    messages.push_back("noise: " + std::string(toString(config.noiseSource)) + ", " + how +
+                       ", drawn for the whole canvas");
+    const LatentShape shape{1, channels, height, width};
+    return std::make_unique<LatentNoise>(runNoiseSettings(config, pixelScale), shape, std::move(gpu));
+}
+
+// The start canvas of a run with host noise: x_T = z * sigma, or the start image noised with z,
+// z the noise's first draw (A1111's ImageRNG.first); a start image left as it is draws nothing.
+// `canvas` holds the result, which the start then names as its image.
+void startFromHostNoise(LatentNoise& noise, CanvasStart& start, std::vector<float>& canvas) {
+    if (start.kind == CanvasStart::Kind::Image) return;
+    std::vector<float> z(noise.shape().elements());
+    noise.initial(z.data());
+    canvas.resize(z.size());
+    if (start.kind == CanvasStart::Kind::Noise) {
+        for (std::size_t i = 0; i < z.size(); ++i) canvas[i] = z[i] * start.sigma;
+    } else {
+        const std::vector<float>& image = *start.image;
+        if (image.size() != z.size()) throw std::logic_error("TiledLoop: the start image is not the canvas's size");
+        for (std::size_t i = 0; i < z.size(); ++i) canvas[i] = (start.a * image[i] + start.b * z[i]) * start.scale;
+    }
+    start.kind = CanvasStart::Kind::Image;
+    start.image = &canvas;
+}
+
 // The step loop of one pass: each step issued as TileDevice calls, its events, previews and
 // memory samples reported, cancellation and non-finite values handled.
 class PassRunner {
@@ -197,6 +273,10 @@ public:
           runStart_(runStart),
           preview_(std::move(preview)),
           hostMs_(pass.batches.size(), 0.0) {}
+
+    // A pass with hostStepNoise: each step whose coefficients have sigma != 0 takes the next draw
+    // of `noise` (A1111's ImageRNG.next per noisy step, as k-diffusion's ancestral samplers ask it).
+    void setHostNoise(LatentNoise* noise) { hostNoise_ = noise; }
 
     // Steps [startStep, steps); false when cancelled.
     bool run(int startStep) {
@@ -213,6 +293,7 @@ private:
         const auto stepStart = Clock::now();
         const StepVariant variant = pass_.variant(k);
         std::fill(hostMs_.begin(), hostMs_.end(), 0.0);
+        if (pass_.hostStepNoise) giveStepNoise(k);
         device_.beginStep(k, variant);
         if (!device_.runStep(variant, [&](bool capturing) { return body(k, variant, capturing); })) return false;
         const double enqueueMs = msSince(stepStart);
@@ -282,6 +363,16 @@ private:
         return true;
     }
 
+    void giveStepNoise(int k) {
+        if (!hostNoise_) throw std::logic_error("TiledLoop: a pass with host step noise has no noise source");
+        const bool noisy = pass_.coefficients.at(static_cast<std::size_t>(k)).sigma != 0.0f;
+        if (noisy) {
+            z_.resize(hostNoise_->shape().elements());
+            hostNoise_->step(z_.data());
+        }
+        device_.setStepNoise(noisy ? &z_ : nullptr);
+    }
+
     void reportBatch(int k, const TileBatch& b, const BatchReport& report) {
         TileBatchEvent event;
         event.step = k;
@@ -328,6 +419,8 @@ private:
     const Clock::time_point runStart_;
     const PreviewMap preview_;
     std::vector<double> hostMs_;  // per batch, this step's host time (0 when captured or replayed)
+    LatentNoise* hostNoise_ = nullptr;
+    std::vector<float> z_;  // the step's host noise
 };
 
 // Denoiser::addedCond of every tile of `plan` (canvas pixels times `scale` = image pixels), in id
@@ -500,6 +593,10 @@ void TiledLoop::checkRun(const RunConfig& config, const UNetModel& model) const 
 RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDevice& device,
                          const CancelCheck& cancelled) {
     if (usesSdModel(config)) return runSd(config, observer, device, cancelled);
+    if (!controls_.empty() || !config.controlNets.empty())
+        throw ValidationError("controlnet",
+                              "controlnet: ControlNets steer Stable Diffusion UNets; this model is an "
+                              "unconditional UNet2DModel");
     const auto prepareStart = Clock::now();
     const std::shared_ptr<const UNetModel> model = modelFor(config);
     checkRun(config, *model);
@@ -547,6 +644,7 @@ SdConditioning encodeTimed(const SdModel& sd, Backend& textBackend, const RunCon
     const auto after = rowCounts();
     text.rowsRun = after.first - before.first;
     text.rowsRemembered = after.second - before.second;
+    text.textualInversionHashes = conditioning.textualInversionHashes;
     // encodeSdPrompts's first message says what the encoders did ("text: 1 chunk(s) of 75 tokens,
     // ..."); the record's words for the encode's cost follow it.
     if (!conditioning.messages.empty()) conditioning.messages.front() += "; " + describe(text);
@@ -585,6 +683,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     const auto prepareStart = Clock::now();
     const std::shared_ptr<const SdModel> sd = sdModelFor(config, observer, cancelled);
     const RunConfig canvas = checkSdRun(config, *sd);  // the latent canvas's sizes
+    checkSeedResize(config, sd->vaeScale());
     checkInit(3, config.height, config.width);
     if (!hasInitImage() && !config.initImage.empty())
         throw ValidationError("init", "init: '" + config.initImage +
@@ -610,13 +709,28 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     denoiser->cond = std::move(conditioning.cond);
     denoiser->uncond = std::move(conditioning.uncond);
     if (sd->unet->config().hasTextTime()) addSdxlConditioning(*denoiser, *sd, config, conditioning, addedCond_);
+    // ControlNets: the UNet and every ControlNet as one graph; a new graph for the device.
+    std::shared_ptr<const Denoiser> tileFunction = denoiser;
+    int graphTileScale = 1;
+    runControls_ = !controls_.empty() ? controls_ : loadControlNetUnits(config, controlImages_, controlModels_);
+    if (!runControls_.empty()) {
+        controlHints_ = controlHints(runControls_, hasInitImage() ? &init_ : nullptr, config.height, config.width);
+        tileFunction = controlledDenoiser(*denoiser, *sd->unet, sd->family, runControls_, &graphTileScale);
+    }
+    if (!runControls_.empty() || lastControlled_) ++modelGeneration_;
+    lastControlled_ = !runControls_.empty();
     // The VAE's precision (SDXL: float32 where its config says force_upcast).
     RunConfig vaeConfig = config;
     std::string vaeWhy;
     vaeConfig.precision = sdVaePrecision(*sd, config.precision, &vaeWhy);
     if (!vaeWhy.empty()) conditioning.messages.push_back(vaeWhy);
 
-    SamplingJob job{config, canvas, *denoiser, sd->scheduler};
+    SamplingJob job{config, canvas, *tileFunction, sd->scheduler};
+    job.graphTileScale = graphTileScale;
+    if (!runControls_.empty()) {
+        job.controls = &runControls_;
+        job.hints = &controlHints_;
+    }
     job.modelName = sd->name;
     job.modelHash = sd->sha256;
     job.messages = std::move(conditioning.messages);
@@ -695,11 +809,13 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     record.vaeEncode = job.vaeEncode;
     if (config.preserveColor && !imageToImage)
         record.messages.push_back("preserve_color: ignored without an init image");
+    const std::unique_ptr<LatentNoise> hostNoise =
+        runNoise(config, C, canvas.height, canvas.width, job.pixelScale, device, record.messages);
     const DevicePlan devicePlan =
         device.prepare(DevicePrepare{job.denoiser, modelGeneration_, config, batchSize, plan.tileH(), plan.tileW(),
                                      (plan.count() + batchSize - 1) / batchSize, guidance.has_value(), plan.count(),
                                      batchAuto, job.pixelScale, C, canvas.height, canvas.width, weights.mapCount(),
-                                     static_cast<int>(scheduler->timesteps().size())},
+                                     static_cast<int>(scheduler->timesteps().size()), job.graphTileScale},
                        record);
     if (devicePlan.batchSize > 0) batchSize = devicePlan.batchSize;  // auto, lowered to fit the device
     record.config.tileBatch = batchSize;                             // the record and the PNG's parameters say what ran
@@ -727,6 +843,13 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
         tabulateAddedCond(pass, job.denoiser, plan, job.pixelScale, config.width, config.height);
     int startStep = 0;
     pass.start = canvasStart(config, *scheduler, job.init, startStep);
+    if (hostNoise) {
+        pass.hostStepNoise = true;
+        startFromHostNoise(*hostNoise, pass.start, startImage_);
+    }
+    if (job.controls)
+        pass.controls = passControls(*job.denoiser.graph, *job.controls, *job.hints, canvas.height, canvas.width,
+                                     config.steps, startStep);
     if (!job.init && !startNoise_.data.empty()) {
         if (startNoise_.channels != C || startNoise_.height != canvas.height || startNoise_.width != canvas.width ||
             startNoise_.data.size() != static_cast<std::size_t>(C) * canvas.height * canvas.width)
@@ -740,6 +863,13 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
         pass.start.kind = CanvasStart::Kind::Image;
         pass.start.image = &startImage_;
     }
+    if (job.init && !startLatents_.data.empty()) {  // reference comparisons: the first executed step's input
+        if (startLatents_.data.size() != static_cast<std::size_t>(C) * canvas.height * canvas.width)
+            throw ValidationError("init", "init: the start latents do not have the run's canvas size");
+        startImage_ = startLatents_.data;
+        pass.start.kind = CanvasStart::Kind::Image;
+        pass.start.image = &startImage_;
+    }
     device.beginRun(pass, record, sayTo(record, observer));
     record.prepareMs = msSince(prepareStart);
     observer.onStarted(record);
@@ -747,7 +877,9 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
 
     const auto runStart = Clock::now();
     device.startCanvas(pass.start);
-    const bool finished = PassRunner(device, pass, record, observer, cancelled, runStart, job.preview).run(startStep);
+    PassRunner runner(device, pass, record, observer, cancelled, runStart, job.preview);
+    runner.setHostNoise(hostNoise.get());
+    const bool finished = runner.run(startStep);
 
     record.totalMs = msSince(runStart);
     device.finishRun(record);

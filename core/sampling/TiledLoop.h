@@ -19,6 +19,7 @@
 
 #include "core/models/sd/SdModel.h"
 #include "core/run/Engine.h"
+#include "core/sampling/ControlNetRun.h"
 #include "core/sampling/Denoiser.h"
 #include "core/sampling/TileDevice.h"
 
@@ -102,10 +103,20 @@ public:
     // sigma (z: C x h x w of the sampler's canvas, the latent one for Stable Diffusion) instead of
     // Philox draw 0. Checked in run() (field "init"); an empty tensor clears it.
     void setStartNoise(ImageTensor z) { startNoise_ = std::move(z); }
+    // Reference comparisons: an image-to-image run starts its first executed step from these
+    // latents (C x h x w of the canvas) instead of a * init + c * z. An empty tensor clears it.
+    void setStartLatents(ImageTensor z) { startLatents_ = std::move(z); }
     // Replaces the per-tile added conditioning of SDXL runs (reference comparisons, tests, front
     // ends with their own micro-conditioning); an empty function returns to sdxlAddedConditioning
     // over the prompts' pooled text and config.sdxlSizeConditioning.
     void setAddedConditioning(AddedConditioning f) { addedCond_ = std::move(f); }
+    // ControlNets for the next Stable Diffusion runs (core/sampling/ControlNetRun.h), evaluated with
+    // the UNet on every tile batch; an empty list runs without. Checked in run() (fields
+    // "controlnet", "control_image").
+    void setControlNets(std::vector<ControlNetRunUnit> units) { controls_ = std::move(units); }
+    // The decoded control images of config.controlNets (unit i's at i; empty where the unit takes
+    // the start image), C x H x W of the run in [0, 1]; used when no units are pinned.
+    void setControlImages(std::vector<ImageTensor> images) { controlImages_ = std::move(images); }
     // The model of the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return model_; }
 
@@ -123,7 +134,10 @@ private:
         std::optional<VaePassRecord> vaeEncode;
         const ImageTensor* init = nullptr;  // in canvas space
         PreviewMap preview;
-        int pixelScale = 1;  // image pixels per canvas pixel (the VAE's 8 for Stable Diffusion)
+        int pixelScale = 1;      // image pixels per canvas pixel (the VAE's 8 for Stable Diffusion)
+        int graphTileScale = 1;  // DevicePrepare::graphTileScale
+        const std::vector<ControlNetRunUnit>* controls = nullptr;  // with their hint canvases
+        const std::vector<std::vector<float>>* hints = nullptr;
     };
     RunResult sample(const SamplingJob& job, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled,
                      std::chrono::steady_clock::time_point prepareStart);
@@ -148,8 +162,15 @@ private:
     std::uint64_t modelGeneration_ = 0;  // bumped whenever model_ changes
     ImageTensor init_;
     ImageTensor startNoise_;
+    ImageTensor startLatents_;
     AddedConditioning addedCond_;
     std::vector<float> startImage_;  // startNoise_ * sigma for the run in progress
+    std::vector<ControlNetRunUnit> controls_;
+    std::vector<ImageTensor> controlImages_;
+    std::vector<ControlNetRunUnit> runControls_;  // the run in progress's (pinned or from the config)
+    std::vector<std::pair<std::string, std::shared_ptr<const ControlNetModel>>> controlModels_;  // by path
+    std::vector<std::vector<float>> controlHints_;  // the run in progress's hint canvases
+    bool lastControlled_ = false;                   // the device holds a controlled graph
 };
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 #include "core/base/BoundedInput.h"
 #include "core/base/UnicodeText.h"
 #include "core/base/ValidationError.h"
+#include "core/text/EmbeddingDatabase.h"
 
 namespace tessera {
 
@@ -248,11 +249,15 @@ std::vector<Segment> parseSegments(std::u32string_view text) { return AttentionP
 // A1111's chunk filling (tokenize_line's loop and next_chunk).
 class ChunkBuilder {
 public:
-    ChunkBuilder(const ClipTokenizer& tokenizer, int commaBacktrack)
-        : tok_(tokenizer), backtrack_(commaBacktrack), comma_(tokenizer.idOf(",</w>").value_or(-1)) {}
+    ChunkBuilder(const ClipTokenizer& tokenizer, int commaBacktrack, const EmbeddingDatabase* embeddings)
+        : tok_(tokenizer),
+          backtrack_(commaBacktrack),
+          comma_(tokenizer.idOf(",</w>").value_or(-1)),
+          embeddings_(embeddings) {}
 
     void add(const std::vector<std::int32_t>& tokens, float weight) {
-        for (std::int32_t token : tokens) {
+        for (std::size_t position = 0; position < tokens.size();) {
+            const std::int32_t token = tokens[position];
             const int length = static_cast<int>(ids_.size());
             if (token == comma_) {
                 lastComma_ = length;
@@ -263,13 +268,28 @@ public:
                 std::vector<float> movedWeights(weights_.begin() + cut, weights_.end());
                 ids_.resize(static_cast<std::size_t>(cut));
                 weights_.resize(static_cast<std::size_t>(cut));
+                // A1111 moves the tokens but not an embedding's fix among them: the fix stays with
+                // the chunk closed here (its vectors land on that chunk's padding), and the moved
+                // slots keep id 0. Kept so, for the same conditioning.
                 close(false);
                 ids_ = std::move(movedIds);
                 weights_ = std::move(movedWeights);
             }
             if (static_cast<int>(ids_.size()) == clip_limits::kChunkTokens) close(false);
-            ids_.push_back(token);
-            weights_.push_back(weight);
+            const std::optional<EmbeddingMatch> match =
+                embeddings_ ? embeddings_->findAt(tokens, position) : std::optional<EmbeddingMatch>();
+            if (!match) {
+                ids_.push_back(token);
+                weights_.push_back(weight);
+                ++position;
+                continue;
+            }
+            const int vectors = embeddings_->embeddings()[match->embedding].vectors;
+            if (static_cast<int>(ids_.size()) + vectors > clip_limits::kChunkTokens) close(false);
+            fixes_.push_back({static_cast<int>(ids_.size()), match->embedding});
+            ids_.insert(ids_.end(), static_cast<std::size_t>(vectors), 0);
+            weights_.insert(weights_.end(), static_cast<std::size_t>(vectors), weight);
+            position += match->tokens;
         }
     }
 
@@ -288,7 +308,9 @@ public:
             while (chunk.ids[firstEos] != tok_.eosId()) ++firstEos;
             std::fill(chunk.ids.begin() + static_cast<std::ptrdiff_t>(firstEos) + 1, chunk.ids.end(), tok_.padId());
         }
-        out_.chunks.push_back(chunk);
+        chunk.fixes = std::move(fixes_);
+        fixes_.clear();
+        out_.chunks.push_back(std::move(chunk));
         ids_.clear();
         weights_.clear();
         lastComma_ = -1;
@@ -305,6 +327,8 @@ private:
     std::int32_t comma_;
     std::vector<std::int32_t> ids_;
     std::vector<float> weights_;
+    std::vector<PromptChunkFix> fixes_;
+    const EmbeddingDatabase* embeddings_;
     int lastComma_ = -1;
     PromptChunks out_;
 };
@@ -351,7 +375,7 @@ PromptChunks chunkPrompt(const ClipTokenizer& tokenizer, std::string_view prompt
     } else {
         segments.push_back({text, 1.0});
     }
-    ChunkBuilder builder(tokenizer, options.commaBacktrack);
+    ChunkBuilder builder(tokenizer, options.commaBacktrack, options.embeddings);
     for (const Segment& s : segments) {
         if (s.weight == -1.0 && s.text == kBreak) {
             builder.close(false);

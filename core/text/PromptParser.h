@@ -5,7 +5,8 @@
 //
 // Not covered: prompt editing "[a:b:when]", alternation "[a|b]" and "AND"
 // composition, which A1111 resolves with a grammar before this step; here their brackets and
-// colons are read as emphasis syntax and text. Textual-inversion embeddings are not looked up.
+// colons are read as emphasis syntax and text. Textual-inversion embeddings are found when the
+// options give an EmbeddingDatabase (core/text/EmbeddingDatabase.h).
 #pragma once
 
 #include <array>
@@ -18,6 +19,8 @@
 #include "core/text/ClipTokenizer.h"
 
 namespace tessera {
+
+class EmbeddingDatabase;  // core/text/EmbeddingDatabase.h
 
 namespace prompt_limits {
 // Longest prompt accepted, in UTF-8 bytes (the tokenizer's own bound).
@@ -66,13 +69,23 @@ struct PromptSyntaxSpan {
 // marked and its bracket closes at 1; past kMaxWeightMultiplications no Text spans are given.
 std::vector<PromptSyntaxSpan> scanPromptSyntax(std::u32string_view prompt);
 
+// Where a textual-inversion embedding's vectors go in a chunk (A1111's PromptChunkFix): they replace
+// the token embeddings of rows offset + 1 .. offset + vectors of the 77 (after BOS), as many as fit
+// (sd_hijack.py EmbeddingsWithFixes.forward); the ids there are 0, the weights the text's.
+struct PromptChunkFix {
+    int offset = 0;             // content position, 0-based
+    std::size_t embedding = 0;  // index into EmbeddingDatabase::embeddings()
+    bool operator==(const PromptChunkFix&) const = default;
+};
+
 // One 77-token chunk as fed to the text encoder: BOS, up to 75 prompt tokens, EOS padding,
 // EOS; for a tokenizer whose pad id is not EOS (SD 2.x, SDXL-G), every id after the first EOS
 // is the pad id (A1111 sd_hijack_open_clip.py). weights[0] and framing/padding weights are 1.
 struct PromptChunk {
     std::array<std::int32_t, clip_limits::kContextLength> ids{};
     std::array<float, clip_limits::kContextLength> weights{};
-    int contentTokens = 0;  // ids[1 .. contentTokens] came from the prompt
+    int contentTokens = 0;              // ids[1 .. contentTokens] came from the prompt
+    std::vector<PromptChunkFix> fixes;  // embeddings placed in this chunk, in prompt order
 
     // The unpadded view, for display.
     std::span<const std::int32_t> contentIds() const {
@@ -91,6 +104,10 @@ struct PromptChunkOptions {
     // false is A1111's emphasis mode "None": the prompt is one segment of weight 1, brackets
     // and BREAK are plain text.
     bool parseEmphasis = true;
+    // Textual-inversion embeddings found in the text (not owned; nullptr: none). Each one found
+    // takes as many slots as it has vectors, placed as A1111's tokenize_line places them: the
+    // chunk is closed first when they do not fit it, so they never straddle two chunks.
+    const EmbeddingDatabase* embeddings = nullptr;
 };
 
 struct PromptChunks {

@@ -34,6 +34,7 @@ void CudaEngine::setSdModel(std::shared_ptr<const SdModel> model) { impl_->loop.
 void CudaEngine::setStartNoise(ImageTensor z) { impl_->loop.setStartNoise(std::move(z)); }
 
 void CudaEngine::setInitImage(ImageTensor image) { impl_->loop.setInitImage(std::move(image)); }
+void CudaEngine::setControlImages(std::vector<ImageTensor> images) { impl_->loop.setControlImages(std::move(images)); }
 
 const CudaBackend* CudaEngine::backend() const { return impl_->device.backend(); }
 

@@ -44,6 +44,7 @@ public:
     void setStartNoise(ImageTensor z);
     // As CpuEngine: start image in model space (C x H x W of the run); empty clears it.
     void setInitImage(ImageTensor image) override;
+    void setControlImages(std::vector<ImageTensor> images) override;
 
     // The backend of the last run (nullptr before the first run).
     const CudaBackend* backend() const;

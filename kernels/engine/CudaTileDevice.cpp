@@ -17,6 +17,7 @@
 #include "kernels/backend/CudaCanvasStore.h"
 #include "kernels/device/CudaCheck.h"
 #include "kernels/device/NvtxRange.h"
+#include "kernels/ops/CanvasAddNoise.cuh"
 #include "kernels/ops/CanvasFuse.cuh"
 #include "kernels/ops/CanvasInit.cuh"
 #include "kernels/ops/Guidance.cuh"
@@ -24,6 +25,7 @@
 #include "kernels/ops/NonFinite.cuh"
 #include "kernels/ops/StepState.cuh"
 #include "kernels/ops/TileGather.cuh"
+#include "kernels/ops/TorchCudaRandn.cuh"
 
 namespace tessera {
 
@@ -146,6 +148,15 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     backend.setGraphs(false);
     mode_ = config.graphs;
     graphWarmup_ = config.graphWarmup;
+    // ControlNets: each batch's hint crops and scales are copied from the host before its forward,
+    // which a captured graph would not repeat; they run with graphs off, on one lane.
+    graphTileScale_ = request.graphTileScale;
+    if (graphTileScale_ > 1 && mode_ != GraphMode::Off) {
+        record.messages.push_back(std::string("graphs: ControlNet runs copy each batch's hint crops from the host; ran "
+                                              "with graphs off (asked ") +
+                                  std::string(toString(mode_)) + ")");
+        mode_ = GraphMode::Off;
+    }
     fallbackReason_.clear();
 
     // Lanes: tile batches in flight at once, each with its own copy of the activations.
@@ -161,6 +172,7 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     const bool lanesAuto = config.lanes == 0;
     int lanes = lanesAuto ? autoLanes(static_cast<long long>(batch) * request.tileH * request.tileW) : config.lanes;
     lanes = std::max(1, std::min(lanes, batches));
+    if (graphTileScale_ > 1) lanes = 1;  // the hint inputs are lane 0's (deviceGraphInput)
     const Denoiser& model = request.model;
     Shape shape{
         request.modelGeneration, model.graph.get(), config.precision, batch, request.tileH, request.tileW, lanes,
@@ -179,8 +191,8 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
         backend.setReservedBytes(arenaGrowth(request));
         for (;;) {
             try {
-                backend.prepareGraph(*model.graph, *model.weights, imagesPerTile * batch, request.tileH, request.tileW,
-                                     lanes);
+                backend.prepareGraph(*model.graph, *model.weights, imagesPerTile * batch,
+                                     request.tileH * graphTileScale_, request.tileW * graphTileScale_, lanes);
                 break;
             } catch (const CudaOutOfMemory& e) {
                 // Auto halves the lanes until the plan fits; asked-for lanes are the user's.
@@ -284,7 +296,11 @@ void CudaTileDevice::uploadTables(const TiledPass& pass) {
     up(arena_.tileX, tx.data(), tx.size() * sizeof(int));
     up(arena_.tileY, ty.data(), ty.size() * sizeof(int));
     up(arena_.tileMap, tm.data(), tm.size() * sizeof(int));
-    up(arena_.coeff, pass.coefficients.data(), pass.coefficients.size() * sizeof(StepCoefficients));
+    // Host step noise is added after the fuse (addStepNoise): the kernels see sigma 0 and draw none.
+    std::vector<StepCoefficients> coefficients = pass.coefficients;
+    if (pass.hostStepNoise)
+        for (StepCoefficients& k : coefficients) k.sigma = 0.0f;
+    up(arena_.coeff, coefficients.data(), coefficients.size() * sizeof(StepCoefficients));
     if (pass.start.kind != CanvasStart::Kind::Noise)
         up(arena_.init, pass.start.image->data(), canvasSize() * sizeof(float));
     // Zeroed every run: a cancelled run leaves them dirty.
@@ -323,6 +339,11 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
     ensureArena(arenaPlan);
     uploadTables(pass);
     uploadAddedCond(pass);
+    if (pass.hostStepNoise && stepNoise_.bytes() != canvasSize() * sizeof(float)) {
+        stepNoise_ = DeviceBuffer(canvasSize() * sizeof(float));
+        stepNoiseHost_ = PinnedBuffer(canvasSize() * sizeof(float));
+    }
+    stepNoiseGiven_ = nullptr;
 
     geo_ = CanvasGeometry{};
     geo_.channels = C;
@@ -405,8 +426,10 @@ GraphKey CudaTileDevice::stepKey(const StepVariant& variant) const {
     f << "step " << variant.name() << (variant.keepX0 ? " keeps-x0" : "") << " " << p.width << "x" << p.height << "x"
       << p.inChannels << " overlap " << p.plan->overlap() << " window " << toString(p.window) << " maps "
       << p.weights->mapCount() << " fusion " << toString(p.fusion) << " tiles " << p.tileCount() << " batches "
-      << p.batches.size() << " steps<=" << stepsCapacity_ << " " << planFamily_;
+      << p.batches.size() << " steps<=" << stepsCapacity_ << " " << planFamily_
+      << (p.hostStepNoise ? " host-noise" : "");
     std::string pointers = hexPointer(arena_.base()) + " " + hexPointer(addedTable_.data());
+    if (p.hostStepNoise) pointers += " " + hexPointer(stepNoise_.data());
     for (int l = 0; l < lanes_; ++l) pointers += " " + lanePointers(l);
     for (std::size_t i = 0; i < 2 * p.batches.size(); ++i) pointers += " " + hexPointer(batchEvents_[i].get());
     return GraphKey{f.str(), pointers};
@@ -475,8 +498,10 @@ void CudaTileDevice::acquireTileGraphs() {
 
 void CudaTileDevice::beginStep(int step, const StepVariant&) {
     openRange(2, "step " + std::to_string(step));
+    controlStep_ = step;
     stepCaptured_ = stepReplayed_ = false;
     launchSetStepState(state_, pass_->seed, step, hasX0Prev_, stream());
+    if (pass_->hostStepNoise) uploadStepNoise(step);
     hasX0Prev_ = true;  // from the next step on, the x0 canvas holds this step's x0 (when the pass keeps it)
     if (mode_ == GraphMode::Tile) acquireTileGraphs();
 }
@@ -655,6 +680,7 @@ void CudaTileDevice::evaluate(const TileBatch& b, Branch branch) {
     if (branch == Branch::Unconditional) return;  // a guided forward ran both halves as one batch
     const cudaStream_t ls = laneStream(b.lane);
     placeContext(b, ls);
+    placeControls(b, ls);
     const auto tileGraph = capturing_ ? tileGraphs_.end() : tileGraphs_.find({b.count, b.lane});
     if (tileGraph != tileGraphs_.end()) {
         TESSERA_CHECK(cudaGraphLaunch(tileGraph->second.exec, ls));
@@ -668,6 +694,52 @@ void CudaTileDevice::combineGuidance(const TileBatch& b, float scale) {
     const long long half = static_cast<long long>(b.count) * geo_.tileH * geo_.tileW * outIo_.paddedChannels;
     launchGuidanceCombine(outIo_.dtype, const_cast<void*>(backend_->deviceOutput(b.lane)), half, scale,
                           laneStream(b.lane));
+}
+
+// Each ControlNet's inputs for this batch, after the UNet's (graph input order): its hint crops
+// (the hint canvas at each tile's position times the factor; the unconditional rows the same),
+// converted to the activations' NHWC layout, and its FiLM scale rows (conditional rows s - 1, then
+// unconditional ones; 0 in the shift half).
+void CudaTileDevice::placeControls(const TileBatch& b, cudaStream_t ls) {
+    if (pass_->controls.empty()) return;
+    const ModelGraph& graph = *preparedGraph_;
+    std::size_t input = graph.inputs().size();
+    for (const PassControl& c : pass_->controls) input -= 1 + c.scaleWidths.size();
+    const int n = b.count, rows = guided_ ? 2 * n : n;
+    const auto k = static_cast<std::size_t>(controlStep_);
+    for (const PassControl& c : pass_->controls) {
+        const int f = c.factor, th = pass_->plan->tileH() * f, tw = pass_->plan->tileW() * f;
+        const int H = pass_->height * f, W = pass_->width * f;
+        const std::size_t tileElems = static_cast<std::size_t>(c.channels) * th * tw;
+        controlHost_.resize(tileElems * static_cast<std::size_t>(rows));
+        for (int r = 0; r < rows; ++r) {
+            const TileRect& t = pass_->plan->tile(b.first + r % n);
+            for (int ch = 0; ch < c.channels; ++ch)
+                for (int y = 0; y < th; ++y)
+                    std::copy_n(c.hint->data() + (static_cast<std::size_t>(ch) * H + t.y * f + y) * W + t.x * f, tw,
+                                controlHost_.data() + r * tileElems + (static_cast<std::size_t>(ch) * th + y) * tw);
+        }
+        const std::size_t bytes = controlHost_.size() * sizeof(float);
+        if (controlStaging_.bytes() < bytes) controlStaging_ = DeviceBuffer(bytes);
+        TESSERA_CHECK(cudaMemcpyAsync(controlStaging_.data(), controlHost_.data(), bytes, cudaMemcpyHostToDevice, ls));
+        launchNchwToNhwc(controlStaging_.as<float>(), dtypeOf(backend_->precision()), backend_->deviceGraphInput(input),
+                         rows, c.channels, th, tw, (c.channels + 7) / 8 * 8, 1.0f, ls);
+        TESSERA_CHECK(cudaStreamSynchronize(ls));  // controlHost_ is refilled next
+        ++input;
+        for (const int C : c.scaleWidths) {
+            const auto width = static_cast<std::size_t>(C);
+            controlHost_.assign(2 * width * static_cast<std::size_t>(rows), 0.0f);
+            for (int r = 0; r < rows; ++r) {
+                const float s = r < n ? c.condScale.at(k) : c.uncondScale.at(k);
+                std::fill_n(controlHost_.begin() + static_cast<std::ptrdiff_t>(2 * width * r), width, s - 1.0f);
+            }
+            const std::string& name = graph.value(graph.inputs().at(input)).name;
+            TESSERA_CHECK(cudaMemcpyAsync(backend_->deviceVector(name, b.lane), controlHost_.data(),
+                                          controlHost_.size() * sizeof(float), cudaMemcpyHostToDevice, ls));
+            TESSERA_CHECK(cudaStreamSynchronize(ls));
+            ++input;
+        }
+    }
 }
 
 class CudaTileDevice::TunedBackend final : public Backend {
@@ -833,6 +905,57 @@ void CudaTileDevice::fuse(const StepVariant& variant) {
     float* x0 = variant.writesX0() ? arena_.at<float>(arena_.preview) : nullptr;
     launchCanvasFuse(stepGeo_, x_, arena_.at<float>(arena_.acc), targets(variant).accEps, x0, coeff_, state_,
                      variant.sampleFusion, stream());
+    if (pass_->hostStepNoise) launchCanvasAddNoise(x_, stepNoise_.as<float>(), canvasSize(), stream());
+}
+
+// sigma * z of the step into the device's noise canvas (zeros for a step without noise). Called
+// in beginStep, outside any capture; the staging buffer is free again because endStep waited
+// for the previous step's copy.
+void CudaTileDevice::uploadStepNoise(int step) {
+    const float sigma = pass_->coefficients.at(static_cast<std::size_t>(step)).sigma;
+    const std::size_t n = canvasSize();
+    const std::vector<float>* z = stepNoiseGiven_;
+    stepNoiseGiven_ = nullptr;
+    if (sigma == 0.0f) {
+        TESSERA_CHECK(cudaMemsetAsync(stepNoise_.data(), 0, n * sizeof(float), stream()));
+        return;
+    }
+    if (!z || z->size() != n)
+        throw std::logic_error("CudaTileDevice: a step with noise has no host noise of the canvas's size");
+    float* host = stepNoiseHost_.as<float>();
+    for (std::size_t i = 0; i < n; ++i) host[i] = sigma * (*z)[i];
+    TESSERA_CHECK(cudaMemcpyAsync(stepNoise_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream()));
+}
+
+namespace {
+
+// torch.Generator("cuda").manual_seed(seed) on one GPU: each randn runs torch's curand layout on
+// the device (kernels/ops/TorchCudaRandn.cuh) and is read back (the host composes A1111's noise).
+class TorchCudaDeviceGenerator final : public NormalGenerator {
+public:
+    TorchCudaDeviceGenerator(std::uint64_t seed, int device) : device_(device) { generator_.seed = seed; }
+    void randn(float* out, std::size_t count) override {
+        if (count == 0) return;
+        TESSERA_CHECK(cudaSetDevice(device_));
+        if (buffer_.bytes() < count * sizeof(float)) buffer_ = DeviceBuffer(count * sizeof(float));
+        launchTorchCudaRandn(generator_, buffer_.as<float>(), static_cast<long long>(count),
+                             torchCudaThreadCapOf(device_), nullptr);
+        TESSERA_CHECK(cudaMemcpy(out, buffer_.data(), count * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+
+private:
+    int device_;
+    TorchCudaGenerator generator_;
+    DeviceBuffer buffer_;
+};
+
+}  // namespace
+
+NormalGeneratorFactory CudaTileDevice::torchCudaGenerators() {
+    const int device = device_;
+    return [device](std::uint64_t seed) -> std::unique_ptr<NormalGenerator> {
+        return std::make_unique<TorchCudaDeviceGenerator>(seed, device);
+    };
 }
 
 bool CudaTileDevice::checkCanvas() {

@@ -75,6 +75,11 @@ public:
     DevicePlan prepare(const DevicePrepare& request, RunRecord& record) override;
     void beginRun(const TiledPass& pass, RunRecord& record, std::function<void(const std::string&)> say) override;
     void startCanvas(const CanvasStart& start) override;
+    // Host step noise (TiledPass::hostStepNoise): scaled by the step's sigma and copied to the
+    // device in beginStep, added to the canvas after the fuse (the kernels see sigma 0).
+    void setStepNoise(const std::vector<float>* z) override { stepNoiseGiven_ = z; }
+    // torch.randn on this GPU (kernels/ops/TorchCudaRandn.cuh), read back to the host.
+    NormalGeneratorFactory torchCudaGenerators() override;
 
     void beginStep(int step, const StepVariant& variant) override;
     bool runStep(const StepVariant& variant, const std::function<bool(bool capturing)>& body) override;
@@ -133,6 +138,7 @@ private:
     void ensureArena(const ArenaPlan& plan);
     std::size_t arenaGrowth(const DevicePrepare& request) const;
     void uploadTables(const TiledPass& pass);
+    void uploadStepNoise(int step);
     // Graph keys: the family holds everything that fixes a graph's nodes and launch shapes, the
     // pointers what it bakes in (kernels/engine/GraphCache.h).
     std::string lanePointers(int lane) const;
@@ -188,6 +194,11 @@ private:
     std::vector<CudaEvent> batchEvents_;  // two per batch: start (lane stream), end (after the scatter)
     CudaEvent stepBegin_, stepEnd_;
     PinnedBuffer nonFiniteHost_;  // the arena's non-finite word, copied back after each step
+    // Host step noise (TiledPass::hostStepNoise): sigma * z of the step on the device (zero for a
+    // step without noise), its pinned staging copy, and the host's z given for the next step.
+    DeviceBuffer stepNoise_;
+    PinnedBuffer stepNoiseHost_;
+    const std::vector<float>* stepNoiseGiven_ = nullptr;
     // Lanes (when more than one): one stream per lane for gathers and forwards, the backend's
     // stream for checks, scatters and fuses, and the dependency events between them (no timing):
     // the step's start, and per batch its forward's end and its scatter's end.
@@ -226,6 +237,13 @@ private:
     };
     std::map<std::pair<int, int>, TileGraph> tileGraphs_;
     int nvtxDepth_ = 0;
+    // ControlNets (TiledPass::controls): the graph's tile is the latent tile times this; the
+    // step index of the scales; the batch's hint crops and FiLM rows (host), their device staging.
+    int graphTileScale_ = 1;
+    int controlStep_ = 0;
+    std::vector<float> controlHost_;
+    DeviceBuffer controlStaging_;
+    void placeControls(const TileBatch& b, cudaStream_t ls);
 };
 
 }  // namespace tessera

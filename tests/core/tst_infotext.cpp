@@ -330,8 +330,8 @@ private slots:
                  std::string("'Model hash: 6ce0161689' is not applied: Tessera picks the model by its path\n"
                              "'Model: v1-5-pruned-emaonly' is not applied: Tessera picks the model by its path\n"));
         const std::vector<std::string> expected{
-            "prompt", "negative_prompt", "scheduler", "use_karras_sigmas", "steps", "cfg",
-            "seed",   "width",           "height",    "clip_skip"};
+            "prompt", "negative_prompt", "scheduler", "use_karras_sigmas", "steps",       "cfg",
+            "seed",   "width",           "height",    "clip_skip",         "noise_source"};
         QCOMPARE(imported.fields, expected);
     }
 
@@ -452,6 +452,7 @@ private slots:
         QCOMPARE(c.steps, RunConfig{}.steps);
         QCOMPARE(c.strength, RunConfig{}.strength);
         QCOMPARE(c.overlapPx, 24);
+        QCOMPARE(int(c.noiseSource), int(RngSource::CPU));  // A1111's randn_source
         QCOMPARE(joined(messages(imported)),
                  std::string("'Steps: many' is not a whole number; ignored\n"
                              "'Seed: -4' is out of range, allowed 0 to 18446744073709551615; ignored\n"
@@ -459,7 +460,6 @@ private slots:
                              "'Hires upscale: 2' is not supported; ignored\n"
                              "'Window: square' is not one of none, linear, hann or gaussian; ignored\n"
                              "'Clip skip: 2.5' is not a whole number; ignored\n"
-                             "'RNG: CPU' is not supported; ignored\n"
                              "'Eta: 0.3' is not supported; ignored\n"));
         // Tessera's earlier parameters line wrote DDIM's eta as "Eta".
         RunConfig d;

@@ -850,7 +850,8 @@ private slots:
             }
         }
         QCOMPARE(ranges, 6);  // batch, graph_warmup, graph_cache, lanes, threads, clip_skip
-        QCOMPARE(texts, 8);   // model, init, upscale_model, vae, prompt, negative_prompt, label, tuning_cache
+        // model, init, upscale_model, vae, prompt, negative_prompt, label, tuning_cache, embeddings_dir
+        QCOMPARE(texts, 9);
     }
 
     // The usage names every flag once, with its value name, and the defaults as RunConfig has them.

@@ -182,7 +182,9 @@ void addRows() {
         bool karras;
     } samplers[] = {{"euler_a", SchedulerKind::EulerAncestral, false},
                     {"dpmpp_2m", SchedulerKind::DPMPP2M, false},
-                    {"dpmpp_2m karras", SchedulerKind::DPMPP2M, true}};
+                    {"dpmpp_2m karras", SchedulerKind::DPMPP2M, true},
+                    {"dpmpp_2m_sde", SchedulerKind::DPMPP2MSDE, false},
+                    {"dpmpp_2m_sde karras", SchedulerKind::DPMPP2MSDE, true}};
     for (const auto& s : samplers)
         for (const FusionRule fusion : {FusionRule::Sample, FusionRule::Noise})
             for (const PredictionType prediction : {PredictionType::Epsilon, PredictionType::VPrediction})

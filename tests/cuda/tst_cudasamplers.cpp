@@ -140,6 +140,13 @@ private slots:
         QTest::newRow("dpmpp_2m karras sample step graphs") << dpm << sample << int(GraphMode::Step) << false;
         QTest::newRow("dpmpp_2m karras noise tile graphs") << dpm << noise << int(GraphMode::Tile) << false;
         QTest::newRow("euler_a noise step graphs") << ea << noise << int(GraphMode::Step) << true;
+        // DPM++ 2M SDE: DPM++ 2M's previous x0 and a noise draw at every step but the last.
+        const int sde = int(SchedulerKind::DPMPP2MSDE);
+        QTest::newRow("dpmpp_2m_sde karras sample") << sde << sample << int(GraphMode::Off) << false;
+        QTest::newRow("dpmpp_2m_sde karras noise") << sde << noise << int(GraphMode::Off) << false;
+        QTest::newRow("dpmpp_2m_sde karras noise img2img") << sde << noise << int(GraphMode::Off) << true;
+        QTest::newRow("dpmpp_2m_sde karras sample step graphs") << sde << sample << int(GraphMode::Step) << false;
+        QTest::newRow("dpmpp_2m_sde karras noise tile graphs") << sde << noise << int(GraphMode::Tile) << true;
     }
     void matchesCpuDevice() {
         QFETCH(int, scheduler);

@@ -233,10 +233,11 @@ private slots:
         QVERIFY2(testing::exportAndWait(*window_, ExportFormat::TimingsCsv, csv, MainWindow::Overwrite::Refuse, &error),
                  qPrintable(error));
         const QStringList lines = QString::fromStdString(readAll(csv)).split('\n', Qt::SkipEmptyParts);
-        QCOMPARE(lines.front(), QStringLiteral("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib"));
+        QCOMPARE(lines.front(), QStringLiteral("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,"
+                                               "step_peak_device_mib,run_peak_device_mib,run_peak_host_rss_mib"));
         QCOMPARE(lines.size(), static_cast<int>(record.batches.size()) + 1);
         QCOMPARE(lines.size(), 1 + 2 * 5);  // 2 steps x 5 batches (9 tiles, batch 2)
-        QVERIFY2(lines.at(1).startsWith(QString::fromStdString(record.runId) + ",0,"), qPrintable(lines.at(1)));
+        QVERIFY2(lines.at(1).startsWith(QString::fromStdString(record.runId) + ",1,"), qPrintable(lines.at(1)));
 
         const QString manifest = scratch_.filePath("manifest.json");
         QVERIFY2(testing::exportAndWait(*window_, ExportFormat::ManifestJson, manifest, MainWindow::Overwrite::Refuse,

@@ -1,9 +1,14 @@
 #!/usr/bin/python3
 """Writes the scheduler fixtures of tests/core/tst_sdschedulers.cpp: diffusers' own DDIM, DDPM, Euler,
-Euler ancestral and DPM++ 2M (DPMSolverMultistepScheduler, dpmsolver++, order 2, midpoint) schedulers
-with Stable Diffusion's scheduler configuration, stepped on small random tensors in float32 on the CPU.
+Euler ancestral, DPM++ 2M (DPMSolverMultistepScheduler, dpmsolver++, order 2, midpoint), DPM++ 2M SDE
+(the same class, sde-dpmsolver++), Heun, LMS (order 4), DPM2 (KDPM2DiscreteScheduler) and DPM++ SDE
+(DPMSolverSDEScheduler, its Brownian tree replaced by recorded draws) schedulers with Stable Diffusion's scheduler configuration, stepped on
+small random tensors in float32 on the CPU.
 
-    PYTHONPATH=/path/to/diffusers/src python3 tools/reference/make_scheduler_fixtures.py OUTDIR
+    PYTHONPATH=/path/to/diffusers/src python3 tools/reference/make_scheduler_fixtures.py OUTDIR [STEMS]
+
+STEMS (comma-separated variant stems, e.g. dpmpp_2m_sde,dpmpp_2m_sde_karras) rewrites only those files
+and keeps cases.json's other entries (each entry names the torch it was made with).
 
 OUTDIR belongs at tests/data/schedulers. No model is involved: the "model outputs" are random tensors,
 so every value below is the scheduler's arithmetic alone. SD's configuration (what diffusers' SD
@@ -15,8 +20,9 @@ Layout:
                            diffusers config, prediction type, spacing, Karras flag, step counts, and per
                            step count the image-to-image begin index (absent when nothing would run)
     OUTDIR/<file>.safetensors   (F32), for every step count N in cases.json's "steps", prefix "nN.":
-        nN.timesteps        [N]       scheduler.timesteps after set_timesteps(N) (int64 ones as float32)
-        nN.sigmas           [N+1]     scheduler.sigmas (Euler, Euler a, DPM++ 2M only)
+        nN.timesteps        [E]       scheduler.timesteps after set_timesteps(N) (int64 ones as float32);
+                                      E = N model evaluations, 2N - 1 for Heun, DPM2 and DPM++ SDE (steps below are evaluations)
+        nN.sigmas           [E+1]     scheduler.sigmas (Euler, Euler a, DPM++ 2M (SDE), Heun, LMS)
         nN.init_noise_sigma [1]
         text-to-image run (begin index none, as StableDiffusionPipeline):
         nN.samples          [N+1, *S] samples[0] = randn * init_noise_sigma; samples[k+1] = step k's prev_sample
@@ -41,15 +47,40 @@ import os
 import sys
 
 import torch
-from safetensors.torch import save_file
+
+try:
+    from safetensors.torch import save_file
+except ImportError:  # Debian's python3-torch comes without safetensors: the format is small enough to write
+    def save_file(tensors, path, metadata=None):
+        """safetensors' layout: u64 little-endian header length, JSON header, then the raw F32 data."""
+        header, blobs, offset = {}, [], 0
+        if metadata:
+            header["__metadata__"] = metadata
+        for name in sorted(tensors):
+            data = tensors[name].to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+            header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                            "data_offsets": [offset, offset + len(data)]}
+            blobs.append(data)
+            offset += len(data)
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        with open(path, "wb") as f:
+            f.write(len(text).to_bytes(8, "little"))
+            f.write(text)
+            for blob in blobs:
+                f.write(blob)
 
 import diffusers
 from diffusers import (
     DDIMScheduler,
     DDPMScheduler,
     DPMSolverMultistepScheduler,
+    DPMSolverSDEScheduler,
     EulerAncestralDiscreteScheduler,
     EulerDiscreteScheduler,
+    HeunDiscreteScheduler,
+    KDPM2DiscreteScheduler,
+    LMSDiscreteScheduler,
 )
 from diffusers.schedulers import (
     scheduling_ddim,
@@ -84,7 +115,23 @@ VARIANTS = [
      {"algorithm_type": "dpmsolver++", "solver_order": 2, "solver_type": "midpoint", "use_karras_sigmas": False}),
     ("dpmpp_2m_karras", "dpmpp_2m", DPMSolverMultistepScheduler, True,
      {"algorithm_type": "dpmsolver++", "solver_order": 2, "solver_type": "midpoint", "use_karras_sigmas": True}),
+    ("dpmpp_2m_sde", "dpmpp_2m_sde", DPMSolverMultistepScheduler, False,
+     {"algorithm_type": "sde-dpmsolver++", "solver_order": 2, "solver_type": "midpoint", "use_karras_sigmas": False}),
+    ("dpmpp_2m_sde_karras", "dpmpp_2m_sde", DPMSolverMultistepScheduler, True,
+     {"algorithm_type": "sde-dpmsolver++", "solver_order": 2, "solver_type": "midpoint", "use_karras_sigmas": True}),
+    ("heun", "heun", HeunDiscreteScheduler, False, {"use_karras_sigmas": False}),
+    ("lms", "lms", LMSDiscreteScheduler, False, {"use_karras_sigmas": False}),
+    ("lms_karras", "lms", LMSDiscreteScheduler, True, {"use_karras_sigmas": True}),
+    ("dpm2", "dpm2", KDPM2DiscreteScheduler, False, {"use_karras_sigmas": False}),
+    ("dpm2_karras", "dpm2", KDPM2DiscreteScheduler, True, {"use_karras_sigmas": True}),
+    ("dpmpp_sde", "dpmpp_sde", DPMSolverSDEScheduler, False, {"use_karras_sigmas": False}),
+    ("dpmpp_sde_karras", "dpmpp_sde", DPMSolverSDEScheduler, True, {"use_karras_sigmas": True}),
 ]
+# Heun, DPM2 and DPM++ SDE take two model evaluations per step (the class's `order`): every "step" below is one
+# entry of scheduler.timesteps (2N - 1 of them), and an image-to-image run begins at evaluation
+# b * order, as StableDiffusionImg2ImgPipeline slices timesteps[t_start * order:].
+# DPM2's and DPM++ SDE's tables interleave σ apart from the evaluations' own (Tessera lists those).
+SIGMA_TABLES = ("euler", "euler_a", "dpmpp_2m", "dpmpp_2m_sde", "heun", "lms")
 
 # randn_tensor replacement: draws from GENERATOR[0], records every tensor it returns in DRAWS.
 GENERATOR = [None]
@@ -125,6 +172,10 @@ def f32(t):
 def run_steps(scheduler, sample, begin, gen):
     """Steps begin .. N-1 from `sample`; returns the stacked per-step tensors."""
     samples, inputs, outputs, noises, x0s = [sample.clone()], [], [], [], []
+    if isinstance(scheduler, DPMSolverSDEScheduler):
+        # Its Brownian tree (torchsde) replaced by plain draws, recorded like randn_tensor's: the
+        # fixture proves the arithmetic with the noise injected, not torchsde's sequence.
+        scheduler.noise_sampler = lambda sigma, sigma_next: recording_randn(SHAPE)
     for k in range(begin, len(scheduler.timesteps)):
         t = scheduler.timesteps[k]
         model_input = scheduler.scale_model_input(sample, t)
@@ -167,7 +218,7 @@ def make_file(outdir, stem, name, cls, karras, extra, prediction, spacing, seed)
         config = {k: jsonable(v) for k, v in dict(scheduler.config).items() if not k.startswith("_")}
         scheduler.set_timesteps(n)
         tensors[p + "timesteps"] = f32(scheduler.timesteps)
-        if hasattr(scheduler, "sigmas") and name in ("euler", "euler_a", "dpmpp_2m"):
+        if hasattr(scheduler, "sigmas") and name in SIGMA_TABLES:
             tensors[p + "sigmas"] = f32(scheduler.sigmas)
         tensors[p + "init_noise_sigma"] = f32([float(scheduler.init_noise_sigma)])
         start = torch.randn(SHAPE, generator=gen, dtype=torch.float32) * scheduler.init_noise_sigma
@@ -178,6 +229,7 @@ def make_file(outdir, stem, name, cls, karras, extra, prediction, spacing, seed)
         begin = n - min(int(n * STRENGTH), n)
         if begin >= n:
             continue
+        begin *= cls.order
         begins[str(n)] = begin
         scheduler = cls(**kwargs)
         scheduler.set_timesteps(n)
@@ -197,6 +249,7 @@ def make_file(outdir, stem, name, cls, karras, extra, prediction, spacing, seed)
     info = {
         "file": file, "scheduler": name, "class": cls.__name__, "prediction_type": prediction,
         "timestep_spacing": spacing, "steps": STEPS, "i2i_begin": begins, "seed": seed, "config": config,
+        "torch": torch.__version__,
     }
     if karras is not None:
         info["use_karras_sigmas"] = karras
@@ -208,24 +261,39 @@ def make_file(outdir, stem, name, cls, karras, extra, prediction, spacing, seed)
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: make_scheduler_fixtures.py OUTDIR")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: make_scheduler_fixtures.py OUTDIR [STEM,STEM...]\n"
+                 "  with stems, only those variants' files are written; cases.json keeps the other entries")
     outdir = sys.argv[1]
+    only = set(sys.argv[2].split(",")) if len(sys.argv) == 3 else None
+    if only and not only <= {v[0] for v in VARIANTS}:
+        sys.exit(f"unknown variant stems: {sorted(only - {v[0] for v in VARIANTS})}")
     os.makedirs(outdir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
 
+    kept, torch_version = {}, torch.__version__
+    if only:
+        with open(os.path.join(outdir, "cases.json")) as f:
+            previous = json.load(f)
+        kept = {e["file"]: e for e in previous["files"]}
+        torch_version = previous["torch"]  # the kept files'; the rewritten ones name their own
     files = []
     seed = 2000
     for stem, name, cls, karras, extra in VARIANTS:
         for prediction in PREDICTIONS:
             for spacing in SPACINGS:
-                seed += 1
+                seed += 1  # every file's seed stays the same whichever variants are written
+                file = f"{stem}_{prediction}_{spacing}.safetensors"
+                if only and stem not in only:
+                    if file in kept:
+                        files.append(kept[file])
+                    continue
                 files.append(make_file(outdir, stem, name, cls, karras, extra, prediction, spacing, seed))
 
     summary = {
         "generator": "tools/reference/make_scheduler_fixtures.py",
-        "torch": torch.__version__, "diffusers": diffusers.__version__,
+        "torch": torch_version, "diffusers": diffusers.__version__,
         "shape": SHAPE, "steps": STEPS, "strength": STRENGTH, "sd_betas": SD_BETAS,
         "files": files,
     }
@@ -234,7 +302,7 @@ def main():
         f.write("\n")
 
     total = sum(os.path.getsize(os.path.join(outdir, x)) for x in os.listdir(outdir))
-    print(f"{len(files)} files; total fixture size: {total} bytes (about 0.9 MB expected)")
+    print(f"{len(files)} files; total fixture size: {total} bytes (about 2.9 MB expected)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -10,8 +11,12 @@
 #include "core/base/FormatNumber.h"
 #include "core/graph/Backend.h"
 #include "core/models/clip/ClipTextModel.h"
+#include "core/models/clip/TextualInversionEncoding.h"
+#include "core/models/clip/TextualInversionFile.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/run/EmbeddingFile.h"
+#include "core/run/ModelFileLookup.h"
 #include "core/text/ExtraNetworks.h"
 
 namespace tessera {
@@ -81,18 +86,51 @@ void checkContext(int chunks) {
                               " fit the UNet's context: shorten the prompt or the negative prompt");
 }
 
-SdConditioning encodeSd12Prompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
+// The textual-inversion embeddings the run's texts may name: one database per text encoder's
+// tokenizer, empty when no embeddings folder holds a file (core/run/EmbeddingFile.h; the models
+// folders come from $TESSERA_MODELS and the model's path, as every models-folder lookup).
+std::vector<EmbeddingDatabase> runEmbeddings(const SdModel& model, const RunConfig& config) {
+    const char* variable = std::getenv(kModelsFolderVariable);
+    const std::vector<EmbeddingFileEntry> files =
+        listEmbeddingFiles(embeddingFolders(config, variable ? variable : ""));
+    if (files.empty()) return {};
+    std::vector<const ClipTokenizer*> tokenizers{model.tokenizer.get()};
+    if (model.tokenizer2) tokenizers.push_back(model.tokenizer2.get());
+    return loadPromptEmbeddings(tokenizers, files, {config.prompt, config.negativePrompt});
+}
+
+// The names and files of the embeddings a conditioning used, for its messages.
+void describeEmbeddings(SdConditioning& out, const std::vector<const TextualInversion*>& used) {
+    if (used.empty()) return;
+    std::string names;
+    for (const TextualInversion* e : used)
+        names += (names.empty() ? "" : ", ") + e->name + " (" + std::to_string(e->vectors) + " vector(s), " +
+                 e->shortHash() + ")";
+    out.messages.push_back("text: textual-inversion embeddings " + excerpt(names, 400));
+}
+
+SdConditioning encodeSd12Prompts(const SdModel& model, Backend& textBackend, const RunConfig& config,
+                                 const std::vector<EmbeddingDatabase>& embeddings) {
     PromptConditioningOptions options;
     options.clipSkip = config.clipSkip;
+    if (!embeddings.empty()) options.chunking.embeddings = &embeddings.front();
     const bool guided = config.cfgScale != 1.0;
     // The prompt and the negative prompt as two encodePrompt calls with their chunk counts
     // equalised would give them, in one encoder batch.
     std::vector<std::string> texts{config.prompt};
     if (guided) texts.push_back(config.negativePrompt);
-    std::vector<PromptConditioning> each =
-        encodeEachPrompt(*model.textEncoder, textBackend, *model.tokenizer, texts, options);
+    EmbeddedPromptConditioning encoded =
+        encodeEachPromptWithEmbeddings(*model.textEncoder, textBackend, *model.tokenizer, texts, options, "");
+    std::vector<PromptConditioning>& each = encoded.texts;
     PromptConditioning& cond = each.front();
     SdConditioning out;
+    // A1111 encodes the negative prompt first; each encode puts its names before the earlier ones.
+    if (guided) out.textualInversionHashes = addTextualInversionHashes("", encoded.used.back());
+    out.textualInversionHashes = addTextualInversionHashes(out.textualInversionHashes, encoded.used.front());
+    std::vector<const TextualInversion*> used = encoded.used.front();
+    if (guided)
+        for (const TextualInversion* e : encoded.used.back())
+            if (std::find(used.begin(), used.end(), e) == used.end()) used.push_back(e);
     out.tokens = cond.chunks * clip_limits::kContextLength;
     out.channels = cond.channels;
     checkContext(cond.chunks);
@@ -101,22 +139,30 @@ SdConditioning encodeSd12Prompts(const SdModel& model, Backend& textBackend, con
     out.messages.push_back("text: " + std::to_string(cond.chunks) + " chunk(s) of 75 tokens, " +
                            std::string(toString(model.family)) + " text encoder, clip skip " +
                            std::to_string(config.clipSkip) + guidanceText(config));
+    describeEmbeddings(out, used);
     return out;
 }
 
 // The texts through both SDXL encoders, `chunks` chunks each, one batch per encoder: per text
 // and token row the first encoder's values then the second's; the pooled text of the second.
-std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(const SdModel& model,
-                                                                               Backend& textBackend,
-                                                                               const std::vector<std::string>& texts,
-                                                                               int chunks) {
+// `used` (when embeddings are given) receives, per text, the embeddings each encoder used: the
+// first encoder's list, then the second's.
+std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(
+    const SdModel& model, Backend& textBackend, const std::vector<std::string>& texts, int chunks,
+    const std::vector<EmbeddingDatabase>& embeddings,
+    std::vector<std::pair<std::vector<const TextualInversion*>, std::vector<const TextualInversion*>>>& used) {
     PromptConditioningOptions options;
     options.layer = PromptLayer::Penultimate;
     options.minChunks = chunks;
-    const std::vector<PromptConditioning> first =
-        encodeEachPrompt(*model.textEncoder, textBackend, *model.tokenizer, texts, options);
-    std::vector<PromptConditioning> second =
-        encodeEachPrompt(*model.textEncoder2, textBackend, *model.tokenizer2, texts, options);
+    if (!embeddings.empty()) options.chunking.embeddings = &embeddings.front();
+    EmbeddedPromptConditioning encodedFirst =
+        encodeEachPromptWithEmbeddings(*model.textEncoder, textBackend, *model.tokenizer, texts, options, "clip_l");
+    if (!embeddings.empty()) options.chunking.embeddings = &embeddings.back();
+    EmbeddedPromptConditioning encodedSecond =
+        encodeEachPromptWithEmbeddings(*model.textEncoder2, textBackend, *model.tokenizer2, texts, options, "clip_g");
+    for (std::size_t t = 0; t < texts.size(); ++t) used.emplace_back(encodedFirst.used[t], encodedSecond.used[t]);
+    const std::vector<PromptConditioning>& first = encodedFirst.texts;
+    std::vector<PromptConditioning>& second = encodedSecond.texts;
     const std::size_t rows = static_cast<std::size_t>(chunks) * clip_limits::kContextLength;
     std::vector<std::pair<std::vector<float>, std::vector<float>>> out;
     for (std::size_t t = 0; t < texts.size(); ++t) {
@@ -135,7 +181,8 @@ std::vector<std::pair<std::vector<float>, std::vector<float>>> encodeSdxlTexts(c
     return out;
 }
 
-SdConditioning encodeSdxlPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config) {
+SdConditioning encodeSdxlPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config,
+                                 const std::vector<EmbeddingDatabase>& embeddings) {
     if (!model.textEncoder2 || !model.tokenizer2)
         throw std::logic_error("encodeSdPrompts: an SDXL model without its second text encoder or tokenizer");
     const bool guided = config.cfgScale != 1.0;
@@ -146,15 +193,29 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, Backend& textBackend, con
     std::vector<const std::string*> texts{&config.prompt};
     if (guided && !zeros) texts.push_back(&config.negativePrompt);
     for (const std::string* text : texts)
-        for (const ClipTokenizer* tokenizer : {model.tokenizer.get(), model.tokenizer2.get()})
-            chunks = std::max(chunks, static_cast<int>(chunkPrompt(*tokenizer, *text).chunks.size()));
+        for (std::size_t e = 0; e < 2; ++e) {
+            PromptChunkOptions chunking;
+            if (!embeddings.empty()) chunking.embeddings = &embeddings[e];
+            const ClipTokenizer& tokenizer = e == 0 ? *model.tokenizer : *model.tokenizer2;
+            chunks = std::max(chunks, static_cast<int>(chunkPrompt(tokenizer, *text, chunking).chunks.size()));
+        }
     checkContext(chunks);
     SdConditioning out;
     out.tokens = chunks * clip_limits::kContextLength;
     out.channels = model.textEncoder->config().hiddenSize + model.textEncoder2->config().hiddenSize;
     std::vector<std::string> encoded{config.prompt};
     if (guided && !zeros) encoded.push_back(config.negativePrompt);
-    auto joined = encodeSdxlTexts(model, textBackend, encoded, chunks);
+    std::vector<std::pair<std::vector<const TextualInversion*>, std::vector<const TextualInversion*>>> used;
+    auto joined = encodeSdxlTexts(model, textBackend, encoded, chunks, embeddings, used);
+    // A1111 encodes the negative prompt first, through both encoders, each encode putting its
+    // names before the earlier ones (so a name used by both encoders appears twice).
+    std::vector<const TextualInversion*> names;
+    for (std::size_t t = used.size(); t-- > 0;)
+        for (const auto* list : {&used[t].first, &used[t].second}) {
+            out.textualInversionHashes = addTextualInversionHashes(out.textualInversionHashes, *list);
+            for (const TextualInversion* e : *list)
+                if (std::find(names.begin(), names.end(), e) == names.end()) names.push_back(e);
+        }
     std::tie(out.cond, out.pooledCond) = std::move(joined.front());
     if (zeros) {
         out.uncond.assign(out.cond.size(), 0.0f);
@@ -171,6 +232,7 @@ SdConditioning encodeSdxlPrompts(const SdModel& model, Backend& textBackend, con
         out.messages.push_back("text: clip skip " + std::to_string(config.clipSkip) +
                                " not applied: SDXL conditions on both encoders' penultimate layers (A1111 ignores "
                                "Clip skip for SDXL)");
+    describeEmbeddings(out, names);
     return out;
 }
 
@@ -181,13 +243,12 @@ SdConditioning encodeSdPrompts(const SdModel& model, Backend& textBackend, const
     // negative prompt as written (modules/processing.py parse_extra_network_prompts,
     // modules/extra_networks.py parse_prompts): the text encoders never see them.
     const ExtraNetworkPrompt tagged = parseExtraNetworks(config.prompt);
-    if (tagged.tags.empty())
-        return model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, config)
-                                              : encodeSd12Prompts(model, textBackend, config);
     RunConfig text = config;
     text.prompt = tagged.prompt;
-    SdConditioning out = model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, text)
-                                                        : encodeSd12Prompts(model, textBackend, text);
+    const std::vector<EmbeddingDatabase> embeddings = runEmbeddings(model, text);
+    SdConditioning out = model.family == SdFamily::SDXL ? encodeSdxlPrompts(model, textBackend, text, embeddings)
+                                                        : encodeSd12Prompts(model, textBackend, text, embeddings);
+    if (tagged.tags.empty()) return out;
     std::string names;
     for (const ExtraNetworkTag& tag : tagged.tags)
         names += (names.empty() ? "<" : ", <") + tag.kind + ":" + (tag.items.empty() ? "" : tag.items.front()) + ">";

@@ -42,11 +42,18 @@ RunConfig checkSdRun(const RunConfig& config, const SdModel& model);
 // chunk, before emphasis; clip skip does not apply (A1111 ignores it for SDXL; the messages say
 // so); an empty negative prompt is all zeros, text and pooled, where
 // model.forceZerosForEmptyPrompt (A1111 always; diffusers for a negative prompt of None).
+// Textual-inversion embeddings (core/run/EmbeddingFile.h: the models folders' embeddings/ and
+// config.embeddingsDir) named in either text are put in place of their names, as A1111 does
+// (core/models/clip/TextualInversionEncoding.h); one the model's encoders cannot take, or a file
+// that cannot be read, is refused (ValidationError "prompt", TextualInversionFileError).
 struct SdConditioning {
     int tokens = 0, channels = 0;                 // per row: [tokens, channels]
     std::vector<float> cond, uncond;              // uncond empty without guidance
     std::vector<float> pooledCond, pooledUncond;  // SDXL: the pooled, projected text (empty otherwise)
     std::vector<std::string> messages;            // what the record says about them
+    // A1111's "TI hashes" value of the textual-inversion embeddings the encoders used
+    // (core/text/EmbeddingDatabase.h addTextualInversionHashes); "" when none.
+    std::string textualInversionHashes;
 };
 SdConditioning encodeSdPrompts(const SdModel& model, Backend& textBackend, const RunConfig& config);
 

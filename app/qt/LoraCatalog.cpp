@@ -1,0 +1,94 @@
+#include "app/qt/LoraCatalog.h"
+
+#include <algorithm>
+#include <string>
+
+#include <QDir>
+#include <QFileInfo>
+
+#include "app/qt/GuiThreadGuard.h"
+#include "core/run/LoraModelFile.h"
+#include "core/run/VaeFile.h"
+
+namespace tessera {
+
+namespace {
+
+template <typename Extensions>
+bool hasExtension(const QString& name, const Extensions& extensions) {
+    return std::any_of(extensions.begin(), extensions.end(), [&name](const char* extension) {
+        return name.endsWith(QLatin1String(extension), Qt::CaseInsensitive);
+    });
+}
+
+// The files of `top` and its subfolders (breadth first, to LoraCatalog::kMaxDepth levels; links to
+// folders are not followed) with one of `extensions`, sorted by name.
+template <typename Extensions, typename Name>
+QList<ModelFileEntry> filesUnder(const QString& top, const QString& sub, const Extensions& extensions, Name name,
+                                 int room) {
+    QList<ModelFileEntry> found;
+    QStringList level{top};
+    for (int depth = 0; depth < LoraCatalog::kMaxDepth && !level.isEmpty(); ++depth) {
+        QStringList next;
+        for (const QString& dirPath : level)
+            for (const QFileInfo& info :
+                 QDir(dirPath).entryInfoList(QDir::Dirs | QDir::Files | QDir::NoDotAndDotDot, QDir::Name)) {
+                if (found.size() >= room) break;
+                if (info.isDir()) {
+                    if (!info.isSymLink()) next << info.absoluteFilePath();
+                } else if (info.isFile() && hasExtension(info.fileName(), extensions)) {
+                    found << ModelFileEntry{info.absoluteFilePath(),
+                                            QString::fromStdString(name(info.fileName().toStdString())), sub};
+                }
+            }
+        level = next;
+    }
+    std::stable_sort(found.begin(), found.end(), [](const ModelFileEntry& a, const ModelFileEntry& b) {
+        return a.name.compare(b.name, Qt::CaseInsensitive) < 0;
+    });
+    return found;
+}
+
+}  // namespace
+
+LoraCatalog::LoraCatalog(QObject* parent) : QObject(parent) {
+    qRegisterMetaType<tessera::ModelFileEntry>();
+    qRegisterMetaType<tessera::LoraCatalogScan>();
+}
+
+LoraCatalog::~LoraCatalog() = default;
+
+LoraCatalogScan LoraCatalog::list(const QStringList& modelsFolders) {
+    assertNotGuiThread("LoraCatalog::list");
+    LoraCatalogScan scan;
+    scan.folders = modelsFolders;
+    for (const QString& root : modelsFolders) {
+        for (const char* sub : kLoraFolders)
+            scan.loras << filesUnder(
+                QDir(root).filePath(QLatin1String(sub)), QLatin1String(sub), kLoraExtensions,
+                [](const std::string& file) { return loraName(file); },
+                static_cast<int>(kMaxEntries - scan.loras.size()));
+        for (const char* sub : kVaeFolders)
+            scan.vaes << filesUnder(
+                QDir(root).filePath(QLatin1String(sub)), QLatin1String(sub), kVaeExtensions,
+                [](const std::string& file) { return vaeName(file); },
+                static_cast<int>(kMaxEntries - scan.vaes.size()));
+    }
+    return scan;
+}
+
+quint64 LoraCatalog::scan(const QStringList& modelsFolders) {
+    scanJob_ = scans_.start([modelsFolders] { return list(modelsFolders); },
+                            [this](quint64 id, const LoraCatalogScan& result) {
+                                if (id == scanJob_) emit scanned(id, result);
+                            },
+                            [this, modelsFolders](quint64 id, const QString&) {
+                                if (id != scanJob_) return;
+                                LoraCatalogScan failed;  // nothing listed
+                                failed.folders = modelsFolders;
+                                emit scanned(id, failed);
+                            });
+    return scanJob_;
+}
+
+}  // namespace tessera

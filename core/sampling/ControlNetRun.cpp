@@ -1,0 +1,175 @@
+#include "core/sampling/ControlNetRun.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "core/base/ValidationError.h"
+#include "core/models/controlnet/ControlledUNetGraph.h"
+#include "core/models/sd/UNetCondModel.h"
+#include "core/run/ControlNetModelFile.h"
+
+namespace tessera {
+
+namespace {
+
+// What a controlled Denoiser keeps alive: the merged weights and the models they came from.
+struct ControlledWeights {
+    TensorMap tensors;
+    std::shared_ptr<const void> unetOwner;
+    std::vector<std::shared_ptr<const ControlNetModel>> nets;
+};
+
+std::string sizeText(int c, int h, int w) {
+    return std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
+}
+
+}  // namespace
+
+std::vector<ControlNetRunUnit> loadControlNetUnits(
+    const RunConfig& config, const std::vector<ImageTensor>& images,
+    std::vector<std::pair<std::string, std::shared_ptr<const ControlNetModel>>>& cache) {
+    const char* variable = std::getenv(kModelsFolderVariable);
+    const std::vector<ModelFile> files = findControlNetFiles(
+        config, modelsFolders(variable ? std::string_view(variable) : std::string_view(), config.model));
+    std::vector<std::pair<std::string, std::shared_ptr<const ControlNetModel>>> kept;
+    std::vector<ControlNetRunUnit> units;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        const ControlNetUnit& u = config.controlNets[i];
+        // tile_resample below 1.1 leaves the image as it is (sd-webui-controlnet's tile_resample).
+        const bool identity = u.preprocessor == "none" || (u.preprocessor == "tile_resample" && u.downSampling < 1.1);
+        if (!identity)
+            throw ValidationError("control_preprocessor",
+                                  "control_preprocessor: ControlNet " + std::to_string(i) + ": '" + u.preprocessor +
+                                      "' is not run by this version; give none (or tile_resample:1) and a control "
+                                      "image prepared beforehand");
+        std::shared_ptr<const ControlNetModel> model;
+        for (const auto& entry : cache)
+            if (entry.first == files[i].path) model = entry.second;
+        if (!model) model = std::make_shared<const ControlNetModel>(ControlNetModel::load(files[i].path));
+        kept.emplace_back(files[i].path, model);
+        ControlNetRunUnit unit;
+        unit.model = model;
+        if (!u.image.empty()) {
+            if (i >= images.size() || images[i].data.empty())
+                throw ValidationError("control_image", "control_image: '" + u.image +
+                                                           "' was not loaded; the front end must decode it and "
+                                                           "hand it to the engine with the run");
+            unit.image = images[i];
+        }
+        unit.weight = static_cast<float>(u.weight);
+        unit.start = u.start;
+        unit.end = u.end;
+        unit.mode = u.mode;
+        units.push_back(std::move(unit));
+    }
+    cache = std::move(kept);  // the models of this run only: others are released
+    return units;
+}
+
+std::vector<float> residualScalesFor(const ControlNetRunUnit& unit) {
+    if (unit.mode == ControlMode::Balanced) return {};
+    return softInjectionScales(unit.model->config().downResiduals());
+}
+
+std::shared_ptr<const Denoiser> controlledDenoiser(const Denoiser& base, const UNetCondModel& unet, SdFamily family,
+                                                   const std::vector<ControlNetRunUnit>& units, int* tileScale) {
+    std::vector<ControlledNet> nets;
+    auto owned = std::make_shared<ControlledWeights>();
+    std::vector<const TensorMap*> maps;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+        const ControlNetModel& model = *units[i].model;
+        std::string netReason;
+        const SdFamily netFamily = controlNetFamily(model.config(), &netReason);
+        const std::string mismatch = controlNetUNetMismatch(model.config(), unet.config());
+        const std::string name = model.source().path.empty() ? "in memory" : "'" + model.source().path + "'";
+        const std::string netText(toString(netFamily)), checkpointText(toString(family));
+        if (!mismatch.empty())
+            throw ValidationError("controlnet", "controlnet: ControlNet " + std::to_string(i) + " (" + name +
+                                                    ") is a " + netText + " ControlNet (" + netReason +
+                                                    "); the checkpoint is " + checkpointText + ": " + mismatch +
+                                                    "; give a " + checkpointText + " ControlNet");
+        nets.push_back(ControlledNet{model.config(), residualScalesFor(units[i])});
+        maps.push_back(&model.tensors());
+        owned->nets.push_back(units[i].model);
+    }
+    owned->tensors = controlledUNetWeights(unet.tensors(), maps);
+    owned->unetOwner = base.owner;
+    auto d = std::make_shared<Denoiser>(base);
+    d->graph = std::make_shared<const ModelGraph>(
+        controlledUNetExecutionGraph(unet.config(), nets, ControlledUNetOptions{base.contextTokens, false}));
+    d->weights = &owned->tensors;
+    d->owner = owned;
+    if (tileScale) *tileScale = controlledTileScale(nets);
+    return d;
+}
+
+std::vector<std::vector<float>> controlHints(const std::vector<ControlNetRunUnit>& units, const ImageTensor* start,
+                                             int imageHeight, int imageWidth) {
+    std::vector<std::vector<float>> hints;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+        const ControlNetRunUnit& u = units[i];
+        const int channels = u.model->config().conditioningChannels;
+        const std::string which = "control_image: ControlNet " + std::to_string(i);
+        if (u.image.data.empty()) {
+            if (!start || start->data.empty())
+                throw ValidationError("control_image", which +
+                                                           " has no control image and the run no start image; give "
+                                                           "--control-image FILE (or an --init image to use)");
+            if (start->channels != channels || start->height != imageHeight || start->width != imageWidth)
+                throw ValidationError("control_image", which + ": the start image is " +
+                                                           sizeText(start->channels, start->height, start->width) +
+                                                           "; the ControlNet takes " +
+                                                           sizeText(channels, imageHeight, imageWidth));
+            std::vector<float> hint(start->data);
+            for (float& v : hint) v = (v + 1.0f) * 0.5f;
+            hints.push_back(std::move(hint));
+            continue;
+        }
+        if (u.image.channels != channels || u.image.height != imageHeight || u.image.width != imageWidth ||
+            u.image.data.size() != static_cast<std::size_t>(channels) * imageHeight * imageWidth)
+            throw ValidationError("control_image", which + ": the control image is " + std::to_string(u.image.width) +
+                                                       "x" + std::to_string(u.image.height) + " pixels with " +
+                                                       std::to_string(u.image.channels) +
+                                                       " channels; the run's image is " + std::to_string(imageWidth) +
+                                                       "x" + std::to_string(imageHeight) +
+                                                       " and the ControlNet takes " + std::to_string(channels) +
+                                                       " channels: resize the control image to " +
+                                                       std::to_string(imageWidth) + "x" + std::to_string(imageHeight));
+        hints.push_back(u.image.data);
+    }
+    return hints;
+}
+
+std::vector<PassControl> passControls(const ModelGraph& graph, const std::vector<ControlNetRunUnit>& units,
+                                      const std::vector<std::vector<float>>& hints, int height, int width, int steps,
+                                      int startStep) {
+    if (hints.size() != units.size()) throw std::logic_error("passControls: one hint per unit");
+    std::vector<PassControl> controls;
+    const int executed = steps - startStep;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+        const ControlNetRunUnit& u = units[i];
+        const ControlNetConfig& c = u.model->config();
+        PassControl p;
+        p.hint = &hints[i];
+        p.channels = c.conditioningChannels;
+        p.factor = c.hintFactor();
+        if (hints[i].size() != static_cast<std::size_t>(p.channels) * height * p.factor * width * p.factor)
+            throw ValidationError("control_image", "control_image: ControlNet " + std::to_string(i) +
+                                                       "'s hint does not cover the canvas");
+        const std::string prefix = controlNetParamName(static_cast<int>(i), "conditioning_scale.");
+        for (const int v : graph.inputs())
+            if (graph.value(v).name.starts_with(prefix)) p.scaleWidths.push_back(graph.value(v).channels / 2);
+        if (p.scaleWidths.empty()) throw std::logic_error("passControls: the graph has no scale inputs for a unit");
+        for (int k = 0; k < steps; ++k) {
+            const bool on = k >= startStep && controlActive(k - startStep, executed, u.start, u.end);
+            const float s = on ? u.weight : 0.0f;
+            p.condScale.push_back(s);
+            p.uncondScale.push_back(u.mode == ControlMode::ControlNet ? 0.0f : s);
+        }
+        controls.push_back(std::move(p));
+    }
+    return controls;
+}
+
+}  // namespace tessera

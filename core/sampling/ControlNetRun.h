@@ -1,0 +1,69 @@
+// ControlNetRun: what the one tiled loop (core/sampling/TiledLoop.h) needs to run Stable Diffusion
+// with ControlNets: the controlled tile function (the UNet and every ControlNet as one graph,
+// core/models/controlnet/ControlledUNetGraph.h) and, per pass, each ControlNet's hint canvas and
+// its per-step, per-branch scale (TiledPass::controls), which a device crops and fills per tile
+// batch. Qt-free.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/models/controlnet/ControlNetModel.h"
+#include "core/run/ControlNetUnit.h"
+#include "core/run/Engine.h"
+#include "core/run/RunConfig.h"
+#include "core/sampling/Denoiser.h"
+#include "core/sampling/TileDevice.h"
+
+namespace tessera {
+
+// One ControlNet of a run, loaded: the model, its control image and the unit's settings.
+struct ControlNetRunUnit {
+    std::shared_ptr<const ControlNetModel> model;
+    // channels x H x W of the run's image (image pixels), values in [0, 1] (A1111: uint8 / 255);
+    // empty: the run's start image (model space [-1, 1], mapped to [0, 1]).
+    ImageTensor image;
+    float weight = 1.0f;
+    // Fractions of the executed steps, as double: the keep table's comparisons (i / n < start) must
+    // see 0.2 as diffusers' Python float does, not as the float 0.2f above it.
+    double start = 0.0, end = 1.0;
+    ControlMode mode = ControlMode::Balanced;
+};
+
+// Loads config.controlNets (core/run/ControlNetModelFile.h lookup; models kept in `cache` by
+// path across runs) with their images: images[i] where the front end decoded unit i's file
+// (channels x height x width in [0, 1]), none for a unit that takes the start image.
+// ValidationError("controlnet") for a unit without a model or one not found, ModelError for a
+// file that is no ControlNet Tessera runs, ValidationError("control_image") for a unit naming a
+// file the front end did not decode.
+std::vector<ControlNetRunUnit> loadControlNetUnits(
+    const RunConfig& config, const std::vector<ImageTensor>& images,
+    std::vector<std::pair<std::string, std::shared_ptr<const ControlNetModel>>>& cache);
+
+// The constant per-residual factors of a unit's mode (empty for Balanced: 1).
+std::vector<float> residualScalesFor(const ControlNetRunUnit& unit);
+
+// The tile function of a controlled run: `base`'s conditioning (text rows, SDXL vectors) over the
+// controlled graph of `unet` and the units' ControlNets, binding a merged copy of the weights
+// (owned by the result). Its graph's tile is the latent tile times *tileScale.
+// ValidationError("controlnet") when a ControlNet does not fit the UNet (naming both families).
+std::shared_ptr<const Denoiser> controlledDenoiser(const Denoiser& base, const UNetCondModel& unet, SdFamily family,
+                                                   const std::vector<ControlNetRunUnit>& units, int* tileScale);
+
+// The pass's control inputs: per unit the hint canvas (`hints[i]`, kept alive by the caller:
+// channels x height*f x width*f of the latent canvas height x width), the FiLM widths of its graph
+// inputs (in `graph`'s order) and its scale per step index k of `steps` (0 before startStep, the
+// keep table over the executed steps after it) and branch (the unconditional one 0 in ControlNet
+// mode). ValidationError("control_image") for a hint of another size than the run's image.
+std::vector<PassControl> passControls(const ModelGraph& graph, const std::vector<ControlNetRunUnit>& units,
+                                      const std::vector<std::vector<float>>& hints, int height, int width, int steps,
+                                      int startStep);
+
+// The units' hint canvases in [0, 1]: each unit's image, or `start` (model space, [-1, 1]) where
+// it has none; ValidationError("control_image") when neither is there or a size differs from
+// channels x imageHeight x imageWidth.
+std::vector<std::vector<float>> controlHints(const std::vector<ControlNetRunUnit>& units, const ImageTensor* start,
+                                             int imageHeight, int imageWidth);
+
+}  // namespace tessera
