@@ -54,6 +54,42 @@ LoraKeyMap keyMapOf(const SdModelConfigs& c) {
 
 }  // namespace
 
+LoraRecord loraRecordOf(const LoraTag& tag, const LoraFile& file, const LoraMergeReport* report) {
+    LoraRecord r;
+    r.name = tag.name;
+    r.file = std::filesystem::path(file.path()).filename().string();
+    r.sha256 = file.sha256();
+    r.shortHash = file.a1111ShortHash();
+    r.teMultiplier = tag.teMultiplier;
+    r.unetMultiplier = tag.unetMultiplier;
+    if (report) {
+        r.modulesMerged = static_cast<int>(report->modulesMerged);
+        r.modulesSkipped = static_cast<int>(report->modulesSkipped);
+        r.keysUnmatched = static_cast<int>(report->unmatchedKeys.size());
+        r.modulesNotMerged = static_cast<int>(report->shapeMismatches.size() + report->notMerged.size());
+    }
+    return r;
+}
+
+std::vector<std::string> loraMergeNotes(const LoraMergeReport& r) {
+    std::vector<std::string> notes;
+    const std::string who = "lora: " + inQuotes(r.name) + ": ";
+    if (!r.unmatchedKeys.empty())
+        notes.push_back(who + std::to_string(r.unmatchedKeys.size()) +
+                        " keys name nothing in the model and were not merged (" + someOf(r.unmatchedKeys) + ")");
+    if (!r.shapeMismatches.empty())
+        notes.push_back(who + std::to_string(r.shapeMismatches.size()) +
+                        " modules do not fit their target's shape and were not merged (" + someOf(r.shapeMismatches) +
+                        ")");
+    if (!r.notMerged.empty())
+        notes.push_back(who + std::to_string(r.notMerged.size()) +
+                        " modules of an algorithm Tessera does not merge were left out (" + someOf(r.notMerged) + ")");
+    if (!r.skippedEntries.empty())
+        notes.push_back(who + std::to_string(r.skippedEntries.size()) + " entries are no float tensors (" +
+                        someOf(r.skippedEntries) + ")");
+    return notes;
+}
+
 struct LoraRun::Lora {
     LoraTag tag;  // name as given (a tag's, or the loraName of a --lora), multipliers, dyn
     const LoraFile* file = nullptr;
@@ -148,22 +184,8 @@ std::shared_ptr<const SdModel> LoraRun::merge(std::shared_ptr<const SdModel> mod
     reports_ = mergeLoras(merged, applications).reports();
     mergeMs_ = msSince(start);
     for (const LoraMergeReport& r : reports_) {
-        const std::string who = "lora: " + inQuotes(r.name) + ": ";
-        if (!r.unmatchedKeys.empty())
-            mergeNotes_.push_back(who + std::to_string(r.unmatchedKeys.size()) +
-                                  " keys name nothing in the model and were not merged (" + someOf(r.unmatchedKeys) +
-                                  ")");
-        if (!r.shapeMismatches.empty())
-            mergeNotes_.push_back(who + std::to_string(r.shapeMismatches.size()) +
-                                  " modules do not fit their target's shape and were not merged (" +
-                                  someOf(r.shapeMismatches) + ")");
-        if (!r.notMerged.empty())
-            mergeNotes_.push_back(who + std::to_string(r.notMerged.size()) +
-                                  " modules of an algorithm Tessera does not merge were left out (" +
-                                  someOf(r.notMerged) + ")");
-        if (!r.skippedEntries.empty())
-            mergeNotes_.push_back(who + std::to_string(r.skippedEntries.size()) + " entries are no float tensors (" +
-                                  someOf(r.skippedEntries) + ")");
+        const std::vector<std::string> notes = loraMergeNotes(r);
+        mergeNotes_.insert(mergeNotes_.end(), notes.begin(), notes.end());
     }
     return std::make_shared<const SdModel>(std::move(merged));
 }
@@ -172,21 +194,8 @@ void LoraRun::addTo(RunRecord& record) const {
     std::size_t modules = 0;
     for (std::size_t i = 0; i < loras_.size(); ++i) {
         const Lora& lora = loras_[i];
-        LoraRecord r;
-        r.name = lora.tag.name;
-        r.file = std::filesystem::path(lora.file->path()).filename().string();
-        r.sha256 = lora.file->sha256();
-        r.shortHash = lora.file->a1111ShortHash();
-        r.teMultiplier = lora.tag.teMultiplier;
-        r.unetMultiplier = lora.tag.unetMultiplier;
-        if (i < reports_.size()) {
-            const LoraMergeReport& report = reports_[i];
-            r.modulesMerged = static_cast<int>(report.modulesMerged);
-            r.modulesSkipped = static_cast<int>(report.modulesSkipped);
-            r.keysUnmatched = static_cast<int>(report.unmatchedKeys.size());
-            r.modulesNotMerged = static_cast<int>(report.shapeMismatches.size() + report.notMerged.size());
-            modules += report.modulesMerged;
-        }
+        LoraRecord r = loraRecordOf(lora.tag, *lora.file, i < reports_.size() ? &reports_[i] : nullptr);
+        modules += static_cast<std::size_t>(r.modulesMerged);
         record.messages.push_back(describe(r));
         record.loras.push_back(std::move(r));
     }

@@ -33,6 +33,14 @@ bool runHasLoras(const RunConfig& config);
 // modelsFolders): $TESSERA_MODELS, then the folder holding the folder of `runModel` (--model).
 std::vector<std::string> cliLoraFolders(const std::string& runModel);
 
+// The record entry of one LoRA a run applies: its file, hashes and multipliers, and what its merge
+// did (`report`; null when no merge report is at hand).
+LoraRecord loraRecordOf(const LoraTag& tag, const LoraFile& file, const LoraMergeReport* report);
+
+// What a merge left out, one note per kind (keys naming nothing, shapes that do not fit, algorithms
+// not merged, entries that are no float tensors); none when everything merged.
+std::vector<std::string> loraMergeNotes(const LoraMergeReport& report);
+
 class LoraRun {
 public:
     // The run's LoRAs, each found, opened and hashed, and, where the configurations of the model at

@@ -12,18 +12,6 @@
 
 namespace tessera {
 
-namespace {
-
-// "a, b, c and 4 more", as the CLI lists them (app/cli/LoraRun.cpp).
-std::string someOf(const std::vector<std::string>& items, std::size_t shown = 3) {
-    std::string text;
-    for (std::size_t i = 0; i < items.size() && i < shown; ++i) text += (i > 0 ? ", " : "") + excerpt(items[i], 120);
-    if (items.size() > shown) text += " and " + std::to_string(items.size() - shown) + " more";
-    return text;
-}
-
-}  // namespace
-
 RunLoras::RunLoras(RunLoras&&) noexcept = default;
 RunLoras& RunLoras::operator=(RunLoras&&) noexcept = default;
 RunLoras::~RunLoras() = default;
@@ -83,36 +71,12 @@ void RunLoras::addTo(RunRecord& record, const std::vector<LoraMergeReport>& repo
     std::vector<std::string> mergeNotes;
     for (std::size_t i = 0; i < entries_.size(); ++i) {
         const Entry& e = entries_[i];
-        LoraRecord r;
-        r.name = e.tag.name;
-        r.file = std::filesystem::path(e.file->path()).filename().string();
-        r.sha256 = e.file->sha256();
-        r.shortHash = e.file->a1111ShortHash();
-        r.teMultiplier = e.tag.teMultiplier;
-        r.unetMultiplier = e.tag.unetMultiplier;
-        if (i < reports.size()) {
-            const LoraMergeReport& report = reports[i];
-            r.modulesMerged = static_cast<int>(report.modulesMerged);
-            r.modulesSkipped = static_cast<int>(report.modulesSkipped);
-            r.keysUnmatched = static_cast<int>(report.unmatchedKeys.size());
-            r.modulesNotMerged = static_cast<int>(report.shapeMismatches.size() + report.notMerged.size());
-            modules += report.modulesMerged;
-            const std::string who = "lora: " + inQuotes(report.name) + ": ";
-            if (!report.unmatchedKeys.empty())
-                mergeNotes.push_back(who + std::to_string(report.unmatchedKeys.size()) +
-                                     " keys name nothing in the model and were not merged (" +
-                                     someOf(report.unmatchedKeys) + ")");
-            if (!report.shapeMismatches.empty())
-                mergeNotes.push_back(who + std::to_string(report.shapeMismatches.size()) +
-                                     " modules do not fit their target's shape and were not merged (" +
-                                     someOf(report.shapeMismatches) + ")");
-            if (!report.notMerged.empty())
-                mergeNotes.push_back(who + std::to_string(report.notMerged.size()) +
-                                     " modules of an algorithm Tessera does not merge were left out (" +
-                                     someOf(report.notMerged) + ")");
-            if (!report.skippedEntries.empty())
-                mergeNotes.push_back(who + std::to_string(report.skippedEntries.size()) +
-                                     " entries are no float tensors (" + someOf(report.skippedEntries) + ")");
+        const LoraMergeReport* report = i < reports.size() ? &reports[i] : nullptr;
+        LoraRecord r = loraRecordOf(e.tag, *e.file, report);
+        modules += static_cast<std::size_t>(r.modulesMerged);
+        if (report) {
+            const std::vector<std::string> notes = loraMergeNotes(*report);
+            mergeNotes.insert(mergeNotes.end(), notes.begin(), notes.end());
         }
         record.messages.push_back(describe(r));
         record.loras.push_back(std::move(r));
