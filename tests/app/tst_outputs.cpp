@@ -293,7 +293,8 @@ private slots:
         QVERIFY(dir.isValid() && logs.isValid());
         const QString script = QStringLiteral(
             "mount -t tmpfs -o size=1m tmpfs \"$1\" || exit 77\n"
-            "\"$2\" render --model \"$3\" --backend cpu --width 64 --height 64 --tile 32 --overlap 8 --steps 40 --batch "
+            "\"$2\" render --model \"$3\" --backend cpu --width 64 --height 64 --tile 32 --overlap 8 --steps 40 "
+            "--batch "
             "1"
             " --out \"$1/out\" 2>\"$4/err\" >\"$4/out\" &\n"
             "pid=$!; n=0\n"
