@@ -600,6 +600,10 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     const auto prepareStart = Clock::now();
     const std::shared_ptr<const UNetModel> model = modelFor(config);
     checkRun(config, *model);
+    // The kept tile function is another model's (a Stable Diffusion run came between two runs of
+    // this one, which stayed loaded): a new generation, so that neither it nor the device's
+    // prepared graph and canvases are reused.
+    if (denoiser_ && denoiser_->owner.get() != static_cast<const void*>(model.get())) ++modelGeneration_;
     if (!denoiser_ || denoiserGeneration_ != modelGeneration_) {
         auto denoiser = std::make_shared<Denoiser>();
         denoiser->graph = std::make_shared<const ModelGraph>(unet2DExecutionGraph(model->config()));
@@ -692,6 +696,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     // The text conditioning, computed once per run and fixed for every tile and step.
     TextEncodeRecord text;
     SdConditioning conditioning = encodeTimed(*sd, device.textBackend(), config, text);
+    if (denoiser_ && denoiser_->owner.get() != static_cast<const void*>(sd.get())) ++modelGeneration_;  // as in run()
     if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != conditioning.tokens) {
         auto denoiser = std::make_shared<Denoiser>();
         denoiser->graph =

@@ -86,6 +86,35 @@ class TestSdPipeline : public QObject {
     Q_OBJECT
 
 private slots:
+    // One engine: a run of a pixel-space model, a Stable Diffusion run, then the pixel model again
+    // with the same settings: the third run is the first one again (the pixel model stayed loaded;
+    // the Stable Diffusion run's tile function, device graph and canvases must not serve it).
+    void modelFamilySwitchReusesNothingStale() {
+        const std::string pixel = std::string(TESSERA_TEST_DATA) + "/models/cifar_like";
+        if (!std::filesystem::exists(pixel + "/config.json")) QSKIP("tests/data/models/cifar_like is missing");
+        RunConfig p;
+        p.model = pixel;
+        p.width = 64;
+        p.height = 64;
+        p.tile = 32;
+        p.overlapPx = 8;
+        p.steps = 2;
+        p.seed = 5;
+        p.backend = BackendKind::CPU;
+        p.precision = Precision::FP32;
+        RunConfig sd = p;
+        sd.model = kFixtures + "/sd1";
+        sd.tile = 64;
+        sd.prompt = "a red cube";
+        CpuEngine engine(std::make_unique<CpuBackend>());
+        Silent observer;
+        const RunResult first = engine.run(p, observer);
+        QCOMPARE(engine.run(sd, observer).image.channels, 3);
+        const RunResult again = engine.run(p, observer);
+        QCOMPARE(again.image.channels, first.image.channels);
+        QVERIFY2(again.image.data == first.image.data, "the pixel model's second run differs from its first");
+    }
+
     void initTestCase() { setBundledClipVocabulary(kVocabulary); }
 
     // Every case: the conditioning and the decoded image of a whole 10-step run within 1e-4 of
