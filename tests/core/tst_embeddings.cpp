@@ -439,7 +439,8 @@ private slots:
         a1111.name = "a1111";
         const EmbeddingDatabase db(*model.tokenizer, {embparams, a1111});
         const SafetensorsFile reference(dir + "/reference.safetensors");
-        for (const auto& c : readBoundedJson(dir + "/reference.json", "test").at("cases")) {
+        const nlohmann::json cases = readBoundedJson(dir + "/reference.json", "test");  // outlives the loop
+        for (const auto& c : cases.at("cases")) {
             const std::string name = c.at("name");
             PromptConditioningOptions options;
             options.clipSkip = c.at("clip_skip");
