@@ -201,6 +201,8 @@ std::string infotextRngName(RngSource source) {
             return "GPU";
         case RngSource::NV:
             return "NV";
+        case RngSource::ComfyUI:
+            return "ComfyUI";
         case RngSource::Tessera:
             break;
     }
@@ -814,7 +816,7 @@ private:
     ImportedSettings& result_;
 };
 
-// "RNG": A1111's randn_source (CPU, GPU, NV; "Tessera" is read too). Absent (A1111's parser adds
+// "RNG": A1111's randn_source (CPU, GPU, NV; "Tessera" and "ComfyUI" are read too). Absent (A1111's parser adds
 // GPU, marked defaulted): Tessera's noise where the Version is Tessera's, whose infotexts name
 // every other source; else A1111's default GPU (an A1111 PNG without RNG).
 void applyRng(const InfotextParam& rng, const ParsedInfotext& parsed, Importer& importer) {
@@ -1274,8 +1276,9 @@ ImportedSettings applyComfyPrompt(std::string_view json, RunConfig& config, std:
     const Json& sampler = *nodes.node(chosen);
     const bool advanced = ComfyGraph::classOf(sampler) == "KSamplerAdvanced";
     ComfyReader reader{nodes, importer};
-    // ComfyUI draws its start noise with torch's CPU generator (comfy/sample.py prepare_noise).
-    config.noiseSource = RngSource::CPU;
+    // ComfyUI's noise: the start from torch's CPU generator (comfy/sample.py prepare_noise), the
+    // ancestral steps' from the device's (comfy/k_diffusion/sampling.py default_noise_sampler).
+    config.noiseSource = RngSource::ComfyUI;
     importer.applied("noise_source");
     RunConfig& c = config;
     reader.whole(sampler, advanced ? "noise_seed" : "seed", "seed", 0,

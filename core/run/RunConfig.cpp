@@ -62,8 +62,11 @@ constexpr NameTable<SdxlSizeConditioning, 2> kSdxlSizeNames{
     {{SdxlSizeConditioning::Image, "image"}, {SdxlSizeConditioning::Tile, "tile"}}};
 constexpr NameTable<VaeTiling, 3> kVaeTilingNames{
     {{VaeTiling::Auto, "auto"}, {VaeTiling::On, "on"}, {VaeTiling::Off, "off"}}};
-constexpr NameTable<RngSource, 4> kRngSourceNames{
-    {{RngSource::Tessera, "tessera"}, {RngSource::CPU, "cpu"}, {RngSource::GPU, "gpu"}, {RngSource::NV, "nv"}}};
+constexpr NameTable<RngSource, 5> kRngSourceNames{{{RngSource::Tessera, "tessera"},
+                                                   {RngSource::CPU, "cpu"},
+                                                   {RngSource::GPU, "gpu"},
+                                                   {RngSource::NV, "nv"},
+                                                   {RngSource::ComfyUI, "comfyui"}}};
 
 template <typename E, std::size_t N>
 std::string_view nameOf(const NameTable<E, N>& table, E value) {

@@ -46,8 +46,10 @@ enum class VaeTiling { Auto, On, Off };
 // bits on every GPU and on the CPU, drawn on the device, independent of the tile plan), or torch's
 // generators as A1111's "Random number generator source" setting picks them: CPU (torch's CPU
 // generator, mt19937; also ComfyUI's start noise), GPU (torch's CUDA generator; A1111's default)
-// and NV (A1111's CPU emulation of the CUDA generator, modules/rng_philox.py).
-enum class RngSource { Tessera, CPU, GPU, NV };
+// and NV (A1111's CPU emulation of the CUDA generator, modules/rng_philox.py), or ComfyUI's
+// (its start noise from torch's CPU generator, its ancestral noise from the device's generator
+// seeded with the seed: comfy/sample.py prepare_noise, comfy/k_diffusion/sampling.py default_noise_sampler).
+enum class RngSource { Tessera, CPU, GPU, NV, ComfyUI };
 
 // Names used in JSON, on the CLI and in the GUI ("ddim", "hann", "step", "fp16"...): one
 // toString and one parseX per enum, alike on purpose (each a lookup in its own name table).

@@ -848,8 +848,9 @@ void addNoiseFields(std::vector<RunConfigField>& f) {
     f.push_back(choiceRow<RngSource>({"noise_source", "noise-source", "NAME",
                                       "the noise: tessera (Philox, the same bits on every GPU and the CPU;\n"
                                       "default), cpu (torch's CPU generator: A1111's \"CPU\", ComfyUI's start\n"
-                                      "noise), gpu (torch's CUDA generator: A1111's default) or nv (A1111's\n"
-                                      "\"NV\")",
+                                      "noise), gpu (torch's CUDA generator: A1111's default), nv (A1111's\n"
+                                      "\"NV\") or comfyui (ComfyUI's: cpu start noise, ancestral noise from the\n"
+                                      "device's generator)",
                                       "", "cpu"},
                                      &C::noiseSource, parseRngSource));
     {

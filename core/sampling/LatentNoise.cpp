@@ -151,6 +151,8 @@ NoiseSource noiseSourceOf(RngSource source) {
             return NoiseSource::A1111Gpu;
         case RngSource::NV:
             return NoiseSource::A1111Nv;
+        case RngSource::ComfyUI:
+            return NoiseSource::ComfyUI;
         case RngSource::Tessera:
             break;
     }

@@ -189,7 +189,9 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
 void checkSeedResize(const RunConfig& config, int pixelScale) {
     const int w = config.seedResizeFromWidth, h = config.seedResizeFromHeight;
     const int scale = std::max(pixelScale, 1);
-    if (config.noiseSource == RngSource::Tessera || (w == 0 && h == 0) || (w >= scale && h >= scale)) return;
+    if (config.noiseSource == RngSource::Tessera || config.noiseSource == RngSource::ComfyUI || (w == 0 && h == 0) ||
+        (w >= scale && h >= scale))
+        return;
     throw ValidationError("seed_resize_from", "seed_resize_from: " + std::to_string(w) + "x" + std::to_string(h) +
                                                   " is under one latent pixel; this model's latents are " +
                                                   std::to_string(scale) + " image pixels wide");
@@ -200,7 +202,7 @@ void checkSeedResize(const RunConfig& config, int pixelScale) {
 // never changes it; nullptr for Tessera's Philox noise, which the device draws. Notes go to `messages`.
 std::unique_ptr<LatentNoise> runNoise(const RunConfig& config, int channels, int height, int width, int pixelScale,
                                       TileDevice& device, std::vector<std::string>& messages) {
-    if (config.noiseSource == RngSource::Tessera) {
+    if (config.noiseSource == RngSource::Tessera || config.noiseSource == RngSource::ComfyUI) {
         std::string ignored;
         const auto note = [&ignored](bool given, const char* field) {
             if (given) ignored += (ignored.empty() ? "" : ", ") + std::string(field);
@@ -209,10 +211,9 @@ std::unique_ptr<LatentNoise> runNoise(const RunConfig& config, int channels, int
         note(config.seedResizeFromWidth != 0 || config.seedResizeFromHeight != 0, "seed_resize_from");
         note(config.etaNoiseSeedDelta != 0, "eta_noise_seed_delta");
         if (!ignored.empty())
-            messages.push_back(ignored +
-                               ": ignored with noise_source tessera (A1111's seed settings act on the cpu, gpu and nv "
-                               "sources)");
-        return nullptr;
+            messages.push_back(ignored + ": ignored with noise_source " + std::string(toString(config.noiseSource)) +
+                               " (A1111's seed settings act on the cpu, gpu and nv sources)");
+        if (config.noiseSource == RngSource::Tessera) return nullptr;
     }
     checkSeedResize(config, pixelScale);
     NormalGeneratorFactory gpu;
@@ -230,6 +231,13 @@ std::unique_ptr<LatentNoise> runNoise(const RunConfig& config, int channels, int
                 gpu ? "torch's CUDA generator on this GPU (A1111's \"GPU\" RNG; its layout follows the GPU's SM count)"
                     : "A1111's \"NV\" emulation of torch's CUDA generator: this engine has no GPU, so A1111's "
                       "\"GPU\" noise is matched within about 3e-6, not bit for bit";
+            break;
+        case RngSource::ComfyUI:
+            gpu = device.torchCudaGenerators();
+            how = std::string("ComfyUI's: the start from torch's CPU generator, the ancestral steps' from ") +
+                  (gpu ? "torch's CUDA generator on this GPU seeded with the seed"
+                       : "A1111's \"NV\" emulation of torch's CUDA generator seeded with the seed (this engine has "
+                         "no GPU: within about 3e-6, not bit for bit)");
             break;
         case RngSource::Tessera:
             break;

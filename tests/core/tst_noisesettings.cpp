@@ -2,7 +2,8 @@
 // spellings, the values refused before any work, and the infotext both ways: "RNG: CPU|NV" as A1111
 // writes it (A1111 leaves out its default GPU; Tessera names every torch source, and an infotext of
 // Tessera's without RNG means Tessera's own noise), "Variation seed", "Variation seed strength",
-// "Seed resize from", "ENSD"; a ComfyUI graph means the cpu source.
+// "Seed resize from", "ENSD"; a ComfyUI graph means the comfyui source (its CPU start noise, its
+// device generator's ancestral noise).
 #include <QtTest/QtTest>
 
 #include <algorithm>
@@ -187,7 +188,7 @@ private slots:
 
     void infotextRoundTrips_data() {
         QTest::addColumn<int>("source");
-        for (const RngSource s : {RngSource::Tessera, RngSource::CPU, RngSource::GPU, RngSource::NV})
+        for (const RngSource s : {RngSource::Tessera, RngSource::CPU, RngSource::GPU, RngSource::NV, RngSource::ComfyUI})
             QTest::newRow(std::string(toString(s)).c_str()) << int(s);
     }
     void infotextRoundTrips() {
@@ -236,14 +237,14 @@ private slots:
         QCOMPARE(wide.unmapped.size(), std::size_t{2});
     }
 
-    void comfyGraphMeansTheCpuSource() {
+    void comfyGraphMeansTheComfySource() {
         RunConfig c;
         const ImportedSettings imported = applyComfyPrompt(
             R"({"3": {"class_type": "KSampler", "inputs": {"seed": 5, "steps": 20, "cfg": 8, "sampler_name": "euler",
                 "scheduler": "normal", "denoise": 1, "latent_image": ["5", 0]}},
                 "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}}})",
             c, "params-from");
-        QCOMPARE(int(c.noiseSource), int(RngSource::CPU));
+        QCOMPARE(int(c.noiseSource), int(RngSource::ComfyUI));
         QVERIFY(std::find(imported.fields.begin(), imported.fields.end(), "noise_source") != imported.fields.end());
     }
 };

@@ -287,6 +287,29 @@ private slots:
         QVERIFY(relativeError(run.image.data, other) > 1e-3);
     }
 
+    // ComfyUI's noise: the start latent is torch's CPU randn seeded with the seed (A1111's CPU
+    // source's first draw of the same seed), the ancestral steps the device generator's draws from a
+    // fresh generator seeded with the seed (on the CPU engine NV's emulation: the NV case's first and
+    // second draws); A1111's seed settings are ignored and said so.
+    void comfyuiRunDrawsComfysNoise() {
+        const json& cpu = fixture("CPU plain batch 2");
+        const json& nv = fixture("NV plain batch 2");
+        QCOMPARE(cpu["seed"], nv["seed"]);
+        RunConfig config = configOf(cpu);
+        config.noiseSource = RngSource::ComfyUI;
+        config.etaNoiseSeedDelta = 31337;
+        const RunResult run = runOnCpu(config, false);
+        QCOMPARE(std::string(toString(run.record.status)), std::string("finished"));
+        const std::vector<float> want = untiled(config, {image0(cpu, 0), image0(nv, 0), image0(nv, 1)});
+        const double err = relativeError(run.image.data, want);
+        QVERIFY2(err < 1e-5, qPrintable(QString("run vs the scheduler with ComfyUI's draws: %1").arg(err)));
+        // A1111's NV source of the same seed continues its generator after the start: another image.
+        const std::vector<float> a1111 = untiled(config, {image0(cpu, 0), image0(nv, 1), image0(nv, 2)});
+        QVERIFY(relativeError(run.image.data, a1111) > 1e-3);
+        QVERIFY(mentions(run.record.messages, "eta_noise_seed_delta: ignored with noise_source comfyui"));
+        QVERIFY(mentions(run.record.messages, "noise: comfyui, ComfyUI's"));
+    }
+
     // The CPU engine has no CUDA generator: A1111's "GPU" noise is its NV emulation, and the
     // record says that it is not the GPU's bits.
     void gpuOnTheCpuEngineIsNv() {

@@ -142,9 +142,16 @@ private slots:
         QVERIFY(rel(gpu.run(tessera, quiet).image.data, want.image.data) > 1e-2);
     }
 
-    // A1111's GPU source: the device's own bits on the CUDA engine, NV's within about 3e-6 on the CPU.
+    // A1111's GPU source and ComfyUI's ancestral noise: the device's own bits on the CUDA engine, NV's
+    // within about 3e-6 on the CPU.
+    void gpuSourceIsNearTheCpuEnginesNv_data() {
+        QTest::addColumn<int>("source");
+        QTest::newRow("gpu") << int(RngSource::GPU);
+        QTest::newRow("comfyui") << int(RngSource::ComfyUI);
+    }
     void gpuSourceIsNearTheCpuEnginesNv() {
-        const RunConfig config = runConfig(RngSource::GPU, GraphMode::Off);
+        QFETCH(int, source);
+        const RunConfig config = runConfig(RngSource(source), GraphMode::Off);
         const auto model = smallModel();
         CpuEngine cpu(std::make_unique<CpuBackend>(2));
         cpu.setModel(model);
