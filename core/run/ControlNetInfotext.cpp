@@ -37,21 +37,21 @@ std::optional<std::size_t> controlNetInfotextIndex(std::string_view key) {
     return n;
 }
 
-std::string controlNetInfotextModel(const std::string& model, const std::string& sha256) {
+std::string controlNetInfotextModel(const std::string& model, const std::string& hash) {
     if (model.empty()) return "None";  // the extension's name for a unit without a model
     std::filesystem::path p(model);
     if (p.filename().empty()) p = p.parent_path();
     std::string name = p.has_extension() ? p.stem().string() : p.filename().string();
-    if (sha256.size() >= 8) name += " [" + sha256.substr(0, 8) + "]";
+    if (hash.size() >= 8) name += " [" + hash.substr(0, 8) + "]";
     return name;
 }
 
-std::string controlNetInfotextValue(const ControlNetUnit& u, const std::string& sha256) {
+std::string controlNetInfotextValue(const ControlNetUnit& u, const std::string& hash) {
     double thresholdA = 0.5, thresholdB = 0.5;  // the extension's defaults for modules without sliders
     if (u.preprocessor == "tile_resample") thresholdA = u.downSampling;
     if (u.preprocessor == "tile_colorfix" || u.preprocessor == "tile_colorfix+sharp") thresholdA = 8;
     if (u.preprocessor == "tile_colorfix+sharp") thresholdB = 1;
-    return "Module: " + u.preprocessor + ", Model: " + controlNetInfotextModel(u.model, sha256) +
+    return "Module: " + u.preprocessor + ", Model: " + controlNetInfotextModel(u.model, hash) +
            ", Weight: " + formatNumber(u.weight) +
            ", Resize Mode: Crop and Resize, Processor Res: 512, Threshold A: " + formatNumber(thresholdA) +
            ", Threshold B: " + formatNumber(thresholdB) + ", Guidance Start: " + formatNumber(u.start) +

@@ -20,12 +20,13 @@ std::string controlNetInfotextKey(std::size_t index);
 std::optional<std::size_t> controlNetInfotextIndex(std::string_view key);
 
 // The model's name as the extension lists it: the file name without extension (a folder: its
-// name), with " [hash]" (8 hex digits of its SHA-256) when `sha256` is given.
-std::string controlNetInfotextModel(const std::string& model, const std::string& sha256);
+// name), with " [hash]" (the first 8 hex digits of `hash`: A1111's model hash,
+// core/formats/A1111ModelHash.h) when it is given.
+std::string controlNetInfotextModel(const std::string& model, const std::string& hash);
 
 // The unit's value (before A1111's quoting): the keys above; Threshold A is tile_resample's down
 // sampling rate, tile_colorfix's variation (8), Threshold B tile_colorfix+sharp's sharpness (1).
-std::string controlNetInfotextValue(const ControlNetUnit& unit, const std::string& sha256);
+std::string controlNetInfotextValue(const ControlNetUnit& unit, const std::string& hash);
 
 // A unit from such a value: Module, Model (without its " [hash]"), Weight, Guidance Start, Guidance
 // End, Control Mode, and Threshold A for tile_resample; the image is the start image (the

@@ -96,6 +96,7 @@ InfotextExtras infotextExtras(const RunRecord& record) {
     }
     extras.upscaleOnly = record.upscaleModel && record.upscaleModel->alone;
     extras.loraHashes = loraHashesValue(record.loras);
+    extras.controlNetHashes = record.controlNetHashes;
     if (record.textEncode) extras.textualInversionHashes = record.textEncode->textualInversionHashes;
     return extras;
 }

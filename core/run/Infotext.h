@@ -37,8 +37,9 @@ struct InfotextExtras {
     // textual-inversion embeddings the text encoders used, core/text/EmbeddingDatabase.h
     // addTextualInversionHashes); "" = not written.
     std::string textualInversionHashes;
-    // The SHA-256 of each ControlNet's file (config.controlNets' order), for its "ControlNet <i>"
-    // entry's "Model: name [hash]"; missing or empty: the name alone.
+    // A1111's model hash of each ControlNet's file (config.controlNets' order; RunRecord::
+    // controlNetHashes), for its "ControlNet <i>" entry's "Model: name [hash]", as sd-webui-controlnet
+    // names its models; missing or empty: the name alone.
     std::vector<std::string> controlNetHashes;
     // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
     // written. An unconditional model has none of them.

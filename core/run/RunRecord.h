@@ -256,7 +256,10 @@ struct RunRecord {
     std::optional<TileBatchRecord> tileBatch;
     std::optional<UpscaleModelRecord> upscaleModel;  // the run had an upscale model's pass
     std::vector<LoraRecord> loras;                   // merged into the model's weights, in order
-    std::optional<VaeFileRecord> vaeFile;            // a separate VAE replaced the model's own
+    // A1111's model hash (8 hex, core/formats/A1111ModelHash.h) of each ControlNet that ran, in
+    // config.controlNets' order ("" for one in memory): its infotext entry's "Model: name [hash]".
+    std::vector<std::string> controlNetHashes;
+    std::optional<VaeFileRecord> vaeFile;  // a separate VAE replaced the model's own
     // What the user is told: warnings (fallbacks, etc.) and notes, among them each phase above as
     // its describe function words it.
     std::vector<std::string> messages;

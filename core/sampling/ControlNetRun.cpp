@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/base/ValidationError.h"
+#include "core/formats/A1111ModelHash.h"
 #include "core/models/controlnet/ControlledUNetGraph.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/run/ControlNetModelFile.h"
@@ -61,6 +62,7 @@ std::vector<ControlNetRunUnit> loadControlNetUnits(
         unit.start = u.start;
         unit.end = u.end;
         unit.mode = u.mode;
+        unit.a1111Hash = a1111ModelHash(files[i].path);
         units.push_back(std::move(unit));
     }
     cache = std::move(kept);  // the models of this run only: others are released

@@ -29,6 +29,8 @@ struct ControlNetRunUnit {
     // see 0.2 as diffusers' Python float does, not as the float 0.2f above it.
     double start = 0.0, end = 1.0;
     ControlMode mode = ControlMode::Balanced;
+    // A1111's model hash of the file (core/formats/A1111ModelHash.h), for the record; "" in memory.
+    std::string a1111Hash;
 };
 
 // Loads config.controlNets (core/run/ControlNetModelFile.h lookup; models kept in `cache` by

@@ -815,6 +815,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     std::optional<Guidance> guidance;
     if (job.denoiser.conditioned() && config.cfgScale != 1.0) guidance = Guidance{static_cast<float>(config.cfgScale)};
 
+    if (job.controls)
+        for (const ControlNetRunUnit& u : *job.controls) record.controlNetHashes.push_back(u.a1111Hash);
     describeRun(record, config, options, job.modelName, job.modelHash, TilePlan::fromConfig(config),
                 scheduler->timesteps());
     for (const std::string& message : job.messages) record.messages.push_back(message);
