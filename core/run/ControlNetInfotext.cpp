@@ -53,7 +53,10 @@ std::string controlNetInfotextValue(const ControlNetUnit& u, const std::string& 
     if (u.preprocessor == "tile_colorfix+sharp") thresholdB = 1;
     return "Module: " + u.preprocessor + ", Model: " + controlNetInfotextModel(u.model, hash) +
            ", Weight: " + formatNumber(u.weight) +
-           ", Resize Mode: Crop and Resize, Processor Res: 512, Threshold A: " + formatNumber(thresholdA) +
+           // A unit's own image is cropped and resized, the start image stretched (A1111's image-to-image
+           // resize mode 0), as the extension resizes them (ControlPreprocess.h detectmapResize).
+           ", Resize Mode: " + (u.image.empty() ? "Just Resize" : "Crop and Resize") +
+           ", Processor Res: 512, Threshold A: " + formatNumber(thresholdA) +
            ", Threshold B: " + formatNumber(thresholdB) + ", Guidance Start: " + formatNumber(u.start) +
            ", Guidance End: " + formatNumber(u.end) + ", Pixel Perfect: False, Control Mode: " + a1111Name(u.mode);
 }

@@ -9,6 +9,7 @@
 #include "core/models/controlnet/ControlledUNetGraph.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/run/ControlNetModelFile.h"
+#include "core/sampling/ControlPreprocess.h"
 
 namespace tessera {
 
@@ -37,13 +38,11 @@ std::vector<ControlNetRunUnit> loadControlNetUnits(
     std::vector<ControlNetRunUnit> units;
     for (std::size_t i = 0; i < files.size(); ++i) {
         const ControlNetUnit& u = config.controlNets[i];
-        // tile_resample below 1.1 leaves the image as it is (sd-webui-controlnet's tile_resample).
-        const bool identity = u.preprocessor == "none" || (u.preprocessor == "tile_resample" && u.downSampling < 1.1);
-        if (!identity)
+        if (u.preprocessor != "none" && u.preprocessor != "tile_resample")
             throw ValidationError("control_preprocessor",
                                   "control_preprocessor: ControlNet " + std::to_string(i) + ": '" + u.preprocessor +
-                                      "' is not run by this version; give none (or tile_resample:1) and a control "
-                                      "image prepared beforehand");
+                                      "' is not run by this version; give none or tile_resample[:RATE], or a "
+                                      "control image prepared beforehand");
         std::shared_ptr<const ControlNetModel> model;
         for (const auto& entry : cache)
             if (entry.first == files[i].path) model = entry.second;
@@ -63,6 +62,8 @@ std::vector<ControlNetRunUnit> loadControlNetUnits(
         unit.end = u.end;
         unit.mode = u.mode;
         unit.a1111Hash = a1111ModelHash(files[i].path);
+        unit.preprocessor = u.preprocessor;
+        unit.downSampling = u.downSampling;
         units.push_back(std::move(unit));
     }
     cache = std::move(kept);  // the models of this run only: others are released
@@ -125,6 +126,9 @@ std::vector<std::vector<float>> controlHints(const std::vector<ControlNetRunUnit
                                                            sizeText(channels, imageHeight, imageWidth));
             std::vector<float> hint(start->data);
             for (float& v : hint) v = (v + 1.0f) * 0.5f;
+            if (u.preprocessor == "tile_resample")
+                hint = tileResampleHint(hint, channels, imageHeight, imageWidth, u.downSampling,
+                                        ControlResizeMode::JustResize);
             hints.push_back(std::move(hint));
             continue;
         }
@@ -138,7 +142,10 @@ std::vector<std::vector<float>> controlHints(const std::vector<ControlNetRunUnit
                                                        " and the ControlNet takes " + std::to_string(channels) +
                                                        " channels: resize the control image to " +
                                                        std::to_string(imageWidth) + "x" + std::to_string(imageHeight));
-        hints.push_back(u.image.data);
+        hints.push_back(u.preprocessor == "tile_resample"
+                            ? tileResampleHint(u.image.data, channels, imageHeight, imageWidth, u.downSampling,
+                                               ControlResizeMode::CropAndResize)
+                            : u.image.data);
     }
     return hints;
 }

@@ -31,6 +31,10 @@ struct ControlNetRunUnit {
     ControlMode mode = ControlMode::Balanced;
     // A1111's model hash of the file (core/formats/A1111ModelHash.h), for the record; "" in memory.
     std::string a1111Hash;
+    // "none" or "tile_resample" at `downSampling` (core/sampling/ControlPreprocess.h), applied to the
+    // hint canvas once per run.
+    std::string preprocessor = "none";
+    double downSampling = 1.0;
 };
 
 // Loads config.controlNets (core/run/ControlNetModelFile.h lookup; models kept in `cache` by
@@ -63,8 +67,10 @@ std::vector<PassControl> passControls(const ModelGraph& graph, const std::vector
                                       int startStep);
 
 // The units' hint canvases in [0, 1]: each unit's image, or `start` (model space, [-1, 1]) where
-// it has none; ValidationError("control_image") when neither is there or a size differs from
-// channels x imageHeight x imageWidth.
+// it has none, through the unit's preprocessor (tile_resample: back to the size as the extension
+// does, "Crop and Resize" for a unit's own image, "Just Resize" for the start image as A1111's
+// image-to-image gives it); ValidationError("control_image") when neither is there or a size
+// differs from channels x imageHeight x imageWidth.
 std::vector<std::vector<float>> controlHints(const std::vector<ControlNetRunUnit>& units, const ImageTensor* start,
                                              int imageHeight, int imageWidth);
 

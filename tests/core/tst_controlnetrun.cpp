@@ -33,6 +33,7 @@
 #include "core/run/Infotext.h"
 #include "core/run/ModelFileLookup.h"
 #include "core/sampling/ControlNetRun.h"
+#include "core/sampling/ControlPreprocess.h"
 #include "core/sampling/Scheduler.h"
 #include "core/sampling/StepUpdate.h"
 #include "core/sampling/TiledLoop.h"
@@ -572,6 +573,21 @@ private slots:
         loop.setControlImages({hint});
         const RunResult named = runLoop(loop, device, config);
         QVERIFY(named.image.data == pinned.image.data);
+        // tile_resample: the control image shrunk and brought back to the canvas (its own image:
+        // "Crop and Resize"), the run the one given that hint; below 1.1 the bits of none.
+        config.controlNets.front().preprocessor = "tile_resample";
+        config.controlNets.front().downSampling = 1.05;
+        QVERIFY(runLoop(loop, device, config).image.data == pinned.image.data);
+        config.controlNets.front().downSampling = 2.5;
+        const RunResult resampled = runLoop(loop, device, config);
+        ImageTensor blurred = hint;
+        blurred.data = tileResampleHint(hint.data, 3, hint.height, hint.width, 2.5, ControlResizeMode::CropAndResize);
+        QVERIFY(blurred.data != hint.data);
+        loop.setControlImages({blurred});
+        config.controlNets.front().preprocessor = "none";
+        QVERIFY(runLoop(loop, device, config).image.data == resampled.image.data);
+        QVERIFY(resampled.image.data != pinned.image.data);
+        loop.setControlImages({hint});
         // A preprocessor this version does not run: refused, naming the field.
         config.controlNets.front().preprocessor = "tile_colorfix";
         try {
