@@ -30,8 +30,9 @@ bool hasKarras(SchedulerKind kind) {
 
 QComboBox* makeSamplerCombo() {
     auto* combo = new QComboBox;
-    for (const SchedulerKind kind : {SchedulerKind::Euler, SchedulerKind::EulerAncestral, SchedulerKind::DPMPP2M,
-                                     SchedulerKind::DPMPP2MSDE, SchedulerKind::DDIM, SchedulerKind::DDPM}) {
+    for (const SchedulerKind kind :
+         {SchedulerKind::Euler, SchedulerKind::EulerAncestral, SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE,
+          SchedulerKind::LMS, SchedulerKind::DDIM, SchedulerKind::DDPM}) {
         for (const bool karras : {false, true}) {
             if (karras && !hasKarras(kind)) continue;
             SchedulerOptions options;

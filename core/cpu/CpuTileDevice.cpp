@@ -182,13 +182,19 @@ void scatterTiles(cpu::WorkerPool& pool, const TilePlan& plan, const BlendWeight
 // The end of a step: normalise by N(p) = sum of the windows covering p (sample fusion), or one
 // scheduler update with the normalised noise (noise fusion, reading the previous x0 from x0
 // before it is replaced). With `writeX0`, x0 becomes this step's blended x0 prediction (a
-// preview far more legible than noisy x_t, and the next step's previous x0).
+// preview far more legible than noisy x_t, and the next step's previous x0). A step that uses
+// the history canvases (`history`, kStepHistory of them; TiledPass::keepsHistory) adds their
+// weighted sum to the update, the same for every tile over p, and then folds x and the blended
+// x0 into them.
 void fuseStep(cpu::WorkerPool& pool, const Canvas& canvas, const std::vector<float>& normalizer,
               const ScatterStep& step, bool writeX0, const std::vector<float>& acc, const std::vector<float>& accEps,
-              std::vector<float>& x, std::vector<float>& x0) {
+              std::vector<float>& x, std::vector<float>& x0, std::vector<float>* history) {
     const StepCoefficients& K = step.K;
     const std::size_t plane = canvas.plane();
     if (writeX0) x0.resize(canvas.size());
+    const bool withHistory = history != nullptr && usesHistory(K);
+    if (withHistory && !step.wantEps)
+        throw std::logic_error("CpuTileDevice: a step with history needs the blended noise (StepVariant::history)");
     forEachElement(pool, canvas.size(), [&](std::size_t p) {
         const float n = normalizer[p % plane];
         const float e = step.wantEps ? accEps[p] / n : 0.0f;
@@ -197,7 +203,15 @@ void fuseStep(cpu::WorkerPool& pool, const Canvas& canvas, const std::vector<flo
             x[p] = acc[p] / n;
         else
             x[p] = applyStep(K, xOld, e, step.stepNoise ? step.z[p] : 0.0f, step.x0Prev ? step.x0Prev[p] : 0.0f);
-        if (writeX0) x0[p] = predictX0(K, xOld, e);
+        const float x0p = predictX0(K, xOld, e);
+        if (withHistory) {
+            float h[kStepHistory];
+            for (std::size_t j = 0; j < kStepHistory; ++j) h[j] = history[j][p];
+            x[p] += K.hw[0] * h[0] + K.hw[1] * h[1] + K.hw[2] * h[2];
+            for (std::size_t j = 0; j < kStepHistory; ++j)
+                history[j][p] = nextHistory(K, static_cast<int>(j), h[j], xOld, x0p);
+        }
+        if (writeX0) x0[p] = x0p;
     });
 }
 
@@ -291,6 +305,7 @@ void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<vo
     accEps_.assign(outSize, 0.0f);
     seams_ = {};
     x0_.clear();
+    for (std::vector<float>& h : history_) h.assign(pass.keepsHistory() ? outSize : 0, 0.0f);
     const std::size_t batch = static_cast<std::size_t>(pass.batchSize);
     tileIn_.assign(static_cast<std::size_t>(pass.inChannels) * pass.plan->tileH() * pass.plan->tileW() * batch, 0.0f);
     tileOut_.assign(outTileElems() * batch, 0.0f);
@@ -327,6 +342,7 @@ void CpuTileDevice::startCanvas(const CanvasStart& start) {
             break;
     }
     std::fill(y_.begin(), y_.end(), 0.0f);
+    for (std::vector<float>& h : history_) std::fill(h.begin(), h.end(), 0.0f);
     hasX0Prev_ = false;
 }
 
@@ -433,7 +449,7 @@ void CpuTileDevice::scatter(const TileBatch& batch, const StepVariant& variant) 
 void CpuTileDevice::fuse(const StepVariant& variant) {
     const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
     fuseStep(pool(), outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.writesX0(), acc_, accEps_,
-             output(), x0_);
+             output(), x0_, variant.history ? history_.data() : nullptr);
 }
 
 bool CpuTileDevice::checkCanvas() { return !allFiniteParallel(pool(), output().data(), output().size()); }

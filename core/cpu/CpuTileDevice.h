@@ -5,6 +5,7 @@
 // takes host buffers) or any host function over NCHW tiles (a map pass). Qt-free.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -107,6 +108,8 @@ private:
     SeamSums seams_;                   // the last step's seam statistics
     std::vector<float> tileIn_, tileOut_, tileUncond_, tileT_;
     std::vector<float> x0_;  // the x0 canvas: previews, DPM++ 2M's previous x0
+    // The history canvases of a pass that keeps them (TiledPass::keepsHistory; LMS), else empty.
+    std::array<std::vector<float>, kStepHistory> history_;
     // ControlNets (TiledPass::controls): the step index, each ControlNet's hint crops of the
     // batch and its FiLM scale vectors.
     int step_ = 0;

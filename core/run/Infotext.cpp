@@ -1204,7 +1204,7 @@ struct ComfyReader {
         if (!name || !schedule) return;
         const std::string shown = "sampler_name: " + jsonShown(*name) + ", scheduler: " + jsonShown(*schedule);
         // ComfyUI's names (comfy/samplers.py KSAMPLER_NAMES, SCHEDULER_NAMES) that Tessera runs.
-        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 10> kComfy{{
+        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 12> kComfy{{
             {"euler", "normal", SchedulerKind::Euler, false},
             {"euler", "karras", SchedulerKind::Euler, true},
             {"euler_ancestral", "normal", SchedulerKind::EulerAncestral, false},
@@ -1212,6 +1212,8 @@ struct ComfyReader {
             {"dpmpp_2m", "karras", SchedulerKind::DPMPP2M, true},
             {"dpmpp_2m_sde", "normal", SchedulerKind::DPMPP2MSDE, false},
             {"dpmpp_2m_sde", "karras", SchedulerKind::DPMPP2MSDE, true},
+            {"lms", "normal", SchedulerKind::LMS, false},
+            {"lms", "karras", SchedulerKind::LMS, true},
             {"ddim", "normal", SchedulerKind::DDIM, false},
             {"ddim", "ddim_uniform", SchedulerKind::DDIM, false},
             {"ddpm", "normal", SchedulerKind::DDPM, false},

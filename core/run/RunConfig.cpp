@@ -214,12 +214,12 @@ void checkText(Problems& problems, const std::string& field, std::string_view va
 }
 
 void checkScheduler(Problems& problems, const RunConfig& config) {
-    // Heun, LMS, DPM2 and DPM++ SDE are diffusers' schedulers in core/sampling/Scheduler.h, but the tiled loop's
-    // devices do not keep their history buffers yet (StepUpdate.h).
-    if (config.scheduler == SchedulerKind::Heun || config.scheduler == SchedulerKind::LMS ||
-        config.scheduler == SchedulerKind::DPM2 || config.scheduler == SchedulerKind::DPMPPSDE)
+    // Heun, DPM2 and DPM++ SDE are diffusers' schedulers in core/sampling/Scheduler.h, but they take two model
+    // evaluations a step, which the tiled loop does not schedule yet (StepUpdate.h).
+    if (config.scheduler == SchedulerKind::Heun || config.scheduler == SchedulerKind::DPM2 ||
+        config.scheduler == SchedulerKind::DPMPPSDE)
         problems.add("scheduler", inQuotes(toString(config.scheduler)) +
-                                      " is not run by Tessera's engines yet; use ddpm, ddim, euler, euler_a, "
+                                      " is not run by Tessera's engines yet; use ddpm, ddim, euler, euler_a, lms, "
                                       "dpmpp_2m or dpmpp_2m_sde");
     const SchedulerOptions& o = config.schedulerOptions;
     if (o.numTrainTimesteps < 1)

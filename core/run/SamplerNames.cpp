@@ -26,6 +26,7 @@ constexpr DisplayNameEntry kDisplayNames[] = {
     {SchedulerKind::Euler, "Euler", true, AutomaticSchedule::Uniform},
     {SchedulerKind::DPMPP2M, "DPM++ 2M", true, AutomaticSchedule::Karras},
     {SchedulerKind::DPMPP2MSDE, "DPM++ 2M SDE", true, AutomaticSchedule::Unsupported},
+    {SchedulerKind::LMS, "LMS", true, AutomaticSchedule::Uniform},
     {SchedulerKind::DDIM, "DDIM", false, AutomaticSchedule::Uniform},
     {SchedulerKind::DDPM, "DDPM", false, AutomaticSchedule::Uniform},
 };

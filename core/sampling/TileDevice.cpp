@@ -15,12 +15,19 @@ StepVariant TiledPass::variant(int step) const {
     v.preview = previewEvery > 0 && (step + 1) % previewEvery == 0 && !last;
     v.seams = last && seamMap;
     v.keepX0 = keepsX0();
+    v.history = keepsHistory();
     return v;
 }
 
 bool TiledPass::keepsX0() const {
     for (const StepCoefficients& k : coefficients)
         if (k.cprev != 0.0f) return true;
+    return false;
+}
+
+bool TiledPass::keepsHistory() const {
+    for (const StepCoefficients& k : coefficients)
+        if (usesHistory(k)) return true;
     return false;
 }
 

@@ -52,7 +52,10 @@ struct StepVariant {
     // The pass's update reads the previous step's x0 (DPM++ 2M; the same for every step of a
     // pass): also blend the noise, and write the blended x0 to the x0 canvas in every fuse.
     bool keepX0 = false;
-    bool blendsNoise() const { return !sampleFusion || preview || keepX0; }
+    // The pass keeps history canvases (LMS: StepUpdate.h h_j; the same for every step of a pass):
+    // also blend the noise, whose x0 the fuse folds into them.
+    bool history = false;
+    bool blendsNoise() const { return !sampleFusion || preview || keepX0 || history; }
     bool writesX0() const { return preview || keepX0; }
     const char* name() const { return seams ? "last" : (preview ? "preview" : "normal"); }
 };
@@ -130,6 +133,12 @@ struct TiledPass {
     StepVariant variant(int step) const;
     // Whether any step reads the previous step's x0 (a coefficient cprev != 0).
     bool keepsX0() const;
+    // Whether any step reads or rewrites the history canvases (usesHistory). A device holds
+    // kStepHistory canvas-sized buffers h_j for such a pass, zero after startCanvas; each step whose
+    // coefficients use them adds sum_j hw[j] h_j to the blended update and then sets
+    // h_j = hKeep[j] h_j + hx[j] x + h0[j] x0 per pixel in the fuse (x the step's input, x0 its
+    // prediction from the blended noise).
+    bool keepsHistory() const;
 };
 
 // Coefficients whose update is v = eps: a map pass blends the function's values themselves.

@@ -45,8 +45,10 @@ double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 // The run arena of a canvas; the coefficient table is sized in powers of two so that runs of
 // different step counts share it.
 // (Filled field by field like other parameter blocks: alike in shape only.)
-ArenaPlan arenaPlanFor(int channels, int height, int width, int tileH, int tileW, int maps, int tiles, int steps) {
+ArenaPlan arenaPlanFor(int channels, int height, int width, int tileH, int tileW, int maps, int tiles, int steps,
+                       bool history) {
     ArenaPlan plan;
+    plan.history = history;
     plan.channels = channels;
     plan.height = height;
     plan.width = width;
@@ -252,9 +254,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
 // that an auto tile batch lowered to fit the plan leaves room for the canvas.
 std::size_t CudaTileDevice::arenaGrowth(const DevicePrepare& request) const {
     if (request.canvasChannels <= 0) return 0;
-    const std::size_t need = RunArena::bytesFor(arenaPlanFor(request.canvasChannels, request.canvasHeight,
-                                                             request.canvasWidth, request.tileH, request.tileW,
-                                                             request.weightMaps, request.tiles, request.steps));
+    const std::size_t need = RunArena::bytesFor(
+        arenaPlanFor(request.canvasChannels, request.canvasHeight, request.canvasWidth, request.tileH, request.tileW,
+                     request.weightMaps, request.tiles, request.steps, request.config.scheduler == SchedulerKind::LMS));
     return need > arena_.bytes() ? need - arena_.bytes() : 0;
 }
 
@@ -333,8 +335,9 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
     // Run arena: canvas, accumulators, constant tables, step state; kept while the plan's
     // sizes stay the same. The coefficient table is sized in powers of two so that runs of
     // different step counts share it.
-    const ArenaPlan arenaPlan =
-        arenaPlanFor(C, H, W, tileH, tileW, pass.weights->mapCount(), pass.tileCount(), pass.steps());
+    const ArenaPlan arenaPlan = arenaPlanFor(C, H, W, tileH, tileW, pass.weights->mapCount(), pass.tileCount(),
+                                             pass.steps(), pass.keepsHistory());
+    history_ = arenaPlan.history ? arena_.at<float>(arena_.history) : nullptr;
     stepsCapacity_ = arenaPlan.stepsCapacity;
     ensureArena(arenaPlan);
     uploadTables(pass);
@@ -402,6 +405,8 @@ void CudaTileDevice::startCanvas(const CanvasStart& start) {
             TESSERA_CHECK(cudaMemcpyAsync(x_, init, canvasSize() * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
             break;
     }
+    if (history_)  // zero before the first step after the canvas starts (TiledPass::keepsHistory)
+        TESSERA_CHECK(cudaMemsetAsync(history_, 0, kStepHistory * canvasSize() * sizeof(float), stream()));
     peak_ = deviceUsedMiB();
     hasX0Prev_ = false;
 }
@@ -423,10 +428,10 @@ GraphKey CudaTileDevice::tileKey(int count, int lane) const {
 GraphKey CudaTileDevice::stepKey(const StepVariant& variant) const {
     const TiledPass& p = *pass_;
     std::ostringstream f;
-    f << "step " << variant.name() << (variant.keepX0 ? " keeps-x0" : "") << " " << p.width << "x" << p.height << "x"
-      << p.inChannels << " overlap " << p.plan->overlap() << " window " << toString(p.window) << " maps "
-      << p.weights->mapCount() << " fusion " << toString(p.fusion) << " tiles " << p.tileCount() << " batches "
-      << p.batches.size() << " steps<=" << stepsCapacity_ << " " << planFamily_
+    f << "step " << variant.name() << (variant.keepX0 ? " keeps-x0" : "") << (variant.history ? " history" : "") << " "
+      << p.width << "x" << p.height << "x" << p.inChannels << " overlap " << p.plan->overlap() << " window "
+      << toString(p.window) << " maps " << p.weights->mapCount() << " fusion " << toString(p.fusion) << " tiles "
+      << p.tileCount() << " batches " << p.batches.size() << " steps<=" << stepsCapacity_ << " " << planFamily_
       << (p.hostStepNoise ? " host-noise" : "");
     std::string pointers = hexPointer(arena_.base()) + " " + hexPointer(addedTable_.data());
     if (p.hostStepNoise) pointers += " " + hexPointer(stepNoise_.data());
@@ -903,8 +908,8 @@ void CudaTileDevice::endBatch(const TileBatch& b) {
 
 void CudaTileDevice::fuse(const StepVariant& variant) {
     float* x0 = variant.writesX0() ? arena_.at<float>(arena_.preview) : nullptr;
-    launchCanvasFuse(stepGeo_, x_, arena_.at<float>(arena_.acc), targets(variant).accEps, x0, coeff_, state_,
-                     variant.sampleFusion, stream());
+    launchCanvasFuse(stepGeo_, x_, arena_.at<float>(arena_.acc), targets(variant).accEps, x0,
+                     variant.history ? history_ : nullptr, coeff_, state_, variant.sampleFusion, stream());
     if (pass_->hostStepNoise) launchCanvasAddNoise(x_, stepNoise_.as<float>(), canvasSize(), stream());
 }
 

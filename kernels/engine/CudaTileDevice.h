@@ -218,6 +218,7 @@ private:
     CanvasGeometry geo_, stepGeo_;  // stepGeo_: seed 0 (the step kernels read it from the StepState)
     TileTensor inIo_, outIo_;
     float* x_ = nullptr;
+    float* history_ = nullptr;  // the arena's history canvases (TiledPass::keepsHistory), else nullptr
     const StepCoefficients* coeff_ = nullptr;
     StepState* state_ = nullptr;
     unsigned long long* nonFinite_ = nullptr;

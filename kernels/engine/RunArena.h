@@ -17,6 +17,7 @@ struct ArenaPlan {
     int channels = 0, height = 0, width = 0;
     int tileH = 0, tileW = 0, maps = 0, tiles = 0;
     int stepsCapacity = 0;
+    bool history = false;  // kStepHistory history canvases (TiledPass::keepsHistory: LMS)
     bool operator==(const ArenaPlan&) const = default;
 };
 
@@ -24,6 +25,7 @@ class RunArena {
 public:
     // preview: the x0 canvas (core/sampling/TileDevice.h): previews, and DPM++ 2M's previous x0.
     std::size_t x = 0, acc = 0, accEps = 0, preview = 0, seam = 0, seamSq = 0, norm = 0, maps = 0;
+    std::size_t history = 0;  // kStepHistory canvases one after the other (none without ArenaPlan::history)
     std::size_t tileX = 0, tileY = 0, tileMap = 0, coeff = 0, init = 0, state = 0;
     std::size_t nonFinite = 0;  // the first (step, slot) with a NaN or infinity (kernels/ops/NonFinite.cuh)
 
@@ -58,6 +60,7 @@ private:
         acc = reserve<float>(canvas);
         accEps = reserve<float>(canvas);
         preview = reserve<float>(canvas);
+        history = reserve<float>(plan.history ? kStepHistory * canvas : 0);
         init = reserve<float>(canvas);
         seam = reserve<double>(canvas);
         seamSq = reserve<double>(canvas);

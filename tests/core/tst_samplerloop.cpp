@@ -110,7 +110,8 @@ RunConfig runConfig(SchedulerKind kind, FusionRule fusion) {
 
 // The sampler on the whole canvas: x_T = z(0) σ_init (or the start image noised with
 // Scheduler::addNoise at b = steps - int(steps strength) and z(kInitNoiseDraw)), then
-// Scheduler::step with z(k + 1) and the previous step's x0 (none at the first step run).
+// Scheduler::step with z(k + 1) and its history: the previous step's x0 and LMS's derivatives
+// (none at the first step run).
 struct Untiled {
     std::vector<float> image;
     std::vector<std::vector<float>> x0;  // per step run
@@ -122,7 +123,8 @@ Untiled untiled(const SchedulerOptions& options, const RunConfig& config, std::s
     auto s = Scheduler::create(config.scheduler, options);
     s->setTimesteps(config.steps);
     int begin = 0;
-    std::vector<float> x(n), in(n), eps(n), z(n), x0(n), x0Prev;
+    std::vector<float> x(n), in(n), eps(n), z(n), x0(n);
+    Scheduler::StepHistory history;  // previous x0 and LMS's derivatives, empty before the first step run
     if (init) {
         begin = config.steps - static_cast<int>(config.steps * config.strength);
         const Scheduler::AddNoise c = s->addNoise(begin);
@@ -138,8 +140,7 @@ Untiled untiled(const SchedulerOptions& options, const RunConfig& config, std::s
         model(in, K.timestep, eps);
         for (std::size_t i = 0; i < n; ++i) z[i] = philoxNormal(config.seed, static_cast<std::uint32_t>(k + 1), i);
         s->predictX0(k, eps.data(), x.data(), x0.data(), n);
-        s->step(k, eps.data(), x.data(), z.data(), x.data(), n, k == begin ? nullptr : x0Prev.data());
-        x0Prev = x0;
+        s->step(k, eps.data(), x.data(), z.data(), x.data(), n, history);
         out.x0.push_back(x0);
     }
     out.image = x;
@@ -184,7 +185,9 @@ void addRows() {
                     {"dpmpp_2m", SchedulerKind::DPMPP2M, false},
                     {"dpmpp_2m karras", SchedulerKind::DPMPP2M, true},
                     {"dpmpp_2m_sde", SchedulerKind::DPMPP2MSDE, false},
-                    {"dpmpp_2m_sde karras", SchedulerKind::DPMPP2MSDE, true}};
+                    {"dpmpp_2m_sde karras", SchedulerKind::DPMPP2MSDE, true},
+                    {"lms", SchedulerKind::LMS, false},
+                    {"lms karras", SchedulerKind::LMS, true}};
     for (const auto& s : samplers)
         for (const FusionRule fusion : {FusionRule::Sample, FusionRule::Noise})
             for (const PredictionType prediction : {PredictionType::Epsilon, PredictionType::VPrediction})

@@ -243,9 +243,9 @@ private slots:
         // DPM++ SDE adds noise at both evaluations of a step but the last (σ_N = 0: Euler's).
         auto sde = made(SchedulerKind::DPMPPSDE, sdOptions(), 4);
         for (int k = 0; k < sde->numSteps(); ++k) QCOMPARE(sde->addsNoise(k), k + 1 < sde->numSteps());
-        // The engines do not keep history buffers yet: a run asking for these is refused up front.
-        for (const SchedulerKind kind :
-             {SchedulerKind::Heun, SchedulerKind::LMS, SchedulerKind::DPM2, SchedulerKind::DPMPPSDE}) {
+        // The tiled loop does not schedule two evaluations a step yet: a run asking for these is refused
+        // up front (LMS, one evaluation a step with history canvases, runs).
+        for (const SchedulerKind kind : {SchedulerKind::Heun, SchedulerKind::DPM2, SchedulerKind::DPMPPSDE}) {
             RunConfig config;
             config.scheduler = kind;
             try {
@@ -584,21 +584,24 @@ private slots:
         expect("DPM++ 2M SDE", "Automatic", Parsed());  // A1111's Exponential
         expect("DPM++ 2M SDE Exponential", "", Parsed());
         expect("DPM++ 2M SDE Heun", "Karras", Parsed());
-        expect("LMS", "", Parsed());
+        expect("LMS", "", parsed(SchedulerKind::LMS, false));
+        expect("LMS", "Karras", parsed(SchedulerKind::LMS, true));
+        expect("LMS Karras", "", parsed(SchedulerKind::LMS, true));
+        expect("LMS", "Automatic", parsed(SchedulerKind::LMS, false));
         expect("", "", Parsed());
         expect(" Karras", "", Parsed());
         expect("Karras", "", Parsed());
         // Round trip: what is written is read back as what ran.
         for (const SchedulerKind kind :
              {SchedulerKind::DDPM, SchedulerKind::DDIM, SchedulerKind::Euler, SchedulerKind::EulerAncestral,
-              SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE})
+              SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE, SchedulerKind::LMS})
             for (const bool karras : {false, true}) {
                 o.karrasSigmas = karras;
                 const SamplerDisplay d = samplerDisplayName(kind, o);
-                const bool ran = karras && (kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M ||
-                                            kind == SchedulerKind::DPMPP2MSDE);
-                QCOMPARE(samplerHasKarras(kind), kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M ||
-                                                     kind == SchedulerKind::DPMPP2MSDE);
+                const bool withKarras = kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M ||
+                                        kind == SchedulerKind::DPMPP2MSDE || kind == SchedulerKind::LMS;
+                const bool ran = karras && withKarras;
+                QCOMPARE(samplerHasKarras(kind), withKarras);
                 expect(d.sampler, d.scheduleType, parsed(kind, ran));
             }
     }

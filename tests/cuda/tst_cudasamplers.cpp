@@ -147,6 +147,13 @@ private slots:
         QTest::newRow("dpmpp_2m_sde karras noise img2img") << sde << noise << int(GraphMode::Off) << true;
         QTest::newRow("dpmpp_2m_sde karras sample step graphs") << sde << sample << int(GraphMode::Step) << false;
         QTest::newRow("dpmpp_2m_sde karras noise tile graphs") << sde << noise << int(GraphMode::Tile) << true;
+        // LMS: three history canvases in the fuse.
+        const int lms = int(SchedulerKind::LMS);
+        QTest::newRow("lms karras sample") << lms << sample << int(GraphMode::Off) << false;
+        QTest::newRow("lms karras noise") << lms << noise << int(GraphMode::Off) << false;
+        QTest::newRow("lms karras sample img2img") << lms << sample << int(GraphMode::Off) << true;
+        QTest::newRow("lms karras sample step graphs") << lms << sample << int(GraphMode::Step) << false;
+        QTest::newRow("lms karras noise tile graphs") << lms << noise << int(GraphMode::Tile) << true;
     }
     void matchesCpuDevice() {
         QFETCH(int, scheduler);
@@ -166,7 +173,8 @@ private slots:
     }
 
     // Step graphs are cached across runs by shape; a DPM++ 2M run must not replay a DDIM run's
-    // graph (which neither blends the noise nor keeps the x0 canvas).
+    // graph (which neither blends the noise nor keeps the x0 canvas), nor an LMS run a DPM++ 2M
+    // run's (which keeps no history canvases).
     void noStepGraphSharedWithAnotherSampler() {
         CudaEngine gpu;
         RunConfig cfg = runConfig(SchedulerKind::DDIM, FusionRule::Sample, GraphMode::Step);
@@ -178,6 +186,8 @@ private slots:
         const RunResult ddim = gpu.run(cfg, quiet);
         QVERIFY(ddim.record.graphs.captures > 0);
         cfg.scheduler = SchedulerKind::DPMPP2M;
+        compareEngines(model, cfg, gpu);
+        cfg.scheduler = SchedulerKind::LMS;
         compareEngines(model, cfg, gpu);
     }
 };
