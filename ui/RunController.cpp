@@ -239,9 +239,10 @@ void RunController::onRunStarted(quint64 runId, const RunRecord& record) {
 
 void RunController::onTileBatch(quint64 runId, const TileBatchEvent& event) {
     if (runId != currentRunId_) return;
-    progress_.step = event.step;
+    // The tiles finished are counted from every batch's timing (onTileBatchesTimed, sent just
+    // before, never thinned out): this event only says what is under way.
     progress_.steps = event.steps;
-    progress_.tilesDone = event.tileIds.empty() ? progress_.tilesDone : event.tileIds.back() + 1;
+    if (event.step < progress_.step) return;  // a late batch of a step already finished
     canvas_->setActiveTiles(event.tileIds);
     markProgressDirty();
 }
@@ -249,13 +250,14 @@ void RunController::onTileBatch(quint64 runId, const TileBatchEvent& event) {
 void RunController::onTileBatchesTimed(quint64 runId, const std::vector<TileBatchTiming>& batches) {
     if (runId != currentRunId_) return;
     charts_->addTileBatches(batches);
+    for (const TileBatchTiming& batch : batches) progress_.countFinishedBatch(batch);
+    markProgressDirty();
 }
 
 void RunController::onStep(quint64 runId, const StepEvent& event) {
     if (runId != currentRunId_) return;
-    progress_.step = event.step + 1;
+    progress_.finishStep(event.step);
     progress_.steps = event.steps;
-    progress_.tilesDone = 0;
     charts_->addStep(event.timing);
     markProgressDirty();
 }

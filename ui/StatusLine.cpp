@@ -156,6 +156,28 @@ void StatusLine::hideBars() {
     tileBar_->hide();
 }
 
+void RunProgress::countFinishedBatch(const TileBatchTiming& batch) {
+    if (batch.step < step) return;  // its step finished: every tile of it was counted
+    if (batch.step != countedStep_) {
+        countedStep_ = batch.step;
+        countedBatches_.clear();
+        tilesDone = 0;
+    }
+    step = batch.step;
+    if (std::find(countedBatches_.begin(), countedBatches_.end(), batch.batchIndex) != countedBatches_.end()) return;
+    countedBatches_.push_back(batch.batchIndex);
+    tilesDone += static_cast<int>(batch.tileIds.size());
+    if (tiles > 0) tilesDone = std::min(tilesDone, tiles);
+}
+
+void RunProgress::finishStep(int scheduleStep) {
+    if (scheduleStep < countedStep_) return;  // a later step's batches are in: its count stands
+    step = std::max(step, scheduleStep + 1);
+    tilesDone = 0;
+    countedStep_ = -1;
+    countedBatches_.clear();
+}
+
 void StatusLine::showProgress(const RunProgress& p, bool running) {
     showStepBar(p, running);
     const int tiles = std::max(1, p.tiles);

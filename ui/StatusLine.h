@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <vector>
 
 #include <QObject>
 #include <QString>
@@ -34,6 +35,20 @@ struct RunProgress {
     double loadFraction = -1;      // of the model load in progress; -1 while none was reported
     QString loadPhase;
     bool loading() const { return !started && loadFraction >= 0.0 && loadFraction < 1.0; }
+
+    // A tile batch of schedule step batch.step finished: its tiles (batch.tileIds) count towards
+    // tilesDone once, whatever order the batches of a step finish in (the CUDA engine's lanes
+    // finish a step's batches out of order), so tilesDone never steps back within a step and
+    // reaches exactly `tiles` when every batch of the step is in. A batch of a later step starts
+    // that step's count (and moves `step` on); one of a step already finished is left out.
+    void countFinishedBatch(const TileBatchTiming& batch);
+    // Schedule step `scheduleStep` finished: `step` moves past it and the count starts again at 0
+    // (unless batches of a later step are already counted).
+    void finishStep(int scheduleStep);
+
+private:
+    int countedStep_ = -1;             // the schedule step tilesDone counts
+    std::vector<int> countedBatches_;  // its batches already counted (batchIndex)
 };
 
 class StatusLine : public QObject {

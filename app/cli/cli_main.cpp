@@ -30,6 +30,7 @@
 #include "app/cli/LoraRun.h"
 #include "app/cli/PathStatus.h"
 #include "app/cli/PngIO.h"
+#include "app/cli/PromptEmbeddingCheck.h"
 #include "app/cli/RunMemoryCheck.h"
 #include "app/cli/SdInfoCommand.h"
 #include "app/cli/TokensCommand.h"
@@ -427,7 +428,8 @@ int cmdRender(const CliOptions& options) {
     // config files or header), before the start image is decoded or any model loaded. The engine
     // checks a Stable Diffusion run against the model once it is loaded (its limits come from
     // three components).
-    checkRunMemory(config, runModelShape(config, model), backend, startImage);
+    const RunModelShape shape = runModelShape(config, model);
+    checkRunMemory(config, shape, backend, startImage);
 
     // The output folder: the last validation, before any work. It creates nothing: the --out
     // folder (and missing parents) are created only when the outputs are written, so a rejected
@@ -451,6 +453,10 @@ int cmdRender(const CliOptions& options) {
         for (const std::string& note : loras->notes()) std::cerr << "note: " << note << "\n";
         for (const std::string& note : loraHashNotes) std::cerr << "note: " << note << "\n";
     }
+
+    // The textual-inversion embeddings the prompts name: read and checked (a hostile or damaged file,
+    // vectors of another width than the text encoders') before any weights are (app/cli/PromptEmbeddingCheck.h).
+    if (sd) checkPromptEmbeddings(config, shape.sdModel);
 
     // Control images are files too: decoded and checked against the run's size before any model loads.
     std::vector<ImageTensor> controlImages = decodeControlImages(config);

@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
-#include <cmath>
 #include <filesystem>
 #include <initializer_list>
-#include <map>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
@@ -65,80 +62,6 @@ QString suggestedExportName(const RunRecord& record, ExportFormat format) {
     return {};
 }
 
-namespace {
-
-// Locale-independent numbers (std::to_chars never uses the C locale's decimal comma).
-std::string fixedText(double value, int decimals) {
-    if (!std::isfinite(value)) return {};
-    char buffer[64];
-    const auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, decimals);
-    return result.ec == std::errc() ? std::string(buffer, result.ptr) : std::string();
-}
-
-std::string shortestText(float value) {
-    if (!std::isfinite(value)) return {};
-    char buffer[64];
-    const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-    return result.ec == std::errc() ? std::string(buffer, result.ptr) : std::string();
-}
-
-// A MiB figure, or an empty field where it was not measured (< 0).
-std::string mibField(double mib) { return mib >= 0 ? fixedText(mib, 2) : std::string(); }
-
-std::string csvText(const std::string& text) {
-    if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-    std::string quoted = "\"";
-    for (const char c : text) {
-        if (c == '"') quoted += '"';
-        quoted += c;
-    }
-    return quoted + '"';
-}
-
-}  // namespace
-
-std::string timingsCsvText(const RunRecord& record) {
-    // The record holds device memory per batch (CUDA) and memory samples over time: device
-    // memory in use on CUDA, host RSS on the CPU engine.
-    const bool onDevice = record.environment.backend != "cpu";
-    double samplePeak = -1;
-    for (const MemorySample& sample : record.memory) samplePeak = std::max(samplePeak, sample.usedMiB);
-    const double runPeakDevice = record.peakDeviceMiB >= 0 ? record.peakDeviceMiB : (onDevice ? samplePeak : -1.0);
-    const double runPeakHost = onDevice ? -1.0 : samplePeak;
-    std::map<int, double> stepPeak;
-    for (const TileBatchTiming& batch : record.batches) {
-        if (batch.deviceMiB < 0) continue;
-        const auto found = stepPeak.find(batch.step);
-        if (found == stepPeak.end())
-            stepPeak.emplace(batch.step, batch.deviceMiB);
-        else
-            found->second = std::max(found->second, batch.deviceMiB);
-    }
-    std::string out =
-        "run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,step_peak_device_mib,run_peak_device_mib,"
-        "run_peak_host_rss_mib\n";
-    const std::string runId = csvText(record.runId);
-    const std::string runColumns = ',' + mibField(runPeakDevice) + ',' + mibField(runPeakHost) + '\n';
-    for (const TileBatchTiming& batch : record.batches) {
-        out += runId;
-        out += ',' + std::to_string(batch.step + 1);
-        out += ',' + shortestText(batch.timestep);
-        out += ',' + std::to_string(batch.batchIndex + 1);
-        out += ',';
-        for (std::size_t i = 0; i < batch.tileIds.size(); ++i) {
-            if (i > 0) out += ';';
-            out += std::to_string(batch.tileIds[i]);
-        }
-        out += ',' + (batch.gpuMs >= 0 ? fixedText(batch.gpuMs, 4) : std::string());
-        out += ',' + fixedText(batch.hostMs, 4);
-        out += ',' + mibField(batch.deviceMiB);
-        const auto peak = stepPeak.find(batch.step);
-        out += ',' + (peak != stepPeak.end() ? mibField(peak->second) : std::string());
-        out += runColumns;
-    }
-    return out;
-}
-
 std::string exportBytes(const RunResult& result, ExportFormat format, const std::string& path,
                         const std::vector<const RunRecord*>& earlier) {
     const RunRecord& record = result.record;
@@ -148,7 +71,7 @@ std::string exportBytes(const RunResult& result, ExportFormat format, const std:
             // The A1111 infotext (with the model's name and hash) and the whole manifest travel inside the PNG.
             return encodeRunPng(path, toRgb8(result.image), record, jsonText(manifestJson(record)));
         case ExportFormat::TimingsCsv:
-            return timingsCsvText(record);
+            return timingsCsv(record);
         case ExportFormat::ManifestJson:
             return jsonText(manifestJson(record), 2) + "\n";
         case ExportFormat::ChromeTrace: {

@@ -27,23 +27,12 @@ QString exportTitle(ExportFormat format);
 QString suggestedExportName(const RunRecord& record, ExportFormat format);
 
 // The contents of `result` (record and image) as `format`: PNG bytes (the A1111 parameters
-// line and the manifest inside), or text that is valid UTF-8 (core/run/RunRecordIO.h jsonText).
+// line and the manifest inside), or text that is valid UTF-8 (core/run/RunRecordIO.h jsonText;
+// the timings CSV is core/run/RunRecordIO.h timingsCsv, the file `tessera-cli render` writes).
 // `path` only names the file in messages; throws std::runtime_error for ImagePng when the
 // result has no image. `earlier` (ChromeTrace only): more runs shown as further processes.
 std::string exportBytes(const RunResult& result, ExportFormat format, const std::string& path,
                         const std::vector<const RunRecord*>& earlier = {});
-
-// The timings CSV the window exports: one row per (step, tile batch), in record order, with the header
-//   run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,step_peak_device_mib,
-//   run_peak_device_mib,run_peak_host_rss_mib
-// Steps and batches are numbered from 1, as the charts and the status line count them (the
-// record's indices are 0-based); tile_ids are TilePlan ids joined with ';'. device_mib: device
-// memory in use after the batch; step_peak_device_mib: the most of it over the step's batches;
-// run_peak_device_mib: the run's peak device memory (peakDeviceMiB, else the largest device
-// memory sample); run_peak_host_rss_mib: the largest host RSS sample (CPU runs). A figure the
-// record does not hold is an empty field. Numbers are written locale-independently; lines end
-// in "\n"; the run id is the only text.
-std::string timingsCsvText(const RunRecord& record);
 
 // exportBytes written to `path` through a core/OutputSet (a temporary file, then a rename);
 // throws std::runtime_error naming the path on failure. Overwrites: asking is the caller's job.

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 
 #include "core/base/BoundedInput.h"
 
@@ -17,20 +19,21 @@ namespace tessera {
 
 namespace {
 
-// Locale-independent fixed-point text (std::to_chars ignores the C locale, which Qt
-// applications set from the environment, e.g. a decimal comma).
+// Locale-independent numbers for the CSV (std::to_chars ignores the C locale, which Qt
+// applications set from the environment, e.g. a decimal comma). A CSV field holds numbers only:
+// a non-finite value is an empty field, as one not measured.
 std::string fixed(double v, int decimals) {
-    if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    if (!std::isfinite(v)) return {};
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
-    return std::string(buf, r.ptr);
+    return r.ec == std::errc() ? std::string(buf, r.ptr) : std::string();
 }
 
 std::string shortest(float v) {
-    if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    if (!std::isfinite(v)) return {};
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
+    return r.ec == std::errc() ? std::string(buf, r.ptr) : std::string();
 }
 
 std::string csvField(const std::string& s) {
@@ -42,6 +45,9 @@ std::string csvField(const std::string& s) {
     }
     return q + '"';
 }
+
+// A MiB figure with two decimals, or an empty field where it was not measured (< 0).
+std::string mibField(double mib) { return mib >= 0 ? fixed(mib, 2) : std::string(); }
 
 std::string joinIds(const std::vector<int>& ids, char sep) {
     std::string s;
@@ -168,18 +174,39 @@ std::string randomHex32() {
 }  // namespace
 
 std::string timingsCsv(const RunRecord& record) {
-    std::string out = "run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib\n";
+    // The record holds device memory per batch (CUDA) and memory samples over time: device
+    // memory in use on CUDA, host RSS on the CPU engine.
+    const bool onDevice = record.environment.backend != "cpu";
+    double samplePeak = -1;
+    for (const MemorySample& sample : record.memory) samplePeak = std::max(samplePeak, sample.usedMiB);
+    const double runPeakDevice = record.peakDeviceMiB >= 0 ? record.peakDeviceMiB : (onDevice ? samplePeak : -1.0);
+    const double runPeakHost = onDevice ? -1.0 : samplePeak;
+    std::map<int, double> stepPeak;
+    for (const TileBatchTiming& batch : record.batches) {
+        if (batch.deviceMiB < 0) continue;
+        const auto found = stepPeak.find(batch.step);
+        if (found == stepPeak.end())
+            stepPeak.emplace(batch.step, batch.deviceMiB);
+        else
+            found->second = std::max(found->second, batch.deviceMiB);
+    }
+    std::string out =
+        "run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,step_peak_device_mib,run_peak_device_mib,"
+        "run_peak_host_rss_mib\n";
     const std::string runId = csvField(record.runId);
-    for (const TileBatchTiming& b : record.batches) {
+    const std::string runColumns = ',' + mibField(runPeakDevice) + ',' + mibField(runPeakHost) + '\n';
+    for (const TileBatchTiming& batch : record.batches) {
         out += runId;
-        out += ',' + std::to_string(b.step);
-        out += ',' + shortest(b.timestep);
-        out += ',' + std::to_string(b.batchIndex);
-        out += ',' + joinIds(b.tileIds, ';');
-        out += ',' + (b.gpuMs >= 0 ? fixed(b.gpuMs, 4) : std::string());
-        out += ',' + fixed(b.hostMs, 4);
-        out += ',' + (b.deviceMiB >= 0 ? fixed(b.deviceMiB, 2) : std::string());
-        out += '\n';
+        out += ',' + std::to_string(batch.step + 1);
+        out += ',' + shortest(batch.timestep);
+        out += ',' + std::to_string(batch.batchIndex + 1);
+        out += ',' + joinIds(batch.tileIds, ';');
+        out += ',' + (batch.gpuMs >= 0 ? fixed(batch.gpuMs, 4) : std::string());
+        out += ',' + fixed(batch.hostMs, 4);
+        out += ',' + mibField(batch.deviceMiB);
+        const auto peak = stepPeak.find(batch.step);
+        out += ',' + (peak != stepPeak.end() ? mibField(peak->second) : std::string());
+        out += runColumns;
     }
     return out;
 }
@@ -808,8 +835,8 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
     // User strings appear in the manifest (and the PNG's copy of it); one byte can become six
     // ("\u0001"). Measured with dump(2)'s indentation and numbers at full length: fixed parts
     // about 10 KiB (with a full graph cache, notes and the phases around sampling), each step (timing and memory sample)
-    // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 60 plus
-    // 5 per tile id.
+    // about 300 bytes, each tile batch about 200 plus 14 per tile id; a CSV row about 100 plus
+    // 5 per tile id (its three memory columns up to 12 bytes each).
     const std::uintmax_t strings = 6 * (config.label.size() + config.initImage.size() + 2 * config.model.size() +
                                         3 * config.upscaleModel.size() + 3 * config.vae.size());
     // Each LoRA: its setting (the path three times: config, record, its tag in the parameters) and
@@ -820,7 +847,7 @@ OutputNeeds renderOutputNeeds(const RunConfig& config) {
         for (auto at = config.prompt.find(tag); at != std::string::npos; at = config.prompt.find(tag, at + 1))
             loraStrings += 512 + 6 * (config.prompt.size() - at < 256 ? config.prompt.size() - at : 256);
     const std::uintmax_t manifest = (16u << 10) + strings + loraStrings + steps * 384 + calls * (240 + 16 * batch);
-    const std::uintmax_t csv = 256 + calls * (96 + 8 * batch);
+    const std::uintmax_t csv = 256 + calls * (144 + 8 * batch);
     // PNG: one filter byte per row plus 3 bytes per pixel, when incompressible stored as is
     // with IDAT chunk headers (12 bytes per 8 KiB) and deflate's stored blocks (5 per 64 KiB),
     // under 0.2%, counted as 1/256; the parameters line; and the manifest's copy, which is

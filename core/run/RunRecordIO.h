@@ -15,10 +15,17 @@
 
 namespace tessera {
 
-// One row per (step, tile batch), in record order, with the header
-//   run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib
-// tile_ids joined with ';'. gpu_ms and device_mib are empty where not measured (< 0).
-// Lines end in "\n".
+// The timings CSV, the one the window exports and `tessera-cli render` writes: one row per
+// (step, tile batch), in record order, with the header
+//   run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,step_peak_device_mib,
+//   run_peak_device_mib,run_peak_host_rss_mib
+// Steps and batches are numbered from 1, as the charts and the status line count them (the
+// record's indices are 0-based); tile_ids are TilePlan ids joined with ';'. device_mib: device
+// memory in use after the batch; step_peak_device_mib: the most of it over the step's batches;
+// run_peak_device_mib: the run's peak device memory (peakDeviceMiB, else the largest device
+// memory sample); run_peak_host_rss_mib: the largest host RSS sample (CPU runs). A figure the
+// record does not hold (not measured, < 0, or not finite) is an empty field. Numbers are written
+// locale-independently; lines end in "\n"; the run id is the only text.
 std::string timingsCsv(const RunRecord& record);
 
 // Everything in the record, with "schema_version": RunRecord::kSchemaVersion and the

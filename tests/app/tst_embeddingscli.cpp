@@ -192,6 +192,39 @@ private slots:
         QVERIFY2(png.text("tessera-manifest").find("\"ti_hashes\": \"a1111: " + hash + "\"") != std::string::npos,
                  png.text("tessera-manifest").c_str());
     }
+
+    // An embedding the prompt names that no run could use is refused (exit 2, naming the file and
+    // what is wrong) before the model's weights are read, and the render writes nothing: a hostile
+    // pickle, NaN values, and vectors of another width than the model's text encoder.
+    void renderRefusesBadEmbeddingsBeforeLoading() {
+        struct Case {
+            const char* file;
+            const char* name;
+            const char* says;  // in the message
+        };
+        const Case cases[] = {{"ti-evil.pt", "evil", ""},
+                              {"ti-nan.safetensors", "nanny", "NaN"},
+                              {"ti-wide.safetensors", "wide", "width"}};
+        for (const Case& c : cases) {
+            QTemporaryDir dir;
+            const std::string folder = dir.path().toStdString() + "/embeddings";
+            fs::create_directories(folder);
+            const std::string file = folder + "/" + c.name + fs::path(c.file).extension().string();
+            fs::copy_file(kData + "/bad/" + c.file, file);
+            const QString out = dir.filePath("out");
+            const testing::CliRun r = testing::runCli(
+                {"render", "--model", TESSERA_TEST_DATA "/sdpipeline/sd1", "--backend", "cpu", "--width", "64",
+                 "--height", "64", "--tile", "64", "--steps", "2", "--prompt", QStringLiteral("a %1 cube").arg(c.name),
+                 "--embeddings-dir", QString::fromStdString(folder), "--out", out});
+            const std::string said = testing::describe(r).toStdString();
+            QVERIFY2(r.exitCode == 2, said.c_str());
+            QVERIFY2(r.err.contains(QString::fromStdString(file)), said.c_str());
+            QVERIFY2(r.err.contains(QString::fromLatin1(c.says)), said.c_str());
+            QVERIFY2(!r.err.contains(QStringLiteral("loading:")), said.c_str());  // no weights read
+            QVERIFY2(!fs::exists(out.toStdString()) || fs::is_empty(out.toStdString()), said.c_str());
+            QVERIFY(!fs::exists("pwned"));
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestEmbeddingsCli)

@@ -1,19 +1,33 @@
 // The window's timings CSV (File > Export > Timings): steps and tile batches numbered from 1 as the
 // step chart and the status line number them, and the memory the record holds (device memory per
 // batch, its peak per step, the run's peak; host RSS on the CPU engine) in columns of their own.
+// `tessera-cli render` writes the same file, byte for byte, as its <run-id>.csv.
 #include <QtTest/QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
 
 #include <clocale>
 #include <string>
 
 #include "app/qt/Exporters.h"
+#include "core/base/BoundedInput.h"
 #include "core/run/Engine.h"
+#include "core/run/RunRecordIO.h"
+#include "tests/app/CliRun.h"
 
 using namespace tessera;
 
 namespace {
 
 QStringList csvLines(const std::string& text) { return QString::fromStdString(text).split('\n', Qt::SkipEmptyParts); }
+
+std::string readAll(const QString& path) {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    return file.readAll().toStdString();
+}
 
 const QString kHeader = QStringLiteral(
     "run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,step_peak_device_mib,run_peak_device_mib,"
@@ -126,6 +140,37 @@ private slots:
         QVERIFY2(QString::fromStdString(csv).contains(QStringLiteral(",2.5000,0.1250,812.50,830.25,901.75,\n")),
                  csv.c_str());
         if (!switched) qInfo("de_DE.UTF-8 is not installed; checked in the current locale only");
+    }
+
+    // A tiny render on the CPU engine (two steps of two tile batches): its <run-id>.csv is the
+    // window's export of the run's record (read back from its manifest), byte for byte.
+    void cliRenderWritesTheWindowsCsv() {
+        const QString model = QStringLiteral(TESSERA_TEST_DATA "/models/cifar_like");
+        if (!QFileInfo::exists(model + "/config.json")) QSKIP("tests/data/models/cifar_like is not there");
+        QTemporaryDir out;
+        QVERIFY(out.isValid());
+        const testing::CliRun r =
+            testing::runCli({"render", "--model",   model,       "--width", "48",      "--height", "40",
+                             "--tile", "32",        "--overlap", "16",      "--steps", "2",        "--batch",
+                             "2",      "--backend", "cpu",       "--seed",  "3",       "--out",    out.path()});
+        QVERIFY2(r.exitCode == 0, qPrintable(testing::describe(r)));
+        const QStringList manifests = QDir(out.path()).entryList({"*.json"}, QDir::Files);
+        QCOMPARE(manifests.size(), 1);
+        const QString runId = QFileInfo(manifests.front()).completeBaseName();
+        const std::string cliCsv = readAll(out.filePath(runId + ".csv"));
+        RunResult result;
+        result.record = runRecordFromManifest(
+            parseBoundedJson(readAll(out.filePath(runId + ".json")), "manifest", runId.toStdString() + ".json"));
+        QCOMPARE(result.record.batches.size(), std::size_t(4));
+        QCOMPARE(QString::fromStdString(cliCsv),
+                 QString::fromStdString(exportBytes(result, ExportFormat::TimingsCsv, "t.csv")));
+        const QStringList rows = csvLines(cliCsv);
+        QCOMPARE(rows.size(), 5);
+        QCOMPARE(rows[0], kHeader);
+        QCOMPARE(rows[1].split(',')[1], QStringLiteral("1"));  // steps counted from 1
+        QCOMPARE(rows[1].split(',')[3], QStringLiteral("1"));  // and batches
+        QCOMPARE(rows[4].split(',')[1], QStringLiteral("2"));
+        QCOMPARE(rows[4].split(',')[3], QStringLiteral("2"));
     }
 };
 

@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 
 #include <clocale>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -136,31 +137,54 @@ private slots:
         QVERIFY2(first < second, (first + " then " + second).c_str());
     }
 
+    // The one timings CSV (the window's export and the CLI's <run-id>.csv): steps and batches
+    // counted from 1, with the step's and the run's memory peaks.
     void csvRowsAndColumns() {
         const RunRecord r = sampleRecord();
         const QStringList rows = lines(timingsCsv(r));
         QCOMPARE(rows.size(), 4);  // header + one row per step x tile batch
-        QCOMPARE(rows[0], QString("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib"));
-        for (const QString& row : rows) QCOMPARE(row.split(',').size(), 8);
+        QCOMPARE(rows[0], QString("run_id,step,timestep,batch,tile_ids,gpu_ms,host_ms,device_mib,"
+                                  "step_peak_device_mib,run_peak_device_mib,run_peak_host_rss_mib"));
+        for (const QString& row : rows) QCOMPARE(row.split(',').size(), 11);
         const QStringList first = rows[1].split(',');
         QCOMPARE(first[0], QString::fromStdString(r.runId));
-        QCOMPARE(first[1], QString("0"));
+        QCOMPARE(first[1], QString("1"));
         QCOMPARE(first[2].toDouble(), 980.0);
-        QCOMPARE(first[3], QString("0"));
+        QCOMPARE(first[3], QString("1"));
         QCOMPARE(first[4], QString("0;1"));
         QCOMPARE(first[5].toDouble(), 2.5);
         QCOMPARE(first[6].toDouble(), 0.125);
-        QCOMPARE(first[7].toDouble(), 812.5);
+        QCOMPARE(first[7], QString("812.50"));
+        QCOMPARE(first[8], QString("815.00"));  // the most over step 1's two batches
+        QCOMPARE(first[9], QString("816.00"));  // peakDeviceMiB
+        QCOMPARE(first[10], QString());         // a CUDA run: no host RSS peak
+        QCOMPARE(rows[2].split(',')[3], QString("2"));
         const QStringList last = rows[3].split(',');
-        QCOMPARE(last[1], QString("1"));
+        QCOMPARE(last[1], QString("2"));
         QCOMPARE(last[2].toDouble(), 498.25);
+        QCOMPARE(last[3], QString("1"));
         QCOMPARE(last[4], QString("0;1;2"));
         QCOMPARE(last[5], QString());  // not measured
         QCOMPARE(last[6].toDouble(), 3.75);
         QCOMPARE(last[7], QString());
+        QCOMPARE(last[8], QString());  // no batch of step 2 measured device memory
+        QCOMPARE(last[9], QString("816.00"));
 
         RunRecord empty;
         QCOMPARE(lines(timingsCsv(empty)).size(), 1);
+    }
+
+    // A figure that is not finite is an empty field, never "nan" or "inf" in a column of numbers.
+    void csvNonFiniteFieldsAreEmpty() {
+        RunRecord r = sampleRecord();
+        r.batches[0].timestep = std::numeric_limits<float>::quiet_NaN();
+        r.batches[0].hostMs = std::numeric_limits<double>::infinity();
+        r.batches[0].gpuMs = std::numeric_limits<double>::infinity();
+        const QStringList first = lines(timingsCsv(r))[1].split(',');
+        QCOMPARE(first.size(), 11);
+        QCOMPARE(first[2], QString());
+        QCOMPARE(first[5], QString());
+        QCOMPARE(first[6], QString());
     }
 
     void csvIsLocaleIndependent() {
