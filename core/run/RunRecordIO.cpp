@@ -413,6 +413,7 @@ nlohmann::json manifestJson(const RunRecord& r) {
     if (r.tileBatch) j["tile_batch"] = tileBatchJson(*r.tileBatch);
     if (r.upscaleModel) j["upscale_model"] = upscaleModelJson(*r.upscaleModel);
     if (!r.loras.empty()) j["loras"] = lorasJson(r.loras);
+    if (!r.controlNetHashes.empty()) j["controlnet_hashes"] = r.controlNetHashes;
     if (r.vaeFile) j["vae_file"] = vaeFileJson(*r.vaeFile);
     j["messages"] = r.messages;
     return j;
@@ -711,6 +712,9 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     r.tileBatch = readTileBatch(j);
     r.upscaleModel = readUpscaleModel(j);
     r.loras = readLoras(j);
+    top.readList(
+        j, "controlnet_hashes", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); },
+        r.controlNetHashes);
     r.vaeFile = readVaeFile(j);
     top.readList(
         j, "messages", "an array of strings", [](const nlohmann::json& v) { return v.is_string(); }, r.messages);

@@ -285,6 +285,16 @@ private slots:
         QCOMPARE(back.tileBatch->lowered[0].reason, std::string("needs 900 MiB, 512 MiB free"));
         QVERIFY(back.tileBatch->loweredToFit());
         QCOMPARE(manifestJson(back), j);  // nothing lost either way
+        // The ControlNets' hashes where the run had ControlNets (a reopened run's infotext names them).
+        RunRecord controlled = sampleRecord();
+        controlled.controlNetHashes = {"a371b31b", ""};
+        const nlohmann::json cj = manifestJson(controlled);
+        QCOMPARE(cj.at("controlnet_hashes"), nlohmann::json({"a371b31b", ""}));
+        QVERIFY(!j.contains("controlnet_hashes"));
+        QCOMPARE(runRecordFromManifest(nlohmann::json::parse(cj.dump())).controlNetHashes, controlled.controlNetHashes);
+        nlohmann::json bad = cj;
+        bad["controlnet_hashes"] = nlohmann::json({1});
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, runRecordFromManifest(bad));
     }
 
     // A manifest without the phases (a run without them, or one written before they were data)
