@@ -45,7 +45,7 @@ void CostPreview::showCost(const RunConfig& c, bool planValid) {
             evaluations_->setText(
                 tr("%1 per step, %2 total")
                     .arg(plan.evaluationsPerStep())
-                    .arg(QLocale().toString(static_cast<qlonglong>(plan.totalEvaluations(std::max(0, c.steps))))));
+                    .arg(QLocale().toString(static_cast<qlonglong>(plan.totalEvaluations(std::max(0, loopSteps(c)))))));
             batches_->setText(tr("%1 (batch %2)").arg((plan.count() + batch - 1) / batch).arg(batch));
             return;
         } catch (const std::exception& e) {

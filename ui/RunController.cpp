@@ -142,8 +142,8 @@ void RunController::stop() {
 void RunController::beginRunDisplay(const RunConfig& config) {
     runConfig_ = config;
     progress_ = RunProgress{};
-    progress_.steps = config.steps;
-    progress_.firstStep = std::clamp(firstStepRun(config, !config.initImage.empty()), 0, config.steps);
+    progress_.steps = loopSteps(config);  // model evaluations: Heun's 20 steps are 39
+    progress_.firstStep = std::clamp(firstLoopStep(config, !config.initImage.empty()), 0, progress_.steps);
     upscaleTilesDone_ = upscaleTiles_ = 0;
     try {
         TilePlan plan = TilePlan::fromConfig(config);
@@ -218,8 +218,9 @@ void RunController::onRunStarted(quint64 runId, const RunRecord& record) {
     if (runId != currentRunId_) return;
     progress_.started = true;
     progress_.tiles = record.tileCount;
-    progress_.steps = record.config.steps;
-    progress_.firstStep = std::clamp(firstStepRun(record.config, !record.config.initImage.empty()), 0, progress_.steps);
+    progress_.steps = loopSteps(record.config);
+    progress_.firstStep =
+        std::clamp(firstLoopStep(record.config, !record.config.initImage.empty()), 0, progress_.steps);
     startedRecord_ = record;
     emit runStarted(record);
     samplingClock_.start();
@@ -306,11 +307,11 @@ void RunController::showFinishedRun(const FinishedRun& run, bool keepInHistory) 
     canvas_->setActiveTiles({});
     // The bars keep the run's end state: the steps run of those it was to run (its first step
     // from the record), and all tiles of a finished run.
-    progress_.steps = record.config.steps;
+    progress_.steps = loopSteps(record.config);
     progress_.firstStep =
         !record.steps.empty()
             ? std::clamp(record.steps.front().step, 0, progress_.steps)
-            : std::clamp(firstStepRun(record.config, !record.config.initImage.empty()), 0, progress_.steps);
+            : std::clamp(firstLoopStep(record.config, !record.config.initImage.empty()), 0, progress_.steps);
     progress_.step = progress_.firstStep + record.stepsRun;
     progress_.tilesDone = record.status == RunStatus::Finished ? progress_.tiles : progress_.tilesDone;
     status_->showProgress(progress_, running_);

@@ -206,7 +206,7 @@ int cmdPlan(const CliOptions& options) {
     const TilePlan plan = TilePlan::fromConfig(config);
     const int tiles = plan.count();
     const int batch = resolveTileBatch(config.tileBatch, tiles);
-    const int stepsRun = config.steps - firstStepRun(config, !config.initImage.empty());
+    const int stepsRun = loopSteps(config) - firstLoopStep(config, !config.initImage.empty());
     std::cout << "image        " << config.width << " x " << config.height << " px\n"
               << "tile grid    " << plan.cols() << " cols x " << plan.rows() << " rows\n"
               << "tile         " << plan.tileW() << " x " << plan.tileH() << " px\n"

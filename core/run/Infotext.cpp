@@ -1204,7 +1204,7 @@ struct ComfyReader {
         if (!name || !schedule) return;
         const std::string shown = "sampler_name: " + jsonShown(*name) + ", scheduler: " + jsonShown(*schedule);
         // ComfyUI's names (comfy/samplers.py KSAMPLER_NAMES, SCHEDULER_NAMES) that Tessera runs.
-        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 12> kComfy{{
+        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 18> kComfy{{
             {"euler", "normal", SchedulerKind::Euler, false},
             {"euler", "karras", SchedulerKind::Euler, true},
             {"euler_ancestral", "normal", SchedulerKind::EulerAncestral, false},
@@ -1214,6 +1214,12 @@ struct ComfyReader {
             {"dpmpp_2m_sde", "karras", SchedulerKind::DPMPP2MSDE, true},
             {"lms", "normal", SchedulerKind::LMS, false},
             {"lms", "karras", SchedulerKind::LMS, true},
+            {"heun", "normal", SchedulerKind::Heun, false},
+            {"heun", "karras", SchedulerKind::Heun, true},
+            {"dpm_2", "normal", SchedulerKind::DPM2, false},
+            {"dpm_2", "karras", SchedulerKind::DPM2, true},
+            {"dpmpp_sde", "normal", SchedulerKind::DPMPPSDE, false},
+            {"dpmpp_sde", "karras", SchedulerKind::DPMPPSDE, true},
             {"ddim", "normal", SchedulerKind::DDIM, false},
             {"ddim", "ddim_uniform", SchedulerKind::DDIM, false},
             {"ddpm", "normal", SchedulerKind::DDPM, false},

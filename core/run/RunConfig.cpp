@@ -214,13 +214,6 @@ void checkText(Problems& problems, const std::string& field, std::string_view va
 }
 
 void checkScheduler(Problems& problems, const RunConfig& config) {
-    // Heun, DPM2 and DPM++ SDE are diffusers' schedulers in core/sampling/Scheduler.h, but they take two model
-    // evaluations a step, which the tiled loop does not schedule yet (StepUpdate.h).
-    if (config.scheduler == SchedulerKind::Heun || config.scheduler == SchedulerKind::DPM2 ||
-        config.scheduler == SchedulerKind::DPMPPSDE)
-        problems.add("scheduler", inQuotes(toString(config.scheduler)) +
-                                      " is not run by Tessera's engines yet; use ddpm, ddim, euler, euler_a, lms, "
-                                      "dpmpp_2m or dpmpp_2m_sde");
     const SchedulerOptions& o = config.schedulerOptions;
     if (o.numTrainTimesteps < 1)
         problems.add("num_train_timesteps",
@@ -412,6 +405,18 @@ void validate(const RunConfig& config, const ModelLimits& limits) {
 
 int firstStepRun(const RunConfig& config, bool fromImage) {
     return fromImage ? config.steps - static_cast<int>(config.steps * config.strength) : 0;
+}
+
+int evaluationsPerStep(SchedulerKind kind) {
+    return kind == SchedulerKind::Heun || kind == SchedulerKind::DPM2 || kind == SchedulerKind::DPMPPSDE ? 2 : 1;
+}
+
+int loopSteps(const RunConfig& config) {
+    return evaluationsPerStep(config.scheduler) == 2 ? 2 * config.steps - 1 : config.steps;
+}
+
+int firstLoopStep(const RunConfig& config, bool fromImage) {
+    return std::min(firstStepRun(config, fromImage) * evaluationsPerStep(config.scheduler), loopSteps(config));
 }
 
 }  // namespace tessera

@@ -246,6 +246,16 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 // strength 0 gives `steps`, nothing to denoise). The steps a run evaluates are steps minus this.
 int firstStepRun(const RunConfig& config, bool fromImage);
 
+// Model evaluations per sampling step (diffusers' scheduler.order): 2 for Heun, DPM2 and DPM++ SDE,
+// else 1. Their n steps evaluate the model 2n - 1 times (the last step once), and the tiled loop
+// counts one step per evaluation, as diffusers' scheduler.timesteps does.
+int evaluationsPerStep(SchedulerKind kind);
+// The steps the tiled loop counts for config.steps: steps, or 2 steps - 1.
+int loopSteps(const RunConfig& config);
+// The loop step a run begins at: firstStepRun times evaluationsPerStep (diffusers' img2img
+// get_timesteps: timesteps[t_start * order:]).
+int firstLoopStep(const RunConfig& config, bool fromImage);
+
 // JSON with the CLI's field names: width, height, seed, steps, scheduler, scheduler_options{...},
 // tile, overlap (int px or "25%" or fraction <1 as number), window, fusion, batch, graphs,
 // graph_warmup, graph_cache, lanes, precision, backend, threads, model, preview_every, init,

@@ -27,6 +27,9 @@ constexpr DisplayNameEntry kDisplayNames[] = {
     {SchedulerKind::DPMPP2M, "DPM++ 2M", true, AutomaticSchedule::Karras},
     {SchedulerKind::DPMPP2MSDE, "DPM++ 2M SDE", true, AutomaticSchedule::Unsupported},
     {SchedulerKind::LMS, "LMS", true, AutomaticSchedule::Uniform},
+    {SchedulerKind::Heun, "Heun", true, AutomaticSchedule::Uniform},
+    {SchedulerKind::DPM2, "DPM2", true, AutomaticSchedule::Uniform},
+    {SchedulerKind::DPMPPSDE, "DPM++ SDE", true, AutomaticSchedule::Karras},
     {SchedulerKind::DDIM, "DDIM", false, AutomaticSchedule::Uniform},
     {SchedulerKind::DDPM, "DDPM", false, AutomaticSchedule::Uniform},
 };

@@ -530,7 +530,7 @@ class KarrasOdeScheduler final : public Scheduler {
 public:
     KarrasOdeScheduler(SchedulerKind kind, const SchedulerOptions& o) : Scheduler(kind, o), train_(alphasCumprod_) {}
 
-    int evaluationsPerStep() const override { return kind_ == SchedulerKind::LMS ? 1 : 2; }
+    int evaluationsPerStep() const override { return tessera::evaluationsPerStep(kind_); }
 
     void setTimesteps(int n) override {
         checkSteps(n);

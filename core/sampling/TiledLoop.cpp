@@ -156,8 +156,8 @@ std::vector<TileBatch> tileBatches(const TilePlan& outPlan, int batchSize, int l
 }
 
 // x_T from Philox draw 0 (times the initial sigma), or for image-to-image the start image noised
-// to the level of the first step run. `startStep` becomes that step's index (steps when there is
-// nothing to denoise).
+// to the level of the first step run. `startStep` becomes that step's index in the scheduler's
+// evaluations (numSteps() when there is nothing to denoise).
 CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, const ImageTensor* init, int& startStep) {
     CanvasStart start;
     startStep = 0;
@@ -167,9 +167,9 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
         start.sigma = scheduler.initNoiseSigma();
         return start;
     }
-    startStep = firstStepRun(config, true);
+    startStep = std::min(firstStepRun(config, true) * scheduler.evaluationsPerStep(), scheduler.numSteps());
     start.image = &init->data;
-    if (startStep >= config.steps) {
+    if (startStep >= scheduler.numSteps()) {
         start.kind = CanvasStart::Kind::Image;  // strength 0: nothing to denoise
         return start;
     }
@@ -849,7 +849,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     pass.batchSize = batchSize;
     pass.lanes = devicePlan.lanes;
     pass.batches = tileBatches(plan, batchSize, devicePlan.lanes);
-    for (int k = 0; k < config.steps; ++k) pass.coefficients.push_back(scheduler->coefficients(k));
+    // One step per model evaluation (Heun, DPM2, DPM++ SDE: 2 steps - 1), as diffusers' timesteps.
+    for (int k = 0; k < scheduler->numSteps(); ++k) pass.coefficients.push_back(scheduler->coefficients(k));
     pass.seed = config.seed;
     pass.previewEvery = config.previewEvery;
     pass.precision = devicePlan.precision;
@@ -864,7 +865,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     }
     if (job.controls)
         pass.controls = passControls(*job.denoiser.graph, *job.controls, *job.hints, canvas.height, canvas.width,
-                                     config.steps, startStep);
+                                     pass.steps(), startStep);
     if (!job.init && !startNoise_.data.empty()) {
         if (startNoise_.channels != C || startNoise_.height != canvas.height || startNoise_.width != canvas.width ||
             startNoise_.data.size() != static_cast<std::size_t>(C) * canvas.height * canvas.width)
@@ -900,7 +901,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     device.finishRun(record);
     result.image = ImageTensor{C, canvas.height, canvas.width, device.readCanvas()};
     record.status = finished ? RunStatus::Finished : RunStatus::Cancelled;
-    if (finished && startStep < config.steps)
+    if (finished && startStep < pass.steps())
         result.seamMap = seamMapFrom(C, canvas.height, canvas.width, device.readSeams());
     return result;
 }

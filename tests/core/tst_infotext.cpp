@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/run/Infotext.h"
+#include "core/run/SamplerNames.h"
 #include "core/run/RunConfigFields.h"
 #include "tests/core/ErrorText.h"
 
@@ -357,7 +358,10 @@ private slots:
         row("DDIM", "Steps: 20, Sampler: DDIM, Seed: 1", ddim, false);
         row("DDPM", "Steps: 20, Sampler: DDPM, Seed: 1", ddpm, false);
         row("Euler a has no Karras", "Steps: 20, Sampler: Euler a, Schedule type: Karras, Seed: 1", -1, false);
-        row("DPM++ SDE Karras", "Steps: 20, Sampler: DPM++ SDE Karras, Seed: 1", -1, false);
+        row("DPM++ SDE Karras", "Steps: 20, Sampler: DPM++ SDE Karras, Seed: 1", n(SchedulerKind::DPMPPSDE), true);
+        row("LMS", "Steps: 20, Sampler: LMS, Schedule type: Automatic, Seed: 1", n(SchedulerKind::LMS), false);
+        row("Heun Karras", "Steps: 20, Sampler: Heun, Schedule type: Karras, Seed: 1", n(SchedulerKind::Heun), true);
+        row("DPM2 a", "Steps: 20, Sampler: DPM2 a, Seed: 1", -1, false);
         row("Exponential", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Exponential, Seed: 1", -1, false);
         row("UniPC", "Steps: 20, Sampler: UniPC, Seed: 1", -1, false);
     }
@@ -378,8 +382,7 @@ private slots:
         }
         QVERIFY2(imported.unmapped.empty(), joined(messages(imported)).c_str());
         QCOMPARE(n(c.scheduler), kind);
-        if (kind == n(SchedulerKind::Euler) || kind == n(SchedulerKind::DPMPP2M))
-            QCOMPARE(c.schedulerOptions.karrasSigmas, karras);
+        if (samplerHasKarras(SchedulerKind(kind))) QCOMPARE(c.schedulerOptions.karrasSigmas, karras);
     }
 
     // Batch: a number, or "auto" (a config whose tile batch is auto; a record writes the batch that ran).

@@ -243,17 +243,20 @@ private slots:
         // DPM++ SDE adds noise at both evaluations of a step but the last (σ_N = 0: Euler's).
         auto sde = made(SchedulerKind::DPMPPSDE, sdOptions(), 4);
         for (int k = 0; k < sde->numSteps(); ++k) QCOMPARE(sde->addsNoise(k), k + 1 < sde->numSteps());
-        // The tiled loop does not schedule two evaluations a step yet: a run asking for these is refused
-        // up front (LMS, one evaluation a step with history canvases, runs).
-        for (const SchedulerKind kind : {SchedulerKind::Heun, SchedulerKind::DPM2, SchedulerKind::DPMPPSDE}) {
+        // The tiled loop counts one step per evaluation: 2n - 1 for these, beginning image-to-image at
+        // evaluation b * 2 (diffusers' get_timesteps: timesteps[t_start * order:]).
+        for (const SchedulerKind kind :
+             {SchedulerKind::Heun, SchedulerKind::LMS, SchedulerKind::DPM2, SchedulerKind::DPMPPSDE}) {
             RunConfig config;
             config.scheduler = kind;
-            try {
-                validate(config);
-                QFAIL("validate accepted a scheduler the engines do not run");
-            } catch (const ValidationError& e) {
-                QCOMPARE(e.field(), std::string("scheduler"));
-            }
+            config.steps = 10;
+            config.strength = 0.55;
+            validate(config);
+            const int per = evaluationsPerStep(kind);
+            QCOMPARE(per, made(kind, sdOptions(), 10)->evaluationsPerStep());
+            QCOMPARE(loopSteps(config), made(kind, sdOptions(), 10)->numSteps());
+            QCOMPARE(firstLoopStep(config, true), (10 - 5) * per);
+            QCOMPARE(firstLoopStep(config, false), 0);
         }
     }
 
@@ -588,18 +591,23 @@ private slots:
         expect("LMS", "Karras", parsed(SchedulerKind::LMS, true));
         expect("LMS Karras", "", parsed(SchedulerKind::LMS, true));
         expect("LMS", "Automatic", parsed(SchedulerKind::LMS, false));
+        expect("DPM++ SDE", "Automatic", parsed(SchedulerKind::DPMPPSDE, true));  // A1111's default: Karras
+        expect("DPM++ SDE Karras", "", parsed(SchedulerKind::DPMPPSDE, true));
+        expect("Heun", "Automatic", parsed(SchedulerKind::Heun, false));
+        expect("DPM2", "Karras", parsed(SchedulerKind::DPM2, true));
         expect("", "", Parsed());
         expect(" Karras", "", Parsed());
         expect("Karras", "", Parsed());
         // Round trip: what is written is read back as what ran.
         for (const SchedulerKind kind :
              {SchedulerKind::DDPM, SchedulerKind::DDIM, SchedulerKind::Euler, SchedulerKind::EulerAncestral,
-              SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE, SchedulerKind::LMS})
+              SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE, SchedulerKind::LMS, SchedulerKind::Heun,
+              SchedulerKind::DPM2, SchedulerKind::DPMPPSDE})
             for (const bool karras : {false, true}) {
                 o.karrasSigmas = karras;
                 const SamplerDisplay d = samplerDisplayName(kind, o);
-                const bool withKarras = kind == SchedulerKind::Euler || kind == SchedulerKind::DPMPP2M ||
-                                        kind == SchedulerKind::DPMPP2MSDE || kind == SchedulerKind::LMS;
+                const bool withKarras =
+                    kind != SchedulerKind::EulerAncestral && kind != SchedulerKind::DDIM && kind != SchedulerKind::DDPM;
                 const bool ran = karras && withKarras;
                 QCOMPARE(samplerHasKarras(kind), withKarras);
                 expect(d.sampler, d.scheduleType, parsed(kind, ran));

@@ -154,6 +154,15 @@ private slots:
         QTest::newRow("lms karras sample img2img") << lms << sample << int(GraphMode::Off) << true;
         QTest::newRow("lms karras sample step graphs") << lms << sample << int(GraphMode::Step) << false;
         QTest::newRow("lms karras noise tile graphs") << lms << noise << int(GraphMode::Tile) << true;
+        // Two model evaluations a step (2n - 1 loop steps): Heun and DPM2 keep the step's start in
+        // the history canvases; DPM++ SDE adds noise at both.
+        const int heun = int(SchedulerKind::Heun), dpm2 = int(SchedulerKind::DPM2), psde = int(SchedulerKind::DPMPPSDE);
+        QTest::newRow("heun karras sample") << heun << sample << int(GraphMode::Off) << false;
+        QTest::newRow("heun karras noise img2img step graphs") << heun << noise << int(GraphMode::Step) << true;
+        QTest::newRow("dpm2 karras sample tile graphs") << dpm2 << sample << int(GraphMode::Tile) << false;
+        QTest::newRow("dpm2 karras noise img2img") << dpm2 << noise << int(GraphMode::Off) << true;
+        QTest::newRow("dpmpp_sde karras sample step graphs") << psde << sample << int(GraphMode::Step) << false;
+        QTest::newRow("dpmpp_sde karras noise img2img") << psde << noise << int(GraphMode::Off) << true;
     }
     void matchesCpuDevice() {
         QFETCH(int, scheduler);
