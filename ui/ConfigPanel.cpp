@@ -19,6 +19,7 @@
 #include "ui/LoraGroup.h"
 #include "ui/ModelGroup.h"
 #include "ui/ModelPicker.h"
+#include "ui/NoiseGroup.h"
 #include "ui/PromptGroup.h"
 #include "ui/TilingGroup.h"
 
@@ -54,7 +55,10 @@ const QString kNegativePrompt = QStringLiteral("negative_prompt");
 }  // namespace
 
 ConfigPanel::ConfigPanel(QWidget* parent)
-    : QWidget(parent), inspector_(new ModelInspector(this)), catalog_(new ModelCatalog(this)) {
+    : QWidget(parent),
+      inspector_(new ModelInspector(this)),
+      catalog_(new ModelCatalog(this)),
+      tokenCounter_(new PromptTokenCounter(this)) {
     setObjectName(QStringLiteral("configPanel"));
     connect(inspector_, &ModelInspector::inspected, this, &ConfigPanel::onModelInspected);
     connect(inspector_, &ModelInspector::defaultModelLocated, this, [this](const QString& folder) {
@@ -62,9 +66,9 @@ ConfigPanel::ConfigPanel(QWidget* parent)
         setDefaultModelFolder(folder);
         emit modelChecked();
     });
-    connect(inspector_, &ModelInspector::tokensCounted, this,
-            [this](quint64, const QString& field, int tokens, const QString& error) {
-                onTokensCounted(field, tokens, error);
+    connect(tokenCounter_, &PromptTokenCounter::counted, this,
+            [this](quint64, const QString& field, int tokens, int embeddings, const QString& error) {
+                onTokensCounted(field, tokens, embeddings, error);
             });
     // Invalid editors get a red frame; the reason sits right under them.
     setStyleSheet(
@@ -80,9 +84,10 @@ ConfigPanel::ConfigPanel(QWidget* parent)
     lora_ = new LoraGroup;
     start_ = new StartImageGroup;
     image_ = new ImageGroup;
+    noise_ = new NoiseGroup;
     tiling_ = new TilingGroup;
     graphs_ = new GraphsGroup;
-    groups_ = {model_, prompt_, lora_, start_, image_, tiling_, graphs_};
+    groups_ = {model_, prompt_, lora_, start_, image_, noise_, tiling_, graphs_};
     cost_ = new CostPreview;
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
@@ -144,7 +149,7 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     for (ConfigGroup* group :
          {static_cast<ConfigGroup*>(image_), static_cast<ConfigGroup*>(prompt_), static_cast<ConfigGroup*>(lora_),
           static_cast<ConfigGroup*>(start_), static_cast<ConfigGroup*>(model_), static_cast<ConfigGroup*>(tiling_),
-          static_cast<ConfigGroup*>(graphs_)})
+          static_cast<ConfigGroup*>(graphs_), static_cast<ConfigGroup*>(noise_)})
         group->showConfig(config);
     applying_ = false;
     onEdited();
@@ -258,14 +263,17 @@ void ConfigPanel::requestTokenCounts() {
         prompt_->clearTokenCount(kNegativePrompt);
         return;
     }
-    // The tokenizer is read (once) and the prompt chunked on the inspector's pool, never here.
-    inspector_->countTokens(inspection_->folder, kPrompt, prompt_->promptText());
-    inspector_->countTokens(inspection_->folder, kNegativePrompt, prompt_->negativePromptText());
+    // The tokenizer and the embeddings are read (once) and the prompt chunked on the counter's
+    // queue, never here; embeddings count by their vectors, as in A1111.
+    RunConfig counted = base_;
+    counted.model = inspection_->folder.toStdString();
+    tokenCounter_->count(counted, kPrompt, prompt_->promptText());
+    tokenCounter_->count(counted, kNegativePrompt, prompt_->negativePromptText());
 }
 
-void ConfigPanel::onTokensCounted(const QString& field, int tokens, const QString& error) {
+void ConfigPanel::onTokensCounted(const QString& field, int tokens, int embeddings, const QString& error) {
     if (!modelIsStableDiffusion()) return prompt_->clearTokenCount(field);
-    prompt_->showTokenCount(field, tokens, error);
+    prompt_->showTokenCount(field, tokens, error, embeddings);
 }
 
 QString ConfigPanel::tokenCountText(const QString& field) const { return prompt_->tokenCountText(field); }

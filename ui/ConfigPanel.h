@@ -1,5 +1,5 @@
 // ConfigPanel: the run settings, in groups (ModelGroup, PromptGroup, LoraGroup, StartImageGroup,
-// ImageGroup, TilingGroup, GraphsGroup; each a ConfigGroup) and a CostPreview, with each invalid
+// ImageGroup, NoiseGroup, TilingGroup, GraphsGroup; each a ConfigGroup) and a CostPreview, with each invalid
 // value marked beside its field (the reason from validateAll) and a live cost preview (tiles,
 // redundancy, UNet evaluations). Holds no run state; the window asks for config().
 //
@@ -34,6 +34,7 @@
 #include "app/cli/EngineFactory.h"
 #include "app/cli/InitImage.h"
 #include "app/qt/ModelInspector.h"
+#include "app/qt/PromptTokenCounter.h"
 #include "core/run/RunConfig.h"
 #include "ui/StartImageGroup.h"
 
@@ -49,6 +50,7 @@ class LoraGroup;
 class ModelCatalog;
 class ModelGroup;
 class ModelPicker;
+class NoiseGroup;
 class PromptGroup;
 class TilingGroup;
 
@@ -82,6 +84,7 @@ public:
     // The default model is being looked for, or the model folder shown is being inspected.
     bool isCheckingModel() const;
     const ModelInspector& modelInspector() const { return *inspector_; }
+    const PromptTokenCounter& tokenCounter() const { return *tokenCounter_; }
 
     // What the worker found: enables the Graphs group only when a CUDA backend can run.
     void setDeviceReport(const DeviceReport& report);
@@ -92,7 +95,9 @@ public:
     // cannot be used (and why, in words), or FP16/BF16 on the CPU engine. Empty when as asked.
     QString computeNote() const;
     // The token count shown under the prompt ("prompt") or negative prompt ("negative_prompt"),
-    // as A1111 shows it ("12/75"); empty until counted or when the model is not SD.
+    // as A1111 shows it ("12/75", an embedding's vectors counted as tokens: the embeddings of the
+    // run's embeddings folders, read once per change of them); empty until counted or when the
+    // model is not SD.
     QString tokenCountText(const QString& field) const;
     // Why the Prompt group is disabled ("" when the model is Stable Diffusion).
     QString promptUnavailableReason() const;
@@ -163,7 +168,7 @@ private:
     void updatePromptAvailability();
     // Asks the inspector for the token counts of the prompts shown (SD models only).
     void requestTokenCounts();
-    void onTokensCounted(const QString& field, int tokens, const QString& error);
+    void onTokensCounted(const QString& field, int tokens, int embeddings, const QString& error);
     // The model is known to be Stable Diffusion / known to be a model that takes no prompt.
     bool modelIsStableDiffusion() const;
     bool modelTakesNoPrompt() const;
@@ -178,7 +183,8 @@ private:
     bool defaultKnown_ = false;     // setDefaultModelFolder was called (or the search answered)
     bool locatingDefault_ = false;  // locateDefaultModel's answer is awaited
     ModelInspector* inspector_ = nullptr;
-    ModelCatalog* catalog_ = nullptr;  // the picker's listings and hashes (kept between pickers)
+    ModelCatalog* catalog_ = nullptr;             // the picker's listings and hashes (kept between pickers)
+    PromptTokenCounter* tokenCounter_ = nullptr;  // the prompts' "n/75", embeddings counted
     QString modelsFolder_;
     QStringList recentModels_;
     QString inspectedFolder_;                    // the folder of the newest inspection
@@ -193,9 +199,10 @@ private:
     LoraGroup* lora_ = nullptr;
     StartImageGroup* start_ = nullptr;
     ImageGroup* image_ = nullptr;
+    NoiseGroup* noise_ = nullptr;
     TilingGroup* tiling_ = nullptr;
     GraphsGroup* graphs_ = nullptr;
-    std::vector<ConfigGroup*> groups_;  // the seven above, top to bottom
+    std::vector<ConfigGroup*> groups_;  // the eight above, top to bottom
     CostPreview* cost_ = nullptr;
     // Problems in fields without a widget of their own.
     QLabel* otherProblems_ = nullptr;

@@ -181,34 +181,54 @@ void FileMenu::chooseParametersFile() {
 }
 
 void FileMenu::loadParametersFrom(const QString& path) {
-    restoreJob_ =
-        files_.start([file = path.toStdString(), base = panel_->config()] { return parametersFromImage(file, base); },
-                     [this, path](quint64 id, const ImportedParameters& imported) {
-                         if (id != restoreJob_) return;  // a newer file was opened or dropped since
-                         showRestored(imported.config, true);
-                         reportApplied(QFileInfo(path).fileName(), fieldsOf(imported.fields), imported.unmapped,
-                                       Feedback::MessageBox);
-                         emit parametersApplied(path, true, {}, notAppliedOf(imported.unmapped));
-                     },
-                     [this, path](quint64 id, const QString& error) {
-                         if (id != restoreJob_) return;
-                         status_->setStatusText(tr("No parameters loaded: %1").arg(error), true);
-                         emit parametersApplied(path, false, error, {});
-                     });
+    restoreJob_ = files_.start(
+        [file = path.toStdString(), base = panel_->config(), models = panel_->modelsFolder().toStdString()] {
+            return parametersFromImage(file, base, models);
+        },
+        [this, path](quint64 id, const ImportedParameters& imported) {
+            if (id != restoreJob_) return;  // a newer file was opened or dropped since
+            showRestored(imported.config, true);
+            reportApplied(QFileInfo(path).fileName(), fieldsOf(imported.fields), imported.unmapped,
+                          Feedback::MessageBox);
+            emit parametersApplied(path, true, {}, notAppliedOf(imported.unmapped));
+        },
+        [this, path](quint64 id, const QString& error) {
+            if (id != restoreJob_) return;
+            status_->setStatusText(tr("No parameters loaded: %1").arg(error), true);
+            emit parametersApplied(path, false, error, {});
+        });
 }
 
 void FileMenu::applyParametersText(const QString& text) {
     restoreJob_ = 0;  // an answer of a file still being read is older than this
+    ImportedParameters parsed;
     try {
-        const ImportedParameters imported = parametersFromText(text.toStdString(), panel_->config());
-        showRestored(imported.config, true);
-        reportApplied(tr("the clipboard"), fieldsOf(imported.fields), imported.unmapped, Feedback::StatusLine);
-        emit parametersApplied({}, true, {}, notAppliedOf(imported.unmapped));
+        // The text is parsed here (no file is read); a text that holds no setting is told at once.
+        parsed = parametersFromText(text.toStdString(), panel_->config());
     } catch (const std::exception& e) {
         const QString error = QString::fromStdString(toValidUtf8(e.what()));
         status_->setStatusText(tr("No parameters pasted: %1").arg(error), true);
         emit parametersApplied({}, false, error, {});
+        return;
     }
+    // The LoRA, VAE and embedding files the text names are found and hashed off this thread, on the
+    // same queue as a loaded or dropped image's, and their notes told the same way.
+    restoreJob_ = files_.start(
+        [imported = std::move(parsed), models = panel_->modelsFolder().toStdString()]() mutable {
+            checkModelFiles(imported, windowModelsFolders(imported.config.model, models));
+            return imported;
+        },
+        [this](quint64 id, const ImportedParameters& imported) {
+            if (id != restoreJob_) return;  // a newer paste, file or drop since
+            showRestored(imported.config, true);
+            reportApplied(tr("the clipboard"), fieldsOf(imported.fields), imported.unmapped, Feedback::StatusLine);
+            emit parametersApplied({}, true, {}, notAppliedOf(imported.unmapped));
+        },
+        [this](quint64 id, const QString& error) {
+            if (id != restoreJob_) return;
+            status_->setStatusText(tr("No parameters pasted: %1").arg(error), true);
+            emit parametersApplied({}, false, error, {});
+        });
 }
 
 void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {

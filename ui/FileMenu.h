@@ -71,8 +71,10 @@ public:
     // Applies the generation settings of image `path` (PNG or JPEG, read off this thread) onto the
     // settings shown; parametersApplied tells how it went.
     void loadParametersFrom(const QString& path);
-    // Applies A1111 infotext `text` onto the settings shown; parametersApplied tells how it went
-    // (at once: the text is parsed here, no file is read).
+    // Applies A1111 infotext `text` onto the settings shown; parametersApplied tells how it went:
+    // at once when the text holds no setting (it is parsed here), else once the LoRA, VAE and
+    // embedding files it names were found and hashed off this thread (checkModelFiles, as for a
+    // loaded image), their notes among the settings not applied.
     void applyParametersText(const QString& text);
     QAction* loadParametersAction() const { return loadParametersAction_; }
 

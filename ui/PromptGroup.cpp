@@ -139,7 +139,7 @@ QLabel* PromptGroup::tokenLabel(const QString& field) const {
     return field == QStringLiteral("prompt") ? promptTokens_ : negativePromptTokens_;
 }
 
-void PromptGroup::showTokenCount(const QString& field, int tokens, const QString& error) {
+void PromptGroup::showTokenCount(const QString& field, int tokens, const QString& error, int embeddings) {
     QLabel* label = tokenLabel(field);
     if (tokens < 0) {
         label->setText(tr("?/75"));
@@ -149,7 +149,11 @@ void PromptGroup::showTokenCount(const QString& field, int tokens, const QString
     // A1111: the count over the chunks it fills, 75 tokens each.
     const int chunks = std::max(1, (tokens + 74) / 75);
     label->setText(QStringLiteral("%1/%2").arg(tokens).arg(chunks * 75));
-    label->setToolTip(tr("Tokens, as A1111 counts them: prompts run in chunks of 75"));
+    QString tip = tr("Tokens, as A1111 counts them: prompts run in chunks of 75");
+    if (embeddings > 0)
+        tip += QLatin1Char('\n') +
+               tr("%n textual-inversion embedding(s) included: each of its vectors is a token", nullptr, embeddings);
+    label->setToolTip(tip);
 }
 
 void PromptGroup::clearTokenCount(const QString& field) { tokenLabel(field)->clear(); }

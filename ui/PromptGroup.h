@@ -31,8 +31,9 @@ public:
     QString promptText() const;
     QString negativePromptText() const;
     // The count of `field` ("prompt" or "negative_prompt"): tokens < 0 shows "?" with `error` as
-    // its tooltip.
-    void showTokenCount(const QString& field, int tokens, const QString& error);
+    // its tooltip; `embeddings` (the textual-inversion embeddings the count includes, each vector
+    // a token) is named in the tooltip.
+    void showTokenCount(const QString& field, int tokens, const QString& error, int embeddings = 0);
     void clearTokenCount(const QString& field);
     QString tokenCountText(const QString& field) const;
     // Puts an extra network tag (<lora:name:weight>) at the end of the prompt, or, where the prompt
@@ -58,7 +59,7 @@ private:
     QSpinBox* batchCount_ = nullptr;
     QLabel* reason_ = nullptr;
     QString clipSkipIgnored_;         // why the model ignores clip skip; "" when it applies
-    QLabel* promptTokens_ = nullptr;  // "n/75", counted by the panel's inspector off this thread
+    QLabel* promptTokens_ = nullptr;  // "n/75", counted by the panel's token counter off this thread
     QLabel* negativePromptTokens_ = nullptr;
 };
 

@@ -11,8 +11,10 @@
 //                       before-after (the before/after split of the run just made from a
 //                       start image, the settings scrolled to the Start image group),
 //                       reopened (the newest run of the history opened again, as after a
-//                       restart) or models (the model picker, once it has listed
+//                       restart), models (the model picker, once it has listed
 //                       the models folder, with its first checkpoint selected and hashed)
+//                       or noise (the window, the settings scrolled so that the seed and the
+//                       Noise group end the view)
 //   --models DIR        the models folder the picker lists (default: the saved setting)
 //   --history DIR       keep the run history in DIR (default: the user's; with --fresh, a
 //                       throw-away folder)
@@ -162,6 +164,17 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
             }
         return ready(&window);
     }
+    if (view == QLatin1String("noise")) {
+        // The seed and the noise settings (source, A1111's extra seed settings) at the foot of the settings.
+        auto* group = window.configPanel()->findChild<QWidget*>(QStringLiteral("noiseGroup"));
+        for (QWidget* up = group ? group->parentWidget() : nullptr; up; up = up->parentWidget())
+            if (auto* scroll = qobject_cast<QScrollArea*>(up)) {
+                const int bottom = group->mapTo(scroll->widget(), QPoint(0, group->height())).y();
+                scroll->verticalScrollBar()->setValue(bottom + 6 - scroll->viewport()->height());
+                break;
+            }
+        return ready(&window);
+    }
     if (view == QLatin1String("reopened")) return openNewestRun(window, ready);
     if (view == QLatin1String("models")) return showModelPicker(window, ready);
     if (view == QLatin1String("blend")) {
@@ -193,7 +206,7 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
     std::fprintf(
         stderr,
         "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
-        "reopened, models)\n",
+        "reopened, models, noise)\n",
         qPrintable(view));
     ready(nullptr);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -11,8 +12,11 @@
 #include "app/cli/UpscaleModelRun.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/Sha256.h"
+#include "core/models/clip/TextualInversionFile.h"
 #include "core/models/lora/LoraFile.h"
+#include "core/run/EmbeddingFile.h"
 #include "core/run/LoraModelFile.h"
+#include "core/run/ModelFileLookup.h"
 #include "core/run/VaeFile.h"
 #include "core/text/ExtraNetworks.h"
 
@@ -166,6 +170,12 @@ ImportedParameters applyText(const std::string& text, const RunConfig& base, std
         const std::string shown = "Lora hashes: ";
         std::erase_if(imported.unmapped, [&shown](const UnmappedSetting& u) { return u.shown.rfind(shown, 0) == 0; });
     }
+    // "TI hashes" name the embeddings the prompts used, which a run finds by their names.
+    if (const InfotextParam* hashes = parsed.find("TI hashes")) {
+        imported.textualInversionHashes = parseTextualInversionHashes(hashes->value);
+        const std::string shown = "TI hashes: ";
+        std::erase_if(imported.unmapped, [&shown](const UnmappedSetting& u) { return u.shown.rfind(shown, 0) == 0; });
+    }
     if (std::find(imported.fields.begin(), imported.fields.end(), "vae") != imported.fields.end())
         if (const InfotextParam* hash = parsed.find("VAE hash")) imported.vaeHash = hash->value;
     return imported;
@@ -196,6 +206,42 @@ std::string hashName(const std::string& name) {
 std::string withoutField(const std::string& message, std::string_view field) {
     const std::string prefix = std::string(field) + ": ";
     return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
+
+// "TI hashes" against the embeddings a run of `config` finds (as tessera-cli --params-from checks
+// them): each name found nowhere, or found with another hash, is listed.
+void checkTextualInversions(ImportedParameters& imported) {
+    if (imported.textualInversionHashes.empty()) return;
+    const char* models = std::getenv(kModelsFolderVariable);
+    const std::vector<std::string> folders = embeddingFolders(imported.config, models ? models : "");
+    const std::vector<EmbeddingFileEntry> files = listEmbeddingFiles(folders);
+    std::vector<std::string> checked;
+    for (const auto& entry : imported.textualInversionHashes) {
+        const std::string& name = entry.first;
+        const std::string& hash = entry.second;
+        if (std::find(checked.begin(), checked.end(), name) != checked.end()) continue;  // SDXL writes each twice
+        checked.push_back(name);
+        const std::string shown = "TI hashes: " + excerpt(name, 80);
+        const EmbeddingFileEntry* found = nullptr;
+        for (const EmbeddingFileEntry& f : files)  // the last of a name is the one registered
+            if (f.name == name) found = &f;
+        if (!found) {
+            imported.unmapped.push_back(UnmappedSetting{
+                shown,
+                "names an embedding found in no embeddings folder here: its name in the prompt is read as "
+                "words, so the image may differ"});
+            continue;
+        }
+        try {
+            const std::string sha = readTextualInversion(found->path).shortHash();
+            if (sha != hash)
+                imported.unmapped.push_back(UnmappedSetting{
+                    shown, "is " + shownPath(found->path) + " here (hash " + sha + "); the image was made with hash " +
+                               excerpt(hash, 40) + ": another file or version, so the image may differ"});
+        } catch (const InputFileError& e) {
+            imported.unmapped.push_back(UnmappedSetting{shown, "cannot be read: " + excerpt(e.what(), 400)});
+        }
+    }
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
@@ -242,6 +288,8 @@ void checkModelFiles(ImportedParameters& imported, const std::vector<std::string
                 UnmappedSetting{shown, "cannot be read, so a run refuses it: " + withoutField(e.what(), "lora")});
         }
     }
+
+    checkTextualInversions(imported);
 
     if (std::find(imported.fields.begin(), imported.fields.end(), "vae") == imported.fields.end() || config.vae.empty())
         return;

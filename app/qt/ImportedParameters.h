@@ -31,6 +31,9 @@ struct ImportedParameters {
     // hash) and "VAE hash" (10 digits, beside an applied "VAE"), for checkModelFiles.
     std::vector<std::pair<std::string, std::string>> loraHashes;
     std::string vaeHash;
+    // A1111's "TI hashes": each textual-inversion embedding the prompts used (its name, ':' and ','
+    // removed) and the first 12 hex digits of its file's SHA-256, for checkModelFiles.
+    std::vector<std::pair<std::string, std::string>> textualInversionHashes;
 };
 
 // The models folders a window run looks the files a setting names up in: tessera-cli's
@@ -39,7 +42,9 @@ struct ImportedParameters {
 std::vector<std::string> windowModelsFolders(const std::string& runModel, const std::string& windowModelsFolder);
 
 // Finds the model files the applied settings name, as a run finds them in `modelsFolders`: each
-// LoRA a <lora:...> / <lyco:...> tag of the prompt names, and the VAE. Lists in `unmapped` each LoRA
+// LoRA a <lora:...> / <lyco:...> tag of the prompt names, each embedding "TI hashes" names (in the
+// run's embeddings folders, core/run/EmbeddingFile.h embeddingFolders: listed when found nowhere, its
+// name then read as words, or found with another hash), and the VAE. Lists in `unmapped` each LoRA
 // found nowhere (the run would refuse it) and each whose file's hash is not the one "Lora hashes"
 // gives (another file or version: the image may differ, as A1111 warns when an infotext is pasted);
 // a VAE found nowhere is not applied (vae cleared: the model's own is used, as A1111 keeps the
@@ -62,7 +67,7 @@ ImportedParameters parametersFromImage(const std::string& path, const RunConfig&
 
 // A1111 infotext `text` (the clipboard's) applied onto `base`. Reads no file (the GUI thread calls
 // it): the model files are not checked (checkModelFiles may follow, off that thread), but "Lora
-// hashes" and "VAE hash" are kept for it, not listed. Throws InputFileError (field
+// hashes", "TI hashes" and "VAE hash" are kept for it, not listed. Throws InputFileError (field
 // "parameters") when the text holds no setting (no "Steps:" line and no prompt).
 ImportedParameters parametersFromText(std::string_view text, const RunConfig& base);
 

@@ -259,6 +259,8 @@ private slots:
         QGuiApplication::clipboard()->setText(QString::fromStdString(kA1111Text));
         QSignalSpy applied(&window, &MainWindow::parametersApplied);
         paste->trigger();
+        // The files the text names are checked off the GUI thread (tst_a1111settings): the answer follows.
+        QVERIFY(applied.wait(60000));
         QCOMPARE(applied.size(), 1);
         QVERIFY(applied.at(0).at(1).toBool());
         checkA1111Applied(window.configPanel()->config());
