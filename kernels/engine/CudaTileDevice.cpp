@@ -337,9 +337,9 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
     // different step counts share it.
     const ArenaPlan arenaPlan = arenaPlanFor(C, H, W, tileH, tileW, pass.weights->mapCount(), pass.tileCount(),
                                              pass.steps(), pass.keepsHistory());
-    history_ = arenaPlan.history ? arena_.at<float>(arena_.history) : nullptr;
     stepsCapacity_ = arenaPlan.stepsCapacity;
     ensureArena(arenaPlan);
+    history_ = arenaPlan.history ? arena_.at<float>(arena_.history) : nullptr;  // in the arena just ensured
     uploadTables(pass);
     uploadAddedCond(pass);
     if (pass.hostStepNoise && stepNoise_.bytes() != canvasSize() * sizeof(float)) {

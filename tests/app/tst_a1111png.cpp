@@ -8,7 +8,7 @@
 //    A1111's (Lora/, VAE/, embeddings/), gives diffusers' image with all of them applied, with no note;
 //    the same PNG with the LoRA's file missing is refused naming it.
 // Every image within one 8-bit level of diffusers' float64 image, on the CPU engine and, where a
-// device is present, on the CUDA engine.
+// device is present, on the CUDA engine in fp32.
 #include <QtTest/QtTest>
 
 #include <QDir>
@@ -156,6 +156,8 @@ private slots:
                          QString::number(c["height"].get<int>()),
                          "--tile",
                          QString::fromStdString(width),
+                         "--precision",
+                         "fp32",
                          "--out",
                          dir.filePath("out")};
         if (lora == "tag") {
@@ -185,7 +187,7 @@ private slots:
         const QString models = a1111Models(dir, true);
         const CliRun r = testing::runCliWithModels(
             {"render", "--params-from", kFixtures + "/a1111.png", "--model", models + "/Stable-diffusion/sd1",
-             "--backend", backend, "--tile", "64", "--out", dir.filePath("out")},
+             "--backend", backend, "--precision", "fp32", "--tile", "64", "--out", dir.filePath("out")},
             models);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
         // Everything the PNG names was found and applied: no params-from note, and the run says so.
