@@ -32,8 +32,8 @@ QComboBox* makeSamplerCombo() {
     auto* combo = new QComboBox;
     for (const SchedulerKind kind :
          {SchedulerKind::Euler, SchedulerKind::EulerAncestral, SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE,
-          SchedulerKind::DPMPPSDE, SchedulerKind::LMS, SchedulerKind::Heun, SchedulerKind::DPM2, SchedulerKind::DDIM,
-          SchedulerKind::DDPM}) {
+          SchedulerKind::DPMPPSDE, SchedulerKind::LMS, SchedulerKind::Heun, SchedulerKind::DPM2, SchedulerKind::UniPC,
+          SchedulerKind::DDIM, SchedulerKind::DDPM}) {
         for (const bool karras : {false, true}) {
             if (karras && !hasKarras(kind)) continue;
             SchedulerOptions options;

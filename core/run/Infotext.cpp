@@ -1204,7 +1204,7 @@ struct ComfyReader {
         if (!name || !schedule) return;
         const std::string shown = "sampler_name: " + jsonShown(*name) + ", scheduler: " + jsonShown(*schedule);
         // ComfyUI's names (comfy/samplers.py KSAMPLER_NAMES, SCHEDULER_NAMES) that Tessera runs.
-        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 18> kComfy{{
+        static const std::array<std::tuple<std::string_view, std::string_view, SchedulerKind, bool>, 20> kComfy{{
             {"euler", "normal", SchedulerKind::Euler, false},
             {"euler", "karras", SchedulerKind::Euler, true},
             {"euler_ancestral", "normal", SchedulerKind::EulerAncestral, false},
@@ -1220,6 +1220,8 @@ struct ComfyReader {
             {"dpm_2", "karras", SchedulerKind::DPM2, true},
             {"dpmpp_sde", "normal", SchedulerKind::DPMPPSDE, false},
             {"dpmpp_sde", "karras", SchedulerKind::DPMPPSDE, true},
+            {"uni_pc_bh2", "normal", SchedulerKind::UniPC, false},  // its uni_pc is bh1, which Tessera does not run
+            {"uni_pc_bh2", "karras", SchedulerKind::UniPC, true},
             {"ddim", "normal", SchedulerKind::DDIM, false},
             {"ddim", "ddim_uniform", SchedulerKind::DDIM, false},
             {"ddpm", "normal", SchedulerKind::DDPM, false},

@@ -26,7 +26,7 @@ namespace {
 template <typename E, std::size_t N>
 using NameTable = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr NameTable<SchedulerKind, 10> kSchedulerNames{{{SchedulerKind::DDPM, "ddpm"},
+constexpr NameTable<SchedulerKind, 11> kSchedulerNames{{{SchedulerKind::DDPM, "ddpm"},
                                                         {SchedulerKind::DDIM, "ddim"},
                                                         {SchedulerKind::Euler, "euler"},
                                                         {SchedulerKind::EulerAncestral, "euler_a"},
@@ -35,7 +35,8 @@ constexpr NameTable<SchedulerKind, 10> kSchedulerNames{{{SchedulerKind::DDPM, "d
                                                         {SchedulerKind::Heun, "heun"},
                                                         {SchedulerKind::LMS, "lms"},
                                                         {SchedulerKind::DPM2, "dpm2"},
-                                                        {SchedulerKind::DPMPPSDE, "dpmpp_sde"}}};
+                                                        {SchedulerKind::DPMPPSDE, "dpmpp_sde"},
+                                                        {SchedulerKind::UniPC, "unipc"}}};
 constexpr NameTable<BetaSchedule, 3> kBetaScheduleNames{{{BetaSchedule::Linear, "linear"},
                                                          {BetaSchedule::ScaledLinear, "scaled_linear"},
                                                          {BetaSchedule::SquaredCosCapV2, "squaredcos_cap_v2"}}};

@@ -22,7 +22,7 @@ namespace tessera {
 // A1111 "DPM++ 2M SDE") is the latter with algorithm_type "sde-dpmsolver++"; Heun ("heun"), LMS
 // ("lms"), DPM2 ("dpm2") and DPMPPSDE ("dpmpp_sde") are HeunDiscreteScheduler, LMSDiscreteScheduler,
 // KDPM2DiscreteScheduler and DPMSolverSDEScheduler.
-enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M, DPMPP2MSDE, Heun, LMS, DPM2, DPMPPSDE };
+enum class SchedulerKind { DDPM, DDIM, Euler, EulerAncestral, DPMPP2M, DPMPP2MSDE, Heun, LMS, DPM2, DPMPPSDE, UniPC };
 enum class BetaSchedule { Linear, ScaledLinear, SquaredCosCapV2 };
 enum class TimestepSpacing { Leading, Trailing, Linspace };
 enum class VarianceType { FixedSmall, FixedLarge };

@@ -30,6 +30,7 @@ constexpr DisplayNameEntry kDisplayNames[] = {
     {SchedulerKind::Heun, "Heun", true, AutomaticSchedule::Uniform},
     {SchedulerKind::DPM2, "DPM2", true, AutomaticSchedule::Uniform},
     {SchedulerKind::DPMPPSDE, "DPM++ SDE", true, AutomaticSchedule::Karras},
+    {SchedulerKind::UniPC, "UniPC", true, AutomaticSchedule::Uniform},
     {SchedulerKind::DDIM, "DDIM", false, AutomaticSchedule::Uniform},
     {SchedulerKind::DDPM, "DDPM", false, AutomaticSchedule::Uniform},
 };

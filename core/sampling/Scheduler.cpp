@@ -427,6 +427,12 @@ public:
         sigmas_.assign(sig.begin(), sig.end());
         sigmas_.push_back(0.0f);
         initNoiseSigma_ = 1.0f;
+        if (kind_ == SchedulerKind::UniPC) {
+            timesteps_ = std::move(ts);
+            coefficients_ = uniPcCoefficients(0);
+            checkFinite(coefficients_, kind_, n);
+            return;
+        }
 
         const bool sde = kind_ == SchedulerKind::DPMPP2MSDE;
         std::vector<StepCoefficients> coeffs(ts.size());
@@ -476,7 +482,112 @@ public:
         coefficients_ = std::move(coeffs);
     }
 
+    void setBeginIndex(int begin) override {
+        if (kind_ != SchedulerKind::UniPC || coefficients_.empty()) return;
+        if (begin < 0 || begin > numSteps())
+            throw std::out_of_range("Scheduler::setBeginIndex: " + std::to_string(begin) + " is outside [0, " +
+                                    std::to_string(numSteps()) + "]");
+        coefficients_ = uniPcCoefficients(begin);
+    }
+
 private:
+    // D = the data prediction x0 (diffusers' convert_model_output with predict_x0) from the step's input.
+    void setDataPrediction(StepCoefficients& c, double s) const {
+        const double alpha = 1.0 / std::sqrt(s * s + 1.0), sd = s * alpha;
+        switch (options_.predictionType) {
+            case PredictionType::Epsilon:  // D = (x - s ε) / α
+                c.ax = static_cast<float>(1.0 / alpha);
+                c.ae = static_cast<float>(-sd / alpha);
+                break;
+            case PredictionType::VPrediction:  // D = α x - s v
+                c.ax = static_cast<float>(alpha);
+                c.ae = static_cast<float>(-sd);
+                break;
+            case PredictionType::Sample:
+                c.ax = 0.0f;
+                c.ae = 1.0f;
+                break;
+        }
+        if (options_.clipSample) setClip(c, options_);
+    }
+
+    // diffusers UniPCMultistepScheduler with its defaults (solver_order 2, bh2, predict_x0,
+    // lower_order_final, the corrector on every step but the first run), the run beginning at
+    // step `begin`. Step k evaluates the model at x_k (the predictor's output), corrects
+    // x_k to x_k^c with that evaluation (multistep_uni_c_bh_update, from the last corrected sample
+    // x_{k-1}^c, which is x_k less the last predictor's terms in the data predictions D), then
+    // predicts x_{k+1} from x_k^c (multistep_uni_p_bh_update). All of it is linear in x_k, D_k,
+    // D_{k-1} and D_{k-2}: D_j is kept in history buffer j mod 3 (StepUpdate.h).
+    std::vector<StepCoefficients> uniPcCoefficients(int begin) const {
+        const int n = numSteps();
+        const auto s = [this](int j) { return static_cast<double>(sigmas_[static_cast<std::size_t>(j)]); };
+        const auto alphaAt = [&](int j) { return 1.0 / std::sqrt(s(j) * s(j) + 1.0); };
+        const auto sdAt = [&](int j) { return s(j) * alphaAt(j); };
+        const auto lambda = [&](int j) { return -std::log(s(j)); };  // log α - log σ
+        const auto thisOrder = [&](int k) {
+            const int lowerOrderNums = std::min(k - begin, 2);
+            return std::min(std::min(2, n - k), lowerOrderNums + 1);
+        };
+        // The predictor from x^c_j to x_{j+1}: {x^c, D_j, D_{j-1}} weights.
+        struct Predictor {
+            double xc = 0, d0 = 0, d1 = 0;
+        };
+        const auto predictor = [&](int j) {
+            Predictor p;
+            if (s(j + 1) == 0.0) {  // σ_{j+1} = 0: x_{j+1} = D_j
+                p.d0 = 1.0;
+                return p;
+            }
+            const double h = lambda(j + 1) - lambda(j), phi = std::expm1(-h), bh = phi, a = alphaAt(j + 1);
+            p.xc = sdAt(j + 1) / sdAt(j);
+            p.d0 = -a * phi;
+            if (thisOrder(j) == 2) {  // ρ = 0.5 on D1 = (D_{j-1} - D_j) / r
+                const double r = (lambda(j - 1) - lambda(j)) / h;
+                p.d0 += a * bh * 0.5 / r;
+                p.d1 = -a * bh * 0.5 / r;
+            }
+            return p;
+        };
+        std::vector<StepCoefficients> coeffs(static_cast<std::size_t>(n));
+        for (int k = begin; k < n; ++k) {
+            StepCoefficients& c = coeffs[static_cast<std::size_t>(k)];
+            setDataPrediction(c, s(k));
+            c.timestep = timesteps_[static_cast<std::size_t>(k)];
+            // x^c_k as weights on x_k, D_k, D_{k-1}, D_{k-2}.
+            double cx = 1.0, c0 = 0.0, c1 = 0.0, c2 = 0.0;
+            if (k > begin) {
+                const Predictor last = predictor(k - 1);
+                c1 -= last.d0;  // σ_k / σ_{k-1} x^c_{k-1} = x_k - (the last predictor's D terms)
+                c2 -= last.d1;
+                const double h = lambda(k) - lambda(k - 1), hh = -h, phi = std::expm1(hh), bh = phi, a = alphaAt(k);
+                c1 -= a * phi;
+                double rhoLast = 0.5;
+                if (thisOrder(k - 1) == 2) {  // rhos_c = solve(R, b), R = [[1, 1], [r, 1]]
+                    const double r = (lambda(k - 2) - lambda(k - 1)) / h;
+                    const double phiK0 = phi / hh - 1.0, phiK1 = phiK0 / hh - 0.5;
+                    const double b1 = phiK0 / bh, b2 = phiK1 * 2.0 / bh;
+                    const double rho0 = (b1 - b2) / (1.0 - r);
+                    rhoLast = b1 - rho0;
+                    c2 -= a * bh * rho0 / r;  // ρ0 D1, D1 = (D_{k-2} - D_{k-1}) / r
+                    c1 += a * bh * rho0 / r;
+                }
+                c0 -= a * bh * rhoLast;  // ρ_last (D_k - D_{k-1})
+                c1 += a * bh * rhoLast;
+            }
+            const Predictor p = predictor(k);
+            c.cx = static_cast<float>(p.xc * cx);
+            c.cx0 = static_cast<float>(p.xc * c0 + p.d0);
+            const double w1 = p.xc * c1 + p.d1, w2 = p.xc * c2;
+            c.history = 1.0f;
+            if (k - 1 >= begin) c.hw[(k - 1) % kStepHistory] = static_cast<float>(w1);
+            if (k - 2 >= begin) c.hw[(k - 2) % kStepHistory] = static_cast<float>(w2);
+            const int mine = k % kStepHistory;  // D_k replaces D_{k-3}
+            c.hKeep[mine] = 0.0f;
+            c.h0[mine] = 1.0f;
+        }
+        return coeffs;
+    }
+
     // This class's own spacings (not DDIM's): linspace and leading place N + 1 points and drop
     // the smallest; trailing is DDIM's.
     std::vector<int> timestepsFor(int n) const {
@@ -851,6 +962,7 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
             return std::make_unique<EulerScheduler>(kind, options);
         case SchedulerKind::DPMPP2M:
         case SchedulerKind::DPMPP2MSDE:
+        case SchedulerKind::UniPC:
             return std::make_unique<DpmSolverScheduler>(kind, options);
         case SchedulerKind::DPM2:
         case SchedulerKind::DPMPPSDE:
@@ -976,7 +1088,8 @@ Scheduler::AddNoise Scheduler::addNoise(int stepIndex) const {
             start.noise = sigmas_[static_cast<std::size_t>(stepIndex)];
             break;
         case SchedulerKind::DPMPP2M:
-        case SchedulerKind::DPMPP2MSDE: {
+        case SchedulerKind::DPMPP2MSDE:
+        case SchedulerKind::UniPC: {
             // _sigma_to_alpha_sigma_t on a float32 tensor.
             const float sigma = sigmas_[static_cast<std::size_t>(stepIndex)];
             start.image = 1.0f / std::sqrt(sigma * sigma + 1.0f);

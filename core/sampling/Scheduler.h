@@ -101,6 +101,11 @@ public:
     // Model evaluations per step (diffusers' scheduler.order): 2 for Heun, DPM2, DPM++ SDE, else 1. An
     // image-to-image start at step b of n begins at evaluation b * evaluationsPerStep().
     virtual int evaluationsPerStep() const { return 1; }
+    // An image-to-image run begins at step b (diffusers' set_begin_index): schedulers whose first
+    // steps differ from the later ones (UniPC's warm-up: no corrector and first order at the first
+    // step run) plan their coefficients from b. Call after setTimesteps; a no-op for the others
+    // (their first step is withoutPreviousX0's).
+    virtual void setBeginIndex(int /*begin*/) {}
 
     SchedulerKind kind() const { return kind_; }
     const SchedulerOptions& options() const { return options_; }

@@ -849,7 +849,11 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     pass.batchSize = batchSize;
     pass.lanes = devicePlan.lanes;
     pass.batches = tileBatches(plan, batchSize, devicePlan.lanes);
-    // One step per model evaluation (Heun, DPM2, DPM++ SDE: 2 steps - 1), as diffusers' timesteps.
+    // One step per model evaluation (Heun, DPM2, DPM++ SDE: 2 steps - 1), as diffusers' timesteps,
+    // planned from the first step run (UniPC's warm-up; diffusers' set_begin_index).
+    if (job.init)
+        scheduler->setBeginIndex(
+            std::min(firstStepRun(config, true) * scheduler->evaluationsPerStep(), scheduler->numSteps()));
     for (int k = 0; k < scheduler->numSteps(); ++k) pass.coefficients.push_back(scheduler->coefficients(k));
     pass.seed = config.seed;
     pass.previewEvery = config.previewEvery;

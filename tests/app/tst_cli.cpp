@@ -193,7 +193,7 @@ private slots:
         QTest::newRow("height negative") << QStringList{"plan", "--height", "-5"} << "height:";
         QTest::newRow("overlap too big") << QStringList{"plan", "--tile", "64", "--overlap", "64"} << "overlap:";
         QTest::newRow("overlap percent") << QStringList{"plan", "--overlap", "150%"} << "overlap:";
-        QTest::newRow("scheduler") << QStringList{"plan", "--scheduler", "unipc"} << "scheduler:";
+        QTest::newRow("scheduler") << QStringList{"plan", "--scheduler", "dpm2_a"} << "scheduler:";
         QTest::newRow("window") << QStringList{"render", "--window", "cosine"} << "window:";
         QTest::newRow("fusion") << QStringList{"plan", "--fusion", "latent"} << "fusion:";
         QTest::newRow("sdxl size conditioning") << QStringList{"plan", "--sdxl-size-conditioning", "crop"}

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/run/Infotext.h"
-#include "core/run/SamplerNames.h"
 #include "core/run/RunConfigFields.h"
+#include "core/run/SamplerNames.h"
 #include "tests/core/ErrorText.h"
 
 using namespace tessera;
@@ -363,7 +363,8 @@ private slots:
         row("Heun Karras", "Steps: 20, Sampler: Heun, Schedule type: Karras, Seed: 1", n(SchedulerKind::Heun), true);
         row("DPM2 a", "Steps: 20, Sampler: DPM2 a, Seed: 1", -1, false);
         row("Exponential", "Steps: 20, Sampler: DPM++ 2M, Schedule type: Exponential, Seed: 1", -1, false);
-        row("UniPC", "Steps: 20, Sampler: UniPC, Seed: 1", -1, false);
+        row("UniPC", "Steps: 20, Sampler: UniPC, Seed: 1", n(SchedulerKind::UniPC), false);
+        row("Restart", "Steps: 20, Sampler: Restart, Seed: 1", -1, false);
     }
     void samplerNamesOldAndNew() {
         QFETCH(QString, line);

@@ -127,6 +127,7 @@ Untiled untiled(const SchedulerOptions& options, const RunConfig& config, std::s
     Scheduler::StepHistory history;  // previous x0 and LMS's derivatives, empty before the first step run
     if (init) {
         begin = (config.steps - static_cast<int>(config.steps * config.strength)) * s->evaluationsPerStep();
+        s->setBeginIndex(begin);
         const Scheduler::AddNoise c = s->addNoise(begin);
         for (std::size_t i = 0; i < n; ++i)
             x[i] = c.image * (*init)[i] + c.noise * philoxNormal(config.seed, kInitNoiseDraw, i);
@@ -190,7 +191,9 @@ void addRows() {
                     {"lms karras", SchedulerKind::LMS, true},
                     {"heun karras", SchedulerKind::Heun, true},
                     {"dpm2 karras", SchedulerKind::DPM2, true},
-                    {"dpmpp_sde karras", SchedulerKind::DPMPPSDE, true}};
+                    {"dpmpp_sde karras", SchedulerKind::DPMPPSDE, true},
+                    {"unipc", SchedulerKind::UniPC, false},
+                    {"unipc karras", SchedulerKind::UniPC, true}};
     for (const auto& s : samplers)
         for (const FusionRule fusion : {FusionRule::Sample, FusionRule::Noise})
             for (const PredictionType prediction : {PredictionType::Epsilon, PredictionType::VPrediction})

@@ -602,7 +602,7 @@ private slots:
         for (const SchedulerKind kind :
              {SchedulerKind::DDPM, SchedulerKind::DDIM, SchedulerKind::Euler, SchedulerKind::EulerAncestral,
               SchedulerKind::DPMPP2M, SchedulerKind::DPMPP2MSDE, SchedulerKind::LMS, SchedulerKind::Heun,
-              SchedulerKind::DPM2, SchedulerKind::DPMPPSDE})
+              SchedulerKind::DPM2, SchedulerKind::DPMPPSDE, SchedulerKind::UniPC})
             for (const bool karras : {false, true}) {
                 o.karrasSigmas = karras;
                 const SamplerDisplay d = samplerDisplayName(kind, o);
@@ -641,12 +641,14 @@ private slots:
                 ++runs;
                 const auto begin = entry.at("i2i_begin").find(std::to_string(n));
                 if (begin == entry.at("i2i_begin").end()) continue;
-                checkImageToImage(*s, f, p + "i2i.", begin->get<int>(), size, at + " img2img");
+                auto fromImage = made(kind, o, n);  // planned from the begin index, as diffusers' set_begin_index
+                fromImage->setBeginIndex(begin->get<int>());
+                checkImageToImage(*fromImage, f, p + "i2i.", begin->get<int>(), size, at + " img2img");
                 ++runs;
             }
             ++files;
         }
-        QCOMPARE(files, 96);  // 16 scheduler variants x 2 predictions x 3 spacings
+        QCOMPARE(files, 108);  // 18 scheduler variants x 2 predictions x 3 spacings
         qInfo(
             "%d fixture files, %d runs matched; worst relative errors: prev_sample %.2e, x0 %.2e, model input %.2e, "
             "add_noise %.2e, sigma %.2e, timestep %.2e",

@@ -163,6 +163,9 @@ private slots:
         QTest::newRow("dpm2 karras noise img2img") << dpm2 << noise << int(GraphMode::Off) << true;
         QTest::newRow("dpmpp_sde karras sample step graphs") << psde << sample << int(GraphMode::Step) << false;
         QTest::newRow("dpmpp_sde karras noise img2img") << psde << noise << int(GraphMode::Off) << true;
+        const int unipc = int(SchedulerKind::UniPC);  // the corrector and predictor through the history canvases
+        QTest::newRow("unipc karras sample step graphs") << unipc << sample << int(GraphMode::Step) << false;
+        QTest::newRow("unipc karras noise img2img") << unipc << noise << int(GraphMode::Off) << true;
     }
     void matchesCpuDevice() {
         QFETCH(int, scheduler);

@@ -146,9 +146,10 @@ private slots:
         auto* combo = child<QComboBox>(&panel, "schedulerCombo");
         QStringList names;
         for (int i = 0; i < combo->count(); ++i) names << combo->itemText(i);
-        QCOMPARE(names, QStringList({"Euler", "Euler Karras", "Euler a", "DPM++ 2M", "DPM++ 2M Karras", "DPM++ 2M SDE",
-                                     "DPM++ 2M SDE Karras", "DPM++ SDE", "DPM++ SDE Karras", "LMS", "LMS Karras",
-                                     "Heun", "Heun Karras", "DPM2", "DPM2 Karras", "DDIM", "DDPM"}));
+        QCOMPARE(names,
+                 QStringList({"Euler", "Euler Karras", "Euler a", "DPM++ 2M", "DPM++ 2M Karras", "DPM++ 2M SDE",
+                              "DPM++ 2M SDE Karras", "DPM++ SDE", "DPM++ SDE Karras", "LMS", "LMS Karras", "Heun",
+                              "Heun Karras", "DPM2", "DPM2 Karras", "UniPC", "UniPC Karras", "DDIM", "DDPM"}));
 
         combo->setCurrentIndex(names.indexOf("DPM++ 2M Karras"));
         QVERIFY(panel.config().scheduler == SchedulerKind::DPMPP2M);

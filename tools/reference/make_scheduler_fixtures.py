@@ -2,7 +2,8 @@
 """Writes the scheduler fixtures of tests/core/tst_sdschedulers.cpp: diffusers' own DDIM, DDPM, Euler,
 Euler ancestral, DPM++ 2M (DPMSolverMultistepScheduler, dpmsolver++, order 2, midpoint), DPM++ 2M SDE
 (the same class, sde-dpmsolver++), Heun, LMS (order 4), DPM2 (KDPM2DiscreteScheduler) and DPM++ SDE
-(DPMSolverSDEScheduler, its Brownian tree replaced by recorded draws) schedulers with Stable Diffusion's scheduler configuration, stepped on
+(DPMSolverSDEScheduler, its Brownian tree replaced by recorded draws) and UniPC (UniPCMultistepScheduler,
+order 2, bh2) schedulers with Stable Diffusion's scheduler configuration, stepped on
 small random tensors in float32 on the CPU.
 
     PYTHONPATH=/path/to/diffusers/src python3 tools/reference/make_scheduler_fixtures.py OUTDIR [STEMS]
@@ -81,6 +82,7 @@ from diffusers import (
     HeunDiscreteScheduler,
     KDPM2DiscreteScheduler,
     LMSDiscreteScheduler,
+    UniPCMultistepScheduler,
 )
 from diffusers.schedulers import (
     scheduling_ddim,
@@ -126,12 +128,17 @@ VARIANTS = [
     ("dpm2_karras", "dpm2", KDPM2DiscreteScheduler, True, {"use_karras_sigmas": True}),
     ("dpmpp_sde", "dpmpp_sde", DPMSolverSDEScheduler, False, {"use_karras_sigmas": False}),
     ("dpmpp_sde_karras", "dpmpp_sde", DPMSolverSDEScheduler, True, {"use_karras_sigmas": True}),
+    # diffusers' defaults: order 2, bh2, predict_x0, lower_order_final, the corrector on every step.
+    ("unipc", "unipc", UniPCMultistepScheduler, False,
+     {"solver_order": 2, "solver_type": "bh2", "use_karras_sigmas": False}),
+    ("unipc_karras", "unipc", UniPCMultistepScheduler, True,
+     {"solver_order": 2, "solver_type": "bh2", "use_karras_sigmas": True}),
 ]
 # Heun, DPM2 and DPM++ SDE take two model evaluations per step (the class's `order`): every "step" below is one
 # entry of scheduler.timesteps (2N - 1 of them), and an image-to-image run begins at evaluation
 # b * order, as StableDiffusionImg2ImgPipeline slices timesteps[t_start * order:].
 # DPM2's and DPM++ SDE's tables interleave σ apart from the evaluations' own (Tessera lists those).
-SIGMA_TABLES = ("euler", "euler_a", "dpmpp_2m", "dpmpp_2m_sde", "heun", "lms")
+SIGMA_TABLES = ("euler", "euler_a", "dpmpp_2m", "dpmpp_2m_sde", "heun", "lms", "unipc")
 
 # randn_tensor replacement: draws from GENERATOR[0], records every tensor it returns in DRAWS.
 GENERATOR = [None]
@@ -185,7 +192,7 @@ def run_steps(scheduler, sample, begin, gen):
         if len(DRAWS) > 1:
             raise RuntimeError(f"{type(scheduler).__name__} drew {len(DRAWS)} noise tensors in one step")
         noise = DRAWS[0] if DRAWS else torch.zeros(SHAPE)
-        if isinstance(scheduler, DPMSolverMultistepScheduler):
+        if isinstance(scheduler, (DPMSolverMultistepScheduler, UniPCMultistepScheduler)):
             x0 = scheduler.model_outputs[-1]
         else:
             x0 = out.pred_original_sample
