@@ -439,23 +439,8 @@ public:
         for (std::size_t k = 0; k < ts.size(); ++k) {
             StepCoefficients& c = coeffs[k];
             const double s = sigmas_[k], sNext = sigmas_[k + 1];
-            const double alpha = 1.0 / std::sqrt(s * s + 1.0), sd = s * alpha;
-            switch (options_.predictionType) {
-                case PredictionType::Epsilon:  // D = (x - s ε) / α
-                    c.ax = static_cast<float>(1.0 / alpha);
-                    c.ae = static_cast<float>(-sd / alpha);
-                    break;
-                case PredictionType::VPrediction:  // D = α x - s v
-                    c.ax = static_cast<float>(alpha);
-                    c.ae = static_cast<float>(-sd);
-                    break;
-                case PredictionType::Sample:
-                    c.ax = 0.0f;
-                    c.ae = 1.0f;
-                    break;
-            }
-            // As Euler: the model's clip_sample clips D (diffusers' class has thresholding instead).
-            if (options_.clipSample) setClip(c, options_);
+            const double sd = s / std::sqrt(s * s + 1.0);
+            setDataPrediction(c, s);
             if (sNext == 0.0) {  // e^{-h} = 0: x' = D
                 c.cx0 = 1.0f;
             } else {
@@ -508,6 +493,7 @@ private:
                 c.ae = 1.0f;
                 break;
         }
+        // As Euler: the model's clip_sample clips D (diffusers' classes have thresholding instead).
         if (options_.clipSample) setClip(c, options_);
     }
 
