@@ -188,7 +188,8 @@ private slots:
 
     void infotextRoundTrips_data() {
         QTest::addColumn<int>("source");
-        for (const RngSource s : {RngSource::Tessera, RngSource::CPU, RngSource::GPU, RngSource::NV, RngSource::ComfyUI})
+        for (const RngSource s :
+             {RngSource::Tessera, RngSource::CPU, RngSource::GPU, RngSource::NV, RngSource::ComfyUI})
             QTest::newRow(std::string(toString(s)).c_str()) << int(s);
     }
     void infotextRoundTrips() {
