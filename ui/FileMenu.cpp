@@ -233,7 +233,9 @@ void FileMenu::applyParametersText(const QString& text) {
 
 void FileMenu::restoreConfiguration(const QString& path, Feedback feedback) {
     restoreJob_ = files_.start(
-        [file = path.toStdString(), base = panel_->config()] { return configurationFromFile(file, base); },
+        [file = path.toStdString(), base = panel_->config(), models = panel_->modelsFolder().toStdString()] {
+            return configurationFromFile(file, base, models);
+        },
         [this, path, feedback](quint64 id, const RestoredConfig& restored) {
             if (id != restoreJob_) return;  // a newer file was opened or dropped since
             showRestored(restored.config, restored.source != ConfigSource::Preset);

@@ -104,8 +104,9 @@ bool hasSuffix(const std::string& path, std::initializer_list<std::string_view> 
     });
 }
 
-RestoredConfig fromImageParameters(const std::string& path, const RunConfig& base) {
-    ImportedParameters imported = parametersFromImage(path, base);
+RestoredConfig fromImageParameters(const std::string& path, const RunConfig& base,
+                                   const std::string& windowModelsFolder) {
+    ImportedParameters imported = parametersFromImage(path, base, windowModelsFolder);
     RestoredConfig restored;
     restored.config = std::move(imported.config);
     restored.source = ConfigSource::ImageParameters;
@@ -121,14 +122,15 @@ RunConfig configurationAsAsked(const RunRecord& record) {
     return config;
 }
 
-RestoredConfig configurationFromFile(const std::string& path, const RunConfig& base) {
+RestoredConfig configurationFromFile(const std::string& path, const RunConfig& base,
+                                     const std::string& windowModelsFolder) {
     assertNotGuiThread("configurationFromFile");
     // Untrusted input, read through core/BoundedInput: JSON is bounded in size and nesting
     // depth. Run PNGs (larger than any JSON) go to PngIO whole; only their manifest is parsed.
     static const std::string kPngSignature("\x89PNG\r\n\x1a\n", 8);
     const bool pngName = hasSuffix(path, {".png"});
     // A JPEG holds no manifest: its parameters, as A1111 wrote them.
-    if (hasSuffix(path, {".jpg", ".jpeg"})) return fromImageParameters(path, base);
+    if (hasSuffix(path, {".jpg", ".jpeg"})) return fromImageParameters(path, base, windowModelsFolder);
     // A FIFO must be refused, not opened (which would wait for a writer).
     std::error_code ignored;
     if (pngName && !std::filesystem::is_regular_file(path, ignored))
@@ -170,7 +172,7 @@ RestoredConfig configurationFromFile(const std::string& path, const RunConfig& b
     }
     // A PNG without a manifest is another tool's (A1111, ComfyUI): its generation settings, as
     // tessera-cli --params-from reads them (its errors name the file).
-    return fromImageParameters(path, base);
+    return fromImageParameters(path, base, windowModelsFolder);
 }
 
 double peakMemoryMiB(const RunRecord& record) {

@@ -55,9 +55,12 @@ struct RestoredConfig {
 // encodeRunPng), a run manifest JSON (has "schema_version"), a preset JSON (runConfigFromJson),
 // or a PNG or JPEG without a manifest whose generation settings (A1111's "parameters", ComfyUI's
 // "prompt", a JPEG's EXIF UserComment: parametersFromImage) are applied onto `base`. A run's
-// configuration is the one it asked for (configurationAsAsked). Throws std::runtime_error (or
-// ValidationError) naming the path and what is wrong.
-RestoredConfig configurationFromFile(const std::string& path, const RunConfig& base = RunConfig{});
+// configuration is the one it asked for (configurationAsAsked). Another tool's image has its LoRA,
+// VAE and embedding files checked in the models folders of its model and `windowModelsFolder` (the
+// window's), as parametersFromImage does. Throws std::runtime_error (or ValidationError) naming the
+// path and what is wrong.
+RestoredConfig configurationFromFile(const std::string& path, const RunConfig& base = RunConfig{},
+                                     const std::string& windowModelsFolder = {});
 
 // The configuration `record` ran with, as it was asked for: the record keeps what ran (the tile
 // batch auto chose, the backend that computed), a restore gives back the choice ("auto").

@@ -14,7 +14,6 @@
 #include "app/qt/ModelLocator.h"
 #include "app/qt/RunWorker.h"
 #include "core/models/sd/SdModel.h"
-#include "core/text/PromptParser.h"
 
 namespace tessera {
 
@@ -50,26 +49,6 @@ struct ModelInspector::Cache {
     std::mutex mutex;
     std::map<QString, Entry> entries;  // by folder as asked
     std::atomic<int> reads{0};
-    std::map<std::string, std::shared_ptr<const ClipTokenizer>> tokenizers;  // by source; under mutex
-
-    std::shared_ptr<const ClipTokenizer> tokenizerFor(const QString& model) {
-        assertNotGuiThread("ModelInspector tokenizerFor");
-        const QDir folder(model);
-        const bool own =
-            !model.startsWith(QString::fromLatin1(kRandomModelPrefix)) && folder.exists(QStringLiteral("tokenizer"));
-        useBundledClipVocabulary();
-        const std::string source =
-            own ? folder.filePath(QStringLiteral("tokenizer")).toStdString() : bundledClipVocabulary();
-        {
-            std::lock_guard lock(mutex);
-            if (const auto it = tokenizers.find(source); it != tokenizers.end()) return it->second;
-        }
-        // Token counts do not depend on the pad token (SD 1.x vs 2.x), so one bundled tokenizer serves both.
-        auto tokenizer = own ? std::make_shared<const ClipTokenizer>(ClipTokenizer::fromDiffusersFolder(source))
-                             : bundledTokenizer(SdFamily::SD1);
-        std::lock_guard lock(mutex);
-        return tokenizers.emplace(source, std::move(tokenizer)).first->second;
-    }
 
     ModelInspection inspect(const QString& folder) {
         ModelInspection result{folder, std::nullopt, {}};
@@ -127,20 +106,6 @@ quint64 ModelInspector::inspect(const QString& folder) {
                                       emit inspected(id, ModelInspection{folder, std::nullopt, error});
                               });
     return inspectJob_;
-}
-
-quint64 ModelInspector::countTokens(const QString& model, const QString& field, const QString& prompt) {
-    const quint64 id =
-        jobs_.start([cache = cache_, model,
-                     text = prompt.toStdString()] { return chunkPrompt(*cache->tokenizerFor(model), text).tokenCount; },
-                    [this, field](quint64 job, int tokens) {
-                        if (countJobs_[field] == job) emit tokensCounted(job, field, tokens, {});
-                    },
-                    [this, field](quint64 job, const QString& error) {
-                        if (countJobs_[field] == job) emit tokensCounted(job, field, -1, error);
-                    });
-    countJobs_[field] = id;
-    return id;
 }
 
 quint64 ModelInspector::locateDefault(const QString& executableDir) {

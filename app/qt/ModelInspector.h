@@ -52,13 +52,6 @@ public:
     // answered by defaultModelLocated (an empty folder when none is installed).
     quint64 locateDefault(const QString& executableDir);
 
-    // Counts the tokens of `prompt` as A1111 shows them ("n/75": core/PromptParser chunkPrompt's
-    // tokenCount) with the tokenizer of SD model `model` (its tokenizer/ folder, else the
-    // bundled CLIP vocabulary), off this thread; the tokenizer is read once per source and
-    // kept. `field` ("prompt", "negative_prompt") keys the answers: only the newest request per
-    // field is answered, by tokensCounted (tokens -1 and the reason when it cannot count).
-    quint64 countTokens(const QString& model, const QString& field, const QString& prompt);
-
     // How many times a folder's configuration was read (cache misses), since construction.
     int configurationReads() const;
     // Jobs not answered yet.
@@ -67,14 +60,12 @@ public:
 signals:
     void inspected(quint64 jobId, const tessera::ModelInspection& inspection);
     void defaultModelLocated(const QString& folder);
-    void tokensCounted(quint64 jobId, const QString& field, int tokens, const QString& error);
 
 private:
     struct Cache;
-    std::shared_ptr<Cache> cache_;          // shared with the jobs; locked inside
-    quint64 inspectJob_ = 0;                // the newest inspect(): the only one answered
-    std::map<QString, quint64> countJobs_;  // the newest countTokens() per field
-    JobQueue jobs_{2};                      // last member: destroyed (waited for) first
+    std::shared_ptr<Cache> cache_;  // shared with the jobs; locked inside
+    quint64 inspectJob_ = 0;        // the newest inspect(): the only one answered
+    JobQueue jobs_{2};              // last member: destroyed (waited for) first
 };
 
 }  // namespace tessera

@@ -323,6 +323,24 @@ private slots:
         QVERIFY(testing::restoreAndWait(other, preset, &error));
         QCOMPARE(other.configPanel()->config().seed, std::uint64_t(99));
 
+        // An A1111 PNG (tests/data/a1111png) naming a LoRA, a VAE and an embedding: looked up in the
+        // window's models folder too, so a LoRA kept only there is found (a note names it otherwise).
+        const QString a1111 = QStringLiteral(TESSERA_TEST_DATA "/a1111png/a1111.png");
+        const auto namesTheLora = [](const RestoredConfig& r) {
+            for (const UnmappedSetting& u : r.unmapped)
+                if (u.message().find("sd1_tiny") != std::string::npos) return true;
+            return false;
+        };
+        QVERIFY(namesTheLora(offGuiThread([&] { return configurationFromFile(a1111.toStdString()); })));
+        const QString models = scratch_.filePath("a1111-models");
+        for (const char* sub : {"Lora", "VAE", "embeddings"}) QVERIFY(QDir().mkpath(models + "/" + sub));
+        QVERIFY(QFile::copy(QStringLiteral(TESSERA_TEST_DATA "/sdpipeline/lora/sd1_tiny.safetensors"),
+                            models + "/Lora/sd1_tiny.safetensors"));
+        const RestoredConfig found =
+            offGuiThread([&] { return configurationFromFile(a1111.toStdString(), RunConfig{}, models.toStdString()); });
+        QCOMPARE(found.source, ConfigSource::ImageParameters);
+        QVERIFY(!namesTheLora(found));
+
         // A PNG with neither a manifest nor another tool's parameters is refused, naming the file
         // and the reason.
         const QString plain = scratch_.filePath("plain.png");
