@@ -20,6 +20,7 @@
 #include "core/sampling/ImageOps.h"
 #include "core/text/ClipTokenizer.h"
 #include "tests/app/CliRun.h"
+#include "tests/app/TokensRun.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -29,19 +30,8 @@ namespace {
 const std::string kGz = TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 const std::string kData = TESSERA_TEST_DATA "/embeddings";
 
-struct Result {
-    int exitCode = -1;
-    std::string out, err;
-};
-
-Result tokens(const std::vector<std::string>& args) {
-    std::ostringstream out, err;
-    Result r;
-    r.exitCode = runTokensCommand(args, out, err, TESSERA_BINARY_DIR "/app");
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-}
+using Result = testing::TokensRun;
+constexpr auto tokens = &testing::runTokens;
 
 std::string show(const Result& r) { return "exit " + std::to_string(r.exitCode) + "\n" + r.out + "\n" + r.err; }
 

@@ -17,6 +17,7 @@
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
 #include "tests/app/CliRun.h"
+#include "tests/app/TokensRun.h"
 
 using namespace tessera;
 using tessera::testing::CliRun;
@@ -28,20 +29,8 @@ namespace {
 const std::string kGz = TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 const std::string kFixture = TESSERA_TEST_DATA "/tokenizer/clip_ids.json";
 
-struct Result {
-    int exitCode = -1;
-    std::string out, err;
-};
-
-// The command in this process (no start-up per prompt; arguments may hold any bytes).
-Result tokens(const std::vector<std::string>& args) {
-    std::ostringstream out, err;
-    Result r;
-    r.exitCode = runTokensCommand(args, out, err, TESSERA_BINARY_DIR "/app");
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-}
+using Result = testing::TokensRun;
+constexpr auto tokens = &testing::runTokens;
 
 std::string show(const Result& r) {
     return "exit " + std::to_string(r.exitCode) + "\nstdout:\n" + excerpt(r.out, 600) + "\nstderr:\n" + r.err;
