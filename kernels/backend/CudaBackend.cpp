@@ -115,9 +115,11 @@ float* CudaBackend::deviceVector(const std::string& name, int lane) const {
 float* CudaBackend::deviceTimesteps(int lane) const {
     return reinterpret_cast<float*>(impl_->lanePtr(lane, impl_->timestepBuf));
 }
-void* CudaBackend::deviceGraphInput(std::size_t k) const { return impl_->graphValuePtr(impl_->graph.inputs().at(k)); }
-const void* CudaBackend::deviceGraphOutput(std::size_t k) const {
-    return impl_->graphValuePtr(impl_->graph.outputs().at(k));
+void* CudaBackend::deviceGraphInput(std::size_t k, int lane) const {
+    return impl_->graphValuePtr(impl_->graph.inputs().at(k), lane);
+}
+const void* CudaBackend::deviceGraphOutput(std::size_t k, int lane) const {
+    return impl_->graphValuePtr(impl_->graph.outputs().at(k), lane);
 }
 std::unique_ptr<TiledCanvasStore> CudaBackend::makeCanvasStore(std::uint64_t canvasBytes) {
     return makeCudaCanvasStore(*this, *this, canvasBytes);

@@ -132,12 +132,12 @@ public:
     // The vector input named `name` ([batch, C] float32, e.g. SDXL's "text_embeds_time"); nullptr
     // when the prepared graph has no such input.
     float* deviceVector(const std::string& name, int lane = 0) const;
-    // Lane 0's buffer of the prepared graph's input / output k (graph order), written and read
+    // A lane's buffer of the prepared graph's input / output k (graph order), written and read
     // in place of run()'s host copies (the device canvas store): feature maps NHWC [batch, h, w,
     // channels rounded up to 8] and token sequences [batch, rows, C] in the activation type,
     // vectors [batch, C] float32; nullptr for an input read as token ids only. Then enqueue().
-    void* deviceGraphInput(std::size_t k) const;
-    const void* deviceGraphOutput(std::size_t k) const;
+    void* deviceGraphInput(std::size_t k, int lane = 0) const;
+    const void* deviceGraphOutput(std::size_t k, int lane = 0) const;
     int inputChannelsPadded() const;
     int outputChannelsPadded() const;
     // The float32 NCHW staging buffer of the prepared graph's feature-map input / output k (graph

@@ -86,13 +86,13 @@ void CudaBackend::Impl::gemmRows(DType t, const void* w, const void* x, void* y,
                                cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
 }
 
-void* CudaBackend::Impl::graphValuePtr(int v) const {
+void* CudaBackend::Impl::graphValuePtr(int v, int lane) const {
     if (!prepared) throw std::logic_error("CudaBackend: device buffers before prepare");
     if (graph.value(v).kind == ValueKind::Vector)
-        return lanePtr(0, valueVec[static_cast<std::size_t>(v)].buf) +
+        return lanePtr(lane, valueVec[static_cast<std::size_t>(v)].buf) +
                valueVec[static_cast<std::size_t>(v)].offset * sizeof(float);
     const int buf = valueAct[static_cast<std::size_t>(v)].buf;
-    return buf < 0 ? nullptr : lanePtr(0, buf);
+    return buf < 0 ? nullptr : lanePtr(lane, buf);
 }
 
 void CudaBackend::Impl::checkIds(const std::vector<const float*>& inputs, int batch) const {
