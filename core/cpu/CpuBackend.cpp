@@ -602,6 +602,15 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
         case OpKind::EosPool:
             cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);
             break;
+        case OpKind::ColorFix: {
+            const int d = graph_.value(op.input).divisor;
+            const cpu::ColorFixShape shape{
+                batch,     channels, tileH_ / d,   tileW_ / d,
+                op.radius, op.scale, op.sharpness, static_cast<int>(graph_.param(op.params[0]).shape[1])};
+            cpu::colorFix(pool, shape, in, space.data(op.input2), space.data(op.hintLatent), space.data(op.timesteps),
+                          space.data(op.condMark), w.params[0], y);
+            break;
+        }
     }
 }
 

@@ -175,5 +175,21 @@ void attention(WorkerPool&, int images, int channels, std::int64_t pixels, int h
 void attention(WorkerPool&, int channels, std::int64_t pixels, int heads, const AttentionWeights&, const float* x,
                const float* residual, float outScale, float* y, float* scratch, int queryBlock);
 
+// sd-webui-controlnet's tile_colorfix correction (ModelGraph.h OpKind::ColorFix) over `batch` rows of
+// [channels, h, w]: eps, xt and latent of that shape, timesteps [batch] (rounded half to even,
+// clamped to the table), condMark [batch, 2] (v[0] + 1 the row's mark), table [2, tableSize]
+// (sqrt(1 / alphas_cumprod), sqrt(1 / alphas_cumprod - 1)). In double per plane (one task a
+// plane); y must not alias an input.
+struct ColorFixShape {
+    int batch = 0, channels = 0, h = 0, w = 0;
+    int radius = 8;
+    float weight = 1.0f;
+    float sharpness = -1.0f;  // < 0: tile_colorfix; else +sharp's detail weight
+    int tableSize = 1000;
+};
+int colorFixTimestep(float timestep, int tableSize);
+void colorFix(WorkerPool&, const ColorFixShape&, const float* eps, const float* xt, const float* latent,
+              const float* timesteps, const float* condMark, const float* table, float* y);
+
 }  // namespace cpu
 }  // namespace tessera

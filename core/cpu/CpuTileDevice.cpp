@@ -314,7 +314,8 @@ void CpuTileDevice::beginRun(const TiledPass& pass, RunRecord&, std::function<vo
     hintIn_.clear();
     controlFilm_.clear();
     for (const PassControl& c : pass.controls) {
-        if (c.factor != graphTileScale_)
+        // A hint at the graph's tile scale, or a latent-sized input (a colour fix's latent: factor 1).
+        if (c.factor != graphTileScale_ && c.factor != 1)
             throw std::logic_error("CpuTileDevice: a ControlNet's hint factor is not the graph's tile scale");
         hintIn_.emplace_back(static_cast<std::size_t>(c.channels) * pass.plan->tileH() * c.factor * pass.plan->tileW() *
                                  c.factor * batch,

@@ -58,13 +58,15 @@ const char* toString(OpKind k) {
             return "sigmoid";
         case OpKind::Mul:
             return "mul";
+        case OpKind::ColorFix:
+            return "color_fix";
     }
     return "?";
 }
 
 std::vector<int> GraphOp::operands() const {
     std::vector<int> ids;
-    for (int v : {input, input2, preAdd, scaleShift, residual})
+    for (int v : {input, input2, preAdd, scaleShift, residual, hintLatent, timesteps, condMark})
         if (v >= 0) ids.push_back(v);
     return ids;
 }
@@ -258,6 +260,24 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
             return {{2 * out, C}, {2 * out}};
         case OpKind::TokenEmbedding:
             return tokenEmbeddingParams(op, x);
+        case OpKind::ColorFix: {
+            const GraphValue& xt = operandOf(op, op.input2, "input2");
+            const GraphValue& z = operandOf(op, op.hintLatent, "hintLatent");
+            const GraphValue& t = operandOf(op, op.timesteps, "timesteps");
+            const GraphValue& m = operandOf(op, op.condMark, "condMark");
+            if (!isMap(x) || !sameShape(x, xt) || !sameShape(x, z) || !isVector(t) || t.channels != 1 || !isVector(m) ||
+                m.channels != 2 || op.radius < 0 || !(op.scale >= 0.0f && op.scale <= 1.0f) || op.params.size() != 1)
+                failOp(op,
+                       "needs eps, x_t and the hint latent of one feature-map shape, the timesteps [B, 1], the "
+                       "mark [B, 2], radius >= 0, a weight in [0, 1] and the DDPM table");
+            const int id = op.params.front();
+            const std::int64_t T = id >= 0 && id < static_cast<int>(params_.size()) &&
+                                           params_[static_cast<std::size_t>(id)].shape.size() == 2
+                                       ? params_[static_cast<std::size_t>(id)].shape[1]
+                                       : 0;
+            if (T < 1) failOp(op, "needs a DDPM table [2, T]");
+            return {{2, T}};
+        }
         case OpKind::EosPool: {
             const GraphValue& ids = operandOf(op, op.input2, "input2");
             if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens ||
@@ -310,8 +330,11 @@ std::vector<Shape> ModelGraph::tokenEmbeddingParams(const GraphOp& op, const Gra
 // where fuseForExecution puts them and the backends run them.
 void ModelGraph::checkFusions(const GraphOp& op, const GraphValue& x) const {
     if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
-        op.kind != OpKind::EosPool && op.kind != OpKind::Attention && op.kind != OpKind::Mul)
+        op.kind != OpKind::EosPool && op.kind != OpKind::Attention && op.kind != OpKind::Mul &&
+        op.kind != OpKind::ColorFix)
         failOp(op, "takes no second operand");
+    if ((op.hintLatent >= 0 || op.timesteps >= 0 || op.condMark >= 0) && op.kind != OpKind::ColorFix)
+        failOp(op, "takes no hint latent, timesteps or mark");
     if (op.leakyRelu && op.kind != OpKind::Conv) failOp(op, "cannot carry a LeakyReLU");
     if (op.silu && !(op.kind == OpKind::Linear && isVector(x)) && op.kind != OpKind::GroupNorm)
         failOp(op, "cannot carry a SiLU");
@@ -489,7 +512,9 @@ ModelGraph ModelGraph::extract(std::size_t index) const {
         mapped.emplace_back(id, fresh);
         id = fresh;
     };
-    for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual}) remap(*id);
+    for (int* id :
+         {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual, &op.hintLatent, &op.timesteps, &op.condMark})
+        remap(*id);
     for (int& p : op.params) p = g.addParam(param(p).name, param(p).shape);
     g.markOutput(g.addOp(std::move(op), value(src.output).name));
     return g;
@@ -549,6 +574,10 @@ std::string ModelGraph::describe(const GraphOp& op) const {
             break;
         case OpKind::LeakyReLU:
             s << ' ' << op.slope << ' ' << x.channels << "ch";
+            break;
+        case OpKind::ColorFix:
+            s << " k" << op.radius << " w" << op.scale << ' ' << x.channels << "ch";
+            if (op.sharpness >= 0.0f) s << " sharp " << op.sharpness;
             break;
         default:
             s << ' ' << y.channels << "ch";
@@ -654,7 +683,8 @@ ModelGraph fuseForExecution(const ModelGraph& g) {
     for (auto& list : at)
         for (GraphOp& op : list) {
             const int out = op.output;
-            for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual})
+            for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual, &op.hintLatent,
+                            &op.timesteps, &op.condMark})
                 if (*id >= 0) *id = map[static_cast<std::size_t>(*id)];
             map[static_cast<std::size_t>(out)] = f.addOp(std::move(op), g.value(out).name);
         }

@@ -76,6 +76,16 @@ enum class OpKind {
                         // (F.pixel_unshuffle)
     Sigmoid,            // elementwise 1 / (1 + exp(-x))
     Mul,                // input * input2, elementwise, two values of one shape
+    ColorFix,           // sd-webui-controlnet's tile_colorfix (scripts/hook.py, "Post-processing for color
+                        // fix"): input = the UNet's output eps [B, C, h, w], input2 = its input x_t (same
+                        // shape), hintLatent = the hint's VAE latent (same shape), timesteps = the UNet's
+                        // timestep [B, 1], condMark = a FiLM row [B, 2] (v[0] + 1: 1 on conditional rows,
+                        // 0 on unconditional ones). t = round(timestep); x0 = a_t x_t - b_t eps;
+                        // x0' = x0 - blur(x0) + blur(hintLatent); sharpness >= 0 ("+sharp", d =
+                        // sharpness): x0' = m x0' + (1 - m) (d blur(x0') + (1 - d) x0'); out =
+                        // w (a_t x_t - x0') / b_t + (1 - w) eps, w = scale. blur: replicate padding by
+                        // `radius`, then the mean of the (2 radius + 1)^2 box. Parameter: the DDPM table
+                        // [2, T]: a_t = sqrt(1 / alphas_cumprod[t]), b_t = sqrt(1 / alphas_cumprod[t] - 1)
 };
 const char* toString(OpKind);
 
@@ -108,11 +118,14 @@ struct GraphOp {
     bool causal = false;               // Attention over tokens without context: causal mask
     bool geluTanh = false;             // GELU: tanh approximation
     int token = -1;                    // EosPool: the id pooled at; -1: the largest id
-    float scale = 1.0f, shift = 0.0f;  // Affine
+    float scale = 1.0f, shift = 0.0f;  // Affine; ColorFix: scale = the weight w in [0, 1]
     float slope = 0.01f;               // LeakyReLU (and a Conv's fused one): negative slope, PyTorch's default
     int factor = 2;                    // Upsample, PixelShuffle, PixelUnshuffle
     int freqShift = 0;                 // TimestepEmbedding
     bool flipSinToCos = false;
+    int radius = 0;                                      // ColorFix: the box blur's radius k (Variation)
+    float sharpness = -1.0f;                             // ColorFix: +sharp's detail weight d; < 0: no sharpening
+    int hintLatent = -1, timesteps = -1, condMark = -1;  // ColorFix's operands besides input and input2
 
     // Fusions, set by fuseForExecution() (builders leave them alone):
     bool silu = false;         // Linear, GroupNorm: SiLU on the result
@@ -123,7 +136,8 @@ struct GraphOp {
     float outputScale = 1.0f;  // Conv, Attention: y = (result + residual) * outputScale
     bool leakyRelu = false;    // Conv: LeakyReLU(slope) on y, after the residual and the scale
 
-    // Every value the op reads (input, input2, preAdd, scaleShift, residual; those present).
+    // Every value the op reads (input, input2, preAdd, scaleShift, residual, hintLatent, timesteps,
+    // condMark; those present).
     std::vector<int> operands() const;
 };
 

@@ -49,8 +49,8 @@ std::string controlNetInfotextModel(const std::string& model, const std::string&
 std::string controlNetInfotextValue(const ControlNetUnit& u, const std::string& hash) {
     double thresholdA = 0.5, thresholdB = 0.5;  // the extension's defaults for modules without sliders
     if (u.preprocessor == "tile_resample") thresholdA = u.downSampling;
-    if (u.preprocessor == "tile_colorfix" || u.preprocessor == "tile_colorfix+sharp") thresholdA = 8;
-    if (u.preprocessor == "tile_colorfix+sharp") thresholdB = 1;
+    if (isColorFixPreprocessor(u.preprocessor)) thresholdA = u.colorfixVariation;
+    if (u.preprocessor == "tile_colorfix+sharp") thresholdB = u.colorfixSharpness;
     return "Module: " + u.preprocessor + ", Model: " + controlNetInfotextModel(u.model, hash) +
            ", Weight: " + formatNumber(u.weight) +
            // A unit's own image is cropped and resized, the start image stretched (A1111's image-to-image
@@ -69,6 +69,7 @@ std::optional<ControlNetUnit> controlNetFromInfotext(std::string_view value, std
         return std::nullopt;
     };
     double thresholdA = 1.0;
+    std::optional<double> thresholdB;
     while (!value.empty()) {
         const std::size_t comma = value.find(',');
         const std::string_view item = value.substr(0, comma);
@@ -98,6 +99,10 @@ std::optional<ControlNetUnit> controlNetFromInfotext(std::string_view value, std
             if (!numeric(u.end)) return fail("its Guidance End is not a number");
         } else if (key == "Threshold A") {
             if (!numeric(thresholdA)) return fail("its Threshold A is not a number");
+        } else if (key == "Threshold B") {
+            double b = 0;
+            if (!numeric(b)) return fail("its Threshold B is not a number");
+            thresholdB = b;
         } else if (key == "Control Mode") {
             const std::optional<ControlMode> mode = controlModeFromString(std::string(v));
             if (!mode) return fail("its Control Mode '" + std::string(v) + "' is not one Tessera has");
@@ -106,6 +111,8 @@ std::optional<ControlNetUnit> controlNetFromInfotext(std::string_view value, std
     }
     if (!model) return fail("it names no model");
     if (u.preprocessor == "tile_resample") u.downSampling = thresholdA;
+    if (isColorFixPreprocessor(u.preprocessor)) u.colorfixVariation = thresholdA;
+    if (u.preprocessor == "tile_colorfix+sharp" && thresholdB) u.colorfixSharpness = *thresholdB;
     return u;
 }
 

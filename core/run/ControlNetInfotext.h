@@ -25,11 +25,12 @@ std::optional<std::size_t> controlNetInfotextIndex(std::string_view key);
 std::string controlNetInfotextModel(const std::string& model, const std::string& hash);
 
 // The unit's value (before A1111's quoting): the keys above; Threshold A is tile_resample's down
-// sampling rate, tile_colorfix's variation (8), Threshold B tile_colorfix+sharp's sharpness (1).
+// sampling rate, tile_colorfix's Variation, Threshold B tile_colorfix+sharp's Sharpness.
 std::string controlNetInfotextValue(const ControlNetUnit& unit, const std::string& hash);
 
 // A unit from such a value: Module, Model (without its " [hash]"), Weight, Guidance Start, Guidance
-// End, Control Mode, and Threshold A for tile_resample; the image is the start image (the
+// End, Control Mode, Threshold A for tile_resample and the colour fixes, Threshold B for
+// tile_colorfix+sharp; the image is the start image (the
 // extension writes none). nullopt with `why` for a value that is not one (no Model, a number that
 // is none, an unknown mode).
 std::optional<ControlNetUnit> controlNetFromInfotext(std::string_view value, std::string* why);

@@ -38,6 +38,11 @@ struct ControlNetUnit {
     ControlMode mode = ControlMode::Balanced;
     std::string preprocessor = "none";  // none, tile_resample, tile_colorfix, tile_colorfix+sharp
     double downSampling = 1.0;          // tile_resample's down sampling rate
+    // tile_colorfix's "Variation" (the blur radius in latent pixels, a whole number of 3 to 32; the
+    // extension's default 8) and tile_colorfix+sharp's "Sharpness" (0 to 2, default 1)
+    // (sd-webui-controlnet scripts/preprocessor/legacy/preprocessor_compiled.py).
+    double colorfixVariation = 8.0;
+    double colorfixSharpness = 1.0;
     bool operator==(const ControlNetUnit&) const = default;
 };
 
@@ -46,5 +51,10 @@ inline constexpr std::size_t kMaxControlNets = 16;
 // The preprocessors a unit may name (sd-webui-controlnet's tile family and none).
 inline constexpr const char* kControlPreprocessors[] = {"none", "tile_resample", "tile_colorfix",
                                                         "tile_colorfix+sharp"};
+// Whether a preprocessor is tile_colorfix or tile_colorfix+sharp (a correction after the UNet).
+inline bool isColorFixPreprocessor(const std::string& p) { return p == "tile_colorfix" || p == "tile_colorfix+sharp"; }
+// The extension's slider ranges.
+inline constexpr double kColorFixVariationMin = 3.0, kColorFixVariationMax = 32.0;
+inline constexpr double kColorFixSharpnessMax = 2.0;
 
 }  // namespace tessera

@@ -257,7 +257,8 @@ void checkLoras(Problems& problems, const RunConfig& config) {
 }
 
 // The ControlNets: a bounded list with A1111's ranges: weight 0 to 2, 0 <= start < end <= 1, a
-// known preprocessor, a down sampling rate of 1 to 8. A unit without a model (--control-* before
+// known preprocessor, a down sampling rate of 1 to 8, a colour-fix variation of 3 to 32 (whole) and
+// sharpness of 0 to 2. A unit without a model (--control-* before
 // any --controlnet) is refused where the models are found (core/run/ControlNetModelFile.h).
 void checkControlNets(Problems& problems, const RunConfig& config) {
     if (config.controlNets.size() > kMaxControlNets)
@@ -284,6 +285,13 @@ void checkControlNets(Problems& problems, const RunConfig& config) {
         if (!(u.downSampling >= 1.0 && u.downSampling <= 8.0))
             problems.add("control_preprocessor",
                          which + ": down sampling rate " + formatNumber(u.downSampling) + " is not allowed; 1 to 8");
+        if (!(u.colorfixVariation >= kColorFixVariationMin && u.colorfixVariation <= kColorFixVariationMax &&
+              u.colorfixVariation == std::floor(u.colorfixVariation)))
+            problems.add("control_preprocessor", which + ": colour-fix variation " + formatNumber(u.colorfixVariation) +
+                                                     " is not allowed; a whole number of 3 to 32 (latent pixels)");
+        if (!(u.colorfixSharpness >= 0.0 && u.colorfixSharpness <= kColorFixSharpnessMax))
+            problems.add("control_preprocessor", which + ": colour-fix sharpness " + formatNumber(u.colorfixSharpness) +
+                                                     " is not allowed; 0 to 2");
     }
 }
 

@@ -345,15 +345,26 @@ Json controlNetsJson(const std::vector<ControlNetUnit>& units) {
                         {"end", u.end},
                         {"mode", toString(u.mode)},
                         {"preprocessor", u.preprocessor},
-                        {"down_sampling", u.downSampling}});
+                        {"down_sampling", u.downSampling},
+                        {"colorfix_variation", u.colorfixVariation},
+                        {"colorfix_sharpness", u.colorfixSharpness}});
     return list;
 }
 
-// [{"model", "image", "weight", "start", "end", "mode", "preprocessor", "down_sampling"}, ...];
+// [{"model", "image", "weight", "start", "end", "mode", "preprocessor", "down_sampling",
+// "colorfix_variation", "colorfix_sharpness"}, ...];
 // a missing key keeps ControlNetUnit's default.
 std::vector<ControlNetUnit> controlNetsFromJson(const Json& value) {
-    static const std::vector<std::string_view> keys{"model", "image", "weight",       "start",
-                                                    "end",   "mode",  "preprocessor", "down_sampling"};
+    static const std::vector<std::string_view> keys{"model",
+                                                    "image",
+                                                    "weight",
+                                                    "start",
+                                                    "end",
+                                                    "mode",
+                                                    "preprocessor",
+                                                    "down_sampling",
+                                                    "colorfix_variation",
+                                                    "colorfix_sharpness"};
     if (!value.is_array())
         wrongType("controlnets", value, "an array of {\"model\", \"image\", \"weight\", ...} objects");
     std::vector<ControlNetUnit> units;
@@ -379,6 +390,10 @@ std::vector<ControlNetUnit> controlNetsFromJson(const Json& value) {
                 u.preprocessor = readString(v, "controlnets.preprocessor");
             } else if (key == "down_sampling") {
                 u.downSampling = readReal(v, "controlnets.down_sampling");
+            } else if (key == "colorfix_variation") {
+                u.colorfixVariation = readReal(v, "controlnets.colorfix_variation");
+            } else if (key == "colorfix_sharpness") {
+                u.colorfixSharpness = readReal(v, "controlnets.colorfix_sharpness");
             } else {
                 unknownKey("controlnets." + key, keys);
             }
@@ -658,14 +673,24 @@ void addControlNetFields(std::vector<RunConfigField>& f) {
             if (!mode) fail("control_mode", inQuotes(t) + " is not a control mode; balanced, prompt or controlnet");
             u.mode = *mode;
         });
-    sub({"control_preprocessor", "control-preprocessor", "NAME[:RATE]",
-         "none (default), tile_resample[:down sampling rate 1 to 8], tile_colorfix,\n"
-         "tile_colorfix+sharp",
+    sub({"control_preprocessor", "control-preprocessor", "NAME[:A[:B]]",
+         "none (default), tile_resample[:down sampling rate 1 to 8],\n"
+         "tile_colorfix[:variation 3 to 32, default 8],\n"
+         "tile_colorfix+sharp[:variation[:sharpness 0 to 2, default 1]]",
          "", "tile_resample:2"},
         [](ControlNetUnit& u, const std::string& t) {
             const auto colon = t.find(':');
             u.preprocessor = t.substr(0, colon);
-            if (colon != std::string::npos) u.downSampling = controlNumber("control_preprocessor", t.substr(colon + 1));
+            if (colon == std::string::npos) return;
+            const std::string rest = t.substr(colon + 1);
+            if (!isColorFixPreprocessor(u.preprocessor)) {
+                u.downSampling = controlNumber("control_preprocessor", rest);
+                return;
+            }
+            const auto second = rest.find(':');
+            u.colorfixVariation = controlNumber("control_preprocessor", rest.substr(0, second));
+            if (second != std::string::npos)
+                u.colorfixSharpness = controlNumber("control_preprocessor", rest.substr(second + 1));
         });
 }
 

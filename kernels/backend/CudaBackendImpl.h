@@ -314,6 +314,7 @@ struct CudaBackend::Impl {
     int idsBuffer(int value, const GraphOp& op) const;
     void lowerTokenEmbedding(const GraphOp& op);
     void lowerEosPool(const GraphOp& op);
+    void lowerColorFix(const GraphOp& op);  // CudaColorFix.cpp
 
     // ==== attention (CudaAttention.cpp) =========================================================
     // Where one attention's Q, K, V and head outputs live (activation type): rows of `*Row`
@@ -442,8 +443,8 @@ struct CudaBackend::Impl {
     const float* wf(std::size_t off) const { return reinterpret_cast<const float*>(weightsBase + off); }
     const void* wt(std::size_t off) const { return weightsBase + off; }
     float* vec(const VectorRef& r) const { return reinterpret_cast<float*>(ptr(r.buf)) + r.offset; }
-    // Lane 0's buffer of graph input or output `v` (CudaBackend::deviceGraphInput).
-    void* graphValuePtr(int v) const;
+    // A lane's buffer of graph input or output `v` (CudaBackend::deviceGraphInput).
+    void* graphValuePtr(int v, int lane = 0) const;
 
     void setConvBatch(ConvLayer& c, int batch);
     void runConv(int layer, const void* x, void* y, float alpha, float beta, int batch);

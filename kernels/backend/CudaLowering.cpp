@@ -1074,6 +1074,9 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
             case OpKind::EosPool:
                 lowerEosPool(op);
                 break;
+            case OpKind::ColorFix:
+                lowerColorFix(op);
+                break;
             default:
                 lowerPointwise(op);
                 break;

@@ -4,6 +4,7 @@
 #include "core/models/controlnet/ControlledUNetGraph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@ namespace tessera {
 namespace {
 
 constexpr const char* kScaleInput = "conditioning_scale.";
+constexpr int kColorFixTableSize = 1000;  // SD's DDPM timesteps (the extension's register_schedule)
 
 // Copies ops of `src` into `dst`. `values` maps src value ids to dst ids (-1: not yet there; a
 // graph input must be mapped before an op reads it); parameters and names get `prefix`.
@@ -82,9 +84,10 @@ std::vector<std::size_t> concatOps(const ModelGraph& unet) {
 
 // The per-skip additions before each concatenation: `added(k)` is the value to add to skip k
 // (k = skips - 1 - the concatenation's ordinal), `mid` to the up path's first input.
+// Returns the UNet's outputs (unmarked).
 template <class Added>
-void copyUpPath(ModelGraph& g, GraphSplice& unet, const ModelGraph& src, const std::vector<std::size_t>& concats,
-                int mid, const Added& added) {
+std::vector<int> copyUpPath(ModelGraph& g, GraphSplice& unet, const ModelGraph& src,
+                            const std::vector<std::size_t>& concats, int mid, const Added& added) {
     const int skips = static_cast<int>(concats.size());
     std::size_t next = concats.front();
     for (int j = 0; j < skips; ++j) {
@@ -102,7 +105,31 @@ void copyUpPath(ModelGraph& g, GraphSplice& unet, const ModelGraph& src, const s
         next = at + 1;
     }
     unet.copy(next, src.ops().size());
-    for (const int v : src.outputs()) g.markOutput(unet[v]);
+    std::vector<int> outputs;
+    for (const int v : src.outputs()) outputs.push_back(unet[v]);
+    return outputs;
+}
+
+// The colour fixes after the UNet's output `eps` (its inputs declared in the nets' order).
+int addColorFixes(ModelGraph& g, const ModelGraph& src, const GraphSplice& unet, const std::vector<ControlledNet>& nets,
+                  const std::vector<int>& latents, const std::vector<int>& marks, int eps) {
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < nets.size(); ++i) {
+        if (!nets[i].colorFix) continue;
+        const ColorFixSettings& c = *nets[i].colorFix;
+        const int index = static_cast<int>(i);
+        GraphOp op = newOp(OpKind::ColorFix, "colorfix." + std::to_string(i), eps, unet[inputNamed(src, "sample")]);
+        op.hintLatent = latents[j];
+        op.condMark = marks[j];
+        op.timesteps = unet[inputNamed(src, "timestep")];
+        op.radius = c.radius;
+        op.scale = c.weight;
+        op.sharpness = c.sharpness;
+        op.params = {g.addParam(colorFixTableParam(index), {2, kColorFixTableSize})};
+        eps = g.addOp(std::move(op));
+        ++j;
+    }
+    return eps;
 }
 
 void checkNets(const UNetCondConfig& unet, const std::vector<ControlledNet>& nets) {
@@ -119,6 +146,27 @@ std::string controlNetParamName(int index, const std::string& name) {
 }
 
 std::string controlNetHintInput(int index) { return controlNetParamName(index, "controlnet_cond"); }
+
+std::string colorFixLatentInput(int index) { return "colorfix." + std::to_string(index) + ".latent"; }
+std::string colorFixMarkInput(int index) { return "colorfix." + std::to_string(index) + ".cond_mark"; }
+std::string colorFixTableParam(int index) { return "colorfix." + std::to_string(index) + ".ddpm_table"; }
+
+std::vector<float> colorFixDdpmTable() {
+    // torch.linspace(float64) computes the second half from the end (start + step * i below
+    // steps / 2, end - step * (steps - 1 - i) from there): the same here, for the same betas.
+    constexpr int T = kColorFixTableSize;
+    const double start = std::sqrt(0.00085), end = std::sqrt(0.012), step = (end - start) / (T - 1);
+    std::vector<float> table(2 * static_cast<std::size_t>(T));
+    double cumprod = 1.0;
+    for (int i = 0; i < T; ++i) {
+        const double root = i < T / 2 ? start + step * i : end - step * (T - 1 - i);
+        const double beta = root * root;
+        cumprod *= 1.0 - beta;
+        table[static_cast<std::size_t>(i)] = static_cast<float>(std::sqrt(1.0 / cumprod));
+        table[static_cast<std::size_t>(T + i)] = static_cast<float>(std::sqrt(1.0 / cumprod - 1.0));
+    }
+    return table;
+}
 
 int controlledTileScale(const std::vector<ControlledNet>& nets) {
     if (nets.empty()) throw std::invalid_argument("controlled UNet: no ControlNet");
@@ -170,6 +218,21 @@ ModelGraph buildControlledUNetGraph(const UNetCondConfig& unetConfig, const std:
             }
         }
     }
+    // The colour fixes' inputs, after every ControlNet's.
+    std::vector<int> colorLatents, colorMarks;
+    const int sample = unet[inputNamed(src, "sample")];
+    for (std::size_t i = 0; i < nets.size(); ++i) {
+        if (!nets[i].colorFix) continue;
+        if (unetConfig.inChannels != unetConfig.outChannels)
+            throw std::invalid_argument("ControlNet " + std::to_string(i) +
+                                        ": tile_colorfix needs a UNet whose input is its latent (" +
+                                        std::to_string(unetConfig.inChannels) + " input channels, " +
+                                        std::to_string(unetConfig.outChannels) + " output channels)");
+        GraphValue latent = g.value(sample);
+        latent.name = colorFixLatentInput(static_cast<int>(i));
+        colorLatents.push_back(g.addInputValue(latent));
+        colorMarks.push_back(g.addInput(colorFixMarkInput(static_cast<int>(i)), ValueKind::Vector, 2));
+    }
 
     // The UNet's down path and mid block, then the ControlNets (the residuals are added only
     // once the down path no longer reads the skips), then the up path reading skip + residuals.
@@ -199,7 +262,10 @@ ModelGraph buildControlledUNetGraph(const UNetCondConfig& unetConfig, const std:
     const int mid = summed(N, "controlnet.mid_block_res_sample");
     std::vector<int> down(N);
     for (std::size_t k = 0; k < N; ++k) down[k] = summed(k, "controlnet.down_block_res_samples." + std::to_string(k));
-    copyUpPath(g, unet, src, concats, mid, [&](int k) { return down.at(static_cast<std::size_t>(k)); });
+    std::vector<int> outputs =
+        copyUpPath(g, unet, src, concats, mid, [&](int k) { return down.at(static_cast<std::size_t>(k)); });
+    outputs.front() = addColorFixes(g, src, unet, nets, colorLatents, colorMarks, outputs.front());
+    for (const int v : outputs) g.markOutput(v);
     if (options.exposeResiduals)
         for (const std::vector<int>& r : residuals)
             for (const int v : r) g.markOutput(v);
@@ -225,7 +291,9 @@ ModelGraph buildUNetWithResidualInputs(const UNetCondConfig& unetConfig, int con
     }
     const int mid = addScaledInput(g, src.value(src.ops()[concats.front()].input), 1, "mid_block_additional_residual");
     unet.copy(0, concats.front());
-    copyUpPath(g, unet, src, concats, mid, [&](int k) { return down.at(static_cast<std::size_t>(k)); });
+    for (const int v :
+         copyUpPath(g, unet, src, concats, mid, [&](int k) { return down.at(static_cast<std::size_t>(k)); }))
+        g.markOutput(v);
     return g;
 }
 
