@@ -20,6 +20,10 @@ Modes:
   unet          SD 1.5 UNet per call at UNet batch 2 and 16 (CFG 7, tile graphs); PyTorch: diffusers'
                 UNet2DConditionModel + CUDA graph (batch 2), torch.compile + CUDA graph (batch 16)
   sdxl          SDXL UNet per call at UNet batch 8; PyTorch + CUDA graph
+  job-controlnet  the 2048x2048 SD 1.5 image-to-image upscale (strength 0.5, tile 512, overlap 64, CFG 7, 20 steps
+                DPM++ 2M Karras, fp16) with and without a ControlNet of control_v11f1e_sd15_tile's shape (the start
+                image as control image) at tile batches JOB_BATCHES (default auto,8); diffusers ControlNetModel +
+                UNet + torch.compile + CUDA graph at TORCH_JOB_BATCHES (default 8)
   job           the whole 2048x2048 job of JOB_SHAPE (default sd15; sd21, sdxl), native tiles overlapping by
                 1/8, CFG 7, 20 steps DPM++ 2M Karras, fp16, at tile batches JOB_BATCHES (default auto,8);
                 diffusers + torch.compile + CUDA graph at TORCH_JOB_BATCHES (default 13)
@@ -312,6 +316,24 @@ mode_job() {
     stepmem "job_torch_${shape}_b$b" 230 "${torchpy[@]}" $pytorch/torch_sd_tiled.py --shape "$shape" --size 2048 \
       --tile "$tile" --overlap $((tile / 8)) --steps 20 --cfg 7 --batch "$b" --compile
     peer_csv "job_torch_${shape}_b$b"
+  done
+}
+
+mode_job_controlnet() {
+  need_tessera job-controlnet || return
+  local b with
+  for with in "" "--controlnet"; do
+    stepmem "cnjob_tessera${with:+_controlnet}" "${JOB_S:-200}" "${cli[@]}" bench --shape sd15 --job --size 2048 \
+      --tile 512 --overlap 64 --batch "${JOB_BATCHES:-auto,8}" --repeats 3 --tuning-cache "$tuning" \
+      --strength 0.5 $with --csv "$results/cnjob_tessera${with:+_controlnet}.csv"
+  done
+  # The peer without its ControlNet (the ControlNet's share on PyTorch's side) when TORCH_CN_PLAIN=1.
+  for b in ${TORCH_JOB_BATCHES:-8}; do
+    for with in "--controlnet" ${TORCH_CN_PLAIN:+""}; do
+      stepmem "cnjob_torch${with:+_controlnet}_b$b" 300 "${torchpy[@]}" $pytorch/torch_sd_tiled.py --shape sd15 \
+        --size 2048 --tile 512 --overlap 64 --steps 20 --cfg 7 --batch "$b" --compile --strength 0.5 $with
+      peer_csv "cnjob_torch${with:+_controlnet}_b$b"
+    done
   done
 }
 
@@ -747,6 +769,7 @@ for mode in "${modes[@]}"; do
   unet) mode_unet ;;
   sdxl) mode_sdxl ;;
   job) mode_job ;;
+  job-controlnet) mode_job_controlnet ;;
   vae) mode_vae ;;
   ddpm) mode_ddpm ;;
   ddpm-matrix) mode_ddpm_matrix ;;

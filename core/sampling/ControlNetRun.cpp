@@ -1,6 +1,8 @@
 #include "core/sampling/ControlNetRun.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -38,11 +40,12 @@ std::vector<ControlNetRunUnit> loadControlNetUnits(
     std::vector<ControlNetRunUnit> units;
     for (std::size_t i = 0; i < files.size(); ++i) {
         const ControlNetUnit& u = config.controlNets[i];
-        if (u.preprocessor != "none" && u.preprocessor != "tile_resample")
+        if (u.preprocessor != "none" && u.preprocessor != "tile_resample" && !isColorFixPreprocessor(u.preprocessor))
             throw ValidationError("control_preprocessor",
                                   "control_preprocessor: ControlNet " + std::to_string(i) + ": '" + u.preprocessor +
-                                      "' is not run by this version; give none or tile_resample[:RATE], or a "
-                                      "control image prepared beforehand");
+                                      "' is not run by this version; give none, tile_resample[:RATE], "
+                                      "tile_colorfix[:VARIATION] or tile_colorfix+sharp[:VARIATION[:SHARPNESS]], or "
+                                      "a control image prepared beforehand");
         std::shared_ptr<const ControlNetModel> model;
         for (const auto& entry : cache)
             if (entry.first == files[i].path) model = entry.second;
@@ -64,10 +67,63 @@ std::vector<ControlNetRunUnit> loadControlNetUnits(
         unit.a1111Hash = a1111ModelHash(files[i].path);
         unit.preprocessor = u.preprocessor;
         unit.downSampling = u.downSampling;
+        unit.colorfixVariation = static_cast<int>(u.colorfixVariation);  // the extension's int(threshold_a)
+        unit.colorfixSharpness = u.colorfixSharpness;
         units.push_back(std::move(unit));
     }
     cache = std::move(kept);  // the models of this run only: others are released
     return units;
+}
+
+int colorFixCount(const std::vector<ControlNetRunUnit>& units) {
+    int n = 0;
+    for (const ControlNetRunUnit& u : units) n += u.colorFix() ? 1 : 0;
+    return n;
+}
+
+ColorFixSettings colorFixSettings(const ControlNetRunUnit& unit) {
+    ColorFixSettings s;
+    s.radius = unit.colorfixVariation;
+    s.weight = std::clamp(unit.weight, 0.0f, 1.0f);
+    s.sharpness =
+        unit.preprocessor == "tile_colorfix+sharp" ? static_cast<float>(unit.colorfixSharpness * 0.01) : -1.0f;
+    return s;
+}
+
+void checkColorFixModel(const std::vector<std::string>& preprocessors, PredictionType prediction, bool hasVae) {
+    for (std::size_t i = 0; i < preprocessors.size(); ++i) {
+        if (!isColorFixPreprocessor(preprocessors[i])) continue;
+        const std::string which =
+            "control_preprocessor: ControlNet " + std::to_string(i) + ": " + preprocessors[i] + " ";
+        if (prediction != PredictionType::Epsilon)
+            throw ValidationError("control_preprocessor",
+                                  which +
+                                      "corrects the predicted noise and runs with epsilon-prediction models "
+                                      "only; this model predicts " +
+                                      std::string(prediction == PredictionType::VPrediction ? "v" : "the sample") +
+                                      "; give none or tile_resample");
+        if (!hasVae)
+            throw ValidationError("control_preprocessor",
+                                  which +
+                                      "needs the model's VAE to encode the control image; this model has none; "
+                                      "give none or tile_resample");
+    }
+}
+
+std::vector<ImageTensor> colorFixImages(const std::vector<ControlNetRunUnit>& units,
+                                        const std::vector<std::vector<float>>& hints, int imageHeight, int imageWidth) {
+    std::vector<ImageTensor> images;
+    const std::size_t plane = static_cast<std::size_t>(imageHeight) * imageWidth;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+        if (!units[i].colorFix()) continue;
+        const std::vector<float>& h = hints.at(i);
+        if (h.size() < 3 * plane) throw std::logic_error("colorFixImages: a hint of fewer than 3 channels");
+        ImageTensor image{3, imageHeight, imageWidth,
+                          std::vector<float>(h.begin(), h.begin() + 3 * static_cast<std::ptrdiff_t>(plane))};
+        for (float& v : image.data) v = v * 2.0f - 1.0f;
+        images.push_back(std::move(image));
+    }
+    return images;
 }
 
 std::vector<float> residualScalesFor(const ControlNetRunUnit& unit) {
@@ -75,8 +131,39 @@ std::vector<float> residualScalesFor(const ControlNetRunUnit& unit) {
     return softInjectionScales(unit.model->config().downResiduals());
 }
 
+std::string controlledModelKey(const Denoiser& base, const UNetCondModel& unet,
+                               const std::vector<ControlNetRunUnit>& units, std::uint64_t generation) {
+    std::ostringstream k;
+    k << std::hexfloat << generation << ' ' << static_cast<const void*>(&unet) << ' ' << base.owner.get() << ' '
+      << base.contextTokens;
+    for (const ControlNetRunUnit& u : units) {
+        k << '|' << static_cast<const void*>(u.model.get());
+        for (const float s : residualScalesFor(u)) k << ' ' << s;
+        if (u.colorFix()) {
+            const ColorFixSettings c = colorFixSettings(u);
+            k << " colorfix " << c.radius << ' ' << c.weight << ' ' << c.sharpness;
+        }
+    }
+    return k.str();
+}
+
 std::shared_ptr<const Denoiser> controlledDenoiser(const Denoiser& base, const UNetCondModel& unet, SdFamily family,
-                                                   const std::vector<ControlNetRunUnit>& units, int* tileScale) {
+                                                   const std::vector<ControlNetRunUnit>& units, int* tileScale,
+                                                   ControlledModelCache* cache, std::uint64_t generation) {
+    std::string key;
+    if (cache) {
+        key = controlledModelKey(base, unet, units, generation);
+        cache->hit = cache->made && cache->key == key;
+        if (cache->hit) {
+            auto d = std::make_shared<Denoiser>(base);  // this run's conditioning
+            d->graph = cache->made->graph;
+            d->weights = cache->made->weights;
+            d->owner = cache->made->owner;
+            if (tileScale) *tileScale = cache->tileScale;
+            return d;
+        }
+        cache->made.reset();  // the old merged weights go before the new ones are made
+    }
     std::vector<ControlledNet> nets;
     auto owned = std::make_shared<ControlledWeights>();
     std::vector<const TensorMap*> maps;
@@ -93,10 +180,26 @@ std::shared_ptr<const Denoiser> controlledDenoiser(const Denoiser& base, const U
                                                     "); the checkpoint is " + checkpointText + ": " + mismatch +
                                                     "; give a " + checkpointText + " ControlNet");
         nets.push_back(ControlledNet{model.config(), residualScalesFor(units[i])});
+        if (units[i].colorFix()) {
+            if (unet.config().inChannels != unet.config().outChannels)
+                throw ValidationError("control_preprocessor",
+                                      "control_preprocessor: ControlNet " + std::to_string(i) + ": " +
+                                          units[i].preprocessor + " needs a UNet that takes its latent alone; " +
+                                          "this one takes " + std::to_string(unet.config().inChannels) +
+                                          " channels (an inpainting model); give none or tile_resample");
+            nets.back().colorFix = colorFixSettings(units[i]);
+        }
         maps.push_back(&model.tensors());
         owned->nets.push_back(units[i].model);
     }
     owned->tensors = controlledUNetWeights(unet.tensors(), maps);
+    if (colorFixCount(units) > 0) {
+        const std::vector<float> table = colorFixDdpmTable();
+        for (std::size_t i = 0; i < units.size(); ++i)
+            if (units[i].colorFix())
+                owned->tensors.emplace(colorFixTableParam(static_cast<int>(i)),
+                                       HostTensor{{2, static_cast<std::int64_t>(table.size() / 2)}, table});
+    }
     owned->unetOwner = base.owner;
     auto d = std::make_shared<Denoiser>(base);
     d->graph = std::make_shared<const ModelGraph>(
@@ -104,6 +207,11 @@ std::shared_ptr<const Denoiser> controlledDenoiser(const Denoiser& base, const U
     d->weights = &owned->tensors;
     d->owner = owned;
     if (tileScale) *tileScale = controlledTileScale(nets);
+    if (cache) {
+        cache->key = std::move(key);
+        cache->made = d;
+        cache->tileScale = controlledTileScale(nets);
+    }
     return d;
 }
 
@@ -153,7 +261,9 @@ std::vector<std::vector<float>> controlHints(const std::vector<ControlNetRunUnit
 std::vector<PassControl> passControls(const ModelGraph& graph, const std::vector<ControlNetRunUnit>& units,
                                       const std::vector<std::vector<float>>& hints, int height, int width, int steps,
                                       int startStep) {
-    if (hints.size() != units.size()) throw std::logic_error("passControls: one hint per unit");
+    const auto colorFixes = static_cast<std::size_t>(colorFixCount(units));
+    if (hints.size() != units.size() + colorFixes)
+        throw std::logic_error("passControls: one hint per unit, then one latent per colour fix");
     std::vector<PassControl> controls;
     const int executed = steps - startStep;
     for (std::size_t i = 0; i < units.size(); ++i) {
@@ -176,6 +286,24 @@ std::vector<PassControl> passControls(const ModelGraph& graph, const std::vector
             p.condScale.push_back(s);
             p.uncondScale.push_back(u.mode == ControlMode::ControlNet ? 0.0f : s);
         }
+        controls.push_back(std::move(p));
+    }
+    std::size_t j = units.size();
+    for (std::size_t i = 0; i < units.size(); ++i) {
+        if (!units[i].colorFix()) continue;
+        PassControl p;
+        p.hint = &hints[j++];
+        p.factor = 1;
+        p.channels = static_cast<int>(p.hint->size() / (static_cast<std::size_t>(height) * width));
+        if (p.hint->size() != static_cast<std::size_t>(p.channels) * height * width || p.channels < 1)
+            throw ValidationError("control_image", "control_image: ControlNet " + std::to_string(i) +
+                                                       "'s colour-fix latent does not cover the canvas");
+        const std::string name = colorFixMarkInput(static_cast<int>(i));
+        for (const int v : graph.inputs())
+            if (graph.value(v).name == name) p.scaleWidths.push_back(graph.value(v).channels / 2);
+        if (p.scaleWidths.size() != 1) throw std::logic_error("passControls: the graph has no colour-fix mark input");
+        p.condScale.assign(static_cast<std::size_t>(steps), 1.0f);
+        p.uncondScale.assign(static_cast<std::size_t>(steps), 0.0f);
         controls.push_back(std::move(p));
     }
     return controls;

@@ -694,6 +694,13 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
                            const CancelCheck& cancelled) {
     const auto prepareStart = Clock::now();
     const std::shared_ptr<const SdModel> sd = sdModelFor(config, observer, cancelled);
+    {  // tile_colorfix's model needs (eps prediction, a VAE), before any work
+        std::vector<std::string> preprocessors;
+        for (const ControlNetRunUnit& u : controls_) preprocessors.push_back(u.preprocessor);
+        if (controls_.empty())
+            for (const ControlNetUnit& u : config.controlNets) preprocessors.push_back(u.preprocessor);
+        checkColorFixModel(preprocessors, sd->scheduler.predictionType, sd->vae != nullptr);
+    }
     const RunConfig canvas = checkSdRun(config, *sd);  // the latent canvas's sizes
     checkSeedResize(config, sd->vaeScale());
     checkInit(3, config.height, config.width);
@@ -728,9 +735,22 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     runControls_ = !controls_.empty() ? controls_ : loadControlNetUnits(config, controlImages_, controlModels_);
     if (!runControls_.empty()) {
         controlHints_ = controlHints(runControls_, hasInitImage() ? &init_ : nullptr, config.height, config.width);
-        tileFunction = controlledDenoiser(*denoiser, *sd->unet, sd->family, runControls_, &graphTileScale);
+        // Kept while the model generation holds: the same UNet and ControlNets bind the same
+        // graph and merged weights, and the device its prepared plan. A new one is a new model.
+        tileFunction = controlledDenoiser(*denoiser, *sd->unet, sd->family, runControls_, &graphTileScale,
+                                          &controlledModel_, modelGeneration_);
+        if (!controlledModel_.hit) {
+            ++modelGeneration_;
+            denoiserGeneration_ = modelGeneration_;  // the UNet's own graph stays as it is
+            controlledModel_.key = controlledModelKey(*denoiser, *sd->unet, runControls_, modelGeneration_);
+        } else {
+            conditioning.messages.push_back(
+                "controlnet: the UNet and ControlNets' graph and merged weights kept from the last run");
+        }
+    } else if (lastControlled_) {
+        ++modelGeneration_;
+        controlledModel_ = ControlledModelCache{};  // its merged weights are not kept past their use
     }
-    if (!runControls_.empty() || lastControlled_) ++modelGeneration_;
     lastControlled_ = !runControls_.empty();
     // The VAE's precision (SDXL: float32 where its config says force_upcast).
     RunConfig vaeConfig = config;
@@ -763,6 +783,18 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
         job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample)");
         job.messages.push_back(describeVaeEncode(encode));
         job.vaeEncode = std::move(encode);
+    }
+    // tile_colorfix: each such unit's hint encoded once for the whole canvas (its latent mean); the
+    // tiles read crops of it (controlHints_ after the hints, passControls).
+    for (const ImageTensor& image : colorFixImages(runControls_, controlHints_, config.height, config.width)) {
+        VaePassRecord encode;
+        controlHints_.push_back(encodeRecorded(*sd, device.wholeGraphBackend(vaeConfig), image,
+                                               VaePassOptions{config.vaeTiling, device.vaeMemoryBudget(vaeConfig)},
+                                               encode)
+                                    .data);
+        job.messages.push_back(
+            "tile_colorfix: the control image encoded by the VAE to its latent mean, once for "
+            "the canvas");
     }
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     RunRecord& record = result.record;

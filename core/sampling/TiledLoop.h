@@ -171,6 +171,7 @@ private:
     std::vector<std::pair<std::string, std::shared_ptr<const ControlNetModel>>> controlModels_;  // by path
     std::vector<std::vector<float>> controlHints_;  // the run in progress's hint canvases
     bool lastControlled_ = false;                   // the device holds a controlled graph
+    ControlledModelCache controlledModel_;          // its graph and merged weights, kept across runs
 };
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "kernels/engine/CudaTileDevice.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 #include "kernels/ops/CanvasAddNoise.cuh"
 #include "kernels/ops/CanvasFuse.cuh"
 #include "kernels/ops/CanvasInit.cuh"
+#include "kernels/ops/ControlInputs.cuh"
 #include "kernels/ops/Guidance.cuh"
 #include "kernels/ops/LayoutConvert.cuh"
 #include "kernels/ops/NonFinite.cuh"
@@ -150,15 +152,9 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     backend.setGraphs(false);
     mode_ = config.graphs;
     graphWarmup_ = config.graphWarmup;
-    // ControlNets: each batch's hint crops and scales are copied from the host before its forward,
-    // which a captured graph would not repeat; they run with graphs off, on one lane.
+    // ControlNets: the graph's tile is the latent tile times this (their hints' inputs); each batch's
+    // hint crops and scale rows are filled on the device (placeControls), graphs and lanes as any run.
     graphTileScale_ = request.graphTileScale;
-    if (graphTileScale_ > 1 && mode_ != GraphMode::Off) {
-        record.messages.push_back(std::string("graphs: ControlNet runs copy each batch's hint crops from the host; ran "
-                                              "with graphs off (asked ") +
-                                  std::string(toString(mode_)) + ")");
-        mode_ = GraphMode::Off;
-    }
     fallbackReason_.clear();
 
     // Lanes: tile batches in flight at once, each with its own copy of the activations.
@@ -174,7 +170,6 @@ DevicePlan CudaTileDevice::prepare(const DevicePrepare& request, RunRecord& reco
     const bool lanesAuto = config.lanes == 0;
     int lanes = lanesAuto ? autoLanes(static_cast<long long>(batch) * request.tileH * request.tileW) : config.lanes;
     lanes = std::max(1, std::min(lanes, batches));
-    if (graphTileScale_ > 1) lanes = 1;  // the hint inputs are lane 0's (deviceGraphInput)
     const Denoiser& model = request.model;
     Shape shape{
         request.modelGeneration, model.graph.get(), config.precision, batch, request.tileH, request.tileW, lanes,
@@ -342,6 +337,7 @@ void CudaTileDevice::beginRun(const TiledPass& pass, RunRecord& record, std::fun
     history_ = arenaPlan.history ? arena_.at<float>(arena_.history) : nullptr;  // in the arena just ensured
     uploadTables(pass);
     uploadAddedCond(pass);
+    uploadControls(pass);
     if (pass.hostStepNoise && stepNoise_.bytes() != canvasSize() * sizeof(float)) {
         stepNoise_ = DeviceBuffer(canvasSize() * sizeof(float));
         stepNoiseHost_ = PinnedBuffer(canvasSize() * sizeof(float));
@@ -433,7 +429,8 @@ GraphKey CudaTileDevice::stepKey(const StepVariant& variant) const {
       << toString(p.window) << " maps " << p.weights->mapCount() << " fusion " << toString(p.fusion) << " tiles "
       << p.tileCount() << " batches " << p.batches.size() << " steps<=" << stepsCapacity_ << " " << planFamily_
       << (p.hostStepNoise ? " host-noise" : "");
-    std::string pointers = hexPointer(arena_.base()) + " " + hexPointer(addedTable_.data());
+    std::string pointers = hexPointer(arena_.base()) + " " + hexPointer(addedTable_.data()) + " " +
+                           hexPointer(controlHints_.data()) + " " + hexPointer(controlScales_.data());
     if (p.hostStepNoise) pointers += " " + hexPointer(stepNoise_.data());
     for (int l = 0; l < lanes_; ++l) pointers += " " + lanePointers(l);
     for (std::size_t i = 0; i < 2 * p.batches.size(); ++i) pointers += " " + hexPointer(batchEvents_[i].get());
@@ -503,7 +500,8 @@ void CudaTileDevice::acquireTileGraphs() {
 
 void CudaTileDevice::beginStep(int step, const StepVariant&) {
     openRange(2, "step " + std::to_string(step));
-    controlStep_ = step;
+    if (controlSteps_ > 0 && step >= controlSteps_)
+        throw std::logic_error("CudaTileDevice: step " + std::to_string(step) + " past the ControlNets' scale tables");
     stepCaptured_ = stepReplayed_ = false;
     launchSetStepState(state_, pass_->seed, step, hasX0Prev_, stream());
     if (pass_->hostStepNoise) uploadStepNoise(step);
@@ -701,47 +699,71 @@ void CudaTileDevice::combineGuidance(const TileBatch& b, float scale) {
                           laneStream(b.lane));
 }
 
+// The run's ControlNet tables: every hint canvas (float32, as the pass holds them) and per unit its
+// scales per step index, conditional then unconditional. Grown, never shrunk: captured step graphs
+// read them by address (stepKey holds it).
+void CudaTileDevice::uploadControls(const TiledPass& pass) {
+    controlHintOffsets_.clear();
+    controlScaleOffsets_.clear();
+    controlSteps_ = 0;
+    if (pass.controls.empty()) return;
+    std::size_t hintFloats = 0, scaleFloats = 0;
+    for (const PassControl& c : pass.controls) {
+        if (c.condScale.size() != c.uncondScale.size())
+            throw std::logic_error("CudaTileDevice: a ControlNet's branch scales differ in length");
+        if (controlSteps_ != 0 && c.condScale.size() != static_cast<std::size_t>(controlSteps_))
+            throw std::logic_error("CudaTileDevice: the ControlNets' scale tables differ in length");
+        controlSteps_ = static_cast<int>(c.condScale.size());
+        const std::size_t expected =
+            static_cast<std::size_t>(c.channels) * pass.height * c.factor * pass.width * c.factor;
+        if (!c.hint || c.hint->size() != expected)
+            throw std::logic_error("CudaTileDevice: a ControlNet's hint canvas does not match the pass");
+        controlHintOffsets_.push_back(hintFloats);
+        controlScaleOffsets_.push_back(scaleFloats);
+        hintFloats += (expected + 63) / 64 * 64;  // 256-byte aligned starts
+        scaleFloats += 2 * c.condScale.size();
+    }
+    if (controlHints_.bytes() < hintFloats * sizeof(float)) controlHints_ = DeviceBuffer(hintFloats * sizeof(float));
+    if (controlScales_.bytes() < scaleFloats * sizeof(float))
+        controlScales_ = DeviceBuffer(scaleFloats * sizeof(float));
+    std::vector<float> scales(scaleFloats);
+    cudaStream_t s = stream();
+    for (std::size_t u = 0; u < pass.controls.size(); ++u) {
+        const PassControl& c = pass.controls[u];
+        TESSERA_CHECK(cudaMemcpyAsync(controlHints_.as<float>() + controlHintOffsets_[u], c.hint->data(),
+                                      c.hint->size() * sizeof(float), cudaMemcpyHostToDevice, s));
+        std::copy(c.condScale.begin(), c.condScale.end(),
+                  scales.begin() + static_cast<std::ptrdiff_t>(controlScaleOffsets_[u]));
+        std::copy(c.uncondScale.begin(), c.uncondScale.end(),
+                  scales.begin() + static_cast<std::ptrdiff_t>(controlScaleOffsets_[u] + c.condScale.size()));
+    }
+    TESSERA_CHECK(cudaMemcpyAsync(controlScales_.data(), scales.data(), scales.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, s));
+    TESSERA_CHECK(cudaStreamSynchronize(s));  // the host tables die here; the pass's hints may change after beginRun
+}
+
 // Each ControlNet's inputs for this batch, after the UNet's (graph input order): its hint crops
-// (the hint canvas at each tile's position times the factor; the unconditional rows the same),
-// converted to the activations' NHWC layout, and its FiLM scale rows (conditional rows s - 1, then
-// unconditional ones; 0 in the shift half).
+// (the hint canvas at each tile's position times the factor; the unconditional rows the same) in
+// the activations' NHWC layout, and its FiLM scale rows of the step (conditional rows s - 1, then
+// unconditional ones; 0 in the shift half). Device to device from the run's tables, so a captured
+// step graph replays them for every step and each lane fills its own buffers.
 void CudaTileDevice::placeControls(const TileBatch& b, cudaStream_t ls) {
     if (pass_->controls.empty()) return;
     const ModelGraph& graph = *preparedGraph_;
     std::size_t input = graph.inputs().size();
     for (const PassControl& c : pass_->controls) input -= 1 + c.scaleWidths.size();
     const int n = b.count, rows = guided_ ? 2 * n : n;
-    const auto k = static_cast<std::size_t>(controlStep_);
-    for (const PassControl& c : pass_->controls) {
+    for (std::size_t u = 0; u < pass_->controls.size(); ++u) {
+        const PassControl& c = pass_->controls[u];
         const int f = c.factor, th = pass_->plan->tileH() * f, tw = pass_->plan->tileW() * f;
-        const int H = pass_->height * f, W = pass_->width * f;
-        const std::size_t tileElems = static_cast<std::size_t>(c.channels) * th * tw;
-        controlHost_.resize(tileElems * static_cast<std::size_t>(rows));
-        for (int r = 0; r < rows; ++r) {
-            const TileRect& t = pass_->plan->tile(b.first + r % n);
-            for (int ch = 0; ch < c.channels; ++ch)
-                for (int y = 0; y < th; ++y)
-                    std::copy_n(c.hint->data() + (static_cast<std::size_t>(ch) * H + t.y * f + y) * W + t.x * f, tw,
-                                controlHost_.data() + r * tileElems + (static_cast<std::size_t>(ch) * th + y) * tw);
-        }
-        const std::size_t bytes = controlHost_.size() * sizeof(float);
-        if (controlStaging_.bytes() < bytes) controlStaging_ = DeviceBuffer(bytes);
-        TESSERA_CHECK(cudaMemcpyAsync(controlStaging_.data(), controlHost_.data(), bytes, cudaMemcpyHostToDevice, ls));
-        launchNchwToNhwc(controlStaging_.as<float>(), dtypeOf(backend_->precision()), backend_->deviceGraphInput(input),
-                         rows, c.channels, th, tw, (c.channels + 7) / 8 * 8, 1.0f, ls);
-        TESSERA_CHECK(cudaStreamSynchronize(ls));  // controlHost_ is refilled next
+        launchControlHintCrop(controlHints_.as<float>() + controlHintOffsets_[u], c.channels, pass_->height * f,
+                              pass_->width * f, f, geo_.tileX, geo_.tileY, b.first, n, rows, th, tw,
+                              (c.channels + 7) / 8 * 8, dtypeOf(backend_->precision()),
+                              backend_->deviceGraphInput(input, b.lane), ls);
         ++input;
         for (const int C : c.scaleWidths) {
-            const auto width = static_cast<std::size_t>(C);
-            controlHost_.assign(2 * width * static_cast<std::size_t>(rows), 0.0f);
-            for (int r = 0; r < rows; ++r) {
-                const float s = r < n ? c.condScale.at(k) : c.uncondScale.at(k);
-                std::fill_n(controlHost_.begin() + static_cast<std::ptrdiff_t>(2 * width * r), width, s - 1.0f);
-            }
-            const std::string& name = graph.value(graph.inputs().at(input)).name;
-            TESSERA_CHECK(cudaMemcpyAsync(backend_->deviceVector(name, b.lane), controlHost_.data(),
-                                          controlHost_.size() * sizeof(float), cudaMemcpyHostToDevice, ls));
-            TESSERA_CHECK(cudaStreamSynchronize(ls));
+            launchControlScaleRows(controlScales_.as<float>() + controlScaleOffsets_[u], controlSteps_, state_, n, rows,
+                                   C, static_cast<float*>(backend_->deviceGraphInput(input, b.lane)), ls);
             ++input;
         }
     }
@@ -749,46 +771,68 @@ void CudaTileDevice::placeControls(const TileBatch& b, cudaStream_t ls) {
 
 class CudaTileDevice::TunedBackend final : public Backend {
 public:
-    TunedBackend(Precision precision, int device) : backend_(precision, device) {}
-    Precision precision() const { return backend_.precision(); }
+    TunedBackend(Precision precision, int device) : precision_(precision), device_(device) {
+        slots_[0].backend = std::make_unique<CudaBackend>(precision, device);
+    }
+    Precision precision() const { return precision_; }
     void setCachePath(std::string path) { path_ = std::move(path); }
 
-    BackendInfo info() const override { return backend_.info(); }
-    cudaStream_t stream() const { return backend_.stream(); }
-    // A prepare of the same graph, weights, shape and cache file as the last one (the next
-    // decode of a queue at one size) keeps that plan: no re-lowering, no weight upload, no
-    // cuDNN plan building.
+    BackendInfo info() const override { return current().info(); }
+    cudaStream_t stream() const { return current().stream(); }
+    // A prepare of the same graph, weights, shape and cache file as one of the last two (the next
+    // decode of a queue at one size; an image-to-image job's encode and decode in turn) keeps that
+    // plan: no re-lowering, no weight upload, no cuDNN plan building. The other plan is let go
+    // when keeping it would leave less than half the device free.
     void prepareGraph(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
         std::string key = planKey(graph, weights, batch, tileH, tileW);
-        if (!key.empty() && key == preparedKey_) return;
+        for (std::size_t i = 0; i < slots_.size(); ++i)
+            if (!key.empty() && slots_[i].backend && key == slots_[i].key && (stores_ == 0 || i == current_)) {
+                current_ = i;
+                return;
+            }
         const NvtxRange range("whole-graph prepare (tuning cache)");
-        preparedKey_.clear();
+        // A live canvas store runs on the current slot's backend: its segments are planned there.
+        const std::size_t other = current_,
+                          slot = stores_ > 0 || slots_[current_].key.empty() ? current_ : 1 - current_;
+        Slot& s = slots_[slot];
+        s.key.clear();
+        if (!s.backend) s.backend = std::make_unique<CudaBackend>(precision_, device_);
+        current_ = slot;
         TuningCache cache(path_);  // read fresh: other processes may have stored choices since
-        backend_.setTuningCache(&cache);
+        s.backend->setTuningCache(&cache);
         try {
-            backend_.prepareGraph(graph, weights, batch, tileH, tileW);
+            s.backend->prepareGraph(graph, weights, batch, tileH, tileW);
         } catch (...) {
-            backend_.setTuningCache(nullptr);
+            s.backend->setTuningCache(nullptr);
             throw;
         }
-        backend_.setTuningCache(nullptr);
+        s.backend->setTuningCache(nullptr);
         cache.save();
-        preparedKey_ = std::move(key);
+        s.key = std::move(key);
+        if (other != slot && slots_[other].backend) {
+            std::size_t free = 0, total = 0;
+            TESSERA_CHECK(cudaMemGetInfo(&free, &total));
+            if (free < total / 2) {
+                TESSERA_CHECK(cudaStreamSynchronize(slots_[other].backend->stream()));
+                slots_[other] = Slot{};
+            }
+        }
     }
     void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs) override {
         const NvtxRange range("whole-graph run (host copies in and out)");
-        backend_.run(inputs, batch, outputs);
+        current().run(inputs, batch, outputs);
     }
     void prepare(const UNetModel& model, int batch, int tileH, int tileW) override {
-        preparedKey_.clear();
-        backend_.prepare(model, batch, tileH, tileW);
+        slots_[current_].key.clear();
+        current().prepare(model, batch, tileH, tileW);
     }
     void forward(const float* x, const float* timesteps, int batch, float* out) override {
-        backend_.forward(x, timesteps, batch, out);
+        current().forward(x, timesteps, batch, out);
     }
-    // Device canvases for tiled passes, their segments prepared through this (the tuning cache).
+    // Device canvases for tiled passes, their segments prepared through this (the tuning cache)
+    // on the current slot's backend, which stays current while the store lives.
     std::unique_ptr<TiledCanvasStore> makeCanvasStore(std::uint64_t canvasBytes) override {
-        return makeCudaCanvasStore(*this, backend_, canvasBytes);
+        return std::make_unique<PinnedStore>(makeCudaCanvasStore(*this, current(), canvasBytes), stores_);
     }
 
 private:
@@ -817,9 +861,51 @@ private:
         return k.str();
     }
 
-    CudaBackend backend_;
+    struct Slot {
+        std::unique_ptr<CudaBackend> backend;
+        std::string key;  // empty: no plan kept
+    };
+    // A canvas store that holds its backend's slot current while it lives.
+    class PinnedStore final : public TiledCanvasStore {
+    public:
+        PinnedStore(std::unique_ptr<TiledCanvasStore> store, int& live) : store_(std::move(store)), live_(live) {
+            ++live_;
+        }
+        ~PinnedStore() override { --live_; }
+        PinnedStore(const PinnedStore&) = delete;
+        PinnedStore& operator=(const PinnedStore&) = delete;
+        std::string where() const override { return store_->where(); }
+        void allocate(int value, int channels, int h, int w, int scale) override {
+            store_->allocate(value, channels, h, w, scale);
+        }
+        void release(int value) override { store_->release(value); }
+        void write(int value, const float* nchw) override { store_->write(value, nchw); }
+        std::vector<float> read(int value) override { return store_->read(value); }
+        std::vector<std::pair<double, double>> groupMoments(int value, int groups, int x0, int y0, int w,
+                                                            int h) override {
+            return store_->groupMoments(value, groups, x0, y0, w, h);
+        }
+        void prepare(const ModelGraph& graph, const TensorMap& weights, int batch, int tileH, int tileW) override {
+            store_->prepare(graph, weights, batch, tileH, tileW);
+        }
+        void run(const std::vector<StoreInput>& inputs, const std::vector<int>& outputs, const GraphTileGrid& grid,
+                 int first, int count) override {
+            store_->run(inputs, outputs, grid, first, count);
+        }
+        std::uint64_t peakBytes() const override { return store_->peakBytes(); }
+
+    private:
+        std::unique_ptr<TiledCanvasStore> store_;
+        int& live_;
+    };
+    CudaBackend& current() const { return *slots_[current_].backend; }
+
+    Precision precision_;
+    int device_;
     std::string path_;
-    std::string preparedKey_;
+    std::array<Slot, 2> slots_;
+    std::size_t current_ = 0;
+    int stores_ = 0;  // live canvas stores (PinnedStore)
 };
 
 Backend& CudaTileDevice::wholeGraphBackend(const RunConfig& config) {

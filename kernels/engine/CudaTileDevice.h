@@ -238,12 +238,13 @@ private:
     };
     std::map<std::pair<int, int>, TileGraph> tileGraphs_;
     int nvtxDepth_ = 0;
-    // ControlNets (TiledPass::controls): the graph's tile is the latent tile times this; the
-    // step index of the scales; the batch's hint crops and FiLM rows (host), their device staging.
+    // ControlNets (TiledPass::controls): the graph's tile is the latent tile times this; the run's
+    // hint canvases and scale tables on the device (each unit's start in floats), the tables' steps.
     int graphTileScale_ = 1;
-    int controlStep_ = 0;
-    std::vector<float> controlHost_;
-    DeviceBuffer controlStaging_;
+    DeviceBuffer controlHints_, controlScales_;
+    std::vector<std::size_t> controlHintOffsets_, controlScaleOffsets_;
+    int controlSteps_ = 0;
+    void uploadControls(const TiledPass& pass);
     void placeControls(const TileBatch& b, cudaStream_t ls);
 };
 

@@ -3,9 +3,13 @@
 // hint crops and per-step scales a tile batch receives (a recording backend); weight 0 and steps
 // outside start/end give the bits of a run without ControlNet; one tile over the canvas equals
 // direct calls; tile batches give the same image; refusals of a ControlNet of another family, a
-// missing or mis-sized control image and a file that is no ControlNet.
+// missing or mis-sized control image and a file that is no ControlNet; tile_colorfix (one tile over
+// the canvas equals the steps with the extension's correction done by hand on the whole canvas's
+// hint latent, weight 0 gives the bits of no ControlNet, tiled runs pull the colours to the hint's)
+// and its refusals.
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +36,7 @@
 #include "core/run/ControlNetUnit.h"
 #include "core/run/Infotext.h"
 #include "core/run/ModelFileLookup.h"
+#include "core/run/RunConfigFields.h"
 #include "core/sampling/ControlNetRun.h"
 #include "core/sampling/ControlPreprocess.h"
 #include "core/sampling/Scheduler.h"
@@ -182,6 +187,47 @@ class Silent : public RunObserver {};
 RunResult runLoop(TiledLoop& loop, TileDevice& device, const RunConfig& config) {
     Silent observer;
     return loop.run(config, observer, device, [] { return false; });
+}
+
+// The mean of the (2k + 1)^2 box around each pixel of every h x w plane, edge pixels replicated,
+// summed directly over the box (an independent transcription of the extension's blur).
+std::vector<double> boxBlurReference(const std::vector<double>& v, int planes, int h, int w, int k) {
+    std::vector<double> out(v.size());
+    for (int p = 0; p < planes; ++p)
+        for (int y = 0; y < h; ++y)
+            for (int x = 0; x < w; ++x) {
+                double s = 0;
+                for (int dy = -k; dy <= k; ++dy)
+                    for (int dx = -k; dx <= k; ++dx)
+                        s += v[(static_cast<std::size_t>(p) * h + std::clamp(y + dy, 0, h - 1)) * w +
+                               std::clamp(x + dx, 0, w - 1)];
+                out[(static_cast<std::size_t>(p) * h + y) * w + x] = s / ((2.0 * k + 1) * (2.0 * k + 1));
+            }
+    return out;
+}
+
+// sd-webui-controlnet scripts/hook.py "Post-processing for color fix" on one row of C x h x w, in
+// double: x0 = a x_t - b eps (a, b the DDPM table at round(t)), x0 - blur(x0) + blur(z), +sharp's
+// blend on the unconditional row, back to the noise, weighted.
+std::vector<float> colorFixReference(const std::vector<float>& eps, const std::vector<float>& xt,
+                                     const std::vector<float>& z, float timestep, bool conditional, int channels, int h,
+                                     int w, const ColorFixSettings& s) {
+    const std::vector<float> table = colorFixDdpmTable();
+    const auto t = static_cast<std::size_t>(std::nearbyint(static_cast<double>(timestep)));
+    const double a = table[t], b = table[1000 + t];
+    std::vector<double> x0(eps.size()), zd(z.begin(), z.end());
+    for (std::size_t i = 0; i < x0.size(); ++i) x0[i] = a * xt[i] - b * eps[i];
+    const std::vector<double> bx = boxBlurReference(x0, channels, h, w, s.radius);
+    const std::vector<double> bz = boxBlurReference(zd, channels, h, w, s.radius);
+    for (std::size_t i = 0; i < x0.size(); ++i) x0[i] = x0[i] - bx[i] + bz[i];
+    if (s.sharpness >= 0 && !conditional) {
+        const std::vector<double> blurred = boxBlurReference(x0, channels, h, w, s.radius);
+        for (std::size_t i = 0; i < x0.size(); ++i) x0[i] = s.sharpness * blurred[i] + (1 - s.sharpness) * x0[i];
+    }
+    std::vector<float> out(eps.size());
+    for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = static_cast<float>((a * xt[i] - x0[i]) / b * s.weight + eps[i] * (1.0 - s.weight));
+    return out;
 }
 
 }  // namespace
@@ -446,6 +492,144 @@ private slots:
         QVERIFY2(e.isEmpty(), qPrintable(e));
     }
 
+    // tile_colorfix, one tile over the canvas: the loop's latents are those of direct calls of the
+    // controlled graph without the correction, each output corrected by hand (colorFixReference)
+    // towards the VAE latent of the hint (the posterior mean of hint * 2 - 1), CFG, the step.
+    // DDIM (integer timesteps, x_t the latent) and Euler with Karras sigmas (fractional timesteps
+    // rounded, x_t = x * c_in: what the hook sees under A1111's k-diffusion samplers).
+    void colorFixOneTileEqualsHandSteps_data() {
+        QTest::addColumn<bool>("sharp");
+        QTest::addColumn<bool>("euler");
+        QTest::newRow("colorfix ddim") << false << false;
+        QTest::newRow("colorfix+sharp euler karras") << true << true;
+    }
+    void colorFixOneTileEqualsHandSteps() {
+        QFETCH(bool, sharp);
+        QFETCH(bool, euler);
+        auto sd = std::make_shared<SdModel>(loadSdModel(kSdPipeline));
+        RunConfig config = tinyRun(96, 64, 96);  // latent 12 x 8: one tile
+        config.steps = 3;
+        if (euler) {
+            config.scheduler = SchedulerKind::Euler;
+            config.schedulerOptions.karrasSigmas = true;
+        }
+        const ImageTensor hint = randomImage(96, 64, 17);
+        const auto net = tinyControlNet(18);
+        const std::vector<float> z = randomVector(4 * 8 * 12, 19);
+        CpuBackend backend(2);
+        CpuTileDevice device(backend);
+        TiledLoop loop;
+        loop.setSdModel(sd);
+        loop.setStartNoise(ImageTensor{4, 8, 12, z});
+        ControlNetRunUnit unit = unitOf(net, hint, 0.8f);
+        unit.preprocessor = sharp ? "tile_colorfix+sharp" : "tile_colorfix";
+        unit.colorfixVariation = sharp ? 4 : 3;
+        unit.colorfixSharpness = 2.0;
+        loop.setControlNets({unit});
+        const RunResult result = runLoop(loop, device, config);
+        QCOMPARE(result.record.tileCount, 1);
+
+        ImageTensor image = hint;
+        for (float& v : image.data) v = v * 2.0f - 1.0f;
+        CpuBackend vaeBackend(2);
+        const std::vector<float> zHint = encodeImage(*sd, vaeBackend, image).data;
+        QCOMPARE(zHint.size(), z.size());
+        const ColorFixSettings settings = colorFixSettings(unit);
+        QCOMPARE(settings.sharpness, sharp ? 0.02f : -1.0f);
+        const SdConditioning text = encodeSdPrompts(*sd, device.textBackend(), config);
+        const std::vector<ControlledNet> nets{{net->config(), {}}};
+        const ModelGraph g = controlledUNetExecutionGraph(sd->unet->config(), nets, {text.tokens, false});
+        const TensorMap weights = controlledUNetWeights(sd->unet->tensors(), {&net->tensors()});
+        SchedulerOptions options = sd->scheduler;
+        options.eta = config.schedulerOptions.eta;
+        options.timestepSpacing = config.schedulerOptions.timestepSpacing;
+        options.karrasSigmas = config.schedulerOptions.karrasSigmas;
+        auto scheduler = Scheduler::create(config.scheduler, options);
+        scheduler->setTimesteps(config.steps);
+        std::vector<float> x = z;
+        for (float& v : x) v *= scheduler->initNoiseSigma();
+        bool fractional = false;
+        for (int k = 0; k < config.steps; ++k) {
+            const StepCoefficients K = withoutPreviousX0(scheduler->coefficients(k));
+            fractional = fractional || K.timestep != std::floor(K.timestep);
+            std::vector<float> in = x;
+            for (float& v : in) v *= K.modelInputScale;
+            const std::vector<float> t{K.timestep};
+            auto call = [&](const std::vector<float>& context, bool conditional) {
+                std::vector<std::vector<float>> inputs{in, t, context, hint.data};
+                for (auto& v : films(scaleWidths(g, 0), {0.8f})) inputs.push_back(std::move(v));
+                const std::vector<float> eps = runCpu(g, weights, 1, 64, 96, inputs)[0];
+                return colorFixReference(eps, in, zHint, K.timestep, conditional, 4, 8, 12, settings);
+            };
+            const auto c = call(text.cond, true), u = call(text.uncond, false);
+            for (std::size_t i = 0; i < x.size(); ++i) {
+                const float eps = u[i] + static_cast<float>(config.cfgScale) * (c[i] - u[i]);
+                x[i] = applyStep(K, x[i], eps, 0.0f, 0.0f);
+            }
+        }
+        QCOMPARE(fractional, euler);
+        const QString e = mismatch("latents", result.latents.data, x, 1e-5);
+        QVERIFY2(e.isEmpty(), qPrintable(e));
+        // The correction mattered: the same unit without it ends elsewhere.
+        unit.preprocessor = "none";
+        loop.setControlNets({unit});
+        QVERIFY(maxRelativeError(runLoop(loop, device, config).latents.data, x) > 1e-3);
+    }
+
+    // tile_colorfix over several tiles: weight 0 gives the bits of no ControlNet; tile batches 1
+    // and 3 the same bits; the result is finite and its colours (per-channel latent means) lie
+    // nearer the hint latent's than the same ControlNet's without the correction; the record
+    // says the hint was encoded once.
+    void colorFixTiledRuns() {
+        auto sd = std::make_shared<SdModel>(loadSdModel(kSdPipeline));
+        const RunConfig config = tinyRun(128, 96, 64);  // latent 16 x 12, tiles of 8 x 8
+        const ImageTensor hint = randomImage(128, 96, 21);
+        const auto net = tinyControlNet(22);
+        CpuBackend backend(2);
+        CpuTileDevice device(backend);
+        TiledLoop loop;
+        loop.setSdModel(sd);
+        const RunResult plain = runLoop(loop, device, config);
+        QVERIFY(plain.record.tileCount > 1);
+        ControlNetRunUnit unit = unitOf(net, hint, 0.0f);
+        unit.preprocessor = "tile_colorfix+sharp";
+        loop.setControlNets({unit});
+        const RunResult zero = runLoop(loop, device, config);
+        QVERIFY(zero.latents.data == plain.latents.data);
+        QVERIFY(zero.image.data == plain.image.data);
+        unit.weight = 1.0f;
+        unit.preprocessor = "tile_colorfix";
+        loop.setControlNets({unit});
+        const RunResult fixed = runLoop(loop, device, config);
+        for (const float v : fixed.latents.data) QVERIFY(std::isfinite(v));
+        RunConfig batched = config;
+        batched.tileBatch = 3;
+        QVERIFY(runLoop(loop, device, batched).latents.data == fixed.latents.data);
+        bool said = false;
+        for (const std::string& m : fixed.record.messages) said = said || m.starts_with("tile_colorfix:");
+        QVERIFY(said);
+        unit.preprocessor = "none";
+        loop.setControlNets({unit});
+        const RunResult unfixed = runLoop(loop, device, config);
+        ImageTensor image = hint;
+        for (float& v : image.data) v = v * 2.0f - 1.0f;
+        CpuBackend vaeBackend(2);
+        const std::vector<float> zHint = encodeImage(*sd, vaeBackend, image).data;
+        auto colourDistance = [&](const std::vector<float>& latents) {
+            const std::size_t plane = latents.size() / 4;
+            double d = 0;
+            for (std::size_t c = 0; c < 4; ++c) {
+                double a = 0, b = 0;
+                for (std::size_t i = 0; i < plane; ++i) a += latents[c * plane + i], b += zHint[c * plane + i];
+                d += std::abs(a - b) / static_cast<double>(plane);
+            }
+            return d;
+        };
+        qInfo("colour distance to the hint latent: %.4f fixed, %.4f without", colourDistance(fixed.latents.data),
+              colourDistance(unfixed.latents.data));
+        QVERIFY(colourDistance(fixed.latents.data) < 0.5 * colourDistance(unfixed.latents.data));
+    }
+
     // Image-to-image: the start image is the default control image (mapped to [0, 1]).
     void startImageIsTheDefaultHint() {
         auto sd = std::make_shared<SdModel>(loadSdModel(kSdPipeline));
@@ -536,6 +720,37 @@ private slots:
         QVERIFY(maxRelativeError(runLoop(loop, device, config).latents.data, want) > 1e-3);
     }
 
+    // The controlled graph and its merged weights are kept across runs of the same UNet and
+    // ControlNets (another prompt, weight or window: the same graph), so that a device keeps its
+    // plan; the second run's bits equal a fresh loop's; another control mode is another graph.
+    void controlledModelKeptAcrossRuns() {
+        auto sd = std::make_shared<SdModel>(loadSdModel(kSdPipeline));
+        RunConfig config = tinyRun(128, 64, 64);
+        const ImageTensor hint = randomImage(128, 64, 21);
+        const auto net = tinyControlNet(22);
+        const auto kept = [](const RunResult& r) {
+            for (const std::string& m : r.record.messages)
+                if (m.find("kept from the last run") != std::string::npos) return true;
+            return false;
+        };
+        CpuBackend backend(2);
+        CpuTileDevice device(backend);
+        TiledLoop loop;
+        loop.setSdModel(sd);
+        loop.setControlNets({unitOf(net, hint, 0.8f, ControlMode::Balanced, 0.0, 0.6)});
+        QVERIFY(!kept(runLoop(loop, device, config)));
+        config.prompt = "a harbour at night";
+        loop.setControlNets({unitOf(net, hint, 1.1f, ControlMode::Balanced, 0.2, 1.0)});
+        const RunResult second = runLoop(loop, device, config);
+        QVERIFY(kept(second));
+        TiledLoop fresh;
+        fresh.setSdModel(sd);
+        fresh.setControlNets({unitOf(net, hint, 1.1f, ControlMode::Balanced, 0.2, 1.0)});
+        QVERIFY(second.image.data == runLoop(fresh, device, config).image.data);
+        loop.setControlNets({unitOf(net, hint, 1.1f, ControlMode::Prompt, 0.2, 1.0)});
+        QVERIFY(!kept(runLoop(loop, device, config)));
+    }
+
     // RunConfig::controlNets: a NAME found in controlnet/ (ComfyUI's) of $TESSERA_MODELS (a diffusers
     // folder), its image handed over decoded, gives the bits of the same unit pinned; a unit
     // without a model is refused.
@@ -588,11 +803,11 @@ private slots:
         QVERIFY(runLoop(loop, device, config).image.data == resampled.image.data);
         QVERIFY(resampled.image.data != pinned.image.data);
         loop.setControlImages({hint});
-        // A preprocessor this version does not run: refused, naming the field.
-        config.controlNets.front().preprocessor = "tile_colorfix";
+        // A preprocessor this version does not have: refused, naming the field.
+        config.controlNets.front().preprocessor = "canny";
         try {
             (void)runLoop(loop, device, config);
-            QFAIL("tile_colorfix was accepted");
+            QFAIL("canny was accepted");
         } catch (const ValidationError& e) {
             QCOMPARE(e.field(), std::string("control_preprocessor"));
         }
@@ -651,6 +866,32 @@ private slots:
         QVERIFY(std::find(imported.fields.begin(), imported.fields.end(), "controlnet") != imported.fields.end());
         const std::vector<std::string> differ = mappedFieldDifferences(config, back);
         QVERIFY(std::find(differ.begin(), differ.end(), "controlnet") == differ.end());
+        // tile_colorfix(+sharp): Threshold A the Variation, Threshold B the Sharpness, read back.
+        ControlNetUnit fix;
+        fix.model = "control_v11f1e_sd15_tile";
+        fix.preprocessor = "tile_colorfix+sharp";
+        fix.colorfixVariation = 12;
+        fix.colorfixSharpness = 1.5;
+        ControlNetUnit plainFix = fix;
+        plainFix.preprocessor = "tile_colorfix";
+        plainFix.colorfixVariation = 5;
+        config.controlNets = {fix, plainFix};
+        const std::string fixText = infotext(config, infotextExtras(config));
+        QVERIFY2(
+            fixText.find("Module: tile_colorfix+sharp, Model: control_v11f1e_sd15_tile, Weight: 1, Resize Mode: "
+                         "Just Resize, Processor Res: 512, Threshold A: 12, Threshold B: 1.5,") != std::string::npos,
+            fixText.c_str());
+        QVERIFY2(fixText.find("Module: tile_colorfix, Model: control_v11f1e_sd15_tile, Weight: 1, Resize Mode: Just "
+                              "Resize, Processor Res: 512, Threshold A: 5, Threshold B: 0.5,") != std::string::npos,
+                 fixText.c_str());
+        RunConfig fixBack = tinyRun(128, 64, 64);
+        (void)applyInfotext(parseInfotext(fixText), fixBack);
+        QCOMPARE(fixBack.controlNets.size(), std::size_t(2));
+        QCOMPARE(fixBack.controlNets[0].preprocessor, std::string("tile_colorfix+sharp"));
+        QCOMPARE(fixBack.controlNets[0].colorfixVariation, 12.0);
+        QCOMPARE(fixBack.controlNets[0].colorfixSharpness, 1.5);
+        QCOMPARE(fixBack.controlNets[1].colorfixVariation, 5.0);
+        QCOMPARE(fixBack.controlNets[1].colorfixSharpness, 1.0);  // its Threshold B is no setting of it
         // An A1111 unit without a model is listed, not applied.
         RunConfig none = tinyRun(128, 64, 64);
         const ImportedSettings listed = applyInfotext(
@@ -659,6 +900,33 @@ private slots:
             none);
         QVERIFY(none.controlNets.empty());
         QCOMPARE(listed.unmapped.size(), std::size_t(1));
+    }
+
+    // --control-preprocessor tile_colorfix[:VARIATION] / tile_colorfix+sharp[:VARIATION[:SHARPNESS]], the
+    // JSON keys colorfix_variation / colorfix_sharpness, and the extension's ranges.
+    void colorFixSettingsText() {
+        const RunConfigField* field = findRunConfigField("control-preprocessor");
+        QVERIFY(field);
+        RunConfig config = tinyRun(128, 64, 64);
+        config.controlNets = {ControlNetUnit{}};
+        config.controlNets.front().model = "tile";
+        field->parse(config, "tile_colorfix+sharp:12:0.25");
+        QCOMPARE(config.controlNets.front().preprocessor, std::string("tile_colorfix+sharp"));
+        QCOMPARE(config.controlNets.front().colorfixVariation, 12.0);
+        QCOMPARE(config.controlNets.front().colorfixSharpness, 0.25);
+        QCOMPARE(config.controlNets.front().downSampling, 1.0);
+        const RunConfig back = runConfigFromJson(toJson(config));
+        QVERIFY(back.controlNets == config.controlNets);
+        field->parse(config, "tile_colorfix:6");
+        QCOMPARE(config.controlNets.front().colorfixVariation, 6.0);
+        QVERIFY(validateAll(config).empty());
+        for (const char* wrong :
+             {"tile_colorfix:2", "tile_colorfix:33", "tile_colorfix:7.5", "tile_colorfix+sharp:8:2.5"}) {
+            RunConfig bad = config;
+            field->parse(bad, wrong);
+            const std::vector<ValidationError> problems = validateAll(bad);
+            QVERIFY2(problems.size() == 1 && problems.front().field() == "control_preprocessor", wrong);
+        }
     }
 
     // (d) Refusals before any work, naming the fix.
@@ -704,6 +972,21 @@ private slots:
         }
         QVERIFY_THROWS_EXCEPTION(InputFileError, (void)ControlNetModel::load(hostile.string()));
         fs::remove_all(dir);
+        // tile_colorfix with a v-prediction model or one without a VAE, naming what is allowed.
+        ControlNetRunUnit colorFix = unitOf(tinyControlNet(1), randomImage(128, 64, 1), 1.0f);
+        colorFix.preprocessor = "tile_colorfix";
+        loop.setControlNets({colorFix});
+        auto vModel = std::make_shared<SdModel>(*sd);
+        vModel->scheduler.predictionType = PredictionType::VPrediction;
+        loop.setSdModel(vModel);
+        m = refusal("control_preprocessor");
+        QVERIFY2(m.find("epsilon") != std::string::npos && m.find("tile_resample") != std::string::npos, m.c_str());
+        auto noVae = std::make_shared<SdModel>(*sd);
+        noVae->vae = nullptr;
+        loop.setSdModel(noVae);
+        m = refusal("control_preprocessor");
+        QVERIFY2(m.find("VAE") != std::string::npos && m.find("tile_resample") != std::string::npos, m.c_str());
+        QVERIFY(backend.calls.empty());
     }
 };
 

@@ -73,6 +73,9 @@ void applyJobOptions(BenchOptions& o) {
     if (!o.given.count("batch")) o.batches = {4};
     if (!o.given.count("repeats")) o.repeats = 3;
     if (!o.given.count("warmup_steps")) o.warmupSteps = 0;
+    if (o.controlNet && o.shape != "sd15")
+        fail("controlnet",
+             "--controlnet times an SD 1.5 ControlNet (control_v11f1e_sd15_tile's shape): give --shape sd15");
 }
 
 // --profile times UNet forwards of each (precision x batch), eagerly and as one captured graph,
@@ -173,7 +176,12 @@ std::string benchUsage() {
            "                         Every job's prompt and negative prompt end in its number (\", take N\"), so\n"
            "                         each encodes its text anew (text_s, a part of prepare_s).\n"
            "                         Defaults: --graphs step, --batch 4. sample_s, decode_s, total_s and\n"
-           "                         s_per_step as bench/pytorch/torch_sd_tiled.py prints them.\n";
+           "                         s_per_step as bench/pytorch/torch_sd_tiled.py prints them.\n"
+           "  --strength X           with --job: image-to-image upscale jobs instead, at this denoising strength\n"
+           "                         (a synthetic start image; its VAE encode is a part of prepare_s)\n"
+           "  --controlnet           with --job --shape sd15: and a random ControlNet of control_v11f1e_sd15_tile's\n"
+           "                         shape (written to a temporary folder, removed after) whose control image is\n"
+           "                         the start image; --strength 0.5 unless given\n";
 }
 
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
@@ -197,7 +205,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
                                                              {"peak-tflops", "peak_tflops"},
                                                              {"csv", "csv"},
                                                              {"tuning-cache", "tuning_cache"},
-                                                             {"cfg", "cfg"}};
+                                                             {"cfg", "cfg"},
+                                                             {"strength", "strength"}};
     BenchOptions o;
     bool sizeGiven = false, widthGiven = false, heightGiven = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -206,8 +215,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             o.help = true;
             continue;
         }
-        if (name == "--profile" || name == "--job") {  // the options without a value
-            (name == "--job" ? o.job : o.profile) = true;
+        if (name == "--profile" || name == "--job" || name == "--controlnet") {  // the options without a value
+            (name == "--job" ? o.job : name == "--controlnet" ? o.controlNet : o.profile) = true;
             o.given.insert(name.substr(2));
             continue;
         }
@@ -296,6 +305,13 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
                 fail("cfg", inQuotes(value) + " is not allowed; the guidance scale is a number from 0 to " +
                                 fixed(kMaxCfgScale, 0) + " (1 = guidance off)");
             o.cfg = cfg;
+        } else if (name == "strength") {
+            double strength = 0;
+            const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), strength);
+            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
+                !(strength > 0.0 && strength <= 1.0))
+                fail("strength", inQuotes(value) + " is not allowed; the denoising strength is above 0, at most 1");
+            o.strength = strength;
         }
     }
     if (o.help) return o;
@@ -304,6 +320,9 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         fail("shape", o.shape.empty() ? "give --shape cifar|church|sd15|sd21|sdxl (random weights) or --model DIR"
                                       : "give --shape or --model, not both");
     if (o.profile) applyProfileOptions(o);
+    if ((o.controlNet || o.given.count("strength")) && !o.job)
+        fail(o.controlNet ? "controlnet" : "strength", "--controlnet and --strength are for --job");
+    if (o.controlNet && !o.given.count("strength")) o.strength = 0.5;
     if (o.job) applyJobOptions(o);
     if (!o.job && std::find(o.batches.begin(), o.batches.end(), 0) != o.batches.end())
         fail("batch", "--batch auto is for --job (the other rows time UNet calls of a given batch)");

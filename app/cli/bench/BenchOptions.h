@@ -39,6 +39,11 @@ struct BenchOptions {
     std::set<std::string> given;       // the options given, by field name ("tile", "batch", ...)
     bool profile = false;              // --profile: per-op GPU time of one forward per precision x batch
     bool job = false;                  // --job (sd15/sd21/sdxl): whole text-to-image jobs, text to decoded image
+    // --job --strength X: image-to-image jobs of an upscale (a synthetic start image) at that strength;
+    // --controlnet (sd15) adds a random ControlNet whose control image is the start image (strength
+    // 0.5 unless given). 0: text-to-image.
+    bool controlNet = false;
+    double strength = 0;
     bool help = false;
 };
 

@@ -2,15 +2,25 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "app/cli/CliOptions.h"
 #include "app/cli/CliText.h"
 #include "app/cli/EngineFactory.h"
 #include "app/cli/bench/BenchTable.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/controlnet/ControlNetConfig.h"
+#include "core/models/controlnet/ControlNetModel.h"
 #include "core/models/sd/SdModel.h"
 #include "core/sampling/TilePlan.h"
 
@@ -51,13 +61,65 @@ RunConfig takeOf(const RunConfig& config, int take) {
     return c;
 }
 
-// One row: a warm-up job on a fresh engine, then o.repeats timed jobs on it; medians.
+// --controlnet: a ControlNet of control_v11f1e_sd15_tile's config (diffusers ControlNetModel, 361 M
+// parameters) with random weights, written F16 to a folder of its own as a user's file is read;
+// the folder is removed with this.
+class RandomControlNetFolder {
+public:
+    RandomControlNetFolder(std::uint64_t seed, std::ostream& err) {
+        namespace fs = std::filesystem;
+        const nlohmann::json config = nlohmann::json::parse(R"({"_class_name": "ControlNetModel",
+          "block_out_channels": [320, 640, 1280, 1280], "down_block_types": ["CrossAttnDownBlock2D",
+          "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"], "layers_per_block": 2,
+          "cross_attention_dim": 768, "attention_head_dim": 8, "norm_num_groups": 32, "norm_eps": 1e-05,
+          "conditioning_embedding_out_channels": [16, 32, 96, 256], "use_linear_projection": false})");
+        folder_ =
+            fs::temp_directory_path() / ("tessera-bench-controlnet-" + std::to_string(seed) + "-" +
+                                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+        fs::create_directories(folder_);
+        err << "bench: writing a random ControlNet (control_v11f1e_sd15_tile's shape) to " << folder_.string() << "\n";
+        const ControlNetModel net = ControlNetModel::random(controlNetConfigFromJson(config), seed);
+        std::map<std::string, SafetensorsTensorData> tensors;
+        for (const auto& [name, t] : net.tensors())
+            tensors[name] = {SafetensorsDtype::F16, t.shape, encodeFloats(SafetensorsDtype::F16, t.data)};
+        writeSafetensors((folder_ / "diffusion_pytorch_model.safetensors").string(), tensors, {{"format", "pt"}});
+        std::ofstream(folder_ / "config.json") << config.dump();
+    }
+    ~RandomControlNetFolder() {
+        std::error_code ec;
+        std::filesystem::remove_all(folder_, ec);
+    }
+    RandomControlNetFolder(const RandomControlNetFolder&) = delete;
+    RandomControlNetFolder& operator=(const RandomControlNetFolder&) = delete;
+    std::string path() const { return folder_.string(); }
+
+private:
+    std::filesystem::path folder_;
+};
+
+// The start image of an upscale job: a smooth synthetic picture in model space ([-1, 1]), 3 x H x W
+// (what an upscale model's or a resize's output looks like to the sampler: no noise).
+ImageTensor syntheticStartImage(int width, int height) {
+    ImageTensor image{3, height, width, std::vector<float>(static_cast<std::size_t>(3) * width * height)};
+    for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < height; ++y)
+            for (int x = 0; x < width; ++x)
+                image.data[(static_cast<std::size_t>(c) * height + y) * width + x] =
+                    0.8f * std::sin(0.011f * static_cast<float>(x * (c + 1)) + 0.007f * static_cast<float>(y)) *
+                    std::cos(0.005f * static_cast<float>(y * (3 - c)));
+    return image;
+}
+
+// One row: a warm-up job on a fresh engine, then o.repeats timed jobs on it; medians. `start`: the
+// image-to-image start image (and, with ControlNets, their control image).
 void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<const SdModel>& model,
-                 const RunConfig& config, std::ostream& err) {
+                 const RunConfig& config, const ImageTensor* start, std::ostream& err) {
     std::string note;
     std::unique_ptr<Engine> engine = createEngine(o.backend, &note);
     if (!note.empty()) row.note = note;
     engine->setSdModel(model);
+    if (start) engine->setInitImage(*start);
+    engine->setControlImages(std::vector<ImageTensor>(config.controlNets.size()));
     BenchNotes observer;
     RunConfig warm = takeOf(config, 0);
     if (o.warmupSteps > 0) warm.steps = std::min(o.steps, o.warmupSteps);
@@ -69,7 +131,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     row.firstJobS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     row.device = first.record.environment.device;
     row.engine = "tessera-" + first.record.environment.backend;
-    std::vector<double> prepare, text, sample, decode;
+    std::vector<double> prepare, text, sample, decode, encode;
     RunRecord last;
     for (int r = 0; r < o.repeats; ++r) {
         const RunConfig take = takeOf(config, r + 1);
@@ -85,6 +147,7 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
         text.push_back(result.record.textEncode ? result.record.textEncode->ms / 1000.0 : 0.0);
         sample.push_back(steps / 1000.0);
         decode.push_back(result.record.vaeDecode ? result.record.vaeDecode->ms / 1000.0 : 0.0);
+        encode.push_back(result.record.vaeEncode ? result.record.vaeEncode->ms / 1000.0 : 0.0);
         row.peakMiB = std::max(row.peakMiB, result.record.peakDeviceMiB);
         if (config.tileBatch <= 0) row.batch = result.record.config.tileBatch;  // what auto chose
         last = std::move(result.record);
@@ -98,6 +161,11 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
     // What an auto tile batch chose and how the last job decoded, in the record's words.
     if (last.tileBatch && last.tileBatch->automatic()) appendNote(row.note, describeAutoTileBatch(*last.tileBatch));
     if (last.vaeDecode) appendNote(row.note, describeVaeDecode(*last.vaeDecode));
+    if (last.vaeEncode) appendNote(row.note, "VAE encode " + fixed(median(encode), 3) + " s (in prepare_s)");
+    if (start)
+        appendNote(row.note, std::to_string(config.controlNets.size()) + " ControlNet, strength " +
+                                 significant(config.strength, 3) + ": " + std::to_string(last.steps.size()) +
+                                 " steps executed");
     err << " " << fixed(row.totalS, 3) << " s per job (text " << fixed(row.textS, 3) << " s, sampling "
         << fixed(row.sampleS, 3) << " s, decode " << fixed(row.decodeS, 3) << " s)\n";
 }
@@ -129,9 +197,15 @@ int runSdJobBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     const TilePlan plan = TilePlan::make(o.width / 8, o.height / 8, o.tile / 8, o.overlap / 8);
     err << "bench: " << o.shape << " whole jobs (random weights: text encoders, UNet, VAE), " << size << ", tile "
         << o.tile << ", overlap " << o.overlap << ", cfg " << significant(o.cfg, 4) << ", " << o.steps
-        << " steps of DPM++ 2M Karras; " << o.repeats << " timed jobs per row after a "
+        << " steps of DPM++ 2M Karras"
+        << (o.strength > 0 ? ", image-to-image at strength " + significant(o.strength, 3) : "")
+        << (o.controlNet ? " with a ControlNet" : "") << "; " << o.repeats << " timed jobs per row after a "
         << (o.warmupSteps ? std::min(o.warmupSteps, o.steps) : o.steps) << "-step warm-up job; " << benchDate() << "\n";
     const auto model = std::make_shared<const SdModel>(randomSdModel("random:" + o.shape, o.seed));
+    std::unique_ptr<RandomControlNetFolder> controlNet;
+    std::optional<ImageTensor> start;
+    if (o.controlNet) controlNet = std::make_unique<RandomControlNetFolder>(o.seed + 1, err);
+    if (o.strength > 0) start = syntheticStartImage(o.width, o.height);
     std::vector<SdJobRow> rows;
     bool anyFailed = false;
     for (Precision p : o.precisions)
@@ -153,7 +227,17 @@ int runSdJobBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
                 err << "bench: job " << row.precision << ", graphs " << row.graphs << ", batch "
                     << (batch > 0 ? std::to_string(batch) : std::string("auto")) << " ..." << std::flush;
                 try {
-                    runSdJobRow(row, o, model, jobConfig(o, p, mode, batch), err);
+                    RunConfig config = jobConfig(o, p, mode, batch);
+                    if (start) {
+                        config.initImage = "synthetic start image";
+                        config.strength = o.strength;
+                    }
+                    if (controlNet) {
+                        ControlNetUnit unit;
+                        unit.model = controlNet->path();
+                        config.controlNets.push_back(unit);
+                    }
+                    runSdJobRow(row, o, model, config, start ? &*start : nullptr, err);
                 } catch (const std::exception& e) {
                     anyFailed = row.failed = true;
                     row.note = e.what();
