@@ -13,6 +13,7 @@
 
 #include "app/qt/ModelCatalog.h"
 #include "core/models/sd/SdModel.h"
+#include "ui/ControlNetGroup.h"
 #include "ui/CostPreview.h"
 #include "ui/GraphsGroup.h"
 #include "ui/ImageGroup.h"
@@ -83,11 +84,12 @@ ConfigPanel::ConfigPanel(QWidget* parent)
     prompt_ = new PromptGroup;
     lora_ = new LoraGroup;
     start_ = new StartImageGroup;
+    controlNet_ = new ControlNetGroup;
     image_ = new ImageGroup;
     noise_ = new NoiseGroup;
     tiling_ = new TilingGroup;
     graphs_ = new GraphsGroup;
-    groups_ = {model_, prompt_, lora_, start_, image_, noise_, tiling_, graphs_};
+    groups_ = {model_, prompt_, lora_, start_, controlNet_, image_, noise_, tiling_, graphs_};
     cost_ = new CostPreview;
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
@@ -149,7 +151,8 @@ void ConfigPanel::setConfig(const RunConfig& config) {
     for (ConfigGroup* group :
          {static_cast<ConfigGroup*>(image_), static_cast<ConfigGroup*>(prompt_), static_cast<ConfigGroup*>(lora_),
           static_cast<ConfigGroup*>(start_), static_cast<ConfigGroup*>(model_), static_cast<ConfigGroup*>(tiling_),
-          static_cast<ConfigGroup*>(graphs_), static_cast<ConfigGroup*>(noise_)})
+          static_cast<ConfigGroup*>(graphs_), static_cast<ConfigGroup*>(noise_),
+          static_cast<ConfigGroup*>(controlNet_)})
         group->showConfig(config);
     applying_ = false;
     onEdited();
@@ -255,6 +258,10 @@ void ConfigPanel::updatePromptAvailability() {
         promptUnavailableReason().isEmpty()
             ? QString()
             : tr("LoRAs and a separate VAE apply to Stable Diffusion models. %1").arg(promptUnavailableReason()));
+    controlNet_->setUnavailableReason(
+        promptUnavailableReason().isEmpty()
+            ? QString()
+            : tr("ControlNets steer Stable Diffusion models. %1").arg(promptUnavailableReason()));
 }
 
 void ConfigPanel::requestTokenCounts() {
@@ -337,6 +344,8 @@ void ConfigPanel::revalidate() {
     start_->setUpscaleModelSources(modelsFolder_, c.model.empty() ? defaultModelFolder_.toStdString() : c.model);
     // The LoRAs and VAEs of the same folders, listed off this thread.
     lora_->setModelSources(modelsFolder_, c.model.empty() ? defaultModelFolder_.toStdString() : c.model);
+    // The ControlNets of the same folders, listed off this thread.
+    controlNet_->setModelSources(modelsFolder_, c.model.empty() ? defaultModelFolder_.toStdString() : c.model);
     for (const auto& problem : start_->upscaleModelProblems(c)) addProblem(problem.first, problem.second);
     updatePromptAvailability();
     start_->showStartImage(base_.initImage, image_->canvasSize());

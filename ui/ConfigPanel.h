@@ -1,5 +1,5 @@
 // ConfigPanel: the run settings, in groups (ModelGroup, PromptGroup, LoraGroup, StartImageGroup,
-// ImageGroup, NoiseGroup, TilingGroup, GraphsGroup; each a ConfigGroup) and a CostPreview, with each invalid
+// ControlNetGroup, ImageGroup, NoiseGroup, TilingGroup, GraphsGroup; each a ConfigGroup) and a CostPreview, with each invalid
 // value marked beside its field (the reason from validateAll) and a live cost preview (tiles,
 // redundancy, UNet evaluations). Holds no run state; the window asks for config().
 //
@@ -43,6 +43,7 @@ class QLabel;
 namespace tessera {
 
 class ConfigGroup;
+class ControlNetGroup;
 class CostPreview;
 class GraphsGroup;
 class ImageGroup;
@@ -107,6 +108,8 @@ public:
     void setBatchCount(int count);
     // The LoRA and VAE group (its lists, for the window and tests).
     LoraGroup* loraGroup() const { return lora_; }
+    // The ControlNet group (its units and model list, for the window and tests).
+    ControlNetGroup* controlNetGroup() const { return controlNet_; }
 
     // The seed of the run shown last (started, finished or reopened): the seed's reuse button
     // (beside the dice, which rolls a new one) puts it back in the field.
@@ -198,11 +201,12 @@ private:
     PromptGroup* prompt_ = nullptr;
     LoraGroup* lora_ = nullptr;
     StartImageGroup* start_ = nullptr;
+    ControlNetGroup* controlNet_ = nullptr;
     ImageGroup* image_ = nullptr;
     NoiseGroup* noise_ = nullptr;
     TilingGroup* tiling_ = nullptr;
     GraphsGroup* graphs_ = nullptr;
-    std::vector<ConfigGroup*> groups_;  // the eight above, top to bottom
+    std::vector<ConfigGroup*> groups_;  // the nine above, top to bottom
     CostPreview* cost_ = nullptr;
     // Problems in fields without a widget of their own.
     QLabel* otherProblems_ = nullptr;

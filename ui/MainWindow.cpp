@@ -46,6 +46,7 @@
 #include "core/sampling/TilePlan.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
+#include "ui/ControlHintView.h"
 #include "ui/FileMenu.h"
 #include "ui/GraphsPanel.h"
 #include "ui/HistoryPanel.h"
@@ -294,6 +295,8 @@ void MainWindow::buildDocks() {
     chartTabs_->setDocumentMode(true);
     chartTabs_->addTab(charts_, tr("Timing"));
     chartTabs_->addTab(graphsPanel_, tr("Graphs vs eager"));
+    controlHints_ = new ControlHintView;
+    chartTabs_->addTab(controlHints_, tr("ControlNet hint"));
     chartsDock_ = new QDockWidget(tr("Charts"), this);
     chartsDock_->setObjectName(QStringLiteral("chartsDock"));
     // The charts scroll where the dock is short: their own minimum height (three plots one above the
@@ -565,6 +568,7 @@ void MainWindow::stopRun() {
 
 void MainWindow::showRun(const FinishedRun& run) {
     lastRun_ = run;
+    controlHints_->showRun(run);
     showStartImage(run.startImage);
 }
 
@@ -735,6 +739,7 @@ void MainWindow::onHistoryRunOpened(quint64 jobId, const QString& id, const Fini
         return;
     }
     lastRun_ = run;
+    controlHints_->showRun(run);
     const RunRecord& record = run.result->record;
     canvas_->setImage(run.image);
     canvas_->setSeamMap({});  // the history keeps the seam statistics, not the map

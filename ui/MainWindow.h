@@ -58,6 +58,7 @@ class QTabWidget;
 namespace tessera {
 
 class ConfigPanel;
+class ControlHintView;
 class GraphsPanel;
 class HistoryPanel;
 class RunController;
@@ -94,8 +95,11 @@ public:
     TileCanvas* canvas() const { return canvas_; }
     TimingCharts* charts() const { return charts_; }
     GraphsPanel* graphsPanel() const { return graphsPanel_; }
-    // The tabs beside the canvas: the timing charts and the graphs-versus-eager panel.
+    // The tabs beside the canvas: the timing charts, the graphs-versus-eager panel and the ControlNet hint.
     QTabWidget* chartTabs() const { return chartTabs_; }
+    // The chart tabs' "ControlNet hint": the hints of the run shown (its ControlNets' control images
+    // after their preprocessors).
+    ControlHintView* controlHintView() const { return controlHints_; }
     HistoryPanel* historyPanel() const { return historyPanel_; }
     const HistoryStore& history() const { return *history_; }
     // The compare window opened last (null when none is open).
@@ -246,6 +250,7 @@ private:
     TimingCharts* charts_ = nullptr;
     GraphsPanel* graphsPanel_ = nullptr;
     QTabWidget* chartTabs_ = nullptr;
+    ControlHintView* controlHints_ = nullptr;
     QDockWidget* configDock_ = nullptr;
     QDockWidget* chartsDock_ = nullptr;
     QDockWidget* historyDock_ = nullptr;

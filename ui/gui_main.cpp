@@ -14,7 +14,9 @@
 //                       restart), models (the model picker, once it has listed
 //                       the models folder, with its first checkpoint selected and hashed)
 //                       or noise (the window, the settings scrolled so that the seed and the
-//                       Noise group end the view)
+//                       Noise group end the view), controlnet (the before/after split of a run
+//                       with a ControlNet, the settings scrolled to the ControlNet group and the
+//                       hint it saw in the charts' "ControlNet hint" tab)
 //   --models DIR        the models folder the picker lists (default: the saved setting)
 //   --history DIR       keep the run history in DIR (default: the user's; with --fresh, a
 //                       throw-away folder)
@@ -47,6 +49,8 @@
 #include "core/cpu/CpuBackend.h"
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
+#include "ui/ControlHintView.h"
+#include "ui/ControlNetGroup.h"
 #include "ui/GraphsPanel.h"
 #include "ui/MainWindow.h"
 #include "ui/ModelPicker.h"
@@ -164,6 +168,18 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
             }
         return ready(&window);
     }
+    if (view == QLatin1String("controlnet")) {
+        // The ControlNet group at the top of the settings, the hint beside the before/after split.
+        if (window.beforeAfterAction()->isEnabled()) window.beforeAfterAction()->setChecked(true);
+        window.chartTabs()->setCurrentWidget(window.controlHintView());
+        QWidget* group = window.configPanel()->controlNetGroup();
+        for (QWidget* up = group->parentWidget(); up; up = up->parentWidget())
+            if (auto* scroll = qobject_cast<QScrollArea*>(up)) {
+                scroll->verticalScrollBar()->setValue(group->mapTo(scroll->widget(), QPoint(0, 0)).y());
+                break;
+            }
+        return ready(&window);
+    }
     if (view == QLatin1String("noise")) {
         // The seed and the noise settings (source, A1111's extra seed settings) at the foot of the settings.
         auto* group = window.configPanel()->findChild<QWidget*>(QStringLiteral("noiseGroup"));
@@ -206,7 +222,7 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
     std::fprintf(
         stderr,
         "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
-        "reopened, models, noise)\n",
+        "reopened, models, noise, controlnet)\n",
         qPrintable(view));
     ready(nullptr);
 }

@@ -14,6 +14,7 @@
 #include "core/base/Sha256.h"
 #include "core/models/clip/TextualInversionFile.h"
 #include "core/models/lora/LoraFile.h"
+#include "core/run/ControlNetModelFile.h"
 #include "core/run/EmbeddingFile.h"
 #include "core/run/LoraModelFile.h"
 #include "core/run/ModelFileLookup.h"
@@ -286,6 +287,20 @@ void checkModelFiles(ImportedParameters& imported, const std::vector<std::string
         } catch (const LoraFileError& e) {
             imported.unmapped.push_back(
                 UnmappedSetting{shown, "cannot be read, so a run refuses it: " + withoutField(e.what(), "lora")});
+        }
+    }
+
+    // Each ControlNet unit's model, looked up as a run looks it up (core/run/ControlNetModelFile.h):
+    // one found nowhere is listed; the unit stays, named, and a run refuses it until the file is there.
+    for (std::size_t i = 0; i < config.controlNets.size(); ++i) {
+        const std::string& model = config.controlNets[i].model;
+        if (model.empty()) continue;
+        try {
+            (void)findModelFile(controlNetKind(), model, modelsFolders);
+        } catch (const ValidationError& e) {
+            imported.unmapped.push_back(UnmappedSetting{
+                "ControlNet " + std::to_string(i) + ": " + excerpt(model, 80),
+                "names no ControlNet found here, so a run refuses it: " + withoutField(e.what(), "controlnet")});
         }
     }
 

@@ -13,13 +13,16 @@
 #include <QSysInfo>
 
 #include "app/cli/CliOptions.h"
+#include "app/cli/ControlImages.h"
 #include "app/cli/InitImage.h"
 #include "app/cli/LoraRun.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/run/ControlNetModelFile.h"
 #include "core/run/RunRecordIO.h"
+#include "core/sampling/ControlPreprocess.h"
 #include "core/sampling/ImageOps.h"
 
 namespace tessera {
@@ -67,6 +70,42 @@ auto withInitError(Read read) {
     } catch (const InitImageError& e) {
         throw ValidationError("init", std::string("init: ") + e.what());
     }
+}
+
+// The ControlNets a run names by NAME, found as a run finds them (core/run/ControlNetModelFile.h) in
+// `folders` (the window's models folder too, which the engine does not know of): each by its path.
+RunConfig withControlNetFiles(RunConfig config, const std::vector<std::string>& folders) {
+    if (config.controlNets.empty()) return config;
+    const std::vector<ModelFile> files = findControlNetFiles(config, folders);
+    for (std::size_t i = 0; i < files.size(); ++i)
+        if (files[i].byName) config.controlNets[i].model = files[i].path;
+    return config;
+}
+
+// The hint canvas of each of the run's ControlNets as the engine makes it (core/sampling/ControlNetRun.h
+// controlHints, without the model it reads only the hint's channel count from): the unit's control
+// image or the start image (`start`, model space), through the unit's preprocessor. A null image for a
+// unit with neither (the engine refuses the run).
+std::vector<QImage> controlHintImages(const RunConfig& config, const std::vector<ImageTensor>& images,
+                                      const ImageTensor& start) {
+    std::vector<QImage> hints;
+    for (std::size_t i = 0; i < config.controlNets.size(); ++i) {
+        const ControlNetUnit& unit = config.controlNets[i];
+        const bool own = i < images.size() && !images[i].data.empty();
+        if (!own && start.data.empty()) {
+            hints.emplace_back();
+            continue;
+        }
+        ImageTensor hint = own ? images[i] : start;
+        if (!own)
+            for (float& v : hint.data) v = (v + 1.0f) * 0.5f;  // model space to the hint's [0, 1]
+        if (unit.preprocessor == "tile_resample")
+            hint.data = tileResampleHint(hint.data, hint.channels, hint.height, hint.width, unit.downSampling,
+                                         own ? ControlResizeMode::CropAndResize : ControlResizeMode::JustResize);
+        for (float& v : hint.data) v = v * 2.0f - 1.0f;  // toQImage takes model space
+        hints.push_back(toQImage(hint));
+    }
+    return hints;
 }
 
 ImageFile readStartFile(const std::string& path) {
@@ -359,7 +398,8 @@ FinishedRun RunWorker::cancelledUpscale(const RunConfig& config, const UpscaleMo
 bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
     try {
         useBundledClipVocabulary();
-        const RunConfig config = windowRunConfig(given);
+        // ControlNets named by NAME are looked up in the window's models folder too.
+        const RunConfig config = withControlNetFiles(windowRunConfig(given), loraFolders(given.model));
         // The separate VAE and the LoRAs, found and checked against the model's configurations
         // before any work, as tessera-cli render checks them.
         const bool sd = isSdModelPath(config.model);
@@ -382,7 +422,11 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
                                (config.model.empty() ? std::string("the default model") : shownPath(config.model)) +
                                " is a UNet2DModel, which has none");
         }
+        // Control images are files too: decoded and checked against the run's size before any work
+        // (as tessera-cli render does); every run gives the engine its own (none clears the last run's).
+        std::vector<ImageTensor> controlImages = decodeControlImages(config);
         Engine& engine = engineFor(config, runId);
+        engine.setControlImages(controlImages);
         {
             std::lock_guard lock(engineMutex_);
             activeRunId_ = runId;
@@ -426,6 +470,7 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
                     finished.startImage = toQImage(resampleToModelSpace(decoded, config.width, config.height, 3));
                 }
             }
+            finished.controlHints = controlHintImages(config, controlImages, init);
             engine.setInitImage(std::move(init));
         }
 

@@ -65,6 +65,9 @@ struct FinishedRun {
     // the history, which resizes its copy of the start image, shows the same).
     QImage startImage;
     std::shared_ptr<const ImageFile> startFile;
+    // RunConfig::controlNets' hint canvases as the run took them (each unit's control image, or the
+    // start image, through its preprocessor), in the units' order; empty for a run without one.
+    std::vector<QImage> controlHints;
 };
 
 // Points core at the bundled CLIP vocabulary (resources/clip, found as tessera-cli finds it),
