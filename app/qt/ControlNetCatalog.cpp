@@ -1,6 +1,7 @@
 #include "app/qt/ControlNetCatalog.h"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 
 #include <QDir>
@@ -21,35 +22,19 @@ bool isControlNetFile(const QString& name) {
     });
 }
 
-// The ControlNets under `top` (breadth first, to ControlNetCatalog::kMaxDepth levels; links to
-// folders are not followed): files with a ControlNet extension (named without it, as the
-// extension lists them) and diffusers folders (a config.json inside; named by the folder, not
-// entered), sorted by name.
+// The ControlNets under `top` (to ControlNetCatalog::kMaxDepth levels): files with a ControlNet
+// extension (named without it, as the extension lists them) and diffusers folders (a config.json
+// inside; named by the folder, not entered).
 QList<ModelFileEntry> controlNetsUnder(const QString& top, const QString& sub, int room) {
-    QList<ModelFileEntry> found;
-    QStringList level{top};
-    for (int depth = 0; depth < ControlNetCatalog::kMaxDepth && !level.isEmpty(); ++depth) {
-        QStringList next;
-        for (const QString& dirPath : level)
-            for (const QFileInfo& info :
-                 QDir(dirPath).entryInfoList(QDir::Dirs | QDir::Files | QDir::NoDotAndDotDot, QDir::Name)) {
-                if (found.size() >= room) break;
-                if (info.isDir()) {
-                    if (info.isSymLink()) continue;
-                    if (QFileInfo(QDir(info.absoluteFilePath()).filePath(QStringLiteral("config.json"))).isFile())
-                        found << ModelFileEntry{info.absoluteFilePath(), info.fileName(), sub};
-                    else
-                        next << info.absoluteFilePath();
-                } else if (info.isFile() && isControlNetFile(info.fileName())) {
-                    found << ModelFileEntry{info.absoluteFilePath(), info.completeBaseName(), sub};
-                }
-            }
-        level = next;
-    }
-    std::stable_sort(found.begin(), found.end(), [](const ModelFileEntry& a, const ModelFileEntry& b) {
-        return a.name.compare(b.name, Qt::CaseInsensitive) < 0;
-    });
-    return found;
+    ModelFolderRules rules;
+    rules.fileName = [](const QFileInfo& info) -> std::optional<QString> {
+        if (!isControlNetFile(info.fileName())) return std::nullopt;
+        return info.completeBaseName();
+    };
+    rules.folderIsModel = [](const QFileInfo& info) {
+        return QFileInfo(QDir(info.absoluteFilePath()).filePath(QStringLiteral("config.json"))).isFile();
+    };
+    return modelFilesUnder(top, sub, ControlNetCatalog::kMaxDepth, room, rules);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include <QStringList>
 
 #include "app/qt/JobQueue.h"
-#include "app/qt/LoraCatalog.h"
+#include "app/qt/ModelFolderWalk.h"
 
 namespace tessera {
 

@@ -1,6 +1,7 @@
 #include "app/qt/LoraCatalog.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include <QDir>
@@ -21,32 +22,17 @@ bool hasExtension(const QString& name, const Extensions& extensions) {
     });
 }
 
-// The files of `top` and its subfolders (breadth first, to LoraCatalog::kMaxDepth levels; links to
-// folders are not followed) with one of `extensions`, sorted by name.
+// The files of `top` and its subfolders (to LoraCatalog::kMaxDepth levels) with one of
+// `extensions`, named by `name`.
 template <typename Extensions, typename Name>
 QList<ModelFileEntry> filesUnder(const QString& top, const QString& sub, const Extensions& extensions, Name name,
                                  int room) {
-    QList<ModelFileEntry> found;
-    QStringList level{top};
-    for (int depth = 0; depth < LoraCatalog::kMaxDepth && !level.isEmpty(); ++depth) {
-        QStringList next;
-        for (const QString& dirPath : level)
-            for (const QFileInfo& info :
-                 QDir(dirPath).entryInfoList(QDir::Dirs | QDir::Files | QDir::NoDotAndDotDot, QDir::Name)) {
-                if (found.size() >= room) break;
-                if (info.isDir()) {
-                    if (!info.isSymLink()) next << info.absoluteFilePath();
-                } else if (info.isFile() && hasExtension(info.fileName(), extensions)) {
-                    found << ModelFileEntry{info.absoluteFilePath(),
-                                            QString::fromStdString(name(info.fileName().toStdString())), sub};
-                }
-            }
-        level = next;
-    }
-    std::stable_sort(found.begin(), found.end(), [](const ModelFileEntry& a, const ModelFileEntry& b) {
-        return a.name.compare(b.name, Qt::CaseInsensitive) < 0;
-    });
-    return found;
+    ModelFolderRules rules;
+    rules.fileName = [&extensions, &name](const QFileInfo& info) -> std::optional<QString> {
+        if (!hasExtension(info.fileName(), extensions)) return std::nullopt;
+        return QString::fromStdString(name(info.fileName().toStdString()));
+    };
+    return modelFilesUnder(top, sub, LoraCatalog::kMaxDepth, room, rules);
 }
 
 }  // namespace

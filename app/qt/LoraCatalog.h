@@ -16,14 +16,9 @@
 #include <QStringList>
 
 #include "app/qt/JobQueue.h"
+#include "app/qt/ModelFolderWalk.h"
 
 namespace tessera {
-
-struct ModelFileEntry {
-    QString path;    // absolute
-    QString name;    // as A1111 names it: a LoRA's file name without extension, a VAE's with it
-    QString folder;  // the subfolder of the models folder it was found in ("Lora", "VAE", ...)
-};
 
 struct LoraCatalogScan {
     QStringList folders;          // the models folders looked in, in order
@@ -58,5 +53,4 @@ private:
 
 }  // namespace tessera
 
-Q_DECLARE_METATYPE(tessera::ModelFileEntry)
 Q_DECLARE_METATYPE(tessera::LoraCatalogScan)
