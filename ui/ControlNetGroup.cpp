@@ -292,6 +292,31 @@ void ControlNetGroup::showConfig(const RunConfig& c) {
     if (!c.controlNets.empty()) setExpanded(true);
 }
 
+std::vector<std::pair<bool, ControlNetUnit>> ControlNetGroup::allUnits() const {
+    std::vector<std::pair<bool, ControlNetUnit>> all;
+    for (const UnitState& u : units_) all.emplace_back(u.enabled, u.unit);
+    return all;
+}
+
+void ControlNetGroup::restoreUnits(const std::vector<std::pair<bool, ControlNetUnit>>& units) {
+    std::vector<ControlNetUnit> enabled;
+    for (const auto& u : units)
+        if (u.first) enabled.push_back(u.second);
+    RunConfig shown;
+    readInto(shown);
+    if (units.empty() || enabled != shown.controlNets) return;
+    units_.clear();
+    for (const auto& u : units) units_.push_back(UnitState{u.first, u.second});
+    while (units_.size() < static_cast<std::size_t>(kUnits)) units_.push_back(UnitState{});
+    const QSignalBlocker block(tabs_);
+    while (tabs_->count() < unitCount()) tabs_->addTab(QString());
+    while (tabs_->count() > unitCount()) tabs_->removeTab(tabs_->count() - 1);
+    current_ = std::min(current_, unitCount() - 1);
+    tabs_->setCurrentIndex(current_);
+    updateTabs();
+    showUnit();
+}
+
 void ControlNetGroup::setModelSources(const QString& windowModelsFolder, const std::string& runModel) {
     const QStringList folders = UpscaleModelCatalog::modelsFolders(windowModelsFolder, runModel);
     if (folders == folders_ && (scan_ || scanning_)) return;

@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/qt/ControlNetCatalog.h"
@@ -63,6 +64,13 @@ public:
     // Unit `index` as edited, and whether it is enabled.
     const ControlNetUnit& unit(int index) const { return units_[static_cast<std::size_t>(index)].unit; }
     bool isUnitEnabled(int index) const { return units_[static_cast<std::size_t>(index)].enabled; }
+    // Every unit as edited, switched-off ones too: what the window's settings keep beside the
+    // configuration (which holds the enabled units only), so that a unit switched off keeps its
+    // model and settings across a restart, as A1111's units do.
+    std::vector<std::pair<bool, ControlNetUnit>> allUnits() const;
+    // Sets the units from an earlier allUnits() when its enabled units are the ones shown (else the
+    // shown configuration stays as it is: it came from elsewhere since).
+    void restoreUnits(const std::vector<std::pair<bool, ControlNetUnit>>& units);
     // The editors are shown (not folded away).
     bool isExpanded() const;
     void setExpanded(bool expanded);

@@ -47,6 +47,7 @@
 #include "ui/CompareView.h"
 #include "ui/ConfigPanel.h"
 #include "ui/ControlHintView.h"
+#include "ui/ControlNetGroup.h"
 #include "ui/FileMenu.h"
 #include "ui/GraphsPanel.h"
 #include "ui/HistoryPanel.h"
@@ -72,6 +73,37 @@ const QString kSeamOverlayKey = QStringLiteral("view/seamOverlay");
 const QString kModelsFolderKey = QStringLiteral("models/folder");
 const QString kRecentModelsKey = QStringLiteral("models/recent");
 const QString kChartTabKey = QStringLiteral("window/chartTab");
+// Every ControlNet unit of the group, switched-off ones too (ControlNetGroup::allUnits), as JSON:
+// [{"enabled": bool, "unit": <a "controlnets" entry of the configuration JSON>}, ...].
+const QString kControlNetUnitsKey = QStringLiteral("window/controlNetUnits");
+
+QString controlNetUnitsText(const std::vector<std::pair<bool, ControlNetUnit>>& units) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& u : units) {
+        RunConfig one;
+        one.controlNets = {u.second};
+        all.push_back({{"enabled", u.first}, {"unit", toJson(one).at("controlnets").at(0)}});
+    }
+    return QString::fromStdString(all.dump());
+}
+
+// The units of controlNetUnitsText; none for text that is not such a list (a damaged or older file).
+std::vector<std::pair<bool, ControlNetUnit>> controlNetUnitsFrom(const std::string& text) {
+    std::vector<std::pair<bool, ControlNetUnit>> units;
+    if (text.empty() || text.size() > input_limits::kJsonBytes) return units;
+    try {
+        const nlohmann::json all = parseBoundedJson(text, "settings", "the saved ControlNet units");
+        if (!all.is_array() || all.size() > kMaxControlNets) return {};
+        for (const nlohmann::json& item : all) {
+            const RunConfig one = runConfigFromJson(nlohmann::json{{"controlnets", {item.at("unit")}}});
+            if (one.controlNets.size() != 1) return {};
+            units.emplace_back(item.at("enabled").get<bool>(), one.controlNets.front());
+        }
+    } catch (const std::exception&) {
+        return {};
+    }
+    return units;
+}
 const QString kBatchCountKey = QStringLiteral("run/batchCount");
 
 // Images: a start image, or the generation settings they hold.
@@ -418,6 +450,8 @@ void MainWindow::restoreSettings() {
         }
     }
     panel_->setConfig(config);
+    panel_->controlNetGroup()->restoreUnits(
+        controlNetUnitsFrom(saved.value(kControlNetUnitsKey).toString().toStdString()));
     panel_->setModelsFolder(saved.value(kModelsFolderKey).toString());
     panel_->setBatchCount(saved.value(kBatchCountKey, 1).toInt());
     panel_->setRecentModels(saved.value(kRecentModelsKey).toStringList());
@@ -439,6 +473,7 @@ void MainWindow::saveSettings() {
     values.setValue(kBatchCountKey, panel_->batchCount());
     values.setValue(kRecentModelsKey, panel_->recentModels());
     values.setValue(kChartTabKey, chartTabs_->currentIndex());
+    values.setValue(kControlNetUnitsKey, controlNetUnitsText(panel_->controlNetGroup()->allUnits()));
     QString error;
     if (!settings_->save(&error)) {
         qWarning().noquote() << "tessera:" << error;

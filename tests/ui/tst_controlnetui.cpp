@@ -289,6 +289,51 @@ private slots:
         QVERIFY(waitForHistory(again));
     }
 
+    // A unit switched off keeps its model and settings across a restart (the configuration holds
+    // the enabled units only; the window keeps the others beside it); a damaged list is ignored.
+    void settingsKeepSwitchedOffUnits() {
+        const QString history = freshPath("history");
+        QVERIFY(QDir().mkpath(history));
+        const QString settings = freshPath("settings") + ".ini";
+        RunConfig config = tinySdConfig(4);
+        ControlNetUnit a;
+        a.model = "tile_test";
+        a.weight = 0.55;
+        ControlNetUnit b;
+        b.model = (models_ + "/controlnet/sub/comfy_tile.safetensors").toStdString();
+        b.weight = 1.25;
+        b.preprocessor = "tile_resample";
+        b.downSampling = 3.0;
+        config.controlNets = {a, b};
+        {
+            MainWindow window(settingsAt(settings), history);
+            QVERIFY(setConfigAndWait(*window.configPanel(), config));
+            ControlNetGroup* group = window.configPanel()->controlNetGroup();
+            group->selectUnit(1);
+            child<QCheckBox>(group, "controlNetEnabled")->setChecked(false);
+            QCOMPARE(window.configPanel()->config().controlNets, std::vector<ControlNetUnit>{a});
+            QVERIFY(waitForHistory(window));
+            window.close();  // saves the settings
+        }
+        {
+            MainWindow again(settingsAt(settings), history);
+            QCOMPARE(again.configPanel()->config().controlNets, std::vector<ControlNetUnit>{a});
+            ControlNetGroup* group = again.configPanel()->controlNetGroup();
+            QVERIFY(group->isUnitEnabled(0) && !group->isUnitEnabled(1));
+            QCOMPARE(group->unit(1), b);
+            QVERIFY(waitForHistory(again));
+        }
+        {
+            SettingsFile damaged(settings);
+            damaged.values().setValue("window/controlNetUnits", "[{\"enabled\": 7}]");
+            QVERIFY(damaged.save());
+        }
+        MainWindow third(settingsAt(settings), history);
+        QCOMPARE(third.configPanel()->config().controlNets, std::vector<ControlNetUnit>{a});
+        QVERIFY(third.configPanel()->controlNetGroup()->unit(1).model.empty());
+        QVERIFY(waitForHistory(third));
+    }
+
     void pastedParametersSetTheGroup() {
         const auto window = sdWindow();
         QVERIFY(window);
