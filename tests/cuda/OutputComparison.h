@@ -10,9 +10,25 @@
 #include <cmath>
 #include <vector>
 
+#include "core/run/Engine.h"
 #include "core/run/RunConfig.h"
+#include "core/sampling/ImageOps.h"
 
 namespace tessera::testing {
+
+// PSNR in dB of two model-space images as 8-bit RGB (what their PNGs hold); 99 when equal, 0 when
+// their sizes differ.
+inline double psnr8(const ImageTensor& a, const ImageTensor& b) {
+    const Rgb8Image x = toRgb8(a), y = toRgb8(b);
+    if (x.pixels.size() != y.pixels.size() || x.pixels.empty()) return 0;
+    double se = 0;
+    for (std::size_t i = 0; i < x.pixels.size(); ++i) {
+        const double d = static_cast<double>(x.pixels[i]) - y.pixels[i];
+        se += d * d;
+    }
+    const double mse = se / static_cast<double>(x.pixels.size());
+    return mse == 0 ? 99.0 : 10.0 * std::log10(255.0 * 255.0 / mse);
+}
 
 inline const char* precisionName(Precision p) {
     return p == Precision::FP32 ? "fp32" : (p == Precision::FP16 ? "fp16" : "bf16");

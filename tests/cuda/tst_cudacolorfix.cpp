@@ -27,8 +27,11 @@
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaTileDevice.h"
 #include "tests/cuda/OutputComparison.h"
+#include "tests/cuda/RandomInputs.h"
 
 using namespace tessera;
+using testing::normal;
+using testing::uniform;
 
 namespace {
 
@@ -40,22 +43,6 @@ std::shared_ptr<const ControlNetModel> tinyControlNet(std::uint64_t seed) {
       "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"], "layers_per_block": 1, "norm_num_groups": 8,
       "cross_attention_dim": 8, "attention_head_dim": 2, "conditioning_embedding_out_channels": [4, 6, 8, 10]})");
     return std::make_shared<const ControlNetModel>(ControlNetModel::random(controlNetConfigFromJson(j), seed));
-}
-
-std::vector<float> uniform(std::size_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-std::vector<float> normal(std::size_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
 }
 
 ModelGraph colorFixGraph(int channels, int radius, float weight, float sharpness) {

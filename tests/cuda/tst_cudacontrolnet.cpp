@@ -21,41 +21,18 @@
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaTileDevice.h"
 #include "tests/cuda/OutputComparison.h"
+#include "tests/cuda/RandomInputs.h"
 
 using namespace tessera;
+using testing::normal;
+using testing::psnr8;
+using testing::uniform;
 
 namespace {
 
 const std::string kSdPipeline = std::string(TESSERA_TEST_DATA) + "/sdpipeline/sd1";
 const std::string kControlNets = std::string(TESSERA_TEST_DATA) + "/controlnet/pipeline";
 const std::string kVocabulary = std::string(TESSERA_SOURCE_DIR) + "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
-
-std::vector<float> uniform(std::size_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-std::vector<float> normal(std::size_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-double psnr8(const ImageTensor& a, const ImageTensor& b) {
-    double se = 0;
-    for (std::size_t i = 0; i < a.data.size(); ++i) {
-        const auto q = [](float v) { return std::round(std::clamp((v + 1.0f) * 127.5f, 0.0f, 255.0f)); };
-        const double d = q(a.data[i]) - q(b.data[i]);
-        se += d * d;
-    }
-    const double mse = se / static_cast<double>(a.data.size());
-    return mse == 0 ? 99.0 : 10.0 * std::log10(255.0 * 255.0 / mse);
-}
 
 class Quiet : public RunObserver {};
 

@@ -27,8 +27,10 @@
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaEngine.h"
 #include "kernels/engine/CudaTileDevice.h"
+#include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
+using testing::psnr8;
 
 namespace {
 
@@ -81,18 +83,6 @@ std::string testData() {
 }
 
 // PSNR of two 8-bit RGB images in dB (99 when identical).
-double psnr8(const ImageTensor& a, const ImageTensor& b) {
-    const Rgb8Image x = toRgb8(a), y = toRgb8(b);
-    double se = 0;
-    for (std::size_t i = 0; i < x.pixels.size(); ++i) {
-        const double d = static_cast<double>(x.pixels[i]) - y.pixels[i];
-        se += d * d;
-    }
-    if (se == 0) return 99.0;
-    const double mse = se / static_cast<double>(x.pixels.size());
-    return 10.0 * std::log10(255.0 * 255.0 / mse);
-}
-
 RunConfig fixtureRun(int batch) {
     RunConfig r;
     r.width = 256;

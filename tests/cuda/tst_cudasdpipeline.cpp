@@ -15,8 +15,10 @@
 #include "core/sampling/ImageOps.h"
 #include "kernels/backend/CudaBackend.h"
 #include "kernels/engine/CudaEngine.h"
+#include "tests/cuda/OutputComparison.h"
 
 using namespace tessera;
+using testing::psnr8;
 
 namespace {
 
@@ -34,18 +36,6 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // PSNR of the 8-bit images the two runs would write.
-double psnr8(const ImageTensor& a, const ImageTensor& b) {
-    const Rgb8Image x = toRgb8(a), y = toRgb8(b);
-    if (x.pixels.size() != y.pixels.size()) return 0;
-    double se = 0;
-    for (std::size_t i = 0; i < x.pixels.size(); ++i) {
-        const double d = static_cast<double>(x.pixels[i]) - y.pixels[i];
-        se += d * d;
-    }
-    const double mse = se / static_cast<double>(x.pixels.size());
-    return mse == 0 ? 99.0 : 10.0 * std::log10(255.0 * 255.0 / mse);
-}
-
 RunConfig sdConfig(const std::string& family) {
     RunConfig c;
     c.model = kFixtures + "/" + family;

@@ -36,8 +36,11 @@
 #include "kernels/engine/CudaTileDevice.h"
 #include "tests/core/SdxlPipelineFixture.h"
 #include "tests/cuda/OutputComparison.h"
+#include "tests/cuda/RandomInputs.h"
 
 using namespace tessera;
+using testing::normal;
+using testing::psnr8;
 
 namespace {
 
@@ -56,14 +59,6 @@ UNetCondConfig tinySdxl(const std::vector<int>& depths, int crossAttentionDim) {
 }
 constexpr int kPooled = 48;
 
-std::vector<float> normal(std::size_t n, unsigned seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-
 // PSNR of `out` against `ref`, the peak being the reference's largest magnitude.
 double psnr(const std::vector<float>& ref, const std::vector<float>& out) {
     double se = 0, peak = 0;
@@ -77,16 +72,6 @@ double psnr(const std::vector<float>& ref, const std::vector<float>& out) {
 }
 
 // PSNR of the 8-bit images the two runs would write.
-double psnr8(const ImageTensor& a, const ImageTensor& b) {
-    const Rgb8Image x = toRgb8(a), y = toRgb8(b);
-    std::vector<float> fx(x.pixels.begin(), x.pixels.end()), fy(y.pixels.begin(), y.pixels.end());
-    if (fx.size() != fy.size()) return 0;
-    double se = 0;
-    for (std::size_t i = 0; i < fx.size(); ++i) se += (fx[i] - fy[i]) * (fx[i] - fy[i]);
-    const double mse = se / static_cast<double>(fx.size());
-    return mse == 0 ? 99.0 : 10.0 * std::log10(255.0 * 255.0 / mse);
-}
-
 std::vector<float> run(Backend& b, const ModelGraph& g, const TensorMap& w, int batch, int h, int wd,
                        const std::vector<std::vector<float>>& in) {
     b.prepareGraph(g, w, batch, h, wd);
