@@ -180,6 +180,9 @@ OpPlan planOp(const ModelGraph& graph, const GraphOp& op, int batch, int tileH, 
         plan.queryBlock = cpu::attentionTaskRows(s.tokens, s.contextTokens, cpu::kWorkerFloats);
         plan.shared = perImage * static_cast<std::size_t>(plan.scratchImages);
         plan.perWorker = static_cast<std::size_t>(std::int64_t(plan.queryBlock) * s.contextTokens);
+    } else if (op.kind == OpKind::PackedAttention) {
+        const std::int64_t tokens = graph.rows(op.input, tileH, tileW);
+        plan.perWorker = static_cast<std::size_t>(cpu::packedAttentionTaskRows(tokens) * tokens);
     } else if (op.kind == OpKind::GEGLU) {
         const auto rows = static_cast<int>(graph.rows(op.input, tileH, tileW));
         plan.perWorker = cpu::gegluWorkerFloats(rows, graph.value(op.input).channels, op.channels);
@@ -225,6 +228,15 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
             const GraphValue& y = graph.value(op.output);
             if (w.conv.hout != tileH / y.divisor || w.conv.wout != tileW / y.divisor)
                 throw std::logic_error("CpuBackend: " + op.name + " output size does not match the graph");
+        } else if (op.kind == OpKind::QkNormRope) {
+            const GraphValue& x = graph.value(op.input);
+            cpu::RopeShape rope;
+            rope.fixedTokens = x.tokens;
+            rope.gridH = x.divisor > 0 ? tileH / x.divisor : 0;
+            rope.gridW = x.divisor > 0 ? tileW / x.divisor : 0;
+            std::copy(std::begin(op.ropeAxes), std::end(op.ropeAxes), std::begin(rope.axes));
+            rope.theta = op.ropeTheta;
+            w.rope = cpu::ropeTable(rope);
         } else if (op.kind == OpKind::Attention) {
             cpu::AttentionWeights& a = w.attn;
             std::size_t k = 0;
@@ -538,6 +550,11 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
                                op.outputScale, y, space.shared.data(), space.scratchImages[index], w.queryBlock);
             break;
         case OpKind::Concat: {
+            if (graph_.value(op.input).kind == ValueKind::Tokens) {
+                cpu::concatRows(pool, std::int64_t(batch) * inPixels, channels, graph_.value(op.input2).channels, in,
+                                space.data(op.input2), y);
+                break;
+            }
             const float* skip = space.data(op.input2);
             const int c1 = channels, c2 = graph_.value(op.input2).channels, cOut = c1 + c2;
             pool.parallelFor(std::int64_t(batch) * cOut, [&](std::int64_t plane) {
@@ -602,6 +619,32 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
         case OpKind::EosPool:
             cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);
             break;
+        case OpKind::ChannelSlice:
+            cpu::channelSlice(pool, std::int64_t(batch) * inPixels, channels, op.offset, op.channels, in, y);
+            break;
+        case OpKind::AdaLayerNorm:
+            cpu::adaLayerNorm(pool, batch, inPixels, channels, op.eps, in, space.data(op.input2),
+                              graph_.value(op.input2).channels, op.shiftAt, op.scaleAt, y);
+            break;
+        case OpKind::GatedAdd:
+            cpu::gatedAdd(pool, batch, inPixels, channels, in, space.data(op.input2), space.data(op.gate),
+                          graph_.value(op.gate).channels, op.gateAt, y);
+            break;
+        case OpKind::QkNormRope:
+            cpu::qkNormRope(pool, batch, inPixels, op.heads, channels / 3 / op.heads, op.eps, in, w.params[0],
+                            w.params[1], w.rope.data(), y);
+            break;
+        case OpKind::PackedAttention:
+            cpu::packedAttention(pool, batch, inPixels, op.heads, channels / 3 / op.heads, in, y);
+            break;
+        case OpKind::TokenConcat:
+            cpu::tokenConcat(pool, batch, inPixels, pixels(op.input2), channels, in, space.data(op.input2), y);
+            break;
+        case OpKind::TokenSplit: {
+            const std::int64_t first = graph_.value(op.input).tokens;
+            cpu::tokenSplit(pool, batch, first, inPixels - first, channels, op.tail, in, y);
+            break;
+        }
         case OpKind::ColorFix: {
             const int d = graph_.value(op.input).divisor;
             const cpu::ColorFixShape shape{

@@ -114,7 +114,8 @@ private:
         std::vector<const float*> params;  // the op's parameters' data, in op.params order
         cpu::AttentionWeights attn;
         cpu::ConvShape conv;
-        int queryBlock = 1;  // Attention: query rows per task
+        int queryBlock = 1;       // Attention: query rows per task
+        std::vector<float> rope;  // QkNormRope: cos and sin of each token's pairs at this tile size
     };
     // The activations of `batch` images: buffers reused after each value's last reader, and the
     // scratch all workers share (attention's Q, K, V, O of the images attended at once).

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu/WorkerPool.h"
 
@@ -190,6 +191,44 @@ struct ColorFixShape {
 int colorFixTimestep(float timestep, int tableSize);
 void colorFix(WorkerPool&, const ColorFixShape&, const float* eps, const float* xt, const float* latent,
               const float* timesteps, const float* condMark, const float* table, float* y);
+
+// FLUX's transformer (core/cpu/ops/Transformer.cpp; ModelGraph.h OpKinds of the same names).
+// y [rows, count] = channels [offset, offset + count) of x [rows, channels].
+void channelSlice(WorkerPool&, std::int64_t rows, int channels, int offset, int count, const float* x, float* y);
+// y [rows, c1 + c2] = a [rows, c1] beside b [rows, c2].
+void concatRows(WorkerPool&, std::int64_t rows, int c1, int c2, const float* a, const float* b, float* y);
+// Per image: y [first + second, channels] = a [first, channels] then b [second, channels].
+void tokenConcat(WorkerPool&, int batch, std::int64_t first, std::int64_t second, int channels, const float* a,
+                 const float* b, float* y);
+// Per image of first + second tokens: y = its first `first` (tail false) or last `second` tokens.
+void tokenSplit(WorkerPool&, int batch, std::int64_t first, std::int64_t second, int channels, bool tail,
+                const float* x, float* y);
+// Per token of `tokens` per image: LayerNorm without affine (statistics in double), then
+// * (1 + m[scaleAt + c]) + m[shiftAt + c] with m the image's row of vectorChannels. y may alias x.
+void adaLayerNorm(WorkerPool&, int batch, std::int64_t tokens, int channels, float eps, const float* x, const float* m,
+                  int vectorChannels, int shiftAt, int scaleAt, float* y);
+// y = x + m[gateAt + c] * addend, m the image's row of vectorChannels. y may alias x.
+void gatedAdd(WorkerPool&, int batch, std::int64_t tokens, int channels, const float* x, const float* addend,
+              const float* m, int vectorChannels, int gateAt, float* y);
+// FLUX's position grid: fixedTokens tokens at (0, 0, 0), then a gridH x gridW grid of tokens at
+// (0, row, column); axes[a] channels of each head turn with axis a.
+struct RopeShape {
+    int fixedTokens = 0, gridH = 0, gridW = 0;
+    int axes[3] = {0, 0, 0};
+    float theta = 10000.0f;
+};
+// (cos, sin) of every token's pairs: [tokens, headDim / 2, 2].
+std::vector<float> ropeTable(const RopeShape&);
+// x [batch, tokens, 3 D] of q | k | v (D = heads * headDim): q and k RMS-normalised per head
+// (statistics in double, weights [headDim]), then turned by `table` (ropeTable's); v copied.
+// y must not alias x.
+void qkNormRope(WorkerPool&, int batch, std::int64_t tokens, int heads, int headDim, float eps, const float* x,
+                const float* qWeight, const float* kWeight, const float* table, float* y);
+// Query rows per task of packedAttention; its worker scratch is that times `tokens` floats.
+int packedAttentionTaskRows(std::int64_t tokens);
+// y [batch, tokens, D] = per head softmax(Q K^T / sqrt(headDim)) V from x [batch, tokens, 3 D]
+// (q | k | v), the softmax in float32 with its sum in double. y must not alias x.
+void packedAttention(WorkerPool&, int batch, std::int64_t tokens, int heads, int headDim, const float* x, float* y);
 
 }  // namespace cpu
 }  // namespace tessera

@@ -60,13 +60,27 @@ const char* toString(OpKind k) {
             return "mul";
         case OpKind::ColorFix:
             return "color_fix";
+        case OpKind::ChannelSlice:
+            return "channel_slice";
+        case OpKind::AdaLayerNorm:
+            return "ada_layer_norm";
+        case OpKind::GatedAdd:
+            return "gated_add";
+        case OpKind::QkNormRope:
+            return "qk_norm_rope";
+        case OpKind::PackedAttention:
+            return "packed_attention";
+        case OpKind::TokenConcat:
+            return "token_concat";
+        case OpKind::TokenSplit:
+            return "token_split";
     }
     return "?";
 }
 
 std::vector<int> GraphOp::operands() const {
     std::vector<int> ids;
-    for (int v : {input, input2, preAdd, scaleShift, residual, hintLatent, timesteps, condMark})
+    for (int v : {input, input2, preAdd, scaleShift, residual, hintLatent, timesteps, condMark, gate})
         if (v >= 0) ids.push_back(v);
     return ids;
 }
@@ -88,15 +102,20 @@ bool sameShape(const GraphValue& a, const GraphValue& b) {
 bool isMap(const GraphValue& v) { return v.kind == ValueKind::FeatureMap; }
 bool isVector(const GraphValue& v) { return v.kind == ValueKind::Vector; }
 bool isTokens(const GraphValue& v) { return v.kind == ValueKind::Tokens; }
-// Feature maps and the tokens of one: their size follows the tile.
-bool followsTile(const GraphValue& v) { return isMap(v) || (isTokens(v) && v.tokens == 0); }
+// Feature maps, the tokens of one and sequences that join fixed tokens to them: their size follows the tile.
+bool followsTile(const GraphValue& v) { return isMap(v) || (isTokens(v) && v.divisor > 0); }
+bool isFixedTokens(const GraphValue& v) { return isTokens(v) && v.tokens > 0 && v.divisor == 0; }
+bool isTileTokens(const GraphValue& v) { return isTokens(v) && v.tokens == 0 && v.divisor > 0; }
+bool isJoinedTokens(const GraphValue& v) { return isTokens(v) && v.tokens > 0 && v.divisor > 0; }
 
 }  // namespace
 
 int ModelGraph::addValue(std::string name, ValueKind kind, int channels, int divisor, int tokens) {
-    const bool fixed = kind == ValueKind::Tokens && tokens > 0;
-    values_.push_back(GraphValue{std::move(name), kind, channels, kind == ValueKind::Vector || fixed ? 0 : divisor,
-                                 fixed ? tokens : 0});
+    // Tokens with a count and no divisor are fixed; with both, a joined sequence.
+    const bool counted = kind == ValueKind::Tokens && tokens > 0;
+    values_.push_back(GraphValue{std::move(name), kind, channels,
+                                 kind == ValueKind::Vector || (counted && divisor < 1) ? 0 : divisor,
+                                 counted ? tokens : 0});
     return static_cast<int>(values_.size()) - 1;
 }
 
@@ -117,6 +136,11 @@ int ModelGraph::addTokenInput(std::string name, int tokens, int channels) {
 }
 
 int ModelGraph::addInputValue(const GraphValue& v) {
+    if (isJoinedTokens(v)) {
+        const int id = addValue(v.name, ValueKind::Tokens, v.channels, v.divisor, v.tokens);
+        inputs_.push_back(id);
+        return id;
+    }
     return v.kind == ValueKind::Tokens && v.tokens > 0 ? addTokenInput(v.name, v.tokens, v.channels)
                                                        : addInput(v.name, v.kind, v.channels, v.divisor);
 }
@@ -237,7 +261,9 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
             return attentionParams(op, x);
         case OpKind::Concat: {
             const GraphValue& b = operandOf(op, op.input2, "input2");
-            if (!isMap(x) || !isMap(b) || b.divisor != x.divisor) failOp(op, "needs two feature maps of one size");
+            const bool maps = isMap(x) && isMap(b) && b.divisor == x.divisor;
+            const bool tokens = isTokens(x) && isTokens(b) && b.divisor == x.divisor && b.tokens == x.tokens;
+            if (!maps && !tokens) failOp(op, "needs two feature maps of one size or two token sequences of one length");
             return {};
         }
         case OpKind::Upsample:
@@ -278,6 +304,48 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
             if (T < 1) failOp(op, "needs a DDPM table [2, T]");
             return {{2, T}};
         }
+        case OpKind::ChannelSlice:
+            if ((!isVector(x) && !isTokens(x)) || op.offset < 0 || op.channels < 1 || op.offset + op.channels > C)
+                failOp(op, "needs a vector or tokens and a channel range inside its " + std::to_string(C));
+            return {};
+        case OpKind::AdaLayerNorm: {
+            const GraphValue& m = operandOf(op, op.input2, "input2");
+            if (!isTokens(x) || !isVector(m) || !(op.eps > 0.0f) || op.shiftAt < 0 || op.scaleAt < 0 ||
+                op.shiftAt + C > m.channels || op.scaleAt + C > m.channels)
+                failOp(op, "needs tokens, eps > 0 and a vector holding the shift and scale at the offsets");
+            return {};
+        }
+        case OpKind::GatedAdd: {
+            const GraphValue& y = operandOf(op, op.input2, "input2");
+            const GraphValue& m = operandOf(op, op.gate, "gate");
+            if (!isTokens(x) || !sameShape(x, y) || !isVector(m) || op.gateAt < 0 || op.gateAt + C > m.channels)
+                failOp(op, "needs two token values of one shape and a vector holding the gate at its offset");
+            return {};
+        }
+        case OpKind::QkNormRope: {
+            const std::int64_t D = C / 3, d = op.heads > 0 ? D / op.heads : 0;
+            const int axes = op.ropeAxes[0] + op.ropeAxes[1] + op.ropeAxes[2];
+            if (!isTokens(x) || C % 3 != 0 || op.heads < 1 || D % op.heads != 0 || axes != d || op.ropeAxes[0] % 2 ||
+                op.ropeAxes[1] % 2 || op.ropeAxes[2] % 2 || op.ropeAxes[0] < 0 || op.ropeAxes[1] < 0 ||
+                op.ropeAxes[2] < 0 || !(op.eps > 0.0f) || !(op.ropeTheta > 0.0f))
+                failOp(op,
+                       "needs tokens of q | k | v whose heads divide them, even position axes summing to the "
+                       "head's channels, eps > 0 and theta > 0");
+            return {{d}, {d}};
+        }
+        case OpKind::PackedAttention:
+            if (!isTokens(x) || C % 3 != 0 || op.heads < 1 || (C / 3) % op.heads != 0)
+                failOp(op, "needs tokens of q | k | v whose heads divide them");
+            return {};
+        case OpKind::TokenConcat: {
+            const GraphValue& b = operandOf(op, op.input2, "input2");
+            if (!isFixedTokens(x) || !isTileTokens(b) || b.channels != x.channels)
+                failOp(op, "needs tokens of a fixed count, then tokens that follow the tile, of one width");
+            return {};
+        }
+        case OpKind::TokenSplit:
+            if (!isJoinedTokens(x)) failOp(op, "needs a joined token sequence");
+            return {};
         case OpKind::EosPool: {
             const GraphValue& ids = operandOf(op, op.input2, "input2");
             if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens ||
@@ -331,8 +399,10 @@ std::vector<Shape> ModelGraph::tokenEmbeddingParams(const GraphOp& op, const Gra
 void ModelGraph::checkFusions(const GraphOp& op, const GraphValue& x) const {
     if (op.input2 >= 0 && op.kind != OpKind::Add && op.kind != OpKind::ScaleShift && op.kind != OpKind::Concat &&
         op.kind != OpKind::EosPool && op.kind != OpKind::Attention && op.kind != OpKind::Mul &&
-        op.kind != OpKind::ColorFix)
+        op.kind != OpKind::ColorFix && op.kind != OpKind::AdaLayerNorm && op.kind != OpKind::GatedAdd &&
+        op.kind != OpKind::TokenConcat)
         failOp(op, "takes no second operand");
+    if (op.gate >= 0 && op.kind != OpKind::GatedAdd) failOp(op, "takes no gate");
     if ((op.hintLatent >= 0 || op.timesteps >= 0 || op.condMark >= 0) && op.kind != OpKind::ColorFix)
         failOp(op, "takes no hint latent, timesteps or mark");
     if (op.leakyRelu && op.kind != OpKind::Conv) failOp(op, "cannot carry a LeakyReLU");
@@ -379,8 +449,18 @@ int ModelGraph::inferOutput(const GraphOp& op, std::string name) {
         case OpKind::Conv:
             return addValue(std::move(name), ValueKind::FeatureMap, op.channels, x.divisor * op.stride);
         case OpKind::Concat:
-            return addValue(std::move(name), ValueKind::FeatureMap,
-                            x.channels + values_[static_cast<std::size_t>(op.input2)].channels, x.divisor);
+            return addValue(std::move(name), x.kind, x.channels + values_[static_cast<std::size_t>(op.input2)].channels,
+                            x.divisor, x.tokens);
+        case OpKind::ChannelSlice:
+            return addValue(std::move(name), x.kind, op.channels, x.divisor, x.tokens);
+        case OpKind::PackedAttention:
+            return addValue(std::move(name), ValueKind::Tokens, x.channels / 3, x.divisor, x.tokens);
+        case OpKind::TokenConcat:
+            return addValue(std::move(name), ValueKind::Tokens, x.channels,
+                            values_[static_cast<std::size_t>(op.input2)].divisor, x.tokens);
+        case OpKind::TokenSplit:
+            return op.tail ? addValue(std::move(name), ValueKind::Tokens, x.channels, x.divisor)
+                           : addValue(std::move(name), ValueKind::Tokens, x.channels, 0, x.tokens);
         case OpKind::Upsample:
             return addValue(std::move(name), ValueKind::FeatureMap, x.channels, x.divisor / op.factor);
         case OpKind::PixelShuffle:
@@ -434,8 +514,8 @@ std::vector<std::int64_t> ModelGraph::shape(int id, int batch, int h, int w) con
 std::int64_t ModelGraph::rows(int id, int h, int w) const {
     const GraphValue& v = value(id);
     if (isVector(v)) return 1;
-    if (isTokens(v) && v.tokens > 0) return v.tokens;
-    return std::int64_t(h / v.divisor) * (w / v.divisor);
+    if (isFixedTokens(v)) return v.tokens;
+    return std::int64_t(v.tokens) + std::int64_t(h / v.divisor) * (w / v.divisor);
 }
 
 std::int64_t ModelGraph::elements(int id, int batch, int h, int w) const {
@@ -460,6 +540,8 @@ double ModelGraph::flops(const GraphOp& op, int h, int w) const {
             const double kv = op.input2 >= 0 ? double(value(op.input2).channels) : C;
             return 2.0 * 2.0 * C * C * N + 2.0 * 2.0 * kv * C * M + 2.0 * 2.0 * N * M * C;
         }
+        case OpKind::PackedAttention:  // Q K^T and A V
+            return 2.0 * 2.0 * outPixels * outPixels * (x.channels / 3);
         default:
             return 0.0;
     }
@@ -512,8 +594,8 @@ ModelGraph ModelGraph::extract(std::size_t index) const {
         mapped.emplace_back(id, fresh);
         id = fresh;
     };
-    for (int* id :
-         {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual, &op.hintLatent, &op.timesteps, &op.condMark})
+    for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual, &op.hintLatent, &op.timesteps,
+                    &op.condMark, &op.gate})
         remap(*id);
     for (int& p : op.params) p = g.addParam(param(p).name, param(p).shape);
     g.markOutput(g.addOp(std::move(op), value(src.output).name));
@@ -543,7 +625,16 @@ std::string ModelGraph::describe(const GraphOp& op) const {
             if (op.causal) s << " causal";
             break;
         case OpKind::LayerNorm:
+        case OpKind::AdaLayerNorm:
+        case OpKind::GatedAdd:
             s << ' ' << x.channels << "ch";
+            break;
+        case OpKind::ChannelSlice:
+            s << ' ' << op.offset << '+' << op.channels << " of " << x.channels;
+            break;
+        case OpKind::QkNormRope:
+        case OpKind::PackedAttention:
+            s << ' ' << x.channels / 3 << "ch " << op.heads << 'h';
             break;
         case OpKind::GEGLU:
             s << ' ' << x.channels << "->" << op.channels;
@@ -584,7 +675,8 @@ std::string ModelGraph::describe(const GraphOp& op) const {
             break;
     }
     if (followsTile(y)) s << " @1/" << y.divisor;
-    if (isTokens(y)) s << " tokens" << (y.tokens > 0 ? " " + std::to_string(y.tokens) : std::string());
+    if (isTokens(y))
+        s << " tokens" << (y.tokens > 0 ? " " + std::to_string(y.tokens) + (y.divisor > 0 ? "+" : "") : std::string());
     if (op.preAdd >= 0) s << " +preadd";
     if (op.scaleShift >= 0) s << " +film";
     if (op.silu) s << " +silu";

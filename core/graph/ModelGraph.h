@@ -20,7 +20,9 @@ enum class ValueKind {
     Vector,      // [B, channels]: timesteps, time embeddings
     Tokens,      // [B, tokens, channels], channels contiguous: a fixed token count (77 text
                  // tokens: GraphValue::tokens) or one token per pixel of a feature map of the
-                 // tile / divisor (tokens 0; token index y * W + x)
+                 // tile / divisor (tokens 0; token index y * W + x), or both, joined: the fixed
+                 // tokens first, then the tile's (a DiT's text and image tokens in one sequence:
+                 // tokens > 0 and divisor >= 1)
 };
 
 // Operations. Every one is implemented by every backend (tests/cuda/tst_backendops.cpp runs
@@ -86,6 +88,24 @@ enum class OpKind {
                         // w (a_t x_t - x0') / b_t + (1 - w) eps, w = scale. blur: replicate padding by
                         // `radius`, then the mean of the (2 radius + 1)^2 box. Parameter: the DDPM table
                         // [2, T]: a_t = sqrt(1 / alphas_cumprod[t]), b_t = sqrt(1 / alphas_cumprod[t] - 1)
+    ChannelSlice,       // vector [B, C] or tokens [B, N, C] -> channels [offset, offset + channels) of each row
+    AdaLayerNorm,       // tokens x [B, N, C], input2 = a vector m [B, K]: per token LayerNorm without
+                        // affine (mean, biased variance, eps), then * (1 + m[scaleAt .. scaleAt + C)) +
+                        // m[shiftAt .. shiftAt + C) (FLUX's modulation: BFL flux modules/layers.py
+                        // Modulation, diffusers AdaLayerNormZero / AdaLayerNormContinuous)
+    GatedAdd,           // tokens x + m[gateAt .. gateAt + C) * y: input x, input2 y (x's shape), `gate` = the
+                        // vector m [B, K] (FLUX's gated residuals)
+    QkNormRope,         // tokens [B, N, 3 D] holding q | k | v, each `heads` heads of d = D / heads (head-major):
+                        // q and k of each head RMS-normalised over d (x / sqrt(mean(x^2) + eps) * w; weights
+                        // query_norm [d], key_norm [d]), then rotated by FLUX's RoPE (BFL flux math.py rope,
+                        // apply_rope): axis a in 0..2 owns ropeAxes[a] channels of the head, pair (2k, 2k + 1)
+                        // of it turns by p_a * ropeTheta^(-2k / ropeAxes[a]); positions (0, 0, 0) for the
+                        // fixed tokens, (0, row, column) of the tile's token grid for the tile's; v unchanged
+    PackedAttention,    // tokens [B, N, 3 D] holding q | k | v (as QkNormRope) -> [B, N, D]: per head
+                        // softmax(Q K^T / sqrt(d)) V, no mask, no projections, the softmax in float32
+    TokenConcat,        // tokens of a fixed count (input), then tokens that follow the tile (input2), the same
+                        // channels -> one joined sequence
+    TokenSplit,         // a joined sequence -> its fixed tokens (tail false) or its tile's tokens (tail true)
 };
 const char* toString(OpKind);
 
@@ -126,6 +146,12 @@ struct GraphOp {
     int radius = 0;                                      // ColorFix: the box blur's radius k (Variation)
     float sharpness = -1.0f;                             // ColorFix: +sharp's detail weight d; < 0: no sharpening
     int hintLatent = -1, timesteps = -1, condMark = -1;  // ColorFix's operands besides input and input2
+    int offset = 0;                                      // ChannelSlice: the first channel taken
+    int shiftAt = 0, scaleAt = 0, gateAt = 0;            // AdaLayerNorm, GatedAdd: offsets into the vector
+    int gate = -1;                                       // GatedAdd: the vector operand
+    int ropeAxes[3] = {0, 0, 0};                         // QkNormRope: channels per position axis
+    float ropeTheta = 10000.0f;
+    bool tail = false;  // TokenSplit: the tile's tokens (else the fixed ones)
 
     // Fusions, set by fuseForExecution() (builders leave them alone):
     bool silu = false;         // Linear, GroupNorm: SiLU on the result
@@ -137,7 +163,7 @@ struct GraphOp {
     bool leakyRelu = false;    // Conv: LeakyReLU(slope) on y, after the residual and the scale
 
     // Every value the op reads (input, input2, preAdd, scaleShift, residual, hintLatent, timesteps,
-    // condMark; those present).
+    // condMark, gate; those present).
     std::vector<int> operands() const;
 };
 
@@ -171,7 +197,8 @@ public:
     void checkTileSize(int h, int w) const;
     // {batch, C, h/d, w/d}, {batch, C} for vectors, {batch, tokens(value, h, w), C} for tokens.
     std::vector<std::int64_t> shape(int value, int batch, int h, int w) const;
-    // A tokens value's count: its fixed count, or (h/d) * (w/d). Pixels of a feature map, 1 for a vector.
+    // A tokens value's count: its fixed count, (h/d) * (w/d), or their sum for a joined sequence.
+    // Pixels of a feature map, 1 for a vector.
     std::int64_t rows(int value, int h, int w) const;
     std::int64_t elements(int value, int batch, int h, int w) const;
 
