@@ -171,7 +171,7 @@ public:
     struct AddNoise {
         float image = 1.0f, noise = 0.0f;
     };
-    AddNoise addNoise(int stepIndex) const;
+    virtual AddNoise addNoise(int stepIndex) const;
 
 protected:
     Scheduler(SchedulerKind kind, const SchedulerOptions& options);
