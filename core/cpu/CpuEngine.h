@@ -37,6 +37,9 @@ public:
     // nullptr returns to loading config.model.
     void setModel(std::shared_ptr<const UNetModel> model) override { loop_.setModel(std::move(model)); }
     void setSdModel(std::shared_ptr<const SdModel> model) override { loop_.setSdModel(std::move(model)); }
+    // As TiledLoop::setFluxModel and setFluxConditioning (FLUX.1 runs on the CPU engine).
+    void setFluxModel(std::shared_ptr<const FluxModel> model) { loop_.setFluxModel(std::move(model)); }
+    void setFluxConditioning(std::optional<FluxConditioning> c) { loop_.setFluxConditioning(std::move(c)); }
     // As TiledLoop::setStartNoise (reference comparisons).
     void setStartNoise(ImageTensor z) { loop_.setStartNoise(std::move(z)); }
 

@@ -776,7 +776,7 @@ ModelGraph fuseForExecution(const ModelGraph& g) {
         for (GraphOp& op : list) {
             const int out = op.output;
             for (int* id : {&op.input, &op.input2, &op.preAdd, &op.scaleShift, &op.residual, &op.hintLatent,
-                            &op.timesteps, &op.condMark})
+                            &op.timesteps, &op.condMark, &op.gate})
                 if (*id >= 0) *id = map[static_cast<std::size_t>(*id)];
             map[static_cast<std::size_t>(out)] = f.addOp(std::move(op), g.value(out).name);
         }

@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include "core/base/FormatNumber.h"
+#include "core/models/flux/FluxGraph.h"
 #include "core/models/sd/SdPipeline.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
@@ -522,10 +524,31 @@ void TiledLoop::setModel(std::shared_ptr<const UNetModel> model) {
     modelPath_.clear();
     sd_.reset();
     sdPinned_ = false;
+    flux_.reset();
+    fluxPinned_ = false;
     ++modelGeneration_;
 }
 
+void TiledLoop::setFluxModel(std::shared_ptr<const FluxModel> model) {
+    flux_ = std::move(model);
+    fluxPinned_ = flux_ != nullptr;
+    fluxPath_.clear();
+    sd_.reset();
+    sdPinned_ = false;
+    model_.reset();
+    modelPinned_ = false;
+    ++modelGeneration_;
+}
+
+bool TiledLoop::usesFluxModel(const RunConfig& config) const {
+    if (fluxPinned_) return true;
+    if (sdPinned_ || modelPinned_) return false;
+    return isFluxModelPath(config.model);
+}
+
 void TiledLoop::setSdModel(std::shared_ptr<const SdModel> model) {
+    flux_.reset();
+    fluxPinned_ = false;
     sd_ = std::move(model);
     sdPinned_ = sd_ != nullptr;
     sdPath_.clear();
@@ -600,6 +623,7 @@ void TiledLoop::checkRun(const RunConfig& config, const UNetModel& model) const 
 
 RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDevice& device,
                          const CancelCheck& cancelled) {
+    if (usesFluxModel(config)) return runFlux(config, observer, device, cancelled);
     if (usesSdModel(config)) return runSd(config, observer, device, cancelled);
     if (!controls_.empty() || !config.controlNets.empty())
         throw ValidationError("controlnet",
@@ -817,6 +841,113 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     return result;
 }
 
+// A rough look at FLUX latents while they form: the first three of the 16 channels, scaled to
+// [0, 1]. (The VAE decodes the finished image.)
+ImageTensor fluxLatentPreview(const ImageTensor& latents) {
+    ImageTensor rgb{3, latents.height, latents.width, {}};
+    const std::size_t plane = static_cast<std::size_t>(latents.height) * latents.width;
+    rgb.data.assign(latents.data.begin(), latents.data.begin() + static_cast<std::ptrdiff_t>(3 * plane));
+    for (float& v : rgb.data) v = std::clamp(0.5f + 0.25f * v, 0.0f, 1.0f);
+    return rgb;
+}
+
+RunResult TiledLoop::runFlux(const RunConfig& config, RunObserver& observer, TileDevice& device,
+                             const CancelCheck& cancelled) {
+    (void)cancelled;
+    const auto prepareStart = Clock::now();
+    if (!controls_.empty() || !config.controlNets.empty())
+        throw ValidationError("controlnet",
+                              "controlnet: FLUX.1 ControlNets are not supported; run without --controlnet");
+    if (!fluxPinned_ && (!flux_ || fluxPath_ != config.model)) {
+        flux_ = loadFluxModel(config.model);
+        fluxPath_ = config.model;
+        ++modelGeneration_;
+    }
+    const std::shared_ptr<const FluxModel> flux = flux_;
+    const FluxConfig& fc = flux->config;
+    const RunConfig canvas = checkFluxRun(config, *flux);
+    checkInit(3, config.height, config.width);
+    if (!hasInitImage() && !config.initImage.empty())
+        throw ValidationError("init", "init: '" + config.initImage +
+                                          "' was not loaded; the front end must decode it and call setInitImage");
+    if (!fluxConditioning_)
+        throw ValidationError("prompt",
+                              "prompt: no text encoding for this FLUX.1 run (its T5-XXL and CLIP-L encoders are not "
+                              "part of the model folders Tessera reads yet)");
+    const FluxConditioning& text = *fluxConditioning_;
+    checkFluxConditioning(text, fc);
+
+    if (denoiser_ && denoiser_->owner.get() != static_cast<const void*>(flux.get())) ++modelGeneration_;
+    if (!denoiser_ || denoiserGeneration_ != modelGeneration_ || denoiser_->contextTokens != text.tokens) {
+        auto d = std::make_shared<Denoiser>();
+        d->graph = std::make_shared<const ModelGraph>(fuseForExecution(buildFluxGraph(fc, text.tokens)));
+        d->weights = &flux->tensors;
+        d->owner = flux;
+        d->channels = fc.latentChannels();
+        d->downsample = 2;
+        d->contextTokens = text.tokens;
+        d->contextDim = fc.jointAttentionDim;
+        denoiser_ = std::move(d);
+        denoiserGeneration_ = modelGeneration_;
+    }
+    auto denoiser = std::make_shared<Denoiser>(*denoiser_);
+    denoiser->cond = text.text;
+    std::vector<float> added = text.pooled;
+    if (fc.guidanceEmbeds) added.push_back(text.guidance);
+    denoiser->addedCondDim = static_cast<int>(added.size());
+    denoiser->addedCond = [added](const TileSite&, Branch) { return added; };
+
+    SamplingJob job{config, canvas, *denoiser, SchedulerOptions{}};
+    FlowMatchOptions flow;
+    flow.dynamicShift = fc.guidanceEmbeds;  // dev shifts by the token count; schnell runs unshifted
+    job.flow = flow;
+    job.modelName = flux->name;
+    job.modelHash = flux->sha256;
+    job.messages.push_back(
+        fc.variant() + ": flow matching Euler, " +
+        (fc.guidanceEmbeds ? "guidance " + formatNumber(text.guidance) + " embedded" : std::string("no guidance")) +
+        " (one evaluation per step; cfg_scale is not used), shift " +
+        (fc.guidanceEmbeds ? std::string("from the tile's tokens (each tile is an image of its size to the model)")
+                           : std::string("none")) +
+        ", position ids per tile");
+    job.preview = fluxLatentPreview;
+    job.pixelScale = FluxModel::kVaeScale;
+    ImageTensor initLatents;
+    const VaePassOptions vaeOptions{config.vaeTiling, device.vaeMemoryBudget(config)};
+    if (hasInitImage()) {
+        const auto encodeStart = Clock::now();
+        VaePassRecord encode;
+        const HostTensor moments = runVaePass(device.wholeGraphBackend(config), *flux->vae, hostImage(init_), false,
+                                              vaeOptions.tiling, vaeOptions.budget, encode);
+        initLatents = imageOf(fluxLatentsFromEncoder(flux->vae->config(), posteriorMean(moments)));
+        encode.ms = msSince(encodeStart);
+        job.init = &initLatents;
+        job.messages.push_back("init: encoded by the VAE to its latent mean (no posterior sample), FLUX's shift");
+        job.messages.push_back(describeVaeEncode(encode));
+        job.vaeEncode = std::move(encode);
+    }
+    RunResult result = sample(job, observer, device, cancelled, prepareStart);
+    RunRecord& record = result.record;
+    if (record.status == RunStatus::Finished) {
+        const auto decodeStart = Clock::now();
+        VaePassRecord decode;
+        result.latents = result.image;
+        const HostTensor z = fluxLatentsForDecoder(flux->vae->config(), hostImage(result.latents));
+        result.image = imageOf(runVaePass(device.wholeGraphBackend(config), *flux->vae, z, true, vaeOptions.tiling,
+                                          vaeOptions.budget, decode));
+        decode.ms = msSince(decodeStart);
+        record.messages.push_back(describeVaeDecode(decode));
+        record.totalMs += decode.ms;
+        record.vaeDecode = std::move(decode);
+        if (!result.seamMap.data.empty()) result.seamMap = upsampleNearest(result.seamMap, FluxModel::kVaeScale);
+        if (hasInitImage() && config.preserveColor) matchColour(result.image, init_);
+    } else {
+        result.image = fluxLatentPreview(result.image);
+    }
+    describeImage(result, config);
+    return result;
+}
+
 RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileDevice& device,
                             const CancelCheck& cancelled, Clock::time_point prepareStart) {
     const RunConfig& config = job.config;
@@ -833,10 +964,17 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     options.eta = config.schedulerOptions.eta;
     options.timestepSpacing = config.schedulerOptions.timestepSpacing;
     if (job.denoiser.conditioned()) options.karrasSigmas = config.schedulerOptions.karrasSigmas;
-    auto scheduler = Scheduler::create(config.scheduler, options);
+    const TilePlan plan = TilePlan::fromConfig(canvas);
+    std::unique_ptr<Scheduler> scheduler;
+    if (job.flow) {
+        FlowMatchOptions flow = *job.flow;
+        flow.imageSeqLen = (plan.tileH() / 2) * (plan.tileW() / 2);
+        scheduler = createFlowMatchScheduler(flow);
+    } else {
+        scheduler = Scheduler::create(config.scheduler, options);
+    }
     scheduler->setTimesteps(config.steps);
 
-    const TilePlan plan = TilePlan::fromConfig(canvas);
     const BlendWeights weights(plan, config.window, plan.overlap());
     const bool batchAuto = config.tileBatch <= 0;
     int batchSize = resolveTileBatch(config.tileBatch, plan.count());
@@ -845,7 +983,8 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     tileBatch.tiles = plan.count();
     if (batchAuto) tileBatch.autoBatch = batchSize;
     std::optional<Guidance> guidance;
-    if (job.denoiser.conditioned() && config.cfgScale != 1.0) guidance = Guidance{static_cast<float>(config.cfgScale)};
+    if (job.denoiser.conditioned() && !job.flow && config.cfgScale != 1.0)
+        guidance = Guidance{static_cast<float>(config.cfgScale)};
 
     if (job.controls)
         for (const ControlNetRunUnit& u : *job.controls) record.controlNetHashes.push_back(u.a1111Hash);

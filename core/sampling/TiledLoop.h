@@ -17,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "core/models/flux/FluxModel.h"
 #include "core/models/sd/SdModel.h"
 #include "core/run/Engine.h"
 #include "core/sampling/ControlNetRun.h"
 #include "core/sampling/Denoiser.h"
+#include "core/sampling/FlowMatchScheduler.h"
 #include "core/sampling/TileDevice.h"
 
 namespace tessera {
@@ -117,6 +119,18 @@ public:
     // The decoded control images of config.controlNets (unit i's at i; empty where the unit takes
     // the start image), C x H x W of the run in [0, 1]; used when no units are pinned.
     void setControlImages(std::vector<ImageTensor> images) { controlImages_ = std::move(images); }
+    // Pins an in-memory FLUX.1 model (config.model is then ignored); nullptr unpins. A FLUX run
+    // (a pinned model, or config.model a FluxPipeline folder: core/models/flux/FluxModel.h) samples
+    // with flow matching's Euler (core/sampling/FlowMatchScheduler.h), one evaluation per step
+    // with dev's guidance embedded (config.cfgScale is not used), dev's shift from the tile's
+    // token count: every tile is an image of the tile's size to the transformer (its own
+    // position grid), so the schedule FLUX.1 pairs with that size is the one it sees.
+    void setFluxModel(std::shared_ptr<const FluxModel> model);
+    // The text of the next FLUX runs (the T5 and CLIP encodings and the guidance scale), checked
+    // against the model in run(); nullopt clears it.
+    void setFluxConditioning(std::optional<FluxConditioning> conditioning) {
+        fluxConditioning_ = std::move(conditioning);
+    }
     // The model of the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return model_; }
 
@@ -138,10 +152,13 @@ private:
         int graphTileScale = 1;  // DevicePrepare::graphTileScale
         const std::vector<ControlNetRunUnit>* controls = nullptr;  // with their hint canvases
         const std::vector<std::vector<float>>* hints = nullptr;
+        std::optional<FlowMatchOptions> flow;  // FLUX: flow matching (its imageSeqLen set from the tile)
     };
     RunResult sample(const SamplingJob& job, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled,
                      std::chrono::steady_clock::time_point prepareStart);
     RunResult runSd(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
+    RunResult runFlux(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
+    bool usesFluxModel(const RunConfig& config) const;
     std::shared_ptr<const UNetModel> modelFor(const RunConfig& config);
     // The run's SD model: the pinned one, the cached one, or loaded (reported to `observer`;
     // throws LoadCancelled between tensors once `cancelled` says so).
@@ -151,6 +168,10 @@ private:
     void checkRun(const RunConfig& config, const UNetModel& model) const;
     void checkInit(int channels, int height, int width) const;
 
+    std::shared_ptr<const FluxModel> flux_;
+    std::string fluxPath_;
+    bool fluxPinned_ = false;
+    std::optional<FluxConditioning> fluxConditioning_;
     std::shared_ptr<const SdModel> sd_;
     std::string sdPath_;
     bool sdPinned_ = false;

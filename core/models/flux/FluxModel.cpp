@@ -1,0 +1,150 @@
+#include "core/models/flux/FluxModel.h"
+
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/base/ValidationError.h"
+#include "core/models/flux/FluxWeights.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The class name in a JSON file, or "" when it is missing, unreadable or not an object.
+std::string className(const fs::path& file) {
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) return {};
+    try {
+        const nlohmann::json j = readModelJson(file);
+        return j.is_object() && j.contains("_class_name") && j["_class_name"].is_string()
+                   ? j["_class_name"].get<std::string>()
+                   : std::string();
+    } catch (const std::exception&) {
+        return {};
+    }
+}
+
+void checkVae(const FluxConfig& config, const VaeModel& vae, const std::string& where) {
+    if (vae.config().latentChannels * 4 != config.inChannels)
+        throw ModelError(where + ": the VAE has " + std::to_string(vae.config().latentChannels) +
+                         " latent channels; the transformer reads " + std::to_string(config.latentChannels()) +
+                         " (a FLUX.1 VAE, ae.safetensors, has 16; an SD VAE has 4)");
+    if (vae.config().scaleFactor() != FluxModel::kVaeScale)
+        throw ModelError(where + ": the VAE scales by " + std::to_string(vae.config().scaleFactor()) +
+                         "; FLUX's works in 8-pixel cells");
+}
+
+void requireMultiple(const std::string& field, int value, const char* what) {
+    const int f = FluxModel::kPixelUnit;
+    if (value % f == 0) return;
+    const int below = value / f * f, above = below + f;
+    throw ValidationError(field, field + ": " + std::to_string(value) + " is not a multiple of 16; " + what +
+                                     " of a FLUX.1 run must be (a token is 2 x 2 latent pixels of 8): use " +
+                                     (below > 0 ? std::to_string(below) + " or " : std::string()) +
+                                     std::to_string(above));
+}
+
+}  // namespace
+
+bool isFluxModelPath(const std::string& path) {
+    std::error_code ec;
+    const fs::path p(path);
+    if (path.empty() || !fs::is_directory(p, ec)) return false;
+    if (className(p / "model_index.json").rfind("Flux", 0) == 0) return true;
+    return className(p / "transformer" / "config.json") == "FluxTransformer2DModel" ||
+           className(p / "config.json") == "FluxTransformer2DModel";
+}
+
+std::shared_ptr<const FluxModel> makeFluxModel(FluxConfig config, std::map<std::string, HostTensor> tensors,
+                                               std::shared_ptr<const VaeModel> vae, std::string name) {
+    if (!vae) throw ModelError(name + ": no VAE (a FLUX.1 run decodes with its 16-channel VAE)");
+    checkVae(config, *vae, name);
+    auto model = std::make_shared<FluxModel>();
+    model->config = config;
+    model->tensors = std::move(tensors);
+    model->vae = std::move(vae);
+    model->name = std::move(name);
+    return model;
+}
+
+std::shared_ptr<const FluxModel> loadFluxModel(const std::string& path, LoadMeter* meter) {
+    const std::string dir = componentFolder(path, "transformer", "a FLUX.1 pipeline folder");
+    const fs::path configFile = fs::path(dir) / "config.json";
+    FluxConfig config;
+    try {
+        config = parseFluxConfig(readModelJson(configFile));
+    } catch (const ModelError&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw ModelError(configFile.string() + ": " + withoutPrefix(e.what(), "config.json: "));
+    }
+    ModelWeights weights =
+        ModelWeights::load(dir, fluxDiffusersTensors(config), LegacyAttentionNames::NotAccepted, meter);
+    const std::string sha = weights.sha256;
+    // A transformer folder alone has no VAE; a pipeline folder keeps it in vae/.
+    if (fs::path(dir) == fs::path(path))
+        throw ModelError(path +
+                         ": a FLUX.1 transformer folder alone; give the pipeline folder that holds it beside "
+                         "vae/ (the 16-channel VAE a run decodes with)");
+    auto vae = std::make_shared<const VaeModel>(VaeModel::load(path, meter));
+    auto model = makeFluxModel(config, fluxTensorsFromDiffusers(config, std::move(weights.tensors)), std::move(vae),
+                               fs::path(path).filename().string());
+    auto owned = std::const_pointer_cast<FluxModel>(model);
+    owned->sha256 = sha;
+    return model;
+}
+
+RunConfig checkFluxRun(const RunConfig& config, const FluxModel& model) {
+    ModelLimits limits;
+    limits.downsampleFactor = FluxModel::kPixelUnit;
+    limits.inChannels = 3;
+    validate(config, limits);
+    requireMultiple("width", config.width, "the width");
+    requireMultiple("height", config.height, "the height");
+    requireMultiple("tile", config.tile, "the tile");
+    requireMultiple("overlap", config.overlapPixels(), "the tile overlap");
+    (void)model;
+    RunConfig canvas = config;
+    const int f = FluxModel::kVaeScale;
+    canvas.width = config.width / f;
+    canvas.height = config.height / f;
+    canvas.tile = config.tile / f;
+    canvas.overlapPx = config.overlapPixels() / f;
+    canvas.overlapFraction.reset();
+    return canvas;
+}
+
+void checkFluxConditioning(const FluxConditioning& c, const FluxConfig& config) {
+    if (c.tokens < 1 || c.text.size() != static_cast<std::size_t>(c.tokens) * config.jointAttentionDim)
+        throw ValidationError("prompt", "prompt: the text encoding holds " + std::to_string(c.text.size()) +
+                                            " values for " + std::to_string(c.tokens) +
+                                            " tokens; the transformer reads " +
+                                            std::to_string(config.jointAttentionDim) + " per token (T5's width)");
+    if (c.pooled.size() != static_cast<std::size_t>(config.pooledProjectionDim))
+        throw ValidationError("prompt", "prompt: the pooled text holds " + std::to_string(c.pooled.size()) +
+                                            " values; the transformer reads " +
+                                            std::to_string(config.pooledProjectionDim) + " (CLIP-L's pooled output)");
+    if (!(c.guidance >= 0.0f && c.guidance <= 100.0f))
+        throw ValidationError("guidance", "guidance: " + std::to_string(c.guidance) +
+                                              " is outside 0..100 (FLUX.1-dev is trained around 1 to 10; 3.5 is "
+                                              "the default)");
+}
+
+HostTensor fluxLatentsForDecoder(const VaeConfig& vae, HostTensor latents) {
+    const float sf = vae.scalingFactor, shift = vae.shiftFactor.value_or(0.0f);
+    for (float& v : latents.data) v = v / sf + shift;
+    return latents;
+}
+
+HostTensor fluxLatentsFromEncoder(const VaeConfig& vae, HostTensor z) {
+    const float sf = vae.scalingFactor, shift = vae.shiftFactor.value_or(0.0f);
+    for (float& v : z.data) v = (v - shift) * sf;
+    return z;
+}
+
+}  // namespace tessera

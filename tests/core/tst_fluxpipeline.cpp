@@ -1,0 +1,169 @@
+// FLUX.1 text-to-image through the one tiled loop on the CPU engine against diffusers' FluxPipeline
+// (tests/data/flux, tools/reference/make_flux_fixtures.py: the tiny dev-shaped transformer, a tiny
+// 16-channel VAE with FLUX's scaling and shift, 4 steps of flow matching with dev's shift, guidance
+// 3.5 embedded, the same start latents and text encodings): the final latents and the decoded
+// image; then a tiled run of the same model; what a FLUX run refuses before any work.
+#include <QtTest>
+
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cpu/CpuBackend.h"
+#include "core/cpu/CpuEngine.h"
+#include "core/formats/Safetensors.h"
+#include "core/models/flux/FluxModel.h"
+
+using namespace tessera;
+
+namespace {
+
+const std::string kFixtures = std::string(TESSERA_TEST_DATA) + "/flux";
+
+class Silent : public RunObserver {};
+
+const std::shared_ptr<const FluxModel>& model() {
+    static const std::shared_ptr<const FluxModel> m = loadFluxModel(kFixtures);
+    return m;
+}
+
+FluxConditioning fixtureText(const SafetensorsFile& file) {
+    FluxConditioning c;
+    c.text = file.readFloat32("prompt_embeds");
+    c.tokens = static_cast<int>(file.find("prompt_embeds")->shape[1]);
+    c.pooled = file.readFloat32("pooled");
+    c.guidance = 3.5f;
+    return c;
+}
+
+RunConfig fixtureConfig() {
+    RunConfig config;
+    config.model = kFixtures;
+    config.width = 80;
+    config.height = 48;
+    config.steps = 4;
+    config.scheduler = SchedulerKind::Euler;
+    config.cfgScale = 1.0;
+    config.tile = 80;
+    config.overlapPx = 16;
+    config.precision = Precision::FP32;
+    config.backend = BackendKind::CPU;
+    config.previewEvery = 0;
+    return config;
+}
+
+ImageTensor startNoise(const SafetensorsFile& file) {
+    const auto& s = file.find("start")->shape;
+    return ImageTensor{static_cast<int>(s[1]), static_cast<int>(s[2]), static_cast<int>(s[3]),
+                       file.readFloat32("start")};
+}
+
+double maxRelative(const std::vector<float>& got, const std::vector<float>& want) {
+    if (got.size() != want.size()) return INFINITY;
+    double err = 0, ref = 1e-30;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        err = std::max(err, std::fabs(double(got[i]) - want[i]));
+        ref = std::max(ref, std::fabs(double(want[i])));
+    }
+    return std::isfinite(err) ? err / ref : INFINITY;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "<no error>";
+}
+
+}  // namespace
+
+class TestFluxPipeline : public QObject {
+    Q_OBJECT
+
+private slots:
+    void folderIsFlux() {
+        QVERIFY(isFluxModelPath(kFixtures));
+        QVERIFY(!isFluxModelPath(std::string(TESSERA_TEST_DATA) + "/sdpipeline/sd1"));
+        QCOMPARE(model()->config.variant(), std::string("flux-dev"));
+        QCOMPARE(model()->vae->config().latentChannels, 16);
+        QVERIFY(!model()->sha256.empty());
+    }
+
+    void textToImageMatchesDiffusers() {
+        const SafetensorsFile file(kFixtures + "/pipeline_t2i.safetensors");
+        CpuEngine engine(std::make_unique<CpuBackend>(2));
+        engine.setFluxConditioning(fixtureText(file));
+        engine.setStartNoise(startNoise(file));
+        Silent observer;
+        const RunResult result = engine.run(fixtureConfig(), observer);
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
+        QCOMPARE(result.record.tileCount, 1);
+        QCOMPARE(result.latents.channels, 16);
+        const double latents = maxRelative(result.latents.data, file.readFloat32("latents"));
+        // diffusers' image is in [0, 1]; Tessera's decoder output in [-1, 1].
+        std::vector<float> image = result.image.data;
+        for (float& v : image) v = std::clamp(v * 0.5f + 0.5f, 0.0f, 1.0f);
+        const double pixels = maxRelative(image, file.readFloat32("image"));
+        qInfo("latents %.3g, image %.3g (max |diff| / max |reference|)", latents, pixels);
+        QVERIFY2(latents < 2e-5, qPrintable(QString("latents %1").arg(latents)));
+        QVERIFY2(pixels < 2e-5, qPrintable(QString("image %1").arg(pixels)));
+        bool said = false;
+        for (const std::string& m : result.record.messages) said = said || m.find("flux-dev: flow matching") == 0;
+        QVERIFY(said);
+    }
+
+    // The same model tiled: 32-px tiles with 16 px of overlap over 80 x 48 (several tiles, each
+    // with its own position grid): it runs, stays finite, and is near the untiled run.
+    void tiledRun() {
+        const SafetensorsFile file(kFixtures + "/pipeline_t2i.safetensors");
+        CpuEngine engine(std::make_unique<CpuBackend>(2));
+        engine.setFluxConditioning(fixtureText(file));
+        engine.setStartNoise(startNoise(file));
+        RunConfig config = fixtureConfig();
+        config.tile = 32;
+        config.overlapPx = 16;
+        Silent observer;
+        const RunResult tiled = engine.run(config, observer);
+        QCOMPARE(std::string(toString(tiled.record.status)), std::string("finished"));
+        QVERIFY(tiled.record.tileCount > 1);
+        for (float v : tiled.latents.data) QVERIFY(std::isfinite(v));
+        const double apart = maxRelative(tiled.latents.data, file.readFloat32("latents"));
+        qInfo("tiles %d: latents %.3g from the untiled reference", tiled.record.tileCount, apart);
+        QVERIFY(apart > 1e-4);  // tiling changes what each token attends to
+    }
+
+    void refusals() {
+        const SafetensorsFile file(kFixtures + "/pipeline_t2i.safetensors");
+        CpuEngine engine(std::make_unique<CpuBackend>(2));
+        Silent observer;
+        RunConfig config = fixtureConfig();
+        QVERIFY(errorOf([&] { engine.run(config, observer); }).find("no text encoding") != std::string::npos);
+        engine.setFluxConditioning(fixtureText(file));
+        config.width = 88;
+        std::string what = errorOf([&] { engine.run(config, observer); });
+        QVERIFY2(what.find("width: 88 is not a multiple of 16") != std::string::npos, what.c_str());
+        config = fixtureConfig();
+        config.tile = 40;
+        what = errorOf([&] { engine.run(config, observer); });
+        QVERIFY2(what.find("tile: 40 is not a multiple of 16") != std::string::npos, what.c_str());
+        FluxConditioning wrong = fixtureText(file);
+        wrong.pooled.resize(12);
+        engine.setFluxConditioning(wrong);
+        what = errorOf([&] { engine.run(fixtureConfig(), observer); });
+        QVERIFY2(what.find("the pooled text holds 12 values; the transformer reads 40") != std::string::npos,
+                 what.c_str());
+        // An SD VAE (4 latent channels) beside the FLUX transformer.
+        const VaeModel sdVae = VaeModel::load(std::string(TESSERA_TEST_DATA) + "/sdpipeline/sd1");
+        what = errorOf([&] {
+            makeFluxModel(model()->config, model()->tensors, std::make_shared<const VaeModel>(sdVae), "mixed");
+        });
+        QVERIFY2(what.find("the VAE has 4 latent channels; the transformer reads 16") != std::string::npos,
+                 what.c_str());
+    }
+};
+
+QTEST_APPLESS_MAIN(TestFluxPipeline)
+#include "tst_fluxpipeline.moc"
