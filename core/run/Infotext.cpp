@@ -141,6 +141,7 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"steps", "Steps", ""},
         {"scheduler", "Sampler", ""},
         {"cfg", "CFG scale", ""},
+        {"guidance", "Distilled CFG Scale", ""},
         {"seed", "Seed", ""},
         {"width", "Size", ""},
         {"height", "Size", ""},
@@ -245,6 +246,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Sampler", sampler.sampler);
     if (!sampler.scheduleType.empty()) add("Schedule type", sampler.scheduleType);
     if (x.stableDiffusion) add("CFG scale", formatNumber(c.cfgScale));
+    if (x.fluxDev) add("Distilled CFG Scale", formatNumber(c.guidance));
     add("Seed", std::to_string(c.seed));
     add("Size", std::to_string(c.width) + "x" + std::to_string(c.height));
     if (!x.modelHash.empty()) add("Model hash", x.modelHash);
@@ -726,9 +728,11 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 31> kKeyRules{{
+const std::array<KeyRule, 32> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps, "steps", c); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale, kCfgRange); }},
+    {"Distilled CFG Scale", "guidance",
+     [](std::string_view v, RunConfig& c) { return readReal(v, c.guidance, kCfgRange); }},
     {"Seed", "seed", [](std::string_view v, RunConfig& c) { return readSeed(v, c.seed); }},
     {"Size-1", "width", [](std::string_view v, RunConfig& c) { return readInt(v, c.width, "width", c); }},
     {"Size-2", "height", [](std::string_view v, RunConfig& c) { return readInt(v, c.height, "height", c); }},
@@ -959,6 +963,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.scheduler == b.scheduler, "scheduler");
     check(!karras || a.schedulerOptions.karrasSigmas == b.schedulerOptions.karrasSigmas, "use_karras_sigmas");
     check(a.cfgScale == b.cfgScale, "cfg");
+    check(a.guidance == b.guidance, "guidance");
     check(a.seed == b.seed, "seed");
     check(a.width == b.width, "width");
     check(a.height == b.height, "height");

@@ -44,6 +44,9 @@ struct InfotextExtras {
     // A text-conditioned model: the prompt lines, "CFG scale" and "Clip skip" (when > 1) are
     // written. An unconditional model has none of them.
     bool stableDiffusion = false;
+    // A FLUX.1-dev run: "Distilled CFG Scale" (its embedded guidance, as Forge writes it) follows
+    // "CFG scale".
+    bool fluxDev = false;
     // The upscale model ran alone (tessera-cli upscale): the infotext is what A1111's extras tab
     // writes for an upscale (scripts/postprocessing_upscale.py), "Postprocess upscale by: <upscale>,
     // Postprocess upscaler: <name>", then Version; nothing of sampling.

@@ -392,6 +392,10 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
     if (!(config.cfgScale >= 0.0 && config.cfgScale <= kMaxCfgScale))
         problems.add("cfg", formatNumber(config.cfgScale) + " is not allowed; the guidance scale must be 0 to " +
                                 formatNumber(kMaxCfgScale) + " (1 = no guidance, 7 is usual)");
+    if (!(config.guidance >= 0.0 && config.guidance <= kMaxCfgScale))
+        problems.add("guidance", formatNumber(config.guidance) +
+                                     " is not allowed; FLUX.1-dev's embedded guidance must be 0 to " +
+                                     formatNumber(kMaxCfgScale) + " (3.5 is usual)");
     if (!(config.upscale >= 1.0 && config.upscale <= kMaxUpscale))
         problems.add("upscale", formatNumber(config.upscale) + " is not allowed; the upscale factor must be 1 to " +
                                     formatNumber(kMaxUpscale));

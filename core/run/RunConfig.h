@@ -171,7 +171,10 @@ struct RunConfig {
     std::string prompt;
     std::string negativePrompt;
     double cfgScale = 7.0;  // classifier-free guidance scale; 1 evaluates the conditional half only
-    int clipSkip = 1;       // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
+    // FLUX.1-dev: the guidance scale the model takes as an input (guidance distillation: one
+    // evaluation per step, cfgScale unused); schnell and the UNet families ignore it.
+    double guidance = 3.5;
+    int clipSkip = 1;  // A1111's "Clip skip": 1 = the family's usual layer, 2 = one earlier, ...
     // LoRAs merged after those the prompt's <lora:name:w> tags name, as if their tags followed the
     // prompt (promptWithLoraTags, core/run/LoraModelFile.h: the prompt an infotext writes).
     std::vector<LoraSetting> loras;

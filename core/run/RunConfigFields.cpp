@@ -739,6 +739,11 @@ void addInputFields(std::vector<RunConfigField>& f) {
     f.push_back(realRow({"cfg", "cfg", "X", "classifier-free guidance scale, 0 to 100 (default {default}; 1 = off)",
                          "CFG scale", "4.5"},
                         &C::cfgScale));
+    f.push_back(realRow({"guidance", "guidance", "X",
+                         "FLUX.1-dev: the guidance scale the model takes as an input, 0 to 100 (default\n"
+                         "{default}; one evaluation per step: --cfg is not used); schnell ignores it",
+                         "Distilled CFG Scale", "4.5"},
+                        &C::guidance));
     f.push_back(intRow({"clip_skip", "clip-skip", "N", "text layer counted from the last, as A1111 (default {default})",
                         "Clip skip", "2"},
                        &C::clipSkip, limit(1, kMaxClipSkip, "clip skip (1 = the model's usual text layer, as A1111)")));

@@ -126,6 +126,7 @@ private slots:
         const auto text = [](const RunConfig& c) {
             InfotextExtras extras = infotextExtras(c);
             extras.stableDiffusion = true;
+            extras.fluxDev = true;  // so that FLUX.1-dev's guidance is written too
             return infotext(c, extras);
         };
         const std::string before = text(base);
