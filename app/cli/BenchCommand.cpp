@@ -4,6 +4,7 @@
 #include "app/cli/bench/JobBench.h"
 #include "app/cli/bench/UpscaleBench.h"
 #include "app/cli/bench/VaeBench.h"
+#include "core/models/flux/FluxGraph.h"
 #include "core/models/sd/UNetCondConfig.h"
 
 namespace tessera {
@@ -13,9 +14,11 @@ namespace {
 // The Stable Diffusion shapes: the CUDA backend and the host memory for the random weights
 // checked before any are drawn, then the jobs, or the UNet's forwards (or profiles).
 int runSdBench(const BenchOptions& options, std::ostream& out, std::ostream& err) {
-    const UNetCondConfig config = benchSdShapeConfig(options.shape);
     checkCudaBench(options);
-    checkSdHostMemory(options, config);
+    if (isFluxBenchShape(options.shape))
+        checkHostMemoryFor(options, fluxParameters(benchFluxShapeConfig(options.shape)));
+    else
+        checkSdHostMemory(options, benchSdShapeConfig(options.shape));
     return options.job ? runSdJobBench(options, out, err) : runSdUNetBench(options, out, err);
 }
 
@@ -32,7 +35,7 @@ int runBenchCommand(const std::vector<std::string>& args, std::ostream& out, std
             return kExitOk;
         }
         if (options.profile) checkCudaBench(options);  // before any weights are loaded or drawn
-        if (isSdBenchShape(options.shape)) return runSdBench(options, out, err);
+        if (isSdBenchShape(options.shape) || isFluxBenchShape(options.shape)) return runSdBench(options, out, err);
     } catch (...) {
         return benchInputFailure(err);
     }

@@ -315,6 +315,13 @@ struct CudaBackend::Impl {
     void lowerTokenEmbedding(const GraphOp& op);
     void lowerEosPool(const GraphOp& op);
     void lowerColorFix(const GraphOp& op);  // CudaColorFix.cpp
+    // FLUX's transformer ops (CudaTransformer.cpp).
+    void lowerTokenSlice(const GraphOp& op);  // ChannelSlice over tokens
+    void lowerAdaLayerNorm(const GraphOp& op);
+    void lowerGatedAdd(const GraphOp& op);
+    void lowerQkNormRope(const GraphOp& op);
+    void lowerPackedAttention(int index);
+    void lowerTokenJoin(const GraphOp& op);  // TokenConcat and TokenSplit
 
     // ==== attention (CudaAttention.cpp) =========================================================
     // Where one attention's Q, K, V and head outputs live (activation type): rows of `*Row`

@@ -435,6 +435,16 @@ void CudaBackend::Impl::lowerVectors() {
                     launchTimestepEmbedding(vec(x), vec(y), batch, C, op.freqShift, op.flipSinToCos, opStream);
                 });
                 break;
+            case OpKind::ChannelSlice: {  // a packed copy of the rows' channel range
+                const int offset = op.offset;
+                steps.push_back([=, this](int batch) {
+                    TESSERA_CHECK(cudaMemcpy2DAsync(vec(y), static_cast<std::size_t>(C) * 4, vec(x) + offset,
+                                                    static_cast<std::size_t>(x.stride) * 4,
+                                                    static_cast<std::size_t>(C) * 4, static_cast<std::size_t>(batch),
+                                                    cudaMemcpyDeviceToDevice, opStream));
+                });
+                break;
+            }
             case OpKind::Linear: {
                 const std::size_t w = floats(op.params[0]), b = floats(op.params[1]);
                 const bool silu = op.silu;
@@ -804,6 +814,9 @@ void CudaBackend::Impl::lowerGroupNorm(int index) {
 
 CudaBackend::Impl::Act CudaBackend::Impl::tokenAct(int value, int channels, const std::string& name) {
     const GraphValue& g = graph.value(value);
+    // A joined sequence (fixed tokens, then the tile's) is one column of rows.
+    if (g.tokens > 0 && g.divisor > 0)
+        return newAct(channels, g.tokens + (tileH / g.divisor) * (tileW / g.divisor), 1, name);
     if (g.tokens > 0) return newAct(channels, g.tokens, 1, name);
     return newAct(channels, tileH / g.divisor, tileW / g.divisor, name);
 }
@@ -1076,6 +1089,25 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
                 break;
             case OpKind::ColorFix:
                 lowerColorFix(op);
+                break;
+            case OpKind::ChannelSlice:
+                lowerTokenSlice(op);
+                break;
+            case OpKind::AdaLayerNorm:
+                lowerAdaLayerNorm(op);
+                break;
+            case OpKind::GatedAdd:
+                lowerGatedAdd(op);
+                break;
+            case OpKind::QkNormRope:
+                lowerQkNormRope(op);
+                break;
+            case OpKind::PackedAttention:
+                lowerPackedAttention(static_cast<int>(i));
+                break;
+            case OpKind::TokenConcat:
+            case OpKind::TokenSplit:
+                lowerTokenJoin(op);
                 break;
             default:
                 lowerPointwise(op);

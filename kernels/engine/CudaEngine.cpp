@@ -32,6 +32,10 @@ CudaEngine::~CudaEngine() = default;
 void CudaEngine::setModel(std::shared_ptr<const UNetModel> model) { impl_->loop.setModel(std::move(model)); }
 void CudaEngine::setSdModel(std::shared_ptr<const SdModel> model) { impl_->loop.setSdModel(std::move(model)); }
 void CudaEngine::setStartNoise(ImageTensor z) { impl_->loop.setStartNoise(std::move(z)); }
+void CudaEngine::setFluxModel(std::shared_ptr<const FluxModel> model) { impl_->loop.setFluxModel(std::move(model)); }
+void CudaEngine::setFluxConditioning(std::optional<FluxConditioning> conditioning) {
+    impl_->loop.setFluxConditioning(std::move(conditioning));
+}
 
 void CudaEngine::setInitImage(ImageTensor image) { impl_->loop.setInitImage(std::move(image)); }
 void CudaEngine::setControlImages(std::vector<ImageTensor> images) { impl_->loop.setControlImages(std::move(images)); }

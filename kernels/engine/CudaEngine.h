@@ -13,8 +13,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "core/models/flux/FluxModel.h"
 #include "core/run/Engine.h"
 #include "kernels/backend/CudaBackend.h"  // cudaDeviceAvailable, CudaOutOfMemory
 
@@ -42,6 +44,9 @@ public:
     void setSdModel(std::shared_ptr<const SdModel> model) override;
     // As TiledLoop::setStartNoise (reference comparisons).
     void setStartNoise(ImageTensor z);
+    // As TiledLoop::setFluxModel and setFluxConditioning (FLUX.1 runs).
+    void setFluxModel(std::shared_ptr<const FluxModel> model);
+    void setFluxConditioning(std::optional<FluxConditioning> conditioning);
     // As CpuEngine: start image in model space (C x H x W of the run); empty clears it.
     void setInitImage(ImageTensor image) override;
     void setControlImages(std::vector<ImageTensor> images) override;

@@ -9,7 +9,8 @@
 // (pooled at the first id 49407), the SD VAE's decoder and encoder at 256 x 256 (latent 32:
 // the mid-block attention over 1,024 pixels, one head of 512), and the upscale models' graphs at a
 // 128 x 128 output tile (ESRGAN 4x and Real-ESRGAN x2plus' pixel-unshuffled input at 64 features,
-// Real-ESRGAN Compact 4x, SPAN 4x at 48 features), each with random weights of its
+// Real-ESRGAN Compact 4x, SPAN 4x at 48 features), FLUX.1's transformer ops (one block of each kind
+// at 24 heads of 128 over 512 text + 1,024 image tokens), each with random weights of its
 // own), each on its own (ModelGraph::extract), on the CUDA backend in fp32, fp16 and bf16
 // against the float32 CPU reference. Ids are integers in the vocabulary (TokenEmbedding) or
 // small ones with ties and the pooled id at known places (EosPool). Attention large enough to
@@ -52,6 +53,7 @@
 #include "core/cpu/CpuBackend.h"
 #include "core/graph/ModelGraph.h"
 #include "core/models/clip/ClipTextGraph.h"
+#include "core/models/flux/FluxGraph.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
 #include "core/models/unet/UNetModel.h"
@@ -126,6 +128,15 @@ ModelGraph clipTextGraph(bool openClip) {
     c.hiddenAct = openClip ? ClipActivation::Gelu : ClipActivation::QuickGelu;
     c.eosTokenId = openClip ? 49407 : 2;
     return fuseForExecution(buildClipTextGraph(c, 1));
+}
+
+// FLUX.1's transformer at its own widths (24 heads of 128, T5's 4096, CLIP's 768; one block of
+// each kind: the others repeat their ops) over a 512-px tile: 512 text + 1,024 image tokens.
+ModelGraph fluxGraph() {
+    FluxConfig c;
+    c.layers = 1;
+    c.singleLayers = 1;
+    return fuseForExecution(buildFluxGraph(c, 512));
 }
 
 // The upscale families at the shapes of the files users have (core/models/upscale/UpscaleConfig.h):
@@ -329,7 +340,8 @@ class TestBackendOps : public QObject {
                     {upscaleGraph(UpscaleArchitecture::Esrgan), upscaleGraph(UpscaleArchitecture::Esrgan, 1, true)}},
                    {"esrgan-x2plus", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Esrgan, 2)}},
                    {"compact", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Compact)}},
-                   {"span", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Span)}}};
+                   {"span", {}, 128, false, nullptr, {upscaleGraph(UpscaleArchitecture::Span)}},
+                   {"flux", {}, 64, false, nullptr, {fluxGraph()}}};
         const QStringList only =
             QString::fromLocal8Bit(qgetenv("TESSERA_BACKENDOPS_MODELS")).split(',', Qt::SkipEmptyParts);
         if (!only.isEmpty())
@@ -416,6 +428,9 @@ private slots:
             QVERIFY2(kinds.count(k), toString(k));
         for (OpKind k : {OpKind::LeakyReLU, OpKind::PReLU, OpKind::PixelShuffle, OpKind::PixelUnshuffle,
                          OpKind::Sigmoid, OpKind::Mul})
+            QVERIFY2(kinds.count(k), toString(k));
+        for (OpKind k : {OpKind::ChannelSlice, OpKind::AdaLayerNorm, OpKind::GatedAdd, OpKind::QkNormRope,
+                         OpKind::PackedAttention, OpKind::TokenConcat, OpKind::TokenSplit})
             QVERIFY2(kinds.count(k), toString(k));
         qInfo("%zu distinct ops", cases_.size());
     }

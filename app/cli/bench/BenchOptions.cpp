@@ -35,6 +35,12 @@ std::vector<std::string> splitList(const std::string& field, const std::string& 
 void applySdOptions(BenchOptions& o) {
     const bool sizeGiven = o.given.count("size") || o.given.count("width") || o.given.count("height");
     const int native = o.shape == "sd15" ? 512 : (o.shape == "sd21" ? 768 : 1024);
+    const bool flux = isFluxBenchShape(o.shape);
+    // FLUX.1 is guidance-distilled: one evaluation per tile, the scale an input.
+    if (flux && o.given.count("cfg"))
+        fail("cfg",
+             "FLUX.1 takes its guidance as an input (one evaluation per tile): --cfg does not apply to " + o.shape);
+    if (flux) o.cfg = 1.0;
     if (!sizeGiven) o.width = o.height = 2048;
     if (!o.given.count("tile")) o.tile = native;
     if (!o.given.count("overlap")) o.overlap = o.tile / 8;
@@ -47,12 +53,17 @@ void applySdOptions(BenchOptions& o) {
         if (g == GraphMode::Step && !o.job)
             fail("graphs", "step is not allowed for " + o.shape + ": it captures the tiled loop, which the " + o.shape +
                                " bench does not run (it times UNet forwards); use off or tile");
+    // FLUX's tokens are 2 x 2 latent pixels of 8: 16-pixel cells.
+    const int cell = flux ? 16 : 8, tileUnit = flux ? 16 : 64;
     for (const auto& [field, value] : {std::pair{"width", o.width}, std::pair{"height", o.height}})
-        if (value % 8)
-            fail(field, std::to_string(value) +
-                            " is not allowed; Stable Diffusion images are multiples of 8 pixels "
-                            "(one latent pixel each)");
-    if (o.tile % 64 || o.tile > std::min(o.width, o.height))
+        if (value % cell)
+            fail(field, std::to_string(value) + " is not allowed; " + (flux ? "FLUX.1" : "Stable Diffusion") +
+                            " images are multiples of " + std::to_string(cell) + " pixels");
+    if (flux && (o.tile % tileUnit || o.tile > std::min(o.width, o.height)))
+        fail("tile", std::to_string(o.tile) + " is not allowed; for " + o.shape +
+                         " the tile is a multiple of 16 pixels (one token: 2 x 2 latent pixels) no larger than the " +
+                         std::to_string(o.width) + "x" + std::to_string(o.height) + " image");
+    if (!flux && (o.tile % 64 || o.tile > std::min(o.width, o.height)))
         fail("tile", std::to_string(o.tile) + " is not allowed; for " + o.shape +
                          " the tile is a multiple of 64 pixels (8 latent pixels, the UNet's downsampling factor) "
                          "no larger than the " +
@@ -156,6 +167,10 @@ std::string benchUsage() {
            "                         (weights, activations, workspace). CUDA only; not with --graphs, --lanes,\n"
            "                         --csv, --steps\n"
            "  --help, -h             this text\n\n"
+           "FLUX.1's transformer (CUDA only): --shape flux-dev (11.9 G parameters: 19 double and 38 single\n"
+           "blocks of 24 heads of 128, T5 context 512x4096, guidance embedded) or flux-schnell (no guidance\n"
+           "input, context 256x4096), random weights, one evaluation per tile (no --cfg); defaults --size\n"
+           "2048, --tile 1024 (4,096 image tokens), --overlap 128; rows and columns as the UNets' below.\n\n"
            "Stable Diffusion UNets (CUDA only): --shape sd15 (SD 1.5, 860 M parameters, context 77x768),\n"
            "sd21 (SD 2.1 768-v: context 77x1024, linear projections, heads 5,10,20,20, upcast attention) or\n"
            "sdxl (SDXL base: 2.6 G parameters, context 77x2048, depths 1,2,10, text_embeds_time 2816),\n"
@@ -230,8 +245,9 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
         value = word->value;
         o.given.insert(known->second);
         if (name == "shape") {
-            if (!isSdBenchShape(value) && value != "cifar" && value != "church")
-                fail("shape", inQuotes(value) + " is not one of cifar, church, sd15, sd21, sdxl");
+            if (!isSdBenchShape(value) && !isFluxBenchShape(value) && value != "cifar" && value != "church")
+                fail("shape",
+                     inQuotes(value) + " is not one of cifar, church, sd15, sd21, sdxl, flux-dev, flux-schnell");
             o.shape = value;
         } else if (name == "model") {
             if (value.empty()) fail("model", "a model folder is needed");
@@ -326,7 +342,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     if (o.job) applyJobOptions(o);
     if (!o.job && std::find(o.batches.begin(), o.batches.end(), 0) != o.batches.end())
         fail("batch", "--batch auto is for --job (the other rows time UNet calls of a given batch)");
-    if (isSdBenchShape(o.shape))
+    if (isSdBenchShape(o.shape) || isFluxBenchShape(o.shape))
         applySdOptions(o);
     else if (o.given.count("cfg"))
         fail("cfg", "guidance needs a text-conditioned UNet: --cfg is for --shape sd15|sd21|sdxl");
@@ -334,6 +350,13 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
 }
 
 bool isSdBenchShape(std::string_view shape) { return shape == "sd15" || shape == "sd21" || shape == "sdxl"; }
+bool isFluxBenchShape(std::string_view shape) { return shape == "flux-dev" || shape == "flux-schnell"; }
+
+FluxConfig benchFluxShapeConfig(std::string_view shape) {
+    FluxConfig c;  // FLUX.1's own (black-forest-labs/flux util.py configs["flux-dev"])
+    c.guidanceEmbeds = shape != "flux-schnell";
+    return c;
+}
 
 UNetCondConfig benchSdShapeConfig(std::string_view shape) {
     if (!isSdBenchShape(shape)) fail("shape", inQuotes(shape) + " is not one of sd15, sd21, sdxl");

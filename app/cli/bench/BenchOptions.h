@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/models/flux/FluxConfig.h"
 #include "core/models/sd/UNetCondConfig.h"
 #include "core/models/unet/UNetConfig.h"
 #include "core/run/RunConfig.h"
@@ -60,6 +61,10 @@ UNetConfig benchShapeConfig(std::string_view shape);
 
 // True for "sd15", "sd21" and "sdxl", the shapes timed as a Stable Diffusion UNet.
 bool isSdBenchShape(std::string_view shape);
+// flux-dev, flux-schnell: FLUX.1's transformer at its real shapes (random weights).
+bool isFluxBenchShape(std::string_view shape);
+// Its config (FLUX.1-dev's for any other shape name).
+FluxConfig benchFluxShapeConfig(std::string_view shape);
 
 // Stable Diffusion 1.5 (heads 8, context 768, conv projections), 2.1 (heads 5, 10, 20, 20,
 // context 1024, linear projections, upcast attention) and XL base (sdxlBaseUNetConfig)

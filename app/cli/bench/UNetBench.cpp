@@ -12,6 +12,7 @@
 #include "app/cli/bench/BenchTable.h"
 #include "app/cli/bench/ProfileBench.h"
 #include "core/cpu/HostMemoryEstimate.h"
+#include "core/models/flux/FluxGraph.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/sd/UNetCondModel.h"
 #include "core/sampling/TilePlan.h"
@@ -117,7 +118,7 @@ void runSdRow(SdBenchRow& row, const BenchOptions& o, const ModelGraph& graph, c
 #endif
 
 // Every (precision x graphs x batch) row over the job's tiles `plan` (latents).
-std::vector<SdBenchRow> runSdRows(const BenchOptions& o, const ModelGraph& graph, const UNetCondModel& model,
+std::vector<SdBenchRow> runSdRows(const BenchOptions& o, const ModelGraph& graph, const TensorMap& weights,
                                   const TilePlan& plan, std::ostream& err) {
     const double gflop = graph.flops(plan.tileH(), plan.tileW()) / 1e9;
     std::vector<SdBenchRow> rows;
@@ -143,9 +144,9 @@ std::vector<SdBenchRow> runSdRows(const BenchOptions& o, const ModelGraph& graph
                     << std::flush;
                 try {
 #if TESSERA_FORWARD_PROFILE_CUDA
-                    runSdRow(row, o, graph, model.tensors(), p, mode, plan);
+                    runSdRow(row, o, graph, weights, p, mode, plan);
 #else
-                    (void)model;
+                    (void)weights;
                     throw std::runtime_error("this build has no CUDA backend");
 #endif
                     err << " " << fixed(row.forwardMs, 2) << " ms per forward of " << row.unetBatch << "\n";
@@ -181,8 +182,12 @@ std::string sdBenchCsvHeader() {
 }
 
 void checkSdHostMemory(const BenchOptions& o, const UNetCondConfig& config) {
+    checkHostMemoryFor(o, UNetCondModel::expectedTensors(config));
+}
+
+void checkHostMemoryFor(const BenchOptions& o, const TensorList& tensors) {
     std::uint64_t params = 0;
-    for (const auto& [name, shape] : UNetCondModel::expectedTensors(config)) {
+    for (const auto& [name, shape] : tensors) {
         std::uint64_t n = 1;
         for (auto d : shape) n *= static_cast<std::uint64_t>(d);
         params += n;
@@ -197,26 +202,34 @@ void checkSdHostMemory(const BenchOptions& o, const UNetCondConfig& config) {
 }
 
 int runSdUNetBench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
-    const UNetCondConfig config = benchSdShapeConfig(o.shape);
+    const bool flux = isFluxBenchShape(o.shape);
     if (!o.csvPath.empty()) checkBenchCsv(o.csvPath, o.precisions.size() * o.graphs.size() * o.batches.size());
     const TilePlan plan = TilePlan::make(o.width / 8, o.height / 8, o.tile / 8, o.overlap / 8);
-    const ModelGraph graph = unet2DConditionExecutionGraph(config);
+    const FluxConfig fluxConfig = benchFluxShapeConfig(o.shape);
+    // FLUX.1's T5 context: 512 tokens for dev, 256 for schnell (black-forest-labs/flux cli.py).
+    const ModelGraph graph = flux ? fuseForExecution(buildFluxGraph(fluxConfig, fluxConfig.guidanceEmbeds ? 512 : 256))
+                                  : unet2DConditionExecutionGraph(benchSdShapeConfig(o.shape));
+    auto randomWeights = [&] {
+        return flux ? randomTensors(fluxParameters(fluxConfig), o.seed)
+                    : UNetCondModel::random(benchSdShapeConfig(o.shape), o.seed).tensors();
+    };
     if (o.profile)
-        return runProfiles(o, o.shape, graph, UNetCondModel::random(config, o.seed).tensors(), plan.tileH(),
-                           plan.tileW(), o.cfg != 1.0 ? 2 : 1, out, err);
+        return runProfiles(o, o.shape, graph, randomWeights(), plan.tileH(), plan.tileW(), o.cfg != 1.0 ? 2 : 1, out,
+                           err);
     const double gflop = graph.flops(plan.tileH(), plan.tileW()) / 1e9;
     const std::string size = benchSizeText(o);
-    err << "bench: " << o.shape << " UNet (" << fixed(static_cast<double>(graph.parameterCount()) / 1e6, 1)
-        << " M parameters, random weights), " << size << ", tile " << o.tile << ", overlap " << o.overlap
-        << " pixels (latent 1/8), cfg " << significant(o.cfg, 4) << ", " << o.repeats
-        << " timed forwards per row after " << o.warmupSteps << " untimed; " << benchDate() << "\n";
-    const UNetCondModel model = UNetCondModel::random(config, o.seed);
-    const std::vector<SdBenchRow> rows = runSdRows(o, graph, model, plan, err);
+    err << "bench: " << o.shape << (flux ? " transformer (" : " UNet (")
+        << fixed(static_cast<double>(graph.parameterCount()) / 1e6, 1) << " M parameters, random weights), " << size
+        << ", tile " << o.tile << ", overlap " << o.overlap << " pixels (latent 1/8), cfg " << significant(o.cfg, 4)
+        << ", " << o.repeats << " timed forwards per row after " << o.warmupSteps << " untimed; " << benchDate()
+        << "\n";
+    const TensorMap weights = randomWeights();
+    const std::vector<SdBenchRow> rows = runSdRows(o, graph, weights, plan, err);
     const bool anyFailed = std::any_of(rows.begin(), rows.end(), [](const SdBenchRow& r) { return r.failed; });
     if (!o.csvPath.empty() && !writeBenchCsv(o.csvPath, sdBenchCsvHeader(), rows, sdCsvLine, err)) return kExitFailure;
     out << "\n"
-        << o.shape << " UNet " << size << ", tile " << o.tile << ", overlap " << o.overlap << " ("
-        << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << significant(o.cfg, 4) << " ("
+        << o.shape << (flux ? " transformer " : " UNet ") << size << ", tile " << o.tile << ", overlap " << o.overlap
+        << " (" << (rows.empty() ? 0 : rows.front().tiles) << " tiles), cfg " << significant(o.cfg, 4) << " ("
         << (o.cfg != 1.0 ? "guidance: 2 evaluations per tile" : "no guidance: 1 evaluation per tile") << "), "
         << fixed(gflop, 1) << " GFLOP per evaluation; UNet forwards only (s/step and evals/s leave out gather, "
         << "guidance, scheduler and scatter); median of " << o.repeats << "\n";

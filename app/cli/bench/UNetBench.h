@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app/cli/bench/BenchOptions.h"
+#include "core/formats/ModelWeights.h"
 
 namespace tessera {
 
@@ -32,6 +33,8 @@ std::string sdBenchCsvHeader();
 // Random weights in host memory (float32) and the backend's packed copy: refused
 // (ValidationError "shape") before anything is drawn when the host cannot hold them.
 void checkSdHostMemory(const BenchOptions& options, const UNetCondConfig& config);
+// The same for any model's tensors (FLUX.1's transformer).
+void checkHostMemoryFor(const BenchOptions& options, const TensorList& tensors);
 
 // Every (precision x graphs x batch) row, then the CSV and the table; with --profile the per-op
 // profiles instead. Throws ValidationError for a CSV that cannot be written. Returns the exit

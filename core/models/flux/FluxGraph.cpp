@@ -19,7 +19,7 @@ public:
         const int timestep = g_.addInput("timestep", ValueKind::Vector, 1);
         const int text = g_.addTokenInput("encoder_hidden_states", textTokens_, c_.jointAttentionDim);
         const int pooledGuidance =
-            g_.addInput("pooled_guidance", ValueKind::Vector, c_.pooledProjectionDim + (c_.guidanceEmbeds ? 1 : 0));
+            g_.addInput("text_embeds_time", ValueKind::Vector, c_.pooledProjectionDim + (c_.guidanceEmbeds ? 1 : 0));
 
         // BFL Flux.forward: img_in over the packed latents, the conditioning vector, txt_in.
         GraphOp unshuffle = newOp(OpKind::PixelUnshuffle, "pack", sample);

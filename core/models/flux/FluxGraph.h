@@ -13,7 +13,9 @@ namespace tessera {
 //   "sample"                [B, C, h, w]   latents of the tile, C = in_channels / 4, h and w even
 //   "timestep"              [B, 1]         1000 sigma (the model's timestep input times its 1000)
 //   "encoder_hidden_states" [B, T, J]      the T5 encoder's output, T = textTokens, J = joint_attention_dim
-//   "pooled_guidance"       [B, P (+ 1)]   CLIP's pooled output, then (dev) the guidance scale
+//   "text_embeds_time"      [B, P (+ 1)]   CLIP's pooled output, then (dev) the guidance scale: the
+//                                          Denoiser's per-tile added conditioning, under the name the
+//                                          tile devices give that input in every family (SDXL's)
 // Output "sample" [B, C, h, w]: the velocity. The tile's latents are packed into tokens of 2 x 2
 // pixels (PixelUnshuffle then ToTokens: diffusers pipeline_flux.py _pack_latents' feature order
 // c * 4 + dy * 2 + dx) at positions (0, row, column) of the tile's own grid: every tile is seen as
