@@ -37,10 +37,13 @@ Tokenizer: spiece.model is a tiny unigram model trained here with Debian's spm_t
 (pad 0, eos 1, unk 2 and no BOS as in T5's spiece.model; the default nmt_nfkc normalizer, whose
 precompiled charsmap is most of the file.) Training with one thread gives the same file each time.
 Each held-out prompt is tokenized with padding="max_length", truncation=True, max_length 64 and 16 by
-T5TokenizerFast(vocab_file, extra_ids=100) (the reference: FLUX's tokenizer_2), by T5TokenizerFast with
-legacy=False, by the slow T5Tokenizer with legacy=True and legacy=False, and by plain sentencepiece
-(encode, no special tokens) for diagnosis. A tokenizer class the installed transformers lacks is
-recorded as an error string, not a failure.
+the tokenizers pipeline that transformers' T5 converter writes into tokenizer.json for this spiece.model
+(t5_fast_tokenizer below: the layout of ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json, the
+T5-XXL tokenizer of its SD3 and FLUX text encoders), with prepend_scheme "first" (the reference,
+legacy=False, as that file) and "always" (legacy=True), framed by hand and through transformers'
+PreTrainedTokenizerFast (asserted equal); by transformers' own T5TokenizerFast / T5Tokenizer where the
+installed version builds them from spiece.model (transformers 5's T5Tokenizer ignores vocab_file: then an
+error string is recorded); and by plain sentencepiece (encode, no special tokens) for diagnosis.
 """
 import json
 import os
@@ -159,69 +162,165 @@ def encoder_case(outdir, torch, transformers, save_file, seed):
             "bucket_vector": {"relative": BUCKET_VECTOR, "bucket": vector}}
 
 
-def tokenizer_variants(transformers, vocab_file):
-    """name -> a callable making the tokenizer, or the error text."""
+def proto_field(data, number):
+    """The bytes of the first length-delimited field `number` of a serialized protobuf message, or None.
+    (A reader of the wire format, so the charsmap is taken from spiece.model without protobuf installed.)"""
+    i = 0
+    while i < len(data):
+        key, i = varint(data, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, i = varint(data, i)
+            if field == number:
+                return data[i:i + n]
+            i += n
+        else:
+            raise ValueError("unexpected protobuf wire type %d" % wire)
+    return None
+
+
+def varint(data, i):
+    value, shift = 0, 0
+    while True:
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+        shift += 7
+
+
+def t5_fast_tokenizer(sp, model_bytes, prepend_scheme):
+    """The tokenizers pipeline transformers' T5 converter writes into tokenizer.json for spiece.model
+    (convert_slow_tokenizer.py SpmConverter/T5Converter in transformers 4.x; the layout of ComfyUI's
+    comfy/text_encoders/t5_tokenizer/tokenizer.json, its T5-XXL tokenizer for SD3 and FLUX): the model's
+    precompiled charsmap, right strip, runs of spaces to one U+2581, Metaspace (prepend_scheme "first":
+    legacy=False, as that file; "always": legacy=True), Unigram over the pieces and their scores, the
+    sentinels <extra_id_99>..<extra_id_0> after the pieces, every special token an added token, and
+    `X </s>`."""
+    from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers, processors
+    from tokenizers.models import Unigram
+
+    n = sp.get_piece_size()
+    vocab = [(sp.id_to_piece(i), float(sp.get_score(i))) for i in range(n)]
+    vocab += [("<extra_id_%d>" % i, 0.0) for i in range(99, -1, -1)]
+    tok = Tokenizer(Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=False))
+    charsmap = proto_field(proto_field(model_bytes, 3) or b"", 2)  # ModelProto.normalizer_spec.precompiled_charsmap
+    steps = [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "\u2581")]
+    if charsmap:
+        steps.insert(0, normalizers.Precompiled(charsmap))
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend_scheme)
+    specials = ["<pad>", "</s>", "<unk>"] + ["<extra_id_%d>" % i for i in range(99, -1, -1)]
+    tok.add_special_tokens([AddedToken(t, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                                       special=True) for t in specials])
+    tok.post_processor = processors.TemplateProcessing(single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"],
+                                                       special_tokens=[("</s>", 1)])
+    assert tok.token_to_id("<extra_id_0>") == n + 99 and tok.token_to_id("</s>") == 1
+    return tok, bool(charsmap)
+
+
+def frame(ids, max_length):
+    """padding="max_length", truncation=True: the pieces cut to max_length - 1, EOS, pad 0."""
+    ids = list(ids[:max_length - 1]) + [1]
+    return ids + [0] * (max_length - len(ids))
+
+
+def transformers_variants(transformers, vocab_file, pieces):
+    """transformers' own T5 tokenizer classes, where the installed version builds them from spiece.model
+    (transformers 5's T5Tokenizer ignores vocab_file and builds a 4-piece vocabulary: recorded as an error)."""
     made = {}
     tmp = tempfile.mkdtemp()
     shutil.copy(vocab_file, os.path.join(tmp, "spiece.model"))
-
-    def build(cls_name, **kw):
+    for name, cls_name, kw in [("transformers_fast", "T5TokenizerFast", {}),
+                               ("transformers_fast_legacy_false", "T5TokenizerFast", {"legacy": False}),
+                               ("transformers_slow_legacy_true", "T5Tokenizer", {"legacy": True}),
+                               ("transformers_slow_legacy_false", "T5Tokenizer", {"legacy": False})]:
         cls = getattr(transformers, cls_name, None)
-        if cls is None:
-            raise RuntimeError("transformers %s has no %s" % (transformers.__version__, cls_name))
-        try:
-            return cls(vocab_file=vocab_file, extra_ids=100, **kw)
-        except Exception as first:  # noqa: BLE001 - some versions only load from a folder
+        errors = []
+        tok = None
+        for how in ("vocab_file", "from_pretrained"):
+            if cls is None:
+                errors.append("no class %s" % cls_name)
+                break
             try:
-                return cls.from_pretrained(tmp, extra_ids=100, **kw)
-            except Exception as second:  # noqa: BLE001
-                raise RuntimeError("%r / from_pretrained: %r" % (first, second))
-
-    for name, cls_name, kw in [("fast", "T5TokenizerFast", {}),
-                               ("fast_legacy_false", "T5TokenizerFast", {"legacy": False}),
-                               ("slow_legacy_true", "T5Tokenizer", {"legacy": True}),
-                               ("slow_legacy_false", "T5Tokenizer", {"legacy": False})]:
-        try:
-            tok = build(cls_name, **kw)
-            made[name] = (tok, type(tok).__name__)
-        except Exception as e:  # noqa: BLE001
-            made[name] = (None, repr(e))
-            print("tokenizer %s: %r" % (name, e))
+                t = (cls(vocab_file=vocab_file, extra_ids=100, **kw) if how == "vocab_file"
+                     else cls.from_pretrained(tmp, extra_ids=100, **kw))
+            except Exception as e:  # noqa: BLE001
+                errors.append("%s: %r" % (how, e))
+                continue
+            if t.vocab_size != pieces + 100 or t.convert_tokens_to_ids("<extra_id_0>") != pieces + 99:
+                errors.append("%s: %s built a vocabulary of %d, not %d: it did not read spiece.model"
+                              % (how, type(t).__name__, t.vocab_size, pieces + 100))
+                continue
+            tok = t
+            break
+        made[name] = (tok, type(tok).__name__ if tok is not None else "; ".join(errors))
+        if tok is None:
+            print("tokenizer %s: %s" % (name, made[name][1]))
     return made
 
 
 def tokenizer_cases(outdir, transformers):
     vocab_file = os.path.join(outdir, "spiece.model")
     import sentencepiece as spm
+    with open(vocab_file, "rb") as f:
+        model_bytes = f.read()
     sp = spm.SentencePieceProcessor()
     sp.Load(vocab_file)
-    variants = tokenizer_variants(transformers, vocab_file)
+    pieces = sp.get_piece_size()
+    fast = {}
+    for scheme in ("first", "always"):
+        tok, has_charsmap = t5_fast_tokenizer(sp, model_bytes, scheme)
+        fast["fast_" + scheme] = tok
+    wrapped = {}
+    try:  # the same pipelines through transformers' padding and truncation
+        for name, tok in fast.items():
+            wrapped[name] = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>",
+                                                                 unk_token="<unk>", pad_token="<pad>")
+    except Exception as e:  # noqa: BLE001
+        print("PreTrainedTokenizerFast(tokenizer_object=...): %r" % e)
+        wrapped = {}
+    theirs = transformers_variants(transformers, vocab_file, pieces)
     cases = []
     for prompt in PROMPTS:
         case = {"prompt": prompt, "sentencepiece": sp.encode(prompt),
-                "sentencepiece_pieces": sp.encode(prompt, out_type=str), "ids": {}}
+                "sentencepiece_pieces": sp.encode(prompt, out_type=str),
+                "fast_first_pieces": fast["fast_first"].encode(prompt, add_special_tokens=False).tokens,
+                "ids": {}}
         for L in MAX_LENGTHS:
             per = {}
-            for name, (tok, what) in variants.items():
+            for name, tok in fast.items():
+                per[name] = frame(tok.encode(prompt, add_special_tokens=False).ids, L)
+                if name in wrapped:
+                    via = wrapped[name](prompt, padding="max_length", truncation=True, max_length=L,
+                                        return_attention_mask=False)["input_ids"]
+                    assert via == per[name], ("transformers' framing differs", name, prompt, via, per[name])
+            for name, (tok, what) in theirs.items():
                 if tok is None:
                     per[name] = {"error": what}
                     continue
                 try:
-                    enc = tok(prompt, padding="max_length", truncation=True, max_length=L,
-                              return_attention_mask=False)
-                    per[name] = enc["input_ids"]
+                    per[name] = tok(prompt, padding="max_length", truncation=True, max_length=L,
+                                    return_attention_mask=False)["input_ids"]
                 except Exception as e:  # noqa: BLE001
                     per[name] = {"error": repr(e)}
             case["ids"][str(L)] = per
-            ref = per.get("fast")
-            others = [n for n, v in per.items() if n != "fast" and v != ref]
+            ref = per["fast_first"]
+            others = [n for n, v in per.items() if n != "fast_first" and isinstance(v, list) and v != ref]
             if others:
-                print("L=%d %r: differs from fast in %s" % (L, prompt[:40], others))
+                print("L=%d %r: differs from fast_first in %s" % (L, prompt[:40], others))
         cases.append(case)
-    classes = {name: what for name, (tok, what) in variants.items()}
-    vocab = {name: tok.vocab_size for name, (tok, _) in variants.items() if tok is not None}
-    return {"pieces": sp.get_piece_size(), "classes": classes, "vocab_size": vocab,
-            "max_lengths": MAX_LENGTHS, "reference": "fast", "cases": cases}
+    classes = {name: what for name, (tok, what) in theirs.items()}
+    return {"pieces": pieces, "classes": classes, "charsmap": has_charsmap,
+            "framed_through_transformers": sorted(wrapped), "max_lengths": MAX_LENGTHS,
+            "reference": "fast_first", "cases": cases}
 
 
 def main():
