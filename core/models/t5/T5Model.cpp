@@ -28,16 +28,17 @@ std::string sharedName(const SafetensorsFile& file, const std::string& prefix) {
 const Shape& shapeIn(const SafetensorsFile& file, const std::string& name, const std::string& why) {
     const SafetensorsTensorInfo* info = file.find(name);
     if (info == nullptr)
-        throw ModelError(shownPath(file.path()) + ": missing tensor " + inQuotes(name) + " (" + why + ")");
+        throw ModelError(shownPath(file.path()) + ": missing tensor " + inQuotes(name, input_limits::kNameChars) +
+                         " (" + why + ")");
     return info->shape;
 }
 
 int dimension(const SafetensorsFile& file, const std::string& name, const Shape& shape, std::size_t rank,
               std::size_t axis, std::int64_t max) {
     if (shape.size() != rank || shape[axis] < 1 || shape[axis] > max)
-        throw ModelError(shownPath(file.path()) + ": tensor " + inQuotes(name) + " has shape " + shapeToString(shape) +
-                         "; a T5 v1.1 encoder's is " + std::to_string(rank) + "-D with sizes up to " +
-                         std::to_string(max));
+        throw ModelError(shownPath(file.path()) + ": tensor " + inQuotes(name, input_limits::kNameChars) +
+                         " has shape " + shapeToString(shape) + "; a T5 v1.1 encoder's is " + std::to_string(rank) +
+                         "-D with sizes up to " + std::to_string(max));
     return static_cast<int>(shape[axis]);
 }
 
@@ -57,15 +58,17 @@ T5Config inferConfig(const SafetensorsFile& file, const std::string& prefix) {
     c.relativeAttentionNumBuckets = dimension(file, bias, biasShape, 2, 0, bounds::kMaxBuckets);
     c.numHeads = dimension(file, bias, biasShape, 2, 1, bounds::kMaxHeads);
     if (inner % c.numHeads != 0)
-        throw ModelError(shownPath(file.path()) + ": tensor " + inQuotes(q) + " has " + std::to_string(inner) +
-                         " rows, not a multiple of the " + std::to_string(c.numHeads) + " heads of " + inQuotes(bias));
+        throw ModelError(shownPath(file.path()) + ": tensor " + inQuotes(q, input_limits::kNameChars) + " has " +
+                         std::to_string(inner) + " rows, not a multiple of the " + std::to_string(c.numHeads) +
+                         " heads of " + inQuotes(bias, input_limits::kNameChars));
     c.dKv = inner / c.numHeads;
     const std::string wi0 = prefix + blockTensor(0, "layer.1.DenseReluDense.wi_0.weight");
     if (!file.has(wi0) && file.has(prefix + blockTensor(0, "layer.1.DenseReluDense.wi.weight")))
-        throw ModelError(shownPath(file.path()) + ": " +
-                         inQuotes(prefix + blockTensor(0, "layer.1.DenseReluDense.wi.weight")) +
-                         " is T5 1.0's feed-forward (relu, not gated); only T5 v1.1's gated-gelu (wi_0, wi_1) is "
-                         "supported");
+        throw ModelError(
+            shownPath(file.path()) + ": " +
+            inQuotes(prefix + blockTensor(0, "layer.1.DenseReluDense.wi.weight"), input_limits::kNameChars) +
+            " is T5 1.0's feed-forward (relu, not gated); only T5 v1.1's gated-gelu (wi_0, wi_1) is "
+            "supported");
     c.dFf = dimension(file, wi0, shapeIn(file, wi0, "block 0's gate gives d_ff"), 2, 0, bounds::kMaxFeedForward);
     c.numLayers = 0;
     while (c.numLayers < bounds::kMaxLayers &&
@@ -111,8 +114,9 @@ T5Model T5Model::loadSingleFile(const fs::path& path, LoadMeter* meter) {
         if (file->has(kT5ComfyPrefix + marker))
             prefix = kT5ComfyPrefix;
         else if (!file->has(marker))
-            throw ModelError(shownPath(path) + ": no T5 encoder: neither " + inQuotes(marker) + " nor " +
-                             inQuotes(kT5ComfyPrefix + marker) + " is in the file");
+            throw ModelError(shownPath(path) + ": no T5 encoder: neither " +
+                             inQuotes(marker, input_limits::kNameChars) + " nor " +
+                             inQuotes(kT5ComfyPrefix + marker, input_limits::kNameChars) + " is in the file");
         config = inferConfig(*file, prefix);
         shared = sharedName(*file, prefix);
     }
