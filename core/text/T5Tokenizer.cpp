@@ -3,12 +3,12 @@
 // text between the literal special tokens; the framing is transformers' (models/t5/
 // tokenization_t5.py, T5TokenizerFast with padding="max_length", truncation=True).
 //
-// The fast tokenizer's tokenizer.json (ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json, the
-// T5-XXL one) splits the special tokens out first, then normalises each stretch and gives it the
-// word-start mark U+2581 with Metaspace's prepend_scheme "first": only the stretch at the start of
-// the text gets one when it does not begin with a space. SentencePiece's add_dummy_prefix marks
-// every text it encodes, so stretches after a special token that start with a letter are encoded by
-// a second processor whose model has add_dummy_prefix off.
+// The fast tokenizer splits the special tokens out first, then normalises each stretch and gives it
+// the word-start mark U+2581 by Metaspace's prepend_scheme: "always" marks every stretch, as
+// SentencePiece's add_dummy_prefix does; "first" (ComfyUI's t5_tokenizer/tokenizer.json) only the
+// one at the start of the text, or one that begins with a space. For "first", stretches after a
+// special token that start with a letter are encoded by a second processor whose model has
+// add_dummy_prefix off.
 #include "core/text/T5Tokenizer.h"
 
 #include <algorithm>
@@ -173,7 +173,7 @@ T5Tokenizer& T5Tokenizer::operator=(T5Tokenizer&&) noexcept = default;
 
 int T5Tokenizer::pieceCount() const { return impl_->pieces; }
 
-std::vector<std::int32_t> T5Tokenizer::tokenize(std::string_view text) const {
+std::vector<std::int32_t> T5Tokenizer::tokenize(std::string_view text, T5WordStart wordStart) const {
     if (text.size() > limits::kMaxTextBytes)
         throw ValidationError("prompt", "prompt: " + std::to_string(text.size()) + " bytes of text; at most " +
                                             std::to_string(limits::kMaxTextBytes) + " are tokenized");
@@ -181,7 +181,8 @@ std::vector<std::int32_t> T5Tokenizer::tokenize(std::string_view text) const {
     auto encodeStretch = [&](std::string_view stretch, bool atStart) {
         if (stretch.empty()) return;
         std::vector<int> pieces;
-        auto& processor = atStart || startsWithSpace(stretch) ? impl_->processor : impl_->unmarked;
+        const bool marked = wordStart == T5WordStart::Always || atStart || startsWithSpace(stretch);
+        auto& processor = marked ? impl_->processor : impl_->unmarked;
         const sentencepiece::util::Status status = processor.Encode(stretch, &pieces);
         if (!status.ok())
             throw std::runtime_error("T5 tokenizer: SentencePiece failed: " + excerpt(status.ToString(), 200));
@@ -205,11 +206,11 @@ std::vector<std::int32_t> T5Tokenizer::tokenize(std::string_view text) const {
     return ids;
 }
 
-std::vector<std::int32_t> T5Tokenizer::encode(std::string_view text, int maxLength) const {
+std::vector<std::int32_t> T5Tokenizer::encode(std::string_view text, int maxLength, T5WordStart wordStart) const {
     if (maxLength < 1 || maxLength > limits::kMaxLength)
         throw ValidationError("prompt", "T5 sequence length: " + std::to_string(maxLength) + "; 1 to " +
                                             std::to_string(limits::kMaxLength) + " tokens (FLUX.1 uses 512 or 256)");
-    std::vector<std::int32_t> ids = tokenize(text);
+    std::vector<std::int32_t> ids = tokenize(text, wordStart);
     if (ids.size() > static_cast<std::size_t>(maxLength - 1)) ids.resize(static_cast<std::size_t>(maxLength - 1));
     ids.push_back(kEosId);
     ids.resize(static_cast<std::size_t>(maxLength), kPadId);

@@ -28,6 +28,14 @@ inline constexpr std::size_t kMaxTextBytes = std::size_t{1} << 20;
 inline constexpr int kMaxLength = 512;
 }  // namespace t5_tokenizer_limits
 
+// Whether a stretch of text after a literal special token begins a word (gets SentencePiece's
+// word-start mark U+2581) when it does not start with a space: the fast tokenizer's Metaspace
+// prepend_scheme. Always: "always", what transformers' T5 tokenizers do by default (legacy=True in
+// 4.x, and 5.x's T5Tokenizer), so BFL's and diffusers' FLUX pipelines; First: "first" (legacy=False),
+// what ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json says. They differ only there:
+// "x<extra_id_0>y" ends in "y" alone with First, "▁y" with Always.
+enum class T5WordStart { Always, First };
+
 class T5Tokenizer {
 public:
     static constexpr std::int32_t kPadId = 0;
@@ -51,11 +59,12 @@ public:
     int vocabSize() const { return pieceCount() + kExtraIds; }
 
     // The ids of `text` without EOS or padding (any count).
-    std::vector<std::int32_t> tokenize(std::string_view text) const;
+    std::vector<std::int32_t> tokenize(std::string_view text, T5WordStart wordStart = T5WordStart::Always) const;
     // tokenize(text) cut to maxLength - 1, EOS, then kPadId up to maxLength: maxLength ids.
     // Throws ValidationError("prompt") for text over kMaxTextBytes or maxLength outside
     // 1..kMaxLength (naming what is allowed).
-    std::vector<std::int32_t> encode(std::string_view text, int maxLength) const;
+    std::vector<std::int32_t> encode(std::string_view text, int maxLength,
+                                     T5WordStart wordStart = T5WordStart::Always) const;
 
 private:
     struct Impl;

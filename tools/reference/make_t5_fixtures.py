@@ -39,11 +39,13 @@ precompiled charsmap is most of the file.) Training with one thread gives the sa
 Each held-out prompt is tokenized with padding="max_length", truncation=True, max_length 64 and 16 by
 the tokenizers pipeline that transformers' T5 converter writes into tokenizer.json for this spiece.model
 (t5_fast_tokenizer below: the layout of ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json, the
-T5-XXL tokenizer of its SD3 and FLUX text encoders), with prepend_scheme "first" (the reference,
-legacy=False, as that file) and "always" (legacy=True), framed by hand and through transformers'
-PreTrainedTokenizerFast (asserted equal); by transformers' own T5TokenizerFast / T5Tokenizer where the
-installed version builds them from spiece.model (transformers 5's T5Tokenizer ignores vocab_file: then an
-error string is recorded); and by plain sentencepiece (encode, no special tokens) for diagnosis.
+T5-XXL tokenizer of its SD3 and FLUX text encoders), with prepend_scheme "first" (legacy=False,
+as that file) and "always" (legacy=True, transformers' default), both checked by tests/core/tst_t5.cpp,
+framed by hand and through transformers' PreTrainedTokenizerFast (asserted equal); by transformers'
+own T5TokenizerFast / T5Tokenizer where the installed version builds them from spiece.model
+(transformers 5's T5Tokenizer ignores vocab_file, so from_pretrained on a folder holding it is tried;
+an error string is recorded when neither reads it); and by plain sentencepiece (encode, no special
+tokens) for diagnosis.
 """
 import json
 import os
