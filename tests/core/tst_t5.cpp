@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <numbers>
+#include <numeric>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -378,6 +379,15 @@ private slots:
             }
         QCOMPARE(attentions, 3);
         QCOMPARE(tables.size(), std::size_t(1));
+        // FLOPs of one attention at the inner width: Q, K, V and the output projection (2 x 4 x C x I
+        // x S), Q K^T and A V (2 x 2 x S^2 x I); the table counts once among the parameters.
+        for (const GraphOp& op : g.ops())
+            if (op.kind == OpKind::Attention)
+                QCOMPARE(g.flops(op, 1, 1), 2.0 * 4 * 40 * 60 * 16 + 2.0 * 2 * 16 * 16 * 60);
+        std::int64_t listed = 0;
+        for (const auto& [name, shape] : list)
+            listed += std::accumulate(shape.begin(), shape.end(), std::int64_t(1), std::multiplies<>());
+        QCOMPARE(g.parameterCount(), listed);
         EXPECT_MESSAGE(errorOf([&] { (void)buildT5EncoderGraph(c, 513); }), "1 to 512");
     }
 
