@@ -4,7 +4,7 @@
 // maxLength - 1, then EOS (1), then pad (0) up to maxLength (models/t5/tokenization_t5.py
 // build_inputs_with_special_tokens: `X </s>`, no BOS). The sentinels `<extra_id_N>` and the
 // special tokens `</s>`, `<pad>`, `<unk>` written literally in a prompt are single tokens, as
-// transformers' added tokens are. Qt-free.
+// transformers' added tokens are. Const methods may run on several threads at once. Qt-free.
 #pragma once
 
 #include <cstddef>

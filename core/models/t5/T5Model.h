@@ -1,7 +1,8 @@
 // T5Model: a T5 v1.1 encoder (FLUX.1's `text_encoder_2/`: config.json + model.safetensors,
 // transformers' T5EncoderModel; or one safetensors file such as ComfyUI's t5xxl_fp16.safetensors)
 // bound to float32 host tensors and run through buildT5EncoderGraph on the Backend its caller
-// gives (a float32 CPU backend so far: the CUDA lowering refuses T5's ops). Qt-free.
+// gives (a float32 CPU backend so far: the CUDA lowering refuses T5's ops). The tensors are held
+// as float32 whatever the file stores: T5-XXL's 4.76 B parameters take 19 GB of host memory. Qt-free.
 #pragma once
 
 #include <cstdint>
