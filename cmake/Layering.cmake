@@ -2,7 +2,7 @@
 # only itself and the folders listed before it (the models/<family> folders count one by one, so a
 # family may use another that is listed earlier: SD's pipeline holds a CLIP encoder and a VAE).
 # A new folder must be added here, in its place, or configuring fails.
-set(TESSERA_CORE_LAYERS base run text formats graph models/unet models/clip models/vae models/upscale models/sd models/lora models/controlnet models/flux sampling
+set(TESSERA_CORE_LAYERS base run text formats graph models/unet models/clip models/t5 models/vae models/upscale models/sd models/lora models/controlnet models/flux sampling
     cpu)
 
 # The layer of a path relative to core/ ("models/sd/SdModel.h" -> "models/sd"), or "" when none.

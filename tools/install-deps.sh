@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   qt6-base-dev qt6-base-dev-tools libqcustomplot-dev
-  libspdlog-dev nlohmann-json3-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev nettle-dev
+  libspdlog-dev nlohmann-json3-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev nettle-dev libsentencepiece-dev
   xvfb xauth fonts-dejavu-core
   patchelf appstream desktop-file-utils xz-utils
   clang libclang-rt-14-dev clang-format clang-tidy

@@ -72,6 +72,10 @@ cpu::TokenAttentionShape tokenAttentionShape(const ModelGraph& g, const GraphOp&
     s.contextChannels = g.value(kv).channels;
     s.heads = op.heads;
     s.causal = op.causal;
+    s.inner = op.innerChannels;
+    s.scale = op.scoreScale;
+    s.buckets = op.buckets;
+    s.maxDistance = op.maxDistance;
     return s;
 }
 
@@ -246,7 +250,8 @@ std::vector<CpuBackend::OpWeights> CpuBackend::bindWeights(const ModelGraph& gra
                 if (op.qkvBias) *bias = next();
             }
             a.wo = next();
-            a.bo = next();
+            if (op.bias) a.bo = next();
+            if (op.buckets > 0) a.relativeBias = next();
         }
     }
     return bound;
@@ -528,9 +533,9 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
         case OpKind::Linear:
             if (graph_.value(op.input).kind == ValueKind::Tokens)
                 cpu::tokenLinear(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0],
-                                 w.params[1], space.data(op.residual), y);
+                                 op.bias ? w.params[1] : nullptr, space.data(op.residual), y);
             else
-                cpu::linear(batch, channels, op.channels, in, w.params[0], w.params[1], op.silu, y);
+                cpu::linear(batch, channels, op.channels, in, w.params[0], op.bias ? w.params[1] : nullptr, op.silu, y);
             break;
         case OpKind::Conv:
             cpu::conv2d(pool, w.conv, batch, in, w.params[0], w.params[1], space.data(op.residual), op.outputScale, y,
@@ -603,6 +608,9 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
         case OpKind::LayerNorm:
             cpu::layerNorm(pool, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], w.params[1], y);
             break;
+        case OpKind::RMSNorm:
+            cpu::rmsNorm(pool, std::int64_t(batch) * inPixels, channels, op.eps, in, w.params[0], y);
+            break;
         case OpKind::GEGLU:
             cpu::geglu(pool, batch, static_cast<int>(inPixels), channels, op.channels, in, w.params[0], w.params[1], y);
             break;
@@ -614,7 +622,8 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
             break;
         case OpKind::TokenEmbedding:
             cpu::tokenEmbedding(pool, batch, static_cast<int>(inPixels), op.channels,
-                                graph_.param(op.params[0]).shape[0], in, w.params[0], w.params[1], y);
+                                graph_.param(op.params[0]).shape[0], in, w.params[0],
+                                op.positionTable ? w.params[1] : nullptr, y);
             break;
         case OpKind::EosPool:
             cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);

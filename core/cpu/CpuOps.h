@@ -96,6 +96,8 @@ void pixelUnshuffle(WorkerPool&, int batch, int channels, int h, int w, int fact
 struct AttentionWeights {
     const float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
     const float *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
+    // T5's position-bias table [buckets, heads] (tokens only; TokenAttentionShape::buckets > 0).
+    const float* relativeBias = nullptr;
 };
 // Query rows per score block so the score buffer stays below maxScoreFloats.
 int attentionQueryBlock(std::int64_t pixels, std::int64_t maxScoreFloats);
@@ -116,6 +118,9 @@ void toFeatureMap(WorkerPool&, int batch, int channels, std::int64_t pixels, con
 // double: y = (x - mean) / sqrt(var + eps) * gamma + beta. y may alias x.
 void layerNorm(WorkerPool&, std::int64_t rows, int channels, float eps, const float* x, const float* gamma,
                const float* beta, float* y);
+// T5's RMSNorm of each of `rows` rows, the mean square in double: y = x / sqrt(mean(x^2) + eps) *
+// weight. y may alias x.
+void rmsNorm(WorkerPool&, std::int64_t rows, int channels, float eps, const float* x, const float* weight, float* y);
 // Each of `images` images' tokens: y [rows, out] = x [rows, in] W^T + bias (+ residual
 // [rows, out], or null), the images' GEMM blocks as one set of tasks (an image's result does
 // not depend on the tile batch). y must not alias x.
@@ -129,7 +134,7 @@ void quickGelu(WorkerPool&, std::int64_t n, const float* x, float* y);
 // its ids with this before any work, so they refuse the same ids with the same words.
 void checkTokenIds(int batch, int tokens, std::int64_t vocab, const float* ids);
 // CLIP's embeddings: y [rows, channels] = table[ids[r]] + positions[r % tokens] for rows =
-// batch * tokens ids held as floats. Throws std::out_of_range naming the row, position and
+// batch * tokens ids held as floats; T5's (positions null): table[ids[r]] alone. Throws std::out_of_range naming the row, position and
 // value for an id that is not an integer in [0, vocab) (nothing is written then).
 void tokenEmbedding(WorkerPool&, int batch, int tokens, int channels, std::int64_t vocab, const float* ids,
                     const float* table, const float* positions, float* y);
@@ -147,11 +152,17 @@ void geglu(WorkerPool&, int images, int rows, int in, int out, const float* x, c
 // Attention over tokens for one image: queries from x [tokens, channels], keys and values from
 // context [contextTokens, contextChannels] (x itself when context is null: then contextTokens =
 // tokens, contextChannels = channels). Weights as AttentionWeights (q/k/v biases may be null;
-// wk, wv [channels, contextChannels]). Scores Q K^T / sqrt(d) and the softmax in float32;
-// causal: query i sees keys 0..i.
+// wk, wv [inner, contextChannels], wq [inner, channels], wo [channels, inner]). Scores
+// scale * Q K^T (scale 0: 1/sqrt(d), d = inner / heads) and the softmax in float32; causal: query
+// i sees keys 0..i; buckets > 0 (self-attention): + relativeBias[bucket(j - i), h] with
+// core/graph/RelativePositionBucket.h (T5).
 struct TokenAttentionShape {
     int tokens = 0, channels = 0, contextTokens = 0, contextChannels = 0, heads = 1;
     bool causal = false;
+    int inner = 0;  // heads * d; 0: channels
+    float scale = 0.0f;
+    int buckets = 0, maxDistance = 0;
+    int innerChannels() const { return inner > 0 ? inner : channels; }
 };
 // Q, K, V and the heads' output of one image.
 std::size_t tokenAttentionScratchFloats(const TokenAttentionShape&);

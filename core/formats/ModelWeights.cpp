@@ -357,10 +357,10 @@ std::uint64_t ModelWeights::storedBytes(const std::string& folder, const WeightF
     return bytes;
 }
 
-ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout,
-                                LoadMeter* meter) {
-    std::string indexPath;
-    FileSource source(openWeights(folder, layout, indexPath), indexPath);
+namespace {
+
+ModelWeights bindFiles(FileSource& source, const TensorList& expected, const WeightFileLayout& layout,
+                       LoadMeter* meter) {
     ModelWeights weights = bindTensors(expected, source, layout, meter);
     // One line however many there are (a file can hold thousands the model does not use).
     if (!weights.extra.empty())
@@ -378,6 +378,27 @@ ModelWeights ModelWeights::load(const std::string& folder, const TensorList& exp
     }
     weights.sha256 = hash.hexDigest();
     return weights;
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout,
+                                LoadMeter* meter) {
+    std::string indexPath;
+    FileSource source(openWeights(folder, layout, indexPath), indexPath);
+    return bindFiles(source, expected, layout, meter);
+}
+
+ModelWeights ModelWeights::loadFile(const std::string& path, const TensorList& expected, const WeightFileLayout& layout,
+                                    LoadMeter* meter) {
+    std::vector<SafetensorsFile> files;
+    try {
+        files.emplace_back(path);
+    } catch (const SafetensorsError& e) {
+        throw ModelError(e.what());
+    }
+    FileSource source(std::move(files), {});
+    return bindFiles(source, expected, layout, meter);
 }
 
 ModelWeights ModelWeights::fromTensors(std::map<std::string, HostTensor> tensors, const TensorList& expected,

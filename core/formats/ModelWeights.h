@@ -85,6 +85,10 @@ struct ModelWeights {
     // optional "text_model." prefix).
     static ModelWeights load(const std::string& folder, const TensorList& expected, const WeightFileLayout& layout,
                              LoadMeter* meter = nullptr);
+    // One safetensors file by its path (a single-file text encoder), with the layout's alias
+    // (its stem and pickle name do not apply); checked and hashed as load().
+    static ModelWeights loadFile(const std::string& path, const TensorList& expected, const WeightFileLayout& layout,
+                                 LoadMeter* meter = nullptr);
     // The bytes of tensor data in the weight files load() would read (every tensor, used or
     // not; headers not counted), from their headers alone: a load's total for its progress.
     // ModelError as load() for a file that is missing or not valid safetensors.

@@ -1,6 +1,7 @@
 #include "core/graph/ModelGraph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -58,6 +59,8 @@ const char* toString(OpKind k) {
             return "sigmoid";
         case OpKind::Mul:
             return "mul";
+        case OpKind::RMSNorm:
+            return "rms_norm";
         case OpKind::ColorFix:
             return "color_fix";
         case OpKind::ChannelSlice:
@@ -250,6 +253,7 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
         case OpKind::Linear:
             if ((!isVector(x) && !isTokens(x)) || op.channels < 1)
                 failOp(op, "needs a vector or tokens input and channels >= 1");
+            if (!op.bias) return {{out, C}};
             return {{out, C}, {out}};
         case OpKind::Conv:
             return convParams(op, x);
@@ -281,6 +285,9 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
         case OpKind::LayerNorm:
             if (!isTokens(x) || !(op.eps > 0.0f)) failOp(op, "needs tokens and eps > 0");
             return {{C}, {C}};
+        case OpKind::RMSNorm:
+            if (!isTokens(x) || !(op.eps > 0.0f)) failOp(op, "needs tokens and eps > 0");
+            return {{C}};
         case OpKind::GEGLU:
             if (!isTokens(x) || op.channels < 1) failOp(op, "needs tokens and channels >= 1");
             return {{2 * out, C}, {2 * out}};
@@ -359,8 +366,12 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
 
 std::vector<Shape> ModelGraph::attentionParams(const GraphOp& op, const GraphValue& x) const {
     const std::int64_t C = x.channels;
-    if ((!isMap(x) && !isTokens(x)) || op.heads < 1 || x.channels % op.heads != 0)
-        failOp(op, "needs a feature map or tokens whose channels the heads divide");
+    const std::int64_t inner = op.innerChannels > 0 ? op.innerChannels : C;
+    if ((!isMap(x) && !isTokens(x)) || op.heads < 1 || op.innerChannels < 0 || inner % op.heads != 0)
+        failOp(op, "needs a feature map or tokens whose channels (or inner channels) the heads divide");
+    if (inner != C && !isTokens(x)) failOp(op, "inner channels other than the input's need tokens");
+    if (op.scoreScale < 0.0f || !std::isfinite(op.scoreScale))
+        failOp(op, "the score scale must be finite and >= 0 (0: 1/sqrt(d))");
     std::int64_t kv = C;
     if (op.input2 >= 0) {
         const GraphValue& context = operandOf(op, op.input2, "context");
@@ -369,14 +380,20 @@ std::vector<Shape> ModelGraph::attentionParams(const GraphOp& op, const GraphVal
         kv = context.channels;
     }
     if (op.causal && (!isTokens(x) || op.input2 >= 0)) failOp(op, "a causal mask needs tokens and no context");
-    std::vector<Shape> shapes{{C, C}};
-    if (op.qkvBias) shapes.push_back({C});
+    if (op.buckets != 0 && (op.buckets < 4 || op.buckets % 2 != 0 || op.maxDistance <= op.buckets / 4 || !isTokens(x) ||
+                            op.input2 >= 0 || op.causal))
+        failOp(op,
+               "a relative position bias needs tokens without context or causal mask, an even bucket count >= 4 "
+               "and maxDistance above a quarter of it");
+    std::vector<Shape> shapes{{inner, C}};
+    if (op.qkvBias) shapes.push_back({inner});
     for (int k = 0; k < 2; ++k) {
-        shapes.push_back({C, kv});
-        if (op.qkvBias) shapes.push_back({C});
+        shapes.push_back({inner, kv});
+        if (op.qkvBias) shapes.push_back({inner});
     }
-    shapes.push_back({C, C});
-    shapes.push_back({C});
+    shapes.push_back({C, inner});
+    if (op.bias) shapes.push_back({C});
+    if (op.buckets > 0) shapes.push_back({op.buckets, op.heads});
     return shapes;
 }
 
@@ -389,6 +406,10 @@ std::vector<Shape> ModelGraph::tokenEmbeddingParams(const GraphOp& op, const Gra
         const Shape& s = params_[static_cast<std::size_t>(op.params[i])].shape;
         return s.empty() ? 0 : s[0];
     };
+    if (!op.positionTable) {
+        if (rowsOf(0) < 1) failOp(op, "needs a token table");
+        return {{rowsOf(0), op.channels}};
+    }
     if (rowsOf(0) < 1 || rowsOf(1) < x.tokens)
         failOp(op, "needs a token table and a position table of at least " + std::to_string(x.tokens) + " rows");
     return {{rowsOf(0), op.channels}, {rowsOf(1), op.channels}};
@@ -536,9 +557,10 @@ double ModelGraph::flops(const GraphOp& op, int h, int w) const {
             return 2.0 * x.channels * 2.0 * op.channels * outPixels;
         case OpKind::Attention: {
             const double C = x.channels, N = outPixels;
+            const double I = op.innerChannels > 0 ? op.innerChannels : C;
             const double M = op.input2 >= 0 ? double(rows(op.input2, h, w)) : N;
             const double kv = op.input2 >= 0 ? double(value(op.input2).channels) : C;
-            return 2.0 * 2.0 * C * C * N + 2.0 * 2.0 * kv * C * M + 2.0 * 2.0 * N * M * C;
+            return 2.0 * 2.0 * C * I * N + 2.0 * 2.0 * kv * I * M + 2.0 * 2.0 * N * M * I;
         }
         case OpKind::PackedAttention:  // Q K^T and A V
             return 2.0 * 2.0 * outPixels * outPixels * (x.channels / 3);
@@ -614,6 +636,7 @@ std::string ModelGraph::describe(const GraphOp& op) const {
             break;
         case OpKind::Linear:
             s << ' ' << x.channels << "->" << op.channels;
+            if (!op.bias) s << " nobias";
             break;
         case OpKind::GroupNorm:
             s << ' ' << op.groups << "g " << x.channels << "ch";
@@ -621,12 +644,17 @@ std::string ModelGraph::describe(const GraphOp& op) const {
         case OpKind::Attention:
             s << ' ' << x.channels << "ch " << op.heads << 'h';
             if (op.input2 >= 0) s << " ctx " << value(op.input2).channels << "ch";
+            if (op.innerChannels > 0 && op.innerChannels != x.channels) s << " inner " << op.innerChannels;
             if (!op.qkvBias) s << " nobias";
+            if (!op.bias) s << " nooutbias";
+            if (op.scoreScale > 0.0f) s << " scale " << op.scoreScale;
             if (op.causal) s << " causal";
+            if (op.buckets > 0) s << " relbias " << op.buckets << '/' << op.maxDistance;
             break;
         case OpKind::LayerNorm:
         case OpKind::AdaLayerNorm:
         case OpKind::GatedAdd:
+        case OpKind::RMSNorm:
             s << ' ' << x.channels << "ch";
             break;
         case OpKind::ChannelSlice:

@@ -44,15 +44,21 @@ enum class OpKind {
                         // bias [channels])
     GroupNorm,          // feature map: `groups` groups, statistics over (channels of the group, pixels),
                         // then * gamma + beta (weight [C], bias [C])
-    Attention,          // multi-head attention, heads of d = C / heads channels (channel h*d + i of Q, K,
-                        // V is head h's i-th): to_out(softmax(Q K^T / sqrt(d) [+ causal mask]) V), the
-                        // softmax in float32. Q = to_q(input); K, V = to_k/to_v(input2 if given, else
-                        // input). input: a feature map (each pixel a token of C features; no input2)
-                        // or tokens [B, N, C]; input2: tokens [B, M, Ckv] (cross-attention: the
-                        // context). Parameters: to_q.weight [C, C], to_q.bias [C], to_k.weight
-                        // [C, Ckv], to_k.bias, to_v.weight [C, Ckv], to_v.bias, to_out.0.weight [C, C],
-                        // to_out.0.bias [C]; the three q/k/v biases only when qkvBias. causal (tokens,
-                        // no input2): query i sees keys 0..i only (CLIP).
+    Attention,          // multi-head attention, heads of d = I / heads channels (channel h*d + i of Q, K,
+                        // V is head h's i-th; I = innerChannels, or C when 0): to_out(softmax(s Q K^T
+                        // [+ causal mask] [+ position bias]) V), s = scoreScale or 1/sqrt(d) when 0,
+                        // the softmax in float32. Q = to_q(input); K, V = to_k/to_v(input2 if given,
+                        // else input). input: a feature map (each pixel a token of C features; no
+                        // input2) or tokens [B, N, C]; input2: tokens [B, M, Ckv] (cross-attention:
+                        // the context). Parameters: to_q.weight [I, C], to_q.bias [I], to_k.weight
+                        // [I, Ckv], to_k.bias, to_v.weight [I, Ckv], to_v.bias, to_out.0.weight [C, I],
+                        // to_out.0.bias [C], then the position-bias table [buckets, heads]; the three
+                        // q/k/v biases only when qkvBias, to_out's only when bias, the table only when
+                        // buckets > 0. causal (tokens, no input2): query i sees keys 0..i only (CLIP).
+                        // buckets > 0 (tokens, no input2, not causal): T5's bidirectional relative
+                        // position bias, score[h, i, j] += table[bucket(j - i), h] with
+                        // core/graph/RelativePositionBucket.h (buckets, maxDistance). I != C only
+                        // over tokens.
     Concat,             // feature maps [input, input2] along channels
     Upsample,           // feature map, nearest neighbour by the integer `factor` (2 unless set):
                         // out[y][x] = in[y / factor][x / factor] (PyTorch's F.interpolate mode="nearest")
@@ -66,7 +72,8 @@ enum class OpKind {
     QuickGELU,          // elementwise x * sigmoid(1.702 x) (CLIP)
     TokenEmbedding,     // ids (tokens [B, N, 1] of a fixed count, the ids as floats) -> tokens [B, N, channels]:
                         // table[id] + positions[n] (token table [V, channels], position table [P, channels],
-                        // P >= N); an id that is not an integer in [0, V) is an error at run time (CLIP)
+                        // P >= N; CLIP), or table[id] alone without positionTable (T5); an id that is
+                        // not an integer in [0, V) is an error at run time
     EosPool,            // tokens [B, N, C], input2 = their ids [B, N, 1] -> vector [B, C]: each row's token at
                         // the first position holding id `token`, position 0 if none; token -1: at the first
                         // largest id (transformers' CLIPTextTransformer pooling)
@@ -78,6 +85,8 @@ enum class OpKind {
                         // (F.pixel_unshuffle)
     Sigmoid,            // elementwise 1 / (1 + exp(-x))
     Mul,                // input * input2, elementwise, two values of one shape
+    RMSNorm,            // tokens: per token x / sqrt(mean(x^2) + eps) * w (weight [C]): no mean subtraction,
+                        // no bias (transformers models/t5/modeling_t5.py T5LayerNorm)
     ColorFix,           // sd-webui-controlnet's tile_colorfix (scripts/hook.py, "Post-processing for color
                         // fix"): input = the UNet's output eps [B, C, h, w], input2 = its input x_t (same
                         // shape), hintLatent = the hint's VAE latent (same shape), timesteps = the UNet's
@@ -132,10 +141,15 @@ struct GraphOp {
     int channels = 0;                                      // output channels: TimestepEmbedding, Linear, Conv, GEGLU
     int kernel = 1, stride = 1, padBegin = 0, padEnd = 0;  // Conv
     int groups = 0;                                        // GroupNorm
-    float eps = 1e-5f;                                     // GroupNorm, LayerNorm
+    float eps = 1e-5f;                                     // GroupNorm, LayerNorm, RMSNorm
     int heads = 1;                                         // Attention
     bool qkvBias = true;               // Attention: to_q/to_k/to_v have biases (SD's transformer blocks: none)
+    bool bias = true;                  // Linear: has a bias; Attention: to_out has one (T5: neither)
     bool causal = false;               // Attention over tokens without context: causal mask
+    int innerChannels = 0;             // Attention over tokens: Q/K/V width heads * d; 0: the input's C
+    float scoreScale = 0.0f;           // Attention: the scores' factor; 0: 1/sqrt(d) (T5: 1)
+    int buckets = 0, maxDistance = 0;  // Attention: T5's relative position bias; buckets 0: none
+    bool positionTable = true;         // TokenEmbedding: adds a position table (CLIP; T5 has none)
     bool geluTanh = false;             // GELU: tanh approximation
     int token = -1;                    // EosPool: the id pooled at; -1: the largest id
     float scale = 1.0f, shift = 0.0f;  // Affine; ColorFix: scale = the weight w in [0, 1]

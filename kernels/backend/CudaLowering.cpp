@@ -24,6 +24,28 @@
 
 namespace tessera {
 
+namespace {
+
+// The T5 encoder's ops and attributes (core/models/t5/T5Graph.h) run on the CPU reference only so
+// far: refused before anything is planned, naming the op, rather than lowered as something else.
+void refuseUnlowered(const GraphOp& op) {
+    auto refuse = [&op](const std::string& what) {
+        throw std::runtime_error("CudaBackend: op " + op.name + " (" + toString(op.kind) + "): " + what +
+                                 " has no CUDA lowering yet");
+    };
+    if (op.kind == OpKind::RMSNorm) refuse("RMSNorm");
+    if (op.kind == OpKind::Linear && !op.bias) refuse("a linear layer without bias");
+    if (op.kind == OpKind::TokenEmbedding && !op.positionTable) refuse("a token embedding without positions");
+    if (op.kind == OpKind::Attention) {
+        if (!op.bias) refuse("attention without to_out's bias");
+        if (op.scoreScale != 0.0f) refuse("attention with a score scale other than 1/sqrt(d)");
+        if (op.innerChannels != 0) refuse("attention with inner channels");
+        if (op.buckets > 0) refuse("attention with a relative position bias");
+    }
+}
+
+}  // namespace
+
 int CudaBackend::Impl::newBuffer(std::size_t bytes, std::string name) {
     PlanBuffer b;
     b.bytes = alignUp(bytes);
@@ -1028,6 +1050,7 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
     graph = g;
     weightMap = &weights;
     graph.checkTileSize(tileH, tileW);
+    for (const GraphOp& op : graph.ops()) refuseUnlowered(op);
     analyse();
     lowerInputs();
     bool vectorsDone = false;
@@ -1108,6 +1131,9 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
             case OpKind::TokenConcat:
             case OpKind::TokenSplit:
                 lowerTokenJoin(op);
+                break;
+            case OpKind::RMSNorm:
+                refuseUnlowered(op);  // throws: "op X has no CUDA lowering yet"
                 break;
             default:
                 lowerPointwise(op);

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include <vector>
+
 #include "core/cpu/ops/Gemm.h"
+#include "core/graph/RelativePositionBucket.h"
 
 namespace tessera {
 namespace cpu {
@@ -50,6 +53,11 @@ void softmaxRow(float* row, int visible, int keys) {
 struct AttentionCore {
     int queries = 0, keys = 0, channels = 0, heads = 1, queryBlock = 1;
     bool causal = false, tokenMajor = false;
+    float scale = 0.0f;  // 0: 1/sqrt(d)
+    // Token-major only: the bias of head h for key j and query i at
+    // offsetBias[h * offsets + j - i + queries - 1] (T5's relative positions), or null.
+    const float* offsetBias = nullptr;
+    int offsets = 0;
     float* base = nullptr;
     std::int64_t qFloats() const { return std::int64_t(queries) * channels; }
     std::int64_t kFloats() const { return std::int64_t(keys) * channels; }
@@ -65,7 +73,7 @@ struct AttentionCore {
 void attendHeads(WorkerPool& pool, int images, const AttentionCore& a) {
     const int C = a.channels, d = C / a.heads, M = a.keys, N = a.queries;
     const int blocks = (N + a.queryBlock - 1) / a.queryBlock;
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    const float scale = a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
     pool.parallelFor(std::int64_t(images) * a.heads * blocks, [&](std::int64_t task, int worker) {
         const int image = static_cast<int>(task / (std::int64_t(a.heads) * blocks));
         const int h = static_cast<int>(task / blocks % a.heads), i0 = static_cast<int>(task % blocks) * a.queryBlock;
@@ -79,6 +87,12 @@ void attendHeads(WorkerPool& pool, int images, const AttentionCore& a) {
         else  // scores[i, j] = scale * sum_c Q[h d + c, i0 + i] K[h d + c, j]
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, M, d, scale, q + std::int64_t(h) * d * N + i0, N,
                         k + std::int64_t(h) * d * M, M, 0.0f, scores, M);
+        if (a.offsetBias)
+            for (int i = 0; i < rows; ++i) {
+                const float* bias = a.offsetBias + std::int64_t(h) * a.offsets + (N - 1 - (i0 + i));
+                float* row = scores + std::int64_t(i) * M;
+                for (int j = 0; j < M; ++j) row[j] += bias[j];
+            }
         for (int i = 0; i < rows; ++i)
             softmaxRow(scores + std::int64_t(i) * M, a.causal ? std::min(M, i0 + i + 1) : M, M);
         if (a.tokenMajor)  // O[i0 + i, h d + c] = sum_j A[i, j] V[j, h d + c]
@@ -153,37 +167,52 @@ void attention(WorkerPool& pool, int channels, std::int64_t pixels, int heads, c
 }
 
 std::size_t tokenAttentionScratchFloats(const TokenAttentionShape& s) {
-    const std::int64_t C = s.channels;
+    const std::int64_t C = s.innerChannels();
     return static_cast<std::size_t>(2 * C * s.tokens + 2 * C * s.contextTokens);
 }
 
 void tokenAttention(WorkerPool& pool, int images, const TokenAttentionShape& s, const AttentionWeights& wt,
                     const float* x, const float* context, const float* residual, float outScale, float* y,
                     float* scratch, int scratchImages, int queryBlock) {
-    const int N = s.tokens, C = s.channels;
+    const int N = s.tokens, C = s.channels, I = s.innerChannels();
     const int M = context ? s.contextTokens : N, Ckv = context ? s.contextChannels : C;
     const std::int64_t xImage = std::int64_t(N) * C, kvImage = std::int64_t(M) * Ckv;
     // Set up and looped over like attention()'s core, but token-major with its own projections.
     AttentionCore a;
     a.queries = N;
     a.keys = M;
-    a.channels = C;
+    a.channels = I;
     a.heads = s.heads;
     a.queryBlock = queryBlock;
     a.causal = s.causal;
     a.tokenMajor = true;
+    a.scale = s.scale;
     a.base = scratch;
+    // T5's bias depends on j - i alone: one row of N + M - 1 offsets per head, looked up from the
+    // table once per call rather than per score.
+    std::vector<float> offsetBias;
+    if (s.buckets > 0 && wt.relativeBias) {
+        a.offsets = N + M - 1;
+        offsetBias.resize(static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(a.offsets));
+        for (int k = 0; k < a.offsets; ++k) {
+            const int bucket = relativePositionBucket(k - (N - 1), s.buckets, s.maxDistance);
+            for (int h = 0; h < s.heads; ++h)
+                offsetBias[static_cast<std::size_t>(h) * static_cast<std::size_t>(a.offsets) +
+                           static_cast<std::size_t>(k)] = wt.relativeBias[std::int64_t(bucket) * s.heads + h];
+        }
+        a.offsetBias = offsetBias.data();
+    }
     scratchImages = std::max(scratchImages, 1);
     for (int first = 0; first < images; first += scratchImages) {
         const int count = std::min(scratchImages, images - first);
         const float* xs = x + first * xImage;
         const float* kv = context ? context + first * kvImage : xs;
         const std::int64_t stride = a.imageFloats();
-        linearRows(pool, count, N, C, C, xs, xImage, wt.wq, wt.bq, nullptr, 1.0f, a.q(0), stride);
-        linearRows(pool, count, M, Ckv, C, kv, kvImage, wt.wk, wt.bk, nullptr, 1.0f, a.k(0), stride);
-        linearRows(pool, count, M, Ckv, C, kv, kvImage, wt.wv, wt.bv, nullptr, 1.0f, a.v(0), stride);
+        linearRows(pool, count, N, C, I, xs, xImage, wt.wq, wt.bq, nullptr, 1.0f, a.q(0), stride);
+        linearRows(pool, count, M, Ckv, I, kv, kvImage, wt.wk, wt.bk, nullptr, 1.0f, a.k(0), stride);
+        linearRows(pool, count, M, Ckv, I, kv, kvImage, wt.wv, wt.bv, nullptr, 1.0f, a.v(0), stride);
         attendHeads(pool, count, a);
-        linearRows(pool, count, N, C, C, a.o(0), stride, wt.wo, wt.bo, residual ? residual + first * xImage : nullptr,
+        linearRows(pool, count, N, I, C, a.o(0), stride, wt.wo, wt.bo, residual ? residual + first * xImage : nullptr,
                    outScale, y + first * xImage, xImage);
     }
 }

@@ -1,4 +1,4 @@
-// cpu::groupNorm and cpu::layerNorm: statistics in double (core/cpu/CpuOps.h).
+// cpu::groupNorm, cpu::layerNorm and cpu::rmsNorm: statistics in double (core/cpu/CpuOps.h).
 #include <cmath>
 
 #include "core/cpu/CpuOps.h"
@@ -87,6 +87,20 @@ void layerNorm(WorkerPool& pool, std::int64_t rows, int channels, float eps, con
         const double inv = 1.0 / std::sqrt(sq / channels + double(eps));
         float* out = y + row * channels;
         for (int c = 0; c < channels; ++c) out[c] = static_cast<float>((v[c] - mean) * inv) * gamma[c] + beta[c];
+    });
+}
+
+void rmsNorm(WorkerPool& pool, std::int64_t rows, int channels, float eps, const float* x, const float* weight,
+             float* y) {
+    // transformers models/t5/modeling_t5.py T5LayerNorm: the mean square (no mean subtracted) in
+    // float32 there, in double here; x * rsqrt(ms + eps), then * weight.
+    pool.parallelFor(rows, [&](std::int64_t row) {
+        const float* v = x + row * channels;
+        double sq = 0;
+        for (int c = 0; c < channels; ++c) sq += double(v[c]) * v[c];
+        const double inv = 1.0 / std::sqrt(sq / channels + double(eps));
+        float* out = y + row * channels;
+        for (int c = 0; c < channels; ++c) out[c] = static_cast<float>(v[c] * inv) * weight[c];
     });
 }
 

@@ -1,5 +1,6 @@
 // CLIP's token embedding and EOS pooling on the CPU (core/cpu/CpuOps.h; transformers
-// models/clip/modeling_clip.py, CLIPTextEmbeddings and CLIPTextTransformer.forward).
+// models/clip/modeling_clip.py, CLIPTextEmbeddings and CLIPTextTransformer.forward), and T5's
+// embedding without positions (models/t5/modeling_t5.py, T5Stack's embed_tokens).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -25,8 +26,12 @@ void tokenEmbedding(WorkerPool& pool, int batch, int tokens, int channels, std::
     checkTokenIds(batch, tokens, vocab, ids);
     pool.parallelFor(rows, [&](std::int64_t r) {
         const float* t = table + static_cast<std::int64_t>(ids[r]) * channels;
-        const float* p = positions + (r % tokens) * channels;
         float* out = y + r * channels;
+        if (!positions) {
+            std::copy(t, t + channels, out);
+            return;
+        }
+        const float* p = positions + (r % tokens) * channels;
         for (int c = 0; c < channels; ++c) out[c] = t[c] + p[c];
     });
 }
