@@ -145,6 +145,9 @@ OpenedTransformer openTransformer(const std::string& path) {
         if (!readableDtype(e->dtype))
             throw ModelError(at + " has dtype " + e->dtype +
                              "; FLUX.1 weights must be F32, F16, BF16, F8_E4M3 or F8_E5M2");
+        if (file.pickle() && isFp8Dtype(e->dtype))  // the restricted pickle reader upcasts no 8-bit floats
+            throw ModelError(at + " has dtype " + e->dtype +
+                             " in a PyTorch checkpoint; fp8 weights are read from .safetensors files");
         o.bound.emplace_back(name, e);
         o.bytes += e->bytes;
     }
