@@ -445,6 +445,8 @@ private slots:
                                  << "tensor 'txt_in.weight' (F8_E4M3) holds a non-finite value (NaN) at element 5";
         QTest::newRow("no head") << "no head"
                                  << "no tensor 'img_in.weight'";
+        QTest::newRow("no width") << "no width"
+                                  << "head count 0 is outside 1..256";
     }
     void transformerRefusals() {
         QFETCH(QString, case_);
@@ -471,6 +473,10 @@ private slots:
                 t["txt_in.weight"] = {SafetensorsDtype::F8_E4M3, {128, 32}, bytes};
             }
             if (k == "no head") t.erase("img_in.weight");
+            if (k == "no width") {
+                t["img_in.weight"] = f32({0, 64});
+                t["img_in.bias"] = f32({0});
+            }
         });
         const std::string error = errorOf([&] { (void)load(p, aeFile()); });
         qInfo("%s", error.c_str());

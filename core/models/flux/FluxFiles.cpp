@@ -83,6 +83,7 @@ void checkBounds(const FluxConfig& c, const std::string& where) {
             throw ModelError(where + ": " + what + " " + std::to_string(value) + " is outside 1.." +
                              std::to_string(high) + " (" + flux + ")");
     };
+    check(c.heads, bounds::kMaxHeads, "head count", "FLUX.1 has 24 of 128 channels");
     check(std::max(c.layers, c.singleLayers), bounds::kMaxBlocks, "block count", "FLUX.1 has 19 double and 38 single");
     check(c.jointAttentionDim, bounds::kMaxTextDim, "txt_in's width", "T5-XXL's 4096 in FLUX.1");
     check(c.pooledProjectionDim, bounds::kMaxTextDim, "vector_in's width", "CLIP-L's 768 in FLUX.1");
