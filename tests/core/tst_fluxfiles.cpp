@@ -418,6 +418,25 @@ private slots:
         for (const auto& name : m.info.ignored) QVERIFY2(name.starts_with("vae."), name.c_str());
     }
 
+    // The run record's words for each way a file can be read.
+    void readingDescriptions() {
+        WeightsReading plain;
+        plain.storedDtypes = {{"BF16", 3}};
+        QCOMPARE(plain.describe(), std::string("3 tensors: 3 BF16"));
+        WeightsReading cast = plain;
+        cast.storedDtypes["F8_E4M3"] = 2;
+        cast.fp8 = {"a.weight", "b.weight"};
+        QCOMPARE(cast.describe(), std::string("5 tensors: 3 BF16, 2 F8_E4M3; 2 fp8 tensors upcast as stored"));
+        WeightsReading scaled = cast;
+        scaled.scaled = {"a.weight"};
+        scaled.scaledFp8 = true;
+        scaled.markerDtype = "F32";
+        scaled.scaleInputsIgnored = 1;
+        QCOMPARE(scaled.describe(),
+                 std::string("5 tensors: 3 BF16, 2 F8_E4M3; 2 fp8 tensors, 1 multiplied by their "
+                             "scale_weight (ComfyUI scaled fp8, marker F32); 1 scale_input ignored"));
+    }
+
     // ---- refusals of transformer files ----
 
     void transformerRefusals_data() {

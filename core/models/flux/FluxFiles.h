@@ -49,10 +49,10 @@ VaeConfig fluxVaeConfig();
 // What the transformer file's header tells; no tensor data read but the scaled-fp8 scales.
 struct FluxSingleFileInfo {
     std::string path;
-    std::string prefix;     // "" or "model.diffusion_model."
-    FluxConfig config;      // from the tensors' shapes (FluxConfig.h fluxConfigFromShapes)
-    std::string vaePrefix;  // "vae." when the file also holds the VAE (ComfyUI all-in-one), else ""
-    bool hasVae = false;
+    std::string prefix;                // "" or "model.diffusion_model."
+    FluxConfig config;                 // from the tensors' shapes (FluxConfig.h fluxConfigFromShapes)
+    bool hasVae = false;               // the file also holds ae.safetensors' names (a ComfyUI all-in-one file)
+    std::string vaePrefix;             // ... under this prefix ("vae." in ComfyUI's files)
     std::vector<std::string> ignored;  // tensors outside the transformer (the VAE, text encoders, ...)
 };
 
@@ -85,7 +85,8 @@ struct FluxFilesModel {
 // both checked before either is read, into a FluxModel named after the transformer file. Throws
 // ModelError naming the file and what is wrong: no VAE ("...: no VAE; give --vae ae.safetensors
 // (the 16-channel FLUX.1 VAE)"), a VAE of other latent channels (an SD VAE's 4), a missing or
-// misshapen tensor, a non-finite value. clip and t5 are kept in `files` unread.
+// misshapen tensor, a non-finite value, more weights than this process can hold as float32 (the
+// check comes before any is read). clip and t5 are kept in `files` unread.
 FluxFilesModel loadFluxFiles(const FluxFiles& files, const FluxFilesOptions& options = {});
 
 }  // namespace tessera
