@@ -623,6 +623,8 @@ private slots:
         QCOMPARE(m.files.clip, std::string("clip_l.safetensors"));
         QCOMPARE(m.files.t5, std::string("t5xxl.safetensors"));
         QCOMPARE(m.vaePrefix, std::string("vae."));
+        QCOMPARE(m.vaePart.tensors, fluxFixtureVae().tensors().size());
+        QCOMPARE(m.vaePart.storedDtypes.at("F32"), m.vaePart.tensors);
         QCOMPARE(m.model->sha256.size(), std::size_t{64});
         QVERIFY(m.vaeSha256.empty());  // the same file
         for (const auto& [name, v] : fluxFixtureVae().tensors())

@@ -263,7 +263,7 @@ FluxFilesModel loadFluxFiles(const FluxFiles& files, const FluxFilesOptions& opt
     checkLatentChannels(*vaeFile, prefix, options.vae, vaeWhere, t.info.config);
     const SingleFilePlan vaePlan = ldmVaePlan(prefix, options.vae);
     try {
-        (void)checkPlan(*vaeFile, vaePlan, vaeWhere);
+        loaded.vaePart = checkPlan(*vaeFile, vaePlan, vaeWhere);
         if (ownVae) (void)unusedTensors(*vaeFile, {vaePlan}, vaeWhere);
     } catch (const ModelError& e) {
         throw ModelError(vaeWhere + ": does not fit the FLUX.1 VAE (" + describeVaeSizes(options.vae) +

@@ -74,11 +74,12 @@ struct FluxFilesOptions {
 // A FLUX.1 model loaded from files, and how, for the run record.
 struct FluxFilesModel {
     std::shared_ptr<const FluxModel> model;
-    FluxFiles files;             // as given, `vae` set to the file the VAE was read from
-    FluxSingleFileInfo info;     // the transformer file
-    WeightsReading transformer;  // its tensors' dtypes, which were fp8 and how they were read
-    std::string vaePrefix;       // the VAE's names in its file: "" (ae.safetensors) or "vae."
-    std::string vaeSha256;       // of a separate VAE file; "" for an all-in-one or when skipped
+    FluxFiles files;              // as given, `vae` set to the file the VAE was read from
+    FluxSingleFileInfo info;      // the transformer file
+    WeightsReading transformer;   // its tensors' dtypes, which were fp8 and how they were read
+    std::string vaePrefix;        // the VAE's names in its file: "" (ae.safetensors) or "vae."
+    SingleFileComponent vaePart;  // the VAE's parameters, tensors read and their stored dtypes
+    std::string vaeSha256;        // of a separate VAE file; "" for an all-in-one or when skipped
 };
 
 // Loads the transformer and the VAE (files.vae, else the transformer file's own "vae." tensors),
