@@ -152,6 +152,23 @@ std::uint16_t floatToBfloat16(float value) {
     return static_cast<std::uint16_t>(rounded >> 16);
 }
 
+// float8_e4m3fn (the OCP 8-bit float spec's E4M3, as torch and safetensors name it): a normal value
+// is 2^(e - 7) (1 + m / 8), a subnormal 2^-6 (m / 8); the one all-ones pattern per sign is NaN.
+float float8E4M3ToFloat(std::uint8_t bits) {
+    const std::uint32_t exponent = (bits >> 3) & 0xfu, mantissa = bits & 0x7u;
+    float magnitude = 0.0f;
+    if (exponent == 15 && mantissa == 7)
+        magnitude = std::numeric_limits<float>::quiet_NaN();
+    else if (exponent == 0)
+        magnitude = std::ldexp(static_cast<float>(mantissa), -9);
+    else
+        magnitude = std::bit_cast<float>(((exponent + 120u) << 23) | (mantissa << 20));
+    return (bits & 0x80u) ? -magnitude : magnitude;
+}
+
+// float8_e5m2 has half's sign and exponent and its top two mantissa bits: a half with a zero low byte.
+float float8E5M2ToFloat(std::uint8_t bits) { return halfToFloat(static_cast<std::uint16_t>(bits << 8)); }
+
 std::vector<std::byte> encodeFloats(SafetensorsDtype dtype, std::span<const float> values) {
     std::vector<std::byte> bytes;
     if (dtype == SafetensorsDtype::F32) {
@@ -450,13 +467,36 @@ std::vector<float> SafetensorsFile::readFloat32(const SafetensorsTensorInfo& inf
         throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + ": elements " + std::to_string(first) +
                                ".." + std::to_string(first + count) + " are outside its " + std::to_string(numel));
     if (info.dtype != SafetensorsDtype::F32 && info.dtype != SafetensorsDtype::F16 &&
-        info.dtype != SafetensorsDtype::BF16)
+        info.dtype != SafetensorsDtype::BF16 && info.dtype != SafetensorsDtype::F8_E4M3 &&
+        info.dtype != SafetensorsDtype::F8_E5M2)
         throw SafetensorsError(path_ + ": tensor " + inQuotes(info.name) + " has dtype " +
-                               std::string(toString(info.dtype)) + "; only F32, F16 and BF16 can be read as float32");
+                               std::string(toString(info.dtype)) +
+                               "; only F32, F16, BF16, F8_E4M3 and F8_E5M2 can be read as float32");
     std::vector<float> values(count);
     const std::uint64_t start = dataOffset_ + info.begin;
     if (info.dtype == SafetensorsDtype::F32) {
         readExactly(start + first * sizeof(float), std::as_writable_bytes(std::span(values)));
+        return values;
+    }
+    if (info.dtype == SafetensorsDtype::F8_E4M3 || info.dtype == SafetensorsDtype::F8_E5M2) {
+        // fp8 checkpoints (ComfyUI's, Kijai's flux-fp8) are read by a 256-entry table per format.
+        static const auto kTables = [] {
+            std::array<std::array<float, 256>, 2> t{};
+            for (std::uint32_t bits = 0; bits < 256; ++bits) {
+                t[0][bits] = float8E4M3ToFloat(static_cast<std::uint8_t>(bits));
+                t[1][bits] = float8E5M2ToFloat(static_cast<std::uint8_t>(bits));
+            }
+            return t;
+        }();
+        const auto& table = kTables[info.dtype == SafetensorsDtype::F8_E4M3 ? 0 : 1];
+        std::vector<std::uint8_t> stored(std::min(count, kConvertElements));
+        for (std::size_t done = 0; done < count;) {
+            const auto piece = std::span(stored).first(std::min(stored.size(), count - done));
+            readExactly(start + first + done, std::as_writable_bytes(piece));
+            float* out = values.data() + done;
+            for (std::size_t i = 0; i < piece.size(); ++i) out[i] = table[piece[i]];
+            done += piece.size();
+        }
         return values;
     }
     // Every half value's float, once per process (256 KiB): a lookup beats the branches of

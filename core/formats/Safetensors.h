@@ -31,8 +31,8 @@ namespace tessera {
 
 class BoundedFile;  // core/base/BoundedInput.h
 
-// Every dtype the format defines (safetensors/src/tensor.rs Dtype). Only F32, F16 and BF16 can be
-// read as float32.
+// Every dtype the format defines (safetensors/src/tensor.rs Dtype). F32, F16, BF16 and the two
+// 8-bit floats F8_E4M3 and F8_E5M2 can be read as float32.
 enum class SafetensorsDtype {
     BOOL,
     U8,
@@ -132,8 +132,9 @@ public:
     // `consume` returns false. Returns true once every byte was handed over.
     bool readFileInChunks(const std::function<bool(std::span<const std::byte>)>& consume) const;
 
-    // The tensor upcast to float32 (F32, F16, BF16). Throws SafetensorsError naming the
-    // file, the tensor and its dtype for a missing tensor or any other dtype.
+    // The tensor upcast to float32 (F32, F16, BF16, F8_E4M3, F8_E5M2: every value exact, an 8-bit
+    // float's NaN patterns NaN). Throws SafetensorsError naming the file, the tensor and its dtype
+    // for a missing tensor or any other dtype.
     std::vector<float> readFloat32(const std::string& name) const;
     std::vector<float> readFloat32(const SafetensorsTensorInfo&) const;
     // `count` elements from element `first` on (row-major), upcast the same way: a row block of
@@ -175,6 +176,11 @@ float halfToFloat(std::uint16_t bits);
 std::uint16_t floatToHalf(float value);
 float bfloat16ToFloat(std::uint16_t bits);
 std::uint16_t floatToBfloat16(float value);
+// The 8-bit floats (torch float8_e4m3fn: sign, 4 exponent bits of bias 7, 3 mantissa bits, no
+// infinity, S.1111.111 NaN, 448 the largest; float8_e5m2: the top byte of a half, bias 15, with
+// infinities and NaNs), exactly, subnormals included.
+float float8E4M3ToFloat(std::uint8_t bits);
+float float8E5M2ToFloat(std::uint8_t bits);
 
 // "[256, 128, 3, 3]" — the format used in every shape message.
 std::string shapeToString(std::span<const std::int64_t>);

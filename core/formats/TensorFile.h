@@ -95,9 +95,10 @@ public:
     const TensorFileEntry* find(const std::string& name) const;
     bool has(const std::string& name) const { return find(name) != nullptr; }
 
-    // The tensor as float32 (F32, F16, BF16; a checkpoint's F64 too): `count` elements from element
-    // `first` on (row-major), or the whole tensor. Throws TensorFileError naming the file and the
-    // tensor for another dtype or a range outside it, or when the file changed.
+    // The tensor as float32 (F32, F16, BF16; a safetensors file's F8_E4M3 and F8_E5M2; a
+    // checkpoint's F64): `count` elements from element `first` on (row-major), or the whole tensor.
+    // Throws TensorFileError naming the file and the tensor for another dtype or a range outside
+    // it, or when the file changed.
     std::vector<float> readFloat32(const TensorFileEntry& entry, std::size_t first, std::size_t count) const;
     std::vector<float> readFloat32(const TensorFileEntry& entry) const;
     // The whole file from its first byte, in order, handed to `consume` in chunks of at most 4 MiB
