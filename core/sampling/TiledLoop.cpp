@@ -870,11 +870,27 @@ RunResult TiledLoop::runFlux(const RunConfig& config, RunObserver& observer, Til
     if (!hasInitImage() && !config.initImage.empty())
         throw ValidationError("init", "init: '" + config.initImage +
                                           "' was not loaded; the front end must decode it and call setInitImage");
-    if (!fluxConditioning_)
-        throw ValidationError("prompt",
-                              "prompt: no text encoding for this FLUX.1 run (its T5-XXL and CLIP-L encoders are not "
-                              "part of the model folders Tessera reads yet)");
-    const FluxConditioning& text = *fluxConditioning_;
+    if (!fluxConditioning_ && !flux->hasTextEncoders())
+        throw ValidationError("prompt", "prompt: " + flux->name +
+                                            " has no text encoders (CLIP-L and T5-XXL) and the run was given no "
+                                            "text encoding; give a FLUX.1 folder with text_encoder/ and "
+                                            "text_encoder_2/");
+    TextEncodeRecord textRecord;
+    std::vector<std::string> textMessages;
+    FluxConditioning encoded;
+    if (!fluxConditioning_) {
+        const auto textStart = Clock::now();
+        encoded = encodeFluxPrompt(*flux, device.textBackend(), config.prompt, static_cast<float>(config.guidance));
+        textRecord.ms = msSince(textStart);
+        textRecord.rowsRun = 2;
+        textMessages.push_back("text: CLIP-L's pooled output and T5's " + std::to_string(encoded.tokens) +
+                               " token states on the text backend (float32), " + formatNumber(textRecord.ms) + " ms");
+    }
+    if (!config.negativePrompt.empty())
+        textMessages.push_back(
+            "negative_prompt: not used: FLUX.1 is guidance-distilled (one evaluation per step, no unconditional "
+            "branch)");
+    const FluxConditioning& text = fluxConditioning_ ? *fluxConditioning_ : encoded;
     checkFluxConditioning(text, fc);
 
     if (denoiser_ && denoiser_->owner.get() != static_cast<const void*>(flux.get())) ++modelGeneration_;
@@ -910,6 +926,8 @@ RunResult TiledLoop::runFlux(const RunConfig& config, RunObserver& observer, Til
         (fc.guidanceEmbeds ? std::string("from the tile's tokens (each tile is an image of its size to the model)")
                            : std::string("none")) +
         ", position ids per tile");
+    for (std::string& m : textMessages) job.messages.push_back(std::move(m));
+    if (!fluxConditioning_) job.textEncode = textRecord;
     job.preview = fluxLatentPreview;
     job.pixelScale = FluxModel::kVaeScale;
     ImageTensor initLatents;

@@ -14,12 +14,42 @@
 #include "core/cpu/CpuEngine.h"
 #include "core/formats/Safetensors.h"
 #include "core/models/flux/FluxModel.h"
+#include "core/models/sd/SdModel.h"
 
 using namespace tessera;
 
 namespace {
 
 const std::string kFixtures = std::string(TESSERA_TEST_DATA) + "/flux";
+const std::string kVocabulary = TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
+
+// The fixture transformer with random text encoders of its widths: CLIP 40 wide (its pooled input),
+// T5 48 wide (its context) with the tiny SentencePiece model of tests/data/t5.
+std::shared_ptr<FluxModel> withTextEncoders(int t5Width = 48) {
+    auto m = std::make_shared<FluxModel>(*loadFluxModel(kFixtures));
+    ClipTextConfig clip;
+    clip.hiddenSize = 40;
+    clip.intermediateSize = 64;
+    clip.numHiddenLayers = 2;
+    clip.numAttentionHeads = 4;
+    clip.projectionDim = 40;
+    auto t5Tokenizer = std::make_shared<const T5Tokenizer>(std::string(TESSERA_TEST_DATA) + "/t5/spiece.model");
+    T5Config t5;
+    t5.vocabSize = t5Tokenizer->vocabSize();
+    t5.dModel = t5Width;
+    t5.dKv = 8;
+    t5.numHeads = 3;
+    t5.dFf = 40;
+    t5.numLayers = 2;
+    setFluxTextEncoders(
+        *m,
+        std::make_shared<const ClipTextModel>(
+            ClipTextModel::fromTensors(clip, randomTensors(ClipTextModel::expectedTensors(clip), 3))),
+        bundledTokenizer(SdFamily::SD1),
+        std::make_shared<const T5Model>(T5Model::fromTensors(t5, randomTensors(T5Model::expectedTensors(t5), 4))),
+        t5Tokenizer, "test");
+    return m;
+}
 
 class Silent : public RunObserver {};
 
@@ -84,6 +114,8 @@ class TestFluxPipeline : public QObject {
     Q_OBJECT
 
 private slots:
+    void initTestCase() { setBundledClipVocabulary(kVocabulary); }
+
     void folderIsFlux() {
         QVERIFY(isFluxModelPath(kFixtures));
         QVERIFY(!isFluxModelPath(std::string(TESSERA_TEST_DATA) + "/sdpipeline/sd1"));
@@ -135,12 +167,60 @@ private slots:
         QVERIFY(apart > 1e-4);  // tiling changes what each token attends to
     }
 
+    // A prompt through the model's text encoders: the same image as the encodings computed apart
+    // and given to the run; the record says what ran.
+    void promptThroughTextEncoders() {
+        const auto m = withTextEncoders();
+        QCOMPARE(m->textTokens(), 512);
+        const SafetensorsFile file(kFixtures + "/pipeline_t2i.safetensors");
+        RunConfig config = fixtureConfig();
+        config.prompt = "a lighthouse on a cliff at dusk";
+        config.negativePrompt = "fog";
+        config.guidance = 4.0;
+        Silent observer;
+        CpuEngine engine(std::make_unique<CpuBackend>(2));
+        engine.setFluxModel(m);
+        engine.setStartNoise(startNoise(file));
+        const RunResult fromPrompt = engine.run(config, observer);
+        QCOMPARE(std::string(toString(fromPrompt.record.status)), std::string("finished"));
+        bool said = false, negative = false;
+        for (const std::string& msg : fromPrompt.record.messages) {
+            said = said || msg.find("T5's 512 token states") != std::string::npos;
+            negative = negative || msg.find("negative_prompt: not used") == 0;
+        }
+        QVERIFY(said && negative);
+        CpuBackend text(2);
+        const FluxConditioning c = encodeFluxPrompt(*m, text, config.prompt, 4.0f);
+        QCOMPARE(c.tokens, 512);
+        QCOMPARE(c.pooled.size(), std::size_t{40});
+        QCOMPARE(c.text.size(), std::size_t{512 * 48});
+        engine.setFluxConditioning(c);
+        const RunResult given = engine.run(config, observer);
+        QVERIFY(given.latents.data == fromPrompt.latents.data);
+        // Another prompt or guidance is another image.
+        engine.setFluxConditioning(std::nullopt);
+        config.guidance = 1.0;
+        const RunResult other = engine.run(config, observer);
+        QVERIFY(other.latents.data != fromPrompt.latents.data);
+    }
+
+    void textEncoderRefusals() {
+        std::string what = errorOf([] { withTextEncoders(64); });
+        QVERIFY2(what.find("the T5 encoder is 64 wide; the transformer reads 48") != std::string::npos, what.c_str());
+        auto m = std::make_shared<FluxModel>(*model());
+        what = errorOf([&] {
+            setFluxTextEncoders(*m, withTextEncoders()->clip, bundledTokenizer(SdFamily::SD1), nullptr, nullptr,
+                                "half");
+        });
+        QVERIFY2(what.find("half: no T5 text encoder") != std::string::npos, what.c_str());
+    }
+
     void refusals() {
         const SafetensorsFile file(kFixtures + "/pipeline_t2i.safetensors");
         CpuEngine engine(std::make_unique<CpuBackend>(2));
         Silent observer;
         RunConfig config = fixtureConfig();
-        QVERIFY(errorOf([&] { engine.run(config, observer); }).find("no text encoding") != std::string::npos);
+        QVERIFY(errorOf([&] { engine.run(config, observer); }).find("has no text encoders") != std::string::npos);
         engine.setFluxConditioning(fixtureText(file));
         config.width = 88;
         std::string what = errorOf([&] { engine.run(config, observer); });

@@ -8,6 +8,7 @@
 
 #include "core/base/ValidationError.h"
 #include "core/models/flux/FluxWeights.h"
+#include "core/models/sd/SdModel.h"  // bundledTokenizer: FLUX.1's CLIP-L tokenizer is SD 1.x's
 
 namespace tessera {
 
@@ -96,7 +97,72 @@ std::shared_ptr<const FluxModel> loadFluxModel(const std::string& path, LoadMete
                                fs::path(path).filename().string());
     auto owned = std::const_pointer_cast<FluxModel>(model);
     owned->sha256 = sha;
+    // diffusers' FluxPipeline components: text_encoder/ (CLIPTextModel), text_encoder_2/
+    // (T5EncoderModel), tokenizer_2/spiece.model; the CLIP tokenizer is CLIP-L's (bundled).
+    const fs::path root(path);
+    std::error_code ec;
+    std::shared_ptr<const ClipTextModel> clip;
+    std::shared_ptr<const T5Model> t5;
+    std::shared_ptr<const T5Tokenizer> t5Tokenizer;
+    if (fs::is_directory(root / "text_encoder", ec))
+        clip = std::make_shared<const ClipTextModel>(ClipTextModel::load(root / "text_encoder", meter));
+    if (fs::is_directory(root / "text_encoder_2", ec)) {
+        t5 = std::make_shared<const T5Model>(T5Model::load(root / "text_encoder_2", meter));
+        const fs::path spiece = root / "tokenizer_2" / "spiece.model";
+        if (!fs::exists(spiece, ec))
+            throw ModelError(spiece.string() +
+                             ": not found; the T5 encoder's SentencePiece model is needed to "
+                             "tokenize prompts (diffusers keeps it in tokenizer_2/)");
+        t5Tokenizer = std::make_shared<const T5Tokenizer>(spiece);
+    }
+    setFluxTextEncoders(*owned, clip, clip ? bundledTokenizer(SdFamily::SD1) : nullptr, t5, t5Tokenizer, path);
     return model;
+}
+
+void setFluxTextEncoders(FluxModel& model, std::shared_ptr<const ClipTextModel> clip,
+                         std::shared_ptr<const ClipTokenizer> clipTokenizer, std::shared_ptr<const T5Model> t5,
+                         std::shared_ptr<const T5Tokenizer> t5Tokenizer, const std::string& where) {
+    if (!clip && !t5) return;
+    if (!clip || !clipTokenizer)
+        throw ModelError(where +
+                         ": no CLIP-L text encoder (text_encoder/, clip_l.safetensors) beside T5; FLUX.1 "
+                         "reads CLIP's pooled output");
+    if (!t5 || !t5Tokenizer)
+        throw ModelError(where +
+                         ": no T5 text encoder (text_encoder_2/ with tokenizer_2/spiece.model, "
+                         "t5xxl_fp16.safetensors) beside CLIP-L; FLUX.1 reads T5-XXL's token states");
+    if (t5->config().dModel != model.config.jointAttentionDim)
+        throw ModelError(where + ": the T5 encoder is " + std::to_string(t5->config().dModel) +
+                         " wide; the transformer reads " + std::to_string(model.config.jointAttentionDim) +
+                         " (FLUX.1 takes T5 v1.1 XXL: 4096)");
+    if (clip->config().hiddenSize != model.config.pooledProjectionDim)
+        throw ModelError(where + ": the CLIP text encoder is " + std::to_string(clip->config().hiddenSize) +
+                         " wide; the transformer reads a pooled output of " +
+                         std::to_string(model.config.pooledProjectionDim) + " (FLUX.1 takes CLIP-L: 768)");
+    if (t5Tokenizer->vocabSize() > t5->config().vocabSize)
+        throw ModelError(where + ": the T5 tokenizer has " + std::to_string(t5Tokenizer->vocabSize()) +
+                         " ids; the encoder's table " + std::to_string(t5->config().vocabSize));
+    model.clip = std::move(clip);
+    model.clipTokenizer = std::move(clipTokenizer);
+    model.t5 = std::move(t5);
+    model.t5Tokenizer = std::move(t5Tokenizer);
+}
+
+FluxConditioning encodeFluxPrompt(const FluxModel& model, Backend& backend, const std::string& prompt, float guidance) {
+    if (!model.hasTextEncoders())
+        throw ValidationError("model", "model: " + model.name +
+                                           " has no text encoders (CLIP-L and T5-XXL); give a FLUX.1 folder with "
+                                           "text_encoder/ and text_encoder_2/");
+    FluxConditioning c;
+    std::vector<std::int32_t> clipIds = model.clipTokenizer->encode(prompt);
+    if (clipIds.size() > 75) clipIds.resize(75);  // diffusers' CLIPTokenizer(truncation=True, max_length=77)
+    const auto framed = model.clipTokenizer->frame(clipIds);
+    c.pooled = model.clip->encode(backend, framed, 1).pooled;
+    const std::vector<std::int32_t> t5Ids = model.t5Tokenizer->encode(prompt, model.textTokens());
+    c.text = model.t5->encode(backend, t5Ids, 1);
+    c.tokens = model.textTokens();
+    c.guidance = guidance;
+    return c;
 }
 
 RunConfig checkFluxRun(const RunConfig& config, const FluxModel& model) {

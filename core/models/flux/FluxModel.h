@@ -10,9 +10,14 @@
 
 #include "core/base/LoadProgress.h"
 #include "core/formats/ModelWeights.h"
+#include "core/graph/Backend.h"
+#include "core/models/clip/ClipTextModel.h"
 #include "core/models/flux/FluxConfig.h"
+#include "core/models/t5/T5Model.h"
 #include "core/models/vae/VaeModel.h"
 #include "core/run/RunConfig.h"
+#include "core/text/ClipTokenizer.h"
+#include "core/text/T5Tokenizer.h"
 
 namespace tessera {
 
@@ -22,6 +27,16 @@ struct FluxModel {
     std::shared_ptr<const VaeModel> vae;
     std::string name;    // the folder's name, for records
     std::string sha256;  // of the transformer's weights
+    // The text encoders (all four, or none: a run then needs its encodings given): CLIP-L for its
+    // pooled output, T5 v1.1 XXL for the token states.
+    std::shared_ptr<const ClipTextModel> clip;
+    std::shared_ptr<const ClipTokenizer> clipTokenizer;
+    std::shared_ptr<const T5Model> t5;
+    std::shared_ptr<const T5Tokenizer> t5Tokenizer;
+    bool hasTextEncoders() const { return clip && t5; }
+    // T5 tokens a prompt is framed to: 512 for dev, 256 for schnell (black-forest-labs/flux
+    // cli.py load_t5(max_length=256 if schnell else 512); diffusers' docs say the same for schnell).
+    int textTokens() const { return config.guidanceEmbeds ? 512 : 256; }
 
     static constexpr int kVaeScale = 8;    // image pixels per latent pixel
     static constexpr int kPixelUnit = 16;  // image pixels per token (8 x the 2 x 2 patch)
@@ -42,6 +57,14 @@ std::shared_ptr<const FluxModel> loadFluxModel(const std::string& path, LoadMete
 std::shared_ptr<const FluxModel> makeFluxModel(FluxConfig config, std::map<std::string, HostTensor> tensors,
                                                std::shared_ptr<const VaeModel> vae, std::string name);
 
+// The text encoders of a FLUX model: CLIP and T5 with their tokenizers. Throws ModelError when one
+// is missing ("...: no T5 text encoder (text_encoder_2/, t5xxl_fp16.safetensors) beside CLIP-L"),
+// or when a width does not fit the transformer (a T5 of another size: "the T5 encoder is 1024 wide;
+// the transformer reads 4096 (T5 v1.1 XXL)"; CLIP's hidden size against pooled_projection_dim).
+void setFluxTextEncoders(FluxModel& model, std::shared_ptr<const ClipTextModel> clip,
+                         std::shared_ptr<const ClipTokenizer> clipTokenizer, std::shared_ptr<const T5Model> t5,
+                         std::shared_ptr<const T5Tokenizer> t5Tokenizer, const std::string& where);
+
 // validate(config) for this model, then FLUX's own: width, height, tile and overlap multiples of
 // 16 px (a token is 2 x 2 latent pixels, so overlapping tiles share one patch grid). Returns the
 // latent canvas's sizes (width, height, tile, overlap divided by 8). ValidationError names the field.
@@ -57,6 +80,14 @@ struct FluxConditioning {
 };
 // Throws ValidationError("prompt") when the sizes do not fit the model.
 void checkFluxConditioning(const FluxConditioning& c, const FluxConfig& config);
+
+// The prompt through the model's text encoders on `backend` (FluxPipeline.encode_prompt): CLIP-L's
+// pooled output of the first 75 tokens (framed to 77: its attention is causal, so the padding
+// after EOS cannot reach the pooled EOS state), T5's states of the prompt framed to
+// textTokens() (EOS, then padding, unmasked as in every FLUX pipeline), and `guidance`. Throws
+// ValidationError("model") when the model has no text encoders, ValidationError("prompt") for
+// a prompt the tokenizers refuse.
+FluxConditioning encodeFluxPrompt(const FluxModel& model, Backend& backend, const std::string& prompt, float guidance);
 
 // FLUX's latent scaling around its VAE (diffusers pipeline_flux.py before vae.decode:
 // latents / scaling_factor + shift_factor; pipeline_flux_img2img.py after encode:
