@@ -191,6 +191,7 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"label", "", "the run's name in the history, not a generation setting"},
         {"tuning_cache", "", "a path on this machine; the manifest records the tuning digest"},
         {"embeddings_dir", "", "a path on this machine; the prompt names the embeddings and \"TI hashes\" their files"},
+        {"text_encoder", "", "files on this machine; the model's name and hash identify the run's weights"},
     };
     return coverage;
 }

@@ -241,6 +241,18 @@ void checkScheduler(Problems& problems, const RunConfig& config) {
                                             "scheduler");
 }
 
+// The text encoder files: a bounded list of non-empty paths or names.
+void checkTextEncoders(Problems& problems, const RunConfig& config) {
+    if (config.textEncoders.size() > kMaxTextEncoders)
+        problems.add("text_encoder", std::to_string(config.textEncoders.size()) +
+                                         " text encoder files are not allowed; at most " +
+                                         std::to_string(kMaxTextEncoders) + " (FLUX.1 reads CLIP-L and T5)");
+    for (const std::string& file : config.textEncoders) {
+        if (file.empty()) problems.add("text_encoder", "an empty text encoder path or name is not allowed");
+        checkText(problems, "text_encoder", file, input_limits::kPathChars, "a text encoder path or name");
+    }
+}
+
 // The LoRAs besides the prompt's tags: a bounded list of named files with finite multipliers (a
 // JSON reader or a front end may hand over anything).
 void checkLoras(Problems& problems, const RunConfig& config) {
@@ -400,6 +412,7 @@ std::vector<ValidationError> validateAll(const RunConfig& config, const ModelLim
         problems.add("upscale", formatNumber(config.upscale) + " is not allowed; the upscale factor must be 1 to " +
                                     formatNumber(kMaxUpscale));
     checkScheduler(problems, config);
+    checkTextEncoders(problems, config);
     checkLoras(problems, config);
     checkControlNets(problems, config);
     checkNoise(problems, config);

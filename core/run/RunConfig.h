@@ -125,6 +125,8 @@ struct LoraSetting {
 };
 // The most LoRAs a run's settings name (far beyond the handful users stack).
 inline constexpr std::size_t kMaxLoras = 64;
+// The most text encoder files a run names (FLUX.1 reads two: CLIP-L and T5).
+inline constexpr std::size_t kMaxTextEncoders = 4;
 
 struct RunConfig {
     int width = 256;
@@ -196,6 +198,11 @@ struct RunConfig {
     // diffusers AutoencoderKL folder, used as given, or a name looked up in a models folder's VAE/
     // and vae/ (core/run/VaeFile.h); "" = the model's own VAE.
     std::string vae;
+    // FLUX.1 single files: the text encoders' files (clip_l.safetensors; t5xxl_fp16.safetensors or
+    // an fp8 T5, its spiece.model beside it), each a path or a name looked up in text_encoders/
+    // and clip/ of the models folders; which is which is read from their tensors. Unused with a
+    // diffusers folder as the model (its own text_encoder/ and text_encoder_2/).
+    std::vector<std::string> textEncoders;
     // Stable Diffusion: a folder of textual-inversion embeddings a prompt names by their file names,
     // looked in after the models folders' embeddings/ (core/run/EmbeddingFile.h; A1111's
     // --embeddings-dir); "" = those alone.

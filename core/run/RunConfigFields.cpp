@@ -781,6 +781,26 @@ void addInputFields(std::vector<RunConfigField>& f) {
                          "folder (default: the model's own VAE)",
                          "", "vae-ft-mse-840000-ema-pruned.safetensors"},
                         &C::vae, {input_limits::kPathChars, "a VAE path or name"}, true));
+    {
+        RunConfigField encoders = row({"text_encoder", "text-encoder", "FILE|NAME",
+                                       "FLUX.1 single files: a text encoder file (clip_l.safetensors, a T5-XXL\n"
+                                       "file with its spiece.model beside it), or a NAME looked up in\n"
+                                       "text_encoders/ and clip/ of $TESSERA_MODELS and of the models folder\n"
+                                       "holding --model's file; repeatable (CLIP-L and T5)",
+                                       "", "t5xxl_fp16.safetensors"});
+        encoders.jsonKey = "text_encoders";
+        encoders.write = [](const C& c) { return Json(c.textEncoders); };
+        encoders.read = [](C& c, const Json& v) {
+            if (!v.is_array()) wrongType("text_encoders", v, "an array of file paths or names");
+            c.textEncoders.clear();
+            for (const Json& item : v) c.textEncoders.push_back(readString(item, "text_encoders"));
+        };
+        encoders.parse = [](C& c, const std::string& t) {
+            checkPathText("text_encoder", t, "a text encoder path or name");
+            c.textEncoders.push_back(t);
+        };
+        f.push_back(std::move(encoders));
+    }
     f.push_back(textRow({"embeddings_dir", "embeddings-dir", "DIR",
                          "Stable Diffusion: a folder of textual-inversion embeddings (.safetensors,\n"
                          "A1111's .pt, diffusers' .bin), named in a prompt by their file names; looked\n"

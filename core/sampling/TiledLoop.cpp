@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include "core/base/FormatNumber.h"
+#include "core/models/flux/FluxFiles.h"
 #include "core/models/flux/FluxGraph.h"
+#include "core/models/flux/FluxTextFiles.h"
 #include "core/models/sd/SdPipeline.h"
 #include "core/models/sd/UNetCondGraph.h"
 #include "core/models/unet/UNetGraph.h"
@@ -19,6 +21,8 @@
 #include "core/models/vae/VaeModel.h"
 #include "core/run/NonFiniteError.h"
 #include "core/run/RunRecordIO.h"  // newRunId
+#include "core/run/TextEncoderFile.h"
+#include "core/run/VaeFile.h"
 #include "core/sampling/BlendWindow.h"
 #include "core/sampling/ImageOps.h"
 #include "core/sampling/LatentNoise.h"
@@ -543,7 +547,7 @@ void TiledLoop::setFluxModel(std::shared_ptr<const FluxModel> model) {
 bool TiledLoop::usesFluxModel(const RunConfig& config) const {
     if (fluxPinned_) return true;
     if (sdPinned_ || modelPinned_) return false;
-    return isFluxModelPath(config.model);
+    return isFluxModelPath(config.model) || isFluxSingleFile(config.model);
 }
 
 void TiledLoop::setSdModel(std::shared_ptr<const SdModel> model) {
@@ -841,6 +845,14 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     return result;
 }
 
+namespace {
+
+std::string joinLines(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const std::string& l : lines) out += l + "\n";
+    return out;
+}
+
 // A rough look at FLUX latents while they form: the first three of the 16 channels, scaled to
 // [0, 1]. (The VAE decodes the finished image.)
 ImageTensor fluxLatentPreview(const ImageTensor& latents) {
@@ -851,16 +863,35 @@ ImageTensor fluxLatentPreview(const ImageTensor& latents) {
     return rgb;
 }
 
-RunResult TiledLoop::runFlux(const RunConfig& config, RunObserver& observer, TileDevice& device,
+}  // namespace
+
+RunResult TiledLoop::runFlux(const RunConfig& asked, RunObserver& observer, TileDevice& device,
                              const CancelCheck& cancelled) {
-    (void)cancelled;
     const auto prepareStart = Clock::now();
+    // What runs, as the record and the PNG parameters say it: flow matching's Euler, one
+    // evaluation per step (FLUX.1 has no other sampler and no classifier-free guidance).
+    RunConfig config = asked;
+    config.scheduler = SchedulerKind::Euler;
+    config.cfgScale = 1.0;
     if (!controls_.empty() || !config.controlNets.empty())
         throw ValidationError("controlnet",
                               "controlnet: FLUX.1 ControlNets are not supported; run without --controlnet");
-    if (!fluxPinned_ && (!flux_ || fluxPath_ != config.model)) {
-        flux_ = loadFluxModel(config.model);
-        fluxPath_ = config.model;
+    // A single transformer file comes with its VAE and text encoder files; a folder holds them.
+    const bool singleFile = !fluxPinned_ && isFluxSingleFile(config.model);
+    std::string key = config.model;
+    if (singleFile) key += "\n" + config.vae + "\n" + joinLines(config.textEncoders);
+    if (!fluxPinned_ && (!flux_ || fluxPath_ != key)) {
+        if (singleFile) {
+            const char* variable = std::getenv(kModelsFolderVariable);
+            const std::vector<std::string> folders = modelsFolders(variable ? variable : "", config.model);
+            const std::string vae = config.vae.empty() ? std::string() : findVaeFile(config.vae, folders).path;
+            std::vector<std::string> encoders;
+            for (const std::string& e : config.textEncoders) encoders.push_back(findTextEncoderFile(e, folders).path);
+            flux_ = loadFluxFromFiles(config.model, vae, encoders);
+        } else {
+            flux_ = loadFluxModel(config.model);
+        }
+        fluxPath_ = key;
         ++modelGeneration_;
     }
     const std::shared_ptr<const FluxModel> flux = flux_;

@@ -157,7 +157,7 @@ private:
     RunResult sample(const SamplingJob& job, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled,
                      std::chrono::steady_clock::time_point prepareStart);
     RunResult runSd(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
-    RunResult runFlux(const RunConfig& config, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
+    RunResult runFlux(const RunConfig& asked, RunObserver& observer, TileDevice& device, const CancelCheck& cancelled);
     bool usesFluxModel(const RunConfig& config) const;
     std::shared_ptr<const UNetModel> modelFor(const RunConfig& config);
     // The run's SD model: the pinned one, the cached one, or loaded (reported to `observer`;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,10 +27,14 @@
 #include "core/formats/TensorFile.h"
 #include "core/models/flux/FluxFiles.h"
 #include "core/models/flux/FluxGraph.h"
+#include "core/models/flux/FluxTextFiles.h"
 #include "core/models/flux/FluxWeights.h"
 #include "core/models/sd/LdmNames.h"
+#include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFilePlan.h"
+#include "core/models/t5/T5Model.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/text/T5Tokenizer.h"
 
 using namespace tessera;
 using tessera::testing::errorOf;
@@ -640,6 +645,73 @@ private slots:
         const FluxFilesModel separate = loadFluxFiles({path("aio.safetensors"), aeFile(), "", ""}, o);
         QCOMPARE(separate.files.vae, aeFile());
         QCOMPARE(separate.vaeSha256.size(), std::size_t{64});
+    }
+
+    // A transformer file, ae.safetensors and the text encoders' files (CLIP-L under "text_model.",
+    // T5 under transformers' names with spiece.model beside it), either order: the model's text
+    // encoders hold the files' values and encode a prompt to the transformer's widths.
+    void textEncoderFiles() {
+        setBundledClipVocabulary(TESSERA_SOURCE_DIR "/resources/clip/bpe_simple_vocab_16e6.txt.gz");
+        const FluxConfig config = smallConfig();
+        writeSafetensors(path("te.safetensors"), encoded(weights(config), SafetensorsDtype::BF16));
+        ClipTextConfig clip;
+        clip.hiddenSize = config.pooledProjectionDim;
+        clip.intermediateSize = 32;
+        clip.numHiddenLayers = 2;
+        clip.numAttentionHeads = 1;
+        clip.projectionDim = clip.hiddenSize;
+        clip.eosTokenId = 2;
+        const auto clipTensors = randomTensors(ClipTextModel::expectedTensors(clip), 11);
+        writeSafetensors(path("clip_l.safetensors"), encoded(clipTensors, SafetensorsDtype::F32));
+        const std::string spiece = std::string(TESSERA_TEST_DATA) + "/t5/spiece.model";
+        T5Config t5;
+        t5.vocabSize = T5Tokenizer(spiece).vocabSize();
+        t5.dModel = config.jointAttentionDim;
+        t5.dKv = 8;
+        t5.numHeads = 2;
+        t5.dFf = 24;
+        t5.numLayers = 2;
+        std::filesystem::create_directories(path("t5"));
+        writeSafetensors(path("t5/t5xxl.safetensors"),
+                         encoded(randomTensors(T5Model::expectedTensors(t5), 12), SafetensorsDtype::F16));
+        QVERIFY(QFile::copy(QString::fromStdString(spiece), QString::fromStdString(path("t5/spiece.model"))));
+        QCOMPARE(textEncoderFileKind(path("clip_l.safetensors")), TextEncoderFileKind::ClipL);
+        QCOMPARE(textEncoderFileKind(path("t5/t5xxl.safetensors")), TextEncoderFileKind::T5);
+        const auto m = loadFluxFromFiles(path("te.safetensors"), aeFile(),
+                                         {path("t5/t5xxl.safetensors"), path("clip_l.safetensors")}, smallOptions());
+        QVERIFY(m->hasTextEncoders());
+        for (const auto& [name, t] : clipTensors) QVERIFY2(m->clip->tensors().at(name).data == t.data, name.c_str());
+        CpuBackend cpu(2);
+        const FluxConditioning c = encodeFluxPrompt(*m, cpu, "a red fox in the snow", 3.5f);
+        QCOMPARE(c.pooled.size(), std::size_t(24));
+        QCOMPARE(c.text.size(), std::size_t(512) * 32);
+
+        auto errorOf = [](const std::function<void()>& f) {
+            try {
+                f();
+            } catch (const std::exception& e) {
+                return std::string(e.what());
+            }
+            return std::string("<no error>");
+        };
+        std::string what = errorOf(
+            [&] { loadFluxFromFiles(path("te.safetensors"), aeFile(), {path("clip_l.safetensors")}, smallOptions()); });
+        QVERIFY2(what.find("no T5 text encoder file") != std::string::npos, what.c_str());
+        what = errorOf([&] {
+            loadFluxFromFiles(path("te.safetensors"), aeFile(),
+                              {path("clip_l.safetensors"), path("clip_l.safetensors")}, smallOptions());
+        });
+        QVERIFY2(what.find("a second CLIP text encoder") != std::string::npos, what.c_str());
+        what = errorOf([&] {
+            loadFluxFromFiles(path("te.safetensors"), aeFile(), {aeFile(), path("clip_l.safetensors")}, smallOptions());
+        });
+        QVERIFY2(what.find("neither a CLIP-L nor a T5") != std::string::npos, what.c_str());
+        QVERIFY(QFile::remove(QString::fromStdString(path("t5/spiece.model"))));
+        what = errorOf([&] {
+            loadFluxFromFiles(path("te.safetensors"), aeFile(),
+                              {path("clip_l.safetensors"), path("t5/t5xxl.safetensors")}, smallOptions());
+        });
+        QVERIFY2(what.find("no T5 tokenizer beside it") != std::string::npos, what.c_str());
     }
 
     void vaeRefusals() {
