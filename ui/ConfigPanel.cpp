@@ -253,6 +253,7 @@ void ConfigPanel::updatePromptAvailability() {
             ? tr("Stable Diffusion XL ignores clip skip: it conditions on both text encoders' penultimate layers "
                  "(as A1111)")
             : QString());
+    prompt_->setFluxModel(modelIsStableDiffusion() ? inspection_->flux : QString());
     prompt_->setUnavailableReason(promptUnavailableReason());
     lora_->setUnavailableReason(
         promptUnavailableReason().isEmpty()
@@ -262,6 +263,10 @@ void ConfigPanel::updatePromptAvailability() {
         promptUnavailableReason().isEmpty()
             ? QString()
             : tr("ControlNets steer Stable Diffusion models. %1").arg(promptUnavailableReason()));
+    if (modelIsStableDiffusion() && !inspection_->flux.isEmpty()) {
+        controlNet_->setUnavailableReason(
+            tr("Disabled: FLUX.1 ControlNets are not supported yet; these steer Stable Diffusion UNets."));
+    }
 }
 
 void ConfigPanel::requestTokenCounts() {
@@ -391,7 +396,11 @@ QString ConfigPanel::checkModel(const QString& folder, bool isDefault, ModelLimi
     *limits = lastLimits_ = *inspection_->limits;
     const QString name =
         folder.startsWith(QString::fromLatin1(kRandomModelPrefix)) ? folder : QFileInfo(folder).fileName();
-    if (inspection_->stableDiffusion)
+    if (!inspection_->flux.isEmpty())
+        *info =
+            tr("%1: %2 transformer, sizes, tiles and overlap in multiples of 16")
+                .arg(name, inspection_->flux == QStringLiteral("flux-dev") ? tr("FLUX.1-dev") : tr("FLUX.1-schnell"));
+    else if (inspection_->stableDiffusion)
         *info = tr("%1: %2, tiles in multiples of %3, sizes and overlap of %4")
                     .arg(name, QString::fromUtf8(familyLabel(inspection_->family).data(),
                                                  static_cast<qsizetype>(familyLabel(inspection_->family).size())))

@@ -77,6 +77,16 @@ PromptGroup::PromptGroup(QWidget* parent) : ConfigGroup(tr("Prompt"), parent) {
     form->addRow(tr("CFG scale"), guidanceRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("cfg"), cfgScale_));
     form->addRow(QString(), addErrorLabel(QStringLiteral("clip_skip"), clipSkip_));
+    guidance_ = makeRealSpin(0, 100, 0.5, 1);
+    guidance_->setObjectName(QStringLiteral("guidanceSpin"));
+    guidance_->setToolTip(
+        tr("FLUX.1-dev's guidance scale, 0 to 100: an input of the model, not classifier-free "
+           "guidance (one evaluation per step; 3.5 is usual)"));
+    guidanceLabel_ = new QLabel(tr("Guidance"));
+    form->addRow(guidanceLabel_, guidance_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("guidance"), guidance_));
+    guidance_->setVisible(false);
+    guidanceLabel_->setVisible(false);
     batchCount_ = makeSpin(1, kMaxBatchCount);
     batchCount_->setObjectName(QStringLiteral("batchCountSpin"));
     batchCount_->setToolTip(
@@ -89,6 +99,7 @@ PromptGroup::PromptGroup(QWidget* parent) : ConfigGroup(tr("Prompt"), parent) {
         connect(edit, &QPlainTextEdit::textChanged, this, &PromptGroup::promptTextChanged);
     }
     connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, &PromptGroup::edited);
+    connect(guidance_, &QDoubleSpinBox::valueChanged, this, &PromptGroup::edited);
     connect(clipSkip_, &QSpinBox::valueChanged, this, &PromptGroup::edited);
 }
 
@@ -97,6 +108,7 @@ void PromptGroup::readInto(RunConfig& c) const {
     c.negativePrompt = negativePromptText().toStdString();
     c.cfgScale = cfgScale_->value();
     c.clipSkip = clipSkip_->value();
+    c.guidance = guidance_->value();
 }
 
 void PromptGroup::showConfig(const RunConfig& c) {
@@ -104,6 +116,7 @@ void PromptGroup::showConfig(const RunConfig& c) {
     negativePrompt_->setPlainText(QString::fromStdString(c.negativePrompt));
     cfgScale_->setValue(c.cfgScale);
     clipSkip_->setValue(c.clipSkip);
+    guidance_->setValue(c.guidance);
 }
 
 QString PromptGroup::promptText() const { return prompt_->toPlainText(); }
@@ -122,7 +135,34 @@ void PromptGroup::setUnavailableReason(const QString& reason) {
     }
     reason_->setText(reason);
     reason_->setVisible(!available);
-    if (available) setClipSkipIgnored(clipSkipIgnored_);
+    if (available) {
+        setClipSkipIgnored(clipSkipIgnored_);
+        setFluxModel(flux_);
+    }
+}
+
+void PromptGroup::setFluxModel(const QString& variant) {
+    flux_ = variant;
+    const bool flux = !variant.isEmpty();
+    guidance_->setVisible(flux);
+    guidanceLabel_->setVisible(flux);
+    if (!prompt_->isEnabled()) return;  // the whole group's reason stands
+    const QString distilled = tr("FLUX.1 is guidance-distilled: one evaluation per step, no unconditional half");
+    auto mark = [](QWidget* w, const QString& reason) {
+        if (!w->property("ownToolTip").isValid()) w->setProperty("ownToolTip", w->toolTip());
+        const QString own = w->property("ownToolTip").toString();
+        w->setEnabled(reason.isEmpty());
+        w->setToolTip(reason.isEmpty() ? own : reason + QStringLiteral("\n\n") + own);
+    };
+    mark(negativePrompt_, flux ? tr("Not used: %1.").arg(distilled) : QString());
+    negativePrompt_->setPlaceholderText(flux ? tr("Not used by FLUX.1") : tr("What to avoid"));
+    mark(cfgScale_, flux ? tr("Not used: %1; FLUX.1-dev takes Guidance below.").arg(distilled) : QString());
+    if (flux)
+        mark(clipSkip_, tr("Not used: FLUX.1 reads CLIP's pooled output and T5's last layer."));
+    else
+        setClipSkipIgnored(clipSkipIgnored_);
+    mark(guidance_,
+         variant == QStringLiteral("flux-schnell") ? tr("FLUX.1-schnell has no guidance input.") : QString());
 }
 
 void PromptGroup::setClipSkipIgnored(const QString& reason) {

@@ -28,6 +28,11 @@ public:
     // Non-empty `reason`: the model ignores clip skip (SDXL): its box is disabled, the reason its
     // tooltip. Applies while the editors are enabled.
     void setClipSkipIgnored(const QString& reason);
+    // A FLUX.1 model ("flux-dev" or "flux-schnell"; empty: none): the negative prompt, CFG and
+    // clip skip are disabled, each saying why (guidance distillation: one evaluation per step);
+    // the Guidance box (the scale the model takes as an input) shows, enabled for dev. Applies
+    // while the editors are enabled.
+    void setFluxModel(const QString& variant);
     QString promptText() const;
     QString negativePromptText() const;
     // The count of `field` ("prompt" or "negative_prompt"): tokens < 0 shows "?" with `error` as
@@ -55,6 +60,9 @@ private:
     QPlainTextEdit* prompt_ = nullptr;
     QPlainTextEdit* negativePrompt_ = nullptr;
     QDoubleSpinBox* cfgScale_ = nullptr;
+    QDoubleSpinBox* guidance_ = nullptr;  // FLUX.1-dev's embedded guidance
+    QLabel* guidanceLabel_ = nullptr;
+    QString flux_;  // the FLUX.1 variant shown; "" for other models
     QSpinBox* clipSkip_ = nullptr;
     QSpinBox* batchCount_ = nullptr;
     QLabel* reason_ = nullptr;

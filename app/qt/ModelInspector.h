@@ -37,6 +37,10 @@ struct ModelInspection {
     bool stableDiffusion = false;       // a Stable Diffusion model (prompts, guidance, clip skip apply)
     int pixelMultiple = 1;              // SD: image sides and overlaps in multiples of this (the VAE's scale)
     SdFamily family = SdFamily::SD1;    // SD: which family (SDXL takes no clip skip)
+    // A FLUX.1 model (a FluxPipeline folder or a BFL transformer file): "flux-dev" or
+    // "flux-schnell"; empty otherwise. Prompts apply (stableDiffusion is set too); the negative
+    // prompt, CFG and clip skip do not, the embedded guidance does (dev).
+    QString flux;
 };
 
 class ModelInspector : public QObject {

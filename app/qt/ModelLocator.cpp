@@ -14,6 +14,9 @@
 #include "core/formats/Safetensors.h"
 #include "core/formats/SchedulerConfig.h"
 #include "core/models/clip/ClipTextConfig.h"
+#include "core/models/flux/FluxConfig.h"
+#include "core/models/flux/FluxFiles.h"
+#include "core/models/flux/FluxModel.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/sd/SingleFileCheckpoint.h"
 #include "core/models/sd/UNetCondConfig.h"
@@ -81,6 +84,29 @@ QString ModelLocator::whyNotThere(const QString& path) {
     if (ec && ec.value() != ENOENT && ec.value() != ENOTDIR)
         return QStringLiteral("'%1' cannot be reached (%2)").arg(shown, QString::fromStdString(ec.message()));
     return QStringLiteral("'%1' does not exist").arg(shown);
+}
+
+bool ModelLocator::isFlux(const QString& path, QString* variant) {
+    assertNotGuiThread("ModelLocator::isFlux");
+    const std::string p = path.toStdString();
+    try {
+        if (isFluxSingleFile(p)) {
+            if (variant) *variant = QString::fromStdString(inspectFluxSingleFile(p).config.variant());
+            return true;
+        }
+        if (isFluxModelPath(p)) {
+            if (variant) {
+                namespace fs = std::filesystem;
+                const fs::path folder =
+                    fs::exists(fs::path(p) / "transformer" / "config.json") ? fs::path(p) / "transformer" : fs::path(p);
+                *variant = QString::fromStdString(parseFluxConfig(readModelJson(folder / "config.json")).variant());
+            }
+            return true;
+        }
+    } catch (const std::exception&) {
+        return false;  // the run that loads it says what is wrong
+    }
+    return false;
 }
 
 bool ModelLocator::isStableDiffusion(const QString& path) {

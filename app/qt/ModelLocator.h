@@ -35,6 +35,10 @@ public:
     // True when `path` names a Stable Diffusion model (core isSdModelPath: a pipeline folder
     // with model_index.json, a checkpoint file, or random:sd15 / random:sd21 / random:sdxl).
     static bool isStableDiffusion(const QString& path);
+    // A FLUX.1 model: a FluxPipeline folder or a BFL transformer file; `variant` (when given)
+    // receives "flux-dev" or "flux-schnell" (from the config or the tensors' names: dev has
+    // guidance_in). Reads at most a config and a file header.
+    static bool isFlux(const QString& path, QString* variant = nullptr);
     // The limits of a Stable Diffusion model from its configuration files alone, never its
     // weights (core/SdPipeline checkSdRun's rules: tiles in multiples of the UNet's factor
     // times the VAE's, images and overlaps in multiples of the VAE's `*pixelMultiple`):

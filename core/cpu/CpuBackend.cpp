@@ -629,31 +629,14 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
             cpu::eosPool(batch, static_cast<int>(inPixels), channels, in, space.data(op.input2), op.token, y);
             break;
         case OpKind::ChannelSlice:
-            cpu::channelSlice(pool, std::int64_t(batch) * inPixels, channels, op.offset, op.channels, in, y);
-            break;
         case OpKind::AdaLayerNorm:
-            cpu::adaLayerNorm(pool, batch, inPixels, channels, op.eps, in, space.data(op.input2),
-                              graph_.value(op.input2).channels, op.shiftAt, op.scaleAt, y);
-            break;
         case OpKind::GatedAdd:
-            cpu::gatedAdd(pool, batch, inPixels, channels, in, space.data(op.input2), space.data(op.gate),
-                          graph_.value(op.gate).channels, op.gateAt, y);
-            break;
         case OpKind::QkNormRope:
-            cpu::qkNormRope(pool, batch, inPixels, op.heads, channels / 3 / op.heads, op.eps, in, w.params[0],
-                            w.params[1], w.rope.data(), y);
-            break;
         case OpKind::PackedAttention:
-            cpu::packedAttention(pool, batch, inPixels, op.heads, channels / 3 / op.heads, in, y);
-            break;
         case OpKind::TokenConcat:
-            cpu::tokenConcat(pool, batch, inPixels, pixels(op.input2), channels, in, space.data(op.input2), y);
+        case OpKind::TokenSplit:
+            runTransformerOp(pool, space, index, batch);
             break;
-        case OpKind::TokenSplit: {
-            const std::int64_t first = graph_.value(op.input).tokens;
-            cpu::tokenSplit(pool, batch, first, inPixels - first, channels, op.tail, in, y);
-            break;
-        }
         case OpKind::ColorFix: {
             const int d = graph_.value(op.input).divisor;
             const cpu::ColorFixShape shape{
@@ -663,6 +646,45 @@ void CpuBackend::runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t inde
                           space.data(op.condMark), w.params[0], y);
             break;
         }
+    }
+}
+
+void CpuBackend::runTransformerOp(cpu::WorkerPool& pool, Workspace& space, std::size_t index, int batch) {
+    const GraphOp& op = graph_.ops()[index];
+    const OpWeights& w = weights_[index];
+    const float* in = space.data(op.input);
+    float* y = space.data(op.output);
+    const int channels = graph_.value(op.input).channels;
+    const std::int64_t inPixels = pixels(op.input);
+    switch (op.kind) {
+        case OpKind::ChannelSlice:
+            cpu::channelSlice(pool, std::int64_t(batch) * inPixels, channels, op.offset, op.channels, in, y);
+            return;
+        case OpKind::AdaLayerNorm:
+            cpu::adaLayerNorm(pool, batch, inPixels, channels, op.eps, in, space.data(op.input2),
+                              graph_.value(op.input2).channels, op.shiftAt, op.scaleAt, y);
+            return;
+        case OpKind::GatedAdd:
+            cpu::gatedAdd(pool, batch, inPixels, channels, in, space.data(op.input2), space.data(op.gate),
+                          graph_.value(op.gate).channels, op.gateAt, y);
+            return;
+        case OpKind::QkNormRope:
+            cpu::qkNormRope(pool, batch, inPixels, op.heads, channels / 3 / op.heads, op.eps, in, w.params[0],
+                            w.params[1], w.rope.data(), y);
+            return;
+        case OpKind::PackedAttention:
+            cpu::packedAttention(pool, batch, inPixels, op.heads, channels / 3 / op.heads, in, y);
+            return;
+        case OpKind::TokenConcat:
+            cpu::tokenConcat(pool, batch, inPixels, pixels(op.input2), channels, in, space.data(op.input2), y);
+            return;
+        case OpKind::TokenSplit: {
+            const std::int64_t first = graph_.value(op.input).tokens;
+            cpu::tokenSplit(pool, batch, first, inPixels - first, channels, op.tail, in, y);
+            return;
+        }
+        default:
+            throw std::logic_error("CpuBackend: " + op.name + " is not a transformer op");
     }
 }
 

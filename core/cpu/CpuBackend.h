@@ -147,6 +147,9 @@ private:
     void runImages(cpu::WorkerPool& pool, Workspace& space, const std::vector<const float*>& inputs, int first,
                    int count, const std::vector<float*>& outputs);
     void runOp(cpu::WorkerPool& pool, Workspace& space, std::size_t index, int batch);
+    // FLUX's transformer ops (ChannelSlice over tokens, AdaLayerNorm, GatedAdd, QkNormRope,
+    // PackedAttention, TokenConcat, TokenSplit), as runOp runs the others.
+    void runTransformerOp(cpu::WorkerPool& pool, Workspace& space, std::size_t index, int batch);
 
     std::unique_ptr<cpu::WorkerPool> pool_;
     std::string cpuName_;

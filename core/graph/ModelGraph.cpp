@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -180,6 +181,60 @@ std::vector<Shape> convParams(const GraphOp& op, const GraphValue& x) {
     return {{op.channels, x.channels, op.kernel, op.kernel}, {op.channels}};
 }
 
+// The operand contracts of FLUX's transformer ops (one function, so expectedParams stays one
+// short case per kind); `operand` reads a value by id for its role.
+std::vector<Shape> transformerParams(const GraphOp& op, const GraphValue& x,
+                                     const std::function<const GraphValue&(int, const char*)>& operand) {
+    const std::int64_t C = x.channels;
+    switch (op.kind) {
+        case OpKind::ChannelSlice:
+            if ((!isVector(x) && !isTokens(x)) || op.offset < 0 || op.channels < 1 || op.offset + op.channels > C)
+                failOp(op, "needs a vector or tokens and a channel range inside its " + std::to_string(C));
+            return {};
+        case OpKind::AdaLayerNorm: {
+            const GraphValue& m = operand(op.input2, "input2");
+            if (!isTokens(x) || !isVector(m) || !(op.eps > 0.0f) || op.shiftAt < 0 || op.scaleAt < 0 ||
+                op.shiftAt + C > m.channels || op.scaleAt + C > m.channels)
+                failOp(op, "needs tokens, eps > 0 and a vector holding the shift and scale at the offsets");
+            return {};
+        }
+        case OpKind::GatedAdd: {
+            const GraphValue& y = operand(op.input2, "input2");
+            const GraphValue& m = operand(op.gate, "gate");
+            if (!isTokens(x) || !sameShape(x, y) || !isVector(m) || op.gateAt < 0 || op.gateAt + C > m.channels)
+                failOp(op, "needs two token values of one shape and a vector holding the gate at its offset");
+            return {};
+        }
+        case OpKind::QkNormRope: {
+            const std::int64_t D = C / 3, d = op.heads > 0 ? D / op.heads : 0;
+            const int axes = op.ropeAxes[0] + op.ropeAxes[1] + op.ropeAxes[2];
+            if (!isTokens(x) || C % 3 != 0 || op.heads < 1 || D % op.heads != 0 || axes != d || op.ropeAxes[0] % 2 ||
+                op.ropeAxes[1] % 2 || op.ropeAxes[2] % 2 || op.ropeAxes[0] < 0 || op.ropeAxes[1] < 0 ||
+                op.ropeAxes[2] < 0 || !(op.eps > 0.0f) || !(op.ropeTheta > 0.0f))
+                failOp(op,
+                       "needs tokens of q | k | v whose heads divide them, even position axes summing to the "
+                       "head's channels, eps > 0 and theta > 0");
+            return {{d}, {d}};
+        }
+        case OpKind::PackedAttention:
+            if (!isTokens(x) || C % 3 != 0 || op.heads < 1 || (C / 3) % op.heads != 0)
+                failOp(op, "needs tokens of q | k | v whose heads divide them");
+            return {};
+        case OpKind::TokenConcat: {
+            const GraphValue& b = operand(op.input2, "input2");
+            if (!isFixedTokens(x) || !isTileTokens(b) || b.channels != x.channels)
+                failOp(op, "needs tokens of a fixed count, then tokens that follow the tile, of one width");
+            return {};
+        }
+        case OpKind::TokenSplit:
+            if (!isJoinedTokens(x)) failOp(op, "needs a joined token sequence");
+            return {};
+        default:
+            break;
+    }
+    failOp(op, "is not a transformer op");
+}
+
 }  // namespace
 
 void ModelGraph::checkOp(const GraphOp& op) const {
@@ -312,47 +367,14 @@ std::vector<Shape> ModelGraph::expectedParams(const GraphOp& op, const GraphValu
             return {{2, T}};
         }
         case OpKind::ChannelSlice:
-            if ((!isVector(x) && !isTokens(x)) || op.offset < 0 || op.channels < 1 || op.offset + op.channels > C)
-                failOp(op, "needs a vector or tokens and a channel range inside its " + std::to_string(C));
-            return {};
-        case OpKind::AdaLayerNorm: {
-            const GraphValue& m = operandOf(op, op.input2, "input2");
-            if (!isTokens(x) || !isVector(m) || !(op.eps > 0.0f) || op.shiftAt < 0 || op.scaleAt < 0 ||
-                op.shiftAt + C > m.channels || op.scaleAt + C > m.channels)
-                failOp(op, "needs tokens, eps > 0 and a vector holding the shift and scale at the offsets");
-            return {};
-        }
-        case OpKind::GatedAdd: {
-            const GraphValue& y = operandOf(op, op.input2, "input2");
-            const GraphValue& m = operandOf(op, op.gate, "gate");
-            if (!isTokens(x) || !sameShape(x, y) || !isVector(m) || op.gateAt < 0 || op.gateAt + C > m.channels)
-                failOp(op, "needs two token values of one shape and a vector holding the gate at its offset");
-            return {};
-        }
-        case OpKind::QkNormRope: {
-            const std::int64_t D = C / 3, d = op.heads > 0 ? D / op.heads : 0;
-            const int axes = op.ropeAxes[0] + op.ropeAxes[1] + op.ropeAxes[2];
-            if (!isTokens(x) || C % 3 != 0 || op.heads < 1 || D % op.heads != 0 || axes != d || op.ropeAxes[0] % 2 ||
-                op.ropeAxes[1] % 2 || op.ropeAxes[2] % 2 || op.ropeAxes[0] < 0 || op.ropeAxes[1] < 0 ||
-                op.ropeAxes[2] < 0 || !(op.eps > 0.0f) || !(op.ropeTheta > 0.0f))
-                failOp(op,
-                       "needs tokens of q | k | v whose heads divide them, even position axes summing to the "
-                       "head's channels, eps > 0 and theta > 0");
-            return {{d}, {d}};
-        }
+        case OpKind::AdaLayerNorm:
+        case OpKind::GatedAdd:
+        case OpKind::QkNormRope:
         case OpKind::PackedAttention:
-            if (!isTokens(x) || C % 3 != 0 || op.heads < 1 || (C / 3) % op.heads != 0)
-                failOp(op, "needs tokens of q | k | v whose heads divide them");
-            return {};
-        case OpKind::TokenConcat: {
-            const GraphValue& b = operandOf(op, op.input2, "input2");
-            if (!isFixedTokens(x) || !isTileTokens(b) || b.channels != x.channels)
-                failOp(op, "needs tokens of a fixed count, then tokens that follow the tile, of one width");
-            return {};
-        }
+        case OpKind::TokenConcat:
         case OpKind::TokenSplit:
-            if (!isJoinedTokens(x)) failOp(op, "needs a joined token sequence");
-            return {};
+            return transformerParams(
+                op, x, [&](int id, const char* role) -> const GraphValue& { return operandOf(op, id, role); });
         case OpKind::EosPool: {
             const GraphValue& ids = operandOf(op, op.input2, "input2");
             if (!isTokens(x) || x.tokens < 1 || !isTokens(ids) || ids.channels != 1 || ids.tokens != x.tokens ||
@@ -563,7 +585,7 @@ double ModelGraph::flops(const GraphOp& op, int h, int w) const {
             return 2.0 * 2.0 * C * I * N + 2.0 * 2.0 * kv * I * M + 2.0 * 2.0 * N * M * I;
         }
         case OpKind::PackedAttention:  // Q K^T and A V
-            return 2.0 * 2.0 * outPixels * outPixels * (x.channels / 3);
+            return 2.0 * 2.0 * outPixels * outPixels * (static_cast<double>(x.channels) / 3.0);
         default:
             return 0.0;
     }

@@ -876,6 +876,10 @@ RunResult TiledLoop::runFlux(const RunConfig& asked, RunObserver& observer, Tile
     if (!controls_.empty() || !config.controlNets.empty())
         throw ValidationError("controlnet",
                               "controlnet: FLUX.1 ControlNets are not supported; run without --controlnet");
+    if (!asked.loras.empty() || asked.prompt.find("<lora:") != std::string::npos)
+        throw ValidationError("lora",
+                              "lora: FLUX.1 LoRAs are not supported yet; run without --lora and <lora:...> "
+                              "tags");
     // A single transformer file comes with its VAE and text encoder files; a folder holds them.
     const bool singleFile = !fluxPinned_ && isFluxSingleFile(config.model);
     std::string key = config.model;

@@ -174,7 +174,8 @@ private slots:
         const QString out1 = scratch_.filePath(QStringLiteral("cli-tag"));
         const CliRun cli1 = runCliWithModels(cliArgs(prompt, out1), models_);
         QVERIFY2(cli1.exitCode == 0, qPrintable(describe(cli1)));
-        QCOMPARE(tagged.run->result->record.imageSha256, cliImageSha(out1));
+        QVERIFY2(tagged.run->result->record.imageSha256 == cliImageSha(out1),
+                 qPrintable(QStringLiteral("the window's run:\n") + messagesOf(tagged.run->result->record)));
 
         RunConfig listed = tinyRun("a red cube");
         listed.loras.push_back(LoraSetting{kLora.toStdString(), 0.6, 0.9});

@@ -204,6 +204,36 @@ private slots:
         QVERIFY(other.latents.data != fromPrompt.latents.data);
     }
 
+    // Image-to-image: the start image VAE-encoded with FLUX's shift, noised to the first step run's
+    // sigma ((1 - sigma_b) image + sigma_b z, diffusers' scale_noise; sigma_0 = 1 at strength 1),
+    // then the remaining steps: strength 1 and 0.5 both finish, and differ.
+    void imageToImage() {
+        const SafetensorsFile file(kFixtures + "/pipeline_t2i.safetensors");
+        Silent observer;
+        CpuEngine engine(std::make_unique<CpuBackend>(2));
+        engine.setFluxConditioning(fixtureText(file));
+        const ImageTensor z = startNoise(file);
+        engine.setStartNoise(z);
+        RunConfig config = fixtureConfig();
+        const RunResult t2i = engine.run(config, observer);
+        // A start image: the text-to-image result itself, in [0, 1].
+        ImageTensor init = t2i.image;
+        for (float& v : init.data) v = std::clamp(v * 0.5f + 0.5f, 0.0f, 1.0f);
+        engine.setInitImage(init);
+        config.initImage = "start.png";
+        config.strength = 1.0;
+        const RunResult full = engine.run(config, observer);
+        QCOMPARE(std::string(toString(full.record.status)), std::string("finished"));
+        config.strength = 0.5;
+        const RunResult half = engine.run(config, observer);
+        QCOMPARE(std::string(toString(half.record.status)), std::string("finished"));
+        QVERIFY(half.latents.data != full.latents.data);
+        bool encoded = false;
+        for (const std::string& m : half.record.messages)
+            encoded = encoded || m.find("FLUX's shift") != std::string::npos;
+        QVERIFY(encoded);
+    }
+
     void textEncoderRefusals() {
         std::string what = errorOf([] { withTextEncoders(64); });
         QVERIFY2(what.find("the T5 encoder is 64 wide; the transformer reads 48") != std::string::npos, what.c_str());

@@ -141,6 +141,43 @@ private slots:
         QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
     }
 
+    // A FLUX.1 folder: the prompt opens; the negative prompt, CFG and clip skip are disabled saying
+    // why (guidance distillation), the Guidance box shows and reaches the config; ControlNets are off.
+    void fluxModelShowsItsPromptFields() {
+        ConfigPanel panel;
+        RunConfig c = sdConfig();
+        c.model = TESSERA_TEST_DATA "/flux";
+        c.width = 80;
+        c.height = 48;
+        c.tile = 32;
+        c.overlapPx = 16;
+        c.guidance = 4.5;
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY2(panel.promptUnavailableReason().isEmpty(), qPrintable(panel.promptUnavailableReason()));
+        QVERIFY(child<QWidget>(&panel, "promptEdit")->isEnabled());
+        for (const char* name : {"negativePromptEdit", "cfgSpin", "clipSkipSpin"}) {
+            QWidget* w = child<QWidget>(&panel, name);
+            QVERIFY2(!w->isEnabled(), name);
+            QVERIFY2(w->toolTip().contains("FLUX.1"), qPrintable(w->toolTip()));
+        }
+        auto* guidance = child<QDoubleSpinBox>(&panel, "guidanceSpin");
+        QVERIFY(!guidance->isHidden() && guidance->isEnabled());
+        QCOMPARE(guidance->value(), 4.5);
+        guidance->setValue(2.5);
+        QCOMPARE(panel.config().guidance, 2.5);
+        QVERIFY2(child<QLabel>(&panel, "modelInfo")->text().contains("FLUX.1-dev transformer"),
+                 qPrintable(child<QLabel>(&panel, "modelInfo")->text()));
+        QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
+        // Sizes in 16-px cells.
+        c.width = 88;
+        QVERIFY(testing::setConfigAndWait(panel, c));
+        QVERIFY(!panel.isValid());
+        // Back to Stable Diffusion: everything open again, Guidance hidden.
+        QVERIFY(testing::setConfigAndWait(panel, sdConfig()));
+        for (QWidget* editor : sdEditors(panel)) QVERIFY2(editor->isEnabled(), qPrintable(editor->objectName()));
+        QVERIFY(guidance->isHidden());
+    }
+
     void samplerListShowsA1111Names() {
         ConfigPanel panel;
         auto* combo = child<QComboBox>(&panel, "schedulerCombo");
@@ -327,7 +364,11 @@ private slots:
 
         // The history shows the run's guidance, clip skip and prompt with its settings.
         const QString id = QString::fromStdString(record.runId);
-        QVERIFY(QTest::qWaitFor([&window, &id] { return window.history().find(id) != nullptr; }, 60000));
+        QString historyError;
+        connect(&window.history(), &HistoryStore::failed, this,
+                [&historyError](quint64, const QString& e) { historyError = e; });
+        QVERIFY2(QTest::qWaitFor([&window, &id] { return window.history().find(id) != nullptr; }, 60000),
+                 qPrintable(historyError));
         const QString summary = configSummary(record.config);
         QVERIFY2(summary.contains("Euler a") && summary.contains("cfg 5.5") && summary.contains("clip skip 2") &&
                      summary.contains("a (red:1.2) cube"),

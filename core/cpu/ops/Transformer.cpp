@@ -77,7 +77,8 @@ std::vector<float> ropeTable(const RopeShape& s) {
     for (std::int64_t n = 0; n < tokens; ++n) {
         // Fixed (text) tokens sit at (0, 0, 0); the tile's at (0, row, column) of its grid.
         const std::int64_t i = n - s.fixedTokens;
-        const double pos[3] = {0.0, i < 0 ? 0.0 : double(i / s.gridW), i < 0 ? 0.0 : double(i % s.gridW)};
+        const std::int64_t row = i < 0 ? 0 : i / s.gridW, column = i < 0 ? 0 : i % s.gridW;  // whole grid cells
+        const double pos[3] = {0.0, static_cast<double>(row), static_cast<double>(column)};
         int pair = 0;
         for (int a = 0; a < 3; ++a)
             for (int k = 0; k < s.axes[a] / 2; ++k, ++pair) {
