@@ -26,7 +26,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_sd_unet import COLS, axis_positions, csv_field, dense_peak_tflops, time_forward  # noqa: E402
+from torch_sd_unet import axis_positions, dense_peak_tflops, print_rows, time_forward  # noqa: E402
 
 from diffusers import FluxTransformer2DModel  # noqa: E402
 
@@ -153,24 +153,7 @@ def main():
     gflop = gflop_per_eval(model, args.shape, args.tile // 8, device)
     print(f"{args.shape}: {sum(q.numel() for q in model.parameters()) / 1e9:.2f} G parameters, "
           f"{gflop:.1f} GFLOP per evaluation", file=sys.stderr, flush=True)
-    print(",".join(COLS), flush=True)
-    compiled = None
-    for mode in args.modes.split(","):
-        if mode not in ("eager", "graph", "compile+graph"):
-            p.error(f"--modes: {mode!r} is not one of eager, graph, compile+graph")
-        if mode == "compile+graph" and compiled is None:
-            compiled = torch.compile(model, dynamic=False)
-        net = compiled if mode == "compile+graph" else model
-        for b in [int(v) for v in args.batch.split(",")]:
-            try:
-                r = row(args, net, mode, b, gflop, device)
-            except torch.cuda.OutOfMemoryError as e:
-                r = {c: "" for c in COLS}
-                r.update(engine="pytorch-" + mode, shape=args.shape, batch=b, graphs=mode,
-                         note="failed: out of memory: " + str(e).splitlines()[0])
-            print(",".join(csv_field(r[c]) for c in COLS), flush=True)
-            torch.cuda.empty_cache()
-
+    print_rows(p, args, model, lambda net, mode, b: row(args, net, mode, b, gflop, device))
 
 if __name__ == "__main__":
     sys.exit(main())

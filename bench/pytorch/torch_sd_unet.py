@@ -238,17 +238,23 @@ def main():
     gflop = gflop_per_eval(unet, args.tile // 8, device)
     print(f"{args.shape}: {sum(q.numel() for q in unet.parameters()) / 1e6:.1f} M parameters, "
           f"{gflop:.1f} GFLOP per evaluation", file=sys.stderr, flush=True)
+    print_rows(p, args, unet, lambda net, mode, b: row(args, net, mode, b, gflop, device))
+
+
+def print_rows(parser, args, model, make_row):
+    """The CSV header, then a row per (mode, batch): make_row(net, mode, batch), the model compiled once for
+    compile+graph; a batch that runs out of device memory is a row saying so."""
     print(",".join(COLS), flush=True)
     compiled = None
     for mode in args.modes.split(","):
         if mode not in ("eager", "graph", "compile+graph"):
-            p.error(f"--modes: {mode!r} is not one of eager, graph, compile+graph")
+            parser.error(f"--modes: {mode!r} is not one of eager, graph, compile+graph")
         if mode == "compile+graph" and compiled is None:
-            compiled = torch.compile(unet, dynamic=False)
-        net = compiled if mode == "compile+graph" else unet
+            compiled = torch.compile(model, dynamic=False)
+        net = compiled if mode == "compile+graph" else model
         for b in [int(v) for v in args.batch.split(",")]:
             try:
-                r = row(args, net, mode, b, gflop, device)
+                r = make_row(net, mode, b)
             except torch.cuda.OutOfMemoryError as e:
                 r = {c: "" for c in COLS}
                 r.update(engine="pytorch-" + mode, shape=args.shape, batch=b, graphs=mode,
