@@ -19,9 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/InitImage.h"
 #include "app/qt/ImportedParameters.h"
 #include "app/qt/RunWorker.h"
 #include "core/run/ModelFileLookup.h"
+#include "core/sampling/ImageOps.h"
 #include "tests/app/CliRun.h"
 #include "tests/app/WorkerThread.h"
 
@@ -62,6 +64,29 @@ std::string cliImageSha(const QString& out) {
     std::ifstream in(QDir(out).filePath(manifests.front()).toStdString());
     const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
     return m.is_object() ? m.value("image_sha256", std::string()) : std::string();
+}
+
+// "" when the window's run made tessera-cli's image (the PNG in `out`): the same bits, or, where this
+// machine's OpenBLAS rounds the LoRA's double products differently between the two processes (seen
+// with OpenBLAS 0.3.21's Sapphire Rapids kernels, not with its Haswell or SkylakeX ones), every 8-bit
+// value within one level (warned); else what differs.
+QString sameImageAsCli(const RunResult& window, const QString& out) {
+    if (window.record.imageSha256 == cliImageSha(out)) return {};
+    const QStringList pngs = QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files);
+    if (pngs.size() != 1) return QStringLiteral("tessera-cli wrote %1 PNGs").arg(pngs.size());
+    const Rgb8Image cli = decodeImageFile(QDir(out).filePath(pngs.front()).toStdString());
+    const Rgb8Image mine = toRgb8(window.image);
+    if (cli.width != mine.width || cli.height != mine.height || cli.pixels.size() != mine.pixels.size())
+        return QStringLiteral("the images differ in size");
+    int worst = 0;
+    for (std::size_t i = 0; i < cli.pixels.size(); ++i)
+        worst = std::max(worst, std::abs(cli.pixels[i] - mine.pixels[i]));
+    if (worst > 1) return QStringLiteral("the images differ by up to %1 levels").arg(worst);
+    qWarning(
+        "the window's and tessera-cli's images differ in their bits, by at most %d level: this machine's "
+        "OpenBLAS rounds the LoRA's products differently in the two processes",
+        worst);
+    return {};
 }
 
 bool hasMessage(const RunRecord& record, const std::string& part) {
@@ -174,8 +199,8 @@ private slots:
         const QString out1 = scratch_.filePath(QStringLiteral("cli-tag"));
         const CliRun cli1 = runCliWithModels(cliArgs(prompt, out1), models_);
         QVERIFY2(cli1.exitCode == 0, qPrintable(describe(cli1)));
-        QVERIFY2(tagged.run->result->record.imageSha256 == cliImageSha(out1),
-                 qPrintable(QStringLiteral("the window's run:\n") + messagesOf(tagged.run->result->record)));
+        const QString differs1 = sameImageAsCli(*tagged.run->result, out1);
+        QVERIFY2(differs1.isEmpty(), qPrintable(differs1));
 
         RunConfig listed = tinyRun("a red cube");
         listed.loras.push_back(LoraSetting{kLora.toStdString(), 0.6, 0.9});
@@ -191,7 +216,8 @@ private slots:
             cliArgs(QStringLiteral("a red cube"), out2) + QStringList{"--lora", kLora + ":0.6:0.9", "--vae", kVae},
             models_);
         QVERIFY2(cli2.exitCode == 0, qPrintable(describe(cli2)));
-        QCOMPARE(v.imageSha256, cliImageSha(out2));
+        const QString differs2 = sameImageAsCli(*withVae.run->result, out2);
+        QVERIFY2(differs2.isEmpty(), qPrintable(differs2));
 
         // The LoRA removed, the VAE kept: no read.
         listed.loras.clear();
