@@ -551,9 +551,10 @@ private slots:
             {"final_layer.adaLN_modulation.1.weight", {6144, 3072}},
             {"final_layer.linear.weight", {64, 3072}},
         };
-        for (const auto& [name, shape] : table) {
+        for (const auto& wanted : table) {
+            const std::string& name = wanted.first;  // clang 14 lambdas cannot capture structured bindings
             const auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
-            QVERIFY2(it != params.end() && it->second == shape, name.c_str());
+            QVERIFY2(it != params.end() && it->second == wanted.second, name.c_str());
         }
         TensorList prefixed;
         for (const auto& [name, shape] : params) prefixed.emplace_back(kComfy + name, shape);
