@@ -32,7 +32,8 @@ using HostTileFunction = std::function<void(const float* in, const float* timest
 // for fewer than 4 threads, or where one call takes every tile.
 std::string tileBatchHint(int batchSize, int tiles, int threads);
 
-class CpuTileDevice final : public TileDevice {
+// Not final: tests derive from it to read the canvas between steps.
+class CpuTileDevice : public TileDevice {
 public:
     // The sampler's device: backend.forward is the tile function (a UNet takes no conditioning,
     // so both branches evaluate it alike); prepare() prepares the backend once per shape.

@@ -1,10 +1,10 @@
 // SDXL ControlNet runs against diffusers: StableDiffusionXLControlNetImg2ImgPipeline (DDIM, strength
 // 0.6, scale 0.7, the window 0.1 to 0.8, the start image as the control image) and
-// StableDiffusionXLControlNetPipeline (Euler, scale 1.2, end 0.6) on the tiny SDXL test pipeline
-// with a tiny random ControlNet of its shape (tests/data/controlnet/sdxlpipeline, made by
-// tools/reference/make_controlnet_sdxl_pipeline_fixtures.py): the CPU engine's final latents over one
-// tile within 1e-4 of diffusers' float64 run (the Euler text-to-image case is a known open
-// difference, 7e-2), and far from the run without the ControlNet.
+// StableDiffusionXLControlNetPipeline (Euler and DDIM, scale 1.2, end 0.6; portrait and landscape;
+// scale 1 throughout) on the tiny SDXL test pipeline with a tiny random ControlNet of its shape
+// (tests/data/controlnet/sdxlpipeline, made by tools/reference/make_controlnet_sdxl_pipeline_fixtures.py):
+// the CPU engine's latents after every step and at the end over one tile within 1e-4 of diffusers'
+// float64 run, and far from the run without the ControlNet.
 #include <QtTest>
 
 #include <filesystem>
@@ -35,6 +35,18 @@ const std::string kPipeline = std::string(TESSERA_TEST_DATA) + "/sdxlpipeline/pi
 const std::string kVocabulary = std::string(TESSERA_SOURCE_DIR) + "/resources/clip/bpe_simple_vocab_16e6.txt.gz";
 
 class Silent : public RunObserver {};
+
+// The CPU device, keeping the latent canvas after every step (diffusers' callback_on_step_end).
+class StepRecordingDevice : public CpuTileDevice {
+public:
+    using CpuTileDevice::CpuTileDevice;
+    StepReport endStep() override {
+        StepReport report = CpuTileDevice::endStep();
+        latents.push_back(readPreview(false));
+        return report;
+    }
+    std::vector<std::vector<float>> latents;
+};
 
 RunResult runLoop(TiledLoop& loop, TileDevice& device, const RunConfig& config) {
     Silent observer;
@@ -76,6 +88,7 @@ private slots:
         config.steps = info.at("steps");
         config.scheduler = parseScheduler(info.at("scheduler").get<std::string>());
         config.schedulerOptions.timestepSpacing = TimestepSpacing::Leading;
+        config.schedulerOptions.karrasSigmas = false;  // EulerDiscreteScheduler's own σ, as the pipelines ran
         config.prompt = info.at("prompt");
         config.negativePrompt = info.at("negative_prompt");
         config.cfgScale = info.at("cfg");
@@ -87,7 +100,7 @@ private slots:
         auto sd = std::make_shared<SdModel>(loadSdModel(kPipeline));
         QVERIFY(sd->family == SdFamily::SDXL);
         CpuBackend backend(2);
-        CpuTileDevice device(backend);
+        StepRecordingDevice device(backend);
         TiledLoop loop;
         loop.setSdModel(sd);
         const ImageTensor start{4, height / 8, width / 8, io.readFloat32("start")};
@@ -116,14 +129,19 @@ private slots:
         const std::vector<float> want = io.readFloat32("latents");
         const double e = maxRelativeError(result.latents.data, want);
         qInfo("%s: latents max |diff| / max |ref| %.2e", qPrintable(name), e);
-        // Known open difference: text-to-image with Euler ends 7e-2 away from diffusers (the DDIM
-        // image-to-image case and every SD 1.x case match to rounding); XPASS when it is found.
-        if (!img2img)
-            QEXPECT_FAIL("xl_txt2img_euler", "SDXL ControlNet text-to-image with Euler: 7e-2 from diffusers, open",
-                         Continue);
         QVERIFY2(e < 1e-4, qPrintable(QString::number(e)));
+        // Every step on the way (a difference that later steps shrink shows here).
+        const std::vector<float> steps = io.readFloat32("step_latents");
+        QCOMPARE(device.latents.size() * want.size(), steps.size());
+        for (std::size_t k = 0; k < device.latents.size(); ++k) {
+            const auto first = steps.begin() + static_cast<std::ptrdiff_t>(k * want.size());
+            const std::vector<float> step(first, first + static_cast<std::ptrdiff_t>(want.size()));
+            const double d = maxRelativeError(device.latents[k], step);
+            QVERIFY2(d < 1e-4, qPrintable(QString("step %1: %2").arg(k).arg(d)));
+        }
         // Without the ControlNet the run ends elsewhere: the residuals mattered.
         loop.setControlNets({});
+        device.latents.clear();
         QVERIFY(maxRelativeError(runLoop(loop, device, config).latents.data, want) > 1e-3);
     }
 };

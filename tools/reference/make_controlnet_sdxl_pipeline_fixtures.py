@@ -15,8 +15,9 @@ transformers, safetensors; no network, no pickle. Layout of OUTDIR:
                             ControlNet's scale / start / end, float32-vs-float64 distances, shapes
     net0/                   the ControlNet folder (config.json + diffusion_pytorch_model.safetensors,
                             weights F16; the references use exactly those values)
-    <case>.safetensors      control_image [1,3,H,W] in [0, 1], start [1,4,h,w] (text-to-image: x_T /
-                            init_noise_sigma; image-to-image: the latents the first executed step
+    <case>.safetensors      control_image [1,3,H,W] in [0, 1], step_latents [steps,4,h,w] (the latents
+                            after each executed step, from callback_on_step_end), start [1,4,h,w]
+                            (text-to-image: x_T / init_noise_sigma; image-to-image: the latents the first executed step
                             starts from), init_image [1,3,H,W] in [0, 1] (image-to-image; it is the
                             control image too, A1111's default), latents [1,4,h,w] after the last step
 
@@ -56,6 +57,13 @@ CASES = {
                         (0.7, 0.1, 0.8)),
     "xl_txt2img_euler": ("txt2img", "euler", "a lighthouse on a cliff at dusk", "blurry", 4.0, 8, None, 64, 96, 32,
                          (1.2, 0.0, 0.6)),
+    # The Euler text-to-image case taken apart: another scheduler, landscape, the ControlNet on throughout.
+    "xl_txt2img_ddim": ("txt2img", "ddim", "a lighthouse on a cliff at dusk", "blurry", 4.0, 8, None, 64, 96, 32,
+                        (1.2, 0.0, 0.6)),
+    "xl_txt2img_euler_wide": ("txt2img", "euler", "a lighthouse on a cliff at dusk", "blurry", 4.0, 8, None, 96, 64,
+                              32, (1.2, 0.0, 0.6)),
+    "xl_txt2img_euler_whole": ("txt2img", "euler", "a lighthouse on a cliff at dusk", "blurry", 4.0, 8, None, 64, 96,
+                               32, (1.0, 0.0, 1.0)),
 }
 
 
@@ -93,8 +101,14 @@ def run_case(spec, parts, net, dtype):
         cond, uncond, pooled, uncond_pooled = pipe.encode_prompt(
             prompt, device="cpu", num_images_per_prompt=1, do_classifier_free_guidance=True,
             negative_prompt=negative or None)
-        args = dict(prompt_embeds=cond, negative_prompt_embeds=uncond, pooled_prompt_embeds=pooled,
-                    negative_pooled_prompt_embeds=uncond_pooled, guidance_scale=cfg, num_inference_steps=steps,
+        steps_seen = []
+
+        def record(_pipe, _i, _t, kwargs):
+            steps_seen.append(kwargs["latents"].detach().clone())
+            return kwargs
+
+        args = dict(callback_on_step_end=record, prompt_embeds=cond, negative_prompt_embeds=uncond,
+                    pooled_prompt_embeds=pooled, negative_pooled_prompt_embeds=uncond_pooled, guidance_scale=cfg, num_inference_steps=steps,
                     height=height, width=width, latents=start.to(dtype).clone(), output_type="latent",
                     controlnet_conditioning_scale=scale, control_guidance_start=start_f, control_guidance_end=end_f,
                     original_size=(height, width), target_size=(height, width), crops_coords_top_left=(0, 0))
@@ -102,7 +116,8 @@ def run_case(spec, parts, net, dtype):
             latents = pipe(image=control.to(dtype), **args).images
         else:
             latents = pipe(image=init.to(dtype), control_image=control.to(dtype), strength=strength, **args).images
-    out.update({"start": start, "control_image": control, "latents": latents})
+    out.update({"start": start, "control_image": control, "latents": latents,
+                "step_latents": torch.cat(steps_seen, dim=0)})
     return {k: v.detach().to(torch.float64) for k, v in out.items()}
 
 

@@ -21,6 +21,12 @@ pipelines take the embeddings directly). CPU, float64 forwards, deterministic se
     pipeline_t2i.safetensors         FluxPipeline with that transformer and VAE: prompt_embeds, pooled, the start
                                      latents (packed and unpacked), 4 steps, guidance 3.5: the final latents
                                      (packed, unpacked) and the decoded image in [0, 1] (float64 run)
+    pipeline_i2i.safetensors         FluxImg2ImgPipeline, the same models, strength 0.6 of 6 steps, guidance
+                                     2.5: init_image [1,3,H,W] in [0, 1], its latent mean after FLUX's shift
+                                     and scale (init_latents), the noise, the start latents (the mean noised
+                                     to the first executed sigma by the scheduler's scale_noise: the latents
+                                     the pipeline is given, so that no posterior sample is drawn), the final
+                                     latents and the decoded image
 
 Module names, shapes and the forward are the spec of diffusers models/transformers/transformer_flux.py;
 Tessera stores BFL's names and converts (core/models/flux/FluxWeights.cpp).
@@ -33,7 +39,8 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxImg2ImgPipeline, FluxPipeline,
+                       FluxTransformer2DModel)
 from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
 SEED = 2711
@@ -173,6 +180,38 @@ def scheduler_cases():
     return cases
 
 
+def image_to_image(model, vae, outdir):
+    """FluxImg2ImgPipeline from an explicit start (its get_timesteps and scale_noise), portrait."""
+    pipe = FluxImg2ImgPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_DEV), vae=vae.double(),
+                               text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None,
+                               transformer=model.double())
+    g = torch.Generator().manual_seed(INPUT_SEED + 200)
+    height, width, steps, strength, guidance = 64, 48, 6, 0.6, 2.5
+    init = torch.rand(1, 3, height, width, generator=g, dtype=torch.float64)
+    prompt = torch.randn(1, TEXT_TOKENS, CONFIG["joint_attention_dim"], generator=g, dtype=torch.float64)
+    pooled = torch.randn(1, CONFIG["pooled_projection_dim"], generator=g, dtype=torch.float64)
+    noise = torch.randn(1, 16, height // 8, width // 8, generator=g, dtype=torch.float64)
+    seq = (height // 16) * (width // 16)
+    mu = calculate_shift(seq, 256, 4096, 0.5, 1.15)
+    pipe.scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+    timesteps, _ = pipe.get_timesteps(steps, strength, "cpu")
+    with torch.no_grad():
+        mean = pipe.vae.encode(2 * init - 1).latent_dist.mean
+        z0 = (mean - vae.config.shift_factor) * vae.config.scaling_factor
+        start = pipe.scheduler.scale_noise(z0, timesteps[:1], noise)
+        common = dict(image=init, strength=strength, prompt_embeds=prompt, pooled_prompt_embeds=pooled,
+                      latents=pack(start), height=height, width=width, num_inference_steps=steps,
+                      guidance_scale=guidance)
+        latents = pipe(**common, output_type="latent").images
+        image = pipe(**common, output_type="pt").images
+    save_file({"init_image": f32(init), "prompt_embeds": f32(prompt), "pooled": f32(pooled), "noise": f32(noise),
+               "init_latents": f32(z0), "start": f32(start), "latents": f32(unpack(latents, height // 8, width // 8)),
+               "image": f32(image)},
+              os.path.join(outdir, "pipeline_i2i.safetensors"))
+    return {"height": height, "width": width, "steps": steps, "strength": strength, "guidance_scale": guidance,
+            "first_timestep": float(timesteps[0]), "executed_steps": len(timesteps), "mu": mu}
+
+
 def main(outdir):
     os.makedirs(outdir, exist_ok=True)
     torch.manual_seed(SEED)
@@ -224,6 +263,7 @@ def main(outdir):
               os.path.join(outdir, "pipeline_t2i.safetensors"))
     report["pipeline_t2i"] = {"height": height, "width": width, "steps": steps, "guidance_scale": 3.5,
                               "scheduler": SCHEDULER_DEV, "sigmas": scheduler.sigmas.tolist()}
+    report["pipeline_i2i"] = image_to_image(model, vae, outdir)
     with open(os.path.join(outdir, "cases.json"), "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)
     print(json.dumps(report["float32_error"]))
