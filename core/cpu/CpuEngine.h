@@ -40,8 +40,9 @@ public:
     // As TiledLoop::setFluxModel and setFluxConditioning (FLUX.1 runs on the CPU engine).
     void setFluxModel(std::shared_ptr<const FluxModel> model) { loop_.setFluxModel(std::move(model)); }
     void setFluxConditioning(std::optional<FluxConditioning> c) { loop_.setFluxConditioning(std::move(c)); }
-    // As TiledLoop::setStartNoise (reference comparisons).
+    // As TiledLoop::setStartNoise and setStartLatents (reference comparisons).
     void setStartNoise(ImageTensor z) { loop_.setStartNoise(std::move(z)); }
+    void setStartLatents(ImageTensor z) { loop_.setStartLatents(std::move(z)); }
 
     // The model used by the last run (or pinned), nullptr before the first run.
     std::shared_ptr<const UNetModel> model() const { return loop_.model(); }

@@ -433,6 +433,12 @@ int firstStepRun(const RunConfig& config, bool fromImage) {
     return fromImage ? config.steps - static_cast<int>(config.steps * config.strength) : 0;
 }
 
+int firstFlowStepRun(const RunConfig& config, bool fromImage) {
+    if (!fromImage) return 0;
+    const double steps = config.steps;
+    return static_cast<int>(std::max(steps - std::min(steps * config.strength, steps), 0.0));
+}
+
 int evaluationsPerStep(SchedulerKind kind) {
     return kind == SchedulerKind::Heun || kind == SchedulerKind::DPM2 || kind == SchedulerKind::DPMPPSDE ? 2 : 1;
 }

@@ -255,6 +255,10 @@ std::vector<ValidationError> validateAll(const RunConfig&, const ModelLimits& = 
 // steps - floor(steps * strength) (diffusers' img2img: strength 0.35 of 20 steps runs the last 7;
 // strength 0 gives `steps`, nothing to denoise). The steps a run evaluates are steps minus this.
 int firstStepRun(const RunConfig& config, bool fromImage);
+// The same for flow matching (diffusers FluxImg2ImgPipeline.get_timesteps): t_start =
+// int(max(steps - min(steps x strength, steps), 0)), the product not rounded down first (6 steps at
+// strength 0.6 run 4, where the SD pipelines run 3).
+int firstFlowStepRun(const RunConfig& config, bool fromImage);
 
 // Model evaluations per sampling step (diffusers' scheduler.order): 2 for Heun, DPM2 and DPM++ SDE,
 // else 1. Their n steps evaluate the model 2n - 1 times (the last step once), and the tiled loop

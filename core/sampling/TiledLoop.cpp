@@ -163,8 +163,9 @@ std::vector<TileBatch> tileBatches(const TilePlan& outPlan, int batchSize, int l
 
 // x_T from Philox draw 0 (times the initial sigma), or for image-to-image the start image noised
 // to the level of the first step run. `startStep` becomes that step's index in the scheduler's
-// evaluations (numSteps() when there is nothing to denoise).
-CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, const ImageTensor* init, int& startStep) {
+// evaluations (numSteps() when there is nothing to denoise); `firstRun` is the first step run
+// (firstStepRun, or firstFlowStepRun for flow matching).
+CanvasStart canvasStart(int firstRun, const Scheduler& scheduler, const ImageTensor* init, int& startStep) {
     CanvasStart start;
     startStep = 0;
     if (!init) {
@@ -173,7 +174,7 @@ CanvasStart canvasStart(const RunConfig& config, const Scheduler& scheduler, con
         start.sigma = scheduler.initNoiseSigma();
         return start;
     }
-    startStep = std::min(firstStepRun(config, true) * scheduler.evaluationsPerStep(), scheduler.numSteps());
+    startStep = std::min(firstRun * scheduler.evaluationsPerStep(), scheduler.numSteps());
     start.image = &init->data;
     if (startStep >= scheduler.numSteps()) {
         start.kind = CanvasStart::Kind::Image;  // strength 0: nothing to denoise
@@ -1075,9 +1076,10 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     pass.batches = tileBatches(plan, batchSize, devicePlan.lanes);
     // One step per model evaluation (Heun, DPM2, DPM++ SDE: 2 steps - 1), as diffusers' timesteps,
     // planned from the first step run (UniPC's warm-up; diffusers' set_begin_index).
-    if (job.init)
-        scheduler->setBeginIndex(
-            std::min(firstStepRun(config, true) * scheduler->evaluationsPerStep(), scheduler->numSteps()));
+    // FluxImg2ImgPipeline counts the steps left from steps x strength unrounded, the SD pipelines
+    // from its integer part.
+    const int firstRun = job.flow ? firstFlowStepRun(config, true) : firstStepRun(config, true);
+    if (job.init) scheduler->setBeginIndex(std::min(firstRun * scheduler->evaluationsPerStep(), scheduler->numSteps()));
     for (int k = 0; k < scheduler->numSteps(); ++k) pass.coefficients.push_back(scheduler->coefficients(k));
     pass.seed = config.seed;
     pass.previewEvery = config.previewEvery;
@@ -1086,7 +1088,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     if (job.denoiser.hasAddedCond())
         tabulateAddedCond(pass, job.denoiser, plan, job.pixelScale, config.width, config.height);
     int startStep = 0;
-    pass.start = canvasStart(config, *scheduler, job.init, startStep);
+    pass.start = canvasStart(firstRun, *scheduler, job.init, startStep);
     if (hostNoise) {
         pass.hostStepNoise = true;
         startFromHostNoise(*hostNoise, pass.start, startImage_);

@@ -2,7 +2,9 @@
 // (tests/data/flux, tools/reference/make_flux_fixtures.py: the tiny dev-shaped transformer, a tiny
 // 16-channel VAE with FLUX's scaling and shift, 4 steps of flow matching with dev's shift, guidance
 // 3.5 embedded, the same start latents and text encodings): the final latents and the decoded
-// image; then a tiled run of the same model; what a FLUX run refuses before any work.
+// image; FluxImg2ImgPipeline (strength 0.6 of 6 steps, guidance 2.5, portrait): the start image's
+// latents after FLUX's shift and scale, then the run from the same start latents; a tiled run of the
+// same model; what a FLUX run refuses before any work.
 #include <QtTest>
 
 #include <cmath>
@@ -10,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/BoundedInput.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuEngine.h"
 #include "core/formats/Safetensors.h"
 #include "core/models/flux/FluxModel.h"
 #include "core/models/sd/SdModel.h"
+#include "core/models/vae/TiledVae.h"
 
 using namespace tessera;
 
@@ -204,6 +208,57 @@ private slots:
         QVERIFY(other.latents.data != fromPrompt.latents.data);
     }
 
+    // diffusers' image-to-image: Tessera's encoding of the start image (its latent mean, FLUX's shift
+    // and scale: what strength 0 returns) equals the pipeline's, and from the pipeline's start
+    // latents (that mean noised to the first executed sigma) the remaining steps end where diffusers
+    // ends, latents and decoded image.
+    void imageToImageMatchesDiffusers() {
+        const SafetensorsFile file(kFixtures + "/pipeline_i2i.safetensors");
+        const nlohmann::json c = readBoundedJson(kFixtures + "/cases.json", "test").at("pipeline_i2i");
+        CpuEngine engine(std::make_unique<CpuBackend>(2));
+        FluxConditioning text = fixtureText(file);
+        text.guidance = c.at("guidance_scale").get<float>();
+        engine.setFluxConditioning(text);
+        const int height = c.at("height"), width = c.at("width");
+        ImageTensor init{3, height, width, file.readFloat32("init_image")};
+        for (float& v : init.data) v = 2.0f * v - 1.0f;
+        engine.setInitImage(init);
+        RunConfig config = fixtureConfig();
+        config.width = width;
+        config.height = height;
+        config.tile = std::max(width, height);
+        config.steps = c.at("steps");
+        config.initImage = "start.png";
+        Silent observer;
+
+        // The encoding as runFlux makes it.
+        CpuBackend vaeBackend(2);
+        std::string described;
+        const HostTensor moments = runVaePass(vaeBackend, *model()->vae, HostTensor{{1, 3, height, width}, init.data},
+                                              false, VaeTiling::Off, std::nullopt, &described);
+        const double mean = maxRelative(fluxLatentsFromEncoder(model()->vae->config(), posteriorMean(moments)).data,
+                                        file.readFloat32("init_latents"));
+
+        config.strength = c.at("strength");
+        const auto& s = file.find("start")->shape;
+        engine.setStartLatents(ImageTensor{static_cast<int>(s[1]), static_cast<int>(s[2]), static_cast<int>(s[3]),
+                                           file.readFloat32("start")});
+        const RunResult result = engine.run(config, observer);
+        QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
+        QCOMPARE(result.record.stepsRun, c.at("executed_steps").get<int>());
+        const double latents = maxRelative(result.latents.data, file.readFloat32("latents"));
+        std::vector<float> image = result.image.data;
+        for (float& v : image) v = std::clamp(v * 0.5f + 0.5f, 0.0f, 1.0f);
+        const double pixels = maxRelative(image, file.readFloat32("image"));
+        qInfo("init latents %.3g, latents %.3g, image %.3g (max |diff| / max |reference|)", mean, latents, pixels);
+        QVERIFY2(mean < 2e-5, qPrintable(QString("init latents %1").arg(mean)));
+        QVERIFY2(latents < 2e-5, qPrintable(QString("latents %1").arg(latents)));
+        QVERIFY2(pixels < 2e-5, qPrintable(QString("image %1").arg(pixels)));
+        // The start latents mattered: from Tessera's own noise the run ends elsewhere.
+        engine.setStartLatents({});
+        QVERIFY(maxRelative(engine.run(config, observer).latents.data, file.readFloat32("latents")) > 1e-3);
+    }
+
     // Image-to-image: the start image VAE-encoded with FLUX's shift, noised to the first step run's
     // sigma ((1 - sigma_b) image + sigma_b z, diffusers' scale_noise; sigma_0 = 1 at strength 1),
     // then the remaining steps: strength 1 and 0.5 both finish, and differ.
@@ -216,9 +271,9 @@ private slots:
         engine.setStartNoise(z);
         RunConfig config = fixtureConfig();
         const RunResult t2i = engine.run(config, observer);
-        // A start image: the text-to-image result itself, in [0, 1].
+        // A start image: the text-to-image result itself (model space, [-1, 1]).
         ImageTensor init = t2i.image;
-        for (float& v : init.data) v = std::clamp(v * 0.5f + 0.5f, 0.0f, 1.0f);
+        for (float& v : init.data) v = std::clamp(v, -1.0f, 1.0f);
         engine.setInitImage(init);
         config.initImage = "start.png";
         config.strength = 1.0;

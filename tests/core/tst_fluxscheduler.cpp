@@ -45,6 +45,11 @@ private slots:
             }
             for (const char* strength : {"0.3", "0.6", "1.0"}) {
                 const auto& start = c[std::string("img2img_") + strength];
+                RunConfig config;  // the first step run as the engine counts it
+                config.steps = c["steps"];
+                config.strength = std::stod(strength);
+                QCOMPARE(firstFlowStepRun(config, true), start["start_index"].get<int>());
+                QCOMPARE(firstFlowStepRun(config, false), 0);
                 const Scheduler::AddNoise a = s->addNoise(start["start_index"].get<int>());
                 QVERIFY(std::fabs(a.noise - start["start_sigma"].get<double>()) <= 1e-7);
                 QCOMPARE(a.image, 1.0f - a.noise);
