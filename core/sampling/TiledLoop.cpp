@@ -854,15 +854,6 @@ std::string joinLines(const std::vector<std::string>& lines) {
     return out;
 }
 
-// A rough look at FLUX latents while they form: the first three of the 16 channels, scaled to
-// [0, 1]. (The VAE decodes the finished image.)
-ImageTensor fluxLatentPreview(const ImageTensor& latents) {
-    ImageTensor rgb{3, latents.height, latents.width, {}};
-    const std::size_t plane = static_cast<std::size_t>(latents.height) * latents.width;
-    rgb.data.assign(latents.data.begin(), latents.data.begin() + static_cast<std::ptrdiff_t>(3 * plane));
-    for (float& v : rgb.data) v = std::clamp(0.5f + 0.25f * v, 0.0f, 1.0f);
-    return rgb;
-}
 
 }  // namespace
 

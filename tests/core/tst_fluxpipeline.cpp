@@ -289,6 +289,32 @@ private slots:
         QVERIFY(encoded);
     }
 
+    // The live preview maps the 16 latent channels with ComfyUI's published FLUX.1 factors: a unit
+    // latent in channel c shows row c plus the bias, an all-zero latent the bias; each latent pixel
+    // an 8 x 8 block of the image.
+    void latentPreviewUsesFluxFactors() {
+        const float row0[3] = {-0.0346f, 0.0244f, 0.0681f}, row9[3] = {0.1008f, 0.0755f, -0.0421f};
+        const float row15[3] = {-0.1262f, -0.0982f, -0.0778f}, bias[3] = {-0.0329f, -0.0718f, -0.0851f};
+        ImageTensor latents{16, 1, 4, std::vector<float>(64, 0.0f)};
+        latents.data[0 * 4 + 0] = 1.0f;   // channel 0, pixel 0
+        latents.data[9 * 4 + 1] = 1.0f;   // channel 9, pixel 1
+        latents.data[15 * 4 + 2] = 1.0f;  // channel 15, pixel 2
+        const ImageTensor rgb = fluxLatentPreview(latents);
+        QCOMPARE(rgb.channels, 3);
+        QCOMPARE(rgb.height, 8);
+        QCOMPARE(rgb.width, 32);
+        const auto at = [&rgb](int o, int x, int y) {
+            return rgb.data[(static_cast<std::size_t>(o) * rgb.height + y) * rgb.width + x];
+        };
+        for (int o = 0; o < 3; ++o)
+            for (int y : {0, 7}) {
+                QVERIFY(std::fabs(at(o, 0, y) - (row0[o] + bias[o])) < 1e-6f);
+                QVERIFY(std::fabs(at(o, 15, y) - (row9[o] + bias[o])) < 1e-6f);
+                QVERIFY(std::fabs(at(o, 16, y) - (row15[o] + bias[o])) < 1e-6f);
+                QVERIFY(std::fabs(at(o, 31, y) - bias[o]) < 1e-6f);
+            }
+    }
+
     void textEncoderRefusals() {
         std::string what = errorOf([] { withTextEncoders(64); });
         QVERIFY2(what.find("the T5 encoder is 64 wide; the transformer reads 48") != std::string::npos, what.c_str());

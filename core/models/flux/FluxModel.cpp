@@ -1,5 +1,6 @@
 #include "core/models/flux/FluxModel.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <utility>
@@ -8,7 +9,8 @@
 
 #include "core/base/ValidationError.h"
 #include "core/models/flux/FluxWeights.h"
-#include "core/models/sd/SdModel.h"  // bundledTokenizer: FLUX.1's CLIP-L tokenizer is SD 1.x's
+#include "core/models/sd/SdModel.h"     // bundledTokenizer: FLUX.1's CLIP-L tokenizer is SD 1.x's
+#include "core/models/sd/SdPipeline.h"  // upsampleNearest
 
 namespace tessera {
 
@@ -211,6 +213,35 @@ HostTensor fluxLatentsFromEncoder(const VaeConfig& vae, HostTensor z) {
     const float sf = vae.scalingFactor, shift = vae.shiftFactor.value_or(0.0f);
     for (float& v : z.data) v = (v - shift) * sf;
     return z;
+}
+
+namespace {
+
+// Row c: latent channel c's R, G, B.
+constexpr float kFluxLatentRgb[16][3] = {
+    {-0.0346f, 0.0244f, 0.0681f},  {0.0034f, 0.0210f, 0.0687f},    {0.0275f, -0.0668f, -0.0433f},
+    {-0.0174f, 0.0160f, 0.0617f},  {0.0859f, 0.0721f, 0.0329f},    {0.0004f, 0.0383f, 0.0115f},
+    {0.0405f, 0.0861f, 0.0915f},   {-0.0236f, -0.0185f, -0.0259f}, {-0.0245f, 0.0250f, 0.1180f},
+    {0.1008f, 0.0755f, -0.0421f},  {-0.0515f, 0.0201f, 0.0011f},   {0.0428f, -0.0012f, -0.0036f},
+    {0.0817f, 0.0765f, 0.0749f},   {-0.1264f, -0.0522f, -0.1103f}, {-0.0280f, -0.0881f, -0.0499f},
+    {-0.1262f, -0.0982f, -0.0778f}};
+constexpr float kFluxLatentRgbBias[3] = {-0.0329f, -0.0718f, -0.0851f};
+
+}  // namespace
+
+ImageTensor fluxLatentPreview(const ImageTensor& latents) {
+    const std::size_t plane = static_cast<std::size_t>(latents.height) * latents.width;
+    ImageTensor rgb{3, latents.height, latents.width, std::vector<float>(3 * plane)};
+    for (std::size_t o = 0; o < 3; ++o)
+        std::fill_n(rgb.data.begin() + static_cast<std::ptrdiff_t>(o * plane), plane, kFluxLatentRgbBias[o]);
+    const int channels = std::min(latents.channels, 16);
+    for (int c = 0; c < channels; ++c)
+        for (std::size_t o = 0; o < 3; ++o) {
+            const float k = kFluxLatentRgb[c][o];
+            const float* src = latents.data.data() + static_cast<std::size_t>(c) * plane;
+            for (std::size_t p = 0; p < plane; ++p) rgb.data[o * plane + p] += k * src[p];
+        }
+    return upsampleNearest(rgb, FluxModel::kVaeScale);
 }
 
 }  // namespace tessera

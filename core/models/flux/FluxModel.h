@@ -15,6 +15,7 @@
 #include "core/models/flux/FluxConfig.h"
 #include "core/models/t5/T5Model.h"
 #include "core/models/vae/VaeModel.h"
+#include "core/run/Engine.h"
 #include "core/run/RunConfig.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/T5Tokenizer.h"
@@ -94,5 +95,11 @@ FluxConditioning encodeFluxPrompt(const FluxModel& model, Backend& backend, cons
 // (z - shift_factor) * scaling_factor), per element in float32.
 HostTensor fluxLatentsForDecoder(const VaeConfig& vae, HostTensor latents);
 HostTensor fluxLatentsFromEncoder(const VaeConfig& vae, HostTensor z);
+
+// The live preview of FLUX latents (as the transformer sees them, shifted and scaled): per latent
+// pixel rgb = bias + latent . factors with ComfyUI's published FLUX.1 factors (comfy/latent_formats.py,
+// class Flux, latent_rgb_factors and latent_rgb_factors_bias, what its Latent2RGB previewer applies),
+// in model space ([-1, 1] nominal), each latent pixel an 8 x 8 block. (The VAE decodes the result.)
+ImageTensor fluxLatentPreview(const ImageTensor& latents);
 
 }  // namespace tessera
