@@ -30,6 +30,14 @@ std::string opKind(const std::string& opName) {
         const auto part = opName.find('.', at + block.size());
         if (part != std::string::npos) return "transformer." + opName.substr(part + 1);
     }
+    // FLUX.1's blocks by their part, the block's index dropped: "double_blocks.7.img_attn.qkv" ->
+    // "double_blocks.img_attn.qkv", "single_blocks.30.linear1" -> "single_blocks.linear1".
+    for (const char* stack : {"double_blocks.", "single_blocks."}) {
+        const std::string prefix = stack;
+        if (opName.rfind(prefix, 0) != 0) continue;
+        const auto part = opName.find('.', prefix.size());
+        if (part != std::string::npos) return prefix + opName.substr(part + 1);
+    }
     if (opName.find("attentions") != std::string::npos || opName.find("attn") != std::string::npos)
         return opName.find("group_norm") != std::string::npos ? "attention.group_norm" : "attention";
     return opName.substr(opName.rfind('.') + 1);

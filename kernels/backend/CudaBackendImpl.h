@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -463,6 +464,15 @@ struct CudaBackend::Impl {
     }
     // y[rows, nOut] = alpha * x[rows, k] W^T + beta * y, W [nOut, k] row-major, all in `t`.
     void gemmRows(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, float alpha, float beta);
+    // y[rows, nOut] = x[rows, k] w[nOut, k]^T + bias[nOut] (+ residual[rows, nOut]) as one cuBLASLt
+    // matmul with the bias epilogue (bias in `t`, the residual read as C with beta 1), 16-bit
+    // types only; false where cuBLASLt offers no algorithm (the caller falls back to gemmRows and
+    // its own epilogue). Descriptors and the heuristic's algorithm are kept per shape.
+    bool gemmRowsBias(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut, const void* bias,
+                      const void* residual);
+    struct LtPlan;
+    std::map<std::tuple<int, int, int, int, bool>, std::shared_ptr<LtPlan>> ltPlans;  // (dtype, rows, k, n, residual)
+    std::mutex ltMutex;
 
     // Host float32 in and out through the staging buffers; synchronises.
     void run(const std::vector<const float*>& inputs, int batch, const std::vector<float*>& outputs);

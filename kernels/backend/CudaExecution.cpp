@@ -7,8 +7,10 @@
 #include <chrono>
 #include <stdexcept>
 
+#include <cublasLt.h>
 #include "core/cpu/CpuBackend.h"
 #include "kernels/backend/CudaBackendImpl.h"
+
 #include "kernels/device/CudaCheck.h"
 #include "kernels/device/GraphCapture.h"
 #include "kernels/ops/LayoutConvert.cuh"
@@ -84,6 +86,68 @@ void CudaBackend::Impl::gemmRows(DType t, const void* w, const void* x, void* y,
     const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, nOut, rows, k, &alpha, w, cublasType(t), k, x,
                                cublasType(t), k, &beta, y, cublasType(t), nOut, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+// cuBLASLt's descriptors for one shape (column-major: D[nOut, rows] = W^T[nOut, k] X[k, rows]).
+struct CudaBackend::Impl::LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool usable = false;
+    ~LtPlan() {
+        if (c) cublasLtMatrixLayoutDestroy(c);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+};
+
+bool CudaBackend::Impl::gemmRowsBias(DType t, const void* w, const void* x, void* y, int rows, int k, int nOut,
+                                     const void* bias, const void* residual) {
+    if (t == DType::F32) return false;
+    // A cuBLAS handle is a cuBLASLt handle (cuBLASLt's documentation: "a simple cast").
+    auto lt = reinterpret_cast<cublasLtHandle_t>(opCublas);
+    std::shared_ptr<LtPlan> plan;
+    {
+        const std::lock_guard<std::mutex> lock(ltMutex);
+        auto& slot = ltPlans[{static_cast<int>(t), rows, k, nOut, residual != nullptr}];
+        if (!slot) {
+            auto p = std::make_shared<LtPlan>();
+            const cudaDataType_t type = cublasType(t);
+            TESSERA_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+            const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
+            TESSERA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof(transA)));
+            TESSERA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof(transB)));
+            const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+            TESSERA_CHECK(
+                cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+            TESSERA_CHECK(
+                cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+            TESSERA_CHECK(cublasLtMatrixLayoutCreate(&p->a, type, k, nOut, k));
+            TESSERA_CHECK(cublasLtMatrixLayoutCreate(&p->b, type, k, rows, k));
+            TESSERA_CHECK(cublasLtMatrixLayoutCreate(&p->c, type, nOut, rows, nOut));
+            cublasLtMatmulPreference_t pref = nullptr;
+            TESSERA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+            const std::size_t bytes = kCublasWorkspace;
+            TESSERA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+                                                               sizeof(bytes)));
+            cublasLtMatmulHeuristicResult_t found{};
+            int count = 0;
+            const cublasStatus_t st =
+                cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count);
+            cublasLtMatmulPreferenceDestroy(pref);
+            p->usable = st == CUBLAS_STATUS_SUCCESS && count > 0;
+            if (p->usable) p->algo = found.algo;
+            slot = std::move(p);
+        }
+        plan = slot;
+    }
+    if (!plan->usable) return false;
+    TESSERA_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+    TESSERA_CHECK(cublasLtMatmul(lt, plan->op, &alpha, w, plan->a, x, plan->b, &beta, residual ? residual : y, plan->c,
+                                 y, plan->c, &plan->algo, workspace + convWorkspace, kCublasWorkspace, opStream));
+    return true;
 }
 
 void* CudaBackend::Impl::graphValuePtr(int v, int lane) const {

@@ -15,6 +15,7 @@
 #include "kernels/ops/Gelu.cuh"
 #include "kernels/ops/GroupNorm.cuh"
 #include "kernels/ops/LayerNorm.cuh"
+#include "kernels/ops/LayoutConvert.cuh"
 #include "kernels/ops/PadRightBottom.cuh"
 #include "kernels/ops/PixelShuffle.cuh"
 #include "kernels/ops/Pointwise.cuh"
@@ -427,6 +428,16 @@ void CudaBackend::Impl::lowerVectors() {
     std::vector<int> bufs;
     std::vector<std::function<void(int)>> steps;
     bool timestep = false;
+    // Vector linears whose float32 weights together pass kTypedVectorWeightBytes (FLUX.1's
+    // modulation: 3.2 G weights, 12.9 GB read every call) keep their weights in the activation type,
+    // as the model runs in it: each input row converted once, the products accumulated and written
+    // in float32. The SD UNets' time embeddings stay float32.
+    std::size_t linearBytes = 0;
+    for (const GraphOp& op : graph.ops())
+        if (op.kind == OpKind::Linear && graph.value(op.output).kind == ValueKind::Vector)
+            linearBytes += weight(op.params[0]).data.size() * sizeof(float);
+    const bool typedLinears = dtype != DType::F32 && linearBytes > kTypedVectorWeightBytes;
+    std::map<int, int> typedInput;  // vector value -> its rows in the activation type
     for (int v : graph.inputs())
         if (valueVec[static_cast<std::size_t>(v)].buf >= 0) bufs.push_back(valueVec[static_cast<std::size_t>(v)].buf);
     for (std::size_t i = 0; i < graph.ops().size(); ++i) {
@@ -468,8 +479,32 @@ void CudaBackend::Impl::lowerVectors() {
                 break;
             }
             case OpKind::Linear: {
-                const std::size_t w = floats(op.params[0]), b = floats(op.params[1]);
+                const std::size_t b = floats(op.params[1]);
                 const bool silu = op.silu;
+                if (typedLinears && x.stride == in) {
+                    auto [at, first] = typedInput.try_emplace(op.input, -1);
+                    if (first) {  // the input row converted once, before its first reader
+                        at->second = newBuffer(static_cast<std::size_t>(maxBatch) * in * dtypeSize(dtype),
+                                               graph.value(op.input).name + ".typed");
+                        const int xt = at->second;
+                        steps.push_back([=, this](int batch) {
+                            launchNchwToNhwc(vec(x), dtype, ptr(xt), batch, 1, in, 1, 1, 1.0f, opStream);
+                        });
+                    }
+                    const int xt = at->second;
+                    bufs.push_back(xt);
+                    const std::size_t w = blob.addTyped(weight(op.params[0]).data, dtype);
+                    steps.push_back([=, this](int batch) {
+                        const cudaDataType_t t = cublasType(dtype);
+                        const float alpha = 1.0f, beta = 0.0f;
+                        TESSERA_CHECK(cublasGemmEx(opCublas, CUBLAS_OP_T, CUBLAS_OP_N, C, batch, in, &alpha, wt(w), t,
+                                                   in, ptr(xt), t, in, &beta, vec(y), CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                                                   CUBLAS_GEMM_DEFAULT));
+                        launchBiasActivationF32(vec(y), wf(b), batch, C, silu, nullptr, opStream);
+                    });
+                    break;
+                }
+                const std::size_t w = floats(op.params[0]);
                 steps.push_back([=, this](int batch) {
                     gemmRows(DType::F32, wf(w), vec(x), vec(y), batch, in, C, 1.0f, 0.0f);
                     launchBiasActivationF32(vec(y), wf(b), batch, C, silu, nullptr, opStream);
@@ -885,10 +920,17 @@ void CudaBackend::Impl::lowerTokenLinear(const GraphOp& op) {
     const int in = x.c, out = op.channels;
     const Act y = newAct(out, x.h, x.w, op.name);
     const std::size_t w = blob.addTyped(weight(op.params[0]).data, dtype), b = floats(op.params[1]);
+    // fp16/bf16: the bias (in the activation type) and the residual in cuBLASLt's epilogue, one
+    // pass over the output instead of two.
+    const bool lt = settings.lt && dtype != DType::F32;
+    const std::size_t bt = lt ? blob.addTyped(weight(op.params[1]).data, dtype) : 0;
     std::vector<int> bufs{x.buf, y.buf};
     if (r.buf >= 0) bufs.push_back(r.buf);
     addOp(op.name, bufs, y, [=, this](int batch) {
         const long long rows = static_cast<long long>(batch) * x.h * x.w;
+        const void* residual = r.buf >= 0 ? ptr(r.buf) : nullptr;
+        if (lt && gemmRowsBias(dtype, wt(w), ptr(x.buf), ptr(y.buf), static_cast<int>(rows), in, out, wt(bt), residual))
+            return;
         gemmRows(dtype, wt(w), ptr(x.buf), ptr(y.buf), static_cast<int>(rows), in, out, 1.0f, 0.0f);
         launchBiasResidual(dtype, ptr(y.buf), true, wf(b), r.buf >= 0 ? ptr(r.buf) : nullptr, rows, out, 1.0f,
                            opStream);

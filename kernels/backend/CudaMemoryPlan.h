@@ -13,6 +13,9 @@ namespace tessera {
 
 inline constexpr std::size_t kAlign = 256;                  // every buffer and weight offset
 inline constexpr std::size_t kCublasWorkspace = 32u << 20;  // cuBLAS' recommendation for Hopper
+// Vector linears (time embeddings, modulation) whose float32 weights together pass this are stored
+// in the activation type (CudaLowering.cpp lowerVectors); the SD UNets' stay float32.
+inline constexpr std::size_t kTypedVectorWeightBytes = std::size_t(1) << 30;
 
 inline std::size_t alignUp(std::size_t v, std::size_t a = kAlign) { return (v + a - 1) / a * a; }
 inline double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }

@@ -12,7 +12,7 @@ CudaSettings CudaSettings::fromEnvironment() {
     for (const char* name :
          {"TESSERA_CUDNN_FIND", "TESSERA_CUDNN_API", "TESSERA_CUDNN_FUSE", "TESSERA_CUDNN_RUNTIME_FUSION",
           "TESSERA_CUDA_BETA", "TESSERA_CUDA_SYNC", "TESSERA_CUDA_STREAM", "TESSERA_CUDA_ATTENTION_MIB",
-          "TESSERA_CUDA_FLASH", "TESSERA_CUDA_SDPA", "TESSERA_CUDA_DENSE"}) {
+          "TESSERA_CUDA_FLASH", "TESSERA_CUDA_SDPA", "TESSERA_CUDA_DENSE", "TESSERA_CUBLASLT"}) {
         const char* v = std::getenv(name);
         s.values[name] = v ? v : "";
     }
@@ -22,6 +22,7 @@ CudaSettings CudaSettings::fromEnvironment() {
     s.runtimeFusion = s.values["TESSERA_CUDNN_RUNTIME_FUSION"] == "1";
     s.denseViews = s.values["TESSERA_CUDA_DENSE"] == "1";
     s.betaAccumulate = s.values["TESSERA_CUDA_BETA"] == "1";
+    s.lt = s.values["TESSERA_CUBLASLT"] != "0";
     s.syncEveryOp = s.values["TESSERA_CUDA_SYNC"] == "op";
     s.nonblockingStream = s.values["TESSERA_CUDA_STREAM"] == "nonblocking";
     const std::string& budget = s.values["TESSERA_CUDA_ATTENTION_MIB"];

@@ -11,6 +11,8 @@
 //                                   ran ESRGAN's convolutions 1.8x slower on an H200 (docs/UPSCALE.md),
 //                                   so the copies are the default
 //  TESSERA_CUDA_BETA=1              accumulate onto a bias-initialised output (beta = 1)
+//  TESSERA_CUBLASLT=0               fp16/bf16 token linears as a cuBLAS GEMM and a bias(+residual)
+//                                   pass, not one cuBLASLt matmul with the bias epilogue (residual as C)
 //  TESSERA_CUDA_SYNC=op             synchronise after every layer
 //  TESSERA_CUDA_STREAM=nonblocking  the stream does not order against the legacy default stream
 //  TESSERA_CUDA_ATTENTION_MIB=N     float32 attention scores of one pass within N MiB (default 256):
@@ -46,6 +48,7 @@ struct CudaSettings {
     bool heuristicsOnly = false, legacyOnly = false, fuse = true, runtimeFusion = false;
     bool denseViews = false;  // dense blocks in one buffer (CudaLowering.cpp findDenseGroups)
     bool betaAccumulate = false, syncEveryOp = false, nonblockingStream = false;
+    bool lt = true;  // token linears through cuBLASLt's bias epilogue (fp16/bf16)
     std::size_t attentionBudgetBytes = kAttentionScoreMiB << 20;
     FlashMode flash = FlashMode::Auto;
     int flashBlockQueries = 64, flashWarps = 4;  // the fused kernel's tiling when flash is On

@@ -1,5 +1,7 @@
 #include "kernels/ops/Gelu.cuh"
 
+#include <cstdint>
+
 #include "kernels/device/CudaCheck.h"
 #include "kernels/device/DeviceTypes.cuh"
 
@@ -17,11 +19,44 @@ __device__ __forceinline__ float activate(GeluKind kind, float v) {
     }
 }
 
+// 16-bit storage: the same functions through the fast exponential (x sigmoid(2u) for the tanh
+// form, 0.5 (1 + tanh u) = sigmoid(2u)); its float32 error is far below a 16-bit output's step.
+__device__ __forceinline__ float activateFast(GeluKind kind, float v) {
+    switch (kind) {
+        case GeluKind::Tanh:
+            return v / (1.0f + __expf(-1.5957691216057308f * (v + 0.044715f * v * v * v)));
+        case GeluKind::Quick:
+            return v / (1.0f + __expf(-1.702f * v));
+        default:
+            return geluExact(v);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ float apply(GeluKind kind, float v) {
+    if constexpr (sizeof(T) == 2) return activateFast(kind, v);
+    return activate(kind, v);
+}
+
 template <typename T>
 __global__ void gelu(GeluKind kind, const T* x, T* y, long long n) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<long long>(gridDim.x) * blockDim.x)
-        y[i] = fromFloat<T>(activate(kind, toFloat(x[i])));
+        y[i] = fromFloat<T>(apply<T>(kind, toFloat(x[i])));
+}
+
+// 16 bytes per thread and load (8 halves or 4 floats): the activation is a pass over memory.
+template <typename T>
+__global__ void geluVector(GeluKind kind, const uint4* x, uint4* y, long long vectors) {
+    constexpr int kPer = sizeof(uint4) / sizeof(T);
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < vectors;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        uint4 v = x[i];
+        T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) e[j] = fromFloat<T>(apply<T>(kind, toFloat(e[j])));
+        y[i] = v;
+    }
 }
 
 }  // namespace
@@ -29,7 +64,15 @@ __global__ void gelu(GeluKind kind, const T* x, T* y, long long n) {
 void launchGelu(DType t, GeluKind kind, const void* x, void* y, long long n, cudaStream_t stream) {
     if (n <= 0) return;
     TESSERA_DISPATCH_DTYPE(t, {
-        gelu<T><<<gridFor(n, 256), 256, 0, stream>>>(kind, static_cast<const T*>(x), static_cast<T*>(y), n);
+        constexpr long long per = sizeof(uint4) / sizeof(T);
+        const bool aligned = reinterpret_cast<std::uintptr_t>(x) % sizeof(uint4) == 0 &&
+                             reinterpret_cast<std::uintptr_t>(y) % sizeof(uint4) == 0;
+        if (aligned && n % per == 0) {
+            geluVector<T><<<gridFor(n / per, 256), 256, 0, stream>>>(kind, static_cast<const uint4*>(x),
+                                                                     static_cast<uint4*>(y), n / per);
+        } else {
+            gelu<T><<<gridFor(n, 256), 256, 0, stream>>>(kind, static_cast<const T*>(x), static_cast<T*>(y), n);
+        }
         TESSERA_CHECK_LAUNCH();
     })
 }

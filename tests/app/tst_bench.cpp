@@ -395,7 +395,7 @@ private slots:
     }
 
     // Ops grouped by kind: the last part of the name, attention blocks together (their group norm
-    // apart, SD transformer blocks by part), largest total first.
+    // apart, SD transformer blocks and FLUX.1's blocks by part), largest total first.
     void opsGroupByKind() {
         QCOMPARE(opKind("down_blocks.0.resnets.1.conv1"), std::string("conv1"));
         QCOMPARE(opKind("mid_block.attentions.0.to_q"), std::string("attention"));
@@ -406,6 +406,10 @@ private slots:
                  std::string("transformer.ff.net.0"));
         QCOMPARE(opKind("mid_block.attentions.0.transformer_blocks.9.attn2"), std::string("transformer.attn2"));
         QCOMPARE(opKind("up_blocks.1.attentions.2.proj_out"), std::string("attention"));
+        // FLUX.1's blocks by part, whatever the block's index.
+        QCOMPARE(opKind("double_blocks.7.img_attn.qkv"), std::string("double_blocks.img_attn.qkv"));
+        QCOMPARE(opKind("double_blocks.18.txt_mlp.0"), std::string("double_blocks.txt_mlp.0"));
+        QCOMPARE(opKind("single_blocks.30.linear1"), std::string("single_blocks.linear1"));
         const std::vector<OpTiming> ops{{"a.resnets.0.conv1", 1.0},          {"a.attentions.0.to_q", 0.5},
                                         {"a.attentions.0.group_norm", 0.25}, {"b.resnets.0.conv1", 2.0},
                                         {"a.attentions.0.to_k", 0.75},       {"conv_out", 0.125}};

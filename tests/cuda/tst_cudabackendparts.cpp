@@ -163,7 +163,7 @@ private slots:
             QVERIFY(s.flash == FlashMode::On);
             QVERIFY(!s.fuse);
             QVERIFY(s.syncEveryOp);
-            QCOMPARE(s.values.size(), std::size_t(11));  // every setting recorded, set or not
+            QCOMPARE(s.values.size(), std::size_t(12));  // every setting recorded, set or not
             QVERIFY(!s.denseViews);
             QCOMPARE(s.values.at("TESSERA_CUDNN_FUSE"), std::string("0"));
             QCOMPARE(s.values.at("TESSERA_CUDNN_API"), std::string(""));
@@ -171,6 +171,11 @@ private slots:
         {
             const ScopedEnv dense("TESSERA_CUDA_DENSE", "1");
             QVERIFY(CudaSettings::fromEnvironment().denseViews);
+        }
+        {
+            QVERIFY(CudaSettings::fromEnvironment().lt);  // cuBLASLt's bias epilogue by default
+            const ScopedEnv lt("TESSERA_CUBLASLT", "0");
+            QVERIFY(!CudaSettings::fromEnvironment().lt);
         }
         {
             const ScopedEnv mib("TESSERA_CUDA_ATTENTION_MIB", ""), flash("TESSERA_CUDA_FLASH", "");
