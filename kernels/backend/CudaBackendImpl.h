@@ -242,8 +242,10 @@ struct CudaBackend::Impl {
     std::vector<char> deferred;      // per op: lowered by its consumer
     std::vector<int> addIntoConv;    // per op: for a Conv, the Add of its output to a skip it computes too, else -1
     std::vector<int> affineIntoAdd;  // per op: for an Add, the Affine of an operand it applies itself, else -1
-    std::vector<char> skipped;       // per op: done by another op's lowering (the two above)
-    std::vector<int> tailInto;       // per op: for a Conv, the Concat whose tail its epilogue writes, else -1
+    std::vector<char> skipped;       // per op: done by another op's lowering (the two above, the next)
+    std::vector<int>
+        sliceInPlace;           // per op: for a GELU or QkNormRope, the token ChannelSlice it reads in place, else -1
+    std::vector<int> tailInto;  // per op: for a Conv, the Concat whose tail its epilogue writes, else -1
     std::map<int, Act> concatEarly;  // Concat op -> its output, made by the conv that writes its tail
     std::vector<DenseSlot> denseOf;  // per value: its place in a dense group's buffer
     std::vector<DenseGroup> denseGroups;
@@ -302,7 +304,7 @@ struct CudaBackend::Impl {
     void lowerTokenLinear(const GraphOp& op);
     // The projection GEMM (+ bias) into [rows, 2 * inner], then value * gelu(gate).
     void lowerGeglu(const GraphOp& op);
-    void lowerGelu(const GraphOp& op);
+    void lowerGelu(int index);
     void lowerConcat(const GraphOp& op);
     void lowerUpsample(const GraphOp& op);
     void lowerPixelShuffle(const GraphOp& op);  // PixelShuffle and PixelUnshuffle
@@ -320,7 +322,7 @@ struct CudaBackend::Impl {
     void lowerTokenSlice(const GraphOp& op);  // ChannelSlice over tokens
     void lowerAdaLayerNorm(const GraphOp& op);
     void lowerGatedAdd(const GraphOp& op);
-    void lowerQkNormRope(const GraphOp& op);
+    void lowerQkNormRope(int index);
     void lowerPackedAttention(int index);
     void lowerTokenJoin(const GraphOp& op);  // TokenConcat and TokenSplit
 

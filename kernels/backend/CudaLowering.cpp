@@ -272,6 +272,20 @@ void CudaBackend::Impl::findSkipAdds() {
         }
         skipped[static_cast<std::size_t>(conv ? a : static_cast<int>(i))] = 1;
     }
+    // A GELU or QK norm over a channel slice of tokens that only it reads (FLUX.1's single blocks:
+    // the MLP and q | k | v parts of linear1's output) reads the slice in place: no copy.
+    sliceInPlace.assign(all.size(), -1);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        const GraphOp& op = all[i];
+        if (op.kind != OpKind::GELU && op.kind != OpKind::QuickGELU && op.kind != OpKind::QkNormRope) continue;
+        const int p = producerOf(op.input);
+        if (p < 0 || opAt(p).kind != OpKind::ChannelSlice || graph.value(op.input).kind != ValueKind::Tokens ||
+            isGraphOutput[static_cast<std::size_t>(op.input)] ||
+            readersOf[static_cast<std::size_t>(op.input)].size() != 1)
+            continue;
+        sliceInPlace[i] = p;
+        skipped[static_cast<std::size_t>(p)] = 1;
+    }
 }
 
 // A convolution that can read `value` as a slice: its input, same-size padding, not a residual.
@@ -953,11 +967,24 @@ void CudaBackend::Impl::lowerGeglu(const GraphOp& op) {
     valueAct[static_cast<std::size_t>(op.output)] = y;
 }
 
-void CudaBackend::Impl::lowerGelu(const GraphOp& op) {
-    const Act x = act(op.input, op);
-    const Act y = newAct(x.c, x.h, x.w, op.name);
+void CudaBackend::Impl::lowerGelu(int index) {
+    const GraphOp& op = opAt(index);
     const GeluKind kind =
         op.kind == OpKind::QuickGELU ? GeluKind::Quick : (op.geluTanh ? GeluKind::Tanh : GeluKind::Exact);
+    if (const int slice = sliceInPlace[static_cast<std::size_t>(index)]; slice >= 0) {
+        const GraphOp& s = opAt(slice);  // its channels [offset, offset + count) of each row
+        const Act x = act(s.input, op);
+        const Act y = tokenAct(op.output, s.channels, op.name);
+        const int offset = s.offset, count = s.channels;
+        addOp(op.name, {x.buf, y.buf}, y, [=, this](int batch) {
+            launchGeluRows(dtype, kind, ptr(x.buf) + static_cast<std::size_t>(offset) * dtypeSize(dtype), x.c,
+                           ptr(y.buf), static_cast<long long>(batch) * x.h * x.w, count, opStream);
+        });
+        valueAct[static_cast<std::size_t>(op.output)] = y;
+        return;
+    }
+    const Act x = act(op.input, op);
+    const Act y = newAct(x.c, x.h, x.w, op.name);
     addOp(op.name, {x.buf, y.buf}, y, [=, this](int batch) {
         launchGelu(dtype, kind, ptr(x.buf), ptr(y.buf), static_cast<long long>(batch) * x.h * x.w * x.c, opStream);
     });
@@ -1134,7 +1161,7 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
                 break;
             case OpKind::GELU:
             case OpKind::QuickGELU:
-                lowerGelu(op);
+                lowerGelu(static_cast<int>(i));
                 break;
             case OpKind::Concat:
                 lowerConcat(op);
@@ -1165,7 +1192,7 @@ void CudaBackend::Impl::build(const ModelGraph& g, const TensorMap& weights) {
                 lowerGatedAdd(op);
                 break;
             case OpKind::QkNormRope:
-                lowerQkNormRope(op);
+                lowerQkNormRope(static_cast<int>(i));
                 break;
             case OpKind::PackedAttention:
                 lowerPackedAttention(static_cast<int>(i));

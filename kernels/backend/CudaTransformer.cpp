@@ -78,9 +78,14 @@ void CudaBackend::Impl::lowerGatedAdd(const GraphOp& op) {
     valueAct[static_cast<std::size_t>(op.output)] = y;
 }
 
-void CudaBackend::Impl::lowerQkNormRope(const GraphOp& op) {
-    const Act x = act(op.input, op);
-    const Act y = tokenAct(op.output, x.c, op.name);
+void CudaBackend::Impl::lowerQkNormRope(int index) {
+    const GraphOp& op = opAt(index);
+    // Reading a channel slice in place (sliceInPlace): its source's rows from the slice's offset.
+    const int slice = sliceInPlace[static_cast<std::size_t>(index)];
+    const Act x = act(slice >= 0 ? opAt(slice).input : op.input, op);
+    const int channels = slice >= 0 ? opAt(slice).channels : x.c;
+    const std::size_t offset = slice >= 0 ? static_cast<std::size_t>(opAt(slice).offset) * dtypeSize(dtype) : 0;
+    const Act y = tokenAct(op.output, channels, op.name);
     const GraphValue& v = graph.value(op.input);
     cpu::RopeShape shape;  // the CPU backend's table: one definition of the positions
     shape.fixedTokens = v.tokens;
@@ -91,11 +96,12 @@ void CudaBackend::Impl::lowerQkNormRope(const GraphOp& op) {
     const std::size_t table = blob.addFloats(cpu::ropeTable(shape));
     const std::size_t qw = floats(op.params[0]), kw = floats(op.params[1]);
     const long long perImage = rowsOf(graph, op.input, tileH, tileW);
-    const int heads = op.heads, d = x.c / 3 / op.heads;
+    const int heads = op.heads, d = channels / 3 / op.heads;
     addOp(op.name, {x.buf, y.buf}, y, [=, this](int batch) {
         QkNormRopeArgs a;
         a.dtype = dtype;
-        a.x = ptr(x.buf);
+        a.x = ptr(x.buf) + offset;
+        a.xPitch = x.c;
         a.y = ptr(y.buf);
         a.qWeight = wf(qw);
         a.kWeight = wf(kw);

@@ -17,5 +17,8 @@ enum class GeluKind {
 
 // y[i] = act(x[i]) for n elements; y may alias x.
 void launchGelu(DType, GeluKind, const void* x, void* y, long long n, cudaStream_t);
+// y[r, c] = act(x[r * xPitch + c]) for `rows` rows of `count` elements (a channel slice read in
+// place: x points at its first channel), y packed.
+void launchGeluRows(DType, GeluKind, const void* x, long long xPitch, void* y, long long rows, int count, cudaStream_t);
 
 }  // namespace tessera

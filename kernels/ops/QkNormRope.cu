@@ -14,15 +14,15 @@ constexpr int kWarpsPerBlock = 8;
 // one thread for the rotation.
 template <typename T>
 __global__ void qkNormRope(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ qw,
-                           const float* __restrict__ kw, const float* __restrict__ table, long long rows,
-                           long long rowsPerImage, int heads, int d, float eps) {
+                           const float* __restrict__ kw, const float* __restrict__ table, long long xPitch,
+                           long long rows, long long rowsPerImage, int heads, int d, float eps) {
     const long long warp = blockIdx.x * static_cast<long long>(kWarpsPerBlock) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (warp >= rows * heads) return;
     const long long row = warp / heads;
     const int h = static_cast<int>(warp % heads);
     const int D = heads * d, pairs = d / 2;
-    const T* in = x + row * 3 * D;
+    const T* in = x + row * xPitch;
     T* out = y + row * 3 * D;
     const float* rot = table + (row % rowsPerImage) * pairs * 2;
     for (int part = 0; part < 2; ++part) {
@@ -56,9 +56,9 @@ void launchQkNormRope(const QkNormRopeArgs& a, cudaStream_t stream) {
     const long long warps = a.rows * a.heads;
     const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
     TESSERA_DISPATCH_DTYPE(a.dtype, {
-        qkNormRope<T><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const T*>(a.x), static_cast<T*>(a.y),
-                                                                  a.qWeight, a.kWeight, a.table, a.rows, a.rowsPerImage,
-                                                                  a.heads, a.headDim, a.eps);
+        qkNormRope<T><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+            static_cast<const T*>(a.x), static_cast<T*>(a.y), a.qWeight, a.kWeight, a.table,
+            a.xPitch > 0 ? a.xPitch : 3LL * a.heads * a.headDim, a.rows, a.rowsPerImage, a.heads, a.headDim, a.eps);
         TESSERA_CHECK_LAUNCH();
     })
 }

@@ -12,8 +12,9 @@ namespace tessera {
 
 struct QkNormRopeArgs {
     DType dtype = DType::F16;
-    const void* x = nullptr;  // [rows, 3 heads d]
-    void* y = nullptr;        // the same shape; must not alias x
+    const void* x = nullptr;  // [rows, 3 heads d], rows xPitch elements apart (0: packed)
+    long long xPitch = 0;
+    void* y = nullptr;  // the same shape; must not alias x
     const float* qWeight = nullptr;
     const float* kWeight = nullptr;  // [d] each
     const float* table = nullptr;
