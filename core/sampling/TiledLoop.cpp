@@ -854,7 +854,6 @@ std::string joinLines(const std::vector<std::string>& lines) {
     return out;
 }
 
-
 }  // namespace
 
 RunResult TiledLoop::runFlux(const RunConfig& asked, RunObserver& observer, TileDevice& device,
