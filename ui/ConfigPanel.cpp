@@ -259,6 +259,7 @@ void ConfigPanel::updatePromptAvailability() {
         promptUnavailableReason().isEmpty()
             ? QString()
             : tr("LoRAs and a separate VAE apply to Stable Diffusion models. %1").arg(promptUnavailableReason()));
+    lora_->setFluxModel(modelIsStableDiffusion() ? inspection_->flux : QString());
     controlNet_->setUnavailableReason(
         promptUnavailableReason().isEmpty()
             ? QString()

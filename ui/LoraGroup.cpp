@@ -11,6 +11,8 @@
 #include <QToolButton>
 #include <QTreeWidget>
 
+#include <utility>
+
 #include "app/qt/UpscaleModelCatalog.h"
 #include "core/base/FormatNumber.h"
 #include "core/run/LoraModelFile.h"
@@ -51,6 +53,24 @@ LoraGroup::LoraGroup(QWidget* parent) : ConfigGroup(tr("LoRA and VAE"), parent) 
     vaeRow->addWidget(refresh_);
     form->addRow(tr("VAE"), vaeRow);
     form->addRow(QString(), addErrorLabel(QStringLiteral("vae"), vae_));
+
+    // FLUX.1 transformer files come without their text encoders (ComfyUI's DualCLIPLoader: clip_l and
+    // t5xxl from text_encoders/ or clip/).
+    clip_ = new QComboBox;
+    clip_->setObjectName(QStringLiteral("clipEncoderCombo"));
+    clip_->setToolTip(
+        tr("FLUX.1's CLIP-L text encoder file (clip_l.safetensors) from the models folder's "
+           "text_encoders/ or clip/; \"From the model\" for a FLUX.1 folder or an all-in-one file"));
+    t5_ = new QComboBox;
+    t5_->setObjectName(QStringLiteral("t5EncoderCombo"));
+    t5_->setToolTip(
+        tr("FLUX.1's T5-XXL text encoder file (t5xxl_fp16.safetensors, fp8 ones too; T5 v1.1's "
+           "spiece.model beside it) from the models folder's text_encoders/ or clip/"));
+    clipLabel_ = new QLabel(tr("CLIP-L"));
+    t5Label_ = new QLabel(tr("T5-XXL"));
+    form->addRow(clipLabel_, clip_);
+    form->addRow(t5Label_, t5_);
+    form->addRow(QString(), addErrorLabel(QStringLiteral("text_encoder"), t5_));
 
     available_ = new QComboBox;
     available_->setObjectName(QStringLiteral("loraAvailableCombo"));
@@ -107,6 +127,14 @@ LoraGroup::LoraGroup(QWidget* parent) : ConfigGroup(tr("LoRA and VAE"), parent) 
         wantedVae_ = vae_->currentData().toString().toStdString();
         emit edited();
     });
+    connect(clip_, &QComboBox::activated, this, [this] {
+        wantedClip_ = clip_->currentData().toString().toStdString();
+        emit edited();
+    });
+    connect(t5_, &QComboBox::activated, this, [this] {
+        wantedT5_ = t5_->currentData().toString().toStdString();
+        emit edited();
+    });
     connect(refresh_, &QToolButton::clicked, this, &LoraGroup::rescan);
     connect(add_, &QPushButton::clicked, this, &LoraGroup::addSelected);
     connect(insertTag_, &QPushButton::clicked, this, &LoraGroup::requestTag);
@@ -122,19 +150,42 @@ LoraGroup::LoraGroup(QWidget* parent) : ConfigGroup(tr("LoRA and VAE"), parent) 
     });
     fillAvailable();
     fillVae();
+    fillTextEncoders();
     fillList();
+    setFluxModel(QString());
 }
 
 void LoraGroup::readInto(RunConfig& c) const {
     c.loras = loras_;
     c.vae = wantedVae_;
+    c.textEncoders.clear();
+    if (flux_.isEmpty()) return;
+    for (const std::string* e : {&wantedClip_, &wantedT5_})
+        if (!e->empty()) c.textEncoders.push_back(*e);
 }
 
 void LoraGroup::showConfig(const RunConfig& c) {
     loras_ = c.loras;
     wantedVae_ = c.vae;
+    // Which file is which by its name (the engine reads the kind from the tensors).
+    wantedClip_.clear();
+    wantedT5_.clear();
+    for (const std::string& e : c.textEncoders) {
+        QString name = QString::fromStdString(e).section(QLatin1Char('/'), -1).toLower();
+        (name.contains(QLatin1String("t5")) || name.contains(QLatin1String("umt5")) ? wantedT5_ : wantedClip_) = e;
+    }
     fillVae();
+    fillTextEncoders();
     fillList();
+}
+
+void LoraGroup::setFluxModel(const QString& variant) {
+    flux_ = variant;
+    for (QWidget* w : {static_cast<QWidget*>(clip_), static_cast<QWidget*>(t5_), static_cast<QWidget*>(clipLabel_),
+                       static_cast<QWidget*>(t5Label_)})
+        w->setVisible(!variant.isEmpty());
+    setTitle(variant.isEmpty() ? tr("LoRA and VAE") : tr("VAE, text encoders and LoRA"));
+    updateEnabled();
 }
 
 void LoraGroup::setModelSources(const QString& windowModelsFolder, const std::string& runModel) {
@@ -150,16 +201,28 @@ void LoraGroup::rescan() {
 }
 
 void LoraGroup::setUnavailableReason(const QString& reason) {
-    const bool available = reason.isEmpty();
-    for (QWidget* w : {static_cast<QWidget*>(vae_), static_cast<QWidget*>(available_), static_cast<QWidget*>(weight_),
-                       static_cast<QWidget*>(add_), static_cast<QWidget*>(insertTag_), static_cast<QWidget*>(list_),
-                       static_cast<QWidget*>(remove_)})
+    unavailable_ = reason;
+    updateEnabled();
+}
+
+void LoraGroup::updateEnabled() {
+    const bool available = unavailable_.isEmpty();
+    // FLUX.1: its VAE and text encoders, no LoRA (the engine refuses them by name).
+    const bool loras = available && flux_.isEmpty();
+    for (QWidget* w : {static_cast<QWidget*>(vae_), static_cast<QWidget*>(clip_), static_cast<QWidget*>(t5_)})
         w->setEnabled(available);
-    add_->setEnabled(available && available_->count() > 0);
-    insertTag_->setEnabled(available && available_->count() > 0);
-    remove_->setEnabled(available && !loras_.empty());
+    for (QWidget* w : {static_cast<QWidget*>(available_), static_cast<QWidget*>(weight_), static_cast<QWidget*>(list_)})
+        w->setEnabled(loras);
+    add_->setEnabled(loras && available_->count() > 0);
+    insertTag_->setEnabled(loras && available_->count() > 0);
+    remove_->setEnabled(loras && !loras_.empty());
+    const QString reason =
+        !available ? unavailable_
+                   : (flux_.isEmpty() ? QString()
+                                      : tr("FLUX.1 LoRAs are not supported yet. A transformer file takes its VAE "
+                                           "(ae.safetensors) and text encoders here; a FLUX.1 folder has its own."));
     reason_->setText(reason);
-    reason_->setVisible(!available);
+    reason_->setVisible(!reason.isEmpty());
 }
 
 QStringList LoraGroup::listedLoras() const {
@@ -181,6 +244,7 @@ void LoraGroup::onScanned(const LoraCatalogScan& scan) {
     scan_ = scan;
     fillAvailable();
     fillVae();
+    fillTextEncoders();
 }
 
 void LoraGroup::fillAvailable() {
@@ -197,8 +261,7 @@ void LoraGroup::fillAvailable() {
                                              : tr("listing the models folder…"));
     const int keep = available_->findData(current);
     available_->setCurrentIndex(keep >= 0 ? keep : (any ? 0 : -1));
-    add_->setEnabled(any && vae_->isEnabled());
-    insertTag_->setEnabled(any && vae_->isEnabled());
+    updateEnabled();
 }
 
 void LoraGroup::fillVae() {
@@ -221,6 +284,26 @@ void LoraGroup::fillVae() {
     vae_->setCurrentIndex(vae_->findData(QString::fromStdString(wantedVae_)));
 }
 
+void LoraGroup::fillTextEncoders() {
+    for (auto [combo, wanted] : {std::pair{clip_, &wantedClip_}, std::pair{t5_, &wantedT5_}}) {
+        combo->clear();
+        combo->addItem(tr("From the model (its folder or all-in-one file)"), QString());
+        bool found = wanted->empty();
+        if (scan_)
+            for (const ModelFileEntry& e : scan_->textEncoders) {
+                combo->addItem(QStringLiteral("%1 (%2)").arg(e.name, e.folder), e.path);
+                combo->setItemData(combo->count() - 1, QDir::toNativeSeparators(e.path), Qt::ToolTipRole);
+                if (e.path.toStdString() == *wanted) found = true;
+            }
+        if (!found) {  // named by the configuration but not listed: kept as named (as the VAE)
+            const QString name = QString::fromStdString(*wanted);
+            combo->addItem(name.section(QLatin1Char('/'), -1), name);
+            combo->setItemData(combo->count() - 1, name, Qt::ToolTipRole);
+        }
+        combo->setCurrentIndex(combo->findData(QString::fromStdString(*wanted)));
+    }
+}
+
 void LoraGroup::fillList() {
     list_->clear();
     for (const LoraSetting& lora : loras_) {
@@ -229,7 +312,7 @@ void LoraGroup::fillList() {
         item->setToolTip(1, tr("Double-click: the weight in the box above"));
         list_->addTopLevelItem(item);
     }
-    remove_->setEnabled(!loras_.empty() && vae_->isEnabled());
+    updateEnabled();
 }
 
 void LoraGroup::addSelected() {

@@ -40,6 +40,10 @@ public:
     // Empty: the editors are enabled; otherwise disabled, with the reason shown (a model that
     // takes no LoRA and no VAE).
     void setUnavailableReason(const QString& reason);
+    // A FLUX.1 model ("flux-dev", "flux-schnell"; "" for none): the text encoder rows shown (a
+    // transformer file needs CLIP-L and T5 files beside it, a FluxPipeline folder has its own), the
+    // LoRA rows disabled saying why; the VAE row stays (ae.safetensors).
+    void setFluxModel(const QString& variant);
 
     // What was listed last (nullopt before the first answer), and whether a newer list is awaited.
     const std::optional<LoraCatalogScan>& catalog() const { return scan_; }
@@ -57,7 +61,9 @@ private:
     void onScanned(const LoraCatalogScan& scan);
     void fillAvailable();
     void fillVae();
+    void fillTextEncoders();
     void fillList();
+    void updateEnabled();
     void addSelected();
     void removeSelected();
     void requestTag();
@@ -70,8 +76,16 @@ private:
 
     std::vector<LoraSetting> loras_;  // the run's list, in order
     std::string wantedVae_;           // RunConfig::vae shown ("" = Automatic)
+    // RunConfig::textEncoders shown: FLUX.1's CLIP-L and T5 files ("" = the model's own).
+    std::string wantedClip_, wantedT5_;
+    QString flux_;         // setFluxModel's variant
+    QString unavailable_;  // setUnavailableReason's reason
 
     QComboBox* vae_ = nullptr;
+    QComboBox* clip_ = nullptr;
+    QComboBox* t5_ = nullptr;
+    QLabel* clipLabel_ = nullptr;
+    QLabel* t5Label_ = nullptr;
     QComboBox* available_ = nullptr;
     QDoubleSpinBox* weight_ = nullptr;
     QPushButton* add_ = nullptr;

@@ -1,14 +1,17 @@
 #include "app/qt/LoraCatalog.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <QDir>
 #include <QFileInfo>
 
 #include "app/qt/GuiThreadGuard.h"
 #include "core/run/LoraModelFile.h"
+#include "core/run/TextEncoderFile.h"
 #include "core/run/VaeFile.h"
 
 namespace tessera {
@@ -35,6 +38,9 @@ QList<ModelFileEntry> filesUnder(const QString& top, const QString& sub, const E
     return modelFilesUnder(top, sub, LoraCatalog::kMaxDepth, room, rules);
 }
 
+// What findTextEncoderFile reads (core/run/TextEncoderFile.h): safetensors only.
+constexpr std::array<const char*, 1> kTextEncoderExtensions{".safetensors"};
+
 }  // namespace
 
 LoraCatalog::LoraCatalog(QObject* parent) : QObject(parent) {
@@ -59,6 +65,12 @@ LoraCatalogScan LoraCatalog::list(const QStringList& modelsFolders) {
                 QDir(root).filePath(QLatin1String(sub)), QLatin1String(sub), kVaeExtensions,
                 [](const std::string& file) { return vaeName(file); },
                 static_cast<int>(kMaxEntries - scan.vaes.size()));
+        for (const std::string_view sub : textEncoderKind().subfolders) {
+            const QString folder = QString::fromUtf8(sub.data(), static_cast<qsizetype>(sub.size()));
+            scan.textEncoders << filesUnder(
+                QDir(root).filePath(folder), folder, kTextEncoderExtensions,
+                [](const std::string& file) { return file; }, static_cast<int>(kMaxEntries - scan.textEncoders.size()));
+        }
     }
     return scan;
 }

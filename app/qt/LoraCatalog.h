@@ -24,6 +24,8 @@ struct LoraCatalogScan {
     QStringList folders;          // the models folders looked in, in order
     QList<ModelFileEntry> loras;  // folder by folder (Lora/, LyCORIS/, loras/), by name
     QList<ModelFileEntry> vaes;   // folder by folder (VAE/, vae/), by name
+    // FLUX.1's separate CLIP-L and T5 files, folder by folder (text_encoders/, clip/), by name.
+    QList<ModelFileEntry> textEncoders;
 };
 
 class LoraCatalog : public QObject {

@@ -8,6 +8,7 @@
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
+#include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -87,6 +88,62 @@ private slots:
         QVERIFY(QFile::copy(kLora, models_ + "/Lora/sd1_tiny.safetensors"));
         QVERIFY(QFile::copy(kLora, models_ + "/LyCORIS/styles/other.safetensors"));
         QVERIFY(QFile::copy(kVae, models_ + "/VAE/ldm.safetensors"));
+        // FLUX.1's separate text encoders where ComfyUI keeps them (any safetensors: only listed here).
+        QVERIFY(QDir().mkpath(models_ + "/text_encoders"));
+        QVERIFY(QDir().mkpath(models_ + "/clip"));
+        QVERIFY(QFile::copy(kLora, models_ + "/text_encoders/clip_l.safetensors"));
+        QVERIFY(QFile::copy(kLora, models_ + "/clip/t5xxl_fp16.safetensors"));
+    }
+
+    // A FLUX.1 model: the CLIP-L and T5 rows appear with the files of text_encoders/ and clip/, the
+    // choice becomes RunConfig::textEncoders (and is shown again from a configuration, each file in
+    // its row); the LoRA rows are disabled saying why, the VAE row stays. Back on a Stable Diffusion
+    // model the rows hide and the run names no text encoder.
+    void fluxModelTakesTextEncoderFiles() {
+        ConfigPanel panel;
+        panel.setModelsFolder(models_);
+        RunConfig c = tinySdConfig(1);
+        c.model = TESSERA_TEST_DATA "/flux";
+        c.width = 80;
+        c.height = 48;
+        c.tile = 32;
+        c.overlapPx = 16;
+        QVERIFY(setConfigAndWait(panel, c));
+        LoraGroup* group = panel.loraGroup();
+        QVERIFY(waitForCatalog(*group));
+        auto* clip = child<QComboBox>(group, "clipEncoderCombo");
+        auto* t5 = child<QComboBox>(group, "t5EncoderCombo");
+        QVERIFY(!clip->isHidden() && clip->isEnabled() && !t5->isHidden() && t5->isEnabled());
+        QVERIFY(child<QComboBox>(group, "vaeCombo")->isEnabled());
+        QVERIFY(!child<QComboBox>(group, "loraAvailableCombo")->isEnabled());
+        QVERIFY(!child<QPushButton>(group, "loraAdd")->isEnabled());
+        QVERIFY2(child<QLabel>(group, "loraReason")->text().contains("FLUX.1 LoRAs"),
+                 qPrintable(child<QLabel>(group, "loraReason")->text()));
+        QCOMPARE(clip->itemData(0).toString(), QString());  // the model's own first
+        const int clipAt = clip->findData(models_ + "/text_encoders/clip_l.safetensors");
+        const int t5At = t5->findData(models_ + "/clip/t5xxl_fp16.safetensors");
+        QVERIFY2(clipAt > 0 && t5At > 0, qPrintable(itemTexts(clip).join(", ")));
+        QCOMPARE(clip->itemText(clipAt), QString("clip_l.safetensors (text_encoders)"));
+        QVERIFY(panel.config().textEncoders.empty());
+        clip->setCurrentIndex(clipAt);
+        emit clip->activated(clipAt);
+        t5->setCurrentIndex(t5At);
+        emit t5->activated(t5At);
+        const std::vector<std::string> chosen{(models_ + "/text_encoders/clip_l.safetensors").toStdString(),
+                                              (models_ + "/clip/t5xxl_fp16.safetensors").toStdString()};
+        QCOMPARE(panel.config().textEncoders, chosen);
+
+        // From a configuration (T5 named first): each file in its own row.
+        c.textEncoders = {chosen[1], chosen[0]};
+        QVERIFY(setConfigAndWait(panel, c));
+        QCOMPARE(clip->currentData().toString().toStdString(), chosen[0]);
+        QCOMPARE(t5->currentData().toString().toStdString(), chosen[1]);
+
+        // Stable Diffusion again.
+        QVERIFY(setConfigAndWait(panel, tinySdConfig(1)));
+        QVERIFY(clip->isHidden() && t5->isHidden());
+        QVERIFY(panel.config().textEncoders.empty());
+        QVERIFY(child<QComboBox>(group, "loraAvailableCombo")->isEnabled());
     }
 
     void groupListsAddsRemovesAndInsertsTags() {
