@@ -1,7 +1,7 @@
 #!/bin/sh
 # Screenshots of the window with a FLUX.1 model chosen: the settings' prompt group as FLUX.1-dev
 # takes it (the prompt and the Guidance box open; the negative prompt, CFG and clip skip disabled,
-# each saying why), under Xvfb at 1366x768 and 1920x1080, with the tiny FLUX.1-dev-shaped test
+# each saying why; the CLIP-L and T5-XXL rows beside the VAE, LoRAs disabled), under Xvfb at 1366x768 and 1920x1080, with the tiny FLUX.1-dev-shaped test
 # pipeline (tests/data/flux). No run: that folder holds no text encoders. Run from the repository
 # root after building (the window, tessera):
 #
@@ -12,8 +12,13 @@ set -eu
 
 home="$work/home"
 models="$home/models"
-mkdir -p "$models/diffusers"
+mkdir -p "$models/diffusers" "$models/text_encoders" "$models/vae"
 cp -r tests/data/flux "$models/diffusers/flux1-dev-test-pipeline"
+# Files of the names ComfyUI users keep beside a FLUX.1 transformer file, for the text encoder and
+# VAE rows to list (the folder model has its own; nothing is read from these).
+for f in text_encoders/clip_l text_encoders/t5xxl_fp16 text_encoders/t5xxl_fp8_e4m3fn vae/ae; do
+    cp tests/data/flux/vae/diffusion_pytorch_model.safetensors "$models/$f.safetensors"
+done
 
 cat > "$work/flux.json" <<JSON
 {"label": "FLUX.1-dev, 2048x1536 in 1024 px tiles", "model": "$models/diffusers/flux1-dev-test-pipeline",
