@@ -281,11 +281,13 @@ void ConfigPanel::requestTokenCounts() {
     RunConfig counted = base_;
     counted.model = inspection_->folder.toStdString();
     tokenCounter_->count(counted, kPrompt, prompt_->promptText());
+    if (!inspection_->flux.isEmpty()) return prompt_->clearTokenCount(kNegativePrompt);  // not used by FLUX.1
     tokenCounter_->count(counted, kNegativePrompt, prompt_->negativePromptText());
 }
 
 void ConfigPanel::onTokensCounted(const QString& field, int tokens, int embeddings, const QString& error) {
-    if (!modelIsStableDiffusion()) return prompt_->clearTokenCount(field);
+    if (!modelIsStableDiffusion() || (!inspection_->flux.isEmpty() && field == kNegativePrompt))
+        return prompt_->clearTokenCount(field);
     prompt_->showTokenCount(field, tokens, error, embeddings);
 }
 

@@ -181,6 +181,18 @@ QLabel* PromptGroup::tokenLabel(const QString& field) const {
 
 void PromptGroup::showTokenCount(const QString& field, int tokens, const QString& error, int embeddings) {
     QLabel* label = tokenLabel(field);
+    if (!flux_.isEmpty()) {
+        // T5's tokens against what the variant reads: 512 for dev, 256 for schnell, the end token
+        // among them (diffusers' max_sequence_length); beyond is cut.
+        const int limit = flux_ == QStringLiteral("flux-schnell") ? 256 : 512;
+        label->setText(tokens < 0 ? QStringLiteral("?/%1").arg(limit) : QStringLiteral("%1/%2").arg(tokens).arg(limit));
+        label->setToolTip(tokens < 0 ? error
+                                     : tr("T5 tokens: FLUX.1 reads %1 with the end token; beyond that the prompt is "
+                                          "cut%2. CLIP-L reads the first 77 for its pooled vector.")
+                                           .arg(limit)
+                                           .arg(tokens >= limit ? tr(" (this one is)") : QString()));
+        return;
+    }
     if (tokens < 0) {
         label->setText(tr("?/75"));
         label->setToolTip(error);

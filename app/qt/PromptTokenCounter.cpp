@@ -13,11 +13,16 @@
 #include "app/qt/GuiThreadGuard.h"
 #include "app/qt/RunWorker.h"
 #include "core/models/clip/TextualInversionFile.h"
+#include "core/models/flux/FluxFiles.h"
+#include "core/models/flux/FluxModel.h"
+#include "core/models/flux/FluxTextFiles.h"
 #include "core/models/sd/SdModel.h"
 #include "core/run/EmbeddingFile.h"
 #include "core/run/ModelFileLookup.h"
+#include "core/run/TextEncoderFile.h"
 #include "core/text/EmbeddingDatabase.h"
 #include "core/text/PromptParser.h"
+#include "core/text/T5Tokenizer.h"
 
 namespace tessera {
 
@@ -38,7 +43,32 @@ struct PromptTokenCounter::Cache {
     bool listed = false;
     std::vector<TextualInversion> embeddings;
     std::map<std::string, std::shared_ptr<const EmbeddingDatabase>> databases;  // by tokenizer source
+    std::map<std::string, std::shared_ptr<const T5Tokenizer>> t5Tokenizers;     // by spiece.model path
     std::atomic<int> scans{0};
+
+    // FLUX.1's T5 tokenizer: tokenizer_2/spiece.model of a folder, or the one beside the T5 file a
+    // transformer file is given. Throws ModelError / ValidationError naming what is missing.
+    std::shared_ptr<const T5Tokenizer> t5TokenizerFor(const RunConfig& config) {
+        std::string spiece;
+        if (isFluxSingleFile(config.model)) {
+            const char* variable = std::getenv(kModelsFolderVariable);
+            const std::vector<std::string> folders = modelsFolders(variable ? variable : "", config.model);
+            for (const std::string& e : config.textEncoders) {
+                const std::string path = findTextEncoderFile(e, folders).path;
+                if (textEncoderFileKind(path) == TextEncoderFileKind::T5) spiece = t5TokenizerBeside(path);
+            }
+            if (spiece.empty())
+                throw ModelError(config.model +
+                                 ": no T5 text encoder file chosen (its spiece.model holds the tokenizer)");
+        } else {
+            spiece = QDir(QString::fromStdString(config.model))
+                         .filePath(QStringLiteral("tokenizer_2/spiece.model"))
+                         .toStdString();
+        }
+        auto& slot = t5Tokenizers[spiece];
+        if (!slot) slot = std::make_shared<const T5Tokenizer>(spiece);
+        return slot;
+    }
 
     // The tokenizer of `model` and its source (the key of databases).
     std::pair<std::shared_ptr<const ClipTokenizer>, std::string> tokenizerFor(const std::string& model) {
@@ -79,6 +109,9 @@ struct PromptTokenCounter::Cache {
     Count count(const RunConfig& config, const std::string& text) {
         assertNotGuiThread("PromptTokenCounter count");
         std::lock_guard lock(mutex);
+        // FLUX.1: what T5 reads (CLIP-L's 77 give only the pooled vector); no embeddings.
+        if (isFluxModelPath(config.model) || isFluxSingleFile(config.model))
+            return Count{static_cast<int>(t5TokenizerFor(config)->tokenize(text).size()), 0};
         const auto tokenizer = tokenizerFor(config.model);
         const char* models = std::getenv(kModelsFolderVariable);
         followFolders(embeddingFolders(config, models ? models : ""));
@@ -106,6 +139,7 @@ quint64 PromptTokenCounter::count(const RunConfig& config, const QString& field,
     RunConfig asked;  // only what the count depends on travels
     asked.model = config.model;
     asked.embeddingsDir = config.embeddingsDir;
+    asked.textEncoders = config.textEncoders;
     const quint64 id =
         jobs_.start([cache = cache_, asked, text = prompt.toStdString()] { return cache->count(asked, text); },
                     [this, field](quint64 job, const Count& result) {

@@ -32,7 +32,9 @@ public:
     ~PromptTokenCounter() override;
 
     // Counts `prompt` for a run of `config` (its model: an SD pipeline folder, a checkpoint or
-    // random:sd15 / random:sd21; its embeddingsDir), off this thread. `field` ("prompt",
+    // random:sd15 / random:sd21; its embeddingsDir), off this thread. A FLUX.1 model counts T5's
+    // tokens (its folder's tokenizer_2/spiece.model, or the one beside the T5 file of
+    // config.textEncoders), without the end token. `field` ("prompt",
     // "negative_prompt") keys the answers: only the newest request per field is answered, by
     // counted (tokens -1 and the reason when it cannot count). Returns the job's id.
     quint64 count(const RunConfig& config, const QString& field, const QString& prompt);

@@ -14,6 +14,9 @@ home="$work/home"
 models="$home/models"
 mkdir -p "$models/diffusers" "$models/text_encoders" "$models/vae"
 cp -r tests/data/flux "$models/diffusers/flux1-dev-test-pipeline"
+# The tiny test SentencePiece model as its T5 tokenizer, for the prompt's T5 token count.
+mkdir -p "$models/diffusers/flux1-dev-test-pipeline/tokenizer_2"
+cp tests/data/t5/spiece.model "$models/diffusers/flux1-dev-test-pipeline/tokenizer_2/"
 # Files of the names ComfyUI users keep beside a FLUX.1 transformer file, for the text encoder and
 # VAE rows to list (the folder model has its own; nothing is read from these).
 for f in text_encoders/clip_l text_encoders/t5xxl_fp16 text_encoders/t5xxl_fp8_e4m3fn vae/ae; do

@@ -3,7 +3,9 @@
 // settings, marks bad values; the sampler list shows A1111's names; the model field takes a
 // pipeline folder, a .safetensors checkpoint and random:sd15; and a run of the tiny SD
 // pipeline (tests/data/sdpipeline/sd1, no tokenizer/: the bundled CLIP vocabulary) finishes
-// on the CPU from the window.
+// on the CPU from the window. A FLUX.1 model opens its own prompt fields and counts T5's tokens.
+#include <filesystem>
+
 #include <QAction>
 #include <QComboBox>
 #include <QDir>
@@ -26,6 +28,7 @@
 #include "app/qt/RunWorker.h"
 #include "core/text/ClipTokenizer.h"
 #include "core/text/PromptParser.h"
+#include "core/text/T5Tokenizer.h"
 #include "ui/ConfigPanel.h"
 #include "ui/HistoryPanel.h"
 #include "ui/MainWindow.h"
@@ -168,6 +171,25 @@ private slots:
         QVERIFY2(child<QLabel>(&panel, "modelInfo")->text().contains("FLUX.1-dev transformer"),
                  qPrintable(child<QLabel>(&panel, "modelInfo")->text()));
         QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
+        // The counter counts T5's tokens against dev's 512; this folder has no tokenizer_2/.
+        QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("?/512"), 30000);
+        QCOMPARE(panel.tokenCountText("negative_prompt"), QString());
+        {
+            // The same model with T5's tokenizer: the prompt's SentencePiece pieces.
+            const std::filesystem::path copy = scratch_.filePath("flux-with-tokenizer").toStdString();
+            std::filesystem::copy(TESSERA_TEST_DATA "/flux", copy, std::filesystem::copy_options::recursive);
+            std::filesystem::create_directories(copy / "tokenizer_2");
+            std::filesystem::copy_file(TESSERA_TEST_DATA "/t5/spiece.model", copy / "tokenizer_2" / "spiece.model");
+            RunConfig withTokenizer = c;
+            withTokenizer.model = copy.string();
+            withTokenizer.prompt = "a lighthouse on a cliff at dusk";
+            QVERIFY(testing::setConfigAndWait(panel, withTokenizer));
+            const auto pieces = T5Tokenizer(TESSERA_TEST_DATA "/t5/spiece.model").tokenize(withTokenizer.prompt);
+            QTRY_COMPARE_WITH_TIMEOUT(panel.tokenCountText("prompt"), QStringLiteral("%1/512").arg(pieces.size()),
+                                      30000);
+            QVERIFY(child<QLabel>(&panel, "promptTokens")->toolTip().contains("T5 tokens"));
+            QVERIFY(testing::setConfigAndWait(panel, c));
+        }
         // Sizes in 16-px cells.
         c.width = 88;
         QVERIFY(testing::setConfigAndWait(panel, c));
