@@ -54,7 +54,7 @@ struct ModelInspector::Cache {
         ModelInspection result{folder, std::nullopt, {}};
         const bool random = folder.startsWith(QString::fromLatin1(kRandomModelPrefix));
         result.stableDiffusion = random || ModelLocator::isStableDiffusion(folder);
-        if (!random && ModelLocator::isFlux(folder, &result.flux)) {
+        if (ModelLocator::isFlux(folder, &result.flux)) {
             // A token is 2 x 2 latent pixels of 8: sizes, tiles and overlaps in 16-px cells.
             result.stableDiffusion = true;
             result.pixelMultiple = 16;

@@ -94,6 +94,10 @@ bool ModelLocator::isFlux(const QString& path, QString* variant) {
             if (variant) *variant = QString::fromStdString(inspectFluxSingleFile(p).config.variant());
             return true;
         }
+        if (isRandomFluxName(p)) {
+            if (variant) *variant = QString::fromStdString(randomFluxShapes(p).transformer.variant());
+            return true;
+        }
         if (isFluxModelPath(p)) {
             if (variant) {
                 namespace fs = std::filesystem;

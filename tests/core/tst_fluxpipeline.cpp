@@ -4,10 +4,13 @@
 // 3.5 embedded, the same start latents and text encodings): the final latents and the decoded
 // image; FluxImg2ImgPipeline (strength 0.6 of 6 steps, guidance 2.5, portrait): the start image's
 // latents after FLUX's shift and scale, then the run from the same start latents; a tiled run of the
-// same model; what a FLUX run refuses before any work.
+// same model; random:flux-dev at its real shapes (counted) and tiny ones (run); what a FLUX run
+// refuses before any work.
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +19,7 @@
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuEngine.h"
 #include "core/formats/Safetensors.h"
+#include "core/models/flux/FluxGraph.h"
 #include "core/models/flux/FluxModel.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/vae/TiledVae.h"
@@ -313,6 +317,77 @@ private slots:
                 QVERIFY(std::fabs(at(o, 16, y) - (row15[o] + bias[o])) < 1e-6f);
                 QVERIFY(std::fabs(at(o, 31, y) - bias[o]) < 1e-6f);
             }
+    }
+
+    // random:flux-dev / random:flux-schnell: FLUX.1's real shapes (counted, not allocated: 67 GB);
+    // the same construction at tiny shapes runs a prompt through its folded T5 ids, deterministically.
+    void randomModels() {
+        QVERIFY(isFluxModelPath("random:flux-dev") && isFluxModelPath("random:flux-schnell"));
+        QVERIFY(!isFluxModelPath("random:flux-pro") && !isFluxModelPath("random:sd15"));
+        const RandomFluxShapes dev = randomFluxShapes("random:flux-dev");
+        QCOMPARE(dev.transformer.variant(), std::string("flux-dev"));
+        QCOMPARE(randomFluxShapes("random:flux-schnell").transformer.variant(), std::string("flux-schnell"));
+        auto params = [](const TensorList& list) {
+            std::uint64_t n = 0;
+            for (const auto& [name, shape] : list) {
+                std::uint64_t e = 1;
+                for (const std::int64_t d : shape) e *= static_cast<std::uint64_t>(d);
+                n += e;
+            }
+            return n;
+        };
+        // Published sizes: the transformer 11.90 G (11,901,408,320), T5-XXL's encoder 4.76 G, CLIP-L's
+        // text encoder 123.1 M, FLUX's VAE 83.8 M.
+        QCOMPARE(params(fluxParameters(dev.transformer)), std::uint64_t{11901408320});
+        QVERIFY(std::llabs(static_cast<long long>(params(T5Model::expectedTensors(dev.t5))) - 4762310656LL) < 5000000);
+        QVERIFY(std::llabs(static_cast<long long>(params(ClipTextModel::expectedTensors(dev.clip))) - 123060480LL) <
+                1000000);
+        QVERIFY(std::llabs(static_cast<long long>(params(VaeModel::expectedTensors(dev.vae))) - 83819683LL) < 1000000);
+        QCOMPARE(dev.vae.latentChannels, 16);
+        QVERIFY(randomFluxBytes(dev) > 60'000'000'000ULL);
+        QVERIFY(errorOf([] { randomFluxShapes("random:flux-pro"); }).find("random:flux-dev and random:flux-schnell") !=
+                std::string::npos);
+
+        // Tiny shapes through the same construction (the fixture's transformer and VAE configs).
+        RandomFluxShapes tiny = dev;
+        tiny.name = "random:flux-dev";
+        tiny.transformer = model()->config;
+        tiny.vae = model()->vae->config();
+        tiny.clip.hiddenSize = 40;
+        tiny.clip.intermediateSize = 64;
+        tiny.clip.numHiddenLayers = 2;
+        tiny.clip.numAttentionHeads = 4;
+        tiny.clip.projectionDim = 40;
+        tiny.t5.dModel = 48;
+        tiny.t5.dKv = 8;
+        tiny.t5.numHeads = 3;
+        tiny.t5.dFf = 40;
+        tiny.t5.numLayers = 2;
+        auto run = [&](std::uint64_t seed) {
+            CpuEngine engine(std::make_unique<CpuBackend>(2));
+            engine.setFluxModel(randomFluxModel(tiny, seed));
+            RunConfig config = fixtureConfig();
+            config.model = "random:flux-dev";
+            config.prompt = "a lighthouse on a cliff at dusk";
+            Silent observer;
+            return engine.run(config, observer);
+        };
+        const RunResult a = run(5), b = run(5), c = run(6);
+        QCOMPARE(std::string(toString(a.record.status)), std::string("finished"));
+        QVERIFY(a.image.data == b.image.data);
+        QVERIFY(a.image.data != c.image.data);
+        for (const float v : a.image.data) QVERIFY(std::isfinite(v));
+
+        // The folded ids: T5's framing (EOS, then padding), every id a piece.
+        const auto ids = foldedT5Ids(*bundledTokenizer(SdFamily::SD1), "a lighthouse on a cliff", 16, 32128);
+        QCOMPARE(ids.size(), std::size_t{16});
+        const auto eos = std::find(ids.begin(), ids.end(), T5Tokenizer::kEosId);
+        QCOMPARE(eos - ids.begin(), std::ptrdiff_t{5});  // a lighthouse on a cliff: 5 CLIP tokens
+        for (auto it = ids.begin(); it != eos; ++it) QVERIFY(*it >= 3 && *it < 32128 - T5Tokenizer::kExtraIds);
+        for (auto it = eos + 1; it != ids.end(); ++it) QCOMPARE(*it, T5Tokenizer::kPadId);
+        const auto cut = foldedT5Ids(*bundledTokenizer(SdFamily::SD1), std::string(300, 'x') + " y z", 4, 32128);
+        QCOMPARE(cut.size(), std::size_t{4});
+        QCOMPARE(cut.back(), T5Tokenizer::kEosId);
     }
 
     void textEncoderRefusals() {

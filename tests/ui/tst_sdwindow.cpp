@@ -190,6 +190,22 @@ private slots:
             QVERIFY(child<QLabel>(&panel, "promptTokens")->toolTip().contains("T5 tokens"));
             QVERIFY(testing::setConfigAndWait(panel, c));
         }
+        // Random weights at FLUX.1-schnell's shapes: nothing read, the same fields (no guidance input).
+        {
+            RunConfig random = c;
+            random.model = "random:flux-schnell";
+            QVERIFY(testing::setConfigAndWait(panel, random));
+            QVERIFY2(child<QLabel>(&panel, "modelInfo")->text().contains("FLUX.1-schnell transformer"),
+                     qPrintable(child<QLabel>(&panel, "modelInfo")->text()));
+            QVERIFY(!guidance->isEnabled());
+            QVERIFY2(panel.isValid(), qPrintable(panel.problems().join('\n')));
+            // Its T5 reads the bundled CLIP tokenizer's ids; schnell reads 256.
+            useBundledClipVocabulary();
+            QTRY_COMPARE_WITH_TIMEOUT(
+                panel.tokenCountText("prompt"),
+                QStringLiteral("%1/256").arg(bundledTokenizer(SdFamily::SD1)->encode(random.prompt).size()), 30000);
+            QVERIFY(testing::setConfigAndWait(panel, c));
+        }
         // Sizes in 16-px cells.
         c.width = 88;
         QVERIFY(testing::setConfigAndWait(panel, c));

@@ -7,10 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/Sha256.h"
 #include "core/base/ValidationError.h"
+#include "core/models/flux/FluxGraph.h"
 #include "core/models/flux/FluxWeights.h"
 #include "core/models/sd/SdModel.h"     // bundledTokenizer: FLUX.1's CLIP-L tokenizer is SD 1.x's
 #include "core/models/sd/SdPipeline.h"  // upsampleNearest
+#include "core/run/ModelName.h"
 
 namespace tessera {
 
@@ -54,7 +57,79 @@ void requireMultiple(const std::string& field, int value, const char* what) {
 
 }  // namespace
 
+bool isRandomFluxName(const std::string& name) {
+    return name == std::string(kRandomModelPrefix) + "flux-dev" ||
+           name == std::string(kRandomModelPrefix) + "flux-schnell";
+}
+
+RandomFluxShapes randomFluxShapes(const std::string& name) {
+    if (!isRandomFluxName(name))
+        throw ValidationError(
+            "model", "model: '" + name + "' is not a random FLUX.1 model; random:flux-dev and random:flux-schnell are");
+    RandomFluxShapes s;
+    s.name = name;
+    s.transformer.guidanceEmbeds = name.ends_with("flux-dev");  // FluxConfig's defaults are FLUX.1's
+    s.vae = randomSdModelConfigs("random:sd15").vae;            // the SD VAE's blocks, widths and depths
+    s.vae.latentChannels = 16;
+    s.vae.sampleSize = 1024;
+    s.vae.scalingFactor = 0.3611f;
+    s.vae.shiftFactor = 0.1159f;
+    s.vae.useQuantConv = false;
+    s.vae.usePostQuantConv = false;
+    s.clip = randomSdModelConfigs("random:sd15").textEncoder;  // CLIP ViT-L/14's text encoder
+    s.t5.dModel = 4096;                                        // google/t5-v1_1-xxl's encoder
+    s.t5.dFf = 10240;
+    s.t5.numLayers = 24;
+    s.t5.numHeads = 64;
+    return s;
+}
+
+std::uint64_t randomFluxBytes(const RandomFluxShapes& s) {
+    return float32Bytes(fluxParameters(s.transformer)) + float32Bytes(VaeModel::expectedTensors(s.vae)) +
+           float32Bytes(ClipTextModel::expectedTensors(s.clip)) + float32Bytes(T5Model::expectedTensors(s.t5));
+}
+
+std::shared_ptr<const FluxModel> randomFluxModel(const RandomFluxShapes& s, std::uint64_t seed, LoadMeter* meter) {
+    auto phase = [meter](const char* name, const TensorList& list, std::uint64_t at) {
+        if (meter) meter->beginPhase(name, float32Bytes(list));
+        auto tensors = randomTensors(list, at, meter);
+        if (meter) meter->endPhase();
+        return tensors;
+    };
+    const TensorList vaeList = VaeModel::expectedTensors(s.vae);
+    auto vae = std::make_shared<const VaeModel>(
+        VaeModel::fromTensors(s.vae, phase("random weights for the VAE", vaeList, seed + 1), WeightsDigest::Skip));
+    auto flux = std::const_pointer_cast<FluxModel>(
+        makeFluxModel(s.transformer, phase("random weights for the transformer", fluxParameters(s.transformer), seed),
+                      std::move(vae), s.name));
+    const TensorList clipList = ClipTextModel::expectedTensors(s.clip), t5List = T5Model::expectedTensors(s.t5);
+    auto clip = std::make_shared<const ClipTextModel>(ClipTextModel::fromTensors(
+        s.clip, phase("random weights for CLIP-L", clipList, seed + 2), WeightsDigest::Skip));
+    auto t5 = std::make_shared<const T5Model>(
+        T5Model::fromTensors(s.t5, phase("random weights for T5-XXL", t5List, seed + 3), WeightsDigest::Skip));
+    flux->clip = std::move(clip);
+    flux->clipTokenizer = bundledTokenizer(SdFamily::SD1);
+    flux->t5 = std::move(t5);
+    flux->sha256 = sha256Hex(s.name.data(), s.name.size());
+    if (meter) meter->finish();
+    return flux;
+}
+
+std::vector<std::int32_t> foldedT5Ids(const ClipTokenizer& clip, const std::string& prompt, int maxLength,
+                                      int vocabulary) {
+    const int pieces = std::max(1, vocabulary - T5Tokenizer::kExtraIds - 3);
+    std::vector<std::int32_t> ids;
+    for (const std::int32_t id : clip.encode(prompt)) {
+        if (static_cast<int>(ids.size()) + 1 >= maxLength) break;
+        ids.push_back(3 + id % pieces);
+    }
+    ids.push_back(T5Tokenizer::kEosId);
+    ids.resize(static_cast<std::size_t>(maxLength), T5Tokenizer::kPadId);
+    return ids;
+}
+
 bool isFluxModelPath(const std::string& path) {
+    if (isRandomFluxName(path)) return true;
     std::error_code ec;
     const fs::path p(path);
     if (path.empty() || !fs::is_directory(p, ec)) return false;
@@ -76,6 +151,7 @@ std::shared_ptr<const FluxModel> makeFluxModel(FluxConfig config, std::map<std::
 }
 
 std::shared_ptr<const FluxModel> loadFluxModel(const std::string& path, LoadMeter* meter) {
+    if (isRandomFluxName(path)) return randomFluxModel(randomFluxShapes(path), 0, meter);
     const std::string dir = componentFolder(path, "transformer", "a FLUX.1 pipeline folder");
     const fs::path configFile = fs::path(dir) / "config.json";
     FluxConfig config;
@@ -160,7 +236,9 @@ FluxConditioning encodeFluxPrompt(const FluxModel& model, Backend& backend, cons
     if (clipIds.size() > 75) clipIds.resize(75);  // diffusers' CLIPTokenizer(truncation=True, max_length=77)
     const auto framed = model.clipTokenizer->frame(clipIds);
     c.pooled = model.clip->encode(backend, framed, 1).pooled;
-    const std::vector<std::int32_t> t5Ids = model.t5Tokenizer->encode(prompt, model.textTokens());
+    const std::vector<std::int32_t> t5Ids =
+        model.t5Tokenizer ? model.t5Tokenizer->encode(prompt, model.textTokens())
+                          : foldedT5Ids(*model.clipTokenizer, prompt, model.textTokens(), model.t5->config().vocabSize);
     c.text = model.t5->encode(backend, t5Ids, 1);
     c.tokens = model.textTokens();
     c.guidance = guidance;

@@ -4,6 +4,7 @@
 // conditioning the transformer reads. Qt-free.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +34,10 @@ struct FluxModel {
     std::shared_ptr<const ClipTextModel> clip;
     std::shared_ptr<const ClipTokenizer> clipTokenizer;
     std::shared_ptr<const T5Model> t5;
+    // Null for random models (Google's spiece.model is not shipped): their T5 ids are the CLIP
+    // tokenizer's, folded into T5's vocabulary (foldedT5Ids).
     std::shared_ptr<const T5Tokenizer> t5Tokenizer;
-    bool hasTextEncoders() const { return clip && t5; }
+    bool hasTextEncoders() const { return clip && t5 && (t5Tokenizer || clipTokenizer); }
     // T5 tokens a prompt is framed to: 512 for dev, 256 for schnell (black-forest-labs/flux
     // cli.py load_t5(max_length=256 if schnell else 512); diffusers' docs say the same for schnell).
     int textTokens() const { return config.guidanceEmbeds ? 512 : 256; }
@@ -44,8 +47,35 @@ struct FluxModel {
 };
 
 // A diffusers FluxPipeline folder: model_index.json naming a Flux pipeline class, or a
-// transformer/config.json naming FluxTransformer2DModel. Reads at most those files.
+// transformer/config.json naming FluxTransformer2DModel; or random:flux-dev / random:flux-schnell.
+// Reads at most those files.
 bool isFluxModelPath(const std::string& path);
+
+// Random weights at FLUX.1's real shapes (benchmarks, trying the window without the files):
+// "random:flux-dev" / "random:flux-schnell" (black-forest-labs/flux util.py configs: the transformer
+// of 11.9 G parameters, schnell without guidance_in), FLUX's VAE (ae.safetensors' AutoencoderKL: 16
+// latent channels, no quant convs, scaling 0.3611, shift 0.1159), CLIP-L and T5 v1.1 XXL (4.76 G):
+// about 67 GB of float32 on the host. No T5 vocabulary is bundled: a prompt's T5 ids are the
+// bundled CLIP tokenizer's folded into T5's (foldedT5Ids; with random weights any ids time alike).
+struct RandomFluxShapes {
+    std::string name;  // "random:flux-dev"
+    FluxConfig transformer;
+    VaeConfig vae;
+    ClipTextConfig clip;
+    T5Config t5;
+};
+bool isRandomFluxName(const std::string& name);
+// Throws ValidationError("model") for another name, naming the two.
+RandomFluxShapes randomFluxShapes(const std::string& name);
+// Deterministic in `seed`; `meter` advances by each tensor's float32 bytes (randomFluxBytes in all).
+std::shared_ptr<const FluxModel> randomFluxModel(const RandomFluxShapes& shapes, std::uint64_t seed,
+                                                 LoadMeter* meter = nullptr);
+std::uint64_t randomFluxBytes(const RandomFluxShapes& shapes);
+// T5 ids for a model without a T5 tokenizer: the CLIP tokenizer's ids of `prompt` mapped to
+// 3 + id mod (vocabulary - 103) (past pad, EOS and unk; short of the 100 sentinels), cut to
+// maxLength - 1, then EOS and padding to maxLength, as T5Tokenizer::encode frames them.
+std::vector<std::int32_t> foldedT5Ids(const ClipTokenizer& clip, const std::string& prompt, int maxLength,
+                                      int vocabulary);
 
 // Loads `path` (a FluxPipeline folder): the transformer's config and every tensor checked before
 // any is read (ModelError naming the file and tensor), diffusers' names converted to BFL's, the
