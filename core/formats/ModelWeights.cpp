@@ -8,6 +8,7 @@
 #include <cmath>
 #include <set>
 #include <span>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -431,35 +432,72 @@ std::uint64_t float32Bytes(const TensorList& expected) {
 }
 
 std::map<std::string, HostTensor> randomTensors(const TensorList& expected, std::uint64_t seed, LoadMeter* meter) {
-    std::map<std::string, HostTensor> tensors;
     // PyTorch's default init: conv/linear weights and biases U(±1/sqrt(fan_in)) (kaiming_uniform
     // with a = sqrt(5)). GroupNorm would be exactly 1/0; a small perturbation keeps the affine
     // part exercised by backend comparisons. Each tensor has its own stream keyed by its name,
-    // so adding a layer does not change the others.
+    // so adding a layer does not change the others, and tensors can be drawn on several threads
+    // with the same values (random:flux-dev draws 67 GB).
+    struct Draw {
+        const std::string* name;
+        const std::vector<std::int64_t>* shape;
+        bool norm = false, weight = false;
+        std::int64_t fanIn = 1;
+    };
+    std::vector<Draw> draws;
+    draws.reserve(expected.size());
     std::int64_t fanIn = 1;
+    std::uint64_t elements = 0;
     for (const auto& [name, shape] : expected) {
-        HostTensor t;
-        t.shape = shape;
-        t.data.resize(static_cast<std::size_t>(t.numel()));
-        std::uint64_t state = seed ^ fnv1a(name);
-        (void)splitmix64(state);
+        Draw d{&name, &shape};
         const auto lastDot = name.rfind('.');
         const std::string module = name.substr(0, lastDot);
-        const bool isWeight = name.compare(lastDot, std::string::npos, ".weight") == 0;
-        const bool isNorm = module.substr(module.rfind('.') + 1).find("norm") != std::string::npos;
-        if (isNorm) {
-            const float base = isWeight ? 1.0f : 0.0f;
+        d.weight = name.compare(lastDot, std::string::npos, ".weight") == 0;
+        d.norm = module.substr(module.rfind('.') + 1).find("norm") != std::string::npos;
+        if (!d.norm && d.weight) {  // biases follow their weight in the list and share its fan-in
+            fanIn = 1;
+            for (std::size_t k = 1; k < shape.size(); ++k) fanIn *= shape[k];
+        }
+        d.fanIn = fanIn;
+        std::uint64_t n = 1;
+        for (const std::int64_t e : shape) n *= static_cast<std::uint64_t>(std::max<std::int64_t>(e, 0));
+        elements += n;
+        draws.push_back(d);
+    }
+    auto draw = [seed](const Draw& d) {
+        HostTensor t;
+        t.shape = *d.shape;
+        t.data.resize(static_cast<std::size_t>(t.numel()));
+        std::uint64_t state = seed ^ fnv1a(*d.name);
+        (void)splitmix64(state);
+        if (d.norm) {
+            const float base = d.weight ? 1.0f : 0.0f;
             for (auto& x : t.data) x = base + 0.05f * symmetricUniform(state);
         } else {
-            if (isWeight) {  // biases follow their weight in the list and share its fan-in
-                fanIn = 1;
-                for (std::size_t d = 1; d < shape.size(); ++d) fanIn *= shape[d];
-            }
-            const float bound = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(fanIn, 1)));
+            const float bound = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(d.fanIn, 1)));
             for (auto& x : t.data) x = bound * symmetricUniform(state);
         }
-        if (meter != nullptr) meter->advance(t.data.size() * sizeof(float));
-        tensors.emplace(name, std::move(t));
+        return t;
+    };
+    // Large models on the machine's threads, a group of tensors at a time; the meter (one thread's)
+    // advances between groups, on this thread.
+    const unsigned threads =
+        elements < (std::uint64_t{1} << 24) ? 1u : std::clamp(std::thread::hardware_concurrency(), 1u, 32u);
+    std::map<std::string, HostTensor> tensors;
+    std::vector<HostTensor> group(threads);
+    for (std::size_t first = 0; first < draws.size(); first += threads) {
+        const std::size_t count = std::min<std::size_t>(threads, draws.size() - first);
+        if (count == 1) {
+            group[0] = draw(draws[first]);
+        } else {
+            std::vector<std::thread> workers;
+            workers.reserve(count);
+            for (std::size_t k = 0; k < count; ++k) workers.emplace_back([&, k] { group[k] = draw(draws[first + k]); });
+            for (std::thread& w : workers) w.join();
+        }
+        for (std::size_t k = 0; k < count; ++k) {
+            if (meter != nullptr) meter->advance(group[k].data.size() * sizeof(float));
+            tensors.emplace(*draws[first + k].name, std::move(group[k]));
+        }
     }
     return tensors;
 }

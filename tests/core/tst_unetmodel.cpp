@@ -425,6 +425,29 @@ private slots:
         EXPECT_MESSAGE(m, "'no.such.tensor'");
     }
 
+    // Large lists are drawn on several threads: the values are those of each tensor drawn alone
+    // (its stream is keyed by its name), biases with their weight's fan-in.
+    void randomTensorsAreTheSameOnThreads() {
+        TensorList list;
+        for (int k = 0; k < 18; ++k) {
+            list.push_back({"blocks." + std::to_string(k) + ".linear.weight", {1024, 1024}});
+            list.push_back({"blocks." + std::to_string(k) + ".linear.bias", {1024}});
+        }
+        list.push_back({"blocks.0.norm.weight", {1024}});
+        const auto all = randomTensors(list, 11);  // 18.9 M values: the threaded path
+        QCOMPARE(all.size(), list.size());
+        for (const auto& [name, shape] : list) {
+            TensorList alone{{name, shape}};
+            if (name.ends_with(".bias"))
+                alone.insert(alone.begin(), {name.substr(0, name.size() - 4) + "weight", {1024, 1024}});
+            const auto one = randomTensors(alone, 11);
+            QVERIFY2(one.at(name).data == all.at(name).data, name.c_str());
+            QCOMPARE(one.at(name).shape, shape);
+        }
+        const float bound = 1.0f / std::sqrt(1024.0f);
+        for (const float x : all.at("blocks.3.linear.bias").data) QVERIFY(std::abs(x) <= bound);
+    }
+
     // --- loading folders -----------------------------------------------------------------
 
     void loadsF32F16BF16() {
