@@ -40,6 +40,24 @@ const std::string kVocabulary = std::string(TESSERA_SOURCE_DIR) + "/resources/cl
 
 class Quiet : public RunObserver {};
 
+// The CPU engine's float32 runs of a model from start noise `z`, with ControlNet units or none.
+struct CpuReference {
+    CpuReference(std::shared_ptr<const SdModel> sd, const ImageTensor& z) {
+        loop.setSdModel(std::move(sd));
+        loop.setStartNoise(z);
+    }
+    RunResult run(RunConfig config, const std::vector<ControlNetRunUnit>& units) {
+        config.precision = Precision::FP32;
+        config.backend = BackendKind::CPU;
+        loop.setControlNets(units);
+        Quiet quiet;
+        return loop.run(config, quiet, cpu, [] { return false; });
+    }
+    CpuBackend backend{4};
+    CpuTileDevice cpu{backend};
+    TiledLoop loop;
+};
+
 }  // namespace
 
 class TestCudaControlNet : public QObject {
@@ -96,26 +114,16 @@ private slots:
         units[1].end = 0.75;
         const ImageTensor z{4, 8, 20, normal(4 * 8 * 20, 5)};
         Quiet quiet;
-
-        config.precision = Precision::FP32;
-        config.backend = BackendKind::CPU;
-        CpuBackend backend(4);
-        CpuTileDevice cpu(backend);
-        TiledLoop cpuLoop;
-        cpuLoop.setSdModel(sd);
-        cpuLoop.setStartNoise(z);
-        cpuLoop.setControlNets(units);
-        const RunResult ref = cpuLoop.run(config, quiet, cpu, [] { return false; });
-        cpuLoop.setControlNets({});
-        const RunResult plain = cpuLoop.run(config, quiet, cpu, [] { return false; });
+        CpuReference cpu(sd, z);
+        const RunResult ref = cpu.run(config, units);
+        const RunResult plain = cpu.run(config, {});
 
         // The same ControlNets over other control images: the second GPU run must follow them.
         // (Inverted images: two draws of uniform noise steer these tiny random ControlNets alike.)
         std::vector<ControlNetRunUnit> other = units;
         for (ControlNetRunUnit& u : other)
             for (float& v : u.image.data) v = 1.0f - v;
-        cpuLoop.setControlNets(other);
-        const RunResult refOther = cpuLoop.run(config, quiet, cpu, [] { return false; });
+        const RunResult refOther = cpu.run(config, other);
 
         config.precision = static_cast<Precision>(precision);
         config.graphs = static_cast<GraphMode>(graphs);
@@ -186,18 +194,9 @@ private slots:
         units[0].end = 0.6;
         const ImageTensor z{4, 8, 16, normal(4 * 8 * 16, 8)};
         Quiet quiet;
-
-        config.precision = Precision::FP32;
-        config.backend = BackendKind::CPU;
-        CpuBackend backend(4);
-        CpuTileDevice cpu(backend);
-        TiledLoop cpuLoop;
-        cpuLoop.setSdModel(sd);
-        cpuLoop.setStartNoise(z);
-        cpuLoop.setControlNets(units);
-        const RunResult ref = cpuLoop.run(config, quiet, cpu, [] { return false; });
-        cpuLoop.setControlNets({});
-        const RunResult plain = cpuLoop.run(config, quiet, cpu, [] { return false; });
+        CpuReference cpu(sd, z);
+        const RunResult ref = cpu.run(config, units);
+        const RunResult plain = cpu.run(config, {});
         QCOMPARE(ref.record.tileCount, 3);
 
         config.precision = static_cast<Precision>(precision);
