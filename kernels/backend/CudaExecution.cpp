@@ -8,9 +8,9 @@
 #include <stdexcept>
 
 #include <cublasLt.h>
+
 #include "core/cpu/CpuBackend.h"
 #include "kernels/backend/CudaBackendImpl.h"
-
 #include "kernels/device/CudaCheck.h"
 #include "kernels/device/GraphCapture.h"
 #include "kernels/ops/LayoutConvert.cuh"
@@ -107,9 +107,11 @@ bool CudaBackend::Impl::gemmRowsBias(DType t, const void* w, const void* x, void
     if (t == DType::F32) return false;
     // A cuBLAS handle is a cuBLASLt handle (cuBLASLt's documentation: "a simple cast").
     auto lt = reinterpret_cast<cublasLtHandle_t>(opCublas);
+    // Held through the enqueue: ops of one shape share a descriptor, and each sets its own bias
+    // pointer in it (lanes may enqueue from several threads).
+    const std::lock_guard<std::mutex> lock(ltMutex);
     std::shared_ptr<LtPlan> plan;
     {
-        const std::lock_guard<std::mutex> lock(ltMutex);
         auto& slot = ltPlans[{static_cast<int>(t), rows, k, nOut, residual != nullptr}];
         if (!slot) {
             auto p = std::make_shared<LtPlan>();
