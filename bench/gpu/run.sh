@@ -20,10 +20,22 @@ Modes:
   unet          SD 1.5 UNet per call at UNet batch 2 and 16 (CFG 7, tile graphs); PyTorch: diffusers'
                 UNet2DConditionModel + CUDA graph (batch 2), torch.compile + CUDA graph (batch 16)
   sdxl          SDXL UNet per call at UNet batch 8; PyTorch + CUDA graph
+  flux          FLUX.1-dev's transformer per call (random weights, bf16, one 1024-px tile: 4,096 image + 512 text
+                tokens, guidance embedded) at tile batch 1 and 4, tile graphs; PyTorch: diffusers'
+                FluxTransformer2DModel + torch.compile + CUDA graph. FLUX_PART=tessera|pytorch runs one half (the
+                whole may not fit one call: each half prepares 11.9 G parameters); FLUX_S: each half's limit (400)
   job-controlnet  the 2048x2048 SD 1.5 image-to-image upscale (strength 0.5, tile 512, overlap 64, CFG 7, 20 steps
                 DPM++ 2M Karras, fp16) with and without a ControlNet of control_v11f1e_sd15_tile's shape (the start
                 image as control image) at tile batches JOB_BATCHES (default auto,8); diffusers ControlNetModel +
                 UNet + torch.compile + CUDA graph at TORCH_JOB_BATCHES (default 8)
+  job-flux      the whole 2048x2048 FLUX.1-dev job (random weights: tile 1024, overlap 128 = 9 tiles, 20 steps of
+                flow matching Euler, guidance 3.5, bf16): tessera-cli render --model random:flux-dev --batch-count
+                JOB_FLUX_COUNT (default 3) on one engine, the first job the warm-up (weights drawn and uploaded,
+                captures), at tile batches JOB_FLUX_BATCHES (default 1; a process each) with CUDA graphs
+                JOB_FLUX_GRAPHS (default tile); the later jobs' records as CSV rows (job_flux_tessera_bB.csv) in the
+                peer's columns. PyTorch: bench/pytorch/torch_flux_tiled.py --compile at TORCH_JOB_FLUX_BATCHES
+                (default 1,2; one process, a warm-up job per batch). FLUX_PART=tessera|pytorch runs one half;
+                JOB_FLUX_S: each step's limit (550). Both halves' rows in job_flux.csv
   job           the whole 2048x2048 job of JOB_SHAPE (default sd15; sd21, sdxl), native tiles overlapping by
                 1/8, CFG 7, 20 steps DPM++ 2M Karras, fp16, at tile batches JOB_BATCHES (default auto,8);
                 diffusers + torch.compile + CUDA graph at TORCH_JOB_BATCHES (default 13)
@@ -53,6 +65,9 @@ Modes:
                 on the GPU) at TORCH_UPSCALE_TILES (default 256,384,512,768,0), eager and CUDA graph; the
                 CPU engine at 96x96 on 2 and 16 threads (UPSCALE_CPU=0: not)
   window        the window on the GPU (a bundle with bin/tessera): an SD run, before/after, reopened
+  window-flux   the window on the GPU running random:flux-dev at 2048x1536 (tile 1024, overlap 128, 20 steps,
+                guidance 3.5, bf16, tile graphs), its screenshot when the run ends: window-flux-gpu-1920x1080.png;
+                WINDOW_FLUX_S: the step's limit (550)
   before-after  the same bench rows with --before and --tessera in the order before, after, after,
                 before; a table of medians and after/before (rows: BEFORE_AFTER_ROWS, ';' between)
 EOF
@@ -298,6 +313,89 @@ mode_sdxl() {
   step unet_torch_sdxl_graph 150 "${torchpy[@]}" $pytorch/torch_sd_unet.py --shape sdxl --batch 4 --cfg 7 \
     --repeats 10 --modes graph
   peer_csv unet_torch_sdxl_graph
+}
+
+mode_flux() {
+  local part=${FLUX_PART:-all}
+  if [[ "$part" != pytorch ]] && need_tessera flux; then
+    stepmem flux_tessera "${FLUX_S:-400}" "${cli[@]}" bench --shape flux-dev --size 2048 --tile 1024 --overlap 128 \
+      --batch 1,4 --precision bf16 --graphs tile --repeats 5 --tuning-cache "$tuning" --csv "$results/flux_tessera.csv"
+  fi
+  if [[ "$part" != tessera ]]; then
+    stepmem flux_torch "${FLUX_S:-400}" "${torchpy[@]}" $pytorch/torch_flux.py --shape flux-dev --size 2048 \
+      --tile 1024 --overlap 128 --batch 1,4 --modes compile+graph --repeats 5
+    peer_csv flux_torch
+  fi
+}
+
+# Render records (JSON files) as CSV rows in torch_sd_tiled.py's columns, in TARGET; the first job by start time
+# (the warm-up: weights drawn and uploaded, captures) is said apart and left out. sample_s = the steps' wall times
+# (as bench --job counts them), decode_s = the VAE decode, total_s = their sum, s_per_step; text_s = CLIP-L and T5
+# (the record's text_encode, a part of its prepare, not in total_s; the peer runs no text encoder);
+# peak_alloc_mib = the memory plan's total, peak_used_mib = the run's peak device memory in use.
+flux_records() {
+  local target=$1
+  shift
+  python3 - "$target" "$@" <<'EOF'
+import json, sys
+records = []
+for path in sys.argv[2:]:
+    try:
+        with open(path) as f:
+            records.append(json.load(f))
+    except (OSError, ValueError):
+        pass
+records.sort(key=lambda r: r.get("started_at", ""))
+header = ("engine,shape,size,tile,overlap,steps,cfg,batch,tiles,text_s,encode_s,sample_s,decode_s,total_s,"
+          "s_per_step,peak_alloc_mib,peak_used_mib,device")
+rows = []
+for i, r in enumerate(records):
+    c, env = r.get("config", {}), r.get("environment", {})
+    steps = r.get("steps", [])
+    sample = sum(s.get("wall_ms", 0) for s in steps) / 1000
+    decode = r.get("vae_decode", {}).get("ms", 0) / 1000
+    text = r.get("text_encode", {}).get("ms", 0) / 1000
+    print("%s: %s, batch %s, graphs %s, prepare_s %.1f (text_s %.3f), sample_s %.3f, decode_s %.3f, peak %s MiB" % (
+        "warm-up job" if i == 0 else "job %d" % i, r.get("status"), c.get("batch"), r.get("graphs", {}).get("mode"),
+        r.get("prepare_ms", 0) / 1000, text, sample, decode, r.get("peak_device_mib")))
+    if i == 0 or r.get("status") != "finished" or not steps:
+        continue
+    device = env.get("device", "")
+    rows.append("tessera-%s,flux-dev,%s,%s,%s,%s,1,%s,%s,%.3f,,%.3f,%.3f,%.3f,%.4f,%.0f,%.0f,%s" % (
+        env.get("backend", ""), c.get("width"), c.get("tile"), c.get("overlap"), c.get("steps"), c.get("batch"),
+        r.get("tile_count"), text, sample, decode, sample + decode, sample / len(steps),
+        r.get("memory_plan", {}).get("total_mib", 0), r.get("peak_device_mib", 0),
+        '"%s"' % device if "," in device else device))
+if rows:
+    with open(sys.argv[1], "w") as f:
+        f.write("\n".join([header] + rows) + "\n")
+    print("\n".join([header] + rows))
+EOF
+}
+
+mode_job_flux() {
+  local part=${FLUX_PART:-all} b dir
+  if [[ "$part" != pytorch ]] && need_tessera job-flux; then
+    for b in ${JOB_FLUX_BATCHES:-1}; do
+      dir=$work/job_flux_b$b
+      stepmem "job_flux_tessera_b$b" "${JOB_FLUX_S:-550}" "${cli[@]}" render --model random:flux-dev \
+        --prompt "a lighthouse on a cliff above a stormy sea at dusk, dramatic light, detailed" --guidance 3.5 \
+        --width 2048 --height 2048 --tile 1024 --overlap 128 --steps 20 --batch "$b" --precision bf16 \
+        --backend cuda --graphs "${JOB_FLUX_GRAPHS:-tile}" --preview-every 0 --batch-count "${JOB_FLUX_COUNT:-3}" \
+        --tuning-cache "$tuning" --out "$dir"
+      mkdir -p "$results/job_flux_tessera_b$b"
+      cp "$dir"/*.json "$results/job_flux_tessera_b$b/" 2>/dev/null
+      flux_records "$results/job_flux_tessera_b$b.csv" "$dir"/*.json | tee "$results/job_flux_tessera_b$b.txt"
+    done
+  fi
+  if [[ "$part" != tessera ]]; then
+    stepmem job_flux_torch "${JOB_FLUX_S:-550}" "${torchpy[@]}" $pytorch/torch_flux_tiled.py --shape flux-dev \
+      --size 2048 --tile 1024 --overlap 128 --steps 20 --guidance 3.5 --batch "${TORCH_JOB_FLUX_BATCHES:-1,2}" \
+      --compile
+    peer_csv job_flux_torch
+  fi
+  join_csv "$results/job_flux.csv" "$results"/job_flux_tessera_b*.csv "$results/job_flux_torch.csv"
+  [[ -f "$results/job_flux.csv" ]] && cat "$results/job_flux.csv"
 }
 
 mode_job() {
@@ -721,6 +819,25 @@ EOF
   records "$history"/*/*.json | tee "$results/window_records.txt"
 }
 
+# The window running FLUX.1-dev's shapes with random weights (67 GB drawn on the host at the run's prepare).
+mode_window_flux() {
+  [[ -x "$bin/tessera" ]] || { echo "== window-flux: skipped, the build has no bin/tessera (pack a bundle)"; return; }
+  local history=$work/history-flux gui=(env "LD_LIBRARY_PATH=${libpath[after]}" "$bin/tessera" --fresh)
+  export XDG_RUNTIME_DIR=$work/runtime
+  mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+  cat >"$work/flux.json" <<'EOF'
+{"label": "FLUX.1-dev-shaped: lighthouse at dusk, 2048x1536", "model": "random:flux-dev",
+ "prompt": "a lighthouse on a cliff at dusk, waves breaking below, warm light in the lantern room, detailed",
+ "negative_prompt": "", "guidance": 3.5, "scheduler": "euler", "steps": 20, "seed": 7, "width": 2048,
+ "height": 1536, "tile": 1024, "overlap": 128, "window": "hann", "batch": "auto", "precision": "bf16",
+ "backend": "cuda", "graphs": "tile", "preview_every": 1}
+EOF
+  stepmem window_flux_1920 "${WINDOW_FLUX_S:-550}" \
+    env QT_QPA_PLATFORM="offscreen:configfile=$(screen_config 1920 1080)" "${gui[@]}" --history "$history" \
+    --preset "$work/flux.json" --run --screenshot "$results/window-flux-gpu-1920x1080.png"
+  records "$history"/*/*.json | tee "$results/window_flux_records.txt"
+}
+
 # before-after: each row runs with one build, the other, the other again, the first again (ROUNDS times), so
 # that a drift of the machine's clocks falls on both alike; each build keeps its own tuning cache.
 mode_before_after() {
@@ -768,7 +885,9 @@ for mode in "${modes[@]}"; do
   info) mode_info 2>&1 | tee "$results/info.txt" ;;
   unet) mode_unet ;;
   sdxl) mode_sdxl ;;
+  flux) mode_flux ;;
   job) mode_job ;;
+  job-flux) mode_job_flux ;;
   job-controlnet) mode_job_controlnet ;;
   vae) mode_vae ;;
   ddpm) mode_ddpm ;;
@@ -787,6 +906,7 @@ for mode in "${modes[@]}"; do
   renders) mode_renders ;;
   upscale) mode_upscale ;;
   window) mode_window ;;
+  window-flux) mode_window_flux ;;
   before-after) mode_before_after ;;
   *)
     echo "run.sh: unknown mode '$mode' (run.sh --help)"
