@@ -244,6 +244,7 @@ void RunController::onTileBatch(quint64 runId, const TileBatchEvent& event) {
     // before, never thinned out): this event only says what is under way.
     progress_.steps = event.steps;
     if (event.step < progress_.step) return;  // a late batch of a step already finished
+    canvas_->setTileShift(event.shift);
     canvas_->setActiveTiles(event.tileIds);
     markProgressDirty();
 }

@@ -98,6 +98,7 @@ void TileCanvas::setPlan(std::optional<TilePlan> plan) {
     const QSize before = contentSize();
     plan_ = std::move(plan);
     active_.clear();
+    shift_ = {};
     hovered_ = -1;
     invalidateBlend();
     // A seam map of another size belongs to another plan.
@@ -113,6 +114,12 @@ void TileCanvas::setImage(const QImage& image) {
 
 void TileCanvas::setActiveTiles(std::vector<int> ids) {
     active_ = std::move(ids);
+    update();
+}
+
+void TileCanvas::setTileShift(CanvasShift shift) {
+    if (shift == shift_) return;
+    shift_ = shift;
     update();
 }
 
@@ -263,6 +270,35 @@ QRectF TileCanvas::tileRect(int id) const {
     return QRectF(t.x, t.y, t.w, t.h);
 }
 
+namespace {
+
+// [from, to) of the plan along an axis of `length`, on the image rolled by `shift`: one span, or two
+// where it crosses the image's edge.
+std::vector<std::pair<int, int>> rolledSpans(int from, int to, int shift, int length) {
+    if (shift == 0 || length <= 0) return {{from, to}};
+    const int a = ((from - shift) % length + length) % length;
+    const int n = to - from;
+    if (a + n <= length) return {{a, a + n}};
+    return {{a, length}, {0, a + n - length}};
+}
+
+// A plan line at `position` on the image rolled by `shift`.
+int rolledLine(int position, int shift, int length) {
+    return length > 0 ? ((position - shift) % length + length) % length : position;
+}
+
+}  // namespace
+
+std::vector<QRectF> TileCanvas::rolledTileRects(int id) const {
+    if (!plan_ || id < 0 || id >= plan_->count()) return {};
+    const TileRect& t = plan_->tile(id);
+    std::vector<QRectF> out;
+    for (const auto& [y0, y1] : rolledSpans(t.y, t.y + t.h, shift_.dy, plan_->height()))
+        for (const auto& [x0, x1] : rolledSpans(t.x, t.x + t.w, shift_.dx, plan_->width()))
+            out.emplace_back(x0, y0, x1 - x0, y1 - y0);
+    return out;
+}
+
 void TileCanvas::paintEvent(QPaintEvent*) {
     QPainter painter(this);
     painter.fillRect(rect(), kBackground);
@@ -396,24 +432,30 @@ void TileCanvas::paintOverlays(QPainter& painter, QSize content) {
         const std::vector<int>& xs = plan_->columnPositions();
         const std::vector<int>& ys = plan_->rowPositions();
         const int tw = plan_->tileW(), th = plan_->tileH();
-        // Overlap bands: where consecutive columns/rows share pixels, i.e. where blending happens.
+        // Overlap bands: where consecutive columns/rows share pixels, i.e. where blending happens;
+        // with shifted tiles, where the current step's tiles lie (the plan rolled by shift_).
+        const int W = plan_->width(), H = plan_->height();
         for (std::size_t c = 0; c + 1 < xs.size(); ++c) {
             const int from = xs[c + 1], to = xs[c] + tw;
-            if (to > from) painter.fillRect(QRectF(from, 0, to - from, content.height()), kOverlapBand);
+            if (to > from)
+                for (const auto& [a, b] : rolledSpans(from, to, shift_.dx, W))
+                    painter.fillRect(QRectF(a, 0, b - a, content.height()), kOverlapBand);
         }
         for (std::size_t r = 0; r + 1 < ys.size(); ++r) {
             const int from = ys[r + 1], to = ys[r] + th;
-            if (to > from) painter.fillRect(QRectF(0, from, content.width(), to - from), kOverlapBand);
+            if (to > from)
+                for (const auto& [a, b] : rolledSpans(from, to, shift_.dy, H))
+                    painter.fillRect(QRectF(0, a, content.width(), b - a), kOverlapBand);
         }
         // Tile edges, as lines across the image (cheap for thousands of tiles): a dark halo
         // under a light line, so the grid reads over bright, dark and noisy images alike.
         QVector<QLineF> edges;
-        for (int x : xs) {
-            edges << QLineF(x, 0, x, content.height()) << QLineF(x + tw, 0, x + tw, content.height());
-        }
-        for (int y : ys) {
-            edges << QLineF(0, y, content.width(), y) << QLineF(0, y + th, content.width(), y + th);
-        }
+        for (int x : xs)
+            for (const int e : {rolledLine(x, shift_.dx, W), rolledLine(x + tw, shift_.dx, W)})
+                edges << QLineF(e, 0, e, content.height());
+        for (int y : ys)
+            for (const int e : {rolledLine(y, shift_.dy, H), rolledLine(y + th, shift_.dy, H)})
+                edges << QLineF(0, e, content.width(), e);
         QPen halo(kGridHalo, 3.0);
         halo.setCosmetic(true);
         painter.setPen(halo);
@@ -426,10 +468,9 @@ void TileCanvas::paintOverlays(QPainter& painter, QSize content) {
         edge.setCosmetic(true);
         painter.setPen(edge);
         painter.setBrush(kActiveFill);
-        for (int id : active_) {
-            const QRectF r = tileRect(id);
-            if (!r.isEmpty()) painter.drawRect(r);
-        }
+        for (int id : active_)
+            for (const QRectF& r : rolledTileRects(id))
+                if (!r.isEmpty()) painter.drawRect(r);
     }
 }
 

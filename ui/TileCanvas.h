@@ -57,6 +57,13 @@ public:
     // Tiles (TilePlan ids) being computed; empty clears the highlight.
     void setActiveTiles(std::vector<int> ids);
     const std::vector<int>& activeTiles() const { return active_; }
+    // Shifted tiles: the current step's tiles (and the grid) lie over the image rolled by this
+    // (image pixels, core/base/CanvasShift.h); a new plan resets it.
+    void setTileShift(CanvasShift shift);
+    CanvasShift tileShift() const { return shift_; }
+    // The rectangles tile `id` covers on the image rolled by the tile shift: one, or up to four where
+    // it wraps around the image's edges.
+    std::vector<QRectF> rolledTileRects(int id) const;
 
     // Text over the empty canvas; empty: the image size and "press Run".
     void setPlaceholderText(const QString& text);
@@ -136,6 +143,7 @@ private:
     std::optional<TilePlan> plan_;
     QImage image_;
     std::vector<int> active_;
+    CanvasShift shift_;
     QString placeholder_;
     bool overlay_ = true;
     bool blendOverlay_ = false;

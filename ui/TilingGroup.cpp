@@ -55,6 +55,16 @@ TilingGroup::TilingGroup(QWidget* parent) : ConfigGroup(tr("Tiling"), parent) {
         {{FusionRule::Sample, tr("Sample (MultiDiffusion)")}, {FusionRule::Noise, tr("Noise (Mixture of Diffusers)")}});
     fusion_->setObjectName(QStringLiteral("fusionCombo"));
     form->addRow(tr("Fusion"), fusion_);
+    tileShift_ = makeCombo<TileShift>(
+        {{TileShift::Off, tr("Off (tiles in place)")}, {TileShift::Random, tr("Random (SpotDiffusion)")}});
+    tileShift_->setObjectName(QStringLiteral("tileShiftCombo"));
+    tileShift_->setToolTip(
+        tr("Random: every step lays the tiles over the image rolled by a random offset of up to a tile "
+           "(SpotDiffusion, as ComfyUI-TiledDiffusion offers it), so the borders between tiles move from step "
+           "to step instead of staying where a seam can form. With overlap 0 it needs far fewer tiles a step "
+           "than an overlapping plan and blends nothing; tiles at the right and bottom edges wrap around to "
+           "the other side. It changes the image."));
+    form->addRow(tr("Tile shift"), tileShift_);
     tileBatch_ = makeSpin(0, 4096);
     tileBatch_->setObjectName(QStringLiteral("tileBatchSpin"));
     tileBatch_->setSpecialValueText(tr("auto"));
@@ -68,7 +78,7 @@ TilingGroup::TilingGroup(QWidget* parent) : ConfigGroup(tr("Tiling"), parent) {
 
     for (QSpinBox* spin : {tile_, overlap_, tileBatch_})
         connect(spin, &QSpinBox::valueChanged, this, &TilingGroup::edited);
-    for (QComboBox* combo : {window_, fusion_})
+    for (QComboBox* combo : {window_, fusion_, tileShift_})
         connect(combo, &QComboBox::currentIndexChanged, this, &TilingGroup::edited);
     connect(overlapUnit_, &QComboBox::currentIndexChanged, this, &TilingGroup::overlapUnitChanged);
 }
@@ -83,6 +93,7 @@ void TilingGroup::readInto(RunConfig& c) const {
     }
     c.window = parseBlendWindow(selectedName(window_));
     c.fusion = parseFusionRule(selectedName(fusion_));
+    c.tileShift = parseTileShift(selectedName(tileShift_));
     c.tileBatch = tileBatch_->value();
 }
 
@@ -97,6 +108,7 @@ void TilingGroup::showConfig(const RunConfig& c) {
     }
     selectIn(window_, c.window);
     selectIn(fusion_, c.fusion);
+    selectIn(tileShift_, c.tileShift);
     tileBatch_->setValue(c.tileBatch);
 }
 

@@ -38,6 +38,7 @@ private:
     QLabel* clampNote_ = nullptr;  // the tile clamped to the image
     QComboBox* window_ = nullptr;
     QComboBox* fusion_ = nullptr;
+    QComboBox* tileShift_ = nullptr;
     QSpinBox* tileBatch_ = nullptr;
 };
 

@@ -72,10 +72,20 @@ bool allFiniteParallel(cpu::WorkerPool& pool, const float* data, std::size_t n) 
     return finite.load();
 }
 
+// n values of canvas row `row` (width w) from plan column fx on, the row rolled by dx
+// (core/base/CanvasShift.h): at most two runs, the second from the row's start.
+template <class Op>
+void rolledRow(const float* row, int w, int fx, int n, int dx, Op&& put) {
+    const int c0 = rolledSource(fx, dx, w);
+    const int first = std::min(n, w - c0);
+    for (int q = 0; q < first; ++q) put(q, row[c0 + q]);
+    for (int q = first; q < n; ++q) put(q, row[q - first]);
+}
+
 // The canvas crops of tiles [first, first + count), scaled for the model's input, into tileIn:
-// one task per (tile, channel).
+// one task per (tile, channel); the tiles over the canvas rolled by `shift`.
 void gatherTiles(cpu::WorkerPool& pool, const TilePlan& plan, const Canvas& canvas, const std::vector<float>& x,
-                 int first, int count, float inputScale, float* tileIn) {
+                 int first, int count, float inputScale, CanvasShift shift, float* tileIn) {
     const int tileH = plan.tileH(), tileW = plan.tileW();
     const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
     pool.parallelFor(std::int64_t(count) * canvas.channels, [&](std::int64_t task) {
@@ -83,25 +93,26 @@ void gatherTiles(cpu::WorkerPool& pool, const TilePlan& plan, const Canvas& canv
         const TileRect& r = plan.tile(first + b);
         float* dst = tileIn + b * tileElems;
         for (int i = 0; i < tileH; ++i) {
-            const float* src = x.data() + canvas.index(c, r.y + i, r.x);
+            const float* src = x.data() + canvas.index(c, rolledSource(r.y + i, shift.dy, canvas.height), 0);
             float* row = dst + (static_cast<std::size_t>(c) * tileH + i) * tileW;
-            for (int q = 0; q < tileW; ++q) row[q] = src[q] * inputScale;
+            rolledRow(src, canvas.width, r.x, tileW, shift.dx, [&](int q, float v) { row[q] = v * inputScale; });
         }
     });
 }
 
 // A ControlNet's hint crops of tiles [first, first + count): the hint canvas (f times the input
-// canvas) at each tile's position and size times f.
+// canvas) at each tile's position and size times f, rolled by the step's shift times f.
 void gatherHints(cpu::WorkerPool& pool, const TilePlan& plan, int f, const Canvas& hint, const std::vector<float>& h,
-                 int first, int count, float* dst) {
+                 int first, int count, CanvasShift shift, float* dst) {
     const int tileH = plan.tileH() * f, tileW = plan.tileW() * f;
     const std::size_t tileElems = static_cast<std::size_t>(hint.channels) * tileH * tileW;
     pool.parallelFor(std::int64_t(count) * hint.channels, [&](std::int64_t task) {
         const int b = static_cast<int>(task / hint.channels), c = static_cast<int>(task % hint.channels);
         const TileRect& r = plan.tile(first + b);
         for (int i = 0; i < tileH; ++i) {
-            const float* src = h.data() + hint.index(c, r.y * f + i, r.x * f);
-            std::copy_n(src, tileW, dst + b * tileElems + (static_cast<std::size_t>(c) * tileH + i) * tileW);
+            const float* src = h.data() + hint.index(c, rolledSource(r.y * f + i, shift.dy * f, hint.height), 0);
+            float* row = dst + b * tileElems + (static_cast<std::size_t>(c) * tileH + i) * tileW;
+            rolledRow(src, hint.width, r.x * f, tileW, shift.dx * f, [&](int q, float v) { row[q] = v; });
         }
     });
 }
@@ -140,11 +151,13 @@ ScatterStep stepOf(const StepCoefficients& K, const std::vector<float>& x, const
 }
 
 // Window-weighted scatter of each tile's contribution (x'_t or eps_t) of tiles [first, first + count)
-// (within canvas rows [y0, y1)). Tiles overlap, so the tasks are canvas rows (one per channel and
-// row), each adding the tiles that cover it in tile order: every element sums in the same order
-// as one thread would.
+// (within plan rows [y0, y1)). Tiles overlap, so the tasks are plan rows (one per channel and row:
+// each is one canvas row, rolled by `shift`), each adding the tiles that cover it in tile order:
+// every element sums in the same order as one thread would. The weights and the normalizer are the
+// plan's, the canvases' elements those under the plan's pixels.
 void scatterTiles(cpu::WorkerPool& pool, const TilePlan& plan, const BlendWeights& weights, const Canvas& canvas,
-                  const ScatterStep& step, int first, int count, int y0, int y1, const float* tileOut, Accumulators a) {
+                  const ScatterStep& step, int first, int count, int y0, int y1, CanvasShift shift,
+                  const float* tileOut, Accumulators a) {
     const int tileH = plan.tileH(), tileW = plan.tileW();
     const std::size_t tileElems = static_cast<std::size_t>(canvas.channels) * tileH * tileW;
     const std::vector<float>& normalizer = weights.normalizer();  // N(p), height x width
@@ -157,9 +170,10 @@ void scatterTiles(cpu::WorkerPool& pool, const TilePlan& plan, const BlendWeight
             if (i < 0 || i >= tileH) continue;
             const float* eps = tileOut + b * tileElems;
             const float* tileWeight = weights.tileWeights(first + b);
+            const int canvasY = rolledSource(y, shift.dy, canvas.height);
             for (int q = 0; q < tileW; ++q) {
-                const std::size_t p = canvas.index(c, r.y + i, r.x + q);
-                const std::size_t pix = static_cast<std::size_t>(r.y + i) * canvas.width + r.x + q;
+                const std::size_t p = canvas.index(c, canvasY, rolledSource(r.x + q, shift.dx, canvas.width));
+                const std::size_t pix = static_cast<std::size_t>(y) * canvas.width + r.x + q;
                 const float e = eps[(static_cast<std::size_t>(c) * tileH + i) * tileW + q];
                 const float w = tileWeight[static_cast<std::size_t>(i) * tileW + q];
                 float v = e;
@@ -185,8 +199,9 @@ void scatterTiles(cpu::WorkerPool& pool, const TilePlan& plan, const BlendWeight
 // preview far more legible than noisy x_t, and the next step's previous x0). A step that uses
 // the history canvases (`history`, kStepHistory of them; TiledPass::keepsHistory) adds their
 // weighted sum to the update, the same for every tile over p, and then folds x and the blended
-// x0 into them.
-void fuseStep(cpu::WorkerPool& pool, const Canvas& canvas, const std::vector<float>& normalizer,
+// x0 into them. The normalizer is the plan's: each canvas pixel reads it at the plan pixel over it
+// (the canvas rolled by `shift`).
+void fuseStep(cpu::WorkerPool& pool, const Canvas& canvas, const std::vector<float>& normalizer, CanvasShift shift,
               const ScatterStep& step, bool writeX0, const std::vector<float>& acc, const std::vector<float>& accEps,
               std::vector<float>& x, std::vector<float>& x0, std::vector<float>* history) {
     const StepCoefficients& K = step.K;
@@ -195,8 +210,15 @@ void fuseStep(cpu::WorkerPool& pool, const Canvas& canvas, const std::vector<flo
     const bool withHistory = history != nullptr && usesHistory(K);
     if (withHistory && !step.wantEps)
         throw std::logic_error("CpuTileDevice: a step with history needs the blended noise (StepVariant::history)");
+    const bool shifted = shift != CanvasShift{};
+    const auto planPixel = [&](std::size_t pix) {
+        if (!shifted) return pix;
+        const int py = static_cast<int>(pix / canvas.width), px = static_cast<int>(pix % canvas.width);
+        return static_cast<std::size_t>(rolledPlace(py, shift.dy, canvas.height)) * canvas.width +
+               rolledPlace(px, shift.dx, canvas.width);
+    };
     forEachElement(pool, canvas.size(), [&](std::size_t p) {
-        const float n = normalizer[p % plane];
+        const float n = normalizer[planPixel(p % plane)];
         const float e = step.wantEps ? accEps[p] / n : 0.0f;
         const float xOld = x[p];
         if (step.sampleFusion)
@@ -384,14 +406,15 @@ StepReport CpuTileDevice::endStep() {
 }
 
 void CpuTileDevice::gather(const TileBatch& batch) {
-    gatherTiles(pool(), *pass_->plan, inputCanvas(*pass_), x_, batch.first, batch.count, K_.modelInputScale,
+    const CanvasShift shift = pass_->shift(step_);
+    gatherTiles(pool(), *pass_->plan, inputCanvas(*pass_), x_, batch.first, batch.count, K_.modelInputScale, shift,
                 tileIn_.data());
     // Each ControlNet's hint: the hint canvas cropped at the tiles' positions times its factor.
     for (std::size_t i = 0; i < pass_->controls.size(); ++i) {
         const PassControl& c = pass_->controls[i];
         const int f = c.factor;
         gatherHints(pool(), *pass_->plan, f, Canvas{c.channels, pass_->height * f, pass_->width * f}, *c.hint,
-                    batch.first, batch.count, hintIn_[i].data());
+                    batch.first, batch.count, shift, hintIn_[i].data());
     }
 }
 
@@ -444,13 +467,13 @@ bool CpuTileDevice::checkOutput(const TileBatch& batch) {
 void CpuTileDevice::scatter(const TileBatch& batch, const StepVariant& variant) {
     const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
     scatterTiles(pool(), *pass_->outPlan, *pass_->weights, outputCanvas(*pass_), step, batch.first, batch.count,
-                 batch.y0, batch.y1, tileOut_.data(), Accumulators{acc_, accEps_, seams_});
+                 batch.y0, batch.y1, pass_->shift(step_), tileOut_.data(), Accumulators{acc_, accEps_, seams_});
 }
 
 void CpuTileDevice::fuse(const StepVariant& variant) {
     const ScatterStep step = stepOf(K_, output(), z_, x0_, stepNoise_, variant);
-    fuseStep(pool(), outputCanvas(*pass_), pass_->weights->normalizer(), step, variant.writesX0(), acc_, accEps_,
-             output(), x0_, variant.history ? history_.data() : nullptr);
+    fuseStep(pool(), outputCanvas(*pass_), pass_->weights->normalizer(), pass_->shift(step_), step, variant.writesX0(),
+             acc_, accEps_, output(), x0_, variant.history ? history_.data() : nullptr);
 }
 
 bool CpuTileDevice::checkCanvas() { return !allFiniteParallel(pool(), output().data(), output().size()); }

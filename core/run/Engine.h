@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/CanvasShift.h"
 #include "core/base/LoadProgress.h"
 #include "core/run/RunConfig.h"
 #include "core/run/RunRecord.h"
@@ -34,6 +35,9 @@ struct TileBatchEvent {
     int step = 0, steps = 0;
     int batchIndex = 0, batches = 0;  // batch j of M within the step
     std::vector<int> tileIds;
+    // Shifted tiles: the step's tiles lie over the image rolled by this (image pixels;
+    // core/base/CanvasShift.h); none otherwise.
+    CanvasShift shift;
     TileBatchTiming timing;
 };
 

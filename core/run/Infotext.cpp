@@ -163,6 +163,7 @@ const std::vector<InfotextCoverage>& infotextCoverage() {
         {"overlap", "Overlap", ""},
         {"window", "Window", ""},
         {"fusion", "Fusion", ""},
+        {"tile_shift", "Tile shift", ""},
         {"batch", "Batch", ""},
         {"graphs", "Graphs", ""},
         {"precision", "Precision", ""},
@@ -276,6 +277,7 @@ std::string infotext(const RunConfig& c, const InfotextExtras& x) {
     add("Overlap", std::to_string(c.overlapPixels()));
     add("Window", std::string(toString(c.window)));
     add("Fusion", std::string(toString(c.fusion)));
+    if (c.tileShift != TileShift::Off) add("Tile shift", std::string(toString(c.tileShift)));
     add("Batch", c.tileBatch > 0 ? std::to_string(c.tileBatch) : std::string("auto"));  // a record's: what ran
     add("Graphs", std::string(toString(c.graphs)));
     add("Precision", std::string(toString(c.precision)));
@@ -729,7 +731,7 @@ struct KeyRule {
 };
 
 // clang-format off
-const std::array<KeyRule, 32> kKeyRules{{
+const std::array<KeyRule, 33> kKeyRules{{
     {"Steps", "steps", [](std::string_view v, RunConfig& c) { return readInt(v, c.steps, "steps", c); }},
     {"CFG scale", "cfg", [](std::string_view v, RunConfig& c) { return readReal(v, c.cfgScale, kCfgRange); }},
     {"Distilled CFG Scale", "guidance",
@@ -749,6 +751,8 @@ const std::array<KeyRule, 32> kKeyRules{{
     }},
     {"Window", "window", [](std::string_view v, RunConfig& c) { return readName(v, c.window, parseBlendWindow); }},
     {"Fusion", "fusion", [](std::string_view v, RunConfig& c) { return readName(v, c.fusion, parseFusionRule); }},
+    {"Tile shift", "tile_shift",
+     [](std::string_view v, RunConfig& c) { return readName(v, c.tileShift, parseTileShift); }},
     {"Batch", "batch", [](std::string_view v, RunConfig& c) {
         if (trimAscii(v) == "auto") {
             c.tileBatch = 0;
@@ -974,6 +978,7 @@ std::vector<std::string> mappedFieldDifferences(const RunConfig& a, const RunCon
     check(a.overlapPixels() == b.overlapPixels(), "overlap");
     check(a.window == b.window, "window");
     check(a.fusion == b.fusion, "fusion");
+    check(a.tileShift == b.tileShift, "tile_shift");
     check(a.tileBatch == b.tileBatch, "batch");
     check(a.graphs == b.graphs, "graphs");
     check(a.precision == b.precision, "precision");

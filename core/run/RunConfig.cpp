@@ -53,6 +53,7 @@ constexpr NameTable<BlendWindowKind, 4> kWindowNames{{{BlendWindowKind::None, "n
                                                       {BlendWindowKind::Hann, "hann"},
                                                       {BlendWindowKind::Gaussian, "gaussian"}}};
 constexpr NameTable<FusionRule, 2> kFusionNames{{{FusionRule::Sample, "sample"}, {FusionRule::Noise, "noise"}}};
+constexpr NameTable<TileShift, 2> kTileShiftNames{{{TileShift::Off, "off"}, {TileShift::Random, "random"}}};
 constexpr NameTable<GraphMode, 3> kGraphNames{
     {{GraphMode::Off, "off"}, {GraphMode::Tile, "tile"}, {GraphMode::Step, "step"}}};
 constexpr NameTable<Precision, 3> kPrecisionNames{
@@ -346,6 +347,7 @@ std::string_view toString(VarianceType v) { return nameOf(kVarianceNames, v); }
 std::string_view toString(PredictionType v) { return nameOf(kPredictionNames, v); }
 std::string_view toString(BlendWindowKind v) { return nameOf(kWindowNames, v); }
 std::string_view toString(FusionRule v) { return nameOf(kFusionNames, v); }
+std::string_view toString(TileShift v) { return nameOf(kTileShiftNames, v); }
 std::string_view toString(GraphMode v) { return nameOf(kGraphNames, v); }
 std::string_view toString(Precision v) { return nameOf(kPrecisionNames, v); }
 std::string_view toString(BackendKind v) { return nameOf(kBackendNames, v); }
@@ -360,6 +362,7 @@ VarianceType parseVarianceType(std::string_view s, std::string_view f) { return 
 PredictionType parsePredictionType(std::string_view s, std::string_view f) { return parseName(kPredictionNames, s, f); }
 BlendWindowKind parseBlendWindow(std::string_view s, std::string_view f) { return parseName(kWindowNames, s, f); }
 FusionRule parseFusionRule(std::string_view s, std::string_view f) { return parseName(kFusionNames, s, f); }
+TileShift parseTileShift(std::string_view s, std::string_view f) { return parseName(kTileShiftNames, s, f); }
 GraphMode parseGraphMode(std::string_view s, std::string_view f) { return parseName(kGraphNames, s, f); }
 Precision parsePrecision(std::string_view s, std::string_view f) { return parseName(kPrecisionNames, s, f); }
 BackendKind parseBackend(std::string_view s, std::string_view f) { return parseName(kBackendNames, s, f); }

@@ -31,6 +31,12 @@ enum class BlendWindowKind { None, Linear, Hann, Gaussian };
 // Sample: MultiDiffusion, average the per-tile x(t-1).
 // Noise: Mixture of Diffusers, average the per-tile noise prediction, then one scheduler step.
 enum class FusionRule { Sample, Noise };
+// Where the tiles sit from step to step: Off, the plan's places every step; Random, SpotDiffusion's
+// shifted windows (Frolov et al. 2024, "SpotDiffusion: A Fast Approach For Seamless Panorama
+// Generation Over Time"; ComfyUI-TiledDiffusion's SpotDiffusion method): each step the plan is laid
+// over the canvas rolled by a random offset, so the borders between tiles move every step and a
+// plan without overlap leaves no seam in place long enough to show, at far fewer tiles a step.
+enum class TileShift { Off, Random };
 enum class GraphMode { Off, Tile, Step };
 enum class Precision { FP32, FP16, BF16 };
 enum class BackendKind { Auto, CPU, CUDA };
@@ -60,6 +66,7 @@ std::string_view toString(VarianceType);
 std::string_view toString(PredictionType);
 std::string_view toString(BlendWindowKind);
 std::string_view toString(FusionRule);
+std::string_view toString(TileShift);
 std::string_view toString(GraphMode);
 std::string_view toString(Precision);
 std::string_view toString(BackendKind);
@@ -74,6 +81,7 @@ VarianceType parseVarianceType(std::string_view, std::string_view field = "varia
 PredictionType parsePredictionType(std::string_view, std::string_view field = "prediction_type");
 BlendWindowKind parseBlendWindow(std::string_view, std::string_view field = "window");
 FusionRule parseFusionRule(std::string_view, std::string_view field = "fusion");
+TileShift parseTileShift(std::string_view, std::string_view field = "tile_shift");
 GraphMode parseGraphMode(std::string_view, std::string_view field = "graphs");
 Precision parsePrecision(std::string_view, std::string_view field = "precision");
 BackendKind parseBackend(std::string_view, std::string_view field = "backend");
@@ -150,7 +158,8 @@ struct RunConfig {
     std::optional<double> overlapFraction;  // 0 <= f < 1, of the tile; wins over overlapPx when set
     BlendWindowKind window = BlendWindowKind::Hann;
     FusionRule fusion = FusionRule::Sample;
-    int tileBatch = 0;  // tiles evaluated per UNet call (0 = auto: resolveTileBatch)
+    TileShift tileShift = TileShift::Off;  // sampling passes only (the VAE's tiles never move)
+    int tileBatch = 0;                     // tiles evaluated per UNet call (0 = auto: resolveTileBatch)
     GraphMode graphs = GraphMode::Off;
     int graphWarmup = 2;
     int graphCacheSize = 16;

@@ -578,6 +578,12 @@ void addTilingFields(std::vector<RunConfigField>& f) {
         {"fusion", "fusion", "NAME", "sample (MultiDiffusion) or noise (Mixture of Diffusers) (default {default})",
          "Fusion", "noise"},
         &C::fusion, parseFusionRule));
+    f.push_back(choiceRow<TileShift>({"tile_shift", "tile-shift", "NAME",
+                                      "off, or random: the tiles laid over the canvas rolled by a random offset\n"
+                                      "each step (SpotDiffusion), so the borders move; with overlap 0, fewer tiles\n"
+                                      "a step and no blending (default {default}; changes the image)",
+                                      "Tile shift", "random"},
+                                     &C::tileShift, parseTileShift));
     f.push_back(autoIntRow({"batch", "batch", "N",
                             "tiles per UNet call (0 or auto: every tile spread evenly over the fewest\n"
                             "calls of at most 32, fewer where the GPU's memory is short; default auto)",

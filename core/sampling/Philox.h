@@ -7,7 +7,8 @@
 //   counter = (lo32(index), hi32(index), draw, 0x7E55E7A0)
 //   index   = canvas element (c * H + y) * W + x in NCHW order of the whole image
 //   draw    = 0 for the initial x_T, k + 1 for the noise added by step k (0-based step index),
-//             0x80000000 + 0 for the image-to-image forward noising.
+//             0x80000000 + 0 for the image-to-image forward noising,
+//             0x80000000 + 1 for the shifted tiles' offsets (core/sampling/TilePlan.h tileShifts; index = step).
 //   u1 = (r0 + 1) * 2^-32 in (0, 1],  u2 = r1 * 2^-32 in [0, 1)
 //   z  = sqrt(-2 ln u1) * cos(2 pi u2)   (computed in float64 on the CPU, float32 on the GPU)
 #pragma once

@@ -15,9 +15,14 @@ constexpr int kSegment = 16;    // pixels along a line scored together
 
 // Where neighbouring tiles meet along one axis: the middle of their overlap (where `none` hands
 // a pixel from one tile to the next and the smooth windows cross), or the edge without overlap.
-std::vector<int> borderPositions(const std::vector<int>& starts, int tile) {
+// Rolled by `shift` along an axis of `length`, a border at plan position b lies at canvas position
+// (b - shift) mod length, and the plan's own edge (0) becomes a border at length - shift.
+std::vector<int> borderPositions(const std::vector<int>& starts, int tile, int shift, int length) {
     std::vector<int> out;
-    for (std::size_t i = 0; i + 1 < starts.size(); ++i) out.push_back((starts[i + 1] + starts[i] + tile) / 2);
+    for (std::size_t i = 0; i + 1 < starts.size(); ++i)
+        out.push_back(rolledSource((starts[i + 1] + starts[i] + tile) / 2, shift, length));
+    if (shift > 0) out.push_back(length - shift);
+    std::sort(out.begin(), out.end());
     return out;
 }
 
@@ -75,11 +80,14 @@ void scoreAxis(const ImageTensor& im, bool vertical, const std::vector<int>& bor
 
 }  // namespace
 
-SeamScore seamScore(const ImageTensor& image, const TilePlan& plan) {
+SeamScore seamScore(const ImageTensor& image, const TilePlan& plan, CanvasShift shift) {
     SeamScore out;
     if (image.channels < 1 || image.width != plan.width() || image.height != plan.height()) return out;
-    scoreAxis(image, true, borderPositions(plan.columnPositions(), plan.tileW()), out.lines, out.worst);
-    scoreAxis(image, false, borderPositions(plan.rowPositions(), plan.tileH()), out.lines, out.worst);
+    if (shift.dx < 0 || shift.dy < 0 || shift.dx >= plan.width() || shift.dy >= plan.height()) return out;
+    scoreAxis(image, true, borderPositions(plan.columnPositions(), plan.tileW(), shift.dx, plan.width()), out.lines,
+              out.worst);
+    scoreAxis(image, false, borderPositions(plan.rowPositions(), plan.tileH(), shift.dy, plan.height()), out.lines,
+              out.worst);
     if (out.lines.empty()) {
         out.worst = -1;
         return out;

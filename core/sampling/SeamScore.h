@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "core/base/CanvasShift.h"
 #include "core/run/Engine.h"
 #include "core/sampling/TilePlan.h"
 
@@ -32,7 +33,9 @@ struct SeamScore {
     std::vector<SeamLine> lines;
 };
 
-// `plan` in the image's pixels (for a latent run: the plan of the image, not of the latents).
-SeamScore seamScore(const ImageTensor& image, const TilePlan& plan);
+// `plan` in the image's pixels (for a latent run: the plan of the image, not of the latents). With
+// shifted tiles (core/base/CanvasShift.h), `shift` (image pixels) of the step that made the
+// image: the lines are the plan's borders rolled by it, and the line where the rolled canvas wraps.
+SeamScore seamScore(const ImageTensor& image, const TilePlan& plan, CanvasShift shift = {});
 
 }  // namespace tessera

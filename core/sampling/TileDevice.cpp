@@ -19,6 +19,11 @@ StepVariant TiledPass::variant(int step) const {
     return v;
 }
 
+CanvasShift TiledPass::shift(int step) const {
+    return step >= 0 && static_cast<std::size_t>(step) < shifts.size() ? shifts[static_cast<std::size_t>(step)]
+                                                                       : CanvasShift{};
+}
+
 bool TiledPass::keepsX0() const {
     for (const StepCoefficients& k : coefficients)
         if (k.cprev != 0.0f) return true;

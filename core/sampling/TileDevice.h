@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/CanvasShift.h"
 #include "core/models/vae/TiledVae.h"
 #include "core/run/RunConfig.h"
 #include "core/sampling/Denoiser.h"
@@ -127,10 +128,16 @@ struct TiledPass {
     // A1111 draws them, core/sampling/LatentNoise.h) instead of the Philox draw step + 1.
     bool hostStepNoise = false;
     std::vector<PassControl> controls;  // ControlNets, in the graph's input order; empty: none
+    // Shifted tiles (core/base/CanvasShift.h): step k's tiles lie over the canvas rolled by
+    // shifts[k]: gathers, hint crops and scatters map the plan's pixels to the canvas's, the fuse reads
+    // the normalizer at the plan pixel over each canvas pixel. Empty: the plan's places every step
+    // (a map pass never shifts). A ControlNet's hint canvas rolls by the shift times its factor.
+    std::vector<CanvasShift> shifts;
 
     int steps() const { return static_cast<int>(coefficients.size()); }
     int tileCount() const;
     StepVariant variant(int step) const;
+    CanvasShift shift(int step) const;  // shifts[step], or none
     // Whether any step reads the previous step's x0 (a coefficient cprev != 0).
     bool keepsX0() const;
     // Whether any step reads or rewrites the history canvases (usesHistory). A device holds

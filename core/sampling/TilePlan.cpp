@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/run/RunConfig.h"
+#include "core/sampling/Philox.h"
 
 namespace tessera {
 
@@ -67,6 +68,18 @@ const TileRect& TilePlan::tile(int id) const {
 double TilePlan::redundancy() const {
     const double tileArea = static_cast<double>(tileW_) * tileH_;
     return tileArea * count() / (static_cast<double>(width_) * height_);
+}
+
+std::vector<CanvasShift> tileShifts(std::uint64_t seed, int steps, const TilePlan& plan) {
+    std::vector<CanvasShift> shifts;
+    for (int k = 0; k < steps; ++k) {
+        const Philox4x32 r = philoxBits(seed, kTileShiftDraw, static_cast<std::uint64_t>(k));
+        CanvasShift s;
+        if (plan.rows() > 1) s.dy = static_cast<int>(r.v[0] % static_cast<std::uint32_t>(plan.tileH()));
+        if (plan.cols() > 1) s.dx = static_cast<int>(r.v[1] % static_cast<std::uint32_t>(plan.tileW()));
+        shifts.push_back(s);
+    }
+    return shifts;
 }
 
 }  // namespace tessera

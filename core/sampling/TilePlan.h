@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/base/CanvasShift.h"
+
 namespace tessera {
 
 struct RunConfig;
@@ -62,5 +64,14 @@ private:
     std::vector<int> xs_, ys_;
     std::vector<TileRect> tiles_;
 };
+
+// The Philox draw of the shifts (core/sampling/Philox.h's keying: index = the step index k).
+constexpr std::uint32_t kTileShiftDraw = 0x80000001u;
+
+// The shifts of a sampling pass of `steps` steps over `plan`: step k's (dy, dx) uniform in
+// [0, tileH) x [0, tileW) (SpotDiffusion's range: up to one tile), from Philox (seed, kTileShiftDraw,
+// k) words 0 and 1. An axis that one tile covers stays put: a roll there would only move the canvas's
+// own edge into the middle of the tile.
+std::vector<CanvasShift> tileShifts(std::uint64_t seed, int steps, const TilePlan& plan);
 
 }  // namespace tessera

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "core/base/CanvasShift.h"
 #include "core/base/FormatNumber.h"
 #include "core/models/flux/FluxFiles.h"
 #include "core/models/flux/FluxGraph.h"
@@ -107,12 +108,13 @@ void recordWhatRan(RunRecord& record, const DevicePlan& plan) {
 }
 
 // What the record says about the finished image: its hash and how visible the tile borders are
-// (`config` in image pixels).
-void describeImage(RunResult& result, const RunConfig& config) {
+// (`config` in image pixels): where the last step's tiles met (`lastShift`, image pixels: the
+// plan's borders rolled with shifted tiles).
+void describeImage(RunResult& result, const RunConfig& config, CanvasShift lastShift) {
     RunRecord& record = result.record;
     record.imageSha256 = imageSha256(toRgb8(result.image));
     if (record.status != RunStatus::Finished) return;
-    const SeamScore seams = seamScore(result.image, TilePlan::fromConfig(config));
+    const SeamScore seams = seamScore(result.image, TilePlan::fromConfig(config), lastShift);
     record.seamScore = seams.score;
     record.seamWorst = seams.worst;
 }
@@ -292,6 +294,8 @@ public:
     // A pass with hostStepNoise: each step whose coefficients have sigma != 0 takes the next draw
     // of `noise` (A1111's ImageRNG.next per noisy step, as k-diffusion's ancestral samplers ask it).
     void setHostNoise(LatentNoise* noise) { hostNoise_ = noise; }
+    // Image pixels per canvas pixel: the tile batch events' shifts are in image pixels.
+    void setPixelScale(int scale) { pixelScale_ = scale; }
 
     // Steps [startStep, steps); false when cancelled.
     bool run(int startStep) {
@@ -301,6 +305,7 @@ public:
     }
 
 private:
+    int pixelScale_ = 1;
     float timestep(int k) const { return pass_.coefficients[static_cast<std::size_t>(k)].timestep; }
 
     bool step(int k) {
@@ -395,6 +400,8 @@ private:
         event.batchIndex = b.index;
         event.batches = static_cast<int>(pass_.batches.size());
         event.tileIds = b.tileIds;
+        const CanvasShift shift = pass_.shift(k);
+        event.shift = CanvasShift{shift.dy * pixelScale_, shift.dx * pixelScale_};
         event.timing.step = k;
         event.timing.timestep = timestep(k);
         event.timing.batchIndex = b.index;
@@ -658,7 +665,7 @@ RunResult TiledLoop::run(const RunConfig& config, RunObserver& observer, TileDev
     RunResult result = sample(job, observer, device, cancelled, prepareStart);
     if (job.init && config.preserveColor && result.record.status == RunStatus::Finished)
         matchColour(result.image, init_);
-    describeImage(result, config);
+    describeImage(result, config, lastTileShift_);
     return result;
 }
 
@@ -842,7 +849,7 @@ RunResult TiledLoop::runSd(const RunConfig& config, RunObserver& observer, TileD
     } else {
         result.image = latentPreview(*sd, result.image);
     }
-    describeImage(result, config);
+    describeImage(result, config, lastTileShift_);
     return result;
 }
 
@@ -988,7 +995,7 @@ RunResult TiledLoop::runFlux(const RunConfig& asked, RunObserver& observer, Tile
     } else {
         result.image = fluxLatentPreview(result.image);
     }
-    describeImage(result, config);
+    describeImage(result, config, lastTileShift_);
     return result;
 }
 
@@ -1072,6 +1079,18 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     if (job.init) scheduler->setBeginIndex(std::min(firstRun * scheduler->evaluationsPerStep(), scheduler->numSteps()));
     for (int k = 0; k < scheduler->numSteps(); ++k) pass.coefficients.push_back(scheduler->coefficients(k));
     pass.seed = config.seed;
+    lastTileShift_ = {};
+    if (config.tileShift == TileShift::Random) {
+        pass.shifts = tileShifts(config.seed, pass.steps(), plan);
+        const CanvasShift last = pass.shifts.empty() ? CanvasShift{} : pass.shifts.back();
+        lastTileShift_ = {last.dy * job.pixelScale, last.dx * job.pixelScale};
+        record.messages.push_back(
+            "tile_shift: random (SpotDiffusion): every step lays the " + std::to_string(plan.count()) +
+            "-tile plan over the canvas rolled by its own random offset (up to a tile), so the tile borders move " +
+            "from step to step" +
+            (plan.rows() == 1 && plan.cols() == 1 ? std::string("; one tile covers the canvas: nothing moves")
+                                                  : std::string()));
+    }
     pass.previewEvery = config.previewEvery;
     pass.precision = devicePlan.precision;
     pass.guidance = guidance;
@@ -1115,6 +1134,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
     device.startCanvas(pass.start);
     PassRunner runner(device, pass, record, observer, cancelled, runStart, job.preview);
     runner.setHostNoise(hostNoise.get());
+    runner.setPixelScale(job.pixelScale);
     const bool finished = runner.run(startStep);
 
     record.totalMs = msSince(runStart);

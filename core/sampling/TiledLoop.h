@@ -191,8 +191,9 @@ private:
     std::vector<ControlNetRunUnit> runControls_;  // the run in progress's (pinned or from the config)
     std::vector<std::pair<std::string, std::shared_ptr<const ControlNetModel>>> controlModels_;  // by path
     std::vector<std::vector<float>> controlHints_;  // the run in progress's hint canvases
-    bool lastControlled_ = false;                   // the device holds a controlled graph
-    ControlledModelCache controlledModel_;          // its graph and merged weights, kept across runs
+    CanvasShift lastTileShift_;             // the last sampled step's tile shift in image pixels (shifted tiles)
+    bool lastControlled_ = false;           // the device holds a controlled graph
+    ControlledModelCache controlledModel_;  // its graph and merged weights, kept across runs
 };
 
 }  // namespace tessera

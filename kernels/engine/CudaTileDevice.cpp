@@ -503,7 +503,7 @@ void CudaTileDevice::beginStep(int step, const StepVariant&) {
     if (controlSteps_ > 0 && step >= controlSteps_)
         throw std::logic_error("CudaTileDevice: step " + std::to_string(step) + " past the ControlNets' scale tables");
     stepCaptured_ = stepReplayed_ = false;
-    launchSetStepState(state_, pass_->seed, step, hasX0Prev_, stream());
+    launchSetStepState(state_, pass_->seed, step, hasX0Prev_, pass_->shift(step), stream());
     if (pass_->hostStepNoise) uploadStepNoise(step);
     hasX0Prev_ = true;  // from the next step on, the x0 canvas holds this step's x0 (when the pass keeps it)
     if (mode_ == GraphMode::Tile) acquireTileGraphs();
@@ -757,7 +757,7 @@ void CudaTileDevice::placeControls(const TileBatch& b, cudaStream_t ls) {
         const PassControl& c = pass_->controls[u];
         const int f = c.factor, th = pass_->plan->tileH() * f, tw = pass_->plan->tileW() * f;
         launchControlHintCrop(controlHints_.as<float>() + controlHintOffsets_[u], c.channels, pass_->height * f,
-                              pass_->width * f, f, geo_.tileX, geo_.tileY, b.first, n, rows, th, tw,
+                              pass_->width * f, f, geo_.tileX, geo_.tileY, state_, b.first, n, rows, th, tw,
                               (c.channels + 7) / 8 * 8, dtypeOf(backend_->precision()),
                               backend_->deviceGraphInput(input, b.lane), ls);
         ++input;

@@ -18,7 +18,13 @@ __global__ void canvasFuse(CanvasGeometry g, long long total, float* __restrict_
     const bool withHistory = history != nullptr && usesHistory(K);
     for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total;
          p += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const float n = g.normalizer[p % plane];
+        long long pix = p % plane;  // the normalizer is the plan's: read at the plan pixel over p
+        if (s.shiftY != 0 || s.shiftX != 0) {
+            const int y = static_cast<int>(pix / g.width), x = static_cast<int>(pix % g.width);
+            pix = static_cast<long long>(rolledPlace(y, s.shiftY, g.height)) * g.width +
+                  rolledPlace(x, s.shiftX, g.width);
+        }
+        const float n = g.normalizer[pix];
         const float xOld = x[p];
         float e = 0.0f;
         if (accEps) {

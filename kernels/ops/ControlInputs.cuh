@@ -15,10 +15,11 @@ namespace tessera {
 // `rows` rows (count, or 2 count when guided: row r is tile first + r % count): dst[r, y, x, c] =
 // hint[c, (tileY * factor + y), (tileX * factor + x)] for c < channels, 0 up to paddedChannels; the
 // hint canvas is float32 channels x hintH x hintW, dst the activations' dtype, tileH x tileW the
-// crop (latent tile times factor).
+// crop (latent tile times factor). With a state (nullptr: none), the hint canvas rolled by its
+// shift times factor (core/base/CanvasShift.h), as the latents under the tiles.
 void launchControlHintCrop(const float* hint, int channels, int hintH, int hintW, int factor, const int* tileX,
-                           const int* tileY, int first, int count, int rows, int tileH, int tileW, int paddedChannels,
-                           DType, void* dst, cudaStream_t);
+                           const int* tileY, const StepState* state, int first, int count, int rows, int tileH,
+                           int tileW, int paddedChannels, DType, void* dst, cudaStream_t);
 
 // FiLM scale rows of the step state's step k: row r (of `rows`, the first `count` conditional) holds
 // `width` values s - 1 then `width` zeros, s = scales[k] for a conditional row and scales[steps + k]

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/base/CanvasShift.h"
 #include "kernels/ops/TiledCanvas.cuh"
 
 namespace tessera {
@@ -17,6 +18,7 @@ struct StepState {
     std::uint64_t seed = 0;  // Philox key of the run
     int step = 0;            // 0-based step index k: coefficients coeff[k], noise draw k + 1
     int hasX0Prev = 0;       // 0: the first step after the canvas start, no previous x0 (core/sampling/TileDevice.h)
+    int shiftY = 0, shiftX = 0;  // the step's tiles over the canvas rolled by this (core/base/CanvasShift.h)
 };
 
 // The step's coefficients: coeff[state.step], without the previous-x0 term when there is none.
@@ -25,7 +27,8 @@ TESSERA_HD StepCoefficients stepCoefficients(const StepCoefficients* coeff, cons
     return state.hasX0Prev ? k : withoutPreviousX0(k);
 }
 
-// state = {seed, step, hasX0Prev}; enqueued on the stream before the step's work.
-void launchSetStepState(StepState* state, std::uint64_t seed, int step, bool hasX0Prev, cudaStream_t);
+// state = {seed, step, hasX0Prev, shift}; enqueued on the stream before the step's work.
+void launchSetStepState(StepState* state, std::uint64_t seed, int step, bool hasX0Prev, CanvasShift shift,
+                        cudaStream_t);
 
 }  // namespace tessera

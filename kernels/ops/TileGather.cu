@@ -13,6 +13,7 @@ __global__ void tileGather(CanvasGeometry g, const float* __restrict__ canvas,
                            float* __restrict__ timesteps) {
     const StepCoefficients* step = coeff + state->step;
     const float scale = step->modelInputScale;
+    const int shiftY = state->shiftY, shiftX = state->shiftX;
     if (blockIdx.x == 0)
         for (int i = threadIdx.x; i < count; i += blockDim.x) timesteps[i] = step->timestep;
     for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
@@ -26,7 +27,9 @@ __global__ void tileGather(CanvasGeometry g, const float* __restrict__ canvas,
         float v = 0.0f;
         if (c < g.channels) {
             const int t = first + b;
-            const long long p = (static_cast<long long>(c) * g.height + g.tileY[t] + ly) * g.width + g.tileX[t] + lx;
+            const int y = rolledSource(g.tileY[t] + ly, shiftY, g.height);
+            const int x = rolledSource(g.tileX[t] + lx, shiftX, g.width);
+            const long long p = (static_cast<long long>(c) * g.height + y) * g.width + x;
             v = canvas[p] * scale;
         }
         input[idx] = fromFloat<T>(v);

@@ -19,11 +19,12 @@ __global__ void tileScatter(CanvasGeometry g, const float* __restrict__ canvas,
     const int tileArea = g.tileH * g.tileW;
     for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int x = x0 + static_cast<int>(idx % boxW);
+        const int x = x0 + static_cast<int>(idx % boxW);  // plan coordinates
         const int y = y0 + static_cast<int>((idx / boxW) % boxH);
         const int c = static_cast<int>(idx / (static_cast<long long>(boxW) * boxH));
-        const long long pix = static_cast<long long>(y) * g.width + x;
-        const long long p = static_cast<long long>(c) * g.height * g.width + pix;
+        const long long pix = static_cast<long long>(y) * g.width + x;  // the blend's normalizer: the plan's
+        const long long p = (static_cast<long long>(c) * g.height + rolledSource(y, s.shiftY, g.height)) * g.width +
+                            rolledSource(x, s.shiftX, g.width);
         const float xp = canvas[p];
         const float z =
             sampleFusion && K.sigma != 0.0f ? philoxNormal(s.seed, draw, static_cast<std::uint64_t>(p)) : 0.0f;

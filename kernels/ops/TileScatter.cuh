@@ -3,7 +3,9 @@
 // id order, so the accumulation order (and the result) is the CPU sampler's and never
 // depends on scheduling (no atomics).
 // The step k = state->step and K = coeff[k] are read from device memory (z is drawn with
-// state->seed), so a captured graph serves every step and seed.
+// state->seed), so a captured graph serves every step and seed. The box and the weights are in
+// plan coordinates; each plan pixel p adds to the canvas pixel under it (the canvas rolled by the
+// state's shift: core/base/CanvasShift.h).
 //   fusion "sample": v = applyStep(K, x[p], eps, z(k+1, p), x0Prev[p]); acc[p] += w v   (update fused;
 //                    K = stepCoefficients(coeff, *state), x0Prev read only where K.cprev != 0)
 //   fusion "noise":  v = eps;                                 accEps[p] += w eps

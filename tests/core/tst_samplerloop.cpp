@@ -13,11 +13,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/base/CanvasShift.h"
 #include "core/cpu/CpuBackend.h"
 #include "core/cpu/CpuEngine.h"
 #include "core/models/unet/UNetModel.h"
+#include "core/sampling/BlendWindow.h"
 #include "core/sampling/Philox.h"
 #include "core/sampling/Scheduler.h"
+#include "core/sampling/TilePlan.h"
 
 using namespace tessera;
 
@@ -88,6 +91,42 @@ public:
 private:
     int channels_;
     std::size_t perTile_ = 0;
+};
+
+// eps = perPixel(x, t) plus a ramp over the tile: the value at a canvas pixel depends on where
+// the tile that covers it lies, so a run tells where its tiles were.
+class TilePositionBackend final : public Backend {
+public:
+    explicit TilePositionBackend(int channels) : channels_(channels) {}
+    BackendInfo info() const override { return {"tile-position", "eps = f(x, t) + a ramp over the tile"}; }
+    void prepareGraph(const ModelGraph&, const TensorMap&, int, int tileH, int tileW) override {
+        tileH_ = tileH;
+        tileW_ = tileW;
+    }
+    void run(const std::vector<const float*>&, int, const std::vector<float*>&) override {
+        throw std::logic_error("TilePositionBackend: only forward");
+    }
+    void prepare(const UNetModel&, int, int tileH, int tileW) override {
+        tileH_ = tileH;
+        tileW_ = tileW;
+    }
+    void forward(const float* x, const float* timesteps, int batch, float* out) override {
+        const std::size_t plane = static_cast<std::size_t>(tileH_) * tileW_;
+        for (int b = 0; b < batch; ++b)
+            for (int c = 0; c < channels_; ++c)
+                for (std::size_t i = 0; i < plane; ++i) {
+                    const std::size_t j = (static_cast<std::size_t>(b) * channels_ + c) * plane + i;
+                    out[j] =
+                        ramp(perPixel(x[j], timesteps[b]), static_cast<int>(i / tileW_), static_cast<int>(i % tileW_));
+                }
+    }
+    float ramp(float v, int y, int x) const {
+        return v + 0.05f * static_cast<float>(x) / tileW_ - 0.03f * static_cast<float>(y) / tileH_;
+    }
+
+private:
+    int channels_;
+    int tileH_ = 0, tileW_ = 0;
 };
 
 RunConfig runConfig(SchedulerKind kind, FusionRule fusion) {
@@ -258,29 +297,138 @@ private slots:
         CpuEngine sampler(std::make_unique<PerPixelBackend>(4));
         sampler.setModel(sdModel(options));
 
-        for (const bool fromImage : {false, true}) {
-            RunConfig c = config;
-            const std::vector<float> init = startImage(n);
-            if (fromImage) {
-                c.initImage = "in-memory";
-                c.strength = 0.6;  // begins at step 8 - int(4.8) = 4: a second-order step for DPM++ 2M
-                sampler.setInitImage(ImageTensor{4, c.height, c.width, init});
-            } else {
-                sampler.setInitImage(ImageTensor{});
+        for (const bool fromImage : {false, true})
+            for (const TileShift shift : {TileShift::Off, TileShift::Random}) {
+                RunConfig c = config;
+                c.tileShift = shift;  // every tile sees the same value at a canvas pixel wherever it lies
+                const std::vector<float> init = startImage(n);
+                if (fromImage) {
+                    c.initImage = "in-memory";
+                    c.strength = 0.6;  // begins at step 8 - int(4.8) = 4: a second-order step for DPM++ 2M
+                    sampler.setInitImage(ImageTensor{4, c.height, c.width, init});
+                } else {
+                    sampler.setInitImage(ImageTensor{});
+                }
+                Previews seen;
+                const RunResult result = sampler.run(c, seen);
+                QCOMPARE(result.record.tileCount, 6);
+                const Untiled ref = untiled(options, c, n, fromImage ? &init : nullptr, pixels);
+                const double err = relativeError(result.image.data, ref.image);
+                QVERIFY2(err < 1e-5,
+                         qPrintable(QStringLiteral("%1, tile shift %2: tiled vs untiled %3")
+                                        .arg(fromImage ? "img2img" : "txt2img", QString::fromUtf8(toString(shift)))
+                                        .arg(err)));
+                QCOMPARE(seen.images.size(), ref.x0.size());
+                for (std::size_t k = 0; k + 1 < ref.x0.size(); ++k) {
+                    const double previewErr = relativeError(seen.images[k], ref.x0[k]);
+                    QVERIFY2(previewErr < 1e-5, qPrintable(QStringLiteral("preview %1: %2").arg(k).arg(previewErr)));
+                }
             }
-            Previews seen;
-            const RunResult result = sampler.run(c, seen);
-            QCOMPARE(result.record.tileCount, 6);
-            const Untiled ref = untiled(options, c, n, fromImage ? &init : nullptr, pixels);
-            const double err = relativeError(result.image.data, ref.image);
-            QVERIFY2(
-                err < 1e-5,
-                qPrintable(QStringLiteral("%1: tiled vs untiled %2").arg(fromImage ? "img2img" : "txt2img").arg(err)));
-            QCOMPARE(seen.images.size(), ref.x0.size());
-            for (std::size_t k = 0; k + 1 < ref.x0.size(); ++k) {
-                const double previewErr = relativeError(seen.images[k], ref.x0[k]);
-                QVERIFY2(previewErr < 1e-5, qPrintable(QStringLiteral("preview %1: %2").arg(k).arg(previewErr)));
+    }
+
+    // Shifted tiles: each step's tiles lie over the canvas rolled by tileShifts' offset (torch.roll,
+    // as ComfyUI-TiledDiffusion's SpotDiffusion rolls the latent): a model whose output depends on the
+    // position inside its tile, against the rolled canvas tiled and blended by hand, step by step
+    // (DDIM: first order, no noise). 40 x 24 with 16-pixel tiles and no overlap: the last column
+    // overlaps its neighbour by 8, so the blend's normalizer is read in plan coordinates too.
+    void shiftedTilesRollTheCanvas_data() {
+        QTest::addColumn<int>("fusion");
+        QTest::newRow("sample") << int(FusionRule::Sample);
+        QTest::newRow("noise") << int(FusionRule::Noise);
+    }
+    void shiftedTilesRollTheCanvas() {
+        QFETCH(int, fusion);
+        const SchedulerOptions options = sdOptions(PredictionType::Epsilon, false);
+        RunConfig config = runConfig(SchedulerKind::DDIM, FusionRule(fusion));
+        config.width = 40;
+        config.overlapPx = 0;
+        config.tileShift = TileShift::Random;
+        config.previewEvery = 0;
+        config.schedulerOptions.eta = 0.0f;
+        const int C = 4, H = config.height, W = config.width;
+        const std::size_t plane = static_cast<std::size_t>(H) * W, n = C * plane;
+        CpuEngine sampler(std::make_unique<TilePositionBackend>(C));
+        sampler.setModel(sdModel(options));
+        RunObserver quiet;
+        const RunResult shifted = sampler.run(config, quiet);
+        config.tileShift = TileShift::Off;
+        const RunResult still = sampler.run(config, quiet);
+
+        const TilePlan plan = TilePlan::make(W, H, config.tile, 0);
+        QCOMPARE(plan.count(), 6);
+        const BlendWeights weights(plan, config.window, 0);
+        const std::vector<CanvasShift> shifts = tileShifts(config.seed, config.steps, plan);
+        bool moved = false;
+        for (const CanvasShift& sh : shifts) moved = moved || sh != CanvasShift{};
+        QVERIFY(moved);
+        TilePositionBackend model(C);
+        model.prepare(*sdModel(options), 1, 16, 16);
+        auto s = Scheduler::create(SchedulerKind::DDIM, options);
+        s->setTimesteps(config.steps);
+        std::vector<float> x(n), rolled(n), eps(n), tile(C * 16 * 16), tileEps(tile.size());
+        for (std::size_t i = 0; i < n; ++i) x[i] = philoxNormal(config.seed, 0, i) * s->initNoiseSigma();
+        for (int k = 0; k < s->numSteps(); ++k) {
+            const CanvasShift sh = shifts[static_cast<std::size_t>(k)];
+            // torch.roll(x, (dy, dx)): rolled[y][x] = x[(y - dy) mod H][(x - dx) mod W].
+            for (int c = 0; c < C; ++c)
+                for (int y = 0; y < H; ++y)
+                    for (int q = 0; q < W; ++q)
+                        rolled[c * plane + y * W + q] = x[c * plane + ((y - sh.dy + H) % H) * W + (q - sh.dx + W) % W];
+            const StepCoefficients K = s->coefficients(k);
+            std::fill(eps.begin(), eps.end(), 0.0f);
+            for (const TileRect& r : plan.tiles()) {
+                for (int c = 0; c < C; ++c)
+                    for (int i = 0; i < 16; ++i)
+                        for (int q = 0; q < 16; ++q)
+                            tile[(c * 16 + i) * 16 + q] =
+                                rolled[c * plane + (r.y + i) * W + r.x + q] * K.modelInputScale;
+                const float t = K.timestep;
+                model.forward(tile.data(), &t, 1, tileEps.data());
+                for (int c = 0; c < C; ++c)
+                    for (int i = 0; i < 16; ++i)
+                        for (int q = 0; q < 16; ++q) {
+                            const std::size_t pix = static_cast<std::size_t>(r.y + i) * W + r.x + q;
+                            eps[c * plane + pix] += weights.tileWeights(r.id)[i * 16 + q] *
+                                                    tileEps[(c * 16 + i) * 16 + q] / weights.normalizer()[pix];
+                        }
             }
+            s->step(k, eps.data(), rolled.data(), nullptr, rolled.data(), n);
+            for (int c = 0; c < C; ++c)
+                for (int y = 0; y < H; ++y)
+                    for (int q = 0; q < W; ++q)
+                        x[c * plane + ((y - sh.dy + H) % H) * W + (q - sh.dx + W) % W] = rolled[c * plane + y * W + q];
+        }
+        const double err = relativeError(shifted.image.data, x);
+        QVERIFY2(err < 1e-5, qPrintable(QStringLiteral("shifted run vs the rolled canvas by hand: %1").arg(err)));
+        const double apart = relativeError(still.image.data, x);
+        QVERIFY2(apart > 1e-3, qPrintable(QStringLiteral("the run without shifts is %1 away").arg(apart)));
+        QCOMPARE(toString(shifted.record.config.tileShift), std::string_view("random"));
+        bool said = false;
+        for (const std::string& m : shifted.record.messages) said = said || m.starts_with("tile_shift: random");
+        QVERIFY(said);
+    }
+
+    // The shifts: one per step, each axis below the tile, none on an axis one tile covers, keyed by
+    // the seed.
+    void tileShiftsFollowTheirRule() {
+        const TilePlan plan = TilePlan::make(96, 40, 32, 0);  // 3 x 2 tiles of 32 (the last row overlaps)
+        const std::vector<CanvasShift> a = tileShifts(7, 50, plan), b = tileShifts(7, 50, plan);
+        QCOMPARE(a.size(), std::size_t{50});
+        QVERIFY(a == b);
+        QVERIFY(a != tileShifts(8, 50, plan));
+        int distinctX = 0, distinctY = 0;
+        for (std::size_t k = 0; k < a.size(); ++k) {
+            QVERIFY(a[k].dx >= 0 && a[k].dx < 32 && a[k].dy >= 0 && a[k].dy < 32);
+            if (k > 0 && a[k].dx != a[k - 1].dx) ++distinctX;
+            if (k > 0 && a[k].dy != a[k - 1].dy) ++distinctY;
+        }
+        QVERIFY(distinctX > 40 && distinctY > 40);
+        for (const CanvasShift& s : tileShifts(7, 20, TilePlan::make(96, 32, 32, 0))) QCOMPARE(s.dy, 0);
+        for (const CanvasShift& s : tileShifts(7, 20, TilePlan::make(32, 96, 64, 0))) QCOMPARE(s.dx, 0);
+        // The mapping both engines share: a roll and its inverse.
+        for (int f = 0; f < 10; ++f) {
+            QCOMPARE(rolledPlace(rolledSource(f, 3, 10), 3, 10), f);
+            QCOMPARE(rolledSource(f, 3, 10), (f - 3 + 10) % 10);
         }
     }
 

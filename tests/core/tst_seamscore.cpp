@@ -60,6 +60,26 @@ private slots:
         QVERIFY2(s.score > 1.2, qPrintable(QString::number(s.score)));  // one line of three
     }
 
+    // Shifted tiles: the lines are where the last step's tiles met, the plan's borders rolled by its
+    // shift, and the line where the rolled canvas wrapped.
+    void shiftedTilesMeasureTheirOwnBorders() {
+        const TilePlan plan = TilePlan::make(96, 64, 32, 0);  // borders at 32 and 64
+        ImageTensor im = smoothImage(96, 64);
+        const CanvasShift shift{0, 20};  // the plan's borders at 12 and 44, its edge at 76
+        for (int c = 0; c < 3; ++c)
+            for (int y = 0; y < 64; ++y)
+                for (int x = 44; x < 96; ++x) im.data[(static_cast<std::size_t>(c) * 64 + y) * 96 + x] += 0.15f;
+        const SeamScore still = seamScore(im, plan);
+        const SeamScore moved = seamScore(im, plan, shift);
+        std::vector<int> positions;
+        for (const SeamLine& l : moved.lines)
+            if (l.vertical) positions.push_back(l.position);
+        QCOMPARE(positions, (std::vector<int>{12, 44, 76}));
+        QVERIFY2(moved.worst > 2.0, qPrintable(QString::number(moved.worst)));
+        QVERIFY2(still.worst < 1.6, qPrintable(QString::number(still.worst)));  // nothing at 32 or 64
+        QCOMPARE(seamScore(im, plan, CanvasShift{0, 96}).score, -1.0);          // a shift past the image
+    }
+
     void oneTileOrMismatchedPlanIsNotMeasured() {
         QCOMPARE(seamScore(smoothImage(32, 32), TilePlan::make(32, 32, 32, 0)).score, -1.0);
         QCOMPARE(seamScore(smoothImage(32, 32), TilePlan::make(64, 64, 32, 8)).score, -1.0);  // sizes differ

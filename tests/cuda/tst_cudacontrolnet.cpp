@@ -75,17 +75,22 @@ private slots:
         QTest::addColumn<int>("graphs");
         QTest::addColumn<int>("lanes");
         QTest::addColumn<int>("tileBatch");
-        QTest::newRow("fp32") << int(Precision::FP32) << int(GraphMode::Off) << 1 << 2;
-        QTest::newRow("fp32, step graphs, 2 lanes") << int(Precision::FP32) << int(GraphMode::Step) << 2 << 1;
-        QTest::newRow("fp32, tile graphs, 2 lanes") << int(Precision::FP32) << int(GraphMode::Tile) << 2 << 1;
-        QTest::newRow("fp16, step graphs") << int(Precision::FP16) << int(GraphMode::Step) << 1 << 2;
-        QTest::newRow("bf16, tile graphs, 3 lanes") << int(Precision::BF16) << int(GraphMode::Tile) << 3 << 1;
+        QTest::addColumn<bool>("shifted");
+        QTest::newRow("fp32") << int(Precision::FP32) << int(GraphMode::Off) << 1 << 2 << false;
+        QTest::newRow("fp32, step graphs, 2 lanes") << int(Precision::FP32) << int(GraphMode::Step) << 2 << 1 << false;
+        QTest::newRow("fp32, tile graphs, 2 lanes") << int(Precision::FP32) << int(GraphMode::Tile) << 2 << 1 << false;
+        QTest::newRow("fp16, step graphs") << int(Precision::FP16) << int(GraphMode::Step) << 1 << 2 << false;
+        QTest::newRow("bf16, tile graphs, 3 lanes") << int(Precision::BF16) << int(GraphMode::Tile) << 3 << 1 << false;
+        // Shifted tiles: the hints cropped from the hint canvas rolled by the step's shift times 8.
+        QTest::newRow("fp32, step graphs, shifted tiles")
+            << int(Precision::FP32) << int(GraphMode::Step) << 1 << 2 << true;
     }
     void tiledRunMatchesCpu() {
         QFETCH(int, precision);
         QFETCH(int, graphs);
         QFETCH(int, lanes);
         QFETCH(int, tileBatch);
+        QFETCH(bool, shifted);
         auto sd = std::make_shared<SdModel>(loadSdModel(kSdPipeline));
         RunConfig config;
         config.width = 160;
@@ -100,6 +105,7 @@ private slots:
         config.cfgScale = 5.0;
         config.previewEvery = 0;
         config.lanes = 1;
+        if (shifted) config.tileShift = TileShift::Random;
         std::vector<ControlNetRunUnit> units(2);
         // The diffusers-made fixture ControlNets: every weight drawn (hint encoder included), so
         // that the control image steers the result; a fresh random one's hint encoder starts near 0.

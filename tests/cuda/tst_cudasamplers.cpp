@@ -184,6 +184,48 @@ private slots:
         compareEngines(model, cfg, gpu);
     }
 
+    // Shifted tiles: each step's tiles over the canvas rolled by the step's offset (the gather, the
+    // scatter and the fuse read it from the step state, so captured step and tile graphs serve every
+    // shift). With overlap 0 the 56 x 40 canvas still has tiles that overlap (32-pixel tiles at 0 and
+    // 24, 0 and 8): the normalizer is read at the plan pixel over each canvas pixel.
+    void shiftedTilesMatchCpuDevice_data() {
+        QTest::addColumn<int>("scheduler");
+        QTest::addColumn<int>("fusion");
+        QTest::addColumn<int>("graphs");
+        QTest::addColumn<bool>("fromImage");
+        QTest::addColumn<int>("overlap");
+        const int sample = int(FusionRule::Sample), noise = int(FusionRule::Noise);
+        QTest::newRow("euler_a sample") << int(SchedulerKind::EulerAncestral) << sample << int(GraphMode::Off) << false
+                                        << 0;
+        QTest::newRow("dpmpp_2m karras noise step graphs")
+            << int(SchedulerKind::DPMPP2M) << noise << int(GraphMode::Step) << false << 0;
+        QTest::newRow("dpmpp_2m karras sample tile graphs overlap 12")
+            << int(SchedulerKind::DPMPP2M) << sample << int(GraphMode::Tile) << false << 12;
+        QTest::newRow("lms karras noise img2img step graphs")
+            << int(SchedulerKind::LMS) << noise << int(GraphMode::Step) << true << 0;
+        QTest::newRow("heun karras sample tile graphs")
+            << int(SchedulerKind::Heun) << sample << int(GraphMode::Tile) << false << 0;
+    }
+    void shiftedTilesMatchCpuDevice() {
+        QFETCH(int, scheduler);
+        QFETCH(int, fusion);
+        QFETCH(int, graphs);
+        QFETCH(bool, fromImage);
+        QFETCH(int, overlap);
+        RunConfig cfg = runConfig(SchedulerKind(scheduler), FusionRule(fusion), GraphMode(graphs));
+        cfg.graphWarmup = 1;
+        cfg.overlapPx = overlap;
+        cfg.tileShift = TileShift::Random;
+        if (fromImage) {
+            cfg.initImage = "in-memory";
+            cfg.strength = 0.6;
+        }
+        const auto model = sdModel(true);
+        CudaEngine gpu;
+        gpu.setModel(model);
+        compareEngines(model, cfg, gpu);
+    }
+
     // Step graphs are cached across runs by shape; a DPM++ 2M run must not replay a DDIM run's
     // graph (which neither blends the noise nor keeps the x0 canvas), nor an LMS run a DPM++ 2M
     // run's (which keeps no history canvases).

@@ -241,6 +241,15 @@ private slots:
         QVERIFY(panel->isValid());
         QCOMPARE(panel->config().tileBatch, 5);
 
+        // Tile shift: off by default; random (SpotDiffusion) reaches the configuration and back.
+        auto* shift = child<QComboBox>(panel, "tileShiftCombo");
+        QVERIFY(panel->config().tileShift == TileShift::Off);
+        QVERIFY(shift->toolTip().contains(QStringLiteral("SpotDiffusion")));
+        shift->setCurrentIndex(shift->findData(QStringLiteral("random")));
+        QVERIFY(panel->config().tileShift == TileShift::Random);
+        shift->setCurrentIndex(shift->findData(QStringLiteral("off")));
+        QVERIFY(panel->config().tileShift == TileShift::Off);
+
         // Threads: 0 reads "all cores"; more than 1024 is refused, naming the range.
         auto* threads = child<QSpinBox>(panel, "threadsSpin");
         QCOMPARE(threads->value(), 0);

@@ -268,6 +268,22 @@ private slots:
         }
     }
 
+    // Shifted tiles: the grid and the tiles under way are drawn where the step put them, the plan
+    // rolled by the event's shift; a tile crossing the image's edge is drawn on both sides.
+    void shiftedTilesAreDrawnWhereTheyLie() {
+        TileCanvas canvas;
+        canvas.setPlan(TilePlan::make(96, 64, 32, 0));
+        canvas.setTileShift(CanvasShift{8, 20});
+        QVERIFY(canvas.tileShift() == (CanvasShift{8, 20}));
+        // Tile 2 (x 64..96, y 0..32): x 44..76, y 56..64 and 0..24.
+        QVERIFY(canvas.rolledTileRects(2) == (std::vector<QRectF>{QRectF(44, 56, 32, 8), QRectF(44, 0, 32, 24)}));
+        // Tile 3 (x 0..32, y 32..64): x 76..96 and 0..12, y 24..56.
+        QVERIFY(canvas.rolledTileRects(3) == (std::vector<QRectF>{QRectF(76, 24, 20, 32), QRectF(0, 24, 12, 32)}));
+        canvas.setPlan(TilePlan::make(96, 64, 32, 0));  // a new plan starts unshifted
+        QVERIFY(canvas.tileShift() == CanvasShift{});
+        QVERIFY(canvas.rolledTileRects(2) == (std::vector<QRectF>{QRectF(64, 0, 32, 32)}));
+    }
+
     void beforeAfterSplitsAtOneToOneAndDrags() {
         TileCanvas canvas;
         canvas.resize(300, 220);

@@ -196,7 +196,9 @@ std::string benchUsage() {
            "                         (a synthetic start image; its VAE encode is a part of prepare_s)\n"
            "  --controlnet           with --job --shape sd15: and a random ControlNet of control_v11f1e_sd15_tile's\n"
            "                         shape (written to a temporary folder, removed after) whose control image is\n"
-           "                         the start image; --strength 0.5 unless given\n";
+           "                         the start image; --strength 0.5 unless given\n"
+           "  --tile-shift NAME      with --job: off (default) or random: SpotDiffusion's shifted tiles (the\n"
+           "                         run's tile_shift; give --overlap 0 for its non-overlapping plan)\n";
 }
 
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
@@ -221,7 +223,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
                                                              {"csv", "csv"},
                                                              {"tuning-cache", "tuning_cache"},
                                                              {"cfg", "cfg"},
-                                                             {"strength", "strength"}};
+                                                             {"strength", "strength"},
+                                                             {"tile-shift", "tile_shift"}};
     BenchOptions o;
     bool sizeGiven = false, widthGiven = false, heightGiven = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -328,6 +331,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
                 !(strength > 0.0 && strength <= 1.0))
                 fail("strength", inQuotes(value) + " is not allowed; the denoising strength is above 0, at most 1");
             o.strength = strength;
+        } else if (name == "tile-shift") {
+            o.tileShift = parseTileShift(value, "tile_shift");
         }
     }
     if (o.help) return o;
@@ -338,6 +343,7 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     if (o.profile) applyProfileOptions(o);
     if ((o.controlNet || o.given.count("strength")) && !o.job)
         fail(o.controlNet ? "controlnet" : "strength", "--controlnet and --strength are for --job");
+    if (o.given.count("tile_shift") && !o.job) fail("tile_shift", "--tile-shift is for --job");
     if (o.controlNet && !o.given.count("strength")) o.strength = 0.5;
     if (o.job) applyJobOptions(o);
     if (!o.job && std::find(o.batches.begin(), o.batches.end(), 0) != o.batches.end())

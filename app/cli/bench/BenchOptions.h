@@ -44,6 +44,8 @@ struct BenchOptions {
     // --controlnet (sd15) adds a random ControlNet whose control image is the start image (strength
     // 0.5 unless given). 0: text-to-image.
     bool controlNet = false;
+    // --job --tile-shift random: SpotDiffusion's shifted tiles (RunConfig::tileShift), a note on each row.
+    TileShift tileShift = TileShift::Off;
     double strength = 0;
     bool help = false;
 };

@@ -166,6 +166,12 @@ void runSdJobRow(SdJobRow& row, const BenchOptions& o, const std::shared_ptr<con
         appendNote(row.note, std::to_string(config.controlNets.size()) + " ControlNet, strength " +
                                  significant(config.strength, 3) + ": " + std::to_string(last.steps.size()) +
                                  " steps executed");
+    // How visible the borders are where the last step's tiles met (the image, not the latents): the
+    // measure that tells an overlapping plan from shifted tiles.
+    if (config.tileShift != TileShift::Off)
+        appendNote(row.note, "tile shift " + std::string(toString(config.tileShift)));
+    if (last.seamScore >= 0)
+        appendNote(row.note, "seam score " + fixed(last.seamScore, 3) + " (worst " + fixed(last.seamWorst, 2) + ")");
     err << " " << fixed(row.totalS, 3) << " s per job (text " << fixed(row.textS, 3) << " s, sampling "
         << fixed(row.sampleS, 3) << " s, decode " << fixed(row.decodeS, 3) << " s)\n";
 }
@@ -177,6 +183,7 @@ RunConfig jobConfig(const BenchOptions& o, Precision precision, GraphMode graphs
     c.scheduler = SchedulerKind::DPMPP2M;
     c.schedulerOptions.karrasSigmas = true;
     c.fusion = FusionRule::Noise;
+    c.tileShift = o.tileShift;
     c.prompt = "a lighthouse on a cliff above a stormy sea, dramatic light";
     c.negativePrompt = "blurry, low quality";
     c.cfgScale = o.cfg;
