@@ -203,10 +203,9 @@ CompareView::CompareView(const CompareSide& a, const CompareSide& b, QWidget* pa
     panes->addWidget(paneB_);
     panes->addWidget(paneDiff_);
     auto* layout = new QVBoxLayout(this);
-    auto* caption =
-        new QLabel(tr("A: %1 — %2<br>B: %3 — %4")
-                       .arg(runName(a.record).toHtmlEscaped(), configSummary(a.record.config).toHtmlEscaped(),
-                            runName(b.record).toHtmlEscaped(), configSummary(b.record.config).toHtmlEscaped()));
+    auto* caption = new QLabel(tr("A: %1 — %2<br>B: %3 — %4")
+                                   .arg(runName(a.record).toHtmlEscaped(), configSummary(a.record).toHtmlEscaped(),
+                                        runName(b.record).toHtmlEscaped(), configSummary(b.record).toHtmlEscaped()));
     caption->setTextFormat(Qt::RichText);
     layout->addWidget(caption);
     differences_ = new QLabel(differencesText());

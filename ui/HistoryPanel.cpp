@@ -169,7 +169,7 @@ void HistoryPanel::setEntries(const std::vector<HistoryEntry>& entries) {
         model->setToolTip(r.config.model.empty() ? tr("The default model")
                                                  : QString::fromStdString(toValidUtf8(r.config.model)));
         table_->setItem(row, ModelColumn, model);
-        QString config = configSummary(r.config) + QStringLiteral(" · seed %1").arg(r.config.seed);
+        QString config = configSummary(r) + QStringLiteral(" · seed %1").arg(r.config.seed);
         if (!entry.startImagePath.isEmpty()) config += tr(" · from an image, strength %1").arg(r.config.strength);
         if (r.upscaleModel) {
             const QString upscaler = QString::fromStdString(r.upscaleModel->name);

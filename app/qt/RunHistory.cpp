@@ -445,6 +445,31 @@ void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry) {
     entries.insert(at, std::move(entry));
 }
 
+bool ranFlowMatching(const RunRecord& record) {
+    for (const std::string& m : record.messages)
+        if ((m.starts_with("flux-dev: ") || m.starts_with("flux-schnell: ")) &&
+            m.find("flow matching") != std::string::npos)
+            return true;
+    return false;
+}
+
+QString configSummary(const RunRecord& record) {
+    const RunConfig& c = record.config;
+    if (!ranFlowMatching(record)) return configSummary(c);
+    QString prompt = QString::fromStdString(toValidUtf8(c.prompt)).simplified();
+    if (prompt.size() > 60) prompt = prompt.left(59) + QStringLiteral("…");
+    return QStringLiteral("%1×%2 · %3 flow Euler · tile %4/%5 %6 · %7 · guidance %8 · “%9”")
+        .arg(c.width)
+        .arg(c.height)
+        .arg(c.steps)
+        .arg(c.tile)
+        .arg(c.overlapPixels())
+        .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
+        .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())))
+        .arg(c.guidance)
+        .arg(prompt);
+}
+
 QString configSummary(const RunConfig& c) {
     // The sampler as A1111 names it ("DPM++ 2M Karras"), as the window's sampler list shows it.
     const SamplerDisplay sampler = samplerDisplayName(c.scheduler, c.schedulerOptions);

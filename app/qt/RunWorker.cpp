@@ -18,6 +18,8 @@
 #include "app/cli/LoraRun.h"
 #include "core/base/BoundedInput.h"
 #include "core/base/FormatNumber.h"
+#include "core/models/flux/FluxFiles.h"
+#include "core/models/flux/FluxModel.h"
 #include "core/models/sd/SdModel.h"
 #include "core/models/unet/UNetModel.h"
 #include "core/run/ControlNetModelFile.h"
@@ -402,10 +404,18 @@ bool RunWorker::runOne(const RunConfig& given, quint64 runId) {
         const RunConfig config = withControlNetFiles(windowRunConfig(given), loraFolders(given.model));
         // The separate VAE and the LoRAs, found and checked against the model's configurations
         // before any work, as tessera-cli render checks them.
-        const bool sd = isSdModelPath(config.model);
+        // A FLUX.1 model (a FluxPipeline folder, a BFL or ComfyUI file, random:flux-*) is the engine's to
+        // read (core/sampling/TiledLoop.h setFluxModel): its own VAE and text encoders, no LoRAs yet.
+        const bool flux = isFluxModelPath(config.model) || isFluxSingleFile(config.model);
+        const bool sd = !flux && isSdModelPath(config.model);
         std::optional<VaeReplacement> vae;
         std::optional<RunLoras> loras;
-        if (sd) {
+        if (flux) {
+            kept_.clear();  // the engine of this model holds it; a kept SD model's memory goes back
+            if (runHasLoras(config))
+                throw ValidationError("lora", "lora: FLUX.1 LoRAs are not supported yet; remove the LoRAs to run " +
+                                                  shownPath(config.model));
+        } else if (sd) {
             if (!config.vae.empty()) vae.emplace(config);
             loras.emplace(config, loraFolders(config.model));
             for (const std::string& note : loras->notes()) emit message(runId, QString::fromStdString(note));

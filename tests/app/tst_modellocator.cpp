@@ -279,6 +279,24 @@ private slots:
         QVERIFY2(configSummary(c).endsWith("“" + QString(50, 'a') + " " + QString(8, 'b') + "…”"),
                  qPrintable(configSummary(c)));
     }
+
+    // A FLUX.1 run's record (the engine's flow-matching message): flow Euler and the embedded
+    // guidance, no cfg or clip skip (FLUX uses neither); an SD run's record reads as its config.
+    void fluxRunSummaryShowsFlowMatching() {
+        RunRecord r;
+        r.config.prompt = "a lighthouse";
+        r.config.guidance = 3.5;
+        r.config.cfgScale = 7;
+        QCOMPARE(configSummary(r), configSummary(r.config));
+        QVERIFY(!ranFlowMatching(r));
+        r.messages.push_back("flux-dev: flow matching Euler, guidance 3.5 embedded (one evaluation per step)");
+        QVERIFY(ranFlowMatching(r));
+        const QString summary = configSummary(r);
+        QVERIFY2(summary.contains("20 flow Euler") && summary.endsWith("guidance 3.5 · “a lighthouse”"),
+                 qPrintable(summary));
+        QVERIFY2(!summary.contains("cfg") && !summary.contains("clip skip") && !summary.contains("Karras"),
+                 qPrintable(summary));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestModelLocator)
