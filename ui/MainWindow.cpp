@@ -539,6 +539,7 @@ void MainWindow::refreshPlan() {
     canvas_->setBlendWindow(config.window);
     charts_->setTilePlan(plan);
     canvas_->setPlan(std::move(plan));
+    if (config.tileShift == TileShift::Off) canvas_->setTileShift({});  // the grid where the settings put it
 }
 
 void MainWindow::setStatusText(const QString& text, bool error) { statusLine_->setStatusText(text, error); }

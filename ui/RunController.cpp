@@ -150,6 +150,7 @@ void RunController::beginRunDisplay(const RunConfig& config) {
         progress_.tiles = plan.count();
         charts_->startTileTimes(plan);
         canvas_->setPlan(std::move(plan));
+        canvas_->setTileShift({});  // until the run's first tile batch says where its tiles lie
     } catch (const std::exception&) {
         charts_->setTilePlan(std::nullopt);
         canvas_->setPlan(std::nullopt);

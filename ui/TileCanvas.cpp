@@ -96,9 +96,13 @@ void TileCanvas::dropEvent(QDropEvent* event) {
 
 void TileCanvas::setPlan(std::optional<TilePlan> plan) {
     const QSize before = contentSize();
+    // The same plan again (the settings re-applied after a run) keeps the shift of the last step shown:
+    // the seam map kept with it measured those borders.
+    const bool same = plan_ && plan && plan_->width() == plan->width() && plan_->height() == plan->height() &&
+                      plan_->tiles() == plan->tiles();
     plan_ = std::move(plan);
     active_.clear();
-    shift_ = {};
+    if (!same) shift_ = {};
     hovered_ = -1;
     invalidateBlend();
     // A seam map of another size belongs to another plan.

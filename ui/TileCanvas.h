@@ -58,7 +58,7 @@ public:
     void setActiveTiles(std::vector<int> ids);
     const std::vector<int>& activeTiles() const { return active_; }
     // Shifted tiles: the current step's tiles (and the grid) lie over the image rolled by this
-    // (image pixels, core/base/CanvasShift.h); a new plan resets it.
+    // (image pixels, core/base/CanvasShift.h); another plan resets it, the same plan keeps it.
     void setTileShift(CanvasShift shift);
     CanvasShift tileShift() const { return shift_; }
     // The rectangles tile `id` covers on the image rolled by the tile shift: one, or up to four where

@@ -17,6 +17,7 @@ constexpr int kPixels = 0, kPercent = 1;
 }  // namespace
 
 TilingGroup::TilingGroup(QWidget* parent) : ConfigGroup(tr("Tiling"), parent) {
+    setObjectName(QStringLiteral("tilingGroup"));
     auto* form = new QFormLayout(this);
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
 

@@ -14,7 +14,7 @@
 //                       restart), models (the model picker, once it has listed
 //                       the models folder, with its first checkpoint selected and hashed)
 //                       or noise (the window, the settings scrolled so that the seed and the
-//                       Noise group end the view), controlnet (the before/after split of a run
+//                       Noise group end the view), tiling (likewise the Tiling group), controlnet (the before/after split of a run
 //                       with a ControlNet, the settings scrolled to the ControlNet group and the
 //                       hint it saw in the charts' "ControlNet hint" tab)
 //   --models DIR        the models folder the picker lists (default: the saved setting)
@@ -180,9 +180,11 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
             }
         return ready(&window);
     }
-    if (view == QLatin1String("noise")) {
-        // The seed and the noise settings (source, A1111's extra seed settings) at the foot of the settings.
-        auto* group = window.configPanel()->findChild<QWidget*>(QStringLiteral("noiseGroup"));
+    if (view == QLatin1String("noise") || view == QLatin1String("tiling")) {
+        // The seed and the noise settings (source, A1111's extra seed settings), or the tiling settings
+        // (tile, overlap, window, fusion, tile shift), at the foot of the view.
+        auto* group = window.configPanel()->findChild<QWidget*>(
+            view == QLatin1String("noise") ? QStringLiteral("noiseGroup") : QStringLiteral("tilingGroup"));
         for (QWidget* up = group ? group->parentWidget() : nullptr; up; up = up->parentWidget())
             if (auto* scroll = qobject_cast<QScrollArea*>(up)) {
                 const int bottom = group->mapTo(scroll->widget(), QPoint(0, group->height())).y();
@@ -222,7 +224,7 @@ void prepareView(tessera::MainWindow& window, const QString& view, const std::fu
     std::fprintf(
         stderr,
         "tessera: unknown --show view '%s' (window, seam, blend, compare, graphs, compare-graphs, before-after, "
-        "reopened, models, noise, controlnet)\n",
+        "reopened, models, noise, tiling, controlnet)\n",
         qPrintable(view));
     ready(nullptr);
 }

@@ -445,6 +445,17 @@ void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry) {
     entries.insert(at, std::move(entry));
 }
 
+namespace {
+
+// The blend window, and "shifted" where the tiles moved every step (RunConfig::tileShift).
+QString windowText(const RunConfig& c) {
+    QString text = QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size()));
+    if (c.tileShift != TileShift::Off) text += QStringLiteral(" shifted");
+    return text;
+}
+
+}  // namespace
+
 bool ranFlowMatching(const RunRecord& record) {
     for (const std::string& m : record.messages)
         if ((m.starts_with("flux-dev: ") || m.starts_with("flux-schnell: ")) &&
@@ -464,7 +475,7 @@ QString configSummary(const RunRecord& record) {
         .arg(c.steps)
         .arg(c.tile)
         .arg(c.overlapPixels())
-        .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
+        .arg(windowText(c))
         .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())))
         .arg(c.guidance)
         .arg(prompt);
@@ -482,7 +493,7 @@ QString configSummary(const RunConfig& c) {
                                                                          : sampler.sampler))
             .arg(c.tile)
             .arg(c.overlapPixels())
-            .arg(QString::fromUtf8(toString(c.window).data(), static_cast<qsizetype>(toString(c.window).size())))
+            .arg(windowText(c))
             .arg(QString::fromUtf8(toString(c.backend).data(), static_cast<qsizetype>(toString(c.backend).size())));
     // Stable Diffusion runs (a prompt): guidance, clip skip and the start of the prompt.
     if (!c.prompt.empty() || !c.negativePrompt.empty()) {

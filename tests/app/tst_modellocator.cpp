@@ -268,6 +268,9 @@ private slots:
         c.schedulerOptions.karrasSigmas = true;
         QVERIFY2(configSummary(c).contains("20 DPM++ 2M Karras"), qPrintable(configSummary(c)));
         QVERIFY(!configSummary(c).contains("cfg"));  // no prompt: an unconditional run
+        c.tileShift = TileShift::Random;
+        QVERIFY2(configSummary(c).contains("hann shifted"), qPrintable(configSummary(c)));
+        c.tileShift = TileShift::Off;
         c.prompt = "a lighthouse at dusk, (oil painting:1.3)";
         c.cfgScale = 7.5;
         c.clipSkip = 2;

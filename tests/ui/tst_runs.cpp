@@ -279,8 +279,11 @@ private slots:
         QVERIFY(canvas.rolledTileRects(2) == (std::vector<QRectF>{QRectF(44, 56, 32, 8), QRectF(44, 0, 32, 24)}));
         // Tile 3 (x 0..32, y 32..64): x 76..96 and 0..12, y 24..56.
         QVERIFY(canvas.rolledTileRects(3) == (std::vector<QRectF>{QRectF(76, 24, 20, 32), QRectF(0, 24, 12, 32)}));
-        canvas.setPlan(TilePlan::make(96, 64, 32, 0));  // a new plan starts unshifted
+        canvas.setPlan(TilePlan::make(96, 64, 32, 0));  // the same plan again (settings re-applied) keeps it
+        QVERIFY(canvas.tileShift() == (CanvasShift{8, 20}));
+        canvas.setPlan(TilePlan::make(96, 64, 48, 0));  // another plan starts unshifted
         QVERIFY(canvas.tileShift() == CanvasShift{});
+        canvas.setPlan(TilePlan::make(96, 64, 32, 0));
         QVERIFY(canvas.rolledTileRects(2) == (std::vector<QRectF>{QRectF(64, 0, 32, 32)}));
     }
 
