@@ -65,11 +65,12 @@ SCHED = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_
 
 
 def hann(tile, overlap, device):
-    w = torch.ones(tile, device=device, dtype=torch.float32)
-    if overlap > 0:
-        ramp = 0.5 - 0.5 * torch.cos(math.pi * (torch.arange(overlap, device=device) + 0.5) / overlap)
-        w[:overlap] = ramp
-        w[-overlap:] = ramp.flip(0)
+    # Tessera's `hann` window (docs/ENGINE_SEMANTICS.md, core/sampling/BlendWindow.cpp): a Hann over the whole
+    # tile, w(i) = 0.5 - 0.5 cos(2 pi (i + 0.5) / T), whatever the overlap (the overlap decides where tiles lie,
+    # not the window's shape).
+    del overlap
+    i = torch.arange(tile, device=device, dtype=torch.float64)
+    w = (0.5 - 0.5 * torch.cos(2 * math.pi * (i + 0.5) / tile)).to(torch.float32)
     return w[:, None] * w[None, :]
 
 
