@@ -201,6 +201,32 @@ std::string benchUsage() {
            "                         run's tile_shift; give --overlap 0 for its non-overlapping plan)\n";
 }
 
+namespace {
+
+// The options that shape the sampling of a run or job: --cfg, --strength, --tile-shift.
+void parseSamplingOption(const std::string& name, const std::string& value, BenchOptions& o) {
+    if (name == "cfg") {
+        double cfg = 0;
+        const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), cfg);
+        if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
+            !(cfg >= 0.0 && cfg <= kMaxCfgScale))
+            fail("cfg", inQuotes(value) + " is not allowed; the guidance scale is a number from 0 to " +
+                            fixed(kMaxCfgScale, 0) + " (1 = guidance off)");
+        o.cfg = cfg;
+    } else if (name == "strength") {
+        double strength = 0;
+        const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), strength);
+        if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
+            !(strength > 0.0 && strength <= 1.0))
+            fail("strength", inQuotes(value) + " is not allowed; the denoising strength is above 0, at most 1");
+        o.strength = strength;
+    } else if (name == "tile-shift") {
+        o.tileShift = parseTileShift(value, "tile_shift");
+    }
+}
+
+}  // namespace
+
 BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
     // Every bench option takes a value (--help, -h aside); its field as messages name it.
     static const std::map<std::string, std::string> kOptions{{"shape", "shape"},
@@ -316,23 +342,8 @@ BenchOptions parseBenchOptions(const std::vector<std::string>& args) {
             if (value.empty()) fail("tuning_cache", "a file path or off is needed");
             checkPathText("tuning_cache", value, "the tuning cache path (or off)");
             o.tuningCache = value;
-        } else if (name == "cfg") {
-            double cfg = 0;
-            const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), cfg);
-            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
-                !(cfg >= 0.0 && cfg <= kMaxCfgScale))
-                fail("cfg", inQuotes(value) + " is not allowed; the guidance scale is a number from 0 to " +
-                                fixed(kMaxCfgScale, 0) + " (1 = guidance off)");
-            o.cfg = cfg;
-        } else if (name == "strength") {
-            double strength = 0;
-            const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), strength);
-            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
-                !(strength > 0.0 && strength <= 1.0))
-                fail("strength", inQuotes(value) + " is not allowed; the denoising strength is above 0, at most 1");
-            o.strength = strength;
-        } else if (name == "tile-shift") {
-            o.tileShift = parseTileShift(value, "tile_shift");
+        } else {
+            parseSamplingOption(name, value, o);
         }
     }
     if (o.help) return o;
