@@ -110,8 +110,10 @@ struct PromptTokenCounter::Cache {
         assertNotGuiThread("PromptTokenCounter count");
         std::lock_guard lock(mutex);
         // FLUX.1: what T5 reads (CLIP-L's 77 give only the pooled vector); no embeddings.
-        if (isRandomFluxName(config.model))  // T5 reads the bundled CLIP tokenizer's ids (foldedT5Ids)
+        if (isRandomFluxName(config.model)) {  // T5 reads the bundled CLIP tokenizer's ids (foldedT5Ids)
+            useBundledClipVocabulary();        // not read yet when this is the window's first count
             return Count{static_cast<int>(bundledTokenizer(SdFamily::SD1)->encode(text).size()), 0};
+        }
         if (isFluxModelPath(config.model) || isFluxSingleFile(config.model))
             return Count{static_cast<int>(t5TokenizerFor(config)->tokenize(text).size()), 0};
         const auto tokenizer = tokenizerFor(config.model);
