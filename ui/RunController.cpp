@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "app/qt/HistoryStore.h"
+#include "app/qt/RunHistory.h"
 #include "core/run/RunRecordIO.h"
 #include "core/sampling/TilePlan.h"
 #include "ui/TileCanvas.h"
@@ -139,6 +140,15 @@ void RunController::stop() {
     emit runningChanged(true);
 }
 
+// The loop step a started run begins at: FLUX.1's image-to-image counts its steps as
+// FluxImg2ImgPipeline does (firstFlowStepRun, one evaluation a step), the others as the SD pipelines.
+// Before the record arrives (beginRunDisplay) the SD rule stands in; the record says which ran.
+int RunController::firstRecordedStep(const RunRecord& record) {
+    const bool fromImage = !record.config.initImage.empty();
+    return ranFlowMatching(record) ? firstFlowStepRun(record.config, fromImage)
+                                   : firstLoopStep(record.config, fromImage);
+}
+
 void RunController::beginRunDisplay(const RunConfig& config) {
     runConfig_ = config;
     progress_ = RunProgress{};
@@ -220,8 +230,7 @@ void RunController::onRunStarted(quint64 runId, const RunRecord& record) {
     progress_.started = true;
     progress_.tiles = record.tileCount;
     progress_.steps = loopSteps(record.config);
-    progress_.firstStep =
-        std::clamp(firstLoopStep(record.config, !record.config.initImage.empty()), 0, progress_.steps);
+    progress_.firstStep = std::clamp(firstRecordedStep(record), 0, progress_.steps);
     startedRecord_ = record;
     emit runStarted(record);
     samplingClock_.start();
@@ -310,10 +319,8 @@ void RunController::showFinishedRun(const FinishedRun& run, bool keepInHistory) 
     // The bars keep the run's end state: the steps run of those it was to run (its first step
     // from the record), and all tiles of a finished run.
     progress_.steps = loopSteps(record.config);
-    progress_.firstStep =
-        !record.steps.empty()
-            ? std::clamp(record.steps.front().step, 0, progress_.steps)
-            : std::clamp(firstLoopStep(record.config, !record.config.initImage.empty()), 0, progress_.steps);
+    progress_.firstStep = !record.steps.empty() ? std::clamp(record.steps.front().step, 0, progress_.steps)
+                                                : std::clamp(firstRecordedStep(record), 0, progress_.steps);
     progress_.step = progress_.firstStep + record.stepsRun;
     progress_.tilesDone = record.status == RunStatus::Finished ? progress_.tiles : progress_.tilesDone;
     status_->showProgress(progress_, running_);

@@ -68,6 +68,10 @@ public:
     // What the worker found (nullopt until it answered).
     const std::optional<DeviceReport>& devices() const { return devices_; }
 
+    // The loop step a started run begins at, from its record: FLUX.1 image-to-image by
+    // FluxImg2ImgPipeline's count (firstFlowStepRun), every other run by firstLoopStep.
+    static int firstRecordedStep(const RunRecord& record);
+
 signals:
     // A run or comparison started, was asked to stop, or ended (isRunning, isStopping).
     void runningChanged(bool running);

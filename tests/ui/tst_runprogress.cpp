@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/run/RunRecord.h"
+#include "ui/RunController.h"
 #include "ui/StatusLine.h"
 
 using namespace tessera;
@@ -129,6 +130,22 @@ private slots:
         status.showProgress(p, true);
         QCOMPARE(tileBar->value(), 7);
         QCOMPARE(tileBar->maximum(), 7);
+    }
+
+    // The progress bar's first step of an image-to-image run: FLUX.1 counts steps x strength unrounded
+    // (6 steps at 0.6 run 4, from step 2), the SD pipelines its integer part (3 run, from step 3). The
+    // record's flow-matching message tells them apart.
+    void fluxImageToImageStartsWhereItsPipelineDoes() {
+        RunRecord r;
+        r.config.steps = 6;
+        r.config.strength = 0.6;
+        r.config.initImage = "start.png";
+        r.config.scheduler = SchedulerKind::Euler;
+        QCOMPARE(RunController::firstRecordedStep(r), 3);
+        r.messages.push_back("flux-dev: flow matching Euler, guidance 3.5 embedded (one evaluation per step)");
+        QCOMPARE(RunController::firstRecordedStep(r), 2);
+        r.config.initImage.clear();
+        QCOMPARE(RunController::firstRecordedStep(r), 0);
     }
 };
 
