@@ -456,13 +456,7 @@ QString windowText(const RunConfig& c) {
 
 }  // namespace
 
-bool ranFlowMatching(const RunRecord& record) {
-    for (const std::string& m : record.messages)
-        if ((m.starts_with("flux-dev: ") || m.starts_with("flux-schnell: ")) &&
-            m.find("flow matching") != std::string::npos)
-            return true;
-    return false;
-}
+bool ranFlowMatching(const RunRecord& record) { return record.flowMatching; }
 
 QString configSummary(const RunRecord& record) {
     const RunConfig& c = record.config;

@@ -139,11 +139,11 @@ void insertByStart(std::vector<HistoryEntry>& entries, HistoryEntry entry);
 
 // One line describing a run's configuration for tables: "256×256 · 20 ddim · tile 64/16 hann · cpu".
 QString configSummary(const RunConfig& config);
-// A run's summary as configSummary says it, but for a FLUX.1 run (its record says it sampled by flow
+// A run's summary as configSummary says it, but for a FLUX.1 run (RunRecord::flowMatching: it sampled by flow
 // matching): the sampler as "flow Euler" and the embedded guidance in place of cfg and clip skip,
 // which FLUX does not use.
 QString configSummary(const RunRecord& record);
-// Whether the record's run sampled a FLUX.1 model (flow matching; the engine's message says so).
+// Whether the record's run sampled a FLUX.1 model (RunRecord::flowMatching).
 bool ranFlowMatching(const RunRecord& record);
 
 }  // namespace tessera

@@ -228,6 +228,9 @@ struct RunRecord {
     // The model's file was a PyTorch checkpoint read by the restricted reader (pickle opcodes parsed
     // as data, nothing executed); false for safetensors files and folders.
     bool modelPickle = false;
+    // The run sampled by flow matching (FLUX.1: one evaluation a step, guidance embedded, its own
+    // image-to-image step count); false for the noise-prediction samplers of the UNet families.
+    bool flowMatching = false;
     EnvironmentInfo environment;
     int tileCount = 0, tileW = 0, tileH = 0;
     int stepsRun = 0;

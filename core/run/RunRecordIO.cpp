@@ -378,6 +378,7 @@ nlohmann::json manifestJson(const RunRecord& r) {
     j["model_name"] = r.modelName;
     j["model_hash"] = r.modelHash;
     if (r.modelPickle) j["model_pickle"] = true;
+    if (r.flowMatching) j["flow_matching"] = true;
     j["environment"] = {{"tessera_version", r.environment.tesseraVersion},
                         {"backend", r.environment.backend},
                         {"device", r.environment.device},
@@ -691,6 +692,7 @@ RunRecord runRecordFromManifest(const nlohmann::json& j) {
     top.read(j, "model_name", r.modelName);
     top.read(j, "model_hash", r.modelHash);
     top.read(j, "model_pickle", r.modelPickle);
+    top.read(j, "flow_matching", r.flowMatching);
     readEnvironment(j, r.environment);
     top.read(j, "tile_count", r.tileCount);
     top.read(j, "tile_w", r.tileW);

@@ -1039,6 +1039,7 @@ RunResult TiledLoop::sample(const SamplingJob& job, RunObserver& observer, TileD
 
     if (job.controls)
         for (const ControlNetRunUnit& u : *job.controls) record.controlNetHashes.push_back(u.a1111Hash);
+    record.flowMatching = job.flow.has_value();
     describeRun(record, config, options, job.modelName, job.modelHash, TilePlan::fromConfig(config),
                 scheduler->timesteps());
     for (const std::string& message : job.messages) record.messages.push_back(message);

@@ -283,7 +283,7 @@ private slots:
                  qPrintable(configSummary(c)));
     }
 
-    // A FLUX.1 run's record (the engine's flow-matching message): flow Euler and the embedded
+    // A FLUX.1 run's record (RunRecord::flowMatching): flow Euler and the embedded
     // guidance, no cfg or clip skip (FLUX uses neither); an SD run's record reads as its config.
     void fluxRunSummaryShowsFlowMatching() {
         RunRecord r;
@@ -292,7 +292,7 @@ private slots:
         r.config.cfgScale = 7;
         QCOMPARE(configSummary(r), configSummary(r.config));
         QVERIFY(!ranFlowMatching(r));
-        r.messages.push_back("flux-dev: flow matching Euler, guidance 3.5 embedded (one evaluation per step)");
+        r.flowMatching = true;
         QVERIFY(ranFlowMatching(r));
         const QString summary = configSummary(r);
         QVERIFY2(summary.contains("20 flow Euler") && summary.endsWith("guidance 3.5 · “a lighthouse”"),

@@ -140,6 +140,7 @@ private slots:
         Silent observer;
         const RunResult result = engine.run(fixtureConfig(), observer);
         QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
+        QVERIFY(result.record.flowMatching);  // what the window counts and summarises by
         QCOMPARE(result.record.tileCount, 1);
         QCOMPARE(result.latents.channels, 16);
         const double latents = maxRelative(result.latents.data, file.readFloat32("latents"));

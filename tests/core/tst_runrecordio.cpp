@@ -214,6 +214,10 @@ private slots:
         QCOMPARE(back.config.label, r.config.label);
         QCOMPARE(back.modelName, r.modelName);
         QCOMPARE(back.modelHash, r.modelHash);
+        QVERIFY(!j.contains("flow_matching") && !back.flowMatching);  // written only where true
+        RunRecord flow = r;
+        flow.flowMatching = true;
+        QVERIFY(runRecordFromManifest(nlohmann::json::parse(manifestJson(flow).dump())).flowMatching);
         QCOMPARE(back.environment.device, r.environment.device);
         QCOMPARE(back.environment.driver, r.environment.driver);
         QCOMPARE(back.environment.threads, 16);

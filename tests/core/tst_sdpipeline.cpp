@@ -151,6 +151,7 @@ private slots:
             Silent observer;
             const RunResult result = engine.run(config, observer);
             QCOMPARE(std::string(toString(result.record.status)), std::string("finished"));
+            QVERIFY(!result.record.flowMatching);
             QCOMPARE(result.image.channels, 3);
             QCOMPARE(result.image.width, config.width);
             QCOMPARE(result.image.height, config.height);

@@ -134,7 +134,7 @@ private slots:
 
     // The progress bar's first step of an image-to-image run: FLUX.1 counts steps x strength unrounded
     // (6 steps at 0.6 run 4, from step 2), the SD pipelines its integer part (3 run, from step 3). The
-    // record's flow-matching message tells them apart.
+    // record (RunRecord::flowMatching) tells them apart.
     void fluxImageToImageStartsWhereItsPipelineDoes() {
         RunRecord r;
         r.config.steps = 6;
@@ -142,7 +142,7 @@ private slots:
         r.config.initImage = "start.png";
         r.config.scheduler = SchedulerKind::Euler;
         QCOMPARE(RunController::firstRecordedStep(r), 3);
-        r.messages.push_back("flux-dev: flow matching Euler, guidance 3.5 embedded (one evaluation per step)");
+        r.flowMatching = true;
         QCOMPARE(RunController::firstRecordedStep(r), 2);
         r.config.initImage.clear();
         QCOMPARE(RunController::firstRecordedStep(r), 0);
